@@ -1,0 +1,152 @@
+/* config.h -- the Store Master's configuration, parsed strictly from YAML.
+ *
+ * host_config_load() reads one YAML file with libyaml into a host_config. The
+ * schema is closed: an unknown key, a value of the wrong type, a number out of
+ * its range or an unknown enumeration name fails the whole load with one
+ * message of the form "FILE:LINE: key.path: what is wrong". Every key has a
+ * default, so an empty file is a valid config. Relative paths are resolved
+ * against the directory of the config file.
+ *
+ * Each plugin entry carries its own block ("config:") verbatim as a tree of
+ * host_config_node; the host never interprets it and hands it to the plugin
+ * as a read-only view (smp_host_api.config_get with SMP_CONFIG_PLUGIN). */
+#ifndef HOST_CONFIG_H
+#define HOST_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store_plugin.h"
+
+/* A node of a plugin's own config block. */
+typedef enum host_config_node_kind {
+    HOST_CFG_SCALAR = 1,
+    HOST_CFG_MAP = 2,
+    HOST_CFG_SEQ = 3
+} host_config_node_kind;
+
+typedef struct host_config_node {
+    host_config_node_kind kind;
+    int line;                        /* 1-based line in the file */
+    char *key;                       /* the key in its parent map, or NULL */
+    char *scalar;                    /* HOST_CFG_SCALAR: the text */
+    struct host_config_node **items; /* MAP / SEQ children, in file order */
+    size_t n_items;
+} host_config_node;
+
+typedef struct host_config_plugin {
+    char *path;              /* resolved against the config file's directory */
+    int enabled;             /* default 1 */
+    host_config_node *block; /* the "config:" map; never NULL (empty map) */
+    int line;                /* line of the entry, for messages */
+} host_config_plugin;
+
+/* Residency and migration-mode names of the RFC. */
+typedef enum host_residency {
+    HOST_RESIDENCY_HOT = 1,
+    HOST_RESIDENCY_COLD = 2,
+    HOST_RESIDENCY_MIXED = 3
+} host_residency;
+
+typedef enum host_migration_mode {
+    HOST_MODE_PINNED = 1,
+    HOST_MODE_MANUAL = 2,
+    HOST_MODE_AUTO = 3
+} host_migration_mode;
+
+typedef enum host_oplog_backend {
+    HOST_OPLOG_FILE = 1,
+    HOST_OPLOG_ETCD = 2
+} host_oplog_backend;
+
+/* The cluster defaults of the RFC's Configuration section. */
+typedef struct host_cluster_defaults {
+    host_residency default_weight_preferred_residency; /* mixed */
+    double default_weight_mixed_hot_ratio;             /* 0.5, in (0, 1) */
+    host_migration_mode default_weight_migration_mode; /* auto */
+    int weight_management_oplog_capability_confirmed;  /* false */
+    int weight_lineage_oplog_capability_confirmed;     /* false */
+    uint64_t weight_migration_cooldown_ms;             /* 30000 */
+    uint64_t weight_migration_max_members_per_round;   /* 64, > 0 */
+    uint64_t weight_migration_max_bytes_per_round;     /* 1 GiB, > 0 */
+} host_cluster_defaults;
+
+typedef struct host_config {
+    char *source;            /* the file it was read from */
+    char *base_dir;          /* its directory */
+
+    /* listen: */
+    char *listen_tcp;        /* "host:port" of the RPC endpoint, "" = off */
+    char *listen_unix;       /* path of the RPC Unix socket, "" = off */
+    char *listen_admin;      /* "host:port" of /metrics /health /role, "" = off */
+    uint32_t max_frame_bytes;/* largest RPC frame accepted (64 MiB) */
+
+    char *data_dir;          /* OpLog and snapshots */
+
+    /* oplog: */
+    host_oplog_backend oplog_backend;
+    uint64_t oplog_segment_bytes;     /* roll a segment past this size */
+    uint32_t oplog_max_batch_records; /* one group commit at most, > 0 */
+    int oplog_carry_unknown_types;    /* keep records of unloaded plugins verbatim */
+
+    /* snapshot: */
+    uint64_t snapshot_every_records;  /* take one after this many appends, 0 = never */
+    uint32_t snapshot_keep;           /* newest snapshots kept, >= 1 */
+
+    /* memory: eviction watermarks as ratios of capacity */
+    double memory_high_watermark;     /* (0, 1) */
+    double memory_low_watermark;      /* (0, high) */
+
+    /* ha: */
+    int ha_enabled;
+
+    /* node: the embedded node of the master process */
+    int node_embedded;                /* default 1 */
+    char *node_segment_dir;           /* default /dev/shm/weight_mgmt */
+    uint64_t node_segment_bytes;      /* default 1 GiB */
+    char *node_cold_dir;              /* default <data_dir>/cold */
+
+    host_cluster_defaults cluster;
+
+    host_config_plugin *plugins;
+    size_t n_plugins;
+} host_config;
+
+/* Fill *cfg with every default. Strings are heap copies (freed by
+ * host_config_free). Returns 0 or -ENOMEM. */
+int host_config_defaults(host_config *cfg);
+
+/* Parse `path` into *cfg (defaults first, then the file). On failure returns a
+ * negative code, writes "FILE:LINE: key.path: cause" into err (NUL-terminated,
+ * truncated to errlen) and leaves *cfg zeroed: nothing half-filled survives. */
+int host_config_load(const char *path, host_config *cfg, char *err, size_t errlen);
+
+/* Same, from a string in memory (name is used in messages). */
+int host_config_load_string(const char *name,
+                            const char *yaml,
+                            const char *base_dir,
+                            host_config *cfg,
+                            char *err,
+                            size_t errlen);
+
+void host_config_free(host_config *cfg);
+
+/* Look up `key` (dots separate map levels: "a.b.c") in a plugin block and
+ * fill *out: "true"/"false" -> BOOL, an integer -> INT (d set too), a number
+ * -> DOUBLE, anything else -> STRING. SMP_ENOTFOUND if absent or not a
+ * scalar. Strings point into the tree. */
+int host_config_node_get(const host_config_node *block,
+                         const char *key,
+                         smp_config_value *out);
+
+/* Look up one of the cluster defaults by its RFC name. SMP_ENOTFOUND when the
+ * name is not a cluster key. Residency and mode come back as their lowercase
+ * names (STRING). */
+int host_config_cluster_get(const host_config *cfg,
+                            const char *key,
+                            smp_config_value *out);
+
+const char *host_residency_name(host_residency r);
+const char *host_migration_mode_name(host_migration_mode m);
+
+#endif /* HOST_CONFIG_H */

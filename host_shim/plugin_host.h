@@ -1,0 +1,149 @@
+/* plugin_host.h -- loading plugins and keeping what they registered.
+ *
+ * host_plugins is the registry of every loaded plugin and of everything it
+ * registered during init(): OpLog types, snapshot sections, its guard, tick,
+ * RPC services, event handlers and metrics. The loader opens a library with
+ * dlopen(RTLD_NOW | RTLD_LOCAL), resolves the one entry symbol, checks the
+ * descriptor (struct size, ABI major exactly, minor not newer than the host's,
+ * ABI tag, required capabilities), builds the host API table and calls init().
+ * A registration outside init() is refused with SMP_ESTATE. Any refused
+ * registration, or a failing init(), unloads the plugin: everything it
+ * registered is removed and the library is closed. Every refusal produces one
+ * message naming the library, the field and both values.
+ *
+ * The services the table offers (OpLog append, objects, replica tasks,
+ * snapshot I/O, RPC replies) are the master's; it supplies them through a
+ * host_backend. A member left NULL makes the matching API call answer
+ * SMP_ENOTSUP. Everything here runs on the loop thread. */
+#ifndef HOST_PLUGIN_HOST_H
+#define HOST_PLUGIN_HOST_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "config.h"
+#include "metrics.h"
+#include "store_plugin.h"
+
+/* What the master provides behind the host API table. ctx is passed back. */
+typedef struct host_backend {
+    void *ctx;
+    uint64_t host_caps; /* SMP_HOST_CAP_* offered; 0 means SMP_HOST_CAPS_V1 */
+    int (*oplog_append)(void *ctx, uint16_t type, uint16_t encver,
+                        const void *payload, size_t len,
+                        smp_durable_cb cb, void *arg);
+    int (*object_get)(void *ctx, const char *key, smp_object_info *out);
+    int (*group_list)(void *ctx, const char *group, const char *after_key,
+                      size_t max, smp_object_visit_fn fn, void *arg);
+    uint64_t (*group_count)(void *ctx, const char *group);
+    int (*group_set_managed)(void *ctx, const char *group, int managed,
+                             smp_done_cb cb, void *arg);
+    int (*ensure_cold)(void *ctx, const char *key, smp_done_cb cb, void *arg);
+    int (*ensure_memory)(void *ctx, const char *key, smp_done_cb cb, void *arg);
+    int (*release_memory)(void *ctx, const char *key, smp_done_cb cb, void *arg);
+    int (*remove_object)(void *ctx, const char *key, smp_done_cb cb, void *arg);
+    void (*memory_usage)(void *ctx, uint64_t *used, uint64_t *capacity);
+    int (*is_leader)(void *ctx);
+    int (*writer_write)(smp_writer *w, const void *buf, size_t len);
+    void (*reader_data)(smp_reader *r, const uint8_t **data, size_t *len);
+    int (*rpc_reply)(smp_rpc_call *call, int status, const uint8_t *body, size_t len);
+} host_backend;
+
+typedef struct host_plugins host_plugins;
+typedef struct smp_host host_plugin; /* one loaded plugin is its own smp_host */
+
+/* A registered OpLog type, as the host keeps it. */
+typedef struct host_oplog_type_reg {
+    smp_oplog_type t;     /* copied; fields the plugin did not know are zero */
+    host_plugin *owner;
+} host_oplog_type_reg;
+
+typedef struct host_section_reg {
+    smp_snapshot_section s;
+    host_plugin *owner;
+} host_section_reg;
+
+typedef struct host_rpc_reg {
+    smp_rpc_service s;    /* methods point into the plugin (valid until fini) */
+    host_plugin *owner;
+} host_rpc_reg;
+
+typedef struct host_tick_reg {
+    smp_tick t;
+    host_plugin *owner;
+    uint64_t cursor;
+    uint64_t next_due_ms;
+} host_tick_reg;
+
+/* Create an empty registry. cfg and metrics are borrowed and must outlive it.
+ * be may be NULL (every service answers SMP_ENOTSUP). */
+int host_plugins_create(host_plugins **out,
+                        const host_config *cfg,
+                        host_metrics *metrics,
+                        const host_backend *be);
+
+/* Replace the backend (the master sets it once its parts exist). */
+void host_plugins_set_backend(host_plugins *reg, const host_backend *be);
+
+/* Load one plugin. On failure returns a negative SMP_E* code, writes the
+ * reason into err, and leaves the registry exactly as before. */
+int host_plugins_load(host_plugins *reg,
+                      const host_config_plugin *pc,
+                      char *err,
+                      size_t errlen);
+
+/* Load every enabled plugin of cfg in order; on the first failure unload the
+ * ones already loaded and return its code and message. */
+int host_plugins_load_all(host_plugins *reg, char *err, size_t errlen);
+
+/* Call fini() of every plugin (last loaded first), close the libraries and
+ * free the registry. NULL is a no-op. */
+void host_plugins_destroy(host_plugins *reg);
+
+/* -- What was registered --------------------------------------------------- */
+
+size_t host_plugins_count(const host_plugins *reg);
+host_plugin *host_plugins_at(const host_plugins *reg, size_t i);
+const smp_plugin_desc *host_plugin_desc(const host_plugin *p);
+const char *host_plugin_path(const host_plugin *p);
+void *host_plugin_state(const host_plugin *p);
+
+/* NULL when no loaded plugin registered the type. */
+const host_oplog_type_reg *host_plugins_oplog_type(const host_plugins *reg, uint16_t type);
+size_t host_plugins_n_oplog_types(const host_plugins *reg);
+const host_oplog_type_reg *host_plugins_oplog_type_at(const host_plugins *reg, size_t i);
+
+const host_section_reg *host_plugins_section(const host_plugins *reg, const char *name);
+size_t host_plugins_n_sections(const host_plugins *reg);
+const host_section_reg *host_plugins_section_at(const host_plugins *reg, size_t i);
+
+const host_rpc_reg *host_plugins_rpc_service(const host_plugins *reg, uint16_t id);
+size_t host_plugins_n_ticks(const host_plugins *reg);
+host_tick_reg *host_plugins_tick_at(host_plugins *reg, size_t i);
+
+/* 1 when some loaded plugin registered a guard. */
+int host_plugins_has_guard(const host_plugins *reg);
+
+/* Ask every registered guard; any veto (or error) vetoes. Counts vetoes per
+ * reason in the metric host_guard_vetoes_total{reason=...}. Returns
+ * SMP_GUARD_ALLOW or SMP_GUARD_VETO. With no guard loaded: ALLOW. */
+int host_plugins_guard_check(host_plugins *reg, const smp_guard_request *req);
+
+/* Deliver an event to every handler whose mask wants it. */
+void host_plugins_emit(host_plugins *reg, const smp_event *ev);
+
+/* The name of a guard reason ("batch_evict"), for metrics and messages. */
+const char *host_guard_reason_name(smp_guard_reason r);
+
+/* Whether the gate flag is confirmed in cfg (cluster key, or a bool of the
+ * owner's block). Unknown names are never confirmed. */
+int host_plugins_gate_confirmed(const host_plugins *reg,
+                                const host_plugin *owner,
+                                const char *gate);
+
+/* Print what was negotiated (per plugin: ABI, capabilities, OpLog types with
+ * gates, sections, guard, tick, services) in a stable human-readable form. */
+void host_plugins_describe(const host_plugins *reg, FILE *out);
+
+#endif /* HOST_PLUGIN_HOST_H */

@@ -1,0 +1,607 @@
+/* store_plugin.h -- the Store Master plugin ABI, version 1.
+ *
+ * This header is the whole contract between the Store Master (the host) and a
+ * plugin shared library. A plugin exports exactly one symbol,
+ * smp_plugin_entry(), which returns a static descriptor. The host checks the
+ * descriptor (size, ABI major and minor, ABI tag, required capabilities) before
+ * it calls anything else, then calls init() with the host API table. Inside
+ * init() -- and only there -- the plugin registers what it extends: OpLog record
+ * types, snapshot sections, the object guard, the reconcile tick, RPC services,
+ * event handlers and metrics. After init() returns every register_* call fails
+ * with SMP_ESTATE.
+ *
+ * Versioning. SMP_ABI_MAJOR changes only when an existing struct, field,
+ * function or meaning changes; the host refuses a plugin whose major differs.
+ * SMP_ABI_MINOR grows when something is appended; the host refuses a plugin
+ * built against a newer minor than its own. Every struct that crosses the
+ * boundary starts with struct_size and only ever grows at its end, so either
+ * side can tell which fields the other knows. A plugin that calls a host API
+ * member newer than ABI 1.0 checks host_api->struct_size first (see
+ * SMP_HOST_HAS()).
+ *
+ * Threading. Every callback into the plugin runs on the master's event-loop
+ * thread, which owns all metadata; callbacks must not block and must not call
+ * back into a host service that the function's comment says is not re-entrant
+ * (the guard). Host services may be called only from the loop thread unless
+ * their comment says otherwise.
+ *
+ * Ownership. Pointers passed into a callback are borrowed for the duration of
+ * that call; whatever a plugin keeps it copies. Pointers a plugin passes in a
+ * registration (names, method tables, descriptors) must stay valid until fini()
+ * returns -- static storage is the usual answer. Memory returned by a host
+ * service is owned by the caller only where the comment says so.
+ *
+ * Errors. Every function returning int returns SMP_OK (0) or a negative
+ * SMP_E* code. When a call that takes a completion callback fails, the callback
+ * is never invoked; when it succeeds, the callback is invoked exactly once,
+ * later, on the loop thread -- never from inside the call itself.
+ *
+ * The header compiles as C11 and as C++. */
+#ifndef STORE_PLUGIN_H
+#define STORE_PLUGIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Versions and the ABI tag                                                  */
+/* ------------------------------------------------------------------------ */
+
+#define SMP_ABI_MAJOR 1
+#define SMP_ABI_MINOR 0
+
+/* The ABI tag pins what C cannot check across a dlopen: pointer width and byte
+ * order. It is 'S' 'M' <pointer bytes> <1 little endian | 2 big endian>. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+#define SMP_ABI_ENDIAN 2u
+#else
+#define SMP_ABI_ENDIAN 1u
+#endif
+#define SMP_ABI_TAG                                                          \
+    ((uint32_t)(('S' << 24) | ('M' << 16) | ((unsigned)sizeof(void *) << 8) | \
+                SMP_ABI_ENDIAN))
+
+/* The one symbol a plugin exports. */
+#define SMP_PLUGIN_ENTRY_SYMBOL "smp_plugin_entry"
+
+/* ------------------------------------------------------------------------ */
+/* Error codes                                                               */
+/* ------------------------------------------------------------------------ */
+
+enum {
+    SMP_OK = 0,
+    SMP_EINVAL = -1,      /* bad argument or malformed input */
+    SMP_ENOMEM = -2,      /* allocation failed */
+    SMP_ENOTFOUND = -3,   /* no such key, group, type or section */
+    SMP_EEXIST = -4,      /* duplicate registration or key */
+    SMP_EBUSY = -5,       /* conflicting operation in progress */
+    SMP_ESTATE = -6,      /* call not allowed now (e.g. register after init) */
+    SMP_ERANGE = -7,      /* number outside the allowed range */
+    SMP_EIO = -8,         /* disk or network I/O failed */
+    SMP_EVETO = -9,       /* an object guard refused the action */
+    SMP_EAGAIN = -10,     /* try again later (capacity, not leader yet) */
+    SMP_ENOTSUP = -11,    /* capability not offered */
+    SMP_EGATE = -12,      /* a capability gate flag is not confirmed */
+    SMP_EPROTO = -13,     /* a message or record did not decode */
+    SMP_EDURABILITY = -14,/* the OpLog could not make a record durable */
+    SMP_ENOSPC = -15,     /* no memory or disk capacity left */
+    SMP_ENOTLEADER = -16, /* this master is a standby */
+    SMP_ECANCELED = -17   /* the host shut down before completion */
+};
+
+/* A stable name for a code ("SMP_EGATE"); never NULL. */
+static inline const char *smp_strerror(int rc)
+{
+    switch (rc) {
+    case SMP_OK: return "SMP_OK";
+    case SMP_EINVAL: return "SMP_EINVAL";
+    case SMP_ENOMEM: return "SMP_ENOMEM";
+    case SMP_ENOTFOUND: return "SMP_ENOTFOUND";
+    case SMP_EEXIST: return "SMP_EEXIST";
+    case SMP_EBUSY: return "SMP_EBUSY";
+    case SMP_ESTATE: return "SMP_ESTATE";
+    case SMP_ERANGE: return "SMP_ERANGE";
+    case SMP_EIO: return "SMP_EIO";
+    case SMP_EVETO: return "SMP_EVETO";
+    case SMP_EAGAIN: return "SMP_EAGAIN";
+    case SMP_ENOTSUP: return "SMP_ENOTSUP";
+    case SMP_EGATE: return "SMP_EGATE";
+    case SMP_EPROTO: return "SMP_EPROTO";
+    case SMP_EDURABILITY: return "SMP_EDURABILITY";
+    case SMP_ENOSPC: return "SMP_ENOSPC";
+    case SMP_ENOTLEADER: return "SMP_ENOTLEADER";
+    case SMP_ECANCELED: return "SMP_ECANCELED";
+    default: return "SMP_E(unknown)";
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Capabilities                                                              */
+/* ------------------------------------------------------------------------ */
+
+/* What the host offers. A plugin lists the bits it cannot work without in
+ * required_host_caps (any bit the host lacks, or does not know, refuses the
+ * load) and the bits it can use in optional_host_caps (unknown ones ignored). */
+#define SMP_HOST_CAP_GROUPS        (UINT64_C(1) << 0) /* object groups, managed flag */
+#define SMP_HOST_CAP_COLD_TIER     (UINT64_C(1) << 1) /* cold replicas on files */
+#define SMP_HOST_CAP_DURABLE_OPLOG (UINT64_C(1) << 2) /* oplog_append + replay */
+#define SMP_HOST_CAP_HA_STANDBY    (UINT64_C(1) << 3) /* standbys replay plugin types */
+#define SMP_HOST_CAP_RPC_DISPATCH  (UINT64_C(1) << 4) /* plugin RPC services */
+#define SMP_HOST_CAP_METRICS       (UINT64_C(1) << 5) /* plugin metrics on /metrics */
+#define SMP_HOST_CAP_STATE_HANDOFF (UINT64_C(1) << 6) /* hot reload with section handoff */
+#define SMP_HOST_CAPS_V1           (UINT64_C(0x7f))   /* every bit ABI 1.0 defines */
+
+/* What a plugin offers; the host reports them and gates features on them. */
+#define SMP_PLUGIN_CAP_OBJECT_GUARD (UINT64_C(1) << 0) /* protects managed groups */
+#define SMP_PLUGIN_CAP_HOT_RELOAD   (UINT64_C(1) << 1) /* supports state handoff */
+#define SMP_PLUGIN_CAP_WEIGHTS      (UINT64_C(1) << 2) /* weight revision lifecycle */
+#define SMP_PLUGIN_CAP_LINEAGE      (UINT64_C(1) << 3) /* generation replacement */
+
+/* ------------------------------------------------------------------------ */
+/* Opaque host objects                                                       */
+/* ------------------------------------------------------------------------ */
+
+typedef struct smp_host smp_host;         /* the host, one per loaded plugin */
+typedef struct smp_writer smp_writer;     /* a snapshot section being written */
+typedef struct smp_reader smp_reader;     /* a snapshot section being read */
+typedef struct smp_rpc_call smp_rpc_call; /* one RPC awaiting its reply */
+typedef struct smp_metric smp_metric;     /* a registered metric family */
+
+/* ------------------------------------------------------------------------ */
+/* OpLog record types                                                        */
+/* ------------------------------------------------------------------------ */
+
+/* Host record types occupy 1..SMP_OPLOG_HOST_TYPE_MAX; a plugin registers
+ * numbers above it. The weight plugin uses 8..12. */
+#define SMP_OPLOG_HOST_TYPE_MAX 7
+#define SMP_OPLOG_TYPE_MAX 65535
+
+/* One durable record handed to replay (or describe). Borrowed for the call. */
+typedef struct smp_record {
+    uint32_t struct_size;
+    uint64_t seq;           /* position in the log, strictly increasing */
+    uint16_t type;
+    uint16_t encver;        /* encoding version the payload was written with */
+    const uint8_t *payload; /* the bytes given to oplog_append */
+    size_t len;
+    /* Fields above: ABI 1.0. */
+} smp_record;
+
+/* A plugin-defined record type. Replay must be idempotent (the payload carries
+ * the complete post-mutation record) and deterministic: the same records give
+ * the same state on the active master and on every standby. A replay that
+ * returns an error stops recovery -- the host never skips a record. */
+typedef struct smp_oplog_type {
+    uint32_t struct_size;
+    uint16_t type;          /* > SMP_OPLOG_HOST_TYPE_MAX, unique */
+    uint16_t min_encver;    /* the range this build can replay */
+    uint16_t max_encver;    /* and the version it writes */
+    const char *name;       /* unique, e.g. "WEIGHT_METADATA_UPSERT" */
+    /* Config flag that must be true before the active master may append this
+     * type in HA mode (NULL: ungated). oplog_append answers SMP_EGATE while the
+     * flag is false; replay is never gated. */
+    const char *gate;
+    int (*replay)(void *plugin, const smp_record *rec);
+    /* Optional: one line of text for a log dump tool; returns the length it
+     * would need (like snprintf) or a negative code. */
+    int (*describe)(void *plugin, const smp_record *rec, char *buf, size_t cap);
+    /* Fields above: ABI 1.0. */
+} smp_oplog_type;
+
+/* Completion of oplog_append: status SMP_OK with the record's sequence once it
+ * is durable, or a negative code (SMP_EDURABILITY) when it never will be. */
+typedef void (*smp_durable_cb)(void *arg, int status, uint64_t seq);
+
+/* ------------------------------------------------------------------------ */
+/* Snapshot sections                                                         */
+/* ------------------------------------------------------------------------ */
+
+/* A named section of the master's snapshot. The host frames and checksums
+ * each section, so it can carry a section no loaded plugin claims verbatim.
+ * save() runs on the loop thread and must capture a consistent image; the
+ * host writes the bytes to disk off the loop. load() is given the whole
+ * section; a snapshot without the section calls load() with an empty reader,
+ * and a load() error fails the recovery closed (nothing half-loaded). */
+typedef struct smp_snapshot_section {
+    uint32_t struct_size;
+    const char *name;   /* unique, e.g. "weight_metadata" */
+    uint16_t encver;    /* version save() writes; load() receives the stored one */
+    int (*save)(void *plugin, smp_writer *w);
+    int (*load)(void *plugin, smp_reader *r, uint16_t encver);
+    /* Fields above: ABI 1.0. */
+} smp_snapshot_section;
+
+/* ------------------------------------------------------------------------ */
+/* Object guard                                                              */
+/* ------------------------------------------------------------------------ */
+
+/* Every generic path that would remove, evict or rewrite an object or replica
+ * asks the guard first, with one of these reasons. */
+typedef enum smp_guard_reason {
+    SMP_GUARD_BATCH_EVICT = 1,       /* eviction under memory pressure */
+    SMP_GUARD_QUOTA_EVICT = 2,       /* eviction to honour a tenant quota */
+    SMP_GUARD_REMOVE_KEY = 3,        /* single-key remove */
+    SMP_GUARD_REMOVE_ALL = 4,        /* remove every object */
+    SMP_GUARD_REMOVE_PATTERN = 5,    /* remove by prefix or pattern */
+    SMP_GUARD_STALE_PUT_CLEANUP = 6, /* revoke of a put that never finished */
+    SMP_GUARD_COLD_EVICT = 7,        /* eviction of a cold replica */
+    SMP_GUARD_PUT_INTO_GROUP = 8,    /* put of a new object into a group */
+    SMP_GUARD_UPSERT_INTO_GROUP = 9  /* overwrite of an object in a group */
+} smp_guard_reason;
+#define SMP_GUARD_REASON_MAX 9
+
+typedef enum smp_data_type {
+    SMP_DATA_KV = 0,
+    SMP_DATA_METADATA = 1,
+    SMP_DATA_WEIGHT = 2
+} smp_data_type;
+
+typedef enum smp_replica_kind {
+    SMP_REPLICA_MEMORY = 0,
+    SMP_REPLICA_COLD = 1
+} smp_replica_kind;
+
+typedef struct smp_guard_request {
+    uint32_t struct_size;
+    smp_guard_reason reason;
+    const char *key;         /* the object (NULL for a whole-prefix request) */
+    const char *group;       /* its group ("" when none) */
+    int group_managed;       /* the host's persisted managed flag */
+    smp_data_type data_type;
+    smp_replica_kind replica_kind; /* which replica the action touches */
+    /* Fields above: ABI 1.0. */
+} smp_guard_request;
+
+#define SMP_GUARD_ALLOW 0
+#define SMP_GUARD_VETO 1
+
+/* check() answers SMP_GUARD_ALLOW or SMP_GUARD_VETO. It must not block and
+ * must not call any host service (it may be asked from inside one); a
+ * negative return counts as a veto. The host counts vetoes per reason. */
+typedef struct smp_guard {
+    uint32_t struct_size;
+    int (*check)(void *plugin, const smp_guard_request *req);
+    /* Fields above: ABI 1.0. */
+} smp_guard;
+
+/* ------------------------------------------------------------------------ */
+/* Reconcile tick                                                            */
+/* ------------------------------------------------------------------------ */
+
+typedef struct smp_tick_budget {
+    uint32_t struct_size;
+    uint64_t max_members; /* objects the round may touch */
+    uint64_t max_bytes;   /* logical bytes the round may move */
+    uint64_t deadline_ms; /* host clock (now_ms) by which to return */
+    /* Fields above: ABI 1.0. */
+} smp_tick_budget;
+
+#define SMP_TICK_DONE 0 /* nothing left: wait for the next period */
+#define SMP_TICK_MORE 1 /* work remains: call again soon with the cursor */
+
+/* The host calls tick() every period_ms (sooner after SMP_TICK_MORE), never on
+ * a standby when leader_only is set, and keeps *cursor between calls (0 on the
+ * first call and after SMP_TICK_DONE). A plugin whose progress must survive a
+ * restart persists it itself; the cursor is a hint, not durable state. */
+typedef struct smp_tick {
+    uint32_t struct_size;
+    uint32_t period_ms;
+    int leader_only;
+    int (*tick)(void *plugin, const smp_tick_budget *budget, uint64_t *cursor);
+    /* Fields above: ABI 1.0. */
+} smp_tick;
+
+/* ------------------------------------------------------------------------ */
+/* RPC services                                                              */
+/* ------------------------------------------------------------------------ */
+
+/* A method handler receives the request body (the plugin's own encoding,
+ * protobuf-c by convention) and answers through rpc_reply(), now or later:
+ * keeping `call` and replying from a durable callback is how a reply waits for
+ * durability. Every call must be answered exactly once; if the client has gone
+ * the host drops the reply but still frees the call. A handler that returns a
+ * negative code without replying gets that code sent as the reply. */
+typedef int (*smp_rpc_handler)(void *plugin,
+                               smp_rpc_call *call,
+                               const uint8_t *body,
+                               size_t len);
+
+typedef struct smp_rpc_method {
+    uint32_t struct_size;
+    uint16_t method_id;
+    const char *name;
+    smp_rpc_handler handler;
+    /* Fields above: ABI 1.0. */
+} smp_rpc_method;
+
+#define SMP_RPC_HOST_SERVICE_MAX 15 /* service ids 0..15 belong to the host */
+
+typedef struct smp_rpc_service {
+    uint32_t struct_size;
+    uint16_t service_id;  /* > SMP_RPC_HOST_SERVICE_MAX, unique */
+    const char *name;
+    const smp_rpc_method *methods;
+    size_t n_methods;
+    /* Fields above: ABI 1.0. */
+} smp_rpc_service;
+
+/* ------------------------------------------------------------------------ */
+/* Events                                                                    */
+/* ------------------------------------------------------------------------ */
+
+typedef enum smp_event_type {
+    SMP_EVENT_OBJECT_COMPLETED = 1, /* a put ended: key, group, size */
+    SMP_EVENT_REPLICA_LOST = 2,     /* a replica is gone: key, group, replica_kind */
+    SMP_EVENT_NODE_UP = 3,          /* node registered: node */
+    SMP_EVENT_NODE_DOWN = 4,        /* node stopped heartbeating: node */
+    SMP_EVENT_MEMORY_PRESSURE = 5,  /* used crossed the high watermark: used, capacity */
+    SMP_EVENT_ROLE_CHANGE = 6       /* this master became active or standby: is_leader */
+} smp_event_type;
+
+#define SMP_EVENT_MASK(t) (UINT32_C(1) << (t))
+
+typedef struct smp_event {
+    uint32_t struct_size;
+    smp_event_type type;
+    const char *key;
+    const char *group;
+    const char *node;
+    smp_replica_kind replica_kind;
+    uint64_t size;
+    uint64_t used;
+    uint64_t capacity;
+    int is_leader;
+    /* Fields above: ABI 1.0. */
+} smp_event;
+
+typedef struct smp_event_handler {
+    uint32_t struct_size;
+    uint32_t mask; /* SMP_EVENT_MASK() of the types wanted */
+    void (*on_event)(void *plugin, const smp_event *ev);
+    /* Fields above: ABI 1.0. */
+} smp_event_handler;
+
+/* ------------------------------------------------------------------------ */
+/* Metrics                                                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef enum smp_metric_kind {
+    SMP_METRIC_COUNTER = 1,
+    SMP_METRIC_GAUGE = 2
+} smp_metric_kind;
+
+#define SMP_METRIC_MAX_LABELS 4
+
+typedef struct smp_metric_desc {
+    uint32_t struct_size;
+    smp_metric_kind kind;
+    const char *name;  /* Prometheus name, [a-zA-Z_:][a-zA-Z0-9_:]* */
+    const char *help;
+    const char *const *label_names; /* NULL-terminated, at most MAX_LABELS */
+    /* Fields above: ABI 1.0. */
+} smp_metric_desc;
+
+/* ------------------------------------------------------------------------ */
+/* Data the host reports                                                     */
+/* ------------------------------------------------------------------------ */
+
+typedef struct smp_object_info {
+    uint32_t struct_size;   /* set by the caller to sizeof(smp_object_info) */
+    const char *key;        /* borrowed until the host's next mutation */
+    const char *group;
+    uint64_t size;
+    smp_data_type data_type;
+    int complete;           /* put ended */
+    int hard_pinned;
+    uint32_t memory_replicas_readable;
+    uint32_t cold_replicas_readable;
+    uint8_t checksum[32];   /* SHA-256 of the bytes, when complete */
+    /* Fields above: ABI 1.0. */
+} smp_object_info;
+
+/* Visitor for bounded listings: return 0 to go on, non-zero to stop early. */
+typedef int (*smp_object_visit_fn)(void *arg, const smp_object_info *obj);
+
+/* Completion of a replica task or group change. */
+typedef void (*smp_done_cb)(void *arg, int status);
+
+typedef enum smp_config_scope {
+    SMP_CONFIG_PLUGIN = 0,  /* the plugin's own block in the master config */
+    SMP_CONFIG_CLUSTER = 1  /* the master's cluster defaults */
+} smp_config_scope;
+
+typedef enum smp_config_type {
+    SMP_CONFIG_STRING = 1,
+    SMP_CONFIG_INT = 2,
+    SMP_CONFIG_DOUBLE = 3,
+    SMP_CONFIG_BOOL = 4
+} smp_config_type;
+
+typedef struct smp_config_value {
+    uint32_t struct_size;
+    smp_config_type type;
+    const char *s;   /* borrowed for the life of the host */
+    int64_t i;
+    double d;        /* also set for INT values */
+    int b;
+    /* Fields above: ABI 1.0. */
+} smp_config_value;
+
+typedef enum smp_log_level {
+    SMP_LOG_DEBUG = 0,
+    SMP_LOG_INFO = 1,
+    SMP_LOG_WARN = 2,
+    SMP_LOG_ERROR = 3
+} smp_log_level;
+
+/* ------------------------------------------------------------------------ */
+/* The host API table                                                        */
+/* ------------------------------------------------------------------------ */
+
+typedef struct smp_host_api {
+    uint32_t struct_size;   /* sizeof as the host was built */
+    uint16_t abi_major;
+    uint16_t abi_minor;
+    uint64_t host_caps;     /* SMP_HOST_CAP_* this host offers */
+
+    /* -- Registration: only inside init(), else SMP_ESTATE. ------------- */
+
+    /* SMP_ERANGE for a number in the host range or a bad encver range,
+     * SMP_EEXIST for a duplicate number or name, SMP_EINVAL for a missing
+     * name or replay. */
+    int (*register_oplog_type)(smp_host *h, const smp_oplog_type *t);
+    /* SMP_EEXIST for a duplicate name. */
+    int (*register_snapshot_section)(smp_host *h, const smp_snapshot_section *s);
+    /* One guard per plugin: SMP_EEXIST for a second one. */
+    int (*register_guard)(smp_host *h, const smp_guard *g);
+    /* One tick per plugin: SMP_EEXIST for a second one. */
+    int (*register_tick)(smp_host *h, const smp_tick *t);
+    /* SMP_ERANGE for a host service id, SMP_EEXIST for a duplicate id. */
+    int (*register_rpc_service)(smp_host *h, const smp_rpc_service *s);
+    int (*register_event_handler)(smp_host *h, const smp_event_handler *e);
+    /* *out stays valid until fini() returns. SMP_EEXIST for a duplicate name. */
+    int (*register_metric)(smp_host *h, const smp_metric_desc *d, smp_metric **out);
+
+    /* -- Metrics: any time, loop thread. ------------------------------- */
+
+    /* label_values: as many as the family has names (NULL if none). */
+    void (*metric_add)(smp_metric *m, const char *const *label_values, double v);
+    void (*metric_set)(smp_metric *m, const char *const *label_values, double v);
+
+    /* -- Snapshot section I/O: only inside save() / load(). ------------ */
+
+    int (*writer_write)(smp_writer *w, const void *buf, size_t len);
+    /* The whole section: *data borrowed until load() returns. */
+    void (*reader_data)(smp_reader *r, const uint8_t **data, size_t *len);
+
+    /* -- RPC ------------------------------------------------------------- */
+
+    /* Answer a call: status SMP_OK with a body, or a negative code with an
+     * optional message body. Exactly once per call; frees the call. */
+    int (*rpc_reply)(smp_rpc_call *call, int status, const uint8_t *body, size_t len);
+
+    /* -- Durable OpLog ----------------------------------------------------- */
+
+    /* Append a record of a registered type; cb runs once it is durable (or
+     * failed). SMP_EGATE when the type is gated and the flag is not confirmed
+     * in HA mode, SMP_ENOTLEADER on a standby, SMP_ENOTFOUND for a type this
+     * plugin did not register. The payload is copied before return. */
+    int (*oplog_append)(smp_host *h,
+                        uint16_t type,
+                        uint16_t encver,
+                        const void *payload,
+                        size_t len,
+                        smp_durable_cb cb,
+                        void *arg);
+
+    /* -- Objects and groups ------------------------------------------------ */
+
+    /* Fill *out for key. SMP_ENOTFOUND when absent. */
+    int (*object_get)(smp_host *h, const char *key, smp_object_info *out);
+    /* Visit at most max members of group in key order, starting after
+     * after_key (NULL: from the start). Returns the number visited. */
+    int (*group_list)(smp_host *h,
+                      const char *group,
+                      const char *after_key,
+                      size_t max,
+                      smp_object_visit_fn fn,
+                      void *arg);
+    /* Number of objects in a group (0 when the group does not exist). */
+    uint64_t (*group_count)(smp_host *h, const char *group);
+    /* Persist the managed flag of a group (an OpLog record of the host's);
+     * cb after it is durable. */
+    int (*group_set_managed)(smp_host *h,
+                             const char *group,
+                             int managed,
+                             smp_done_cb cb,
+                             void *arg);
+
+    /* -- Replica tasks: asynchronous, completion on the loop thread. ------- */
+
+    /* Make a verified cold replica of key exist (no-op if one does). */
+    int (*ensure_cold)(smp_host *h, const char *key, smp_done_cb cb, void *arg);
+    /* Make a memory replica of key exist (loads from cold if needed). */
+    int (*ensure_memory)(smp_host *h, const char *key, smp_done_cb cb, void *arg);
+    /* Release the memory replica of key. SMP_ESTATE when it is the last
+     * readable replica and no verified cold replica exists. */
+    int (*release_memory)(smp_host *h, const char *key, smp_done_cb cb, void *arg);
+    /* Remove key and every replica of it, bypassing the guard (the plugin is
+     * the one deciding). */
+    int (*remove_object)(smp_host *h, const char *key, smp_done_cb cb, void *arg);
+
+    /* -- Environment --------------------------------------------------------- */
+
+    /* Memory segments in use and their total capacity, in bytes. */
+    void (*memory_usage)(smp_host *h, uint64_t *used, uint64_t *capacity);
+    /* Look up a key of the plugin's own config block or of the cluster
+     * defaults. SMP_ENOTFOUND when absent. Read-only. */
+    int (*config_get)(smp_host *h,
+                      smp_config_scope scope,
+                      const char *key,
+                      smp_config_value *out);
+    /* Milliseconds on the host's monotonic clock; and wall-clock ms. */
+    uint64_t (*now_ms)(smp_host *h);
+    uint64_t (*wall_ms)(smp_host *h);
+    /* 1 when this master is the active leader. */
+    int (*is_leader)(smp_host *h);
+    /* 1 when the master runs in HA mode (gates apply). */
+    int (*ha_mode)(smp_host *h);
+    /* Log one line, prefixed with the plugin's name. Any thread. */
+    void (*log)(smp_host *h, smp_log_level level, const char *fmt, ...)
+#if defined(__GNUC__)
+        __attribute__((format(printf, 3, 4)))
+#endif
+        ;
+    /* The host's allocator. Any thread. */
+    void *(*alloc)(size_t n);
+    void (*free)(void *p);
+
+    /* Members above: ABI 1.0. New members go below this line, with the
+     * minor version that added them. */
+} smp_host_api;
+
+/* True when the host's table is large enough to contain `member`. */
+#define SMP_HOST_HAS(api, member)                                  \
+    ((api)->struct_size >= offsetof(smp_host_api, member) +        \
+                               sizeof(((smp_host_api *)0)->member))
+
+/* ------------------------------------------------------------------------ */
+/* The plugin descriptor                                                     */
+/* ------------------------------------------------------------------------ */
+
+/* init() receives the host handle and API table (both valid until fini()
+ * returns) and sets *plugin to the pointer every callback receives. It is the
+ * only place registrations are accepted. If init() fails, the host undoes
+ * everything the plugin registered, does not call fini(), and closes the
+ * library. fini() runs once, on the loop thread, after the last callback. */
+typedef struct smp_plugin_desc {
+    uint32_t struct_size;       /* sizeof(smp_plugin_desc) as the plugin was built */
+    uint16_t abi_major;         /* SMP_ABI_MAJOR */
+    uint16_t abi_minor;         /* SMP_ABI_MINOR */
+    uint32_t abi_tag;           /* SMP_ABI_TAG */
+    const char *name;
+    const char *version;
+    uint64_t required_host_caps;
+    uint64_t optional_host_caps;
+    uint64_t plugin_caps;
+    int (*init)(smp_host *h, const smp_host_api *api, void **plugin);
+    void (*fini)(void *plugin);
+    /* Fields above: ABI 1.0. */
+} smp_plugin_desc;
+
+typedef const smp_plugin_desc *(*smp_plugin_entry_fn)(void);
+
+/* Fill the version fields of a descriptor with the ones this header defines. */
+#define SMP_PLUGIN_DESC_INIT                 \
+    sizeof(smp_plugin_desc), SMP_ABI_MAJOR, \
+        SMP_ABI_MINOR, SMP_ABI_TAG
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* STORE_PLUGIN_H */

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# deps.sh -- install the Debian packages the project builds and tests with.
+#
+# Idempotent and quiet: it asks dpkg which of the packages below are missing and
+# installs only those (apt-get update first, non-interactive). Nothing happens
+# when everything is present. Each package is named in README.md with why.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake pkg-config   # the toolchain
+  libyaml-dev                         # strict config parsing
+  libcmocka-dev                       # unit tests
+  libuv1-dev                          # the master's event loop, sockets, timers
+  libprotobuf-c-dev protobuf-c-compiler  # RPC and OpLog payload encoding
+  libxxhash-dev                       # OpLog and snapshot checksums
+  libmicrohttpd-dev                   # admin HTTP: /metrics /health /role
+  libssl-dev                          # SHA-256 digests, HMAC write tickets
+  curl                                # integration tests scrape /metrics
+  valgrind                            # memcheck run of the unit tests
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "deps: installing ${missing[*]}"
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq </dev/null
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null
