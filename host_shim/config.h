@@ -32,6 +32,11 @@ typedef struct host_config_node {
     char *scalar;                    /* HOST_CFG_SCALAR: the text */
     struct host_config_node **items; /* MAP / SEQ children, in file order */
     size_t n_items;
+    /* Added with config.c: */
+    int key_line;                    /* 1-based line of the key; 0 when no key */
+    int quoted;                      /* SCALAR: 1 when written quoted or as a
+                                        block scalar (| or >): a string, never
+                                        a null, boolean or number */
 } host_config_node;
 
 typedef struct host_config_plugin {
