@@ -245,6 +245,7 @@ static int build_map(cfg_ctx *c, yaml_parser_t *p, host_config_node *map,
         char *key = NULL;
         int key_line;
         host_config_node *child = NULL;
+        const host_config_node *first;
 
         if ((rc = next_event(c, p, &ev)) < 0) return rc;
         if (ev.type == YAML_MAPPING_END_EVENT) {
@@ -260,8 +261,10 @@ static int build_map(cfg_ctx *c, yaml_parser_t *p, host_config_node *map,
         yaml_event_delete(&ev);
         if (rc < 0) return rc;
         path_key(child_path, path, key);
-        if (node_child(map, key) != NULL) {
-            rc = cfg_fail(c, SMP_EINVAL, key_line, child_path, "duplicate key");
+        first = node_child(map, key);
+        if (first != NULL) {
+            rc = cfg_fail(c, SMP_EINVAL, key_line, child_path,
+                          "duplicate key (first at line %d)", first->key_line);
             goto free_key;
         }
         if ((rc = next_event(c, p, &ev)) < 0) goto free_key;
@@ -1091,13 +1094,7 @@ static int read_file(cfg_ctx *c, const char *path, char **out, size_t *out_len)
     for (;;) {
         size_t got;
         if (len + 1 == cap) {
-            char *bigger;
-            if (cap > CFG_MAX_FILE_BYTES) {
-                rc = cfg_fail(c, SMP_EINVAL, 0, NULL, "larger than %u bytes",
-                              CFG_MAX_FILE_BYTES);
-                goto free_buf;
-            }
-            bigger = realloc(buf, cap * 2);
+            char *bigger = realloc(buf, cap * 2);
             if (bigger == NULL) {
                 rc = cfg_oom(c);
                 goto free_buf;
@@ -1107,6 +1104,10 @@ static int read_file(cfg_ctx *c, const char *path, char **out, size_t *out_len)
         }
         got = fread(buf + len, 1, cap - 1 - len, f);
         len += got;
+        if (len > CFG_MAX_FILE_BYTES) {
+            rc = cfg_fail(c, SMP_EINVAL, 0, NULL, "larger than %u bytes", CFG_MAX_FILE_BYTES);
+            goto free_buf;
+        }
         if (got == 0) break;
     }
     if (ferror(f)) {

@@ -474,10 +474,10 @@ static void test_refuses_bad_addresses(void **state)
 static void test_refuses_duplicate_keys(void **state)
 {
     (void)state;
-    expect_message("ha: {enabled: true}\nha: {enabled: false}\n", "x.yaml:2: ha: duplicate key");
-    expect_message("listen:\n  tcp: \"a:1\"\n  tcp: \"b:2\"\n", "x.yaml:3: listen.tcp: duplicate key");
+    expect_message("ha: {enabled: true}\nha: {enabled: false}\n", "x.yaml:2: ha: duplicate key (first at line 1)");
+    expect_message("listen:\n  tcp: \"a:1\"\n  tcp: \"b:2\"\n", "x.yaml:3: listen.tcp: duplicate key (first at line 2)");
     expect_message("plugins:\n  - path: a\n    config:\n      k: 1\n      k: 2\n",
-                   "x.yaml:5: plugins[0].config.k: duplicate key");
+                   "x.yaml:5: plugins[0].config.k: duplicate key (first at line 4)");
 }
 
 static void test_refuses_plugin_entries(void **state)
