@@ -651,11 +651,14 @@ static int snap_parse(snap_image *img, const char *path, char *err, size_t errle
                          path, version, SNAP_FORMAT_VERSION);
     uint32_t count = snap_get32(p + 12);
     size_t end = size - SNAP_TRAILER_LEN; /* where the trailer must start */
-    if (count > SNAP_SECTIONS_MAX || (uint64_t)count * SNAP_FRAME_LEN > end - SNAP_HEADER_LEN)
+    if (count > SNAP_SECTIONS_MAX)
         return snap_fail(SMP_EPROTO, err, errlen,
-                         "%s: header: %" PRIu32
-                         " sections is more than the limit (%d) or than the file holds",
+                         "%s: header: %" PRIu32 " sections is more than the limit (%d)",
                          path, count, SNAP_SECTIONS_MAX);
+    if ((uint64_t)count * SNAP_FRAME_LEN > end - SNAP_HEADER_LEN)
+        return snap_fail(SMP_EPROTO, err, errlen,
+                         "%s: header: %" PRIu32 " sections do not fit in %zu bytes"
+                         " (truncated?)", path, count, size);
     img->last_seq = snap_get64(p + 16);
     if (count > 0) {
         img->secs = calloc(count, sizeof(*img->secs));
