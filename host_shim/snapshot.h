@@ -48,7 +48,7 @@ typedef struct snap_builder snap_builder;
 typedef struct snap_image snap_image;
 
 /* The writer a section's save() writes into: a growable buffer owned by its
- * builder. Only valid between begin_section and end_section. */
+ * builder, accepting writes only between begin_section and end_section. */
 struct smp_writer {
     snap_builder *owner;
     uint8_t *buf;
@@ -74,7 +74,9 @@ snap_builder *snap_builder_new(uint64_t last_seq);
  * called on a builder handed to a successful snap_write_async(). */
 void snap_builder_free(snap_builder *b);
 
-/* Open a section. *w is the builder's writer, valid until end_section.
+/* Open a section. *w is the builder's writer: writes land in this section
+ * until end_section, after which they answer SMP_ESTATE (the pointer itself
+ * stays valid until the builder is freed).
  * Returns SMP_OK, SMP_EINVAL (name empty, longer than SNAP_NAME_MAX or not
  * printable ASCII), SMP_EEXIST (the builder already has a section of that
  * name), SMP_ESTATE (another section is open), SMP_ERANGE (SNAP_SECTIONS_MAX

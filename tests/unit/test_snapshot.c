@@ -508,6 +508,25 @@ static void test_forged_lengths_and_counts_are_refused(void **state)
     forge_header(path, 12, N_SAMPLE + 1, 4);
     assert_refused(f, name, "section #6");
 
+    /* One section fewer than the file holds: the last one is left over. */
+    unlink(path);
+    write_sample(f, 77, 1, path, sizeof(path));
+    forge_header(path, 12, N_SAMPLE - 1, 4);
+    assert_refused(f, name, "unexpected bytes");
+
+    /* The trailer's length field disagrees (its checksum made to agree). */
+    unlink(path);
+    write_sample(f, 77, 1, path, sizeof(path));
+    {
+        size_t n;
+        uint8_t *t = slurp(path, &n);
+        t[n - 16] ^= 0x01;
+        fix_trailer(t, n);
+        spill(path, t, n);
+        free(t);
+    }
+    assert_refused(f, name, "trailer records");
+
     unlink(path);
     write_sample(f, 77, 1, path, sizeof(path));
     forge_header(path, 8, 2, 4);
@@ -781,6 +800,45 @@ static void test_async_write_completes_on_the_loop(void **state)
 /* Builder refusals                                                          */
 /* ------------------------------------------------------------------------ */
 
+/* The writer and reader functions slot straight into the ABI's host API
+ * table (a signature drift would not compile), and a plugin's save() and
+ * load() driven through that table see the same bytes. */
+static int save_through_api(void *plugin, smp_writer *w)
+{
+    const smp_host_api *api = plugin;
+    int rc = api->writer_write(w, "abc", 3);
+    return rc < 0 ? rc : api->writer_write(w, "def", 3);
+}
+
+static void test_writer_and_reader_fit_the_host_api(void **state)
+{
+    fixture *f = *state;
+    char err[256];
+    smp_host_api api;
+    memset(&api, 0, sizeof(api));
+    api.writer_write = snap_writer_write;
+    api.reader_data = snap_reader_data;
+
+    snap_builder *b = snap_builder_new(11);
+    smp_writer *w;
+    assert_int_equal(snap_builder_begin_section(b, "weight_metadata", 1, &w), SMP_OK);
+    assert_int_equal(save_through_api(&api, w), SMP_OK);
+    assert_int_equal(snap_builder_end_section(b), SMP_OK);
+    assert_int_equal(snap_write_file(b, f->dir, 1, NULL, 0), SMP_OK);
+    snap_builder_free(b);
+
+    snap_image *img = NULL;
+    assert_int_equal(snap_load_newest(f->dir, &img, err, sizeof(err)), SMP_OK);
+    smp_reader r;
+    const uint8_t *data;
+    size_t len;
+    snap_reader_init(&r, snap_image_section(img, "weight_metadata"));
+    api.reader_data(&r, &data, &len);
+    assert_int_equal(len, 6);
+    assert_memory_equal(data, "abcdef", 6);
+    snap_image_free(img);
+}
+
 /* Two sections of one name in one builder are refused, however added. */
 static void test_duplicate_section_names_are_refused(void **state)
 {
@@ -887,6 +945,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_same_or_older_sequence_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_small_path_buffer_writes_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_async_write_completes_on_the_loop, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_writer_and_reader_fit_the_host_api, setup, teardown),
         cmocka_unit_test_setup_teardown(test_duplicate_section_names_are_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_names_and_misuse_are_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_section_count_is_bounded, setup, teardown),
