@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -16,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -720,6 +722,35 @@ static void test_same_or_older_sequence_is_refused(void **state)
     snap_image_free(img);
 }
 
+/* A write that fails midway (here: the file size limit, standing in for a
+ * full disk) reports the error and leaves neither a .tmp nor a new
+ * snapshot; the previous snapshot is still the newest. */
+static void test_failed_write_leaves_no_trace(void **state)
+{
+    fixture *f = *state;
+    char err[256];
+    write_sample(f, 60, 3, NULL, 0);
+
+    struct rlimit old, small;
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+    small = old;
+    small.rlim_cur = 4096; /* the sample is about 10 KB */
+    void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &small), 0);
+    snap_builder *b = build_sample(61);
+    int rc = snap_write_file(b, f->dir, 3, NULL, 0);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+    signal(SIGXFSZ, prev);
+    assert_int_equal(rc, SMP_EIO);
+    snap_builder_free(b);
+
+    assert_int_equal(count_entries(f), 1);
+    snap_image *img = NULL;
+    assert_int_equal(snap_load_newest(f->dir, &img, err, sizeof(err)), SMP_OK);
+    assert_sample(img, 60);
+    snap_image_free(img);
+}
+
 /* A path buffer too small is refused before anything is written. */
 static void test_small_path_buffer_writes_nothing(void **state)
 {
@@ -943,6 +974,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_second_writer_is_busy_and_its_tmp_is_spared, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_snapshot_is_not_found, setup, teardown),
         cmocka_unit_test_setup_teardown(test_same_or_older_sequence_is_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_failed_write_leaves_no_trace, setup, teardown),
         cmocka_unit_test_setup_teardown(test_small_path_buffer_writes_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_async_write_completes_on_the_loop, setup, teardown),
         cmocka_unit_test_setup_teardown(test_writer_and_reader_fit_the_host_api, setup, teardown),
