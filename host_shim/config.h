@@ -32,6 +32,11 @@ typedef struct host_config_node {
     char *scalar;                    /* HOST_CFG_SCALAR: the text */
     struct host_config_node **items; /* MAP / SEQ children, in file order */
     size_t n_items;
+    /* Added with config.c: */
+    int key_line;                    /* 1-based line of the key; 0 when no key */
+    int quoted;                      /* SCALAR: 1 when written quoted or as a
+                                        block scalar (| or >): a string, never
+                                        a null, boolean or number */
 } host_config_node;
 
 typedef struct host_config_plugin {
@@ -118,10 +123,15 @@ int host_config_defaults(host_config *cfg);
 
 /* Parse `path` into *cfg (defaults first, then the file). On failure returns a
  * negative code, writes "FILE:LINE: key.path: cause" into err (NUL-terminated,
- * truncated to errlen) and leaves *cfg zeroed: nothing half-filled survives. */
+ * truncated to errlen) and leaves *cfg zeroed: nothing half-filled survives.
+ * (config.c:) *cfg is overwritten, not freed, on entry; err may be NULL. The
+ * codes: SMP_EINVAL (content refused), SMP_ERANGE (a number outside its
+ * range), SMP_EIO (the file cannot be opened or read; the message carries
+ * strerror), SMP_ENOMEM. Success: 0, release with host_config_free. */
 int host_config_load(const char *path, host_config *cfg, char *err, size_t errlen);
 
-/* Same, from a string in memory (name is used in messages). */
+/* Same, from a string in memory (name is used in messages). Relative paths
+ * resolve against base_dir (NULL: the working directory). */
 int host_config_load_string(const char *name,
                             const char *yaml,
                             const char *base_dir,
@@ -129,6 +139,8 @@ int host_config_load_string(const char *name,
                             char *err,
                             size_t errlen);
 
+/* Free everything *cfg owns (plugin blocks included) and zero it. Safe on a
+ * zeroed config and twice in a row. */
 void host_config_free(host_config *cfg);
 
 /* Look up `key` (dots separate map levels: "a.b.c") in a plugin block and

@@ -1,0 +1,1157 @@
+/* config.c -- parse the Store Master's YAML configuration, strictly.
+ *
+ * Loading is two steps. First libyaml's event stream is turned into a tree of
+ * host_config_node (maps, sequences, scalars with their lines and keys),
+ * refusing what the tree cannot express faithfully: aliases, non-scalar keys,
+ * duplicate keys, several documents, NUL bytes, absurd nesting. Then the tree
+ * is walked against a closed schema (the field tables below) that fills a
+ * host_config which started from the defaults. The first problem ends the
+ * load with one "FILE:LINE: key.path: cause" message and a zeroed config;
+ * nothing half-filled survives. Each plugin's "config:" block is not checked:
+ * its subtree is moved out of the document tree into the plugin entry as is.
+ * Relative paths are resolved against the config file's directory at the end,
+ * once data_dir is known (node.cold_dir defaults to <data_dir>/cold). Lookups
+ * into the parsed config live in config_view.c. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <yaml.h>
+
+#include "config.h"
+
+#define CFG_MAX_DEPTH 64                   /* deepest nesting accepted */
+#define CFG_MAX_FILE_BYTES (16u << 20)     /* larger files are refused */
+#define CFG_KEY_PATH_MAX 256               /* "a.b[3].c" buffer */
+#define CFG_QUOTE_MAX 64                   /* longest value echoed in a message */
+
+/* ------------------------------------------------------------------------ */
+/* Messages                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* One load in progress: where its single message goes. */
+typedef struct cfg_ctx {
+    const char *name;   /* file name for messages */
+    char *err;          /* caller's buffer, may be NULL */
+    size_t errlen;
+    int failed;         /* a message was written; later ones are dropped */
+} cfg_ctx;
+
+/* Record the failure of the load as "NAME:LINE: PATH: cause" (LINE left out
+ * when 0, PATH when NULL; an empty PATH is the top level). Only the first
+ * message of a load is kept. Returns rc so callers can `return cfg_fail(..)`. */
+static int cfg_fail(cfg_ctx *c, int rc, int line, const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+static int cfg_fail(cfg_ctx *c, int rc, int line, const char *path, const char *fmt, ...)
+{
+    char msg[512];
+    char where[32] = "";
+    va_list ap;
+
+    if (c->failed) return rc;
+    c->failed = 1;
+    if (c->err == NULL || c->errlen == 0) return rc;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (line > 0) snprintf(where, sizeof(where), ":%d", line);
+    if (path != NULL)
+        snprintf(c->err, c->errlen, "%s%s: %s: %s", c->name, where,
+                 path[0] != '\0' ? path : "top level", msg);
+    else
+        snprintf(c->err, c->errlen, "%s%s: %s", c->name, where, msg);
+    return rc;
+}
+
+static int cfg_oom(cfg_ctx *c)
+{
+    return cfg_fail(c, SMP_ENOMEM, 0, NULL, "out of memory");
+}
+
+/* Write `text` into buf as a double-quoted, escaped, possibly shortened
+ * string fit for a one-line message. */
+static void quote_text(char *buf, size_t buflen, const char *text)
+{
+    size_t o = 0;
+    size_t n = 0;
+    if (buflen < 8) {
+        if (buflen > 0) buf[0] = '\0';
+        return;
+    }
+    buf[o++] = '"';
+    for (const char *p = text; *p != '\0'; p++, n++) {
+        unsigned char ch = (unsigned char)*p;
+        if (n >= CFG_QUOTE_MAX || o + 6 >= buflen) {
+            memcpy(buf + o, "...", 3);
+            o += 3;
+            break;
+        }
+        if (ch == '"' || ch == '\\') {
+            buf[o++] = '\\';
+            buf[o++] = (char)ch;
+        } else if (ch == '\n') {
+            buf[o++] = '\\';
+            buf[o++] = 'n';
+        } else if (ch < 0x20 || ch == 0x7f) {
+            buf[o++] = '?';
+        } else {
+            buf[o++] = (char)ch;
+        }
+    }
+    buf[o++] = '"';
+    buf[o] = '\0';
+}
+
+/* Key paths for messages: "listen.tcp", "plugins[0].path". out holds
+ * CFG_KEY_PATH_MAX bytes; an absurdly long path is cut short (the message
+ * stays useful). */
+static void path_append(char *out, size_t used, const char *s)
+{
+    size_t n = strlen(s);
+    if (used >= CFG_KEY_PATH_MAX) used = CFG_KEY_PATH_MAX - 1;
+    if (n > CFG_KEY_PATH_MAX - 1 - used) n = CFG_KEY_PATH_MAX - 1 - used;
+    memcpy(out + used, s, n);
+    out[used + n] = '\0';
+}
+
+static void path_key(char *out, const char *parent, const char *key)
+{
+    out[0] = '\0';
+    path_append(out, 0, parent);
+    if (out[0] != '\0') path_append(out, strlen(out), ".");
+    path_append(out, strlen(out), key);
+}
+
+static void path_index(char *out, const char *parent, size_t i)
+{
+    char idx[32];
+    out[0] = '\0';
+    path_append(out, 0, parent);
+    sprintf(idx, "[%zu]", i);
+    path_append(out, strlen(out), idx);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The document tree                                                         */
+/* ------------------------------------------------------------------------ */
+
+static void node_free(host_config_node *n)
+{
+    if (n == NULL) return;
+    for (size_t i = 0; i < n->n_items; i++) node_free(n->items[i]);
+    free(n->items);
+    free(n->key);
+    free(n->scalar);
+    free(n);
+}
+
+/* Append child to a MAP or SEQ; the array grows in powers of two. Returns 0
+ * or SMP_ENOMEM (child not taken). */
+static int node_append(host_config_node *parent, host_config_node *child)
+{
+    size_t n = parent->n_items;
+    if ((n & (n - 1)) == 0) {
+        size_t cap = n ? n * 2 : 1;
+        host_config_node **items = realloc(parent->items, cap * sizeof(*items));
+        if (items == NULL) return SMP_ENOMEM;
+        parent->items = items;
+    }
+    parent->items[n] = child;
+    parent->n_items = n + 1;
+    return 0;
+}
+
+static const char *node_kind_name(const host_config_node *n)
+{
+    switch (n->kind) {
+    case HOST_CFG_SCALAR: return "a scalar";
+    case HOST_CFG_MAP: return "a mapping";
+    case HOST_CFG_SEQ: return "a sequence";
+    }
+    return "a node";
+}
+
+/* A plain empty, "~" or "null" scalar: YAML's null. */
+static int node_is_null(const host_config_node *n)
+{
+    if (n->kind != HOST_CFG_SCALAR || n->quoted) return 0;
+    return strcmp(n->scalar, "") == 0 || strcmp(n->scalar, "~") == 0 ||
+           strcmp(n->scalar, "null") == 0 || strcmp(n->scalar, "Null") == 0 ||
+           strcmp(n->scalar, "NULL") == 0;
+}
+
+/* The child of a MAP under `key`, or NULL (also when the slot was moved out). */
+static host_config_node *node_child(const host_config_node *map, const char *key)
+{
+    if (map == NULL || map->kind != HOST_CFG_MAP) return NULL;
+    for (size_t i = 0; i < map->n_items; i++) {
+        host_config_node *c = map->items[i];
+        if (c != NULL && c->key != NULL && strcmp(c->key, key) == 0) return c;
+    }
+    return NULL;
+}
+
+/* Turn libyaml's error into the load's message (with libyaml's line). */
+static int syntax_error(cfg_ctx *c, const yaml_parser_t *p)
+{
+    int line;
+    if (p->error == YAML_MEMORY_ERROR) return cfg_oom(c);
+    line = (int)(p->error == YAML_READER_ERROR ? p->mark.line : p->problem_mark.line) + 1;
+    if (p->context != NULL)
+        return cfg_fail(c, SMP_EINVAL, line, NULL, "YAML syntax error: %s (%s)",
+                        p->problem ? p->problem : "unknown problem", p->context);
+    return cfg_fail(c, SMP_EINVAL, line, NULL, "YAML syntax error: %s",
+                    p->problem ? p->problem : "unknown problem");
+}
+
+static int next_event(cfg_ctx *c, yaml_parser_t *p, yaml_event_t *ev)
+{
+    if (!yaml_parser_parse(p, ev)) return syntax_error(c, p);
+    return 0;
+}
+
+static int build_node(cfg_ctx *c, yaml_parser_t *p, yaml_event_t *ev,
+                      const char *path, int depth, host_config_node **out);
+
+/* Copy a scalar event's text; refuses embedded NUL bytes. *out is owned by
+ * the caller. */
+static int scalar_copy(cfg_ctx *c, const yaml_event_t *ev, const char *path, char **out)
+{
+    const char *v = (const char *)ev->data.scalar.value;
+    size_t len = ev->data.scalar.length;
+    if (memchr(v, '\0', len) != NULL)
+        return cfg_fail(c, SMP_EINVAL, (int)ev->start_mark.line + 1, path,
+                        "contains a NUL character");
+    *out = strndup(v, len);
+    return *out == NULL ? cfg_oom(c) : 0;
+}
+
+/* Read the pairs of a mapping up to its end event into map. Keys must be
+ * scalars and unique. Fails with the message written; map keeps what was
+ * appended (the caller frees it). */
+static int build_map(cfg_ctx *c, yaml_parser_t *p, host_config_node *map,
+                     const char *path, int depth)
+{
+    int rc;
+    for (;;) {
+        yaml_event_t ev;
+        char child_path[CFG_KEY_PATH_MAX];
+        char *key = NULL;
+        int key_line;
+        host_config_node *child = NULL;
+        const host_config_node *first;
+
+        if ((rc = next_event(c, p, &ev)) < 0) return rc;
+        if (ev.type == YAML_MAPPING_END_EVENT) {
+            yaml_event_delete(&ev);
+            return 0;
+        }
+        key_line = (int)ev.start_mark.line + 1;
+        if (ev.type != YAML_SCALAR_EVENT) {
+            yaml_event_delete(&ev);
+            return cfg_fail(c, SMP_EINVAL, key_line, path, "a key must be a scalar");
+        }
+        rc = scalar_copy(c, &ev, path, &key);
+        yaml_event_delete(&ev);
+        if (rc < 0) return rc;
+        path_key(child_path, path, key);
+        first = node_child(map, key);
+        if (first != NULL) {
+            rc = cfg_fail(c, SMP_EINVAL, key_line, child_path,
+                          "duplicate key (first at line %d)", first->key_line);
+            goto free_key;
+        }
+        if ((rc = next_event(c, p, &ev)) < 0) goto free_key;
+        if ((rc = build_node(c, p, &ev, child_path, depth + 1, &child)) < 0) goto free_key;
+        child->key = key;
+        child->key_line = key_line;
+        key = NULL;
+        if (node_append(map, child) < 0) {
+            node_free(child);
+            return cfg_oom(c);
+        }
+        continue;
+    free_key:
+        free(key);
+        return rc;
+    }
+}
+
+/* Read the items of a sequence up to its end event into seq. */
+static int build_seq(cfg_ctx *c, yaml_parser_t *p, host_config_node *seq,
+                     const char *path, int depth)
+{
+    int rc;
+    for (;;) {
+        yaml_event_t ev;
+        char child_path[CFG_KEY_PATH_MAX];
+        host_config_node *child = NULL;
+
+        if ((rc = next_event(c, p, &ev)) < 0) return rc;
+        if (ev.type == YAML_SEQUENCE_END_EVENT) {
+            yaml_event_delete(&ev);
+            return 0;
+        }
+        path_index(child_path, path, seq->n_items);
+        if ((rc = build_node(c, p, &ev, child_path, depth + 1, &child)) < 0) return rc;
+        if (node_append(seq, child) < 0) {
+            node_free(child);
+            return cfg_oom(c);
+        }
+    }
+}
+
+/* Build the node that starts with *ev, reading further events for maps and
+ * sequences. *ev is consumed (deleted) in every case. On success *out is a
+ * new tree owned by the caller; on failure nothing is returned and the
+ * message is written. */
+static int build_node(cfg_ctx *c, yaml_parser_t *p, yaml_event_t *ev,
+                      const char *path, int depth, host_config_node **out)
+{
+    int rc;
+    int line = (int)ev->start_mark.line + 1;
+    host_config_node *n = calloc(1, sizeof(*n));
+
+    if (n == NULL) {
+        rc = cfg_oom(c);
+        goto delete_event;
+    }
+    n->line = line;
+    switch (ev->type) {
+    case YAML_SCALAR_EVENT:
+        n->kind = HOST_CFG_SCALAR;
+        n->quoted = ev->data.scalar.style != YAML_PLAIN_SCALAR_STYLE;
+        if ((rc = scalar_copy(c, ev, path, &n->scalar)) < 0) goto free_node;
+        yaml_event_delete(ev);
+        *out = n;
+        return 0;
+    case YAML_MAPPING_START_EVENT:
+    case YAML_SEQUENCE_START_EVENT:
+        n->kind = ev->type == YAML_MAPPING_START_EVENT ? HOST_CFG_MAP : HOST_CFG_SEQ;
+        if (depth >= CFG_MAX_DEPTH) {
+            rc = cfg_fail(c, SMP_EINVAL, line, path, "nested deeper than %d levels",
+                          CFG_MAX_DEPTH);
+            goto free_node;
+        }
+        yaml_event_delete(ev);
+        if (n->kind == HOST_CFG_MAP)
+            rc = build_map(c, p, n, path, depth);
+        else
+            rc = build_seq(c, p, n, path, depth);
+        if (rc < 0) {
+            node_free(n);
+            return rc;
+        }
+        *out = n;
+        return 0;
+    case YAML_ALIAS_EVENT:
+        rc = cfg_fail(c, SMP_EINVAL, line, path, "aliases (*%s) are not supported",
+                      (const char *)ev->data.alias.anchor);
+        goto free_node;
+    default:
+        rc = cfg_fail(c, SMP_EINVAL, line, path, "unexpected YAML event %d", (int)ev->type);
+        goto free_node;
+    }
+
+free_node:
+    node_free(n);
+delete_event:
+    yaml_event_delete(ev);
+    return rc;
+}
+
+/* Parse the whole stream into one tree. *root is NULL for a stream without a
+ * document (an empty or comment-only file). More than one document is
+ * refused. */
+static int parse_tree(cfg_ctx *c, yaml_parser_t *p, host_config_node **root)
+{
+    int rc;
+    yaml_event_t ev;
+    host_config_node *tree = NULL;
+
+    *root = NULL;
+    if ((rc = next_event(c, p, &ev)) < 0) return rc;  /* STREAM-START */
+    yaml_event_delete(&ev);
+    if ((rc = next_event(c, p, &ev)) < 0) return rc;
+    if (ev.type == YAML_STREAM_END_EVENT) {
+        yaml_event_delete(&ev);
+        return 0;
+    }
+    yaml_event_delete(&ev);                              /* DOCUMENT-START */
+    if ((rc = next_event(c, p, &ev)) < 0) return rc;
+    if ((rc = build_node(c, p, &ev, "", 0, &tree)) < 0) return rc;
+    if ((rc = next_event(c, p, &ev)) < 0) goto free_tree; /* DOCUMENT-END */
+    yaml_event_delete(&ev);
+    if ((rc = next_event(c, p, &ev)) < 0) goto free_tree;
+    if (ev.type != YAML_STREAM_END_EVENT) {
+        rc = cfg_fail(c, SMP_EINVAL, (int)ev.start_mark.line + 1, NULL,
+                      "only one YAML document is allowed");
+        yaml_event_delete(&ev);
+        goto free_tree;
+    }
+    yaml_event_delete(&ev);
+    *root = tree;
+    return 0;
+
+free_tree:
+    node_free(tree);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The schema                                                                */
+/* ------------------------------------------------------------------------ */
+
+typedef enum field_kind {
+    FK_SECTION,     /* a mapping described by `sub` */
+    FK_PLUGINS,     /* the plugins sequence */
+    FK_ADDR,        /* "host:port" or "" (off) */
+    FK_PATH,        /* a non-empty path */
+    FK_PATH_OR_OFF, /* a path or "" (off) */
+    FK_U32,
+    FK_U64,
+    FK_RATIO,       /* a number in (0, 1) */
+    FK_BOOL,
+    FK_BACKEND,
+    FK_RESIDENCY,
+    FK_MODE
+} field_kind;
+
+typedef struct field_spec {
+    const char *key;
+    field_kind kind;
+    size_t offset;                 /* into host_config */
+    uint64_t min, max;             /* FK_U32, FK_U64 */
+    const struct field_spec *sub;  /* FK_SECTION */
+} field_spec;
+
+#define F_U32(k, m, lo, hi) { k, FK_U32, offsetof(host_config, m), lo, hi, NULL }
+#define F_U64(k, m, lo, hi) { k, FK_U64, offsetof(host_config, m), lo, hi, NULL }
+#define F_OF(k, kind, m) { k, kind, offsetof(host_config, m), 0, 0, NULL }
+#define F_SEC(k, t) { k, FK_SECTION, 0, 0, 0, t }
+#define F_END { NULL, FK_SECTION, 0, 0, 0, NULL }
+
+static const field_spec listen_fields[] = {
+    F_OF("tcp", FK_ADDR, listen_tcp),
+    F_OF("unix", FK_PATH_OR_OFF, listen_unix),
+    F_OF("admin", FK_ADDR, listen_admin),
+    F_U32("max_frame_bytes", max_frame_bytes, 1024, 1073741824u),
+    F_END
+};
+
+static const field_spec oplog_fields[] = {
+    F_OF("backend", FK_BACKEND, oplog_backend),
+    F_U64("segment_bytes", oplog_segment_bytes, 4096, UINT64_MAX),
+    F_U32("max_batch_records", oplog_max_batch_records, 1, UINT32_MAX),
+    F_OF("carry_unknown_types", FK_BOOL, oplog_carry_unknown_types),
+    F_END
+};
+
+static const field_spec snapshot_fields[] = {
+    F_U64("every_records", snapshot_every_records, 0, UINT64_MAX),
+    F_U32("keep", snapshot_keep, 1, UINT32_MAX),
+    F_END
+};
+
+static const field_spec memory_fields[] = {
+    F_OF("high_watermark", FK_RATIO, memory_high_watermark),
+    F_OF("low_watermark", FK_RATIO, memory_low_watermark),
+    F_END
+};
+
+static const field_spec ha_fields[] = {
+    F_OF("enabled", FK_BOOL, ha_enabled),
+    F_END
+};
+
+static const field_spec node_fields[] = {
+    F_OF("embedded", FK_BOOL, node_embedded),
+    F_OF("segment_dir", FK_PATH, node_segment_dir),
+    F_U64("segment_bytes", node_segment_bytes, 1048576, UINT64_MAX),
+    F_OF("cold_dir", FK_PATH, node_cold_dir),
+    F_END
+};
+
+static const field_spec cluster_fields[] = {
+    F_OF("default_weight_preferred_residency", FK_RESIDENCY,
+         cluster.default_weight_preferred_residency),
+    F_OF("default_weight_mixed_hot_ratio", FK_RATIO, cluster.default_weight_mixed_hot_ratio),
+    F_OF("default_weight_migration_mode", FK_MODE, cluster.default_weight_migration_mode),
+    F_OF("weight_management_oplog_capability_confirmed", FK_BOOL,
+         cluster.weight_management_oplog_capability_confirmed),
+    F_OF("weight_lineage_oplog_capability_confirmed", FK_BOOL,
+         cluster.weight_lineage_oplog_capability_confirmed),
+    F_U64("weight_migration_cooldown_ms", cluster.weight_migration_cooldown_ms, 0, UINT64_MAX),
+    F_U64("weight_migration_max_members_per_round",
+          cluster.weight_migration_max_members_per_round, 1, UINT64_MAX),
+    F_U64("weight_migration_max_bytes_per_round",
+          cluster.weight_migration_max_bytes_per_round, 1, UINT64_MAX),
+    F_END
+};
+
+static const field_spec top_fields[] = {
+    F_SEC("listen", listen_fields),
+    F_OF("data_dir", FK_PATH, data_dir),
+    F_SEC("oplog", oplog_fields),
+    F_SEC("snapshot", snapshot_fields),
+    F_SEC("memory", memory_fields),
+    F_SEC("ha", ha_fields),
+    F_SEC("node", node_fields),
+    F_SEC("cluster", cluster_fields),
+    { "plugins", FK_PLUGINS, 0, 0, 0, NULL },
+    F_END
+};
+
+static const char *const backend_names[] = { "file", "etcd", NULL };
+static const char *const residency_names[] = { "hot", "cold", "mixed", NULL };
+static const char *const mode_names[] = { "pinned", "manual", "auto", NULL };
+
+/* What a field expects, for "expected X, found Y" messages. */
+static const char *field_expects(field_kind k)
+{
+    switch (k) {
+    case FK_SECTION: return "a mapping";
+    case FK_PLUGINS: return "a sequence";
+    case FK_U32:
+    case FK_U64: return "an integer";
+    case FK_RATIO: return "a number";
+    case FK_BOOL: return "a boolean (true or false)";
+    default: return "a string";
+    }
+}
+
+/* Parse decimal digits into *out. Returns 0, -1 when the text is not an
+ * unsigned decimal integer, -2 when it is negative, -3 when it overflows. */
+static int parse_decimal(const char *text, uint64_t *out)
+{
+    const char *p = text;
+    uint64_t v = 0;
+    int neg = 0;
+    if (*p == '-') {
+        neg = 1;
+        p++;
+    }
+    if (*p == '\0') return -1;
+    for (; *p != '\0'; p++) {
+        if (*p < '0' || *p > '9') return -1;
+    }
+    if (neg) return -2;
+    for (p = text; *p != '\0'; p++) {
+        unsigned d = (unsigned)(*p - '0');
+        if (v > (UINT64_MAX - d) / 10) return -3;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return 0;
+}
+
+/* Check an integer scalar against [min, max] and return it in *out. */
+static int check_uint(cfg_ctx *c, const host_config_node *n, const char *path,
+                      uint64_t min, uint64_t max, uint64_t type_max, uint64_t *out)
+{
+    char q[CFG_QUOTE_MAX + 16];
+    uint64_t v = 0;
+    int r;
+
+    quote_text(q, sizeof(q), n->scalar);
+    r = parse_decimal(n->scalar, &v);
+    if (n->quoted && r != -1)
+        return cfg_fail(c, SMP_EINVAL, n->line, path,
+                        "%s is quoted: a string, not an integer", q);
+    if (r == -1) return cfg_fail(c, SMP_EINVAL, n->line, path, "%s is not an integer", q);
+    if (r == -2) return cfg_fail(c, SMP_ERANGE, n->line, path, "%s must not be negative", n->scalar);
+    if (r == -3 || v > type_max)
+        return cfg_fail(c, SMP_ERANGE, n->line, path, "%s is too large (at most %" PRIu64 ")",
+                        n->scalar, max);
+    if (v < min || v > max) {
+        if (max != type_max)
+            return cfg_fail(c, SMP_ERANGE, n->line, path,
+                            "%s is outside %" PRIu64 " .. %" PRIu64, n->scalar, min, max);
+        if (min == 1)
+            return cfg_fail(c, SMP_ERANGE, n->line, path, "%s must be greater than 0", n->scalar);
+        return cfg_fail(c, SMP_ERANGE, n->line, path, "%s must be at least %" PRIu64,
+                        n->scalar, min);
+    }
+    *out = v;
+    return 0;
+}
+
+/* A number strictly inside (0, 1). Only decimal notation is accepted. */
+static int check_ratio(cfg_ctx *c, const host_config_node *n, const char *path, double *out)
+{
+    char q[CFG_QUOTE_MAX + 16];
+    const char *s = n->scalar;
+    char *end = NULL;
+    double d;
+
+    quote_text(q, sizeof(q), s);
+    if (s[0] == '\0' || strspn(s, "0123456789.eE+-") != strlen(s))
+        return cfg_fail(c, SMP_EINVAL, n->line, path, "%s is not a number", q);
+    errno = 0;
+    d = strtod(s, &end);
+    if (end == s || *end != '\0' || errno == ERANGE)
+        return cfg_fail(c, SMP_EINVAL, n->line, path, "%s is not a number", q);
+    if (n->quoted)
+        return cfg_fail(c, SMP_EINVAL, n->line, path, "%s is quoted: a string, not a number", q);
+    if (!(d > 0.0 && d < 1.0))
+        return cfg_fail(c, SMP_ERANGE, n->line, path, "%s is outside (0, 1)", s);
+    *out = d;
+    return 0;
+}
+
+static int check_bool(cfg_ctx *c, const host_config_node *n, const char *path, int *out)
+{
+    char q[CFG_QUOTE_MAX + 16];
+    int v;
+    quote_text(q, sizeof(q), n->scalar);
+    if (strcmp(n->scalar, "true") == 0)
+        v = 1;
+    else if (strcmp(n->scalar, "false") == 0)
+        v = 0;
+    else
+        return cfg_fail(c, SMP_EINVAL, n->line, path, "%s is not a boolean (true or false)", q);
+    if (n->quoted)
+        return cfg_fail(c, SMP_EINVAL, n->line, path,
+                        "%s is quoted: a string, not a boolean (true or false)", q);
+    *out = v;
+    return 0;
+}
+
+/* Match a name against a NULL-terminated list; *out is its 1-based index
+ * (the enums of config.h count from 1 in list order). */
+static int check_enum(cfg_ctx *c, const host_config_node *n, const char *path,
+                      const char *const *names, int *out)
+{
+    char q[CFG_QUOTE_MAX + 16];
+    char list[128] = "";
+    size_t used = 0;
+    for (int i = 0; names[i] != NULL; i++) {
+        if (strcmp(n->scalar, names[i]) == 0) {
+            *out = i + 1;
+            return 0;
+        }
+    }
+    for (int i = 0; names[i] != NULL; i++) {
+        int w = snprintf(list + used, sizeof(list) - used, "%s%s", i ? ", " : "", names[i]);
+        if (w < 0 || (size_t)w >= sizeof(list) - used) break;
+        used += (size_t)w;
+    }
+    quote_text(q, sizeof(q), n->scalar);
+    return cfg_fail(c, SMP_EINVAL, n->line, path, "%s is not one of %s", q, list);
+}
+
+/* "host:port" with a non-empty host and a port 0..65535, or "" (off). */
+static int check_addr(cfg_ctx *c, const host_config_node *n, const char *path)
+{
+    char q[CFG_QUOTE_MAX + 16];
+    const char *s = n->scalar;
+    const char *colon = strrchr(s, ':');
+    uint64_t port = 0;
+    if (s[0] == '\0') return 0;
+    if (colon != NULL && colon != s && colon[1] != '\0' && strlen(colon + 1) <= 5 &&
+        parse_decimal(colon + 1, &port) == 0 && port <= 65535)
+        return 0;
+    quote_text(q, sizeof(q), s);
+    return cfg_fail(c, SMP_EINVAL, n->line, path,
+                    "%s is not \"host:port\" (port 0..65535) or \"\" (off)", q);
+}
+
+/* Replace the heap string at *slot with a copy of s. */
+static int set_string(cfg_ctx *c, char **slot, const char *s)
+{
+    char *copy = strdup(s);
+    if (copy == NULL) return cfg_oom(c);
+    free(*slot);
+    *slot = copy;
+    return 0;
+}
+
+static int apply_map(cfg_ctx *c, host_config *cfg, host_config_node *map,
+                     const char *path, const field_spec *fields);
+static int apply_plugins(cfg_ctx *c, host_config *cfg, host_config_node *seq,
+                         const char *path);
+
+/* Check one value node against its field and store it into cfg. */
+static int apply_field(cfg_ctx *c, host_config *cfg, host_config_node *n,
+                       const char *path, const field_spec *f)
+{
+    char *base = (char *)cfg + f->offset;
+    int rc;
+    int iv = 0;
+    uint64_t u = 0;
+
+    if (f->kind == FK_SECTION || f->kind == FK_PLUGINS) {
+        host_config_node_kind want = f->kind == FK_SECTION ? HOST_CFG_MAP : HOST_CFG_SEQ;
+        if (node_is_null(n)) return 0; /* "listen:" with nothing below: all defaults */
+        if (n->kind != want)
+            return cfg_fail(c, SMP_EINVAL, n->line, path, "expected %s, found %s",
+                            field_expects(f->kind), node_kind_name(n));
+        if (f->kind == FK_SECTION) return apply_map(c, cfg, n, path, f->sub);
+        return apply_plugins(c, cfg, n, path);
+    }
+    if (n->kind != HOST_CFG_SCALAR)
+        return cfg_fail(c, SMP_EINVAL, n->line, path, "expected %s, found %s",
+                        field_expects(f->kind), node_kind_name(n));
+    if (node_is_null(n))
+        return cfg_fail(c, SMP_EINVAL, n->line, path, "has no value (expected %s)",
+                        field_expects(f->kind));
+    switch (f->kind) {
+    case FK_ADDR:
+        if ((rc = check_addr(c, n, path)) < 0) return rc;
+        return set_string(c, (char **)base, n->scalar);
+    case FK_PATH:
+        if (n->scalar[0] == '\0')
+            return cfg_fail(c, SMP_EINVAL, n->line, path, "must not be empty");
+        return set_string(c, (char **)base, n->scalar);
+    case FK_PATH_OR_OFF:
+        return set_string(c, (char **)base, n->scalar);
+    case FK_U32:
+        if ((rc = check_uint(c, n, path, f->min, f->max, UINT32_MAX, &u)) < 0) return rc;
+        *(uint32_t *)base = (uint32_t)u;
+        return 0;
+    case FK_U64:
+        if ((rc = check_uint(c, n, path, f->min, f->max, UINT64_MAX, &u)) < 0) return rc;
+        *(uint64_t *)base = u;
+        return 0;
+    case FK_RATIO:
+        return check_ratio(c, n, path, (double *)base);
+    case FK_BOOL:
+        return check_bool(c, n, path, (int *)base);
+    case FK_BACKEND:
+        if ((rc = check_enum(c, n, path, backend_names, &iv)) < 0) return rc;
+        *(host_oplog_backend *)base = (host_oplog_backend)iv;
+        return 0;
+    case FK_RESIDENCY:
+        if ((rc = check_enum(c, n, path, residency_names, &iv)) < 0) return rc;
+        *(host_residency *)base = (host_residency)iv;
+        return 0;
+    case FK_MODE:
+        if ((rc = check_enum(c, n, path, mode_names, &iv)) < 0) return rc;
+        *(host_migration_mode *)base = (host_migration_mode)iv;
+        return 0;
+    default:
+        return cfg_fail(c, SMP_EINVAL, n->line, path, "internal: unhandled field kind");
+    }
+}
+
+/* Apply every pair of a mapping against its field table, in file order.
+ * An unknown key fails on the key's line. */
+static int apply_map(cfg_ctx *c, host_config *cfg, host_config_node *map,
+                     const char *path, const field_spec *fields)
+{
+    int rc;
+    for (size_t i = 0; i < map->n_items; i++) {
+        host_config_node *n = map->items[i];
+        const field_spec *f = fields;
+        char child_path[CFG_KEY_PATH_MAX];
+
+        path_key(child_path, path, n->key);
+        while (f->key != NULL && strcmp(f->key, n->key) != 0) f++;
+        if (f->key == NULL) return cfg_fail(c, SMP_EINVAL, n->key_line, child_path, "unknown key");
+        if ((rc = apply_field(c, cfg, n, child_path, f)) < 0) return rc;
+    }
+    return 0;
+}
+
+/* Fill one plugins[] entry from its mapping. The "config:" subtree is moved
+ * out of the document tree into p->block (its slot in the tree becomes
+ * NULL), so p owns it from then on. */
+static int apply_plugin(cfg_ctx *c, host_config_node *entry, const char *path,
+                        host_config_plugin *p)
+{
+    int rc;
+    char child_path[CFG_KEY_PATH_MAX];
+    host_config_node *path_node = NULL;
+
+    p->enabled = 1;
+    p->line = entry->line;
+    for (size_t i = 0; i < entry->n_items; i++) {
+        host_config_node *n = entry->items[i];
+        path_key(child_path, path, n->key);
+        if (strcmp(n->key, "path") == 0) {
+            if (n->kind != HOST_CFG_SCALAR)
+                return cfg_fail(c, SMP_EINVAL, n->line, child_path,
+                                "expected a string, found %s", node_kind_name(n));
+            if (node_is_null(n))
+                return cfg_fail(c, SMP_EINVAL, n->line, child_path,
+                                "has no value (expected a string)");
+            if (n->scalar[0] == '\0')
+                return cfg_fail(c, SMP_EINVAL, n->line, child_path, "must not be empty");
+            path_node = n;
+        } else if (strcmp(n->key, "enabled") == 0) {
+            if (n->kind != HOST_CFG_SCALAR)
+                return cfg_fail(c, SMP_EINVAL, n->line, child_path,
+                                "expected a boolean (true or false), found %s",
+                                node_kind_name(n));
+            if ((rc = check_bool(c, n, child_path, &p->enabled)) < 0) return rc;
+        } else if (strcmp(n->key, "config") == 0) {
+            if (n->kind != HOST_CFG_MAP && !node_is_null(n))
+                return cfg_fail(c, SMP_EINVAL, n->line, child_path,
+                                "expected a mapping, found %s", node_kind_name(n));
+        } else {
+            return cfg_fail(c, SMP_EINVAL, n->key_line, child_path, "unknown key");
+        }
+    }
+    path_key(child_path, path, "path");
+    if (path_node == NULL) return cfg_fail(c, SMP_EINVAL, entry->line, child_path, "missing");
+    if ((rc = set_string(c, &p->path, path_node->scalar)) < 0) return rc;
+
+    for (size_t i = 0; i < entry->n_items; i++) {
+        host_config_node *n = entry->items[i];
+        if (n == NULL || strcmp(n->key, "config") != 0 || n->kind != HOST_CFG_MAP) continue;
+        entry->items[i] = NULL;
+        free(n->key);
+        n->key = NULL;
+        p->block = n;
+    }
+    if (p->block == NULL) {
+        host_config_node *empty = calloc(1, sizeof(*empty));
+        host_config_node *cfg_node = node_child(entry, "config");
+        if (empty == NULL) return cfg_oom(c);
+        empty->kind = HOST_CFG_MAP;
+        empty->line = cfg_node != NULL ? cfg_node->line : entry->line;
+        p->block = empty;
+    }
+    return 0;
+}
+
+static int apply_plugins(cfg_ctx *c, host_config *cfg, host_config_node *seq,
+                         const char *path)
+{
+    int rc;
+    if (seq->n_items == 0) return 0;
+    cfg->plugins = calloc(seq->n_items, sizeof(*cfg->plugins));
+    if (cfg->plugins == NULL) return cfg_oom(c);
+    for (size_t i = 0; i < seq->n_items; i++) {
+        host_config_node *entry = seq->items[i];
+        char entry_path[CFG_KEY_PATH_MAX];
+
+        path_index(entry_path, path, i);
+        if (entry->kind != HOST_CFG_MAP)
+            return cfg_fail(c, SMP_EINVAL, entry->line, entry_path,
+                            "expected a mapping, found %s", node_kind_name(entry));
+        cfg->n_plugins = i + 1; /* host_config_free frees what is filled */
+        if ((rc = apply_plugin(c, entry, entry_path, &cfg->plugins[i])) < 0) return rc;
+    }
+    return 0;
+}
+
+/* The rules that span fields: low_watermark < high_watermark. Reported on the
+ * line of whichever of the two the file set (low first). */
+static int check_cross(cfg_ctx *c, const host_config *cfg, const host_config_node *root)
+{
+    const host_config_node *mem = node_child(root, "memory");
+    const host_config_node *low = node_child(mem, "low_watermark");
+    const host_config_node *high = node_child(mem, "high_watermark");
+
+    if (cfg->memory_low_watermark < cfg->memory_high_watermark) return 0;
+    if (low != NULL)
+        return cfg_fail(c, SMP_ERANGE, low->line, "memory.low_watermark",
+                        "%g must be below memory.high_watermark (%g)",
+                        cfg->memory_low_watermark, cfg->memory_high_watermark);
+    return cfg_fail(c, SMP_ERANGE, high != NULL ? high->line : 0, "memory.high_watermark",
+                    "%g must be above memory.low_watermark (%g)",
+                    cfg->memory_high_watermark, cfg->memory_low_watermark);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Paths                                                                     */
+/* ------------------------------------------------------------------------ */
+
+/* base + "/" + rel as a new string (no doubled slash). NULL on ENOMEM. */
+static char *path_join(const char *base, const char *rel)
+{
+    size_t bl = strlen(base);
+    size_t rl = strlen(rel);
+    size_t slash = bl > 0 && base[bl - 1] == '/' ? 0 : 1;
+    char *out = malloc(bl + slash + rl + 1);
+    if (out == NULL) return NULL;
+    memcpy(out, base, bl);
+    if (slash) out[bl] = '/';
+    memcpy(out + bl + slash, rel, rl + 1);
+    return out;
+}
+
+/* Make *slot absolute against base when it is relative and not "" (off). */
+static int resolve_in_place(cfg_ctx *c, char **slot, const char *base)
+{
+    char *joined;
+    if (*slot == NULL || (*slot)[0] == '\0' || (*slot)[0] == '/') return 0;
+    joined = path_join(base, *slot);
+    if (joined == NULL) return cfg_oom(c);
+    free(*slot);
+    *slot = joined;
+    return 0;
+}
+
+/* Resolve every path field of cfg against cfg->base_dir and derive the
+ * default cold_dir (<data_dir>/cold) when the file did not set one. */
+static int resolve_paths(cfg_ctx *c, host_config *cfg, const host_config_node *root)
+{
+    int rc;
+    const char *base = cfg->base_dir;
+    if ((rc = resolve_in_place(c, &cfg->data_dir, base)) < 0) return rc;
+    if ((rc = resolve_in_place(c, &cfg->listen_unix, base)) < 0) return rc;
+    if ((rc = resolve_in_place(c, &cfg->node_segment_dir, base)) < 0) return rc;
+    if (node_child(node_child(root, "node"), "cold_dir") != NULL) {
+        if ((rc = resolve_in_place(c, &cfg->node_cold_dir, base)) < 0) return rc;
+    } else {
+        char *cold = path_join(cfg->data_dir, "cold");
+        if (cold == NULL) return cfg_oom(c);
+        free(cfg->node_cold_dir);
+        cfg->node_cold_dir = cold;
+    }
+    for (size_t i = 0; i < cfg->n_plugins; i++) {
+        if ((rc = resolve_in_place(c, &cfg->plugins[i].path, base)) < 0) return rc;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Entry points                                                              */
+/* ------------------------------------------------------------------------ */
+
+int host_config_defaults(host_config *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->listen_tcp = strdup("127.0.0.1:7600");
+    cfg->listen_unix = strdup("");
+    cfg->listen_admin = strdup("127.0.0.1:7680");
+    cfg->max_frame_bytes = 67108864u;
+    cfg->data_dir = strdup("var/data");
+    cfg->oplog_backend = HOST_OPLOG_FILE;
+    cfg->oplog_segment_bytes = 67108864u;
+    cfg->oplog_max_batch_records = 4096;
+    cfg->oplog_carry_unknown_types = 0;
+    cfg->snapshot_every_records = 100000;
+    cfg->snapshot_keep = 2;
+    cfg->memory_high_watermark = 0.95;
+    cfg->memory_low_watermark = 0.85;
+    cfg->ha_enabled = 0;
+    cfg->node_embedded = 1;
+    cfg->node_segment_dir = strdup("/dev/shm/weight_mgmt");
+    cfg->node_segment_bytes = 1073741824u;
+    cfg->node_cold_dir = strdup("var/data/cold");
+    cfg->cluster.default_weight_preferred_residency = HOST_RESIDENCY_MIXED;
+    cfg->cluster.default_weight_mixed_hot_ratio = 0.5;
+    cfg->cluster.default_weight_migration_mode = HOST_MODE_AUTO;
+    cfg->cluster.weight_management_oplog_capability_confirmed = 0;
+    cfg->cluster.weight_lineage_oplog_capability_confirmed = 0;
+    cfg->cluster.weight_migration_cooldown_ms = 30000;
+    cfg->cluster.weight_migration_max_members_per_round = 64;
+    cfg->cluster.weight_migration_max_bytes_per_round = 1073741824u;
+    if (cfg->listen_tcp == NULL || cfg->listen_unix == NULL || cfg->listen_admin == NULL ||
+        cfg->data_dir == NULL || cfg->node_segment_dir == NULL || cfg->node_cold_dir == NULL) {
+        host_config_free(cfg);
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+void host_config_free(host_config *cfg)
+{
+    if (cfg == NULL) return;
+    free(cfg->source);
+    free(cfg->base_dir);
+    free(cfg->listen_tcp);
+    free(cfg->listen_unix);
+    free(cfg->listen_admin);
+    free(cfg->data_dir);
+    free(cfg->node_segment_dir);
+    free(cfg->node_cold_dir);
+    for (size_t i = 0; i < cfg->n_plugins; i++) {
+        free(cfg->plugins[i].path);
+        node_free(cfg->plugins[i].block);
+    }
+    free(cfg->plugins);
+    memset(cfg, 0, sizeof(*cfg));
+}
+
+/* The common body of both loaders: parse `len` bytes of YAML into *cfg.
+ * base_dir is copied. On failure *cfg is zeroed and the message written. */
+static int load_buffer(cfg_ctx *c, const char *yaml, size_t len, const char *base_dir,
+                       host_config *cfg)
+{
+    int rc;
+    yaml_parser_t parser;
+    host_config_node *root = NULL;
+    host_config tmp;
+
+    if (host_config_defaults(&tmp) < 0) {
+        rc = cfg_oom(c);
+        goto zero_out;
+    }
+    tmp.source = strdup(c->name);
+    tmp.base_dir = strdup(base_dir);
+    if (tmp.source == NULL || tmp.base_dir == NULL) {
+        rc = cfg_oom(c);
+        goto free_tmp;
+    }
+    if (!yaml_parser_initialize(&parser)) {
+        rc = cfg_oom(c);
+        goto free_tmp;
+    }
+    yaml_parser_set_input_string(&parser, (const unsigned char *)yaml, len);
+    rc = parse_tree(c, &parser, &root);
+    yaml_parser_delete(&parser);
+    if (rc < 0) goto free_tmp;
+
+    if (root != NULL && !node_is_null(root)) {
+        if (root->kind != HOST_CFG_MAP) {
+            rc = cfg_fail(c, SMP_EINVAL, root->line, "", "expected a mapping, found %s",
+                          node_kind_name(root));
+            goto free_root;
+        }
+        if ((rc = apply_map(c, &tmp, root, "", top_fields)) < 0) goto free_root;
+        if ((rc = check_cross(c, &tmp, root)) < 0) goto free_root;
+    }
+    if ((rc = resolve_paths(c, &tmp, root)) < 0) goto free_root;
+    node_free(root);
+    *cfg = tmp;
+    return 0;
+
+free_root:
+    node_free(root);
+free_tmp:
+    host_config_free(&tmp);
+zero_out:
+    memset(cfg, 0, sizeof(*cfg));
+    return rc;
+}
+
+int host_config_load_string(const char *name,
+                            const char *yaml,
+                            const char *base_dir,
+                            host_config *cfg,
+                            char *err,
+                            size_t errlen)
+{
+    cfg_ctx c = { name ? name : "<string>", err, errlen, 0 };
+    char cwd[4096];
+
+    if (err != NULL && errlen > 0) err[0] = '\0';
+    if (cfg == NULL) return SMP_EINVAL;
+    memset(cfg, 0, sizeof(*cfg));
+    if (yaml == NULL) return cfg_fail(&c, SMP_EINVAL, 0, NULL, "no YAML text given");
+    if (base_dir == NULL) {
+        if (getcwd(cwd, sizeof(cwd)) == NULL)
+            return cfg_fail(&c, SMP_EIO, 0, NULL, "cannot get the working directory: %s",
+                            strerror(errno));
+        base_dir = cwd;
+    }
+    return load_buffer(&c, yaml, strlen(yaml), base_dir, cfg);
+}
+
+/* The directory of `path` as an absolute path (relative ones against the
+ * working directory). NULL with errno set on failure. */
+static char *dir_of(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    char cwd[4096];
+    char *dir;
+    char *out;
+
+    if (slash == path) return strdup("/");
+    dir = slash ? strndup(path, (size_t)(slash - path)) : strdup(".");
+    if (dir == NULL || dir[0] == '/') return dir;
+    if (getcwd(cwd, sizeof(cwd)) == NULL) {
+        free(dir);
+        return NULL;
+    }
+    if (strcmp(dir, ".") == 0)
+        out = strdup(cwd);
+    else if (strncmp(dir, "./", 2) == 0)
+        out = path_join(cwd, dir + 2);
+    else
+        out = path_join(cwd, dir);
+    free(dir);
+    return out;
+}
+
+/* Read a whole file (at most CFG_MAX_FILE_BYTES) into a NUL-terminated heap
+ * buffer. Returns 0, or a failure with the message written. */
+static int read_file(cfg_ctx *c, const char *path, char **out, size_t *out_len)
+{
+    int rc = 0;
+    size_t len = 0;
+    size_t cap = 4096;
+    char *buf = NULL;
+    FILE *f = fopen(path, "rb");
+
+    if (f == NULL)
+        return cfg_fail(c, SMP_EIO, 0, NULL, "cannot open: %s", strerror(errno));
+    buf = malloc(cap);
+    if (buf == NULL) {
+        rc = cfg_oom(c);
+        goto close_file;
+    }
+    for (;;) {
+        size_t got;
+        if (len + 1 == cap) {
+            char *bigger = realloc(buf, cap * 2);
+            if (bigger == NULL) {
+                rc = cfg_oom(c);
+                goto free_buf;
+            }
+            buf = bigger;
+            cap *= 2;
+        }
+        got = fread(buf + len, 1, cap - 1 - len, f);
+        len += got;
+        if (len > CFG_MAX_FILE_BYTES) {
+            rc = cfg_fail(c, SMP_EINVAL, 0, NULL, "larger than %u bytes", CFG_MAX_FILE_BYTES);
+            goto free_buf;
+        }
+        if (got == 0) break;
+    }
+    if (ferror(f)) {
+        rc = cfg_fail(c, SMP_EIO, 0, NULL, "cannot read: %s", strerror(errno));
+        goto free_buf;
+    }
+    buf[len] = '\0';
+    *out = buf;
+    *out_len = len;
+    fclose(f);
+    return 0;
+
+free_buf:
+    free(buf);
+close_file:
+    fclose(f);
+    return rc;
+}
+
+int host_config_load(const char *path, host_config *cfg, char *err, size_t errlen)
+{
+    int rc;
+    cfg_ctx c = { path ? path : "<null>", err, errlen, 0 };
+    char *text = NULL;
+    size_t len = 0;
+    char *dir = NULL;
+
+    if (err != NULL && errlen > 0) err[0] = '\0';
+    if (cfg == NULL) return SMP_EINVAL;
+    memset(cfg, 0, sizeof(*cfg));
+    if (path == NULL) return cfg_fail(&c, SMP_EINVAL, 0, NULL, "no config file given");
+    if ((rc = read_file(&c, path, &text, &len)) < 0) return rc;
+    dir = dir_of(path);
+    if (dir == NULL) {
+        rc = errno == ENOMEM ? cfg_oom(&c)
+                             : cfg_fail(&c, SMP_EIO, 0, NULL, "cannot resolve its directory: %s",
+                                        strerror(errno));
+        goto free_text;
+    }
+    /* The text goes to libyaml with its length: a NUL byte inside the file
+     * is seen (and refused) by libyaml rather than ending the input early. */
+    rc = load_buffer(&c, text, len, dir, cfg);
+    free(dir);
+free_text:
+    free(text);
+    return rc;
+}

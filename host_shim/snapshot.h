@@ -1,0 +1,198 @@
+/* snapshot.h -- the master's snapshot file: building, durable writing, loading.
+ *
+ * A snapshot is one file, <dir>/snapshot-<last seq, 20 digits>.snap, holding a
+ * header (magic, format version, last included OpLog sequence, section count),
+ * named sections and a trailer. Every section is framed with its name, its
+ * encoding version, its length and an XXH64 of its bytes, so the host can carry
+ * a section no loaded plugin claims verbatim into the next snapshot; the
+ * trailer holds the file length and an XXH64 of the whole file, so a truncated
+ * or torn file is always detected. The byte layout is described in snapshot.c.
+ *
+ * Life of a snapshot. On the loop thread the master creates a snap_builder and
+ * fills it: its own sections, each plugin's (save() writes through an
+ * smp_writer into memory) and the carried ones (snap_builder_add_raw). Then
+ * snap_write_async() hands the builder to a libuv worker that writes a .tmp,
+ * fsyncs it, renames it into place, fsyncs the directory and drops snapshots
+ * beyond `keep`; the done callback comes back on the loop thread. At start the
+ * master calls snap_load_newest(), which validates the newest file completely
+ * before it returns anything, and refuses a damaged newest file rather than
+ * falling back to an older one (the log before it may already be truncated).
+ *
+ * Threading: a builder and an image belong to one thread at a time; nothing
+ * here keeps global state. Errors are negative SMP_E* codes. */
+#ifndef HOST_SNAPSHOT_H
+#define HOST_SNAPSHOT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "store_plugin.h"
+
+#define SNAP_FORMAT_VERSION 1u
+#define SNAP_NAME_MAX 64        /* bytes of a section name, printable ASCII */
+#define SNAP_SECTIONS_MAX 1024  /* sections in one snapshot */
+
+/* One section as a loaded image holds it. data points into the image and is
+ * valid until snap_image_free(); it is never NULL (an empty section points to
+ * a zero-length buffer). */
+typedef struct snap_section {
+    char name[SNAP_NAME_MAX + 1];   /* NUL-terminated */
+    uint16_t encver;                /* as the section's writer stored it */
+    const uint8_t *data;
+    size_t len;
+} snap_section;
+
+typedef struct snap_builder snap_builder;
+typedef struct snap_image snap_image;
+
+/* The writer a section's save() writes into: a growable buffer owned by its
+ * builder, accepting writes only between begin_section and end_section. */
+struct smp_writer {
+    snap_builder *owner;
+    uint8_t *buf;
+    size_t len;
+    size_t cap;
+    int open;   /* 1 between begin_section and end_section */
+    int err;    /* first failure of a write (sticky), 0 if none */
+};
+
+/* The reader a section's load() reads from: borrowed bytes of one section. */
+struct smp_reader {
+    const uint8_t *data;
+    size_t len;
+};
+
+/* -- Building (loop thread) ----------------------------------------------- */
+
+/* A new, empty snapshot covering the OpLog up to and including last_seq.
+ * NULL when out of memory. */
+snap_builder *snap_builder_new(uint64_t last_seq);
+
+/* Free a builder and every section buffer. NULL is a no-op. Must not be
+ * called on a builder handed to a successful snap_write_async(). */
+void snap_builder_free(snap_builder *b);
+
+/* Open a section. *w is the builder's writer: writes land in this section
+ * until end_section, after which they answer SMP_ESTATE (the pointer itself
+ * stays valid until the builder is freed).
+ * Returns SMP_OK, SMP_EINVAL (name empty, longer than SNAP_NAME_MAX or not
+ * printable ASCII), SMP_EEXIST (the builder already has a section of that
+ * name), SMP_ESTATE (another section is open), SMP_ERANGE (SNAP_SECTIONS_MAX
+ * reached) or SMP_ENOMEM. On failure nothing changed. */
+int snap_builder_begin_section(snap_builder *b,
+                               const char *name,    /* copied */
+                               uint16_t encver,
+                               smp_writer **w);     /* OUT */
+
+/* Close the open section and keep what was written. If any write into it
+ * failed, the section is discarded and that error is returned (a section is
+ * never kept short); SMP_ESTATE when no section is open. There is no way to
+ * drop a section deliberately: a snapshot missing a section would load it as
+ * empty, so a caller whose save() fails frees the whole builder instead. */
+int snap_builder_end_section(snap_builder *b);
+
+/* Append len bytes to the open section. The signature of
+ * smp_host_api.writer_write. Returns SMP_OK, SMP_ESTATE (the writer's section
+ * was ended), SMP_EINVAL (buf NULL with len > 0), SMP_ENOMEM or SMP_ERANGE
+ * (the section would outgrow size_t); a failure is also remembered and
+ * reported again by end_section. */
+int snap_writer_write(smp_writer *w, const void *buf, size_t len);
+
+/* Add a whole section from bytes already framed elsewhere -- a carried
+ * section from the loaded image. The bytes are copied; the section is written
+ * out byte for byte with the given encver. Same errors as begin_section. */
+int snap_builder_add_raw(snap_builder *b,
+                         const char *name,
+                         uint16_t encver,
+                         const void *data,      /* copied; NULL only if len 0 */
+                         size_t len);
+
+/* -- Writing (any thread but the loop for the sync call) ----------------- */
+
+/* Write the builder durably into dir (which must exist) and return once it
+ * is: <dir>/snapshot-<seq>.snap.tmp is created with O_EXCL, written, fsynced,
+ * renamed to snapshot-<seq>.snap without replacing anything, and the directory
+ * is fsynced. Then leftover .tmp files are gone and only the `keep` newest
+ * snapshots remain (failures to delete old ones are not errors). The builder
+ * is only read, and still belongs to the caller. One writer per directory at
+ * a time: a second one (any process) gets SMP_EBUSY.
+ *
+ * On success the new file's path is copied into path_out (if not NULL; cap
+ * includes the NUL; a too small buffer gets SMP_ERANGE before anything is
+ * written). Returns SMP_OK, SMP_EINVAL (keep 0, bad arguments), SMP_ESTATE (a
+ * section is still open), SMP_EEXIST (a snapshot at this or a later sequence
+ * already exists), SMP_EBUSY, SMP_ENOSPC or SMP_EIO; on failure no new
+ * snapshot exists and the .tmp has been removed. */
+int snap_write_file(const snap_builder *b,
+                    const char *dir,
+                    uint32_t keep,
+                    char *path_out,     /* OUT, may be NULL */
+                    size_t cap);
+
+/* Called on the loop thread when an async write ends: status is what
+ * snap_write_file returned (SMP_ECANCELED if the work was cancelled), path the
+ * new snapshot's path on success and NULL otherwise (borrowed for the call). */
+typedef void (*snap_done_cb)(void *arg, int status, const char *path);
+
+/* snap_write_file() on a libuv worker thread. On success the write owns b
+ * (the loop must not touch it again; it is freed after done returns) and done
+ * is called exactly once, later, on loop's thread. On failure (SMP_EINVAL,
+ * SMP_ENOMEM, or the libuv error mapped to SMP_EIO) done is never called and
+ * b still belongs to the caller. */
+int snap_write_async(uv_loop_t *loop,
+                     snap_builder *b,
+                     const char *dir,   /* copied */
+                     uint32_t keep,
+                     snap_done_cb done,
+                     void *arg);
+
+/* -- Loading --------------------------------------------------------------- */
+
+/* Load the newest snapshot-*.snap of dir (the highest sequence in the name).
+ * The whole file is read and checked -- magic, format version, header,
+ * every section's frame and checksum, lengths, the trailer and the checksum
+ * of the whole file, and that the header's sequence matches the file name --
+ * before anything is returned. Leftover .tmp files are ignored, and removed
+ * unless a writer holds the directory.
+ *
+ * Returns SMP_OK with *out set; SMP_ENOTFOUND with *out NULL when dir holds
+ * no snapshot (the caller starts empty); otherwise *out is NULL and err holds
+ * one line naming the file and what is wrong: SMP_EPROTO for a damaged or
+ * truncated file (an older snapshot is never used instead), SMP_EIO (dir
+ * missing or unreadable), SMP_ENOMEM. err may be NULL. */
+int snap_load_newest(const char *dir,
+                     snap_image **out,  /* OUT */
+                     char *err,
+                     size_t errlen);
+
+/* Load and validate one snapshot file, as above (the name is not required to
+ * follow the snapshot-<seq>.snap pattern, and then its sequence is not
+ * compared). SMP_ENOTFOUND if the file does not exist. */
+int snap_load_file(const char *path,
+                   snap_image **out,
+                   char *err,
+                   size_t errlen);
+
+/* Free an image; every snap_section and reader over it becomes invalid.
+ * NULL is a no-op. */
+void snap_image_free(snap_image *img);
+
+uint64_t snap_image_last_seq(const snap_image *img);
+const char *snap_image_path(const snap_image *img);   /* the loaded file */
+size_t snap_image_count(const snap_image *img);
+/* Sections in file order; NULL past the end. */
+const snap_section *snap_image_section_at(const snap_image *img, size_t i);
+/* The section called name, or NULL. */
+const snap_section *snap_image_section(const snap_image *img, const char *name);
+
+/* Point r at a section's bytes; s NULL gives an empty reader (the section is
+ * missing). r borrows from the image. */
+void snap_reader_init(smp_reader *r, const snap_section *s);
+
+/* The whole section: the signature of smp_host_api.reader_data. *data is
+ * never NULL, even for an empty section. */
+void snap_reader_data(smp_reader *r, const uint8_t **data, size_t *len);
+
+#endif /* HOST_SNAPSHOT_H */

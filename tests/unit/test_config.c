@@ -1,0 +1,791 @@
+/* test_config.c -- unit tests of the config loader (host_shim/config.c).
+ *
+ * Pins the defaults, the shipped config/embedded.yaml, every refusal of the
+ * strict schema (one "FILE:LINE: key.path: cause" message and a zeroed config
+ * afterwards), the plugin block kept verbatim with its lines, the cluster
+ * defaults as plugins see them, and relative path resolution. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "config.h"
+
+#define EMBEDDED SOURCE_DIR "/config/embedded.yaml"
+
+static int is_zeroed(const host_config *cfg)
+{
+    static const host_config zero;
+    return memcmp(cfg, &zero, sizeof(zero)) == 0;
+}
+
+static int load(const char *yaml, host_config *cfg, char *err, size_t errlen)
+{
+    return host_config_load_string("x.yaml", yaml, "/etc/wm", cfg, err, errlen);
+}
+
+/* Load `yaml` expecting a refusal whose message contains `want`; the
+ * config must come back zeroed. */
+static void expect_refused(const char *yaml, const char *want)
+{
+    host_config cfg;
+    char err[512];
+    memset(&cfg, 0xa5, sizeof(cfg));
+    int rc = load(yaml, &cfg, err, sizeof(err));
+    if (rc >= 0 || strstr(err, want) == NULL)
+        fail_msg("yaml:\n%s\nrc=%d\nmessage: [%s]\nwanted: [%s]", yaml, rc, err, want);
+    assert_true(is_zeroed(&cfg));
+    host_config_free(&cfg); /* harmless on a zeroed config */
+}
+
+/* Load `yaml` expecting exactly the message `want`. */
+static void expect_message(const char *yaml, const char *want)
+{
+    host_config cfg;
+    char err[512];
+    int rc = load(yaml, &cfg, err, sizeof(err));
+    assert_true(rc < 0);
+    assert_string_equal(err, want);
+    assert_true(is_zeroed(&cfg));
+}
+
+static void load_ok(const char *yaml, host_config *cfg)
+{
+    char err[512] = "";
+    int rc = load(yaml, cfg, err, sizeof(err));
+    if (rc != 0) fail_msg("yaml:\n%s\nrc=%d message: %s", yaml, rc, err);
+}
+
+/* ---------------------------------------------------------------------- */
+
+static void assert_default_values(const host_config *c)
+{
+    assert_string_equal(c->listen_tcp, "127.0.0.1:7600");
+    assert_string_equal(c->listen_unix, "");
+    assert_string_equal(c->listen_admin, "127.0.0.1:7680");
+    assert_int_equal(c->max_frame_bytes, 67108864);
+    assert_int_equal(c->oplog_backend, HOST_OPLOG_FILE);
+    assert_int_equal(c->oplog_segment_bytes, 67108864);
+    assert_int_equal(c->oplog_max_batch_records, 4096);
+    assert_int_equal(c->oplog_carry_unknown_types, 0);
+    assert_int_equal(c->snapshot_every_records, 100000);
+    assert_int_equal(c->snapshot_keep, 2);
+    assert_true(c->memory_high_watermark == 0.95);
+    assert_true(c->memory_low_watermark == 0.85);
+    assert_int_equal(c->ha_enabled, 0);
+    assert_int_equal(c->node_embedded, 1);
+    assert_string_equal(c->node_segment_dir, "/dev/shm/weight_mgmt");
+    assert_int_equal(c->node_segment_bytes, 1073741824);
+    assert_int_equal(c->cluster.default_weight_preferred_residency, HOST_RESIDENCY_MIXED);
+    assert_true(c->cluster.default_weight_mixed_hot_ratio == 0.5);
+    assert_int_equal(c->cluster.default_weight_migration_mode, HOST_MODE_AUTO);
+    assert_int_equal(c->cluster.weight_management_oplog_capability_confirmed, 0);
+    assert_int_equal(c->cluster.weight_lineage_oplog_capability_confirmed, 0);
+    assert_int_equal(c->cluster.weight_migration_cooldown_ms, 30000);
+    assert_int_equal(c->cluster.weight_migration_max_members_per_round, 64);
+    assert_int_equal(c->cluster.weight_migration_max_bytes_per_round, 1073741824);
+}
+
+/* host_config_defaults fills every documented default; paths stay
+ * unresolved (there is no file to resolve them against). */
+static void test_defaults(void **state)
+{
+    (void)state;
+    host_config c;
+    assert_int_equal(host_config_defaults(&c), 0);
+    assert_default_values(&c);
+    assert_string_equal(c.data_dir, "var/data");
+    assert_string_equal(c.node_cold_dir, "var/data/cold");
+    assert_null(c.plugins);
+    assert_int_equal(c.n_plugins, 0);
+    host_config_free(&c);
+    assert_true(is_zeroed(&c));
+    host_config_free(&c); /* twice is fine */
+}
+
+/* An empty document, a comment-only one and a bare "---" are all defaults,
+ * with relative defaults resolved against base_dir. */
+static void test_empty_file_is_all_defaults(void **state)
+{
+    (void)state;
+    static const char *const texts[] = { "", "# nothing here\n\n", "---\n", "--- ~\n" };
+    for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++) {
+        host_config c;
+        load_ok(texts[i], &c);
+        assert_default_values(&c);
+        assert_string_equal(c.source, "x.yaml");
+        assert_string_equal(c.base_dir, "/etc/wm");
+        assert_string_equal(c.data_dir, "/etc/wm/var/data");
+        assert_string_equal(c.node_cold_dir, "/etc/wm/var/data/cold");
+        assert_int_equal(c.n_plugins, 0);
+        host_config_free(&c);
+    }
+}
+
+/* A real empty file on disk loads too. */
+static void test_empty_file_on_disk(void **state)
+{
+    (void)state;
+    char path[] = BUILD_DIR "/test_config_empty_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    host_config c;
+    char err[256];
+    assert_int_equal(host_config_load(path, &c, err, sizeof(err)), 0);
+    assert_default_values(&c);
+    assert_string_equal(c.source, path);
+    assert_string_equal(c.base_dir, BUILD_DIR);
+    assert_string_equal(c.data_dir, BUILD_DIR "/var/data");
+    host_config_free(&c);
+    unlink(path);
+}
+
+/* The shipped default config loads and says what make run expects. */
+static void test_embedded_yaml(void **state)
+{
+    (void)state;
+    host_config c;
+    char err[256] = "";
+    int rc = host_config_load(EMBEDDED, &c, err, sizeof(err));
+    if (rc != 0) fail_msg("%s", err);
+    assert_default_values(&c);
+    assert_string_equal(c.source, EMBEDDED);
+    assert_string_equal(c.base_dir, SOURCE_DIR "/config");
+    assert_string_equal(c.data_dir, SOURCE_DIR "/config/../var/data");
+    assert_string_equal(c.node_cold_dir, SOURCE_DIR "/config/../var/data/cold");
+    assert_int_equal(c.n_plugins, 1);
+    assert_string_equal(c.plugins[0].path, SOURCE_DIR "/config/../build/lib/weight_mgmt.so");
+    assert_int_equal(c.plugins[0].enabled, 1);
+    assert_non_null(c.plugins[0].block);
+    assert_int_equal(c.plugins[0].block->kind, HOST_CFG_MAP);
+    assert_int_equal(c.plugins[0].block->n_items, 0);
+    assert_true(c.plugins[0].line > 0);
+    host_config_free(&c);
+}
+
+/* Loading a relative file name makes base_dir absolute (against the working
+ * directory), so paths survive a later chdir. */
+static void test_relative_file_name(void **state)
+{
+    (void)state;
+    char cwd[4096];
+    assert_non_null(getcwd(cwd, sizeof(cwd)));
+    assert_int_equal(chdir(SOURCE_DIR), 0);
+    host_config c;
+    char err[256] = "";
+    int rc = host_config_load("config/embedded.yaml", &c, err, sizeof(err));
+    int back = chdir(cwd);
+    if (rc != 0) fail_msg("%s", err);
+    assert_int_equal(back, 0);
+    assert_string_equal(c.source, "config/embedded.yaml");
+    assert_string_equal(c.base_dir, SOURCE_DIR "/config");
+    assert_string_equal(c.plugins[0].path, SOURCE_DIR "/config/../build/lib/weight_mgmt.so");
+    host_config_free(&c);
+}
+
+/* Every field set to a non-default value is read back. */
+static void test_every_key_is_read(void **state)
+{
+    (void)state;
+    host_config c;
+    load_ok("listen:\n"
+            "  tcp: \"0.0.0.0:9000\"\n"
+            "  unix: /run/wm.sock\n"
+            "  admin: \"\"\n"
+            "  max_frame_bytes: 1024\n"
+            "data_dir: /srv/wm\n"
+            "oplog:\n"
+            "  backend: etcd\n"
+            "  segment_bytes: 4096\n"
+            "  max_batch_records: 1\n"
+            "  carry_unknown_types: true\n"
+            "snapshot:\n"
+            "  every_records: 0\n"
+            "  keep: 1\n"
+            "memory:\n"
+            "  high_watermark: 0.9\n"
+            "  low_watermark: 0.1\n"
+            "ha:\n"
+            "  enabled: true\n"
+            "node:\n"
+            "  embedded: false\n"
+            "  segment_dir: /dev/shm/x\n"
+            "  segment_bytes: 1048576\n"
+            "cluster:\n"
+            "  default_weight_preferred_residency: hot\n"
+            "  default_weight_mixed_hot_ratio: 0.25\n"
+            "  default_weight_migration_mode: \"manual\"\n"
+            "  weight_management_oplog_capability_confirmed: true\n"
+            "  weight_lineage_oplog_capability_confirmed: true\n"
+            "  weight_migration_cooldown_ms: 0\n"
+            "  weight_migration_max_members_per_round: 1\n"
+            "  weight_migration_max_bytes_per_round: 18446744073709551615\n",
+            &c);
+    assert_string_equal(c.listen_tcp, "0.0.0.0:9000");
+    assert_string_equal(c.listen_unix, "/run/wm.sock");
+    assert_string_equal(c.listen_admin, "");
+    assert_int_equal(c.max_frame_bytes, 1024);
+    assert_string_equal(c.data_dir, "/srv/wm");
+    assert_string_equal(c.node_cold_dir, "/srv/wm/cold");
+    assert_int_equal(c.oplog_backend, HOST_OPLOG_ETCD);
+    assert_int_equal(c.oplog_segment_bytes, 4096);
+    assert_int_equal(c.oplog_max_batch_records, 1);
+    assert_int_equal(c.oplog_carry_unknown_types, 1);
+    assert_int_equal(c.snapshot_every_records, 0);
+    assert_int_equal(c.snapshot_keep, 1);
+    assert_true(c.memory_high_watermark == 0.9);
+    assert_true(c.memory_low_watermark == 0.1);
+    assert_int_equal(c.ha_enabled, 1);
+    assert_int_equal(c.node_embedded, 0);
+    assert_string_equal(c.node_segment_dir, "/dev/shm/x");
+    assert_int_equal(c.node_segment_bytes, 1048576);
+    assert_int_equal(c.cluster.default_weight_preferred_residency, HOST_RESIDENCY_HOT);
+    assert_true(c.cluster.default_weight_mixed_hot_ratio == 0.25);
+    assert_int_equal(c.cluster.default_weight_migration_mode, HOST_MODE_MANUAL);
+    assert_int_equal(c.cluster.weight_management_oplog_capability_confirmed, 1);
+    assert_int_equal(c.cluster.weight_lineage_oplog_capability_confirmed, 1);
+    assert_int_equal(c.cluster.weight_migration_cooldown_ms, 0);
+    assert_int_equal(c.cluster.weight_migration_max_members_per_round, 1);
+    assert_true(c.cluster.weight_migration_max_bytes_per_round == UINT64_MAX);
+    host_config_free(&c);
+}
+
+/* Relative paths resolve against the config's directory; absolute ones are
+ * kept; cold_dir follows data_dir unless set, and then resolves on its own. */
+static void test_relative_paths(void **state)
+{
+    (void)state;
+    host_config c;
+    load_ok("listen: {unix: run/m.sock}\n"
+            "data_dir: data\n"
+            "node: {segment_dir: seg}\n"
+            "plugins:\n"
+            "  - path: p.so\n"
+            "  - path: /abs/q.so\n",
+            &c);
+    assert_string_equal(c.listen_unix, "/etc/wm/run/m.sock");
+    assert_string_equal(c.data_dir, "/etc/wm/data");
+    assert_string_equal(c.node_segment_dir, "/etc/wm/seg");
+    assert_string_equal(c.node_cold_dir, "/etc/wm/data/cold");
+    assert_string_equal(c.plugins[0].path, "/etc/wm/p.so");
+    assert_string_equal(c.plugins[1].path, "/abs/q.so");
+    host_config_free(&c);
+
+    load_ok("data_dir: /d\nnode: {cold_dir: cold2}\n", &c);
+    assert_string_equal(c.data_dir, "/d");
+    assert_string_equal(c.node_cold_dir, "/etc/wm/cold2");
+    host_config_free(&c);
+
+    char err[256];
+    assert_int_equal(host_config_load_string("y.yaml", "data_dir: d\n", "/", &c, err,
+                                             sizeof(err)), 0);
+    assert_string_equal(c.data_dir, "/d");
+    host_config_free(&c);
+    assert_int_equal(host_config_load_string("y.yaml", "data_dir: d\n", "/base/", &c, err,
+                                             sizeof(err)), 0);
+    assert_string_equal(c.data_dir, "/base/d");
+    host_config_free(&c);
+}
+
+/* A section left empty ("listen:" and nothing below) keeps its defaults. */
+static void test_null_section_keeps_defaults(void **state)
+{
+    (void)state;
+    host_config c;
+    load_ok("listen:\noplog: ~\nplugins:\ncluster: null\n", &c);
+    assert_default_values(&c);
+    assert_int_equal(c.n_plugins, 0);
+    host_config_free(&c);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Refusals                                                                */
+
+static void test_refuses_unknown_keys(void **state)
+{
+    (void)state;
+    expect_message("listen:\n  tcp: \"127.0.0.1:1\"\n  tpc: x\n",
+                   "x.yaml:3: listen.tpc: unknown key");
+    expect_message("lisen: {}\n", "x.yaml:1: lisen: unknown key");
+    expect_message("cluster:\n  default_weight_preferred_residence: hot\n",
+                   "x.yaml:2: cluster.default_weight_preferred_residence: unknown key");
+    /* the key's line, not its value's */
+    expect_message("node:\n  segmnt_dir:\n    a: 1\n", "x.yaml:2: node.segmnt_dir: unknown key");
+}
+
+static void test_refuses_out_of_range_ratio(void **state)
+{
+    (void)state;
+    expect_message("cluster:\n  default_weight_mixed_hot_ratio: 1.5\n",
+                   "x.yaml:2: cluster.default_weight_mixed_hot_ratio: 1.5 is outside (0, 1)");
+    expect_refused("cluster: {default_weight_mixed_hot_ratio: 0}\n",
+                   "x.yaml:1: cluster.default_weight_mixed_hot_ratio: 0 is outside (0, 1)");
+    expect_refused("cluster: {default_weight_mixed_hot_ratio: 1}\n",
+                   "x.yaml:1: cluster.default_weight_mixed_hot_ratio: 1 is outside (0, 1)");
+    expect_refused("cluster: {default_weight_mixed_hot_ratio: -0.5}\n", "is outside (0, 1)");
+    expect_refused("cluster: {default_weight_mixed_hot_ratio: half}\n",
+                   "x.yaml:1: cluster.default_weight_mixed_hot_ratio: \"half\" is not a number");
+    expect_refused("cluster: {default_weight_mixed_hot_ratio: .nan}\n", "is not a number");
+    expect_refused("cluster: {default_weight_mixed_hot_ratio: 0x1p-1}\n", "is not a number");
+    expect_refused("memory: {high_watermark: 1.0}\n",
+                   "x.yaml:1: memory.high_watermark: 1.0 is outside (0, 1)");
+    expect_refused("memory: {low_watermark: 0}\n",
+                   "x.yaml:1: memory.low_watermark: 0 is outside (0, 1)");
+}
+
+static void test_refuses_zero_batch_limit(void **state)
+{
+    (void)state;
+    expect_message("ha:\n  enabled: false\n\n\noplog: {max_batch_records: 0}\n",
+                   "x.yaml:5: oplog.max_batch_records: 0 must be greater than 0");
+    expect_refused("cluster:\n  weight_migration_max_members_per_round: 0\n",
+                   "x.yaml:2: cluster.weight_migration_max_members_per_round: 0 must be "
+                   "greater than 0");
+    expect_refused("cluster:\n  weight_migration_max_bytes_per_round: 0\n",
+                   "x.yaml:2: cluster.weight_migration_max_bytes_per_round: 0 must be "
+                   "greater than 0");
+}
+
+static void test_refuses_unknown_enum_names(void **state)
+{
+    (void)state;
+    expect_message("\n\n\n\n\ncluster:\n  default_weight_preferred_residency: \"warm\"\n",
+                   "x.yaml:7: cluster.default_weight_preferred_residency: \"warm\" is not one "
+                   "of hot, cold, mixed");
+    expect_refused("cluster: {default_weight_preferred_residency: MIXED}\n",
+                   "\"MIXED\" is not one of hot, cold, mixed");
+    expect_refused("cluster: {default_weight_migration_mode: automatic}\n",
+                   "x.yaml:1: cluster.default_weight_migration_mode: \"automatic\" is not one of "
+                   "pinned, manual, auto");
+    expect_refused("oplog: {backend: raft}\n",
+                   "x.yaml:1: oplog.backend: \"raft\" is not one of file, etcd");
+}
+
+static void test_refuses_non_booleans(void **state)
+{
+    (void)state;
+    expect_message("ha:\n  enabled: \"yes please\"\n",
+                   "x.yaml:2: ha.enabled: \"yes please\" is not a boolean (true or false)");
+    expect_refused("ha:\n  enabled: yes please\n",
+                   "x.yaml:2: ha.enabled: \"yes please\" is not a boolean (true or false)");
+    expect_refused("ha: {enabled: yes}\n", "ha.enabled: \"yes\" is not a boolean");
+    expect_refused("ha: {enabled: True}\n", "ha.enabled: \"True\" is not a boolean");
+    expect_refused("ha: {enabled: 1}\n", "ha.enabled: \"1\" is not a boolean");
+    expect_refused("ha: {enabled: \"true\"}\n",
+                   "x.yaml:1: ha.enabled: \"true\" is quoted: a string, not a boolean");
+    expect_refused("oplog: {carry_unknown_types: on}\n",
+                   "x.yaml:1: oplog.carry_unknown_types: \"on\" is not a boolean");
+    expect_refused("cluster: {weight_lineage_oplog_capability_confirmed: maybe}\n",
+                   "cluster.weight_lineage_oplog_capability_confirmed: \"maybe\" is not a "
+                   "boolean");
+}
+
+static void test_refuses_bad_integers(void **state)
+{
+    (void)state;
+    expect_message("\n\n\nsnapshot:\n  keep: two\n", "x.yaml:5: snapshot.keep: \"two\" is not an integer");
+    expect_refused("snapshot: {keep: \"two\"}\n", "x.yaml:1: snapshot.keep: \"two\" is not an integer");
+    expect_refused("snapshot: {keep: 0x10}\n", "snapshot.keep: \"0x10\" is not an integer");
+    expect_refused("snapshot: {keep: 1.5}\n", "snapshot.keep: \"1.5\" is not an integer");
+    expect_refused("snapshot: {keep: 1e3}\n", "snapshot.keep: \"1e3\" is not an integer");
+    expect_refused("snapshot: {keep: +3}\n", "snapshot.keep: \"+3\" is not an integer");
+    expect_refused("snapshot: {keep: \"3\"}\n", "snapshot.keep: \"3\" is quoted");
+    expect_refused("snapshot: {keep: -1}\n", "x.yaml:1: snapshot.keep: -1 must not be negative");
+    expect_refused("cluster: {weight_migration_cooldown_ms: -30000}\n",
+                   "cluster.weight_migration_cooldown_ms: -30000 must not be negative");
+    expect_refused("snapshot: {keep: 0}\n", "x.yaml:1: snapshot.keep: 0 must be greater than 0");
+    /* overflow of the field (u32) and of any integer (u64) */
+    expect_refused("oplog: {max_batch_records: 4294967296}\n",
+                   "x.yaml:1: oplog.max_batch_records: 4294967296 is too large");
+    expect_refused("snapshot: {every_records: 18446744073709551616}\n",
+                   "x.yaml:1: snapshot.every_records: 18446744073709551616 is too large");
+    expect_refused("snapshot: {every_records: 99999999999999999999999999}\n", "is too large");
+    /* documented ranges */
+    expect_refused("listen: {max_frame_bytes: 1023}\n",
+                   "x.yaml:1: listen.max_frame_bytes: 1023 is outside 1024 .. 1073741824");
+    expect_refused("listen: {max_frame_bytes: 1073741825}\n",
+                   "listen.max_frame_bytes: 1073741825 is outside 1024 .. 1073741824");
+    expect_refused("oplog: {segment_bytes: 4095}\n",
+                   "x.yaml:1: oplog.segment_bytes: 4095 must be at least 4096");
+    expect_refused("node: {segment_bytes: 1048575}\n",
+                   "x.yaml:1: node.segment_bytes: 1048575 must be at least 1048576");
+}
+
+/* A map where a scalar belongs, a scalar where a map or sequence belongs. */
+static void test_refuses_wrong_node_kind(void **state)
+{
+    (void)state;
+    expect_message("listen: 5\n", "x.yaml:1: listen: expected a mapping, found a scalar");
+    expect_message("listen: [a]\n", "x.yaml:1: listen: expected a mapping, found a sequence");
+    expect_message("listen:\n  tcp:\n    host: a\n",
+                   "x.yaml:3: listen.tcp: expected a string, found a mapping");
+    expect_refused("data_dir: [a, b]\n", "x.yaml:1: data_dir: expected a string, found a sequence");
+    expect_refused("snapshot: {keep: [1]}\n",
+                   "x.yaml:1: snapshot.keep: expected an integer, found a sequence");
+    expect_refused("ha: {enabled: {a: 1}}\n",
+                   "x.yaml:1: ha.enabled: expected a boolean (true or false), found a mapping");
+    expect_refused("plugins: {path: a}\n", "x.yaml:1: plugins: expected a sequence, found a mapping");
+    expect_refused("plugins: a.so\n", "x.yaml:1: plugins: expected a sequence, found a scalar");
+    expect_refused("plugins:\n  - a.so\n", "x.yaml:2: plugins[0]: expected a mapping, found a scalar");
+    expect_refused("plugins:\n  - path: a.so\n    config: [1, 2]\n",
+                   "x.yaml:3: plugins[0].config: expected a mapping, found a sequence");
+    expect_refused("plugins:\n  - path: a.so\n    config: x\n",
+                   "x.yaml:3: plugins[0].config: expected a mapping, found a scalar");
+    expect_refused("plugins:\n  - path: {a: 1}\n",
+                   "x.yaml:2: plugins[0].path: expected a string, found a mapping");
+    expect_refused("plugins:\n  - path: a.so\n    enabled: [true]\n",
+                   "x.yaml:3: plugins[0].enabled: expected a boolean");
+}
+
+/* A key with nothing after it is refused where a value is required. */
+static void test_refuses_missing_values(void **state)
+{
+    (void)state;
+    expect_refused("data_dir:\n", "x.yaml:1: data_dir: has no value");
+    expect_refused("snapshot:\n  keep: ~\n", "x.yaml:2: snapshot.keep: has no value");
+    expect_refused("data_dir: \"\"\n", "x.yaml:1: data_dir: must not be empty");
+    expect_refused("node: {segment_dir: ''}\n", "x.yaml:1: node.segment_dir: must not be empty");
+    expect_refused("plugins:\n  - path: \"\"\n", "x.yaml:2: plugins[0].path: must not be empty");
+}
+
+static void test_refuses_bad_addresses(void **state)
+{
+    (void)state;
+    expect_refused("listen: {tcp: localhost}\n", "x.yaml:1: listen.tcp: \"localhost\" is not \"host:port\"");
+    expect_refused("listen: {admin: \"127.0.0.1:\"}\n", "listen.admin: \"127.0.0.1:\" is not");
+    expect_refused("listen: {tcp: \":7600\"}\n", "listen.tcp: \":7600\" is not");
+    expect_refused("listen: {tcp: \"h:65536\"}\n", "listen.tcp: \"h:65536\" is not");
+    expect_refused("listen: {tcp: \"h:http\"}\n", "listen.tcp: \"h:http\" is not");
+    host_config c;
+    load_ok("listen: {tcp: \"[::1]:0\", admin: \"localhost:65535\"}\n", &c);
+    assert_string_equal(c.listen_tcp, "[::1]:0");
+    assert_string_equal(c.listen_admin, "localhost:65535");
+    host_config_free(&c);
+}
+
+static void test_refuses_duplicate_keys(void **state)
+{
+    (void)state;
+    expect_message("ha: {enabled: true}\nha: {enabled: false}\n", "x.yaml:2: ha: duplicate key (first at line 1)");
+    expect_message("listen:\n  tcp: \"a:1\"\n  tcp: \"b:2\"\n", "x.yaml:3: listen.tcp: duplicate key (first at line 2)");
+    expect_message("plugins:\n  - path: a\n    config:\n      k: 1\n      k: 2\n",
+                   "x.yaml:5: plugins[0].config.k: duplicate key (first at line 4)");
+}
+
+static void test_refuses_plugin_entries(void **state)
+{
+    (void)state;
+    expect_message("plugins:\n  - path: a.so\n  - enabled: false\n    config: {}\n",
+                   "x.yaml:3: plugins[1].path: missing");
+    expect_message("plugins:\n  - path: a.so\n    enabld: false\n",
+                   "x.yaml:3: plugins[0].enabld: unknown key");
+    expect_refused("plugins:\n  - {}\n", "x.yaml:2: plugins[0].path: missing");
+    expect_refused("plugins:\n  - path: a.so\n    enabled: no\n",
+                   "x.yaml:3: plugins[0].enabled: \"no\" is not a boolean");
+}
+
+static void test_refuses_crossed_watermarks(void **state)
+{
+    (void)state;
+    expect_message("memory:\n  high_watermark: 0.5\n  low_watermark: 0.6\n",
+                   "x.yaml:3: memory.low_watermark: 0.6 must be below memory.high_watermark (0.5)");
+    expect_refused("memory: {high_watermark: 0.7, low_watermark: 0.7}\n",
+                   "x.yaml:1: memory.low_watermark: 0.7 must be below");
+    /* only high set, below the default low: reported on high's line */
+    expect_message("\nmemory:\n  high_watermark: 0.8\n",
+                   "x.yaml:3: memory.high_watermark: 0.8 must be above memory.low_watermark (0.85)");
+}
+
+static void test_refuses_yaml_syntax_errors(void **state)
+{
+    (void)state;
+    expect_refused("listen:\n  tcp: \"a:1\"\n   admin: x\n", "x.yaml:3: YAML syntax error: ");
+    expect_refused("listen: {tcp: \"a:1\"\n", "x.yaml:2: YAML syntax error: ");
+    expect_refused("a: 'unterminated\n", "YAML syntax error: ");
+    expect_refused("\tlisten: {}\n", "x.yaml:1: YAML syntax error: ");
+}
+
+static void test_refuses_top_level_not_mapping(void **state)
+{
+    (void)state;
+    expect_message("- a\n- b\n", "x.yaml:1: top level: expected a mapping, found a sequence");
+    expect_message("\nhello\n", "x.yaml:2: top level: expected a mapping, found a scalar");
+    expect_message("\"\"\n", "x.yaml:1: top level: expected a mapping, found a scalar");
+}
+
+static void test_refuses_what_the_tree_cannot_hold(void **state)
+{
+    (void)state;
+    expect_message("ha: &h {enabled: true}\nnode: *h\n", "x.yaml:2: node: aliases (*h) are not supported");
+    expect_refused("listen: {}\n---\nha: {}\n", "x.yaml:2: only one YAML document is allowed");
+    expect_refused("? [a, b]\n: 1\n", "x.yaml:1: top level: a key must be a scalar");
+    expect_refused("plugins:\n  - path: \"a\\0b.so\"\n",
+                   "x.yaml:2: plugins[0].path: contains a NUL character");
+    char deep[400];
+    size_t n = 0;
+    n += (size_t)sprintf(deep + n, "plugins:\n  - path: a\n    config: ");
+    for (int i = 0; i < 100; i++) deep[n++] = '[';
+    for (int i = 0; i < 100; i++) deep[n++] = ']';
+    deep[n++] = '\n';
+    deep[n] = '\0';
+    expect_refused(deep, "nested deeper than 64 levels");
+}
+
+/* A file that cannot be opened or read: the name and strerror. */
+static void test_refuses_unreadable_file(void **state)
+{
+    (void)state;
+    host_config c;
+    char err[256];
+    memset(&c, 0x5a, sizeof(c));
+    int rc = host_config_load(SOURCE_DIR "/config/no-such.yaml", &c, err, sizeof(err));
+    assert_true(rc < 0);
+    assert_string_equal(err, SOURCE_DIR "/config/no-such.yaml: cannot open: No such file or directory");
+    assert_true(is_zeroed(&c));
+    memset(&c, 0x5a, sizeof(c));
+    rc = host_config_load(SOURCE_DIR "/config", &c, err, sizeof(err));
+    assert_true(rc < 0);
+    assert_non_null(strstr(err, SOURCE_DIR "/config: cannot "));
+    assert_true(is_zeroed(&c));
+}
+
+/* A refusal in a real file carries that file's name and line. */
+static void test_refusal_names_the_file(void **state)
+{
+    (void)state;
+    char path[] = BUILD_DIR "/test_config_bad_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    static const char text[] = "# bad\ncluster:\n  default_weight_mixed_hot_ratio: 1.5\n";
+    assert_int_equal(write(fd, text, sizeof(text) - 1), (ssize_t)(sizeof(text) - 1));
+    close(fd);
+    host_config c;
+    char err[512];
+    char want[512];
+    assert_true(host_config_load(path, &c, err, sizeof(err)) < 0);
+    snprintf(want, sizeof(want), "%s:3: cluster.default_weight_mixed_hot_ratio: 1.5 is outside (0, 1)",
+             path);
+    assert_string_equal(err, want);
+    assert_true(is_zeroed(&c));
+    unlink(path);
+}
+
+/* A failure late in the file (after plugins were filled) leaks nothing and
+ * still zeroes the config; a short error buffer is truncated, not overrun. */
+static void test_late_failure_and_short_buffer(void **state)
+{
+    (void)state;
+    static const char text[] = "plugins:\n"
+                               "  - path: a.so\n"
+                               "    config: {k: {deep: [1, 2, {x: y}]}}\n"
+                               "  - path: b.so\n"
+                               "    config: {q: 1}\n"
+                               "cluster: {default_weight_migration_mode: never}\n";
+    host_config c;
+    char err[16];
+    memset(err, 'Z', sizeof(err));
+    assert_true(load(text, &c, err, 10) < 0);
+    assert_int_equal(strlen(err), 9);
+    assert_int_equal(err[10], 'Z');
+    assert_true(is_zeroed(&c));
+    assert_true(load(text, &c, NULL, 0) < 0);
+    assert_true(is_zeroed(&c));
+    expect_message(text, "x.yaml:6: cluster.default_weight_migration_mode: \"never\" is not one "
+                         "of pinned, manual, auto");
+}
+
+/* ---------------------------------------------------------------------- */
+/* The plugin block and the cluster view                                   */
+
+/* The "config:" block is kept verbatim: nested lookups by dotted key, types
+ * on lookup, keys and lines of every node. */
+static void test_plugin_block_kept(void **state)
+{
+    (void)state;
+    host_config c;
+    load_ok("plugins:\n"                           /* 1 */
+            "  - path: w.so\n"                     /* 2 */
+            "    enabled: false\n"                 /* 3 */
+            "    config:\n"                        /* 4 */
+            "      reconcile:\n"                   /* 5 */
+            "        period_ms: 250\n"             /* 6 */
+            "        budget: {members: 8}\n"       /* 7 */
+            "      ratio: 0.75\n"                  /* 8 */
+            "      strict: true\n"                 /* 9 */
+            "      name: \"gen-a\"\n"              /* 10 */
+            "      tiers:\n"                       /* 11 */
+            "        - hot\n"                      /* 12 */
+            "        - {dir: /cold, weight: 2}\n"  /* 13 */
+            "      unknown_to_host: anything\n"    /* 14 */
+            "  - path: other.so\n",                /* 15 */
+            &c);
+    assert_int_equal(c.n_plugins, 2);
+    host_config_plugin *p = &c.plugins[0];
+    assert_string_equal(p->path, "/etc/wm/w.so");
+    assert_int_equal(p->enabled, 0);
+    assert_int_equal(p->line, 2);
+    assert_non_null(p->block);
+    assert_int_equal(p->block->kind, HOST_CFG_MAP);
+    assert_null(p->block->key);
+    assert_int_equal(p->block->n_items, 6);
+
+    smp_config_value v;
+    assert_int_equal(host_config_node_get(p->block, "reconcile.period_ms", &v), SMP_OK);
+    assert_int_equal(v.type, SMP_CONFIG_INT);
+    assert_int_equal(v.i, 250);
+    assert_int_equal(host_config_node_get(p->block, "reconcile.budget.members", &v), SMP_OK);
+    assert_int_equal(v.i, 8);
+    assert_int_equal(host_config_node_get(p->block, "ratio", &v), SMP_OK);
+    assert_int_equal(v.type, SMP_CONFIG_DOUBLE);
+    assert_true(v.d == 0.75);
+    assert_int_equal(host_config_node_get(p->block, "strict", &v), SMP_OK);
+    assert_int_equal(v.type, SMP_CONFIG_BOOL);
+    assert_int_equal(v.b, 1);
+    assert_int_equal(host_config_node_get(p->block, "name", &v), SMP_OK);
+    assert_int_equal(v.type, SMP_CONFIG_STRING);
+    assert_string_equal(v.s, "gen-a");
+    assert_int_equal(host_config_node_get(p->block, "unknown_to_host", &v), SMP_OK);
+    assert_string_equal(v.s, "anything");
+    assert_int_equal(host_config_node_get(p->block, "reconcile", &v), SMP_ENOTFOUND);
+    assert_int_equal(host_config_node_get(p->block, "tiers", &v), SMP_ENOTFOUND);
+    assert_int_equal(host_config_node_get(p->block, "reconcile.nope", &v), SMP_ENOTFOUND);
+
+    /* the tree itself: keys, kinds, lines, order */
+    const host_config_node *rec = p->block->items[0];
+    assert_string_equal(rec->key, "reconcile");
+    assert_int_equal(rec->kind, HOST_CFG_MAP);
+    assert_int_equal(rec->key_line, 5);
+    assert_int_equal(rec->items[0]->line, 6);
+    assert_string_equal(rec->items[1]->key, "budget");
+    assert_int_equal(rec->items[1]->line, 7);
+    const host_config_node *name = p->block->items[3];
+    assert_string_equal(name->key, "name");
+    assert_int_equal(name->quoted, 1);
+    assert_int_equal(p->block->items[2]->quoted, 0);
+    const host_config_node *tiers = p->block->items[4];
+    assert_string_equal(tiers->key, "tiers");
+    assert_int_equal(tiers->kind, HOST_CFG_SEQ);
+    assert_int_equal(tiers->n_items, 2);
+    assert_null(tiers->items[0]->key);
+    assert_string_equal(tiers->items[0]->scalar, "hot");
+    assert_int_equal(tiers->items[0]->line, 12);
+    assert_int_equal(tiers->items[1]->kind, HOST_CFG_MAP);
+    assert_int_equal(tiers->items[1]->line, 13);
+    assert_string_equal(tiers->items[1]->items[0]->key, "dir");
+    assert_string_equal(tiers->items[1]->items[0]->scalar, "/cold");
+
+    /* absent config: an empty map, enabled by default */
+    p = &c.plugins[1];
+    assert_string_equal(p->path, "/etc/wm/other.so");
+    assert_int_equal(p->enabled, 1);
+    assert_int_equal(p->line, 15);
+    assert_non_null(p->block);
+    assert_int_equal(p->block->kind, HOST_CFG_MAP);
+    assert_int_equal(p->block->n_items, 0);
+    assert_int_equal(host_config_node_get(p->block, "anything", &v), SMP_ENOTFOUND);
+    host_config_free(&c);
+
+    /* "config:" with nothing after it is an empty block too */
+    load_ok("plugins:\n  - path: a.so\n    config:\n", &c);
+    assert_int_equal(c.plugins[0].block->kind, HOST_CFG_MAP);
+    assert_int_equal(c.plugins[0].block->n_items, 0);
+    host_config_free(&c);
+}
+
+/* Each cluster key, looked up by its RFC name, as a plugin sees it. */
+static void test_cluster_get_each_key(void **state)
+{
+    (void)state;
+    host_config c;
+    smp_config_value v;
+    load_ok("cluster:\n"
+            "  default_weight_preferred_residency: cold\n"
+            "  default_weight_mixed_hot_ratio: 0.3\n"
+            "  default_weight_migration_mode: pinned\n"
+            "  weight_management_oplog_capability_confirmed: true\n"
+            "  weight_lineage_oplog_capability_confirmed: false\n"
+            "  weight_migration_cooldown_ms: 5000\n"
+            "  weight_migration_max_members_per_round: 7\n"
+            "  weight_migration_max_bytes_per_round: 123456789\n",
+            &c);
+    assert_int_equal(host_config_cluster_get(&c, "default_weight_preferred_residency", &v), SMP_OK);
+    assert_int_equal(v.type, SMP_CONFIG_STRING);
+    assert_string_equal(v.s, "cold");
+    assert_int_equal(host_config_cluster_get(&c, "default_weight_mixed_hot_ratio", &v), SMP_OK);
+    assert_int_equal(v.type, SMP_CONFIG_DOUBLE);
+    assert_true(v.d == 0.3);
+    assert_int_equal(host_config_cluster_get(&c, "default_weight_migration_mode", &v), SMP_OK);
+    assert_string_equal(v.s, "pinned");
+    assert_int_equal(host_config_cluster_get(&c, "weight_management_oplog_capability_confirmed", &v),
+                     SMP_OK);
+    assert_int_equal(v.type, SMP_CONFIG_BOOL);
+    assert_int_equal(v.b, 1);
+    assert_int_equal(host_config_cluster_get(&c, "weight_lineage_oplog_capability_confirmed", &v),
+                     SMP_OK);
+    assert_int_equal(v.type, SMP_CONFIG_BOOL);
+    assert_int_equal(v.b, 0);
+    assert_int_equal(host_config_cluster_get(&c, "weight_migration_cooldown_ms", &v), SMP_OK);
+    assert_int_equal(v.type, SMP_CONFIG_INT);
+    assert_int_equal(v.i, 5000);
+    assert_int_equal(host_config_cluster_get(&c, "weight_migration_max_members_per_round", &v), SMP_OK);
+    assert_int_equal(v.i, 7);
+    assert_int_equal(host_config_cluster_get(&c, "weight_migration_max_bytes_per_round", &v), SMP_OK);
+    assert_int_equal(v.i, 123456789);
+    assert_int_equal(host_config_cluster_get(&c, "default_weight_residency", &v), SMP_ENOTFOUND);
+    assert_int_equal(host_config_cluster_get(&c, "ha.enabled", &v), SMP_ENOTFOUND);
+    host_config_free(&c);
+
+    /* and the defaults as written in embedded.yaml */
+    char err[256];
+    assert_int_equal(host_config_load(EMBEDDED, &c, err, sizeof(err)), 0);
+    assert_int_equal(host_config_cluster_get(&c, "default_weight_preferred_residency", &v), SMP_OK);
+    assert_string_equal(v.s, "mixed");
+    assert_int_equal(host_config_cluster_get(&c, "default_weight_migration_mode", &v), SMP_OK);
+    assert_string_equal(v.s, "auto");
+    assert_int_equal(host_config_cluster_get(&c, "weight_migration_max_bytes_per_round", &v), SMP_OK);
+    assert_int_equal(v.i, 1073741824);
+    host_config_free(&c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_empty_file_is_all_defaults),
+        cmocka_unit_test(test_empty_file_on_disk),
+        cmocka_unit_test(test_embedded_yaml),
+        cmocka_unit_test(test_relative_file_name),
+        cmocka_unit_test(test_every_key_is_read),
+        cmocka_unit_test(test_relative_paths),
+        cmocka_unit_test(test_null_section_keeps_defaults),
+        cmocka_unit_test(test_refuses_unknown_keys),
+        cmocka_unit_test(test_refuses_out_of_range_ratio),
+        cmocka_unit_test(test_refuses_zero_batch_limit),
+        cmocka_unit_test(test_refuses_unknown_enum_names),
+        cmocka_unit_test(test_refuses_non_booleans),
+        cmocka_unit_test(test_refuses_bad_integers),
+        cmocka_unit_test(test_refuses_wrong_node_kind),
+        cmocka_unit_test(test_refuses_missing_values),
+        cmocka_unit_test(test_refuses_bad_addresses),
+        cmocka_unit_test(test_refuses_duplicate_keys),
+        cmocka_unit_test(test_refuses_plugin_entries),
+        cmocka_unit_test(test_refuses_crossed_watermarks),
+        cmocka_unit_test(test_refuses_yaml_syntax_errors),
+        cmocka_unit_test(test_refuses_top_level_not_mapping),
+        cmocka_unit_test(test_refuses_what_the_tree_cannot_hold),
+        cmocka_unit_test(test_refuses_unreadable_file),
+        cmocka_unit_test(test_refusal_names_the_file),
+        cmocka_unit_test(test_late_failure_and_short_buffer),
+        cmocka_unit_test(test_plugin_block_kept),
+        cmocka_unit_test(test_cluster_get_each_key),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
