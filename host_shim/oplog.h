@@ -101,8 +101,8 @@ uint64_t oplog_durable_seq(const oplog *log);
  * including seq - 1 is durable. Backends drop whole units (segments) only, so
  * records below seq may survive; replay skips them by after_seq. The work may
  * happen later, off the loop thread; a failure to drop is logged, not fatal.
- * Returns 0, or SMP_EDURABILITY when the log is read-only. Must not overlap a
- * running oplog_replay. */
+ * Returns 0, SMP_EDURABILITY when the log is read-only, or SMP_ESTATE from a
+ * callback run by oplog_close. Must not overlap a running oplog_replay. */
 int oplog_truncate_before(oplog *log, uint64_t seq);
 
 /* Copy the counters into *out. */
@@ -158,13 +158,13 @@ typedef struct oplog_file_options {
     uint32_t test_fail_sync_at;
 } oplog_file_options;
 
-/* Open (or create) the file OpLog in opt->dir and recover it: segments are
- * read in order, a torn tail of the last segment is cut (ftruncate + fsync,
- * and a log line), and the writer thread is started. Corruption that is not a
- * torn tail (a bad record followed by valid data, or in a segment that is not
- * the last), a sequence gap, or an unreadable file refuses the open with
- * SMP_EPROTO / SMP_EIO and a message in err naming the file, offset and
- * sequence; nothing is modified then. Options are copied (dir included).
+/* Open (or create) the file OpLog in opt->dir (its parent must exist) and
+ * recover it: segments are read in order, a torn tail of the last segment is
+ * cut (ftruncate + fsync, and a log line), and the writer thread is started.
+ * Corruption that is not a torn tail (a bad record followed by valid data, or
+ * in a segment that is not the last), a sequence gap, or an unreadable file
+ * refuses the open with SMP_EPROTO / SMP_EIO and a message in err naming the
+ * file, offset and sequence; nothing is modified then. Options are copied (dir included).
  * Returns 0 and *out, or a negative code (and *out untouched); on failure no
  * uv handle is left behind. Loop thread only. */
 int oplog_file_open(uv_loop_t *loop,

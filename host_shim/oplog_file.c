@@ -13,7 +13,8 @@
  * checksum and that sequences are contiguous. A bad record at the very end of
  * the last segment, with nothing valid after it, is a torn tail: it is cut.
  * Anything else that does not verify refuses the open and touches nothing.
- * Nothing here knows what a record means: replay is the caller's.
+ * Nothing here knows what a record means: replay is the caller's. Recovery
+ * and replay map segments read-only; nothing else may shrink them meanwhile.
  *
  * Record layout, little-endian:
  *   u32 magic "WOL1" | u64 seq | u16 type | u16 encver | u32 len |
