@@ -612,6 +612,59 @@ static void test_sequence_gap_between_segments_refuses_open(void **state)
     assert_int_equal(list_segs(fx, segs, 64), n - 1);
 }
 
+/* Inside a segment too: a valid record carrying the wrong sequence (here a
+ * copy of the next one) refuses the open, naming offset and both sequences. */
+static void test_wrong_sequence_inside_a_segment_refuses_open(void **state)
+{
+    fixture *fx = *state;
+    oplog_file_options o = default_opts(fx);
+    const size_t rec = 40 + REC_FRAME;
+    char path[256], err[512] = "";
+    size_t len;
+    uint8_t *buf;
+    oplog *log = NULL;
+
+    make_log(fx, &o, 5, 40);
+    seg_path(fx, 1, path, sizeof(path));
+    buf = read_all(path, &len);
+    memcpy(buf + 2 * rec, buf + 3 * rec, rec); /* seq 4 where 3 belongs */
+    write_all(path, buf, len);
+    assert_int_equal(oplog_file_open(&fx->loop, &o, &log, err, sizeof(err)), SMP_EPROTO);
+    assert_null(log);
+    assert_non_null(strstr(err, path));
+    assert_non_null(strstr(err, "offset 136: record has seq 4, expected 3"));
+    assert_int_equal(file_size(path), len);
+    free(buf);
+}
+
+/* A segment created by a roll just before a crash is empty: it is the last
+ * one, so the log opens and the next append goes into it. */
+static void test_empty_last_segment_is_accepted(void **state)
+{
+    fixture *fx = *state;
+    oplog_file_options o = default_opts(fx);
+    char path[256];
+    replayed r = {0};
+    cb_log c = {0};
+    oplog *log;
+    int fd;
+
+    make_log(fx, &o, 5, 40);
+    seg_path(fx, 6, path, sizeof(path));
+    fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    assert_true(fd >= 0);
+    close(fd);
+    log = open_ok(fx, &o);
+    assert_int_equal(oplog_last_seq(log), 5);
+    replay_ok(log, 0, &r);
+    check_replayed(&r, 1, 5, 40);
+    replayed_free(&r);
+    append_n(log, 6, 1, 40, &c);
+    run_until(fx, &c, 1);
+    close_log(fx, log);
+    assert_int_equal(file_size(path), 40 + REC_FRAME);
+}
+
 /* A failed sync fails every pending record with SMP_EDURABILITY, in order, and
  * leaves the log read-only: later appends and truncations are refused without
  * a callback. The failed records are not found after a reopen. */
@@ -755,6 +808,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_corruption_in_the_middle_refuses_open_and_touches_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_damage_in_an_earlier_segment_refuses_open, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sequence_gap_between_segments_refuses_open, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_wrong_sequence_inside_a_segment_refuses_open, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_empty_last_segment_is_accepted, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sync_failure_fails_pending_records_and_refuses_later_appends, setup, teardown),
         cmocka_unit_test_setup_teardown(test_oversized_payload_is_refused_without_callback, setup, teardown),
         cmocka_unit_test_setup_teardown(test_close_with_pending_appends_makes_them_durable, setup, teardown),
