@@ -9,7 +9,10 @@
  *
  * Threading. Every call is made on the loop thread that owns the uv loop given
  * to the backend's open function; durable callbacks run on that thread too,
- * never from inside oplog_append (except from oplog_close, see there).
+ * never from inside oplog_append (except from oplog_close, see there). The log
+ * keeps the loop alive only while durable callbacks are owed, so uv_run
+ * (UV_RUN_DEFAULT) returns once every appended record has been called back
+ * when nothing else is active.
  *
  * Errors are negative SMP_E* codes (store_plugin.h). When oplog_append fails
  * its callback is never invoked; when it succeeds the callback runs exactly

@@ -79,6 +79,8 @@ typedef struct file_log {
     int closing;
     int appended;          /* replay is no longer allowed */
     entry_list ready;      /* taken from done, callbacks being delivered */
+    uint64_t owed;         /* callbacks not yet run; the async handle holds
+                              the loop alive only while this is not zero */
     uint64_t n_appends;
     uint64_t lat_sum_ns;
     uint64_t n_durable;
@@ -707,7 +709,7 @@ static int write_batch(file_log *fl, entry_list *batch, uint64_t *bytes)
     if (fl->cur_size >= fl->opt.segment_bytes && fl->cur_size > 0) {
         what = "segment roll";
         if ((rc = roll_segment(fl, batch->head->seq)) < 0)
-            goto failed;
+            goto log_failure;
     }
     for (entry *e = batch->head; e != NULL; e = e->next) {
         size_t body = e->rec_len - REC_SUM;
@@ -738,7 +740,7 @@ truncate_back:
      * would then find records whose callbacks reported a failure. */
     if (ftruncate(fl->fd, (off_t)fl->cur_size) == 0)
         (void)fdatasync(fl->fd);
-failed:
+log_failure:
     pthread_mutex_lock(&fl->mu);
     seg_path(fl, fl->segs[fl->nsegs - 1], path, sizeof(path));
     pthread_mutex_unlock(&fl->mu);
@@ -851,6 +853,8 @@ static void deliver_done(file_log *fl)
     list_splice(&fl->ready, &fl->done);
     pthread_mutex_unlock(&fl->mu);
     while ((e = list_pop(&fl->ready)) != NULL) {
+        if (--fl->owed == 0)
+            uv_unref((uv_handle_t *)&fl->async);
         if (e->status == 0) {
             fl->durable_seq = e->seq;
             fl->lat_sum_ns += uv_hrtime() - e->t_append_ns;
@@ -916,6 +920,8 @@ static int file_append(oplog *log,
         free(e);
         return SMP_EDURABILITY;
     }
+    if (fl->owed++ == 0)
+        uv_ref((uv_handle_t *)&fl->async);
     fl->last_seq = seq;
     fl->appended = 1;
     fl->n_appends++;
@@ -1165,6 +1171,7 @@ int oplog_file_open(uv_loop_t *loop,
         goto stop_thread;
     }
     fl->async.data = fl;
+    uv_unref((uv_handle_t *)&fl->async);
     *out = &fl->base;
     return 0;
 

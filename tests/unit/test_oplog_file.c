@@ -302,7 +302,8 @@ static void test_append_is_durable_in_order_and_replays_the_same_bytes(void **st
     append_n(log, 1, 50, SIZE_MAX, &c);
     assert_int_equal(c.n, 0); /* never from inside append */
     assert_int_equal(oplog_last_seq(log), 50);
-    run_until(fx, &c, 50);
+    uv_run(&fx->loop, UV_RUN_DEFAULT); /* returns once nothing is owed */
+    assert_int_equal(c.n, 50);
     for (int i = 0; i < 50; i++) {
         assert_int_equal(c.seq[i], (uint64_t)i + 1);
         assert_int_equal(c.status[i], 0);
