@@ -1,0 +1,1193 @@
+/* oplog_file.c -- the file backend of the OpLog.
+ *
+ * Records are appended to segment files in opt->dir (named by the sequence of
+ * their first record, 000000000000000001.log) and made durable in groups: the
+ * writer thread takes whatever was queued while the previous fdatasync ran (up
+ * to max_batch_records), writes it with one writev, syncs once, and hands the
+ * batch back to the loop thread through a uv_async_t, where the durable
+ * callbacks run in sequence order. A failed write or sync makes the log
+ * read-only: every queued record fails with SMP_EDURABILITY and every later
+ * append is refused (fail closed, like PostgreSQL after a failed fsync).
+ *
+ * Recovery at open reads the segments in order and checks every record's
+ * checksum and that sequences are contiguous. A bad record at the very end of
+ * the last segment, with nothing valid after it, is a torn tail: it is cut.
+ * Anything else that does not verify refuses the open and touches nothing.
+ * Nothing here knows what a record means: replay is the caller's. Recovery
+ * and replay map segments read-only; nothing else may shrink them meanwhile.
+ *
+ * Record layout, little-endian:
+ *   u32 magic "WOL1" | u64 seq | u16 type | u16 encver | u32 len |
+ *   payload[len] | u64 XXH64(header and payload, seed 0) */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <xxhash.h>
+
+#include "oplog.h"
+
+#define REC_MAGIC 0x314C4F57u /* bytes 'W' 'O' 'L' '1' */
+#define REC_HDR 20u
+#define REC_SUM 8u
+#define REC_FRAME (REC_HDR + REC_SUM)
+#define SEG_DIGITS 18
+#define SEG_SUFFIX ".log"
+
+#define DEFAULT_SEGMENT_BYTES (UINT64_C(64) << 20)
+#define DEFAULT_MAX_BATCH 1024u
+#define DEFAULT_MAX_RECORD (16u << 20)
+
+/* One appended record on its way to disk and back to its callback. */
+typedef struct entry {
+    struct entry *next;
+    uint64_t seq;
+    uint64_t t_append_ns;
+    oplog_durable_fn cb;
+    void *arg;
+    int status;
+    size_t rec_len;  /* REC_FRAME + payload length */
+    uint8_t rec[];   /* the record as written, checksum filled by the writer */
+} entry;
+
+typedef struct entry_list {
+    entry *head;
+    entry *tail;
+} entry_list;
+
+typedef struct file_log {
+    struct oplog base;
+    uv_loop_t *loop;
+    uv_async_t async;
+    char *dir;
+    oplog_file_options opt; /* defaults applied; opt.dir points at dir */
+
+    /* Loop thread only. */
+    uint64_t last_seq;     /* last assigned */
+    uint64_t durable_seq;  /* last delivered with status 0 */
+    int closing;
+    int appended;          /* replay is no longer allowed */
+    entry_list ready;      /* taken from done, callbacks being delivered */
+    uint64_t owed;         /* callbacks not yet run; the async handle holds
+                              the loop alive only while this is not zero */
+    uint64_t n_appends;
+    uint64_t lat_sum_ns;
+    uint64_t n_durable;
+    uint64_t n_failed;
+
+    /* Shared between the loop and the writer, under mu. */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    entry_list queue;      /* appended, not yet taken by the writer */
+    entry_list done;       /* written or failed, callbacks owed */
+    int stop;
+    int failed;            /* read-only after a write or sync failure */
+    uint64_t trunc_req;    /* drop segments entirely below it; 0: none */
+    uint64_t *segs;        /* first sequence of each segment, ascending */
+    size_t nsegs;
+    size_t segs_cap;
+    uint64_t n_bytes;
+    uint64_t n_syncs;
+    uint64_t n_batches;
+    uint64_t max_batch;
+
+    /* Writer thread only (after open). */
+    pthread_t thread;
+    int fd;                /* the last segment, open for writing */
+    uint64_t cur_size;     /* its size; everything in it is durable */
+    uint32_t sync_attempts;
+    struct iovec *iov;     /* max_batch_records entries */
+} file_log;
+
+typedef enum rec_status {
+    REC_OK = 0,
+    REC_SHORT_HEADER,
+    REC_BAD_MAGIC,
+    REC_SHORT_RECORD,
+    REC_BAD_CHECKSUM
+} rec_status;
+
+static const char *rec_status_text(rec_status s)
+{
+    switch (s) {
+    case REC_OK: return "valid";
+    case REC_SHORT_HEADER: return "short header";
+    case REC_BAD_MAGIC: return "bad magic";
+    case REC_SHORT_RECORD: return "short payload";
+    case REC_BAD_CHECKSUM: return "checksum mismatch";
+    }
+    return "invalid";
+}
+
+/* -- little helpers -------------------------------------------------------- */
+
+static void put_le16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+static void put_le32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put_le64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint16_t get_le16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
+
+static uint32_t get_le32(const uint8_t *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+static uint64_t get_le64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    if (err == NULL || errlen == 0)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* Emit one log line through opt.log_fn (or stderr). Any thread. */
+static void log_line(const file_log *fl, const char *fmt, ...)
+{
+    char line[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    if (fl->opt.log_fn != NULL)
+        fl->opt.log_fn(fl->opt.log_arg, line);
+    else
+        fprintf(stderr, "%s\n", line);
+}
+
+static void seg_path(const file_log *fl, uint64_t first, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s/%0*" PRIu64 SEG_SUFFIX, fl->dir, SEG_DIGITS, first);
+}
+
+static void list_push(entry_list *l, entry *e)
+{
+    e->next = NULL;
+    if (l->tail != NULL)
+        l->tail->next = e;
+    else
+        l->head = e;
+    l->tail = e;
+}
+
+/* Move all of src to the end of dst. */
+static void list_splice(entry_list *dst, entry_list *src)
+{
+    if (src->head == NULL)
+        return;
+    if (dst->tail != NULL)
+        dst->tail->next = src->head;
+    else
+        dst->head = src->head;
+    dst->tail = src->tail;
+    src->head = src->tail = NULL;
+}
+
+static entry *list_pop(entry_list *l)
+{
+    entry *e = l->head;
+    if (e != NULL) {
+        l->head = e->next;
+        if (l->head == NULL)
+            l->tail = NULL;
+        e->next = NULL;
+    }
+    return e;
+}
+
+/* fsync a directory so that entries created or removed in it are durable.
+ * Returns 0 or -errno. */
+static int fsync_dir(const char *dir)
+{
+    int rc = 0;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    if (fsync(fd) < 0)
+        rc = -errno;
+    close(fd);
+    return rc;
+}
+
+/* Check the record at p (avail bytes up to the end of the file). On REC_OK
+ * fills *rec (payload points into p) and *rec_len. Never reads past avail. */
+static rec_status parse_record(const uint8_t *p,
+                               size_t avail,
+                               oplog_record *rec,
+                               size_t *rec_len)
+{
+    uint32_t len;
+    if (avail < REC_HDR)
+        return REC_SHORT_HEADER;
+    if (get_le32(p) != REC_MAGIC)
+        return REC_BAD_MAGIC;
+    len = get_le32(p + 16);
+    if (avail - REC_HDR < (uint64_t)len + REC_SUM)
+        return REC_SHORT_RECORD;
+    if (XXH64(p, REC_HDR + (size_t)len, 0) != get_le64(p + REC_HDR + len))
+        return REC_BAD_CHECKSUM;
+    rec->seq = get_le64(p + 4);
+    rec->type = get_le16(p + 12);
+    rec->encver = get_le16(p + 14);
+    rec->payload = p + REC_HDR;
+    rec->len = len;
+    *rec_len = REC_FRAME + (size_t)len;
+    return REC_OK;
+}
+
+/* Look for any valid record starting at an offset in [from, size). Returns 1
+ * and its offset and sequence when there is one, else 0. */
+static int find_valid_after(const uint8_t *buf,
+                            size_t size,
+                            size_t from,
+                            size_t *at,
+                            uint64_t *seq)
+{
+    static const uint8_t magic[4] = {'W', 'O', 'L', '1'};
+    size_t off = from;
+    while (off + REC_FRAME <= size) {
+        const uint8_t *hit = memmem(buf + off, size - off, magic, sizeof(magic));
+        oplog_record rec;
+        size_t rec_len;
+        if (hit == NULL)
+            return 0;
+        off = (size_t)(hit - buf);
+        if (parse_record(hit, size - off, &rec, &rec_len) == REC_OK) {
+            *at = off;
+            *seq = rec.seq;
+            return 1;
+        }
+        off++;
+    }
+    return 0;
+}
+
+/* A read-only view of one segment file. */
+typedef struct seg_map {
+    int fd;
+    const uint8_t *buf; /* NULL when the file is empty */
+    size_t size;
+} seg_map;
+
+static int seg_map_open(const char *path, seg_map *m, char *err, size_t errlen)
+{
+    int rc;
+    struct stat st;
+    m->buf = NULL;
+    m->size = 0;
+    m->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (m->fd < 0) {
+        rc = -errno;
+        set_err(err, errlen, "oplog: %s: cannot open: %s", path, strerror(-rc));
+        return SMP_EIO;
+    }
+    if (fstat(m->fd, &st) < 0) {
+        rc = -errno;
+        set_err(err, errlen, "oplog: %s: cannot stat: %s", path, strerror(-rc));
+        goto close_fd;
+    }
+    m->size = (size_t)st.st_size;
+    if (m->size > 0) {
+        void *p = mmap(NULL, m->size, PROT_READ, MAP_PRIVATE, m->fd, 0);
+        if (p == MAP_FAILED) {
+            rc = -errno;
+            set_err(err, errlen, "oplog: %s: cannot map: %s", path, strerror(-rc));
+            goto close_fd;
+        }
+        m->buf = p;
+    }
+    return 0;
+close_fd:
+    close(m->fd);
+    m->fd = -1;
+    return SMP_EIO;
+}
+
+static void seg_map_close(seg_map *m)
+{
+    if (m->buf != NULL)
+        munmap((void *)m->buf, m->size);
+    if (m->fd >= 0)
+        close(m->fd);
+    m->buf = NULL;
+    m->fd = -1;
+}
+
+/* -- recovery ---------------------------------------------------------------- */
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Parse "<18 digits>.log" into its first sequence; 0 when it is not a
+ * segment name. */
+static uint64_t seg_name_seq(const char *name)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < SEG_DIGITS; i++) {
+        if (name[i] < '0' || name[i] > '9')
+            return 0;
+        v = v * 10 + (uint64_t)(name[i] - '0');
+    }
+    if (strcmp(name + SEG_DIGITS, SEG_SUFFIX) != 0)
+        return 0;
+    return v;
+}
+
+static int segs_reserve(file_log *fl, size_t n)
+{
+    uint64_t *p;
+    size_t cap;
+    if (n <= fl->segs_cap)
+        return 0;
+    cap = fl->segs_cap ? fl->segs_cap * 2 : 16;
+    while (cap < n)
+        cap *= 2;
+    p = realloc(fl->segs, cap * sizeof(*p));
+    if (p == NULL)
+        return SMP_ENOMEM;
+    fl->segs = p;
+    fl->segs_cap = cap;
+    return 0;
+}
+
+/* Collect the segment files of fl->dir, sorted. Files that are not segments
+ * are ignored. A segment named 0 refuses the open. */
+static int list_segments(file_log *fl, char *err, size_t errlen)
+{
+    int rc = 0;
+    struct dirent *de;
+    DIR *d = opendir(fl->dir);
+    if (d == NULL) {
+        set_err(err, errlen, "oplog: %s: cannot list: %s", fl->dir, strerror(errno));
+        return SMP_EIO;
+    }
+    while ((de = readdir(d)) != NULL) {
+        uint64_t seq;
+        if (strlen(de->d_name) != SEG_DIGITS + strlen(SEG_SUFFIX))
+            continue;
+        seq = seg_name_seq(de->d_name);
+        if (seq == 0) {
+            if (strspn(de->d_name, "0") == SEG_DIGITS &&
+                strcmp(de->d_name + SEG_DIGITS, SEG_SUFFIX) == 0) {
+                set_err(err, errlen, "oplog: %s/%s: a segment cannot start at seq 0",
+                        fl->dir, de->d_name);
+                rc = SMP_EPROTO;
+                goto close_dir;
+            }
+            continue;
+        }
+        if ((rc = segs_reserve(fl, fl->nsegs + 1)) < 0) {
+            set_err(err, errlen, "oplog: out of memory listing %s", fl->dir);
+            goto close_dir;
+        }
+        fl->segs[fl->nsegs++] = seq;
+    }
+    if (fl->nsegs > 0)
+        qsort(fl->segs, fl->nsegs, sizeof(fl->segs[0]), cmp_u64);
+close_dir:
+    closedir(d);
+    return rc;
+}
+
+/* Verify segment idx, whose first record must carry *expect; on return
+ * *expect is the sequence after its last record. When the segment is the last
+ * one and ends in a torn tail, *cut_at is set to the offset to cut it at
+ * (else to UINT64_MAX) and *cut_what describes the bad record. Refuses
+ * (SMP_EPROTO, message in err) any other record that does not verify. Reads
+ * only. */
+static int scan_segment(file_log *fl,
+                        size_t idx,
+                        uint64_t *expect,
+                        uint64_t *cut_at,
+                        rec_status *cut_what,
+                        char *err,
+                        size_t errlen)
+{
+    int rc;
+    char path[PATH_MAX];
+    seg_map m;
+    size_t off = 0;
+    int is_last = idx + 1 == fl->nsegs;
+
+    *cut_at = UINT64_MAX;
+    seg_path(fl, fl->segs[idx], path, sizeof(path));
+    if ((rc = seg_map_open(path, &m, err, errlen)) < 0)
+        return rc;
+    while (off < m.size) {
+        oplog_record rec;
+        size_t rec_len = 0, valid_at = 0;
+        uint64_t valid_seq = 0;
+        rec_status st = parse_record(m.buf + off, m.size - off, &rec, &rec_len);
+        if (st == REC_OK) {
+            if (rec.seq != *expect) {
+                set_err(err, errlen,
+                        "oplog: %s: offset %zu: record has seq %" PRIu64
+                        ", expected %" PRIu64 " (sequence gap); refusing to open",
+                        path, off, rec.seq, *expect);
+                rc = SMP_EPROTO;
+                goto unmap;
+            }
+            (*expect)++;
+            off += rec_len;
+            continue;
+        }
+        if (find_valid_after(m.buf, m.size, off + 1, &valid_at, &valid_seq)) {
+            set_err(err, errlen,
+                    "oplog: %s: offset %zu: record seq %" PRIu64 " is corrupt (%s) "
+                    "but a valid record (seq %" PRIu64 ") follows at offset %zu: "
+                    "not a torn tail; refusing to open",
+                    path, off, *expect, rec_status_text(st), valid_seq, valid_at);
+            rc = SMP_EPROTO;
+            goto unmap;
+        }
+        if (!is_last) {
+            set_err(err, errlen,
+                    "oplog: %s: offset %zu: record seq %" PRIu64 " is corrupt (%s) "
+                    "in a segment that is not the last: not a torn tail; "
+                    "refusing to open",
+                    path, off, *expect, rec_status_text(st));
+            rc = SMP_EPROTO;
+            goto unmap;
+        }
+        *cut_at = off;
+        *cut_what = st;
+        break;
+    }
+    rc = 0;
+unmap:
+    seg_map_close(&m);
+    return rc;
+}
+
+/* Cut the last segment at offset cut_at and make the cut durable. */
+static int cut_torn_tail(file_log *fl,
+                         uint64_t cut_at,
+                         uint64_t seq,
+                         rec_status what,
+                         char *err,
+                         size_t errlen)
+{
+    int rc = 0;
+    char path[PATH_MAX];
+    struct stat st;
+    int fd;
+
+    seg_path(fl, fl->segs[fl->nsegs - 1], path, sizeof(path));
+    fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0) {
+        set_err(err, errlen, "oplog: %s: cannot open to cut the torn tail: %s",
+                path, strerror(errno));
+        return SMP_EIO;
+    }
+    if (fstat(fd, &st) < 0 || ftruncate(fd, (off_t)cut_at) < 0 || fsync(fd) < 0) {
+        set_err(err, errlen, "oplog: %s: cannot cut the torn tail at offset %" PRIu64
+                ": %s", path, cut_at, strerror(errno));
+        rc = SMP_EIO;
+        goto close_fd;
+    }
+    log_line(fl, "oplog: %s: torn tail at offset %" PRIu64 " (record seq %" PRIu64
+             ": %s): cut %" PRIu64 " bytes",
+             path, cut_at, seq, rec_status_text(what),
+             (uint64_t)st.st_size - cut_at);
+close_fd:
+    close(fd);
+    return rc;
+}
+
+/* Create the segment whose first record is first and make its name durable.
+ * Returns the open fd (write only) or a negative code. */
+static int create_segment(file_log *fl, uint64_t first)
+{
+    int rc;
+    char path[PATH_MAX];
+    int fd;
+    seg_path(fl, first, path, sizeof(path));
+    fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return -errno;
+    if ((rc = fsync_dir(fl->dir)) < 0) {
+        close(fd);
+        return rc;
+    }
+    return fd;
+}
+
+/* Create dir when it does not exist (one level) and make that durable. */
+static int ensure_dir(const char *dir, char *err, size_t errlen)
+{
+    int rc;
+    char parent[PATH_MAX];
+    char *slash;
+    if (mkdir(dir, 0755) == 0) {
+        snprintf(parent, sizeof(parent), "%s", dir);
+        slash = strrchr(parent, '/');
+        if (slash == parent)
+            slash[1] = '\0';
+        else if (slash != NULL)
+            *slash = '\0';
+        else
+            snprintf(parent, sizeof(parent), ".");
+        if ((rc = fsync_dir(parent)) < 0) {
+            set_err(err, errlen, "oplog: %s: cannot sync after mkdir: %s",
+                    parent, strerror(-rc));
+            return SMP_EIO;
+        }
+        return 0;
+    }
+    if (errno == EEXIST)
+        return 0;
+    set_err(err, errlen, "oplog: %s: cannot create: %s", dir, strerror(errno));
+    return SMP_EIO;
+}
+
+/* Read every segment, cut a torn tail, and leave fl->last_seq and the last
+ * segment's fd and size ready for the writer. Refuses without modifying
+ * anything when a check other than the torn tail fails. */
+static int recover(file_log *fl, char *err, size_t errlen)
+{
+    int rc;
+    uint64_t expect, cut_at = UINT64_MAX;
+    rec_status cut_what = REC_OK;
+    char path[PATH_MAX];
+    off_t end;
+
+    if ((rc = list_segments(fl, err, errlen)) < 0)
+        return rc;
+    if (fl->nsegs == 0) {
+        if ((rc = segs_reserve(fl, 1)) < 0) {
+            set_err(err, errlen, "oplog: out of memory");
+            return rc;
+        }
+        if ((rc = create_segment(fl, 1)) < 0) {
+            set_err(err, errlen, "oplog: %s: cannot create the first segment: %s",
+                    fl->dir, strerror(-rc));
+            return SMP_EIO;
+        }
+        fl->fd = rc;
+        fl->segs[fl->nsegs++] = 1;
+        fl->cur_size = 0;
+        fl->last_seq = 0;
+        return 0;
+    }
+    expect = fl->segs[0];
+    for (size_t i = 0; i < fl->nsegs; i++) {
+        if (fl->segs[i] != expect) {
+            char prev[PATH_MAX];
+            seg_path(fl, fl->segs[i], path, sizeof(path));
+            seg_path(fl, fl->segs[i - 1], prev, sizeof(prev));
+            set_err(err, errlen,
+                    "oplog: %s: segment starts at seq %" PRIu64 " but %s ends at seq %"
+                    PRIu64 ": sequence gap; refusing to open",
+                    path, fl->segs[i], prev, expect - 1);
+            return SMP_EPROTO;
+        }
+        if ((rc = scan_segment(fl, i, &expect, &cut_at, &cut_what, err, errlen)) < 0)
+            return rc;
+    }
+    if (cut_at != UINT64_MAX &&
+        (rc = cut_torn_tail(fl, cut_at, expect, cut_what, err, errlen)) < 0)
+        return rc;
+    fl->last_seq = expect - 1;
+
+    seg_path(fl, fl->segs[fl->nsegs - 1], path, sizeof(path));
+    fl->fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fl->fd < 0 || (end = lseek(fl->fd, 0, SEEK_END)) < 0) {
+        set_err(err, errlen, "oplog: %s: cannot open for appending: %s",
+                path, strerror(errno));
+        if (fl->fd >= 0)
+            close(fl->fd);
+        fl->fd = -1;
+        return SMP_EIO;
+    }
+    fl->cur_size = (uint64_t)end;
+    return 0;
+}
+
+/* -- the writer thread --------------------------------------------------------- */
+
+/* Write all iov entries (the array is consumed). Returns 0 or -errno. */
+static int write_all(int fd, struct iovec *iov, int n)
+{
+    while (n > 0) {
+        int cnt = n > IOV_MAX ? IOV_MAX : n;
+        ssize_t w = writev(fd, iov, cnt);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        while (w > 0 && n > 0) {
+            if ((size_t)w >= iov->iov_len) {
+                w -= (ssize_t)iov->iov_len;
+                iov++;
+                n--;
+            } else {
+                iov->iov_base = (uint8_t *)iov->iov_base + w;
+                iov->iov_len -= (size_t)w;
+                w = 0;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Start a new segment for the record first (the current one is durable and
+ * past segment_bytes). Writer thread. Returns 0 or -errno. */
+static int roll_segment(file_log *fl, uint64_t first)
+{
+    int rc, fd;
+    pthread_mutex_lock(&fl->mu);
+    rc = segs_reserve(fl, fl->nsegs + 1);
+    pthread_mutex_unlock(&fl->mu);
+    if (rc < 0)
+        return -ENOMEM;
+    if ((fd = create_segment(fl, first)) < 0)
+        return fd;
+    pthread_mutex_lock(&fl->mu);
+    fl->segs[fl->nsegs++] = first;
+    pthread_mutex_unlock(&fl->mu);
+    close(fl->fd);
+    fl->fd = fd;
+    fl->cur_size = 0;
+    return 0;
+}
+
+/* Write one group commit and sync it. Writer thread. On failure the bytes
+ * that were not made durable are cut off again as far as possible, and the
+ * failure is logged. Returns 0 or -errno. */
+static int write_batch(file_log *fl, entry_list *batch, uint64_t *bytes)
+{
+    int rc;
+    int i = 0;
+    uint64_t total = 0;
+    const char *what = "write";
+    char path[PATH_MAX];
+
+    if (fl->cur_size >= fl->opt.segment_bytes && fl->cur_size > 0) {
+        what = "segment roll";
+        if ((rc = roll_segment(fl, batch->head->seq)) < 0)
+            goto log_failure;
+    }
+    for (entry *e = batch->head; e != NULL; e = e->next) {
+        size_t body = e->rec_len - REC_SUM;
+        put_le64(e->rec + body, XXH64(e->rec, body, 0));
+        fl->iov[i].iov_base = e->rec;
+        fl->iov[i].iov_len = e->rec_len;
+        total += e->rec_len;
+        i++;
+    }
+    what = "write";
+    if ((rc = write_all(fl->fd, fl->iov, i)) < 0)
+        goto truncate_back;
+    what = "fdatasync";
+    fl->sync_attempts++;
+    if (fl->opt.test_fail_sync_at != 0 &&
+        fl->sync_attempts >= fl->opt.test_fail_sync_at)
+        rc = -EIO;
+    else if (fdatasync(fl->fd) < 0)
+        rc = -errno;
+    if (rc < 0)
+        goto truncate_back;
+    fl->cur_size += total;
+    *bytes = total;
+    return 0;
+
+truncate_back:
+    /* Best effort: what was not synced may still reach the disk; recovery
+     * would then find records whose callbacks reported a failure. */
+    if (ftruncate(fl->fd, (off_t)fl->cur_size) == 0)
+        (void)fdatasync(fl->fd);
+log_failure:
+    pthread_mutex_lock(&fl->mu);
+    seg_path(fl, fl->segs[fl->nsegs - 1], path, sizeof(path));
+    pthread_mutex_unlock(&fl->mu);
+    log_line(fl, "oplog: %s: %s failed at seq %" PRIu64 " (%s): the log is "
+             "read-only now", path, what, batch->head->seq, strerror(-rc));
+    return rc;
+}
+
+/* Drop the segments entirely below seq, oldest first, syncing the directory
+ * after each so that the survivors always form a contiguous suffix. Writer
+ * thread. A failure is logged and stops the drop. */
+static void drop_segments(file_log *fl, uint64_t seq)
+{
+    size_t k = 0, dropped = 0;
+    char path[PATH_MAX];
+    int rc;
+
+    pthread_mutex_lock(&fl->mu);
+    while (k + 1 < fl->nsegs && fl->segs[k + 1] <= seq)
+        k++;
+    pthread_mutex_unlock(&fl->mu);
+    /* Only this thread changes segs, so segs[0..k) stays put unlocked. */
+    for (; dropped < k; dropped++) {
+        seg_path(fl, fl->segs[dropped], path, sizeof(path));
+        if (unlink(path) < 0 && errno != ENOENT) {
+            log_line(fl, "oplog: %s: cannot remove: %s", path, strerror(errno));
+            break;
+        }
+        if ((rc = fsync_dir(fl->dir)) < 0) {
+            log_line(fl, "oplog: %s: cannot sync after removing %s: %s",
+                     fl->dir, path, strerror(-rc));
+            dropped++;
+            break;
+        }
+    }
+    if (dropped == 0)
+        return;
+    pthread_mutex_lock(&fl->mu);
+    memmove(fl->segs, fl->segs + dropped, (fl->nsegs - dropped) * sizeof(fl->segs[0]));
+    fl->nsegs -= dropped;
+    pthread_mutex_unlock(&fl->mu);
+}
+
+/* The writer: group commits until stopped, then drains the queue. */
+static void *writer_main(void *arg)
+{
+    file_log *fl = arg;
+    pthread_mutex_lock(&fl->mu);
+    for (;;) {
+        entry_list batch = {NULL, NULL};
+        size_t n = 0;
+        uint64_t bytes = 0;
+        int rc;
+
+        while (fl->queue.head == NULL && !fl->stop && fl->trunc_req == 0)
+            pthread_cond_wait(&fl->cv, &fl->mu);
+        if (fl->trunc_req != 0) {
+            uint64_t seq = fl->trunc_req;
+            fl->trunc_req = 0;
+            if (!fl->failed) {
+                pthread_mutex_unlock(&fl->mu);
+                drop_segments(fl, seq);
+                pthread_mutex_lock(&fl->mu);
+            }
+            continue;
+        }
+        if (fl->queue.head == NULL)
+            break; /* stopped and drained */
+        while (n < fl->opt.max_batch_records && fl->queue.head != NULL) {
+            list_push(&batch, list_pop(&fl->queue));
+            n++;
+        }
+        pthread_mutex_unlock(&fl->mu);
+
+        rc = write_batch(fl, &batch, &bytes);
+
+        pthread_mutex_lock(&fl->mu);
+        if (rc < 0) {
+            fl->failed = 1;
+            list_splice(&batch, &fl->queue);
+            for (entry *e = batch.head; e != NULL; e = e->next)
+                e->status = SMP_EDURABILITY;
+        } else {
+            for (entry *e = batch.head; e != NULL; e = e->next)
+                e->status = 0;
+            fl->n_bytes += bytes;
+            fl->n_syncs++;
+            fl->n_batches++;
+            if (n > fl->max_batch)
+                fl->max_batch = n;
+        }
+        list_splice(&fl->done, &batch);
+        pthread_mutex_unlock(&fl->mu);
+        uv_async_send(&fl->async);
+        pthread_mutex_lock(&fl->mu);
+    }
+    pthread_mutex_unlock(&fl->mu);
+    return NULL;
+}
+
+/* -- the loop side ---------------------------------------------------------------- */
+
+/* Run the callbacks owed, in sequence order. Loop thread. Re-entrant: a
+ * callback that closes the log makes the nested call continue from the same
+ * list, so order holds; fl stays allocated until the uv close callback. */
+static void deliver_done(file_log *fl)
+{
+    entry *e;
+    pthread_mutex_lock(&fl->mu);
+    list_splice(&fl->ready, &fl->done);
+    pthread_mutex_unlock(&fl->mu);
+    while ((e = list_pop(&fl->ready)) != NULL) {
+        if (--fl->owed == 0)
+            uv_unref((uv_handle_t *)&fl->async);
+        if (e->status == 0) {
+            fl->durable_seq = e->seq;
+            fl->lat_sum_ns += uv_hrtime() - e->t_append_ns;
+            fl->n_durable++;
+        } else {
+            fl->n_failed++;
+        }
+        if (e->cb != NULL)
+            e->cb(e->arg, e->status, e->seq);
+        free(e);
+    }
+}
+
+static void on_async(uv_async_t *h)
+{
+    deliver_done(h->data);
+}
+
+static int file_append(oplog *log,
+                       uint16_t type,
+                       uint16_t encver,
+                       const void *payload,
+                       size_t len,
+                       oplog_durable_fn cb,
+                       void *arg,
+                       uint64_t *out_seq)
+{
+    file_log *fl = (file_log *)log;
+    uint64_t seq = fl->last_seq + 1;
+    entry *e;
+    int failed;
+
+    if (fl->closing)
+        return SMP_ESTATE;
+    if (len > fl->opt.max_record_bytes)
+        return SMP_ERANGE;
+    e = malloc(sizeof(*e) + REC_FRAME + len);
+    if (e == NULL)
+        return SMP_ENOMEM;
+    e->next = NULL;
+    e->seq = seq;
+    e->t_append_ns = uv_hrtime();
+    e->cb = cb;
+    e->arg = arg;
+    e->status = 0;
+    e->rec_len = REC_FRAME + len;
+    put_le32(e->rec, REC_MAGIC);
+    put_le64(e->rec + 4, seq);
+    put_le16(e->rec + 12, type);
+    put_le16(e->rec + 14, encver);
+    put_le32(e->rec + 16, (uint32_t)len);
+    if (len > 0)
+        memcpy(e->rec + REC_HDR, payload, len);
+
+    pthread_mutex_lock(&fl->mu);
+    failed = fl->failed;
+    if (!failed) {
+        list_push(&fl->queue, e);
+        pthread_cond_signal(&fl->cv);
+    }
+    pthread_mutex_unlock(&fl->mu);
+    if (failed) {
+        free(e);
+        return SMP_EDURABILITY;
+    }
+    if (fl->owed++ == 0)
+        uv_ref((uv_handle_t *)&fl->async);
+    fl->last_seq = seq;
+    fl->appended = 1;
+    fl->n_appends++;
+    if (out_seq != NULL)
+        *out_seq = seq;
+    return 0;
+}
+
+static int file_replay(oplog *log,
+                       uint64_t after_seq,
+                       oplog_replay_fn fn,
+                       void *arg,
+                       char *err,
+                       size_t errlen)
+{
+    file_log *fl = (file_log *)log;
+    int rc = 0;
+    uint64_t *segs;
+    size_t nsegs;
+    char path[PATH_MAX];
+
+    if (fl->appended || fl->closing) {
+        set_err(err, errlen, "oplog: replay must come before the first append");
+        return SMP_ESTATE;
+    }
+    pthread_mutex_lock(&fl->mu);
+    nsegs = fl->nsegs;
+    segs = malloc(nsegs * sizeof(*segs));
+    if (segs != NULL)
+        memcpy(segs, fl->segs, nsegs * sizeof(*segs));
+    pthread_mutex_unlock(&fl->mu);
+    if (segs == NULL) {
+        set_err(err, errlen, "oplog: out of memory");
+        return SMP_ENOMEM;
+    }
+    if (segs[0] > after_seq + 1) {
+        seg_path(fl, segs[0], path, sizeof(path));
+        set_err(err, errlen, "oplog: records %" PRIu64 "..%" PRIu64 " are missing: "
+                "the log starts at seq %" PRIu64 " (%s)",
+                after_seq + 1, segs[0] - 1, segs[0], path);
+        rc = SMP_EPROTO;
+        goto free_segs;
+    }
+    if (fl->last_seq < after_seq) {
+        set_err(err, errlen, "oplog: the log ends at seq %" PRIu64 ", before seq %"
+                PRIu64 " that replay starts after", fl->last_seq, after_seq);
+        rc = SMP_EPROTO;
+        goto free_segs;
+    }
+    for (size_t i = 0; i < nsegs; i++) {
+        seg_map m;
+        size_t off = 0;
+        uint64_t expect = segs[i];
+        uint64_t end = i + 1 < nsegs ? segs[i + 1] - 1 : fl->last_seq;
+        if (end <= after_seq)
+            continue;
+        seg_path(fl, segs[i], path, sizeof(path));
+        if ((rc = seg_map_open(path, &m, err, errlen)) < 0)
+            goto free_segs;
+        while (off < m.size) {
+            oplog_record rec;
+            size_t rec_len = 0;
+            rec_status st = parse_record(m.buf + off, m.size - off, &rec, &rec_len);
+            if (st != REC_OK || rec.seq != expect) {
+                set_err(err, errlen, "oplog: %s: offset %zu: record seq %" PRIu64
+                        " no longer verifies (%s)", path, off, expect,
+                        st != REC_OK ? rec_status_text(st) : "sequence gap");
+                rc = SMP_EPROTO;
+                break;
+            }
+            expect++;
+            off += rec_len;
+            if (rec.seq <= after_seq)
+                continue;
+            if ((rc = fn(arg, &rec)) < 0) {
+                set_err(err, errlen, "oplog: replay stopped at seq %" PRIu64 ": %s",
+                        rec.seq, smp_strerror(rc));
+                break;
+            }
+        }
+        seg_map_close(&m);
+        if (rc < 0)
+            goto free_segs;
+    }
+free_segs:
+    free(segs);
+    return rc;
+}
+
+static uint64_t file_last_seq(const oplog *log)
+{
+    return ((const file_log *)log)->last_seq;
+}
+
+static uint64_t file_durable_seq(const oplog *log)
+{
+    return ((const file_log *)log)->durable_seq;
+}
+
+static int file_truncate_before(oplog *log, uint64_t seq)
+{
+    file_log *fl = (file_log *)log;
+    int rc = 0;
+    if (fl->closing)
+        return SMP_ESTATE;
+    pthread_mutex_lock(&fl->mu);
+    if (fl->failed) {
+        rc = SMP_EDURABILITY;
+    } else if (seq > fl->trunc_req) {
+        fl->trunc_req = seq;
+        pthread_cond_signal(&fl->cv);
+    }
+    pthread_mutex_unlock(&fl->mu);
+    return rc;
+}
+
+static void file_stats(const oplog *log, oplog_stats *out)
+{
+    file_log *fl = (file_log *)log;
+    pthread_mutex_lock(&fl->mu);
+    out->bytes = fl->n_bytes;
+    out->syncs = fl->n_syncs;
+    out->batches = fl->n_batches;
+    out->max_batch = fl->max_batch;
+    pthread_mutex_unlock(&fl->mu);
+    out->appends = fl->n_appends;
+    out->durable_lat_ns_sum = fl->lat_sum_ns;
+    out->durable_count = fl->n_durable;
+    out->failed = fl->n_failed;
+}
+
+/* Free what open allocated; the mutex and cond only when initialised. */
+static void free_log(file_log *fl)
+{
+    free(fl->iov);
+    free(fl->segs);
+    free(fl->dir);
+    free(fl);
+}
+
+static void on_closed(uv_handle_t *h)
+{
+    file_log *fl = h->data;
+    pthread_cond_destroy(&fl->cv);
+    pthread_mutex_destroy(&fl->mu);
+    free_log(fl);
+}
+
+static void file_close(oplog *log)
+{
+    file_log *fl = (file_log *)log;
+    if (fl->closing)
+        return;
+    fl->closing = 1;
+    pthread_mutex_lock(&fl->mu);
+    fl->stop = 1;
+    pthread_cond_signal(&fl->cv);
+    pthread_mutex_unlock(&fl->mu);
+    pthread_join(fl->thread, NULL);
+    deliver_done(fl);
+    if (fl->fd >= 0)
+        close(fl->fd);
+    fl->fd = -1;
+    uv_close((uv_handle_t *)&fl->async, on_closed);
+}
+
+static const oplog_ops file_ops = {
+    .name = "file",
+    .replay = file_replay,
+    .append = file_append,
+    .last_seq = file_last_seq,
+    .durable_seq = file_durable_seq,
+    .truncate_before = file_truncate_before,
+    .stats = file_stats,
+    .close = file_close,
+};
+
+int oplog_file_open(uv_loop_t *loop,
+                    const oplog_file_options *opt,
+                    oplog **out,
+                    char *err,
+                    size_t errlen)
+{
+    int rc;
+    file_log *fl;
+
+    if (loop == NULL || opt == NULL || opt->dir == NULL || opt->dir[0] == '\0' ||
+        out == NULL) {
+        set_err(err, errlen, "oplog: open needs a loop, options with a dir, and out");
+        return SMP_EINVAL;
+    }
+    if (opt->max_record_bytes > UINT32_MAX - REC_FRAME) {
+        set_err(err, errlen, "oplog: max_record_bytes %" PRIu32 " is too large",
+                opt->max_record_bytes);
+        return SMP_EINVAL;
+    }
+    fl = calloc(1, sizeof(*fl));
+    if (fl == NULL) {
+        set_err(err, errlen, "oplog: out of memory");
+        return SMP_ENOMEM;
+    }
+    fl->base.ops = &file_ops;
+    fl->loop = loop;
+    fl->fd = -1;
+    fl->opt = *opt;
+    if (fl->opt.segment_bytes == 0)
+        fl->opt.segment_bytes = DEFAULT_SEGMENT_BYTES;
+    if (fl->opt.max_batch_records == 0)
+        fl->opt.max_batch_records = DEFAULT_MAX_BATCH;
+    if (fl->opt.max_record_bytes == 0)
+        fl->opt.max_record_bytes = DEFAULT_MAX_RECORD;
+    fl->dir = strdup(opt->dir);
+    fl->iov = calloc(fl->opt.max_batch_records, sizeof(*fl->iov));
+    if (fl->dir == NULL || fl->iov == NULL) {
+        set_err(err, errlen, "oplog: out of memory");
+        rc = SMP_ENOMEM;
+        goto free_log;
+    }
+    fl->opt.dir = fl->dir;
+    if ((rc = ensure_dir(fl->dir, err, errlen)) < 0)
+        goto free_log;
+    if ((rc = recover(fl, err, errlen)) < 0)
+        goto free_log;
+    fl->durable_seq = fl->last_seq;
+
+    if (pthread_mutex_init(&fl->mu, NULL) != 0) {
+        set_err(err, errlen, "oplog: cannot create a mutex");
+        rc = SMP_ENOMEM;
+        goto close_fd;
+    }
+    if (pthread_cond_init(&fl->cv, NULL) != 0) {
+        set_err(err, errlen, "oplog: cannot create a condition variable");
+        rc = SMP_ENOMEM;
+        goto destroy_mutex;
+    }
+    if (pthread_create(&fl->thread, NULL, writer_main, fl) != 0) {
+        set_err(err, errlen, "oplog: cannot start the writer thread");
+        rc = SMP_ENOMEM;
+        goto destroy_cond;
+    }
+    /* The writer sends on the handle only after a batch, and no record can be
+     * appended before open returns, so initialising it now is early enough. */
+    if ((rc = uv_async_init(loop, &fl->async, on_async)) < 0) {
+        set_err(err, errlen, "oplog: cannot create the async handle: %s",
+                uv_strerror(rc));
+        rc = SMP_EIO;
+        goto stop_thread;
+    }
+    fl->async.data = fl;
+    uv_unref((uv_handle_t *)&fl->async);
+    *out = &fl->base;
+    return 0;
+
+stop_thread:
+    pthread_mutex_lock(&fl->mu);
+    fl->stop = 1;
+    pthread_cond_signal(&fl->cv);
+    pthread_mutex_unlock(&fl->mu);
+    pthread_join(fl->thread, NULL);
+destroy_cond:
+    pthread_cond_destroy(&fl->cv);
+destroy_mutex:
+    pthread_mutex_destroy(&fl->mu);
+close_fd:
+    close(fl->fd);
+free_log:
+    free_log(fl);
+    return rc;
+}
