@@ -13,6 +13,7 @@ PACKAGES=(
   libuv1-dev                          # the master's event loop, sockets, timers
   libprotobuf-c-dev protobuf-c-compiler  # RPC and OpLog payload encoding
   libxxhash-dev                       # OpLog and snapshot checksums
+  uthash-dev                          # hash tables of the master (header only)
   libmicrohttpd-dev                   # admin HTTP: /metrics /health /role
   libssl-dev                          # SHA-256 digests, HMAC write tickets
   curl                                # integration tests scrape /metrics

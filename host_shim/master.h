@@ -1,0 +1,18 @@
+/* master.h -- the Store Master process: recovery, the loop, shutdown.
+ *
+ * master_main() is everything store_master does after its config parsed: it
+ * loads the enabled plugins, recovers the state (newest snapshot, then the
+ * OpLog after it), mounts the embedded node's segment, starts the RPC and
+ * admin endpoints and runs the event loop until SIGINT or SIGTERM. The
+ * pieces live in master_*.c and share master_internal.h. */
+#ifndef HOST_MASTER_H
+#define HOST_MASTER_H
+
+#include "config.h"
+
+/* Run a master on cfg (borrowed for the call). Returns the process exit
+ * status: 0 after a clean shutdown, 1 when startup or recovery failed (the
+ * cause is printed on stderr). */
+int master_main(const host_config *cfg);
+
+#endif /* HOST_MASTER_H */

@@ -1,0 +1,200 @@
+/* master_internal.h -- the state one Store Master process shares among its
+ * master_*.c files.
+ *
+ * Everything here belongs to the loop thread. The files split the master by
+ * concern: master.c (startup, loop, timers, shutdown), master_recovery.c
+ * (snapshot load and OpLog replay), master_snapshot.c (taking snapshots),
+ * master_commit.c (the prepare -> durable append -> apply path every mutation
+ * takes), master_objects.c (the host's object RPC service), master_admin.c
+ * (admin RPC, /metrics, /health, /role) and master_backend.c (the services
+ * plugins call through the host API table). */
+#ifndef HOST_MASTER_INTERNAL_H
+#define HOST_MASTER_INTERNAL_H
+
+#include <stdint.h>
+#include <uv.h>
+
+#include "admin_http.h"
+#include "config.h"
+#include "metrics.h"
+#include "obj_store.h"
+#include "oplog.h"
+#include "plugin_host.h"
+#include "rpc.h"
+#include "snapshot.h"
+
+/* Snapshot section names of the host. */
+#define MASTER_SECTION_OBJECTS "host_objects"
+#define MASTER_SECTION_CARRIED "host_carried_records"
+#define MASTER_SECTION_ENCVER 1
+
+#define MASTER_TIMER_MS 50              /* housekeeping period */
+#define MASTER_PUT_TIMEOUT_MS 60000     /* a put not ended by then is cleaned up */
+#define MASTER_READ_LEASE_MS 10000      /* read lease of a replica lookup */
+#define MASTER_LIST_DEFAULT 1000        /* keys per page when the client says 0 */
+#define MASTER_LIST_MAX 10000
+
+/* A record of a type no loaded plugin replays, kept verbatim when the
+ * operator allowed it (oplog.carry_unknown_types). */
+typedef struct master_carried_record {
+    uint64_t seq;
+    uint16_t type;
+    uint16_t encver;
+    uint8_t *payload;
+    uint32_t len;
+} master_carried_record;
+
+/* A snapshot section no loaded plugin claims, kept verbatim. */
+typedef struct master_carried_section {
+    char *name;
+    uint16_t encver;
+    uint8_t *data;
+    size_t len;
+} master_carried_section;
+
+typedef struct master_pending_key master_pending_key; /* keys with a mutation in flight */
+
+typedef struct master {
+    const host_config *cfg;
+    uv_loop_t loop;
+    host_metrics *metrics;
+    host_plugins *plugins;
+    host_backend backend;
+    obj_store *objs;
+    oplog *log;
+    rpc_server *rpc;
+    admin_http *admin;
+    uv_signal_t sig_int;
+    uv_signal_t sig_term;
+    uv_timer_t timer;
+
+    char oplog_dir[4096];
+    char snap_dir[4096];
+
+    /* Durability. */
+    uint64_t applied_seq;       /* every record up to it is durable and applied */
+    int log_failed;             /* the OpLog turned read-only: refuse mutations */
+    master_pending_key *pending;
+
+    /* Snapshots. */
+    int snapshot_running;
+    uint64_t snapshot_seq;      /* last included sequence of the newest snapshot */
+    uint64_t snapshot_wall_ms;  /* when it was written (0: never) */
+    struct master_snapshot_waiter *snapshot_waiters;
+
+    /* What recovery could not hand to anyone, carried into every snapshot. */
+    master_carried_record *carried_recs;
+    size_t n_carried_recs;
+    master_carried_section *carried_secs;
+    size_t n_carried_secs;
+
+    /* Housekeeping. */
+    int evicting;               /* an eviction plan is being applied */
+    int pressure;               /* above the high watermark at the last look */
+    uint64_t last_cleanup_ms;
+    int serving;                /* RPC accepting */
+    int stopping;
+    int exit_status;
+
+    /* Host metric families. */
+    struct {
+        host_metric *objects;        /* {data_type} */
+        host_metric *object_bytes;   /* {data_type} */
+        host_metric *replicas;       /* {kind} */
+        host_metric *replica_bytes;  /* {kind} */
+        host_metric *memory_used;
+        host_metric *memory_capacity;
+        host_metric *puts_in_flight;
+        host_metric *oplog_appends;
+        host_metric *oplog_fsyncs;
+        host_metric *oplog_batches;
+        host_metric *oplog_max_batch;
+        host_metric *oplog_bytes;
+        host_metric *oplog_durable_seconds_sum;
+        host_metric *oplog_durable_count;
+        host_metric *oplog_failed;
+        host_metric *snapshot_age;
+        host_metric *snapshot_seq;
+        host_metric *host_refusals;  /* {reason} */
+        host_metric *rpc_requests;
+        host_metric *rpc_errors;
+        host_metric *rpc_connections;
+        host_metric *evictions;
+    } m;
+} master;
+
+/* -- master_commit.c ---------------------------------------------------------- */
+
+/* Called once a committed record is durable and applied (status 0), or
+ * failed (the state is unchanged). seq is the record's sequence. */
+typedef void (*master_commit_cb)(master *m, void *arg, int status, uint64_t seq);
+
+/* Append a host record and apply it once durable, then call done. Takes the
+ * record's buffer (freed whatever happens). When key is not NULL the key is
+ * marked as having a mutation in flight until then; SMP_EBUSY if it already
+ * has one. On an error return done is never called. */
+int master_commit(master *m,
+                  obj_record *rec,
+                  const char *key,
+                  master_commit_cb done,
+                  void *arg);
+
+/* 1 when key has a mutation in flight. */
+int master_key_pending(const master *m, const char *key);
+
+/* Append a plugin's record; the plugin's callback runs once it is durable,
+ * after the host has advanced applied_seq. The host_backend oplog_append. */
+int master_append_plugin(void *ctx,
+                         uint16_t type,
+                         uint16_t encver,
+                         const void *payload,
+                         size_t len,
+                         smp_durable_cb cb,
+                         void *arg);
+
+void master_pending_free(master *m);
+
+/* -- master_recovery.c --------------------------------------------------------- */
+
+/* Load the newest snapshot and replay the OpLog after it. Fails closed: a
+ * damaged snapshot, a section a plugin refuses, a record of an unknown type
+ * (unless carried) or of a too new encoding version stops recovery; err
+ * names the cause. */
+int master_recover(master *m, char *err, size_t errlen);
+
+void master_carried_free(master *m);
+
+/* -- master_snapshot.c --------------------------------------------------------- */
+
+/* Take a snapshot of the applied state now, write it off the loop, truncate
+ * the log before it once durable. done (may be NULL) runs when it ended.
+ * SMP_EBUSY when one is running. */
+typedef void (*master_snapshot_cb)(master *m, void *arg, int status, uint64_t seq, const char *path);
+int master_snapshot_take(master *m, master_snapshot_cb done, void *arg);
+
+/* Encode/decode the carried records section. */
+int master_carried_records_save(const master *m, smp_writer *w);
+int master_carried_records_load(master *m, const uint8_t *data, size_t len, char *err, size_t errlen);
+
+/* -- master_objects.c / master_admin.c ----------------------------------------- */
+
+int master_objects_register(master *m);
+int master_admin_register(master *m);
+/* admin_http render callback. */
+void master_admin_render(void *ctx, const char *path, int *status, char **body,
+                         size_t *len, const char **content_type);
+int master_metrics_register(master *m);
+void master_metrics_refresh(master *m);
+
+/* -- master_backend.c ----------------------------------------------------------- */
+
+/* Fill m->backend with the master's services for plugins. */
+void master_backend_init(master *m);
+
+/* Deliver an event to the plugins (live only: never during recovery). */
+void master_emit(master *m, const smp_event *ev);
+
+uint64_t master_now_ms(void);
+uint64_t master_wall_ms(void);
+
+#endif /* HOST_MASTER_INTERNAL_H */

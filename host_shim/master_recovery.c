@@ -1,0 +1,240 @@
+/* master_recovery.c -- rebuilding the state at startup, failing closed.
+ *
+ * Recovery is the newest snapshot plus the OpLog after it. The snapshot is
+ * validated whole before anything is loaded (snapshot.c); then the host's
+ * objects load, each loaded plugin loads its own section (an empty reader when
+ * the snapshot has none), sections no plugin claims are kept verbatim for the
+ * next snapshot, and records carried from an earlier run are replayed to a
+ * plugin that is back or kept again. The log is replayed record by record: a
+ * host record applies to the object store, a plugin record goes to the plugin
+ * that registered its type. A record nobody can replay, or of an encoding
+ * newer than its plugin registered, stops startup with its sequence and type
+ * named -- unless the operator set oplog.carry_unknown_types, in which case
+ * records of unregistered types are kept verbatim. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "master_internal.h"
+
+typedef struct replay_ctx {
+    master *m;
+    char *err;
+    size_t errlen;
+} replay_ctx;
+
+void master_carried_free(master *m)
+{
+    for (size_t i = 0; i < m->n_carried_recs; i++) free(m->carried_recs[i].payload);
+    free(m->carried_recs);
+    m->carried_recs = NULL;
+    m->n_carried_recs = 0;
+    for (size_t i = 0; i < m->n_carried_secs; i++) {
+        free(m->carried_secs[i].name);
+        free(m->carried_secs[i].data);
+    }
+    free(m->carried_secs);
+    m->carried_secs = NULL;
+    m->n_carried_secs = 0;
+}
+
+static int carry_record(master *m, uint64_t seq, uint16_t type, uint16_t encver,
+                        const uint8_t *payload, uint32_t len)
+{
+    master_carried_record *recs =
+        realloc(m->carried_recs, (m->n_carried_recs + 1) * sizeof(*recs));
+    if (recs == NULL) return SMP_ENOMEM;
+    m->carried_recs = recs;
+    uint8_t *copy = malloc(len ? len : 1);
+    if (copy == NULL) return SMP_ENOMEM;
+    if (len) memcpy(copy, payload, len);
+    recs[m->n_carried_recs++] = (master_carried_record){seq, type, encver, copy, len};
+    return SMP_OK;
+}
+
+/* Hand one plugin record to its plugin; describe any refusal in err. */
+static int replay_plugin_record(master *m,
+                                const host_oplog_type_reg *reg,
+                                uint64_t seq,
+                                uint16_t encver,
+                                const uint8_t *payload,
+                                size_t len,
+                                char *err,
+                                size_t errlen)
+{
+    const char *plugin = host_plugin_desc(reg->owner)->name;
+    if (encver < reg->t.min_encver || encver > reg->t.max_encver) {
+        snprintf(err, errlen,
+                 "oplog: record %llu has type %u (%s) encoding version %u, but %s replays %u..%u",
+                 (unsigned long long)seq, (unsigned)reg->t.type, reg->t.name, (unsigned)encver,
+                 plugin, (unsigned)reg->t.min_encver, (unsigned)reg->t.max_encver);
+        return SMP_ERANGE;
+    }
+    smp_record rec = {sizeof(rec), seq, reg->t.type, encver, payload, len};
+    int rc = reg->t.replay(host_plugin_state(reg->owner), &rec);
+    if (rc < 0)
+        snprintf(err, errlen, "oplog: record %llu of type %u (%s) was refused by %s: %s",
+                 (unsigned long long)seq, (unsigned)reg->t.type, reg->t.name, plugin,
+                 smp_strerror(rc));
+    return rc;
+}
+
+static int replay_one(void *arg, const oplog_record *rec)
+{
+    replay_ctx *c = arg;
+    master *m = c->m;
+    int rc;
+    if (rec->type >= 1 && rec->type <= SMP_OPLOG_HOST_TYPE_MAX) {
+        rc = obj_apply_record(m->objs, rec->type, rec->encver, rec->payload, rec->len);
+        if (rc < 0) {
+            snprintf(c->err, c->errlen, "oplog: record %llu of host type %u (%s) does not apply: %s",
+                     (unsigned long long)rec->seq, (unsigned)rec->type,
+                     obj_record_type_name(rec->type), smp_strerror(rc));
+            return rc;
+        }
+    } else {
+        const host_oplog_type_reg *reg = host_plugins_oplog_type(m->plugins, rec->type);
+        if (reg != NULL) {
+            rc = replay_plugin_record(m, reg, rec->seq, rec->encver, rec->payload, rec->len,
+                                      c->err, c->errlen);
+            if (rc < 0) return rc;
+        } else if (m->cfg->oplog_carry_unknown_types) {
+            if ((rc = carry_record(m, rec->seq, rec->type, rec->encver, rec->payload, rec->len)) < 0)
+                return rc;
+        } else {
+            snprintf(c->err, c->errlen,
+                     "oplog: record %llu has type %u but no loaded plugin replays it "
+                     "(set oplog.carry_unknown_types: true to keep such records verbatim)",
+                     (unsigned long long)rec->seq, (unsigned)rec->type);
+            return SMP_ENOTFOUND;
+        }
+    }
+    m->applied_seq = rec->seq;
+    return SMP_OK;
+}
+
+/* Records carried from an earlier run: replay those whose plugin is loaded
+ * again (in sequence order, right after the plugin's section), keep the rest
+ * if still allowed. */
+static int settle_carried_records(master *m, char *err, size_t errlen)
+{
+    size_t kept = 0;
+    int rc = SMP_OK;
+    for (size_t i = 0; i < m->n_carried_recs; i++) {
+        master_carried_record *r = &m->carried_recs[i];
+        const host_oplog_type_reg *reg = host_plugins_oplog_type(m->plugins, r->type);
+        if (reg != NULL) {
+            if (rc == SMP_OK)
+                rc = replay_plugin_record(m, reg, r->seq, r->encver, r->payload, r->len, err, errlen);
+            free(r->payload);
+            continue;
+        }
+        if (!m->cfg->oplog_carry_unknown_types && rc == SMP_OK) {
+            snprintf(err, errlen,
+                     "snapshot: carried record %llu has type %u but no loaded plugin replays it "
+                     "(set oplog.carry_unknown_types: true to keep carrying it)",
+                     (unsigned long long)r->seq, (unsigned)r->type);
+            rc = SMP_ENOTFOUND;
+        }
+        m->carried_recs[kept++] = *r;
+    }
+    m->n_carried_recs = kept;
+    return rc;
+}
+
+static int carry_section(master *m, const snap_section *s)
+{
+    master_carried_section *secs =
+        realloc(m->carried_secs, (m->n_carried_secs + 1) * sizeof(*secs));
+    if (secs == NULL) return SMP_ENOMEM;
+    m->carried_secs = secs;
+    master_carried_section *c = &secs[m->n_carried_secs];
+    c->name = strdup(s->name);
+    c->data = malloc(s->len ? s->len : 1);
+    if (c->name == NULL || c->data == NULL) {
+        free(c->name);
+        free(c->data);
+        return SMP_ENOMEM;
+    }
+    memcpy(c->data, s->data, s->len);
+    c->len = s->len;
+    c->encver = s->encver;
+    m->n_carried_secs++;
+    return SMP_OK;
+}
+
+/* Load every section of the image (or, with no image, give every plugin an
+ * empty section). */
+static int load_sections(master *m, const snap_image *img, char *err, size_t errlen)
+{
+    int rc;
+    const snap_section *objs = img ? snap_image_section(img, MASTER_SECTION_OBJECTS) : NULL;
+    if (objs != NULL) {
+        if (objs->encver != MASTER_SECTION_ENCVER) {
+            snprintf(err, errlen, "snapshot: section '%s' has encoding version %u, this host reads %u",
+                     objs->name, (unsigned)objs->encver, MASTER_SECTION_ENCVER);
+            return SMP_ERANGE;
+        }
+        if ((rc = obj_store_load(m->objs, objs->data, objs->len)) < 0) {
+            snprintf(err, errlen, "snapshot %s: section '%s' does not load: %s",
+                     snap_image_path(img), objs->name, smp_strerror(rc));
+            return rc;
+        }
+    }
+    const snap_section *carried = img ? snap_image_section(img, MASTER_SECTION_CARRIED) : NULL;
+    if (carried != NULL &&
+        (rc = master_carried_records_load(m, carried->data, carried->len, err, errlen)) < 0)
+        return rc;
+
+    for (size_t i = 0; i < host_plugins_n_sections(m->plugins); i++) {
+        const host_section_reg *reg = host_plugins_section_at(m->plugins, i);
+        const snap_section *s = img ? snap_image_section(img, reg->s.name) : NULL;
+        const char *plugin = host_plugin_desc(reg->owner)->name;
+        if (s != NULL && s->encver > reg->s.encver) {
+            snprintf(err, errlen,
+                     "snapshot: section '%s' has encoding version %u, newer than %s's %u",
+                     s->name, (unsigned)s->encver, plugin, (unsigned)reg->s.encver);
+            return SMP_ERANGE;
+        }
+        smp_reader r;
+        snap_reader_init(&r, s);
+        rc = reg->s.load(host_plugin_state(reg->owner), &r, s ? s->encver : reg->s.encver);
+        if (rc < 0) {
+            snprintf(err, errlen, "snapshot: section '%s' was refused by %s: %s", reg->s.name,
+                     plugin, smp_strerror(rc));
+            return rc;
+        }
+    }
+    for (size_t i = 0; img && i < snap_image_count(img); i++) {
+        const snap_section *s = snap_image_section_at(img, i);
+        if (strcmp(s->name, MASTER_SECTION_OBJECTS) == 0 ||
+            strcmp(s->name, MASTER_SECTION_CARRIED) == 0 ||
+            host_plugins_section(m->plugins, s->name) != NULL)
+            continue;
+        if ((rc = carry_section(m, s)) < 0) return rc;
+    }
+    return settle_carried_records(m, err, errlen);
+}
+
+int master_recover(master *m, char *err, size_t errlen)
+{
+    snap_image *img = NULL;
+    int rc = snap_load_newest(m->snap_dir, &img, err, errlen);
+    if (rc == SMP_ENOTFOUND) {
+        img = NULL;
+    } else if (rc < 0) {
+        return rc;
+    }
+    uint64_t last_seq = img ? snap_image_last_seq(img) : 0;
+    rc = load_sections(m, img, err, errlen);
+    snap_image_free(img);
+    if (rc < 0) return rc;
+    m->snapshot_seq = last_seq;
+    m->applied_seq = last_seq;
+
+    replay_ctx c = {m, err, errlen};
+    err[0] = '\0';
+    rc = oplog_replay(m->log, last_seq, replay_one, &c, err, errlen);
+    if (rc < 0 && err[0] == '\0') snprintf(err, errlen, "oplog: replay failed: %s", smp_strerror(rc));
+    return rc;
+}
