@@ -180,14 +180,16 @@ static int refuse(smp_host *h, int rc, const char *fmt, ...)
 
 /* Copy an ABI struct the plugin passed, honouring its struct_size: smaller
  * than ABI 1.0 is SMP_EINVAL; otherwise min(struct_size, host size) bytes are
- * copied and the rest zeroed. */
+ * copied, the rest zeroed, and the copy's struct_size is that minimum. */
 static int copy_abi(void *dst, size_t host_size, const void *src, size_t v1_size)
 {
     uint32_t ss;
     memcpy(&ss, src, sizeof(ss));
     if (ss < v1_size) return SMP_EINVAL;
+    if (ss > host_size) ss = (uint32_t)host_size;
     memset(dst, 0, host_size);
-    memcpy(dst, src, ss < host_size ? ss : host_size);
+    memcpy(dst, src, ss);
+    memcpy(dst, &ss, sizeof(ss)); /* the copy's size: the fields it holds */
     return SMP_OK;
 }
 
