@@ -826,6 +826,10 @@ static int check_desc(host_plugin *p, const smp_plugin_desc *d, char *err, size_
     return SMP_OK;
 }
 
+/* Load one library as one transaction (see the file comment). pc is borrowed
+ * for as long as the plugin stays loaded (its block answers config_get and
+ * gates); cfg->plugins entries satisfy that. On failure: a negative code, the
+ * one message in err, and the registry exactly as before. */
 int host_plugins_load(host_plugins *reg, const host_config_plugin *pc, char *err, size_t errlen)
 {
     int rc;
@@ -918,6 +922,9 @@ static void unload_after(host_plugins *reg, size_t keep)
     }
 }
 
+/* Load every enabled entry of the config in order. On the first failure the
+ * plugins this call loaded are unloaded again (newest first, with fini);
+ * plugins loaded before the call stay. */
 int host_plugins_load_all(host_plugins *reg, char *err, size_t errlen)
 {
     size_t before;
@@ -1078,6 +1085,8 @@ int host_plugins_guard_check(host_plugins *reg, const smp_guard_request *req)
     return verdict;
 }
 
+/* Call every handler whose mask has the event's bit, in registration order.
+ * A type outside the mask's 32 bits reaches nobody. */
 void host_plugins_emit(host_plugins *reg, const smp_event *ev)
 {
     uint32_t bit;
@@ -1130,6 +1139,9 @@ static void print_bits(FILE *out, uint64_t bits, const char *const *names, size_
     fputs(first ? "-)" : ")", out);
 }
 
+/* One plugin: name and version, path, ABI and tag, capabilities in hex and
+ * by name, then its OpLog types, sections, guard, tick, RPC services, event
+ * mask and metric families, each on its own line in registration order. */
 static void describe_plugin(const host_plugins *reg, const host_plugin *p, FILE *out)
 {
     uint32_t mask = 0;
@@ -1185,6 +1197,10 @@ static void describe_plugin(const host_plugins *reg, const host_plugin *p, FILE 
         fprintf(out, "  metric %s\n", p->metrics[i].name);
 }
 
+/* A header line with the host's ABI and capabilities, then one block per
+ * plugin in load order (see describe_plugin). The format is pinned by
+ * test_plugin_loader and read by store_master --check users: change it only
+ * by appending lines. */
 void host_plugins_describe(const host_plugins *reg, FILE *out)
 {
     if (reg == NULL || out == NULL) return;
