@@ -162,8 +162,8 @@ static void host_log(smp_host *h, smp_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* Remember the first refused registration of a plugin in init (its message
- * becomes the load's), and return rc for the caller to pass back. Outside
- * init nothing is remembered: the refusal is the caller's return code. */
+ * becomes the load's, later ones are only returned), and return rc for the
+ * plugin. Only reached inside init: outside_init() answers first. */
 static int refuse(smp_host *h, int rc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
@@ -702,6 +702,10 @@ static void api_fill(smp_host *h)
 
 static const char *const guard_reason_label[] = {"reason", NULL};
 
+/* Create the registry and register the host's own family
+ * host_guard_vetoes_total{reason} with every reason at 0 (so a metrics
+ * registry holds at most one plugin registry: a second gets SMP_EEXIST).
+ * The backend is copied; cfg and metrics are borrowed. */
 int host_plugins_create(host_plugins **out, const host_config *cfg, host_metrics *metrics,
                         const host_backend *be)
 {
