@@ -361,6 +361,10 @@ static int reg_rpc_service(smp_host *h, const smp_rpc_service *s)
     if (c.service_id <= SMP_RPC_HOST_SERVICE_MAX)
         return refuse(h, SMP_ERANGE, "%s: rpc service %u (%s) is in the host range 0..%d",
                       h->file, (unsigned)c.service_id, c.name, SMP_RPC_HOST_SERVICE_MAX);
+    /* The method array is indexed with the host's sizeof(smp_rpc_method),
+     * which is the plugin's as long as ABI 1.x has not grown that struct; a
+     * minor that grows it must switch to a stride of methods[0].struct_size
+     * here and in the RPC dispatcher. */
     for (size_t i = 0; i < c.n_methods; i++) {
         const smp_rpc_method *m = &c.methods[i];
         if (m->struct_size < V1_RPC_METHOD || m->name == NULL || m->handler == NULL)
