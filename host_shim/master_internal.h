@@ -12,6 +12,7 @@
 #define HOST_MASTER_INTERNAL_H
 
 #include <stdint.h>
+#include <protobuf-c/protobuf-c.h>
 #include <uv.h>
 
 #include "admin_http.h"
@@ -179,6 +180,8 @@ int master_carried_records_load(master *m, const uint8_t *data, size_t len, char
 /* -- master_objects.c / master_admin.c ----------------------------------------- */
 
 int master_objects_register(master *m);
+/* Pack msg and answer the call with it (SMP_ENOMEM reply if it cannot). */
+void master_reply_msg(smp_rpc_call *call, const ProtobufCMessage *msg);
 int master_admin_register(master *m);
 /* admin_http render callback. */
 void master_admin_render(void *ctx, const char *path, int *status, char **body,

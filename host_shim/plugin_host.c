@@ -1042,6 +1042,16 @@ const host_rpc_reg *host_plugins_rpc_service(const host_plugins *reg, uint16_t i
     return NULL;
 }
 
+size_t host_plugins_n_rpc_services(const host_plugins *reg)
+{
+    return reg != NULL ? reg->rpcs.n : 0;
+}
+
+const host_rpc_reg *host_plugins_rpc_service_at(const host_plugins *reg, size_t i)
+{
+    return reg != NULL && i < reg->rpcs.n ? reg->rpcs.v[i] : NULL;
+}
+
 size_t host_plugins_n_ticks(const host_plugins *reg)
 {
     return reg != NULL ? reg->ticks.n : 0;

@@ -119,6 +119,8 @@ size_t host_plugins_n_sections(const host_plugins *reg);
 const host_section_reg *host_plugins_section_at(const host_plugins *reg, size_t i);
 
 const host_rpc_reg *host_plugins_rpc_service(const host_plugins *reg, uint16_t id);
+size_t host_plugins_n_rpc_services(const host_plugins *reg);
+const host_rpc_reg *host_plugins_rpc_service_at(const host_plugins *reg, size_t i);
 size_t host_plugins_n_ticks(const host_plugins *reg);
 host_tick_reg *host_plugins_tick_at(host_plugins *reg, size_t i);
 

@@ -1,0 +1,316 @@
+/* master.c -- one Store Master process from start to clean exit.
+ *
+ * Startup order matters and is fail-closed: plugins load first (their OpLog
+ * types and sections must be known before recovery), then the OpLog opens
+ * (a torn tail is cut, corruption refuses), recovery rebuilds the state, the
+ * embedded node's segment is mounted durably, and only then do the RPC and
+ * admin endpoints accept anyone. The housekeeping timer runs the plugins'
+ * reconcile ticks, cleans up stale puts, evicts under memory pressure and
+ * takes snapshots every snapshot.every_records records. SIGINT or SIGTERM
+ * stops accepting, flushes the OpLog and unloads the plugins. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "master.h"
+#include "master_internal.h"
+
+#define EMBEDDED_SEGMENT "embedded"
+#define EMBEDDED_NODE "embedded-node"
+
+static int mkdir_p(const char *path)
+{
+    char buf[4096];
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof(buf)) return SMP_EINVAL;
+    memcpy(buf, path, n + 1);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        if (mkdir(buf, 0755) < 0 && errno != EEXIST) return SMP_EIO;
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) < 0 && errno != EEXIST) return SMP_EIO;
+    return SMP_OK;
+}
+
+/* -- guard wiring: the object store asks the plugins' guards --------------- */
+
+static int guard_check(void *ctx, const smp_guard_request *req)
+{
+    master *m = ctx;
+    return host_plugins_guard_check(m->plugins, req);
+}
+
+static int guard_loaded(void *ctx)
+{
+    master *m = ctx;
+    return host_plugins_has_guard(m->plugins);
+}
+
+/* -- housekeeping ------------------------------------------------------------- */
+
+static void run_ticks(master *m, uint64_t now)
+{
+    if (!m->serving) return;
+    const host_cluster_defaults *c = &m->cfg->cluster;
+    for (size_t i = 0; i < host_plugins_n_ticks(m->plugins); i++) {
+        host_tick_reg *t = host_plugins_tick_at(m->plugins, i);
+        if (now < t->next_due_ms) continue;
+        smp_tick_budget b = {sizeof(b), c->weight_migration_max_members_per_round,
+                             c->weight_migration_max_bytes_per_round, now + MASTER_TIMER_MS};
+        int rc = t->t.tick(host_plugin_state(t->owner), &b, &t->cursor);
+        if (rc == SMP_TICK_MORE) {
+            t->next_due_ms = now; /* again at the next timer round */
+        } else {
+            if (rc < 0)
+                fprintf(stderr, "store_master: tick of %s failed: %s\n",
+                        host_plugin_desc(t->owner)->name, smp_strerror(rc));
+            t->cursor = 0;
+            t->next_due_ms = now + t->t.period_ms;
+        }
+    }
+}
+
+typedef struct evict_ctx {
+    size_t outstanding;
+} evict_ctx;
+
+static void on_evicted(master *m, void *arg, int status, uint64_t seq)
+{
+    evict_ctx *c = arg;
+    (void)status;
+    (void)seq;
+    if (--c->outstanding > 0) return;
+    m->evicting = 0;
+    free(c);
+}
+
+/* Above the high watermark: tell the plugins, and plan and commit an
+ * eviction that brings use down to the low watermark. */
+static void relieve_pressure(master *m)
+{
+    uint64_t used = 0, cap = 0;
+    obj_memory_usage(m->objs, &used, &cap);
+    int above = cap > 0 && (double)used > m->cfg->memory_high_watermark * (double)cap;
+    if (above && !m->pressure) {
+        smp_event ev = {.struct_size = sizeof(ev), .type = SMP_EVENT_MEMORY_PRESSURE,
+                        .used = used, .capacity = cap};
+        master_emit(m, &ev);
+    }
+    if (!above && !m->pressure) return;
+    m->pressure = 0;
+    if (m->evicting || m->log_failed) return;
+    obj_record_list recs = {0};
+    if (obj_plan_eviction(m->objs, m->cfg->memory_high_watermark, m->cfg->memory_low_watermark,
+                          master_now_ms(), &recs, NULL) < 0 || recs.n == 0) {
+        obj_record_list_free(&recs);
+        m->pressure = above;
+        return;
+    }
+    evict_ctx *c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        obj_record_list_free(&recs);
+        return;
+    }
+    m->evicting = 1;
+    c->outstanding = 1;
+    for (size_t i = 0; i < recs.n; i++) {
+        c->outstanding++;
+        if (master_commit(m, &recs.recs[i], NULL, on_evicted, c) < 0) c->outstanding--;
+    }
+    host_metric_add(m->m.evictions, NULL, 1);
+    obj_record_list_free(&recs);
+    on_evicted(m, c, SMP_OK, 0);
+}
+
+static void on_timer(uv_timer_t *h)
+{
+    master *m = h->data;
+    uint64_t now = master_now_ms();
+    run_ticks(m, now);
+    if (now - m->last_cleanup_ms >= 1000) {
+        obj_cleanup_stale_puts(m->objs, now, MASTER_PUT_TIMEOUT_MS);
+        m->last_cleanup_ms = now;
+    }
+    relieve_pressure(m);
+    uint64_t every = m->cfg->snapshot_every_records;
+    if (every > 0 && !m->snapshot_running && !m->log_failed &&
+        m->applied_seq - m->snapshot_seq >= every)
+        master_snapshot_take(m, NULL, NULL);
+}
+
+/* -- startup and shutdown ------------------------------------------------------ */
+
+static void stop(master *m)
+{
+    if (m->stopping) return;
+    m->stopping = 1;
+    m->serving = 0;
+    uv_timer_stop(&m->timer);
+    uv_close((uv_handle_t *)&m->timer, NULL);
+    uv_close((uv_handle_t *)&m->sig_int, NULL);
+    uv_close((uv_handle_t *)&m->sig_term, NULL);
+    admin_http_stop(m->admin);
+    m->admin = NULL;
+    rpc_server_close(m->rpc);
+    m->rpc = NULL;
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+    master *m = h->data;
+    fprintf(stderr, "store_master: signal %d, shutting down\n", signum);
+    stop(m);
+}
+
+static void on_serving_ready(master *m, void *arg, int status, uint64_t seq)
+{
+    char err[512];
+    (void)arg;
+    (void)seq;
+    if (status < 0) {
+        fprintf(stderr, "store_master: mounting the embedded segment failed: %s\n", smp_strerror(status));
+        goto fail;
+    }
+    if (rpc_server_start(m->rpc, err, sizeof(err)) < 0) {
+        fprintf(stderr, "store_master: %s\n", err);
+        goto fail;
+    }
+    if (m->cfg->listen_admin[0] != '\0' &&
+        admin_http_start(&m->loop, m->cfg->listen_admin, master_admin_render, m, &m->admin, err,
+                         sizeof(err)) < 0) {
+        fprintf(stderr, "store_master: %s\n", err);
+        goto fail;
+    }
+    m->serving = 1;
+    smp_event ev = {.struct_size = sizeof(ev), .type = SMP_EVENT_ROLE_CHANGE, .is_leader = 1};
+    master_emit(m, &ev);
+    fprintf(stderr, "store_master: serving (rpc %s%s%s, admin %s, applied seq %llu)\n",
+            m->cfg->listen_tcp, m->cfg->listen_unix[0] ? " and " : "", m->cfg->listen_unix,
+            m->cfg->listen_admin[0] ? m->cfg->listen_admin : "off",
+            (unsigned long long)m->applied_seq);
+    return;
+fail:
+    m->exit_status = 1;
+    stop(m);
+}
+
+/* Mount (or resize) the embedded node's segment, then start serving. */
+static int mount_embedded(master *m)
+{
+    obj_record rec = {0};
+    int rc;
+    if (!m->cfg->node_embedded) {
+        on_serving_ready(m, NULL, SMP_OK, 0);
+        return SMP_OK;
+    }
+    rc = obj_prepare_segment_mount(m->objs, EMBEDDED_SEGMENT, EMBEDDED_NODE,
+                                   m->cfg->node_segment_bytes, &rec);
+    if (rc == SMP_EEXIST) {
+        uint64_t used, cap;
+        obj_memory_usage(m->objs, &used, &cap);
+        rc = obj_prepare_segment_update(m->objs, EMBEDDED_SEGMENT, m->cfg->node_segment_bytes, &rec);
+    }
+    if (rc < 0) return rc;
+    return master_commit(m, &rec, NULL, on_serving_ready, NULL);
+}
+
+static int open_parts(master *m, char *err, size_t errlen)
+{
+    int rc;
+    snprintf(m->oplog_dir, sizeof(m->oplog_dir), "%s/oplog", m->cfg->data_dir);
+    snprintf(m->snap_dir, sizeof(m->snap_dir), "%s/snapshots", m->cfg->data_dir);
+    if (mkdir_p(m->cfg->data_dir) < 0 || mkdir_p(m->snap_dir) < 0) {
+        snprintf(err, errlen, "data_dir %s: cannot create: %s", m->cfg->data_dir, strerror(errno));
+        return SMP_EIO;
+    }
+    if ((rc = host_metrics_create(&m->metrics)) < 0) return rc;
+    if ((rc = master_metrics_register(m)) < 0) return rc;
+    master_backend_init(m);
+    if ((rc = host_plugins_create(&m->plugins, m->cfg, m->metrics, &m->backend)) < 0) return rc;
+    if ((rc = host_plugins_load_all(m->plugins, err, errlen)) < 0) return rc;
+    obj_guard_ops guard = {guard_check, guard_loaded, m};
+    if ((rc = obj_store_create(&m->objs, &guard)) < 0) return rc;
+
+    oplog_file_options lo = {
+        .dir = m->oplog_dir,
+        .segment_bytes = m->cfg->oplog_segment_bytes,
+        .max_batch_records = m->cfg->oplog_max_batch_records,
+    };
+    if ((rc = oplog_file_open(&m->loop, &lo, &m->log, err, errlen)) < 0) return rc;
+    if ((rc = master_recover(m, err, errlen)) < 0) return rc;
+
+    rpc_server_options ro = {
+        .listen_tcp = m->cfg->listen_tcp,
+        .listen_unix = m->cfg->listen_unix,
+        .max_frame_bytes = m->cfg->max_frame_bytes,
+    };
+    if ((rc = rpc_server_create(&m->loop, &ro, &m->rpc, err, errlen)) < 0) return rc;
+    if ((rc = master_objects_register(m)) < 0 || (rc = master_admin_register(m)) < 0) {
+        snprintf(err, errlen, "rpc: cannot register the host services: %s", smp_strerror(rc));
+        return rc;
+    }
+    for (size_t i = 0; i < host_plugins_n_rpc_services(m->plugins); i++) {
+        const host_rpc_reg *r = host_plugins_rpc_service_at(m->plugins, i);
+        rc = rpc_server_add_service(m->rpc, r->s.service_id, r->s.name, r->s.methods,
+                                    r->s.n_methods, host_plugin_state(r->owner));
+        if (rc < 0) {
+            snprintf(err, errlen, "rpc: service %u (%s) of %s cannot be added: %s",
+                     (unsigned)r->s.service_id, r->s.name, host_plugin_desc(r->owner)->name,
+                     smp_strerror(rc));
+            return rc;
+        }
+    }
+    return SMP_OK;
+}
+
+static void close_parts(master *m)
+{
+    stop(m);
+    oplog_close(m->log); /* flushes; owed callbacks run now */
+    m->log = NULL;
+    uv_run(&m->loop, UV_RUN_DEFAULT);
+    host_plugins_destroy(m->plugins);
+    obj_store_destroy(m->objs);
+    host_metrics_destroy(m->metrics);
+    master_pending_free(m);
+    master_carried_free(m);
+}
+
+int master_main(const host_config *cfg)
+{
+    char err[1024] = "";
+    master *m = calloc(1, sizeof(*m));
+    if (m == NULL) return 1;
+    m->cfg = cfg;
+    if (uv_loop_init(&m->loop) != 0) {
+        free(m);
+        return 1;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    uv_timer_init(&m->loop, &m->timer);
+    uv_signal_init(&m->loop, &m->sig_int);
+    uv_signal_init(&m->loop, &m->sig_term);
+    m->timer.data = m->sig_int.data = m->sig_term.data = m;
+
+    int rc = open_parts(m, err, sizeof(err));
+    if (rc == SMP_OK) rc = mount_embedded(m);
+    if (rc < 0) {
+        fprintf(stderr, "store_master: %s\n", err[0] ? err : smp_strerror(rc));
+        m->exit_status = 1;
+    } else {
+        uv_signal_start(&m->sig_int, on_signal, SIGINT);
+        uv_signal_start(&m->sig_term, on_signal, SIGTERM);
+        uv_timer_start(&m->timer, on_timer, MASTER_TIMER_MS, MASTER_TIMER_MS);
+        uv_run(&m->loop, UV_RUN_DEFAULT);
+    }
+    close_parts(m);
+    uv_loop_close(&m->loop);
+    int status = m->exit_status;
+    free(m);
+    return status;
+}

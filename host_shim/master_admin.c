@@ -1,0 +1,204 @@
+/* master_admin.c -- what an operator sees: admin RPC, /metrics, /health, /role.
+ *
+ * The admin RPC service (2) reports status and takes a snapshot on demand.
+ * The HTTP endpoint renders on the loop thread: /metrics refreshes the host's
+ * gauges and counters from the object store, the OpLog and the RPC server,
+ * then prints every family (the host's and the plugins') in Prometheus text
+ * format; /health answers 200 while the OpLog accepts writes and 503 after
+ * it failed; /role names this master's role. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "host_rpc.pb-c.h"
+#include "master_internal.h"
+
+static const char *const data_type_names[] = {"kv", "metadata", "weight"};
+static const char *const replica_kind_names[] = {"memory", "cold"};
+
+/* -- metrics ---------------------------------------------------------------- */
+
+typedef struct metric_def {
+    size_t offset; /* of the host_metric * in master.m */
+    smp_metric_kind kind;
+    const char *name;
+    const char *help;
+    const char *label;
+} metric_def;
+
+#define M(field) offsetof(master, m.field)
+static const metric_def metric_defs[] = {
+    {M(objects), SMP_METRIC_GAUGE, "store_objects", "Complete objects by data type", "data_type"},
+    {M(object_bytes), SMP_METRIC_GAUGE, "store_object_bytes", "Logical bytes of complete objects by data type", "data_type"},
+    {M(replicas), SMP_METRIC_GAUGE, "store_replicas", "Complete replicas by kind", "kind"},
+    {M(replica_bytes), SMP_METRIC_GAUGE, "store_replica_bytes", "Bytes of complete replicas by kind", "kind"},
+    {M(memory_used), SMP_METRIC_GAUGE, "store_memory_used_bytes", "Bytes allocated in memory segments", NULL},
+    {M(memory_capacity), SMP_METRIC_GAUGE, "store_memory_capacity_bytes", "Capacity of all memory segments", NULL},
+    {M(puts_in_flight), SMP_METRIC_GAUGE, "store_puts_in_flight", "Puts started and not yet ended", NULL},
+    {M(oplog_appends), SMP_METRIC_COUNTER, "oplog_appends_total", "Records appended to the OpLog", NULL},
+    {M(oplog_fsyncs), SMP_METRIC_COUNTER, "oplog_fsyncs_total", "Data syncs of the OpLog", NULL},
+    {M(oplog_batches), SMP_METRIC_COUNTER, "oplog_batches_total", "Group commits written", NULL},
+    {M(oplog_max_batch), SMP_METRIC_GAUGE, "oplog_max_batch_records", "Most records in one group commit", NULL},
+    {M(oplog_bytes), SMP_METRIC_COUNTER, "oplog_bytes_total", "Record bytes made durable", NULL},
+    {M(oplog_durable_seconds_sum), SMP_METRIC_COUNTER, "oplog_durable_latency_seconds_sum", "Sum of append-to-durable latencies", NULL},
+    {M(oplog_durable_count), SMP_METRIC_COUNTER, "oplog_durable_latency_seconds_count", "Records made durable", NULL},
+    {M(oplog_failed), SMP_METRIC_COUNTER, "oplog_failed_total", "Records that could not be made durable", NULL},
+    {M(snapshot_age), SMP_METRIC_GAUGE, "snapshot_age_seconds", "Seconds since the newest snapshot was written (-1: none this run)", NULL},
+    {M(snapshot_seq), SMP_METRIC_GAUGE, "snapshot_last_seq", "Last OpLog sequence included in the newest snapshot", NULL},
+    {M(host_refusals), SMP_METRIC_COUNTER, "host_managed_group_refusals_total", "Actions on managed groups the host refused itself (no plugin guard)", "reason"},
+    {M(rpc_requests), SMP_METRIC_COUNTER, "rpc_requests_total", "RPC requests decoded", NULL},
+    {M(rpc_errors), SMP_METRIC_COUNTER, "rpc_errors_total", "RPC replies with an error status", NULL},
+    {M(rpc_connections), SMP_METRIC_GAUGE, "rpc_connections", "Open RPC connections", NULL},
+    {M(evictions), SMP_METRIC_COUNTER, "store_eviction_rounds_total", "Eviction plans applied under memory pressure", NULL},
+};
+
+int master_metrics_register(master *m)
+{
+    for (size_t i = 0; i < sizeof(metric_defs) / sizeof(metric_defs[0]); i++) {
+        const metric_def *d = &metric_defs[i];
+        const char *labels[2] = {d->label, NULL};
+        host_metric **slot = (host_metric **)((char *)m + d->offset);
+        int rc = host_metrics_register(m->metrics, d->kind, d->name, d->help,
+                                       d->label ? labels : NULL, slot);
+        if (rc < 0) return rc;
+    }
+    return SMP_OK;
+}
+
+void master_metrics_refresh(master *m)
+{
+    obj_stats os;
+    oplog_stats ls;
+    rpc_server_stats rs;
+    obj_store_stats(m->objs, &os);
+    for (int t = 0; t < 3; t++) {
+        const char *l[1] = {data_type_names[t]};
+        host_metric_set(m->m.objects, l, (double)os.objects_by_type[t]);
+        host_metric_set(m->m.object_bytes, l, (double)os.bytes_by_type[t]);
+    }
+    for (int k = 0; k < 2; k++) {
+        const char *l[1] = {replica_kind_names[k]};
+        host_metric_set(m->m.replicas, l, (double)os.replicas_by_kind[k]);
+        host_metric_set(m->m.replica_bytes, l, (double)os.replica_bytes_by_kind[k]);
+    }
+    host_metric_set(m->m.memory_used, NULL, (double)os.memory_used);
+    host_metric_set(m->m.memory_capacity, NULL, (double)os.memory_capacity);
+    host_metric_set(m->m.puts_in_flight, NULL, (double)os.puts_in_flight);
+    for (int r = 1; r <= SMP_GUARD_REASON_MAX; r++) {
+        const char *l[1] = {host_guard_reason_name((smp_guard_reason)r)};
+        host_metric_set(m->m.host_refusals, l, (double)os.host_refusals[r]);
+    }
+    if (m->log) {
+        oplog_stats_get(m->log, &ls);
+        host_metric_set(m->m.oplog_appends, NULL, (double)ls.appends);
+        host_metric_set(m->m.oplog_fsyncs, NULL, (double)ls.syncs);
+        host_metric_set(m->m.oplog_batches, NULL, (double)ls.batches);
+        host_metric_set(m->m.oplog_max_batch, NULL, (double)ls.max_batch);
+        host_metric_set(m->m.oplog_bytes, NULL, (double)ls.bytes);
+        host_metric_set(m->m.oplog_durable_seconds_sum, NULL, (double)ls.durable_lat_ns_sum / 1e9);
+        host_metric_set(m->m.oplog_durable_count, NULL, (double)ls.durable_count);
+        host_metric_set(m->m.oplog_failed, NULL, (double)ls.failed);
+    }
+    host_metric_set(m->m.snapshot_age, NULL,
+                    m->snapshot_wall_ms ? (double)(master_wall_ms() - m->snapshot_wall_ms) / 1e3 : -1.0);
+    host_metric_set(m->m.snapshot_seq, NULL, (double)m->snapshot_seq);
+    if (m->rpc) {
+        rpc_server_get_stats(m->rpc, &rs);
+        host_metric_set(m->m.rpc_requests, NULL, (double)rs.requests);
+        host_metric_set(m->m.rpc_errors, NULL, (double)rs.responses_error);
+        host_metric_set(m->m.rpc_connections, NULL, (double)rs.connections_open);
+    }
+}
+
+/* -- HTTP ------------------------------------------------------------------- */
+
+static char *text(const char *s, size_t *len)
+{
+    char *b = strdup(s);
+    *len = b ? strlen(b) : 0;
+    return b;
+}
+
+void master_admin_render(void *ctx, const char *path, int *status, char **body,
+                         size_t *len, const char **content_type)
+{
+    master *m = ctx;
+    *content_type = "text/plain; charset=utf-8";
+    if (strcmp(path, "/metrics") == 0) {
+        master_metrics_refresh(m);
+        *content_type = "text/plain; version=0.0.4; charset=utf-8";
+        if (host_metrics_render(m->metrics, body, len) < 0) *body = NULL;
+        *status = 200;
+    } else if (strcmp(path, "/health") == 0) {
+        *status = m->log_failed ? 503 : 200;
+        *body = text(m->log_failed ? "oplog failed: read-only\n" : "ok\n", len);
+    } else if (strcmp(path, "/role") == 0) {
+        *status = 200;
+        *body = text("active\n", len);
+    } else {
+        *status = 404;
+        *body = text("not found: try /metrics, /health or /role\n", len);
+    }
+}
+
+/* -- admin RPC ---------------------------------------------------------------- */
+
+static int h_status(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len)
+{
+    master *m = ctx;
+    (void)body;
+    (void)len;
+    obj_stats os;
+    obj_store_stats(m->objs, &os);
+    size_t np = host_plugins_count(m->plugins);
+    char **names = calloc(np ? np : 1, sizeof(*names));
+    if (names == NULL) return SMP_ENOMEM;
+    for (size_t i = 0; i < np; i++)
+        names[i] = (char *)host_plugin_desc(host_plugins_at(m->plugins, i))->name;
+    StatusResponse resp = STATUS_RESPONSE__INIT;
+    resp.role = "active";
+    resp.objects = os.objects_by_type[0] + os.objects_by_type[1] + os.objects_by_type[2];
+    resp.memory_used = os.memory_used;
+    resp.memory_capacity = os.memory_capacity;
+    resp.segments = os.memory_capacity > 0 ? 1 : 0;
+    resp.nodes = m->cfg->node_embedded ? 1 : 0;
+    resp.oplog_last_seq = m->applied_seq;
+    resp.snapshot_seq = m->snapshot_seq;
+    resp.n_plugins = np;
+    resp.plugins = names;
+    master_reply_msg(call, &resp.base);
+    free(names);
+    return SMP_OK;
+}
+
+static void on_snapshot(master *m, void *arg, int status, uint64_t seq, const char *path)
+{
+    smp_rpc_call *call = arg;
+    (void)m;
+    if (status < 0) {
+        rpc_reply_error(call, status, "snapshot failed");
+        return;
+    }
+    SnapshotResponse resp = SNAPSHOT_RESPONSE__INIT;
+    resp.seq = seq;
+    resp.path = (char *)(path ? path : "");
+    master_reply_msg(call, &resp.base);
+}
+
+static int h_snapshot(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len)
+{
+    (void)body;
+    (void)len;
+    return master_snapshot_take(ctx, on_snapshot, call);
+}
+
+static const smp_rpc_method admin_methods[] = {
+    {sizeof(smp_rpc_method), ADMIN_METHOD__ADMIN_STATUS, "status", h_status},
+    {sizeof(smp_rpc_method), ADMIN_METHOD__ADMIN_SNAPSHOT, "snapshot", h_snapshot},
+};
+
+int master_admin_register(master *m)
+{
+    return rpc_server_add_service(m->rpc, HOST_SERVICE__HOST_SERVICE_ADMIN, "admin", admin_methods,
+                                  sizeof(admin_methods) / sizeof(admin_methods[0]), m);
+}

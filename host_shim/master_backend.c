@@ -1,0 +1,110 @@
+/* master_backend.c -- the master's side of the host API table.
+ *
+ * Plugins reach the master only through these functions (plugin_host.c checks
+ * registration, gates and ownership first): durable OpLog appends, object and
+ * group queries against the applied state, the persisted managed flag of a
+ * group, memory usage, snapshot section I/O and RPC replies. The replica
+ * tasks (ensure cold / memory, release memory, remove object) need the node
+ * data plane; until it exists they are left unset and answer SMP_ENOTSUP. */
+#include <stdlib.h>
+#include <time.h>
+
+#include "master_internal.h"
+
+uint64_t master_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+uint64_t master_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+void master_emit(master *m, const smp_event *ev)
+{
+    host_plugins_emit(m->plugins, ev);
+}
+
+static int be_object_get(void *ctx, const char *key, smp_object_info *out)
+{
+    master *m = ctx;
+    return obj_object_info(m->objs, key, out);
+}
+
+static int be_group_list(void *ctx, const char *group, const char *after_key, size_t max,
+                         smp_object_visit_fn fn, void *arg)
+{
+    master *m = ctx;
+    return obj_group_list(m->objs, group, after_key, max, fn, arg);
+}
+
+static uint64_t be_group_count(void *ctx, const char *group)
+{
+    master *m = ctx;
+    return obj_group_count(m->objs, group);
+}
+
+typedef struct managed_ctx {
+    smp_done_cb cb;
+    void *arg;
+} managed_ctx;
+
+static void on_managed(master *m, void *arg, int status, uint64_t seq)
+{
+    managed_ctx *c = arg;
+    (void)m;
+    (void)seq;
+    c->cb(c->arg, status);
+    free(c);
+}
+
+static int be_group_set_managed(void *ctx, const char *group, int managed, smp_done_cb cb, void *arg)
+{
+    master *m = ctx;
+    obj_record rec = {0};
+    int rc;
+    if (cb == NULL) return SMP_EINVAL;
+    managed_ctx *c = calloc(1, sizeof(*c));
+    if (c == NULL) return SMP_ENOMEM;
+    c->cb = cb;
+    c->arg = arg;
+    if ((rc = obj_prepare_group_managed(m->objs, group, managed, &rec)) < 0 ||
+        (rc = master_commit(m, &rec, NULL, on_managed, c)) < 0)
+        free(c);
+    return rc;
+}
+
+static void be_memory_usage(void *ctx, uint64_t *used, uint64_t *capacity)
+{
+    master *m = ctx;
+    obj_memory_usage(m->objs, used, capacity);
+}
+
+static int be_is_leader(void *ctx)
+{
+    (void)ctx;
+    return 1; /* a single master is always the active one */
+}
+
+void master_backend_init(master *m)
+{
+    host_backend *b = &m->backend;
+    b->ctx = m;
+    b->host_caps = SMP_HOST_CAP_GROUPS | SMP_HOST_CAP_DURABLE_OPLOG | SMP_HOST_CAP_RPC_DISPATCH |
+                   SMP_HOST_CAP_METRICS;
+    b->oplog_append = master_append_plugin;
+    b->object_get = be_object_get;
+    b->group_list = be_group_list;
+    b->group_count = be_group_count;
+    b->group_set_managed = be_group_set_managed;
+    b->memory_usage = be_memory_usage;
+    b->is_leader = be_is_leader;
+    b->writer_write = snap_writer_write;
+    b->reader_data = snap_reader_data;
+    b->rpc_reply = rpc_reply;
+}

@@ -1,0 +1,371 @@
+/* master_objects.c -- the host's object service (RPC service 1).
+ *
+ * Plain object storage that works with or without plugins: put start (soft
+ * state, answered at once), put end / revoke / remove / remove by prefix /
+ * group managed flag (each answered only after its OpLog record is durable
+ * and applied, through master_commit), replica lookup under a read lease,
+ * exists and listing (reads of the applied state). A request that does not
+ * decode is answered SMP_EPROTO; every refusal carries a message naming the
+ * key and the cause. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "host_rpc.pb-c.h"
+#include "master_internal.h"
+
+void master_reply_msg(smp_rpc_call *call, const ProtobufCMessage *msg)
+{
+    size_t len = protobuf_c_message_get_packed_size(msg);
+    uint8_t *buf = malloc(len ? len : 1);
+    if (buf == NULL) {
+        rpc_reply_error(call, SMP_ENOMEM, "out of memory packing the reply");
+        return;
+    }
+    protobuf_c_message_pack(msg, buf);
+    rpc_reply(call, SMP_OK, buf, len);
+    free(buf);
+}
+
+static void reply_err(smp_rpc_call *call, int rc, const char *what, const char *key)
+{
+    char msg[1400];
+    snprintf(msg, sizeof(msg), "%s '%.1024s': %s", what, key ? key : "", smp_strerror(rc));
+    rpc_reply_error(call, rc, msg);
+}
+
+#define DECODE(type, fn, var, body, len, call)                          \
+    type *var = fn##__unpack(NULL, len, body);                          \
+    if (var == NULL) {                                                  \
+        rpc_reply_error(call, SMP_EPROTO, "request body does not decode as " #type); \
+        return SMP_OK;                                                  \
+    }
+
+/* -- put -------------------------------------------------------------------- */
+
+static int h_put_start(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len)
+{
+    master *m = ctx;
+    DECODE(PutStartRequest, put_start_request, req, body, len, call);
+    obj_put_params p = {
+        .key = req->key,
+        .size = req->size,
+        .data_type = (smp_data_type)req->data_type,
+        .group = req->group,
+        .tenant = req->tenant,
+        .overwrite = req->overwrite,
+    };
+    obj_put_ticket t;
+    int rc = master_key_pending(m, req->key) ? SMP_EBUSY
+                                             : obj_put_start(m->objs, &p, master_now_ms(), &t);
+    if (rc == SMP_ENOSPC) m->pressure = 1; /* the timer plans an eviction */
+    if (rc < 0) {
+        reply_err(call, rc, "put start", req->key);
+    } else {
+        ReplicaLocation loc = REPLICA_LOCATION__INIT;
+        ReplicaLocation *locs[1] = {&loc};
+        loc.kind = SMP_REPLICA_MEMORY;
+        loc.node = (char *)t.node;
+        loc.segment = (char *)t.segment;
+        loc.offset = t.offset;
+        loc.length = t.length;
+        loc.status = OBJ_REPLICA_PENDING;
+        PutStartResponse resp = PUT_START_RESPONSE__INIT;
+        resp.n_replicas = 1;
+        resp.replicas = locs;
+        master_reply_msg(call, &resp.base);
+    }
+    put_start_request__free_unpacked(req, NULL);
+    return SMP_OK;
+}
+
+static void on_put_end_durable(master *m, void *arg, int status, uint64_t seq)
+{
+    smp_rpc_call *call = arg;
+    (void)m;
+    if (status < 0) {
+        rpc_reply_error(call, status, "put end: the OpLog record did not become durable");
+        return;
+    }
+    PutEndResponse resp = PUT_END_RESPONSE__INIT;
+    resp.seq = seq;
+    master_reply_msg(call, &resp.base);
+}
+
+/* After a put end is applied, tell the plugins the object completed. */
+typedef struct put_end_ctx {
+    smp_rpc_call *call;
+    char *key;
+} put_end_ctx;
+
+static void on_put_end_applied(master *m, void *arg, int status, uint64_t seq)
+{
+    put_end_ctx *c = arg;
+    if (status == SMP_OK) {
+        smp_object_info info = {.struct_size = sizeof(info)};
+        if (obj_object_info(m->objs, c->key, &info) == SMP_OK) {
+            smp_event ev = {.struct_size = sizeof(ev),
+                            .type = SMP_EVENT_OBJECT_COMPLETED,
+                            .key = c->key,
+                            .group = info.group,
+                            .size = info.size};
+            master_emit(m, &ev);
+        }
+    }
+    on_put_end_durable(m, c->call, status, seq);
+    free(c->key);
+    free(c);
+}
+
+static int h_put_end(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len)
+{
+    master *m = ctx;
+    obj_record rec = {0};
+    put_end_ctx *c = NULL;
+    int rc;
+    DECODE(PutEndRequest, put_end_request, req, body, len, call);
+    if (req->sha256.len != 32) {
+        rc = SMP_EINVAL;
+        rpc_reply_error(call, rc, "put end: sha256 must be 32 bytes");
+        goto free_req;
+    }
+    if ((rc = obj_prepare_put_end(m->objs, req->key, req->sha256.data, master_wall_ms(), &rec)) < 0)
+        goto refuse;
+    c = calloc(1, sizeof(*c));
+    if (c == NULL || (c->key = strdup(req->key)) == NULL) {
+        rc = SMP_ENOMEM;
+        obj_record_free(&rec);
+        goto refuse;
+    }
+    c->call = call;
+    if ((rc = master_commit(m, &rec, req->key, on_put_end_applied, c)) < 0) goto refuse;
+    c = NULL;
+    goto free_req;
+refuse:
+    if (c) free(c->key);
+    free(c);
+    reply_err(call, rc, "put end", req->key);
+free_req:
+    put_end_request__free_unpacked(req, NULL);
+    return SMP_OK;
+}
+
+static void on_empty_durable(master *m, void *arg, int status, uint64_t seq)
+{
+    smp_rpc_call *call = arg;
+    (void)m;
+    (void)seq;
+    if (status < 0) {
+        rpc_reply_error(call, status, "the OpLog record did not become durable");
+        return;
+    }
+    EmptyResponse resp = EMPTY_RESPONSE__INIT;
+    master_reply_msg(call, &resp.base);
+}
+
+typedef int (*prepare_key_fn)(master *m, const char *key, obj_record *out);
+
+static int prep_revoke(master *m, const char *key, obj_record *out)
+{
+    return obj_prepare_put_revoke(m->objs, key, out);
+}
+
+static int prep_remove(master *m, const char *key, obj_record *out)
+{
+    return obj_prepare_remove(m->objs, key, master_now_ms(), out);
+}
+
+/* One key, one record, answered when durable. */
+static int commit_key_request(master *m, smp_rpc_call *call, const uint8_t *body, size_t len,
+                              prepare_key_fn prepare, const char *what)
+{
+    obj_record rec = {0};
+    DECODE(KeyRequest, key_request, req, body, len, call);
+    int rc = master_key_pending(m, req->key) ? SMP_EBUSY : prepare(m, req->key, &rec);
+    if (rc == SMP_OK) rc = master_commit(m, &rec, req->key, on_empty_durable, call);
+    if (rc < 0) reply_err(call, rc, what, req->key);
+    key_request__free_unpacked(req, NULL);
+    return SMP_OK;
+}
+
+static int h_put_revoke(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len)
+{
+    return commit_key_request(ctx, call, body, len, prep_revoke, "put revoke");
+}
+
+static int h_remove(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len)
+{
+    return commit_key_request(ctx, call, body, len, prep_remove, "remove");
+}
+
+/* -- reads ------------------------------------------------------------------ */
+
+#define MAX_REPLICAS 16
+
+static int h_get_replicas(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len)
+{
+    master *m = ctx;
+    obj_replica reps[MAX_REPLICAS];
+    ReplicaLocation locs[MAX_REPLICAS];
+    ReplicaLocation *plocs[MAX_REPLICAS];
+    size_t n = 0;
+    DECODE(KeyRequest, key_request, req, body, len, call);
+    uint64_t now = master_now_ms();
+    int rc = obj_get_replica_list(m->objs, req->key, now, MASTER_READ_LEASE_MS, reps, MAX_REPLICAS, &n);
+    smp_object_info info = {.struct_size = sizeof(info)};
+    if (rc == SMP_OK) rc = obj_object_info(m->objs, req->key, &info);
+    if (rc < 0) {
+        reply_err(call, rc, "get replicas", req->key);
+        goto free_req;
+    }
+    if (n > MAX_REPLICAS) n = MAX_REPLICAS;
+    for (size_t i = 0; i < n; i++) {
+        replica_location__init(&locs[i]);
+        locs[i].kind = reps[i].kind;
+        locs[i].status = reps[i].status;
+        locs[i].node = (char *)(reps[i].node ? reps[i].node : "");
+        locs[i].segment = (char *)(reps[i].segment ? reps[i].segment : "");
+        locs[i].offset = reps[i].offset;
+        locs[i].length = reps[i].length;
+        locs[i].path = (char *)(reps[i].path ? reps[i].path : "");
+        plocs[i] = &locs[i];
+    }
+    GetReplicasResponse resp = GET_REPLICAS_RESPONSE__INIT;
+    resp.size = info.size;
+    resp.data_type = (DataType)info.data_type;
+    resp.group = (char *)(info.group ? info.group : "");
+    resp.sha256.data = info.checksum;
+    resp.sha256.len = sizeof(info.checksum);
+    resp.n_replicas = n;
+    resp.replicas = plocs;
+    resp.lease_expires_ms = master_wall_ms() + MASTER_READ_LEASE_MS;
+    master_reply_msg(call, &resp.base);
+free_req:
+    key_request__free_unpacked(req, NULL);
+    return SMP_OK;
+}
+
+static int h_exists(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len)
+{
+    master *m = ctx;
+    DECODE(KeyRequest, key_request, req, body, len, call);
+    ExistsResponse resp = EXISTS_RESPONSE__INIT;
+    resp.exists = obj_exists(m->objs, req->key) != 0;
+    master_reply_msg(call, &resp.base);
+    key_request__free_unpacked(req, NULL);
+    return SMP_OK;
+}
+
+static int h_list(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len)
+{
+    master *m = ctx;
+    DECODE(ListRequest, list_request, req, body, len, call);
+    size_t limit = req->limit ? req->limit : MASTER_LIST_DEFAULT;
+    if (limit > MASTER_LIST_MAX) limit = MASTER_LIST_MAX;
+    const char **keys = calloc(limit, sizeof(*keys));
+    size_t n = 0;
+    int more = 0;
+    int rc = keys ? obj_list_prefix(m->objs, req->prefix, NULL,
+                                    req->cursor[0] ? req->cursor : NULL, limit, keys, &n, &more)
+                  : SMP_ENOMEM;
+    if (rc < 0) {
+        reply_err(call, rc, "list", req->prefix);
+    } else {
+        ListResponse resp = LIST_RESPONSE__INIT;
+        resp.n_keys = n;
+        resp.keys = (char **)keys;
+        resp.next_cursor = (char *)(more && n > 0 ? keys[n - 1] : "");
+        master_reply_msg(call, &resp.base);
+    }
+    free(keys);
+    list_request__free_unpacked(req, NULL);
+    return SMP_OK;
+}
+
+/* -- remove by prefix ------------------------------------------------------- */
+
+typedef struct prefix_ctx {
+    smp_rpc_call *call;
+    size_t outstanding;
+    int status;
+    obj_remove_report rep;
+} prefix_ctx;
+
+static void on_prefix_record(master *m, void *arg, int status, uint64_t seq)
+{
+    prefix_ctx *c = arg;
+    (void)m;
+    (void)seq;
+    if (status < 0 && c->status == SMP_OK) c->status = status;
+    if (--c->outstanding > 0) return;
+    if (c->status < 0) {
+        rpc_reply_error(c->call, c->status, "remove by prefix: a record did not become durable");
+    } else {
+        RemovePrefixResponse resp = REMOVE_PREFIX_RESPONSE__INIT;
+        resp.removed = c->rep.removed;
+        resp.skipped = c->rep.skipped_leased + c->rep.skipped_vetoed + c->rep.skipped_partial;
+        master_reply_msg(c->call, &resp.base);
+    }
+    free(c);
+}
+
+static int h_remove_prefix(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len)
+{
+    master *m = ctx;
+    obj_record_list recs = {0};
+    DECODE(RemovePrefixRequest, remove_prefix_request, req, body, len, call);
+    prefix_ctx *c = calloc(1, sizeof(*c));
+    int rc = c ? obj_prepare_remove_prefix(m->objs, req->prefix, master_now_ms(), &recs, &c->rep)
+               : SMP_ENOMEM;
+    if (rc < 0) {
+        free(c);
+        reply_err(call, rc, "remove by prefix", req->prefix);
+        goto free_req;
+    }
+    c->call = call;
+    c->outstanding = 1; /* held until every record is appended */
+    for (size_t i = 0; i < recs.n; i++) {
+        c->outstanding++;
+        if ((rc = master_commit(m, &recs.recs[i], NULL, on_prefix_record, c)) < 0) {
+            c->outstanding--;
+            if (c->status == SMP_OK) c->status = rc;
+        }
+    }
+    on_prefix_record(m, c, SMP_OK, 0);
+free_req:
+    obj_record_list_free(&recs);
+    remove_prefix_request__free_unpacked(req, NULL);
+    return SMP_OK;
+}
+
+static int h_group_set_managed(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len)
+{
+    master *m = ctx;
+    obj_record rec = {0};
+    DECODE(GroupSetManagedRequest, group_set_managed_request, req, body, len, call);
+    int rc = obj_prepare_group_managed(m->objs, req->group, req->managed, &rec);
+    if (rc == SMP_OK) rc = master_commit(m, &rec, NULL, on_empty_durable, call);
+    if (rc < 0) reply_err(call, rc, "group set managed", req->group);
+    group_set_managed_request__free_unpacked(req, NULL);
+    return SMP_OK;
+}
+
+static const smp_rpc_method objects_methods[] = {
+    {sizeof(smp_rpc_method), OBJECTS_METHOD__OBJ_PUT_START, "put_start", h_put_start},
+    {sizeof(smp_rpc_method), OBJECTS_METHOD__OBJ_PUT_END, "put_end", h_put_end},
+    {sizeof(smp_rpc_method), OBJECTS_METHOD__OBJ_PUT_REVOKE, "put_revoke", h_put_revoke},
+    {sizeof(smp_rpc_method), OBJECTS_METHOD__OBJ_GET_REPLICAS, "get_replicas", h_get_replicas},
+    {sizeof(smp_rpc_method), OBJECTS_METHOD__OBJ_EXISTS, "exists", h_exists},
+    {sizeof(smp_rpc_method), OBJECTS_METHOD__OBJ_REMOVE, "remove", h_remove},
+    {sizeof(smp_rpc_method), OBJECTS_METHOD__OBJ_REMOVE_PREFIX, "remove_prefix", h_remove_prefix},
+    {sizeof(smp_rpc_method), OBJECTS_METHOD__OBJ_LIST, "list", h_list},
+    {sizeof(smp_rpc_method), OBJECTS_METHOD__OBJ_GROUP_SET_MANAGED, "group_set_managed",
+     h_group_set_managed},
+};
+
+int master_objects_register(master *m)
+{
+    return rpc_server_add_service(m->rpc, HOST_SERVICE__HOST_SERVICE_OBJECTS, "objects",
+                                  objects_methods,
+                                  sizeof(objects_methods) / sizeof(objects_methods[0]), m);
+}
