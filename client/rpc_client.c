@@ -302,6 +302,8 @@ const char *rpcc_last_error(const rpcc_conn *c)
 
 /* -- Sending --------------------------------------------------------------- */
 
+static int salvage_refusal(rpcc_conn *c);
+
 /* Write all of buf. A timeout before the first byte leaves the stream intact
  * (SMP_EAGAIN); after a partial write the stream is broken. */
 static int write_all(rpcc_conn *c, const uint8_t *buf, size_t len, int64_t deadline)
@@ -334,11 +336,15 @@ static int write_all(rpcc_conn *c, const uint8_t *buf, size_t len, int64_t deadl
 
 int rpcc_send_raw(rpcc_conn *c, const uint8_t *bytes, size_t len)
 {
+    int rc, r;
     if (c == NULL || (bytes == NULL && len > 0))
         return SMP_EINVAL;
     if (c->broken)
         return c->broken;
-    return write_all(c, bytes, len, deadline_of(c->timeout_ms));
+    rc = write_all(c, bytes, len, deadline_of(c->timeout_ms));
+    if (rc == SMP_EIO && (r = salvage_refusal(c)) < 0)
+        return r;
+    return rc;
 }
 
 int rpcc_send(rpcc_conn *c,
@@ -351,7 +357,7 @@ int rpcc_send(rpcc_conn *c,
     RpcRequest req = RPC_REQUEST__INIT;
     uint8_t *frame;
     size_t size;
-    int rc;
+    int rc, r;
 
     if (c == NULL || (req_body == NULL && req_len > 0))
         return SMP_EINVAL;
@@ -378,6 +384,8 @@ int rpcc_send(rpcc_conn *c,
     rpc_request__pack(&req, frame + 4);
     rc = write_all(c, frame, 4 + size, deadline_of(c->timeout_ms));
     free(frame);
+    if (rc == SMP_EIO && (r = salvage_refusal(c)) < 0)
+        return r;
     if (rc < 0)
         return rc;
     if (request_id != NULL)
@@ -461,6 +469,60 @@ static int read_frame(rpcc_conn *c, int64_t deadline, RpcResponse **out)
     }
 }
 
+/* Keep a response for a later rpcc_recv (FIFO). Frees m on failure. */
+static int stash_push(rpcc_conn *c, RpcResponse *m)
+{
+    rpcc_pending *p = malloc(sizeof(*p));
+    if (p == NULL) {
+        rpc_response__free_unpacked(m, NULL);
+        conn_err(c, "out of memory keeping a response");
+        return SMP_ENOMEM;
+    }
+    p->msg = m;
+    p->next = NULL;
+    if (c->tail != NULL)
+        c->tail->next = p;
+    else
+        c->head = p;
+    c->tail = p;
+    return SMP_OK;
+}
+
+/* Turn a connection-level refusal (request_id 0) into the return code and
+ * last error, and break the stream with it. Frees m. */
+static int take_refusal(rpcc_conn *c, RpcResponse *m)
+{
+    int rc = m->status < 0 ? m->status : SMP_EPROTO;
+    conn_err(c, "server: %s", m->error != NULL && m->error[0] ? m->error : smp_strerror(rc));
+    rpc_response__free_unpacked(m, NULL);
+    c->broken = rc;
+    return rc;
+}
+
+/* After a send failed because the server closed: it may have refused the
+ * connection with a request_id 0 response just before (oversized frame, too
+ * many connections). Take what already arrived, without waiting; responses
+ * to earlier requests are kept for rpcc_recv. Returns the refusal's status,
+ * or 0 when none arrived (the send failure and its message stand). */
+static int salvage_refusal(rpcc_conn *c)
+{
+    char saved[sizeof(c->err)];
+    int broken = c->broken;
+    RpcResponse *m;
+
+    memcpy(saved, c->err, sizeof(saved));
+    c->broken = 0;
+    while (read_frame(c, 0 /* no wait */, &m) == SMP_OK) {
+        if (m->request_id == 0)
+            return take_refusal(c, m);
+        if (stash_push(c, m) < 0)
+            break;
+    }
+    memcpy(c->err, saved, sizeof(saved));
+    c->broken = broken;
+    return 0;
+}
+
 /* Hand a response to the caller and free it. */
 static int deliver(rpcc_conn *c,
                    RpcResponse *m,
@@ -541,28 +603,12 @@ int rpcc_recv(rpcc_conn *c,
     for (;;) {
         if ((rc = read_frame(c, deadline, &m)) < 0)
             return rc;
-        if (m->request_id == 0) {
-            /* the server refuses the connection itself */
-            rc = m->status < 0 ? m->status : SMP_EPROTO;
-            conn_err(c, "server: %s", m->error != NULL && m->error[0] ? m->error
-                                                                      : smp_strerror(rc));
-            rpc_response__free_unpacked(m, NULL);
-            return conn_break(c, rc);
-        }
+        if (m->request_id == 0)
+            return take_refusal(c, m); /* the server refuses the connection itself */
         if (request_id == 0 || m->request_id == request_id)
             return deliver(c, m, got_id, status, resp_body, resp_len, errmsg);
-        if ((p = malloc(sizeof(*p))) == NULL) {
-            rpc_response__free_unpacked(m, NULL);
-            conn_err(c, "out of memory keeping a response");
-            return conn_break(c, SMP_ENOMEM);
-        }
-        p->msg = m;
-        p->next = NULL;
-        if (c->tail != NULL)
-            c->tail->next = p;
-        else
-            c->head = p;
-        c->tail = p;
+        if ((rc = stash_push(c, m)) < 0)
+            return conn_break(c, rc);
     }
 }
 
