@@ -99,7 +99,9 @@ int rpc_server_add_service(rpc_server *s,
 int rpc_server_remove_service(rpc_server *s, uint16_t service_id);
 
 /* Bind and listen on the configured endpoints. A stale Unix socket file at
- * the path is replaced; any other file there is refused. On failure nothing
+ * the path is replaced; any other file there is refused. SIGPIPE is set to
+ * ignored if it still has its default action (a vanished peer must not kill
+ * the master; writes then fail with EPIPE and close that connection). On failure nothing
  * listens, the code is returned (SMP_EIO, SMP_EINVAL, SMP_ESTATE when already
  * started or closed) and err names the endpoint and the cause. */
 int rpc_server_start(rpc_server *s, char *err, size_t errlen);

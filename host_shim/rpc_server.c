@@ -20,6 +20,7 @@
  * or too many unanswered calls, and resumes when both are back in bounds. */
 #include <errno.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,7 +86,6 @@ typedef struct rpc_conn {
     /* output and calls */
     size_t out_bytes; /* queued in uv_write, not completed */
     uint32_t ncalls;
-    char rbuf[RPC_READ_CHUNK];
 } rpc_conn;
 
 struct rpc_server {
@@ -112,6 +112,10 @@ struct rpc_server {
     smp_rpc_call *cur_call;
     int cur_replied;
     rpc_server_stats st;
+    /* One read buffer for all connections: libuv delivers one read at a time
+     * on the loop thread and on_read consumes it entirely (partial frames
+     * are copied into the connection). */
+    char rbuf[RPC_READ_CHUNK];
 };
 
 typedef struct rpc_wreq {
@@ -584,9 +588,13 @@ static void conn_dispatch(rpc_conn *c, const uint8_t *data, size_t len)
     replied = s->cur_replied;
     s->cur_call = NULL;
     if (rc < 0 && !replied) {
+        /* look the names up again: the handler may have changed the table */
+        svc = find_service(s, req->service);
+        m = svc != NULL ? find_method(svc, req->method) : NULL;
         s->st.err_handler++;
         snprintf(msg, sizeof(msg), "%s.%s (service %" PRIu32 " method %" PRIu32 "): %s",
-                 svc->name, m->name, req->service, req->method, smp_strerror(rc));
+                 svc != NULL ? svc->name : "?", m != NULL ? m->name : "?",
+                 req->service, req->method, smp_strerror(rc));
         call_finish(call, rc, msg, NULL, 0);
     }
 free_req:
@@ -599,7 +607,7 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     rpc_conn *c = h->data;
     (void)suggested;
-    *buf = uv_buf_init(c->rbuf, sizeof(c->rbuf));
+    *buf = uv_buf_init(c->srv->rbuf, sizeof(c->srv->rbuf));
 }
 
 /* Append n bytes of body; the buffer grows geometrically with what really
@@ -939,6 +947,16 @@ static int start_unix(rpc_server *s, char *err, size_t errlen)
     return SMP_OK;
 }
 
+/* libuv writes with write(2): a peer that vanished would raise SIGPIPE and
+ * kill the master. Ignore it unless the program installed its own handler. */
+static void ignore_sigpipe(void)
+{
+    struct sigaction old;
+    if (sigaction(SIGPIPE, NULL, &old) == 0 && !(old.sa_flags & SA_SIGINFO) &&
+        old.sa_handler == SIG_DFL)
+        signal(SIGPIPE, SIG_IGN);
+}
+
 int rpc_server_start(rpc_server *s, char *err, size_t errlen)
 {
     int rc;
@@ -949,6 +967,7 @@ int rpc_server_start(rpc_server *s, char *err, size_t errlen)
         return SMP_ESTATE;
     }
     s->started = 1;
+    ignore_sigpipe();
     if (s->listen_tcp != NULL && (rc = start_tcp(s, err, errlen)) < 0)
         goto close_listeners;
     if (s->listen_unix != NULL && (rc = start_unix(s, err, errlen)) < 0)

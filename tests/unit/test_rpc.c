@@ -835,6 +835,30 @@ static void test_disconnect_with_deferred_call_outstanding(void **state)
     rpcc_close(c);
 }
 
+/* A client that sends requests and vanishes without reading its answers:
+ * the server's writes fail (EPIPE or reset, never a fatal SIGPIPE), that
+ * connection is closed and the server keeps serving. */
+static void test_client_vanishing_with_replies_in_flight(void **state)
+{
+    fixture *fx = *state;
+    rpcc_conn *c = open_client(fx->tcp_ep);
+    uint8_t body[8000];
+    uint32_t big = 500000;
+    memset(body, 'v', sizeof(body));
+    for (int i = 0; i < 20; i++) {
+        assert_int_equal(rpcc_send(c, SVC_ECHO, M_ECHO, body, sizeof(body), NULL), SMP_OK);
+        assert_int_equal(rpcc_send(c, SVC_ECHO, M_BIG, (const uint8_t *)&big, sizeof(big), NULL),
+                         SMP_OK);
+    }
+    rpcc_close(c);
+    c = open_client(fx->tcp_ep);
+    expect_echo(c, "server survived");
+    for (int i = 0; i < 500 && get_stats_on(c).connections_open != 1; i++)
+        usleep(10 * 1000);
+    assert_true(get_stats_on(c).connections_open == 1); /* the vanished one is gone */
+    rpcc_close(c);
+}
+
 /* The server is closed while a deferred call is outstanding: the loop ends
  * once the timer has answered (reply dropped) and everything is freed. */
 static void test_server_close_with_deferred_call_outstanding(void **state)
@@ -1013,6 +1037,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_good_request_before_bad_frame_is_answered, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_disconnect_with_deferred_call_outstanding, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_client_vanishing_with_replies_in_flight, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_server_close_with_deferred_call_outstanding, setup,
                                         teardown),
