@@ -1,0 +1,631 @@
+/* rpc_client.c -- blocking RPC transport over plain sockets and poll(2).
+ *
+ * The socket is non-blocking; every wait is a poll bounded by the deadline of
+ * the current call. Incoming bytes collect in one buffer that grows with what
+ * arrives (never past 4 + max_frame_bytes), so a timeout in the middle of a
+ * response loses nothing and the next rpcc_recv goes on where it stopped.
+ * Decoded responses for other request ids wait in a FIFO until claimed.
+ * A connection becomes "broken" once its byte stream can no longer be trusted
+ * (peer closed, partial send, undecodable or oversized frame); from then on
+ * every call returns the code that broke it. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "rpc.pb-c.h"
+#include "rpc_client.h"
+
+#define RPCC_READ_CHUNK (64u * 1024u)
+
+typedef struct rpcc_pending {
+    struct rpcc_pending *next;
+    RpcResponse *msg;
+} rpcc_pending;
+
+struct rpcc_conn {
+    int fd;
+    int timeout_ms;
+    uint32_t max_frame;
+    uint64_t next_id;
+    int broken;             /* 0, or the code that broke the stream */
+    char err[256];
+    uint8_t *in;            /* received, not yet decoded */
+    size_t in_len;
+    size_t in_cap;
+    rpcc_pending *head;     /* decoded responses not yet claimed */
+    rpcc_pending *tail;
+};
+
+static void conn_err(rpcc_conn *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->err, sizeof(c->err), fmt, ap);
+    va_end(ap);
+}
+
+static void errbuf_set(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    if (err == NULL || errlen == 0)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* Mark the stream unusable with code rc (the message is already set). */
+static int conn_break(rpcc_conn *c, int rc)
+{
+    if (!c->broken)
+        c->broken = rc;
+    return rc;
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t deadline_of(int timeout_ms)
+{
+    return timeout_ms > 0 ? now_ms() + timeout_ms : -1;
+}
+
+/* Wait until fd is ready for events or the deadline passes. Returns 1 when
+ * ready, 0 on timeout, a negative errno on a poll failure. */
+static int wait_fd(int fd, short events, int64_t deadline)
+{
+    for (;;) {
+        struct pollfd p = {.fd = fd, .events = events, .revents = 0};
+        int ms = -1, r;
+        if (deadline >= 0) {
+            int64_t left = deadline - now_ms();
+            if (left <= 0)
+                return 0;
+            ms = left > 1000000 ? 1000000 : (int)left;
+        }
+        r = poll(&p, 1, ms);
+        if (r > 0)
+            return 1;
+        if (r == 0) {
+            if (deadline >= 0 && now_ms() >= deadline)
+                return 0;
+            continue;
+        }
+        if (errno != EINTR)
+            return -errno;
+    }
+}
+
+/* -- Connecting ------------------------------------------------------------ */
+
+static int connect_unix(const char *path, int64_t deadline, int *fd_out,
+                        char *err, size_t errlen)
+{
+    struct sockaddr_un sa;
+    int fd;
+    (void)deadline;
+
+    if (strlen(path) >= sizeof(sa.sun_path)) {
+        errbuf_set(err, errlen, "unix socket path '%s' is longer than %zu bytes",
+                   path, sizeof(sa.sun_path) - 1);
+        return SMP_EINVAL;
+    }
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    strcpy(sa.sun_path, path);
+    if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0) {
+        errbuf_set(err, errlen, "socket: %s", strerror(errno));
+        return SMP_EIO;
+    }
+    /* A local connect completes or fails at once; it never waits on a peer. */
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+        errbuf_set(err, errlen, "connect to unix:%s: %s", path, strerror(errno));
+        close(fd);
+        return errno == EAGAIN ? SMP_EAGAIN : SMP_EIO;
+    }
+    if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) < 0) {
+        errbuf_set(err, errlen, "fcntl: %s", strerror(errno));
+        close(fd);
+        return SMP_EIO;
+    }
+    *fd_out = fd;
+    return SMP_OK;
+}
+
+/* Connect one address with a deadline. Returns the fd or a negative errno. */
+static int connect_addr(const struct addrinfo *ai, int64_t deadline)
+{
+    int fd, r, soerr = 0, one = 1;
+    socklen_t sl = sizeof(soerr);
+
+    fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
+    if (fd < 0)
+        return -errno;
+    if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
+        if (errno != EINPROGRESS) {
+            r = -errno;
+            goto close_fd;
+        }
+        if ((r = wait_fd(fd, POLLOUT, deadline)) <= 0) {
+            r = r == 0 ? -ETIMEDOUT : r;
+            goto close_fd;
+        }
+        if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) < 0) {
+            r = -errno;
+            goto close_fd;
+        }
+        if (soerr != 0) {
+            r = -soerr;
+            goto close_fd;
+        }
+    }
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    return fd;
+
+close_fd:
+    close(fd);
+    return r;
+}
+
+static int connect_tcp(const char *spec, int64_t deadline, int *fd_out,
+                       char *err, size_t errlen)
+{
+    char host[256];
+    const char *colon, *hs = spec, *he;
+    struct addrinfo hints, *res = NULL, *ai;
+    int r, fd = -ETIMEDOUT;
+
+    colon = strrchr(spec, ':');
+    if (colon == NULL || colon[1] == '\0')
+        goto bad;
+    he = colon;
+    if (spec[0] == '[') {
+        hs = spec + 1;
+        if (he == spec || he[-1] != ']')
+            goto bad;
+        he--;
+    }
+    if (he <= hs || (size_t)(he - hs) >= sizeof(host))
+        goto bad;
+    memcpy(host, hs, (size_t)(he - hs));
+    host[he - hs] = '\0';
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV;
+    if ((r = getaddrinfo(host, colon + 1, &hints, &res)) != 0) {
+        errbuf_set(err, errlen, "cannot resolve '%s': %s", spec, gai_strerror(r));
+        return r == EAI_NONAME || r == EAI_SERVICE ? SMP_EINVAL : SMP_EIO;
+    }
+    for (ai = res; ai != NULL; ai = ai->ai_next) {
+        if ((fd = connect_addr(ai, deadline)) >= 0)
+            break;
+    }
+    freeaddrinfo(res);
+    if (fd < 0) {
+        errbuf_set(err, errlen, "connect to %s: %s", spec,
+                   fd == -ETIMEDOUT ? "timed out" : strerror(-fd));
+        return fd == -ETIMEDOUT ? SMP_EAGAIN : SMP_EIO;
+    }
+    *fd_out = fd;
+    return SMP_OK;
+
+bad:
+    errbuf_set(err, errlen, "endpoint '%s' is not host:port, unix:/path or /path", spec);
+    return SMP_EINVAL;
+}
+
+int rpcc_connect(const char *endpoint,
+                 const rpcc_options *opt,
+                 rpcc_conn **out,
+                 char *err,
+                 size_t errlen)
+{
+    rpcc_conn *c;
+    int64_t deadline;
+    int rc, fd = -1;
+
+    if (out == NULL || endpoint == NULL) {
+        errbuf_set(err, errlen, "no endpoint or no result pointer");
+        return SMP_EINVAL;
+    }
+    *out = NULL;
+    if ((c = calloc(1, sizeof(*c))) == NULL) {
+        errbuf_set(err, errlen, "out of memory");
+        return SMP_ENOMEM;
+    }
+    c->fd = -1;
+    c->timeout_ms = opt != NULL ? opt->timeout_ms : 0;
+    c->max_frame = opt != NULL && opt->max_frame_bytes ? opt->max_frame_bytes
+                                                       : RPCC_DEFAULT_MAX_FRAME_BYTES;
+    c->next_id = 1;
+    deadline = deadline_of(c->timeout_ms);
+    if (strncmp(endpoint, "unix:", 5) == 0)
+        rc = connect_unix(endpoint + 5, deadline, &fd, err, errlen);
+    else if (endpoint[0] == '/')
+        rc = connect_unix(endpoint, deadline, &fd, err, errlen);
+    else
+        rc = connect_tcp(endpoint, deadline, &fd, err, errlen);
+    if (rc < 0)
+        goto free_conn;
+    c->fd = fd;
+    *out = c;
+    return SMP_OK;
+
+free_conn:
+    free(c);
+    return rc;
+}
+
+void rpcc_close(rpcc_conn *c)
+{
+    rpcc_pending *p, *next;
+    if (c == NULL)
+        return;
+    for (p = c->head; p != NULL; p = next) {
+        next = p->next;
+        rpc_response__free_unpacked(p->msg, NULL);
+        free(p);
+    }
+    if (c->fd >= 0)
+        close(c->fd);
+    free(c->in);
+    free(c);
+}
+
+void rpcc_set_timeout(rpcc_conn *c, int timeout_ms)
+{
+    if (c != NULL)
+        c->timeout_ms = timeout_ms;
+}
+
+const char *rpcc_last_error(const rpcc_conn *c)
+{
+    return c != NULL ? c->err : "no connection";
+}
+
+/* -- Sending --------------------------------------------------------------- */
+
+static int salvage_refusal(rpcc_conn *c);
+
+/* Write all of buf. A timeout before the first byte leaves the stream intact
+ * (SMP_EAGAIN); after a partial write the stream is broken. */
+static int write_all(rpcc_conn *c, const uint8_t *buf, size_t len, int64_t deadline)
+{
+    size_t done = 0;
+    while (done < len) {
+        ssize_t w = send(c->fd, buf + done, len - done, MSG_NOSIGNAL);
+        if (w > 0) {
+            done += (size_t)w;
+            continue;
+        }
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            int r = wait_fd(c->fd, POLLOUT, deadline);
+            if (r > 0)
+                continue;
+            if (r == 0) {
+                conn_err(c, "send timed out after %d ms (%zu of %zu bytes sent)",
+                         c->timeout_ms, done, len);
+                return done > 0 ? conn_break(c, SMP_EAGAIN) : SMP_EAGAIN;
+            }
+            errno = -r;
+        }
+        conn_err(c, "send: %s", w < 0 ? strerror(errno) : "no progress");
+        return conn_break(c, SMP_EIO);
+    }
+    return SMP_OK;
+}
+
+int rpcc_send_raw(rpcc_conn *c, const uint8_t *bytes, size_t len)
+{
+    int rc, r;
+    if (c == NULL || (bytes == NULL && len > 0))
+        return SMP_EINVAL;
+    if (c->broken)
+        return c->broken;
+    rc = write_all(c, bytes, len, deadline_of(c->timeout_ms));
+    if (rc == SMP_EIO && (r = salvage_refusal(c)) < 0)
+        return r;
+    return rc;
+}
+
+int rpcc_send(rpcc_conn *c,
+              uint32_t service,
+              uint32_t method,
+              const uint8_t *req_body,
+              size_t req_len,
+              uint64_t *request_id)
+{
+    RpcRequest req = RPC_REQUEST__INIT;
+    uint8_t *frame;
+    size_t size;
+    int rc, r;
+
+    if (c == NULL || (req_body == NULL && req_len > 0))
+        return SMP_EINVAL;
+    if (c->broken)
+        return c->broken;
+    req.request_id = c->next_id;
+    req.service = service;
+    req.method = method;
+    req.body.data = (uint8_t *)req_body;
+    req.body.len = req_len;
+    size = rpc_request__get_packed_size(&req);
+    if (size > c->max_frame) {
+        conn_err(c, "request of %zu bytes exceeds max_frame_bytes %" PRIu32, size, c->max_frame);
+        return SMP_ERANGE;
+    }
+    if ((frame = malloc(4 + size)) == NULL) {
+        conn_err(c, "out of memory for a request of %zu bytes", size);
+        return SMP_ENOMEM;
+    }
+    frame[0] = (uint8_t)(size >> 24);
+    frame[1] = (uint8_t)(size >> 16);
+    frame[2] = (uint8_t)(size >> 8);
+    frame[3] = (uint8_t)size;
+    rpc_request__pack(&req, frame + 4);
+    rc = write_all(c, frame, 4 + size, deadline_of(c->timeout_ms));
+    free(frame);
+    if (rc == SMP_EIO && (r = salvage_refusal(c)) < 0)
+        return r;
+    if (rc < 0)
+        return rc;
+    if (request_id != NULL)
+        *request_id = c->next_id;
+    c->next_id++;
+    return SMP_OK;
+}
+
+/* -- Receiving ------------------------------------------------------------- */
+
+/* Read and decode the next response frame. SMP_EAGAIN on timeout (the
+ * partial frame stays buffered); the other errors break the stream. */
+static int read_frame(rpcc_conn *c, int64_t deadline, RpcResponse **out)
+{
+    for (;;) {
+        if (c->in_len >= 4) {
+            uint32_t len = (uint32_t)c->in[0] << 24 | (uint32_t)c->in[1] << 16 |
+                           (uint32_t)c->in[2] << 8 | (uint32_t)c->in[3];
+            if (len == 0) {
+                conn_err(c, "server sent a zero-length frame");
+                return conn_break(c, SMP_EPROTO);
+            }
+            if (len > c->max_frame) {
+                conn_err(c, "response frame of %" PRIu32 " bytes exceeds max_frame_bytes %" PRIu32,
+                         len, c->max_frame);
+                return conn_break(c, SMP_ERANGE);
+            }
+            if (c->in_len >= 4 + (size_t)len) {
+                RpcResponse *m = rpc_response__unpack(NULL, len, c->in + 4);
+                if (m == NULL) {
+                    conn_err(c, "response frame of %" PRIu32 " bytes does not decode", len);
+                    return conn_break(c, SMP_EPROTO);
+                }
+                memmove(c->in, c->in + 4 + len, c->in_len - 4 - len);
+                c->in_len -= 4 + (size_t)len;
+                *out = m;
+                return SMP_OK;
+            }
+        }
+        {
+            /* in_len < 4 + max_frame here, so the buffer stays bounded */
+            size_t want = c->in_len + RPCC_READ_CHUNK;
+            ssize_t r;
+            if (want > c->in_cap) {
+                size_t cap = c->in_cap ? c->in_cap : RPCC_READ_CHUNK;
+                uint8_t *nb;
+                while (cap < want)
+                    cap *= 2;
+                if ((nb = realloc(c->in, cap)) == NULL) {
+                    conn_err(c, "out of memory for a response");
+                    return SMP_ENOMEM;
+                }
+                c->in = nb;
+                c->in_cap = cap;
+            }
+            r = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, 0);
+            if (r > 0) {
+                c->in_len += (size_t)r;
+                continue;
+            }
+            if (r == 0) {
+                conn_err(c, "connection closed by the server%s",
+                         c->in_len > 0 ? " in the middle of a frame" : "");
+                return conn_break(c, SMP_EIO);
+            }
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                int w = wait_fd(c->fd, POLLIN, deadline);
+                if (w > 0)
+                    continue;
+                if (w == 0) {
+                    conn_err(c, "no response within %d ms", c->timeout_ms);
+                    return SMP_EAGAIN;
+                }
+                errno = -w;
+            }
+            conn_err(c, "recv: %s", strerror(errno));
+            return conn_break(c, SMP_EIO);
+        }
+    }
+}
+
+/* Keep a response for a later rpcc_recv (FIFO). Frees m on failure. */
+static int stash_push(rpcc_conn *c, RpcResponse *m)
+{
+    rpcc_pending *p = malloc(sizeof(*p));
+    if (p == NULL) {
+        rpc_response__free_unpacked(m, NULL);
+        conn_err(c, "out of memory keeping a response");
+        return SMP_ENOMEM;
+    }
+    p->msg = m;
+    p->next = NULL;
+    if (c->tail != NULL)
+        c->tail->next = p;
+    else
+        c->head = p;
+    c->tail = p;
+    return SMP_OK;
+}
+
+/* Turn a connection-level refusal (request_id 0) into the return code and
+ * last error, and break the stream with it. Frees m. */
+static int take_refusal(rpcc_conn *c, RpcResponse *m)
+{
+    int rc = m->status < 0 ? m->status : SMP_EPROTO;
+    conn_err(c, "server: %s", m->error != NULL && m->error[0] ? m->error : smp_strerror(rc));
+    rpc_response__free_unpacked(m, NULL);
+    c->broken = rc;
+    return rc;
+}
+
+/* After a send failed because the server closed: it may have refused the
+ * connection with a request_id 0 response just before (oversized frame, too
+ * many connections). Take what already arrived, without waiting; responses
+ * to earlier requests are kept for rpcc_recv. Returns the refusal's status,
+ * or 0 when none arrived (the send failure and its message stand). */
+static int salvage_refusal(rpcc_conn *c)
+{
+    char saved[sizeof(c->err)];
+    int broken = c->broken;
+    RpcResponse *m;
+
+    memcpy(saved, c->err, sizeof(saved));
+    c->broken = 0;
+    while (read_frame(c, 0 /* no wait */, &m) == SMP_OK) {
+        if (m->request_id == 0)
+            return take_refusal(c, m);
+        if (stash_push(c, m) < 0)
+            break;
+    }
+    memcpy(c->err, saved, sizeof(saved));
+    c->broken = broken;
+    return 0;
+}
+
+/* Hand a response to the caller and free it. */
+static int deliver(rpcc_conn *c,
+                   RpcResponse *m,
+                   uint64_t *got_id,
+                   int *status,
+                   uint8_t **resp_body,
+                   size_t *resp_len,
+                   char **errmsg)
+{
+    uint8_t *body = NULL;
+    char *msg = NULL;
+    int rc = SMP_OK;
+
+    if (resp_body != NULL && m->body.len > 0) {
+        if ((body = malloc(m->body.len)) == NULL)
+            goto no_memory;
+        memcpy(body, m->body.data, m->body.len);
+    }
+    if (errmsg != NULL && m->error != NULL && m->error[0] != '\0') {
+        size_t n = strlen(m->error) + 1;
+        if ((msg = malloc(n)) == NULL)
+            goto free_body;
+        memcpy(msg, m->error, n);
+    }
+    if (got_id != NULL)
+        *got_id = m->request_id;
+    if (status != NULL)
+        *status = m->status;
+    if (resp_body != NULL)
+        *resp_body = body;
+    if (resp_len != NULL)
+        *resp_len = m->body.len;
+    if (errmsg != NULL)
+        *errmsg = msg;
+    c->err[0] = '\0';
+    rpc_response__free_unpacked(m, NULL);
+    return rc;
+
+free_body:
+    free(body);
+no_memory:
+    conn_err(c, "out of memory for a response of %zu bytes", m->body.len);
+    rpc_response__free_unpacked(m, NULL);
+    return SMP_ENOMEM;
+}
+
+int rpcc_recv(rpcc_conn *c,
+              uint64_t request_id,
+              uint64_t *got_id,
+              int *status,
+              uint8_t **resp_body,
+              size_t *resp_len,
+              char **errmsg)
+{
+    rpcc_pending *p, *prev = NULL;
+    RpcResponse *m = NULL;
+    int64_t deadline;
+    int rc;
+
+    if (c == NULL)
+        return SMP_EINVAL;
+    for (p = c->head; p != NULL; prev = p, p = p->next) {
+        if (request_id == 0 || p->msg->request_id == request_id) {
+            if (prev != NULL)
+                prev->next = p->next;
+            else
+                c->head = p->next;
+            if (c->tail == p)
+                c->tail = prev;
+            m = p->msg;
+            free(p);
+            return deliver(c, m, got_id, status, resp_body, resp_len, errmsg);
+        }
+    }
+    if (c->broken)
+        return c->broken;
+    deadline = deadline_of(c->timeout_ms);
+    for (;;) {
+        if ((rc = read_frame(c, deadline, &m)) < 0)
+            return rc;
+        if (m->request_id == 0)
+            return take_refusal(c, m); /* the server refuses the connection itself */
+        if (request_id == 0 || m->request_id == request_id)
+            return deliver(c, m, got_id, status, resp_body, resp_len, errmsg);
+        if ((rc = stash_push(c, m)) < 0)
+            return conn_break(c, rc);
+    }
+}
+
+int rpcc_call(rpcc_conn *c,
+              uint32_t service,
+              uint32_t method,
+              const uint8_t *req_body,
+              size_t req_len,
+              int *status,
+              uint8_t **resp_body,
+              size_t *resp_len,
+              char **errmsg)
+{
+    uint64_t id;
+    int rc;
+
+    if ((rc = rpcc_send(c, service, method, req_body, req_len, &id)) < 0)
+        return rc;
+    return rpcc_recv(c, id, NULL, status, resp_body, resp_len, errmsg);
+}

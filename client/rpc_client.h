@@ -1,0 +1,97 @@
+/* rpc_client.h -- the blocking client transport of the master's RPC.
+ *
+ * One rpcc_conn is one socket to a Store Master (TCP "host:port", or a Unix
+ * socket given as "unix:/path" or "/path") speaking the frames of
+ * proto/rpc.proto: a 4-byte big-endian length and an RpcRequest out, the same
+ * framing and an RpcResponse back. rpcc_call() is the synchronous form;
+ * rpcc_send() / rpcc_recv() pipeline many requests on one connection, with
+ * responses matched by request_id (responses that arrive for other ids while
+ * waiting are kept for their own rpcc_recv). Plain sockets and poll(2), no
+ * event loop. A connection is used by one thread at a time.
+ *
+ * Every function returns SMP_OK or a negative SMP_E* code for the transport
+ * (the server's own status for a request is returned through *status), and
+ * leaves a message naming the cause in rpcc_last_error(). A response with
+ * request_id 0 is the server refusing the connection itself (oversized or
+ * undecodable frame, too many connections): its status becomes the return
+ * code, its message the last error, and the connection is unusable after. */
+#ifndef WM_RPC_CLIENT_H
+#define WM_RPC_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store_plugin.h"
+
+#define RPCC_DEFAULT_MAX_FRAME_BYTES (64u << 20)
+
+typedef struct rpcc_conn rpcc_conn;
+
+typedef struct rpcc_options {
+    int timeout_ms;            /* per connect / call / recv; <= 0: wait forever */
+    uint32_t max_frame_bytes;  /* largest frame sent or accepted; 0: 64 MiB */
+} rpcc_options;
+
+/* Connect to endpoint. opt may be NULL (defaults). On success *out is a new
+ * connection (rpcc_close frees it). On failure returns SMP_EINVAL (bad
+ * endpoint), SMP_EIO (refused, unreachable), SMP_EAGAIN (timed out) or
+ * SMP_ENOMEM, and writes the cause into err (may be NULL). */
+int rpcc_connect(const char *endpoint,
+                 const rpcc_options *opt,
+                 rpcc_conn **out,
+                 char *err,
+                 size_t errlen);
+
+/* Close the socket and free everything, including unclaimed responses.
+ * NULL is a no-op. */
+void rpcc_close(rpcc_conn *c);
+
+/* Change the timeout of later calls (<= 0: wait forever). */
+void rpcc_set_timeout(rpcc_conn *c, int timeout_ms);
+
+/* The message of the last failure on this connection ("" if none). */
+const char *rpcc_last_error(const rpcc_conn *c);
+
+/* Send one request and wait for its response. On SMP_OK, *status is the
+ * server's status, *resp_body / *resp_len its body (malloc'd, NULL when empty;
+ * caller frees) and *errmsg its error message (malloc'd, NULL when empty;
+ * caller frees); any of the out pointers may be NULL to ignore that part.
+ * Transport errors: SMP_ERANGE (request or response over max_frame_bytes),
+ * SMP_EIO (connection lost), SMP_EAGAIN (timed out), SMP_EPROTO (a response
+ * that does not decode), SMP_ENOMEM, or the status of a connection-level
+ * error response (see above). After SMP_EIO, SMP_EPROTO or a timeout in the
+ * middle of sending, the connection is broken and every later call fails. */
+int rpcc_call(rpcc_conn *c,
+              uint32_t service,
+              uint32_t method,
+              const uint8_t *req_body,
+              size_t req_len,
+              int *status,
+              uint8_t **resp_body,
+              size_t *resp_len,
+              char **errmsg);
+
+/* Send one request without waiting; *request_id (may be NULL) receives its
+ * id (never 0). Errors as rpcc_call's sending half. */
+int rpcc_send(rpcc_conn *c,
+              uint32_t service,
+              uint32_t method,
+              const uint8_t *req_body,
+              size_t req_len,
+              uint64_t *request_id);
+
+/* Wait for the response to request_id, or to any request when request_id is
+ * 0 (*got_id says which; may be NULL). Outputs as rpcc_call. A timeout
+ * (SMP_EAGAIN) leaves the connection usable: a later rpcc_recv resumes. */
+int rpcc_recv(rpcc_conn *c,
+              uint64_t request_id,
+              uint64_t *got_id,
+              int *status,
+              uint8_t **resp_body,
+              size_t *resp_len,
+              char **errmsg);
+
+/* Send raw bytes as they are (tests and fuzzing of the server's framing). */
+int rpcc_send_raw(rpcc_conn *c, const uint8_t *bytes, size_t len);
+
+#endif /* WM_RPC_CLIENT_H */

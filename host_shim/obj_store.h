@@ -1,0 +1,375 @@
+/* obj_store.h -- the master's metadata state for objects, replicas, groups,
+ * tenants and memory segments, and the encoding of the host's OpLog records.
+ *
+ * An obj_store is pure in-memory state owned by the master's loop thread: no
+ * I/O, no threads, no locks. The master drives it in the durable-before-
+ * visible order: a prepare function validates a mutation against the current
+ * state and encodes the OpLog record that carries it (no state change); the
+ * master appends the record; once it is durable the master hands it to
+ * obj_apply_record(), which changes the state; then the client is answered.
+ * Recovery and standbys apply the same records. Applying is deterministic and
+ * idempotent: a record carries the complete post-mutation state of what it
+ * touches, so applying it twice gives the state of applying it once.
+ *
+ * Soft state is not logged: in-flight puts (put start reserves a range of
+ * segment memory; the put ends with a PUT_END record or is revoked or
+ * cleaned up when stale) and read leases (granted by obj_get_replica_list,
+ * they protect an object from eviction and removal until they expire).
+ *
+ * Record types (host range 1..7, encoding version OBJ_REC_ENCVER; payloads
+ * are the messages of proto/host_records.proto):
+ *   1 PUT_END         ObjectRecord: the whole object after the change. Written
+ *                     by put end, and also by pin changes, replica-list
+ *                     changes and evictions that keep a cold replica.
+ *   2 PUT_REVOKE      PutRevokeRecord: frees the range of an in-flight put.
+ *   3 REMOVE          RemoveRecord: keys to remove (absent keys are no-ops).
+ *   4 reserved
+ *   5 SEGMENT_MOUNT   SegmentRecord: a segment and its capacity.
+ *   6 SEGMENT_UNMOUNT SegmentUnmountRecord: drops the segment and every
+ *                     memory replica in it (objects are kept, see below).
+ *   7 SEGMENT_UPDATE  UpdateRecord: a segment's new capacity, or a group's
+ *                     managed flag (oneof).
+ *
+ * Choices made here:
+ *   - A tenant is an explicit field of an object ("" = none), not a part of
+ *     the key; listing and usage accounting can filter by it.
+ *   - Keys are 1..OBJ_KEY_MAX bytes of valid UTF-8 without NUL; group names
+ *     are 0..OBJ_GROUP_MAX bytes, tenants, node and segment ids
+ *     0..OBJ_NAME_MAX (ids non-empty), all valid UTF-8.
+ *   - The segment allocator is first fit over a free list sorted by offset,
+ *     with coalescing on free. Every range starts at a multiple of OBJ_ALIGN
+ *     (64 bytes) and occupies the replica length rounded up to OBJ_ALIGN (a
+ *     0-byte object still occupies OBJ_ALIGN). "used" counts occupied bytes.
+ *   - Ordered access (objects by key, group members by key, segments by id)
+ *     uses skip lists, so a listing after a cursor costs O(log n + page).
+ *   - Unmounting a segment drops the memory replicas in it; an object left
+ *     without replicas stays (unreadable) so no managed group loses a member
+ *     behind the plugin's back. Unmount is rare and scans the objects.
+ *   - Guard rule: with no plugin guard loaded the store itself refuses to
+ *     evict, partially remove, put into or overwrite in a managed group
+ *     (removing a whole managed group by prefix is not partial and is allowed
+ *     when nothing in it is leased). With a guard loaded every removal,
+ *     eviction, stale-put cleanup and put/upsert into a group asks it; a veto
+ *     is SMP_EVETO for an explicit call and a skip for eviction and cleanup.
+ *     Both kinds of refusal are counted per reason in obj_stats.
+ *
+ * Strings the store hands out (keys, replica views, object info) are borrowed
+ * until the next call that changes the store. */
+#ifndef HOST_OBJ_STORE_H
+#define HOST_OBJ_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store_plugin.h"
+
+#define OBJ_KEY_MAX 1024   /* bytes of a key */
+#define OBJ_GROUP_MAX 1024 /* bytes of a group name */
+#define OBJ_NAME_MAX 256   /* bytes of a tenant, node id or segment id */
+#define OBJ_PATH_MAX 4096  /* bytes of a cold replica's path */
+#define OBJ_ALIGN 64       /* allocation alignment and granularity */
+#define OBJ_REMOVE_BATCH 1024 /* keys per REMOVE record from a bulk plan */
+#define OBJ_SNAPSHOT_FORMAT 1
+
+/* OpLog record types of the host (see the mapping above). */
+#define OBJ_REC_PUT_END 1
+#define OBJ_REC_PUT_REVOKE 2
+#define OBJ_REC_REMOVE 3
+#define OBJ_REC_SEGMENT_MOUNT 5
+#define OBJ_REC_SEGMENT_UNMOUNT 6
+#define OBJ_REC_SEGMENT_UPDATE 7
+#define OBJ_REC_ENCVER 1 /* the encoding version written and replayed */
+
+typedef struct obj_store obj_store;
+
+typedef enum obj_replica_status {
+    OBJ_REPLICA_PENDING = 0,
+    OBJ_REPLICA_COMPLETE = 1,
+    OBJ_REPLICA_FAILED = 2
+} obj_replica_status;
+
+/* A replica as the store reports it, or as a caller describes one. */
+typedef struct obj_replica {
+    smp_replica_kind kind;
+    obj_replica_status status;
+    const char *node;
+    const char *segment; /* MEMORY only (NULL for COLD) */
+    uint64_t offset;     /* MEMORY only */
+    uint64_t length;
+    const char *path;    /* COLD only (NULL for MEMORY) */
+} obj_replica;
+
+/* The object guard. check() answers SMP_GUARD_ALLOW or SMP_GUARD_VETO (any
+ * other value is a veto). loaded() tells whether a plugin guard is loaded now
+ * (asked at every decision, so loading or unloading a plugin is followed);
+ * NULL loaded means "loaded exactly when check is not NULL". */
+typedef struct obj_guard_ops {
+    int (*check)(void *ctx, const smp_guard_request *req);
+    int (*loaded)(void *ctx);
+    void *ctx;
+} obj_guard_ops;
+
+/* One encoded record, ready for the OpLog. buf is malloc'd (owned). */
+typedef struct obj_record {
+    uint16_t type;
+    uint16_t encver;
+    uint8_t *buf;
+    size_t len;
+} obj_record;
+
+/* Records a bulk plan produced, to append in order. Zero-initialise. */
+typedef struct obj_record_list {
+    obj_record *recs;
+    size_t n;
+    size_t cap;
+} obj_record_list;
+
+void obj_record_free(obj_record *r);           /* frees buf, zeroes; NULL ok */
+void obj_record_list_free(obj_record_list *l); /* frees all, zeroes; NULL ok */
+
+typedef struct obj_stats {
+    uint64_t objects_by_type[3];  /* complete objects by smp_data_type */
+    uint64_t bytes_by_type[3];    /* their logical sizes */
+    uint64_t replicas_by_kind[2]; /* complete replicas by smp_replica_kind */
+    uint64_t replica_bytes_by_kind[2];
+    uint64_t puts_in_flight;
+    uint64_t memory_used;
+    uint64_t memory_capacity;
+    /* Refusals per smp_guard_reason (index 1..SMP_GUARD_REASON_MAX). */
+    uint64_t guard_vetoes[SMP_GUARD_REASON_MAX + 1];  /* by the plugin guard */
+    uint64_t host_refusals[SMP_GUARD_REASON_MAX + 1]; /* by the host rule */
+} obj_stats;
+
+/* -- Life ------------------------------------------------------------------ */
+
+/* Create an empty store. guard is copied (NULL: no guard). Returns SMP_OK or
+ * SMP_ENOMEM. */
+int obj_store_create(obj_store **out, const obj_guard_ops *guard);
+/* Free everything. NULL is a no-op. */
+void obj_store_destroy(obj_store *st);
+/* Replace the guard (NULL: none). */
+void obj_store_set_guard(obj_store *st, const obj_guard_ops *guard);
+
+/* SMP_OK when key is a valid object key, else SMP_EINVAL. */
+int obj_validate_key(const char *key);
+
+/* -- Puts ------------------------------------------------------------------- */
+
+typedef struct obj_put_params {
+    const char *key;
+    uint64_t size;
+    smp_data_type data_type;
+    const char *group;  /* NULL or "": none */
+    const char *tenant; /* NULL or "": none */
+    int hard_pinned;
+    int overwrite;      /* replace a complete object of the same key */
+} obj_put_params;
+
+/* Where the client writes the bytes. Strings borrowed (see the top). */
+typedef struct obj_put_ticket {
+    const char *segment;
+    const char *node;
+    uint64_t offset;
+    uint64_t length;
+} obj_put_ticket;
+
+/* Start a put: reserve a range in the segment with the most free bytes that
+ * can hold it (soft state, no record). Returns SMP_OK and fills *out;
+ * SMP_EINVAL (bad key, name or type), SMP_EEXIST (complete object and no
+ * overwrite), SMP_EBUSY (a put of the key is in flight, or the object to
+ * overwrite is leased), SMP_EVETO (guard or host rule: put or upsert into a
+ * managed group), SMP_ENOSPC (no segment has room: evict and retry),
+ * SMP_ENOMEM. On failure nothing changed (but the refusal counters). */
+int obj_put_start(obj_store *st,
+                  const obj_put_params *p,
+                  uint64_t now,
+                  obj_put_ticket *out); /* OUT, may be NULL */
+
+/* Encode the PUT_END record that completes the in-flight put of key with its
+ * SHA-256 and access time now. No state change: apply the record once it is
+ * durable. SMP_ENOTFOUND (no put in flight), SMP_EBUSY (the object it
+ * overwrites got leased), SMP_EINVAL, SMP_ENOMEM. */
+int obj_prepare_put_end(obj_store *st,
+                        const char *key,
+                        const uint8_t checksum[32],
+                        uint64_t now,
+                        obj_record *out);
+
+/* Encode the PUT_REVOKE record of the in-flight put of key. SMP_ENOTFOUND. */
+int obj_prepare_put_revoke(obj_store *st, const char *key, obj_record *out);
+
+/* Free every in-flight put started at or before now - timeout_ms (puts are
+ * soft state: no record). A guard veto (STALE_PUT_CLEANUP) keeps the put.
+ * Returns the number of puts freed. */
+int obj_cleanup_stale_puts(obj_store *st, uint64_t now, uint64_t timeout_ms);
+
+/* -- Reads ------------------------------------------------------------------ */
+
+/* Copy up to cap complete replicas of key into out (strings borrowed), set
+ * *n_out to the number of complete replicas (may exceed cap), refresh the
+ * last access and extend the read lease to now + lease_ms (0: no lease).
+ * SMP_ENOTFOUND (no complete object), SMP_EAGAIN (no readable replica: no
+ * lease is granted). */
+int obj_get_replica_list(obj_store *st,
+                         const char *key,
+                         uint64_t now,
+                         uint64_t lease_ms,
+                         obj_replica *out,
+                         size_t cap,
+                         size_t *n_out);
+
+/* 1 when a complete object of key exists, else 0. */
+int obj_exists(const obj_store *st, const char *key);
+
+/* Fill info (struct_size set by the caller; fields it does not cover are left
+ * alone) for key: the complete object, else an in-flight put (complete 0).
+ * SMP_ENOTFOUND. */
+int obj_object_info(const obj_store *st, const char *key, smp_object_info *info);
+
+/* Up to max keys of complete objects starting with prefix ("" or NULL: all),
+ * of tenant (NULL: any), strictly after the key `after` (NULL: from the
+ * start), in key order. keys[] gets borrowed pointers; *more is 1 when a
+ * further page may exist (then keys[*n_out - 1] is the next cursor). Cost
+ * O(log n + keys examined in the prefix range). */
+int obj_list_prefix(const obj_store *st,
+                    const char *prefix,
+                    const char *tenant,
+                    const char *after,
+                    size_t max,
+                    const char **keys,
+                    size_t *n_out,
+                    int *more);
+
+/* -- Removal and eviction (prepare only; apply the records) ---------------- */
+
+/* Encode the REMOVE record of one key. SMP_ENOTFOUND, SMP_EBUSY (leased),
+ * SMP_EVETO (guard REMOVE_KEY, or host rule: member of a managed group). */
+int obj_prepare_remove(obj_store *st, const char *key, uint64_t now, obj_record *out);
+
+typedef struct obj_remove_report {
+    uint64_t removed;         /* keys put into records */
+    uint64_t skipped_leased;  /* leased, or in a managed group with a lease */
+    uint64_t skipped_vetoed;  /* refused by the guard or the host rule */
+    uint64_t skipped_partial; /* managed group not wholly under the prefix */
+} obj_remove_report;
+
+/* Plan the removal of every complete object under prefix ("" = all, reason
+ * REMOVE_ALL; otherwise REMOVE_PATTERN). A managed group is removed whole or
+ * not at all: only when every member is under the prefix, unleased and
+ * allowed; its keys go into one REMOVE record of their own. Other keys are
+ * batched OBJ_REMOVE_BATCH per record. Appends to *out; fills *rep (may be
+ * NULL). SMP_OK, SMP_EINVAL, SMP_ENOMEM (out left as it was on entry). */
+int obj_prepare_remove_prefix(obj_store *st,
+                              const char *prefix,
+                              uint64_t now,
+                              obj_record_list *out,
+                              obj_remove_report *rep);
+
+/* When used / capacity > high, plan evictions that bring used down to at most
+ * low * capacity: least recently accessed first, only complete, unpinned,
+ * unleased objects with a memory replica, asking the guard (BATCH_EVICT; with
+ * no guard loaded members of managed groups are skipped). An object with a
+ * complete cold replica loses its memory replicas (a PUT_END record); others
+ * are removed (REMOVE records). Appends to *out; *planned_free (may be NULL)
+ * gets the bytes the records free. Run one plan at a time: apply its records
+ * before planning again. SMP_EINVAL for watermarks outside 0 <= low <= high
+ * <= 1, SMP_ENOMEM. */
+int obj_plan_eviction(obj_store *st,
+                      double high_watermark,
+                      double low_watermark,
+                      uint64_t now,
+                      obj_record_list *out,
+                      uint64_t *planned_free);
+
+/* -- Other object changes ----------------------------------------------------- */
+
+/* Encode a PUT_END record setting the hard pin flag of key. SMP_ENOTFOUND. */
+int obj_prepare_set_pin(obj_store *st, const char *key, int pinned, obj_record *out);
+
+/* Encode a PUT_END record replacing the replica list of key with reps. A
+ * memory replica in reps must be one the object already has (same segment,
+ * offset, length): this call can drop memory replicas, change statuses and
+ * add, change or drop cold replicas. SMP_ENOTFOUND, SMP_EINVAL. */
+int obj_prepare_set_replicas(obj_store *st,
+                             const char *key,
+                             const obj_replica *reps,
+                             size_t n,
+                             obj_record *out);
+
+/* -- Segments and groups ------------------------------------------------------- */
+
+/* SEGMENT_MOUNT. SMP_EEXIST when id is mounted with another node or
+ * capacity, SMP_EINVAL. Capacity is rounded down to OBJ_ALIGN. */
+int obj_prepare_segment_mount(obj_store *st,
+                              const char *id,
+                              const char *node,
+                              uint64_t capacity,
+                              obj_record *out);
+/* SEGMENT_UNMOUNT. SMP_ENOTFOUND. */
+int obj_prepare_segment_unmount(obj_store *st, const char *id, obj_record *out);
+/* SEGMENT_UPDATE with a new capacity. SMP_ENOTFOUND, SMP_EBUSY (a range in
+ * use lies beyond the new capacity). */
+int obj_prepare_segment_update(obj_store *st,
+                               const char *id,
+                               uint64_t capacity,
+                               obj_record *out);
+/* SEGMENT_UPDATE setting a group's managed flag (the group may be empty). */
+int obj_prepare_group_managed(obj_store *st,
+                              const char *group,
+                              int managed,
+                              obj_record *out);
+
+/* -- Apply ------------------------------------------------------------------- */
+
+/* Decode and apply one host record. SMP_OK; SMP_ENOTFOUND for a type outside
+ * the host's (1..3, 5..7); SMP_EPROTO for an unknown encver or a payload that
+ * does not decode or validate; SMP_ESTATE when the record does not fit the
+ * state (unknown segment, overlapping range: a corrupt log); SMP_ENOMEM.
+ * On failure the state is unchanged. */
+int obj_apply_record(obj_store *st,
+                     uint16_t type,
+                     uint16_t encver,
+                     const uint8_t *payload,
+                     size_t len);
+
+/* "PUT_END", ... ; "UNKNOWN" outside the host's types. */
+const char *obj_record_type_name(uint16_t type);
+
+/* -- Queries for the plugin ABI and metrics ------------------------------------ */
+
+/* Visit up to max members of group in key order strictly after after_key
+ * (NULL: from the start). Returns the number visited (the visitor may stop
+ * early by returning non-zero), 0 for an unknown group. */
+int obj_group_list(const obj_store *st,
+                   const char *group,
+                   const char *after_key,
+                   size_t max,
+                   smp_object_visit_fn fn,
+                   void *arg);
+uint64_t obj_group_count(const obj_store *st, const char *group);
+int obj_group_is_managed(const obj_store *st, const char *group);
+
+void obj_memory_usage(const obj_store *st, uint64_t *used, uint64_t *capacity);
+/* Complete objects and their bytes of a tenant (0, 0 when unknown). */
+void obj_tenant_usage(const obj_store *st,
+                      const char *tenant,
+                      uint64_t *objects,
+                      uint64_t *bytes);
+void obj_store_stats(const obj_store *st, obj_stats *out);
+
+/* -- Snapshot ------------------------------------------------------------------ */
+
+/* Stream the durable state (segments, managed groups, complete objects, in
+ * id / name / key order) as one HostSnapshot message through write(), which
+ * returns 0 or a negative code (returned as is). The output is
+ * deterministic: equal states give equal bytes. */
+int obj_store_save(const obj_store *st,
+                   int (*write)(void *ctx, const void *buf, size_t len),
+                   void *ctx);
+
+/* Load a snapshot into an empty store (SMP_ESTATE if it is not empty).
+ * SMP_EPROTO when it does not decode or validate; on any failure the store
+ * is left empty. */
+int obj_store_load(obj_store *st, const uint8_t *data, size_t len);
+
+#endif /* HOST_OBJ_STORE_H */

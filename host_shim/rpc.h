@@ -1,0 +1,146 @@
+/* rpc.h -- the Store Master's RPC server: framing, routing, replies.
+ *
+ * The server accepts connections on a TCP "host:port" and/or a Unix socket
+ * path and reads frames: a 4-byte big-endian length, then that many bytes of
+ * one RpcRequest (proto/rpc.proto). A request is routed by (service, method)
+ * to a handler with the ABI signature smp_rpc_handler; the handler answers
+ * through rpc_reply(), right away or later (a deferred reply, e.g. once an
+ * OpLog record is durable). Many requests may be in flight on one connection
+ * and their responses go out in whatever order they complete, each carrying
+ * its request's request_id.
+ *
+ * Everything here runs on the master's loop thread, which owns the server, its
+ * connections and every outstanding call: no locks. A call keeps its
+ * connection's memory alive (reference count) until it is answered, so a
+ * reply after the client went away is dropped safely, and the call is freed
+ * either way. Bad input from the network -- an oversized, empty, truncated or
+ * undecodable frame -- closes only the connection that sent it (after an
+ * error response with request_id 0 when one can be sent); an unknown service
+ * or method gets an SMP_ENOTFOUND response and the connection stays open. */
+#ifndef HOST_RPC_H
+#define HOST_RPC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "store_plugin.h"
+
+#define RPC_DEFAULT_MAX_FRAME_BYTES (64u << 20)   /* 64 MiB */
+#define RPC_DEFAULT_MAX_OUTPUT_BYTES (8u << 20)   /* unsent bytes per connection */
+#define RPC_DEFAULT_MAX_INFLIGHT 1024u            /* unanswered calls per connection */
+#define RPC_DEFAULT_BACKLOG 128
+
+typedef struct rpc_server rpc_server;
+
+/* Options of one server. Zero means "the default" for every number; a NULL
+ * or empty listen string turns that endpoint off. Strings are copied. */
+typedef struct rpc_server_options {
+    const char *listen_tcp;        /* "host:port", "[v6]:port", ":port" = any */
+    const char *listen_unix;       /* path of the Unix socket */
+    uint32_t max_frame_bytes;      /* largest request (and reply) frame body */
+    uint32_t max_connections;      /* simultaneous connections, 0 = unlimited */
+    size_t max_output_bytes;       /* stop reading a conn above this much unsent output */
+    uint32_t max_inflight;         /* stop reading a conn above this many unanswered calls */
+    int backlog;                   /* listen(2) backlog */
+} rpc_server_options;
+
+/* Counters for /metrics. Monotonic unless marked as a gauge. */
+typedef struct rpc_server_stats {
+    uint64_t connections_accepted;
+    uint64_t connections_open;       /* gauge */
+    uint64_t connections_rejected;   /* over max_connections */
+    uint64_t requests;               /* decoded requests */
+    uint64_t responses_ok;           /* replies sent with status 0 */
+    uint64_t responses_error;        /* replies sent with status != 0 */
+    uint64_t replies_dropped;        /* answered after the connection closed */
+    uint64_t calls_outstanding;      /* gauge: dispatched, not yet answered */
+    uint64_t err_unknown_service;
+    uint64_t err_unknown_method;
+    uint64_t err_handler;            /* a handler returned a negative code */
+    uint64_t err_oversized_frame;
+    uint64_t err_empty_frame;
+    uint64_t err_bad_request;        /* the frame body did not decode */
+    uint64_t err_truncated_frame;    /* the peer closed mid-frame */
+    uint64_t err_io;                 /* read / write / accept failures */
+    uint64_t err_reply_too_large;    /* a reply exceeded max_frame_bytes */
+    uint64_t backpressure_pauses;    /* reading stopped for output or in-flight bounds */
+    uint64_t bytes_in;
+    uint64_t bytes_out;
+} rpc_server_stats;
+
+/* Create a server on loop (borrowed; must outlive the server's handles).
+ * Nothing listens until rpc_server_start(). opt may be NULL (defaults, no
+ * endpoint). Returns SMP_OK, SMP_ENOMEM, or SMP_EINVAL with a message in err
+ * (err may be NULL). */
+int rpc_server_create(uv_loop_t *loop,
+                      const rpc_server_options *opt,
+                      rpc_server **out,
+                      char *err,
+                      size_t errlen);
+
+/* Add a service to the routing table. methods has n entries, each read with
+ * the stride methods[0].struct_size (so a table built against a newer ABI
+ * minor is read correctly); method ids, names and handlers are copied, name
+ * may be NULL. ctx is passed to every handler (the plugin's state). Returns
+ * SMP_EEXIST for a service id already present, SMP_EINVAL for a method with
+ * a too small struct_size, a NULL handler or a duplicate method id,
+ * SMP_ENOMEM. Services may be added before or after start. */
+int rpc_server_add_service(rpc_server *s,
+                           uint16_t service_id,
+                           const char *name,
+                           const smp_rpc_method *methods,
+                           size_t n,
+                           void *ctx);
+
+/* Remove a service (plugin unload). Calls already dispatched stay valid and
+ * must still be answered. SMP_ENOTFOUND when the id is not present. */
+int rpc_server_remove_service(rpc_server *s, uint16_t service_id);
+
+/* Bind and listen on the configured endpoints. A stale Unix socket file at
+ * the path is replaced; any other file there is refused. SIGPIPE is set to
+ * ignored if it still has its default action (a vanished peer must not kill
+ * the master; writes then fail with EPIPE and close that connection). On failure nothing
+ * listens, the code is returned (SMP_EIO, SMP_EINVAL, SMP_ESTATE when already
+ * started or closed) and err names the endpoint and the cause. */
+int rpc_server_start(rpc_server *s, char *err, size_t errlen);
+
+/* The bound TCP port (useful with port 0), or -1 when TCP is off. */
+int rpc_server_tcp_port(const rpc_server *s);
+
+/* Stop listening, close every connection and give the server up. The
+ * handles finish closing when the loop next runs (uv_run until it returns).
+ * Outstanding calls stay valid: answering one later drops the reply and
+ * frees it; the server's memory goes with the last of them. The Unix socket
+ * file is removed. NULL is a no-op; s must not be used afterwards. */
+void rpc_server_close(rpc_server *s);
+
+/* A copy of the counters. */
+void rpc_server_get_stats(const rpc_server *s, rpc_server_stats *out);
+
+/* -- Calls ----------------------------------------------------------------- */
+
+/* One dispatched request awaiting its reply: the connection it came on (a
+ * counted reference), its request_id and route. Owned by the server; the
+ * handler may keep the pointer until it answers. */
+struct smp_rpc_call {
+    struct rpc_conn *conn;
+    uint64_t request_id;
+    uint32_t service;
+    uint32_t method;
+};
+
+/* Answer a call (smp_host_api.rpc_reply): status 0 with a body, or a negative
+ * code (the body, if any, is sent as well). body is copied. Exactly once per
+ * call; the call is freed whatever happens. If the connection is gone the
+ * reply is dropped and SMP_OK returned. SMP_ENOMEM when the response could
+ * not be built (the connection is then closed, the client never waits
+ * forever); SMP_EINVAL for a NULL call. */
+int rpc_reply(smp_rpc_call *call, int status, const uint8_t *body, size_t len);
+
+/* Answer a call with a status and a message for RpcResponse.error (copied;
+ * NULL for none) and no body. Same contract as rpc_reply(). */
+int rpc_reply_error(smp_rpc_call *call, int status, const char *message);
+
+#endif /* HOST_RPC_H */

@@ -1,0 +1,1013 @@
+/* rpc_server.c -- the master's RPC server on the libuv loop.
+ *
+ * Listeners accept connections; each connection reads length-prefixed frames
+ * into a buffer that grows with the bytes that actually arrive (a header that
+ * claims 64 MiB costs nothing until 64 MiB come), decodes an RpcRequest,
+ * routes it through the service table to its handler and queues the encoded
+ * RpcResponse when the handler (now or later) calls rpc_reply().
+ *
+ * Lifetimes are reference counts on the loop thread: a connection is held by
+ * its libuv handle (until the close callback), by every write or shutdown
+ * request in flight and by every unanswered call; the server is held by its
+ * owner (until rpc_server_close), by each listener handle and by each
+ * connection. Whatever drops the last reference frees the object, so a reply
+ * that arrives after the client, the connection or even the server went away
+ * touches only memory that is still alive, and never a closed handle.
+ *
+ * Fatal frame errors (oversized, empty, undecodable) stop reading, queue one
+ * error response with request_id 0 and shut the connection down once that is
+ * written. Reading also stops while a connection has too much unsent output
+ * or too many unanswered calls, and resumes when both are back in bounds. */
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include "rpc.h"
+#include "rpc.pb-c.h"
+
+#define RPC_READ_CHUNK (64u * 1024u)
+
+typedef struct rpc_method {
+    uint16_t id;
+    char *name;
+    smp_rpc_handler handler;
+} rpc_method;
+
+typedef struct rpc_service {
+    uint16_t id;
+    char *name;
+    void *ctx;
+    rpc_method *methods;
+    size_t n_methods;
+} rpc_service;
+
+typedef struct rpc_listener {
+    union {
+        uv_handle_t handle;
+        uv_stream_t stream;
+        uv_tcp_t tcp;
+        uv_pipe_t pipe;
+    } h;
+    rpc_server *srv;
+    int is_tcp;
+    int active; /* initialised: must be closed */
+} rpc_listener;
+
+typedef struct rpc_conn {
+    union {
+        uv_handle_t handle;
+        uv_stream_t stream;
+        uv_tcp_t tcp;
+        uv_pipe_t pipe;
+    } h;
+    rpc_server *srv;
+    struct rpc_conn *prev, *next; /* srv->conns while open */
+    unsigned refs;
+    uint64_t serial;
+    int closing;   /* uv_close requested: nothing more is sent */
+    int draining;  /* a fatal error response is queued: no more reading */
+    int reading;   /* uv_read_start is in effect */
+    /* frame assembly */
+    uint8_t hdr[4];
+    size_t hdr_have;
+    int in_body;
+    uint32_t body_len;
+    size_t body_have;
+    uint8_t *body;
+    size_t body_cap;
+    /* output and calls */
+    size_t out_bytes; /* queued in uv_write, not completed */
+    uint32_t ncalls;
+} rpc_conn;
+
+struct rpc_server {
+    uv_loop_t *loop;
+    unsigned refs;
+    int started;
+    int closing;
+    char *listen_tcp;
+    char *listen_unix;
+    uint32_t max_frame;
+    uint32_t max_conns;
+    size_t max_output;
+    uint32_t max_inflight;
+    int backlog;
+    rpc_listener tcp;
+    rpc_listener unix_l;
+    int tcp_port;
+    int unix_created; /* we bound the path: unlink it on close */
+    rpc_service *services;
+    size_t n_services;
+    rpc_conn *conns;
+    uint64_t next_serial;
+    /* the call being dispatched, to learn whether its handler replied */
+    smp_rpc_call *cur_call;
+    int cur_replied;
+    rpc_server_stats st;
+    /* One read buffer for all connections: libuv delivers one read at a time
+     * on the loop thread and on_read consumes it entirely (partial frames
+     * are copied into the connection). */
+    char rbuf[RPC_READ_CHUNK];
+};
+
+typedef struct rpc_wreq {
+    uv_write_t req;
+    rpc_conn *conn;
+    size_t len;
+    uint8_t data[];
+} rpc_wreq;
+
+typedef struct rpc_sreq {
+    uv_shutdown_t req;
+    rpc_conn *conn;
+} rpc_sreq;
+
+static void conn_close(rpc_conn *c);
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    if (err == NULL || errlen == 0)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+static char *dup_str(const char *s)
+{
+    size_t n;
+    char *d;
+    if (s == NULL)
+        s = "";
+    n = strlen(s) + 1;
+    d = malloc(n);
+    if (d != NULL)
+        memcpy(d, s, n);
+    return d;
+}
+
+/* -- Reference counts ------------------------------------------------------ */
+
+static void server_free(rpc_server *s)
+{
+    for (size_t i = 0; i < s->n_services; i++) {
+        for (size_t j = 0; j < s->services[i].n_methods; j++)
+            free(s->services[i].methods[j].name);
+        free(s->services[i].methods);
+        free(s->services[i].name);
+    }
+    free(s->services);
+    free(s->listen_tcp);
+    free(s->listen_unix);
+    free(s);
+}
+
+static void server_unref(rpc_server *s)
+{
+    if (--s->refs == 0)
+        server_free(s);
+}
+
+static void conn_ref(rpc_conn *c)
+{
+    c->refs++;
+}
+
+/* Drop one reference; the last one frees the connection and releases the
+ * server reference it held (which may free the server). */
+static void conn_unref(rpc_conn *c)
+{
+    rpc_server *s;
+    if (--c->refs > 0)
+        return;
+    s = c->srv;
+    free(c->body);
+    free(c);
+    server_unref(s);
+}
+
+/* -- Routing table --------------------------------------------------------- */
+
+static rpc_service *find_service(rpc_server *s, uint32_t id)
+{
+    for (size_t i = 0; i < s->n_services; i++)
+        if (s->services[i].id == id)
+            return &s->services[i];
+    return NULL;
+}
+
+static const rpc_method *find_method(const rpc_service *svc, uint32_t id)
+{
+    for (size_t i = 0; i < svc->n_methods; i++)
+        if (svc->methods[i].id == id)
+            return &svc->methods[i];
+    return NULL;
+}
+
+int rpc_server_add_service(rpc_server *s,
+                           uint16_t service_id,
+                           const char *name,
+                           const smp_rpc_method *methods,
+                           size_t n,
+                           void *ctx)
+{
+    int rc = SMP_OK;
+    size_t stride, i, j;
+    const size_t need = offsetof(smp_rpc_method, handler) + sizeof(smp_rpc_handler);
+    rpc_method *ms = NULL;
+    rpc_service *grown;
+    char *sname = NULL;
+
+    if (s == NULL || (n > 0 && methods == NULL))
+        return SMP_EINVAL;
+    if (find_service(s, service_id) != NULL)
+        return SMP_EEXIST;
+    stride = n > 0 ? methods[0].struct_size : sizeof(smp_rpc_method);
+    if (stride < need || stride % _Alignof(smp_rpc_method) != 0)
+        return SMP_EINVAL;
+    if (n > 0 && (ms = calloc(n, sizeof(*ms))) == NULL)
+        return SMP_ENOMEM;
+    for (i = 0; i < n; i++) {
+        smp_rpc_method m;
+        const uint8_t *p = (const uint8_t *)methods + i * stride;
+        memset(&m, 0, sizeof(m));
+        memcpy(&m, p, stride < sizeof(m) ? stride : sizeof(m));
+        if (m.struct_size < need || m.handler == NULL) {
+            rc = SMP_EINVAL;
+            goto free_methods;
+        }
+        for (j = 0; j < i; j++) {
+            if (ms[j].id == m.method_id) {
+                rc = SMP_EINVAL;
+                goto free_methods;
+            }
+        }
+        ms[i].id = m.method_id;
+        ms[i].handler = m.handler;
+        if ((ms[i].name = dup_str(m.name)) == NULL) {
+            rc = SMP_ENOMEM;
+            goto free_methods;
+        }
+    }
+    if ((sname = dup_str(name)) == NULL) {
+        rc = SMP_ENOMEM;
+        goto free_methods;
+    }
+    grown = realloc(s->services, (s->n_services + 1) * sizeof(*grown));
+    if (grown == NULL) {
+        rc = SMP_ENOMEM;
+        goto free_name;
+    }
+    s->services = grown;
+    s->services[s->n_services].id = service_id;
+    s->services[s->n_services].name = sname;
+    s->services[s->n_services].ctx = ctx;
+    s->services[s->n_services].methods = ms;
+    s->services[s->n_services].n_methods = n;
+    s->n_services++;
+    return SMP_OK;
+
+free_name:
+    free(sname);
+free_methods:
+    for (j = 0; ms != NULL && j < n; j++)
+        free(ms[j].name);
+    free(ms);
+    return rc;
+}
+
+int rpc_server_remove_service(rpc_server *s, uint16_t service_id)
+{
+    rpc_service *svc;
+    if (s == NULL)
+        return SMP_EINVAL;
+    if ((svc = find_service(s, service_id)) == NULL)
+        return SMP_ENOTFOUND;
+    for (size_t j = 0; j < svc->n_methods; j++)
+        free(svc->methods[j].name);
+    free(svc->methods);
+    free(svc->name);
+    *svc = s->services[s->n_services - 1];
+    s->n_services--;
+    return SMP_OK;
+}
+
+/* -- Output ---------------------------------------------------------------- */
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf);
+
+/* Start or stop reading so that a connection reads only while its unsent
+ * output and its unanswered calls are within bounds. A failing
+ * uv_read_start closes the connection. */
+static void conn_set_reading(rpc_conn *c)
+{
+    rpc_server *s = c->srv;
+    int want;
+    if (c->closing || c->draining)
+        return;
+    want = c->out_bytes <= s->max_output && c->ncalls < s->max_inflight;
+    if (want && !c->reading) {
+        if (uv_read_start(&c->h.stream, on_alloc, on_read) == 0) {
+            c->reading = 1;
+        } else {
+            s->st.err_io++;
+            conn_close(c);
+        }
+    } else if (!want && c->reading) {
+        uv_read_stop(&c->h.stream);
+        c->reading = 0;
+        s->st.backpressure_pauses++;
+    }
+}
+
+static void on_write(uv_write_t *req, int status)
+{
+    rpc_wreq *w = (rpc_wreq *)req;
+    rpc_conn *c = w->conn;
+    c->out_bytes -= w->len;
+    if (status < 0 && status != UV_ECANCELED) {
+        c->srv->st.err_io++;
+        conn_close(c);
+    }
+    free(w);
+    conn_set_reading(c);
+    conn_unref(c);
+}
+
+/* Encode and queue one response. A reply larger than max_frame_bytes is
+ * replaced by an SMP_ERANGE error naming both sizes. Returns SMP_OK, or
+ * SMP_ENOMEM / SMP_EIO after closing the connection (a client must never
+ * wait for a response that will not come). Nothing is sent on a closing
+ * connection (SMP_OK: the reply is dropped by design). */
+static int conn_send(rpc_conn *c,
+                     uint64_t request_id,
+                     int status,
+                     const char *message,
+                     const uint8_t *body,
+                     size_t len)
+{
+    rpc_server *s = c->srv;
+    RpcResponse resp = RPC_RESPONSE__INIT;
+    char toolarge[160];
+    size_t size;
+    rpc_wreq *w;
+    uv_buf_t buf;
+    int rc;
+
+    if (c->closing) {
+        s->st.replies_dropped++;
+        return SMP_OK;
+    }
+    resp.request_id = request_id;
+    resp.status = status;
+    resp.error = (char *)(message != NULL ? message : "");
+    resp.body.data = (uint8_t *)body;
+    resp.body.len = body != NULL ? len : 0;
+    size = rpc_response__get_packed_size(&resp);
+    if (size > s->max_frame) {
+        snprintf(toolarge, sizeof(toolarge),
+                 "reply of %zu bytes exceeds max_frame_bytes %" PRIu32,
+                 size, s->max_frame);
+        s->st.err_reply_too_large++;
+        resp.status = SMP_ERANGE;
+        resp.error = toolarge;
+        resp.body.data = NULL;
+        resp.body.len = 0;
+        size = rpc_response__get_packed_size(&resp);
+    }
+    w = malloc(sizeof(*w) + 4 + size);
+    if (w == NULL) {
+        conn_close(c);
+        return SMP_ENOMEM;
+    }
+    w->conn = c;
+    w->len = 4 + size;
+    w->data[0] = (uint8_t)(size >> 24);
+    w->data[1] = (uint8_t)(size >> 16);
+    w->data[2] = (uint8_t)(size >> 8);
+    w->data[3] = (uint8_t)size;
+    rpc_response__pack(&resp, w->data + 4);
+    buf = uv_buf_init((char *)w->data, (unsigned)w->len);
+    if ((rc = uv_write(&w->req, &c->h.stream, &buf, 1, on_write)) < 0) {
+        free(w);
+        s->st.err_io++;
+        conn_close(c);
+        return SMP_EIO;
+    }
+    conn_ref(c);
+    c->out_bytes += w->len;
+    s->st.bytes_out += w->len;
+    if (resp.status == 0)
+        s->st.responses_ok++;
+    else
+        s->st.responses_error++;
+    conn_set_reading(c);
+    return SMP_OK;
+}
+
+/* -- Closing --------------------------------------------------------------- */
+
+static void on_conn_closed(uv_handle_t *h)
+{
+    conn_unref((rpc_conn *)h->data);
+}
+
+/* Close a connection now: unlink it from the server, drop any partial frame
+ * and let libuv cancel its pending writes. Idempotent. Outstanding calls keep
+ * the memory alive; their replies are dropped. */
+static void conn_close(rpc_conn *c)
+{
+    rpc_server *s = c->srv;
+    if (c->closing)
+        return;
+    c->closing = 1;
+    c->reading = 0;
+    if (c->prev != NULL)
+        c->prev->next = c->next;
+    else
+        s->conns = c->next;
+    if (c->next != NULL)
+        c->next->prev = c->prev;
+    c->prev = c->next = NULL;
+    s->st.connections_open--;
+    free(c->body);
+    c->body = NULL;
+    c->body_cap = 0;
+    uv_close(&c->h.handle, on_conn_closed);
+}
+
+static void on_shutdown(uv_shutdown_t *req, int status)
+{
+    rpc_sreq *sr = (rpc_sreq *)req;
+    rpc_conn *c = sr->conn;
+    (void)status;
+    free(sr);
+    conn_close(c);
+    conn_unref(c);
+}
+
+/* A fatal error on a connection: stop reading, send one error response with
+ * request_id 0 and close once it has been written (shutdown waits for the
+ * queued writes). */
+static void conn_fatal(rpc_conn *c, int status, const char *message)
+{
+    rpc_sreq *sr;
+    if (c->closing || c->draining)
+        return;
+    c->draining = 1;
+    if (c->reading) {
+        uv_read_stop(&c->h.stream);
+        c->reading = 0;
+    }
+    if (conn_send(c, 0, status, message, NULL, 0) < 0)
+        return; /* already closed */
+    if ((sr = malloc(sizeof(*sr))) == NULL) {
+        conn_close(c);
+        return;
+    }
+    sr->conn = c;
+    if (uv_shutdown(&sr->req, &c->h.stream, on_shutdown) < 0) {
+        free(sr);
+        conn_close(c);
+        return;
+    }
+    conn_ref(c);
+}
+
+/* -- Calls ----------------------------------------------------------------- */
+
+/* Send the answer of a call (unless its connection is gone) and free it. */
+static int call_finish(smp_rpc_call *call,
+                       int status,
+                       const char *message,
+                       const uint8_t *body,
+                       size_t len)
+{
+    rpc_conn *c;
+    rpc_server *s;
+    int rc;
+
+    if (call == NULL)
+        return SMP_EINVAL;
+    c = call->conn;
+    s = c->srv;
+    if (call == s->cur_call)
+        s->cur_replied = 1;
+    if (c->draining || c->closing) {
+        s->st.replies_dropped++;
+        rc = SMP_OK;
+    } else {
+        rc = conn_send(c, call->request_id, status, message, body, len);
+    }
+    free(call);
+    c->ncalls--;
+    s->st.calls_outstanding--;
+    conn_set_reading(c);
+    conn_unref(c);
+    return rc;
+}
+
+int rpc_reply(smp_rpc_call *call, int status, const uint8_t *body, size_t len)
+{
+    char msg[96];
+    const char *m = NULL;
+    if (call != NULL && status < 0) {
+        snprintf(msg, sizeof(msg), "service %" PRIu32 " method %" PRIu32 ": %s",
+                 call->service, call->method, smp_strerror(status));
+        m = msg;
+    }
+    return call_finish(call, status, m, body, len);
+}
+
+int rpc_reply_error(smp_rpc_call *call, int status, const char *message)
+{
+    return call_finish(call, status, message, NULL, 0);
+}
+
+/* Decode one complete frame and route it. A body that does not decode is
+ * fatal for the connection; an unknown route is answered and reading goes
+ * on. The handler borrows the body for the call only. */
+static void conn_dispatch(rpc_conn *c, const uint8_t *data, size_t len)
+{
+    rpc_server *s = c->srv;
+    RpcRequest *req;
+    rpc_service *svc;
+    const rpc_method *m;
+    smp_rpc_call *call;
+    char msg[160];
+    int rc, replied;
+
+    req = rpc_request__unpack(NULL, len, data);
+    if (req == NULL) {
+        s->st.err_bad_request++;
+        snprintf(msg, sizeof(msg),
+                 "frame of %zu bytes does not decode as RpcRequest", len);
+        conn_fatal(c, SMP_EPROTO, msg);
+        return;
+    }
+    s->st.requests++;
+    if ((svc = find_service(s, req->service)) == NULL) {
+        s->st.err_unknown_service++;
+        snprintf(msg, sizeof(msg), "unknown service %" PRIu32 " (method %" PRIu32 ")",
+                 req->service, req->method);
+        conn_send(c, req->request_id, SMP_ENOTFOUND, msg, NULL, 0);
+        goto free_req;
+    }
+    if ((m = find_method(svc, req->method)) == NULL) {
+        s->st.err_unknown_method++;
+        snprintf(msg, sizeof(msg), "service %" PRIu32 " (%s) has no method %" PRIu32,
+                 req->service, svc->name, req->method);
+        conn_send(c, req->request_id, SMP_ENOTFOUND, msg, NULL, 0);
+        goto free_req;
+    }
+    if ((call = malloc(sizeof(*call))) == NULL) {
+        conn_send(c, req->request_id, SMP_ENOMEM, "out of memory for the call", NULL, 0);
+        goto free_req;
+    }
+    call->conn = c;
+    call->request_id = req->request_id;
+    call->service = req->service;
+    call->method = req->method;
+    conn_ref(c);
+    c->ncalls++;
+    s->st.calls_outstanding++;
+
+    s->cur_call = call;
+    s->cur_replied = 0;
+    rc = m->handler(svc->ctx, call, req->body.data, req->body.len);
+    replied = s->cur_replied;
+    s->cur_call = NULL;
+    if (rc < 0 && !replied) {
+        /* look the names up again: the handler may have changed the table */
+        svc = find_service(s, req->service);
+        m = svc != NULL ? find_method(svc, req->method) : NULL;
+        s->st.err_handler++;
+        snprintf(msg, sizeof(msg), "%s.%s (service %" PRIu32 " method %" PRIu32 "): %s",
+                 svc != NULL ? svc->name : "?", m != NULL ? m->name : "?",
+                 req->service, req->method, smp_strerror(rc));
+        call_finish(call, rc, msg, NULL, 0);
+    }
+free_req:
+    rpc_request__free_unpacked(req, NULL);
+}
+
+/* -- Reading --------------------------------------------------------------- */
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    rpc_conn *c = h->data;
+    (void)suggested;
+    *buf = uv_buf_init(c->srv->rbuf, sizeof(c->srv->rbuf));
+}
+
+/* Append n bytes of body; the buffer grows geometrically with what really
+ * arrived, never beyond the announced length. */
+static int body_append(rpc_conn *c, const uint8_t *p, size_t n)
+{
+    size_t need = c->body_have + n;
+    if (need > c->body_cap) {
+        size_t cap = c->body_cap ? c->body_cap : RPC_READ_CHUNK;
+        uint8_t *nb;
+        while (cap < need)
+            cap *= 2;
+        if (cap > c->body_len)
+            cap = c->body_len;
+        if ((nb = realloc(c->body, cap)) == NULL)
+            return SMP_ENOMEM;
+        c->body = nb;
+        c->body_cap = cap;
+    }
+    memcpy(c->body + c->body_have, p, n);
+    c->body_have += n;
+    return SMP_OK;
+}
+
+/* Cut bytes into frames and dispatch each complete one, stopping as soon as
+ * the connection goes fatal or closes. */
+static void conn_feed(rpc_conn *c, const uint8_t *p, size_t n)
+{
+    rpc_server *s = c->srv;
+    char msg[160];
+    while (n > 0 && !c->closing && !c->draining) {
+        if (!c->in_body) {
+            size_t k = 4 - c->hdr_have;
+            if (k > n)
+                k = n;
+            memcpy(c->hdr + c->hdr_have, p, k);
+            c->hdr_have += k;
+            p += k;
+            n -= k;
+            if (c->hdr_have < 4)
+                break;
+            c->body_len = (uint32_t)c->hdr[0] << 24 | (uint32_t)c->hdr[1] << 16 |
+                          (uint32_t)c->hdr[2] << 8 | (uint32_t)c->hdr[3];
+            c->hdr_have = 0;
+            if (c->body_len == 0) {
+                s->st.err_empty_frame++;
+                conn_fatal(c, SMP_EPROTO, "zero-length frame");
+                return;
+            }
+            if (c->body_len > s->max_frame) {
+                s->st.err_oversized_frame++;
+                snprintf(msg, sizeof(msg),
+                         "frame of %" PRIu32 " bytes exceeds max_frame_bytes %" PRIu32,
+                         c->body_len, s->max_frame);
+                conn_fatal(c, SMP_ERANGE, msg);
+                return;
+            }
+            c->in_body = 1;
+            c->body_have = 0;
+            if (n >= c->body_len) {
+                /* the whole body is here: dispatch in place */
+                size_t len = c->body_len;
+                c->in_body = 0;
+                conn_dispatch(c, p, len);
+                p += len;
+                n -= len;
+            }
+            continue;
+        }
+        {
+            size_t k = c->body_len - c->body_have;
+            if (k > n)
+                k = n;
+            if (body_append(c, p, k) < 0) {
+                conn_fatal(c, SMP_ENOMEM, "out of memory for the request frame");
+                return;
+            }
+            p += k;
+            n -= k;
+            if (c->body_have == c->body_len) {
+                c->in_body = 0;
+                conn_dispatch(c, c->body, c->body_have);
+                if (!c->closing && c->body_cap > RPC_READ_CHUNK) {
+                    /* do not keep a large buffer for the next frames */
+                    free(c->body);
+                    c->body = NULL;
+                    c->body_cap = 0;
+                }
+                c->body_have = 0;
+            }
+        }
+    }
+}
+
+static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
+{
+    rpc_conn *c = st->data;
+    rpc_server *s = c->srv;
+    if (nread < 0) {
+        if (nread != UV_EOF)
+            s->st.err_io++;
+        else if (c->in_body || c->hdr_have > 0)
+            s->st.err_truncated_frame++;
+        conn_close(c);
+        return;
+    }
+    s->st.bytes_in += (uint64_t)nread;
+    conn_ref(c);
+    conn_feed(c, (const uint8_t *)buf->base, (size_t)nread);
+    conn_set_reading(c);
+    conn_unref(c);
+}
+
+/* -- Accepting ------------------------------------------------------------- */
+
+static void on_rejected_closed(uv_handle_t *h)
+{
+    free(h->data);
+}
+
+static void on_connection(uv_stream_t *lst, int status)
+{
+    rpc_listener *l = lst->data;
+    rpc_server *s = l->srv;
+    rpc_conn *c;
+    char msg[96];
+    int rc;
+
+    if (status < 0 || s->closing) {
+        s->st.err_io++;
+        return;
+    }
+    if ((c = calloc(1, sizeof(*c))) == NULL) {
+        s->st.err_io++;
+        return;
+    }
+    rc = l->is_tcp ? uv_tcp_init(s->loop, &c->h.tcp) : uv_pipe_init(s->loop, &c->h.pipe, 0);
+    if (rc < 0) {
+        free(c);
+        s->st.err_io++;
+        return;
+    }
+    c->h.handle.data = c;
+    if (uv_accept(lst, &c->h.stream) < 0) {
+        s->st.err_io++;
+        uv_close(&c->h.handle, on_rejected_closed);
+        return;
+    }
+    if (l->is_tcp)
+        uv_tcp_nodelay(&c->h.tcp, 1);
+    c->srv = s;
+    s->refs++;
+    c->refs = 1; /* the handle, until on_conn_closed */
+    c->serial = ++s->next_serial;
+    c->next = s->conns;
+    if (s->conns != NULL)
+        s->conns->prev = c;
+    s->conns = c;
+    s->st.connections_accepted++;
+    s->st.connections_open++;
+    if (s->max_conns != 0 && s->st.connections_open > s->max_conns) {
+        s->st.connections_rejected++;
+        snprintf(msg, sizeof(msg), "too many connections (max_connections %" PRIu32 ")",
+                 s->max_conns);
+        conn_fatal(c, SMP_EAGAIN, msg);
+        return;
+    }
+    conn_set_reading(c);
+}
+
+/* -- Server ---------------------------------------------------------------- */
+
+int rpc_server_create(uv_loop_t *loop,
+                      const rpc_server_options *opt,
+                      rpc_server **out,
+                      char *err,
+                      size_t errlen)
+{
+    rpc_server_options none;
+    rpc_server *s;
+
+    if (loop == NULL || out == NULL) {
+        set_err(err, errlen, "rpc: no loop or no result pointer");
+        return SMP_EINVAL;
+    }
+    *out = NULL;
+    if (opt == NULL) {
+        memset(&none, 0, sizeof(none));
+        opt = &none;
+    }
+    if ((s = calloc(1, sizeof(*s))) == NULL)
+        goto no_memory;
+    s->loop = loop;
+    s->refs = 1;
+    s->tcp_port = -1;
+    s->max_frame = opt->max_frame_bytes ? opt->max_frame_bytes : RPC_DEFAULT_MAX_FRAME_BYTES;
+    s->max_conns = opt->max_connections;
+    s->max_output = opt->max_output_bytes ? opt->max_output_bytes : RPC_DEFAULT_MAX_OUTPUT_BYTES;
+    s->max_inflight = opt->max_inflight ? opt->max_inflight : RPC_DEFAULT_MAX_INFLIGHT;
+    s->backlog = opt->backlog > 0 ? opt->backlog : RPC_DEFAULT_BACKLOG;
+    if (opt->listen_tcp != NULL && opt->listen_tcp[0] != '\0' &&
+        (s->listen_tcp = dup_str(opt->listen_tcp)) == NULL)
+        goto free_server;
+    if (opt->listen_unix != NULL && opt->listen_unix[0] != '\0') {
+        if (strlen(opt->listen_unix) >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
+            set_err(err, errlen, "rpc: unix socket path '%s' is longer than %zu bytes",
+                    opt->listen_unix, sizeof(((struct sockaddr_un *)0)->sun_path) - 1);
+            server_free(s);
+            return SMP_EINVAL;
+        }
+        if ((s->listen_unix = dup_str(opt->listen_unix)) == NULL)
+            goto free_server;
+    }
+    *out = s;
+    return SMP_OK;
+
+free_server:
+    server_free(s);
+no_memory:
+    set_err(err, errlen, "rpc: out of memory");
+    return SMP_ENOMEM;
+}
+
+/* Split "host:port" / "[v6]:port" / ":port" into a socket address. */
+static int parse_tcp(const char *spec, struct sockaddr_storage *ss, char *err, size_t errlen)
+{
+    char host[256];
+    const char *colon, *hs = spec, *he;
+    char *end = NULL;
+    long port;
+
+    colon = strrchr(spec, ':');
+    if (colon == NULL)
+        goto bad;
+    he = colon;
+    if (spec[0] == '[') {
+        hs = spec + 1;
+        if (he == spec || he[-1] != ']')
+            goto bad;
+        he--;
+    }
+    if ((size_t)(he - hs) >= sizeof(host))
+        goto bad;
+    memcpy(host, hs, (size_t)(he - hs));
+    host[he - hs] = '\0';
+    errno = 0;
+    port = strtol(colon + 1, &end, 10);
+    if (colon[1] == '\0' || *end != '\0' || errno != 0 || port < 0 || port > 65535)
+        goto bad;
+    if (host[0] == '\0' || strcmp(host, "*") == 0)
+        strcpy(host, "0.0.0.0");
+    if (strcmp(host, "localhost") == 0)
+        strcpy(host, "127.0.0.1");
+    if (uv_ip4_addr(host, (int)port, (struct sockaddr_in *)ss) == 0)
+        return SMP_OK;
+    if (uv_ip6_addr(host, (int)port, (struct sockaddr_in6 *)ss) == 0)
+        return SMP_OK;
+bad:
+    set_err(err, errlen, "rpc: listen_tcp '%s' is not host:port with a numeric address", spec);
+    return SMP_EINVAL;
+}
+
+static void on_listener_closed(uv_handle_t *h)
+{
+    rpc_listener *l = h->data;
+    server_unref(l->srv);
+}
+
+static void listener_close(rpc_listener *l)
+{
+    if (!l->active)
+        return;
+    l->active = 0;
+    uv_close(&l->h.handle, on_listener_closed);
+}
+
+static int start_tcp(rpc_server *s, char *err, size_t errlen)
+{
+    struct sockaddr_storage ss;
+    struct sockaddr_storage bound;
+    int namelen = sizeof(bound);
+    int rc;
+
+    if ((rc = parse_tcp(s->listen_tcp, &ss, err, errlen)) < 0)
+        return rc;
+    if (uv_tcp_init(s->loop, &s->tcp.h.tcp) < 0) {
+        set_err(err, errlen, "rpc: cannot create the TCP listener");
+        return SMP_EIO;
+    }
+    s->tcp.h.handle.data = &s->tcp;
+    s->tcp.srv = s;
+    s->tcp.is_tcp = 1;
+    s->tcp.active = 1;
+    s->refs++;
+    if ((rc = uv_tcp_bind(&s->tcp.h.tcp, (const struct sockaddr *)&ss, 0)) < 0 ||
+        (rc = uv_listen(&s->tcp.h.stream, s->backlog, on_connection)) < 0) {
+        set_err(err, errlen, "rpc: cannot listen on %s: %s", s->listen_tcp, uv_strerror(rc));
+        return SMP_EIO;
+    }
+    if (uv_tcp_getsockname(&s->tcp.h.tcp, (struct sockaddr *)&bound, &namelen) == 0)
+        s->tcp_port = bound.ss_family == AF_INET6
+                          ? ntohs(((struct sockaddr_in6 *)&bound)->sin6_port)
+                          : ntohs(((struct sockaddr_in *)&bound)->sin_port);
+    return SMP_OK;
+}
+
+static int start_unix(rpc_server *s, char *err, size_t errlen)
+{
+    struct stat sb;
+    int rc;
+
+    if (lstat(s->listen_unix, &sb) == 0) {
+        if (!S_ISSOCK(sb.st_mode)) {
+            set_err(err, errlen, "rpc: %s exists and is not a socket", s->listen_unix);
+            return SMP_EINVAL;
+        }
+        unlink(s->listen_unix);
+    }
+    if (uv_pipe_init(s->loop, &s->unix_l.h.pipe, 0) < 0) {
+        set_err(err, errlen, "rpc: cannot create the unix listener");
+        return SMP_EIO;
+    }
+    s->unix_l.h.handle.data = &s->unix_l;
+    s->unix_l.srv = s;
+    s->unix_l.is_tcp = 0;
+    s->unix_l.active = 1;
+    s->refs++;
+    if ((rc = uv_pipe_bind(&s->unix_l.h.pipe, s->listen_unix)) < 0) {
+        set_err(err, errlen, "rpc: cannot bind %s: %s", s->listen_unix, uv_strerror(rc));
+        return SMP_EIO;
+    }
+    s->unix_created = 1;
+    if ((rc = uv_listen(&s->unix_l.h.stream, s->backlog, on_connection)) < 0) {
+        set_err(err, errlen, "rpc: cannot listen on %s: %s", s->listen_unix, uv_strerror(rc));
+        return SMP_EIO;
+    }
+    return SMP_OK;
+}
+
+/* libuv writes with write(2): a peer that vanished would raise SIGPIPE and
+ * kill the master. Ignore it unless the program installed its own handler. */
+static void ignore_sigpipe(void)
+{
+    struct sigaction old;
+    if (sigaction(SIGPIPE, NULL, &old) == 0 && !(old.sa_flags & SA_SIGINFO) &&
+        old.sa_handler == SIG_DFL)
+        signal(SIGPIPE, SIG_IGN);
+}
+
+int rpc_server_start(rpc_server *s, char *err, size_t errlen)
+{
+    int rc;
+    if (s == NULL)
+        return SMP_EINVAL;
+    if (s->started || s->closing) {
+        set_err(err, errlen, "rpc: server already started or closed");
+        return SMP_ESTATE;
+    }
+    s->started = 1;
+    ignore_sigpipe();
+    if (s->listen_tcp != NULL && (rc = start_tcp(s, err, errlen)) < 0)
+        goto close_listeners;
+    if (s->listen_unix != NULL && (rc = start_unix(s, err, errlen)) < 0)
+        goto close_listeners;
+    return SMP_OK;
+
+close_listeners:
+    listener_close(&s->tcp);
+    listener_close(&s->unix_l);
+    if (s->unix_created) {
+        unlink(s->listen_unix);
+        s->unix_created = 0;
+    }
+    s->tcp_port = -1;
+    return rc;
+}
+
+int rpc_server_tcp_port(const rpc_server *s)
+{
+    return s != NULL ? s->tcp_port : -1;
+}
+
+void rpc_server_close(rpc_server *s)
+{
+    if (s == NULL || s->closing)
+        return;
+    s->closing = 1;
+    listener_close(&s->tcp);
+    listener_close(&s->unix_l);
+    if (s->unix_created) {
+        unlink(s->listen_unix);
+        s->unix_created = 0;
+    }
+    while (s->conns != NULL)
+        conn_close(s->conns);
+    server_unref(s);
+}
+
+void rpc_server_get_stats(const rpc_server *s, rpc_server_stats *out)
+{
+    if (s != NULL && out != NULL)
+        *out = s->st;
+}

@@ -1,0 +1,1171 @@
+/* test_obj_store.c -- unit tests of the master's object metadata state
+ * (host_shim/obj_store.c): puts, the segment allocator, leases, removal with
+ * and without a guard around managed groups, eviction planning, stale put
+ * cleanup, prefix listing, OpLog records (encode, apply, idempotence,
+ * malformed payloads) and snapshots (round trip, invalid input).
+ *
+ * Every durable change goes through the same path the master uses: prepare a
+ * record, then apply it. State equality is checked by comparing snapshots,
+ * which are deterministic. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "host_records.pb-c.h"
+#include "obj_store.h"
+
+/* ------------------------------------------------------------------------ */
+/* Helpers                                                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef struct test_guard {
+    int veto;          /* answer SMP_GUARD_VETO to everything */
+    int loaded;
+    int calls;
+    int calls_by_reason[SMP_GUARD_REASON_MAX + 1];
+} test_guard;
+
+static int test_guard_check(void *ctx, const smp_guard_request *req)
+{
+    test_guard *g = ctx;
+    g->calls++;
+    if (req->reason >= 1 && req->reason <= SMP_GUARD_REASON_MAX) g->calls_by_reason[req->reason]++;
+    return g->veto ? SMP_GUARD_VETO : SMP_GUARD_ALLOW;
+}
+
+static int test_guard_loaded(void *ctx)
+{
+    return ((test_guard *)ctx)->loaded;
+}
+
+static obj_store *new_store(test_guard *g)
+{
+    obj_store *st = NULL;
+    obj_guard_ops ops = {test_guard_check, test_guard_loaded, g};
+    assert_int_equal(obj_store_create(&st, g ? &ops : NULL), SMP_OK);
+    return st;
+}
+
+/* A log of every record applied, for replay tests. */
+typedef struct rec_log {
+    obj_record recs[512];
+    size_t n;
+} rec_log;
+
+static rec_log *g_log; /* when set, apply_rec keeps a copy */
+
+static void apply_rec(obj_store *st, obj_record *r)
+{
+    assert_int_equal(obj_apply_record(st, r->type, r->encver, r->buf, r->len), SMP_OK);
+    if (g_log) {
+        assert_true(g_log->n < 512);
+        obj_record *c = &g_log->recs[g_log->n++];
+        *c = *r;
+        c->buf = malloc(r->len ? r->len : 1);
+        assert_non_null(c->buf);
+        memcpy(c->buf, r->buf, r->len);
+    }
+    obj_record_free(r);
+}
+
+static void apply_list(obj_store *st, obj_record_list *l)
+{
+    for (size_t i = 0; i < l->n; i++) apply_rec(st, &l->recs[i]);
+    obj_record_list_free(l);
+}
+
+static void mount(obj_store *st, const char *id, const char *node, uint64_t cap)
+{
+    obj_record r = {0};
+    assert_int_equal(obj_prepare_segment_mount(st, id, node, cap, &r), SMP_OK);
+    apply_rec(st, &r);
+}
+
+static void set_managed(obj_store *st, const char *group, int managed)
+{
+    obj_record r = {0};
+    assert_int_equal(obj_prepare_group_managed(st, group, managed, &r), SMP_OK);
+    apply_rec(st, &r);
+}
+
+static void sum_of(const char *key, uint8_t out[32])
+{
+    memset(out, 0, 32);
+    size_t n = strlen(key);
+    memcpy(out, key, n < 32 ? n : 32);
+}
+
+/* Put start + put end + apply, the master's order. */
+static int put_full(obj_store *st,
+                    const char *key,
+                    uint64_t size,
+                    const char *group,
+                    const char *tenant,
+                    uint64_t now)
+{
+    obj_put_params p = {key, size, SMP_DATA_KV, group, tenant, 0, 0};
+    int rc = obj_put_start(st, &p, now, NULL);
+    if (rc < 0) return rc;
+    uint8_t sum[32];
+    sum_of(key, sum);
+    obj_record r = {0};
+    assert_int_equal(obj_prepare_put_end(st, key, sum, now, &r), SMP_OK);
+    apply_rec(st, &r);
+    return SMP_OK;
+}
+
+static void remove_key(obj_store *st, const char *key, uint64_t now)
+{
+    obj_record r = {0};
+    assert_int_equal(obj_prepare_remove(st, key, now, &r), SMP_OK);
+    apply_rec(st, &r);
+}
+
+typedef struct buf {
+    uint8_t *p;
+    size_t n;
+    size_t cap;
+} buf;
+
+static int buf_write(void *ctx, const void *data, size_t len)
+{
+    buf *b = ctx;
+    if (b->n + len > b->cap) {
+        size_t ncap = (b->n + len) * 2 + 64;
+        uint8_t *np = realloc(b->p, ncap);
+        if (!np) return SMP_ENOMEM;
+        b->p = np;
+        b->cap = ncap;
+    }
+    memcpy(b->p + b->n, data, len);
+    b->n += len;
+    return 0;
+}
+
+static buf save(const obj_store *st)
+{
+    buf b = {0};
+    assert_int_equal(obj_store_save(st, buf_write, &b), SMP_OK);
+    return b;
+}
+
+static void assert_same_state(const obj_store *a, const obj_store *b)
+{
+    buf x = save(a), y = save(b);
+    assert_int_equal(x.n, y.n);
+    assert_memory_equal(x.p, y.p, x.n);
+    free(x.p);
+    free(y.p);
+    uint64_t ua, ca, ub, cb;
+    obj_memory_usage(a, &ua, &ca);
+    obj_memory_usage(b, &ub, &cb);
+    assert_int_equal(ua, ub);
+    assert_int_equal(ca, cb);
+    obj_stats sa, sb;
+    obj_store_stats(a, &sa);
+    obj_store_stats(b, &sb);
+    assert_memory_equal(sa.objects_by_type, sb.objects_by_type, sizeof(sa.objects_by_type));
+    assert_memory_equal(sa.bytes_by_type, sb.bytes_by_type, sizeof(sa.bytes_by_type));
+    assert_memory_equal(sa.replicas_by_kind, sb.replicas_by_kind, sizeof(sa.replicas_by_kind));
+}
+
+static uint64_t used_of(const obj_store *st)
+{
+    uint64_t u;
+    obj_memory_usage(st, &u, NULL);
+    return u;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Puts and the allocator                                                     */
+/* ------------------------------------------------------------------------ */
+
+/* A put reserves memory at start, becomes a complete object only when its
+ * PUT_END record is applied, and a revoke gives the range back. */
+static void test_put_start_end_revoke(void **state)
+{
+    (void)state;
+    obj_store *st = new_store(NULL);
+    mount(st, "seg0", "node0", 4096);
+
+    obj_put_params p = {"a/1", 100, SMP_DATA_WEIGHT, "", "t1", 0, 0};
+    obj_put_ticket t;
+    assert_int_equal(obj_put_start(st, &p, 10, &t), SMP_OK);
+    assert_string_equal(t.segment, "seg0");
+    assert_string_equal(t.node, "node0");
+    assert_int_equal(t.offset, 0);
+    assert_int_equal(t.length, 100);
+    assert_int_equal(used_of(st), 128);
+    assert_false(obj_exists(st, "a/1"));
+    smp_object_info info = {.struct_size = sizeof(info)};
+    assert_int_equal(obj_object_info(st, "a/1", &info), SMP_OK);
+    assert_int_equal(info.complete, 0);
+    /* A second start of the same key while in flight is refused. */
+    assert_int_equal(obj_put_start(st, &p, 11, NULL), SMP_EBUSY);
+
+    uint8_t sum[32];
+    memset(sum, 0xab, sizeof(sum));
+    obj_record r = {0};
+    assert_int_equal(obj_prepare_put_end(st, "a/1", sum, 20, &r), SMP_OK);
+    assert_int_equal(r.type, OBJ_REC_PUT_END);
+    assert_false(obj_exists(st, "a/1")); /* prepare changes nothing */
+    apply_rec(st, &r);
+    assert_true(obj_exists(st, "a/1"));
+    assert_int_equal(obj_object_info(st, "a/1", &info), SMP_OK);
+    assert_int_equal(info.complete, 1);
+    assert_int_equal(info.size, 100);
+    assert_int_equal(info.data_type, SMP_DATA_WEIGHT);
+    assert_int_equal(info.memory_replicas_readable, 1);
+    assert_memory_equal(info.checksum, sum, 32);
+    assert_int_equal(used_of(st), 128);
+    uint64_t objs, bytes;
+    obj_tenant_usage(st, "t1", &objs, &bytes);
+    assert_int_equal(objs, 1);
+    assert_int_equal(bytes, 100);
+
+    /* Complete key: EEXIST without overwrite. */
+    assert_int_equal(obj_put_start(st, &p, 30, NULL), SMP_EEXIST);
+
+    /* Revoke. */
+    obj_put_params q = {"b", 1, SMP_DATA_KV, NULL, NULL, 0, 0};
+    assert_int_equal(obj_put_start(st, &q, 30, &t), SMP_OK);
+    assert_int_equal(t.offset, 128);
+    assert_int_equal(used_of(st), 192);
+    assert_int_equal(obj_prepare_put_revoke(st, "b", &r), SMP_OK);
+    assert_int_equal(r.type, OBJ_REC_PUT_REVOKE);
+    apply_rec(st, &r);
+    assert_int_equal(used_of(st), 128);
+    assert_int_equal(obj_prepare_put_end(st, "b", sum, 31, &r), SMP_ENOTFOUND);
+    assert_int_equal(obj_prepare_put_revoke(st, "b", &r), SMP_ENOTFOUND);
+    assert_int_equal(obj_object_info(st, "b", &info), SMP_ENOTFOUND);
+
+    /* Overwrite: the new bytes replace the old range. */
+    p.overwrite = 1;
+    p.size = 200;
+    assert_int_equal(obj_put_start(st, &p, 40, &t), SMP_OK);
+    assert_int_equal(used_of(st), 128 + 256);
+    assert_int_equal(obj_prepare_put_end(st, "a/1", sum, 41, &r), SMP_OK);
+    apply_rec(st, &r);
+    assert_int_equal(used_of(st), 256);
+    assert_int_equal(obj_object_info(st, "a/1", &info), SMP_OK);
+    assert_int_equal(info.size, 200);
+    obj_stats s;
+    obj_store_stats(st, &s);
+    assert_int_equal(s.objects_by_type[SMP_DATA_WEIGHT], 1);
+    assert_int_equal(s.bytes_by_type[SMP_DATA_WEIGHT], 200);
+    assert_int_equal(s.puts_in_flight, 0);
+    obj_store_destroy(st);
+}
+
+/* First fit with coalescing: fill a segment, free a run, reuse it; a
+ * fragmented segment refuses a request larger than every hole. */
+static void test_allocator_fill_free_coalesce_enospc(void **state)
+{
+    (void)state;
+    obj_store *st = new_store(NULL);
+    mount(st, "s", "n", 64 * 10 + 5); /* rounded down to 640 */
+    uint64_t used, cap;
+    obj_memory_usage(st, &used, &cap);
+    assert_int_equal(cap, 640);
+    char key[16];
+    for (int i = 0; i < 10; i++) {
+        snprintf(key, sizeof(key), "k%d", i);
+        assert_int_equal(put_full(st, key, i == 0 ? 0 : 64, "", "", (uint64_t)i), SMP_OK);
+    }
+    assert_int_equal(used_of(st), 640);
+    assert_int_equal(put_full(st, "more", 1, "", "", 20), SMP_ENOSPC);
+
+    remove_key(st, "k2", 21);
+    remove_key(st, "k3", 21);
+    remove_key(st, "k4", 21);
+    obj_put_params p = {"big", 192, SMP_DATA_KV, "", "", 0, 0};
+    obj_put_ticket t;
+    assert_int_equal(obj_put_start(st, &p, 22, &t), SMP_OK);
+    assert_int_equal(t.offset, 128);
+    obj_record r = {0};
+    assert_int_equal(obj_prepare_put_revoke(st, "big", &r), SMP_OK);
+    apply_rec(st, &r);
+    assert_int_equal(used_of(st), 640 - 192);
+
+    /* Holes of 192 (k2..k4), then 64 (k6) and 64 (k8). */
+    remove_key(st, "k6", 23);
+    remove_key(st, "k8", 23);
+    p.size = 200; /* needs 256: no hole is that large */
+    assert_int_equal(obj_put_start(st, &p, 24, NULL), SMP_ENOSPC);
+    remove_key(st, "k7", 25); /* 6..8 coalesce to 192; still < 256 */
+    assert_int_equal(obj_put_start(st, &p, 26, NULL), SMP_ENOSPC);
+    remove_key(st, "k5", 27); /* 2..8 coalesce to 448 */
+    assert_int_equal(obj_put_start(st, &p, 28, &t), SMP_OK);
+    assert_int_equal(t.offset, 128);
+    assert_int_equal(obj_prepare_put_revoke(st, "big", &r), SMP_OK);
+    apply_rec(st, &r);
+
+    /* Shrinking below a range in use is refused; growing works. */
+    assert_int_equal(obj_prepare_segment_update(st, "s", 128, &r), SMP_EBUSY);
+    assert_int_equal(obj_prepare_segment_update(st, "s", 6400, &r), SMP_OK);
+    apply_rec(st, &r);
+    obj_memory_usage(st, &used, &cap);
+    assert_int_equal(cap, 6400);
+    assert_int_equal(obj_prepare_segment_update(st, "s", 640, &r), SMP_OK);
+    apply_rec(st, &r);
+    obj_memory_usage(st, &used, &cap);
+    assert_int_equal(cap, 640);
+    assert_int_equal(obj_prepare_segment_update(st, "nope", 640, &r), SMP_ENOTFOUND);
+
+    /* Puts go to the segment with the most free bytes. */
+    mount(st, "t", "n2", 4096);
+    p.size = 10;
+    assert_int_equal(obj_put_start(st, &p, 30, &t), SMP_OK);
+    assert_string_equal(t.segment, "t");
+    obj_store_destroy(st);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Reads and leases                                                          */
+/* ------------------------------------------------------------------------ */
+
+/* A read lease from get-replica-list blocks removal until it expires. */
+static void test_replica_list_lease_blocks_remove(void **state)
+{
+    (void)state;
+    obj_store *st = new_store(NULL);
+    mount(st, "s", "n", 4096);
+    assert_int_equal(put_full(st, "k", 100, "", "", 1), SMP_OK);
+    obj_replica reps[4];
+    size_t n = 0;
+    assert_int_equal(obj_get_replica_list(st, "k", 1000, 500, reps, 4, &n), SMP_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(reps[0].kind, SMP_REPLICA_MEMORY);
+    assert_int_equal(reps[0].status, OBJ_REPLICA_COMPLETE);
+    assert_string_equal(reps[0].segment, "s");
+    assert_string_equal(reps[0].node, "n");
+    assert_int_equal(reps[0].length, 100);
+    assert_int_equal(obj_get_replica_list(st, "nope", 1000, 500, reps, 4, &n), SMP_ENOTFOUND);
+
+    obj_record r = {0};
+    assert_int_equal(obj_prepare_remove(st, "k", 1200, &r), SMP_EBUSY);
+    /* Overwriting a leased object is refused too. */
+    obj_put_params p = {"k", 1, SMP_DATA_KV, "", "", 0, 1};
+    assert_int_equal(obj_put_start(st, &p, 1200, NULL), SMP_EBUSY);
+    /* Prefix removal skips it. */
+    obj_record_list l = {0};
+    obj_remove_report rep;
+    assert_int_equal(obj_prepare_remove_prefix(st, "", 1200, &l, &rep), SMP_OK);
+    assert_int_equal(l.n, 0);
+    assert_int_equal(rep.skipped_leased, 1);
+    assert_int_equal(obj_prepare_remove(st, "k", 1500, &r), SMP_OK);
+    apply_rec(st, &r);
+    assert_false(obj_exists(st, "k"));
+    assert_int_equal(obj_prepare_remove(st, "k", 1500, &r), SMP_ENOTFOUND);
+    obj_store_destroy(st);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Managed groups, removal and the guard                                     */
+/* ------------------------------------------------------------------------ */
+
+/* g1 (managed) has a member outside "w/"; g2 (managed) lies wholly under it;
+ * g3 is an ordinary group; "w/plain" is in no group. */
+static obj_store *managed_fixture(test_guard *g)
+{
+    obj_store *st = new_store(g);
+    mount(st, "s", "n", 1 << 20);
+    set_managed(st, "g1", 1);
+    set_managed(st, "g2", 1);
+    /* Fill managed groups with the plugin "present" so the puts pass. */
+    int saved = g ? g->loaded : 0, veto = g ? g->veto : 0;
+    if (g) {
+        g->loaded = 1;
+        g->veto = 0;
+    }
+    test_guard tmp = {0, 1, 0, {0}};
+    obj_guard_ops allow = {test_guard_check, test_guard_loaded, &tmp};
+    obj_store_set_guard(st, &allow);
+    assert_int_equal(put_full(st, "w/g1/0", 10, "g1", "", 1), SMP_OK);
+    assert_int_equal(put_full(st, "w/g1/1", 10, "g1", "", 1), SMP_OK);
+    assert_int_equal(put_full(st, "z/g1/2", 10, "g1", "", 1), SMP_OK);
+    assert_int_equal(put_full(st, "w/g2/0", 10, "g2", "", 1), SMP_OK);
+    assert_int_equal(put_full(st, "w/g2/1", 10, "g2", "", 1), SMP_OK);
+    assert_int_equal(put_full(st, "w/g3/0", 10, "g3", "", 1), SMP_OK);
+    assert_int_equal(put_full(st, "w/plain", 10, "", "", 1), SMP_OK);
+    if (g) {
+        obj_guard_ops ops = {test_guard_check, test_guard_loaded, g};
+        obj_store_set_guard(st, &ops);
+        g->loaded = saved;
+        g->veto = veto;
+    } else {
+        obj_store_set_guard(st, NULL);
+    }
+    return st;
+}
+
+/* With no plugin guard, the host refuses single-key removal of a managed
+ * member, never removes part of a managed group by prefix, and removes a
+ * managed group only whole. */
+static void test_remove_prefix_managed_group_without_guard(void **state)
+{
+    (void)state;
+    obj_store *st = managed_fixture(NULL);
+    obj_record r = {0};
+    assert_int_equal(obj_prepare_remove(st, "w/g1/0", 5, &r), SMP_EVETO);
+    obj_stats s;
+    obj_store_stats(st, &s);
+    assert_int_equal(s.host_refusals[SMP_GUARD_REMOVE_KEY], 1);
+    assert_int_equal(s.guard_vetoes[SMP_GUARD_REMOVE_KEY], 0);
+
+    obj_record_list l = {0};
+    obj_remove_report rep;
+    assert_int_equal(obj_prepare_remove_prefix(st, "w/", 5, &l, &rep), SMP_OK);
+    assert_int_equal(rep.removed, 4); /* g2 whole, g3 member, plain */
+    assert_int_equal(rep.skipped_partial, 3);
+    apply_list(st, &l);
+    assert_int_equal(obj_group_count(st, "g1"), 3);
+    assert_true(obj_exists(st, "w/g1/0"));
+    assert_true(obj_exists(st, "w/g1/1"));
+    assert_int_equal(obj_group_count(st, "g2"), 0);
+    assert_true(obj_group_is_managed(st, "g2")); /* the flag outlives members */
+    assert_false(obj_exists(st, "w/plain"));
+    assert_false(obj_exists(st, "w/g3/0"));
+    obj_store_stats(st, &s);
+    assert_int_equal(s.host_refusals[SMP_GUARD_REMOVE_PATTERN], 3);
+    obj_store_destroy(st);
+}
+
+/* A vetoing guard: nothing it is asked about is removed; counted as plugin
+ * vetoes, not host refusals. */
+static void test_remove_prefix_with_veto_guard(void **state)
+{
+    (void)state;
+    test_guard g = {1, 1, 0, {0}};
+    obj_store *st = managed_fixture(&g);
+    obj_record r = {0};
+    assert_int_equal(obj_prepare_remove(st, "w/g1/0", 5, &r), SMP_EVETO);
+    assert_int_equal(obj_prepare_remove(st, "w/plain", 5, &r), SMP_EVETO);
+    obj_record_list l = {0};
+    obj_remove_report rep;
+    assert_int_equal(obj_prepare_remove_prefix(st, "w/", 5, &l, &rep), SMP_OK);
+    assert_int_equal(l.n, 0);
+    assert_int_equal(rep.removed, 0);
+    assert_int_equal(rep.skipped_partial, 3);
+    assert_int_equal(rep.skipped_vetoed, 2 + 2); /* g2 whole, g3, plain */
+    obj_stats s;
+    obj_store_stats(st, &s);
+    assert_int_equal(s.guard_vetoes[SMP_GUARD_REMOVE_KEY], 2);
+    assert_true(s.guard_vetoes[SMP_GUARD_REMOVE_PATTERN] >= 3);
+    assert_int_equal(s.host_refusals[SMP_GUARD_REMOVE_KEY], 0);
+    assert_int_equal(obj_group_count(st, "g1"), 3);
+    assert_int_equal(obj_group_count(st, "g2"), 2);
+    obj_store_destroy(st);
+}
+
+/* An allowing guard lets single members go, but a prefix still never takes
+ * part of a managed group. */
+static void test_remove_prefix_with_allow_guard(void **state)
+{
+    (void)state;
+    test_guard g = {0, 1, 0, {0}};
+    obj_store *st = managed_fixture(&g);
+    obj_record_list l = {0};
+    obj_remove_report rep;
+    assert_int_equal(obj_prepare_remove_prefix(st, "w/", 5, &l, &rep), SMP_OK);
+    assert_int_equal(rep.removed, 4);
+    assert_int_equal(rep.skipped_partial, 3);
+    assert_true(g.calls_by_reason[SMP_GUARD_REMOVE_PATTERN] >= 4);
+    apply_list(st, &l);
+    assert_int_equal(obj_group_count(st, "g1"), 3);
+    assert_int_equal(obj_group_count(st, "g2"), 0);
+
+    /* The plugin may remove a single member explicitly. */
+    remove_key(st, "z/g1/2", 6);
+    assert_int_equal(obj_group_count(st, "g1"), 2);
+    assert_int_equal(g.calls_by_reason[SMP_GUARD_REMOVE_KEY], 1);
+
+    /* Now g1 lies wholly under "w/" and goes whole. */
+    assert_int_equal(obj_prepare_remove_prefix(st, "w/", 7, &l, &rep), SMP_OK);
+    assert_int_equal(rep.removed, 2);
+    assert_int_equal(l.n, 1);
+    apply_list(st, &l);
+    assert_int_equal(obj_group_count(st, "g1"), 0);
+    obj_store_destroy(st);
+}
+
+/* Puts and upserts into a managed group: refused by the host without a
+ * guard, asked of the guard with one. */
+static void test_put_into_managed_group(void **state)
+{
+    (void)state;
+    test_guard g = {0, 0, 0, {0}};
+    obj_store *st = new_store(&g);
+    mount(st, "s", "n", 1 << 16);
+    set_managed(st, "rev", 1);
+    obj_put_params p = {"rev/0", 10, SMP_DATA_WEIGHT, "rev", "", 0, 0};
+    assert_int_equal(obj_put_start(st, &p, 1, NULL), SMP_EVETO);
+    obj_stats s;
+    obj_store_stats(st, &s);
+    assert_int_equal(s.host_refusals[SMP_GUARD_PUT_INTO_GROUP], 1);
+    assert_int_equal(g.calls, 0);
+
+    g.loaded = 1;
+    g.veto = 1;
+    assert_int_equal(obj_put_start(st, &p, 1, NULL), SMP_EVETO);
+    obj_store_stats(st, &s);
+    assert_int_equal(s.guard_vetoes[SMP_GUARD_PUT_INTO_GROUP], 1);
+    g.veto = 0;
+    assert_int_equal(put_full(st, "rev/0", 10, "rev", "", 1), SMP_OK);
+    assert_int_equal(g.calls_by_reason[SMP_GUARD_PUT_INTO_GROUP], 2);
+
+    p.overwrite = 1;
+    g.veto = 1;
+    assert_int_equal(obj_put_start(st, &p, 2, NULL), SMP_EVETO);
+    assert_int_equal(g.calls_by_reason[SMP_GUARD_UPSERT_INTO_GROUP], 1);
+    g.loaded = 0;
+    assert_int_equal(obj_put_start(st, &p, 2, NULL), SMP_EVETO);
+    obj_store_stats(st, &s);
+    assert_int_equal(s.host_refusals[SMP_GUARD_UPSERT_INTO_GROUP], 1);
+    /* An unmanaged group needs no permission. */
+    assert_int_equal(put_full(st, "free/0", 10, "free", "", 1), SMP_OK);
+    obj_store_destroy(st);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Eviction                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* Above the high watermark the plan brings use to at most the low one, oldest
+ * first, never touching pinned, leased or managed-group objects; an object
+ * with a cold copy keeps living from it. */
+static void test_eviction_plan(void **state)
+{
+    (void)state;
+    obj_store *st = new_store(NULL);
+    mount(st, "s", "n", 64 * 100);
+    set_managed(st, "rev", 1);
+    char key[32];
+    test_guard allow = {0, 1, 0, {0}};
+    obj_guard_ops ops = {test_guard_check, test_guard_loaded, &allow};
+    obj_store_set_guard(st, &ops); /* to fill the managed group */
+    for (int i = 0; i < 90; i++) {
+        snprintf(key, sizeof(key), "k%02d", i);
+        const char *group = (i >= 5 && i < 15) ? "rev" : "";
+        assert_int_equal(put_full(st, key, 64, group, "", (uint64_t)(100 + i)), SMP_OK);
+    }
+    obj_store_set_guard(st, NULL);
+    /* 0..4 pinned, 5..14 managed, 15..19 leased, 20 has a cold copy. */
+    obj_record r = {0};
+    for (int i = 0; i < 5; i++) {
+        snprintf(key, sizeof(key), "k%02d", i);
+        assert_int_equal(obj_prepare_set_pin(st, key, 1, &r), SMP_OK);
+        apply_rec(st, &r);
+    }
+    obj_replica reps[2];
+    size_t n;
+    for (int i = 15; i < 20; i++) {
+        snprintf(key, sizeof(key), "k%02d", i);
+        /* A lease with the original access time: read at 115+ keeps order. */
+        assert_int_equal(obj_get_replica_list(st, key, 100 + (uint64_t)i, 100000, reps, 2, &n), SMP_OK);
+    }
+    assert_int_equal(obj_get_replica_list(st, "k20", 120, 0, reps, 2, &n), SMP_OK);
+    reps[1] = (obj_replica){SMP_REPLICA_COLD, OBJ_REPLICA_COMPLETE, "n", NULL, 0, 64, "/cold/k20"};
+    assert_int_equal(obj_prepare_set_replicas(st, "k20", reps, 2, &r), SMP_OK);
+    apply_rec(st, &r);
+
+    obj_record_list l = {0};
+    uint64_t planned = 0;
+    assert_int_equal(obj_plan_eviction(st, 0.95, 0.5, 1000, &l, &planned), SMP_OK);
+    assert_int_equal(l.n, 0); /* 90% is under the high watermark */
+    assert_int_equal(obj_plan_eviction(st, 0.8, 0.5, 1000, &l, &planned), SMP_OK);
+    assert_true(l.n > 0);
+    assert_int_equal(planned, 40 * 64);
+    apply_list(st, &l);
+    assert_true(used_of(st) <= 64 * 50);
+    for (int i = 0; i < 20; i++) {
+        snprintf(key, sizeof(key), "k%02d", i);
+        assert_true(obj_exists(st, key));
+    }
+    smp_object_info info = {.struct_size = sizeof(info)};
+    assert_int_equal(obj_object_info(st, "k20", &info), SMP_OK);
+    assert_int_equal(info.memory_replicas_readable, 0);
+    assert_int_equal(info.cold_replicas_readable, 1);
+    for (int i = 21; i < 60; i++) { /* the oldest evictable go first */
+        snprintf(key, sizeof(key), "k%02d", i);
+        assert_false(obj_exists(st, key));
+    }
+    assert_true(obj_exists(st, "k60"));
+    obj_stats s;
+    obj_store_stats(st, &s);
+    assert_int_equal(s.host_refusals[SMP_GUARD_BATCH_EVICT], 10);
+    assert_int_equal(s.replicas_by_kind[SMP_REPLICA_COLD], 1);
+
+    /* With a vetoing guard nothing is evicted. */
+    test_guard veto = {1, 1, 0, {0}};
+    obj_guard_ops vops = {test_guard_check, test_guard_loaded, &veto};
+    obj_store_set_guard(st, &vops);
+    assert_int_equal(obj_plan_eviction(st, 0.1, 0.05, 1000, &l, &planned), SMP_OK);
+    assert_int_equal(l.n, 0);
+    assert_true(veto.calls_by_reason[SMP_GUARD_BATCH_EVICT] > 0);
+    assert_int_equal(obj_plan_eviction(st, 0.5, 0.6, 1000, &l, NULL), SMP_EINVAL);
+    obj_store_destroy(st);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Stale puts                                                                */
+/* ------------------------------------------------------------------------ */
+
+static void test_stale_put_cleanup(void **state)
+{
+    (void)state;
+    test_guard g = {1, 0, 0, {0}};
+    obj_store *st = new_store(&g);
+    mount(st, "s", "n", 4096);
+    obj_put_params p = {"old", 100, SMP_DATA_KV, "", "", 0, 0};
+    assert_int_equal(obj_put_start(st, &p, 100, NULL), SMP_OK);
+    p.key = "new";
+    assert_int_equal(obj_put_start(st, &p, 500, NULL), SMP_OK);
+    assert_int_equal(used_of(st), 256);
+
+    g.loaded = 1; /* a vetoing guard keeps them */
+    assert_int_equal(obj_cleanup_stale_puts(st, 1000, 600), 0);
+    obj_stats s;
+    obj_store_stats(st, &s);
+    assert_int_equal(s.guard_vetoes[SMP_GUARD_STALE_PUT_CLEANUP], 1);
+    g.loaded = 0;
+    assert_int_equal(obj_cleanup_stale_puts(st, 1000, 600), 1);
+    assert_int_equal(used_of(st), 128);
+    uint8_t sum[32] = {0};
+    obj_record r = {0};
+    assert_int_equal(obj_prepare_put_end(st, "old", sum, 1000, &r), SMP_ENOTFOUND);
+    assert_int_equal(obj_prepare_put_end(st, "new", sum, 1000, &r), SMP_OK);
+    apply_rec(st, &r);
+    assert_int_equal(obj_cleanup_stale_puts(st, 100000, 1), 0);
+    assert_int_equal(used_of(st), 128);
+    obj_store_stats(st, &s);
+    assert_int_equal(s.puts_in_flight, 0);
+    obj_store_destroy(st);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Listing                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* Paging through a prefix with the cursor returns every key exactly once, in
+ * order, and nothing outside the prefix. */
+static void test_list_prefix_pagination(void **state)
+{
+    (void)state;
+    obj_store *st = new_store(NULL);
+    mount(st, "s", "n", 1 << 20);
+    char key[32];
+    for (int i = 0; i < 250; i++) {
+        snprintf(key, sizeof(key), "p/%03d", (i * 37) % 250); /* out of order */
+        assert_int_equal(put_full(st, key, 1, "", (i % 2) ? "odd" : "even", 1), SMP_OK);
+    }
+    assert_int_equal(put_full(st, "p", 1, "", "", 1), SMP_OK);
+    assert_int_equal(put_full(st, "o/x", 1, "", "", 1), SMP_OK);
+    assert_int_equal(put_full(st, "p0", 1, "", "", 1), SMP_OK);
+    assert_int_equal(put_full(st, "q/y", 1, "", "", 1), SMP_OK);
+
+    int seen[250] = {0};
+    char cursor[64] = "";
+    const char *keys[7];
+    size_t n, total = 0;
+    int more = 1, pages = 0;
+    while (more) {
+        assert_int_equal(obj_list_prefix(st, "p/", NULL, cursor[0] ? cursor : NULL, 7, keys,
+                                         &n, &more), SMP_OK);
+        for (size_t i = 0; i < n; i++) {
+            int v = -1;
+            assert_int_equal(sscanf(keys[i], "p/%d", &v), 1);
+            assert_true(v >= 0 && v < 250);
+            assert_int_equal(seen[v], 0);
+            seen[v] = 1;
+            if (i || cursor[0]) assert_true(strcmp(keys[i], i ? keys[i - 1] : cursor) > 0);
+        }
+        total += n;
+        if (n) snprintf(cursor, sizeof(cursor), "%s", keys[n - 1]);
+        pages++;
+        assert_true(pages < 100);
+    }
+    assert_int_equal(total, 250);
+    assert_int_equal(pages, 36);
+
+    /* Filtered by tenant. */
+    total = 0;
+    cursor[0] = 0;
+    more = 1;
+    while (more) {
+        assert_int_equal(obj_list_prefix(st, "p/", "odd", cursor[0] ? cursor : NULL, 7, keys,
+                                         &n, &more), SMP_OK);
+        total += n;
+        if (n) snprintf(cursor, sizeof(cursor), "%s", keys[n - 1]);
+    }
+    assert_int_equal(total, 125);
+    uint64_t objs;
+    obj_tenant_usage(st, "odd", &objs, NULL);
+    assert_int_equal(objs, 125);
+
+    /* A cursor before the prefix starts at the prefix. */
+    assert_int_equal(obj_list_prefix(st, "p/", NULL, "a", 2, keys, &n, &more), SMP_OK);
+    assert_int_equal(n, 2);
+    assert_string_equal(keys[0], "p/000");
+    assert_int_equal(more, 1);
+    assert_int_equal(obj_list_prefix(st, "", NULL, NULL, 2, keys, &n, &more), SMP_OK);
+    assert_string_equal(keys[0], "o/x");
+    obj_store_destroy(st);
+}
+
+/* Group listing is in key order after a cursor, bounded by max. */
+static int collect_keys(void *arg, const smp_object_info *info)
+{
+    char **out = arg;
+    while (*out) out++;
+    *out = strdup(info->key);
+    return 0;
+}
+
+static void test_group_queries_and_metrics(void **state)
+{
+    (void)state;
+    obj_store *st = new_store(NULL);
+    mount(st, "s", "n", 1 << 20);
+    const char *members[] = {"m/3", "m/1", "m/2", "m/0"};
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(put_full(st, members[i], 100, "grp", "", 1), SMP_OK);
+    assert_int_equal(put_full(st, "other", 5, "", "", 1), SMP_OK);
+    assert_int_equal(obj_group_count(st, "grp"), 4);
+    assert_int_equal(obj_group_count(st, "none"), 0);
+    char *got[8] = {0};
+    assert_int_equal(obj_group_list(st, "grp", "m/0", 2, collect_keys, got), 2);
+    assert_string_equal(got[0], "m/1");
+    assert_string_equal(got[1], "m/2");
+    assert_null(got[2]);
+    for (int i = 0; got[i]; i++) free(got[i]);
+    obj_stats s;
+    obj_store_stats(st, &s);
+    assert_int_equal(s.objects_by_type[SMP_DATA_KV], 5);
+    assert_int_equal(s.bytes_by_type[SMP_DATA_KV], 405);
+    assert_int_equal(s.replicas_by_kind[SMP_REPLICA_MEMORY], 5);
+    assert_int_equal(s.replica_bytes_by_kind[SMP_REPLICA_MEMORY], 405);
+    assert_int_equal(s.memory_used, 4 * 128 + 64);
+    assert_int_equal(s.memory_capacity, 1 << 20);
+
+    /* Unmounting the segment drops its replicas but keeps the objects. */
+    obj_record r = {0};
+    assert_int_equal(obj_prepare_segment_unmount(st, "s", &r), SMP_OK);
+    apply_rec(st, &r);
+    assert_true(obj_exists(st, "m/1"));
+    obj_replica reps[2];
+    size_t n;
+    assert_int_equal(obj_get_replica_list(st, "m/1", 5, 10, reps, 2, &n), SMP_EAGAIN);
+    obj_store_stats(st, &s);
+    assert_int_equal(s.replicas_by_kind[SMP_REPLICA_MEMORY], 0);
+    assert_int_equal(s.memory_capacity, 0);
+    assert_int_equal(obj_prepare_segment_unmount(st, "s", &r), SMP_ENOTFOUND);
+    obj_store_destroy(st);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Records                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* Build a varied state through prepare + apply, logging the records. */
+static obj_store *build_logged_state(rec_log *log)
+{
+    g_log = log;
+    obj_store *st = new_store(NULL);
+    mount(st, "s0", "n0", 1 << 16);
+    mount(st, "s1", "n1", 1 << 12);
+    set_managed(st, "rev", 1);
+    set_managed(st, "empty-managed", 1);
+    test_guard allow = {0, 1, 0, {0}};
+    obj_guard_ops ops = {test_guard_check, test_guard_loaded, &allow};
+    obj_store_set_guard(st, &ops);
+    char key[32];
+    for (int i = 0; i < 20; i++) {
+        snprintf(key, sizeof(key), "obj/%02d", i);
+        assert_int_equal(put_full(st, key, (uint64_t)(i * 100), i < 6 ? "rev" : (i < 10 ? "g" : ""),
+                                  i % 3 ? "tA" : "tB", (uint64_t)(1000 - i)), SMP_OK);
+    }
+    obj_store_set_guard(st, NULL);
+    obj_record r = {0};
+    assert_int_equal(obj_prepare_set_pin(st, "obj/07", 1, &r), SMP_OK);
+    apply_rec(st, &r);
+    obj_replica reps[3];
+    size_t n;
+    assert_int_equal(obj_get_replica_list(st, "obj/08", 2000, 0, reps, 3, &n), SMP_OK);
+    reps[1] = (obj_replica){SMP_REPLICA_COLD, OBJ_REPLICA_PENDING, "n1", NULL, 0, 800, "/c/8"};
+    assert_int_equal(obj_prepare_set_replicas(st, "obj/08", reps, 2, &r), SMP_OK);
+    apply_rec(st, &r);
+    remove_key(st, "obj/15", 3000);
+    obj_put_params p = {"obj/16", 10, SMP_DATA_METADATA, "", "", 0, 1};
+    assert_int_equal(obj_put_start(st, &p, 3000, NULL), SMP_OK);
+    uint8_t sum[32] = {1};
+    assert_int_equal(obj_prepare_put_end(st, "obj/16", sum, 3001, &r), SMP_OK);
+    apply_rec(st, &r);
+    p.key = "revoked";
+    assert_int_equal(obj_put_start(st, &p, 3000, NULL), SMP_OK);
+    assert_int_equal(obj_prepare_put_revoke(st, "revoked", &r), SMP_OK);
+    apply_rec(st, &r);
+    assert_int_equal(obj_prepare_segment_update(st, "s0", 1 << 17, &r), SMP_OK);
+    apply_rec(st, &r);
+    set_managed(st, "g", 1);
+    set_managed(st, "g", 0);
+    g_log = NULL;
+    return st;
+}
+
+static void free_log(rec_log *log)
+{
+    for (size_t i = 0; i < log->n; i++) obj_record_free(&log->recs[i]);
+    log->n = 0;
+}
+
+/* Replaying the records gives the same state; each applied twice in a row
+ * too (idempotence). */
+static void test_records_replay_and_idempotence(void **state)
+{
+    (void)state;
+    static rec_log log;
+    obj_store *a = build_logged_state(&log);
+    assert_true(log.n > 30);
+
+    obj_store *b = new_store(NULL);
+    for (size_t i = 0; i < log.n; i++)
+        assert_int_equal(obj_apply_record(b, log.recs[i].type, log.recs[i].encver,
+                                          log.recs[i].buf, log.recs[i].len), SMP_OK);
+    assert_same_state(a, b);
+
+    obj_store *c = new_store(NULL);
+    for (size_t i = 0; i < log.n; i++) {
+        for (int k = 0; k < 2; k++)
+            assert_int_equal(obj_apply_record(c, log.recs[i].type, log.recs[i].encver,
+                                              log.recs[i].buf, log.recs[i].len), SMP_OK);
+    }
+    assert_same_state(a, c);
+    assert_int_equal(obj_group_count(c, "rev"), 6);
+    assert_true(obj_group_is_managed(c, "rev"));
+    assert_false(obj_group_is_managed(c, "g"));
+    uint64_t objs, bytes;
+    obj_tenant_usage(c, "tA", &objs, &bytes);
+    uint64_t objs_a, bytes_a;
+    obj_tenant_usage(a, "tA", &objs_a, &bytes_a);
+    assert_int_equal(objs, objs_a);
+    assert_int_equal(bytes, bytes_a);
+
+    /* An unmount record, twice. */
+    obj_record r = {0};
+    assert_int_equal(obj_prepare_segment_unmount(a, "s1", &r), SMP_OK);
+    assert_int_equal(obj_apply_record(c, r.type, r.encver, r.buf, r.len), SMP_OK);
+    assert_int_equal(obj_apply_record(c, r.type, r.encver, r.buf, r.len), SMP_OK);
+    apply_rec(a, &r);
+    assert_same_state(a, c);
+
+    free_log(&log);
+    obj_store_destroy(a);
+    obj_store_destroy(b);
+    obj_store_destroy(c);
+}
+
+static void expect_rejected(obj_store *st, uint16_t type, const void *payload, size_t len, int want)
+{
+    buf before = save(st);
+    assert_int_equal(obj_apply_record(st, type, OBJ_REC_ENCVER, payload, len), want);
+    buf after = save(st);
+    assert_int_equal(before.n, after.n);
+    assert_memory_equal(before.p, after.p, before.n);
+    free(before.p);
+    free(after.p);
+}
+
+static void pack_object(const Hostrec__ObjectRecord *m, uint8_t **out, size_t *len)
+{
+    *len = hostrec__object_record__get_packed_size(m);
+    *out = malloc(*len ? *len : 1);
+    assert_non_null(*out);
+    hostrec__object_record__pack(m, *out);
+}
+
+/* Malformed payloads are refused with SMP_EPROTO (unknown types with
+ * SMP_ENOTFOUND) and change nothing; truncations never crash. */
+static void test_records_malformed(void **state)
+{
+    (void)state;
+    static rec_log log;
+    obj_store *st = build_logged_state(&log);
+    free_log(&log);
+
+    const uint8_t garbage[] = {0xff, 0xff, 0xff, 0xff, 0xff, 0x0f, 0x12, 0x80};
+    for (uint16_t t = 1; t <= 7; t++) {
+        if (t == 4) continue;
+        expect_rejected(st, t, garbage, sizeof(garbage), SMP_EPROTO);
+    }
+    expect_rejected(st, 4, garbage, 0, SMP_ENOTFOUND);
+    expect_rejected(st, 8, garbage, 0, SMP_ENOTFOUND);
+    expect_rejected(st, 0, garbage, 0, SMP_ENOTFOUND);
+    assert_int_equal(obj_apply_record(st, OBJ_REC_REMOVE, 2, NULL, 0), SMP_EPROTO);
+    expect_rejected(st, OBJ_REC_PUT_END, NULL, 0, SMP_EPROTO); /* empty key */
+    expect_rejected(st, OBJ_REC_SEGMENT_UPDATE, NULL, 0, SMP_EPROTO); /* no change */
+
+    /* Well-formed protobuf, invalid content. */
+    uint8_t sum[32] = {0};
+    Hostrec__Replica rep = HOSTREC__REPLICA__INIT;
+    Hostrec__Replica *reps[1] = {&rep};
+    Hostrec__ObjectRecord m = HOSTREC__OBJECT_RECORD__INIT;
+    m.key = "bad";
+    m.checksum.data = sum;
+    m.checksum.len = 32;
+    uint8_t *b;
+    size_t len;
+    m.data_type = 7;
+    pack_object(&m, &b, &len);
+    expect_rejected(st, OBJ_REC_PUT_END, b, len, SMP_EPROTO);
+    free(b);
+    m.data_type = 0;
+    m.checksum.len = 5;
+    pack_object(&m, &b, &len);
+    expect_rejected(st, OBJ_REC_PUT_END, b, len, SMP_EPROTO);
+    free(b);
+    m.checksum.len = 32;
+    m.key = "bad\xc3\x28";
+    pack_object(&m, &b, &len);
+    expect_rejected(st, OBJ_REC_PUT_END, b, len, SMP_EPROTO);
+    free(b);
+    m.key = "bad";
+    m.n_replicas = 1;
+    m.replicas = reps;
+    rep.node = "n0";
+    rep.segment = "nosuch";
+    rep.length = 10;
+    pack_object(&m, &b, &len);
+    expect_rejected(st, OBJ_REC_PUT_END, b, len, SMP_ESTATE);
+    free(b);
+    rep.segment = "s0";
+    rep.offset = 0; /* taken by obj/00's neighbours: overlaps a live range */
+    rep.length = 1 << 16;
+    pack_object(&m, &b, &len);
+    expect_rejected(st, OBJ_REC_PUT_END, b, len, SMP_ESTATE);
+    free(b);
+    rep.offset = 33; /* unaligned */
+    rep.length = 10;
+    pack_object(&m, &b, &len);
+    expect_rejected(st, OBJ_REC_PUT_END, b, len, SMP_ESTATE);
+    free(b);
+    rep.kind = 9;
+    pack_object(&m, &b, &len);
+    expect_rejected(st, OBJ_REC_PUT_END, b, len, SMP_EPROTO);
+    free(b);
+
+    /* Every truncation of a valid record: no crash, and no change on error. */
+    obj_record r = {0};
+    assert_int_equal(obj_prepare_set_pin(st, "obj/08", 1, &r), SMP_OK);
+    for (size_t cut = 0; cut < r.len; cut++) {
+        buf before = save(st);
+        int rc = obj_apply_record(st, r.type, r.encver, r.buf, cut);
+        if (rc != SMP_OK) {
+            buf after = save(st);
+            assert_int_equal(before.n, after.n);
+            assert_memory_equal(before.p, after.p, before.n);
+            free(after.p);
+        }
+        free(before.p);
+    }
+    obj_record_free(&r);
+    obj_store_destroy(st);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Snapshots                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static void test_snapshot_round_trip(void **state)
+{
+    (void)state;
+    static rec_log log;
+    obj_store *a = build_logged_state(&log);
+    free_log(&log);
+    buf s = save(a);
+    obj_store *b = new_store(NULL);
+    assert_int_equal(obj_store_load(b, s.p, s.n), SMP_OK);
+    assert_same_state(a, b);
+    assert_int_equal(obj_store_load(b, s.p, s.n), SMP_ESTATE); /* not empty */
+    assert_true(obj_group_is_managed(b, "empty-managed"));
+    assert_int_equal(obj_group_count(b, "rev"), 6);
+    smp_object_info ia = {.struct_size = sizeof(ia)}, ib = {.struct_size = sizeof(ib)};
+    assert_int_equal(obj_object_info(a, "obj/08", &ia), SMP_OK);
+    assert_int_equal(obj_object_info(b, "obj/08", &ib), SMP_OK);
+    assert_int_equal(ia.size, ib.size);
+    assert_int_equal(ia.hard_pinned, ib.hard_pinned);
+    assert_memory_equal(ia.checksum, ib.checksum, 32);
+    /* The loaded allocator is live: a put lands in free space only. */
+    obj_put_params p = {"fresh", 50000, SMP_DATA_KV, "", "", 0, 0};
+    assert_int_equal(obj_put_start(b, &p, 5000, NULL), SMP_OK);
+    assert_int_equal(obj_put_start(a, &p, 5000, NULL), SMP_OK);
+    uint64_t ua, ub;
+    obj_memory_usage(a, &ua, NULL);
+    obj_memory_usage(b, &ub, NULL);
+    assert_int_equal(ua, ub);
+    free(s.p);
+
+    /* An empty store round-trips too. */
+    obj_store *e = new_store(NULL), *f = new_store(NULL);
+    s = save(e);
+    assert_int_equal(obj_store_load(f, s.p, s.n), SMP_OK);
+    assert_same_state(e, f);
+    free(s.p);
+    obj_store_destroy(a);
+    obj_store_destroy(b);
+    obj_store_destroy(e);
+    obj_store_destroy(f);
+}
+
+static void assert_empty(obj_store *st)
+{
+    obj_store *e = new_store(NULL);
+    assert_same_state(st, e);
+    obj_store_destroy(e);
+    const char *keys[1];
+    size_t n;
+    assert_int_equal(obj_list_prefix(st, "", NULL, NULL, 1, keys, &n, NULL), SMP_OK);
+    assert_int_equal(n, 0);
+}
+
+/* An invalid snapshot is refused and leaves the store empty. */
+static void test_snapshot_invalid(void **state)
+{
+    (void)state;
+    const uint8_t garbage[] = {0x08, 0x01, 0x12, 0xff, 0xff, 0x03};
+    obj_store *st = new_store(NULL);
+    assert_int_equal(obj_store_load(st, garbage, sizeof(garbage)), SMP_EPROTO);
+    assert_empty(st);
+    const uint8_t wrong_format[] = {0x08, 0x02};
+    assert_int_equal(obj_store_load(st, wrong_format, sizeof(wrong_format)), SMP_EPROTO);
+    assert_empty(st);
+
+    /* Valid protobuf, but an object on a segment the snapshot lacks (after
+     * valid segments and objects, which must be undone). */
+    static rec_log log;
+    obj_store *a = build_logged_state(&log);
+    free_log(&log);
+    buf s = save(a);
+    uint8_t sum[32] = {0};
+    Hostrec__Replica rep = HOSTREC__REPLICA__INIT;
+    Hostrec__Replica *reps[1] = {&rep};
+    rep.node = "n9";
+    rep.segment = "s9";
+    rep.length = 1;
+    Hostrec__ObjectRecord m = HOSTREC__OBJECT_RECORD__INIT;
+    m.key = "zzz/last";
+    m.checksum.data = sum;
+    m.checksum.len = 32;
+    m.n_replicas = 1;
+    m.replicas = reps;
+    uint8_t *b;
+    size_t len;
+    pack_object(&m, &b, &len);
+    uint8_t hdr[2] = {0x22, (uint8_t)len};
+    assert_true(len < 128);
+    buf_write(&s, hdr, 2);
+    buf_write(&s, b, len);
+    free(b);
+    assert_int_equal(obj_store_load(st, s.p, s.n), SMP_EPROTO);
+    assert_empty(st);
+
+    /* A duplicate key. */
+    s.n -= 2 + len;
+    buf one = {0};
+    obj_store *single = new_store(NULL);
+    mount(single, "s0", "n0", 1 << 16);
+    assert_int_equal(put_full(single, "dup", 1, "", "", 1), SMP_OK);
+    one = save(single);
+    buf two = {0};
+    buf_write(&two, one.p, one.n);
+    buf_write(&two, one.p + 2, one.n - 2); /* segments and the object again */
+    assert_int_equal(obj_store_load(st, two.p, two.n), SMP_EPROTO);
+    assert_empty(st);
+
+    /* Every truncation: loads or fails with the store left empty. */
+    for (size_t cut = 0; cut < s.n; cut += 7) {
+        int rc = obj_store_load(st, s.p, cut);
+        if (rc == SMP_OK) {
+            obj_store_destroy(st);
+            st = new_store(NULL);
+        } else {
+            assert_int_equal(rc, SMP_EPROTO);
+            assert_empty(st);
+        }
+    }
+    free(one.p);
+    free(two.p);
+    free(s.p);
+    obj_store_destroy(single);
+    obj_store_destroy(a);
+    obj_store_destroy(st);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Keys                                                                      */
+/* ------------------------------------------------------------------------ */
+
+static void test_bad_keys_refused(void **state)
+{
+    (void)state;
+    obj_store *st = new_store(NULL);
+    mount(st, "s", "n", 1 << 16);
+    char longkey[OBJ_KEY_MAX + 2];
+    memset(longkey, 'k', sizeof(longkey));
+    longkey[OBJ_KEY_MAX + 1] = 0;
+    const char *bad[] = {"", longkey, "a\xc3\x28", "\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80",
+                         "trunc\xe6\xa8", "\xff"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(obj_validate_key(bad[i]), SMP_EINVAL);
+        obj_put_params p = {bad[i], 1, SMP_DATA_KV, "", "", 0, 0};
+        assert_int_equal(obj_put_start(st, &p, 1, NULL), SMP_EINVAL);
+    }
+    assert_int_equal(obj_validate_key(NULL), SMP_EINVAL);
+    obj_put_params p = {NULL, 1, SMP_DATA_KV, "", "", 0, 0};
+    assert_int_equal(obj_put_start(st, &p, 1, NULL), SMP_EINVAL);
+    p.key = "ok";
+    p.data_type = (smp_data_type)3;
+    assert_int_equal(obj_put_start(st, &p, 1, NULL), SMP_EINVAL);
+    p.data_type = SMP_DATA_KV;
+    p.group = "bad\xff";
+    assert_int_equal(obj_put_start(st, &p, 1, NULL), SMP_EINVAL);
+
+    longkey[OBJ_KEY_MAX] = 0; /* exactly the limit */
+    assert_int_equal(put_full(st, longkey, 1, "", "", 1), SMP_OK);
+    assert_int_equal(put_full(st, "模型/权重/\xf0\x9f\x98\x80", 1, "", "", 1), SMP_OK);
+    assert_true(obj_exists(st, "模型/权重/\xf0\x9f\x98\x80"));
+    obj_stats s;
+    obj_store_stats(st, &s);
+    assert_int_equal(s.puts_in_flight, 0);
+    assert_int_equal(s.objects_by_type[SMP_DATA_KV], 2);
+    obj_store_destroy(st);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_put_start_end_revoke),
+        cmocka_unit_test(test_allocator_fill_free_coalesce_enospc),
+        cmocka_unit_test(test_replica_list_lease_blocks_remove),
+        cmocka_unit_test(test_remove_prefix_managed_group_without_guard),
+        cmocka_unit_test(test_remove_prefix_with_veto_guard),
+        cmocka_unit_test(test_remove_prefix_with_allow_guard),
+        cmocka_unit_test(test_put_into_managed_group),
+        cmocka_unit_test(test_eviction_plan),
+        cmocka_unit_test(test_stale_put_cleanup),
+        cmocka_unit_test(test_list_prefix_pagination),
+        cmocka_unit_test(test_group_queries_and_metrics),
+        cmocka_unit_test(test_records_replay_and_idempotence),
+        cmocka_unit_test(test_records_malformed),
+        cmocka_unit_test(test_snapshot_round_trip),
+        cmocka_unit_test(test_snapshot_invalid),
+        cmocka_unit_test(test_bad_keys_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
