@@ -208,12 +208,14 @@ static int mount_embedded(master *m)
         on_serving_ready(m, NULL, SMP_OK, 0);
         return SMP_OK;
     }
-    rc = obj_prepare_segment_mount(m->objs, EMBEDDED_SEGMENT, EMBEDDED_NODE,
-                                   m->cfg->node_segment_bytes, &rec);
-    if (rc == SMP_EEXIST) {
-        uint64_t used, cap;
-        obj_memory_usage(m->objs, &used, &cap);
-        rc = obj_prepare_segment_update(m->objs, EMBEDDED_SEGMENT, m->cfg->node_segment_bytes, &rec);
+    uint64_t want = m->cfg->node_segment_bytes / OBJ_ALIGN * OBJ_ALIGN, have = 0;
+    if (obj_segment_info(m->objs, EMBEDDED_SEGMENT, NULL, &have) == SMP_ENOTFOUND)
+        rc = obj_prepare_segment_mount(m->objs, EMBEDDED_SEGMENT, EMBEDDED_NODE, want, &rec);
+    else if (have != want)
+        rc = obj_prepare_segment_update(m->objs, EMBEDDED_SEGMENT, want, &rec);
+    else {
+        on_serving_ready(m, NULL, SMP_OK, 0); /* mounted as configured already */
+        return SMP_OK;
     }
     if (rc < 0) return rc;
     return master_commit(m, &rec, NULL, on_serving_ready, NULL);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "master.h"
 #include "master_internal.h"
 
 uint64_t master_now_ms(void)
@@ -95,8 +96,7 @@ void master_backend_init(master *m)
 {
     host_backend *b = &m->backend;
     b->ctx = m;
-    b->host_caps = SMP_HOST_CAP_GROUPS | SMP_HOST_CAP_DURABLE_OPLOG | SMP_HOST_CAP_RPC_DISPATCH |
-                   SMP_HOST_CAP_METRICS;
+    b->host_caps = MASTER_HOST_CAPS;
     b->oplog_append = master_append_plugin;
     b->object_get = be_object_get;
     b->group_list = be_group_list;

@@ -53,8 +53,7 @@ static int carry_record(master *m, uint64_t seq, uint16_t type, uint16_t encver,
 }
 
 /* Hand one plugin record to its plugin; describe any refusal in err. */
-static int replay_plugin_record(master *m,
-                                const host_oplog_type_reg *reg,
+static int replay_plugin_record(const host_oplog_type_reg *reg,
                                 uint64_t seq,
                                 uint16_t encver,
                                 const uint8_t *payload,
@@ -95,7 +94,7 @@ static int replay_one(void *arg, const oplog_record *rec)
     } else {
         const host_oplog_type_reg *reg = host_plugins_oplog_type(m->plugins, rec->type);
         if (reg != NULL) {
-            rc = replay_plugin_record(m, reg, rec->seq, rec->encver, rec->payload, rec->len,
+            rc = replay_plugin_record(reg, rec->seq, rec->encver, rec->payload, rec->len,
                                       c->err, c->errlen);
             if (rc < 0) return rc;
         } else if (m->cfg->oplog_carry_unknown_types) {
@@ -125,7 +124,7 @@ static int settle_carried_records(master *m, char *err, size_t errlen)
         const host_oplog_type_reg *reg = host_plugins_oplog_type(m->plugins, r->type);
         if (reg != NULL) {
             if (rc == SMP_OK)
-                rc = replay_plugin_record(m, reg, r->seq, r->encver, r->payload, r->len, err, errlen);
+                rc = replay_plugin_record(reg, r->seq, r->encver, r->payload, r->len, err, errlen);
             free(r->payload);
             continue;
         }

@@ -2137,3 +2137,12 @@ free_msg:
     hostrec__host_snapshot__free_unpacked(m, NULL);
     return rc;
 }
+
+int obj_segment_info(const obj_store *st, const char *id, const char **node, uint64_t *capacity)
+{
+    obj_segment *s = id ? obj_sl_get(&st->segments, id) : NULL;
+    if (s == NULL) return SMP_ENOTFOUND;
+    if (node) *node = s->node;
+    if (capacity) *capacity = s->capacity;
+    return SMP_OK;
+}

@@ -305,6 +305,9 @@ int obj_prepare_segment_mount(obj_store *st,
                               const char *node,
                               uint64_t capacity,
                               obj_record *out);
+/* The node and capacity of a mounted segment (out pointers may be NULL).
+ * SMP_ENOTFOUND when id is not mounted. */
+int obj_segment_info(const obj_store *st, const char *id, const char **node, uint64_t *capacity);
 /* SEGMENT_UNMOUNT. SMP_ENOTFOUND. */
 int obj_prepare_segment_unmount(obj_store *st, const char *id, obj_record *out);
 /* SEGMENT_UPDATE with a new capacity. SMP_ENOTFOUND, SMP_EBUSY (a range in

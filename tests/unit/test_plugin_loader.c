@@ -354,9 +354,9 @@ static void test_gate_that_is_not_a_boolean_flag_is_refused(void **state)
 static void test_gate_from_plugin_block(void **state)
 {
     fixture *fx = *state;
-    host_config_node flag = {HOST_CFG_SCALAR, 3, "foo", "false", NULL, 0};
+    host_config_node flag = {.kind = HOST_CFG_SCALAR, .line = 3, .key = "foo", .scalar = "false"};
     host_config_node *items[1] = {&flag};
-    host_config_node block = {HOST_CFG_MAP, 2, NULL, NULL, items, 1};
+    host_config_node block = {.kind = HOST_CFG_MAP, .line = 2, .items = items, .n_items = 1};
     host_plugin *p;
 
     assert_int_equal(host_plugins_load(fx->reg, entry_for(fx, "bad_gate", &block), fx->err,
@@ -571,9 +571,9 @@ static void test_oplog_append_gating(void **state)
 static void test_host_api_members(void **state)
 {
     fixture *fx = *state;
-    host_config_node ratio = {HOST_CFG_SCALAR, 4, "ratio", "0.25", NULL, 0};
+    host_config_node ratio = {.kind = HOST_CFG_SCALAR, .line = 4, .key = "ratio", .scalar = "0.25"};
     host_config_node *items[1] = {&ratio};
-    host_config_node block = {HOST_CFG_MAP, 3, NULL, NULL, items, 1};
+    host_config_node block = {.kind = HOST_CFG_MAP, .line = 3, .items = items, .n_items = 1};
     const smp_host_api *(*get_api)(void);
     smp_host *(*get_host)(void);
     const smp_host_api *api;
