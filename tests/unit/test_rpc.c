@@ -855,9 +855,10 @@ static void test_disconnect_with_deferred_call_outstanding(void **state)
     uint64_t dropped = st.replies_dropped;
     rpcc_conn *c = open_client(fx->tcp_ep);
     uint8_t req[64];
-    size_t n = defer_body(req, 200, "nobody listens");
+    size_t n = defer_body(req, 300, "nobody listens");
     assert_int_equal(rpcc_send(c, SVC_DEFER, M_DEFER, req, n, NULL), SMP_OK);
-    usleep(50 * 1000); /* the server has read the request */
+    /* the deferred call is dispatched (the stats call itself is the other) */
+    wait_stat(fx, STAT(calls_outstanding), 2);
     rpcc_close(c);
     wait_stat(fx, STAT(replies_dropped), dropped + 1);
     st = get_stats(fx);
@@ -898,12 +899,12 @@ static void test_server_close_with_deferred_call_outstanding(void **state)
     fixture *fx = *state;
     rpcc_conn *c = open_client(fx->unix_ep);
     uint8_t req[64];
-    size_t n = defer_body(req, 150, "too late");
+    size_t n = defer_body(req, 300, "too late");
     uint64_t id;
     uint8_t *body = NULL;
     size_t len = 0;
     assert_int_equal(rpcc_send(c, SVC_DEFER, M_DEFER, req, n, &id), SMP_OK);
-    usleep(50 * 1000);
+    wait_stat(fx, STAT(calls_outstanding), 2); /* the deferred call is dispatched */
     fixture_stop(fx);
     assert_int_equal(rpcc_recv(c, id, NULL, NULL, &body, &len, NULL), SMP_EIO);
     rpcc_close(c);
