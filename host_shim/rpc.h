@@ -31,6 +31,7 @@
 #define RPC_DEFAULT_MAX_OUTPUT_BYTES (8u << 20)   /* unsent bytes per connection */
 #define RPC_DEFAULT_MAX_INFLIGHT 1024u            /* unanswered calls per connection */
 #define RPC_DEFAULT_BACKLOG 128
+#define RPC_MAX_FRAME_LIMIT (1u << 30)            /* max_frame_bytes may not exceed 1 GiB */
 
 typedef struct rpc_server rpc_server;
 
@@ -72,8 +73,9 @@ typedef struct rpc_server_stats {
 
 /* Create a server on loop (borrowed; must outlive the server's handles).
  * Nothing listens until rpc_server_start(). opt may be NULL (defaults, no
- * endpoint). Returns SMP_OK, SMP_ENOMEM, or SMP_EINVAL with a message in err
- * (err may be NULL). */
+ * endpoint). Returns SMP_OK, SMP_ENOMEM, SMP_ERANGE (max_frame_bytes above
+ * RPC_MAX_FRAME_LIMIT) or SMP_EINVAL (Unix path too long), with a message in
+ * err (err may be NULL). */
 int rpc_server_create(uv_loop_t *loop,
                       const rpc_server_options *opt,
                       rpc_server **out,

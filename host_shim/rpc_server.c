@@ -330,6 +330,8 @@ static void conn_set_reading(rpc_conn *c)
     }
 }
 
+/* A queued response left (or failed: that closes the connection). Releases
+ * the request's bytes and connection reference; may resume reading. */
 static void on_write(uv_write_t *req, int status)
 {
     rpc_wreq *w = (rpc_wreq *)req;
@@ -446,6 +448,7 @@ static void conn_close(rpc_conn *c)
     uv_close(&c->h.handle, on_conn_closed);
 }
 
+/* The fatal error response is written (or cancelled): close for good. */
 static void on_shutdown(uv_shutdown_t *req, int status)
 {
     rpc_sreq *sr = (rpc_sreq *)req;
@@ -702,6 +705,9 @@ static void conn_feed(rpc_conn *c, const uint8_t *p, size_t n)
     }
 }
 
+/* Bytes arrived, or the stream ended. End of stream or a read error closes
+ * the connection (counted as truncated when it cut a frame). The connection
+ * is held across the feed: a handler may drop the last other reference. */
 static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 {
     rpc_conn *c = st->data;
@@ -728,6 +734,9 @@ static void on_rejected_closed(uv_handle_t *h)
     free(h->data);
 }
 
+/* Accept one connection on a listener. Past max_connections it is still
+ * accepted, so that it can be told why (SMP_EAGAIN, request_id 0), and then
+ * shut down. Accept failures are counted, never fatal for the server. */
 static void on_connection(uv_stream_t *lst, int status)
 {
     rpc_listener *l = lst->data;
@@ -797,6 +806,11 @@ int rpc_server_create(uv_loop_t *loop,
     if (opt == NULL) {
         memset(&none, 0, sizeof(none));
         opt = &none;
+    }
+    if (opt->max_frame_bytes > RPC_MAX_FRAME_LIMIT) {
+        set_err(err, errlen, "rpc: max_frame_bytes %" PRIu32 " is above the limit %u",
+                opt->max_frame_bytes, RPC_MAX_FRAME_LIMIT);
+        return SMP_ERANGE;
     }
     if ((s = calloc(1, sizeof(*s))) == NULL)
         goto no_memory;
@@ -876,6 +890,7 @@ static void on_listener_closed(uv_handle_t *h)
     server_unref(l->srv);
 }
 
+/* Close a listener once; its close callback drops its server reference. */
 static void listener_close(rpc_listener *l)
 {
     if (!l->active)
@@ -884,6 +899,8 @@ static void listener_close(rpc_listener *l)
     uv_close(&l->h.handle, on_listener_closed);
 }
 
+/* Bind and listen on listen_tcp; records the bound port. On failure the
+ * listener (if initialised) is left for rpc_server_start to close. */
 static int start_tcp(rpc_server *s, char *err, size_t errlen)
 {
     struct sockaddr_storage ss;
@@ -914,6 +931,8 @@ static int start_tcp(rpc_server *s, char *err, size_t errlen)
     return SMP_OK;
 }
 
+/* Bind and listen on listen_unix, replacing a stale socket file (never
+ * another kind of file). Same failure contract as start_tcp. */
 static int start_unix(rpc_server *s, char *err, size_t errlen)
 {
     struct stat sb;

@@ -105,6 +105,8 @@ static int big_handler(void *ctx, smp_rpc_call *call, const uint8_t *body, size_
     if (len != sizeof(n))
         return SMP_EINVAL;
     memcpy(&n, body, sizeof(n));
+    if (n > 2 * TEST_MAX_FRAME)
+        return SMP_EINVAL;
     if ((buf = calloc(1, n ? n : 1)) == NULL)
         return SMP_ENOMEM;
     rc = rpc_reply(call, 0, buf, n);
@@ -134,6 +136,8 @@ static int defer_handler(void *ctx, smp_rpc_call *call, const uint8_t *body, siz
     if (len < sizeof(delay))
         return SMP_EINVAL;
     memcpy(&delay, body, sizeof(delay));
+    if (delay > 10000)
+        return SMP_EINVAL;
     if ((d = calloc(1, sizeof(*d))) == NULL)
         return SMP_ENOMEM;
     d->len = len - sizeof(delay);
@@ -811,6 +815,34 @@ static void test_good_request_before_bad_frame_is_answered(void **state)
     close(fd);
 }
 
+/* Random byte streams (random lengths, random bodies, cut anywhere) never
+ * bring the server down; a client connected before keeps being served. */
+static void test_random_bytes_never_crash_the_server(void **state)
+{
+    fixture *fx = *state;
+    rpcc_conn *bystander = open_client(fx->unix_ep);
+    unsigned seed = 12345;
+    uint8_t buf[300];
+    for (int i = 0; i < 200; i++) {
+        int fd = raw_connect(fx);
+        size_t n = 1 + (size_t)(rand_r(&seed) % sizeof(buf));
+        for (size_t k = 0; k < n; k++)
+            buf[k] = (uint8_t)rand_r(&seed);
+        if (i % 2 == 0) {
+            /* a plausible length so that the body is parsed */
+            uint32_t len = (uint32_t)(rand_r(&seed) % 64);
+            buf[0] = 0;
+            buf[1] = 0;
+            buf[2] = 0;
+            buf[3] = (uint8_t)len;
+        }
+        send(fd, buf, n, MSG_NOSIGNAL);
+        close(fd);
+    }
+    expect_echo(bystander, "bystander after random bytes");
+    rpcc_close(bystander);
+}
+
 /* -- Tests: lifetimes ------------------------------------------------------ */
 
 /* The client disconnects while its deferred call is outstanding; the later
@@ -823,9 +855,10 @@ static void test_disconnect_with_deferred_call_outstanding(void **state)
     uint64_t dropped = st.replies_dropped;
     rpcc_conn *c = open_client(fx->tcp_ep);
     uint8_t req[64];
-    size_t n = defer_body(req, 200, "nobody listens");
+    size_t n = defer_body(req, 300, "nobody listens");
     assert_int_equal(rpcc_send(c, SVC_DEFER, M_DEFER, req, n, NULL), SMP_OK);
-    usleep(50 * 1000); /* the server has read the request */
+    /* the deferred call is dispatched (the stats call itself is the other) */
+    wait_stat(fx, STAT(calls_outstanding), 2);
     rpcc_close(c);
     wait_stat(fx, STAT(replies_dropped), dropped + 1);
     st = get_stats(fx);
@@ -866,12 +899,12 @@ static void test_server_close_with_deferred_call_outstanding(void **state)
     fixture *fx = *state;
     rpcc_conn *c = open_client(fx->unix_ep);
     uint8_t req[64];
-    size_t n = defer_body(req, 150, "too late");
+    size_t n = defer_body(req, 300, "too late");
     uint64_t id;
     uint8_t *body = NULL;
     size_t len = 0;
     assert_int_equal(rpcc_send(c, SVC_DEFER, M_DEFER, req, n, &id), SMP_OK);
-    usleep(50 * 1000);
+    wait_stat(fx, STAT(calls_outstanding), 2); /* the deferred call is dispatched */
     fixture_stop(fx);
     assert_int_equal(rpcc_recv(c, id, NULL, NULL, &body, &len, NULL), SMP_EIO);
     rpcc_close(c);
@@ -987,7 +1020,8 @@ static void test_add_service_validates_methods(void **state)
     assert_int_equal(uv_loop_close(&loop), 0);
 }
 
-/* A listen address that cannot be parsed is refused with a message. */
+/* A listen address that cannot be parsed, or a max_frame_bytes above the
+ * limit, is refused with a message. */
 static void test_bad_listen_address_refused(void **state)
 {
     uv_loop_t loop;
@@ -1003,6 +1037,12 @@ static void test_bad_listen_address_refused(void **state)
     assert_non_null(strstr(err, "not-an-address"));
     rpc_server_close(s);
     assert_int_equal(uv_run(&loop, UV_RUN_DEFAULT), 0);
+    o.listen_tcp = NULL;
+    o.max_frame_bytes = RPC_MAX_FRAME_LIMIT + 1;
+    s = NULL;
+    assert_int_equal(rpc_server_create(&loop, &o, &s, err, sizeof(err)), SMP_ERANGE);
+    assert_null(s);
+    assert_non_null(strstr(err, "max_frame_bytes"));
     assert_int_equal(uv_loop_close(&loop), 0);
 }
 
@@ -1036,6 +1076,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_good_request_before_bad_frame_is_answered, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_random_bytes_never_crash_the_server, setup, teardown),
         cmocka_unit_test_setup_teardown(test_disconnect_with_deferred_call_outstanding, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_client_vanishing_with_replies_in_flight, setup,
