@@ -1,0 +1,267 @@
+/* kv_client.c -- the plain object service, one blocking RPC per call.
+ *
+ * Each call packs its request message, sends it through the RPC transport
+ * (rpc_client.c), and unpacks the reply or keeps the master's error message.
+ * Nothing is cached: every answer is the master's. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "host_rpc.pb-c.h"
+#include "kv_client.h"
+#include "rpc_client.h"
+
+struct kvc {
+    rpcc_conn *conn;
+    char err[1024];
+};
+
+int kvc_connect(const char *endpoint, int timeout_ms, kvc **out, char *err, size_t errlen)
+{
+    kvc *c = calloc(1, sizeof(*c));
+    if (c == NULL) return SMP_ENOMEM;
+    rpcc_options opt = {.timeout_ms = timeout_ms};
+    int rc = rpcc_connect(endpoint, &opt, &c->conn, err, errlen);
+    if (rc < 0) {
+        free(c);
+        return rc;
+    }
+    *out = c;
+    return SMP_OK;
+}
+
+void kvc_close(kvc *c)
+{
+    if (c == NULL) return;
+    rpcc_close(c->conn);
+    free(c);
+}
+
+const char *kvc_error(const kvc *c)
+{
+    return c->err;
+}
+
+/* Send req to (service, method); on success unpack the reply with desc into
+ * *resp (NULL desc: the reply is ignored). */
+static int call(kvc *c, uint32_t service, uint32_t method, const ProtobufCMessage *req,
+                const ProtobufCMessageDescriptor *desc, ProtobufCMessage **resp)
+{
+    size_t len = protobuf_c_message_get_packed_size(req);
+    uint8_t *buf = malloc(len ? len : 1);
+    uint8_t *rbody = NULL;
+    size_t rlen = 0;
+    char *msg = NULL;
+    int status = 0;
+    int rc;
+    c->err[0] = '\0';
+    if (buf == NULL) return SMP_ENOMEM;
+    protobuf_c_message_pack(req, buf);
+    rc = rpcc_call(c->conn, service, method, buf, len, &status, &rbody, &rlen, &msg);
+    free(buf);
+    if (rc < 0) {
+        snprintf(c->err, sizeof(c->err), "%s", rpcc_last_error(c->conn));
+        return rc;
+    }
+    if (status != 0) {
+        snprintf(c->err, sizeof(c->err), "%s", msg && msg[0] ? msg : smp_strerror(status));
+        rc = status;
+    } else if (desc != NULL) {
+        *resp = protobuf_c_message_unpack(desc, NULL, rlen, rbody);
+        if (*resp == NULL) {
+            snprintf(c->err, sizeof(c->err), "reply does not decode as %s", desc->name);
+            rc = SMP_EPROTO;
+        }
+    }
+    free(rbody);
+    free(msg);
+    return rc;
+}
+
+#define OBJ(method) HOST_SERVICE__HOST_SERVICE_OBJECTS, OBJECTS_METHOD__OBJ_##method
+
+static void copy_str(char *dst, size_t cap, const char *src)
+{
+    snprintf(dst, cap, "%s", src ? src : "");
+}
+
+static void copy_replica(kvc_replica *r, const ReplicaLocation *l)
+{
+    r->kind = (int)l->kind;
+    r->status = (int)l->status;
+    copy_str(r->node, sizeof(r->node), l->node);
+    copy_str(r->segment, sizeof(r->segment), l->segment);
+    r->offset = l->offset;
+    r->length = l->length;
+    copy_str(r->path, sizeof(r->path), l->path);
+}
+
+int kvc_put_start(kvc *c, const char *key, uint64_t size, smp_data_type type, const char *group,
+                  int overwrite, kvc_replica *where)
+{
+    PutStartRequest req = PUT_START_REQUEST__INIT;
+    PutStartResponse *resp = NULL;
+    req.key = (char *)key;
+    req.size = size;
+    req.data_type = (DataType)type;
+    req.group = (char *)(group ? group : "");
+    req.overwrite = overwrite != 0;
+    int rc = call(c, OBJ(PUT_START), &req.base, &put_start_response__descriptor,
+                  (ProtobufCMessage **)&resp);
+    if (rc < 0) return rc;
+    if (where && resp->n_replicas > 0) copy_replica(where, resp->replicas[0]);
+    put_start_response__free_unpacked(resp, NULL);
+    return SMP_OK;
+}
+
+int kvc_put_end(kvc *c, const char *key, const uint8_t sha256[32], uint64_t *seq)
+{
+    PutEndRequest req = PUT_END_REQUEST__INIT;
+    PutEndResponse *resp = NULL;
+    req.key = (char *)key;
+    req.sha256.data = (uint8_t *)sha256;
+    req.sha256.len = 32;
+    int rc = call(c, OBJ(PUT_END), &req.base, &put_end_response__descriptor,
+                  (ProtobufCMessage **)&resp);
+    if (rc < 0) return rc;
+    if (seq) *seq = resp->seq;
+    put_end_response__free_unpacked(resp, NULL);
+    return SMP_OK;
+}
+
+static int key_call(kvc *c, uint32_t method, const char *key)
+{
+    KeyRequest req = KEY_REQUEST__INIT;
+    req.key = (char *)key;
+    return call(c, HOST_SERVICE__HOST_SERVICE_OBJECTS, method, &req.base, NULL, NULL);
+}
+
+int kvc_put_revoke(kvc *c, const char *key)
+{
+    return key_call(c, OBJECTS_METHOD__OBJ_PUT_REVOKE, key);
+}
+
+int kvc_remove(kvc *c, const char *key)
+{
+    return key_call(c, OBJECTS_METHOD__OBJ_REMOVE, key);
+}
+
+int kvc_get(kvc *c, const char *key, kvc_object *out)
+{
+    KeyRequest req = KEY_REQUEST__INIT;
+    GetReplicasResponse *resp = NULL;
+    req.key = (char *)key;
+    int rc = call(c, OBJ(GET_REPLICAS), &req.base, &get_replicas_response__descriptor,
+                  (ProtobufCMessage **)&resp);
+    if (rc < 0) return rc;
+    memset(out, 0, sizeof(*out));
+    out->size = resp->size;
+    out->data_type = (int)resp->data_type;
+    copy_str(out->group, sizeof(out->group), resp->group);
+    if (resp->sha256.len == 32) memcpy(out->sha256, resp->sha256.data, 32);
+    for (size_t i = 0; i < resp->n_replicas && i < KVC_MAX_REPLICAS; i++)
+        copy_replica(&out->replicas[out->n_replicas++], resp->replicas[i]);
+    get_replicas_response__free_unpacked(resp, NULL);
+    return SMP_OK;
+}
+
+int kvc_exists(kvc *c, const char *key, int *exists)
+{
+    KeyRequest req = KEY_REQUEST__INIT;
+    ExistsResponse *resp = NULL;
+    req.key = (char *)key;
+    int rc = call(c, OBJ(EXISTS), &req.base, &exists_response__descriptor,
+                  (ProtobufCMessage **)&resp);
+    if (rc < 0) return rc;
+    *exists = resp->exists;
+    exists_response__free_unpacked(resp, NULL);
+    return SMP_OK;
+}
+
+int kvc_remove_prefix(kvc *c, const char *prefix, uint64_t *removed, uint64_t *skipped)
+{
+    RemovePrefixRequest req = REMOVE_PREFIX_REQUEST__INIT;
+    RemovePrefixResponse *resp = NULL;
+    req.prefix = (char *)prefix;
+    int rc = call(c, OBJ(REMOVE_PREFIX), &req.base, &remove_prefix_response__descriptor,
+                  (ProtobufCMessage **)&resp);
+    if (rc < 0) return rc;
+    if (removed) *removed = resp->removed;
+    if (skipped) *skipped = resp->skipped;
+    remove_prefix_response__free_unpacked(resp, NULL);
+    return SMP_OK;
+}
+
+void kvc_list_free(char **keys, size_t n, char *next)
+{
+    for (size_t i = 0; keys && i < n; i++) free(keys[i]);
+    free(keys);
+    free(next);
+}
+
+int kvc_list(kvc *c, const char *prefix, const char *cursor, uint32_t limit,
+             char ***keys, size_t *n, char **next)
+{
+    ListRequest req = LIST_REQUEST__INIT;
+    ListResponse *resp = NULL;
+    req.prefix = (char *)(prefix ? prefix : "");
+    req.cursor = (char *)(cursor ? cursor : "");
+    req.limit = limit;
+    int rc = call(c, OBJ(LIST), &req.base, &list_response__descriptor, (ProtobufCMessage **)&resp);
+    if (rc < 0) return rc;
+    char **out = calloc(resp->n_keys ? resp->n_keys : 1, sizeof(*out));
+    char *nx = strdup(resp->next_cursor);
+    size_t i = 0;
+    rc = out && nx ? SMP_OK : SMP_ENOMEM;
+    for (; rc == SMP_OK && i < resp->n_keys; i++)
+        if ((out[i] = strdup(resp->keys[i])) == NULL) rc = SMP_ENOMEM;
+    list_response__free_unpacked(resp, NULL);
+    if (rc < 0) {
+        kvc_list_free(out, i, nx);
+        return rc;
+    }
+    *keys = out;
+    *n = i;
+    *next = nx;
+    return SMP_OK;
+}
+
+int kvc_group_set_managed(kvc *c, const char *group, int managed)
+{
+    GroupSetManagedRequest req = GROUP_SET_MANAGED_REQUEST__INIT;
+    req.group = (char *)group;
+    req.managed = managed != 0;
+    return call(c, OBJ(GROUP_SET_MANAGED), &req.base, NULL, NULL);
+}
+
+int kvc_status_get(kvc *c, kvc_status *out)
+{
+    StatusRequest req = STATUS_REQUEST__INIT;
+    StatusResponse *resp = NULL;
+    int rc = call(c, HOST_SERVICE__HOST_SERVICE_ADMIN, ADMIN_METHOD__ADMIN_STATUS, &req.base,
+                  &status_response__descriptor, (ProtobufCMessage **)&resp);
+    if (rc < 0) return rc;
+    memset(out, 0, sizeof(*out));
+    copy_str(out->role, sizeof(out->role), resp->role);
+    out->objects = resp->objects;
+    out->memory_used = resp->memory_used;
+    out->memory_capacity = resp->memory_capacity;
+    out->segments = resp->segments;
+    out->nodes = resp->nodes;
+    out->oplog_last_seq = resp->oplog_last_seq;
+    out->snapshot_seq = resp->snapshot_seq;
+    status_response__free_unpacked(resp, NULL);
+    return SMP_OK;
+}
+
+int kvc_snapshot(kvc *c, uint64_t *seq)
+{
+    StatusRequest req = STATUS_REQUEST__INIT; /* no fields, same encoding */
+    SnapshotResponse *resp = NULL;
+    int rc = call(c, HOST_SERVICE__HOST_SERVICE_ADMIN, ADMIN_METHOD__ADMIN_SNAPSHOT, &req.base,
+                  &snapshot_response__descriptor, (ProtobufCMessage **)&resp);
+    if (rc < 0) return rc;
+    if (seq) *seq = resp->seq;
+    snapshot_response__free_unpacked(resp, NULL);
+    return SMP_OK;
+}

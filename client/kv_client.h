@@ -1,0 +1,76 @@
+/* kv_client.h -- a blocking client of the master's plain object service.
+ *
+ * What weightctl's kv commands, the benchmarks and the integration tests use
+ * to talk to a master: one connection (TCP "host:port" or a Unix socket path),
+ * one call at a time, each mapping to one RPC of proto/host_rpc.proto.
+ * Payload bytes do not travel here -- put start returns where the bytes go,
+ * put end makes the object durable and visible. Every call returns 0 or a
+ * negative SMP_E* code (the master's status, or the transport's); the
+ * master's message for the last failure is kvc_error(). */
+#ifndef WM_KV_CLIENT_H
+#define WM_KV_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store_plugin.h"
+
+typedef struct kvc kvc;
+
+#define KVC_MAX_REPLICAS 8
+
+typedef struct kvc_replica {
+    int kind;              /* SMP_REPLICA_MEMORY / SMP_REPLICA_COLD */
+    int status;
+    char node[64];
+    char segment[64];
+    uint64_t offset;
+    uint64_t length;
+    char path[512];
+} kvc_replica;
+
+typedef struct kvc_object {
+    uint64_t size;
+    int data_type;
+    char group[256];
+    uint8_t sha256[32];
+    size_t n_replicas;
+    kvc_replica replicas[KVC_MAX_REPLICAS];
+} kvc_object;
+
+typedef struct kvc_status {
+    char role[16];
+    uint64_t objects;
+    uint64_t memory_used;
+    uint64_t memory_capacity;
+    uint32_t segments;
+    uint32_t nodes;
+    uint64_t oplog_last_seq;
+    uint64_t snapshot_seq;
+} kvc_status;
+
+/* Connect; timeout_ms bounds every call (<= 0: none). err names the cause. */
+int kvc_connect(const char *endpoint, int timeout_ms, kvc **out, char *err, size_t errlen);
+void kvc_close(kvc *c);
+/* The message of the last failed call ("" if none). */
+const char *kvc_error(const kvc *c);
+
+int kvc_put_start(kvc *c, const char *key, uint64_t size, smp_data_type type, const char *group,
+                  int overwrite, kvc_replica *where);
+int kvc_put_end(kvc *c, const char *key, const uint8_t sha256[32], uint64_t *seq);
+int kvc_put_revoke(kvc *c, const char *key);
+int kvc_get(kvc *c, const char *key, kvc_object *out);
+int kvc_exists(kvc *c, const char *key, int *exists);
+int kvc_remove(kvc *c, const char *key);
+int kvc_remove_prefix(kvc *c, const char *prefix, uint64_t *removed, uint64_t *skipped);
+/* One page of keys under prefix after cursor ("" to start). *keys is an
+ * array of *n malloc'd strings and *next a malloc'd cursor ("" at the end);
+ * free them with kvc_list_free. */
+int kvc_list(kvc *c, const char *prefix, const char *cursor, uint32_t limit,
+             char ***keys, size_t *n, char **next);
+void kvc_list_free(char **keys, size_t n, char *next);
+int kvc_group_set_managed(kvc *c, const char *group, int managed);
+int kvc_status_get(kvc *c, kvc_status *out);
+int kvc_snapshot(kvc *c, uint64_t *seq);
+
+#endif /* WM_KV_CLIENT_H */
