@@ -13,6 +13,7 @@
 
 struct kvc {
     rpcc_conn *conn;
+    int transport_failed; /* the last call never got the master's answer */
     char err[1024];
 };
 
@@ -42,6 +43,11 @@ const char *kvc_error(const kvc *c)
     return c->err;
 }
 
+int kvc_transport_failed(const kvc *c)
+{
+    return c->transport_failed;
+}
+
 /* Send req to (service, method); on success unpack the reply with desc into
  * *resp (NULL desc: the reply is ignored). */
 static int call(kvc *c, uint32_t service, uint32_t method, const ProtobufCMessage *req,
@@ -55,12 +61,14 @@ static int call(kvc *c, uint32_t service, uint32_t method, const ProtobufCMessag
     int status = 0;
     int rc;
     c->err[0] = '\0';
+    c->transport_failed = 0;
     if (buf == NULL) return SMP_ENOMEM;
     protobuf_c_message_pack(req, buf);
     rc = rpcc_call(c->conn, service, method, buf, len, &status, &rbody, &rlen, &msg);
     free(buf);
     if (rc < 0) {
         snprintf(c->err, sizeof(c->err), "%s", rpcc_last_error(c->conn));
+        c->transport_failed = 1;
         return rc;
     }
     if (status != 0) {

@@ -54,6 +54,9 @@ int kvc_connect(const char *endpoint, int timeout_ms, kvc **out, char *err, size
 void kvc_close(kvc *c);
 /* The message of the last failed call ("" if none). */
 const char *kvc_error(const kvc *c);
+/* 1 when the last call failed in transport (the master's answer never came:
+ * whether it acted is unknown); 0 when the master answered. */
+int kvc_transport_failed(const kvc *c);
 
 int kvc_put_start(kvc *c, const char *key, uint64_t size, smp_data_type type, const char *group,
                   int overwrite, kvc_replica *where);
