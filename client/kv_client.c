@@ -258,6 +258,8 @@ int kvc_status_get(kvc *c, kvc_status *out)
     out->nodes = resp->nodes;
     out->oplog_last_seq = resp->oplog_last_seq;
     out->snapshot_seq = resp->snapshot_seq;
+    out->oplog_appends = resp->oplog_appends;
+    out->oplog_fsyncs = resp->oplog_fsyncs;
     status_response__free_unpacked(resp, NULL);
     return SMP_OK;
 }

@@ -47,6 +47,8 @@ typedef struct kvc_status {
     uint32_t nodes;
     uint64_t oplog_last_seq;
     uint64_t snapshot_seq;
+    uint64_t oplog_appends;
+    uint64_t oplog_fsyncs;
 } kvc_status;
 
 /* Connect; timeout_ms bounds every call (<= 0: none). err names the cause. */

@@ -164,6 +164,12 @@ static int h_status(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t l
     resp.nodes = m->cfg->node_embedded ? 1 : 0;
     resp.oplog_last_seq = m->applied_seq;
     resp.snapshot_seq = m->snapshot_seq;
+    if (m->log) {
+        oplog_stats ls;
+        oplog_stats_get(m->log, &ls);
+        resp.oplog_appends = ls.appends;
+        resp.oplog_fsyncs = ls.syncs;
+    }
     resp.n_plugins = np;
     resp.plugins = names;
     master_reply_msg(call, &resp.base);

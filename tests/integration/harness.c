@@ -46,7 +46,8 @@ static int write_config(hx_master *m, const char *extra)
 int hx_init(hx_master *m, const char *name, const char *extra)
 {
     memset(m, 0, sizeof(*m));
-    snprintf(m->dir, sizeof(m->dir), "/tmp/wm-%s-XXXXXX", name);
+    const char *tmp = getenv("TMPDIR");
+    snprintf(m->dir, sizeof(m->dir), "%s/wm-%s-XXXXXX", tmp && tmp[0] ? tmp : "/tmp", name);
     if (mkdtemp(m->dir) == NULL) return -1;
     snprintf(m->config, sizeof(m->config), "%s/config.yaml", m->dir);
     snprintf(m->socket, sizeof(m->socket), "%s/master.sock", m->dir);
