@@ -4,7 +4,7 @@ ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 CONFIG     ?= config/embedded.yaml
 
-.PHONY: deps build test test-plain test-asan run bench clean
+.PHONY: deps build test test-plain test-asan test-valgrind run bench clean
 
 deps:
 	@scripts/deps.sh
@@ -14,10 +14,13 @@ build: deps
 	@cmake --build $(BUILD) -j $(JOBS)
 
 test: build
-	@$(MAKE) --no-print-directory test-plain test-asan
+	@$(MAKE) --no-print-directory test-plain test-valgrind test-asan
 
 test-plain:
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+test-valgrind:
+	scripts/valgrind_unit.sh $(BUILD)
 
 test-asan: deps
 	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DWM_SANITIZE=ON >/dev/null
