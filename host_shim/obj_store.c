@@ -6,7 +6,8 @@
  * for cursors and prefix listings; each group holds a skip list of its
  * members (keys borrowed from the objects). Complete objects are also on a
  * doubly linked LRU list ordered by last access, which eviction walks from
- * the oldest end. Each segment keeps a free list of byte ranges sorted by
+ * the oldest end (only objects with a complete memory replica are on it:
+ * nothing else can be evicted). Each segment keeps a free list of byte ranges sorted by
  * offset (first fit, coalescing on free); a segment always has room in its
  * free array for one more extent than it has allocations, so freeing never
  * allocates and rollbacks cannot fail.
@@ -20,7 +21,7 @@
  * mapping. */
 #include "obj_store.h"
 
-#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -204,6 +205,7 @@ typedef struct obj_object {
     uint64_t lease_expiry; /* soft */
     obj_rep *reps;
     size_t nreps;
+    int in_lru;            /* on the LRU list: has a complete memory replica */
     struct obj_object *lru_prev;
     struct obj_object *lru_next;
 } obj_object;
@@ -573,8 +575,18 @@ static void obj_tenant_drop(obj_store *st, obj_tenant *t)
     free(t);
 }
 
+static int obj_has_memory(const obj_object *o)
+{
+    for (size_t i = 0; i < o->nreps; i++)
+        if (o->reps[i].kind == SMP_REPLICA_MEMORY && o->reps[i].status == OBJ_REPLICA_COMPLETE)
+            return 1;
+    return 0;
+}
+
 static void obj_lru_unlink(obj_store *st, obj_object *o)
 {
+    if (!o->in_lru) return;
+    o->in_lru = 0;
     if (o->lru_prev) o->lru_prev->lru_next = o->lru_next;
     else st->lru_head = o->lru_next;
     if (o->lru_next) o->lru_next->lru_prev = o->lru_prev;
@@ -583,9 +595,12 @@ static void obj_lru_unlink(obj_store *st, obj_object *o)
 }
 
 /* Insert keeping the list sorted by last access (searching from the newest
- * end: accesses mostly arrive in time order). Bulk load appends. */
+ * end: accesses mostly arrive in time order). Bulk load appends. Objects
+ * without a complete memory replica stay off the list. */
 static void obj_lru_insert(obj_store *st, obj_object *o)
 {
+    if (o->in_lru || !obj_has_memory(o)) return;
+    o->in_lru = 1;
     obj_object *p = st->lru_tail;
     if (!st->bulk_load)
         while (p && p->last_access > o->last_access) p = p->lru_prev;
@@ -609,7 +624,8 @@ static int obj_lru_cmp(const void *a, const void *b)
  * a valid list; eviction order is then approximate). */
 static int obj_lru_resort(obj_store *st)
 {
-    size_t n = st->objects.count;
+    size_t n = 0;
+    for (obj_object *o = st->lru_head; o; o = o->lru_next) n++;
     if (n < 2) return SMP_OK;
     obj_object **v = malloc(n * sizeof(*v));
     if (!v) return SMP_ENOMEM;
@@ -1135,6 +1151,7 @@ static int obj_apply_segment_unmount(obj_store *st, const Hostrec__SegmentUnmoun
         }
         o->nreps = k;
         obj_stats_account(st, o, +1);
+        if (!obj_has_memory(o)) obj_lru_unlink(st, o);
     }
     for (obj_sl_node *x = obj_sl_after(&st->puts, NULL, 0); x;) {
         obj_put *p = x->val;
@@ -1238,6 +1255,78 @@ int obj_apply_record(obj_store *st,
     }
 }
 
+int obj_describe_record(uint16_t type,
+                        uint16_t encver,
+                        const uint8_t *payload,
+                        size_t len,
+                        char *buf,
+                        size_t cap)
+{
+    int n = -1;
+    static const uint8_t empty[1];
+    if (type < 1 || type > SMP_OPLOG_HOST_TYPE_MAX || type == 4) return SMP_ENOTFOUND;
+    if (encver != OBJ_REC_ENCVER || (!payload && len) || (!buf && cap)) return SMP_EPROTO;
+    if (!payload) payload = empty;
+    switch (type) {
+    case OBJ_REC_PUT_END: {
+        Hostrec__ObjectRecord *m = hostrec__object_record__unpack(NULL, len, payload);
+        if (!m) return SMP_EPROTO;
+        n = snprintf(buf, cap, "PUT_END key=%s size=%llu type=%u group=%s tenant=%s pinned=%d "
+                               "replicas=%zu",
+                     m->key, (unsigned long long)m->size, m->data_type, m->group, m->tenant,
+                     m->hard_pinned ? 1 : 0, m->n_replicas);
+        hostrec__object_record__free_unpacked(m, NULL);
+        break;
+    }
+    case OBJ_REC_PUT_REVOKE: {
+        Hostrec__PutRevokeRecord *m = hostrec__put_revoke_record__unpack(NULL, len, payload);
+        if (!m) return SMP_EPROTO;
+        n = snprintf(buf, cap, "PUT_REVOKE key=%s segment=%s offset=%llu length=%llu", m->key,
+                     m->segment, (unsigned long long)m->offset, (unsigned long long)m->length);
+        hostrec__put_revoke_record__free_unpacked(m, NULL);
+        break;
+    }
+    case OBJ_REC_REMOVE: {
+        Hostrec__RemoveRecord *m = hostrec__remove_record__unpack(NULL, len, payload);
+        if (!m) return SMP_EPROTO;
+        n = snprintf(buf, cap, "REMOVE keys=%zu first=%s", m->n_keys,
+                     m->n_keys ? m->keys[0] : "");
+        hostrec__remove_record__free_unpacked(m, NULL);
+        break;
+    }
+    case OBJ_REC_SEGMENT_MOUNT: {
+        Hostrec__SegmentRecord *m = hostrec__segment_record__unpack(NULL, len, payload);
+        if (!m) return SMP_EPROTO;
+        n = snprintf(buf, cap, "SEGMENT_MOUNT id=%s node=%s capacity=%llu", m->id, m->node,
+                     (unsigned long long)m->capacity);
+        hostrec__segment_record__free_unpacked(m, NULL);
+        break;
+    }
+    case OBJ_REC_SEGMENT_UNMOUNT: {
+        Hostrec__SegmentUnmountRecord *m =
+            hostrec__segment_unmount_record__unpack(NULL, len, payload);
+        if (!m) return SMP_EPROTO;
+        n = snprintf(buf, cap, "SEGMENT_UNMOUNT id=%s", m->id);
+        hostrec__segment_unmount_record__free_unpacked(m, NULL);
+        break;
+    }
+    default: {
+        Hostrec__UpdateRecord *m = hostrec__update_record__unpack(NULL, len, payload);
+        if (!m) return SMP_EPROTO;
+        if (m->change_case == HOSTREC__UPDATE_RECORD__CHANGE_SEGMENT && m->segment)
+            n = snprintf(buf, cap, "SEGMENT_UPDATE segment id=%s node=%s capacity=%llu",
+                         m->segment->id, m->segment->node,
+                         (unsigned long long)m->segment->capacity);
+        else if (m->change_case == HOSTREC__UPDATE_RECORD__CHANGE_GROUP && m->group)
+            n = snprintf(buf, cap, "SEGMENT_UPDATE group=%s managed=%d", m->group->name,
+                         m->group->managed ? 1 : 0);
+        hostrec__update_record__free_unpacked(m, NULL);
+        break;
+    }
+    }
+    return n < 0 ? SMP_EPROTO : n;
+}
+
 const char *obj_record_type_name(uint16_t type)
 {
     switch (type) {
@@ -1337,19 +1426,26 @@ static int obj_lease_active(const obj_object *o, uint64_t now)
 
 typedef struct obj_seg_choice {
     obj_segment *seg;
+    int preferred;
     uint64_t free_bytes;
 } obj_seg_choice;
 
 static int obj_seg_choice_cmp(const void *a, const void *b)
 {
     const obj_seg_choice *x = a, *y = b;
+    if (x->preferred != y->preferred) return x->preferred ? -1 : 1;
     if (x->free_bytes != y->free_bytes) return x->free_bytes > y->free_bytes ? -1 : 1;
     return strcmp(x->seg->id, y->seg->id);
 }
 
 /* Reserve len bytes in the segment with the most free bytes that can hold
- * them (ties by id). SMP_ENOSPC, SMP_ENOMEM. */
-static int obj_place(obj_store *st, uint64_t len, obj_segment **seg, uint64_t *off)
+ * them (ties by id), trying the segments of prefer_node (NULL: none) first.
+ * SMP_ENOSPC, SMP_ENOMEM. */
+static int obj_place(obj_store *st,
+                     uint64_t len,
+                     const char *prefer_node,
+                     obj_segment **seg,
+                     uint64_t *off)
 {
     size_t n = st->segments.count;
     if (n == 0) return SMP_ENOSPC;
@@ -1359,13 +1455,14 @@ static int obj_place(obj_store *st, uint64_t len, obj_segment **seg, uint64_t *o
     for (obj_sl_node *x = obj_sl_after(&st->segments, NULL, 0); x; x = x->next[0]) {
         obj_segment *s = x->val;
         v[i].seg = s;
+        v[i].preferred = prefer_node && strcmp(prefer_node, s->node) == 0;
         v[i].free_bytes = s->capacity - s->used;
         i++;
     }
     qsort(v, n, sizeof(*v), obj_seg_choice_cmp);
     int rc = SMP_ENOSPC;
     for (i = 0; i < n && rc == SMP_ENOSPC; i++) {
-        if (v[i].free_bytes < len) break;
+        if (v[i].free_bytes < len) continue;
         rc = obj_seg_alloc(v[i].seg, len, off);
         if (rc == SMP_OK) *seg = v[i].seg;
     }
@@ -1416,7 +1513,7 @@ int obj_put_start(obj_store *st,
     put->pinned = p->hard_pinned ? 1 : 0;
     put->alloc = alloc;
     put->started = now;
-    if ((rc = obj_place(st, alloc, &put->seg, &put->offset)) < 0) goto free_put;
+    if ((rc = obj_place(st, alloc, p->prefer_node, &put->seg, &put->offset)) < 0) goto free_put;
     if ((rc = obj_sl_put(&st->puts, put->key, put)) < 0) goto free_range;
     st->stats.puts_in_flight++;
     if (out) {
@@ -1611,17 +1708,34 @@ int obj_list_prefix(const obj_store *st,
 /* Removal and eviction                                                      */
 /* ------------------------------------------------------------------------ */
 
-int obj_prepare_remove(obj_store *st, const char *key, uint64_t now, obj_record *out)
+/* Single-key removal; guarded unless the plugin itself asks. */
+static int obj_prepare_remove_one(obj_store *st,
+                                  const char *key,
+                                  uint64_t now,
+                                  int guarded,
+                                  obj_record *out)
 {
     if (obj_validate_key(key) < 0 || !out) return SMP_EINVAL;
     obj_object *o = obj_sl_get(&st->objects, key);
     if (!o) return SMP_ENOTFOUND;
     if (obj_lease_active(o, now)) return SMP_EBUSY;
-    int rc = obj_guard_decide(st, SMP_GUARD_REMOVE_KEY, o->key, o->group, o->data_type,
-                              SMP_REPLICA_MEMORY, obj_group_managed_flag(st, o->group));
+    int rc = guarded ? obj_guard_decide(st, SMP_GUARD_REMOVE_KEY, o->key, o->group,
+                                        o->data_type, SMP_REPLICA_MEMORY,
+                                        obj_group_managed_flag(st, o->group))
+                     : SMP_OK;
     if (rc < 0) return rc;
     const char *keys[1] = {o->key};
     return obj_encode_remove(keys, 1, out);
+}
+
+int obj_prepare_remove(obj_store *st, const char *key, uint64_t now, obj_record *out)
+{
+    return obj_prepare_remove_one(st, key, now, 1, out);
+}
+
+int obj_prepare_remove_unguarded(obj_store *st, const char *key, uint64_t now, obj_record *out)
+{
+    return obj_prepare_remove_one(st, key, now, 0, out);
 }
 
 /* Decide a managed group for a prefix removal: removed whole (its own REMOVE

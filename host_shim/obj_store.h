@@ -163,6 +163,7 @@ typedef struct obj_put_params {
     const char *tenant; /* NULL or "": none */
     int hard_pinned;
     int overwrite;      /* replace a complete object of the same key */
+    const char *prefer_node; /* NULL: any; else try this node's segments first */
 } obj_put_params;
 
 /* Where the client writes the bytes. Strings borrowed (see the top). */
@@ -174,7 +175,7 @@ typedef struct obj_put_ticket {
 } obj_put_ticket;
 
 /* Start a put: reserve a range in the segment with the most free bytes that
- * can hold it (soft state, no record). Returns SMP_OK and fills *out;
+ * can hold it, the preferred node's segments first (soft state, no record). Returns SMP_OK and fills *out;
  * SMP_EINVAL (bad key, name or type), SMP_EEXIST (complete object and no
  * overwrite), SMP_EBUSY (a put of the key is in flight, or the object to
  * overwrite is leased), SMP_EVETO (guard or host rule: put or upsert into a
@@ -245,6 +246,14 @@ int obj_list_prefix(const obj_store *st,
 /* Encode the REMOVE record of one key. SMP_ENOTFOUND, SMP_EBUSY (leased),
  * SMP_EVETO (guard REMOVE_KEY, or host rule: member of a managed group). */
 int obj_prepare_remove(obj_store *st, const char *key, uint64_t now, obj_record *out);
+
+/* The same without asking the guard or applying the host rule: for the
+ * plugin's own remove_object (the plugin is the one deciding). A read lease
+ * still refuses it (SMP_EBUSY). */
+int obj_prepare_remove_unguarded(obj_store *st,
+                                 const char *key,
+                                 uint64_t now,
+                                 obj_record *out);
 
 typedef struct obj_remove_report {
     uint64_t removed;         /* keys put into records */
@@ -331,6 +340,16 @@ int obj_apply_record(obj_store *st,
                      uint16_t encver,
                      const uint8_t *payload,
                      size_t len);
+
+/* One line describing a host record for a log dump tool, like snprintf:
+ * returns the length it needs (buf may be NULL with cap 0), SMP_ENOTFOUND
+ * for a non-host type, SMP_EPROTO for a payload that does not decode. */
+int obj_describe_record(uint16_t type,
+                        uint16_t encver,
+                        const uint8_t *payload,
+                        size_t len,
+                        char *buf,
+                        size_t cap);
 
 /* "PUT_END", ... ; "UNKNOWN" outside the host's types. */
 const char *obj_record_type_name(uint16_t type);
