@@ -202,6 +202,7 @@ typedef struct obj_object {
     uint8_t checksum[32];
     int pinned;
     uint64_t last_access;
+    uint64_t put_id;       /* incarnation */
     uint64_t lease_expiry; /* soft */
     obj_rep *reps;
     size_t nreps;
@@ -221,6 +222,7 @@ typedef struct obj_put {
     uint64_t offset;
     uint64_t alloc;
     uint64_t started;
+    uint64_t put_id;
 } obj_put;
 
 typedef struct obj_group {
@@ -235,12 +237,20 @@ typedef struct obj_tenant {
     uint64_t bytes;
 } obj_tenant;
 
+/* A soft hold on a key whose removal or replacement is in the OpLog. */
+typedef struct obj_hold {
+    char *key;
+    uint64_t count;
+} obj_hold;
+
 struct obj_store {
     obj_sl objects;
     obj_sl groups;
     obj_sl tenants;
     obj_sl segments;
     obj_sl puts;
+    obj_sl holds;         /* key -> obj_hold */
+    uint64_t next_put_id; /* > every incarnation seen */
     obj_object *lru_head; /* oldest access */
     obj_object *lru_tail;
     int bulk_load;        /* LRU appends unsorted; resorted at the end */
@@ -423,23 +433,27 @@ static void obj_seg_free(obj_segment *s, uint64_t off, uint64_t len)
     s->nalloc--;
 }
 
-/* Change the capacity. Growing always works; shrinking needs the cut-off
- * tail to be free (SMP_EBUSY otherwise, nothing changed). */
-static int obj_seg_resize(obj_segment *s, uint64_t cap)
+/* Grow the capacity to cap; a smaller cap leaves the segment as it is
+ * (shrinking is unmount and mount again), so concurrent updates converge on
+ * the largest. Never allocates (capfree >= nalloc + 2 >= nfree + 1). */
+static void obj_seg_grow_capacity(obj_segment *s, uint64_t cap)
 {
-    if (cap == s->capacity) return SMP_OK;
+    if (cap <= s->capacity) return;
     obj_extent *last = s->nfree ? &s->free[s->nfree - 1] : NULL;
-    int last_at_end = last && last->off + last->len == s->capacity;
-    if (cap > s->capacity) {
-        if (last_at_end) last->len += cap - s->capacity;
-        else obj_seg_insert_ext(s, s->nfree, s->capacity, cap - s->capacity);
-        s->capacity = cap;
-        return SMP_OK;
-    }
-    if (!last_at_end || last->off > cap) return SMP_EBUSY;
-    if (last->off == cap) obj_seg_remove_ext(s, s->nfree - 1);
-    else last->len = cap - last->off;
+    if (last && last->off + last->len == s->capacity) last->len += cap - s->capacity;
+    else obj_seg_insert_ext(s, s->nfree, s->capacity, cap - s->capacity);
     s->capacity = cap;
+}
+
+/* Make sure extra more allocations need no growth of the free array. */
+static int obj_seg_ensure(obj_segment *s, size_t extra)
+{
+    size_t need = s->nalloc + 3 + extra;
+    if (s->capfree >= need) return SMP_OK;
+    obj_extent *nf = realloc(s->free, need * sizeof(*nf));
+    if (!nf) return SMP_ENOMEM;
+    s->free = nf;
+    s->capfree = need;
     return SMP_OK;
 }
 
@@ -481,6 +495,8 @@ static void obj_rep_clear(obj_rep *r)
 {
     free(r->node);
     free(r->path);
+    r->node = NULL;
+    r->path = NULL;
 }
 
 static void obj_object_free(obj_object *o)
@@ -657,24 +673,27 @@ static void obj_stats_account(obj_store *st, const obj_object *o, int sign)
     }
 }
 
-/* Reserve the ranges of o's memory replicas; all or nothing. */
-static int obj_object_reserve(obj_object *o)
+/* Reserve the ranges of o's memory replicas. A replica whose range is not
+ * free is left out of o and counted (a record that lost a race with another
+ * one; replay makes the same choice). SMP_ENOMEM with nothing reserved. */
+static int obj_object_reserve(obj_store *st, obj_object *o)
 {
-    size_t i;
-    int rc = SMP_OK;
-    for (i = 0; i < o->nreps; i++) {
+    for (size_t i = 0; i < o->nreps; i++)
+        if (o->reps[i].kind == SMP_REPLICA_MEMORY && obj_seg_ensure(o->reps[i].seg, o->nreps) < 0)
+            return SMP_ENOMEM;
+    size_t k = 0;
+    for (size_t i = 0; i < o->nreps; i++) {
         obj_rep *r = &o->reps[i];
-        if (r->kind != SMP_REPLICA_MEMORY) continue;
-        rc = obj_seg_reserve(r->seg, r->offset, obj_ext_len(r->length));
-        if (rc < 0) break;
+        if (r->kind == SMP_REPLICA_MEMORY &&
+            obj_seg_reserve(r->seg, r->offset, obj_ext_len(r->length)) < 0) {
+            obj_rep_clear(r);
+            st->stats.replicas_dropped++;
+            continue;
+        }
+        o->reps[k++] = *r;
     }
-    if (rc == SMP_OK) return SMP_OK;
-    while (i-- > 0) {
-        obj_rep *r = &o->reps[i];
-        if (r->kind == SMP_REPLICA_MEMORY)
-            obj_seg_free(r->seg, r->offset, obj_ext_len(r->length));
-    }
-    return rc;
+    o->nreps = k;
+    return SMP_OK;
 }
 
 static void obj_object_release(obj_object *o)
@@ -897,10 +916,12 @@ static void obj_rep_view(const obj_rep *r, obj_replica *v)
 }
 
 /* Encode o as an ObjectRecord (type PUT_END) with the replica list views[n]
- * (NULL: o's own). SMP_ENOMEM. */
+ * (NULL: o's own); update_only marks a change of an existing incarnation.
+ * SMP_ENOMEM. */
 static int obj_encode_object(const obj_object *o,
                              const obj_replica *views,
                              size_t n,
+                             int update_only,
                              obj_record *out)
 {
     int rc;
@@ -933,6 +954,8 @@ static int obj_encode_object(const obj_object *o,
     m.last_access_ms = o->last_access;
     m.n_replicas = n;
     m.replicas = rp;
+    m.put_id = o->put_id;
+    m.update_only = update_only ? 1 : 0;
     rc = obj_encode(&m.base, OBJ_REC_PUT_END, out);
 free_msgs:
     free(rp);
@@ -941,18 +964,25 @@ free_msgs:
     return rc;
 }
 
-/* Encode a RemoveRecord of keys[n]. */
-static int obj_encode_remove(const char *const *keys, size_t n, obj_record *out)
+/* Encode a RemoveRecord of keys[n], each only while it is incarnation
+ * put_ids[i]. */
+static int obj_encode_remove(const char *const *keys,
+                             const uint64_t *put_ids,
+                             size_t n,
+                             obj_record *out)
 {
     Hostrec__RemoveRecord m = HOSTREC__REMOVE_RECORD__INIT;
     m.n_keys = n;
     m.keys = (char **)keys;
+    m.n_put_ids = n;
+    m.put_ids = (uint64_t *)put_ids;
     return obj_encode(&m.base, OBJ_REC_REMOVE, out);
 }
 
 /* Keys collected for REMOVE records of at most OBJ_REMOVE_BATCH keys. */
 typedef struct obj_keybatch {
     const char *keys[OBJ_REMOVE_BATCH];
+    uint64_t put_ids[OBJ_REMOVE_BATCH];
     size_t n;
 } obj_keybatch;
 
@@ -960,16 +990,18 @@ static int obj_keybatch_flush(obj_keybatch *b, obj_record_list *out)
 {
     if (b->n == 0) return SMP_OK;
     obj_record r = {0};
-    int rc = obj_encode_remove(b->keys, b->n, &r);
+    int rc = obj_encode_remove(b->keys, b->put_ids, b->n, &r);
     if (rc < 0) return rc;
     if ((rc = obj_list_push(out, &r)) < 0) obj_record_free(&r);
     b->n = 0;
     return rc;
 }
 
-static int obj_keybatch_add(obj_keybatch *b, const char *key, obj_record_list *out)
+static int obj_keybatch_add(obj_keybatch *b, const obj_object *o, obj_record_list *out)
 {
-    b->keys[b->n++] = key;
+    b->keys[b->n] = o->key;
+    b->put_ids[b->n] = o->put_id;
+    b->n++;
     return b->n == OBJ_REMOVE_BATCH ? obj_keybatch_flush(b, out) : SMP_OK;
 }
 
@@ -977,37 +1009,58 @@ static int obj_keybatch_add(obj_keybatch *b, const char *key, obj_record_list *o
 /* Records: decoding and apply                                               */
 /* ------------------------------------------------------------------------ */
 
-static int obj_memory_rep_fits(const obj_segment *s, uint64_t off, uint64_t length)
-{
-    uint64_t ext = obj_ext_len(length);
-    return ext && off % OBJ_ALIGN == 0 && off <= s->capacity && ext <= s->capacity - off;
-}
-
-/* Build an object from a decoded record. SMP_EPROTO for invalid fields,
- * SMP_ESTATE for an unknown segment, another node, or a range outside the
- * segment, SMP_ENOMEM. Nothing is reserved or indexed. */
-static int obj_object_from_msg(obj_store *st, const Hostrec__ObjectRecord *m, obj_object **out)
+/* 1 when every field of an object record is well formed. */
+static int obj_object_msg_ok(const Hostrec__ObjectRecord *m)
 {
     if (!obj_name_ok(m->key, OBJ_KEY_MAX, 0) || !obj_name_ok(m->group, OBJ_GROUP_MAX, 1) ||
         !obj_name_ok(m->tenant, OBJ_NAME_MAX, 1) || m->data_type > SMP_DATA_WEIGHT ||
         m->checksum.len != 32 || m->n_replicas > 1024)
-        return SMP_EPROTO;
+        return 0;
     for (size_t i = 0; i < m->n_replicas; i++) {
         const Hostrec__Replica *r = m->replicas[i];
         if (r->kind > SMP_REPLICA_COLD || r->status > OBJ_REPLICA_FAILED ||
             !obj_name_ok(r->node, OBJ_NAME_MAX, 0))
-            return SMP_EPROTO;
+            return 0;
         if (r->kind == SMP_REPLICA_MEMORY) {
-            if (!obj_name_ok(r->segment, OBJ_NAME_MAX, 0) || obj_ext_len(r->length) == 0)
-                return SMP_EPROTO;
-            obj_segment *s = obj_sl_get(&st->segments, r->segment);
-            if (!s || strcmp(s->node, r->node) != 0 ||
-                !obj_memory_rep_fits(s, r->offset, r->length))
-                return SMP_ESTATE;
+            if (!obj_name_ok(r->segment, OBJ_NAME_MAX, 0) || obj_ext_len(r->length) == 0 ||
+                r->offset % OBJ_ALIGN != 0)
+                return 0;
         } else if (!obj_name_ok(r->path, OBJ_PATH_MAX, 0)) {
-            return SMP_EPROTO;
+            return 0;
         }
     }
+    return 1;
+}
+
+/* Whether a memory replica of a record can exist in this state: its segment
+ * is mounted on its node and holds the range, and -- for an update of the
+ * incarnation `only` -- `only` has that very replica. */
+static obj_segment *obj_memory_rep_place(obj_store *st,
+                                         const Hostrec__Replica *r,
+                                         const obj_object *only)
+{
+    obj_segment *s = obj_sl_get(&st->segments, r->segment);
+    if (!s || strcmp(s->node, r->node) != 0 || r->offset > s->capacity ||
+        obj_ext_len(r->length) > s->capacity - r->offset)
+        return NULL;
+    if (!only) return s;
+    for (size_t i = 0; i < only->nreps; i++) {
+        const obj_rep *e = &only->reps[i];
+        if (e->kind == SMP_REPLICA_MEMORY && e->seg == s && e->offset == r->offset &&
+            e->length == r->length)
+            return s;
+    }
+    return NULL;
+}
+
+/* Build an object from a well-formed record. Memory replicas that cannot
+ * exist here (see obj_memory_rep_place) are left out and counted. SMP_ENOMEM.
+ * Nothing is reserved or indexed. */
+static int obj_object_build(obj_store *st,
+                            const Hostrec__ObjectRecord *m,
+                            const obj_object *only,
+                            obj_object **out)
+{
     obj_object *o = calloc(1, sizeof(*o));
     if (!o) return SMP_ENOMEM;
     o->key = strdup(m->key);
@@ -1020,8 +1073,14 @@ static int obj_object_from_msg(obj_store *st, const Hostrec__ObjectRecord *m, ob
     memcpy(o->checksum, m->checksum.data, 32);
     o->pinned = m->hard_pinned ? 1 : 0;
     o->last_access = m->last_access_ms;
+    o->put_id = m->put_id;
     for (size_t i = 0; i < m->n_replicas; i++) {
         const Hostrec__Replica *r = m->replicas[i];
+        obj_segment *seg = NULL;
+        if (r->kind == SMP_REPLICA_MEMORY && !(seg = obj_memory_rep_place(st, r, only))) {
+            st->stats.replicas_dropped++;
+            continue;
+        }
         obj_rep *d = &o->reps[o->nreps++];
         d->kind = (smp_replica_kind)r->kind;
         d->status = (obj_replica_status)r->status;
@@ -1029,7 +1088,7 @@ static int obj_object_from_msg(obj_store *st, const Hostrec__ObjectRecord *m, ob
         d->node = strdup(r->node);
         if (!d->node) goto free_object;
         if (d->kind == SMP_REPLICA_MEMORY) {
-            d->seg = obj_sl_get(&st->segments, r->segment);
+            d->seg = seg;
             d->offset = r->offset;
         } else {
             d->path = strdup(r->path);
@@ -1044,13 +1103,20 @@ free_object:
 }
 
 /* PUT_END: replace (or create) the object with the record's state. The
- * in-flight put whose range the record names is consumed. */
+ * in-flight put whose range the record names is consumed. A record about an
+ * older incarnation than the current one -- or, when update_only, about any
+ * other incarnation or an absent key -- is a no-op. */
 static int obj_apply_object(obj_store *st, const Hostrec__ObjectRecord *m)
 {
+    int rc;
+    if (!obj_object_msg_ok(m)) return SMP_EPROTO;
+    if (m->put_id >= st->next_put_id)
+        st->next_put_id = m->put_id == UINT64_MAX ? UINT64_MAX : m->put_id + 1;
+    obj_object *old = obj_sl_get(&st->objects, m->key);
+    if (m->update_only ? (!old || old->put_id != m->put_id) : (old && old->put_id > m->put_id))
+        return SMP_OK;
     obj_object *n = NULL;
-    int rc = obj_object_from_msg(st, m, &n);
-    if (rc < 0) return rc;
-    obj_object *old = obj_sl_get(&st->objects, n->key);
+    if ((rc = obj_object_build(st, m, m->update_only ? old : NULL, &n)) < 0) return rc;
     obj_put *put = obj_sl_get(&st->puts, n->key);
     int consume = 0;
     for (size_t i = 0; put && i < n->nreps; i++) {
@@ -1064,7 +1130,7 @@ static int obj_apply_object(obj_store *st, const Hostrec__ObjectRecord *m)
         obj_object_release(old);
     }
     if (consume) obj_seg_free(put->seg, put->offset, put->alloc);
-    if ((rc = obj_object_reserve(n)) < 0) goto restore_ranges;
+    if ((rc = obj_object_reserve(st, n)) < 0) goto restore_ranges;
     if ((rc = obj_object_index(st, n, old)) < 0) goto release_new;
     if (consume) {
         obj_sl_del(&st->puts, put->key);
@@ -1078,18 +1144,19 @@ release_new:
     obj_object_release(n);
 restore_ranges:
     if (consume) obj_seg_reserve(put->seg, put->offset, put->alloc);
-    if (old) obj_object_reserve(old);
+    if (old) obj_object_reserve(st, old);
     obj_object_free(n);
     return rc;
 }
 
 static int obj_apply_remove(obj_store *st, const Hostrec__RemoveRecord *m)
 {
+    if (m->n_put_ids && m->n_put_ids != m->n_keys) return SMP_EPROTO;
     for (size_t i = 0; i < m->n_keys; i++)
         if (!obj_name_ok(m->keys[i], OBJ_KEY_MAX, 0)) return SMP_EPROTO;
     for (size_t i = 0; i < m->n_keys; i++) {
         obj_object *o = obj_sl_get(&st->objects, m->keys[i]);
-        if (o) obj_object_drop(st, o);
+        if (o && (!m->n_put_ids || o->put_id == m->put_ids[i])) obj_object_drop(st, o);
     }
     return SMP_OK;
 }
@@ -1120,8 +1187,9 @@ static int obj_apply_segment_mount(obj_store *st, const Hostrec__SegmentRecord *
     uint64_t cap = m->capacity / OBJ_ALIGN * OBJ_ALIGN;
     obj_segment *s = obj_sl_get(&st->segments, m->id);
     if (s) {
-        if (strcmp(s->node, m->node) != 0) return SMP_ESTATE;
-        return obj_seg_resize(s, cap) < 0 ? SMP_ESTATE : SMP_OK;
+        if (strcmp(s->node, m->node) != 0) return SMP_ESTATE; /* a conflicting mount */
+        obj_seg_grow_capacity(s, cap);
+        return SMP_OK;
     }
     s = obj_segment_new(m->id, m->node, cap);
     if (!s) return SMP_ENOMEM;
@@ -1184,10 +1252,11 @@ static int obj_apply_update(obj_store *st, const Hostrec__UpdateRecord *m)
     switch (m->change_case) {
     case HOSTREC__UPDATE_RECORD__CHANGE_SEGMENT: {
         if (!m->segment || !obj_segment_msg_ok(m->segment)) return SMP_EPROTO;
+        /* A segment unmounted (or remounted elsewhere) since: nothing to do. */
         obj_segment *s = obj_sl_get(&st->segments, m->segment->id);
-        if (!s || strcmp(s->node, m->segment->node) != 0) return SMP_ESTATE;
-        uint64_t cap = m->segment->capacity / OBJ_ALIGN * OBJ_ALIGN;
-        return obj_seg_resize(s, cap) < 0 ? SMP_ESTATE : SMP_OK;
+        if (s && strcmp(s->node, m->segment->node) == 0)
+            obj_seg_grow_capacity(s, m->segment->capacity / OBJ_ALIGN * OBJ_ALIGN);
+        return SMP_OK;
     }
     case HOSTREC__UPDATE_RECORD__CHANGE_GROUP:
         if (!m->group) return SMP_EPROTO;
@@ -1341,6 +1410,92 @@ const char *obj_record_type_name(uint16_t type)
 }
 
 /* ------------------------------------------------------------------------ */
+/* Holds                                                                     */
+/* ------------------------------------------------------------------------ */
+
+static int obj_hold_inc(obj_store *st, const char *key)
+{
+    obj_hold *h = obj_sl_get(&st->holds, key);
+    if (!h) {
+        h = calloc(1, sizeof(*h));
+        if (!h) return SMP_ENOMEM;
+        h->key = strdup(key);
+        if (!h->key || obj_sl_put(&st->holds, h->key, h) < 0) {
+            free(h->key);
+            free(h);
+            return SMP_ENOMEM;
+        }
+    }
+    h->count++;
+    return SMP_OK;
+}
+
+static void obj_hold_dec(obj_store *st, const char *key)
+{
+    obj_hold *h = obj_sl_get(&st->holds, key);
+    if (!h || --h->count > 0) return;
+    obj_sl_del(&st->holds, h->key);
+    free(h->key);
+    free(h);
+}
+
+/* The keys a record removes or replaces (PUT_END: one, REMOVE: its keys;
+ * other types: none). *m_out must be freed with protobuf_c_message_free_
+ * unpacked. SMP_EPROTO. */
+static int obj_record_keys(const obj_record *rec,
+                           ProtobufCMessage **m_out,
+                           char ***keys,
+                           size_t *n)
+{
+    static const uint8_t empty[1];
+    const uint8_t *p = rec->buf ? rec->buf : empty;
+    *m_out = NULL;
+    *keys = NULL;
+    *n = 0;
+    if (rec->encver != OBJ_REC_ENCVER) return SMP_EPROTO;
+    if (rec->type == OBJ_REC_PUT_END) {
+        Hostrec__ObjectRecord *m = hostrec__object_record__unpack(NULL, rec->len, p);
+        if (!m) return SMP_EPROTO;
+        *m_out = &m->base;
+        *keys = &m->key;
+        *n = 1;
+    } else if (rec->type == OBJ_REC_REMOVE) {
+        Hostrec__RemoveRecord *m = hostrec__remove_record__unpack(NULL, rec->len, p);
+        if (!m) return SMP_EPROTO;
+        *m_out = &m->base;
+        *keys = m->keys;
+        *n = m->n_keys;
+    }
+    return SMP_OK;
+}
+
+int obj_hold_record(obj_store *st, const obj_record *rec)
+{
+    ProtobufCMessage *m;
+    char **keys;
+    size_t n, i;
+    if (!rec) return SMP_EINVAL;
+    int rc = obj_record_keys(rec, &m, &keys, &n);
+    if (rc < 0) return rc;
+    for (i = 0; i < n; i++)
+        if ((rc = obj_hold_inc(st, keys[i])) < 0) break;
+    if (rc < 0)
+        while (i-- > 0) obj_hold_dec(st, keys[i]);
+    if (m) protobuf_c_message_free_unpacked(m, NULL);
+    return rc;
+}
+
+void obj_release_hold(obj_store *st, const obj_record *rec)
+{
+    ProtobufCMessage *m;
+    char **keys;
+    size_t n;
+    if (!rec || obj_record_keys(rec, &m, &keys, &n) < 0) return;
+    for (size_t i = 0; i < n; i++) obj_hold_dec(st, keys[i]);
+    if (m) protobuf_c_message_free_unpacked(m, NULL);
+}
+
+/* ------------------------------------------------------------------------ */
 /* Life                                                                      */
 /* ------------------------------------------------------------------------ */
 
@@ -1360,7 +1515,13 @@ static void obj_store_clear(obj_store *st)
     }
     for (obj_sl_node *x = obj_sl_after(&st->segments, NULL, 0); x; x = x->next[0])
         obj_segment_free(x->val);
-    obj_sl *lists[] = {&st->objects, &st->puts, &st->groups, &st->tenants, &st->segments};
+    for (obj_sl_node *x = obj_sl_after(&st->holds, NULL, 0); x; x = x->next[0]) {
+        obj_hold *h = x->val;
+        free(h->key);
+        free(h);
+    }
+    obj_sl *lists[] = {&st->objects, &st->puts, &st->groups, &st->tenants, &st->segments,
+                       &st->holds};
     for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++) {
         obj_sl_node *h = lists[i]->head;
         for (obj_sl_node *x = h->next[0]; x;) {
@@ -1384,7 +1545,8 @@ int obj_store_create(obj_store **out, const obj_guard_ops *guard)
 {
     obj_store *st = calloc(1, sizeof(*st));
     if (!st) return SMP_ENOMEM;
-    obj_sl *lists[] = {&st->objects, &st->puts, &st->groups, &st->tenants, &st->segments};
+    obj_sl *lists[] = {&st->objects, &st->puts, &st->groups, &st->tenants, &st->segments,
+                       &st->holds};
     for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++) {
         if (obj_sl_init(lists[i]) < 0) {
             for (size_t k = 0; k < i; k++) obj_sl_fini(lists[k]);
@@ -1393,6 +1555,7 @@ int obj_store_create(obj_store **out, const obj_guard_ops *guard)
         }
     }
     if (guard) st->guard = *guard;
+    st->next_put_id = 1;
     *out = st;
     return SMP_OK;
 }
@@ -1406,6 +1569,7 @@ void obj_store_destroy(obj_store *st)
     obj_sl_fini(&st->groups);
     obj_sl_fini(&st->tenants);
     obj_sl_fini(&st->segments);
+    obj_sl_fini(&st->holds);
     free(st);
 }
 
@@ -1513,9 +1677,11 @@ int obj_put_start(obj_store *st,
     put->pinned = p->hard_pinned ? 1 : 0;
     put->alloc = alloc;
     put->started = now;
+    put->put_id = st->next_put_id;
     if ((rc = obj_place(st, alloc, p->prefer_node, &put->seg, &put->offset)) < 0) goto free_put;
     if ((rc = obj_sl_put(&st->puts, put->key, put)) < 0) goto free_range;
     st->stats.puts_in_flight++;
+    if (st->next_put_id < UINT64_MAX) st->next_put_id++;
     if (out) {
         out->segment = put->seg->id;
         out->node = put->seg->node;
@@ -1552,9 +1718,10 @@ int obj_prepare_put_end(obj_store *st,
     memcpy(o.checksum, checksum, 32);
     o.pinned = p->pinned;
     o.last_access = now;
+    o.put_id = p->put_id;
     obj_replica r = {SMP_REPLICA_MEMORY, OBJ_REPLICA_COMPLETE, p->seg->node, p->seg->id,
                      p->offset, p->size, NULL};
-    return obj_encode_object(&o, &r, 1, out);
+    return obj_encode_object(&o, &r, 1, 0, out);
 }
 
 int obj_prepare_put_revoke(obj_store *st, const char *key, obj_record *out)
@@ -1604,6 +1771,7 @@ int obj_get_replica_list(obj_store *st,
     if (obj_validate_key(key) < 0 || (cap && !out)) return SMP_EINVAL;
     obj_object *o = obj_sl_get(&st->objects, key);
     if (!o) return SMP_ENOTFOUND;
+    if (obj_sl_get(&st->holds, key)) return SMP_EBUSY;
     size_t n = 0;
     for (size_t i = 0; i < o->nreps; i++) {
         if (o->reps[i].status != OBJ_REPLICA_COMPLETE) continue;
@@ -1725,7 +1893,7 @@ static int obj_prepare_remove_one(obj_store *st,
                      : SMP_OK;
     if (rc < 0) return rc;
     const char *keys[1] = {o->key};
-    return obj_encode_remove(keys, 1, out);
+    return obj_encode_remove(keys, &o->put_id, 1, out);
 }
 
 int obj_prepare_remove(obj_store *st, const char *key, uint64_t now, obj_record *out)
@@ -1772,13 +1940,21 @@ static int obj_remove_managed_group(obj_store *st,
         }
     }
     const char **keys = malloc((count ? count : 1) * sizeof(*keys));
-    if (!keys) return SMP_ENOMEM;
+    uint64_t *ids = malloc((count ? count : 1) * sizeof(*ids));
+    if (!keys || !ids) {
+        free(keys);
+        free(ids);
+        return SMP_ENOMEM;
+    }
     size_t i = 0;
-    for (obj_sl_node *m = obj_sl_after(&g->members, NULL, 0); m; m = m->next[0])
-        keys[i++] = m->key;
+    for (obj_sl_node *m = obj_sl_after(&g->members, NULL, 0); m; m = m->next[0]) {
+        keys[i] = m->key;
+        ids[i++] = ((const obj_object *)m->val)->put_id;
+    }
     obj_record r = {0};
-    int rc = obj_encode_remove(keys, i, &r);
+    int rc = obj_encode_remove(keys, ids, i, &r);
     free(keys);
+    free(ids);
     if (rc < 0) return rc;
     if ((rc = obj_list_push(out, &r)) < 0) {
         obj_record_free(&r);
@@ -1828,7 +2004,7 @@ int obj_prepare_remove_prefix(obj_store *st,
             rep->skipped_vetoed++;
             continue;
         }
-        if ((rc = obj_keybatch_add(batch, o->key, out)) < 0) goto undo;
+        if ((rc = obj_keybatch_add(batch, o, out)) < 0) goto undo;
         rep->removed++;
     }
     if ((rc = obj_keybatch_flush(batch, out)) < 0) goto undo;
@@ -1879,7 +2055,7 @@ int obj_plan_eviction(obj_store *st,
     size_t keep_cap = 0;
 
     for (obj_object *o = st->lru_head; o && used - freed > target; o = o->lru_next) {
-        if (o->pinned || obj_lease_active(o, now)) continue;
+        if (o->pinned || obj_lease_active(o, now) || obj_sl_get(&st->holds, o->key)) continue;
         uint64_t mem = 0;
         int mem_complete = 0, cold_complete = 0;
         for (size_t i = 0; i < o->nreps; i++) {
@@ -1907,12 +2083,12 @@ int obj_plan_eviction(obj_store *st,
             for (size_t i = 0; i < o->nreps; i++)
                 if (o->reps[i].kind != SMP_REPLICA_MEMORY) obj_rep_view(&o->reps[i], &keep[k++]);
             obj_record r = {0};
-            if ((rc = obj_encode_object(o, keep, k, &r)) < 0) goto undo;
+            if ((rc = obj_encode_object(o, keep, k, 1, &r)) < 0) goto undo;
             if ((rc = obj_list_push(out, &r)) < 0) {
                 obj_record_free(&r);
                 goto undo;
             }
-        } else if ((rc = obj_keybatch_add(batch, o->key, out)) < 0) {
+        } else if ((rc = obj_keybatch_add(batch, o, out)) < 0) {
             goto undo;
         }
         freed += mem;
@@ -1940,7 +2116,7 @@ int obj_prepare_set_pin(obj_store *st, const char *key, int pinned, obj_record *
     if (!o) return SMP_ENOTFOUND;
     obj_object copy = *o;
     copy.pinned = pinned ? 1 : 0;
-    return obj_encode_object(&copy, NULL, 0, out);
+    return obj_encode_object(&copy, NULL, 0, 1, out);
 }
 
 int obj_prepare_set_replicas(obj_store *st,
@@ -1985,7 +2161,7 @@ int obj_prepare_set_replicas(obj_store *st,
             v[i].segment = NULL;
         }
     }
-    int rc = obj_encode_object(o, v, n, out);
+    int rc = obj_encode_object(o, v, n, 1, out);
     free(v);
     return rc;
 }
@@ -2043,11 +2219,7 @@ int obj_prepare_segment_update(obj_store *st,
     obj_segment *s = obj_sl_get(&st->segments, id);
     if (!s) return SMP_ENOTFOUND;
     capacity = capacity / OBJ_ALIGN * OBJ_ALIGN;
-    if (capacity < s->capacity) {
-        const obj_extent *last = s->nfree ? &s->free[s->nfree - 1] : NULL;
-        if (!last || last->off + last->len != s->capacity || last->off > capacity)
-            return SMP_EBUSY;
-    }
+    if (capacity < s->capacity) return SMP_ERANGE;
     return obj_encode_segment(OBJ_REC_SEGMENT_UPDATE, id, s->node, capacity, out);
 }
 
@@ -2184,7 +2356,7 @@ int obj_store_save(const obj_store *st,
     }
     for (obj_sl_node *x = obj_sl_after(&st->objects, NULL, 0); x; x = x->next[0]) {
         obj_record r = {0};
-        if ((rc = obj_encode_object(x->val, NULL, 0, &r)) < 0) goto free_tmp;
+        if ((rc = obj_encode_object(x->val, NULL, 0, 0, &r)) < 0) goto free_tmp;
         uint8_t oh[20];
         size_t n = obj_put_varint(oh, (4u << 3) | 2);
         n += obj_put_varint(oh + n, r.len);
@@ -2220,6 +2392,7 @@ int obj_store_load(obj_store *st, const uint8_t *data, size_t len)
     Hostrec__HostSnapshot *m = hostrec__host_snapshot__unpack(NULL, len, data ? data : empty);
     if (!m) return SMP_EPROTO;
     if (m->format != OBJ_SNAPSHOT_FORMAT) { rc = SMP_EPROTO; goto free_msg; }
+    uint64_t dropped = st->stats.replicas_dropped;
     st->bulk_load = 1;
     for (size_t i = 0; i < m->n_segments; i++) {
         if (!obj_segment_msg_ok(m->segments[i]) ||
@@ -2236,7 +2409,10 @@ int obj_store_load(obj_store *st, const uint8_t *data, size_t len)
     for (size_t i = 0; i < m->n_objects; i++) {
         const char *key = m->objects[i]->key;
         if (key && obj_sl_get(&st->objects, key)) { rc = SMP_EPROTO; goto clear; }
+        if (m->objects[i]->update_only) { rc = SMP_EPROTO; goto clear; }
         if ((rc = obj_apply_object(st, m->objects[i])) < 0) goto clear;
+        /* A snapshot is one consistent image: every replica must fit. */
+        if (st->stats.replicas_dropped != dropped) { rc = SMP_EPROTO; goto clear; }
     }
     st->bulk_load = 0;
     obj_lru_resort(st);
@@ -2245,6 +2421,7 @@ int obj_store_load(obj_store *st, const uint8_t *data, size_t len)
 
 clear:
     rc = obj_load_rc(rc);
+    st->stats.replicas_dropped = dropped;
     st->bulk_load = 0;
     obj_store_clear(st);
 free_msg:

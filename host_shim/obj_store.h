@@ -13,8 +13,27 @@
  *
  * Soft state is not logged: in-flight puts (put start reserves a range of
  * segment memory; the put ends with a PUT_END record or is revoked or
- * cleaned up when stale) and read leases (granted by obj_get_replica_list,
- * they protect an object from eviction and removal until they expire).
+ * cleaned up when stale), read leases (granted by obj_get_replica_list,
+ * they protect an object from eviction and removal until they expire),
+ * holds (see obj_hold_record) and last-access refreshes by reads (the access
+ * time is logged only with records and saved in snapshots: an LRU hint).
+ *
+ * Records race with each other between prepare and apply; apply resolves
+ * this deterministically, so the active master and every replay agree:
+ *   - Every object has an incarnation (put_id) assigned at put start. A
+ *     PUT_END about an older incarnation than the current one is a no-op;
+ *     an update-only PUT_END (pin, replica list, eviction to cold) applies
+ *     only to its own incarnation and never re-creates a removed object;
+ *     a REMOVE entry removes its key only while it is the same incarnation.
+ *   - A memory replica that cannot exist when its record is applied (its
+ *     segment was unmounted, the range is taken) is left out and counted in
+ *     obj_stats.replicas_dropped; an update-only record never adds a memory
+ *     replica the object does not already have.
+ *   - Segment capacity only grows (SEGMENT_UPDATE to a smaller capacity is a
+ *     no-op at apply; shrinking is unmount and mount again).
+ *   - Stale-put cleanup frees puts outright: use a timeout well above the
+ *     OpLog's worst durable latency, or a PUT_END may find its put gone (it
+ *     still applies; see above).
  *
  * Record types (host range 1..7, encoding version OBJ_REC_ENCVER; payloads
  * are the messages of proto/host_records.proto):
@@ -24,11 +43,13 @@
  *   2 PUT_REVOKE      PutRevokeRecord: frees the range of an in-flight put.
  *   3 REMOVE          RemoveRecord: keys to remove (absent keys are no-ops).
  *   4 reserved
- *   5 SEGMENT_MOUNT   SegmentRecord: a segment and its capacity.
+ *   5 SEGMENT_MOUNT   SegmentRecord: a segment and its capacity (remounting
+ *                     the same id on the same node grows it; on another
+ *                     node it is a conflict: SMP_ESTATE).
  *   6 SEGMENT_UNMOUNT SegmentUnmountRecord: drops the segment and every
  *                     memory replica in it (objects are kept, see below).
- *   7 SEGMENT_UPDATE  UpdateRecord: a segment's new capacity, or a group's
- *                     managed flag (oneof).
+ *   7 SEGMENT_UPDATE  UpdateRecord: a segment's larger capacity, or a
+ *                     group's managed flag (oneof).
  *
  * Choices made here:
  *   - A tenant is an explicit field of an object ("" = none), not a part of
@@ -133,6 +154,9 @@ typedef struct obj_stats {
     uint64_t replicas_by_kind[2]; /* complete replicas by smp_replica_kind */
     uint64_t replica_bytes_by_kind[2];
     uint64_t puts_in_flight;
+    /* Memory replicas of applied records left out because they could not
+     * exist (segment gone, range taken): a record that lost a race. */
+    uint64_t replicas_dropped;
     uint64_t memory_used;
     uint64_t memory_capacity;
     /* Refusals per smp_guard_reason (index 1..SMP_GUARD_REASON_MAX). */
@@ -316,8 +340,8 @@ int obj_prepare_segment_mount(obj_store *st,
                               obj_record *out);
 /* SEGMENT_UNMOUNT. SMP_ENOTFOUND. */
 int obj_prepare_segment_unmount(obj_store *st, const char *id, obj_record *out);
-/* SEGMENT_UPDATE with a new capacity. SMP_ENOTFOUND, SMP_EBUSY (a range in
- * use lies beyond the new capacity). */
+/* SEGMENT_UPDATE growing a segment. SMP_ENOTFOUND, SMP_ERANGE (smaller
+ * than now: unmount and mount again to shrink). */
 int obj_prepare_segment_update(obj_store *st,
                                const char *id,
                                uint64_t capacity,
@@ -332,14 +356,24 @@ int obj_prepare_group_managed(obj_store *st,
 
 /* Decode and apply one host record. SMP_OK; SMP_ENOTFOUND for a type outside
  * the host's (1..3, 5..7); SMP_EPROTO for an unknown encver or a payload that
- * does not decode or validate; SMP_ESTATE when the record does not fit the
- * state (unknown segment, overlapping range: a corrupt log); SMP_ENOMEM.
- * On failure the state is unchanged. */
+ * does not decode or validate; SMP_ESTATE for a SEGMENT_MOUNT of a mounted
+ * id on another node; SMP_ENOMEM. On failure the state is unchanged. Records
+ * that lost a race apply as described at the top (never an error). */
 int obj_apply_record(obj_store *st,
                      uint16_t type,
                      uint16_t encver,
                      const uint8_t *payload,
                      size_t len);
+
+/* Holds cover the window between appending a record that removes or
+ * replaces objects (REMOVE, PUT_END) and applying it: while a key is held,
+ * obj_get_replica_list answers SMP_EBUSY (no new read lease on bytes about
+ * to be freed) and eviction plans skip it. The master holds a record right
+ * after a successful append and releases it after applying it, or when the
+ * append failed. Holds count (a key may be held by several records). Other
+ * record types hold nothing. SMP_EPROTO, SMP_ENOMEM (nothing held). */
+int obj_hold_record(obj_store *st, const obj_record *rec);
+void obj_release_hold(obj_store *st, const obj_record *rec);
 
 /* One line describing a host record for a log dump tool, like snprintf:
  * returns the length it needs (buf may be NULL with cap 0), SMP_ENOTFOUND
@@ -379,7 +413,8 @@ void obj_store_stats(const obj_store *st, obj_stats *out);
 /* -- Snapshot ------------------------------------------------------------------ */
 
 /* Stream the durable state (segments, managed groups, complete objects, in
- * id / name / key order) as one HostSnapshot message through write(), which
+ * id / name / key order; no soft state) as one HostSnapshot message through
+ * write(), which
  * returns 0 or a negative code (returned as is). The output is
  * deterministic: equal states give equal bytes. */
 int obj_store_save(const obj_store *st,
@@ -387,7 +422,8 @@ int obj_store_save(const obj_store *st,
                    void *ctx);
 
 /* Load a snapshot into an empty store (SMP_ESTATE if it is not empty).
- * SMP_EPROTO when it does not decode or validate; on any failure the store
+ * SMP_EPROTO when it does not decode or validate (duplicates, a replica on a
+ * segment the snapshot lacks, overlapping ranges); on any failure the store
  * is left empty. */
 int obj_store_load(obj_store *st, const uint8_t *data, size_t len);
 
