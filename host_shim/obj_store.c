@@ -223,6 +223,7 @@ typedef struct obj_put {
     uint64_t alloc;
     uint64_t started;
     uint64_t put_id;
+    int consuming;      /* its PUT_END is being applied: range already freed */
 } obj_put;
 
 typedef struct obj_group {
@@ -519,6 +520,15 @@ static void obj_put_free(obj_put *p)
     free(p);
 }
 
+/* Free an in-flight put's range and the put. */
+static void obj_put_forget(obj_store *st, obj_put *p)
+{
+    obj_seg_free(p->seg, p->offset, p->alloc);
+    obj_sl_del(&st->puts, p->key);
+    obj_put_free(p);
+    st->stats.puts_in_flight--;
+}
+
 static void obj_group_free(obj_group *g)
 {
     if (!g) return;
@@ -673,9 +683,31 @@ static void obj_stats_account(obj_store *st, const obj_object *o, int sign)
     }
 }
 
-/* Reserve the ranges of o's memory replicas. A replica whose range is not
- * free is left out of o and counted (a record that lost a race with another
- * one; replay makes the same choice). SMP_ENOMEM with nothing reserved. */
+static void obj_put_forget(obj_store *st, obj_put *p);
+
+/* Cancel the in-flight puts (soft state) overlapping [off, off+len) of seg:
+ * a durable record outranks them, and replay, which has no puts, must come
+ * to the same state. Returns how many were cancelled. */
+static int obj_cancel_puts_in(obj_store *st, const obj_segment *seg, uint64_t off, uint64_t len)
+{
+    int n = 0;
+    for (obj_sl_node *x = obj_sl_after(&st->puts, NULL, 0); x;) {
+        obj_put *p = x->val;
+        x = x->next[0];
+        if (p->consuming || p->seg != seg || p->offset >= off + len ||
+            off >= p->offset + p->alloc)
+            continue;
+        obj_put_forget(st, p);
+        st->stats.puts_cancelled++;
+        n++;
+    }
+    return n;
+}
+
+/* Reserve the ranges of o's memory replicas, cancelling in-flight puts in
+ * the way. A replica whose range is still not free is left out of o and
+ * counted (a record that lost a race with another one; replay makes the
+ * same choice). SMP_ENOMEM with nothing reserved. */
 static int obj_object_reserve(obj_store *st, obj_object *o)
 {
     for (size_t i = 0; i < o->nreps; i++)
@@ -684,8 +716,10 @@ static int obj_object_reserve(obj_store *st, obj_object *o)
     size_t k = 0;
     for (size_t i = 0; i < o->nreps; i++) {
         obj_rep *r = &o->reps[i];
-        if (r->kind == SMP_REPLICA_MEMORY &&
-            obj_seg_reserve(r->seg, r->offset, obj_ext_len(r->length)) < 0) {
+        uint64_t ext = obj_ext_len(r->length);
+        if (r->kind == SMP_REPLICA_MEMORY && obj_seg_reserve(r->seg, r->offset, ext) < 0 &&
+            (obj_cancel_puts_in(st, r->seg, r->offset, ext) == 0 ||
+             obj_seg_reserve(r->seg, r->offset, ext) < 0)) {
             obj_rep_clear(r);
             st->stats.replicas_dropped++;
             continue;
@@ -1129,7 +1163,10 @@ static int obj_apply_object(obj_store *st, const Hostrec__ObjectRecord *m)
         n->lease_expiry = old->lease_expiry;
         obj_object_release(old);
     }
-    if (consume) obj_seg_free(put->seg, put->offset, put->alloc);
+    if (consume) {
+        obj_seg_free(put->seg, put->offset, put->alloc);
+        put->consuming = 1;
+    }
     if ((rc = obj_object_reserve(st, n)) < 0) goto restore_ranges;
     if ((rc = obj_object_index(st, n, old)) < 0) goto release_new;
     if (consume) {
@@ -1143,7 +1180,10 @@ static int obj_apply_object(obj_store *st, const Hostrec__ObjectRecord *m)
 release_new:
     obj_object_release(n);
 restore_ranges:
-    if (consume) obj_seg_reserve(put->seg, put->offset, put->alloc);
+    if (consume) {
+        put->consuming = 0;
+        obj_seg_reserve(put->seg, put->offset, put->alloc);
+    }
     if (old) obj_object_reserve(st, old);
     obj_object_free(n);
     return rc;
@@ -1169,10 +1209,7 @@ static int obj_apply_put_revoke(obj_store *st, const Hostrec__PutRevokeRecord *m
     if (!p || strcmp(p->seg->id, m->segment) != 0 || p->offset != m->offset ||
         p->size != m->length)
         return SMP_OK; /* not in flight here (replay, standby): nothing to free */
-    obj_seg_free(p->seg, p->offset, p->alloc);
-    obj_sl_del(&st->puts, p->key);
-    obj_put_free(p);
-    st->stats.puts_in_flight--;
+    obj_put_forget(st, p);
     return SMP_OK;
 }
 
@@ -1747,10 +1784,7 @@ int obj_cleanup_stale_puts(obj_store *st, uint64_t now, uint64_t timeout_ms)
         if (obj_guard_decide(st, SMP_GUARD_STALE_PUT_CLEANUP, p->key, p->group, p->data_type,
                              SMP_REPLICA_MEMORY, 0) < 0)
             continue;
-        obj_seg_free(p->seg, p->offset, p->alloc);
-        obj_sl_del(&st->puts, p->key);
-        obj_put_free(p);
-        st->stats.puts_in_flight--;
+        obj_put_forget(st, p);
         if (n < INT32_MAX) n++;
     }
     return n;

@@ -31,9 +31,12 @@
  *     replica the object does not already have.
  *   - Segment capacity only grows (SEGMENT_UPDATE to a smaller capacity is a
  *     no-op at apply; shrinking is unmount and mount again).
- *   - Stale-put cleanup frees puts outright: use a timeout well above the
- *     OpLog's worst durable latency, or a PUT_END may find its put gone (it
- *     still applies; see above).
+ *   - In-flight puts are soft state, so they never change what a record
+ *     does: a memory replica whose range an in-flight put holds takes it
+ *     (the put is cancelled, obj_stats.puts_cancelled; its put end then
+ *     answers SMP_ENOTFOUND). A PUT_END whose put was revoked or cleaned up
+ *     meanwhile still applies. Use a stale-put timeout well above the
+ *     OpLog's worst durable latency all the same.
  *
  * Record types (host range 1..7, encoding version OBJ_REC_ENCVER; payloads
  * are the messages of proto/host_records.proto):
@@ -157,6 +160,8 @@ typedef struct obj_stats {
     /* Memory replicas of applied records left out because they could not
      * exist (segment gone, range taken): a record that lost a race. */
     uint64_t replicas_dropped;
+    /* In-flight puts cancelled because an applied record claimed their range. */
+    uint64_t puts_cancelled;
     uint64_t memory_used;
     uint64_t memory_capacity;
     /* Refusals per smp_guard_reason (index 1..SMP_GUARD_REASON_MAX). */

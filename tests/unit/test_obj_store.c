@@ -1455,6 +1455,54 @@ static void test_records_that_lose_races(void **state)
     obj_store_stats(st, &s);
     assert_int_equal(s.replicas_dropped, 1);
     assert_int_equal(s.puts_in_flight, 0);
+
+    /* A PUT_END naming the range of another in-flight put takes it: the put
+     * is cancelled (replay, which has no puts, agrees). */
+    p = (obj_put_params){"v", 10, SMP_DATA_KV, "", "", 0, 0, NULL};
+    assert_int_equal(obj_put_start(st, &p, 9, &t), SMP_OK);
+    assert_int_equal(obj_prepare_put_end(st, "v", sum, 9, &end), SMP_OK);
+    assert_int_equal(obj_prepare_put_revoke(st, "v", &r), SMP_OK);
+    apply_rec(st, &r);
+    p.key = "w";
+    obj_put_ticket t2;
+    assert_int_equal(obj_put_start(st, &p, 9, &t2), SMP_OK);
+    assert_int_equal(t2.offset, t.offset); /* first fit reuses the range */
+    apply_rec(st, &end);
+    assert_true(obj_exists(st, "v"));
+    assert_int_equal(obj_prepare_put_end(st, "w", sum, 10, &r), SMP_ENOTFOUND);
+    obj_store_stats(st, &s);
+    assert_int_equal(s.puts_cancelled, 1);
+    assert_int_equal(s.puts_in_flight, 0);
+
+    /* A crafted PUT_END listing the same range twice, while its own put is
+     * in flight: the duplicate is dropped, nothing else is touched. */
+    p.key = "x";
+    assert_int_equal(obj_put_start(st, &p, 11, &t), SMP_OK);
+    assert_int_equal(obj_prepare_put_end(st, "x", sum, 11, &end), SMP_OK);
+    Hostrec__ObjectRecord *om = hostrec__object_record__unpack(NULL, end.len, end.buf);
+    assert_non_null(om);
+    Hostrec__Replica *two[2] = {om->replicas[0], om->replicas[0]};
+    Hostrec__Replica **saved_reps = om->replicas;
+    om->replicas = two;
+    om->n_replicas = 2;
+    obj_record_free(&end);
+    end.type = OBJ_REC_PUT_END;
+    end.encver = OBJ_REC_ENCVER;
+    end.len = hostrec__object_record__get_packed_size(om);
+    end.buf = malloc(end.len);
+    assert_non_null(end.buf);
+    hostrec__object_record__pack(om, end.buf);
+    om->replicas = saved_reps;
+    om->n_replicas = 1;
+    hostrec__object_record__free_unpacked(om, NULL);
+    uint64_t used_before = used_of(st);
+    apply_rec(st, &end);
+    assert_int_equal(used_of(st), used_before);
+    assert_int_equal(obj_object_info(st, "x", &info), SMP_OK);
+    assert_int_equal(info.memory_replicas_readable, 1);
+    obj_store_stats(st, &s);
+    assert_int_equal(s.replicas_dropped, 2);
+    assert_int_equal(s.puts_in_flight, 0);
     g_log = NULL;
 
     obj_store *replica = new_store(NULL);
@@ -1464,6 +1512,171 @@ static void test_records_that_lose_races(void **state)
     assert_same_state(st, replica);
     free_log(&log);
     obj_store_destroy(replica);
+    obj_store_destroy(st);
+}
+
+/* The master's pipeline with a slow OpLog: records are prepared against the
+ * current state, appended to a queue (and held), and applied a few steps
+ * later, while puts, reads with leases, cleanups and segment changes go on.
+ * Every apply succeeds, memory use always matches what is held, and the log
+ * of applied records replays to the same state. */
+typedef struct pipe_q {
+    obj_record *recs;
+    size_t head, n, cap;
+} pipe_q;
+
+static void pipe_push(obj_store *st, pipe_q *q, obj_record *r)
+{
+    assert_int_equal(obj_hold_record(st, r), SMP_OK);
+    if (q->n == q->cap) {
+        q->cap = q->cap ? q->cap * 2 : 64;
+        q->recs = realloc(q->recs, q->cap * sizeof(*q->recs));
+        assert_non_null(q->recs);
+    }
+    q->recs[q->n++] = *r;
+    memset(r, 0, sizeof(*r));
+}
+
+static void pipe_apply_one(obj_store *st, pipe_q *q, dyn_log *log)
+{
+    if (q->head == q->n) return;
+    obj_record *r = &q->recs[q->head++];
+    obj_record copy = *r;
+    memset(r, 0, sizeof(*r));
+    dyn_apply(st, log, &copy); /* asserts SMP_OK; the log takes the buffer */
+    obj_release_hold(st, &log->recs[log->n - 1]);
+}
+
+static void test_random_pipeline_consistent(void **state)
+{
+    (void)state;
+    obj_store *st = new_store(NULL);
+    dyn_log log = {0};
+    pipe_q q = {0};
+    obj_record r = {0};
+    const char *segs[3] = {"s0", "s1", "s2"};
+    for (int i = 0; i < 3; i++) {
+        char node[8];
+        snprintf(node, sizeof(node), "n%d", i);
+        assert_int_equal(obj_prepare_segment_mount(st, segs[i], node, 2048u << i, &r), SMP_OK);
+        dyn_apply(st, &log, &r);
+    }
+    set_managed(st, "grp", 0);
+    uint64_t x = 987654321, now = 1;
+    char key[16];
+    for (int step = 0; step < 6000; step++, now++) {
+        snprintf(key, sizeof(key), "r/%02d", (int)(rnd(&x) % 12));
+        switch (rnd(&x) % 11) {
+        case 0:
+        case 1: {
+            char node[8];
+            snprintf(node, sizeof(node), "n%d", (int)(rnd(&x) % 3));
+            obj_put_params p = {key, rnd(&x) % 600, (smp_data_type)(rnd(&x) % 3),
+                                (rnd(&x) % 4) ? "" : "grp", "", 0, (int)(rnd(&x) & 1),
+                                (rnd(&x) & 1) ? node : NULL};
+            int rc = obj_put_start(st, &p, now, NULL);
+            assert_true(rc == SMP_OK || rc == SMP_EEXIST || rc == SMP_EBUSY ||
+                        rc == SMP_ENOSPC || rc == SMP_EVETO); /* grp managed, no guard */
+            break;
+        }
+        case 2: {
+            uint8_t sum[32] = {(uint8_t)now};
+            if (obj_prepare_put_end(st, key, sum, now, &r) == SMP_OK) pipe_push(st, &q, &r);
+            break;
+        }
+        case 3:
+            if (obj_prepare_put_revoke(st, key, &r) == SMP_OK) pipe_push(st, &q, &r);
+            break;
+        case 4:
+            if (obj_prepare_remove(st, key, now, &r) == SMP_OK) pipe_push(st, &q, &r);
+            break;
+        case 5: {
+            obj_record_list l = {0};
+            assert_int_equal(obj_plan_eviction(st, 0.5, 0.25, now, &l, NULL), SMP_OK);
+            for (size_t i = 0; i < l.n; i++) pipe_push(st, &q, &l.recs[i]);
+            obj_record_list_free(&l);
+            break;
+        }
+        case 6: {
+            obj_replica reps[4];
+            size_t n = 0;
+            /* now 0: no access refresh (soft, not logged); lease until now+20 */
+            int rc = obj_get_replica_list(st, key, 0, now + 20, reps, 4, &n);
+            if (rc == SMP_OK && n < 4 && (rnd(&x) & 1)) {
+                reps[n] = (obj_replica){SMP_REPLICA_COLD, OBJ_REPLICA_COMPLETE, "n0", NULL, 0,
+                                        1, "/cold"};
+                assert_int_equal(obj_prepare_set_replicas(st, key, reps, n + 1, &r), SMP_OK);
+                pipe_push(st, &q, &r);
+            }
+            break;
+        }
+        case 7:
+            if (obj_prepare_set_pin(st, key, (int)(rnd(&x) & 1), &r) == SMP_OK)
+                pipe_push(st, &q, &r);
+            break;
+        case 8:
+            obj_cleanup_stale_puts(st, now, 10); /* shorter than the OpLog's delay */
+            break;
+        case 9:
+            if (rnd(&x) % 8 == 0) {
+                /* Against the applied state: the queue may hold the opposite. */
+                int rc = obj_prepare_segment_unmount(st, "s2", &r);
+                if (rc == SMP_ENOTFOUND) rc = obj_prepare_segment_mount(st, "s2", "n2", 8192, &r);
+                assert_int_equal(rc, SMP_OK);
+                pipe_push(st, &q, &r);
+            } else if (rnd(&x) % 8 == 0) {
+                assert_int_equal(obj_prepare_group_managed(st, "grp", (int)(rnd(&x) & 1), &r),
+                                 SMP_OK);
+                pipe_push(st, &q, &r);
+            }
+            break;
+        default:
+            break;
+        }
+        if (rnd(&x) % 25 == 0) /* the OpLog makes a burst durable */
+            while (q.head < q.n) pipe_apply_one(st, &q, &log);
+    }
+    while (q.head < q.n) pipe_apply_one(st, &q, &log);
+    free(q.recs);
+    obj_cleanup_stale_puts(st, now, 0);
+    obj_stats s;
+    obj_store_stats(st, &s);
+    assert_int_equal(s.puts_in_flight, 0);
+    assert_true(log.n > 400);
+    assert_true(s.replicas_dropped > 0); /* the races did happen */
+    assert_true(s.puts_cancelled > 0);
+
+    /* Memory use is what the objects' memory replicas hold; no holds left. */
+    uint64_t want = 0;
+    for (int i = 0; i < RKEYS; i++) {
+        snprintf(key, sizeof(key), "r/%02d", i);
+        smp_object_info info = {.struct_size = sizeof(info)};
+        if (obj_object_info(st, key, &info) != SMP_OK) continue;
+        want += ext_of(info.size) * info.memory_replicas_readable;
+        obj_replica reps[4];
+        size_t n;
+        assert_int_not_equal(obj_get_replica_list(st, key, 0, 0, reps, 4, &n), SMP_EBUSY);
+    }
+    assert_int_equal(used_of(st), want);
+
+    obj_store *a = new_store(NULL), *b = new_store(NULL), *c = new_store(NULL);
+    for (size_t i = 0; i < log.n; i++) {
+        const obj_record *rr = &log.recs[i];
+        assert_int_equal(obj_apply_record(a, rr->type, rr->encver, rr->buf, rr->len), SMP_OK);
+        assert_int_equal(obj_apply_record(b, rr->type, rr->encver, rr->buf, rr->len), SMP_OK);
+        assert_int_equal(obj_apply_record(b, rr->type, rr->encver, rr->buf, rr->len), SMP_OK);
+    }
+    assert_same_state(st, a);
+    assert_same_state(st, b);
+    buf snap = save(st);
+    assert_int_equal(obj_store_load(c, snap.p, snap.n), SMP_OK);
+    assert_same_state(st, c);
+    free(snap.p);
+    for (size_t i = 0; i < log.n; i++) obj_record_free(&log.recs[i]);
+    free(log.recs);
+    obj_store_destroy(a);
+    obj_store_destroy(b);
+    obj_store_destroy(c);
     obj_store_destroy(st);
 }
 
@@ -1491,6 +1704,7 @@ int main(void)
         cmocka_unit_test(test_describe_records),
         cmocka_unit_test(test_random_ops_consistent),
         cmocka_unit_test(test_records_that_lose_races),
+        cmocka_unit_test(test_random_pipeline_consistent),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
