@@ -1,24 +1,25 @@
 /* obj_store.c -- the master's in-memory metadata for objects, replicas,
  * groups, tenants and memory segments, and the host's OpLog records.
  *
- * Layout: five skip lists keyed by string (objects by key, groups by name,
- * tenants by name, segments by id, in-flight puts by key) give ordered access
- * for cursors and prefix listings; each group holds a skip list of its
- * members (keys borrowed from the objects). Complete objects are also on a
- * doubly linked LRU list ordered by last access, which eviction walks from
- * the oldest end (only objects with a complete memory replica are on it:
- * nothing else can be evicted). Each segment keeps a free list of byte ranges sorted by
- * offset (first fit, coalescing on free); a segment always has room in its
- * free array for one more extent than it has allocations, so freeing never
- * allocates and rollbacks cannot fail.
+ * Layout: six skip lists keyed by string (objects by key, groups by name,
+ * tenants by name, segments by id, in-flight puts by key, holds by key) give
+ * ordered access for cursors and prefix listings; each group holds a skip
+ * list of its members (keys borrowed from the objects). Objects with a
+ * complete memory replica are also on a doubly linked LRU list ordered by
+ * last access, which eviction walks from the oldest end. Each segment keeps
+ * a free list of byte ranges sorted by offset (first fit, coalescing on
+ * free); a segment always has room in its free array for one more extent
+ * than it has allocations, so freeing never allocates and rollbacks cannot
+ * fail.
  *
  * Mutations of durable state happen only in obj_apply_record() (and the
  * snapshot loader, which uses the same code); prepare functions only read the
- * state and encode records. Apply validates the whole record before it
- * changes anything, reserves replica ranges with rollback, and performs every
- * fallible allocation before the first infallible change, so a failed apply
- * leaves the state as it was. See obj_store.h for the choices and the record
- * mapping. */
+ * state and encode records. Apply checks that the record is well formed
+ * before it changes anything, decides races from durable state alone
+ * (incarnations, replicas that no longer fit are left out, in-flight puts
+ * yield their ranges), and performs every fallible allocation before the
+ * first infallible change, so a failed apply leaves the state as it was.
+ * See obj_store.h for the choices and the record mapping. */
 #include "obj_store.h"
 
 #include <stdio.h>

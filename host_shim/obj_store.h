@@ -204,7 +204,8 @@ typedef struct obj_put_ticket {
 } obj_put_ticket;
 
 /* Start a put: reserve a range in the segment with the most free bytes that
- * can hold it, the preferred node's segments first (soft state, no record). Returns SMP_OK and fills *out;
+ * can hold it, the preferred node's segments first (soft state, no record),
+ * and give the put its incarnation. Returns SMP_OK and fills *out;
  * SMP_EINVAL (bad key, name or type), SMP_EEXIST (complete object and no
  * overwrite), SMP_EBUSY (a put of the key is in flight, or the object to
  * overwrite is leased), SMP_EVETO (guard or host rule: put or upsert into a
@@ -217,8 +218,8 @@ int obj_put_start(obj_store *st,
 
 /* Encode the PUT_END record that completes the in-flight put of key with its
  * SHA-256 and access time now. No state change: apply the record once it is
- * durable. SMP_ENOTFOUND (no put in flight), SMP_EBUSY (the object it
- * overwrites got leased), SMP_EINVAL, SMP_ENOMEM. */
+ * durable (applying it consumes the put). SMP_ENOTFOUND (no put in flight),
+ * SMP_EBUSY (the object it overwrites got leased), SMP_EINVAL, SMP_ENOMEM. */
 int obj_prepare_put_end(obj_store *st,
                         const char *key,
                         const uint8_t checksum[32],
@@ -238,8 +239,9 @@ int obj_cleanup_stale_puts(obj_store *st, uint64_t now, uint64_t timeout_ms);
 /* Copy up to cap complete replicas of key into out (strings borrowed), set
  * *n_out to the number of complete replicas (may exceed cap), refresh the
  * last access and extend the read lease to now + lease_ms (0: no lease).
- * SMP_ENOTFOUND (no complete object), SMP_EAGAIN (no readable replica: no
- * lease is granted). */
+ * SMP_ENOTFOUND (no complete object), SMP_EBUSY (held: its removal or
+ * replacement is in the OpLog), SMP_EAGAIN (no readable replica: no lease
+ * is granted). */
 int obj_get_replica_list(obj_store *st,
                          const char *key,
                          uint64_t now,
