@@ -1,26 +1,28 @@
 /* obj_store.c -- the master's in-memory metadata for objects, replicas,
  * groups, tenants and memory segments, and the host's OpLog records.
  *
- * Layout: five skip lists keyed by string (objects by key, groups by name,
- * tenants by name, segments by id, in-flight puts by key) give ordered access
- * for cursors and prefix listings; each group holds a skip list of its
- * members (keys borrowed from the objects). Complete objects are also on a
- * doubly linked LRU list ordered by last access, which eviction walks from
- * the oldest end. Each segment keeps a free list of byte ranges sorted by
- * offset (first fit, coalescing on free); a segment always has room in its
- * free array for one more extent than it has allocations, so freeing never
- * allocates and rollbacks cannot fail.
+ * Layout: six skip lists keyed by string (objects by key, groups by name,
+ * tenants by name, segments by id, in-flight puts by key, holds by key) give
+ * ordered access for cursors and prefix listings; each group holds a skip
+ * list of its members (keys borrowed from the objects). Objects with a
+ * complete memory replica are also on a doubly linked LRU list ordered by
+ * last access, which eviction walks from the oldest end. Each segment keeps
+ * a free list of byte ranges sorted by offset (first fit, coalescing on
+ * free); a segment always has room in its free array for one more extent
+ * than it has allocations, so freeing never allocates and rollbacks cannot
+ * fail.
  *
  * Mutations of durable state happen only in obj_apply_record() (and the
  * snapshot loader, which uses the same code); prepare functions only read the
- * state and encode records. Apply validates the whole record before it
- * changes anything, reserves replica ranges with rollback, and performs every
- * fallible allocation before the first infallible change, so a failed apply
- * leaves the state as it was. See obj_store.h for the choices and the record
- * mapping. */
+ * state and encode records. Apply checks that the record is well formed
+ * before it changes anything, decides races from durable state alone
+ * (incarnations, replicas that no longer fit are left out, in-flight puts
+ * yield their ranges), and performs every fallible allocation before the
+ * first infallible change, so a failed apply leaves the state as it was.
+ * See obj_store.h for the choices and the record mapping. */
 #include "obj_store.h"
 
-#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -201,9 +203,11 @@ typedef struct obj_object {
     uint8_t checksum[32];
     int pinned;
     uint64_t last_access;
+    uint64_t put_id;       /* incarnation */
     uint64_t lease_expiry; /* soft */
     obj_rep *reps;
     size_t nreps;
+    int in_lru;            /* on the LRU list: has a complete memory replica */
     struct obj_object *lru_prev;
     struct obj_object *lru_next;
 } obj_object;
@@ -219,6 +223,8 @@ typedef struct obj_put {
     uint64_t offset;
     uint64_t alloc;
     uint64_t started;
+    uint64_t put_id;
+    int consuming;      /* its PUT_END is being applied: range already freed */
 } obj_put;
 
 typedef struct obj_group {
@@ -233,12 +239,20 @@ typedef struct obj_tenant {
     uint64_t bytes;
 } obj_tenant;
 
+/* A soft hold on a key whose removal or replacement is in the OpLog. */
+typedef struct obj_hold {
+    char *key;
+    uint64_t count;
+} obj_hold;
+
 struct obj_store {
     obj_sl objects;
     obj_sl groups;
     obj_sl tenants;
     obj_sl segments;
     obj_sl puts;
+    obj_sl holds;         /* key -> obj_hold */
+    uint64_t next_put_id; /* > every incarnation seen */
     obj_object *lru_head; /* oldest access */
     obj_object *lru_tail;
     int bulk_load;        /* LRU appends unsorted; resorted at the end */
@@ -421,23 +435,27 @@ static void obj_seg_free(obj_segment *s, uint64_t off, uint64_t len)
     s->nalloc--;
 }
 
-/* Change the capacity. Growing always works; shrinking needs the cut-off
- * tail to be free (SMP_EBUSY otherwise, nothing changed). */
-static int obj_seg_resize(obj_segment *s, uint64_t cap)
+/* Grow the capacity to cap; a smaller cap leaves the segment as it is
+ * (shrinking is unmount and mount again), so concurrent updates converge on
+ * the largest. Never allocates (capfree >= nalloc + 2 >= nfree + 1). */
+static void obj_seg_grow_capacity(obj_segment *s, uint64_t cap)
 {
-    if (cap == s->capacity) return SMP_OK;
+    if (cap <= s->capacity) return;
     obj_extent *last = s->nfree ? &s->free[s->nfree - 1] : NULL;
-    int last_at_end = last && last->off + last->len == s->capacity;
-    if (cap > s->capacity) {
-        if (last_at_end) last->len += cap - s->capacity;
-        else obj_seg_insert_ext(s, s->nfree, s->capacity, cap - s->capacity);
-        s->capacity = cap;
-        return SMP_OK;
-    }
-    if (!last_at_end || last->off > cap) return SMP_EBUSY;
-    if (last->off == cap) obj_seg_remove_ext(s, s->nfree - 1);
-    else last->len = cap - last->off;
+    if (last && last->off + last->len == s->capacity) last->len += cap - s->capacity;
+    else obj_seg_insert_ext(s, s->nfree, s->capacity, cap - s->capacity);
     s->capacity = cap;
+}
+
+/* Make sure extra more allocations need no growth of the free array. */
+static int obj_seg_ensure(obj_segment *s, size_t extra)
+{
+    size_t need = s->nalloc + 3 + extra;
+    if (s->capfree >= need) return SMP_OK;
+    obj_extent *nf = realloc(s->free, need * sizeof(*nf));
+    if (!nf) return SMP_ENOMEM;
+    s->free = nf;
+    s->capfree = need;
     return SMP_OK;
 }
 
@@ -479,6 +497,8 @@ static void obj_rep_clear(obj_rep *r)
 {
     free(r->node);
     free(r->path);
+    r->node = NULL;
+    r->path = NULL;
 }
 
 static void obj_object_free(obj_object *o)
@@ -499,6 +519,15 @@ static void obj_put_free(obj_put *p)
     free(p->group);
     free(p->tenant);
     free(p);
+}
+
+/* Free an in-flight put's range and the put. */
+static void obj_put_forget(obj_store *st, obj_put *p)
+{
+    obj_seg_free(p->seg, p->offset, p->alloc);
+    obj_sl_del(&st->puts, p->key);
+    obj_put_free(p);
+    st->stats.puts_in_flight--;
 }
 
 static void obj_group_free(obj_group *g)
@@ -573,8 +602,18 @@ static void obj_tenant_drop(obj_store *st, obj_tenant *t)
     free(t);
 }
 
+static int obj_has_memory(const obj_object *o)
+{
+    for (size_t i = 0; i < o->nreps; i++)
+        if (o->reps[i].kind == SMP_REPLICA_MEMORY && o->reps[i].status == OBJ_REPLICA_COMPLETE)
+            return 1;
+    return 0;
+}
+
 static void obj_lru_unlink(obj_store *st, obj_object *o)
 {
+    if (!o->in_lru) return;
+    o->in_lru = 0;
     if (o->lru_prev) o->lru_prev->lru_next = o->lru_next;
     else st->lru_head = o->lru_next;
     if (o->lru_next) o->lru_next->lru_prev = o->lru_prev;
@@ -583,9 +622,12 @@ static void obj_lru_unlink(obj_store *st, obj_object *o)
 }
 
 /* Insert keeping the list sorted by last access (searching from the newest
- * end: accesses mostly arrive in time order). Bulk load appends. */
+ * end: accesses mostly arrive in time order). Bulk load appends. Objects
+ * without a complete memory replica stay off the list. */
 static void obj_lru_insert(obj_store *st, obj_object *o)
 {
+    if (o->in_lru || !obj_has_memory(o)) return;
+    o->in_lru = 1;
     obj_object *p = st->lru_tail;
     if (!st->bulk_load)
         while (p && p->last_access > o->last_access) p = p->lru_prev;
@@ -609,7 +651,8 @@ static int obj_lru_cmp(const void *a, const void *b)
  * a valid list; eviction order is then approximate). */
 static int obj_lru_resort(obj_store *st)
 {
-    size_t n = st->objects.count;
+    size_t n = 0;
+    for (obj_object *o = st->lru_head; o; o = o->lru_next) n++;
     if (n < 2) return SMP_OK;
     obj_object **v = malloc(n * sizeof(*v));
     if (!v) return SMP_ENOMEM;
@@ -641,24 +684,51 @@ static void obj_stats_account(obj_store *st, const obj_object *o, int sign)
     }
 }
 
-/* Reserve the ranges of o's memory replicas; all or nothing. */
-static int obj_object_reserve(obj_object *o)
+static void obj_put_forget(obj_store *st, obj_put *p);
+
+/* Cancel the in-flight puts (soft state) overlapping [off, off+len) of seg:
+ * a durable record outranks them, and replay, which has no puts, must come
+ * to the same state. Returns how many were cancelled. */
+static int obj_cancel_puts_in(obj_store *st, const obj_segment *seg, uint64_t off, uint64_t len)
 {
-    size_t i;
-    int rc = SMP_OK;
-    for (i = 0; i < o->nreps; i++) {
-        obj_rep *r = &o->reps[i];
-        if (r->kind != SMP_REPLICA_MEMORY) continue;
-        rc = obj_seg_reserve(r->seg, r->offset, obj_ext_len(r->length));
-        if (rc < 0) break;
+    int n = 0;
+    for (obj_sl_node *x = obj_sl_after(&st->puts, NULL, 0); x;) {
+        obj_put *p = x->val;
+        x = x->next[0];
+        if (p->consuming || p->seg != seg || p->offset >= off + len ||
+            off >= p->offset + p->alloc)
+            continue;
+        obj_put_forget(st, p);
+        st->stats.puts_cancelled++;
+        n++;
     }
-    if (rc == SMP_OK) return SMP_OK;
-    while (i-- > 0) {
+    return n;
+}
+
+/* Reserve the ranges of o's memory replicas, cancelling in-flight puts in
+ * the way. A replica whose range is still not free is left out of o and
+ * counted (a record that lost a race with another one; replay makes the
+ * same choice). SMP_ENOMEM with nothing reserved. */
+static int obj_object_reserve(obj_store *st, obj_object *o)
+{
+    for (size_t i = 0; i < o->nreps; i++)
+        if (o->reps[i].kind == SMP_REPLICA_MEMORY && obj_seg_ensure(o->reps[i].seg, o->nreps) < 0)
+            return SMP_ENOMEM;
+    size_t k = 0;
+    for (size_t i = 0; i < o->nreps; i++) {
         obj_rep *r = &o->reps[i];
-        if (r->kind == SMP_REPLICA_MEMORY)
-            obj_seg_free(r->seg, r->offset, obj_ext_len(r->length));
+        uint64_t ext = obj_ext_len(r->length);
+        if (r->kind == SMP_REPLICA_MEMORY && obj_seg_reserve(r->seg, r->offset, ext) < 0 &&
+            (obj_cancel_puts_in(st, r->seg, r->offset, ext) == 0 ||
+             obj_seg_reserve(r->seg, r->offset, ext) < 0)) {
+            obj_rep_clear(r);
+            st->stats.replicas_dropped++;
+            continue;
+        }
+        o->reps[k++] = *r;
     }
-    return rc;
+    o->nreps = k;
+    return SMP_OK;
 }
 
 static void obj_object_release(obj_object *o)
@@ -881,10 +951,12 @@ static void obj_rep_view(const obj_rep *r, obj_replica *v)
 }
 
 /* Encode o as an ObjectRecord (type PUT_END) with the replica list views[n]
- * (NULL: o's own). SMP_ENOMEM. */
+ * (NULL: o's own); update_only marks a change of an existing incarnation.
+ * SMP_ENOMEM. */
 static int obj_encode_object(const obj_object *o,
                              const obj_replica *views,
                              size_t n,
+                             int update_only,
                              obj_record *out)
 {
     int rc;
@@ -917,6 +989,8 @@ static int obj_encode_object(const obj_object *o,
     m.last_access_ms = o->last_access;
     m.n_replicas = n;
     m.replicas = rp;
+    m.put_id = o->put_id;
+    m.update_only = update_only ? 1 : 0;
     rc = obj_encode(&m.base, OBJ_REC_PUT_END, out);
 free_msgs:
     free(rp);
@@ -925,18 +999,25 @@ free_msgs:
     return rc;
 }
 
-/* Encode a RemoveRecord of keys[n]. */
-static int obj_encode_remove(const char *const *keys, size_t n, obj_record *out)
+/* Encode a RemoveRecord of keys[n], each only while it is incarnation
+ * put_ids[i]. */
+static int obj_encode_remove(const char *const *keys,
+                             const uint64_t *put_ids,
+                             size_t n,
+                             obj_record *out)
 {
     Hostrec__RemoveRecord m = HOSTREC__REMOVE_RECORD__INIT;
     m.n_keys = n;
     m.keys = (char **)keys;
+    m.n_put_ids = n;
+    m.put_ids = (uint64_t *)put_ids;
     return obj_encode(&m.base, OBJ_REC_REMOVE, out);
 }
 
 /* Keys collected for REMOVE records of at most OBJ_REMOVE_BATCH keys. */
 typedef struct obj_keybatch {
     const char *keys[OBJ_REMOVE_BATCH];
+    uint64_t put_ids[OBJ_REMOVE_BATCH];
     size_t n;
 } obj_keybatch;
 
@@ -944,16 +1025,18 @@ static int obj_keybatch_flush(obj_keybatch *b, obj_record_list *out)
 {
     if (b->n == 0) return SMP_OK;
     obj_record r = {0};
-    int rc = obj_encode_remove(b->keys, b->n, &r);
+    int rc = obj_encode_remove(b->keys, b->put_ids, b->n, &r);
     if (rc < 0) return rc;
     if ((rc = obj_list_push(out, &r)) < 0) obj_record_free(&r);
     b->n = 0;
     return rc;
 }
 
-static int obj_keybatch_add(obj_keybatch *b, const char *key, obj_record_list *out)
+static int obj_keybatch_add(obj_keybatch *b, const obj_object *o, obj_record_list *out)
 {
-    b->keys[b->n++] = key;
+    b->keys[b->n] = o->key;
+    b->put_ids[b->n] = o->put_id;
+    b->n++;
     return b->n == OBJ_REMOVE_BATCH ? obj_keybatch_flush(b, out) : SMP_OK;
 }
 
@@ -961,37 +1044,58 @@ static int obj_keybatch_add(obj_keybatch *b, const char *key, obj_record_list *o
 /* Records: decoding and apply                                               */
 /* ------------------------------------------------------------------------ */
 
-static int obj_memory_rep_fits(const obj_segment *s, uint64_t off, uint64_t length)
-{
-    uint64_t ext = obj_ext_len(length);
-    return ext && off % OBJ_ALIGN == 0 && off <= s->capacity && ext <= s->capacity - off;
-}
-
-/* Build an object from a decoded record. SMP_EPROTO for invalid fields,
- * SMP_ESTATE for an unknown segment, another node, or a range outside the
- * segment, SMP_ENOMEM. Nothing is reserved or indexed. */
-static int obj_object_from_msg(obj_store *st, const Hostrec__ObjectRecord *m, obj_object **out)
+/* 1 when every field of an object record is well formed. */
+static int obj_object_msg_ok(const Hostrec__ObjectRecord *m)
 {
     if (!obj_name_ok(m->key, OBJ_KEY_MAX, 0) || !obj_name_ok(m->group, OBJ_GROUP_MAX, 1) ||
         !obj_name_ok(m->tenant, OBJ_NAME_MAX, 1) || m->data_type > SMP_DATA_WEIGHT ||
         m->checksum.len != 32 || m->n_replicas > 1024)
-        return SMP_EPROTO;
+        return 0;
     for (size_t i = 0; i < m->n_replicas; i++) {
         const Hostrec__Replica *r = m->replicas[i];
         if (r->kind > SMP_REPLICA_COLD || r->status > OBJ_REPLICA_FAILED ||
             !obj_name_ok(r->node, OBJ_NAME_MAX, 0))
-            return SMP_EPROTO;
+            return 0;
         if (r->kind == SMP_REPLICA_MEMORY) {
-            if (!obj_name_ok(r->segment, OBJ_NAME_MAX, 0) || obj_ext_len(r->length) == 0)
-                return SMP_EPROTO;
-            obj_segment *s = obj_sl_get(&st->segments, r->segment);
-            if (!s || strcmp(s->node, r->node) != 0 ||
-                !obj_memory_rep_fits(s, r->offset, r->length))
-                return SMP_ESTATE;
+            if (!obj_name_ok(r->segment, OBJ_NAME_MAX, 0) || obj_ext_len(r->length) == 0 ||
+                r->offset % OBJ_ALIGN != 0)
+                return 0;
         } else if (!obj_name_ok(r->path, OBJ_PATH_MAX, 0)) {
-            return SMP_EPROTO;
+            return 0;
         }
     }
+    return 1;
+}
+
+/* Whether a memory replica of a record can exist in this state: its segment
+ * is mounted on its node and holds the range, and -- for an update of the
+ * incarnation `only` -- `only` has that very replica. */
+static obj_segment *obj_memory_rep_place(obj_store *st,
+                                         const Hostrec__Replica *r,
+                                         const obj_object *only)
+{
+    obj_segment *s = obj_sl_get(&st->segments, r->segment);
+    if (!s || strcmp(s->node, r->node) != 0 || r->offset > s->capacity ||
+        obj_ext_len(r->length) > s->capacity - r->offset)
+        return NULL;
+    if (!only) return s;
+    for (size_t i = 0; i < only->nreps; i++) {
+        const obj_rep *e = &only->reps[i];
+        if (e->kind == SMP_REPLICA_MEMORY && e->seg == s && e->offset == r->offset &&
+            e->length == r->length)
+            return s;
+    }
+    return NULL;
+}
+
+/* Build an object from a well-formed record. Memory replicas that cannot
+ * exist here (see obj_memory_rep_place) are left out and counted. SMP_ENOMEM.
+ * Nothing is reserved or indexed. */
+static int obj_object_build(obj_store *st,
+                            const Hostrec__ObjectRecord *m,
+                            const obj_object *only,
+                            obj_object **out)
+{
     obj_object *o = calloc(1, sizeof(*o));
     if (!o) return SMP_ENOMEM;
     o->key = strdup(m->key);
@@ -1004,8 +1108,14 @@ static int obj_object_from_msg(obj_store *st, const Hostrec__ObjectRecord *m, ob
     memcpy(o->checksum, m->checksum.data, 32);
     o->pinned = m->hard_pinned ? 1 : 0;
     o->last_access = m->last_access_ms;
+    o->put_id = m->put_id;
     for (size_t i = 0; i < m->n_replicas; i++) {
         const Hostrec__Replica *r = m->replicas[i];
+        obj_segment *seg = NULL;
+        if (r->kind == SMP_REPLICA_MEMORY && !(seg = obj_memory_rep_place(st, r, only))) {
+            st->stats.replicas_dropped++;
+            continue;
+        }
         obj_rep *d = &o->reps[o->nreps++];
         d->kind = (smp_replica_kind)r->kind;
         d->status = (obj_replica_status)r->status;
@@ -1013,7 +1123,7 @@ static int obj_object_from_msg(obj_store *st, const Hostrec__ObjectRecord *m, ob
         d->node = strdup(r->node);
         if (!d->node) goto free_object;
         if (d->kind == SMP_REPLICA_MEMORY) {
-            d->seg = obj_sl_get(&st->segments, r->segment);
+            d->seg = seg;
             d->offset = r->offset;
         } else {
             d->path = strdup(r->path);
@@ -1028,13 +1138,20 @@ free_object:
 }
 
 /* PUT_END: replace (or create) the object with the record's state. The
- * in-flight put whose range the record names is consumed. */
+ * in-flight put whose range the record names is consumed. A record about an
+ * older incarnation than the current one -- or, when update_only, about any
+ * other incarnation or an absent key -- is a no-op. */
 static int obj_apply_object(obj_store *st, const Hostrec__ObjectRecord *m)
 {
+    int rc;
+    if (!obj_object_msg_ok(m)) return SMP_EPROTO;
+    if (m->put_id >= st->next_put_id)
+        st->next_put_id = m->put_id == UINT64_MAX ? UINT64_MAX : m->put_id + 1;
+    obj_object *old = obj_sl_get(&st->objects, m->key);
+    if (m->update_only ? (!old || old->put_id != m->put_id) : (old && old->put_id > m->put_id))
+        return SMP_OK;
     obj_object *n = NULL;
-    int rc = obj_object_from_msg(st, m, &n);
-    if (rc < 0) return rc;
-    obj_object *old = obj_sl_get(&st->objects, n->key);
+    if ((rc = obj_object_build(st, m, m->update_only ? old : NULL, &n)) < 0) return rc;
     obj_put *put = obj_sl_get(&st->puts, n->key);
     int consume = 0;
     for (size_t i = 0; put && i < n->nreps; i++) {
@@ -1047,8 +1164,11 @@ static int obj_apply_object(obj_store *st, const Hostrec__ObjectRecord *m)
         n->lease_expiry = old->lease_expiry;
         obj_object_release(old);
     }
-    if (consume) obj_seg_free(put->seg, put->offset, put->alloc);
-    if ((rc = obj_object_reserve(n)) < 0) goto restore_ranges;
+    if (consume) {
+        obj_seg_free(put->seg, put->offset, put->alloc);
+        put->consuming = 1;
+    }
+    if ((rc = obj_object_reserve(st, n)) < 0) goto restore_ranges;
     if ((rc = obj_object_index(st, n, old)) < 0) goto release_new;
     if (consume) {
         obj_sl_del(&st->puts, put->key);
@@ -1061,19 +1181,23 @@ static int obj_apply_object(obj_store *st, const Hostrec__ObjectRecord *m)
 release_new:
     obj_object_release(n);
 restore_ranges:
-    if (consume) obj_seg_reserve(put->seg, put->offset, put->alloc);
-    if (old) obj_object_reserve(old);
+    if (consume) {
+        put->consuming = 0;
+        obj_seg_reserve(put->seg, put->offset, put->alloc);
+    }
+    if (old) obj_object_reserve(st, old);
     obj_object_free(n);
     return rc;
 }
 
 static int obj_apply_remove(obj_store *st, const Hostrec__RemoveRecord *m)
 {
+    if (m->n_put_ids && m->n_put_ids != m->n_keys) return SMP_EPROTO;
     for (size_t i = 0; i < m->n_keys; i++)
         if (!obj_name_ok(m->keys[i], OBJ_KEY_MAX, 0)) return SMP_EPROTO;
     for (size_t i = 0; i < m->n_keys; i++) {
         obj_object *o = obj_sl_get(&st->objects, m->keys[i]);
-        if (o) obj_object_drop(st, o);
+        if (o && (!m->n_put_ids || o->put_id == m->put_ids[i])) obj_object_drop(st, o);
     }
     return SMP_OK;
 }
@@ -1086,10 +1210,7 @@ static int obj_apply_put_revoke(obj_store *st, const Hostrec__PutRevokeRecord *m
     if (!p || strcmp(p->seg->id, m->segment) != 0 || p->offset != m->offset ||
         p->size != m->length)
         return SMP_OK; /* not in flight here (replay, standby): nothing to free */
-    obj_seg_free(p->seg, p->offset, p->alloc);
-    obj_sl_del(&st->puts, p->key);
-    obj_put_free(p);
-    st->stats.puts_in_flight--;
+    obj_put_forget(st, p);
     return SMP_OK;
 }
 
@@ -1104,8 +1225,9 @@ static int obj_apply_segment_mount(obj_store *st, const Hostrec__SegmentRecord *
     uint64_t cap = m->capacity / OBJ_ALIGN * OBJ_ALIGN;
     obj_segment *s = obj_sl_get(&st->segments, m->id);
     if (s) {
-        if (strcmp(s->node, m->node) != 0) return SMP_ESTATE;
-        return obj_seg_resize(s, cap) < 0 ? SMP_ESTATE : SMP_OK;
+        if (strcmp(s->node, m->node) != 0) return SMP_ESTATE; /* a conflicting mount */
+        obj_seg_grow_capacity(s, cap);
+        return SMP_OK;
     }
     s = obj_segment_new(m->id, m->node, cap);
     if (!s) return SMP_ENOMEM;
@@ -1135,6 +1257,7 @@ static int obj_apply_segment_unmount(obj_store *st, const Hostrec__SegmentUnmoun
         }
         o->nreps = k;
         obj_stats_account(st, o, +1);
+        if (!obj_has_memory(o)) obj_lru_unlink(st, o);
     }
     for (obj_sl_node *x = obj_sl_after(&st->puts, NULL, 0); x;) {
         obj_put *p = x->val;
@@ -1167,10 +1290,11 @@ static int obj_apply_update(obj_store *st, const Hostrec__UpdateRecord *m)
     switch (m->change_case) {
     case HOSTREC__UPDATE_RECORD__CHANGE_SEGMENT: {
         if (!m->segment || !obj_segment_msg_ok(m->segment)) return SMP_EPROTO;
+        /* A segment unmounted (or remounted elsewhere) since: nothing to do. */
         obj_segment *s = obj_sl_get(&st->segments, m->segment->id);
-        if (!s || strcmp(s->node, m->segment->node) != 0) return SMP_ESTATE;
-        uint64_t cap = m->segment->capacity / OBJ_ALIGN * OBJ_ALIGN;
-        return obj_seg_resize(s, cap) < 0 ? SMP_ESTATE : SMP_OK;
+        if (s && strcmp(s->node, m->segment->node) == 0)
+            obj_seg_grow_capacity(s, m->segment->capacity / OBJ_ALIGN * OBJ_ALIGN);
+        return SMP_OK;
     }
     case HOSTREC__UPDATE_RECORD__CHANGE_GROUP:
         if (!m->group) return SMP_EPROTO;
@@ -1238,6 +1362,78 @@ int obj_apply_record(obj_store *st,
     }
 }
 
+int obj_describe_record(uint16_t type,
+                        uint16_t encver,
+                        const uint8_t *payload,
+                        size_t len,
+                        char *buf,
+                        size_t cap)
+{
+    int n = -1;
+    static const uint8_t empty[1];
+    if (type < 1 || type > SMP_OPLOG_HOST_TYPE_MAX || type == 4) return SMP_ENOTFOUND;
+    if (encver != OBJ_REC_ENCVER || (!payload && len) || (!buf && cap)) return SMP_EPROTO;
+    if (!payload) payload = empty;
+    switch (type) {
+    case OBJ_REC_PUT_END: {
+        Hostrec__ObjectRecord *m = hostrec__object_record__unpack(NULL, len, payload);
+        if (!m) return SMP_EPROTO;
+        n = snprintf(buf, cap, "PUT_END key=%s size=%llu type=%u group=%s tenant=%s pinned=%d "
+                               "replicas=%zu",
+                     m->key, (unsigned long long)m->size, m->data_type, m->group, m->tenant,
+                     m->hard_pinned ? 1 : 0, m->n_replicas);
+        hostrec__object_record__free_unpacked(m, NULL);
+        break;
+    }
+    case OBJ_REC_PUT_REVOKE: {
+        Hostrec__PutRevokeRecord *m = hostrec__put_revoke_record__unpack(NULL, len, payload);
+        if (!m) return SMP_EPROTO;
+        n = snprintf(buf, cap, "PUT_REVOKE key=%s segment=%s offset=%llu length=%llu", m->key,
+                     m->segment, (unsigned long long)m->offset, (unsigned long long)m->length);
+        hostrec__put_revoke_record__free_unpacked(m, NULL);
+        break;
+    }
+    case OBJ_REC_REMOVE: {
+        Hostrec__RemoveRecord *m = hostrec__remove_record__unpack(NULL, len, payload);
+        if (!m) return SMP_EPROTO;
+        n = snprintf(buf, cap, "REMOVE keys=%zu first=%s", m->n_keys,
+                     m->n_keys ? m->keys[0] : "");
+        hostrec__remove_record__free_unpacked(m, NULL);
+        break;
+    }
+    case OBJ_REC_SEGMENT_MOUNT: {
+        Hostrec__SegmentRecord *m = hostrec__segment_record__unpack(NULL, len, payload);
+        if (!m) return SMP_EPROTO;
+        n = snprintf(buf, cap, "SEGMENT_MOUNT id=%s node=%s capacity=%llu", m->id, m->node,
+                     (unsigned long long)m->capacity);
+        hostrec__segment_record__free_unpacked(m, NULL);
+        break;
+    }
+    case OBJ_REC_SEGMENT_UNMOUNT: {
+        Hostrec__SegmentUnmountRecord *m =
+            hostrec__segment_unmount_record__unpack(NULL, len, payload);
+        if (!m) return SMP_EPROTO;
+        n = snprintf(buf, cap, "SEGMENT_UNMOUNT id=%s", m->id);
+        hostrec__segment_unmount_record__free_unpacked(m, NULL);
+        break;
+    }
+    default: {
+        Hostrec__UpdateRecord *m = hostrec__update_record__unpack(NULL, len, payload);
+        if (!m) return SMP_EPROTO;
+        if (m->change_case == HOSTREC__UPDATE_RECORD__CHANGE_SEGMENT && m->segment)
+            n = snprintf(buf, cap, "SEGMENT_UPDATE segment id=%s node=%s capacity=%llu",
+                         m->segment->id, m->segment->node,
+                         (unsigned long long)m->segment->capacity);
+        else if (m->change_case == HOSTREC__UPDATE_RECORD__CHANGE_GROUP && m->group)
+            n = snprintf(buf, cap, "SEGMENT_UPDATE group=%s managed=%d", m->group->name,
+                         m->group->managed ? 1 : 0);
+        hostrec__update_record__free_unpacked(m, NULL);
+        break;
+    }
+    }
+    return n < 0 ? SMP_EPROTO : n;
+}
+
 const char *obj_record_type_name(uint16_t type)
 {
     switch (type) {
@@ -1249,6 +1445,92 @@ const char *obj_record_type_name(uint16_t type)
     case OBJ_REC_SEGMENT_UPDATE: return "SEGMENT_UPDATE";
     default: return "UNKNOWN";
     }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Holds                                                                     */
+/* ------------------------------------------------------------------------ */
+
+static int obj_hold_inc(obj_store *st, const char *key)
+{
+    obj_hold *h = obj_sl_get(&st->holds, key);
+    if (!h) {
+        h = calloc(1, sizeof(*h));
+        if (!h) return SMP_ENOMEM;
+        h->key = strdup(key);
+        if (!h->key || obj_sl_put(&st->holds, h->key, h) < 0) {
+            free(h->key);
+            free(h);
+            return SMP_ENOMEM;
+        }
+    }
+    h->count++;
+    return SMP_OK;
+}
+
+static void obj_hold_dec(obj_store *st, const char *key)
+{
+    obj_hold *h = obj_sl_get(&st->holds, key);
+    if (!h || --h->count > 0) return;
+    obj_sl_del(&st->holds, h->key);
+    free(h->key);
+    free(h);
+}
+
+/* The keys a record removes or replaces (PUT_END: one, REMOVE: its keys;
+ * other types: none). *m_out must be freed with protobuf_c_message_free_
+ * unpacked. SMP_EPROTO. */
+static int obj_record_keys(const obj_record *rec,
+                           ProtobufCMessage **m_out,
+                           char ***keys,
+                           size_t *n)
+{
+    static const uint8_t empty[1];
+    const uint8_t *p = rec->buf ? rec->buf : empty;
+    *m_out = NULL;
+    *keys = NULL;
+    *n = 0;
+    if (rec->encver != OBJ_REC_ENCVER) return SMP_EPROTO;
+    if (rec->type == OBJ_REC_PUT_END) {
+        Hostrec__ObjectRecord *m = hostrec__object_record__unpack(NULL, rec->len, p);
+        if (!m) return SMP_EPROTO;
+        *m_out = &m->base;
+        *keys = &m->key;
+        *n = 1;
+    } else if (rec->type == OBJ_REC_REMOVE) {
+        Hostrec__RemoveRecord *m = hostrec__remove_record__unpack(NULL, rec->len, p);
+        if (!m) return SMP_EPROTO;
+        *m_out = &m->base;
+        *keys = m->keys;
+        *n = m->n_keys;
+    }
+    return SMP_OK;
+}
+
+int obj_hold_record(obj_store *st, const obj_record *rec)
+{
+    ProtobufCMessage *m;
+    char **keys;
+    size_t n, i;
+    if (!rec) return SMP_EINVAL;
+    int rc = obj_record_keys(rec, &m, &keys, &n);
+    if (rc < 0) return rc;
+    for (i = 0; i < n; i++)
+        if ((rc = obj_hold_inc(st, keys[i])) < 0) break;
+    if (rc < 0)
+        while (i-- > 0) obj_hold_dec(st, keys[i]);
+    if (m) protobuf_c_message_free_unpacked(m, NULL);
+    return rc;
+}
+
+void obj_release_hold(obj_store *st, const obj_record *rec)
+{
+    ProtobufCMessage *m;
+    char **keys;
+    size_t n;
+    if (!rec || obj_record_keys(rec, &m, &keys, &n) < 0) return;
+    for (size_t i = 0; i < n; i++) obj_hold_dec(st, keys[i]);
+    if (m) protobuf_c_message_free_unpacked(m, NULL);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1271,7 +1553,13 @@ static void obj_store_clear(obj_store *st)
     }
     for (obj_sl_node *x = obj_sl_after(&st->segments, NULL, 0); x; x = x->next[0])
         obj_segment_free(x->val);
-    obj_sl *lists[] = {&st->objects, &st->puts, &st->groups, &st->tenants, &st->segments};
+    for (obj_sl_node *x = obj_sl_after(&st->holds, NULL, 0); x; x = x->next[0]) {
+        obj_hold *h = x->val;
+        free(h->key);
+        free(h);
+    }
+    obj_sl *lists[] = {&st->objects, &st->puts, &st->groups, &st->tenants, &st->segments,
+                       &st->holds};
     for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++) {
         obj_sl_node *h = lists[i]->head;
         for (obj_sl_node *x = h->next[0]; x;) {
@@ -1295,7 +1583,8 @@ int obj_store_create(obj_store **out, const obj_guard_ops *guard)
 {
     obj_store *st = calloc(1, sizeof(*st));
     if (!st) return SMP_ENOMEM;
-    obj_sl *lists[] = {&st->objects, &st->puts, &st->groups, &st->tenants, &st->segments};
+    obj_sl *lists[] = {&st->objects, &st->puts, &st->groups, &st->tenants, &st->segments,
+                       &st->holds};
     for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++) {
         if (obj_sl_init(lists[i]) < 0) {
             for (size_t k = 0; k < i; k++) obj_sl_fini(lists[k]);
@@ -1304,6 +1593,7 @@ int obj_store_create(obj_store **out, const obj_guard_ops *guard)
         }
     }
     if (guard) st->guard = *guard;
+    st->next_put_id = 1;
     *out = st;
     return SMP_OK;
 }
@@ -1317,6 +1607,7 @@ void obj_store_destroy(obj_store *st)
     obj_sl_fini(&st->groups);
     obj_sl_fini(&st->tenants);
     obj_sl_fini(&st->segments);
+    obj_sl_fini(&st->holds);
     free(st);
 }
 
@@ -1337,19 +1628,26 @@ static int obj_lease_active(const obj_object *o, uint64_t now)
 
 typedef struct obj_seg_choice {
     obj_segment *seg;
+    int preferred;
     uint64_t free_bytes;
 } obj_seg_choice;
 
 static int obj_seg_choice_cmp(const void *a, const void *b)
 {
     const obj_seg_choice *x = a, *y = b;
+    if (x->preferred != y->preferred) return x->preferred ? -1 : 1;
     if (x->free_bytes != y->free_bytes) return x->free_bytes > y->free_bytes ? -1 : 1;
     return strcmp(x->seg->id, y->seg->id);
 }
 
 /* Reserve len bytes in the segment with the most free bytes that can hold
- * them (ties by id). SMP_ENOSPC, SMP_ENOMEM. */
-static int obj_place(obj_store *st, uint64_t len, obj_segment **seg, uint64_t *off)
+ * them (ties by id), trying the segments of prefer_node (NULL: none) first.
+ * SMP_ENOSPC, SMP_ENOMEM. */
+static int obj_place(obj_store *st,
+                     uint64_t len,
+                     const char *prefer_node,
+                     obj_segment **seg,
+                     uint64_t *off)
 {
     size_t n = st->segments.count;
     if (n == 0) return SMP_ENOSPC;
@@ -1359,13 +1657,14 @@ static int obj_place(obj_store *st, uint64_t len, obj_segment **seg, uint64_t *o
     for (obj_sl_node *x = obj_sl_after(&st->segments, NULL, 0); x; x = x->next[0]) {
         obj_segment *s = x->val;
         v[i].seg = s;
+        v[i].preferred = prefer_node && strcmp(prefer_node, s->node) == 0;
         v[i].free_bytes = s->capacity - s->used;
         i++;
     }
     qsort(v, n, sizeof(*v), obj_seg_choice_cmp);
     int rc = SMP_ENOSPC;
     for (i = 0; i < n && rc == SMP_ENOSPC; i++) {
-        if (v[i].free_bytes < len) break;
+        if (v[i].free_bytes < len) continue;
         rc = obj_seg_alloc(v[i].seg, len, off);
         if (rc == SMP_OK) *seg = v[i].seg;
     }
@@ -1416,9 +1715,11 @@ int obj_put_start(obj_store *st,
     put->pinned = p->hard_pinned ? 1 : 0;
     put->alloc = alloc;
     put->started = now;
-    if ((rc = obj_place(st, alloc, &put->seg, &put->offset)) < 0) goto free_put;
+    put->put_id = st->next_put_id;
+    if ((rc = obj_place(st, alloc, p->prefer_node, &put->seg, &put->offset)) < 0) goto free_put;
     if ((rc = obj_sl_put(&st->puts, put->key, put)) < 0) goto free_range;
     st->stats.puts_in_flight++;
+    if (st->next_put_id < UINT64_MAX) st->next_put_id++;
     if (out) {
         out->segment = put->seg->id;
         out->node = put->seg->node;
@@ -1455,9 +1756,10 @@ int obj_prepare_put_end(obj_store *st,
     memcpy(o.checksum, checksum, 32);
     o.pinned = p->pinned;
     o.last_access = now;
+    o.put_id = p->put_id;
     obj_replica r = {SMP_REPLICA_MEMORY, OBJ_REPLICA_COMPLETE, p->seg->node, p->seg->id,
                      p->offset, p->size, NULL};
-    return obj_encode_object(&o, &r, 1, out);
+    return obj_encode_object(&o, &r, 1, 0, out);
 }
 
 int obj_prepare_put_revoke(obj_store *st, const char *key, obj_record *out)
@@ -1483,10 +1785,7 @@ int obj_cleanup_stale_puts(obj_store *st, uint64_t now, uint64_t timeout_ms)
         if (obj_guard_decide(st, SMP_GUARD_STALE_PUT_CLEANUP, p->key, p->group, p->data_type,
                              SMP_REPLICA_MEMORY, 0) < 0)
             continue;
-        obj_seg_free(p->seg, p->offset, p->alloc);
-        obj_sl_del(&st->puts, p->key);
-        obj_put_free(p);
-        st->stats.puts_in_flight--;
+        obj_put_forget(st, p);
         if (n < INT32_MAX) n++;
     }
     return n;
@@ -1507,6 +1806,7 @@ int obj_get_replica_list(obj_store *st,
     if (obj_validate_key(key) < 0 || (cap && !out)) return SMP_EINVAL;
     obj_object *o = obj_sl_get(&st->objects, key);
     if (!o) return SMP_ENOTFOUND;
+    if (obj_sl_get(&st->holds, key)) return SMP_EBUSY;
     size_t n = 0;
     for (size_t i = 0; i < o->nreps; i++) {
         if (o->reps[i].status != OBJ_REPLICA_COMPLETE) continue;
@@ -1611,17 +1911,34 @@ int obj_list_prefix(const obj_store *st,
 /* Removal and eviction                                                      */
 /* ------------------------------------------------------------------------ */
 
-int obj_prepare_remove(obj_store *st, const char *key, uint64_t now, obj_record *out)
+/* Single-key removal; guarded unless the plugin itself asks. */
+static int obj_prepare_remove_one(obj_store *st,
+                                  const char *key,
+                                  uint64_t now,
+                                  int guarded,
+                                  obj_record *out)
 {
     if (obj_validate_key(key) < 0 || !out) return SMP_EINVAL;
     obj_object *o = obj_sl_get(&st->objects, key);
     if (!o) return SMP_ENOTFOUND;
     if (obj_lease_active(o, now)) return SMP_EBUSY;
-    int rc = obj_guard_decide(st, SMP_GUARD_REMOVE_KEY, o->key, o->group, o->data_type,
-                              SMP_REPLICA_MEMORY, obj_group_managed_flag(st, o->group));
+    int rc = guarded ? obj_guard_decide(st, SMP_GUARD_REMOVE_KEY, o->key, o->group,
+                                        o->data_type, SMP_REPLICA_MEMORY,
+                                        obj_group_managed_flag(st, o->group))
+                     : SMP_OK;
     if (rc < 0) return rc;
     const char *keys[1] = {o->key};
-    return obj_encode_remove(keys, 1, out);
+    return obj_encode_remove(keys, &o->put_id, 1, out);
+}
+
+int obj_prepare_remove(obj_store *st, const char *key, uint64_t now, obj_record *out)
+{
+    return obj_prepare_remove_one(st, key, now, 1, out);
+}
+
+int obj_prepare_remove_unguarded(obj_store *st, const char *key, uint64_t now, obj_record *out)
+{
+    return obj_prepare_remove_one(st, key, now, 0, out);
 }
 
 /* Decide a managed group for a prefix removal: removed whole (its own REMOVE
@@ -1658,13 +1975,21 @@ static int obj_remove_managed_group(obj_store *st,
         }
     }
     const char **keys = malloc((count ? count : 1) * sizeof(*keys));
-    if (!keys) return SMP_ENOMEM;
+    uint64_t *ids = malloc((count ? count : 1) * sizeof(*ids));
+    if (!keys || !ids) {
+        free(keys);
+        free(ids);
+        return SMP_ENOMEM;
+    }
     size_t i = 0;
-    for (obj_sl_node *m = obj_sl_after(&g->members, NULL, 0); m; m = m->next[0])
-        keys[i++] = m->key;
+    for (obj_sl_node *m = obj_sl_after(&g->members, NULL, 0); m; m = m->next[0]) {
+        keys[i] = m->key;
+        ids[i++] = ((const obj_object *)m->val)->put_id;
+    }
     obj_record r = {0};
-    int rc = obj_encode_remove(keys, i, &r);
+    int rc = obj_encode_remove(keys, ids, i, &r);
     free(keys);
+    free(ids);
     if (rc < 0) return rc;
     if ((rc = obj_list_push(out, &r)) < 0) {
         obj_record_free(&r);
@@ -1714,7 +2039,7 @@ int obj_prepare_remove_prefix(obj_store *st,
             rep->skipped_vetoed++;
             continue;
         }
-        if ((rc = obj_keybatch_add(batch, o->key, out)) < 0) goto undo;
+        if ((rc = obj_keybatch_add(batch, o, out)) < 0) goto undo;
         rep->removed++;
     }
     if ((rc = obj_keybatch_flush(batch, out)) < 0) goto undo;
@@ -1765,7 +2090,7 @@ int obj_plan_eviction(obj_store *st,
     size_t keep_cap = 0;
 
     for (obj_object *o = st->lru_head; o && used - freed > target; o = o->lru_next) {
-        if (o->pinned || obj_lease_active(o, now)) continue;
+        if (o->pinned || obj_lease_active(o, now) || obj_sl_get(&st->holds, o->key)) continue;
         uint64_t mem = 0;
         int mem_complete = 0, cold_complete = 0;
         for (size_t i = 0; i < o->nreps; i++) {
@@ -1793,12 +2118,12 @@ int obj_plan_eviction(obj_store *st,
             for (size_t i = 0; i < o->nreps; i++)
                 if (o->reps[i].kind != SMP_REPLICA_MEMORY) obj_rep_view(&o->reps[i], &keep[k++]);
             obj_record r = {0};
-            if ((rc = obj_encode_object(o, keep, k, &r)) < 0) goto undo;
+            if ((rc = obj_encode_object(o, keep, k, 1, &r)) < 0) goto undo;
             if ((rc = obj_list_push(out, &r)) < 0) {
                 obj_record_free(&r);
                 goto undo;
             }
-        } else if ((rc = obj_keybatch_add(batch, o->key, out)) < 0) {
+        } else if ((rc = obj_keybatch_add(batch, o, out)) < 0) {
             goto undo;
         }
         freed += mem;
@@ -1826,7 +2151,7 @@ int obj_prepare_set_pin(obj_store *st, const char *key, int pinned, obj_record *
     if (!o) return SMP_ENOTFOUND;
     obj_object copy = *o;
     copy.pinned = pinned ? 1 : 0;
-    return obj_encode_object(&copy, NULL, 0, out);
+    return obj_encode_object(&copy, NULL, 0, 1, out);
 }
 
 int obj_prepare_set_replicas(obj_store *st,
@@ -1871,7 +2196,7 @@ int obj_prepare_set_replicas(obj_store *st,
             v[i].segment = NULL;
         }
     }
-    int rc = obj_encode_object(o, v, n, out);
+    int rc = obj_encode_object(o, v, n, 1, out);
     free(v);
     return rc;
 }
@@ -1929,11 +2254,7 @@ int obj_prepare_segment_update(obj_store *st,
     obj_segment *s = obj_sl_get(&st->segments, id);
     if (!s) return SMP_ENOTFOUND;
     capacity = capacity / OBJ_ALIGN * OBJ_ALIGN;
-    if (capacity < s->capacity) {
-        const obj_extent *last = s->nfree ? &s->free[s->nfree - 1] : NULL;
-        if (!last || last->off + last->len != s->capacity || last->off > capacity)
-            return SMP_EBUSY;
-    }
+    if (capacity < s->capacity) return SMP_ERANGE;
     return obj_encode_segment(OBJ_REC_SEGMENT_UPDATE, id, s->node, capacity, out);
 }
 
@@ -2070,7 +2391,7 @@ int obj_store_save(const obj_store *st,
     }
     for (obj_sl_node *x = obj_sl_after(&st->objects, NULL, 0); x; x = x->next[0]) {
         obj_record r = {0};
-        if ((rc = obj_encode_object(x->val, NULL, 0, &r)) < 0) goto free_tmp;
+        if ((rc = obj_encode_object(x->val, NULL, 0, 0, &r)) < 0) goto free_tmp;
         uint8_t oh[20];
         size_t n = obj_put_varint(oh, (4u << 3) | 2);
         n += obj_put_varint(oh + n, r.len);
@@ -2106,6 +2427,7 @@ int obj_store_load(obj_store *st, const uint8_t *data, size_t len)
     Hostrec__HostSnapshot *m = hostrec__host_snapshot__unpack(NULL, len, data ? data : empty);
     if (!m) return SMP_EPROTO;
     if (m->format != OBJ_SNAPSHOT_FORMAT) { rc = SMP_EPROTO; goto free_msg; }
+    uint64_t dropped = st->stats.replicas_dropped;
     st->bulk_load = 1;
     for (size_t i = 0; i < m->n_segments; i++) {
         if (!obj_segment_msg_ok(m->segments[i]) ||
@@ -2122,7 +2444,10 @@ int obj_store_load(obj_store *st, const uint8_t *data, size_t len)
     for (size_t i = 0; i < m->n_objects; i++) {
         const char *key = m->objects[i]->key;
         if (key && obj_sl_get(&st->objects, key)) { rc = SMP_EPROTO; goto clear; }
+        if (m->objects[i]->update_only) { rc = SMP_EPROTO; goto clear; }
         if ((rc = obj_apply_object(st, m->objects[i])) < 0) goto clear;
+        /* A snapshot is one consistent image: every replica must fit. */
+        if (st->stats.replicas_dropped != dropped) { rc = SMP_EPROTO; goto clear; }
     }
     st->bulk_load = 0;
     obj_lru_resort(st);
@@ -2131,6 +2456,7 @@ int obj_store_load(obj_store *st, const uint8_t *data, size_t len)
 
 clear:
     rc = obj_load_rc(rc);
+    st->stats.replicas_dropped = dropped;
     st->bulk_load = 0;
     obj_store_clear(st);
 free_msg:

@@ -13,8 +13,30 @@
  *
  * Soft state is not logged: in-flight puts (put start reserves a range of
  * segment memory; the put ends with a PUT_END record or is revoked or
- * cleaned up when stale) and read leases (granted by obj_get_replica_list,
- * they protect an object from eviction and removal until they expire).
+ * cleaned up when stale), read leases (granted by obj_get_replica_list,
+ * they protect an object from eviction and removal until they expire),
+ * holds (see obj_hold_record) and last-access refreshes by reads (the access
+ * time is logged only with records and saved in snapshots: an LRU hint).
+ *
+ * Records race with each other between prepare and apply; apply resolves
+ * this deterministically, so the active master and every replay agree:
+ *   - Every object has an incarnation (put_id) assigned at put start. A
+ *     PUT_END about an older incarnation than the current one is a no-op;
+ *     an update-only PUT_END (pin, replica list, eviction to cold) applies
+ *     only to its own incarnation and never re-creates a removed object;
+ *     a REMOVE entry removes its key only while it is the same incarnation.
+ *   - A memory replica that cannot exist when its record is applied (its
+ *     segment was unmounted, the range is taken) is left out and counted in
+ *     obj_stats.replicas_dropped; an update-only record never adds a memory
+ *     replica the object does not already have.
+ *   - Segment capacity only grows (SEGMENT_UPDATE to a smaller capacity is a
+ *     no-op at apply; shrinking is unmount and mount again).
+ *   - In-flight puts are soft state, so they never change what a record
+ *     does: a memory replica whose range an in-flight put holds takes it
+ *     (the put is cancelled, obj_stats.puts_cancelled; its put end then
+ *     answers SMP_ENOTFOUND). A PUT_END whose put was revoked or cleaned up
+ *     meanwhile still applies. Use a stale-put timeout well above the
+ *     OpLog's worst durable latency all the same.
  *
  * Record types (host range 1..7, encoding version OBJ_REC_ENCVER; payloads
  * are the messages of proto/host_records.proto):
@@ -24,11 +46,13 @@
  *   2 PUT_REVOKE      PutRevokeRecord: frees the range of an in-flight put.
  *   3 REMOVE          RemoveRecord: keys to remove (absent keys are no-ops).
  *   4 reserved
- *   5 SEGMENT_MOUNT   SegmentRecord: a segment and its capacity.
+ *   5 SEGMENT_MOUNT   SegmentRecord: a segment and its capacity (remounting
+ *                     the same id on the same node grows it; on another
+ *                     node it is a conflict: SMP_ESTATE).
  *   6 SEGMENT_UNMOUNT SegmentUnmountRecord: drops the segment and every
  *                     memory replica in it (objects are kept, see below).
- *   7 SEGMENT_UPDATE  UpdateRecord: a segment's new capacity, or a group's
- *                     managed flag (oneof).
+ *   7 SEGMENT_UPDATE  UpdateRecord: a segment's larger capacity, or a
+ *                     group's managed flag (oneof).
  *
  * Choices made here:
  *   - A tenant is an explicit field of an object ("" = none), not a part of
@@ -133,6 +157,11 @@ typedef struct obj_stats {
     uint64_t replicas_by_kind[2]; /* complete replicas by smp_replica_kind */
     uint64_t replica_bytes_by_kind[2];
     uint64_t puts_in_flight;
+    /* Memory replicas of applied records left out because they could not
+     * exist (segment gone, range taken): a record that lost a race. */
+    uint64_t replicas_dropped;
+    /* In-flight puts cancelled because an applied record claimed their range. */
+    uint64_t puts_cancelled;
     uint64_t memory_used;
     uint64_t memory_capacity;
     /* Refusals per smp_guard_reason (index 1..SMP_GUARD_REASON_MAX). */
@@ -163,6 +192,7 @@ typedef struct obj_put_params {
     const char *tenant; /* NULL or "": none */
     int hard_pinned;
     int overwrite;      /* replace a complete object of the same key */
+    const char *prefer_node; /* NULL: any; else try this node's segments first */
 } obj_put_params;
 
 /* Where the client writes the bytes. Strings borrowed (see the top). */
@@ -174,7 +204,8 @@ typedef struct obj_put_ticket {
 } obj_put_ticket;
 
 /* Start a put: reserve a range in the segment with the most free bytes that
- * can hold it (soft state, no record). Returns SMP_OK and fills *out;
+ * can hold it, the preferred node's segments first (soft state, no record),
+ * and give the put its incarnation. Returns SMP_OK and fills *out;
  * SMP_EINVAL (bad key, name or type), SMP_EEXIST (complete object and no
  * overwrite), SMP_EBUSY (a put of the key is in flight, or the object to
  * overwrite is leased), SMP_EVETO (guard or host rule: put or upsert into a
@@ -187,8 +218,8 @@ int obj_put_start(obj_store *st,
 
 /* Encode the PUT_END record that completes the in-flight put of key with its
  * SHA-256 and access time now. No state change: apply the record once it is
- * durable. SMP_ENOTFOUND (no put in flight), SMP_EBUSY (the object it
- * overwrites got leased), SMP_EINVAL, SMP_ENOMEM. */
+ * durable (applying it consumes the put). SMP_ENOTFOUND (no put in flight),
+ * SMP_EBUSY (the object it overwrites got leased), SMP_EINVAL, SMP_ENOMEM. */
 int obj_prepare_put_end(obj_store *st,
                         const char *key,
                         const uint8_t checksum[32],
@@ -208,8 +239,9 @@ int obj_cleanup_stale_puts(obj_store *st, uint64_t now, uint64_t timeout_ms);
 /* Copy up to cap complete replicas of key into out (strings borrowed), set
  * *n_out to the number of complete replicas (may exceed cap), refresh the
  * last access and extend the read lease to now + lease_ms (0: no lease).
- * SMP_ENOTFOUND (no complete object), SMP_EAGAIN (no readable replica: no
- * lease is granted). */
+ * SMP_ENOTFOUND (no complete object), SMP_EBUSY (held: its removal or
+ * replacement is in the OpLog), SMP_EAGAIN (no readable replica: no lease
+ * is granted). */
 int obj_get_replica_list(obj_store *st,
                          const char *key,
                          uint64_t now,
@@ -245,6 +277,14 @@ int obj_list_prefix(const obj_store *st,
 /* Encode the REMOVE record of one key. SMP_ENOTFOUND, SMP_EBUSY (leased),
  * SMP_EVETO (guard REMOVE_KEY, or host rule: member of a managed group). */
 int obj_prepare_remove(obj_store *st, const char *key, uint64_t now, obj_record *out);
+
+/* The same without asking the guard or applying the host rule: for the
+ * plugin's own remove_object (the plugin is the one deciding). A read lease
+ * still refuses it (SMP_EBUSY). */
+int obj_prepare_remove_unguarded(obj_store *st,
+                                 const char *key,
+                                 uint64_t now,
+                                 obj_record *out);
 
 typedef struct obj_remove_report {
     uint64_t removed;         /* keys put into records */
@@ -310,8 +350,8 @@ int obj_prepare_segment_mount(obj_store *st,
 int obj_segment_info(const obj_store *st, const char *id, const char **node, uint64_t *capacity);
 /* SEGMENT_UNMOUNT. SMP_ENOTFOUND. */
 int obj_prepare_segment_unmount(obj_store *st, const char *id, obj_record *out);
-/* SEGMENT_UPDATE with a new capacity. SMP_ENOTFOUND, SMP_EBUSY (a range in
- * use lies beyond the new capacity). */
+/* SEGMENT_UPDATE growing a segment. SMP_ENOTFOUND, SMP_ERANGE (smaller
+ * than now: unmount and mount again to shrink). */
 int obj_prepare_segment_update(obj_store *st,
                                const char *id,
                                uint64_t capacity,
@@ -326,14 +366,34 @@ int obj_prepare_group_managed(obj_store *st,
 
 /* Decode and apply one host record. SMP_OK; SMP_ENOTFOUND for a type outside
  * the host's (1..3, 5..7); SMP_EPROTO for an unknown encver or a payload that
- * does not decode or validate; SMP_ESTATE when the record does not fit the
- * state (unknown segment, overlapping range: a corrupt log); SMP_ENOMEM.
- * On failure the state is unchanged. */
+ * does not decode or validate; SMP_ESTATE for a SEGMENT_MOUNT of a mounted
+ * id on another node; SMP_ENOMEM. On failure the state is unchanged. Records
+ * that lost a race apply as described at the top (never an error). */
 int obj_apply_record(obj_store *st,
                      uint16_t type,
                      uint16_t encver,
                      const uint8_t *payload,
                      size_t len);
+
+/* Holds cover the window between appending a record that removes or
+ * replaces objects (REMOVE, PUT_END) and applying it: while a key is held,
+ * obj_get_replica_list answers SMP_EBUSY (no new read lease on bytes about
+ * to be freed) and eviction plans skip it. The master holds a record right
+ * after a successful append and releases it after applying it, or when the
+ * append failed. Holds count (a key may be held by several records). Other
+ * record types hold nothing. SMP_EPROTO, SMP_ENOMEM (nothing held). */
+int obj_hold_record(obj_store *st, const obj_record *rec);
+void obj_release_hold(obj_store *st, const obj_record *rec);
+
+/* One line describing a host record for a log dump tool, like snprintf:
+ * returns the length it needs (buf may be NULL with cap 0), SMP_ENOTFOUND
+ * for a non-host type, SMP_EPROTO for a payload that does not decode. */
+int obj_describe_record(uint16_t type,
+                        uint16_t encver,
+                        const uint8_t *payload,
+                        size_t len,
+                        char *buf,
+                        size_t cap);
 
 /* "PUT_END", ... ; "UNKNOWN" outside the host's types. */
 const char *obj_record_type_name(uint16_t type);
@@ -363,7 +423,8 @@ void obj_store_stats(const obj_store *st, obj_stats *out);
 /* -- Snapshot ------------------------------------------------------------------ */
 
 /* Stream the durable state (segments, managed groups, complete objects, in
- * id / name / key order) as one HostSnapshot message through write(), which
+ * id / name / key order; no soft state) as one HostSnapshot message through
+ * write(), which
  * returns 0 or a negative code (returned as is). The output is
  * deterministic: equal states give equal bytes. */
 int obj_store_save(const obj_store *st,
@@ -371,7 +432,8 @@ int obj_store_save(const obj_store *st,
                    void *ctx);
 
 /* Load a snapshot into an empty store (SMP_ESTATE if it is not empty).
- * SMP_EPROTO when it does not decode or validate; on any failure the store
+ * SMP_EPROTO when it does not decode or validate (duplicates, a replica on a
+ * segment the snapshot lacks, overlapping ranges); on any failure the store
  * is left empty. */
 int obj_store_load(obj_store *st, const uint8_t *data, size_t len);
 
