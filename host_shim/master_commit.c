@@ -5,7 +5,9 @@
  * callback; the caller's completion runs after that, so an RPC answered from
  * it never reports something that a crash could undo. Keys with a mutation in
  * flight are remembered so a second mutation of the same key is refused with
- * SMP_EBUSY instead of being validated against a state about to change.
+ * SMP_EBUSY instead of being validated against a state about to change, and
+ * the object store holds the keys a record removes or replaces until it is
+ * applied (no read lease is granted on bytes about to be freed).
  * applied_seq advances with every durable callback, host or plugin, which is
  * what a snapshot may claim to include. */
 #include <stdio.h>
@@ -78,6 +80,7 @@ static void on_durable(void *arg, int status, uint64_t seq)
 {
     commit_ctx *c = arg;
     master *m = c->m;
+    obj_record held = {c->type, c->encver, c->buf, c->len};
     if (status == SMP_OK) {
         int rc = obj_apply_record(m->objs, c->type, c->encver, c->buf, c->len);
         if (rc < 0) {
@@ -92,6 +95,7 @@ static void on_durable(void *arg, int status, uint64_t seq)
     } else {
         m->log_failed = 1;
     }
+    obj_release_hold(m->objs, &held);
     if (c->key) pending_del(m, c->key);
     if (c->done) c->done(m, c->arg, status, seq);
     free(c->buf);
@@ -123,11 +127,14 @@ int master_commit(master *m,
     c->len = rec->len;
     c->done = done;
     c->arg = arg;
+    if ((rc = obj_hold_record(m->objs, rec)) < 0) goto unmark_key;
     rc = oplog_append(m->log, rec->type, rec->encver, rec->buf, rec->len, on_durable, c, NULL);
-    if (rc < 0) goto unmark_key;
+    if (rc < 0) goto release_hold;
     rec->buf = NULL; /* owned by c now */
     rec->len = 0;
     return SMP_OK;
+release_hold:
+    obj_release_hold(m->objs, rec);
 unmark_key:
     if (c->key) pending_del(m, c->key);
 free_ctx:
