@@ -3,9 +3,11 @@
  * Plugins reach the master only through these functions (plugin_host.c checks
  * registration, gates and ownership first): durable OpLog appends, object and
  * group queries against the applied state, the persisted managed flag of a
- * group, memory usage, snapshot section I/O and RPC replies. The replica
- * tasks (ensure cold / memory, release memory, remove object) need the node
- * data plane; until it exists they are left unset and answer SMP_ENOTSUP. */
+ * group, removal of an object the plugin decided to delete (no guard asked:
+ * the plugin is the guard), memory usage, snapshot section I/O and RPC
+ * replies. The replica tasks (ensure cold / memory, release memory) need the
+ * node data plane; until it exists they are left unset and answer
+ * SMP_ENOTSUP. */
 #include <stdlib.h>
 #include <time.h>
 
@@ -50,14 +52,14 @@ static uint64_t be_group_count(void *ctx, const char *group)
     return obj_group_count(m->objs, group);
 }
 
-typedef struct managed_ctx {
+typedef struct done_ctx {
     smp_done_cb cb;
     void *arg;
-} managed_ctx;
+} done_ctx;
 
-static void on_managed(master *m, void *arg, int status, uint64_t seq)
+static void on_done(master *m, void *arg, int status, uint64_t seq)
 {
-    managed_ctx *c = arg;
+    done_ctx *c = arg;
     (void)m;
     (void)seq;
     c->cb(c->arg, status);
@@ -70,12 +72,28 @@ static int be_group_set_managed(void *ctx, const char *group, int managed, smp_d
     obj_record rec = {0};
     int rc;
     if (cb == NULL) return SMP_EINVAL;
-    managed_ctx *c = calloc(1, sizeof(*c));
+    done_ctx *c = calloc(1, sizeof(*c));
     if (c == NULL) return SMP_ENOMEM;
     c->cb = cb;
     c->arg = arg;
     if ((rc = obj_prepare_group_managed(m->objs, group, managed, &rec)) < 0 ||
-        (rc = master_commit(m, &rec, NULL, on_managed, c)) < 0)
+        (rc = master_commit(m, &rec, NULL, on_done, c)) < 0)
+        free(c);
+    return rc;
+}
+
+static int be_remove_object(void *ctx, const char *key, smp_done_cb cb, void *arg)
+{
+    master *m = ctx;
+    obj_record rec = {0};
+    int rc;
+    if (cb == NULL) return SMP_EINVAL;
+    done_ctx *c = calloc(1, sizeof(*c));
+    if (c == NULL) return SMP_ENOMEM;
+    c->cb = cb;
+    c->arg = arg;
+    if ((rc = obj_prepare_remove_unguarded(m->objs, key, master_now_ms(), &rec)) < 0 ||
+        (rc = master_commit(m, &rec, key, on_done, c)) < 0)
         free(c);
     return rc;
 }
@@ -102,6 +120,7 @@ void master_backend_init(master *m)
     b->group_list = be_group_list;
     b->group_count = be_group_count;
     b->group_set_managed = be_group_set_managed;
+    b->remove_object = be_remove_object;
     b->memory_usage = be_memory_usage;
     b->is_leader = be_is_leader;
     b->writer_write = snap_writer_write;
