@@ -189,10 +189,10 @@ static void on_serving_ready(master *m, void *arg, int status, uint64_t seq)
     m->serving = 1;
     smp_event ev = {.struct_size = sizeof(ev), .type = SMP_EVENT_ROLE_CHANGE, .is_leader = 1};
     master_emit(m, &ev);
-    fprintf(stderr, "store_master: serving (rpc %s%s%s, admin %s, applied seq %llu)\n",
-            m->cfg->listen_tcp, m->cfg->listen_unix[0] ? " and " : "", m->cfg->listen_unix,
-            m->cfg->listen_admin[0] ? m->cfg->listen_admin : "off",
-            (unsigned long long)m->applied_seq);
+    fprintf(stderr,
+            "store_master: serving: rpc tcp port %d, unix %s, admin port %d, applied seq %llu\n",
+            rpc_server_tcp_port(m->rpc), m->cfg->listen_unix[0] ? m->cfg->listen_unix : "off",
+            m->admin ? admin_http_port(m->admin) : -1, (unsigned long long)m->applied_seq);
     return;
 fail:
     m->exit_status = 1;

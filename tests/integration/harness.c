@@ -1,10 +1,14 @@
 /* harness.c -- starting, stopping and killing real masters for tests.
  *
- * See harness.h. The base config sets listen (Unix socket only, admin off)
+ * See harness.h. The base config sets listen (Unix socket, admin HTTP on
+ * an ephemeral port read back from the master's log)
  * and data_dir; when the caller's YAML has no `plugins:` key the real
  * weight_mgmt.so is loaded, and when it has no `node:` key the embedded
  * node gets a 64 MiB segment. */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <fcntl.h>
 #include <openssl/sha.h>
 #include <signal.h>
@@ -32,7 +36,7 @@ static int write_config(hx_master *m, const char *extra)
     FILE *f = fopen(m->config, "w");
     if (f == NULL) return -1;
     fprintf(f,
-            "listen:\n  tcp: \"\"\n  unix: \"%s\"\n  admin: \"\"\n"
+            "listen:\n  tcp: \"\"\n  unix: \"%s\"\n  admin: \"127.0.0.1:0\"\n"
             "data_dir: \"%s/data\"\n",
             m->socket, m->dir);
     if (extra == NULL || strstr(extra, "plugins:") == NULL)
@@ -84,6 +88,61 @@ static void print_log(const hx_master *m)
     fclose(f);
 }
 
+/* The admin port from the master's "serving:" line (last one in the log). */
+static int read_admin_port(const hx_master *m)
+{
+    char line[1024];
+    int port = -1;
+    FILE *f = fopen(m->log, "r");
+    if (f == NULL) return -1;
+    while (fgets(line, sizeof(line), f)) {
+        const char *p = strstr(line, "admin port ");
+        if (p && strstr(line, "serving:")) port = atoi(p + strlen("admin port "));
+    }
+    fclose(f);
+    return port;
+}
+
+int hx_http_get(const hx_master *m, const char *path, char **body)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)m->admin_port)};
+    char req[512];
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    if (buf == NULL || fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) goto fail;
+    int n = snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n", path);
+    if (write(fd, req, (size_t)n) != n) goto fail;
+    for (;;) {
+        if (len + 1 >= cap) {
+            char *nb = realloc(buf, cap * 2);
+            if (nb == NULL) goto fail;
+            buf = nb;
+            cap *= 2;
+        }
+        ssize_t r = read(fd, buf + len, cap - len - 1);
+        if (r < 0) goto fail;
+        if (r == 0) break;
+        len += (size_t)r;
+    }
+    close(fd);
+    buf[len] = '\0';
+    int status = 0;
+    if (sscanf(buf, "HTTP/1.%*d %d", &status) != 1) {
+        free(buf);
+        return -1;
+    }
+    char *start = strstr(buf, "\r\n\r\n");
+    *body = strdup(start ? start + 4 : "");
+    free(buf);
+    return status;
+fail:
+    if (fd >= 0) close(fd);
+    free(buf);
+    return -1;
+}
+
 int hx_start(hx_master *m, int timeout_ms)
 {
     char err[256];
@@ -101,7 +160,10 @@ int hx_start(hx_master *m, int timeout_ms)
             kvc_status st;
             int rc = kvc_status_get(c, &st);
             kvc_close(c);
-            if (rc == 0) return 0;
+            if (rc == 0) {
+                m->admin_port = read_admin_port(m);
+                return 0;
+            }
         }
         sleep_ms(10);
     }

@@ -2,8 +2,8 @@
  *
  * A test asks for a fresh directory, writes a config into it (the caller's
  * YAML body appended to a base that points the master's RPC at a Unix socket
- * in that directory, its data_dir inside it and turns the admin HTTP off
- * unless asked), starts build/bin/store_master as a child process, waits until
+ * in that directory, its data_dir inside it and the admin HTTP on an
+ * ephemeral loopback port), starts build/bin/store_master as a child process, waits until
  * the socket answers a status call, and later stops it with SIGTERM or kills
  * it with SIGKILL. Everything lives under one mkdtemp directory that
  * hx_cleanup() removes. Nothing here is mocked: the master is the real
@@ -22,6 +22,7 @@ typedef struct hx_master {
     char socket[320];     /* the master's Unix socket */
     char log[320];        /* the master's stderr */
     pid_t pid;            /* 0 when not running */
+    int admin_port;       /* the admin HTTP port of the running master */
 } hx_master;
 
 /* Make a directory under /tmp and write config.yaml: the base settings plus
@@ -44,6 +45,10 @@ void hx_kill(hx_master *m);
 
 /* A client connected to the running master (timeout 10 s); NULL on failure. */
 kvc *hx_client(const hx_master *m);
+
+/* GET path from the running master's admin HTTP endpoint. Returns the HTTP
+ * status and a malloc'd body (caller frees), or -1. */
+int hx_http_get(const hx_master *m, const char *path, char **body);
 
 /* 1 when the master's log contains needle. */
 int hx_log_contains(const hx_master *m, const char *needle);
