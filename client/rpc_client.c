@@ -26,6 +26,7 @@
 
 #include "rpc.pb-c.h"
 #include "rpc_client.h"
+#include "wm_errbuf.h"
 
 #define RPCC_READ_CHUNK (64u * 1024u)
 
@@ -53,16 +54,6 @@ static void conn_err(rpcc_conn *c, const char *fmt, ...)
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(c->err, sizeof(c->err), fmt, ap);
-    va_end(ap);
-}
-
-static void errbuf_set(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    if (err == NULL || errlen == 0)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
     va_end(ap);
 }
 
@@ -122,7 +113,7 @@ static int connect_unix(const char *path, int64_t deadline, int *fd_out,
     (void)deadline;
 
     if (strlen(path) >= sizeof(sa.sun_path)) {
-        errbuf_set(err, errlen, "unix socket path '%s' is longer than %zu bytes",
+        wm_errbuf(err, errlen, "unix socket path '%s' is longer than %zu bytes",
                    path, sizeof(sa.sun_path) - 1);
         return SMP_EINVAL;
     }
@@ -130,17 +121,17 @@ static int connect_unix(const char *path, int64_t deadline, int *fd_out,
     sa.sun_family = AF_UNIX;
     strcpy(sa.sun_path, path);
     if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0) {
-        errbuf_set(err, errlen, "socket: %s", strerror(errno));
+        wm_errbuf(err, errlen, "socket: %s", strerror(errno));
         return SMP_EIO;
     }
     /* A local connect completes or fails at once; it never waits on a peer. */
     if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-        errbuf_set(err, errlen, "connect to unix:%s: %s", path, strerror(errno));
+        wm_errbuf(err, errlen, "connect to unix:%s: %s", path, strerror(errno));
         close(fd);
         return errno == EAGAIN ? SMP_EAGAIN : SMP_EIO;
     }
     if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) < 0) {
-        errbuf_set(err, errlen, "fcntl: %s", strerror(errno));
+        wm_errbuf(err, errlen, "fcntl: %s", strerror(errno));
         close(fd);
         return SMP_EIO;
     }
@@ -210,7 +201,7 @@ static int connect_tcp(const char *spec, int64_t deadline, int *fd_out,
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags = AI_NUMERICSERV;
     if ((r = getaddrinfo(host, colon + 1, &hints, &res)) != 0) {
-        errbuf_set(err, errlen, "cannot resolve '%s': %s", spec, gai_strerror(r));
+        wm_errbuf(err, errlen, "cannot resolve '%s': %s", spec, gai_strerror(r));
         return r == EAI_NONAME || r == EAI_SERVICE ? SMP_EINVAL : SMP_EIO;
     }
     for (ai = res; ai != NULL; ai = ai->ai_next) {
@@ -219,7 +210,7 @@ static int connect_tcp(const char *spec, int64_t deadline, int *fd_out,
     }
     freeaddrinfo(res);
     if (fd < 0) {
-        errbuf_set(err, errlen, "connect to %s: %s", spec,
+        wm_errbuf(err, errlen, "connect to %s: %s", spec,
                    fd == -ETIMEDOUT ? "timed out" : strerror(-fd));
         return fd == -ETIMEDOUT ? SMP_EAGAIN : SMP_EIO;
     }
@@ -227,7 +218,7 @@ static int connect_tcp(const char *spec, int64_t deadline, int *fd_out,
     return SMP_OK;
 
 bad:
-    errbuf_set(err, errlen, "endpoint '%s' is not host:port, unix:/path or /path", spec);
+    wm_errbuf(err, errlen, "endpoint '%s' is not host:port, unix:/path or /path", spec);
     return SMP_EINVAL;
 }
 
@@ -242,12 +233,12 @@ int rpcc_connect(const char *endpoint,
     int rc, fd = -1;
 
     if (out == NULL || endpoint == NULL) {
-        errbuf_set(err, errlen, "no endpoint or no result pointer");
+        wm_errbuf(err, errlen, "no endpoint or no result pointer");
         return SMP_EINVAL;
     }
     *out = NULL;
     if ((c = calloc(1, sizeof(*c))) == NULL) {
-        errbuf_set(err, errlen, "out of memory");
+        wm_errbuf(err, errlen, "out of memory");
         return SMP_ENOMEM;
     }
     c->fd = -1;

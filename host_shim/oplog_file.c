@@ -37,6 +37,7 @@
 #include <xxhash.h>
 
 #include "oplog.h"
+#include "wm_errbuf.h"
 
 #define REC_MAGIC 0x314C4F57u /* bytes 'W' 'O' 'L' '1' */
 #define REC_HDR 20u
@@ -169,16 +170,6 @@ static uint64_t get_le64(const uint8_t *p)
     for (int i = 7; i >= 0; i--)
         v = (v << 8) | p[i];
     return v;
-}
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    if (err == NULL || errlen == 0)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
 }
 
 /* Emit one log line through opt.log_fn (or stderr). Any thread. */
@@ -318,12 +309,12 @@ static int seg_map_open(const char *path, seg_map *m, char *err, size_t errlen)
     m->fd = open(path, O_RDONLY | O_CLOEXEC);
     if (m->fd < 0) {
         rc = -errno;
-        set_err(err, errlen, "oplog: %s: cannot open: %s", path, strerror(-rc));
+        wm_errbuf(err, errlen, "oplog: %s: cannot open: %s", path, strerror(-rc));
         return SMP_EIO;
     }
     if (fstat(m->fd, &st) < 0) {
         rc = -errno;
-        set_err(err, errlen, "oplog: %s: cannot stat: %s", path, strerror(-rc));
+        wm_errbuf(err, errlen, "oplog: %s: cannot stat: %s", path, strerror(-rc));
         goto close_fd;
     }
     m->size = (size_t)st.st_size;
@@ -331,7 +322,7 @@ static int seg_map_open(const char *path, seg_map *m, char *err, size_t errlen)
         void *p = mmap(NULL, m->size, PROT_READ, MAP_PRIVATE, m->fd, 0);
         if (p == MAP_FAILED) {
             rc = -errno;
-            set_err(err, errlen, "oplog: %s: cannot map: %s", path, strerror(-rc));
+            wm_errbuf(err, errlen, "oplog: %s: cannot map: %s", path, strerror(-rc));
             goto close_fd;
         }
         m->buf = p;
@@ -401,7 +392,7 @@ static int list_segments(file_log *fl, char *err, size_t errlen)
     struct dirent *de;
     DIR *d = opendir(fl->dir);
     if (d == NULL) {
-        set_err(err, errlen, "oplog: %s: cannot list: %s", fl->dir, strerror(errno));
+        wm_errbuf(err, errlen, "oplog: %s: cannot list: %s", fl->dir, strerror(errno));
         return SMP_EIO;
     }
     while ((de = readdir(d)) != NULL) {
@@ -412,7 +403,7 @@ static int list_segments(file_log *fl, char *err, size_t errlen)
         if (seq == 0) {
             if (strspn(de->d_name, "0") == SEG_DIGITS &&
                 strcmp(de->d_name + SEG_DIGITS, SEG_SUFFIX) == 0) {
-                set_err(err, errlen, "oplog: %s/%s: a segment cannot start at seq 0",
+                wm_errbuf(err, errlen, "oplog: %s/%s: a segment cannot start at seq 0",
                         fl->dir, de->d_name);
                 rc = SMP_EPROTO;
                 goto close_dir;
@@ -420,7 +411,7 @@ static int list_segments(file_log *fl, char *err, size_t errlen)
             continue;
         }
         if ((rc = segs_reserve(fl, fl->nsegs + 1)) < 0) {
-            set_err(err, errlen, "oplog: out of memory listing %s", fl->dir);
+            wm_errbuf(err, errlen, "oplog: out of memory listing %s", fl->dir);
             goto close_dir;
         }
         fl->segs[fl->nsegs++] = seq;
@@ -463,7 +454,7 @@ static int scan_segment(file_log *fl,
         rec_status st = parse_record(m.buf + off, m.size - off, &rec, &rec_len);
         if (st == REC_OK) {
             if (rec.seq != *expect) {
-                set_err(err, errlen,
+                wm_errbuf(err, errlen,
                         "oplog: %s: offset %zu: record has seq %" PRIu64
                         ", expected %" PRIu64 " (sequence gap); refusing to open",
                         path, off, rec.seq, *expect);
@@ -475,7 +466,7 @@ static int scan_segment(file_log *fl,
             continue;
         }
         if (find_valid_after(m.buf, m.size, off + 1, &valid_at, &valid_seq)) {
-            set_err(err, errlen,
+            wm_errbuf(err, errlen,
                     "oplog: %s: offset %zu: record seq %" PRIu64 " is corrupt (%s) "
                     "but a valid record (seq %" PRIu64 ") follows at offset %zu: "
                     "not a torn tail; refusing to open",
@@ -484,7 +475,7 @@ static int scan_segment(file_log *fl,
             goto unmap;
         }
         if (!is_last) {
-            set_err(err, errlen,
+            wm_errbuf(err, errlen,
                     "oplog: %s: offset %zu: record seq %" PRIu64 " is corrupt (%s) "
                     "in a segment that is not the last: not a torn tail; "
                     "refusing to open",
@@ -518,12 +509,12 @@ static int cut_torn_tail(file_log *fl,
     seg_path(fl, fl->segs[fl->nsegs - 1], path, sizeof(path));
     fd = open(path, O_WRONLY | O_CLOEXEC);
     if (fd < 0) {
-        set_err(err, errlen, "oplog: %s: cannot open to cut the torn tail: %s",
+        wm_errbuf(err, errlen, "oplog: %s: cannot open to cut the torn tail: %s",
                 path, strerror(errno));
         return SMP_EIO;
     }
     if (fstat(fd, &st) < 0 || ftruncate(fd, (off_t)cut_at) < 0 || fsync(fd) < 0) {
-        set_err(err, errlen, "oplog: %s: cannot cut the torn tail at offset %" PRIu64
+        wm_errbuf(err, errlen, "oplog: %s: cannot cut the torn tail at offset %" PRIu64
                 ": %s", path, cut_at, strerror(errno));
         rc = SMP_EIO;
         goto close_fd;
@@ -571,7 +562,7 @@ static int ensure_dir(const char *dir, char *err, size_t errlen)
         else
             snprintf(parent, sizeof(parent), ".");
         if ((rc = fsync_dir(parent)) < 0) {
-            set_err(err, errlen, "oplog: %s: cannot sync after mkdir: %s",
+            wm_errbuf(err, errlen, "oplog: %s: cannot sync after mkdir: %s",
                     parent, strerror(-rc));
             return SMP_EIO;
         }
@@ -579,7 +570,7 @@ static int ensure_dir(const char *dir, char *err, size_t errlen)
     }
     if (errno == EEXIST)
         return 0;
-    set_err(err, errlen, "oplog: %s: cannot create: %s", dir, strerror(errno));
+    wm_errbuf(err, errlen, "oplog: %s: cannot create: %s", dir, strerror(errno));
     return SMP_EIO;
 }
 
@@ -598,11 +589,11 @@ static int recover(file_log *fl, char *err, size_t errlen)
         return rc;
     if (fl->nsegs == 0) {
         if ((rc = segs_reserve(fl, 1)) < 0) {
-            set_err(err, errlen, "oplog: out of memory");
+            wm_errbuf(err, errlen, "oplog: out of memory");
             return rc;
         }
         if ((rc = create_segment(fl, 1)) < 0) {
-            set_err(err, errlen, "oplog: %s: cannot create the first segment: %s",
+            wm_errbuf(err, errlen, "oplog: %s: cannot create the first segment: %s",
                     fl->dir, strerror(-rc));
             return SMP_EIO;
         }
@@ -618,7 +609,7 @@ static int recover(file_log *fl, char *err, size_t errlen)
             char prev[PATH_MAX];
             seg_path(fl, fl->segs[i], path, sizeof(path));
             seg_path(fl, fl->segs[i - 1], prev, sizeof(prev));
-            set_err(err, errlen,
+            wm_errbuf(err, errlen,
                     "oplog: %s: segment starts at seq %" PRIu64 " but %s ends at seq %"
                     PRIu64 ": sequence gap; refusing to open",
                     path, fl->segs[i], prev, expect - 1);
@@ -635,7 +626,7 @@ static int recover(file_log *fl, char *err, size_t errlen)
     seg_path(fl, fl->segs[fl->nsegs - 1], path, sizeof(path));
     fl->fd = open(path, O_WRONLY | O_CLOEXEC);
     if (fl->fd < 0 || (end = lseek(fl->fd, 0, SEEK_END)) < 0) {
-        set_err(err, errlen, "oplog: %s: cannot open for appending: %s",
+        wm_errbuf(err, errlen, "oplog: %s: cannot open for appending: %s",
                 path, strerror(errno));
         if (fl->fd >= 0)
             close(fl->fd);
@@ -944,7 +935,7 @@ static int file_replay(oplog *log,
     char path[PATH_MAX];
 
     if (fl->appended || fl->closing) {
-        set_err(err, errlen, "oplog: replay must come before the first append");
+        wm_errbuf(err, errlen, "oplog: replay must come before the first append");
         return SMP_ESTATE;
     }
     pthread_mutex_lock(&fl->mu);
@@ -954,19 +945,19 @@ static int file_replay(oplog *log,
         memcpy(segs, fl->segs, nsegs * sizeof(*segs));
     pthread_mutex_unlock(&fl->mu);
     if (segs == NULL) {
-        set_err(err, errlen, "oplog: out of memory");
+        wm_errbuf(err, errlen, "oplog: out of memory");
         return SMP_ENOMEM;
     }
     if (segs[0] > after_seq + 1) {
         seg_path(fl, segs[0], path, sizeof(path));
-        set_err(err, errlen, "oplog: records %" PRIu64 "..%" PRIu64 " are missing: "
+        wm_errbuf(err, errlen, "oplog: records %" PRIu64 "..%" PRIu64 " are missing: "
                 "the log starts at seq %" PRIu64 " (%s)",
                 after_seq + 1, segs[0] - 1, segs[0], path);
         rc = SMP_EPROTO;
         goto free_segs;
     }
     if (fl->last_seq < after_seq) {
-        set_err(err, errlen, "oplog: the log ends at seq %" PRIu64 ", before seq %"
+        wm_errbuf(err, errlen, "oplog: the log ends at seq %" PRIu64 ", before seq %"
                 PRIu64 " that replay starts after", fl->last_seq, after_seq);
         rc = SMP_EPROTO;
         goto free_segs;
@@ -986,7 +977,7 @@ static int file_replay(oplog *log,
             size_t rec_len = 0;
             rec_status st = parse_record(m.buf + off, m.size - off, &rec, &rec_len);
             if (st != REC_OK || rec.seq != expect) {
-                set_err(err, errlen, "oplog: %s: offset %zu: record seq %" PRIu64
+                wm_errbuf(err, errlen, "oplog: %s: offset %zu: record seq %" PRIu64
                         " no longer verifies (%s)", path, off, expect,
                         st != REC_OK ? rec_status_text(st) : "sequence gap");
                 rc = SMP_EPROTO;
@@ -997,7 +988,7 @@ static int file_replay(oplog *log,
             if (rec.seq <= after_seq)
                 continue;
             if ((rc = fn(arg, &rec)) < 0) {
-                set_err(err, errlen, "oplog: replay stopped at seq %" PRIu64 ": %s",
+                wm_errbuf(err, errlen, "oplog: replay stopped at seq %" PRIu64 ": %s",
                         rec.seq, smp_strerror(rc));
                 break;
             }
@@ -1110,17 +1101,17 @@ int oplog_file_open(uv_loop_t *loop,
 
     if (loop == NULL || opt == NULL || opt->dir == NULL || opt->dir[0] == '\0' ||
         out == NULL) {
-        set_err(err, errlen, "oplog: open needs a loop, options with a dir, and out");
+        wm_errbuf(err, errlen, "oplog: open needs a loop, options with a dir, and out");
         return SMP_EINVAL;
     }
     if (opt->max_record_bytes > UINT32_MAX - REC_FRAME) {
-        set_err(err, errlen, "oplog: max_record_bytes %" PRIu32 " is too large",
+        wm_errbuf(err, errlen, "oplog: max_record_bytes %" PRIu32 " is too large",
                 opt->max_record_bytes);
         return SMP_EINVAL;
     }
     fl = calloc(1, sizeof(*fl));
     if (fl == NULL) {
-        set_err(err, errlen, "oplog: out of memory");
+        wm_errbuf(err, errlen, "oplog: out of memory");
         return SMP_ENOMEM;
     }
     fl->base.ops = &file_ops;
@@ -1136,7 +1127,7 @@ int oplog_file_open(uv_loop_t *loop,
     fl->dir = strdup(opt->dir);
     fl->iov = calloc(fl->opt.max_batch_records, sizeof(*fl->iov));
     if (fl->dir == NULL || fl->iov == NULL) {
-        set_err(err, errlen, "oplog: out of memory");
+        wm_errbuf(err, errlen, "oplog: out of memory");
         rc = SMP_ENOMEM;
         goto free_log;
     }
@@ -1148,24 +1139,24 @@ int oplog_file_open(uv_loop_t *loop,
     fl->durable_seq = fl->last_seq;
 
     if (pthread_mutex_init(&fl->mu, NULL) != 0) {
-        set_err(err, errlen, "oplog: cannot create a mutex");
+        wm_errbuf(err, errlen, "oplog: cannot create a mutex");
         rc = SMP_ENOMEM;
         goto close_fd;
     }
     if (pthread_cond_init(&fl->cv, NULL) != 0) {
-        set_err(err, errlen, "oplog: cannot create a condition variable");
+        wm_errbuf(err, errlen, "oplog: cannot create a condition variable");
         rc = SMP_ENOMEM;
         goto destroy_mutex;
     }
     if (pthread_create(&fl->thread, NULL, writer_main, fl) != 0) {
-        set_err(err, errlen, "oplog: cannot start the writer thread");
+        wm_errbuf(err, errlen, "oplog: cannot start the writer thread");
         rc = SMP_ENOMEM;
         goto destroy_cond;
     }
     /* The writer sends on the handle only after a batch, and no record can be
      * appended before open returns, so initialising it now is early enough. */
     if ((rc = uv_async_init(loop, &fl->async, on_async)) < 0) {
-        set_err(err, errlen, "oplog: cannot create the async handle: %s",
+        wm_errbuf(err, errlen, "oplog: cannot create the async handle: %s",
                 uv_strerror(rc));
         rc = SMP_EIO;
         goto stop_thread;

@@ -24,6 +24,7 @@
 #include <time.h>
 
 #include "plugin_host.h"
+#include "wm_errbuf.h"
 
 /* The size of each ABI struct as ABI 1.0 defined it: the end of its last 1.0
  * field. Frozen; a struct_size below it cannot hold every 1.0 field. */
@@ -128,18 +129,6 @@ static void vec_free(host_vec *vec)
     free(vec->v);
     vec->v = NULL;
     vec->n = vec->cap = 0;
-}
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    if (err == NULL || errlen == 0) return;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
 }
 
 static const char *file_name(const char *path)
@@ -796,39 +785,39 @@ static int check_desc(host_plugin *p, const smp_plugin_desc *d, char *err, size_
     uint64_t missing;
 
     if (d == NULL) {
-        set_err(err, errlen, "%s: smp_plugin_entry returned no descriptor", p->file);
+        wm_errbuf(err, errlen, "%s: smp_plugin_entry returned no descriptor", p->file);
         return SMP_EINVAL;
     }
     ss = struct_size_of(d);
     if (ss < V1_DESC) {
-        set_err(err, errlen, "%s: descriptor struct_size %" PRIu32 " is smaller than ABI 1.0's %zu",
+        wm_errbuf(err, errlen, "%s: descriptor struct_size %" PRIu32 " is smaller than ABI 1.0's %zu",
                 p->file, ss, V1_DESC);
         return SMP_EINVAL;
     }
     copy_abi(&p->desc, sizeof(p->desc), d, V1_DESC);
     if (p->desc.abi_major != SMP_ABI_MAJOR) {
-        set_err(err, errlen, "%s: ABI major %u does not match host ABI major %u", p->file,
+        wm_errbuf(err, errlen, "%s: ABI major %u does not match host ABI major %u", p->file,
                 (unsigned)p->desc.abi_major, (unsigned)SMP_ABI_MAJOR);
         return SMP_ENOTSUP;
     }
     if (p->desc.abi_minor > SMP_ABI_MINOR) {
-        set_err(err, errlen, "%s: ABI minor %u is newer than host ABI minor %u", p->file,
+        wm_errbuf(err, errlen, "%s: ABI minor %u is newer than host ABI minor %u", p->file,
                 (unsigned)p->desc.abi_minor, (unsigned)SMP_ABI_MINOR);
         return SMP_ENOTSUP;
     }
     if (p->desc.abi_tag != SMP_ABI_TAG) {
-        set_err(err, errlen, "%s: ABI tag 0x%08" PRIx32 " does not match host ABI tag 0x%08" PRIx32,
+        wm_errbuf(err, errlen, "%s: ABI tag 0x%08" PRIx32 " does not match host ABI tag 0x%08" PRIx32,
                 p->file, p->desc.abi_tag, (uint32_t)SMP_ABI_TAG);
         return SMP_ENOTSUP;
     }
     missing = p->desc.required_host_caps & ~offered;
     if (missing != 0) {
-        set_err(err, errlen, "%s: required host capabilities 0x%" PRIx64
+        wm_errbuf(err, errlen, "%s: required host capabilities 0x%" PRIx64
                 " are not offered (host offers 0x%" PRIx64 ")", p->file, missing, offered);
         return SMP_ENOTSUP;
     }
     if (p->desc.init == NULL) {
-        set_err(err, errlen, "%s: descriptor has no init", p->file);
+        wm_errbuf(err, errlen, "%s: descriptor has no init", p->file);
         return SMP_EINVAL;
     }
     return SMP_OK;
@@ -849,7 +838,7 @@ int host_plugins_load(host_plugins *reg, const host_config_plugin *pc, char *err
 
     if (err != NULL && errlen > 0) err[0] = '\0';
     if (reg == NULL || pc == NULL || pc->path == NULL) {
-        set_err(err, errlen, "plugin: no path to load");
+        wm_errbuf(err, errlen, "plugin: no path to load");
         return SMP_EINVAL;
     }
     p = calloc(1, sizeof(*p));
@@ -865,7 +854,7 @@ int host_plugins_load(host_plugins *reg, const host_config_plugin *pc, char *err
     p->dl = dlopen(p->path, RTLD_NOW | RTLD_LOCAL);
     if (p->dl == NULL) {
         dl_msg = dlerror();
-        set_err(err, errlen, "%s: cannot load: %s", p->file, str_or(dl_msg, "unknown error"));
+        wm_errbuf(err, errlen, "%s: cannot load: %s", p->file, str_or(dl_msg, "unknown error"));
         rc = SMP_EIO;
         goto free_plugin;
     }
@@ -873,7 +862,7 @@ int host_plugins_load(host_plugins *reg, const host_config_plugin *pc, char *err
     sym = dlsym(p->dl, SMP_PLUGIN_ENTRY_SYMBOL);
     if (sym == NULL) {
         dl_msg = dlerror();
-        set_err(err, errlen, "%s: no entry symbol %s (%s)", p->file, SMP_PLUGIN_ENTRY_SYMBOL,
+        wm_errbuf(err, errlen, "%s: no entry symbol %s (%s)", p->file, SMP_PLUGIN_ENTRY_SYMBOL,
                 str_or(dl_msg, "symbol is NULL"));
         rc = SMP_ENOTFOUND;
         goto close_library;
@@ -884,7 +873,7 @@ int host_plugins_load(host_plugins *reg, const host_config_plugin *pc, char *err
     /* The plugin list grows before init so that a later push cannot fail
      * after a successful init. */
     if ((rc = vec_push(&reg->plugins, p)) < 0) {
-        set_err(err, errlen, "%s: out of memory", p->file);
+        wm_errbuf(err, errlen, "%s: out of memory", p->file);
         goto close_library;
     }
     reg->plugins.n--;
@@ -894,12 +883,12 @@ int host_plugins_load(host_plugins *reg, const host_config_plugin *pc, char *err
     rc = p->desc.init(p, &p->api, &p->state);
     p->in_init = 0;
     if (p->refused_rc != 0) {
-        set_err(err, errlen, "%s", p->refused);
+        wm_errbuf(err, errlen, "%s", p->refused);
         rc = p->refused_rc;
         goto undo_init;
     }
     if (rc != SMP_OK) {
-        set_err(err, errlen, "%s: init failed: %s (%d)", p->file, smp_strerror(rc), rc);
+        wm_errbuf(err, errlen, "%s: init failed: %s (%d)", p->file, smp_strerror(rc), rc);
         if (rc > 0) rc = SMP_EINVAL;
         goto undo_init;
     }
@@ -915,7 +904,7 @@ free_plugin:
     return rc;
 
 no_memory:
-    set_err(err, errlen, "%s: out of memory", file_name(pc->path));
+    wm_errbuf(err, errlen, "%s: out of memory", file_name(pc->path));
     plugin_free(p);
     return SMP_ENOMEM;
 }

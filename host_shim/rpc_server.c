@@ -32,6 +32,7 @@
 
 #include "rpc.h"
 #include "rpc.pb-c.h"
+#include "wm_errbuf.h"
 
 #define RPC_READ_CHUNK (64u * 1024u)
 
@@ -131,16 +132,6 @@ typedef struct rpc_sreq {
 } rpc_sreq;
 
 static void conn_close(rpc_conn *c);
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    if (err == NULL || errlen == 0)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 static char *dup_str(const char *s)
 {
@@ -799,7 +790,7 @@ int rpc_server_create(uv_loop_t *loop,
     rpc_server *s;
 
     if (loop == NULL || out == NULL) {
-        set_err(err, errlen, "rpc: no loop or no result pointer");
+        wm_errbuf(err, errlen, "rpc: no loop or no result pointer");
         return SMP_EINVAL;
     }
     *out = NULL;
@@ -808,7 +799,7 @@ int rpc_server_create(uv_loop_t *loop,
         opt = &none;
     }
     if (opt->max_frame_bytes > RPC_MAX_FRAME_LIMIT) {
-        set_err(err, errlen, "rpc: max_frame_bytes %" PRIu32 " is above the limit %u",
+        wm_errbuf(err, errlen, "rpc: max_frame_bytes %" PRIu32 " is above the limit %u",
                 opt->max_frame_bytes, RPC_MAX_FRAME_LIMIT);
         return SMP_ERANGE;
     }
@@ -827,7 +818,7 @@ int rpc_server_create(uv_loop_t *loop,
         goto free_server;
     if (opt->listen_unix != NULL && opt->listen_unix[0] != '\0') {
         if (strlen(opt->listen_unix) >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
-            set_err(err, errlen, "rpc: unix socket path '%s' is longer than %zu bytes",
+            wm_errbuf(err, errlen, "rpc: unix socket path '%s' is longer than %zu bytes",
                     opt->listen_unix, sizeof(((struct sockaddr_un *)0)->sun_path) - 1);
             server_free(s);
             return SMP_EINVAL;
@@ -841,7 +832,7 @@ int rpc_server_create(uv_loop_t *loop,
 free_server:
     server_free(s);
 no_memory:
-    set_err(err, errlen, "rpc: out of memory");
+    wm_errbuf(err, errlen, "rpc: out of memory");
     return SMP_ENOMEM;
 }
 
@@ -880,7 +871,7 @@ static int parse_tcp(const char *spec, struct sockaddr_storage *ss, char *err, s
     if (uv_ip6_addr(host, (int)port, (struct sockaddr_in6 *)ss) == 0)
         return SMP_OK;
 bad:
-    set_err(err, errlen, "rpc: listen_tcp '%s' is not host:port with a numeric address", spec);
+    wm_errbuf(err, errlen, "rpc: listen_tcp '%s' is not host:port with a numeric address", spec);
     return SMP_EINVAL;
 }
 
@@ -911,7 +902,7 @@ static int start_tcp(rpc_server *s, char *err, size_t errlen)
     if ((rc = parse_tcp(s->listen_tcp, &ss, err, errlen)) < 0)
         return rc;
     if (uv_tcp_init(s->loop, &s->tcp.h.tcp) < 0) {
-        set_err(err, errlen, "rpc: cannot create the TCP listener");
+        wm_errbuf(err, errlen, "rpc: cannot create the TCP listener");
         return SMP_EIO;
     }
     s->tcp.h.handle.data = &s->tcp;
@@ -921,7 +912,7 @@ static int start_tcp(rpc_server *s, char *err, size_t errlen)
     s->refs++;
     if ((rc = uv_tcp_bind(&s->tcp.h.tcp, (const struct sockaddr *)&ss, 0)) < 0 ||
         (rc = uv_listen(&s->tcp.h.stream, s->backlog, on_connection)) < 0) {
-        set_err(err, errlen, "rpc: cannot listen on %s: %s", s->listen_tcp, uv_strerror(rc));
+        wm_errbuf(err, errlen, "rpc: cannot listen on %s: %s", s->listen_tcp, uv_strerror(rc));
         return SMP_EIO;
     }
     if (uv_tcp_getsockname(&s->tcp.h.tcp, (struct sockaddr *)&bound, &namelen) == 0)
@@ -940,13 +931,13 @@ static int start_unix(rpc_server *s, char *err, size_t errlen)
 
     if (lstat(s->listen_unix, &sb) == 0) {
         if (!S_ISSOCK(sb.st_mode)) {
-            set_err(err, errlen, "rpc: %s exists and is not a socket", s->listen_unix);
+            wm_errbuf(err, errlen, "rpc: %s exists and is not a socket", s->listen_unix);
             return SMP_EINVAL;
         }
         unlink(s->listen_unix);
     }
     if (uv_pipe_init(s->loop, &s->unix_l.h.pipe, 0) < 0) {
-        set_err(err, errlen, "rpc: cannot create the unix listener");
+        wm_errbuf(err, errlen, "rpc: cannot create the unix listener");
         return SMP_EIO;
     }
     s->unix_l.h.handle.data = &s->unix_l;
@@ -955,12 +946,12 @@ static int start_unix(rpc_server *s, char *err, size_t errlen)
     s->unix_l.active = 1;
     s->refs++;
     if ((rc = uv_pipe_bind(&s->unix_l.h.pipe, s->listen_unix)) < 0) {
-        set_err(err, errlen, "rpc: cannot bind %s: %s", s->listen_unix, uv_strerror(rc));
+        wm_errbuf(err, errlen, "rpc: cannot bind %s: %s", s->listen_unix, uv_strerror(rc));
         return SMP_EIO;
     }
     s->unix_created = 1;
     if ((rc = uv_listen(&s->unix_l.h.stream, s->backlog, on_connection)) < 0) {
-        set_err(err, errlen, "rpc: cannot listen on %s: %s", s->listen_unix, uv_strerror(rc));
+        wm_errbuf(err, errlen, "rpc: cannot listen on %s: %s", s->listen_unix, uv_strerror(rc));
         return SMP_EIO;
     }
     return SMP_OK;
@@ -982,7 +973,7 @@ int rpc_server_start(rpc_server *s, char *err, size_t errlen)
     if (s == NULL)
         return SMP_EINVAL;
     if (s->started || s->closing) {
-        set_err(err, errlen, "rpc: server already started or closed");
+        wm_errbuf(err, errlen, "rpc: server already started or closed");
         return SMP_ESTATE;
     }
     s->started = 1;
