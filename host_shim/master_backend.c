@@ -66,36 +66,37 @@ static void on_done(master *m, void *arg, int status, uint64_t seq)
     free(c);
 }
 
+/* Commit a prepared host record and report to the plugin's callback. */
+static int commit_done(master *m, obj_record *rec, const char *key, smp_done_cb cb, void *arg)
+{
+    int rc;
+    done_ctx *c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        obj_record_free(rec);
+        return SMP_ENOMEM;
+    }
+    c->cb = cb;
+    c->arg = arg;
+    if ((rc = master_commit(m, rec, key, on_done, c)) < 0) free(c);
+    return rc;
+}
+
 static int be_group_set_managed(void *ctx, const char *group, int managed, smp_done_cb cb, void *arg)
 {
     master *m = ctx;
     obj_record rec = {0};
-    int rc;
     if (cb == NULL) return SMP_EINVAL;
-    done_ctx *c = calloc(1, sizeof(*c));
-    if (c == NULL) return SMP_ENOMEM;
-    c->cb = cb;
-    c->arg = arg;
-    if ((rc = obj_prepare_group_managed(m->objs, group, managed, &rec)) < 0 ||
-        (rc = master_commit(m, &rec, NULL, on_done, c)) < 0)
-        free(c);
-    return rc;
+    int rc = obj_prepare_group_managed(m->objs, group, managed, &rec);
+    return rc < 0 ? rc : commit_done(m, &rec, NULL, cb, arg);
 }
 
 static int be_remove_object(void *ctx, const char *key, smp_done_cb cb, void *arg)
 {
     master *m = ctx;
     obj_record rec = {0};
-    int rc;
     if (cb == NULL) return SMP_EINVAL;
-    done_ctx *c = calloc(1, sizeof(*c));
-    if (c == NULL) return SMP_ENOMEM;
-    c->cb = cb;
-    c->arg = arg;
-    if ((rc = obj_prepare_remove_unguarded(m->objs, key, master_now_ms(), &rec)) < 0 ||
-        (rc = master_commit(m, &rec, key, on_done, c)) < 0)
-        free(c);
-    return rc;
+    int rc = obj_prepare_remove_unguarded(m->objs, key, master_now_ms(), &rec);
+    return rc < 0 ? rc : commit_done(m, &rec, key, cb, arg);
 }
 
 static void be_memory_usage(void *ctx, uint64_t *used, uint64_t *capacity)
