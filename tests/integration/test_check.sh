@@ -48,6 +48,11 @@ printf 'plugins:\n  - path: "%s/nope.so"\n' "$tmp" >"$tmp/missing.yaml"
 out=$("$bin" --config "$tmp/missing.yaml" --check 2>&1); rc=$?
 [ $rc -ne 0 ] && grep -qF "nope.so: cannot load" <<<"$out" && ok "missing plugin refused" || bad "missing: exit $rc: $out"
 
+# weightctl's default master address is the one the embedded config listens on.
+tcp=$(sed -n 's/^ *tcp: *"\{0,1\}\([^" #]*\)"\{0,1\}.*/\1/p' "$SOURCE_DIR/config/embedded.yaml" | head -1)
+"$BUILD_DIR/bin/weightctl" --help | grep -qF "(default $tcp," \
+  && ok "weightctl defaults to $tcp" || bad "weightctl default differs from embedded.yaml's $tcp"
+
 # Usage errors.
 "$bin" >/dev/null 2>&1; [ $? -eq 2 ] && ok "no --config: usage, exit 2" || bad "no --config"
 
