@@ -1,9 +1,9 @@
 /* harness.c -- starting, stopping and killing real masters for tests.
  *
- * See harness.h. The base config sets listen (Unix socket only, admin off)
- * (plus the caller's listen_extra lines) and data_dir; when the caller's YAML has no `plugins:` key the real
- * weight_mgmt.so is loaded, and when it has no `node:` key the embedded
- * node gets a 64 MiB segment. */
+ * See harness.h. The base config sets listen (Unix socket only, admin off,
+ * plus the caller's listen_extra lines) and data_dir; when the caller's YAML
+ * has no `plugins:` key the real weight_mgmt.so is loaded, and when it has no
+ * `node:` key the embedded node gets a 64 MiB segment. */
 #include <errno.h>
 #include <fcntl.h>
 #include <openssl/sha.h>
