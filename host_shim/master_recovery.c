@@ -231,9 +231,13 @@ int master_recover(master *m, char *err, size_t errlen)
     m->snapshot_seq = last_seq;
     m->applied_seq = last_seq;
 
-    replay_ctx c = {m, err, errlen};
+    /* replay_one names a refused record in its own buffer: the backend
+     * writes its generic "replay stopped" line into err when fn fails. */
+    char cause[1024] = "";
+    replay_ctx c = {m, cause, sizeof(cause)};
     err[0] = '\0';
     rc = oplog_replay(m->log, last_seq, replay_one, &c, err, errlen);
+    if (rc < 0 && cause[0] != '\0') snprintf(err, errlen, "%s", cause);
     if (rc < 0 && err[0] == '\0') snprintf(err, errlen, "oplog: replay failed: %s", smp_strerror(rc));
     return rc;
 }

@@ -1,10 +1,10 @@
 /* harness.c -- starting, stopping and killing real masters for tests.
  *
  * See harness.h. The base config sets listen (Unix socket, admin HTTP on
- * an ephemeral port read back from the master's log)
- * and data_dir; when the caller's YAML has no `plugins:` key the real
- * weight_mgmt.so is loaded, and when it has no `node:` key the embedded
- * node gets a 64 MiB segment. */
+ * an ephemeral port read back from the master's log, plus the caller's
+ * listen_extra lines) and data_dir; when the caller's YAML has no `plugins:`
+ * key the real weight_mgmt.so is loaded, and when it has no `node:` key the
+ * embedded node gets a 64 MiB segment. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -36,9 +36,9 @@ static int write_config(hx_master *m, const char *extra)
     FILE *f = fopen(m->config, "w");
     if (f == NULL) return -1;
     fprintf(f,
-            "listen:\n  tcp: \"\"\n  unix: \"%s\"\n  admin: \"127.0.0.1:0\"\n"
+            "listen:\n  tcp: \"\"\n  unix: \"%s\"\n  admin: \"127.0.0.1:0\"\n%s"
             "data_dir: \"%s/data\"\n",
-            m->socket, m->dir);
+            m->socket, m->listen_extra, m->dir);
     if (extra == NULL || strstr(extra, "plugins:") == NULL)
         fprintf(f, "plugins:\n  - path: \"%s/lib/weight_mgmt.so\"\n", BUILD_DIR);
     if (extra == NULL || strstr(extra, "node:") == NULL)
@@ -184,6 +184,17 @@ int hx_run_to_exit(hx_master *m, int timeout_ms)
     kill(pid, SIGKILL);
     waitpid(pid, &status, 0);
     return -1;
+}
+
+int hx_alive(hx_master *m)
+{
+    int status;
+    if (m->pid <= 0) return 0;
+    if (waitpid(m->pid, &status, WNOHANG) == m->pid) {
+        m->pid = 0;
+        return 0;
+    }
+    return kill(m->pid, 0) == 0;
 }
 
 int hx_stop(hx_master *m)

@@ -23,6 +23,10 @@ typedef struct hx_master {
     char log[320];        /* the master's stderr */
     pid_t pid;            /* 0 when not running */
     int admin_port;       /* the admin HTTP port of the running master */
+    /* YAML lines written under the base `listen:` block (indented by two
+     * spaces, e.g. "  max_frame_bytes: 65536\n"); set after hx_init, then
+     * hx_reconfigure. Empty: none. */
+    char listen_extra[256];
 } hx_master;
 
 /* Make a directory under /tmp and write config.yaml: the base settings plus
@@ -36,6 +40,9 @@ int hx_start(hx_master *m, int timeout_ms);
 /* Start the master and wait for it to exit by itself (a refused startup):
  * returns its exit status, or -1 if it was still running after timeout_ms. */
 int hx_run_to_exit(hx_master *m, int timeout_ms);
+
+/* 1 when the started master is still running (not exited, not reaped). */
+int hx_alive(hx_master *m);
 
 /* SIGTERM and wait: returns the exit status (0 after a clean shutdown). */
 int hx_stop(hx_master *m);
