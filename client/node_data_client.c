@@ -1,0 +1,342 @@
+/* node_data_client.c -- blocking reads and ticketed writes of node ranges.
+ *
+ * The socket is blocking with SO_RCVTIMEO / SO_SNDTIMEO as the per-wait
+ * timeout; sends use MSG_NOSIGNAL so a vanished node is an error, not a
+ * SIGPIPE. A read receives the payload straight into the caller's buffer; a
+ * write sends the header, waits for the node's CONTINUE, then sends the
+ * caller's buffer as is. A connection is "broken" once its byte stream can no
+ * longer be trusted; from then on every call returns the code that broke it. */
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "node_data_client.h"
+#include "node_data_wire.h"
+
+struct ndc_conn {
+    int fd;
+    int broken;   /* 0, or the code that broke the stream */
+    char err[NDW_MESSAGE_MAX + 128];
+};
+
+static void conn_err(ndc_conn *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->err, sizeof(c->err), fmt, ap);
+    va_end(ap);
+}
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    if (err == NULL || errlen == 0)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+static int conn_break(ndc_conn *c, int rc)
+{
+    if (c->broken == 0)
+        c->broken = rc;
+    return rc;
+}
+
+/* Connect fd to ai within timeout_ms (<= 0: blocking connect). */
+static int connect_timed(int fd, const struct addrinfo *ai, int timeout_ms)
+{
+    struct pollfd p = { .fd = fd, .events = POLLOUT };
+    int soerr = 0;
+    socklen_t sl = sizeof(soerr);
+    if (timeout_ms <= 0)
+        return connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 ? SMP_OK : SMP_EIO;
+    if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
+        return SMP_OK;
+    if (errno != EINPROGRESS && errno != EAGAIN)
+        return SMP_EIO;
+    if (poll(&p, 1, timeout_ms) == 0)
+        return SMP_EAGAIN;
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) < 0 || soerr != 0)
+        return SMP_EIO;
+    return SMP_OK;
+}
+
+int ndc_connect(const char *endpoint,
+                const ndc_options *opt,
+                ndc_conn **out,
+                char *err,
+                size_t errlen)
+{
+    char host[256], port[16];
+    const char *colon, *hs, *he;
+    struct addrinfo hints, *res = NULL, *ai;
+    int rc = SMP_EIO, fd = -1, one = 1, timeout = opt != NULL ? opt->timeout_ms : 0;
+    ndc_conn *c;
+
+    if (endpoint == NULL || out == NULL || (colon = strrchr(endpoint, ':')) == NULL ||
+        strlen(colon + 1) == 0 || strlen(colon + 1) >= sizeof(port)) {
+        set_err(err, errlen, "node data: endpoint '%s' is not host:port", endpoint ? endpoint : "");
+        return SMP_EINVAL;
+    }
+    *out = NULL;
+    hs = endpoint;
+    he = colon;
+    if (hs[0] == '[' && he > hs && he[-1] == ']') {
+        hs++;
+        he--;
+    }
+    if (he <= hs || (size_t)(he - hs) >= sizeof(host)) {
+        set_err(err, errlen, "node data: endpoint '%s' has no host", endpoint);
+        return SMP_EINVAL;
+    }
+    memcpy(host, hs, (size_t)(he - hs));
+    host[he - hs] = '\0';
+    strcpy(port, colon + 1);
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_family = AF_UNSPEC;
+    if (getaddrinfo(host, port, &hints, &res) != 0 || res == NULL) {
+        set_err(err, errlen, "node data: cannot resolve '%s'", endpoint);
+        return SMP_EINVAL;
+    }
+    for (ai = res; ai != NULL; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC |
+                    (timeout > 0 ? SOCK_NONBLOCK : 0), ai->ai_protocol);
+        if (fd < 0)
+            continue;
+        if (opt != NULL && opt->socket_buffer_bytes > 0) {
+            int v = opt->socket_buffer_bytes;
+            setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof(v));
+            setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof(v));
+        }
+        rc = connect_timed(fd, ai, timeout);
+        if (rc == SMP_OK)
+            break;
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(res);
+    if (fd < 0) {
+        set_err(err, errlen, "node data: cannot connect to %s: %s", endpoint,
+                rc == SMP_EAGAIN ? "timed out" : strerror(errno));
+        return rc;
+    }
+    if (timeout > 0) {
+        struct timeval tv = { .tv_sec = timeout / 1000, .tv_usec = (timeout % 1000) * 1000 };
+        int fl = fcntl(fd, F_GETFL);
+        /* back to blocking, each wait bounded by the socket timeouts */
+        if (fl >= 0)
+            (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    }
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        close(fd);
+        return SMP_ENOMEM;
+    }
+    c->fd = fd;
+    *out = c;
+    return SMP_OK;
+}
+
+void ndc_close(ndc_conn *c)
+{
+    if (c == NULL)
+        return;
+    close(c->fd);
+    free(c);
+}
+
+const char *ndc_last_error(const ndc_conn *c)
+{
+    return c != NULL ? c->err : "";
+}
+
+/* Send all of buf. SMP_OK, or breaks the connection: SMP_EAGAIN (timed
+ * out), SMP_EIO. */
+static int send_all(ndc_conn *c, const void *buf, size_t len)
+{
+    const uint8_t *p = buf;
+    while (len > 0) {
+        ssize_t n = send(c->fd, p, len, MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            conn_err(c, "node data: send: %s", errno == EAGAIN ? "timed out" : strerror(errno));
+            return conn_break(c, errno == EAGAIN || errno == EWOULDBLOCK ? SMP_EAGAIN : SMP_EIO);
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return SMP_OK;
+}
+
+/* Receive exactly len bytes into buf. SMP_OK, or breaks the connection:
+ * SMP_EIO (closed or failed), SMP_EAGAIN (timed out). */
+static int recv_all(ndc_conn *c, void *buf, size_t len)
+{
+    uint8_t *p = buf;
+    while (len > 0) {
+        ssize_t n = recv(c->fd, p, len, MSG_WAITALL);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            conn_err(c, "node data: recv: %s", errno == EAGAIN ? "timed out" : strerror(errno));
+            return conn_break(c, errno == EAGAIN || errno == EWOULDBLOCK ? SMP_EAGAIN : SMP_EIO);
+        }
+        if (n == 0) {
+            conn_err(c, "node data: the node closed the connection");
+            return conn_break(c, SMP_EIO);
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return SMP_OK;
+}
+
+/* Receive one response header and its message (kept as the last error
+ * when the status is an error). */
+static int recv_response(ndc_conn *c, ndw_response *r)
+{
+    int rc;
+    uint8_t h[NDW_RESP_HDR];
+    char msg[NDW_MESSAGE_MAX + 1];
+    if ((rc = recv_all(c, h, sizeof(h))) < 0)
+        return rc;
+    if (ndw_decode_response(h, r) < 0) {
+        conn_err(c, "node data: the node's response header does not parse");
+        return conn_break(c, SMP_EPROTO);
+    }
+    if ((rc = recv_all(c, msg, r->msg_len)) < 0)
+        return rc;
+    msg[r->msg_len] = '\0';
+    if (r->status != 0)
+        conn_err(c, "node: %s (%s)", msg[0] != '\0' ? msg : "refused", smp_strerror(r->status));
+    return SMP_OK;
+}
+
+/* Send a request header, the segment id and the ticket. */
+static int send_request(ndc_conn *c, uint8_t op, const char *segment, uint64_t offset,
+                        uint64_t length, const uint8_t *ticket, size_t ticket_len)
+{
+    int rc;
+    uint8_t h[NDW_REQ_HDR];
+    ndw_request r;
+    size_t slen = segment != NULL ? strlen(segment) : 0;
+    if (slen == 0 || slen > NDW_SEGMENT_MAX || ticket_len > NDW_TICKET_MAX ||
+        (ticket == NULL && ticket_len > 0)) {
+        conn_err(c, "node data: bad segment id or ticket length");
+        return SMP_EINVAL;
+    }
+    r.op = op;
+    r.seg_len = (uint16_t)slen;
+    r.offset = offset;
+    r.length = length;
+    r.ticket_len = (uint32_t)ticket_len;
+    ndw_encode_request(h, &r);
+    if ((rc = send_all(c, h, sizeof(h))) < 0 || (rc = send_all(c, segment, slen)) < 0)
+        return rc;
+    if (ticket_len > 0)
+        rc = send_all(c, ticket, ticket_len);
+    return rc;
+}
+
+int ndc_read(ndc_conn *c,
+             const char *segment,
+             uint64_t offset,
+             uint64_t length,
+             void *dst,
+             const uint8_t *ticket,
+             size_t ticket_len)
+{
+    int rc;
+    ndw_response r;
+    if (c == NULL || (dst == NULL && length > 0) || length > SIZE_MAX)
+        return SMP_EINVAL;
+    if (c->broken)
+        return c->broken;
+    c->err[0] = '\0';
+    if ((rc = send_request(c, NDW_OP_READ, segment, offset, length, ticket, ticket_len)) < 0)
+        return rc;
+    if ((rc = recv_response(c, &r)) < 0)
+        return rc;
+    if (r.kind != NDW_KIND_FINAL || (r.status == 0 && r.payload != length) ||
+        (r.status != 0 && r.payload != 0)) {
+        conn_err(c, "node data: unexpected answer to a read");
+        return conn_break(c, SMP_EPROTO);
+    }
+    if (r.status != 0)
+        return r.status;
+    return recv_all(c, dst, (size_t)length);
+}
+
+int ndc_write(ndc_conn *c,
+              const char *segment,
+              uint64_t offset,
+              uint64_t length,
+              const void *src,
+              const uint8_t *ticket,
+              size_t ticket_len)
+{
+    int rc;
+    ndw_response r;
+    if (c == NULL || (src == NULL && length > 0) || length > SIZE_MAX)
+        return SMP_EINVAL;
+    if (c->broken)
+        return c->broken;
+    c->err[0] = '\0';
+    if ((rc = send_request(c, NDW_OP_WRITE, segment, offset, length, ticket, ticket_len)) < 0)
+        return rc;
+    if ((rc = recv_response(c, &r)) < 0)
+        return rc;
+    if (r.payload != 0 || (r.status == 0) != (r.kind == NDW_KIND_CONTINUE)) {
+        conn_err(c, "node data: unexpected answer to a write");
+        return conn_break(c, SMP_EPROTO);
+    }
+    if (r.status != 0)
+        return r.status; /* refused before any byte was sent */
+    if ((rc = send_all(c, src, (size_t)length)) < 0)
+        return rc;
+    if ((rc = recv_response(c, &r)) < 0)
+        return rc;
+    if (r.kind != NDW_KIND_FINAL || r.payload != 0) {
+        conn_err(c, "node data: unexpected answer to a write's payload");
+        return conn_break(c, SMP_EPROTO);
+    }
+    return r.status;
+}
+
+int ndc_send_raw(ndc_conn *c, const void *bytes, size_t len)
+{
+    if (c == NULL)
+        return SMP_EINVAL;
+    if (c->broken)
+        return c->broken;
+    return send_all(c, bytes, len);
+}
+
+int ndc_recv_status(ndc_conn *c)
+{
+    int rc;
+    ndw_response r;
+    if (c == NULL)
+        return SMP_EINVAL;
+    if (c->broken)
+        return c->broken;
+    if ((rc = recv_response(c, &r)) < 0)
+        return rc;
+    return r.status;
+}

@@ -1,0 +1,78 @@
+/* node_data_client.h -- the blocking client of a node's data server.
+ *
+ * One ndc_conn is one TCP connection to a node's data server speaking the
+ * frames of node_data_wire.h: read a range of a segment into a caller's
+ * buffer, or write a range from a caller's buffer with the write ticket the
+ * master minted for it (opaque bytes here). Bytes go straight between the
+ * socket and the caller's buffer: no staging copy. Plain sockets with
+ * TCP_NODELAY and (optionally) large socket buffers; no event loop. A
+ * connection is used by one thread at a time.
+ *
+ * Every call returns SMP_OK, the node's refusal (its negative SMP_E* status,
+ * e.g. SMP_EINVAL for a forged ticket, SMP_ESTATE for an expired one,
+ * SMP_ERANGE, SMP_ENOTFOUND), or a transport error (SMP_EIO: connection lost;
+ * SMP_EAGAIN: timed out; SMP_EPROTO: the node's answer did not parse).
+ * ndc_last_error() names the cause either way. After a transport error the
+ * connection is broken and every later call fails; after a refusal it stays
+ * usable. */
+#ifndef WM_NODE_DATA_CLIENT_H
+#define WM_NODE_DATA_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store_plugin.h"
+
+typedef struct ndc_conn ndc_conn;
+
+typedef struct ndc_options {
+    int timeout_ms;            /* per connect and per socket wait; <= 0: forever */
+    int socket_buffer_bytes;   /* SO_SNDBUF / SO_RCVBUF; 0: kernel (autotuned) */
+} ndc_options;
+
+/* Connect to "host:port" (numeric or resolvable host). opt may be NULL. On
+ * failure returns SMP_EINVAL (bad endpoint), SMP_EIO, SMP_EAGAIN or
+ * SMP_ENOMEM with the cause in err (may be NULL). */
+int ndc_connect(const char *endpoint,
+                const ndc_options *opt,
+                ndc_conn **out,
+                char *err,
+                size_t errlen);
+
+/* Close and free. NULL is a no-op. */
+void ndc_close(ndc_conn *c);
+
+/* The message of the last failure ("" if none). */
+const char *ndc_last_error(const ndc_conn *c);
+
+/* Read [offset, offset + length) of segment into dst (length bytes). ticket
+ * may be NULL (ticket_len 0) unless the node demands read tickets. On a
+ * transport error dst may hold part of the range. */
+int ndc_read(ndc_conn *c,
+             const char *segment,
+             uint64_t offset,
+             uint64_t length,
+             void *dst,
+             const uint8_t *ticket,
+             size_t ticket_len);
+
+/* Write length bytes of src into [offset, offset + length) of segment with
+ * the ticket for exactly that range. The node checks the ticket before it
+ * takes a byte: a refusal means nothing was written. */
+int ndc_write(ndc_conn *c,
+              const char *segment,
+              uint64_t offset,
+              uint64_t length,
+              const void *src,
+              const uint8_t *ticket,
+              size_t ticket_len);
+
+/* Send raw bytes as they are (tests of the server's framing). */
+int ndc_send_raw(ndc_conn *c, const void *bytes, size_t len);
+
+/* Wait for one response header and its message and return its status
+ * (tests: what did the node say to raw bytes). SMP_EIO when the node closed
+ * without answering. */
+int ndc_recv_status(ndc_conn *c);
+
+#endif /* WM_NODE_DATA_CLIENT_H */

@@ -1,0 +1,704 @@
+/* node_cold.c -- persist, load, delete and inventory cold replica files.
+ *
+ * All file operations go through the directory's descriptor (openat,
+ * renameat, unlinkat), so a name is always resolved inside the tier and never
+ * re-interpreted as a path. Persist streams the source in chunks: write the
+ * chunk, start its writeback (sync_file_range, a hint), read it back through
+ * a second descriptor and hash what was read; the disk works on earlier
+ * chunks while the CPU hashes later ones, so the cost over a plain
+ * write + fdatasync is small. Loads hash while they read, into the caller's
+ * buffer, with no staging copy. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+#include <xxhash.h>
+
+#include "node_cold.h"
+
+#define COLD_CHUNK (8u << 20)          /* bytes per write / read-back step */
+#define COLD_MAGIC "WMCOLD\0\1"
+#define COLD_TMP_NAME_MAX (COLD_NAME_MAX + 32)
+
+struct cold_tier {
+    char *dir;
+    int dfd;
+};
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    if (err == NULL || errlen == 0)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+static void put_u16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)(v >> 8); p[1] = (uint8_t)v; }
+static void put_u32(uint8_t *p, uint32_t v)
+{
+    for (int i = 3; i >= 0; i--) { p[i] = (uint8_t)v; v >>= 8; }
+}
+static void put_u64(uint8_t *p, uint64_t v)
+{
+    for (int i = 7; i >= 0; i--) { p[i] = (uint8_t)v; v >>= 8; }
+}
+static uint16_t get_u16(const uint8_t *p) { return (uint16_t)((p[0] << 8) | p[1]); }
+static uint32_t get_u32(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+static uint64_t get_u64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v = (v << 8) | p[i];
+    return v;
+}
+
+static void hex_encode(const uint8_t *in, size_t n, char *out)
+{
+    static const char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = digits[in[i] >> 4];
+        out[2 * i + 1] = digits[in[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+/* 1 when name is exactly 64 lowercase hex digits followed by suffix. */
+static int is_hex_name(const char *name, const char *suffix)
+{
+    size_t i;
+    for (i = 0; i < 64; i++) {
+        char c = name[i];
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
+            return 0;
+    }
+    return strcmp(name + 64, suffix) == 0;
+}
+
+/* 1 when name looks like one of our temporary files: <64 hex>.cold.<16 hex>.tmp */
+static int is_tmp_name(const char *name)
+{
+    size_t n = strlen(name);
+    if (n != 64 + 5 + 1 + 16 + 4 || strncmp(name + 64, COLD_SUFFIX ".", 6) != 0)
+        return 0;
+    return strcmp(name + n - 4, COLD_TMP_SUFFIX) == 0;
+}
+
+int cold_open(const char *dir, cold_tier **out, char *err, size_t errlen)
+{
+    cold_tier *ct;
+    if (dir == NULL || dir[0] == '\0' || out == NULL) {
+        set_err(err, errlen, "cold: no directory given");
+        return SMP_EINVAL;
+    }
+    *out = NULL;
+    if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+        set_err(err, errlen, "%s: cannot create the cold directory: %s", dir, strerror(errno));
+        return SMP_EIO;
+    }
+    ct = calloc(1, sizeof(*ct));
+    if (ct == NULL)
+        return SMP_ENOMEM;
+    ct->dir = strdup(dir);
+    if (ct->dir == NULL) {
+        free(ct);
+        return SMP_ENOMEM;
+    }
+    ct->dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (ct->dfd < 0) {
+        set_err(err, errlen, "%s: cannot open the cold directory: %s", dir, strerror(errno));
+        free(ct->dir);
+        free(ct);
+        return SMP_EIO;
+    }
+    *out = ct;
+    return SMP_OK;
+}
+
+void cold_close(cold_tier *ct)
+{
+    if (ct == NULL)
+        return;
+    close(ct->dfd);
+    free(ct->dir);
+    free(ct);
+}
+
+const char *cold_dir(const cold_tier *ct) { return ct->dir; }
+
+/* 1 when key is usable: 1..COLD_KEY_MAX bytes. */
+static int key_ok(const char *key)
+{
+    size_t n;
+    if (key == NULL)
+        return 0;
+    n = strnlen(key, COLD_KEY_MAX + 1);
+    return n >= 1 && n <= COLD_KEY_MAX;
+}
+
+int cold_name_for(const char *key, const uint8_t sha256[32], char out[COLD_NAME_MAX])
+{
+    int rc = SMP_ENOMEM;
+    uint8_t md[32];
+    EVP_MD_CTX *ctx;
+    if (!key_ok(key) || sha256 == NULL || out == NULL)
+        return SMP_EINVAL;
+    ctx = EVP_MD_CTX_new();
+    if (ctx == NULL)
+        return SMP_ENOMEM;
+    if (EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) &&
+        EVP_DigestUpdate(ctx, key, strlen(key) + 1) && /* with its NUL */
+        EVP_DigestUpdate(ctx, sha256, 32) &&
+        EVP_DigestFinal_ex(ctx, md, NULL)) {
+        hex_encode(md, 32, out);
+        strcpy(out + 64, COLD_SUFFIX);
+        rc = SMP_OK;
+    }
+    EVP_MD_CTX_free(ctx);
+    return rc;
+}
+
+int cold_resolve(const cold_tier *ct, const char *name_or_path, char name_out[COLD_NAME_MAX])
+{
+    const char *base = name_or_path;
+    const char *slash;
+    if (ct == NULL || name_or_path == NULL || name_out == NULL)
+        return SMP_EINVAL;
+    slash = strrchr(name_or_path, '/');
+    if (slash != NULL) {
+        size_t dl = strlen(ct->dir);
+        while (dl > 1 && ct->dir[dl - 1] == '/')
+            dl--;
+        if ((size_t)(slash - name_or_path) != dl || strncmp(name_or_path, ct->dir, dl) != 0)
+            return SMP_EINVAL;
+        base = slash + 1;
+    }
+    if (strlen(base) != 64 + strlen(COLD_SUFFIX) || !is_hex_name(base, COLD_SUFFIX))
+        return SMP_EINVAL;
+    memcpy(name_out, base, 64 + strlen(COLD_SUFFIX) + 1);
+    return SMP_OK;
+}
+
+int cold_path_for(const cold_tier *ct, const char *name, char *buf, size_t cap)
+{
+    char bare[COLD_NAME_MAX];
+    int n;
+    if (cold_resolve(ct, name, bare) < 0)
+        return SMP_EINVAL;
+    n = snprintf(buf, cap, "%s/%s", ct->dir, bare);
+    return n < 0 || (size_t)n >= cap ? SMP_ERANGE : SMP_OK;
+}
+
+/* Write all of buf at off. Returns SMP_OK, SMP_ENOSPC or SMP_EIO. */
+static int pwrite_all(int fd, const uint8_t *buf, size_t len, uint64_t off)
+{
+    while (len > 0) {
+        ssize_t n = pwrite(fd, buf, len, (off_t)off);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return errno == ENOSPC || errno == EDQUOT ? SMP_ENOSPC : SMP_EIO;
+        }
+        buf += n;
+        len -= (size_t)n;
+        off += (uint64_t)n;
+    }
+    return SMP_OK;
+}
+
+/* Read exactly len bytes at off. SMP_OK, SMP_EPROTO (the file ends first),
+ * SMP_EIO. */
+static int pread_all(int fd, uint8_t *buf, size_t len, uint64_t off)
+{
+    while (len > 0) {
+        ssize_t n = pread(fd, buf, len, (off_t)off);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return SMP_EIO;
+        }
+        if (n == 0)
+            return SMP_EPROTO;
+        buf += n;
+        len -= (size_t)n;
+        off += (uint64_t)n;
+    }
+    return SMP_OK;
+}
+
+/* Build the header of a file holding len bytes of key with checksum sha. */
+static void encode_header(uint8_t hdr[COLD_HEADER_BYTES], const char *key, uint64_t len,
+                          const uint8_t sha[32])
+{
+    size_t klen = strlen(key);
+    memset(hdr, 0, COLD_HEADER_BYTES);
+    memcpy(hdr, COLD_MAGIC, 8);
+    put_u32(hdr + 8, COLD_FORMAT_VERSION);
+    put_u32(hdr + 12, COLD_HEADER_BYTES);
+    put_u64(hdr + 16, len);
+    memcpy(hdr + 24, sha, 32);
+    put_u16(hdr + 56, (uint16_t)klen);
+    memcpy(hdr + 58, key, klen);
+    put_u64(hdr + COLD_HEADER_BYTES - 8, XXH64(hdr, COLD_HEADER_BYTES - 8, 0));
+}
+
+/* Check a header; on SMP_OK fill the length, checksum and key (key_buf:
+ * COLD_KEY_MAX + 1 bytes). SMP_EPROTO for anything malformed. */
+static int decode_header(const uint8_t hdr[COLD_HEADER_BYTES], uint64_t *len, uint8_t sha[32],
+                         char *key_buf)
+{
+    uint16_t klen;
+    if (memcmp(hdr, COLD_MAGIC, 8) != 0 || get_u32(hdr + 8) != COLD_FORMAT_VERSION ||
+        get_u32(hdr + 12) != COLD_HEADER_BYTES ||
+        get_u64(hdr + COLD_HEADER_BYTES - 8) != XXH64(hdr, COLD_HEADER_BYTES - 8, 0))
+        return SMP_EPROTO;
+    klen = get_u16(hdr + 56);
+    if (klen == 0 || klen > COLD_KEY_MAX || memchr(hdr + 58, '\0', klen) != NULL)
+        return SMP_EPROTO;
+    *len = get_u64(hdr + 16);
+    if (*len > (uint64_t)INT64_MAX - COLD_HEADER_BYTES)
+        return SMP_EPROTO;
+    memcpy(sha, hdr + 24, 32);
+    memcpy(key_buf, hdr + 58, klen);
+    key_buf[klen] = '\0';
+    return SMP_OK;
+}
+
+/* Hash len data bytes of fd (after the header) into md, through a bounce
+ * buffer. SMP_OK, SMP_EPROTO (short file), SMP_EIO, SMP_ENOMEM. */
+static int hash_file_data(int fd, uint64_t len, uint8_t md[32])
+{
+    int rc = SMP_OK;
+    uint64_t done = 0;
+    uint8_t *buf;
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    if (ctx == NULL)
+        return SMP_ENOMEM;
+    buf = malloc(COLD_CHUNK);
+    if (buf == NULL) {
+        rc = SMP_ENOMEM;
+        goto free_ctx;
+    }
+    if (!EVP_DigestInit_ex(ctx, EVP_sha256(), NULL)) {
+        rc = SMP_ENOMEM;
+        goto free_buf;
+    }
+    while (done < len) {
+        size_t n = len - done < COLD_CHUNK ? (size_t)(len - done) : COLD_CHUNK;
+        if ((rc = pread_all(fd, buf, n, COLD_HEADER_BYTES + done)) < 0)
+            goto free_buf;
+        EVP_DigestUpdate(ctx, buf, n);
+        done += n;
+    }
+    if (!EVP_DigestFinal_ex(ctx, md, NULL))
+        rc = SMP_ENOMEM;
+free_buf:
+    free(buf);
+free_ctx:
+    EVP_MD_CTX_free(ctx);
+    return rc;
+}
+
+/* Write header and data to fd, reading every chunk back through rfd and
+ * hashing it into md. SMP_OK, SMP_ENOSPC, SMP_EIO, SMP_EPROTO, SMP_ENOMEM. */
+static int write_and_read_back(int fd, int rfd, const char *key, const uint8_t *data,
+                               uint64_t len, const uint8_t sha[32], uint8_t md[32])
+{
+    int rc;
+    uint64_t done = 0;
+    uint8_t *buf;
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    if (ctx == NULL)
+        return SMP_ENOMEM;
+    buf = malloc(COLD_CHUNK > COLD_HEADER_BYTES ? COLD_CHUNK : COLD_HEADER_BYTES);
+    if (buf == NULL) {
+        rc = SMP_ENOMEM;
+        goto free_ctx;
+    }
+    if (!EVP_DigestInit_ex(ctx, EVP_sha256(), NULL)) {
+        rc = SMP_ENOMEM;
+        goto free_buf;
+    }
+    encode_header(buf, key, len, sha);
+    if ((rc = pwrite_all(fd, buf, COLD_HEADER_BYTES, 0)) < 0)
+        goto free_buf;
+    while (done < len) {
+        size_t n = len - done < COLD_CHUNK ? (size_t)(len - done) : COLD_CHUNK;
+        uint64_t off = COLD_HEADER_BYTES + done;
+        if ((rc = pwrite_all(fd, data + done, n, off)) < 0)
+            goto free_buf;
+        /* start writing this chunk to the device now; a hint, errors are
+           caught by the fsync below */
+        (void)sync_file_range(fd, (off_t)off, (off_t)n, SYNC_FILE_RANGE_WRITE);
+        if ((rc = pread_all(rfd, buf, n, off)) < 0)
+            goto free_buf;
+        EVP_DigestUpdate(ctx, buf, n);
+        done += n;
+    }
+    if (!EVP_DigestFinal_ex(ctx, md, NULL))
+        rc = SMP_ENOMEM;
+free_buf:
+    free(buf);
+free_ctx:
+    EVP_MD_CTX_free(ctx);
+    return rc;
+}
+
+int cold_persist(cold_tier *ct,
+                 const char *key,
+                 const void *data,
+                 uint64_t len,
+                 const uint8_t sha256[32],
+                 unsigned flags,
+                 char name_out[COLD_NAME_MAX],
+                 char *err,
+                 size_t errlen)
+{
+    int rc, fd, rfd;
+    uint8_t rnd[8], md[32];
+    char name[COLD_NAME_MAX], tmp[COLD_TMP_NAME_MAX], rhex[17];
+
+    if (ct == NULL || !key_ok(key) || sha256 == NULL || (data == NULL && len > 0) ||
+        len > (uint64_t)INT64_MAX - COLD_HEADER_BYTES) {
+        set_err(err, errlen, "cold persist: bad arguments");
+        return SMP_EINVAL;
+    }
+    if ((rc = cold_name_for(key, sha256, name)) < 0)
+        return rc;
+    if (RAND_bytes(rnd, sizeof(rnd)) != 1) {
+        set_err(err, errlen, "cold persist: no random bytes for a temporary name");
+        return SMP_EIO;
+    }
+    hex_encode(rnd, sizeof(rnd), rhex);
+    snprintf(tmp, sizeof(tmp), "%s.%s%s", name, rhex, COLD_TMP_SUFFIX);
+
+    fd = openat(ct->dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        set_err(err, errlen, "%s/%s: cannot create: %s", ct->dir, tmp, strerror(errno));
+        return errno == ENOSPC || errno == EDQUOT ? SMP_ENOSPC : SMP_EIO;
+    }
+    rfd = openat(ct->dfd, tmp, O_RDONLY | O_CLOEXEC);
+    if (rfd < 0) {
+        set_err(err, errlen, "%s/%s: cannot reopen to read back: %s", ct->dir, tmp, strerror(errno));
+        rc = SMP_EIO;
+        goto close_fd;
+    }
+    rc = write_and_read_back(fd, rfd, key, data, len, sha256, md);
+    if (rc < 0) {
+        set_err(err, errlen, "%s/%s: writing %" PRIu64 " bytes failed: %s", ct->dir, tmp, len,
+                smp_strerror(rc));
+        goto close_rfd;
+    }
+    if (fsync(fd) < 0) {
+        rc = errno == ENOSPC || errno == EDQUOT ? SMP_ENOSPC : SMP_EIO;
+        set_err(err, errlen, "%s/%s: fsync: %s", ct->dir, tmp, strerror(errno));
+        goto close_rfd;
+    }
+    if (memcmp(md, sha256, 32) != 0) {
+        set_err(err, errlen, "%s/%s: the bytes read back do not match the expected SHA-256 "
+                "(the source replica of %.200s or the disk is bad)", ct->dir, tmp, key);
+        rc = SMP_EPROTO;
+        goto close_rfd;
+    }
+    if (flags & COLD_VERIFY_FROM_DISK) {
+        (void)posix_fadvise(rfd, 0, 0, POSIX_FADV_DONTNEED);
+        if ((rc = hash_file_data(rfd, len, md)) < 0 || memcmp(md, sha256, 32) != 0) {
+            if (rc == SMP_OK)
+                rc = SMP_EPROTO;
+            set_err(err, errlen, "%s/%s: the bytes re-read from the device do not verify",
+                    ct->dir, tmp);
+            goto close_rfd;
+        }
+    }
+    if (renameat(ct->dfd, tmp, ct->dfd, name) < 0) {
+        set_err(err, errlen, "%s/%s: rename: %s", ct->dir, name, strerror(errno));
+        rc = SMP_EIO;
+        goto close_rfd;
+    }
+    if (fsync(ct->dfd) < 0) {
+        /* the rename may not be durable: take the final file back */
+        set_err(err, errlen, "%s: fsync of the directory: %s", ct->dir, strerror(errno));
+        unlinkat(ct->dfd, name, 0);
+        (void)fsync(ct->dfd);
+        rc = SMP_EIO;
+        close(rfd);
+        close(fd);
+        return rc;
+    }
+    if (name_out != NULL)
+        memcpy(name_out, name, COLD_NAME_MAX);
+    close(rfd);
+    close(fd);
+    return SMP_OK;
+
+close_rfd:
+    close(rfd);
+close_fd:
+    close(fd);
+    unlinkat(ct->dfd, tmp, 0);
+    return rc;
+}
+
+/* Open a cold file by name and check its header and size. On SMP_OK *fd_out
+ * is open and *len, sha, key_buf describe it; on SMP_EPROTO *fd_out is -1 and
+ * *file_bytes is still set. */
+static int open_checked(const cold_tier *ct, const char *name, int *fd_out, uint64_t *len,
+                        uint8_t sha[32], char *key_buf, uint64_t *file_bytes)
+{
+    int rc;
+    struct stat st;
+    uint8_t hdr[COLD_HEADER_BYTES];
+    int fd = openat(ct->dfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    *fd_out = -1;
+    *file_bytes = 0;
+    if (fd < 0)
+        return errno == ENOENT ? SMP_ENOTFOUND : SMP_EIO;
+    if (fstat(fd, &st) < 0) {
+        rc = SMP_EIO;
+        goto close_fd;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        rc = SMP_EPROTO;
+        goto close_fd;
+    }
+    *file_bytes = (uint64_t)st.st_size;
+    if ((rc = pread_all(fd, hdr, COLD_HEADER_BYTES, 0)) < 0)
+        goto close_fd;
+    if ((rc = decode_header(hdr, len, sha, key_buf)) < 0)
+        goto close_fd;
+    if (*file_bytes != COLD_HEADER_BYTES + *len) {
+        rc = SMP_EPROTO;
+        goto close_fd;
+    }
+    *fd_out = fd;
+    return SMP_OK;
+close_fd:
+    close(fd);
+    return rc;
+}
+
+int cold_stat(const cold_tier *ct,
+              const char *name_or_path,
+              cold_entry *e,
+              char *key_buf,
+              char *name_buf)
+{
+    int rc, fd;
+    if (e == NULL || key_buf == NULL || name_buf == NULL)
+        return SMP_EINVAL;
+    memset(e, 0, sizeof(*e));
+    if (cold_resolve(ct, name_or_path, name_buf) < 0)
+        return SMP_EINVAL;
+    e->name = name_buf;
+    rc = open_checked(ct, name_buf, &fd, &e->length, e->sha256, key_buf, &e->file_bytes);
+    e->status = rc;
+    if (rc < 0)
+        return rc;
+    e->key = key_buf;
+    close(fd);
+    return SMP_OK;
+}
+
+int cold_load(const cold_tier *ct,
+              const char *name_or_path,
+              const char *key,
+              void *dst,
+              uint64_t len,
+              const uint8_t sha256[32],
+              char *err,
+              size_t errlen)
+{
+    int rc, fd;
+    uint64_t flen, fbytes, done = 0;
+    uint8_t fsha[32], md[32];
+    char name[COLD_NAME_MAX];
+    char *fkey;
+    EVP_MD_CTX *ctx;
+
+    if (cold_resolve(ct, name_or_path, name) < 0 || (dst == NULL && len > 0)) {
+        set_err(err, errlen, "cold load: \"%.200s\" is not a cold file of %s",
+                name_or_path != NULL ? name_or_path : "", ct != NULL ? ct->dir : "?");
+        return SMP_EINVAL;
+    }
+    fkey = malloc(COLD_KEY_MAX + 1);
+    if (fkey == NULL)
+        return SMP_ENOMEM;
+    rc = open_checked(ct, name, &fd, &flen, fsha, fkey, &fbytes);
+    if (rc < 0) {
+        set_err(err, errlen, "%s/%s: %s", ct->dir, name,
+                rc == SMP_EPROTO ? "bad header or size (corrupted cold file)" : smp_strerror(rc));
+        goto free_key;
+    }
+    if (key != NULL && strcmp(key, fkey) != 0) {
+        set_err(err, errlen, "%s/%s: holds key %.200s, not %.200s", ct->dir, name, fkey, key);
+        rc = SMP_EINVAL;
+        goto close_fd;
+    }
+    if (flen != len) {
+        set_err(err, errlen, "%s/%s: holds %" PRIu64 " bytes, %" PRIu64 " expected", ct->dir,
+                name, flen, len);
+        rc = SMP_ERANGE;
+        goto close_fd;
+    }
+    if (sha256 != NULL && memcmp(sha256, fsha, 32) != 0) {
+        set_err(err, errlen, "%s/%s: recorded SHA-256 differs from the expected one", ct->dir, name);
+        rc = SMP_EPROTO;
+        goto close_fd;
+    }
+    ctx = EVP_MD_CTX_new();
+    if (ctx == NULL || !EVP_DigestInit_ex(ctx, EVP_sha256(), NULL)) {
+        rc = SMP_ENOMEM;
+        goto free_ctx;
+    }
+    while (done < len) {
+        size_t n = len - done < COLD_CHUNK ? (size_t)(len - done) : COLD_CHUNK;
+        if ((rc = pread_all(fd, (uint8_t *)dst + done, n, COLD_HEADER_BYTES + done)) < 0) {
+            set_err(err, errlen, "%s/%s: read: %s", ct->dir, name, smp_strerror(rc));
+            goto free_ctx;
+        }
+        EVP_DigestUpdate(ctx, (uint8_t *)dst + done, n);
+        done += n;
+    }
+    if (!EVP_DigestFinal_ex(ctx, md, NULL)) {
+        rc = SMP_ENOMEM;
+        goto free_ctx;
+    }
+    if (memcmp(md, fsha, 32) != 0) {
+        set_err(err, errlen, "%s/%s: data does not match its SHA-256 (corrupted cold file)",
+                ct->dir, name);
+        rc = SMP_EPROTO;
+        goto free_ctx;
+    }
+    rc = SMP_OK;
+free_ctx:
+    EVP_MD_CTX_free(ctx);
+close_fd:
+    close(fd);
+free_key:
+    free(fkey);
+    return rc;
+}
+
+int cold_delete(cold_tier *ct, const char *name_or_path)
+{
+    char name[COLD_NAME_MAX];
+    if (cold_resolve(ct, name_or_path, name) < 0)
+        return SMP_EINVAL;
+    if (unlinkat(ct->dfd, name, 0) < 0)
+        return errno == ENOENT ? SMP_ENOTFOUND : SMP_EIO;
+    if (fsync(ct->dfd) < 0)
+        return SMP_EIO;
+    return SMP_OK;
+}
+
+/* Milliseconds since the file's last modification (0 if it is in the future). */
+static uint64_t age_ms(const struct stat *st)
+{
+    struct timespec now;
+    int64_t ms;
+    clock_gettime(CLOCK_REALTIME, &now);
+    ms = ((int64_t)now.tv_sec - (int64_t)st->st_mtim.tv_sec) * 1000 +
+         ((int64_t)now.tv_nsec - (int64_t)st->st_mtim.tv_nsec) / 1000000;
+    return ms > 0 ? (uint64_t)ms : 0;
+}
+
+int cold_inventory(cold_tier *ct,
+                   uint64_t stale_tmp_ms,
+                   int deep,
+                   cold_visit_fn fn,
+                   void *arg,
+                   cold_inventory_stats *st)
+{
+    int rc = SMP_OK, dfd;
+    DIR *d;
+    struct dirent *de;
+    cold_inventory_stats local;
+    char *key_buf;
+
+    if (st == NULL)
+        st = &local;
+    memset(st, 0, sizeof(*st));
+    if (ct == NULL)
+        return SMP_EINVAL;
+    key_buf = malloc(COLD_KEY_MAX + 1);
+    if (key_buf == NULL)
+        return SMP_ENOMEM;
+    dfd = openat(ct->dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) {
+        rc = SMP_EIO;
+        goto free_key;
+    }
+    d = fdopendir(dfd);
+    if (d == NULL) {
+        close(dfd);
+        rc = SMP_EIO;
+        goto free_key;
+    }
+    while ((de = readdir(d)) != NULL) {
+        const char *nm = de->d_name;
+        size_t n = strlen(nm);
+        if (is_tmp_name(nm)) {
+            struct stat sb;
+            if (fstatat(ct->dfd, nm, &sb, AT_SYMLINK_NOFOLLOW) < 0)
+                continue;
+            if (stale_tmp_ms == 0 || age_ms(&sb) >= stale_tmp_ms) {
+                if (unlinkat(ct->dfd, nm, 0) == 0)
+                    st->tmps_removed++;
+            } else {
+                st->tmps_kept++;
+            }
+            continue;
+        }
+        if (n != 64 + strlen(COLD_SUFFIX) || !is_hex_name(nm, COLD_SUFFIX)) {
+            if (strcmp(nm, ".") != 0 && strcmp(nm, "..") != 0)
+                st->ignored++;
+            continue;
+        }
+        {
+            cold_entry e;
+            int fd;
+            memset(&e, 0, sizeof(e));
+            e.name = nm;
+            e.status = open_checked(ct, nm, &fd, &e.length, e.sha256, key_buf, &e.file_bytes);
+            if (e.status == SMP_ENOTFOUND)
+                continue; /* deleted meanwhile */
+            if (e.status == SMP_OK) {
+                if (deep) {
+                    uint8_t md[32];
+                    int hr = hash_file_data(fd, e.length, md);
+                    if (hr < 0 || memcmp(md, e.sha256, 32) != 0)
+                        e.status = hr == SMP_EIO || hr == SMP_ENOMEM ? hr : SMP_EPROTO;
+                }
+                close(fd);
+            }
+            if (e.status == SMP_OK) {
+                e.key = key_buf;
+                st->bytes += e.length;
+            } else {
+                st->corrupt++;
+            }
+            st->files++;
+            if (fn != NULL && (rc = fn(arg, &e)) != 0)
+                break;
+        }
+    }
+    if (st->tmps_removed > 0)
+        (void)fsync(ct->dfd);
+    closedir(d);
+free_key:
+    free(key_buf);
+    return rc;
+}

@@ -1,0 +1,161 @@
+/* node_cold.h -- a node's cold tier: durable, verified replica files in one
+ * directory (local disk or a DFS mount).
+ *
+ * A cold replica is one file <dir>/<name>.cold where name is the hex SHA-256
+ * of (key, a NUL byte, the content's SHA-256): a name never carries a path
+ * component from a key, a new version of a key never overwrites the file of
+ * the old one, and persisting the same content twice lands on the same file.
+ *
+ * File format: a COLD_HEADER_BYTES (4096) header, then the data.
+ *   0    8   magic "WMCOLD\0\1"
+ *   8    u32 format version (1)            all integers big-endian
+ *   12   u32 header bytes (4096)
+ *   16   u64 data length
+ *   24   32B SHA-256 of the data
+ *   56   u16 K: key bytes (1..1024)
+ *   58   K   key
+ *   ..       zero padding
+ *   4088 u64 XXH64 (seed 0) of header bytes 0..4087
+ * The header lets an inventory report key, length and checksum without
+ * reading the data, and keeps the data page-aligned in the file.
+ *
+ * Persist writes a temporary file "<name>.<random>.tmp" (O_EXCL), reads every
+ * chunk back right after writing it and hashes what it read, fsyncs, and
+ * compares the hash with the expected SHA-256; only when they match is the
+ * file renamed to its final name and the directory fsynced. On any failure
+ * the temporary file is removed and no final file is created, so a final
+ * file exists only verified and durable (the replica may be reported
+ * COMPLETE). Load verifies the header and the data's SHA-256 before it
+ * reports success, so a corrupted file is detected and never served.
+ *
+ * Every call is blocking disk I/O: a node runs them on worker threads. A
+ * cold_tier is immutable after cold_open, so calls on different names may
+ * run concurrently; calls on the same name must be serialised by the caller
+ * (the master assigns one task per replica at a time). */
+#ifndef HOST_NODE_COLD_H
+#define HOST_NODE_COLD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store_plugin.h"
+
+#define COLD_HEADER_BYTES 4096
+#define COLD_FORMAT_VERSION 1
+#define COLD_KEY_MAX 1024
+#define COLD_SUFFIX ".cold"
+#define COLD_TMP_SUFFIX ".tmp"
+#define COLD_NAME_MAX 72 /* 64 hex + ".cold" + NUL, rounded up */
+
+/* Flags of cold_persist. */
+#define COLD_VERIFY_FROM_DISK 1u /* after fsync, drop the file's cached pages and
+                                    hash it again from the device */
+
+typedef struct cold_tier cold_tier;
+
+/* What a cold file's header says (and, after a deep check, its data). */
+typedef struct cold_entry {
+    const char *name;      /* "<hex>.cold" */
+    const char *key;       /* NULL when status is not SMP_OK */
+    uint64_t length;       /* data bytes */
+    uint64_t file_bytes;   /* size of the file */
+    uint8_t sha256[32];    /* of the data, as recorded in the header */
+    int status;            /* SMP_OK, or SMP_EPROTO: bad header, wrong size,
+                              or (deep check) data not matching its checksum */
+} cold_entry;
+
+/* Called once per cold file; strings are borrowed for the call. A non-zero
+ * return stops the scan (returned by cold_inventory). */
+typedef int (*cold_visit_fn)(void *arg, const cold_entry *e);
+
+typedef struct cold_inventory_stats {
+    uint64_t files;        /* .cold files visited */
+    uint64_t bytes;        /* their data bytes (valid ones) */
+    uint64_t corrupt;      /* visited with status != SMP_OK */
+    uint64_t tmps_removed; /* stale temporary files deleted */
+    uint64_t tmps_kept;    /* temporary files younger than the threshold */
+    uint64_t ignored;      /* other entries (left alone) */
+} cold_inventory_stats;
+
+/* Open (creating one level when missing) the cold directory dir. SMP_OK,
+ * SMP_EINVAL, SMP_EIO (cannot create or open: err says why), SMP_ENOMEM. */
+int cold_open(const char *dir, cold_tier **out, char *err, size_t errlen);
+/* Close the directory. NULL is a no-op. */
+void cold_close(cold_tier *ct);
+const char *cold_dir(const cold_tier *ct);
+
+/* The file name of the cold replica of key with content sha256 into
+ * out[COLD_NAME_MAX]. SMP_OK, SMP_EINVAL (bad key). */
+int cold_name_for(const char *key, const uint8_t sha256[32], char out[COLD_NAME_MAX]);
+
+/* "<dir>/<name>" into buf. SMP_OK, SMP_EINVAL (not a cold name), SMP_ERANGE. */
+int cold_path_for(const cold_tier *ct, const char *name, char *buf, size_t cap);
+
+/* Accept a bare cold name or a path to a file directly in this tier's
+ * directory (as the master records it) and write the bare name into
+ * name_out. Anything else -- another directory, "..", a tmp file, a name not
+ * of the form <64 hex>.cold -- is SMP_EINVAL. */
+int cold_resolve(const cold_tier *ct, const char *name_or_path, char name_out[COLD_NAME_MAX]);
+
+/* Persist len bytes at data (a memory replica of key; borrowed, not changed)
+ * as a cold replica whose content must have SHA-256 sha256. On SMP_OK the
+ * file is durable, verified, and named name_out (may be NULL). Failures
+ * leave no final file and no temporary file: SMP_EINVAL (bad key or
+ * arguments), SMP_EPROTO (what was read back does not match sha256: the
+ * source replica or the disk is bad), SMP_ENOSPC, SMP_EIO, SMP_ENOMEM; err
+ * (may be NULL) names the file and the cause. */
+int cold_persist(cold_tier *ct,
+                 const char *key,
+                 const void *data,
+                 uint64_t len,
+                 const uint8_t sha256[32],
+                 unsigned flags,
+                 char name_out[COLD_NAME_MAX],
+                 char *err,
+                 size_t errlen);
+
+/* Read and check the header of a cold file (name or path, cold_resolve);
+ * e->name and e->key point into buffers the caller provides: key_buf
+ * (COLD_KEY_MAX + 1 bytes) and name_buf (COLD_NAME_MAX bytes). Returns
+ * SMP_OK (e->status SMP_OK), SMP_ENOTFOUND, SMP_EINVAL, SMP_EPROTO (bad
+ * header or size; e->status says so too), SMP_EIO. */
+int cold_stat(const cold_tier *ct,
+              const char *name_or_path,
+              cold_entry *e,
+              char *key_buf,
+              char *name_buf);
+
+/* Load a cold replica into dst (len bytes; e.g. a newly allocated memory
+ * range). key (NULL: not checked) must match the file's key, len its data
+ * length, sha256 (NULL: only the file's own checksum) its recorded checksum,
+ * and the data must hash to it. Returns SMP_OK only when everything matched;
+ * otherwise dst holds garbage that must not be served: SMP_ENOTFOUND,
+ * SMP_EINVAL (bad name, other key), SMP_ERANGE (other length), SMP_EPROTO
+ * (bad header, truncated, or data not matching: a corrupted file), SMP_EIO. */
+int cold_load(const cold_tier *ct,
+              const char *name_or_path,
+              const char *key,
+              void *dst,
+              uint64_t len,
+              const uint8_t sha256[32],
+              char *err,
+              size_t errlen);
+
+/* Delete a cold file and fsync the directory. SMP_OK, SMP_ENOTFOUND (already
+ * gone), SMP_EINVAL (not a cold name of this tier), SMP_EIO. */
+int cold_delete(cold_tier *ct, const char *name_or_path);
+
+/* Scan the directory: visit every .cold file (header checked; with deep != 0
+ * the data is hashed too, which reads every byte), delete temporary files
+ * older than stale_tmp_ms (0: all of them -- right for a node that just
+ * started and so has no persist in progress), leave anything else alone.
+ * Fills *st (may be NULL). Returns SMP_OK, the visitor's non-zero value, or
+ * SMP_EIO when the directory cannot be read. */
+int cold_inventory(cold_tier *ct,
+                   uint64_t stale_tmp_ms,
+                   int deep,
+                   cold_visit_fn fn,
+                   void *arg,
+                   cold_inventory_stats *st);
+
+#endif /* HOST_NODE_COLD_H */

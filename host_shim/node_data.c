@@ -1,0 +1,640 @@
+/* node_data.c -- the node's TCP data server on a libuv loop.
+ *
+ * Each connection is a small state machine: HDR (the fixed request header),
+ * VAR (segment id and ticket), PAYLOAD (the bytes of an accepted write),
+ * BUSY (a read's bytes are being sent; reading is paused). The alloc
+ * callback hands libuv exactly the buffer the state needs -- the rest of the
+ * header, the rest of the variable part, or the segment mapping at the write
+ * position -- so no byte is ever read past the current request and a write's
+ * payload lands in the segment without a staging copy. A read is one
+ * uv_write of the response header and the mapping pointer. Every response
+ * has its own write request (a CONTINUE and a FINAL may be in flight
+ * together); a response flagged close_after closes the connection once sent.
+ * A segment carries a count of transfers in progress, so it cannot be
+ * removed while its mapping is being read or written. */
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/crypto.h>
+
+#include "node_data.h"
+#include "node_data_wire.h"
+
+_Static_assert(NDW_TICKET_MAX >= TICKET_MAX_BYTES, "wire ticket bound below ticket size");
+_Static_assert(NDW_SEGMENT_MAX >= SEG_ID_MAX, "wire segment bound below segment id size");
+
+typedef enum conn_state { CS_HDR, CS_VAR, CS_PAYLOAD, CS_BUSY, CS_CLOSING } conn_state;
+
+typedef struct data_seg {
+    struct data_seg *next;
+    seg_segment *seg;
+    uint64_t pins; /* transfers in progress */
+} data_seg;
+
+typedef struct data_conn {
+    uv_tcp_t tcp;
+    struct data_conn *prev, *next;
+    data_server *srv;
+    conn_state state;
+    size_t got;                 /* bytes of the current header / var part */
+    uint8_t hdr[NDW_REQ_HDR];
+    ndw_request req;
+    uint8_t var[NDW_SEGMENT_MAX + NDW_TICKET_MAX];
+    uint8_t scratch[64];        /* absorbs bytes that arrive when none are expected */
+    data_seg *pinned;           /* segment of the transfer in progress */
+    uint8_t *dst;               /* PAYLOAD: where the next byte goes */
+    uint64_t remaining;         /* PAYLOAD: bytes still to receive */
+} data_conn;
+
+typedef struct data_reply {
+    uv_write_t req;
+    data_conn *conn;
+    int close_after;            /* close the connection once sent */
+    int resume_after;           /* a READ: unpin and resume reading once sent */
+    uint64_t payload;
+    uint8_t buf[NDW_RESP_HDR + NDW_MESSAGE_MAX];
+} data_reply;
+
+struct data_server {
+    uv_loop_t *loop;
+    uv_tcp_t listener;
+    int listening;
+    int started;
+    int closing;
+    int handles;                /* open uv handles (listener + conns) */
+    char *listen_tcp;
+    ticket_secret secret;
+    int have_secret;
+    int require_read_ticket;
+    uint64_t clock_skew_ms;
+    int sockbuf;
+    uint32_t max_connections;
+    int backlog;
+    data_seg *segs;
+    data_conn *conns;
+    data_server_stats stats;
+};
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    if (err == NULL || errlen == 0)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+static void server_maybe_free(data_server *s)
+{
+    if (s->closing && s->handles == 0) {
+        data_seg *d = s->segs, *nx;
+        for (; d != NULL; d = nx) {
+            nx = d->next;
+            free(d);
+        }
+        free(s->listen_tcp);
+        OPENSSL_cleanse(&s->secret, sizeof(s->secret));
+        free(s);
+    }
+}
+
+int data_server_create(uv_loop_t *loop,
+                       const data_server_options *opt,
+                       data_server **out,
+                       char *err,
+                       size_t errlen)
+{
+    data_server *s;
+    if (loop == NULL || opt == NULL || out == NULL || opt->listen_tcp == NULL ||
+        opt->listen_tcp[0] == '\0') {
+        set_err(err, errlen, "data server: no listen address");
+        return SMP_EINVAL;
+    }
+    if (opt->secret != NULL &&
+        (opt->secret->len < TICKET_SECRET_MIN || opt->secret->len > TICKET_SECRET_MAX)) {
+        set_err(err, errlen, "data server: the ticket secret has %zu bytes (%d..%d allowed)",
+                opt->secret->len, TICKET_SECRET_MIN, TICKET_SECRET_MAX);
+        return SMP_EINVAL;
+    }
+    s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return SMP_ENOMEM;
+    s->listen_tcp = strdup(opt->listen_tcp);
+    if (s->listen_tcp == NULL) {
+        free(s);
+        return SMP_ENOMEM;
+    }
+    s->loop = loop;
+    if (opt->secret != NULL) {
+        s->secret = *opt->secret;
+        s->have_secret = 1;
+    }
+    s->require_read_ticket = opt->require_read_ticket;
+    s->clock_skew_ms = opt->clock_skew_ms;
+    s->sockbuf = opt->socket_buffer_bytes;
+    s->max_connections = opt->max_connections;
+    s->backlog = opt->backlog > 0 ? opt->backlog : 128;
+    *out = s;
+    return SMP_OK;
+}
+
+static data_seg *find_seg(const data_server *s, const char *id)
+{
+    data_seg *d;
+    for (d = s->segs; d != NULL; d = d->next)
+        if (strcmp(seg_id(d->seg), id) == 0)
+            return d;
+    return NULL;
+}
+
+int data_server_add_segment(data_server *s, seg_segment *seg)
+{
+    data_seg *d;
+    if (s == NULL || seg == NULL)
+        return SMP_EINVAL;
+    if (find_seg(s, seg_id(seg)) != NULL)
+        return SMP_EEXIST;
+    d = calloc(1, sizeof(*d));
+    if (d == NULL)
+        return SMP_ENOMEM;
+    d->seg = seg;
+    d->next = s->segs;
+    s->segs = d;
+    return SMP_OK;
+}
+
+int data_server_remove_segment(data_server *s, const char *id)
+{
+    data_seg **pp;
+    for (pp = &s->segs; *pp != NULL; pp = &(*pp)->next) {
+        data_seg *d = *pp;
+        if (strcmp(seg_id(d->seg), id) != 0)
+            continue;
+        if (d->pins > 0)
+            return SMP_EBUSY;
+        *pp = d->next;
+        free(d);
+        return SMP_OK;
+    }
+    return SMP_ENOTFOUND;
+}
+
+/* -- connections ----------------------------------------------------------- */
+
+static void on_conn_closed(uv_handle_t *h)
+{
+    data_conn *c = h->data;
+    data_server *s = c->srv;
+    if (c->pinned != NULL)
+        c->pinned->pins--;
+    if (c->prev != NULL)
+        c->prev->next = c->next;
+    else
+        s->conns = c->next;
+    if (c->next != NULL)
+        c->next->prev = c->prev;
+    free(c);
+    s->stats.connections_open--;
+    s->handles--;
+    server_maybe_free(s);
+}
+
+static void conn_close(data_conn *c)
+{
+    if (c->state == CS_CLOSING)
+        return;
+    if (c->state == CS_HDR && c->got > 0)
+        c->srv->stats.truncated++;
+    else if (c->state == CS_VAR || c->state == CS_PAYLOAD)
+        c->srv->stats.truncated++;
+    c->state = CS_CLOSING;
+    uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+}
+
+static void unpin(data_conn *c)
+{
+    if (c->pinned != NULL) {
+        c->pinned->pins--;
+        c->pinned = NULL;
+    }
+}
+
+static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf);
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+
+static void on_reply_sent(uv_write_t *w, int status)
+{
+    data_reply *r = (data_reply *)w;
+    data_conn *c = r->conn;
+    if (c->state != CS_CLOSING) {
+        if (status < 0 || r->close_after) {
+            conn_close(c);
+        } else if (r->resume_after) {
+            c->srv->stats.reads++;
+            c->srv->stats.bytes_read += r->payload;
+            unpin(c);
+            c->state = CS_HDR;
+            c->got = 0;
+            if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) < 0)
+                conn_close(c);
+        }
+    }
+    free(r);
+}
+
+/* Send a response: header, message, and (for a READ) payload bytes straight
+ * from the mapping. Flags as in data_reply. Returns 0, or -1 when it could
+ * not be queued: the connection is then closing. */
+static int send_reply(data_conn *c, int status, uint8_t kind, const char *msg,
+                       const uint8_t *payload, uint64_t plen, int close_after)
+{
+    ndw_response resp;
+    uv_buf_t bufs[2];
+    size_t mlen = msg != NULL ? strlen(msg) : 0;
+    data_reply *r = calloc(1, sizeof(*r));
+    if (r == NULL) {
+        conn_close(c);
+        return -1;
+    }
+    if (mlen > NDW_MESSAGE_MAX)
+        mlen = NDW_MESSAGE_MAX;
+    r->conn = c;
+    r->close_after = close_after;
+    r->resume_after = payload != NULL;
+    r->payload = plen;
+    resp.status = status;
+    resp.payload = plen;
+    resp.msg_len = (uint16_t)mlen;
+    resp.kind = kind;
+    ndw_encode_response(r->buf, &resp);
+    if (mlen > 0)
+        memcpy(r->buf + NDW_RESP_HDR, msg, mlen);
+    bufs[0] = uv_buf_init((char *)r->buf, (unsigned)(NDW_RESP_HDR + mlen));
+    bufs[1] = uv_buf_init((char *)payload, 0);
+    if (payload != NULL)
+        bufs[1].len = (size_t)plen; /* size_t on Unix: a whole range in one write */
+    if (uv_write(&r->req, (uv_stream_t *)&c->tcp, bufs, payload != NULL ? 2 : 1,
+                 on_reply_sent) < 0) {
+        free(r);
+        conn_close(c);
+        return -1;
+    }
+    return 0;
+}
+
+/* Answer a refusal (the connection stays) and wait for the next request. */
+static void refuse(data_conn *c, int status, const char *fmt, ...)
+{
+    char msg[NDW_MESSAGE_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    c->state = CS_HDR;
+    c->got = 0;
+    send_reply(c, status, NDW_KIND_FINAL, msg, NULL, 0, 0);
+}
+
+/* A frame that does not parse: answer SMP_EPROTO and close. */
+static void protocol_error(data_conn *c, const char *why)
+{
+    c->srv->stats.bad_frames++;
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    c->state = CS_BUSY; /* not CLOSING yet: the reply must go out first */
+    send_reply(c, SMP_EPROTO, NDW_KIND_FINAL, why, NULL, 0, 1);
+}
+
+/* Verify the request's ticket for its op and range. SMP_OK or the refusal
+ * code (the refusal has been sent). */
+static int check_ticket(data_conn *c, const char *segid, uint8_t op)
+{
+    data_server *s = c->srv;
+    ticket_claims *cl;
+    int rc;
+    uint64_t now = ticket_now_ms();
+    const uint8_t *tok = c->var + c->req.seg_len;
+
+    if (!s->have_secret) {
+        refuse(c, SMP_ENOTSUP, "this node has no ticket secret: it accepts no %s",
+               op == TICKET_OP_WRITE ? "writes" : "ticketed reads");
+        return SMP_ENOTSUP;
+    }
+    if (c->req.ticket_len == 0) {
+        s->stats.refused_ticket++;
+        refuse(c, SMP_EINVAL, "a %s of segment %s needs a ticket",
+               op == TICKET_OP_WRITE ? "write" : "read", segid);
+        return SMP_EINVAL;
+    }
+    cl = malloc(sizeof(*cl));
+    if (cl == NULL) {
+        refuse(c, SMP_ENOMEM, "out of memory");
+        return SMP_ENOMEM;
+    }
+    now = now > s->clock_skew_ms ? now - s->clock_skew_ms : 0;
+    rc = ticket_verify(&s->secret, tok, c->req.ticket_len, now, cl);
+    if (rc == SMP_OK)
+        rc = ticket_check_use(cl, op, segid, c->req.offset, c->req.length);
+    free(cl);
+    if (rc < 0) {
+        s->stats.refused_ticket++;
+        refuse(c, rc, "ticket refused: %s",
+               rc == SMP_EINVAL   ? "bad signature or not for this operation and segment"
+               : rc == SMP_ESTATE ? "expired"
+               : rc == SMP_ERANGE ? "the range is not the ticket's"
+               : rc == SMP_EPROTO ? "malformed"
+                                  : smp_strerror(rc));
+    }
+    return rc;
+}
+
+/* The header and variable part of a request are in: act on it. */
+static void handle_request(data_conn *c)
+{
+    data_server *s = c->srv;
+    char segid[NDW_SEGMENT_MAX + 1];
+    data_seg *d;
+    uint8_t *p;
+
+    memcpy(segid, c->var, c->req.seg_len);
+    segid[c->req.seg_len] = '\0';
+    if (seg_validate_id(segid) < 0) {
+        protocol_error(c, "the segment id is not a valid id");
+        return;
+    }
+    d = find_seg(s, segid);
+    if (d == NULL) {
+        s->stats.refused_segment++;
+        refuse(c, SMP_ENOTFOUND, "no segment %s on this node", segid);
+        return;
+    }
+    if (seg_check_range(d->seg, c->req.offset, c->req.length) < 0) {
+        s->stats.refused_range++;
+        refuse(c, SMP_ERANGE, "[%" PRIu64 ", +%" PRIu64 ") is outside segment %s of %" PRIu64
+               " bytes", c->req.offset, c->req.length, segid, seg_size(d->seg));
+        return;
+    }
+    if (c->req.op == NDW_OP_READ) {
+        if ((s->require_read_ticket || c->req.ticket_len > 0) &&
+            check_ticket(c, segid, TICKET_OP_READ) < 0)
+            return;
+        p = seg_ptr(d->seg, c->req.offset, c->req.length);
+        c->pinned = d;
+        d->pins++;
+        c->state = CS_BUSY;
+        uv_read_stop((uv_stream_t *)&c->tcp);
+        send_reply(c, SMP_OK, NDW_KIND_FINAL, NULL, p, c->req.length, 0);
+        return;
+    }
+    if (check_ticket(c, segid, TICKET_OP_WRITE) < 0)
+        return; /* refused: nothing was written */
+    c->dst = seg_ptr(d->seg, c->req.offset, c->req.length);
+    c->remaining = c->req.length;
+    c->pinned = d;
+    d->pins++;
+    if (send_reply(c, SMP_OK, NDW_KIND_CONTINUE, NULL, NULL, 0, 0) < 0)
+        return; /* closing; the pin goes with the connection */
+    if (c->remaining == 0) {
+        unpin(c);
+        s->stats.writes++;
+        c->state = CS_HDR;
+        c->got = 0;
+        send_reply(c, SMP_OK, NDW_KIND_FINAL, NULL, NULL, 0, 0);
+        return;
+    }
+    c->state = CS_PAYLOAD;
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    data_conn *c = h->data;
+    (void)suggested;
+    switch (c->state) {
+    case CS_HDR:
+        *buf = uv_buf_init((char *)c->hdr + c->got, (unsigned)(NDW_REQ_HDR - c->got));
+        break;
+    case CS_VAR:
+        *buf = uv_buf_init((char *)c->var + c->got,
+                           (unsigned)(c->req.seg_len + c->req.ticket_len - c->got));
+        break;
+    case CS_PAYLOAD:
+        buf->base = (char *)c->dst;
+        buf->len = c->remaining < (64u << 20) ? (size_t)c->remaining : (64u << 20);
+        break;
+    default:
+        *buf = uv_buf_init((char *)c->scratch, sizeof(c->scratch));
+        break;
+    }
+}
+
+static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
+{
+    data_conn *c = st->data;
+    data_server *s = c->srv;
+    (void)buf;
+    if (nread == 0 || c->state == CS_CLOSING)
+        return;
+    if (nread < 0) {
+        conn_close(c);
+        return;
+    }
+    switch (c->state) {
+    case CS_HDR:
+        c->got += (size_t)nread;
+        if (c->got < NDW_REQ_HDR)
+            return;
+        if (ndw_decode_request(c->hdr, &c->req) < 0) {
+            protocol_error(c, "malformed request header");
+            return;
+        }
+        c->state = CS_VAR;
+        c->got = 0;
+        return;
+    case CS_VAR:
+        c->got += (size_t)nread;
+        if (c->got < (size_t)c->req.seg_len + c->req.ticket_len)
+            return;
+        handle_request(c);
+        return;
+    case CS_PAYLOAD:
+        c->dst += nread;
+        c->remaining -= (uint64_t)nread;
+        s->stats.bytes_written += (uint64_t)nread;
+        if (c->remaining > 0)
+            return;
+        unpin(c);
+        s->stats.writes++;
+        c->state = CS_HDR;
+        c->got = 0;
+        send_reply(c, SMP_OK, NDW_KIND_FINAL, NULL, NULL, 0, 0);
+        return;
+    default:
+        /* bytes while a response is owed: the peer does not follow the protocol */
+        protocol_error(c, "request sent before the previous response");
+        return;
+    }
+}
+
+static void on_connection(uv_stream_t *server, int status)
+{
+    data_server *s = server->data;
+    data_conn *c;
+    if (status < 0 || s->closing)
+        return;
+    c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return;
+    c->srv = s;
+    uv_tcp_init(s->loop, &c->tcp);
+    c->tcp.data = c;
+    c->next = s->conns;
+    if (s->conns != NULL)
+        s->conns->prev = c;
+    s->conns = c;
+    s->handles++;
+    s->stats.connections_open++;
+    if (uv_accept(server, (uv_stream_t *)&c->tcp) < 0) {
+        conn_close(c);
+        return;
+    }
+    if (s->max_connections > 0 && s->stats.connections_open > s->max_connections) {
+        s->stats.connections_rejected++;
+        c->state = CS_BUSY;
+        send_reply(c, SMP_EAGAIN, NDW_KIND_FINAL, "too many connections", NULL, 0, 1);
+        return;
+    }
+    s->stats.connections_accepted++;
+    uv_tcp_nodelay(&c->tcp, 1);
+    if (s->sockbuf > 0) {
+        int v = s->sockbuf;
+        uv_send_buffer_size((uv_handle_t *)&c->tcp, &v);
+        v = s->sockbuf;
+        uv_recv_buffer_size((uv_handle_t *)&c->tcp, &v);
+    }
+    if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) < 0)
+        conn_close(c);
+}
+
+/* -- listening ------------------------------------------------------------- */
+
+/* Parse "host:port" / "[v6]:port" / ":port" into ss. SMP_OK or SMP_EINVAL. */
+static int parse_tcp(const char *spec, struct sockaddr_storage *ss)
+{
+    char host[256];
+    const char *colon = strrchr(spec, ':'), *hs = spec, *he;
+    char *end = NULL;
+    long port;
+    if (colon == NULL)
+        return SMP_EINVAL;
+    he = colon;
+    if (spec[0] == '[') {
+        hs = spec + 1;
+        if (he == spec || he[-1] != ']')
+            return SMP_EINVAL;
+        he--;
+    }
+    if (he < hs || (size_t)(he - hs) >= sizeof(host))
+        return SMP_EINVAL;
+    memcpy(host, hs, (size_t)(he - hs));
+    host[he - hs] = '\0';
+    errno = 0;
+    port = strtol(colon + 1, &end, 10);
+    if (colon[1] == '\0' || *end != '\0' || errno != 0 || port < 0 || port > 65535)
+        return SMP_EINVAL;
+    if (host[0] == '\0' || strcmp(host, "*") == 0)
+        strcpy(host, "0.0.0.0");
+    if (strcmp(host, "localhost") == 0)
+        strcpy(host, "127.0.0.1");
+    if (uv_ip4_addr(host, (int)port, (struct sockaddr_in *)ss) == 0)
+        return SMP_OK;
+    if (uv_ip6_addr(host, (int)port, (struct sockaddr_in6 *)ss) == 0)
+        return SMP_OK;
+    return SMP_EINVAL;
+}
+
+static void on_listener_closed(uv_handle_t *h)
+{
+    data_server *s = h->data;
+    s->handles--;
+    server_maybe_free(s);
+}
+
+/* libuv writes with write(2): a vanished peer must not kill the node. */
+static void ignore_sigpipe(void)
+{
+    struct sigaction old;
+    if (sigaction(SIGPIPE, NULL, &old) == 0 && !(old.sa_flags & SA_SIGINFO) &&
+        old.sa_handler == SIG_DFL)
+        signal(SIGPIPE, SIG_IGN);
+}
+
+int data_server_start(data_server *s, char *err, size_t errlen)
+{
+    struct sockaddr_storage ss;
+    int rc;
+    if (s == NULL || s->started || s->closing)
+        return SMP_ESTATE;
+    memset(&ss, 0, sizeof(ss));
+    if (parse_tcp(s->listen_tcp, &ss) < 0) {
+        set_err(err, errlen, "data server: listen address '%s' is not host:port with a numeric "
+                "address", s->listen_tcp);
+        return SMP_EINVAL;
+    }
+    ignore_sigpipe();
+    uv_tcp_init(s->loop, &s->listener);
+    s->listener.data = s;
+    s->handles++;
+    s->listening = 1;
+    if ((rc = uv_tcp_bind(&s->listener, (const struct sockaddr *)&ss, 0)) < 0 ||
+        (rc = uv_listen((uv_stream_t *)&s->listener, s->backlog, on_connection)) < 0) {
+        set_err(err, errlen, "data server: cannot listen on %s: %s", s->listen_tcp,
+                uv_strerror(rc));
+        s->listening = 0;
+        uv_close((uv_handle_t *)&s->listener, on_listener_closed);
+        return SMP_EIO;
+    }
+    s->started = 1;
+    return SMP_OK;
+}
+
+int data_server_tcp_port(const data_server *s)
+{
+    struct sockaddr_storage ss;
+    int len = sizeof(ss);
+    if (s == NULL || !s->started ||
+        uv_tcp_getsockname(&s->listener, (struct sockaddr *)&ss, &len) < 0)
+        return -1;
+    if (ss.ss_family == AF_INET)
+        return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+}
+
+void data_server_close(data_server *s)
+{
+    data_conn *c, *nx;
+    if (s == NULL || s->closing)
+        return;
+    s->closing = 1;
+    for (c = s->conns; c != NULL; c = nx) {
+        nx = c->next;
+        if (c->state != CS_CLOSING) {
+            c->state = CS_CLOSING;
+            uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+        }
+    }
+    if (s->listening) {
+        s->listening = 0;
+        uv_close((uv_handle_t *)&s->listener, on_listener_closed);
+    }
+    server_maybe_free(s);
+}
+
+void data_server_get_stats(const data_server *s, data_server_stats *out)
+{
+    *out = s->stats;
+}

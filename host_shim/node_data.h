@@ -1,0 +1,93 @@
+/* node_data.h -- a node's data server: ranged reads and ticketed writes of
+ * its segments over TCP.
+ *
+ * The server runs on a libuv loop (the node's, or the master's in embedded
+ * mode) and speaks the frames of client/node_data_wire.h. A READ streams the
+ * range straight from the segment's mapping into the socket (one uv_write of
+ * the mapping pointer: no copy into a buffer); a WRITE is checked against its
+ * ticket (node_ticket.h) before a byte is accepted and its payload is then
+ * received straight into the segment (libuv's read buffer is the mapping at
+ * the write position). Many connections are served at once; each carries one
+ * request at a time.
+ *
+ * Refusals keep the connection: unknown segment (SMP_ENOTFOUND), range
+ * outside the segment or not the ticket's (SMP_ERANGE), forged or tampered
+ * ticket (SMP_EINVAL), expired ticket (SMP_ESTATE), malformed ticket
+ * (SMP_EPROTO), writes without a configured secret (SMP_ENOTSUP). A refused
+ * write has written nothing. A frame that does not parse gets an SMP_EPROTO
+ * answer and closes that connection only. Reads need no ticket unless
+ * require_read_ticket is set (see node_ticket.h for why).
+ *
+ * Everything runs on the loop thread. Segments are borrowed: a segment must
+ * stay open until it is removed from the server (or the server is closed). */
+#ifndef HOST_NODE_DATA_H
+#define HOST_NODE_DATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "node_segment.h"
+#include "node_ticket.h"
+#include "store_plugin.h"
+
+typedef struct data_server data_server;
+
+typedef struct data_server_options {
+    const char *listen_tcp;          /* "host:port" (":port" = any address) */
+    const ticket_secret *secret;     /* copied; NULL: every write is refused */
+    int require_read_ticket;         /* reads need a READ ticket */
+    uint64_t clock_skew_ms;          /* tolerated lag of this clock behind the master's */
+    int socket_buffer_bytes;         /* SO_SNDBUF / SO_RCVBUF of connections; 0: kernel */
+    uint32_t max_connections;        /* 0: unlimited */
+    int backlog;                     /* 0: 128 */
+} data_server_options;
+
+typedef struct data_server_stats {
+    uint64_t connections_accepted;
+    uint64_t connections_open;       /* gauge */
+    uint64_t connections_rejected;   /* over max_connections */
+    uint64_t reads;                  /* READ requests served */
+    uint64_t writes;                 /* WRITE requests completed */
+    uint64_t bytes_read;             /* payload bytes sent */
+    uint64_t bytes_written;          /* payload bytes received into segments */
+    uint64_t refused_ticket;         /* forged, expired, malformed or wrong-use tickets */
+    uint64_t refused_range;          /* outside the segment */
+    uint64_t refused_segment;        /* unknown segment */
+    uint64_t bad_frames;             /* connections closed for a malformed frame */
+    uint64_t truncated;              /* peers gone in the middle of a request */
+} data_server_stats;
+
+/* Create a server on loop (borrowed). Nothing listens before
+ * data_server_start(). Returns SMP_OK, SMP_EINVAL (no listen address, bad
+ * secret), SMP_ENOMEM, with err (may be NULL) naming the cause. */
+int data_server_create(uv_loop_t *loop,
+                       const data_server_options *opt,
+                       data_server **out,
+                       char *err,
+                       size_t errlen);
+
+/* Serve seg (borrowed) under its id. SMP_EEXIST when a segment of that id is
+ * served, SMP_ENOMEM. */
+int data_server_add_segment(data_server *s, seg_segment *seg);
+
+/* Stop serving the segment id. SMP_ENOTFOUND; SMP_EBUSY while a transfer
+ * into or out of it is in progress (try again after the loop ran). */
+int data_server_remove_segment(data_server *s, const char *id);
+
+/* Bind and listen. SIGPIPE is set to ignored if it still has its default
+ * action. SMP_OK, SMP_EINVAL (bad address), SMP_EIO (bind / listen failed),
+ * SMP_ESTATE (already started); err names the address and the cause. */
+int data_server_start(data_server *s, char *err, size_t errlen);
+
+/* The bound TCP port (useful with port 0), or -1 before start. */
+int data_server_tcp_port(const data_server *s);
+
+/* Stop listening and close every connection; the memory goes once the
+ * handles have closed (run the loop). NULL is a no-op. */
+void data_server_close(data_server *s);
+
+void data_server_get_stats(const data_server *s, data_server_stats *out);
+
+#endif /* HOST_NODE_DATA_H */

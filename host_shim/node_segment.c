@@ -1,0 +1,272 @@
+/* node_segment.c -- a node's memory segment as a mapped, locked file.
+ *
+ * Opening takes an exclusive non-blocking flock on the file before anything
+ * else, so a second node (or a second open in the same node) is refused with
+ * SMP_EBUSY instead of sharing the bytes. The size of an existing file is
+ * checked before it is mapped, and a mismatch changes nothing: a segment is
+ * never silently truncated or grown, because its bytes are replicas the
+ * master may know about. The mapping is MAP_SHARED, so what a co-located
+ * client writes through its own mapping of the same file is what the node
+ * serves, and the reverse. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <openssl/evp.h>
+
+#include "node_segment.h"
+
+struct seg_segment {
+    char id[SEG_ID_MAX + 1];
+    char *path;
+    int fd;
+    uint8_t *base;
+    uint64_t size;
+};
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    if (err == NULL || errlen == 0)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+int seg_validate_id(const char *id)
+{
+    size_t n;
+    if (id == NULL || id[0] == '\0' || id[0] == '.')
+        return SMP_EINVAL;
+    for (n = 0; id[n] != '\0'; n++) {
+        char c = id[n];
+        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                 (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+        if (!ok || n >= SEG_ID_MAX)
+            return SMP_EINVAL;
+    }
+    return SMP_OK;
+}
+
+int seg_path_for(const char *dir, const char *id, char *buf, size_t cap)
+{
+    int n;
+    if (seg_validate_id(id) < 0 || buf == NULL)
+        return SMP_EINVAL;
+    if (dir == NULL || dir[0] == '\0')
+        dir = SEG_DEFAULT_DIR;
+    n = snprintf(buf, cap, "%s/%s%s", dir, id, SEG_FILE_SUFFIX);
+    if (n < 0 || (size_t)n >= cap)
+        return SMP_ERANGE;
+    return SMP_OK;
+}
+
+/* Size a freshly created (or empty) file to size bytes, reserving the bytes
+ * when asked. Returns SMP_OK, SMP_ENOSPC or SMP_EIO with err set. */
+static int size_new_file(int fd, const char *path, uint64_t size, int prealloc,
+                         char *err, size_t errlen)
+{
+    int e;
+    if (prealloc) {
+        e = posix_fallocate(fd, 0, (off_t)size);
+        if (e == 0)
+            return SMP_OK;
+        if (e == ENOSPC || e == EFBIG) {
+            set_err(err, errlen, "%s: cannot reserve %" PRIu64 " bytes: %s", path, size,
+                    strerror(e));
+            return SMP_ENOSPC;
+        }
+        if (e != EOPNOTSUPP && e != EINVAL) {
+            set_err(err, errlen, "%s: fallocate: %s", path, strerror(e));
+            return SMP_EIO;
+        }
+        /* the file system cannot reserve: fall back to a sparse size */
+    }
+    if (ftruncate(fd, (off_t)size) < 0) {
+        e = errno;
+        set_err(err, errlen, "%s: cannot size to %" PRIu64 " bytes: %s", path, size, strerror(e));
+        return e == ENOSPC || e == EFBIG ? SMP_ENOSPC : SMP_EIO;
+    }
+    return SMP_OK;
+}
+
+int seg_open(const seg_options *opt, seg_segment **out, char *err, size_t errlen)
+{
+    int rc;
+    int created = 0;
+    struct stat st;
+    seg_segment *s;
+    const char *dir;
+    char path[4096];
+
+    if (opt == NULL || out == NULL) {
+        set_err(err, errlen, "segment: missing options");
+        return SMP_EINVAL;
+    }
+    *out = NULL;
+    dir = opt->dir != NULL && opt->dir[0] != '\0' ? opt->dir : SEG_DEFAULT_DIR;
+    if (seg_validate_id(opt->id) < 0) {
+        set_err(err, errlen, "segment: invalid id \"%.64s\" (1..%d of [A-Za-z0-9._-], not '.' first)",
+                opt->id != NULL ? opt->id : "", SEG_ID_MAX);
+        return SMP_EINVAL;
+    }
+    if (opt->size == 0 || opt->size > (uint64_t)SIZE_MAX / 2 || opt->size > (uint64_t)INT64_MAX) {
+        set_err(err, errlen, "segment %s: size %" PRIu64 " is not usable", opt->id, opt->size);
+        return SMP_EINVAL;
+    }
+    if ((rc = seg_path_for(dir, opt->id, path, sizeof(path))) < 0) {
+        set_err(err, errlen, "segment %s: directory path too long", opt->id);
+        return rc;
+    }
+    if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+        set_err(err, errlen, "%s: cannot create the directory: %s", dir, strerror(errno));
+        return SMP_EIO;
+    }
+
+    s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return SMP_ENOMEM;
+    s->fd = -1;
+    snprintf(s->id, sizeof(s->id), "%s", opt->id);
+    s->size = opt->size;
+    s->path = strdup(path);
+    if (s->path == NULL) {
+        rc = SMP_ENOMEM;
+        goto free_seg;
+    }
+
+    s->fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (s->fd >= 0)
+        created = 1;
+    else if (errno == EEXIST)
+        s->fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    if (s->fd < 0) {
+        set_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        rc = SMP_EIO;
+        goto free_seg;
+    }
+    if (flock(s->fd, LOCK_EX | LOCK_NB) < 0) {
+        if (errno == EWOULDBLOCK) {
+            set_err(err, errlen, "%s: the segment is held open by another node", path);
+            rc = SMP_EBUSY;
+        } else {
+            set_err(err, errlen, "%s: flock: %s", path, strerror(errno));
+            rc = SMP_EIO;
+        }
+        goto close_fd;
+    }
+    if (fstat(s->fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        set_err(err, errlen, "%s: not a regular file", path);
+        rc = SMP_EIO;
+        goto close_fd;
+    }
+    if (st.st_size == 0)
+        created = 1;
+    if (created) {
+        if ((rc = size_new_file(s->fd, path, s->size, opt->preallocate, err, errlen)) < 0)
+            goto unlink_new;
+    } else if ((uint64_t)st.st_size != s->size) {
+        set_err(err, errlen, "%s: the existing segment file has %" PRIu64
+                " bytes but %" PRIu64 " were configured; refusing to resize it",
+                path, (uint64_t)st.st_size, s->size);
+        rc = SMP_ESTATE;
+        goto close_fd;
+    }
+    s->base = mmap(NULL, (size_t)s->size, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
+    if (s->base == MAP_FAILED) {
+        s->base = NULL;
+        set_err(err, errlen, "%s: mmap of %" PRIu64 " bytes: %s", path, s->size, strerror(errno));
+        rc = SMP_EIO;
+        goto unlink_new;
+    }
+    *out = s;
+    return SMP_OK;
+
+unlink_new:
+    if (created)
+        unlink(path);
+close_fd:
+    close(s->fd);
+free_seg:
+    free(s->path);
+    free(s);
+    return rc;
+}
+
+void seg_close(seg_segment *s)
+{
+    if (s == NULL)
+        return;
+    if (s->base != NULL)
+        munmap(s->base, (size_t)s->size);
+    if (s->fd >= 0)
+        close(s->fd);
+    free(s->path);
+    free(s);
+}
+
+int seg_destroy(seg_segment *s)
+{
+    int rc = SMP_OK;
+    if (s == NULL)
+        return SMP_OK;
+    /* unlink while the lock is still held, so no other node reopens it meanwhile */
+    if (unlink(s->path) < 0 && errno != ENOENT)
+        rc = SMP_EIO;
+    seg_close(s);
+    return rc;
+}
+
+const char *seg_id(const seg_segment *s) { return s->id; }
+const char *seg_path(const seg_segment *s) { return s->path; }
+uint64_t seg_size(const seg_segment *s) { return s->size; }
+
+int seg_check_range(const seg_segment *s, uint64_t offset, uint64_t length)
+{
+    if (s == NULL || offset > s->size || length > s->size - offset)
+        return SMP_ERANGE;
+    return SMP_OK;
+}
+
+uint8_t *seg_ptr(seg_segment *s, uint64_t offset, uint64_t length)
+{
+    if (seg_check_range(s, offset, length) < 0)
+        return NULL;
+    return s->base + offset;
+}
+
+int seg_read(const seg_segment *s, uint64_t offset, void *dst, uint64_t length)
+{
+    if (seg_check_range(s, offset, length) < 0)
+        return SMP_ERANGE;
+    if (length > 0)
+        memcpy(dst, s->base + offset, (size_t)length);
+    return SMP_OK;
+}
+
+int seg_write(seg_segment *s, uint64_t offset, const void *src, uint64_t length)
+{
+    if (seg_check_range(s, offset, length) < 0)
+        return SMP_ERANGE;
+    if (length > 0)
+        memcpy(s->base + offset, src, (size_t)length);
+    return SMP_OK;
+}
+
+int seg_sha256(const seg_segment *s, uint64_t offset, uint64_t length, uint8_t out[32])
+{
+    if (seg_check_range(s, offset, length) < 0)
+        return SMP_ERANGE;
+    if (!EVP_Digest(s->base + offset, (size_t)length, out, NULL, EVP_sha256(), NULL))
+        return SMP_ENOMEM;
+    return SMP_OK;
+}

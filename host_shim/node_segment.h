@@ -1,0 +1,88 @@
+/* node_segment.h -- a node's memory segment: one file in a directory, mapped.
+ *
+ * A segment is the memory a node contributes to the store: a file named
+ * <dir>/<id>.seg (by default under /dev/shm, so the bytes live in memory)
+ * mapped shared into the node. Because the bytes are in a file, they outlive
+ * the node process: a node that restarts reopens the same file and comes back
+ * with its data, and a client on the same host can map the file itself and
+ * copy straight from or into it (client/seg_map.h), with no socket and no
+ * staging buffer. The node holds an exclusive flock(2) on the file while it
+ * has the segment open, so two nodes never serve the same segment.
+ *
+ * A segment only checks bounds; which range belongs to which object is the
+ * master's business (obj_store.h). Nothing here syncs the mapping: on tmpfs
+ * there is nothing to sync, and durability is the cold tier's (node_cold.h).
+ * A segment is used by one thread at a time for its life (open, close), but
+ * seg_read / seg_write / seg_ptr only touch the mapping and may run on any
+ * thread for disjoint ranges. */
+#ifndef HOST_NODE_SEGMENT_H
+#define HOST_NODE_SEGMENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store_plugin.h"
+
+#define SEG_ID_MAX 256             /* bytes of a segment id (OBJ_NAME_MAX) */
+#define SEG_DEFAULT_DIR "/dev/shm/weight_mgmt"
+#define SEG_FILE_SUFFIX ".seg"
+
+typedef struct seg_segment seg_segment;
+
+typedef struct seg_options {
+    const char *dir;     /* directory of the file; NULL: SEG_DEFAULT_DIR */
+    const char *id;      /* segment id: 1..SEG_ID_MAX of [A-Za-z0-9._-], not "." first */
+    uint64_t size;       /* bytes; a multiple of the page size is not required */
+    int preallocate;     /* reserve the bytes now (posix_fallocate) when creating,
+                            so a full tmpfs fails here, not with SIGBUS later */
+} seg_options;
+
+/* SMP_OK when id is a valid segment id (safe as a file name), else SMP_EINVAL. */
+int seg_validate_id(const char *id);
+
+/* Write "<dir>/<id>.seg" into buf. SMP_EINVAL for a bad id, SMP_ERANGE when
+ * it does not fit in cap. */
+int seg_path_for(const char *dir, const char *id, char *buf, size_t cap);
+
+/* Create the segment file, or reopen it when it exists. The directory is
+ * created (one level) when missing. A reopened file keeps its bytes and
+ * *reopened (may be NULL) is set to 1; a new file is zero-filled and
+ * *reopened is 0. An existing empty file (a create interrupted before it was
+ * sized) counts as new. Returns SMP_OK and a new segment in *out, or:
+ * SMP_EINVAL (bad id, size 0, or beyond the address space), SMP_ESTATE (the
+ * file exists with another size: err names both sizes; nothing is changed),
+ * SMP_EBUSY (another process holds the segment open), SMP_ENOSPC (the
+ * preallocation did not fit), SMP_EIO (open, size or map failed), SMP_ENOMEM.
+ * err (may be NULL) names the file and the cause on failure. */
+int seg_open(const seg_options *opt, seg_segment **out, char *err, size_t errlen);
+
+/* Unmap and close; the file and its bytes stay. NULL is a no-op. */
+void seg_close(seg_segment *s);
+
+/* Unmap, close and unlink the file: the bytes are gone. NULL is a no-op.
+ * Returns SMP_OK or SMP_EIO when the unlink failed (the segment is freed
+ * either way). */
+int seg_destroy(seg_segment *s);
+
+const char *seg_id(const seg_segment *s);
+const char *seg_path(const seg_segment *s);
+uint64_t seg_size(const seg_segment *s);
+
+/* SMP_OK when [offset, offset + length) lies inside the segment (length 0 is
+ * fine at any offset <= size), else SMP_ERANGE. Overflow-safe. */
+int seg_check_range(const seg_segment *s, uint64_t offset, uint64_t length);
+
+/* The mapping at offset for length bytes, or NULL when out of range. The
+ * pointer stays valid until seg_close / seg_destroy. */
+uint8_t *seg_ptr(seg_segment *s, uint64_t offset, uint64_t length);
+
+/* Copy length bytes out of / into the segment. SMP_OK or SMP_ERANGE (nothing
+ * copied). */
+int seg_read(const seg_segment *s, uint64_t offset, void *dst, uint64_t length);
+int seg_write(seg_segment *s, uint64_t offset, const void *src, uint64_t length);
+
+/* SHA-256 of a range (the checksum a node reports for a memory replica).
+ * SMP_OK, SMP_ERANGE, SMP_ENOMEM (OpenSSL could not allocate). */
+int seg_sha256(const seg_segment *s, uint64_t offset, uint64_t length, uint8_t out[32]);
+
+#endif /* HOST_NODE_SEGMENT_H */

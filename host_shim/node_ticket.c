@@ -1,0 +1,214 @@
+/* node_ticket.c -- minting and verifying HMAC-SHA256 range tickets.
+ *
+ * The encoding is fixed-layout big-endian (see node_ticket.h) so that a
+ * verifier can bound every length before touching a byte and a ticket has
+ * exactly one encoding. Verification recomputes the MAC over the bytes as
+ * received and compares with CRYPTO_memcmp before it believes any field;
+ * only then are expiry and use checked. */
+#include <string.h>
+#include <time.h>
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+
+#include "node_ticket.h"
+
+static void put_u16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)(v >> 8);
+    p[1] = (uint8_t)v;
+}
+
+static void put_u64(uint8_t *p, uint64_t v)
+{
+    for (int i = 7; i >= 0; i--) {
+        p[i] = (uint8_t)v;
+        v >>= 8;
+    }
+}
+
+static uint16_t get_u16(const uint8_t *p)
+{
+    return (uint16_t)((p[0] << 8) | p[1]);
+}
+
+static uint64_t get_u64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+static int secret_ok(const ticket_secret *s)
+{
+    return s != NULL && s->len >= TICKET_SECRET_MIN && s->len <= TICKET_SECRET_MAX;
+}
+
+int ticket_secret_generate(ticket_secret *s, size_t len)
+{
+    if (s == NULL || len < TICKET_SECRET_MIN || len > TICKET_SECRET_MAX)
+        return SMP_EINVAL;
+    if (RAND_bytes(s->bytes, (int)len) != 1)
+        return SMP_EIO;
+    s->len = len;
+    return SMP_OK;
+}
+
+int ticket_secret_set(ticket_secret *s, const void *bytes, size_t len)
+{
+    if (s == NULL || bytes == NULL || len < TICKET_SECRET_MIN || len > TICKET_SECRET_MAX)
+        return SMP_EINVAL;
+    memcpy(s->bytes, bytes, len);
+    s->len = len;
+    return SMP_OK;
+}
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+int ticket_secret_from_hex(ticket_secret *s, const char *hex)
+{
+    size_t n;
+    uint8_t tmp[TICKET_SECRET_MAX];
+    if (s == NULL || hex == NULL)
+        return SMP_EINVAL;
+    n = strlen(hex);
+    if (n % 2 != 0 || n / 2 < TICKET_SECRET_MIN || n / 2 > TICKET_SECRET_MAX)
+        return SMP_EINVAL;
+    for (size_t i = 0; i < n / 2; i++) {
+        int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
+        if (hi < 0 || lo < 0)
+            return SMP_EINVAL;
+        tmp[i] = (uint8_t)(hi << 4 | lo);
+    }
+    return ticket_secret_set(s, tmp, n / 2);
+}
+
+uint64_t ticket_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* HMAC-SHA256 of msg under secret into mac. SMP_OK or SMP_EIO. */
+static int compute_mac(const ticket_secret *secret, const uint8_t *msg, size_t len,
+                       uint8_t mac[TICKET_MAC_BYTES])
+{
+    unsigned int maclen = 0;
+    if (HMAC(EVP_sha256(), secret->bytes, (int)secret->len, msg, len, mac, &maclen) == NULL ||
+        maclen != TICKET_MAC_BYTES)
+        return SMP_EIO;
+    return SMP_OK;
+}
+
+int ticket_mint(const ticket_secret *secret,
+                const ticket_claims *c,
+                uint8_t *out,
+                size_t cap,
+                size_t *out_len)
+{
+    size_t seglen, keylen, body;
+    if (!secret_ok(secret) || c == NULL || out == NULL || out_len == NULL)
+        return SMP_EINVAL;
+    if (c->op != TICKET_OP_WRITE && c->op != TICKET_OP_READ)
+        return SMP_EINVAL;
+    seglen = strnlen(c->segment, sizeof(c->segment));
+    keylen = strnlen(c->key, sizeof(c->key));
+    if (seglen == 0 || seglen > TICKET_SEGMENT_MAX || keylen > TICKET_KEY_MAX)
+        return SMP_EINVAL;
+    body = TICKET_FIXED + seglen + keylen;
+    if (cap < body + TICKET_MAC_BYTES)
+        return SMP_ERANGE;
+    out[0] = TICKET_VERSION;
+    out[1] = c->op;
+    put_u16(out + 2, (uint16_t)seglen);
+    put_u64(out + 4, c->offset);
+    put_u64(out + 12, c->length);
+    put_u64(out + 20, c->expiry_ms);
+    if (RAND_bytes(out + 28, 16) != 1)
+        return SMP_EIO;
+    put_u16(out + 44, (uint16_t)keylen);
+    memcpy(out + TICKET_FIXED, c->segment, seglen);
+    memcpy(out + TICKET_FIXED + seglen, c->key, keylen);
+    if (compute_mac(secret, out, body, out + body) < 0)
+        return SMP_EIO;
+    *out_len = body + TICKET_MAC_BYTES;
+    return SMP_OK;
+}
+
+int ticket_verify(const ticket_secret *secret,
+                  const uint8_t *tok,
+                  size_t len,
+                  uint64_t now_ms,
+                  ticket_claims *out)
+{
+    size_t seglen, keylen, body;
+    uint8_t mac[TICKET_MAC_BYTES];
+    uint64_t expiry;
+
+    if (!secret_ok(secret))
+        return SMP_EINVAL;
+    if (tok == NULL || len < TICKET_FIXED + 1 + TICKET_MAC_BYTES || len > TICKET_MAX_BYTES)
+        return SMP_EPROTO;
+    seglen = get_u16(tok + 2);
+    keylen = get_u16(tok + 44);
+    if (tok[0] != TICKET_VERSION || seglen == 0 || seglen > TICKET_SEGMENT_MAX ||
+        keylen > TICKET_KEY_MAX)
+        return SMP_EPROTO;
+    body = TICKET_FIXED + seglen + keylen;
+    if (len != body + TICKET_MAC_BYTES)
+        return SMP_EPROTO;
+    if (compute_mac(secret, tok, body, mac) < 0)
+        return SMP_EIO;
+    if (CRYPTO_memcmp(mac, tok + body, TICKET_MAC_BYTES) != 0)
+        return SMP_EINVAL;
+    /* authentic from here on: the master wrote these bytes */
+    if (tok[1] != TICKET_OP_WRITE && tok[1] != TICKET_OP_READ)
+        return SMP_EPROTO;
+    if (memchr(tok + TICKET_FIXED, '\0', seglen) != NULL ||
+        memchr(tok + TICKET_FIXED + seglen, '\0', keylen) != NULL)
+        return SMP_EPROTO;
+    expiry = get_u64(tok + 20);
+    if (expiry <= now_ms)
+        return SMP_ESTATE;
+    if (out != NULL) {
+        memset(out, 0, sizeof(*out));
+        out->op = tok[1];
+        out->offset = get_u64(tok + 4);
+        out->length = get_u64(tok + 12);
+        out->expiry_ms = expiry;
+        memcpy(out->nonce, tok + 28, 16);
+        memcpy(out->segment, tok + TICKET_FIXED, seglen);
+        memcpy(out->key, tok + TICKET_FIXED + seglen, keylen);
+    }
+    return SMP_OK;
+}
+
+int ticket_check_use(const ticket_claims *c,
+                     uint8_t op,
+                     const char *segment,
+                     uint64_t offset,
+                     uint64_t length)
+{
+    if (c == NULL || segment == NULL || c->op != op || strcmp(c->segment, segment) != 0)
+        return SMP_EINVAL;
+    if (op == TICKET_OP_WRITE)
+        return offset == c->offset && length == c->length ? SMP_OK : SMP_ERANGE;
+    /* READ: inside [c->offset, c->offset + c->length), overflow-safe */
+    if (offset < c->offset || offset - c->offset > c->length ||
+        length > c->length - (offset - c->offset))
+        return SMP_ERANGE;
+    return SMP_OK;
+}
