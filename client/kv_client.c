@@ -7,12 +7,23 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <openssl/sha.h>
+#include <sys/stat.h>
+
 #include "host_rpc.pb-c.h"
 #include "kv_client.h"
+#include "node_data_client.h"
 #include "rpc_client.h"
+#include "seg_map.h"
+
+#define KVC_MAPS 4
+#define KVC_NODES 4
 
 struct kvc {
     rpcc_conn *conn;
+    kvc_transport transport;
+    struct { char path[512]; seg_map map; } maps[KVC_MAPS];     /* co-located segments */
+    struct { char addr[128]; ndc_conn *conn; } nodes[KVC_NODES]; /* remote data servers */
     int transport_failed; /* the last call never got the master's answer */
     char err[1024];
 };
@@ -34,6 +45,8 @@ int kvc_connect(const char *endpoint, int timeout_ms, kvc **out, char *err, size
 void kvc_close(kvc *c)
 {
     if (c == NULL) return;
+    for (int i = 0; i < KVC_MAPS; i++) seg_map_close(&c->maps[i].map);
+    for (int i = 0; i < KVC_NODES; i++) ndc_close(c->nodes[i].conn);
     rpcc_close(c->conn);
     free(c);
 }
@@ -102,6 +115,10 @@ static void copy_replica(kvc_replica *r, const ReplicaLocation *l)
     r->offset = l->offset;
     r->length = l->length;
     copy_str(r->path, sizeof(r->path), l->path);
+    copy_str(r->data_addr, sizeof(r->data_addr), l->data_addr);
+    copy_str(r->segment_path, sizeof(r->segment_path), l->segment_path);
+    r->ticket_len = l->ticket.len <= sizeof(r->ticket) ? l->ticket.len : 0;
+    if (r->ticket_len) memcpy(r->ticket, l->ticket.data, r->ticket_len);
 }
 
 int kvc_put_start(kvc *c, const char *key, uint64_t size, smp_data_type type, const char *group,
@@ -274,4 +291,126 @@ int kvc_snapshot(kvc *c, uint64_t *seq)
     if (seq) *seq = resp->seq;
     snapshot_response__free_unpacked(resp, NULL);
     return SMP_OK;
+}
+
+/* -- moving bytes ------------------------------------------------------------ */
+
+void kvc_set_transport(kvc *c, kvc_transport t)
+{
+    c->transport = t;
+}
+
+/* The cached writable mapping of a segment file on this host, or NULL. */
+static seg_map *local_map(kvc *c, const char *path)
+{
+    char err[256];
+    struct stat st;
+    if (c->transport == KVC_REMOTE || path[0] == '\0') return NULL;
+    for (int i = 0; i < KVC_MAPS; i++)
+        if (c->maps[i].map.base && strcmp(c->maps[i].path, path) == 0) return &c->maps[i].map;
+    if (stat(path, &st) != 0) return NULL;
+    for (int i = 0; i < KVC_MAPS; i++) {
+        if (c->maps[i].map.base) continue;
+        if (seg_map_writable(path, 0, &c->maps[i].map, err, sizeof(err)) < 0) return NULL;
+        snprintf(c->maps[i].path, sizeof(c->maps[i].path), "%s", path);
+        return &c->maps[i].map;
+    }
+    return NULL;
+}
+
+/* The cached connection to a node's data server. */
+static ndc_conn *node_conn(kvc *c, const char *addr)
+{
+    char err[256];
+    for (int i = 0; i < KVC_NODES; i++)
+        if (c->nodes[i].conn && strcmp(c->nodes[i].addr, addr) == 0) return c->nodes[i].conn;
+    for (int i = 0; i < KVC_NODES; i++) {
+        if (c->nodes[i].conn) continue;
+        ndc_options o = {.timeout_ms = 30000, .socket_buffer_bytes = 4 << 20};
+        if (ndc_connect(addr, &o, &c->nodes[i].conn, err, sizeof(err)) < 0) {
+            snprintf(c->err, sizeof(c->err), "node %s: %s", addr, err);
+            return NULL;
+        }
+        snprintf(c->nodes[i].addr, sizeof(c->nodes[i].addr), "%s", addr);
+        return c->nodes[i].conn;
+    }
+    snprintf(c->err, sizeof(c->err), "too many nodes for one client");
+    return NULL;
+}
+
+static void drop_node_conn(kvc *c, ndc_conn *n)
+{
+    for (int i = 0; i < KVC_NODES; i++)
+        if (c->nodes[i].conn == n) {
+            ndc_close(n);
+            c->nodes[i].conn = NULL;
+        }
+}
+
+/* Write or read one memory replica's range. */
+static int move_range(kvc *c, const kvc_replica *r, void *buf, uint64_t len, int write)
+{
+    seg_map *map = local_map(c, r->segment_path);
+    if (map != NULL)
+        return write ? seg_map_put(map, r->offset, buf, len) : seg_map_get(map, r->offset, buf, len);
+    if (c->transport == KVC_LOCAL) {
+        snprintf(c->err, sizeof(c->err), "segment file %s is not on this host", r->segment_path);
+        return SMP_ENOTFOUND;
+    }
+    ndc_conn *n = node_conn(c, r->data_addr);
+    if (n == NULL) return SMP_EIO;
+    int rc = write ? ndc_write(n, r->segment, r->offset, len, buf, r->ticket, r->ticket_len)
+                   : ndc_read(n, r->segment, r->offset, len, buf, NULL, 0);
+    if (rc < 0) {
+        snprintf(c->err, sizeof(c->err), "node %s: %s", r->data_addr, ndc_last_error(n));
+        drop_node_conn(c, n);
+    }
+    return rc;
+}
+
+int kvc_put_bytes(kvc *c, const char *key, const void *data, uint64_t len, smp_data_type type,
+                  const char *group, int overwrite)
+{
+    kvc_replica where;
+    uint8_t sha[32];
+    int rc = kvc_put_start(c, key, len, type, group, overwrite, &where);
+    if (rc < 0) return rc;
+    SHA256(data, len, sha);
+    if ((rc = move_range(c, &where, (void *)data, len, 1)) < 0) goto revoke;
+    if ((rc = kvc_put_end(c, key, sha, NULL)) < 0) goto revoke;
+    return SMP_OK;
+revoke:;
+    char saved[sizeof(c->err)];
+    memcpy(saved, c->err, sizeof(saved));
+    kvc_put_revoke(c, key);
+    memcpy(c->err, saved, sizeof(saved));
+    return rc;
+}
+
+int kvc_get_into(kvc *c, const char *key, void *dst, uint64_t cap, uint64_t *len, int verify)
+{
+    kvc_object obj;
+    int rc = kvc_get(c, key, &obj);
+    if (rc < 0) return rc;
+    *len = obj.size;
+    if (obj.size > cap) {
+        snprintf(c->err, sizeof(c->err), "%s is %llu bytes, the buffer %llu", key,
+                 (unsigned long long)obj.size, (unsigned long long)cap);
+        return SMP_ERANGE;
+    }
+    rc = SMP_EAGAIN;
+    for (size_t i = 0; i < obj.n_replicas; i++) {
+        if (obj.replicas[i].kind != SMP_REPLICA_MEMORY) continue;
+        if ((rc = move_range(c, &obj.replicas[i], dst, obj.size, 0)) == SMP_OK) break;
+    }
+    if (rc == SMP_EAGAIN) snprintf(c->err, sizeof(c->err), "%s has no memory replica to read", key);
+    if (rc == SMP_OK && verify) {
+        uint8_t sha[32];
+        SHA256(dst, obj.size, sha);
+        if (memcmp(sha, obj.sha256, 32) != 0) {
+            snprintf(c->err, sizeof(c->err), "%s: the bytes read do not match its SHA-256", key);
+            rc = SMP_EPROTO;
+        }
+    }
+    return rc;
 }

@@ -27,6 +27,10 @@ typedef struct kvc_replica {
     uint64_t offset;
     uint64_t length;
     char path[512];
+    char data_addr[128];     /* memory: the node's data server */
+    char segment_path[512];  /* memory: the segment file (co-located clients) */
+    uint8_t ticket[1600];    /* put start: the write ticket */
+    size_t ticket_len;
 } kvc_replica;
 
 typedef struct kvc_object {
@@ -75,6 +79,30 @@ int kvc_list(kvc *c, const char *prefix, const char *cursor, uint32_t limit,
              char ***keys, size_t *n, char **next);
 void kvc_list_free(char **keys, size_t n, char *next);
 int kvc_group_set_managed(kvc *c, const char *group, int managed);
+
+/* -- Moving bytes ------------------------------------------------------------ */
+
+/* How payload bytes travel: AUTO maps the node's segment file when it is on
+ * this host (a plain memcpy, no socket) and uses the node's TCP data server
+ * otherwise; LOCAL and REMOTE force one way (LOCAL fails when the file is
+ * not here). */
+typedef enum kvc_transport {
+    KVC_AUTO = 0,
+    KVC_LOCAL = 1,
+    KVC_REMOTE = 2
+} kvc_transport;
+void kvc_set_transport(kvc *c, kvc_transport t);
+
+/* Store len bytes under key: put start, write the range (ticketed), put end
+ * with their SHA-256 (durable when this returns 0). On a failure after put
+ * start the put is revoked. */
+int kvc_put_bytes(kvc *c, const char *key, const void *data, uint64_t len, smp_data_type type,
+                  const char *group, int overwrite);
+
+/* Read key into dst (cap bytes): *len gets the object's size (SMP_ERANGE
+ * when it exceeds cap, nothing copied). With verify set the bytes must hash
+ * to the object's SHA-256 (SMP_EPROTO otherwise). */
+int kvc_get_into(kvc *c, const char *key, void *dst, uint64_t cap, uint64_t *len, int verify);
 int kvc_status_get(kvc *c, kvc_status *out);
 int kvc_snapshot(kvc *c, uint64_t *seq);
 

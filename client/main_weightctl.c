@@ -2,13 +2,20 @@
  *
  * Subcommands map to the master's services: `status` (role, nodes, segments,
  * capacity and use; exit 0 only when the master answers) and the plain object
- * store commands `kv ls [PREFIX]` and `kv rm KEY`. The master address
+ * store commands `kv put KEY FILE`, `kv get KEY FILE`, `kv ls [PREFIX]` and
+ * `kv rm KEY` (bytes go straight to and from the node's segment: mapped when
+ * the node is on this host, over its data server otherwise). The master address
  * defaults to the one config/embedded.yaml listens on, so `make run` and then
  * `weightctl status` need no flags; --master or $WEIGHTCTL_MASTER override it.
  * `--json` prints machine-readable output. Failures print the cause on stderr
  * and exit 1 (2 for usage errors). */
+#include <fcntl.h>
 #include <getopt.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,6 +35,8 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: weightctl [--master ADDR] [--json] COMMAND ...\n"
             "  status                 the master's role, nodes, segments, capacity and use\n"
+            "  kv put KEY FILE        store FILE's bytes as object KEY\n"
+            "  kv get KEY FILE        write object KEY's bytes (checked) to FILE\n"
             "  kv ls [PREFIX]         list object keys\n"
             "  kv rm KEY              remove an object\n"
             "ADDR is host:port or a Unix socket path (default %s, or $WEIGHTCTL_MASTER)\n",
@@ -116,6 +125,63 @@ static int cmd_kv_ls(ctl *x, const char *prefix)
     return 0;
 }
 
+static int cmd_kv_put(ctl *x, const char *key, const char *path)
+{
+    struct stat st;
+    int fd = open(path, O_RDONLY);
+    if (fd < 0 || fstat(fd, &st) < 0) {
+        perror(path);
+        if (fd >= 0) close(fd);
+        return 1;
+    }
+    size_t len = (size_t)st.st_size;
+    void *data = len ? mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0) : (void *)"";
+    close(fd);
+    if (data == MAP_FAILED) {
+        perror(path);
+        return 1;
+    }
+    int rc = kvc_put_bytes(x->c, key, data, len, SMP_DATA_KV, NULL, 0);
+    if (len) munmap(data, len);
+    if (rc < 0) {
+        fprintf(stderr, "weightctl: kv put %s: %s\n", key, kvc_error(x->c));
+        return 1;
+    }
+    if (x->json) printf("{\"key\":\"%s\",\"bytes\":%zu}\n", key, len);
+    return 0;
+}
+
+static int cmd_kv_get(ctl *x, const char *key, const char *path)
+{
+    kvc_object obj;
+    uint64_t len = 0;
+    if (kvc_get(x->c, key, &obj) < 0) {
+        fprintf(stderr, "weightctl: kv get %s: %s\n", key, kvc_error(x->c));
+        return 1;
+    }
+    void *buf = malloc(obj.size ? obj.size : 1);
+    if (buf == NULL) {
+        fprintf(stderr, "weightctl: kv get %s: out of memory\n", key);
+        return 1;
+    }
+    int rc = kvc_get_into(x->c, key, buf, obj.size, &len, 1);
+    if (rc < 0) {
+        fprintf(stderr, "weightctl: kv get %s: %s\n", key, kvc_error(x->c));
+        free(buf);
+        return 1;
+    }
+    FILE *f = fopen(path, "wb");
+    int ok = f && fwrite(buf, 1, len, f) == len;
+    if (f && fclose(f) != 0) ok = 0;
+    free(buf);
+    if (!ok) {
+        perror(path);
+        return 1;
+    }
+    if (x->json) printf("{\"key\":\"%s\",\"bytes\":%llu}\n", key, (unsigned long long)len);
+    return 0;
+}
+
 static int cmd_kv_rm(ctl *x, const char *key)
 {
     if (kvc_remove(x->c, key) < 0) {
@@ -157,6 +223,10 @@ int main(int argc, char **argv)
         status = connect_master(&x) < 0 ? 1 : cmd_status(&x);
     } else if (strcmp(args[0], "kv") == 0 && nargs >= 2 && strcmp(args[1], "ls") == 0 && nargs <= 3) {
         status = connect_master(&x) < 0 ? 1 : cmd_kv_ls(&x, nargs == 3 ? args[2] : "");
+    } else if (strcmp(args[0], "kv") == 0 && nargs == 4 && strcmp(args[1], "put") == 0) {
+        status = connect_master(&x) < 0 ? 1 : cmd_kv_put(&x, args[2], args[3]);
+    } else if (strcmp(args[0], "kv") == 0 && nargs == 4 && strcmp(args[1], "get") == 0) {
+        status = connect_master(&x) < 0 ? 1 : cmd_kv_get(&x, args[2], args[3]);
     } else if (strcmp(args[0], "kv") == 0 && nargs == 3 && strcmp(args[1], "rm") == 0) {
         status = connect_master(&x) < 0 ? 1 : cmd_kv_rm(&x, args[2]);
     } else {

@@ -414,6 +414,7 @@ typedef enum field_kind {
     FK_ADDR,        /* "host:port" or "" (off) */
     FK_PATH,        /* a non-empty path */
     FK_PATH_OR_OFF, /* a path or "" (off) */
+    FK_NAME,        /* an identifier: 1..64 of [A-Za-z0-9._-] */
     FK_U32,
     FK_U64,
     FK_RATIO,       /* a number in (0, 1) */
@@ -475,6 +476,10 @@ static const field_spec node_fields[] = {
     F_OF("segment_dir", FK_PATH, node_segment_dir),
     F_U64("segment_bytes", node_segment_bytes, 1048576, UINT64_MAX),
     F_OF("cold_dir", FK_PATH, node_cold_dir),
+    F_OF("id", FK_NAME, node_id),
+    F_OF("data_listen", FK_ADDR, node_data_listen),
+    F_U32("poll_ms", node_poll_ms, 10, 60000),
+    F_U32("timeout_ms", node_timeout_ms, 100, 3600000),
     F_END
 };
 
@@ -711,6 +716,20 @@ static int apply_field(cfg_ctx *c, host_config *cfg, host_config_node *n,
         return set_string(c, (char **)base, n->scalar);
     case FK_PATH_OR_OFF:
         return set_string(c, (char **)base, n->scalar);
+    case FK_NAME: {
+        size_t len = strlen(n->scalar);
+        int ok = len >= 1 && len <= 64 && n->scalar[0] != '.';
+        for (size_t i = 0; ok && i < len; i++) {
+            char ch = n->scalar[i];
+            ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+                 ch == '.' || ch == '_' || ch == '-';
+        }
+        if (!ok)
+            return cfg_fail(c, SMP_EINVAL, n->line, path,
+                            "\"%s\" is not a name (1 to 64 of A-Z a-z 0-9 . _ -, not starting with .)",
+                            n->scalar);
+        return set_string(c, (char **)base, n->scalar);
+    }
     case FK_U32:
         if ((rc = check_uint(c, n, path, f->min, f->max, UINT32_MAX, &u)) < 0) return rc;
         *(uint32_t *)base = (uint32_t)u;
@@ -938,6 +957,10 @@ int host_config_defaults(host_config *cfg)
     cfg->node_segment_dir = strdup("/dev/shm/weight_mgmt");
     cfg->node_segment_bytes = 1073741824u;
     cfg->node_cold_dir = strdup("var/data/cold");
+    cfg->node_id = strdup("embedded");
+    cfg->node_data_listen = strdup("127.0.0.1:0");
+    cfg->node_poll_ms = 200;
+    cfg->node_timeout_ms = 3000;
     cfg->cluster.default_weight_preferred_residency = HOST_RESIDENCY_MIXED;
     cfg->cluster.default_weight_mixed_hot_ratio = 0.5;
     cfg->cluster.default_weight_migration_mode = HOST_MODE_AUTO;
@@ -947,7 +970,8 @@ int host_config_defaults(host_config *cfg)
     cfg->cluster.weight_migration_max_members_per_round = 64;
     cfg->cluster.weight_migration_max_bytes_per_round = 1073741824u;
     if (cfg->listen_tcp == NULL || cfg->listen_unix == NULL || cfg->listen_admin == NULL ||
-        cfg->data_dir == NULL || cfg->node_segment_dir == NULL || cfg->node_cold_dir == NULL) {
+        cfg->data_dir == NULL || cfg->node_segment_dir == NULL || cfg->node_cold_dir == NULL ||
+        cfg->node_id == NULL || cfg->node_data_listen == NULL) {
         host_config_free(cfg);
         return -ENOMEM;
     }
@@ -965,6 +989,8 @@ void host_config_free(host_config *cfg)
     free(cfg->data_dir);
     free(cfg->node_segment_dir);
     free(cfg->node_cold_dir);
+    free(cfg->node_id);
+    free(cfg->node_data_listen);
     for (size_t i = 0; i < cfg->n_plugins; i++) {
         free(cfg->plugins[i].path);
         node_free(cfg->plugins[i].block);

@@ -110,6 +110,10 @@ typedef struct host_config {
     char *node_segment_dir;           /* default /dev/shm/weight_mgmt */
     uint64_t node_segment_bytes;      /* default 1 GiB */
     char *node_cold_dir;              /* default <data_dir>/cold */
+    char *node_id;                    /* default "embedded" */
+    char *node_data_listen;           /* data server "host:port", default 127.0.0.1:0 */
+    uint32_t node_poll_ms;            /* a node polls (heartbeats) this often, default 200 */
+    uint32_t node_timeout_ms;         /* silent this long: the master marks it down, 3000 */
 
     host_cluster_defaults cluster;
 

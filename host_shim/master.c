@@ -2,9 +2,9 @@
  *
  * Startup order matters and is fail-closed: plugins load first (their OpLog
  * types and sections must be known before recovery), then the OpLog opens
- * (a torn tail is cut, corruption refuses), recovery rebuilds the state, the
- * embedded node's segment is mounted durably, and only then do the RPC and
- * admin endpoints accept anyone. The housekeeping timer runs the plugins'
+ * (a torn tail is cut, corruption refuses), recovery rebuilds the state, and
+ * only then do the RPC and admin endpoints accept anyone -- the embedded
+ * node among them, which registers its segment like any other node. The housekeeping timer runs the plugins'
  * reconcile ticks, cleans up stale puts, evicts under memory pressure and
  * takes snapshots every snapshot.every_records records. SIGINT or SIGTERM
  * stops accepting, flushes the OpLog and unloads the plugins. */
@@ -17,9 +17,7 @@
 
 #include "master.h"
 #include "master_internal.h"
-
-#define EMBEDDED_SEGMENT "embedded"
-#define EMBEDDED_NODE "embedded-node"
+#include "node_runtime.h"
 
 static int mkdir_p(const char *path)
 {
@@ -131,6 +129,7 @@ static void on_timer(uv_timer_t *h)
 {
     master *m = h->data;
     uint64_t now = master_now_ms();
+    master_nodes_tick(m, now);
     run_ticks(m, now);
     if (now - m->last_cleanup_ms >= 1000) {
         obj_cleanup_stale_puts(m->objs, now, MASTER_PUT_TIMEOUT_MS);
@@ -150,6 +149,7 @@ static void stop(master *m)
     if (m->stopping) return;
     m->stopping = 1;
     m->serving = 0;
+    node_runtime_signal_stop(m->embedded_node);
     uv_timer_stop(&m->timer);
     uv_close((uv_handle_t *)&m->timer, NULL);
     uv_close((uv_handle_t *)&m->sig_int, NULL);
@@ -167,25 +167,37 @@ static void on_signal(uv_signal_t *h, int signum)
     stop(m);
 }
 
-static void on_serving_ready(master *m, void *arg, int status, uint64_t seq)
+/* Start the node that lives in this process: it registers with this master
+ * over its own RPC endpoint, like any other node. */
+static int start_embedded_node(master *m, char *err, size_t errlen)
 {
-    char err[512];
-    (void)arg;
-    (void)seq;
-    if (status < 0) {
-        fprintf(stderr, "store_master: mounting the embedded segment failed: %s\n", smp_strerror(status));
-        goto fail;
+    if (!m->cfg->node_embedded) return SMP_OK;
+    if (mkdir_p(m->cfg->node_cold_dir) < 0 || mkdir_p(m->cfg->node_segment_dir) < 0) {
+        snprintf(err, errlen, "node: cannot create %s or %s: %s", m->cfg->node_cold_dir,
+                 m->cfg->node_segment_dir, strerror(errno));
+        return SMP_EIO;
     }
-    if (rpc_server_start(m->rpc, err, sizeof(err)) < 0) {
-        fprintf(stderr, "store_master: %s\n", err);
-        goto fail;
-    }
+    node_runtime_options o = {
+        .master = m->cfg->listen_unix[0] ? m->cfg->listen_unix : m->cfg->listen_tcp,
+        .node_id = m->cfg->node_id,
+        .segment_dir = m->cfg->node_segment_dir,
+        .segment_bytes = m->cfg->node_segment_bytes,
+        .cold_dir = m->cfg->node_cold_dir,
+        .data_listen = m->cfg->node_data_listen,
+    };
+    return node_runtime_start(&o, &m->embedded_node, err, errlen);
+}
+
+/* Recovery is done: accept clients (and the embedded node). */
+static int start_serving(master *m, char *err, size_t errlen)
+{
+    int rc;
+    if ((rc = rpc_server_start(m->rpc, err, errlen)) < 0) return rc;
     if (m->cfg->listen_admin[0] != '\0' &&
-        admin_http_start(&m->loop, m->cfg->listen_admin, master_admin_render, m, &m->admin, err,
-                         sizeof(err)) < 0) {
-        fprintf(stderr, "store_master: %s\n", err);
-        goto fail;
-    }
+        (rc = admin_http_start(&m->loop, m->cfg->listen_admin, master_admin_render, m, &m->admin,
+                               err, errlen)) < 0)
+        return rc;
+    if ((rc = start_embedded_node(m, err, errlen)) < 0) return rc;
     m->serving = 1;
     smp_event ev = {.struct_size = sizeof(ev), .type = SMP_EVENT_ROLE_CHANGE, .is_leader = 1};
     master_emit(m, &ev);
@@ -193,32 +205,7 @@ static void on_serving_ready(master *m, void *arg, int status, uint64_t seq)
             "store_master: serving: rpc tcp port %d, unix %s, admin port %d, applied seq %llu\n",
             rpc_server_tcp_port(m->rpc), m->cfg->listen_unix[0] ? m->cfg->listen_unix : "off",
             m->admin ? admin_http_port(m->admin) : -1, (unsigned long long)m->applied_seq);
-    return;
-fail:
-    m->exit_status = 1;
-    stop(m);
-}
-
-/* Mount (or resize) the embedded node's segment, then start serving. */
-static int mount_embedded(master *m)
-{
-    obj_record rec = {0};
-    int rc;
-    if (!m->cfg->node_embedded) {
-        on_serving_ready(m, NULL, SMP_OK, 0);
-        return SMP_OK;
-    }
-    uint64_t want = m->cfg->node_segment_bytes / OBJ_ALIGN * OBJ_ALIGN, have = 0;
-    if (obj_segment_info(m->objs, EMBEDDED_SEGMENT, NULL, &have) == SMP_ENOTFOUND)
-        rc = obj_prepare_segment_mount(m->objs, EMBEDDED_SEGMENT, EMBEDDED_NODE, want, &rec);
-    else if (have != want)
-        rc = obj_prepare_segment_update(m->objs, EMBEDDED_SEGMENT, want, &rec);
-    else {
-        on_serving_ready(m, NULL, SMP_OK, 0); /* mounted as configured already */
-        return SMP_OK;
-    }
-    if (rc < 0) return rc;
-    return master_commit(m, &rec, NULL, on_serving_ready, NULL);
+    return SMP_OK;
 }
 
 static int open_parts(master *m, char *err, size_t errlen)
@@ -252,7 +239,8 @@ static int open_parts(master *m, char *err, size_t errlen)
         .max_frame_bytes = m->cfg->max_frame_bytes,
     };
     if ((rc = rpc_server_create(&m->loop, &ro, &m->rpc, err, errlen)) < 0) return rc;
-    if ((rc = master_objects_register(m)) < 0 || (rc = master_admin_register(m)) < 0) {
+    if ((rc = master_objects_register(m)) < 0 || (rc = master_admin_register(m)) < 0 ||
+        (rc = master_nodes_register(m)) < 0) {
         snprintf(err, errlen, "rpc: cannot register the host services: %s", smp_strerror(rc));
         return rc;
     }
@@ -275,7 +263,9 @@ static void close_parts(master *m)
     stop(m);
     oplog_close(m->log); /* flushes; owed callbacks run now */
     m->log = NULL;
+    master_nodes_free(m);
     uv_run(&m->loop, UV_RUN_DEFAULT);
+    node_runtime_stop(m->embedded_node); /* its link to us is closed: it lets go */
     host_plugins_destroy(m->plugins);
     obj_store_destroy(m->objs);
     host_metrics_destroy(m->metrics);
@@ -300,7 +290,7 @@ int master_main(const host_config *cfg)
     m->timer.data = m->sig_int.data = m->sig_term.data = m;
 
     int rc = open_parts(m, err, sizeof(err));
-    if (rc == SMP_OK) rc = mount_embedded(m);
+    if (rc == SMP_OK) rc = start_serving(m, err, sizeof(err));
     if (rc < 0) {
         fprintf(stderr, "store_master: %s\n", err[0] ? err : smp_strerror(rc));
         m->exit_status = 1;

@@ -160,8 +160,8 @@ static int h_status(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t l
     resp.objects = os.objects_by_type[0] + os.objects_by_type[1] + os.objects_by_type[2];
     resp.memory_used = os.memory_used;
     resp.memory_capacity = os.memory_capacity;
-    resp.segments = os.memory_capacity > 0 ? 1 : 0;
-    resp.nodes = m->cfg->node_embedded ? 1 : 0;
+    resp.nodes = (uint32_t)master_nodes_up(m);
+    resp.segments = resp.nodes; /* a node contributes exactly one segment */
     resp.oplog_last_seq = m->applied_seq;
     resp.snapshot_seq = m->snapshot_seq;
     if (m->log) {

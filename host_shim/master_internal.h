@@ -54,6 +54,9 @@ typedef struct master_carried_section {
 } master_carried_section;
 
 typedef struct master_pending_key master_pending_key; /* keys with a mutation in flight */
+typedef struct master_node master_node;               /* a registered node (master_nodes.c) */
+
+#define MASTER_SERVICE_NODES 3
 
 typedef struct master {
     const host_config *cfg;
@@ -88,6 +91,11 @@ typedef struct master {
     size_t n_carried_recs;
     master_carried_section *carried_secs;
     size_t n_carried_secs;
+
+    /* Nodes (soft state: up only once registered since this start). */
+    master_node *nodes;
+    uint64_t next_task_id;
+    struct node_runtime *embedded_node;
 
     /* Housekeeping. */
     int evicting;               /* an eviction plan is being applied */
@@ -188,6 +196,34 @@ void master_admin_render(void *ctx, const char *path, int *status, char **body,
                          size_t *len, const char **content_type);
 int master_metrics_register(master *m);
 void master_metrics_refresh(master *m);
+
+/* -- master_nodes.c --------------------------------------------------------------- */
+
+struct TaskResult;
+/* Completion of a node task: status SMP_OK with the node's result (whose own
+ * status may still be an error), or SMP_EIO when the node went away. */
+typedef void (*master_task_cb)(master *m, void *arg, int status, const struct TaskResult *res);
+
+int master_nodes_register(master *m);
+void master_nodes_tick(master *m, uint64_t now);
+void master_nodes_free(master *m);
+master_node *master_node_find(const master *m, const char *id);
+/* 1 when the node is registered and heartbeating: its replicas are served. */
+int master_node_readable(const master *m, const char *id);
+const char *master_node_data_addr(const master *m, const char *id);
+const char *master_node_segment_path(const master *m, const char *id);
+size_t master_nodes_up(const master *m);
+/* Queue a task (TaskKind of node_rpc.proto) for a node; cb runs when it
+ * reports back. SMP_EAGAIN when the node is not up. */
+int master_node_task(master *m, const char *node_id, int kind, const char *key,
+                     uint64_t offset, uint64_t length, const uint8_t sha256[32],
+                     const char *cold_name, master_task_cb cb, void *arg);
+/* A write ticket for a range of a node's segment, signed with its secret. */
+int master_mint_ticket(const master *m, const char *node, const char *segment,
+                       uint64_t offset, uint64_t length, const char *key,
+                       uint8_t *out, size_t cap, size_t *len);
+/* Durably drop one replica of key and emit replica-lost. */
+int master_drop_replica(master *m, const char *key, const obj_replica *lost);
 
 /* -- master_backend.c ----------------------------------------------------------- */
 

@@ -56,9 +56,19 @@ static int h_put_start(void *ctx, smp_rpc_call *call, const uint8_t *body, size_
         .overwrite = req->overwrite,
     };
     obj_put_ticket t;
+    uint8_t ticket[1600];
+    size_t ticket_len = 0;
     int rc = master_key_pending(m, req->key) ? SMP_EBUSY
                                              : obj_put_start(m->objs, &p, master_now_ms(), &t);
     if (rc == SMP_ENOSPC) m->pressure = 1; /* the timer plans an eviction */
+    if (rc == SMP_OK &&
+        (rc = master_mint_ticket(m, t.node, t.segment, t.offset, t.length, req->key, ticket,
+                                 sizeof(ticket), &ticket_len)) < 0) {
+        /* The node of the range is not serving: give the range back. */
+        obj_record rec = {0};
+        if (obj_prepare_put_revoke(m->objs, req->key, &rec) == SMP_OK)
+            master_commit(m, &rec, NULL, NULL, NULL);
+    }
     if (rc < 0) {
         reply_err(call, rc, "put start", req->key);
     } else {
@@ -70,6 +80,10 @@ static int h_put_start(void *ctx, smp_rpc_call *call, const uint8_t *body, size_
         loc.offset = t.offset;
         loc.length = t.length;
         loc.status = OBJ_REPLICA_PENDING;
+        loc.data_addr = (char *)master_node_data_addr(m, t.node);
+        loc.segment_path = (char *)master_node_segment_path(m, t.node);
+        loc.ticket.data = ticket;
+        loc.ticket.len = ticket_len;
         PutStartResponse resp = PUT_START_RESPONSE__INIT;
         resp.n_replicas = 1;
         resp.replicas = locs;
@@ -219,17 +233,27 @@ static int h_get_replicas(void *ctx, smp_rpc_call *call, const uint8_t *body, si
         goto free_req;
     }
     if (n > MAX_REPLICAS) n = MAX_REPLICAS;
+    size_t k = 0;
     for (size_t i = 0; i < n; i++) {
-        replica_location__init(&locs[i]);
-        locs[i].kind = reps[i].kind;
-        locs[i].status = reps[i].status;
-        locs[i].node = (char *)(reps[i].node ? reps[i].node : "");
-        locs[i].segment = (char *)(reps[i].segment ? reps[i].segment : "");
-        locs[i].offset = reps[i].offset;
-        locs[i].length = reps[i].length;
-        locs[i].path = (char *)(reps[i].path ? reps[i].path : "");
-        plocs[i] = &locs[i];
+        if (!master_node_readable(m, reps[i].node)) continue; /* its node is down */
+        replica_location__init(&locs[k]);
+        locs[k].kind = reps[i].kind;
+        locs[k].status = reps[i].status;
+        locs[k].node = (char *)(reps[i].node ? reps[i].node : "");
+        locs[k].segment = (char *)(reps[i].segment ? reps[i].segment : "");
+        locs[k].offset = reps[i].offset;
+        locs[k].length = reps[i].length;
+        locs[k].path = (char *)(reps[i].path ? reps[i].path : "");
+        locs[k].data_addr = (char *)master_node_data_addr(m, reps[i].node);
+        locs[k].segment_path = (char *)master_node_segment_path(m, reps[i].node);
+        plocs[k] = &locs[k];
+        k++;
     }
+    if (k == 0) {
+        reply_err(call, SMP_EAGAIN, "get replicas: no replica on a live node", req->key);
+        goto free_req;
+    }
+    n = k;
     GetReplicasResponse resp = GET_REPLICAS_RESPONSE__INIT;
     resp.size = info.size;
     resp.data_type = (DataType)info.data_type;

@@ -33,6 +33,7 @@ static void sleep_ms(int ms)
 
 static int write_config(hx_master *m, const char *extra)
 {
+    m->expect_nodes = extra && strstr(extra, "embedded: false") ? 0 : 1;
     FILE *f = fopen(m->config, "w");
     if (f == NULL) return -1;
     fprintf(f,
@@ -160,6 +161,8 @@ int hx_start(hx_master *m, int timeout_ms)
             kvc_status st;
             int rc = kvc_status_get(c, &st);
             kvc_close(c);
+            /* Serving means the embedded node registered too (unless off). */
+            if (rc == 0 && st.nodes < (uint32_t)m->expect_nodes) rc = -1;
             if (rc == 0) {
                 m->admin_port = read_admin_port(m);
                 return 0;

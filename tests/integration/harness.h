@@ -23,6 +23,7 @@ typedef struct hx_master {
     char log[320];        /* the master's stderr */
     pid_t pid;            /* 0 when not running */
     int admin_port;       /* the admin HTTP port of the running master */
+    int expect_nodes;     /* hx_start waits until this many nodes are up */
     /* YAML lines written under the base `listen:` block (indented by two
      * spaces, e.g. "  max_frame_bytes: 65536\n"); set after hx_init, then
      * hx_reconfigure. Empty: none. */

@@ -1,0 +1,594 @@
+/* master_nodes.c -- the nodes as the master sees them (RPC service 3).
+ *
+ * A node registers (its segment is mounted durably if the master did not know
+ * it, with its capacity), and the master reconciles what it persisted with
+ * what the node really holds: a cold replica whose file the node did not
+ * report (or reported with another checksum) is dropped, a memory replica in
+ * a segment that did not survive the node's restart is dropped, and memory
+ * replicas in a surviving segment are checked with VERIFY tasks; every drop
+ * is a durable record and a replica-lost event for the plugins. Then the
+ * node polls: each poll is a heartbeat, reports finished tasks, and is
+ * answered (deferred) as soon as tasks are queued for the node or poll_ms ran
+ * out. A node silent for node.timeout_ms is marked down: its replicas stop
+ * being served, its tasks fail, and the plugins get node-down and
+ * replica-lost events. Liveness is soft state: after a master restart no node
+ * is up until it registers again. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uthash.h>
+
+#include "master_internal.h"
+#include "node_rpc.pb-c.h"
+#include "node_ticket.h"
+
+#define NODE_TASKS_PER_POLL 64
+#define TICKET_TTL_MS 60000
+
+typedef struct master_task {
+    uint64_t id;
+    TaskKind kind;
+    char *key;
+    uint64_t offset;
+    uint64_t length;
+    uint8_t sha256[32];
+    char *cold_name;
+    master_task_cb cb;
+    void *arg;
+    struct master_task *next;
+} master_task;
+
+struct master_node {
+    char *id;
+    char *data_addr;
+    char *segment_path;
+    ticket_secret secret;
+    int up;
+    uint64_t last_seen_ms;
+    smp_rpc_call *poll;          /* a deferred poll, or NULL */
+    uint64_t poll_since_ms;
+    master_task *queue;          /* to send, in order */
+    master_task *queue_tail;
+    master_task *inflight;       /* sent, awaiting a result */
+    UT_hash_handle hh;
+};
+
+master_node *master_node_find(const master *m, const char *id)
+{
+    master_node *n = NULL;
+    if (id) HASH_FIND_STR(m->nodes, id, n);
+    return n;
+}
+
+int master_node_readable(const master *m, const char *id)
+{
+    const master_node *n = master_node_find(m, id);
+    return n != NULL && n->up;
+}
+
+const char *master_node_data_addr(const master *m, const char *id)
+{
+    const master_node *n = master_node_find(m, id);
+    return n && n->data_addr ? n->data_addr : "";
+}
+
+const char *master_node_segment_path(const master *m, const char *id)
+{
+    const master_node *n = master_node_find(m, id);
+    return n && n->segment_path ? n->segment_path : "";
+}
+
+size_t master_nodes_up(const master *m)
+{
+    size_t k = 0;
+    for (const master_node *n = m->nodes; n != NULL; n = n->hh.next) k += n->up != 0;
+    return k;
+}
+
+int master_mint_ticket(const master *m,
+                       const char *node,
+                       const char *segment,
+                       uint64_t offset,
+                       uint64_t length,
+                       const char *key,
+                       uint8_t *out,
+                       size_t cap,
+                       size_t *len)
+{
+    const master_node *n = master_node_find(m, node);
+    if (n == NULL || !n->up) return SMP_EAGAIN;
+    ticket_claims c = {.op = TICKET_OP_WRITE, .offset = offset, .length = length,
+                       .expiry_ms = ticket_now_ms() + TICKET_TTL_MS};
+    snprintf(c.segment, sizeof(c.segment), "%s", segment);
+    snprintf(c.key, sizeof(c.key), "%s", key);
+    for (size_t i = 0; i < sizeof(c.nonce); i++) c.nonce[i] = (uint8_t)rand();
+    return ticket_mint(&n->secret, &c, out, cap, len);
+}
+
+/* -- tasks ------------------------------------------------------------------ */
+
+static void task_free(master_task *t)
+{
+    free(t->key);
+    free(t->cold_name);
+    free(t);
+}
+
+static void task_finish(master *m, master_task *t, int status, const struct TaskResult *res)
+{
+    if (t->cb) t->cb(m, t->arg, status, res);
+    task_free(t);
+}
+
+/* Fail every queued and in-flight task of n (node gone or restarted). */
+static void fail_tasks(master *m, master_node *n, int inflight_only)
+{
+    master_task *t = n->inflight;
+    n->inflight = NULL;
+    while (t) {
+        master_task *next = t->next;
+        task_finish(m, t, SMP_EIO, NULL);
+        t = next;
+    }
+    if (inflight_only) return;
+    t = n->queue;
+    n->queue = n->queue_tail = NULL;
+    while (t) {
+        master_task *next = t->next;
+        task_finish(m, t, SMP_EIO, NULL);
+        t = next;
+    }
+}
+
+static void answer_poll(master *m, master_node *n);
+
+int master_node_task(master *m,
+                     const char *node_id,
+                     int kind,
+                     const char *key,
+                     uint64_t offset,
+                     uint64_t length,
+                     const uint8_t sha256[32],
+                     const char *cold_name,
+                     master_task_cb cb,
+                     void *arg)
+{
+    master_node *n = master_node_find(m, node_id);
+    if (n == NULL || !n->up) return SMP_EAGAIN;
+    master_task *t = calloc(1, sizeof(*t));
+    if (t == NULL) return SMP_ENOMEM;
+    t->id = ++m->next_task_id;
+    t->kind = (TaskKind)kind;
+    t->key = strdup(key ? key : "");
+    t->cold_name = strdup(cold_name ? cold_name : "");
+    if (t->key == NULL || t->cold_name == NULL) {
+        task_free(t);
+        return SMP_ENOMEM;
+    }
+    t->offset = offset;
+    t->length = length;
+    if (sha256) memcpy(t->sha256, sha256, 32);
+    t->cb = cb;
+    t->arg = arg;
+    if (n->queue_tail) n->queue_tail->next = t;
+    else n->queue = t;
+    n->queue_tail = t;
+    if (n->poll) answer_poll(m, n);
+    return SMP_OK;
+}
+
+/* Send the queued tasks (or nothing) as the answer to the deferred poll. */
+static void answer_poll(master *m, master_node *n)
+{
+    NodeTask msgs[NODE_TASKS_PER_POLL];
+    NodeTask *ptrs[NODE_TASKS_PER_POLL];
+    size_t k = 0;
+    smp_rpc_call *call = n->poll;
+    n->poll = NULL;
+    (void)m;
+    for (master_task *t = n->queue; t && k < NODE_TASKS_PER_POLL; t = t->next, k++) {
+        node_task__init(&msgs[k]);
+        msgs[k].id = t->id;
+        msgs[k].kind = t->kind;
+        msgs[k].key = t->key;
+        msgs[k].offset = t->offset;
+        msgs[k].length = t->length;
+        msgs[k].sha256.data = t->sha256;
+        msgs[k].sha256.len = 32;
+        msgs[k].cold_name = t->cold_name;
+        ptrs[k] = &msgs[k];
+    }
+    NodePollResponse resp = NODE_POLL_RESPONSE__INIT;
+    resp.n_tasks = k;
+    resp.tasks = ptrs;
+    master_reply_msg(call, &resp.base);
+    /* Move what was sent to in-flight. */
+    for (size_t i = 0; i < k; i++) {
+        master_task *t = n->queue;
+        n->queue = t->next;
+        t->next = n->inflight;
+        n->inflight = t;
+    }
+    if (n->queue == NULL) n->queue_tail = NULL;
+}
+
+/* -- replica loss ------------------------------------------------------------ */
+
+typedef struct lost_ctx {
+    char *key;
+    smp_replica_kind kind;
+} lost_ctx;
+
+static void on_replicas_dropped(master *m, void *arg, int status, uint64_t seq)
+{
+    lost_ctx *c = arg;
+    (void)seq;
+    if (status == SMP_OK) {
+        smp_object_info info = {.struct_size = sizeof(info)};
+        const char *group = obj_object_info(m->objs, c->key, &info) == SMP_OK ? info.group : "";
+        smp_event ev = {.struct_size = sizeof(ev), .type = SMP_EVENT_REPLICA_LOST, .key = c->key,
+                        .group = group, .replica_kind = c->kind};
+        master_emit(m, &ev);
+    }
+    free(c->key);
+    free(c);
+}
+
+/* Durably drop from key every replica matching (node, kind[, segment offset
+ * or cold path]) and tell the plugins. */
+int master_drop_replica(master *m, const char *key, const obj_replica *lost)
+{
+    obj_replica reps[16];
+    size_t n = 0, kept = 0;
+    obj_record rec = {0};
+    int rc = obj_object_replicas(m->objs, key, reps, 16, &n);
+    if (rc < 0) return rc;
+    if (n > 16) n = 16;
+    for (size_t i = 0; i < n; i++) {
+        int same = reps[i].kind == lost->kind && strcmp(reps[i].node, lost->node) == 0 &&
+                   (reps[i].kind == SMP_REPLICA_MEMORY
+                        ? reps[i].offset == lost->offset && strcmp(reps[i].segment, lost->segment) == 0
+                        : strcmp(reps[i].path, lost->path) == 0);
+        if (!same) reps[kept++] = reps[i];
+    }
+    if (kept == n) return SMP_OK;
+    if ((rc = obj_prepare_set_replicas(m->objs, key, reps, kept, &rec)) < 0) return rc;
+    lost_ctx *c = calloc(1, sizeof(*c));
+    if (c == NULL || (c->key = strdup(key)) == NULL) {
+        free(c);
+        obj_record_free(&rec);
+        return SMP_ENOMEM;
+    }
+    c->kind = lost->kind;
+    if ((rc = master_commit(m, &rec, NULL, on_replicas_dropped, c)) < 0) {
+        free(c->key);
+        free(c);
+    }
+    return rc;
+}
+
+/* -- registration ------------------------------------------------------------- */
+
+typedef struct reconcile_ctx {
+    master *m;
+    master_node *node;
+    const NodeRegisterRequest *req;
+    size_t n_lost;
+    char **lost_keys;
+    obj_replica *lost;
+} reconcile_ctx;
+
+static int has_cold_file(const NodeRegisterRequest *req, const char *key, const char *path,
+                         const uint8_t *sha)
+{
+    for (size_t i = 0; i < req->n_cold_files; i++) {
+        const InventoryFile *f = req->cold_files[i];
+        if (strcmp(f->key, key) == 0 && strcmp(f->name, path) == 0 && f->sha256.len == 32 &&
+            memcmp(f->sha256.data, sha, 32) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+typedef struct verify_ctx {
+    char *key;
+    obj_replica rep;
+    char *node, *segment;
+    uint8_t sha[32];
+} verify_ctx;
+
+static void on_verified(master *m, void *arg, int status, const TaskResult *res)
+{
+    verify_ctx *v = arg;
+    int lost = status == SMP_OK && (res == NULL || res->status != 0 || res->sha256.len != 32 ||
+                                    memcmp(res->sha256.data, v->sha, 32) != 0);
+    if (lost) {
+        fprintf(stderr, "store_master: node %s: memory replica of %s does not hold its bytes\n",
+                v->node, v->key);
+        master_drop_replica(m, v->key, &v->rep);
+    }
+    free(v->key);
+    free(v->node);
+    free(v->segment);
+    free(v);
+}
+
+static int visit_node_replica(void *arg, const char *key, const obj_replica *rep)
+{
+    reconcile_ctx *c = arg;
+    smp_object_info info = {.struct_size = sizeof(info)};
+    if (obj_object_info(c->m->objs, key, &info) < 0) return 0;
+    int lost = 0;
+    if (rep->kind == SMP_REPLICA_COLD) {
+        lost = rep->status == OBJ_REPLICA_COMPLETE &&
+               !has_cold_file(c->req, key, rep->path, info.checksum);
+    } else if (!c->req->segment_survived) {
+        lost = 1;
+    } else if (rep->status == OBJ_REPLICA_COMPLETE) {
+        verify_ctx *v = calloc(1, sizeof(*v));
+        if (v == NULL) return 0;
+        v->key = strdup(key);
+        v->node = strdup(rep->node);
+        v->segment = strdup(rep->segment);
+        v->rep = *rep;
+        v->rep.node = v->node;
+        v->rep.segment = v->segment;
+        v->rep.path = NULL;
+        memcpy(v->sha, info.checksum, 32);
+        if (!v->key || !v->node || !v->segment ||
+            master_node_task(c->m, c->node->id, TASK_KIND__TASK_VERIFY, key, rep->offset,
+                             info.size, info.checksum, NULL, on_verified, v) < 0) {
+            free(v->key);
+            free(v->node);
+            free(v->segment);
+            free(v);
+        }
+    }
+    if (!lost) return 0;
+    obj_replica *l = realloc(c->lost, (c->n_lost + 1) * sizeof(*l));
+    char **keys = realloc(c->lost_keys, (c->n_lost + 1) * sizeof(*keys));
+    if (l) c->lost = l;
+    if (keys) c->lost_keys = keys;
+    if (!l || !keys) return 1;
+    c->lost_keys[c->n_lost] = strdup(key);
+    obj_replica r = *rep;
+    r.node = strdup(rep->node ? rep->node : "");
+    r.segment = rep->segment ? strdup(rep->segment) : NULL;
+    r.path = rep->path ? strdup(rep->path) : NULL;
+    c->lost[c->n_lost++] = r;
+    return 0;
+}
+
+/* Compare what the master persisted about this node with its inventory. */
+static void reconcile(master *m, master_node *node, const NodeRegisterRequest *req)
+{
+    reconcile_ctx c = {m, node, req, 0, NULL, NULL};
+    obj_visit_replicas(m->objs, node->id, visit_node_replica, &c);
+    for (size_t i = 0; i < c.n_lost; i++) {
+        if (c.lost_keys[i]) {
+            fprintf(stderr, "store_master: node %s: %s replica of %s is gone\n", node->id,
+                    c.lost[i].kind == SMP_REPLICA_COLD ? "cold" : "memory", c.lost_keys[i]);
+            master_drop_replica(m, c.lost_keys[i], &c.lost[i]);
+        }
+        free(c.lost_keys[i]);
+        free((char *)c.lost[i].node);
+        free((char *)c.lost[i].segment);
+        free((char *)c.lost[i].path);
+    }
+    free(c.lost_keys);
+    free(c.lost);
+}
+
+typedef struct register_ctx {
+    smp_rpc_call *call;
+    NodeRegisterRequest *req;
+} register_ctx;
+
+static void finish_register(master *m, void *arg, int status, uint64_t seq)
+{
+    register_ctx *r = arg;
+    (void)seq;
+    master_node *n = master_node_find(m, r->req->node_id);
+    if (status < 0 || n == NULL) {
+        rpc_reply_error(r->call, status < 0 ? status : SMP_ENOTFOUND,
+                        "node register: the segment could not be mounted durably");
+        goto free_ctx;
+    }
+    n->up = 1;
+    n->last_seen_ms = master_now_ms();
+    reconcile(m, n, r->req);
+    smp_event ev = {.struct_size = sizeof(ev), .type = SMP_EVENT_NODE_UP, .node = n->id};
+    master_emit(m, &ev);
+    fprintf(stderr, "store_master: node %s up (data %s, segment %s, %zu cold files)\n", n->id,
+            n->data_addr, n->segment_path, r->req->n_cold_files);
+    NodeRegisterResponse resp = NODE_REGISTER_RESPONSE__INIT;
+    resp.poll_ms = m->cfg->node_poll_ms;
+    master_reply_msg(r->call, &resp.base);
+free_ctx:
+    node_register_request__free_unpacked(r->req, NULL);
+    free(r);
+}
+
+static int set_str(char **dst, const char *src)
+{
+    char *s = strdup(src);
+    if (s == NULL) return SMP_ENOMEM;
+    free(*dst);
+    *dst = s;
+    return SMP_OK;
+}
+
+static int h_register(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len)
+{
+    master *m = ctx;
+    char msg[512];
+    obj_record rec = {0};
+    int rc;
+    NodeRegisterRequest *req = node_register_request__unpack(NULL, len, body);
+    if (req == NULL) return rpc_reply_error(call, SMP_EPROTO, "body does not decode as NodeRegisterRequest");
+    if (req->node_id[0] == '\0' || strcmp(req->node_id, req->segment_id) != 0 ||
+        req->ticket_secret.len < TICKET_SECRET_MIN || req->ticket_secret.len > TICKET_SECRET_MAX) {
+        snprintf(msg, sizeof(msg), "node register: bad node id '%.64s', segment '%.64s' or secret",
+                 req->node_id, req->segment_id);
+        rc = SMP_EINVAL;
+        goto refuse;
+    }
+    const char *owner = NULL;
+    uint64_t have = 0;
+    int known = obj_segment_info(m->objs, req->segment_id, &owner, &have) == SMP_OK;
+    if (known && strcmp(owner, req->node_id) != 0) {
+        snprintf(msg, sizeof(msg), "node register: segment %s belongs to node %s", req->segment_id, owner);
+        rc = SMP_EEXIST;
+        goto refuse;
+    }
+    uint64_t want = req->segment_bytes / OBJ_ALIGN * OBJ_ALIGN;
+    rc = !known ? obj_prepare_segment_mount(m->objs, req->segment_id, req->node_id, want, &rec)
+         : have != want ? obj_prepare_segment_update(m->objs, req->segment_id, want, &rec)
+                        : SMP_OK;
+    if (rc < 0) {
+        snprintf(msg, sizeof(msg), "node register: segment %s of %llu bytes (known: %llu): %s",
+                 req->segment_id, (unsigned long long)want, (unsigned long long)have, smp_strerror(rc));
+        goto refuse;
+    }
+    master_node *n = master_node_find(m, req->node_id);
+    if (n == NULL) {
+        n = calloc(1, sizeof(*n));
+        if (n == NULL || (n->id = strdup(req->node_id)) == NULL) {
+            free(n);
+            rc = SMP_ENOMEM;
+            snprintf(msg, sizeof(msg), "node register: out of memory");
+            goto refuse;
+        }
+        HASH_ADD_KEYPTR(hh, m->nodes, n->id, strlen(n->id), n);
+    }
+    /* A node that registers again restarted: what it had in flight is gone. */
+    if (n->poll) answer_poll(m, n);
+    fail_tasks(m, n, 1);
+    if (set_str(&n->data_addr, req->data_addr) < 0 || set_str(&n->segment_path, req->segment_path) < 0) {
+        rc = SMP_ENOMEM;
+        snprintf(msg, sizeof(msg), "node register: out of memory");
+        goto refuse;
+    }
+    ticket_secret_set(&n->secret, req->ticket_secret.data, req->ticket_secret.len);
+    n->up = 0; /* up once the segment is durable and reconciled */
+    register_ctx *r = calloc(1, sizeof(*r));
+    if (r == NULL) {
+        rc = SMP_ENOMEM;
+        snprintf(msg, sizeof(msg), "node register: out of memory");
+        goto refuse;
+    }
+    r->call = call;
+    r->req = req;
+    if (rec.buf == NULL) {
+        finish_register(m, r, SMP_OK, 0);
+        return SMP_OK;
+    }
+    if ((rc = master_commit(m, &rec, NULL, finish_register, r)) < 0) {
+        free(r);
+        snprintf(msg, sizeof(msg), "node register: %s", smp_strerror(rc));
+        goto refuse_no_record;
+    }
+    return SMP_OK;
+refuse:
+    obj_record_free(&rec);
+refuse_no_record:
+    node_register_request__free_unpacked(req, NULL);
+    return rpc_reply_error(call, rc, msg);
+}
+
+/* -- polls ------------------------------------------------------------------ */
+
+static void take_results(master *m, master_node *n, const NodePollRequest *req)
+{
+    for (size_t i = 0; i < req->n_results; i++) {
+        const TaskResult *res = req->results[i];
+        master_task **pp = &n->inflight;
+        while (*pp && (*pp)->id != res->id) pp = &(*pp)->next;
+        if (*pp == NULL) continue; /* failed already (the node was down) */
+        master_task *t = *pp;
+        *pp = t->next;
+        task_finish(m, t, SMP_OK, res);
+    }
+}
+
+static int h_poll(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len)
+{
+    master *m = ctx;
+    NodePollRequest *req = node_poll_request__unpack(NULL, len, body);
+    if (req == NULL) return rpc_reply_error(call, SMP_EPROTO, "body does not decode as NodePollRequest");
+    master_node *n = master_node_find(m, req->node_id);
+    if (n == NULL || !n->up) {
+        node_poll_request__free_unpacked(req, NULL);
+        NodePollResponse resp = NODE_POLL_RESPONSE__INIT;
+        resp.reregister = 1;
+        master_reply_msg(call, &resp.base);
+        return SMP_OK;
+    }
+    n->last_seen_ms = master_now_ms();
+    if (n->poll) answer_poll(m, n); /* an older poll: superseded */
+    take_results(m, n, req);
+    node_poll_request__free_unpacked(req, NULL);
+    n->poll = call;
+    n->poll_since_ms = n->last_seen_ms;
+    if (n->queue) answer_poll(m, n);
+    return SMP_OK;
+}
+
+/* -- liveness ------------------------------------------------------------------ */
+
+typedef struct down_ctx {
+    master *m;
+} down_ctx;
+
+static int emit_lost(void *arg, const char *key, const obj_replica *rep)
+{
+    down_ctx *c = arg;
+    smp_object_info info = {.struct_size = sizeof(info)};
+    const char *group = obj_object_info(c->m->objs, key, &info) == SMP_OK ? info.group : "";
+    smp_event ev = {.struct_size = sizeof(ev), .type = SMP_EVENT_REPLICA_LOST, .key = key,
+                    .group = group, .replica_kind = rep->kind};
+    master_emit(c->m, &ev);
+    return 0;
+}
+
+void master_nodes_tick(master *m, uint64_t now)
+{
+    for (master_node *n = m->nodes; n != NULL; n = n->hh.next) {
+        if (n->poll && now - n->poll_since_ms >= m->cfg->node_poll_ms) answer_poll(m, n);
+        if (n->up && now - n->last_seen_ms > m->cfg->node_timeout_ms) {
+            n->up = 0;
+            fprintf(stderr, "store_master: node %s down (silent for %llu ms)\n", n->id,
+                    (unsigned long long)(now - n->last_seen_ms));
+            fail_tasks(m, n, 0);
+            smp_event ev = {.struct_size = sizeof(ev), .type = SMP_EVENT_NODE_DOWN, .node = n->id};
+            master_emit(m, &ev);
+            down_ctx c = {m};
+            obj_visit_replicas(m->objs, n->id, emit_lost, &c);
+        }
+    }
+}
+
+void master_nodes_free(master *m)
+{
+    master_node *n, *tmp;
+    HASH_ITER(hh, m->nodes, n, tmp) {
+        HASH_DEL(m->nodes, n);
+        if (n->poll) answer_poll(m, n);
+        fail_tasks(m, n, 0);
+        free(n->id);
+        free(n->data_addr);
+        free(n->segment_path);
+        free(n);
+    }
+}
+
+static const smp_rpc_method node_methods[] = {
+    {sizeof(smp_rpc_method), NODE_METHOD__NODE_REGISTER, "register", h_register},
+    {sizeof(smp_rpc_method), NODE_METHOD__NODE_POLL, "poll", h_poll},
+};
+
+int master_nodes_register(master *m)
+{
+    return rpc_server_add_service(m->rpc, MASTER_SERVICE_NODES, "nodes", node_methods,
+                                  sizeof(node_methods) / sizeof(node_methods[0]), m);
+}

@@ -1,0 +1,436 @@
+/* node_runtime.c -- see node_runtime.h.
+ *
+ * Two threads besides the caller's: the data thread runs a libuv loop with
+ * the data server (reads and ticketed writes of segment ranges), and the
+ * control thread talks to the master with the blocking RPC client and runs
+ * replica tasks itself (disk I/O never touches the data loop). The segment
+ * mapping is shared: the master hands out ranges so that a client's write,
+ * a persist and a load never touch the same bytes at once. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <uv.h>
+
+#include "node_cold.h"
+#include "node_data.h"
+#include "node_rpc.pb-c.h"
+#include "node_runtime.h"
+#include "node_segment.h"
+#include "node_ticket.h"
+#include "rpc_client.h"
+#include "wm_errbuf.h"
+
+#define NODE_SERVICE 3
+#define RESULTS_MAX 256
+
+struct node_runtime {
+    char *master, *node_id, *segment_dir, *cold_dir, *data_listen;
+    uint64_t segment_bytes;
+    seg_segment *seg;
+    int seg_survived;
+    cold_tier *cold;
+    ticket_secret secret;
+    char data_addr[160];
+
+    uv_loop_t loop;
+    uv_async_t stop_async;
+    data_server *data;
+    pthread_t data_thread;
+    int data_started;
+
+    pthread_t ctl_thread;
+    int ctl_started;
+    atomic_int stopping;
+    atomic_int registered;
+    uint32_t poll_ms;
+
+    TaskResult *results[RESULTS_MAX]; /* finished, not yet reported */
+    size_t n_results;
+};
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* -- the data thread -------------------------------------------------------- */
+
+static void on_stop(uv_async_t *h)
+{
+    node_runtime *n = h->data;
+    data_server_close(n->data);
+    n->data = NULL;
+    uv_close((uv_handle_t *)&n->stop_async, NULL);
+}
+
+static void *data_main(void *arg)
+{
+    node_runtime *n = arg;
+    uv_run(&n->loop, UV_RUN_DEFAULT);
+    return NULL;
+}
+
+/* -- tasks ------------------------------------------------------------------ */
+
+static void free_result(TaskResult *r)
+{
+    if (r == NULL) return;
+    free(r->error);
+    free(r->cold_name);
+    free(r->sha256.data);
+    free(r);
+}
+
+static TaskResult *run_task(node_runtime *n, const NodeTask *t)
+{
+    char err[512] = "";
+    char name[COLD_NAME_MAX] = "";
+    uint8_t sha[32];
+    int rc = SMP_OK;
+    TaskResult *r = calloc(1, sizeof(*r));
+    if (r == NULL) return NULL;
+    task_result__init(r);
+    r->id = t->id;
+    int sha_ok = t->sha256.len == 32;
+    uint8_t *ptr = seg_ptr(n->seg, t->offset, t->length);
+    switch (t->kind) {
+    case TASK_KIND__TASK_PERSIST:
+        if (ptr == NULL || !sha_ok) {
+            rc = SMP_ERANGE;
+            wm_errbuf(err, sizeof(err), "persist %s: range %llu+%llu outside the segment", t->key,
+                      (unsigned long long)t->offset, (unsigned long long)t->length);
+            break;
+        }
+        rc = cold_persist(n->cold, t->key, ptr, t->length, t->sha256.data, COLD_VERIFY_FROM_DISK,
+                          name, err, sizeof(err));
+        if (rc == SMP_OK) r->cold_name = strdup(name);
+        break;
+    case TASK_KIND__TASK_LOAD:
+        if (ptr == NULL || !sha_ok) {
+            rc = SMP_ERANGE;
+            wm_errbuf(err, sizeof(err), "load %s: range outside the segment", t->key);
+            break;
+        }
+        rc = cold_load(n->cold, t->cold_name, t->key, ptr, t->length, t->sha256.data, err,
+                       sizeof(err));
+        break;
+    case TASK_KIND__TASK_DELETE_COLD:
+        rc = cold_delete(n->cold, t->cold_name);
+        if (rc == SMP_ENOTFOUND) rc = SMP_OK; /* already gone: the goal holds */
+        if (rc < 0) wm_errbuf(err, sizeof(err), "delete %s: %s", t->cold_name, smp_strerror(rc));
+        break;
+    case TASK_KIND__TASK_VERIFY:
+        rc = seg_sha256(n->seg, t->offset, t->length, sha);
+        if (rc == SMP_OK) {
+            r->sha256.data = malloc(32);
+            if (r->sha256.data) {
+                memcpy(r->sha256.data, sha, 32);
+                r->sha256.len = 32;
+            }
+        }
+        break;
+    default:
+        rc = SMP_ENOTSUP;
+        wm_errbuf(err, sizeof(err), "task kind %d is not known to this node", (int)t->kind);
+    }
+    r->status = rc;
+    if (err[0]) r->error = strdup(err);
+    return r;
+}
+
+/* -- the control thread ----------------------------------------------------- */
+
+typedef struct inventory {
+    InventoryFile **files;
+    size_t n, cap;
+} inventory;
+
+static int collect_file(void *arg, const cold_entry *e)
+{
+    inventory *inv = arg;
+    if (e->status != SMP_OK || e->key == NULL) return 0; /* corrupt: not offered */
+    if (inv->n == inv->cap) {
+        size_t cap = inv->cap ? inv->cap * 2 : 64;
+        InventoryFile **v = realloc(inv->files, cap * sizeof(*v));
+        if (v == NULL) return SMP_ENOMEM;
+        inv->files = v;
+        inv->cap = cap;
+    }
+    InventoryFile *f = calloc(1, sizeof(*f));
+    if (f == NULL) return SMP_ENOMEM;
+    inventory_file__init(f);
+    f->key = strdup(e->key);
+    f->name = strdup(e->name);
+    f->length = e->length;
+    f->sha256.data = malloc(32);
+    if (f->key == NULL || f->name == NULL || f->sha256.data == NULL) {
+        free(f->key);
+        free(f->name);
+        free(f->sha256.data);
+        free(f);
+        return SMP_ENOMEM;
+    }
+    memcpy(f->sha256.data, e->sha256, 32);
+    f->sha256.len = 32;
+    inv->files[inv->n++] = f;
+    return 0;
+}
+
+static void inventory_free(inventory *inv)
+{
+    for (size_t i = 0; i < inv->n; i++) {
+        free(inv->files[i]->key);
+        free(inv->files[i]->name);
+        free(inv->files[i]->sha256.data);
+        free(inv->files[i]);
+    }
+    free(inv->files);
+}
+
+/* One RPC: pack req, call, unpack the reply with desc. */
+static int call(rpcc_conn *c, uint32_t method, const ProtobufCMessage *req,
+                const ProtobufCMessageDescriptor *desc, ProtobufCMessage **resp, char **msg)
+{
+    size_t len = protobuf_c_message_get_packed_size(req);
+    uint8_t *buf = malloc(len ? len : 1);
+    uint8_t *body = NULL;
+    size_t blen = 0;
+    int status = 0;
+    if (buf == NULL) return SMP_ENOMEM;
+    protobuf_c_message_pack(req, buf);
+    int rc = rpcc_call(c, NODE_SERVICE, method, buf, len, &status, &body, &blen, msg);
+    free(buf);
+    if (rc < 0) return rc;
+    if (status != 0) {
+        free(body);
+        return status;
+    }
+    *resp = protobuf_c_message_unpack(desc, NULL, blen, body);
+    free(body);
+    return *resp ? SMP_OK : SMP_EPROTO;
+}
+
+static int do_register(node_runtime *n, rpcc_conn *c)
+{
+    inventory inv = {0};
+    cold_inventory_stats st;
+    char *msg = NULL;
+    NodeRegisterResponse *resp = NULL;
+    int rc = cold_inventory(n->cold, 60000, 0, collect_file, &inv, &st);
+    if (rc < 0) goto free_inventory;
+    NodeRegisterRequest req = NODE_REGISTER_REQUEST__INIT;
+    req.node_id = n->node_id;
+    req.data_addr = n->data_addr;
+    req.segment_id = n->node_id;
+    req.segment_path = (char *)seg_path(n->seg);
+    req.segment_bytes = seg_size(n->seg);
+    req.cold_dir = n->cold_dir;
+    req.n_cold_files = inv.n;
+    req.cold_files = inv.files;
+    req.segment_survived = n->seg_survived;
+    req.ticket_secret.data = n->secret.bytes;
+    req.ticket_secret.len = n->secret.len;
+    rc = call(c, NODE_METHOD__NODE_REGISTER, &req.base, &node_register_response__descriptor,
+              (ProtobufCMessage **)&resp, &msg);
+    if (rc == SMP_OK) {
+        n->poll_ms = resp->poll_ms ? resp->poll_ms : 200;
+        node_register_response__free_unpacked(resp, NULL);
+        /* From now on the segment's contents are the master's to judge. */
+        n->seg_survived = 1;
+    } else {
+        fprintf(stderr, "store_node %s: register refused: %s (%s)\n", n->node_id, smp_strerror(rc),
+                msg ? msg : "");
+    }
+    free(msg);
+free_inventory:
+    inventory_free(&inv);
+    return rc;
+}
+
+/* Poll until the link breaks or the master asks to register again. */
+static int poll_loop(node_runtime *n, rpcc_conn *c)
+{
+    while (!atomic_load(&n->stopping)) {
+        NodePollRequest req = NODE_POLL_REQUEST__INIT;
+        NodePollResponse *resp = NULL;
+        char *msg = NULL;
+        req.node_id = n->node_id;
+        req.n_results = n->n_results;
+        req.results = n->results;
+        int rc = call(c, NODE_METHOD__NODE_POLL, &req.base, &node_poll_response__descriptor,
+                      (ProtobufCMessage **)&resp, &msg);
+        free(msg);
+        if (rc < 0) return rc;
+        for (size_t i = 0; i < n->n_results; i++) free_result(n->results[i]);
+        n->n_results = 0;
+        int again = resp->reregister;
+        for (size_t i = 0; i < resp->n_tasks && n->n_results < RESULTS_MAX; i++) {
+            TaskResult *r = run_task(n, resp->tasks[i]);
+            if (r) n->results[n->n_results++] = r;
+        }
+        node_poll_response__free_unpacked(resp, NULL);
+        if (again) return SMP_ENOTFOUND;
+    }
+    return SMP_OK;
+}
+
+static void *ctl_main(void *arg)
+{
+    node_runtime *n = arg;
+    while (!atomic_load(&n->stopping)) {
+        char err[256];
+        rpcc_conn *c = NULL;
+        rpcc_options o = {.timeout_ms = 10000};
+        if (rpcc_connect(n->master, &o, &c, err, sizeof(err)) < 0) {
+            sleep_ms(50);
+            continue;
+        }
+        if (do_register(n, c) == SMP_OK) {
+            atomic_store(&n->registered, 1);
+            poll_loop(n, c);
+            atomic_store(&n->registered, 0);
+        } else {
+            sleep_ms(200);
+        }
+        rpcc_close(c);
+    }
+    for (size_t i = 0; i < n->n_results; i++) free_result(n->results[i]);
+    n->n_results = 0;
+    return NULL;
+}
+
+/* -- life ------------------------------------------------------------------- */
+
+static char *dup_or_empty(const char *s)
+{
+    return strdup(s ? s : "");
+}
+
+static int advertise(node_runtime *n, const char *host_override)
+{
+    char host[128] = "127.0.0.1";
+    const char *colon = strrchr(n->data_listen, ':');
+    if (host_override && host_override[0]) {
+        snprintf(host, sizeof(host), "%s", host_override);
+    } else if (colon && colon != n->data_listen && (size_t)(colon - n->data_listen) < sizeof(host)) {
+        memcpy(host, n->data_listen, (size_t)(colon - n->data_listen));
+        host[colon - n->data_listen] = '\0';
+        if (strcmp(host, "0.0.0.0") == 0 || host[0] == '\0') strcpy(host, "127.0.0.1");
+    }
+    snprintf(n->data_addr, sizeof(n->data_addr), "%s:%d", host, data_server_tcp_port(n->data));
+    return SMP_OK;
+}
+
+void node_runtime_signal_stop(node_runtime *n)
+{
+    if (n) atomic_store(&n->stopping, 1);
+}
+
+void node_runtime_stop(node_runtime *n)
+{
+    if (n == NULL) return;
+    atomic_store(&n->stopping, 1);
+    if (n->ctl_started) pthread_join(n->ctl_thread, NULL);
+    if (n->data_started) {
+        uv_async_send(&n->stop_async);
+        pthread_join(n->data_thread, NULL);
+        uv_loop_close(&n->loop);
+    }
+    cold_close(n->cold);
+    seg_close(n->seg);
+    free(n->master);
+    free(n->node_id);
+    free(n->segment_dir);
+    free(n->cold_dir);
+    free(n->data_listen);
+    free(n);
+}
+
+int node_runtime_start(const node_runtime_options *opt,
+                       node_runtime **out,
+                       char *err,
+                       size_t errlen)
+{
+    char path[4096];
+    struct stat st;
+    int rc;
+    node_runtime *n = calloc(1, sizeof(*n));
+    if (n == NULL) return SMP_ENOMEM;
+    n->master = dup_or_empty(opt->master);
+    n->node_id = dup_or_empty(opt->node_id);
+    n->segment_dir = dup_or_empty(opt->segment_dir);
+    n->cold_dir = dup_or_empty(opt->cold_dir);
+    n->data_listen = dup_or_empty(opt->data_listen);
+    n->segment_bytes = opt->segment_bytes;
+    if (!n->master || !n->node_id || !n->segment_dir || !n->cold_dir || !n->data_listen) {
+        rc = SMP_ENOMEM;
+        goto fail;
+    }
+    if ((rc = seg_path_for(n->segment_dir, n->node_id, path, sizeof(path))) < 0) {
+        wm_errbuf(err, errlen, "node %s: no segment path in %s", n->node_id, n->segment_dir);
+        goto fail;
+    }
+    n->seg_survived = stat(path, &st) == 0;
+    seg_options so = {.dir = n->segment_dir, .id = n->node_id, .size = n->segment_bytes, .preallocate = 1};
+    if ((rc = seg_open(&so, &n->seg, err, errlen)) < 0) goto fail;
+    if ((rc = cold_open(n->cold_dir, &n->cold, err, errlen)) < 0) goto fail;
+    if ((rc = ticket_secret_generate(&n->secret, 32)) < 0) {
+        wm_errbuf(err, errlen, "node %s: cannot generate a ticket secret", n->node_id);
+        goto fail;
+    }
+    if (uv_loop_init(&n->loop) != 0) {
+        rc = SMP_EIO;
+        goto fail;
+    }
+    data_server_options dso = {.listen_tcp = n->data_listen,
+                               .secret = &n->secret,
+                               .socket_buffer_bytes = 4 << 20};
+    if ((rc = data_server_create(&n->loop, &dso, &n->data, err, errlen)) < 0 ||
+        (rc = data_server_add_segment(n->data, n->seg)) < 0 ||
+        (rc = data_server_start(n->data, err, errlen)) < 0) {
+        if (n->data) data_server_close(n->data);
+        uv_run(&n->loop, UV_RUN_DEFAULT);
+        uv_loop_close(&n->loop);
+        goto fail;
+    }
+    advertise(n, opt->advertise_host);
+    uv_async_init(&n->loop, &n->stop_async, on_stop);
+    n->stop_async.data = n;
+    if (pthread_create(&n->data_thread, NULL, data_main, n) != 0) {
+        data_server_close(n->data);
+        uv_close((uv_handle_t *)&n->stop_async, NULL);
+        uv_run(&n->loop, UV_RUN_DEFAULT);
+        uv_loop_close(&n->loop);
+        rc = SMP_EIO;
+        goto fail;
+    }
+    n->data_started = 1;
+    if (pthread_create(&n->ctl_thread, NULL, ctl_main, n) != 0) {
+        rc = SMP_EIO;
+        goto fail;
+    }
+    n->ctl_started = 1;
+    *out = n;
+    return SMP_OK;
+fail:
+    if (err && err[0] == '\0') wm_errbuf(err, errlen, "node: %s", smp_strerror(rc));
+    node_runtime_stop(n);
+    return rc;
+}
+
+int node_runtime_data_port(const node_runtime *n)
+{
+    const char *colon = strrchr(n->data_addr, ':');
+    return colon ? atoi(colon + 1) : -1;
+}
+
+int node_runtime_registered(const node_runtime *n)
+{
+    return atomic_load(&((node_runtime *)n)->registered);
+}

@@ -1,0 +1,53 @@
+/* node_runtime.h -- a running node: segment, cold tier, data server, and the
+ * control loop that registers with the master and carries out its tasks.
+ *
+ * The same code is the store_node program and the node embedded in
+ * store_master (node.embedded). It opens (or reopens) its shm-backed segment
+ * file and its cold directory, starts its data server on its own libuv loop
+ * thread, and runs a control thread that registers with the master -- data
+ * address, segment, the secret the master signs this node's write tickets
+ * with, and an inventory of verified cold files -- and then polls: each poll
+ * is a heartbeat, returns the results of finished tasks, and brings new
+ * ones (persist a range to a cold file, load one back, delete one, verify a
+ * range). When the master goes away the control thread reconnects and
+ * registers again. */
+#ifndef HOST_NODE_RUNTIME_H
+#define HOST_NODE_RUNTIME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct node_runtime node_runtime;
+
+typedef struct node_runtime_options {
+    const char *master;        /* the master's RPC endpoint (host:port or socket path) */
+    const char *node_id;       /* also the segment id */
+    const char *segment_dir;
+    uint64_t segment_bytes;
+    const char *cold_dir;
+    const char *data_listen;   /* "host:port"; port 0 picks one */
+    const char *advertise_host;/* host in the data address sent to the master; NULL: from data_listen */
+} node_runtime_options;
+
+/* Open the segment and cold tier, start the data server and the control
+ * thread. Returns 0 or a negative SMP_E* code with err naming the cause;
+ * nothing keeps running on failure. */
+int node_runtime_start(const node_runtime_options *opt,
+                       node_runtime **out,
+                       char *err,
+                       size_t errlen);
+
+/* The bound data server port. */
+int node_runtime_data_port(const node_runtime *n);
+
+/* 1 once the master accepted the registration (and until the link drops). */
+int node_runtime_registered(const node_runtime *n);
+
+/* Ask the threads to stop without waiting (safe from the master's loop
+ * thread, which must keep running until the control thread let go). */
+void node_runtime_signal_stop(node_runtime *n);
+
+/* Stop the threads, close everything (the segment file stays). NULL ok. */
+void node_runtime_stop(node_runtime *n);
+
+#endif /* HOST_NODE_RUNTIME_H */
