@@ -2,7 +2,9 @@
  * (host_shim/obj_store.c): puts, the segment allocator, leases, removal with
  * and without a guard around managed groups, eviction planning, stale put
  * cleanup, prefix listing, OpLog records (encode, apply, idempotence,
- * malformed payloads) and snapshots (round trip, invalid input).
+ * malformed payloads), snapshots (round trip, invalid input), adding a
+ * memory replica to a complete object (reservations, add-replica records
+ * and their races) and the replica queries for the node data plane.
  *
  * Every durable change goes through the same path the master uses: prepare a
  * record, then apply it. State equality is checked by comparing snapshots,
@@ -809,6 +811,9 @@ static obj_store *build_logged_state(rec_log *log)
     reps[1] = (obj_replica){SMP_REPLICA_COLD, OBJ_REPLICA_PENDING, "n1", NULL, 0, 800, "/c/8"};
     assert_int_equal(obj_prepare_set_replicas(st, "obj/08", reps, 2, &r), SMP_OK);
     apply_rec(st, &r);
+    assert_int_equal(obj_reserve_replica(st, "obj/09", "n1", 2500, NULL), SMP_OK);
+    assert_int_equal(obj_prepare_add_replica(st, "obj/09", NULL, &r), SMP_OK);
+    apply_rec(st, &r);
     remove_key(st, "obj/15", 3000);
     obj_put_params p = {"obj/16", 10, SMP_DATA_METADATA, "", "", 0, 1, NULL};
     assert_int_equal(obj_put_start(st, &p, 3000, NULL), SMP_OK);
@@ -1564,6 +1569,7 @@ static void test_random_pipeline_consistent(void **state)
     }
     set_managed(st, "grp", 0);
     uint64_t x = 987654321, now = 1;
+    size_t adds = 0;
     char key[16];
     for (int step = 0; step < 6000; step++, now++) {
         snprintf(key, sizeof(key), "r/%02d", (int)(rnd(&x) % 12));
@@ -1618,6 +1624,22 @@ static void test_random_pipeline_consistent(void **state)
         case 8:
             obj_cleanup_stale_puts(st, now, 10); /* shorter than the OpLog's delay */
             break;
+        case 10: {
+            /* One more memory copy: reserve, then commit or release. */
+            char node[8];
+            snprintf(node, sizeof(node), "n%d", (int)(rnd(&x) % 3));
+            int rc = obj_reserve_replica(st, key, node, now, NULL);
+            assert_true(rc == SMP_OK || rc == SMP_ENOTFOUND || rc == SMP_EBUSY ||
+                        rc == SMP_ENOSPC);
+            if (rnd(&x) % 4 == 0) {
+                rc = obj_release_reservation(st, key);
+                assert_true(rc == SMP_OK || rc == SMP_ENOTFOUND);
+            } else if (obj_prepare_add_replica(st, key, NULL, &r) == SMP_OK) {
+                pipe_push(st, &q, &r);
+                adds++;
+            }
+            break;
+        }
         case 9:
             if (rnd(&x) % 8 == 0) {
                 /* Against the applied state: the queue may hold the opposite. */
@@ -1643,6 +1665,8 @@ static void test_random_pipeline_consistent(void **state)
     obj_stats s;
     obj_store_stats(st, &s);
     assert_int_equal(s.puts_in_flight, 0);
+    assert_int_equal(s.reservations_in_flight, 0);
+    assert_true(adds > 20);
     assert_true(log.n > 400);
     assert_true(s.replicas_dropped > 0); /* the races did happen */
     assert_true(s.puts_cancelled > 0);
@@ -2280,6 +2304,37 @@ static void test_visit_and_object_replicas(void **state)
     obj_store_destroy(st);
 }
 
+/* A reservation goes to the preferred node when it has room, else to the
+ * segment with the most free bytes, segments already holding a memory copy
+ * of the object last. */
+static void test_reserve_replica_placement(void **state)
+{
+    (void)state;
+    obj_store *st = new_store(NULL);
+    mount(st, "big", "n0", 8192);
+    mount(st, "small", "n1", 1024);
+    assert_int_equal(put_full(st, "k", 500, "", "", 1), SMP_OK);
+    obj_replica rep;
+    size_t n;
+    assert_int_equal(obj_object_replicas(st, "k", &rep, 1, &n), SMP_OK);
+    assert_string_equal(rep.segment, "big");
+    obj_put_ticket t;
+    assert_int_equal(obj_reserve_replica(st, "k", NULL, 2, &t), SMP_OK);
+    assert_string_equal(t.segment, "small"); /* not next to the copy it has */
+    assert_int_equal(obj_release_reservation(st, "k"), SMP_OK);
+    assert_int_equal(obj_reserve_replica(st, "k", "n0", 2, &t), SMP_OK);
+    assert_string_equal(t.segment, "big"); /* the caller's preference first */
+    assert_int_equal(obj_release_reservation(st, "k"), SMP_OK);
+    obj_put_params p = {"fill", 1024 - 64, SMP_DATA_KV, "", "", 0, 0, "n1"};
+    assert_int_equal(obj_put_start(st, &p, 3, &t), SMP_OK);
+    assert_string_equal(t.segment, "small");
+    assert_int_equal(obj_reserve_replica(st, "k", "n1", 4, &t), SMP_OK);
+    assert_string_equal(t.segment, "big"); /* the preferred node has no room */
+    assert_int_equal(obj_release_reservation(st, "k"), SMP_OK);
+    assert_int_equal(used_of(st), 512 + 960); /* k and the put in flight */
+    obj_store_destroy(st);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -2311,6 +2366,7 @@ int main(void)
         cmocka_unit_test(test_add_replica_reservations),
         cmocka_unit_test(test_add_replica_malformed),
         cmocka_unit_test(test_visit_and_object_replicas),
+        cmocka_unit_test(test_reserve_replica_placement),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
