@@ -1,8 +1,9 @@
 /* obj_store.c -- the master's in-memory metadata for objects, replicas,
  * groups, tenants and memory segments, and the host's OpLog records.
  *
- * Layout: six skip lists keyed by string (objects by key, groups by name,
- * tenants by name, segments by id, in-flight puts by key, holds by key) give
+ * Layout: seven skip lists keyed by string (objects by key, groups by name,
+ * tenants by name, segments by id, in-flight puts by key, replica
+ * reservations by key, holds by key) give
  * ordered access for cursors and prefix listings; each group holds a skip
  * list of its members (keys borrowed from the objects). Objects with a
  * complete memory replica are also on a doubly linked LRU list ordered by
@@ -227,6 +228,18 @@ typedef struct obj_put {
     int consuming;      /* its PUT_END is being applied: range already freed */
 } obj_put;
 
+/* A range reserved for one more memory replica of a complete object
+ * (obj_reserve_replica): soft state tied to the incarnation put_id. */
+typedef struct obj_reservation {
+    char *key;
+    obj_segment *seg;
+    uint64_t offset;
+    uint64_t length;    /* the object's size */
+    uint64_t alloc;
+    uint64_t started;
+    uint64_t put_id;
+} obj_reservation;
+
 typedef struct obj_group {
     char *name;
     int managed;
@@ -251,6 +264,7 @@ struct obj_store {
     obj_sl tenants;
     obj_sl segments;
     obj_sl puts;
+    obj_sl reserves;      /* key -> obj_reservation */
     obj_sl holds;         /* key -> obj_hold */
     uint64_t next_put_id; /* > every incarnation seen */
     obj_object *lru_head; /* oldest access */
@@ -530,6 +544,16 @@ static void obj_put_forget(obj_store *st, obj_put *p)
     st->stats.puts_in_flight--;
 }
 
+/* Unlink a reservation and free it; its range is freed when free_range. */
+static void obj_reservation_forget(obj_store *st, obj_reservation *r, int free_range)
+{
+    if (free_range) obj_seg_free(r->seg, r->offset, r->alloc);
+    obj_sl_del(&st->reserves, r->key);
+    free(r->key);
+    free(r);
+    st->stats.reservations_in_flight--;
+}
+
 static void obj_group_free(obj_group *g)
 {
     if (!g) return;
@@ -686,9 +710,10 @@ static void obj_stats_account(obj_store *st, const obj_object *o, int sign)
 
 static void obj_put_forget(obj_store *st, obj_put *p);
 
-/* Cancel the in-flight puts (soft state) overlapping [off, off+len) of seg:
- * a durable record outranks them, and replay, which has no puts, must come
- * to the same state. Returns how many were cancelled. */
+/* Cancel the in-flight puts and replica reservations (soft state)
+ * overlapping [off, off+len) of seg: a durable record outranks them, and
+ * replay, which has neither, must come to the same state. Returns how many
+ * were cancelled. */
 static int obj_cancel_puts_in(obj_store *st, const obj_segment *seg, uint64_t off, uint64_t len)
 {
     int n = 0;
@@ -700,6 +725,14 @@ static int obj_cancel_puts_in(obj_store *st, const obj_segment *seg, uint64_t of
             continue;
         obj_put_forget(st, p);
         st->stats.puts_cancelled++;
+        n++;
+    }
+    for (obj_sl_node *x = obj_sl_after(&st->reserves, NULL, 0); x;) {
+        obj_reservation *r = x->val;
+        x = x->next[0];
+        if (r->seg != seg || r->offset >= off + len || off >= r->offset + r->alloc) continue;
+        obj_reservation_forget(st, r, 1);
+        st->stats.reservations_cancelled++;
         n++;
     }
     return n;
@@ -951,13 +984,15 @@ static void obj_rep_view(const obj_rep *r, obj_replica *v)
 }
 
 /* Encode o as an ObjectRecord (type PUT_END) with the replica list views[n]
- * (NULL: o's own); update_only marks a change of an existing incarnation.
+ * (NULL: o's own); update_only marks a change of an existing incarnation;
+ * added (NULL: none) makes it an add-replica record of that memory replica.
  * SMP_ENOMEM. */
-static int obj_encode_object(const obj_object *o,
-                             const obj_replica *views,
-                             size_t n,
-                             int update_only,
-                             obj_record *out)
+static int obj_encode_object_add(const obj_object *o,
+                                 const obj_replica *views,
+                                 size_t n,
+                                 int update_only,
+                                 const obj_replica *added,
+                                 obj_record *out)
 {
     int rc;
     obj_replica *own = NULL;
@@ -991,12 +1026,26 @@ static int obj_encode_object(const obj_object *o,
     m.replicas = rp;
     m.put_id = o->put_id;
     m.update_only = update_only ? 1 : 0;
+    Hostrec__Replica am;
+    if (added) {
+        obj_msg_replica(&am, added);
+        m.add_replica = &am;
+    }
     rc = obj_encode(&m.base, OBJ_REC_PUT_END, out);
 free_msgs:
     free(rp);
     free(rm);
     free(own);
     return rc;
+}
+
+static int obj_encode_object(const obj_object *o,
+                             const obj_replica *views,
+                             size_t n,
+                             int update_only,
+                             obj_record *out)
+{
+    return obj_encode_object_add(o, views, n, update_only, NULL, out);
 }
 
 /* Encode a RemoveRecord of keys[n], each only while it is incarnation
@@ -1049,7 +1098,7 @@ static int obj_object_msg_ok(const Hostrec__ObjectRecord *m)
 {
     if (!obj_name_ok(m->key, OBJ_KEY_MAX, 0) || !obj_name_ok(m->group, OBJ_GROUP_MAX, 1) ||
         !obj_name_ok(m->tenant, OBJ_NAME_MAX, 1) || m->data_type > SMP_DATA_WEIGHT ||
-        m->checksum.len != 32 || m->n_replicas > 1024)
+        m->checksum.len != 32 || m->n_replicas > OBJ_REPLICAS_MAX)
         return 0;
     for (size_t i = 0; i < m->n_replicas; i++) {
         const Hostrec__Replica *r = m->replicas[i];
@@ -1137,16 +1186,97 @@ free_object:
     return SMP_ENOMEM;
 }
 
+/* 1 when the add_replica of a well-formed record is well formed: a memory
+ * replica of the object's size in an update-only record. */
+static int obj_add_msg_ok(const Hostrec__ObjectRecord *m)
+{
+    const Hostrec__Replica *a = m->add_replica;
+    return m->update_only && a->kind == SMP_REPLICA_MEMORY && a->status <= OBJ_REPLICA_FAILED &&
+           obj_name_ok(a->node, OBJ_NAME_MAX, 0) && obj_name_ok(a->segment, OBJ_NAME_MAX, 0) &&
+           a->length == m->size && obj_ext_len(a->length) != 0 && a->offset % OBJ_ALIGN == 0;
+}
+
+/* PUT_END with add_replica: add that one memory replica to incarnation
+ * put_id and change nothing else (the rest of the record is for readers that
+ * do not know the field). Decided from durable state alone, like replay:
+ * the replica is added when the object is that incarnation, lacks it, has
+ * room for one more replica, and the segment is mounted on the replica's
+ * node with the range free once soft state yields; otherwise the record is a
+ * no-op (counted in replicas_dropped when the replica could not exist). The
+ * reservation the record was prepared from (same key, incarnation and range)
+ * is consumed in every case; no other is touched but by yielding its range. */
+static int obj_apply_add_replica(obj_store *st, const Hostrec__ObjectRecord *m)
+{
+    const Hostrec__Replica *a = m->add_replica;
+    uint64_t ext = obj_ext_len(a->length);
+    obj_object *o = obj_sl_get(&st->objects, m->key);
+    obj_segment *s = obj_sl_get(&st->segments, a->segment);
+    obj_reservation *res = obj_sl_get(&st->reserves, m->key);
+    int own = res && s && res->put_id == m->put_id && res->seg == s &&
+              res->offset == a->offset && res->alloc == ext;
+    if (!o || o->put_id != m->put_id) goto consume; /* removed or replaced since */
+    for (size_t i = 0; i < o->nreps; i++) {
+        const obj_rep *e = &o->reps[i];
+        if (e->kind == SMP_REPLICA_MEMORY && e->seg == s && e->offset == a->offset &&
+            e->length == a->length)
+            goto consume; /* applied already */
+    }
+    if (!s || strcmp(s->node, a->node) != 0 || a->offset > s->capacity ||
+        ext > s->capacity - a->offset || o->size != a->length || o->nreps >= OBJ_REPLICAS_MAX)
+        goto dropped;
+
+    /* Every allocation before the first change. */
+    obj_rep *reps = realloc(o->reps, (o->nreps + 1) * sizeof(*reps));
+    if (!reps) return SMP_ENOMEM;
+    o->reps = reps;
+    char *node = strdup(a->node);
+    if (!node) return SMP_ENOMEM;
+    if (obj_seg_ensure(s, 1) < 0) {
+        free(node);
+        return SMP_ENOMEM;
+    }
+    if (own) {
+        obj_reservation_forget(st, res, 1);
+        own = 0;
+    }
+    if (obj_seg_reserve(s, a->offset, ext) < 0 &&
+        (obj_cancel_puts_in(st, s, a->offset, ext) == 0 ||
+         obj_seg_reserve(s, a->offset, ext) < 0)) {
+        free(node);
+        goto dropped;
+    }
+    obj_stats_account(st, o, -1);
+    obj_rep *d = &o->reps[o->nreps++];
+    memset(d, 0, sizeof(*d));
+    d->kind = SMP_REPLICA_MEMORY;
+    d->status = (obj_replica_status)a->status;
+    d->node = node;
+    d->seg = s;
+    d->offset = a->offset;
+    d->length = a->length;
+    obj_stats_account(st, o, +1);
+    obj_lru_insert(st, o);
+    return SMP_OK;
+
+dropped:
+    st->stats.replicas_dropped++;
+consume:
+    if (own) obj_reservation_forget(st, res, 1);
+    return SMP_OK;
+}
+
 /* PUT_END: replace (or create) the object with the record's state. The
  * in-flight put whose range the record names is consumed. A record about an
  * older incarnation than the current one -- or, when update_only, about any
- * other incarnation or an absent key -- is a no-op. */
+ * other incarnation or an absent key -- is a no-op. An add-replica record
+ * goes to obj_apply_add_replica. */
 static int obj_apply_object(obj_store *st, const Hostrec__ObjectRecord *m)
 {
     int rc;
-    if (!obj_object_msg_ok(m)) return SMP_EPROTO;
+    if (!obj_object_msg_ok(m) || (m->add_replica && !obj_add_msg_ok(m))) return SMP_EPROTO;
     if (m->put_id >= st->next_put_id)
         st->next_put_id = m->put_id == UINT64_MAX ? UINT64_MAX : m->put_id + 1;
+    if (m->add_replica) return obj_apply_add_replica(st, m);
     obj_object *old = obj_sl_get(&st->objects, m->key);
     if (m->update_only ? (!old || old->put_id != m->put_id) : (old && old->put_id > m->put_id))
         return SMP_OK;
@@ -1238,8 +1368,8 @@ static int obj_apply_segment_mount(obj_store *st, const Hostrec__SegmentRecord *
     return SMP_OK;
 }
 
-/* Drop the segment, every memory replica in it and every put into it. Scans
- * the objects (unmount is rare). */
+/* Drop the segment, every memory replica in it and every put and replica
+ * reservation into it. Scans the objects (unmount is rare). */
 static int obj_apply_segment_unmount(obj_store *st, const Hostrec__SegmentUnmountRecord *m)
 {
     if (!obj_name_ok(m->id, OBJ_NAME_MAX, 0)) return SMP_EPROTO;
@@ -1266,6 +1396,11 @@ static int obj_apply_segment_unmount(obj_store *st, const Hostrec__SegmentUnmoun
         obj_sl_del(&st->puts, p->key);
         obj_put_free(p);
         st->stats.puts_in_flight--;
+    }
+    for (obj_sl_node *x = obj_sl_after(&st->reserves, NULL, 0); x;) {
+        obj_reservation *r = x->val;
+        x = x->next[0];
+        if (r->seg == s) obj_reservation_forget(st, r, 0);
     }
     obj_sl_del(&st->segments, s->id);
     obj_segment_free(s);
@@ -1378,10 +1513,17 @@ int obj_describe_record(uint16_t type,
     case OBJ_REC_PUT_END: {
         Hostrec__ObjectRecord *m = hostrec__object_record__unpack(NULL, len, payload);
         if (!m) return SMP_EPROTO;
-        n = snprintf(buf, cap, "PUT_END key=%s size=%llu type=%u group=%s tenant=%s pinned=%d "
-                               "replicas=%zu",
-                     m->key, (unsigned long long)m->size, m->data_type, m->group, m->tenant,
-                     m->hard_pinned ? 1 : 0, m->n_replicas);
+        if (m->add_replica)
+            n = snprintf(buf, cap, "PUT_END add_replica key=%s put_id=%llu segment=%s node=%s "
+                                   "offset=%llu length=%llu",
+                         m->key, (unsigned long long)m->put_id, m->add_replica->segment,
+                         m->add_replica->node, (unsigned long long)m->add_replica->offset,
+                         (unsigned long long)m->add_replica->length);
+        else
+            n = snprintf(buf, cap, "PUT_END key=%s size=%llu type=%u group=%s tenant=%s "
+                                   "pinned=%d replicas=%zu",
+                         m->key, (unsigned long long)m->size, m->data_type, m->group, m->tenant,
+                         m->hard_pinned ? 1 : 0, m->n_replicas);
         hostrec__object_record__free_unpacked(m, NULL);
         break;
     }
@@ -1477,8 +1619,8 @@ static void obj_hold_dec(obj_store *st, const char *key)
     free(h);
 }
 
-/* The keys a record removes or replaces (PUT_END: one, REMOVE: its keys;
- * other types: none). *m_out must be freed with protobuf_c_message_free_
+/* The keys a record removes or replaces (PUT_END: one, but none for an
+ * add-replica record; REMOVE: its keys; other types: none). *m_out must be freed with protobuf_c_message_free_
  * unpacked. SMP_EPROTO. */
 static int obj_record_keys(const obj_record *rec,
                            ProtobufCMessage **m_out,
@@ -1496,7 +1638,7 @@ static int obj_record_keys(const obj_record *rec,
         if (!m) return SMP_EPROTO;
         *m_out = &m->base;
         *keys = &m->key;
-        *n = 1;
+        *n = m->add_replica ? 0 : 1;
     } else if (rec->type == OBJ_REC_REMOVE) {
         Hostrec__RemoveRecord *m = hostrec__remove_record__unpack(NULL, rec->len, p);
         if (!m) return SMP_EPROTO;
@@ -1544,6 +1686,11 @@ static void obj_store_clear(obj_store *st)
         obj_object_free(x->val);
     for (obj_sl_node *x = obj_sl_after(&st->puts, NULL, 0); x; x = x->next[0])
         obj_put_free(x->val);
+    for (obj_sl_node *x = obj_sl_after(&st->reserves, NULL, 0); x; x = x->next[0]) {
+        obj_reservation *r = x->val;
+        free(r->key);
+        free(r);
+    }
     for (obj_sl_node *x = obj_sl_after(&st->groups, NULL, 0); x; x = x->next[0])
         obj_group_free(x->val);
     for (obj_sl_node *x = obj_sl_after(&st->tenants, NULL, 0); x; x = x->next[0]) {
@@ -1559,7 +1706,7 @@ static void obj_store_clear(obj_store *st)
         free(h);
     }
     obj_sl *lists[] = {&st->objects, &st->puts, &st->groups, &st->tenants, &st->segments,
-                       &st->holds};
+                       &st->reserves, &st->holds};
     for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++) {
         obj_sl_node *h = lists[i]->head;
         for (obj_sl_node *x = h->next[0]; x;) {
@@ -1577,6 +1724,7 @@ static void obj_store_clear(obj_store *st)
     memset(st->stats.replicas_by_kind, 0, sizeof(st->stats.replicas_by_kind));
     memset(st->stats.replica_bytes_by_kind, 0, sizeof(st->stats.replica_bytes_by_kind));
     st->stats.puts_in_flight = 0;
+    st->stats.reservations_in_flight = 0;
 }
 
 int obj_store_create(obj_store **out, const obj_guard_ops *guard)
@@ -1584,7 +1732,7 @@ int obj_store_create(obj_store **out, const obj_guard_ops *guard)
     obj_store *st = calloc(1, sizeof(*st));
     if (!st) return SMP_ENOMEM;
     obj_sl *lists[] = {&st->objects, &st->puts, &st->groups, &st->tenants, &st->segments,
-                       &st->holds};
+                       &st->reserves, &st->holds};
     for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++) {
         if (obj_sl_init(lists[i]) < 0) {
             for (size_t k = 0; k < i; k++) obj_sl_fini(lists[k]);
@@ -1607,6 +1755,7 @@ void obj_store_destroy(obj_store *st)
     obj_sl_fini(&st->groups);
     obj_sl_fini(&st->tenants);
     obj_sl_fini(&st->segments);
+    obj_sl_fini(&st->reserves);
     obj_sl_fini(&st->holds);
     free(st);
 }
@@ -1629,6 +1778,7 @@ static int obj_lease_active(const obj_object *o, uint64_t now)
 typedef struct obj_seg_choice {
     obj_segment *seg;
     int preferred;
+    int has_copy; /* holds a memory replica of the object to copy */
     uint64_t free_bytes;
 } obj_seg_choice;
 
@@ -1636,16 +1786,27 @@ static int obj_seg_choice_cmp(const void *a, const void *b)
 {
     const obj_seg_choice *x = a, *y = b;
     if (x->preferred != y->preferred) return x->preferred ? -1 : 1;
+    if (x->has_copy != y->has_copy) return x->has_copy ? 1 : -1;
     if (x->free_bytes != y->free_bytes) return x->free_bytes > y->free_bytes ? -1 : 1;
     return strcmp(x->seg->id, y->seg->id);
 }
 
+/* 1 when o (NULL: none) has a memory replica in s. */
+static int obj_has_replica_in(const obj_object *o, const obj_segment *s)
+{
+    for (size_t i = 0; o && i < o->nreps; i++)
+        if (o->reps[i].kind == SMP_REPLICA_MEMORY && o->reps[i].seg == s) return 1;
+    return 0;
+}
+
 /* Reserve len bytes in the segment with the most free bytes that can hold
- * them (ties by id), trying the segments of prefer_node (NULL: none) first.
- * SMP_ENOSPC, SMP_ENOMEM. */
+ * them (ties by id), trying the segments of prefer_node (NULL: none) first
+ * and, among those equally preferred, segments without a memory replica of
+ * copy_of (NULL: none) first. SMP_ENOSPC, SMP_ENOMEM. */
 static int obj_place(obj_store *st,
                      uint64_t len,
                      const char *prefer_node,
+                     const obj_object *copy_of,
                      obj_segment **seg,
                      uint64_t *off)
 {
@@ -1658,6 +1819,7 @@ static int obj_place(obj_store *st,
         obj_segment *s = x->val;
         v[i].seg = s;
         v[i].preferred = prefer_node && strcmp(prefer_node, s->node) == 0;
+        v[i].has_copy = obj_has_replica_in(copy_of, s);
         v[i].free_bytes = s->capacity - s->used;
         i++;
     }
@@ -1716,7 +1878,7 @@ int obj_put_start(obj_store *st,
     put->alloc = alloc;
     put->started = now;
     put->put_id = st->next_put_id;
-    if ((rc = obj_place(st, alloc, p->prefer_node, &put->seg, &put->offset)) < 0) goto free_put;
+    if ((rc = obj_place(st, alloc, p->prefer_node, NULL, &put->seg, &put->offset)) < 0) goto free_put;
     if ((rc = obj_sl_put(&st->puts, put->key, put)) < 0) goto free_range;
     st->stats.puts_in_flight++;
     if (st->next_put_id < UINT64_MAX) st->next_put_id++;
@@ -1788,6 +1950,13 @@ int obj_cleanup_stale_puts(obj_store *st, uint64_t now, uint64_t timeout_ms)
         obj_put_forget(st, p);
         if (n < INT32_MAX) n++;
     }
+    for (obj_sl_node *x = obj_sl_after(&st->reserves, NULL, 0); x;) {
+        obj_reservation *r = x->val;
+        x = x->next[0];
+        if (now < r->started || now - r->started < timeout_ms) continue;
+        obj_reservation_forget(st, r, 1);
+        if (n < INT32_MAX) n++;
+    }
     return n;
 }
 
@@ -1825,6 +1994,40 @@ int obj_get_replica_list(obj_store *st,
         if (exp > o->lease_expiry) o->lease_expiry = exp;
     }
     return SMP_OK;
+}
+
+int obj_object_replicas(const obj_store *st,
+                        const char *key,
+                        obj_replica *out,
+                        size_t cap,
+                        size_t *n_out)
+{
+    if (obj_validate_key(key) < 0 || (cap && !out)) return SMP_EINVAL;
+    const obj_object *o = obj_sl_get(&st->objects, key);
+    if (!o) return SMP_ENOTFOUND;
+    for (size_t i = 0; i < o->nreps && i < cap; i++) obj_rep_view(&o->reps[i], &out[i]);
+    if (n_out) *n_out = o->nreps;
+    return SMP_OK;
+}
+
+int obj_visit_replicas(const obj_store *st,
+                       const char *node,
+                       int (*fn)(void *arg, const char *key, const obj_replica *rep),
+                       void *arg)
+{
+    if (!fn) return SMP_EINVAL;
+    int n = 0;
+    for (obj_sl_node *x = obj_sl_after(&st->objects, NULL, 0); x; x = x->next[0]) {
+        const obj_object *o = x->val;
+        for (size_t i = 0; i < o->nreps; i++) {
+            if (node && strcmp(o->reps[i].node, node) != 0) continue;
+            obj_replica v;
+            obj_rep_view(&o->reps[i], &v);
+            if (n < INT32_MAX) n++;
+            if (fn(arg, o->key, &v) != 0) return n;
+        }
+    }
+    return n;
 }
 
 int obj_exists(const obj_store *st, const char *key)
@@ -2160,7 +2363,8 @@ int obj_prepare_set_replicas(obj_store *st,
                              size_t n,
                              obj_record *out)
 {
-    if (obj_validate_key(key) < 0 || !out || (n && !reps) || n > 1024) return SMP_EINVAL;
+    if (obj_validate_key(key) < 0 || !out || (n && !reps) || n > OBJ_REPLICAS_MAX)
+        return SMP_EINVAL;
     obj_object *o = obj_sl_get(&st->objects, key);
     if (!o) return SMP_ENOTFOUND;
     for (size_t i = 0; i < n; i++) {
@@ -2199,6 +2403,87 @@ int obj_prepare_set_replicas(obj_store *st,
     int rc = obj_encode_object(o, v, n, 1, out);
     free(v);
     return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Adding a memory replica                                                   */
+/* ------------------------------------------------------------------------ */
+
+int obj_reserve_replica(obj_store *st,
+                        const char *key,
+                        const char *prefer_node,
+                        uint64_t now,
+                        obj_put_ticket *out)
+{
+    int rc;
+    if (obj_validate_key(key) < 0) return SMP_EINVAL;
+    obj_object *o = obj_sl_get(&st->objects, key);
+    if (!o) return SMP_ENOTFOUND;
+    if (obj_sl_get(&st->reserves, key)) return SMP_EBUSY;
+    if (o->nreps >= OBJ_REPLICAS_MAX) return SMP_ERANGE;
+    obj_reservation *r = calloc(1, sizeof(*r));
+    if (!r) return SMP_ENOMEM;
+    if (!(r->key = strdup(key))) { rc = SMP_ENOMEM; goto free_reservation; }
+    r->length = o->size;
+    r->alloc = obj_ext_len(o->size);
+    r->started = now;
+    r->put_id = o->put_id;
+    if ((rc = obj_place(st, r->alloc, prefer_node, o, &r->seg, &r->offset)) < 0)
+        goto free_reservation;
+    if ((rc = obj_sl_put(&st->reserves, r->key, r)) < 0) goto free_range;
+    st->stats.reservations_in_flight++;
+    if (out) {
+        out->segment = r->seg->id;
+        out->node = r->seg->node;
+        out->offset = r->offset;
+        out->length = r->length;
+    }
+    return SMP_OK;
+
+free_range:
+    obj_seg_free(r->seg, r->offset, r->alloc);
+free_reservation:
+    free(r->key);
+    free(r);
+    return rc;
+}
+
+int obj_prepare_add_replica(obj_store *st,
+                            const char *key,
+                            const obj_put_ticket *where,
+                            obj_record *out)
+{
+    if (obj_validate_key(key) < 0 || !out) return SMP_EINVAL;
+    obj_object *o = obj_sl_get(&st->objects, key);
+    obj_reservation *r = obj_sl_get(&st->reserves, key);
+    if (!o || !r || r->put_id != o->put_id) return SMP_ENOTFOUND;
+    if (o->nreps >= OBJ_REPLICAS_MAX) return SMP_ERANGE;
+    if (where && (!where->segment || strcmp(where->segment, r->seg->id) != 0 ||
+                  (where->node && strcmp(where->node, r->seg->node) != 0) ||
+                  where->offset != r->offset || where->length != r->length))
+        return SMP_EINVAL;
+    obj_replica *v = calloc(o->nreps + 1, sizeof(*v));
+    if (!v) return SMP_ENOMEM;
+    for (size_t i = 0; i < o->nreps; i++) obj_rep_view(&o->reps[i], &v[i]);
+    obj_replica *added = &v[o->nreps];
+    added->kind = SMP_REPLICA_MEMORY;
+    added->status = OBJ_REPLICA_COMPLETE;
+    added->node = r->seg->node;
+    added->segment = r->seg->id;
+    added->offset = r->offset;
+    added->length = r->length;
+    int rc = obj_encode_object_add(o, v, o->nreps + 1, 1, added, out);
+    free(v);
+    return rc;
+}
+
+int obj_release_reservation(obj_store *st, const char *key)
+{
+    if (obj_validate_key(key) < 0) return SMP_EINVAL;
+    obj_reservation *r = obj_sl_get(&st->reserves, key);
+    if (!r) return SMP_ENOTFOUND;
+    obj_reservation_forget(st, r, 1);
+    return SMP_OK;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -2409,7 +2694,7 @@ free_tmp:
 static int obj_store_is_empty(const obj_store *st)
 {
     return st->objects.count == 0 && st->segments.count == 0 && st->groups.count == 0 &&
-           st->puts.count == 0;
+           st->puts.count == 0 && st->reserves.count == 0;
 }
 
 /* Map an apply error of a snapshot entry to the load's answer. */

@@ -13,7 +13,9 @@
  *
  * Soft state is not logged: in-flight puts (put start reserves a range of
  * segment memory; the put ends with a PUT_END record or is revoked or
- * cleaned up when stale), read leases (granted by obj_get_replica_list,
+ * cleaned up when stale), replica reservations (obj_reserve_replica reserves
+ * a range for one more memory replica of a complete object; an add-replica
+ * record consumes it, or it is released or cleaned up when stale), read leases (granted by obj_get_replica_list,
  * they protect an object from eviction and removal until they expire),
  * holds (see obj_hold_record) and last-access refreshes by reads (the access
  * time is logged only with records and saved in snapshots: an LRU hint).
@@ -28,21 +30,30 @@
  *   - A memory replica that cannot exist when its record is applied (its
  *     segment was unmounted, the range is taken) is left out and counted in
  *     obj_stats.replicas_dropped; an update-only record never adds a memory
- *     replica the object does not already have.
+ *     replica the object does not already have -- except an add-replica
+ *     record (PUT_END with add_replica set), which adds exactly its one
+ *     memory replica to its own incarnation and touches nothing else.
  *   - Segment capacity only grows (SEGMENT_UPDATE to a smaller capacity is a
  *     no-op at apply; shrinking is unmount and mount again).
- *   - In-flight puts are soft state, so they never change what a record
- *     does: a memory replica whose range an in-flight put holds takes it
- *     (the put is cancelled, obj_stats.puts_cancelled; its put end then
- *     answers SMP_ENOTFOUND). A PUT_END whose put was revoked or cleaned up
- *     meanwhile still applies. Use a stale-put timeout well above the
- *     OpLog's worst durable latency all the same.
+ *   - In-flight puts and replica reservations are soft state, so they never
+ *     change what a record does: a memory replica whose range an in-flight
+ *     put holds takes it (the put is cancelled, obj_stats.puts_cancelled;
+ *     its put end then answers SMP_ENOTFOUND), and likewise for a
+ *     reservation of another key or incarnation (obj_stats.
+ *     reservations_cancelled). A PUT_END whose put was revoked or cleaned
+ *     up meanwhile still applies, and so does an add-replica record whose
+ *     reservation was released or cleaned up (it takes the range if it is
+ *     free). Use a stale timeout well above the OpLog's worst durable
+ *     latency all the same.
  *
  * Record types (host range 1..7, encoding version OBJ_REC_ENCVER; payloads
  * are the messages of proto/host_records.proto):
  *   1 PUT_END         ObjectRecord: the whole object after the change. Written
  *                     by put end, and also by pin changes, replica-list
- *                     changes and evictions that keep a cold replica.
+ *                     changes and evictions that keep a cold replica. With
+ *                     add_replica set (obj_prepare_add_replica) it is a
+ *                     delta: add that one memory replica to incarnation
+ *                     put_id, keep everything else as it is at apply.
  *   2 PUT_REVOKE      PutRevokeRecord: frees the range of an in-flight put.
  *   3 REMOVE          RemoveRecord: keys to remove (absent keys are no-ops).
  *   4 reserved
@@ -93,6 +104,7 @@
 #define OBJ_PATH_MAX 4096  /* bytes of a cold replica's path */
 #define OBJ_ALIGN 64       /* allocation alignment and granularity */
 #define OBJ_REMOVE_BATCH 1024 /* keys per REMOVE record from a bulk plan */
+#define OBJ_REPLICAS_MAX 1024 /* replicas of one object */
 #define OBJ_SNAPSHOT_FORMAT 1
 
 /* OpLog record types of the host (see the mapping above). */
@@ -167,6 +179,10 @@ typedef struct obj_stats {
     /* Refusals per smp_guard_reason (index 1..SMP_GUARD_REASON_MAX). */
     uint64_t guard_vetoes[SMP_GUARD_REASON_MAX + 1];  /* by the plugin guard */
     uint64_t host_refusals[SMP_GUARD_REASON_MAX + 1]; /* by the host rule */
+    /* Replica reservations (obj_reserve_replica) held now, and those
+     * cancelled because an applied record claimed their range. */
+    uint64_t reservations_in_flight;
+    uint64_t reservations_cancelled;
 } obj_stats;
 
 /* -- Life ------------------------------------------------------------------ */
@@ -229,9 +245,10 @@ int obj_prepare_put_end(obj_store *st,
 /* Encode the PUT_REVOKE record of the in-flight put of key. SMP_ENOTFOUND. */
 int obj_prepare_put_revoke(obj_store *st, const char *key, obj_record *out);
 
-/* Free every in-flight put started at or before now - timeout_ms (puts are
- * soft state: no record). A guard veto (STALE_PUT_CLEANUP) keeps the put.
- * Returns the number of puts freed. */
+/* Free every in-flight put and every replica reservation started at or
+ * before now - timeout_ms (soft state: no record). A guard veto
+ * (STALE_PUT_CLEANUP) keeps a put; reservations are not asked about (they
+ * remove nothing). Returns the number of puts and reservations freed. */
 int obj_cleanup_stale_puts(obj_store *st, uint64_t now, uint64_t timeout_ms);
 
 /* -- Reads ------------------------------------------------------------------ */
@@ -249,6 +266,29 @@ int obj_get_replica_list(obj_store *st,
                          obj_replica *out,
                          size_t cap,
                          size_t *n_out);
+
+/* Every replica of the complete object key whatever its status, in the
+ * object's order: up to cap into out (strings borrowed until the next
+ * change), *n_out (may be NULL) the total (may exceed cap). Touches neither
+ * the lease nor the access time, and holds do not refuse it: for the master's
+ * own bookkeeping, not for readers. SMP_ENOTFOUND, SMP_EINVAL. */
+int obj_object_replicas(const obj_store *st,
+                        const char *key,
+                        obj_replica *out,
+                        size_t cap,
+                        size_t *n_out);
+
+/* Call fn for every replica (any status, memory and cold) on node (NULL:
+ * every node) of every complete object, in key order and, within an object,
+ * in its replica order. key and rep are borrowed for the call; fn must not
+ * change the store. fn returning non-zero stops the visit (that replica is
+ * counted). Returns the number of replicas visited (capped at INT32_MAX),
+ * SMP_EINVAL when fn is NULL. Scans every object and replica: meant for
+ * rare events (node registration, node down), not for a request path. */
+int obj_visit_replicas(const obj_store *st,
+                       const char *node,
+                       int (*fn)(void *arg, const char *key, const obj_replica *rep),
+                       void *arg);
 
 /* 1 when a complete object of key exists, else 0. */
 int obj_exists(const obj_store *st, const char *key);
@@ -336,6 +376,55 @@ int obj_prepare_set_replicas(obj_store *st,
                              size_t n,
                              obj_record *out);
 
+/* -- Adding a memory replica ---------------------------------------------------- */
+
+/* The path from a cold replica back to memory, or to one more memory copy:
+ * reserve a range, let the node load the bytes into it, then commit an
+ * add-replica record (or release the reservation when the load failed).
+ *
+ * Reserve a range of the size of the complete object key, tied to its
+ * current incarnation: in the segment of prefer_node (NULL: none) with the
+ * most free bytes that can hold it, else in another segment the same way
+ * (among equally preferred segments, those already holding a memory replica
+ * of the object come last). Soft state like an in-flight put: no record, no
+ * guard asked (adding a copy removes nothing), freed by
+ * obj_cleanup_stale_puts once started at or before now - timeout, and by
+ * unmounting its segment. It blocks neither puts nor removal of the key.
+ * Fills *out (may be NULL; strings borrowed; length is the object's size).
+ * SMP_EINVAL, SMP_ENOTFOUND (no complete object), SMP_EBUSY (a reservation
+ * for key is in flight), SMP_ERANGE (the object has OBJ_REPLICAS_MAX
+ * replicas), SMP_ENOSPC (no segment has room: evict and retry), SMP_ENOMEM.
+ * On failure nothing changed. */
+int obj_reserve_replica(obj_store *st,
+                        const char *key,
+                        const char *prefer_node,
+                        uint64_t now,
+                        obj_put_ticket *out); /* OUT, may be NULL */
+
+/* Encode the add-replica record of key's reservation: a PUT_END carrying the
+ * object with update_only set, its replica list plus the new one, and the
+ * new COMPLETE memory replica in add_replica. No state change. Applying it
+ * adds the memory replica when the object is still that incarnation, does
+ * not have the replica yet and the range is the reservation's or free (or
+ * held by other soft state, which yields); it keeps every replica the object
+ * has at apply and changes nothing else (no access time, no pin). The
+ * reservation is consumed by the apply, also when the apply is a no-op
+ * because the object was removed or replaced meanwhile; a reservation of
+ * another incarnation or range is not touched. Such records hold nothing
+ * (obj_hold_record). where (NULL: no check) must name the reservation
+ * (segment, offset, length). SMP_EINVAL (bad key, where does not match),
+ * SMP_ENOTFOUND (no complete object, no reservation, or the object was
+ * replaced since the reservation: release it), SMP_ERANGE (the object got
+ * OBJ_REPLICAS_MAX replicas meanwhile), SMP_ENOMEM. */
+int obj_prepare_add_replica(obj_store *st,
+                            const char *key,
+                            const obj_put_ticket *where,
+                            obj_record *out);
+
+/* Drop the reservation of key and free its range (the load failed).
+ * SMP_EINVAL, SMP_ENOTFOUND. */
+int obj_release_reservation(obj_store *st, const char *key);
+
 /* -- Segments and groups ------------------------------------------------------- */
 
 /* SEGMENT_MOUNT. SMP_EEXIST when id is mounted with another node or
@@ -381,7 +470,8 @@ int obj_apply_record(obj_store *st,
  * to be freed) and eviction plans skip it. The master holds a record right
  * after a successful append and releases it after applying it, or when the
  * append failed. Holds count (a key may be held by several records). Other
- * record types hold nothing. SMP_EPROTO, SMP_ENOMEM (nothing held). */
+ * record types, and add-replica records (they remove nothing), hold
+ * nothing. SMP_EPROTO, SMP_ENOMEM (nothing held). */
 int obj_hold_record(obj_store *st, const obj_record *rec);
 void obj_release_hold(obj_store *st, const obj_record *rec);
 
