@@ -350,6 +350,8 @@ static int cmp_byte_range(const void *a, const void *b)
     return 0;
 }
 
+/* The identity makes the group key, and every object key is a unique key
+ * inside that group. SMP_OK, SMP_EINVAL (with a message) or SMP_ENOMEM. */
 static int validate_identity_and_objects(wc_manifest *m, char *err, size_t errlen)
 {
     int rc;
@@ -402,6 +404,9 @@ free_key:
     return rc;
 }
 
+/* Tensor names (unique, indexed), dtypes, sizes; alias groups (members exist,
+ * match the first, belong to one group). Derives bytes, alias_group and
+ * storage, and resets the fragment runs for validate_fragments. */
 static int validate_tensors_and_aliases(wc_manifest *m, char *err, size_t errlen)
 {
     uint32_t dup;
@@ -553,6 +558,9 @@ static int validate_cover(const wc_manifest *m, const wc_tensor *t, size_t first
     return SMP_OK;
 }
 
+/* Every fragment on its own, then each storage tensor's cover, then payload
+ * bytes shared by no two fragments. Derives frag_first / frag_count (the
+ * fragments are in canonical order already). */
 static int validate_fragments(wc_manifest *m, char *err, size_t errlen)
 {
     int rc;
@@ -599,6 +607,8 @@ free_ranges:
     return rc;
 }
 
+/* Affinity units partition the objects with the right logical bytes, and no
+ * tensor's fragments cross a unit boundary. Derives each object's unit. */
 static int validate_units(wc_manifest *m, char *err, size_t errlen)
 {
     for (size_t i = 0; i < m->n_objects; i++) m->objects[i].unit = WC_NONE;
