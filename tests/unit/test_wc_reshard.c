@@ -447,6 +447,41 @@ static void test_apply_checks_ranges(void **state)
     free(g.data);
 }
 
+/* Random shapes, dtypes, source shardings, object bounds and target
+ * placements, bounded: every read equals the slicer. */
+static void test_random_layouts_match_the_slicer(void **state)
+{
+    (void)state;
+    static const wc_dtype dts[] = {WC_DTYPE_U8, WC_DTYPE_BF16, WC_DTYPE_F32, WC_DTYPE_I64};
+    static const char *names[3] = {"r0", "r1", "r2"};
+    uint32_t seed = 4242;
+#define RND(n) ((seed = seed * 1103515245u + 12345u), (seed >> 8) % (n))
+    for (int iter = 0; iter < 150; iter++) {
+        gtensor g[3];
+        memset(g, 0, sizeof g);
+        uint32_t nd = 1 + RND(4);               /* same rank: shards share a dim */
+        for (int i = 0; i < 3; i++) {
+            g[i].name = names[i];
+            g[i].dtype = dts[RND(4)];
+            g[i].ndim = nd;
+            for (uint32_t d = 0; d < nd; d++) g[i].shape[d] = 1 + RND(7);
+            gtensor_fill(&g[i], (uint32_t)(iter * 3 + i));
+        }
+        uint32_t shards = 1 + RND(5), sdim = RND(nd);
+        uint64_t bound = RND(3) == 0 ? 8 + RND(64) : 1 << 20;
+        stored st;
+        store(&st, g, 3, shards, sdim, bound, NULL);
+        for (int k = 0; k < 4; k++) {
+            uint32_t parts = 1 + RND(6), dim = RND(nd), rank = RND(parts);
+            if (RND(5) == 0) read_and_check(&st, g, 3, 1, UINT32_MAX, 0);
+            else read_and_check(&st, g, 3, parts, dim, rank);
+        }
+        stored_free(&st);
+        for (int i = 0; i < 3; i++) free(g[i].data);
+    }
+#undef RND
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -456,6 +491,7 @@ int main(void)
         cmocka_unit_test(test_alias_reads_storage_bytes),
         cmocka_unit_test(test_bad_placements_are_refused),
         cmocka_unit_test(test_apply_checks_ranges),
+        cmocka_unit_test(test_random_layouts_match_the_slicer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
