@@ -667,7 +667,13 @@ int wc_manifest_finalize(wc_manifest *m, char *err, size_t errlen)
 {
     int rc;
     m->finalized_ = 0;
-    if (m->n_fragments > 1) qsort(m->fragments, m->n_fragments, sizeof *m->fragments, cmp_fragment);
+    /* Encoded manifests are already canonical: sort only when needed. */
+    for (size_t i = 1; i < m->n_fragments; i++) {
+        if (cmp_fragment(&m->fragments[i - 1], &m->fragments[i]) > 0) {
+            qsort(m->fragments, m->n_fragments, sizeof *m->fragments, cmp_fragment);
+            break;
+        }
+    }
     if ((rc = validate_identity_and_objects(m, err, errlen)) < 0) return rc;
     if ((rc = validate_tensors_and_aliases(m, err, errlen)) < 0) return rc;
     if ((rc = validate_fragments(m, err, errlen)) < 0) return rc;
