@@ -187,6 +187,17 @@ static void test_bad_json_is_refused(void **state)
     expect_bad("{\"\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "empty name");
     expect_bad("{\"__metadata__\":{\"k\":1}}", 0, "__metadata__");
     expect_bad("{\"__metadata__\":[]}", 0, "__metadata__");
+    /* deep nesting is a parse error, not a stack overflow */
+    size_t depth = 200000;
+    char *deep = malloc(2 * depth + 16);
+    strcpy(deep, "{\"a\":");
+    size_t at = strlen(deep);
+    for (size_t i = 0; i < depth; i++) deep[at++] = '[';
+    for (size_t i = 0; i < depth; i++) deep[at++] = ']';
+    deep[at++] = '}';
+    deep[at] = '\0';
+    expect_bad(deep, 0, "JSON");
+    free(deep);
     expect_bad("{\"a\\u0000b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
                "JSON");
 }
