@@ -78,11 +78,17 @@ static void *data_main(void *arg)
 
 /* -- tasks ------------------------------------------------------------------ */
 
+/* Strings left at their protobuf-c default point to a static "". */
+static void free_string(char *s)
+{
+    if (s != protobuf_c_empty_string) free(s);
+}
+
 static void free_result(TaskResult *r)
 {
     if (r == NULL) return;
-    free(r->error);
-    free(r->cold_name);
+    free_string(r->error);
+    free_string(r->cold_name);
     free(r->sha256.data);
     free(r);
 }
