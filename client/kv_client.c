@@ -369,7 +369,7 @@ static int move_range(kvc *c, const kvc_replica *r, void *buf, uint64_t len, int
 }
 
 int kvc_put_bytes(kvc *c, const char *key, const void *data, uint64_t len, smp_data_type type,
-                  const char *group, int overwrite)
+                  const char *group, int overwrite, uint64_t *seq)
 {
     kvc_replica where;
     uint8_t sha[32];
@@ -377,13 +377,15 @@ int kvc_put_bytes(kvc *c, const char *key, const void *data, uint64_t len, smp_d
     if (rc < 0) return rc;
     SHA256(data, len, sha);
     if ((rc = move_range(c, &where, (void *)data, len, 1)) < 0) goto revoke;
-    if ((rc = kvc_put_end(c, key, sha, NULL)) < 0) goto revoke;
+    if ((rc = kvc_put_end(c, key, sha, seq)) < 0) goto revoke;
     return SMP_OK;
 revoke:;
     char saved[sizeof(c->err)];
+    int lost = c->transport_failed;
     memcpy(saved, c->err, sizeof(saved));
-    kvc_put_revoke(c, key);
+    if (!lost) kvc_put_revoke(c, key); /* a lost put end may have landed: leave it */
     memcpy(c->err, saved, sizeof(saved));
+    c->transport_failed = lost;
     return rc;
 }
 

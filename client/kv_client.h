@@ -94,10 +94,10 @@ typedef enum kvc_transport {
 void kvc_set_transport(kvc *c, kvc_transport t);
 
 /* Store len bytes under key: put start, write the range (ticketed), put end
- * with their SHA-256 (durable when this returns 0). On a failure after put
- * start the put is revoked. */
+ * with their SHA-256 (durable when this returns 0; *seq, if not NULL, gets
+ * its OpLog sequence). On a failure after put start the put is revoked. */
 int kvc_put_bytes(kvc *c, const char *key, const void *data, uint64_t len, smp_data_type type,
-                  const char *group, int overwrite);
+                  const char *group, int overwrite, uint64_t *seq);
 
 /* Read key into dst (cap bytes): *len gets the object's size (SMP_ERANGE
  * when it exceeds cap, nothing copied). With verify set the bytes must hash

@@ -141,7 +141,7 @@ static int cmd_kv_put(ctl *x, const char *key, const char *path)
         perror(path);
         return 1;
     }
-    int rc = kvc_put_bytes(x->c, key, data, len, SMP_DATA_KV, NULL, 0);
+    int rc = kvc_put_bytes(x->c, key, data, len, SMP_DATA_KV, NULL, 0, NULL);
     if (len) munmap(data, len);
     if (rc < 0) {
         fprintf(stderr, "weightctl: kv put %s: %s\n", key, kvc_error(x->c));

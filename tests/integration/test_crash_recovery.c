@@ -79,9 +79,7 @@ static int do_put(worker *wk, kvc *c, int j, int grouped)
     snprintf(group, sizeof(group), "grp%d", wk->id);
     content(body, sizeof(body), wk->id, j, version);
     sha_of(wk->id, j, version, sha);
-    int rc = kvc_put_start(c, key, strlen(body), SMP_DATA_KV, grouped ? group : NULL, 0, NULL);
-    if (rc < 0) return kvc_transport_failed(c) ? -1 : 0;
-    rc = kvc_put_end(c, key, sha, NULL);
+    int rc = kvc_put_bytes(c, key, body, strlen(body), SMP_DATA_KV, grouped ? group : NULL, 0, NULL);
     if (rc == 0) {
         k->state = PRESENT;
         k->version = version;

@@ -17,23 +17,16 @@
 
 static void put(kvc *c, const char *key, const char *content)
 {
-    unsigned char sha[32];
-    kvc_replica where;
-    hx_sha256(content, strlen(content), sha);
-    assert_int_equal(kvc_put_start(c, key, strlen(content), SMP_DATA_KV, NULL, 0, &where), 0);
-    assert_int_equal(where.length >= strlen(content), 1);
-    assert_int_equal(kvc_put_end(c, key, sha, NULL), 0);
+    assert_int_equal(kvc_put_bytes(c, key, content, strlen(content), SMP_DATA_KV, NULL, 0, NULL), 0);
 }
 
 static void assert_object(kvc *c, const char *key, const char *content)
 {
-    unsigned char sha[32];
-    kvc_object obj;
-    hx_sha256(content, strlen(content), sha);
-    assert_int_equal(kvc_get(c, key, &obj), 0);
-    assert_int_equal(obj.size, strlen(content));
-    assert_memory_equal(obj.sha256, sha, 32);
-    assert_int_equal(obj.n_replicas, 1);
+    char buf[256];
+    uint64_t len = 0;
+    assert_int_equal(kvc_get_into(c, key, buf, sizeof(buf), &len, 1), 0);
+    assert_int_equal(len, strlen(content));
+    assert_memory_equal(buf, content, len);
 }
 
 static void assert_absent(kvc *c, const char *key)

@@ -222,10 +222,7 @@ static void configure(hx_master *m, int weights_on, int recorder_on, int max_enc
 
 static void put(kvc *c, const char *key, const char *content, uint64_t *seq)
 {
-    unsigned char sha[32];
-    hx_sha256(content, strlen(content), sha);
-    assert_int_equal(kvc_put_start(c, key, strlen(content), SMP_DATA_KV, NULL, 0, NULL), 0);
-    assert_int_equal(kvc_put_end(c, key, sha, seq), 0);
+    assert_int_equal(kvc_put_bytes(c, key, content, strlen(content), SMP_DATA_KV, NULL, 0, seq), 0);
 }
 
 static void assert_object(kvc *c, const char *key, const char *content)
