@@ -10,11 +10,11 @@
 
 #include "config.h"
 
-/* The host capabilities this master offers plugins (the node data plane and
- * HA standbys join as they are built). */
+/* The host capabilities this master offers plugins (HA standbys and state
+ * handoff join as they are built). */
 #define MASTER_HOST_CAPS                                                           \
-    (SMP_HOST_CAP_GROUPS | SMP_HOST_CAP_DURABLE_OPLOG | SMP_HOST_CAP_RPC_DISPATCH | \
-     SMP_HOST_CAP_METRICS)
+    (SMP_HOST_CAP_GROUPS | SMP_HOST_CAP_COLD_TIER | SMP_HOST_CAP_DURABLE_OPLOG |     \
+     SMP_HOST_CAP_RPC_DISPATCH | SMP_HOST_CAP_METRICS)
 
 /* Run a master on cfg (borrowed for the call). Returns the process exit
  * status: 0 after a clean shutdown, 1 when startup or recovery failed (the

@@ -5,9 +5,8 @@
  * group queries against the applied state, the persisted managed flag of a
  * group, removal of an object the plugin decided to delete (no guard asked:
  * the plugin is the guard), memory usage, snapshot section I/O and RPC
- * replies. The replica tasks (ensure cold / memory, release memory) need the
- * node data plane; until it exists they are left unset and answer
- * SMP_ENOTSUP. */
+ * replies. The replica tasks (ensure cold / memory, release memory) are in
+ * master_replicas.c. */
 #include <stdlib.h>
 #include <time.h>
 
@@ -122,6 +121,9 @@ void master_backend_init(master *m)
     b->group_count = be_group_count;
     b->group_set_managed = be_group_set_managed;
     b->remove_object = be_remove_object;
+    b->ensure_cold = master_ensure_cold;
+    b->ensure_memory = master_ensure_memory;
+    b->release_memory = master_release_memory;
     b->memory_usage = be_memory_usage;
     b->is_leader = be_is_leader;
     b->writer_write = snap_writer_write;

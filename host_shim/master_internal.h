@@ -225,6 +225,13 @@ int master_mint_ticket(const master *m, const char *node, const char *segment,
 /* Durably drop one replica of key and emit replica-lost. */
 int master_drop_replica(master *m, const char *key, const obj_replica *lost);
 
+/* -- master_replicas.c ------------------------------------------------------------ */
+
+/* The host_backend replica tasks (see master_replicas.c). */
+int master_ensure_cold(void *ctx, const char *key, smp_done_cb cb, void *arg);
+int master_ensure_memory(void *ctx, const char *key, smp_done_cb cb, void *arg);
+int master_release_memory(void *ctx, const char *key, smp_done_cb cb, void *arg);
+
 /* -- master_backend.c ----------------------------------------------------------- */
 
 /* Fill m->backend with the master's services for plugins. */

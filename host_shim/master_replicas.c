@@ -1,0 +1,267 @@
+/* master_replicas.c -- the replica tasks behind the plugin ABI's ensure_cold,
+ * ensure_memory and release_memory.
+ *
+ * Each one ends in a durable record of the object's new replica list, made
+ * only once the node reported the physical step done:
+ *   ensure_cold    a node holding a complete memory replica persists it to a
+ *                  cold file (written to a temporary file, fsynced, renamed,
+ *                  the directory fsynced, read back and checked against the
+ *                  object's SHA-256); then the COMPLETE cold replica is added.
+ *   ensure_memory  a range is reserved on the node holding the cold file, the
+ *                  node loads the file into it checking the SHA-256, and the
+ *                  memory replica is added. A file that fails the check is a
+ *                  lost cold replica (dropped durably, replica-lost emitted)
+ *                  and is never served.
+ *   release_memory drops the memory replicas -- refused (SMP_ESTATE) unless
+ *                  a COMPLETE cold replica exists on a live node.
+ * A goal that already holds completes on the next loop turn: callbacks never
+ * run inside the call. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "master_internal.h"
+#include "node_rpc.pb-c.h"
+
+#define REPS_MAX 16
+
+typedef struct replica_job {
+    master *m;
+    char *key;
+    smp_done_cb cb;
+    void *arg;
+    uv_timer_t timer;     /* for completions that need no work */
+    int status;
+    char *node;           /* the node doing the work */
+    char *cold_name;      /* LOAD: the file */
+    obj_put_ticket where; /* LOAD: the reserved range */
+    char *segment;
+} replica_job;
+
+static replica_job *job_new(master *m, const char *key, smp_done_cb cb, void *arg)
+{
+    replica_job *j = calloc(1, sizeof(*j));
+    if (j == NULL) return NULL;
+    j->key = strdup(key);
+    if (j->key == NULL) {
+        free(j);
+        return NULL;
+    }
+    j->m = m;
+    j->cb = cb;
+    j->arg = arg;
+    return j;
+}
+
+static void job_free(replica_job *j)
+{
+    free(j->key);
+    free(j->node);
+    free(j->cold_name);
+    free(j->segment);
+    free(j);
+}
+
+static void job_done(replica_job *j, int status)
+{
+    j->cb(j->arg, status);
+    job_free(j);
+}
+
+static void on_timer_closed(uv_handle_t *h)
+{
+    replica_job *j = h->data;
+    job_done(j, j->status);
+}
+
+static void on_timer(uv_timer_t *t)
+{
+    uv_close((uv_handle_t *)t, on_timer_closed);
+}
+
+/* Complete on the next loop turn (the goal already holds). */
+static int job_later(replica_job *j, int status)
+{
+    j->status = status;
+    uv_timer_init(&j->m->loop, &j->timer);
+    j->timer.data = j;
+    uv_timer_start(&j->timer, on_timer, 0, 0);
+    return SMP_OK;
+}
+
+/* The object's replicas, and which of them are complete on live nodes. */
+typedef struct replicas {
+    obj_replica v[REPS_MAX];
+    size_t n;
+    int memory;     /* index of a live complete memory replica, or -1 */
+    int cold;       /* index of a live complete cold replica, or -1 */
+    smp_object_info info;
+} replicas;
+
+static int load_replicas(master *m, const char *key, replicas *r)
+{
+    int rc = obj_object_replicas(m->objs, key, r->v, REPS_MAX, &r->n);
+    if (rc < 0) return rc;
+    if (r->n > REPS_MAX) return SMP_ERANGE;
+    r->info = (smp_object_info){.struct_size = sizeof(r->info)};
+    if ((rc = obj_object_info(m->objs, key, &r->info)) < 0) return rc;
+    r->memory = r->cold = -1;
+    for (size_t i = 0; i < r->n; i++) {
+        if (r->v[i].status != OBJ_REPLICA_COMPLETE || !master_node_readable(m, r->v[i].node)) continue;
+        if (r->v[i].kind == SMP_REPLICA_MEMORY && r->memory < 0) r->memory = (int)i;
+        if (r->v[i].kind == SMP_REPLICA_COLD && r->cold < 0) r->cold = (int)i;
+    }
+    return SMP_OK;
+}
+
+static void on_committed(master *m, void *arg, int status, uint64_t seq)
+{
+    (void)m;
+    (void)seq;
+    job_done(arg, status);
+}
+
+/* -- ensure cold -------------------------------------------------------------- */
+
+static void on_persisted(master *m, void *arg, int status, const struct TaskResult *res)
+{
+    replica_job *j = arg;
+    replicas r;
+    obj_record rec = {0};
+    if (status == SMP_OK && res->status != 0) status = res->status;
+    if (status < 0) {
+        fprintf(stderr, "store_master: persisting %s on %s failed: %s (%s)\n", j->key, j->node,
+                smp_strerror(status), res && res->error ? res->error : "");
+        job_done(j, status);
+        return;
+    }
+    /* The object may have changed meanwhile: add the file to what is there. */
+    if ((status = load_replicas(m, j->key, &r)) < 0 || r.n >= REPS_MAX) {
+        job_done(j, status < 0 ? status : SMP_ERANGE);
+        return;
+    }
+    r.v[r.n++] = (obj_replica){.kind = SMP_REPLICA_COLD, .status = OBJ_REPLICA_COMPLETE,
+                               .node = j->node, .length = r.info.size, .path = res->cold_name};
+    if ((status = obj_prepare_set_replicas(m->objs, j->key, r.v, r.n, &rec)) < 0 ||
+        (status = master_commit(m, &rec, NULL, on_committed, j)) < 0)
+        job_done(j, status);
+}
+
+int master_ensure_cold(void *ctx, const char *key, smp_done_cb cb, void *arg)
+{
+    master *m = ctx;
+    replicas r;
+    int rc;
+    if (cb == NULL) return SMP_EINVAL;
+    if ((rc = load_replicas(m, key, &r)) < 0) return rc;
+    replica_job *j = job_new(m, key, cb, arg);
+    if (j == NULL) return SMP_ENOMEM;
+    if (r.cold >= 0) return job_later(j, SMP_OK);
+    if (r.memory < 0) {
+        job_free(j);
+        return SMP_EAGAIN; /* nothing readable to persist from */
+    }
+    const obj_replica *src = &r.v[r.memory];
+    if ((j->node = strdup(src->node)) == NULL) {
+        job_free(j);
+        return SMP_ENOMEM;
+    }
+    rc = master_node_task(m, src->node, TASK_KIND__TASK_PERSIST, key, src->offset, r.info.size,
+                          r.info.checksum, NULL, on_persisted, j);
+    if (rc < 0) job_free(j);
+    return rc;
+}
+
+/* -- ensure memory ------------------------------------------------------------ */
+
+static void on_loaded(master *m, void *arg, int status, const struct TaskResult *res)
+{
+    replica_job *j = arg;
+    obj_record rec = {0};
+    if (status == SMP_OK && res->status != 0) status = res->status;
+    if (status < 0) {
+        obj_release_reservation(m->objs, j->key);
+        fprintf(stderr, "store_master: loading %s from %s on %s failed: %s (%s)\n", j->key,
+                j->cold_name, j->node, smp_strerror(status), res && res->error ? res->error : "");
+        if (res != NULL && res->status == SMP_EPROTO) {
+            /* The file does not hold the object's bytes: never serve it. */
+            obj_replica bad = {.kind = SMP_REPLICA_COLD, .node = j->node, .path = j->cold_name};
+            master_drop_replica(m, j->key, &bad);
+        }
+        job_done(j, status);
+        return;
+    }
+    if ((status = obj_prepare_add_replica(m->objs, j->key, &j->where, &rec)) < 0 ||
+        (status = master_commit(m, &rec, NULL, on_committed, j)) < 0)
+        job_done(j, status);
+}
+
+int master_ensure_memory(void *ctx, const char *key, smp_done_cb cb, void *arg)
+{
+    master *m = ctx;
+    replicas r;
+    int rc;
+    if (cb == NULL) return SMP_EINVAL;
+    if ((rc = load_replicas(m, key, &r)) < 0) return rc;
+    replica_job *j = job_new(m, key, cb, arg);
+    if (j == NULL) return SMP_ENOMEM;
+    if (r.memory >= 0) return job_later(j, SMP_OK);
+    if (r.cold < 0) {
+        job_free(j);
+        return SMP_EAGAIN; /* nothing readable to load from */
+    }
+    const obj_replica *src = &r.v[r.cold];
+    j->node = strdup(src->node);
+    j->cold_name = strdup(src->path);
+    if (j->node == NULL || j->cold_name == NULL) {
+        job_free(j);
+        return SMP_ENOMEM;
+    }
+    if ((rc = obj_reserve_replica(m->objs, key, src->node, master_now_ms(), &j->where)) < 0) {
+        job_free(j);
+        return rc;
+    }
+    /* The file is read where it lies: the range must be on the same node. */
+    if (strcmp(j->where.node, src->node) != 0) {
+        obj_release_reservation(m->objs, key);
+        job_free(j);
+        return SMP_ENOSPC;
+    }
+    if ((j->segment = strdup(j->where.segment)) == NULL) {
+        obj_release_reservation(m->objs, key);
+        job_free(j);
+        return SMP_ENOMEM;
+    }
+    j->where.segment = j->segment;
+    j->where.node = j->node;
+    rc = master_node_task(m, src->node, TASK_KIND__TASK_LOAD, key, j->where.offset, r.info.size,
+                          r.info.checksum, src->path, on_loaded, j);
+    if (rc < 0) {
+        obj_release_reservation(m->objs, key);
+        job_free(j);
+    }
+    return rc;
+}
+
+/* -- release memory ------------------------------------------------------------ */
+
+int master_release_memory(void *ctx, const char *key, smp_done_cb cb, void *arg)
+{
+    master *m = ctx;
+    replicas r;
+    obj_record rec = {0};
+    size_t kept = 0;
+    int rc;
+    if (cb == NULL) return SMP_EINVAL;
+    if ((rc = load_replicas(m, key, &r)) < 0) return rc;
+    if (r.cold < 0) return SMP_ESTATE; /* the last readable copy stays */
+    for (size_t i = 0; i < r.n; i++)
+        if (r.v[i].kind != SMP_REPLICA_MEMORY) r.v[kept++] = r.v[i];
+    replica_job *j = job_new(m, key, cb, arg);
+    if (j == NULL) return SMP_ENOMEM;
+    if (kept == r.n) return job_later(j, SMP_OK);
+    if ((rc = obj_prepare_set_replicas(m->objs, key, r.v, kept, &rec)) < 0 ||
+        (rc = master_commit(m, &rec, key, on_committed, j)) < 0)
+        job_free(j);
+    return rc;
+}
