@@ -471,6 +471,21 @@ int wm_operation_check(const wm_operation *op, const wm_revision *rev, char *msg
 int wm_lease_check(const wm_lease *l, char *msg, size_t cap);
 int wm_claim_check(const wm_lineage_claim *c, char *msg, size_t cap);
 
+/* Check one mutation of a revision record, before -> after, as the active
+ * master is about to persist it (before NULL: the record is being created).
+ * Creation yields an IMPORTING record at metadata generation 1. A change
+ * keeps the identity and created_ms, advances metadata_generation by exactly
+ * one (else WM_ESTALE_GENERATION), moves availability along the table above
+ * (else WM_ECONFLICT), never changes the sealed summary once the revision
+ * left IMPORTING (manifest key and digest, group key, payload count, logical
+ * bytes, payload-key digest, affinity count and digest; else WM_ECONFLICT),
+ * never moves updated_ms or last_access_ms backwards, and leaves a record
+ * that passes wm_metadata_check (else WM_EINVALID_ARGUMENT). */
+int wm_metadata_mutation_check(const wm_revision *before,
+                               const wm_revision *after,
+                               char *msg,
+                               size_t cap);
+
 /* Compare-and-set fence: WM_OK when expected equals current, else
  * WM_ESTALE_GENERATION (the caller saw another state than the one stored). */
 int wm_cas_check(uint64_t expected, uint64_t current);

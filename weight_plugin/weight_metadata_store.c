@@ -189,6 +189,51 @@ int wm_metadata_check(const wm_revision *rev, char *msg, size_t cap)
     return WM_OK;
 }
 
+int wm_metadata_mutation_check(const wm_revision *before,
+                               const wm_revision *after,
+                               char *msg,
+                               size_t cap)
+{
+    int rc;
+    if (after == NULL) return wm_violation(WM_EINVALID_ARGUMENT, msg, cap, "new record is missing");
+    if ((rc = wm_metadata_check(after, msg, cap)) < 0) return rc;
+    if (before == NULL) {
+        if (after->availability != WM_AVAIL_IMPORTING || after->metadata_generation != 1)
+            return wm_violation(WM_ECONFLICT, msg, cap,
+                                "a new revision starts IMPORTING at metadata generation 1, not %s at %" PRIu64,
+                                wm_availability_name((int)after->availability),
+                                after->metadata_generation);
+        return WM_OK;
+    }
+    if (wm_identity_cmp(&before->id, &after->id) != 0)
+        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap, "a mutation cannot change the identity");
+    if (before->metadata_generation == UINT64_MAX ||
+        after->metadata_generation != before->metadata_generation + 1)
+        return wm_violation(WM_ESTALE_GENERATION, msg, cap,
+                            "metadata generation %" PRIu64 " does not follow %" PRIu64,
+                            after->metadata_generation, before->metadata_generation);
+    if (!wm_availability_transition_ok((int)before->availability, (int)after->availability))
+        return wm_violation(WM_ECONFLICT, msg, cap, "availability cannot go from %s to %s",
+                            wm_availability_name((int)before->availability),
+                            wm_availability_name((int)after->availability));
+    if (before->availability != WM_AVAIL_IMPORTING &&
+        (strncmp(before->manifest_key, after->manifest_key, sizeof(after->manifest_key)) != 0 ||
+         strncmp(before->group_key, after->group_key, sizeof(after->group_key)) != 0 ||
+         memcmp(before->manifest_sha256, after->manifest_sha256, WM_SHA256_LEN) != 0 ||
+         before->payload_count != after->payload_count ||
+         before->logical_bytes != after->logical_bytes ||
+         memcmp(before->payload_keys_sha256, after->payload_keys_sha256, WM_SHA256_LEN) != 0 ||
+         before->affinity_count != after->affinity_count ||
+         memcmp(before->affinity_sha256, after->affinity_sha256, WM_SHA256_LEN) != 0))
+        return wm_violation(WM_ECONFLICT, msg, cap,
+                            "the sealed manifest reference and payload summary cannot change");
+    if (before->created_ms != after->created_ms)
+        return wm_violation(WM_ECONFLICT, msg, cap, "created_ms cannot change");
+    if (after->updated_ms < before->updated_ms || after->last_access_ms < before->last_access_ms)
+        return wm_violation(WM_ECONFLICT, msg, cap, "updated_ms and last_access_ms never go back");
+    return WM_OK;
+}
+
 /* Whether an active operation of this kind fits the revision's state. */
 static int wm_op_fits(wm_op_kind kind, wm_availability a)
 {

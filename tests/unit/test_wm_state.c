@@ -255,6 +255,91 @@ static void test_identity_keys_and_generation(void **state)
 }
 
 /* ------------------------------------------------------------------------ */
+/* Mutations                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static void test_mutation_check(void **state)
+{
+    fixture *f = *state;
+    char msg[256] = "";
+    wm_revision imp, before = f->ready, after;
+
+    /* Creation: IMPORTING at generation 1 only. */
+    wmt_importing_revision(&imp, "model", 3);
+    assert_int_equal(wm_metadata_mutation_check(NULL, &imp, msg, sizeof(msg)), WM_OK);
+    assert_int_equal(wm_metadata_mutation_check(NULL, &before, msg, sizeof(msg)), WM_ECONFLICT);
+
+    /* Commit: IMPORTING -> READY seals the summary. */
+    after = before;
+    before = imp;
+    after.metadata_generation = 2;
+    after.created_ms = imp.created_ms;
+    assert_int_equal(wm_metadata_mutation_check(&before, &after, msg, sizeof(msg)), WM_OK);
+
+    /* A policy update on READY. */
+    before = f->ready;
+    after = before;
+    after.metadata_generation++;
+    after.policy.mode = WM_MODE_PINNED;
+    assert_int_equal(wm_metadata_mutation_check(&before, &after, msg, sizeof(msg)), WM_OK);
+
+    /* Stale or skipped generations. */
+    after.metadata_generation = before.metadata_generation;
+    assert_int_equal(wm_metadata_mutation_check(&before, &after, msg, sizeof(msg)),
+                     WM_ESTALE_GENERATION);
+    after.metadata_generation = before.metadata_generation + 2;
+    assert_int_equal(wm_metadata_mutation_check(&before, &after, msg, sizeof(msg)),
+                     WM_ESTALE_GENERATION);
+
+    /* The sealed summary is immutable after READY. */
+    after = before;
+    after.metadata_generation++;
+    after.logical_bytes++;
+    assert_int_equal(wm_metadata_mutation_check(&before, &after, msg, sizeof(msg)), WM_ECONFLICT);
+    assert_non_null(strstr(msg, "sealed"));
+    after = before;
+    after.metadata_generation++;
+    after.manifest_sha256[5] ^= 0x40;
+    assert_int_equal(wm_metadata_mutation_check(&before, &after, msg, sizeof(msg)), WM_ECONFLICT);
+
+    /* No way back from a tombstone, no skipping DELETING. */
+    after = before;
+    after.metadata_generation++;
+    after.availability = WM_AVAIL_DELETED;
+    after.residency = WM_RES_ABSENT;
+    after.observed_hot_ratio = 0.0;
+    assert_int_equal(wm_metadata_mutation_check(&before, &after, msg, sizeof(msg)), WM_ECONFLICT);
+    assert_non_null(strstr(msg, "READY to DELETED"));
+    before = after;
+    before.metadata_generation--;
+    after = f->ready;
+    after.metadata_generation = before.metadata_generation + 1;
+    assert_int_equal(wm_metadata_mutation_check(&before, &after, msg, sizeof(msg)), WM_ECONFLICT);
+
+    /* Identity and clocks. */
+    before = f->ready;
+    after = before;
+    after.metadata_generation++;
+    after.updated_ms = before.updated_ms - 1;
+    assert_int_equal(wm_metadata_mutation_check(&before, &after, msg, sizeof(msg)), WM_ECONFLICT);
+    after = before;
+    after.metadata_generation++;
+    after.created_ms--;
+    assert_int_equal(wm_metadata_mutation_check(&before, &after, msg, sizeof(msg)), WM_ECONFLICT);
+    after = before;
+    after.metadata_generation++;
+    after.id.weight_generation++;
+    assert_int_equal(wm_metadata_mutation_check(&before, &after, msg, sizeof(msg)),
+                     WM_EINVALID_ARGUMENT);
+    /* The result must itself be a valid record. */
+    after = before;
+    after.metadata_generation++;
+    after.residency = WM_RES_UNKNOWN;
+    assert_int_equal(wm_metadata_mutation_check(&before, &after, msg, sizeof(msg)),
+                     WM_EINVALID_ARGUMENT);
+}
+
+/* ------------------------------------------------------------------------ */
 /* Operations, leases, claims                                                */
 /* ------------------------------------------------------------------------ */
 
@@ -400,6 +485,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_ratio_matches_residency, setup, teardown),
         cmocka_unit_test_setup_teardown(test_identity_keys_and_generation, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mutation_check, setup, teardown),
         cmocka_unit_test_setup_teardown(test_operation_fits_its_revision, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lease_check, setup, teardown),
         cmocka_unit_test(test_claim_check),
