@@ -486,6 +486,13 @@ int wm_metadata_mutation_check(const wm_revision *before,
                                char *msg,
                                size_t cap);
 
+/* 1 if a claim of `mode` may move from phase `from` to `to` in one record:
+ * staying put, or the next phase of the mode's sequence (see
+ * wm_claim_phase), or ABORTED while the base is still untouched -- PUT_FIRST
+ * before BASE_FENCED, DELETE_FIRST only from CLAIMED (after the base is gone
+ * the claim can only go forward). COMMITTED and ABORTED are final. */
+int wm_claim_phase_next_ok(int mode, int from, int to);
+
 /* Compare-and-set fence: WM_OK when expected equals current, else
  * WM_ESTALE_GENERATION (the caller saw another state than the one stored). */
 int wm_cas_check(uint64_t expected, uint64_t current);

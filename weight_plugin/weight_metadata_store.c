@@ -347,6 +347,41 @@ static unsigned wm_phases_of(wm_upsert_mode mode)
 #undef B
 }
 
+/* The forward sequence of each mode, ending in COMMITTED. */
+static const wm_claim_phase wm_put_first_seq[] = {
+    WM_PHASE_CLAIMED, WM_PHASE_IMPORTING_TARGET, WM_PHASE_BASE_FENCED,
+    WM_PHASE_DRAINING_BASE, WM_PHASE_DELETING_BASE, WM_PHASE_COMMITTED};
+static const wm_claim_phase wm_delete_first_seq[] = {
+    WM_PHASE_CLAIMED, WM_PHASE_DELETING_BASE, WM_PHASE_BASE_DELETED,
+    WM_PHASE_IMPORTING_TARGET, WM_PHASE_COMMITTED};
+
+int wm_claim_phase_next_ok(int mode, int from, int to)
+{
+    const wm_claim_phase *seq;
+    size_t n;
+    if (!wm_phase_valid(from) || !wm_phase_valid(to)) return 0;
+    if (mode == WM_UPSERT_PUT_FIRST) {
+        seq = wm_put_first_seq;
+        n = sizeof(wm_put_first_seq) / sizeof(wm_put_first_seq[0]);
+    } else if (mode == WM_UPSERT_DELETE_FIRST) {
+        seq = wm_delete_first_seq;
+        n = sizeof(wm_delete_first_seq) / sizeof(wm_delete_first_seq[0]);
+    } else {
+        return 0;
+    }
+    if ((wm_phases_of((wm_upsert_mode)mode) & (1u << from)) == 0 ||
+        (wm_phases_of((wm_upsert_mode)mode) & (1u << to)) == 0)
+        return 0;
+    if (from == to) return 1;
+    if (from == WM_PHASE_COMMITTED || from == WM_PHASE_ABORTED) return 0;
+    if (to == WM_PHASE_ABORTED)
+        return from == WM_PHASE_CLAIMED ||
+               (mode == WM_UPSERT_PUT_FIRST && from == WM_PHASE_IMPORTING_TARGET);
+    for (size_t i = 0; i + 1 < n; i++)
+        if (seq[i] == (wm_claim_phase)from) return seq[i + 1] == (wm_claim_phase)to;
+    return 0;
+}
+
 int wm_claim_check(const wm_lineage_claim *c, char *msg, size_t cap)
 {
     char why[160];

@@ -472,6 +472,49 @@ static void test_claim_check(void **state)
     assert_int_equal(wm_claim_check(&c, msg, sizeof(msg)), WM_EINVALID_ARGUMENT);
 }
 
+static void test_claim_phases_follow_their_mode(void **state)
+{
+    (void)state;
+    /* Every allowed move, per mode; everything else is refused. */
+    static const int put_first[][2] = {
+        {WM_PHASE_CLAIMED, WM_PHASE_IMPORTING_TARGET},
+        {WM_PHASE_IMPORTING_TARGET, WM_PHASE_BASE_FENCED},
+        {WM_PHASE_BASE_FENCED, WM_PHASE_DRAINING_BASE},
+        {WM_PHASE_DRAINING_BASE, WM_PHASE_DELETING_BASE},
+        {WM_PHASE_DELETING_BASE, WM_PHASE_COMMITTED},
+        {WM_PHASE_CLAIMED, WM_PHASE_ABORTED},
+        {WM_PHASE_IMPORTING_TARGET, WM_PHASE_ABORTED},
+    };
+    static const int delete_first[][2] = {
+        {WM_PHASE_CLAIMED, WM_PHASE_DELETING_BASE},
+        {WM_PHASE_DELETING_BASE, WM_PHASE_BASE_DELETED},
+        {WM_PHASE_BASE_DELETED, WM_PHASE_IMPORTING_TARGET},
+        {WM_PHASE_IMPORTING_TARGET, WM_PHASE_COMMITTED},
+        {WM_PHASE_CLAIMED, WM_PHASE_ABORTED},
+    };
+    static const unsigned put_phases = (1u << 1) | (1u << 2) | (1u << 3) | (1u << 4) | (1u << 5) |
+                                       (1u << 7) | (1u << 8);
+    static const unsigned del_phases = (1u << 1) | (1u << 2) | (1u << 5) | (1u << 6) | (1u << 7) |
+                                       (1u << 8);
+    for (int mode = WM_UPSERT_PUT_FIRST; mode <= WM_UPSERT_DELETE_FIRST; mode++) {
+        const int(*moves)[2] = mode == WM_UPSERT_PUT_FIRST ? put_first : delete_first;
+        size_t n_moves = mode == WM_UPSERT_PUT_FIRST ? sizeof(put_first) / sizeof(put_first[0])
+                                                     : sizeof(delete_first) / sizeof(delete_first[0]);
+        unsigned phases = mode == WM_UPSERT_PUT_FIRST ? put_phases : del_phases;
+        for (int from = 0; from <= 9; from++) {
+            for (int to = 0; to <= 9; to++) {
+                int expect = from == to && (phases & (1u << from)) != 0;
+                for (size_t k = 0; k < n_moves; k++)
+                    if (moves[k][0] == from && moves[k][1] == to) expect = 1;
+                if (wm_claim_phase_next_ok(mode, from, to) != expect)
+                    fail_msg("%s: %s -> %s expected %s", wm_upsert_mode_name(mode),
+                             wm_phase_name(from), wm_phase_name(to), expect ? "allowed" : "refused");
+            }
+        }
+    }
+    assert_false(wm_claim_phase_next_ok(0, WM_PHASE_CLAIMED, WM_PHASE_IMPORTING_TARGET));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -489,6 +532,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_operation_fits_its_revision, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lease_check, setup, teardown),
         cmocka_unit_test(test_claim_check),
+        cmocka_unit_test(test_claim_phases_follow_their_mode),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
