@@ -7,7 +7,8 @@
  * records the metadata store keeps (revision, operation, lease, lineage
  * claim, affinity summary). It also declares the pure helpers over those
  * values (validation, key encoding, enum names, the availability state
- * machine and the combination invariants) and the record codec. Nothing here
+ * machine and the combination invariants); the record codec is declared in
+ * wm_codec.h and the planner in weight_residency_planner.h. Nothing here
  * depends on the host beyond the ABI header, and no function declared here
  * calls the host. */
 #ifndef WEIGHT_MANAGEMENT_H
@@ -110,8 +111,9 @@ int wm_text_check(const char *s, size_t len);
 int wm_lineage_check(const wm_lineage *lin, char *msg, size_t cap);
 int wm_identity_check(const wm_identity *id, char *msg, size_t cap);
 
-/* Fill a lineage or identity from strings (each copied; any may be NULL,
- * which fails). Validates as the *_check functions do. */
+/* Fill an identity from strings (each copied; a NULL one fails). Validates
+ * as wm_identity_check does; *out is written only on success. The other two
+ * convert between an identity and its lineage (no validation). */
 int wm_identity_set(wm_identity *out,
                     const char *tenant_id,
                     const char *ns,
