@@ -1,10 +1,11 @@
 /* weight_residency_planner.c -- side-effect-free MIXED and AUTO decisions.
  *
- * Three pure computations the lifecycle code asks before it moves a byte:
- * the MIXED split of a revision's affinity units (a bounded subset-sum
- * search, exact on small inputs and deterministic always), the demotion
- * order of AUTO revisions under memory pressure, and the prefix of a plan
- * that one bounded reconcile round may process. Inputs are borrowed, outputs
+ * Pure computations the lifecycle code asks before and after it moves a
+ * byte: the MIXED split of a revision's affinity units (a bounded subset-sum
+ * search, exact on small inputs and deterministic always), the availability
+ * and residency its replicas really give it, the demotion order of AUTO
+ * revisions under memory pressure, and the prefix of a plan that one bounded
+ * reconcile round may process. Inputs are borrowed, outputs
  * are written only into the caller's buffers, and scratch memory is freed
  * before return; nothing here reads a clock or calls the host. */
 #include <math.h>
@@ -218,6 +219,60 @@ report:
     plan.observed_hot_ratio = total_bytes > 0 ? (double)plan.hot_bytes / (double)total_bytes : 0.0;
     *out = plan;
     return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Observed state                                                            */
+/* ------------------------------------------------------------------------ */
+
+int wm_residency_observe(const wm_affinity *aff,
+                         const wm_member_replicas *members,
+                         size_t n_members,
+                         int manifest_readable,
+                         wm_observation *out)
+{
+    wm_observation o;
+    size_t at = 0, expected = 0;
+    uint64_t total = 0;
+    int all_units_hot = 1;
+
+    if (aff == NULL || out == NULL || aff->n_units == 0 || aff->units == NULL ||
+        (n_members > 0 && members == NULL))
+        return WM_EINVALID_ARGUMENT;
+    for (size_t i = 0; i < aff->n_units; i++) {
+        if (aff->units[i].n_members == 0) return WM_EINVALID_ARGUMENT;
+        expected += aff->units[i].n_members;
+        if (total + aff->units[i].logical_bytes < total) return WM_EINVALID_ARGUMENT;
+        total += aff->units[i].logical_bytes;
+    }
+    if (expected != n_members) return WM_EINVALID_ARGUMENT;
+
+    memset(&o, 0, sizeof(o));
+    for (size_t i = 0; i < aff->n_units; i++) {
+        int unit_hot = 1;
+        for (size_t j = 0; j < aff->units[i].n_members; j++, at++) {
+            if (!members[at].memory) unit_hot = 0;
+            if (!members[at].memory && !members[at].cold) o.unreadable_members++;
+        }
+        if (unit_hot) o.hot_bytes += aff->units[i].logical_bytes;
+        else all_units_hot = 0;
+    }
+    o.availability = manifest_readable && o.unreadable_members == 0 ? WM_AVAIL_READY
+                                                                     : WM_AVAIL_DEGRADED;
+    if (o.unreadable_members == n_members) {
+        o.residency = WM_RES_ABSENT;
+        o.hot_bytes = 0;
+    } else if (all_units_hot || (total > 0 && o.hot_bytes == total)) {
+        o.residency = WM_RES_HOT;
+        o.observed_hot_ratio = 1.0;
+    } else if (o.hot_bytes == 0) {
+        o.residency = WM_RES_COLD;
+    } else {
+        o.residency = WM_RES_MIXED;
+        o.observed_hot_ratio = (double)o.hot_bytes / (double)total;
+    }
+    *out = o;
+    return WM_OK;
 }
 
 /* ------------------------------------------------------------------------ */

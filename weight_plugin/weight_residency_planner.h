@@ -1,9 +1,11 @@
 /* weight_residency_planner.h -- side-effect-free residency decisions.
  *
- * The planner answers three questions from plain inputs and nothing else:
- * which complete affinity units a MIXED revision keeps HOT, which AUTO
- * revisions to demote first under memory pressure (and to which residency),
- * and how much of a migration plan one bounded round may process. It reads
+ * The planner answers four questions from plain inputs and nothing else:
+ * which complete affinity units a MIXED revision keeps HOT, what availability
+ * and residency a revision really has given its members' replicas, which
+ * AUTO revisions to demote first under memory pressure (and to which
+ * residency), and how much of a migration plan one bounded round may
+ * process. It reads
  * no global state, calls no host service and keeps nothing between calls, so
  * the same inputs give the same answer on every master. */
 #ifndef WEIGHT_RESIDENCY_PLANNER_H
@@ -66,6 +68,41 @@ int wm_plan_mixed(const uint64_t *unit_bytes,
                   double ratio,
                   unsigned char *hot_out,  /* OUT: n_units flags */
                   wm_mixed_plan *out);     /* OUT */
+
+/* ------------------------------------------------------------------------ */
+/* Observed state                                                            */
+/* ------------------------------------------------------------------------ */
+
+/* What the host reports for one member of a revision. */
+typedef struct wm_member_replicas {
+    unsigned char memory; /* a readable memory replica exists */
+    unsigned char cold;   /* a readable, verified cold replica exists */
+} wm_member_replicas;
+
+typedef struct wm_observation {
+    wm_availability availability; /* READY or DEGRADED */
+    wm_residency residency;       /* HOT, COLD, MIXED or ABSENT */
+    double observed_hot_ratio;
+    uint64_t hot_bytes;           /* bytes of units wholly in memory */
+    uint64_t unreadable_members;  /* members with no readable replica */
+} wm_observation;
+
+/* Derive a published revision's availability and residency from what its
+ * replicas really are (after a round, or from node inventories after a
+ * failover). members[] holds one entry per member of aff, in unit order and
+ * member order within a unit. The revision is READY when the manifest and
+ * every member are readable, DEGRADED otherwise. A unit counts HOT only when
+ * every member has a memory replica (a unit in the middle of a move is not
+ * HOT); the ratio is HOT unit bytes over all bytes; residency is HOT at
+ * ratio 1 (or every unit HOT), COLD at 0, MIXED in between, and ABSENT when
+ * no member is readable at all. The result always passes the combination
+ * invariants. WM_OK, or WM_EINVALID_ARGUMENT when aff has no unit, a unit has
+ * no member, or n_members is not the summary's member count. */
+int wm_residency_observe(const wm_affinity *aff,
+                         const wm_member_replicas *members,
+                         size_t n_members,
+                         int manifest_readable,
+                         wm_observation *out); /* OUT */
 
 /* ------------------------------------------------------------------------ */
 /* AUTO demotion order                                                       */

@@ -237,6 +237,93 @@ static void test_mixed_exact_is_optimal_on_small_inputs(void **state)
 }
 
 /* ------------------------------------------------------------------------ */
+/* Observed state                                                            */
+/* ------------------------------------------------------------------------ */
+
+static void test_observe_residency_from_replicas(void **state)
+{
+    (void)state;
+    /* Units: {p0, p1} 60 bytes, {p2} 30 bytes, {p3} 10 bytes. */
+    static char k0[] = "p0", k1[] = "p1", k2[] = "p2", k3[] = "p3";
+    char *m0[] = {k0, k1}, *m1[] = {k2}, *m2[] = {k3};
+    wm_affinity_unit units[] = {{m0, 2, 60}, {m1, 1, 30}, {m2, 1, 10}};
+    wm_affinity aff = {units, 3};
+    wm_observation o;
+    wm_member_replicas r[4];
+
+    for (int i = 0; i < 4; i++) r[i] = (wm_member_replicas){1, 0};
+    assert_int_equal(wm_residency_observe(&aff, r, 4, 1, &o), WM_OK);
+    assert_int_equal(o.availability, WM_AVAIL_READY);
+    assert_int_equal(o.residency, WM_RES_HOT);
+    assert_true(o.observed_hot_ratio == 1.0);
+
+    for (int i = 0; i < 4; i++) r[i] = (wm_member_replicas){0, 1};
+    assert_int_equal(wm_residency_observe(&aff, r, 4, 1, &o), WM_OK);
+    assert_int_equal(o.residency, WM_RES_COLD);
+    assert_true(o.observed_hot_ratio == 0.0);
+
+    /* Unit 0 hot, the rest cold: MIXED at 0.6. A unit half in memory is not
+     * HOT: with p1 cold-only the ratio drops to 0. */
+    r[0] = r[1] = (wm_member_replicas){1, 1};
+    assert_int_equal(wm_residency_observe(&aff, r, 4, 1, &o), WM_OK);
+    assert_int_equal(o.residency, WM_RES_MIXED);
+    assert_true(fabs(o.observed_hot_ratio - 0.6) < 1e-12);
+    assert_int_equal(o.hot_bytes, 60);
+    r[1] = (wm_member_replicas){0, 1};
+    assert_int_equal(wm_residency_observe(&aff, r, 4, 1, &o), WM_OK);
+    assert_int_equal(o.residency, WM_RES_COLD);
+
+    /* A member with nothing readable degrades the revision; so does the
+     * manifest. */
+    r[3] = (wm_member_replicas){0, 0};
+    assert_int_equal(wm_residency_observe(&aff, r, 4, 1, &o), WM_OK);
+    assert_int_equal(o.availability, WM_AVAIL_DEGRADED);
+    assert_int_equal(o.unreadable_members, 1);
+    r[3] = (wm_member_replicas){0, 1};
+    assert_int_equal(wm_residency_observe(&aff, r, 4, 0, &o), WM_OK);
+    assert_int_equal(o.availability, WM_AVAIL_DEGRADED);
+    for (int i = 0; i < 4; i++) r[i] = (wm_member_replicas){0, 0};
+    assert_int_equal(wm_residency_observe(&aff, r, 4, 1, &o), WM_OK);
+    assert_int_equal(o.residency, WM_RES_ABSENT);
+    assert_int_equal(o.availability, WM_AVAIL_DEGRADED);
+
+    /* Wrong member count, empty summary. */
+    assert_int_equal(wm_residency_observe(&aff, r, 3, 1, &o), WM_EINVALID_ARGUMENT);
+    wm_affinity empty = {NULL, 0};
+    assert_int_equal(wm_residency_observe(&empty, r, 0, 1, &o), WM_EINVALID_ARGUMENT);
+}
+
+static void test_observation_passes_the_invariants(void **state)
+{
+    (void)state;
+    /* Every replica pattern of a 3-unit revision yields a record that the
+     * combination invariants accept. */
+    const uint64_t bytes[] = {5, 0, 7};
+    wm_revision rev;
+    wm_affinity aff;
+    wmt_ready_revision(&rev, &aff, "obs", 1, bytes, 3);
+    for (unsigned mask = 0; mask < 64; mask++) {
+        wm_member_replicas r[3];
+        for (int i = 0; i < 3; i++) {
+            r[i].memory = (mask >> (2 * i)) & 1;
+            r[i].cold = (mask >> (2 * i + 1)) & 1;
+        }
+        for (int manifest = 0; manifest <= 1; manifest++) {
+            wm_observation o;
+            char msg[200] = "";
+            assert_int_equal(wm_residency_observe(&aff, r, 3, manifest, &o), WM_OK);
+            wm_revision x = rev;
+            x.availability = o.availability;
+            x.residency = o.residency;
+            x.observed_hot_ratio = o.observed_hot_ratio;
+            if (wm_metadata_check(&x, msg, sizeof(msg)) != WM_OK)
+                fail_msg("replicas %#x manifest %d: %s", mask, manifest, msg);
+        }
+    }
+    wm_affinity_clear(&aff);
+}
+
+/* ------------------------------------------------------------------------ */
 /* AUTO                                                                      */
 /* ------------------------------------------------------------------------ */
 
@@ -366,6 +453,8 @@ int main(void)
         cmocka_unit_test(test_mixed_scaled_dp_on_real_sizes),
         cmocka_unit_test(test_mixed_greedy_on_many_units),
         cmocka_unit_test(test_mixed_exact_is_optimal_on_small_inputs),
+        cmocka_unit_test(test_observe_residency_from_replicas),
+        cmocka_unit_test(test_observation_passes_the_invariants),
         cmocka_unit_test(test_auto_steps),
         cmocka_unit_test(test_auto_filters_and_orders_candidates),
         cmocka_unit_test(test_batch_takes_whole_units_within_limits),
