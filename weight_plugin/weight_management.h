@@ -1,12 +1,21 @@
 /* weight_management.h -- the weight plugin's contracts.
  *
- * The identifiers every part of weight_mgmt.so shares: its OpLog record types
- * and their capability gates, its snapshot section, and the RFC's error codes.
- * Identity, policy, revision metadata, leases and operations join this header
- * as the revision lifecycle is built; nothing here depends on the host beyond
- * the ABI header. */
+ * The identifiers and value types every part of weight_mgmt.so shares: its
+ * OpLog record types and their capability gates, its snapshot section, the
+ * RFC's error codes, the revision identity and its canonical store keys, the
+ * storage policy, the availability and residency states, and the plain
+ * records the metadata store keeps (revision, operation, lease, lineage
+ * claim, affinity summary). It also declares the pure helpers over those
+ * values (validation, key encoding, enum names, the availability state
+ * machine and the combination invariants); the record codec is declared in
+ * wm_codec.h and the planner in weight_residency_planner.h. Nothing here
+ * depends on the host beyond the ABI header, and no function declared here
+ * calls the host. */
 #ifndef WEIGHT_MANAGEMENT_H
 #define WEIGHT_MANAGEMENT_H
+
+#include <stddef.h>
+#include <stdint.h>
 
 #include "store_plugin.h"
 
@@ -47,7 +56,447 @@ typedef enum wm_error {
     WM_EPOLICY_UNSATISFIABLE = -109
 } wm_error;
 
-/* The RFC's name of an error ("STALE_GENERATION"); SMP_E* names otherwise. */
+/* The RFC's name of an error ("STALE_GENERATION"); SMP_E* names otherwise.
+ * Never NULL. */
 const char *wm_error_name(int rc);
+
+/* ------------------------------------------------------------------------ */
+/* Limits                                                                    */
+/* ------------------------------------------------------------------------ */
+
+#define WM_ID_COMPONENT_MAX 256 /* bytes of one identity string (UTF-8) */
+#define WM_KEY_MAX 1024         /* bytes of a store key: the host's key limit */
+#define WM_REQUEST_ID_MAX 128   /* bytes of a lineage claim's request id */
+#define WM_ERROR_TEXT_MAX 255   /* bytes of an operation's or claim's error */
+#define WM_SHA256_LEN 32
+#define WM_KEY_PREFIX "weights"
+
+/* ------------------------------------------------------------------------ */
+/* Identity, lineage and canonical keys                                      */
+/* ------------------------------------------------------------------------ */
+
+/* The lineage: a logical revision across all of its weight generations. Each
+ * member is a NUL-terminated string of 1..WM_ID_COMPONENT_MAX bytes of valid
+ * UTF-8. `ns` is the RFC's `namespace`. */
+typedef struct wm_lineage {
+    char tenant_id[WM_ID_COMPONENT_MAX + 1];
+    char ns[WM_ID_COMPONENT_MAX + 1];
+    char resource_id[WM_ID_COMPONENT_MAX + 1];
+    char revision[WM_ID_COMPONENT_MAX + 1];
+} wm_lineage;
+
+/* The five-part revision identity: the lineage plus its weight generation. */
+typedef struct wm_identity {
+    char tenant_id[WM_ID_COMPONENT_MAX + 1];
+    char ns[WM_ID_COMPONENT_MAX + 1];
+    char resource_id[WM_ID_COMPONENT_MAX + 1];
+    char revision[WM_ID_COMPONENT_MAX + 1];
+    uint64_t weight_generation;
+} wm_identity;
+
+/* Check one identity string given as len bytes (which may hold a NUL, which
+ * is refused): 1..WM_ID_COMPONENT_MAX bytes of valid UTF-8 (shortest forms,
+ * no surrogates, nothing above U+10FFFF), no NUL. WM_OK or
+ * WM_EINVALID_ARGUMENT. */
+int wm_component_check(const char *s, size_t len);
+
+/* Check free text (an error message, a key read from disk): len bytes of
+ * valid UTF-8 without NUL; empty is fine. WM_OK or WM_EINVALID_ARGUMENT. */
+int wm_text_check(const char *s, size_t len);
+
+/* Check every string of a lineage, and that the canonical keys of any
+ * generation of it fit in WM_KEY_MAX bytes. On failure returns
+ * WM_EINVALID_ARGUMENT and, when msg is not NULL, writes a sentence naming
+ * the offending field into msg (truncated to cap). */
+int wm_lineage_check(const wm_lineage *lin, char *msg, size_t cap);
+int wm_identity_check(const wm_identity *id, char *msg, size_t cap);
+
+/* Fill an identity from strings (each copied; a NULL one fails). Validates
+ * as wm_identity_check does; *out is written only on success. The other two
+ * convert between an identity and its lineage (no validation). */
+int wm_identity_set(wm_identity *out,
+                    const char *tenant_id,
+                    const char *ns,
+                    const char *resource_id,
+                    const char *revision,
+                    uint64_t weight_generation);
+void wm_identity_lineage(const wm_identity *id, wm_lineage *out);
+void wm_lineage_identity(const wm_lineage *lin, uint64_t generation, wm_identity *out);
+
+/* Total orders used wherever determinism matters: byte-wise on tenant,
+ * namespace, resource, revision, then numeric on the generation. <0, 0, >0. */
+int wm_identity_cmp(const wm_identity *a, const wm_identity *b);
+int wm_lineage_cmp(const wm_lineage *a, const wm_lineage *b);
+int wm_identity_in_lineage(const wm_identity *id, const wm_lineage *lin);
+
+/* Percent-encoding of one key component (RFC 3986): the unreserved bytes
+ * A-Z a-z 0-9 - . _ ~ pass through, every other byte -- '/', '%', '@',
+ * controls, each byte of a multi-byte UTF-8 sequence -- becomes %XX with
+ * upper-case hex. Writes the NUL-terminated result into out; returns its
+ * length, or WM_EINVALID_ARGUMENT when it does not fit in cap. */
+int wm_pct_encode(const char *in, size_t len, char *out, size_t cap);
+
+/* Inverse of wm_pct_encode, strict: only the canonical form is accepted
+ * (literal bytes must be unreserved, %XX needs two upper-case hex digits and
+ * must not encode an unreserved byte). Writes a NUL-terminated result;
+ * returns its length, or WM_EINVALID_ARGUMENT. The result may contain a
+ * NUL byte if the input encodes one; callers validate it. */
+int wm_pct_decode(const char *in, size_t len, char *out, size_t cap);
+
+/* Canonical keys (DESIGN.md section 6):
+ *   group     weights/<tenant>/<namespace>/<resource_id>/<revision>/<generation>
+ *   manifest  <group>/manifest
+ *   payload   <group>/payload/<n>
+ * Every string component is percent-encoded; numbers are decimal without
+ * leading zeros. Each writes a NUL-terminated key into out (cap bytes, at
+ * least WM_KEY_MAX + 1 suffices) and returns its length, or
+ * WM_EINVALID_ARGUMENT for an invalid identity or a key longer than
+ * WM_KEY_MAX. */
+int wm_group_key(const wm_identity *id, char *out, size_t cap);
+int wm_manifest_key(const wm_identity *id, char *out, size_t cap);
+int wm_payload_key(const wm_identity *id, uint64_t n, char *out, size_t cap);
+
+/* What a canonical key names. */
+typedef enum wm_key_kind {
+    WM_KEY_GROUP = 1,
+    WM_KEY_MANIFEST = 2,
+    WM_KEY_PAYLOAD = 3
+} wm_key_kind;
+
+/* Parse a canonical key back into its identity, kind and (for a payload) its
+ * index. Anything that is not exactly what the builders above produce is
+ * refused with WM_EINVALID_ARGUMENT; out_n may be NULL. */
+int wm_key_parse(const char *key, wm_identity *out, wm_key_kind *kind, uint64_t *out_n);
+
+/* ------------------------------------------------------------------------ */
+/* States and policy                                                         */
+/* ------------------------------------------------------------------------ */
+
+/* Whether a revision is complete and may be discovered and read. */
+typedef enum wm_availability {
+    WM_AVAIL_IMPORTING = 1,
+    WM_AVAIL_READY = 2,
+    WM_AVAIL_DEGRADED = 3,
+    WM_AVAIL_DELETING = 4,
+    WM_AVAIL_DELETED = 5
+} wm_availability;
+
+/* Where the required payloads are (observed), or where they should be
+ * (preferred: HOT, COLD or MIXED only). */
+typedef enum wm_residency {
+    WM_RES_UNKNOWN = 0,
+    WM_RES_HOT = 1,
+    WM_RES_COLD = 2,
+    WM_RES_MIXED = 3,
+    WM_RES_ABSENT = 4
+} wm_residency;
+
+typedef enum wm_migration_mode {
+    WM_MODE_PINNED = 1,
+    WM_MODE_MANUAL = 2,
+    WM_MODE_AUTO = 3
+} wm_migration_mode;
+
+typedef enum wm_op_kind {
+    WM_OPK_MIGRATING = 1,
+    WM_OPK_REPAIRING = 2,
+    WM_OPK_DELETING = 3,
+    WM_OPK_IMPORTING = 4
+} wm_op_kind;
+
+typedef enum wm_op_state {
+    WM_OPS_RUNNING = 1,
+    WM_OPS_SUCCEEDED = 2,
+    WM_OPS_FAILED = 3
+} wm_op_state;
+
+typedef enum wm_upsert_mode {
+    WM_UPSERT_PUT_FIRST = 1,
+    WM_UPSERT_DELETE_FIRST = 2
+} wm_upsert_mode;
+
+/* Phases of a replacement claim. PUT_FIRST walks CLAIMED, IMPORTING_TARGET,
+ * BASE_FENCED (target READY, base retired: no new leases), DRAINING_BASE,
+ * DELETING_BASE, COMMITTED. DELETE_FIRST walks CLAIMED, DELETING_BASE,
+ * BASE_DELETED, IMPORTING_TARGET, COMMITTED. ABORTED ends a claim whose
+ * target failed (the base is intact under PUT_FIRST). */
+typedef enum wm_claim_phase {
+    WM_PHASE_CLAIMED = 1,
+    WM_PHASE_IMPORTING_TARGET = 2,
+    WM_PHASE_BASE_FENCED = 3,
+    WM_PHASE_DRAINING_BASE = 4,
+    WM_PHASE_DELETING_BASE = 5,
+    WM_PHASE_BASE_DELETED = 6,
+    WM_PHASE_COMMITTED = 7,
+    WM_PHASE_ABORTED = 8
+} wm_claim_phase;
+
+/* Why a revision record leaves the table altogether (OpLog type 9). */
+typedef enum wm_delete_reason {
+    WM_DEL_IMPORT_ABORTED = 1,  /* an import that never became visible */
+    WM_DEL_TOMBSTONE_EXPIRED = 2 /* a DELETED tombstone is forgotten */
+} wm_delete_reason;
+
+/* Why a lease ends (OpLog type 11). */
+typedef enum wm_lease_end {
+    WM_LEASE_RELEASED = 1,
+    WM_LEASE_EXPIRED = 2,
+    WM_LEASE_REVOKED = 3
+} wm_lease_end;
+
+/* Names as the RFC writes them ("READY", "MIXED", "AUTO", "PUT_FIRST", ...);
+ * "?" for a value outside the enum. The *_from_name parsers accept any case
+ * and return WM_OK or WM_EINVALID_ARGUMENT. */
+const char *wm_availability_name(int v);
+const char *wm_residency_name(int v);
+const char *wm_mode_name(int v);
+const char *wm_op_kind_name(int v);
+const char *wm_op_state_name(int v);
+const char *wm_upsert_mode_name(int v);
+const char *wm_phase_name(int v);
+int wm_availability_from_name(const char *s, wm_availability *out);
+int wm_residency_from_name(const char *s, wm_residency *out);
+int wm_mode_from_name(const char *s, wm_migration_mode *out);
+int wm_op_kind_from_name(const char *s, wm_op_kind *out);
+int wm_upsert_mode_from_name(const char *s, wm_upsert_mode *out);
+
+/* Range checks over raw values (from disk or the wire). 1 valid, 0 not. */
+int wm_availability_valid(int v);
+int wm_residency_valid(int v);
+int wm_mode_valid(int v);
+int wm_op_kind_valid(int v);
+int wm_op_state_valid(int v);
+int wm_upsert_mode_valid(int v);
+int wm_phase_valid(int v);
+
+/* A revision's storage policy. The ratio is HOT logical bytes over all
+ * logical bytes when preferred is MIXED; it is persisted (and validated)
+ * whatever preferred is. */
+typedef struct wm_policy {
+    wm_residency preferred;      /* HOT, COLD or MIXED */
+    double mixed_hot_ratio;      /* strictly between 0 and 1 */
+    wm_migration_mode mode;
+} wm_policy;
+
+#define WM_DEFAULT_MIXED_HOT_RATIO 0.5
+
+/* The built-in default: MIXED, 0.5, AUTO. */
+wm_policy wm_policy_default(void);
+
+/* WM_OK, or WM_EINVALID_ARGUMENT with a sentence naming the bad field. A
+ * ratio of 0, 1, NaN or infinity is invalid. */
+int wm_policy_check(const wm_policy *p, char *msg, size_t cap);
+
+/* Build a policy from configuration words ("mixed", 0.5, "auto"), any case.
+ * WM_OK or WM_EINVALID_ARGUMENT with a sentence naming the bad value. */
+int wm_policy_from_names(const char *preferred,
+                         double ratio,
+                         const char *mode,
+                         wm_policy *out,
+                         char *msg,
+                         size_t cap);
+
+/* Resolve the policy of a new revision: the call's policy if given, else the
+ * client's default if given, else the cluster default (NULL levels are
+ * absent). A policy is taken whole, never merged field by field (a client
+ * policy object always carries every field). The chosen policy is validated;
+ * an invalid one fails with WM_EINVALID_ARGUMENT and does not fall through
+ * to a lower level. *out is written only on success. */
+int wm_policy_resolve(const wm_policy *call,
+                      const wm_policy *client_default,
+                      const wm_policy *cluster_default,
+                      wm_policy *out);
+
+/* ------------------------------------------------------------------------ */
+/* Records                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* The lightweight metadata the master keeps per revision. Plain data, safe to
+ * copy by assignment. Fields from manifest_key to affinity_sha256 are the
+ * immutable summary sealed at commit (zero while IMPORTING). */
+typedef struct wm_revision {
+    wm_identity id;
+    wm_policy policy;
+    wm_availability availability;
+    wm_residency residency;          /* observed */
+    double observed_hot_ratio;       /* HOT logical bytes / logical bytes */
+    uint64_t metadata_generation;    /* CAS fence, >= 1, +1 per mutation */
+    uint64_t operation_id;           /* active operation, 0 = none */
+    char group_key[WM_KEY_MAX + 1];
+    char manifest_key[WM_KEY_MAX + 1];
+    uint8_t manifest_sha256[WM_SHA256_LEN];
+    uint64_t payload_count;
+    uint64_t logical_bytes;
+    uint8_t payload_keys_sha256[WM_SHA256_LEN]; /* see wm_payload_keys_digest */
+    uint64_t affinity_count;
+    uint8_t affinity_sha256[WM_SHA256_LEN];     /* see wm_affinity_digest */
+    uint64_t created_ms;             /* wall clock */
+    uint64_t updated_ms;
+    uint64_t last_access_ms;
+    uint32_t lease_count;            /* lease records naming this identity */
+} wm_revision;
+
+/* An affinity unit: payload objects that must move together (complete
+ * tensors and alias groups), with their logical bytes. */
+typedef struct wm_affinity_unit {
+    char **members;       /* owned payload keys */
+    size_t n_members;
+    uint64_t logical_bytes;
+} wm_affinity_unit;
+
+/* The affinity summary a commit delivers and the planner reads. Owns its
+ * units; release with wm_affinity_clear(). A zeroed value is empty. */
+typedef struct wm_affinity {
+    wm_affinity_unit *units;
+    size_t n_units;
+} wm_affinity;
+
+void wm_affinity_clear(wm_affinity *a);
+
+/* Deep copy; *out is overwritten (not cleared first). SMP_ENOMEM. */
+int wm_affinity_copy(const wm_affinity *in, wm_affinity *out);
+
+/* Digests that seal a revision, so client and master agree on them:
+ *  - payload keys: SHA-256 over the keys sorted byte-wise, each followed by
+ *    one '\n';
+ *  - affinity: SHA-256 over, for each unit in order, the line
+ *    "unit <logical_bytes> <n_members>\n" then each member key and '\n'.
+ * A key holding '\n' (never canonical) fails with WM_EINVALID_ARGUMENT;
+ * SMP_ENOMEM if the sort buffer cannot be allocated. */
+int wm_payload_keys_digest(const char *const *keys, size_t n, uint8_t out[WM_SHA256_LEN]);
+int wm_affinity_digest(const wm_affinity *a, uint8_t out[WM_SHA256_LEN]);
+
+/* Check an affinity summary against the revision it belongs to: every member
+ * is a payload key of the revision's group, no member appears twice, the
+ * count, bytes (sum over units) and digest match. WM_OK or
+ * WM_EINVALID_ARGUMENT with a sentence. */
+int wm_affinity_check(const wm_affinity *a, const wm_revision *rev, char *msg, size_t cap);
+
+/* A background operation. Queryable by id after it ends; the revision then
+ * no longer names it. Progress only grows across retries and failovers. */
+typedef struct wm_operation {
+    uint64_t id;                  /* >= 1 */
+    wm_op_kind kind;
+    wm_identity id_of;            /* the revision it works on */
+    wm_residency target;          /* MIGRATING: HOT, COLD or MIXED; else UNKNOWN */
+    double target_hot_ratio;      /* MIGRATING to MIXED: the ratio planned for */
+    uint64_t members_done;
+    uint64_t members_total;
+    uint64_t bytes_done;
+    uint64_t bytes_total;
+    char cursor[WM_KEY_MAX + 1];  /* last member key finished ("" = none) */
+    wm_op_state state;
+    char error[WM_ERROR_TEXT_MAX + 1];
+    uint32_t attempts;
+    uint64_t created_ms;
+    uint64_t updated_ms;
+} wm_operation;
+
+/* A revision lease: protects the revision from deletion and its readable
+ * replicas from release until expiry_ms (wall clock). */
+typedef struct wm_lease {
+    uint64_t id;                  /* >= 1 */
+    wm_identity id_of;
+    uint64_t metadata_generation; /* the revision generation it was granted at */
+    uint64_t granted_ms;
+    uint64_t expiry_ms;
+} wm_lease;
+
+/* The one replacement transaction of a lineage. */
+typedef struct wm_lineage_claim {
+    char request_id[WM_REQUEST_ID_MAX + 1];
+    wm_identity base;
+    wm_identity target;           /* same lineage, higher generation */
+    wm_upsert_mode mode;
+    wm_claim_phase phase;
+    uint64_t expected_metadata_generation; /* of the base */
+    uint64_t committed_watermark; /* lineage watermark after this mutation */
+    char error[WM_ERROR_TEXT_MAX + 1];
+    uint64_t created_ms;
+    uint64_t updated_ms;
+} wm_lineage_claim;
+
+/* A lineage's ordering state: its watermark (0 = nothing committed yet; a
+ * committed target is always above its base, so never 0) and its claim. */
+typedef struct wm_lineage_entry {
+    wm_lineage lineage;
+    uint64_t committed_watermark;
+    int has_claim;
+    wm_lineage_claim claim;
+} wm_lineage_entry;
+
+/* ------------------------------------------------------------------------ */
+/* The state machine (weight_metadata_store.c)                               */
+/* ------------------------------------------------------------------------ */
+
+/* 1 if a revision may move from availability `from` to `to` in one mutation,
+ * 0 otherwise. Staying in the same state is allowed (a mutation that changes
+ * something else). The table:
+ *   IMPORTING -> READY       commit published (first as HOT)
+ *   IMPORTING -> DELETING    abort of an import that left members behind
+ *   IMPORTING -> DELETED     abort of an import with an empty group
+ *   READY     -> DEGRADED    a required member lost every readable replica
+ *   DEGRADED  -> READY       repaired
+ *   READY, DEGRADED -> DELETING   explicit removal accepted
+ *   DELETING  -> DELETED     the group is verified empty (tombstone)
+ * DELETED is terminal: a tombstone is never revived; a new import needs a new
+ * generation. Out-of-range values are never allowed. */
+int wm_availability_transition_ok(int from, int to);
+
+/* Check the invariants one revision record must hold on its own. Returns
+ * WM_OK, or WM_EINVALID_ARGUMENT and a sentence naming the invariant in msg
+ * (may be NULL). Among them: a valid identity and policy; group and manifest
+ * keys canonical for the identity; metadata_generation >= 1;
+ * IMPORTING <-> UNKNOWN residency (DELETING may also be UNKNOWN, after an
+ * aborted import); READY only with HOT, COLD or MIXED; ABSENT only with
+ * DEGRADED, DELETING or DELETED; DELETED only with ABSENT, no lease and no
+ * operation; IMPORTING and DELETING hold no lease; observed_hot_ratio 1 for
+ * HOT, 0 for COLD/ABSENT/UNKNOWN, strictly between for MIXED; READY and
+ * DEGRADED carry a sealed summary (payload_count >= 1, 1 <= affinity_count
+ * <= payload_count); created_ms <= updated_ms. */
+int wm_metadata_check(const wm_revision *rev, char *msg, size_t cap);
+
+/* Check an operation record alone (valid enums, id >= 1, progress done <=
+ * total, a target only for MIGRATING, a cursor naming one of its revision's
+ * member keys), and,
+ * when rev is not NULL, against the revision: same identity; if it is the
+ * revision's active operation it is RUNNING and its kind fits the
+ * availability (IMPORTING op on IMPORTING, DELETING op on DELETING,
+ * MIGRATING/REPAIRING on READY or DEGRADED); a RUNNING operation is the
+ * active one. WM_OK or WM_EINVALID_ARGUMENT with a sentence. */
+int wm_operation_check(const wm_operation *op, const wm_revision *rev, char *msg, size_t cap);
+
+/* Check a lease (id >= 1, valid identity, granted_ms <= expiry_ms) and a
+ * lineage claim (request id 1..WM_REQUEST_ID_MAX bytes of UTF-8, valid
+ * identities of one lineage, target generation above the base's, valid
+ * mode and phase, a phase that belongs to the mode). */
+int wm_lease_check(const wm_lease *l, char *msg, size_t cap);
+int wm_claim_check(const wm_lineage_claim *c, char *msg, size_t cap);
+
+/* Check one mutation of a revision record, before -> after, as the active
+ * master is about to persist it (before NULL: the record is being created).
+ * Creation yields an IMPORTING record at metadata generation 1. A change
+ * keeps the identity and created_ms, advances metadata_generation by exactly
+ * one (else WM_ESTALE_GENERATION), moves availability along the table above
+ * (else WM_ECONFLICT), never changes the sealed summary once the revision
+ * left IMPORTING (manifest key and digest, group key, payload count, logical
+ * bytes, payload-key digest, affinity count and digest; else WM_ECONFLICT),
+ * never moves updated_ms or last_access_ms backwards, and leaves a record
+ * that passes wm_metadata_check (else WM_EINVALID_ARGUMENT). */
+int wm_metadata_mutation_check(const wm_revision *before,
+                               const wm_revision *after,
+                               char *msg,
+                               size_t cap);
+
+/* 1 if a claim of `mode` may move from phase `from` to `to` in one record:
+ * staying put, or the next phase of the mode's sequence (see
+ * wm_claim_phase), or ABORTED while the base is still untouched -- PUT_FIRST
+ * before BASE_FENCED, DELETE_FIRST only from CLAIMED (after the base is gone
+ * the claim can only go forward). COMMITTED and ABORTED are final. */
+int wm_claim_phase_next_ok(int mode, int from, int to);
+
+/* Compare-and-set fence: WM_OK when expected equals current, else
+ * WM_ESTALE_GENERATION (the caller saw another state than the one stored). */
+int wm_cas_check(uint64_t expected, uint64_t current);
 
 #endif /* WEIGHT_MANAGEMENT_H */

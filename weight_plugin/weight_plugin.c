@@ -21,23 +21,6 @@ typedef struct wm_plugin {
     const smp_host_api *api;
 } wm_plugin;
 
-const char *wm_error_name(int rc)
-{
-    switch (rc) {
-    case WM_OK: return "OK";
-    case WM_EINVALID_ARGUMENT: return "INVALID_ARGUMENT";
-    case WM_ENOT_FOUND: return "NOT_FOUND";
-    case WM_ENOT_READY: return "NOT_READY";
-    case WM_ECONFLICT: return "CONFLICT";
-    case WM_ESTALE_GENERATION: return "STALE_GENERATION";
-    case WM_EBUSY: return "BUSY";
-    case WM_ELEASE_EXPIRED: return "LEASE_EXPIRED";
-    case WM_EDURABILITY_FAILED: return "DURABILITY_FAILED";
-    case WM_EPOLICY_UNSATISFIABLE: return "POLICY_UNSATISFIABLE";
-    default: return smp_strerror(rc);
-    }
-}
-
 /* Replay of a weight record. No record of these types can have been written
  * by this build, so one in the log comes from a newer plugin: refuse it and
  * let recovery stop with the type named. */

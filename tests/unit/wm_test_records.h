@@ -1,0 +1,120 @@
+/* wm_test_records.h -- valid weight records for the test_wm_* programs.
+ *
+ * Builders of a correct identity, a sealed READY revision with its affinity
+ * summary (one payload per unit, digests computed the way the master checks
+ * them), an operation and a lease, so each test starts from a record that
+ * passes every check and changes exactly the field it is about. Header-only
+ * (static functions); the unit test glob picks up test_*.c only. */
+#ifndef WM_TEST_RECORDS_H
+#define WM_TEST_RECORDS_H
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "weight_management.h"
+
+static inline void wmt_identity(wm_identity *id, const char *resource, uint64_t gen)
+{
+    memset(id, 0, sizeof(*id));
+    int rc = wm_identity_set(id, "tenant-a", "llm", resource, "main", gen);
+    if (rc != WM_OK) abort();
+}
+
+/* A READY + HOT revision of n units (unit i: payload i, bytes[i]) and its
+ * summary in *aff (caller clears it). */
+static inline void wmt_ready_revision(wm_revision *r,
+                                      wm_affinity *aff,
+                                      const char *resource,
+                                      uint64_t gen,
+                                      const uint64_t *bytes,
+                                      size_t n)
+{
+    char **keys = calloc(n, sizeof(char *));
+    memset(r, 0, sizeof(*r));
+    wmt_identity(&r->id, resource, gen);
+    r->policy = wm_policy_default();
+    r->availability = WM_AVAIL_READY;
+    r->residency = WM_RES_HOT;
+    r->observed_hot_ratio = 1.0;
+    r->metadata_generation = 1;
+    if (wm_group_key(&r->id, r->group_key, sizeof(r->group_key)) < 0) abort();
+    if (wm_manifest_key(&r->id, r->manifest_key, sizeof(r->manifest_key)) < 0) abort();
+    memset(r->manifest_sha256, 0xAB, sizeof(r->manifest_sha256));
+    aff->n_units = n;
+    aff->units = calloc(n, sizeof(*aff->units));
+    for (size_t i = 0; i < n; i++) {
+        char key[WM_KEY_MAX + 1];
+        if (wm_payload_key(&r->id, i, key, sizeof(key)) < 0) abort();
+        aff->units[i].members = calloc(1, sizeof(char *));
+        aff->units[i].members[0] = strdup(key);
+        aff->units[i].n_members = 1;
+        aff->units[i].logical_bytes = bytes[i];
+        keys[i] = aff->units[i].members[0];
+        r->logical_bytes += bytes[i];
+    }
+    r->payload_count = n;
+    r->affinity_count = n;
+    if (wm_payload_keys_digest((const char *const *)keys, n, r->payload_keys_sha256) < 0) abort();
+    if (wm_affinity_digest(aff, r->affinity_sha256) < 0) abort();
+    r->created_ms = 1000;
+    r->updated_ms = 2000;
+    r->last_access_ms = 2000;
+    free(keys);
+}
+
+/* An IMPORTING revision: nothing sealed yet. */
+static inline void wmt_importing_revision(wm_revision *r, const char *resource, uint64_t gen)
+{
+    memset(r, 0, sizeof(*r));
+    wmt_identity(&r->id, resource, gen);
+    r->policy = wm_policy_default();
+    r->availability = WM_AVAIL_IMPORTING;
+    r->residency = WM_RES_UNKNOWN;
+    r->metadata_generation = 1;
+    if (wm_group_key(&r->id, r->group_key, sizeof(r->group_key)) < 0) abort();
+    if (wm_manifest_key(&r->id, r->manifest_key, sizeof(r->manifest_key)) < 0) abort();
+    r->created_ms = 1000;
+    r->updated_ms = 1000;
+}
+
+/* A RUNNING MIGRATING operation towards COLD on rev (made its active one). */
+static inline void wmt_migration(wm_operation *op, wm_revision *rev, uint64_t id)
+{
+    memset(op, 0, sizeof(*op));
+    op->id = id;
+    op->kind = WM_OPK_MIGRATING;
+    op->id_of = rev->id;
+    op->target = WM_RES_COLD;
+    op->members_total = rev->payload_count;
+    op->bytes_total = rev->logical_bytes;
+    op->state = WM_OPS_RUNNING;
+    op->created_ms = 2000;
+    op->updated_ms = 2000;
+    rev->operation_id = id;
+}
+
+static inline void wmt_lease(wm_lease *l, const wm_revision *rev, uint64_t id)
+{
+    memset(l, 0, sizeof(*l));
+    l->id = id;
+    l->id_of = rev->id;
+    l->metadata_generation = rev->metadata_generation;
+    l->granted_ms = 5000;
+    l->expiry_ms = 35000;
+}
+
+static inline void wmt_claim(wm_lineage_claim *c, const char *resource)
+{
+    memset(c, 0, sizeof(*c));
+    strcpy(c->request_id, "rollout-2026-09-11-001");
+    wmt_identity(&c->base, resource, 1);
+    wmt_identity(&c->target, resource, 2);
+    c->mode = WM_UPSERT_PUT_FIRST;
+    c->phase = WM_PHASE_IMPORTING_TARGET;
+    c->expected_metadata_generation = 3;
+    c->committed_watermark = 0;
+    c->created_ms = 100;
+    c->updated_ms = 200;
+}
+
+#endif /* WM_TEST_RECORDS_H */

@@ -1,0 +1,1229 @@
+/* wm_codec.c -- the weight plugin's records to and from protobuf-c.
+ *
+ * Encoding builds the messages of proto/weight_records.proto on the stack,
+ * pointing into the caller's records (no copies), after checking the record
+ * against the same invariants the decoder enforces. Decoding unpacks a buffer
+ * that came from disk or a peer and trusts none of it: a missing identity, an
+ * out-of-range enum, a string with a NUL or bad UTF-8, a key that is not the
+ * canonical one, a digest of the wrong length or a record that breaks an
+ * invariant of weight_metadata_store.c is SMP_EPROTO with a sentence, and
+ * whatever was allocated on the way is released. */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "weight_records.pb-c.h"
+#include "wm_codec.h"
+
+__attribute__((format(printf, 4, 5)))
+static int wm_bad(int rc, char *msg, size_t cap, const char *fmt, ...)
+{
+    if (msg != NULL && cap > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, cap, fmt, ap);
+        va_end(ap);
+    }
+    return rc;
+}
+
+static char wm_no_text[] = "";
+
+/* ------------------------------------------------------------------------ */
+/* Encoding: records -> messages                                             */
+/* ------------------------------------------------------------------------ */
+
+static ProtobufCBinaryData wm_bin_str(const char *s)
+{
+    ProtobufCBinaryData b = {strlen(s), (uint8_t *)s};
+    return b;
+}
+
+static ProtobufCBinaryData wm_bin_digest(const uint8_t *d)
+{
+    ProtobufCBinaryData b = {0, NULL};
+    for (size_t i = 0; i < WM_SHA256_LEN; i++) {
+        if (d[i] != 0) {
+            b.len = WM_SHA256_LEN;
+            b.data = (uint8_t *)d;
+            break;
+        }
+    }
+    return b;
+}
+
+static void wm_enc_identity(Wmrec__Identity *m, const wm_identity *id)
+{
+    wmrec__identity__init(m);
+    m->tenant_id = wm_bin_str(id->tenant_id);
+    m->namespace_ = wm_bin_str(id->ns);
+    m->resource_id = wm_bin_str(id->resource_id);
+    m->revision = wm_bin_str(id->revision);
+    m->weight_generation = id->weight_generation;
+}
+
+typedef struct wm_pb_revision {
+    Wmrec__Revision m;
+    Wmrec__Identity id;
+    Wmrec__Policy policy;
+} wm_pb_revision;
+
+static void wm_enc_revision(wm_pb_revision *h, const wm_revision *r)
+{
+    wmrec__revision__init(&h->m);
+    wmrec__policy__init(&h->policy);
+    wm_enc_identity(&h->id, &r->id);
+    h->policy.preferred_residency = (uint32_t)r->policy.preferred;
+    h->policy.mixed_hot_ratio = r->policy.mixed_hot_ratio;
+    h->policy.migration_mode = (uint32_t)r->policy.mode;
+    h->m.identity = &h->id;
+    h->m.policy = &h->policy;
+    h->m.availability = (uint32_t)r->availability;
+    h->m.residency = (uint32_t)r->residency;
+    h->m.observed_hot_ratio = r->observed_hot_ratio;
+    h->m.metadata_generation = r->metadata_generation;
+    h->m.operation_id = r->operation_id;
+    h->m.group_key = (char *)r->group_key;
+    h->m.manifest_key = (char *)r->manifest_key;
+    h->m.manifest_sha256 = wm_bin_digest(r->manifest_sha256);
+    h->m.payload_count = r->payload_count;
+    h->m.logical_bytes = r->logical_bytes;
+    h->m.payload_keys_sha256 = wm_bin_digest(r->payload_keys_sha256);
+    h->m.affinity_count = r->affinity_count;
+    h->m.affinity_sha256 = wm_bin_digest(r->affinity_sha256);
+    h->m.created_ms = r->created_ms;
+    h->m.updated_ms = r->updated_ms;
+    h->m.last_access_ms = r->last_access_ms;
+    h->m.lease_count = r->lease_count;
+}
+
+typedef struct wm_pb_operation {
+    Wmrec__Operation m;
+    Wmrec__Identity id;
+} wm_pb_operation;
+
+static void wm_enc_operation(wm_pb_operation *h, const wm_operation *op)
+{
+    wmrec__operation__init(&h->m);
+    wm_enc_identity(&h->id, &op->id_of);
+    h->m.id = op->id;
+    h->m.kind = (uint32_t)op->kind;
+    h->m.identity = &h->id;
+    h->m.target_residency = (uint32_t)op->target;
+    h->m.target_hot_ratio = op->target_hot_ratio;
+    h->m.members_done = op->members_done;
+    h->m.members_total = op->members_total;
+    h->m.bytes_done = op->bytes_done;
+    h->m.bytes_total = op->bytes_total;
+    h->m.cursor = (char *)op->cursor;
+    h->m.state = (uint32_t)op->state;
+    h->m.error = (char *)op->error;
+    h->m.attempts = op->attempts;
+    h->m.created_ms = op->created_ms;
+    h->m.updated_ms = op->updated_ms;
+}
+
+/* An affinity summary as a message; the unit arrays are allocated and
+ * released by wm_pb_affinity_free(). */
+typedef struct wm_pb_affinity {
+    Wmrec__AffinitySummary m;
+    Wmrec__AffinityUnit *units;
+    Wmrec__AffinityUnit **ptrs;
+} wm_pb_affinity;
+
+static int wm_enc_affinity(wm_pb_affinity *h, const wm_affinity *a)
+{
+    wmrec__affinity_summary__init(&h->m);
+    h->units = NULL;
+    h->ptrs = NULL;
+    if (a->n_units == 0) return WM_OK;
+    h->units = calloc(a->n_units, sizeof(*h->units));
+    h->ptrs = calloc(a->n_units, sizeof(*h->ptrs));
+    if (h->units == NULL || h->ptrs == NULL) {
+        free(h->units);
+        free(h->ptrs);
+        h->units = NULL;
+        h->ptrs = NULL;
+        return SMP_ENOMEM;
+    }
+    for (size_t i = 0; i < a->n_units; i++) {
+        wmrec__affinity_unit__init(&h->units[i]);
+        h->units[i].n_members = a->units[i].n_members;
+        h->units[i].members = a->units[i].members;
+        h->units[i].logical_bytes = a->units[i].logical_bytes;
+        h->ptrs[i] = &h->units[i];
+    }
+    h->m.n_units = a->n_units;
+    h->m.units = h->ptrs;
+    return WM_OK;
+}
+
+static void wm_pb_affinity_free(wm_pb_affinity *h)
+{
+    free(h->units);
+    free(h->ptrs);
+    h->units = NULL;
+    h->ptrs = NULL;
+}
+
+typedef struct wm_pb_lease {
+    Wmrec__Lease m;
+    Wmrec__Identity id;
+} wm_pb_lease;
+
+static void wm_enc_lease(wm_pb_lease *h, const wm_lease *l)
+{
+    wmrec__lease__init(&h->m);
+    wm_enc_identity(&h->id, &l->id_of);
+    h->m.id = l->id;
+    h->m.identity = &h->id;
+    h->m.metadata_generation = l->metadata_generation;
+    h->m.granted_ms = l->granted_ms;
+    h->m.expiry_ms = l->expiry_ms;
+}
+
+typedef struct wm_pb_claim {
+    Wmrec__LineageClaim m;
+    Wmrec__Identity base;
+    Wmrec__Identity target;
+} wm_pb_claim;
+
+static void wm_enc_claim(wm_pb_claim *h, const wm_lineage_claim *c)
+{
+    wmrec__lineage_claim__init(&h->m);
+    wm_enc_identity(&h->base, &c->base);
+    wm_enc_identity(&h->target, &c->target);
+    h->m.request_id = (char *)c->request_id;
+    h->m.base_identity = &h->base;
+    h->m.target_identity = &h->target;
+    h->m.mode = (uint32_t)c->mode;
+    h->m.phase = (uint32_t)c->phase;
+    h->m.expected_metadata_generation = c->expected_metadata_generation;
+    h->m.committed_watermark = c->committed_watermark;
+    h->m.error = (char *)c->error;
+    h->m.created_ms = c->created_ms;
+    h->m.updated_ms = c->updated_ms;
+}
+
+/* Pack a message into a fresh malloc'ed buffer. */
+static int wm_pack(const ProtobufCMessage *m, uint8_t **out, size_t *out_len)
+{
+    size_t n = protobuf_c_message_get_packed_size(m);
+    uint8_t *b = malloc(n > 0 ? n : 1);
+    if (b == NULL) return SMP_ENOMEM;
+    size_t w = protobuf_c_message_pack(m, b);
+    if (w != n) {
+        free(b);
+        return SMP_EPROTO;
+    }
+    *out = b;
+    *out_len = n;
+    return WM_OK;
+}
+
+/* Invariants an upsert must hold beyond its revision alone. */
+static int wm_upsert_check(const wm_metadata_upsert *u, char *msg, size_t cap)
+{
+    int rc;
+    if ((rc = wm_metadata_check(&u->revision, msg, cap)) < 0) return rc;
+    if (u->n_operations > 0 && u->operations == NULL)
+        return wm_bad(WM_EINVALID_ARGUMENT, msg, cap, "operations are missing");
+    for (size_t i = 0; i < u->n_operations; i++) {
+        if ((rc = wm_operation_check(&u->operations[i], &u->revision, msg, cap)) < 0) return rc;
+        for (size_t j = 0; j < i; j++)
+            if (u->operations[j].id == u->operations[i].id)
+                return wm_bad(WM_EINVALID_ARGUMENT, msg, cap,
+                              "operation %" PRIu64 " appears twice", u->operations[i].id);
+    }
+    if (u->has_affinity) {
+        if (u->revision.affinity_count == 0)
+            return wm_bad(WM_EINVALID_ARGUMENT, msg, cap,
+                          "affinity summary recorded before the revision is sealed");
+        if ((rc = wm_affinity_check(&u->affinity, &u->revision, msg, cap)) < 0) return rc;
+    }
+    return WM_OK;
+}
+
+int wm_encode_metadata_upsert(const wm_metadata_upsert *in, uint8_t **out, size_t *out_len,
+                              char *msg, size_t cap)
+{
+    int rc;
+    wm_pb_revision rev;
+    wm_pb_operation *ops = NULL;
+    Wmrec__Operation **op_ptrs = NULL;
+    wm_pb_affinity aff;
+    Wmrec__MetadataUpsert m = WMREC__METADATA_UPSERT__INIT;
+
+    if (in == NULL || out == NULL || out_len == NULL) return WM_EINVALID_ARGUMENT;
+    if ((rc = wm_upsert_check(in, msg, cap)) < 0) return rc;
+    wm_enc_revision(&rev, &in->revision);
+    m.revision = &rev.m;
+    if (in->n_operations > 0) {
+        ops = calloc(in->n_operations, sizeof(*ops));
+        op_ptrs = calloc(in->n_operations, sizeof(*op_ptrs));
+        if (ops == NULL || op_ptrs == NULL) {
+            rc = SMP_ENOMEM;
+            goto free_ops;
+        }
+        for (size_t i = 0; i < in->n_operations; i++) {
+            wm_enc_operation(&ops[i], &in->operations[i]);
+            op_ptrs[i] = &ops[i].m;
+        }
+        m.n_operations = in->n_operations;
+        m.operations = op_ptrs;
+    }
+    if (in->has_affinity) {
+        if ((rc = wm_enc_affinity(&aff, &in->affinity)) < 0) goto free_ops;
+        m.affinity = &aff.m;
+    }
+    rc = wm_pack(&m.base, out, out_len);
+    if (in->has_affinity) wm_pb_affinity_free(&aff);
+free_ops:
+    free(ops);
+    free(op_ptrs);
+    return rc;
+}
+
+static int wm_delete_check(const wm_metadata_delete *d, char *msg, size_t cap)
+{
+    int rc;
+    if ((rc = wm_identity_check(&d->id, msg, cap)) < 0) return rc;
+    if (d->metadata_generation == 0)
+        return wm_bad(WM_EINVALID_ARGUMENT, msg, cap, "delete names metadata generation 0");
+    if (d->reason != WM_DEL_IMPORT_ABORTED && d->reason != WM_DEL_TOMBSTONE_EXPIRED)
+        return wm_bad(WM_EINVALID_ARGUMENT, msg, cap, "delete reason %d is not a reason",
+                      (int)d->reason);
+    if (d->n_operation_ids > 0 && d->operation_ids == NULL)
+        return wm_bad(WM_EINVALID_ARGUMENT, msg, cap, "operation ids are missing");
+    for (size_t i = 0; i < d->n_operation_ids; i++)
+        if (d->operation_ids[i] == 0)
+            return wm_bad(WM_EINVALID_ARGUMENT, msg, cap, "delete names operation id 0");
+    return WM_OK;
+}
+
+int wm_encode_metadata_delete(const wm_metadata_delete *in, uint8_t **out, size_t *out_len,
+                              char *msg, size_t cap)
+{
+    int rc;
+    Wmrec__Identity id;
+    Wmrec__MetadataDelete m = WMREC__METADATA_DELETE__INIT;
+    if (in == NULL || out == NULL || out_len == NULL) return WM_EINVALID_ARGUMENT;
+    if ((rc = wm_delete_check(in, msg, cap)) < 0) return rc;
+    wm_enc_identity(&id, &in->id);
+    m.identity = &id;
+    m.metadata_generation = in->metadata_generation;
+    m.reason = (uint32_t)in->reason;
+    m.n_operation_ids = in->n_operation_ids;
+    m.operation_ids = in->operation_ids;
+    return wm_pack(&m.base, out, out_len);
+}
+
+int wm_encode_lease_upsert(const wm_lease *in, uint8_t **out, size_t *out_len, char *msg, size_t cap)
+{
+    int rc;
+    wm_pb_lease l;
+    Wmrec__LeaseUpsert m = WMREC__LEASE_UPSERT__INIT;
+    if (in == NULL || out == NULL || out_len == NULL) return WM_EINVALID_ARGUMENT;
+    if ((rc = wm_lease_check(in, msg, cap)) < 0) return rc;
+    wm_enc_lease(&l, in);
+    m.lease = &l.m;
+    return wm_pack(&m.base, out, out_len);
+}
+
+static int wm_lease_end_valid(int v)
+{
+    return v >= WM_LEASE_RELEASED && v <= WM_LEASE_REVOKED;
+}
+
+int wm_encode_lease_delete(const wm_lease_delete *in, uint8_t **out, size_t *out_len,
+                           char *msg, size_t cap)
+{
+    int rc;
+    Wmrec__Identity id;
+    Wmrec__LeaseDelete m = WMREC__LEASE_DELETE__INIT;
+    if (in == NULL || out == NULL || out_len == NULL) return WM_EINVALID_ARGUMENT;
+    if (in->lease_id == 0) return wm_bad(WM_EINVALID_ARGUMENT, msg, cap, "lease id is 0");
+    if ((rc = wm_identity_check(&in->id_of, msg, cap)) < 0) return rc;
+    if (!wm_lease_end_valid((int)in->reason))
+        return wm_bad(WM_EINVALID_ARGUMENT, msg, cap, "lease end reason %d is not a reason",
+                      (int)in->reason);
+    wm_enc_identity(&id, &in->id_of);
+    m.lease_id = in->lease_id;
+    m.identity = &id;
+    m.reason = (uint32_t)in->reason;
+    return wm_pack(&m.base, out, out_len);
+}
+
+int wm_encode_lineage_claim(const wm_lineage_claim *in, uint8_t **out, size_t *out_len,
+                            char *msg, size_t cap)
+{
+    int rc;
+    wm_pb_claim c;
+    if (in == NULL || out == NULL || out_len == NULL) return WM_EINVALID_ARGUMENT;
+    if ((rc = wm_claim_check(in, msg, cap)) < 0) return rc;
+    wm_enc_claim(&c, in);
+    return wm_pack(&c.m.base, out, out_len);
+}
+
+typedef struct wm_pb_rev_entry {
+    Wmrec__RevisionEntry m;
+    wm_pb_revision rev;
+    wm_pb_affinity aff;
+} wm_pb_rev_entry;
+
+typedef struct wm_pb_lineage_entry {
+    Wmrec__LineageEntry m;
+    Wmrec__Lineage lin;
+    wm_pb_claim claim;
+} wm_pb_lineage_entry;
+
+int wm_encode_section(const wm_section_image *in, uint8_t **out, size_t *out_len,
+                      char *msg, size_t cap)
+{
+    int rc;
+    Wmrec__WeightMetadataSection m = WMREC__WEIGHT_METADATA_SECTION__INIT;
+    wm_pb_rev_entry *revs = NULL;
+    Wmrec__RevisionEntry **rev_ptrs = NULL;
+    wm_pb_operation *ops = NULL;
+    Wmrec__Operation **op_ptrs = NULL;
+    wm_pb_lease *leases = NULL;
+    Wmrec__Lease **lease_ptrs = NULL;
+    wm_pb_lineage_entry *lins = NULL;
+    Wmrec__LineageEntry **lin_ptrs = NULL;
+    size_t n_aff = 0;
+
+    if (in == NULL || out == NULL || out_len == NULL) return WM_EINVALID_ARGUMENT;
+    if ((rc = wm_section_check(in, msg, cap)) < 0) return rc;
+    /* calloc(n, s) with n == 0 may return NULL: ask for at least one. */
+    revs = calloc(in->n_revisions + 1, sizeof(*revs));
+    rev_ptrs = calloc(in->n_revisions + 1, sizeof(*rev_ptrs));
+    ops = calloc(in->n_operations + 1, sizeof(*ops));
+    op_ptrs = calloc(in->n_operations + 1, sizeof(*op_ptrs));
+    leases = calloc(in->n_leases + 1, sizeof(*leases));
+    lease_ptrs = calloc(in->n_leases + 1, sizeof(*lease_ptrs));
+    lins = calloc(in->n_lineages + 1, sizeof(*lins));
+    lin_ptrs = calloc(in->n_lineages + 1, sizeof(*lin_ptrs));
+    if (revs == NULL || rev_ptrs == NULL || ops == NULL || op_ptrs == NULL || leases == NULL ||
+        lease_ptrs == NULL || lins == NULL || lin_ptrs == NULL) {
+        rc = SMP_ENOMEM;
+        goto free_holders;
+    }
+    for (size_t i = 0; i < in->n_revisions; i++) {
+        wm_pb_rev_entry *e = &revs[i];
+        wmrec__revision_entry__init(&e->m);
+        wm_enc_revision(&e->rev, &in->revisions[i]);
+        e->m.revision = &e->rev.m;
+        const wm_affinity *a = in->affinities != NULL ? &in->affinities[i] : NULL;
+        if (a != NULL && a->n_units > 0) {
+            if ((rc = wm_enc_affinity(&e->aff, a)) < 0) goto free_affinities;
+            n_aff = i + 1;
+            e->m.affinity = &e->aff.m;
+        }
+        rev_ptrs[i] = &e->m;
+    }
+    for (size_t i = 0; i < in->n_operations; i++) {
+        wm_enc_operation(&ops[i], &in->operations[i]);
+        op_ptrs[i] = &ops[i].m;
+    }
+    for (size_t i = 0; i < in->n_leases; i++) {
+        wm_enc_lease(&leases[i], &in->leases[i]);
+        lease_ptrs[i] = &leases[i].m;
+    }
+    for (size_t i = 0; i < in->n_lineages; i++) {
+        wm_pb_lineage_entry *e = &lins[i];
+        const wm_lineage_entry *src = &in->lineages[i];
+        wmrec__lineage_entry__init(&e->m);
+        wmrec__lineage__init(&e->lin);
+        e->lin.tenant_id = wm_bin_str(src->lineage.tenant_id);
+        e->lin.namespace_ = wm_bin_str(src->lineage.ns);
+        e->lin.resource_id = wm_bin_str(src->lineage.resource_id);
+        e->lin.revision = wm_bin_str(src->lineage.revision);
+        e->m.lineage = &e->lin;
+        e->m.committed_watermark = src->committed_watermark;
+        if (src->has_claim) {
+            wm_enc_claim(&e->claim, &src->claim);
+            e->m.claim = &e->claim.m;
+        }
+        lin_ptrs[i] = &e->m;
+    }
+    m.format = WM_SECTION_FORMAT;
+    m.n_revisions = in->n_revisions;
+    m.revisions = rev_ptrs;
+    m.n_operations = in->n_operations;
+    m.operations = op_ptrs;
+    m.n_leases = in->n_leases;
+    m.leases = lease_ptrs;
+    m.n_lineages = in->n_lineages;
+    m.lineages = lin_ptrs;
+    m.next_operation_id = in->next_operation_id;
+    m.next_lease_id = in->next_lease_id;
+    rc = wm_pack(&m.base, out, out_len);
+free_affinities:
+    for (size_t i = 0; i < n_aff; i++) wm_pb_affinity_free(&revs[i].aff);
+free_holders:
+    free(revs);
+    free(rev_ptrs);
+    free(ops);
+    free(op_ptrs);
+    free(leases);
+    free(lease_ptrs);
+    free(lins);
+    free(lin_ptrs);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Decoding: messages -> records                                             */
+/* ------------------------------------------------------------------------ */
+
+/* Values above this are never an enum of ours; keeps casts to int safe. */
+#define WM_ENUM_CEILING 1024u
+
+static int wm_dec_enum(uint32_t v, int (*valid)(int), int *out)
+{
+    if (v > WM_ENUM_CEILING || !valid((int)v)) return -1;
+    *out = (int)v;
+    return 0;
+}
+
+static int wm_dec_component(const ProtobufCBinaryData *b, char *dst, const char *what,
+                            const char *field, char *msg, size_t cap)
+{
+    if (b->len == 0) return wm_bad(SMP_EPROTO, msg, cap, "%s: %s is missing", what, field);
+    if (wm_component_check((const char *)b->data, b->len) < 0)
+        return wm_bad(SMP_EPROTO, msg, cap,
+                      "%s: %s is not 1..%d bytes of UTF-8 without NUL", what, field,
+                      WM_ID_COMPONENT_MAX);
+    memcpy(dst, b->data, b->len);
+    dst[b->len] = '\0';
+    return WM_OK;
+}
+
+static int wm_dec_strings(const ProtobufCBinaryData *t,
+                          const ProtobufCBinaryData *n,
+                          const ProtobufCBinaryData *r,
+                          const ProtobufCBinaryData *v,
+                          char *dt, char *dn, char *dr, char *dv,
+                          const char *what, char *msg, size_t cap)
+{
+    int rc;
+    if ((rc = wm_dec_component(t, dt, what, "tenant_id", msg, cap)) < 0) return rc;
+    if ((rc = wm_dec_component(n, dn, what, "namespace", msg, cap)) < 0) return rc;
+    if ((rc = wm_dec_component(r, dr, what, "resource_id", msg, cap)) < 0) return rc;
+    return wm_dec_component(v, dv, what, "revision", msg, cap);
+}
+
+static int wm_dec_identity(const Wmrec__Identity *m, wm_identity *out, const char *what,
+                           char *msg, size_t cap)
+{
+    int rc;
+    char why[160];
+    if (m == NULL) return wm_bad(SMP_EPROTO, msg, cap, "%s: identity is missing", what);
+    memset(out, 0, sizeof(*out));
+    if ((rc = wm_dec_strings(&m->tenant_id, &m->namespace_, &m->resource_id, &m->revision,
+                             out->tenant_id, out->ns, out->resource_id, out->revision, what,
+                             msg, cap)) < 0)
+        return rc;
+    out->weight_generation = m->weight_generation;
+    if (wm_identity_check(out, why, sizeof(why)) < 0)
+        return wm_bad(SMP_EPROTO, msg, cap, "%s: %s", what, why);
+    return WM_OK;
+}
+
+/* Copy a decoded string into a fixed buffer of dstcap bytes. */
+static int wm_dec_text(const char *s, char *dst, size_t dstcap, const char *what, char *msg,
+                       size_t cap)
+{
+    if (s == NULL) s = wm_no_text;
+    size_t len = strlen(s);
+    if (len >= dstcap)
+        return wm_bad(SMP_EPROTO, msg, cap, "%s is %zu bytes, above %zu", what, len, dstcap - 1);
+    if (wm_text_check(s, len) < 0) return wm_bad(SMP_EPROTO, msg, cap, "%s is not UTF-8", what);
+    memcpy(dst, s, len + 1);
+    return WM_OK;
+}
+
+static int wm_dec_digest(const ProtobufCBinaryData *b, uint8_t *out, const char *what,
+                         char *msg, size_t cap)
+{
+    if (b->len == 0) {
+        memset(out, 0, WM_SHA256_LEN);
+        return WM_OK;
+    }
+    if (b->len != WM_SHA256_LEN)
+        return wm_bad(SMP_EPROTO, msg, cap, "%s is %zu bytes, not %d", what, b->len,
+                      WM_SHA256_LEN);
+    memcpy(out, b->data, WM_SHA256_LEN);
+    return WM_OK;
+}
+
+static int wm_dec_revision(const Wmrec__Revision *m, wm_revision *out, char *msg, size_t cap)
+{
+    int rc, v;
+    char why[256];
+    wm_revision r;
+
+    if (m == NULL) return wm_bad(SMP_EPROTO, msg, cap, "revision is missing");
+    memset(&r, 0, sizeof(r));
+    if ((rc = wm_dec_identity(m->identity, &r.id, "revision", msg, cap)) < 0) return rc;
+    if (m->policy == NULL) return wm_bad(SMP_EPROTO, msg, cap, "revision: policy is missing");
+    if (wm_dec_enum(m->policy->preferred_residency, wm_residency_valid, &v) < 0)
+        return wm_bad(SMP_EPROTO, msg, cap, "revision: preferred residency %" PRIu32 " is unknown",
+                      m->policy->preferred_residency);
+    r.policy.preferred = (wm_residency)v;
+    if (wm_dec_enum(m->policy->migration_mode, wm_mode_valid, &v) < 0)
+        return wm_bad(SMP_EPROTO, msg, cap, "revision: migration mode %" PRIu32 " is unknown",
+                      m->policy->migration_mode);
+    r.policy.mode = (wm_migration_mode)v;
+    r.policy.mixed_hot_ratio = m->policy->mixed_hot_ratio;
+    if (wm_dec_enum(m->availability, wm_availability_valid, &v) < 0)
+        return wm_bad(SMP_EPROTO, msg, cap, "revision: availability %" PRIu32 " is unknown",
+                      m->availability);
+    r.availability = (wm_availability)v;
+    if (wm_dec_enum(m->residency, wm_residency_valid, &v) < 0)
+        return wm_bad(SMP_EPROTO, msg, cap, "revision: residency %" PRIu32 " is unknown",
+                      m->residency);
+    r.residency = (wm_residency)v;
+    r.observed_hot_ratio = m->observed_hot_ratio;
+    r.metadata_generation = m->metadata_generation;
+    r.operation_id = m->operation_id;
+    if ((rc = wm_dec_text(m->group_key, r.group_key, sizeof(r.group_key), "revision group key",
+                          msg, cap)) < 0 ||
+        (rc = wm_dec_text(m->manifest_key, r.manifest_key, sizeof(r.manifest_key),
+                          "revision manifest key", msg, cap)) < 0 ||
+        (rc = wm_dec_digest(&m->manifest_sha256, r.manifest_sha256, "manifest_sha256", msg,
+                            cap)) < 0 ||
+        (rc = wm_dec_digest(&m->payload_keys_sha256, r.payload_keys_sha256,
+                            "payload_keys_sha256", msg, cap)) < 0 ||
+        (rc = wm_dec_digest(&m->affinity_sha256, r.affinity_sha256, "affinity_sha256", msg,
+                            cap)) < 0)
+        return rc;
+    r.payload_count = m->payload_count;
+    r.logical_bytes = m->logical_bytes;
+    r.affinity_count = m->affinity_count;
+    r.created_ms = m->created_ms;
+    r.updated_ms = m->updated_ms;
+    r.last_access_ms = m->last_access_ms;
+    r.lease_count = m->lease_count;
+    if (wm_metadata_check(&r, why, sizeof(why)) < 0)
+        return wm_bad(SMP_EPROTO, msg, cap, "revision: %s", why);
+    *out = r;
+    return WM_OK;
+}
+
+static int wm_dec_operation(const Wmrec__Operation *m, wm_operation *out, char *msg, size_t cap)
+{
+    int rc, v;
+    char why[256];
+    wm_operation op;
+
+    if (m == NULL) return wm_bad(SMP_EPROTO, msg, cap, "operation is missing");
+    memset(&op, 0, sizeof(op));
+    op.id = m->id;
+    if (wm_dec_enum(m->kind, wm_op_kind_valid, &v) < 0)
+        return wm_bad(SMP_EPROTO, msg, cap, "operation %" PRIu64 ": kind %" PRIu32 " is unknown",
+                      m->id, m->kind);
+    op.kind = (wm_op_kind)v;
+    if ((rc = wm_dec_identity(m->identity, &op.id_of, "operation", msg, cap)) < 0) return rc;
+    if (wm_dec_enum(m->target_residency, wm_residency_valid, &v) < 0)
+        return wm_bad(SMP_EPROTO, msg, cap,
+                      "operation %" PRIu64 ": target residency %" PRIu32 " is unknown", m->id,
+                      m->target_residency);
+    op.target = (wm_residency)v;
+    op.target_hot_ratio = m->target_hot_ratio;
+    op.members_done = m->members_done;
+    op.members_total = m->members_total;
+    op.bytes_done = m->bytes_done;
+    op.bytes_total = m->bytes_total;
+    if (wm_dec_enum(m->state, wm_op_state_valid, &v) < 0)
+        return wm_bad(SMP_EPROTO, msg, cap, "operation %" PRIu64 ": state %" PRIu32 " is unknown",
+                      m->id, m->state);
+    op.state = (wm_op_state)v;
+    if ((rc = wm_dec_text(m->cursor, op.cursor, sizeof(op.cursor), "operation cursor", msg,
+                          cap)) < 0 ||
+        (rc = wm_dec_text(m->error, op.error, sizeof(op.error), "operation error", msg, cap)) < 0)
+        return rc;
+    op.attempts = m->attempts;
+    op.created_ms = m->created_ms;
+    op.updated_ms = m->updated_ms;
+    if (wm_operation_check(&op, NULL, why, sizeof(why)) < 0)
+        return wm_bad(SMP_EPROTO, msg, cap, "%s", why);
+    *out = op;
+    return WM_OK;
+}
+
+/* Decode a summary into fresh memory; the caller checks it against its
+ * revision. */
+static int wm_dec_affinity(const Wmrec__AffinitySummary *m, wm_affinity *out, char *msg,
+                           size_t cap)
+{
+    int rc = WM_OK;
+    wm_affinity a = {NULL, 0};
+
+    if (m->n_units == 0) return wm_bad(SMP_EPROTO, msg, cap, "affinity summary has no unit");
+    a.units = calloc(m->n_units, sizeof(*a.units));
+    if (a.units == NULL) return SMP_ENOMEM;
+    for (size_t i = 0; i < m->n_units; i++) {
+        const Wmrec__AffinityUnit *u = m->units[i];
+        a.n_units = i + 1;
+        if (u == NULL || u->n_members == 0) {
+            rc = wm_bad(SMP_EPROTO, msg, cap, "affinity unit %zu has no member", i);
+            goto free_summary;
+        }
+        a.units[i].logical_bytes = u->logical_bytes;
+        a.units[i].members = calloc(u->n_members, sizeof(char *));
+        if (a.units[i].members == NULL) {
+            rc = SMP_ENOMEM;
+            goto free_summary;
+        }
+        for (size_t j = 0; j < u->n_members; j++) {
+            const char *k = u->members[j] != NULL ? u->members[j] : wm_no_text;
+            size_t len = strlen(k);
+            a.units[i].n_members = j + 1;
+            if (len == 0 || len > WM_KEY_MAX || wm_text_check(k, len) < 0) {
+                rc = wm_bad(SMP_EPROTO, msg, cap, "affinity unit %zu member %zu is not a key", i,
+                            j);
+                goto free_summary;
+            }
+            if ((a.units[i].members[j] = strdup(k)) == NULL) {
+                rc = SMP_ENOMEM;
+                goto free_summary;
+            }
+        }
+    }
+    *out = a;
+    return WM_OK;
+free_summary:
+    wm_affinity_clear(&a);
+    return rc;
+}
+
+static int wm_dec_lease(const Wmrec__Lease *m, wm_lease *out, char *msg, size_t cap)
+{
+    int rc;
+    char why[256];
+    wm_lease l;
+    if (m == NULL) return wm_bad(SMP_EPROTO, msg, cap, "lease is missing");
+    memset(&l, 0, sizeof(l));
+    l.id = m->id;
+    if ((rc = wm_dec_identity(m->identity, &l.id_of, "lease", msg, cap)) < 0) return rc;
+    l.metadata_generation = m->metadata_generation;
+    l.granted_ms = m->granted_ms;
+    l.expiry_ms = m->expiry_ms;
+    if (wm_lease_check(&l, why, sizeof(why)) < 0) return wm_bad(SMP_EPROTO, msg, cap, "%s", why);
+    *out = l;
+    return WM_OK;
+}
+
+static int wm_dec_claim(const Wmrec__LineageClaim *m, wm_lineage_claim *out, char *msg, size_t cap)
+{
+    int rc, v;
+    char why[256];
+    wm_lineage_claim c;
+    if (m == NULL) return wm_bad(SMP_EPROTO, msg, cap, "claim is missing");
+    memset(&c, 0, sizeof(c));
+    if ((rc = wm_dec_text(m->request_id, c.request_id, sizeof(c.request_id), "claim request_id",
+                          msg, cap)) < 0)
+        return rc;
+    if ((rc = wm_dec_identity(m->base_identity, &c.base, "claim base", msg, cap)) < 0) return rc;
+    if ((rc = wm_dec_identity(m->target_identity, &c.target, "claim target", msg, cap)) < 0)
+        return rc;
+    if (wm_dec_enum(m->mode, wm_upsert_mode_valid, &v) < 0)
+        return wm_bad(SMP_EPROTO, msg, cap, "claim: mode %" PRIu32 " is unknown", m->mode);
+    c.mode = (wm_upsert_mode)v;
+    if (wm_dec_enum(m->phase, wm_phase_valid, &v) < 0)
+        return wm_bad(SMP_EPROTO, msg, cap, "claim: phase %" PRIu32 " is unknown", m->phase);
+    c.phase = (wm_claim_phase)v;
+    c.expected_metadata_generation = m->expected_metadata_generation;
+    c.committed_watermark = m->committed_watermark;
+    if ((rc = wm_dec_text(m->error, c.error, sizeof(c.error), "claim error", msg, cap)) < 0)
+        return rc;
+    c.created_ms = m->created_ms;
+    c.updated_ms = m->updated_ms;
+    if (wm_claim_check(&c, why, sizeof(why)) < 0) return wm_bad(SMP_EPROTO, msg, cap, "%s", why);
+    *out = c;
+    return WM_OK;
+}
+
+void wm_metadata_upsert_clear(wm_metadata_upsert *u)
+{
+    if (u == NULL) return;
+    free(u->operations);
+    wm_affinity_clear(&u->affinity);
+    memset(u, 0, sizeof(*u));
+}
+
+void wm_metadata_delete_clear(wm_metadata_delete *d)
+{
+    if (d == NULL) return;
+    free(d->operation_ids);
+    memset(d, 0, sizeof(*d));
+}
+
+void wm_section_image_clear(wm_section_image *img)
+{
+    if (img == NULL) return;
+    if (img->affinities != NULL)
+        for (size_t i = 0; i < img->n_revisions; i++) wm_affinity_clear(&img->affinities[i]);
+    free(img->revisions);
+    free(img->affinities);
+    free(img->operations);
+    free(img->leases);
+    free(img->lineages);
+    memset(img, 0, sizeof(*img));
+}
+
+int wm_decode_metadata_upsert(const uint8_t *buf, size_t len, wm_metadata_upsert *out,
+                              char *msg, size_t cap)
+{
+    int rc;
+    char why[256];
+    wm_metadata_upsert u;
+    Wmrec__MetadataUpsert *m;
+
+    if (out == NULL || (buf == NULL && len > 0)) return WM_EINVALID_ARGUMENT;
+    m = wmrec__metadata_upsert__unpack(NULL, len, buf);
+    if (m == NULL) return wm_bad(SMP_EPROTO, msg, cap, "metadata upsert does not decode");
+    memset(&u, 0, sizeof(u));
+    if ((rc = wm_dec_revision(m->revision, &u.revision, msg, cap)) < 0) goto free_message;
+    if (m->n_operations > 0) {
+        u.operations = calloc(m->n_operations, sizeof(*u.operations));
+        if (u.operations == NULL) {
+            rc = SMP_ENOMEM;
+            goto free_message;
+        }
+        for (size_t i = 0; i < m->n_operations; i++) {
+            if ((rc = wm_dec_operation(m->operations[i], &u.operations[i], msg, cap)) < 0)
+                goto free_record;
+            u.n_operations = i + 1;
+        }
+    }
+    if (m->affinity != NULL) {
+        if ((rc = wm_dec_affinity(m->affinity, &u.affinity, msg, cap)) < 0) goto free_record;
+        u.has_affinity = 1;
+    }
+    if (wm_upsert_check(&u, why, sizeof(why)) < 0) {
+        rc = wm_bad(SMP_EPROTO, msg, cap, "%s", why);
+        goto free_record;
+    }
+    *out = u;
+    wmrec__metadata_upsert__free_unpacked(m, NULL);
+    return WM_OK;
+free_record:
+    wm_metadata_upsert_clear(&u);
+free_message:
+    wmrec__metadata_upsert__free_unpacked(m, NULL);
+    return rc;
+}
+
+int wm_decode_metadata_delete(const uint8_t *buf, size_t len, wm_metadata_delete *out,
+                              char *msg, size_t cap)
+{
+    int rc, v;
+    char why[256];
+    wm_metadata_delete d;
+    Wmrec__MetadataDelete *m;
+
+    if (out == NULL || (buf == NULL && len > 0)) return WM_EINVALID_ARGUMENT;
+    m = wmrec__metadata_delete__unpack(NULL, len, buf);
+    if (m == NULL) return wm_bad(SMP_EPROTO, msg, cap, "metadata delete does not decode");
+    memset(&d, 0, sizeof(d));
+    if ((rc = wm_dec_identity(m->identity, &d.id, "metadata delete", msg, cap)) < 0)
+        goto free_message;
+    d.metadata_generation = m->metadata_generation;
+    if (m->reason > WM_ENUM_CEILING) {
+        rc = wm_bad(SMP_EPROTO, msg, cap, "metadata delete: reason %" PRIu32 " is unknown",
+                    m->reason);
+        goto free_message;
+    }
+    v = (int)m->reason;
+    d.reason = (wm_delete_reason)v;
+    if (m->n_operation_ids > 0) {
+        d.operation_ids = malloc(m->n_operation_ids * sizeof(*d.operation_ids));
+        if (d.operation_ids == NULL) {
+            rc = SMP_ENOMEM;
+            goto free_message;
+        }
+        memcpy(d.operation_ids, m->operation_ids, m->n_operation_ids * sizeof(*d.operation_ids));
+        d.n_operation_ids = m->n_operation_ids;
+    }
+    if (wm_delete_check(&d, why, sizeof(why)) < 0) {
+        rc = wm_bad(SMP_EPROTO, msg, cap, "metadata delete: %s", why);
+        wm_metadata_delete_clear(&d);
+        goto free_message;
+    }
+    *out = d;
+    rc = WM_OK;
+free_message:
+    wmrec__metadata_delete__free_unpacked(m, NULL);
+    return rc;
+}
+
+int wm_decode_lease_upsert(const uint8_t *buf, size_t len, wm_lease *out, char *msg, size_t cap)
+{
+    int rc;
+    wm_lease l;
+    Wmrec__LeaseUpsert *m;
+    if (out == NULL || (buf == NULL && len > 0)) return WM_EINVALID_ARGUMENT;
+    m = wmrec__lease_upsert__unpack(NULL, len, buf);
+    if (m == NULL) return wm_bad(SMP_EPROTO, msg, cap, "lease upsert does not decode");
+    if ((rc = wm_dec_lease(m->lease, &l, msg, cap)) == WM_OK) *out = l;
+    wmrec__lease_upsert__free_unpacked(m, NULL);
+    return rc;
+}
+
+int wm_decode_lease_delete(const uint8_t *buf, size_t len, wm_lease_delete *out, char *msg,
+                           size_t cap)
+{
+    int rc;
+    wm_lease_delete d;
+    Wmrec__LeaseDelete *m;
+    if (out == NULL || (buf == NULL && len > 0)) return WM_EINVALID_ARGUMENT;
+    m = wmrec__lease_delete__unpack(NULL, len, buf);
+    if (m == NULL) return wm_bad(SMP_EPROTO, msg, cap, "lease delete does not decode");
+    memset(&d, 0, sizeof(d));
+    d.lease_id = m->lease_id;
+    if ((rc = wm_dec_identity(m->identity, &d.id_of, "lease delete", msg, cap)) < 0)
+        goto free_message;
+    if (m->lease_id == 0 || m->reason > WM_ENUM_CEILING || !wm_lease_end_valid((int)m->reason)) {
+        rc = wm_bad(SMP_EPROTO, msg, cap, "lease delete: lease id %" PRIu64 " or reason %" PRIu32
+                    " is invalid", m->lease_id, m->reason);
+        goto free_message;
+    }
+    d.reason = (wm_lease_end)m->reason;
+    *out = d;
+free_message:
+    wmrec__lease_delete__free_unpacked(m, NULL);
+    return rc;
+}
+
+int wm_decode_lineage_claim(const uint8_t *buf, size_t len, wm_lineage_claim *out, char *msg,
+                            size_t cap)
+{
+    int rc;
+    wm_lineage_claim c;
+    Wmrec__LineageClaim *m;
+    if (out == NULL || (buf == NULL && len > 0)) return WM_EINVALID_ARGUMENT;
+    m = wmrec__lineage_claim__unpack(NULL, len, buf);
+    if (m == NULL) return wm_bad(SMP_EPROTO, msg, cap, "lineage claim does not decode");
+    if ((rc = wm_dec_claim(m, &c, msg, cap)) == WM_OK) *out = c;
+    wmrec__lineage_claim__free_unpacked(m, NULL);
+    return rc;
+}
+
+static int wm_dec_lineage_entry(const Wmrec__LineageEntry *m, wm_lineage_entry *out, char *msg,
+                                size_t cap)
+{
+    int rc;
+    char why[256];
+    if (m == NULL || m->lineage == NULL)
+        return wm_bad(SMP_EPROTO, msg, cap, "lineage entry without lineage");
+    memset(out, 0, sizeof(*out));
+    if ((rc = wm_dec_strings(&m->lineage->tenant_id, &m->lineage->namespace_,
+                             &m->lineage->resource_id, &m->lineage->revision,
+                             out->lineage.tenant_id, out->lineage.ns, out->lineage.resource_id,
+                             out->lineage.revision, "lineage", msg, cap)) < 0)
+        return rc;
+    if (wm_lineage_check(&out->lineage, why, sizeof(why)) < 0)
+        return wm_bad(SMP_EPROTO, msg, cap, "lineage: %s", why);
+    out->committed_watermark = m->committed_watermark;
+    if (m->claim != NULL) {
+        if ((rc = wm_dec_claim(m->claim, &out->claim, msg, cap)) < 0) return rc;
+        out->has_claim = 1;
+    }
+    return WM_OK;
+}
+
+int wm_decode_section(const uint8_t *buf, size_t len, wm_section_image *out, char *msg,
+                      size_t cap)
+{
+    int rc = WM_OK;
+    char why[256];
+    wm_section_image img;
+    Wmrec__WeightMetadataSection *m;
+
+    if (out == NULL || (buf == NULL && len > 0)) return WM_EINVALID_ARGUMENT;
+    memset(&img, 0, sizeof(img));
+    if (len == 0) {
+        img.next_operation_id = 1;
+        img.next_lease_id = 1;
+        *out = img;
+        return WM_OK;
+    }
+    m = wmrec__weight_metadata_section__unpack(NULL, len, buf);
+    if (m == NULL) return wm_bad(SMP_EPROTO, msg, cap, "section %s does not decode", WM_SECTION_NAME);
+    if (m->format != WM_SECTION_FORMAT) {
+        rc = wm_bad(SMP_EPROTO, msg, cap, "section %s has format %" PRIu32 ", this build reads %d",
+                    WM_SECTION_NAME, m->format, WM_SECTION_FORMAT);
+        goto free_message;
+    }
+    img.revisions = calloc(m->n_revisions + 1, sizeof(*img.revisions));
+    img.affinities = calloc(m->n_revisions + 1, sizeof(*img.affinities));
+    img.operations = calloc(m->n_operations + 1, sizeof(*img.operations));
+    img.leases = calloc(m->n_leases + 1, sizeof(*img.leases));
+    img.lineages = calloc(m->n_lineages + 1, sizeof(*img.lineages));
+    if (img.revisions == NULL || img.affinities == NULL || img.operations == NULL ||
+        img.leases == NULL || img.lineages == NULL) {
+        rc = SMP_ENOMEM;
+        goto free_image;
+    }
+    for (size_t i = 0; i < m->n_revisions; i++) {
+        const Wmrec__RevisionEntry *e = m->revisions[i];
+        if (e == NULL) {
+            rc = wm_bad(SMP_EPROTO, msg, cap, "revision entry %zu is empty", i);
+            goto free_image;
+        }
+        img.n_revisions = i + 1;
+        if ((rc = wm_dec_revision(e->revision, &img.revisions[i], msg, cap)) < 0) goto free_image;
+        if (e->affinity != NULL &&
+            (rc = wm_dec_affinity(e->affinity, &img.affinities[i], msg, cap)) < 0)
+            goto free_image;
+    }
+    for (size_t i = 0; i < m->n_operations; i++) {
+        if ((rc = wm_dec_operation(m->operations[i], &img.operations[i], msg, cap)) < 0)
+            goto free_image;
+        img.n_operations = i + 1;
+    }
+    for (size_t i = 0; i < m->n_leases; i++) {
+        if ((rc = wm_dec_lease(m->leases[i], &img.leases[i], msg, cap)) < 0) goto free_image;
+        img.n_leases = i + 1;
+    }
+    for (size_t i = 0; i < m->n_lineages; i++) {
+        if ((rc = wm_dec_lineage_entry(m->lineages[i], &img.lineages[i], msg, cap)) < 0)
+            goto free_image;
+        img.n_lineages = i + 1;
+    }
+    img.next_operation_id = m->next_operation_id;
+    img.next_lease_id = m->next_lease_id;
+    if ((rc = wm_section_check(&img, why, sizeof(why))) < 0) {
+        rc = rc == SMP_ENOMEM ? rc : wm_bad(SMP_EPROTO, msg, cap, "section %s: %s",
+                                            WM_SECTION_NAME, why);
+        goto free_image;
+    }
+    *out = img;
+    wmrec__weight_metadata_section__free_unpacked(m, NULL);
+    return WM_OK;
+free_image:
+    wm_section_image_clear(&img);
+free_message:
+    wmrec__weight_metadata_section__free_unpacked(m, NULL);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Whole-table invariants                                                    */
+/* ------------------------------------------------------------------------ */
+
+static int wm_rev_ptr_cmp(const void *a, const void *b)
+{
+    const wm_revision *x = *(const wm_revision *const *)a;
+    const wm_revision *y = *(const wm_revision *const *)b;
+    return wm_identity_cmp(&x->id, &y->id);
+}
+
+static int wm_rev_key_cmp(const void *key, const void *elem)
+{
+    const wm_revision *y = *(const wm_revision *const *)elem;
+    return wm_identity_cmp(key, &y->id);
+}
+
+static int wm_op_ptr_cmp(const void *a, const void *b)
+{
+    uint64_t x = (*(const wm_operation *const *)a)->id, y = (*(const wm_operation *const *)b)->id;
+    return x < y ? -1 : x > y;
+}
+
+static int wm_op_key_cmp(const void *key, const void *elem)
+{
+    uint64_t x = *(const uint64_t *)key, y = (*(const wm_operation *const *)elem)->id;
+    return x < y ? -1 : x > y;
+}
+
+static int wm_lease_ptr_cmp(const void *a, const void *b)
+{
+    uint64_t x = (*(const wm_lease *const *)a)->id, y = (*(const wm_lease *const *)b)->id;
+    return x < y ? -1 : x > y;
+}
+
+static int wm_lin_ptr_cmp(const void *a, const void *b)
+{
+    const wm_lineage_entry *x = *(const wm_lineage_entry *const *)a;
+    const wm_lineage_entry *y = *(const wm_lineage_entry *const *)b;
+    return wm_lineage_cmp(&x->lineage, &y->lineage);
+}
+
+/* Pointer indexes over the table's arrays, each sorted by its key. One
+ * allocation of n + 1 so an empty table still gets a pointer. */
+#define WM_INDEX(type, arr, n, cmp, out)                  \
+    do {                                                  \
+        (out) = malloc(((n) + 1) * sizeof(const type *)); \
+        if ((out) != NULL) {                              \
+            for (size_t k_ = 0; k_ < (n); k_++)           \
+                (out)[k_] = &(arr)[k_];                   \
+            qsort((out), (n), sizeof(const type *), cmp); \
+        }                                                 \
+    } while (0)
+
+int wm_section_check(const wm_section_image *img, char *msg, size_t cap)
+{
+    int rc = WM_OK;
+    char why[256];
+    const wm_revision **revs = NULL;
+    const wm_operation **ops = NULL;
+    const wm_lease **leases = NULL;
+    const wm_lineage_entry **lins = NULL;
+    uint32_t *counts = NULL;
+
+    if (img == NULL) return wm_bad(WM_EINVALID_ARGUMENT, msg, cap, "table is missing");
+    if ((img->n_revisions > 0 && img->revisions == NULL) ||
+        (img->n_operations > 0 && img->operations == NULL) ||
+        (img->n_leases > 0 && img->leases == NULL) ||
+        (img->n_lineages > 0 && img->lineages == NULL))
+        return wm_bad(WM_EINVALID_ARGUMENT, msg, cap, "table arrays are missing");
+
+    for (size_t i = 0; i < img->n_revisions; i++) {
+        const wm_revision *r = &img->revisions[i];
+        const wm_affinity *a = img->affinities != NULL ? &img->affinities[i] : NULL;
+        if (wm_metadata_check(r, why, sizeof(why)) < 0)
+            return wm_bad(WM_EINVALID_ARGUMENT, msg, cap, "revision %zu: %s", i, why);
+        if (a != NULL && a->n_units > 0) {
+            if ((rc = wm_affinity_check(a, r, why, sizeof(why))) < 0)
+                return rc == SMP_ENOMEM ? rc
+                                        : wm_bad(WM_EINVALID_ARGUMENT, msg, cap, "revision %zu: %s",
+                                                 i, why);
+        } else if (r->availability == WM_AVAIL_READY || r->availability == WM_AVAIL_DEGRADED) {
+            return wm_bad(WM_EINVALID_ARGUMENT, msg, cap,
+                          "revision %zu is %s without an affinity summary", i,
+                          wm_availability_name((int)r->availability));
+        }
+    }
+
+    WM_INDEX(wm_revision, img->revisions, img->n_revisions, wm_rev_ptr_cmp, revs);
+    WM_INDEX(wm_operation, img->operations, img->n_operations, wm_op_ptr_cmp, ops);
+    WM_INDEX(wm_lease, img->leases, img->n_leases, wm_lease_ptr_cmp, leases);
+    WM_INDEX(wm_lineage_entry, img->lineages, img->n_lineages, wm_lin_ptr_cmp, lins);
+    counts = calloc(img->n_revisions + 1, sizeof(*counts));
+    if (revs == NULL || ops == NULL || leases == NULL || lins == NULL || counts == NULL) {
+        rc = SMP_ENOMEM;
+        goto free_indexes;
+    }
+    for (size_t i = 1; i < img->n_revisions; i++)
+        if (wm_identity_cmp(&revs[i - 1]->id, &revs[i]->id) == 0) {
+            rc = wm_bad(WM_EINVALID_ARGUMENT, msg, cap, "two records of revision %s/%s/%s/%s/%" PRIu64,
+                        revs[i]->id.tenant_id, revs[i]->id.ns, revs[i]->id.resource_id,
+                        revs[i]->id.revision, revs[i]->id.weight_generation);
+            goto free_indexes;
+        }
+
+    for (size_t i = 0; i < img->n_operations; i++) {
+        const wm_operation *op = ops[i];
+        if (i > 0 && ops[i - 1]->id == op->id) {
+            rc = wm_bad(WM_EINVALID_ARGUMENT, msg, cap, "two operations with id %" PRIu64, op->id);
+            goto free_indexes;
+        }
+        const wm_revision **hit = bsearch(&op->id_of, revs, img->n_revisions, sizeof(*revs),
+                                          wm_rev_key_cmp);
+        if (wm_operation_check(op, hit != NULL ? *hit : NULL, why, sizeof(why)) < 0) {
+            rc = wm_bad(WM_EINVALID_ARGUMENT, msg, cap, "%s", why);
+            goto free_indexes;
+        }
+        if (hit == NULL && op->state == WM_OPS_RUNNING) {
+            rc = wm_bad(WM_EINVALID_ARGUMENT, msg, cap,
+                        "operation %" PRIu64 " is RUNNING on a revision that has no record", op->id);
+            goto free_indexes;
+        }
+    }
+    if (img->n_operations > 0 && img->next_operation_id <= ops[img->n_operations - 1]->id) {
+        rc = wm_bad(WM_EINVALID_ARGUMENT, msg, cap,
+                    "next operation id %" PRIu64 " is not above operation %" PRIu64,
+                    img->next_operation_id, ops[img->n_operations - 1]->id);
+        goto free_indexes;
+    }
+    for (size_t i = 0; i < img->n_revisions; i++) {
+        const wm_revision *r = &img->revisions[i];
+        if (r->operation_id != 0 &&
+            bsearch(&r->operation_id, ops, img->n_operations, sizeof(*ops), wm_op_key_cmp) == NULL) {
+            rc = wm_bad(WM_EINVALID_ARGUMENT, msg, cap,
+                        "revision %zu names operation %" PRIu64 ", which has no record", i,
+                        r->operation_id);
+            goto free_indexes;
+        }
+    }
+
+    for (size_t i = 0; i < img->n_leases; i++) {
+        const wm_lease *l = leases[i];
+        if (i > 0 && leases[i - 1]->id == l->id) {
+            rc = wm_bad(WM_EINVALID_ARGUMENT, msg, cap, "two leases with id %" PRIu64, l->id);
+            goto free_indexes;
+        }
+        if (wm_lease_check(l, why, sizeof(why)) < 0) {
+            rc = wm_bad(WM_EINVALID_ARGUMENT, msg, cap, "%s", why);
+            goto free_indexes;
+        }
+        const wm_revision **hit = bsearch(&l->id_of, revs, img->n_revisions, sizeof(*revs),
+                                          wm_rev_key_cmp);
+        if (hit == NULL || ((*hit)->availability != WM_AVAIL_READY &&
+                            (*hit)->availability != WM_AVAIL_DEGRADED)) {
+            rc = wm_bad(WM_EINVALID_ARGUMENT, msg, cap,
+                        "lease %" PRIu64 " protects a revision that is not READY or DEGRADED", l->id);
+            goto free_indexes;
+        }
+        if (l->metadata_generation > (*hit)->metadata_generation) {
+            rc = wm_bad(WM_EINVALID_ARGUMENT, msg, cap,
+                        "lease %" PRIu64 " is fenced on a generation the revision never had", l->id);
+            goto free_indexes;
+        }
+        counts[*hit - img->revisions]++;
+    }
+    if (img->n_leases > 0 && img->next_lease_id <= leases[img->n_leases - 1]->id) {
+        rc = wm_bad(WM_EINVALID_ARGUMENT, msg, cap,
+                    "next lease id %" PRIu64 " is not above lease %" PRIu64, img->next_lease_id,
+                    leases[img->n_leases - 1]->id);
+        goto free_indexes;
+    }
+    for (size_t i = 0; i < img->n_revisions; i++) {
+        if (counts[i] != img->revisions[i].lease_count) {
+            rc = wm_bad(WM_EINVALID_ARGUMENT, msg, cap,
+                        "revision %zu counts %" PRIu32 " leases, the table holds %" PRIu32, i,
+                        img->revisions[i].lease_count, counts[i]);
+            goto free_indexes;
+        }
+    }
+
+    for (size_t i = 0; i < img->n_lineages; i++) {
+        const wm_lineage_entry *e = lins[i];
+        if (i > 0 && wm_lineage_cmp(&lins[i - 1]->lineage, &e->lineage) == 0) {
+            rc = wm_bad(WM_EINVALID_ARGUMENT, msg, cap, "two entries for lineage %s/%s/%s/%s",
+                        e->lineage.tenant_id, e->lineage.ns, e->lineage.resource_id,
+                        e->lineage.revision);
+            goto free_indexes;
+        }
+        if (wm_lineage_check(&e->lineage, why, sizeof(why)) < 0) {
+            rc = wm_bad(WM_EINVALID_ARGUMENT, msg, cap, "lineage: %s", why);
+            goto free_indexes;
+        }
+        if (!e->has_claim) continue;
+        if (wm_claim_check(&e->claim, why, sizeof(why)) < 0) {
+            rc = wm_bad(WM_EINVALID_ARGUMENT, msg, cap, "%s", why);
+            goto free_indexes;
+        }
+        if (!wm_identity_in_lineage(&e->claim.base, &e->lineage) ||
+            e->claim.committed_watermark != e->committed_watermark) {
+            rc = wm_bad(WM_EINVALID_ARGUMENT, msg, cap,
+                        "claim %s is not in its lineage or disagrees on the watermark",
+                        e->claim.request_id);
+            goto free_indexes;
+        }
+    }
+    if (img->next_operation_id == 0 || img->next_lease_id == 0)
+        rc = wm_bad(WM_EINVALID_ARGUMENT, msg, cap, "next operation and lease ids start at 1");
+free_indexes:
+    free(revs);
+    free(ops);
+    free(leases);
+    free(lins);
+    free(counts);
+    return rc;
+}

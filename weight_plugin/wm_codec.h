@@ -1,0 +1,112 @@
+/* wm_codec.h -- the weight plugin's records on disk.
+ *
+ * Converts between the plain records of weight_management.h and the
+ * protobuf-c messages of proto/weight_records.proto: the payloads of OpLog
+ * types 8-12 and the `weight_metadata` snapshot section. Encoding refuses a
+ * record that breaks an invariant (nothing invalid is ever written); decoding
+ * trusts nothing: every enum, identity, key, digest length, count and the
+ * invariants of weight_metadata_store.c are checked, and a failure is
+ * SMP_EPROTO with a sentence naming the fault. No function here calls the
+ * host. */
+#ifndef WM_CODEC_H
+#define WM_CODEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weight_management.h"
+
+/* Type 8: a revision record, the operations the same mutation created or
+ * changed, and the affinity summary when it is first recorded. */
+typedef struct wm_metadata_upsert {
+    wm_revision revision;
+    wm_operation *operations; /* owned when decoded */
+    size_t n_operations;
+    int has_affinity;
+    wm_affinity affinity;     /* owned when decoded */
+} wm_metadata_upsert;
+
+/* Type 9: the record leaves the table (with the listed ended operations). */
+typedef struct wm_metadata_delete {
+    wm_identity id;
+    uint64_t metadata_generation;
+    wm_delete_reason reason;
+    uint64_t *operation_ids;  /* owned when decoded */
+    size_t n_operation_ids;
+} wm_metadata_delete;
+
+/* Type 11: a lease ends. */
+typedef struct wm_lease_delete {
+    uint64_t lease_id;
+    wm_identity id_of;
+    wm_lease_end reason;
+} wm_lease_delete;
+
+/* The whole weight table as the snapshot section holds it. affinities is
+ * parallel to revisions (an empty summary where none is recorded). Owned when
+ * decoded; release with wm_section_image_clear(). */
+typedef struct wm_section_image {
+    wm_revision *revisions;
+    wm_affinity *affinities;
+    size_t n_revisions;
+    wm_operation *operations;
+    size_t n_operations;
+    wm_lease *leases;
+    size_t n_leases;
+    wm_lineage_entry *lineages;
+    size_t n_lineages;
+    uint64_t next_operation_id;
+    uint64_t next_lease_id;
+} wm_section_image;
+
+#define WM_SECTION_FORMAT 1
+
+/* Release what a decode allocated and zero the value. NULL is a no-op. */
+void wm_metadata_upsert_clear(wm_metadata_upsert *u);
+void wm_metadata_delete_clear(wm_metadata_delete *d);
+void wm_section_image_clear(wm_section_image *img);
+
+/* Encoders. On success *out is a malloc'ed buffer of *out_len bytes the
+ * caller frees (free()). WM_EINVALID_ARGUMENT (with msg, may be NULL) when
+ * the record breaks an invariant the decoder would refuse; SMP_ENOMEM. */
+int wm_encode_metadata_upsert(const wm_metadata_upsert *in, uint8_t **out, size_t *out_len,
+                              char *msg, size_t cap);
+int wm_encode_metadata_delete(const wm_metadata_delete *in, uint8_t **out, size_t *out_len,
+                              char *msg, size_t cap);
+int wm_encode_lease_upsert(const wm_lease *in, uint8_t **out, size_t *out_len,
+                           char *msg, size_t cap);
+int wm_encode_lease_delete(const wm_lease_delete *in, uint8_t **out, size_t *out_len,
+                           char *msg, size_t cap);
+int wm_encode_lineage_claim(const wm_lineage_claim *in, uint8_t **out, size_t *out_len,
+                            char *msg, size_t cap);
+int wm_encode_section(const wm_section_image *in, uint8_t **out, size_t *out_len,
+                      char *msg, size_t cap);
+
+/* Decoders. *out is written only on success and then owns its arrays.
+ * SMP_EPROTO with a sentence in msg (may be NULL) for anything malformed or
+ * invalid; SMP_ENOMEM. An empty section buffer decodes as an empty table
+ * (the snapshot had no section). */
+int wm_decode_metadata_upsert(const uint8_t *buf, size_t len, wm_metadata_upsert *out,
+                              char *msg, size_t cap);
+int wm_decode_metadata_delete(const uint8_t *buf, size_t len, wm_metadata_delete *out,
+                              char *msg, size_t cap);
+int wm_decode_lease_upsert(const uint8_t *buf, size_t len, wm_lease *out,
+                           char *msg, size_t cap);
+int wm_decode_lease_delete(const uint8_t *buf, size_t len, wm_lease_delete *out,
+                           char *msg, size_t cap);
+int wm_decode_lineage_claim(const uint8_t *buf, size_t len, wm_lineage_claim *out,
+                            char *msg, size_t cap);
+int wm_decode_section(const uint8_t *buf, size_t len, wm_section_image *out,
+                      char *msg, size_t cap);
+
+/* Check the cross-record invariants of a whole table (what a section decode
+ * runs after each record passed on its own): unique identities, operation,
+ * lease and lineage ids; every active operation present and RUNNING; every
+ * RUNNING operation active; leases only on READY or DEGRADED revisions and
+ * lease_count equal to the leases naming the revision; an affinity summary
+ * for every READY and DEGRADED revision; claims in their lineage with the
+ * entry's watermark; next ids above every id. WM_OK or WM_EINVALID_ARGUMENT
+ * with a sentence; SMP_ENOMEM. */
+int wm_section_check(const wm_section_image *img, char *msg, size_t cap);
+
+#endif /* WM_CODEC_H */

@@ -1,0 +1,784 @@
+/* wm_identity.c -- the value contracts of weight_management.h.
+ *
+ * Everything here is a pure function over the plugin's plain values: the
+ * error names, validation of identity strings and lineages, the canonical
+ * store keys (percent-encoded components, strict decoding back), the enum
+ * names used in configuration, logs and the wire, the storage policy with its
+ * precedence, and the affinity summary with the digests that seal a
+ * revision. No function calls the host; a bad value is reported with a code
+ * and, where a caller shows it to an operator, a sentence naming it. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <openssl/evp.h>
+
+#include "weight_management.h"
+
+const char *wm_error_name(int rc)
+{
+    switch (rc) {
+    case WM_OK: return "OK";
+    case WM_EINVALID_ARGUMENT: return "INVALID_ARGUMENT";
+    case WM_ENOT_FOUND: return "NOT_FOUND";
+    case WM_ENOT_READY: return "NOT_READY";
+    case WM_ECONFLICT: return "CONFLICT";
+    case WM_ESTALE_GENERATION: return "STALE_GENERATION";
+    case WM_EBUSY: return "BUSY";
+    case WM_ELEASE_EXPIRED: return "LEASE_EXPIRED";
+    case WM_EDURABILITY_FAILED: return "DURABILITY_FAILED";
+    case WM_EPOLICY_UNSATISFIABLE: return "POLICY_UNSATISFIABLE";
+    default: return smp_strerror(rc);
+    }
+}
+
+/* Write a formatted sentence into msg when the caller wants one; return rc
+ * so call sites read `return wm_fail(...)`. */
+__attribute__((format(printf, 4, 5)))
+static int wm_fail(int rc, char *msg, size_t cap, const char *fmt, ...)
+{
+    if (msg != NULL && cap > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, cap, fmt, ap);
+        va_end(ap);
+    }
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Identity strings                                                          */
+/* ------------------------------------------------------------------------ */
+
+/* 1 when s[0..len) is well-formed UTF-8 (RFC 3629: shortest form only, no
+ * UTF-16 surrogates, at most U+10FFFF). */
+static int wm_utf8_valid(const unsigned char *s, size_t len)
+{
+    size_t i = 0;
+    while (i < len) {
+        unsigned c = s[i];
+        size_t need;
+        uint32_t cp;
+        if (c < 0x80) {
+            i++;
+            continue;
+        } else if (c >= 0xC2 && c <= 0xDF) {
+            need = 1;
+            cp = c & 0x1F;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            need = 2;
+            cp = c & 0x0F;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            need = 3;
+            cp = c & 0x07;
+        } else {
+            return 0;
+        }
+        if (len - i - 1 < need) return 0;
+        for (size_t k = 1; k <= need; k++) {
+            unsigned cc = s[i + k];
+            if ((cc & 0xC0) != 0x80) return 0;
+            cp = (cp << 6) | (cc & 0x3F);
+        }
+        if (need == 2 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) return 0;
+        if (need == 3 && (cp < 0x10000 || cp > 0x10FFFF)) return 0;
+        i += need + 1;
+    }
+    return 1;
+}
+
+int wm_component_check(const char *s, size_t len)
+{
+    if (s == NULL || len == 0 || len > WM_ID_COMPONENT_MAX) return WM_EINVALID_ARGUMENT;
+    if (memchr(s, '\0', len) != NULL) return WM_EINVALID_ARGUMENT;
+    if (!wm_utf8_valid((const unsigned char *)s, len)) return WM_EINVALID_ARGUMENT;
+    return WM_OK;
+}
+
+int wm_text_check(const char *s, size_t len)
+{
+    if (len == 0) return WM_OK;
+    if (s == NULL || memchr(s, '\0', len) != NULL) return WM_EINVALID_ARGUMENT;
+    return wm_utf8_valid((const unsigned char *)s, len) ? WM_OK : WM_EINVALID_ARGUMENT;
+}
+
+/* Check one NUL-terminated member of a fixed buffer; the buffer may hold no
+ * terminator at all when it came from an unchecked source. */
+static int wm_field_check(const char *field, const char *name, char *msg, size_t cap)
+{
+    size_t len = strnlen(field, WM_ID_COMPONENT_MAX + 1);
+    if (len == 0) return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "%s is empty", name);
+    if (len > WM_ID_COMPONENT_MAX)
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "%s is longer than %d bytes", name,
+                       WM_ID_COMPONENT_MAX);
+    if (!wm_utf8_valid((const unsigned char *)field, len))
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "%s is not valid UTF-8", name);
+    return WM_OK;
+}
+
+/* RFC 3986 unreserved bytes: the ones a key component keeps literally. */
+static int wm_unreserved(unsigned char c)
+{
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+           c == '-' || c == '.' || c == '_' || c == '~';
+}
+
+/* Length of a component once percent-encoded. */
+static size_t wm_pct_len(const char *s)
+{
+    size_t n = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) n += wm_unreserved(*p) ? 1 : 3;
+    return n;
+}
+
+/* The longest key of any generation: "weights/" + 4 encoded components with
+ * their separators + "/" + 20 digits + "/payload/" + 20 digits. */
+static int wm_strings_check(const char *tenant,
+                            const char *ns,
+                            const char *resource,
+                            const char *revision,
+                            char *msg,
+                            size_t cap)
+{
+    int rc;
+    if ((rc = wm_field_check(tenant, "tenant_id", msg, cap)) < 0) return rc;
+    if ((rc = wm_field_check(ns, "namespace", msg, cap)) < 0) return rc;
+    if ((rc = wm_field_check(resource, "resource_id", msg, cap)) < 0) return rc;
+    if ((rc = wm_field_check(revision, "revision", msg, cap)) < 0) return rc;
+    size_t longest = strlen(WM_KEY_PREFIX) + 4 + wm_pct_len(tenant) + wm_pct_len(ns) +
+                     wm_pct_len(resource) + wm_pct_len(revision) + 1 + 20 +
+                     strlen("/payload/") + 20;
+    if (longest > WM_KEY_MAX)
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                       "identity encodes to keys of up to %zu bytes, above the %d-byte key limit",
+                       longest, WM_KEY_MAX);
+    return WM_OK;
+}
+
+int wm_lineage_check(const wm_lineage *lin, char *msg, size_t cap)
+{
+    if (lin == NULL) return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "lineage is missing");
+    return wm_strings_check(lin->tenant_id, lin->ns, lin->resource_id, lin->revision, msg, cap);
+}
+
+int wm_identity_check(const wm_identity *id, char *msg, size_t cap)
+{
+    if (id == NULL) return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "identity is missing");
+    return wm_strings_check(id->tenant_id, id->ns, id->resource_id, id->revision, msg, cap);
+}
+
+/* Copy one string into a member buffer after checking it. */
+static int wm_field_set(char *dst, const char *src)
+{
+    if (src == NULL) return WM_EINVALID_ARGUMENT;
+    size_t len = strnlen(src, WM_ID_COMPONENT_MAX + 1);
+    if (wm_component_check(src, len) < 0) return WM_EINVALID_ARGUMENT;
+    memcpy(dst, src, len);
+    dst[len] = '\0';
+    return WM_OK;
+}
+
+int wm_identity_set(wm_identity *out,
+                    const char *tenant_id,
+                    const char *ns,
+                    const char *resource_id,
+                    const char *revision,
+                    uint64_t weight_generation)
+{
+    wm_identity id;
+    memset(&id, 0, sizeof(id));
+    if (wm_field_set(id.tenant_id, tenant_id) < 0 || wm_field_set(id.ns, ns) < 0 ||
+        wm_field_set(id.resource_id, resource_id) < 0 || wm_field_set(id.revision, revision) < 0)
+        return WM_EINVALID_ARGUMENT;
+    id.weight_generation = weight_generation;
+    if (wm_identity_check(&id, NULL, 0) < 0) return WM_EINVALID_ARGUMENT;
+    *out = id;
+    return WM_OK;
+}
+
+void wm_identity_lineage(const wm_identity *id, wm_lineage *out)
+{
+    memcpy(out->tenant_id, id->tenant_id, sizeof(out->tenant_id));
+    memcpy(out->ns, id->ns, sizeof(out->ns));
+    memcpy(out->resource_id, id->resource_id, sizeof(out->resource_id));
+    memcpy(out->revision, id->revision, sizeof(out->revision));
+}
+
+void wm_lineage_identity(const wm_lineage *lin, uint64_t generation, wm_identity *out)
+{
+    memcpy(out->tenant_id, lin->tenant_id, sizeof(out->tenant_id));
+    memcpy(out->ns, lin->ns, sizeof(out->ns));
+    memcpy(out->resource_id, lin->resource_id, sizeof(out->resource_id));
+    memcpy(out->revision, lin->revision, sizeof(out->revision));
+    out->weight_generation = generation;
+}
+
+static int wm_strings_cmp(const char *const a[4], const char *const b[4])
+{
+    for (int i = 0; i < 4; i++) {
+        int c = strncmp(a[i], b[i], WM_ID_COMPONENT_MAX + 1);
+        if (c != 0) return c < 0 ? -1 : 1;
+    }
+    return 0;
+}
+
+int wm_lineage_cmp(const wm_lineage *a, const wm_lineage *b)
+{
+    const char *const sa[4] = {a->tenant_id, a->ns, a->resource_id, a->revision};
+    const char *const sb[4] = {b->tenant_id, b->ns, b->resource_id, b->revision};
+    return wm_strings_cmp(sa, sb);
+}
+
+int wm_identity_cmp(const wm_identity *a, const wm_identity *b)
+{
+    const char *const sa[4] = {a->tenant_id, a->ns, a->resource_id, a->revision};
+    const char *const sb[4] = {b->tenant_id, b->ns, b->resource_id, b->revision};
+    int c = wm_strings_cmp(sa, sb);
+    if (c != 0) return c;
+    if (a->weight_generation != b->weight_generation)
+        return a->weight_generation < b->weight_generation ? -1 : 1;
+    return 0;
+}
+
+int wm_identity_in_lineage(const wm_identity *id, const wm_lineage *lin)
+{
+    wm_lineage l;
+    wm_identity_lineage(id, &l);
+    return wm_lineage_cmp(&l, lin) == 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Percent-encoding and canonical keys                                       */
+/* ------------------------------------------------------------------------ */
+
+int wm_pct_encode(const char *in, size_t len, char *out, size_t cap)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t o = 0;
+    if (in == NULL || out == NULL || cap == 0) return WM_EINVALID_ARGUMENT;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)in[i];
+        if (wm_unreserved(c)) {
+            if (o + 1 >= cap) return WM_EINVALID_ARGUMENT;
+            out[o++] = (char)c;
+        } else {
+            if (o + 3 >= cap) return WM_EINVALID_ARGUMENT;
+            out[o++] = '%';
+            out[o++] = hex[c >> 4];
+            out[o++] = hex[c & 15];
+        }
+    }
+    out[o] = '\0';
+    return (int)o;
+}
+
+static int wm_hexval(char c)
+{
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1; /* lower case is not canonical */
+}
+
+int wm_pct_decode(const char *in, size_t len, char *out, size_t cap)
+{
+    size_t o = 0;
+    if (in == NULL || out == NULL || cap == 0) return WM_EINVALID_ARGUMENT;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)in[i];
+        if (o + 1 >= cap) return WM_EINVALID_ARGUMENT;
+        if (c == '%') {
+            if (len - i < 3) return WM_EINVALID_ARGUMENT;
+            int hi = wm_hexval(in[i + 1]), lo = wm_hexval(in[i + 2]);
+            if (hi < 0 || lo < 0) return WM_EINVALID_ARGUMENT;
+            unsigned char b = (unsigned char)(hi << 4 | lo);
+            if (wm_unreserved(b)) return WM_EINVALID_ARGUMENT;
+            out[o++] = (char)b;
+            i += 2;
+        } else if (wm_unreserved(c)) {
+            out[o++] = (char)c;
+        } else {
+            return WM_EINVALID_ARGUMENT;
+        }
+    }
+    out[o] = '\0';
+    return (int)o;
+}
+
+/* Append s to out at *pos, keeping room for the terminator. */
+static int wm_put(char *out, size_t cap, size_t *pos, const char *s, size_t len)
+{
+    if (*pos + len >= cap) return WM_EINVALID_ARGUMENT;
+    memcpy(out + *pos, s, len);
+    *pos += len;
+    out[*pos] = '\0';
+    return WM_OK;
+}
+
+static int wm_put_component(char *out, size_t cap, size_t *pos, const char *s)
+{
+    int n;
+    if (wm_put(out, cap, pos, "/", 1) < 0) return WM_EINVALID_ARGUMENT;
+    if ((n = wm_pct_encode(s, strlen(s), out + *pos, cap - *pos)) < 0) return n;
+    *pos += (size_t)n;
+    return WM_OK;
+}
+
+int wm_group_key(const wm_identity *id, char *out, size_t cap)
+{
+    char num[24];
+    size_t pos = 0;
+    if (out == NULL || cap == 0 || wm_identity_check(id, NULL, 0) < 0) return WM_EINVALID_ARGUMENT;
+    out[0] = '\0';
+    if (wm_put(out, cap, &pos, WM_KEY_PREFIX, strlen(WM_KEY_PREFIX)) < 0 ||
+        wm_put_component(out, cap, &pos, id->tenant_id) < 0 ||
+        wm_put_component(out, cap, &pos, id->ns) < 0 ||
+        wm_put_component(out, cap, &pos, id->resource_id) < 0 ||
+        wm_put_component(out, cap, &pos, id->revision) < 0)
+        return WM_EINVALID_ARGUMENT;
+    int n = snprintf(num, sizeof(num), "/%" PRIu64, id->weight_generation);
+    if (wm_put(out, cap, &pos, num, (size_t)n) < 0) return WM_EINVALID_ARGUMENT;
+    if (pos > WM_KEY_MAX) return WM_EINVALID_ARGUMENT;
+    return (int)pos;
+}
+
+int wm_manifest_key(const wm_identity *id, char *out, size_t cap)
+{
+    int n = wm_group_key(id, out, cap);
+    if (n < 0) return n;
+    size_t pos = (size_t)n;
+    if (wm_put(out, cap, &pos, "/manifest", 9) < 0 || pos > WM_KEY_MAX) return WM_EINVALID_ARGUMENT;
+    return (int)pos;
+}
+
+int wm_payload_key(const wm_identity *id, uint64_t idx, char *out, size_t cap)
+{
+    char num[32];
+    int n = wm_group_key(id, out, cap);
+    if (n < 0) return n;
+    size_t pos = (size_t)n;
+    int k = snprintf(num, sizeof(num), "/payload/%" PRIu64, idx);
+    if (wm_put(out, cap, &pos, num, (size_t)k) < 0 || pos > WM_KEY_MAX) return WM_EINVALID_ARGUMENT;
+    return (int)pos;
+}
+
+/* Parse a canonical decimal (no sign, no leading zero unless "0"). */
+static int wm_parse_u64(const char *s, size_t len, uint64_t *out)
+{
+    uint64_t v = 0;
+    if (len == 0 || len > 20 || (len > 1 && s[0] == '0')) return WM_EINVALID_ARGUMENT;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9') return WM_EINVALID_ARGUMENT;
+        unsigned d = (unsigned)(s[i] - '0');
+        if (v > (UINT64_MAX - d) / 10) return WM_EINVALID_ARGUMENT;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return WM_OK;
+}
+
+/* Decode one component [s, s+len) into a member buffer and validate it. */
+static int wm_take_component(const char *s, size_t len, char *dst)
+{
+    char buf[WM_ID_COMPONENT_MAX + 1];
+    int n = wm_pct_decode(s, len, buf, sizeof(buf));
+    if (n < 0) return WM_EINVALID_ARGUMENT;
+    if (wm_component_check(buf, (size_t)n) < 0) return WM_EINVALID_ARGUMENT;
+    memcpy(dst, buf, (size_t)n + 1);
+    return WM_OK;
+}
+
+int wm_key_parse(const char *key, wm_identity *out, wm_key_kind *kind, uint64_t *out_n)
+{
+    const char *part[8];
+    size_t plen[8];
+    size_t nparts = 0;
+    wm_identity id;
+    uint64_t n = 0;
+    wm_key_kind k;
+
+    if (key == NULL || out == NULL || kind == NULL) return WM_EINVALID_ARGUMENT;
+    size_t len = strnlen(key, WM_KEY_MAX + 1);
+    if (len == 0 || len > WM_KEY_MAX) return WM_EINVALID_ARGUMENT;
+    const char *p = key, *end = key + len;
+    while (p <= end) {
+        const char *slash = memchr(p, '/', (size_t)(end - p));
+        const char *stop = slash != NULL ? slash : end;
+        if (nparts == 8) return WM_EINVALID_ARGUMENT;
+        part[nparts] = p;
+        plen[nparts++] = (size_t)(stop - p);
+        p = stop + 1;
+    }
+    if (nparts < 6 || plen[0] != strlen(WM_KEY_PREFIX) ||
+        memcmp(part[0], WM_KEY_PREFIX, plen[0]) != 0)
+        return WM_EINVALID_ARGUMENT;
+    if (nparts == 6) {
+        k = WM_KEY_GROUP;
+    } else if (nparts == 7 && plen[6] == 8 && memcmp(part[6], "manifest", 8) == 0) {
+        k = WM_KEY_MANIFEST;
+    } else if (nparts == 8 && plen[6] == 7 && memcmp(part[6], "payload", 7) == 0) {
+        k = WM_KEY_PAYLOAD;
+        if (wm_parse_u64(part[7], plen[7], &n) < 0) return WM_EINVALID_ARGUMENT;
+    } else {
+        return WM_EINVALID_ARGUMENT;
+    }
+    memset(&id, 0, sizeof(id));
+    if (wm_take_component(part[1], plen[1], id.tenant_id) < 0 ||
+        wm_take_component(part[2], plen[2], id.ns) < 0 ||
+        wm_take_component(part[3], plen[3], id.resource_id) < 0 ||
+        wm_take_component(part[4], plen[4], id.revision) < 0 ||
+        wm_parse_u64(part[5], plen[5], &id.weight_generation) < 0)
+        return WM_EINVALID_ARGUMENT;
+    if (wm_identity_check(&id, NULL, 0) < 0) return WM_EINVALID_ARGUMENT;
+    *out = id;
+    *kind = k;
+    if (out_n != NULL) *out_n = n;
+    return WM_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Enum names                                                                */
+/* ------------------------------------------------------------------------ */
+
+static const char *const wm_avail_names[] = {NULL, "IMPORTING", "READY", "DEGRADED",
+                                             "DELETING", "DELETED"};
+static const char *const wm_res_names[] = {"UNKNOWN", "HOT", "COLD", "MIXED", "ABSENT"};
+static const char *const wm_mode_names[] = {NULL, "PINNED", "MANUAL", "AUTO"};
+static const char *const wm_kind_names[] = {NULL, "MIGRATING", "REPAIRING", "DELETING",
+                                            "IMPORTING"};
+static const char *const wm_state_names[] = {NULL, "RUNNING", "SUCCEEDED", "FAILED"};
+static const char *const wm_upsert_names[] = {NULL, "PUT_FIRST", "DELETE_FIRST"};
+static const char *const wm_phase_names[] = {NULL, "CLAIMED", "IMPORTING_TARGET",
+                                             "BASE_FENCED", "DRAINING_BASE", "DELETING_BASE",
+                                             "BASE_DELETED", "COMMITTED", "ABORTED"};
+
+#define WM_COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+static const char *wm_name_of(const char *const *names, int n, int v)
+{
+    if (v < 0 || v >= n || names[v] == NULL) return "?";
+    return names[v];
+}
+
+/* Index of s among names (any case), or -1. */
+static int wm_value_of(const char *const *names, int n, const char *s)
+{
+    if (s == NULL) return -1;
+    for (int i = 0; i < n; i++)
+        if (names[i] != NULL && strcasecmp(names[i], s) == 0) return i;
+    return -1;
+}
+
+const char *wm_availability_name(int v) { return wm_name_of(wm_avail_names, WM_COUNT(wm_avail_names), v); }
+const char *wm_residency_name(int v) { return wm_name_of(wm_res_names, WM_COUNT(wm_res_names), v); }
+const char *wm_mode_name(int v) { return wm_name_of(wm_mode_names, WM_COUNT(wm_mode_names), v); }
+const char *wm_op_kind_name(int v) { return wm_name_of(wm_kind_names, WM_COUNT(wm_kind_names), v); }
+const char *wm_op_state_name(int v) { return wm_name_of(wm_state_names, WM_COUNT(wm_state_names), v); }
+const char *wm_upsert_mode_name(int v) { return wm_name_of(wm_upsert_names, WM_COUNT(wm_upsert_names), v); }
+const char *wm_phase_name(int v) { return wm_name_of(wm_phase_names, WM_COUNT(wm_phase_names), v); }
+
+int wm_availability_valid(int v) { return v >= WM_AVAIL_IMPORTING && v <= WM_AVAIL_DELETED; }
+int wm_residency_valid(int v) { return v >= WM_RES_UNKNOWN && v <= WM_RES_ABSENT; }
+int wm_mode_valid(int v) { return v >= WM_MODE_PINNED && v <= WM_MODE_AUTO; }
+int wm_op_kind_valid(int v) { return v >= WM_OPK_MIGRATING && v <= WM_OPK_IMPORTING; }
+int wm_op_state_valid(int v) { return v >= WM_OPS_RUNNING && v <= WM_OPS_FAILED; }
+int wm_upsert_mode_valid(int v) { return v == WM_UPSERT_PUT_FIRST || v == WM_UPSERT_DELETE_FIRST; }
+int wm_phase_valid(int v) { return v >= WM_PHASE_CLAIMED && v <= WM_PHASE_ABORTED; }
+
+int wm_availability_from_name(const char *s, wm_availability *out)
+{
+    int v = wm_value_of(wm_avail_names, WM_COUNT(wm_avail_names), s);
+    if (v < 0) return WM_EINVALID_ARGUMENT;
+    *out = (wm_availability)v;
+    return WM_OK;
+}
+
+int wm_residency_from_name(const char *s, wm_residency *out)
+{
+    int v = wm_value_of(wm_res_names, WM_COUNT(wm_res_names), s);
+    if (v < 0) return WM_EINVALID_ARGUMENT;
+    *out = (wm_residency)v;
+    return WM_OK;
+}
+
+int wm_mode_from_name(const char *s, wm_migration_mode *out)
+{
+    int v = wm_value_of(wm_mode_names, WM_COUNT(wm_mode_names), s);
+    if (v < 0) return WM_EINVALID_ARGUMENT;
+    *out = (wm_migration_mode)v;
+    return WM_OK;
+}
+
+int wm_op_kind_from_name(const char *s, wm_op_kind *out)
+{
+    int v = wm_value_of(wm_kind_names, WM_COUNT(wm_kind_names), s);
+    if (v < 0) return WM_EINVALID_ARGUMENT;
+    *out = (wm_op_kind)v;
+    return WM_OK;
+}
+
+int wm_upsert_mode_from_name(const char *s, wm_upsert_mode *out)
+{
+    int v = wm_value_of(wm_upsert_names, WM_COUNT(wm_upsert_names), s);
+    if (v < 0) return WM_EINVALID_ARGUMENT;
+    *out = (wm_upsert_mode)v;
+    return WM_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Policy                                                                    */
+/* ------------------------------------------------------------------------ */
+
+wm_policy wm_policy_default(void)
+{
+    wm_policy p = {WM_RES_MIXED, WM_DEFAULT_MIXED_HOT_RATIO, WM_MODE_AUTO};
+    return p;
+}
+
+int wm_policy_check(const wm_policy *p, char *msg, size_t cap)
+{
+    if (p == NULL) return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "policy is missing");
+    if (p->preferred != WM_RES_HOT && p->preferred != WM_RES_COLD && p->preferred != WM_RES_MIXED)
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                       "preferred_residency %d (%s) is not HOT, COLD or MIXED", (int)p->preferred,
+                       wm_residency_name((int)p->preferred));
+    if (!isfinite(p->mixed_hot_ratio) || !(p->mixed_hot_ratio > 0.0) || !(p->mixed_hot_ratio < 1.0))
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "mixed_hot_ratio %g is outside (0, 1)",
+                       p->mixed_hot_ratio);
+    if (!wm_mode_valid((int)p->mode))
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                       "migration_mode %d is not PINNED, MANUAL or AUTO", (int)p->mode);
+    return WM_OK;
+}
+
+int wm_policy_from_names(const char *preferred,
+                         double ratio,
+                         const char *mode,
+                         wm_policy *out,
+                         char *msg,
+                         size_t cap)
+{
+    wm_policy p;
+    if (wm_residency_from_name(preferred, &p.preferred) < 0 ||
+        (p.preferred != WM_RES_HOT && p.preferred != WM_RES_COLD && p.preferred != WM_RES_MIXED))
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                       "preferred residency \"%s\" is not hot, cold or mixed",
+                       preferred != NULL ? preferred : "(none)");
+    if (wm_mode_from_name(mode, &p.mode) < 0)
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                       "migration mode \"%s\" is not pinned, manual or auto",
+                       mode != NULL ? mode : "(none)");
+    p.mixed_hot_ratio = ratio;
+    int rc = wm_policy_check(&p, msg, cap);
+    if (rc < 0) return rc;
+    *out = p;
+    return WM_OK;
+}
+
+int wm_policy_resolve(const wm_policy *call,
+                      const wm_policy *client_default,
+                      const wm_policy *cluster_default,
+                      wm_policy *out)
+{
+    const wm_policy *p = call != NULL ? call : client_default != NULL ? client_default
+                                                                      : cluster_default;
+    if (p == NULL || out == NULL || wm_policy_check(p, NULL, 0) < 0) return WM_EINVALID_ARGUMENT;
+    *out = *p;
+    return WM_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Affinity summary and sealing digests                                      */
+/* ------------------------------------------------------------------------ */
+
+void wm_affinity_clear(wm_affinity *a)
+{
+    if (a == NULL) return;
+    for (size_t i = 0; i < a->n_units; i++) {
+        for (size_t j = 0; j < a->units[i].n_members; j++) free(a->units[i].members[j]);
+        free(a->units[i].members);
+    }
+    free(a->units);
+    a->units = NULL;
+    a->n_units = 0;
+}
+
+int wm_affinity_copy(const wm_affinity *in, wm_affinity *out)
+{
+    wm_affinity c = {NULL, 0};
+    if (in == NULL || out == NULL) return WM_EINVALID_ARGUMENT;
+    if (in->n_units > 0) {
+        c.units = calloc(in->n_units, sizeof(*c.units));
+        if (c.units == NULL) return SMP_ENOMEM;
+    }
+    for (size_t i = 0; i < in->n_units; i++) {
+        const wm_affinity_unit *u = &in->units[i];
+        c.n_units = i + 1;
+        c.units[i].logical_bytes = u->logical_bytes;
+        if (u->n_members == 0) continue;
+        c.units[i].members = calloc(u->n_members, sizeof(char *));
+        if (c.units[i].members == NULL) goto free_copy;
+        for (size_t j = 0; j < u->n_members; j++) {
+            c.units[i].n_members = j + 1;
+            c.units[i].members[j] = strdup(u->members[j] != NULL ? u->members[j] : "");
+            if (c.units[i].members[j] == NULL) goto free_copy;
+        }
+    }
+    *out = c;
+    return WM_OK;
+free_copy:
+    wm_affinity_clear(&c);
+    return SMP_ENOMEM;
+}
+
+static int wm_str_ptr_cmp(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+int wm_payload_keys_digest(const char *const *keys, size_t n, uint8_t out[WM_SHA256_LEN])
+{
+    int rc = WM_OK;
+    const char **sorted = NULL;
+    EVP_MD_CTX *ctx = NULL;
+    unsigned len = 0;
+
+    if (out == NULL || (n > 0 && keys == NULL)) return WM_EINVALID_ARGUMENT;
+    for (size_t i = 0; i < n; i++)
+        if (keys[i] == NULL || strchr(keys[i], '\n') != NULL) return WM_EINVALID_ARGUMENT;
+    if (n > 0) {
+        sorted = malloc(n * sizeof(*sorted));
+        if (sorted == NULL) return SMP_ENOMEM;
+        memcpy(sorted, keys, n * sizeof(*sorted));
+        qsort(sorted, n, sizeof(*sorted), wm_str_ptr_cmp);
+    }
+    if ((ctx = EVP_MD_CTX_new()) == NULL) {
+        rc = SMP_ENOMEM;
+        goto free_sorted;
+    }
+    if (EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
+        rc = SMP_ENOMEM;
+        goto free_ctx;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (EVP_DigestUpdate(ctx, sorted[i], strlen(sorted[i])) != 1 ||
+            EVP_DigestUpdate(ctx, "\n", 1) != 1) {
+            rc = SMP_ENOMEM;
+            goto free_ctx;
+        }
+    }
+    if (EVP_DigestFinal_ex(ctx, out, &len) != 1) rc = SMP_ENOMEM;
+free_ctx:
+    EVP_MD_CTX_free(ctx);
+free_sorted:
+    free(sorted);
+    return rc;
+}
+
+int wm_affinity_digest(const wm_affinity *a, uint8_t out[WM_SHA256_LEN])
+{
+    int rc = WM_OK;
+    EVP_MD_CTX *ctx = NULL;
+    unsigned len = 0;
+    char line[80];
+
+    if (a == NULL || out == NULL || (a->n_units > 0 && a->units == NULL))
+        return WM_EINVALID_ARGUMENT;
+    for (size_t i = 0; i < a->n_units; i++)
+        for (size_t j = 0; j < a->units[i].n_members; j++)
+            if (a->units[i].members[j] == NULL || strchr(a->units[i].members[j], '\n') != NULL)
+                return WM_EINVALID_ARGUMENT;
+    if ((ctx = EVP_MD_CTX_new()) == NULL) return SMP_ENOMEM;
+    if (EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
+        rc = SMP_ENOMEM;
+        goto free_ctx;
+    }
+    for (size_t i = 0; i < a->n_units; i++) {
+        const wm_affinity_unit *u = &a->units[i];
+        int n = snprintf(line, sizeof(line), "unit %" PRIu64 " %zu\n", u->logical_bytes,
+                         u->n_members);
+        if (EVP_DigestUpdate(ctx, line, (size_t)n) != 1) {
+            rc = SMP_ENOMEM;
+            goto free_ctx;
+        }
+        for (size_t j = 0; j < u->n_members; j++) {
+            if (EVP_DigestUpdate(ctx, u->members[j], strlen(u->members[j])) != 1 ||
+                EVP_DigestUpdate(ctx, "\n", 1) != 1) {
+                rc = SMP_ENOMEM;
+                goto free_ctx;
+            }
+        }
+    }
+    if (EVP_DigestFinal_ex(ctx, out, &len) != 1) rc = SMP_ENOMEM;
+free_ctx:
+    EVP_MD_CTX_free(ctx);
+    return rc;
+}
+
+int wm_affinity_check(const wm_affinity *a, const wm_revision *rev, char *msg, size_t cap)
+{
+    int rc = WM_OK;
+    const char **all = NULL;
+    size_t n_all = 0, at = 0;
+    uint64_t bytes = 0;
+    uint8_t digest[WM_SHA256_LEN];
+
+    if (a == NULL || rev == NULL)
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "affinity summary is missing");
+    if (a->n_units == 0 || a->n_units != rev->affinity_count)
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                       "affinity summary has %zu units, the revision records %" PRIu64,
+                       a->n_units, rev->affinity_count);
+    for (size_t i = 0; i < a->n_units; i++) {
+        const wm_affinity_unit *u = &a->units[i];
+        if (u->n_members == 0 || u->members == NULL)
+            return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "affinity unit %zu has no member", i);
+        if (n_all + u->n_members < n_all || bytes + u->logical_bytes < bytes)
+            return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "affinity summary overflows");
+        n_all += u->n_members;
+        bytes += u->logical_bytes;
+    }
+    if (n_all != rev->payload_count)
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                       "affinity units hold %zu members, the revision has %" PRIu64 " payloads",
+                       n_all, rev->payload_count);
+    if (bytes != rev->logical_bytes)
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                       "affinity units hold %" PRIu64 " bytes, the revision has %" PRIu64, bytes,
+                       rev->logical_bytes);
+    all = malloc(n_all * sizeof(*all));
+    if (all == NULL) return SMP_ENOMEM;
+    for (size_t i = 0; i < a->n_units; i++) {
+        for (size_t j = 0; j < a->units[i].n_members; j++) {
+            const char *m = a->units[i].members[j];
+            wm_identity mid;
+            wm_key_kind kind;
+            if (m == NULL || wm_key_parse(m, &mid, &kind, NULL) < 0 || kind != WM_KEY_PAYLOAD ||
+                wm_identity_cmp(&mid, &rev->id) != 0) {
+                rc = wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                             "affinity unit %zu member %zu is not a payload key of the revision",
+                             i, j);
+                goto free_all;
+            }
+            all[at++] = m;
+        }
+    }
+    qsort(all, n_all, sizeof(*all), wm_str_ptr_cmp);
+    for (size_t i = 1; i < n_all; i++) {
+        if (strcmp(all[i - 1], all[i]) == 0) {
+            rc = wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "payload %s is in two affinity units",
+                         all[i]);
+            goto free_all;
+        }
+    }
+    if ((rc = wm_affinity_digest(a, digest)) < 0) goto free_all;
+    if (memcmp(digest, rev->affinity_sha256, WM_SHA256_LEN) != 0)
+        rc = wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                     "affinity digest does not match the revision's affinity_sha256");
+free_all:
+    free(all);
+    return rc;
+}
