@@ -26,7 +26,7 @@
 
 #include "node_cold.h"
 
-#define COLD_CHUNK (8u << 20)          /* bytes per write / read-back step */
+#define COLD_CHUNK (4u << 20)          /* bytes per write / read-back step */
 #define COLD_MAGIC "WMCOLD\0\1"
 #define COLD_TMP_NAME_MAX (COLD_NAME_MAX + 32)
 
