@@ -16,7 +16,8 @@
  * (SMP_EPROTO), writes without a configured secret (SMP_ENOTSUP). A refused
  * write has written nothing. A frame that does not parse gets an SMP_EPROTO
  * answer and closes that connection only. Reads need no ticket unless
- * require_read_ticket is set (see node_ticket.h for why).
+ * require_read_ticket is set (see node_ticket.h for why); a ticket that comes
+ * with a read is checked all the same.
  *
  * Everything runs on the loop thread. Segments are borrowed: a segment must
  * stay open until it is removed from the server (or the server is closed). */

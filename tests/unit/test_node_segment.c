@@ -11,7 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -39,12 +41,11 @@ static int teardown(void **state)
     return system(cmd) == 0 ? 0 : -1;
 }
 
-static seg_segment *open_seg(const char *id, uint64_t size, int *reopened_unused)
+static seg_segment *open_seg(const char *id, uint64_t size)
 {
     seg_options o = { .dir = g_dir, .id = id, .size = size, .preallocate = 1 };
     seg_segment *s = NULL;
     char err[256];
-    (void)reopened_unused;
     assert_int_equal(seg_open(&o, &s, err, sizeof(err)), SMP_OK);
     return s;
 }
@@ -59,8 +60,9 @@ static void test_segment_survives_reopen(void **state)
     seg_segment *s;
     (void)state;
 
-    s = open_seg("seg-a", SIZE, NULL);
+    s = open_seg("seg-a", SIZE);
     assert_int_equal(seg_size(s), SIZE);
+    assert_int_equal(seg_reopened(s), 0);
     assert_int_equal(seg_read(s, SIZE - sizeof(out), out, sizeof(out)), SMP_OK);
     for (size_t i = 0; i < sizeof(out); i++)
         assert_int_equal(out[i], 0);
@@ -72,18 +74,49 @@ static void test_segment_survives_reopen(void **state)
 
     assert_int_equal(stat(path, &st), 0);
     assert_int_equal((uint64_t)st.st_size, SIZE);
-    s = open_seg("seg-a", SIZE, NULL);
+    s = open_seg("seg-a", SIZE);
+    assert_int_equal(seg_reopened(s), 1);
     assert_int_equal(seg_read(s, 12345, out, sizeof(out)), SMP_OK);
     assert_memory_equal(buf, out, sizeof(buf));
     assert_int_equal(seg_destroy(s), SMP_OK);
     assert_int_not_equal(stat(path, &st), 0);
 }
 
+/* A node process killed with SIGKILL (no close, no unmap) leaves a segment
+ * that the next node opens with the bytes and without a stale lock. */
+static void test_segment_survives_sigkill(void **state)
+{
+    int status;
+    uint8_t out[64];
+    seg_segment *s;
+    pid_t pid;
+    (void)state;
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        seg_options o = { .dir = g_dir, .id = "seg-k", .size = SIZE };
+        seg_segment *cs = NULL;
+        if (seg_open(&o, &cs, NULL, 0) != SMP_OK)
+            _exit(2);
+        memset(seg_ptr(cs, 777, 64), 0x3c, 64);
+        raise(SIGKILL);
+        _exit(3);
+    }
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    s = open_seg("seg-k", SIZE);
+    assert_int_equal(seg_reopened(s), 1);
+    assert_int_equal(seg_read(s, 777, out, sizeof(out)), SMP_OK);
+    for (size_t i = 0; i < sizeof(out); i++)
+        assert_int_equal(out[i], 0x3c);
+    seg_destroy(s);
+}
+
 /* A file of another size is refused with both sizes named, and left alone. */
 static void test_size_mismatch_is_refused(void **state)
 {
     seg_options o = { .dir = g_dir, .id = "seg-b", .size = SIZE * 2 };
-    seg_segment *s = open_seg("seg-b", SIZE, NULL), *s2 = NULL;
+    seg_segment *s = open_seg("seg-b", SIZE), *s2 = NULL;
     char err[512];
     struct stat st;
     (void)state;
@@ -103,7 +136,7 @@ static void test_size_mismatch_is_refused(void **state)
 static void test_second_opener_is_refused(void **state)
 {
     seg_options o = { .dir = g_dir, .id = "seg-c", .size = SIZE };
-    seg_segment *s = open_seg("seg-c", SIZE, NULL), *s2 = NULL;
+    seg_segment *s = open_seg("seg-c", SIZE), *s2 = NULL;
     char err[512];
     (void)state;
     assert_int_equal(seg_open(&o, &s2, err, sizeof(err)), SMP_EBUSY);
@@ -113,11 +146,29 @@ static void test_second_opener_is_refused(void **state)
     seg_destroy(s2);
 }
 
+/* A segment file readable by others (planted in a shared directory, or
+ * loosened by hand) is refused. */
+static void test_foreign_or_open_file_is_refused(void **state)
+{
+    seg_options o = { .dir = g_dir, .id = "seg-f", .size = SIZE };
+    seg_segment *s = open_seg("seg-f", SIZE), *s2 = NULL;
+    char path[512], err[512];
+    (void)state;
+    snprintf(path, sizeof(path), "%s", seg_path(s));
+    seg_close(s);
+    assert_int_equal(chmod(path, 0644), 0);
+    assert_int_equal(seg_open(&o, &s2, err, sizeof(err)), SMP_EINVAL);
+    assert_non_null(strstr(err, "0600"));
+    assert_int_equal(chmod(path, 0600), 0);
+    assert_int_equal(seg_open(&o, &s2, err, sizeof(err)), SMP_OK);
+    seg_destroy(s2);
+}
+
 /* Ranges outside the segment, including ones that overflow, are refused. */
 static void test_bounds(void **state)
 {
     uint8_t b[16] = { 0 };
-    seg_segment *s = open_seg("seg-d", SIZE, NULL);
+    seg_segment *s = open_seg("seg-d", SIZE);
     (void)state;
     assert_int_equal(seg_check_range(s, 0, SIZE), SMP_OK);
     assert_int_equal(seg_check_range(s, SIZE, 0), SMP_OK);
@@ -156,7 +207,7 @@ static void test_bad_ids(void **state)
  * reads, what the node writes the client reads, and the checksums agree. */
 static void test_client_mapping_shares_bytes(void **state)
 {
-    seg_segment *s = open_seg("seg-e", SIZE, NULL);
+    seg_segment *s = open_seg("seg-e", SIZE);
     seg_map rw, ro;
     uint8_t in[8192], out[8192], md1[32], md2[32];
     char err[256];
@@ -196,8 +247,10 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_segment_survives_reopen),
+        cmocka_unit_test(test_segment_survives_sigkill),
         cmocka_unit_test(test_size_mismatch_is_refused),
         cmocka_unit_test(test_second_opener_is_refused),
+        cmocka_unit_test(test_foreign_or_open_file_is_refused),
         cmocka_unit_test(test_bounds),
         cmocka_unit_test(test_bad_ids),
         cmocka_unit_test(test_client_mapping_shares_bytes),
