@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -142,6 +144,36 @@ static void test_persist_mismatch_leaves_nothing(void **state)
     assert_int_equal(count_suffix(COLD_TMP_SUFFIX), 0);
     assert_int_equal(cold_persist(g_ct, "", g_data, 10, g_sha, 0, name, err, sizeof(err)),
                      SMP_EINVAL);
+}
+
+/* A write that fails midway (the file size limit stands in for a full disk)
+ * stops the read-back thread and leaves neither a final nor a temporary
+ * file. */
+static void test_failed_write_leaves_nothing(void **state)
+{
+    struct rlimit old, lim;
+    char name[COLD_NAME_MAX], err[512];
+    int rc;
+    (void)state;
+    signal(SIGXFSZ, SIG_IGN);
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+    lim = old;
+    lim.rlim_cur = COLD_HEADER_BYTES + (3u << 20) + 100; /* inside the first chunk */
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    rc = cold_persist(g_ct, "k/full", g_data, BIG, g_sha, 0, name, err, sizeof(err));
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+    assert_int_equal(rc, SMP_EIO);
+    assert_int_equal(count_suffix(COLD_SUFFIX), 0);
+    assert_int_equal(count_suffix(COLD_TMP_SUFFIX), 0);
+
+    lim.rlim_cur = COLD_HEADER_BYTES + (4u << 20) + 100; /* inside the second chunk */
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    rc = cold_persist(g_ct, "k/full", g_data, BIG, g_sha, 0, name, err, sizeof(err));
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+    assert_int_equal(rc, SMP_EIO);
+    assert_int_equal(count_suffix(COLD_SUFFIX), 0);
+    assert_int_equal(count_suffix(COLD_TMP_SUFFIX), 0);
+    signal(SIGXFSZ, SIG_DFL);
 }
 
 /* Flip one byte of a file at off (from the start of the file). */
@@ -329,6 +361,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_persist_and_load),
         cmocka_unit_test(test_persist_mismatch_leaves_nothing),
+        cmocka_unit_test(test_failed_write_leaves_nothing),
         cmocka_unit_test(test_corrupted_file_is_never_served),
         cmocka_unit_test(test_inventory_and_crash_leftovers),
         cmocka_unit_test(test_names_cannot_escape),
