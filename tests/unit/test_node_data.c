@@ -7,7 +7,8 @@
  * out-of-range and unknown segments refused with the connection kept;
  * malformed frames and random bytes close only their own connection while
  * another client is still served; read tickets when the node demands them;
- * a node without a secret refuses writes. */
+ * a node without a secret refuses writes; stalled and idle connections are
+ * closed when an idle timeout is set. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -55,12 +56,14 @@ static void loop_thread(void *arg)
 }
 
 /* Start a server on a fresh segment filled with PATTERN. */
-static harness *harness_start(const char *seg_id, const ticket_secret *secret, int read_tickets)
+static harness *harness_start_idle(const char *seg_id, const ticket_secret *secret,
+                                   int read_tickets, uint64_t idle_ms)
 {
     harness *h = calloc(1, sizeof(*h));
     seg_options so = { .dir = g_dir, .id = seg_id, .size = SEG_BYTES };
     data_server_options o = { .listen_tcp = "127.0.0.1:0", .secret = secret,
-                              .require_read_ticket = read_tickets };
+                              .require_read_ticket = read_tickets,
+                              .idle_timeout_ms = idle_ms };
     char err[256];
     assert_non_null(h);
     assert_int_equal(seg_open(&so, &h->seg, err, sizeof(err)), SMP_OK);
@@ -78,6 +81,11 @@ static harness *harness_start(const char *seg_id, const ticket_secret *secret, i
 }
 
 /* Stop the server and the loop; *stats (may be NULL) gets the final counters. */
+static harness *harness_start(const char *seg_id, const ticket_secret *secret, int read_tickets)
+{
+    return harness_start_idle(seg_id, secret, read_tickets, 0);
+}
+
 static void harness_stop_stats(harness *h, data_server_stats *stats)
 {
     uv_async_send(&h->stop);
@@ -412,6 +420,31 @@ static void test_two_clients_interleaved(void **state)
     free(out);
 }
 
+/* With an idle timeout, a client that stalls inside a request or sits idle
+ * between requests is disconnected; one that keeps talking is served. */
+static void test_idle_connections_are_closed(void **state)
+{
+    harness *h = harness_start_idle("id", &g_secret, 0, 300);
+    ndc_conn *stalled = connect_to(h), *idle = connect_to(h), *busy = connect_to(h);
+    uint8_t buf[64];
+    data_server_stats st;
+    (void)state;
+    assert_int_equal(ndc_send_raw(stalled, "WMD1", 4), SMP_OK);
+    for (int i = 0; i < 12; i++) {
+        assert_int_equal(ndc_read(busy, "id", 0, sizeof(buf), buf, NULL, 0), SMP_OK);
+        usleep(50 * 1000);
+    }
+    assert_int_equal(ndc_recv_status(stalled), SMP_EIO);
+    assert_int_equal(ndc_read(idle, "id", 0, sizeof(buf), buf, NULL, 0), SMP_EIO);
+    assert_int_equal(ndc_read(busy, "id", 0, sizeof(buf), buf, NULL, 0), SMP_OK);
+    ndc_close(stalled);
+    ndc_close(idle);
+    ndc_close(busy);
+    harness_stop_stats(h, &st);
+    assert_int_equal(st.idle_closed, 2);
+    assert_int_equal(st.truncated, 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -422,6 +455,7 @@ int main(void)
         cmocka_unit_test(test_read_tickets_when_required),
         cmocka_unit_test(test_no_secret_no_writes),
         cmocka_unit_test(test_two_clients_interleaved),
+        cmocka_unit_test(test_idle_connections_are_closed),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
