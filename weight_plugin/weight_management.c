@@ -659,8 +659,8 @@ static int wm_rpc_import_begin(void *plugin, smp_rpc_call *call, const uint8_t *
     snprintf(t->group_key, sizeof(t->group_key), "%s", r->group_key);
     r->created_ms = r->updated_ms = r->last_access_ms = wm_now(p, NULL);
     if (wm_pending_metadata(p, t->group_key)) {
+        wm_reply_error(p, call, WM_EBUSY, "an import of %s is starting; retry", t->group_key);
         wm_txn_free(t);
-        wm_reply_error(p, call, WM_EBUSY, "an import of %s is starting; retry", r->group_key);
         goto free_req;
     }
     if ((rc = wm_metadata_mutation_check(NULL, r, msg, sizeof(msg))) < 0) {
@@ -804,7 +804,8 @@ static int wm_commit_validate(wm_plugin *p, const Wmrpc__ImportCommitRequest *re
             rc = SMP_ENOMEM;
             goto free_all;
         }
-        if (scan.n == before || scan.n >= scan.limit) break;
+        /* A short page is the end of the group (listing is in key order). */
+        if (scan.n - before < page || scan.n >= scan.limit) break;
     }
 
     sizes = calloc((size_t)count, sizeof(*sizes));
