@@ -351,6 +351,8 @@ static void wm_txn_durable(void *arg, int status, uint64_t seq)
                            t->group_key, why);
         goto free_txn;
     }
+    if (t->kind == WM_TXN_LEASE_DELETE && t->lease_end.reason == WM_LEASE_EXPIRED)
+        p->leases_expired++;
     wm_metrics_refresh(p);
 
     if (t->then != NULL) {
