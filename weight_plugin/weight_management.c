@@ -63,6 +63,7 @@ struct wm_txn {
     wm_txn *next;                /* pending list */
 };
 
+/* Free a record and the chain after it (with any affinity it owns). */
 static void wm_txn_free(wm_txn *t)
 {
     while (t != NULL) {
@@ -73,6 +74,7 @@ static void wm_txn_free(wm_txn *t)
     }
 }
 
+/* A zeroed record of `kind` for the revision of group_key; NULL on OOM. */
 static wm_txn *wm_txn_new(wm_plugin *p, wm_txn_kind kind, const char *group_key)
 {
     wm_txn *t = calloc(1, sizeof(*t));
@@ -677,8 +679,7 @@ static int wm_rpc_import_begin(void *plugin, smp_rpc_call *call, const uint8_t *
     if ((rc = p->api->group_set_managed(p->host, t->group_key, 1, wm_begin_managed, t)) < 0) {
         wm_pending_remove(p, t);
         wm_txn_free(t);
-        wm_reply_error(p, call, WM_EDURABILITY_FAILED, "could not mark group managed: %s",
-                       smp_strerror(rc));
+        wm_reply_append_error(p, call, rc, "import begin (marking the group managed)");
     }
 free_req:
     wmrpc__import_begin_request__free_unpacked(req, NULL);
@@ -989,6 +990,13 @@ static void wm_op_migrating(wm_plugin *p, wm_operation *op, const wm_revision *r
     op->created_ms = op->updated_ms = now;
 }
 
+/* Seal and publish an import: CAS on the IMPORTING revision, validate the
+ * group against the summary (wm_commit_validate), then one durable record
+ * carries READY + HOT, the sealed summary and affinity, and -- when the
+ * preferred residency is not HOT -- the initial MIGRATING operation toward
+ * it. A retry on a published revision with the same summary answers it
+ * unchanged; a different summary is CONFLICT. A mismatch is
+ * INVALID_ARGUMENT naming it and changes nothing. */
 static int wm_rpc_import_commit(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len)
 {
     wm_plugin *p = plugin;
@@ -1138,6 +1146,8 @@ free_req:
 /* Queries                                                                   */
 /* ------------------------------------------------------------------------ */
 
+/* The revision in any state (tombstones included) and its active
+ * operation. NOT_FOUND for an unknown identity. */
 static int wm_rpc_get_metadata(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len)
 {
     wm_plugin *p = plugin;
@@ -1186,6 +1196,8 @@ free_req:
     return SMP_OK;
 }
 
+/* The logical bytes sealed at commit; NOT_READY before READY or once
+ * deletion started. */
 static int wm_rpc_get_size(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len)
 {
     wm_plugin *p = plugin;
@@ -1309,6 +1321,7 @@ free_req:
     return SMP_OK;
 }
 
+/* An operation by id, active or ended. NOT_FOUND when unknown. */
 static int wm_rpc_get_operation(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len)
 {
     wm_plugin *p = plugin;
@@ -1612,6 +1625,10 @@ free_req:
     return SMP_OK;
 }
 
+/* Extend a live lease of the named revision (new expiry: now + ttl).
+ * LEASE_EXPIRED when the lease is unknown, expired (even if not swept yet),
+ * ending, of another revision, or its revision is retired by a
+ * replacement (wm_revision_fenced). Durable before the answer. */
 static int wm_rpc_lease_renew(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len)
 {
     wm_plugin *p = plugin;
@@ -1843,7 +1860,9 @@ int wm_mgmt_register(wm_plugin *p)
 {
     int rc;
     if ((rc = wm_read_cluster_policy(p)) < 0) return rc;
-    if ((rc = p->api->register_rpc_service(p->host, &wm_service)) < 0) return rc;
+    if ((p->api->host_caps & SMP_HOST_CAP_RPC_DISPATCH) &&
+        (rc = p->api->register_rpc_service(p->host, &wm_service)) < 0)
+        return rc;
     if (!(p->api->host_caps & SMP_HOST_CAP_METRICS)) return SMP_OK;
     for (size_t i = 0; i < sizeof(wm_metric_specs) / sizeof(wm_metric_specs[0]); i++) {
         const wm_metric_spec *s = &wm_metric_specs[i];
