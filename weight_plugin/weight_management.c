@@ -60,6 +60,8 @@ struct wm_txn {
     wm_lease lease;
     wm_lease_delete lease_end;
     wm_txn *then;                /* appended after this one is durable */
+    wm_applied_fn applied;       /* lifecycle callback, or NULL */
+    void *applied_arg;
     wm_txn *next;                /* pending list */
 };
 
@@ -332,6 +334,7 @@ static void wm_txn_durable(void *arg, int status, uint64_t seq)
                            "the OpLog could not make the record for %s durable (%s); nothing "
                            "changed",
                            t->group_key, smp_strerror(status));
+        rc = WM_EDURABILITY_FAILED;
         goto free_txn;
     }
     switch (t->kind) {
@@ -392,6 +395,7 @@ static void wm_txn_durable(void *arg, int status, uint64_t seq)
     }
     t->call = NULL;
 free_txn:
+    if (t->applied != NULL) t->applied(p, t->applied_arg, rc);
     wm_txn_free(t);
 }
 
@@ -464,6 +468,57 @@ int wm_submit_lease_end(wm_plugin *p, const wm_lease *l, wm_lease_end reason)
     t->lease_end.lease_id = l->id;
     t->lease_end.id_of = l->id_of;
     t->lease_end.reason = reason;
+    int rc = wm_txn_append(p, t);
+    if (rc < 0) wm_txn_free(t);
+    return rc;
+}
+
+int wm_submit_upsert(wm_plugin *p, const wm_revision *rev, const wm_operation *ops, size_t n_ops,
+                     wm_applied_fn cb, void *arg)
+{
+    char why[512] = "";
+    int rc;
+    if (rev == NULL || n_ops > 2 || (n_ops > 0 && ops == NULL)) return WM_EINVALID_ARGUMENT;
+    wm_txn *t = wm_txn_new(p, WM_TXN_UPSERT, rev->group_key);
+    if (t == NULL) return SMP_ENOMEM;
+    t->up.revision = *rev;
+    for (size_t i = 0; i < n_ops; i++) t->ops[i] = ops[i];
+    t->up.n_operations = n_ops;
+    t->up.operations = n_ops ? t->ops : NULL;
+    /* What the store would refuse is refused now, before anything is
+     * written: the record alone, and with the summary the store holds. */
+    const wm_affinity *held = wm_store_affinity(p->store, &rev->id);
+    if ((rc = wm_metadata_check(&t->up.revision, why, sizeof(why))) == WM_OK &&
+        (rev->availability == WM_AVAIL_READY || rev->availability == WM_AVAIL_DEGRADED) &&
+        (held == NULL || held->n_units == 0)) {
+        snprintf(why, sizeof(why), "%.200s has no sealed affinity summary", rev->group_key);
+        rc = WM_EINVALID_ARGUMENT;
+    }
+    for (size_t i = 0; rc == WM_OK && i < n_ops; i++)
+        rc = wm_operation_check(&t->ops[i], &t->up.revision, why, sizeof(why));
+    if (rc < 0) {
+        p->api->log(p->host, SMP_LOG_ERROR, "lifecycle record for %s refused: %s", rev->group_key,
+                    why);
+        wm_txn_free(t);
+        return WM_EINVALID_ARGUMENT;
+    }
+    t->applied = cb;
+    t->applied_arg = arg;
+    if ((rc = wm_txn_append(p, t)) < 0) wm_txn_free(t);
+    return rc;
+}
+
+int wm_submit_delete(wm_plugin *p, const wm_metadata_delete *d, wm_applied_fn cb, void *arg)
+{
+    if (d == NULL || d->n_operation_ids > 1 || (d->n_operation_ids > 0 && d->operation_ids == NULL))
+        return WM_EINVALID_ARGUMENT;
+    const wm_revision *rev = wm_store_get(p->store, &d->id);
+    wm_txn *t = wm_txn_new(p, WM_TXN_DELETE, rev ? rev->group_key : "");
+    if (t == NULL) return SMP_ENOMEM;
+    t->del = *d;
+    if (d->n_operation_ids) t->del_ops[0] = d->operation_ids[0];
+    t->applied = cb;
+    t->applied_arg = arg;
     int rc = wm_txn_append(p, t);
     if (rc < 0) wm_txn_free(t);
     return rc;

@@ -19,10 +19,11 @@
  *   - change: never write the tables directly. Build the complete next
  *     record (wm_metadata_upsert: the revision at metadata_generation + 1
  *     when the revision changes, plus every operation the step changed),
- *     check it with wm_metadata_mutation_check, and hand it to the
- *     append/publish machinery of weight_management.c (wm_txn), which
- *     applies it with wm_store_apply_upsert from the durable callback --
- *     the same function replay uses. When an operation ends, the record
+ *     check it with wm_metadata_mutation_check, and hand it to
+ *     wm_submit_upsert / wm_submit_delete (wm_plugin.h), which append it,
+ *     hold the revision busy while it is in flight, apply it with
+ *     wm_store_apply_upsert from the durable callback -- the same function
+ *     replay uses -- and then call back. When an operation ends, the record
  *     must carry it (SUCCEEDED/FAILED) together with the revision whose
  *     operation_id is cleared; a RUNNING operation that is not its
  *     revision's active one is refused. Progress-only records may repeat the

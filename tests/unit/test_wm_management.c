@@ -657,6 +657,93 @@ static void test_commit_pages_through_a_large_group(void **state)
     wm_affinity_clear(&aff);
 }
 
+static int applied_calls, applied_status;
+static void on_applied(wm_plugin *p, void *arg, int status)
+{
+    (void)p;
+    assert_ptr_equal(arg, &applied_calls);
+    applied_calls++;
+    applied_status = status;
+}
+
+/* The lifecycle's way to change a revision: wm_submit_upsert holds the
+ * revision busy while the record is in flight, applies it when durable and
+ * then calls back; a record the store would refuse is refused before the
+ * append; a failed append calls back with DURABILITY_FAILED and changes
+ * nothing. */
+static void test_lifecycle_submit(void **state)
+{
+    (void)state;
+    wm_revision rev;
+    smp_rpc_call c;
+    seed_ready("life", WM_RES_HOT, WM_MODE_AUTO, &rev);
+    Wmrpc__WeightIdentity id;
+    set_id(&id, &rev.id);
+
+    /* Start a migration to COLD through the RPC. */
+    Wmrpc__MigrateRequest mig = WMRPC__MIGRATE_REQUEST__INIT;
+    mig.identity = &id;
+    mig.target_residency = WM_RES_COLD;
+    mig.expected_metadata_generation = 1;
+    invoke(WMRPC__WEIGHT_METHOD__WEIGHT_MIGRATE, &mig.base, &c);
+    deliver(SMP_OK);
+    assert_int_equal(c.status, SMP_OK);
+    const wm_revision *cur = wm_store_get(P.store, &rev.id);
+    wm_operation op = *wm_store_operation(P.store, cur->operation_id);
+
+    /* Progress only: the revision at its generation, the operation moved. */
+    op.members_done = 1;
+    op.bytes_done = 100;
+    op.updated_ms = 20000;
+    applied_calls = 0;
+    assert_int_equal(wm_submit_upsert(&P, cur, &op, 1, on_applied, &applied_calls), WM_OK);
+    assert_true(wm_pending_metadata(&P, rev.group_key));
+    Wmrpc__IdentityRequest rm = WMRPC__IDENTITY_REQUEST__INIT;
+    rm.identity = &id;
+    rm.expected_metadata_generation = 2;
+    invoke(WMRPC__WEIGHT_METHOD__WEIGHT_REMOVE, &rm.base, &c);
+    assert_int_equal(c.status, WM_EBUSY);
+    deliver(SMP_OK);
+    assert_int_equal(applied_calls, 1);
+    assert_int_equal(applied_status, WM_OK);
+    assert_int_equal(wm_store_operation(P.store, op.id)->bytes_done, 100);
+    assert_int_equal(wm_store_get(P.store, &rev.id)->metadata_generation, 2);
+
+    /* Finishing: COLD, the operation SUCCEEDED and no longer active. */
+    wm_revision next = *wm_store_get(P.store, &rev.id);
+    next.metadata_generation = 3;
+    next.residency = WM_RES_COLD;
+    next.observed_hot_ratio = 0.0;
+    next.operation_id = 0;
+    next.updated_ms = 30000;
+    op.state = WM_OPS_SUCCEEDED;
+    op.members_done = op.members_total;
+    op.bytes_done = op.bytes_total;
+    /* An operation still RUNNING while the revision no longer names it is
+     * refused before anything is appended. */
+    wm_operation still_running = op;
+    still_running.state = WM_OPS_RUNNING;
+    assert_int_equal(wm_submit_upsert(&P, &next, &still_running, 1, on_applied, &applied_calls),
+                     WM_EINVALID_ARGUMENT);
+    assert_int_equal(H.nq, 0);
+    H.append_rc = SMP_EGATE;
+    assert_int_equal(wm_submit_upsert(&P, &next, &op, 1, on_applied, &applied_calls), SMP_EGATE);
+    H.append_rc = 0;
+    assert_int_equal(wm_submit_upsert(&P, &next, &op, 1, on_applied, &applied_calls), WM_OK);
+    deliver(SMP_EDURABILITY);
+    assert_int_equal(applied_calls, 2);
+    assert_int_equal(applied_status, WM_EDURABILITY_FAILED);
+    assert_int_equal(wm_store_get(P.store, &rev.id)->residency, WM_RES_HOT);
+    assert_int_equal(wm_submit_upsert(&P, &next, &op, 1, on_applied, &applied_calls), WM_OK);
+    deliver(SMP_OK);
+    assert_int_equal(applied_calls, 3);
+    assert_int_equal(applied_status, WM_OK);
+    cur = wm_store_get(P.store, &rev.id);
+    assert_int_equal(cur->residency, WM_RES_COLD);
+    assert_int_equal(cur->operation_id, 0);
+    assert_int_equal(wm_store_operation(P.store, op.id)->state, WM_OPS_SUCCEEDED);
+}
+
 /* Bodies that do not decode, or decode to nonsense, are answered with an
  * error and never crash a handler. */
 static void test_garbage_bodies_never_crash(void **state)
@@ -692,6 +779,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_in_flight_mutations_and_lease_sweep, setup, teardown),
         cmocka_unit_test_setup_teardown(test_guard_answers_from_revision_state, setup, teardown),
         cmocka_unit_test_setup_teardown(test_commit_pages_through_a_large_group, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lifecycle_submit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_garbage_bodies_never_crash, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
