@@ -303,9 +303,7 @@ int ndc_read_cold(ndc_conn *c,
                   uint64_t length,
                   void *dst)
 {
-    const char *base = cold_name != NULL ? strrchr(cold_name, '/') : NULL;
-    return read_op(c, NDW_OP_READ_COLD, base != NULL ? base + 1 : cold_name, offset, length,
-                   dst, NULL, 0);
+    return read_op(c, NDW_OP_READ_COLD, cold_name, offset, length, dst, NULL, 0);
 }
 
 int ndc_write(ndc_conn *c,

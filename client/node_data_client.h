@@ -57,8 +57,8 @@ int ndc_read(ndc_conn *c,
              size_t ticket_len);
 
 /* Read [offset, offset + length) of the data of the node's cold file
- * cold_name (its bare name "<64 hex>.cold", or a path whose last component
- * is one: only that component is sent) into dst. The node does not verify
+ * cold_name (its bare name "<64 hex>.cold", sent as is: a name with a
+ * directory is refused by the node) into dst. The node does not verify
  * the bytes it sends from disk: the caller must (the object's SHA-256).
  * Refusals: SMP_EINVAL (not a cold file name), SMP_ENOTFOUND, SMP_ERANGE,
  * SMP_EPROTO (the file's header or size is bad), SMP_ENOTSUP (the node
