@@ -615,6 +615,32 @@ static void test_cold_read_refusals(void **state)
     cold_fixture_done(ct, data);
 }
 
+/* Clients that vanish in the middle of cold reads -- before the answer, or
+ * with most of the bytes unread -- cost the node nothing: the transfer is
+ * dropped (its file closed, its buffer freed) and others are served. */
+static void test_cold_read_client_vanishes(void **state)
+{
+    char name[COLD_NAME_MAX];
+    uint8_t *data, frame[NDW_REQ_HDR + COLD_NAME_MAX], buf[64];
+    cold_tier *ct = cold_fixture(name, &data);
+    harness *h = harness_start_cold("cv", &g_secret, 0, 0, ct);
+    ndc_conn *ok = connect_to(h);
+    size_t n = raw_cold_frame(frame, name, strlen(name), COLD_OBJ_BYTES);
+    (void)state;
+    for (int i = 0; i < 8; i++) {
+        ndc_conn *gone = connect_to(h);
+        assert_int_equal(ndc_send_raw(gone, frame, n), SMP_OK);
+        if (i % 2 == 1)
+            usleep(20 * 1000); /* let the transfer start */
+        ndc_close(gone);
+        assert_int_equal(ndc_read_cold(ok, name, 7, sizeof(buf), buf), SMP_OK);
+        assert_memory_equal(buf, data + 7, sizeof(buf));
+    }
+    ndc_close(ok);
+    harness_stop(h);
+    cold_fixture_done(ct, data);
+}
+
 /* A node without a cold tier refuses READ_COLD and keeps the connection. */
 static void test_cold_read_without_cold_tier(void **state)
 {
@@ -643,6 +669,7 @@ int main(void)
         cmocka_unit_test(test_idle_connections_are_closed),
         cmocka_unit_test(test_cold_read_round_trip),
         cmocka_unit_test(test_cold_read_refusals),
+        cmocka_unit_test(test_cold_read_client_vanishes),
         cmocka_unit_test(test_cold_read_without_cold_tier),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
