@@ -254,13 +254,16 @@ static int send_request(ndc_conn *c, uint8_t op, const char *segment, uint64_t o
     return rc;
 }
 
-int ndc_read(ndc_conn *c,
-             const char *segment,
-             uint64_t offset,
-             uint64_t length,
-             void *dst,
-             const uint8_t *ticket,
-             size_t ticket_len)
+/* A READ or READ_COLD: the request, then a FINAL with exactly length bytes
+ * straight into dst, or a refusal without payload. */
+static int read_op(ndc_conn *c,
+                   uint8_t op,
+                   const char *name,
+                   uint64_t offset,
+                   uint64_t length,
+                   void *dst,
+                   const uint8_t *ticket,
+                   size_t ticket_len)
 {
     int rc;
     ndw_response r;
@@ -269,18 +272,38 @@ int ndc_read(ndc_conn *c,
     if (c->broken)
         return c->broken;
     c->err[0] = '\0';
-    if ((rc = send_request(c, NDW_OP_READ, segment, offset, length, ticket, ticket_len)) < 0)
+    if ((rc = send_request(c, op, name, offset, length, ticket, ticket_len)) < 0)
         return rc;
     if ((rc = recv_response(c, &r)) < 0)
         return rc;
     if (r.kind != NDW_KIND_FINAL || (r.status == 0 && r.payload != length) ||
         (r.status != 0 && r.payload != 0)) {
-        conn_err(c, "node data: unexpected answer to a read");
+        conn_err(c, "node data: unexpected answer to a %s", op == NDW_OP_READ ? "read" : "cold read");
         return conn_break(c, SMP_EPROTO);
     }
     if (r.status != 0)
         return r.status;
     return recv_all(c, dst, (size_t)length);
+}
+
+int ndc_read(ndc_conn *c,
+             const char *segment,
+             uint64_t offset,
+             uint64_t length,
+             void *dst,
+             const uint8_t *ticket,
+             size_t ticket_len)
+{
+    return read_op(c, NDW_OP_READ, segment, offset, length, dst, ticket, ticket_len);
+}
+
+int ndc_read_cold(ndc_conn *c,
+                  const char *cold_name,
+                  uint64_t offset,
+                  uint64_t length,
+                  void *dst)
+{
+    return read_op(c, NDW_OP_READ_COLD, cold_name, offset, length, dst, NULL, 0);
 }
 
 int ndc_write(ndc_conn *c,

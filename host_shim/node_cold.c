@@ -674,6 +674,26 @@ free_key:
     return rc;
 }
 
+int cold_open_data(const cold_tier *ct,
+                   const char *name_or_path,
+                   int *fd_out,
+                   uint64_t *len_out)
+{
+    int rc;
+    uint64_t fbytes;
+    uint8_t sha[32];
+    char name[COLD_NAME_MAX];
+    char *key;
+    if (fd_out == NULL || len_out == NULL || cold_resolve(ct, name_or_path, name) < 0)
+        return SMP_EINVAL;
+    key = malloc(COLD_KEY_MAX + 1);
+    if (key == NULL)
+        return SMP_ENOMEM;
+    rc = open_checked(ct, name, fd_out, len_out, sha, key, &fbytes);
+    free(key);
+    return rc;
+}
+
 int cold_delete(cold_tier *ct, const char *name_or_path)
 {
     char name[COLD_NAME_MAX];

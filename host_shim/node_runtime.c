@@ -399,9 +399,12 @@ int node_runtime_start(const node_runtime_options *opt,
     data_server_options dso = {.listen_tcp = n->data_listen,
                                .secret = &n->secret,
                                .socket_buffer_bytes = 4 << 20};
-    if ((rc = data_server_create(&n->loop, &dso, &n->data, err, errlen)) < 0 ||
-        (rc = data_server_add_segment(n->data, n->seg)) < 0 ||
-        (rc = data_server_start(n->data, err, errlen)) < 0) {
+    if ((rc = data_server_create(&n->loop, &dso, &n->data, err, errlen)) == SMP_OK) {
+        data_server_set_cold(n->data, n->cold); /* clients read cold-only objects here */
+        if ((rc = data_server_add_segment(n->data, n->seg)) == SMP_OK)
+            rc = data_server_start(n->data, err, errlen);
+    }
+    if (rc < 0) {
         if (n->data) data_server_close(n->data);
         uv_run(&n->loop, UV_RUN_DEFAULT);
         uv_loop_close(&n->loop);
