@@ -8,12 +8,15 @@
  * metadata generation. It never calls the host and never changes a store
  * object; the in-memory tables that apply these rules are built on top. */
 #include <inttypes.h>
+#include <stdlib.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "weight_management.h"
+#include "weight_metadata_store.h"
+#include "wm_codec.h"
 
 /* Write a sentence into msg when the caller wants one; return rc. */
 __attribute__((format(printf, 4, 5)))
@@ -426,4 +429,612 @@ int wm_claim_check(const wm_lineage_claim *c, char *msg, size_t cap)
         return wm_violation(WM_EINVALID_ARGUMENT, msg, cap,
                             "claim was created after its last update");
     return WM_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The tables                                                                */
+/* ------------------------------------------------------------------------ */
+
+/* One revision and its sealed affinity summary. Linked into two hash chains
+ * (by identity, by group key) and referenced from the identity order. */
+typedef struct wm_rev_entry {
+    wm_revision rev;
+    wm_affinity aff;
+    uint64_t id_hash;
+    uint64_t group_hash;
+    struct wm_rev_entry *next_id;
+    struct wm_rev_entry *next_group;
+} wm_rev_entry;
+
+struct wm_store {
+    wm_rev_entry **by_id;      /* buckets */
+    wm_rev_entry **by_group;   /* buckets */
+    size_t n_buckets;          /* power of two */
+    wm_rev_entry **order;      /* sorted by identity */
+    size_t n_revs, cap_revs;
+    wm_operation *ops;         /* sorted by id */
+    size_t n_ops, cap_ops;
+    wm_lease *leases;          /* sorted by id */
+    size_t n_leases, cap_leases;
+    wm_lineage_entry *lineages; /* carried verbatim (generation replacement) */
+    size_t n_lineages;
+    uint64_t next_op_id;
+    uint64_t next_lease_id;
+    wm_store_stats stats;
+};
+
+static uint64_t wm_fnv(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= UINT64_C(1099511628211);
+    }
+    return h;
+}
+
+#define WM_FNV_INIT UINT64_C(14695981039346656037)
+
+static uint64_t wm_identity_hash(const wm_identity *id)
+{
+    uint64_t h = WM_FNV_INIT;
+    h = wm_fnv(h, id->tenant_id, strlen(id->tenant_id) + 1);
+    h = wm_fnv(h, id->ns, strlen(id->ns) + 1);
+    h = wm_fnv(h, id->resource_id, strlen(id->resource_id) + 1);
+    h = wm_fnv(h, id->revision, strlen(id->revision) + 1);
+    return wm_fnv(h, &id->weight_generation, sizeof(id->weight_generation));
+}
+
+static uint64_t wm_str_hash(const char *s)
+{
+    return wm_fnv(WM_FNV_INIT, s, strlen(s));
+}
+
+int wm_store_create(wm_store **out)
+{
+    wm_store *st = calloc(1, sizeof(*st));
+    if (st == NULL) return SMP_ENOMEM;
+    st->n_buckets = 64;
+    st->by_id = calloc(st->n_buckets, sizeof(*st->by_id));
+    st->by_group = calloc(st->n_buckets, sizeof(*st->by_group));
+    if (st->by_id == NULL || st->by_group == NULL) {
+        free(st->by_id);
+        free(st->by_group);
+        free(st);
+        return SMP_ENOMEM;
+    }
+    st->next_op_id = 1;
+    st->next_lease_id = 1;
+    *out = st;
+    return WM_OK;
+}
+
+static void wm_lineages_free(wm_lineage_entry *v)
+{
+    free(v);
+}
+
+void wm_store_free(wm_store *st)
+{
+    if (st == NULL) return;
+    for (size_t i = 0; i < st->n_revs; i++) {
+        wm_affinity_clear(&st->order[i]->aff);
+        free(st->order[i]);
+    }
+    free(st->order);
+    free(st->by_id);
+    free(st->by_group);
+    free(st->ops);
+    free(st->leases);
+    wm_lineages_free(st->lineages);
+    free(st);
+}
+
+static wm_rev_entry *wm_find_entry(const wm_store *st, const wm_identity *id)
+{
+    uint64_t h = wm_identity_hash(id);
+    for (wm_rev_entry *e = st->by_id[h & (st->n_buckets - 1)]; e != NULL; e = e->next_id)
+        if (e->id_hash == h && wm_identity_cmp(&e->rev.id, id) == 0) return e;
+    return NULL;
+}
+
+static wm_rev_entry *wm_find_group(const wm_store *st, const char *group)
+{
+    uint64_t h = wm_str_hash(group);
+    for (wm_rev_entry *e = st->by_group[h & (st->n_buckets - 1)]; e != NULL; e = e->next_group)
+        if (e->group_hash == h && strcmp(e->rev.group_key, group) == 0) return e;
+    return NULL;
+}
+
+/* Grow the bucket arrays when the load passes 2 (rehash both chains). */
+static int wm_buckets_grow(wm_store *st)
+{
+    if (st->n_revs < st->n_buckets * 2) return WM_OK;
+    size_t nb = st->n_buckets * 2;
+    wm_rev_entry **bi = calloc(nb, sizeof(*bi));
+    wm_rev_entry **bg = calloc(nb, sizeof(*bg));
+    if (bi == NULL || bg == NULL) {
+        free(bi);
+        free(bg);
+        return SMP_ENOMEM;
+    }
+    for (size_t i = 0; i < st->n_revs; i++) {
+        wm_rev_entry *e = st->order[i];
+        e->next_id = bi[e->id_hash & (nb - 1)];
+        bi[e->id_hash & (nb - 1)] = e;
+        e->next_group = bg[e->group_hash & (nb - 1)];
+        bg[e->group_hash & (nb - 1)] = e;
+    }
+    free(st->by_id);
+    free(st->by_group);
+    st->by_id = bi;
+    st->by_group = bg;
+    st->n_buckets = nb;
+    return WM_OK;
+}
+
+size_t wm_store_revision_lower_bound(const wm_store *st, const wm_identity *id)
+{
+    size_t lo = 0, hi = st->n_revs;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (wm_identity_cmp(&st->order[mid]->rev.id, id) < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* Link a new entry into both chains and the order. */
+static int wm_entry_insert(wm_store *st, wm_rev_entry *e)
+{
+    int rc;
+    if (st->n_revs == st->cap_revs) {
+        size_t nc = st->cap_revs ? st->cap_revs * 2 : 16;
+        wm_rev_entry **no = realloc(st->order, nc * sizeof(*no));
+        if (no == NULL) return SMP_ENOMEM;
+        st->order = no;
+        st->cap_revs = nc;
+    }
+    size_t at = wm_store_revision_lower_bound(st, &e->rev.id);
+    memmove(&st->order[at + 1], &st->order[at], (st->n_revs - at) * sizeof(*st->order));
+    st->order[at] = e;
+    st->n_revs++;
+    e->id_hash = wm_identity_hash(&e->rev.id);
+    e->group_hash = wm_str_hash(e->rev.group_key);
+    size_t b = e->id_hash & (st->n_buckets - 1);
+    e->next_id = st->by_id[b];
+    st->by_id[b] = e;
+    b = e->group_hash & (st->n_buckets - 1);
+    e->next_group = st->by_group[b];
+    st->by_group[b] = e;
+    if ((rc = wm_buckets_grow(st)) < 0) return rc == SMP_ENOMEM ? WM_OK : rc; /* still correct */
+    return WM_OK;
+}
+
+static void wm_entry_unlink(wm_store *st, wm_rev_entry *e)
+{
+    wm_rev_entry **pp = &st->by_id[e->id_hash & (st->n_buckets - 1)];
+    while (*pp != NULL && *pp != e) pp = &(*pp)->next_id;
+    if (*pp == e) *pp = e->next_id;
+    pp = &st->by_group[e->group_hash & (st->n_buckets - 1)];
+    while (*pp != NULL && *pp != e) pp = &(*pp)->next_group;
+    if (*pp == e) *pp = e->next_group;
+    size_t at = wm_store_revision_lower_bound(st, &e->rev.id);
+    if (at < st->n_revs && st->order[at] == e) {
+        memmove(&st->order[at], &st->order[at + 1], (st->n_revs - at - 1) * sizeof(*st->order));
+        st->n_revs--;
+    }
+}
+
+static size_t wm_op_lower_bound(const wm_store *st, uint64_t id)
+{
+    size_t lo = 0, hi = st->n_ops;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (st->ops[mid].id < id) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+size_t wm_store_lease_lower_bound(const wm_store *st, uint64_t id)
+{
+    size_t lo = 0, hi = st->n_leases;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (st->leases[mid].id < id) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+const wm_revision *wm_store_get(const wm_store *st, const wm_identity *id)
+{
+    const wm_rev_entry *e = wm_find_entry(st, id);
+    return e ? &e->rev : NULL;
+}
+
+const wm_revision *wm_store_get_group(const wm_store *st, const char *group_key)
+{
+    const wm_rev_entry *e = group_key ? wm_find_group(st, group_key) : NULL;
+    return e ? &e->rev : NULL;
+}
+
+const wm_affinity *wm_store_affinity(const wm_store *st, const wm_identity *id)
+{
+    const wm_rev_entry *e = wm_find_entry(st, id);
+    return e ? &e->aff : NULL;
+}
+
+const wm_operation *wm_store_operation(const wm_store *st, uint64_t op_id)
+{
+    size_t at = wm_op_lower_bound(st, op_id);
+    return at < st->n_ops && st->ops[at].id == op_id ? &st->ops[at] : NULL;
+}
+
+const wm_lease *wm_store_lease(const wm_store *st, uint64_t lease_id)
+{
+    size_t at = wm_store_lease_lower_bound(st, lease_id);
+    return at < st->n_leases && st->leases[at].id == lease_id ? &st->leases[at] : NULL;
+}
+
+size_t wm_store_revision_count(const wm_store *st) { return st->n_revs; }
+const wm_revision *wm_store_revision_at(const wm_store *st, size_t i)
+{
+    return i < st->n_revs ? &st->order[i]->rev : NULL;
+}
+size_t wm_store_lease_count(const wm_store *st) { return st->n_leases; }
+const wm_lease *wm_store_lease_at(const wm_store *st, size_t i)
+{
+    return i < st->n_leases ? &st->leases[i] : NULL;
+}
+
+uint64_t wm_store_reserve_operation_id(wm_store *st) { return st->next_op_id++; }
+uint64_t wm_store_reserve_lease_id(wm_store *st) { return st->next_lease_id++; }
+
+void wm_store_stats_get(const wm_store *st, wm_store_stats *out)
+{
+    *out = st->stats;
+    out->operations = st->n_ops;
+    out->leases = st->n_leases;
+}
+
+/* Take a revision out of (sign -1) or into (+1) the counts. */
+static void wm_stats_count(wm_store *st, const wm_revision *r, int sign)
+{
+    uint64_t d = (uint64_t)(int64_t)sign;
+    if (wm_availability_valid((int)r->availability)) st->stats.by_availability[r->availability] += d;
+    if (wm_residency_valid((int)r->residency)) st->stats.by_residency[r->residency] += d;
+    if (r->operation_id != 0) st->stats.active_operations += d;
+}
+
+/* Insert or replace one operation by id. */
+static int wm_op_put(wm_store *st, const wm_operation *op)
+{
+    size_t at = wm_op_lower_bound(st, op->id);
+    if (at < st->n_ops && st->ops[at].id == op->id) {
+        st->ops[at] = *op;
+    } else {
+        if (st->n_ops == st->cap_ops) {
+            size_t nc = st->cap_ops ? st->cap_ops * 2 : 16;
+            wm_operation *no = realloc(st->ops, nc * sizeof(*no));
+            if (no == NULL) return SMP_ENOMEM;
+            st->ops = no;
+            st->cap_ops = nc;
+        }
+        memmove(&st->ops[at + 1], &st->ops[at], (st->n_ops - at) * sizeof(*st->ops));
+        st->ops[at] = *op;
+        st->n_ops++;
+    }
+    if (op->id >= st->next_op_id) st->next_op_id = op->id + 1;
+    return WM_OK;
+}
+
+static void wm_op_drop(wm_store *st, uint64_t id)
+{
+    size_t at = wm_op_lower_bound(st, id);
+    if (at < st->n_ops && st->ops[at].id == id) {
+        memmove(&st->ops[at], &st->ops[at + 1], (st->n_ops - at - 1) * sizeof(*st->ops));
+        st->n_ops--;
+    }
+}
+
+static uint32_t wm_leases_naming(const wm_store *st, const wm_identity *id)
+{
+    uint32_t n = 0;
+    for (size_t i = 0; i < st->n_leases; i++)
+        if (wm_identity_cmp(&st->leases[i].id_of, id) == 0) n++;
+    return n;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Apply                                                                     */
+/* ------------------------------------------------------------------------ */
+
+int wm_store_apply_upsert(wm_store *st, const wm_metadata_upsert *u, char *msg, size_t cap)
+{
+    int rc;
+    wm_revision next;
+    wm_affinity aff_copy = {0};
+    int have_copy = 0;
+
+    if (st == NULL || u == NULL)
+        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap, "upsert is missing");
+    wm_rev_entry *e = wm_find_entry(st, &u->revision.id);
+    if (e != NULL && u->revision.metadata_generation < e->rev.metadata_generation)
+        return WM_OK; /* older than what is held: already applied */
+
+    next = u->revision;
+    next.lease_count = wm_leases_naming(st, &next.id);
+    if ((rc = wm_metadata_check(&next, msg, cap)) < 0) return rc;
+    for (size_t i = 0; i < u->n_operations; i++)
+        if ((rc = wm_operation_check(&u->operations[i], &next, msg, cap)) < 0) return rc;
+    if (next.operation_id != 0) {
+        int named = 0;
+        for (size_t i = 0; i < u->n_operations; i++)
+            named |= u->operations[i].id == next.operation_id;
+        const wm_operation *held = wm_store_operation(st, next.operation_id);
+        if (!named && (held == NULL || wm_operation_check(held, &next, NULL, 0) < 0))
+            return wm_violation(WM_EINVALID_ARGUMENT, msg, cap,
+                                "revision names active operation %" PRIu64
+                                ", which is neither in the record nor held RUNNING",
+                                next.operation_id);
+    }
+    if (u->has_affinity) {
+        if ((rc = wm_affinity_check(&u->affinity, &next, msg, cap)) < 0) return rc;
+        if ((rc = wm_affinity_copy(&u->affinity, &aff_copy)) < 0) return rc;
+        have_copy = 1;
+    } else if ((next.availability == WM_AVAIL_READY || next.availability == WM_AVAIL_DEGRADED) &&
+               (e == NULL || e->aff.n_units == 0)) {
+        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap,
+                            "%s revision arrives without its affinity summary",
+                            wm_availability_name((int)next.availability));
+    }
+
+    if (e == NULL) {
+        e = calloc(1, sizeof(*e));
+        if (e == NULL) {
+            rc = SMP_ENOMEM;
+            goto free_copy;
+        }
+        e->rev = next;
+        if ((rc = wm_entry_insert(st, e)) < 0) {
+            free(e);
+            goto free_copy;
+        }
+    } else {
+        wm_stats_count(st, &e->rev, -1);
+        e->rev = next;
+    }
+    wm_stats_count(st, &e->rev, +1);
+    if (have_copy) {
+        wm_affinity_clear(&e->aff);
+        e->aff = aff_copy;
+        have_copy = 0;
+    }
+    for (size_t i = 0; i < u->n_operations; i++)
+        if ((rc = wm_op_put(st, &u->operations[i])) < 0) return rc;
+    return WM_OK;
+free_copy:
+    if (have_copy) wm_affinity_clear(&aff_copy);
+    return rc;
+}
+
+int wm_store_apply_delete(wm_store *st, const wm_metadata_delete *d, char *msg, size_t cap)
+{
+    if (st == NULL || d == NULL)
+        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap, "delete is missing");
+    wm_rev_entry *e = wm_find_entry(st, &d->id);
+    if (e != NULL && e->rev.metadata_generation > d->metadata_generation) return WM_OK;
+    for (size_t i = 0; i < d->n_operation_ids; i++) wm_op_drop(st, d->operation_ids[i]);
+    for (size_t i = 0; i < st->n_leases;) {
+        if (wm_identity_cmp(&st->leases[i].id_of, &d->id) == 0) {
+            memmove(&st->leases[i], &st->leases[i + 1], (st->n_leases - i - 1) * sizeof(*st->leases));
+            st->n_leases--;
+        } else {
+            i++;
+        }
+    }
+    if (e == NULL) return WM_OK;
+    if (e->rev.operation_id != 0) wm_op_drop(st, e->rev.operation_id);
+    wm_stats_count(st, &e->rev, -1);
+    wm_entry_unlink(st, e);
+    wm_affinity_clear(&e->aff);
+    free(e);
+    return WM_OK;
+}
+
+int wm_store_apply_lease_upsert(wm_store *st, const wm_lease *l, char *msg, size_t cap)
+{
+    int rc;
+    if (st == NULL || l == NULL) return wm_violation(WM_EINVALID_ARGUMENT, msg, cap, "lease is missing");
+    if ((rc = wm_lease_check(l, msg, cap)) < 0) return rc;
+    wm_rev_entry *e = wm_find_entry(st, &l->id_of);
+    if (e == NULL || (e->rev.availability != WM_AVAIL_READY &&
+                      e->rev.availability != WM_AVAIL_DEGRADED))
+        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap,
+                            "lease %" PRIu64 " names a revision that is not READY or DEGRADED",
+                            l->id);
+    if (l->metadata_generation > e->rev.metadata_generation)
+        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap,
+                            "lease %" PRIu64 " is fenced on generation %" PRIu64
+                            ", above the revision's %" PRIu64,
+                            l->id, l->metadata_generation, e->rev.metadata_generation);
+    size_t at = wm_store_lease_lower_bound(st, l->id);
+    if (at < st->n_leases && st->leases[at].id == l->id) {
+        if (wm_identity_cmp(&st->leases[at].id_of, &l->id_of) != 0)
+            return wm_violation(WM_EINVALID_ARGUMENT, msg, cap,
+                                "lease %" PRIu64 " changes its revision", l->id);
+        st->leases[at] = *l;
+    } else {
+        if (st->n_leases == st->cap_leases) {
+            size_t nc = st->cap_leases ? st->cap_leases * 2 : 16;
+            wm_lease *nl = realloc(st->leases, nc * sizeof(*nl));
+            if (nl == NULL) return SMP_ENOMEM;
+            st->leases = nl;
+            st->cap_leases = nc;
+        }
+        memmove(&st->leases[at + 1], &st->leases[at], (st->n_leases - at) * sizeof(*st->leases));
+        st->leases[at] = *l;
+        st->n_leases++;
+        e->rev.lease_count++;
+    }
+    if (l->id >= st->next_lease_id) st->next_lease_id = l->id + 1;
+    return WM_OK;
+}
+
+int wm_store_apply_lease_delete(wm_store *st, const wm_lease_delete *d, char *msg, size_t cap)
+{
+    if (st == NULL || d == NULL)
+        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap, "lease end is missing");
+    size_t at = wm_store_lease_lower_bound(st, d->lease_id);
+    if (at >= st->n_leases || st->leases[at].id != d->lease_id) return WM_OK;
+    wm_rev_entry *e = wm_find_entry(st, &st->leases[at].id_of);
+    if (e != NULL && e->rev.lease_count > 0) e->rev.lease_count--;
+    memmove(&st->leases[at], &st->leases[at + 1], (st->n_leases - at - 1) * sizeof(*st->leases));
+    st->n_leases--;
+    return WM_OK;
+}
+
+int wm_store_replay(wm_store *st, uint16_t type, const uint8_t *buf, size_t len, char *msg,
+                    size_t cap)
+{
+    int rc;
+    switch (type) {
+    case WM_OP_METADATA_UPSERT: {
+        wm_metadata_upsert u;
+        if ((rc = wm_decode_metadata_upsert(buf, len, &u, msg, cap)) < 0) return rc;
+        rc = wm_store_apply_upsert(st, &u, msg, cap);
+        wm_metadata_upsert_clear(&u);
+        return rc;
+    }
+    case WM_OP_METADATA_DELETE: {
+        wm_metadata_delete d;
+        if ((rc = wm_decode_metadata_delete(buf, len, &d, msg, cap)) < 0) return rc;
+        rc = wm_store_apply_delete(st, &d, msg, cap);
+        wm_metadata_delete_clear(&d);
+        return rc;
+    }
+    case WM_OP_LEASE_UPSERT: {
+        wm_lease l;
+        if ((rc = wm_decode_lease_upsert(buf, len, &l, msg, cap)) < 0) return rc;
+        return wm_store_apply_lease_upsert(st, &l, msg, cap);
+    }
+    case WM_OP_LEASE_DELETE: {
+        wm_lease_delete d;
+        if ((rc = wm_decode_lease_delete(buf, len, &d, msg, cap)) < 0) return rc;
+        return wm_store_apply_lease_delete(st, &d, msg, cap);
+    }
+    default:
+        return wm_violation(SMP_ENOTSUP, msg, cap,
+                            "record type %u is not replayed by this build (lineage claims are "
+                            "another issue)",
+                            (unsigned)type);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* The snapshot section                                                      */
+/* ------------------------------------------------------------------------ */
+
+int wm_store_save(const wm_store *st, uint8_t **out, size_t *out_len, char *msg, size_t cap)
+{
+    int rc;
+    wm_section_image img;
+    memset(&img, 0, sizeof(img));
+    img.n_revisions = st->n_revs;
+    if (st->n_revs > 0) {
+        img.revisions = malloc(st->n_revs * sizeof(*img.revisions));
+        img.affinities = malloc(st->n_revs * sizeof(*img.affinities));
+        if (img.revisions == NULL || img.affinities == NULL) {
+            rc = SMP_ENOMEM;
+            goto free_arrays;
+        }
+        for (size_t i = 0; i < st->n_revs; i++) {
+            img.revisions[i] = st->order[i]->rev;
+            img.affinities[i] = st->order[i]->aff; /* borrowed, not cleared */
+        }
+    }
+    img.operations = st->ops;
+    img.n_operations = st->n_ops;
+    img.leases = st->leases;
+    img.n_leases = st->n_leases;
+    img.lineages = st->lineages;
+    img.n_lineages = st->n_lineages;
+    img.next_operation_id = st->next_op_id;
+    img.next_lease_id = st->next_lease_id;
+    rc = wm_encode_section(&img, out, out_len, msg, cap);
+free_arrays:
+    free(img.revisions);
+    free(img.affinities);
+    return rc;
+}
+
+int wm_store_load(wm_store *st, const uint8_t *buf, size_t len, char *msg, size_t cap)
+{
+    int rc;
+    wm_section_image img;
+    wm_store *fresh = NULL;
+
+    if ((rc = wm_decode_section(buf, len, &img, msg, cap)) < 0) return rc;
+    if ((rc = wm_store_create(&fresh)) < 0) goto clear_image;
+    for (size_t i = 0; i < img.n_revisions; i++) {
+        wm_rev_entry *e = calloc(1, sizeof(*e));
+        if (e == NULL) {
+            rc = SMP_ENOMEM;
+            goto free_fresh;
+        }
+        e->rev = img.revisions[i];
+        e->aff = img.affinities[i]; /* moved */
+        memset(&img.affinities[i], 0, sizeof(img.affinities[i]));
+        if ((rc = wm_entry_insert(fresh, e)) < 0) {
+            wm_affinity_clear(&e->aff);
+            free(e);
+            goto free_fresh;
+        }
+        wm_stats_count(fresh, &e->rev, +1);
+    }
+    for (size_t i = 0; i < img.n_operations; i++)
+        if ((rc = wm_op_put(fresh, &img.operations[i])) < 0) goto free_fresh;
+    for (size_t i = 0; i < img.n_leases; i++) {
+        size_t at = wm_store_lease_lower_bound(fresh, img.leases[i].id);
+        if (fresh->n_leases == fresh->cap_leases) {
+            size_t nc = fresh->cap_leases ? fresh->cap_leases * 2 : 16;
+            wm_lease *nl = realloc(fresh->leases, nc * sizeof(*nl));
+            if (nl == NULL) {
+                rc = SMP_ENOMEM;
+                goto free_fresh;
+            }
+            fresh->leases = nl;
+            fresh->cap_leases = nc;
+        }
+        memmove(&fresh->leases[at + 1], &fresh->leases[at],
+                (fresh->n_leases - at) * sizeof(*fresh->leases));
+        fresh->leases[at] = img.leases[i];
+        fresh->n_leases++;
+    }
+    if (img.n_lineages > 0) {
+        fresh->lineages = malloc(img.n_lineages * sizeof(*fresh->lineages));
+        if (fresh->lineages == NULL) {
+            rc = SMP_ENOMEM;
+            goto free_fresh;
+        }
+        memcpy(fresh->lineages, img.lineages, img.n_lineages * sizeof(*fresh->lineages));
+        fresh->n_lineages = img.n_lineages;
+    }
+    fresh->next_op_id = img.next_operation_id > fresh->next_op_id ? img.next_operation_id
+                                                                   : fresh->next_op_id;
+    fresh->next_lease_id = img.next_lease_id > fresh->next_lease_id ? img.next_lease_id
+                                                                     : fresh->next_lease_id;
+
+    /* Swap the contents: the caller's handle now holds the loaded tables. */
+    wm_store tmp = *st;
+    *st = *fresh;
+    *fresh = tmp;
+    rc = WM_OK;
+free_fresh:
+    wm_store_free(fresh);
+clear_image:
+    wm_section_image_clear(&img);
+    return rc;
 }

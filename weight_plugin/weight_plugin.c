@@ -1,36 +1,34 @@
 /* weight_plugin.c -- the ABI entry point of weight_mgmt.so and its wiring.
  *
  * This file only connects the plugin to the host: it exports the descriptor,
- * and in init() registers the plugin's OpLog types (8-12, with their gates),
- * its snapshot section, its object guard and its reconcile tick. The
- * behaviour behind each registration lives in the files DESIGN.md section 6
- * names. Until the revision store exists, the plugin holds no revisions: its
- * section saves as empty, a non-empty section or a record of its types stops
- * recovery with an error naming it (fail closed, never skipped), and the guard
- * protects every managed group from the generic store lifecycle. */
+ * and in init() creates the revision store and registers the plugin's OpLog
+ * types (8-12, with their gates), its snapshot section, its object guard, its
+ * reconcile tick, its RPC service and metrics. Replay and the section go
+ * straight to the store (weight_metadata_store.c); the RPCs live in
+ * weight_management.c, the guard and the tick in weight_lifecycle.c. A record
+ * or section the store refuses stops recovery with a log line naming the
+ * cause (fail closed, never skipped). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "weight_management.h"
+#include "wm_plugin.h"
 
 __attribute__((visibility("default"))) const smp_plugin_desc *smp_plugin_entry(void);
 
-typedef struct wm_plugin {
-    smp_host *host;
-    const smp_host_api *api;
-} wm_plugin;
-
-/* Replay of a weight record. No record of these types can have been written
- * by this build, so one in the log comes from a newer plugin: refuse it and
- * let recovery stop with the type named. */
+/* Replay one durable record into the store (idempotent). */
 static int wm_replay(void *plugin, const smp_record *rec)
 {
     wm_plugin *p = plugin;
-    p->api->log(p->host, SMP_LOG_ERROR,
-                "record %llu of type %u cannot be replayed by this build",
-                (unsigned long long)rec->seq, (unsigned)rec->type);
-    return SMP_ENOTSUP;
+    char why[512] = "";
+    int rc = wm_store_replay(p->store, rec->type, rec->payload, rec->len, why, sizeof(why));
+    if (rc < 0) {
+        p->api->log(p->host, SMP_LOG_ERROR, "record %llu (type %u) refused: %s",
+                    (unsigned long long)rec->seq, (unsigned)rec->type, why);
+        return rc == SMP_ENOMEM || rc == SMP_ENOTSUP ? rc : SMP_EPROTO;
+    }
+    wm_metrics_refresh(p);
+    return SMP_OK;
 }
 
 static int wm_describe(void *plugin, const smp_record *rec, char *buf, size_t cap)
@@ -40,12 +38,20 @@ static int wm_describe(void *plugin, const smp_record *rec, char *buf, size_t ca
     return n < 0 ? SMP_EINVAL : n;
 }
 
-/* The revision table is empty: the section is empty. */
 static int wm_section_save(void *plugin, smp_writer *w)
 {
-    (void)plugin;
-    (void)w;
-    return SMP_OK;
+    wm_plugin *p = plugin;
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    char why[512] = "";
+    int rc = wm_store_save(p->store, &buf, &len, why, sizeof(why));
+    if (rc < 0) {
+        p->api->log(p->host, SMP_LOG_ERROR, "section %s cannot be saved: %s", WM_SECTION_NAME, why);
+        return rc == SMP_ENOMEM ? rc : SMP_EPROTO;
+    }
+    rc = len > 0 ? p->api->writer_write(w, buf, len) : SMP_OK;
+    free(buf);
+    return rc;
 }
 
 static int wm_section_load(void *plugin, smp_reader *r, uint16_t encver)
@@ -53,28 +59,31 @@ static int wm_section_load(void *plugin, smp_reader *r, uint16_t encver)
     wm_plugin *p = plugin;
     const uint8_t *data = NULL;
     size_t len = 0;
+    char why[512] = "";
+    if (encver > WM_SECTION_ENCVER) {
+        p->api->log(p->host, SMP_LOG_ERROR, "section %s has encver %u; this build reads up to %u",
+                    WM_SECTION_NAME, (unsigned)encver, (unsigned)WM_SECTION_ENCVER);
+        return SMP_ENOTSUP;
+    }
     p->api->reader_data(r, &data, &len);
-    if (len == 0) return SMP_OK;
-    p->api->log(p->host, SMP_LOG_ERROR,
-                "section %s (encver %u, %zu bytes) holds revisions this build cannot load",
-                WM_SECTION_NAME, (unsigned)encver, len);
-    return SMP_ENOTSUP;
+    int rc = wm_store_load(p->store, data, len, why, sizeof(why));
+    if (rc < 0) {
+        p->api->log(p->host, SMP_LOG_ERROR, "section %s (%zu bytes) refused: %s", WM_SECTION_NAME,
+                    len, why);
+        return rc == SMP_ENOMEM ? rc : SMP_EPROTO;
+    }
+    wm_metrics_refresh(p);
+    return SMP_OK;
 }
 
-/* A managed group is a weight revision's lifecycle boundary: the generic
- * store lifecycle may never act on one of its members. */
 static int wm_guard(void *plugin, const smp_guard_request *req)
 {
-    (void)plugin;
-    return req->group_managed ? SMP_GUARD_VETO : SMP_GUARD_ALLOW;
+    return wm_guard_check(plugin, req);
 }
 
 static int wm_tick(void *plugin, const smp_tick_budget *budget, uint64_t *cursor)
 {
-    (void)plugin;
-    (void)budget;
-    *cursor = 0;
-    return SMP_TICK_DONE;
+    return wm_lifecycle_tick(plugin, budget, cursor);
 }
 
 static const smp_oplog_type wm_types[] = {
@@ -107,21 +116,28 @@ static int wm_init(smp_host *h, const smp_host_api *api, void **out)
     if (p == NULL) return SMP_ENOMEM;
     p->host = h;
     p->api = api;
+    if ((rc = wm_store_create(&p->store)) < 0) goto free_plugin;
     for (size_t i = 0; i < sizeof(wm_types) / sizeof(wm_types[0]); i++)
         if ((rc = api->register_oplog_type(h, &wm_types[i])) < 0) goto free_plugin;
     if ((rc = api->register_snapshot_section(h, &wm_section)) < 0) goto free_plugin;
     if ((rc = api->register_guard(h, &wm_guard_reg)) < 0) goto free_plugin;
     if ((rc = api->register_tick(h, &wm_tick_reg)) < 0) goto free_plugin;
+    if ((rc = wm_mgmt_register(p)) < 0) goto free_plugin;
+    wm_metrics_refresh(p);
     *out = p;
     return SMP_OK;
 free_plugin:
+    wm_store_free(p->store);
     free(p);
     return rc;
 }
 
 static void wm_fini(void *plugin)
 {
-    free(plugin);
+    wm_plugin *p = plugin;
+    wm_mgmt_release(p);
+    wm_store_free(p->store);
+    free(p);
 }
 
 static const smp_plugin_desc wm_desc = {

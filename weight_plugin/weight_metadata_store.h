@@ -1,0 +1,95 @@
+/* weight_metadata_store.h -- the weight plugin's in-memory tables.
+ *
+ * The revision store is the one authority the management RPCs, the
+ * lifecycle tick, OpLog replay and the snapshot section all read and change:
+ * revisions by identity (hash) with a reverse index from group key to
+ * revision and an order by identity (for listing), operations by id (ended
+ * ones stay queryable), leases by id, and the next-id counters. Every change
+ * goes through one of the apply functions, which take the complete
+ * post-mutation state a record carries; the live path calls them from the
+ * OpLog durable callback and replay calls them with the decoded record, so
+ * both produce the same tables. Nothing here calls the host.
+ *
+ * Pointers returned by the lookups are borrowed until the next apply, load or
+ * free of the store. */
+#ifndef WEIGHT_METADATA_STORE_H
+#define WEIGHT_METADATA_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weight_management.h"
+#include "wm_codec.h"
+
+typedef struct wm_store wm_store;
+
+/* Counts kept current by every apply (metrics read them). */
+typedef struct wm_store_stats {
+    uint64_t by_availability[6]; /* indexed by wm_availability */
+    uint64_t by_residency[5];    /* indexed by wm_residency */
+    uint64_t active_operations;  /* revisions naming an active operation */
+    uint64_t operations;         /* operation records, ended ones included */
+    uint64_t leases;             /* lease records */
+} wm_store_stats;
+
+/* An empty store. SMP_ENOMEM. */
+int wm_store_create(wm_store **out);
+void wm_store_free(wm_store *st);
+
+/* Lookups; NULL when absent. */
+const wm_revision *wm_store_get(const wm_store *st, const wm_identity *id);
+const wm_revision *wm_store_get_group(const wm_store *st, const char *group_key);
+/* The sealed affinity summary (empty while IMPORTING); NULL when absent. */
+const wm_affinity *wm_store_affinity(const wm_store *st, const wm_identity *id);
+const wm_operation *wm_store_operation(const wm_store *st, uint64_t op_id);
+const wm_lease *wm_store_lease(const wm_store *st, uint64_t lease_id);
+
+/* Revisions in identity order (wm_identity_cmp): count, the i-th, and the
+ * index of the first revision not below id (count when none). */
+size_t wm_store_revision_count(const wm_store *st);
+const wm_revision *wm_store_revision_at(const wm_store *st, size_t i);
+size_t wm_store_revision_lower_bound(const wm_store *st, const wm_identity *id);
+
+/* Leases in id order: count, the i-th, first index with id >= lease_id. */
+size_t wm_store_lease_count(const wm_store *st);
+const wm_lease *wm_store_lease_at(const wm_store *st, size_t i);
+size_t wm_store_lease_lower_bound(const wm_store *st, uint64_t lease_id);
+
+/* Reserve a fresh id (never handed out twice by this process; replay and
+ * load keep the counters above every id they see). */
+uint64_t wm_store_reserve_operation_id(wm_store *st);
+uint64_t wm_store_reserve_lease_id(wm_store *st);
+
+void wm_store_stats_get(const wm_store *st, wm_store_stats *out);
+
+/* Apply one record (the complete post-mutation state). Idempotent: a record
+ * whose metadata generation is below the stored one changes nothing, an
+ * equal one rewrites the same state. The revision's lease_count is derived
+ * from the lease table, never trusted from the record. An upsert without an
+ * affinity summary keeps the one held. WM_OK; WM_EINVALID_ARGUMENT with a
+ * sentence when the result would break an invariant (nothing changed);
+ * SMP_ENOMEM. */
+int wm_store_apply_upsert(wm_store *st, const wm_metadata_upsert *u, char *msg, size_t cap);
+/* Drops the revision (unless stored above d's generation), the listed
+ * operations and any lease naming it. Absent: no-op. */
+int wm_store_apply_delete(wm_store *st, const wm_metadata_delete *d, char *msg, size_t cap);
+/* Grant or renew. The revision must exist, be READY or DEGRADED and be at or
+ * above the lease's generation (else WM_EINVALID_ARGUMENT). */
+int wm_store_apply_lease_upsert(wm_store *st, const wm_lease *l, char *msg, size_t cap);
+/* End a lease. Absent: no-op. */
+int wm_store_apply_lease_delete(wm_store *st, const wm_lease_delete *d, char *msg, size_t cap);
+
+/* Decode a record of type 8-11 and apply it. SMP_EPROTO (undecodable or
+ * invalid), SMP_ENOTSUP (type 12 or an unknown type: lineage claims are not
+ * replayed by this build), or what the apply returns. */
+int wm_store_replay(wm_store *st, uint16_t type, const uint8_t *buf, size_t len, char *msg,
+                    size_t cap);
+
+/* The weight_metadata section. save: *out malloc'ed (caller frees). load:
+ * an empty buffer is an empty table; anything invalid fails with SMP_EPROTO
+ * and a sentence, leaving the store unchanged. Lineage entries are carried
+ * verbatim. The reverse index and the order are rebuilt from the records. */
+int wm_store_save(const wm_store *st, uint8_t **out, size_t *out_len, char *msg, size_t cap);
+int wm_store_load(wm_store *st, const uint8_t *buf, size_t len, char *msg, size_t cap);
+
+#endif /* WEIGHT_METADATA_STORE_H */

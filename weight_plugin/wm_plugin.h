@@ -1,0 +1,106 @@
+/* wm_plugin.h -- the state weight_mgmt.so shares between its parts.
+ *
+ * One wm_plugin value lives from init to fini: the host handles, the
+ * revision store, the cluster's default policy, the list of mutations whose
+ * OpLog record is appended but not yet durable, and the metric handles.
+ * weight_management.c (RPCs and the append/publish machinery),
+ * weight_lifecycle.c (guard, tick) and weight_plugin.c (ABI wiring) all work
+ * on it; everything runs on the master's loop thread. */
+#ifndef WM_PLUGIN_H
+#define WM_PLUGIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weight_management.h"
+#include "weight_metadata_store.h"
+#include "wm_codec.h"
+
+#define WM_RPC_SERVICE_ID 16
+#define WM_LEASE_TTL_DEFAULT_MS 30000
+#define WM_LEASE_TTL_MAX_MS 600000
+#define WM_LIST_LIMIT_DEFAULT 100
+#define WM_LIST_LIMIT_MAX 1000
+#define WM_COMMIT_MAX_PAYLOADS (1u << 20)
+#define WM_LEASE_SWEEP_MAX 256 /* lease expiries appended per tick round */
+
+/* Reasons an AUTO revision moved (metric label). */
+typedef enum wm_auto_reason {
+    WM_AUTO_PROMOTE_ON_ACCESS = 0,
+    WM_AUTO_DEMOTE_ON_PRESSURE = 1,
+    WM_AUTO_REASONS = 2
+} wm_auto_reason;
+
+typedef struct wm_txn wm_txn;
+
+typedef struct wm_plugin {
+    smp_host *host;
+    const smp_host_api *api;
+    wm_store *store;
+    wm_policy cluster_policy;  /* the master's defaults for new revisions */
+    wm_txn *pending;           /* appended, not yet durable */
+
+    /* Counters the guard may bump (it must not call the host); published by
+     * wm_metrics_refresh(). */
+    uint64_t guard_skips[SMP_GUARD_REASON_MAX + 1];
+    uint64_t leases_expired;
+    uint64_t op_failures;
+    uint64_t op_retries;
+    uint64_t auto_triggers[WM_AUTO_REASONS];
+    uint64_t migration_bytes_processed;
+
+    smp_metric *m_revisions;       /* gauge {availability} */
+    smp_metric *m_residency;       /* gauge {residency} */
+    smp_metric *m_active_ops;      /* gauge */
+    smp_metric *m_op_failures;     /* counter */
+    smp_metric *m_op_retries;      /* counter */
+    smp_metric *m_mig_processed;   /* counter (bytes) */
+    smp_metric *m_mig_remaining;   /* gauge (bytes) */
+    smp_metric *m_leases_active;   /* gauge */
+    smp_metric *m_leases_expired;  /* counter */
+    smp_metric *m_auto_triggers;   /* counter {direction, reason} */
+    smp_metric *m_guard_skips;     /* counter {reason} */
+} wm_plugin;
+
+/* -- weight_management.c --------------------------------------------------- */
+
+/* Read the cluster default policy, register the RPC service and the metric
+ * families. Only inside init. SMP_E* / WM_EINVALID_ARGUMENT (a cluster
+ * default the plugin refuses, logged). */
+int wm_mgmt_register(wm_plugin *p);
+
+/* Publish the store's counts and the plugin's counters as metrics. */
+void wm_metrics_refresh(wm_plugin *p);
+
+/* Release every pending mutation's memory (at fini; their callbacks will not
+ * run any more). */
+void wm_mgmt_release(wm_plugin *p);
+
+/* A mutation in flight on the revision of group_key (its record appended
+ * and not yet durable): metadata records, and lease grants. */
+int wm_pending_metadata(const wm_plugin *p, const char *group_key);
+int wm_pending_lease_grants(const wm_plugin *p, const char *group_key);
+/* An end record for this lease is in flight. */
+int wm_pending_lease_end(const wm_plugin *p, uint64_t lease_id);
+
+/* Append a type-11 record ending lease `l` for `reason`; applied to the store
+ * when durable. No reply. SMP_E* from oplog_append (nothing in flight then). */
+int wm_submit_lease_end(wm_plugin *p, const wm_lease *l, wm_lease_end reason);
+
+/* The text of an error status for clients and logs: the RFC's name, or the
+ * host's, with a hint for the HA gate. */
+const char *wm_status_name(int rc);
+
+/* -- weight_lifecycle.c ---------------------------------------------------- */
+
+/* The object guard (see weight_lifecycle.c). Never calls the host. */
+int wm_guard_check(wm_plugin *p, const smp_guard_request *req);
+
+/* One reconcile round within budget; SMP_TICK_DONE or SMP_TICK_MORE. */
+int wm_lifecycle_tick(wm_plugin *p, const smp_tick_budget *budget, uint64_t *cursor);
+
+/* Hook for generation replacement: 1 when the revision is fenced for
+ * replacement (its leases may not be renewed, no new ones granted). */
+int wm_revision_fenced(const wm_plugin *p, const wm_revision *rev);
+
+#endif /* WM_PLUGIN_H */
