@@ -617,7 +617,7 @@ int weight_migrate(weight_store *s, const weight_identity *id, weight_residency 
 {
     Wmrpc__MigrateRequest req = WMRPC__MIGRATE_REQUEST__INIT;
     Wmrpc__WeightIdentity wid;
-    Wmrpc__OperationResponse *r = NULL;
+    Wmrpc__MetadataResponse *r = NULL;
     char tenant[WEIGHT_ID_MAX + 1];
     int rc = check_id(s, id);
     if (rc < 0) return rc;
@@ -629,11 +629,12 @@ int weight_migrate(weight_store *s, const weight_identity *id, weight_residency 
     req.target_residency = (uint32_t)target;
     req.mixed_hot_ratio = mixed_hot_ratio;
     req.expected_metadata_generation = expected_metadata_generation;
-    rc = wc_call(s, s->rpc, M(MIGRATE), &req.base, &wmrpc__operation_response__descriptor,
+    /* The reply is the revision's metadata with its (new) active operation. */
+    rc = wc_call(s, s->rpc, M(MIGRATE), &req.base, &wmrpc__metadata_response__descriptor,
                  (ProtobufCMessage **)&r);
     if (rc < 0) return rc;
     if (op) wc_from_wire_operation(r->operation, op);
-    wmrpc__operation_response__free_unpacked(r, NULL);
+    wmrpc__metadata_response__free_unpacked(r, NULL);
     return WEIGHT_OK;
 }
 
