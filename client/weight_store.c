@@ -362,14 +362,17 @@ int wc_call(weight_store *s, rpcc_conn *conn, uint32_t method, const ProtobufCMe
                 rpcc_last_error(conn));
         rc = rc == SMP_EAGAIN ? WEIGHT_EAGAIN : rc == SMP_ENOMEM ? WEIGHT_ENOMEM : WEIGHT_EIO;
     } else if (status != 0) {
-        /* The plugin's body carries a UTF-8 message; the error field too. */
-        const char *text = msg && msg[0] ? msg : NULL;
-        char body[512];
-        if (text == NULL && rlen > 0) {
+        /* The plugin's reply body carries its UTF-8 message; the host's
+         * error field is the fallback (a host-level refusal). */
+        const char *text = NULL;
+        char body[800];
+        if (rlen > 0) {
             size_t n = rlen < sizeof body - 1 ? rlen : sizeof body - 1;
             memcpy(body, rbody, n);
             body[n] = '\0';
             text = body;
+        } else if (msg && msg[0]) {
+            text = msg;
         }
         rc = wc_fail(s, status, "%s", text ? text : weight_error_name(status));
     } else if (desc != NULL) {
