@@ -62,7 +62,9 @@ static void usage(FILE *out)
             "  exists ID              exit 0 only when READY and readable\n"
             "  size ID                logical payload bytes\n"
             "  get ID --out DIR [--tp N --rank R] [--split PATTERN=DIM]... [--replicate PATTERN]...\n"
-            "                         write this rank's tensors as DIR/rank<R>-of-<N>.safetensors\n"
+            "                         write this rank's tensors as DIR/rank<R>-of-<N>.safetensors;\n"
+            "                         the first rule whose glob matches (and, for --split, whose\n"
+            "                         DIM the tensor has) decides, else >= 2 dims split along 0\n"
             "  policy ID [--preferred hot|cold|mixed[:RATIO]] [--mode M] [--expect GEN]\n"
             "  migrate ID --to hot|cold|mixed[:RATIO] [--expect GEN]\n"
             "  op OPID [--wait]       an operation's progress (--wait: until it ends)\n"
@@ -788,6 +790,7 @@ static int get_place(void *ctx, const weight_tensor_info *t, weight_tensor_place
     uint32_t dim = 0;
     for (size_t i = 0; i < g->n_rules; i++) {
         if (fnmatch(g->rules[i].pattern, t->name, 0) != 0) continue;
+        if (g->rules[i].split && g->rules[i].dim >= t->ndim) continue; /* not that rank */
         split = g->rules[i].split;
         dim = g->rules[i].dim;
         break;
@@ -796,7 +799,6 @@ static int get_place(void *ctx, const weight_tensor_info *t, weight_tensor_place
         out->kind = WEIGHT_PLACE_REPLICATED;
         return 0;
     }
-    if (dim >= t->ndim) return WEIGHT_EINVALID_ARGUMENT;
     out->kind = WEIGHT_PLACE_SPLIT;
     out->dim = dim;
     out->parts = g->tp;

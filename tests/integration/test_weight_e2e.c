@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -388,12 +389,246 @@ static void test_altered_bytes_fail_with_digest_mismatch(void **state)
     weight_store_close(s);
 }
 
+
+/* -- weightctl --------------------------------------------------------------------- */
+
+/* Run weightctl with args against f's master; stdout into out (may be NULL),
+ * stderr into <dir>/stderr. Returns the exit status. */
+static int ctl(fixture *f, char *out, size_t cap, const char *fmt, ...)
+{
+    char args[4096], cmd[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    snprintf(cmd, sizeof cmd, "%s/bin/weightctl --master %s --tenant acme %s 2>%s/stderr",
+             BUILD_DIR, f->m.socket, args, f->m.dir);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t n = 0;
+    char sink[4096];
+    while (1) {
+        size_t got = out ? fread(out + n, 1, cap - 1 - n, p) : fread(sink, 1, sizeof sink, p);
+        if (got == 0) break;
+        if (out) n += got;
+    }
+    if (out) out[n] = '\0';
+    int st = pclose(p);
+    int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+    if (code != 0) { /* show why, for a failing assertion */
+        char path[400], line[1024];
+        snprintf(path, sizeof path, "%s/stderr", f->m.dir);
+        FILE *e = fopen(path, "r");
+        while (e && fgets(line, sizeof line, e)) fprintf(stderr, "  weightctl %s: %s", args, line);
+        if (e) fclose(e);
+    }
+    return code;
+}
+
+static void ctl_stderr(fixture *f, char *out, size_t cap)
+{
+    char path[400];
+    snprintf(path, sizeof path, "%s/stderr", f->m.dir);
+    FILE *e = fopen(path, "r");
+    size_t n = e ? fread(out, 1, cap - 1, e) : 0;
+    out[n] = '\0';
+    if (e) fclose(e);
+}
+
+/* Write the model (lm_head as a byte-identical copy, as a checkpoint that
+ * did not dedupe it) into two safetensors files. */
+static void write_files(fixture *f, char paths[2][400])
+{
+    char err[256];
+    for (int k = 0; k < 2; k++) {
+        wc_st_entry e[N_MODEL];
+        size_t n = 0;
+        for (size_t i = 0; i < N_MODEL; i++) {
+            if ((int)(i % 2) != k) continue;
+            tmodel_tensor *t = &model[i];
+            e[n].name = t->name;
+            e[n].dtype = wc_dtype_from_name(t->dtype, strlen(t->dtype));
+            e[n].ndim = t->ndim;
+            e[n].shape = t->shape;
+            e[n].data = t->data;
+            e[n].bytes = t->bytes;
+            n++;
+        }
+        snprintf(paths[k], 400, "%s/part%d.safetensors", f->m.dir, k);
+        int fd = open(paths[k], O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        assert_true(fd >= 0);
+        assert_int_equal(wc_st_write_fd(fd, e, n, NULL, 0, err, sizeof err), 0);
+        close(fd);
+    }
+}
+
+/* Compare DIR/rank<r>-of-<tp>.safetensors with independent slices. */
+static void compare_file(fixture *f, const char *dir, uint32_t tp, uint32_t r, uint32_t dim)
+{
+    char path[600], err[256];
+    wc_st_file file;
+    snprintf(path, sizeof path, "%s/%s/rank%u-of-%u.safetensors", f->m.dir, dir, r, tp);
+    assert_int_equal(wc_st_open(path, &file, err, sizeof err), 0);
+    assert_int_equal(file.header.n_tensors, N_MODEL);
+    for (size_t i = 0; i < N_MODEL; i++) {
+        tmodel_tensor *t = &model[i];
+        long k = wc_st_find(&file.header, t->name);
+        assert_true(k >= 0);
+        uint64_t off[4], shp[4], n;
+        box_of(t, t->ndim >= 2 && tp > 1, dim, tp, r, off, shp);
+        uint8_t *want = slice(t, off, shp, &n);
+        const wc_st_tensor *st = &file.header.tensors[k];
+        assert_int_equal(st->bytes, n);
+        assert_string_equal(wc_dtype_name(st->dtype), t->dtype);
+        for (uint32_t d = 0; d < t->ndim; d++) assert_int_equal(st->shape[d], shp[d]);
+        if (memcmp(file.base + st->offset, want, n) != 0)
+            fail_msg("%s: tensor %s differs (tp %u rank %u dim %u)", path, t->name, tp, r, dim);
+        free(want);
+    }
+    wc_st_close(&file);
+}
+
+/* weightctl end to end: put from safetensors (the tied lm_head stored once),
+ * ls through pages of one, info, exists, size, get at TP 1, 2, 4 along dim
+ * 0 (the default) and dim 1 (--split), across a restart; rm leaves a
+ * tombstone and get then fails naming NOT_READY. */
+static void test_weightctl_put_ls_info_get_rm(void **state)
+{
+    fixture *f = *state;
+    char paths[2][400], out[65536], err[4096];
+    write_files(f, paths);
+    for (int v = 1; v <= 3; v++)
+        assert_int_equal(ctl(f, out, sizeof out,
+                             "put --namespace cli --resource tiny --revision v%d --payload-bytes %u "
+                             "--policy hot --mode manual %s %s", v, BOUND, paths[0], paths[1]), 0);
+    assert_non_null(strstr(out, "published cli/tiny/v3@1"));
+    restart(f);
+
+    /* ls, one revision per page: every revision exactly once. */
+    char token[1024] = "";
+    int seen[4] = {0, 0, 0, 0}, pages = 0;
+    do {
+        assert_int_equal(ctl(f, out, sizeof out, "--json ls --namespace cli --limit 1 --page-token '%s'",
+                             token), 0);
+        for (int v = 1; v <= 3; v++) {
+            char needle[64];
+            snprintf(needle, sizeof needle, "\"id\":\"cli/tiny/v%d@1\"", v);
+            if (strstr(out, needle)) seen[v]++;
+        }
+        const char *t = strstr(out, "\"next_page_token\":\"");
+        assert_non_null(t);
+        t += strlen("\"next_page_token\":\"");
+        size_t n = strcspn(t, "\"");
+        assert_true(n < sizeof token);
+        memcpy(token, t, n);
+        token[n] = '\0';
+        pages++;
+    } while (token[0] && pages < 10);
+    assert_int_equal(seen[1], 1);
+    assert_int_equal(seen[2], 1);
+    assert_int_equal(seen[3], 1);
+    assert_int_equal(ctl(f, out, sizeof out, "ls"), 0);
+    assert_non_null(strstr(out, "cli/tiny/v2@1"));
+
+    /* info, size, exists */
+    uint64_t total = 0;
+    for (size_t i = 0; i < N_MODEL; i++)
+        if (!model[i].alias_of) total += model[i].bytes;
+    char needle[128];
+    assert_int_equal(ctl(f, out, sizeof out, "--json info cli/tiny/v1@1"), 0);
+    assert_non_null(strstr(out, "\"availability\":\"READY\""));
+    assert_non_null(strstr(out, "\"residency\":\"HOT\""));
+    assert_non_null(strstr(out, "\"mode\":\"MANUAL\""));
+    snprintf(needle, sizeof needle, "\"logical_bytes\":%llu", (unsigned long long)total);
+    assert_non_null(strstr(out, needle));
+    assert_int_equal(ctl(f, out, sizeof out, "info cli/tiny/v1"), 0); /* newest generation */
+    assert_non_null(strstr(out, "availability  READY"));
+    assert_non_null(strstr(out, "manifest      weights/acme/cli/tiny/v1/1/manifest"));
+    assert_int_equal(ctl(f, out, sizeof out, "size cli/tiny/v1@1"), 0);
+    assert_int_equal(strtoull(out, NULL, 10), total);
+    assert_int_equal(ctl(f, out, sizeof out, "exists cli/tiny/v1@1"), 0);
+    assert_int_equal(ctl(f, out, sizeof out, "exists cli/tiny/v1@2"), 1);
+
+    /* get at TP 1, 2, 4: dim 0 by default, dim 1 with --split */
+    for (uint32_t tp = 1; tp <= 4; tp *= 2)
+        for (uint32_t r = 0; r < tp; r++) {
+            assert_int_equal(ctl(f, out, sizeof out, "get cli/tiny/v2@1 --out %s/d0 --tp %u --rank %u",
+                                 f->m.dir, tp, r), 0);
+            compare_file(f, "d0", tp, r, 0);
+            assert_int_equal(ctl(f, out, sizeof out,
+                                 "get cli/tiny/v2@1 --out %s/d1 --tp %u --rank %u --split '*=1' "
+                                 "--replicate '*norm*'", f->m.dir, tp, r), 0);
+            if (tp > 1) {
+                /* 1-dim tensors are replicated by the default rule anyway */
+                compare_file(f, "d1", tp, r, 1);
+            }
+        }
+
+    /* rm: a tombstone, then no reads */
+    assert_int_equal(ctl(f, out, sizeof out, "rm cli/tiny/v3@1"), 0);
+    assert_true(strstr(out, "DELETING") || strstr(out, "DELETED"));
+    int lifecycle = getenv("WM_E2E_LIFECYCLE") && atoi(getenv("WM_E2E_LIFECYCLE"));
+    for (int i = 0; lifecycle && i < 300; i++) {
+        assert_int_equal(ctl(f, out, sizeof out, "info cli/tiny/v3@1"), 0);
+        if (strstr(out, "availability  DELETED")) break;
+        usleep(100000);
+    }
+    if (lifecycle) assert_non_null(strstr(out, "availability  DELETED"));
+    assert_int_equal(ctl(f, out, sizeof out, "ls --all"), 0);
+    assert_non_null(strstr(out, "cli/tiny/v3@1"));
+    assert_int_equal(ctl(f, out, sizeof out, "exists cli/tiny/v3@1"), 1);
+    assert_int_equal(ctl(f, out, sizeof out, "get cli/tiny/v3@1 --out %s/gone", f->m.dir), 1);
+    ctl_stderr(f, err, sizeof err);
+    assert_non_null(strstr(err, "NOT_READY"));
+    restart(f);
+    assert_int_equal(ctl(f, out, sizeof out, "--json info cli/tiny/v3@1"), 0);
+    assert_true(strstr(out, "\"availability\":\"DELETING\"") ||
+                strstr(out, "\"availability\":\"DELETED\""));
+}
+
+/* Residency round trip: HOT -> COLD -> MIXED -> HOT, each migration waited
+ * for, and every state reads back byte for byte at TP 2. Needs the
+ * lifecycle (migrations); enabled with WM_E2E_MIGRATION=1. */
+static void test_migrations_keep_reads_exact(void **state)
+{
+    fixture *f = *state;
+    if (!(getenv("WM_E2E_MIGRATION") && atoi(getenv("WM_E2E_MIGRATION")))) {
+        skip();
+        return;
+    }
+    weight_store *s = open_store(f);
+    weight_identity id;
+    assert_int_equal(weight_identity_set(&id, NULL, "llm", "tiny", "migrating", 1), 0);
+    put_model(s, &id, 1);
+    const weight_residency targets[] = {WEIGHT_RES_COLD, WEIGHT_RES_MIXED, WEIGHT_RES_HOT};
+    for (size_t k = 0; k < 3; k++) {
+        weight_operation op;
+        CHECK(s, weight_migrate(s, &id, targets[k], 0, 0, &op));
+        for (int i = 0; i < 600 && op.state == 1; i++) {
+            usleep(100000);
+            CHECK(s, weight_get_operation(s, op.id, &op));
+        }
+        assert_int_equal(op.state, 2);
+        weight_metadata md;
+        CHECK(s, weight_get_metadata(s, &id, &md, NULL));
+        assert_int_equal(md.residency, targets[k]);
+        get_and_compare(s, &id, 2, 0);
+        restart(f);
+        weight_store_close(s);
+        s = open_store(f);
+        get_and_compare(s, &id, 2, 1);
+    }
+    weight_store_close(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_put_tp1_get_resharded_across_restart, setup, teardown),
         cmocka_unit_test_setup_teardown(test_put_tp4_fragments_get_any_tp, setup, teardown),
         cmocka_unit_test_setup_teardown(test_altered_bytes_fail_with_digest_mismatch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_weightctl_put_ls_info_get_rm, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_migrations_keep_reads_exact, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
