@@ -35,6 +35,9 @@
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "node_data_client.h"
 #include "wc_digest.h"
@@ -171,6 +174,46 @@ static void xfer_fail(xfer *x, int rc, const char *fmt, ...)
     va_end(ap);
 }
 
+/* Copy n bytes to memory the caller will not read back soon: large pieces
+ * go with non-temporal stores (no read-for-ownership of the destination,
+ * as glibc's memcpy does only for copies of hundreds of MiB), the source
+ * being in cache right after its chunk was verified. Small pieces and
+ * non-x86 builds use memcpy. wc_stream_fence() orders the stores before
+ * the worker reports done. */
+#define WC_STREAM_MIN (64u << 10)
+static void copy_stream(uint8_t *dst, const uint8_t *src, size_t n)
+{
+#if defined(__SSE2__)
+    if (n >= WC_STREAM_MIN) {
+        size_t head = (16 - ((uintptr_t)dst & 15)) & 15;
+        memcpy(dst, src, head);
+        dst += head;
+        src += head;
+        n -= head;
+        size_t blocks = n / 64;
+        for (size_t i = 0; i < blocks; i++, dst += 64, src += 64) {
+            __m128i a = _mm_loadu_si128((const __m128i *)src);
+            __m128i b = _mm_loadu_si128((const __m128i *)(src + 16));
+            __m128i c = _mm_loadu_si128((const __m128i *)(src + 32));
+            __m128i d = _mm_loadu_si128((const __m128i *)(src + 48));
+            _mm_stream_si128((__m128i *)dst, a);
+            _mm_stream_si128((__m128i *)(dst + 16), b);
+            _mm_stream_si128((__m128i *)(dst + 32), c);
+            _mm_stream_si128((__m128i *)(dst + 48), d);
+        }
+        n -= blocks * 64;
+    }
+#endif
+    memcpy(dst, src, n);
+}
+
+static void wc_stream_fence(void)
+{
+#if defined(__SSE2__)
+    _mm_sfence();
+#endif
+}
+
 static uint64_t op_src_end(const wc_copy_op *op)
 {
     return op->src_offset + (op->count - 1) * op->src_stride + op->bytes;
@@ -192,7 +235,8 @@ static uint64_t scatter(const wc_copy_op *op, uint8_t *dst, const uint8_t *windo
         uint64_t a = rs > ws ? rs : ws;
         uint64_t b = re < we ? re : we;
         if (a >= b) continue;
-        memcpy(dst + op->dst_offset + k * op->dst_stride + (a - rs), window + (a - ws), b - a);
+        copy_stream(dst + op->dst_offset + k * op->dst_stride + (a - rs), window + (a - ws),
+                    (size_t)(b - a));
         copied += b - a;
     }
     return copied;
@@ -274,7 +318,6 @@ static void run_job(worker *wk, job *j)
     uint64_t chunk = o->n_chunks ? o->chunk_bytes : o->bytes;
     uint64_t n_chunks = o->n_chunks ? o->n_chunks : 1;
     uint8_t *need = calloc(n_chunks, 1);
-    uint64_t lo_need = UINT64_MAX, hi_need = 0;
     if (need == NULL) {
         xfer_fail(x, WEIGHT_ENOMEM, "out of memory");
         return;
@@ -286,15 +329,23 @@ static void run_job(worker *wk, job *j)
             uint64_t rs = op->src_offset + k * op->src_stride;
             for (uint64_t c = rs / chunk; c <= (rs + op->bytes - 1) / chunk; c++) need[c] = 1;
         }
-        uint64_t end = op_src_end(op);
-        if (op->src_offset < lo_need) lo_need = op->src_offset;
-        if (end > hi_need) hi_need = end;
     }
-    if (j->kind == SRC_MAPPED && hi_need > lo_need) {
-        /* Prefault the page tables of the range in one call, not per page. */
-        uintptr_t a = (uintptr_t)(j->map->base + j->base + lo_need) & ~(uintptr_t)4095;
-        uintptr_t b = (uintptr_t)(j->map->base + j->base + hi_need);
-        madvise((void *)a, b - a, MADV_POPULATE_READ);
+    if (j->kind == SRC_MAPPED) {
+        /* Prefault the page tables of each run of needed chunks in one call
+         * (not one fault per page), and only of what is read. */
+        for (uint64_t c = 0; c < n_chunks;) {
+            if (!need[c]) {
+                c++;
+                continue;
+            }
+            uint64_t e = c;
+            while (e < n_chunks && need[e]) e++;
+            uint64_t a = c * chunk, b = e * chunk < o->bytes ? e * chunk : o->bytes;
+            uintptr_t pa = (uintptr_t)(j->map->base + j->base + a) & ~(uintptr_t)4095;
+            uintptr_t pb = (uintptr_t)(j->map->base + j->base + b);
+            madvise((void *)pa, pb - pa, MADV_POPULATE_READ);
+            c = e;
+        }
     }
     uint64_t window_chunks = j->kind == SRC_MAPPED ? 1 : WC_REMOTE_WINDOW_CHUNKS;
     size_t lo = 0;
@@ -345,6 +396,7 @@ static void run_job(worker *wk, job *j)
         if (j->kind == SRC_MAPPED) atomic_fetch_add(&x->local, copied);
         c = c_end;
     }
+    wc_stream_fence();
     free(need);
 }
 

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "wc_store.h"
 
@@ -248,7 +249,9 @@ int weight_store_open(const char *master, const char *tenant, const weight_polic
         s->default_policy = *default_policy;
     }
     s->payload_bytes = WC_DEFAULT_PAYLOAD_BYTES;
-    s->threads = WC_DEFAULT_THREADS;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    s->threads = cores > 0 && (unsigned long)cores < WC_DEFAULT_THREADS ? (unsigned)cores
+                                                                       : WC_DEFAULT_THREADS;
     pthread_mutex_init(&s->seg_lock, NULL);
     if ((rc = rpcc_connect(master, &opt, &s->rpc, err, errlen)) < 0) goto free_store;
     if ((rc = kvc_connect(master, WC_RPC_TIMEOUT_MS, &s->kv, err, errlen)) < 0) goto free_store;

@@ -197,7 +197,7 @@ WEIGHT_API const char *weight_store_last_error(const weight_store *s);
 /* Tuning, each returning WEIGHT_OK or WEIGHT_EINVALID_ARGUMENT:
  *  PAYLOAD_BYTES  bound of one payload object written by weight_put
  *                 (default 256 MiB, at least 4096);
- *  THREADS        transfer threads of weight_get (default 4, 1..64);
+ *  THREADS        transfer threads of weight_get (default min(4, cores), 1..64);
  *  TRANSPORT      0 auto (map co-located segments, TCP otherwise),
  *                 1 local only, 2 remote (TCP) only;
  *  LEASE_TTL_MS   lease TTL weight_get asks for (0: the server's). */
