@@ -480,6 +480,7 @@ static const field_spec node_fields[] = {
     F_OF("data_listen", FK_ADDR, node_data_listen),
     F_U32("poll_ms", node_poll_ms, 10, 60000),
     F_U32("timeout_ms", node_timeout_ms, 100, 3600000),
+    F_OF("cold_verify_from_device", FK_BOOL, node_cold_verify_from_device),
     F_END
 };
 

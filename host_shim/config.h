@@ -114,6 +114,7 @@ typedef struct host_config {
     char *node_data_listen;           /* data server "host:port", default 127.0.0.1:0 */
     uint32_t node_poll_ms;            /* a node polls (heartbeats) this often, default 200 */
     uint32_t node_timeout_ms;         /* silent this long: the master marks it down, 3000 */
+    int node_cold_verify_from_device; /* re-read a persisted file from the device, default 0 */
 
     host_cluster_defaults cluster;
 

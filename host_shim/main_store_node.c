@@ -20,6 +20,7 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: store_node --master ADDR --id ID --segment-dir DIR --segment-bytes N\n"
             "                  --cold-dir DIR [--listen HOST:PORT] [--advertise HOST]\n"
+            "                  [--verify-from-device]\n"
             "  ADDR is the master's RPC endpoint (host:port or a Unix socket path)\n"
             "  ID names the node and its segment (<segment-dir>/<ID>.seg)\n");
 }
@@ -34,13 +35,14 @@ int main(int argc, char **argv)
         {"cold-dir", required_argument, NULL, 'c'},
         {"listen", required_argument, NULL, 'l'},
         {"advertise", required_argument, NULL, 'a'},
+        {"verify-from-device", no_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     node_runtime_options o = {.data_listen = "127.0.0.1:0"};
     char *end = NULL;
     int c;
-    while ((c = getopt_long(argc, argv, "m:i:s:b:c:l:a:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:i:s:b:c:l:a:vh", opts, NULL)) != -1) {
         switch (c) {
         case 'm': o.master = optarg; break;
         case 'i': o.node_id = optarg; break;
@@ -55,6 +57,7 @@ int main(int argc, char **argv)
         case 'c': o.cold_dir = optarg; break;
         case 'l': o.data_listen = optarg; break;
         case 'a': o.advertise_host = optarg; break;
+        case 'v': o.cold_verify_from_device = 1; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }

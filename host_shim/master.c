@@ -184,6 +184,7 @@ static int start_embedded_node(master *m, char *err, size_t errlen)
         .segment_bytes = m->cfg->node_segment_bytes,
         .cold_dir = m->cfg->node_cold_dir,
         .data_listen = m->cfg->node_data_listen,
+        .cold_verify_from_device = m->cfg->node_cold_verify_from_device,
     };
     return node_runtime_start(&o, &m->embedded_node, err, errlen);
 }

@@ -222,8 +222,10 @@ int master_node_task(master *m, const char *node_id, int kind, const char *key,
 int master_mint_ticket(const master *m, const char *node, const char *segment,
                        uint64_t offset, uint64_t length, const char *key,
                        uint8_t *out, size_t cap, size_t *len);
-/* Durably drop one replica of key and emit replica-lost. */
-int master_drop_replica(master *m, const char *key, const obj_replica *lost);
+/* Durably drop one replica of key, emit replica-lost, then call done (may
+ * be NULL). SMP_ENOTFOUND when key has no such replica (done not called). */
+int master_drop_replica(master *m, const char *key, const obj_replica *lost,
+                        master_commit_cb done, void *arg);
 
 /* -- master_replicas.c ------------------------------------------------------------ */
 

@@ -217,6 +217,8 @@ static void answer_poll(master *m, master_node *n)
 typedef struct lost_ctx {
     char *key;
     smp_replica_kind kind;
+    master_commit_cb done;
+    void *arg;
 } lost_ctx;
 
 static void on_replicas_dropped(master *m, void *arg, int status, uint64_t seq)
@@ -230,13 +232,15 @@ static void on_replicas_dropped(master *m, void *arg, int status, uint64_t seq)
                         .group = group, .replica_kind = c->kind};
         master_emit(m, &ev);
     }
+    if (c->done) c->done(m, c->arg, status, seq);
     free(c->key);
     free(c);
 }
 
 /* Durably drop from key every replica matching (node, kind[, segment offset
- * or cold path]) and tell the plugins. */
-int master_drop_replica(master *m, const char *key, const obj_replica *lost)
+ * or cold path]), tell the plugins, then call done (may be NULL). */
+int master_drop_replica(master *m, const char *key, const obj_replica *lost,
+                        master_commit_cb done, void *arg)
 {
     obj_replica reps[16];
     size_t n = 0, kept = 0;
@@ -251,7 +255,7 @@ int master_drop_replica(master *m, const char *key, const obj_replica *lost)
                         : strcmp(reps[i].path, lost->path) == 0);
         if (!same) reps[kept++] = reps[i];
     }
-    if (kept == n) return SMP_OK;
+    if (kept == n) return SMP_ENOTFOUND; /* nothing to drop */
     if ((rc = obj_prepare_set_replicas(m->objs, key, reps, kept, &rec)) < 0) return rc;
     lost_ctx *c = calloc(1, sizeof(*c));
     if (c == NULL || (c->key = strdup(key)) == NULL) {
@@ -260,6 +264,8 @@ int master_drop_replica(master *m, const char *key, const obj_replica *lost)
         return SMP_ENOMEM;
     }
     c->kind = lost->kind;
+    c->done = done;
+    c->arg = arg;
     if ((rc = master_commit(m, &rec, NULL, on_replicas_dropped, c)) < 0) {
         free(c->key);
         free(c);
@@ -305,7 +311,7 @@ static void on_verified(master *m, void *arg, int status, const TaskResult *res)
     if (lost) {
         fprintf(stderr, "store_master: node %s: memory replica of %s does not hold its bytes\n",
                 v->node, v->key);
-        master_drop_replica(m, v->key, &v->rep);
+        master_drop_replica(m, v->key, &v->rep, NULL, NULL);
     }
     free(v->key);
     free(v->node);
@@ -368,7 +374,7 @@ static void reconcile(master *m, master_node *node, const NodeRegisterRequest *r
         if (c.lost_keys[i]) {
             fprintf(stderr, "store_master: node %s: %s replica of %s is gone\n", node->id,
                     c.lost[i].kind == SMP_REPLICA_COLD ? "cold" : "memory", c.lost_keys[i]);
-            master_drop_replica(m, c.lost_keys[i], &c.lost[i]);
+            master_drop_replica(m, c.lost_keys[i], &c.lost[i], NULL, NULL);
         }
         free(c.lost_keys[i]);
         free((char *)c.lost[i].node);

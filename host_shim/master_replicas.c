@@ -174,6 +174,15 @@ int master_ensure_cold(void *ctx, const char *key, smp_done_cb cb, void *arg)
 
 /* -- ensure memory ------------------------------------------------------------ */
 
+/* The corrupt cold replica is durably gone: now report the load's failure. */
+static void on_corrupt_dropped(master *m, void *arg, int status, uint64_t seq)
+{
+    (void)m;
+    (void)status;
+    (void)seq;
+    job_done(arg, SMP_EPROTO);
+}
+
 static void on_loaded(master *m, void *arg, int status, const struct TaskResult *res)
 {
     replica_job *j = arg;
@@ -186,7 +195,7 @@ static void on_loaded(master *m, void *arg, int status, const struct TaskResult 
         if (res != NULL && res->status == SMP_EPROTO) {
             /* The file does not hold the object's bytes: never serve it. */
             obj_replica bad = {.kind = SMP_REPLICA_COLD, .node = j->node, .path = j->cold_name};
-            master_drop_replica(m, j->key, &bad);
+            if (master_drop_replica(m, j->key, &bad, on_corrupt_dropped, j) == SMP_OK) return;
         }
         job_done(j, status);
         return;

@@ -3,15 +3,17 @@
  * All file operations go through the directory's descriptor (openat,
  * renameat, unlinkat), so a name is always resolved inside the tier and never
  * re-interpreted as a path. Persist streams the source in chunks: write the
- * chunk, start its writeback (sync_file_range, a hint), read it back through
- * a second descriptor and hash what was read; the disk works on earlier
- * chunks while the CPU hashes later ones, so the cost over a plain
- * write + fdatasync is small. Loads hash while they read, into the caller's
+ * chunk and start its writeback (sync_file_range, a hint) while a reader
+ * thread follows through a second descriptor, reading back every finished
+ * chunk and hashing what it read. The device, the writer and the hashing
+ * work at the same time, so the cost over a plain write + fdatasync is
+ * small. Loads hash while they read, into the caller's
  * buffer, with no staging copy. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +28,7 @@
 
 #include "node_cold.h"
 
-#define COLD_CHUNK (8u << 20)          /* bytes per write / read-back step */
+#define COLD_CHUNK (4u << 20)          /* bytes per write / read-back step */
 #define COLD_MAGIC "WMCOLD\0\1"
 #define COLD_TMP_NAME_MAX (COLD_NAME_MAX + 32)
 
@@ -312,48 +314,122 @@ free_ctx:
     return rc;
 }
 
-/* Write header and data to fd, reading every chunk back through rfd and
- * hashing it into md. SMP_OK, SMP_ENOSPC, SMP_EIO, SMP_EPROTO, SMP_ENOMEM. */
+/* The read-back half of a persist, on its own thread: it follows the writer
+ * through the file, reading back every byte the writer has finished
+ * (through its own descriptor) and hashing what it read. The writer only
+ * publishes how far it got; hashing (the CPU cost of a persist) thus runs
+ * beside the writes and the device's writeback instead of after them. */
+typedef struct readback {
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int rfd;
+    uint64_t len;       /* data bytes to expect */
+    uint64_t written;   /* data bytes the writer has finished (under mu) */
+    int stop;           /* the writer gave up (under mu) */
+    int rc;             /* the reader's result */
+    uint8_t md[32];
+} readback;
+
+static void *readback_main(void *arg)
+{
+    readback *r = arg;
+    uint64_t done = 0;
+    uint8_t *buf = malloc(COLD_CHUNK);
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    r->rc = SMP_OK;
+    if (buf == NULL || ctx == NULL || !EVP_DigestInit_ex(ctx, EVP_sha256(), NULL)) {
+        r->rc = SMP_ENOMEM;
+        goto free_all;
+    }
+    while (done < r->len) {
+        uint64_t avail;
+        size_t n;
+        pthread_mutex_lock(&r->mu);
+        while (r->written <= done && !r->stop)
+            pthread_cond_wait(&r->cv, &r->mu);
+        avail = r->written - done;
+        if (r->stop)
+            avail = 0;
+        pthread_mutex_unlock(&r->mu);
+        if (avail == 0) {
+            r->rc = SMP_ECANCELED;
+            goto free_all;
+        }
+        n = avail < COLD_CHUNK ? (size_t)avail : COLD_CHUNK;
+        if ((r->rc = pread_all(r->rfd, buf, n, COLD_HEADER_BYTES + done)) < 0)
+            goto free_all;
+        EVP_DigestUpdate(ctx, buf, n);
+        done += n;
+    }
+    if (!EVP_DigestFinal_ex(ctx, r->md, NULL))
+        r->rc = SMP_ENOMEM;
+free_all:
+    EVP_MD_CTX_free(ctx);
+    free(buf);
+    return NULL;
+}
+
+/* Tell the reader how far the writer got (stop: the writer gave up). */
+static void readback_publish(readback *r, uint64_t written, int stop)
+{
+    pthread_mutex_lock(&r->mu);
+    r->written = written;
+    r->stop |= stop;
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* Write header and data to fd while a reader thread reads every finished
+ * chunk back through rfd and hashes it into md. Returns SMP_OK once both
+ * are done; otherwise the writer's or the reader's error (SMP_ENOSPC,
+ * SMP_EIO, SMP_EPROTO, SMP_ENOMEM). No thread outlives the call. */
 static int write_and_read_back(int fd, int rfd, const char *key, const uint8_t *data,
                                uint64_t len, const uint8_t sha[32], uint8_t md[32])
 {
     int rc;
     uint64_t done = 0;
-    uint8_t *buf;
-    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-    if (ctx == NULL)
+    uint8_t hdr[COLD_HEADER_BYTES];
+    readback r;
+
+    encode_header(hdr, key, len, sha);
+    if ((rc = pwrite_all(fd, hdr, COLD_HEADER_BYTES, 0)) < 0)
+        return rc;
+    memset(&r, 0, sizeof(r));
+    r.rfd = rfd;
+    r.len = len;
+    if (pthread_mutex_init(&r.mu, NULL) != 0)
         return SMP_ENOMEM;
-    buf = malloc(COLD_CHUNK > COLD_HEADER_BYTES ? COLD_CHUNK : COLD_HEADER_BYTES);
-    if (buf == NULL) {
+    if (pthread_cond_init(&r.cv, NULL) != 0) {
         rc = SMP_ENOMEM;
-        goto free_ctx;
+        goto destroy_mutex;
     }
-    if (!EVP_DigestInit_ex(ctx, EVP_sha256(), NULL)) {
+    if (pthread_create(&r.th, NULL, readback_main, &r) != 0) {
         rc = SMP_ENOMEM;
-        goto free_buf;
+        goto destroy_cond;
     }
-    encode_header(buf, key, len, sha);
-    if ((rc = pwrite_all(fd, buf, COLD_HEADER_BYTES, 0)) < 0)
-        goto free_buf;
     while (done < len) {
         size_t n = len - done < COLD_CHUNK ? (size_t)(len - done) : COLD_CHUNK;
         uint64_t off = COLD_HEADER_BYTES + done;
         if ((rc = pwrite_all(fd, data + done, n, off)) < 0)
-            goto free_buf;
+            break;
         /* start writing this chunk to the device now; a hint, errors are
-           caught by the fsync below */
+           caught by the fsync that follows */
         (void)sync_file_range(fd, (off_t)off, (off_t)n, SYNC_FILE_RANGE_WRITE);
-        if ((rc = pread_all(rfd, buf, n, off)) < 0)
-            goto free_buf;
-        EVP_DigestUpdate(ctx, buf, n);
         done += n;
+        readback_publish(&r, done, 0);
     }
-    if (!EVP_DigestFinal_ex(ctx, md, NULL))
-        rc = SMP_ENOMEM;
-free_buf:
-    free(buf);
-free_ctx:
-    EVP_MD_CTX_free(ctx);
+    if (rc < 0)
+        readback_publish(&r, done, 1);
+    pthread_join(r.th, NULL);
+    if (rc == SMP_OK)
+        rc = r.rc;
+    if (rc == SMP_OK)
+        memcpy(md, r.md, 32);
+destroy_cond:
+    pthread_cond_destroy(&r.cv);
+destroy_mutex:
+    pthread_mutex_destroy(&r.mu);
     return rc;
 }
 
@@ -367,7 +443,7 @@ int cold_persist(cold_tier *ct,
                  char *err,
                  size_t errlen)
 {
-    int rc, fd, rfd;
+    int rc, fd, rfd, existed;
     uint8_t rnd[8], md[32];
     char name[COLD_NAME_MAX], tmp[COLD_TMP_NAME_MAX], rhex[17];
 
@@ -423,16 +499,22 @@ int cold_persist(cold_tier *ct,
             goto close_rfd;
         }
     }
+    /* an identical, verified file may already be there (persisting the same
+       content twice): it is replaced by an identical one, and must not be
+       taken away below if the directory sync fails */
+    existed = faccessat(ct->dfd, name, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
     if (renameat(ct->dfd, tmp, ct->dfd, name) < 0) {
         set_err(err, errlen, "%s/%s: rename: %s", ct->dir, name, strerror(errno));
         rc = SMP_EIO;
         goto close_rfd;
     }
     if (fsync(ct->dfd) < 0) {
-        /* the rename may not be durable: take the final file back */
+        /* the rename may not be durable: take a new final file back */
         set_err(err, errlen, "%s: fsync of the directory: %s", ct->dir, strerror(errno));
-        unlinkat(ct->dfd, name, 0);
-        (void)fsync(ct->dfd);
+        if (!existed) {
+            unlinkat(ct->dfd, name, 0);
+            (void)fsync(ct->dfd);
+        }
         rc = SMP_EIO;
         close(rfd);
         close(fd);

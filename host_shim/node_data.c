@@ -38,6 +38,8 @@ typedef struct data_seg {
 
 typedef struct data_conn {
     uv_tcp_t tcp;
+    uv_timer_t idle;            /* closes a connection that stalls (idle_ms > 0) */
+    int open_handles;           /* tcp, and idle when armed: freed at 0 */
     struct data_conn *prev, *next;
     data_server *srv;
     conn_state state;
@@ -75,6 +77,7 @@ struct data_server {
     int sockbuf;
     uint32_t max_connections;
     int backlog;
+    uint64_t idle_ms;
     data_seg *segs;
     data_conn *conns;
     data_server_stats stats;
@@ -139,6 +142,7 @@ int data_server_create(uv_loop_t *loop,
     s->clock_skew_ms = opt->clock_skew_ms;
     s->sockbuf = opt->socket_buffer_bytes;
     s->max_connections = opt->max_connections;
+    s->idle_ms = opt->idle_timeout_ms;
     s->backlog = opt->backlog > 0 ? opt->backlog : 128;
     *out = s;
     return SMP_OK;
@@ -191,6 +195,8 @@ static void on_conn_closed(uv_handle_t *h)
 {
     data_conn *c = h->data;
     data_server *s = c->srv;
+    if (--c->open_handles > 0)
+        return;
     if (c->pinned != NULL)
         c->pinned->pins--;
     if (c->prev != NULL)
@@ -205,6 +211,15 @@ static void on_conn_closed(uv_handle_t *h)
     server_maybe_free(s);
 }
 
+/* Close both handles of a connection; it is freed when both have closed. */
+static void conn_close_handles(data_conn *c)
+{
+    c->state = CS_CLOSING;
+    uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+    if (c->srv->idle_ms > 0)
+        uv_close((uv_handle_t *)&c->idle, on_conn_closed);
+}
+
 static void conn_close(data_conn *c)
 {
     if (c->state == CS_CLOSING)
@@ -213,8 +228,28 @@ static void conn_close(data_conn *c)
         c->srv->stats.truncated++;
     else if (c->state == CS_VAR || c->state == CS_PAYLOAD)
         c->srv->stats.truncated++;
-    c->state = CS_CLOSING;
-    uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+    conn_close_handles(c);
+}
+
+static void on_idle(uv_timer_t *t)
+{
+    data_conn *c = t->data;
+    c->srv->stats.idle_closed++;
+    conn_close(c);
+}
+
+/* (Re)arm the idle timer: the peer owes us bytes from now on. */
+static void idle_arm(data_conn *c)
+{
+    if (c->srv->idle_ms > 0 && c->state != CS_CLOSING)
+        uv_timer_start(&c->idle, on_idle, c->srv->idle_ms, 0);
+}
+
+/* Stop the idle timer: we owe the peer bytes (a read being sent). */
+static void idle_disarm(data_conn *c)
+{
+    if (c->srv->idle_ms > 0 && c->state != CS_CLOSING)
+        uv_timer_stop(&c->idle);
 }
 
 static void unpin(data_conn *c)
@@ -241,6 +276,7 @@ static void on_reply_sent(uv_write_t *w, int status)
             unpin(c);
             c->state = CS_HDR;
             c->got = 0;
+            idle_arm(c);
             if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) < 0)
                 conn_close(c);
         }
@@ -388,6 +424,7 @@ static void handle_request(data_conn *c)
         d->pins++;
         c->state = CS_BUSY;
         uv_read_stop((uv_stream_t *)&c->tcp);
+        idle_disarm(c);
         send_reply(c, SMP_OK, NDW_KIND_FINAL, NULL, p, c->req.length, 0);
         return;
     }
@@ -443,6 +480,7 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
         conn_close(c);
         return;
     }
+    idle_arm(c);
     switch (c->state) {
     case CS_HDR:
         c->got += (size_t)nread;
@@ -492,6 +530,12 @@ static void on_connection(uv_stream_t *server, int status)
     c->srv = s;
     uv_tcp_init(s->loop, &c->tcp);
     c->tcp.data = c;
+    c->open_handles = 1;
+    if (s->idle_ms > 0) {
+        uv_timer_init(s->loop, &c->idle);
+        c->idle.data = c;
+        c->open_handles++;
+    }
     c->next = s->conns;
     if (s->conns != NULL)
         s->conns->prev = c;
@@ -509,6 +553,7 @@ static void on_connection(uv_stream_t *server, int status)
         return;
     }
     s->stats.connections_accepted++;
+    idle_arm(c);
     uv_tcp_nodelay(&c->tcp, 1);
     if (s->sockbuf > 0) {
         int v = s->sockbuf;
@@ -622,10 +667,8 @@ void data_server_close(data_server *s)
     s->closing = 1;
     for (c = s->conns; c != NULL; c = nx) {
         nx = c->next;
-        if (c->state != CS_CLOSING) {
-            c->state = CS_CLOSING;
-            uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
-        }
+        if (c->state != CS_CLOSING)
+            conn_close_handles(c);
     }
     if (s->listening) {
         s->listening = 0;

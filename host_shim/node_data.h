@@ -16,7 +16,8 @@
  * (SMP_EPROTO), writes without a configured secret (SMP_ENOTSUP). A refused
  * write has written nothing. A frame that does not parse gets an SMP_EPROTO
  * answer and closes that connection only. Reads need no ticket unless
- * require_read_ticket is set (see node_ticket.h for why).
+ * require_read_ticket is set (see node_ticket.h for why); a ticket that comes
+ * with a read is checked all the same.
  *
  * Everything runs on the loop thread. Segments are borrowed: a segment must
  * stay open until it is removed from the server (or the server is closed). */
@@ -42,6 +43,10 @@ typedef struct data_server_options {
     int socket_buffer_bytes;         /* SO_SNDBUF / SO_RCVBUF of connections; 0: kernel */
     uint32_t max_connections;        /* 0: unlimited */
     int backlog;                     /* 0: 128 */
+    uint64_t idle_timeout_ms;        /* close a connection from which nothing arrives
+                                        for this long -- between requests or inside
+                                        one -- except while a read's bytes are being
+                                        sent to it; 0: never */
 } data_server_options;
 
 typedef struct data_server_stats {
@@ -57,6 +62,7 @@ typedef struct data_server_stats {
     uint64_t refused_segment;        /* unknown segment */
     uint64_t bad_frames;             /* connections closed for a malformed frame */
     uint64_t truncated;              /* peers gone in the middle of a request */
+    uint64_t idle_closed;            /* connections closed by the idle timeout */
 } data_server_stats;
 
 /* Create a server on loop (borrowed). Nothing listens before

@@ -31,6 +31,7 @@
 struct node_runtime {
     char *master, *node_id, *segment_dir, *cold_dir, *data_listen;
     uint64_t segment_bytes;
+    unsigned persist_flags;   /* cold_persist flags */
     seg_segment *seg;
     int seg_survived;
     cold_tier *cold;
@@ -113,8 +114,8 @@ static TaskResult *run_task(node_runtime *n, const NodeTask *t)
                       (unsigned long long)t->offset, (unsigned long long)t->length);
             break;
         }
-        rc = cold_persist(n->cold, t->key, ptr, t->length, t->sha256.data, COLD_VERIFY_FROM_DISK,
-                          name, err, sizeof(err));
+        rc = cold_persist(n->cold, t->key, ptr, t->length, t->sha256.data, n->persist_flags, name,
+                          err, sizeof(err));
         if (rc == SMP_OK) r->cold_name = strdup(name);
         break;
     case TASK_KIND__TASK_LOAD:
@@ -374,6 +375,7 @@ int node_runtime_start(const node_runtime_options *opt,
     n->cold_dir = dup_or_empty(opt->cold_dir);
     n->data_listen = dup_or_empty(opt->data_listen);
     n->segment_bytes = opt->segment_bytes;
+    n->persist_flags = opt->cold_verify_from_device ? COLD_VERIFY_FROM_DISK : 0;
     if (!n->master || !n->node_id || !n->segment_dir || !n->cold_dir || !n->data_listen) {
         rc = SMP_ENOMEM;
         goto fail;

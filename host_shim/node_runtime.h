@@ -27,6 +27,7 @@ typedef struct node_runtime_options {
     const char *cold_dir;
     const char *data_listen;   /* "host:port"; port 0 picks one */
     const char *advertise_host;/* host in the data address sent to the master; NULL: from data_listen */
+    int cold_verify_from_device; /* re-read persisted files from the device, not the page cache */
 } node_runtime_options;
 
 /* Open the segment and cold tier, start the data server and the control

@@ -30,6 +30,7 @@ struct seg_segment {
     int fd;
     uint8_t *base;
     uint64_t size;
+    int reopened;
 };
 
 static void set_err(char *err, size_t errlen, const char *fmt, ...)
@@ -169,6 +170,15 @@ int seg_open(const seg_options *opt, seg_segment **out, char *err, size_t errlen
         rc = SMP_EIO;
         goto close_fd;
     }
+    if (st.st_uid != geteuid() || (st.st_mode & 077) != 0) {
+        /* in a shared directory such as /dev/shm another user could have
+           planted the file to read or feed our replicas */
+        set_err(err, errlen, "%s: owned by uid %u with mode %03o; a segment file must be "
+                "this user's and private (0600)", path, (unsigned)st.st_uid,
+                (unsigned)(st.st_mode & 0777));
+        rc = SMP_EINVAL;
+        goto close_fd;
+    }
     if (st.st_size == 0)
         created = 1;
     if (created) {
@@ -188,6 +198,7 @@ int seg_open(const seg_options *opt, seg_segment **out, char *err, size_t errlen
         rc = SMP_EIO;
         goto unlink_new;
     }
+    s->reopened = !created;
     *out = s;
     return SMP_OK;
 
@@ -229,6 +240,7 @@ int seg_destroy(seg_segment *s)
 const char *seg_id(const seg_segment *s) { return s->id; }
 const char *seg_path(const seg_segment *s) { return s->path; }
 uint64_t seg_size(const seg_segment *s) { return s->size; }
+int seg_reopened(const seg_segment *s) { return s->reopened; }
 
 int seg_check_range(const seg_segment *s, uint64_t offset, uint64_t length)
 {

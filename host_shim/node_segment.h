@@ -45,11 +45,12 @@ int seg_validate_id(const char *id);
 int seg_path_for(const char *dir, const char *id, char *buf, size_t cap);
 
 /* Create the segment file, or reopen it when it exists. The directory is
- * created (one level) when missing. A reopened file keeps its bytes and
- * *reopened (may be NULL) is set to 1; a new file is zero-filled and
- * *reopened is 0. An existing empty file (a create interrupted before it was
- * sized) counts as new. Returns SMP_OK and a new segment in *out, or:
- * SMP_EINVAL (bad id, size 0, or beyond the address space), SMP_ESTATE (the
+ * created (one level) when missing. A reopened file keeps its bytes
+ * (seg_reopened() says 1); a new file is zero-filled (seg_reopened() says
+ * 0). An existing empty file (a create interrupted before it was sized)
+ * counts as new. Returns SMP_OK and a new segment in *out, or:
+ * SMP_EINVAL (bad id, size 0, or beyond the address space; or the file is
+ * another user's or readable by others: planted in a shared directory), SMP_ESTATE (the
  * file exists with another size: err names both sizes; nothing is changed),
  * SMP_EBUSY (another process holds the segment open), SMP_ENOSPC (the
  * preallocation did not fit), SMP_EIO (open, size or map failed), SMP_ENOMEM.
@@ -67,6 +68,8 @@ int seg_destroy(seg_segment *s);
 const char *seg_id(const seg_segment *s);
 const char *seg_path(const seg_segment *s);
 uint64_t seg_size(const seg_segment *s);
+/* 1 when seg_open found the file with its bytes (a node restart), else 0. */
+int seg_reopened(const seg_segment *s);
 
 /* SMP_OK when [offset, offset + length) lies inside the segment (length 0 is
  * fine at any offset <= size), else SMP_ERANGE. Overflow-safe. */

@@ -1055,10 +1055,12 @@ free_req:
 /* IMPORT_ABORT                                                              */
 /* ------------------------------------------------------------------------ */
 
-/* Abort an import. An empty group: the record leaves the table (type 9) and
- * the identity may be imported again. A group holding uploads: DELETING with
- * a DELETING operation the lifecycle runs (members removed, then the
- * tombstone). A retry on a DELETING revision answers it as it is. */
+/* Abort an import. An empty group: the revision becomes a DELETED + ABSENT
+ * tombstone at once (queryable; the identity is spent, a new import needs a
+ * new weight_generation). A group holding uploads: DELETING with a DELETING
+ * operation the lifecycle runs (members removed with remove_object, then the
+ * tombstone). A retry on a DELETING or DELETED revision answers it as it is.
+ * Record 9 (the record leaving the table) is kept for tombstone expiry. */
 static int wm_rpc_import_abort(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len)
 {
     wm_plugin *p = plugin;
@@ -1082,11 +1084,20 @@ static int wm_rpc_import_abort(void *plugin, smp_rpc_call *call, const uint8_t *
     uint64_t members = p->api->group_count(p->host, rev->group_key);
     wm_txn *t;
     if (members == 0) {
-        if ((t = wm_txn_new(p, WM_TXN_DELETE, rev->group_key)) == NULL) goto oom;
-        t->del.id = rev->id;
-        t->del.metadata_generation = rev->metadata_generation;
-        t->del.reason = WM_DEL_IMPORT_ABORTED;
-        wm_submit(p, t, call, WM_REPLY_DELETED, "import abort");
+        /* Nothing was uploaded: straight to the tombstone. */
+        if ((t = wm_txn_new(p, WM_TXN_UPSERT, rev->group_key)) == NULL) goto oom;
+        wm_revision *r = &t->up.revision;
+        *r = *rev;
+        r->availability = WM_AVAIL_DELETED;
+        r->residency = WM_RES_ABSENT;
+        r->metadata_generation = rev->metadata_generation + 1;
+        r->updated_ms = wm_now(p, rev);
+        if ((rc = wm_metadata_mutation_check(rev, r, msg, sizeof(msg))) < 0) {
+            wm_txn_free(t);
+            wm_reply_error(p, call, rc, "abort of %s refused: %s", rev->group_key, msg);
+            goto free_req;
+        }
+        wm_submit(p, t, call, WM_REPLY_METADATA, "import abort");
         goto free_req;
     }
     if ((t = wm_txn_new(p, WM_TXN_UPSERT, rev->group_key)) == NULL) goto oom;

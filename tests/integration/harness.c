@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -253,4 +254,68 @@ void hx_cleanup(hx_master *m)
 void hx_sha256(const void *data, size_t len, unsigned char out[32])
 {
     SHA256(data, len, out);
+}
+
+int hx_node_start(const hx_master *m, hx_node *n, const char *id, unsigned long long segment_bytes)
+{
+    char bytes[32];
+    memset(n, 0, sizeof(*n));
+    snprintf(n->id, sizeof(n->id), "%s", id);
+    snprintf(n->segment_dir, sizeof(n->segment_dir), "%s/nodes", m->dir);
+    snprintf(n->cold_dir, sizeof(n->cold_dir), "%s/cold-%s", m->dir, id);
+    snprintf(n->log, sizeof(n->log), "%s/node-%s.log", m->dir, id);
+    snprintf(bytes, sizeof(bytes), "%llu", segment_bytes);
+    mkdir(n->segment_dir, 0755);
+    mkdir(n->cold_dir, 0755);
+    n->pid = fork();
+    if (n->pid < 0) return -1;
+    if (n->pid == 0) {
+        int fd = open(n->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0) {
+            dup2(fd, 2);
+            dup2(fd, 1);
+            close(fd);
+        }
+        execl(BUILD_DIR "/bin/store_node", "store_node", "--master", m->socket, "--id", id,
+              "--segment-dir", n->segment_dir, "--segment-bytes", bytes, "--cold-dir", n->cold_dir,
+              "--listen", "127.0.0.1:0", (char *)NULL);
+        _exit(127);
+    }
+    return 0;
+}
+
+void hx_node_kill(hx_node *n)
+{
+    int status;
+    if (n->pid <= 0) return;
+    kill(n->pid, SIGKILL);
+    waitpid(n->pid, &status, 0);
+    n->pid = 0;
+}
+
+int hx_node_stop(hx_node *n)
+{
+    int status = 0;
+    if (n->pid <= 0) return -1;
+    kill(n->pid, SIGTERM);
+    waitpid(n->pid, &status, 0);
+    n->pid = 0;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+int hx_wait_nodes(const hx_master *m, unsigned count, int timeout_ms)
+{
+    kvc *c = hx_client(m);
+    int rc = -1;
+    if (c == NULL) return -1;
+    for (int waited = 0; waited < timeout_ms; waited += 10) {
+        kvc_status st;
+        if (kvc_status_get(c, &st) == 0 && st.nodes == count) {
+            rc = 0;
+            break;
+        }
+        sleep_ms(10);
+    }
+    kvc_close(c);
+    return rc;
 }

@@ -70,4 +70,23 @@ void hx_cleanup(hx_master *m);
 /* SHA-256 of a string, for checksums in tests. */
 void hx_sha256(const void *data, size_t len, unsigned char out[32]);
 
+/* A store_node process attached to a master. */
+typedef struct hx_node {
+    char id[64];
+    char cold_dir[320];
+    char segment_dir[320];
+    char log[320];
+    pid_t pid;
+} hx_node;
+
+/* Start build/bin/store_node for the master (segment under <dir>/nodes,
+ * cold files in <dir>/cold-<id>), with a segment of segment_bytes. The node
+ * registers by itself; use hx_wait_nodes. Returns 0 or -1. */
+int hx_node_start(const hx_master *m, hx_node *n, const char *id, unsigned long long segment_bytes);
+void hx_node_kill(hx_node *n);
+int hx_node_stop(hx_node *n);
+
+/* Wait until the master reports exactly `count` nodes up. 0 or -1. */
+int hx_wait_nodes(const hx_master *m, unsigned count, int timeout_ms);
+
 #endif /* TEST_HARNESS_H */

@@ -1,9 +1,11 @@
 /* replica_probe.c -- a test plugin that drives the host's replica tasks.
  *
  * RPC service 42: method 1 ensure_cold, 2 ensure_memory, 3 release_memory,
- * 4 count of replica-lost events seen for a key; the body is the object key.
+ * 4 count of replica-lost events seen for a key (first 256 keys); the body
+ * is the object key.
  * Methods 1-3 answer once the host's completion callback ran, with its
  * status (or at once with the call's own error). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,8 +15,11 @@ __attribute__((visibility("default"))) const smp_plugin_desc *smp_plugin_entry(v
 
 static smp_host *H;
 static const smp_host_api *API;
-static char last_lost[256];
-static unsigned lost_count;
+#define LOST_KEYS 256
+static struct {
+    char key[128];
+    unsigned count;
+} lost[LOST_KEYS];
 
 static void on_done(void *arg, int status)
 {
@@ -54,7 +59,10 @@ static int m_release(void *p, smp_rpc_call *call, const uint8_t *body, size_t le
 static int m_lost(void *p, smp_rpc_call *call, const uint8_t *body, size_t len)
 {
     (void)p;
-    unsigned n = (strlen(last_lost) == len && memcmp(last_lost, body, len) == 0) ? lost_count : 0;
+    unsigned n = 0;
+    for (int i = 0; i < LOST_KEYS; i++)
+        if (strlen(lost[i].key) == len && len > 0 && memcmp(lost[i].key, body, len) == 0)
+            n = lost[i].count;
     uint8_t out[4] = {(uint8_t)n, (uint8_t)(n >> 8), (uint8_t)(n >> 16), (uint8_t)(n >> 24)};
     return API->rpc_reply(call, SMP_OK, out, sizeof(out));
 }
@@ -63,9 +71,13 @@ static void on_event(void *p, const smp_event *ev)
 {
     (void)p;
     if (ev->type != SMP_EVENT_REPLICA_LOST || ev->key == NULL) return;
-    if (strcmp(last_lost, ev->key) != 0) lost_count = 0;
-    strncpy(last_lost, ev->key, sizeof(last_lost) - 1);
-    lost_count++;
+    for (int i = 0; i < LOST_KEYS; i++) {
+        if (lost[i].key[0] == '\0') snprintf(lost[i].key, sizeof(lost[i].key), "%s", ev->key);
+        if (strcmp(lost[i].key, ev->key) == 0) {
+            lost[i].count++;
+            return;
+        }
+    }
 }
 
 static const smp_rpc_method methods[] = {
@@ -83,8 +95,7 @@ static int probe_init(smp_host *h, const smp_host_api *api, void **plugin)
     int rc;
     H = h;
     API = api;
-    last_lost[0] = '\0';
-    lost_count = 0;
+    memset(lost, 0, sizeof(lost));
     if ((rc = api->register_rpc_service(h, &service)) < 0) return rc;
     if ((rc = api->register_event_handler(h, &events)) < 0) return rc;
     *plugin = NULL;

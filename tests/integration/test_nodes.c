@@ -1,0 +1,318 @@
+/* test_nodes.c -- a master and two store_node processes: bytes across nodes,
+ * a node killed and restarted, cold replicas, forged tickets.
+ *
+ * The master runs without its embedded node; nodes A and B register over its
+ * Unix socket. The replica_probe test plugin drives the host's replica tasks
+ * (ensure cold / ensure memory / release memory) and counts replica-lost
+ * events, so the ABI wiring is exercised as a plugin sees it. */
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "harness.h"
+#include "node_cold.h"
+#include "node_data_client.h"
+#include "rpc_client.h"
+
+#define OBJECTS 16
+#define SEGMENT (32ull << 20)
+
+typedef struct fx {
+    hx_master m;
+    hx_node a, b;
+    kvc *c;
+} fx;
+
+static char *config(void)
+{
+    static char buf[1024];
+    snprintf(buf, sizeof(buf),
+             "node:\n  embedded: false\n  timeout_ms: 600\n  poll_ms: 50\n"
+             "plugins:\n"
+             "  - path: \"%s/lib/weight_mgmt.so\"\n"
+             "  - path: \"%s/lib/testplugins/replica_probe.so\"\n",
+             BUILD_DIR, BUILD_DIR);
+    return buf;
+}
+
+static int setup(void **state)
+{
+    fx *f = calloc(1, sizeof(*f));
+    assert_int_equal(hx_init(&f->m, "nodes", config()), 0);
+    assert_int_equal(hx_start(&f->m, 10000), 0);
+    assert_int_equal(hx_node_start(&f->m, &f->a, "node-a", SEGMENT), 0);
+    assert_int_equal(hx_node_start(&f->m, &f->b, "node-b", SEGMENT), 0);
+    assert_int_equal(hx_wait_nodes(&f->m, 2, 10000), 0);
+    f->c = hx_client(&f->m);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fx *f = *state;
+    kvc_close(f->c);
+    hx_node_kill(&f->a);
+    hx_node_kill(&f->b);
+    hx_cleanup(&f->m);
+    free(f);
+    return 0;
+}
+
+static void fill(char *buf, size_t len, int seed)
+{
+    for (size_t i = 0; i < len; i++) buf[i] = (char)((i * 131 + (size_t)seed * 7) & 0xff);
+}
+
+static size_t obj_len(int i)
+{
+    return 1000 + (size_t)i * 4096;
+}
+
+/* Put OBJECTS objects; return which node each landed on (0 A, 1 B). */
+static void put_all(fx *f, int where[OBJECTS])
+{
+    char key[32];
+    char *buf = malloc(obj_len(OBJECTS));
+    for (int i = 0; i < OBJECTS; i++) {
+        snprintf(key, sizeof(key), "obj/%02d", i);
+        fill(buf, obj_len(i), i);
+        assert_int_equal(kvc_put_bytes(f->c, key, buf, obj_len(i), SMP_DATA_KV, NULL, 0, NULL), 0);
+        kvc_object o;
+        assert_int_equal(kvc_get(f->c, key, &o), 0);
+        assert_int_equal(o.n_replicas, 1);
+        where[i] = strcmp(o.replicas[0].node, "node-a") == 0 ? 0 : 1;
+    }
+    free(buf);
+}
+
+static void assert_bytes(kvc *c, int i)
+{
+    char key[32];
+    size_t len = obj_len(i);
+    char *want = malloc(len), *got = malloc(len);
+    uint64_t n = 0;
+    snprintf(key, sizeof(key), "obj/%02d", i);
+    fill(want, len, i);
+    assert_int_equal(kvc_get_into(c, key, got, len, &n, 1), 0);
+    assert_int_equal(n, len);
+    assert_memory_equal(got, want, len);
+    free(want);
+    free(got);
+}
+
+/* Objects spread over both nodes and read back byte for byte, through the
+ * mapped segment file and through the nodes' TCP data servers. */
+static void test_put_and_get_across_two_nodes(void **state)
+{
+    fx *f = *state;
+    int where[OBJECTS], on[2] = {0, 0};
+    put_all(f, where);
+    for (int i = 0; i < OBJECTS; i++) on[where[i]]++;
+    assert_true(on[0] > 0 && on[1] > 0);
+    for (int i = 0; i < OBJECTS; i++) assert_bytes(f->c, i);
+    kvc_set_transport(f->c, KVC_REMOTE);
+    for (int i = 0; i < OBJECTS; i++) assert_bytes(f->c, i);
+    kvc_set_transport(f->c, KVC_AUTO);
+}
+
+static unsigned lost_events(const hx_master *m, const char *key)
+{
+    rpcc_conn *c = NULL;
+    char err[128];
+    int status = -1;
+    uint8_t *body = NULL;
+    size_t len = 0;
+    char *msg = NULL;
+    assert_int_equal(rpcc_connect(m->socket, NULL, &c, err, sizeof(err)), 0);
+    assert_int_equal(rpcc_call(c, 42, 4, (const uint8_t *)key, strlen(key), &status, &body, &len, &msg), 0);
+    assert_int_equal(status, 0);
+    unsigned n = len == 4 ? body[0] | body[1] << 8 | body[2] << 16 | (unsigned)body[3] << 24 : 0;
+    free(body);
+    free(msg);
+    rpcc_close(c);
+    return n;
+}
+
+/* A node killed with SIGKILL is marked down: its objects stop being served
+ * and the plugin hears replica-lost; the other node's objects are unaffected.
+ * Restarted on its surviving segment file, it registers, the master verifies
+ * its ranges, and its objects are readable again. */
+static void test_killed_node_then_restarted_with_its_segment(void **state)
+{
+    fx *f = *state;
+    int where[OBJECTS];
+    char key[32];
+    put_all(f, where);
+    hx_node_kill(&f->a);
+    assert_int_equal(hx_wait_nodes(&f->m, 1, 10000), 0);
+    for (int i = 0; i < OBJECTS; i++) {
+        snprintf(key, sizeof(key), "obj/%02d", i);
+        if (where[i] == 0) {
+            kvc_object o;
+            assert_int_equal(kvc_get(f->c, key, &o), SMP_EAGAIN);
+            assert_true(lost_events(&f->m, key) >= 1);
+        } else {
+            assert_bytes(f->c, i);
+        }
+    }
+    assert_int_equal(hx_node_start(&f->m, &f->a, "node-a", SEGMENT), 0);
+    assert_int_equal(hx_wait_nodes(&f->m, 2, 10000), 0);
+    for (int i = 0; i < OBJECTS; i++) assert_bytes(f->c, i);
+}
+
+/* A node whose segment file did not survive comes back empty: the master
+ * drops the memory replicas it persisted there (durably) and the plugin
+ * hears replica-lost for each. */
+static void test_restarted_node_without_its_segment_loses_its_replicas(void **state)
+{
+    fx *f = *state;
+    int where[OBJECTS];
+    char key[32], path[400];
+    put_all(f, where);
+    hx_node_kill(&f->a);
+    snprintf(path, sizeof(path), "%s/node-a.seg", f->a.segment_dir);
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(hx_node_start(&f->m, &f->a, "node-a", SEGMENT), 0);
+    assert_int_equal(hx_wait_nodes(&f->m, 2, 10000), 0);
+    for (int i = 0; i < OBJECTS; i++) {
+        snprintf(key, sizeof(key), "obj/%02d", i);
+        kvc_object o;
+        if (where[i] == 0) {
+            for (int t = 0; t < 200 && kvc_get(f->c, key, &o) != SMP_EAGAIN; t++) usleep(10000);
+            assert_int_equal(kvc_get(f->c, key, &o), SMP_EAGAIN);
+        } else {
+            assert_bytes(f->c, i);
+        }
+    }
+}
+
+static int probe(const hx_master *m, uint32_t method, const char *key)
+{
+    rpcc_conn *c = NULL;
+    char err[128];
+    int status = -1;
+    uint8_t *body = NULL;
+    size_t len = 0;
+    char *msg = NULL;
+    assert_int_equal(rpcc_connect(m->socket, NULL, &c, err, sizeof(err)), 0);
+    assert_int_equal(rpcc_call(c, 42, method, (const uint8_t *)key, strlen(key), &status, &body, &len, &msg), 0);
+    free(body);
+    free(msg);
+    rpcc_close(c);
+    return status;
+}
+
+/* The cold file a node writes for an object: named after its key and bytes. */
+static void cold_file(const hx_node *n, const char *key, int i, char *out, size_t cap)
+{
+    char name[COLD_NAME_MAX];
+    unsigned char sha[32];
+    size_t len = obj_len(i);
+    char *buf = malloc(len);
+    fill(buf, len, i);
+    hx_sha256(buf, len, sha);
+    free(buf);
+    assert_int_equal(cold_name_for(key, sha, name), 0);
+    snprintf(out, cap, "%s/%s", n->cold_dir, name);
+}
+
+/* Persist to cold, release memory, load back: the bytes survive the round
+ * trip; releasing the last memory replica without a cold one is refused. A
+ * cold file corrupted on disk is detected when loaded, dropped, reported
+ * lost, and never served. */
+static void test_cold_round_trip_and_corrupted_cold_file(void **state)
+{
+    fx *f = *state;
+    int where[OBJECTS];
+    put_all(f, where);
+    const char *key = "obj/03";
+    assert_int_equal(probe(&f->m, 3, key), SMP_ESTATE); /* no cold copy yet */
+    assert_int_equal(probe(&f->m, 1, key), 0);          /* ensure cold */
+    assert_int_equal(probe(&f->m, 3, key), 0);          /* release memory */
+    kvc_object o;
+    assert_int_equal(kvc_get(f->c, key, &o), 0);
+    assert_int_equal(o.n_replicas, 1);
+    assert_int_equal(o.replicas[0].kind, SMP_REPLICA_COLD);
+    assert_int_equal(probe(&f->m, 2, key), 0);          /* ensure memory */
+    assert_bytes(f->c, 3);
+
+    /* Now corrupt the file of a cold-only object. */
+    const char *victim = "obj/05";
+    hx_node *n = where[5] == 0 ? &f->a : &f->b;
+    assert_int_equal(probe(&f->m, 1, victim), 0);
+    assert_int_equal(probe(&f->m, 3, victim), 0);
+    char path[700];
+    cold_file(n, victim, 5, path, sizeof(path));
+    int fd = open(path, O_RDWR);
+    assert_true(fd >= 0);
+    char byte;
+    assert_int_equal(pread(fd, &byte, 1, 4096 + 10), 1);
+    byte ^= 0x5a;
+    assert_int_equal(pwrite(fd, &byte, 1, 4096 + 10), 1);
+    close(fd);
+    assert_int_equal(probe(&f->m, 2, victim), SMP_EPROTO); /* ensure memory: detected */
+    assert_int_equal(kvc_get(f->c, victim, &o), SMP_EAGAIN); /* nothing readable is served */
+    assert_true(lost_events(&f->m, victim) >= 1);
+}
+
+/* A forged or tampered write ticket is refused by the node and writes
+ * nothing; the genuine ticket writes exactly its range. */
+static void test_forged_ticket_writes_nothing(void **state)
+{
+    fx *f = *state;
+    kvc_replica where;
+    char err[256];
+    ndc_conn *n = NULL;
+    uint8_t data[4096], back[4096];
+    memset(data, 0xab, sizeof(data));
+    assert_int_equal(kvc_put_start(f->c, "forged", sizeof(data), SMP_DATA_KV, NULL, 0, &where), 0);
+    assert_true(where.ticket_len > 0);
+    assert_int_equal(ndc_connect(where.data_addr, NULL, &n, err, sizeof(err)), 0);
+    assert_int_equal(ndc_read(n, where.segment, where.offset, sizeof(back), back, NULL, 0), 0);
+    uint8_t before[4096];
+    memcpy(before, back, sizeof(before));
+
+    uint8_t forged[sizeof(where.ticket)];
+    memcpy(forged, where.ticket, where.ticket_len);
+    forged[where.ticket_len - 1] ^= 1; /* the MAC */
+    assert_true(ndc_write(n, where.segment, where.offset, sizeof(data), data, forged,
+                          where.ticket_len) < 0);
+    ndc_close(n);
+    assert_int_equal(ndc_connect(where.data_addr, NULL, &n, err, sizeof(err)), 0);
+    /* The genuine ticket, used on another range, is refused as well. */
+    assert_true(ndc_write(n, where.segment, where.offset + 4096, sizeof(data), data, where.ticket,
+                          where.ticket_len) < 0);
+    ndc_close(n);
+    assert_int_equal(ndc_connect(where.data_addr, NULL, &n, err, sizeof(err)), 0);
+    assert_int_equal(ndc_read(n, where.segment, where.offset, sizeof(back), back, NULL, 0), 0);
+    assert_memory_equal(back, before, sizeof(back));
+    /* The genuine ticket on its own range writes. */
+    assert_int_equal(ndc_write(n, where.segment, where.offset, sizeof(data), data, where.ticket,
+                               where.ticket_len), 0);
+    assert_int_equal(ndc_read(n, where.segment, where.offset, sizeof(back), back, NULL, 0), 0);
+    assert_memory_equal(back, data, sizeof(back));
+    ndc_close(n);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_put_and_get_across_two_nodes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_killed_node_then_restarted_with_its_segment, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_restarted_node_without_its_segment_loses_its_replicas, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_cold_round_trip_and_corrupted_cold_file, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_forged_ticket_writes_nothing, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,371 @@
+/* test_node_cold.c -- the cold tier: persist, load, delete, inventory.
+ *
+ * Real files in a scratch directory under /tmp. A persisted replica loads
+ * back verified; a persist whose bytes do not match the expected checksum
+ * leaves nothing behind; a corrupted file (data, header, truncation) is
+ * detected on load and never served; crash leftovers (temporary files) are
+ * removed by the inventory; names from the network cannot leave the
+ * directory. */
+#include <dirent.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <openssl/evp.h>
+
+#include "node_cold.h"
+
+#define BIG ((5u << 20) + 123) /* more than one persist chunk */
+
+static char g_dir[256];
+static cold_tier *g_ct;
+static uint8_t *g_data;
+static uint8_t g_sha[32];
+
+static int setup(void **state)
+{
+    char err[256];
+    (void)state;
+    snprintf(g_dir, sizeof(g_dir), "/tmp/wm-test-cold-%d", (int)getpid());
+    if (cold_open(g_dir, &g_ct, err, sizeof(err)) != SMP_OK)
+        return -1;
+    g_data = malloc(BIG);
+    if (g_data == NULL)
+        return -1;
+    for (size_t i = 0; i < BIG; i++)
+        g_data[i] = (uint8_t)((i * 2654435761u) >> 13);
+    EVP_Digest(g_data, BIG, g_sha, NULL, EVP_sha256(), NULL);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    char cmd[512];
+    (void)state;
+    cold_close(g_ct);
+    free(g_data);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", g_dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+/* Number of directory entries whose name ends with suffix. */
+static int count_suffix(const char *suffix)
+{
+    int n = 0;
+    struct dirent *de;
+    DIR *d = opendir(g_dir);
+    assert_non_null(d);
+    while ((de = readdir(d)) != NULL) {
+        size_t l = strlen(de->d_name), s = strlen(suffix);
+        if (l >= s && strcmp(de->d_name + l - s, suffix) == 0)
+            n++;
+    }
+    closedir(d);
+    return n;
+}
+
+static void persist_ok(const char *key, const uint8_t *data, uint64_t len, const uint8_t *sha,
+                       char name[COLD_NAME_MAX])
+{
+    char err[512];
+    int rc = cold_persist(g_ct, key, data, len, sha, 0, name, err, sizeof(err));
+    if (rc != SMP_OK)
+        print_error("persist: %s\n", err);
+    assert_int_equal(rc, SMP_OK);
+}
+
+/* Persist then load: same bytes, named after key and content, no tmp left. */
+static void test_persist_and_load(void **state)
+{
+    char name[COLD_NAME_MAX], expect[COLD_NAME_MAX], path[512], err[512];
+    uint8_t *back = malloc(BIG);
+    struct stat st;
+    cold_entry e;
+    char kb[COLD_KEY_MAX + 1], nb[COLD_NAME_MAX];
+    (void)state;
+    assert_non_null(back);
+    persist_ok("k/one", g_data, BIG, g_sha, name);
+    assert_int_equal(cold_name_for("k/one", g_sha, expect), SMP_OK);
+    assert_string_equal(name, expect);
+    assert_int_equal(cold_path_for(g_ct, name, path, sizeof(path)), SMP_OK);
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal((uint64_t)st.st_size, COLD_HEADER_BYTES + (uint64_t)BIG);
+    assert_int_equal(count_suffix(COLD_TMP_SUFFIX), 0);
+
+    assert_int_equal(cold_load(g_ct, path, "k/one", back, BIG, g_sha, err, sizeof(err)), SMP_OK);
+    assert_memory_equal(back, g_data, BIG);
+    assert_int_equal(cold_stat(g_ct, name, &e, kb, nb), SMP_OK);
+    assert_string_equal(e.key, "k/one");
+    assert_int_equal(e.length, BIG);
+    assert_memory_equal(e.sha256, g_sha, 32);
+
+    /* persisting the same content again lands on the same file */
+    persist_ok("k/one", g_data, BIG, g_sha, name);
+    assert_string_equal(name, expect);
+    /* and the same key with other content gets another file */
+    {
+        uint8_t sha2[32];
+        EVP_Digest(g_data, 1000, sha2, NULL, EVP_sha256(), NULL);
+        persist_ok("k/one", g_data, 1000, sha2, name);
+        assert_string_not_equal(name, expect);
+        assert_int_equal(cold_delete(g_ct, name), SMP_OK);
+    }
+    /* with a second pass from the device */
+    assert_int_equal(cold_persist(g_ct, "k/one", g_data, BIG, g_sha, COLD_VERIFY_FROM_DISK, name,
+                                  err, sizeof(err)), SMP_OK);
+    assert_int_equal(cold_delete(g_ct, name), SMP_OK);
+    assert_int_equal(cold_delete(g_ct, name), SMP_ENOTFOUND);
+    free(back);
+}
+
+/* A source whose bytes do not hash to the expected checksum is not
+ * persisted: no final file, no temporary file. */
+static void test_persist_mismatch_leaves_nothing(void **state)
+{
+    char name[COLD_NAME_MAX], err[512];
+    uint8_t bad[32];
+    (void)state;
+    memcpy(bad, g_sha, 32);
+    bad[0] ^= 1;
+    assert_int_equal(cold_persist(g_ct, "k/bad", g_data, BIG, bad, 0, name, err, sizeof(err)),
+                     SMP_EPROTO);
+    assert_non_null(strstr(err, "SHA-256"));
+    assert_int_equal(count_suffix(COLD_SUFFIX), 0);
+    assert_int_equal(count_suffix(COLD_TMP_SUFFIX), 0);
+    assert_int_equal(cold_persist(g_ct, "", g_data, 10, g_sha, 0, name, err, sizeof(err)),
+                     SMP_EINVAL);
+}
+
+/* A write that fails midway (the file size limit stands in for a full disk)
+ * stops the read-back thread and leaves neither a final nor a temporary
+ * file. */
+static void test_failed_write_leaves_nothing(void **state)
+{
+    struct rlimit old, lim;
+    char name[COLD_NAME_MAX], err[512];
+    int rc;
+    (void)state;
+    signal(SIGXFSZ, SIG_IGN);
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+    lim = old;
+    lim.rlim_cur = COLD_HEADER_BYTES + (3u << 20) + 100; /* inside the first chunk */
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    rc = cold_persist(g_ct, "k/full", g_data, BIG, g_sha, 0, name, err, sizeof(err));
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+    assert_int_equal(rc, SMP_EIO);
+    assert_int_equal(count_suffix(COLD_SUFFIX), 0);
+    assert_int_equal(count_suffix(COLD_TMP_SUFFIX), 0);
+
+    lim.rlim_cur = COLD_HEADER_BYTES + (4u << 20) + 100; /* inside the second chunk */
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    rc = cold_persist(g_ct, "k/full", g_data, BIG, g_sha, 0, name, err, sizeof(err));
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+    assert_int_equal(rc, SMP_EIO);
+    assert_int_equal(count_suffix(COLD_SUFFIX), 0);
+    assert_int_equal(count_suffix(COLD_TMP_SUFFIX), 0);
+    signal(SIGXFSZ, SIG_DFL);
+}
+
+/* Flip one byte of a file at off (from the start of the file). */
+static void flip_byte(const char *path, off_t off)
+{
+    uint8_t b;
+    int fd = open(path, O_RDWR);
+    assert_true(fd >= 0);
+    assert_int_equal(pread(fd, &b, 1, off), 1);
+    b ^= 0x40;
+    assert_int_equal(pwrite(fd, &b, 1, off), 1);
+    close(fd);
+}
+
+/* Corrupted data, a corrupted header and a truncated file are all detected
+ * on load; wrong key, length or expected checksum are refused too. */
+static void test_corrupted_file_is_never_served(void **state)
+{
+    char name[COLD_NAME_MAX], path[512], err[512];
+    uint8_t *back = malloc(BIG);
+    uint8_t other[32];
+    (void)state;
+    assert_non_null(back);
+    persist_ok("k/corrupt", g_data, BIG, g_sha, name);
+    assert_int_equal(cold_path_for(g_ct, name, path, sizeof(path)), SMP_OK);
+
+    assert_int_equal(cold_load(g_ct, name, "k/other", back, BIG, g_sha, err, sizeof(err)),
+                     SMP_EINVAL);
+    assert_int_equal(cold_load(g_ct, name, "k/corrupt", back, BIG - 1, g_sha, err, sizeof(err)),
+                     SMP_ERANGE);
+    memcpy(other, g_sha, 32);
+    other[31] ^= 1;
+    assert_int_equal(cold_load(g_ct, name, "k/corrupt", back, BIG, other, err, sizeof(err)),
+                     SMP_EPROTO);
+
+    flip_byte(path, COLD_HEADER_BYTES + BIG / 2);
+    assert_int_equal(cold_load(g_ct, name, "k/corrupt", back, BIG, g_sha, err, sizeof(err)),
+                     SMP_EPROTO);
+    assert_non_null(strstr(err, "corrupted"));
+    assert_int_equal(cold_load(g_ct, name, NULL, back, BIG, NULL, err, sizeof(err)), SMP_EPROTO);
+    flip_byte(path, COLD_HEADER_BYTES + BIG / 2);
+    assert_int_equal(cold_load(g_ct, name, "k/corrupt", back, BIG, g_sha, err, sizeof(err)), SMP_OK);
+
+    flip_byte(path, 20); /* the data length in the header */
+    assert_int_equal(cold_load(g_ct, name, "k/corrupt", back, BIG, g_sha, err, sizeof(err)),
+                     SMP_EPROTO);
+    flip_byte(path, 20);
+    assert_int_equal(truncate(path, COLD_HEADER_BYTES + BIG - 1), 0);
+    assert_int_equal(cold_load(g_ct, name, "k/corrupt", back, BIG, g_sha, err, sizeof(err)),
+                     SMP_EPROTO);
+    assert_int_equal(truncate(path, 100), 0);
+    assert_int_equal(cold_load(g_ct, name, "k/corrupt", back, BIG, g_sha, err, sizeof(err)),
+                     SMP_EPROTO);
+    assert_int_equal(cold_delete(g_ct, path), SMP_OK);
+    free(back);
+}
+
+typedef struct seen {
+    int ok;
+    int corrupt;
+    char key[64];
+} seen;
+
+static int visit(void *arg, const cold_entry *e)
+{
+    seen *s = arg;
+    if (e->status == SMP_OK) {
+        s->ok++;
+        snprintf(s->key, sizeof(s->key), "%s", e->key);
+    } else {
+        s->corrupt++;
+    }
+    return 0;
+}
+
+/* The inventory lists cold files with their checksums, removes crash
+ * leftovers (temporary files) older than the threshold, leaves other files
+ * alone, and with a deep check finds corrupted data. */
+static void test_inventory_and_crash_leftovers(void **state)
+{
+    char name[COLD_NAME_MAX], path[512], tmp[512], other[512], err[256];
+    uint8_t sha[32];
+    cold_inventory_stats st;
+    seen s;
+    int fd;
+    (void)state;
+    EVP_Digest(g_data, 4096, sha, NULL, EVP_sha256(), NULL);
+    persist_ok("k/inv", g_data, 4096, sha, name);
+    assert_int_equal(cold_path_for(g_ct, name, path, sizeof(path)), SMP_OK);
+
+    /* a persist that crashed midway left its temporary file */
+    snprintf(tmp, sizeof(tmp), "%s/%s.0123456789abcdef%s", g_dir, name, COLD_TMP_SUFFIX);
+    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, g_data, 1000), 1000);
+    close(fd);
+    snprintf(other, sizeof(other), "%s/README", g_dir);
+    fd = open(other, O_WRONLY | O_CREAT, 0600);
+    assert_true(fd >= 0);
+    close(fd);
+
+    /* a young temporary file may be a persist in progress: kept */
+    memset(&s, 0, sizeof(s));
+    assert_int_equal(cold_inventory(g_ct, 3600 * 1000, 0, visit, &s, &st), SMP_OK);
+    assert_int_equal(s.ok, 1);
+    assert_string_equal(s.key, "k/inv");
+    assert_int_equal(st.files, 1);
+    assert_int_equal(st.bytes, 4096);
+    assert_int_equal(st.tmps_kept, 1);
+    assert_int_equal(st.tmps_removed, 0);
+    assert_int_equal(st.ignored, 1);
+    assert_int_equal(access(tmp, F_OK), 0);
+
+    /* after a restart every temporary file is a leftover: removed */
+    memset(&s, 0, sizeof(s));
+    assert_int_equal(cold_inventory(g_ct, 0, 0, visit, &s, &st), SMP_OK);
+    assert_int_equal(st.tmps_removed, 1);
+    assert_int_not_equal(access(tmp, F_OK), 0);
+    assert_int_equal(access(other, F_OK), 0);
+
+    /* corrupted data: the header still reads, the deep check catches it */
+    flip_byte(path, COLD_HEADER_BYTES + 10);
+    memset(&s, 0, sizeof(s));
+    assert_int_equal(cold_inventory(g_ct, 0, 0, visit, &s, &st), SMP_OK);
+    assert_int_equal(s.ok, 1);
+    memset(&s, 0, sizeof(s));
+    assert_int_equal(cold_inventory(g_ct, 0, 1, visit, &s, &st), SMP_OK);
+    assert_int_equal(s.ok, 0);
+    assert_int_equal(s.corrupt, 1);
+    assert_int_equal(st.corrupt, 1);
+    /* a broken header is reported without a deep check */
+    flip_byte(path, COLD_HEADER_BYTES + 10);
+    flip_byte(path, 60);
+    memset(&s, 0, sizeof(s));
+    assert_int_equal(cold_inventory(g_ct, 0, 0, visit, &s, &st), SMP_OK);
+    assert_int_equal(s.corrupt, 1);
+    assert_int_equal(cold_delete(g_ct, name), SMP_OK);
+    unlink(other);
+    (void)err;
+}
+
+/* Names and paths that would leave the directory, or touch a temporary
+ * file, are refused; a full path inside the directory is accepted. */
+static void test_names_cannot_escape(void **state)
+{
+    char name[COLD_NAME_MAX], path[512];
+    char bad[6][512];
+    uint8_t sha[32] = { 0 };
+    (void)state;
+    assert_int_equal(cold_name_for("x", sha, name), SMP_OK);
+    snprintf(bad[0], sizeof(bad[0]), "../%s", name);
+    snprintf(bad[1], sizeof(bad[1]), "/etc/%s", name);
+    snprintf(bad[2], sizeof(bad[2]), "%s/../%s", g_dir, name);
+    snprintf(bad[3], sizeof(bad[3]), "%s.0123456789abcdef.tmp", name);
+    snprintf(bad[4], sizeof(bad[4]), "%s", "passwd");
+    snprintf(bad[5], sizeof(bad[5]), "%.64s.COLD", name);
+    for (int i = 0; i < 6; i++) {
+        char out[COLD_NAME_MAX];
+        assert_int_equal(cold_resolve(g_ct, bad[i], out), SMP_EINVAL);
+        assert_int_equal(cold_delete(g_ct, bad[i]), SMP_EINVAL);
+    }
+    snprintf(path, sizeof(path), "%s/%s", g_dir, name);
+    {
+        char out[COLD_NAME_MAX];
+        assert_int_equal(cold_resolve(g_ct, path, out), SMP_OK);
+        assert_string_equal(out, name);
+    }
+    assert_int_equal(cold_delete(g_ct, path), SMP_ENOTFOUND);
+}
+
+/* An empty object persists and loads. */
+static void test_empty_object(void **state)
+{
+    char name[COLD_NAME_MAX], err[256];
+    uint8_t sha[32];
+    (void)state;
+    EVP_Digest("", 0, sha, NULL, EVP_sha256(), NULL);
+    persist_ok("k/empty", NULL, 0, sha, name);
+    assert_int_equal(cold_load(g_ct, name, "k/empty", NULL, 0, sha, err, sizeof(err)), SMP_OK);
+    assert_int_equal(cold_delete(g_ct, name), SMP_OK);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_persist_and_load),
+        cmocka_unit_test(test_persist_mismatch_leaves_nothing),
+        cmocka_unit_test(test_failed_write_leaves_nothing),
+        cmocka_unit_test(test_corrupted_file_is_never_served),
+        cmocka_unit_test(test_inventory_and_crash_leftovers),
+        cmocka_unit_test(test_names_cannot_escape),
+        cmocka_unit_test(test_empty_object),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

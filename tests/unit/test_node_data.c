@@ -1,0 +1,461 @@
+/* test_node_data.c -- the node's TCP data server and its blocking client.
+ *
+ * A real server on 127.0.0.1 (port 0) on a libuv loop in a thread, a real
+ * segment file under /tmp, and clients in the test thread. Round trips of
+ * ranged reads and ticketed writes; forged, tampered, expired, misused and
+ * missing tickets refused with nothing written (the bytes are checked);
+ * out-of-range and unknown segments refused with the connection kept;
+ * malformed frames and random bytes close only their own connection while
+ * another client is still served; read tickets when the node demands them;
+ * a node without a secret refuses writes; stalled and idle connections are
+ * closed when an idle timeout is set. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <uv.h>
+
+#include "node_data.h"
+#include "node_data_client.h"
+#include "node_data_wire.h"
+
+#define SEG_BYTES (4u << 20)
+#define PATTERN 0xA5
+
+typedef struct harness {
+    uv_loop_t loop;
+    uv_async_t stop;
+    uv_thread_t th;
+    data_server *srv;
+    seg_segment *seg;
+    data_server_stats stats;
+    char endpoint[64];
+} harness;
+
+static char g_dir[256];
+static ticket_secret g_secret;
+
+static void on_stop(uv_async_t *a)
+{
+    harness *h = a->data;
+    data_server_get_stats(h->srv, &h->stats);
+    data_server_close(h->srv);
+    uv_close((uv_handle_t *)a, NULL);
+}
+
+static void loop_thread(void *arg)
+{
+    harness *h = arg;
+    uv_run(&h->loop, UV_RUN_DEFAULT);
+}
+
+/* Start a server on a fresh segment filled with PATTERN. */
+static harness *harness_start_idle(const char *seg_id, const ticket_secret *secret,
+                                   int read_tickets, uint64_t idle_ms)
+{
+    harness *h = calloc(1, sizeof(*h));
+    seg_options so = { .dir = g_dir, .id = seg_id, .size = SEG_BYTES };
+    data_server_options o = { .listen_tcp = "127.0.0.1:0", .secret = secret,
+                              .require_read_ticket = read_tickets,
+                              .idle_timeout_ms = idle_ms };
+    char err[256];
+    assert_non_null(h);
+    assert_int_equal(seg_open(&so, &h->seg, err, sizeof(err)), SMP_OK);
+    memset(seg_ptr(h->seg, 0, SEG_BYTES), PATTERN, SEG_BYTES);
+    assert_int_equal(uv_loop_init(&h->loop), 0);
+    assert_int_equal(data_server_create(&h->loop, &o, &h->srv, err, sizeof(err)), SMP_OK);
+    assert_int_equal(data_server_add_segment(h->srv, h->seg), SMP_OK);
+    assert_int_equal(data_server_add_segment(h->srv, h->seg), SMP_EEXIST);
+    assert_int_equal(data_server_start(h->srv, err, sizeof(err)), SMP_OK);
+    snprintf(h->endpoint, sizeof(h->endpoint), "127.0.0.1:%d", data_server_tcp_port(h->srv));
+    uv_async_init(&h->loop, &h->stop, on_stop);
+    h->stop.data = h;
+    assert_int_equal(uv_thread_create(&h->th, loop_thread, h), 0);
+    return h;
+}
+
+/* Stop the server and the loop; *stats (may be NULL) gets the final counters. */
+static harness *harness_start(const char *seg_id, const ticket_secret *secret, int read_tickets)
+{
+    return harness_start_idle(seg_id, secret, read_tickets, 0);
+}
+
+static void harness_stop_stats(harness *h, data_server_stats *stats)
+{
+    uv_async_send(&h->stop);
+    uv_thread_join(&h->th);
+    assert_int_equal(uv_loop_close(&h->loop), 0);
+    seg_destroy(h->seg);
+    if (stats != NULL)
+        *stats = h->stats;
+    free(h);
+}
+
+static void harness_stop(harness *h)
+{
+    harness_stop_stats(h, NULL);
+}
+
+static ndc_conn *connect_to(const harness *h)
+{
+    ndc_conn *c = NULL;
+    ndc_options o = { .timeout_ms = 5000 };
+    char err[256];
+    assert_int_equal(ndc_connect(h->endpoint, &o, &c, err, sizeof(err)), SMP_OK);
+    return c;
+}
+
+static size_t mint(const ticket_secret *sec, uint8_t op, const char *seg, uint64_t off,
+                   uint64_t len, int64_t ttl_ms, uint8_t *out)
+{
+    ticket_claims c;
+    size_t n = 0;
+    memset(&c, 0, sizeof(c));
+    c.op = op;
+    snprintf(c.segment, sizeof(c.segment), "%s", seg);
+    snprintf(c.key, sizeof(c.key), "obj/%llu", (unsigned long long)off);
+    c.offset = off;
+    c.length = len;
+    c.expiry_ms = (uint64_t)((int64_t)ticket_now_ms() + ttl_ms);
+    assert_int_equal(ticket_mint(sec, &c, out, TICKET_MAX_BYTES, &n), SMP_OK);
+    return n;
+}
+
+/* 1 when every byte of [off, off + len) of the segment is PATTERN. */
+static int untouched(harness *h, uint64_t off, uint64_t len)
+{
+    const uint8_t *p = seg_ptr(h->seg, off, len);
+    for (uint64_t i = 0; i < len; i++)
+        if (p[i] != PATTERN)
+            return 0;
+    return 1;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(g_dir, sizeof(g_dir), "/tmp/wm-test-data-%d", (int)getpid());
+    return ticket_secret_generate(&g_secret, 32) == SMP_OK ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    char cmd[512];
+    (void)state;
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", g_dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+/* A ticketed write lands in exactly its range; reads return it, whole and
+ * in pieces, on one connection. */
+static void test_write_then_read_round_trip(void **state)
+{
+    harness *h = harness_start("rt", &g_secret, 0);
+    ndc_conn *c = connect_to(h);
+    uint8_t tk[TICKET_MAX_BYTES];
+    const uint64_t off = 4096 + 64, len = (2u << 20) + 77;
+    uint8_t *src = malloc(len), *dst = malloc(len);
+    size_t n;
+    (void)state;
+    for (uint64_t i = 0; i < len; i++)
+        src[i] = (uint8_t)(i * 31 + 7);
+    n = mint(&g_secret, TICKET_OP_WRITE, "rt", off, len, 60000, tk);
+    assert_int_equal(ndc_write(c, "rt", off, len, src, tk, n), SMP_OK);
+    assert_memory_equal(seg_ptr(h->seg, off, len), src, len);
+    assert_true(untouched(h, 0, off));
+    assert_true(untouched(h, off + len, SEG_BYTES - off - len));
+
+    assert_int_equal(ndc_read(c, "rt", off, len, dst, NULL, 0), SMP_OK);
+    assert_memory_equal(dst, src, len);
+    memset(dst, 0, len);
+    assert_int_equal(ndc_read(c, "rt", off + 100, 1000, dst, NULL, 0), SMP_OK);
+    assert_memory_equal(dst, src + 100, 1000);
+    assert_int_equal(ndc_read(c, "rt", 0, 0, dst, NULL, 0), SMP_OK);
+    /* a zero-length write with its ticket */
+    n = mint(&g_secret, TICKET_OP_WRITE, "rt", 0, 0, 60000, tk);
+    assert_int_equal(ndc_write(c, "rt", 0, 0, src, tk, n), SMP_OK);
+    ndc_close(c);
+    harness_stop(h);
+    free(src);
+    free(dst);
+}
+
+/* Forged, tampered, expired, misused and missing tickets: refused with
+ * their codes, nothing written, and the connection keeps working. */
+static void test_bad_tickets_write_nothing(void **state)
+{
+    harness *h = harness_start("tk", &g_secret, 0);
+    ndc_conn *c = connect_to(h);
+    ticket_secret other;
+    uint8_t tk[TICKET_MAX_BYTES], src[8192];
+    size_t n;
+    (void)state;
+    memset(src, 0x11, sizeof(src));
+    assert_int_equal(ticket_secret_generate(&other, 32), SMP_OK);
+
+    n = mint(&other, TICKET_OP_WRITE, "tk", 0, sizeof(src), 60000, tk);
+    assert_int_equal(ndc_write(c, "tk", 0, sizeof(src), src, tk, n), SMP_EINVAL);
+    assert_non_null(strstr(ndc_last_error(c), "ticket"));
+
+    n = mint(&g_secret, TICKET_OP_WRITE, "tk", 0, sizeof(src), 60000, tk);
+    tk[12] ^= 1; /* the length field */
+    assert_int_equal(ndc_write(c, "tk", 0, sizeof(src), src, tk, n), SMP_EINVAL);
+
+    n = mint(&g_secret, TICKET_OP_WRITE, "tk", 0, sizeof(src), -1000, tk);
+    assert_int_equal(ndc_write(c, "tk", 0, sizeof(src), src, tk, n), SMP_ESTATE);
+    assert_non_null(strstr(ndc_last_error(c), "expired"));
+
+    n = mint(&g_secret, TICKET_OP_WRITE, "tk", 0, sizeof(src), 60000, tk);
+    assert_int_equal(ndc_write(c, "tk", 64, sizeof(src), src, tk, n), SMP_ERANGE);
+    assert_int_equal(ndc_write(c, "tk", 0, sizeof(src) * 2, src, tk, n), SMP_ERANGE);
+
+    n = mint(&g_secret, TICKET_OP_READ, "tk", 0, sizeof(src), 60000, tk);
+    assert_int_equal(ndc_write(c, "tk", 0, sizeof(src), src, tk, n), SMP_EINVAL);
+
+    assert_int_equal(ndc_write(c, "tk", 0, sizeof(src), src, NULL, 0), SMP_EINVAL);
+    assert_int_equal(ndc_write(c, "tk", 0, sizeof(src), src, tk, 10), SMP_EPROTO);
+
+    assert_true(untouched(h, 0, SEG_BYTES));
+
+    /* still usable: a good ticket writes */
+    n = mint(&g_secret, TICKET_OP_WRITE, "tk", 0, sizeof(src), 60000, tk);
+    assert_int_equal(ndc_write(c, "tk", 0, sizeof(src), src, tk, n), SMP_OK);
+    assert_memory_equal(seg_ptr(h->seg, 0, sizeof(src)), src, sizeof(src));
+    ndc_close(c);
+    {
+        data_server_stats st;
+        harness_stop_stats(h, &st);
+        assert_int_equal(st.refused_ticket, 8);
+        assert_int_equal(st.writes, 1);
+        assert_int_equal(st.bytes_written, sizeof(src));
+    }
+}
+
+/* Out-of-range reads and writes and unknown segments are refused; the
+ * connection stays. */
+static void test_range_and_segment_refusals(void **state)
+{
+    harness *h = harness_start("rg", &g_secret, 0);
+    ndc_conn *c = connect_to(h);
+    uint8_t buf[256], tk[TICKET_MAX_BYTES];
+    size_t n;
+    (void)state;
+    assert_int_equal(ndc_read(c, "rg", SEG_BYTES - 10, 11, buf, NULL, 0), SMP_ERANGE);
+    assert_int_equal(ndc_read(c, "rg", UINT64_MAX - 1, 16, buf, NULL, 0), SMP_ERANGE);
+    assert_int_equal(ndc_read(c, "nope", 0, 16, buf, NULL, 0), SMP_ENOTFOUND);
+    n = mint(&g_secret, TICKET_OP_WRITE, "rg", SEG_BYTES - 8, 16, 60000, tk);
+    assert_int_equal(ndc_write(c, "rg", SEG_BYTES - 8, 16, buf, tk, n), SMP_ERANGE);
+    assert_true(untouched(h, SEG_BYTES - 8, 8));
+    assert_int_equal(ndc_read(c, "rg", 0, sizeof(buf), buf, NULL, 0), SMP_OK);
+    assert_int_equal(buf[0], PATTERN);
+    ndc_close(c);
+    harness_stop(h);
+}
+
+/* A malformed frame gets SMP_EPROTO and closes that connection only;
+ * random bytes and a client vanishing mid-write do not disturb a second
+ * client, which is served throughout. */
+static void test_bad_frames_close_only_their_connection(void **state)
+{
+    harness *h = harness_start("bf", &g_secret, 0);
+    ndc_conn *good = connect_to(h), *bad;
+    uint8_t hdr[NDW_REQ_HDR], buf[4096], tk[TICKET_MAX_BYTES];
+    ndw_request r = { .op = NDW_OP_READ, .seg_len = 2, .offset = 0, .length = 16 };
+    size_t n;
+    (void)state;
+
+    /* bad magic */
+    bad = connect_to(h);
+    memset(hdr, 'x', sizeof(hdr));
+    assert_int_equal(ndc_send_raw(bad, hdr, sizeof(hdr)), SMP_OK);
+    assert_int_equal(ndc_recv_status(bad), SMP_EPROTO);
+    assert_int_equal(ndc_read(bad, "bf", 0, 16, buf, NULL, 0), SMP_EIO);
+    ndc_close(bad);
+    assert_int_equal(ndc_read(good, "bf", 0, 16, buf, NULL, 0), SMP_OK);
+
+    /* unknown op, oversize segment id, oversize ticket, segment id with a slash */
+    for (int k = 0; k < 4; k++) {
+        ndw_request q = r;
+        bad = connect_to(h);
+        ndw_encode_request(hdr, &q);
+        if (k == 0)
+            hdr[4] = 9;
+        if (k == 1)
+            ndw_put_u16(hdr + 6, NDW_SEGMENT_MAX + 1);
+        if (k == 2)
+            ndw_put_u32(hdr + 24, NDW_TICKET_MAX + 1);
+        assert_int_equal(ndc_send_raw(bad, hdr, sizeof(hdr)), SMP_OK);
+        if (k == 3)
+            assert_int_equal(ndc_send_raw(bad, "./", 2), SMP_OK);
+        assert_int_equal(ndc_recv_status(bad), SMP_EPROTO);
+        ndc_close(bad);
+        assert_int_equal(ndc_read(good, "bf", 0, 16, buf, NULL, 0), SMP_OK);
+    }
+
+    /* a client that sends a partial header and goes away */
+    bad = connect_to(h);
+    assert_int_equal(ndc_send_raw(bad, "WMD1", 4), SMP_OK);
+    ndc_close(bad);
+
+    /* a client that is accepted for a write and vanishes mid-payload */
+    bad = connect_to(h);
+    n = mint(&g_secret, TICKET_OP_WRITE, "bf", 0, sizeof(buf), 60000, tk);
+    r.op = NDW_OP_WRITE;
+    r.length = sizeof(buf);
+    r.ticket_len = (uint32_t)n;
+    ndw_encode_request(hdr, &r);
+    assert_int_equal(ndc_send_raw(bad, hdr, sizeof(hdr)), SMP_OK);
+    assert_int_equal(ndc_send_raw(bad, "bf", 2), SMP_OK);
+    assert_int_equal(ndc_send_raw(bad, tk, n), SMP_OK);
+    assert_int_equal(ndc_recv_status(bad), SMP_OK); /* CONTINUE */
+    memset(buf, 0x22, sizeof(buf));
+    assert_int_equal(ndc_send_raw(bad, buf, 100), SMP_OK);
+    ndc_close(bad);
+
+    /* two requests pipelined, then gone before the answers */
+    bad = connect_to(h);
+    r.op = NDW_OP_READ;
+    r.length = SEG_BYTES;
+    r.ticket_len = 0;
+    ndw_encode_request(hdr, &r);
+    {
+        uint8_t two[2 * (NDW_REQ_HDR + 2)];
+        memcpy(two, hdr, NDW_REQ_HDR);
+        memcpy(two + NDW_REQ_HDR, "bf", 2);
+        memcpy(two + NDW_REQ_HDR + 2, hdr, NDW_REQ_HDR);
+        memcpy(two + 2 * NDW_REQ_HDR + 2, "bf", 2);
+        assert_int_equal(ndc_send_raw(bad, two, sizeof(two)), SMP_OK);
+    }
+    ndc_close(bad);
+
+    /* random bytes on many connections */
+    srand(42);
+    for (int k = 0; k < 40; k++) {
+        uint8_t junk[200];
+        for (size_t i = 0; i < sizeof(junk); i++)
+            junk[i] = (uint8_t)rand();
+        if (k % 2 == 0)
+            memcpy(junk, NDW_REQ_MAGIC, 4);
+        bad = connect_to(h);
+        (void)ndc_send_raw(bad, junk, (size_t)(rand() % (int)sizeof(junk)) + 1);
+        ndc_close(bad);
+    }
+
+    assert_int_equal(ndc_read(good, "bf", 0, sizeof(buf), buf, NULL, 0), SMP_OK);
+    ndc_close(good);
+    {
+        data_server_stats st;
+        harness_stop_stats(h, &st);
+        assert_true(st.bad_frames >= 5);
+        assert_true(st.truncated >= 2);
+        assert_int_equal(st.writes, 0);
+        assert_true(st.reads >= 6);
+    }
+}
+
+/* A node that demands read tickets refuses reads without one or outside it
+ * and serves reads inside it. */
+static void test_read_tickets_when_required(void **state)
+{
+    harness *h = harness_start("rd", &g_secret, 1);
+    ndc_conn *c = connect_to(h);
+    uint8_t tk[TICKET_MAX_BYTES], buf[1024];
+    size_t n;
+    (void)state;
+    assert_int_equal(ndc_read(c, "rd", 0, 16, buf, NULL, 0), SMP_EINVAL);
+    n = mint(&g_secret, TICKET_OP_READ, "rd", 1024, 1024, 60000, tk);
+    assert_int_equal(ndc_read(c, "rd", 1024, 1024, buf, tk, n), SMP_OK);
+    assert_int_equal(ndc_read(c, "rd", 1500, 100, buf, tk, n), SMP_OK);
+    assert_int_equal(ndc_read(c, "rd", 0, 100, buf, tk, n), SMP_ERANGE);
+    n = mint(&g_secret, TICKET_OP_WRITE, "rd", 1024, 1024, 60000, tk);
+    assert_int_equal(ndc_read(c, "rd", 1024, 1024, buf, tk, n), SMP_EINVAL);
+    ndc_close(c);
+    harness_stop(h);
+}
+
+/* Without a secret a node takes no writes at all. */
+static void test_no_secret_no_writes(void **state)
+{
+    harness *h = harness_start("ns", NULL, 0);
+    ndc_conn *c = connect_to(h);
+    uint8_t tk[TICKET_MAX_BYTES], buf[64] = { 0 };
+    size_t n = mint(&g_secret, TICKET_OP_WRITE, "ns", 0, sizeof(buf), 60000, tk);
+    (void)state;
+    assert_int_equal(ndc_write(c, "ns", 0, sizeof(buf), buf, tk, n), SMP_ENOTSUP);
+    assert_true(untouched(h, 0, 4096));
+    ndc_close(c);
+    harness_stop(h);
+}
+
+/* Two clients interleave large transfers; both get their bytes. */
+static void test_two_clients_interleaved(void **state)
+{
+    harness *h = harness_start("tc", &g_secret, 0);
+    ndc_conn *a = connect_to(h), *b = connect_to(h);
+    const uint64_t len = 1u << 20;
+    uint8_t *x = malloc(len), *y = malloc(len), *out = malloc(len), tk[TICKET_MAX_BYTES];
+    size_t n;
+    (void)state;
+    memset(x, 1, len);
+    memset(y, 2, len);
+    n = mint(&g_secret, TICKET_OP_WRITE, "tc", 0, len, 60000, tk);
+    assert_int_equal(ndc_write(a, "tc", 0, len, x, tk, n), SMP_OK);
+    n = mint(&g_secret, TICKET_OP_WRITE, "tc", len, len, 60000, tk);
+    assert_int_equal(ndc_write(b, "tc", len, len, y, tk, n), SMP_OK);
+    assert_int_equal(ndc_read(b, "tc", 0, len, out, NULL, 0), SMP_OK);
+    assert_memory_equal(out, x, len);
+    assert_int_equal(ndc_read(a, "tc", len, len, out, NULL, 0), SMP_OK);
+    assert_memory_equal(out, y, len);
+    ndc_close(a);
+    ndc_close(b);
+    harness_stop(h);
+    free(x);
+    free(y);
+    free(out);
+}
+
+/* With an idle timeout, a client that stalls inside a request or sits idle
+ * between requests is disconnected; one that keeps talking is served. */
+static void test_idle_connections_are_closed(void **state)
+{
+    harness *h = harness_start_idle("id", &g_secret, 0, 300);
+    ndc_conn *stalled = connect_to(h), *idle = connect_to(h), *busy = connect_to(h);
+    uint8_t buf[64];
+    data_server_stats st;
+    (void)state;
+    assert_int_equal(ndc_send_raw(stalled, "WMD1", 4), SMP_OK);
+    for (int i = 0; i < 12; i++) {
+        assert_int_equal(ndc_read(busy, "id", 0, sizeof(buf), buf, NULL, 0), SMP_OK);
+        usleep(50 * 1000);
+    }
+    assert_int_equal(ndc_recv_status(stalled), SMP_EIO);
+    assert_int_equal(ndc_read(idle, "id", 0, sizeof(buf), buf, NULL, 0), SMP_EIO);
+    assert_int_equal(ndc_read(busy, "id", 0, sizeof(buf), buf, NULL, 0), SMP_OK);
+    ndc_close(stalled);
+    ndc_close(idle);
+    ndc_close(busy);
+    harness_stop_stats(h, &st);
+    assert_int_equal(st.idle_closed, 2);
+    assert_int_equal(st.truncated, 1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_write_then_read_round_trip),
+        cmocka_unit_test(test_bad_tickets_write_nothing),
+        cmocka_unit_test(test_range_and_segment_refusals),
+        cmocka_unit_test(test_bad_frames_close_only_their_connection),
+        cmocka_unit_test(test_read_tickets_when_required),
+        cmocka_unit_test(test_no_secret_no_writes),
+        cmocka_unit_test(test_two_clients_interleaved),
+        cmocka_unit_test(test_idle_connections_are_closed),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

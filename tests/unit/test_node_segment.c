@@ -1,0 +1,259 @@
+/* test_node_segment.c -- a node's segment file and a client's mapping of it.
+ *
+ * Real files in a scratch directory under /tmp: create, reopen after a
+ * "restart" with the bytes intact, refuse a size mismatch and a second
+ * opener, bounds checks, destroy, and the co-located client path (a client
+ * mapping sees what the node writes and the reverse). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <openssl/evp.h>
+
+#include "node_segment.h"
+#include "seg_map.h"
+
+#define SIZE (1u << 20)
+
+static char g_dir[256];
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(g_dir, sizeof(g_dir), "/tmp/wm-test-seg-%d", (int)getpid());
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    char cmd[512];
+    (void)state;
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", g_dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static seg_segment *open_seg(const char *id, uint64_t size)
+{
+    seg_options o = { .dir = g_dir, .id = id, .size = size, .preallocate = 1 };
+    seg_segment *s = NULL;
+    char err[256];
+    assert_int_equal(seg_open(&o, &s, err, sizeof(err)), SMP_OK);
+    return s;
+}
+
+/* A new segment is zero-filled, takes writes, and a reopened one (the node
+ * restarted) comes back with its bytes. */
+static void test_segment_survives_reopen(void **state)
+{
+    uint8_t buf[4096], out[4096];
+    char path[512];
+    struct stat st;
+    seg_segment *s;
+    (void)state;
+
+    s = open_seg("seg-a", SIZE);
+    assert_int_equal(seg_size(s), SIZE);
+    assert_int_equal(seg_reopened(s), 0);
+    assert_int_equal(seg_read(s, SIZE - sizeof(out), out, sizeof(out)), SMP_OK);
+    for (size_t i = 0; i < sizeof(out); i++)
+        assert_int_equal(out[i], 0);
+    for (size_t i = 0; i < sizeof(buf); i++)
+        buf[i] = (uint8_t)(i * 7 + 3);
+    assert_int_equal(seg_write(s, 12345, buf, sizeof(buf)), SMP_OK);
+    snprintf(path, sizeof(path), "%s", seg_path(s));
+    seg_close(s);
+
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal((uint64_t)st.st_size, SIZE);
+    s = open_seg("seg-a", SIZE);
+    assert_int_equal(seg_reopened(s), 1);
+    assert_int_equal(seg_read(s, 12345, out, sizeof(out)), SMP_OK);
+    assert_memory_equal(buf, out, sizeof(buf));
+    assert_int_equal(seg_destroy(s), SMP_OK);
+    assert_int_not_equal(stat(path, &st), 0);
+}
+
+/* A node process killed with SIGKILL (no close, no unmap) leaves a segment
+ * that the next node opens with the bytes and without a stale lock. */
+static void test_segment_survives_sigkill(void **state)
+{
+    int status;
+    uint8_t out[64];
+    seg_segment *s;
+    pid_t pid;
+    (void)state;
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        seg_options o = { .dir = g_dir, .id = "seg-k", .size = SIZE };
+        seg_segment *cs = NULL;
+        if (seg_open(&o, &cs, NULL, 0) != SMP_OK)
+            _exit(2);
+        memset(seg_ptr(cs, 777, 64), 0x3c, 64);
+        raise(SIGKILL);
+        _exit(3);
+    }
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    s = open_seg("seg-k", SIZE);
+    assert_int_equal(seg_reopened(s), 1);
+    assert_int_equal(seg_read(s, 777, out, sizeof(out)), SMP_OK);
+    for (size_t i = 0; i < sizeof(out); i++)
+        assert_int_equal(out[i], 0x3c);
+    seg_destroy(s);
+}
+
+/* A file of another size is refused with both sizes named, and left alone. */
+static void test_size_mismatch_is_refused(void **state)
+{
+    seg_options o = { .dir = g_dir, .id = "seg-b", .size = SIZE * 2 };
+    seg_segment *s = open_seg("seg-b", SIZE), *s2 = NULL;
+    char err[512];
+    struct stat st;
+    (void)state;
+    seg_close(s);
+    assert_int_equal(seg_open(&o, &s2, err, sizeof(err)), SMP_ESTATE);
+    assert_null(s2);
+    assert_non_null(strstr(err, "1048576"));
+    assert_non_null(strstr(err, "2097152"));
+    o.size = SIZE;
+    assert_int_equal(seg_open(&o, &s2, err, sizeof(err)), SMP_OK);
+    assert_int_equal(stat(seg_path(s2), &st), 0);
+    assert_int_equal((uint64_t)st.st_size, SIZE);
+    seg_destroy(s2);
+}
+
+/* Two openers of one segment: the second is refused while the first holds it. */
+static void test_second_opener_is_refused(void **state)
+{
+    seg_options o = { .dir = g_dir, .id = "seg-c", .size = SIZE };
+    seg_segment *s = open_seg("seg-c", SIZE), *s2 = NULL;
+    char err[512];
+    (void)state;
+    assert_int_equal(seg_open(&o, &s2, err, sizeof(err)), SMP_EBUSY);
+    assert_null(s2);
+    seg_close(s);
+    assert_int_equal(seg_open(&o, &s2, err, sizeof(err)), SMP_OK);
+    seg_destroy(s2);
+}
+
+/* A segment file readable by others (planted in a shared directory, or
+ * loosened by hand) is refused. */
+static void test_foreign_or_open_file_is_refused(void **state)
+{
+    seg_options o = { .dir = g_dir, .id = "seg-f", .size = SIZE };
+    seg_segment *s = open_seg("seg-f", SIZE), *s2 = NULL;
+    char path[512], err[512];
+    (void)state;
+    snprintf(path, sizeof(path), "%s", seg_path(s));
+    seg_close(s);
+    assert_int_equal(chmod(path, 0644), 0);
+    assert_int_equal(seg_open(&o, &s2, err, sizeof(err)), SMP_EINVAL);
+    assert_non_null(strstr(err, "0600"));
+    assert_int_equal(chmod(path, 0600), 0);
+    assert_int_equal(seg_open(&o, &s2, err, sizeof(err)), SMP_OK);
+    seg_destroy(s2);
+}
+
+/* Ranges outside the segment, including ones that overflow, are refused. */
+static void test_bounds(void **state)
+{
+    uint8_t b[16] = { 0 };
+    seg_segment *s = open_seg("seg-d", SIZE);
+    (void)state;
+    assert_int_equal(seg_check_range(s, 0, SIZE), SMP_OK);
+    assert_int_equal(seg_check_range(s, SIZE, 0), SMP_OK);
+    assert_int_equal(seg_check_range(s, SIZE, 1), SMP_ERANGE);
+    assert_int_equal(seg_check_range(s, SIZE - 1, 2), SMP_ERANGE);
+    assert_int_equal(seg_check_range(s, UINT64_MAX, 2), SMP_ERANGE);
+    assert_int_equal(seg_check_range(s, 8, UINT64_MAX - 4), SMP_ERANGE);
+    assert_int_equal(seg_write(s, SIZE - 8, b, sizeof(b)), SMP_ERANGE);
+    assert_int_equal(seg_read(s, UINT64_MAX - 4, b, sizeof(b)), SMP_ERANGE);
+    assert_null(seg_ptr(s, SIZE - 8, 16));
+    assert_non_null(seg_ptr(s, SIZE - 16, 16));
+    seg_destroy(s);
+}
+
+/* Ids that could escape the directory or hide the file are refused. */
+static void test_bad_ids(void **state)
+{
+    const char *bad[] = { "", ".", "..", "../x", "a/b", ".hidden", "a b", "x\n" };
+    char err[256];
+    (void)state;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        seg_options o = { .dir = g_dir, .id = bad[i], .size = SIZE };
+        seg_segment *s = NULL;
+        assert_int_equal(seg_open(&o, &s, err, sizeof(err)), SMP_EINVAL);
+        assert_null(s);
+    }
+    {
+        seg_options o = { .dir = g_dir, .id = "ok", .size = 0 };
+        seg_segment *s = NULL;
+        assert_int_equal(seg_open(&o, &s, err, sizeof(err)), SMP_EINVAL);
+    }
+    assert_int_equal(seg_validate_id("node-1.seg_0"), SMP_OK);
+}
+
+/* The co-located path: what a client writes through its mapping the node
+ * reads, what the node writes the client reads, and the checksums agree. */
+static void test_client_mapping_shares_bytes(void **state)
+{
+    seg_segment *s = open_seg("seg-e", SIZE);
+    seg_map rw, ro;
+    uint8_t in[8192], out[8192], md1[32], md2[32];
+    char err[256];
+    (void)state;
+    for (size_t i = 0; i < sizeof(in); i++)
+        in[i] = (uint8_t)(i ^ 0x5a);
+    assert_int_equal(seg_map_writable(seg_path(s), 1, &rw, err, sizeof(err)), SMP_OK);
+    assert_int_equal(rw.size, SIZE);
+    assert_int_equal(seg_map_put(&rw, 4096, in, sizeof(in)), SMP_OK);
+    assert_int_equal(seg_read(s, 4096, out, sizeof(out)), SMP_OK);
+    assert_memory_equal(in, out, sizeof(in));
+
+    assert_int_equal(seg_write(s, 65536, in, 100), SMP_OK);
+    assert_int_equal(seg_map_readonly(seg_path(s), 0, &ro, err, sizeof(err)), SMP_OK);
+    assert_int_equal(seg_map_get(&ro, 65536, out, 100), SMP_OK);
+    assert_memory_equal(in, out, 100);
+    assert_int_equal(seg_map_put(&ro, 0, in, 1), SMP_ESTATE);
+    assert_int_equal(seg_map_get(&ro, SIZE - 10, out, 11), SMP_ERANGE);
+    assert_int_equal(seg_map_put(&rw, UINT64_MAX, in, 2), SMP_ERANGE);
+
+    assert_int_equal(seg_sha256(s, 4096, sizeof(in), md1), SMP_OK);
+    assert_int_equal(EVP_Digest(in, sizeof(in), md2, NULL, EVP_sha256(), NULL), 1);
+    assert_memory_equal(md1, md2, 32);
+    assert_int_equal(seg_sha256(s, SIZE, 1, md1), SMP_ERANGE);
+
+    seg_map_close(&rw);
+    seg_map_close(&ro);
+    seg_map_close(&ro); /* closing twice is harmless */
+    assert_null(ro.base);
+    seg_destroy(s);
+
+    assert_int_equal(seg_map_readonly("/tmp/wm-no-such-segment.seg", 0, &ro, err, sizeof(err)),
+                     SMP_ENOTFOUND);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_segment_survives_reopen),
+        cmocka_unit_test(test_segment_survives_sigkill),
+        cmocka_unit_test(test_size_mismatch_is_refused),
+        cmocka_unit_test(test_second_opener_is_refused),
+        cmocka_unit_test(test_foreign_or_open_file_is_refused),
+        cmocka_unit_test(test_bounds),
+        cmocka_unit_test(test_bad_ids),
+        cmocka_unit_test(test_client_mapping_shares_bytes),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
