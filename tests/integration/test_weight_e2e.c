@@ -390,6 +390,65 @@ static void test_altered_bytes_fail_with_digest_mismatch(void **state)
 }
 
 
+/* -- the lease during a long load ---------------------------------------------- */
+
+typedef struct slowctx {
+    getctx g;
+    fixture *f;
+    const weight_identity *id;
+    int checked;
+    uint32_t leases_during;
+    int remove_rc;
+} slowctx;
+
+/* The first buffer request stalls the load well past the lease TTL and
+ * looks at the revision from a second store meanwhile. */
+static int slow_provide(void *ctx, const weight_tensor_info *t, const weight_tensor_place *p,
+                        const uint64_t *shape, uint64_t bytes, void **out)
+{
+    slowctx *sc = ctx;
+    if (!sc->checked) {
+        sc->checked = 1;
+        usleep(2500 * 1000);
+        weight_store *other = open_store(sc->f);
+        weight_metadata md;
+        CHECK(other, weight_get_metadata(other, sc->id, &md, NULL));
+        sc->leases_during = md.active_leases;
+        sc->remove_rc = weight_remove(other, sc->id, 0, NULL);
+        weight_store_close(other);
+    }
+    return provide_cb(&sc->g, t, p, shape, bytes, out);
+}
+
+/* A load that outlives the lease TTL keeps its lease (renewed by the helper
+ * thread): the revision cannot be removed meanwhile (BUSY), the load
+ * succeeds, and the lease is gone afterwards. */
+static void test_lease_is_renewed_during_a_long_load(void **state)
+{
+    fixture *f = *state;
+    weight_store *s = open_store(f);
+    weight_identity id;
+    assert_int_equal(weight_identity_set(&id, NULL, "llm", "tiny", "slow", 1), 0);
+    put_model(s, &id, 1);
+    assert_int_equal(weight_store_set_option(s, WEIGHT_OPT_LEASE_TTL_MS, 400), 0);
+    slowctx sc;
+    memset(&sc, 0, sizeof sc);
+    sc.g.tp = 1;
+    sc.f = f;
+    sc.id = &id;
+    weight_placement pl = {place_cb, &sc.g};
+    weight_bindings bd = {NULL, 0, slow_provide, &sc};
+    CHECK(s, weight_get(s, &id, &pl, &bd, NULL));
+    assert_int_equal(sc.leases_during, 1);
+    assert_int_equal(sc.remove_rc, WEIGHT_EBUSY);
+    for (size_t i = 0; i < N_MODEL; i++) free(sc.g.bufs[i]);
+    weight_metadata md;
+    CHECK(s, weight_get_metadata(s, &id, &md, NULL));
+    assert_int_equal(md.active_leases, 0);
+    assert_int_equal(md.availability, WEIGHT_READY);
+    weight_store_close(s);
+}
+
 /* -- weightctl --------------------------------------------------------------------- */
 
 /* Run weightctl with args against f's master; stdout into out (may be NULL),
@@ -627,6 +686,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_put_tp1_get_resharded_across_restart, setup, teardown),
         cmocka_unit_test_setup_teardown(test_put_tp4_fragments_get_any_tp, setup, teardown),
         cmocka_unit_test_setup_teardown(test_altered_bytes_fail_with_digest_mismatch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lease_is_renewed_during_a_long_load, setup, teardown),
         cmocka_unit_test_setup_teardown(test_weightctl_put_ls_info_get_rm, setup, teardown),
         cmocka_unit_test_setup_teardown(test_migrations_keep_reads_exact, setup, teardown),
     };
