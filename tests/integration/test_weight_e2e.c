@@ -390,6 +390,50 @@ static void test_altered_bytes_fail_with_digest_mismatch(void **state)
 }
 
 
+/* Over the node's TCP data server instead of the mapped segment (as a
+ * client on another host): put and get at TP 1, 2 and 4 along dim 0 and 1,
+ * and a payload altered in the store is still a DIGEST_MISMATCH. */
+static void test_remote_transport_put_and_get(void **state)
+{
+    fixture *f = *state;
+    weight_store *s = open_store(f);
+    assert_int_equal(weight_store_set_option(s, WEIGHT_OPT_TRANSPORT, 2), 0);
+    weight_identity id;
+    assert_int_equal(weight_identity_set(&id, NULL, "llm", "tiny", "remote", 1), 0);
+    put_model(s, &id, 1);
+    for (uint32_t tp = 1; tp <= 4; tp *= 2) {
+        get_and_compare(s, &id, tp, 0);
+        get_and_compare(s, &id, tp, 1);
+    }
+    weight_get_stats st;
+    getctx g;
+    memset(&g, 0, sizeof g);
+    g.tp = 1;
+    weight_placement pl = {place_cb, &g};
+    weight_bindings bd = {NULL, 0, provide_cb, &g};
+    CHECK(s, weight_get(s, &id, &pl, &bd, &st));
+    assert_int_equal(st.local_bytes, 0); /* nothing came through a mapping */
+    assert_true(st.verified_bytes >= st.bytes - model_find("lm_head.weight")->bytes);
+    for (size_t i = 0; i < N_MODEL; i++) free(g.bufs[i]);
+
+    weight_identity w4;
+    assert_int_equal(weight_identity_set(&w4, NULL, "llm", "tiny", "remote-tp4", 1), 0);
+    put_model(s, &w4, 4);
+    get_and_compare(s, &w4, 2, 1);
+
+    weight_metadata md;
+    CHECK(s, weight_get_metadata(s, &id, &md, NULL));
+    char key[1100];
+    snprintf(key, sizeof key, "%.*s/payload/0", (int)(strlen(md.manifest_key) - strlen("/manifest")),
+             md.manifest_key);
+    corrupt_object(f, key, 5);
+    memset(&g, 0, sizeof g);
+    g.tp = 1;
+    assert_int_equal(weight_get(s, &id, &pl, &bd, NULL), WEIGHT_EDIGEST_MISMATCH);
+    for (size_t i = 0; i < N_MODEL; i++) free(g.bufs[i]);
+    weight_store_close(s);
+}
+
 /* -- the lease during a long load ---------------------------------------------- */
 
 typedef struct slowctx {
@@ -686,6 +730,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_put_tp1_get_resharded_across_restart, setup, teardown),
         cmocka_unit_test_setup_teardown(test_put_tp4_fragments_get_any_tp, setup, teardown),
         cmocka_unit_test_setup_teardown(test_altered_bytes_fail_with_digest_mismatch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_remote_transport_put_and_get, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lease_is_renewed_during_a_long_load, setup, teardown),
         cmocka_unit_test_setup_teardown(test_weightctl_put_ls_info_get_rm, setup, teardown),
         cmocka_unit_test_setup_teardown(test_migrations_keep_reads_exact, setup, teardown),
