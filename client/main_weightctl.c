@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include <fnmatch.h>
+#include <signal.h>
 #include <inttypes.h>
 #include <time.h>
 
@@ -833,6 +834,16 @@ static int get_provide(void *ctx, const weight_tensor_info *t, const weight_tens
     return 0;
 }
 
+/* Ctrl-C during get: cancel the load (its lease is released), exit 130. */
+static weight_store *volatile g_cancel_store;
+static volatile sig_atomic_t g_interrupted;
+static void on_sigint(int sig)
+{
+    (void)sig;
+    g_interrupted = 1;
+    if (g_cancel_store) weight_store_cancel(g_cancel_store);
+}
+
 static int cmd_get(ctl *x, int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -885,12 +896,20 @@ static int cmd_get(ctl *x, int argc, char **argv)
     weight_bindings bd = {NULL, 0, get_provide, &g};
     weight_get_stats st;
     weight_store_set_progress(x->ws, progress_cb, &pr);
+    g_cancel_store = x->ws;
+    struct sigaction sa, old_sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sigaction(SIGINT, &sa, &old_sa);
     double t0 = now_s();
     rc = weight_get(x->ws, &id, &pl, &bd, &st);
     double dt = now_s() - t0;
+    sigaction(SIGINT, &old_sa, NULL);
+    g_cancel_store = NULL;
     progress_end(&pr);
     if (rc < 0) {
         status = weight_failed(x, what, rc);
+        if (rc == WEIGHT_ECANCELED && g_interrupted) status = 130;
         goto free_out;
     }
     mkdir(dir, 0755);

@@ -11,6 +11,7 @@
 #define WC_STORE_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -48,6 +49,7 @@ struct weight_store {
     unsigned threads;
     int transport;                   /* 0 auto, 1 local, 2 remote */
     uint64_t lease_ttl_ms;
+    atomic_int cancel;               /* weight_store_cancel */
     weight_progress_fn progress;
     void *progress_ctx;
     pthread_mutex_t seg_lock;

@@ -358,6 +358,10 @@ static void run_job(worker *wk, job *j)
         while (c_end < n_chunks && need[c_end] && c_end - c < window_chunks) c_end++;
         uint64_t ws = c * chunk;
         uint64_t we = c_end * chunk < o->bytes ? c_end * chunk : o->bytes;
+        if (atomic_load(&x->s->cancel)) {
+            xfer_fail(x, WEIGHT_ECANCELED, "weight_get canceled");
+            break;
+        }
         if (x->keeper && atomic_load(&x->keeper->lost)) {
             xfer_fail(x, atomic_load(&x->keeper->lost), "%s", x->keeper->lost_msg);
             break;
@@ -497,6 +501,11 @@ static int build_jobs(weight_store *s, xfer *x, size_t **op_order)
                            o->key);
     }
     return WEIGHT_OK;
+}
+
+void weight_store_cancel(weight_store *s)
+{
+    if (s != NULL) atomic_store(&s->cancel, 1);
 }
 
 /* -- placement and bindings ------------------------------------------------------ */
@@ -709,6 +718,11 @@ int weight_get(weight_store *s, const weight_identity *id, const weight_placemen
     if ((rc = place_and_bind(s, &m, placement, bindings, pl, bufs, &plan, &n_placed)) < 0)
         goto free_plan;
 
+    if (atomic_exchange(&s->cancel, 0)) {
+        rc = wc_fail(s, WEIGHT_ECANCELED, "weight_get canceled");
+        goto free_plan;
+    }
+
     /* 5. Transfer. */
     x.s = s;
     x.m = &m;
@@ -753,6 +767,7 @@ int weight_get(weight_store *s, const weight_identity *id, const weight_placemen
         free(workers[t].window);
     }
     rc = atomic_load(&x.failed);
+    if (rc == WEIGHT_ECANCELED) atomic_store(&s->cancel, 0);
     if (rc == 0 && atomic_load(&k.lost)) {
         rc = atomic_load(&k.lost);
         wc_fail(s, rc, "%s", k.lost_msg);

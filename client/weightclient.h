@@ -348,6 +348,12 @@ WEIGHT_API int weight_get(weight_store *s,
                           const weight_bindings *bindings,
                           weight_get_stats *stats);
 
+/* Cancel the weight_get running on s (or, if none runs, the next one): it
+ * stops at the next chunk, releases its lease and returns WEIGHT_ECANCELED;
+ * buffers may hold part of the revision. The one call that may be made from
+ * any thread, and from a signal handler (it only sets a lock-free flag). */
+WEIGHT_API void weight_store_cancel(weight_store *s);
+
 /* -- management -------------------------------------------------------------- */
 
 /* *exists = 1 only when the exact revision is READY and readable. */

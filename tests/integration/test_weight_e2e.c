@@ -493,6 +493,43 @@ static void test_lease_is_renewed_during_a_long_load(void **state)
     weight_store_close(s);
 }
 
+typedef struct cancelctx {
+    getctx g;
+    weight_store *s;
+} cancelctx;
+
+static int cancel_provide(void *ctx, const weight_tensor_info *t, const weight_tensor_place *p,
+                          const uint64_t *shape, uint64_t bytes, void **out)
+{
+    cancelctx *cc = ctx;
+    weight_store_cancel(cc->s);
+    return provide_cb(&cc->g, t, p, shape, bytes, out);
+}
+
+/* A canceled load returns CANCELED and releases its lease; the next load
+ * on the same store runs normally. */
+static void test_cancel_releases_the_lease(void **state)
+{
+    fixture *f = *state;
+    weight_store *s = open_store(f);
+    weight_identity id;
+    assert_int_equal(weight_identity_set(&id, NULL, "llm", "tiny", "cancel", 1), 0);
+    put_model(s, &id, 1);
+    cancelctx cc;
+    memset(&cc, 0, sizeof cc);
+    cc.g.tp = 1;
+    cc.s = s;
+    weight_placement pl = {place_cb, &cc.g};
+    weight_bindings bd = {NULL, 0, cancel_provide, &cc};
+    assert_int_equal(weight_get(s, &id, &pl, &bd, NULL), WEIGHT_ECANCELED);
+    for (size_t i = 0; i < N_MODEL; i++) free(cc.g.bufs[i]);
+    weight_metadata md;
+    CHECK(s, weight_get_metadata(s, &id, &md, NULL));
+    assert_int_equal(md.active_leases, 0);
+    get_and_compare(s, &id, 2, 1);
+    weight_store_close(s);
+}
+
 /* -- weightctl --------------------------------------------------------------------- */
 
 /* Run weightctl with args against f's master; stdout into out (may be NULL),
@@ -732,6 +769,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_altered_bytes_fail_with_digest_mismatch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_remote_transport_put_and_get, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lease_is_renewed_during_a_long_load, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cancel_releases_the_lease, setup, teardown),
         cmocka_unit_test_setup_teardown(test_weightctl_put_ls_info_get_rm, setup, teardown),
         cmocka_unit_test_setup_teardown(test_migrations_keep_reads_exact, setup, teardown),
     };
