@@ -16,10 +16,12 @@
  *  - a put or overwrite into it is allowed only while its revision is
  *    IMPORTING, no commit of it is in flight, and the key is the manifest or
  *    a payload key of that revision;
+ *  - the revocation of a put that never finished (stale-put cleanup) is
+ *    allowed while the revision is IMPORTING or DELETING, refused otherwise;
  *  - every other generic action on a member (eviction, quota eviction,
- *    removal by key, prefix or all, stale-put cleanup, cold-replica
- *    eviction) is refused: the plugin removes members itself with
- *    remove_object, which bypasses the guard.
+ *    removal by key, prefix or all, cold-replica eviction) is refused: the
+ *    plugin removes members itself with remove_object, which bypasses the
+ *    guard.
  * Objects outside managed groups are not the plugin's business. Refusals are
  * counted per reason (published by wm_metrics_refresh; the guard must not
  * call the host). */
@@ -28,8 +30,15 @@ int wm_guard_check(wm_plugin *p, const smp_guard_request *req)
     if (req == NULL) return SMP_GUARD_VETO;
     if (!req->group_managed) return SMP_GUARD_ALLOW;
     unsigned reason = (unsigned)req->reason;
+    const wm_revision *rev = req->group ? wm_store_get_group(p->store, req->group) : NULL;
+    /* An upload that never finished is not a member: while the import is
+     * open (or being aborted) its revocation frees space and removes nothing
+     * of the revision. Once READY it stays refused, as the generic cleanup
+     * must not touch a published group. */
+    if (reason == SMP_GUARD_STALE_PUT_CLEANUP && rev != NULL &&
+        (rev->availability == WM_AVAIL_IMPORTING || rev->availability == WM_AVAIL_DELETING))
+        return SMP_GUARD_ALLOW;
     if (reason == SMP_GUARD_PUT_INTO_GROUP || reason == SMP_GUARD_UPSERT_INTO_GROUP) {
-        const wm_revision *rev = req->group ? wm_store_get_group(p->store, req->group) : NULL;
         wm_identity kid;
         wm_key_kind kind;
         if (rev != NULL && rev->availability == WM_AVAIL_IMPORTING &&
@@ -70,7 +79,6 @@ static int wm_sweep_leases(wm_plugin *p, const smp_tick_budget *budget, uint64_t
                         "could not be appended: %s", copy.id, smp_strerror(rc));
             return SMP_TICK_DONE; /* next period */
         }
-        p->leases_expired++;
         done++;
     }
     if (i < wm_store_lease_count(p->store)) return SMP_TICK_MORE;

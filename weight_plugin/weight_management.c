@@ -60,9 +60,12 @@ struct wm_txn {
     wm_lease lease;
     wm_lease_delete lease_end;
     wm_txn *then;                /* appended after this one is durable */
+    wm_applied_fn applied;       /* lifecycle callback, or NULL */
+    void *applied_arg;
     wm_txn *next;                /* pending list */
 };
 
+/* Free a record and the chain after it (with any affinity it owns). */
 static void wm_txn_free(wm_txn *t)
 {
     while (t != NULL) {
@@ -73,6 +76,7 @@ static void wm_txn_free(wm_txn *t)
     }
 }
 
+/* A zeroed record of `kind` for the revision of group_key; NULL on OOM. */
 static wm_txn *wm_txn_new(wm_plugin *p, wm_txn_kind kind, const char *group_key)
 {
     wm_txn *t = calloc(1, sizeof(*t));
@@ -330,6 +334,7 @@ static void wm_txn_durable(void *arg, int status, uint64_t seq)
                            "the OpLog could not make the record for %s durable (%s); nothing "
                            "changed",
                            t->group_key, smp_strerror(status));
+        rc = WM_EDURABILITY_FAILED;
         goto free_txn;
     }
     switch (t->kind) {
@@ -351,6 +356,8 @@ static void wm_txn_durable(void *arg, int status, uint64_t seq)
                            t->group_key, why);
         goto free_txn;
     }
+    if (t->kind == WM_TXN_LEASE_DELETE && t->lease_end.reason == WM_LEASE_EXPIRED)
+        p->leases_expired++;
     wm_metrics_refresh(p);
 
     if (t->then != NULL) {
@@ -388,6 +395,7 @@ static void wm_txn_durable(void *arg, int status, uint64_t seq)
     }
     t->call = NULL;
 free_txn:
+    if (t->applied != NULL) t->applied(p, t->applied_arg, rc);
     wm_txn_free(t);
 }
 
@@ -460,6 +468,57 @@ int wm_submit_lease_end(wm_plugin *p, const wm_lease *l, wm_lease_end reason)
     t->lease_end.lease_id = l->id;
     t->lease_end.id_of = l->id_of;
     t->lease_end.reason = reason;
+    int rc = wm_txn_append(p, t);
+    if (rc < 0) wm_txn_free(t);
+    return rc;
+}
+
+int wm_submit_upsert(wm_plugin *p, const wm_revision *rev, const wm_operation *ops, size_t n_ops,
+                     wm_applied_fn cb, void *arg)
+{
+    char why[512] = "";
+    int rc;
+    if (rev == NULL || n_ops > 2 || (n_ops > 0 && ops == NULL)) return WM_EINVALID_ARGUMENT;
+    wm_txn *t = wm_txn_new(p, WM_TXN_UPSERT, rev->group_key);
+    if (t == NULL) return SMP_ENOMEM;
+    t->up.revision = *rev;
+    for (size_t i = 0; i < n_ops; i++) t->ops[i] = ops[i];
+    t->up.n_operations = n_ops;
+    t->up.operations = n_ops ? t->ops : NULL;
+    /* What the store would refuse is refused now, before anything is
+     * written: the record alone, and with the summary the store holds. */
+    const wm_affinity *held = wm_store_affinity(p->store, &rev->id);
+    if ((rc = wm_metadata_check(&t->up.revision, why, sizeof(why))) == WM_OK &&
+        (rev->availability == WM_AVAIL_READY || rev->availability == WM_AVAIL_DEGRADED) &&
+        (held == NULL || held->n_units == 0)) {
+        snprintf(why, sizeof(why), "%.200s has no sealed affinity summary", rev->group_key);
+        rc = WM_EINVALID_ARGUMENT;
+    }
+    for (size_t i = 0; rc == WM_OK && i < n_ops; i++)
+        rc = wm_operation_check(&t->ops[i], &t->up.revision, why, sizeof(why));
+    if (rc < 0) {
+        p->api->log(p->host, SMP_LOG_ERROR, "lifecycle record for %s refused: %s", rev->group_key,
+                    why);
+        wm_txn_free(t);
+        return WM_EINVALID_ARGUMENT;
+    }
+    t->applied = cb;
+    t->applied_arg = arg;
+    if ((rc = wm_txn_append(p, t)) < 0) wm_txn_free(t);
+    return rc;
+}
+
+int wm_submit_delete(wm_plugin *p, const wm_metadata_delete *d, wm_applied_fn cb, void *arg)
+{
+    if (d == NULL || d->n_operation_ids > 1 || (d->n_operation_ids > 0 && d->operation_ids == NULL))
+        return WM_EINVALID_ARGUMENT;
+    const wm_revision *rev = wm_store_get(p->store, &d->id);
+    wm_txn *t = wm_txn_new(p, WM_TXN_DELETE, rev ? rev->group_key : "");
+    if (t == NULL) return SMP_ENOMEM;
+    t->del = *d;
+    if (d->n_operation_ids) t->del_ops[0] = d->operation_ids[0];
+    t->applied = cb;
+    t->applied_arg = arg;
     int rc = wm_txn_append(p, t);
     if (rc < 0) wm_txn_free(t);
     return rc;
@@ -659,8 +718,8 @@ static int wm_rpc_import_begin(void *plugin, smp_rpc_call *call, const uint8_t *
     snprintf(t->group_key, sizeof(t->group_key), "%s", r->group_key);
     r->created_ms = r->updated_ms = r->last_access_ms = wm_now(p, NULL);
     if (wm_pending_metadata(p, t->group_key)) {
+        wm_reply_error(p, call, WM_EBUSY, "an import of %s is starting; retry", t->group_key);
         wm_txn_free(t);
-        wm_reply_error(p, call, WM_EBUSY, "an import of %s is starting; retry", r->group_key);
         goto free_req;
     }
     if ((rc = wm_metadata_mutation_check(NULL, r, msg, sizeof(msg))) < 0) {
@@ -675,8 +734,7 @@ static int wm_rpc_import_begin(void *plugin, smp_rpc_call *call, const uint8_t *
     if ((rc = p->api->group_set_managed(p->host, t->group_key, 1, wm_begin_managed, t)) < 0) {
         wm_pending_remove(p, t);
         wm_txn_free(t);
-        wm_reply_error(p, call, WM_EDURABILITY_FAILED, "could not mark group managed: %s",
-                       smp_strerror(rc));
+        wm_reply_append_error(p, call, rc, "import begin (marking the group managed)");
     }
 free_req:
     wmrpc__import_begin_request__free_unpacked(req, NULL);
@@ -804,7 +862,8 @@ static int wm_commit_validate(wm_plugin *p, const Wmrpc__ImportCommitRequest *re
             rc = SMP_ENOMEM;
             goto free_all;
         }
-        if (scan.n == before || scan.n >= scan.limit) break;
+        /* A short page is the end of the group (listing is in key order). */
+        if (scan.n - before < page || scan.n >= scan.limit) break;
     }
 
     sizes = calloc((size_t)count, sizeof(*sizes));
@@ -986,6 +1045,13 @@ static void wm_op_migrating(wm_plugin *p, wm_operation *op, const wm_revision *r
     op->created_ms = op->updated_ms = now;
 }
 
+/* Seal and publish an import: CAS on the IMPORTING revision, validate the
+ * group against the summary (wm_commit_validate), then one durable record
+ * carries READY + HOT, the sealed summary and affinity, and -- when the
+ * preferred residency is not HOT -- the initial MIGRATING operation toward
+ * it. A retry on a published revision with the same summary answers it
+ * unchanged; a different summary is CONFLICT. A mismatch is
+ * INVALID_ARGUMENT naming it and changes nothing. */
 static int wm_rpc_import_commit(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len)
 {
     wm_plugin *p = plugin;
@@ -1135,6 +1201,8 @@ free_req:
 /* Queries                                                                   */
 /* ------------------------------------------------------------------------ */
 
+/* The revision in any state (tombstones included) and its active
+ * operation. NOT_FOUND for an unknown identity. */
 static int wm_rpc_get_metadata(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len)
 {
     wm_plugin *p = plugin;
@@ -1183,6 +1251,8 @@ free_req:
     return SMP_OK;
 }
 
+/* The logical bytes sealed at commit; NOT_READY before READY or once
+ * deletion started. */
 static int wm_rpc_get_size(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len)
 {
     wm_plugin *p = plugin;
@@ -1306,6 +1376,7 @@ free_req:
     return SMP_OK;
 }
 
+/* An operation by id, active or ended. NOT_FOUND when unknown. */
 static int wm_rpc_get_operation(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len)
 {
     wm_plugin *p = plugin;
@@ -1609,6 +1680,10 @@ free_req:
     return SMP_OK;
 }
 
+/* Extend a live lease of the named revision (new expiry: now + ttl).
+ * LEASE_EXPIRED when the lease is unknown, expired (even if not swept yet),
+ * ending, of another revision, or its revision is retired by a
+ * replacement (wm_revision_fenced). Durable before the answer. */
 static int wm_rpc_lease_renew(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len)
 {
     wm_plugin *p = plugin;
@@ -1840,7 +1915,9 @@ int wm_mgmt_register(wm_plugin *p)
 {
     int rc;
     if ((rc = wm_read_cluster_policy(p)) < 0) return rc;
-    if ((rc = p->api->register_rpc_service(p->host, &wm_service)) < 0) return rc;
+    if ((p->api->host_caps & SMP_HOST_CAP_RPC_DISPATCH) &&
+        (rc = p->api->register_rpc_service(p->host, &wm_service)) < 0)
+        return rc;
     if (!(p->api->host_caps & SMP_HOST_CAP_METRICS)) return SMP_OK;
     for (size_t i = 0; i < sizeof(wm_metric_specs) / sizeof(wm_metric_specs[0]); i++) {
         const wm_metric_spec *s = &wm_metric_specs[i];

@@ -1,12 +1,39 @@
-/* weight_metadata_store.c -- the revision state machines.
+/* weight_metadata_store.c -- the revision state machines and tables.
  *
  * This file is the authority on which revision states may follow which and
  * which combinations of availability, residency, leases and operations may
  * exist at all. Its core is pure: the availability transition table, the
  * per-record invariant checks that every mutation, replay and snapshot load
  * runs before a record is accepted, and the compare-and-set fence on the
- * metadata generation. It never calls the host and never changes a store
- * object; the in-memory tables that apply these rules are built on top. */
+ * metadata generation. On top of it sit the in-memory tables
+ * (weight_metadata_store.h): revisions by identity with the reverse index
+ * group key -> revision and the identity order, operations and leases by id,
+ * the next-id counters, and the weight_metadata section. It never calls the
+ * host and never changes a store object.
+ *
+ * For the lifecycle (weight_lifecycle.c), the API to build on:
+ *   - read: wm_store_get / _get_group / _affinity / _operation / _lease, and
+ *     iterate with wm_store_revision_count/_at (identity order) and
+ *     wm_store_lease_count/_at/_lower_bound (id order, for sweeps with a
+ *     cursor). A revision's active operation is rev->operation_id.
+ *   - change: never write the tables directly. Build the complete next
+ *     record (wm_metadata_upsert: the revision at metadata_generation + 1
+ *     when the revision changes, plus every operation the step changed),
+ *     check it with wm_metadata_mutation_check, and hand it to
+ *     wm_submit_upsert / wm_submit_delete (wm_plugin.h), which append it,
+ *     hold the revision busy while it is in flight, apply it with
+ *     wm_store_apply_upsert from the durable callback -- the same function
+ *     replay uses -- and then call back. When an operation ends, the record
+ *     must carry it (SUCCEEDED/FAILED) together with the revision whose
+ *     operation_id is cleared; a RUNNING operation that is not its
+ *     revision's active one is refused. Progress-only records may repeat the
+ *     revision at its current generation (equal generations are re-applied),
+ *     so clients' CAS fences are not disturbed by background progress.
+ *   - before a mutation: nothing of that revision in flight
+ *     (wm_pending_metadata), CAS on expected_metadata_generation for client
+ *     mutations; a DELETING revision ends as a DELETED + ABSENT tombstone
+ *     (type 8), record 9 is for forgetting a tombstone.
+ *   - lease_count is derived from the lease table on every apply. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <math.h>

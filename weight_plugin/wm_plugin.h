@@ -87,6 +87,25 @@ int wm_pending_lease_end(const wm_plugin *p, uint64_t lease_id);
  * when durable. No reply. SMP_E* from oplog_append (nothing in flight then). */
 int wm_submit_lease_end(wm_plugin *p, const wm_lease *l, wm_lease_end reason);
 
+/* Called once a record submitted below was applied (status WM_OK) or could
+ * not be made durable or applied (negative; the store is unchanged). */
+typedef void (*wm_applied_fn)(wm_plugin *p, void *arg, int status);
+
+/* For the lifecycle: append a type-8 record holding `rev` (the complete next
+ * state) and up to two operations it changed (copied; no affinity: the
+ * sealed one is kept), apply it from the durable callback, then call cb (may
+ * be NULL). While it is in flight the revision is busy for every other
+ * mutation (wm_pending_metadata). The record is checked before the append:
+ * WM_EINVALID_ARGUMENT (with a log line naming the fault) if the store
+ * would refuse it; otherwise SMP_E* from oplog_append (SMP_EGATE in HA mode
+ * before the gate is confirmed). On failure cb is never called. */
+int wm_submit_upsert(wm_plugin *p, const wm_revision *rev, const wm_operation *ops, size_t n_ops,
+                     wm_applied_fn cb, void *arg);
+
+/* For the lifecycle: append a type-9 record (a tombstone forgotten, or an
+ * import that never became visible), same contract as wm_submit_upsert. */
+int wm_submit_delete(wm_plugin *p, const wm_metadata_delete *d, wm_applied_fn cb, void *arg);
+
 /* The text of an error status for clients and logs: the RFC's name, or the
  * host's, with a hint for the HA gate. */
 const char *wm_status_name(int rc);

@@ -1,0 +1,786 @@
+/* test_wm_management.c -- the management RPCs against a scripted host.
+ *
+ * weight_management.c and weight_lifecycle.c run on a fake host API whose
+ * OpLog appends and group-flag changes stay queued until the test delivers
+ * their completion, so the order of effects is visible: nothing is answered
+ * or visible before its record is durable, a failed append changes nothing
+ * and answers DURABILITY_FAILED, the HA gate's refusal names the flag, a
+ * second mutation of a revision in flight is BUSY, a lease on an AUTO
+ * revision observed COLD is granted only after its promotion record, the
+ * guard answers from the revision's state, and bodies that do not decode
+ * never crash a handler. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "weight_rpc.pb-c.h"
+#include "wm_plugin.h"
+#include "wm_test_records.h"
+
+/* ------------------------------------------------------------------------ */
+/* The scripted host                                                         */
+/* ------------------------------------------------------------------------ */
+
+typedef struct pending_cb {
+    int is_append;
+    uint16_t type;
+    uint8_t *payload;
+    size_t len;
+    smp_durable_cb dcb;
+    smp_done_cb gcb;
+    void *arg;
+} pending_cb;
+
+typedef struct fake_obj {
+    char key[1100];
+    char group[1100];
+    uint64_t size;
+    smp_data_type type;
+    uint8_t sha[32];
+} fake_obj;
+
+struct smp_rpc_call {
+    int answered;
+    int status;
+    char body[4096];
+    size_t len;
+};
+
+static struct {
+    pending_cb q[16];
+    size_t nq;
+    int append_rc;       /* returned by oplog_append when non-zero */
+    fake_obj objs[700];
+    size_t nobjs;
+    const smp_rpc_service *svc;
+    uint64_t wall;
+    smp_metric *dummy;
+} H;
+
+static int f_rpc_reply(smp_rpc_call *call, int status, const uint8_t *body, size_t len)
+{
+    assert_int_equal(call->answered, 0); /* exactly once */
+    call->answered = 1;
+    call->status = status;
+    if (len > sizeof(call->body)) len = sizeof(call->body);
+    if (len) memcpy(call->body, body, len);
+    call->len = len;
+    return SMP_OK;
+}
+
+static int f_append(smp_host *h, uint16_t type, uint16_t encver, const void *payload, size_t len,
+                    smp_durable_cb cb, void *arg)
+{
+    (void)h;
+    (void)encver;
+    if (H.append_rc) return H.append_rc;
+    pending_cb *p = &H.q[H.nq++];
+    memset(p, 0, sizeof(*p));
+    p->is_append = 1;
+    p->type = type;
+    p->payload = malloc(len ? len : 1);
+    memcpy(p->payload, payload, len);
+    p->len = len;
+    p->dcb = cb;
+    p->arg = arg;
+    return SMP_OK;
+}
+
+static int f_set_managed(smp_host *h, const char *group, int managed, smp_done_cb cb, void *arg)
+{
+    (void)h;
+    (void)group;
+    (void)managed;
+    pending_cb *p = &H.q[H.nq++];
+    memset(p, 0, sizeof(*p));
+    p->gcb = cb;
+    p->arg = arg;
+    return SMP_OK;
+}
+
+/* Complete the oldest queued effect with status; returns its record type
+ * (0 for a group flag). */
+static uint16_t deliver(int status)
+{
+    assert_true(H.nq > 0);
+    pending_cb p = H.q[0];
+    memmove(&H.q[0], &H.q[1], (H.nq - 1) * sizeof(H.q[0]));
+    H.nq--;
+    if (p.is_append) p.dcb(p.arg, status, 1);
+    else p.gcb(p.arg, status);
+    free(p.payload);
+    return p.type;
+}
+
+static int f_object_get(smp_host *h, const char *key, smp_object_info *out)
+{
+    (void)h;
+    for (size_t i = 0; i < H.nobjs; i++)
+        if (strcmp(H.objs[i].key, key) == 0) {
+            out->key = H.objs[i].key;
+            out->group = H.objs[i].group;
+            out->size = H.objs[i].size;
+            out->data_type = H.objs[i].type;
+            out->complete = 1;
+            out->memory_replicas_readable = 1;
+            memcpy(out->checksum, H.objs[i].sha, 32);
+            return SMP_OK;
+        }
+    return SMP_ENOTFOUND;
+}
+
+static int f_group_list(smp_host *h, const char *group, const char *after, size_t max,
+                        smp_object_visit_fn fn, void *arg)
+{
+    (void)h;
+    int n = 0;
+    for (size_t i = 0; i < H.nobjs && (size_t)n < max; i++) {
+        if (strcmp(H.objs[i].group, group) != 0) continue;
+        if (after && strcmp(H.objs[i].key, after) <= 0) continue;
+        smp_object_info o;
+        memset(&o, 0, sizeof(o));
+        o.struct_size = sizeof(o);
+        f_object_get(NULL, H.objs[i].key, &o);
+        n++;
+        if (fn(arg, &o)) break;
+    }
+    return n;
+}
+
+static uint64_t f_group_count(smp_host *h, const char *group)
+{
+    (void)h;
+    uint64_t n = 0;
+    for (size_t i = 0; i < H.nobjs; i++) n += strcmp(H.objs[i].group, group) == 0;
+    return n;
+}
+
+static int f_config_get(smp_host *h, smp_config_scope s, const char *k, smp_config_value *out)
+{
+    (void)h, (void)s, (void)k, (void)out;
+    return SMP_ENOTFOUND;
+}
+
+static uint64_t f_wall(smp_host *h)
+{
+    (void)h;
+    return H.wall;
+}
+
+static void f_log(smp_host *h, smp_log_level l, const char *fmt, ...)
+{
+    (void)h, (void)l, (void)fmt;
+}
+
+static int f_register_rpc(smp_host *h, const smp_rpc_service *s)
+{
+    (void)h;
+    H.svc = s;
+    return SMP_OK;
+}
+
+static int f_register_metric(smp_host *h, const smp_metric_desc *d, smp_metric **out)
+{
+    (void)h, (void)d;
+    *out = (smp_metric *)&H.dummy;
+    return SMP_OK;
+}
+
+static void f_metric_set(smp_metric *m, const char *const *l, double v)
+{
+    (void)m, (void)l, (void)v;
+}
+
+static smp_host_api API;
+static wm_plugin P;
+
+static int setup(void **state)
+{
+    (void)state;
+    memset(&H, 0, sizeof(H));
+    memset(&API, 0, sizeof(API));
+    API.struct_size = sizeof(API);
+    API.host_caps = SMP_HOST_CAPS_V1;
+    API.rpc_reply = f_rpc_reply;
+    API.oplog_append = f_append;
+    API.group_set_managed = f_set_managed;
+    API.object_get = f_object_get;
+    API.group_list = f_group_list;
+    API.group_count = f_group_count;
+    API.config_get = f_config_get;
+    API.wall_ms = f_wall;
+    API.now_ms = f_wall;
+    API.log = f_log;
+    API.register_rpc_service = f_register_rpc;
+    API.register_metric = f_register_metric;
+    API.metric_set = f_metric_set;
+    H.wall = 10000;
+    memset(&P, 0, sizeof(P));
+    P.api = &API;
+    assert_int_equal(wm_store_create(&P.store), WM_OK);
+    assert_int_equal(wm_mgmt_register(&P), SMP_OK);
+    assert_non_null(H.svc);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    while (H.nq > 0) deliver(SMP_ECANCELED);
+    wm_mgmt_release(&P);
+    wm_store_free(P.store);
+    return 0;
+}
+
+/* Invoke method m with a packed message; the call is returned for checks. */
+static smp_rpc_call *invoke(uint32_t m, const ProtobufCMessage *msg, smp_rpc_call *call)
+{
+    memset(call, 0, sizeof(*call));
+    size_t n = msg ? protobuf_c_message_get_packed_size(msg) : 0;
+    uint8_t *buf = malloc(n ? n : 1);
+    if (msg) protobuf_c_message_pack(msg, buf);
+    for (size_t i = 0; i < H.svc->n_methods; i++)
+        if (H.svc->methods[i].method_id == m) {
+            H.svc->methods[i].handler(&P, call, buf, n);
+            free(buf);
+            return call;
+        }
+    free(buf);
+    fail_msg("no method %u", m);
+    return call;
+}
+
+static void set_id(Wmrpc__WeightIdentity *id, const wm_identity *w)
+{
+    wmrpc__weight_identity__init(id);
+    id->tenant = (char *)w->tenant_id;
+    id->namespace_id = (char *)w->ns;
+    id->resource_id = (char *)w->resource_id;
+    id->revision = (char *)w->revision;
+    id->generation = w->weight_generation;
+}
+
+static void begin(const wm_identity *w, smp_rpc_call *call)
+{
+    Wmrpc__ImportBeginRequest req = WMRPC__IMPORT_BEGIN_REQUEST__INIT;
+    Wmrpc__WeightIdentity id;
+    set_id(&id, w);
+    req.identity = &id;
+    invoke(WMRPC__WEIGHT_METHOD__WEIGHT_IMPORT_BEGIN, &req.base, call);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Tests                                                                     */
+/* ------------------------------------------------------------------------ */
+
+/* Begin marks the group managed first, then appends the IMPORTING record,
+ * and answers only when that record is durable; until then the revision is
+ * not visible, and a second begin of the same identity is BUSY. */
+static void test_begin_answers_after_durable_record(void **state)
+{
+    (void)state;
+    wm_identity w;
+    smp_rpc_call c1, c2;
+    wmt_identity(&w, "m", 1);
+    begin(&w, &c1);
+    assert_int_equal(c1.answered, 0);
+    assert_int_equal(H.nq, 1); /* the group flag */
+    begin(&w, &c2);
+    assert_int_equal(c2.answered, 1);
+    assert_int_equal(c2.status, WM_EBUSY);
+    assert_int_equal(deliver(SMP_OK), 0);
+    assert_int_equal(c1.answered, 0);
+    assert_null(wm_store_get(P.store, &w)); /* not durable yet: invisible */
+    assert_int_equal(deliver(SMP_OK), WM_OP_METADATA_UPSERT);
+    assert_int_equal(c1.answered, 1);
+    assert_int_equal(c1.status, SMP_OK);
+    Wmrpc__ImportBeginResponse *r = wmrpc__import_begin_response__unpack(NULL, c1.len, (uint8_t *)c1.body);
+    assert_non_null(r);
+    assert_int_equal(r->metadata->availability, WM_AVAIL_IMPORTING);
+    assert_int_equal(r->metadata->policy->preferred_residency, WM_RES_MIXED); /* built-in default */
+    wmrpc__import_begin_response__free_unpacked(r, NULL);
+    assert_non_null(wm_store_get(P.store, &w));
+}
+
+/* A record that never becomes durable answers DURABILITY_FAILED and leaves
+ * nothing behind; an append refused by the HA gate answers SMP_EGATE naming
+ * the flag; a standby says so. */
+static void test_failed_appends_change_nothing(void **state)
+{
+    (void)state;
+    wm_identity w;
+    smp_rpc_call c;
+    wmt_identity(&w, "m", 1);
+    begin(&w, &c);
+    deliver(SMP_OK);
+    deliver(SMP_EDURABILITY);
+    assert_int_equal(c.status, WM_EDURABILITY_FAILED);
+    assert_non_null(strstr(c.body, "durable"));
+    assert_null(wm_store_get(P.store, &w));
+
+    H.append_rc = SMP_EGATE;
+    begin(&w, &c);
+    deliver(SMP_OK);
+    assert_int_equal(c.status, SMP_EGATE);
+    assert_non_null(strstr(c.body, WM_GATE_MANAGEMENT));
+    H.append_rc = SMP_ENOTLEADER;
+    begin(&w, &c);
+    deliver(SMP_OK);
+    assert_int_equal(c.status, SMP_ENOTLEADER);
+    assert_non_null(strstr(c.body, "standby"));
+    assert_null(wm_store_get(P.store, &w));
+    assert_int_equal(H.nq, 0);
+}
+
+/* Put a READY revision straight into the store. */
+static void seed_ready(const char *name, wm_residency res, wm_migration_mode mode, wm_revision *out)
+{
+    static const uint64_t bytes[2] = {100, 200};
+    wm_affinity aff = {0};
+    wm_metadata_upsert u;
+    char msg[256];
+    memset(&u, 0, sizeof(u));
+    wmt_ready_revision(&u.revision, &aff, name, 1, bytes, 2);
+    u.revision.residency = res;
+    u.revision.observed_hot_ratio = res == WM_RES_HOT ? 1.0 : res == WM_RES_MIXED ? 0.5 : 0.0;
+    u.revision.policy.preferred = WM_RES_HOT;
+    u.revision.policy.mode = mode;
+    u.has_affinity = 1;
+    u.affinity = aff;
+    if (wm_store_apply_upsert(P.store, &u, msg, sizeof(msg)) != WM_OK) fail_msg("%s", msg);
+    *out = u.revision;
+    wm_affinity_clear(&aff);
+}
+
+/* A lease on an AUTO revision observed COLD: the promotion (MIGRATING toward
+ * preferred) is made durable first, then the lease record, and only then
+ * is the lease granted, fenced on the generation after the promotion. */
+static void test_lease_on_cold_auto_revision_promotes_first(void **state)
+{
+    (void)state;
+    wm_revision rev;
+    smp_rpc_call c;
+    seed_ready("cold", WM_RES_COLD, WM_MODE_AUTO, &rev);
+    Wmrpc__LeaseRequest req = WMRPC__LEASE_REQUEST__INIT;
+    Wmrpc__WeightIdentity id;
+    set_id(&id, &rev.id);
+    req.identity = &id;
+    invoke(WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_ACQUIRE, &req.base, &c);
+    assert_int_equal(c.answered, 0);
+    assert_int_equal(H.nq, 1);
+    assert_int_equal(H.q[0].type, WM_OP_METADATA_UPSERT);
+    assert_int_equal(deliver(SMP_OK), WM_OP_METADATA_UPSERT);
+    const wm_revision *r = wm_store_get(P.store, &rev.id);
+    assert_int_equal(r->metadata_generation, 2);
+    const wm_operation *op = wm_store_operation(P.store, r->operation_id);
+    assert_non_null(op);
+    assert_int_equal(op->kind, WM_OPK_MIGRATING);
+    assert_int_equal(op->target, WM_RES_HOT);
+    assert_int_equal(r->lease_count, 0);
+    assert_int_equal(c.answered, 0); /* not granted before the lease record */
+    assert_int_equal(deliver(SMP_OK), WM_OP_LEASE_UPSERT);
+    assert_int_equal(c.status, SMP_OK);
+    Wmrpc__LeaseResponse *lr = wmrpc__lease_response__unpack(NULL, c.len, (uint8_t *)c.body);
+    assert_non_null(lr->lease);
+    assert_int_equal(lr->lease->metadata_generation, 2);
+    assert_int_equal(lr->metadata->active_leases, 1);
+    wmrpc__lease_response__free_unpacked(lr, NULL);
+    assert_int_equal(P.auto_triggers[WM_AUTO_PROMOTE_ON_ACCESS], 1);
+
+    /* A MANUAL revision observed COLD gets its lease without promotion. */
+    seed_ready("manual", WM_RES_COLD, WM_MODE_MANUAL, &rev);
+    set_id(&id, &rev.id);
+    invoke(WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_ACQUIRE, &req.base, &c);
+    assert_int_equal(H.q[0].type, WM_OP_LEASE_UPSERT);
+    deliver(SMP_OK);
+    assert_int_equal(c.status, SMP_OK);
+}
+
+/* While a record of a revision is in flight, other mutations of it are BUSY
+ * and a removal waits for in-flight lease grants; the lease sweep ends an
+ * expired lease with a durable record. */
+static void test_in_flight_mutations_and_lease_sweep(void **state)
+{
+    (void)state;
+    wm_revision rev;
+    smp_rpc_call c1, c2;
+    seed_ready("busy", WM_RES_HOT, WM_MODE_AUTO, &rev);
+    Wmrpc__WeightIdentity id;
+    set_id(&id, &rev.id);
+
+    Wmrpc__LeaseRequest lreq = WMRPC__LEASE_REQUEST__INIT;
+    lreq.identity = &id;
+    lreq.ttl_ms = 100;
+    invoke(WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_ACQUIRE, &lreq.base, &c1);
+    Wmrpc__IdentityRequest rm = WMRPC__IDENTITY_REQUEST__INIT;
+    rm.identity = &id;
+    rm.expected_metadata_generation = 1;
+    invoke(WMRPC__WEIGHT_METHOD__WEIGHT_REMOVE, &rm.base, &c2);
+    assert_int_equal(c2.status, WM_EBUSY); /* a lease is being granted */
+    deliver(SMP_OK);
+    assert_int_equal(c1.status, SMP_OK);
+
+    Wmrpc__MigrateRequest mig = WMRPC__MIGRATE_REQUEST__INIT;
+    mig.identity = &id;
+    mig.target_residency = WM_RES_COLD;
+    mig.expected_metadata_generation = 1;
+    invoke(WMRPC__WEIGHT_METHOD__WEIGHT_MIGRATE, &mig.base, &c1);
+    assert_int_equal(c1.answered, 0);
+    Wmrpc__UpdatePolicyRequest up = WMRPC__UPDATE_POLICY_REQUEST__INIT;
+    Wmrpc__WeightPolicy pol = WMRPC__WEIGHT_POLICY__INIT;
+    pol.migration_mode = WM_MODE_MANUAL;
+    up.identity = &id;
+    up.policy = &pol;
+    up.expected_metadata_generation = 1;
+    invoke(WMRPC__WEIGHT_METHOD__WEIGHT_UPDATE_POLICY, &up.base, &c2);
+    assert_int_equal(c2.status, WM_EBUSY);
+    deliver(SMP_OK);
+    assert_int_equal(c1.status, SMP_OK);
+    invoke(WMRPC__WEIGHT_METHOD__WEIGHT_UPDATE_POLICY, &up.base, &c2);
+    assert_int_equal(c2.status, WM_ESTALE_GENERATION);
+    assert_non_null(strstr(c2.body, "generation 2"));
+
+    /* The lease (ttl 100 ms) expires: the sweep appends its end once. */
+    H.wall += 1000;
+    smp_tick_budget b = {sizeof(b), 64, 1 << 20, 0};
+    uint64_t cursor = 0;
+    assert_int_equal(wm_lifecycle_tick(&P, &b, &cursor), SMP_TICK_DONE);
+    assert_int_equal(H.nq, 1);
+    assert_int_equal(H.q[0].type, WM_OP_LEASE_DELETE);
+    cursor = 0;
+    wm_lifecycle_tick(&P, &b, &cursor);
+    assert_int_equal(H.nq, 1); /* already in flight: not twice */
+    deliver(SMP_OK);
+    assert_int_equal(wm_store_get(P.store, &rev.id)->lease_count, 0);
+    assert_int_equal(P.leases_expired, 1);
+}
+
+/* The guard: puts only into an IMPORTING revision's group, only its own
+ * keys, not while its commit is in flight; stale puts of an open import may
+ * be revoked; everything else on a managed group is refused and counted;
+ * unmanaged groups are not the plugin's business. */
+static void test_guard_answers_from_revision_state(void **state)
+{
+    (void)state;
+    wm_identity w;
+    smp_rpc_call c;
+    char payload[WM_KEY_MAX + 1], group[WM_KEY_MAX + 1];
+    wmt_identity(&w, "g", 1);
+    begin(&w, &c);
+    deliver(SMP_OK);
+    deliver(SMP_OK);
+    wm_group_key(&w, group, sizeof(group));
+    wm_payload_key(&w, 0, payload, sizeof(payload));
+    smp_guard_request g = {sizeof(g), SMP_GUARD_PUT_INTO_GROUP, payload, group, 1, SMP_DATA_WEIGHT,
+                           SMP_REPLICA_MEMORY};
+    assert_int_equal(wm_guard_check(&P, &g), SMP_GUARD_ALLOW);
+    g.key = "elsewhere/key";
+    assert_int_equal(wm_guard_check(&P, &g), SMP_GUARD_VETO);
+    g.key = payload;
+    g.reason = SMP_GUARD_STALE_PUT_CLEANUP;
+    assert_int_equal(wm_guard_check(&P, &g), SMP_GUARD_ALLOW);
+    for (int r = SMP_GUARD_BATCH_EVICT; r <= SMP_GUARD_COLD_EVICT; r++) {
+        if (r == SMP_GUARD_STALE_PUT_CLEANUP) continue;
+        g.reason = (smp_guard_reason)r;
+        assert_int_equal(wm_guard_check(&P, &g), SMP_GUARD_VETO);
+        assert_int_equal(P.guard_skips[r], 1);
+    }
+    g.group_managed = 0;
+    assert_int_equal(wm_guard_check(&P, &g), SMP_GUARD_ALLOW);
+
+    /* A commit in flight closes the group to new puts. */
+    /* Listed in key order, as the host does: the manifest sorts first. */
+    memset(H.objs, 0, 2 * sizeof(H.objs[0]));
+    strcpy(H.objs[1].key, payload);
+    strcpy(H.objs[1].group, group);
+    H.objs[1].size = 5;
+    H.objs[1].type = SMP_DATA_WEIGHT;
+    wm_manifest_key(&w, H.objs[0].key, sizeof(H.objs[0].key));
+    strcpy(H.objs[0].group, group);
+    H.objs[0].size = 3;
+    H.objs[0].type = SMP_DATA_METADATA;
+    memset(H.objs[0].sha, 7, 32);
+    H.nobjs = 2;
+    wm_affinity aff = {0};
+    aff.n_units = 1;
+    aff.units = calloc(1, sizeof(*aff.units));
+    aff.units[0].members = calloc(1, sizeof(char *));
+    aff.units[0].members[0] = strdup(payload);
+    aff.units[0].n_members = 1;
+    aff.units[0].logical_bytes = 5;
+    uint8_t keys_sha[32], aff_sha[32];
+    const char *keys[1] = {payload};
+    wm_payload_keys_digest(keys, 1, keys_sha);
+    wm_affinity_digest(&aff, aff_sha);
+    Wmrpc__ImportCommitRequest req = WMRPC__IMPORT_COMMIT_REQUEST__INIT;
+    Wmrpc__WeightIdentity id;
+    Wmrpc__AffinityUnit unit = WMRPC__AFFINITY_UNIT__INIT;
+    Wmrpc__AffinityUnit *units[1] = {&unit};
+    set_id(&id, &w);
+    unit.n_members = 1;
+    unit.members = aff.units[0].members;
+    unit.logical_bytes = 5;
+    req.identity = &id;
+    req.expected_metadata_generation = 1;
+    req.payload_count = 1;
+    req.logical_bytes = 5;
+    req.payload_keys_sha256 = (ProtobufCBinaryData){32, keys_sha};
+    req.manifest_key = H.objs[0].key;
+    req.manifest_sha256 = (ProtobufCBinaryData){32, H.objs[0].sha};
+    req.n_units = 1;
+    req.units = units;
+    req.affinity_sha256 = (ProtobufCBinaryData){32, aff_sha};
+    invoke(WMRPC__WEIGHT_METHOD__WEIGHT_IMPORT_COMMIT, &req.base, &c);
+    if (c.answered) fail_msg("commit answered %d: %.*s", c.status, (int)c.len, c.body);
+    g.group_managed = 1;
+    g.reason = SMP_GUARD_PUT_INTO_GROUP;
+    assert_int_equal(wm_guard_check(&P, &g), SMP_GUARD_VETO);
+    deliver(SMP_OK);
+    assert_int_equal(c.status, SMP_OK);
+    assert_int_equal(wm_store_get(P.store, &w)->availability, WM_AVAIL_READY);
+    assert_int_equal(wm_guard_check(&P, &g), SMP_GUARD_VETO);
+    g.reason = SMP_GUARD_STALE_PUT_CLEANUP;
+    assert_int_equal(wm_guard_check(&P, &g), SMP_GUARD_VETO);
+    /* The default policy (MIXED) published HOT with its migration. */
+    const wm_revision *r = wm_store_get(P.store, &w);
+    assert_int_equal(r->residency, WM_RES_HOT);
+    assert_int_equal(wm_store_operation(P.store, r->operation_id)->target, WM_RES_MIXED);
+    wm_affinity_clear(&aff);
+}
+
+static int obj_cmp(const void *a, const void *b)
+{
+    return strcmp(((const fake_obj *)a)->key, ((const fake_obj *)b)->key);
+}
+
+/* A commit over a group larger than one listing page (600 payloads, pages
+ * of 256) sees every member once: it publishes, and the same group with one
+ * payload's size changed is refused for its bytes. */
+static void test_commit_pages_through_a_large_group(void **state)
+{
+    (void)state;
+    enum { N = 600 };
+    wm_identity w;
+    smp_rpc_call c;
+    char group[WM_KEY_MAX + 1];
+    static char keys[N][WM_KEY_MAX + 1];
+    const char *kp[N];
+    wmt_identity(&w, "big", 1);
+    begin(&w, &c);
+    deliver(SMP_OK);
+    deliver(SMP_OK);
+    wm_group_key(&w, group, sizeof(group));
+    memset(H.objs, 0, sizeof(H.objs));
+    for (int i = 0; i < N; i++) {
+        wm_payload_key(&w, (uint64_t)i, keys[i], sizeof(keys[i]));
+        kp[i] = keys[i];
+        strcpy(H.objs[i].key, keys[i]);
+        strcpy(H.objs[i].group, group);
+        H.objs[i].size = (uint64_t)i + 1;
+        H.objs[i].type = SMP_DATA_WEIGHT;
+    }
+    wm_manifest_key(&w, H.objs[N].key, sizeof(H.objs[N].key));
+    strcpy(H.objs[N].group, group);
+    H.objs[N].size = 9;
+    H.objs[N].type = SMP_DATA_METADATA;
+    memset(H.objs[N].sha, 3, 32);
+    uint8_t man_sha[32];
+    memset(man_sha, 3, 32);
+    char man_key[WM_KEY_MAX + 1];
+    strcpy(man_key, H.objs[N].key);
+    H.nobjs = N + 1;
+    qsort(H.objs, H.nobjs, sizeof(H.objs[0]), obj_cmp);
+
+    /* Two payloads per unit. */
+    wm_affinity aff = {0};
+    aff.n_units = N / 2;
+    aff.units = calloc(N / 2, sizeof(*aff.units));
+    Wmrpc__AffinityUnit *units = calloc(N / 2, sizeof(*units));
+    Wmrpc__AffinityUnit **uptr = calloc(N / 2, sizeof(*uptr));
+    uint64_t total = 0;
+    for (int u = 0; u < N / 2; u++) {
+        aff.units[u].members = calloc(2, sizeof(char *));
+        aff.units[u].members[0] = strdup(keys[2 * u]);
+        aff.units[u].members[1] = strdup(keys[2 * u + 1]);
+        aff.units[u].n_members = 2;
+        aff.units[u].logical_bytes = (uint64_t)(2 * u + 1) + (uint64_t)(2 * u + 2);
+        total += aff.units[u].logical_bytes;
+        wmrpc__affinity_unit__init(&units[u]);
+        units[u].members = aff.units[u].members;
+        units[u].n_members = 2;
+        units[u].logical_bytes = aff.units[u].logical_bytes;
+        uptr[u] = &units[u];
+    }
+    uint8_t keys_sha[32], aff_sha[32];
+    assert_int_equal(wm_payload_keys_digest(kp, N, keys_sha), WM_OK);
+    assert_int_equal(wm_affinity_digest(&aff, aff_sha), WM_OK);
+    Wmrpc__ImportCommitRequest req = WMRPC__IMPORT_COMMIT_REQUEST__INIT;
+    Wmrpc__WeightIdentity id;
+    set_id(&id, &w);
+    req.identity = &id;
+    req.expected_metadata_generation = 1;
+    req.payload_count = N;
+    req.logical_bytes = total;
+    req.payload_keys_sha256 = (ProtobufCBinaryData){32, keys_sha};
+    req.manifest_key = man_key;
+    req.manifest_sha256 = (ProtobufCBinaryData){32, man_sha};
+    req.n_units = N / 2;
+    req.units = uptr;
+    req.affinity_sha256 = (ProtobufCBinaryData){32, aff_sha};
+
+    /* One payload larger than declared: refused, naming the bytes. */
+    for (size_t i = 0; i < H.nobjs; i++)
+        if (strcmp(H.objs[i].key, keys[599]) == 0) H.objs[i].size += 1;
+    invoke(WMRPC__WEIGHT_METHOD__WEIGHT_IMPORT_COMMIT, &req.base, &c);
+    assert_int_equal(c.status, WM_EINVALID_ARGUMENT);
+    assert_non_null(strstr(c.body, "logical bytes"));
+    for (size_t i = 0; i < H.nobjs; i++)
+        if (strcmp(H.objs[i].key, keys[599]) == 0) H.objs[i].size -= 1;
+
+    invoke(WMRPC__WEIGHT_METHOD__WEIGHT_IMPORT_COMMIT, &req.base, &c);
+    if (c.answered) fail_msg("commit answered %d: %.*s", c.status, (int)c.len, c.body);
+    deliver(SMP_OK);
+    assert_int_equal(c.status, SMP_OK);
+    const wm_revision *r = wm_store_get(P.store, &w);
+    assert_int_equal(r->availability, WM_AVAIL_READY);
+    assert_int_equal(r->payload_count, N);
+    assert_int_equal(r->logical_bytes, total);
+    assert_int_equal(wm_store_affinity(P.store, &w)->n_units, N / 2);
+    free(units);
+    free(uptr);
+    wm_affinity_clear(&aff);
+}
+
+static int applied_calls, applied_status;
+static void on_applied(wm_plugin *p, void *arg, int status)
+{
+    (void)p;
+    assert_ptr_equal(arg, &applied_calls);
+    applied_calls++;
+    applied_status = status;
+}
+
+/* The lifecycle's way to change a revision: wm_submit_upsert holds the
+ * revision busy while the record is in flight, applies it when durable and
+ * then calls back; a record the store would refuse is refused before the
+ * append; a failed append calls back with DURABILITY_FAILED and changes
+ * nothing. */
+static void test_lifecycle_submit(void **state)
+{
+    (void)state;
+    wm_revision rev;
+    smp_rpc_call c;
+    seed_ready("life", WM_RES_HOT, WM_MODE_AUTO, &rev);
+    Wmrpc__WeightIdentity id;
+    set_id(&id, &rev.id);
+
+    /* Start a migration to COLD through the RPC. */
+    Wmrpc__MigrateRequest mig = WMRPC__MIGRATE_REQUEST__INIT;
+    mig.identity = &id;
+    mig.target_residency = WM_RES_COLD;
+    mig.expected_metadata_generation = 1;
+    invoke(WMRPC__WEIGHT_METHOD__WEIGHT_MIGRATE, &mig.base, &c);
+    deliver(SMP_OK);
+    assert_int_equal(c.status, SMP_OK);
+    const wm_revision *cur = wm_store_get(P.store, &rev.id);
+    wm_operation op = *wm_store_operation(P.store, cur->operation_id);
+
+    /* Progress only: the revision at its generation, the operation moved. */
+    op.members_done = 1;
+    op.bytes_done = 100;
+    op.updated_ms = 20000;
+    applied_calls = 0;
+    assert_int_equal(wm_submit_upsert(&P, cur, &op, 1, on_applied, &applied_calls), WM_OK);
+    assert_true(wm_pending_metadata(&P, rev.group_key));
+    Wmrpc__IdentityRequest rm = WMRPC__IDENTITY_REQUEST__INIT;
+    rm.identity = &id;
+    rm.expected_metadata_generation = 2;
+    invoke(WMRPC__WEIGHT_METHOD__WEIGHT_REMOVE, &rm.base, &c);
+    assert_int_equal(c.status, WM_EBUSY);
+    deliver(SMP_OK);
+    assert_int_equal(applied_calls, 1);
+    assert_int_equal(applied_status, WM_OK);
+    assert_int_equal(wm_store_operation(P.store, op.id)->bytes_done, 100);
+    assert_int_equal(wm_store_get(P.store, &rev.id)->metadata_generation, 2);
+
+    /* Finishing: COLD, the operation SUCCEEDED and no longer active. */
+    wm_revision next = *wm_store_get(P.store, &rev.id);
+    next.metadata_generation = 3;
+    next.residency = WM_RES_COLD;
+    next.observed_hot_ratio = 0.0;
+    next.operation_id = 0;
+    next.updated_ms = 30000;
+    op.state = WM_OPS_SUCCEEDED;
+    op.members_done = op.members_total;
+    op.bytes_done = op.bytes_total;
+    /* An operation still RUNNING while the revision no longer names it is
+     * refused before anything is appended. */
+    wm_operation still_running = op;
+    still_running.state = WM_OPS_RUNNING;
+    assert_int_equal(wm_submit_upsert(&P, &next, &still_running, 1, on_applied, &applied_calls),
+                     WM_EINVALID_ARGUMENT);
+    assert_int_equal(H.nq, 0);
+    H.append_rc = SMP_EGATE;
+    assert_int_equal(wm_submit_upsert(&P, &next, &op, 1, on_applied, &applied_calls), SMP_EGATE);
+    H.append_rc = 0;
+    assert_int_equal(wm_submit_upsert(&P, &next, &op, 1, on_applied, &applied_calls), WM_OK);
+    deliver(SMP_EDURABILITY);
+    assert_int_equal(applied_calls, 2);
+    assert_int_equal(applied_status, WM_EDURABILITY_FAILED);
+    assert_int_equal(wm_store_get(P.store, &rev.id)->residency, WM_RES_HOT);
+    assert_int_equal(wm_submit_upsert(&P, &next, &op, 1, on_applied, &applied_calls), WM_OK);
+    deliver(SMP_OK);
+    assert_int_equal(applied_calls, 3);
+    assert_int_equal(applied_status, WM_OK);
+    cur = wm_store_get(P.store, &rev.id);
+    assert_int_equal(cur->residency, WM_RES_COLD);
+    assert_int_equal(cur->operation_id, 0);
+    assert_int_equal(wm_store_operation(P.store, op.id)->state, WM_OPS_SUCCEEDED);
+}
+
+/* Bodies that do not decode, or decode to nonsense, are answered with an
+ * error and never crash a handler. */
+static void test_garbage_bodies_never_crash(void **state)
+{
+    (void)state;
+    uint8_t buf[64];
+    uint32_t seed = 12345;
+    for (int round = 0; round < 400; round++) {
+        size_t n = (size_t)(round % 64);
+        for (size_t i = 0; i < n; i++) {
+            seed = seed * 1103515245u + 12345u;
+            buf[i] = (uint8_t)(seed >> 16);
+        }
+        for (size_t m = 0; m < H.svc->n_methods; m++) {
+            smp_rpc_call c;
+            memset(&c, 0, sizeof(c));
+            H.svc->methods[m].handler(&P, &c, buf, n);
+            if (!c.answered) {
+                /* A mutation may be waiting for its record: finish it. */
+                while (H.nq > 0) deliver(SMP_OK);
+            }
+            assert_int_equal(c.answered, 1);
+        }
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_begin_answers_after_durable_record, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_failed_appends_change_nothing, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lease_on_cold_auto_revision_promotes_first, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_in_flight_mutations_and_lease_sweep, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_guard_answers_from_revision_state, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_commit_pages_through_a_large_group, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lifecycle_submit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_garbage_bodies_never_crash, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
