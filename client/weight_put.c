@@ -20,7 +20,10 @@
  *      digest, manifest key and SHA-256, and the affinity units and digest.
  *
  * Any failure aborts the import (the plugin removes what was written) and
- * frees the writer; nothing is ever published half-way. */
+ * frees the writer; nothing is ever published half-way. A writer that died
+ * without aborting leaves an open import: weight_put_begin on the same
+ * identity resumes it (same group and fence), and the objects are written
+ * with overwrite, replacing whatever the dead writer left. */
 #include <inttypes.h>
 #include <openssl/evp.h>
 #include <stdio.h>
@@ -366,7 +369,9 @@ static int write_object(commit_ctx *cx, uint32_t oi, size_t first, size_t last)
     int rc;
 
     memset(&where, 0, sizeof where);
-    rc = kvc_put_start(s->kv, o->key, o->bytes, SMP_DATA_WEIGHT, cx->w->group, 0, &where);
+    /* overwrite: a retried import replaces what a crashed writer left (the
+     * plugin's guard allows it only while the revision is IMPORTING). */
+    rc = kvc_put_start(s->kv, o->key, o->bytes, SMP_DATA_WEIGHT, cx->w->group, 1, &where);
     if (rc < 0) return wc_fail(s, rc, "put start %s: %s", o->key, kvc_error(s->kv));
     if ((rc = objhash_begin(&h, o->bytes)) < 0) {
         wc_fail(s, rc, "out of memory");
@@ -611,7 +616,7 @@ int weight_writer_commit(weight_writer *w, weight_metadata *out)
         goto abort_import;
     }
     wc_manifest_sha256(mbytes, mlen, msha);
-    rc = kvc_put_bytes(s->kv, w->manifest_key, mbytes, mlen, SMP_DATA_METADATA, w->group, 0, NULL);
+    rc = kvc_put_bytes(s->kv, w->manifest_key, mbytes, mlen, SMP_DATA_METADATA, w->group, 1, NULL);
     if (rc < 0) {
         rc = wc_fail(s, rc, "manifest %s: %s", w->manifest_key,
                      kvc_error(s->kv));

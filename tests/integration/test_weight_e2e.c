@@ -434,6 +434,44 @@ static void test_remote_transport_put_and_get(void **state)
     weight_store_close(s);
 }
 
+/* A writer that died after writing part of an import (no abort): a new
+ * weight_put of the same identity resumes the open import, replaces what
+ * was left, and publishes a revision that reads back exactly. */
+static void test_put_resumes_an_import_left_by_a_dead_writer(void **state)
+{
+    fixture *f = *state;
+    weight_identity id;
+    assert_int_equal(weight_identity_set(&id, NULL, "llm", "tiny", "resumed", 1), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        weight_store *s = NULL;
+        weight_writer *w = NULL;
+        char err[256], junk[5000];
+        if (weight_store_open(f->m.socket, "acme", NULL, &s, err, sizeof err) != 0 ||
+            weight_put_begin(s, &id, NULL, &w) != 0)
+            _exit(1);
+        kvc *c = hx_client(&f->m);
+        memset(junk, 0x77, sizeof junk);
+        if (c == NULL || kvc_put_bytes(c, "weights/acme/llm/tiny/resumed/1/payload/0", junk,
+                                       sizeof junk, SMP_DATA_WEIGHT,
+                                       "weights/acme/llm/tiny/resumed/1", 0, NULL) != 0)
+            _exit(2);
+        _exit(0); /* dies: no abort, no commit */
+    }
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    weight_store *s = open_store(f);
+    weight_metadata md;
+    CHECK(s, weight_get_metadata(s, &id, &md, NULL));
+    assert_int_equal(md.availability, WEIGHT_IMPORTING);
+    put_model(s, &id, 1);
+    get_and_compare(s, &id, 2, 1);
+    weight_store_close(s);
+}
+
 /* -- the lease during a long load ---------------------------------------------- */
 
 typedef struct slowctx {
@@ -768,6 +806,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_put_tp4_fragments_get_any_tp, setup, teardown),
         cmocka_unit_test_setup_teardown(test_altered_bytes_fail_with_digest_mismatch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_remote_transport_put_and_get, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_put_resumes_an_import_left_by_a_dead_writer, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lease_is_renewed_during_a_long_load, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel_releases_the_lease, setup, teardown),
         cmocka_unit_test_setup_teardown(test_weightctl_put_ls_info_get_rm, setup, teardown),
