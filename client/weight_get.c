@@ -227,7 +227,8 @@ static uint64_t scatter(const wc_copy_op *op, uint8_t *dst, const uint8_t *windo
     uint64_t copied = 0;
     uint64_t s0 = op->src_offset;
     uint64_t k = 0;
-    if (s0 + op->bytes <= ws) k = (ws - (s0 + op->bytes)) / op->src_stride + 1;
+    if (op->bytes == 0) return 0;
+    if (s0 + op->bytes <= ws && op->src_stride > 0) k = (ws - (s0 + op->bytes)) / op->src_stride + 1;
     for (; k < op->count; k++) {
         uint64_t rs = s0 + k * op->src_stride;
         if (rs >= we) break;
@@ -317,6 +318,7 @@ static void run_job(worker *wk, job *j)
     const wc_plan *plan = x->plan;
     uint64_t chunk = o->n_chunks ? o->chunk_bytes : o->bytes;
     uint64_t n_chunks = o->n_chunks ? o->n_chunks : 1;
+    if (o->bytes == 0 || chunk == 0) return; /* nothing can be read from it */
     uint8_t *need = calloc(n_chunks, 1);
     if (need == NULL) {
         xfer_fail(x, WEIGHT_ENOMEM, "out of memory");
@@ -325,6 +327,7 @@ static void run_job(worker *wk, job *j)
     /* Mark the chunks the ops touch. */
     for (size_t i = 0; i < j->n_ops; i++) {
         const wc_copy_op *op = &plan->ops[j->ops[i]];
+        if (op->bytes == 0) continue;
         for (uint64_t k = 0; k < op->count; k++) {
             uint64_t rs = op->src_offset + k * op->src_stride;
             for (uint64_t c = rs / chunk; c <= (rs + op->bytes - 1) / chunk; c++) need[c] = 1;

@@ -375,7 +375,7 @@ static int write_object(commit_ctx *cx, uint32_t oi, size_t first, size_t last)
     if (rc < 0) return wc_fail(s, rc, "put start %s: %s", o->key, kvc_error(s->kv));
     if ((rc = objhash_begin(&h, o->bytes)) < 0) {
         wc_fail(s, rc, "out of memory");
-        goto revoke;
+        goto free_hash; /* frees what objhash_begin got */
     }
     const seg_map *map = s->transport == 2 ? NULL : wc_seg_get(s, where.segment_path, 1);
     if (map != NULL && (where.offset > map->size || o->bytes > map->size - where.offset)) {
@@ -433,7 +433,6 @@ static int write_object(commit_ctx *cx, uint32_t oi, size_t first, size_t last)
     return rc;
 free_hash:
     objhash_free(&h);
-revoke:
     free(stage);
     if (!kvc_transport_failed(s->kv)) kvc_put_revoke(s->kv, o->key);
     return rc;
