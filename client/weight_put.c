@@ -26,9 +26,12 @@
  * with overwrite, replacing whatever the dead writer left. */
 #include <inttypes.h>
 #include <openssl/evp.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <xxhash.h>
 
 #include "node_data_client.h"
@@ -316,125 +319,240 @@ static void objhash_free(objhash *h)
     free(h->sums);
 }
 
-/* The commit state: the packing, the per-source pointers, the node
- * connections of the remote path. */
+/* The commit state: the packing and the per-source pointers. */
 typedef struct commit_ctx {
     weight_writer *w;
     wc_pack_result pack;
     const void ***srcs;       /* per caller tensor: its sources' data */
-    struct { char addr[128]; ndc_conn *c; } nodes[4];
-    uint64_t done, total, last_progress_ms;
+    atomic_uint_fast64_t done;
+    uint64_t total;
+    pthread_mutex_t lock;     /* finished / cond: the batch's progress */
+    pthread_cond_t cond;
+    unsigned finished;
 } commit_ctx;
 
-static ndc_conn *node_conn(commit_ctx *cx, const char *addr)
+/* One payload object in flight, filled by its own thread: put start and
+ * put end are the calling thread's (one object-service connection), the
+ * copy, the digests and a remote write are the slot's. A slot keeps its
+ * node connections across batches. */
+typedef struct wslot {
+    commit_ctx *cx;
+    uint32_t oi;
+    size_t first, last;       /* its puts: pack.puts[first, last) */
+    kvc_replica where;        /* from put start */
+    int started;              /* put start succeeded, put end not yet */
+    objhash h;
+    uint8_t sha[32];
+    int rc;
+    char err[1400];
+    struct { char addr[128]; ndc_conn *c; } nodes[4];
+    pthread_t thread;
+} wslot;
+
+static ndc_conn *slot_node(wslot *sl, const char *addr)
 {
     char err[256];
     for (int i = 0; i < 4; i++)
-        if (cx->nodes[i].c && strcmp(cx->nodes[i].addr, addr) == 0) return cx->nodes[i].c;
+        if (sl->nodes[i].c && strcmp(sl->nodes[i].addr, addr) == 0) return sl->nodes[i].c;
     for (int i = 0; i < 4; i++) {
-        if (cx->nodes[i].c) continue;
+        if (sl->nodes[i].c) continue;
         ndc_options o = {.timeout_ms = 60000, .socket_buffer_bytes = 4 << 20};
-        if (ndc_connect(addr, &o, &cx->nodes[i].c, err, sizeof err) < 0) {
-            wc_fail(cx->w->s, WEIGHT_EIO, "node %s: %s", addr, err);
+        if (ndc_connect(addr, &o, &sl->nodes[i].c, err, sizeof err) < 0) {
+            snprintf(sl->err, sizeof sl->err, "node %s: %s", addr, err);
             return NULL;
         }
-        snprintf(cx->nodes[i].addr, sizeof cx->nodes[i].addr, "%s", addr);
-        return cx->nodes[i].c;
+        snprintf(sl->nodes[i].addr, sizeof sl->nodes[i].addr, "%s", addr);
+        return sl->nodes[i].c;
     }
-    wc_fail(cx->w->s, WEIGHT_EIO, "too many nodes for one writer");
+    snprintf(sl->err, sizeof sl->err, "too many nodes for one writer");
     return NULL;
 }
 
-static void progress_bytes(commit_ctx *cx, uint64_t n)
+/* Fill a started object: copy its puts from the caller's memory into the
+ * mapped segment (co-located) or a staging buffer sent to the node (one
+ * source covering the whole object is sent as it is), computing its SHA-256
+ * and chunk checksums on the way. Sets sl->rc / sl->err. */
+static void fill_object(wslot *sl)
 {
-    cx->done += n;
-    uint64_t now = wc_now_ms();
-    if (now - cx->last_progress_ms >= 100 || cx->done == cx->total) {
-        cx->last_progress_ms = now;
-        wc_progress(cx->w->s, cx->done, cx->total);
-    }
-}
-
-/* Write object oi (its puts are pack.puts[first, last)) into the store and
- * record its digests in the manifest. On failure the put is revoked. */
-static int write_object(commit_ctx *cx, uint32_t oi, size_t first, size_t last)
-{
+    commit_ctx *cx = sl->cx;
     weight_store *s = cx->w->s;
-    wc_manifest *m = &cx->pack.manifest;
-    const wc_object *o = &m->objects[oi];
-    kvc_replica where;
-    objhash h;
-    uint8_t sha[32];
+    const wc_object *o = &cx->pack.manifest.objects[sl->oi];
     uint8_t *stage = NULL;
-    int rc;
-
-    memset(&where, 0, sizeof where);
-    /* overwrite: a retried import replaces what a crashed writer left (the
-     * plugin's guard allows it only while the revision is IMPORTING). */
-    rc = kvc_put_start(s->kv, o->key, o->bytes, SMP_DATA_WEIGHT, cx->w->group, 1, &where);
-    if (rc < 0) return wc_fail(s, rc, "put start %s: %s", o->key, kvc_error(s->kv));
-    if ((rc = objhash_begin(&h, o->bytes)) < 0) {
-        wc_fail(s, rc, "out of memory");
-        goto free_hash; /* frees what objhash_begin got */
+    const uint8_t *direct = NULL;
+    sl->rc = objhash_begin(&sl->h, o->bytes);
+    if (sl->rc < 0) {
+        snprintf(sl->err, sizeof sl->err, "out of memory");
+        return;
     }
-    const seg_map *map = s->transport == 2 ? NULL : wc_seg_get(s, where.segment_path, 1);
-    if (map != NULL && (where.offset > map->size || o->bytes > map->size - where.offset)) {
-        rc = wc_fail(s, WEIGHT_EIO, "put start %s: range outside segment %s", o->key,
-                     where.segment_path);
-        goto free_hash;
+    const seg_map *map = s->transport == 2 ? NULL : wc_seg_get(s, sl->where.segment_path, 1);
+    if (map != NULL && (sl->where.offset > map->size || o->bytes > map->size - sl->where.offset)) {
+        sl->rc = WEIGHT_EIO;
+        snprintf(sl->err, sizeof sl->err, "put start %s: range outside segment %s", o->key,
+                 sl->where.segment_path);
+        return;
     }
     if (map == NULL && s->transport == 1) {
-        rc = wc_fail(s, WEIGHT_EIO, "segment file %s is not on this host", where.segment_path);
-        goto free_hash;
+        sl->rc = WEIGHT_EIO;
+        snprintf(sl->err, sizeof sl->err, "segment file %s is not on this host",
+                 sl->where.segment_path);
+        return;
     }
-    const uint8_t *direct = NULL; /* remote: one source covering the object */
-    if (map == NULL && last - first == 1 && cx->pack.puts[first].bytes == o->bytes) {
-        const wc_pack_put *p = &cx->pack.puts[first];
+    if (map == NULL && sl->last - sl->first == 1 && cx->pack.puts[sl->first].bytes == o->bytes) {
+        const wc_pack_put *p = &cx->pack.puts[sl->first];
         direct = (const uint8_t *)cx->srcs[p->tensor][p->source] + p->source_offset;
     } else if (map == NULL && (stage = malloc(o->bytes ? o->bytes : 1)) == NULL) {
-        rc = wc_fail(s, WEIGHT_ENOMEM, "cannot stage %" PRIu64 " bytes of %s", o->bytes, o->key);
-        goto free_hash;
+        sl->rc = WEIGHT_ENOMEM;
+        snprintf(sl->err, sizeof sl->err, "cannot stage %" PRIu64 " bytes of %s", o->bytes, o->key);
+        return;
     }
-    for (size_t k = first; k < last; k++) {
+    for (size_t k = sl->first; k < sl->last; k++) {
         const wc_pack_put *p = &cx->pack.puts[k];
         const uint8_t *src = (const uint8_t *)cx->srcs[p->tensor][p->source] + p->source_offset;
         for (uint64_t off = 0; off < p->bytes; off += WC_COPY_PIECE) {
             uint64_t n = p->bytes - off < WC_COPY_PIECE ? p->bytes - off : WC_COPY_PIECE;
-            objhash_feed(&h, src + off, n);
-            if (map != NULL) memcpy(map->base + where.offset + p->object_offset + off, src + off, n);
+            objhash_feed(&sl->h, src + off, n);
+            if (map != NULL) memcpy(map->base + sl->where.offset + p->object_offset + off, src + off, n);
             else if (stage != NULL) memcpy(stage + p->object_offset + off, src + off, n);
-            if (map != NULL) progress_bytes(cx, n);
+            if (map != NULL) atomic_fetch_add(&cx->done, n);
         }
     }
-    objhash_end(&h, sha);
+    objhash_end(&sl->h, sl->sha);
     if (map == NULL) {
-        ndc_conn *nc = node_conn(cx, where.data_addr);
+        ndc_conn *nc = slot_node(sl, sl->where.data_addr);
         if (nc == NULL) {
-            rc = WEIGHT_EIO;
-            goto free_hash;
+            sl->rc = WEIGHT_EIO;
+        } else if (ndc_write(nc, sl->where.segment, sl->where.offset, o->bytes,
+                             direct ? direct : stage, sl->where.ticket, sl->where.ticket_len) < 0) {
+            sl->rc = WEIGHT_EIO;
+            snprintf(sl->err, sizeof sl->err, "writing %s to node %s: %s", o->key,
+                     sl->where.data_addr, ndc_last_error(nc));
+            for (int i = 0; i < 4; i++)
+                if (sl->nodes[i].c == nc) { /* broken after a transport error */
+                    ndc_close(nc);
+                    sl->nodes[i].c = NULL;
+                }
+        } else {
+            atomic_fetch_add(&cx->done, o->bytes);
         }
-        rc = ndc_write(nc, where.segment, where.offset, o->bytes, direct ? direct : stage,
-                       where.ticket, where.ticket_len);
-        if (rc < 0) {
-            rc = wc_fail(s, WEIGHT_EIO, "writing %s to node %s: %s", o->key, where.data_addr,
-                         ndc_last_error(nc));
-            goto free_hash;
+    }
+    free(stage);
+}
+
+static void *fill_main(void *arg)
+{
+    wslot *sl = arg;
+    fill_object(sl);
+    pthread_mutex_lock(&sl->cx->lock);
+    sl->cx->finished++;
+    pthread_cond_signal(&sl->cx->cond);
+    pthread_mutex_unlock(&sl->cx->lock);
+    return NULL;
+}
+
+/* Revoke the puts of the slots started and not ended (the error that led
+ * here stays the store's message). */
+static void revoke_started(commit_ctx *cx, wslot *slots, size_t n)
+{
+    weight_store *s = cx->w->s;
+    for (size_t i = 0; i < n; i++) {
+        if (!slots[i].started) continue;
+        slots[i].started = 0;
+        if (!kvc_transport_failed(s->kv))
+            kvc_put_revoke(s->kv, cx->pack.manifest.objects[slots[i].oi].key);
+    }
+}
+
+/* Write every payload object, up to s->threads at once: put start for a
+ * batch (this thread), fill each in its own thread while this one reports
+ * progress, then put end in order and record each object's digests in the
+ * manifest. On failure the batch's open puts are revoked. */
+static int write_objects(commit_ctx *cx)
+{
+    weight_store *s = cx->w->s;
+    wc_manifest *m = &cx->pack.manifest;
+    unsigned n_slots = s->threads ? s->threads : 1;
+    wslot *slots = calloc(n_slots, sizeof *slots);
+    int rc = WEIGHT_OK;
+    if (slots == NULL) return wc_fail(s, WEIGHT_ENOMEM, "out of memory");
+    pthread_mutex_init(&cx->lock, NULL);
+    pthread_cond_init(&cx->cond, NULL);
+    for (size_t first = 0; first < cx->pack.n_puts && rc == WEIGHT_OK;) {
+        size_t n = 0;
+        /* put start for the batch */
+        while (n < n_slots && first < cx->pack.n_puts) {
+            wslot *sl = &slots[n];
+            size_t last = first;
+            uint32_t oi = cx->pack.puts[first].object;
+            while (last < cx->pack.n_puts && cx->pack.puts[last].object == oi) last++;
+            sl->cx = cx;
+            sl->oi = oi;
+            sl->first = first;
+            sl->last = last;
+            sl->rc = 0;
+            sl->err[0] = '\0';
+            memset(&sl->h, 0, sizeof sl->h);
+            memset(&sl->where, 0, sizeof sl->where);
+            n++;
+            first = last;
+            /* overwrite: a retried import replaces what a dead writer left
+             * (the plugin's guard allows it only while IMPORTING). */
+            rc = kvc_put_start(s->kv, m->objects[oi].key, m->objects[oi].bytes, SMP_DATA_WEIGHT,
+                               cx->w->group, 1, &sl->where);
+            if (rc < 0) {
+                rc = wc_fail(s, rc, "put start %s: %s", m->objects[oi].key, kvc_error(s->kv));
+                break;
+            }
+            sl->started = 1;
         }
-        progress_bytes(cx, o->bytes);
+        /* fill */
+        unsigned spawned = 0;
+        cx->finished = 0;
+        for (size_t i = 0; rc == WEIGHT_OK && i < n; i++) {
+            if (pthread_create(&slots[i].thread, NULL, fill_main, &slots[i]) != 0) {
+                rc = wc_fail(s, WEIGHT_ENOMEM, "cannot start a writer thread");
+                break;
+            }
+            spawned++;
+        }
+        pthread_mutex_lock(&cx->lock);
+        while (cx->finished < spawned) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 100 * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&cx->cond, &cx->lock, &ts);
+            pthread_mutex_unlock(&cx->lock);
+            wc_progress(s, atomic_load(&cx->done), cx->total);
+            pthread_mutex_lock(&cx->lock);
+        }
+        pthread_mutex_unlock(&cx->lock);
+        for (unsigned i = 0; i < spawned; i++) pthread_join(slots[i].thread, NULL);
+        for (size_t i = 0; rc == WEIGHT_OK && i < n; i++)
+            if (slots[i].rc < 0) rc = wc_fail(s, slots[i].rc, "%s", slots[i].err);
+        /* put end, in order */
+        for (size_t i = 0; rc == WEIGHT_OK && i < n; i++) {
+            const wc_object *o = &m->objects[slots[i].oi];
+            if ((rc = kvc_put_end(s->kv, o->key, slots[i].sha, NULL)) < 0) {
+                rc = wc_fail(s, rc, "put end %s: %s", o->key, kvc_error(s->kv));
+                break;
+            }
+            slots[i].started = 0;
+            rc = wc_manifest_set_object_check(m, slots[i].oi, slots[i].sha, WC_CHECK_CHUNK,
+                                              slots[i].h.sums, slots[i].h.n_sums);
+            if (rc < 0) rc = wc_fail(s, WEIGHT_ENOMEM, "out of memory");
+        }
+        if (rc < 0) revoke_started(cx, slots, n);
+        for (size_t i = 0; i < n; i++) objhash_free(&slots[i].h);
     }
-    if ((rc = kvc_put_end(s->kv, o->key, sha, NULL)) < 0) {
-        rc = wc_fail(s, rc, "put end %s: %s", o->key, kvc_error(s->kv));
-        goto free_hash;
-    }
-    rc = wc_manifest_set_object_check(m, oi, sha, WC_CHECK_CHUNK, h.sums, h.n_sums);
-    if (rc < 0) wc_fail(s, WEIGHT_ENOMEM, "out of memory");
-    objhash_free(&h);
-    free(stage);
-    return rc;
-free_hash:
-    objhash_free(&h);
-    free(stage);
-    if (!kvc_transport_failed(s->kv)) kvc_put_revoke(s->kv, o->key);
+    if (rc == WEIGHT_OK) wc_progress(s, cx->total, cx->total);
+    for (unsigned i = 0; i < n_slots; i++)
+        for (int k = 0; k < 4; k++) ndc_close(slots[i].nodes[k].c);
+    pthread_cond_destroy(&cx->cond);
+    pthread_mutex_destroy(&cx->lock);
+    free(slots);
     return rc;
 }
 
@@ -603,13 +721,7 @@ int weight_writer_commit(weight_writer *w, weight_metadata *out)
     wc_manifest *m = &cx.pack.manifest;
     for (size_t i = 0; i < m->n_objects; i++) cx.total += m->objects[i].bytes;
     wc_progress(s, 0, cx.total);
-    for (size_t first = 0; first < cx.pack.n_puts;) {
-        size_t last = first;
-        uint32_t oi = cx.pack.puts[first].object;
-        while (last < cx.pack.n_puts && cx.pack.puts[last].object == oi) last++;
-        if ((rc = write_object(&cx, oi, first, last)) < 0) goto abort_import;
-        first = last;
-    }
+    if ((rc = write_objects(&cx)) < 0) goto abort_import;
     if ((rc = wc_manifest_encode(m, &mbytes, &mlen)) < 0) {
         rc = wc_fail(s, WEIGHT_ENOMEM, "manifest: cannot encode");
         goto abort_import;
@@ -626,7 +738,6 @@ int weight_writer_commit(weight_writer *w, weight_metadata *out)
 abort_import:
     import_abort(w);
 free_ctx:
-    for (int i = 0; i < 4; i++) ndc_close(cx.nodes[i].c);
     for (size_t i = 0; cx.srcs && i < w->n; i++) free((void *)cx.srcs[i]);
     free(cx.srcs);
     wc_pack_result_free(&cx.pack);
