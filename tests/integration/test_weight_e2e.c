@@ -437,6 +437,7 @@ static void test_remote_transport_put_and_get(void **state)
 /* A writer that died after writing part of an import (no abort): a new
  * weight_put of the same identity resumes the open import, replaces what
  * was left, and publishes a revision that reads back exactly. */
+static weight_writer *g_dead_writer; /* reachable: the dead writer's memory is not a leak */
 static void test_put_resumes_an_import_left_by_a_dead_writer(void **state)
 {
     fixture *f = *state;
@@ -451,12 +452,14 @@ static void test_put_resumes_an_import_left_by_a_dead_writer(void **state)
         if (weight_store_open(f->m.socket, "acme", NULL, &s, err, sizeof err) != 0 ||
             weight_put_begin(s, &id, NULL, &w) != 0)
             _exit(1);
+        g_dead_writer = w;
         kvc *c = hx_client(&f->m);
         memset(junk, 0x77, sizeof junk);
         if (c == NULL || kvc_put_bytes(c, "weights/acme/llm/tiny/resumed/1/payload/0", junk,
                                        sizeof junk, SMP_DATA_WEIGHT,
                                        "weights/acme/llm/tiny/resumed/1", 0, NULL) != 0)
             _exit(2);
+        kvc_close(c);
         _exit(0); /* dies: no abort, no commit */
     }
     int st = 0;
