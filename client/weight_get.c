@@ -423,6 +423,26 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
+/* Where the data of a node's cold replica file starts (node_cold.h: a
+ * header with magic "WMCOLD\0\1", big-endian header size at 12 and data
+ * length at 16, then the data). 0 and *off set when path is such a file
+ * holding exactly len bytes; -1 otherwise. */
+static int cold_data_offset(const char *path, uint64_t len, uint64_t *off)
+{
+    uint8_t h[24];
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ssize_t r = pread(fd, h, sizeof h, 0);
+    close(fd);
+    if (r != (ssize_t)sizeof h || memcmp(h, "WMCOLD\0\1", 8) != 0) return -1;
+    uint64_t hb = ((uint64_t)h[12] << 24) | ((uint64_t)h[13] << 16) | ((uint64_t)h[14] << 8) | h[15];
+    uint64_t dl = 0;
+    for (int i = 16; i < 24; i++) dl = (dl << 8) | h[i];
+    if (hb < 64 || dl != len) return -1;
+    *off = hb;
+    return 0;
+}
+
 static const wc_plan *g_sort_plan; /* qsort has no context argument */
 static int cmp_op_src(const void *a, const void *b)
 {
@@ -473,6 +493,7 @@ static int build_jobs(weight_store *s, xfer *x, size_t **op_order)
         /* Prefer a mapped memory replica, then a remote one, then a local
          * cold file. */
         const kvc_replica *remote = NULL, *cold = NULL;
+        uint64_t cold_off = 0;
         for (size_t r = 0; r < obj.n_replicas && j->kind == 0; r++) {
             const kvc_replica *rep = &obj.replicas[r];
             if (rep->kind == SMP_REPLICA_MEMORY) {
@@ -485,7 +506,7 @@ static int build_jobs(weight_store *s, xfer *x, size_t **op_order)
                     remote = rep;
                 }
             } else if (rep->kind == SMP_REPLICA_COLD && cold == NULL && rep->path[0] &&
-                       access(rep->path, R_OK) == 0) {
+                       s->transport != 2 && cold_data_offset(rep->path, o->bytes, &cold_off) == 0) {
                 cold = rep;
             }
         }
@@ -496,7 +517,7 @@ static int build_jobs(weight_store *s, xfer *x, size_t **op_order)
             snprintf(j->data_addr, sizeof j->data_addr, "%s", remote->data_addr);
         } else if (j->kind == 0 && cold != NULL) {
             j->kind = SRC_COLD_FILE;
-            j->base = 0;
+            j->base = cold_off;
             snprintf(j->path, sizeof j->path, "%s", cold->path);
         }
         if (j->kind == 0)
