@@ -297,7 +297,7 @@ static void progress_cb(void *ctx, uint64_t done, uint64_t total)
     human((double)total, t, sizeof t);
     human(rate, r, sizeof r);
     double eta = rate > 0 && total > done ? (double)(total - done) / rate : 0;
-    fprintf(stderr, "\r%s [%s] %s / %s  %s/s  ETA %02d:%02d ", p->label, bar, d, t, r,
+    fprintf(stderr, "\r%s [%s] %s / %s  %s/s  ETA %02d:%02d\x1b[K", p->label, bar, d, t, r,
             (int)(eta / 60), (int)eta % 60);
     p->drawn = 1;
 }
