@@ -60,16 +60,22 @@ struct weight_store {
 /* printf the cause of a failure into s->err and return rc. */
 int wc_fail(weight_store *s, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
-/* Call method of the weight service on conn with req; on success unpack the
- * reply with desc into *resp (desc NULL: reply ignored). A failing status
- * is returned as is (the RFC's WM_E* / WEIGHT_E* code) with the plugin's
- * message in s->err; transport failures as WEIGHT_EIO / EAGAIN / EPROTO. */
+/* Call method of the weight service on *conn with req; on success unpack
+ * the reply with desc into *resp (desc NULL: reply ignored). A failing
+ * status is returned as is (the RFC's WM_E* / WEIGHT_E* code) with the
+ * plugin's message in s->err; transport failures as WEIGHT_EIO / EAGAIN /
+ * EPROTO. A lost connection is replaced (*conn changes) and a call that is
+ * safe to repeat is sent once more on the new one. */
 int wc_call(weight_store *s,
-            rpcc_conn *conn,
+            rpcc_conn **conn,
             uint32_t method,
             const ProtobufCMessage *req,
             const ProtobufCMessageDescriptor *desc,
             ProtobufCMessage **resp);
+
+/* Replace the object-service connection after a transport failure (the
+ * transport option carries over). SMP_OK or the connect error. */
+int wc_kv_reconnect(weight_store *s);
 
 /* Fill a wire identity from id (strings borrowed from id; an empty tenant
  * becomes the store's). */

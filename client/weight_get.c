@@ -63,7 +63,7 @@ typedef struct lease_keeper {
     char lost_msg[1200];
 } lease_keeper;
 
-static int lease_call(weight_store *s, rpcc_conn *conn, uint32_t method, const weight_identity *id,
+static int lease_call(weight_store *s, rpcc_conn **conn, uint32_t method, const weight_identity *id,
                       uint64_t lease_id, uint64_t ttl_ms, Wmrpc__LeaseResponse **resp)
 {
     Wmrpc__LeaseRequest req = WMRPC__LEASE_REQUEST__INIT;
@@ -99,7 +99,7 @@ static void *renew_main(void *arg)
         if (k->stop) break;
         if (w != ETIMEDOUT) continue;
         pthread_mutex_unlock(&k->lock);
-        int rc = lease_call(&shadow, k->s->renew_rpc, M(LEASE_RENEW), &k->id, k->lease_id,
+        int rc = lease_call(&shadow, &k->s->renew_rpc, M(LEASE_RENEW), &k->id, k->lease_id,
                             k->s->lease_ttl_ms, NULL);
         pthread_mutex_lock(&k->lock);
         if (rc < 0 && rc != WEIGHT_EIO && rc != WEIGHT_EAGAIN) {
@@ -443,6 +443,16 @@ static int cold_data_offset(const char *path, uint64_t len, uint64_t *off)
     return 0;
 }
 
+/* kvc_get, once more on a new connection when the first one was lost (a
+ * master restart): a replica lookup may be repeated. */
+static int kv_get(weight_store *s, const char *key, kvc_object *obj)
+{
+    int rc = kvc_get(s->kv, key, obj);
+    if (rc < 0 && kvc_transport_failed(s->kv) && wc_kv_reconnect(s) == SMP_OK)
+        rc = kvc_get(s->kv, key, obj);
+    return rc;
+}
+
 static const wc_plan *g_sort_plan; /* qsort has no context argument */
 static int cmp_op_src(const void *a, const void *b)
 {
@@ -483,7 +493,7 @@ static int build_jobs(weight_store *s, xfer *x, size_t **op_order)
         i = e;
         const wc_object *o = &m->objects[j->object];
         kvc_object obj;
-        int rc = kvc_get(s->kv, o->key, &obj);
+        int rc = kv_get(s, o->key, &obj);
         if (rc == SMP_ENOTFOUND)
             return wc_fail(s, WEIGHT_ENOT_READY, "payload %s is missing from the store", o->key);
         if (rc < 0) return wc_fail(s, rc, "payload %s: %s", o->key, kvc_error(s->kv));
@@ -621,7 +631,7 @@ static int load_manifest(weight_store *s, const weight_metadata *md, const char 
     uint64_t len = 0;
     uint8_t sha[32];
     char err[512] = "";
-    int rc = kvc_get(s->kv, md->manifest_key, &obj);
+    int rc = kv_get(s, md->manifest_key, &obj);
     if (rc == SMP_ENOTFOUND) return wc_fail(s, WEIGHT_ENOT_READY, "manifest %s is missing", md->manifest_key);
     if (rc < 0) return wc_fail(s, rc, "manifest %s: %s", md->manifest_key, kvc_error(s->kv));
     if (obj.size == 0 || obj.size > (1ull << 31))
@@ -693,7 +703,7 @@ int weight_get(weight_store *s, const weight_identity *id, const weight_placemen
     memset(workers, 0, sizeof workers);
 
     /* 1. The lease (its reply carries the metadata). */
-    rc = lease_call(s, s->rpc, M(LEASE_ACQUIRE), id, 0, s->lease_ttl_ms, &lr);
+    rc = lease_call(s, &s->rpc, M(LEASE_ACQUIRE), id, 0, s->lease_ttl_ms, &lr);
     if (rc < 0) return rc;
     if (lr->lease == NULL || lr->lease->id == 0 || lr->metadata == NULL) {
         wmrpc__lease_response__free_unpacked(lr, NULL);
@@ -826,7 +836,7 @@ release:
     {
         char saved[sizeof s->err];
         memcpy(saved, s->err, sizeof saved);
-        int rr = lease_call(s, s->rpc, M(LEASE_RELEASE), id, k.lease_id, 0, NULL);
+        int rr = lease_call(s, &s->rpc, M(LEASE_RELEASE), id, k.lease_id, 0, NULL);
         if (rc == 0 && rr < 0 && rr != WEIGHT_ENOT_FOUND) rc = rr; /* keep its message */
         else memcpy(s->err, saved, sizeof saved);
     }

@@ -97,7 +97,7 @@ int weight_put_begin(weight_store *s, const weight_identity *id, const weight_po
         wp.migration_mode = (uint32_t)policy->mode;
         req.policy = &wp;
     }
-    rc = wc_call(s, s->rpc, M(IMPORT_BEGIN), &req.base, &wmrpc__import_begin_response__descriptor,
+    rc = wc_call(s, &s->rpc, M(IMPORT_BEGIN), &req.base, &wmrpc__import_begin_response__descriptor,
                  (ProtobufCMessage **)&r);
     if (rc < 0) return rc;
     if (r->metadata == NULL || r->metadata->group_key == NULL || !r->metadata->group_key[0] ||
@@ -252,7 +252,7 @@ static void import_abort(weight_writer *w)
     wc_wire_identity(w->s, &w->id, &wid, tenant);
     req.identity = &wid;
     req.expected_metadata_generation = w->metadata_generation;
-    wc_call(w->s, w->s->rpc, M(IMPORT_ABORT), &req.base, NULL, NULL);
+    wc_call(w->s, &w->s->rpc, M(IMPORT_ABORT), &req.base, NULL, NULL);
     memcpy(w->s->err, saved, sizeof saved);
 }
 
@@ -686,7 +686,7 @@ static int send_commit(commit_ctx *cx, const uint8_t msha[32], weight_metadata *
     req.units = uptr;
     req.affinity_sha256.data = aff_sha;
     req.affinity_sha256.len = 32;
-    rc = wc_call(s, s->rpc, M(IMPORT_COMMIT), &req.base, &wmrpc__metadata_response__descriptor,
+    rc = wc_call(s, &s->rpc, M(IMPORT_COMMIT), &req.base, &wmrpc__metadata_response__descriptor,
                  (ProtobufCMessage **)&r);
     if (rc == WEIGHT_OK) {
         if (out) wc_from_wire_metadata(r->metadata, out);
@@ -717,6 +717,17 @@ int weight_writer_commit(weight_writer *w, weight_metadata *out)
         goto abort_import;
     }
     s->err[0] = '\0';
+    {
+        /* The object service's connection may be stale (a master restart
+         * since the last call): probe it with a read and replace it if it
+         * is gone, since put start itself is not repeated blindly. */
+        int exists = 0;
+        if ((kvc_exists(s->kv, w->manifest_key, &exists) < 0 && kvc_transport_failed(s->kv)) &&
+            wc_kv_reconnect(s) < 0) {
+            rc = wc_fail(s, WEIGHT_EIO, "master %s: cannot reconnect", s->master);
+            goto abort_import;
+        }
+    }
     if ((rc = pack_tensors(&cx)) < 0) goto abort_import;
     wc_manifest *m = &cx.pack.manifest;
     for (size_t i = 0; i < m->n_objects; i++) cx.total += m->objects[i].bytes;

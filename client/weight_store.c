@@ -346,7 +346,57 @@ const seg_map *wc_seg_get(weight_store *s, const char *path, int writable)
 
 /* -- the RPC helper and conversions ----------------------------------------- */
 
-int wc_call(weight_store *s, rpcc_conn *conn, uint32_t method, const ProtobufCMessage *req,
+/* Methods whose repetition cannot change the outcome: queries, and the
+ * calls the plugin answers idempotently (a repeated begin returns the open
+ * import, a repeated commit the committed result). After a lost connection
+ * these are sent again once on a new one; other mutations are not (their
+ * first attempt may have landed) and fail with WEIGHT_EIO. */
+static int retry_safe(uint32_t method)
+{
+    switch (method) {
+    case WMRPC__WEIGHT_METHOD__WEIGHT_IMPORT_BEGIN:
+    case WMRPC__WEIGHT_METHOD__WEIGHT_IMPORT_COMMIT:
+    case WMRPC__WEIGHT_METHOD__WEIGHT_GET_METADATA:
+    case WMRPC__WEIGHT_METHOD__WEIGHT_IS_EXIST:
+    case WMRPC__WEIGHT_METHOD__WEIGHT_GET_SIZE:
+    case WMRPC__WEIGHT_METHOD__WEIGHT_LIST:
+    case WMRPC__WEIGHT_METHOD__WEIGHT_GET_OPERATION:
+    case WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_RENEW:
+    case WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_RELEASE:
+    /* A repeated acquire whose first attempt landed leaves one extra lease
+     * that expires by its TTL: the price of surviving a master restart. */
+    case WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_ACQUIRE:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* Replace *conn by a new connection to the master (the old one is broken
+ * after a transport failure). SMP_OK or the connect error. */
+static int reconnect_rpc(weight_store *s, rpcc_conn **conn)
+{
+    rpcc_options opt = {.timeout_ms = WC_RPC_TIMEOUT_MS};
+    rpcc_conn *fresh = NULL;
+    int rc = rpcc_connect(s->master, &opt, &fresh, NULL, 0);
+    if (rc < 0) return rc;
+    rpcc_close(*conn);
+    *conn = fresh;
+    return SMP_OK;
+}
+
+int wc_kv_reconnect(weight_store *s)
+{
+    kvc *fresh = NULL;
+    int rc = kvc_connect(s->master, WC_RPC_TIMEOUT_MS, &fresh, NULL, 0);
+    if (rc < 0) return rc;
+    kvc_close(s->kv);
+    s->kv = fresh;
+    kvc_set_transport(s->kv, (kvc_transport)s->transport);
+    return SMP_OK;
+}
+
+int wc_call(weight_store *s, rpcc_conn **conn, uint32_t method, const ProtobufCMessage *req,
             const ProtobufCMessageDescriptor *desc, ProtobufCMessage **resp)
 {
     size_t len = protobuf_c_message_get_packed_size(req);
@@ -358,11 +408,25 @@ int wc_call(weight_store *s, rpcc_conn *conn, uint32_t method, const ProtobufCMe
     int rc;
     if (buf == NULL) return wc_fail(s, WEIGHT_ENOMEM, "out of memory");
     protobuf_c_message_pack(req, buf);
-    rc = rpcc_call(conn, WC_WEIGHT_SERVICE, method, buf, len, &status, &rbody, &rlen, &msg);
+    rc = *conn ? rpcc_call(*conn, WC_WEIGHT_SERVICE, method, buf, len, &status, &rbody, &rlen, &msg)
+               : SMP_EIO;
+    if (rc < 0 && rc != SMP_ENOMEM && rc != SMP_ERANGE) {
+        /* The connection is gone (a master restart, a failover): reconnect
+         * for this call if it may be repeated, for the next one otherwise. */
+        char first[512];
+        snprintf(first, sizeof first, "%s", *conn ? rpcc_last_error(*conn) : "not connected");
+        if (reconnect_rpc(s, conn) == SMP_OK && retry_safe(method)) {
+            rc = rpcc_call(*conn, WC_WEIGHT_SERVICE, method, buf, len, &status, &rbody, &rlen, &msg);
+        } else {
+            wc_fail(s, WEIGHT_EIO, "master %s: %s", s->master, first);
+            free(buf);
+            return WEIGHT_EIO;
+        }
+    }
     free(buf);
     if (rc < 0) {
         wc_fail(s, rc == SMP_EAGAIN ? WEIGHT_EAGAIN : WEIGHT_EIO, "master %s: %s", s->master,
-                rpcc_last_error(conn));
+                rpcc_last_error(*conn));
         rc = rc == SMP_EAGAIN ? WEIGHT_EAGAIN : rc == SMP_ENOMEM ? WEIGHT_ENOMEM : WEIGHT_EIO;
     } else if (status != 0) {
         /* The plugin's reply body carries its UTF-8 message; the host's
@@ -488,7 +552,7 @@ static int id_call(weight_store *s, uint32_t method, const weight_identity *id, 
     wc_wire_identity(s, id, &wid, tenant);
     req.identity = &wid;
     req.expected_metadata_generation = expected;
-    return wc_call(s, s->rpc, method, &req.base, desc, resp);
+    return wc_call(s, &s->rpc, method, &req.base, desc, resp);
 }
 
 int weight_is_exist(weight_store *s, const weight_identity *id, int *exists)
@@ -551,7 +615,7 @@ int weight_list(weight_store *s, const weight_list_query *q, const char *page_to
     req.page_token = (char *)(page_token ? page_token : "");
     req.limit = q ? q->limit : 0;
     req.include_deleted = q && q->include_deleted;
-    int rc = wc_call(s, s->rpc, M(LIST), &req.base, &wmrpc__list_response__descriptor,
+    int rc = wc_call(s, &s->rpc, M(LIST), &req.base, &wmrpc__list_response__descriptor,
                      (ProtobufCMessage **)&r);
     if (rc < 0) return rc;
     weight_metadata *list = calloc(r->n_revisions ? r->n_revisions : 1, sizeof *list);
@@ -609,7 +673,7 @@ int weight_update_policy(weight_store *s, const weight_identity *id, const weigh
     req.identity = &wid;
     req.policy = &wp;
     req.expected_metadata_generation = expected_metadata_generation;
-    rc = wc_call(s, s->rpc, M(UPDATE_POLICY), &req.base, &wmrpc__metadata_response__descriptor,
+    rc = wc_call(s, &s->rpc, M(UPDATE_POLICY), &req.base, &wmrpc__metadata_response__descriptor,
                  (ProtobufCMessage **)&r);
     if (rc < 0) return rc;
     if (out) wc_from_wire_metadata(r->metadata, out);
@@ -636,7 +700,7 @@ int weight_migrate(weight_store *s, const weight_identity *id, weight_residency 
     req.mixed_hot_ratio = mixed_hot_ratio;
     req.expected_metadata_generation = expected_metadata_generation;
     /* The reply is the revision's metadata with its (new) active operation. */
-    rc = wc_call(s, s->rpc, M(MIGRATE), &req.base, &wmrpc__metadata_response__descriptor,
+    rc = wc_call(s, &s->rpc, M(MIGRATE), &req.base, &wmrpc__metadata_response__descriptor,
                  (ProtobufCMessage **)&r);
     if (rc < 0) return rc;
     if (op) wc_from_wire_operation(r->operation, op);
@@ -653,7 +717,7 @@ int weight_get_operation(weight_store *s, uint64_t operation_id, weight_operatio
     if (op == NULL || operation_id == 0)
         return wc_fail(s, WEIGHT_EINVALID_ARGUMENT, "operation id must be >= 1");
     req.operation_id = operation_id;
-    int rc = wc_call(s, s->rpc, M(GET_OPERATION), &req.base, &wmrpc__operation_response__descriptor,
+    int rc = wc_call(s, &s->rpc, M(GET_OPERATION), &req.base, &wmrpc__operation_response__descriptor,
                      (ProtobufCMessage **)&r);
     if (rc < 0) return rc;
     if (r->operation == NULL) {

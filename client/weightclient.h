@@ -17,7 +17,12 @@
  * store code (WEIGHT_EIO, ...). weight_error_name() names a code as the RFC
  * does; weight_store_last_error() holds a sentence naming the cause of the
  * store's last failure. A weight_store is used by one thread at a time
- * (open one per thread); weight_get itself uses a few internal threads. */
+ * (open one per thread); weight_get and the writer's commit use a few
+ * internal threads. A store outlives master restarts and failovers: a lost
+ * connection is replaced on the next call, and calls that are safe to
+ * repeat (queries, lease calls, begin and commit of an import) are sent
+ * once more; other mutations then fail with WEIGHT_EIO and may be retried
+ * by the caller (their generation fence makes a repeat safe to judge). */
 #ifndef WEIGHTCLIENT_H
 #define WEIGHTCLIENT_H
 

@@ -475,6 +475,30 @@ static void test_put_resumes_an_import_left_by_a_dead_writer(void **state)
     weight_store_close(s);
 }
 
+/* A store handle outlives a master restart: its next calls reconnect (reads
+ * and the idempotent calls are sent again), so a load, a query and a new
+ * put just work. A SIGKILL too. */
+static void test_store_survives_master_restart(void **state)
+{
+    fixture *f = *state;
+    weight_store *s = open_store(f);
+    weight_identity a, b;
+    assert_int_equal(weight_identity_set(&a, NULL, "llm", "tiny", "survivor", 1), 0);
+    assert_int_equal(weight_identity_set(&b, NULL, "llm", "tiny", "survivor", 2), 0);
+    put_model(s, &a, 1);
+    get_and_compare(s, &a, 2, 0);
+    restart(f);
+    get_and_compare(s, &a, 2, 1);
+    weight_metadata md;
+    CHECK(s, weight_get_metadata(s, &a, &md, NULL));
+    assert_int_equal(md.availability, WEIGHT_READY);
+    hx_kill(&f->m);
+    assert_int_equal(hx_start(&f->m, 20000), 0);
+    put_model(s, &b, 4);
+    get_and_compare(s, &b, 4, 1);
+    weight_store_close(s);
+}
+
 /* -- the lease during a long load ---------------------------------------------- */
 
 typedef struct slowctx {
@@ -810,6 +834,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_altered_bytes_fail_with_digest_mismatch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_remote_transport_put_and_get, setup, teardown),
         cmocka_unit_test_setup_teardown(test_put_resumes_an_import_left_by_a_dead_writer, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_store_survives_master_restart, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lease_is_renewed_during_a_long_load, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel_releases_the_lease, setup, teardown),
         cmocka_unit_test_setup_teardown(test_weightctl_put_ls_info_get_rm, setup, teardown),
