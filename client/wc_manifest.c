@@ -111,7 +111,10 @@ void wc_manifest_free(wc_manifest *m)
     free(m->fragments);
     for (size_t i = 0; i < m->n_alias_groups; i++) free(m->alias_groups[i].tensors);
     free(m->alias_groups);
-    for (size_t i = 0; i < m->n_objects; i++) free(m->objects[i].key);
+    for (size_t i = 0; i < m->n_objects; i++) {
+        free(m->objects[i].key);
+        free(m->objects[i].chunk_xxh3);
+    }
     free(m->objects);
     for (size_t i = 0; i < m->n_units; i++) free(m->units[i].objects);
     free(m->units);
@@ -181,12 +184,36 @@ int wc_manifest_add_object(wc_manifest *m, const char *key, uint64_t bytes, uint
     if (grow((void **)&m->objects, &m->cap_objects_, m->n_objects, sizeof *m->objects) < 0)
         return SMP_ENOMEM;
     wc_object *o = &m->objects[m->n_objects];
+    memset(o, 0, sizeof *o);
     if ((o->key = dup_str(key)) == NULL) return SMP_ENOMEM;
     o->bytes = bytes;
     o->unit = WC_NONE;
     if (out_index) *out_index = (uint32_t)m->n_objects;
     m->n_objects++;
     m->finalized_ = 0;
+    return SMP_OK;
+}
+
+int wc_manifest_set_object_check(wc_manifest *m, uint32_t object, const uint8_t *sha256,
+                                 uint64_t chunk_bytes, const uint64_t *chunk_xxh3,
+                                 size_t n_chunks)
+{
+    if (m == NULL || object >= m->n_objects) return SMP_EINVAL;
+    wc_object *o = &m->objects[object];
+    uint64_t *sums = NULL;
+    if (n_chunks > 0) {
+        if (chunk_bytes == 0 || chunk_xxh3 == NULL ||
+            n_chunks != o->bytes / chunk_bytes + (o->bytes % chunk_bytes != 0))
+            return SMP_EINVAL;
+        if ((sums = malloc(n_chunks * sizeof *sums)) == NULL) return SMP_ENOMEM;
+        memcpy(sums, chunk_xxh3, n_chunks * sizeof *sums);
+    }
+    free(o->chunk_xxh3);
+    o->chunk_xxh3 = sums;
+    o->n_chunks = n_chunks;
+    o->chunk_bytes = n_chunks > 0 ? chunk_bytes : 0;
+    o->has_sha256 = sha256 != NULL;
+    if (sha256 != NULL) memcpy(o->sha256, sha256, 32);
     return SMP_OK;
 }
 
@@ -752,6 +779,13 @@ int wc_manifest_encode(const wc_manifest *m, uint8_t **out, size_t *out_len)
         manifest_object__init(&objects[i]);
         objects[i].key = m->objects[i].key;
         objects[i].bytes = m->objects[i].bytes;
+        if (m->objects[i].has_sha256) {
+            objects[i].sha256.data = (uint8_t *)m->objects[i].sha256;
+            objects[i].sha256.len = 32;
+        }
+        objects[i].check_chunk_bytes = m->objects[i].chunk_bytes;
+        objects[i].n_chunk_xxh3 = m->objects[i].n_chunks;
+        objects[i].chunk_xxh3 = m->objects[i].chunk_xxh3;
         object_ptrs[i] = &objects[i];
     }
     for (size_t i = 0; i < m->n_units; i++) {
@@ -850,6 +884,20 @@ static int model_from_message(const StoredWeightManifest *msg, wc_manifest *m, c
         if ((rc = wc_manifest_add_object(m, msg->objects[i]->key, msg->objects[i]->bytes,
                                          NULL)) < 0) {
             set_err(err, errlen, "object %zu: cannot add", i);
+            return rc;
+        }
+        const ManifestObject *mo = msg->objects[i];
+        if (mo->sha256.len != 0 && mo->sha256.len != 32) {
+            set_err(err, errlen, "object '%s': sha256 has %zu bytes", mo->key, mo->sha256.len);
+            return SMP_EINVAL;
+        }
+        rc = wc_manifest_set_object_check(m, (uint32_t)i, mo->sha256.len ? mo->sha256.data : NULL,
+                                          mo->check_chunk_bytes, mo->chunk_xxh3,
+                                          mo->n_chunk_xxh3);
+        if (rc < 0) {
+            set_err(err, errlen, "object '%s': %zu chunk checksums of %llu bytes do not fit "
+                    "its %llu bytes", mo->key, mo->n_chunk_xxh3,
+                    (unsigned long long)mo->check_chunk_bytes, (unsigned long long)mo->bytes);
             return rc;
         }
     }
