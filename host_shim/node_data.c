@@ -34,6 +34,7 @@
 
 #include "node_data.h"
 #include "node_data_wire.h"
+#include "wm_errbuf.h"
 
 #define COLD_XFER_CHUNK (1u << 20) /* bytes of a cold file read and sent at once */
 
@@ -117,16 +118,6 @@ struct data_server {
     data_server_stats stats;
 };
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    if (err == NULL || errlen == 0)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 static void server_maybe_free(data_server *s)
 {
     if (s->closing && s->handles == 0) {
@@ -150,12 +141,12 @@ int data_server_create(uv_loop_t *loop,
     data_server *s;
     if (loop == NULL || opt == NULL || out == NULL || opt->listen_tcp == NULL ||
         opt->listen_tcp[0] == '\0') {
-        set_err(err, errlen, "data server: no listen address");
+        wm_errbuf(err, errlen, "data server: no listen address");
         return SMP_EINVAL;
     }
     if (opt->secret != NULL &&
         (opt->secret->len < TICKET_SECRET_MIN || opt->secret->len > TICKET_SECRET_MAX)) {
-        set_err(err, errlen, "data server: the ticket secret has %zu bytes (%d..%d allowed)",
+        wm_errbuf(err, errlen, "data server: the ticket secret has %zu bytes (%d..%d allowed)",
                 opt->secret->len, TICKET_SECRET_MIN, TICKET_SECRET_MAX);
         return SMP_EINVAL;
     }
@@ -863,7 +854,7 @@ int data_server_start(data_server *s, char *err, size_t errlen)
         return SMP_ESTATE;
     memset(&ss, 0, sizeof(ss));
     if (parse_tcp(s->listen_tcp, &ss) < 0) {
-        set_err(err, errlen, "data server: listen address '%s' is not host:port with a numeric "
+        wm_errbuf(err, errlen, "data server: listen address '%s' is not host:port with a numeric "
                 "address", s->listen_tcp);
         return SMP_EINVAL;
     }
@@ -874,7 +865,7 @@ int data_server_start(data_server *s, char *err, size_t errlen)
     s->listening = 1;
     if ((rc = uv_tcp_bind(&s->listener, (const struct sockaddr *)&ss, 0)) < 0 ||
         (rc = uv_listen((uv_stream_t *)&s->listener, s->backlog, on_connection)) < 0) {
-        set_err(err, errlen, "data server: cannot listen on %s: %s", s->listen_tcp,
+        wm_errbuf(err, errlen, "data server: cannot listen on %s: %s", s->listen_tcp,
                 uv_strerror(rc));
         s->listening = 0;
         uv_close((uv_handle_t *)&s->listener, on_listener_closed);
