@@ -35,6 +35,7 @@
 #include "node_data.h"
 #include "node_data_wire.h"
 #include "wm_errbuf.h"
+#include "net_addr.h"
 
 #define COLD_XFER_CHUNK (1u << 20) /* bytes of a cold file read and sent at once */
 
@@ -795,40 +796,6 @@ static void on_connection(uv_stream_t *server, int status)
 
 /* -- listening ------------------------------------------------------------- */
 
-/* Parse "host:port" / "[v6]:port" / ":port" into ss. SMP_OK or SMP_EINVAL. */
-static int parse_tcp(const char *spec, struct sockaddr_storage *ss)
-{
-    char host[256];
-    const char *colon = strrchr(spec, ':'), *hs = spec, *he;
-    char *end = NULL;
-    long port;
-    if (colon == NULL)
-        return SMP_EINVAL;
-    he = colon;
-    if (spec[0] == '[') {
-        hs = spec + 1;
-        if (he == spec || he[-1] != ']')
-            return SMP_EINVAL;
-        he--;
-    }
-    if (he < hs || (size_t)(he - hs) >= sizeof(host))
-        return SMP_EINVAL;
-    memcpy(host, hs, (size_t)(he - hs));
-    host[he - hs] = '\0';
-    errno = 0;
-    port = strtol(colon + 1, &end, 10);
-    if (colon[1] == '\0' || *end != '\0' || errno != 0 || port < 0 || port > 65535)
-        return SMP_EINVAL;
-    if (host[0] == '\0' || strcmp(host, "*") == 0)
-        strcpy(host, "0.0.0.0");
-    if (strcmp(host, "localhost") == 0)
-        strcpy(host, "127.0.0.1");
-    if (uv_ip4_addr(host, (int)port, (struct sockaddr_in *)ss) == 0)
-        return SMP_OK;
-    if (uv_ip6_addr(host, (int)port, (struct sockaddr_in6 *)ss) == 0)
-        return SMP_OK;
-    return SMP_EINVAL;
-}
 
 static void on_listener_closed(uv_handle_t *h)
 {
@@ -853,7 +820,7 @@ int data_server_start(data_server *s, char *err, size_t errlen)
     if (s == NULL || s->started || s->closing)
         return SMP_ESTATE;
     memset(&ss, 0, sizeof(ss));
-    if (parse_tcp(s->listen_tcp, &ss) < 0) {
+    if (net_parse_listen(s->listen_tcp, &ss) < 0) {
         wm_errbuf(err, errlen, "data server: listen address '%s' is not host:port with a numeric "
                 "address", s->listen_tcp);
         return SMP_EINVAL;
