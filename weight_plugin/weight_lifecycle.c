@@ -319,6 +319,7 @@ static void wm_job_final_written(wm_plugin *p, void *arg, int status)
     j->refs--;
     if (status != WM_OK) {
         j->final_sent = 0;
+        j->op.state = WM_OPS_RUNNING; /* the store still has it RUNNING */
         j->not_before_ms = p->api->now_ms(p->host) + WM_RETRY_BASE_MS;
         return;
     }
@@ -572,14 +573,19 @@ static void wm_batch_end(wm_job *j)
     if (rev != NULL && rev->operation_id == j->op_id) wm_job_write_progress(p, j, rev);
 }
 
-/* Start the next migration batch of at most the round's remaining budget
- * (the first complete unit always). Returns the members and bytes taken. */
+/* Start the next migration batch: complete units from the job's next
+ * member while the round's remaining budget holds, the first unit always
+ * when nothing else started this round (wm_batch_bound; a unit is never
+ * split). Each member is read first and only the missing step is asked for:
+ * a memory replica for a HOT member; for a COLD member a verified cold
+ * replica, then the release of memory -- skipped while a lease is held.
+ * Adds what it takes to *used_members / *used_bytes. */
 static void wm_migration_batch(wm_plugin *p, wm_job *j, const wm_revision *rev, uint64_t max_members,
                                uint64_t max_bytes, int first_of_round, uint64_t *used_members,
                                uint64_t *used_bytes)
 {
     size_t left = j->n_plan - j->next_idx;
-    size_t window = left < max_members + 1 ? left : (size_t)max_members + 1;
+    size_t window = max_members >= left ? left : (size_t)max_members + 1;
     /* Never cut the first unit short: extend the window to its end. */
     while (window < left && j->plan[j->next_idx + window].unit == j->plan[j->next_idx].unit) window++;
     wm_batch_member *bm = calloc(window, sizeof(*bm));
@@ -743,7 +749,10 @@ static void wm_unmanaged(void *arg, int status)
     j->del_phase = WM_DEL_TOMBSTONE;
 }
 
-/* One step of a deletion within the round's budget. */
+/* One step of a deletion within the round's budget: remove a batch of
+ * payloads (whatever the group still lists, so a retry or a restart goes on
+ * with what is left); when only the manifest is left, remove it; when the
+ * group is empty, unmanage it; then the tombstone (wm_job_finish). */
 static void wm_deletion_step(wm_plugin *p, wm_job *j, const wm_revision *rev, uint64_t max_members,
                              uint64_t max_bytes, int first_of_round, uint64_t *used_members,
                              uint64_t *used_bytes)
@@ -763,13 +772,13 @@ static void wm_deletion_step(wm_plugin *p, wm_job *j, const wm_revision *rev, ui
         return;
     }
     if (!first_of_round && max_members == 0) return;
-    wm_listing l = {.skip = rev->manifest_key, .max_bytes = first_of_round ? UINT64_MAX : max_bytes};
-    l.cap = max_members ? (size_t)max_members : 1;
-    if (l.cap > 4096) l.cap = 4096;
+    /* At most the members and bytes left in the round; the first member
+     * always (wm_list_visit). */
+    wm_listing l = {.skip = rev->manifest_key, .max_bytes = max_bytes};
+    l.cap = max_members > 0 && max_members < 4096 ? (size_t)max_members : max_members ? 4096 : 1;
     l.keys = calloc(l.cap, sizeof(char *));
     l.sizes = calloc(l.cap, sizeof(uint64_t));
     if (l.keys == NULL || l.sizes == NULL) goto free_listing;
-    if (first_of_round) l.max_bytes = max_bytes ? max_bytes : 1;
     p->api->group_list(p->host, rev->group_key, NULL, l.cap + 1, wm_list_visit, &l);
     if (l.n == 0) {
         smp_object_info o;
