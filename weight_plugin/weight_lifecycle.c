@@ -150,6 +150,7 @@ struct wm_job {
     wm_identity id;
     char group_key[WM_KEY_MAX + 1];
     uint64_t op_id;
+    int stale;                 /* from another leadership term: discarded */
     wm_operation op;           /* working copy of the record */
     unsigned refs;             /* callbacks owed: tasks, records, group flag */
     int dirty;                 /* op changed, not yet durable */
@@ -477,7 +478,7 @@ static void wm_item_done(void *arg, int status)
                      it->step == WM_STEP_RELEASE ? "memory release" : "removal",
                      it->key, smp_strerror(status));
         }
-    } else if (it->step == WM_STEP_COLD) {
+    } else if (it->step == WM_STEP_COLD && !j->stale) {
         /* The cold replica exists and is verified: release memory unless a
          * lease protects the existing replicas. */
         const wm_revision *rev = wm_store_get(p->store, &j->id);
@@ -570,7 +571,7 @@ static void wm_batch_end(wm_job *j)
     wm_items_free(j);
     j->dirty = 1;
     const wm_revision *rev = wm_store_get(p->store, &j->id);
-    if (rev != NULL && rev->operation_id == j->op_id) wm_job_write_progress(p, j, rev);
+    if (!j->stale && rev != NULL && rev->operation_id == j->op_id) wm_job_write_progress(p, j, rev);
 }
 
 /* Start the next migration batch: complete units from the job's next
@@ -836,7 +837,7 @@ free_listing:
 static wm_job *wm_job_find(wm_lc *lc, uint64_t op_id)
 {
     for (wm_job *j = lc->jobs; j != NULL; j = j->next)
-        if (j->op_id == op_id) return j;
+        if (j->op_id == op_id && !j->stale) return j;
     return NULL;
 }
 
@@ -861,7 +862,7 @@ static void wm_jobs_gc(wm_plugin *p, wm_lc *lc)
     for (wm_job **pp = &lc->jobs; *pp != NULL;) {
         wm_job *j = *pp;
         const wm_revision *rev = wm_store_get(p->store, &j->id);
-        int active = rev != NULL && rev->operation_id == j->op_id;
+        int active = !j->stale && rev != NULL && rev->operation_id == j->op_id;
         if (!active && j->refs == 0) {
             *pp = j->next;
             wm_job_free(j);
@@ -1126,6 +1127,14 @@ void wm_lifecycle_event(wm_plugin *p, const smp_event *ev)
         return;
     }
     case SMP_EVENT_NODE_UP:
+        lc->recheck = 1;
+        return;
+    case SMP_EVENT_ROLE_CHANGE:
+        /* Another term may have moved the operations on: working copies
+         * are dropped and rebuilt from the store (tasks still in flight
+         * finish into a stale job, which is then freed). */
+        for (wm_job *j = lc->jobs; j != NULL; j = j->next) j->stale = 1;
+        lc->auto_op = 0;
         lc->recheck = 1;
         return;
     case SMP_EVENT_MEMORY_PRESSURE:

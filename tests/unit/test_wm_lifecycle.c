@@ -699,11 +699,35 @@ static void test_auto_candidates_and_cooldown(void **state)
     assert_int_equal(cur(&m)->residency, WM_RES_HOT);
 }
 
+/* A change of role drops the working state: tasks still in flight finish
+ * into the discarded job without persisting anything, and the operation is
+ * picked up again from what the store holds. */
+static void test_role_change_drops_working_state(void **state)
+{
+    (void)state;
+    static const uint64_t bytes[3] = {100, 100, 100};
+    wm_revision rev = seed("term", bytes, 3, WM_MODE_MANUAL);
+    uint64_t op_id = start_op(&rev, WM_OPK_MIGRATING, WM_RES_COLD, 0);
+    B.max_members = 1;
+    tick();
+    assert_int_equal(count_of(T_COLD), 1);
+    smp_event rc = {sizeof(rc), SMP_EVENT_ROLE_CHANGE, NULL, NULL, NULL, SMP_REPLICA_MEMORY, 0, 0, 0, 1};
+    wm_lifecycle_event(&P, &rc);
+    deliver_at(0, SMP_OK);
+    assert_int_equal(H.nq, 0); /* no release, no progress record from the old term */
+    assert_string_equal(wm_store_operation(P.store, op_id)->cursor, "");
+    run(10);
+    assert_int_equal(wm_store_operation(P.store, op_id)->state, WM_OPS_SUCCEEDED);
+    assert_int_equal(cur(&rev)->residency, WM_RES_COLD);
+    B.max_members = 64;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_batches_bounded_and_cursor_persisted, setup, teardown),
         cmocka_unit_test_setup_teardown(test_actual_replicas_override_stale_progress, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_role_change_drops_working_state, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lease_blocks_release_but_not_creation, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failure_keeps_ready_and_retries, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mixed_then_hot, setup, teardown),
