@@ -1026,6 +1026,60 @@ static void test_master_killed_during_import_never_publishes(void **state)
     kvc_list_free(keys, n, next);
 }
 
+/* AUTO under real memory pressure (1 MiB segment, high watermark 0.5): the
+ * AUTO revision is demoted (first to MIXED) by the tick without any client
+ * call, the trigger is counted in /metrics; the MANUAL revision beside it
+ * stays HOT. */
+static void test_auto_demotes_under_memory_pressure(void **state)
+{
+    fixture *f = *state;
+    char cfg[2048];
+    assert_int_equal(hx_init(&f->m, "wl-auto", NULL), 0);
+    snprintf(cfg, sizeof(cfg),
+             "node:\n  segment_dir: \"%s/shm\"\n  segment_bytes: 1048576\n"
+             "  cold_dir: \"%s/cold\"\n  poll_ms: 10\n"
+             "memory:\n  high_watermark: 0.5\n  low_watermark: 0.2\n"
+             "cluster:\n  weight_migration_cooldown_ms: 100\n"
+             "  weight_migration_max_members_per_round: 2\n"
+             "plugins:\n  - path: \"%s/lib/weight_mgmt.so\"\n    config:\n      tick_period_ms: 50\n",
+             f->m.dir, f->m.dir, BUILD_DIR);
+    assert_int_equal(hx_reconfigure(&f->m, cfg), 0);
+    assert_int_equal(hx_start(&f->m, 10000), 0);
+    connect_clients(f);
+
+    Wmrpc__WeightIdentity man, aut;
+    set_identity(&man, "t1", "auto", "manual", 1);
+    set_identity(&aut, "t1", "auto", "auto", 1);
+    upload um = {.n = 2, .sizes = {100000, 100000}, .per_unit = 1};
+    upload ua = {.n = 4, .sizes = {100000, 100000, 100000, 100000}, .per_unit = 1};
+    Wmrpc__MetadataResponse *r = publish(f, &man, RS_HOT, MODE_MANUAL, &um);
+    wmrpc__metadata_response__free_unpacked(r, NULL);
+    r = publish(f, &aut, RS_HOT, MODE_AUTO, &ua);
+    wmrpc__metadata_response__free_unpacked(r, NULL);
+
+    uint64_t end = mono_ms() + WAIT_MS;
+    for (;;) {
+        Wmrpc__MetadataResponse *md = get_md(f, &aut);
+        int demoted = md->metadata->residency != RS_HOT && md->metadata->operation_id == 0;
+        wmrpc__metadata_response__free_unpacked(md, NULL);
+        if (demoted) break;
+        if (mono_ms() > end) fail_msg("the AUTO revision was not demoted under memory pressure");
+        sleep_ms(20);
+    }
+    r = get_md(f, &man);
+    assert_int_equal(r->metadata->residency, RS_HOT);
+    assert_int_equal(r->metadata->operation_id, 0);
+    wmrpc__metadata_response__free_unpacked(r, NULL);
+    check_replicas(f, &um, RS_HOT);
+    check_replicas(f, &ua, RS_MIXED);
+    char *metrics = NULL;
+    assert_int_equal(hx_http_get(&f->m, "/metrics", &metrics), 200);
+    if (strstr(metrics, "weight_auto_migrations_total{direction=\"demote\",reason=\"memory_pressure\"} 0\n") ||
+        !strstr(metrics, "weight_auto_migrations_total{direction=\"demote\",reason=\"memory_pressure\"}"))
+        fail_msg("no AUTO demotion counted:\n%s", metrics);
+    free(metrics);
+}
+
 static int setup(void **state)
 {
     fixture *f = calloc(1, sizeof(*f));
@@ -1054,6 +1108,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_killed_node_degrades_then_recovers, setup, teardown),
         cmocka_unit_test_setup_teardown(test_master_killed_mid_migration_and_deletion, setup, teardown),
         cmocka_unit_test_setup_teardown(test_master_killed_during_import_never_publishes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_auto_demotes_under_memory_pressure, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
