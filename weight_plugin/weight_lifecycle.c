@@ -280,6 +280,28 @@ static uint64_t wm_backoff(uint32_t attempts)
     return d < WM_RETRY_MAX_MS ? d : WM_RETRY_MAX_MS;
 }
 
+/* Remember a member of a READY revision that may have no readable replica
+ * left; the next tick reads it and marks the revision DEGRADED if so. At
+ * most WM_SUSPECTS_MAX are kept (the periodic checks catch the rest). */
+static void wm_suspect_add(wm_plugin *p, wm_lc *lc, const char *group, const char *key)
+{
+    const wm_revision *rev = wm_store_get_group(p->store, group);
+    if (rev == NULL || rev->availability != WM_AVAIL_READY) return;
+    for (size_t i = 0; i < lc->n_suspects; i++)
+        if (strcmp(lc->suspects[i].key, key) == 0) return;
+    if (lc->n_suspects >= WM_SUSPECTS_MAX) return;
+    wm_suspect *grown = realloc(lc->suspects, (lc->n_suspects + 1) * sizeof(*grown));
+    if (grown == NULL) return;
+    lc->suspects = grown;
+    wm_suspect s = {strdup(group), strdup(key)};
+    if (s.group == NULL || s.key == NULL) {
+        free(s.group);
+        free(s.key);
+        return;
+    }
+    lc->suspects[lc->n_suspects++] = s;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Records                                                                   */
 /* ------------------------------------------------------------------------ */
@@ -557,6 +579,10 @@ static void wm_batch_end(wm_job *j)
         if (j->op.bytes_done > j->op.bytes_total) j->op.bytes_done = j->op.bytes_total;
     }
     if (j->batch_failed) {
+        /* A member that failed may have nothing readable left. */
+        for (size_t i = 0; i < j->n_items; i++)
+            if (j->items[i].status < 0 && j->items[i].key != NULL && p->lc != NULL)
+                wm_suspect_add(p, p->lc, j->group_key, j->items[i].key);
         j->op.attempts++;
         snprintf(j->op.error, sizeof(j->op.error), "%s", j->batch_error);
         p->op_failures++;
@@ -1107,25 +1133,10 @@ void wm_lifecycle_event(wm_plugin *p, const smp_event *ev)
     wm_lc *lc = wm_lc_get(p);
     if (lc == NULL || ev == NULL) return;
     switch (ev->type) {
-    case SMP_EVENT_REPLICA_LOST: {
+    case SMP_EVENT_REPLICA_LOST:
         if (ev->group == NULL || ev->group[0] == '\0' || ev->key == NULL) return;
-        const wm_revision *rev = wm_store_get_group(p->store, ev->group);
-        if (rev == NULL || rev->availability != WM_AVAIL_READY) return;
-        for (size_t i = 0; i < lc->n_suspects; i++)
-            if (strcmp(lc->suspects[i].key, ev->key) == 0) return;
-        if (lc->n_suspects >= WM_SUSPECTS_MAX) return;
-        wm_suspect *grown = realloc(lc->suspects, (lc->n_suspects + 1) * sizeof(*grown));
-        if (grown == NULL) return;
-        lc->suspects = grown;
-        wm_suspect s = {strdup(ev->group), strdup(ev->key)};
-        if (s.group == NULL || s.key == NULL) {
-            free(s.group);
-            free(s.key);
-            return;
-        }
-        lc->suspects[lc->n_suspects++] = s;
+        wm_suspect_add(p, lc, ev->group, ev->key);
         return;
-    }
     case SMP_EVENT_NODE_UP:
         lc->recheck = 1;
         return;

@@ -722,6 +722,30 @@ static void test_role_change_drops_working_state(void **state)
     B.max_members = 64;
 }
 
+/* A migration whose member has nothing readable left fails its batch and
+ * makes the revision DEGRADED; the operation waits (RUNNING) until the
+ * member is back, then completes. */
+static void test_unreadable_member_degrades_migration(void **state)
+{
+    (void)state;
+    static const uint64_t bytes[2] = {100, 100};
+    wm_revision rev = seed("hole", bytes, 2, WM_MODE_MANUAL);
+    uint64_t op_id = start_op(&rev, WM_OPK_MIGRATING, WM_RES_COLD, 0);
+    find(pkey(&rev, 1))->mem = 0; /* lost, no cold copy either */
+    run(3);
+    assert_int_equal(cur(&rev)->availability, WM_AVAIL_DEGRADED);
+    assert_int_equal(cur(&rev)->operation_id, op_id);
+    assert_int_equal(wm_store_operation(P.store, op_id)->state, WM_OPS_RUNNING);
+    assert_true(wm_store_operation(P.store, op_id)->attempts >= 1);
+    find(pkey(&rev, 1))->mem = 1;
+    smp_event up = {sizeof(up), SMP_EVENT_NODE_UP, NULL, NULL, "node-a", SMP_REPLICA_MEMORY, 0, 0, 0, 0};
+    wm_lifecycle_event(&P, &up);
+    run(8);
+    assert_int_equal(cur(&rev)->availability, WM_AVAIL_READY);
+    assert_int_equal(wm_store_operation(P.store, op_id)->state, WM_OPS_SUCCEEDED);
+    assert_int_equal(cur(&rev)->residency, WM_RES_COLD);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -733,6 +757,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_mixed_then_hot, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deletion_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_degraded_on_loss_and_back, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unreadable_member_degrades_migration, setup, teardown),
         cmocka_unit_test_setup_teardown(test_auto_candidates_and_cooldown, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
