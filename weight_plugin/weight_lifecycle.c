@@ -162,7 +162,6 @@ struct wm_job {
     size_t n_plan;
     int planned;
     size_t next_idx;           /* first member not handled in this pass */
-    int lease_blocked;         /* this pass skipped a release for a lease */
     size_t obs_idx;            /* completion check: next member to read */
     wm_member_replicas *obs;
     /* deletion */
@@ -508,8 +507,7 @@ static void wm_item_done(void *arg, int status)
             it->step = WM_STEP_RELEASE;
             wm_item_issue(it);
         } else {
-            j->lease_blocked = 1;
-            it->done = 1;
+            it->done = 1; /* created; released in a later pass */
         }
     } else {
         it->done = 1;
@@ -661,12 +659,7 @@ static void wm_migration_batch(wm_plugin *p, wm_job *j, const wm_revision *rev, 
         } else if (o.cold_replicas_readable == 0) {
             it->step = WM_STEP_COLD;
         } else if (o.memory_replicas_readable > 0) {
-            if (lease) {
-                j->lease_blocked = 1;
-                it->step = WM_STEP_NONE;
-            } else {
-                it->step = WM_STEP_RELEASE;
-            }
+            it->step = lease ? WM_STEP_NONE : WM_STEP_RELEASE; /* a lease keeps it */
         } else {
             it->step = WM_STEP_NONE;
         }
@@ -730,7 +723,6 @@ static void wm_migration_check(wm_plugin *p, wm_job *j, const wm_revision *rev, 
      * (members already in place cost nothing). */
     j->next_idx = 0;
     j->op.cursor[0] = '\0';
-    j->lease_blocked = 0;
     j->dirty = 1;
     j->not_before_ms = now + WM_REPASS_MS;
 }
@@ -745,8 +737,6 @@ typedef struct wm_listing {
     uint64_t *sizes;
     size_t n, cap;
     uint64_t bytes, max_bytes;
-    int first_of_round;
-    int stop;
 } wm_listing;
 
 static int wm_list_visit(void *arg, const smp_object_info *o)
