@@ -799,12 +799,13 @@ static void wm_deletion_step(wm_plugin *p, wm_job *j, const wm_revision *rev, ui
     p->api->group_list(p->host, rev->group_key, NULL, l.cap + 1, wm_list_visit, &l);
     if (l.n == 0) {
         smp_object_info o;
-        if (wm_replicas_of(p, rev->manifest_key, &o) == SMP_OK) {
+        uint64_t left = p->api->group_count(p->host, rev->group_key);
+        if (left == 1 && wm_replicas_of(p, rev->manifest_key, &o) == SMP_OK) {
             /* Every payload is gone: the manifest goes last. */
             l.keys[0] = strdup(rev->manifest_key);
             l.sizes[0] = o.size;
             if (l.keys[0] != NULL) l.n = 1;
-        } else if (p->api->group_count(p->host, rev->group_key) == 0) {
+        } else if (left == 0) {
             j->del_phase = WM_DEL_UNMANAGE;
             j->refs++;
             int rc = p->api->group_set_managed(p->host, rev->group_key, 0, wm_unmanaged, j);
