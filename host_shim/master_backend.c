@@ -7,6 +7,7 @@
  * the plugin is the guard), memory usage, snapshot section I/O and RPC
  * replies. The replica tasks (ensure cold / memory, release memory) are in
  * master_replicas.c. */
+#include <stddef.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -32,10 +33,27 @@ void master_emit(master *m, const smp_event *ev)
     host_plugins_emit(m->plugins, ev);
 }
 
+/* The object as the applied state holds it, with the readable replica
+ * counts limited to complete replicas on live nodes: a replica on a node
+ * that stopped heartbeating cannot be read, so it does not count. */
 static int be_object_get(void *ctx, const char *key, smp_object_info *out)
 {
     master *m = ctx;
-    return obj_object_info(m->objs, key, out);
+    obj_replica reps[16];
+    size_t n = 0;
+    int rc = obj_object_info(m->objs, key, out);
+    if (rc < 0 || obj_object_replicas(m->objs, key, reps, 16, &n) < 0 || n > 16) return rc;
+    uint32_t mem = 0, cold = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (reps[i].status != OBJ_REPLICA_COMPLETE || !master_node_readable(m, reps[i].node)) continue;
+        if (reps[i].kind == SMP_REPLICA_MEMORY) mem++;
+        else cold++;
+    }
+    if (out->struct_size >= offsetof(smp_object_info, cold_replicas_readable) + sizeof(uint32_t)) {
+        out->memory_replicas_readable = mem;
+        out->cold_replicas_readable = cold;
+    }
+    return rc;
 }
 
 static int be_group_list(void *ctx, const char *group, const char *after_key, size_t max,

@@ -2,16 +2,34 @@
  *
  * The object guard that keeps the generic store lifecycle away from managed
  * weight groups, and the reconcile tick the host calls on the active master.
- * Today the tick ends expired leases (a bounded number per round, each with a
- * durable type-11 record); executing the MIGRATING and DELETING operations
- * the management RPCs create, and AUTO demotion, belong here too and are the
- * lifecycle part of issue 5 (see the store API note in
- * weight_metadata_store.c). */
+ * Each round of the tick, within the host's budget (members, bytes,
+ * deadline):
+ *   - ends expired leases (a durable type-11 record each);
+ *   - marks READY revisions that lost every readable replica of a member
+ *     DEGRADED, and brings DEGRADED revisions whose members are all readable
+ *     again back to READY;
+ *   - executes the RUNNING operations in identity order: MIGRATING (to HOT,
+ *     COLD or MIXED, in batches of complete affinity units, cold replicas
+ *     verified before memory is released, nothing released while a lease is
+ *     held) and DELETING (payloads in batches, the manifest last, the group
+ *     verified empty, then the DELETED + ABSENT tombstone);
+ *   - under memory pressure, starts one AUTO demotion one step colder.
+ * Every completed batch persists the operation's cursor and progress in a
+ * type-8 record that repeats the revision's generation; an operation ends in
+ * one record that carries it SUCCEEDED and clears the revision's
+ * operation_id. Nothing here trusts remembered progress alone: members are
+ * re-read with object_get before each step and before completion, so after a
+ * restart or failover the same operation resumes from its cursor and whatever
+ * the replicas really are decides what is left. The working state (jobs,
+ * suspects, the pressure flag) lives in memory only and is rebuilt from the
+ * store. */
 #include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "weight_residency_planner.h"
 #include "wm_plugin.h"
-
 /* The guard. A managed group is a revision's lifecycle boundary:
  *  - a put or overwrite into it is allowed only while its revision is
  *    IMPORTING, no commit of it is in flight, and the key is the manifest or
@@ -86,9 +104,1067 @@ static int wm_sweep_leases(wm_plugin *p, const smp_tick_budget *budget, uint64_t
     return SMP_TICK_DONE;
 }
 
+/* ------------------------------------------------------------------------ */
+/* Working state                                                             */
+/* ------------------------------------------------------------------------ */
+
+#define WM_RETRY_BASE_MS 200      /* backoff after a failed batch, doubled */
+#define WM_RETRY_MAX_MS 5000
+#define WM_REPASS_MS 100          /* wait before walking the members again */
+#define WM_LEASE_WAIT_MS 100      /* look again whether the lease is gone */
+#define WM_CHECKS_PER_ROUND 2048  /* object_get calls per round for checks */
+#define WM_DEGRADED_RECHECK_MS 500
+#define WM_SUSPECTS_MAX 4096
+#define WM_PRESSURE_HYSTERESIS 0.10
+
+typedef struct wm_job wm_job;
+
+/* One member of a batch in flight; the context of its replica tasks. */
+typedef struct wm_item {
+    wm_job *job;
+    char *key;          /* owned */
+    uint64_t bytes;     /* logical bytes counted for progress */
+    int want_hot;       /* migration: a memory replica is the goal */
+    int step;           /* the task in flight (WM_STEP_*) */
+    int done;
+    int status;         /* first failure */
+} wm_item;
+
+enum { WM_STEP_NONE = 0, WM_STEP_MEMORY, WM_STEP_COLD, WM_STEP_RELEASE, WM_STEP_REMOVE };
+
+/* A member of a migration plan, in affinity order. A unit's bytes are
+ * counted on its first member. */
+typedef struct wm_member {
+    char *key;
+    uint64_t bytes;
+    uint32_t unit;
+    unsigned char want_hot;
+} wm_member;
+
+enum { WM_DEL_REMOVE = 0, WM_DEL_UNMANAGE = 1, WM_DEL_TOMBSTONE = 2 };
+
+/* The in-memory side of one RUNNING operation. */
+struct wm_job {
+    wm_plugin *p;
+    wm_job *next;
+    wm_identity id;
+    char group_key[WM_KEY_MAX + 1];
+    uint64_t op_id;
+    int stale;                 /* from another leadership term: discarded */
+    wm_operation op;           /* working copy of the record */
+    unsigned refs;             /* callbacks owed: tasks, records, group flag */
+    int dirty;                 /* op changed, not yet durable */
+    int final_sent;            /* the ending record is in flight or durable */
+    int retry_pending;         /* the next batch is a retry (metric) */
+    uint64_t not_before_ms;    /* host clock */
+    /* migration */
+    wm_member *plan;
+    size_t n_plan;
+    int planned;
+    size_t next_idx;           /* first member not handled in this pass */
+    size_t obs_idx;            /* completion check: next member to read */
+    wm_member_replicas *obs;
+    /* deletion */
+    int del_phase;
+    /* the batch in flight */
+    wm_item *items;
+    size_t n_items;
+    int batch_failed;
+    char batch_error[WM_ERROR_TEXT_MAX + 1];
+};
+
+typedef struct wm_suspect {
+    char *group;
+    char *key;
+} wm_suspect;
+
+struct wm_lc {
+    wm_job *jobs;
+    wm_suspect *suspects;
+    size_t n_suspects;
+    int recheck;               /* NODE_UP: look at DEGRADED revisions now */
+    uint64_t last_recheck_ms;
+    int pressure;              /* MEMORY_PRESSURE seen, usage not down yet */
+    double pressure_clear;     /* usage ratio below which it ends */
+    uint64_t auto_op;          /* the AUTO demotion in flight (0: none) */
+    int auto_pending;          /* its record is in flight */
+};
+
+static wm_lc *wm_lc_get(wm_plugin *p)
+{
+    if (p->lc == NULL) p->lc = calloc(1, sizeof(*p->lc));
+    return p->lc;
+}
+
+static void wm_items_free(wm_job *j)
+{
+    for (size_t i = 0; i < j->n_items; i++) free(j->items[i].key);
+    free(j->items);
+    j->items = NULL;
+    j->n_items = 0;
+}
+
+static void wm_plan_free(wm_job *j)
+{
+    for (size_t i = 0; i < j->n_plan; i++) free(j->plan[i].key);
+    free(j->plan);
+    free(j->obs);
+    j->plan = NULL;
+    j->obs = NULL;
+    j->n_plan = 0;
+    j->planned = 0;
+}
+
+static void wm_job_free(wm_job *j)
+{
+    wm_items_free(j);
+    wm_plan_free(j);
+    free(j);
+}
+
+void wm_lifecycle_release(wm_plugin *p)
+{
+    wm_lc *lc = p->lc;
+    if (lc == NULL) return;
+    while (lc->jobs != NULL) {
+        wm_job *j = lc->jobs;
+        lc->jobs = j->next;
+        wm_job_free(j);
+    }
+    for (size_t i = 0; i < lc->n_suspects; i++) {
+        free(lc->suspects[i].group);
+        free(lc->suspects[i].key);
+    }
+    free(lc->suspects);
+    free(lc);
+    p->lc = NULL;
+}
+
+/* Wall-clock time for records: never before the revision's last update. */
+static uint64_t wm_wall(wm_plugin *p, const wm_revision *rev)
+{
+    uint64_t now = p->api->wall_ms(p->host);
+    return rev != NULL && rev->updated_ms > now ? rev->updated_ms : now;
+}
+
+/* A lease on the revision is held or being granted: nothing may be
+ * released. */
+static int wm_lease_active(wm_plugin *p, const wm_revision *rev)
+{
+    return rev->lease_count > 0 || wm_pending_lease_grants(p, rev->group_key);
+}
+
+/* What the host says of one key; 0 with zeros when it does not exist. */
+static int wm_replicas_of(wm_plugin *p, const char *key, smp_object_info *info)
+{
+    memset(info, 0, sizeof(*info));
+    info->struct_size = sizeof(*info);
+    int rc = p->api->object_get(p->host, key, info);
+    if (rc < 0) {
+        memset(info, 0, sizeof(*info));
+        info->struct_size = sizeof(*info);
+    }
+    return rc;
+}
+
+static int wm_info_readable(const smp_object_info *o)
+{
+    return o->complete && o->memory_replicas_readable + o->cold_replicas_readable > 0;
+}
+
+static uint64_t wm_backoff(uint32_t attempts)
+{
+    uint64_t d = WM_RETRY_BASE_MS;
+    for (uint32_t i = 1; i < attempts && d < WM_RETRY_MAX_MS; i++) d *= 2;
+    return d < WM_RETRY_MAX_MS ? d : WM_RETRY_MAX_MS;
+}
+
+/* Remember a member of a READY revision that may have no readable replica
+ * left; the next tick reads it and marks the revision DEGRADED if so. At
+ * most WM_SUSPECTS_MAX are kept (the periodic checks catch the rest). */
+static void wm_suspect_add(wm_plugin *p, wm_lc *lc, const char *group, const char *key)
+{
+    const wm_revision *rev = wm_store_get_group(p->store, group);
+    if (rev == NULL || rev->availability != WM_AVAIL_READY) return;
+    for (size_t i = 0; i < lc->n_suspects; i++)
+        if (strcmp(lc->suspects[i].key, key) == 0) return;
+    if (lc->n_suspects >= WM_SUSPECTS_MAX) return;
+    wm_suspect *grown = realloc(lc->suspects, (lc->n_suspects + 1) * sizeof(*grown));
+    if (grown == NULL) return;
+    lc->suspects = grown;
+    wm_suspect s = {strdup(group), strdup(key)};
+    if (s.group == NULL || s.key == NULL) {
+        free(s.group);
+        free(s.key);
+        return;
+    }
+    lc->suspects[lc->n_suspects++] = s;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Records                                                                   */
+/* ------------------------------------------------------------------------ */
+
+static void wm_job_written(wm_plugin *p, void *arg, int status);
+
+/* Persist the job's operation (progress only: the revision repeats its
+ * generation). Returns 1 when the record is in flight, 0 when it has to wait
+ * (another mutation of the revision is in flight, or the append failed). */
+static int wm_job_write_progress(wm_plugin *p, wm_job *j, const wm_revision *rev)
+{
+    if (wm_pending_metadata(p, rev->group_key)) return 0;
+    j->op.updated_ms = wm_wall(p, NULL) > j->op.updated_ms ? wm_wall(p, NULL) : j->op.updated_ms;
+    j->refs++;
+    int rc = wm_submit_upsert(p, rev, &j->op, 1, wm_job_written, j);
+    if (rc < 0) {
+        j->refs--;
+        p->api->log(p->host, SMP_LOG_WARN, "progress of operation %" PRIu64 " on %s not persisted: %s",
+                    j->op_id, rev->group_key, wm_status_name(rc));
+        return 0;
+    }
+    return 1;
+}
+
+static void wm_job_written(wm_plugin *p, void *arg, int status)
+{
+    wm_job *j = arg;
+    (void)p;
+    j->refs--;
+    if (status == WM_OK) j->dirty = 0;
+}
+
+/* The ending record was applied (or not: then the operation stays RUNNING
+ * in the store and the job starts over from what is persisted). */
+static void wm_job_final_written(wm_plugin *p, void *arg, int status)
+{
+    wm_job *j = arg;
+    j->refs--;
+    if (status != WM_OK) {
+        j->final_sent = 0;
+        j->op.state = WM_OPS_RUNNING; /* the store still has it RUNNING */
+        j->not_before_ms = p->api->now_ms(p->host) + WM_RETRY_BASE_MS;
+        return;
+    }
+    if (j->op.kind == WM_OPK_MIGRATING) {
+        p->migrations_completed++;
+        uint64_t now = wm_wall(p, NULL);
+        p->migration_ms_total += now > j->op.created_ms ? now - j->op.created_ms : 0;
+    }
+}
+
+/* Send the record that ends the operation with `next` as the revision. */
+static void wm_job_finish(wm_plugin *p, wm_job *j, const wm_revision *rev, wm_revision *next)
+{
+    char why[512] = "";
+    int rc;
+    next->metadata_generation = rev->metadata_generation + 1;
+    next->operation_id = 0;
+    next->updated_ms = wm_wall(p, rev);
+    j->op.state = WM_OPS_SUCCEEDED;
+    j->op.members_done = j->op.members_total;
+    j->op.bytes_done = j->op.bytes_total;
+    j->op.updated_ms = next->updated_ms > j->op.updated_ms ? next->updated_ms : j->op.updated_ms;
+    if ((rc = wm_metadata_mutation_check(rev, next, why, sizeof(why))) < 0) {
+        p->api->log(p->host, SMP_LOG_ERROR, "operation %" PRIu64 " on %s cannot end: %s", j->op_id,
+                    rev->group_key, why);
+        j->op.state = WM_OPS_RUNNING;
+        j->not_before_ms = p->api->now_ms(p->host) + WM_RETRY_MAX_MS;
+        return;
+    }
+    j->refs++;
+    j->final_sent = 1;
+    if ((rc = wm_submit_upsert(p, next, &j->op, 1, wm_job_final_written, j)) < 0) {
+        j->refs--;
+        j->final_sent = 0;
+        j->op.state = WM_OPS_RUNNING;
+        j->not_before_ms = p->api->now_ms(p->host) + WM_RETRY_BASE_MS;
+    }
+}
+
+/* A change of availability alone (READY <-> DEGRADED), generation + 1. */
+static int wm_submit_availability(wm_plugin *p, const wm_revision *rev, wm_availability a,
+                                  const wm_observation *obs)
+{
+    char why[512] = "";
+    wm_revision next = *rev;
+    wm_operation op;
+    size_t n_ops = 0;
+    next.availability = a;
+    if (obs != NULL) {
+        next.residency = obs->residency;
+        next.observed_hot_ratio = obs->observed_hot_ratio;
+    }
+    next.metadata_generation = rev->metadata_generation + 1;
+    next.updated_ms = wm_wall(p, rev);
+    int rc = wm_metadata_mutation_check(rev, &next, why, sizeof(why));
+    if (rc < 0) {
+        p->api->log(p->host, SMP_LOG_ERROR, "%s cannot become %s: %s", rev->group_key,
+                    wm_availability_name((int)a), why);
+        return rc;
+    }
+    /* The active operation travels along unchanged (same state). */
+    const wm_operation *cur = rev->operation_id ? wm_store_operation(p->store, rev->operation_id) : NULL;
+    if (cur != NULL) {
+        op = *cur;
+        n_ops = 1;
+    }
+    rc = wm_submit_upsert(p, &next, n_ops ? &op : NULL, n_ops, NULL, NULL);
+    if (rc == WM_OK)
+        p->api->log(p->host, SMP_LOG_INFO, "%s becomes %s", rev->group_key, wm_availability_name((int)a));
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Migration                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* Build the plan: every payload in affinity order, with its goal. */
+static int wm_job_plan(wm_plugin *p, wm_job *j)
+{
+    const wm_affinity *aff = wm_store_affinity(p->store, &j->id);
+    if (aff == NULL || aff->n_units == 0) return WM_EINVALID_ARGUMENT;
+    size_t n = 0;
+    for (size_t u = 0; u < aff->n_units; u++) n += aff->units[u].n_members;
+    if (n == 0) return WM_EINVALID_ARGUMENT;
+    unsigned char *hot = calloc(aff->n_units, 1);
+    uint64_t *ub = calloc(aff->n_units, sizeof(uint64_t));
+    j->plan = calloc(n, sizeof(*j->plan));
+    j->obs = calloc(n, sizeof(*j->obs));
+    int rc = WM_OK;
+    if (hot == NULL || ub == NULL || j->plan == NULL || j->obs == NULL) {
+        rc = SMP_ENOMEM;
+        goto free_tmp;
+    }
+    uint64_t total = 0;
+    for (size_t u = 0; u < aff->n_units; u++) {
+        ub[u] = aff->units[u].logical_bytes;
+        total += ub[u];
+        hot[u] = j->op.target == WM_RES_HOT;
+    }
+    if (j->op.target == WM_RES_MIXED) {
+        wm_mixed_plan mp;
+        rc = wm_plan_mixed(ub, aff->n_units, total, j->op.target_hot_ratio, hot, &mp);
+        if (rc == WM_EPOLICY_UNSATISFIABLE) rc = WM_OK; /* the closest whole choice */
+        if (rc < 0) goto free_tmp;
+    }
+    size_t k = 0;
+    for (size_t u = 0; u < aff->n_units && rc == WM_OK; u++)
+        for (size_t m = 0; m < aff->units[u].n_members; m++, k++) {
+            j->plan[k].key = strdup(aff->units[u].members[m]);
+            if (j->plan[k].key == NULL) {
+                rc = SMP_ENOMEM;
+                break;
+            }
+            j->plan[k].bytes = m == 0 ? ub[u] : 0;
+            j->plan[k].unit = (uint32_t)u;
+            j->plan[k].want_hot = hot[u];
+        }
+    j->n_plan = n;
+    if (rc == WM_OK) {
+        /* Resume after the persisted cursor (the last member handled). */
+        j->next_idx = 0;
+        if (j->op.cursor[0] != '\0')
+            for (size_t i = 0; i < n; i++)
+                if (strcmp(j->plan[i].key, j->op.cursor) == 0) {
+                    j->next_idx = i + 1;
+                    break;
+                }
+        j->planned = 1;
+    }
+free_tmp:
+    free(hot);
+    free(ub);
+    if (rc < 0) wm_plan_free(j);
+    return rc;
+}
+
+static void wm_batch_end(wm_job *j);
+
+static void wm_item_issue(wm_item *it);
+
+/* Completion of one replica task of a batch item. */
+static void wm_item_done(void *arg, int status)
+{
+    wm_item *it = arg;
+    wm_job *j = it->job;
+    wm_plugin *p = j->p;
+    j->refs--;
+    if (status < 0) {
+        it->status = status;
+        if (!j->batch_failed) {
+            j->batch_failed = 1;
+            snprintf(j->batch_error, sizeof(j->batch_error), "%s of %.180s failed: %s",
+                     it->step == WM_STEP_COLD ? "cold replica" :
+                     it->step == WM_STEP_MEMORY ? "memory replica" :
+                     it->step == WM_STEP_RELEASE ? "memory release" : "removal",
+                     it->key, smp_strerror(status));
+        }
+    } else if (it->step == WM_STEP_COLD && !j->stale) {
+        /* The cold replica exists and is verified: release memory unless a
+         * lease protects the existing replicas. */
+        const wm_revision *rev = wm_store_get(p->store, &j->id);
+        if (rev != NULL && !wm_lease_active(p, rev)) {
+            it->step = WM_STEP_RELEASE;
+            wm_item_issue(it);
+        } else {
+            it->done = 1; /* created; released in a later pass */
+        }
+    } else {
+        it->done = 1;
+    }
+    if (j->refs == 0 && j->items != NULL) wm_batch_end(j);
+}
+
+/* Start the item's current step; a refusal is the item's failure. */
+static void wm_item_issue(wm_item *it)
+{
+    wm_job *j = it->job;
+    wm_plugin *p = j->p;
+    int rc;
+    switch (it->step) {
+    case WM_STEP_MEMORY: rc = p->api->ensure_memory(p->host, it->key, wm_item_done, it); break;
+    case WM_STEP_COLD: rc = p->api->ensure_cold(p->host, it->key, wm_item_done, it); break;
+    case WM_STEP_RELEASE: rc = p->api->release_memory(p->host, it->key, wm_item_done, it); break;
+    case WM_STEP_REMOVE: rc = p->api->remove_object(p->host, it->key, wm_item_done, it); break;
+    default: it->done = 1; return;
+    }
+    if (rc < 0) {
+        it->status = rc;
+        if (!j->batch_failed) {
+            j->batch_failed = 1;
+            snprintf(j->batch_error, sizeof(j->batch_error), "%.180s refused by the host: %s", it->key,
+                     smp_strerror(rc));
+        }
+        return;
+    }
+    j->refs++;
+}
+
+/* Every task of the batch answered: move the cursor over the finished
+ * prefix, record a failure, and persist. */
+static void wm_batch_end(wm_job *j)
+{
+    wm_plugin *p = j->p;
+    size_t k = 0;
+    uint64_t bytes = 0;
+    while (k < j->n_items && j->items[k].done && j->items[k].status == 0) bytes += j->items[k++].bytes;
+    if (j->op.kind == WM_OPK_MIGRATING) {
+        j->next_idx += k;
+        if (k > 0) snprintf(j->op.cursor, sizeof(j->op.cursor), "%s", j->plan[j->next_idx - 1].key);
+        uint64_t done = j->next_idx, done_bytes = 0;
+        for (size_t i = 0; i < j->next_idx; i++) done_bytes += j->plan[i].bytes;
+        if (done > j->op.members_total) done = j->op.members_total;
+        if (done_bytes > j->op.bytes_total) done_bytes = j->op.bytes_total;
+        if (done > j->op.members_done) j->op.members_done = done;
+        if (done_bytes > j->op.bytes_done) j->op.bytes_done = done_bytes;
+        p->migration_bytes_processed += bytes;
+    } else {
+        /* Deletion: every removed member counts, in any order. */
+        uint64_t removed = 0, rbytes = 0;
+        for (size_t i = 0; i < j->n_items; i++)
+            if (j->items[i].done && j->items[i].status == 0) {
+                wm_identity cid;
+                wm_key_kind kind;
+                removed++;
+                rbytes += j->items[i].bytes;
+                if (wm_key_parse(j->items[i].key, &cid, &kind, NULL) == WM_OK && kind != WM_KEY_GROUP &&
+                    wm_identity_cmp(&cid, &j->id) == 0)
+                    snprintf(j->op.cursor, sizeof(j->op.cursor), "%s", j->items[i].key);
+            }
+        j->op.members_done += removed;
+        if (j->op.members_done > j->op.members_total) j->op.members_done = j->op.members_total;
+        j->op.bytes_done += rbytes;
+        if (j->op.bytes_done > j->op.bytes_total) j->op.bytes_done = j->op.bytes_total;
+    }
+    if (j->batch_failed) {
+        /* A member that failed may have nothing readable left. */
+        for (size_t i = 0; i < j->n_items; i++)
+            if (j->items[i].status < 0 && j->items[i].key != NULL && p->lc != NULL)
+                wm_suspect_add(p, p->lc, j->group_key, j->items[i].key);
+        j->op.attempts++;
+        snprintf(j->op.error, sizeof(j->op.error), "%s", j->batch_error);
+        p->op_failures++;
+        j->retry_pending = 1;
+        j->not_before_ms = p->api->now_ms(p->host) + wm_backoff(j->op.attempts);
+        p->api->log(p->host, SMP_LOG_WARN, "operation %" PRIu64 " on %s: %s (attempt %" PRIu32 ")",
+                    j->op_id, j->group_key, j->batch_error, j->op.attempts);
+    } else if (j->op.error[0] != '\0') {
+        j->op.error[0] = '\0'; /* a retry went through */
+    }
+    j->batch_failed = 0;
+    wm_items_free(j);
+    j->dirty = 1;
+    const wm_revision *rev = wm_store_get(p->store, &j->id);
+    if (!j->stale && rev != NULL && rev->operation_id == j->op_id) wm_job_write_progress(p, j, rev);
+}
+
+/* Start the next migration batch: complete units from the job's next
+ * member while the round's remaining budget holds, the first unit always
+ * when nothing else started this round (wm_batch_bound; a unit is never
+ * split). Each member is read first and only the missing step is asked for:
+ * a memory replica for a HOT member; for a COLD member a verified cold
+ * replica, then the release of memory -- skipped while a lease is held.
+ * Adds what it takes to *used_members / *used_bytes. */
+static void wm_migration_batch(wm_plugin *p, wm_job *j, const wm_revision *rev, uint64_t max_members,
+                               uint64_t max_bytes, int first_of_round, uint64_t *used_members,
+                               uint64_t *used_bytes)
+{
+    size_t left = j->n_plan - j->next_idx;
+    size_t window = max_members >= left ? left : (size_t)max_members + 1;
+    /* Never cut the first unit short: extend the window to its end. */
+    while (window < left && j->plan[j->next_idx + window].unit == j->plan[j->next_idx].unit) window++;
+    wm_batch_member *bm = calloc(window, sizeof(*bm));
+    if (bm == NULL) return;
+    for (size_t i = 0; i < window; i++) {
+        bm[i].unit = j->plan[j->next_idx + i].unit;
+        bm[i].bytes = j->plan[j->next_idx + i].bytes;
+    }
+    wm_batch b;
+    int rc = wm_batch_bound(bm, window, max_members ? max_members : 1, max_bytes ? max_bytes : 1, &b);
+    free(bm);
+    if (rc < 0 || b.members == 0) return;
+    if (!first_of_round && (b.members > max_members || b.bytes > max_bytes)) return; /* next round */
+    j->items = calloc(b.members, sizeof(*j->items));
+    if (j->items == NULL) return;
+    j->n_items = b.members;
+    *used_members += b.members;
+    *used_bytes += b.bytes;
+    if (j->retry_pending) {
+        p->op_retries++;
+        j->retry_pending = 0;
+    }
+    int lease = wm_lease_active(p, rev);
+    for (size_t i = 0; i < b.members; i++) {
+        const wm_member *m = &j->plan[j->next_idx + i];
+        wm_item *it = &j->items[i];
+        it->job = j;
+        it->key = strdup(m->key);
+        it->bytes = m->bytes;
+        it->want_hot = m->want_hot;
+        if (it->key == NULL) {
+            it->status = SMP_ENOMEM;
+            j->batch_failed = 1;
+            snprintf(j->batch_error, sizeof(j->batch_error), "out of memory");
+            continue;
+        }
+    }
+    j->refs++; /* hold the batch open while its tasks are issued */
+    for (size_t i = 0; i < b.members; i++) {
+        wm_item *it = &j->items[i];
+        smp_object_info o;
+        if (it->key == NULL) continue;
+        wm_replicas_of(p, it->key, &o);
+        if (it->want_hot) {
+            it->step = o.memory_replicas_readable > 0 ? WM_STEP_NONE : WM_STEP_MEMORY;
+        } else if (o.cold_replicas_readable == 0) {
+            it->step = WM_STEP_COLD;
+        } else if (o.memory_replicas_readable > 0) {
+            it->step = lease ? WM_STEP_NONE : WM_STEP_RELEASE; /* a lease keeps it */
+        } else {
+            it->step = WM_STEP_NONE;
+        }
+        wm_item_issue(it);
+    }
+    j->refs--;
+    if (j->refs == 0) wm_batch_end(j);
+}
+
+/* Read members for the completion check, at most *checks of them; then
+ * decide: end the operation, mark the revision DEGRADED, wait for a lease,
+ * or walk the members again. */
+static void wm_migration_check(wm_plugin *p, wm_job *j, const wm_revision *rev, uint64_t *checks)
+{
+    smp_object_info o;
+    while (j->obs_idx < j->n_plan && *checks > 0) {
+        wm_replicas_of(p, j->plan[j->obs_idx].key, &o);
+        j->obs[j->obs_idx].memory = o.complete && o.memory_replicas_readable > 0;
+        j->obs[j->obs_idx].cold = o.complete && o.cold_replicas_readable > 0;
+        j->obs_idx++;
+        (*checks)--;
+    }
+    if (j->obs_idx < j->n_plan) return;
+    j->obs_idx = 0;
+    wm_replicas_of(p, rev->manifest_key, &o);
+    int manifest_ok = wm_info_readable(&o);
+    wm_observation ob;
+    const wm_affinity *aff = wm_store_affinity(p->store, &j->id);
+    if (wm_residency_observe(aff, j->obs, j->n_plan, manifest_ok, &ob) < 0) {
+        j->not_before_ms = p->api->now_ms(p->host) + WM_RETRY_MAX_MS;
+        return;
+    }
+    if (ob.availability != WM_AVAIL_READY) {
+        if (!wm_pending_metadata(p, rev->group_key))
+            wm_submit_availability(p, rev, WM_AVAIL_DEGRADED, NULL);
+        return;
+    }
+    int converged = 1, only_releases = 1;
+    for (size_t i = 0; i < j->n_plan; i++) {
+        const wm_member_replicas *r = &j->obs[i];
+        int ok = j->plan[i].want_hot ? r->memory : (r->cold && !r->memory);
+        if (ok) continue;
+        converged = 0;
+        if (j->plan[i].want_hot || !r->cold) only_releases = 0;
+    }
+    if (converged) {
+        if (wm_pending_metadata(p, rev->group_key)) return;
+        wm_revision next = *rev;
+        next.residency = ob.residency;
+        next.observed_hot_ratio = ob.observed_hot_ratio;
+        wm_job_finish(p, j, rev, &next);
+        return;
+    }
+    uint64_t now = p->api->now_ms(p->host);
+    if (only_releases && wm_lease_active(p, rev)) {
+        /* A lease keeps the existing memory replicas: wait for it. */
+        j->not_before_ms = now + WM_LEASE_WAIT_MS;
+        return;
+    }
+    /* What the replicas really are disagrees with the pass: walk again
+     * (members already in place cost nothing). */
+    j->next_idx = 0;
+    j->op.cursor[0] = '\0';
+    j->dirty = 1;
+    j->not_before_ms = now + WM_REPASS_MS;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Deletion                                                                  */
+/* ------------------------------------------------------------------------ */
+
+typedef struct wm_listing {
+    const char *skip;  /* the manifest: removed last */
+    char **keys;
+    uint64_t *sizes;
+    size_t n, cap;
+    uint64_t bytes, max_bytes;
+} wm_listing;
+
+static int wm_list_visit(void *arg, const smp_object_info *o)
+{
+    wm_listing *l = arg;
+    if (o->key == NULL || strcmp(o->key, l->skip) == 0) return 0;
+    if (l->n == l->cap) return 1;
+    if (l->n > 0 && l->bytes + o->size > l->max_bytes) return 1;
+    if ((l->keys[l->n] = strdup(o->key)) == NULL) return 1;
+    l->sizes[l->n] = o->size;
+    l->bytes += o->size;
+    l->n++;
+    return 0;
+}
+
+static void wm_unmanaged(void *arg, int status)
+{
+    wm_job *j = arg;
+    wm_plugin *p = j->p;
+    j->refs--;
+    if (status < 0) {
+        p->api->log(p->host, SMP_LOG_WARN, "group %s could not be unmanaged: %s", j->group_key,
+                    smp_strerror(status));
+        j->not_before_ms = p->api->now_ms(p->host) + wm_backoff(++j->op.attempts);
+        return;
+    }
+    j->del_phase = WM_DEL_TOMBSTONE;
+}
+
+/* One step of a deletion within the round's budget: remove a batch of
+ * payloads (whatever the group still lists, so a retry or a restart goes on
+ * with what is left); when only the manifest is left, remove it; when the
+ * group is empty, unmanage it; then the tombstone (wm_job_finish). */
+static void wm_deletion_step(wm_plugin *p, wm_job *j, const wm_revision *rev, uint64_t max_members,
+                             uint64_t max_bytes, int first_of_round, uint64_t *used_members,
+                             uint64_t *used_bytes)
+{
+    if (j->del_phase == WM_DEL_TOMBSTONE) {
+        if (p->api->group_count(p->host, rev->group_key) != 0) {
+            j->del_phase = WM_DEL_REMOVE; /* something came back: remove it too */
+            return;
+        }
+        if (wm_pending_metadata(p, rev->group_key)) return;
+        wm_revision next = *rev;
+        next.availability = WM_AVAIL_DELETED;
+        next.residency = WM_RES_ABSENT;
+        next.observed_hot_ratio = 0.0;
+        next.lease_count = 0;
+        wm_job_finish(p, j, rev, &next);
+        return;
+    }
+    if (!first_of_round && max_members == 0) return;
+    /* At most the members and bytes left in the round; the first member
+     * always (wm_list_visit). */
+    wm_listing l = {.skip = rev->manifest_key, .max_bytes = max_bytes};
+    l.cap = max_members > 0 && max_members < 4096 ? (size_t)max_members : max_members ? 4096 : 1;
+    l.keys = calloc(l.cap, sizeof(char *));
+    l.sizes = calloc(l.cap, sizeof(uint64_t));
+    if (l.keys == NULL || l.sizes == NULL) goto free_listing;
+    p->api->group_list(p->host, rev->group_key, NULL, l.cap + 1, wm_list_visit, &l);
+    if (l.n == 0) {
+        smp_object_info o;
+        uint64_t left = p->api->group_count(p->host, rev->group_key);
+        if (left == 1 && wm_replicas_of(p, rev->manifest_key, &o) == SMP_OK) {
+            /* Every payload is gone: the manifest goes last. */
+            l.keys[0] = strdup(rev->manifest_key);
+            l.sizes[0] = o.size;
+            if (l.keys[0] != NULL) l.n = 1;
+        } else if (left == 0) {
+            j->del_phase = WM_DEL_UNMANAGE;
+            j->refs++;
+            int rc = p->api->group_set_managed(p->host, rev->group_key, 0, wm_unmanaged, j);
+            if (rc < 0) {
+                j->refs--;
+                j->not_before_ms = p->api->now_ms(p->host) + wm_backoff(++j->op.attempts);
+                j->del_phase = WM_DEL_REMOVE;
+            }
+            goto free_listing;
+        } else {
+            /* Members the listing does not show yet (puts in flight). */
+            j->not_before_ms = p->api->now_ms(p->host) + WM_RETRY_BASE_MS;
+            goto free_listing;
+        }
+    }
+    j->items = calloc(l.n, sizeof(*j->items));
+    if (j->items == NULL) goto free_listing;
+    j->n_items = l.n;
+    if (j->retry_pending) {
+        p->op_retries++;
+        j->retry_pending = 0;
+    }
+    for (size_t i = 0; i < l.n; i++) {
+        j->items[i].job = j;
+        j->items[i].key = l.keys[i];
+        j->items[i].bytes = l.sizes[i];
+        j->items[i].step = WM_STEP_REMOVE;
+        l.keys[i] = NULL;
+        *used_bytes += l.sizes[i];
+    }
+    *used_members += l.n;
+    j->refs++;
+    for (size_t i = 0; i < j->n_items; i++) wm_item_issue(&j->items[i]);
+    j->refs--;
+    if (j->refs == 0) wm_batch_end(j);
+free_listing:
+    for (size_t i = 0; l.keys != NULL && i < l.n; i++) free(l.keys[i]);
+    free(l.keys);
+    free(l.sizes);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Operations                                                                */
+/* ------------------------------------------------------------------------ */
+
+static wm_job *wm_job_find(wm_lc *lc, uint64_t op_id)
+{
+    for (wm_job *j = lc->jobs; j != NULL; j = j->next)
+        if (j->op_id == op_id && !j->stale) return j;
+    return NULL;
+}
+
+static wm_job *wm_job_new(wm_plugin *p, wm_lc *lc, const wm_revision *rev, const wm_operation *op)
+{
+    wm_job *j = calloc(1, sizeof(*j));
+    if (j == NULL) return NULL;
+    j->p = p;
+    j->id = rev->id;
+    snprintf(j->group_key, sizeof(j->group_key), "%s", rev->group_key);
+    j->op_id = op->id;
+    j->op = *op;
+    if (op->kind == WM_OPK_DELETING) j->del_phase = WM_DEL_REMOVE;
+    j->next = lc->jobs;
+    lc->jobs = j;
+    return j;
+}
+
+/* Drop jobs whose operation is no longer active and that owe nothing. */
+static void wm_jobs_gc(wm_plugin *p, wm_lc *lc)
+{
+    for (wm_job **pp = &lc->jobs; *pp != NULL;) {
+        wm_job *j = *pp;
+        const wm_revision *rev = wm_store_get(p->store, &j->id);
+        int active = !j->stale && rev != NULL && rev->operation_id == j->op_id;
+        if (!active && j->refs == 0) {
+            *pp = j->next;
+            wm_job_free(j);
+            continue;
+        }
+        pp = &j->next;
+    }
+}
+
+/* Run the RUNNING operations in identity order within the budget. Returns
+ * 1 when an operation is still active. */
+static int wm_run_operations(wm_plugin *p, wm_lc *lc, const smp_tick_budget *budget,
+                             uint64_t *checks)
+{
+    uint64_t max_members = budget && budget->max_members ? budget->max_members : 64;
+    uint64_t max_bytes = budget && budget->max_bytes ? budget->max_bytes : UINT64_MAX;
+    uint64_t used_members = 0, used_bytes = 0;
+    int started = 0, active = 0;
+    size_t n = wm_store_revision_count(p->store);
+    for (size_t i = 0; i < n; i++) {
+        const wm_revision *rev = wm_store_revision_at(p->store, i);
+        if (rev->operation_id == 0) continue;
+        const wm_operation *op = wm_store_operation(p->store, rev->operation_id);
+        if (op == NULL || op->state != WM_OPS_RUNNING) continue;
+        if (op->kind != WM_OPK_MIGRATING && op->kind != WM_OPK_DELETING) continue;
+        active = 1;
+        wm_job *j = wm_job_find(lc, op->id);
+        if (j == NULL && (j = wm_job_new(p, lc, rev, op)) == NULL) continue;
+        if (j->refs > 0 || j->final_sent) continue;
+        uint64_t now = p->api->now_ms(p->host);
+        if (now < j->not_before_ms) continue;
+        if (started && budget && budget->deadline_ms && now >= budget->deadline_ms) break;
+        if (j->dirty) {
+            wm_job_write_progress(p, j, rev);
+            continue;
+        }
+        uint64_t mleft = used_members < max_members ? max_members - used_members : 0;
+        uint64_t bleft = used_bytes < max_bytes ? max_bytes - used_bytes : 0;
+        if (started && (mleft == 0 || bleft == 0)) continue;
+        uint64_t before = used_members;
+        if (op->kind == WM_OPK_DELETING) {
+            if (rev->availability != WM_AVAIL_DELETING) continue;
+            wm_deletion_step(p, j, rev, mleft, bleft, !started, &used_members, &used_bytes);
+        } else {
+            /* A DEGRADED revision waits until its members are readable. */
+            if (rev->availability != WM_AVAIL_READY) continue;
+            if (!j->planned) {
+                int rc = wm_job_plan(p, j);
+                if (rc < 0) {
+                    p->api->log(p->host, SMP_LOG_ERROR, "operation %" PRIu64 " on %s: no plan (%s)",
+                                j->op_id, rev->group_key, wm_status_name(rc));
+                    j->not_before_ms = now + WM_RETRY_MAX_MS;
+                    continue;
+                }
+            }
+            if (j->next_idx < j->n_plan)
+                wm_migration_batch(p, j, rev, mleft, bleft, !started, &used_members, &used_bytes);
+            else
+                wm_migration_check(p, j, rev, checks);
+        }
+        if (used_members > before) started = 1;
+    }
+    return active;
+}
+
+/* ------------------------------------------------------------------------ */
+/* DEGRADED                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* Replica-lost reports: a READY revision whose member has no readable
+ * replica left becomes DEGRADED. */
+static void wm_run_suspects(wm_plugin *p, wm_lc *lc)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < lc->n_suspects; i++) {
+        wm_suspect *s = &lc->suspects[i];
+        const wm_revision *rev = wm_store_get_group(p->store, s->group);
+        int keep = 0;
+        if (rev != NULL && rev->availability == WM_AVAIL_READY) {
+            smp_object_info o;
+            wm_replicas_of(p, s->key, &o);
+            if (!wm_info_readable(&o)) {
+                if (wm_pending_metadata(p, rev->group_key) ||
+                    wm_submit_availability(p, rev, WM_AVAIL_DEGRADED, NULL) < 0)
+                    keep = 1;
+            }
+        }
+        if (keep) {
+            lc->suspects[kept++] = *s;
+        } else {
+            free(s->group);
+            free(s->key);
+        }
+    }
+    lc->n_suspects = kept;
+}
+
+/* DEGRADED revisions whose manifest and members are all readable again
+ * become READY with their observed residency. */
+static void wm_run_recheck(wm_plugin *p, wm_lc *lc, uint64_t *checks)
+{
+    uint64_t now = p->api->now_ms(p->host);
+    if (!lc->recheck && now - lc->last_recheck_ms < WM_DEGRADED_RECHECK_MS) return;
+    lc->recheck = 0;
+    lc->last_recheck_ms = now;
+    size_t n = wm_store_revision_count(p->store);
+    for (size_t i = 0; i < n && *checks > 0; i++) {
+        const wm_revision *rev = wm_store_revision_at(p->store, i);
+        if (rev->availability != WM_AVAIL_DEGRADED || wm_pending_metadata(p, rev->group_key)) continue;
+        const wm_affinity *aff = wm_store_affinity(p->store, &rev->id);
+        if (aff == NULL || aff->n_units == 0) continue;
+        size_t total = 0;
+        for (size_t u = 0; u < aff->n_units; u++) total += aff->units[u].n_members;
+        wm_member_replicas *m = calloc(total ? total : 1, sizeof(*m));
+        if (m == NULL) return;
+        smp_object_info o;
+        size_t k = 0;
+        for (size_t u = 0; u < aff->n_units; u++)
+            for (size_t x = 0; x < aff->units[u].n_members; x++, k++) {
+                wm_replicas_of(p, aff->units[u].members[x], &o);
+                m[k].memory = o.complete && o.memory_replicas_readable > 0;
+                m[k].cold = o.complete && o.cold_replicas_readable > 0;
+            }
+        *checks = *checks > total ? *checks - total : 0;
+        wm_replicas_of(p, rev->manifest_key, &o);
+        wm_observation ob;
+        if (wm_residency_observe(aff, m, total, wm_info_readable(&o), &ob) == WM_OK &&
+            ob.availability == WM_AVAIL_READY)
+            wm_submit_availability(p, rev, WM_AVAIL_READY, &ob);
+        free(m);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* AUTO                                                                      */
+/* ------------------------------------------------------------------------ */
+
+static void wm_auto_applied(wm_plugin *p, void *arg, int status)
+{
+    (void)arg;
+    if (p->lc == NULL) return;
+    p->lc->auto_pending = 0;
+    if (status == WM_OK) p->auto_triggers[WM_AUTO_DEMOTE_ON_PRESSURE]++;
+    else p->lc->auto_op = 0;
+}
+
+static uint64_t wm_cluster_u64(wm_plugin *p, const char *key, uint64_t dflt)
+{
+    smp_config_value v;
+    memset(&v, 0, sizeof(v));
+    v.struct_size = sizeof(v);
+    if (p->api->config_get == NULL ||
+        p->api->config_get(p->host, SMP_CONFIG_CLUSTER, key, &v) < 0 || v.type != SMP_CONFIG_INT ||
+        v.i < 0)
+        return dflt;
+    return (uint64_t)v.i;
+}
+
+/* Under memory pressure, start one demotion (one step colder) of the first
+ * eligible AUTO revision in wm_auto_order's order whose cooldown has passed;
+ * one at a time, so memory is freed incrementally. */
+static void wm_run_auto(wm_plugin *p, wm_lc *lc)
+{
+    if (!lc->pressure || lc->auto_pending) return;
+    uint64_t used = 0, cap = 0;
+    p->api->memory_usage(p->host, &used, &cap);
+    if (cap == 0 || (double)used < lc->pressure_clear * (double)cap) {
+        lc->pressure = 0;
+        return;
+    }
+    if (lc->auto_op != 0) {
+        const wm_operation *op = wm_store_operation(p->store, lc->auto_op);
+        if (op != NULL && op->state == WM_OPS_RUNNING) return;
+        lc->auto_op = 0;
+    }
+    size_t n = wm_store_revision_count(p->store);
+    if (n == 0) return;
+    wm_auto_candidate *c = calloc(n, sizeof(*c));
+    size_t *order = calloc(n, sizeof(*order));
+    size_t n_order = 0;
+    if (c == NULL || order == NULL) goto free_tmp;
+    for (size_t i = 0; i < n; i++) {
+        const wm_revision *r = wm_store_revision_at(p->store, i);
+        c[i].id = &r->id;
+        c[i].last_access_ms = r->last_access_ms;
+        c[i].availability = r->availability;
+        c[i].mode = r->policy.mode;
+        c[i].residency = r->residency;
+        c[i].operation_id = r->operation_id;
+        c[i].lease_count = r->lease_count;
+        double frees = r->residency == WM_RES_HOT ? 1.0 - r->policy.mixed_hot_ratio : r->observed_hot_ratio;
+        c[i].releasable_hot_bytes = (uint64_t)(frees * (double)r->logical_bytes);
+    }
+    if (wm_auto_order(c, n, order, &n_order) < 0) goto free_tmp;
+    uint64_t cooldown = wm_cluster_u64(p, "weight_migration_cooldown_ms", 30000);
+    uint64_t wall = p->api->wall_ms(p->host);
+    for (size_t k = 0; k < n_order; k++) {
+        const wm_revision *r = wm_store_revision_at(p->store, order[k]);
+        if (wm_pending_metadata(p, r->group_key) || wm_pending_lease_grants(p, r->group_key)) continue;
+        if (r->updated_ms + cooldown > wall) continue;
+        wm_residency to = wm_auto_next_demotion(r->residency);
+        if (to == WM_RES_UNKNOWN) continue;
+        wm_revision next = *r;
+        wm_operation op;
+        char why[512] = "";
+        uint64_t now = wm_wall(p, r);
+        memset(&op, 0, sizeof(op));
+        op.id = wm_store_reserve_operation_id(p->store);
+        op.kind = WM_OPK_MIGRATING;
+        op.id_of = r->id;
+        op.target = to;
+        op.target_hot_ratio = to == WM_RES_MIXED ? r->policy.mixed_hot_ratio : 0.0;
+        op.state = WM_OPS_RUNNING;
+        op.members_total = r->payload_count;
+        op.bytes_total = r->logical_bytes;
+        op.created_ms = op.updated_ms = now;
+        next.metadata_generation = r->metadata_generation + 1;
+        next.updated_ms = now;
+        next.operation_id = op.id;
+        if (wm_metadata_mutation_check(r, &next, why, sizeof(why)) < 0) continue;
+        lc->auto_pending = 1;
+        if (wm_submit_upsert(p, &next, &op, 1, wm_auto_applied, NULL) < 0) {
+            lc->auto_pending = 0;
+            continue;
+        }
+        lc->auto_op = op.id;
+        p->api->log(p->host, SMP_LOG_INFO, "memory pressure: %s demoted toward %s (operation %" PRIu64 ")",
+                    r->group_key, wm_residency_name((int)to), op.id);
+        break;
+    }
+free_tmp:
+    free(c);
+    free(order);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Events and the tick                                                       */
+/* ------------------------------------------------------------------------ */
+
+void wm_lifecycle_event(wm_plugin *p, const smp_event *ev)
+{
+    wm_lc *lc = wm_lc_get(p);
+    if (lc == NULL || ev == NULL) return;
+    switch (ev->type) {
+    case SMP_EVENT_REPLICA_LOST:
+        if (ev->group == NULL || ev->group[0] == '\0' || ev->key == NULL) return;
+        wm_suspect_add(p, lc, ev->group, ev->key);
+        return;
+    case SMP_EVENT_NODE_UP:
+        lc->recheck = 1;
+        return;
+    case SMP_EVENT_ROLE_CHANGE:
+        /* Another term may have moved the operations on: working copies
+         * are dropped and rebuilt from the store (tasks still in flight
+         * finish into a stale job, which is then freed). */
+        for (wm_job *j = lc->jobs; j != NULL; j = j->next) j->stale = 1;
+        lc->auto_op = 0;
+        lc->recheck = 1;
+        return;
+    case SMP_EVENT_MEMORY_PRESSURE:
+        if (ev->capacity > 0) {
+            double ratio = (double)ev->used / (double)ev->capacity;
+            lc->pressure = 1;
+            lc->pressure_clear = ratio > WM_PRESSURE_HYSTERESIS ? ratio - WM_PRESSURE_HYSTERESIS : 0.0;
+        }
+        return;
+    default:
+        return;
+    }
+}
+
 int wm_lifecycle_tick(wm_plugin *p, const smp_tick_budget *budget, uint64_t *cursor)
 {
     int r = wm_sweep_leases(p, budget, cursor);
+    wm_lc *lc = wm_lc_get(p);
+    if (lc != NULL) {
+        uint64_t checks = WM_CHECKS_PER_ROUND;
+        if (budget != NULL && budget->max_members * 4 > checks) checks = budget->max_members * 4;
+        wm_run_suspects(p, lc);
+        wm_run_recheck(p, lc, &checks);
+        int active = wm_run_operations(p, lc, budget, &checks);
+        wm_run_auto(p, lc);
+        wm_jobs_gc(p, lc);
+        if (active || lc->n_suspects > 0 || lc->auto_pending) r = SMP_TICK_MORE;
+    }
     wm_metrics_refresh(p);
     return r;
 }

@@ -121,6 +121,7 @@ static void wm_pending_remove(wm_plugin *p, wm_txn *t)
 
 void wm_mgmt_release(wm_plugin *p)
 {
+    wm_lifecycle_release(p);
     while (p->pending != NULL) {
         wm_txn *t = p->pending;
         p->pending = t->next;
@@ -1842,6 +1843,11 @@ static const wm_metric_spec wm_metric_specs[] = {
     {SMP_METRIC_COUNTER, "weight_guard_skips_total",
      "Generic store actions on managed weight groups refused by the guard", wm_l_reason,
      offsetof(wm_plugin, m_guard_skips)},
+    {SMP_METRIC_COUNTER, "weight_migrations_completed_total",
+     "Weight migrations that reached their target", NULL, offsetof(wm_plugin, m_mig_completed)},
+    {SMP_METRIC_COUNTER, "weight_migration_duration_seconds_total",
+     "Time from creation to completion of weight migrations, summed", NULL,
+     offsetof(wm_plugin, m_mig_duration)},
 };
 
 static const char *const wm_guard_reason_names[SMP_GUARD_REASON_MAX + 1] = {
@@ -1875,6 +1881,8 @@ void wm_metrics_refresh(wm_plugin *p)
         if (o != NULL && o->kind == WM_OPK_MIGRATING) remaining += o->bytes_total - o->bytes_done;
     }
     a->metric_set(p->m_mig_remaining, NULL, (double)remaining);
+    a->metric_set(p->m_mig_completed, NULL, (double)p->migrations_completed);
+    a->metric_set(p->m_mig_duration, NULL, (double)p->migration_ms_total / 1000.0);
     a->metric_set(p->m_leases_active, NULL, (double)s.leases);
     a->metric_set(p->m_leases_expired, NULL, (double)p->leases_expired);
     {

@@ -106,7 +106,32 @@ static const smp_snapshot_section wm_section = {
 
 static const smp_guard wm_guard_reg = {sizeof(smp_guard), wm_guard};
 
-static const smp_tick wm_tick_reg = {sizeof(smp_tick), 1000, 1, wm_tick};
+static void wm_on_event(void *plugin, const smp_event *ev)
+{
+    wm_lifecycle_event(plugin, ev);
+}
+
+static const smp_event_handler wm_events = {
+    sizeof(smp_event_handler),
+    SMP_EVENT_MASK(SMP_EVENT_REPLICA_LOST) | SMP_EVENT_MASK(SMP_EVENT_NODE_UP) |
+        SMP_EVENT_MASK(SMP_EVENT_MEMORY_PRESSURE) | SMP_EVENT_MASK(SMP_EVENT_ROLE_CHANGE),
+    wm_on_event,
+};
+
+#define WM_TICK_PERIOD_MS 1000
+
+/* The tick period: the plugin block's tick_period_ms (10..60000), else
+ * WM_TICK_PERIOD_MS. */
+static uint32_t wm_tick_period(smp_host *h, const smp_host_api *api)
+{
+    smp_config_value v;
+    memset(&v, 0, sizeof(v));
+    v.struct_size = sizeof(v);
+    if (api->config_get(h, SMP_CONFIG_PLUGIN, "tick_period_ms", &v) == SMP_OK &&
+        v.type == SMP_CONFIG_INT && v.i >= 10 && v.i <= 60000)
+        return (uint32_t)v.i;
+    return WM_TICK_PERIOD_MS;
+}
 
 /* Register everything; the host undoes it all if any step fails. */
 static int wm_init(smp_host *h, const smp_host_api *api, void **out)
@@ -121,7 +146,9 @@ static int wm_init(smp_host *h, const smp_host_api *api, void **out)
         if ((rc = api->register_oplog_type(h, &wm_types[i])) < 0) goto free_plugin;
     if ((rc = api->register_snapshot_section(h, &wm_section)) < 0) goto free_plugin;
     if ((rc = api->register_guard(h, &wm_guard_reg)) < 0) goto free_plugin;
-    if ((rc = api->register_tick(h, &wm_tick_reg)) < 0) goto free_plugin;
+    p->tick_reg = (smp_tick){sizeof(smp_tick), wm_tick_period(h, api), 1, wm_tick};
+    if ((rc = api->register_tick(h, &p->tick_reg)) < 0) goto free_plugin;
+    if ((rc = api->register_event_handler(h, &wm_events)) < 0) goto free_plugin;
     if ((rc = wm_mgmt_register(p)) < 0) goto free_plugin;
     wm_metrics_refresh(p);
     *out = p;

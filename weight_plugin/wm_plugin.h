@@ -32,6 +32,7 @@ typedef enum wm_auto_reason {
 } wm_auto_reason;
 
 typedef struct wm_txn wm_txn;
+typedef struct wm_lc wm_lc; /* the lifecycle's working state (weight_lifecycle.c) */
 
 typedef struct wm_plugin {
     smp_host *host;
@@ -48,6 +49,11 @@ typedef struct wm_plugin {
     uint64_t op_retries;
     uint64_t auto_triggers[WM_AUTO_REASONS];
     uint64_t migration_bytes_processed;
+    uint64_t migrations_completed;
+    uint64_t migration_ms_total;   /* creation to completion, summed */
+
+    wm_lc *lc;                 /* created by the first tick or event */
+    smp_tick tick_reg;         /* registered with the host (period from config) */
 
     smp_metric *m_revisions;       /* gauge {availability} */
     smp_metric *m_residency;       /* gauge {residency} */
@@ -60,6 +66,8 @@ typedef struct wm_plugin {
     smp_metric *m_leases_expired;  /* counter */
     smp_metric *m_auto_triggers;   /* counter {direction, reason} */
     smp_metric *m_guard_skips;     /* counter {reason} */
+    smp_metric *m_mig_completed;   /* counter */
+    smp_metric *m_mig_duration;    /* counter (seconds) */
 } wm_plugin;
 
 /* -- weight_management.c --------------------------------------------------- */
@@ -117,6 +125,14 @@ int wm_guard_check(wm_plugin *p, const smp_guard_request *req);
 
 /* One reconcile round within budget; SMP_TICK_DONE or SMP_TICK_MORE. */
 int wm_lifecycle_tick(wm_plugin *p, const smp_tick_budget *budget, uint64_t *cursor);
+
+/* React to a host event (replica lost, node up, memory pressure). Never
+ * blocks; the work happens in the next ticks. */
+void wm_lifecycle_event(wm_plugin *p, const smp_event *ev);
+
+/* Free the lifecycle's working state (at fini, after the host's last
+ * callback; also called by wm_mgmt_release). */
+void wm_lifecycle_release(wm_plugin *p);
 
 /* Hook for generation replacement: 1 when the revision is fenced for
  * replacement (its leases may not be renewed, no new ones granted). */

@@ -1,0 +1,764 @@
+/* test_wm_lifecycle.c -- the reconcile tick against a scripted host.
+ *
+ * weight_lifecycle.c runs on a fake host whose objects carry a memory and a
+ * cold replica flag, whose replica tasks, OpLog appends and group-flag
+ * changes stay queued until the test completes them, and whose clocks the
+ * test moves. So every effect of a round is visible in order: which members
+ * a round touches (complete units, at least one even when it exceeds the
+ * byte limit), the cursor persisted after each batch and resumed from after
+ * a restart, a lease that lets cold replicas be created but no memory be
+ * released, a failure that keeps the revision READY and is retried, the
+ * deletion order (payloads, the manifest last, the tombstone only once the
+ * group is empty), DEGRADED on a lost member and back, and the choice of
+ * AUTO demotions under memory pressure with their cooldown. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "wm_plugin.h"
+#include "wm_test_records.h"
+
+/* ------------------------------------------------------------------------ */
+/* The scripted host                                                         */
+/* ------------------------------------------------------------------------ */
+
+enum { T_COLD = 1, T_MEMORY, T_RELEASE, T_REMOVE, T_APPEND, T_GROUP };
+
+typedef struct effect {
+    int kind;
+    char key[1100];
+    uint16_t type;
+    smp_durable_cb dcb;
+    smp_done_cb cb;
+    void *arg;
+} effect;
+
+typedef struct fobj {
+    char key[1100];
+    char group[1100];
+    uint64_t size;
+    int mem, cold;
+    int live;
+} fobj;
+
+static struct {
+    effect q[512];
+    size_t nq;
+    fobj objs[64];
+    size_t nobjs;
+    uint64_t wall, mono;
+    uint64_t used, cap;
+    uint64_t cooldown;
+    int unmanaged;
+} H;
+
+static void push(int kind, const char *key, uint16_t type, smp_durable_cb dcb, smp_done_cb cb, void *arg)
+{
+    assert_true(H.nq < sizeof(H.q) / sizeof(H.q[0]));
+    effect *e = &H.q[H.nq++];
+    memset(e, 0, sizeof(*e));
+    e->kind = kind;
+    if (key) snprintf(e->key, sizeof(e->key), "%s", key);
+    e->type = type;
+    e->dcb = dcb;
+    e->cb = cb;
+    e->arg = arg;
+}
+
+static fobj *find(const char *key)
+{
+    for (size_t i = 0; i < H.nobjs; i++)
+        if (H.objs[i].live && strcmp(H.objs[i].key, key) == 0) return &H.objs[i];
+    return NULL;
+}
+
+static int f_append(smp_host *h, uint16_t type, uint16_t encver, const void *payload, size_t len,
+                    smp_durable_cb cb, void *arg)
+{
+    (void)h, (void)encver, (void)payload, (void)len;
+    push(T_APPEND, NULL, type, cb, NULL, arg);
+    return SMP_OK;
+}
+
+static int f_set_managed(smp_host *h, const char *group, int managed, smp_done_cb cb, void *arg)
+{
+    (void)h;
+    assert_int_equal(managed, 0);
+    push(T_GROUP, group, 0, NULL, cb, arg);
+    return SMP_OK;
+}
+
+static int f_ensure_cold(smp_host *h, const char *key, smp_done_cb cb, void *arg)
+{
+    (void)h;
+    fobj *o = find(key);
+    if (o == NULL) return SMP_ENOTFOUND;
+    if (!o->mem && !o->cold) return SMP_EAGAIN;
+    push(T_COLD, key, 0, NULL, cb, arg);
+    return SMP_OK;
+}
+
+static int f_ensure_memory(smp_host *h, const char *key, smp_done_cb cb, void *arg)
+{
+    (void)h;
+    if (find(key) == NULL) return SMP_ENOTFOUND;
+    push(T_MEMORY, key, 0, NULL, cb, arg);
+    return SMP_OK;
+}
+
+static int f_release(smp_host *h, const char *key, smp_done_cb cb, void *arg)
+{
+    (void)h;
+    fobj *o = find(key);
+    if (o == NULL) return SMP_ENOTFOUND;
+    if (!o->cold) return SMP_ESTATE; /* the last readable copy stays */
+    push(T_RELEASE, key, 0, NULL, cb, arg);
+    return SMP_OK;
+}
+
+static int f_remove(smp_host *h, const char *key, smp_done_cb cb, void *arg)
+{
+    (void)h;
+    if (find(key) == NULL) return SMP_ENOTFOUND;
+    push(T_REMOVE, key, 0, NULL, cb, arg);
+    return SMP_OK;
+}
+
+/* Complete queued effect i with status (a successful task takes effect). */
+static int deliver_at(size_t i, int status)
+{
+    assert_true(i < H.nq);
+    effect e = H.q[i];
+    memmove(&H.q[i], &H.q[i + 1], (H.nq - i - 1) * sizeof(H.q[0]));
+    H.nq--;
+    fobj *o = e.key[0] ? find(e.key) : NULL;
+    if (status == SMP_OK && o != NULL) {
+        if (e.kind == T_COLD) o->cold = 1;
+        if (e.kind == T_MEMORY) o->mem = 1;
+        if (e.kind == T_RELEASE) o->mem = 0;
+        if (e.kind == T_REMOVE) o->live = 0;
+    }
+    if (status == SMP_OK && e.kind == T_GROUP) H.unmanaged++;
+    if (e.kind == T_APPEND) e.dcb(e.arg, status, 1);
+    else e.cb(e.arg, status);
+    return e.kind;
+}
+
+/* Index of the first queued effect of kind, or -1. */
+static long first_of(int kind)
+{
+    for (size_t i = 0; i < H.nq; i++)
+        if (H.q[i].kind == kind) return (long)i;
+    return -1;
+}
+
+static size_t count_of(int kind)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < H.nq; i++) n += H.q[i].kind == kind;
+    return n;
+}
+
+/* Complete everything queued (and what that queues), successfully. */
+static void drain(void)
+{
+    for (int guard = 0; H.nq > 0 && guard < 10000; guard++) deliver_at(0, SMP_OK);
+    assert_int_equal(H.nq, 0);
+}
+
+static int f_object_get(smp_host *h, const char *key, smp_object_info *out)
+{
+    (void)h;
+    fobj *o = find(key);
+    if (o == NULL) return SMP_ENOTFOUND;
+    out->key = o->key;
+    out->group = o->group;
+    out->size = o->size;
+    out->complete = 1;
+    out->memory_replicas_readable = (uint32_t)o->mem;
+    out->cold_replicas_readable = (uint32_t)o->cold;
+    return SMP_OK;
+}
+
+static int f_group_list(smp_host *h, const char *group, const char *after, size_t max,
+                        smp_object_visit_fn fn, void *arg)
+{
+    (void)h;
+    int n = 0;
+    for (size_t i = 0; i < H.nobjs && (size_t)n < max; i++) {
+        fobj *o = &H.objs[i];
+        if (!o->live || strcmp(o->group, group) != 0) continue;
+        if (after && strcmp(o->key, after) <= 0) continue;
+        smp_object_info info;
+        memset(&info, 0, sizeof(info));
+        info.struct_size = sizeof(info);
+        f_object_get(NULL, o->key, &info);
+        n++;
+        if (fn(arg, &info)) break;
+    }
+    return n;
+}
+
+static uint64_t f_group_count(smp_host *h, const char *group)
+{
+    (void)h;
+    uint64_t n = 0;
+    for (size_t i = 0; i < H.nobjs; i++) n += H.objs[i].live && strcmp(H.objs[i].group, group) == 0;
+    return n;
+}
+
+static int f_config_get(smp_host *h, smp_config_scope s, const char *k, smp_config_value *out)
+{
+    (void)h;
+    if (s == SMP_CONFIG_CLUSTER && strcmp(k, "weight_migration_cooldown_ms") == 0) {
+        out->type = SMP_CONFIG_INT;
+        out->i = (int64_t)H.cooldown;
+        out->d = (double)H.cooldown;
+        return SMP_OK;
+    }
+    return SMP_ENOTFOUND;
+}
+
+static uint64_t f_wall(smp_host *h)
+{
+    (void)h;
+    return H.wall;
+}
+
+static uint64_t f_mono(smp_host *h)
+{
+    (void)h;
+    return H.mono;
+}
+
+static void f_memory(smp_host *h, uint64_t *used, uint64_t *cap)
+{
+    (void)h;
+    *used = H.used;
+    *cap = H.cap;
+}
+
+static void f_log(smp_host *h, smp_log_level l, const char *fmt, ...)
+{
+    (void)h, (void)l, (void)fmt;
+}
+
+static smp_host_api API;
+static wm_plugin P;
+
+static int setup(void **state)
+{
+    (void)state;
+    memset(&H, 0, sizeof(H));
+    memset(&API, 0, sizeof(API));
+    API.struct_size = sizeof(API);
+    API.host_caps = SMP_HOST_CAPS_V1;
+    API.oplog_append = f_append;
+    API.group_set_managed = f_set_managed;
+    API.object_get = f_object_get;
+    API.group_list = f_group_list;
+    API.group_count = f_group_count;
+    API.config_get = f_config_get;
+    API.wall_ms = f_wall;
+    API.now_ms = f_mono;
+    API.log = f_log;
+    API.ensure_cold = f_ensure_cold;
+    API.ensure_memory = f_ensure_memory;
+    API.release_memory = f_release;
+    API.remove_object = f_remove;
+    API.memory_usage = f_memory;
+    H.wall = 100000;
+    H.mono = 5000;
+    H.cap = 1000;
+    H.cooldown = 30000;
+    memset(&P, 0, sizeof(P));
+    P.host = NULL;
+    P.api = &API;
+    assert_int_equal(wm_store_create(&P.store), WM_OK);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    while (H.nq > 0) deliver_at(0, SMP_ECANCELED);
+    wm_mgmt_release(&P);
+    wm_store_free(P.store);
+    return 0;
+}
+
+static smp_tick_budget B = {sizeof(smp_tick_budget), 64, 1 << 30, 0};
+
+static int tick(void)
+{
+    uint64_t cursor = 0;
+    return wm_lifecycle_tick(&P, &B, &cursor);
+}
+
+/* Ticks and completions until nothing is left to do (time moves on so
+ * backoffs pass). */
+static void run(int rounds)
+{
+    for (int i = 0; i < rounds; i++) {
+        tick();
+        drain();
+        H.mono += 1000;
+        H.wall += 1000;
+    }
+}
+
+/* A READY + HOT revision of n units (unit i: payload i, bytes[i]) with its
+ * objects in the fake host, memory replicas only; policy mode as given. */
+static wm_revision seed(const char *name, const uint64_t *bytes, size_t n, wm_migration_mode mode)
+{
+    wm_affinity aff = {0};
+    wm_metadata_upsert u;
+    char msg[256];
+    memset(&u, 0, sizeof(u));
+    wmt_ready_revision(&u.revision, &aff, name, 1, bytes, n);
+    u.revision.policy.preferred = WM_RES_HOT;
+    u.revision.policy.mode = mode;
+    u.has_affinity = 1;
+    u.affinity = aff;
+    if (wm_store_apply_upsert(P.store, &u, msg, sizeof(msg)) != WM_OK) fail_msg("%s", msg);
+    for (size_t i = 0; i <= n; i++) {
+        fobj *o = &H.objs[H.nobjs++];
+        memset(o, 0, sizeof(*o));
+        if (i < n) snprintf(o->key, sizeof(o->key), "%s", aff.units[i].members[0]);
+        else snprintf(o->key, sizeof(o->key), "%s", u.revision.manifest_key);
+        snprintf(o->group, sizeof(o->group), "%s", u.revision.group_key);
+        o->size = i < n ? bytes[i] : 10;
+        o->mem = 1;
+        o->live = 1;
+    }
+    wm_affinity_clear(&aff);
+    return u.revision;
+}
+
+/* Make a RUNNING operation of kind active on rev (straight into the store). */
+static uint64_t start_op(const wm_revision *rev, wm_op_kind kind, wm_residency target, double ratio)
+{
+    wm_metadata_upsert u;
+    wm_operation op;
+    char msg[256];
+    memset(&u, 0, sizeof(u));
+    u.revision = *wm_store_get(P.store, &rev->id);
+    wmt_migration(&op, &u.revision, wm_store_reserve_operation_id(P.store));
+    op.kind = kind;
+    op.target = kind == WM_OPK_MIGRATING ? target : WM_RES_UNKNOWN;
+    op.target_hot_ratio = target == WM_RES_MIXED ? ratio : 0.0;
+    if (kind == WM_OPK_DELETING) {
+        u.revision.availability = WM_AVAIL_DELETING;
+        op.members_total = rev->payload_count + 1;
+    }
+    u.revision.metadata_generation++;
+    u.operations = &op;
+    u.n_operations = 1;
+    if (wm_store_apply_upsert(P.store, &u, msg, sizeof(msg)) != WM_OK) fail_msg("%s", msg);
+    return op.id;
+}
+
+static const wm_revision *cur(const wm_revision *rev)
+{
+    return wm_store_get(P.store, &rev->id);
+}
+
+static char *pkey(const wm_revision *rev, uint64_t n)
+{
+    static char key[WM_KEY_MAX + 1];
+    wm_payload_key(&rev->id, n, key, sizeof(key));
+    return key;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Tests                                                                     */
+/* ------------------------------------------------------------------------ */
+
+/* A round takes whole units while the byte limit holds; a unit larger than
+ * the limit still goes alone in its round; after each batch the cursor and
+ * progress are persisted with the revision at its generation; a restart
+ * (the working state dropped) resumes after the persisted cursor. */
+static void test_batches_bounded_and_cursor_persisted(void **state)
+{
+    (void)state;
+    static const uint64_t bytes[4] = {100, 5000, 100, 100};
+    wm_revision rev = seed("big", bytes, 4, WM_MODE_MANUAL);
+    uint64_t op_id = start_op(&rev, WM_OPK_MIGRATING, WM_RES_COLD, 0);
+    B.max_bytes = 1000;
+    assert_int_equal(tick(), SMP_TICK_MORE);
+    /* Unit 0 fits; unit 1 (5000) would exceed the limit: not this round. */
+    assert_int_equal(count_of(T_COLD), 1);
+    assert_string_equal(H.q[0].key, pkey(&rev, 0));
+    deliver_at(0, SMP_OK);
+    /* Cold verified: now the memory replica goes. */
+    assert_int_equal(H.q[0].kind, T_RELEASE);
+    deliver_at(0, SMP_OK);
+    assert_int_equal(H.q[0].kind, T_APPEND);
+    deliver_at(0, SMP_OK);
+    const wm_operation *op = wm_store_operation(P.store, op_id);
+    assert_string_equal(op->cursor, pkey(&rev, 0));
+    assert_int_equal(op->members_done, 1);
+    assert_int_equal(op->bytes_done, 100);
+    assert_int_equal(op->state, WM_OPS_RUNNING);
+    assert_int_equal(cur(&rev)->metadata_generation, 2); /* progress repeats it */
+
+    /* The next round: the 5000-byte unit alone, though above the limit. */
+    tick();
+    assert_int_equal(count_of(T_COLD), 1);
+    assert_string_equal(H.q[0].key, pkey(&rev, 1));
+    drain();
+    assert_string_equal(wm_store_operation(P.store, op_id)->cursor, pkey(&rev, 1));
+
+    /* Restart: the working state is gone; the same operation resumes after
+     * its persisted cursor (payload 2 and 3 fit one round now). */
+    wm_lifecycle_release(&P);
+    tick();
+    assert_int_equal(count_of(T_COLD), 2);
+    assert_string_equal(H.q[0].key, pkey(&rev, 2));
+    assert_string_equal(H.q[1].key, pkey(&rev, 3));
+    drain();
+    run(3);
+    op = wm_store_operation(P.store, op_id);
+    assert_int_equal(op->state, WM_OPS_SUCCEEDED);
+    assert_int_equal(op->members_done, 4);
+    assert_int_equal(op->bytes_done, 5300);
+    assert_int_equal(cur(&rev)->operation_id, 0);
+    assert_int_equal(cur(&rev)->residency, WM_RES_COLD);
+    assert_int_equal(cur(&rev)->metadata_generation, 3);
+    for (size_t i = 0; i < 4; i++) {
+        assert_int_equal(find(pkey(&rev, i))->mem, 0);
+        assert_int_equal(find(pkey(&rev, i))->cold, 1);
+    }
+    assert_int_equal(find(rev.manifest_key)->mem, 1); /* the manifest stays */
+    assert_true(P.migration_bytes_processed >= 5300);
+    assert_int_equal(P.migrations_completed, 1);
+    B.max_bytes = 1 << 30;
+}
+
+/* After a restart the persisted cursor is not trusted alone: a member
+ * behind the cursor whose cold replica is gone is handled again before the
+ * operation can end. */
+static void test_actual_replicas_override_stale_progress(void **state)
+{
+    (void)state;
+    static const uint64_t bytes[3] = {100, 100, 100};
+    wm_revision rev = seed("stale", bytes, 3, WM_MODE_MANUAL);
+    uint64_t op_id = start_op(&rev, WM_OPK_MIGRATING, WM_RES_COLD, 0);
+    B.max_members = 1;
+    tick();
+    drain();
+    assert_string_equal(wm_store_operation(P.store, op_id)->cursor, pkey(&rev, 0));
+    /* Failover: payload 0 is back in memory only (its cold file lost). */
+    wm_lifecycle_release(&P);
+    find(pkey(&rev, 0))->cold = 0;
+    find(pkey(&rev, 0))->mem = 1;
+    run(10);
+    assert_int_equal(wm_store_operation(P.store, op_id)->state, WM_OPS_SUCCEEDED);
+    assert_int_equal(find(pkey(&rev, 0))->cold, 1);
+    assert_int_equal(find(pkey(&rev, 0))->mem, 0);
+    assert_int_equal(cur(&rev)->residency, WM_RES_COLD);
+    B.max_members = 64;
+}
+
+/* A lease held across a migration to COLD: cold replicas are created, no
+ * memory replica is released, the operation stays RUNNING; once the lease
+ * ends the releases happen and the operation completes. */
+static void test_lease_blocks_release_but_not_creation(void **state)
+{
+    (void)state;
+    static const uint64_t bytes[2] = {100, 200};
+    wm_revision rev = seed("leased", bytes, 2, WM_MODE_MANUAL);
+    uint64_t op_id = start_op(&rev, WM_OPK_MIGRATING, WM_RES_COLD, 0);
+    wm_lease l;
+    char msg[256];
+    wmt_lease(&l, cur(&rev), 1);
+    l.expiry_ms = H.wall + 3600000; /* not swept while the test runs */
+    assert_int_equal(wm_store_apply_lease_upsert(P.store, &l, msg, sizeof(msg)), WM_OK);
+    for (int i = 0; i < 6; i++) {
+        tick();
+        assert_int_equal(count_of(T_RELEASE), 0);
+        drain();
+        H.mono += 1000;
+    }
+    assert_int_equal(find(pkey(&rev, 0))->cold, 1);
+    assert_int_equal(find(pkey(&rev, 1))->cold, 1);
+    assert_int_equal(find(pkey(&rev, 0))->mem, 1);
+    assert_int_equal(find(pkey(&rev, 1))->mem, 1);
+    assert_int_equal(wm_store_operation(P.store, op_id)->state, WM_OPS_RUNNING);
+    assert_int_equal(cur(&rev)->operation_id, op_id);
+
+    wm_lease_delete d = {l.id, l.id_of, WM_LEASE_RELEASED};
+    assert_int_equal(wm_store_apply_lease_delete(P.store, &d, msg, sizeof(msg)), WM_OK);
+    run(6);
+    assert_int_equal(wm_store_operation(P.store, op_id)->state, WM_OPS_SUCCEEDED);
+    assert_int_equal(find(pkey(&rev, 0))->mem, 0);
+    assert_int_equal(find(pkey(&rev, 1))->mem, 0);
+    assert_int_equal(cur(&rev)->residency, WM_RES_COLD);
+}
+
+/* A cold write that fails leaves the revision READY with its memory
+ * replicas; the operation stays RUNNING with the error and attempts, is
+ * retried after a backoff, and completes when the write works. */
+static void test_failure_keeps_ready_and_retries(void **state)
+{
+    (void)state;
+    static const uint64_t bytes[1] = {100};
+    wm_revision rev = seed("fails", bytes, 1, WM_MODE_MANUAL);
+    uint64_t op_id = start_op(&rev, WM_OPK_MIGRATING, WM_RES_COLD, 0);
+    for (uint32_t attempt = 1; attempt <= 2; attempt++) {
+        tick();
+        assert_int_equal(first_of(T_COLD), 0);
+        deliver_at(0, SMP_EIO);
+        assert_int_equal(count_of(T_RELEASE), 0);
+        deliver_at((size_t)first_of(T_APPEND), SMP_OK);
+        const wm_operation *op = wm_store_operation(P.store, op_id);
+        assert_int_equal(op->state, WM_OPS_RUNNING);
+        assert_int_equal(op->attempts, attempt);
+        assert_non_null(strstr(op->error, "SMP_EIO"));
+        assert_int_equal(cur(&rev)->availability, WM_AVAIL_READY);
+        assert_int_equal(find(pkey(&rev, 0))->mem, 1);
+        /* Backoff: nothing before it passes. */
+        tick();
+        assert_int_equal(count_of(T_COLD), 0);
+        H.mono += 10000;
+    }
+    assert_int_equal(P.op_failures, 2);
+    run(4);
+    assert_int_equal(P.op_retries, 2);
+    assert_int_equal(wm_store_operation(P.store, op_id)->state, WM_OPS_SUCCEEDED);
+    assert_int_equal(cur(&rev)->residency, WM_RES_COLD);
+}
+
+/* To MIXED: the planner's complete units are promoted or demoted and the
+ * observed ratio is recorded; then back to HOT. */
+static void test_mixed_then_hot(void **state)
+{
+    (void)state;
+    static const uint64_t bytes[4] = {100, 200, 300, 400};
+    wm_revision rev = seed("mixed", bytes, 4, WM_MODE_MANUAL);
+    uint64_t op_id = start_op(&rev, WM_OPK_MIGRATING, WM_RES_MIXED, 0.5);
+    run(6);
+    assert_int_equal(wm_store_operation(P.store, op_id)->state, WM_OPS_SUCCEEDED);
+    assert_int_equal(cur(&rev)->residency, WM_RES_MIXED);
+    assert_true(cur(&rev)->observed_hot_ratio == 0.5);
+    uint64_t hot = 0;
+    for (size_t i = 0; i < 4; i++) {
+        fobj *o = find(pkey(&rev, i));
+        assert_true(o->mem != o->cold); /* each unit either HOT or COLD only */
+        if (o->mem) hot += bytes[i];
+    }
+    assert_int_equal(hot, 500);
+    op_id = start_op(cur(&rev), WM_OPK_MIGRATING, WM_RES_HOT, 0);
+    run(6);
+    assert_int_equal(wm_store_operation(P.store, op_id)->state, WM_OPS_SUCCEEDED);
+    assert_int_equal(cur(&rev)->residency, WM_RES_HOT);
+    for (size_t i = 0; i < 4; i++) assert_int_equal(find(pkey(&rev, i))->mem, 1);
+}
+
+/* Deletion removes payloads in bounded batches, the manifest only after
+ * every payload, unmanages the group only once it is empty and then writes
+ * the DELETED + ABSENT tombstone with the operation SUCCEEDED. A failed
+ * removal keeps DELETING and its progress. */
+static void test_deletion_order(void **state)
+{
+    (void)state;
+    static const uint64_t bytes[3] = {100, 100, 100};
+    wm_revision rev = seed("gone", bytes, 3, WM_MODE_AUTO);
+    uint64_t op_id = start_op(&rev, WM_OPK_DELETING, WM_RES_UNKNOWN, 0);
+    B.max_members = 2;
+    tick();
+    assert_int_equal(count_of(T_REMOVE), 2);
+    for (size_t i = 0; i < H.nq; i++) assert_null(strstr(H.q[i].key, "manifest"));
+    deliver_at(0, SMP_OK);
+    deliver_at(0, SMP_EIO); /* the second removal fails */
+    deliver_at((size_t)first_of(T_APPEND), SMP_OK);
+    const wm_operation *op = wm_store_operation(P.store, op_id);
+    assert_int_equal(op->members_done, 1);
+    assert_int_equal(op->attempts, 1);
+    assert_int_equal(cur(&rev)->availability, WM_AVAIL_DELETING);
+    H.mono += 10000;
+    tick();
+    /* The remaining two payloads; still not the manifest. */
+    assert_int_equal(count_of(T_REMOVE), 2);
+    for (size_t i = 0; i < H.nq; i++) assert_null(strstr(H.q[i].key, "manifest"));
+    drain();
+    tick();
+    assert_int_equal(count_of(T_REMOVE), 1);
+    assert_non_null(strstr(H.q[0].key, "manifest"));
+    assert_int_equal(H.unmanaged, 0);
+    drain();
+    tick();
+    assert_int_equal(count_of(T_GROUP), 1); /* the group is empty now */
+    assert_int_equal(count_of(T_APPEND), 0); /* no tombstone before */
+    drain();
+    run(2);
+    assert_int_equal(H.unmanaged, 1);
+    assert_int_equal(cur(&rev)->availability, WM_AVAIL_DELETED);
+    assert_int_equal(cur(&rev)->residency, WM_RES_ABSENT);
+    assert_int_equal(cur(&rev)->operation_id, 0);
+    op = wm_store_operation(P.store, op_id);
+    assert_int_equal(op->state, WM_OPS_SUCCEEDED);
+    assert_int_equal(op->members_done, 4);
+    B.max_members = 64;
+}
+
+/* A member that lost every readable replica makes the READY revision
+ * DEGRADED (durably); when it is readable again the revision is READY. A
+ * replica loss that leaves another copy changes nothing. */
+static void test_degraded_on_loss_and_back(void **state)
+{
+    (void)state;
+    static const uint64_t bytes[2] = {100, 100};
+    wm_revision rev = seed("lossy", bytes, 2, WM_MODE_MANUAL);
+    find(pkey(&rev, 0))->cold = 1;
+    find(pkey(&rev, 0))->mem = 0;
+    smp_event ev = {sizeof(ev), SMP_EVENT_REPLICA_LOST, pkey(&rev, 0), rev.group_key, NULL,
+                    SMP_REPLICA_MEMORY, 0, 0, 0, 0};
+    wm_lifecycle_event(&P, &ev);
+    tick();
+    assert_int_equal(H.nq, 0); /* a cold copy is still readable */
+
+    find(pkey(&rev, 1))->mem = 0;
+    ev.key = pkey(&rev, 1);
+    wm_lifecycle_event(&P, &ev);
+    tick();
+    assert_int_equal(cur(&rev)->availability, WM_AVAIL_READY); /* not before durable */
+    drain();
+    assert_int_equal(cur(&rev)->availability, WM_AVAIL_DEGRADED);
+    run(2);
+    assert_int_equal(cur(&rev)->availability, WM_AVAIL_DEGRADED);
+
+    find(pkey(&rev, 1))->mem = 1;
+    smp_event up = {sizeof(up), SMP_EVENT_NODE_UP, NULL, NULL, "node-a", SMP_REPLICA_MEMORY, 0, 0, 0, 0};
+    wm_lifecycle_event(&P, &up);
+    tick();
+    drain();
+    assert_int_equal(cur(&rev)->availability, WM_AVAIL_READY);
+    assert_int_equal(cur(&rev)->residency, WM_RES_MIXED); /* payload 0 is cold only */
+}
+
+/* Under memory pressure the eligible AUTO revision accessed longest ago is
+ * demoted one step (HOT -> MIXED) first, one at a time; MANUAL revisions and
+ * revisions inside their cooldown are left alone; the trigger is counted;
+ * once usage drops, nothing more is demoted. */
+static void test_auto_candidates_and_cooldown(void **state)
+{
+    (void)state;
+    static const uint64_t bytes[2] = {100, 100};
+    wm_revision a = seed("a-recent", bytes, 2, WM_MODE_AUTO);
+    wm_revision b = seed("b-old", bytes, 2, WM_MODE_AUTO);
+    wm_revision m = seed("c-manual", bytes, 2, WM_MODE_MANUAL);
+    /* b was accessed longest ago; a is recent. */
+    wm_metadata_upsert u;
+    char msg[256];
+    memset(&u, 0, sizeof(u));
+    u.revision = *cur(&a);
+    u.revision.metadata_generation++;
+    u.revision.last_access_ms = 90000;
+    u.revision.updated_ms = 90000;
+    assert_int_equal(wm_store_apply_upsert(P.store, &u, msg, sizeof(msg)), WM_OK);
+    (void)m;
+
+    H.used = 990;
+    smp_event ev = {sizeof(ev), SMP_EVENT_MEMORY_PRESSURE, NULL, NULL, NULL, SMP_REPLICA_MEMORY, 0, 990,
+                    1000, 0};
+    wm_lifecycle_event(&P, &ev);
+    /* Cooldown: a (updated at 90000) is inside it at wall 100000; b is not. */
+    tick();
+    assert_int_equal(count_of(T_APPEND), 1);
+    deliver_at(0, SMP_OK);
+    const wm_revision *rb = cur(&b);
+    assert_true(rb->operation_id != 0);
+    assert_int_equal(wm_store_operation(P.store, rb->operation_id)->target, WM_RES_MIXED);
+    assert_int_equal(cur(&a)->operation_id, 0);
+    assert_int_equal(cur(&m)->operation_id, 0);
+    assert_int_equal(P.auto_triggers[WM_AUTO_DEMOTE_ON_PRESSURE], 1);
+    /* One at a time: while b's demotion runs, nothing else starts. */
+    H.wall += 50000; /* a's cooldown is over now */
+    tick();
+    assert_int_equal(count_of(T_APPEND), 0);
+    drain();
+    run(4); /* b reaches MIXED; pressure persists: the next one starts */
+    assert_int_equal(cur(&b)->residency, WM_RES_MIXED);
+    assert_true(P.auto_triggers[WM_AUTO_DEMOTE_ON_PRESSURE] >= 2);
+    assert_int_equal(cur(&m)->residency, WM_RES_HOT);
+    assert_int_equal(cur(&m)->operation_id, 0);
+
+    /* Usage drops below the hysteresis: pressure ends, no new demotion. */
+    H.used = 100;
+    run(6);
+    uint64_t n = P.auto_triggers[WM_AUTO_DEMOTE_ON_PRESSURE];
+    run(6);
+    assert_int_equal(P.auto_triggers[WM_AUTO_DEMOTE_ON_PRESSURE], n);
+    assert_int_equal(cur(&m)->residency, WM_RES_HOT);
+}
+
+/* A change of role drops the working state: tasks still in flight finish
+ * into the discarded job without persisting anything, and the operation is
+ * picked up again from what the store holds. */
+static void test_role_change_drops_working_state(void **state)
+{
+    (void)state;
+    static const uint64_t bytes[3] = {100, 100, 100};
+    wm_revision rev = seed("term", bytes, 3, WM_MODE_MANUAL);
+    uint64_t op_id = start_op(&rev, WM_OPK_MIGRATING, WM_RES_COLD, 0);
+    B.max_members = 1;
+    tick();
+    assert_int_equal(count_of(T_COLD), 1);
+    smp_event rc = {sizeof(rc), SMP_EVENT_ROLE_CHANGE, NULL, NULL, NULL, SMP_REPLICA_MEMORY, 0, 0, 0, 1};
+    wm_lifecycle_event(&P, &rc);
+    deliver_at(0, SMP_OK);
+    assert_int_equal(H.nq, 0); /* no release, no progress record from the old term */
+    assert_string_equal(wm_store_operation(P.store, op_id)->cursor, "");
+    run(10);
+    assert_int_equal(wm_store_operation(P.store, op_id)->state, WM_OPS_SUCCEEDED);
+    assert_int_equal(cur(&rev)->residency, WM_RES_COLD);
+    B.max_members = 64;
+}
+
+/* A migration whose member has nothing readable left fails its batch and
+ * makes the revision DEGRADED; the operation waits (RUNNING) until the
+ * member is back, then completes. */
+static void test_unreadable_member_degrades_migration(void **state)
+{
+    (void)state;
+    static const uint64_t bytes[2] = {100, 100};
+    wm_revision rev = seed("hole", bytes, 2, WM_MODE_MANUAL);
+    uint64_t op_id = start_op(&rev, WM_OPK_MIGRATING, WM_RES_COLD, 0);
+    find(pkey(&rev, 1))->mem = 0; /* lost, no cold copy either */
+    run(3);
+    assert_int_equal(cur(&rev)->availability, WM_AVAIL_DEGRADED);
+    assert_int_equal(cur(&rev)->operation_id, op_id);
+    assert_int_equal(wm_store_operation(P.store, op_id)->state, WM_OPS_RUNNING);
+    assert_true(wm_store_operation(P.store, op_id)->attempts >= 1);
+    find(pkey(&rev, 1))->mem = 1;
+    smp_event up = {sizeof(up), SMP_EVENT_NODE_UP, NULL, NULL, "node-a", SMP_REPLICA_MEMORY, 0, 0, 0, 0};
+    wm_lifecycle_event(&P, &up);
+    run(8);
+    assert_int_equal(cur(&rev)->availability, WM_AVAIL_READY);
+    assert_int_equal(wm_store_operation(P.store, op_id)->state, WM_OPS_SUCCEEDED);
+    assert_int_equal(cur(&rev)->residency, WM_RES_COLD);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_batches_bounded_and_cursor_persisted, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_actual_replicas_override_stale_progress, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_role_change_drops_working_state, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lease_blocks_release_but_not_creation, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_failure_keeps_ready_and_retries, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mixed_then_hot, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_deletion_order, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_degraded_on_loss_and_back, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unreadable_member_degrades_migration, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_auto_candidates_and_cooldown, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
