@@ -125,7 +125,7 @@ static void keeper_stop(lease_keeper *k)
 
 /* -- the transfer --------------------------------------------------------------- */
 
-typedef enum src_kind { SRC_MAPPED = 1, SRC_REMOTE = 2, SRC_COLD_FILE = 3 } src_kind;
+typedef enum src_kind { SRC_MAPPED = 1, SRC_REMOTE = 2, SRC_COLD = 3 } src_kind;
 
 /* One payload object to read: where from, and its ops (indices into the
  * plan, sorted by src_offset). */
@@ -135,8 +135,8 @@ typedef struct job {
     const seg_map *map;          /* SRC_MAPPED */
     uint64_t base;               /* offset of the object in the segment / file */
     char segment[64];            /* SRC_REMOTE */
-    char data_addr[128];
-    char path[512];              /* SRC_COLD_FILE */
+    char data_addr[128];         /* SRC_REMOTE, SRC_COLD */
+    char cold_name[512];         /* SRC_COLD: the file, served by its node */
     size_t *ops;
     size_t n_ops;
 } job;
@@ -282,29 +282,17 @@ static const uint8_t *fetch(worker *wk, const job *j, uint64_t ws, uint64_t we)
         wk->window = nw;
         wk->window_cap = we - ws;
     }
-    if (j->kind == SRC_REMOTE) {
-        ndc_conn *c = worker_node(wk, j->data_addr, err, sizeof err);
-        if (c == NULL) {
-            xfer_fail(x, WEIGHT_EIO, "%s: node %s: %s", key, j->data_addr, err);
-            return NULL;
-        }
-        if (ndc_read(c, j->segment, j->base + ws, we - ws, wk->window, NULL, 0) < 0) {
-            xfer_fail(x, WEIGHT_EIO, "%s: reading from node %s: %s", key, j->data_addr,
-                      ndc_last_error(c));
-            return NULL;
-        }
-        return wk->window;
+    ndc_conn *c = worker_node(wk, j->data_addr, err, sizeof err);
+    if (c == NULL) {
+        xfer_fail(x, WEIGHT_EIO, "%s: node %s: %s", key, j->data_addr, err);
+        return NULL;
     }
-    int fd = open(j->path, O_RDONLY | O_CLOEXEC);
-    uint64_t got = 0;
-    while (fd >= 0 && got < we - ws) {
-        ssize_t r = pread(fd, wk->window + got, (size_t)(we - ws - got), (off_t)(j->base + ws + got));
-        if (r <= 0) break;
-        got += (uint64_t)r;
-    }
-    if (fd >= 0) close(fd);
-    if (got != we - ws) {
-        xfer_fail(x, WEIGHT_EIO, "%s: cannot read its cold replica %s", key, j->path);
+    int rc = j->kind == SRC_REMOTE
+                 ? ndc_read(c, j->segment, j->base + ws, we - ws, wk->window, NULL, 0)
+                 : ndc_read_cold(c, j->cold_name, ws, we - ws, wk->window);
+    if (rc < 0) {
+        xfer_fail(x, WEIGHT_EIO, "%s: reading from node %s: %s", key, j->data_addr,
+                  ndc_last_error(c));
         return NULL;
     }
     return wk->window;
@@ -423,26 +411,6 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-/* Where the data of a node's cold replica file starts (node_cold.h: a
- * header with magic "WMCOLD\0\1", big-endian header size at 12 and data
- * length at 16, then the data). 0 and *off set when path is such a file
- * holding exactly len bytes; -1 otherwise. */
-static int cold_data_offset(const char *path, uint64_t len, uint64_t *off)
-{
-    uint8_t h[24];
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    ssize_t r = pread(fd, h, sizeof h, 0);
-    close(fd);
-    if (r != (ssize_t)sizeof h || memcmp(h, "WMCOLD\0\1", 8) != 0) return -1;
-    uint64_t hb = ((uint64_t)h[12] << 24) | ((uint64_t)h[13] << 16) | ((uint64_t)h[14] << 8) | h[15];
-    uint64_t dl = 0;
-    for (int i = 16; i < 24; i++) dl = (dl << 8) | h[i];
-    if (hb < 64 || dl != len) return -1;
-    *off = hb;
-    return 0;
-}
-
 /* kvc_get, once more on a new connection when the first one was lost (a
  * master restart): a replica lookup may be repeated. */
 static int kv_get(weight_store *s, const char *key, kvc_object *obj)
@@ -500,10 +468,10 @@ static int build_jobs(weight_store *s, xfer *x, size_t **op_order)
         if (obj.size != o->bytes || (o->has_sha256 && memcmp(obj.sha256, o->sha256, 32) != 0))
             return wc_fail(s, WEIGHT_EDIGEST_MISMATCH, "payload %s in the store (%" PRIu64
                            " bytes) is not the object the manifest describes", o->key, obj.size);
-        /* Prefer a mapped memory replica, then a remote one, then a local
-         * cold file. */
+        /* Prefer a mapped memory replica, then a remote one, then a cold
+         * file served by its node (a COLD revision is read from the cold
+         * tier without a memory copy). */
         const kvc_replica *remote = NULL, *cold = NULL;
-        uint64_t cold_off = 0;
         for (size_t r = 0; r < obj.n_replicas && j->kind == 0; r++) {
             const kvc_replica *rep = &obj.replicas[r];
             if (rep->kind == SMP_REPLICA_MEMORY) {
@@ -516,7 +484,7 @@ static int build_jobs(weight_store *s, xfer *x, size_t **op_order)
                     remote = rep;
                 }
             } else if (rep->kind == SMP_REPLICA_COLD && cold == NULL && rep->path[0] &&
-                       s->transport != 2 && cold_data_offset(rep->path, o->bytes, &cold_off) == 0) {
+                       rep->data_addr[0] && rep->status == KVC_REPLICA_COMPLETE) {
                 cold = rep;
             }
         }
@@ -525,10 +493,11 @@ static int build_jobs(weight_store *s, xfer *x, size_t **op_order)
             j->base = remote->offset;
             snprintf(j->segment, sizeof j->segment, "%s", remote->segment);
             snprintf(j->data_addr, sizeof j->data_addr, "%s", remote->data_addr);
-        } else if (j->kind == 0 && cold != NULL) {
-            j->kind = SRC_COLD_FILE;
-            j->base = cold_off;
-            snprintf(j->path, sizeof j->path, "%s", cold->path);
+        } else if (j->kind == 0 && cold != NULL && s->transport != 1) {
+            j->kind = SRC_COLD;
+            j->base = 0;
+            snprintf(j->cold_name, sizeof j->cold_name, "%s", cold->path);
+            snprintf(j->data_addr, sizeof j->data_addr, "%s", cold->data_addr);
         }
         if (j->kind == 0)
             return wc_fail(s, WEIGHT_ENOT_READY, "payload %s has no replica this client can read",
