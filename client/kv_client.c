@@ -62,39 +62,23 @@ int kvc_transport_failed(const kvc *c)
 }
 
 /* Send req to (service, method); on success unpack the reply with desc into
- * *resp (NULL desc: the reply is ignored). */
+ * *resp (NULL desc: the reply is ignored). The master's message of a refusal
+ * is kept for kvc_error(). */
 static int call(kvc *c, uint32_t service, uint32_t method, const ProtobufCMessage *req,
                 const ProtobufCMessageDescriptor *desc, ProtobufCMessage **resp)
 {
-    size_t len = protobuf_c_message_get_packed_size(req);
-    uint8_t *buf = malloc(len ? len : 1);
-    uint8_t *rbody = NULL;
-    size_t rlen = 0;
     char *msg = NULL;
     int status = 0;
-    int rc;
     c->err[0] = '\0';
     c->transport_failed = 0;
-    if (buf == NULL) return SMP_ENOMEM;
-    protobuf_c_message_pack(req, buf);
-    rc = rpcc_call(c->conn, service, method, buf, len, &status, &rbody, &rlen, &msg);
-    free(buf);
+    int rc = rpcc_call_msg(c->conn, service, method, req, desc, resp, &status, NULL, NULL, &msg);
     if (rc < 0) {
         snprintf(c->err, sizeof(c->err), "%s", rpcc_last_error(c->conn));
-        c->transport_failed = 1;
-        return rc;
-    }
-    if (status != 0) {
+        c->transport_failed = rc != SMP_EPROTO && rc != SMP_ENOMEM;
+    } else if (status != 0) {
         snprintf(c->err, sizeof(c->err), "%s", msg && msg[0] ? msg : smp_strerror(status));
         rc = status;
-    } else if (desc != NULL) {
-        *resp = protobuf_c_message_unpack(desc, NULL, rlen, rbody);
-        if (*resp == NULL) {
-            snprintf(c->err, sizeof(c->err), "reply does not decode as %s", desc->name);
-            rc = SMP_EPROTO;
-        }
     }
-    free(rbody);
     free(msg);
     return rc;
 }
@@ -389,6 +373,29 @@ revoke:;
     return rc;
 }
 
+/* Read a cold replica's data from its node's data server. */
+static int read_cold(kvc *c, const kvc_replica *r, void *buf, uint64_t len)
+{
+    if (c->transport == KVC_LOCAL) {
+        snprintf(c->err, sizeof(c->err), "cold file %s is read through node %s's data server, "
+                 "not with the local transport", r->path, r->node);
+        return SMP_ENOTFOUND;
+    }
+    if (r->data_addr[0] == '\0') {
+        snprintf(c->err, sizeof(c->err), "node %s has no data server address", r->node);
+        return SMP_EAGAIN;
+    }
+    ndc_conn *n = node_conn(c, r->data_addr);
+    if (n == NULL) return SMP_EIO;
+    const char *slash = strrchr(r->path, '/'); /* the node wants the bare name */
+    int rc = ndc_read_cold(n, slash != NULL ? slash + 1 : r->path, 0, len, buf);
+    if (rc < 0) {
+        snprintf(c->err, sizeof(c->err), "node %s: %s", r->data_addr, ndc_last_error(n));
+        drop_node_conn(c, n);
+    }
+    return rc;
+}
+
 int kvc_get_into(kvc *c, const char *key, void *dst, uint64_t cap, uint64_t *len, int verify)
 {
     kvc_object obj;
@@ -405,7 +412,16 @@ int kvc_get_into(kvc *c, const char *key, void *dst, uint64_t cap, uint64_t *len
         if (obj.replicas[i].kind != SMP_REPLICA_MEMORY) continue;
         if ((rc = move_range(c, &obj.replicas[i], dst, obj.size, 0)) == SMP_OK) break;
     }
-    if (rc == SMP_EAGAIN) snprintf(c->err, sizeof(c->err), "%s has no memory replica to read", key);
+    /* No memory replica: a complete cold one is read from its node's disk. */
+    if (rc == SMP_EAGAIN) {
+        for (size_t i = 0; i < obj.n_replicas; i++) {
+            const kvc_replica *r = &obj.replicas[i];
+            if (r->kind != SMP_REPLICA_COLD || r->status != KVC_REPLICA_COMPLETE) continue;
+            if ((rc = read_cold(c, r, dst, obj.size)) == SMP_OK) break; /* else: the next */
+        }
+    }
+    if (rc == SMP_EAGAIN && c->err[0] == '\0')
+        snprintf(c->err, sizeof(c->err), "%s has no memory or complete cold replica to read", key);
     if (rc == SMP_OK && verify) {
         uint8_t sha[32];
         SHA256(dst, obj.size, sha);

@@ -18,6 +18,7 @@
 typedef struct kvc kvc;
 
 #define KVC_MAX_REPLICAS 8
+#define KVC_REPLICA_COMPLETE 1  /* kvc_replica.status: 0 pending, 1 complete, 2 failed */
 
 typedef struct kvc_replica {
     int kind;              /* SMP_REPLICA_MEMORY / SMP_REPLICA_COLD */
@@ -26,8 +27,8 @@ typedef struct kvc_replica {
     char segment[64];
     uint64_t offset;
     uint64_t length;
-    char path[512];
-    char data_addr[128];     /* memory: the node's data server */
+    char path[512];          /* cold: the file (its last component is the cold name) */
+    char data_addr[128];     /* the node's data server (memory and cold replicas) */
     char segment_path[512];  /* memory: the segment file (co-located clients) */
     uint8_t ticket[1600];    /* put start: the write ticket */
     size_t ticket_len;
@@ -100,8 +101,14 @@ int kvc_put_bytes(kvc *c, const char *key, const void *data, uint64_t len, smp_d
                   const char *group, int overwrite, uint64_t *seq);
 
 /* Read key into dst (cap bytes): *len gets the object's size (SMP_ERANGE
- * when it exceeds cap, nothing copied). With verify set the bytes must hash
- * to the object's SHA-256 (SMP_EPROTO otherwise). */
+ * when it exceeds cap, nothing copied). A memory replica is read through
+ * its mapped segment or its node's data server; when the object has no
+ * memory replica on a live node, a COMPLETE cold replica is read from its
+ * node's data server (READ_COLD; not with KVC_LOCAL: SMP_ENOTFOUND). With
+ * verify set the bytes must hash to the object's SHA-256 (SMP_EPROTO
+ * otherwise) -- the node does not verify a cold file's bytes as it sends
+ * them, so a reader of cold replicas should verify. SMP_EAGAIN: no
+ * readable replica. */
 int kvc_get_into(kvc *c, const char *key, void *dst, uint64_t cap, uint64_t *len, int verify);
 int kvc_status_get(kvc *c, kvc_status *out);
 int kvc_snapshot(kvc *c, uint64_t *seq);

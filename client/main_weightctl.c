@@ -1,14 +1,24 @@
 /* main_weightctl.c -- weightctl, the operator's and user's command line.
  *
- * Subcommands map to the master's services: `status` (role, nodes, segments,
- * capacity and use; exit 0 only when the master answers) and the plain object
- * store commands `kv put KEY FILE`, `kv get KEY FILE`, `kv ls [PREFIX]` and
- * `kv rm KEY` (bytes go straight to and from the node's segment: mapped when
- * the node is on this host, over its data server otherwise). The master address
- * defaults to the one config/embedded.yaml listens on, so `make run` and then
- * `weightctl status` need no flags; --master or $WEIGHTCTL_MASTER override it.
- * `--json` prints machine-readable output. Failures print the cause on stderr
- * and exit 1 (2 for usage errors). */
+ * The weight commands go through libweightclient (weightclient.h, linked as
+ * libweightclient.so) and nothing else: `put` publishes safetensors files
+ * as a revision, `ls` pages through revisions, `info` / `exists` / `size`
+ * query one, `get` loads this rank's shards (resharded from whatever layout
+ * was written) and writes them as one safetensors file, `policy`, `migrate`,
+ * `op` and `rm` manage it. An identity on the command line is
+ * NAMESPACE/RESOURCE/REVISION@GENERATION (the tenant comes from --tenant),
+ * components percent-encoded where they hold '/', '@' or '%'; without
+ * "@GENERATION" the newest live generation of that revision is taken. The
+ * plain object store commands (`kv put KEY FILE`, `kv get KEY FILE`,
+ * `kv ls [PREFIX]`, `kv rm KEY`) and `status` talk to the master's object
+ * service directly. The master address defaults to the one
+ * config/embedded.yaml listens on, so `make run` and then `weightctl status`
+ * need no flags; --master or $WEIGHTCTL_MASTER override it. put and get draw
+ * a progress bar (bytes, rate, ETA) when stderr is a terminal; `--json`
+ * prints machine-readable output. A failure prints the RFC's error name and
+ * the cause on stderr and exits 1 (2 for usage errors; `exists` exits 1
+ * when the revision is not READY and readable). */
+#include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <stdint.h>
@@ -19,27 +29,55 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <fnmatch.h>
+#include <signal.h>
+#include <inttypes.h>
+#include <time.h>
+
 #include "kv_client.h"
+#include "wc_safetensors.h"
+#include "weightclient.h"
 
 /* Must match listen.tcp of config/embedded.yaml (a test checks it). */
 #define WEIGHTCTL_DEFAULT_MASTER "127.0.0.1:7600"
 
 typedef struct ctl {
     const char *master;
+    const char *tenant;
     int json;
     kvc *c;
+    weight_store *ws;
 } ctl;
 
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: weightctl [--master ADDR] [--json] COMMAND ...\n"
+            "usage: weightctl [--master ADDR] [--tenant T] [--json] COMMAND ...\n"
+            "  put --namespace NS --resource R --revision V [--generation G]\n"
+            "      [--policy hot|cold|mixed[:RATIO]] [--mode pinned|manual|auto]\n"
+            "      [--tie NAME=TARGET]... [--payload-bytes N] FILE...\n"
+            "                         publish safetensors files as one revision\n"
+            "  ls [--namespace NS [--resource R]] [--limit N] [--page-token T] [--all]\n"
+            "                         list revisions (--all: tombstones too)\n"
+            "  info ID                identity, state, policy, operation, bytes, manifest\n"
+            "  exists ID              exit 0 only when READY and readable\n"
+            "  size ID                logical payload bytes\n"
+            "  get ID --out DIR [--tp N --rank R] [--split PATTERN=DIM]... [--replicate PATTERN]...\n"
+            "                         write this rank's tensors as DIR/rank<R>-of-<N>.safetensors;\n"
+            "                         the first rule whose glob matches (and, for --split, whose\n"
+            "                         DIM the tensor has) decides, else >= 2 dims split along 0\n"
+            "  policy ID [--preferred hot|cold|mixed[:RATIO]] [--mode M] [--expect GEN]\n"
+            "  migrate ID --to hot|cold|mixed[:RATIO] [--expect GEN]\n"
+            "  op OPID [--wait]       an operation's progress (--wait: until it ends)\n"
+            "  rm ID [--expect GEN] [--wait]   delete the revision, keep a tombstone\n"
             "  status                 the master's role, nodes, segments, capacity and use\n"
             "  kv put KEY FILE        store FILE's bytes as object KEY\n"
             "  kv get KEY FILE        write object KEY's bytes (checked) to FILE\n"
             "  kv ls [PREFIX]         list object keys\n"
             "  kv rm KEY              remove an object\n"
-            "ADDR is host:port or a Unix socket path (default %s, or $WEIGHTCTL_MASTER)\n",
+            "ID is NAMESPACE/RESOURCE/REVISION[@GENERATION], components percent-encoded where\n"
+            "they hold '/', '@' or '%%'. ADDR is host:port or a Unix socket path\n"
+            "(default %s, or $WEIGHTCTL_MASTER)\n",
             WEIGHTCTL_DEFAULT_MASTER);
 }
 
@@ -192,10 +230,923 @@ static int cmd_kv_rm(ctl *x, const char *key)
     return 0;
 }
 
+/* ======================================================================== */
+/* The weight commands                                                      */
+/* ======================================================================== */
+
+static int open_weights(ctl *x)
+{
+    char err[512];
+    int rc = weight_store_open(x->master, x->tenant, NULL, &x->ws, err, sizeof err);
+    if (rc < 0) {
+        fprintf(stderr, "weightctl: cannot reach the master at %s: %s: %s\n", x->master,
+                weight_error_name(rc), err);
+        return -1;
+    }
+    return 0;
+}
+
+/* Print "weightctl: WHAT: NAME: cause" and return 1. */
+static int weight_failed(ctl *x, const char *what, int rc)
+{
+    fprintf(stderr, "weightctl: %s: %s: %s\n", what, weight_error_name(rc),
+            weight_store_last_error(x->ws));
+    return 1;
+}
+
+/* -- progress bar -------------------------------------------------------- */
+
+typedef struct progress {
+    int on;
+    const char *label;
+    double t0;
+    uint64_t last_done;
+    int drawn;
+} progress;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void human(double v, char *out, size_t cap)
+{
+    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int i = 0;
+    while (v >= 1024 && i < 4) {
+        v /= 1024;
+        i++;
+    }
+    snprintf(out, cap, i ? "%.1f %s" : "%.0f %s", v, u[i]);
+}
+
+static void progress_cb(void *ctx, uint64_t done, uint64_t total)
+{
+    progress *p = ctx;
+    char d[32], t[32], r[32];
+    if (!p->on) return;
+    double el = now_s() - p->t0;
+    double rate = el > 0 ? (double)done / el : 0;
+    int width = 30, fill = total ? (int)((double)width * (double)done / (double)total) : width;
+    char bar[64];
+    for (int i = 0; i < width; i++) bar[i] = i < fill ? '#' : '-';
+    bar[width] = '\0';
+    human((double)done, d, sizeof d);
+    human((double)total, t, sizeof t);
+    human(rate, r, sizeof r);
+    double eta = rate > 0 && total > done ? (double)(total - done) / rate : 0;
+    fprintf(stderr, "\r%s [%s] %s / %s  %s/s  ETA %02d:%02d\x1b[K", p->label, bar, d, t, r,
+            (int)(eta / 60), (int)eta % 60);
+    p->drawn = 1;
+}
+
+static void progress_end(progress *p)
+{
+    if (p->on && p->drawn) fputc('\n', stderr);
+}
+
+/* -- identities ------------------------------------------------------------ */
+
+/* Parse an ID; without "@GEN" take the newest live generation of it. */
+static int parse_id(ctl *x, const char *text, weight_identity *id)
+{
+    int has_gen = 0;
+    if (weight_identity_parse(text, x->tenant, id, &has_gen) < 0) {
+        fprintf(stderr, "weightctl: '%s' is not NAMESPACE/RESOURCE/REVISION[@GENERATION]\n", text);
+        return 2;
+    }
+    if (has_gen) return 0;
+    weight_list_query q = {id->namespace_id, id->resource_id, 0, 0};
+    char token[1024] = "", next[1024];
+    uint64_t best = 0;
+    do {
+        weight_metadata *list = NULL;
+        size_t n = 0;
+        int rc = weight_list(x->ws, &q, token, &list, &n, next, sizeof next);
+        if (rc < 0) return weight_failed(x, "resolving the generation", rc);
+        for (size_t i = 0; i < n; i++)
+            if (strcmp(list[i].identity.revision, id->revision) == 0 &&
+                list[i].identity.generation > best)
+                best = list[i].identity.generation;
+        weight_list_free(list);
+        snprintf(token, sizeof token, "%s", next);
+    } while (token[0]);
+    if (best == 0) {
+        fprintf(stderr, "weightctl: %s: NOT_FOUND: no live generation of that revision\n", text);
+        return 1;
+    }
+    id->generation = best;
+    return 0;
+}
+
+static void id_text(const weight_identity *id, char *out, size_t cap)
+{
+    if (weight_identity_format(id, out, cap) < 0) snprintf(out, cap, "(identity too long)");
+}
+
+/* "hot", "cold", "mixed" or "mixed:0.3" into a residency and ratio. */
+static int parse_residency(const char *s, weight_residency *res, double *ratio)
+{
+    *ratio = 0;
+    if (strcasecmp(s, "hot") == 0) *res = WEIGHT_RES_HOT;
+    else if (strcasecmp(s, "cold") == 0) *res = WEIGHT_RES_COLD;
+    else if (strncasecmp(s, "mixed", 5) == 0 && (s[5] == '\0' || s[5] == ':')) {
+        *res = WEIGHT_RES_MIXED;
+        if (s[5] == ':') {
+            char *end = NULL;
+            *ratio = strtod(s + 6, &end);
+            if (end == s + 6 || *end != '\0' || !(*ratio > 0 && *ratio < 1)) return -1;
+        }
+    } else {
+        return -1;
+    }
+    return 0;
+}
+
+static int parse_mode(const char *s, weight_migration_mode *m)
+{
+    if (strcasecmp(s, "pinned") == 0) *m = WEIGHT_MODE_PINNED;
+    else if (strcasecmp(s, "manual") == 0) *m = WEIGHT_MODE_MANUAL;
+    else if (strcasecmp(s, "auto") == 0) *m = WEIGHT_MODE_AUTO;
+    else return -1;
+    return 0;
+}
+
+static int parse_u64(const char *s, uint64_t *out)
+{
+    char *end = NULL;
+    if (s == NULL || *s < '0' || *s > '9') return -1;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (*end != '\0') return -1;
+    *out = (uint64_t)v;
+    return 0;
+}
+
+/* -- JSON ------------------------------------------------------------------ */
+
+static void json_hex(const uint8_t *b, size_t n)
+{
+    putchar('"');
+    for (size_t i = 0; i < n; i++) printf("%02x", b[i]);
+    putchar('"');
+}
+
+static void json_identity(const weight_identity *id)
+{
+    char text[2048];
+    id_text(id, text, sizeof text);
+    printf("{\"id\":");
+    json_str(text);
+    printf(",\"tenant\":");
+    json_str(id->tenant_id);
+    printf(",\"namespace\":");
+    json_str(id->namespace_id);
+    printf(",\"resource\":");
+    json_str(id->resource_id);
+    printf(",\"revision\":");
+    json_str(id->revision);
+    printf(",\"generation\":%" PRIu64 "}", id->generation);
+}
+
+static void json_operation(const weight_operation *op)
+{
+    printf("{\"id\":%" PRIu64 ",\"identity\":", op->id);
+    json_identity(&op->identity);
+    printf(",\"kind\":\"%s\",\"state\":\"%s\",\"target\":\"%s\",\"target_hot_ratio\":%g,"
+           "\"members_done\":%" PRIu64 ",\"members_total\":%" PRIu64 ",\"bytes_done\":%" PRIu64
+           ",\"bytes_total\":%" PRIu64 ",\"attempts\":%u,\"error\":",
+           weight_operation_kind_name(op->kind), weight_operation_state_name(op->state),
+           weight_residency_name(op->target), op->target_hot_ratio, op->members_done,
+           op->members_total, op->bytes_done, op->bytes_total, op->attempts);
+    json_str(op->error);
+    putchar('}');
+}
+
+static void json_metadata(const weight_metadata *m, const weight_operation *op)
+{
+    printf("{\"identity\":");
+    json_identity(&m->identity);
+    printf(",\"availability\":\"%s\",\"residency\":\"%s\",\"observed_hot_ratio\":%g,"
+           "\"policy\":{\"preferred\":\"%s\",\"mixed_hot_ratio\":%g,\"mode\":\"%s\"},"
+           "\"metadata_generation\":%" PRIu64 ",\"operation_id\":%" PRIu64
+           ",\"logical_bytes\":%" PRIu64 ",\"payload_count\":%" PRIu64
+           ",\"affinity_count\":%" PRIu64 ",\"active_leases\":%u,\"manifest_key\":",
+           weight_availability_name(m->availability), weight_residency_name(m->residency),
+           m->observed_hot_ratio, weight_residency_name(m->policy.preferred),
+           m->policy.mixed_hot_ratio, weight_mode_name(m->policy.mode), m->metadata_generation,
+           m->operation_id, m->logical_bytes, m->payload_count, m->affinity_count,
+           m->active_leases);
+    json_str(m->manifest_key);
+    printf(",\"manifest_sha256\":");
+    json_hex(m->manifest_sha256, 32);
+    printf(",\"created_ms\":%" PRIu64 ",\"updated_ms\":%" PRIu64 ",\"last_access_ms\":%" PRIu64,
+           m->created_ms, m->updated_ms, m->last_access_ms);
+    if (op && op->id) {
+        printf(",\"operation\":");
+        json_operation(op);
+    }
+    putchar('}');
+}
+
+static void print_operation(const weight_operation *op)
+{
+    char text[2048];
+    id_text(&op->identity, text, sizeof text);
+    printf("operation   %" PRIu64 " %s %s", op->id, weight_operation_kind_name(op->kind),
+           weight_operation_state_name(op->state));
+    if (op->kind == 1) printf(" -> %s", weight_residency_name(op->target));
+    if (op->target == WEIGHT_RES_MIXED) printf(" (ratio %.3f)", op->target_hot_ratio);
+    printf("\n  revision  %s\n", text);
+    printf("  progress  %" PRIu64 "/%" PRIu64 " members, %" PRIu64 "/%" PRIu64
+           " bytes, %u attempt(s)\n",
+           op->members_done, op->members_total, op->bytes_done, op->bytes_total, op->attempts);
+    if (op->error[0]) printf("  error     %s\n", op->error);
+}
+
+/* -- put ------------------------------------------------------------------- */
+
+typedef struct tie {
+    char *name;
+    const char *target;
+} tie;
+
+static int cmd_put(ctl *x, int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"namespace", required_argument, NULL, 'n'}, {"resource", required_argument, NULL, 'r'},
+        {"revision", required_argument, NULL, 'v'},  {"generation", required_argument, NULL, 'g'},
+        {"policy", required_argument, NULL, 'p'},    {"mode", required_argument, NULL, 'o'},
+        {"tie", required_argument, NULL, 't'},       {"payload-bytes", required_argument, NULL, 'b'},
+        {NULL, 0, NULL, 0}};
+    const char *ns = NULL, *res = NULL, *rev = NULL;
+    uint64_t gen = 1, payload = 0;
+    weight_policy pol = {WEIGHT_RES_UNKNOWN, 0, WEIGHT_MODE_DEFAULT};
+    int has_policy = 0, c, status = 1, rc;
+    tie ties[64];
+    size_t n_ties = 0;
+    optind = 0;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case 'n': ns = optarg; break;
+        case 'r': res = optarg; break;
+        case 'v': rev = optarg; break;
+        case 'g':
+            if (parse_u64(optarg, &gen) < 0 || gen == 0) goto usage;
+            break;
+        case 'p':
+            if (parse_residency(optarg, &pol.preferred, &pol.mixed_hot_ratio) < 0) goto usage;
+            has_policy = 1;
+            break;
+        case 'o':
+            if (parse_mode(optarg, &pol.mode) < 0) goto usage;
+            has_policy = 1;
+            break;
+        case 't': {
+            char *eq = strchr(optarg, '=');
+            if (eq == NULL || n_ties == 64) goto usage;
+            *eq = '\0';
+            ties[n_ties].name = optarg;
+            ties[n_ties++].target = eq + 1;
+            break;
+        }
+        case 'b':
+            if (parse_u64(optarg, &payload) < 0) goto usage;
+            break;
+        default: goto usage;
+        }
+    }
+    if (ns == NULL || res == NULL || rev == NULL || optind >= argc) goto usage;
+    weight_identity id;
+    if (weight_identity_set(&id, x->tenant, ns, res, rev, gen) < 0) {
+        fprintf(stderr, "weightctl: put: INVALID_ARGUMENT: empty or over-long identity component\n");
+        return 2;
+    }
+    size_t n_files = (size_t)(argc - optind);
+    wc_st_file *files = calloc(n_files, sizeof *files);
+    weight_writer *w = NULL;
+    progress pr = {isatty(2) && !x->json, "put", now_s(), 0, 0};
+    char err[512], text[2048];
+    if (files == NULL) return 1;
+    for (size_t i = 0; i < n_files; i++) {
+        if (wc_st_open(argv[optind + (int)i], &files[i], err, sizeof err) < 0) {
+            fprintf(stderr, "weightctl: put: %s: %s\n", argv[optind + (int)i], err);
+            goto close_files;
+        }
+    }
+    if (payload && (rc = weight_store_set_option(x->ws, WEIGHT_OPT_PAYLOAD_BYTES, payload)) < 0) {
+        status = weight_failed(x, "put", rc);
+        goto close_files;
+    }
+    id_text(&id, text, sizeof text);
+    if ((rc = weight_put_begin(x->ws, &id, has_policy ? &pol : NULL, &w)) < 0) {
+        char what[2100];
+        snprintf(what, sizeof what, "put %s", text);
+        status = weight_failed(x, what, rc);
+        goto close_files;
+    }
+    /* Tensors: explicit ties become aliases; a tensor byte-identical to an
+     * earlier one of the same dtype and shape is stored once (an alias). */
+    for (size_t i = 0; i < n_files; i++) {
+        const wc_st_header *h = &files[i].header;
+        for (size_t k = 0; k < h->n_tensors; k++) {
+            const wc_st_tensor *t = &h->tensors[k];
+            const char *target = NULL;
+            for (size_t j = 0; j < n_ties && !target; j++)
+                if (strcmp(ties[j].name, t->name) == 0) target = ties[j].target;
+            for (size_t fi = 0; fi <= i && !target && t->bytes > 0; fi++) {
+                const wc_st_header *h2 = &files[fi].header;
+                for (size_t k2 = 0; k2 < h2->n_tensors && !target; k2++) {
+                    const wc_st_tensor *u = &h2->tensors[k2];
+                    if (fi == i && k2 >= k) break;
+                    int tied_u = 0;
+                    for (size_t j = 0; j < n_ties; j++)
+                        if (strcmp(ties[j].name, u->name) == 0) tied_u = 1;
+                    if (!tied_u && u->dtype == t->dtype && u->ndim == t->ndim &&
+                        u->bytes == t->bytes &&
+                        memcmp(u->shape, t->shape, t->ndim * sizeof *t->shape) == 0 &&
+                        memcmp(files[fi].base + u->offset, files[i].base + t->offset, t->bytes) == 0)
+                        target = u->name;
+                }
+            }
+            if (target) rc = weight_writer_alias(w, t->name, target);
+            else rc = weight_writer_add_tensor(w, t->name, wc_dtype_name(t->dtype), t->ndim,
+                                               t->shape, files[i].base + t->offset);
+            if (rc < 0) {
+                status = weight_failed(x, "put", rc);
+                weight_writer_abort(w);
+                goto close_files;
+            }
+        }
+    }
+    weight_metadata md;
+    weight_store_set_progress(x->ws, progress_cb, &pr);
+    rc = weight_writer_commit(w, &md);
+    progress_end(&pr);
+    if (rc < 0) {
+        char what[2100];
+        snprintf(what, sizeof what, "put %s", text);
+        status = weight_failed(x, what, rc);
+        goto close_files;
+    }
+    if (x->json) {
+        json_metadata(&md, NULL);
+        putchar('\n');
+    } else {
+        char b[32];
+        human((double)md.logical_bytes, b, sizeof b);
+        printf("published %s: %s (%" PRIu64 " bytes) in %" PRIu64 " payload objects, %s %s%s\n",
+               text, b, md.logical_bytes, md.payload_count, weight_availability_name(md.availability),
+               weight_residency_name(md.residency),
+               md.operation_id ? " (converging to the preferred residency)" : "");
+    }
+    status = 0;
+close_files:
+    for (size_t i = 0; i < n_files; i++) wc_st_close(&files[i]);
+    free(files);
+    return status;
+usage:
+    usage(stderr);
+    return 2;
+}
+
+/* -- ls / info / exists / size ------------------------------------------------ */
+
+static void print_row(const weight_metadata *m)
+{
+    char text[2048], b[32];
+    id_text(&m->identity, text, sizeof text);
+    human((double)m->logical_bytes, b, sizeof b);
+    printf("%-48s %-9s %-7s %10s  %s", text, weight_availability_name(m->availability),
+           weight_residency_name(m->residency), b, weight_residency_name(m->policy.preferred));
+    if (m->policy.preferred == WEIGHT_RES_MIXED) printf(":%.2f", m->policy.mixed_hot_ratio);
+    printf("/%s", weight_mode_name(m->policy.mode));
+    if (m->operation_id) printf("  op %" PRIu64, m->operation_id);
+    putchar('\n');
+}
+
+static int cmd_ls(ctl *x, int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"namespace", required_argument, NULL, 'n'}, {"resource", required_argument, NULL, 'r'},
+        {"limit", required_argument, NULL, 'l'},     {"page-token", required_argument, NULL, 'p'},
+        {"all", no_argument, NULL, 'a'},             {NULL, 0, NULL, 0}};
+    weight_list_query q = {NULL, NULL, 0, 0};
+    const char *page = NULL;
+    uint64_t limit = 0;
+    int c, first = 1;
+    optind = 0;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case 'n': q.namespace_id = optarg; break;
+        case 'r': q.resource_id = optarg; break;
+        case 'l':
+            if (parse_u64(optarg, &limit) < 0 || limit > UINT32_MAX) goto usage;
+            q.limit = (uint32_t)limit;
+            break;
+        case 'p': page = optarg; break;
+        case 'a': q.include_deleted = 1; break;
+        default: goto usage;
+        }
+    }
+    if (optind != argc) goto usage;
+    char token[1024], next[1024];
+    snprintf(token, sizeof token, "%s", page ? page : "");
+    if (x->json) printf("{\"revisions\":[");
+    else printf("%-48s %-9s %-7s %10s  %s\n", "REVISION", "STATE", "RES", "SIZE", "POLICY");
+    for (;;) {
+        weight_metadata *list = NULL;
+        size_t n = 0;
+        int rc = weight_list(x->ws, &q, token, &list, &n, next, sizeof next);
+        if (rc < 0) {
+            if (x->json) printf("]}\n");
+            return weight_failed(x, "ls", rc);
+        }
+        for (size_t i = 0; i < n; i++) {
+            if (x->json) {
+                if (!first) putchar(',');
+                json_metadata(&list[i], NULL);
+            } else {
+                print_row(&list[i]);
+            }
+            first = 0;
+        }
+        weight_list_free(list);
+        snprintf(token, sizeof token, "%s", next);
+        if (page != NULL || token[0] == '\0') break; /* --page-token: that page only */
+    }
+    if (x->json) {
+        printf("],\"next_page_token\":");
+        json_str(page ? token : "");
+        printf("}\n");
+    } else if (page != NULL && token[0]) {
+        printf("next page: --page-token %s\n", token);
+    }
+    return 0;
+usage:
+    usage(stderr);
+    return 2;
+}
+
+static int cmd_info(ctl *x, const char *arg)
+{
+    weight_identity id;
+    weight_metadata m;
+    weight_operation op;
+    char text[2048], b[32], what[2100];
+    int rc = parse_id(x, arg, &id);
+    if (rc) return rc;
+    id_text(&id, text, sizeof text);
+    snprintf(what, sizeof what, "info %s", text);
+    if ((rc = weight_get_metadata(x->ws, &id, &m, &op)) < 0) return weight_failed(x, what, rc);
+    if (x->json) {
+        json_metadata(&m, &op);
+        putchar('\n');
+        return 0;
+    }
+    human((double)m.logical_bytes, b, sizeof b);
+    printf("revision      %s\n", text);
+    printf("tenant        %s\n", m.identity.tenant_id);
+    printf("availability  %s\n", weight_availability_name(m.availability));
+    printf("residency     %s (observed hot ratio %.3f)\n", weight_residency_name(m.residency),
+           m.observed_hot_ratio);
+    printf("policy        preferred %s", weight_residency_name(m.policy.preferred));
+    if (m.policy.preferred == WEIGHT_RES_MIXED) printf(" (hot ratio %.3f)", m.policy.mixed_hot_ratio);
+    printf(", mode %s\n", weight_mode_name(m.policy.mode));
+    printf("metadata gen  %" PRIu64 "\n", m.metadata_generation);
+    if (op.id) {
+        printf("operation     %" PRIu64 " %s %s", op.id, weight_operation_kind_name(op.kind),
+               weight_operation_state_name(op.state));
+        if (op.kind == 1) printf(" -> %s", weight_residency_name(op.target));
+        printf(", %" PRIu64 "/%" PRIu64 " bytes\n", op.bytes_done, op.bytes_total);
+    } else {
+        printf("operation     none\n");
+    }
+    printf("logical bytes %" PRIu64 " (%s) in %" PRIu64 " payload objects, %" PRIu64
+           " affinity units\n", m.logical_bytes, b, m.payload_count, m.affinity_count);
+    printf("leases        %u active\n", m.active_leases);
+    printf("manifest      %s\n", m.manifest_key);
+    printf("manifest hash ");
+    for (int i = 0; i < 32; i++) printf("%02x", m.manifest_sha256[i]);
+    printf("\n");
+    return 0;
+}
+
+static int cmd_exists(ctl *x, const char *arg)
+{
+    weight_identity id;
+    int exists = 0, has_gen = 0;
+    if (weight_identity_parse(arg, x->tenant, &id, &has_gen) < 0 || !has_gen) {
+        fprintf(stderr, "weightctl: '%s' is not NAMESPACE/RESOURCE/REVISION@GENERATION\n", arg);
+        return 2;
+    }
+    int rc = weight_is_exist(x->ws, &id, &exists);
+    if (rc < 0) return weight_failed(x, "exists", rc);
+    if (x->json) printf("{\"exists\":%s}\n", exists ? "true" : "false");
+    else printf("%s\n", exists ? "yes" : "no");
+    return exists ? 0 : 1;
+}
+
+static int cmd_size(ctl *x, const char *arg)
+{
+    weight_identity id;
+    uint64_t bytes = 0;
+    int rc = parse_id(x, arg, &id);
+    if (rc) return rc;
+    if ((rc = weight_get_size(x->ws, &id, &bytes)) < 0) return weight_failed(x, "size", rc);
+    if (x->json) printf("{\"logical_bytes\":%" PRIu64 "}\n", bytes);
+    else printf("%" PRIu64 "\n", bytes);
+    return 0;
+}
+
+/* -- get ------------------------------------------------------------------- */
+
+typedef struct rule {
+    const char *pattern;
+    int split;            /* 1: split along dim, 0: replicate */
+    uint32_t dim;
+} rule;
+
+typedef struct getcli {
+    uint32_t tp, rank;
+    rule *rules;
+    size_t n_rules;
+    /* What came back, in manifest order. */
+    struct out_tensor {
+        char *name;
+        char dtype[16];
+        uint32_t ndim;
+        uint64_t shape[8];
+        void *data;
+        uint64_t bytes;
+    } *out;
+    size_t n_out, cap_out;
+} getcli;
+
+static int get_place(void *ctx, const weight_tensor_info *t, weight_tensor_place *out)
+{
+    getcli *g = ctx;
+    int split = t->ndim >= 2;
+    uint32_t dim = 0;
+    for (size_t i = 0; i < g->n_rules; i++) {
+        if (fnmatch(g->rules[i].pattern, t->name, 0) != 0) continue;
+        if (g->rules[i].split && g->rules[i].dim >= t->ndim) continue; /* not that rank */
+        split = g->rules[i].split;
+        dim = g->rules[i].dim;
+        break;
+    }
+    if (g->tp <= 1 || !split) {
+        out->kind = WEIGHT_PLACE_REPLICATED;
+        return 0;
+    }
+    out->kind = WEIGHT_PLACE_SPLIT;
+    out->dim = dim;
+    out->parts = g->tp;
+    out->rank = g->rank;
+    return 0;
+}
+
+static int get_provide(void *ctx, const weight_tensor_info *t, const weight_tensor_place *p,
+                       const uint64_t *shape, uint64_t bytes, void **out)
+{
+    getcli *g = ctx;
+    (void)p;
+    if (g->n_out == g->cap_out) {
+        size_t cap = g->cap_out ? g->cap_out * 2 : 64;
+        struct out_tensor *n = realloc(g->out, cap * sizeof *n);
+        if (n == NULL) return WEIGHT_ENOMEM;
+        g->out = n;
+        g->cap_out = cap;
+    }
+    struct out_tensor *o = &g->out[g->n_out];
+    memset(o, 0, sizeof *o);
+    if ((o->name = strdup(t->name)) == NULL || (o->data = malloc(bytes ? bytes : 1)) == NULL) {
+        free(o->name);
+        return WEIGHT_ENOMEM;
+    }
+    snprintf(o->dtype, sizeof o->dtype, "%s", t->dtype);
+    o->ndim = t->ndim;
+    for (uint32_t d = 0; d < t->ndim && d < 8; d++) o->shape[d] = shape[d];
+    o->bytes = bytes;
+    g->n_out++;
+    *out = o->data;
+    return 0;
+}
+
+/* Ctrl-C during get: cancel the load (its lease is released), exit 130. */
+static weight_store *volatile g_cancel_store;
+static volatile sig_atomic_t g_interrupted;
+static void on_sigint(int sig)
+{
+    (void)sig;
+    g_interrupted = 1;
+    if (g_cancel_store) weight_store_cancel(g_cancel_store);
+}
+
+static int cmd_get(ctl *x, int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"out", required_argument, NULL, 'o'},     {"tp", required_argument, NULL, 't'},
+        {"rank", required_argument, NULL, 'r'},    {"split", required_argument, NULL, 's'},
+        {"replicate", required_argument, NULL, 'R'}, {NULL, 0, NULL, 0}};
+    const char *dir = NULL;
+    uint64_t tp = 1, rank = 0;
+    rule rules[128];
+    getcli g;
+    int c, status = 1, rc;
+    memset(&g, 0, sizeof g);
+    optind = 0;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case 'o': dir = optarg; break;
+        case 't':
+            if (parse_u64(optarg, &tp) < 0 || tp == 0 || tp > 4096) goto usage;
+            break;
+        case 'r':
+            if (parse_u64(optarg, &rank) < 0) goto usage;
+            break;
+        case 's': {
+            char *eq = strrchr(optarg, '=');
+            uint64_t dim;
+            if (eq == NULL || g.n_rules == 128 || parse_u64(eq + 1, &dim) < 0 || dim > 7) goto usage;
+            *eq = '\0';
+            rules[g.n_rules++] = (rule){optarg, 1, (uint32_t)dim};
+            g.rules = rules;
+            break;
+        }
+        case 'R':
+            if (g.n_rules == 128) goto usage;
+            rules[g.n_rules++] = (rule){optarg, 0, 0};
+            g.rules = rules;
+            break;
+        default: goto usage;
+        }
+    }
+    if (dir == NULL || optind != argc - 1 || rank >= tp) goto usage;
+    g.tp = (uint32_t)tp;
+    g.rank = (uint32_t)rank;
+    weight_identity id;
+    char text[2048], what[2100], path[4096], err[512];
+    if ((rc = parse_id(x, argv[optind], &id)) != 0) return rc;
+    id_text(&id, text, sizeof text);
+    snprintf(what, sizeof what, "get %s", text);
+    progress pr = {isatty(2) && !x->json, "get", now_s(), 0, 0};
+    weight_placement pl = {get_place, &g};
+    weight_bindings bd = {NULL, 0, get_provide, &g};
+    weight_get_stats st;
+    weight_store_set_progress(x->ws, progress_cb, &pr);
+    g_cancel_store = x->ws;
+    struct sigaction sa, old_sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sigaction(SIGINT, &sa, &old_sa);
+    double t0 = now_s();
+    rc = weight_get(x->ws, &id, &pl, &bd, &st);
+    double dt = now_s() - t0;
+    sigaction(SIGINT, &old_sa, NULL);
+    g_cancel_store = NULL;
+    progress_end(&pr);
+    if (rc < 0) {
+        status = weight_failed(x, what, rc);
+        if (rc == WEIGHT_ECANCELED && g_interrupted) status = 130;
+        goto free_out;
+    }
+    mkdir(dir, 0755);
+    snprintf(path, sizeof path, "%s/rank%u-of-%u.safetensors", dir, g.rank, g.tp);
+    wc_st_entry *entries = calloc(g.n_out ? g.n_out : 1, sizeof *entries);
+    if (entries == NULL) goto free_out;
+    for (size_t i = 0; i < g.n_out; i++) {
+        entries[i].name = g.out[i].name;
+        entries[i].dtype = wc_dtype_from_name(g.out[i].dtype, strlen(g.out[i].dtype));
+        entries[i].ndim = g.out[i].ndim;
+        entries[i].shape = g.out[i].shape;
+        entries[i].data = g.out[i].data;
+        entries[i].bytes = g.out[i].bytes;
+    }
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0 || wc_st_write_fd(fd, entries, g.n_out, NULL, 0, err, sizeof err) < 0 ||
+        fsync(fd) != 0 || close(fd) != 0 || rename(tmp, path) != 0) {
+        fprintf(stderr, "weightctl: %s: %s: %s\n", what, path, fd < 0 ? strerror(errno) : err);
+        if (fd >= 0) unlink(tmp);
+        free(entries);
+        goto free_out;
+    }
+    fd = -1;
+    free(entries);
+    if (x->json) {
+        printf("{\"file\":");
+        json_str(path);
+        printf(",\"tensors\":%zu,\"bytes\":%" PRIu64 ",\"objects\":%" PRIu64
+               ",\"local_bytes\":%" PRIu64 ",\"seconds\":%.3f}\n",
+               g.n_out, st.bytes, st.objects, st.local_bytes, dt);
+    } else {
+        char b[32], r[32];
+        human((double)st.bytes, b, sizeof b);
+        human(dt > 0 ? (double)st.bytes / dt : 0, r, sizeof r);
+        printf("wrote %s: %zu tensors, %s (rank %u of %u) in %.2f s, %s/s%s\n", path, g.n_out, b,
+               g.rank, g.tp, dt, r, st.local_bytes == st.bytes && st.bytes ? ", zero-copy" : "");
+    }
+    status = 0;
+free_out:
+    for (size_t i = 0; i < g.n_out; i++) {
+        free(g.out[i].name);
+        free(g.out[i].data);
+    }
+    free(g.out);
+    return status;
+usage:
+    usage(stderr);
+    return 2;
+}
+
+/* -- policy / migrate / op / rm ------------------------------------------------ */
+
+static int cmd_policy(ctl *x, int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"preferred", required_argument, NULL, 'p'}, {"mode", required_argument, NULL, 'm'},
+        {"expect", required_argument, NULL, 'e'},    {NULL, 0, NULL, 0}};
+    weight_policy pol = {WEIGHT_RES_UNKNOWN, 0, WEIGHT_MODE_DEFAULT};
+    uint64_t expect = 0;
+    int c, rc;
+    optind = 0;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case 'p':
+            if (parse_residency(optarg, &pol.preferred, &pol.mixed_hot_ratio) < 0) goto usage;
+            break;
+        case 'm':
+            if (parse_mode(optarg, &pol.mode) < 0) goto usage;
+            break;
+        case 'e':
+            if (parse_u64(optarg, &expect) < 0) goto usage;
+            break;
+        default: goto usage;
+        }
+    }
+    if (optind != argc - 1) goto usage;
+    weight_identity id;
+    weight_metadata cur, md;
+    if ((rc = parse_id(x, argv[optind], &id)) != 0) return rc;
+    if ((rc = weight_get_metadata(x->ws, &id, &cur, NULL)) < 0) return weight_failed(x, "policy", rc);
+    if (pol.preferred == WEIGHT_RES_UNKNOWN && pol.mode == WEIGHT_MODE_DEFAULT) {
+        md = cur; /* nothing to change: show it */
+    } else {
+        /* The RFC's policy is whole: fill what was not given from the current one. */
+        if (pol.preferred == WEIGHT_RES_UNKNOWN) pol.preferred = cur.policy.preferred;
+        if (pol.mixed_hot_ratio == 0) pol.mixed_hot_ratio = cur.policy.mixed_hot_ratio;
+        if (pol.mode == WEIGHT_MODE_DEFAULT) pol.mode = cur.policy.mode;
+        if ((rc = weight_update_policy(x->ws, &id, &pol, expect ? expect : cur.metadata_generation,
+                                       &md)) < 0)
+            return weight_failed(x, "policy", rc);
+    }
+    if (x->json) {
+        json_metadata(&md, NULL);
+        putchar('\n');
+    } else {
+        printf("policy: preferred %s", weight_residency_name(md.policy.preferred));
+        if (md.policy.preferred == WEIGHT_RES_MIXED) printf(" (hot ratio %.3f)", md.policy.mixed_hot_ratio);
+        printf(", mode %s; metadata generation %" PRIu64 "\n", weight_mode_name(md.policy.mode),
+               md.metadata_generation);
+    }
+    return 0;
+usage:
+    usage(stderr);
+    return 2;
+}
+
+static int wait_operation(ctl *x, uint64_t opid, weight_operation *op)
+{
+    for (;;) {
+        int rc = weight_get_operation(x->ws, opid, op);
+        if (rc < 0) return rc;
+        if (op->state != 1) return 0;
+        struct timespec ts = {0, 200 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static int cmd_migrate(ctl *x, int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"to", required_argument, NULL, 't'}, {"expect", required_argument, NULL, 'e'},
+        {"wait", no_argument, NULL, 'w'},     {NULL, 0, NULL, 0}};
+    weight_residency to = WEIGHT_RES_UNKNOWN;
+    double ratio = 0;
+    uint64_t expect = 0;
+    int c, rc, wait = 0;
+    optind = 0;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case 't':
+            if (parse_residency(optarg, &to, &ratio) < 0) goto usage;
+            break;
+        case 'e':
+            if (parse_u64(optarg, &expect) < 0) goto usage;
+            break;
+        case 'w': wait = 1; break;
+        default: goto usage;
+        }
+    }
+    if (to == WEIGHT_RES_UNKNOWN || optind != argc - 1) goto usage;
+    weight_identity id;
+    weight_operation op;
+    if ((rc = parse_id(x, argv[optind], &id)) != 0) return rc;
+    if ((rc = weight_migrate(x->ws, &id, to, ratio, expect, &op)) < 0)
+        return weight_failed(x, "migrate", rc);
+    if (wait && op.id && (rc = wait_operation(x, op.id, &op)) < 0)
+        return weight_failed(x, "migrate", rc);
+    if (x->json) {
+        json_operation(&op);
+        putchar('\n');
+    } else {
+        print_operation(&op);
+    }
+    return op.state == 3 ? 1 : 0;
+usage:
+    usage(stderr);
+    return 2;
+}
+
+static int cmd_op(ctl *x, int argc, char **argv)
+{
+    static const struct option opts[] = {{"wait", no_argument, NULL, 'w'}, {NULL, 0, NULL, 0}};
+    uint64_t opid = 0;
+    int c, rc, wait = 0;
+    optind = 0;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c != 'w') goto usage;
+        wait = 1;
+    }
+    if (optind != argc - 1 || parse_u64(argv[optind], &opid) < 0 || opid == 0) goto usage;
+    weight_operation op;
+    rc = wait ? wait_operation(x, opid, &op) : weight_get_operation(x->ws, opid, &op);
+    if (rc < 0) return weight_failed(x, "op", rc);
+    if (x->json) {
+        json_operation(&op);
+        putchar('\n');
+    } else {
+        print_operation(&op);
+    }
+    return op.state == 3 ? 1 : 0;
+usage:
+    usage(stderr);
+    return 2;
+}
+
+static int cmd_rm(ctl *x, int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"expect", required_argument, NULL, 'e'}, {"wait", no_argument, NULL, 'w'},
+        {NULL, 0, NULL, 0}};
+    uint64_t expect = 0;
+    int c, rc, wait = 0;
+    optind = 0;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case 'e':
+            if (parse_u64(optarg, &expect) < 0) goto usage;
+            break;
+        case 'w': wait = 1; break;
+        default: goto usage;
+        }
+    }
+    if (optind != argc - 1) goto usage;
+    weight_identity id;
+    weight_metadata md;
+    char text[2048], what[2100];
+    if ((rc = parse_id(x, argv[optind], &id)) != 0) return rc;
+    id_text(&id, text, sizeof text);
+    snprintf(what, sizeof what, "rm %s", text);
+    if ((rc = weight_remove(x->ws, &id, expect, &md)) < 0) return weight_failed(x, what, rc);
+    if (wait) {
+        for (int i = 0; i < 3000 && md.availability != WEIGHT_DELETED; i++) {
+            struct timespec ts = {0, 100 * 1000000L};
+            nanosleep(&ts, NULL);
+            if ((rc = weight_get_metadata(x->ws, &id, &md, NULL)) < 0) return weight_failed(x, what, rc);
+        }
+    }
+    if (x->json) {
+        json_metadata(&md, NULL);
+        putchar('\n');
+    } else {
+        printf("%s: %s %s\n", text, weight_availability_name(md.availability),
+               weight_residency_name(md.residency));
+    }
+    return 0;
+usage:
+    usage(stderr);
+    return 2;
+}
+
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
         {"master", required_argument, NULL, 'm'},
+        {"tenant", required_argument, NULL, 'T'},
         {"json", no_argument, NULL, 'j'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -204,9 +1155,11 @@ int main(int argc, char **argv)
     int c;
     x.master = getenv("WEIGHTCTL_MASTER");
     if (x.master == NULL || x.master[0] == '\0') x.master = WEIGHTCTL_DEFAULT_MASTER;
-    while ((c = getopt_long(argc, argv, "+m:jh", opts, NULL)) != -1) {
+    x.tenant = getenv("WEIGHTCTL_TENANT");
+    while ((c = getopt_long(argc, argv, "+m:T:jh", opts, NULL)) != -1) {
         switch (c) {
         case 'm': x.master = optarg; break;
+        case 'T': x.tenant = optarg; break;
         case 'j': x.json = 1; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
@@ -219,6 +1172,27 @@ int main(int argc, char **argv)
         return 2;
     }
     int status = 2;
+    static const char *weight_cmds[] = {"put", "ls", "info", "exists", "size", "get",
+                                        "policy", "migrate", "op", "rm"};
+    int is_weight = 0;
+    for (size_t i = 0; i < sizeof weight_cmds / sizeof weight_cmds[0]; i++)
+        if (strcmp(args[0], weight_cmds[i]) == 0) is_weight = 1;
+    if (is_weight) {
+        if (open_weights(&x) < 0) return 1;
+        if (strcmp(args[0], "put") == 0) status = cmd_put(&x, nargs, args);
+        else if (strcmp(args[0], "ls") == 0) status = cmd_ls(&x, nargs, args);
+        else if (strcmp(args[0], "get") == 0) status = cmd_get(&x, nargs, args);
+        else if (strcmp(args[0], "policy") == 0) status = cmd_policy(&x, nargs, args);
+        else if (strcmp(args[0], "migrate") == 0) status = cmd_migrate(&x, nargs, args);
+        else if (strcmp(args[0], "op") == 0) status = cmd_op(&x, nargs, args);
+        else if (strcmp(args[0], "rm") == 0) status = cmd_rm(&x, nargs, args);
+        else if (nargs != 2) usage(stderr);
+        else if (strcmp(args[0], "info") == 0) status = cmd_info(&x, args[1]);
+        else if (strcmp(args[0], "exists") == 0) status = cmd_exists(&x, args[1]);
+        else if (strcmp(args[0], "size") == 0) status = cmd_size(&x, args[1]);
+        weight_store_close(x.ws);
+        return status;
+    }
     if (strcmp(args[0], "status") == 0 && nargs == 1) {
         status = connect_master(&x) < 0 ? 1 : cmd_status(&x);
     } else if (strcmp(args[0], "kv") == 0 && nargs >= 2 && strcmp(args[1], "ls") == 0 && nargs <= 3) {

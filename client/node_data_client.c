@@ -21,6 +21,7 @@
 
 #include "node_data_client.h"
 #include "node_data_wire.h"
+#include "wm_errbuf.h"
 
 struct ndc_conn {
     int fd;
@@ -33,16 +34,6 @@ static void conn_err(ndc_conn *c, const char *fmt, ...)
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(c->err, sizeof(c->err), fmt, ap);
-    va_end(ap);
-}
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    if (err == NULL || errlen == 0)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
     va_end(ap);
 }
 
@@ -86,7 +77,7 @@ int ndc_connect(const char *endpoint,
 
     if (endpoint == NULL || out == NULL || (colon = strrchr(endpoint, ':')) == NULL ||
         strlen(colon + 1) == 0 || strlen(colon + 1) >= sizeof(port)) {
-        set_err(err, errlen, "node data: endpoint '%s' is not host:port", endpoint ? endpoint : "");
+        wm_errbuf(err, errlen, "node data: endpoint '%s' is not host:port", endpoint ? endpoint : "");
         return SMP_EINVAL;
     }
     *out = NULL;
@@ -97,7 +88,7 @@ int ndc_connect(const char *endpoint,
         he--;
     }
     if (he <= hs || (size_t)(he - hs) >= sizeof(host)) {
-        set_err(err, errlen, "node data: endpoint '%s' has no host", endpoint);
+        wm_errbuf(err, errlen, "node data: endpoint '%s' has no host", endpoint);
         return SMP_EINVAL;
     }
     memcpy(host, hs, (size_t)(he - hs));
@@ -107,7 +98,7 @@ int ndc_connect(const char *endpoint,
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_family = AF_UNSPEC;
     if (getaddrinfo(host, port, &hints, &res) != 0 || res == NULL) {
-        set_err(err, errlen, "node data: cannot resolve '%s'", endpoint);
+        wm_errbuf(err, errlen, "node data: cannot resolve '%s'", endpoint);
         return SMP_EINVAL;
     }
     for (ai = res; ai != NULL; ai = ai->ai_next) {
@@ -128,7 +119,7 @@ int ndc_connect(const char *endpoint,
     }
     freeaddrinfo(res);
     if (fd < 0) {
-        set_err(err, errlen, "node data: cannot connect to %s: %s", endpoint,
+        wm_errbuf(err, errlen, "node data: cannot connect to %s: %s", endpoint,
                 rc == SMP_EAGAIN ? "timed out" : strerror(errno));
         return rc;
     }
@@ -254,13 +245,16 @@ static int send_request(ndc_conn *c, uint8_t op, const char *segment, uint64_t o
     return rc;
 }
 
-int ndc_read(ndc_conn *c,
-             const char *segment,
-             uint64_t offset,
-             uint64_t length,
-             void *dst,
-             const uint8_t *ticket,
-             size_t ticket_len)
+/* A READ or READ_COLD: the request, then a FINAL with exactly length bytes
+ * straight into dst, or a refusal without payload. */
+static int read_op(ndc_conn *c,
+                   uint8_t op,
+                   const char *name,
+                   uint64_t offset,
+                   uint64_t length,
+                   void *dst,
+                   const uint8_t *ticket,
+                   size_t ticket_len)
 {
     int rc;
     ndw_response r;
@@ -269,18 +263,38 @@ int ndc_read(ndc_conn *c,
     if (c->broken)
         return c->broken;
     c->err[0] = '\0';
-    if ((rc = send_request(c, NDW_OP_READ, segment, offset, length, ticket, ticket_len)) < 0)
+    if ((rc = send_request(c, op, name, offset, length, ticket, ticket_len)) < 0)
         return rc;
     if ((rc = recv_response(c, &r)) < 0)
         return rc;
     if (r.kind != NDW_KIND_FINAL || (r.status == 0 && r.payload != length) ||
         (r.status != 0 && r.payload != 0)) {
-        conn_err(c, "node data: unexpected answer to a read");
+        conn_err(c, "node data: unexpected answer to a %s", op == NDW_OP_READ ? "read" : "cold read");
         return conn_break(c, SMP_EPROTO);
     }
     if (r.status != 0)
         return r.status;
     return recv_all(c, dst, (size_t)length);
+}
+
+int ndc_read(ndc_conn *c,
+             const char *segment,
+             uint64_t offset,
+             uint64_t length,
+             void *dst,
+             const uint8_t *ticket,
+             size_t ticket_len)
+{
+    return read_op(c, NDW_OP_READ, segment, offset, length, dst, ticket, ticket_len);
+}
+
+int ndc_read_cold(ndc_conn *c,
+                  const char *cold_name,
+                  uint64_t offset,
+                  uint64_t length,
+                  void *dst)
+{
+    return read_op(c, NDW_OP_READ_COLD, cold_name, offset, length, dst, NULL, 0);
 }
 
 int ndc_write(ndc_conn *c,

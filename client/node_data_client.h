@@ -56,6 +56,20 @@ int ndc_read(ndc_conn *c,
              const uint8_t *ticket,
              size_t ticket_len);
 
+/* Read [offset, offset + length) of the data of the node's cold file
+ * cold_name (its bare name "<64 hex>.cold", sent as is: a name with a
+ * directory is refused by the node) into dst. The node does not verify
+ * the bytes it sends from disk: the caller must (the object's SHA-256).
+ * Refusals: SMP_EINVAL (not a cold file name), SMP_ENOTFOUND, SMP_ERANGE,
+ * SMP_EPROTO (the file's header or size is bad), SMP_ENOTSUP (the node
+ * serves no cold files). A node that predates cold reads answers SMP_EPROTO
+ * and closes the connection (a transport error here). */
+int ndc_read_cold(ndc_conn *c,
+                  const char *cold_name,
+                  uint64_t offset,
+                  uint64_t length,
+                  void *dst);
+
 /* Write length bytes of src into [offset, offset + length) of segment with
  * the ticket for exactly that range. The node checks the ticket before it
  * takes a byte: a refusal means nothing was written. */

@@ -9,7 +9,7 @@
  * Request: NDW_REQ_HDR bytes, then S bytes of segment id, then T bytes of
  * ticket (opaque to the client, node_ticket.h):
  *   0  4B  magic "WMD1"
- *   4  u8  op: NDW_OP_READ 1, NDW_OP_WRITE 2
+ *   4  u8  op: NDW_OP_READ 1, NDW_OP_WRITE 2, NDW_OP_READ_COLD 3
  *   5  u8  flags (0)
  *   6  u16 S (1..NDW_SEGMENT_MAX)
  *   8  u64 offset
@@ -32,7 +32,17 @@
  * error; after CONTINUE the client sends exactly `length` bytes and the
  * server answers FINAL once they are in the segment. One request at a time
  * per connection. A request whose header does not parse gets a FINAL
- * SMP_EPROTO and the connection is closed. */
+ * SMP_EPROTO and the connection is closed.
+ *
+ * READ_COLD (added after READ and WRITE; a node that predates it does not
+ * parse the op and answers FINAL SMP_EPROTO, closing the connection): the
+ * "segment id" bytes carry the bare name of a cold file ("<64 hex>.cold",
+ * no directory), offset and length address the object's data (the file's
+ * header is not counted). Answered like READ: FINAL status 0 and `length`
+ * bytes, or FINAL with an error and none. The node checks the file's
+ * header and size but does not hash the range: the reader verifies the
+ * bytes (the object's SHA-256). If the file fails mid-transfer the node
+ * closes the connection, so a short payload is never taken for a whole one. */
 #ifndef WM_NODE_DATA_WIRE_H
 #define WM_NODE_DATA_WIRE_H
 
@@ -45,6 +55,7 @@
 #define NDW_RESP_HDR 24
 #define NDW_OP_READ 1
 #define NDW_OP_WRITE 2
+#define NDW_OP_READ_COLD 3
 #define NDW_KIND_FINAL 0
 #define NDW_KIND_CONTINUE 1
 #define NDW_SEGMENT_MAX 256
@@ -108,7 +119,8 @@ static inline int ndw_decode_request(const uint8_t h[NDW_REQ_HDR], ndw_request *
     r->offset = ndw_get_u64(h + 8);
     r->length = ndw_get_u64(h + 16);
     r->ticket_len = ndw_get_u32(h + 24);
-    if ((r->op != NDW_OP_READ && r->op != NDW_OP_WRITE) || r->seg_len == 0 ||
+    if ((r->op != NDW_OP_READ && r->op != NDW_OP_WRITE && r->op != NDW_OP_READ_COLD) ||
+        r->seg_len == 0 ||
         r->seg_len > NDW_SEGMENT_MAX || r->ticket_len > NDW_TICKET_MAX)
         return -1;
     return 0;

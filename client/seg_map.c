@@ -15,16 +15,7 @@
 #include <unistd.h>
 
 #include "seg_map.h"
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    if (err == NULL || errlen == 0)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
+#include "wm_errbuf.h"
 
 /* Map path with the given access; see seg_map_readonly. */
 static int map_file(const char *path, int writable, int populate, seg_map *m,
@@ -36,26 +27,26 @@ static int map_file(const char *path, int writable, int populate, seg_map *m,
     int fd;
 
     if (m == NULL || path == NULL) {
-        set_err(err, errlen, "seg_map: missing path or map");
+        wm_errbuf(err, errlen, "seg_map: missing path or map");
         return SMP_EINVAL;
     }
     memset(m, 0, sizeof(*m));
     fd = open(path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
     if (fd < 0) {
         rc = errno == ENOENT ? SMP_ENOTFOUND : SMP_EIO;
-        set_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        wm_errbuf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         return rc;
     }
     if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size <= 0 ||
         (uint64_t)st.st_size > (uint64_t)SIZE_MAX / 2) {
-        set_err(err, errlen, "%s: not a non-empty regular file", path);
+        wm_errbuf(err, errlen, "%s: not a non-empty regular file", path);
         rc = SMP_EINVAL;
         goto close_fd;
     }
     base = mmap(NULL, (size_t)st.st_size, PROT_READ | (writable ? PROT_WRITE : 0),
                 MAP_SHARED | (populate ? MAP_POPULATE : 0), fd, 0);
     if (base == MAP_FAILED) {
-        set_err(err, errlen, "%s: mmap: %s", path, strerror(errno));
+        wm_errbuf(err, errlen, "%s: mmap: %s", path, strerror(errno));
         rc = SMP_EIO;
         goto close_fd;
     }

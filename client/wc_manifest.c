@@ -15,18 +15,7 @@
 #include <openssl/evp.h>
 
 #include "manifest.pb-c.h"
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err == NULL || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
+#include "wm_errbuf.h"
 
 /* Make room for one more element in *arr (elem bytes each, *cap allocated,
  * n used), doubling. Returns SMP_OK or SMP_ENOMEM (the array is unchanged). */
@@ -111,7 +100,10 @@ void wc_manifest_free(wc_manifest *m)
     free(m->fragments);
     for (size_t i = 0; i < m->n_alias_groups; i++) free(m->alias_groups[i].tensors);
     free(m->alias_groups);
-    for (size_t i = 0; i < m->n_objects; i++) free(m->objects[i].key);
+    for (size_t i = 0; i < m->n_objects; i++) {
+        free(m->objects[i].key);
+        free(m->objects[i].chunk_xxh3);
+    }
     free(m->objects);
     for (size_t i = 0; i < m->n_units; i++) free(m->units[i].objects);
     free(m->units);
@@ -133,7 +125,7 @@ int wc_manifest_init(wc_manifest *m, const wc_identity *id, char *err, size_t er
     memset(m, 0, sizeof *m);
     rc = wc_group_key(id, &m->group);
     if (rc == SMP_EINVAL) {
-        set_err(err, errlen, "manifest identity: tenant, namespace, resource and "
+        wm_errbuf(err, errlen, "manifest identity: tenant, namespace, resource and "
                 "revision must be non-empty");
         return rc;
     }
@@ -148,7 +140,7 @@ int wc_manifest_init(wc_manifest *m, const wc_identity *id, char *err, size_t er
 free_model:
     wc_manifest_free(m);
 fail:
-    set_err(err, errlen, "manifest identity: out of memory");
+    wm_errbuf(err, errlen, "manifest identity: out of memory");
     return rc;
 }
 
@@ -181,12 +173,36 @@ int wc_manifest_add_object(wc_manifest *m, const char *key, uint64_t bytes, uint
     if (grow((void **)&m->objects, &m->cap_objects_, m->n_objects, sizeof *m->objects) < 0)
         return SMP_ENOMEM;
     wc_object *o = &m->objects[m->n_objects];
+    memset(o, 0, sizeof *o);
     if ((o->key = dup_str(key)) == NULL) return SMP_ENOMEM;
     o->bytes = bytes;
     o->unit = WC_NONE;
     if (out_index) *out_index = (uint32_t)m->n_objects;
     m->n_objects++;
     m->finalized_ = 0;
+    return SMP_OK;
+}
+
+int wc_manifest_set_object_check(wc_manifest *m, uint32_t object, const uint8_t *sha256,
+                                 uint64_t chunk_bytes, const uint64_t *chunk_xxh3,
+                                 size_t n_chunks)
+{
+    if (m == NULL || object >= m->n_objects) return SMP_EINVAL;
+    wc_object *o = &m->objects[object];
+    uint64_t *sums = NULL;
+    if (n_chunks > 0) {
+        if (chunk_bytes == 0 || chunk_xxh3 == NULL ||
+            n_chunks != o->bytes / chunk_bytes + (o->bytes % chunk_bytes != 0))
+            return SMP_EINVAL;
+        if ((sums = malloc(n_chunks * sizeof *sums)) == NULL) return SMP_ENOMEM;
+        memcpy(sums, chunk_xxh3, n_chunks * sizeof *sums);
+    }
+    free(o->chunk_xxh3);
+    o->chunk_xxh3 = sums;
+    o->n_chunks = n_chunks;
+    o->chunk_bytes = n_chunks > 0 ? chunk_bytes : 0;
+    o->has_sha256 = sha256 != NULL;
+    if (sha256 != NULL) memcpy(o->sha256, sha256, 32);
     return SMP_OK;
 }
 
@@ -359,13 +375,13 @@ static int validate_identity_and_objects(wc_manifest *m, char *err, size_t errle
     const char **keys = NULL;
     rc = wc_group_key(&m->identity, &key);
     if (rc == SMP_EINVAL) {
-        set_err(err, errlen, "manifest identity: tenant, namespace, resource and "
+        wm_errbuf(err, errlen, "manifest identity: tenant, namespace, resource and "
                 "revision must be non-empty");
         return rc;
     }
     if (rc < 0) return rc;
     if (m->group == NULL || strcmp(key, m->group) != 0) {
-        set_err(err, errlen, "manifest group '%s' is not the identity's group '%s'",
+        wm_errbuf(err, errlen, "manifest group '%s' is not the identity's group '%s'",
                 m->group ? m->group : "", key);
         rc = SMP_EINVAL;
         goto free_key;
@@ -374,7 +390,7 @@ static int validate_identity_and_objects(wc_manifest *m, char *err, size_t errle
     for (size_t i = 0; i < m->n_objects; i++) {
         const char *k = m->objects[i].key;
         if (strncmp(k, m->group, glen) != 0 || k[glen] != '/' || k[glen + 1] == '\0') {
-            set_err(err, errlen, "object %zu: key '%s' is not inside group '%s'", i, k,
+            wm_errbuf(err, errlen, "object %zu: key '%s' is not inside group '%s'", i, k,
                     m->group);
             rc = SMP_EINVAL;
             goto free_key;
@@ -390,7 +406,7 @@ static int validate_identity_and_objects(wc_manifest *m, char *err, size_t errle
         qsort(keys, m->n_objects, sizeof *keys, cmp_str_ptr);
         for (size_t i = 1; i < m->n_objects; i++) {
             if (strcmp(keys[i - 1], keys[i]) == 0) {
-                set_err(err, errlen, "object key '%s' appears twice", keys[i]);
+                wm_errbuf(err, errlen, "object key '%s' appears twice", keys[i]);
                 rc = SMP_EINVAL;
                 goto free_keys;
             }
@@ -413,22 +429,22 @@ static int validate_tensors_and_aliases(wc_manifest *m, char *err, size_t errlen
     int rc = build_name_index(m, &dup);
     if (rc < 0) return rc;
     if (dup != WC_NONE) {
-        set_err(err, errlen, "tensor '%s' appears twice", m->tensors[dup].name);
+        wm_errbuf(err, errlen, "tensor '%s' appears twice", m->tensors[dup].name);
         return SMP_EINVAL;
     }
     for (size_t i = 0; i < m->n_tensors; i++) {
         wc_tensor *t = &m->tensors[i];
         if (t->name[0] == '\0') {
-            set_err(err, errlen, "tensor %zu has an empty name", i);
+            wm_errbuf(err, errlen, "tensor %zu has an empty name", i);
             return SMP_EINVAL;
         }
         if (wc_dtype_size(t->dtype) == 0 || t->item_size != wc_dtype_size(t->dtype) ||
             t->ndim > WC_MAX_NDIM) {
-            set_err(err, errlen, "tensor '%s': bad dtype, item size or rank", t->name);
+            wm_errbuf(err, errlen, "tensor '%s': bad dtype, item size or rank", t->name);
             return SMP_EINVAL;
         }
         if (wc_shape_bytes(t->shape, t->ndim, t->item_size, &t->bytes) < 0) {
-            set_err(err, errlen, "tensor '%s': size overflows 64 bits", t->name);
+            wm_errbuf(err, errlen, "tensor '%s': size overflows 64 bits", t->name);
             return SMP_EINVAL;
         }
         t->alias_group = WC_NONE;
@@ -439,12 +455,12 @@ static int validate_tensors_and_aliases(wc_manifest *m, char *err, size_t errlen
     for (size_t g = 0; g < m->n_alias_groups; g++) {
         const wc_alias_group *ag = &m->alias_groups[g];
         if (ag->n < 2) {
-            set_err(err, errlen, "alias group %zu has fewer than two tensors", g);
+            wm_errbuf(err, errlen, "alias group %zu has fewer than two tensors", g);
             return SMP_EINVAL;
         }
         for (uint32_t k = 0; k < ag->n; k++) {
             if (ag->tensors[k] >= m->n_tensors) {
-                set_err(err, errlen, "alias group %zu: tensor index %u does not exist", g,
+                wm_errbuf(err, errlen, "alias group %zu: tensor index %u does not exist", g,
                         ag->tensors[k]);
                 return SMP_EINVAL;
             }
@@ -453,12 +469,12 @@ static int validate_tensors_and_aliases(wc_manifest *m, char *err, size_t errlen
         for (uint32_t k = 0; k < ag->n; k++) {
             wc_tensor *t = &m->tensors[ag->tensors[k]];
             if (t->alias_group != WC_NONE) {
-                set_err(err, errlen, "tensor '%s' is in two alias groups", t->name);
+                wm_errbuf(err, errlen, "tensor '%s' is in two alias groups", t->name);
                 return SMP_EINVAL;
             }
             if (t->dtype != first->dtype || t->ndim != first->ndim ||
                 memcmp(t->shape, first->shape, t->ndim * sizeof t->shape[0]) != 0) {
-                set_err(err, errlen, "tensor '%s': dtype or shape differs from '%s' it is "
+                wm_errbuf(err, errlen, "tensor '%s': dtype or shape differs from '%s' it is "
                         "tied to", t->name, first->name);
                 return SMP_EINVAL;
             }
@@ -475,27 +491,27 @@ static int validate_fragment(const wc_manifest *m, size_t i, char *err, size_t e
 {
     const wc_fragment *f = &m->fragments[i];
     if (f->tensor >= m->n_tensors) {
-        set_err(err, errlen, "fragment %zu: tensor index %u does not exist", i, f->tensor);
+        wm_errbuf(err, errlen, "fragment %zu: tensor index %u does not exist", i, f->tensor);
         return SMP_EINVAL;
     }
     const wc_tensor *t = &m->tensors[f->tensor];
     if (t->storage != f->tensor) {
-        set_err(err, errlen, "tensor '%s': has fragments but is tied to '%s', which holds "
+        wm_errbuf(err, errlen, "tensor '%s': has fragments but is tied to '%s', which holds "
                 "the storage", t->name, m->tensors[t->storage].name);
         return SMP_EINVAL;
     }
     if (f->object >= m->n_objects) {
-        set_err(err, errlen, "tensor '%s': fragment names object index %u, which does not "
+        wm_errbuf(err, errlen, "tensor '%s': fragment names object index %u, which does not "
                 "exist", t->name, f->object);
         return SMP_EINVAL;
     }
     for (uint32_t d = 0; d < t->ndim; d++) {
         if (f->shape[d] == 0) {
-            set_err(err, errlen, "tensor '%s': fragment has an empty dimension %u", t->name, d);
+            wm_errbuf(err, errlen, "tensor '%s': fragment has an empty dimension %u", t->name, d);
             return SMP_EINVAL;
         }
         if (f->offset[d] > t->shape[d] || f->shape[d] > t->shape[d] - f->offset[d]) {
-            set_err(err, errlen, "tensor '%s': fragment at offset %llu + %llu leaves the "
+            wm_errbuf(err, errlen, "tensor '%s': fragment at offset %llu + %llu leaves the "
                     "tensor along dimension %u (size %llu)", t->name,
                     (unsigned long long)f->offset[d], (unsigned long long)f->shape[d], d,
                     (unsigned long long)t->shape[d]);
@@ -504,20 +520,20 @@ static int validate_fragment(const wc_manifest *m, size_t i, char *err, size_t e
     }
     for (uint32_t d = t->ndim; d < WC_MAX_NDIM; d++) {
         if (f->offset[d] != 0 || f->shape[d] != 0) {
-            set_err(err, errlen, "tensor '%s': fragment has more dimensions than the tensor",
+            wm_errbuf(err, errlen, "tensor '%s': fragment has more dimensions than the tensor",
                     t->name);
             return SMP_EINVAL;
         }
     }
     uint64_t want;
     if (wc_shape_bytes(f->shape, t->ndim, t->item_size, &want) < 0 || want != f->bytes) {
-        set_err(err, errlen, "tensor '%s': fragment says %llu bytes, its local shape holds "
+        wm_errbuf(err, errlen, "tensor '%s': fragment says %llu bytes, its local shape holds "
                 "%llu", t->name, (unsigned long long)f->bytes, (unsigned long long)want);
         return SMP_EINVAL;
     }
     const wc_object *o = &m->objects[f->object];
     if (f->object_offset > o->bytes || f->bytes > o->bytes - f->object_offset) {
-        set_err(err, errlen, "tensor '%s': fragment bytes [%llu, +%llu) leave object '%s' "
+        wm_errbuf(err, errlen, "tensor '%s': fragment bytes [%llu, +%llu) leave object '%s' "
                 "of %llu bytes", t->name, (unsigned long long)f->object_offset,
                 (unsigned long long)f->bytes, o->key, (unsigned long long)o->bytes);
         return SMP_EINVAL;
@@ -535,7 +551,7 @@ static int validate_cover(const wc_manifest *m, const wc_tensor *t, size_t first
     uint64_t sum = 0;
     for (size_t i = 0; i < count; i++) {
         if (f[i].bytes > t->bytes - sum) {
-            set_err(err, errlen, "tensor '%s': fragments hold more than its %llu bytes "
+            wm_errbuf(err, errlen, "tensor '%s': fragments hold more than its %llu bytes "
                     "(they overlap)", t->name, (unsigned long long)t->bytes);
             return SMP_EINVAL;
         }
@@ -544,14 +560,14 @@ static int validate_cover(const wc_manifest *m, const wc_tensor *t, size_t first
         uint64_t end0 = f[i].offset[0] + f[i].shape[0];
         for (size_t j = i + 1; j < count && f[j].offset[0] < end0; j++) {
             if (boxes_overlap(&f[i], &f[j], t->ndim)) {
-                set_err(err, errlen, "tensor '%s': fragments %zu and %zu overlap", t->name,
+                wm_errbuf(err, errlen, "tensor '%s': fragments %zu and %zu overlap", t->name,
                         i, j);
                 return SMP_EINVAL;
             }
         }
     }
     if (sum != t->bytes) {
-        set_err(err, errlen, "tensor '%s': fragments cover %llu of its %llu bytes", t->name,
+        wm_errbuf(err, errlen, "tensor '%s': fragments cover %llu of its %llu bytes", t->name,
                 (unsigned long long)sum, (unsigned long long)t->bytes);
         return SMP_EINVAL;
     }
@@ -593,7 +609,7 @@ static int validate_fragments(wc_manifest *m, char *err, size_t errlen)
         for (size_t i = 1; i < m->n_fragments; i++) {
             const byte_range *a = &ranges[i - 1], *b = &ranges[i];
             if (a->object == b->object && a->offset + a->bytes > b->offset) {
-                set_err(err, errlen, "tensors '%s' and '%s': fragments share bytes of "
+                wm_errbuf(err, errlen, "tensors '%s' and '%s': fragments share bytes of "
                         "object '%s'", m->tensors[a->tensor].name,
                         m->tensors[b->tensor].name, m->objects[a->object].key);
                 rc = SMP_EINVAL;
@@ -616,35 +632,35 @@ static int validate_units(wc_manifest *m, char *err, size_t errlen)
         const wc_affinity_unit *au = &m->units[u];
         uint64_t sum = 0;
         if (au->n == 0) {
-            set_err(err, errlen, "affinity unit %zu is empty", u);
+            wm_errbuf(err, errlen, "affinity unit %zu is empty", u);
             return SMP_EINVAL;
         }
         for (uint32_t k = 0; k < au->n; k++) {
             uint32_t o = au->objects[k];
             if (o >= m->n_objects) {
-                set_err(err, errlen, "affinity unit %zu: object index %u does not exist", u, o);
+                wm_errbuf(err, errlen, "affinity unit %zu: object index %u does not exist", u, o);
                 return SMP_EINVAL;
             }
             if (m->objects[o].unit != WC_NONE) {
-                set_err(err, errlen, "object '%s' is in two affinity units", m->objects[o].key);
+                wm_errbuf(err, errlen, "object '%s' is in two affinity units", m->objects[o].key);
                 return SMP_EINVAL;
             }
             m->objects[o].unit = (uint32_t)u;
             if (m->objects[o].bytes > UINT64_MAX - sum) {
-                set_err(err, errlen, "affinity unit %zu: size overflows", u);
+                wm_errbuf(err, errlen, "affinity unit %zu: size overflows", u);
                 return SMP_EINVAL;
             }
             sum += m->objects[o].bytes;
         }
         if (sum != au->logical_bytes) {
-            set_err(err, errlen, "affinity unit %zu says %llu logical bytes, its objects hold "
+            wm_errbuf(err, errlen, "affinity unit %zu says %llu logical bytes, its objects hold "
                     "%llu", u, (unsigned long long)au->logical_bytes, (unsigned long long)sum);
             return SMP_EINVAL;
         }
     }
     for (size_t i = 0; i < m->n_objects; i++) {
         if (m->objects[i].unit == WC_NONE) {
-            set_err(err, errlen, "object '%s' is in no affinity unit", m->objects[i].key);
+            wm_errbuf(err, errlen, "object '%s' is in no affinity unit", m->objects[i].key);
             return SMP_EINVAL;
         }
     }
@@ -654,7 +670,7 @@ static int validate_units(wc_manifest *m, char *err, size_t errlen)
         uint32_t unit = m->objects[m->fragments[t->frag_first].object].unit;
         for (size_t k = 1; k < t->frag_count; k++) {
             if (m->objects[m->fragments[t->frag_first + k].object].unit != unit) {
-                set_err(err, errlen, "tensor '%s': its fragments span two affinity units",
+                wm_errbuf(err, errlen, "tensor '%s': its fragments span two affinity units",
                         t->name);
                 return SMP_EINVAL;
             }
@@ -752,6 +768,13 @@ int wc_manifest_encode(const wc_manifest *m, uint8_t **out, size_t *out_len)
         manifest_object__init(&objects[i]);
         objects[i].key = m->objects[i].key;
         objects[i].bytes = m->objects[i].bytes;
+        if (m->objects[i].has_sha256) {
+            objects[i].sha256.data = (uint8_t *)m->objects[i].sha256;
+            objects[i].sha256.len = 32;
+        }
+        objects[i].check_chunk_bytes = m->objects[i].chunk_bytes;
+        objects[i].n_chunk_xxh3 = m->objects[i].n_chunks;
+        objects[i].chunk_xxh3 = m->objects[i].chunk_xxh3;
         object_ptrs[i] = &objects[i];
     }
     for (size_t i = 0; i < m->n_units; i++) {
@@ -804,12 +827,12 @@ static int model_from_message(const StoredWeightManifest *msg, wc_manifest *m, c
     int rc;
     wc_identity id;
     if (msg->format_version != WC_MANIFEST_FORMAT_VERSION) {
-        set_err(err, errlen, "manifest format_version %u is not %u", msg->format_version,
+        wm_errbuf(err, errlen, "manifest format_version %u is not %u", msg->format_version,
                 WC_MANIFEST_FORMAT_VERSION);
         return SMP_EINVAL;
     }
     if (msg->identity == NULL) {
-        set_err(err, errlen, "manifest has no identity");
+        wm_errbuf(err, errlen, "manifest has no identity");
         return SMP_EINVAL;
     }
     id.tenant_id = msg->identity->tenant_id;
@@ -819,7 +842,7 @@ static int model_from_message(const StoredWeightManifest *msg, wc_manifest *m, c
     id.generation = msg->identity->weight_generation;
     if ((rc = wc_manifest_init(m, &id, err, errlen)) < 0) return rc;
     if (strcmp(m->group, msg->group) != 0) {
-        set_err(err, errlen, "manifest group '%s' is not the identity's group '%s'",
+        wm_errbuf(err, errlen, "manifest group '%s' is not the identity's group '%s'",
                 msg->group, m->group);
         return SMP_EINVAL;
     }
@@ -827,42 +850,56 @@ static int model_from_message(const StoredWeightManifest *msg, wc_manifest *m, c
         const ManifestTensor *mt = msg->tensors[i];
         wc_dtype dt = wc_dtype_from_name(mt->dtype, strlen(mt->dtype));
         if (dt == WC_DTYPE_INVALID) {
-            set_err(err, errlen, "tensor '%s': unknown dtype '%s'", mt->name, mt->dtype);
+            wm_errbuf(err, errlen, "tensor '%s': unknown dtype '%s'", mt->name, mt->dtype);
             return SMP_EINVAL;
         }
         if (mt->item_size != wc_dtype_size(dt)) {
-            set_err(err, errlen, "tensor '%s': item size %u is not %u for %s", mt->name,
+            wm_errbuf(err, errlen, "tensor '%s': item size %u is not %u for %s", mt->name,
                     mt->item_size, wc_dtype_size(dt), mt->dtype);
             return SMP_EINVAL;
         }
         if (mt->n_shape > WC_MAX_NDIM) {
-            set_err(err, errlen, "tensor '%s': %zu dimensions, at most %d supported",
+            wm_errbuf(err, errlen, "tensor '%s': %zu dimensions, at most %d supported",
                     mt->name, mt->n_shape, WC_MAX_NDIM);
             return SMP_EINVAL;
         }
         rc = wc_manifest_add_tensor(m, mt->name, dt, (uint32_t)mt->n_shape, mt->shape, NULL);
         if (rc < 0) {
-            set_err(err, errlen, "tensor '%s': cannot add", mt->name);
+            wm_errbuf(err, errlen, "tensor '%s': cannot add", mt->name);
             return rc;
         }
     }
     for (size_t i = 0; i < msg->n_objects; i++) {
         if ((rc = wc_manifest_add_object(m, msg->objects[i]->key, msg->objects[i]->bytes,
                                          NULL)) < 0) {
-            set_err(err, errlen, "object %zu: cannot add", i);
+            wm_errbuf(err, errlen, "object %zu: cannot add", i);
+            return rc;
+        }
+        const ManifestObject *mo = msg->objects[i];
+        if (mo->sha256.len != 0 && mo->sha256.len != 32) {
+            wm_errbuf(err, errlen, "object '%s': sha256 has %zu bytes", mo->key, mo->sha256.len);
+            return SMP_EINVAL;
+        }
+        rc = wc_manifest_set_object_check(m, (uint32_t)i, mo->sha256.len ? mo->sha256.data : NULL,
+                                          mo->check_chunk_bytes, mo->chunk_xxh3,
+                                          mo->n_chunk_xxh3);
+        if (rc < 0) {
+            wm_errbuf(err, errlen, "object '%s': %zu chunk checksums of %llu bytes do not fit "
+                    "its %llu bytes", mo->key, mo->n_chunk_xxh3,
+                    (unsigned long long)mo->check_chunk_bytes, (unsigned long long)mo->bytes);
             return rc;
         }
     }
     for (size_t i = 0; i < msg->n_fragments; i++) {
         const ManifestFragment *mf = msg->fragments[i];
         if (mf->tensor_index >= m->n_tensors) {
-            set_err(err, errlen, "fragment %zu: tensor index %u does not exist", i,
+            wm_errbuf(err, errlen, "fragment %zu: tensor index %u does not exist", i,
                     mf->tensor_index);
             return SMP_EINVAL;
         }
         const wc_tensor *t = &m->tensors[mf->tensor_index];
         if (mf->n_global_offset != t->ndim || mf->n_local_shape != t->ndim) {
-            set_err(err, errlen, "tensor '%s': fragment has %zu offsets and %zu extents for "
+            wm_errbuf(err, errlen, "tensor '%s': fragment has %zu offsets and %zu extents for "
                     "%u dimensions", t->name, mf->n_global_offset, mf->n_local_shape, t->ndim);
             return SMP_EINVAL;
         }
@@ -893,7 +930,7 @@ int wc_manifest_decode(const uint8_t *buf, size_t len, wc_manifest *m, char *err
     memset(m, 0, sizeof *m);
     StoredWeightManifest *msg = stored_weight_manifest__unpack(NULL, len, buf);
     if (msg == NULL) {
-        set_err(err, errlen, "manifest: %zu bytes do not decode as a StoredWeightManifest",
+        wm_errbuf(err, errlen, "manifest: %zu bytes do not decode as a StoredWeightManifest",
                 len);
         return SMP_EPROTO;
     }

@@ -89,6 +89,13 @@ typedef struct wc_object {
     char *key;
     uint64_t bytes;
     uint32_t unit;           /* derived: its affinity unit, WC_NONE if none */
+    /* Integrity (wc_manifest_set_object_check); absent when has_sha256 is 0
+     * and n_chunks is 0. */
+    int has_sha256;
+    uint8_t sha256[32];      /* of the whole object */
+    uint64_t chunk_bytes;    /* chunk size of chunk_xxh3 (> 0 when n_chunks) */
+    uint64_t *chunk_xxh3;    /* XXH3-64 of each chunk, owned */
+    size_t n_chunks;         /* ceil(bytes / chunk_bytes) when present */
 } wc_object;
 
 typedef struct wc_affinity_unit {
@@ -155,6 +162,18 @@ int wc_manifest_add_object(wc_manifest *m,
                            const char *key,
                            uint64_t bytes,
                            uint32_t *out_index);
+
+/* Attach the integrity data of object `object`: the SHA-256 of its bytes
+ * (may be NULL: none) and the XXH3-64 of each chunk_bytes-sized chunk
+ * (n_chunks must be ceil(bytes / chunk_bytes); sums copied; n_chunks 0:
+ * none). Does not change finalization. SMP_OK, SMP_EINVAL (index out of
+ * range, a chunk count that does not fit the object) or SMP_ENOMEM. */
+int wc_manifest_set_object_check(wc_manifest *m,
+                                 uint32_t object,
+                                 const uint8_t *sha256,
+                                 uint64_t chunk_bytes,
+                                 const uint64_t *chunk_xxh3,
+                                 size_t n_chunks);
 
 /* Append a fragment of tensor (an index already added). offset and shape have
  * the tensor's ndim entries. SMP_EINVAL for a tensor index out of range. */

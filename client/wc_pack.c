@@ -8,23 +8,12 @@
  * gave us (fragments covering each tensor exactly, ties of equal tensors), so
  * those rules are stated once. See wc_pack.h for the packing rules. */
 #include "wc_pack.h"
+#include "wm_errbuf.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err == NULL || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 typedef struct packer {
     wc_manifest *m;
@@ -133,7 +122,7 @@ static int place_tensor(packer *p, const wc_pack_tensor *t, uint32_t in_t, uint3
     int rc;
 
     if (wc_shape_bytes(t->shape, t->ndim, item, &tbytes) < 0) {
-        set_err(err, errlen, "tensor '%s': size overflows 64 bits", t->name);
+        wm_errbuf(err, errlen, "tensor '%s': size overflows 64 bits", t->name);
         return SMP_ERANGE;
     }
     if (tbytes == 0) return SMP_OK;        /* nothing to store */
@@ -141,13 +130,13 @@ static int place_tensor(packer *p, const wc_pack_tensor *t, uint32_t in_t, uint3
         const uint64_t *off = t->n_fragments ? t->fragments[i].offset : zeros;
         const uint64_t *shp = t->n_fragments ? t->fragments[i].shape : t->shape;
         if (t->ndim > 0 && (off == NULL || shp == NULL)) {
-            set_err(err, errlen, "tensor '%s': fragment %zu has no offset or shape",
+            wm_errbuf(err, errlen, "tensor '%s': fragment %zu has no offset or shape",
                     t->name, i);
             return SMP_EINVAL;
         }
         for (uint32_t d = 0; d < t->ndim; d++) {
             if (off[d] > t->shape[d] || shp[d] > t->shape[d] - off[d]) {
-                set_err(err, errlen, "tensor '%s': fragment %zu leaves the tensor along "
+                wm_errbuf(err, errlen, "tensor '%s': fragment %zu leaves the tensor along "
                         "dimension %u", t->name, i, d);
                 return SMP_EINVAL;
             }
@@ -250,7 +239,7 @@ int wc_pack(const wc_identity *id, const wc_pack_tensor *tensors, size_t n,
     memset(out, 0, sizeof *out);
     memset(&p, 0, sizeof p);
     if (object_bound == 0 || (n > 0 && tensors == NULL) || n >= WC_NONE) {
-        set_err(err, errlen, "pack: object bound must be positive and tensors given");
+        wm_errbuf(err, errlen, "pack: object bound must be positive and tensors given");
         return SMP_EINVAL;
     }
     if ((rc = wc_manifest_init(&out->manifest, id, err, errlen)) < 0) return rc;
@@ -268,7 +257,7 @@ int wc_pack(const wc_identity *id, const wc_pack_tensor *tensors, size_t n,
     /* Manifest tensors in name order. */
     for (size_t i = 0; i < n; i++) {
         if (tensors[i].name == NULL || tensors[i].name[0] == '\0') {
-            set_err(err, errlen, "pack: tensor %zu has no name", i);
+            wm_errbuf(err, errlen, "pack: tensor %zu has no name", i);
             rc = SMP_EINVAL;
             goto free_scratch;
         }
@@ -280,13 +269,13 @@ int wc_pack(const wc_identity *id, const wc_pack_tensor *tensors, size_t n,
     for (size_t k = 0; k < n; k++) {
         const wc_pack_tensor *t = &tensors[order[k].idx];
         if (k > 0 && strcmp(order[k - 1].name, t->name) == 0) {
-            set_err(err, errlen, "tensor '%s' appears twice", t->name);
+            wm_errbuf(err, errlen, "tensor '%s' appears twice", t->name);
             rc = SMP_EINVAL;
             goto free_scratch;
         }
         if (wc_dtype_size(t->dtype) == 0 || t->ndim > WC_MAX_NDIM ||
             (t->ndim > 0 && t->shape == NULL)) {
-            set_err(err, errlen, "tensor '%s': unknown dtype, or rank over %d", t->name,
+            wm_errbuf(err, errlen, "tensor '%s': unknown dtype, or rank over %d", t->name,
                     WC_MAX_NDIM);
             rc = SMP_EINVAL;
             goto free_scratch;
@@ -303,7 +292,7 @@ int wc_pack(const wc_identity *id, const wc_pack_tensor *tensors, size_t n,
         named key = {t->tied_to, 0};
         const named *hit = bsearch(&key, order, n, sizeof *order, cmp_named);
         if (hit == NULL || tensors[hit->idx].tied_to != NULL) {
-            set_err(err, errlen, "tensor '%s': tied to '%s', which is %s", t->name,
+            wm_errbuf(err, errlen, "tensor '%s': tied to '%s', which is %s", t->name,
                     t->tied_to, hit == NULL ? "not in the revision" : "itself tied");
             rc = SMP_EINVAL;
             goto free_scratch;

@@ -9,23 +9,12 @@
  * trusts the manifest's validation (boxes inside tensors, fragments inside
  * objects) and does no bounds checks of its own. See wc_plan.h. */
 #include "wc_plan.h"
+#include "wm_errbuf.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err == NULL || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 int wc_plan_box(const wc_tensor *t, const wc_placement *p, uint64_t offset[WC_MAX_NDIM],
                 uint64_t shape[WC_MAX_NDIM])
@@ -175,11 +164,11 @@ int wc_plan_build(const wc_manifest *m, const wc_placement *placements, wc_plan 
     plan->n_dst = 0;
     plan->total_bytes = 0;
     if (m == NULL || !m->finalized_) {
-        set_err(err, errlen, "plan: the manifest is not finalized");
+        wm_errbuf(err, errlen, "plan: the manifest is not finalized");
         return SMP_ESTATE;
     }
     if (m->n_tensors > 0 && placements == NULL) {
-        set_err(err, errlen, "plan: no placements");
+        wm_errbuf(err, errlen, "plan: no placements");
         return SMP_EINVAL;
     }
     if (plan->cap_dst_ < m->n_tensors) {
@@ -195,7 +184,7 @@ int wc_plan_build(const wc_manifest *m, const wc_placement *placements, wc_plan 
         plan->dst_bytes[ti] = 0;
         if (p->kind == WC_PLACE_SKIP) continue;
         if (wc_plan_box(t, p, to, ts) < 0) {
-            set_err(err, errlen, "tensor '%s': bad placement (kind %d, dimension %u of %u, "
+            wm_errbuf(err, errlen, "tensor '%s': bad placement (kind %d, dimension %u of %u, "
                     "part %u of %u)", t->name, (int)p->kind, p->dim, t->ndim, p->rank,
                     p->parts);
             rc = SMP_EINVAL;

@@ -7,6 +7,7 @@
  * arithmetic on numbers from the file is overflow-checked. See
  * wc_safetensors.h for the format and the rules. */
 #include "wc_safetensors.h"
+#include "wm_errbuf.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -21,18 +22,6 @@
 #include <jansson.h>
 
 #define META_KEY "__metadata__"
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err == NULL || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 static char *dup_str(const char *s)
 {
@@ -49,23 +38,23 @@ int wc_st_header_len(const uint8_t prefix[8], uint64_t file_size, uint64_t *out,
 {
     uint64_t n = 0;
     if (file_size < 8) {
-        set_err(err, errlen, "safetensors: file of %llu bytes is too short for the 8-byte "
+        wm_errbuf(err, errlen, "safetensors: file of %llu bytes is too short for the 8-byte "
                 "header length", (unsigned long long)file_size);
         return SMP_EPROTO;
     }
     for (int i = 7; i >= 0; i--) n = (n << 8) | prefix[i];
     if (n > WC_ST_MAX_HEADER) {
-        set_err(err, errlen, "safetensors: header length %llu is over the %llu-byte limit",
+        wm_errbuf(err, errlen, "safetensors: header length %llu is over the %llu-byte limit",
                 (unsigned long long)n, (unsigned long long)WC_ST_MAX_HEADER);
         return SMP_EPROTO;
     }
     if (n > file_size - 8) {
-        set_err(err, errlen, "safetensors: header length %llu runs past the end of the "
+        wm_errbuf(err, errlen, "safetensors: header length %llu runs past the end of the "
                 "%llu-byte file", (unsigned long long)n, (unsigned long long)file_size);
         return SMP_EPROTO;
     }
     if (n < 2) {
-        set_err(err, errlen, "safetensors: header length %llu cannot hold a JSON object",
+        wm_errbuf(err, errlen, "safetensors: header length %llu cannot hold a JSON object",
                 (unsigned long long)n);
         return SMP_EPROTO;
     }
@@ -101,35 +90,35 @@ static int parse_entry(const char *name, json_t *v, uint64_t data_len, wc_st_ten
                        uint64_t data_start, char *err, size_t errlen)
 {
     if (!json_is_object(v)) {
-        set_err(err, errlen, "safetensors: tensor '%s': entry is not a JSON object", name);
+        wm_errbuf(err, errlen, "safetensors: tensor '%s': entry is not a JSON object", name);
         return SMP_EPROTO;
     }
     json_t *dt = json_object_get(v, "dtype");
     json_t *shape = json_object_get(v, "shape");
     json_t *offs = json_object_get(v, "data_offsets");
     if (!json_is_string(dt)) {
-        set_err(err, errlen, "safetensors: tensor '%s': no dtype string", name);
+        wm_errbuf(err, errlen, "safetensors: tensor '%s': no dtype string", name);
         return SMP_EPROTO;
     }
     t->dtype = wc_dtype_from_name(json_string_value(dt), json_string_length(dt));
     if (t->dtype == WC_DTYPE_INVALID) {
-        set_err(err, errlen, "safetensors: tensor '%s': unknown dtype '%.32s'", name,
+        wm_errbuf(err, errlen, "safetensors: tensor '%s': unknown dtype '%.32s'", name,
                 json_string_value(dt));
         return SMP_EPROTO;
     }
     if (!json_is_array(shape)) {
-        set_err(err, errlen, "safetensors: tensor '%s': no shape array", name);
+        wm_errbuf(err, errlen, "safetensors: tensor '%s': no shape array", name);
         return SMP_EPROTO;
     }
     if (json_array_size(shape) > WC_MAX_NDIM) {
-        set_err(err, errlen, "safetensors: tensor '%s': %zu dimensions, at most %d supported",
+        wm_errbuf(err, errlen, "safetensors: tensor '%s': %zu dimensions, at most %d supported",
                 name, json_array_size(shape), WC_MAX_NDIM);
         return SMP_EPROTO;
     }
     t->ndim = (uint32_t)json_array_size(shape);
     for (uint32_t d = 0; d < t->ndim; d++) {
         if (json_u64(json_array_get(shape, d), &t->shape[d]) < 0) {
-            set_err(err, errlen, "safetensors: tensor '%s': shape[%u] is not a non-negative "
+            wm_errbuf(err, errlen, "safetensors: tensor '%s': shape[%u] is not a non-negative "
                     "integer", name, d);
             return SMP_EPROTO;
         }
@@ -138,24 +127,24 @@ static int parse_entry(const char *name, json_t *v, uint64_t data_len, wc_st_ten
     if (!json_is_array(offs) || json_array_size(offs) != 2 ||
         json_u64(json_array_get(offs, 0), &begin) < 0 ||
         json_u64(json_array_get(offs, 1), &end) < 0) {
-        set_err(err, errlen, "safetensors: tensor '%s': data_offsets is not two non-negative "
+        wm_errbuf(err, errlen, "safetensors: tensor '%s': data_offsets is not two non-negative "
                 "integers", name);
         return SMP_EPROTO;
     }
     if (begin > end || end > data_len) {
-        set_err(err, errlen, "safetensors: tensor '%s': data_offsets [%llu, %llu] fall "
+        wm_errbuf(err, errlen, "safetensors: tensor '%s': data_offsets [%llu, %llu] fall "
                 "outside the %llu data bytes of the file", name, (unsigned long long)begin,
                 (unsigned long long)end, (unsigned long long)data_len);
         return SMP_EPROTO;
     }
     uint64_t want;
     if (wc_shape_bytes(t->shape, t->ndim, wc_dtype_size(t->dtype), &want) < 0) {
-        set_err(err, errlen, "safetensors: tensor '%s': shape makes more than 2^64 bytes",
+        wm_errbuf(err, errlen, "safetensors: tensor '%s': shape makes more than 2^64 bytes",
                 name);
         return SMP_EPROTO;
     }
     if (want != end - begin) {
-        set_err(err, errlen, "safetensors: tensor '%s': shape and dtype make %llu bytes, "
+        wm_errbuf(err, errlen, "safetensors: tensor '%s': shape and dtype make %llu bytes, "
                 "data_offsets hold %llu", name, (unsigned long long)want,
                 (unsigned long long)(end - begin));
         return SMP_EPROTO;
@@ -188,14 +177,14 @@ static int parse_meta(json_t *v, wc_st_header *h, char *err, size_t errlen)
     const char *k;
     json_t *val;
     if (!json_is_object(v)) {
-        set_err(err, errlen, "safetensors: __metadata__ is not a JSON object");
+        wm_errbuf(err, errlen, "safetensors: __metadata__ is not a JSON object");
         return SMP_EPROTO;
     }
     h->meta = calloc(json_object_size(v) + 1, sizeof *h->meta);
     if (h->meta == NULL) return SMP_ENOMEM;
     json_object_foreach(v, k, val) {
         if (!json_is_string(val)) {
-            set_err(err, errlen, "safetensors: __metadata__ value of '%s' is not a string", k);
+            wm_errbuf(err, errlen, "safetensors: __metadata__ value of '%s' is not a string", k);
             return SMP_EPROTO;
         }
         wc_st_meta *m = &h->meta[h->n_meta];
@@ -223,13 +212,13 @@ int wc_st_parse(const uint8_t *buf, size_t len, uint64_t file_size, wc_st_header
 
     memset(out, 0, sizeof *out);
     if (buf == NULL || len < 8) {
-        set_err(err, errlen, "safetensors: truncated: %zu bytes, the header length needs 8",
+        wm_errbuf(err, errlen, "safetensors: truncated: %zu bytes, the header length needs 8",
                 buf ? len : 0);
         return SMP_EPROTO;
     }
     if ((rc = wc_st_header_len(buf, file_size, &hlen, err, errlen)) < 0) return rc;
     if (len - 8 < hlen) {
-        set_err(err, errlen, "safetensors: truncated header: %zu of %llu bytes present",
+        wm_errbuf(err, errlen, "safetensors: truncated header: %zu of %llu bytes present",
                 len - 8, (unsigned long long)hlen);
         return SMP_EPROTO;
     }
@@ -237,12 +226,12 @@ int wc_st_parse(const uint8_t *buf, size_t len, uint64_t file_size, wc_st_header
     out->data_start = 8 + hlen;
     root = json_loadb((const char *)buf + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
     if (root == NULL) {
-        set_err(err, errlen, "safetensors: header JSON: %s (line %d, column %d)", jerr.text,
+        wm_errbuf(err, errlen, "safetensors: header JSON: %s (line %d, column %d)", jerr.text,
                 jerr.line, jerr.column);
         return SMP_EPROTO;
     }
     if (!json_is_object(root)) {
-        set_err(err, errlen, "safetensors: header JSON is not an object");
+        wm_errbuf(err, errlen, "safetensors: header JSON is not an object");
         rc = SMP_EPROTO;
         goto free_json;
     }
@@ -257,7 +246,7 @@ int wc_st_parse(const uint8_t *buf, size_t len, uint64_t file_size, wc_st_header
             continue;
         }
         if (key[0] == '\0') {
-            set_err(err, errlen, "safetensors: a tensor has an empty name");
+            wm_errbuf(err, errlen, "safetensors: a tensor has an empty name");
             rc = SMP_EPROTO;
             goto free_json;
         }
@@ -288,7 +277,7 @@ int wc_st_parse(const uint8_t *buf, size_t len, uint64_t file_size, wc_st_header
             const wc_st_tensor *b = by_offset[i];
             if (b->bytes == 0) continue;
             if (reach != NULL && reach->offset + reach->bytes > b->offset) {
-                set_err(err, errlen, "safetensors: tensors '%s' and '%s' overlap in the data",
+                wm_errbuf(err, errlen, "safetensors: tensors '%s' and '%s' overlap in the data",
                         reach->name, b->name);
                 rc = SMP_EPROTO;
                 goto free_order;
@@ -380,27 +369,27 @@ int wc_st_encode_header(const wc_st_entry *entries, size_t n, const wc_st_meta *
         const wc_st_entry *e = &entries[i];
         uint64_t want;
         if (e->name == NULL || e->name[0] == '\0' || strcmp(e->name, META_KEY) == 0) {
-            set_err(err, errlen, "safetensors: entry %zu has an empty or reserved name", i);
+            wm_errbuf(err, errlen, "safetensors: entry %zu has an empty or reserved name", i);
             rc = SMP_EINVAL;
             goto free_all;
         }
         if (wc_dtype_size(e->dtype) == 0 || e->ndim > WC_MAX_NDIM ||
             (e->ndim > 0 && e->shape == NULL)) {
-            set_err(err, errlen, "safetensors: tensor '%s': unknown dtype or rank over %d",
+            wm_errbuf(err, errlen, "safetensors: tensor '%s': unknown dtype or rank over %d",
                     e->name, WC_MAX_NDIM);
             rc = SMP_EINVAL;
             goto free_all;
         }
         if (wc_shape_bytes(e->shape, e->ndim, wc_dtype_size(e->dtype), &want) < 0 ||
             want != e->bytes || (e->bytes > 0 && e->data == NULL)) {
-            set_err(err, errlen, "safetensors: tensor '%s': %llu data bytes do not match "
+            wm_errbuf(err, errlen, "safetensors: tensor '%s': %llu data bytes do not match "
                     "its shape and dtype", e->name, (unsigned long long)e->bytes);
             rc = SMP_EINVAL;
             goto free_all;
         }
         for (uint32_t d = 0; d < e->ndim; d++) {
             if (e->shape[d] > (uint64_t)INT64_MAX) {
-                set_err(err, errlen, "safetensors: tensor '%s': dimension too big for JSON",
+                wm_errbuf(err, errlen, "safetensors: tensor '%s': dimension too big for JSON",
                         e->name);
                 rc = SMP_ERANGE;
                 goto free_all;
@@ -414,18 +403,18 @@ int wc_st_encode_header(const wc_st_entry *entries, size_t n, const wc_st_meta *
     for (size_t k = 0; k < n; k++) {
         const wc_st_entry *e = &entries[refs[k].idx];
         if (k > 0 && strcmp(refs[k - 1].name, e->name) == 0) {
-            set_err(err, errlen, "safetensors: tensor '%s' appears twice", e->name);
+            wm_errbuf(err, errlen, "safetensors: tensor '%s' appears twice", e->name);
             rc = SMP_EINVAL;
             goto free_all;
         }
         if (e->bytes > (uint64_t)INT64_MAX - at) {
-            set_err(err, errlen, "safetensors: data over 2^63 bytes");
+            wm_errbuf(err, errlen, "safetensors: data over 2^63 bytes");
             rc = SMP_ERANGE;
             goto free_all;
         }
         if ((rc = add_entry_json(root, e, at, at + e->bytes)) < 0) {
             if (rc == SMP_EINVAL)
-                set_err(err, errlen, "safetensors: tensor name '%s' is not valid UTF-8",
+                wm_errbuf(err, errlen, "safetensors: tensor name '%s' is not valid UTF-8",
                         e->name);
             goto free_all;
         }
@@ -440,12 +429,12 @@ int wc_st_encode_header(const wc_st_entry *entries, size_t n, const wc_st_meta *
         }
         for (size_t i = 0; i < n_meta; i++) {
             if (meta[i].key == NULL || meta[i].value == NULL) {
-                set_err(err, errlen, "safetensors: metadata %zu has no key or value", i);
+                wm_errbuf(err, errlen, "safetensors: metadata %zu has no key or value", i);
                 rc = SMP_EINVAL;
                 goto free_all;
             }
             if (json_object_set_new(m, meta[i].key, json_string(meta[i].value)) < 0) {
-                set_err(err, errlen, "safetensors: metadata '%s' is not valid UTF-8",
+                wm_errbuf(err, errlen, "safetensors: metadata '%s' is not valid UTF-8",
                         meta[i].key);
                 rc = SMP_EINVAL;
                 goto free_all;
@@ -454,7 +443,7 @@ int wc_st_encode_header(const wc_st_entry *entries, size_t n, const wc_st_meta *
     }
     text = json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS);
     if (text == NULL) {
-        set_err(err, errlen, "safetensors: a name is not valid UTF-8");
+        wm_errbuf(err, errlen, "safetensors: a name is not valid UTF-8");
         rc = SMP_EINVAL;
         goto free_all;
     }
@@ -549,7 +538,7 @@ int wc_st_write_fd(int fd, const wc_st_entry *entries, size_t n, const wc_st_met
     rc = SMP_OK;
     goto free_head;
 write_failed:
-    set_err(err, errlen, "safetensors: write failed: %s", strerror(errno));
+    wm_errbuf(err, errlen, "safetensors: write failed: %s", strerror(errno));
     rc = SMP_EIO;
 free_head:
     free(head);
@@ -567,23 +556,23 @@ int wc_st_open(const char *path, wc_st_file *out, char *err, size_t errlen)
     memset(out, 0, sizeof *out);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        set_err(err, errlen, "%s: %s", path, strerror(errno));
+        wm_errbuf(err, errlen, "%s: %s", path, strerror(errno));
         return SMP_EIO;
     }
     if (fstat(fd, &st) < 0) {
-        set_err(err, errlen, "%s: %s", path, strerror(errno));
+        wm_errbuf(err, errlen, "%s: %s", path, strerror(errno));
         rc = SMP_EIO;
         goto close_fd;
     }
     if (st.st_size < 8) {
-        set_err(err, errlen, "%s: %lld bytes is too short for a safetensors file", path,
+        wm_errbuf(err, errlen, "%s: %lld bytes is too short for a safetensors file", path,
                 (long long)st.st_size);
         rc = SMP_EPROTO;
         goto close_fd;
     }
     void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {
-        set_err(err, errlen, "%s: mmap: %s", path, strerror(errno));
+        wm_errbuf(err, errlen, "%s: mmap: %s", path, strerror(errno));
         rc = SMP_EIO;
         goto close_fd;
     }

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "admin_http.h"
+#include "net_addr.h"
 #include "store_plugin.h"
 
 typedef struct admin_req {
@@ -135,22 +136,12 @@ static void on_completed(void *cls,
     *req_cls = NULL;
 }
 
-/* Split "host:port" into an IPv4 socket address. */
+/* "host:port" into an IPv4 socket address (the admin endpoint is IPv4). */
 static int parse_addr(const char *addr, struct sockaddr_in *sa)
 {
-    const char *colon = strrchr(addr, ':');
-    char host[64];
-    char *end = NULL;
-    if (colon == NULL || (size_t)(colon - addr) >= sizeof(host)) return SMP_EINVAL;
-    memcpy(host, addr, (size_t)(colon - addr));
-    host[colon - addr] = '\0';
-    long port = strtol(colon + 1, &end, 10);
-    if (*end != '\0' || port < 0 || port > 65535) return SMP_EINVAL;
-    memset(sa, 0, sizeof(*sa));
-    sa->sin_family = AF_INET;
-    sa->sin_port = htons((uint16_t)port);
-    if (strcmp(host, "localhost") == 0) strcpy(host, "127.0.0.1");
-    if (inet_pton(AF_INET, host, &sa->sin_addr) != 1) return SMP_EINVAL;
+    struct sockaddr_storage ss;
+    if (net_parse_listen(addr, &ss) < 0 || ss.ss_family != AF_INET) return SMP_EINVAL;
+    memcpy(sa, &ss, sizeof(*sa));
     return SMP_OK;
 }
 

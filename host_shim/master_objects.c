@@ -244,8 +244,11 @@ static int h_get_replicas(void *ctx, smp_rpc_call *call, const uint8_t *body, si
         locs[k].offset = reps[i].offset;
         locs[k].length = reps[i].length;
         locs[k].path = (char *)(reps[i].path ? reps[i].path : "");
+        /* Both kinds are read through the node's data server (a cold one with
+         * READ_COLD); only a memory replica has a segment file to map. */
         locs[k].data_addr = (char *)master_node_data_addr(m, reps[i].node);
-        locs[k].segment_path = (char *)master_node_segment_path(m, reps[i].node);
+        if (reps[i].kind == SMP_REPLICA_MEMORY)
+            locs[k].segment_path = (char *)master_node_segment_path(m, reps[i].node);
         plocs[k] = &locs[k];
         k++;
     }

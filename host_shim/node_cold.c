@@ -27,6 +27,7 @@
 #include <xxhash.h>
 
 #include "node_cold.h"
+#include "wm_errbuf.h"
 
 #define COLD_CHUNK (4u << 20)          /* bytes per write / read-back step */
 #define COLD_MAGIC "WMCOLD\0\1"
@@ -36,16 +37,6 @@ struct cold_tier {
     char *dir;
     int dfd;
 };
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    if (err == NULL || errlen == 0)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 static void put_u16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)(v >> 8); p[1] = (uint8_t)v; }
 static void put_u32(uint8_t *p, uint32_t v)
@@ -103,12 +94,12 @@ int cold_open(const char *dir, cold_tier **out, char *err, size_t errlen)
 {
     cold_tier *ct;
     if (dir == NULL || dir[0] == '\0' || out == NULL) {
-        set_err(err, errlen, "cold: no directory given");
+        wm_errbuf(err, errlen, "cold: no directory given");
         return SMP_EINVAL;
     }
     *out = NULL;
     if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
-        set_err(err, errlen, "%s: cannot create the cold directory: %s", dir, strerror(errno));
+        wm_errbuf(err, errlen, "%s: cannot create the cold directory: %s", dir, strerror(errno));
         return SMP_EIO;
     }
     ct = calloc(1, sizeof(*ct));
@@ -121,7 +112,7 @@ int cold_open(const char *dir, cold_tier **out, char *err, size_t errlen)
     }
     ct->dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (ct->dfd < 0) {
-        set_err(err, errlen, "%s: cannot open the cold directory: %s", dir, strerror(errno));
+        wm_errbuf(err, errlen, "%s: cannot open the cold directory: %s", dir, strerror(errno));
         free(ct->dir);
         free(ct);
         return SMP_EIO;
@@ -449,13 +440,13 @@ int cold_persist(cold_tier *ct,
 
     if (ct == NULL || !key_ok(key) || sha256 == NULL || (data == NULL && len > 0) ||
         len > (uint64_t)INT64_MAX - COLD_HEADER_BYTES) {
-        set_err(err, errlen, "cold persist: bad arguments");
+        wm_errbuf(err, errlen, "cold persist: bad arguments");
         return SMP_EINVAL;
     }
     if ((rc = cold_name_for(key, sha256, name)) < 0)
         return rc;
     if (RAND_bytes(rnd, sizeof(rnd)) != 1) {
-        set_err(err, errlen, "cold persist: no random bytes for a temporary name");
+        wm_errbuf(err, errlen, "cold persist: no random bytes for a temporary name");
         return SMP_EIO;
     }
     hex_encode(rnd, sizeof(rnd), rhex);
@@ -463,28 +454,28 @@ int cold_persist(cold_tier *ct,
 
     fd = openat(ct->dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) {
-        set_err(err, errlen, "%s/%s: cannot create: %s", ct->dir, tmp, strerror(errno));
+        wm_errbuf(err, errlen, "%s/%s: cannot create: %s", ct->dir, tmp, strerror(errno));
         return errno == ENOSPC || errno == EDQUOT ? SMP_ENOSPC : SMP_EIO;
     }
     rfd = openat(ct->dfd, tmp, O_RDONLY | O_CLOEXEC);
     if (rfd < 0) {
-        set_err(err, errlen, "%s/%s: cannot reopen to read back: %s", ct->dir, tmp, strerror(errno));
+        wm_errbuf(err, errlen, "%s/%s: cannot reopen to read back: %s", ct->dir, tmp, strerror(errno));
         rc = SMP_EIO;
         goto close_fd;
     }
     rc = write_and_read_back(fd, rfd, key, data, len, sha256, md);
     if (rc < 0) {
-        set_err(err, errlen, "%s/%s: writing %" PRIu64 " bytes failed: %s", ct->dir, tmp, len,
+        wm_errbuf(err, errlen, "%s/%s: writing %" PRIu64 " bytes failed: %s", ct->dir, tmp, len,
                 smp_strerror(rc));
         goto close_rfd;
     }
     if (fsync(fd) < 0) {
         rc = errno == ENOSPC || errno == EDQUOT ? SMP_ENOSPC : SMP_EIO;
-        set_err(err, errlen, "%s/%s: fsync: %s", ct->dir, tmp, strerror(errno));
+        wm_errbuf(err, errlen, "%s/%s: fsync: %s", ct->dir, tmp, strerror(errno));
         goto close_rfd;
     }
     if (memcmp(md, sha256, 32) != 0) {
-        set_err(err, errlen, "%s/%s: the bytes read back do not match the expected SHA-256 "
+        wm_errbuf(err, errlen, "%s/%s: the bytes read back do not match the expected SHA-256 "
                 "(the source replica of %.200s or the disk is bad)", ct->dir, tmp, key);
         rc = SMP_EPROTO;
         goto close_rfd;
@@ -494,7 +485,7 @@ int cold_persist(cold_tier *ct,
         if ((rc = hash_file_data(rfd, len, md)) < 0 || memcmp(md, sha256, 32) != 0) {
             if (rc == SMP_OK)
                 rc = SMP_EPROTO;
-            set_err(err, errlen, "%s/%s: the bytes re-read from the device do not verify",
+            wm_errbuf(err, errlen, "%s/%s: the bytes re-read from the device do not verify",
                     ct->dir, tmp);
             goto close_rfd;
         }
@@ -504,13 +495,13 @@ int cold_persist(cold_tier *ct,
        taken away below if the directory sync fails */
     existed = faccessat(ct->dfd, name, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
     if (renameat(ct->dfd, tmp, ct->dfd, name) < 0) {
-        set_err(err, errlen, "%s/%s: rename: %s", ct->dir, name, strerror(errno));
+        wm_errbuf(err, errlen, "%s/%s: rename: %s", ct->dir, name, strerror(errno));
         rc = SMP_EIO;
         goto close_rfd;
     }
     if (fsync(ct->dfd) < 0) {
         /* the rename may not be durable: take a new final file back */
-        set_err(err, errlen, "%s: fsync of the directory: %s", ct->dir, strerror(errno));
+        wm_errbuf(err, errlen, "%s: fsync of the directory: %s", ct->dir, strerror(errno));
         if (!existed) {
             unlinkat(ct->dfd, name, 0);
             (void)fsync(ct->dfd);
@@ -611,7 +602,7 @@ int cold_load(const cold_tier *ct,
     EVP_MD_CTX *ctx;
 
     if (cold_resolve(ct, name_or_path, name) < 0 || (dst == NULL && len > 0)) {
-        set_err(err, errlen, "cold load: \"%.200s\" is not a cold file of %s",
+        wm_errbuf(err, errlen, "cold load: \"%.200s\" is not a cold file of %s",
                 name_or_path != NULL ? name_or_path : "", ct != NULL ? ct->dir : "?");
         return SMP_EINVAL;
     }
@@ -620,23 +611,23 @@ int cold_load(const cold_tier *ct,
         return SMP_ENOMEM;
     rc = open_checked(ct, name, &fd, &flen, fsha, fkey, &fbytes);
     if (rc < 0) {
-        set_err(err, errlen, "%s/%s: %s", ct->dir, name,
+        wm_errbuf(err, errlen, "%s/%s: %s", ct->dir, name,
                 rc == SMP_EPROTO ? "bad header or size (corrupted cold file)" : smp_strerror(rc));
         goto free_key;
     }
     if (key != NULL && strcmp(key, fkey) != 0) {
-        set_err(err, errlen, "%s/%s: holds key %.200s, not %.200s", ct->dir, name, fkey, key);
+        wm_errbuf(err, errlen, "%s/%s: holds key %.200s, not %.200s", ct->dir, name, fkey, key);
         rc = SMP_EINVAL;
         goto close_fd;
     }
     if (flen != len) {
-        set_err(err, errlen, "%s/%s: holds %" PRIu64 " bytes, %" PRIu64 " expected", ct->dir,
+        wm_errbuf(err, errlen, "%s/%s: holds %" PRIu64 " bytes, %" PRIu64 " expected", ct->dir,
                 name, flen, len);
         rc = SMP_ERANGE;
         goto close_fd;
     }
     if (sha256 != NULL && memcmp(sha256, fsha, 32) != 0) {
-        set_err(err, errlen, "%s/%s: recorded SHA-256 differs from the expected one", ct->dir, name);
+        wm_errbuf(err, errlen, "%s/%s: recorded SHA-256 differs from the expected one", ct->dir, name);
         rc = SMP_EPROTO;
         goto close_fd;
     }
@@ -648,7 +639,7 @@ int cold_load(const cold_tier *ct,
     while (done < len) {
         size_t n = len - done < COLD_CHUNK ? (size_t)(len - done) : COLD_CHUNK;
         if ((rc = pread_all(fd, (uint8_t *)dst + done, n, COLD_HEADER_BYTES + done)) < 0) {
-            set_err(err, errlen, "%s/%s: read: %s", ct->dir, name, smp_strerror(rc));
+            wm_errbuf(err, errlen, "%s/%s: read: %s", ct->dir, name, smp_strerror(rc));
             goto free_ctx;
         }
         EVP_DigestUpdate(ctx, (uint8_t *)dst + done, n);
@@ -659,7 +650,7 @@ int cold_load(const cold_tier *ct,
         goto free_ctx;
     }
     if (memcmp(md, fsha, 32) != 0) {
-        set_err(err, errlen, "%s/%s: data does not match its SHA-256 (corrupted cold file)",
+        wm_errbuf(err, errlen, "%s/%s: data does not match its SHA-256 (corrupted cold file)",
                 ct->dir, name);
         rc = SMP_EPROTO;
         goto free_ctx;
@@ -671,6 +662,26 @@ close_fd:
     close(fd);
 free_key:
     free(fkey);
+    return rc;
+}
+
+int cold_open_data(const cold_tier *ct,
+                   const char *name_or_path,
+                   int *fd_out,
+                   uint64_t *len_out)
+{
+    int rc;
+    uint64_t fbytes;
+    uint8_t sha[32];
+    char name[COLD_NAME_MAX];
+    char *key;
+    if (fd_out == NULL || len_out == NULL || cold_resolve(ct, name_or_path, name) < 0)
+        return SMP_EINVAL;
+    key = malloc(COLD_KEY_MAX + 1);
+    if (key == NULL)
+        return SMP_ENOMEM;
+    rc = open_checked(ct, name, fd_out, len_out, sha, key, &fbytes);
+    free(key);
     return rc;
 }
 

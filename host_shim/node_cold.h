@@ -141,6 +141,18 @@ int cold_load(const cold_tier *ct,
               char *err,
               size_t errlen);
 
+/* Open a cold file (name or path, cold_resolve) for ranged reads of its
+ * data: the header and the file size are checked, the data is NOT hashed
+ * (that is cold_load's job, or the reader's). On SMP_OK *fd_out is open
+ * read-only (the caller closes it), *len_out is the data length, and data
+ * byte i is at file offset COLD_HEADER_BYTES + i. Returns SMP_ENOTFOUND,
+ * SMP_EINVAL (not a cold name of this tier), SMP_EPROTO (bad header or
+ * size), SMP_EIO, SMP_ENOMEM. */
+int cold_open_data(const cold_tier *ct,
+                   const char *name_or_path,
+                   int *fd_out,
+                   uint64_t *len_out);
+
 /* Delete a cold file and fsync the directory. SMP_OK, SMP_ENOTFOUND (already
  * gone), SMP_EINVAL (not a cold name of this tier), SMP_EIO. */
 int cold_delete(cold_tier *ct, const char *name_or_path);

@@ -11,7 +11,16 @@
  * has its own write request (a CONTINUE and a FINAL may be in flight
  * together); a response flagged close_after closes the connection once sent.
  * A segment carries a count of transfers in progress, so it cannot be
- * removed while its mapping is being read or written. */
+ * removed while its mapping is being read or written.
+ *
+ * A READ_COLD cannot stream from a mapping: the file is on disk (or a DFS
+ * mount) and blocking I/O must stay off the loop. It is a cold_xfer: the
+ * open and header check, then each chunk's pread into one bounded buffer
+ * (COLD_XFER_CHUNK), run on libuv's threadpool; after each chunk the loop
+ * sends it and queues the next. A transfer is always in exactly one of two
+ * places -- a work item or a chunk write -- and the connection's close
+ * frees it, unless a work item is still out: then the work's completion
+ * does (the work touches only the transfer, never the connection). */
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -19,11 +28,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <openssl/crypto.h>
 
 #include "node_data.h"
 #include "node_data_wire.h"
+#include "wm_errbuf.h"
+#include "net_addr.h"
+
+#define COLD_XFER_CHUNK (1u << 20) /* bytes of a cold file read and sent at once */
 
 _Static_assert(NDW_TICKET_MAX >= TICKET_MAX_BYTES, "wire ticket bound below ticket size");
 _Static_assert(NDW_SEGMENT_MAX >= SEG_ID_MAX, "wire segment bound below segment id size");
@@ -35,6 +49,26 @@ typedef struct data_seg {
     seg_segment *seg;
     uint64_t pins; /* transfers in progress */
 } data_seg;
+
+struct data_conn;
+
+/* One READ_COLD in progress (see the file comment). */
+typedef struct cold_xfer {
+    uv_work_t work;             /* the open, or one chunk's pread, on the threadpool */
+    uv_write_t wreq;            /* the chunk being sent */
+    struct data_conn *conn;     /* NULL once the connection closed under a work item */
+    const cold_tier *ct;
+    int in_work;                /* a work item is out */
+    int opened;                 /* the open step is done */
+    int rc;                     /* result of the last work item */
+    int fd;                     /* the cold file, or -1 */
+    uint64_t data_len;          /* the file's data bytes (header says, size agrees) */
+    uint64_t pos;               /* data offset of the next chunk */
+    uint64_t remaining;         /* bytes still to send */
+    size_t chunk;               /* bytes in buf */
+    char name[COLD_NAME_MAX];
+    uint8_t buf[COLD_XFER_CHUNK];
+} cold_xfer;
 
 typedef struct data_conn {
     uv_tcp_t tcp;
@@ -51,6 +85,7 @@ typedef struct data_conn {
     data_seg *pinned;           /* segment of the transfer in progress */
     uint8_t *dst;               /* PAYLOAD: where the next byte goes */
     uint64_t remaining;         /* PAYLOAD: bytes still to receive */
+    cold_xfer *cold;            /* the READ_COLD in progress */
 } data_conn;
 
 typedef struct data_reply {
@@ -79,19 +114,10 @@ struct data_server {
     int backlog;
     uint64_t idle_ms;
     data_seg *segs;
+    const cold_tier *cold;      /* borrowed; NULL: READ_COLD refused */
     data_conn *conns;
     data_server_stats stats;
 };
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    if (err == NULL || errlen == 0)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 static void server_maybe_free(data_server *s)
 {
@@ -116,12 +142,12 @@ int data_server_create(uv_loop_t *loop,
     data_server *s;
     if (loop == NULL || opt == NULL || out == NULL || opt->listen_tcp == NULL ||
         opt->listen_tcp[0] == '\0') {
-        set_err(err, errlen, "data server: no listen address");
+        wm_errbuf(err, errlen, "data server: no listen address");
         return SMP_EINVAL;
     }
     if (opt->secret != NULL &&
         (opt->secret->len < TICKET_SECRET_MIN || opt->secret->len > TICKET_SECRET_MAX)) {
-        set_err(err, errlen, "data server: the ticket secret has %zu bytes (%d..%d allowed)",
+        wm_errbuf(err, errlen, "data server: the ticket secret has %zu bytes (%d..%d allowed)",
                 opt->secret->len, TICKET_SECRET_MIN, TICKET_SECRET_MAX);
         return SMP_EINVAL;
     }
@@ -189,7 +215,20 @@ int data_server_remove_segment(data_server *s, const char *id)
     return SMP_ENOTFOUND;
 }
 
+void data_server_set_cold(data_server *s, const cold_tier *ct)
+{
+    if (s != NULL)
+        s->cold = ct;
+}
+
 /* -- connections ----------------------------------------------------------- */
+
+static void cold_free(cold_xfer *x)
+{
+    if (x->fd >= 0)
+        close(x->fd);
+    free(x);
+}
 
 static void on_conn_closed(uv_handle_t *h)
 {
@@ -199,6 +238,12 @@ static void on_conn_closed(uv_handle_t *h)
         return;
     if (c->pinned != NULL)
         c->pinned->pins--;
+    if (c->cold != NULL) {
+        if (c->cold->in_work)
+            c->cold->conn = NULL; /* the work's completion frees it */
+        else
+            cold_free(c->cold);
+    }
     if (c->prev != NULL)
         c->prev->next = c->next;
     else
@@ -389,6 +434,186 @@ static int check_ticket(data_conn *c, const char *segid, uint8_t op)
     return rc;
 }
 
+/* -- READ_COLD ------------------------------------------------------------- */
+
+/* Threadpool: open the file, or pread the next chunk. Touches x only. */
+static void cold_work(uv_work_t *w)
+{
+    cold_xfer *x = w->data;
+    uint64_t off;
+    size_t got = 0;
+    if (!x->opened) {
+        x->rc = cold_open_data(x->ct, x->name, &x->fd, &x->data_len);
+        return;
+    }
+    x->chunk = x->remaining < COLD_XFER_CHUNK ? (size_t)x->remaining : COLD_XFER_CHUNK;
+    off = COLD_HEADER_BYTES + x->pos;
+    x->rc = SMP_OK;
+    while (got < x->chunk) {
+        ssize_t n = pread(x->fd, x->buf + got, x->chunk - got, (off_t)(off + got));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            x->rc = n < 0 ? SMP_EIO : SMP_EPROTO; /* EPROTO: the file got shorter */
+            return;
+        }
+        got += (size_t)n;
+    }
+}
+
+static void cold_after_work(uv_work_t *w, int status);
+
+/* Queue x's next work item. SMP_OK, or SMP_EIO (nothing queued). */
+static int cold_queue(data_conn *c, cold_xfer *x)
+{
+    if (uv_queue_work(c->srv->loop, &x->work, cold_work, cold_after_work) < 0)
+        return SMP_EIO;
+    x->in_work = 1;
+    return SMP_OK;
+}
+
+/* The transfer is over (served or refused): drop it and take the next
+ * request. */
+static void cold_end(data_conn *c)
+{
+    cold_free(c->cold);
+    c->cold = NULL;
+    c->state = CS_HDR;
+    c->got = 0;
+    idle_arm(c);
+    if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) < 0)
+        conn_close(c);
+}
+
+static void cold_chunk_sent(uv_write_t *w, int status)
+{
+    cold_xfer *x = w->data;
+    data_conn *c = x->conn;
+    if (status < 0 || c->state == CS_CLOSING) {
+        conn_close(c); /* the close frees x */
+        return;
+    }
+    c->srv->stats.bytes_read += x->chunk;
+    x->pos += x->chunk;
+    x->remaining -= x->chunk;
+    if (x->remaining > 0) {
+        if (cold_queue(c, x) < 0)
+            conn_close(c);
+        return;
+    }
+    c->srv->stats.cold_reads++;
+    cold_end(c);
+}
+
+/* Refuse the READ_COLD of c: answer, drop the transfer, resume reading. */
+static void cold_refuse(data_conn *c, int status, const char *fmt, ...)
+{
+    char msg[NDW_MESSAGE_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (send_reply(c, status, NDW_KIND_FINAL, msg, NULL, 0, 0) < 0)
+        return; /* closing: the close frees the transfer */
+    cold_end(c);
+}
+
+static void cold_after_work(uv_work_t *w, int status)
+{
+    cold_xfer *x = w->data;
+    data_conn *c = x->conn;
+    data_server *s;
+    uint64_t off, len;
+    uv_buf_t b;
+    (void)status; /* never cancelled */
+    x->in_work = 0;
+    if (c == NULL) {
+        cold_free(x); /* the connection is gone */
+        return;
+    }
+    s = c->srv;
+    off = c->req.offset;
+    len = c->req.length;
+    if (!x->opened) {
+        x->opened = 1;
+        if (x->rc < 0) {
+            s->stats.refused_cold++;
+            cold_refuse(c, x->rc, "cold file %s: %s", x->name,
+                        x->rc == SMP_ENOTFOUND ? "no such file on this node"
+                        : x->rc == SMP_EPROTO  ? "bad header or size (corrupted cold file)"
+                                               : smp_strerror(x->rc));
+            return;
+        }
+        if (off > x->data_len || len > x->data_len - off) {
+            s->stats.refused_range++;
+            cold_refuse(c, SMP_ERANGE, "[%" PRIu64 ", +%" PRIu64 ") is outside cold file %s of %"
+                        PRIu64 " bytes", off, len, x->name, x->data_len);
+            return;
+        }
+        if (send_reply(c, SMP_OK, NDW_KIND_FINAL, NULL, NULL, len, 0) < 0)
+            return; /* closing */
+        x->pos = off;
+        x->remaining = len;
+        if (len == 0) {
+            s->stats.cold_reads++;
+            cold_end(c);
+        } else if (cold_queue(c, x) < 0) {
+            conn_close(c);
+        }
+        return;
+    }
+    if (x->rc < 0) {
+        /* The header promised len bytes: closing is the only honest answer. */
+        s->stats.cold_read_errors++;
+        conn_close(c);
+        return;
+    }
+    b = uv_buf_init((char *)x->buf, (unsigned)x->chunk);
+    if (uv_write(&x->wreq, (uv_stream_t *)&c->tcp, &b, 1, cold_chunk_sent) < 0)
+        conn_close(c);
+}
+
+/* A READ_COLD of the file name (the request's "segment id"): check the
+ * name and the ticket on the loop, then open the file on the threadpool. */
+static void cold_start(data_conn *c, const char *name)
+{
+    data_server *s = c->srv;
+    char bare[COLD_NAME_MAX];
+    cold_xfer *x;
+    if (s->cold == NULL) {
+        refuse(c, SMP_ENOTSUP, "this node serves no cold files");
+        return;
+    }
+    /* A bare name only: no directory, no NUL inside, the form cold_resolve
+     * accepts -- so nothing outside the cold directory can be named. */
+    if (strlen(name) != c->req.seg_len || strchr(name, '/') != NULL ||
+        cold_resolve(s->cold, name, bare) < 0) {
+        s->stats.refused_cold++;
+        refuse(c, SMP_EINVAL, "'%.80s' is not the name of a cold file", name);
+        return;
+    }
+    if ((s->require_read_ticket || c->req.ticket_len > 0) &&
+        check_ticket(c, bare, TICKET_OP_READ) < 0)
+        return;
+    x = calloc(1, sizeof(*x));
+    if (x == NULL) {
+        refuse(c, SMP_ENOMEM, "out of memory");
+        return;
+    }
+    x->work.data = x;
+    x->wreq.data = x;
+    x->conn = c;
+    x->ct = s->cold;
+    x->fd = -1;
+    memcpy(x->name, bare, sizeof(bare));
+    c->state = CS_BUSY;
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    idle_disarm(c);
+    c->cold = x;
+    if (cold_queue(c, x) < 0)
+        cold_refuse(c, SMP_EIO, "cannot queue the read of cold file %s", bare);
+}
+
 /* The header and variable part of a request are in: act on it. */
 static void handle_request(data_conn *c)
 {
@@ -399,6 +624,10 @@ static void handle_request(data_conn *c)
 
     memcpy(segid, c->var, c->req.seg_len);
     segid[c->req.seg_len] = '\0';
+    if (c->req.op == NDW_OP_READ_COLD) {
+        cold_start(c, segid);
+        return;
+    }
     if (seg_validate_id(segid) < 0) {
         protocol_error(c, "the segment id is not a valid id");
         return;
@@ -567,40 +796,6 @@ static void on_connection(uv_stream_t *server, int status)
 
 /* -- listening ------------------------------------------------------------- */
 
-/* Parse "host:port" / "[v6]:port" / ":port" into ss. SMP_OK or SMP_EINVAL. */
-static int parse_tcp(const char *spec, struct sockaddr_storage *ss)
-{
-    char host[256];
-    const char *colon = strrchr(spec, ':'), *hs = spec, *he;
-    char *end = NULL;
-    long port;
-    if (colon == NULL)
-        return SMP_EINVAL;
-    he = colon;
-    if (spec[0] == '[') {
-        hs = spec + 1;
-        if (he == spec || he[-1] != ']')
-            return SMP_EINVAL;
-        he--;
-    }
-    if (he < hs || (size_t)(he - hs) >= sizeof(host))
-        return SMP_EINVAL;
-    memcpy(host, hs, (size_t)(he - hs));
-    host[he - hs] = '\0';
-    errno = 0;
-    port = strtol(colon + 1, &end, 10);
-    if (colon[1] == '\0' || *end != '\0' || errno != 0 || port < 0 || port > 65535)
-        return SMP_EINVAL;
-    if (host[0] == '\0' || strcmp(host, "*") == 0)
-        strcpy(host, "0.0.0.0");
-    if (strcmp(host, "localhost") == 0)
-        strcpy(host, "127.0.0.1");
-    if (uv_ip4_addr(host, (int)port, (struct sockaddr_in *)ss) == 0)
-        return SMP_OK;
-    if (uv_ip6_addr(host, (int)port, (struct sockaddr_in6 *)ss) == 0)
-        return SMP_OK;
-    return SMP_EINVAL;
-}
 
 static void on_listener_closed(uv_handle_t *h)
 {
@@ -625,8 +820,8 @@ int data_server_start(data_server *s, char *err, size_t errlen)
     if (s == NULL || s->started || s->closing)
         return SMP_ESTATE;
     memset(&ss, 0, sizeof(ss));
-    if (parse_tcp(s->listen_tcp, &ss) < 0) {
-        set_err(err, errlen, "data server: listen address '%s' is not host:port with a numeric "
+    if (net_parse_listen(s->listen_tcp, &ss) < 0) {
+        wm_errbuf(err, errlen, "data server: listen address '%s' is not host:port with a numeric "
                 "address", s->listen_tcp);
         return SMP_EINVAL;
     }
@@ -637,7 +832,7 @@ int data_server_start(data_server *s, char *err, size_t errlen)
     s->listening = 1;
     if ((rc = uv_tcp_bind(&s->listener, (const struct sockaddr *)&ss, 0)) < 0 ||
         (rc = uv_listen((uv_stream_t *)&s->listener, s->backlog, on_connection)) < 0) {
-        set_err(err, errlen, "data server: cannot listen on %s: %s", s->listen_tcp,
+        wm_errbuf(err, errlen, "data server: cannot listen on %s: %s", s->listen_tcp,
                 uv_strerror(rc));
         s->listening = 0;
         uv_close((uv_handle_t *)&s->listener, on_listener_closed);

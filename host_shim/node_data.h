@@ -19,6 +19,18 @@
  * require_read_ticket is set (see node_ticket.h for why); a ticket that comes
  * with a read is checked all the same.
  *
+ * READ_COLD (data_server_set_cold): a range of a cold file's data, by the
+ * file's bare name. Names with a directory, "..", or not of the cold form
+ * are refused (SMP_EINVAL), a missing file is SMP_ENOTFOUND, a file whose
+ * header or size is bad SMP_EPROTO, a range past the data SMP_ERANGE; all
+ * keep the connection. The file is read in bounded chunks on libuv's
+ * threadpool, never whole. The node checks the header and the size but does
+ * NOT hash what it sends: the persist verified the file when it was written
+ * and a load into memory verifies it again, but a range read is only as
+ * good as the disk -- a client must verify the bytes (the object's SHA-256,
+ * or digests of its ranges it knows). A file deleted while it is being read
+ * is still read to the end (the descriptor stays valid).
+ *
  * Everything runs on the loop thread. Segments are borrowed: a segment must
  * stay open until it is removed from the server (or the server is closed). */
 #ifndef HOST_NODE_DATA_H
@@ -29,6 +41,7 @@
 
 #include <uv.h>
 
+#include "node_cold.h"
 #include "node_segment.h"
 #include "node_ticket.h"
 #include "store_plugin.h"
@@ -63,6 +76,10 @@ typedef struct data_server_stats {
     uint64_t bad_frames;             /* connections closed for a malformed frame */
     uint64_t truncated;              /* peers gone in the middle of a request */
     uint64_t idle_closed;            /* connections closed by the idle timeout */
+    uint64_t cold_reads;             /* READ_COLD requests served (bytes in bytes_read) */
+    uint64_t refused_cold;           /* bad cold name, missing or malformed cold file */
+    uint64_t cold_read_errors;       /* cold files that failed in the middle of a read
+                                        (the connection was closed) */
 } data_server_stats;
 
 /* Create a server on loop (borrowed). Nothing listens before
@@ -81,6 +98,11 @@ int data_server_add_segment(data_server *s, seg_segment *seg);
 /* Stop serving the segment id. SMP_ENOTFOUND; SMP_EBUSY while a transfer
  * into or out of it is in progress (try again after the loop ran). */
 int data_server_remove_segment(data_server *s, const char *id);
+
+/* Serve READ_COLD from ct (borrowed; NULL: refuse them with SMP_ENOTSUP).
+ * ct must stay open until the server is closed and its loop has run to the
+ * end (a chunk read may be out on the threadpool until then). */
+void data_server_set_cold(data_server *s, const cold_tier *ct);
 
 /* Bind and listen. SIGPIPE is set to ignored if it still has its default
  * action. SMP_OK, SMP_EINVAL (bad address), SMP_EIO (bind / listen failed),

@@ -23,6 +23,7 @@
 #include <openssl/evp.h>
 
 #include "node_segment.h"
+#include "wm_errbuf.h"
 
 struct seg_segment {
     char id[SEG_ID_MAX + 1];
@@ -32,16 +33,6 @@ struct seg_segment {
     uint64_t size;
     int reopened;
 };
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    if (err == NULL || errlen == 0)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 int seg_validate_id(const char *id)
 {
@@ -82,19 +73,19 @@ static int size_new_file(int fd, const char *path, uint64_t size, int prealloc,
         if (e == 0)
             return SMP_OK;
         if (e == ENOSPC || e == EFBIG) {
-            set_err(err, errlen, "%s: cannot reserve %" PRIu64 " bytes: %s", path, size,
+            wm_errbuf(err, errlen, "%s: cannot reserve %" PRIu64 " bytes: %s", path, size,
                     strerror(e));
             return SMP_ENOSPC;
         }
         if (e != EOPNOTSUPP && e != EINVAL) {
-            set_err(err, errlen, "%s: fallocate: %s", path, strerror(e));
+            wm_errbuf(err, errlen, "%s: fallocate: %s", path, strerror(e));
             return SMP_EIO;
         }
         /* the file system cannot reserve: fall back to a sparse size */
     }
     if (ftruncate(fd, (off_t)size) < 0) {
         e = errno;
-        set_err(err, errlen, "%s: cannot size to %" PRIu64 " bytes: %s", path, size, strerror(e));
+        wm_errbuf(err, errlen, "%s: cannot size to %" PRIu64 " bytes: %s", path, size, strerror(e));
         return e == ENOSPC || e == EFBIG ? SMP_ENOSPC : SMP_EIO;
     }
     return SMP_OK;
@@ -110,26 +101,26 @@ int seg_open(const seg_options *opt, seg_segment **out, char *err, size_t errlen
     char path[4096];
 
     if (opt == NULL || out == NULL) {
-        set_err(err, errlen, "segment: missing options");
+        wm_errbuf(err, errlen, "segment: missing options");
         return SMP_EINVAL;
     }
     *out = NULL;
     dir = opt->dir != NULL && opt->dir[0] != '\0' ? opt->dir : SEG_DEFAULT_DIR;
     if (seg_validate_id(opt->id) < 0) {
-        set_err(err, errlen, "segment: invalid id \"%.64s\" (1..%d of [A-Za-z0-9._-], not '.' first)",
+        wm_errbuf(err, errlen, "segment: invalid id \"%.64s\" (1..%d of [A-Za-z0-9._-], not '.' first)",
                 opt->id != NULL ? opt->id : "", SEG_ID_MAX);
         return SMP_EINVAL;
     }
     if (opt->size == 0 || opt->size > (uint64_t)SIZE_MAX / 2 || opt->size > (uint64_t)INT64_MAX) {
-        set_err(err, errlen, "segment %s: size %" PRIu64 " is not usable", opt->id, opt->size);
+        wm_errbuf(err, errlen, "segment %s: size %" PRIu64 " is not usable", opt->id, opt->size);
         return SMP_EINVAL;
     }
     if ((rc = seg_path_for(dir, opt->id, path, sizeof(path))) < 0) {
-        set_err(err, errlen, "segment %s: directory path too long", opt->id);
+        wm_errbuf(err, errlen, "segment %s: directory path too long", opt->id);
         return rc;
     }
     if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
-        set_err(err, errlen, "%s: cannot create the directory: %s", dir, strerror(errno));
+        wm_errbuf(err, errlen, "%s: cannot create the directory: %s", dir, strerror(errno));
         return SMP_EIO;
     }
 
@@ -151,29 +142,29 @@ int seg_open(const seg_options *opt, seg_segment **out, char *err, size_t errlen
     else if (errno == EEXIST)
         s->fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
     if (s->fd < 0) {
-        set_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        wm_errbuf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         rc = SMP_EIO;
         goto free_seg;
     }
     if (flock(s->fd, LOCK_EX | LOCK_NB) < 0) {
         if (errno == EWOULDBLOCK) {
-            set_err(err, errlen, "%s: the segment is held open by another node", path);
+            wm_errbuf(err, errlen, "%s: the segment is held open by another node", path);
             rc = SMP_EBUSY;
         } else {
-            set_err(err, errlen, "%s: flock: %s", path, strerror(errno));
+            wm_errbuf(err, errlen, "%s: flock: %s", path, strerror(errno));
             rc = SMP_EIO;
         }
         goto close_fd;
     }
     if (fstat(s->fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        set_err(err, errlen, "%s: not a regular file", path);
+        wm_errbuf(err, errlen, "%s: not a regular file", path);
         rc = SMP_EIO;
         goto close_fd;
     }
     if (st.st_uid != geteuid() || (st.st_mode & 077) != 0) {
         /* in a shared directory such as /dev/shm another user could have
            planted the file to read or feed our replicas */
-        set_err(err, errlen, "%s: owned by uid %u with mode %03o; a segment file must be "
+        wm_errbuf(err, errlen, "%s: owned by uid %u with mode %03o; a segment file must be "
                 "this user's and private (0600)", path, (unsigned)st.st_uid,
                 (unsigned)(st.st_mode & 0777));
         rc = SMP_EINVAL;
@@ -185,7 +176,7 @@ int seg_open(const seg_options *opt, seg_segment **out, char *err, size_t errlen
         if ((rc = size_new_file(s->fd, path, s->size, opt->preallocate, err, errlen)) < 0)
             goto unlink_new;
     } else if ((uint64_t)st.st_size != s->size) {
-        set_err(err, errlen, "%s: the existing segment file has %" PRIu64
+        wm_errbuf(err, errlen, "%s: the existing segment file has %" PRIu64
                 " bytes but %" PRIu64 " were configured; refusing to resize it",
                 path, (uint64_t)st.st_size, s->size);
         rc = SMP_ESTATE;
@@ -194,7 +185,7 @@ int seg_open(const seg_options *opt, seg_segment **out, char *err, size_t errlen
     s->base = mmap(NULL, (size_t)s->size, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
     if (s->base == MAP_FAILED) {
         s->base = NULL;
-        set_err(err, errlen, "%s: mmap of %" PRIu64 " bytes: %s", path, s->size, strerror(errno));
+        wm_errbuf(err, errlen, "%s: mmap of %" PRIu64 " bytes: %s", path, s->size, strerror(errno));
         rc = SMP_EIO;
         goto unlink_new;
     }

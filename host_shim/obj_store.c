@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <uthash.h>
 
 #include "host_records.pb-c.h"
 
@@ -39,11 +40,13 @@ typedef struct obj_sl_node {
     const char *key; /* borrowed from val's owner */
     void *val;
     int level;
+    UT_hash_handle hh; /* exact lookups go through the hash, not the levels */
     struct obj_sl_node *next[];
 } obj_sl_node;
 
 typedef struct obj_sl {
     obj_sl_node *head;
+    obj_sl_node *hash; /* the same nodes, by key */
     int level;
     size_t count;
     uint64_t rng;
@@ -56,6 +59,7 @@ static int obj_sl_init(obj_sl *sl)
     if (!sl->head) return SMP_ENOMEM;
     sl->head->level = OBJ_SL_MAX_LEVEL;
     sl->level = 1;
+    sl->hash = NULL;
     sl->count = 0;
     sl->rng = UINT64_C(0x9E3779B97F4A7C15);
     return SMP_OK;
@@ -65,6 +69,7 @@ static int obj_sl_init(obj_sl *sl)
 static void obj_sl_fini(obj_sl *sl)
 {
     if (!sl->head) return;
+    HASH_CLEAR(hh, sl->hash);
     obj_sl_node *n = sl->head->next[0];
     while (n) {
         obj_sl_node *nx = n->next[0];
@@ -105,8 +110,9 @@ static obj_sl_node *obj_sl_seek(const obj_sl *sl, const char *key, obj_sl_node *
 
 static void *obj_sl_get(const obj_sl *sl, const char *key)
 {
-    obj_sl_node *n = obj_sl_seek(sl, key, NULL);
-    return (n && strcmp(n->key, key) == 0) ? n->val : NULL;
+    obj_sl_node *n = NULL;
+    HASH_FIND(hh, sl->hash, key, strlen(key), n);
+    return n ? n->val : NULL;
 }
 
 /* Insert key -> val, or replace key pointer and value when the key exists
@@ -117,6 +123,7 @@ static int obj_sl_put(obj_sl *sl, const char *key, void *val)
     obj_sl_node *n = obj_sl_seek(sl, key, upd);
     if (n && strcmp(n->key, key) == 0) {
         n->key = key;
+        n->hh.key = key; /* same bytes, same hash: only the pointer moves */
         n->val = val;
         return SMP_OK;
     }
@@ -128,6 +135,7 @@ static int obj_sl_put(obj_sl *sl, const char *key, void *val)
     n->key = key;
     n->val = val;
     n->level = lvl;
+    HASH_ADD_KEYPTR(hh, sl->hash, n->key, strlen(n->key), n);
     for (int i = 0; i < lvl; i++) {
         n->next[i] = upd[i]->next[i];
         upd[i]->next[i] = n;
@@ -143,6 +151,7 @@ static void *obj_sl_del(obj_sl *sl, const char *key)
     obj_sl_node *n = obj_sl_seek(sl, key, upd);
     if (!n || strcmp(n->key, key) != 0) return NULL;
     for (int i = 0; i < n->level; i++) upd[i]->next[i] = n->next[i];
+    HASH_DEL(sl->hash, n);
     while (sl->level > 1 && !sl->head->next[sl->level - 1]) sl->level--;
     void *val = n->val;
     free(n);
@@ -1709,6 +1718,7 @@ static void obj_store_clear(obj_store *st)
                        &st->reserves, &st->holds};
     for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++) {
         obj_sl_node *h = lists[i]->head;
+        HASH_CLEAR(hh, lists[i]->hash);
         for (obj_sl_node *x = h->next[0]; x;) {
             obj_sl_node *nx = x->next[0];
             free(x);

@@ -33,6 +33,7 @@
 #include "rpc.h"
 #include "rpc.pb-c.h"
 #include "wm_errbuf.h"
+#include "net_addr.h"
 
 #define RPC_READ_CHUNK (64u * 1024u)
 
@@ -839,38 +840,7 @@ no_memory:
 /* Split "host:port" / "[v6]:port" / ":port" into a socket address. */
 static int parse_tcp(const char *spec, struct sockaddr_storage *ss, char *err, size_t errlen)
 {
-    char host[256];
-    const char *colon, *hs = spec, *he;
-    char *end = NULL;
-    long port;
-
-    colon = strrchr(spec, ':');
-    if (colon == NULL)
-        goto bad;
-    he = colon;
-    if (spec[0] == '[') {
-        hs = spec + 1;
-        if (he == spec || he[-1] != ']')
-            goto bad;
-        he--;
-    }
-    if ((size_t)(he - hs) >= sizeof(host))
-        goto bad;
-    memcpy(host, hs, (size_t)(he - hs));
-    host[he - hs] = '\0';
-    errno = 0;
-    port = strtol(colon + 1, &end, 10);
-    if (colon[1] == '\0' || *end != '\0' || errno != 0 || port < 0 || port > 65535)
-        goto bad;
-    if (host[0] == '\0' || strcmp(host, "*") == 0)
-        strcpy(host, "0.0.0.0");
-    if (strcmp(host, "localhost") == 0)
-        strcpy(host, "127.0.0.1");
-    if (uv_ip4_addr(host, (int)port, (struct sockaddr_in *)ss) == 0)
-        return SMP_OK;
-    if (uv_ip6_addr(host, (int)port, (struct sockaddr_in6 *)ss) == 0)
-        return SMP_OK;
-bad:
+    if (net_parse_listen(spec, ss) == SMP_OK) return SMP_OK;
     wm_errbuf(err, errlen, "rpc: listen_tcp '%s' is not host:port with a numeric address", spec);
     return SMP_EINVAL;
 }

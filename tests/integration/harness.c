@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -70,6 +71,7 @@ static pid_t spawn(hx_master *m)
 {
     pid_t pid = fork();
     if (pid != 0) return pid;
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
     int fd = open(m->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (fd >= 0) {
         dup2(fd, 2);
@@ -270,6 +272,7 @@ int hx_node_start(const hx_master *m, hx_node *n, const char *id, unsigned long 
     n->pid = fork();
     if (n->pid < 0) return -1;
     if (n->pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
         int fd = open(n->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
         if (fd >= 0) {
             dup2(fd, 2);

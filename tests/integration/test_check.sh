@@ -10,7 +10,11 @@ pass=0 fail=0
 ok()  { echo "ok: $1"; pass=$((pass + 1)); }
 bad() { echo "FAIL: $1"; fail=$((fail + 1)); }
 
-out=$("$bin" --config "$SOURCE_DIR/config/embedded.yaml" --check 2>&1); rc=$?
+# The embedded config as shipped, with its plugin path pointing at this build.
+sed "s#\.\./build/lib/weight_mgmt\.so#$BUILD_DIR/lib/weight_mgmt.so#" \
+  "$SOURCE_DIR/config/embedded.yaml" >"$tmp/embedded.yaml"
+grep -q "$BUILD_DIR/lib/weight_mgmt.so" "$tmp/embedded.yaml" || { echo "FAIL: embedded.yaml has no plugin path to rewrite"; exit 1; }
+out=$("$bin" --config "$tmp/embedded.yaml" --check 2>&1); rc=$?
 [ $rc -eq 0 ] && ok "embedded config checks" || bad "embedded config: exit $rc: $out"
 for line in \
   "type 8 WEIGHT_METADATA_UPSERT encver 1..1 gate weight_management_oplog_capability_confirmed" \

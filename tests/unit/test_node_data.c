@@ -8,7 +8,11 @@
  * malformed frames and random bytes close only their own connection while
  * another client is still served; read tickets when the node demands them;
  * a node without a secret refuses writes; stalled and idle connections are
- * closed when an idle timeout is set. */
+ * closed when an idle timeout is set. READ_COLD: ranges of a cold file
+ * persisted by node_cold.c come back byte for byte across chunk bounds;
+ * names that leave the cold directory, unknown and malformed files, and
+ * ranges past the data are refused with the connection kept, while a
+ * second client is served; a node without a cold tier refuses them. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,8 +23,10 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <openssl/sha.h>
 #include <uv.h>
 
+#include "node_cold.h"
 #include "node_data.h"
 #include "node_data_client.h"
 #include "node_data_wire.h"
@@ -55,9 +61,10 @@ static void loop_thread(void *arg)
     uv_run(&h->loop, UV_RUN_DEFAULT);
 }
 
-/* Start a server on a fresh segment filled with PATTERN. */
-static harness *harness_start_idle(const char *seg_id, const ticket_secret *secret,
-                                   int read_tickets, uint64_t idle_ms)
+/* Start a server on a fresh segment filled with PATTERN, serving the cold
+ * files of ct (NULL: none). */
+static harness *harness_start_cold(const char *seg_id, const ticket_secret *secret,
+                                   int read_tickets, uint64_t idle_ms, const cold_tier *ct)
 {
     harness *h = calloc(1, sizeof(*h));
     seg_options so = { .dir = g_dir, .id = seg_id, .size = SEG_BYTES };
@@ -72,6 +79,7 @@ static harness *harness_start_idle(const char *seg_id, const ticket_secret *secr
     assert_int_equal(data_server_create(&h->loop, &o, &h->srv, err, sizeof(err)), SMP_OK);
     assert_int_equal(data_server_add_segment(h->srv, h->seg), SMP_OK);
     assert_int_equal(data_server_add_segment(h->srv, h->seg), SMP_EEXIST);
+    data_server_set_cold(h->srv, ct);
     assert_int_equal(data_server_start(h->srv, err, sizeof(err)), SMP_OK);
     snprintf(h->endpoint, sizeof(h->endpoint), "127.0.0.1:%d", data_server_tcp_port(h->srv));
     uv_async_init(&h->loop, &h->stop, on_stop);
@@ -80,12 +88,18 @@ static harness *harness_start_idle(const char *seg_id, const ticket_secret *secr
     return h;
 }
 
-/* Stop the server and the loop; *stats (may be NULL) gets the final counters. */
+static harness *harness_start_idle(const char *seg_id, const ticket_secret *secret,
+                                   int read_tickets, uint64_t idle_ms)
+{
+    return harness_start_cold(seg_id, secret, read_tickets, idle_ms, NULL);
+}
+
 static harness *harness_start(const char *seg_id, const ticket_secret *secret, int read_tickets)
 {
     return harness_start_idle(seg_id, secret, read_tickets, 0);
 }
 
+/* Stop the server and the loop; *stats (may be NULL) gets the final counters. */
 static void harness_stop_stats(harness *h, data_server_stats *stats)
 {
     uv_async_send(&h->stop);
@@ -445,6 +459,203 @@ static void test_idle_connections_are_closed(void **state)
     assert_int_equal(st.truncated, 1);
 }
 
+/* -- READ_COLD ------------------------------------------------------------- */
+
+#define COLD_OBJ_BYTES ((5u << 19) + 123) /* 2.5 MiB + 123: several server chunks */
+
+static uint8_t cold_byte(uint64_t i)
+{
+    return (uint8_t)((i * 2654435761u) >> 13);
+}
+
+/* A cold tier under g_dir with one persisted object; its name in name. */
+static cold_tier *cold_fixture(char name[COLD_NAME_MAX], uint8_t **data_out)
+{
+    char dir[300], err[256];
+    cold_tier *ct = NULL;
+    uint8_t sha[32];
+    uint8_t *data = malloc(COLD_OBJ_BYTES);
+    assert_non_null(data);
+    for (uint64_t i = 0; i < COLD_OBJ_BYTES; i++)
+        data[i] = cold_byte(i);
+    snprintf(dir, sizeof(dir), "%s.cold", g_dir);
+    assert_int_equal(cold_open(dir, &ct, err, sizeof(err)), SMP_OK);
+    SHA256(data, COLD_OBJ_BYTES, sha);
+    assert_int_equal(cold_persist(ct, "model/w0", data, COLD_OBJ_BYTES, sha, 0, name, err,
+                                  sizeof(err)), SMP_OK);
+    *data_out = data;
+    return ct;
+}
+
+static void cold_fixture_done(cold_tier *ct, uint8_t *data)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", cold_dir(ct));
+    cold_close(ct);
+    assert_int_equal(system(cmd), 0);
+    free(data);
+}
+
+/* A cold file's data comes back whole, in ranges that straddle the node's
+ * chunks, empty, and at its very end; the header is never part of it. */
+static void test_cold_read_round_trip(void **state)
+{
+    char name[COLD_NAME_MAX];
+    uint8_t *data, *out = malloc(COLD_OBJ_BYTES);
+    cold_tier *ct = cold_fixture(name, &data);
+    harness *h = harness_start_cold("cr", &g_secret, 0, 0, ct);
+    ndc_conn *c = connect_to(h);
+    data_server_stats st;
+    const uint64_t mib = 1u << 20;
+    (void)state;
+    assert_int_equal(ndc_read_cold(c, name, 0, COLD_OBJ_BYTES, out), SMP_OK);
+    assert_memory_equal(out, data, COLD_OBJ_BYTES);
+    assert_int_equal(ndc_read_cold(c, name, mib - 7, mib + 20, out), SMP_OK);
+    assert_memory_equal(out, data + mib - 7, mib + 20);
+    assert_int_equal(ndc_read_cold(c, name, 5, 0, out), SMP_OK);
+    assert_int_equal(ndc_read_cold(c, name, COLD_OBJ_BYTES - 1, 1, out), SMP_OK);
+    assert_int_equal(out[0], data[COLD_OBJ_BYTES - 1]);
+    assert_int_equal(ndc_read_cold(c, name, COLD_OBJ_BYTES, 0, out), SMP_OK);
+    /* memory reads on the same connection are unaffected */
+    assert_int_equal(ndc_read(c, "cr", 0, 16, out, NULL, 0), SMP_OK);
+    assert_int_equal(out[0], PATTERN);
+    ndc_close(c);
+    harness_stop_stats(h, &st);
+    assert_int_equal(st.cold_reads, 5);
+    assert_int_equal(st.reads, 1);
+    assert_int_equal(st.bytes_read, COLD_OBJ_BYTES + mib + 20 + 1 + 16);
+    cold_fixture_done(ct, data);
+    free(out);
+}
+
+/* Build a raw READ_COLD frame whose name is the n bytes at name. */
+static size_t raw_cold_frame(uint8_t *out, const char *name, size_t n, uint64_t len)
+{
+    ndw_request r = { .op = NDW_OP_READ_COLD, .seg_len = (uint16_t)n, .offset = 0,
+                      .length = len, .ticket_len = 0 };
+    ndw_encode_request(out, &r);
+    memcpy(out + NDW_REQ_HDR, name, n);
+    return NDW_REQ_HDR + n;
+}
+
+/* Names that leave the cold directory (a "../", a slash, an absolute path,
+ * a symlink in the directory), names not of the cold form, an embedded NUL,
+ * unknown and malformed files, and ranges past the data are refused; the
+ * connection stays usable, and a second client is served meanwhile. */
+static void test_cold_read_refusals(void **state)
+{
+    char name[COLD_NAME_MAX], other[COLD_NAME_MAX], bad[400], path[400];
+    uint8_t *data, buf[256], frame[NDW_REQ_HDR + 300], sha[32];
+    cold_tier *ct = cold_fixture(name, &data);
+    harness *h = harness_start_cold("cf", &g_secret, 0, 0, ct);
+    ndc_conn *c = connect_to(h), *c2 = connect_to(h);
+    data_server_stats st;
+    FILE *f;
+    size_t n;
+    (void)state;
+
+    snprintf(bad, sizeof(bad), "../%s", name);
+    assert_int_equal(ndc_read_cold(c, bad, 0, 16, buf), SMP_EINVAL);
+    snprintf(bad, sizeof(bad), "%s/%s", cold_dir(ct), name); /* a path, even the right one */
+    assert_int_equal(ndc_read_cold(c, bad, 0, 16, buf), SMP_EINVAL);
+    snprintf(bad, sizeof(bad), "sub/%s", name);
+    assert_int_equal(ndc_read_cold(c, bad, 0, 16, buf), SMP_EINVAL);
+    assert_int_equal(ndc_read_cold(c, "/etc/passwd", 0, 16, buf), SMP_EINVAL);
+    assert_int_equal(ndc_read_cold(c, "..", 0, 16, buf), SMP_EINVAL);
+    assert_int_equal(ndc_read_cold(c, "cf", 0, 16, buf), SMP_EINVAL); /* a segment id */
+    snprintf(bad, sizeof(bad), "%.64s.tmp", name);
+    assert_int_equal(ndc_read_cold(c, bad, 0, 16, buf), SMP_EINVAL);
+    /* served between refusals: the other client */
+    assert_int_equal(ndc_read_cold(c2, name, 0, sizeof(buf), buf), SMP_OK);
+    assert_memory_equal(buf, data, sizeof(buf));
+
+    /* a NUL inside the name: the whole name is checked, not its first part */
+    memcpy(bad, name, strlen(name));
+    bad[strlen(name)] = '\0';
+    memcpy(bad + strlen(name) + 1, "/../x", 5);
+    n = raw_cold_frame(frame, bad, strlen(name) + 6, 16);
+    assert_int_equal(ndc_send_raw(c, frame, n), SMP_OK);
+    assert_int_equal(ndc_recv_status(c), SMP_EINVAL);
+
+    /* a well-formed name of no file */
+    memset(sha, 7, sizeof(sha));
+    assert_int_equal(cold_name_for("model/none", sha, other), SMP_OK);
+    assert_int_equal(ndc_read_cold(c, other, 0, 16, buf), SMP_ENOTFOUND);
+    /* a file of that name that is no cold file */
+    snprintf(path, sizeof(path), "%s/%s", cold_dir(ct), other);
+    f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("not a cold file", f);
+    fclose(f);
+    assert_int_equal(ndc_read_cold(c, other, 0, 4, buf), SMP_EPROTO);
+    /* a symlink with a cold name, out of the directory: not followed */
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(symlink("/etc/passwd", path), 0);
+    assert_true(ndc_read_cold(c, other, 0, 4, buf) < 0);
+    assert_int_equal(unlink(path), 0);
+
+    /* ranges past the data, and one that would wrap */
+    assert_int_equal(ndc_read_cold(c, name, COLD_OBJ_BYTES - 10, 11, buf), SMP_ERANGE);
+    assert_int_equal(ndc_read_cold(c, name, COLD_OBJ_BYTES + 1, 0, buf), SMP_ERANGE);
+    assert_int_equal(ndc_read_cold(c, name, UINT64_MAX - 1, 16, buf), SMP_ERANGE);
+
+    /* the refused connection still reads */
+    assert_int_equal(ndc_read_cold(c, name, 100, sizeof(buf), buf), SMP_OK);
+    assert_memory_equal(buf, data + 100, sizeof(buf));
+    /* a next request on each connection: the node has booked the cold reads */
+    assert_int_equal(ndc_read(c, "cf", 0, 16, buf, NULL, 0), SMP_OK);
+    assert_int_equal(ndc_read(c2, "cf", 0, 16, buf, NULL, 0), SMP_OK);
+    ndc_close(c);
+    ndc_close(c2);
+    harness_stop_stats(h, &st);
+    assert_int_equal(st.cold_reads, 2);
+    assert_int_equal(st.refused_cold, 11);
+    assert_int_equal(st.refused_range, 3);
+    assert_int_equal(st.bad_frames, 0);
+    cold_fixture_done(ct, data);
+}
+
+/* Clients that vanish in the middle of cold reads -- before the answer, or
+ * with most of the bytes unread -- cost the node nothing: the transfer is
+ * dropped (its file closed, its buffer freed) and others are served. */
+static void test_cold_read_client_vanishes(void **state)
+{
+    char name[COLD_NAME_MAX];
+    uint8_t *data, frame[NDW_REQ_HDR + COLD_NAME_MAX], buf[64];
+    cold_tier *ct = cold_fixture(name, &data);
+    harness *h = harness_start_cold("cv", &g_secret, 0, 0, ct);
+    ndc_conn *ok = connect_to(h);
+    size_t n = raw_cold_frame(frame, name, strlen(name), COLD_OBJ_BYTES);
+    (void)state;
+    for (int i = 0; i < 8; i++) {
+        ndc_conn *gone = connect_to(h);
+        assert_int_equal(ndc_send_raw(gone, frame, n), SMP_OK);
+        if (i % 2 == 1)
+            usleep(20 * 1000); /* let the transfer start */
+        ndc_close(gone);
+        assert_int_equal(ndc_read_cold(ok, name, 7, sizeof(buf), buf), SMP_OK);
+        assert_memory_equal(buf, data + 7, sizeof(buf));
+    }
+    ndc_close(ok);
+    harness_stop(h);
+    cold_fixture_done(ct, data);
+}
+
+/* A node without a cold tier refuses READ_COLD and keeps the connection. */
+static void test_cold_read_without_cold_tier(void **state)
+{
+    harness *h = harness_start("nc", &g_secret, 0);
+    ndc_conn *c = connect_to(h);
+    char name[COLD_NAME_MAX];
+    uint8_t sha[32] = { 0 }, buf[16];
+    (void)state;
+    assert_int_equal(cold_name_for("k", sha, name), SMP_OK);
+    assert_int_equal(ndc_read_cold(c, name, 0, sizeof(buf), buf), SMP_ENOTSUP);
+    assert_int_equal(ndc_read(c, "nc", 0, sizeof(buf), buf, NULL, 0), SMP_OK);
+    ndc_close(c);
+    harness_stop(h);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -456,6 +667,10 @@ int main(void)
         cmocka_unit_test(test_no_secret_no_writes),
         cmocka_unit_test(test_two_clients_interleaved),
         cmocka_unit_test(test_idle_connections_are_closed),
+        cmocka_unit_test(test_cold_read_round_trip),
+        cmocka_unit_test(test_cold_read_refusals),
+        cmocka_unit_test(test_cold_read_client_vanishes),
+        cmocka_unit_test(test_cold_read_without_cold_tier),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

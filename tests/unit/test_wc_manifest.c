@@ -213,6 +213,54 @@ static void test_round_trip_is_byte_exact(void **state)
     wc_manifest_free(&m);                /* a zeroed model frees as a no-op */
 }
 
+
+/* The integrity fields of an object (SHA-256 and per-chunk XXH3) survive a
+ * round trip; a chunk count that does not fit the object, or a digest of
+ * the wrong length, is refused. */
+static void test_object_checks_round_trip_and_are_validated(void **state)
+{
+    (void)state;
+    fx x;
+    fx_init(&x);
+    uint8_t sha[32];
+    uint64_t sums[3] = {11, 22, 33};
+    for (int i = 0; i < 32; i++) sha[i] = (uint8_t)i;
+    size_t obytes = x.o[0].bytes;
+    uint64_t chunk = obytes / 3 + 1; /* three chunks, the last one short */
+    x.o[0].sha256.data = sha;
+    x.o[0].sha256.len = 32;
+    x.o[0].check_chunk_bytes = chunk;
+    x.o[0].n_chunk_xxh3 = 3;
+    x.o[0].chunk_xxh3 = sums;
+    wc_manifest m;
+    char err[256] = "";
+    assert_int_equal(fx_decode(&x, &m, err, sizeof err), SMP_OK);
+    assert_true(m.objects[0].has_sha256);
+    assert_memory_equal(m.objects[0].sha256, sha, 32);
+    assert_int_equal(m.objects[0].n_chunks, 3);
+    assert_int_equal(m.objects[0].chunk_bytes, chunk);
+    assert_true(m.objects[0].chunk_xxh3[2] == 33);
+    assert_int_equal(m.n_objects, 1);
+    uint8_t *enc;
+    size_t len, len0;
+    uint8_t *orig = fx_pack(&x, &len0);
+    assert_int_equal(wc_manifest_encode(&m, &enc, &len), SMP_OK);
+    assert_int_equal(len, len0);
+    assert_memory_equal(enc, orig, len);
+    free(enc);
+    free(orig);
+    wc_manifest_free(&m);
+
+    x.o[0].n_chunk_xxh3 = 2;
+    expect_refused(&x, "chunk checksums");
+    x.o[0].n_chunk_xxh3 = 3;
+    x.o[0].check_chunk_bytes = 0;
+    expect_refused(&x, "chunk checksums");
+    x.o[0].check_chunk_bytes = chunk;
+    x.o[0].sha256.len = 31;
+    expect_refused(&x, "sha256");
+}
+
 /* Built with the builder in any fragment order: finalize sorts canonically. */
 static void test_builder_round_trip_and_canonical_order(void **state)
 {
@@ -516,6 +564,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip_is_byte_exact),
+        cmocka_unit_test(test_object_checks_round_trip_and_are_validated),
         cmocka_unit_test(test_builder_round_trip_and_canonical_order),
         cmocka_unit_test(test_group_key_percent_encodes_components),
         cmocka_unit_test(test_sha256_is_the_standard_digest),

@@ -1,0 +1,99 @@
+/* wc_store.h -- what the parts of libweightclient share behind weightclient.h.
+ *
+ * The weight_store handle itself (connections, options, the error buffer,
+ * the cache of mapped segment files), the call helper that speaks the
+ * weight plugin's RPC service (proto/weight_rpc.proto, service 16) and turns
+ * a failing reply into the RFC code plus the plugin's message, and the
+ * conversions between the public structs and the wire messages. Used by
+ * weight_store.c (handle, queries, mutations), weight_put.c (the writer) and
+ * weight_get.c (the lease-protected load). Not installed, not exported. */
+#ifndef WC_STORE_H
+#define WC_STORE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kv_client.h"
+#include "rpc_client.h"
+#include "seg_map.h"
+#include "weight_rpc.pb-c.h"
+#include "weightclient.h"
+
+#define WC_WEIGHT_SERVICE 16u
+#define WC_DEFAULT_PAYLOAD_BYTES (256ull << 20)
+#define WC_DEFAULT_THREADS 4u
+#define WC_MAX_THREADS 64u
+#define WC_CHECK_CHUNK (1ull << 20) /* payload bytes per XXH3 checksum */
+#define WC_SEG_MAPS 8
+#define WC_RPC_TIMEOUT_MS 60000
+#define WC_KEY_BUF 1025 /* a store key (1024 bytes) and its NUL */
+
+/* A mapped segment file, shared by the threads of a get (read-only) or the
+ * writer (read-write). */
+typedef struct wc_seg {
+    char path[512];
+    seg_map map;
+} wc_seg;
+
+struct weight_store {
+    char master[512];
+    char tenant[WEIGHT_ID_MAX + 1];
+    int has_default_policy;
+    weight_policy default_policy;
+    rpcc_conn *rpc;                  /* the weight service (this thread) */
+    rpcc_conn *renew_rpc;            /* lease renewals (the renew thread) */
+    kvc *kv;                         /* object service */
+    uint64_t payload_bytes;
+    unsigned threads;
+    int transport;                   /* 0 auto, 1 local, 2 remote */
+    uint64_t lease_ttl_ms;
+    atomic_int cancel;               /* weight_store_cancel */
+    weight_progress_fn progress;
+    void *progress_ctx;
+    pthread_mutex_t seg_lock;
+    wc_seg segs[WC_SEG_MAPS];
+    char err[1024];
+};
+
+/* printf the cause of a failure into s->err and return rc. */
+int wc_fail(weight_store *s, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Call method of the weight service on *conn with req; on success unpack
+ * the reply with desc into *resp (desc NULL: reply ignored). A failing
+ * status is returned as is (the RFC's WM_E* / WEIGHT_E* code) with the
+ * plugin's message in s->err; transport failures as WEIGHT_EIO / EAGAIN /
+ * EPROTO. A lost connection is replaced (*conn changes) and a call that is
+ * safe to repeat is sent once more on the new one. */
+int wc_call(weight_store *s,
+            rpcc_conn **conn,
+            uint32_t method,
+            const ProtobufCMessage *req,
+            const ProtobufCMessageDescriptor *desc,
+            ProtobufCMessage **resp);
+
+/* Replace the object-service connection after a transport failure (the
+ * transport option carries over). SMP_OK or the connect error. */
+int wc_kv_reconnect(weight_store *s);
+
+/* Fill a wire identity from id (strings borrowed from id; an empty tenant
+ * becomes the store's). */
+void wc_wire_identity(const weight_store *s, const weight_identity *id, Wmrpc__WeightIdentity *w,
+                      char *tenant_buf);
+void wc_from_wire_identity(const Wmrpc__WeightIdentity *w, weight_identity *out);
+void wc_from_wire_metadata(const Wmrpc__WeightMetadata *w, weight_metadata *out);
+void wc_from_wire_operation(const Wmrpc__WeightOperation *w, weight_operation *out);
+
+/* The mapping of segment file path, mapped once per store (read-write when
+ * writable; a read-only mapping is upgraded on demand). NULL when the file is
+ * not on this host (or the transport is remote). Thread-safe. */
+const seg_map *wc_seg_get(weight_store *s, const char *path, int writable);
+
+/* Report progress (rate-limited by the caller). */
+void wc_progress(weight_store *s, uint64_t done, uint64_t total);
+
+/* Monotonic milliseconds. */
+uint64_t wc_now_ms(void);
+
+#endif /* WC_STORE_H */

@@ -1,0 +1,813 @@
+/* weight_get.c -- the load of libweightclient: a revision into the caller's
+ * buffers, resharded, under a revision lease.
+ *
+ * The sequence is the RFC's: acquire a generation-fenced lease (the reply
+ * carries the metadata: manifest key and SHA-256) -> start a helper thread
+ * that renews the lease at a third of its TTL while the load runs -> read
+ * the manifest and verify its SHA-256 and identity (a mismatch is
+ * WEIGHT_EDIGEST_MISMATCH and nothing is written) -> ask the caller's
+ * placement for each tensor's target box and its bindings for the buffers
+ * -> wc_plan_build -> transfer -> release the lease (on success, error and
+ * cancellation alike; a crashed caller's lease expires by TTL).
+ *
+ * Transfer: the copy ops are grouped by payload object and handed to a small
+ * pool of threads, one object at a time per thread. For each object the
+ * chunks (WC_CHECK_CHUNK bytes) its ops touch are walked in order; each
+ * chunk is verified against the manifest's XXH3-64 before any of its bytes
+ * is scattered, so an altered payload fails with WEIGHT_EDIGEST_MISMATCH
+ * and no unverified byte reaches a buffer (verified bytes of other chunks
+ * may have landed: the error says which object and chunk failed). The
+ * source of a chunk is, in order of preference: the node's segment file
+ * mapped into this process (co-located, HOT: memcpy straight from the
+ * mapping, no staging; the mapping is made once per store), a ranged TCP
+ * read from the node's data server into a per-thread window, or a cold
+ * replica's file when it is on this host. Strided ops (a split along an
+ * inner dimension) are clipped to each chunk run by run. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <openssl/sha.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#include "node_data_client.h"
+#include "wc_digest.h"
+#include "wc_plan.h"
+#include "wc_store.h"
+
+#define M(name) WMRPC__WEIGHT_METHOD__WEIGHT_##name
+#define WC_REMOTE_WINDOW_CHUNKS 8
+
+/* -- the lease and its renewal ------------------------------------------------ */
+
+typedef struct lease_keeper {
+    weight_store *s;
+    weight_identity id;
+    uint64_t lease_id;
+    uint64_t interval_ms;
+    pthread_t thread;
+    int running;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int stop;
+    atomic_int lost;          /* 0, or the code a renewal failed with */
+    char lost_msg[1200];
+} lease_keeper;
+
+static int lease_call(weight_store *s, rpcc_conn **conn, uint32_t method, const weight_identity *id,
+                      uint64_t lease_id, uint64_t ttl_ms, Wmrpc__LeaseResponse **resp)
+{
+    Wmrpc__LeaseRequest req = WMRPC__LEASE_REQUEST__INIT;
+    Wmrpc__WeightIdentity wid;
+    char tenant[WEIGHT_ID_MAX + 1];
+    wc_wire_identity(s, id, &wid, tenant);
+    req.identity = &wid;
+    req.lease_id = lease_id;
+    req.ttl_ms = ttl_ms;
+    return wc_call(s, conn, method, &req.base,
+                   resp ? &wmrpc__lease_response__descriptor : NULL, (ProtobufCMessage **)resp);
+}
+
+/* The renew thread: renew every interval until told to stop; a failed
+ * renewal that the master answered (the lease is gone) marks the keeper
+ * lost, which stops the transfer. Transport hiccups are retried. */
+static void *renew_main(void *arg)
+{
+    lease_keeper *k = arg;
+    /* The thread's own error buffer: wc_call writes into a store's err. */
+    weight_store shadow;
+    memset(&shadow, 0, sizeof shadow);
+    snprintf(shadow.master, sizeof shadow.master, "%s", k->s->master);
+    snprintf(shadow.tenant, sizeof shadow.tenant, "%s", k->s->tenant);
+    pthread_mutex_lock(&k->lock);
+    while (!k->stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint64_t ns = (uint64_t)ts.tv_nsec + (k->interval_ms % 1000) * 1000000ull;
+        ts.tv_sec += (time_t)(k->interval_ms / 1000 + ns / 1000000000ull);
+        ts.tv_nsec = (long)(ns % 1000000000ull);
+        int w = pthread_cond_timedwait(&k->cond, &k->lock, &ts);
+        if (k->stop) break;
+        if (w != ETIMEDOUT) continue;
+        pthread_mutex_unlock(&k->lock);
+        int rc = lease_call(&shadow, &k->s->renew_rpc, M(LEASE_RENEW), &k->id, k->lease_id,
+                            k->s->lease_ttl_ms, NULL);
+        pthread_mutex_lock(&k->lock);
+        if (rc < 0 && rc != WEIGHT_EIO && rc != WEIGHT_EAGAIN) {
+            snprintf(k->lost_msg, sizeof k->lost_msg, "lease renewal: %s", shadow.err);
+            atomic_store(&k->lost, rc == WEIGHT_ENOT_FOUND ? WEIGHT_ELEASE_EXPIRED : rc);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&k->lock);
+    return NULL;
+}
+
+static void keeper_stop(lease_keeper *k)
+{
+    if (!k->running) return;
+    pthread_mutex_lock(&k->lock);
+    k->stop = 1;
+    pthread_cond_signal(&k->cond);
+    pthread_mutex_unlock(&k->lock);
+    pthread_join(k->thread, NULL);
+    k->running = 0;
+}
+
+/* -- the transfer --------------------------------------------------------------- */
+
+typedef enum src_kind { SRC_MAPPED = 1, SRC_REMOTE = 2, SRC_COLD = 3 } src_kind;
+
+/* One payload object to read: where from, and its ops (indices into the
+ * plan, sorted by src_offset). */
+typedef struct job {
+    uint32_t object;
+    src_kind kind;
+    const seg_map *map;          /* SRC_MAPPED */
+    uint64_t base;               /* offset of the object in the segment / file */
+    char segment[64];            /* SRC_REMOTE */
+    char data_addr[128];         /* SRC_REMOTE, SRC_COLD */
+    char cold_name[512];         /* SRC_COLD: the file, served by its node */
+    size_t *ops;
+    size_t n_ops;
+} job;
+
+typedef struct xfer {
+    weight_store *s;
+    const wc_manifest *m;
+    const wc_plan *plan;
+    uint8_t *const *bindings;
+    job *jobs;
+    size_t n_jobs;
+    atomic_size_t next;
+    atomic_uint_fast64_t copied;
+    atomic_uint_fast64_t local;
+    atomic_uint_fast64_t verified;
+    atomic_int failed;            /* first error code */
+    lease_keeper *keeper;
+    pthread_mutex_t err_lock;
+    char err[1024];
+    pthread_mutex_t done_lock;
+    pthread_cond_t done_cond;
+    unsigned done_workers;
+} xfer;
+
+static void xfer_fail(xfer *x, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void xfer_fail(xfer *x, int rc, const char *fmt, ...)
+{
+    int expected = 0;
+    if (!atomic_compare_exchange_strong(&x->failed, &expected, rc)) return;
+    va_list ap;
+    va_start(ap, fmt);
+    pthread_mutex_lock(&x->err_lock);
+    vsnprintf(x->err, sizeof x->err, fmt, ap);
+    pthread_mutex_unlock(&x->err_lock);
+    va_end(ap);
+}
+
+/* Copy n bytes to memory the caller will not read back soon: large pieces
+ * go with non-temporal stores (no read-for-ownership of the destination,
+ * as glibc's memcpy does only for copies of hundreds of MiB), the source
+ * being in cache right after its chunk was verified. Small pieces and
+ * non-x86 builds use memcpy. wc_stream_fence() orders the stores before
+ * the worker reports done. */
+#define WC_STREAM_MIN (64u << 10)
+static void copy_stream(uint8_t *dst, const uint8_t *src, size_t n)
+{
+#if defined(__SSE2__)
+    if (n >= WC_STREAM_MIN) {
+        size_t head = (16 - ((uintptr_t)dst & 15)) & 15;
+        memcpy(dst, src, head);
+        dst += head;
+        src += head;
+        n -= head;
+        size_t blocks = n / 64;
+        for (size_t i = 0; i < blocks; i++, dst += 64, src += 64) {
+            __m128i a = _mm_loadu_si128((const __m128i *)src);
+            __m128i b = _mm_loadu_si128((const __m128i *)(src + 16));
+            __m128i c = _mm_loadu_si128((const __m128i *)(src + 32));
+            __m128i d = _mm_loadu_si128((const __m128i *)(src + 48));
+            _mm_stream_si128((__m128i *)dst, a);
+            _mm_stream_si128((__m128i *)(dst + 16), b);
+            _mm_stream_si128((__m128i *)(dst + 32), c);
+            _mm_stream_si128((__m128i *)(dst + 48), d);
+        }
+        n -= blocks * 64;
+    }
+#endif
+    memcpy(dst, src, n);
+}
+
+static void wc_stream_fence(void)
+{
+#if defined(__SSE2__)
+    _mm_sfence();
+#endif
+}
+
+static uint64_t op_src_end(const wc_copy_op *op)
+{
+    return op->src_offset + (op->count - 1) * op->src_stride + op->bytes;
+}
+
+/* Copy the parts of op that lie in object bytes [ws, we), which are at
+ * `window` in memory. Returns the bytes copied. */
+static uint64_t scatter(const wc_copy_op *op, uint8_t *dst, const uint8_t *window, uint64_t ws,
+                        uint64_t we)
+{
+    uint64_t copied = 0;
+    uint64_t s0 = op->src_offset;
+    uint64_t k = 0;
+    if (op->bytes == 0) return 0;
+    if (s0 + op->bytes <= ws && op->src_stride > 0) k = (ws - (s0 + op->bytes)) / op->src_stride + 1;
+    for (; k < op->count; k++) {
+        uint64_t rs = s0 + k * op->src_stride;
+        if (rs >= we) break;
+        uint64_t re = rs + op->bytes;
+        uint64_t a = rs > ws ? rs : ws;
+        uint64_t b = re < we ? re : we;
+        if (a >= b) continue;
+        copy_stream(dst + op->dst_offset + k * op->dst_stride + (a - rs), window + (a - ws),
+                    (size_t)(b - a));
+        copied += b - a;
+    }
+    return copied;
+}
+
+typedef struct worker {
+    xfer *x;
+    uint8_t *window;              /* staging for remote and cold reads */
+    uint64_t window_cap;
+    struct { char addr[128]; ndc_conn *c; } nodes[4];
+} worker;
+
+static ndc_conn *worker_node(worker *wk, const char *addr, char *err, size_t errlen)
+{
+    for (int i = 0; i < 4; i++)
+        if (wk->nodes[i].c && strcmp(wk->nodes[i].addr, addr) == 0) return wk->nodes[i].c;
+    for (int i = 0; i < 4; i++) {
+        if (wk->nodes[i].c) continue;
+        ndc_options o = {.timeout_ms = 60000, .socket_buffer_bytes = 4 << 20};
+        if (ndc_connect(addr, &o, &wk->nodes[i].c, err, errlen) < 0) return NULL;
+        snprintf(wk->nodes[i].addr, sizeof wk->nodes[i].addr, "%s", addr);
+        return wk->nodes[i].c;
+    }
+    snprintf(err, errlen, "too many nodes");
+    return NULL;
+}
+
+/* Fetch object bytes [ws, we) of j into memory: a pointer into the mapping,
+ * or into the worker's window after a read. NULL on failure (recorded). */
+static const uint8_t *fetch(worker *wk, const job *j, uint64_t ws, uint64_t we)
+{
+    xfer *x = wk->x;
+    const char *key = x->m->objects[j->object].key;
+    char err[512];
+    if (j->kind == SRC_MAPPED) return j->map->base + j->base + ws;
+    if (we - ws > wk->window_cap) {
+        uint8_t *nw = realloc(wk->window, we - ws);
+        if (nw == NULL) {
+            xfer_fail(x, WEIGHT_ENOMEM, "cannot stage %" PRIu64 " bytes", we - ws);
+            return NULL;
+        }
+        wk->window = nw;
+        wk->window_cap = we - ws;
+    }
+    ndc_conn *c = worker_node(wk, j->data_addr, err, sizeof err);
+    if (c == NULL) {
+        xfer_fail(x, WEIGHT_EIO, "%s: node %s: %s", key, j->data_addr, err);
+        return NULL;
+    }
+    int rc = j->kind == SRC_REMOTE
+                 ? ndc_read(c, j->segment, j->base + ws, we - ws, wk->window, NULL, 0)
+                 : ndc_read_cold(c, j->cold_name, ws, we - ws, wk->window);
+    if (rc < 0) {
+        xfer_fail(x, WEIGHT_EIO, "%s: reading from node %s: %s", key, j->data_addr,
+                  ndc_last_error(c));
+        return NULL;
+    }
+    return wk->window;
+}
+
+/* Read, verify and scatter one object. */
+static void run_job(worker *wk, job *j)
+{
+    xfer *x = wk->x;
+    const wc_object *o = &x->m->objects[j->object];
+    const wc_plan *plan = x->plan;
+    uint64_t chunk = o->n_chunks ? o->chunk_bytes : o->bytes;
+    uint64_t n_chunks = o->n_chunks ? o->n_chunks : 1;
+    if (o->bytes == 0 || chunk == 0) return; /* nothing can be read from it */
+    uint8_t *need = calloc(n_chunks, 1);
+    if (need == NULL) {
+        xfer_fail(x, WEIGHT_ENOMEM, "out of memory");
+        return;
+    }
+    /* Mark the chunks the ops touch. */
+    for (size_t i = 0; i < j->n_ops; i++) {
+        const wc_copy_op *op = &plan->ops[j->ops[i]];
+        if (op->bytes == 0) continue;
+        for (uint64_t k = 0; k < op->count; k++) {
+            uint64_t rs = op->src_offset + k * op->src_stride;
+            for (uint64_t c = rs / chunk; c <= (rs + op->bytes - 1) / chunk; c++) need[c] = 1;
+        }
+    }
+    if (j->kind == SRC_MAPPED) {
+        /* Prefault the page tables of each run of needed chunks in one call
+         * (not one fault per page), and only of what is read. */
+        for (uint64_t c = 0; c < n_chunks;) {
+            if (!need[c]) {
+                c++;
+                continue;
+            }
+            uint64_t e = c;
+            while (e < n_chunks && need[e]) e++;
+            uint64_t a = c * chunk, b = e * chunk < o->bytes ? e * chunk : o->bytes;
+            uintptr_t pa = (uintptr_t)(j->map->base + j->base + a) & ~(uintptr_t)4095;
+            uintptr_t pb = (uintptr_t)(j->map->base + j->base + b);
+            madvise((void *)pa, pb - pa, MADV_POPULATE_READ);
+            c = e;
+        }
+    }
+    uint64_t window_chunks = j->kind == SRC_MAPPED ? 1 : WC_REMOTE_WINDOW_CHUNKS;
+    size_t lo = 0;
+    for (uint64_t c = 0; c < n_chunks && atomic_load(&x->failed) == 0;) {
+        if (!need[c]) {
+            c++;
+            continue;
+        }
+        uint64_t c_end = c + 1;
+        while (c_end < n_chunks && need[c_end] && c_end - c < window_chunks) c_end++;
+        uint64_t ws = c * chunk;
+        uint64_t we = c_end * chunk < o->bytes ? c_end * chunk : o->bytes;
+        if (atomic_load(&x->s->cancel)) {
+            xfer_fail(x, WEIGHT_ECANCELED, "weight_get canceled");
+            break;
+        }
+        if (x->keeper && atomic_load(&x->keeper->lost)) {
+            xfer_fail(x, atomic_load(&x->keeper->lost), "%s", x->keeper->lost_msg);
+            break;
+        }
+        const uint8_t *win = fetch(wk, j, ws, we);
+        if (win == NULL) break;
+        for (uint64_t v = c; v < c_end; v++) {
+            uint64_t a = v * chunk, b = a + chunk < o->bytes ? a + chunk : o->bytes;
+            int ok;
+            if (o->n_chunks) {
+                ok = wc_xxh3(win + (a - ws), (size_t)(b - a)) == o->chunk_xxh3[v];
+            } else {
+                uint8_t sha[32];
+                SHA256(win + (a - ws), (size_t)(b - a), sha);
+                ok = !o->has_sha256 || memcmp(sha, o->sha256, 32) == 0;
+            }
+            if (!ok) {
+                xfer_fail(x, WEIGHT_EDIGEST_MISMATCH,
+                          "payload %s: bytes [%" PRIu64 ", %" PRIu64 ") do not match the "
+                          "manifest's checksum (chunk %" PRIu64 "); nothing of that chunk "
+                          "was written", o->key, a, b, v);
+                break;
+            }
+        }
+        if (atomic_load(&x->failed)) break;
+        atomic_fetch_add(&x->verified, we - ws);
+        uint64_t copied = 0;
+        while (lo < j->n_ops && op_src_end(&plan->ops[j->ops[lo]]) <= ws) lo++;
+        for (size_t i = lo; i < j->n_ops; i++) {
+            const wc_copy_op *op = &plan->ops[j->ops[i]];
+            if (op->src_offset >= we) break;
+            if (op_src_end(op) <= ws) continue;
+            copied += scatter(op, x->bindings[op->dst], win, ws, we);
+        }
+        atomic_fetch_add(&x->copied, copied);
+        if (j->kind == SRC_MAPPED) atomic_fetch_add(&x->local, copied);
+        c = c_end;
+    }
+    wc_stream_fence();
+    free(need);
+}
+
+static void *worker_main(void *arg)
+{
+    worker *wk = arg;
+    xfer *x = wk->x;
+    for (;;) {
+        size_t i = atomic_fetch_add(&x->next, 1);
+        if (i >= x->n_jobs || atomic_load(&x->failed)) break;
+        run_job(wk, &x->jobs[i]);
+    }
+    pthread_mutex_lock(&x->done_lock);
+    x->done_workers++;
+    pthread_cond_signal(&x->done_cond);
+    pthread_mutex_unlock(&x->done_lock);
+    return NULL;
+}
+
+/* kvc_get, once more on a new connection when the first one was lost (a
+ * master restart): a replica lookup may be repeated. */
+static int kv_get(weight_store *s, const char *key, kvc_object *obj)
+{
+    int rc = kvc_get(s->kv, key, obj);
+    if (rc < 0 && kvc_transport_failed(s->kv) && wc_kv_reconnect(s) == SMP_OK)
+        rc = kvc_get(s->kv, key, obj);
+    return rc;
+}
+
+static const wc_plan *g_sort_plan; /* qsort has no context argument */
+static int cmp_op_src(const void *a, const void *b)
+{
+    const wc_copy_op *x = &g_sort_plan->ops[*(const size_t *)a];
+    const wc_copy_op *y = &g_sort_plan->ops[*(const size_t *)b];
+    if (x->object != y->object) return x->object < y->object ? -1 : 1;
+    if (x->src_offset != y->src_offset) return x->src_offset < y->src_offset ? -1 : 1;
+    return 0;
+}
+static pthread_mutex_t g_sort_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Group the plan's ops by object into jobs and pick each object's source.
+ * The replica lookups are the store's object service (this thread). */
+static int build_jobs(weight_store *s, xfer *x, size_t **op_order)
+{
+    const wc_plan *plan = x->plan;
+    const wc_manifest *m = x->m;
+    size_t *order = malloc((plan->n_ops ? plan->n_ops : 1) * sizeof *order);
+    if (order == NULL) return wc_fail(s, WEIGHT_ENOMEM, "out of memory");
+    *op_order = order;
+    for (size_t i = 0; i < plan->n_ops; i++) order[i] = i;
+    pthread_mutex_lock(&g_sort_lock);
+    g_sort_plan = plan;
+    qsort(order, plan->n_ops, sizeof *order, cmp_op_src);
+    pthread_mutex_unlock(&g_sort_lock);
+    size_t n_jobs = 0;
+    for (size_t i = 0; i < plan->n_ops; i++)
+        if (i == 0 || plan->ops[order[i]].object != plan->ops[order[i - 1]].object) n_jobs++;
+    x->jobs = calloc(n_jobs ? n_jobs : 1, sizeof *x->jobs);
+    if (x->jobs == NULL) return wc_fail(s, WEIGHT_ENOMEM, "out of memory");
+    for (size_t i = 0; i < plan->n_ops;) {
+        job *j = &x->jobs[x->n_jobs++];
+        size_t e = i;
+        while (e < plan->n_ops && plan->ops[order[e]].object == plan->ops[order[i]].object) e++;
+        j->object = plan->ops[order[i]].object;
+        j->ops = &order[i];
+        j->n_ops = e - i;
+        i = e;
+        const wc_object *o = &m->objects[j->object];
+        kvc_object obj;
+        int rc = kv_get(s, o->key, &obj);
+        if (rc == SMP_ENOTFOUND)
+            return wc_fail(s, WEIGHT_ENOT_READY, "payload %s is missing from the store", o->key);
+        if (rc < 0) return wc_fail(s, rc, "payload %s: %s", o->key, kvc_error(s->kv));
+        if (obj.size != o->bytes || (o->has_sha256 && memcmp(obj.sha256, o->sha256, 32) != 0))
+            return wc_fail(s, WEIGHT_EDIGEST_MISMATCH, "payload %s in the store (%" PRIu64
+                           " bytes) is not the object the manifest describes", o->key, obj.size);
+        /* Prefer a mapped memory replica, then a remote one, then a cold
+         * file served by its node (a COLD revision is read from the cold
+         * tier without a memory copy). */
+        const kvc_replica *remote = NULL, *cold = NULL;
+        for (size_t r = 0; r < obj.n_replicas && j->kind == 0; r++) {
+            const kvc_replica *rep = &obj.replicas[r];
+            if (rep->kind == SMP_REPLICA_MEMORY) {
+                const seg_map *map = s->transport == 2 ? NULL : wc_seg_get(s, rep->segment_path, 0);
+                if (map != NULL && rep->offset <= map->size && o->bytes <= map->size - rep->offset) {
+                    j->kind = SRC_MAPPED;
+                    j->map = map;
+                    j->base = rep->offset;
+                } else if (remote == NULL && rep->data_addr[0]) {
+                    remote = rep;
+                }
+            } else if (rep->kind == SMP_REPLICA_COLD && cold == NULL && rep->path[0] &&
+                       rep->data_addr[0] && rep->status == KVC_REPLICA_COMPLETE) {
+                cold = rep;
+            }
+        }
+        if (j->kind == 0 && remote != NULL && s->transport != 1) {
+            j->kind = SRC_REMOTE;
+            j->base = remote->offset;
+            snprintf(j->segment, sizeof j->segment, "%s", remote->segment);
+            snprintf(j->data_addr, sizeof j->data_addr, "%s", remote->data_addr);
+        } else if (j->kind == 0 && cold != NULL && s->transport != 1) {
+            j->kind = SRC_COLD;
+            j->base = 0;
+            snprintf(j->cold_name, sizeof j->cold_name, "%s", cold->path);
+            snprintf(j->data_addr, sizeof j->data_addr, "%s", cold->data_addr);
+        }
+        if (j->kind == 0)
+            return wc_fail(s, WEIGHT_ENOT_READY, "payload %s has no replica this client can read",
+                           o->key);
+    }
+    return WEIGHT_OK;
+}
+
+void weight_store_cancel(weight_store *s)
+{
+    if (s != NULL) atomic_store(&s->cancel, 1);
+}
+
+/* -- placement and bindings ------------------------------------------------------ */
+
+static void tensor_info(const wc_manifest *m, size_t i, weight_tensor_info *ti)
+{
+    const wc_tensor *t = &m->tensors[i];
+    ti->name = t->name;
+    ti->dtype = wc_dtype_name(t->dtype);
+    ti->item_size = t->item_size;
+    ti->ndim = t->ndim;
+    ti->shape = t->shape;
+    ti->alias_of = t->storage != i ? m->tensors[t->storage].name : NULL;
+}
+
+static const weight_binding *find_binding(const weight_bindings *b, const char *name)
+{
+    for (size_t i = 0; b && i < b->n_buffers; i++)
+        if (b->buffers[i].name && strcmp(b->buffers[i].name, name) == 0) return &b->buffers[i];
+    return NULL;
+}
+
+/* Ask for the placements and bindings, build the plan. */
+static int place_and_bind(weight_store *s, const wc_manifest *m, const weight_placement *placement,
+                          const weight_bindings *bindings, wc_placement *pl, uint8_t **bufs,
+                          wc_plan *plan, uint64_t *n_placed)
+{
+    char err[512] = "";
+    int rc;
+    *n_placed = 0;
+    for (size_t i = 0; i < m->n_tensors; i++) {
+        weight_tensor_info ti;
+        weight_tensor_place tp = {WEIGHT_PLACE_REPLICATED, 0, 1, 0};
+        tensor_info(m, i, &ti);
+        if (placement && placement->place) {
+            rc = placement->place(placement->ctx, &ti, &tp);
+            if (rc < 0) return wc_fail(s, rc, "placement of '%s' refused (%s)", ti.name,
+                                       weight_error_name(rc));
+        }
+        if (tp.kind != WEIGHT_PLACE_SKIP && tp.kind != WEIGHT_PLACE_REPLICATED &&
+            tp.kind != WEIGHT_PLACE_SPLIT)
+            return wc_fail(s, WEIGHT_EINVALID_ARGUMENT, "tensor '%s': unknown placement kind %d",
+                           ti.name, (int)tp.kind);
+        pl[i].kind = (wc_place_kind)tp.kind;
+        pl[i].dim = tp.dim;
+        pl[i].parts = tp.parts;
+        pl[i].rank = tp.rank;
+    }
+    if ((rc = wc_plan_build(m, pl, plan, err, sizeof err)) < 0)
+        return wc_fail(s, rc == SMP_ENOMEM ? WEIGHT_ENOMEM : WEIGHT_EINVALID_ARGUMENT, "%s", err);
+    for (size_t i = 0; i < m->n_tensors; i++) {
+        if (pl[i].kind == WC_PLACE_SKIP) continue;
+        (*n_placed)++;
+        weight_tensor_info ti;
+        weight_tensor_place tp = {(weight_place_kind)pl[i].kind, pl[i].dim, pl[i].parts, pl[i].rank};
+        uint64_t shape[WC_MAX_NDIM], bytes = plan->dst_bytes[i];
+        tensor_info(m, i, &ti);
+        wc_plan_dst_shape(&m->tensors[i], &pl[i], shape, NULL);
+        const weight_binding *b = find_binding(bindings, ti.name);
+        void *buf = NULL;
+        if (b != NULL) {
+            if (b->bytes < bytes || (bytes > 0 && b->data == NULL))
+                return wc_fail(s, WEIGHT_EINVALID_ARGUMENT, "tensor '%s': buffer of %" PRIu64
+                               " bytes, the placement needs %" PRIu64, ti.name, b->bytes, bytes);
+            buf = b->data;
+        } else if (bindings && bindings->provide) {
+            rc = bindings->provide(bindings->ctx, &ti, &tp, shape, bytes, &buf);
+            if (rc < 0) return wc_fail(s, rc, "no buffer for '%s' (%s)", ti.name,
+                                       weight_error_name(rc));
+            if (buf == NULL && bytes > 0)
+                return wc_fail(s, WEIGHT_EINVALID_ARGUMENT, "no buffer for '%s'", ti.name);
+        } else {
+            return wc_fail(s, WEIGHT_EINVALID_ARGUMENT, "tensor '%s' is placed but has no buffer",
+                           ti.name);
+        }
+        bufs[i] = buf;
+    }
+    return WEIGHT_OK;
+}
+
+/* -- the manifest ------------------------------------------------------------------ */
+
+/* Read and verify the manifest named by md into *m. */
+static int load_manifest(weight_store *s, const weight_metadata *md, const char *tenant,
+                         const weight_identity *id, wc_manifest *m)
+{
+    kvc_object obj;
+    uint8_t *buf = NULL;
+    uint64_t len = 0;
+    uint8_t sha[32];
+    char err[512] = "";
+    int rc = kv_get(s, md->manifest_key, &obj);
+    if (rc == SMP_ENOTFOUND) return wc_fail(s, WEIGHT_ENOT_READY, "manifest %s is missing", md->manifest_key);
+    if (rc < 0) return wc_fail(s, rc, "manifest %s: %s", md->manifest_key, kvc_error(s->kv));
+    if (obj.size == 0 || obj.size > (1ull << 31))
+        return wc_fail(s, WEIGHT_EDIGEST_MISMATCH, "manifest %s has %" PRIu64 " bytes",
+                       md->manifest_key, obj.size);
+    if ((buf = malloc(obj.size)) == NULL) return wc_fail(s, WEIGHT_ENOMEM, "out of memory");
+    rc = kvc_get_into(s->kv, md->manifest_key, buf, obj.size, &len, 0);
+    if (rc < 0) {
+        rc = wc_fail(s, rc == SMP_EAGAIN ? WEIGHT_ENOT_READY : rc, "manifest %s: %s",
+                     md->manifest_key, kvc_error(s->kv));
+        goto free_buf;
+    }
+    SHA256(buf, (size_t)len, sha);
+    if (memcmp(sha, md->manifest_sha256, 32) != 0) {
+        rc = wc_fail(s, WEIGHT_EDIGEST_MISMATCH, "manifest %s does not match the SHA-256 sealed "
+                     "at commit", md->manifest_key);
+        goto free_buf;
+    }
+    if ((rc = wc_manifest_decode(buf, (size_t)len, m, err, sizeof err)) < 0) {
+        rc = wc_fail(s, rc == SMP_ENOMEM ? WEIGHT_ENOMEM : WEIGHT_EPROTO, "manifest %s: %s",
+                     md->manifest_key, err);
+        goto free_buf;
+    }
+    if (strcmp(m->identity.tenant_id, tenant) != 0 ||
+        strcmp(m->identity.namespace_id, id->namespace_id) != 0 ||
+        strcmp(m->identity.resource_id, id->resource_id) != 0 ||
+        strcmp(m->identity.revision, id->revision) != 0 || m->identity.generation != id->generation) {
+        wc_manifest_free(m);
+        rc = wc_fail(s, WEIGHT_EDIGEST_MISMATCH, "manifest %s describes another revision",
+                     md->manifest_key);
+    }
+free_buf:
+    free(buf);
+    return rc;
+}
+
+/* -- weight_get ------------------------------------------------------------------- */
+
+int weight_get(weight_store *s, const weight_identity *id, const weight_placement *placement,
+               const weight_bindings *bindings, weight_get_stats *stats)
+{
+    lease_keeper k;
+    weight_metadata md;
+    wc_manifest m;
+    wc_plan plan;
+    xfer x;
+    size_t *order = NULL;
+    wc_placement *pl = NULL;
+    uint8_t **bufs = NULL;
+    pthread_t threads[WC_MAX_THREADS];
+    worker workers[WC_MAX_THREADS];
+    unsigned n_threads = 0;
+    uint64_t n_placed = 0;
+    char tenant[WEIGHT_ID_MAX + 1];
+    char rpc_err[512];
+    Wmrpc__LeaseResponse *lr = NULL;
+    int rc;
+
+    if (s == NULL) return WEIGHT_EINVALID_ARGUMENT;
+    s->err[0] = '\0';
+    if (stats) memset(stats, 0, sizeof *stats);
+    if (id == NULL || !id->namespace_id[0] || !id->resource_id[0] || !id->revision[0])
+        return wc_fail(s, WEIGHT_EINVALID_ARGUMENT, "weight_get: incomplete identity");
+    snprintf(tenant, sizeof tenant, "%s", id->tenant_id[0] ? id->tenant_id : s->tenant);
+    memset(&k, 0, sizeof k);
+    memset(&m, 0, sizeof m);
+    memset(&plan, 0, sizeof plan);
+    memset(&x, 0, sizeof x);
+    memset(workers, 0, sizeof workers);
+
+    /* 1. The lease (its reply carries the metadata). */
+    rc = lease_call(s, &s->rpc, M(LEASE_ACQUIRE), id, 0, s->lease_ttl_ms, &lr);
+    if (rc < 0) return rc;
+    if (lr->lease == NULL || lr->lease->id == 0 || lr->metadata == NULL) {
+        wmrpc__lease_response__free_unpacked(lr, NULL);
+        return wc_fail(s, WEIGHT_EPROTO, "lease reply without lease or metadata");
+    }
+    k.s = s;
+    k.id = *id;
+    k.lease_id = lr->lease->id;
+    wc_from_wire_metadata(lr->metadata, &md);
+    {
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        uint64_t wall = (uint64_t)now.tv_sec * 1000u + (uint64_t)now.tv_nsec / 1000000u;
+        uint64_t ttl = lr->lease->expires_ms > wall ? lr->lease->expires_ms - wall : 0;
+        if (ttl == 0) ttl = s->lease_ttl_ms ? s->lease_ttl_ms : 30000;
+        k.interval_ms = ttl / 3 > 50 ? ttl / 3 : 50;
+    }
+    wmrpc__lease_response__free_unpacked(lr, NULL);
+
+    /* 2. The renew thread, with its own connection. */
+    if (s->renew_rpc == NULL) {
+        rpcc_options opt = {.timeout_ms = WC_RPC_TIMEOUT_MS};
+        if (rpcc_connect(s->master, &opt, &s->renew_rpc, rpc_err, sizeof rpc_err) < 0) {
+            rc = wc_fail(s, WEIGHT_EIO, "lease renewal connection: %s", rpc_err);
+            goto release;
+        }
+    }
+    pthread_mutex_init(&k.lock, NULL);
+    pthread_cond_init(&k.cond, NULL);
+    if (pthread_create(&k.thread, NULL, renew_main, &k) != 0) {
+        rc = wc_fail(s, WEIGHT_ENOMEM, "cannot start the lease renewal thread");
+        goto destroy_keeper;
+    }
+    k.running = 1;
+
+    /* 3. The manifest, verified. */
+    if ((rc = load_manifest(s, &md, tenant, id, &m)) < 0) goto stop_keeper;
+
+    /* 4. Placement, bindings, plan. */
+    pl = calloc(m.n_tensors ? m.n_tensors : 1, sizeof *pl);
+    bufs = calloc(m.n_tensors ? m.n_tensors : 1, sizeof *bufs);
+    if (pl == NULL || bufs == NULL) {
+        rc = wc_fail(s, WEIGHT_ENOMEM, "out of memory");
+        goto free_plan;
+    }
+    if ((rc = place_and_bind(s, &m, placement, bindings, pl, bufs, &plan, &n_placed)) < 0)
+        goto free_plan;
+
+    if (atomic_exchange(&s->cancel, 0)) {
+        rc = wc_fail(s, WEIGHT_ECANCELED, "weight_get canceled");
+        goto free_plan;
+    }
+
+    /* 5. Transfer. */
+    x.s = s;
+    x.m = &m;
+    x.plan = &plan;
+    x.bindings = bufs;
+    x.keeper = &k;
+    pthread_mutex_init(&x.err_lock, NULL);
+    pthread_mutex_init(&x.done_lock, NULL);
+    pthread_cond_init(&x.done_cond, NULL);
+    if ((rc = build_jobs(s, &x, &order)) < 0) goto free_jobs;
+    n_threads = s->threads < x.n_jobs ? s->threads : (unsigned)x.n_jobs;
+    wc_progress(s, 0, plan.total_bytes);
+    for (unsigned t = 0; t < n_threads; t++) {
+        workers[t].x = &x;
+        if (pthread_create(&threads[t], NULL, worker_main, &workers[t]) != 0) {
+            xfer_fail(&x, WEIGHT_ENOMEM, "cannot start transfer thread %u", t);
+            n_threads = t;
+            break;
+        }
+    }
+    /* This thread reports progress until the workers are done. */
+    pthread_mutex_lock(&x.done_lock);
+    while (x.done_workers < n_threads) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&x.done_cond, &x.done_lock, &ts);
+        if (x.done_workers < n_threads && s->progress) {
+            pthread_mutex_unlock(&x.done_lock);
+            wc_progress(s, atomic_load(&x.copied), plan.total_bytes);
+            pthread_mutex_lock(&x.done_lock);
+        }
+    }
+    pthread_mutex_unlock(&x.done_lock);
+    for (unsigned t = 0; t < n_threads; t++) pthread_join(threads[t], NULL);
+    for (unsigned t = 0; t < n_threads; t++) {
+        for (int i = 0; i < 4; i++) ndc_close(workers[t].nodes[i].c);
+        free(workers[t].window);
+    }
+    rc = atomic_load(&x.failed);
+    if (rc == WEIGHT_ECANCELED) atomic_store(&s->cancel, 0);
+    if (rc == 0 && atomic_load(&k.lost)) {
+        rc = atomic_load(&k.lost);
+        wc_fail(s, rc, "%s", k.lost_msg);
+    } else if (rc < 0) {
+        wc_fail(s, rc, "%s", x.err);
+    }
+    if (rc == 0) wc_progress(s, plan.total_bytes, plan.total_bytes);
+    if (stats) {
+        stats->bytes = atomic_load(&x.copied);
+        stats->tensors = n_placed;
+        stats->objects = x.n_jobs;
+        stats->local_bytes = atomic_load(&x.local);
+        stats->verified_bytes = atomic_load(&x.verified);
+    }
+free_jobs:
+    pthread_mutex_destroy(&x.err_lock);
+    pthread_mutex_destroy(&x.done_lock);
+    pthread_cond_destroy(&x.done_cond);
+    free(x.jobs);
+    free(order);
+free_plan:
+    free(pl);
+    free(bufs);
+    wc_plan_free(&plan);
+    wc_manifest_free(&m);
+stop_keeper:
+    keeper_stop(&k);
+destroy_keeper:
+    pthread_cond_destroy(&k.cond);
+    pthread_mutex_destroy(&k.lock);
+release:
+    {
+        char saved[sizeof s->err];
+        memcpy(saved, s->err, sizeof saved);
+        int rr = lease_call(s, &s->rpc, M(LEASE_RELEASE), id, k.lease_id, 0, NULL);
+        if (rc == 0 && rr < 0 && rr != WEIGHT_ENOT_FOUND) rc = rr; /* keep its message */
+        else memcpy(s->err, saved, sizeof saved);
+    }
+    return rc;
+}

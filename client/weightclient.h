@@ -1,0 +1,430 @@
+/* weightclient.h -- libweightclient, the one way an application touches
+ * model weights in a weight_mgmt Store Master.
+ *
+ * A weight revision is a complete, immutable set of tensors named by a
+ * five-part identity (tenant, namespace, resource, revision, generation).
+ * This header is the whole public surface: a weight_store handle on a
+ * master, the writer of weight_put (tensors, pre-sharded fragments, tied
+ * aliases; published atomically at commit), weight_get (lease-protected
+ * load with resharding straight into the caller's buffers), and the
+ * management calls of the RFC (exists, metadata, size, list, policy,
+ * migrate, operation, remove). Manifest keys, payload packing and transfer
+ * plans are internal and never exposed.
+ *
+ * Errors: every call returns 0 or a negative code -- the RFC's codes
+ * (WEIGHT_E*: INVALID_ARGUMENT, NOT_FOUND, ...), WEIGHT_EDIGEST_MISMATCH
+ * when stored bytes do not match their recorded digest, or a transport /
+ * store code (WEIGHT_EIO, ...). weight_error_name() names a code as the RFC
+ * does; weight_store_last_error() holds a sentence naming the cause of the
+ * store's last failure. A weight_store is used by one thread at a time
+ * (open one per thread); weight_get and the writer's commit use a few
+ * internal threads. A store outlives master restarts and failovers: a lost
+ * connection is replaced on the next call, and calls that are safe to
+ * repeat (queries, lease calls, begin and commit of an import) are sent
+ * once more; other mutations then fail with WEIGHT_EIO and may be retried
+ * by the caller (their generation fence makes a repeat safe to judge). */
+#ifndef WEIGHTCLIENT_H
+#define WEIGHTCLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(WEIGHTCLIENT_BUILD)
+#define WEIGHT_API __attribute__((visibility("default")))
+#else
+#define WEIGHT_API
+#endif
+
+/* -- errors ------------------------------------------------------------------ */
+
+enum {
+    WEIGHT_OK = 0,
+    /* Transport and store codes (the host's SMP_E* values). */
+    WEIGHT_EINVAL = -1,
+    WEIGHT_ENOMEM = -2,
+    WEIGHT_EIO = -8,
+    WEIGHT_EAGAIN = -10,
+    WEIGHT_EPROTO = -13,
+    WEIGHT_ECANCELED = -17,
+    /* The RFC's codes. */
+    WEIGHT_EINVALID_ARGUMENT = -101,
+    WEIGHT_ENOT_FOUND = -102,
+    WEIGHT_ENOT_READY = -103,
+    WEIGHT_ECONFLICT = -104,
+    WEIGHT_ESTALE_GENERATION = -105,
+    WEIGHT_EBUSY = -106,
+    WEIGHT_ELEASE_EXPIRED = -107,
+    WEIGHT_EDURABILITY_FAILED = -108,
+    WEIGHT_EPOLICY_UNSATISFIABLE = -109,
+    /* Client-side: a manifest or payload does not match its digest. */
+    WEIGHT_EDIGEST_MISMATCH = -150
+};
+
+/* "STALE_GENERATION", "DIGEST_MISMATCH", "IO", ...; never NULL. */
+WEIGHT_API const char *weight_error_name(int rc);
+
+/* -- identity, states, policy ------------------------------------------------ */
+
+#define WEIGHT_ID_MAX 256 /* bytes of one identity string (UTF-8) */
+
+typedef struct weight_identity {
+    char tenant_id[WEIGHT_ID_MAX + 1];     /* "": the store's tenant */
+    char namespace_id[WEIGHT_ID_MAX + 1];
+    char resource_id[WEIGHT_ID_MAX + 1];
+    char revision[WEIGHT_ID_MAX + 1];
+    uint64_t generation;
+} weight_identity;
+
+/* Fill *out from strings (tenant may be NULL or ""). WEIGHT_OK, or
+ * WEIGHT_EINVALID_ARGUMENT for a NULL, empty or over-long component. */
+WEIGHT_API int weight_identity_set(weight_identity *out,
+                                   const char *tenant_id,
+                                   const char *namespace_id,
+                                   const char *resource_id,
+                                   const char *revision,
+                                   uint64_t generation);
+
+/* Parse the command-line form NAMESPACE/RESOURCE/REVISION[@GENERATION]
+ * (components percent-encoded where they hold '/', '@' or '%'). Without
+ * "@GENERATION", *has_generation (may be NULL) is 0 and generation 0.
+ * tenant may be NULL. WEIGHT_OK or WEIGHT_EINVALID_ARGUMENT. */
+WEIGHT_API int weight_identity_parse(const char *text,
+                                     const char *tenant,
+                                     weight_identity *out,
+                                     int *has_generation);
+
+/* The inverse: write NAMESPACE/RESOURCE/REVISION@GENERATION into out (cap
+ * bytes). Returns its length, or WEIGHT_EINVALID_ARGUMENT if it does not fit. */
+WEIGHT_API int weight_identity_format(const weight_identity *id, char *out, size_t cap);
+
+typedef enum weight_availability {
+    WEIGHT_IMPORTING = 1,
+    WEIGHT_READY = 2,
+    WEIGHT_DEGRADED = 3,
+    WEIGHT_DELETING = 4,
+    WEIGHT_DELETED = 5
+} weight_availability;
+
+typedef enum weight_residency {
+    WEIGHT_RES_UNKNOWN = 0,
+    WEIGHT_RES_HOT = 1,
+    WEIGHT_RES_COLD = 2,
+    WEIGHT_RES_MIXED = 3,
+    WEIGHT_RES_ABSENT = 4
+} weight_residency;
+
+typedef enum weight_migration_mode {
+    WEIGHT_MODE_DEFAULT = 0,    /* in a policy: not given (the next level decides) */
+    WEIGHT_MODE_PINNED = 1,
+    WEIGHT_MODE_MANUAL = 2,
+    WEIGHT_MODE_AUTO = 3
+} weight_migration_mode;
+
+/* A storage policy. In a request, a zero field means "not given": the next
+ * level of the RFC's precedence (call > store default > cluster default)
+ * decides. In metadata every field is set. */
+typedef struct weight_policy {
+    weight_residency preferred;     /* HOT, COLD, MIXED; UNKNOWN: not given */
+    double mixed_hot_ratio;         /* in (0, 1); 0: not given */
+    weight_migration_mode mode;
+} weight_policy;
+
+/* RFC names ("READY", "MIXED", "AUTO", "MIGRATING", "RUNNING"); "?" else. */
+WEIGHT_API const char *weight_availability_name(int v);
+WEIGHT_API const char *weight_residency_name(int v);
+WEIGHT_API const char *weight_mode_name(int v);
+WEIGHT_API const char *weight_operation_kind_name(int v);
+WEIGHT_API const char *weight_operation_state_name(int v);
+
+/* Lightweight revision metadata (never the manifest body). */
+typedef struct weight_metadata {
+    weight_identity identity;
+    weight_policy policy;                 /* persisted, fully resolved */
+    weight_availability availability;
+    weight_residency residency;           /* observed */
+    double observed_hot_ratio;
+    uint64_t metadata_generation;         /* the CAS fence of mutations */
+    uint64_t operation_id;                /* active operation, 0: none */
+    char manifest_key[1025];              /* the manifest reference */
+    uint8_t manifest_sha256[32];
+    uint64_t payload_count;
+    uint64_t logical_bytes;
+    uint64_t affinity_count;
+    uint64_t created_ms;
+    uint64_t updated_ms;
+    uint64_t last_access_ms;
+    uint32_t active_leases;
+} weight_metadata;
+
+typedef struct weight_operation {
+    uint64_t id;
+    weight_identity identity;
+    int kind;                             /* 1 MIGRATING, 2 REPAIRING, 3 DELETING, 4 IMPORTING */
+    weight_residency target;
+    double target_hot_ratio;
+    int state;                            /* 1 RUNNING, 2 SUCCEEDED, 3 FAILED */
+    uint64_t members_done;
+    uint64_t members_total;
+    uint64_t bytes_done;
+    uint64_t bytes_total;
+    char error[256];
+    uint32_t attempts;
+    uint64_t created_ms;
+    uint64_t updated_ms;
+} weight_operation;
+
+/* -- the store handle -------------------------------------------------------- */
+
+typedef struct weight_store weight_store;
+
+/* Connect to the master at `master` ("host:port", or a Unix socket path).
+ * tenant: the tenant of identities that leave theirs empty (NULL or "":
+ * "default"). default_policy: the store's default (NULL: none; the cluster
+ * default applies). On failure *out is NULL and err (may be NULL) names the
+ * cause. WEIGHT_OK, WEIGHT_EINVALID_ARGUMENT, WEIGHT_EIO, WEIGHT_ENOMEM. */
+WEIGHT_API int weight_store_open(const char *master,
+                                 const char *tenant,
+                                 const weight_policy *default_policy,
+                                 weight_store **out,
+                                 char *err,
+                                 size_t errlen);
+
+/* Close the connections and unmap segments. NULL is a no-op. */
+WEIGHT_API void weight_store_close(weight_store *s);
+
+/* The message of the last failed call on s ("" if none). */
+WEIGHT_API const char *weight_store_last_error(const weight_store *s);
+
+/* Tuning, each returning WEIGHT_OK or WEIGHT_EINVALID_ARGUMENT:
+ *  PAYLOAD_BYTES  bound of one payload object written by weight_put
+ *                 (default 256 MiB, at least 4096);
+ *  THREADS        transfer threads of weight_get (default min(4, cores), 1..64);
+ *  TRANSPORT      0 auto (map co-located segments, TCP otherwise),
+ *                 1 local only, 2 remote (TCP) only;
+ *  LEASE_TTL_MS   lease TTL weight_get asks for (0: the server's). */
+typedef enum weight_option {
+    WEIGHT_OPT_PAYLOAD_BYTES = 1,
+    WEIGHT_OPT_THREADS = 2,
+    WEIGHT_OPT_TRANSPORT = 3,
+    WEIGHT_OPT_LEASE_TTL_MS = 4
+} weight_option;
+WEIGHT_API int weight_store_set_option(weight_store *s, weight_option opt, uint64_t value);
+
+/* Progress of weight_put / weight_get: bytes done of total so far. Called
+ * on the calling thread, at most every few milliseconds; NULL: none. */
+typedef void (*weight_progress_fn)(void *ctx, uint64_t done, uint64_t total);
+WEIGHT_API void weight_store_set_progress(weight_store *s, weight_progress_fn fn, void *ctx);
+
+/* -- weight_put: the writer -------------------------------------------------- */
+
+typedef struct weight_writer weight_writer;
+
+/* Begin publishing revision id (an empty tenant is the store's). policy:
+ * NULL for the store's default (or the cluster's). The revision exists as
+ * IMPORTING (invisible) until commit. Errors: the RFC's (CONFLICT when the
+ * identity exists in another state, INVALID_ARGUMENT, ...). */
+WEIGHT_API int weight_put_begin(weight_store *s,
+                                const weight_identity *id,
+                                const weight_policy *policy,
+                                weight_writer **out);
+
+/* Add a whole tensor: dtype is the safetensors name ("BF16", "F8_E4M3",
+ * ...), shape has ndim entries (0: a scalar), data holds
+ * product(shape) * item size bytes row-major. data is borrowed until
+ * weight_writer_commit returns (no copy is made). */
+WEIGHT_API int weight_writer_add_tensor(weight_writer *w,
+                                        const char *name,
+                                        const char *dtype,
+                                        uint32_t ndim,
+                                        const uint64_t *shape,
+                                        const void *data);
+
+/* Add one fragment of a tensor already sharded (e.g. one TP rank's shard):
+ * the global shape, the fragment's global offset and local shape (ndim
+ * entries each), data row-major of the local shape. Every fragment of one
+ * name must give the same dtype and global shape; together they must cover
+ * the tensor exactly (checked at commit). data is borrowed until commit. */
+WEIGHT_API int weight_writer_add_fragment(weight_writer *w,
+                                          const char *name,
+                                          const char *dtype,
+                                          uint32_t ndim,
+                                          const uint64_t *global_shape,
+                                          const uint64_t *global_offset,
+                                          const uint64_t *local_shape,
+                                          const void *data);
+
+/* Declare `name` a tied weight sharing `target`'s storage (same dtype and
+ * shape; stored once). target must be added (now or later) and not itself
+ * an alias. */
+WEIGHT_API int weight_writer_alias(weight_writer *w, const char *name, const char *target);
+
+/* Write every payload object, then the manifest last, then commit: the
+ * revision is READY (first HOT) when this returns 0, and *out (may be NULL)
+ * holds its metadata. The writer is freed whatever happens; on failure the
+ * import is aborted (nothing is published) and the error says why. */
+WEIGHT_API int weight_writer_commit(weight_writer *w, weight_metadata *out);
+
+/* Abort the import (nothing is published) and free the writer. NULL: no-op. */
+WEIGHT_API void weight_writer_abort(weight_writer *w);
+
+/* -- weight_get -------------------------------------------------------------- */
+
+/* A tensor of the revision, as a placement or binding callback sees it. */
+typedef struct weight_tensor_info {
+    const char *name;
+    const char *dtype;          /* safetensors name */
+    uint32_t item_size;
+    uint32_t ndim;
+    const uint64_t *shape;      /* global shape */
+    const char *alias_of;       /* the storage tensor of a tied weight, or NULL */
+} weight_tensor_info;
+
+typedef enum weight_place_kind {
+    WEIGHT_PLACE_SKIP = 0,          /* not loaded */
+    WEIGHT_PLACE_REPLICATED = 1,    /* the whole tensor */
+    WEIGHT_PLACE_SPLIT = 2          /* part `rank` of `parts` along `dim` */
+} weight_place_kind;
+
+/* One tensor's target layout. A dimension of size S split in N parts gives
+ * part r S / N elements, plus one for the first S % N parts. */
+typedef struct weight_tensor_place {
+    weight_place_kind kind;
+    uint32_t dim;
+    uint32_t parts;
+    uint32_t rank;
+} weight_tensor_place;
+
+/* The placement of a get: a callback deciding per tensor (NULL: every
+ * tensor replicated). A negative return aborts the get with that code. */
+typedef struct weight_placement {
+    int (*place)(void *ctx, const weight_tensor_info *t, weight_tensor_place *out);
+    void *ctx;
+} weight_placement;
+
+/* A caller buffer for one tensor: exactly the rank's box, row-major. */
+typedef struct weight_binding {
+    const char *name;
+    void *data;
+    uint64_t bytes;             /* capacity; must be >= the box's bytes */
+} weight_binding;
+
+/* Where the bytes go: buffers by tensor name, and/or a callback asked for
+ * each placed tensor without a buffer in the list (local_shape: the box's
+ * shape, bytes its size; *out a buffer of at least bytes bytes that stays
+ * the caller's). A placed tensor with neither is INVALID_ARGUMENT. */
+typedef struct weight_bindings {
+    const weight_binding *buffers;
+    size_t n_buffers;
+    int (*provide)(void *ctx,
+                   const weight_tensor_info *t,
+                   const weight_tensor_place *p,
+                   const uint64_t *local_shape,
+                   uint64_t bytes,
+                   void **out);
+    void *ctx;
+} weight_bindings;
+
+/* What a get did (may be NULL in the call). */
+typedef struct weight_get_stats {
+    uint64_t bytes;             /* bytes written into the buffers */
+    uint64_t tensors;           /* tensors placed */
+    uint64_t objects;           /* payload objects read */
+    uint64_t local_bytes;       /* of bytes: copied from mapped segments */
+    uint64_t verified_bytes;    /* payload bytes checked against the manifest */
+} weight_get_stats;
+
+/* Load revision id into the caller's buffers under a revision lease
+ * (renewed while the load runs; released on every path). The manifest is
+ * verified (SHA-256 and identity) before anything is planned: a mismatch is
+ * WEIGHT_EDIGEST_MISMATCH with nothing written. Payload bytes are verified
+ * per chunk (the manifest's XXH3-64 of each 1 MiB chunk) before they are
+ * scattered, so no unverified byte reaches a buffer; a mismatch is
+ * WEIGHT_EDIGEST_MISMATCH naming the object and chunk, and then buffers may
+ * already hold (verified) bytes of other chunks. Errors: NOT_FOUND,
+ * NOT_READY (not READY/readable), LEASE_EXPIRED, INVALID_ARGUMENT (a bad
+ * placement or binding), DIGEST_MISMATCH, IO. */
+WEIGHT_API int weight_get(weight_store *s,
+                          const weight_identity *id,
+                          const weight_placement *placement,
+                          const weight_bindings *bindings,
+                          weight_get_stats *stats);
+
+/* Cancel the weight_get running on s (or, if none runs, the next one): it
+ * stops at the next chunk, releases its lease and returns WEIGHT_ECANCELED;
+ * buffers may hold part of the revision. The one call that may be made from
+ * any thread, and from a signal handler (it only sets a lock-free flag). */
+WEIGHT_API void weight_store_cancel(weight_store *s);
+
+/* -- management -------------------------------------------------------------- */
+
+/* *exists = 1 only when the exact revision is READY and readable. */
+WEIGHT_API int weight_is_exist(weight_store *s, const weight_identity *id, int *exists);
+
+/* Metadata of a revision (tombstones included). op (may be NULL) receives
+ * the active operation when there is one (op->id 0 otherwise). */
+WEIGHT_API int weight_get_metadata(weight_store *s,
+                                   const weight_identity *id,
+                                   weight_metadata *out,
+                                   weight_operation *op);
+
+/* The logical payload bytes validated at commit. */
+WEIGHT_API int weight_get_size(weight_store *s, const weight_identity *id, uint64_t *bytes);
+
+/* One page of revisions of the store's tenant, optionally of one namespace
+ * (and resource). page_token: "" or NULL for the first page; next_token
+ * (cap bytes) receives the next ("" at the end). *out is malloc'd (free with
+ * weight_list_free), *n entries. limit 0: the server's default. */
+typedef struct weight_list_query {
+    const char *namespace_id;       /* NULL or "": any */
+    const char *resource_id;        /* NULL or "": any (needs namespace_id) */
+    uint32_t limit;
+    int include_deleted;            /* tombstones too */
+} weight_list_query;
+WEIGHT_API int weight_list(weight_store *s,
+                           const weight_list_query *q,
+                           const char *page_token,
+                           weight_metadata **out,
+                           size_t *n,
+                           char *next_token,
+                           size_t next_cap);
+WEIGHT_API void weight_list_free(weight_metadata *list);
+
+/* Replace the policy (fields 0 keep the current value), fenced by
+ * expected_metadata_generation (0: read the current one first). *out (may
+ * be NULL) gets the updated metadata. STALE_GENERATION when it moved. */
+WEIGHT_API int weight_update_policy(weight_store *s,
+                                    const weight_identity *id,
+                                    const weight_policy *policy,
+                                    uint64_t expected_metadata_generation,
+                                    weight_metadata *out);
+
+/* Start an explicit residency migration toward target (HOT, COLD, MIXED;
+ * mixed_hot_ratio 0: the policy's), fenced like weight_update_policy.
+ * *op gets the created operation. */
+WEIGHT_API int weight_migrate(weight_store *s,
+                              const weight_identity *id,
+                              weight_residency target,
+                              double mixed_hot_ratio,
+                              uint64_t expected_metadata_generation,
+                              weight_operation *op);
+
+WEIGHT_API int weight_get_operation(weight_store *s, uint64_t operation_id, weight_operation *op);
+
+/* Delete the whole revision (payloads in batches, the manifest last) and
+ * keep a queryable tombstone. BUSY while a lease or an operation is active.
+ * expected_metadata_generation 0: read the current one first. *out (may be
+ * NULL) gets the metadata after the call (DELETING or DELETED). */
+WEIGHT_API int weight_remove(weight_store *s,
+                             const weight_identity *id,
+                             uint64_t expected_metadata_generation,
+                             weight_metadata *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* WEIGHTCLIENT_H */
