@@ -1,0 +1,40 @@
+/* weight_lineage.h -- generation replacement: the lineage table's rules and
+ * the claim driver.
+ *
+ * A lineage (tenant, namespace, resource, revision) holds at most one
+ * non-terminal replacement claim and a committed generation watermark
+ * (weight_management.h: wm_lineage_entry). This header declares the pure
+ * step that decides whether one claim record (OpLog type 12, the complete
+ * post-mutation claim) may follow the entry it lands on -- the live path and
+ * replay both run it, so replay can never lower a watermark or create a
+ * second successor -- and the plugin's side of weight_upsert: the two RPCs,
+ * the fence on the base, the import gate on the target and the reconcile
+ * step that walks each open claim through its mode's phases. */
+#ifndef WEIGHT_LINEAGE_H
+#define WEIGHT_LINEAGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weight_management.h"
+
+/* Apply claim record c to the lineage entry e (a zeroed entry with the
+ * lineage filled in when the lineage has no entry yet). On WM_OK *e holds
+ * the new state, or is unchanged for a duplicate of the record it already
+ * holds (idempotent). Refused with WM_EINVALID_ARGUMENT and a sentence (e
+ * unchanged):
+ *   - a record that fails wm_claim_check or names another lineage;
+ *   - a watermark below the entry's (replay never lowers it), or a
+ *     non-COMMITTED record whose watermark differs from the entry's;
+ *   - for the entry's own claim (same request id): other immutable
+ *     arguments (base, target, mode, expected generation, created_ms), or a
+ *     phase that is not the next one of its mode (out of order);
+ *   - a new claim while the entry's claim is still open (a second
+ *     successor), a new claim that does not start at CLAIMED, or a target
+ *     generation not above the watermark. */
+int wm_lineage_claim_step(wm_lineage_entry *e, const wm_lineage_claim *c, char *msg, size_t cap);
+
+/* 1 when the claim is final (COMMITTED or ABORTED). */
+int wm_claim_terminal(const wm_lineage_claim *c);
+
+#endif /* WEIGHT_LINEAGE_H */
