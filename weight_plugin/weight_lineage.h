@@ -37,4 +37,40 @@ int wm_lineage_claim_step(wm_lineage_entry *e, const wm_lineage_claim *c, char *
 /* 1 when the claim is final (COMMITTED or ABORTED). */
 int wm_claim_terminal(const wm_lineage_claim *c);
 
+/* -- the plugin's side (needs wm_plugin.h) --------------------------------- */
+
+struct wm_plugin;
+struct smp_rpc_call;
+
+/* Create the working state and register the upsert metrics. Only inside
+ * init (from wm_mgmt_register). SMP_ENOMEM or the host's registration
+ * error. */
+int wm_lineage_register(struct wm_plugin *p);
+
+/* Free the working state and every claim record still in flight (at fini;
+ * their callbacks will not run any more). */
+void wm_lineage_release(struct wm_plugin *p);
+
+/* RPC methods 15 and 16 (weight_rpc.proto). */
+int wm_rpc_upsert_begin(void *plugin, struct smp_rpc_call *call, const uint8_t *body, size_t len);
+int wm_rpc_upsert_status(void *plugin, struct smp_rpc_call *call, const uint8_t *body, size_t len);
+
+/* May an import of `id` begin? WM_OK when its lineage has no open claim, or
+ * id is the open claim's target and the claim allows the import (PUT_FIRST:
+ * before the target is READY; DELETE_FIRST: only once the base is deleted,
+ * else WM_EBUSY). Another generation while a claim is open: WM_ECONFLICT. A
+ * sentence in msg on refusal. */
+int wm_lineage_import_check(const struct wm_plugin *p, const wm_identity *id, char *msg,
+                            size_t cap);
+
+/* Move every open claim one step when its condition holds (target READY,
+ * base leases drained, base deleted, ...), appending the next type-12 record
+ * or the base's deletion; a claim with a record in flight waits. Called by
+ * the reconcile tick and after each claim record becomes durable; a standby
+ * never runs it. */
+void wm_lineage_drive(struct wm_plugin *p);
+
+/* Publish the upsert metrics. */
+void wm_lineage_metrics(struct wm_plugin *p);
+
 #endif /* WEIGHT_LINEAGE_H */
