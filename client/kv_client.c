@@ -62,39 +62,23 @@ int kvc_transport_failed(const kvc *c)
 }
 
 /* Send req to (service, method); on success unpack the reply with desc into
- * *resp (NULL desc: the reply is ignored). */
+ * *resp (NULL desc: the reply is ignored). The master's message of a refusal
+ * is kept for kvc_error(). */
 static int call(kvc *c, uint32_t service, uint32_t method, const ProtobufCMessage *req,
                 const ProtobufCMessageDescriptor *desc, ProtobufCMessage **resp)
 {
-    size_t len = protobuf_c_message_get_packed_size(req);
-    uint8_t *buf = malloc(len ? len : 1);
-    uint8_t *rbody = NULL;
-    size_t rlen = 0;
     char *msg = NULL;
     int status = 0;
-    int rc;
     c->err[0] = '\0';
     c->transport_failed = 0;
-    if (buf == NULL) return SMP_ENOMEM;
-    protobuf_c_message_pack(req, buf);
-    rc = rpcc_call(c->conn, service, method, buf, len, &status, &rbody, &rlen, &msg);
-    free(buf);
+    int rc = rpcc_call_msg(c->conn, service, method, req, desc, resp, &status, NULL, NULL, &msg);
     if (rc < 0) {
         snprintf(c->err, sizeof(c->err), "%s", rpcc_last_error(c->conn));
-        c->transport_failed = 1;
-        return rc;
-    }
-    if (status != 0) {
+        c->transport_failed = rc != SMP_EPROTO && rc != SMP_ENOMEM;
+    } else if (status != 0) {
         snprintf(c->err, sizeof(c->err), "%s", msg && msg[0] ? msg : smp_strerror(status));
         rc = status;
-    } else if (desc != NULL) {
-        *resp = protobuf_c_message_unpack(desc, NULL, rlen, rbody);
-        if (*resp == NULL) {
-            snprintf(c->err, sizeof(c->err), "reply does not decode as %s", desc->name);
-            rc = SMP_EPROTO;
-        }
     }
-    free(rbody);
     free(msg);
     return rc;
 }

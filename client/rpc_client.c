@@ -620,3 +620,52 @@ int rpcc_call(rpcc_conn *c,
         return rc;
     return rpcc_recv(c, id, NULL, status, resp_body, resp_len, errmsg);
 }
+
+int rpcc_call_msg(rpcc_conn *c,
+                  uint32_t service,
+                  uint32_t method,
+                  const ProtobufCMessage *req,
+                  const ProtobufCMessageDescriptor *desc,
+                  ProtobufCMessage **resp,
+                  int *status,
+                  uint8_t **body,
+                  size_t *body_len,
+                  char **errmsg)
+{
+    size_t len = req ? protobuf_c_message_get_packed_size(req) : 0;
+    uint8_t *buf = malloc(len ? len : 1);
+    uint8_t *rbody = NULL;
+    size_t rlen = 0;
+    char *msg = NULL;
+    int rc;
+    if (body) *body = NULL;
+    if (body_len) *body_len = 0;
+    if (errmsg) *errmsg = NULL;
+    if (resp) *resp = NULL;
+    if (buf == NULL) return SMP_ENOMEM;
+    if (req) protobuf_c_message_pack(req, buf);
+    rc = rpcc_call(c, service, method, buf, len, status, &rbody, &rlen, &msg);
+    free(buf);
+    if (rc < 0) goto free_reply;
+    if (*status != 0) {
+        if (body) {
+            *body = rbody;
+            rbody = NULL;
+        }
+        if (body_len) *body_len = rlen;
+        if (errmsg) {
+            *errmsg = msg;
+            msg = NULL;
+        }
+    } else if (desc != NULL && resp != NULL) {
+        *resp = protobuf_c_message_unpack(desc, NULL, rlen, rbody);
+        if (*resp == NULL) {
+            conn_err(c, "reply does not decode as %s", desc->name);
+            rc = SMP_EPROTO;
+        }
+    }
+free_reply:
+    free(rbody);
+    free(msg);
+    return rc;
+}

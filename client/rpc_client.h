@@ -21,6 +21,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <protobuf-c/protobuf-c.h>
+
 #include "store_plugin.h"
 
 #define RPCC_DEFAULT_MAX_FRAME_BYTES (64u << 20)
@@ -70,6 +72,24 @@ int rpcc_call(rpcc_conn *c,
               uint8_t **resp_body,
               size_t *resp_len,
               char **errmsg);
+
+/* rpcc_call with protobuf-c messages: pack req, call, and when the server's
+ * *status is 0 unpack the reply body with desc into *resp (desc NULL: the
+ * body is ignored). When *status is not 0, *body / *body_len (may be NULL)
+ * get the reply body -- a service's message, by convention -- and *errmsg
+ * (may be NULL) the envelope's message; the caller frees them. Returns the
+ * transport code of rpcc_call, SMP_ENOMEM, or SMP_EPROTO for a reply body
+ * that does not decode (then *status is 0 and *resp NULL). */
+int rpcc_call_msg(rpcc_conn *c,
+                  uint32_t service,
+                  uint32_t method,
+                  const ProtobufCMessage *req,
+                  const ProtobufCMessageDescriptor *desc,
+                  ProtobufCMessage **resp,
+                  int *status,
+                  uint8_t **body,
+                  size_t *body_len,
+                  char **errmsg);
 
 /* Send one request without waiting; *request_id (may be NULL) receives its
  * id (never 0). Errors as rpcc_call's sending half. */

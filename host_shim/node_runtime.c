@@ -200,27 +200,13 @@ static void inventory_free(inventory *inv)
     free(inv->files);
 }
 
-/* One RPC: pack req, call, unpack the reply with desc. */
+/* One RPC of the node service; the master's status when it refused. */
 static int call(rpcc_conn *c, uint32_t method, const ProtobufCMessage *req,
                 const ProtobufCMessageDescriptor *desc, ProtobufCMessage **resp, char **msg)
 {
-    size_t len = protobuf_c_message_get_packed_size(req);
-    uint8_t *buf = malloc(len ? len : 1);
-    uint8_t *body = NULL;
-    size_t blen = 0;
     int status = 0;
-    if (buf == NULL) return SMP_ENOMEM;
-    protobuf_c_message_pack(req, buf);
-    int rc = rpcc_call(c, NODE_SERVICE, method, buf, len, &status, &body, &blen, msg);
-    free(buf);
-    if (rc < 0) return rc;
-    if (status != 0) {
-        free(body);
-        return status;
-    }
-    *resp = protobuf_c_message_unpack(desc, NULL, blen, body);
-    free(body);
-    return *resp ? SMP_OK : SMP_EPROTO;
+    int rc = rpcc_call_msg(c, NODE_SERVICE, method, req, desc, resp, &status, NULL, NULL, msg);
+    return rc < 0 ? rc : status;
 }
 
 static int do_register(node_runtime *n, rpcc_conn *c)

@@ -13,7 +13,11 @@
  *     verified before memory is released, nothing released while a lease is
  *     held) and DELETING (payloads in batches, the manifest last, the group
  *     verified empty, then the DELETED + ABSENT tombstone);
- *   - under memory pressure, starts one AUTO demotion one step colder.
+ *   - moves AUTO revisions by itself, one operation at a time: under
+ *     memory pressure one step colder (HOT -> MIXED -> COLD, in
+ *     wm_auto_order's order), and once usage is well below where the
+ *     pressure ended, back toward preferred when that keeps the headroom;
+ *     each revision waits its cooldown between moves.
  * Every completed batch persists the operation's cursor and progress in a
  * type-8 record that repeats the revision's generation; an operation ends in
  * one record that carries it SUCCEEDED and clears the revision's
@@ -178,7 +182,8 @@ struct wm_lc {
     int recheck;               /* NODE_UP: look at DEGRADED revisions now */
     uint64_t last_recheck_ms;
     int pressure;              /* MEMORY_PRESSURE seen, usage not down yet */
-    double pressure_clear;     /* usage ratio below which it ends */
+    double pressure_clear;     /* usage ratio below which it ends (0: never seen) */
+    wm_auto_reason auto_reason; /* of the AUTO operation in flight */
     uint64_t auto_op;          /* the AUTO demotion in flight (0: none) */
     int auto_pending;          /* its record is in flight */
 };
@@ -1015,7 +1020,7 @@ static void wm_auto_applied(wm_plugin *p, void *arg, int status)
     (void)arg;
     if (p->lc == NULL) return;
     p->lc->auto_pending = 0;
-    if (status == WM_OK) p->auto_triggers[WM_AUTO_DEMOTE_ON_PRESSURE]++;
+    if (status == WM_OK) p->auto_triggers[p->lc->auto_reason]++;
     else p->lc->auto_op = 0;
 }
 
@@ -1031,22 +1036,100 @@ static uint64_t wm_cluster_u64(wm_plugin *p, const char *key, uint64_t dflt)
     return (uint64_t)v.i;
 }
 
-/* Under memory pressure, start one demotion (one step colder) of the first
- * eligible AUTO revision in wm_auto_order's order whose cooldown has passed;
- * one at a time, so memory is freed incrementally. */
+/* Append an AUTO MIGRATING operation of r toward `to` (one at a time).
+ * Returns 1 when its record is in flight. */
+static int wm_auto_start(wm_plugin *p, wm_lc *lc, const wm_revision *r, wm_residency to,
+                         wm_auto_reason reason)
+{
+    wm_revision next = *r;
+    wm_operation op;
+    char why[512] = "";
+    uint64_t now = wm_wall(p, r);
+    memset(&op, 0, sizeof(op));
+    op.id = wm_store_reserve_operation_id(p->store);
+    op.kind = WM_OPK_MIGRATING;
+    op.id_of = r->id;
+    op.target = to;
+    op.target_hot_ratio = to == WM_RES_MIXED ? r->policy.mixed_hot_ratio : 0.0;
+    op.state = WM_OPS_RUNNING;
+    op.members_total = r->payload_count;
+    op.bytes_total = r->logical_bytes;
+    op.created_ms = op.updated_ms = now;
+    next.metadata_generation = r->metadata_generation + 1;
+    next.updated_ms = now;
+    next.operation_id = op.id;
+    if (wm_metadata_mutation_check(r, &next, why, sizeof(why)) < 0) return 0;
+    lc->auto_pending = 1;
+    lc->auto_reason = reason;
+    if (wm_submit_upsert(p, &next, &op, 1, wm_auto_applied, NULL) < 0) {
+        lc->auto_pending = 0;
+        return 0;
+    }
+    lc->auto_op = op.id;
+    p->api->log(p->host, SMP_LOG_INFO, "%s: %s moves toward %s (operation %" PRIu64 ")",
+                reason == WM_AUTO_DEMOTE_ON_PRESSURE ? "memory pressure" : "pressure relieved",
+                r->group_key, wm_residency_name((int)to), op.id);
+    return 1;
+}
+
+/* An AUTO revision may move by itself now: READY, no operation, no lease,
+ * nothing in flight, cooldown over. */
+static int wm_auto_movable(wm_plugin *p, const wm_revision *r, uint64_t cooldown, uint64_t wall)
+{
+    return r->availability == WM_AVAIL_READY && r->policy.mode == WM_MODE_AUTO &&
+           r->operation_id == 0 && r->lease_count == 0 && !wm_pending_metadata(p, r->group_key) &&
+           !wm_pending_lease_grants(p, r->group_key) && r->updated_ms + cooldown <= wall;
+}
+
+/* Pressure is over and usage is well below where it ended: bring back
+ * toward preferred the AUTO revision accessed last whose promotion keeps
+ * usage below that mark (so it cannot start the pressure again). */
+static void wm_auto_relief(wm_plugin *p, wm_lc *lc, uint64_t used, uint64_t cap, uint64_t cooldown)
+{
+    double mark = (lc->pressure_clear - WM_PRESSURE_HYSTERESIS) * (double)cap;
+    if (lc->pressure_clear <= 0.0 || (double)used >= mark) return;
+    uint64_t wall = p->api->wall_ms(p->host);
+    const wm_revision *best = NULL;
+    wm_residency best_to = WM_RES_UNKNOWN;
+    size_t n = wm_store_revision_count(p->store);
+    for (size_t i = 0; i < n; i++) {
+        const wm_revision *r = wm_store_revision_at(p->store, i);
+        if (!wm_auto_movable(p, r, cooldown, wall)) continue;
+        wm_residency to = wm_auto_promotion_target(r->residency, r->policy.preferred);
+        if (to == WM_RES_UNKNOWN) continue;
+        double ratio = to == WM_RES_HOT ? 1.0 : r->policy.mixed_hot_ratio;
+        double added = (ratio - r->observed_hot_ratio) * (double)r->logical_bytes;
+        if ((double)used + added >= mark) continue;
+        /* Last accessed first; identity order breaks ties (first wins). */
+        if (best == NULL || r->last_access_ms > best->last_access_ms) {
+            best = r;
+            best_to = to;
+        }
+    }
+    if (best != NULL) wm_auto_start(p, lc, best, best_to, WM_AUTO_PROMOTE_ON_RELIEF);
+}
+
+/* AUTO residency, one operation at a time so memory moves incrementally.
+ * Under memory pressure: demote (one step colder) the first eligible AUTO
+ * revision in wm_auto_order's order whose cooldown has passed. After the
+ * pressure: promote back toward preferred (wm_auto_relief). */
 static void wm_run_auto(wm_plugin *p, wm_lc *lc)
 {
-    if (!lc->pressure || lc->auto_pending) return;
-    uint64_t used = 0, cap = 0;
-    p->api->memory_usage(p->host, &used, &cap);
-    if (cap == 0 || (double)used < lc->pressure_clear * (double)cap) {
-        lc->pressure = 0;
-        return;
-    }
+    if (lc->auto_pending || p->api->memory_usage == NULL) return;
     if (lc->auto_op != 0) {
         const wm_operation *op = wm_store_operation(p->store, lc->auto_op);
         if (op != NULL && op->state == WM_OPS_RUNNING) return;
         lc->auto_op = 0;
+    }
+    if (!lc->pressure && lc->pressure_clear <= 0.0) return; /* never under pressure */
+    uint64_t used = 0, cap = 0;
+    p->api->memory_usage(p->host, &used, &cap);
+    if (cap == 0) return;
+    uint64_t cooldown = wm_cluster_u64(p, "weight_migration_cooldown_ms", 30000);
+    if (lc->pressure && (double)used < lc->pressure_clear * (double)cap) lc->pressure = 0;
+    if (!lc->pressure) {
+        wm_auto_relief(p, lc, used, cap, cooldown);
+        return;
     }
     size_t n = wm_store_revision_count(p->store);
     if (n == 0) return;
@@ -1067,41 +1150,13 @@ static void wm_run_auto(wm_plugin *p, wm_lc *lc)
         c[i].releasable_hot_bytes = (uint64_t)(frees * (double)r->logical_bytes);
     }
     if (wm_auto_order(c, n, order, &n_order) < 0) goto free_tmp;
-    uint64_t cooldown = wm_cluster_u64(p, "weight_migration_cooldown_ms", 30000);
     uint64_t wall = p->api->wall_ms(p->host);
     for (size_t k = 0; k < n_order; k++) {
         const wm_revision *r = wm_store_revision_at(p->store, order[k]);
-        if (wm_pending_metadata(p, r->group_key) || wm_pending_lease_grants(p, r->group_key)) continue;
-        if (r->updated_ms + cooldown > wall) continue;
+        if (!wm_auto_movable(p, r, cooldown, wall)) continue;
         wm_residency to = wm_auto_next_demotion(r->residency);
         if (to == WM_RES_UNKNOWN) continue;
-        wm_revision next = *r;
-        wm_operation op;
-        char why[512] = "";
-        uint64_t now = wm_wall(p, r);
-        memset(&op, 0, sizeof(op));
-        op.id = wm_store_reserve_operation_id(p->store);
-        op.kind = WM_OPK_MIGRATING;
-        op.id_of = r->id;
-        op.target = to;
-        op.target_hot_ratio = to == WM_RES_MIXED ? r->policy.mixed_hot_ratio : 0.0;
-        op.state = WM_OPS_RUNNING;
-        op.members_total = r->payload_count;
-        op.bytes_total = r->logical_bytes;
-        op.created_ms = op.updated_ms = now;
-        next.metadata_generation = r->metadata_generation + 1;
-        next.updated_ms = now;
-        next.operation_id = op.id;
-        if (wm_metadata_mutation_check(r, &next, why, sizeof(why)) < 0) continue;
-        lc->auto_pending = 1;
-        if (wm_submit_upsert(p, &next, &op, 1, wm_auto_applied, NULL) < 0) {
-            lc->auto_pending = 0;
-            continue;
-        }
-        lc->auto_op = op.id;
-        p->api->log(p->host, SMP_LOG_INFO, "memory pressure: %s demoted toward %s (operation %" PRIu64 ")",
-                    r->group_key, wm_residency_name((int)to), op.id);
-        break;
+        if (wm_auto_start(p, lc, r, to, WM_AUTO_DEMOTE_ON_PRESSURE)) break;
     }
 free_tmp:
     free(c);

@@ -1887,6 +1887,9 @@ void wm_metrics_refresh(wm_plugin *p)
         l[0] = "demote";
         l[1] = "memory_pressure";
         a->metric_set(p->m_auto_triggers, l, (double)p->auto_triggers[WM_AUTO_DEMOTE_ON_PRESSURE]);
+        l[0] = "promote";
+        l[1] = "pressure_relief";
+        a->metric_set(p->m_auto_triggers, l, (double)p->auto_triggers[WM_AUTO_PROMOTE_ON_RELIEF]);
     }
     for (int r = 1; r <= SMP_GUARD_REASON_MAX; r++) {
         const char *l[1] = {wm_guard_reason_names[r]};

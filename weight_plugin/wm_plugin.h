@@ -28,7 +28,8 @@
 typedef enum wm_auto_reason {
     WM_AUTO_PROMOTE_ON_ACCESS = 0,
     WM_AUTO_DEMOTE_ON_PRESSURE = 1,
-    WM_AUTO_REASONS = 2
+    WM_AUTO_PROMOTE_ON_RELIEF = 2, /* pressure is gone: back toward preferred */
+    WM_AUTO_REASONS = 3
 } wm_auto_reason;
 
 typedef struct wm_txn wm_txn;

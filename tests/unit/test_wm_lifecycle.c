@@ -690,13 +690,44 @@ static void test_auto_candidates_and_cooldown(void **state)
     assert_int_equal(cur(&m)->residency, WM_RES_HOT);
     assert_int_equal(cur(&m)->operation_id, 0);
 
-    /* Usage drops below the hysteresis: pressure ends, no new demotion. */
+    /* Usage drops well below where the pressure ended: no new demotion;
+     * the demoted AUTO revisions converge back to preferred (HOT), one at
+     * a time, each after its cooldown; the MANUAL one was never touched. */
     H.used = 100;
-    run(6);
+    H.cooldown = 2000;
     uint64_t n = P.auto_triggers[WM_AUTO_DEMOTE_ON_PRESSURE];
-    run(6);
+    run(30);
     assert_int_equal(P.auto_triggers[WM_AUTO_DEMOTE_ON_PRESSURE], n);
+    assert_true(P.auto_triggers[WM_AUTO_PROMOTE_ON_RELIEF] >= 1);
+    assert_int_equal(cur(&a)->residency, WM_RES_HOT);
+    assert_int_equal(cur(&b)->residency, WM_RES_HOT);
     assert_int_equal(cur(&m)->residency, WM_RES_HOT);
+    assert_int_equal(cur(&m)->metadata_generation, 1);
+}
+
+/* No promotion back while the revision's promotion would bring usage near
+ * the mark where the pressure ended. */
+static void test_auto_relief_keeps_headroom(void **state)
+{
+    (void)state;
+    static const uint64_t bytes[2] = {300, 300};
+    wm_revision a = seed("wide", bytes, 2, WM_MODE_AUTO);
+    H.cooldown = 0;
+    H.used = 900;
+    smp_event ev = {sizeof(ev), SMP_EVENT_MEMORY_PRESSURE, NULL, NULL, NULL, SMP_REPLICA_MEMORY, 0, 900,
+                    1000, 0};
+    wm_lifecycle_event(&P, &ev);
+    run(6); /* HOT -> MIXED, then (pressure stays) -> COLD */
+    assert_int_equal(cur(&a)->residency, WM_RES_COLD);
+    /* Pressure ends below 0.8; the mark is 0.7; 500 + 600 would cross it. */
+    H.used = 500;
+    run(6);
+    assert_int_equal(cur(&a)->residency, WM_RES_COLD);
+    assert_int_equal(P.auto_triggers[WM_AUTO_PROMOTE_ON_RELIEF], 0);
+    H.used = 50; /* 50 + 600 < 700 */
+    run(6);
+    assert_int_equal(cur(&a)->residency, WM_RES_HOT);
+    assert_int_equal(P.auto_triggers[WM_AUTO_PROMOTE_ON_RELIEF], 1);
 }
 
 /* A change of role drops the working state: tasks still in flight finish
@@ -759,6 +790,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_degraded_on_loss_and_back, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unreadable_member_degrades_migration, setup, teardown),
         cmocka_unit_test_setup_teardown(test_auto_candidates_and_cooldown, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_auto_relief_keeps_headroom, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
