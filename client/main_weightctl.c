@@ -738,7 +738,7 @@ static int cmd_upsert(ctl *x, int argc, char **argv)
     if (w != NULL) {
         if ((rc = add_files(w, files, n_files, ties, n_ties)) < 0) {
             status = weight_failed(x, "upsert", rc);
-            if (mode == WEIGHT_UPSERT_PUT_FIRST) weight_writer_abort(w);
+            weight_writer_abort(w); /* refused by the master for a DELETE_FIRST target */
             goto close_files;
         }
         weight_store_set_progress(x->ws, progress_cb, &pr);

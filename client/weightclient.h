@@ -482,7 +482,8 @@ typedef struct weight_upsert_claim {
  * it and only then hands out the writer; this call waits (up to
  * wait_ms, 0: 120 s) for the deletion. A failed DELETE_FIRST commit keeps
  * the target import open, so a retry of the same request resumes it (the
- * base cannot come back).
+ * base cannot come back; the master refuses to abort that import, so
+ * weight_writer_abort only frees such a writer).
  *
  * request_id NULL derives one from the base and target identities, mode and
  * expected generation, so a retry after a lost reply is the same request;

@@ -224,6 +224,18 @@ int wm_lineage_import_check(const wm_plugin *p, const wm_identity *id, char *msg
     return WM_OK;
 }
 
+int wm_lineage_abort_check(const wm_plugin *p, const wm_identity *id, char *msg, size_t cap)
+{
+    const wm_lineage_claim *c = wm_lin_open_claim(p, id);
+    if (c == NULL || c->mode != WM_UPSERT_DELETE_FIRST || wm_identity_cmp(&c->target, id) != 0 ||
+        (c->phase != WM_PHASE_BASE_DELETED && c->phase != WM_PHASE_IMPORTING_TARGET))
+        return WM_OK;
+    return wm_lin_refuse(WM_ECONFLICT, msg, cap,
+                         "the base of DELETE_FIRST claim %s is already deleted; its target import "
+                         "cannot be rolled back and is resumed by the same request",
+                         c->request_id);
+}
+
 /* -- replies --------------------------------------------------------------- */
 
 static void wm_lin_pb_identity(Wmrpc__WeightIdentity *m, const wm_identity *id)

@@ -63,6 +63,13 @@ int wm_rpc_upsert_status(void *plugin, struct smp_rpc_call *call, const uint8_t 
 int wm_lineage_import_check(const struct wm_plugin *p, const wm_identity *id, char *msg,
                             size_t cap);
 
+/* May the import of `id` be aborted? WM_OK, except for the target of an
+ * open DELETE_FIRST claim whose base is already deleted: WM_ECONFLICT (the
+ * RFC: a target failure cannot be rolled back to the deleted base; the
+ * same request resumes the import). */
+int wm_lineage_abort_check(const struct wm_plugin *p, const wm_identity *id, char *msg,
+                           size_t cap);
+
 /* Move every open claim one step when its condition holds (target READY,
  * base leases drained, base deleted, ...), appending the next type-12 record
  * or the base's deletion; a claim with a record in flight waits. Called by

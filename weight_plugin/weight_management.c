@@ -1151,6 +1151,10 @@ static int wm_rpc_import_abort(void *plugin, smp_rpc_call *call, const uint8_t *
                        rev->group_key, wm_availability_name((int)rev->availability));
         goto free_req;
     }
+    if ((rc = wm_lineage_abort_check(p, &id, msg, sizeof(msg))) < 0) {
+        wm_reply_error(p, call, rc, "%s", msg);
+        goto free_req;
+    }
     if (!wm_check_idle(p, call, rev) || !wm_check_cas(p, call, rev, req->expected_metadata_generation))
         goto free_req;
     uint64_t members = p->api->group_count(p->host, rev->group_key);

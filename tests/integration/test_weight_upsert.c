@@ -334,6 +334,39 @@ static void test_delete_first_deletes_the_base_before_the_import(void **state)
     free(body);
 }
 
+/* DELETE_FIRST: a target failure cannot bring the deleted base back; the
+ * import stays open (its abort is refused) and the same request resumes it
+ * to COMMITTED. */
+static void test_delete_first_target_failure_resumes(void **state)
+{
+    fixture *f = *state;
+    open_clients(f);
+    weight_store *s = f->s;
+    put(f, "dr", 1);
+    weight_identity base = ident("dr", 1), target = ident("dr", 2);
+    weight_upsert_claim c;
+    weight_writer *w = NULL;
+    CHECK(s, weight_upsert(s, &base, 2, WEIGHT_UPSERT_DELETE_FIRST, "dr-1", 0, NULL, 0, &c, &w));
+    uint64_t expected = c.expected_metadata_generation;
+    static const uint64_t shape[1] = {4};
+    static const uint8_t bytes[8];
+    assert_true(weight_writer_add_tensor(w, "bad", "NOT_A_DTYPE", 1, shape, bytes) < 0);
+    assert_true(weight_writer_commit(w, NULL) < 0);
+    assert_int_equal(availability(f, "dr", 2), WEIGHT_IMPORTING);
+    w = NULL;
+    CHECK(s, weight_put_begin(s, &target, NULL, &w));
+    weight_writer_abort(w); /* refused by the master: still IMPORTING */
+    assert_int_equal(availability(f, "dr", 2), WEIGHT_IMPORTING);
+    c = wait_phase(f, "dr", WEIGHT_PHASE_IMPORTING_TARGET, 5000);
+    assert_int_equal(c.phase, WEIGHT_PHASE_IMPORTING_TARGET);
+    CHECK(s, weight_upsert(s, &base, 2, WEIGHT_UPSERT_DELETE_FIRST, "dr-1", expected, NULL, 0, &c, &w));
+    assert_non_null(w);
+    add_model(s, w, 2);
+    CHECK(s, weight_writer_commit(w, NULL));
+    c = wait_phase(f, "dr", WEIGHT_PHASE_COMMITTED, 10000);
+    assert_one_successor(f, "dr", 1, 2);
+}
+
 /* A target that fails before READY under PUT_FIRST ends the claim; the base
  * is untouched, READY and leasable, and a new request can start over. */
 static void test_put_first_target_failure_leaves_the_base(void **state)
@@ -657,6 +690,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_delete_first_deletes_the_base_before_the_import, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_put_first_target_failure_leaves_the_base, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_delete_first_target_failure_resumes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_retry_competitor_and_watermark, setup, teardown),
         cmocka_unit_test_setup_teardown(test_weightctl_upsert, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ha_gate_refuses_upsert_only, setup_ha, teardown),

@@ -1024,6 +1024,8 @@ static void test_upsert_delete_first_steps_and_gate(void **state)
     assert_int_equal(drive_step(), WM_OP_LINEAGE_CLAIM);
     assert_int_equal(claim_of(&base.id)->phase, WM_PHASE_BASE_DELETED);
     assert_int_equal(wm_lineage_import_check(&P, &tid, msg, sizeof(msg)), WM_OK);
+    assert_int_equal(wm_lineage_abort_check(&P, &tid, msg, sizeof(msg)), WM_ECONFLICT);
+    assert_int_equal(wm_lineage_abort_check(&P, &other, msg, sizeof(msg)), WM_OK);
     assert_int_equal(drive_step(), 0); /* waits for the import */
     seed_gen("df", 2, &target);
     assert_int_equal(drive_step(), WM_OP_LINEAGE_CLAIM);
