@@ -421,6 +421,8 @@ int wm_rpc_upsert_begin(void *plugin, smp_rpc_call *call, const uint8_t *body, s
     char msg[512];
     int rc;
     wm_lineage_claim c;
+    if (p->lin == NULL)
+        return wm_reply_error(p, call, SMP_ESTATE, "generation replacement is not initialized");
     Wmrpc__UpsertBeginRequest *req = wmrpc__upsert_begin_request__unpack(NULL, len, body);
     if (req == NULL)
         return wm_reply_error(p, call, SMP_EPROTO,

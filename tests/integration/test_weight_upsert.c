@@ -11,8 +11,9 @@
  * request and a generation not above the watermark are refused; in HA mode
  * upsert fails closed until weight_lineage_oplog_capability_confirmed while
  * the other weight calls work; SIGKILL of the master in every phase of both
- * modes, then a restart, resumes the same claim and ends with exactly one
- * successor. */
+ * modes (twice after a snapshot, so the claim also comes back from the
+ * weight_metadata section), then a restart, resumes the same claim and ends
+ * with exactly one successor. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -27,6 +28,7 @@
 #include <cmocka.h>
 
 #include "harness.h"
+#include "kv_client.h"
 #include "rpc_client.h"
 #include "weight_rpc.pb-c.h"
 #include "weightclient.h"
@@ -619,6 +621,13 @@ static void replace_killed_at(fixture *f, const char *res, weight_upsert_mode mo
         sleep_ms(1);
     }
     assert_int_equal(c.phase, kill_at);
+    if (kill_at == WEIGHT_PHASE_DRAINING_BASE || kill_at == WEIGHT_PHASE_BASE_DELETED) {
+        /* Here the claim comes back from the weight_metadata section. */
+        kvc *kv = hx_client(&f->m);
+        assert_non_null(kv);
+        assert_int_equal(kvc_snapshot(kv, NULL), 0);
+        kvc_close(kv);
+    }
     if (w != NULL) g_dead[g_n_dead++] = w; /* dies with the master */
     kill_and_restart(f);
     s = f->s;
