@@ -759,7 +759,10 @@ int wm_lineage_register(wm_plugin *p)
     for (size_t i = 0; i < sizeof(specs) / sizeof(specs[0]); i++) {
         smp_metric_desc d = {sizeof(smp_metric_desc), specs[i].kind, specs[i].name, specs[i].help,
                              specs[i].labels};
-        if ((rc = p->api->register_metric(p->host, &d, specs[i].slot)) < 0) return rc;
+        if ((rc = p->api->register_metric(p->host, &d, specs[i].slot)) < 0) {
+            wm_lineage_release(p);
+            return rc;
+        }
     }
     return SMP_OK;
 }

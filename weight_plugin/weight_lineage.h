@@ -44,7 +44,7 @@ struct smp_rpc_call;
 
 /* Create the working state and register the upsert metrics. Only inside
  * init (from wm_mgmt_register). SMP_ENOMEM or the host's registration
- * error. */
+ * error (nothing is left allocated then). */
 int wm_lineage_register(struct wm_plugin *p);
 
 /* Free the working state and every claim record still in flight (at fini;

@@ -1927,16 +1927,16 @@ int wm_mgmt_register(wm_plugin *p)
 {
     int rc;
     if ((rc = wm_read_cluster_policy(p)) < 0) return rc;
-    if ((rc = wm_lineage_register(p)) < 0) return rc;
     if ((p->api->host_caps & SMP_HOST_CAP_RPC_DISPATCH) &&
         (rc = p->api->register_rpc_service(p->host, &wm_service)) < 0)
         return rc;
-    if (!(p->api->host_caps & SMP_HOST_CAP_METRICS)) return SMP_OK;
-    for (size_t i = 0; i < sizeof(wm_metric_specs) / sizeof(wm_metric_specs[0]); i++) {
-        const wm_metric_spec *s = &wm_metric_specs[i];
-        smp_metric_desc d = {sizeof(smp_metric_desc), s->kind, s->name, s->help, s->labels};
-        smp_metric **slot = (smp_metric **)((char *)p + s->offset);
-        if ((rc = p->api->register_metric(p->host, &d, slot)) < 0) return rc;
+    if (p->api->host_caps & SMP_HOST_CAP_METRICS) {
+        for (size_t i = 0; i < sizeof(wm_metric_specs) / sizeof(wm_metric_specs[0]); i++) {
+            const wm_metric_spec *s = &wm_metric_specs[i];
+            smp_metric_desc d = {sizeof(smp_metric_desc), s->kind, s->name, s->help, s->labels};
+            smp_metric **slot = (smp_metric **)((char *)p + s->offset);
+            if ((rc = p->api->register_metric(p->host, &d, slot)) < 0) return rc;
+        }
     }
-    return SMP_OK;
+    return wm_lineage_register(p); /* last: nothing after it can fail */
 }
