@@ -198,6 +198,12 @@ static const wm_lineage_claim *wm_lin_open_claim(const wm_plugin *p, const wm_id
 
 int wm_revision_fenced(const wm_plugin *p, const wm_revision *rev)
 {
+    /* A DELETE_FIRST claim fences its base from the moment its record is
+     * appended: no lease may slip in before it is durable. */
+    for (const wm_lin_rec *r = p->lin ? p->lin->pending : NULL; r != NULL; r = r->next)
+        if (r->claim.mode == WM_UPSERT_DELETE_FIRST &&
+            wm_identity_cmp(&r->claim.base, &rev->id) == 0)
+            return 1;
     const wm_lineage_claim *c = wm_lin_open_claim(p, &rev->id);
     if (c == NULL || wm_identity_cmp(&c->base, &rev->id) != 0) return 0;
     if (c->mode == WM_UPSERT_DELETE_FIRST) return 1;
@@ -433,7 +439,8 @@ int wm_rpc_upsert_begin(void *plugin, smp_rpc_call *call, const uint8_t *body, s
         wm_reply_error(p, call, WM_EINVALID_ARGUMENT, "invalid base identity: %s", msg);
         goto free_req;
     }
-    if (wm_lin_id_from_pb(req->base_identity, req->target_generation, 1, &c.target, msg, sizeof(msg)) < 0) {
+    if (wm_lin_id_from_pb(req->base_identity, req->target_generation, 1, &c.target, msg,
+                          sizeof(msg)) < 0) {
         wm_reply_error(p, call, WM_EINVALID_ARGUMENT, "invalid target identity: %s", msg);
         goto free_req;
     }

@@ -1005,6 +1005,8 @@ static void test_upsert_delete_first_steps_and_gate(void **state)
     H.append_rc = 0;
 
     upsert_begin(&base.id, 2, WM_UPSERT_DELETE_FIRST, "d1", base.metadata_generation, &c);
+    /* While the claim record is in flight the base is already fenced. */
+    assert_int_equal(lease_acquire_status(&base.id, 0), WM_ENOT_READY);
     deliver(SMP_OK);
     assert_int_equal(answered_phase(&c, NULL), WM_PHASE_CLAIMED);
     wm_identity tid = base.id, other = base.id;
