@@ -70,6 +70,10 @@ static void usage(FILE *out)
             "  migrate ID --to hot|cold|mixed[:RATIO] [--expect GEN]\n"
             "  op OPID [--wait]       an operation's progress (--wait: until it ends)\n"
             "  rm ID [--expect GEN] [--wait]   delete the revision, keep a tombstone\n"
+            "  upsert BASE_ID --generation G [--mode put-first|delete-first] [--request-id X]\n"
+            "      [--expect-generation M] [--policy P] [--tie N=T]... [--wait] FILE...\n"
+            "                         replace BASE_ID by generation G of its lineage (one claim\n"
+            "                         per lineage; --wait: until COMMITTED or ABORTED)\n"
             "  status                 the master's role, nodes, segments, capacity and use\n"
             "  kv put KEY FILE        store FILE's bytes as object KEY\n"
             "  kv get KEY FILE        write object KEY's bytes (checked) to FILE\n"
@@ -472,6 +476,44 @@ typedef struct tie {
     const char *target;
 } tie;
 
+/* Add every tensor of the files to w. Explicit ties become aliases; a
+ * tensor byte-identical to an earlier one of the same dtype and shape is
+ * stored once (an alias). 0 or the writer's error. */
+static int add_files(weight_writer *w, const wc_st_file *files, size_t n_files, const tie *ties,
+                     size_t n_ties)
+{
+    int rc;
+    for (size_t i = 0; i < n_files; i++) {
+        const wc_st_header *h = &files[i].header;
+        for (size_t k = 0; k < h->n_tensors; k++) {
+            const wc_st_tensor *t = &h->tensors[k];
+            const char *target = NULL;
+            for (size_t j = 0; j < n_ties && !target; j++)
+                if (strcmp(ties[j].name, t->name) == 0) target = ties[j].target;
+            for (size_t fi = 0; fi <= i && !target && t->bytes > 0; fi++) {
+                const wc_st_header *h2 = &files[fi].header;
+                for (size_t k2 = 0; k2 < h2->n_tensors && !target; k2++) {
+                    const wc_st_tensor *u = &h2->tensors[k2];
+                    if (fi == i && k2 >= k) break;
+                    int tied_u = 0;
+                    for (size_t j = 0; j < n_ties; j++)
+                        if (strcmp(ties[j].name, u->name) == 0) tied_u = 1;
+                    if (!tied_u && u->dtype == t->dtype && u->ndim == t->ndim &&
+                        u->bytes == t->bytes &&
+                        memcmp(u->shape, t->shape, t->ndim * sizeof *t->shape) == 0 &&
+                        memcmp(files[fi].base + u->offset, files[i].base + t->offset, t->bytes) == 0)
+                        target = u->name;
+                }
+            }
+            if (target) rc = weight_writer_alias(w, t->name, target);
+            else rc = weight_writer_add_tensor(w, t->name, wc_dtype_name(t->dtype), t->ndim,
+                                               t->shape, files[i].base + t->offset);
+            if (rc < 0) return rc;
+        }
+    }
+    return 0;
+}
+
 static int cmd_put(ctl *x, int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -546,39 +588,10 @@ static int cmd_put(ctl *x, int argc, char **argv)
         status = weight_failed(x, what, rc);
         goto close_files;
     }
-    /* Tensors: explicit ties become aliases; a tensor byte-identical to an
-     * earlier one of the same dtype and shape is stored once (an alias). */
-    for (size_t i = 0; i < n_files; i++) {
-        const wc_st_header *h = &files[i].header;
-        for (size_t k = 0; k < h->n_tensors; k++) {
-            const wc_st_tensor *t = &h->tensors[k];
-            const char *target = NULL;
-            for (size_t j = 0; j < n_ties && !target; j++)
-                if (strcmp(ties[j].name, t->name) == 0) target = ties[j].target;
-            for (size_t fi = 0; fi <= i && !target && t->bytes > 0; fi++) {
-                const wc_st_header *h2 = &files[fi].header;
-                for (size_t k2 = 0; k2 < h2->n_tensors && !target; k2++) {
-                    const wc_st_tensor *u = &h2->tensors[k2];
-                    if (fi == i && k2 >= k) break;
-                    int tied_u = 0;
-                    for (size_t j = 0; j < n_ties; j++)
-                        if (strcmp(ties[j].name, u->name) == 0) tied_u = 1;
-                    if (!tied_u && u->dtype == t->dtype && u->ndim == t->ndim &&
-                        u->bytes == t->bytes &&
-                        memcmp(u->shape, t->shape, t->ndim * sizeof *t->shape) == 0 &&
-                        memcmp(files[fi].base + u->offset, files[i].base + t->offset, t->bytes) == 0)
-                        target = u->name;
-                }
-            }
-            if (target) rc = weight_writer_alias(w, t->name, target);
-            else rc = weight_writer_add_tensor(w, t->name, wc_dtype_name(t->dtype), t->ndim,
-                                               t->shape, files[i].base + t->offset);
-            if (rc < 0) {
-                status = weight_failed(x, "put", rc);
-                weight_writer_abort(w);
-                goto close_files;
-            }
-        }
+    if ((rc = add_files(w, files, n_files, ties, n_ties)) < 0) {
+        status = weight_failed(x, "put", rc);
+        weight_writer_abort(w);
+        goto close_files;
     }
     weight_metadata md;
     weight_store_set_progress(x->ws, progress_cb, &pr);
@@ -602,6 +615,154 @@ static int cmd_put(ctl *x, int argc, char **argv)
                md.operation_id ? " (converging to the preferred residency)" : "");
     }
     status = 0;
+close_files:
+    for (size_t i = 0; i < n_files; i++) wc_st_close(&files[i]);
+    free(files);
+    return status;
+usage:
+    usage(stderr);
+    return 2;
+}
+
+/* -- upsert -------------------------------------------------------------------- */
+
+static int print_claim(ctl *x, const weight_upsert_claim *c)
+{
+    char b[1200], t[1200];
+    id_text(&c->base, b, sizeof b);
+    id_text(&c->target, t, sizeof t);
+    if (x->json) {
+        printf("{\"request_id\":");
+        json_str(c->request_id);
+        printf(",\"base\":");
+        json_identity(&c->base);
+        printf(",\"target\":");
+        json_identity(&c->target);
+        printf(",\"mode\":\"%s\",\"phase\":\"%s\",\"expected_metadata_generation\":%" PRIu64
+               ",\"committed_watermark\":%" PRIu64 ",\"error\":",
+               c->mode == WEIGHT_UPSERT_DELETE_FIRST ? "DELETE_FIRST" : "PUT_FIRST",
+               weight_upsert_phase_name(c->phase), c->expected_metadata_generation,
+               c->committed_watermark);
+        json_str(c->error);
+        printf("}\n");
+    } else {
+        printf("claim %s: %s -> %s (%s) phase %s, watermark %" PRIu64 "%s%s\n", c->request_id, b, t,
+               c->mode == WEIGHT_UPSERT_DELETE_FIRST ? "delete-first" : "put-first",
+               weight_upsert_phase_name(c->phase), c->committed_watermark, c->error[0] ? ": " : "",
+               c->error);
+    }
+    return 0;
+}
+
+/* upsert BASE_ID --generation G [--mode put-first|delete-first]
+ *        [--request-id X] [--expect-generation M] [--policy ..] [--wait] FILE...
+ * Without --expect-generation the base's current metadata generation is
+ * read first (weight_upsert does it). --wait: until the claim is COMMITTED
+ * or ABORTED. Exit 0 on success. */
+static int cmd_upsert(ctl *x, int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"generation", required_argument, NULL, 'g'}, {"mode", required_argument, NULL, 'm'},
+        {"request-id", required_argument, NULL, 'q'}, {"expect-generation", required_argument, NULL, 'e'},
+        {"policy", required_argument, NULL, 'p'},     {"tie", required_argument, NULL, 't'},
+        {"wait", no_argument, NULL, 'w'},             {"payload-bytes", required_argument, NULL, 'b'},
+        {NULL, 0, NULL, 0}};
+    uint64_t gen = 0, expect = 0, payload = 0;
+    weight_upsert_mode mode = WEIGHT_UPSERT_PUT_FIRST;
+    const char *request_id = NULL;
+    weight_policy pol = {WEIGHT_RES_UNKNOWN, 0, WEIGHT_MODE_DEFAULT};
+    int has_policy = 0, wait = 0, c, status = 1, rc;
+    tie ties[64];
+    size_t n_ties = 0;
+    optind = 0;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case 'g':
+            if (parse_u64(optarg, &gen) < 0 || gen == 0) goto usage;
+            break;
+        case 'm':
+            if (strcmp(optarg, "put-first") == 0) mode = WEIGHT_UPSERT_PUT_FIRST;
+            else if (strcmp(optarg, "delete-first") == 0) mode = WEIGHT_UPSERT_DELETE_FIRST;
+            else goto usage;
+            break;
+        case 'q': request_id = optarg; break;
+        case 'e':
+            if (parse_u64(optarg, &expect) < 0 || expect == 0) goto usage;
+            break;
+        case 'p':
+            if (parse_residency(optarg, &pol.preferred, &pol.mixed_hot_ratio) < 0) goto usage;
+            has_policy = 1;
+            break;
+        case 't': {
+            char *eq = strchr(optarg, '=');
+            if (eq == NULL || n_ties == 64) goto usage;
+            *eq = '\0';
+            ties[n_ties].name = optarg;
+            ties[n_ties++].target = eq + 1;
+            break;
+        }
+        case 'w': wait = 1; break;
+        case 'b':
+            if (parse_u64(optarg, &payload) < 0) goto usage;
+            break;
+        default: goto usage;
+        }
+    }
+    if (gen == 0 || optind + 1 >= argc) goto usage;
+    weight_identity base;
+    if ((rc = parse_id(x, argv[optind], &base)) != 0) return rc;
+    optind++;
+    size_t n_files = (size_t)(argc - optind);
+    wc_st_file *files = calloc(n_files, sizeof *files);
+    weight_writer *w = NULL;
+    weight_upsert_claim claim;
+    progress pr = {isatty(2) && !x->json, "upsert", now_s(), 0, 0};
+    char err[512];
+    if (files == NULL) return 1;
+    for (size_t i = 0; i < n_files; i++) {
+        if (wc_st_open(argv[optind + (int)i], &files[i], err, sizeof err) < 0) {
+            fprintf(stderr, "weightctl: upsert: %s: %s\n", argv[optind + (int)i], err);
+            goto close_files;
+        }
+    }
+    if (payload && (rc = weight_store_set_option(x->ws, WEIGHT_OPT_PAYLOAD_BYTES, payload)) < 0) {
+        status = weight_failed(x, "upsert", rc);
+        goto close_files;
+    }
+    rc = weight_upsert(x->ws, &base, gen, mode, request_id, expect, has_policy ? &pol : NULL, 0,
+                       &claim, &w);
+    if (rc < 0) {
+        status = weight_failed(x, "upsert", rc);
+        goto close_files;
+    }
+    if (w != NULL) {
+        if ((rc = add_files(w, files, n_files, ties, n_ties)) < 0) {
+            status = weight_failed(x, "upsert", rc);
+            weight_writer_abort(w); /* refused by the master for a DELETE_FIRST target */
+            goto close_files;
+        }
+        weight_store_set_progress(x->ws, progress_cb, &pr);
+        rc = weight_writer_commit(w, NULL);
+        progress_end(&pr);
+        if (rc < 0) {
+            status = weight_failed(x, "upsert (target import)", rc);
+            goto close_files;
+        }
+    }
+    if ((rc = weight_upsert_status(x->ws, &base, &claim)) < 0) {
+        status = weight_failed(x, "upsert status", rc);
+        goto close_files;
+    }
+    while (wait && claim.phase != WEIGHT_PHASE_COMMITTED && claim.phase != WEIGHT_PHASE_ABORTED) {
+        struct timespec ts = {0, 50 * 1000000L};
+        nanosleep(&ts, NULL);
+        if ((rc = weight_upsert_status(x->ws, &base, &claim)) < 0) {
+            status = weight_failed(x, "upsert status", rc);
+            goto close_files;
+        }
+    }
+    print_claim(x, &claim);
+    status = claim.phase == WEIGHT_PHASE_ABORTED ? 1 : 0;
 close_files:
     for (size_t i = 0; i < n_files; i++) wc_st_close(&files[i]);
     free(files);
@@ -1173,7 +1334,7 @@ int main(int argc, char **argv)
     }
     int status = 2;
     static const char *weight_cmds[] = {"put", "ls", "info", "exists", "size", "get",
-                                        "policy", "migrate", "op", "rm"};
+                                        "policy", "migrate", "op", "rm", "upsert"};
     int is_weight = 0;
     for (size_t i = 0; i < sizeof weight_cmds / sizeof weight_cmds[0]; i++)
         if (strcmp(args[0], weight_cmds[i]) == 0) is_weight = 1;
@@ -1186,6 +1347,7 @@ int main(int argc, char **argv)
         else if (strcmp(args[0], "migrate") == 0) status = cmd_migrate(&x, nargs, args);
         else if (strcmp(args[0], "op") == 0) status = cmd_op(&x, nargs, args);
         else if (strcmp(args[0], "rm") == 0) status = cmd_rm(&x, nargs, args);
+        else if (strcmp(args[0], "upsert") == 0) status = cmd_upsert(&x, nargs, args);
         else if (nargs != 2) usage(stderr);
         else if (strcmp(args[0], "info") == 0) status = cmd_info(&x, args[1]);
         else if (strcmp(args[0], "exists") == 0) status = cmd_exists(&x, args[1]);

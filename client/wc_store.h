@@ -73,6 +73,10 @@ int wc_call(weight_store *s,
             const ProtobufCMessageDescriptor *desc,
             ProtobufCMessage **resp);
 
+/* A failed commit of w leaves its import open instead of aborting it (a
+ * DELETE_FIRST upsert target: the claim resumes it; its base is gone). */
+void wc_writer_keep_open(weight_writer *w);
+
 /* Replace the object-service connection after a transport failure (the
  * transport option carries over). SMP_OK or the connect error. */
 int wc_kv_reconnect(weight_store *s);

@@ -69,7 +69,13 @@ struct weight_writer {
     wtensor *t;
     size_t n, cap;
     int failed;                       /* an add failed: commit refuses */
+    int keep_open;                    /* a failed commit leaves the import open */
 };
+
+void wc_writer_keep_open(weight_writer *w)
+{
+    w->keep_open = 1;
+}
 
 /* -- begin / add ------------------------------------------------------------ */
 
@@ -747,7 +753,7 @@ int weight_writer_commit(weight_writer *w, weight_metadata *out)
     if ((rc = send_commit(&cx, msha, out)) < 0) goto abort_import;
     goto free_ctx;
 abort_import:
-    import_abort(w);
+    if (!w->keep_open) import_abort(w);
 free_ctx:
     for (size_t i = 0; cx.srcs && i < w->n; i++) free((void *)cx.srcs[i]);
     free(cx.srcs);

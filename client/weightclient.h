@@ -423,6 +423,94 @@ WEIGHT_API int weight_remove(weight_store *s,
                              uint64_t expected_metadata_generation,
                              weight_metadata *out);
 
+/* -- weight_upsert: generation replacement ----------------------------------- */
+
+typedef enum weight_upsert_mode {
+    WEIGHT_UPSERT_PUT_FIRST = 1,     /* default: target READY before the base goes */
+    WEIGHT_UPSERT_DELETE_FIRST = 2   /* capacity: base deleted before the target import */
+} weight_upsert_mode;
+
+/* Phases of a claim (the master's wm_claim_phase values). PUT_FIRST walks
+ * CLAIMED, IMPORTING_TARGET, BASE_FENCED, DRAINING_BASE, DELETING_BASE,
+ * COMMITTED; DELETE_FIRST walks CLAIMED, DELETING_BASE, BASE_DELETED,
+ * IMPORTING_TARGET, COMMITTED. ABORTED ends a PUT_FIRST claim whose target
+ * failed before READY (the base is intact). */
+enum {
+    WEIGHT_PHASE_CLAIMED = 1,
+    WEIGHT_PHASE_IMPORTING_TARGET = 2,
+    WEIGHT_PHASE_BASE_FENCED = 3,
+    WEIGHT_PHASE_DRAINING_BASE = 4,
+    WEIGHT_PHASE_DELETING_BASE = 5,
+    WEIGHT_PHASE_BASE_DELETED = 6,
+    WEIGHT_PHASE_COMMITTED = 7,
+    WEIGHT_PHASE_ABORTED = 8
+};
+
+/* "CLAIMED", ..., "?" outside the range. */
+WEIGHT_API const char *weight_upsert_phase_name(int phase);
+
+/* A lineage's replacement claim as the master holds it. A claim is not the
+ * serving head: it says which replacement is in progress, nothing more. */
+typedef struct weight_upsert_claim {
+    char request_id[129];
+    weight_identity base;
+    weight_identity target;
+    weight_upsert_mode mode;
+    int phase;
+    uint64_t expected_metadata_generation;  /* of the base */
+    uint64_t committed_watermark;           /* the lineage's */
+    char error[256];                        /* why an ABORTED claim ended */
+    uint64_t created_ms;
+    uint64_t updated_ms;
+} weight_upsert_claim;
+
+/* weight_upsert: replace revision `replacing` by generation
+ * target_generation of the same lineage (above the base and the lineage's
+ * committed watermark). The claim is made durable first; then, when the
+ * target still has to be written, *out is a writer for it (same calls as
+ * weight_put: add tensors, then weight_writer_commit publishes it READY).
+ * *out is NULL when there is nothing to write (the target is READY already:
+ * a retry of a request that got past its import). *claim (may be NULL) is
+ * the claim as the master answered it.
+ *
+ * mode 0 is PUT_FIRST: the base stays readable until the target is READY;
+ * then the master retires it (no new leases or renewals), waits for its
+ * leases to drain, deletes it and commits the watermark -- after commit
+ * returns, asynchronously (follow it with weight_upsert_status). A target
+ * failure aborts the claim and leaves the base intact. DELETE_FIRST needs a
+ * base without leases or operations (BUSY before any side effect), deletes
+ * it and only then hands out the writer; this call waits (up to
+ * wait_ms, 0: 120 s) for the deletion. A failed DELETE_FIRST commit keeps
+ * the target import open, so a retry of the same request resumes it (the
+ * base cannot come back; the master refuses to abort that import, so
+ * weight_writer_abort only frees such a writer).
+ *
+ * request_id NULL derives one from the base and target identities, mode and
+ * expected generation, so a retry after a lost reply is the same request;
+ * the same request returns the existing claim or resumes it. Another
+ * request while a claim is open: CONFLICT. expected_metadata_generation 0:
+ * the base's current one is read first. Errors: the RFC's (NOT_FOUND,
+ * NOT_READY, STALE_GENERATION, CONFLICT, BUSY, ...); CONFLICT also for a
+ * request whose claim was ABORTED (its error says why; use a new
+ * request id); SMP_EGATE (-12) in HA mode while
+ * weight_lineage_oplog_capability_confirmed is not set. */
+WEIGHT_API int weight_upsert(weight_store *s,
+                             const weight_identity *replacing,
+                             uint64_t target_generation,
+                             weight_upsert_mode mode,
+                             const char *request_id,
+                             uint64_t expected_metadata_generation,
+                             const weight_policy *policy,
+                             uint64_t wait_ms,
+                             weight_upsert_claim *claim,
+                             weight_writer **out);
+
+/* The current or last claim of the lineage of id (its generation is
+ * ignored). NOT_FOUND when the lineage never had one. */
+WEIGHT_API int weight_upsert_status(weight_store *s,
+                                    const weight_identity *id,
+                                    weight_upsert_claim *claim);
+
 #ifdef __cplusplus
 }
 #endif

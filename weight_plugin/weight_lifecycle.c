@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "weight_residency_planner.h"
+#include "weight_lineage.h"
 #include "wm_plugin.h"
 /* The guard. A managed group is a revision's lifecycle boundary:
  *  - a put or overwrite into it is allowed only while its revision is
@@ -71,14 +72,6 @@ int wm_guard_check(wm_plugin *p, const smp_guard_request *req)
     }
     if (reason <= SMP_GUARD_REASON_MAX) p->guard_skips[reason]++;
     return SMP_GUARD_VETO;
-}
-
-int wm_revision_fenced(const wm_plugin *p, const wm_revision *rev)
-{
-    /* Generation replacement (its own issue) retires a base here. */
-    (void)p;
-    (void)rev;
-    return 0;
 }
 
 /* End expired leases, at most min(budget, WM_LEASE_SWEEP_MAX) per round, in
@@ -1209,6 +1202,7 @@ void wm_lifecycle_event(wm_plugin *p, const smp_event *ev)
 int wm_lifecycle_tick(wm_plugin *p, const smp_tick_budget *budget, uint64_t *cursor)
 {
     int r = wm_sweep_leases(p, budget, cursor);
+    wm_lineage_drive(p);
     wm_lc *lc = wm_lc_get(p);
     if (lc != NULL) {
         uint64_t checks = WM_CHECKS_PER_ROUND;

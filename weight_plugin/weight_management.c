@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "weight_lineage.h"
 #include "weight_rpc.pb-c.h"
 #include "weight_residency_planner.h"
 #include "wm_plugin.h"
@@ -122,6 +123,7 @@ static void wm_pending_remove(wm_plugin *p, wm_txn *t)
 void wm_mgmt_release(wm_plugin *p)
 {
     wm_lifecycle_release(p);
+    wm_lineage_release(p);
     while (p->pending != NULL) {
         wm_txn *t = p->pending;
         p->pending = t->next;
@@ -139,8 +141,7 @@ const char *wm_status_name(int rc)
 /* ------------------------------------------------------------------------ */
 
 /* Answer an error: the status and a sentence as the body. */
-__attribute__((format(printf, 4, 5)))
-static int wm_reply_error(wm_plugin *p, smp_rpc_call *call, int rc, const char *fmt, ...)
+int wm_reply_error(wm_plugin *p, smp_rpc_call *call, int rc, const char *fmt, ...)
 {
     char msg[768];
     va_list ap;
@@ -698,6 +699,10 @@ static int wm_rpc_import_begin(void *plugin, smp_rpc_call *call, const uint8_t *
         goto free_req;
     }
 
+    if ((rc = wm_lineage_import_check(p, &id, msg, sizeof(msg))) < 0) {
+        wm_reply_error(p, call, rc, "%s", msg);
+        goto free_req;
+    }
     wm_txn *t = wm_txn_new(p, WM_TXN_UPSERT, "");
     if (t == NULL) {
         wm_reply_error(p, call, SMP_ENOMEM, "out of memory");
@@ -1144,6 +1149,10 @@ static int wm_rpc_import_abort(void *plugin, smp_rpc_call *call, const uint8_t *
     if (rev->availability != WM_AVAIL_IMPORTING) {
         wm_reply_error(p, call, WM_ECONFLICT, "revision %s is %s; only an import can be aborted",
                        rev->group_key, wm_availability_name((int)rev->availability));
+        goto free_req;
+    }
+    if ((rc = wm_lineage_abort_check(p, &id, msg, sizeof(msg))) < 0) {
+        wm_reply_error(p, call, rc, "%s", msg);
         goto free_req;
     }
     if (!wm_check_idle(p, call, rev) || !wm_check_cas(p, call, rev, req->expected_metadata_generation))
@@ -1766,15 +1775,6 @@ free_req:
     return SMP_OK;
 }
 
-static int wm_rpc_upsert_unsupported(void *plugin, smp_rpc_call *call, const uint8_t *body,
-                                     size_t len)
-{
-    (void)body;
-    (void)len;
-    return wm_reply_error(plugin, call, SMP_ENOTSUP,
-                          "generation replacement (weight_upsert) is not available in this build");
-}
-
 /* ------------------------------------------------------------------------ */
 /* Registration and metrics                                                  */
 /* ------------------------------------------------------------------------ */
@@ -1795,8 +1795,8 @@ static const smp_rpc_method wm_methods[] = {
     M(WMRPC__WEIGHT_METHOD__WEIGHT_MIGRATE, "MIGRATE", wm_rpc_migrate),
     M(WMRPC__WEIGHT_METHOD__WEIGHT_GET_OPERATION, "GET_OPERATION", wm_rpc_get_operation),
     M(WMRPC__WEIGHT_METHOD__WEIGHT_REMOVE, "REMOVE", wm_rpc_remove),
-    M(WMRPC__WEIGHT_METHOD__WEIGHT_UPSERT_BEGIN, "UPSERT_BEGIN", wm_rpc_upsert_unsupported),
-    M(WMRPC__WEIGHT_METHOD__WEIGHT_UPSERT_STATUS, "UPSERT_STATUS", wm_rpc_upsert_unsupported),
+    M(WMRPC__WEIGHT_METHOD__WEIGHT_UPSERT_BEGIN, "UPSERT_BEGIN", wm_rpc_upsert_begin),
+    M(WMRPC__WEIGHT_METHOD__WEIGHT_UPSERT_STATUS, "UPSERT_STATUS", wm_rpc_upsert_status),
 };
 #undef M
 
@@ -1899,6 +1899,7 @@ void wm_metrics_refresh(wm_plugin *p)
         const char *l[1] = {wm_guard_reason_names[r]};
         a->metric_set(p->m_guard_skips, l, (double)p->guard_skips[r]);
     }
+    wm_lineage_metrics(p);
 }
 
 /* The cluster default policy from the master's configuration. */
@@ -1929,12 +1930,13 @@ int wm_mgmt_register(wm_plugin *p)
     if ((p->api->host_caps & SMP_HOST_CAP_RPC_DISPATCH) &&
         (rc = p->api->register_rpc_service(p->host, &wm_service)) < 0)
         return rc;
-    if (!(p->api->host_caps & SMP_HOST_CAP_METRICS)) return SMP_OK;
-    for (size_t i = 0; i < sizeof(wm_metric_specs) / sizeof(wm_metric_specs[0]); i++) {
-        const wm_metric_spec *s = &wm_metric_specs[i];
-        smp_metric_desc d = {sizeof(smp_metric_desc), s->kind, s->name, s->help, s->labels};
-        smp_metric **slot = (smp_metric **)((char *)p + s->offset);
-        if ((rc = p->api->register_metric(p->host, &d, slot)) < 0) return rc;
+    if (p->api->host_caps & SMP_HOST_CAP_METRICS) {
+        for (size_t i = 0; i < sizeof(wm_metric_specs) / sizeof(wm_metric_specs[0]); i++) {
+            const wm_metric_spec *s = &wm_metric_specs[i];
+            smp_metric_desc d = {sizeof(smp_metric_desc), s->kind, s->name, s->help, s->labels};
+            smp_metric **slot = (smp_metric **)((char *)p + s->offset);
+            if ((rc = p->api->register_metric(p->host, &d, slot)) < 0) return rc;
+        }
     }
-    return SMP_OK;
+    return wm_lineage_register(p); /* last: nothing after it can fail */
 }

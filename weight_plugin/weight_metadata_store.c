@@ -41,6 +41,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "weight_lineage.h"
 #include "weight_management.h"
 #include "weight_metadata_store.h"
 #include "wm_codec.h"
@@ -483,8 +484,8 @@ struct wm_store {
     size_t n_ops, cap_ops;
     wm_lease *leases;          /* sorted by id */
     size_t n_leases, cap_leases;
-    wm_lineage_entry *lineages; /* carried verbatim (generation replacement) */
-    size_t n_lineages;
+    wm_lineage_entry *lineages; /* sorted by lineage (weight_lineage.c rules) */
+    size_t n_lineages, cap_lineages;
     uint64_t next_op_id;
     uint64_t next_lease_id;
     wm_store_stats stats;
@@ -923,6 +924,77 @@ int wm_store_apply_lease_delete(wm_store *st, const wm_lease_delete *d, char *ms
     return WM_OK;
 }
 
+/* ------------------------------------------------------------------------ */
+/* The lineage table                                                         */
+/* ------------------------------------------------------------------------ */
+
+/* Index of the first entry not below lin (n_lineages when none). */
+static size_t wm_lineage_lower_bound(const wm_store *st, const wm_lineage *lin)
+{
+    size_t lo = 0, hi = st->n_lineages;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (wm_lineage_cmp(&st->lineages[mid].lineage, lin) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+const wm_lineage_entry *wm_store_lineage(const wm_store *st, const wm_lineage *lin)
+{
+    size_t at = wm_lineage_lower_bound(st, lin);
+    if (at < st->n_lineages && wm_lineage_cmp(&st->lineages[at].lineage, lin) == 0)
+        return &st->lineages[at];
+    return NULL;
+}
+
+size_t wm_store_lineage_count(const wm_store *st)
+{
+    return st->n_lineages;
+}
+
+const wm_lineage_entry *wm_store_lineage_at(const wm_store *st, size_t i)
+{
+    return i < st->n_lineages ? &st->lineages[i] : NULL;
+}
+
+int wm_store_apply_claim(wm_store *st, const wm_lineage_claim *c, char *msg, size_t cap)
+{
+    int rc;
+    wm_lineage_entry e;
+    if (st == NULL || c == NULL)
+        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap, "lineage claim is missing");
+    wm_lineage lin;
+    wm_identity_lineage(&c->base, &lin);
+    size_t at = wm_lineage_lower_bound(st, &lin);
+    int found = at < st->n_lineages && wm_lineage_cmp(&st->lineages[at].lineage, &lin) == 0;
+    if (found) {
+        e = st->lineages[at];
+    } else {
+        memset(&e, 0, sizeof(e));
+        e.lineage = lin;
+    }
+    if ((rc = wm_lineage_claim_step(&e, c, msg, cap)) < 0) return rc;
+    if (found) {
+        st->lineages[at] = e;
+        return WM_OK;
+    }
+    if (st->n_lineages == st->cap_lineages) {
+        size_t nc = st->cap_lineages ? st->cap_lineages * 2 : 8;
+        wm_lineage_entry *nl = realloc(st->lineages, nc * sizeof(*nl));
+        if (nl == NULL) return SMP_ENOMEM;
+        st->lineages = nl;
+        st->cap_lineages = nc;
+    }
+    memmove(&st->lineages[at + 1], &st->lineages[at],
+            (st->n_lineages - at) * sizeof(*st->lineages));
+    st->lineages[at] = e;
+    st->n_lineages++;
+    return WM_OK;
+}
+
 int wm_store_replay(wm_store *st, uint16_t type, const uint8_t *buf, size_t len, char *msg,
                     size_t cap)
 {
@@ -952,11 +1024,14 @@ int wm_store_replay(wm_store *st, uint16_t type, const uint8_t *buf, size_t len,
         if ((rc = wm_decode_lease_delete(buf, len, &d, msg, cap)) < 0) return rc;
         return wm_store_apply_lease_delete(st, &d, msg, cap);
     }
+    case WM_OP_LINEAGE_CLAIM: {
+        wm_lineage_claim c;
+        if ((rc = wm_decode_lineage_claim(buf, len, &c, msg, cap)) < 0) return rc;
+        return wm_store_apply_claim(st, &c, msg, cap);
+    }
     default:
         return wm_violation(SMP_ENOTSUP, msg, cap,
-                            "record type %u is not replayed by this build (lineage claims are "
-                            "another issue)",
-                            (unsigned)type);
+                            "record type %u is not replayed by this build", (unsigned)type);
     }
 }
 
@@ -995,6 +1070,12 @@ free_arrays:
     free(img.revisions);
     free(img.affinities);
     return rc;
+}
+
+static int wm_lineage_entry_cmp(const void *a, const void *b)
+{
+    const wm_lineage_entry *x = a, *y = b;
+    return wm_lineage_cmp(&x->lineage, &y->lineage);
 }
 
 int wm_store_load(wm_store *st, const uint8_t *buf, size_t len, char *msg, size_t cap)
@@ -1048,6 +1129,8 @@ int wm_store_load(wm_store *st, const uint8_t *buf, size_t len, char *msg, size_
         }
         memcpy(fresh->lineages, img.lineages, img.n_lineages * sizeof(*fresh->lineages));
         fresh->n_lineages = img.n_lineages;
+        fresh->cap_lineages = img.n_lineages;
+        qsort(fresh->lineages, fresh->n_lineages, sizeof(*fresh->lineages), wm_lineage_entry_cmp);
     }
     fresh->next_op_id = img.next_operation_id > fresh->next_op_id ? img.next_operation_id
                                                                    : fresh->next_op_id;

@@ -79,16 +79,28 @@ int wm_store_apply_lease_upsert(wm_store *st, const wm_lease *l, char *msg, size
 /* End a lease. Absent: no-op. */
 int wm_store_apply_lease_delete(wm_store *st, const wm_lease_delete *d, char *msg, size_t cap);
 
-/* Decode a record of type 8-11 and apply it. SMP_EPROTO (undecodable or
- * invalid), SMP_ENOTSUP (type 12 or an unknown type: lineage claims are not
- * replayed by this build), or what the apply returns. */
+/* Apply a lineage claim record (type 12) to its lineage's entry, creating the
+ * entry on first use, by the rules of wm_lineage_claim_step (weight_lineage.h):
+ * a duplicate is a no-op, a phase out of order, a second open successor or a
+ * lower watermark is refused with WM_EINVALID_ARGUMENT (nothing changed);
+ * SMP_ENOMEM. */
+int wm_store_apply_claim(wm_store *st, const wm_lineage_claim *c, char *msg, size_t cap);
+
+/* The lineage table, in lineage order: lookup (NULL when absent), count and
+ * the i-th entry (NULL past the end). */
+const wm_lineage_entry *wm_store_lineage(const wm_store *st, const wm_lineage *lin);
+size_t wm_store_lineage_count(const wm_store *st);
+const wm_lineage_entry *wm_store_lineage_at(const wm_store *st, size_t i);
+
+/* Decode a record of type 8-12 and apply it. SMP_EPROTO (undecodable or
+ * invalid), SMP_ENOTSUP (an unknown type), or what the apply returns. */
 int wm_store_replay(wm_store *st, uint16_t type, const uint8_t *buf, size_t len, char *msg,
                     size_t cap);
 
 /* The weight_metadata section. save: *out malloc'ed (caller frees). load:
  * an empty buffer is an empty table; anything invalid fails with SMP_EPROTO
- * and a sentence, leaving the store unchanged. Lineage entries are carried
- * verbatim. The reverse index and the order are rebuilt from the records. */
+ * and a sentence, leaving the store unchanged. Lineage entries (claim and
+ * watermark) are saved and loaded with the rest. The reverse index and the order are rebuilt from the records. */
 int wm_store_save(const wm_store *st, uint8_t **out, size_t *out_len, char *msg, size_t cap);
 int wm_store_load(wm_store *st, const uint8_t *buf, size_t len, char *msg, size_t cap);
 

@@ -34,6 +34,7 @@ typedef enum wm_auto_reason {
 
 typedef struct wm_txn wm_txn;
 typedef struct wm_lc wm_lc; /* the lifecycle's working state (weight_lifecycle.c) */
+typedef struct wm_lin wm_lin; /* generation replacement's state (weight_lineage.c) */
 
 typedef struct wm_plugin {
     smp_host *host;
@@ -69,6 +70,8 @@ typedef struct wm_plugin {
     smp_metric *m_guard_skips;     /* counter {reason} */
     smp_metric *m_mig_completed;   /* counter */
     smp_metric *m_mig_duration;    /* counter (seconds) */
+
+    wm_lin *lin;               /* created at registration (weight_lineage.c) */
 } wm_plugin;
 
 /* -- weight_management.c --------------------------------------------------- */
@@ -115,6 +118,10 @@ int wm_submit_upsert(wm_plugin *p, const wm_revision *rev, const wm_operation *o
  * import that never became visible), same contract as wm_submit_upsert. */
 int wm_submit_delete(wm_plugin *p, const wm_metadata_delete *d, wm_applied_fn cb, void *arg);
 
+/* Answer call with error rc and a sentence as the body (always SMP_OK). */
+__attribute__((format(printf, 4, 5)))
+int wm_reply_error(wm_plugin *p, smp_rpc_call *call, int rc, const char *fmt, ...);
+
 /* The text of an error status for clients and logs: the RFC's name, or the
  * host's, with a hint for the HA gate. */
 const char *wm_status_name(int rc);
@@ -135,8 +142,11 @@ void wm_lifecycle_event(wm_plugin *p, const smp_event *ev);
  * callback; also called by wm_mgmt_release). */
 void wm_lifecycle_release(wm_plugin *p);
 
-/* Hook for generation replacement: 1 when the revision is fenced for
- * replacement (its leases may not be renewed, no new ones granted). */
+/* -- weight_lineage.c ------------------------------------------------------ */
+
+/* 1 when the revision is the base of an open replacement claim that retired
+ * it (PUT_FIRST from BASE_FENCED on, DELETE_FIRST from CLAIMED on): its
+ * leases may not be renewed and no new ones are granted. */
 int wm_revision_fenced(const wm_plugin *p, const wm_revision *rev);
 
 #endif /* WM_PLUGIN_H */

@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include "weight_rpc.pb-c.h"
+#include "weight_lineage.h"
 #include "wm_plugin.h"
 #include "wm_test_records.h"
 
@@ -783,6 +784,273 @@ static void test_garbage_bodies_never_crash(void **state)
     }
 }
 
+/* ------------------------------------------------------------------------ */
+/* Generation replacement (weight_lineage.c)                                 */
+/* ------------------------------------------------------------------------ */
+
+/* A READY revision of resource `name` at weight generation gen. */
+static void seed_gen(const char *name, uint64_t gen, wm_revision *out)
+{
+    static const uint64_t bytes[2] = {100, 200};
+    wm_affinity aff = {0};
+    wm_metadata_upsert u;
+    char msg[256];
+    memset(&u, 0, sizeof(u));
+    wmt_ready_revision(&u.revision, &aff, name, gen, bytes, 2);
+    u.revision.policy.preferred = WM_RES_HOT;
+    u.revision.policy.mode = WM_MODE_MANUAL;
+    u.has_affinity = 1;
+    u.affinity = aff;
+    if (wm_store_apply_upsert(P.store, &u, msg, sizeof(msg)) != WM_OK) fail_msg("%s", msg);
+    *out = u.revision;
+    wm_affinity_clear(&aff);
+}
+
+static void upsert_begin(const wm_identity *base, uint64_t target, wm_upsert_mode mode,
+                         const char *rid, uint64_t expected, smp_rpc_call *call)
+{
+    Wmrpc__UpsertBeginRequest req = WMRPC__UPSERT_BEGIN_REQUEST__INIT;
+    Wmrpc__WeightIdentity id;
+    set_id(&id, base);
+    req.base_identity = &id;
+    req.target_generation = target;
+    req.mode = (uint32_t)mode;
+    req.request_id = (char *)rid;
+    req.expected_metadata_generation = expected;
+    invoke(WMRPC__WEIGHT_METHOD__WEIGHT_UPSERT_BEGIN, &req.base, call);
+}
+
+/* The phase an answered UPSERT_BEGIN / UPSERT_STATUS carries. */
+static int answered_phase(const smp_rpc_call *c, char *rid_out)
+{
+    assert_int_equal(c->answered, 1);
+    assert_int_equal(c->status, SMP_OK);
+    Wmrpc__UpsertResponse *r = wmrpc__upsert_response__unpack(NULL, c->len, (const uint8_t *)c->body);
+    assert_non_null(r);
+    assert_non_null(r->claim);
+    int phase = (int)r->claim->phase;
+    if (rid_out) strcpy(rid_out, r->claim->request_id);
+    wmrpc__upsert_response__free_unpacked(r, NULL);
+    return phase;
+}
+
+static const wm_lineage_claim *claim_of(const wm_identity *id)
+{
+    wm_lineage lin;
+    wm_identity_lineage(id, &lin);
+    const wm_lineage_entry *e = wm_store_lineage(P.store, &lin);
+    return e && e->has_claim ? &e->claim : NULL;
+}
+
+/* Drive once; the claim record appended (if any) is made durable. Returns
+ * the type of what was appended (0: nothing). */
+static uint16_t drive_step(void)
+{
+    size_t before = H.nq;
+    wm_lineage_drive(&P);
+    if (H.nq == before) return 0;
+    assert_int_equal(H.nq, before + 1);
+    /* While it is in flight another round appends nothing more. */
+    wm_lineage_drive(&P);
+    assert_int_equal(H.nq, before + 1);
+    return deliver(SMP_OK);
+}
+
+static int lease_acquire_status(const wm_identity *id, int deliver_it)
+{
+    smp_rpc_call c;
+    Wmrpc__LeaseRequest req = WMRPC__LEASE_REQUEST__INIT;
+    Wmrpc__WeightIdentity wid;
+    set_id(&wid, id);
+    req.identity = &wid;
+    invoke(WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_ACQUIRE, &req.base, &c);
+    if (!c.answered && deliver_it) deliver(SMP_OK);
+    assert_int_equal(c.answered, 1);
+    return c.status;
+}
+
+/* Forget a revision record (as a tombstone expiry would): its lineage's
+ * driver then sees it gone. */
+static void forget(const wm_identity *id)
+{
+    wm_metadata_delete d;
+    char msg[256];
+    memset(&d, 0, sizeof(d));
+    d.id = *id;
+    d.metadata_generation = wm_store_get(P.store, id)->metadata_generation;
+    d.reason = WM_DEL_TOMBSTONE_EXPIRED;
+    uint64_t op = wm_store_get(P.store, id)->operation_id;
+    d.operation_ids = op ? &op : NULL;
+    d.n_operation_ids = op ? 1 : 0;
+    assert_int_equal(wm_store_apply_delete(P.store, &d, msg, sizeof(msg)), WM_OK);
+}
+
+/* PUT_FIRST: the claim is answered only once durable; a retry gets it as it
+ * is, a competitor CONFLICT (BUSY while a record is in flight); the driver
+ * waits for the target, fences the base only after the target is READY,
+ * waits for the base's lease, deletes the base, then commits the
+ * watermark -- one durable record per step. */
+static void test_upsert_put_first_steps(void **state)
+{
+    (void)state;
+    wm_revision base, target;
+    smp_rpc_call c, c2;
+    char rid[200];
+    seed_gen("up", 1, &base);
+    upsert_begin(&base.id, 2, WM_UPSERT_PUT_FIRST, "r1", base.metadata_generation, &c);
+    assert_int_equal(c.answered, 0);
+    assert_int_equal(H.nq, 1);
+    assert_int_equal(H.q[0].type, WM_OP_LINEAGE_CLAIM);
+    assert_null(claim_of(&base.id));
+    upsert_begin(&base.id, 3, WM_UPSERT_PUT_FIRST, "r2", base.metadata_generation, &c2);
+    assert_int_equal(c2.status, WM_EBUSY);
+    assert_int_equal(deliver(SMP_OK), WM_OP_LINEAGE_CLAIM);
+    assert_int_equal(answered_phase(&c, rid), WM_PHASE_CLAIMED);
+    assert_string_equal(rid, "r1");
+
+    upsert_begin(&base.id, 2, WM_UPSERT_PUT_FIRST, "r1", base.metadata_generation, &c);
+    assert_int_equal(answered_phase(&c, NULL), WM_PHASE_CLAIMED);
+    assert_int_equal(H.nq, 0);
+    upsert_begin(&base.id, 3, WM_UPSERT_PUT_FIRST, "r2", base.metadata_generation, &c);
+    assert_int_equal(c.status, WM_ECONFLICT);
+    upsert_begin(&base.id, 3, WM_UPSERT_PUT_FIRST, "r1", base.metadata_generation, &c);
+    assert_int_equal(c.status, WM_ECONFLICT); /* same id, other arguments */
+
+    assert_int_equal(drive_step(), 0); /* no target yet */
+    seed_gen("up", 2, &target);
+    assert_int_equal(drive_step(), WM_OP_LINEAGE_CLAIM);
+    assert_int_equal(claim_of(&base.id)->phase, WM_PHASE_IMPORTING_TARGET);
+    /* Not fenced yet: a reader gets a lease on the base. */
+    assert_int_equal(lease_acquire_status(&base.id, 1), SMP_OK);
+    assert_int_equal(drive_step(), WM_OP_LINEAGE_CLAIM);
+    assert_int_equal(claim_of(&base.id)->phase, WM_PHASE_BASE_FENCED);
+    assert_int_equal(lease_acquire_status(&base.id, 0), WM_ENOT_READY);
+    assert_int_equal(drive_step(), WM_OP_LINEAGE_CLAIM);
+    assert_int_equal(claim_of(&base.id)->phase, WM_PHASE_DRAINING_BASE);
+    assert_int_equal(drive_step(), 0); /* the lease holds the base */
+    assert_int_equal(drive_step(), 0);
+    const wm_lease *l = wm_store_lease_at(P.store, 0);
+    wm_lease_delete ld = {l->id, l->id_of, WM_LEASE_RELEASED};
+    char msg[256];
+    assert_int_equal(wm_store_apply_lease_delete(P.store, &ld, msg, sizeof(msg)), WM_OK);
+    assert_int_equal(drive_step(), WM_OP_LINEAGE_CLAIM);
+    assert_int_equal(claim_of(&base.id)->phase, WM_PHASE_DELETING_BASE);
+    assert_int_equal(drive_step(), WM_OP_METADATA_UPSERT);
+    assert_int_equal(wm_store_get(P.store, &base.id)->availability, WM_AVAIL_DELETING);
+    assert_int_equal(drive_step(), 0); /* the lifecycle deletes it */
+    forget(&base.id);
+    assert_int_equal(drive_step(), WM_OP_LINEAGE_CLAIM);
+    const wm_lineage_claim *cl = claim_of(&base.id);
+    assert_int_equal(cl->phase, WM_PHASE_COMMITTED);
+    assert_int_equal(cl->committed_watermark, 2);
+    assert_int_equal(drive_step(), 0);
+    /* Below or at the watermark: refused before anything is written. */
+    upsert_begin(&target.id, 2, WM_UPSERT_PUT_FIRST, "r3", target.metadata_generation, &c);
+    assert_int_equal(c.status, WM_EINVALID_ARGUMENT);
+    wm_revision g1;
+    seed_gen("up", 1, &g1);
+    upsert_begin(&g1.id, 2, WM_UPSERT_PUT_FIRST, "r4", g1.metadata_generation, &c);
+    assert_int_equal(c.status, WM_ESTALE_GENERATION);
+    assert_int_equal(H.nq, 0);
+}
+
+/* PUT_FIRST: a target import that ends before READY aborts the claim and
+ * leaves the base as it was. */
+static void test_upsert_put_first_target_failure_aborts(void **state)
+{
+    (void)state;
+    wm_revision base, target;
+    smp_rpc_call c;
+    seed_gen("ab", 1, &base);
+    upsert_begin(&base.id, 2, WM_UPSERT_PUT_FIRST, "r1", base.metadata_generation, &c);
+    deliver(SMP_OK);
+    seed_gen("ab", 2, &target);
+    assert_int_equal(drive_step(), WM_OP_LINEAGE_CLAIM);
+    forget(&target.id); /* the import went away */
+    assert_int_equal(drive_step(), WM_OP_LINEAGE_CLAIM);
+    const wm_lineage_claim *cl = claim_of(&base.id);
+    assert_int_equal(cl->phase, WM_PHASE_ABORTED);
+    assert_non_null(strstr(cl->error, "intact"));
+    const wm_revision *b = wm_store_get(P.store, &base.id);
+    assert_int_equal(b->availability, WM_AVAIL_READY);
+    assert_int_equal(b->metadata_generation, base.metadata_generation);
+    assert_int_equal(lease_acquire_status(&base.id, 1), SMP_OK);
+}
+
+/* DELETE_FIRST: BUSY with a lease on the base and nothing written; the HA
+ * gate refusal names the lineage flag; the target import waits until the
+ * base is deleted; another generation is CONFLICT while the claim is open. */
+static void test_upsert_delete_first_steps_and_gate(void **state)
+{
+    (void)state;
+    wm_revision base, target;
+    smp_rpc_call c;
+    wm_lease l;
+    char msg[256];
+    seed_gen("df", 1, &base);
+    wmt_lease(&l, &base, 7);
+    assert_int_equal(wm_store_apply_lease_upsert(P.store, &l, msg, sizeof(msg)), WM_OK);
+    upsert_begin(&base.id, 2, WM_UPSERT_DELETE_FIRST, "d1", base.metadata_generation, &c);
+    assert_int_equal(c.status, WM_EBUSY);
+    assert_int_equal(H.nq, 0);
+    assert_null(claim_of(&base.id));
+    wm_lease_delete ld = {l.id, l.id_of, WM_LEASE_RELEASED};
+    assert_int_equal(wm_store_apply_lease_delete(P.store, &ld, msg, sizeof(msg)), WM_OK);
+
+    H.append_rc = SMP_EGATE;
+    upsert_begin(&base.id, 2, WM_UPSERT_DELETE_FIRST, "d1", base.metadata_generation, &c);
+    assert_int_equal(c.status, SMP_EGATE);
+    assert_non_null(strstr(c.body, WM_GATE_LINEAGE));
+    assert_null(claim_of(&base.id));
+    H.append_rc = 0;
+
+    upsert_begin(&base.id, 2, WM_UPSERT_DELETE_FIRST, "d1", base.metadata_generation, &c);
+    /* While the claim record is in flight the base is already fenced. */
+    assert_int_equal(lease_acquire_status(&base.id, 0), WM_ENOT_READY);
+    deliver(SMP_OK);
+    assert_int_equal(answered_phase(&c, NULL), WM_PHASE_CLAIMED);
+    wm_identity tid = base.id, other = base.id;
+    tid.weight_generation = 2;
+    other.weight_generation = 5;
+    assert_int_equal(wm_lineage_import_check(&P, &tid, msg, sizeof(msg)), WM_EBUSY);
+    assert_int_equal(wm_lineage_import_check(&P, &other, msg, sizeof(msg)), WM_ECONFLICT);
+    begin(&tid, &c);
+    assert_int_equal(c.status, WM_EBUSY);
+    assert_int_equal(lease_acquire_status(&base.id, 0), WM_ENOT_READY); /* fenced */
+
+    assert_int_equal(drive_step(), WM_OP_LINEAGE_CLAIM);
+    assert_int_equal(claim_of(&base.id)->phase, WM_PHASE_DELETING_BASE);
+    assert_int_equal(wm_lineage_import_check(&P, &tid, msg, sizeof(msg)), WM_EBUSY);
+    assert_int_equal(drive_step(), WM_OP_METADATA_UPSERT);
+    forget(&base.id);
+    assert_int_equal(drive_step(), WM_OP_LINEAGE_CLAIM);
+    assert_int_equal(claim_of(&base.id)->phase, WM_PHASE_BASE_DELETED);
+    assert_int_equal(wm_lineage_import_check(&P, &tid, msg, sizeof(msg)), WM_OK);
+    assert_int_equal(wm_lineage_abort_check(&P, &tid, msg, sizeof(msg)), WM_ECONFLICT);
+    assert_int_equal(wm_lineage_abort_check(&P, &other, msg, sizeof(msg)), WM_OK);
+    assert_int_equal(drive_step(), 0); /* waits for the import */
+    seed_gen("df", 2, &target);
+    assert_int_equal(drive_step(), WM_OP_LINEAGE_CLAIM);
+    assert_int_equal(claim_of(&base.id)->phase, WM_PHASE_IMPORTING_TARGET);
+    assert_int_equal(drive_step(), WM_OP_LINEAGE_CLAIM);
+    assert_int_equal(claim_of(&base.id)->phase, WM_PHASE_COMMITTED);
+    assert_int_equal(claim_of(&base.id)->committed_watermark, 2);
+
+    /* Status of a lineage without a claim: an empty answer. */
+    Wmrpc__UpsertStatusRequest sreq = WMRPC__UPSERT_STATUS_REQUEST__INIT;
+    Wmrpc__WeightIdentity wid;
+    wm_identity none = base.id;
+    strcpy(none.resource_id, "nothing");
+    set_id(&wid, &none);
+    sreq.lineage = &wid;
+    invoke(WMRPC__WEIGHT_METHOD__WEIGHT_UPSERT_STATUS, &sreq.base, &c);
+    assert_int_equal(c.status, SMP_OK);
+    Wmrpc__UpsertResponse *r = wmrpc__upsert_response__unpack(NULL, c.len, (uint8_t *)c.body);
+    assert_non_null(r);
+    assert_null(r->claim);
+    wmrpc__upsert_response__free_unpacked(r, NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -794,6 +1062,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_commit_pages_through_a_large_group, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lifecycle_submit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_garbage_bodies_never_crash, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_upsert_put_first_steps, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_upsert_put_first_target_failure_aborts, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_upsert_delete_first_steps_and_gate, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -205,9 +205,11 @@ static void test_apply_history_and_stale_record(void **state)
     assert_true(wm_store_reserve_operation_id(st) > 1);
     assert_true(wm_store_reserve_lease_id(st) > 1);
 
-    /* Type 12 and garbage are refused, naming the cause. */
+    /* A type-8 body under type 12, an unknown type and garbage are refused,
+     * naming the cause. */
     assert_int_equal(wm_store_replay(st, WM_OP_LINEAGE_CLAIM, h.rec[0], h.len[0], msg, sizeof(msg)),
-                     SMP_ENOTSUP);
+                     SMP_EPROTO);
+    assert_int_equal(wm_store_replay(st, 13, h.rec[0], h.len[0], msg, sizeof(msg)), SMP_ENOTSUP);
     static const uint8_t junk[] = {0xff, 0xff, 0xff};
     assert_true(wm_store_replay(st, WM_OP_METADATA_UPSERT, junk, sizeof(junk), msg, sizeof(msg)) < 0);
     wm_store_free(st);
