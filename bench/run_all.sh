@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # run_all.sh -- every benchmark, each printing its figure next to a baseline
-# measured in the same run. Usage: bench/run_all.sh BUILD_DIR [DATA_DIR]
+# measured in the same run (`make bench`). Usage: bench/run_all.sh BUILD_DIR [DIR]
+# DIR is the disk directory for OpLog, snapshot and cold-tier files (default
+# /tmp); memory segments go to /dev/shm.
 set -euo pipefail
 build=${1:-build}
 dir=${2:-/tmp}
-for b in "$build"/bench/bench_*; do
-  [ -x "$b" ] || continue
-  echo "== $(basename "$b")"
-  "$b" "$dir"
-done
+run() { echo "== $*"; "$@"; echo; }
+run "$build/bench/bench_oplog" "$dir" 2
+run "$build/bench/bench_master_mutations" "$dir" 3
+run "$build/bench/bench_data_plane" 2048 "$dir"
+run "$build/bench/bench_weight_get" 4 "$dir"
+run "$build/bench/bench_reshard_plan"
