@@ -862,14 +862,19 @@ static int apply_plugins(cfg_ctx *c, host_config *cfg, host_config_node *seq,
     return 0;
 }
 
-/* The rules that span fields: low_watermark < high_watermark. Reported on the
- * line of whichever of the two the file set (low first). */
+/* The rules that span fields: low_watermark < high_watermark (reported on the
+ * line of whichever of the two the file set, low first), and an embedded node
+ * needs an RPC endpoint to register through. */
 static int check_cross(cfg_ctx *c, const host_config *cfg, const host_config_node *root)
 {
     const host_config_node *mem = node_child(root, "memory");
     const host_config_node *low = node_child(mem, "low_watermark");
     const host_config_node *high = node_child(mem, "high_watermark");
+    const host_config_node *embedded = node_child(node_child(root, "node"), "embedded");
 
+    if (cfg->node_embedded && cfg->listen_tcp[0] == '\0' && cfg->listen_unix[0] == '\0')
+        return cfg_fail(c, SMP_EINVAL, embedded != NULL ? embedded->line : 0, "node.embedded",
+                        "true needs listen.tcp or listen.unix (the node registers through it)");
     if (cfg->memory_low_watermark < cfg->memory_high_watermark) return 0;
     if (low != NULL)
         return cfg_fail(c, SMP_ERANGE, low->line, "memory.low_watermark",

@@ -755,9 +755,29 @@ static void test_cluster_get_each_key(void **state)
     host_config_free(&c);
 }
 
+/* An embedded node registers through the master's RPC: with both listeners
+ * off there is nothing to register through, so the config is refused; a
+ * master without an embedded node may listen on nothing but its admin port. */
+static void test_embedded_node_needs_an_rpc_listener(void **state)
+{
+    (void)state;
+    expect_message("listen:\n  tcp: \"\"\n  unix: \"\"\nnode:\n  embedded: true\n",
+                   "x.yaml:5: node.embedded: true needs listen.tcp or listen.unix "
+                   "(the node registers through it)");
+    expect_refused("listen:\n  tcp: \"\"\n", "node.embedded: true needs listen.tcp or listen.unix");
+    host_config c;
+    load_ok("listen:\n  tcp: \"\"\nnode:\n  embedded: false\n", &c);
+    assert_int_equal(c.node_embedded, 0);
+    host_config_free(&c);
+    load_ok("listen:\n  tcp: \"\"\n  unix: \"m.sock\"\n", &c);
+    assert_string_equal(c.listen_unix, "/etc/wm/m.sock");
+    host_config_free(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_embedded_node_needs_an_rpc_listener),
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_empty_file_is_all_defaults),
         cmocka_unit_test(test_empty_file_on_disk),
