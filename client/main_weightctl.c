@@ -350,6 +350,19 @@ static void id_text(const weight_identity *id, char *out, size_t cap)
     if (weight_identity_format(id, out, cap) < 0) snprintf(out, cap, "(identity too long)");
 }
 
+/* parse_id of arg, then its text into text[tcap] and "CMD TEXT" (what a
+ * failure names) into what[wcap]. Returns parse_id's status: 0, or the exit
+ * code with the cause already printed. */
+static int resolve_id(ctl *x, const char *arg, const char *cmd, weight_identity *id, char *text,
+                      size_t tcap, char *what, size_t wcap)
+{
+    int rc = parse_id(x, arg, id);
+    if (rc != 0) return rc;
+    id_text(id, text, tcap);
+    snprintf(what, wcap, "%s %s", cmd, text);
+    return 0;
+}
+
 /* "hot", "cold", "mixed" or "mixed:0.3" into a residency and ratio. */
 static int parse_residency(const char *s, weight_residency *res, double *ratio)
 {
@@ -469,6 +482,19 @@ static void print_operation(const weight_operation *op)
     if (op->error[0]) printf("  error     %s\n", op->error);
 }
 
+/* Show an operation (a JSON line with --json, else text) and return the
+ * exit code it makes: 1 when it FAILED (state 3), else 0. */
+static int show_operation(ctl *x, const weight_operation *op)
+{
+    if (x->json) {
+        json_operation(op);
+        putchar('\n');
+    } else {
+        print_operation(op);
+    }
+    return op->state == 3 ? 1 : 0;
+}
+
 /* -- put ------------------------------------------------------------------- */
 
 typedef struct tie {
@@ -514,6 +540,38 @@ static int add_files(weight_writer *w, const wc_st_file *files, size_t n_files, 
     return 0;
 }
 
+/* One --tie NAME=TARGET into ties[*n_ties] (at most 64; arg is split in
+ * place). 0, or -1 for a usage error. */
+static int parse_tie(char *arg, tie *ties, size_t *n_ties)
+{
+    char *eq = strchr(arg, '=');
+    if (eq == NULL || *n_ties == 64) return -1;
+    *eq = '\0';
+    ties[*n_ties].name = arg;
+    ties[(*n_ties)++].target = eq + 1;
+    return 0;
+}
+
+/* Open the safetensors files paths[0..n) into files[] (zeroed by the
+ * caller), then apply --payload-bytes (0: the default). 0, or 1 with the
+ * cause printed as "weightctl: CMD: ..."; what was opened stays for the
+ * caller to close. */
+static int open_inputs(ctl *x, const char *cmd, char **paths, size_t n, wc_st_file *files,
+                       uint64_t payload)
+{
+    char err[512];
+    int rc;
+    for (size_t i = 0; i < n; i++) {
+        if (wc_st_open(paths[i], &files[i], err, sizeof err) < 0) {
+            fprintf(stderr, "weightctl: %s: %s: %s\n", cmd, paths[i], err);
+            return 1;
+        }
+    }
+    if (payload && (rc = weight_store_set_option(x->ws, WEIGHT_OPT_PAYLOAD_BYTES, payload)) < 0)
+        return weight_failed(x, cmd, rc);
+    return 0;
+}
+
 static int cmd_put(ctl *x, int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -545,14 +603,9 @@ static int cmd_put(ctl *x, int argc, char **argv)
             if (parse_mode(optarg, &pol.mode) < 0) goto usage;
             has_policy = 1;
             break;
-        case 't': {
-            char *eq = strchr(optarg, '=');
-            if (eq == NULL || n_ties == 64) goto usage;
-            *eq = '\0';
-            ties[n_ties].name = optarg;
-            ties[n_ties++].target = eq + 1;
+        case 't':
+            if (parse_tie(optarg, ties, &n_ties) < 0) goto usage;
             break;
-        }
         case 'b':
             if (parse_u64(optarg, &payload) < 0) goto usage;
             break;
@@ -569,18 +622,9 @@ static int cmd_put(ctl *x, int argc, char **argv)
     wc_st_file *files = calloc(n_files, sizeof *files);
     weight_writer *w = NULL;
     progress pr = {isatty(2) && !x->json, "put", now_s(), 0, 0};
-    char err[512], text[2048];
+    char text[2048];
     if (files == NULL) return 1;
-    for (size_t i = 0; i < n_files; i++) {
-        if (wc_st_open(argv[optind + (int)i], &files[i], err, sizeof err) < 0) {
-            fprintf(stderr, "weightctl: put: %s: %s\n", argv[optind + (int)i], err);
-            goto close_files;
-        }
-    }
-    if (payload && (rc = weight_store_set_option(x->ws, WEIGHT_OPT_PAYLOAD_BYTES, payload)) < 0) {
-        status = weight_failed(x, "put", rc);
-        goto close_files;
-    }
+    if (open_inputs(x, "put", argv + optind, n_files, files, payload) != 0) goto close_files;
     id_text(&id, text, sizeof text);
     if ((rc = weight_put_begin(x->ws, &id, has_policy ? &pol : NULL, &w)) < 0) {
         char what[2100];
@@ -693,14 +737,9 @@ static int cmd_upsert(ctl *x, int argc, char **argv)
             if (parse_residency(optarg, &pol.preferred, &pol.mixed_hot_ratio) < 0) goto usage;
             has_policy = 1;
             break;
-        case 't': {
-            char *eq = strchr(optarg, '=');
-            if (eq == NULL || n_ties == 64) goto usage;
-            *eq = '\0';
-            ties[n_ties].name = optarg;
-            ties[n_ties++].target = eq + 1;
+        case 't':
+            if (parse_tie(optarg, ties, &n_ties) < 0) goto usage;
             break;
-        }
         case 'w': wait = 1; break;
         case 'b':
             if (parse_u64(optarg, &payload) < 0) goto usage;
@@ -717,18 +756,8 @@ static int cmd_upsert(ctl *x, int argc, char **argv)
     weight_writer *w = NULL;
     weight_upsert_claim claim;
     progress pr = {isatty(2) && !x->json, "upsert", now_s(), 0, 0};
-    char err[512];
     if (files == NULL) return 1;
-    for (size_t i = 0; i < n_files; i++) {
-        if (wc_st_open(argv[optind + (int)i], &files[i], err, sizeof err) < 0) {
-            fprintf(stderr, "weightctl: upsert: %s: %s\n", argv[optind + (int)i], err);
-            goto close_files;
-        }
-    }
-    if (payload && (rc = weight_store_set_option(x->ws, WEIGHT_OPT_PAYLOAD_BYTES, payload)) < 0) {
-        status = weight_failed(x, "upsert", rc);
-        goto close_files;
-    }
+    if (open_inputs(x, "upsert", argv + optind, n_files, files, payload) != 0) goto close_files;
     rc = weight_upsert(x->ws, &base, gen, mode, request_id, expect, has_policy ? &pol : NULL, 0,
                        &claim, &w);
     if (rc < 0) {
@@ -856,10 +885,8 @@ static int cmd_info(ctl *x, const char *arg)
     weight_metadata m;
     weight_operation op;
     char text[2048], b[32], what[2100];
-    int rc = parse_id(x, arg, &id);
+    int rc = resolve_id(x, arg, "info", &id, text, sizeof text, what, sizeof what);
     if (rc) return rc;
-    id_text(&id, text, sizeof text);
-    snprintf(what, sizeof what, "info %s", text);
     if ((rc = weight_get_metadata(x->ws, &id, &m, &op)) < 0) return weight_failed(x, what, rc);
     if (x->json) {
         json_metadata(&m, &op);
@@ -1049,9 +1076,8 @@ static int cmd_get(ctl *x, int argc, char **argv)
     g.rank = (uint32_t)rank;
     weight_identity id;
     char text[2048], what[2100], path[4096], err[512];
-    if ((rc = parse_id(x, argv[optind], &id)) != 0) return rc;
-    id_text(&id, text, sizeof text);
-    snprintf(what, sizeof what, "get %s", text);
+    if ((rc = resolve_id(x, argv[optind], "get", &id, text, sizeof text, what, sizeof what)) != 0)
+        return rc;
     progress pr = {isatty(2) && !x->json, "get", now_s(), 0, 0};
     weight_placement pl = {get_place, &g};
     weight_bindings bd = {NULL, 0, get_provide, &g};
@@ -1220,13 +1246,7 @@ static int cmd_migrate(ctl *x, int argc, char **argv)
         return weight_failed(x, "migrate", rc);
     if (wait && op.id && (rc = wait_operation(x, op.id, &op)) < 0)
         return weight_failed(x, "migrate", rc);
-    if (x->json) {
-        json_operation(&op);
-        putchar('\n');
-    } else {
-        print_operation(&op);
-    }
-    return op.state == 3 ? 1 : 0;
+    return show_operation(x, &op);
 usage:
     usage(stderr);
     return 2;
@@ -1246,13 +1266,7 @@ static int cmd_op(ctl *x, int argc, char **argv)
     weight_operation op;
     rc = wait ? wait_operation(x, opid, &op) : weight_get_operation(x->ws, opid, &op);
     if (rc < 0) return weight_failed(x, "op", rc);
-    if (x->json) {
-        json_operation(&op);
-        putchar('\n');
-    } else {
-        print_operation(&op);
-    }
-    return op.state == 3 ? 1 : 0;
+    return show_operation(x, &op);
 usage:
     usage(stderr);
     return 2;
@@ -1279,9 +1293,8 @@ static int cmd_rm(ctl *x, int argc, char **argv)
     weight_identity id;
     weight_metadata md;
     char text[2048], what[2100];
-    if ((rc = parse_id(x, argv[optind], &id)) != 0) return rc;
-    id_text(&id, text, sizeof text);
-    snprintf(what, sizeof what, "rm %s", text);
+    if ((rc = resolve_id(x, argv[optind], "rm", &id, text, sizeof text, what, sizeof what)) != 0)
+        return rc;
     if ((rc = weight_remove(x->ws, &id, expect, &md)) < 0) return weight_failed(x, what, rc);
     if (wait) {
         for (int i = 0; i < 3000 && md.availability != WEIGHT_DELETED; i++) {

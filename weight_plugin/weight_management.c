@@ -568,16 +568,25 @@ static const char *wm_id_text(const wm_identity *id, char *buf, size_t cap)
     return buf;
 }
 
+/* The checked identity of a request into *id: 1, or 0 with INVALID_ARGUMENT
+ * ("invalid identity: ...") answered. */
+static int wm_identity_in(wm_plugin *p, smp_rpc_call *call, const Wmrpc__WeightIdentity *pid,
+                          wm_identity *id)
+{
+    char msg[256];
+    if (wm_identity_from_pb(pid, id, msg, sizeof(msg)) < 0) {
+        wm_reply_error(p, call, WM_EINVALID_ARGUMENT, "invalid identity: %s", msg);
+        return 0;
+    }
+    return 1;
+}
+
 /* The revision of a request, or an answered NOT_FOUND / INVALID_ARGUMENT. */
 static const wm_revision *wm_lookup(wm_plugin *p, smp_rpc_call *call,
                                     const Wmrpc__WeightIdentity *pid, wm_identity *id)
 {
-    char msg[256];
     char idt[1200];
-    if (wm_identity_from_pb(pid, id, msg, sizeof(msg)) < 0) {
-        wm_reply_error(p, call, WM_EINVALID_ARGUMENT, "invalid identity: %s", msg);
-        return NULL;
-    }
+    if (!wm_identity_in(p, call, pid, id)) return NULL;
     const wm_revision *rev = wm_store_get(p->store, id);
     if (rev == NULL)
         wm_reply_error(p, call, WM_ENOT_FOUND, "no revision %s", wm_id_text(id, idt, sizeof(idt)));
@@ -613,6 +622,26 @@ static int wm_check_cas(wm_plugin *p, smp_rpc_call *call, const wm_revision *rev
         return 0;
     }
     return 1;
+}
+
+/* wm_lookup, then the CAS on expected (wm_check_cas): the revision, or NULL
+ * with the refusal answered. */
+static const wm_revision *wm_lookup_cas(wm_plugin *p, smp_rpc_call *call,
+                                        const Wmrpc__WeightIdentity *pid, wm_identity *id,
+                                        uint64_t expected)
+{
+    const wm_revision *rev = wm_lookup(p, call, pid, id);
+    if (rev == NULL || !wm_check_cas(p, call, rev, expected)) return NULL;
+    return rev;
+}
+
+/* The fence of a mutation of rev: nothing of it in flight (wm_check_idle),
+ * then the CAS on expected (wm_check_cas). 1, or 0 with the refusal
+ * answered. */
+static int wm_check_fence(wm_plugin *p, smp_rpc_call *call, const wm_revision *rev,
+                          uint64_t expected)
+{
+    return wm_check_idle(p, call, rev) && wm_check_cas(p, call, rev, expected);
 }
 
 /* A request policy over the cluster default: absent fields (0) come from the
@@ -677,10 +706,7 @@ static int wm_rpc_import_begin(void *plugin, smp_rpc_call *call, const uint8_t *
     WM_DECODE(req, Wmrpc__ImportBeginRequest, wmrpc__import_begin_request__unpack, p, call, body,
               len);
 
-    if (wm_identity_from_pb(req->identity, &id, msg, sizeof(msg)) < 0) {
-        wm_reply_error(p, call, WM_EINVALID_ARGUMENT, "invalid identity: %s", msg);
-        goto free_req;
-    }
+    if (!wm_identity_in(p, call, req->identity, &id)) goto free_req;
     if (wm_policy_from_pb(p, req->policy, NULL, &pol, msg, sizeof(msg)) < 0) {
         wm_reply_error(p, call, WM_EINVALID_ARGUMENT, "invalid policy: %s", msg);
         goto free_req;
@@ -1051,6 +1077,78 @@ static void wm_op_migrating(wm_plugin *p, wm_operation *op, const wm_revision *r
     op->created_ms = op->updated_ms = now;
 }
 
+/* A new UPSERT record of rev for a waiting call: a copy of rev one metadata
+ * generation on, updated now (wm_now). NULL with "out of memory" answered. */
+static wm_txn *wm_txn_next(wm_plugin *p, smp_rpc_call *call, const wm_revision *rev)
+{
+    wm_txn *t = wm_txn_new(p, WM_TXN_UPSERT, rev->group_key);
+    if (t == NULL) {
+        wm_reply_error(p, call, SMP_ENOMEM, "out of memory");
+        return NULL;
+    }
+    wm_revision *r = &t->up.revision;
+    *r = *rev;
+    r->metadata_generation = rev->metadata_generation + 1;
+    r->updated_ms = wm_now(p, rev);
+    return t;
+}
+
+/* Attach to t's revision its one operation: MIGRATING toward target over
+ * all its payloads and bytes, created at the revision's updated_ms. */
+static void wm_txn_migrating(wm_plugin *p, wm_txn *t, wm_residency target, double ratio)
+{
+    wm_revision *r = &t->up.revision;
+    wm_op_migrating(p, &t->ops[0], r, target, ratio, r->updated_ms);
+    t->ops[0].members_total = r->payload_count;
+    t->ops[0].bytes_total = r->logical_bytes;
+    r->operation_id = t->ops[0].id;
+    t->up.n_operations = 1;
+}
+
+/* Make t's revision DELETING with its one operation: DELETING over members
+ * objects and bytes logical bytes, created at the revision's updated_ms. */
+static void wm_txn_deleting(wm_plugin *p, wm_txn *t, uint64_t members, uint64_t bytes)
+{
+    wm_revision *r = &t->up.revision;
+    wm_operation *op = &t->ops[0];
+    r->availability = WM_AVAIL_DELETING;
+    memset(op, 0, sizeof(*op));
+    op->id = wm_store_reserve_operation_id(p->store);
+    op->kind = WM_OPK_DELETING;
+    op->id_of = r->id;
+    op->state = WM_OPS_RUNNING;
+    op->members_total = members;
+    op->bytes_total = bytes;
+    op->created_ms = op->updated_ms = r->updated_ms;
+    r->operation_id = op->id;
+    t->up.n_operations = 1;
+}
+
+/* The prepared record t may follow rev (wm_metadata_mutation_check, its
+ * sentence into msg[cap]): 1, or 0 with t freed and the refusal answered as
+ * "<noun> of <group> refused: <why>". */
+static int wm_mutation_ok(wm_plugin *p, smp_rpc_call *call, const wm_revision *rev, wm_txn *t,
+                          const char *noun, char *msg, size_t cap)
+{
+    int rc = wm_metadata_mutation_check(rev, &t->up.revision, msg, cap);
+    if (rc < 0) {
+        wm_txn_free(t);
+        wm_reply_error(p, call, rc, "%s of %s refused: %s", noun, rev->group_key, msg);
+        return 0;
+    }
+    return 1;
+}
+
+/* Check the prepared record t against rev (wm_mutation_ok), then submit it
+ * for call with a MetadataResponse (wm_submit, `what` naming an append
+ * failure). t is consumed either way; the call is always answered. */
+static void wm_check_submit(wm_plugin *p, smp_rpc_call *call, const wm_revision *rev, wm_txn *t,
+                            const char *noun, const char *what, char *msg, size_t cap)
+{
+    if (wm_mutation_ok(p, call, rev, t, noun, msg, cap))
+        wm_submit(p, t, call, WM_REPLY_METADATA, what);
+}
+
 /* Seal and publish an import: CAS on the IMPORTING revision, validate the
  * group against the summary (wm_commit_validate), then one durable record
  * carries READY + HOT, the sealed summary and affinity, and -- when the
@@ -1079,8 +1177,7 @@ static int wm_rpc_import_commit(void *plugin, smp_rpc_call *call, const uint8_t 
                            rev->group_key, wm_availability_name((int)rev->availability));
         goto free_req;
     }
-    if (!wm_check_idle(p, call, rev) || !wm_check_cas(p, call, rev, req->expected_metadata_generation))
-        goto free_req;
+    if (!wm_check_fence(p, call, rev, req->expected_metadata_generation)) goto free_req;
 
     wm_txn *t = wm_txn_new(p, WM_TXN_UPSERT, rev->group_key);
     if (t == NULL) {
@@ -1105,19 +1202,9 @@ static int wm_rpc_import_commit(void *plugin, smp_rpc_call *call, const uint8_t 
     r->observed_hot_ratio = 1.0;
     r->metadata_generation = rev->metadata_generation + 1;
     r->updated_ms = now;
-    if (r->policy.preferred != WM_RES_HOT) {
-        wm_op_migrating(p, &t->ops[0], r, r->policy.preferred, r->policy.mixed_hot_ratio, now);
-        t->ops[0].bytes_total = r->logical_bytes;
-        t->ops[0].members_total = r->payload_count;
-        r->operation_id = t->ops[0].id;
-        t->up.n_operations = 1;
-    }
-    if ((rc = wm_metadata_mutation_check(rev, r, msg, sizeof(msg))) < 0) {
-        wm_txn_free(t);
-        wm_reply_error(p, call, rc, "commit of %s refused: %s", rev->group_key, msg);
-        goto free_req;
-    }
-    wm_submit(p, t, call, WM_REPLY_METADATA, "import commit");
+    if (r->policy.preferred != WM_RES_HOT)
+        wm_txn_migrating(p, t, r->policy.preferred, r->policy.mixed_hot_ratio);
+    wm_check_submit(p, call, rev, t, "commit", "import commit", msg, sizeof(msg));
 free_req:
     wmrpc__import_commit_request__free_unpacked(req, NULL);
     return SMP_OK;
@@ -1155,53 +1242,18 @@ static int wm_rpc_import_abort(void *plugin, smp_rpc_call *call, const uint8_t *
         wm_reply_error(p, call, rc, "%s", msg);
         goto free_req;
     }
-    if (!wm_check_idle(p, call, rev) || !wm_check_cas(p, call, rev, req->expected_metadata_generation))
-        goto free_req;
+    if (!wm_check_fence(p, call, rev, req->expected_metadata_generation)) goto free_req;
     uint64_t members = p->api->group_count(p->host, rev->group_key);
-    wm_txn *t;
+    wm_txn *t = wm_txn_next(p, call, rev);
+    if (t == NULL) goto free_req;
     if (members == 0) {
         /* Nothing was uploaded: straight to the tombstone. */
-        if ((t = wm_txn_new(p, WM_TXN_UPSERT, rev->group_key)) == NULL) goto oom;
-        wm_revision *r = &t->up.revision;
-        *r = *rev;
-        r->availability = WM_AVAIL_DELETED;
-        r->residency = WM_RES_ABSENT;
-        r->metadata_generation = rev->metadata_generation + 1;
-        r->updated_ms = wm_now(p, rev);
-        if ((rc = wm_metadata_mutation_check(rev, r, msg, sizeof(msg))) < 0) {
-            wm_txn_free(t);
-            wm_reply_error(p, call, rc, "abort of %s refused: %s", rev->group_key, msg);
-            goto free_req;
-        }
-        wm_submit(p, t, call, WM_REPLY_METADATA, "import abort");
-        goto free_req;
+        t->up.revision.availability = WM_AVAIL_DELETED;
+        t->up.revision.residency = WM_RES_ABSENT;
+    } else {
+        wm_txn_deleting(p, t, members, 0);
     }
-    if ((t = wm_txn_new(p, WM_TXN_UPSERT, rev->group_key)) == NULL) goto oom;
-    wm_revision *r = &t->up.revision;
-    uint64_t now = wm_now(p, rev);
-    *r = *rev;
-    r->availability = WM_AVAIL_DELETING;
-    r->metadata_generation = rev->metadata_generation + 1;
-    r->updated_ms = now;
-    wm_operation *op = &t->ops[0];
-    memset(op, 0, sizeof(*op));
-    op->id = wm_store_reserve_operation_id(p->store);
-    op->kind = WM_OPK_DELETING;
-    op->id_of = r->id;
-    op->state = WM_OPS_RUNNING;
-    op->members_total = members;
-    op->created_ms = op->updated_ms = now;
-    r->operation_id = op->id;
-    t->up.n_operations = 1;
-    if ((rc = wm_metadata_mutation_check(rev, r, msg, sizeof(msg))) < 0) {
-        wm_txn_free(t);
-        wm_reply_error(p, call, rc, "abort of %s refused: %s", rev->group_key, msg);
-        goto free_req;
-    }
-    wm_submit(p, t, call, WM_REPLY_METADATA, "import abort");
-    goto free_req;
-oom:
-    wm_reply_error(p, call, SMP_ENOMEM, "out of memory");
+    wm_check_submit(p, call, rev, t, "abort", "import abort", msg, sizeof(msg));
 free_req:
     wmrpc__identity_request__free_unpacked(req, NULL);
     return SMP_OK;
@@ -1239,13 +1291,9 @@ static int wm_rpc_is_exist(void *plugin, smp_rpc_call *call, const uint8_t *body
 {
     wm_plugin *p = plugin;
     wm_identity id;
-    char msg[256];
     Wmrpc__IsExistResponse resp = WMRPC__IS_EXIST_RESPONSE__INIT;
     WM_DECODE(req, Wmrpc__IdentityRequest, wmrpc__identity_request__unpack, p, call, body, len);
-    if (wm_identity_from_pb(req->identity, &id, msg, sizeof(msg)) < 0) {
-        wm_reply_error(p, call, WM_EINVALID_ARGUMENT, "invalid identity: %s", msg);
-        goto free_req;
-    }
+    if (!wm_identity_in(p, call, req->identity, &id)) goto free_req;
     const wm_revision *rev = wm_store_get(p->store, &id);
     if (rev != NULL && rev->availability == WM_AVAIL_READY) {
         const wm_affinity *aff = wm_store_affinity(p->store, &id);
@@ -1415,14 +1463,13 @@ static int wm_rpc_update_policy(void *plugin, smp_rpc_call *call, const uint8_t 
 {
     wm_plugin *p = plugin;
     char msg[512];
-    int rc;
     wm_identity id;
     wm_policy pol;
     WM_DECODE(req, Wmrpc__UpdatePolicyRequest, wmrpc__update_policy_request__unpack, p, call, body,
               len);
-    const wm_revision *rev = wm_lookup(p, call, req->identity, &id);
+    const wm_revision *rev =
+        wm_lookup_cas(p, call, req->identity, &id, req->expected_metadata_generation);
     if (rev == NULL) goto free_req;
-    if (!wm_check_cas(p, call, rev, req->expected_metadata_generation)) goto free_req;
     if (req->policy == NULL) {
         wm_reply_error(p, call, WM_EINVALID_ARGUMENT, "policy is missing");
         goto free_req;
@@ -1437,22 +1484,10 @@ static int wm_rpc_update_policy(void *plugin, smp_rpc_call *call, const uint8_t 
         goto free_req;
     }
     if (!wm_check_idle(p, call, rev)) goto free_req;
-    wm_txn *t = wm_txn_new(p, WM_TXN_UPSERT, rev->group_key);
-    if (t == NULL) {
-        wm_reply_error(p, call, SMP_ENOMEM, "out of memory");
-        goto free_req;
-    }
-    wm_revision *r = &t->up.revision;
-    *r = *rev;
-    r->policy = pol;
-    r->metadata_generation = rev->metadata_generation + 1;
-    r->updated_ms = wm_now(p, rev);
-    if ((rc = wm_metadata_mutation_check(rev, r, msg, sizeof(msg))) < 0) {
-        wm_txn_free(t);
-        wm_reply_error(p, call, rc, "policy update of %s refused: %s", rev->group_key, msg);
-        goto free_req;
-    }
-    wm_submit(p, t, call, WM_REPLY_METADATA, "policy update");
+    wm_txn *t = wm_txn_next(p, call, rev);
+    if (t == NULL) goto free_req;
+    t->up.revision.policy = pol;
+    wm_check_submit(p, call, rev, t, "policy update", "policy update", msg, sizeof(msg));
 free_req:
     wmrpc__update_policy_request__free_unpacked(req, NULL);
     return SMP_OK;
@@ -1466,12 +1501,11 @@ static int wm_rpc_migrate(void *plugin, smp_rpc_call *call, const uint8_t *body,
 {
     wm_plugin *p = plugin;
     char msg[512];
-    int rc;
     wm_identity id;
     WM_DECODE(req, Wmrpc__MigrateRequest, wmrpc__migrate_request__unpack, p, call, body, len);
-    const wm_revision *rev = wm_lookup(p, call, req->identity, &id);
+    const wm_revision *rev =
+        wm_lookup_cas(p, call, req->identity, &id, req->expected_metadata_generation);
     if (rev == NULL) goto free_req;
-    if (!wm_check_cas(p, call, rev, req->expected_metadata_generation)) goto free_req;
     if (rev->availability != WM_AVAIL_READY) {
         wm_reply_error(p, call, WM_ENOT_READY, "revision %s is %s; only a READY revision migrates",
                        rev->group_key, wm_availability_name((int)rev->availability));
@@ -1501,27 +1535,10 @@ static int wm_rpc_migrate(void *plugin, smp_rpc_call *call, const uint8_t *body,
                        rev->group_key);
         goto free_req;
     }
-    wm_txn *t = wm_txn_new(p, WM_TXN_UPSERT, rev->group_key);
-    if (t == NULL) {
-        wm_reply_error(p, call, SMP_ENOMEM, "out of memory");
-        goto free_req;
-    }
-    wm_revision *r = &t->up.revision;
-    uint64_t now = wm_now(p, rev);
-    *r = *rev;
-    r->metadata_generation = rev->metadata_generation + 1;
-    r->updated_ms = now;
-    wm_op_migrating(p, &t->ops[0], r, (wm_residency)req->target_residency, ratio, now);
-    t->ops[0].members_total = r->payload_count;
-    t->ops[0].bytes_total = r->logical_bytes;
-    r->operation_id = t->ops[0].id;
-    t->up.n_operations = 1;
-    if ((rc = wm_metadata_mutation_check(rev, r, msg, sizeof(msg))) < 0) {
-        wm_txn_free(t);
-        wm_reply_error(p, call, rc, "migration of %s refused: %s", rev->group_key, msg);
-        goto free_req;
-    }
-    wm_submit(p, t, call, WM_REPLY_METADATA, "migrate");
+    wm_txn *t = wm_txn_next(p, call, rev);
+    if (t == NULL) goto free_req;
+    wm_txn_migrating(p, t, (wm_residency)req->target_residency, ratio);
+    wm_check_submit(p, call, rev, t, "migration", "migrate", msg, sizeof(msg));
 free_req:
     wmrpc__migrate_request__free_unpacked(req, NULL);
     return SMP_OK;
@@ -1534,7 +1551,6 @@ static int wm_rpc_remove(void *plugin, smp_rpc_call *call, const uint8_t *body, 
 {
     wm_plugin *p = plugin;
     char msg[512];
-    int rc;
     wm_identity id;
     WM_DECODE(req, Wmrpc__IdentityRequest, wmrpc__identity_request__unpack, p, call, body, len);
     const wm_revision *rev = wm_lookup(p, call, req->identity, &id);
@@ -1559,34 +1575,10 @@ static int wm_rpc_remove(void *plugin, smp_rpc_call *call, const uint8_t *body, 
                        rev->operation_id);
         goto free_req;
     }
-    wm_txn *t = wm_txn_new(p, WM_TXN_UPSERT, rev->group_key);
-    if (t == NULL) {
-        wm_reply_error(p, call, SMP_ENOMEM, "out of memory");
-        goto free_req;
-    }
-    wm_revision *r = &t->up.revision;
-    uint64_t now = wm_now(p, rev);
-    *r = *rev;
-    r->availability = WM_AVAIL_DELETING;
-    r->metadata_generation = rev->metadata_generation + 1;
-    r->updated_ms = now;
-    wm_operation *op = &t->ops[0];
-    memset(op, 0, sizeof(*op));
-    op->id = wm_store_reserve_operation_id(p->store);
-    op->kind = WM_OPK_DELETING;
-    op->id_of = r->id;
-    op->state = WM_OPS_RUNNING;
-    op->members_total = r->payload_count + 1;
-    op->bytes_total = r->logical_bytes;
-    op->created_ms = op->updated_ms = now;
-    r->operation_id = op->id;
-    t->up.n_operations = 1;
-    if ((rc = wm_metadata_mutation_check(rev, r, msg, sizeof(msg))) < 0) {
-        wm_txn_free(t);
-        wm_reply_error(p, call, rc, "removal of %s refused: %s", rev->group_key, msg);
-        goto free_req;
-    }
-    wm_submit(p, t, call, WM_REPLY_METADATA, "remove");
+    wm_txn *t = wm_txn_next(p, call, rev);
+    if (t == NULL) goto free_req;
+    wm_txn_deleting(p, t, rev->payload_count + 1, rev->logical_bytes);
+    wm_check_submit(p, call, rev, t, "removal", "remove", msg, sizeof(msg));
 free_req:
     wmrpc__identity_request__free_unpacked(req, NULL);
     return SMP_OK;
@@ -1615,7 +1607,6 @@ static int wm_rpc_lease_acquire(void *plugin, smp_rpc_call *call, const uint8_t 
 {
     wm_plugin *p = plugin;
     char msg[512];
-    int rc;
     wm_identity id;
     uint64_t ttl;
     WM_DECODE(req, Wmrpc__LeaseRequest, wmrpc__lease_request__unpack, p, call, body, len);
@@ -1657,26 +1648,16 @@ static int wm_rpc_lease_acquire(void *plugin, smp_rpc_call *call, const uint8_t 
         wm_submit(p, lt, call, WM_REPLY_LEASE, "lease acquire");
         goto free_req;
     }
-    wm_txn *t = wm_txn_new(p, WM_TXN_UPSERT, rev->group_key);
+    wm_txn *t = wm_txn_next(p, call, rev);
     if (t == NULL) {
         wm_txn_free(lt);
-        wm_reply_error(p, call, SMP_ENOMEM, "out of memory");
         goto free_req;
     }
     wm_revision *r = &t->up.revision;
-    *r = *rev;
-    r->metadata_generation = rev->metadata_generation + 1;
-    r->updated_ms = wm_now(p, rev);
     r->last_access_ms = r->updated_ms > rev->last_access_ms ? r->updated_ms : rev->last_access_ms;
-    wm_op_migrating(p, &t->ops[0], r, promote, rev->policy.mixed_hot_ratio, r->updated_ms);
-    t->ops[0].members_total = r->payload_count;
-    t->ops[0].bytes_total = r->logical_bytes;
-    r->operation_id = t->ops[0].id;
-    t->up.n_operations = 1;
-    if ((rc = wm_metadata_mutation_check(rev, r, msg, sizeof(msg))) < 0) {
-        wm_txn_free(t);
+    wm_txn_migrating(p, t, promote, rev->policy.mixed_hot_ratio);
+    if (!wm_mutation_ok(p, call, rev, t, "promotion", msg, sizeof(msg))) {
         wm_txn_free(lt);
-        wm_reply_error(p, call, rc, "promotion of %s refused: %s", rev->group_key, msg);
         goto free_req;
     }
     lt->lease.metadata_generation = r->metadata_generation;
@@ -1701,10 +1682,7 @@ static int wm_rpc_lease_renew(void *plugin, smp_rpc_call *call, const uint8_t *b
     wm_identity id;
     uint64_t ttl;
     WM_DECODE(req, Wmrpc__LeaseRequest, wmrpc__lease_request__unpack, p, call, body, len);
-    if (wm_identity_from_pb(req->identity, &id, msg, sizeof(msg)) < 0) {
-        wm_reply_error(p, call, WM_EINVALID_ARGUMENT, "invalid identity: %s", msg);
-        goto free_req;
-    }
+    if (!wm_identity_in(p, call, req->identity, &id)) goto free_req;
     if (wm_ttl(req, &ttl, msg, sizeof(msg)) < 0) {
         wm_reply_error(p, call, WM_EINVALID_ARGUMENT, "%s", msg);
         goto free_req;
@@ -1742,13 +1720,9 @@ free_req:
 static int wm_rpc_lease_release(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len)
 {
     wm_plugin *p = plugin;
-    char msg[512];
     wm_identity id;
     WM_DECODE(req, Wmrpc__LeaseRequest, wmrpc__lease_request__unpack, p, call, body, len);
-    if (wm_identity_from_pb(req->identity, &id, msg, sizeof(msg)) < 0) {
-        wm_reply_error(p, call, WM_EINVALID_ARGUMENT, "invalid identity: %s", msg);
-        goto free_req;
-    }
+    if (!wm_identity_in(p, call, req->identity, &id)) goto free_req;
     const wm_lease *l = wm_store_lease(p->store, req->lease_id);
     if (l == NULL || wm_pending_lease_end(p, l->id)) {
         wm_reply_lease(p, call, NULL, wm_store_get(p->store, &id));
