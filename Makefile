@@ -4,7 +4,7 @@ ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 CONFIG     ?= config/embedded.yaml
 
-.PHONY: deps build test test-plain test-asan test-valgrind run bench clean
+.PHONY: deps build test test-plain test-asan test-valgrind run bench soak clean
 
 deps:
 	@scripts/deps.sh
@@ -34,6 +34,13 @@ run: build
 
 bench: build
 	@bench/run_all.sh $(BUILD)
+
+# Long runs, not part of `make test`: 500 SIGKILL points under load, then the
+# weight lifecycle, upsert, node and fail-closed recovery tests ten times each.
+soak: build
+	WM_CRASH_ROUNDS=500 $(BUILD)/tests/test_crash_recovery
+	cd $(BUILD) && ctest --output-on-failure --repeat until-fail:10 \
+	  -R "test_weight_lifecycle|test_weight_upsert|test_nodes|test_recovery_fail_closed"
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -7,8 +7,9 @@
  * too). After every restart the test checks the master against a model of
  * what was acknowledged: every acknowledged change is there, nothing that
  * was never asked for is, and a change whose answer was lost with the master
- * is either fully there or fully absent. 25 kill points; the seed is printed
- * so a failure can be replayed with WM_CRASH_SEED. */
+ * is either fully there or fully absent. 25 kill points (WM_CRASH_ROUNDS sets
+ * more, `make soak`); the seed is printed so a failure can be replayed with
+ * WM_CRASH_SEED. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -25,7 +26,7 @@
 
 #define WORKERS 4
 #define KEYS 24
-#define ROUNDS 25
+#define ROUNDS 25 /* kill points in the default suite; WM_CRASH_ROUNDS for a soak */
 
 typedef enum { ABSENT = 0, PRESENT = 1 } presence;
 
@@ -287,7 +288,10 @@ static void test_sigkill_at_random_moments_keeps_every_acknowledged_change(void 
     memset(workers, 0, sizeof(workers));
     assert_int_equal(hx_init(&m, "crash", "snapshot:\n  every_records: 40\n"), 0);
     int total_acked = 0;
-    for (int round = 0; round < ROUNDS; round++) {
+    int rounds = ROUNDS;
+    const char *r_env = getenv("WM_CRASH_ROUNDS");
+    if (r_env && atoi(r_env) > 0) rounds = atoi(r_env);
+    for (int round = 0; round < rounds; round++) {
         assert_int_equal(hx_start(&m, 20000), 0);
         verify(workers, &m, round % 5 == 0);
         pthread_t th[WORKERS];
@@ -308,8 +312,8 @@ static void test_sigkill_at_random_moments_keeps_every_acknowledged_change(void 
     }
     assert_int_equal(hx_start(&m, 20000), 0);
     verify(workers, &m, 1);
-    printf("%d kill points, %d acknowledged mutations checked\n", ROUNDS, total_acked);
-    assert_true(total_acked > ROUNDS); /* the kills really interrupted work */
+    printf("%d kill points, %d acknowledged mutations checked\n", rounds, total_acked);
+    assert_true(total_acked > rounds); /* the kills really interrupted work */
     assert_int_equal(hx_stop(&m), 0);
     hx_cleanup(&m);
 }
