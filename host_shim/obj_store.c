@@ -1629,8 +1629,8 @@ static void obj_hold_dec(obj_store *st, const char *key)
 }
 
 /* The keys a record removes or replaces (PUT_END: one, but none for an
- * add-replica record; REMOVE: its keys; other types: none). *m_out must be freed with protobuf_c_message_free_
- * unpacked. SMP_EPROTO. */
+ * add-replica record; REMOVE: its keys; other types: none). *m_out must be
+ * freed with protobuf_c_message_free_unpacked. SMP_EPROTO. */
 static int obj_record_keys(const obj_record *rec,
                            ProtobufCMessage **m_out,
                            char ***keys,
@@ -1888,7 +1888,8 @@ int obj_put_start(obj_store *st,
     put->alloc = alloc;
     put->started = now;
     put->put_id = st->next_put_id;
-    if ((rc = obj_place(st, alloc, p->prefer_node, NULL, &put->seg, &put->offset)) < 0) goto free_put;
+    if ((rc = obj_place(st, alloc, p->prefer_node, NULL, &put->seg, &put->offset)) < 0)
+        goto free_put;
     if ((rc = obj_sl_put(&st->puts, put->key, put)) < 0) goto free_range;
     st->stats.puts_in_flight++;
     if (st->next_put_id < UINT64_MAX) st->next_put_id++;

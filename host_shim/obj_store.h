@@ -9,14 +9,17 @@
  * obj_apply_record(), which changes the state; then the client is answered.
  * Recovery and standbys apply the same records. Applying is deterministic and
  * idempotent: a record carries the complete post-mutation state of what it
- * touches, so applying it twice gives the state of applying it once.
+ * touches, so applying it twice gives the state of applying it once. The one
+ * delta, an add-replica record, adds its replica only when the object does
+ * not have it yet, so it is idempotent too.
  *
  * Soft state is not logged: in-flight puts (put start reserves a range of
  * segment memory; the put ends with a PUT_END record or is revoked or
  * cleaned up when stale), replica reservations (obj_reserve_replica reserves
  * a range for one more memory replica of a complete object; an add-replica
- * record consumes it, or it is released or cleaned up when stale), read leases (granted by obj_get_replica_list,
- * they protect an object from eviction and removal until they expire),
+ * record consumes it, or it is released or cleaned up when stale), read
+ * leases (granted by obj_get_replica_list, they protect an object from
+ * eviction and removal until they expire),
  * holds (see obj_hold_record) and last-access refreshes by reads (the access
  * time is logged only with records and saved in snapshots: an LRU hint).
  *
