@@ -1919,6 +1919,17 @@ int obj_prepare_put_end(obj_store *st,
     if (!p) return SMP_ENOTFOUND;
     obj_object *old = obj_sl_get(&st->objects, key);
     if (old && obj_lease_active(old, now)) return SMP_EBUSY;
+    /* A put into a managed group is asked again at its end: the group's
+     * owner may have sealed it since the put started (a revision published
+     * meanwhile must not gain a member). */
+    const char *group = obj_str(p->group);
+    int old_managed = old != NULL && obj_group_managed_flag(st, old->group);
+    if (obj_group_managed_flag(st, group) || old_managed) {
+        int rc = obj_guard_decide(st, old ? SMP_GUARD_UPSERT_INTO_GROUP : SMP_GUARD_PUT_INTO_GROUP,
+                                  p->key, old_managed ? old->group : group, p->data_type,
+                                  SMP_REPLICA_MEMORY, 1);
+        if (rc < 0) return rc;
+    }
     obj_object o;
     memset(&o, 0, sizeof(o));
     o.key = p->key;

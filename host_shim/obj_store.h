@@ -237,8 +237,11 @@ int obj_put_start(obj_store *st,
 
 /* Encode the PUT_END record that completes the in-flight put of key with its
  * SHA-256 and access time now. No state change: apply the record once it is
- * durable (applying it consumes the put). SMP_ENOTFOUND (no put in flight),
- * SMP_EBUSY (the object it overwrites got leased), SMP_EINVAL, SMP_ENOMEM. */
+ * durable (applying it consumes the put). A put into (or over a member of) a
+ * managed group asks the guard again, as at put start: the group may have
+ * been sealed meanwhile. SMP_ENOTFOUND (no put in flight), SMP_EBUSY (the
+ * object it overwrites got leased), SMP_EVETO (guard or host rule; the put
+ * stays in flight for a revoke), SMP_EINVAL, SMP_ENOMEM. */
 int obj_prepare_put_end(obj_store *st,
                         const char *key,
                         const uint8_t checksum[32],

@@ -54,12 +54,11 @@ int wm_guard_check(wm_plugin *p, const smp_guard_request *req)
     if (!req->group_managed) return SMP_GUARD_ALLOW;
     unsigned reason = (unsigned)req->reason;
     const wm_revision *rev = req->group ? wm_store_get_group(p->store, req->group) : NULL;
-    /* An upload that never finished is not a member: while the import is
-     * open (or being aborted) its revocation frees space and removes nothing
-     * of the revision. Once READY it stays refused, as the generic cleanup
-     * must not touch a published group. */
-    if (reason == SMP_GUARD_STALE_PUT_CLEANUP && rev != NULL &&
-        (rev->availability == WM_AVAIL_IMPORTING || rev->availability == WM_AVAIL_DELETING))
+    /* An upload that never finished is not a member: its revocation frees
+     * space and removes nothing of the revision, whatever the revision's
+     * state -- and since the host asks again at put end, a put left over from
+     * the import can never join a published group, only be freed. */
+    if (reason == SMP_GUARD_STALE_PUT_CLEANUP && rev != NULL)
         return SMP_GUARD_ALLOW;
     if (reason == SMP_GUARD_PUT_INTO_GROUP || reason == SMP_GUARD_UPSERT_INTO_GROUP) {
         wm_identity kid;

@@ -563,10 +563,48 @@ static void test_ha_gate_fails_mutations_closed(void **state)
     assert_int_equal(wr_begin(f, &id, WR_RS_HOT, 0, WR_MODE_AUTO, NULL), 0);
 }
 
+/* A put started while the import was open and ended after the commit
+ * published the revision is refused at its end: the published group gains
+ * no member, the summary is unchanged, and the put can be revoked. */
+static void test_put_ending_after_publication_is_refused(void **state)
+{
+    wr_fixture *f = *state;
+    wr_start(f, "wp-late", NULL);
+    Wmrpc__WeightIdentity id;
+    wr_set_identity(&id, "t1", "llm", "late", 1);
+    wr_upload u = {.n = 2, .sizes = {1000, 2000}, .per_unit = 1};
+    Wmrpc__WeightMetadata *md = NULL;
+    assert_int_equal(wr_begin(f, &id, WR_RS_HOT, 0, WR_MODE_MANUAL, &md), 0);
+    wr_put_all(f, &u, md);
+    char late[1200];
+    snprintf(late, sizeof(late), "%s/payload/7", md->group_key);
+    assert_int_equal(kvc_put_start(f->kv, late, 100, SMP_DATA_WEIGHT, md->group_key, 0, NULL), 0);
+    Wmrpc__MetadataResponse *r = NULL;
+    assert_int_equal(wr_commit(f, &id, 1, &u, NULL, &r), 0);
+    assert_int_equal(r->metadata->availability, WR_AV_READY);
+    wmrpc__metadata_response__free_unpacked(r, NULL);
+
+    unsigned char sha[32] = {0};
+    assert_int_equal(kvc_put_end(f->kv, late, sha, NULL), SMP_EVETO);
+    int exists = 1;
+    assert_int_equal(kvc_exists(f->kv, late, &exists), 0);
+    assert_int_equal(exists, 0);
+    r = wr_get_md(f, &id);
+    assert_int_equal(r->metadata->availability, WR_AV_READY);
+    assert_int_equal(r->metadata->payload_count, 2);
+    assert_int_equal(r->metadata->logical_bytes, 3000);
+    wmrpc__metadata_response__free_unpacked(r, NULL);
+    assert_int_equal(wr_is_exist(f, &id), 1);
+    assert_int_equal(kvc_put_revoke(f->kv, late), 0);
+    wmrpc__weight_metadata__free_unpacked(md, NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_publish_hot_revision, wr_setup, wr_teardown),
+        cmocka_unit_test_setup_teardown(test_put_ending_after_publication_is_refused, wr_setup,
+                                        wr_teardown),
         cmocka_unit_test_setup_teardown(test_publish_cold_and_mixed_start_migration, wr_setup, wr_teardown),
         cmocka_unit_test_setup_teardown(test_commit_refuses_mismatches, wr_setup, wr_teardown),
         cmocka_unit_test_setup_teardown(test_list_pagination_and_filters, wr_setup, wr_teardown),

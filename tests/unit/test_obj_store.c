@@ -527,7 +527,8 @@ static void test_put_into_managed_group(void **state)
     assert_int_equal(s.guard_vetoes[SMP_GUARD_PUT_INTO_GROUP], 1);
     g.veto = 0;
     assert_int_equal(put_full(st, "rev/0", 10, "rev", "", 1), SMP_OK);
-    assert_int_equal(g.calls_by_reason[SMP_GUARD_PUT_INTO_GROUP], 2);
+    /* Asked at the start and again at the end of the put. */
+    assert_int_equal(g.calls_by_reason[SMP_GUARD_PUT_INTO_GROUP], 3);
 
     p.overwrite = 1;
     g.veto = 1;
@@ -2335,6 +2336,37 @@ static void test_reserve_replica_placement(void **state)
     obj_store_destroy(st);
 }
 
+/* A group sealed while a put into it was in flight: the put end is asked
+ * again and refused, nothing becomes a member, and the put can be revoked. */
+static void test_put_end_into_sealed_group_is_refused(void **state)
+{
+    (void)state;
+    test_guard g = {.loaded = 1};
+    obj_store *st = new_store(&g);
+    mount(st, "s", "n", 1 << 16);
+    set_managed(st, "rev", 1);
+    obj_put_params p = {"rev/late", 10, SMP_DATA_WEIGHT, "rev", "", 0, 0, NULL};
+    assert_int_equal(obj_put_start(st, &p, 1, NULL), SMP_OK);
+    g.veto = 1; /* the owner sealed the group */
+    uint8_t sum[32];
+    sum_of("rev/late", sum);
+    obj_record r = {0};
+    assert_int_equal(obj_prepare_put_end(st, "rev/late", sum, 2, &r), SMP_EVETO);
+    assert_null(r.buf);
+    assert_int_equal(obj_exists(st, "rev/late"), 0);
+    assert_int_equal(obj_group_count(st, "rev"), 0);
+    obj_stats s;
+    obj_store_stats(st, &s);
+    assert_int_equal(s.guard_vetoes[SMP_GUARD_PUT_INTO_GROUP], 1);
+    assert_int_equal(s.puts_in_flight, 1);
+    assert_int_equal(obj_prepare_put_revoke(st, "rev/late", &r), SMP_OK);
+    apply_rec(st, &r);
+    obj_store_stats(st, &s);
+    assert_int_equal(s.puts_in_flight, 0);
+    assert_int_equal(s.memory_used, 0);
+    obj_store_destroy(st);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -2345,6 +2377,7 @@ int main(void)
         cmocka_unit_test(test_remove_prefix_with_veto_guard),
         cmocka_unit_test(test_remove_prefix_with_allow_guard),
         cmocka_unit_test(test_put_into_managed_group),
+        cmocka_unit_test(test_put_end_into_sealed_group_is_refused),
         cmocka_unit_test(test_eviction_plan),
         cmocka_unit_test(test_stale_put_cleanup),
         cmocka_unit_test(test_list_prefix_pagination),
