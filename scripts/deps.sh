@@ -17,7 +17,6 @@ PACKAGES=(
   libmicrohttpd-dev                   # admin HTTP: /metrics /health /role
   libssl-dev                          # SHA-256 digests, HMAC write tickets
   libjansson-dev                      # safetensors JSON headers (client)
-  curl                                # integration tests scrape /metrics
   valgrind                            # memcheck run of the unit tests
 )
 
