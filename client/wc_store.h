@@ -97,7 +97,5 @@ const seg_map *wc_seg_get(weight_store *s, const char *path, int writable);
 /* Report progress (rate-limited by the caller). */
 void wc_progress(weight_store *s, uint64_t done, uint64_t total);
 
-/* Monotonic milliseconds. */
-uint64_t wc_now_ms(void);
 
 #endif /* WC_STORE_H */

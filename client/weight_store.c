@@ -217,13 +217,6 @@ int wc_fail(weight_store *s, int rc, const char *fmt, ...)
     return rc;
 }
 
-uint64_t wc_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 void wc_progress(weight_store *s, uint64_t done, uint64_t total)
 {
     if (s->progress) s->progress(s->progress_ctx, done, total);

@@ -47,7 +47,6 @@ typedef enum conn_state { CS_HDR, CS_VAR, CS_PAYLOAD, CS_BUSY, CS_CLOSING } conn
 typedef struct data_seg {
     struct data_seg *next;
     seg_segment *seg;
-    uint64_t pins; /* transfers in progress */
 } data_seg;
 
 struct data_conn;
@@ -82,7 +81,6 @@ typedef struct data_conn {
     ndw_request req;
     uint8_t var[NDW_SEGMENT_MAX + NDW_TICKET_MAX];
     uint8_t scratch[64];        /* absorbs bytes that arrive when none are expected */
-    data_seg *pinned;           /* segment of the transfer in progress */
     uint8_t *dst;               /* PAYLOAD: where the next byte goes */
     uint64_t remaining;         /* PAYLOAD: bytes still to receive */
     cold_xfer *cold;            /* the READ_COLD in progress */
@@ -92,7 +90,7 @@ typedef struct data_reply {
     uv_write_t req;
     data_conn *conn;
     int close_after;            /* close the connection once sent */
-    int resume_after;           /* a READ: unpin and resume reading once sent */
+    int resume_after;           /* a READ: resume reading once sent */
     uint64_t payload;
     uint8_t buf[NDW_RESP_HDR + NDW_MESSAGE_MAX];
 } data_reply;
@@ -199,22 +197,6 @@ int data_server_add_segment(data_server *s, seg_segment *seg)
     return SMP_OK;
 }
 
-int data_server_remove_segment(data_server *s, const char *id)
-{
-    data_seg **pp;
-    for (pp = &s->segs; *pp != NULL; pp = &(*pp)->next) {
-        data_seg *d = *pp;
-        if (strcmp(seg_id(d->seg), id) != 0)
-            continue;
-        if (d->pins > 0)
-            return SMP_EBUSY;
-        *pp = d->next;
-        free(d);
-        return SMP_OK;
-    }
-    return SMP_ENOTFOUND;
-}
-
 void data_server_set_cold(data_server *s, const cold_tier *ct)
 {
     if (s != NULL)
@@ -236,8 +218,6 @@ static void on_conn_closed(uv_handle_t *h)
     data_server *s = c->srv;
     if (--c->open_handles > 0)
         return;
-    if (c->pinned != NULL)
-        c->pinned->pins--;
     if (c->cold != NULL) {
         if (c->cold->in_work)
             c->cold->conn = NULL; /* the work's completion frees it */
@@ -297,14 +277,6 @@ static void idle_disarm(data_conn *c)
         uv_timer_stop(&c->idle);
 }
 
-static void unpin(data_conn *c)
-{
-    if (c->pinned != NULL) {
-        c->pinned->pins--;
-        c->pinned = NULL;
-    }
-}
-
 static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf);
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 
@@ -318,7 +290,6 @@ static void on_reply_sent(uv_write_t *w, int status)
         } else if (r->resume_after) {
             c->srv->stats.reads++;
             c->srv->stats.bytes_read += r->payload;
-            unpin(c);
             c->state = CS_HDR;
             c->got = 0;
             idle_arm(c);
@@ -649,8 +620,6 @@ static void handle_request(data_conn *c)
             check_ticket(c, segid, TICKET_OP_READ) < 0)
             return;
         p = seg_ptr(d->seg, c->req.offset, c->req.length);
-        c->pinned = d;
-        d->pins++;
         c->state = CS_BUSY;
         uv_read_stop((uv_stream_t *)&c->tcp);
         idle_disarm(c);
@@ -661,12 +630,9 @@ static void handle_request(data_conn *c)
         return; /* refused: nothing was written */
     c->dst = seg_ptr(d->seg, c->req.offset, c->req.length);
     c->remaining = c->req.length;
-    c->pinned = d;
-    d->pins++;
     if (send_reply(c, SMP_OK, NDW_KIND_CONTINUE, NULL, NULL, 0, 0) < 0)
-        return; /* closing; the pin goes with the connection */
+        return; /* closing */
     if (c->remaining == 0) {
-        unpin(c);
         s->stats.writes++;
         c->state = CS_HDR;
         c->got = 0;
@@ -734,7 +700,6 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
         s->stats.bytes_written += (uint64_t)nread;
         if (c->remaining > 0)
             return;
-        unpin(c);
         s->stats.writes++;
         c->state = CS_HDR;
         c->got = 0;

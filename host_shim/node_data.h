@@ -95,10 +95,6 @@ int data_server_create(uv_loop_t *loop,
  * served, SMP_ENOMEM. */
 int data_server_add_segment(data_server *s, seg_segment *seg);
 
-/* Stop serving the segment id. SMP_ENOTFOUND; SMP_EBUSY while a transfer
- * into or out of it is in progress (try again after the loop ran). */
-int data_server_remove_segment(data_server *s, const char *id);
-
 /* Serve READ_COLD from ct (borrowed; NULL: refuse them with SMP_ENOTSUP).
  * ct must stay open until the server is closed and its loop has run to the
  * end (a chunk read may be out on the threadpool until then). */

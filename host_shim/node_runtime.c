@@ -47,7 +47,6 @@ struct node_runtime {
     pthread_t ctl_thread;
     int ctl_started;
     atomic_int stopping;
-    atomic_int registered;
     uint32_t poll_ms;
 
     TaskResult *results[RESULTS_MAX]; /* finished, not yet reported */
@@ -285,9 +284,7 @@ static void *ctl_main(void *arg)
             continue;
         }
         if (do_register(n, c) == SMP_OK) {
-            atomic_store(&n->registered, 1);
             poll_loop(n, c);
-            atomic_store(&n->registered, 0);
         } else {
             sleep_ms(200);
         }
@@ -425,9 +422,4 @@ int node_runtime_data_port(const node_runtime *n)
 {
     const char *colon = strrchr(n->data_addr, ':');
     return colon ? atoi(colon + 1) : -1;
-}
-
-int node_runtime_registered(const node_runtime *n)
-{
-    return atomic_load(&((node_runtime *)n)->registered);
 }

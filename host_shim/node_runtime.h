@@ -41,9 +41,6 @@ int node_runtime_start(const node_runtime_options *opt,
 /* The bound data server port. */
 int node_runtime_data_port(const node_runtime *n);
 
-/* 1 once the master accepted the registration (and until the link drops). */
-int node_runtime_registered(const node_runtime *n);
-
 /* Ask the threads to stop without waiting (safe from the master's loop
  * thread, which must keep running until the control thread let go). */
 void node_runtime_signal_stop(node_runtime *n);

@@ -108,6 +108,16 @@ static Wmrpc__OperationResponse *wait_op(wr_fixture *f, uint64_t op_id)
     }
 }
 
+/* The group holds no object any more (a deleted revision leaves nothing). */
+static void assert_group_empty(wr_fixture *f, const char *group)
+{
+    char **keys = NULL, *next = NULL;
+    size_t n = 0;
+    assert_int_equal(kvc_list(f->kv, group, NULL, 100, &keys, &n, &next), 0);
+    assert_int_equal(n, 0);
+    kvc_list_free(keys, n, next);
+}
+
 /* Poll until the revision has availability `av` (and, when res >= 0, that
  * residency) with no active operation; returns its metadata response. */
 static Wmrpc__MetadataResponse *wait_state(wr_fixture *f, const Wmrpc__WeightIdentity *id, int av, int res)
@@ -401,12 +411,7 @@ static void test_remove_runs_to_tombstone(void **state)
     assert_int_equal(r->metadata->active_leases, 0);
     wmrpc__metadata_response__free_unpacked(r, NULL);
     assert_int_equal(wr_is_exist(f, &id), 0);
-    char **keys = NULL;
-    size_t n = 0;
-    char *next = NULL;
-    assert_int_equal(kvc_list(f->kv, u.group, NULL, 100, &keys, &n, &next), 0);
-    assert_int_equal(n, 0);
-    kvc_list_free(keys, n, next);
+    assert_group_empty(f, u.group);
     int mem, cold;
     replicas(f, u.manifest, &mem, &cold);
     assert_int_equal(mem, -1);
@@ -618,12 +623,7 @@ static void test_master_killed_mid_migration_and_deletion(void **state)
     wmrpc__operation_response__free_unpacked(op, NULL);
     r = wait_state(f, &id, WR_AV_DELETED, WR_RS_ABSENT);
     wmrpc__metadata_response__free_unpacked(r, NULL);
-    char **keys = NULL;
-    size_t n = 0;
-    char *next = NULL;
-    assert_int_equal(kvc_list(f->kv, u.group, NULL, 100, &keys, &n, &next), 0);
-    assert_int_equal(n, 0);
-    kvc_list_free(keys, n, next);
+    assert_group_empty(f, u.group);
 }
 
 /* SIGKILL during an import (payloads uploaded, no commit): after the
@@ -658,12 +658,7 @@ static void test_master_killed_during_import_never_publishes(void **state)
     wmrpc__metadata_response__free_unpacked(r, NULL);
     r = wait_state(f, &id, WR_AV_DELETED, WR_RS_ABSENT);
     wmrpc__metadata_response__free_unpacked(r, NULL);
-    char **keys = NULL;
-    size_t n = 0;
-    char *next = NULL;
-    assert_int_equal(kvc_list(f->kv, u.group, NULL, 100, &keys, &n, &next), 0);
-    assert_int_equal(n, 0);
-    kvc_list_free(keys, n, next);
+    assert_group_empty(f, u.group);
 }
 
 /* AUTO under real memory pressure (1 MiB segment, high watermark 0.5): the
