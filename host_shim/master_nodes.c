@@ -101,7 +101,6 @@ int master_mint_ticket(const master *m,
                        .expiry_ms = ticket_now_ms() + TICKET_TTL_MS};
     snprintf(c.segment, sizeof(c.segment), "%s", segment);
     snprintf(c.key, sizeof(c.key), "%s", key);
-    for (size_t i = 0; i < sizeof(c.nonce); i++) c.nonce[i] = (uint8_t)rand();
     return ticket_mint(&n->secret, &c, out, cap, len);
 }
 

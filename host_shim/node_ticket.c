@@ -5,12 +5,14 @@
  * exactly one encoding. Verification recomputes the MAC over the bytes as
  * received and compares with CRYPTO_memcmp before it believes any field;
  * only then are expiry and use checked. */
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include <openssl/core_names.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <openssl/rand.h>
 
 #include "node_ticket.h"
@@ -102,14 +104,101 @@ uint64_t ticket_now_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+/* Each thread that mints or verifies keeps one HMAC context keyed with the
+ * secret it last used (keying and fetching the algorithm cost more than the
+ * MAC of a ticket), and a nonce source: 8 random bytes drawn once, then a
+ * counter. The state is freed when the thread exits. */
+typedef struct mac_state {
+    EVP_MAC *mac;
+    EVP_MAC_CTX *ctx;         /* keyed with key[0..keylen), or NULL */
+    uint8_t key[TICKET_SECRET_MAX];
+    size_t keylen;
+    uint8_t salt[8];
+    uint64_t counter;
+} mac_state;
+
+static pthread_key_t g_mac_key;
+static pthread_once_t g_mac_once = PTHREAD_ONCE_INIT;
+static int g_mac_key_ok;
+
+static void mac_state_free(void *p)
+{
+    mac_state *st = p;
+    if (st == NULL)
+        return;
+    EVP_MAC_CTX_free(st->ctx);
+    EVP_MAC_free(st->mac);
+    OPENSSL_cleanse(st, sizeof(*st));
+    free(st);
+}
+
+static void mac_key_create(void)
+{
+    g_mac_key_ok = pthread_key_create(&g_mac_key, mac_state_free) == 0;
+}
+
+/* This thread's state, created on first use. NULL when out of memory or
+ * when OpenSSL has no HMAC or no random bytes. */
+static mac_state *mac_state_get(void)
+{
+    mac_state *st;
+    pthread_once(&g_mac_once, mac_key_create);
+    if (!g_mac_key_ok)
+        return NULL;
+    if ((st = pthread_getspecific(g_mac_key)) != NULL)
+        return st;
+    if ((st = calloc(1, sizeof(*st))) == NULL)
+        return NULL;
+    if ((st->mac = EVP_MAC_fetch(NULL, "HMAC", NULL)) == NULL ||
+        RAND_bytes(st->salt, sizeof(st->salt)) != 1 || pthread_setspecific(g_mac_key, st) != 0) {
+        mac_state_free(st);
+        return NULL;
+    }
+    return st;
+}
+
 /* HMAC-SHA256 of msg under secret into mac. SMP_OK or SMP_EIO. */
 static int compute_mac(const ticket_secret *secret, const uint8_t *msg, size_t len,
                        uint8_t mac[TICKET_MAC_BYTES])
 {
-    unsigned int maclen = 0;
-    if (HMAC(EVP_sha256(), secret->bytes, (int)secret->len, msg, len, mac, &maclen) == NULL ||
-        maclen != TICKET_MAC_BYTES)
+    mac_state *st = mac_state_get();
+    size_t maclen = 0;
+    if (st == NULL)
         return SMP_EIO;
+    if (st->ctx == NULL || st->keylen != secret->len ||
+        CRYPTO_memcmp(st->key, secret->bytes, secret->len) != 0) {
+        OSSL_PARAM params[] = {
+            OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, (char *)"SHA256", 0),
+            OSSL_PARAM_construct_end(),
+        };
+        EVP_MAC_CTX_free(st->ctx);
+        st->keylen = 0;
+        if ((st->ctx = EVP_MAC_CTX_new(st->mac)) == NULL ||
+            EVP_MAC_init(st->ctx, secret->bytes, secret->len, params) != 1) {
+            EVP_MAC_CTX_free(st->ctx);
+            st->ctx = NULL;
+            return SMP_EIO;
+        }
+        memcpy(st->key, secret->bytes, secret->len);
+        st->keylen = secret->len;
+    } else if (EVP_MAC_init(st->ctx, NULL, 0, NULL) != 1) { /* same key, fresh MAC */
+        return SMP_EIO;
+    }
+    if (EVP_MAC_update(st->ctx, msg, len) != 1 ||
+        EVP_MAC_final(st->ctx, mac, &maclen, TICKET_MAC_BYTES) != 1 || maclen != TICKET_MAC_BYTES)
+        return SMP_EIO;
+    return SMP_OK;
+}
+
+/* A nonce no other ticket of this process carries: the thread's random salt
+ * and its counter. SMP_OK or SMP_EIO. */
+static int next_nonce(uint8_t nonce[16])
+{
+    mac_state *st = mac_state_get();
+    if (st == NULL)
+        return SMP_EIO;
+    memcpy(nonce, st->salt, sizeof(st->salt));
+    put_u64(nonce + 8, ++st->counter);
     return SMP_OK;
 }
 
@@ -137,7 +226,7 @@ int ticket_mint(const ticket_secret *secret,
     put_u64(out + 4, c->offset);
     put_u64(out + 12, c->length);
     put_u64(out + 20, c->expiry_ms);
-    if (RAND_bytes(out + 28, 16) != 1)
+    if (next_nonce(out + 28) < 0)
         return SMP_EIO;
     put_u16(out + 44, (uint16_t)keylen);
     memcpy(out + TICKET_FIXED, c->segment, seglen);

@@ -82,7 +82,8 @@ int ticket_secret_from_hex(ticket_secret *s, const char *hex);
 uint64_t ticket_now_ms(void);
 
 /* Sign a ticket for c (op, segment, offset, length, expiry_ms, key; the
- * nonce of c is ignored and a random one is drawn) into out (cap bytes;
+ * nonce of c is ignored: a fresh one is made from a random per-thread salt
+ * and a counter) into out (cap bytes;
  * TICKET_MAX_BYTES always suffices) and set *out_len. SMP_OK; SMP_EINVAL
  * (unknown op, empty or too long segment, too long key, bad secret),
  * SMP_ERANGE (cap too small), SMP_EIO (RNG or HMAC failed). */

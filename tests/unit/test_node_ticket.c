@@ -12,6 +12,8 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 
 #include "node_ticket.h"
 
@@ -37,6 +39,35 @@ static size_t mint(uint8_t op, const char *seg, uint64_t off, uint64_t len, uint
     c.expiry_ms = expiry;
     assert_int_equal(ticket_mint(&g_secret, &c, out, TICKET_MAX_BYTES, &n), SMP_OK);
     return n;
+}
+
+/* The MAC is standard HMAC-SHA256 of every byte before it, whichever secret
+ * the thread used last (the keyed context is cached per thread). */
+static void test_mac_is_hmac_sha256(void **state)
+{
+    uint8_t t[TICKET_MAX_BYTES], other_t[TICKET_MAX_BYTES], want[32];
+    unsigned int wlen = 0;
+    ticket_secret other;
+    ticket_claims c;
+    size_t n, on = 0;
+    (void)state;
+    assert_int_equal(ticket_secret_generate(&other, 24), SMP_OK);
+    memset(&c, 0, sizeof(c));
+    c.op = TICKET_OP_WRITE;
+    snprintf(c.segment, sizeof(c.segment), "seg");
+    c.length = 1;
+    c.expiry_ms = ticket_now_ms() + 60000;
+    for (int round = 0; round < 3; round++) {
+        n = mint(TICKET_OP_WRITE, "node1-seg0", 0, 64, ticket_now_ms() + 60000, t);
+        assert_non_null(HMAC(EVP_sha256(), g_secret.bytes, (int)g_secret.len, t, n - 32, want, &wlen));
+        assert_memory_equal(t + n - 32, want, 32);
+        /* re-keying for another secret in between changes nothing */
+        assert_int_equal(ticket_mint(&other, &c, other_t, sizeof(other_t), &on), SMP_OK);
+        assert_non_null(HMAC(EVP_sha256(), other.bytes, (int)other.len, other_t, on - 32, want, &wlen));
+        assert_memory_equal(other_t + on - 32, want, 32);
+        assert_int_equal(ticket_verify(&g_secret, t, n, ticket_now_ms(), NULL), SMP_OK);
+        assert_int_equal(ticket_verify(&g_secret, other_t, on, ticket_now_ms(), NULL), SMP_EINVAL);
+    }
 }
 
 /* A ticket round-trips: every claim comes back as signed. */
@@ -166,6 +197,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mint_and_verify),
+        cmocka_unit_test(test_mac_is_hmac_sha256),
         cmocka_unit_test(test_forged_and_tampered_are_refused),
         cmocka_unit_test(test_expired_is_refused),
         cmocka_unit_test(test_malformed_is_refused),
