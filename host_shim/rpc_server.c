@@ -36,6 +36,7 @@
 #include "net_addr.h"
 
 #define RPC_READ_CHUNK (64u * 1024u)
+#define RPC_DIRECT_REPLY_BYTES 4096u /* replies up to this size skip the write queue */
 
 typedef struct rpc_method {
     uint16_t id;
@@ -338,7 +339,18 @@ static void on_write(uv_write_t *req, int status)
     conn_unref(c);
 }
 
-/* Encode and queue one response. A reply larger than max_frame_bytes is
+/* The 4-byte big-endian length that precedes every frame. */
+static void frame_header(uint8_t *p, size_t size)
+{
+    p[0] = (uint8_t)(size >> 24);
+    p[1] = (uint8_t)(size >> 16);
+    p[2] = (uint8_t)(size >> 8);
+    p[3] = (uint8_t)size;
+}
+
+/* Encode and send one response: a small one straight to the socket when
+ * nothing is queued before it, otherwise (or for what the socket did not
+ * take) through a queued write. A reply larger than max_frame_bytes is
  * replaced by an SMP_ERANGE error naming both sizes. Returns SMP_OK, or
  * SMP_ENOMEM / SMP_EIO after closing the connection (a client must never
  * wait for a response that will not come). Nothing is sent on a closing
@@ -356,6 +368,7 @@ static int conn_send(rpc_conn *c,
     size_t size;
     rpc_wreq *w;
     uv_buf_t buf;
+    size_t sent;
     int rc;
 
     if (c->closing) {
@@ -379,18 +392,38 @@ static int conn_send(rpc_conn *c,
         resp.body.len = 0;
         size = rpc_response__get_packed_size(&resp);
     }
-    w = malloc(sizeof(*w) + 4 + size);
-    if (w == NULL) {
-        conn_close(c);
-        return SMP_ENOMEM;
+    if (c->out_bytes == 0 && 4 + size <= RPC_DIRECT_REPLY_BYTES) {
+        /* Nothing queued: try to hand a small reply to the socket at once,
+         * without a request of its own; what does not fit is queued below. */
+        uint8_t direct[RPC_DIRECT_REPLY_BYTES];
+        frame_header(direct, size);
+        rpc_response__pack(&resp, direct + 4);
+        buf = uv_buf_init((char *)direct, (unsigned)(4 + size));
+        rc = uv_try_write(&c->h.stream, &buf, 1);
+        if (rc < 0 && rc != UV_EAGAIN) {
+            s->st.err_io++;
+            conn_close(c);
+            return SMP_EIO;
+        }
+        sent = rc > 0 ? (size_t)rc : 0;
+        s->st.bytes_out += sent;
+        if (sent == 4 + size) goto counted;
+        if ((w = malloc(sizeof(*w) + 4 + size - sent)) == NULL) {
+            conn_close(c);
+            return SMP_ENOMEM;
+        }
+        w->len = 4 + size - sent;
+        memcpy(w->data, direct + sent, w->len);
+    } else {
+        if ((w = malloc(sizeof(*w) + 4 + size)) == NULL) {
+            conn_close(c);
+            return SMP_ENOMEM;
+        }
+        w->len = 4 + size;
+        frame_header(w->data, size);
+        rpc_response__pack(&resp, w->data + 4);
     }
     w->conn = c;
-    w->len = 4 + size;
-    w->data[0] = (uint8_t)(size >> 24);
-    w->data[1] = (uint8_t)(size >> 16);
-    w->data[2] = (uint8_t)(size >> 8);
-    w->data[3] = (uint8_t)size;
-    rpc_response__pack(&resp, w->data + 4);
     buf = uv_buf_init((char *)w->data, (unsigned)w->len);
     if ((rc = uv_write(&w->req, &c->h.stream, &buf, 1, on_write)) < 0) {
         free(w);
@@ -401,6 +434,7 @@ static int conn_send(rpc_conn *c,
     conn_ref(c);
     c->out_bytes += w->len;
     s->st.bytes_out += w->len;
+counted:
     if (resp.status == 0)
         s->st.responses_ok++;
     else

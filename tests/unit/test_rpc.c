@@ -965,12 +965,14 @@ static void test_inflight_bound_pauses_reading(void **state)
     rpcc_close(c);
 }
 
-/* Unsent output over max_output_bytes pauses reading; all answers arrive. */
+/* Unsent output over max_output_bytes pauses reading; all answers arrive.
+ * (Replies this large always go through the write queue; small ones are
+ * written straight to the socket when nothing is queued before them.) */
 static void test_output_bound_pauses_reading(void **state)
 {
     fixture *fx = *state;
     rpcc_conn *c = open_client(fx->unix_ep);
-    uint8_t body[4000];
+    uint8_t body[6000];
     uint64_t before;
     int status;
     memset(body, 'o', sizeof(body));
@@ -987,6 +989,37 @@ static void test_output_bound_pauses_reading(void **state)
         free(got);
     }
     assert_true(get_stats_on(c).backpressure_pauses > before);
+    rpcc_close(c);
+}
+
+/* Small replies written straight to the socket never cut into a large one
+ * still queued: pipelined echoes of mixed sizes all come back whole. */
+static void test_mixed_reply_sizes_stay_framed(void **state)
+{
+    fixture *fx = *state;
+    rpcc_conn *c = open_client(fx->unix_ep);
+    static uint8_t big[6000];
+    uint8_t small[16];
+    uint64_t ids[60];
+    int status;
+    memset(big, 'B', sizeof(big));
+    memset(small, 's', sizeof(small));
+    for (int i = 0; i < 60; i++) {
+        const uint8_t *b = i % 3 == 0 ? big : small;
+        size_t n = i % 3 == 0 ? sizeof(big) : sizeof(small);
+        assert_int_equal(rpcc_send(c, SVC_ECHO, M_ECHO, b, n, &ids[i]), SMP_OK);
+    }
+    for (int i = 0; i < 60; i++) {
+        uint8_t *got = NULL;
+        size_t len = 0;
+        status = 1;
+        assert_int_equal(rpcc_recv(c, ids[i], NULL, &status, &got, &len, NULL), SMP_OK);
+        assert_int_equal(status, 0);
+        assert_int_equal(len, i % 3 == 0 ? sizeof(big) : sizeof(small));
+        assert_int_equal(got[0], i % 3 == 0 ? 'B' : 's');
+        assert_int_equal(got[len - 1], i % 3 == 0 ? 'B' : 's');
+        free(got);
+    }
     rpcc_close(c);
 }
 
@@ -1085,6 +1118,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_max_connections_refuses_extra, setup_limited, teardown),
         cmocka_unit_test_setup_teardown(test_inflight_bound_pauses_reading, setup_limited, teardown),
+        cmocka_unit_test_setup_teardown(test_mixed_reply_sizes_stay_framed, setup_limited, teardown),
         cmocka_unit_test_setup_teardown(test_output_bound_pauses_reading, setup_limited, teardown),
         cmocka_unit_test(test_add_service_validates_methods),
         cmocka_unit_test(test_bad_listen_address_refused),
