@@ -603,6 +603,11 @@ int rpcc_recv(rpcc_conn *c,
     }
 }
 
+int rpcc_fd(const rpcc_conn *c)
+{
+    return c != NULL ? c->fd : -1;
+}
+
 int rpcc_call(rpcc_conn *c,
               uint32_t service,
               uint32_t method,

@@ -111,6 +111,11 @@ int rpcc_recv(rpcc_conn *c,
               size_t *resp_len,
               char **errmsg);
 
+/* The connection's socket, for a caller that multiplexes many connections
+ * with poll(2): readable means rpcc_recv() has a response to read (it may
+ * still wait for the rest of a frame). Never close it; rpcc_close() does. */
+int rpcc_fd(const rpcc_conn *c);
+
 /* Send raw bytes as they are (tests and fuzzing of the server's framing). */
 int rpcc_send_raw(rpcc_conn *c, const uint8_t *bytes, size_t len);
 
