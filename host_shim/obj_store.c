@@ -41,8 +41,12 @@ typedef struct obj_sl_node {
     void *val;
     int level;
     UT_hash_handle hh; /* exact lookups go through the hash, not the levels */
+    /* next[0..level) forward, then level back links (OBJ_SL_PREV): a node
+     * found through the hash is unlinked without searching the levels. */
     struct obj_sl_node *next[];
 } obj_sl_node;
+
+#define OBJ_SL_PREV(n, i) ((n)->next[(n)->level + (i)])
 
 typedef struct obj_sl {
     obj_sl_node *head;
@@ -55,7 +59,7 @@ typedef struct obj_sl {
 /* Initialise an empty list. SMP_ENOMEM. */
 static int obj_sl_init(obj_sl *sl)
 {
-    sl->head = calloc(1, sizeof(obj_sl_node) + OBJ_SL_MAX_LEVEL * sizeof(obj_sl_node *));
+    sl->head = calloc(1, sizeof(obj_sl_node) + 2 * OBJ_SL_MAX_LEVEL * sizeof(obj_sl_node *));
     if (!sl->head) return SMP_ENOMEM;
     sl->head->level = OBJ_SL_MAX_LEVEL;
     sl->level = 1;
@@ -120,15 +124,17 @@ static void *obj_sl_get(const obj_sl *sl, const char *key)
 static int obj_sl_put(obj_sl *sl, const char *key, void *val)
 {
     obj_sl_node *upd[OBJ_SL_MAX_LEVEL];
-    obj_sl_node *n = obj_sl_seek(sl, key, upd);
-    if (n && strcmp(n->key, key) == 0) {
+    obj_sl_node *n = NULL;
+    HASH_FIND(hh, sl->hash, key, strlen(key), n);
+    if (n) {
         n->key = key;
         n->hh.key = key; /* same bytes, same hash: only the pointer moves */
         n->val = val;
         return SMP_OK;
     }
+    obj_sl_seek(sl, key, upd);
     int lvl = obj_sl_random_level(sl);
-    n = malloc(sizeof(*n) + (size_t)lvl * sizeof(obj_sl_node *));
+    n = malloc(sizeof(*n) + 2 * (size_t)lvl * sizeof(obj_sl_node *));
     if (!n) return SMP_ENOMEM;
     for (int i = sl->level; i < lvl; i++) upd[i] = sl->head;
     if (lvl > sl->level) sl->level = lvl;
@@ -138,6 +144,8 @@ static int obj_sl_put(obj_sl *sl, const char *key, void *val)
     HASH_ADD_KEYPTR(hh, sl->hash, n->key, strlen(n->key), n);
     for (int i = 0; i < lvl; i++) {
         n->next[i] = upd[i]->next[i];
+        OBJ_SL_PREV(n, i) = upd[i];
+        if (n->next[i]) OBJ_SL_PREV(n->next[i], i) = n;
         upd[i]->next[i] = n;
     }
     sl->count++;
@@ -147,10 +155,13 @@ static int obj_sl_put(obj_sl *sl, const char *key, void *val)
 /* Unlink key; returns its value or NULL when absent. */
 static void *obj_sl_del(obj_sl *sl, const char *key)
 {
-    obj_sl_node *upd[OBJ_SL_MAX_LEVEL];
-    obj_sl_node *n = obj_sl_seek(sl, key, upd);
-    if (!n || strcmp(n->key, key) != 0) return NULL;
-    for (int i = 0; i < n->level; i++) upd[i]->next[i] = n->next[i];
+    obj_sl_node *n = NULL;
+    HASH_FIND(hh, sl->hash, key, strlen(key), n);
+    if (!n) return NULL;
+    for (int i = 0; i < n->level; i++) {
+        OBJ_SL_PREV(n, i)->next[i] = n->next[i];
+        if (n->next[i]) OBJ_SL_PREV(n->next[i], i) = OBJ_SL_PREV(n, i);
+    }
     HASH_DEL(sl->hash, n);
     while (sl->level > 1 && !sl->head->next[sl->level - 1]) sl->level--;
     void *val = n->val;

@@ -730,6 +730,56 @@ static void test_list_prefix_pagination(void **state)
     obj_store_destroy(st);
 }
 
+/* Puts and removes in random order keep the ordered index exact: every
+ * listing (whole, and from a cursor in the middle) returns exactly the live
+ * keys in order, and a removed key is neither listed nor found. */
+static void test_random_puts_and_removes_keep_order(void **state)
+{
+    (void)state;
+    enum { N = 600 };
+    obj_store *st = new_store(NULL);
+    int live[N] = {0};
+    char key[32];
+    const char *keys[N + 1];
+    size_t n;
+    int more;
+    uint64_t x = 88172645463325252ull;
+    mount(st, "s", "n", 1 << 24);
+    for (int round = 0; round < 6000; round++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        int k = (int)(x % N);
+        snprintf(key, sizeof(key), "k/%04d", k);
+        if (live[k]) {
+            remove_key(st, key, 1);
+            live[k] = 0;
+            assert_int_equal(obj_exists(st, key), 0);
+        } else {
+            assert_int_equal(put_full(st, key, 1, (k % 3) ? "" : "g", "", 1), SMP_OK);
+            live[k] = 1;
+        }
+        if (round % 500 != 499) continue;
+        assert_int_equal(obj_list_prefix(st, "k/", NULL, NULL, N + 1, keys, &n, &more), SMP_OK);
+        size_t want = 0;
+        for (int i = 0; i < N; i++) {
+            if (!live[i]) continue;
+            snprintf(key, sizeof(key), "k/%04d", i);
+            assert_true(want < n);
+            assert_string_equal(keys[want], key);
+            want++;
+        }
+        assert_int_equal(n, want);
+        assert_int_equal(obj_list_prefix(st, "k/", NULL, "k/0300", N + 1, keys, &n, &more), SMP_OK);
+        for (size_t i = 0; i < n; i++) {
+            int v = -1;
+            assert_int_equal(sscanf(keys[i], "k/%d", &v), 1);
+            assert_true(v > 300 && live[v]);
+        }
+    }
+    obj_store_destroy(st);
+}
+
 /* Group listing is in key order after a cursor, bounded by max. */
 static int collect_keys(void *arg, const smp_object_info *info)
 {
@@ -2381,6 +2431,7 @@ int main(void)
         cmocka_unit_test(test_eviction_plan),
         cmocka_unit_test(test_stale_put_cleanup),
         cmocka_unit_test(test_list_prefix_pagination),
+        cmocka_unit_test(test_random_puts_and_removes_keep_order),
         cmocka_unit_test(test_group_queries_and_metrics),
         cmocka_unit_test(test_records_replay_and_idempotence),
         cmocka_unit_test(test_records_malformed),
