@@ -23,6 +23,7 @@
  * with how many of the machine's cores were busy: when they all are, the
  * figure is bound by CPU, not by the disk. */
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,26 +97,33 @@ static double baseline(const char *dir, double seconds)
     return (double)n / (now_s() - t0);
 }
 
-/* One client: a connection putting keys "<model><round>/c<id>/<i>". */
+typedef enum workload { W_PUT, W_REMOVE } workload;
+
+/* One client: a connection working through key numbers [next, end) of its
+ * driver's key space -- key f is "<prefix>/c<f / per>/<f % per>", so that
+ * the keys one set of connections puts can be removed by another set. */
 typedef struct client {
     rpcc_conn *c;
-    int id;
-    long i;
-    int ending; /* 0: its put start is in flight, 1: its put end */
+    long next, end;
+    int ending; /* put: 0 while its put start is in flight, 1 its put end */
 } client;
 
-/* A driver thread: `n` clients from `first`, until `until`. */
+/* A driver thread: n clients, until `until` or until each has done its
+ * range (fixed-count runs set until to infinity). */
 typedef struct driver {
     const hx_master *m;
+    workload w;
     char prefix[16];
-    int first, n;
+    long per;
+    int n;
+    client *cs;
     double until;
     long done;
     int failed;
 } driver;
 
 /* Send the client's next request: a put start of its current key, or its
- * put end once the start was answered. */
+ * put end once the start was answered, or a remove. */
 static int client_send(const driver *d, client *cl)
 {
     char key[64];
@@ -123,8 +131,13 @@ static int client_send(const driver *d, client *cl)
     unsigned char sha[32] = {0};
     size_t len;
     uint32_t method;
-    snprintf(key, sizeof(key), "%s/c%d/%ld", d->prefix, cl->id, cl->i);
-    if (!cl->ending) {
+    snprintf(key, sizeof(key), "%s/c%ld/%ld", d->prefix, cl->next / d->per, cl->next % d->per);
+    if (d->w == W_REMOVE) {
+        KeyRequest req = KEY_REQUEST__INIT;
+        req.key = key;
+        len = key_request__pack(&req, body);
+        method = OBJECTS_METHOD__OBJ_REMOVE;
+    } else if (!cl->ending) {
         PutStartRequest req = PUT_START_REQUEST__INIT;
         req.key = key;
         req.size = 1;
@@ -142,58 +155,60 @@ static int client_send(const driver *d, client *cl)
     return rpcc_send(cl->c, HOST_SERVICE__HOST_SERVICE_OBJECTS, method, body, len, NULL);
 }
 
-/* Take the client's response and send its next request. 1 when a put end
- * was acknowledged, 0 for a put start, -1 on any failure. */
+/* Take the client's response and send its next request, if its range has
+ * one. 1 when a durable mutation (put end, remove) was acknowledged, 0 for
+ * a put start, -1 on any failure. */
 static int client_step(const driver *d, client *cl)
 {
     int status = 1, acked;
     if (rpcc_recv(cl->c, 0, NULL, &status, NULL, NULL, NULL) < 0 || status != 0) return -1;
-    acked = cl->ending;
-    if (cl->ending) cl->i++;
-    cl->ending = !cl->ending;
-    return client_send(d, cl) < 0 ? -1 : acked;
+    acked = d->w == W_REMOVE || cl->ending;
+    if (acked) cl->next++;
+    if (d->w == W_PUT) cl->ending = !cl->ending;
+    if (cl->next < cl->end && client_send(d, cl) < 0) return -1;
+    return acked;
 }
 
-static int client_open(const driver *d, client *cl, int id)
+static int client_open(const driver *d, client *cl)
 {
     char err[256];
-    cl->id = id;
     if (rpcc_connect(d->m->socket, NULL, &cl->c, err, sizeof(err)) < 0) {
         fprintf(stderr, "bench: %s\n", err);
         return -1;
     }
-    return client_send(d, cl);
+    return cl->next < cl->end ? client_send(d, cl) : SMP_OK;
 }
 
 /* event: d->n connections on one epoll set. */
 static void *event_driver(void *arg)
 {
     driver *d = arg;
-    client *cs = calloc((size_t)d->n, sizeof(*cs));
     struct epoll_event evs[64];
-    int ep = epoll_create1(EPOLL_CLOEXEC);
+    int ep = epoll_create1(EPOLL_CLOEXEC), open = 0, active = 0;
     d->failed = 1;
-    if (cs == NULL || ep < 0) goto out;
-    for (int i = 0; i < d->n; i++) {
-        struct epoll_event ev = {.events = EPOLLIN, .data.u32 = (uint32_t)i};
-        if (client_open(d, &cs[i], d->first + i) < 0 ||
-            epoll_ctl(ep, EPOLL_CTL_ADD, rpcc_fd(cs[i].c), &ev) < 0)
+    if (ep < 0) goto out;
+    for (; open < d->n; open++) {
+        struct epoll_event ev = {.events = EPOLLIN, .data.u32 = (uint32_t)open};
+        if (client_open(d, &d->cs[open]) < 0 ||
+            epoll_ctl(ep, EPOLL_CTL_ADD, rpcc_fd(d->cs[open].c), &ev) < 0)
             goto out;
+        active += d->cs[open].next < d->cs[open].end;
     }
-    while (now_s() < d->until) {
+    while (active > 0 && now_s() < d->until) {
         int k = epoll_wait(ep, evs, 64, 100);
         if (k < 0) goto out;
         for (int j = 0; j < k; j++) {
-            int r = client_step(d, &cs[evs[j].data.u32]);
+            client *cl = &d->cs[evs[j].data.u32];
+            int r = client_step(d, cl);
             if (r < 0) goto out;
             d->done += r;
+            active -= cl->next == cl->end;
         }
     }
     d->failed = 0;
 out:
-    for (int i = 0; cs != NULL && i < d->n; i++) rpcc_close(cs[i].c);
+    for (int i = 0; i < open; i++) rpcc_close(d->cs[i].c);
     if (ep >= 0) close(ep);
-    free(cs);
     return NULL;
 }
 
@@ -201,68 +216,109 @@ out:
 static void *thread_driver(void *arg)
 {
     driver *d = arg;
-    client cl = {0};
+    client *cl = &d->cs[0];
     int r = 0;
     d->failed = 1;
-    if (client_open(d, &cl, d->first) == 0) {
-        while (now_s() < d->until && (r = client_step(d, &cl)) >= 0) d->done += r;
+    if (client_open(d, cl) == 0) {
+        while (cl->next < cl->end && now_s() < d->until && (r = client_step(d, cl)) >= 0)
+            d->done += r;
         d->failed = r < 0;
     }
-    rpcc_close(cl.c);
+    rpcc_close(cl->c);
     return NULL;
 }
 
-/* Run `clients` clients for `seconds` with the given model; print the line.
- * Returns mutations/s, or -1 when a client failed. */
-static double run(const hx_master *m, const char *model, int round, int clients, double seconds,
-                  double single, double base)
+/* One run: `clients` connections split over the threads of the model. With
+ * keys > 0 the key numbers [0, keys) are split evenly among the connections
+ * and the run ends when all are done; otherwise connection i takes numbers
+ * from i * per on, for `seconds`. */
+typedef struct run_spec {
+    const char *model; /* "event" or "thread" */
+    workload w;
+    const char *prefix;
+    int clients;
+    long per;
+    long keys;
+    double seconds;
+} run_spec;
+
+typedef struct run_result {
+    long total;
+    double dt, fsyncs, master_cpu, client_cpu, busy;
+} run_result;
+
+static int run(const hx_master *m, const run_spec *rs, run_result *out)
 {
-    int event = strcmp(model, "event") == 0;
-    int nthreads = event ? (clients < EVENT_THREADS ? clients : EVENT_THREADS) : clients;
+    int event = strcmp(rs->model, "event") == 0;
+    int nthreads = event ? (rs->clients < EVENT_THREADS ? rs->clients : EVENT_THREADS) : rs->clients;
     driver *ds = calloc((size_t)nthreads, sizeof(*ds));
+    client *cs = calloc((size_t)rs->clients, sizeof(*cs));
     pthread_t *th = calloc((size_t)nthreads, sizeof(*th));
     kvc *k = hx_client(m);
     kvc_status s0, s1;
-    long total = 0;
     int failed = 0;
-    if (ds == NULL || th == NULL || k == NULL || kvc_status_get(k, &s0) < 0) return -1;
+    if (ds == NULL || cs == NULL || th == NULL || k == NULL || kvc_status_get(k, &s0) < 0) {
+        failed = 1;
+        goto out;
+    }
+    for (long i = 0; i < rs->clients; i++) {
+        if (rs->keys > 0) {
+            long q = rs->keys / rs->clients, rem = rs->keys % rs->clients;
+            cs[i].next = i * q + (i < rem ? i : rem);
+            cs[i].end = cs[i].next + q + (i < rem);
+        } else {
+            cs[i].next = i * rs->per;
+            cs[i].end = cs[i].next + rs->per;
+        }
+    }
+    memset(out, 0, sizeof(*out));
     double t0 = now_s(), m0 = process_cpu(m->pid), c0 = process_cpu(getpid()), b0 = machine_busy();
     for (int i = 0, first = 0; i < nthreads; i++) {
         ds[i].m = m;
-        snprintf(ds[i].prefix, sizeof(ds[i].prefix), "%c%d", model[0], round);
-        ds[i].first = first;
-        ds[i].n = clients / nthreads + (i < clients % nthreads);
-        ds[i].until = t0 + seconds;
+        ds[i].w = rs->w;
+        snprintf(ds[i].prefix, sizeof(ds[i].prefix), "%s", rs->prefix);
+        ds[i].per = rs->per;
+        ds[i].n = rs->clients / nthreads + (i < rs->clients % nthreads);
+        ds[i].cs = cs + first;
+        ds[i].until = rs->keys > 0 ? 1e300 : t0 + rs->seconds;
         first += ds[i].n;
         pthread_create(&th[i], NULL, event ? event_driver : thread_driver, &ds[i]);
     }
     for (int i = 0; i < nthreads; i++) {
         pthread_join(th[i], NULL);
-        total += ds[i].done;
+        out->total += ds[i].done;
         failed |= ds[i].failed;
     }
-    double dt = now_s() - t0;
-    double mcpu = process_cpu(m->pid) - m0, ccpu = process_cpu(getpid()) - c0;
-    double busy = machine_busy() - b0;
+    out->dt = now_s() - t0;
+    out->master_cpu = process_cpu(m->pid) - m0;
+    out->client_cpu = process_cpu(getpid()) - c0;
+    out->busy = machine_busy() - b0;
     if (kvc_status_get(k, &s1) < 0) failed = 1;
+    out->fsyncs = (double)(s1.oplog_fsyncs - s0.oplog_fsyncs);
+out:
     kvc_close(k);
     free(ds);
+    free(cs);
     free(th);
-    if (failed || total == 0) {
-        fprintf(stderr, "bench: a %s client failed\n", model);
+    if (failed || out->total == 0) {
+        fprintf(stderr, "bench: a %s client failed (%s)\n", rs->model, rs->prefix);
         return -1;
     }
-    double rate = (double)total / dt;
-    double fsyncs = (double)(s1.oplog_fsyncs - s0.oplog_fsyncs) / dt;
-    if (single <= 0) single = rate;
-    printf("%-6s clients %2d: %7.0f durable mutations/s %6.0f fsyncs/s %6.2f mutations/fsync"
+    return 0;
+}
+
+static void print_line(const char *label, int clients, const run_result *r, double single,
+                       double base)
+{
+    double rate = (double)r->total / r->dt, fsyncs = r->fsyncs / r->dt;
+    printf("%-13s clients %2d: %7.0f durable mutations/s %6.0f fsyncs/s %6.2f mutations/fsync"
            "  x%-5.1f one client  x%-5.2f baseline | cpu/mutation master %5.1f us clients %5.1f us,"
            " %.2f cores busy\n",
-           model, clients, rate, fsyncs, fsyncs > 0 ? rate / fsyncs : 0, rate / single,
-           base > 0 ? rate / base : 0, mcpu * 1e6 / (double)total, ccpu * 1e6 / (double)total,
-           busy / dt);
+           label, clients, rate, fsyncs, fsyncs > 0 ? rate / fsyncs : 0,
+           single > 0 ? rate / single : 1.0, base > 0 ? rate / base : 0,
+           r->master_cpu * 1e6 / (double)r->total, r->client_cpu * 1e6 / (double)r->total,
+           r->busy / r->dt);
     fflush(stdout);
-    return rate;
 }
 
 int main(int argc, char **argv)
@@ -270,9 +326,10 @@ int main(int argc, char **argv)
     const char *dir = argc > 1 ? argv[1] : "/tmp";
     double seconds = argc > 2 ? atof(argv[2]) : 3.0;
     const int counts[] = {1, 16, 64};
-    const char *models[] = {"event", "thread"};
+    double put_rate[3] = {0};
+    char prefix[16];
     hx_master m;
-    int rc = 0;
+    run_result r;
     setenv("TMPDIR", dir, 1);
     if (hx_init(&m, "bench", "snapshot:\n  every_records: 0\n") < 0 || hx_start(&m, 20000) < 0) {
         fprintf(stderr, "bench: cannot start the master\n");
@@ -280,15 +337,40 @@ int main(int argc, char **argv)
     }
     double base = baseline(m.dir, seconds);
     printf("baseline: write(256 B)+fdatasync loop on the same file system: %.0f ops/s\n", base);
-    for (int mi = 0; mi < 2 && rc == 0; mi++) {
-        double single = 0;
-        for (int r = 0; r < 3 && rc == 0; r++) {
-            double rate = run(&m, models[mi], r, counts[r], seconds, single, base);
-            if (rate < 0) rc = 1;
-            if (r == 0) single = rate;
-        }
+
+    /* put: put start + put end of fresh keys, for `seconds`. */
+    for (int i = 0; i < 3; i++) {
+        snprintf(prefix, sizeof(prefix), "p%d", i);
+        run_spec rs = {"event", W_PUT, prefix, counts[i], LONG_MAX / 64, 0, seconds};
+        if (run(&m, &rs, &r) < 0) goto fail;
+        put_rate[i] = (double)r.total / r.dt;
+        print_line("event put", counts[i], &r, i ? put_rate[0] : 0, base);
+    }
+    /* remove: each client removes keys put beforehand (by 64 connections,
+     * not timed): twice as many as the put runs did in `seconds`. */
+    double single = 0;
+    for (int i = 0; i < 3; i++) {
+        long per = (long)(2.0 * put_rate[i] * seconds / counts[i]) + 100;
+        snprintf(prefix, sizeof(prefix), "r%d", i);
+        run_spec fill = {"event", W_PUT, prefix, 64, per, per * counts[i], 0};
+        run_spec rs = {"event", W_REMOVE, prefix, counts[i], per, per * counts[i], 0};
+        if (run(&m, &fill, &r) < 0 || run(&m, &rs, &r) < 0) goto fail;
+        if (i == 0) single = (double)r.total / r.dt;
+        print_line("event remove", counts[i], &r, i ? single : 0, base);
+    }
+    /* put again, one blocking thread per client (for reference). */
+    for (int i = 0; i < 3; i++) {
+        snprintf(prefix, sizeof(prefix), "t%d", i);
+        run_spec rs = {"thread", W_PUT, prefix, counts[i], LONG_MAX / 64, 0, seconds};
+        if (run(&m, &rs, &r) < 0) goto fail;
+        if (i == 0) single = (double)r.total / r.dt;
+        print_line("thread put", counts[i], &r, i ? single : 0, base);
     }
     hx_stop(&m);
     hx_cleanup(&m);
-    return rc;
+    return 0;
+fail:
+    hx_stop(&m);
+    hx_cleanup(&m);
+    return 1;
 }
