@@ -1,27 +1,33 @@
 /* bench_master_mutations.c -- durable mutations per second through a real
  * master, next to a plain fdatasync loop on the same file system.
  *
- * Starts build/bin/store_master (data_dir under the directory given as
- * argv[1], default /tmp; argv[2] seconds per run, default 3), then for 1, 16
- * and 64 concurrent clients -- each its own connection doing put start + put
- * end of fresh keys, one request outstanding at a time -- counts put ends
- * acknowledged (each answered only after its OpLog record was fdatasync'ed)
- * and reads the master's fsync count.
+ * Usage: bench_master_mutations [dir] [seconds] [put|remove|thread]
+ * (defaults /tmp, 3, all three workloads).
  *
- * Clients are driven two ways. "event": the connections are spread over two
- * threads (one per core here) that wait on epoll, the way redis-benchmark and
- * memtier drive many clients. "thread": one blocking thread per connection,
- * as independent processes would behave. Both are printed; on a small machine
- * the thread model spends much of the CPU switching between client threads,
- * which the master shares.
+ * Starts build/bin/store_master (data_dir under dir). A client is one
+ * connection with one request outstanding at a time; a durable mutation is
+ * one the master answers only after its OpLog record was fdatasync'ed. For 1,
+ * 16 and 64 concurrent clients:
+ *   put     put start + put end of fresh keys for `seconds`: two round trips,
+ *           of which the put end is the durable mutation (the put start only
+ *           allocates a range; nothing of it is logged);
+ *   remove  remove of keys put beforehand (by 64 connections, not timed):
+ *           one round trip per durable mutation; a fixed number of keys,
+ *           twice what the put run of as many clients managed in `seconds`;
+ *   thread  put again, with one blocking thread per client.
+ * put and remove drive their connections from two threads waiting on epoll
+ * (one per core here), the way redis-benchmark and memtier drive many
+ * clients; thread is how independent processes behave, and on a small
+ * machine spends much of its CPU switching between client threads, which
+ * the master shares.
  *
  * The baseline, measured in the same run, is a loop of write(256 B) +
  * fdatasync on one file in the same directory: what one client would get
  * with no group commit at all. Per run it prints mutations/s, fsyncs/s,
- * mutations per fsync, the ratios to one client and to the baseline, and the
- * CPU spent per mutation by the master (all its threads) and by the clients,
- * with how many of the machine's cores were busy: when they all are, the
- * figure is bound by CPU, not by the disk. */
+ * mutations per fsync, the ratios to one client of the same workload and to
+ * the baseline, and the CPU spent per mutation by the master (all its
+ * threads) and by the clients, with how many of the machine's cores were
+ * busy: when they all are, the figure is bound by CPU, not by the disk. */
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
@@ -325,6 +331,7 @@ int main(int argc, char **argv)
 {
     const char *dir = argc > 1 ? argv[1] : "/tmp";
     double seconds = argc > 2 ? atof(argv[2]) : 3.0;
+    const char *only = argc > 3 ? argv[3] : NULL; /* "put", "remove" or "thread" */
     const int counts[] = {1, 16, 64};
     double put_rate[3] = {0};
     char prefix[16];
@@ -338,18 +345,20 @@ int main(int argc, char **argv)
     double base = baseline(m.dir, seconds);
     printf("baseline: write(256 B)+fdatasync loop on the same file system: %.0f ops/s\n", base);
 
-    /* put: put start + put end of fresh keys, for `seconds`. */
-    for (int i = 0; i < 3; i++) {
+    /* put: put start + put end of fresh keys, for `seconds` (the remove runs
+     * size their key sets from these rates, so they run for them too). */
+    for (int i = 0; i < 3 && (!only || strcmp(only, "thread") != 0); i++) {
         snprintf(prefix, sizeof(prefix), "p%d", i);
         run_spec rs = {"event", W_PUT, prefix, counts[i], LONG_MAX / 64, 0, seconds};
         if (run(&m, &rs, &r) < 0) goto fail;
         put_rate[i] = (double)r.total / r.dt;
-        print_line("event put", counts[i], &r, i ? put_rate[0] : 0, base);
+        if (!only || strcmp(only, "put") == 0)
+            print_line("event put", counts[i], &r, i ? put_rate[0] : 0, base);
     }
     /* remove: each client removes keys put beforehand (by 64 connections,
      * not timed): twice as many as the put runs did in `seconds`. */
     double single = 0;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 3 && (!only || strcmp(only, "remove") == 0); i++) {
         long per = (long)(2.0 * put_rate[i] * seconds / counts[i]) + 100;
         snprintf(prefix, sizeof(prefix), "r%d", i);
         run_spec fill = {"event", W_PUT, prefix, 64, per, per * counts[i], 0};
@@ -359,7 +368,7 @@ int main(int argc, char **argv)
         print_line("event remove", counts[i], &r, i ? single : 0, base);
     }
     /* put again, one blocking thread per client (for reference). */
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 3 && (!only || strcmp(only, "thread") == 0); i++) {
         snprintf(prefix, sizeof(prefix), "t%d", i);
         run_spec rs = {"thread", W_PUT, prefix, counts[i], LONG_MAX / 64, 0, seconds};
         if (run(&m, &rs, &r) < 0) goto fail;
