@@ -450,6 +450,7 @@ static const field_spec oplog_fields[] = {
     F_OF("backend", FK_BACKEND, oplog_backend),
     F_U64("segment_bytes", oplog_segment_bytes, 4096, UINT64_MAX),
     F_U32("max_batch_records", oplog_max_batch_records, 1, UINT32_MAX),
+    F_OF("preallocate", FK_BOOL, oplog_preallocate),
     F_OF("carry_unknown_types", FK_BOOL, oplog_carry_unknown_types),
     F_END
 };
@@ -953,6 +954,7 @@ int host_config_defaults(host_config *cfg)
     cfg->oplog_backend = HOST_OPLOG_FILE;
     cfg->oplog_segment_bytes = 67108864u;
     cfg->oplog_max_batch_records = 4096;
+    cfg->oplog_preallocate = 1;
     cfg->oplog_carry_unknown_types = 0;
     cfg->snapshot_every_records = 100000;
     cfg->snapshot_keep = 2;

@@ -92,6 +92,7 @@ typedef struct host_config {
     host_oplog_backend oplog_backend;
     uint64_t oplog_segment_bytes;     /* roll a segment past this size */
     uint32_t oplog_max_batch_records; /* one group commit at most, > 0 */
+    int oplog_preallocate;            /* allocate each segment whole when made */
     int oplog_carry_unknown_types;    /* keep records of unloaded plugins verbatim */
 
     /* snapshot: */

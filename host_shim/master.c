@@ -230,6 +230,7 @@ static int open_parts(master *m, char *err, size_t errlen)
         .dir = m->oplog_dir,
         .segment_bytes = m->cfg->oplog_segment_bytes,
         .max_batch_records = m->cfg->oplog_max_batch_records,
+        .preallocate = m->cfg->oplog_preallocate,
     };
     if ((rc = oplog_file_open(&m->loop, &lo, &m->log, err, errlen)) < 0) return rc;
     if ((rc = master_recover(m, err, errlen)) < 0) return rc;

@@ -154,6 +154,7 @@ typedef struct oplog_file_options {
     uint64_t segment_bytes;     /* roll to a new segment past this; 0: 64 MiB */
     uint32_t max_batch_records; /* records per group commit at most; 0: 1024 */
     uint32_t max_record_bytes;  /* payload limit; 0: 16 MiB */
+    int preallocate;            /* give each segment segment_bytes when it is made */
     oplog_log_fn log_fn;        /* NULL: lines go to stderr */
     void *log_arg;
     /* TEST ONLY: 0 = off; N > 0 makes the Nth data sync (1-based) and every
@@ -162,8 +163,10 @@ typedef struct oplog_file_options {
 } oplog_file_options;
 
 /* Open (or create) the file OpLog in opt->dir (its parent must exist) and
- * recover it: segments are read in order, a torn tail of the last segment is
- * cut (ftruncate + fsync, and a log line), and the writer thread is started.
+ * recover it: segments are read in order (zeros from a record boundary to the
+ * end of a segment are unwritten space, not damage), a torn tail of the last
+ * segment is cut (ftruncate + fsync, and a log line), and the writer thread is
+ * started.
  * Corruption that is not a torn tail (a bad record followed by valid data, or
  * in a segment that is not the last), a sequence gap, or an unreadable file
  * refuses the open with SMP_EPROTO / SMP_EIO and a message in err naming the

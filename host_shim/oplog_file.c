@@ -9,10 +9,21 @@
  * read-only: every queued record fails with SMP_EDURABILITY and every later
  * append is refused (fail closed, like PostgreSQL after a failed fsync).
  *
+ * With opt.preallocate a segment is given its full size when it is created
+ * (posix_fallocate) and records are written into it at the end of the data,
+ * so an fdatasync never has to change the file's size or allocate blocks:
+ * one write and a cache flush instead of a data write, an inode write and a
+ * flush (PostgreSQL zero-fills its WAL segments for the same reason). The
+ * space after the last record then reads as zeros.
+ *
  * Recovery at open reads the segments in order and checks every record's
- * checksum and that sequences are contiguous. A bad record at the very end of
- * the last segment, with nothing valid after it, is a torn tail: it is cut.
- * Anything else that does not verify refuses the open and touches nothing.
+ * checksum and that sequences are contiguous. Bytes that are all zero from a
+ * record boundary to the end of a segment are space never written: the
+ * segment's records end there (the next segment must start with the next
+ * sequence, so a lost record still shows as a gap). A bad record at the end
+ * of the last segment, with nothing valid after it, is a torn tail: it is
+ * cut. Anything else that does not verify refuses the open and touches
+ * nothing.
  * Nothing here knows what a record means: replay is the caller's. Recovery
  * and replay map segments read-only; nothing else may shrink them meanwhile.
  *
@@ -293,6 +304,47 @@ static int find_valid_after(const uint8_t *buf,
     return 0;
 }
 
+/* 1 when every byte of buf[from, size) is zero (space never written). */
+static int zero_to_end(const uint8_t *buf, size_t from, size_t size)
+{
+    static const uint8_t zeros[4096];
+    while (from < size) {
+        size_t n = size - from < sizeof(zeros) ? size - from : sizeof(zeros);
+        if (memcmp(buf + from, zeros, n) != 0)
+            return 0;
+        from += n;
+    }
+    return 1;
+}
+
+/* The end of the non-zero bytes of buf[from, size): what a cut at `from`
+ * really removes (the zeros after it are unwritten space). */
+static size_t nonzero_end(const uint8_t *buf, size_t from, size_t size)
+{
+    while (size > from && buf[size - 1] == 0)
+        size--;
+    return size;
+}
+
+/* Give fd its full segment size when opt.preallocate is on and it is smaller;
+ * the allocation is synced so that later data syncs find nothing to do for
+ * it. A failure is only logged: appends past the end still work. Returns
+ * nothing; the file stays usable either way. */
+static void preallocate(file_log *fl, int fd, const char *path)
+{
+    struct stat st;
+    int rc;
+    if (!fl->opt.preallocate || fstat(fd, &st) < 0 ||
+        (uint64_t)st.st_size >= fl->opt.segment_bytes)
+        return;
+    rc = posix_fallocate(fd, 0, (off_t)fl->opt.segment_bytes);
+    if (rc == 0 && fsync(fd) < 0)
+        rc = errno;
+    if (rc != 0)
+        log_line(fl, "oplog: %s: cannot preallocate %" PRIu64 " bytes (%s): appending instead",
+                 path, fl->opt.segment_bytes, strerror(rc));
+}
+
 /* A read-only view of one segment file. */
 typedef struct seg_map {
     int fd;
@@ -432,7 +484,9 @@ close_dir:
 static int scan_segment(file_log *fl,
                         size_t idx,
                         uint64_t *expect,
+                        uint64_t *data_end,
                         uint64_t *cut_at,
+                        uint64_t *cut_len,
                         rec_status *cut_what,
                         char *err,
                         size_t errlen)
@@ -465,6 +519,8 @@ static int scan_segment(file_log *fl,
             off += rec_len;
             continue;
         }
+        if (zero_to_end(m.buf, off, m.size))
+            break; /* the rest was never written */
         if (find_valid_after(m.buf, m.size, off + 1, &valid_at, &valid_seq)) {
             wm_errbuf(err, errlen,
                     "oplog: %s: offset %zu: record seq %" PRIu64 " is corrupt (%s) "
@@ -484,18 +540,23 @@ static int scan_segment(file_log *fl,
             goto unmap;
         }
         *cut_at = off;
+        *cut_len = nonzero_end(m.buf, off, m.size) - off;
         *cut_what = st;
         break;
     }
+    *data_end = off;
     rc = 0;
 unmap:
     seg_map_close(&m);
     return rc;
 }
 
-/* Cut the last segment at offset cut_at and make the cut durable. */
+/* Cut the last segment at offset cut_at and make the cut durable. cut_len
+ * (for the log line) is how far non-zero bytes reached after it: the rest is
+ * unwritten space. */
 static int cut_torn_tail(file_log *fl,
                          uint64_t cut_at,
+                         uint64_t cut_len,
                          uint64_t seq,
                          rec_status what,
                          char *err,
@@ -503,7 +564,6 @@ static int cut_torn_tail(file_log *fl,
 {
     int rc = 0;
     char path[PATH_MAX];
-    struct stat st;
     int fd;
 
     seg_path(fl, fl->segs[fl->nsegs - 1], path, sizeof(path));
@@ -513,16 +573,15 @@ static int cut_torn_tail(file_log *fl,
                 path, strerror(errno));
         return SMP_EIO;
     }
-    if (fstat(fd, &st) < 0 || ftruncate(fd, (off_t)cut_at) < 0 || fsync(fd) < 0) {
+    if (ftruncate(fd, (off_t)cut_at) < 0 || fsync(fd) < 0) {
         wm_errbuf(err, errlen, "oplog: %s: cannot cut the torn tail at offset %" PRIu64
                 ": %s", path, cut_at, strerror(errno));
         rc = SMP_EIO;
         goto close_fd;
     }
     log_line(fl, "oplog: %s: torn tail at offset %" PRIu64 " (record seq %" PRIu64
-             ": %s): cut %" PRIu64 " bytes",
-             path, cut_at, seq, rec_status_text(what),
-             (uint64_t)st.st_size - cut_at);
+             ": %s): cut there, %" PRIu64 " bytes after it were not zero",
+             path, cut_at, seq, rec_status_text(what), cut_len);
 close_fd:
     close(fd);
     return rc;
@@ -539,6 +598,7 @@ static int create_segment(file_log *fl, uint64_t first)
     fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0)
         return -errno;
+    preallocate(fl, fd, path);
     if ((rc = fsync_dir(fl->dir)) < 0) {
         close(fd);
         return rc;
@@ -580,10 +640,9 @@ static int ensure_dir(const char *dir, char *err, size_t errlen)
 static int recover(file_log *fl, char *err, size_t errlen)
 {
     int rc;
-    uint64_t expect, cut_at = UINT64_MAX;
+    uint64_t expect, data_end = 0, cut_at = UINT64_MAX, cut_len = 0;
     rec_status cut_what = REC_OK;
     char path[PATH_MAX];
-    off_t end;
 
     if ((rc = list_segments(fl, err, errlen)) < 0)
         return rc;
@@ -615,41 +674,42 @@ static int recover(file_log *fl, char *err, size_t errlen)
                     path, fl->segs[i], prev, expect - 1);
             return SMP_EPROTO;
         }
-        if ((rc = scan_segment(fl, i, &expect, &cut_at, &cut_what, err, errlen)) < 0)
+        if ((rc = scan_segment(fl, i, &expect, &data_end, &cut_at, &cut_len, &cut_what, err,
+                               errlen)) < 0)
             return rc;
     }
     if (cut_at != UINT64_MAX &&
-        (rc = cut_torn_tail(fl, cut_at, expect, cut_what, err, errlen)) < 0)
+        (rc = cut_torn_tail(fl, cut_at, cut_len, expect, cut_what, err, errlen)) < 0)
         return rc;
     fl->last_seq = expect - 1;
 
     seg_path(fl, fl->segs[fl->nsegs - 1], path, sizeof(path));
     fl->fd = open(path, O_WRONLY | O_CLOEXEC);
-    if (fl->fd < 0 || (end = lseek(fl->fd, 0, SEEK_END)) < 0) {
+    if (fl->fd < 0) {
         wm_errbuf(err, errlen, "oplog: %s: cannot open for appending: %s",
                 path, strerror(errno));
-        if (fl->fd >= 0)
-            close(fl->fd);
-        fl->fd = -1;
         return SMP_EIO;
     }
-    fl->cur_size = (uint64_t)end;
+    fl->cur_size = data_end; /* the next record goes right after the last */
+    preallocate(fl, fl->fd, path);
     return 0;
 }
 
 /* -- the writer thread --------------------------------------------------------- */
 
-/* Write all iov entries (the array is consumed). Returns 0 or -errno. */
-static int write_all(int fd, struct iovec *iov, int n)
+/* Write all iov entries at offset off (the array is consumed). Returns 0 or
+ * -errno. */
+static int write_all(int fd, struct iovec *iov, int n, uint64_t off)
 {
     while (n > 0) {
         int cnt = n > IOV_MAX ? IOV_MAX : n;
-        ssize_t w = writev(fd, iov, cnt);
+        ssize_t w = pwritev(fd, iov, cnt, (off_t)off);
         if (w < 0) {
             if (errno == EINTR)
                 continue;
             return -errno;
         }
+        off += (uint64_t)w;
         while (w > 0 && n > 0) {
             if ((size_t)w >= iov->iov_len) {
                 w -= (ssize_t)iov->iov_len;
@@ -711,7 +771,7 @@ static int write_batch(file_log *fl, entry_list *batch, uint64_t *bytes)
         i++;
     }
     what = "write";
-    if ((rc = write_all(fl->fd, fl->iov, i)) < 0)
+    if ((rc = write_all(fl->fd, fl->iov, i, fl->cur_size)) < 0)
         goto truncate_back;
     what = "fdatasync";
     fl->sync_attempts++;
@@ -976,6 +1036,8 @@ static int file_replay(oplog *log,
             oplog_record rec;
             size_t rec_len = 0;
             rec_status st = parse_record(m.buf + off, m.size - off, &rec, &rec_len);
+            if (st != REC_OK && zero_to_end(m.buf, off, m.size))
+                break; /* unwritten space */
             if (st != REC_OK || rec.seq != expect) {
                 wm_errbuf(err, errlen, "oplog: %s: offset %zu: record seq %" PRIu64
                         " no longer verifies (%s)", path, off, expect,

@@ -75,6 +75,7 @@ static void assert_default_values(const host_config *c)
     assert_int_equal(c->oplog_segment_bytes, 67108864);
     assert_int_equal(c->oplog_max_batch_records, 4096);
     assert_int_equal(c->oplog_carry_unknown_types, 0);
+    assert_int_equal(c->oplog_preallocate, 1);
     assert_int_equal(c->snapshot_every_records, 100000);
     assert_int_equal(c->snapshot_keep, 2);
     assert_true(c->memory_high_watermark == 0.95);
@@ -207,6 +208,7 @@ static void test_every_key_is_read(void **state)
             "  segment_bytes: 4096\n"
             "  max_batch_records: 1\n"
             "  carry_unknown_types: true\n"
+            "  preallocate: false\n"
             "snapshot:\n"
             "  every_records: 0\n"
             "  keep: 1\n"
@@ -239,6 +241,7 @@ static void test_every_key_is_read(void **state)
     assert_int_equal(c.oplog_segment_bytes, 4096);
     assert_int_equal(c.oplog_max_batch_records, 1);
     assert_int_equal(c.oplog_carry_unknown_types, 1);
+    assert_int_equal(c.oplog_preallocate, 0);
     assert_int_equal(c.snapshot_every_records, 0);
     assert_int_equal(c.snapshot_keep, 1);
     assert_true(c.memory_high_watermark == 0.9);
@@ -381,6 +384,8 @@ static void test_refuses_non_booleans(void **state)
     expect_refused("ha: {enabled: 1}\n", "ha.enabled: \"1\" is not a boolean");
     expect_refused("ha: {enabled: \"true\"}\n",
                    "x.yaml:1: ha.enabled: \"true\" is quoted: a string, not a boolean");
+    expect_refused("oplog: {preallocate: 2}\n",
+                   "x.yaml:1: oplog.preallocate: \"2\" is not a boolean");
     expect_refused("oplog: {carry_unknown_types: on}\n",
                    "x.yaml:1: oplog.carry_unknown_types: \"on\" is not a boolean");
     expect_refused("cluster: {weight_lineage_oplog_capability_confirmed: maybe}\n",

@@ -468,7 +468,7 @@ static void test_torn_tail_is_cut_at_every_point_of_the_last_record(void **state
     full = read_all(path, &full_len);
     assert_int_equal(full_len, 5 * rec);
 
-    for (size_t v = 0; v < ncut + 3; v++) {
+    for (size_t v = 0; v < ncut + 2; v++) {
         uint8_t damaged[1024];
         size_t len;
         int expect_records = 4;
@@ -488,10 +488,6 @@ static void test_torn_tail_is_cut_at_every_point_of_the_last_record(void **state
             for (size_t i = 0; i < 13; i++)
                 damaged[full_len + i] = (uint8_t)(0xa5 ^ i);
             expect_records = 5;
-        } else {                          /* zeros after the last record */
-            len = full_len + 200;
-            memset(damaged + full_len, 0, 200);
-            expect_records = 5;
         }
         write_all(path, damaged, len);
         fx->nlines = 0;
@@ -499,6 +495,12 @@ static void test_torn_tail_is_cut_at_every_point_of_the_last_record(void **state
         log = open_ok(fx, &o);
         snprintf(needle, sizeof(needle), "torn tail at offset %zu",
                  (size_t)expect_records * rec);
+        assert_true(has_line(fx, needle));
+        size_t torn = len;
+        while (torn > (size_t)expect_records * rec && damaged[torn - 1] == 0)
+            torn--;
+        snprintf(needle, sizeof(needle), "cut there, %zu bytes after it were not zero",
+                 torn - (size_t)expect_records * rec);
         assert_true(has_line(fx, needle));
         assert_int_equal(file_size(path), (uint64_t)expect_records * rec);
         assert_int_equal(oplog_last_seq(log), (uint64_t)expect_records);
@@ -512,6 +514,130 @@ static void test_torn_tail_is_cut_at_every_point_of_the_last_record(void **state
         write_all(path, full, full_len); /* the next variant starts whole */
     }
     free(full);
+}
+
+/* Zeros from the end of the last record to the end of the file are space
+ * never written (a preallocated segment looks like this): nothing is cut,
+ * and the next record is written right after the last one, not after the
+ * zeros. A torn record followed by zeros is cut, and the log line counts the
+ * torn bytes only. */
+static void test_zeros_after_the_last_record_are_unwritten_space(void **state)
+{
+    fixture *fx = *state;
+    oplog_file_options o = default_opts(fx);
+    const size_t rec = 40 + REC_FRAME;
+    char path[256];
+    size_t full_len;
+    uint8_t *full, damaged[4096] = {0};
+    replayed r = {0};
+    cb_log c = {0};
+    oplog *log;
+
+    make_log(fx, &o, 5, 40);
+    seg_path(fx, 1, path, sizeof(path));
+    full = read_all(path, &full_len);
+    memcpy(damaged, full, full_len);
+    write_all(path, damaged, full_len + 1000);
+    fx->nlines = 0;
+    log = open_ok(fx, &o);
+    assert_false(has_line(fx, "torn tail"));
+    assert_int_equal(file_size(path), full_len + 1000);
+    assert_int_equal(oplog_last_seq(log), 5);
+    append_n(log, 6, 1, 40, &c);
+    run_until(fx, &c, 1);
+    assert_int_equal(c.status[0], 0);
+    close_log(fx, log);
+    log = open_ok(fx, &o);
+    replay_ok(log, 0, &r);
+    check_replayed(&r, 1, 6, 40); /* record 6 sits at offset 5 * rec */
+    replayed_free(&r);
+    close_log(fx, log);
+
+    /* the first 10 bytes of record 5's header, then zeros: 10 torn bytes */
+    memcpy(damaged, full, full_len);
+    memset(damaged + 4 * rec + 10, 0, sizeof(damaged) - 4 * rec - 10);
+    memset(damaged + 4 * rec + 4, 0xee, 6); /* magic, then 6 torn bytes */
+    write_all(path, damaged, full_len + 1000);
+    fx->nlines = 0;
+    log = open_ok(fx, &o);
+    assert_true(has_line(fx, "torn tail at offset 272"));
+    assert_true(has_line(fx, "10 bytes after it were not zero"));
+    assert_int_equal(oplog_last_seq(log), 4);
+    close_log(fx, log);
+    free(full);
+}
+
+/* Zeros in the middle of the records, with a valid record after them, are
+ * damage, not unwritten space: open refuses and touches nothing. */
+static void test_zeros_before_a_valid_record_refuse_open(void **state)
+{
+    fixture *fx = *state;
+    oplog_file_options o = default_opts(fx);
+    const size_t rec = 40 + REC_FRAME;
+    char path[256], err[512] = "";
+    size_t full_len, after_len;
+    uint8_t *full, *after;
+    oplog *log = NULL;
+
+    make_log(fx, &o, 5, 40);
+    seg_path(fx, 1, path, sizeof(path));
+    full = read_all(path, &full_len);
+    memset(full + rec, 0, rec); /* record 2 zeroed, 3..5 intact */
+    write_all(path, full, full_len);
+    assert_int_equal(oplog_file_open(&fx->loop, &o, &log, err, sizeof(err)), SMP_EPROTO);
+    assert_null(log);
+    assert_non_null(strstr(err, "not a torn tail"));
+    after = read_all(path, &after_len);
+    assert_int_equal(after_len, full_len);
+    assert_memory_equal(after, full, full_len);
+    free(after);
+    free(full);
+}
+
+/* With preallocate a new segment has its full size at once, records land
+ * from its start, and a reopen continues right after the last record (in a
+ * rolled segment too). */
+static void test_preallocated_segments_fill_from_the_start(void **state)
+{
+    fixture *fx = *state;
+    oplog_file_options o = default_opts(fx);
+    char path[256];
+    uint64_t segs[64];
+    replayed r = {0};
+    cb_log c = {0};
+    oplog *log;
+    int n;
+
+    o.preallocate = 1;
+    o.segment_bytes = 8192;
+    o.max_batch_records = 4;
+    log = open_ok(fx, &o);
+    seg_path(fx, 1, path, sizeof(path));
+    assert_int_equal(file_size(path), 8192);
+    append_n(log, 1, 10, 100, &c);
+    run_until(fx, &c, 10);
+    close_log(fx, log);
+    assert_int_equal(file_size(path), 8192);
+
+    for (int round = 0; round < 3; round++) { /* reopen, append, reopen */
+        cb_log more = {0};
+        log = open_ok(fx, &o);
+        assert_int_equal(oplog_last_seq(log), 10 + (uint64_t)round * 60);
+        append_n(log, oplog_last_seq(log) + 1, 60, 100, &more);
+        run_until(fx, &more, 60);
+        close_log(fx, log);
+    }
+    n = list_segs(fx, segs, 64);
+    assert_true(n >= 3); /* 190 records of 128 bytes roll 8 KiB segments */
+    for (int i = 0; i < n; i++) {
+        seg_path(fx, segs[i], path, sizeof(path));
+        assert_true(file_size(path) >= 8192);
+    }
+    log = open_ok(fx, &o);
+    replay_ok(log, 0, &r);
+    check_replayed(&r, 1, 190, 100);
+    replayed_free(&r);
+    close_log(fx, log);
 }
 
 /* A bad record followed by valid data is corruption, not a torn tail: open
@@ -806,6 +932,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_segments_roll_and_replay_crosses_them, setup, teardown),
         cmocka_unit_test_setup_teardown(test_truncate_before_drops_old_segments_and_keeps_later_records, setup, teardown),
         cmocka_unit_test_setup_teardown(test_torn_tail_is_cut_at_every_point_of_the_last_record, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_zeros_after_the_last_record_are_unwritten_space, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_zeros_before_a_valid_record_refuse_open, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_preallocated_segments_fill_from_the_start, setup, teardown),
         cmocka_unit_test_setup_teardown(test_corruption_in_the_middle_refuses_open_and_touches_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_damage_in_an_earlier_segment_refuses_open, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sequence_gap_between_segments_refuses_open, setup, teardown),
