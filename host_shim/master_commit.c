@@ -13,13 +13,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <uthash.h>
 
+#include "host_uthash.h"
 #include "master_internal.h"
 
 struct master_pending_key {
-    char *key;
     UT_hash_handle hh;
+    char key[]; /* one allocation with the entry */
 };
 
 typedef struct commit_ctx {
@@ -29,6 +29,7 @@ typedef struct commit_ctx {
     uint8_t *buf;
     size_t len;
     char *key;               /* pending mark to clear, or NULL */
+    obj_held *held;          /* keys held until applied, or NULL */
     master_commit_cb done;
     void *arg;
 } commit_ctx;
@@ -43,15 +44,13 @@ int master_key_pending(const master *m, const char *key)
 static int pending_add(master *m, const char *key, char **out)
 {
     master_pending_key *p;
+    size_t len = strlen(key);
     if (master_key_pending(m, key)) return SMP_EBUSY;
-    p = calloc(1, sizeof(*p));
+    p = malloc(sizeof(*p) + len + 1);
     if (p == NULL) return SMP_ENOMEM;
-    p->key = strdup(key);
-    if (p->key == NULL) {
-        free(p);
-        return SMP_ENOMEM;
-    }
-    HASH_ADD_KEYPTR(hh, m->pending, p->key, strlen(p->key), p);
+    memset(&p->hh, 0, sizeof(p->hh));
+    memcpy(p->key, key, len + 1);
+    HASH_ADD_KEYPTR(hh, m->pending, p->key, len, p);
     *out = p->key;
     return SMP_OK;
 }
@@ -62,7 +61,6 @@ static void pending_del(master *m, const char *key)
     HASH_FIND_STR(m->pending, key, p);
     if (p == NULL) return;
     HASH_DEL(m->pending, p);
-    free(p->key);
     free(p);
 }
 
@@ -71,7 +69,6 @@ void master_pending_free(master *m)
     master_pending_key *p, *tmp;
     HASH_ITER(hh, m->pending, p, tmp) {
         HASH_DEL(m->pending, p);
-        free(p->key);
         free(p);
     }
 }
@@ -80,7 +77,6 @@ static void on_durable(void *arg, int status, uint64_t seq)
 {
     commit_ctx *c = arg;
     master *m = c->m;
-    obj_record held = {c->type, c->encver, c->buf, c->len};
     if (status == SMP_OK) {
         int rc = obj_apply_record(m->objs, c->type, c->encver, c->buf, c->len);
         if (rc < 0) {
@@ -95,7 +91,7 @@ static void on_durable(void *arg, int status, uint64_t seq)
     } else {
         m->log_failed = 1;
     }
-    obj_release_hold(m->objs, &held);
+    obj_release_hold(m->objs, c->held);
     if (c->key) pending_del(m, c->key);
     if (c->done) c->done(m, c->arg, status, seq);
     free(c->buf);
@@ -127,14 +123,14 @@ int master_commit(master *m,
     c->len = rec->len;
     c->done = done;
     c->arg = arg;
-    if ((rc = obj_hold_record(m->objs, rec)) < 0) goto unmark_key;
+    if ((rc = obj_hold_record(m->objs, rec, &c->held)) < 0) goto unmark_key;
     rc = oplog_append(m->log, rec->type, rec->encver, rec->buf, rec->len, on_durable, c, NULL);
     if (rc < 0) goto release_hold;
     rec->buf = NULL; /* owned by c now */
     rec->len = 0;
     return SMP_OK;
 release_hold:
-    obj_release_hold(m->objs, rec);
+    obj_release_hold(m->objs, c->held);
 unmark_key:
     if (c->key) pending_del(m, c->key);
 free_ctx:

@@ -16,8 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <uthash.h>
 
+#include "host_uthash.h"
 #include "master_internal.h"
 #include "node_rpc.pb-c.h"
 #include "node_ticket.h"

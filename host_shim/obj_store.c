@@ -26,8 +26,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <uthash.h>
 
+#include "host_uthash.h"
 #include "host_records.pb-c.h"
 
 /* ------------------------------------------------------------------------ */
@@ -1639,9 +1639,23 @@ static void obj_hold_dec(obj_store *st, const char *key)
     free(h);
 }
 
+/* The keys a decoded PUT_END or REMOVE message holds. */
+static void obj_held_keys(const ProtobufCMessage *m, char ***keys, size_t *n)
+{
+    if (m->descriptor == &hostrec__object_record__descriptor) {
+        Hostrec__ObjectRecord *o = (Hostrec__ObjectRecord *)m;
+        *keys = &o->key;
+        *n = o->add_replica ? 0 : 1;
+    } else {
+        Hostrec__RemoveRecord *r = (Hostrec__RemoveRecord *)m;
+        *keys = r->keys;
+        *n = r->n_keys;
+    }
+}
+
 /* The keys a record removes or replaces (PUT_END: one, but none for an
- * add-replica record; REMOVE: its keys; other types: none). *m_out must be
- * freed with protobuf_c_message_free_unpacked. SMP_EPROTO. */
+ * add-replica record; REMOVE: its keys; other types: none, *m_out NULL).
+ * *m_out must be freed with protobuf_c_message_free_unpacked. SMP_EPROTO. */
 static int obj_record_keys(const obj_record *rec,
                            ProtobufCMessage **m_out,
                            char ***keys,
@@ -1649,50 +1663,58 @@ static int obj_record_keys(const obj_record *rec,
 {
     static const uint8_t empty[1];
     const uint8_t *p = rec->buf ? rec->buf : empty;
+    ProtobufCMessage *m = NULL;
     *m_out = NULL;
     *keys = NULL;
     *n = 0;
     if (rec->encver != OBJ_REC_ENCVER) return SMP_EPROTO;
-    if (rec->type == OBJ_REC_PUT_END) {
-        Hostrec__ObjectRecord *m = hostrec__object_record__unpack(NULL, rec->len, p);
-        if (!m) return SMP_EPROTO;
-        *m_out = &m->base;
-        *keys = &m->key;
-        *n = m->add_replica ? 0 : 1;
-    } else if (rec->type == OBJ_REC_REMOVE) {
-        Hostrec__RemoveRecord *m = hostrec__remove_record__unpack(NULL, rec->len, p);
-        if (!m) return SMP_EPROTO;
-        *m_out = &m->base;
-        *keys = m->keys;
-        *n = m->n_keys;
-    }
+    if (rec->type == OBJ_REC_PUT_END)
+        m = (ProtobufCMessage *)hostrec__object_record__unpack(NULL, rec->len, p);
+    else if (rec->type == OBJ_REC_REMOVE)
+        m = (ProtobufCMessage *)hostrec__remove_record__unpack(NULL, rec->len, p);
+    else
+        return SMP_OK;
+    if (!m) return SMP_EPROTO;
+    *m_out = m;
+    obj_held_keys(m, keys, n);
     return SMP_OK;
 }
 
-int obj_hold_record(obj_store *st, const obj_record *rec)
+/* An obj_held is the record's decoded message: it names the held keys until
+ * the release frees it. */
+int obj_hold_record(obj_store *st, const obj_record *rec, obj_held **held)
 {
     ProtobufCMessage *m;
     char **keys;
     size_t n, i;
-    if (!rec) return SMP_EINVAL;
+    if (!rec || !held) return SMP_EINVAL;
+    *held = NULL;
     int rc = obj_record_keys(rec, &m, &keys, &n);
     if (rc < 0) return rc;
     for (i = 0; i < n; i++)
         if ((rc = obj_hold_inc(st, keys[i])) < 0) break;
-    if (rc < 0)
+    if (rc < 0) {
         while (i-- > 0) obj_hold_dec(st, keys[i]);
-    if (m) protobuf_c_message_free_unpacked(m, NULL);
-    return rc;
+        if (m) protobuf_c_message_free_unpacked(m, NULL);
+        return rc;
+    }
+    if (n == 0 && m) {
+        protobuf_c_message_free_unpacked(m, NULL);
+        m = NULL;
+    }
+    *held = (obj_held *)m;
+    return SMP_OK;
 }
 
-void obj_release_hold(obj_store *st, const obj_record *rec)
+void obj_release_hold(obj_store *st, obj_held *held)
 {
-    ProtobufCMessage *m;
+    ProtobufCMessage *m = (ProtobufCMessage *)held;
     char **keys;
     size_t n;
-    if (!rec || obj_record_keys(rec, &m, &keys, &n) < 0) return;
+    if (!m) return;
+    obj_held_keys(m, &keys, &n);
     for (size_t i = 0; i < n; i++) obj_hold_dec(st, keys[i]);
-    if (m) protobuf_c_message_free_unpacked(m, NULL);
+    protobuf_c_message_free_unpacked(m, NULL);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -473,13 +473,16 @@ int obj_apply_record(obj_store *st,
 /* Holds cover the window between appending a record that removes or
  * replaces objects (REMOVE, PUT_END) and applying it: while a key is held,
  * obj_get_replica_list answers SMP_EBUSY (no new read lease on bytes about
- * to be freed) and eviction plans skip it. The master holds a record right
- * after a successful append and releases it after applying it, or when the
- * append failed. Holds count (a key may be held by several records). Other
- * record types, and add-replica records (they remove nothing), hold
- * nothing. SMP_EPROTO, SMP_ENOMEM (nothing held). */
-int obj_hold_record(obj_store *st, const obj_record *rec);
-void obj_release_hold(obj_store *st, const obj_record *rec);
+ * to be freed) and eviction plans skip it. The master holds a record when it
+ * appends it and releases the hold after applying it, or when the append
+ * failed. Holds count (a key may be held by several records). Other record
+ * types, and add-replica records (they remove nothing), hold nothing.
+ * obj_hold_record sets *held to what must be passed to obj_release_hold
+ * (NULL when nothing was held); the record itself may be gone by then.
+ * SMP_EPROTO, SMP_ENOMEM (nothing held). */
+typedef struct obj_held obj_held;
+int obj_hold_record(obj_store *st, const obj_record *rec, obj_held **held);
+void obj_release_hold(obj_store *st, obj_held *held); /* NULL: nothing */
 
 /* One line describing a host record for a log dump tool, like snprintf:
  * returns the length it needs (buf may be NULL with cap 0), SMP_ENOTFOUND

@@ -1467,9 +1467,11 @@ static void test_records_that_lose_races(void **state)
     assert_int_equal(evict.n, 1); /* keeps the cold copy: an update record */
 
     /* The master holds the keys of appended records: no new read leases. */
-    assert_int_equal(obj_hold_record(st, &rm), SMP_OK);
+    obj_held *held = NULL;
+    assert_int_equal(obj_hold_record(st, &rm, &held), SMP_OK);
+    assert_non_null(held);
     assert_int_equal(obj_get_replica_list(st, "k", 4, 100, reps, 2, &n), SMP_EBUSY);
-    obj_release_hold(st, &rm);
+    obj_release_hold(st, held);
     assert_int_equal(obj_get_replica_list(st, "k", 4, 0, reps, 2, &n), SMP_OK);
 
     /* The upsert lands first. */
@@ -1579,17 +1581,20 @@ static void test_records_that_lose_races(void **state)
  * of applied records replays to the same state. */
 typedef struct pipe_q {
     obj_record *recs;
+    obj_held **held;
     size_t head, n, cap;
 } pipe_q;
 
 static void pipe_push(obj_store *st, pipe_q *q, obj_record *r)
 {
-    assert_int_equal(obj_hold_record(st, r), SMP_OK);
     if (q->n == q->cap) {
         q->cap = q->cap ? q->cap * 2 : 64;
         q->recs = realloc(q->recs, q->cap * sizeof(*q->recs));
+        q->held = realloc(q->held, q->cap * sizeof(*q->held));
         assert_non_null(q->recs);
+        assert_non_null(q->held);
     }
+    assert_int_equal(obj_hold_record(st, r, &q->held[q->n]), SMP_OK);
     q->recs[q->n++] = *r;
     memset(r, 0, sizeof(*r));
 }
@@ -1597,11 +1602,12 @@ static void pipe_push(obj_store *st, pipe_q *q, obj_record *r)
 static void pipe_apply_one(obj_store *st, pipe_q *q, dyn_log *log)
 {
     if (q->head == q->n) return;
+    obj_held *held = q->held[q->head];
     obj_record *r = &q->recs[q->head++];
     obj_record copy = *r;
     memset(r, 0, sizeof(*r));
     dyn_apply(st, log, &copy); /* asserts SMP_OK; the log takes the buffer */
-    obj_release_hold(st, &log->recs[log->n - 1]);
+    obj_release_hold(st, held);
 }
 
 static void test_random_pipeline_consistent(void **state)
@@ -1712,6 +1718,7 @@ static void test_random_pipeline_consistent(void **state)
     }
     while (q.head < q.n) pipe_apply_one(st, &q, &log);
     free(q.recs);
+    free(q.held);
     obj_cleanup_stale_puts(st, now, 0);
     obj_stats s;
     obj_store_stats(st, &s);
@@ -1844,9 +1851,11 @@ static void test_add_replica_reserve_and_add(void **state)
     /* Adding a copy removes nothing: no hold, reads go on. */
     obj_replica reps[4];
     size_t n;
-    assert_int_equal(obj_hold_record(st, &r), SMP_OK);
+    obj_held *held = NULL;
+    assert_int_equal(obj_hold_record(st, &r, &held), SMP_OK);
+    assert_null(held); /* an add-replica record removes nothing */
     assert_int_equal(obj_get_replica_list(st, "k", 0, 0, reps, 4, &n), SMP_OK);
-    obj_release_hold(st, &r);
+    obj_release_hold(st, held);
     obj_record again = {r.type, r.encver, malloc(r.len ? r.len : 1), r.len};
     assert_non_null(again.buf);
     memcpy(again.buf, r.buf, r.len);
@@ -2341,10 +2350,11 @@ static void test_visit_and_object_replicas(void **state)
     assert_int_equal(obj_object_replicas(st, "zz", reps, 4, &n), SMP_ENOTFOUND);
     assert_int_equal(obj_object_replicas(st, "", reps, 4, &n), SMP_EINVAL);
     assert_int_equal(obj_prepare_remove(st, "c", 0, &r), SMP_OK);
-    assert_int_equal(obj_hold_record(st, &r), SMP_OK);
+    obj_held *held = NULL;
+    assert_int_equal(obj_hold_record(st, &r, &held), SMP_OK);
     assert_int_equal(obj_object_replicas(st, "c", reps, 4, &n), SMP_OK);
     assert_int_equal(obj_get_replica_list(st, "c", 50, 0, reps, 4, &n), SMP_EBUSY);
-    obj_release_hold(st, &r);
+    obj_release_hold(st, held);
     obj_record_free(&r);
     buf after = save(st);
     assert_same_bytes(&before, &after);
