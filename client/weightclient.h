@@ -344,9 +344,11 @@ typedef struct weight_get_stats {
  * per chunk (the manifest's XXH3-64 of each 1 MiB chunk) before they are
  * scattered, so no unverified byte reaches a buffer; a mismatch is
  * WEIGHT_EDIGEST_MISMATCH naming the object and chunk, and then buffers may
- * already hold (verified) bytes of other chunks. Errors: NOT_FOUND,
+ * already hold (verified) bytes of other chunks. A lease refused with BUSY
+ * (a change of the revision's metadata is being made durable) is asked for
+ * again for about 0.3 s before BUSY is returned. Errors: NOT_FOUND,
  * NOT_READY (not READY/readable), LEASE_EXPIRED, INVALID_ARGUMENT (a bad
- * placement or binding), DIGEST_MISMATCH, IO. */
+ * placement or binding), DIGEST_MISMATCH, BUSY, IO. */
 WEIGHT_API int weight_get(weight_store *s,
                           const weight_identity *id,
                           const weight_placement *placement,

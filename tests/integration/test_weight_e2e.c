@@ -21,6 +21,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -829,10 +830,64 @@ static void test_migrations_keep_reads_exact(void **state)
     weight_store_close(s);
 }
 
+/* Changes a revision's policy over and over from its own store until told
+ * to stop: every change is a durable metadata mutation of the revision. */
+typedef struct flipper {
+    fixture *f;
+    weight_identity id;
+    volatile int stop;
+    int changes;
+    int failed;
+} flipper;
+
+static void *flip_main(void *arg)
+{
+    flipper *fl = arg;
+    weight_store *s = NULL;
+    char err[256];
+    if (weight_store_open(fl->f->m.socket, "acme", NULL, &s, err, sizeof err) != 0) {
+        fl->failed = 1;
+        return NULL;
+    }
+    for (int i = 0; !fl->stop; i++) {
+        weight_policy pol = {WEIGHT_RES_HOT, i % 2 ? 0.25 : 0.75, WEIGHT_MODE_DEFAULT};
+        int rc = weight_update_policy(s, &fl->id, &pol, 0, NULL);
+        if (rc == 0) fl->changes++;
+        else if (rc != WEIGHT_ESTALE_GENERATION && rc != WEIGHT_EBUSY) fl->failed = rc;
+        usleep(1000); /* in flight a good part of the time, not all of it */
+    }
+    weight_store_close(s);
+    return NULL;
+}
+
+/* Readers are not failed by a change of the revision's metadata that is
+ * being made durable while they ask for their lease (a migration step, a
+ * reconcile after a restart, here a policy change in a loop): weight_get
+ * waits it out and every load is exact. */
+static void test_reads_while_metadata_changes(void **state)
+{
+    fixture *f = *state;
+    weight_store *s = open_store(f);
+    flipper fl;
+    pthread_t th;
+    memset(&fl, 0, sizeof fl);
+    fl.f = f;
+    assert_int_equal(weight_identity_set(&fl.id, NULL, "llm", "tiny", "busy", 1), 0);
+    put_model(s, &fl.id, 1);
+    assert_int_equal(pthread_create(&th, NULL, flip_main, &fl), 0);
+    for (int i = 0; i < 40; i++) get_and_compare(s, &fl.id, 1, 0);
+    fl.stop = 1;
+    pthread_join(th, NULL);
+    assert_int_equal(fl.failed, 0);
+    assert_true(fl.changes > 0);
+    weight_store_close(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_put_tp1_get_resharded_across_restart, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reads_while_metadata_changes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_put_tp4_fragments_get_any_tp, setup, teardown),
         cmocka_unit_test_setup_teardown(test_altered_bytes_fail_with_digest_mismatch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_remote_transport_put_and_get, setup, teardown),
