@@ -33,6 +33,7 @@ run: build
 	$(BUILD)/bin/store_master --config $(CONFIG)
 
 bench: build
+	@scripts/deps.sh bench
 	@bench/run_all.sh $(BUILD)
 
 # Long runs, not part of `make test`: 500 SIGKILL points under load, then the

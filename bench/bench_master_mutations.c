@@ -1,8 +1,8 @@
 /* bench_master_mutations.c -- durable mutations per second through a real
  * master, next to a plain fdatasync loop on the same file system.
  *
- * Usage: bench_master_mutations [dir] [seconds] [put|remove|thread]
- * (defaults /tmp, 3, all three workloads).
+ * Usage: bench_master_mutations [dir] [seconds] [put|remove|redis|thread]
+ * (defaults /tmp, 3, every workload).
  *
  * Starts build/bin/store_master (data_dir under dir). A client is one
  * connection with one request outstanding at a time; a durable mutation is
@@ -14,6 +14,11 @@
  *   remove  remove of keys put beforehand (by 64 connections, not timed):
  *           one round trip per durable mutation; a fixed number of keys,
  *           twice what the put run of as many clients managed in `seconds`;
+ *   redis   the baseline a user would reach for: redis-server 7 (Debian's)
+ *           in a directory under dir, AOF with appendfsync always, SET of
+ *           random keys by redis-benchmark with as many clients, one request
+ *           outstanding each -- Redis writes and fsyncs what one round of its
+ *           event loop took before it answers, its own group commit;
  *   thread  put again, with one blocking thread per client.
  * put and remove drive their connections from two threads waiting on epoll
  * (one per core here), the way redis-benchmark and memtier drive many
@@ -29,12 +34,16 @@
  * threads) and by the clients, with how many of the machine's cores were
  * busy: when they all are, the figure is bound by CPU, not by the disk. */
 #include <fcntl.h>
+#include <ftw.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -313,6 +322,107 @@ out:
     return 0;
 }
 
+/* -- Redis baseline ------------------------------------------------------- */
+
+/* Run argv to its end with its standard output into out (cap bytes, NUL
+ * terminated); stderr is discarded. Returns the exit status or -1. */
+static int run_capture(char *const argv[], char *out, size_t cap)
+{
+    int pfd[2];
+    size_t n = 0;
+    ssize_t r;
+    int status;
+    if (pipe(pfd) < 0) return -1;
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        int devnull = open("/dev/null", O_WRONLY);
+        dup2(pfd[1], 1);
+        if (devnull >= 0) dup2(devnull, 2);
+        close(pfd[0]);
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    close(pfd[1]);
+    while (n + 1 < cap && (r = read(pfd[0], out + n, cap - 1 - n)) > 0) n += (size_t)r;
+    out[n] = '\0';
+    close(pfd[0]);
+    if (waitpid(pid, &status, 0) < 0) return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* A redis-server of its own under dir: AOF on, fsync on every write
+ * (appendfsync always: Redis writes and syncs what one event-loop round
+ * took before it answers, its group commit), a Unix socket, no TCP port. */
+typedef struct redis_box {
+    char dir[512];
+    char sock[600];
+    pid_t pid;
+} redis_box;
+
+static int redis_start(redis_box *r, const char *parent)
+{
+    struct stat st;
+    snprintf(r->dir, sizeof(r->dir), "%s/redis-XXXXXX", parent);
+    if (mkdtemp(r->dir) == NULL) {
+        r->dir[0] = '\0';
+        return -1;
+    }
+    snprintf(r->sock, sizeof(r->sock), "%s/redis.sock", r->dir);
+    r->pid = fork();
+    if (r->pid < 0) return -1;
+    if (r->pid == 0) {
+        int devnull = open("/dev/null", O_WRONLY);
+        if (devnull >= 0) {
+            dup2(devnull, 1);
+            dup2(devnull, 2);
+        }
+        execlp("redis-server", "redis-server", "--port", "0", "--unixsocket", r->sock, "--dir",
+               r->dir, "--appendonly", "yes", "--appendfsync", "always", "--save", "",
+               (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; i < 200; i++) {
+        if (stat(r->sock, &st) == 0) return 0;
+        if (waitpid(r->pid, NULL, WNOHANG) == r->pid) return -1;
+        usleep(25000);
+    }
+    return -1;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+/* Stop the server (SIGTERM: it syncs and exits) and remove its directory. */
+static void redis_stop(redis_box *r)
+{
+    if (r->pid > 0) {
+        kill(r->pid, SIGTERM);
+        waitpid(r->pid, NULL, 0);
+    }
+    if (r->dir[0] && nftw(r->dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS) != 0)
+        fprintf(stderr, "bench: could not remove %s\n", r->dir);
+}
+
+/* SETs per second of redis-benchmark with `clients` connections and
+ * `requests` random keys; -1 when it failed. */
+static double redis_sets(const redis_box *r, int clients, long requests)
+{
+    char c[16], n[32], out[4096];
+    char *argv[] = {"redis-benchmark", "-s", (char *)r->sock, "-t", "set", "-c", c, "-n", n,
+                    "-r", "100000000", "--csv", NULL};
+    snprintf(c, sizeof(c), "%d", clients);
+    snprintf(n, sizeof(n), "%ld", requests);
+    if (run_capture(argv, out, sizeof(out)) != 0) return -1;
+    char *line = strstr(out, "\"SET\",\"");
+    return line ? atof(line + 7) : -1;
+}
+
 static void print_line(const char *label, int clients, const run_result *r, double single,
                        double base)
 {
@@ -331,9 +441,9 @@ int main(int argc, char **argv)
 {
     const char *dir = argc > 1 ? argv[1] : "/tmp";
     double seconds = argc > 2 ? atof(argv[2]) : 3.0;
-    const char *only = argc > 3 ? argv[3] : NULL; /* "put", "remove" or "thread" */
+    const char *only = argc > 3 ? argv[3] : NULL; /* put, remove, redis or thread */
     const int counts[] = {1, 16, 64};
-    double put_rate[3] = {0};
+    double put_rate[3] = {0}, remove_rate[3] = {0};
     char prefix[16];
     hx_master m;
     run_result r;
@@ -347,7 +457,8 @@ int main(int argc, char **argv)
 
     /* put: put start + put end of fresh keys, for `seconds` (the remove runs
      * size their key sets from these rates, so they run for them too). */
-    for (int i = 0; i < 3 && (!only || strcmp(only, "thread") != 0); i++) {
+    for (int i = 0; i < 3 && (!only || (strcmp(only, "thread") != 0 && strcmp(only, "redis") != 0));
+         i++) {
         snprintf(prefix, sizeof(prefix), "p%d", i);
         run_spec rs = {"event", W_PUT, prefix, counts[i], LONG_MAX / 64, 0, seconds};
         if (run(&m, &rs, &r) < 0) goto fail;
@@ -364,8 +475,39 @@ int main(int argc, char **argv)
         run_spec fill = {"event", W_PUT, prefix, 64, per, per * counts[i], 0};
         run_spec rs = {"event", W_REMOVE, prefix, counts[i], per, per * counts[i], 0};
         if (run(&m, &fill, &r) < 0 || run(&m, &rs, &r) < 0) goto fail;
-        if (i == 0) single = (double)r.total / r.dt;
+        remove_rate[i] = (double)r.total / r.dt;
+        if (i == 0) single = remove_rate[i];
         print_line("event remove", counts[i], &r, i ? single : 0, base);
+    }
+    /* Redis SET with appendfsync always, as many clients, the same disk:
+     * what a user could run instead for durable small writes. */
+    if (!only || strcmp(only, "redis") == 0) {
+        redis_box rb;
+        memset(&rb, 0, sizeof(rb));
+        if (redis_start(&rb, dir) < 0) {
+            printf("redis: no redis-server could be started (make bench installs redis-server)\n");
+        } else {
+            double one = 0;
+            for (int i = 0; i < 3; i++) {
+                /* about `seconds` at the rates seen here */
+                long requests = (long)(seconds * (i == 0 ? 6000 : 30000 * (i == 1 ? 1 : 3)));
+                double rate = redis_sets(&rb, counts[i], requests);
+                if (i == 0) one = rate;
+                if (rate <= 0) {
+                    printf("redis: redis-benchmark failed\n");
+                    break;
+                }
+                printf("%-13s clients %2d: %7.0f durable mutations/s  x%-5.1f one client  x%-5.2f baseline",
+                       "redis SET", counts[i], rate, one > 0 ? rate / one : 0,
+                       base > 0 ? rate / base : 0);
+                if (remove_rate[i] > 0 && put_rate[i] > 0)
+                    printf("  | master remove / redis %.2f, master put / redis %.2f",
+                           remove_rate[i] / rate, put_rate[i] / rate);
+                printf("\n");
+                fflush(stdout);
+            }
+        }
+        redis_stop(&rb);
     }
     /* put again, one blocking thread per client (for reference). */
     for (int i = 0; i < 3 && (!only || strcmp(only, "thread") == 0); i++) {

@@ -4,6 +4,8 @@
 # Idempotent and quiet: it asks dpkg which of the packages below are missing and
 # installs only those (apt-get update first, non-interactive). Nothing happens
 # when everything is present. Each package is named in README.md with why.
+# Usage: scripts/deps.sh [bench]  -- `bench` adds what `make bench` compares
+# against (not needed to build or test).
 set -euo pipefail
 
 PACKAGES=(
@@ -19,6 +21,9 @@ PACKAGES=(
   libjansson-dev                      # safetensors JSON headers (client)
   valgrind                            # memcheck run of the unit tests
 )
+if [ "${1:-}" = bench ]; then
+  PACKAGES+=(redis-server)            # durable-write baseline of bench_master_mutations
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
