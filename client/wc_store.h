@@ -73,6 +73,17 @@ int wc_call(weight_store *s,
             const ProtobufCMessageDescriptor *desc,
             ProtobufCMessage **resp);
 
+/* wc_call, but BUSY -- a change of the same revision or lineage is being
+ * made durable, which is over within a sync or two -- is retried for a call
+ * that is safe to repeat: up to 10 attempts with a doubling pause (1 ms,
+ * capped at 64 ms; about 0.3 s in all), then BUSY is returned. */
+int wc_call_patient(weight_store *s,
+                    rpcc_conn **conn,
+                    uint32_t method,
+                    const ProtobufCMessage *req,
+                    const ProtobufCMessageDescriptor *desc,
+                    ProtobufCMessage **resp);
+
 /* A failed commit of w leaves its import open instead of aborting it (a
  * DELETE_FIRST upsert target: the claim resumes it; its base is gone). */
 void wc_writer_keep_open(weight_writer *w);

@@ -73,23 +73,10 @@ static int lease_call(weight_store *s, rpcc_conn **conn, uint32_t method, const 
     req.identity = &wid;
     req.lease_id = lease_id;
     req.ttl_ms = ttl_ms;
-    return wc_call(s, conn, method, &req.base,
-                   resp ? &wmrpc__lease_response__descriptor : NULL, (ProtobufCMessage **)resp);
-}
-
-/* Acquire a lease on id. BUSY -- a change of the revision's metadata is
- * being made durable: a migration step, a reconcile after a restart -- is
- * transient for a reader, so it is retried up to 10 times with a doubling
- * pause (1 ms, capped at 64 ms: about 0.3 s in all) before it is returned. */
-static int lease_acquire(weight_store *s, const weight_identity *id, Wmrpc__LeaseResponse **lr)
-{
-    int rc = WEIGHT_EBUSY;
-    for (unsigned attempt = 0; attempt < 10; attempt++) {
-        rc = lease_call(s, &s->rpc, M(LEASE_ACQUIRE), id, 0, s->lease_ttl_ms, lr);
-        if (rc != WEIGHT_EBUSY) break;
-        usleep((attempt < 6 ? 1u << attempt : 64u) * 1000u);
-    }
-    return rc;
+    const ProtobufCMessageDescriptor *desc = resp ? &wmrpc__lease_response__descriptor : NULL;
+    if (method == M(LEASE_ACQUIRE)) /* BUSY: wait out the metadata change in flight */
+        return wc_call_patient(s, conn, method, &req.base, desc, (ProtobufCMessage **)resp);
+    return wc_call(s, conn, method, &req.base, desc, (ProtobufCMessage **)resp);
 }
 
 /* The renew thread: renew every interval until told to stop; a failed
@@ -687,7 +674,7 @@ int weight_get(weight_store *s, const weight_identity *id, const weight_placemen
     memset(workers, 0, sizeof workers);
 
     /* 1. The lease (its reply carries the metadata). */
-    rc = lease_acquire(s, id, &lr);
+    rc = lease_call(s, &s->rpc, M(LEASE_ACQUIRE), id, 0, s->lease_ttl_ms, &lr);
     if (rc < 0) return rc;
     if (lr->lease == NULL || lr->lease->id == 0 || lr->metadata == NULL) {
         wmrpc__lease_response__free_unpacked(lr, NULL);

@@ -446,6 +446,19 @@ int wc_call(weight_store *s, rpcc_conn **conn, uint32_t method, const ProtobufCM
     return rc;
 }
 
+int wc_call_patient(weight_store *s, rpcc_conn **conn, uint32_t method,
+                    const ProtobufCMessage *req, const ProtobufCMessageDescriptor *desc,
+                    ProtobufCMessage **resp)
+{
+    int rc = WEIGHT_EBUSY;
+    for (unsigned attempt = 0; attempt < 10; attempt++) {
+        rc = wc_call(s, conn, method, req, desc, resp);
+        if (rc != WEIGHT_EBUSY || !retry_safe(method)) break;
+        usleep((attempt < 6 ? 1u << attempt : 64u) * 1000u); /* 1 ms doubling, 64 ms cap */
+    }
+    return rc;
+}
+
 void wc_wire_identity(const weight_store *s, const weight_identity *id, Wmrpc__WeightIdentity *w,
                       char *tenant_buf)
 {

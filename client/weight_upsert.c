@@ -171,8 +171,8 @@ int weight_upsert(weight_store *s, const weight_identity *replacing, uint64_t ta
     req.mode = (uint32_t)mode;
     req.request_id = (char *)request_id;
     req.expected_metadata_generation = expected_metadata_generation;
-    rc = wc_call(s, &s->rpc, M(UPSERT_BEGIN), &req.base, &wmrpc__upsert_response__descriptor,
-                 (ProtobufCMessage **)&r);
+    rc = wc_call_patient(s, &s->rpc, M(UPSERT_BEGIN), &req.base,
+                         &wmrpc__upsert_response__descriptor, (ProtobufCMessage **)&r);
     if (rc < 0) return rc;
     if (r->claim == NULL) {
         wmrpc__upsert_response__free_unpacked(r, NULL);

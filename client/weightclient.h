@@ -489,8 +489,10 @@ typedef struct weight_upsert_claim {
  *
  * request_id NULL derives one from the base and target identities, mode and
  * expected generation, so a retry after a lost reply is the same request;
- * the same request returns the existing claim or resumes it. Another
- * request while a claim is open: CONFLICT. expected_metadata_generation 0:
+ * the same request returns the existing claim or resumes it; BUSY from
+ * the master (a step of the claim is being made durable) is asked again for
+ * about 0.3 s, then returned. Another request while a claim is open:
+ * CONFLICT. expected_metadata_generation 0:
  * the base's current one is read first. Errors: the RFC's (NOT_FOUND,
  * NOT_READY, STALE_GENERATION, CONFLICT, BUSY, ...); CONFLICT also for a
  * request whose claim was ABORTED (its error says why; use a new
