@@ -348,6 +348,37 @@ static void frame_header(uint8_t *p, size_t size)
     p[3] = (uint8_t)size;
 }
 
+/* A write request for len bytes of c, or NULL after closing c (out of
+ * memory). */
+static rpc_wreq *wreq_new(rpc_conn *c, size_t len)
+{
+    rpc_wreq *w = malloc(sizeof(*w) + len);
+    if (w == NULL) {
+        conn_close(c);
+        return NULL;
+    }
+    w->conn = c;
+    w->len = len;
+    return w;
+}
+
+/* Queue w's bytes behind c's pending output; on_write releases it. SMP_OK,
+ * or SMP_EIO after freeing w and closing c. */
+static int conn_queue(rpc_conn *c, rpc_wreq *w)
+{
+    uv_buf_t buf = uv_buf_init((char *)w->data, (unsigned)w->len);
+    if (uv_write(&w->req, &c->h.stream, &buf, 1, on_write) < 0) {
+        free(w);
+        c->srv->st.err_io++;
+        conn_close(c);
+        return SMP_EIO;
+    }
+    conn_ref(c);
+    c->out_bytes += w->len;
+    c->srv->st.bytes_out += w->len;
+    return SMP_OK;
+}
+
 /* Encode and send one response: a small one straight to the socket when
  * nothing is queued before it, otherwise (or for what the socket did not
  * take) through a queued write. A reply larger than max_frame_bytes is
@@ -393,8 +424,8 @@ static int conn_send(rpc_conn *c,
         size = rpc_response__get_packed_size(&resp);
     }
     if (c->out_bytes == 0 && 4 + size <= RPC_DIRECT_REPLY_BYTES) {
-        /* Nothing queued: try to hand a small reply to the socket at once,
-         * without a request of its own; what does not fit is queued below. */
+        /* Nothing queued: hand a small reply to the socket at once, without
+         * a request of its own; only what it did not take is queued. */
         uint8_t direct[RPC_DIRECT_REPLY_BYTES];
         frame_header(direct, size);
         rpc_response__pack(&resp, direct + 4);
@@ -407,34 +438,17 @@ static int conn_send(rpc_conn *c,
         }
         sent = rc > 0 ? (size_t)rc : 0;
         s->st.bytes_out += sent;
-        if (sent == 4 + size) goto counted;
-        if ((w = malloc(sizeof(*w) + 4 + size - sent)) == NULL) {
-            conn_close(c);
-            return SMP_ENOMEM;
+        if (sent < 4 + size) {
+            if ((w = wreq_new(c, 4 + size - sent)) == NULL) return SMP_ENOMEM;
+            memcpy(w->data, direct + sent, w->len);
+            if ((rc = conn_queue(c, w)) < 0) return rc;
         }
-        w->len = 4 + size - sent;
-        memcpy(w->data, direct + sent, w->len);
     } else {
-        if ((w = malloc(sizeof(*w) + 4 + size)) == NULL) {
-            conn_close(c);
-            return SMP_ENOMEM;
-        }
-        w->len = 4 + size;
+        if ((w = wreq_new(c, 4 + size)) == NULL) return SMP_ENOMEM;
         frame_header(w->data, size);
         rpc_response__pack(&resp, w->data + 4);
+        if ((rc = conn_queue(c, w)) < 0) return rc;
     }
-    w->conn = c;
-    buf = uv_buf_init((char *)w->data, (unsigned)w->len);
-    if ((rc = uv_write(&w->req, &c->h.stream, &buf, 1, on_write)) < 0) {
-        free(w);
-        s->st.err_io++;
-        conn_close(c);
-        return SMP_EIO;
-    }
-    conn_ref(c);
-    c->out_bytes += w->len;
-    s->st.bytes_out += w->len;
-counted:
     if (resp.status == 0)
         s->st.responses_ok++;
     else
