@@ -2,7 +2,9 @@
  *
  * The weight commands go through libweightclient (weightclient.h, linked as
  * libweightclient.so) and nothing else: `put` publishes safetensors files
- * as a revision, `ls` pages through revisions, `info` / `exists` / `size`
+ * as a revision (whole tensors, or with --tp one file per tensor-parallel
+ * rank, shards joined by the same --split / --replicate rules `get` uses),
+ * `ls` pages through revisions, `info` / `exists` / `size`
  * query one, `get` loads this rank's shards (resharded from whatever layout
  * was written) and writes them as one safetensors file, `policy`, `migrate`,
  * `op` and `rm` manage it. An identity on the command line is
@@ -21,6 +23,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <sys/mman.h>
@@ -57,6 +60,9 @@ static void usage(FILE *out)
             "      [--policy hot|cold|mixed[:RATIO]] [--mode pinned|manual|auto]\n"
             "      [--tie NAME=TARGET]... [--payload-bytes N] FILE...\n"
             "                         publish safetensors files as one revision\n"
+            "      [--tp N [--split PATTERN=DIM]... [--replicate PATTERN]...] RANK0 ... RANK<N-1>\n"
+            "                         or N files holding one TP rank's shards each (as get\n"
+            "                         --tp writes them), split and replicated by the rules below\n"
             "  ls [--namespace NS [--resource R]] [--limit N] [--page-token T] [--all]\n"
             "                         list revisions (--all: tombstones too)\n"
             "  info ID                identity, state, policy, operation, bytes, manifest\n"
@@ -495,6 +501,53 @@ static int show_operation(ctl *x, const weight_operation *op)
     return op->state == 3 ? 1 : 0;
 }
 
+/* -- TP placement rules (get and put) --------------------------------------- */
+
+/* --split PATTERN=DIM and --replicate PATTERN, in command-line order: the
+ * first rule whose glob matches a tensor's name (and, for a split, whose DIM
+ * the tensor has) decides; without one, tensors of 2 or more dimensions are
+ * split along 0 and the rest replicated. */
+typedef struct rule {
+    const char *pattern;
+    int split;            /* 1: split along dim, 0: replicate */
+    uint32_t dim;
+} rule;
+
+typedef struct rules {
+    rule r[128];
+    size_t n;
+} rules;
+
+/* Add a --split (arg "PATTERN=DIM", cut in place) or --replicate rule. 0, or
+ * -1 for a usage error. */
+static int rules_add(rules *rs, char *arg, int split)
+{
+    uint64_t dim = 0;
+    if (rs->n == sizeof rs->r / sizeof rs->r[0]) return -1;
+    if (split) {
+        char *eq = strrchr(arg, '=');
+        if (eq == NULL || parse_u64(eq + 1, &dim) < 0 || dim > 7) return -1;
+        *eq = '\0';
+    }
+    rs->r[rs->n++] = (rule){arg, split, (uint32_t)dim};
+    return 0;
+}
+
+/* 1 with *dim when tensor name (ndim dimensions) is split, 0 when it is
+ * replicated. */
+static int rules_decide(const rules *rs, const char *name, uint32_t ndim, uint32_t *dim)
+{
+    for (size_t i = 0; i < rs->n; i++) {
+        const rule *r = &rs->r[i];
+        if (fnmatch(r->pattern, name, 0) != 0) continue;
+        if (r->split && r->dim >= ndim) continue; /* not that rank */
+        *dim = r->dim;
+        return r->split;
+    }
+    *dim = 0;
+    return ndim >= 2;
+}
+
 /* -- put ------------------------------------------------------------------- */
 
 typedef struct tie {
@@ -540,6 +593,107 @@ static int add_files(weight_writer *w, const wc_st_file *files, size_t n_files, 
     return 0;
 }
 
+/* The target of name among the --tie rules, or NULL. */
+static const char *tie_target(const tie *ties, size_t n_ties, const char *name)
+{
+    for (size_t j = 0; j < n_ties; j++)
+        if (strcmp(ties[j].name, name) == 0) return ties[j].target;
+    return NULL;
+}
+
+/* Print why rank files cannot form one revision; INVALID_ARGUMENT. */
+static int shard_error(const char *path, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int shard_error(const char *path, const char *name, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "weightctl: put: INVALID_ARGUMENT: %s: tensor %s: ", path, name);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return WEIGHT_EINVALID_ARGUMENT;
+}
+
+/* Add the tensors of tp rank files (files[r] holds rank r's shards, as
+ * `weightctl get --tp` writes them) to w. The rules say which tensors are
+ * split and along which dimension -- they must be the ones the shards were
+ * cut with, which the files do not record. A split tensor's shards must
+ * agree on dtype and every other dimension and hold the parts of an even
+ * split (the first size % tp ranks one more); they are added as fragments
+ * at their offsets. A replicated one must be byte-identical in every rank
+ * and is added once. Every rank must hold the same tensor names. w NULL:
+ * only check, so that a bad set is refused before an import begins. 0, the
+ * writer's error, or INVALID_ARGUMENT (printed, naming file and tensor). */
+static int add_shards(weight_writer *w, const wc_st_file *files, char **paths, uint32_t tp,
+                      const rules *rs, const tie *ties, size_t n_ties)
+{
+    const wc_st_header *h0 = &files[0].header;
+    int rc;
+    for (uint32_t r = 1; r < tp; r++)
+        for (size_t k = 0; k < files[r].header.n_tensors; k++)
+            if (wc_st_find(h0, files[r].header.tensors[k].name) < 0)
+                return shard_error(paths[r], files[r].header.tensors[k].name,
+                                   "not in rank 0's file %s", paths[0]);
+    for (size_t k = 0; k < h0->n_tensors; k++) {
+        const wc_st_tensor *t0 = &h0->tensors[k];
+        const wc_st_tensor *t[4096];
+        uint64_t global[WC_MAX_NDIM], offset[WC_MAX_NDIM] = {0};
+        uint32_t dim = 0;
+        const char *target = tie_target(ties, n_ties, t0->name);
+        if (target) {
+            if (w && (rc = weight_writer_alias(w, t0->name, target)) < 0) return rc;
+            continue;
+        }
+        int split = rules_decide(rs, t0->name, t0->ndim, &dim);
+        for (uint32_t r = 0; r < tp; r++) {
+            long i = wc_st_find(&files[r].header, t0->name);
+            if (i < 0) return shard_error(paths[r], t0->name, "missing in this rank");
+            t[r] = &files[r].header.tensors[i];
+            if (t[r]->dtype != t0->dtype || t[r]->ndim != t0->ndim)
+                return shard_error(paths[r], t0->name, "dtype or rank differs from rank 0's");
+            for (uint32_t d = 0; d < t0->ndim; d++)
+                if (t[r]->shape[d] != t0->shape[d] && !(split && d == dim))
+                    return shard_error(paths[r], t0->name,
+                                       "dimension %u is %" PRIu64 ", rank 0 has %" PRIu64
+                                       " (only dimension %u may differ)",
+                                       d, t[r]->shape[d], t0->shape[d], dim);
+            if (!split && memcmp(files[r].base + t[r]->offset, files[0].base + t0->offset,
+                                 t0->bytes) != 0)
+                return shard_error(paths[r], t0->name,
+                                   "replicated by the rules but its bytes differ from rank 0's "
+                                   "(name its split with --split PATTERN=DIM)");
+        }
+        if (!split) {
+            if (w && (rc = weight_writer_add_tensor(w, t0->name, wc_dtype_name(t0->dtype),
+                                                    t0->ndim, t0->shape,
+                                                    files[0].base + t0->offset)) < 0)
+                return rc;
+            continue;
+        }
+        memcpy(global, t0->shape, t0->ndim * sizeof *global);
+        global[dim] = 0;
+        for (uint32_t r = 0; r < tp; r++) global[dim] += t[r]->shape[dim];
+        for (uint32_t r = 0; r < tp; r++) { /* the split get makes: the first rem ranks hold one more */
+            uint64_t q = global[dim] / tp, rem = global[dim] % tp;
+            if (t[r]->shape[dim] != q + (r < rem))
+                return shard_error(paths[r], t0->name,
+                                   "rank %u holds %" PRIu64 " of dimension %u's %" PRIu64
+                                   "; a %u-way split gives it %" PRIu64
+                                   " (files of another --tp, or not in rank order?)",
+                                   r, t[r]->shape[dim], dim, global[dim], tp, q + (r < rem));
+        }
+        for (uint32_t r = 0; r < tp && w; r++) {
+            rc = weight_writer_add_fragment(w, t0->name, wc_dtype_name(t0->dtype), t0->ndim,
+                                            global, offset, t[r]->shape,
+                                            files[r].base + t[r]->offset);
+            if (rc < 0) return rc;
+            offset[dim] += t[r]->shape[dim];
+        }
+    }
+    return 0;
+}
+
 /* One --tie NAME=TARGET into ties[*n_ties] (at most 64; arg is split in
  * place). 0, or -1 for a usage error. */
 static int parse_tie(char *arg, tie *ties, size_t *n_ties)
@@ -579,9 +733,11 @@ static int cmd_put(ctl *x, int argc, char **argv)
         {"revision", required_argument, NULL, 'v'},  {"generation", required_argument, NULL, 'g'},
         {"policy", required_argument, NULL, 'p'},    {"mode", required_argument, NULL, 'o'},
         {"tie", required_argument, NULL, 't'},       {"payload-bytes", required_argument, NULL, 'b'},
-        {NULL, 0, NULL, 0}};
+        {"tp", required_argument, NULL, 'T'},        {"split", required_argument, NULL, 's'},
+        {"replicate", required_argument, NULL, 'R'}, {NULL, 0, NULL, 0}};
     const char *ns = NULL, *res = NULL, *rev = NULL;
-    uint64_t gen = 1, payload = 0;
+    uint64_t gen = 1, payload = 0, tp = 1;
+    rules rs = {.n = 0};
     weight_policy pol = {WEIGHT_RES_UNKNOWN, 0, WEIGHT_MODE_DEFAULT};
     int has_policy = 0, c, status = 1, rc;
     tie ties[64];
@@ -609,10 +765,22 @@ static int cmd_put(ctl *x, int argc, char **argv)
         case 'b':
             if (parse_u64(optarg, &payload) < 0) goto usage;
             break;
+        case 'T':
+            if (parse_u64(optarg, &tp) < 0 || tp == 0 || tp > 4096) goto usage;
+            break;
+        case 's':
+        case 'R':
+            if (rules_add(&rs, optarg, c == 's') < 0) goto usage;
+            break;
         default: goto usage;
         }
     }
     if (ns == NULL || res == NULL || rev == NULL || optind >= argc) goto usage;
+    if (tp > 1 && (uint64_t)(argc - optind) != tp) {
+        fprintf(stderr, "weightctl: put: --tp %" PRIu64 " takes one file per rank, in rank order; "
+                "%d given\n", tp, argc - optind);
+        return 2;
+    }
     weight_identity id;
     if (weight_identity_set(&id, x->tenant, ns, res, rev, gen) < 0) {
         fprintf(stderr, "weightctl: put: INVALID_ARGUMENT: empty or over-long identity component\n");
@@ -625,6 +793,8 @@ static int cmd_put(ctl *x, int argc, char **argv)
     char text[2048];
     if (files == NULL) return 1;
     if (open_inputs(x, "put", argv + optind, n_files, files, payload) != 0) goto close_files;
+    if (tp > 1 && add_shards(NULL, files, argv + optind, (uint32_t)tp, &rs, ties, n_ties) < 0)
+        goto close_files; /* refused before anything exists on the master */
     id_text(&id, text, sizeof text);
     if ((rc = weight_put_begin(x->ws, &id, has_policy ? &pol : NULL, &w)) < 0) {
         char what[2100];
@@ -632,7 +802,9 @@ static int cmd_put(ctl *x, int argc, char **argv)
         status = weight_failed(x, what, rc);
         goto close_files;
     }
-    if ((rc = add_files(w, files, n_files, ties, n_ties)) < 0) {
+    rc = tp > 1 ? add_shards(w, files, argv + optind, (uint32_t)tp, &rs, ties, n_ties)
+                : add_files(w, files, n_files, ties, n_ties);
+    if (rc < 0) {
         status = weight_failed(x, "put", rc);
         weight_writer_abort(w);
         goto close_files;
@@ -950,16 +1122,9 @@ static int cmd_size(ctl *x, const char *arg)
 
 /* -- get ------------------------------------------------------------------- */
 
-typedef struct rule {
-    const char *pattern;
-    int split;            /* 1: split along dim, 0: replicate */
-    uint32_t dim;
-} rule;
-
 typedef struct getcli {
     uint32_t tp, rank;
-    rule *rules;
-    size_t n_rules;
+    const rules *rules;
     /* What came back, in manifest order. */
     struct out_tensor {
         char *name;
@@ -975,15 +1140,8 @@ typedef struct getcli {
 static int get_place(void *ctx, const weight_tensor_info *t, weight_tensor_place *out)
 {
     getcli *g = ctx;
-    int split = t->ndim >= 2;
     uint32_t dim = 0;
-    for (size_t i = 0; i < g->n_rules; i++) {
-        if (fnmatch(g->rules[i].pattern, t->name, 0) != 0) continue;
-        if (g->rules[i].split && g->rules[i].dim >= t->ndim) continue; /* not that rank */
-        split = g->rules[i].split;
-        dim = g->rules[i].dim;
-        break;
-    }
+    int split = rules_decide(g->rules, t->name, t->ndim, &dim);
     if (g->tp <= 1 || !split) {
         out->kind = WEIGHT_PLACE_REPLICATED;
         return 0;
@@ -1040,10 +1198,11 @@ static int cmd_get(ctl *x, int argc, char **argv)
         {"replicate", required_argument, NULL, 'R'}, {NULL, 0, NULL, 0}};
     const char *dir = NULL;
     uint64_t tp = 1, rank = 0;
-    rule rules[128];
+    rules rs = {.n = 0};
     getcli g;
     int c, status = 1, rc;
     memset(&g, 0, sizeof g);
+    g.rules = &rs;
     optind = 0;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
@@ -1054,19 +1213,9 @@ static int cmd_get(ctl *x, int argc, char **argv)
         case 'r':
             if (parse_u64(optarg, &rank) < 0) goto usage;
             break;
-        case 's': {
-            char *eq = strrchr(optarg, '=');
-            uint64_t dim;
-            if (eq == NULL || g.n_rules == 128 || parse_u64(eq + 1, &dim) < 0 || dim > 7) goto usage;
-            *eq = '\0';
-            rules[g.n_rules++] = (rule){optarg, 1, (uint32_t)dim};
-            g.rules = rules;
-            break;
-        }
+        case 's':
         case 'R':
-            if (g.n_rules == 128) goto usage;
-            rules[g.n_rules++] = (rule){optarg, 0, 0};
-            g.rules = rules;
+            if (rules_add(&rs, optarg, c == 's') < 0) goto usage;
             break;
         default: goto usage;
         }

@@ -769,6 +769,49 @@ static void test_weightctl_put_ls_info_get_rm(void **state)
             }
         }
 
+    /* put --tp: the rank files get wrote, joined again by the same rules,
+     * read back whole; bad rank sets are refused naming file and tensor,
+     * and publish nothing */
+    assert_int_equal(ctl(f, out, sizeof out,
+                         "put --namespace cli --resource tiny --revision tp2 --payload-bytes %u "
+                         "--tp 2 --tie lm_head.weight=embed.weight %s/d0/rank0-of-2.safetensors "
+                         "%s/d0/rank1-of-2.safetensors", BOUND, f->m.dir, f->m.dir), 0);
+    assert_int_equal(ctl(f, out, sizeof out,
+                         "put --namespace cli --resource tiny --revision tp4 --payload-bytes %u "
+                         "--tp 4 --split '*=1' --replicate '*norm*' %s/d1/rank0-of-4.safetensors "
+                         "%s/d1/rank1-of-4.safetensors %s/d1/rank2-of-4.safetensors "
+                         "%s/d1/rank3-of-4.safetensors", BOUND, f->m.dir, f->m.dir, f->m.dir,
+                         f->m.dir), 0);
+    for (int v = 0; v < 2; v++) {
+        assert_int_equal(ctl(f, out, sizeof out, "get cli/tiny/%s@1 --out %s/whole%d",
+                             v ? "tp4" : "tp2", f->m.dir, v), 0);
+        compare_file(f, v ? "whole1" : "whole0", 1, 0, 0);
+    }
+    assert_int_equal(ctl(f, out, sizeof out, "--json info cli/tiny/tp2@1"), 0);
+    snprintf(needle, sizeof needle, "\"logical_bytes\":%llu", (unsigned long long)total);
+    assert_non_null(strstr(out, needle)); /* the tied lm_head stored once */
+    assert_int_equal(ctl(f, out, sizeof out,
+                         "put --namespace cli --resource tiny --revision bad --tp 2 "
+                         "--replicate '*' %s/d0/rank0-of-2.safetensors %s/d0/rank1-of-2.safetensors",
+                         f->m.dir, f->m.dir), 1);
+    ctl_stderr(f, err, sizeof err);
+    assert_non_null(strstr(err, "INVALID_ARGUMENT"));
+    assert_non_null(strstr(err, "rank1-of-2.safetensors: tensor embed.weight: replicated"));
+    assert_int_equal(ctl(f, out, sizeof out,
+                         "put --namespace cli --resource tiny --revision bad --tp 2 "
+                         "%s/d0/rank0-of-2.safetensors %s/d0/rank1-of-4.safetensors",
+                         f->m.dir, f->m.dir), 1);
+    ctl_stderr(f, err, sizeof err);
+    assert_non_null(strstr(err, "files of another --tp"));
+    assert_int_equal(ctl(f, out, sizeof out,
+                         "put --namespace cli --resource tiny --revision bad --tp 2 "
+                         "%s/d0/rank0-of-2.safetensors", f->m.dir), 2);
+    ctl_stderr(f, err, sizeof err);
+    assert_non_null(strstr(err, "one file per rank"));
+    assert_int_equal(ctl(f, out, sizeof out, "exists cli/tiny/bad@1"), 1);
+    assert_int_equal(ctl(f, out, sizeof out, "--json ls --namespace cli --resource tiny --all"), 0);
+    assert_null(strstr(out, "cli/tiny/bad"));
+
     /* rm: a tombstone, then no reads */
     assert_int_equal(ctl(f, out, sizeof out, "rm cli/tiny/v3@1"), 0);
     assert_true(strstr(out, "DELETING") || strstr(out, "DELETED"));
