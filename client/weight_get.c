@@ -21,7 +21,11 @@
  * mapped into this process (co-located, HOT: memcpy straight from the
  * mapping, no staging; the mapping is made once per store), a ranged TCP
  * read from the node's data server into a per-thread window, or a cold
- * replica's file when it is on this host. Strided ops (a split along an
+ * replica's file, read through the node that holds it. When a memory
+ * replica fails a read or a chunk's checksum and the object also has a
+ * complete cold replica (a revision brought back from COLD keeps it), the
+ * rest of the object, that chunk first, is read from the cold file instead;
+ * only without one is the error returned. Strided ops (a split along an
  * inner dimension) are clipped to each chunk run by run. */
 #include <errno.h>
 #include <fcntl.h>
@@ -139,6 +143,10 @@ typedef struct job {
     char segment[64];            /* SRC_REMOTE */
     char data_addr[128];         /* SRC_REMOTE, SRC_COLD */
     char cold_name[512];         /* SRC_COLD: the file, served by its node */
+    /* A complete cold replica to read instead when the memory one fails a
+     * read or a chunk's checksum ("" when there is none, or once used). */
+    char alt_cold_name[512];
+    char alt_data_addr[128];
     size_t *ops;
     size_t n_ops;
 } job;
@@ -268,36 +276,53 @@ static ndc_conn *worker_node(worker *wk, const char *addr, char *err, size_t err
 }
 
 /* Fetch object bytes [ws, we) of j into memory: a pointer into the mapping,
- * or into the worker's window after a read. NULL on failure (recorded). */
-static const uint8_t *fetch(worker *wk, const job *j, uint64_t ws, uint64_t we)
+ * or into the worker's window after a read. NULL on failure, with the code
+ * in *rc and the cause in err. */
+static const uint8_t *fetch(worker *wk, const job *j, uint64_t ws, uint64_t we, int *rc,
+                            char *err, size_t errlen)
 {
-    xfer *x = wk->x;
-    const char *key = x->m->objects[j->object].key;
-    char err[512];
+    const char *key = wk->x->m->objects[j->object].key;
+    char cause[512];
     if (j->kind == SRC_MAPPED) return j->map->base + j->base + ws;
     if (we - ws > wk->window_cap) {
         uint8_t *nw = realloc(wk->window, we - ws);
         if (nw == NULL) {
-            xfer_fail(x, WEIGHT_ENOMEM, "cannot stage %" PRIu64 " bytes", we - ws);
+            *rc = WEIGHT_ENOMEM;
+            snprintf(err, errlen, "cannot stage %" PRIu64 " bytes", we - ws);
             return NULL;
         }
         wk->window = nw;
         wk->window_cap = we - ws;
     }
-    ndc_conn *c = worker_node(wk, j->data_addr, err, sizeof err);
+    ndc_conn *c = worker_node(wk, j->data_addr, cause, sizeof cause);
     if (c == NULL) {
-        xfer_fail(x, WEIGHT_EIO, "%s: node %s: %s", key, j->data_addr, err);
+        *rc = WEIGHT_EIO;
+        snprintf(err, errlen, "%s: node %s: %s", key, j->data_addr, cause);
         return NULL;
     }
-    int rc = j->kind == SRC_REMOTE
-                 ? ndc_read(c, j->segment, j->base + ws, we - ws, wk->window, NULL, 0)
-                 : ndc_read_cold(c, j->cold_name, ws, we - ws, wk->window);
-    if (rc < 0) {
-        xfer_fail(x, WEIGHT_EIO, "%s: reading from node %s: %s", key, j->data_addr,
-                  ndc_last_error(c));
+    int r = j->kind == SRC_REMOTE
+                ? ndc_read(c, j->segment, j->base + ws, we - ws, wk->window, NULL, 0)
+                : ndc_read_cold(c, j->cold_name, ws, we - ws, wk->window);
+    if (r < 0) {
+        *rc = WEIGHT_EIO;
+        snprintf(err, errlen, "%s: reading from node %s: %s", key, j->data_addr,
+                 ndc_last_error(c));
         return NULL;
     }
     return wk->window;
+}
+
+/* Switch j to its cold replica after its memory one failed. 1 when there
+ * was one to switch to (the failed window is read again from it). */
+static int use_cold_instead(job *j)
+{
+    if (j->kind == SRC_COLD || j->alt_cold_name[0] == '\0') return 0;
+    j->kind = SRC_COLD;
+    j->base = 0;
+    snprintf(j->cold_name, sizeof j->cold_name, "%s", j->alt_cold_name);
+    snprintf(j->data_addr, sizeof j->data_addr, "%s", j->alt_data_addr);
+    j->alt_cold_name[0] = '\0';
+    return 1;
 }
 
 /* Read, verify and scatter one object. */
@@ -340,13 +365,13 @@ static void run_job(worker *wk, job *j)
             c = e;
         }
     }
-    uint64_t window_chunks = j->kind == SRC_MAPPED ? 1 : WC_REMOTE_WINDOW_CHUNKS;
     size_t lo = 0;
     for (uint64_t c = 0; c < n_chunks && atomic_load(&x->failed) == 0;) {
         if (!need[c]) {
             c++;
             continue;
         }
+        uint64_t window_chunks = j->kind == SRC_MAPPED ? 1 : WC_REMOTE_WINDOW_CHUNKS;
         uint64_t c_end = c + 1;
         while (c_end < n_chunks && need[c_end] && c_end - c < window_chunks) c_end++;
         uint64_t ws = c * chunk;
@@ -359,9 +384,10 @@ static void run_job(worker *wk, job *j)
             xfer_fail(x, atomic_load(&x->keeper->lost), "%s", x->keeper->lost_msg);
             break;
         }
-        const uint8_t *win = fetch(wk, j, ws, we);
-        if (win == NULL) break;
-        for (uint64_t v = c; v < c_end; v++) {
+        int frc = 0;
+        char ferr[768];
+        const uint8_t *win = fetch(wk, j, ws, we, &frc, ferr, sizeof ferr);
+        for (uint64_t v = c; win != NULL && v < c_end; v++) {
             uint64_t a = v * chunk, b = a + chunk < o->bytes ? a + chunk : o->bytes;
             int ok;
             if (o->n_chunks) {
@@ -372,14 +398,19 @@ static void run_job(worker *wk, job *j)
                 ok = !o->has_sha256 || memcmp(sha, o->sha256, 32) == 0;
             }
             if (!ok) {
-                xfer_fail(x, WEIGHT_EDIGEST_MISMATCH,
-                          "payload %s: bytes [%" PRIu64 ", %" PRIu64 ") do not match the "
-                          "manifest's checksum (chunk %" PRIu64 "); nothing of that chunk "
-                          "was written", o->key, a, b, v);
+                frc = WEIGHT_EDIGEST_MISMATCH;
+                snprintf(ferr, sizeof ferr,
+                         "payload %s: bytes [%" PRIu64 ", %" PRIu64 ") do not match the "
+                         "manifest's checksum (chunk %" PRIu64 "); nothing of that chunk "
+                         "was written", o->key, a, b, v);
                 break;
             }
         }
-        if (atomic_load(&x->failed)) break;
+        if (frc != 0) {
+            if (frc != WEIGHT_ENOMEM && use_cold_instead(j)) continue; /* same window, cold */
+            xfer_fail(x, frc, "%s", ferr);
+            break;
+        }
         atomic_fetch_add(&x->verified, we - ws);
         uint64_t copied = 0;
         while (lo < j->n_ops && op_src_end(&plan->ops[j->ops[lo]]) <= ws) lo++;
@@ -472,11 +503,12 @@ static int build_jobs(weight_store *s, xfer *x, size_t **op_order)
                            " bytes) is not the object the manifest describes", o->key, obj.size);
         /* Prefer a mapped memory replica, then a remote one, then a cold
          * file served by its node (a COLD revision is read from the cold
-         * tier without a memory copy). */
+         * tier without a memory copy); a cold replica next to a memory one
+         * is kept as the fallback. */
         const kvc_replica *remote = NULL, *cold = NULL;
-        for (size_t r = 0; r < obj.n_replicas && j->kind == 0; r++) {
+        for (size_t r = 0; r < obj.n_replicas; r++) {
             const kvc_replica *rep = &obj.replicas[r];
-            if (rep->kind == SMP_REPLICA_MEMORY) {
+            if (rep->kind == SMP_REPLICA_MEMORY && j->kind == 0) {
                 const seg_map *map = s->transport == 2 ? NULL : wc_seg_get(s, rep->segment_path, 0);
                 if (map != NULL && rep->offset <= map->size && o->bytes <= map->size - rep->offset) {
                     j->kind = SRC_MAPPED;
@@ -504,6 +536,10 @@ static int build_jobs(weight_store *s, xfer *x, size_t **op_order)
         if (j->kind == 0)
             return wc_fail(s, WEIGHT_ENOT_READY, "payload %s has no replica this client can read",
                            o->key);
+        if (j->kind != SRC_COLD && cold != NULL && s->transport != 1) {
+            snprintf(j->alt_cold_name, sizeof j->alt_cold_name, "%s", cold->path);
+            snprintf(j->alt_data_addr, sizeof j->alt_data_addr, "%s", cold->data_addr);
+        }
     }
     return WEIGHT_OK;
 }

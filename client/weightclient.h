@@ -342,9 +342,11 @@ typedef struct weight_get_stats {
  * verified (SHA-256 and identity) before anything is planned: a mismatch is
  * WEIGHT_EDIGEST_MISMATCH with nothing written. Payload bytes are verified
  * per chunk (the manifest's XXH3-64 of each 1 MiB chunk) before they are
- * scattered, so no unverified byte reaches a buffer; a mismatch is
- * WEIGHT_EDIGEST_MISMATCH naming the object and chunk, and then buffers may
- * already hold (verified) bytes of other chunks. A lease refused with BUSY
+ * scattered, so no unverified byte reaches a buffer. A memory replica that
+ * fails a read or a checksum is replaced by the object's cold replica when
+ * it has one; otherwise a mismatch is WEIGHT_EDIGEST_MISMATCH naming the
+ * object and chunk, and then buffers may already hold (verified) bytes of
+ * other chunks. A lease refused with BUSY
  * (a change of the revision's metadata is being made durable) is asked for
  * again for about 0.3 s before BUSY is returned. Errors: NOT_FOUND,
  * NOT_READY (not READY/readable), LEASE_EXPIRED, INVALID_ARGUMENT (a bad

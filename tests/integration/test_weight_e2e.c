@@ -336,18 +336,69 @@ static void test_put_tp4_fragments_get_any_tp(void **state)
 }
 
 /* Flip one byte of key's memory replica through the node's segment file. */
-static void corrupt_object(fixture *f, const char *key, uint64_t at)
+/* Flip a byte of key's memory replica in its segment; returns how many
+ * replicas the object has (memory and cold). */
+static size_t corrupt_object(fixture *f, const char *key, uint64_t at)
 {
     kvc *c = hx_client(&f->m);
     kvc_object obj;
     assert_int_equal(kvc_get(c, key, &obj), 0);
-    assert_true(obj.n_replicas >= 1);
+    const kvc_replica *mem = NULL;
+    for (size_t r = 0; r < obj.n_replicas; r++)
+        if (obj.replicas[r].kind == SMP_REPLICA_MEMORY) mem = &obj.replicas[r];
+    assert_non_null(mem);
     seg_map map;
     char err[256];
-    assert_int_equal(seg_map_writable(obj.replicas[0].segment_path, 0, &map, err, sizeof err), 0);
-    map.base[obj.replicas[0].offset + at] ^= 0x5A;
+    assert_int_equal(seg_map_writable(mem->segment_path, 0, &map, err, sizeof err), 0);
+    map.base[mem->offset + at] ^= 0x5A;
     seg_map_close(&map);
     kvc_close(c);
+    return obj.n_replicas;
+}
+
+/* Migrate id to target and wait until the operation ended. */
+static void migrate_and_wait(weight_store *s, const weight_identity *id, weight_residency target)
+{
+    weight_operation op;
+    weight_metadata cur;
+    for (int i = 0; i < 600; i++) { /* one operation at a time */
+        CHECK(s, weight_get_metadata(s, id, &cur, NULL));
+        if (cur.operation_id == 0) break;
+        usleep(50000);
+    }
+    CHECK(s, weight_migrate(s, id, target, 0, 0, &op));
+    for (int i = 0; i < 600 && op.state == 1; i++) {
+        usleep(50000);
+        CHECK(s, weight_get_operation(s, op.id, &op));
+    }
+    assert_int_equal(op.state, 2);
+}
+
+/* A payload whose memory replica was altered in the store but that also
+ * has a cold replica (it came back from COLD): weight_get reads the altered
+ * part from the cold file instead, through the mapping and over TCP, and
+ * every byte loaded is exact. */
+static void test_altered_memory_replica_falls_back_to_cold(void **state)
+{
+    fixture *f = *state;
+    weight_store *s = open_store(f);
+    weight_identity id;
+    assert_int_equal(weight_identity_set(&id, NULL, "llm", "tamper", "both", 1), 0);
+    put_model(s, &id, 1);
+    migrate_and_wait(s, &id, WEIGHT_RES_COLD);
+    migrate_and_wait(s, &id, WEIGHT_RES_HOT);
+    weight_metadata md;
+    CHECK(s, weight_get_metadata(s, &id, &md, NULL));
+    assert_int_equal(md.residency, WEIGHT_RES_HOT);
+    char key[1100];
+    snprintf(key, sizeof key, "%.*s/payload/1", (int)(strlen(md.manifest_key) - strlen("/manifest")),
+             md.manifest_key);
+    assert_int_equal(corrupt_object(f, key, 100), 2); /* memory and cold */
+    get_and_compare(s, &id, 1, 0);
+    get_and_compare(s, &id, 2, 1);
+    assert_int_equal(weight_store_set_option(s, WEIGHT_OPT_TRANSPORT, 2), 0);
+    get_and_compare(s, &id, 2, 0);
+    weight_store_close(s);
 }
 
 /* A payload or a manifest altered in the store: weight_get fails with
@@ -933,6 +984,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_reads_while_metadata_changes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_put_tp4_fragments_get_any_tp, setup, teardown),
         cmocka_unit_test_setup_teardown(test_altered_bytes_fail_with_digest_mismatch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_altered_memory_replica_falls_back_to_cold, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_remote_transport_put_and_get, setup, teardown),
         cmocka_unit_test_setup_teardown(test_put_resumes_an_import_left_by_a_dead_writer, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_survives_master_restart, setup, teardown),
