@@ -776,6 +776,10 @@ static int cmd_put(ctl *x, int argc, char **argv)
         }
     }
     if (ns == NULL || res == NULL || rev == NULL || optind >= argc) goto usage;
+    if (tp == 1 && rs.n > 0) {
+        fprintf(stderr, "weightctl: put: --split and --replicate describe rank files: give --tp N\n");
+        return 2;
+    }
     if (tp > 1 && (uint64_t)(argc - optind) != tp) {
         fprintf(stderr, "weightctl: put: --tp %" PRIu64 " takes one file per rank, in rank order; "
                 "%d given\n", tp, argc - optind);

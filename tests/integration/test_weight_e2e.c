@@ -859,6 +859,11 @@ static void test_weightctl_put_ls_info_get_rm(void **state)
                          "%s/d0/rank0-of-2.safetensors", f->m.dir), 2);
     ctl_stderr(f, err, sizeof err);
     assert_non_null(strstr(err, "one file per rank"));
+    assert_int_equal(ctl(f, out, sizeof out,
+                         "put --namespace cli --resource tiny --revision bad --split '*=1' %s",
+                         paths[0]), 2);
+    ctl_stderr(f, err, sizeof err);
+    assert_non_null(strstr(err, "give --tp N"));
     assert_int_equal(ctl(f, out, sizeof out, "exists cli/tiny/bad@1"), 1);
     assert_int_equal(ctl(f, out, sizeof out, "--json ls --namespace cli --resource tiny --all"), 0);
     assert_null(strstr(out, "cli/tiny/bad"));
