@@ -26,18 +26,6 @@
 #include "weight_rpc.pb-c.h"
 #include "wm_plugin.h"
 
-__attribute__((format(printf, 4, 5)))
-static int wm_lin_refuse(int rc, char *msg, size_t cap, const char *fmt, ...)
-{
-    if (msg != NULL && cap > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(msg, cap, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
-
 int wm_claim_terminal(const wm_lineage_claim *c)
 {
     return c->phase == WM_PHASE_COMMITTED || c->phase == WM_PHASE_ABORTED;
@@ -56,61 +44,61 @@ int wm_lineage_claim_step(wm_lineage_entry *e, const wm_lineage_claim *c, char *
 {
     char why[200];
     if (e == NULL || c == NULL)
-        return wm_lin_refuse(WM_EINVALID_ARGUMENT, msg, cap, "lineage claim is missing");
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "lineage claim is missing");
     if (wm_claim_check(c, why, sizeof(why)) < 0)
-        return wm_lin_refuse(WM_EINVALID_ARGUMENT, msg, cap, "%s", why);
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "%s", why);
     if (!wm_identity_in_lineage(&c->base, &e->lineage))
-        return wm_lin_refuse(WM_EINVALID_ARGUMENT, msg, cap,
-                             "claim %s names another lineage than its entry", c->request_id);
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                       "claim %s names another lineage than its entry", c->request_id);
     if (c->committed_watermark < e->committed_watermark)
-        return wm_lin_refuse(WM_EINVALID_ARGUMENT, msg, cap,
-                             "claim %s would lower the lineage watermark from %" PRIu64
-                             " to %" PRIu64,
-                             c->request_id, e->committed_watermark, c->committed_watermark);
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                       "claim %s would lower the lineage watermark from %" PRIu64
+                       " to %" PRIu64,
+                       c->request_id, e->committed_watermark, c->committed_watermark);
     if (c->phase != WM_PHASE_COMMITTED && c->committed_watermark != e->committed_watermark)
-        return wm_lin_refuse(WM_EINVALID_ARGUMENT, msg, cap,
-                             "claim %s in phase %s carries watermark %" PRIu64
-                             " but the lineage's is %" PRIu64,
-                             c->request_id, wm_phase_name((int)c->phase), c->committed_watermark,
-                             e->committed_watermark);
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                       "claim %s in phase %s carries watermark %" PRIu64
+                       " but the lineage's is %" PRIu64,
+                       c->request_id, wm_phase_name((int)c->phase), c->committed_watermark,
+                       e->committed_watermark);
 
     if (e->has_claim && strcmp(e->claim.request_id, c->request_id) == 0) {
         const wm_lineage_claim *cur = &e->claim;
         if (!wm_claim_same_args(cur, c))
-            return wm_lin_refuse(WM_EINVALID_ARGUMENT, msg, cap,
-                                 "claim %s is recorded with other arguments", c->request_id);
+            return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                           "claim %s is recorded with other arguments", c->request_id);
         if (cur->phase == c->phase) {
             if (c->phase == WM_PHASE_COMMITTED && cur->committed_watermark != c->committed_watermark)
-                return wm_lin_refuse(WM_EINVALID_ARGUMENT, msg, cap,
-                                     "claim %s committed twice with different watermarks",
-                                     c->request_id);
+                return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                               "claim %s committed twice with different watermarks",
+                               c->request_id);
             return WM_OK; /* duplicate: the entry already holds this state */
         }
         if (!wm_claim_phase_next_ok((int)c->mode, (int)cur->phase, (int)c->phase))
-            return wm_lin_refuse(WM_EINVALID_ARGUMENT, msg, cap,
-                                 "claim %s cannot move from %s to %s under %s (out of order)",
-                                 c->request_id, wm_phase_name((int)cur->phase),
-                                 wm_phase_name((int)c->phase), wm_upsert_mode_name((int)c->mode));
+            return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                           "claim %s cannot move from %s to %s under %s (out of order)",
+                           c->request_id, wm_phase_name((int)cur->phase),
+                           wm_phase_name((int)c->phase), wm_upsert_mode_name((int)c->mode));
         if (c->updated_ms < cur->updated_ms)
-            return wm_lin_refuse(WM_EINVALID_ARGUMENT, msg, cap,
-                                 "claim %s moves its update time backwards", c->request_id);
+            return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                           "claim %s moves its update time backwards", c->request_id);
     } else {
         if (e->has_claim && !wm_claim_terminal(&e->claim))
-            return wm_lin_refuse(WM_EINVALID_ARGUMENT, msg, cap,
-                                 "lineage already has the open claim %s (%s); claim %s would be a "
-                                 "second successor",
-                                 e->claim.request_id, wm_phase_name((int)e->claim.phase),
-                                 c->request_id);
+            return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                           "lineage already has the open claim %s (%s); claim %s would be a "
+                           "second successor",
+                           e->claim.request_id, wm_phase_name((int)e->claim.phase),
+                           c->request_id);
         if (c->phase != WM_PHASE_CLAIMED)
-            return wm_lin_refuse(WM_EINVALID_ARGUMENT, msg, cap,
-                                 "claim %s is unknown and does not start at CLAIMED (%s)",
-                                 c->request_id, wm_phase_name((int)c->phase));
+            return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                           "claim %s is unknown and does not start at CLAIMED (%s)",
+                           c->request_id, wm_phase_name((int)c->phase));
         if (c->target.weight_generation <= e->committed_watermark)
-            return wm_lin_refuse(WM_EINVALID_ARGUMENT, msg, cap,
-                                 "claim %s target generation %" PRIu64
-                                 " is not above the lineage watermark %" PRIu64,
-                                 c->request_id, c->target.weight_generation,
-                                 e->committed_watermark);
+            return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                           "claim %s target generation %" PRIu64
+                           " is not above the lineage watermark %" PRIu64,
+                           c->request_id, c->target.weight_generation,
+                           e->committed_watermark);
     }
     e->claim = *c;
     e->has_claim = 1;
@@ -216,17 +204,17 @@ int wm_lineage_import_check(const wm_plugin *p, const wm_identity *id, char *msg
     const wm_lineage_claim *c = wm_lin_open_claim(p, id);
     if (c == NULL) return WM_OK;
     if (wm_identity_cmp(&c->target, id) != 0)
-        return wm_lin_refuse(WM_ECONFLICT, msg, cap,
-                             "lineage %s/%s/%s/%s has the open replacement claim %s (target "
-                             "generation %" PRIu64 "); no other generation may be imported",
-                             id->tenant_id, id->ns, id->resource_id, id->revision, c->request_id,
-                             c->target.weight_generation);
+        return wm_fail(WM_ECONFLICT, msg, cap,
+                       "lineage %s/%s/%s/%s has the open replacement claim %s (target "
+                       "generation %" PRIu64 "); no other generation may be imported",
+                       id->tenant_id, id->ns, id->resource_id, id->revision, c->request_id,
+                       c->target.weight_generation);
     if (c->mode == WM_UPSERT_DELETE_FIRST && c->phase != WM_PHASE_BASE_DELETED &&
         c->phase != WM_PHASE_IMPORTING_TARGET)
-        return wm_lin_refuse(WM_EBUSY, msg, cap,
-                             "claim %s is DELETE_FIRST and in phase %s: the target may be "
-                             "imported only once the base is deleted",
-                             c->request_id, wm_phase_name((int)c->phase));
+        return wm_fail(WM_EBUSY, msg, cap,
+                       "claim %s is DELETE_FIRST and in phase %s: the target may be "
+                       "imported only once the base is deleted",
+                       c->request_id, wm_phase_name((int)c->phase));
     return WM_OK;
 }
 
@@ -236,10 +224,10 @@ int wm_lineage_abort_check(const wm_plugin *p, const wm_identity *id, char *msg,
     if (c == NULL || c->mode != WM_UPSERT_DELETE_FIRST || wm_identity_cmp(&c->target, id) != 0 ||
         (c->phase != WM_PHASE_BASE_DELETED && c->phase != WM_PHASE_IMPORTING_TARGET))
         return WM_OK;
-    return wm_lin_refuse(WM_ECONFLICT, msg, cap,
-                         "the base of DELETE_FIRST claim %s is already deleted; its target import "
-                         "cannot be rolled back and is resumed by the same request",
-                         c->request_id);
+    return wm_fail(WM_ECONFLICT, msg, cap,
+                   "the base of DELETE_FIRST claim %s is already deleted; its target import "
+                   "cannot be rolled back and is resumed by the same request",
+                   c->request_id);
 }
 
 /* -- replies --------------------------------------------------------------- */
@@ -390,15 +378,15 @@ static int wm_lin_append(wm_plugin *p, const wm_lineage_claim *c, smp_rpc_call *
 static int wm_lin_id_from_pb(const Wmrpc__WeightIdentity *in, uint64_t gen, int use_gen,
                              wm_identity *out, char *msg, size_t cap)
 {
-    if (in == NULL) return wm_lin_refuse(WM_EINVALID_ARGUMENT, msg, cap, "identity is missing");
+    if (in == NULL) return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "identity is missing");
     const char *tenant = in->tenant && in->tenant[0] ? in->tenant : "default";
     const char *ns = in->namespace_id ? in->namespace_id : "";
     const char *res = in->resource_id ? in->resource_id : "";
     const char *rv = in->revision ? in->revision : "";
     if (strlen(tenant) > WM_ID_COMPONENT_MAX || strlen(ns) > WM_ID_COMPONENT_MAX ||
         strlen(res) > WM_ID_COMPONENT_MAX || strlen(rv) > WM_ID_COMPONENT_MAX)
-        return wm_lin_refuse(WM_EINVALID_ARGUMENT, msg, cap,
-                             "an identity component is longer than %d bytes", WM_ID_COMPONENT_MAX);
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                       "an identity component is longer than %d bytes", WM_ID_COMPONENT_MAX);
     if (wm_identity_set(out, tenant, ns, res, rv, use_gen ? gen : in->generation) < 0) {
         wm_identity tmp;
         memset(&tmp, 0, sizeof(tmp));

@@ -499,4 +499,9 @@ int wm_claim_phase_next_ok(int mode, int from, int to);
  * WM_ESTALE_GENERATION (the caller saw another state than the one stored). */
 int wm_cas_check(uint64_t expected, uint64_t current);
 
+/* Write a formatted sentence into msg (cap bytes) when the caller wants one
+ * (msg NULL or cap 0: nothing) and return rc, so that every validation and
+ * refusal of the plugin reads `return wm_fail(WM_E..., msg, cap, "...")`. */
+int wm_fail(int rc, char *msg, size_t cap, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
 #endif /* WEIGHT_MANAGEMENT_H */

@@ -46,19 +46,6 @@
 #include "weight_metadata_store.h"
 #include "wm_codec.h"
 
-/* Write a sentence into msg when the caller wants one; return rc. */
-__attribute__((format(printf, 4, 5)))
-static int wm_violation(int rc, char *msg, size_t cap, const char *fmt, ...)
-{
-    if (msg != NULL && cap > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(msg, cap, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
-
 /* ------------------------------------------------------------------------ */
 /* Availability transitions                                                  */
 /* ------------------------------------------------------------------------ */
@@ -118,18 +105,18 @@ static int wm_summary_check(const wm_revision *rev, char *msg, size_t cap)
 {
     const char *av = wm_availability_name((int)rev->availability);
     if (rev->payload_count == 0)
-        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap,
-                            "%s revision has no payload (sealed summary required)", av);
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                       "%s revision has no payload (sealed summary required)", av);
     if (rev->affinity_count == 0 || rev->affinity_count > rev->payload_count)
-        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap,
-                            "%s revision has %" PRIu64 " affinity units for %" PRIu64
-                            " payloads (need 1..payload_count)",
-                            av, rev->affinity_count, rev->payload_count);
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                       "%s revision has %" PRIu64 " affinity units for %" PRIu64
+                       " payloads (need 1..payload_count)",
+                       av, rev->affinity_count, rev->payload_count);
     if (wm_is_zero(rev->manifest_sha256, WM_SHA256_LEN) ||
         wm_is_zero(rev->payload_keys_sha256, WM_SHA256_LEN) ||
         wm_is_zero(rev->affinity_sha256, WM_SHA256_LEN))
-        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap,
-                            "%s revision lacks a manifest, payload-key or affinity digest", av);
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                       "%s revision lacks a manifest, payload-key or affinity digest", av);
     return WM_OK;
 }
 
@@ -138,24 +125,24 @@ static int wm_ratio_check(const wm_revision *rev, char *msg, size_t cap)
 {
     double r = rev->observed_hot_ratio;
     if (!isfinite(r) || r < 0.0 || r > 1.0)
-        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap,
-                            "observed_hot_ratio %g is outside [0, 1]", r);
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                       "observed_hot_ratio %g is outside [0, 1]", r);
     switch (rev->residency) {
     case WM_RES_HOT:
         if (r != 1.0)
-            return wm_violation(WM_EINVALID_ARGUMENT, msg, cap,
-                                "HOT residency with observed_hot_ratio %g (must be 1)", r);
+            return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                           "HOT residency with observed_hot_ratio %g (must be 1)", r);
         break;
     case WM_RES_MIXED:
         if (!(r > 0.0 && r < 1.0))
-            return wm_violation(WM_EINVALID_ARGUMENT, msg, cap,
-                                "MIXED residency with observed_hot_ratio %g (must be in (0, 1))", r);
+            return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                           "MIXED residency with observed_hot_ratio %g (must be in (0, 1))", r);
         break;
     default:
         if (r != 0.0)
-            return wm_violation(WM_EINVALID_ARGUMENT, msg, cap,
-                                "%s residency with observed_hot_ratio %g (must be 0)",
-                                wm_residency_name((int)rev->residency), r);
+            return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                           "%s residency with observed_hot_ratio %g (must be 0)",
+                           wm_residency_name((int)rev->residency), r);
         break;
     }
     return WM_OK;
@@ -167,56 +154,56 @@ int wm_metadata_check(const wm_revision *rev, char *msg, size_t cap)
     char key[WM_KEY_MAX + 1];
     char why[160];
 
-    if (rev == NULL) return wm_violation(WM_EINVALID_ARGUMENT, msg, cap, "revision is missing");
+    if (rev == NULL) return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "revision is missing");
     if (wm_identity_check(&rev->id, why, sizeof(why)) < 0)
-        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap, "identity: %s", why);
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "identity: %s", why);
     if (wm_policy_check(&rev->policy, why, sizeof(why)) < 0)
-        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap, "policy: %s", why);
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "policy: %s", why);
     if (!wm_availability_valid((int)rev->availability))
-        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap, "availability %d is not a state",
-                            (int)rev->availability);
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "availability %d is not a state",
+                       (int)rev->availability);
     if (!wm_residency_valid((int)rev->residency))
-        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap, "residency %d is not a state",
-                            (int)rev->residency);
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "residency %d is not a state",
+                       (int)rev->residency);
     if (rev->metadata_generation == 0)
-        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap, "metadata_generation is 0 (must be >= 1)");
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "metadata_generation is 0 (must be >= 1)");
 
     if (wm_group_key(&rev->id, key, sizeof(key)) < 0 ||
         strncmp(key, rev->group_key, sizeof(rev->group_key)) != 0)
-        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap,
-                            "group key is not the canonical key of the identity");
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                       "group key is not the canonical key of the identity");
     if (wm_manifest_key(&rev->id, key, sizeof(key)) < 0 ||
         strncmp(key, rev->manifest_key, sizeof(rev->manifest_key)) != 0)
-        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap,
-                            "manifest key is not the canonical key of the identity");
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                       "manifest key is not the canonical key of the identity");
 
     const char *av = wm_availability_name((int)rev->availability);
     const char *rs = wm_residency_name((int)rev->residency);
     if ((wm_residency_allowed(rev->availability) & (1u << rev->residency)) == 0)
-        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap,
-                            "availability %s cannot have residency %s", av, rs);
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                       "availability %s cannot have residency %s", av, rs);
     if ((rc = wm_ratio_check(rev, msg, cap)) < 0) return rc;
 
     if (rev->availability == WM_AVAIL_DELETED && rev->lease_count != 0)
-        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap,
-                            "DELETED revision holds %" PRIu32 " leases (a tombstone holds none)",
-                            rev->lease_count);
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                       "DELETED revision holds %" PRIu32 " leases (a tombstone holds none)",
+                       rev->lease_count);
     if (rev->availability == WM_AVAIL_DELETED && rev->operation_id != 0)
-        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap,
-                            "DELETED revision has active operation %" PRIu64
-                            " (a tombstone has none)",
-                            rev->operation_id);
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                       "DELETED revision has active operation %" PRIu64
+                       " (a tombstone has none)",
+                       rev->operation_id);
     if ((rev->availability == WM_AVAIL_IMPORTING || rev->availability == WM_AVAIL_DELETING) &&
         rev->lease_count != 0)
-        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap,
-                            "%s revision holds %" PRIu32 " leases (it cannot be read)", av,
-                            rev->lease_count);
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                       "%s revision holds %" PRIu32 " leases (it cannot be read)", av,
+                       rev->lease_count);
     if (rev->availability == WM_AVAIL_READY || rev->availability == WM_AVAIL_DEGRADED)
         if ((rc = wm_summary_check(rev, msg, cap)) < 0) return rc;
     if (rev->created_ms > rev->updated_ms)
-        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap,
-                            "created_ms %" PRIu64 " is after updated_ms %" PRIu64,
-                            rev->created_ms, rev->updated_ms);
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                       "created_ms %" PRIu64 " is after updated_ms %" PRIu64,
+                       rev->created_ms, rev->updated_ms);
     return WM_OK;
 }
 
@@ -226,27 +213,27 @@ int wm_metadata_mutation_check(const wm_revision *before,
                                size_t cap)
 {
     int rc;
-    if (after == NULL) return wm_violation(WM_EINVALID_ARGUMENT, msg, cap, "new record is missing");
+    if (after == NULL) return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "new record is missing");
     if ((rc = wm_metadata_check(after, msg, cap)) < 0) return rc;
     if (before == NULL) {
         if (after->availability != WM_AVAIL_IMPORTING || after->metadata_generation != 1)
-            return wm_violation(WM_ECONFLICT, msg, cap,
-                                "a new revision starts IMPORTING at metadata generation 1, not %s at %" PRIu64,
-                                wm_availability_name((int)after->availability),
-                                after->metadata_generation);
+            return wm_fail(WM_ECONFLICT, msg, cap,
+                           "a new revision starts IMPORTING at metadata generation 1, not %s at %" PRIu64,
+                           wm_availability_name((int)after->availability),
+                           after->metadata_generation);
         return WM_OK;
     }
     if (wm_identity_cmp(&before->id, &after->id) != 0)
-        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap, "a mutation cannot change the identity");
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "a mutation cannot change the identity");
     if (before->metadata_generation == UINT64_MAX ||
         after->metadata_generation != before->metadata_generation + 1)
-        return wm_violation(WM_ESTALE_GENERATION, msg, cap,
-                            "metadata generation %" PRIu64 " does not follow %" PRIu64,
-                            after->metadata_generation, before->metadata_generation);
+        return wm_fail(WM_ESTALE_GENERATION, msg, cap,
+                       "metadata generation %" PRIu64 " does not follow %" PRIu64,
+                       after->metadata_generation, before->metadata_generation);
     if (!wm_availability_transition_ok((int)before->availability, (int)after->availability))
-        return wm_violation(WM_ECONFLICT, msg, cap, "availability cannot go from %s to %s",
-                            wm_availability_name((int)before->availability),
-                            wm_availability_name((int)after->availability));
+        return wm_fail(WM_ECONFLICT, msg, cap, "availability cannot go from %s to %s",
+                       wm_availability_name((int)before->availability),
+                       wm_availability_name((int)after->availability));
     if (before->availability != WM_AVAIL_IMPORTING &&
         (strncmp(before->manifest_key, after->manifest_key, sizeof(after->manifest_key)) != 0 ||
          strncmp(before->group_key, after->group_key, sizeof(after->group_key)) != 0 ||
@@ -256,12 +243,12 @@ int wm_metadata_mutation_check(const wm_revision *before,
          memcmp(before->payload_keys_sha256, after->payload_keys_sha256, WM_SHA256_LEN) != 0 ||
          before->affinity_count != after->affinity_count ||
          memcmp(before->affinity_sha256, after->affinity_sha256, WM_SHA256_LEN) != 0))
-        return wm_violation(WM_ECONFLICT, msg, cap,
-                            "the sealed manifest reference and payload summary cannot change");
+        return wm_fail(WM_ECONFLICT, msg, cap,
+                       "the sealed manifest reference and payload summary cannot change");
     if (before->created_ms != after->created_ms)
-        return wm_violation(WM_ECONFLICT, msg, cap, "created_ms cannot change");
+        return wm_fail(WM_ECONFLICT, msg, cap, "created_ms cannot change");
     if (after->updated_ms < before->updated_ms || after->last_access_ms < before->last_access_ms)
-        return wm_violation(WM_ECONFLICT, msg, cap, "updated_ms and last_access_ms never go back");
+        return wm_fail(WM_ECONFLICT, msg, cap, "updated_ms and last_access_ms never go back");
     return WM_OK;
 }
 
@@ -280,71 +267,71 @@ static int wm_op_fits(wm_op_kind kind, wm_availability a)
 int wm_operation_check(const wm_operation *op, const wm_revision *rev, char *msg, size_t cap)
 {
     char why[160];
-    if (op == NULL) return wm_violation(WM_EINVALID_ARGUMENT, msg, cap, "operation is missing");
-    if (op->id == 0) return wm_violation(WM_EINVALID_ARGUMENT, msg, cap, "operation id is 0");
+    if (op == NULL) return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "operation is missing");
+    if (op->id == 0) return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "operation id is 0");
     if (!wm_op_kind_valid((int)op->kind))
-        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap, "operation %" PRIu64
-                            " has kind %d, not an operation kind", op->id, (int)op->kind);
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "operation %" PRIu64
+                       " has kind %d, not an operation kind", op->id, (int)op->kind);
     if (!wm_op_state_valid((int)op->state))
-        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap, "operation %" PRIu64
-                            " has state %d, not an operation state", op->id, (int)op->state);
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "operation %" PRIu64
+                       " has state %d, not an operation state", op->id, (int)op->state);
     if (wm_identity_check(&op->id_of, why, sizeof(why)) < 0)
-        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap, "operation %" PRIu64 " identity: %s",
-                            op->id, why);
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "operation %" PRIu64 " identity: %s",
+                       op->id, why);
     if (op->kind == WM_OPK_MIGRATING) {
         if (op->target != WM_RES_HOT && op->target != WM_RES_COLD && op->target != WM_RES_MIXED)
-            return wm_violation(WM_EINVALID_ARGUMENT, msg, cap,
-                                "MIGRATING operation %" PRIu64 " targets %s (not HOT, COLD or MIXED)",
-                                op->id, wm_residency_name((int)op->target));
+            return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                           "MIGRATING operation %" PRIu64 " targets %s (not HOT, COLD or MIXED)",
+                           op->id, wm_residency_name((int)op->target));
         if (op->target == WM_RES_MIXED &&
             !(isfinite(op->target_hot_ratio) && op->target_hot_ratio > 0.0 &&
               op->target_hot_ratio < 1.0))
-            return wm_violation(WM_EINVALID_ARGUMENT, msg, cap,
-                                "MIGRATING operation %" PRIu64 " to MIXED has ratio %g outside (0, 1)",
-                                op->id, op->target_hot_ratio);
+            return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                           "MIGRATING operation %" PRIu64 " to MIXED has ratio %g outside (0, 1)",
+                           op->id, op->target_hot_ratio);
     } else if (op->target != WM_RES_UNKNOWN) {
-        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap,
-                            "%s operation %" PRIu64 " has a target residency (only MIGRATING has one)",
-                            wm_op_kind_name((int)op->kind), op->id);
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                       "%s operation %" PRIu64 " has a target residency (only MIGRATING has one)",
+                       wm_op_kind_name((int)op->kind), op->id);
     }
     if (op->members_done > op->members_total || op->bytes_done > op->bytes_total)
-        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap,
-                            "operation %" PRIu64 " progress exceeds its total", op->id);
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                       "operation %" PRIu64 " progress exceeds its total", op->id);
     if (strnlen(op->cursor, sizeof(op->cursor)) > WM_KEY_MAX ||
         strnlen(op->error, sizeof(op->error)) > WM_ERROR_TEXT_MAX)
-        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap,
-                            "operation %" PRIu64 " cursor or error is unterminated", op->id);
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                       "operation %" PRIu64 " cursor or error is unterminated", op->id);
     if (op->cursor[0] != '\0') {
         wm_identity cid;
         wm_key_kind kind;
         if (wm_key_parse(op->cursor, &cid, &kind, NULL) < 0 || kind == WM_KEY_GROUP ||
             wm_identity_cmp(&cid, &op->id_of) != 0)
-            return wm_violation(WM_EINVALID_ARGUMENT, msg, cap,
-                                "operation %" PRIu64 " cursor is not a member key of its revision",
-                                op->id);
+            return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                           "operation %" PRIu64 " cursor is not a member key of its revision",
+                           op->id);
     }
     if (op->created_ms > op->updated_ms)
-        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap,
-                            "operation %" PRIu64 " was created after its last update", op->id);
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                       "operation %" PRIu64 " was created after its last update", op->id);
     if (rev == NULL) return WM_OK;
 
     if (wm_identity_cmp(&op->id_of, &rev->id) != 0)
-        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap,
-                            "operation %" PRIu64 " belongs to another revision", op->id);
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                       "operation %" PRIu64 " belongs to another revision", op->id);
     if (rev->operation_id == op->id) {
         if (op->state != WM_OPS_RUNNING)
-            return wm_violation(WM_EINVALID_ARGUMENT, msg, cap,
-                                "active operation %" PRIu64 " is %s (an active one is RUNNING)",
-                                op->id, wm_op_state_name((int)op->state));
+            return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                           "active operation %" PRIu64 " is %s (an active one is RUNNING)",
+                           op->id, wm_op_state_name((int)op->state));
         if (!wm_op_fits(op->kind, rev->availability))
-            return wm_violation(WM_EINVALID_ARGUMENT, msg, cap,
-                                "a %s operation cannot be active on a %s revision",
-                                wm_op_kind_name((int)op->kind),
-                                wm_availability_name((int)rev->availability));
+            return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                           "a %s operation cannot be active on a %s revision",
+                           wm_op_kind_name((int)op->kind),
+                           wm_availability_name((int)rev->availability));
     } else if (op->state == WM_OPS_RUNNING) {
-        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap,
-                            "operation %" PRIu64 " is RUNNING but not the revision's active one",
-                            op->id);
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                       "operation %" PRIu64 " is RUNNING but not the revision's active one",
+                       op->id);
     }
     return WM_OK;
 }
@@ -352,17 +339,17 @@ int wm_operation_check(const wm_operation *op, const wm_revision *rev, char *msg
 int wm_lease_check(const wm_lease *l, char *msg, size_t cap)
 {
     char why[160];
-    if (l == NULL) return wm_violation(WM_EINVALID_ARGUMENT, msg, cap, "lease is missing");
-    if (l->id == 0) return wm_violation(WM_EINVALID_ARGUMENT, msg, cap, "lease id is 0");
+    if (l == NULL) return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "lease is missing");
+    if (l->id == 0) return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "lease id is 0");
     if (wm_identity_check(&l->id_of, why, sizeof(why)) < 0)
-        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap, "lease %" PRIu64 " identity: %s",
-                            l->id, why);
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "lease %" PRIu64 " identity: %s",
+                       l->id, why);
     if (l->metadata_generation == 0)
-        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap,
-                            "lease %" PRIu64 " is fenced on metadata generation 0", l->id);
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                       "lease %" PRIu64 " is fenced on metadata generation 0", l->id);
     if (l->granted_ms > l->expiry_ms)
-        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap,
-                            "lease %" PRIu64 " expires before it was granted", l->id);
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                       "lease %" PRIu64 " expires before it was granted", l->id);
     return WM_OK;
 }
 
@@ -416,46 +403,46 @@ int wm_claim_phase_next_ok(int mode, int from, int to)
 int wm_claim_check(const wm_lineage_claim *c, char *msg, size_t cap)
 {
     char why[160];
-    if (c == NULL) return wm_violation(WM_EINVALID_ARGUMENT, msg, cap, "claim is missing");
+    if (c == NULL) return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "claim is missing");
     size_t rl = strnlen(c->request_id, sizeof(c->request_id));
     if (rl == 0 || rl > WM_REQUEST_ID_MAX || wm_component_check(c->request_id, rl) < 0)
-        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap,
-                            "request_id must be 1..%d bytes of UTF-8", WM_REQUEST_ID_MAX);
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                       "request_id must be 1..%d bytes of UTF-8", WM_REQUEST_ID_MAX);
     if (wm_identity_check(&c->base, why, sizeof(why)) < 0)
-        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap, "claim base: %s", why);
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "claim base: %s", why);
     if (wm_identity_check(&c->target, why, sizeof(why)) < 0)
-        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap, "claim target: %s", why);
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "claim target: %s", why);
     wm_lineage lin;
     wm_identity_lineage(&c->base, &lin);
     if (!wm_identity_in_lineage(&c->target, &lin))
-        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap,
-                            "claim target is not in the base's lineage");
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                       "claim target is not in the base's lineage");
     if (c->target.weight_generation <= c->base.weight_generation)
-        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap,
-                            "claim target generation %" PRIu64 " is not above base generation %" PRIu64,
-                            c->target.weight_generation, c->base.weight_generation);
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                       "claim target generation %" PRIu64 " is not above base generation %" PRIu64,
+                       c->target.weight_generation, c->base.weight_generation);
     if (!wm_upsert_mode_valid((int)c->mode))
-        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap, "claim mode %d is not an upsert mode",
-                            (int)c->mode);
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "claim mode %d is not an upsert mode",
+                       (int)c->mode);
     if (!wm_phase_valid((int)c->phase) || (wm_phases_of(c->mode) & (1u << c->phase)) == 0)
-        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap, "phase %s does not belong to mode %s",
-                            wm_phase_name((int)c->phase), wm_upsert_mode_name((int)c->mode));
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "phase %s does not belong to mode %s",
+                       wm_phase_name((int)c->phase), wm_upsert_mode_name((int)c->mode));
     if (c->expected_metadata_generation == 0)
-        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap,
-                            "claim expects base metadata generation 0");
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                       "claim expects base metadata generation 0");
     if (c->phase == WM_PHASE_COMMITTED && c->committed_watermark != c->target.weight_generation)
-        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap,
-                            "committed claim leaves watermark %" PRIu64 ", not its target %" PRIu64,
-                            c->committed_watermark, c->target.weight_generation);
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                       "committed claim leaves watermark %" PRIu64 ", not its target %" PRIu64,
+                       c->committed_watermark, c->target.weight_generation);
     if (c->phase != WM_PHASE_COMMITTED && c->committed_watermark >= c->target.weight_generation)
-        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap,
-                            "claim target %" PRIu64 " is not above the lineage watermark %" PRIu64,
-                            c->target.weight_generation, c->committed_watermark);
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                       "claim target %" PRIu64 " is not above the lineage watermark %" PRIu64,
+                       c->target.weight_generation, c->committed_watermark);
     if (strnlen(c->error, sizeof(c->error)) > WM_ERROR_TEXT_MAX)
-        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap, "claim error text is unterminated");
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "claim error text is unterminated");
     if (c->created_ms > c->updated_ms)
-        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap,
-                            "claim was created after its last update");
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                       "claim was created after its last update");
     return WM_OK;
 }
 
@@ -787,7 +774,7 @@ int wm_store_apply_upsert(wm_store *st, const wm_metadata_upsert *u, char *msg, 
     int have_copy = 0;
 
     if (st == NULL || u == NULL)
-        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap, "upsert is missing");
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "upsert is missing");
     wm_rev_entry *e = wm_find_entry(st, &u->revision.id);
     if (e != NULL && u->revision.metadata_generation < e->rev.metadata_generation)
         return WM_OK; /* older than what is held: already applied */
@@ -803,10 +790,10 @@ int wm_store_apply_upsert(wm_store *st, const wm_metadata_upsert *u, char *msg, 
             named |= u->operations[i].id == next.operation_id;
         const wm_operation *held = wm_store_operation(st, next.operation_id);
         if (!named && (held == NULL || wm_operation_check(held, &next, NULL, 0) < 0))
-            return wm_violation(WM_EINVALID_ARGUMENT, msg, cap,
-                                "revision names active operation %" PRIu64
-                                ", which is neither in the record nor held RUNNING",
-                                next.operation_id);
+            return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                           "revision names active operation %" PRIu64
+                           ", which is neither in the record nor held RUNNING",
+                           next.operation_id);
     }
     if (u->has_affinity) {
         if ((rc = wm_affinity_check(&u->affinity, &next, msg, cap)) < 0) return rc;
@@ -814,9 +801,9 @@ int wm_store_apply_upsert(wm_store *st, const wm_metadata_upsert *u, char *msg, 
         have_copy = 1;
     } else if ((next.availability == WM_AVAIL_READY || next.availability == WM_AVAIL_DEGRADED) &&
                (e == NULL || e->aff.n_units == 0)) {
-        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap,
-                            "%s revision arrives without its affinity summary",
-                            wm_availability_name((int)next.availability));
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                       "%s revision arrives without its affinity summary",
+                       wm_availability_name((int)next.availability));
     }
 
     if (e == NULL) {
@@ -851,7 +838,7 @@ free_copy:
 int wm_store_apply_delete(wm_store *st, const wm_metadata_delete *d, char *msg, size_t cap)
 {
     if (st == NULL || d == NULL)
-        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap, "delete is missing");
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "delete is missing");
     wm_rev_entry *e = wm_find_entry(st, &d->id);
     if (e != NULL && e->rev.metadata_generation > d->metadata_generation) return WM_OK;
     for (size_t i = 0; i < d->n_operation_ids; i++) wm_op_drop(st, d->operation_ids[i]);
@@ -875,24 +862,24 @@ int wm_store_apply_delete(wm_store *st, const wm_metadata_delete *d, char *msg, 
 int wm_store_apply_lease_upsert(wm_store *st, const wm_lease *l, char *msg, size_t cap)
 {
     int rc;
-    if (st == NULL || l == NULL) return wm_violation(WM_EINVALID_ARGUMENT, msg, cap, "lease is missing");
+    if (st == NULL || l == NULL) return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "lease is missing");
     if ((rc = wm_lease_check(l, msg, cap)) < 0) return rc;
     wm_rev_entry *e = wm_find_entry(st, &l->id_of);
     if (e == NULL || (e->rev.availability != WM_AVAIL_READY &&
                       e->rev.availability != WM_AVAIL_DEGRADED))
-        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap,
-                            "lease %" PRIu64 " names a revision that is not READY or DEGRADED",
-                            l->id);
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                       "lease %" PRIu64 " names a revision that is not READY or DEGRADED",
+                       l->id);
     if (l->metadata_generation > e->rev.metadata_generation)
-        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap,
-                            "lease %" PRIu64 " is fenced on generation %" PRIu64
-                            ", above the revision's %" PRIu64,
-                            l->id, l->metadata_generation, e->rev.metadata_generation);
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                       "lease %" PRIu64 " is fenced on generation %" PRIu64
+                       ", above the revision's %" PRIu64,
+                       l->id, l->metadata_generation, e->rev.metadata_generation);
     size_t at = wm_store_lease_lower_bound(st, l->id);
     if (at < st->n_leases && st->leases[at].id == l->id) {
         if (wm_identity_cmp(&st->leases[at].id_of, &l->id_of) != 0)
-            return wm_violation(WM_EINVALID_ARGUMENT, msg, cap,
-                                "lease %" PRIu64 " changes its revision", l->id);
+            return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                           "lease %" PRIu64 " changes its revision", l->id);
         st->leases[at] = *l;
     } else {
         if (st->n_leases == st->cap_leases) {
@@ -914,7 +901,7 @@ int wm_store_apply_lease_upsert(wm_store *st, const wm_lease *l, char *msg, size
 int wm_store_apply_lease_delete(wm_store *st, const wm_lease_delete *d, char *msg, size_t cap)
 {
     if (st == NULL || d == NULL)
-        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap, "lease end is missing");
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "lease end is missing");
     size_t at = wm_store_lease_lower_bound(st, d->lease_id);
     if (at >= st->n_leases || st->leases[at].id != d->lease_id) return WM_OK;
     wm_rev_entry *e = wm_find_entry(st, &st->leases[at].id_of);
@@ -965,7 +952,7 @@ int wm_store_apply_claim(wm_store *st, const wm_lineage_claim *c, char *msg, siz
     int rc;
     wm_lineage_entry e;
     if (st == NULL || c == NULL)
-        return wm_violation(WM_EINVALID_ARGUMENT, msg, cap, "lineage claim is missing");
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "lineage claim is missing");
     wm_lineage lin;
     wm_identity_lineage(&c->base, &lin);
     size_t at = wm_lineage_lower_bound(st, &lin);
@@ -1030,8 +1017,8 @@ int wm_store_replay(wm_store *st, uint16_t type, const uint8_t *buf, size_t len,
         return wm_store_apply_claim(st, &c, msg, cap);
     }
     default:
-        return wm_violation(SMP_ENOTSUP, msg, cap,
-                            "record type %u is not replayed by this build", (unsigned)type);
+        return wm_fail(SMP_ENOTSUP, msg, cap,
+                       "record type %u is not replayed by this build", (unsigned)type);
     }
 }
 

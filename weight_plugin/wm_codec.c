@@ -17,18 +17,6 @@
 #include "weight_records.pb-c.h"
 #include "wm_codec.h"
 
-__attribute__((format(printf, 4, 5)))
-static int wm_bad(int rc, char *msg, size_t cap, const char *fmt, ...)
-{
-    if (msg != NULL && cap > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(msg, cap, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
-
 static char wm_no_text[] = "";
 
 /* ------------------------------------------------------------------------ */
@@ -229,18 +217,18 @@ static int wm_upsert_check(const wm_metadata_upsert *u, char *msg, size_t cap)
     int rc;
     if ((rc = wm_metadata_check(&u->revision, msg, cap)) < 0) return rc;
     if (u->n_operations > 0 && u->operations == NULL)
-        return wm_bad(WM_EINVALID_ARGUMENT, msg, cap, "operations are missing");
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "operations are missing");
     for (size_t i = 0; i < u->n_operations; i++) {
         if ((rc = wm_operation_check(&u->operations[i], &u->revision, msg, cap)) < 0) return rc;
         for (size_t j = 0; j < i; j++)
             if (u->operations[j].id == u->operations[i].id)
-                return wm_bad(WM_EINVALID_ARGUMENT, msg, cap,
-                              "operation %" PRIu64 " appears twice", u->operations[i].id);
+                return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                               "operation %" PRIu64 " appears twice", u->operations[i].id);
     }
     if (u->has_affinity) {
         if (u->revision.affinity_count == 0)
-            return wm_bad(WM_EINVALID_ARGUMENT, msg, cap,
-                          "affinity summary recorded before the revision is sealed");
+            return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                           "affinity summary recorded before the revision is sealed");
         if ((rc = wm_affinity_check(&u->affinity, &u->revision, msg, cap)) < 0) return rc;
     }
     return WM_OK;
@@ -291,15 +279,15 @@ static int wm_delete_check(const wm_metadata_delete *d, char *msg, size_t cap)
     int rc;
     if ((rc = wm_identity_check(&d->id, msg, cap)) < 0) return rc;
     if (d->metadata_generation == 0)
-        return wm_bad(WM_EINVALID_ARGUMENT, msg, cap, "delete names metadata generation 0");
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "delete names metadata generation 0");
     if (d->reason != WM_DEL_IMPORT_ABORTED && d->reason != WM_DEL_TOMBSTONE_EXPIRED)
-        return wm_bad(WM_EINVALID_ARGUMENT, msg, cap, "delete reason %d is not a reason",
-                      (int)d->reason);
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "delete reason %d is not a reason",
+                       (int)d->reason);
     if (d->n_operation_ids > 0 && d->operation_ids == NULL)
-        return wm_bad(WM_EINVALID_ARGUMENT, msg, cap, "operation ids are missing");
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "operation ids are missing");
     for (size_t i = 0; i < d->n_operation_ids; i++)
         if (d->operation_ids[i] == 0)
-            return wm_bad(WM_EINVALID_ARGUMENT, msg, cap, "delete names operation id 0");
+            return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "delete names operation id 0");
     return WM_OK;
 }
 
@@ -344,11 +332,11 @@ int wm_encode_lease_delete(const wm_lease_delete *in, uint8_t **out, size_t *out
     Wmrec__Identity id;
     Wmrec__LeaseDelete m = WMREC__LEASE_DELETE__INIT;
     if (in == NULL || out == NULL || out_len == NULL) return WM_EINVALID_ARGUMENT;
-    if (in->lease_id == 0) return wm_bad(WM_EINVALID_ARGUMENT, msg, cap, "lease id is 0");
+    if (in->lease_id == 0) return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "lease id is 0");
     if ((rc = wm_identity_check(&in->id_of, msg, cap)) < 0) return rc;
     if (!wm_lease_end_valid((int)in->reason))
-        return wm_bad(WM_EINVALID_ARGUMENT, msg, cap, "lease end reason %d is not a reason",
-                      (int)in->reason);
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "lease end reason %d is not a reason",
+                       (int)in->reason);
     wm_enc_identity(&id, &in->id_of);
     m.lease_id = in->lease_id;
     m.identity = &id;
@@ -491,11 +479,11 @@ static int wm_dec_enum(uint32_t v, int (*valid)(int), int *out)
 static int wm_dec_component(const ProtobufCBinaryData *b, char *dst, const char *what,
                             const char *field, char *msg, size_t cap)
 {
-    if (b->len == 0) return wm_bad(SMP_EPROTO, msg, cap, "%s: %s is missing", what, field);
+    if (b->len == 0) return wm_fail(SMP_EPROTO, msg, cap, "%s: %s is missing", what, field);
     if (wm_component_check((const char *)b->data, b->len) < 0)
-        return wm_bad(SMP_EPROTO, msg, cap,
-                      "%s: %s is not 1..%d bytes of UTF-8 without NUL", what, field,
-                      WM_ID_COMPONENT_MAX);
+        return wm_fail(SMP_EPROTO, msg, cap,
+                       "%s: %s is not 1..%d bytes of UTF-8 without NUL", what, field,
+                       WM_ID_COMPONENT_MAX);
     memcpy(dst, b->data, b->len);
     dst[b->len] = '\0';
     return WM_OK;
@@ -520,7 +508,7 @@ static int wm_dec_identity(const Wmrec__Identity *m, wm_identity *out, const cha
 {
     int rc;
     char why[160];
-    if (m == NULL) return wm_bad(SMP_EPROTO, msg, cap, "%s: identity is missing", what);
+    if (m == NULL) return wm_fail(SMP_EPROTO, msg, cap, "%s: identity is missing", what);
     memset(out, 0, sizeof(*out));
     if ((rc = wm_dec_strings(&m->tenant_id, &m->namespace_, &m->resource_id, &m->revision,
                              out->tenant_id, out->ns, out->resource_id, out->revision, what,
@@ -528,7 +516,7 @@ static int wm_dec_identity(const Wmrec__Identity *m, wm_identity *out, const cha
         return rc;
     out->weight_generation = m->weight_generation;
     if (wm_identity_check(out, why, sizeof(why)) < 0)
-        return wm_bad(SMP_EPROTO, msg, cap, "%s: %s", what, why);
+        return wm_fail(SMP_EPROTO, msg, cap, "%s: %s", what, why);
     return WM_OK;
 }
 
@@ -539,8 +527,8 @@ static int wm_dec_text(const char *s, char *dst, size_t dstcap, const char *what
     if (s == NULL) s = wm_no_text;
     size_t len = strlen(s);
     if (len >= dstcap)
-        return wm_bad(SMP_EPROTO, msg, cap, "%s is %zu bytes, above %zu", what, len, dstcap - 1);
-    if (wm_text_check(s, len) < 0) return wm_bad(SMP_EPROTO, msg, cap, "%s is not UTF-8", what);
+        return wm_fail(SMP_EPROTO, msg, cap, "%s is %zu bytes, above %zu", what, len, dstcap - 1);
+    if (wm_text_check(s, len) < 0) return wm_fail(SMP_EPROTO, msg, cap, "%s is not UTF-8", what);
     memcpy(dst, s, len + 1);
     return WM_OK;
 }
@@ -553,8 +541,8 @@ static int wm_dec_digest(const ProtobufCBinaryData *b, uint8_t *out, const char 
         return WM_OK;
     }
     if (b->len != WM_SHA256_LEN)
-        return wm_bad(SMP_EPROTO, msg, cap, "%s is %zu bytes, not %d", what, b->len,
-                      WM_SHA256_LEN);
+        return wm_fail(SMP_EPROTO, msg, cap, "%s is %zu bytes, not %d", what, b->len,
+                       WM_SHA256_LEN);
     memcpy(out, b->data, WM_SHA256_LEN);
     return WM_OK;
 }
@@ -565,26 +553,26 @@ static int wm_dec_revision(const Wmrec__Revision *m, wm_revision *out, char *msg
     char why[256];
     wm_revision r;
 
-    if (m == NULL) return wm_bad(SMP_EPROTO, msg, cap, "revision is missing");
+    if (m == NULL) return wm_fail(SMP_EPROTO, msg, cap, "revision is missing");
     memset(&r, 0, sizeof(r));
     if ((rc = wm_dec_identity(m->identity, &r.id, "revision", msg, cap)) < 0) return rc;
-    if (m->policy == NULL) return wm_bad(SMP_EPROTO, msg, cap, "revision: policy is missing");
+    if (m->policy == NULL) return wm_fail(SMP_EPROTO, msg, cap, "revision: policy is missing");
     if (wm_dec_enum(m->policy->preferred_residency, wm_residency_valid, &v) < 0)
-        return wm_bad(SMP_EPROTO, msg, cap, "revision: preferred residency %" PRIu32 " is unknown",
-                      m->policy->preferred_residency);
+        return wm_fail(SMP_EPROTO, msg, cap, "revision: preferred residency %" PRIu32 " is unknown",
+                       m->policy->preferred_residency);
     r.policy.preferred = (wm_residency)v;
     if (wm_dec_enum(m->policy->migration_mode, wm_mode_valid, &v) < 0)
-        return wm_bad(SMP_EPROTO, msg, cap, "revision: migration mode %" PRIu32 " is unknown",
-                      m->policy->migration_mode);
+        return wm_fail(SMP_EPROTO, msg, cap, "revision: migration mode %" PRIu32 " is unknown",
+                       m->policy->migration_mode);
     r.policy.mode = (wm_migration_mode)v;
     r.policy.mixed_hot_ratio = m->policy->mixed_hot_ratio;
     if (wm_dec_enum(m->availability, wm_availability_valid, &v) < 0)
-        return wm_bad(SMP_EPROTO, msg, cap, "revision: availability %" PRIu32 " is unknown",
-                      m->availability);
+        return wm_fail(SMP_EPROTO, msg, cap, "revision: availability %" PRIu32 " is unknown",
+                       m->availability);
     r.availability = (wm_availability)v;
     if (wm_dec_enum(m->residency, wm_residency_valid, &v) < 0)
-        return wm_bad(SMP_EPROTO, msg, cap, "revision: residency %" PRIu32 " is unknown",
-                      m->residency);
+        return wm_fail(SMP_EPROTO, msg, cap, "revision: residency %" PRIu32 " is unknown",
+                       m->residency);
     r.residency = (wm_residency)v;
     r.observed_hot_ratio = m->observed_hot_ratio;
     r.metadata_generation = m->metadata_generation;
@@ -608,7 +596,7 @@ static int wm_dec_revision(const Wmrec__Revision *m, wm_revision *out, char *msg
     r.last_access_ms = m->last_access_ms;
     r.lease_count = m->lease_count;
     if (wm_metadata_check(&r, why, sizeof(why)) < 0)
-        return wm_bad(SMP_EPROTO, msg, cap, "revision: %s", why);
+        return wm_fail(SMP_EPROTO, msg, cap, "revision: %s", why);
     *out = r;
     return WM_OK;
 }
@@ -619,18 +607,18 @@ static int wm_dec_operation(const Wmrec__Operation *m, wm_operation *out, char *
     char why[256];
     wm_operation op;
 
-    if (m == NULL) return wm_bad(SMP_EPROTO, msg, cap, "operation is missing");
+    if (m == NULL) return wm_fail(SMP_EPROTO, msg, cap, "operation is missing");
     memset(&op, 0, sizeof(op));
     op.id = m->id;
     if (wm_dec_enum(m->kind, wm_op_kind_valid, &v) < 0)
-        return wm_bad(SMP_EPROTO, msg, cap, "operation %" PRIu64 ": kind %" PRIu32 " is unknown",
-                      m->id, m->kind);
+        return wm_fail(SMP_EPROTO, msg, cap, "operation %" PRIu64 ": kind %" PRIu32 " is unknown",
+                       m->id, m->kind);
     op.kind = (wm_op_kind)v;
     if ((rc = wm_dec_identity(m->identity, &op.id_of, "operation", msg, cap)) < 0) return rc;
     if (wm_dec_enum(m->target_residency, wm_residency_valid, &v) < 0)
-        return wm_bad(SMP_EPROTO, msg, cap,
-                      "operation %" PRIu64 ": target residency %" PRIu32 " is unknown", m->id,
-                      m->target_residency);
+        return wm_fail(SMP_EPROTO, msg, cap,
+                       "operation %" PRIu64 ": target residency %" PRIu32 " is unknown", m->id,
+                       m->target_residency);
     op.target = (wm_residency)v;
     op.target_hot_ratio = m->target_hot_ratio;
     op.members_done = m->members_done;
@@ -638,8 +626,8 @@ static int wm_dec_operation(const Wmrec__Operation *m, wm_operation *out, char *
     op.bytes_done = m->bytes_done;
     op.bytes_total = m->bytes_total;
     if (wm_dec_enum(m->state, wm_op_state_valid, &v) < 0)
-        return wm_bad(SMP_EPROTO, msg, cap, "operation %" PRIu64 ": state %" PRIu32 " is unknown",
-                      m->id, m->state);
+        return wm_fail(SMP_EPROTO, msg, cap, "operation %" PRIu64 ": state %" PRIu32 " is unknown",
+                       m->id, m->state);
     op.state = (wm_op_state)v;
     if ((rc = wm_dec_text(m->cursor, op.cursor, sizeof(op.cursor), "operation cursor", msg,
                           cap)) < 0 ||
@@ -649,7 +637,7 @@ static int wm_dec_operation(const Wmrec__Operation *m, wm_operation *out, char *
     op.created_ms = m->created_ms;
     op.updated_ms = m->updated_ms;
     if (wm_operation_check(&op, NULL, why, sizeof(why)) < 0)
-        return wm_bad(SMP_EPROTO, msg, cap, "%s", why);
+        return wm_fail(SMP_EPROTO, msg, cap, "%s", why);
     *out = op;
     return WM_OK;
 }
@@ -662,14 +650,14 @@ static int wm_dec_affinity(const Wmrec__AffinitySummary *m, wm_affinity *out, ch
     int rc = WM_OK;
     wm_affinity a = {NULL, 0};
 
-    if (m->n_units == 0) return wm_bad(SMP_EPROTO, msg, cap, "affinity summary has no unit");
+    if (m->n_units == 0) return wm_fail(SMP_EPROTO, msg, cap, "affinity summary has no unit");
     a.units = calloc(m->n_units, sizeof(*a.units));
     if (a.units == NULL) return SMP_ENOMEM;
     for (size_t i = 0; i < m->n_units; i++) {
         const Wmrec__AffinityUnit *u = m->units[i];
         a.n_units = i + 1;
         if (u == NULL || u->n_members == 0) {
-            rc = wm_bad(SMP_EPROTO, msg, cap, "affinity unit %zu has no member", i);
+            rc = wm_fail(SMP_EPROTO, msg, cap, "affinity unit %zu has no member", i);
             goto free_summary;
         }
         a.units[i].logical_bytes = u->logical_bytes;
@@ -683,8 +671,8 @@ static int wm_dec_affinity(const Wmrec__AffinitySummary *m, wm_affinity *out, ch
             size_t len = strlen(k);
             a.units[i].n_members = j + 1;
             if (len == 0 || len > WM_KEY_MAX || wm_text_check(k, len) < 0) {
-                rc = wm_bad(SMP_EPROTO, msg, cap, "affinity unit %zu member %zu is not a key", i,
-                            j);
+                rc = wm_fail(SMP_EPROTO, msg, cap, "affinity unit %zu member %zu is not a key", i,
+                             j);
                 goto free_summary;
             }
             if ((a.units[i].members[j] = strdup(k)) == NULL) {
@@ -705,14 +693,14 @@ static int wm_dec_lease(const Wmrec__Lease *m, wm_lease *out, char *msg, size_t 
     int rc;
     char why[256];
     wm_lease l;
-    if (m == NULL) return wm_bad(SMP_EPROTO, msg, cap, "lease is missing");
+    if (m == NULL) return wm_fail(SMP_EPROTO, msg, cap, "lease is missing");
     memset(&l, 0, sizeof(l));
     l.id = m->id;
     if ((rc = wm_dec_identity(m->identity, &l.id_of, "lease", msg, cap)) < 0) return rc;
     l.metadata_generation = m->metadata_generation;
     l.granted_ms = m->granted_ms;
     l.expiry_ms = m->expiry_ms;
-    if (wm_lease_check(&l, why, sizeof(why)) < 0) return wm_bad(SMP_EPROTO, msg, cap, "%s", why);
+    if (wm_lease_check(&l, why, sizeof(why)) < 0) return wm_fail(SMP_EPROTO, msg, cap, "%s", why);
     *out = l;
     return WM_OK;
 }
@@ -722,7 +710,7 @@ static int wm_dec_claim(const Wmrec__LineageClaim *m, wm_lineage_claim *out, cha
     int rc, v;
     char why[256];
     wm_lineage_claim c;
-    if (m == NULL) return wm_bad(SMP_EPROTO, msg, cap, "claim is missing");
+    if (m == NULL) return wm_fail(SMP_EPROTO, msg, cap, "claim is missing");
     memset(&c, 0, sizeof(c));
     if ((rc = wm_dec_text(m->request_id, c.request_id, sizeof(c.request_id), "claim request_id",
                           msg, cap)) < 0)
@@ -731,10 +719,10 @@ static int wm_dec_claim(const Wmrec__LineageClaim *m, wm_lineage_claim *out, cha
     if ((rc = wm_dec_identity(m->target_identity, &c.target, "claim target", msg, cap)) < 0)
         return rc;
     if (wm_dec_enum(m->mode, wm_upsert_mode_valid, &v) < 0)
-        return wm_bad(SMP_EPROTO, msg, cap, "claim: mode %" PRIu32 " is unknown", m->mode);
+        return wm_fail(SMP_EPROTO, msg, cap, "claim: mode %" PRIu32 " is unknown", m->mode);
     c.mode = (wm_upsert_mode)v;
     if (wm_dec_enum(m->phase, wm_phase_valid, &v) < 0)
-        return wm_bad(SMP_EPROTO, msg, cap, "claim: phase %" PRIu32 " is unknown", m->phase);
+        return wm_fail(SMP_EPROTO, msg, cap, "claim: phase %" PRIu32 " is unknown", m->phase);
     c.phase = (wm_claim_phase)v;
     c.expected_metadata_generation = m->expected_metadata_generation;
     c.committed_watermark = m->committed_watermark;
@@ -742,7 +730,7 @@ static int wm_dec_claim(const Wmrec__LineageClaim *m, wm_lineage_claim *out, cha
         return rc;
     c.created_ms = m->created_ms;
     c.updated_ms = m->updated_ms;
-    if (wm_claim_check(&c, why, sizeof(why)) < 0) return wm_bad(SMP_EPROTO, msg, cap, "%s", why);
+    if (wm_claim_check(&c, why, sizeof(why)) < 0) return wm_fail(SMP_EPROTO, msg, cap, "%s", why);
     *out = c;
     return WM_OK;
 }
@@ -785,7 +773,7 @@ int wm_decode_metadata_upsert(const uint8_t *buf, size_t len, wm_metadata_upsert
 
     if (out == NULL || (buf == NULL && len > 0)) return WM_EINVALID_ARGUMENT;
     m = wmrec__metadata_upsert__unpack(NULL, len, buf);
-    if (m == NULL) return wm_bad(SMP_EPROTO, msg, cap, "metadata upsert does not decode");
+    if (m == NULL) return wm_fail(SMP_EPROTO, msg, cap, "metadata upsert does not decode");
     memset(&u, 0, sizeof(u));
     if ((rc = wm_dec_revision(m->revision, &u.revision, msg, cap)) < 0) goto free_message;
     if (m->n_operations > 0) {
@@ -805,7 +793,7 @@ int wm_decode_metadata_upsert(const uint8_t *buf, size_t len, wm_metadata_upsert
         u.has_affinity = 1;
     }
     if (wm_upsert_check(&u, why, sizeof(why)) < 0) {
-        rc = wm_bad(SMP_EPROTO, msg, cap, "%s", why);
+        rc = wm_fail(SMP_EPROTO, msg, cap, "%s", why);
         goto free_record;
     }
     *out = u;
@@ -828,14 +816,14 @@ int wm_decode_metadata_delete(const uint8_t *buf, size_t len, wm_metadata_delete
 
     if (out == NULL || (buf == NULL && len > 0)) return WM_EINVALID_ARGUMENT;
     m = wmrec__metadata_delete__unpack(NULL, len, buf);
-    if (m == NULL) return wm_bad(SMP_EPROTO, msg, cap, "metadata delete does not decode");
+    if (m == NULL) return wm_fail(SMP_EPROTO, msg, cap, "metadata delete does not decode");
     memset(&d, 0, sizeof(d));
     if ((rc = wm_dec_identity(m->identity, &d.id, "metadata delete", msg, cap)) < 0)
         goto free_message;
     d.metadata_generation = m->metadata_generation;
     if (m->reason > WM_ENUM_CEILING) {
-        rc = wm_bad(SMP_EPROTO, msg, cap, "metadata delete: reason %" PRIu32 " is unknown",
-                    m->reason);
+        rc = wm_fail(SMP_EPROTO, msg, cap, "metadata delete: reason %" PRIu32 " is unknown",
+                     m->reason);
         goto free_message;
     }
     v = (int)m->reason;
@@ -850,7 +838,7 @@ int wm_decode_metadata_delete(const uint8_t *buf, size_t len, wm_metadata_delete
         d.n_operation_ids = m->n_operation_ids;
     }
     if (wm_delete_check(&d, why, sizeof(why)) < 0) {
-        rc = wm_bad(SMP_EPROTO, msg, cap, "metadata delete: %s", why);
+        rc = wm_fail(SMP_EPROTO, msg, cap, "metadata delete: %s", why);
         wm_metadata_delete_clear(&d);
         goto free_message;
     }
@@ -868,7 +856,7 @@ int wm_decode_lease_upsert(const uint8_t *buf, size_t len, wm_lease *out, char *
     Wmrec__LeaseUpsert *m;
     if (out == NULL || (buf == NULL && len > 0)) return WM_EINVALID_ARGUMENT;
     m = wmrec__lease_upsert__unpack(NULL, len, buf);
-    if (m == NULL) return wm_bad(SMP_EPROTO, msg, cap, "lease upsert does not decode");
+    if (m == NULL) return wm_fail(SMP_EPROTO, msg, cap, "lease upsert does not decode");
     if ((rc = wm_dec_lease(m->lease, &l, msg, cap)) == WM_OK) *out = l;
     wmrec__lease_upsert__free_unpacked(m, NULL);
     return rc;
@@ -882,14 +870,14 @@ int wm_decode_lease_delete(const uint8_t *buf, size_t len, wm_lease_delete *out,
     Wmrec__LeaseDelete *m;
     if (out == NULL || (buf == NULL && len > 0)) return WM_EINVALID_ARGUMENT;
     m = wmrec__lease_delete__unpack(NULL, len, buf);
-    if (m == NULL) return wm_bad(SMP_EPROTO, msg, cap, "lease delete does not decode");
+    if (m == NULL) return wm_fail(SMP_EPROTO, msg, cap, "lease delete does not decode");
     memset(&d, 0, sizeof(d));
     d.lease_id = m->lease_id;
     if ((rc = wm_dec_identity(m->identity, &d.id_of, "lease delete", msg, cap)) < 0)
         goto free_message;
     if (m->lease_id == 0 || m->reason > WM_ENUM_CEILING || !wm_lease_end_valid((int)m->reason)) {
-        rc = wm_bad(SMP_EPROTO, msg, cap, "lease delete: lease id %" PRIu64 " or reason %" PRIu32
-                    " is invalid", m->lease_id, m->reason);
+        rc = wm_fail(SMP_EPROTO, msg, cap, "lease delete: lease id %" PRIu64 " or reason %" PRIu32
+                     " is invalid", m->lease_id, m->reason);
         goto free_message;
     }
     d.reason = (wm_lease_end)m->reason;
@@ -907,7 +895,7 @@ int wm_decode_lineage_claim(const uint8_t *buf, size_t len, wm_lineage_claim *ou
     Wmrec__LineageClaim *m;
     if (out == NULL || (buf == NULL && len > 0)) return WM_EINVALID_ARGUMENT;
     m = wmrec__lineage_claim__unpack(NULL, len, buf);
-    if (m == NULL) return wm_bad(SMP_EPROTO, msg, cap, "lineage claim does not decode");
+    if (m == NULL) return wm_fail(SMP_EPROTO, msg, cap, "lineage claim does not decode");
     if ((rc = wm_dec_claim(m, &c, msg, cap)) == WM_OK) *out = c;
     wmrec__lineage_claim__free_unpacked(m, NULL);
     return rc;
@@ -919,7 +907,7 @@ static int wm_dec_lineage_entry(const Wmrec__LineageEntry *m, wm_lineage_entry *
     int rc;
     char why[256];
     if (m == NULL || m->lineage == NULL)
-        return wm_bad(SMP_EPROTO, msg, cap, "lineage entry without lineage");
+        return wm_fail(SMP_EPROTO, msg, cap, "lineage entry without lineage");
     memset(out, 0, sizeof(*out));
     if ((rc = wm_dec_strings(&m->lineage->tenant_id, &m->lineage->namespace_,
                              &m->lineage->resource_id, &m->lineage->revision,
@@ -927,7 +915,7 @@ static int wm_dec_lineage_entry(const Wmrec__LineageEntry *m, wm_lineage_entry *
                              out->lineage.revision, "lineage", msg, cap)) < 0)
         return rc;
     if (wm_lineage_check(&out->lineage, why, sizeof(why)) < 0)
-        return wm_bad(SMP_EPROTO, msg, cap, "lineage: %s", why);
+        return wm_fail(SMP_EPROTO, msg, cap, "lineage: %s", why);
     out->committed_watermark = m->committed_watermark;
     if (m->claim != NULL) {
         if ((rc = wm_dec_claim(m->claim, &out->claim, msg, cap)) < 0) return rc;
@@ -953,10 +941,10 @@ int wm_decode_section(const uint8_t *buf, size_t len, wm_section_image *out, cha
         return WM_OK;
     }
     m = wmrec__weight_metadata_section__unpack(NULL, len, buf);
-    if (m == NULL) return wm_bad(SMP_EPROTO, msg, cap, "section %s does not decode", WM_SECTION_NAME);
+    if (m == NULL) return wm_fail(SMP_EPROTO, msg, cap, "section %s does not decode", WM_SECTION_NAME);
     if (m->format != WM_SECTION_FORMAT) {
-        rc = wm_bad(SMP_EPROTO, msg, cap, "section %s has format %" PRIu32 ", this build reads %d",
-                    WM_SECTION_NAME, m->format, WM_SECTION_FORMAT);
+        rc = wm_fail(SMP_EPROTO, msg, cap, "section %s has format %" PRIu32 ", this build reads %d",
+                     WM_SECTION_NAME, m->format, WM_SECTION_FORMAT);
         goto free_message;
     }
     img.revisions = calloc(m->n_revisions + 1, sizeof(*img.revisions));
@@ -972,7 +960,7 @@ int wm_decode_section(const uint8_t *buf, size_t len, wm_section_image *out, cha
     for (size_t i = 0; i < m->n_revisions; i++) {
         const Wmrec__RevisionEntry *e = m->revisions[i];
         if (e == NULL) {
-            rc = wm_bad(SMP_EPROTO, msg, cap, "revision entry %zu is empty", i);
+            rc = wm_fail(SMP_EPROTO, msg, cap, "revision entry %zu is empty", i);
             goto free_image;
         }
         img.n_revisions = i + 1;
@@ -998,8 +986,8 @@ int wm_decode_section(const uint8_t *buf, size_t len, wm_section_image *out, cha
     img.next_operation_id = m->next_operation_id;
     img.next_lease_id = m->next_lease_id;
     if ((rc = wm_section_check(&img, why, sizeof(why))) < 0) {
-        rc = rc == SMP_ENOMEM ? rc : wm_bad(SMP_EPROTO, msg, cap, "section %s: %s",
-                                            WM_SECTION_NAME, why);
+        rc = rc == SMP_ENOMEM ? rc : wm_fail(SMP_EPROTO, msg, cap, "section %s: %s",
+                                             WM_SECTION_NAME, why);
         goto free_image;
     }
     *out = img;
@@ -1076,27 +1064,27 @@ int wm_section_check(const wm_section_image *img, char *msg, size_t cap)
     const wm_lineage_entry **lins = NULL;
     uint32_t *counts = NULL;
 
-    if (img == NULL) return wm_bad(WM_EINVALID_ARGUMENT, msg, cap, "table is missing");
+    if (img == NULL) return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "table is missing");
     if ((img->n_revisions > 0 && img->revisions == NULL) ||
         (img->n_operations > 0 && img->operations == NULL) ||
         (img->n_leases > 0 && img->leases == NULL) ||
         (img->n_lineages > 0 && img->lineages == NULL))
-        return wm_bad(WM_EINVALID_ARGUMENT, msg, cap, "table arrays are missing");
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "table arrays are missing");
 
     for (size_t i = 0; i < img->n_revisions; i++) {
         const wm_revision *r = &img->revisions[i];
         const wm_affinity *a = img->affinities != NULL ? &img->affinities[i] : NULL;
         if (wm_metadata_check(r, why, sizeof(why)) < 0)
-            return wm_bad(WM_EINVALID_ARGUMENT, msg, cap, "revision %zu: %s", i, why);
+            return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "revision %zu: %s", i, why);
         if (a != NULL && a->n_units > 0) {
             if ((rc = wm_affinity_check(a, r, why, sizeof(why))) < 0)
                 return rc == SMP_ENOMEM ? rc
-                                        : wm_bad(WM_EINVALID_ARGUMENT, msg, cap, "revision %zu: %s",
-                                                 i, why);
+                                        : wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "revision %zu: %s",
+                                                  i, why);
         } else if (r->availability == WM_AVAIL_READY || r->availability == WM_AVAIL_DEGRADED) {
-            return wm_bad(WM_EINVALID_ARGUMENT, msg, cap,
-                          "revision %zu is %s without an affinity summary", i,
-                          wm_availability_name((int)r->availability));
+            return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                           "revision %zu is %s without an affinity summary", i,
+                           wm_availability_name((int)r->availability));
         }
     }
 
@@ -1111,43 +1099,43 @@ int wm_section_check(const wm_section_image *img, char *msg, size_t cap)
     }
     for (size_t i = 1; i < img->n_revisions; i++)
         if (wm_identity_cmp(&revs[i - 1]->id, &revs[i]->id) == 0) {
-            rc = wm_bad(WM_EINVALID_ARGUMENT, msg, cap, "two records of revision %s/%s/%s/%s/%" PRIu64,
-                        revs[i]->id.tenant_id, revs[i]->id.ns, revs[i]->id.resource_id,
-                        revs[i]->id.revision, revs[i]->id.weight_generation);
+            rc = wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "two records of revision %s/%s/%s/%s/%" PRIu64,
+                         revs[i]->id.tenant_id, revs[i]->id.ns, revs[i]->id.resource_id,
+                         revs[i]->id.revision, revs[i]->id.weight_generation);
             goto free_indexes;
         }
 
     for (size_t i = 0; i < img->n_operations; i++) {
         const wm_operation *op = ops[i];
         if (i > 0 && ops[i - 1]->id == op->id) {
-            rc = wm_bad(WM_EINVALID_ARGUMENT, msg, cap, "two operations with id %" PRIu64, op->id);
+            rc = wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "two operations with id %" PRIu64, op->id);
             goto free_indexes;
         }
         const wm_revision **hit = bsearch(&op->id_of, revs, img->n_revisions, sizeof(*revs),
                                           wm_rev_key_cmp);
         if (wm_operation_check(op, hit != NULL ? *hit : NULL, why, sizeof(why)) < 0) {
-            rc = wm_bad(WM_EINVALID_ARGUMENT, msg, cap, "%s", why);
+            rc = wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "%s", why);
             goto free_indexes;
         }
         if (hit == NULL && op->state == WM_OPS_RUNNING) {
-            rc = wm_bad(WM_EINVALID_ARGUMENT, msg, cap,
-                        "operation %" PRIu64 " is RUNNING on a revision that has no record", op->id);
+            rc = wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                         "operation %" PRIu64 " is RUNNING on a revision that has no record", op->id);
             goto free_indexes;
         }
     }
     if (img->n_operations > 0 && img->next_operation_id <= ops[img->n_operations - 1]->id) {
-        rc = wm_bad(WM_EINVALID_ARGUMENT, msg, cap,
-                    "next operation id %" PRIu64 " is not above operation %" PRIu64,
-                    img->next_operation_id, ops[img->n_operations - 1]->id);
+        rc = wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                     "next operation id %" PRIu64 " is not above operation %" PRIu64,
+                     img->next_operation_id, ops[img->n_operations - 1]->id);
         goto free_indexes;
     }
     for (size_t i = 0; i < img->n_revisions; i++) {
         const wm_revision *r = &img->revisions[i];
         if (r->operation_id != 0 &&
             bsearch(&r->operation_id, ops, img->n_operations, sizeof(*ops), wm_op_key_cmp) == NULL) {
-            rc = wm_bad(WM_EINVALID_ARGUMENT, msg, cap,
-                        "revision %zu names operation %" PRIu64 ", which has no record", i,
-                        r->operation_id);
+            rc = wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                         "revision %zu names operation %" PRIu64 ", which has no record", i,
+                         r->operation_id);
             goto free_indexes;
         }
     }
@@ -1155,39 +1143,39 @@ int wm_section_check(const wm_section_image *img, char *msg, size_t cap)
     for (size_t i = 0; i < img->n_leases; i++) {
         const wm_lease *l = leases[i];
         if (i > 0 && leases[i - 1]->id == l->id) {
-            rc = wm_bad(WM_EINVALID_ARGUMENT, msg, cap, "two leases with id %" PRIu64, l->id);
+            rc = wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "two leases with id %" PRIu64, l->id);
             goto free_indexes;
         }
         if (wm_lease_check(l, why, sizeof(why)) < 0) {
-            rc = wm_bad(WM_EINVALID_ARGUMENT, msg, cap, "%s", why);
+            rc = wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "%s", why);
             goto free_indexes;
         }
         const wm_revision **hit = bsearch(&l->id_of, revs, img->n_revisions, sizeof(*revs),
                                           wm_rev_key_cmp);
         if (hit == NULL || ((*hit)->availability != WM_AVAIL_READY &&
                             (*hit)->availability != WM_AVAIL_DEGRADED)) {
-            rc = wm_bad(WM_EINVALID_ARGUMENT, msg, cap,
-                        "lease %" PRIu64 " protects a revision that is not READY or DEGRADED", l->id);
+            rc = wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                         "lease %" PRIu64 " protects a revision that is not READY or DEGRADED", l->id);
             goto free_indexes;
         }
         if (l->metadata_generation > (*hit)->metadata_generation) {
-            rc = wm_bad(WM_EINVALID_ARGUMENT, msg, cap,
-                        "lease %" PRIu64 " is fenced on a generation the revision never had", l->id);
+            rc = wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                         "lease %" PRIu64 " is fenced on a generation the revision never had", l->id);
             goto free_indexes;
         }
         counts[*hit - img->revisions]++;
     }
     if (img->n_leases > 0 && img->next_lease_id <= leases[img->n_leases - 1]->id) {
-        rc = wm_bad(WM_EINVALID_ARGUMENT, msg, cap,
-                    "next lease id %" PRIu64 " is not above lease %" PRIu64, img->next_lease_id,
-                    leases[img->n_leases - 1]->id);
+        rc = wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                     "next lease id %" PRIu64 " is not above lease %" PRIu64, img->next_lease_id,
+                     leases[img->n_leases - 1]->id);
         goto free_indexes;
     }
     for (size_t i = 0; i < img->n_revisions; i++) {
         if (counts[i] != img->revisions[i].lease_count) {
-            rc = wm_bad(WM_EINVALID_ARGUMENT, msg, cap,
-                        "revision %zu counts %" PRIu32 " leases, the table holds %" PRIu32, i,
-                        img->revisions[i].lease_count, counts[i]);
+            rc = wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                         "revision %zu counts %" PRIu32 " leases, the table holds %" PRIu32, i,
+                         img->revisions[i].lease_count, counts[i]);
             goto free_indexes;
         }
     }
@@ -1195,30 +1183,30 @@ int wm_section_check(const wm_section_image *img, char *msg, size_t cap)
     for (size_t i = 0; i < img->n_lineages; i++) {
         const wm_lineage_entry *e = lins[i];
         if (i > 0 && wm_lineage_cmp(&lins[i - 1]->lineage, &e->lineage) == 0) {
-            rc = wm_bad(WM_EINVALID_ARGUMENT, msg, cap, "two entries for lineage %s/%s/%s/%s",
-                        e->lineage.tenant_id, e->lineage.ns, e->lineage.resource_id,
-                        e->lineage.revision);
+            rc = wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "two entries for lineage %s/%s/%s/%s",
+                         e->lineage.tenant_id, e->lineage.ns, e->lineage.resource_id,
+                         e->lineage.revision);
             goto free_indexes;
         }
         if (wm_lineage_check(&e->lineage, why, sizeof(why)) < 0) {
-            rc = wm_bad(WM_EINVALID_ARGUMENT, msg, cap, "lineage: %s", why);
+            rc = wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "lineage: %s", why);
             goto free_indexes;
         }
         if (!e->has_claim) continue;
         if (wm_claim_check(&e->claim, why, sizeof(why)) < 0) {
-            rc = wm_bad(WM_EINVALID_ARGUMENT, msg, cap, "%s", why);
+            rc = wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "%s", why);
             goto free_indexes;
         }
         if (!wm_identity_in_lineage(&e->claim.base, &e->lineage) ||
             e->claim.committed_watermark != e->committed_watermark) {
-            rc = wm_bad(WM_EINVALID_ARGUMENT, msg, cap,
-                        "claim %s is not in its lineage or disagrees on the watermark",
-                        e->claim.request_id);
+            rc = wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                         "claim %s is not in its lineage or disagrees on the watermark",
+                         e->claim.request_id);
             goto free_indexes;
         }
     }
     if (img->next_operation_id == 0 || img->next_lease_id == 0)
-        rc = wm_bad(WM_EINVALID_ARGUMENT, msg, cap, "next operation and lease ids start at 1");
+        rc = wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "next operation and lease ids start at 1");
 free_indexes:
     free(revs);
     free(ops);

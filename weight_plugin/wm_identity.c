@@ -36,10 +36,7 @@ const char *wm_error_name(int rc)
     }
 }
 
-/* Write a formatted sentence into msg when the caller wants one; return rc
- * so call sites read `return wm_fail(...)`. */
-__attribute__((format(printf, 4, 5)))
-static int wm_fail(int rc, char *msg, size_t cap, const char *fmt, ...)
+int wm_fail(int rc, char *msg, size_t cap, const char *fmt, ...)
 {
     if (msg != NULL && cap > 0) {
         va_list ap;
