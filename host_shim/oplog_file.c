@@ -1032,12 +1032,10 @@ static int file_replay(oplog *log,
         seg_path(fl, segs[i], path, sizeof(path));
         if ((rc = seg_map_open(path, &m, err, errlen)) < 0)
             goto free_segs;
-        while (off < m.size) {
+        while (expect <= end) { /* recovery found where the records end */
             oplog_record rec;
             size_t rec_len = 0;
             rec_status st = parse_record(m.buf + off, m.size - off, &rec, &rec_len);
-            if (st != REC_OK && zero_to_end(m.buf, off, m.size))
-                break; /* unwritten space */
             if (st != REC_OK || rec.seq != expect) {
                 wm_errbuf(err, errlen, "oplog: %s: offset %zu: record seq %" PRIu64
                         " no longer verifies (%s)", path, off, expect,
