@@ -356,16 +356,19 @@ static size_t corrupt_object(fixture *f, const char *key, uint64_t at)
     return obj.n_replicas;
 }
 
-/* Migrate id to target and wait until the operation ended. */
+/* Migrate id to target and wait until the operation succeeded. One
+ * operation at a time: the initial convergence (or a previous migration's
+ * tail) is let finish first. */
 static void migrate_and_wait(weight_store *s, const weight_identity *id, weight_residency target)
 {
     weight_operation op;
     weight_metadata cur;
-    for (int i = 0; i < 600; i++) { /* one operation at a time */
+    for (int i = 0; i < 600; i++) {
         CHECK(s, weight_get_metadata(s, id, &cur, NULL));
         if (cur.operation_id == 0) break;
         usleep(50000);
     }
+    assert_int_equal(cur.operation_id, 0);
     CHECK(s, weight_migrate(s, id, target, 0, 0, &op));
     for (int i = 0; i < 600 && op.state == 1; i++) {
         usleep(50000);
@@ -901,22 +904,7 @@ static void test_migrations_keep_reads_exact(void **state)
     put_model(s, &id, 1);
     const weight_residency targets[] = {WEIGHT_RES_COLD, WEIGHT_RES_MIXED, WEIGHT_RES_HOT};
     for (size_t k = 0; k < 3; k++) {
-        weight_operation op;
-        weight_metadata cur;
-        /* One operation at a time: let the initial convergence (or the
-         * previous migration's tail) finish first. */
-        for (int i = 0; i < 600; i++) {
-            CHECK(s, weight_get_metadata(s, &id, &cur, NULL));
-            if (cur.operation_id == 0) break;
-            usleep(100000);
-        }
-        assert_int_equal(cur.operation_id, 0);
-        CHECK(s, weight_migrate(s, &id, targets[k], 0, 0, &op));
-        for (int i = 0; i < 600 && op.state == 1; i++) {
-            usleep(100000);
-            CHECK(s, weight_get_operation(s, op.id, &op));
-        }
-        assert_int_equal(op.state, 2);
+        migrate_and_wait(s, &id, targets[k]);
         weight_metadata md;
         CHECK(s, weight_get_metadata(s, &id, &md, NULL));
         assert_int_equal(md.residency, targets[k]);
