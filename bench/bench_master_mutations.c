@@ -1,8 +1,10 @@
 /* bench_master_mutations.c -- durable mutations per second through a real
  * master, next to a plain fdatasync loop on the same file system.
  *
- * Usage: bench_master_mutations [dir] [seconds] [put|remove|redis|thread]
- * (defaults /tmp, 3, every workload).
+ * Usage: bench_master_mutations [dir] [seconds] [put|remove|redis|thread|all]
+ *        [clients,...]
+ * (defaults /tmp, 3, all, 1,16,64; the first client count is the one the
+ * others are compared with).
  *
  * Starts build/bin/store_master (data_dir under dir). A client is one
  * connection with one request outstanding at a time; a durable mutation is
@@ -13,7 +15,10 @@
  *           allocates a range; nothing of it is logged);
  *   remove  remove of keys put beforehand (by 64 connections, not timed):
  *           one round trip per durable mutation; a fixed number of keys,
- *           twice what the put run of as many clients managed in `seconds`;
+ *           twice what the put run of as many clients managed in `seconds`.
+ *           The client counts take turns for WM_BENCH_ROUNDS rounds
+ *           (default 3), and the medians are compared: this VM's disk and
+ *           CPU drift by 20% from one minute to the next;
  *   redis   the baseline a user would reach for: redis-server 7 (Debian's)
  *           in a directory under dir, AOF with appendfsync always, SET of
  *           random keys by redis-benchmark with as many clients, one request
@@ -52,6 +57,7 @@
 #include "rpc_client.h"
 
 #define EVENT_THREADS 2
+#define REMOVE_ROUNDS_MAX 9
 
 static double now_s(void)
 {
@@ -437,16 +443,70 @@ static void print_line(const char *label, int clients, const run_result *r, doub
     fflush(stdout);
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median of v[0..n) (n <= REMOVE_ROUNDS_MAX; v is left as it was). */
+static double median(const double *v, int n)
+{
+    double s[REMOVE_ROUNDS_MAX];
+    memcpy(s, v, (size_t)n * sizeof(*s));
+    qsort(s, (size_t)n, sizeof(*s), cmp_double);
+    return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+}
+
+static double min_of(const double *v, int n)
+{
+    double x = v[0];
+    for (int i = 1; i < n; i++) x = v[i] < x ? v[i] : x;
+    return x;
+}
+
+static double max_of(const double *v, int n)
+{
+    double x = v[0];
+    for (int i = 1; i < n; i++) x = v[i] > x ? v[i] : x;
+    return x;
+}
+
+/* Client counts from "1,16,64" into counts (at most max); their number, or
+ * -1 when the list is malformed. */
+static int parse_counts(const char *list, int *counts, int max)
+{
+    int n = 0;
+    const char *p = list;
+    while (*p) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 1 || v > 4096 || n == max || (*end != ',' && *end != '\0')) return -1;
+        counts[n++] = (int)v;
+        p = *end ? end + 1 : end;
+    }
+    return n > 0 ? n : -1;
+}
+
 int main(int argc, char **argv)
 {
     const char *dir = argc > 1 ? argv[1] : "/tmp";
     double seconds = argc > 2 ? atof(argv[2]) : 3.0;
-    const char *only = argc > 3 ? argv[3] : NULL; /* put, remove, redis or thread */
-    const int counts[] = {1, 16, 64};
-    double put_rate[3] = {0}, remove_rate[3] = {0};
+    int rounds = getenv("WM_BENCH_ROUNDS") ? atoi(getenv("WM_BENCH_ROUNDS")) : 3;
+    const char *only = argc > 3 && strcmp(argv[3], "all") != 0 ? argv[3] : NULL;
+    int counts[8] = {1, 16, 64}, ncounts = 3;
+    double put_rate[8] = {0}, remove_rate[8] = {0};
     char prefix[16];
     hx_master m;
     run_result r;
+    if (argc > 4 && (ncounts = parse_counts(argv[4], counts, 8)) < 0) {
+        fprintf(stderr, "bench: clients must be 1 to 8 numbers in 1..4096, comma separated\n");
+        return 2;
+    }
+    if (rounds < 1 || rounds > REMOVE_ROUNDS_MAX) {
+        fprintf(stderr, "bench: WM_BENCH_ROUNDS must be 1..%d\n", REMOVE_ROUNDS_MAX);
+        return 2;
+    }
     setenv("TMPDIR", dir, 1);
     if (hx_init(&m, "bench", "snapshot:\n  every_records: 0\n") < 0 || hx_start(&m, 20000) < 0) {
         fprintf(stderr, "bench: cannot start the master\n");
@@ -457,7 +517,7 @@ int main(int argc, char **argv)
 
     /* put: put start + put end of fresh keys, for `seconds` (the remove runs
      * size their key sets from these rates, so they run for them too). */
-    for (int i = 0; i < 3 && (!only || (strcmp(only, "thread") != 0 && strcmp(only, "redis") != 0));
+    for (int i = 0; i < ncounts && (!only || (strcmp(only, "thread") != 0 && strcmp(only, "redis") != 0));
          i++) {
         snprintf(prefix, sizeof(prefix), "p%d", i);
         run_spec rs = {"event", W_PUT, prefix, counts[i], LONG_MAX / 64, 0, seconds};
@@ -467,17 +527,28 @@ int main(int argc, char **argv)
             print_line("event put", counts[i], &r, i ? put_rate[0] : 0, base);
     }
     /* remove: each client removes keys put beforehand (by 64 connections,
-     * not timed): twice as many as the put runs did in `seconds`. */
-    double single = 0;
-    for (int i = 0; i < 3 && (!only || strcmp(only, "remove") == 0); i++) {
-        long per = (long)(2.0 * put_rate[i] * seconds / counts[i]) + 100;
-        snprintf(prefix, sizeof(prefix), "r%d", i);
-        run_spec fill = {"event", W_PUT, prefix, 64, per, per * counts[i], 0};
-        run_spec rs = {"event", W_REMOVE, prefix, counts[i], per, per * counts[i], 0};
-        if (run(&m, &fill, &r) < 0 || run(&m, &rs, &r) < 0) goto fail;
-        remove_rate[i] = (double)r.total / r.dt;
-        if (i == 0) single = remove_rate[i];
-        print_line("event remove", counts[i], &r, i ? single : 0, base);
+     * not timed): twice as many as the put runs did in `seconds`. The client
+     * counts take turns, `rounds` times, so that a slow minute of the
+     * machine's disk or CPU falls on all of them; the medians are compared. */
+    double runs[8][REMOVE_ROUNDS_MAX] = {{0}};
+    for (int round = 0; round < rounds && (!only || strcmp(only, "remove") == 0); round++) {
+        for (int i = 0; i < ncounts; i++) {
+            long per = (long)(2.0 * put_rate[i] * seconds / counts[i]) + 100;
+            snprintf(prefix, sizeof(prefix), "r%d.%d", round, i);
+            run_spec fill = {"event", W_PUT, prefix, 64, per, per * counts[i], 0};
+            run_spec rs = {"event", W_REMOVE, prefix, counts[i], per, per * counts[i], 0};
+            if (run(&m, &fill, &r) < 0 || run(&m, &rs, &r) < 0) goto fail;
+            runs[i][round] = (double)r.total / r.dt;
+            print_line("event remove", counts[i], &r, i ? runs[0][round] : 0, base);
+        }
+    }
+    for (int i = 0; i < ncounts && rounds > 0 && (!only || strcmp(only, "remove") == 0); i++) {
+        remove_rate[i] = median(runs[i], rounds);
+        printf("%-13s clients %2d: median %7.0f durable mutations/s of %d runs (%.0f..%.0f)",
+               "event remove", counts[i], remove_rate[i], rounds, min_of(runs[i], rounds),
+               max_of(runs[i], rounds));
+        if (i > 0) printf("  x%.1f one client's median", remove_rate[i] / remove_rate[0]);
+        printf("\n");
     }
     /* Redis SET with appendfsync always, as many clients, the same disk:
      * what a user could run instead for durable small writes. */
@@ -488,9 +559,9 @@ int main(int argc, char **argv)
             printf("redis: no redis-server could be started (make bench installs redis-server)\n");
         } else {
             double one = 0;
-            for (int i = 0; i < 3; i++) {
+            for (int i = 0; i < ncounts; i++) {
                 /* about `seconds` at the rates seen here */
-                long requests = (long)(seconds * (i == 0 ? 6000 : 30000 * (i == 1 ? 1 : 3)));
+                long requests = (long)(seconds * (counts[i] == 1 ? 6000 : counts[i] < 32 ? 30000 : 90000));
                 double rate = redis_sets(&rb, counts[i], requests);
                 if (i == 0) one = rate;
                 if (rate <= 0) {
@@ -510,12 +581,13 @@ int main(int argc, char **argv)
         redis_stop(&rb);
     }
     /* put again, one blocking thread per client (for reference). */
-    for (int i = 0; i < 3 && (!only || strcmp(only, "thread") == 0); i++) {
+    double thread_single = 0;
+    for (int i = 0; i < ncounts && (!only || strcmp(only, "thread") == 0); i++) {
         snprintf(prefix, sizeof(prefix), "t%d", i);
         run_spec rs = {"thread", W_PUT, prefix, counts[i], LONG_MAX / 64, 0, seconds};
         if (run(&m, &rs, &r) < 0) goto fail;
-        if (i == 0) single = (double)r.total / r.dt;
-        print_line("thread put", counts[i], &r, i ? single : 0, base);
+        if (i == 0) thread_single = (double)r.total / r.dt;
+        print_line("thread put", counts[i], &r, i ? thread_single : 0, base);
     }
     hx_stop(&m);
     hx_cleanup(&m);
