@@ -1,10 +1,12 @@
 # Thin wrapper over CMake: the README's commands. `make test` is what CI runs.
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 60
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 CONFIG     ?= config/embedded.yaml
 
-.PHONY: deps build test test-plain test-asan test-valgrind run bench soak clean
+.PHONY: deps build test test-plain test-asan test-valgrind run bench soak fuzz clean
 
 deps:
 	@scripts/deps.sh
@@ -43,5 +45,14 @@ soak: build
 	cd $(BUILD) && ctest --output-on-failure --repeat until-fail:10 \
 	  -R "test_weight_lifecycle|test_weight_upsert|test_nodes|test_recovery_fail_closed"
 
+# Coverage-guided fuzzing with libFuzzer (clang), FUZZ_SECONDS per target;
+# not part of `make test`, which runs every target's seeds and a fixed set of
+# mutants instead. See tests/fuzz/README.md.
+fuzz: build
+	@scripts/deps.sh fuzz
+	@CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DWM_FUZZ=ON >/dev/null
+	@tests/fuzz/run_libfuzzer.sh $(BUILD) $(FUZZ_BUILD) $(FUZZ_SECONDS)
+
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

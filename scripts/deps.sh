@@ -4,8 +4,9 @@
 # Idempotent and quiet: it asks dpkg which of the packages below are missing and
 # installs only those (apt-get update first, non-interactive). Nothing happens
 # when everything is present. Each package is named in README.md with why.
-# Usage: scripts/deps.sh [bench]  -- `bench` adds what `make bench` compares
-# against (not needed to build or test).
+# Usage: scripts/deps.sh [bench|fuzz]  -- `bench` adds what `make bench`
+# compares against, `fuzz` the compiler `make fuzz` needs (neither is needed
+# to build or test).
 set -euo pipefail
 
 PACKAGES=(
@@ -23,6 +24,9 @@ PACKAGES=(
 )
 if [ "${1:-}" = bench ]; then
   PACKAGES+=(redis-server)            # durable-write baseline of bench_master_mutations
+fi
+if [ "${1:-}" = fuzz ]; then
+  PACKAGES+=(clang libclang-rt-14-dev)  # libFuzzer and its sanitizers (make fuzz)
 fi
 
 missing=()

@@ -1,0 +1,331 @@
+/* fuzz_rpc.c -- fuzz target: requests from the network to a real
+ * store_master.
+ *
+ * One master (the real binary, with the weight plugin and its embedded node,
+ * started through the test harness) serves the whole run; every input is one
+ * connection to its Unix socket. The first byte says what the rest is:
+ *   0  raw bytes written to the socket as they are (frames, lengths and all);
+ *   1  one request: service selector, method, then the body, framed and
+ *      wrapped in an RpcRequest here, so that mutants reach the handlers.
+ * The target reads whatever comes back until the master answers, closes or
+ * 300 ms pass, then checks that the master process is still running; every
+ * 64 inputs, and at exit, that it still answers a status request on a new
+ * connection. A master that died or stopped answering aborts the run (with the
+ * input in ./fuzz-crash-input; the master's stderr is in its log under the
+ * harness directory, printed on failure). The state the inputs build up
+ * (objects, groups, revisions) stays between inputs, as it would in a real
+ * master under a hostile client.
+ *
+ * Coverage lives in the master process, so libFuzzer's guidance sees only
+ * this side; the seeds (a valid request for every method of the objects,
+ * admin, node and weight services) and the mutants do the work. */
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "fuzz.h"
+#include "harness.h"
+#include "host_rpc.pb-c.h"
+#include "kv_client.h"
+#include "node_rpc.pb-c.h"
+#include "rpc.pb-c.h"
+#include "weight_rpc.pb-c.h"
+
+#define WEIGHT_SERVICE 16
+#define NODE_SERVICE 3
+
+static hx_master master;
+static int started;
+static unsigned long inputs;
+
+static void print_master_log(void)
+{
+    char line[512];
+    FILE *f = fopen(master.log, "r");
+    if (f == NULL) return;
+    fprintf(stderr, "fuzz_rpc: the master's log (%s):\n", master.log);
+    while (fgets(line, sizeof(line), f) != NULL) fputs(line, stderr);
+    fclose(f);
+}
+
+static void die(const char *what)
+{
+    fprintf(stderr, "fuzz_rpc: %s\n", what);
+    print_master_log();
+    abort();
+}
+
+/* The master answers a status request on a new connection. */
+static void check_serving(void)
+{
+    kvc *c = hx_client(&master);
+    kvc_status st;
+    int ok = c != NULL && kvc_status_get(c, &st) == 0;
+    kvc_close(c);
+    if (!ok) die("the master no longer answers a status request");
+}
+
+static void check_alive(void)
+{
+    int status;
+    if (waitpid(master.pid, &status, WNOHANG) == master.pid) {
+        master.pid = 0;
+        die(WIFSIGNALED(status) ? "the master was killed by a signal" : "the master exited");
+    }
+}
+
+static void stop_master(void)
+{
+    if (!started) return;
+    if (master.pid > 0) {
+        check_serving();
+        hx_stop(&master);
+    }
+    hx_cleanup(&master);
+}
+
+static void start_master(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    if (hx_init(&master, "fuzz-rpc", "snapshot:\n  every_records: 200\n") < 0 ||
+        hx_start(&master, 20000) < 0)
+        die("cannot start the master");
+    started = 1;
+    atexit(stop_master);
+}
+
+static int connect_master(void)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (strlen(master.socket) >= sizeof(sa.sun_path)) die("the socket path is too long");
+    memcpy(sa.sun_path, master.socket, strlen(master.socket) + 1);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) die("cannot connect");
+    return fd;
+}
+
+/* Send buf, then read until the master closes, answers (a whole frame when
+ * one_reply) or 300 ms pass without a byte. */
+static void exchange(const uint8_t *buf, size_t len, int one_reply)
+{
+    int fd = connect_master();
+    uint8_t in[65536];
+    size_t have = 0;
+    while (len > 0) {
+        ssize_t w = send(fd, buf, len, MSG_NOSIGNAL);
+        if (w <= 0) break; /* the master closed on us: fine */
+        buf += w;
+        len -= (size_t)w;
+    }
+    if (!one_reply) shutdown(fd, SHUT_WR);
+    for (;;) {
+        struct pollfd p = {fd, POLLIN, 0};
+        if (poll(&p, 1, 300) <= 0) break;
+        ssize_t r = recv(fd, in + (have < sizeof(in) ? have : 0),
+                         have < sizeof(in) ? sizeof(in) - have : sizeof(in), 0);
+        if (r <= 0) break;
+        have += (size_t)r;
+        if (one_reply && have >= 4) {
+            uint32_t n = (uint32_t)in[0] << 24 | (uint32_t)in[1] << 16 | (uint32_t)in[2] << 8 | in[3];
+            if (have >= 4 + (size_t)n) break;
+        }
+    }
+    close(fd);
+}
+
+static const uint32_t services[] = {1, 2, NODE_SERVICE, WEIGHT_SERVICE, 0, 4, 17, 255};
+
+/* A framed RpcRequest: 4-byte length, then the message. */
+static uint8_t *frame_request(uint32_t service, uint32_t method, const uint8_t *body, size_t len,
+                              size_t *out_len)
+{
+    RpcRequest req = RPC_REQUEST__INIT;
+    req.request_id = 1;
+    req.service = service;
+    req.method = method;
+    req.body.data = (uint8_t *)body;
+    req.body.len = len;
+    size_t n = rpc_request__get_packed_size(&req);
+    uint8_t *f = malloc(4 + n);
+    if (f == NULL) return NULL;
+    f[0] = (uint8_t)(n >> 24);
+    f[1] = (uint8_t)(n >> 16);
+    f[2] = (uint8_t)(n >> 8);
+    f[3] = (uint8_t)n;
+    rpc_request__pack(&req, f + 4);
+    *out_len = 4 + n;
+    return f;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (!started) start_master();
+    if (size == 0) return 0;
+    if (data[0] % 2 == 0 || size < 3) {
+        exchange(data + 1, size - 1, 0);
+    } else {
+        size_t n;
+        uint32_t service = services[data[1] % (sizeof(services) / sizeof(services[0]))];
+        uint8_t *f = frame_request(service, data[2], data + 3, size - 3, &n);
+        if (f == NULL) return 0;
+        exchange(f, n, 1);
+        free(f);
+    }
+    check_alive();
+    if (++inputs % 64 == 0) check_serving();
+    return 0;
+}
+
+/* -- seeds ------------------------------------------------------------------ */
+
+/* One request seed: mode 1, the service's selector, the method, the body. */
+static int seed_request(const char *dir, int *count, uint8_t selector, uint8_t method,
+                        const ProtobufCMessage *msg)
+{
+    char name[64];
+    size_t n = msg ? protobuf_c_message_get_packed_size(msg) : 0;
+    uint8_t *buf = malloc(3 + n);
+    int rc;
+    if (buf == NULL) return -1;
+    buf[0] = 1;
+    buf[1] = selector;
+    buf[2] = method;
+    if (msg) protobuf_c_message_pack(msg, buf + 3);
+    snprintf(name, sizeof(name), "req-%u-%u-%d", selector, method, *count);
+    rc = fuzz_seed(dir, name, buf, 3 + n);
+    free(buf);
+    if (rc > 0) (*count)++;
+    return rc;
+}
+
+static int seed_raw(const char *dir, int *count, const char *name, const uint8_t *p, size_t n)
+{
+    uint8_t *buf = malloc(n + 1);
+    int rc;
+    if (buf == NULL) return -1;
+    buf[0] = 0;
+    memcpy(buf + 1, p, n);
+    rc = fuzz_seed(dir, name, buf, n + 1);
+    free(buf);
+    if (rc > 0) (*count)++;
+    return rc;
+}
+
+/* Seeds for the objects (selector 0), admin (1) and node (2) services. */
+static int host_seeds(const char *dir, int *n)
+{
+    PutStartRequest ps = PUT_START_REQUEST__INIT;
+    PutEndRequest pe = PUT_END_REQUEST__INIT;
+    KeyRequest key = KEY_REQUEST__INIT;
+    RemovePrefixRequest rp = REMOVE_PREFIX_REQUEST__INIT;
+    ListRequest ls = LIST_REQUEST__INIT;
+    GroupSetManagedRequest gm = GROUP_SET_MANAGED_REQUEST__INIT;
+    StatusRequest st = STATUS_REQUEST__INIT;
+    NodePollRequest poll_req = NODE_POLL_REQUEST__INIT;
+    uint8_t sha[32];
+    memset(sha, 0xab, sizeof(sha));
+    ps.key = "fuzz/a";
+    ps.size = 64;
+    pe.key = "fuzz/a";
+    pe.sha256.data = sha;
+    pe.sha256.len = sizeof(sha);
+    key.key = "fuzz/a";
+    rp.prefix = "fuzz/";
+    ls.prefix = "fuzz/";
+    ls.limit = 10;
+    gm.group = "fuzz-group";
+    gm.managed = 1;
+    poll_req.node_id = "no-such-node";
+    if (seed_request(dir, n, 0, OBJECTS_METHOD__OBJ_PUT_START, &ps.base) < 0 ||
+        seed_request(dir, n, 0, OBJECTS_METHOD__OBJ_PUT_END, &pe.base) < 0 ||
+        seed_request(dir, n, 0, OBJECTS_METHOD__OBJ_PUT_REVOKE, &key.base) < 0 ||
+        seed_request(dir, n, 0, OBJECTS_METHOD__OBJ_GET_REPLICAS, &key.base) < 0 ||
+        seed_request(dir, n, 0, OBJECTS_METHOD__OBJ_EXISTS, &key.base) < 0 ||
+        seed_request(dir, n, 0, OBJECTS_METHOD__OBJ_REMOVE, &key.base) < 0 ||
+        seed_request(dir, n, 0, OBJECTS_METHOD__OBJ_REMOVE_PREFIX, &rp.base) < 0 ||
+        seed_request(dir, n, 0, OBJECTS_METHOD__OBJ_LIST, &ls.base) < 0 ||
+        seed_request(dir, n, 0, OBJECTS_METHOD__OBJ_GROUP_SET_MANAGED, &gm.base) < 0 ||
+        seed_request(dir, n, 1, ADMIN_METHOD__ADMIN_STATUS, &st.base) < 0 ||
+        seed_request(dir, n, 1, ADMIN_METHOD__ADMIN_SNAPSHOT, &st.base) < 0 ||
+        seed_request(dir, n, 2, NODE_METHOD__NODE_POLL, &poll_req.base) < 0)
+        return -1;
+    return 0;
+}
+
+/* Seeds for the weight plugin's service (selector 3). */
+static int weight_seeds(const char *dir, int *n)
+{
+    Wmrpc__WeightIdentity id = WMRPC__WEIGHT_IDENTITY__INIT;
+    Wmrpc__WeightPolicy pol = WMRPC__WEIGHT_POLICY__INIT;
+    Wmrpc__ImportBeginRequest ib = WMRPC__IMPORT_BEGIN_REQUEST__INIT;
+    Wmrpc__IdentityRequest ir = WMRPC__IDENTITY_REQUEST__INIT;
+    Wmrpc__ListRequest wl = WMRPC__LIST_REQUEST__INIT;
+    Wmrpc__LeaseRequest lr = WMRPC__LEASE_REQUEST__INIT;
+    Wmrpc__MigrateRequest mr = WMRPC__MIGRATE_REQUEST__INIT;
+    Wmrpc__UpdatePolicyRequest up = WMRPC__UPDATE_POLICY_REQUEST__INIT;
+    Wmrpc__OperationRequest op = WMRPC__OPERATION_REQUEST__INIT;
+    id.tenant = "default";
+    id.namespace_id = "fuzz";
+    id.resource_id = "model";
+    id.revision = "r1";
+    id.generation = 1;
+    pol.preferred_residency = 1;
+    pol.migration_mode = 3;
+    ib.identity = &id;
+    ib.policy = &pol;
+    ir.identity = &id;
+    wl.namespace_id = "fuzz";
+    wl.limit = 5;
+    lr.identity = &id;
+    mr.identity = &id;
+    mr.target_residency = 3;
+    mr.mixed_hot_ratio = 0.5;
+    up.identity = &id;
+    up.policy = &pol;
+    op.operation_id = 1;
+    if (seed_request(dir, n, 3, WMRPC__WEIGHT_METHOD__WEIGHT_IMPORT_BEGIN, &ib.base) < 0 ||
+        seed_request(dir, n, 3, WMRPC__WEIGHT_METHOD__WEIGHT_IMPORT_ABORT, &ir.base) < 0 ||
+        seed_request(dir, n, 3, WMRPC__WEIGHT_METHOD__WEIGHT_GET_METADATA, &ir.base) < 0 ||
+        seed_request(dir, n, 3, WMRPC__WEIGHT_METHOD__WEIGHT_IS_EXIST, &ir.base) < 0 ||
+        seed_request(dir, n, 3, WMRPC__WEIGHT_METHOD__WEIGHT_GET_SIZE, &ir.base) < 0 ||
+        seed_request(dir, n, 3, WMRPC__WEIGHT_METHOD__WEIGHT_LIST, &wl.base) < 0 ||
+        seed_request(dir, n, 3, WMRPC__WEIGHT_METHOD__WEIGHT_UPDATE_POLICY, &up.base) < 0 ||
+        seed_request(dir, n, 3, WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_ACQUIRE, &lr.base) < 0 ||
+        seed_request(dir, n, 3, WMRPC__WEIGHT_METHOD__WEIGHT_MIGRATE, &mr.base) < 0 ||
+        seed_request(dir, n, 3, WMRPC__WEIGHT_METHOD__WEIGHT_GET_OPERATION, &op.base) < 0 ||
+        seed_request(dir, n, 3, WMRPC__WEIGHT_METHOD__WEIGHT_REMOVE, &ir.base) < 0)
+        return -1;
+    return 0;
+}
+
+int fuzz_seeds(const char *dir)
+{
+    int n = 0;
+    size_t len;
+    KeyRequest key = KEY_REQUEST__INIT;
+    uint8_t body[64];
+    key.key = "fuzz/a";
+    size_t blen = key_request__pack(&key, body);
+    uint8_t *one = frame_request(1, OBJECTS_METHOD__OBJ_EXISTS, body, blen, &len);
+    uint8_t two[512];
+    int rc = one != NULL && 2 * len <= sizeof(two) ? 0 : -1;
+    if (rc == 0) {
+        /* two pipelined frames, and one cut short */
+        memcpy(two, one, len);
+        memcpy(two + len, one, len);
+        rc = seed_raw(dir, &n, "raw-pipelined", two, 2 * len) < 0 ||
+                     seed_raw(dir, &n, "raw-truncated", one, len - 2) < 0
+                 ? -1
+                 : 0;
+    }
+    free(one);
+    if (rc < 0 || host_seeds(dir, &n) < 0 || weight_seeds(dir, &n) < 0) return -1;
+    return n;
+}
