@@ -207,6 +207,19 @@ int wm_metadata_check(const wm_revision *rev, char *msg, size_t cap)
     return WM_OK;
 }
 
+/* 1 when the manifest reference and payload summary -- what an import
+ * commit seals -- are the same in a and b. */
+static int wm_sealed_equal(const wm_revision *a, const wm_revision *b)
+{
+    return strncmp(a->manifest_key, b->manifest_key, sizeof(b->manifest_key)) == 0 &&
+           strncmp(a->group_key, b->group_key, sizeof(b->group_key)) == 0 &&
+           memcmp(a->manifest_sha256, b->manifest_sha256, WM_SHA256_LEN) == 0 &&
+           a->payload_count == b->payload_count && a->logical_bytes == b->logical_bytes &&
+           memcmp(a->payload_keys_sha256, b->payload_keys_sha256, WM_SHA256_LEN) == 0 &&
+           a->affinity_count == b->affinity_count &&
+           memcmp(a->affinity_sha256, b->affinity_sha256, WM_SHA256_LEN) == 0;
+}
+
 int wm_metadata_mutation_check(const wm_revision *before,
                                const wm_revision *after,
                                char *msg,
@@ -234,15 +247,7 @@ int wm_metadata_mutation_check(const wm_revision *before,
         return wm_fail(WM_ECONFLICT, msg, cap, "availability cannot go from %s to %s",
                        wm_availability_name((int)before->availability),
                        wm_availability_name((int)after->availability));
-    if (before->availability != WM_AVAIL_IMPORTING &&
-        (strncmp(before->manifest_key, after->manifest_key, sizeof(after->manifest_key)) != 0 ||
-         strncmp(before->group_key, after->group_key, sizeof(after->group_key)) != 0 ||
-         memcmp(before->manifest_sha256, after->manifest_sha256, WM_SHA256_LEN) != 0 ||
-         before->payload_count != after->payload_count ||
-         before->logical_bytes != after->logical_bytes ||
-         memcmp(before->payload_keys_sha256, after->payload_keys_sha256, WM_SHA256_LEN) != 0 ||
-         before->affinity_count != after->affinity_count ||
-         memcmp(before->affinity_sha256, after->affinity_sha256, WM_SHA256_LEN) != 0))
+    if (before->availability != WM_AVAIL_IMPORTING && !wm_sealed_equal(before, after))
         return wm_fail(WM_ECONFLICT, msg, cap,
                        "the sealed manifest reference and payload summary cannot change");
     if (before->created_ms != after->created_ms)
@@ -766,6 +771,34 @@ static uint32_t wm_leases_naming(const wm_store *st, const wm_identity *id)
 /* Apply                                                                     */
 /* ------------------------------------------------------------------------ */
 
+/* What an upsert may not do to the revision held (e): change the sealed
+ * manifest reference and payload summary once past IMPORTING, or leave the
+ * active operation without ending it (the record must carry that operation
+ * in a final state). WM_OK or WM_EINVALID_ARGUMENT with a sentence. */
+static int wm_upsert_fits_held(const wm_store *st,
+                               const wm_rev_entry *e,
+                               const wm_metadata_upsert *u,
+                               char *msg,
+                               size_t cap)
+{
+    const wm_revision *before = &e->rev, *after = &u->revision;
+    if (before->availability != WM_AVAIL_IMPORTING && !wm_sealed_equal(before, after))
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                       "revision %s: the sealed manifest reference and payload summary cannot "
+                       "change",
+                       before->group_key);
+    if (before->operation_id == 0 || after->operation_id == before->operation_id ||
+        wm_store_operation(st, before->operation_id) == NULL)
+        return WM_OK;
+    for (size_t i = 0; i < u->n_operations; i++)
+        if (u->operations[i].id == before->operation_id &&
+            u->operations[i].state != WM_OPS_RUNNING)
+            return WM_OK;
+    return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                   "revision %s leaves its active operation %" PRIu64 " without ending it",
+                   before->group_key, before->operation_id);
+}
+
 int wm_store_apply_upsert(wm_store *st, const wm_metadata_upsert *u, char *msg, size_t cap)
 {
     int rc;
@@ -795,15 +828,24 @@ int wm_store_apply_upsert(wm_store *st, const wm_metadata_upsert *u, char *msg, 
                            ", which is neither in the record nor held RUNNING",
                            next.operation_id);
     }
+    if (e != NULL && (rc = wm_upsert_fits_held(st, e, u, msg, cap)) < 0) return rc;
+    for (size_t i = 0; i < u->n_operations; i++) {
+        const wm_operation *held = wm_store_operation(st, u->operations[i].id);
+        if (held != NULL && wm_identity_cmp(&held->id_of, &next.id) != 0)
+            return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                           "operation %" PRIu64 " belongs to another revision", held->id);
+    }
     if (u->has_affinity) {
         if ((rc = wm_affinity_check(&u->affinity, &next, msg, cap)) < 0) return rc;
         if ((rc = wm_affinity_copy(&u->affinity, &aff_copy)) < 0) return rc;
         have_copy = 1;
-    } else if ((next.availability == WM_AVAIL_READY || next.availability == WM_AVAIL_DEGRADED) &&
-               (e == NULL || e->aff.n_units == 0)) {
-        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
-                       "%s revision arrives without its affinity summary",
-                       wm_availability_name((int)next.availability));
+    } else if (next.availability == WM_AVAIL_READY || next.availability == WM_AVAIL_DEGRADED) {
+        /* the summary held must be the one the revision seals */
+        if (e == NULL || e->aff.n_units == 0)
+            return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                           "%s revision arrives without its affinity summary",
+                           wm_availability_name((int)next.availability));
+        if ((rc = wm_affinity_check(&e->aff, &next, msg, cap)) < 0) return rc;
     }
 
     if (e == NULL) {
@@ -840,7 +882,15 @@ int wm_store_apply_delete(wm_store *st, const wm_metadata_delete *d, char *msg, 
     if (st == NULL || d == NULL)
         return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "delete is missing");
     wm_rev_entry *e = wm_find_entry(st, &d->id);
-    if (e != NULL && e->rev.metadata_generation > d->metadata_generation) return WM_OK;
+    if (e == NULL || e->rev.metadata_generation > d->metadata_generation) return WM_OK;
+    for (size_t i = 0; i < d->n_operation_ids; i++) {
+        const wm_operation *op = wm_store_operation(st, d->operation_ids[i]);
+        if (op != NULL && wm_identity_cmp(&op->id_of, &d->id) != 0)
+            return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                           "delete of %s lists operation %" PRIu64 ", which belongs to another "
+                           "revision",
+                           e->rev.group_key, op->id);
+    }
     for (size_t i = 0; i < d->n_operation_ids; i++) wm_op_drop(st, d->operation_ids[i]);
     for (size_t i = 0; i < st->n_leases;) {
         if (wm_identity_cmp(&st->leases[i].id_of, &d->id) == 0) {
@@ -850,7 +900,6 @@ int wm_store_apply_delete(wm_store *st, const wm_metadata_delete *d, char *msg, 
             i++;
         }
     }
-    if (e == NULL) return WM_OK;
     if (e->rev.operation_id != 0) wm_op_drop(st, e->rev.operation_id);
     wm_stats_count(st, &e->rev, -1);
     wm_entry_unlink(st, e);

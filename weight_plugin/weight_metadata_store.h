@@ -66,12 +66,16 @@ void wm_store_stats_get(const wm_store *st, wm_store_stats *out);
  * whose metadata generation is below the stored one changes nothing, an
  * equal one rewrites the same state. The revision's lease_count is derived
  * from the lease table, never trusted from the record. An upsert without an
- * affinity summary keeps the one held. WM_OK; WM_EINVALID_ARGUMENT with a
- * sentence when the result would break an invariant (nothing changed);
- * SMP_ENOMEM. */
+ * affinity summary keeps the one held, which must match the revision. An
+ * upsert may not change the sealed manifest reference and payload summary of
+ * a revision past IMPORTING, leave the revision's active operation without
+ * carrying it ended, or carry an operation another revision owns. WM_OK;
+ * WM_EINVALID_ARGUMENT with a sentence when the result would break an
+ * invariant (nothing changed); SMP_ENOMEM. */
 int wm_store_apply_upsert(wm_store *st, const wm_metadata_upsert *u, char *msg, size_t cap);
 /* Drops the revision (unless stored above d's generation), the listed
- * operations and any lease naming it. Absent: no-op. */
+ * operations and any lease naming it. Absent: no-op. A listed operation of
+ * another revision: WM_EINVALID_ARGUMENT, nothing changed. */
 int wm_store_apply_delete(wm_store *st, const wm_metadata_delete *d, char *msg, size_t cap);
 /* Grant or renew. The revision must exist, be READY or DEGRADED and be at or
  * above the lease's generation (else WM_EINVALID_ARGUMENT). */

@@ -4,8 +4,9 @@
  * once or twice give the same tables (compared through their section bytes),
  * an older record changes nothing, the section round-trips and rebuilds the
  * group index, a damaged section is refused without touching the store, the
- * generation fence and the one-active-operation rule hold, and lease counts
- * follow the lease records. */
+ * generation fence and the one-active-operation rule hold, records that
+ * would leave tables unable to save are refused, and lease counts follow the
+ * lease records. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -397,6 +398,113 @@ static void test_cas_and_one_active_operation(void **state)
     wm_store_free(st);
 }
 
+/* The tables as bytes, for "nothing changed" checks. */
+static int same_section(const wm_store *st, const uint8_t *before, size_t before_len)
+{
+    uint8_t *now = NULL;
+    size_t len = 0;
+    section_of(st, &now, &len);
+    int same = len == before_len && memcmp(now, before, len) == 0;
+    free(now);
+    return same;
+}
+
+/* Records that replay must refuse, found by fuzzing (tests/fuzz/regress/
+ * fuzz_wm_records): each would leave tables that no longer save. Every one is
+ * refused with a sentence naming the cause, and the tables stay as they were;
+ * a delete of an absent revision changes nothing at all. */
+static void test_records_that_would_break_the_tables(void **state)
+{
+    (void)state;
+    static const uint64_t bytes[2] = {10, 20};
+    wm_revision a, c;
+    wm_affinity aff_a = {0}, aff_c = {0};
+    wm_operation mig;
+    wm_store *st = NULL;
+    uint8_t *snap = NULL;
+    size_t snap_len = 0;
+    char msg[256];
+    wm_metadata_upsert u;
+
+    /* a: READY with its migration 1 running; c: READY, idle. */
+    assert_int_equal(wm_store_create(&st), WM_OK);
+    wmt_ready_revision(&a, &aff_a, "model-a", 1, bytes, 2);
+    wmt_migration(&mig, &a, 1);
+    memset(&u, 0, sizeof(u));
+    u.revision = a;
+    u.operations = &mig;
+    u.n_operations = 1;
+    u.has_affinity = 1;
+    u.affinity = aff_a;
+    assert_int_equal(wm_store_apply_upsert(st, &u, msg, sizeof(msg)), WM_OK);
+    wmt_ready_revision(&c, &aff_c, "model-c", 1, bytes, 2);
+    memset(&u, 0, sizeof(u));
+    u.revision = c;
+    u.has_affinity = 1;
+    u.affinity = aff_c;
+    assert_int_equal(wm_store_apply_upsert(st, &u, msg, sizeof(msg)), WM_OK);
+    section_of(st, &snap, &snap_len);
+
+    /* A delete of c listing a's operation. */
+    uint64_t foreign[1] = {1};
+    wm_metadata_delete d = {c.id, 2, WM_DEL_TOMBSTONE_EXPIRED, foreign, 1};
+    assert_int_equal(wm_store_apply_delete(st, &d, msg, sizeof(msg)), WM_EINVALID_ARGUMENT);
+    assert_non_null(strstr(msg, "belongs to another revision"));
+    assert_true(same_section(st, snap, snap_len));
+    /* A delete of a revision that does not exist, listing a's operation. */
+    wm_identity ghost;
+    wmt_identity(&ghost, "ghost", 1);
+    d.id = ghost;
+    assert_int_equal(wm_store_apply_delete(st, &d, msg, sizeof(msg)), WM_OK);
+    assert_true(same_section(st, snap, snap_len));
+    assert_non_null(wm_store_operation(st, 1));
+
+    /* An upsert of READY a without a summary that changes its sealed digest. */
+    memset(&u, 0, sizeof(u));
+    u.revision = a;
+    u.revision.metadata_generation = 2;
+    u.revision.affinity_sha256[0] ^= 1;
+    assert_int_equal(wm_store_apply_upsert(st, &u, msg, sizeof(msg)), WM_EINVALID_ARGUMENT);
+    assert_non_null(strstr(msg, "sealed manifest reference"));
+    assert_true(same_section(st, snap, snap_len));
+
+    /* An upsert of a that drops its running migration without ending it. */
+    u.revision = a;
+    u.revision.metadata_generation = 2;
+    u.revision.operation_id = 0;
+    assert_int_equal(wm_store_apply_upsert(st, &u, msg, sizeof(msg)), WM_EINVALID_ARGUMENT);
+    assert_non_null(strstr(msg, "without ending it"));
+    assert_true(same_section(st, snap, snap_len));
+
+    /* An upsert of c carrying a's operation as its own. */
+    wm_operation stolen;
+    u.revision = c;
+    u.revision.metadata_generation = 2;
+    wmt_migration(&stolen, &u.revision, 1);
+    u.operations = &stolen;
+    u.n_operations = 1;
+    assert_int_equal(wm_store_apply_upsert(st, &u, msg, sizeof(msg)), WM_EINVALID_ARGUMENT);
+    assert_non_null(strstr(msg, "belongs to another revision"));
+    assert_true(same_section(st, snap, snap_len));
+
+    /* Ending the migration in the same record is how it is done. */
+    wm_operation fin = mig;
+    fin.state = WM_OPS_SUCCEEDED;
+    memset(&u, 0, sizeof(u));
+    u.revision = a;
+    u.revision.metadata_generation = 2;
+    u.revision.operation_id = 0;
+    u.operations = &fin;
+    u.n_operations = 1;
+    assert_int_equal(wm_store_apply_upsert(st, &u, msg, sizeof(msg)), WM_OK);
+    assert_int_equal(wm_store_get(st, &a.id)->operation_id, 0);
+
+    free(snap);
+    wm_affinity_clear(&aff_a);
+    wm_affinity_clear(&aff_c);
+    wm_store_free(st);
+}
+
 /* Lease bookkeeping: grants count on the revision, a renew replaces the
  * expiry without counting twice, ends are idempotent, leases are refused on
  * a revision that cannot be read or on a generation it never had, and
@@ -510,6 +618,7 @@ int main(void)
         cmocka_unit_test(test_section_round_trip_rebuilds_indexes),
         cmocka_unit_test(test_invalid_section_refused),
         cmocka_unit_test(test_cas_and_one_active_operation),
+        cmocka_unit_test(test_records_that_would_break_the_tables),
         cmocka_unit_test(test_lease_bookkeeping),
         cmocka_unit_test(test_many_revisions),
     };
