@@ -547,7 +547,7 @@ static int validate_fragment(const wc_manifest *m, size_t i, char *err, size_t e
 static int validate_cover(const wc_manifest *m, const wc_tensor *t, size_t first,
                           size_t count, char *err, size_t errlen)
 {
-    const wc_fragment *f = &m->fragments[first];
+    const wc_fragment *f = count > 0 ? &m->fragments[first] : NULL; /* none: no array */
     uint64_t sum = 0;
     for (size_t i = 0; i < count; i++) {
         if (f[i].bytes > t->bytes - sum) {
