@@ -33,6 +33,14 @@ int fuzz_write_file(const char *path, const uint8_t *data, size_t size);
 /* Write one seed: dir/name. 1 (one seed written) or -1. */
 int fuzz_seed(const char *dir, const char *name, const uint8_t *data, size_t size);
 
+/* A growable byte buffer; fuzz_buf_write has the signature of the
+ * project's write callbacks (obj_store_save): 0, or SMP_ENOMEM. Free p. */
+typedef struct fuzz_buf {
+    uint8_t *p;
+    size_t n, cap;
+} fuzz_buf;
+int fuzz_buf_write(void *buf, const void *data, size_t len);
+
 /* Remove every entry of dir (not dir itself). */
 void fuzz_empty_dir(const char *dir);
 

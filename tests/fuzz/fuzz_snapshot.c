@@ -31,36 +31,15 @@
 
 #define WEIGHT_SECTION "weight_metadata"
 
-typedef struct membuf {
-    uint8_t *p;
-    size_t n, cap;
-} membuf;
-
-static int membuf_write(void *ctx, const void *data, size_t len)
-{
-    membuf *b = ctx;
-    if (b->n + len > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->n + len) cap *= 2;
-        uint8_t *p = realloc(b->p, cap);
-        if (p == NULL) return SMP_ENOMEM;
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, data, len);
-    b->n += len;
-    return SMP_OK;
-}
-
 /* Load the host section into a fresh store; when it loads, save it and load
  * the bytes again into another store: both must succeed. */
 static void load_objects(const uint8_t *data, size_t len)
 {
     obj_store *st = NULL, *again = NULL;
-    membuf saved = {0};
+    fuzz_buf saved = {0};
     if (obj_store_create(&st, NULL) < 0) abort();
     if (obj_store_load(st, data, len) == SMP_OK) {
-        if (obj_store_save(st, membuf_write, &saved) < 0 || obj_store_create(&again, NULL) < 0)
+        if (obj_store_save(st, fuzz_buf_write, &saved) < 0 || obj_store_create(&again, NULL) < 0)
             abort();
         if (obj_store_load(again, saved.p, saved.n) != SMP_OK) {
             fprintf(stderr, "fuzz_snapshot: a loaded objects section does not load once saved\n");
@@ -165,12 +144,12 @@ static int seed_snapshot(const char *dir, const char *name, const obj_store *st,
     char sdir[512], path[600];
     snap_builder *b = snap_builder_new(42);
     smp_writer *w = NULL;
-    membuf obj = {0};
+    fuzz_buf obj = {0};
     int rc = -1;
     snprintf(sdir, sizeof(sdir), "%s/seed-snap", fuzz_scratch());
     fuzz_empty_dir(sdir);
     if (b == NULL || (mkdir(sdir, 0700) < 0 && errno != EEXIST)) goto out;
-    if (obj_store_save(st, membuf_write, &obj) < 0 ||
+    if (obj_store_save(st, fuzz_buf_write, &obj) < 0 ||
         snap_builder_begin_section(b, MASTER_SECTION_OBJECTS, MASTER_SECTION_ENCVER, &w) < 0 ||
         snap_writer_write(w, obj.p, obj.n) < 0 || snap_builder_end_section(b) < 0)
         goto out;
@@ -220,8 +199,8 @@ int fuzz_seeds(const char *dir)
     if ((rc = seed_snapshot(dir, "objects-weights-extra", st, weights, wlen, 1)) < 0) goto fail;
     n += rc;
     {
-        membuf obj = {0};
-        rc = obj_store_save(st, membuf_write, &obj) < 0
+        fuzz_buf obj = {0};
+        rc = obj_store_save(st, fuzz_buf_write, &obj) < 0
                  ? -1
                  : seed_mode(dir, "section-objects", 1, obj.p, obj.n);
         free(obj.p);

@@ -9,6 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "store_plugin.h"
+
 static char scratch[256];
 
 static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
@@ -68,4 +70,21 @@ int fuzz_seed(const char *dir, const char *name, const uint8_t *data, size_t siz
         return -1;
     }
     return 1;
+}
+
+int fuzz_buf_write(void *buf, const void *data, size_t len)
+{
+    fuzz_buf *b = buf;
+    if (len > SIZE_MAX - b->n) return SMP_ENOMEM;
+    if (b->n + len > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->n + len) cap *= 2;
+        uint8_t *p = realloc(b->p, cap);
+        if (p == NULL) return SMP_ENOMEM;
+        b->p = p;
+        b->cap = cap;
+    }
+    if (len > 0) memcpy(b->p + b->n, data, len);
+    b->n += len;
+    return SMP_OK;
 }
