@@ -415,12 +415,14 @@ static int wm_txn_append(wm_plugin *p, wm_txn *t)
     switch (t->kind) {
     case WM_TXN_UPSERT:
         t->up.operations = t->up.n_operations ? t->ops : NULL;
-        rc = wm_encode_metadata_upsert(&t->up, &buf, &len, why, sizeof(why));
+        rc = wm_store_check_upsert(p->store, &t->up, why, sizeof(why));
+        if (rc == WM_OK) rc = wm_encode_metadata_upsert(&t->up, &buf, &len, why, sizeof(why));
         type = WM_OP_METADATA_UPSERT;
         break;
     case WM_TXN_DELETE:
         t->del.operation_ids = t->del.n_operation_ids ? t->del_ops : NULL;
-        rc = wm_encode_metadata_delete(&t->del, &buf, &len, why, sizeof(why));
+        rc = wm_store_check_delete(p->store, &t->del, why, sizeof(why));
+        if (rc == WM_OK) rc = wm_encode_metadata_delete(&t->del, &buf, &len, why, sizeof(why));
         type = WM_OP_METADATA_DELETE;
         break;
     case WM_TXN_LEASE_UPSERT:
@@ -434,7 +436,8 @@ static int wm_txn_append(wm_plugin *p, wm_txn *t)
     default: return SMP_EINVAL;
     }
     if (rc < 0) {
-        p->api->log(p->host, SMP_LOG_ERROR, "weight record for %s does not encode: %s",
+        /* a bug in the transition that prepared it: nothing is appended */
+        p->api->log(p->host, SMP_LOG_ERROR, "weight record for %s refused before the append: %s",
                     t->group_key, why);
         return rc == SMP_ENOMEM ? rc : SMP_ESTATE;
     }

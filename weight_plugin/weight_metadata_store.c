@@ -799,18 +799,16 @@ static int wm_upsert_fits_held(const wm_store *st,
                    before->group_key, before->operation_id);
 }
 
-int wm_store_apply_upsert(wm_store *st, const wm_metadata_upsert *u, char *msg, size_t cap)
+int wm_store_check_upsert(const wm_store *st, const wm_metadata_upsert *u, char *msg, size_t cap)
 {
     int rc;
     wm_revision next;
-    wm_affinity aff_copy = {0};
-    int have_copy = 0;
 
     if (st == NULL || u == NULL)
         return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "upsert is missing");
-    wm_rev_entry *e = wm_find_entry(st, &u->revision.id);
+    const wm_rev_entry *e = wm_find_entry(st, &u->revision.id);
     if (e != NULL && u->revision.metadata_generation < e->rev.metadata_generation)
-        return WM_OK; /* older than what is held: already applied */
+        return WM_OK; /* older than what is held: applying it changes nothing */
 
     next = u->revision;
     next.lease_count = wm_leases_naming(st, &next.id);
@@ -835,17 +833,33 @@ int wm_store_apply_upsert(wm_store *st, const wm_metadata_upsert *u, char *msg, 
             return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
                            "operation %" PRIu64 " belongs to another revision", held->id);
     }
-    if (u->has_affinity) {
-        if ((rc = wm_affinity_check(&u->affinity, &next, msg, cap)) < 0) return rc;
-        if ((rc = wm_affinity_copy(&u->affinity, &aff_copy)) < 0) return rc;
-        have_copy = 1;
-    } else if (next.availability == WM_AVAIL_READY || next.availability == WM_AVAIL_DEGRADED) {
+    if (u->has_affinity) return wm_affinity_check(&u->affinity, &next, msg, cap);
+    if (next.availability == WM_AVAIL_READY || next.availability == WM_AVAIL_DEGRADED) {
         /* the summary held must be the one the revision seals */
         if (e == NULL || e->aff.n_units == 0)
             return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
                            "%s revision arrives without its affinity summary",
                            wm_availability_name((int)next.availability));
-        if ((rc = wm_affinity_check(&e->aff, &next, msg, cap)) < 0) return rc;
+        return wm_affinity_check(&e->aff, &next, msg, cap);
+    }
+    return WM_OK;
+}
+
+int wm_store_apply_upsert(wm_store *st, const wm_metadata_upsert *u, char *msg, size_t cap)
+{
+    int rc;
+    wm_affinity aff_copy = {0};
+    int have_copy = 0;
+
+    if ((rc = wm_store_check_upsert(st, u, msg, cap)) < 0) return rc;
+    wm_rev_entry *e = wm_find_entry(st, &u->revision.id);
+    if (e != NULL && u->revision.metadata_generation < e->rev.metadata_generation)
+        return WM_OK; /* older than what is held: already applied */
+    wm_revision next = u->revision;
+    next.lease_count = wm_leases_naming(st, &next.id);
+    if (u->has_affinity) {
+        if ((rc = wm_affinity_copy(&u->affinity, &aff_copy)) < 0) return rc;
+        have_copy = 1;
     }
 
     if (e == NULL) {
@@ -877,11 +891,11 @@ free_copy:
     return rc;
 }
 
-int wm_store_apply_delete(wm_store *st, const wm_metadata_delete *d, char *msg, size_t cap)
+int wm_store_check_delete(const wm_store *st, const wm_metadata_delete *d, char *msg, size_t cap)
 {
     if (st == NULL || d == NULL)
         return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "delete is missing");
-    wm_rev_entry *e = wm_find_entry(st, &d->id);
+    const wm_rev_entry *e = wm_find_entry(st, &d->id);
     if (e == NULL || e->rev.metadata_generation > d->metadata_generation) return WM_OK;
     for (size_t i = 0; i < d->n_operation_ids; i++) {
         const wm_operation *op = wm_store_operation(st, d->operation_ids[i]);
@@ -891,6 +905,15 @@ int wm_store_apply_delete(wm_store *st, const wm_metadata_delete *d, char *msg, 
                            "revision",
                            e->rev.group_key, op->id);
     }
+    return WM_OK;
+}
+
+int wm_store_apply_delete(wm_store *st, const wm_metadata_delete *d, char *msg, size_t cap)
+{
+    int rc;
+    if ((rc = wm_store_check_delete(st, d, msg, cap)) < 0) return rc;
+    wm_rev_entry *e = wm_find_entry(st, &d->id);
+    if (e == NULL || e->rev.metadata_generation > d->metadata_generation) return WM_OK;
     for (size_t i = 0; i < d->n_operation_ids; i++) wm_op_drop(st, d->operation_ids[i]);
     for (size_t i = 0; i < st->n_leases;) {
         if (wm_identity_cmp(&st->leases[i].id_of, &d->id) == 0) {

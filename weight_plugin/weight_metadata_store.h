@@ -73,10 +73,16 @@ void wm_store_stats_get(const wm_store *st, wm_store_stats *out);
  * WM_EINVALID_ARGUMENT with a sentence when the result would break an
  * invariant (nothing changed); SMP_ENOMEM. */
 int wm_store_apply_upsert(wm_store *st, const wm_metadata_upsert *u, char *msg, size_t cap);
+/* The checks of wm_store_apply_upsert alone, changing nothing: what the live
+ * path runs before it appends a record, so that no durable record is one the
+ * store (and so replay after a restart) would refuse. */
+int wm_store_check_upsert(const wm_store *st, const wm_metadata_upsert *u, char *msg, size_t cap);
 /* Drops the revision (unless stored above d's generation), the listed
  * operations and any lease naming it. Absent: no-op. A listed operation of
  * another revision: WM_EINVALID_ARGUMENT, nothing changed. */
 int wm_store_apply_delete(wm_store *st, const wm_metadata_delete *d, char *msg, size_t cap);
+/* The checks of wm_store_apply_delete alone (see wm_store_check_upsert). */
+int wm_store_check_delete(const wm_store *st, const wm_metadata_delete *d, char *msg, size_t cap);
 /* Grant or renew. The revision must exist, be READY or DEGRADED and be at or
  * above the lease's generation (else WM_EINVALID_ARGUMENT). */
 int wm_store_apply_lease_upsert(wm_store *st, const wm_lease *l, char *msg, size_t cap);

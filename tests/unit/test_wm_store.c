@@ -448,6 +448,7 @@ static void test_records_that_would_break_the_tables(void **state)
     /* A delete of c listing a's operation. */
     uint64_t foreign[1] = {1};
     wm_metadata_delete d = {c.id, 2, WM_DEL_TOMBSTONE_EXPIRED, foreign, 1};
+    assert_int_equal(wm_store_check_delete(st, &d, msg, sizeof(msg)), WM_EINVALID_ARGUMENT);
     assert_int_equal(wm_store_apply_delete(st, &d, msg, sizeof(msg)), WM_EINVALID_ARGUMENT);
     assert_non_null(strstr(msg, "belongs to another revision"));
     assert_true(same_section(st, snap, snap_len));
@@ -464,6 +465,7 @@ static void test_records_that_would_break_the_tables(void **state)
     u.revision = a;
     u.revision.metadata_generation = 2;
     u.revision.affinity_sha256[0] ^= 1;
+    assert_int_equal(wm_store_check_upsert(st, &u, msg, sizeof(msg)), WM_EINVALID_ARGUMENT);
     assert_int_equal(wm_store_apply_upsert(st, &u, msg, sizeof(msg)), WM_EINVALID_ARGUMENT);
     assert_non_null(strstr(msg, "sealed manifest reference"));
     assert_true(same_section(st, snap, snap_len));
@@ -472,6 +474,7 @@ static void test_records_that_would_break_the_tables(void **state)
     u.revision = a;
     u.revision.metadata_generation = 2;
     u.revision.operation_id = 0;
+    assert_int_equal(wm_store_check_upsert(st, &u, msg, sizeof(msg)), WM_EINVALID_ARGUMENT);
     assert_int_equal(wm_store_apply_upsert(st, &u, msg, sizeof(msg)), WM_EINVALID_ARGUMENT);
     assert_non_null(strstr(msg, "without ending it"));
     assert_true(same_section(st, snap, snap_len));
@@ -483,6 +486,7 @@ static void test_records_that_would_break_the_tables(void **state)
     wmt_migration(&stolen, &u.revision, 1);
     u.operations = &stolen;
     u.n_operations = 1;
+    assert_int_equal(wm_store_check_upsert(st, &u, msg, sizeof(msg)), WM_EINVALID_ARGUMENT);
     assert_int_equal(wm_store_apply_upsert(st, &u, msg, sizeof(msg)), WM_EINVALID_ARGUMENT);
     assert_non_null(strstr(msg, "belongs to another revision"));
     assert_true(same_section(st, snap, snap_len));
@@ -496,6 +500,8 @@ static void test_records_that_would_break_the_tables(void **state)
     u.revision.operation_id = 0;
     u.operations = &fin;
     u.n_operations = 1;
+    assert_int_equal(wm_store_check_upsert(st, &u, msg, sizeof(msg)), WM_OK);
+    assert_true(same_section(st, snap, snap_len)); /* checking changes nothing */
     assert_int_equal(wm_store_apply_upsert(st, &u, msg, sizeof(msg)), WM_OK);
     assert_int_equal(wm_store_get(st, &a.id)->operation_id, 0);
 
