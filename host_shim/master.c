@@ -4,9 +4,11 @@
  * types and sections must be known before recovery), then the OpLog opens
  * (a torn tail is cut, corruption refuses), recovery rebuilds the state, and
  * only then do the RPC and admin endpoints accept anyone -- the embedded
- * node among them, which registers its segment like any other node. The housekeeping timer runs the plugins'
- * reconcile ticks, cleans up stale puts, evicts under memory pressure and
- * takes snapshots every snapshot.every_records records. SIGINT or SIGTERM
+ * node among them, which registers its segment like any other node. The
+ * housekeeping timer runs the plugins' reconcile ticks (once every node
+ * holding a segment has registered again, or node.timeout_ms has passed:
+ * master_nodes_settled), cleans up stale puts, evicts under memory pressure
+ * and takes snapshots every snapshot.every_records records. SIGINT or SIGTERM
  * stops accepting, flushes the OpLog and unloads the plugins. */
 #include <errno.h>
 #include <signal.h>
@@ -53,7 +55,7 @@ static int guard_loaded(void *ctx)
 
 static void run_ticks(master *m, uint64_t now)
 {
-    if (!m->serving) return;
+    if (!m->serving || !master_nodes_settled(m, now)) return;
     const host_cluster_defaults *c = &m->cfg->cluster;
     for (size_t i = 0; i < host_plugins_n_ticks(m->plugins); i++) {
         host_tick_reg *t = host_plugins_tick_at(m->plugins, i);
@@ -198,6 +200,7 @@ static int start_serving(master *m, char *err, size_t errlen)
         (rc = admin_http_start(&m->loop, m->cfg->listen_admin, master_admin_render, m, &m->admin,
                                err, errlen)) < 0)
         return rc;
+    m->serving_since_ms = master_now_ms();
     if ((rc = start_embedded_node(m, err, errlen)) < 0) return rc;
     m->serving = 1;
     smp_event ev = {.struct_size = sizeof(ev), .type = SMP_EVENT_ROLE_CHANGE, .is_leader = 1};

@@ -102,6 +102,8 @@ typedef struct master {
     int pressure;               /* above the high watermark at the last look */
     uint64_t last_cleanup_ms;
     int serving;                /* RPC accepting */
+    uint64_t serving_since_ms;  /* when serving began (wall clock) */
+    int nodes_settled;          /* see master_nodes_settled */
     int stopping;
     int exit_status;
 
@@ -210,6 +212,15 @@ void master_nodes_free(master *m);
 master_node *master_node_find(const master *m, const char *id);
 /* 1 when the node is registered and heartbeating: its replicas are served. */
 int master_node_readable(const master *m, const char *id);
+/* Whether every node holding a segment has registered since this start, or
+ * node.timeout_ms has passed since serving began -- then the silent ones are
+ * down, and the plugins get node-down and replica-lost events for them, as
+ * for a node that stopped polling. Until then a replica on a node not yet
+ * heard from is unknown, not lost: the plugins' reconcile ticks wait, so that
+ * a restart or failover is not mistaken for a loss (a revision marked
+ * DEGRADED, a migration judged on replicas nobody has looked at). Latched
+ * once true. */
+int master_nodes_settled(master *m, uint64_t now);
 const char *master_node_data_addr(const master *m, const char *id);
 const char *master_node_segment_path(const master *m, const char *id);
 size_t master_nodes_up(const master *m);

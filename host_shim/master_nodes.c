@@ -541,6 +541,7 @@ static int h_poll(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len
 
 /* -- liveness ------------------------------------------------------------------ */
 
+
 typedef struct down_ctx {
     master *m;
 } down_ctx;
@@ -554,6 +555,42 @@ static int emit_lost(void *arg, const char *key, const obj_replica *rep)
                     .group = group, .replica_kind = rep->kind};
     master_emit(c->m, &ev);
     return 0;
+}
+
+static int node_unheard(void *arg, const char *segment, const char *node)
+{
+    (void)segment;
+    return !master_node_readable(arg, node);
+}
+
+/* A node holding a segment that stayed silent since the start: down, as if it
+ * had stopped polling (node-down and replica-lost events; no tasks to fail). */
+static int node_never_came(void *arg, const char *segment, const char *node)
+{
+    master *m = arg;
+    (void)segment;
+    if (master_node_readable(m, node)) return 0;
+    fprintf(stderr, "store_master: node %s down (not heard from since the start)\n", node);
+    smp_event ev = {.struct_size = sizeof(ev), .type = SMP_EVENT_NODE_DOWN, .node = node};
+    master_emit(m, &ev);
+    down_ctx c = {m};
+    obj_visit_replicas(m->objs, node, emit_lost, &c);
+    return 0;
+}
+
+int master_nodes_settled(master *m, uint64_t now)
+{
+    if (m->nodes_settled) return 1;
+    if (obj_visit_segments(m->objs, node_unheard, m) == 0) {
+        fprintf(stderr, "store_master: every node holding a segment has registered; "
+                        "reconcile ticks start\n");
+        m->nodes_settled = 1;
+    } else if (now - m->serving_since_ms >= m->cfg->node_timeout_ms) {
+        m->nodes_settled = 1;
+        obj_visit_segments(m->objs, node_never_came, m);
+        fprintf(stderr, "store_master: node.timeout_ms passed; reconcile ticks start\n");
+    }
+    return m->nodes_settled;
 }
 
 void master_nodes_tick(master *m, uint64_t now)

@@ -2804,6 +2804,18 @@ free_msg:
     return rc;
 }
 
+int obj_visit_segments(const obj_store *st,
+                       int (*fn)(void *arg, const char *id, const char *node),
+                       void *arg)
+{
+    for (obj_sl_node *n = st->segments.head->next[0]; n != NULL; n = n->next[0]) {
+        const obj_segment *s = n->val;
+        int rc = fn(arg, s->id, s->node);
+        if (rc != 0) return rc;
+    }
+    return 0;
+}
+
 int obj_segment_info(const obj_store *st, const char *id, const char **node, uint64_t *capacity)
 {
     obj_segment *s = id ? obj_sl_get(&st->segments, id) : NULL;

@@ -443,6 +443,11 @@ int obj_prepare_segment_mount(obj_store *st,
 /* The node and capacity of a mounted segment (out pointers may be NULL).
  * SMP_ENOTFOUND when id is not mounted. */
 int obj_segment_info(const obj_store *st, const char *id, const char **node, uint64_t *capacity);
+/* Call fn(arg, id, node) for every mounted segment in id order until it
+ * returns non-zero, which is then returned; 0 when it never did. */
+int obj_visit_segments(const obj_store *st,
+                       int (*fn)(void *arg, const char *id, const char *node),
+                       void *arg);
 /* SEGMENT_UNMOUNT. SMP_ENOTFOUND. */
 int obj_prepare_segment_unmount(obj_store *st, const char *id, obj_record *out);
 /* SEGMENT_UPDATE growing a segment. SMP_ENOTFOUND, SMP_ERANGE (smaller

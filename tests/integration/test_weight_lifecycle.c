@@ -626,6 +626,91 @@ static void test_master_killed_mid_migration_and_deletion(void **state)
     assert_group_empty(f, u.group);
 }
 
+/* After a restart the reconcile ticks wait until the node holding the
+ * replicas has registered again (node.timeout_ms at most): a migration left
+ * RUNNING resumes on the replicas the node really reports instead of judging
+ * members nobody has heard about, and the revision is not marked DEGRADED.
+ * A node that stays silent past the timeout is lost, and treated so: its
+ * revisions become DEGRADED, and READY again when it is back. */
+static void test_restart_waits_for_the_nodes(void **state)
+{
+    wr_fixture *f = *state;
+    char cfg[1024];
+    hx_node a;
+    assert_int_equal(hx_init(&f->m, "wl-settle", NULL), 0);
+    snprintf(cfg, sizeof(cfg),
+             "node:\n  embedded: false\n  timeout_ms: 2000\n  poll_ms: 50\n"
+             "plugins:\n  - path: \"%s/lib/weight_mgmt.so\"\n    config:\n      tick_period_ms: 50\n",
+             BUILD_DIR);
+    assert_int_equal(hx_reconfigure(&f->m, cfg), 0);
+    assert_int_equal(hx_start(&f->m, 10000), 0);
+    assert_int_equal(hx_node_start(&f->m, &a, "node-a", 16u << 20), 0);
+    assert_int_equal(hx_wait_nodes(&f->m, 1, 10000), 0);
+    wr_connect(f);
+
+    Wmrpc__WeightIdentity id;
+    wr_set_identity(&id, "t1", "settle", "model", 1);
+    wr_upload u = {.per_unit = 1};
+    sizes_fill(&u, 4, 1000);
+    Wmrpc__MetadataResponse *r = wr_publish(f, &id, WR_RS_HOT, WR_MODE_MANUAL, &u);
+    wmrpc__metadata_response__free_unpacked(r, NULL);
+    /* A migration to COLD that a lease holds RUNNING once the cold copies
+     * exist (memory is not released under a lease). */
+    uint64_t lease = acquire_lease(f, &id);
+    r = NULL;
+    assert_int_equal(wr_migrate(f, &id, WR_RS_COLD, generation_of(f, &id), &r), 0);
+    uint64_t op_id = r->metadata->operation_id;
+    wmrpc__metadata_response__free_unpacked(r, NULL);
+    char key[1200];
+    int mem, cold;
+    uint64_t end = mono_ms() + WAIT_MS;
+    for (size_t i = 0; i < u.n;) {
+        wr_payload_key(&u, i, key, sizeof(key));
+        replicas(f, key, &mem, &cold);
+        if (cold > 0) {
+            i++;
+            continue;
+        }
+        if (mono_ms() > end) fail_msg("%s got no cold replica", key);
+        sleep_ms(20);
+    }
+
+    /* The master restarts while the node is away: for half the timeout the
+     * revision stays READY with its migration RUNNING. */
+    hx_node_kill(&a);
+    restart_master(f);
+    end = mono_ms() + 1000;
+    while (mono_ms() < end) {
+        r = wr_get_md(f, &id);
+        assert_int_equal(r->metadata->availability, WR_AV_READY);
+        assert_int_equal(r->metadata->operation_id, op_id);
+        wmrpc__metadata_response__free_unpacked(r, NULL);
+        sleep_ms(50);
+    }
+    /* The node comes back: the migration completes once the lease ends. */
+    assert_int_equal(hx_node_start(&f->m, &a, "node-a", 16u << 20), 0);
+    assert_int_equal(hx_wait_nodes(&f->m, 1, 10000), 0);
+    release_lease(f, &id, lease);
+    Wmrpc__OperationResponse *op = wait_op(f, op_id);
+    assert_int_equal(op->operation->state, 2);
+    wmrpc__operation_response__free_unpacked(op, NULL);
+    r = wait_state(f, &id, WR_AV_READY, WR_RS_COLD);
+    wmrpc__metadata_response__free_unpacked(r, NULL);
+
+    /* A restart after which the node never comes back: lost after the
+     * timeout (DEGRADED), READY again once it registers. */
+    hx_node_kill(&a);
+    restart_master(f);
+    r = wait_state(f, &id, WR_AV_DEGRADED, -1);
+    wmrpc__metadata_response__free_unpacked(r, NULL);
+    assert_int_equal(hx_node_start(&f->m, &a, "node-a", 16u << 20), 0);
+    assert_int_equal(hx_wait_nodes(&f->m, 1, 10000), 0);
+    r = wait_state(f, &id, WR_AV_READY, WR_RS_COLD);
+    wmrpc__metadata_response__free_unpacked(r, NULL);
+    wr_disconnect(f);
+    hx_node_kill(&a);
+}
+
 /* SIGKILL during an import (payloads uploaded, no commit): after the
  * restart the revision is still IMPORTING -- never READY, not listed, not
  * readable; aborting it removes its uploads and leaves a tombstone. */
@@ -726,6 +811,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_cold_write_failure_retries, wr_setup, wr_teardown),
         cmocka_unit_test_setup_teardown(test_killed_node_degrades_then_recovers, wr_setup, wr_teardown),
         cmocka_unit_test_setup_teardown(test_master_killed_mid_migration_and_deletion, wr_setup, wr_teardown),
+        cmocka_unit_test_setup_teardown(test_restart_waits_for_the_nodes, wr_setup, wr_teardown),
         cmocka_unit_test_setup_teardown(test_master_killed_during_import_never_publishes, wr_setup,
                                         wr_teardown),
         cmocka_unit_test_setup_teardown(test_auto_demotes_under_memory_pressure, wr_setup, wr_teardown),
