@@ -219,6 +219,25 @@ static uint64_t acquire_lease(wr_fixture *f, const Wmrpc__WeightIdentity *id)
     return lid;
 }
 
+/* Wait until every payload of u has a cold replica (a migration to COLD
+ * under a lease gets this far and no further). */
+static void wait_cold_copies(wr_fixture *f, const wr_upload *u)
+{
+    char key[1200];
+    int mem, cold;
+    uint64_t end = mono_ms() + WAIT_MS;
+    for (size_t i = 0; i < u->n;) {
+        wr_payload_key(u, i, key, sizeof(key));
+        replicas(f, key, &mem, &cold);
+        if (cold > 0) {
+            i++;
+            continue;
+        }
+        if (mono_ms() > end) fail_msg("%s got no cold replica", key);
+        sleep_ms(20);
+    }
+}
+
 static void sizes_fill(wr_upload *u, size_t n, uint64_t base)
 {
     u->n = n;
@@ -344,20 +363,9 @@ static void test_lease_blocks_memory_release_during_cold_migration(void **state)
     uint64_t op_id = r->metadata->operation_id;
     wmrpc__metadata_response__free_unpacked(r, NULL);
 
-    /* Wait until every payload has its cold replica. */
+    wait_cold_copies(f, &u);
     char key[1200];
     int mem, cold;
-    uint64_t end = mono_ms() + WAIT_MS;
-    for (size_t i = 0; i < u.n;) {
-        wr_payload_key(&u, i, key, sizeof(key));
-        replicas(f, key, &mem, &cold);
-        if (cold > 0) {
-            i++;
-            continue;
-        }
-        if (mono_ms() > end) fail_msg("%s got no cold replica under the lease", key);
-        sleep_ms(20);
-    }
     sleep_ms(500); /* several more rounds */
     for (size_t i = 0; i < u.n; i++) {
         wr_payload_key(&u, i, key, sizeof(key));
@@ -661,25 +669,13 @@ static void test_restart_waits_for_the_nodes(void **state)
     assert_int_equal(wr_migrate(f, &id, WR_RS_COLD, generation_of(f, &id), &r), 0);
     uint64_t op_id = r->metadata->operation_id;
     wmrpc__metadata_response__free_unpacked(r, NULL);
-    char key[1200];
-    int mem, cold;
-    uint64_t end = mono_ms() + WAIT_MS;
-    for (size_t i = 0; i < u.n;) {
-        wr_payload_key(&u, i, key, sizeof(key));
-        replicas(f, key, &mem, &cold);
-        if (cold > 0) {
-            i++;
-            continue;
-        }
-        if (mono_ms() > end) fail_msg("%s got no cold replica", key);
-        sleep_ms(20);
-    }
+    wait_cold_copies(f, &u);
 
     /* The master restarts while the node is away: for half the timeout the
      * revision stays READY with its migration RUNNING. */
     hx_node_kill(&a);
     restart_master(f);
-    end = mono_ms() + 1000;
+    uint64_t end = mono_ms() + 1000;
     while (mono_ms() < end) {
         r = wr_get_md(f, &id);
         assert_int_equal(r->metadata->availability, WR_AV_READY);
