@@ -2,7 +2,8 @@
  *
  * Loading is two steps. First libyaml's event stream is turned into a tree of
  * host_config_node (maps, sequences, scalars with their lines and keys),
- * refusing what the tree cannot express faithfully: aliases, non-scalar keys,
+ * refusing what the tree cannot express faithfully: aliases, tags (a
+ * `!!binary` value would otherwise be read as its text), non-scalar keys,
  * duplicate keys, several documents, NUL bytes, absurd nesting. Then the tree
  * is walked against a closed schema (the field tables below) that fills a
  * host_config which started from the defaults. The first problem ends the
@@ -225,6 +226,9 @@ static int scalar_copy(cfg_ctx *c, const yaml_event_t *ev, const char *path, cha
 {
     const char *v = (const char *)ev->data.scalar.value;
     size_t len = ev->data.scalar.length;
+    if (ev->data.scalar.tag != NULL)
+        return cfg_fail(c, SMP_EINVAL, (int)ev->start_mark.line + 1, path,
+                        "YAML tags (%s) are not supported", (const char *)ev->data.scalar.tag);
     if (memchr(v, '\0', len) != NULL)
         return cfg_fail(c, SMP_EINVAL, (int)ev->start_mark.line + 1, path,
                         "contains a NUL character");
@@ -334,6 +338,13 @@ static int build_node(cfg_ctx *c, yaml_parser_t *p, yaml_event_t *ev,
     case YAML_MAPPING_START_EVENT:
     case YAML_SEQUENCE_START_EVENT:
         n->kind = ev->type == YAML_MAPPING_START_EVENT ? HOST_CFG_MAP : HOST_CFG_SEQ;
+        const yaml_char_t *tag = n->kind == HOST_CFG_MAP ? ev->data.mapping_start.tag
+                                                          : ev->data.sequence_start.tag;
+        if (tag != NULL) {
+            rc = cfg_fail(c, SMP_EINVAL, line, path, "YAML tags (%s) are not supported",
+                          (const char *)tag);
+            goto free_node;
+        }
         if (depth >= CFG_MAX_DEPTH) {
             rc = cfg_fail(c, SMP_EINVAL, line, path, "nested deeper than %d levels",
                           CFG_MAX_DEPTH);

@@ -530,6 +530,13 @@ static void test_refuses_what_the_tree_cannot_hold(void **state)
 {
     (void)state;
     expect_message("ha: &h {enabled: true}\nnode: *h\n", "x.yaml:2: node: aliases (*h) are not supported");
+    expect_message("data_dir: !!binary aGVsbG8=\n",
+                   "x.yaml:1: data_dir: YAML tags (tag:yaml.org,2002:binary) are not supported");
+    expect_refused("snapshot: !!map {every_records: 5}\n",
+                   "x.yaml:1: snapshot: YAML tags (tag:yaml.org,2002:map) are not supported");
+    expect_refused("!custom listen: {}\n", "x.yaml:1: top level: YAML tags (!custom) are not supported");
+    expect_refused("plugins:\n  - path: a.so\n    config: {limit: !!int 5}\n",
+                   "x.yaml:3: plugins[0].config.limit: YAML tags (tag:yaml.org,2002:int) are not supported");
     expect_refused("listen: {}\n---\nha: {}\n", "x.yaml:2: only one YAML document is allowed");
     expect_refused("? [a, b]\n: 1\n", "x.yaml:1: top level: a key must be a scalar");
     expect_refused("plugins:\n  - path: \"a\\0b.so\"\n",
