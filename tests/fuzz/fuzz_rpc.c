@@ -3,10 +3,14 @@
  *
  * One master (the real binary, with the weight plugin and its embedded node,
  * started through the test harness) serves the whole run; every input is one
- * connection to its Unix socket. The first byte says what the rest is:
- *   0  raw bytes written to the socket as they are (frames, lengths and all);
- *   1  one request: service selector, method, then the body, framed and
- *      wrapped in an RpcRequest here, so that mutants reach the handlers.
+ * connection. The first byte (modulo 3) says what the rest is:
+ *   0  raw bytes written to the RPC socket as they are (frames, lengths and
+ *      all);
+ *   1  one RPC request: service selector, method, then the body, framed and
+ *      wrapped in an RpcRequest here, so that mutants reach the handlers;
+ *   2  raw bytes to the embedded node's data server (TCP, in the master's
+ *      process): range reads and writes with their tickets, cold-file reads
+ *      by name (node_data_wire.h).
  * The target reads whatever comes back until the master answers, closes or
  * 300 ms pass, then checks that the master process is still running; every
  * 64 inputs, and at exit, that it still answers a status request on a new
@@ -27,6 +31,8 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -34,6 +40,7 @@
 #include "harness.h"
 #include "host_rpc.pb-c.h"
 #include "kv_client.h"
+#include "node_data_wire.h"
 #include "node_rpc.pb-c.h"
 #include "rpc.pb-c.h"
 #include "weight_rpc.pb-c.h"
@@ -91,6 +98,26 @@ static void stop_master(void)
     hx_cleanup(&master);
 }
 
+static struct sockaddr_in data_addr; /* the embedded node's data server */
+
+/* Learn where the embedded node's data server listens: the address a put
+ * start hands out (the put is then revoked). */
+static void find_data_server(void)
+{
+    kvc *c = hx_client(&master);
+    kvc_replica where;
+    char host[128];
+    int port = 0;
+    if (c == NULL || kvc_put_start(c, "fuzz/probe", 64, SMP_DATA_KV, NULL, 1, &where) < 0)
+        die("cannot learn the node's data address");
+    kvc_put_revoke(c, "fuzz/probe");
+    kvc_close(c);
+    if (sscanf(where.data_addr, "%127[^:]:%d", host, &port) != 2) die("odd data address");
+    data_addr.sin_family = AF_INET;
+    data_addr.sin_port = htons((uint16_t)port);
+    if (inet_pton(AF_INET, host, &data_addr.sin_addr) != 1) die("odd data address");
+}
+
 static void start_master(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -99,6 +126,15 @@ static void start_master(void)
         die("cannot start the master");
     started = 1;
     atexit(stop_master);
+    find_data_server();
+}
+
+static int connect_data_server(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&data_addr, sizeof(data_addr)) < 0)
+        die("cannot connect to the node's data server");
+    return fd;
 }
 
 static int connect_master(void)
@@ -111,13 +147,14 @@ static int connect_master(void)
     return fd;
 }
 
-/* Send buf, then read until the master closes, answers (a whole frame when
- * one_reply) or 300 ms pass without a byte. Returns the status of the first
- * response frame, or OUTCOME_NONE when none came whole. */
+/* Send buf on fd (then closed), and read until the peer closes, answers (a
+ * whole RPC frame when one_reply) or 300 ms pass without a byte. Returns the
+ * status of the first response (an RPC frame or a data-server header), or
+ * OUTCOME_NONE when none came whole. */
 #define OUTCOME_NONE 1
-static int exchange(const uint8_t *buf, size_t len, int one_reply)
+static int exchange(int fd, const uint8_t *buf, size_t len, int one_reply)
 {
-    int fd = connect_master(), outcome = OUTCOME_NONE;
+    int outcome = OUTCOME_NONE;
     uint8_t in[65536];
     size_t have = 0;
     while (len > 0) {
@@ -134,7 +171,9 @@ static int exchange(const uint8_t *buf, size_t len, int one_reply)
         ssize_t r = recv(fd, in + have, sizeof(in) - have, 0);
         if (r <= 0) break;
         have += (size_t)r;
-        if (outcome == OUTCOME_NONE && have >= 4) {
+        if (outcome == OUTCOME_NONE && have >= NDW_RESP_HDR && memcmp(in, NDW_RESP_MAGIC, 4) == 0) {
+            outcome = (int32_t)ndw_get_u32(in + 4); /* the data server's answer */
+        } else if (outcome == OUTCOME_NONE && have >= 4) {
             uint32_t n = (uint32_t)in[0] << 24 | (uint32_t)in[1] << 16 | (uint32_t)in[2] << 8 | in[3];
             if (have >= 4 + (size_t)n) {
                 RpcResponse *resp = rpc_response__unpack(NULL, n, in + 4);
@@ -153,7 +192,7 @@ static int exchange(const uint8_t *buf, size_t len, int one_reply)
  * its own through libFuzzer's extra counters, so that inputs reaching a new
  * answer of the master are kept. Outside libFuzzer the section is plain
  * data. */
-__attribute__((section("__libfuzzer_extra_counters"))) static uint8_t outcome_counters[9 * 32 * 16];
+__attribute__((section("__libfuzzer_extra_counters"))) static uint8_t outcome_counters[10 * 32 * 16];
 
 static void note_outcome(unsigned service_idx, uint32_t method, int status)
 {
@@ -191,14 +230,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (!started) start_master();
     if (size == 0) return 0;
-    if (data[0] % 2 == 0 || size < 3) {
-        note_outcome(8, 0, exchange(data + 1, size - 1, 0));
+    if (data[0] % 3 == 2) {
+        note_outcome(9, size > 5 ? data[5] : 0, /* the op byte */
+                     exchange(connect_data_server(), data + 1, size - 1, 0));
+    } else if (data[0] % 3 == 0 || size < 3) {
+        note_outcome(8, 0, exchange(connect_master(), data + 1, size - 1, 0));
     } else {
         size_t n;
         unsigned idx = data[1] % (sizeof(services) / sizeof(services[0]));
         uint8_t *f = frame_request(services[idx], data[2], data + 3, size - 3, &n);
         if (f == NULL) return 0;
-        note_outcome(idx, data[2], exchange(f, n, 1));
+        note_outcome(idx, data[2], exchange(connect_master(), f, n, 1));
         free(f);
     }
     check_alive();
@@ -328,6 +370,35 @@ static int weight_seeds(const char *dir, int *n)
     return 0;
 }
 
+/* A data-server request (mode 2): header, segment id or cold name, ticket. */
+static int seed_data(const char *dir, int *count, const char *name, uint8_t op, const char *seg,
+                     uint64_t offset, uint64_t length, const char *ticket)
+{
+    uint8_t buf[1 + NDW_REQ_HDR + 512];
+    ndw_request r = {op, (uint16_t)strlen(seg), offset, length, (uint32_t)strlen(ticket)};
+    buf[0] = 2;
+    ndw_encode_request(buf + 1, &r);
+    memcpy(buf + 1 + NDW_REQ_HDR, seg, r.seg_len);
+    memcpy(buf + 1 + NDW_REQ_HDR + r.seg_len, ticket, r.ticket_len);
+    int rc = fuzz_seed(dir, name, buf, 1 + NDW_REQ_HDR + r.seg_len + r.ticket_len);
+    if (rc > 0) (*count)++;
+    return rc;
+}
+
+static int data_seeds(const char *dir, int *n)
+{
+    static const char cold[] =
+        "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.cold";
+    if (seed_data(dir, n, "data-read", NDW_OP_READ, "embedded", 0, 64, "") < 0 ||
+        seed_data(dir, n, "data-write", NDW_OP_WRITE, "embedded", 4096, 64, "not-a-ticket") < 0 ||
+        seed_data(dir, n, "data-read-cold", NDW_OP_READ_COLD, cold, 0, 16, "") < 0 ||
+        seed_data(dir, n, "data-read-cold-escape", NDW_OP_READ_COLD, "../../etc/passwd", 0, 16,
+                  "") < 0 ||
+        seed_data(dir, n, "data-read-huge", NDW_OP_READ, "embedded", UINT64_MAX - 8, 64, "") < 0)
+        return -1;
+    return 0;
+}
+
 int fuzz_seeds(const char *dir)
 {
     int n = 0;
@@ -349,6 +420,7 @@ int fuzz_seeds(const char *dir)
                  : 0;
     }
     free(one);
-    if (rc < 0 || host_seeds(dir, &n) < 0 || weight_seeds(dir, &n) < 0) return -1;
+    if (rc < 0 || host_seeds(dir, &n) < 0 || weight_seeds(dir, &n) < 0 || data_seeds(dir, &n) < 0)
+        return -1;
     return n;
 }
