@@ -22,17 +22,18 @@
  *
  * Coverage lives in the master process, so libFuzzer's guidance sees only
  * this side; the seeds (a valid request for every method of the objects,
- * admin, node and weight services) and the mutants do the work. */
-#include <errno.h>
+ * admin, node and weight services, data-server requests) and the mutants do
+ * the work, helped by the master's answers turned into features
+ * (note_outcome). */
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/un.h>
-#include <netinet/in.h>
-#include <arpa/inet.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
