@@ -4,8 +4,9 @@
  * The HTTP endpoint renders on the loop thread: /metrics refreshes the host's
  * gauges and counters from the object store, the OpLog and the RPC server,
  * then prints every family (the host's and the plugins') in Prometheus text
- * format; /health answers 200 while the OpLog accepts writes and 503 after
- * it failed; /role names this master's role. */
+ * format; /health answers 200 while the OpLog accepts writes (saying so
+ * while the reconcile ticks still wait for nodes after a start) and 503
+ * after it failed; /role names this master's role. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,8 +131,13 @@ void master_admin_render(void *ctx, const char *path, int *status, char **body,
         if (host_metrics_render(m->metrics, body, len) < 0) *body = NULL;
         *status = 200;
     } else if (strcmp(path, "/health") == 0) {
+        const char *what = "ok\n";
+        if (m->log_failed)
+            what = "oplog failed: read-only\n";
+        else if (!master_nodes_settled(m, master_now_ms()))
+            what = "ok; reconcile waits for the nodes holding segments to register\n";
         *status = m->log_failed ? 503 : 200;
-        *body = text(m->log_failed ? "oplog failed: read-only\n" : "ok\n", len);
+        *body = text(what, len);
     } else if (strcmp(path, "/role") == 0) {
         *status = 200;
         *body = text("active\n", len);

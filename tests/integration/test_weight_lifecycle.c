@@ -675,6 +675,10 @@ static void test_restart_waits_for_the_nodes(void **state)
      * revision stays READY with its migration RUNNING. */
     hx_node_kill(&a);
     restart_master(f);
+    char *health = NULL;
+    assert_int_equal(hx_http_get(&f->m, "/health", &health), 200);
+    assert_non_null(strstr(health, "reconcile waits for the nodes"));
+    free(health);
     uint64_t end = mono_ms() + 1000;
     while (mono_ms() < end) {
         r = wr_get_md(f, &id);
@@ -687,6 +691,9 @@ static void test_restart_waits_for_the_nodes(void **state)
     assert_int_equal(hx_node_start(&f->m, &a, "node-a", 16u << 20), 0);
     assert_int_equal(hx_wait_nodes(&f->m, 1, 10000), 0);
     release_lease(f, &id, lease);
+    assert_int_equal(hx_http_get(&f->m, "/health", &health), 200);
+    assert_string_equal(health, "ok\n");
+    free(health);
     Wmrpc__OperationResponse *op = wait_op(f, op_id);
     assert_int_equal(op->operation->state, 2);
     wmrpc__operation_response__free_unpacked(op, NULL);
