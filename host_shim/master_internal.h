@@ -102,7 +102,7 @@ typedef struct master {
     int pressure;               /* above the high watermark at the last look */
     uint64_t last_cleanup_ms;
     int serving;                /* RPC accepting */
-    uint64_t serving_since_ms;  /* when serving began (wall clock) */
+    uint64_t serving_since_ms;  /* when serving began (master_now_ms) */
     int nodes_settled;          /* see master_nodes_settled */
     int stopping;
     int exit_status;

@@ -541,7 +541,6 @@ static int h_poll(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len
 
 /* -- liveness ------------------------------------------------------------------ */
 
-
 typedef struct down_ctx {
     master *m;
 } down_ctx;
