@@ -134,7 +134,7 @@ void master_admin_render(void *ctx, const char *path, int *status, char **body,
         const char *what = "ok\n";
         if (m->log_failed)
             what = "oplog failed: read-only\n";
-        else if (!master_nodes_settled(m, master_now_ms()))
+        else if (master_nodes_waiting(m, master_now_ms()))
             what = "ok; reconcile waits for the nodes holding segments to register\n";
         *status = m->log_failed ? 503 : 200;
         *body = text(what, len);

@@ -221,6 +221,9 @@ int master_node_readable(const master *m, const char *id);
  * DEGRADED, a migration judged on replicas nobody has looked at). Latched
  * once true. */
 int master_nodes_settled(master *m, uint64_t now);
+/* The same question without settling anything (no events, no latch): 1
+ * while the ticks would still wait. For /health. */
+int master_nodes_waiting(const master *m, uint64_t now);
 const char *master_node_data_addr(const master *m, const char *id);
 const char *master_node_segment_path(const master *m, const char *id);
 size_t master_nodes_up(const master *m);

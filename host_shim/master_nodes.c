@@ -577,6 +577,12 @@ static int node_never_came(void *arg, const char *segment, const char *node)
     return 0;
 }
 
+int master_nodes_waiting(const master *m, uint64_t now)
+{
+    return !m->nodes_settled && obj_visit_segments(m->objs, node_unheard, (void *)m) != 0 &&
+           now - m->serving_since_ms < m->cfg->node_timeout_ms;
+}
+
 int master_nodes_settled(master *m, uint64_t now)
 {
     if (m->nodes_settled) return 1;

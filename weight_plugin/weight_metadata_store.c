@@ -799,50 +799,67 @@ static int wm_upsert_fits_held(const wm_store *st,
                    before->group_key, before->operation_id);
 }
 
-int wm_store_check_upsert(const wm_store *st, const wm_metadata_upsert *u, char *msg, size_t cap)
+/* The checks of an upsert against the store, shared by check and apply:
+ * *held gets the entry it replaces (NULL for a new revision) and *next the
+ * revision as it would be stored. 1 when the record is older than what is
+ * held (applying it changes nothing), WM_OK, or WM_EINVALID_ARGUMENT with a
+ * sentence. */
+static int wm_upsert_plan(const wm_store *st,
+                          const wm_metadata_upsert *u,
+                          wm_rev_entry **held_out,
+                          wm_revision *next_out,
+                          char *msg,
+                          size_t cap)
 {
     int rc;
-    wm_revision next;
-
     if (st == NULL || u == NULL)
         return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "upsert is missing");
-    const wm_rev_entry *e = wm_find_entry(st, &u->revision.id);
-    if (e != NULL && u->revision.metadata_generation < e->rev.metadata_generation)
-        return WM_OK; /* older than what is held: applying it changes nothing */
+    wm_rev_entry *e = wm_find_entry(st, &u->revision.id);
+    *held_out = e;
+    if (e != NULL && u->revision.metadata_generation < e->rev.metadata_generation) return 1;
 
-    next = u->revision;
-    next.lease_count = wm_leases_naming(st, &next.id);
-    if ((rc = wm_metadata_check(&next, msg, cap)) < 0) return rc;
+    wm_revision *next = next_out;
+    *next = u->revision;
+    next->lease_count = wm_leases_naming(st, &next->id);
+    if ((rc = wm_metadata_check(next, msg, cap)) < 0) return rc;
     for (size_t i = 0; i < u->n_operations; i++)
-        if ((rc = wm_operation_check(&u->operations[i], &next, msg, cap)) < 0) return rc;
-    if (next.operation_id != 0) {
+        if ((rc = wm_operation_check(&u->operations[i], next, msg, cap)) < 0) return rc;
+    if (next->operation_id != 0) {
         int named = 0;
         for (size_t i = 0; i < u->n_operations; i++)
-            named |= u->operations[i].id == next.operation_id;
-        const wm_operation *held = wm_store_operation(st, next.operation_id);
-        if (!named && (held == NULL || wm_operation_check(held, &next, NULL, 0) < 0))
+            named |= u->operations[i].id == next->operation_id;
+        const wm_operation *held = wm_store_operation(st, next->operation_id);
+        if (!named && (held == NULL || wm_operation_check(held, next, NULL, 0) < 0))
             return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
                            "revision names active operation %" PRIu64
                            ", which is neither in the record nor held RUNNING",
-                           next.operation_id);
+                           next->operation_id);
     }
     if (e != NULL && (rc = wm_upsert_fits_held(st, e, u, msg, cap)) < 0) return rc;
     for (size_t i = 0; i < u->n_operations; i++) {
         const wm_operation *held = wm_store_operation(st, u->operations[i].id);
-        if (held != NULL && wm_identity_cmp(&held->id_of, &next.id) != 0)
+        if (held != NULL && wm_identity_cmp(&held->id_of, &next->id) != 0)
             return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
                            "operation %" PRIu64 " belongs to another revision", held->id);
     }
-    if (u->has_affinity) return wm_affinity_check(&u->affinity, &next, msg, cap);
-    if (next.availability == WM_AVAIL_READY || next.availability == WM_AVAIL_DEGRADED) {
+    if (u->has_affinity) return wm_affinity_check(&u->affinity, next, msg, cap);
+    if (next->availability == WM_AVAIL_READY || next->availability == WM_AVAIL_DEGRADED) {
         /* the summary held must be the one the revision seals */
         if (e == NULL || e->aff.n_units == 0)
             return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
                            "%s revision arrives without its affinity summary",
-                           wm_availability_name((int)next.availability));
-        return wm_affinity_check(&e->aff, &next, msg, cap);
+                           wm_availability_name((int)next->availability));
+        return wm_affinity_check(&e->aff, next, msg, cap);
     }
     return WM_OK;
+}
+
+int wm_store_check_upsert(const wm_store *st, const wm_metadata_upsert *u, char *msg, size_t cap)
+{
+    wm_rev_entry *held;
+    wm_revision next;
+    int rc = wm_upsert_plan(st, u, &held, &next, msg, cap);
+    return rc < 0 ? rc : WM_OK;
 }
 
 int wm_store_apply_upsert(wm_store *st, const wm_metadata_upsert *u, char *msg, size_t cap)
@@ -851,12 +868,10 @@ int wm_store_apply_upsert(wm_store *st, const wm_metadata_upsert *u, char *msg, 
     wm_affinity aff_copy = {0};
     int have_copy = 0;
 
-    if ((rc = wm_store_check_upsert(st, u, msg, cap)) < 0) return rc;
-    wm_rev_entry *e = wm_find_entry(st, &u->revision.id);
-    if (e != NULL && u->revision.metadata_generation < e->rev.metadata_generation)
-        return WM_OK; /* older than what is held: already applied */
-    wm_revision next = u->revision;
-    next.lease_count = wm_leases_naming(st, &next.id);
+    wm_rev_entry *e;
+    wm_revision next;
+    if ((rc = wm_upsert_plan(st, u, &e, &next, msg, cap)) != WM_OK)
+        return rc < 0 ? rc : WM_OK; /* 1: older than what is held, already applied */
     if (u->has_affinity) {
         if ((rc = wm_affinity_copy(&u->affinity, &aff_copy)) < 0) return rc;
         have_copy = 1;
@@ -891,12 +906,20 @@ free_copy:
     return rc;
 }
 
-int wm_store_check_delete(const wm_store *st, const wm_metadata_delete *d, char *msg, size_t cap)
+/* The checks of a delete, shared by check and apply: *held gets the entry
+ * to drop. 1 when there is nothing to drop (absent, or held above d's
+ * generation), WM_OK, or WM_EINVALID_ARGUMENT with a sentence. */
+static int wm_delete_plan(const wm_store *st,
+                          const wm_metadata_delete *d,
+                          wm_rev_entry **held,
+                          char *msg,
+                          size_t cap)
 {
     if (st == NULL || d == NULL)
         return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "delete is missing");
-    const wm_rev_entry *e = wm_find_entry(st, &d->id);
-    if (e == NULL || e->rev.metadata_generation > d->metadata_generation) return WM_OK;
+    wm_rev_entry *e = wm_find_entry(st, &d->id);
+    *held = e;
+    if (e == NULL || e->rev.metadata_generation > d->metadata_generation) return 1;
     for (size_t i = 0; i < d->n_operation_ids; i++) {
         const wm_operation *op = wm_store_operation(st, d->operation_ids[i]);
         if (op != NULL && wm_identity_cmp(&op->id_of, &d->id) != 0)
@@ -908,12 +931,18 @@ int wm_store_check_delete(const wm_store *st, const wm_metadata_delete *d, char 
     return WM_OK;
 }
 
+int wm_store_check_delete(const wm_store *st, const wm_metadata_delete *d, char *msg, size_t cap)
+{
+    wm_rev_entry *held;
+    int rc = wm_delete_plan(st, d, &held, msg, cap);
+    return rc < 0 ? rc : WM_OK;
+}
+
 int wm_store_apply_delete(wm_store *st, const wm_metadata_delete *d, char *msg, size_t cap)
 {
-    int rc;
-    if ((rc = wm_store_check_delete(st, d, msg, cap)) < 0) return rc;
-    wm_rev_entry *e = wm_find_entry(st, &d->id);
-    if (e == NULL || e->rev.metadata_generation > d->metadata_generation) return WM_OK;
+    wm_rev_entry *e;
+    int rc = wm_delete_plan(st, d, &e, msg, cap);
+    if (rc != WM_OK) return rc < 0 ? rc : WM_OK; /* 1: nothing to drop */
     for (size_t i = 0; i < d->n_operation_ids; i++) wm_op_drop(st, d->operation_ids[i]);
     for (size_t i = 0; i < st->n_leases;) {
         if (wm_identity_cmp(&st->leases[i].id_of, &d->id) == 0) {

@@ -205,28 +205,6 @@ static void note_outcome(unsigned service_idx, uint32_t method, int status)
 
 static const uint32_t services[] = {1, 2, NODE_SERVICE, WEIGHT_SERVICE, 0, 4, 17, 255};
 
-/* A framed RpcRequest: 4-byte length, then the message. */
-static uint8_t *frame_request(uint32_t service, uint32_t method, const uint8_t *body, size_t len,
-                              size_t *out_len)
-{
-    RpcRequest req = RPC_REQUEST__INIT;
-    req.request_id = 1;
-    req.service = service;
-    req.method = method;
-    req.body.data = (uint8_t *)body;
-    req.body.len = len;
-    size_t n = rpc_request__get_packed_size(&req);
-    uint8_t *f = malloc(4 + n);
-    if (f == NULL) return NULL;
-    f[0] = (uint8_t)(n >> 24);
-    f[1] = (uint8_t)(n >> 16);
-    f[2] = (uint8_t)(n >> 8);
-    f[3] = (uint8_t)n;
-    rpc_request__pack(&req, f + 4);
-    *out_len = 4 + n;
-    return f;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (!started) start_master();
@@ -239,7 +217,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else {
         size_t n;
         unsigned idx = data[1] % (sizeof(services) / sizeof(services[0]));
-        uint8_t *f = frame_request(services[idx], data[2], data + 3, size - 3, &n);
+        uint8_t *f = hx_frame_request(1, services[idx], data[2], data + 3, size - 3, &n);
         if (f == NULL) return 0;
         note_outcome(idx, data[2], exchange(connect_master(), f, n, 1));
         free(f);
@@ -408,7 +386,7 @@ int fuzz_seeds(const char *dir)
     uint8_t body[64];
     key.key = "fuzz/a";
     size_t blen = key_request__pack(&key, body);
-    uint8_t *one = frame_request(1, OBJECTS_METHOD__OBJ_EXISTS, body, blen, &len);
+    uint8_t *one = hx_frame_request(1, 1, OBJECTS_METHOD__OBJ_EXISTS, body, blen, &len);
     uint8_t two[512];
     int rc = one != NULL && 2 * len <= sizeof(two) ? 0 : -1;
     if (rc == 0) {

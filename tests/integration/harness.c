@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "rpc.pb-c.h"
 
 #ifndef BUILD_DIR
 #error "BUILD_DIR must be defined"
@@ -321,4 +322,25 @@ int hx_wait_nodes(const hx_master *m, unsigned count, int timeout_ms)
     }
     kvc_close(c);
     return rc;
+}
+
+uint8_t *hx_frame_request(uint64_t request_id, uint32_t service, uint32_t method,
+                          const uint8_t *body, size_t body_len, size_t *len)
+{
+    RpcRequest req = RPC_REQUEST__INIT;
+    req.request_id = request_id;
+    req.service = service;
+    req.method = method;
+    req.body.data = (uint8_t *)body;
+    req.body.len = body_len;
+    size_t n = rpc_request__get_packed_size(&req);
+    uint8_t *buf = malloc(4 + n);
+    if (buf == NULL) return NULL;
+    buf[0] = (uint8_t)(n >> 24);
+    buf[1] = (uint8_t)(n >> 16);
+    buf[2] = (uint8_t)(n >> 8);
+    buf[3] = (uint8_t)n;
+    rpc_request__pack(&req, buf + 4);
+    *len = 4 + n;
+    return buf;
 }

@@ -12,6 +12,7 @@
 #define TEST_HARNESS_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "kv_client.h"
@@ -66,6 +67,12 @@ int hx_reconfigure(hx_master *m, const char *extra);
 
 /* Kill a running master and remove the directory. */
 void hx_cleanup(hx_master *m);
+
+/* A framed RpcRequest as a client sends it (4-byte big-endian length, then
+ * the message); *len its size. malloc'd (caller frees), NULL when out of
+ * memory. For tests that write frames by hand. */
+uint8_t *hx_frame_request(uint64_t request_id, uint32_t service, uint32_t method,
+                          const uint8_t *body, size_t body_len, size_t *len);
 
 /* SHA-256 of a string, for checksums in tests. */
 void hx_sha256(const void *data, size_t len, unsigned char out[32]);

@@ -53,25 +53,6 @@ static void put_be32(uint8_t *p, uint32_t v)
     p[3] = (uint8_t)v;
 }
 
-/* A framed RpcRequest; *len its size. Caller frees. */
-static uint8_t *envelope(uint64_t request_id, uint32_t service, uint32_t method,
-                         const uint8_t *body, size_t body_len, size_t *len)
-{
-    RpcRequest req = RPC_REQUEST__INIT;
-    req.request_id = request_id;
-    req.service = service;
-    req.method = method;
-    req.body.data = (uint8_t *)body;
-    req.body.len = body_len;
-    size_t n = rpc_request__get_packed_size(&req);
-    uint8_t *buf = malloc(4 + n);
-    assert_non_null(buf);
-    put_be32(buf, (uint32_t)n);
-    rpc_request__pack(&req, buf + 4);
-    *len = 4 + n;
-    return buf;
-}
-
 /* -- a plain socket, to see what the master does with B ------------------------ */
 
 static int raw_connect(const char *path)
@@ -223,7 +204,8 @@ static void send_envelope(const char *socket, uint32_t service, uint32_t method,
     rpcc_conn *b = NULL;
     rpcc_options opt = {.timeout_ms = WAIT_MS};
     size_t len = 0;
-    uint8_t *frame = envelope(4242, service, method, body, body_len, &len);
+    uint8_t *frame = hx_frame_request(4242, service, method, body, body_len, &len);
+    assert_non_null(frame);
     assert_int_equal(rpcc_connect(socket, &opt, &b, err, sizeof(err)), 0);
     assert_int_equal(rpcc_send_raw(b, frame, len), 0);
     uint64_t got = 0;

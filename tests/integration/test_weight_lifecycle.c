@@ -238,6 +238,24 @@ static void wait_cold_copies(wr_fixture *f, const wr_upload *u)
     }
 }
 
+/* Publish u HOT (MANUAL), take a lease (*lease) and start a migration to
+ * COLD; return its operation id once every payload has its cold copy -- the
+ * lease then holds the operation RUNNING (memory is not released under a
+ * lease). */
+static uint64_t leased_cold_migration(wr_fixture *f, const Wmrpc__WeightIdentity *id,
+                                      wr_upload *u, uint64_t *lease)
+{
+    Wmrpc__MetadataResponse *r = wr_publish(f, id, WR_RS_HOT, WR_MODE_MANUAL, u);
+    wmrpc__metadata_response__free_unpacked(r, NULL);
+    *lease = acquire_lease(f, id);
+    r = NULL;
+    assert_int_equal(wr_migrate(f, id, WR_RS_COLD, generation_of(f, id), &r), 0);
+    uint64_t op_id = r->metadata->operation_id;
+    wmrpc__metadata_response__free_unpacked(r, NULL);
+    wait_cold_copies(f, u);
+    return op_id;
+}
+
 static void sizes_fill(wr_upload *u, size_t n, uint64_t base)
 {
     u->n = n;
@@ -355,15 +373,8 @@ static void test_lease_blocks_memory_release_during_cold_migration(void **state)
     wr_set_identity(&id, "t1", "lease", "held", 1);
     wr_upload u = {.per_unit = 1};
     sizes_fill(&u, 5, 1000);
-    Wmrpc__MetadataResponse *r = wr_publish(f, &id, WR_RS_HOT, WR_MODE_MANUAL, &u);
-    wmrpc__metadata_response__free_unpacked(r, NULL);
-    uint64_t lease = acquire_lease(f, &id);
-    r = NULL;
-    assert_int_equal(wr_migrate(f, &id, WR_RS_COLD, generation_of(f, &id), &r), 0);
-    uint64_t op_id = r->metadata->operation_id;
-    wmrpc__metadata_response__free_unpacked(r, NULL);
-
-    wait_cold_copies(f, &u);
+    uint64_t lease, op_id = leased_cold_migration(f, &id, &u, &lease);
+    Wmrpc__MetadataResponse *r;
     char key[1200];
     int mem, cold;
     sleep_ms(500); /* several more rounds */
@@ -660,16 +671,8 @@ static void test_restart_waits_for_the_nodes(void **state)
     wr_set_identity(&id, "t1", "settle", "model", 1);
     wr_upload u = {.per_unit = 1};
     sizes_fill(&u, 4, 1000);
-    Wmrpc__MetadataResponse *r = wr_publish(f, &id, WR_RS_HOT, WR_MODE_MANUAL, &u);
-    wmrpc__metadata_response__free_unpacked(r, NULL);
-    /* A migration to COLD that a lease holds RUNNING once the cold copies
-     * exist (memory is not released under a lease). */
-    uint64_t lease = acquire_lease(f, &id);
-    r = NULL;
-    assert_int_equal(wr_migrate(f, &id, WR_RS_COLD, generation_of(f, &id), &r), 0);
-    uint64_t op_id = r->metadata->operation_id;
-    wmrpc__metadata_response__free_unpacked(r, NULL);
-    wait_cold_copies(f, &u);
+    uint64_t lease, op_id = leased_cold_migration(f, &id, &u, &lease);
+    Wmrpc__MetadataResponse *r;
 
     /* The master restarts while the node is away: for half the timeout the
      * revision stays READY with its migration RUNNING. */
