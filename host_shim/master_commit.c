@@ -78,7 +78,9 @@ static void on_durable(void *arg, int status, uint64_t seq)
     commit_ctx *c = arg;
     master *m = c->m;
     if (status == SMP_OK) {
-        int rc = obj_apply_record(m->objs, c->type, c->encver, c->buf, c->len);
+        /* a held record was decoded for its hold: apply that */
+        int rc = c->held ? obj_apply_held(m->objs, c->held)
+                         : obj_apply_record(m->objs, c->type, c->encver, c->buf, c->len);
         if (rc < 0) {
             /* The record was validated against this very state; failing now
              * means the state and the log disagree. Stop before serving more. */

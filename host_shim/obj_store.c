@@ -112,10 +112,16 @@ static obj_sl_node *obj_sl_seek(const obj_sl *sl, const char *key, obj_sl_node *
     return x->next[0];
 }
 
-static void *obj_sl_get(const obj_sl *sl, const char *key)
+static obj_sl_node *obj_sl_find(const obj_sl *sl, const char *key)
 {
     obj_sl_node *n = NULL;
     HASH_FIND(hh, sl->hash, key, strlen(key), n);
+    return n;
+}
+
+static void *obj_sl_get(const obj_sl *sl, const char *key)
+{
+    obj_sl_node *n = obj_sl_find(sl, key);
     return n ? n->val : NULL;
 }
 
@@ -152,12 +158,9 @@ static int obj_sl_put(obj_sl *sl, const char *key, void *val)
     return SMP_OK;
 }
 
-/* Unlink key; returns its value or NULL when absent. */
-static void *obj_sl_del(obj_sl *sl, const char *key)
+/* Unlink and free node n of sl; returns its value. */
+static void *obj_sl_unlink(obj_sl *sl, obj_sl_node *n)
 {
-    obj_sl_node *n = NULL;
-    HASH_FIND(hh, sl->hash, key, strlen(key), n);
-    if (!n) return NULL;
     for (int i = 0; i < n->level; i++) {
         OBJ_SL_PREV(n, i)->next[i] = n->next[i];
         if (n->next[i]) OBJ_SL_PREV(n->next[i], i) = OBJ_SL_PREV(n, i);
@@ -168,6 +171,13 @@ static void *obj_sl_del(obj_sl *sl, const char *key)
     free(n);
     sl->count--;
     return val;
+}
+
+/* Unlink key; returns its value or NULL when absent. */
+static void *obj_sl_del(obj_sl *sl, const char *key)
+{
+    obj_sl_node *n = obj_sl_find(sl, key);
+    return n ? obj_sl_unlink(sl, n) : NULL;
 }
 
 /* First node with key > key (>= when inclusive); key NULL: the first node. */
@@ -272,10 +282,13 @@ typedef struct obj_tenant {
     uint64_t bytes;
 } obj_tenant;
 
-/* A soft hold on a key whose removal or replacement is in the OpLog. */
+/* A soft hold on a key whose removal or replacement is in the OpLog. Holds
+ * are only ever looked up by key, so they live in a plain hash, one
+ * allocation each. */
 typedef struct obj_hold {
-    char *key;
+    UT_hash_handle hh;
     uint64_t count;
+    char key[];
 } obj_hold;
 
 struct obj_store {
@@ -285,7 +298,7 @@ struct obj_store {
     obj_sl segments;
     obj_sl puts;
     obj_sl reserves;      /* key -> obj_reservation */
-    obj_sl holds;         /* key -> obj_hold */
+    obj_hold *holds;      /* by key */
     uint64_t next_put_id; /* > every incarnation seen */
     obj_object *lru_head; /* oldest access */
     obj_object *lru_tail;
@@ -793,10 +806,11 @@ static void obj_object_release(obj_object *o)
     }
 }
 
-/* Take o out of every index, free its ranges, and free it. */
-static void obj_object_drop(obj_store *st, obj_object *o)
+/* Take the object of node at (a node of st->objects) out of every index,
+ * free its ranges, and free it. */
+static void obj_object_drop(obj_store *st, obj_sl_node *at)
 {
-    obj_sl_del(&st->objects, o->key);
+    obj_object *o = obj_sl_unlink(&st->objects, at);
     obj_group *g = obj_group_find(st, o->group);
     if (g) {
         obj_sl_del(&g->members, o->key);
@@ -1346,8 +1360,9 @@ static int obj_apply_remove(obj_store *st, const Hostrec__RemoveRecord *m)
     for (size_t i = 0; i < m->n_keys; i++)
         if (!obj_name_ok(m->keys[i], OBJ_KEY_MAX, 0)) return SMP_EPROTO;
     for (size_t i = 0; i < m->n_keys; i++) {
-        obj_object *o = obj_sl_get(&st->objects, m->keys[i]);
-        if (o && (!m->n_put_ids || o->put_id == m->put_ids[i])) obj_object_drop(st, o);
+        obj_sl_node *at = obj_sl_find(&st->objects, m->keys[i]);
+        obj_object *o = at ? at->val : NULL;
+        if (o && (!m->n_put_ids || o->put_id == m->put_ids[i])) obj_object_drop(st, at);
     }
     return SMP_OK;
 }
@@ -1613,18 +1628,22 @@ const char *obj_record_type_name(uint16_t type)
 /* Holds                                                                     */
 /* ------------------------------------------------------------------------ */
 
+static obj_hold *obj_hold_find(const obj_store *st, const char *key)
+{
+    obj_hold *h = NULL;
+    HASH_FIND(hh, st->holds, key, strlen(key), h);
+    return h;
+}
+
 static int obj_hold_inc(obj_store *st, const char *key)
 {
-    obj_hold *h = obj_sl_get(&st->holds, key);
+    obj_hold *h = obj_hold_find(st, key);
     if (!h) {
-        h = calloc(1, sizeof(*h));
+        size_t len = strlen(key);
+        h = calloc(1, sizeof(*h) + len + 1);
         if (!h) return SMP_ENOMEM;
-        h->key = strdup(key);
-        if (!h->key || obj_sl_put(&st->holds, h->key, h) < 0) {
-            free(h->key);
-            free(h);
-            return SMP_ENOMEM;
-        }
+        memcpy(h->key, key, len + 1);
+        HASH_ADD_KEYPTR(hh, st->holds, h->key, len, h);
     }
     h->count++;
     return SMP_OK;
@@ -1632,10 +1651,9 @@ static int obj_hold_inc(obj_store *st, const char *key)
 
 static void obj_hold_dec(obj_store *st, const char *key)
 {
-    obj_hold *h = obj_sl_get(&st->holds, key);
+    obj_hold *h = obj_hold_find(st, key);
     if (!h || --h->count > 0) return;
-    obj_sl_del(&st->holds, h->key);
-    free(h->key);
+    HASH_DEL(st->holds, h);
     free(h);
 }
 
@@ -1706,6 +1724,14 @@ int obj_hold_record(obj_store *st, const obj_record *rec, obj_held **held)
     return SMP_OK;
 }
 
+int obj_apply_held(obj_store *st, const obj_held *held)
+{
+    const ProtobufCMessage *m = (const ProtobufCMessage *)held;
+    if (m->descriptor == &hostrec__object_record__descriptor)
+        return obj_apply_object(st, (const Hostrec__ObjectRecord *)m);
+    return obj_apply_remove(st, (const Hostrec__RemoveRecord *)m);
+}
+
 void obj_release_hold(obj_store *st, obj_held *held)
 {
     ProtobufCMessage *m = (ProtobufCMessage *)held;
@@ -1742,13 +1768,13 @@ static void obj_store_clear(obj_store *st)
     }
     for (obj_sl_node *x = obj_sl_after(&st->segments, NULL, 0); x; x = x->next[0])
         obj_segment_free(x->val);
-    for (obj_sl_node *x = obj_sl_after(&st->holds, NULL, 0); x; x = x->next[0]) {
-        obj_hold *h = x->val;
-        free(h->key);
+    obj_hold *h, *tmp;
+    HASH_ITER(hh, st->holds, h, tmp) {
+        HASH_DEL(st->holds, h);
         free(h);
     }
     obj_sl *lists[] = {&st->objects, &st->puts, &st->groups, &st->tenants, &st->segments,
-                       &st->reserves, &st->holds};
+                       &st->reserves};
     for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++) {
         obj_sl_node *h = lists[i]->head;
         HASH_CLEAR(hh, lists[i]->hash);
@@ -1775,7 +1801,7 @@ int obj_store_create(obj_store **out, const obj_guard_ops *guard)
     obj_store *st = calloc(1, sizeof(*st));
     if (!st) return SMP_ENOMEM;
     obj_sl *lists[] = {&st->objects, &st->puts, &st->groups, &st->tenants, &st->segments,
-                       &st->reserves, &st->holds};
+                       &st->reserves};
     for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++) {
         if (obj_sl_init(lists[i]) < 0) {
             for (size_t k = 0; k < i; k++) obj_sl_fini(lists[k]);
@@ -1799,7 +1825,6 @@ void obj_store_destroy(obj_store *st)
     obj_sl_fini(&st->tenants);
     obj_sl_fini(&st->segments);
     obj_sl_fini(&st->reserves);
-    obj_sl_fini(&st->holds);
     free(st);
 }
 
@@ -2030,7 +2055,7 @@ int obj_get_replica_list(obj_store *st,
     if (obj_validate_key(key) < 0 || (cap && !out)) return SMP_EINVAL;
     obj_object *o = obj_sl_get(&st->objects, key);
     if (!o) return SMP_ENOTFOUND;
-    if (obj_sl_get(&st->holds, key)) return SMP_EBUSY;
+    if (obj_hold_find(st, key)) return SMP_EBUSY;
     size_t n = 0;
     for (size_t i = 0; i < o->nreps; i++) {
         if (o->reps[i].status != OBJ_REPLICA_COMPLETE) continue;
@@ -2348,7 +2373,7 @@ int obj_plan_eviction(obj_store *st,
     size_t keep_cap = 0;
 
     for (obj_object *o = st->lru_head; o && used - freed > target; o = o->lru_next) {
-        if (o->pinned || obj_lease_active(o, now) || obj_sl_get(&st->holds, o->key)) continue;
+        if (o->pinned || obj_lease_active(o, now) || obj_hold_find(st, o->key)) continue;
         uint64_t mem = 0;
         int mem_complete = 0, cold_complete = 0;
         for (size_t i = 0; i < o->nreps; i++) {

@@ -489,6 +489,11 @@ typedef struct obj_held obj_held;
 int obj_hold_record(obj_store *st, const obj_record *rec, obj_held **held);
 void obj_release_hold(obj_store *st, obj_held *held); /* NULL: nothing */
 
+/* Apply the record held holds (not NULL) without decoding it again: the
+ * same outcome and errors as obj_apply_record on the record's bytes. The
+ * hold itself stays until obj_release_hold. */
+int obj_apply_held(obj_store *st, const obj_held *held);
+
 /* One line describing a host record for a log dump tool, like snprintf:
  * returns the length it needs (buf may be NULL with cap 0), SMP_ENOTFOUND
  * for a non-host type, SMP_EPROTO for a payload that does not decode. */
