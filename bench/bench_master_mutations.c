@@ -1,5 +1,6 @@
 /* bench_master_mutations.c -- durable mutations per second through a real
- * master, next to a plain fdatasync loop on the same file system.
+ * master, next to a plain fdatasync loop on the same file system and a bare
+ * group-commit server.
  *
  * Usage: bench_master_mutations [dir] [seconds] [put|remove|redis|thread|all]
  *        [clients,...]
@@ -18,7 +19,9 @@
  *           twice what the put run of as many clients managed in `seconds`.
  *           The client counts take turns for WM_BENCH_ROUNDS rounds
  *           (default 3), and the medians are compared: this VM's disk and
- *           CPU drift by 20% from one minute to the next;
+ *           CPU drift by 20% from one minute to the next. Each remove run
+ *           is followed by the same requests to raw_commit.h's server: the
+ *           ceiling of group commit on this machine, measured alongside;
  *   redis   the baseline a user would reach for: redis-server 7 (Debian's)
  *           in a directory under dir, AOF with appendfsync always, SET of
  *           random keys by redis-benchmark with as many clients, one request
@@ -54,6 +57,7 @@
 
 #include "harness.h"
 #include "host_rpc.pb-c.h"
+#include "raw_commit.h"
 #include "rpc_client.h"
 
 #define EVENT_THREADS 2
@@ -120,6 +124,27 @@ static double baseline(const char *dir, double seconds)
 
 typedef enum workload { W_PUT, W_REMOVE } workload;
 
+/* What the clients talk to: the master (fsyncs from its status), or the
+ * raw group-commit server (fsyncs from its shared counters). */
+typedef struct target {
+    const char *socket;
+    pid_t pid;
+    const hx_master *m;
+    const rawc_counters *raw;
+} target;
+
+/* fsyncs done so far by t's server; -1 when it cannot say. */
+static double target_fsyncs(const target *t)
+{
+    kvc_status st;
+    double v = -1;
+    if (t->raw) return (double)t->raw->fsyncs;
+    kvc *k = hx_client(t->m);
+    if (k != NULL && kvc_status_get(k, &st) == 0) v = (double)st.oplog_fsyncs;
+    kvc_close(k);
+    return v;
+}
+
 /* One client: a connection working through key numbers [next, end) of its
  * driver's key space -- key f is "<prefix>/c<f / per>/<f % per>", so that
  * the keys one set of connections puts can be removed by another set. */
@@ -132,7 +157,7 @@ typedef struct client {
 /* A driver thread: n clients, until `until` or until each has done its
  * range (fixed-count runs set until to infinity). */
 typedef struct driver {
-    const hx_master *m;
+    const target *t;
     workload w;
     char prefix[16];
     long per;
@@ -193,7 +218,7 @@ static int client_step(const driver *d, client *cl)
 static int client_open(const driver *d, client *cl)
 {
     char err[256];
-    if (rpcc_connect(d->m->socket, NULL, &cl->c, err, sizeof(err)) < 0) {
+    if (rpcc_connect(d->t->socket, NULL, &cl->c, err, sizeof(err)) < 0) {
         fprintf(stderr, "bench: %s\n", err);
         return -1;
     }
@@ -268,17 +293,16 @@ typedef struct run_result {
     double dt, fsyncs, master_cpu, client_cpu, busy;
 } run_result;
 
-static int run(const hx_master *m, const run_spec *rs, run_result *out)
+static int run(const target *t, const run_spec *rs, run_result *out)
 {
     int event = strcmp(rs->model, "event") == 0;
     int nthreads = event ? (rs->clients < EVENT_THREADS ? rs->clients : EVENT_THREADS) : rs->clients;
     driver *ds = calloc((size_t)nthreads, sizeof(*ds));
     client *cs = calloc((size_t)rs->clients, sizeof(*cs));
     pthread_t *th = calloc((size_t)nthreads, sizeof(*th));
-    kvc *k = hx_client(m);
-    kvc_status s0, s1;
+    double f0 = target_fsyncs(t), f1;
     int failed = 0;
-    if (ds == NULL || cs == NULL || th == NULL || k == NULL || kvc_status_get(k, &s0) < 0) {
+    if (ds == NULL || cs == NULL || th == NULL || f0 < 0) {
         failed = 1;
         goto out;
     }
@@ -293,9 +317,9 @@ static int run(const hx_master *m, const run_spec *rs, run_result *out)
         }
     }
     memset(out, 0, sizeof(*out));
-    double t0 = now_s(), m0 = process_cpu(m->pid), c0 = process_cpu(getpid()), b0 = machine_busy();
+    double t0 = now_s(), m0 = process_cpu(t->pid), c0 = process_cpu(getpid()), b0 = machine_busy();
     for (int i = 0, first = 0; i < nthreads; i++) {
-        ds[i].m = m;
+        ds[i].t = t;
         ds[i].w = rs->w;
         snprintf(ds[i].prefix, sizeof(ds[i].prefix), "%s", rs->prefix);
         ds[i].per = rs->per;
@@ -311,13 +335,12 @@ static int run(const hx_master *m, const run_spec *rs, run_result *out)
         failed |= ds[i].failed;
     }
     out->dt = now_s() - t0;
-    out->master_cpu = process_cpu(m->pid) - m0;
+    out->master_cpu = process_cpu(t->pid) - m0;
     out->client_cpu = process_cpu(getpid()) - c0;
     out->busy = machine_busy() - b0;
-    if (kvc_status_get(k, &s1) < 0) failed = 1;
-    out->fsyncs = (double)(s1.oplog_fsyncs - s0.oplog_fsyncs);
+    if ((f1 = target_fsyncs(t)) < 0) failed = 1;
+    out->fsyncs = f1 - f0;
 out:
-    kvc_close(k);
     free(ds);
     free(cs);
     free(th);
@@ -472,6 +495,17 @@ static double max_of(const double *v, int n)
     return x;
 }
 
+/* The median line of n rates at one client count, with its ratio to
+ * single (a median too) unless single is 0. */
+static void print_median(const char *label, int clients, const double *v, int n, double single)
+{
+    double med = median(v, n);
+    printf("%-13s clients %2d: median %7.0f durable mutations/s of %d runs (%.0f..%.0f)", label,
+           clients, med, n, min_of(v, n), max_of(v, n));
+    if (single > 0) printf("  x%.1f one client's median", med / single);
+    printf("\n");
+}
+
 /* Client counts from "1,16,64" into counts (at most max); their number, or
  * -1 when the list is malformed. */
 static int parse_counts(const char *list, int *counts, int max)
@@ -498,6 +532,7 @@ int main(int argc, char **argv)
     double put_rate[8] = {0}, remove_rate[8] = {0};
     char prefix[16];
     hx_master m;
+    rawc_server raw = {0};
     run_result r;
     if (argc > 4 && (ncounts = parse_counts(argv[4], counts, 8)) < 0) {
         fprintf(stderr, "bench: clients must be 1 to 8 numbers in 1..4096, comma separated\n");
@@ -512,6 +547,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench: cannot start the master\n");
         return 1;
     }
+    target mt = {m.socket, m.pid, &m, NULL};
     double base = baseline(m.dir, seconds);
     printf("baseline: write(256 B)+fdatasync loop on the same file system: %.0f ops/s\n", base);
 
@@ -521,35 +557,45 @@ int main(int argc, char **argv)
          i++) {
         snprintf(prefix, sizeof(prefix), "p%d", i);
         run_spec rs = {"event", W_PUT, prefix, counts[i], LONG_MAX / 64, 0, seconds};
-        if (run(&m, &rs, &r) < 0) goto fail;
+        if (run(&mt, &rs, &r) < 0) goto fail;
         put_rate[i] = (double)r.total / r.dt;
         if (!only || strcmp(only, "put") == 0)
             print_line("event put", counts[i], &r, i ? put_rate[0] : 0, base);
     }
     /* remove: each client removes keys put beforehand (by 64 connections,
-     * not timed): twice as many as the put runs did in `seconds`. The client
-     * counts take turns, `rounds` times, so that a slow minute of the
+     * not timed): twice as many as the put runs did in `seconds`. Each
+     * remove run is followed by the same requests to the raw group-commit
+     * server (raw_commit.h), the ceiling of the design on this machine. The
+     * client counts take turns, `rounds` times, so that a slow minute of the
      * machine's disk or CPU falls on all of them; the medians are compared. */
-    double runs[8][REMOVE_ROUNDS_MAX] = {{0}};
-    for (int round = 0; round < rounds && (!only || strcmp(only, "remove") == 0); round++) {
+    double runs[8][REMOVE_ROUNDS_MAX] = {{0}}, raw_runs[8][REMOVE_ROUNDS_MAX] = {{0}};
+    int removing = !only || strcmp(only, "remove") == 0;
+    target rt = {0};
+    if (removing) {
+        if (rawc_start(&raw, dir) < 0) goto fail;
+        rt = (target){raw.socket, raw.pid, NULL, raw.counters};
+    }
+    for (int round = 0; round < rounds && removing; round++) {
         for (int i = 0; i < ncounts; i++) {
             long per = (long)(2.0 * put_rate[i] * seconds / counts[i]) + 100;
             snprintf(prefix, sizeof(prefix), "r%d.%d", round, i);
             run_spec fill = {"event", W_PUT, prefix, 64, per, per * counts[i], 0};
             run_spec rs = {"event", W_REMOVE, prefix, counts[i], per, per * counts[i], 0};
-            if (run(&m, &fill, &r) < 0 || run(&m, &rs, &r) < 0) goto fail;
+            if (run(&mt, &fill, &r) < 0 || run(&mt, &rs, &r) < 0) goto fail;
             runs[i][round] = (double)r.total / r.dt;
             print_line("event remove", counts[i], &r, i ? runs[0][round] : 0, base);
+            if (run(&rt, &rs, &r) < 0) goto fail;
+            raw_runs[i][round] = (double)r.total / r.dt;
+            print_line("raw commit", counts[i], &r, i ? raw_runs[0][round] : 0, base);
         }
     }
-    for (int i = 0; i < ncounts && rounds > 0 && (!only || strcmp(only, "remove") == 0); i++) {
+    for (int i = 0; i < ncounts && rounds > 0 && removing; i++) {
         remove_rate[i] = median(runs[i], rounds);
-        printf("%-13s clients %2d: median %7.0f durable mutations/s of %d runs (%.0f..%.0f)",
-               "event remove", counts[i], remove_rate[i], rounds, min_of(runs[i], rounds),
-               max_of(runs[i], rounds));
-        if (i > 0) printf("  x%.1f one client's median", remove_rate[i] / remove_rate[0]);
-        printf("\n");
+        print_median("event remove", counts[i], runs[i], rounds, i ? remove_rate[0] : 0);
+        print_median("raw commit", counts[i], raw_runs[i], rounds, i ? median(raw_runs[0], rounds) : 0);
+        printf("  master remove / raw commit %.2f\n", remove_rate[i] / median(raw_runs[i], rounds));
     }
+    rawc_stop(&raw);
     /* Redis SET with appendfsync always, as many clients, the same disk:
      * what a user could run instead for durable small writes. */
     if (!only || strcmp(only, "redis") == 0) {
@@ -585,7 +631,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < ncounts && (!only || strcmp(only, "thread") == 0); i++) {
         snprintf(prefix, sizeof(prefix), "t%d", i);
         run_spec rs = {"thread", W_PUT, prefix, counts[i], LONG_MAX / 64, 0, seconds};
-        if (run(&m, &rs, &r) < 0) goto fail;
+        if (run(&mt, &rs, &r) < 0) goto fail;
         if (i == 0) thread_single = (double)r.total / r.dt;
         print_line("thread put", counts[i], &r, i ? thread_single : 0, base);
     }
@@ -593,6 +639,7 @@ int main(int argc, char **argv)
     hx_cleanup(&m);
     return 0;
 fail:
+    rawc_stop(&raw);
     hx_stop(&m);
     hx_cleanup(&m);
     return 1;
