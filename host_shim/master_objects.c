@@ -13,18 +13,23 @@
 
 #include "host_rpc.pb-c.h"
 #include "master_internal.h"
+#include "pb_arena.h"
+
+/* Replies up to this size are packed on the stack. */
+#define REPLY_STACK_BYTES 512
 
 void master_reply_msg(smp_rpc_call *call, const ProtobufCMessage *msg)
 {
+    uint8_t small[REPLY_STACK_BYTES];
     size_t len = protobuf_c_message_get_packed_size(msg);
-    uint8_t *buf = malloc(len ? len : 1);
+    uint8_t *buf = len <= sizeof(small) ? small : malloc(len);
     if (buf == NULL) {
         rpc_reply_error(call, SMP_ENOMEM, "out of memory packing the reply");
         return;
     }
     protobuf_c_message_pack(msg, buf);
     rpc_reply(call, SMP_OK, buf, len);
-    free(buf);
+    if (buf != small) free(buf);
 }
 
 static void reply_err(smp_rpc_call *call, int rc, const char *what, const char *key)
@@ -34,12 +39,18 @@ static void reply_err(smp_rpc_call *call, int rc, const char *what, const char *
     rpc_reply_error(call, rc, msg);
 }
 
+/* Decode the request body into var, its pieces from a stack arena (see
+ * pb_arena.h); DECODED_FREE releases what did not fit. */
 #define DECODE(type, fn, var, body, len, call)                          \
-    type *var = fn##__unpack(NULL, len, body);                          \
+    uint8_t var##_mem[PB_ARENA_SMALL];                                  \
+    pb_arena var##_arena;                                               \
+    pb_arena_init(&var##_arena, var##_mem, sizeof(var##_mem));          \
+    type *var = fn##__unpack(&var##_arena.alloc, len, body);            \
     if (var == NULL) {                                                  \
         rpc_reply_error(call, SMP_EPROTO, "request body does not decode as " #type); \
         return SMP_OK;                                                  \
     }
+#define DECODED_FREE(fn, var) fn##__free_unpacked(var, &var##_arena.alloc)
 
 /* -- put -------------------------------------------------------------------- */
 
@@ -89,7 +100,7 @@ static int h_put_start(void *ctx, smp_rpc_call *call, const uint8_t *body, size_
         resp.replicas = locs;
         master_reply_msg(call, &resp.base);
     }
-    put_start_request__free_unpacked(req, NULL);
+    DECODED_FREE(put_start_request, req);
     return SMP_OK;
 }
 
@@ -160,7 +171,7 @@ refuse:
     free(c);
     reply_err(call, rc, "put end", req->key);
 free_req:
-    put_end_request__free_unpacked(req, NULL);
+    DECODED_FREE(put_end_request, req);
     return SMP_OK;
 }
 
@@ -198,7 +209,7 @@ static int commit_key_request(master *m, smp_rpc_call *call, const uint8_t *body
     int rc = master_key_pending(m, req->key) ? SMP_EBUSY : prepare(m, req->key, &rec);
     if (rc == SMP_OK) rc = master_commit(m, &rec, req->key, on_empty_durable, call);
     if (rc < 0) reply_err(call, rc, what, req->key);
-    key_request__free_unpacked(req, NULL);
+    DECODED_FREE(key_request, req);
     return SMP_OK;
 }
 
@@ -268,7 +279,7 @@ static int h_get_replicas(void *ctx, smp_rpc_call *call, const uint8_t *body, si
     resp.lease_expires_ms = master_wall_ms() + MASTER_READ_LEASE_MS;
     master_reply_msg(call, &resp.base);
 free_req:
-    key_request__free_unpacked(req, NULL);
+    DECODED_FREE(key_request, req);
     return SMP_OK;
 }
 
@@ -279,7 +290,7 @@ static int h_exists(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t l
     ExistsResponse resp = EXISTS_RESPONSE__INIT;
     resp.exists = obj_exists(m->objs, req->key) != 0;
     master_reply_msg(call, &resp.base);
-    key_request__free_unpacked(req, NULL);
+    DECODED_FREE(key_request, req);
     return SMP_OK;
 }
 
@@ -305,7 +316,7 @@ static int h_list(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len
         master_reply_msg(call, &resp.base);
     }
     free(keys);
-    list_request__free_unpacked(req, NULL);
+    DECODED_FREE(list_request, req);
     return SMP_OK;
 }
 
@@ -361,7 +372,7 @@ static int h_remove_prefix(void *ctx, smp_rpc_call *call, const uint8_t *body, s
     on_prefix_record(m, c, SMP_OK, 0);
 free_req:
     obj_record_list_free(&recs);
-    remove_prefix_request__free_unpacked(req, NULL);
+    DECODED_FREE(remove_prefix_request, req);
     return SMP_OK;
 }
 
@@ -373,7 +384,7 @@ static int h_group_set_managed(void *ctx, smp_rpc_call *call, const uint8_t *bod
     int rc = obj_prepare_group_managed(m->objs, req->group, req->managed, &rec);
     if (rc == SMP_OK) rc = master_commit(m, &rec, NULL, on_empty_durable, call);
     if (rc < 0) reply_err(call, rc, "group set managed", req->group);
-    group_set_managed_request__free_unpacked(req, NULL);
+    DECODED_FREE(group_set_managed_request, req);
     return SMP_OK;
 }
 

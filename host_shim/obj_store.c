@@ -29,6 +29,7 @@
 
 #include "host_uthash.h"
 #include "host_records.pb-c.h"
+#include "pb_arena.h"
 
 /* ------------------------------------------------------------------------ */
 /* Skip list keyed by string                                                 */
@@ -1671,62 +1672,74 @@ static void obj_held_keys(const ProtobufCMessage *m, char ***keys, size_t *n)
     }
 }
 
-/* The keys a record removes or replaces (PUT_END: one, but none for an
- * add-replica record; REMOVE: its keys; other types: none, *m_out NULL).
- * *m_out must be freed with protobuf_c_message_free_unpacked. SMP_EPROTO. */
-static int obj_record_keys(const obj_record *rec,
-                           ProtobufCMessage **m_out,
-                           char ***keys,
-                           size_t *n)
+/* What a hold keeps until its release: the record's decoded message, which
+ * names the held keys and is what obj_apply_held applies. Its pieces come
+ * from an arena in the same allocation (pb_arena.h), so a hold costs one
+ * malloc; room for twice the record's bytes covers the strings and arrays
+ * a decode makes, and anything beyond goes to malloc. */
+struct obj_held {
+    ProtobufCMessage *m;
+    pb_arena arena;
+    uint8_t mem[];
+};
+
+#define OBJ_HELD_SLACK 512
+
+static void obj_held_free(obj_held *h)
+{
+    protobuf_c_message_free_unpacked(h->m, &h->arena.alloc);
+    free(h);
+}
+
+/* Decode a PUT_END or REMOVE record into a new obj_held; other types need
+ * no hold (*out NULL). SMP_EPROTO, SMP_ENOMEM. */
+static int obj_held_decode(const obj_record *rec, obj_held **out)
 {
     static const uint8_t empty[1];
     const uint8_t *p = rec->buf ? rec->buf : empty;
-    ProtobufCMessage *m = NULL;
-    *m_out = NULL;
-    *keys = NULL;
-    *n = 0;
+    size_t cap = 2 * rec->len + OBJ_HELD_SLACK;
+    obj_held *h;
+    *out = NULL;
     if (rec->encver != OBJ_REC_ENCVER) return SMP_EPROTO;
+    if (rec->type != OBJ_REC_PUT_END && rec->type != OBJ_REC_REMOVE) return SMP_OK;
+    if ((h = malloc(sizeof(*h) + cap)) == NULL) return SMP_ENOMEM;
+    pb_arena_init(&h->arena, h->mem, cap);
     if (rec->type == OBJ_REC_PUT_END)
-        m = (ProtobufCMessage *)hostrec__object_record__unpack(NULL, rec->len, p);
-    else if (rec->type == OBJ_REC_REMOVE)
-        m = (ProtobufCMessage *)hostrec__remove_record__unpack(NULL, rec->len, p);
+        h->m = (ProtobufCMessage *)hostrec__object_record__unpack(&h->arena.alloc, rec->len, p);
     else
-        return SMP_OK;
-    if (!m) return SMP_EPROTO;
-    *m_out = m;
-    obj_held_keys(m, keys, n);
+        h->m = (ProtobufCMessage *)hostrec__remove_record__unpack(&h->arena.alloc, rec->len, p);
+    if (!h->m) {
+        free(h);
+        return SMP_EPROTO;
+    }
+    *out = h;
     return SMP_OK;
 }
 
-/* An obj_held is the record's decoded message: it names the held keys until
- * the release frees it. */
 int obj_hold_record(obj_store *st, const obj_record *rec, obj_held **held)
 {
-    ProtobufCMessage *m;
+    obj_held *h;
     char **keys;
     size_t n, i;
     if (!rec || !held) return SMP_EINVAL;
     *held = NULL;
-    int rc = obj_record_keys(rec, &m, &keys, &n);
-    if (rc < 0) return rc;
+    int rc = obj_held_decode(rec, &h);
+    if (rc < 0 || !h) return rc;
+    obj_held_keys(h->m, &keys, &n);
     for (i = 0; i < n; i++)
         if ((rc = obj_hold_inc(st, keys[i])) < 0) break;
-    if (rc < 0) {
+    if (rc < 0 || n == 0) {
         while (i-- > 0) obj_hold_dec(st, keys[i]);
-        if (m) protobuf_c_message_free_unpacked(m, NULL);
+        obj_held_free(h);
         return rc;
     }
-    if (n == 0 && m) {
-        protobuf_c_message_free_unpacked(m, NULL);
-        m = NULL;
-    }
-    *held = (obj_held *)m;
+    *held = h;
     return SMP_OK;
 }
 
 int obj_apply_held(obj_store *st, const obj_held *held)
 {
-    const ProtobufCMessage *m = (const ProtobufCMessage *)held;
+    const ProtobufCMessage *m = held->m;
     if (m->descriptor == &hostrec__object_record__descriptor)
         return obj_apply_object(st, (const Hostrec__ObjectRecord *)m);
     return obj_apply_remove(st, (const Hostrec__RemoveRecord *)m);
@@ -1734,13 +1747,12 @@ int obj_apply_held(obj_store *st, const obj_held *held)
 
 void obj_release_hold(obj_store *st, obj_held *held)
 {
-    ProtobufCMessage *m = (ProtobufCMessage *)held;
     char **keys;
     size_t n;
-    if (!m) return;
-    obj_held_keys(m, &keys, &n);
+    if (!held) return;
+    obj_held_keys(held->m, &keys, &n);
     for (size_t i = 0; i < n; i++) obj_hold_dec(st, keys[i]);
-    protobuf_c_message_free_unpacked(m, NULL);
+    obj_held_free(held);
 }
 
 /* ------------------------------------------------------------------------ */

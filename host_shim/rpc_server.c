@@ -34,6 +34,7 @@
 #include "rpc.pb-c.h"
 #include "wm_errbuf.h"
 #include "net_addr.h"
+#include "pb_arena.h"
 
 #define RPC_READ_CHUNK (64u * 1024u)
 #define RPC_DIRECT_REPLY_BYTES 4096u /* replies up to this size skip the write queue */
@@ -583,6 +584,8 @@ int rpc_reply_error(smp_rpc_call *call, int status, const char *message)
 static void conn_dispatch(rpc_conn *c, const uint8_t *data, size_t len)
 {
     rpc_server *s = c->srv;
+    uint8_t mem[PB_ARENA_SMALL];
+    pb_arena arena;
     RpcRequest *req;
     rpc_service *svc;
     const rpc_method *m;
@@ -590,7 +593,8 @@ static void conn_dispatch(rpc_conn *c, const uint8_t *data, size_t len)
     char msg[160];
     int rc, replied;
 
-    req = rpc_request__unpack(NULL, len, data);
+    pb_arena_init(&arena, mem, sizeof(mem));
+    req = rpc_request__unpack(&arena.alloc, len, data);
     if (req == NULL) {
         s->st.err_bad_request++;
         snprintf(msg, sizeof(msg),
@@ -641,7 +645,7 @@ static void conn_dispatch(rpc_conn *c, const uint8_t *data, size_t len)
         call_finish(call, rc, msg, NULL, 0);
     }
 free_req:
-    rpc_request__free_unpacked(req, NULL);
+    rpc_request__free_unpacked(req, &arena.alloc);
 }
 
 /* -- Reading --------------------------------------------------------------- */
