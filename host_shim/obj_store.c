@@ -227,9 +227,9 @@ typedef struct obj_rep {
 } obj_rep;
 
 typedef struct obj_object {
-    char *key;
-    char *group;
-    char *tenant;
+    char *key;             /* key, group and tenant are in strings[] below: */
+    char *group;           /* one allocation per object, and the key a */
+    char *tenant;          /* lookup compares sits next to the fields */
     uint64_t size;
     smp_data_type data_type;
     uint8_t checksum[32];
@@ -242,6 +242,7 @@ typedef struct obj_object {
     int in_lru;            /* on the LRU list: has a complete memory replica */
     struct obj_object *lru_prev;
     struct obj_object *lru_next;
+    char strings[];
 } obj_object;
 
 typedef struct obj_put {
@@ -554,9 +555,6 @@ static void obj_object_free(obj_object *o)
     if (!o) return;
     for (size_t i = 0; i < o->nreps; i++) obj_rep_clear(&o->reps[i]);
     free(o->reps);
-    free(o->key);
-    free(o->group);
-    free(o->tenant);
     free(o);
 }
 
@@ -1180,13 +1178,14 @@ static int obj_object_build(obj_store *st,
                             const obj_object *only,
                             obj_object **out)
 {
-    obj_object *o = calloc(1, sizeof(*o));
+    size_t kl = strlen(m->key) + 1, gl = strlen(m->group) + 1, tl = strlen(m->tenant) + 1;
+    obj_object *o = calloc(1, sizeof(*o) + kl + gl + tl);
     if (!o) return SMP_ENOMEM;
-    o->key = strdup(m->key);
-    o->group = strdup(m->group);
-    o->tenant = strdup(m->tenant);
+    o->key = memcpy(o->strings, m->key, kl);
+    o->group = memcpy(o->strings + kl, m->group, gl);
+    o->tenant = memcpy(o->strings + kl + gl, m->tenant, tl);
     o->reps = calloc(m->n_replicas ? m->n_replicas : 1, sizeof(obj_rep));
-    if (!o->key || !o->group || !o->tenant || !o->reps) goto free_object;
+    if (!o->reps) goto free_object;
     o->size = m->size;
     o->data_type = (smp_data_type)m->data_type;
     memcpy(o->checksum, m->checksum.data, 32);
