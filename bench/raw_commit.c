@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <ftw.h>
 #include <pthread.h>
 #include <signal.h>
@@ -255,13 +256,12 @@ static void rawc_serve(rawc_state *st, int lfd)
     }
 }
 
-/* Listening socket, log file and eventfd, made before the fork so that a
- * failure is reported by the parent. */
-static int rawc_open(rawc_server *s, rawc_state *st, int *lfd)
+/* Log file, eventfd and listening socket in dir (socket dir/raw.sock). */
+static int rawc_open(const char *dir, rawc_state *st, int *lfd)
 {
     struct sockaddr_un a = {.sun_family = AF_UNIX};
     char path[700];
-    snprintf(path, sizeof(path), "%s/raw.log", s->dir);
+    snprintf(path, sizeof(path), "%s/raw.log", dir);
     st->log_fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (st->log_fd < 0 || posix_fallocate(st->log_fd, 0, RAWC_LOG_BYTES) != 0 ||
         fsync(st->log_fd) < 0) {
@@ -269,24 +269,51 @@ static int rawc_open(rawc_server *s, rawc_state *st, int *lfd)
         return -1;
     }
     if ((st->event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) return -1;
-    if (strlen(s->socket) >= sizeof(a.sun_path)) {
-        fprintf(stderr, "raw_commit: socket path too long: %s\n", s->socket);
+    /* bound and listening under a temporary name, then renamed: whoever
+     * sees raw.sock can connect */
+    char final[700];
+    snprintf(path, sizeof(path), "%s/raw.sock.new", dir);
+    snprintf(final, sizeof(final), "%s/raw.sock", dir);
+    if (strlen(path) >= sizeof(a.sun_path)) {
+        fprintf(stderr, "raw_commit: socket path too long: %s\n", path);
         return -1;
     }
-    memcpy(a.sun_path, s->socket, strlen(s->socket) + 1);
+    memcpy(a.sun_path, path, strlen(path) + 1);
     *lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (*lfd < 0 || bind(*lfd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(*lfd, 512) < 0) {
-        fprintf(stderr, "raw_commit: %s: %s\n", s->socket, strerror(errno));
+    if (*lfd < 0 || bind(*lfd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(*lfd, 512) < 0 ||
+        rename(path, final) < 0) {
+        fprintf(stderr, "raw_commit: %s: %s\n", final, strerror(errno));
         return -1;
     }
     return 0;
 }
 
-int rawc_start(rawc_server *s, const char *parent)
+int rawc_serve_dir(const char *dir, rawc_counters *counters)
 {
-    rawc_state *st = NULL;
-    int lfd = -1, rc = -1;
+    static rawc_counters none;
+    rawc_state *st = calloc(1, sizeof(*st));
+    int lfd = -1;
+    if (st == NULL) return -1;
+    st->log_fd = st->event_fd = -1;
+    st->counters = counters ? counters : &none;
+    pthread_mutex_init(&st->mu, NULL);
+    pthread_cond_init(&st->cv, NULL);
+    if (rawc_open(dir, st, &lfd) < 0) return -1; /* the process exits: no cleanup */
+    rawc_serve(st, lfd);
+    return 0;
+}
+
+int rawc_start(rawc_server *s, const char *parent, const char *const *wrap)
+{
+    struct stat sb;
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
     memset(s, 0, sizeof(*s));
+    if (n <= 0) {
+        fprintf(stderr, "raw_commit: /proc/self/exe: %s\n", strerror(errno));
+        return -1;
+    }
+    self[n] = '\0';
     snprintf(s->dir, sizeof(s->dir), "%s/raw-commit-XXXXXX", parent);
     if (mkdtemp(s->dir) == NULL) {
         s->dir[0] = '\0';
@@ -300,27 +327,36 @@ int rawc_start(rawc_server *s, const char *parent)
         s->counters = NULL;
         return -1;
     }
-    if ((st = calloc(1, sizeof(*st))) == NULL) goto out;
-    st->log_fd = st->event_fd = -1;
-    st->counters = s->counters;
-    pthread_mutex_init(&st->mu, NULL);
-    pthread_cond_init(&st->cv, NULL);
-    if (rawc_open(s, st, &lfd) < 0) goto out;
-    if ((s->pid = fork()) < 0) goto out;
+    if ((s->pid = fork()) < 0) return -1;
     if (s->pid == 0) {
         signal(SIGTERM, SIG_DFL);
-        rawc_serve(st, lfd);
-        _exit(0);
+        if (wrap != NULL) {
+            const char *argv[32];
+            size_t k = 0;
+            while (wrap[k] != NULL && k < 28) {
+                argv[k] = wrap[k];
+                k++;
+            }
+            argv[k++] = self; /* not /proc/self/exe: that would be the wrapper */
+            argv[k++] = RAWC_SERVE_ARG;
+            argv[k++] = s->dir;
+            argv[k] = NULL;
+            execvp(argv[0], (char *const *)argv);
+            _exit(127);
+        }
+        _exit(rawc_serve_dir(s->dir, s->counters) < 0 ? 1 : 0);
     }
-    rc = 0;
-out:
-    if (lfd >= 0) close(lfd);
-    if (st) {
-        if (st->log_fd >= 0) close(st->log_fd);
-        if (st->event_fd >= 0) close(st->event_fd);
-        free(st);
+    for (int i = 0; i < 2400; i++) { /* up to a minute: valgrind starts slowly */
+        if (stat(s->socket, &sb) == 0) return 0;
+        if (waitpid(s->pid, NULL, WNOHANG) == s->pid) {
+            s->pid = 0;
+            fprintf(stderr, "raw_commit: the server exited before it listened\n");
+            return -1;
+        }
+        usleep(25000);
     }
-    return rc;
+    fprintf(stderr, "raw_commit: the server did not listen within a minute\n");
+    return -1;
 }
 
 static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)

@@ -27,10 +27,20 @@ typedef struct rawc_server {
     rawc_counters *counters; /* shared with the server process */
 } rawc_server;
 
+/* The argument that makes a program that calls rawc_serve_main serve. */
+#define RAWC_SERVE_ARG "--raw-commit-serve"
+
 /* Start the server in a child process with a directory of its own under
  * parent; returns once it accepts connections. 0, or -1 (message on
- * stderr; call rawc_stop anyway). */
-int rawc_start(rawc_server *s, const char *parent);
+ * stderr; call rawc_stop anyway). wrap NULL: the child serves at once and
+ * keeps the counters. Otherwise the child runs `wrap... <this program>
+ * RAWC_SERVE_ARG dir` (valgrind, say), so the calling program must pass
+ * such arguments to rawc_serve_dir; the counters then stay 0. */
+int rawc_start(rawc_server *s, const char *parent, const char *const *wrap);
+
+/* Serve in this process from directory dir until killed, updating counters
+ * (NULL: none). Returns -1 when it cannot start (message on stderr). */
+int rawc_serve_dir(const char *dir, rawc_counters *counters);
 
 /* Stop the server (SIGTERM) and remove its directory. */
 void rawc_stop(rawc_server *s);

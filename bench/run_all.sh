@@ -9,6 +9,7 @@ dir=${2:-/tmp}
 run() { echo "== $*"; "$@"; echo; }
 run "$build/bench/bench_oplog" "$dir" 2
 run "$build/bench/bench_master_mutations" "$dir" 3
+run "$build/bench/bench_master_mutations" "$dir" 3 instructions
 run "$build/bench/bench_data_plane" 2048 "$dir"
 run "$build/bench/bench_weight_get" 4 "$dir"
 run "$build/bench/bench_reshard_plan"

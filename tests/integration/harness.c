@@ -79,6 +79,20 @@ static pid_t spawn(hx_master *m)
         dup2(fd, 1);
         close(fd);
     }
+    if (m->wrap != NULL) {
+        const char *argv[32];
+        size_t n = 0;
+        while (m->wrap[n] != NULL && n < 28) {
+            argv[n] = m->wrap[n];
+            n++;
+        }
+        argv[n++] = BUILD_DIR "/bin/store_master";
+        argv[n++] = "--config";
+        argv[n++] = m->config;
+        argv[n] = NULL;
+        execvp(argv[0], (char *const *)argv);
+        _exit(127);
+    }
     execl(BUILD_DIR "/bin/store_master", "store_master", "--config", m->config, (char *)NULL);
     _exit(127);
 }

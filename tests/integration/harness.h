@@ -29,6 +29,9 @@ typedef struct hx_master {
      * spaces, e.g. "  max_frame_bytes: 65536\n"); set after hx_init, then
      * hx_reconfigure. Empty: none. */
     char listen_extra[256];
+    /* A command the master runs under (e.g. valgrind and its options),
+     * NULL-terminated, set after hx_init. NULL: the master runs directly. */
+    const char *const *wrap;
 } hx_master;
 
 /* Make a directory under /tmp and write config.yaml: the base settings plus
