@@ -21,6 +21,7 @@ PACKAGES=(
   libssl-dev                          # SHA-256 digests, HMAC write tickets
   libjansson-dev                      # safetensors JSON headers (client)
   valgrind                            # memcheck run of the unit tests
+  libmimalloc-dev                     # the master's allocator
 )
 if [ "${1:-}" = bench ]; then
   PACKAGES+=(redis-server)            # durable-write baseline of bench_master_mutations
