@@ -535,10 +535,11 @@ static int instructions(const char *dir, long keys)
         ir = instructions_per_remove(&rt, rfile, "i", per);
     }
     rawc_stop(&raw);
-    for (int n = 0; rfile[0] && n < 3; n++) { /* its output at exit, and the dump */
+    if (rfile[0]) { /* its output at exit, and the dump */
         char path[800];
-        snprintf(path, sizeof(path), "%s%s%.0d", rfile, n ? "." : "", n);
+        snprintf(path, sizeof(path), "%s.1", rfile);
         unlink(path);
+        unlink(rfile);
     }
     if (im < 0 || ir < 0) {
         fprintf(stderr, "bench: instructions: a run under valgrind failed\n");

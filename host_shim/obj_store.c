@@ -1,11 +1,12 @@
 /* obj_store.c -- the master's in-memory metadata for objects, replicas,
  * groups, tenants and memory segments, and the host's OpLog records.
  *
- * Layout: seven skip lists keyed by string (objects by key, groups by name,
+ * Layout: six skip lists keyed by string (objects by key, groups by name,
  * tenants by name, segments by id, in-flight puts by key, replica
- * reservations by key, holds by key) give
- * ordered access for cursors and prefix listings; each group holds a skip
- * list of its members (keys borrowed from the objects). Objects with a
+ * reservations by key) give ordered access for cursors and prefix listings,
+ * each with a hash for exact lookups; each group holds a skip list of its
+ * members (keys borrowed from the objects). Holds (keys whose removal or
+ * replacement is in the OpLog) are only looked up by key: a plain hash. Objects with a
  * complete memory replica are also on a doubly linked LRU list ordered by
  * last access, which eviction walks from the oldest end. Each segment keeps
  * a free list of byte ranges sorted by offset (first fit, coalescing on

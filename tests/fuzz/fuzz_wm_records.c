@@ -26,7 +26,7 @@
 #include "weight_metadata_store.h"
 #include "wm_codec.h"
 
-#include "../unit/wm_test_records.h"
+#include "../unit/wm_test_table.h"
 
 /* The decoder a selector byte picks. */
 enum {
@@ -70,97 +70,22 @@ static void expect_same_bytes(const uint8_t *a, size_t alen, const uint8_t *b, s
 /* The table records are applied to                                          */
 /* ------------------------------------------------------------------------ */
 
-/* The values of the baseline table (the one of tests/unit/test_wm_codec.c):
- * model-a READY with three units, a finished import and a running migration;
- * model-b READY with one unit, leased, and an open replacement claim of its
- * lineage; model-c IMPORTING. Seeds are records that move this table on. */
-typedef struct table {
-    wm_revision rev[3];
-    wm_affinity aff[3];
-    wm_operation ops[2];
-    wm_lease lease;
-    wm_lineage_entry lin;
-} table;
-
-static void table_build(table *t)
-{
-    static const uint64_t b0[] = {100, 200, 300};
-    static const uint64_t b1[] = {4096};
-    memset(t, 0, sizeof(*t));
-    wmt_ready_revision(&t->rev[0], &t->aff[0], "model-a", 1, b0, 3);
-    wmt_ready_revision(&t->rev[1], &t->aff[1], "model-b", 5, b1, 1);
-    wmt_importing_revision(&t->rev[2], "model-c", 2);
-
-    t->ops[0].id = 1;
-    t->ops[0].kind = WM_OPK_IMPORTING;
-    t->ops[0].id_of = t->rev[0].id;
-    t->ops[0].members_total = t->ops[0].members_done = 3;
-    t->ops[0].bytes_total = t->ops[0].bytes_done = 600;
-    t->ops[0].state = WM_OPS_SUCCEEDED;
-    t->ops[0].attempts = 1;
-    t->ops[0].created_ms = 1000;
-    t->ops[0].updated_ms = 2000;
-    wmt_migration(&t->ops[1], &t->rev[0], 2);
-    t->ops[1].target = WM_RES_MIXED;
-    t->ops[1].target_hot_ratio = 0.5;
-    t->ops[1].members_done = 1;
-    t->ops[1].bytes_done = 100;
-    if (wm_payload_key(&t->rev[0].id, 0, t->ops[1].cursor, sizeof(t->ops[1].cursor)) < 0)
-        abort();
-    strcpy(t->ops[1].error, "cold write failed on node-2: \xE2\x80\x9C" "disk full\xE2\x80\x9D");
-    t->ops[1].attempts = 2;
-
-    wmt_lease(&t->lease, &t->rev[1], 7);
-    t->rev[1].lease_count = 1;
-
-    wm_identity_lineage(&t->rev[1].id, &t->lin.lineage);
-    t->lin.committed_watermark = 4;
-    t->lin.has_claim = 1;
-    wmt_claim(&t->lin.claim, "model-b");
-    t->lin.claim.base = t->rev[1].id;
-    t->lin.claim.target = t->rev[1].id;
-    t->lin.claim.target.weight_generation = 6;
-    t->lin.claim.committed_watermark = 4;
-}
-
-static void table_clear(table *t)
-{
-    for (int i = 0; i < 3; i++) wm_affinity_clear(&t->aff[i]);
-}
-
-/* A borrowed view of the whole table as a section image. */
-static wm_section_image table_image(table *t)
-{
-    wm_section_image img;
-    memset(&img, 0, sizeof(img));
-    img.revisions = t->rev;
-    img.affinities = t->aff;
-    img.n_revisions = 3;
-    img.operations = t->ops;
-    img.n_operations = 2;
-    img.leases = &t->lease;
-    img.n_leases = 1;
-    img.lineages = &t->lin;
-    img.n_lineages = 1;
-    img.next_operation_id = 3;
-    img.next_lease_id = 8;
-    return img;
-}
-
-/* The baseline table as a saved section, built once (kept to exit). */
+/* The baseline table of tests/unit/wm_test_table.h (the codec tests' own)
+ * as a saved section, built once (kept to exit). Seeds are records that move
+ * this table on. */
 static uint8_t *baseline;
 static size_t baseline_len;
 
 static void baseline_make(void)
 {
-    table t;
+    wmt_table t;
     char msg[256] = "";
     uint8_t *enc = NULL;
     size_t enc_len = 0;
     wm_store *st = NULL;
     if (baseline != NULL) return;
-    table_build(&t);
-    wm_section_image img = table_image(&t);
+    wmt_table_build(&t);
+    wm_section_image img = wmt_table_image(&t);
     expect_ok(wm_encode_section(&img, &enc, &enc_len, msg, sizeof(msg)),
               "baseline table does not encode", msg);
     expect_ok(wm_store_create(&st), "wm_store_create", NULL);
@@ -171,7 +96,7 @@ static void baseline_make(void)
               "baseline store does not save", msg);
     wm_store_free(st);
     free(enc);
-    table_clear(&t);
+    wmt_table_clear(&t);
 }
 
 /* A fresh store holding the baseline table. */
@@ -466,13 +391,13 @@ int fuzz_seeds(const char *dir)
 {
     int n = 0;
     char msg[256] = "";
-    table t;
+    wmt_table t;
     wm_metadata_upsert u;
     wm_revision r;
     wm_operation ops[2];
     wm_affinity aff_d = {0};
 
-    table_build(&t);
+    wmt_table_build(&t);
 
     /* -- type 8: metadata upserts ----------------------------------------- */
     /* model-a as recorded (equal generation: a progress record). */
@@ -622,7 +547,7 @@ int fuzz_seeds(const char *dir)
 
     /* -- the weight_metadata section --------------------------------------- */
     {
-        wm_section_image img = table_image(&t);
+        wm_section_image img = wmt_table_image(&t);
         SEED("section-table", SEL_SECTION, wm_encode_section, &img);
         /* The table after the migration ended and the lease was released. */
         t.rev[0].metadata_generation = 2;
@@ -640,6 +565,6 @@ int fuzz_seeds(const char *dir)
         n += fuzz_seed(dir, "section-empty", &sel, 1) < 0 ? 0 : 1;
     }
 
-    table_clear(&t);
+    wmt_table_clear(&t);
     return n;
 }

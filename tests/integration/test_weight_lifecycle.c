@@ -510,20 +510,28 @@ static void test_cold_write_failure_retries(void **state)
     check_replicas(f, &u, WR_RS_COLD);
 }
 
+/* A master with the weight plugin and no embedded node (the test starts its
+ * store_node processes), which takes a node for down after timeout_ms of
+ * silence. */
+static void start_without_node(wr_fixture *f, const char *name, int timeout_ms)
+{
+    char cfg[1024];
+    assert_int_equal(hx_init(&f->m, name, NULL), 0);
+    snprintf(cfg, sizeof(cfg),
+             "node:\n  embedded: false\n  timeout_ms: %d\n  poll_ms: 50\n"
+             "plugins:\n  - path: \"%s/lib/weight_mgmt.so\"\n    config:\n      tick_period_ms: 50\n",
+             timeout_ms, BUILD_DIR);
+    assert_int_equal(hx_reconfigure(&f->m, cfg), 0);
+    assert_int_equal(hx_start(&f->m, 10000), 0);
+}
+
 /* Two store_node processes: killing the node that holds a payload makes the
  * READY revision DEGRADED (not is_exist); restarting it on its segment makes
  * the revision READY again. */
 static void test_killed_node_degrades_then_recovers(void **state)
 {
     wr_fixture *f = *state;
-    char cfg[1024];
-    assert_int_equal(hx_init(&f->m, "wl-node", NULL), 0);
-    snprintf(cfg, sizeof(cfg),
-             "node:\n  embedded: false\n  timeout_ms: 600\n  poll_ms: 50\n"
-             "plugins:\n  - path: \"%s/lib/weight_mgmt.so\"\n    config:\n      tick_period_ms: 50\n",
-             BUILD_DIR);
-    assert_int_equal(hx_reconfigure(&f->m, cfg), 0);
-    assert_int_equal(hx_start(&f->m, 10000), 0);
+    start_without_node(f, "wl-node", 600);
     hx_node a, b;
     assert_int_equal(hx_node_start(&f->m, &a, "node-a", 16u << 20), 0);
     assert_int_equal(hx_node_start(&f->m, &b, "node-b", 16u << 20), 0);
@@ -654,15 +662,8 @@ static void test_master_killed_mid_migration_and_deletion(void **state)
 static void test_restart_waits_for_the_nodes(void **state)
 {
     wr_fixture *f = *state;
-    char cfg[1024];
     hx_node a;
-    assert_int_equal(hx_init(&f->m, "wl-settle", NULL), 0);
-    snprintf(cfg, sizeof(cfg),
-             "node:\n  embedded: false\n  timeout_ms: 2000\n  poll_ms: 50\n"
-             "plugins:\n  - path: \"%s/lib/weight_mgmt.so\"\n    config:\n      tick_period_ms: 50\n",
-             BUILD_DIR);
-    assert_int_equal(hx_reconfigure(&f->m, cfg), 0);
-    assert_int_equal(hx_start(&f->m, 10000), 0);
+    start_without_node(f, "wl-settle", 2000);
     assert_int_equal(hx_node_start(&f->m, &a, "node-a", 16u << 20), 0);
     assert_int_equal(hx_wait_nodes(&f->m, 1, 10000), 0);
     wr_connect(f);

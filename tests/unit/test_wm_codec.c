@@ -19,61 +19,19 @@
 
 #include "weight_records.pb-c.h"
 #include "wm_codec.h"
-#include "wm_test_records.h"
+#include "wm_test_table.h"
 
 /* ------------------------------------------------------------------------ */
 /* Fixture: a small consistent table                                         */
 /* ------------------------------------------------------------------------ */
 
-typedef struct fixture {
-    wm_revision rev[3];  /* READY+migrating, READY leased, IMPORTING */
-    wm_affinity aff[3];
-    wm_operation ops[2]; /* 1: ended import of rev[0]; 2: running migration */
-    wm_lease lease;
-    wm_lineage_entry lin;
-} fixture;
+typedef wmt_table fixture; /* wm_test_table.h */
 
 static int setup(void **state)
 {
-    static const uint64_t b0[] = {100, 200, 300};
-    static const uint64_t b1[] = {4096};
-    fixture *f = calloc(1, sizeof(*f));
+    fixture *f = malloc(sizeof(*f));
     if (f == NULL) return -1;
-    wmt_ready_revision(&f->rev[0], &f->aff[0], "model-a", 1, b0, 3);
-    wmt_ready_revision(&f->rev[1], &f->aff[1], "model-b", 5, b1, 1);
-    wmt_importing_revision(&f->rev[2], "model-c", 2);
-
-    memset(&f->ops[0], 0, sizeof(f->ops[0]));
-    f->ops[0].id = 1;
-    f->ops[0].kind = WM_OPK_IMPORTING;
-    f->ops[0].id_of = f->rev[0].id;
-    f->ops[0].members_total = f->ops[0].members_done = 3;
-    f->ops[0].bytes_total = f->ops[0].bytes_done = 600;
-    f->ops[0].state = WM_OPS_SUCCEEDED;
-    f->ops[0].attempts = 1;
-    f->ops[0].created_ms = 1000;
-    f->ops[0].updated_ms = 2000;
-    wmt_migration(&f->ops[1], &f->rev[0], 2);
-    f->ops[1].target = WM_RES_MIXED;
-    f->ops[1].target_hot_ratio = 0.5;
-    f->ops[1].members_done = 1;
-    f->ops[1].bytes_done = 100;
-    wm_payload_key(&f->rev[0].id, 0, f->ops[1].cursor, sizeof(f->ops[1].cursor));
-    strcpy(f->ops[1].error, "cold write failed on node-2: \xE2\x80\x9C" "disk full\xE2\x80\x9D");
-    f->ops[1].attempts = 2;
-
-    wmt_lease(&f->lease, &f->rev[1], 7);
-    f->rev[1].lease_count = 1;
-
-    memset(&f->lin, 0, sizeof(f->lin));
-    wm_identity_lineage(&f->rev[1].id, &f->lin.lineage);
-    f->lin.committed_watermark = 4;
-    f->lin.has_claim = 1;
-    wmt_claim(&f->lin.claim, "model-b");
-    f->lin.claim.base = f->rev[1].id;
-    f->lin.claim.target = f->rev[1].id;
-    f->lin.claim.target.weight_generation = 6;
-    f->lin.claim.committed_watermark = 4;
+    wmt_table_build(f);
     *state = f;
     return 0;
 }
@@ -81,27 +39,9 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     fixture *f = *state;
-    for (int i = 0; i < 3; i++) wm_affinity_clear(&f->aff[i]);
+    wmt_table_clear(f);
     free(f);
     return 0;
-}
-
-static wm_section_image image_of(fixture *f)
-{
-    wm_section_image img;
-    memset(&img, 0, sizeof(img));
-    img.revisions = f->rev;
-    img.affinities = f->aff;
-    img.n_revisions = 3;
-    img.operations = f->ops;
-    img.n_operations = 2;
-    img.leases = &f->lease;
-    img.n_leases = 1;
-    img.lineages = &f->lin;
-    img.n_lineages = 1;
-    img.next_operation_id = 3;
-    img.next_lease_id = 8;
-    return img;
 }
 
 static int affinity_equal(const wm_affinity *a, const wm_affinity *b)
@@ -291,7 +231,7 @@ static void test_small_records_round_trip(void **state)
 static void test_section_round_trip(void **state)
 {
     fixture *f = *state;
-    wm_section_image in = image_of(f), out;
+    wm_section_image in = wmt_table_image(f), out;
     uint8_t *buf = NULL;
     size_t len = 0;
     char msg[256] = "";
@@ -495,7 +435,7 @@ static void test_truncated_records_never_decode_wrongly(void **state)
     assert_int_equal(wm_decode_metadata_upsert(buf, len - 1, &out, NULL, 0), SMP_EPROTO);
     free(buf);
 
-    wm_section_image img = image_of(f), sout;
+    wm_section_image img = wmt_table_image(f), sout;
     assert_int_equal(wm_encode_section(&img, &buf, &len, NULL, 0), WM_OK);
     for (size_t cut = 1; cut < len; cut++) {
         int rc = wm_decode_section(buf, cut, &sout, NULL, 0);
@@ -623,7 +563,7 @@ static void test_operation_refused_in_upsert(void **state)
 static void expect_section_refused(fixture *f, void (*edit)(wm_section_image *, fixture *),
                                    const char *needle)
 {
-    wm_section_image img = image_of(f), out;
+    wm_section_image img = wmt_table_image(f), out;
     char msg[256] = "";
     fixture saved = *f;
     edit(&img, f);
@@ -709,7 +649,7 @@ static void test_section_refuses_inconsistent_tables(void **state)
 static void test_section_refuses_bad_format_and_entries(void **state)
 {
     fixture *f = *state;
-    wm_section_image img = image_of(f), out;
+    wm_section_image img = wmt_table_image(f), out;
     uint8_t *buf = NULL;
     size_t len = 0;
     char msg[256];
@@ -746,7 +686,7 @@ static void test_random_bytes_never_crash(void **state)
     unsigned seed = 12345;
     uint8_t *valid = NULL;
     size_t vlen = 0;
-    wm_section_image img = image_of(f);
+    wm_section_image img = wmt_table_image(f);
     assert_int_equal(wm_encode_section(&img, &valid, &vlen, NULL, 0), WM_OK);
     for (int round = 0; round < 3000; round++) {
         size_t len = (size_t)(rand_r(&seed) % sizeof(buf));
