@@ -328,9 +328,9 @@ static void test_append_is_durable_in_order_and_replays_the_same_bytes(void **st
     assert_int_equal(fx->nlines, 0); /* nothing was torn */
 }
 
-/* Records queued while a sync runs share the next one: many appends issued
- * before the loop runs need fewer syncs than records; max_batch_records caps
- * a group commit. */
+/* Appends reach the writer once per turn of the loop, so the 500 issued
+ * before the loop runs share one sync; max_batch_records cuts that hand-over
+ * into commits of at most so many records. */
 static void test_group_commit_makes_fewer_syncs_than_records(void **state)
 {
     fixture *fx = *state;
@@ -345,9 +345,9 @@ static void test_group_commit_makes_fewer_syncs_than_records(void **state)
     assert_int_equal(st.appends, 500);
     assert_int_equal(st.durable_count, 500);
     assert_int_equal(st.failed, 0);
-    assert_true(st.syncs < st.appends);
-    assert_int_equal(st.batches, st.syncs);
-    assert_true(st.max_batch > 1);
+    assert_int_equal(st.syncs, 1);
+    assert_int_equal(st.batches, 1);
+    assert_int_equal(st.max_batch, 500);
     assert_int_equal(st.bytes, 500 * (64 + REC_FRAME));
     assert_true(st.durable_lat_ns_sum > 0);
     close_log(fx, log);
@@ -357,8 +357,55 @@ static void test_group_commit_makes_fewer_syncs_than_records(void **state)
     append_n(log, 501, 100, 64, &c);
     run_until(fx, &c, 600);
     oplog_stats_get(log, &st);
-    assert_true(st.max_batch <= 8);
-    assert_true(st.batches >= 100 / 8);
+    assert_int_equal(st.max_batch, 8);
+    assert_int_equal(st.batches, (100 + 7) / 8);
+    close_log(fx, log);
+}
+
+typedef struct turn_appender {
+    uv_timer_t timer;
+    oplog *log;
+    cb_log *c;
+} turn_appender;
+
+static void append_from_timer(uv_timer_t *t)
+{
+    turn_appender *a = t->data;
+    append_n(a->log, 2, 20, 64, a->c);
+}
+
+/* Appends made outside the I/O callbacks of a turn (here a timer's) are
+ * handed over before the loop waits: they are made durable with nothing
+ * else happening, in one sync. So are those a durable callback makes. */
+static void test_appends_of_one_turn_share_a_sync_wherever_they_are_made(void **state)
+{
+    fixture *fx = *state;
+    oplog_file_options o = default_opts(fx);
+    cb_log c = {0};
+    oplog_stats st;
+    oplog *log = open_ok(fx, &o);
+    turn_appender a = {.log = log, .c = &c};
+
+    append_n(log, 1, 1, 64, &c);
+    run_until(fx, &c, 1);
+    assert_int_equal(uv_timer_init(&fx->loop, &a.timer), 0);
+    a.timer.data = &a;
+    assert_int_equal(uv_timer_start(&a.timer, append_from_timer, 1, 0), 0);
+    run_until(fx, &c, 21);
+    oplog_stats_get(log, &st);
+    assert_int_equal(st.syncs, 2);
+    assert_int_equal(st.max_batch, 20);
+
+    c.log = log; /* each of the next callbacks appends one record, no callback */
+    append_n(log, 22, 5, 64, &c);
+    run_until(fx, &c, 26);
+    assert_int_equal(c.append_rc, 0);
+    while (oplog_durable_seq(log) < 31)
+        uv_run(&fx->loop, UV_RUN_ONCE);
+    oplog_stats_get(log, &st);
+    assert_int_equal(st.syncs, 4); /* the five, then the five they appended */
+    c.log = NULL;
+    uv_close((uv_handle_t *)&a.timer, NULL);
     close_log(fx, log);
 }
 
@@ -929,6 +976,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_append_is_durable_in_order_and_replays_the_same_bytes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_group_commit_makes_fewer_syncs_than_records, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_appends_of_one_turn_share_a_sync_wherever_they_are_made, setup, teardown),
         cmocka_unit_test_setup_teardown(test_segments_roll_and_replay_crosses_them, setup, teardown),
         cmocka_unit_test_setup_teardown(test_truncate_before_drops_old_segments_and_keeps_later_records, setup, teardown),
         cmocka_unit_test_setup_teardown(test_torn_tail_is_cut_at_every_point_of_the_last_record, setup, teardown),
