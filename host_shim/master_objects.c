@@ -50,7 +50,7 @@ static void reply_err(smp_rpc_call *call, int rc, const char *what, const char *
         rpc_reply_error(call, SMP_EPROTO, "request body does not decode as " #type); \
         return SMP_OK;                                                  \
     }
-#define DECODED_FREE(fn, var) fn##__free_unpacked(var, &var##_arena.alloc)
+#define DECODED_FREE(var) pb_arena_free_unpacked(&var##_arena, &(var)->base)
 
 /* -- put -------------------------------------------------------------------- */
 
@@ -100,7 +100,7 @@ static int h_put_start(void *ctx, smp_rpc_call *call, const uint8_t *body, size_
         resp.replicas = locs;
         master_reply_msg(call, &resp.base);
     }
-    DECODED_FREE(put_start_request, req);
+    DECODED_FREE(req);
     return SMP_OK;
 }
 
@@ -171,7 +171,7 @@ refuse:
     free(c);
     reply_err(call, rc, "put end", req->key);
 free_req:
-    DECODED_FREE(put_end_request, req);
+    DECODED_FREE(req);
     return SMP_OK;
 }
 
@@ -209,7 +209,7 @@ static int commit_key_request(master *m, smp_rpc_call *call, const uint8_t *body
     int rc = master_key_pending(m, req->key) ? SMP_EBUSY : prepare(m, req->key, &rec);
     if (rc == SMP_OK) rc = master_commit(m, &rec, req->key, on_empty_durable, call);
     if (rc < 0) reply_err(call, rc, what, req->key);
-    DECODED_FREE(key_request, req);
+    DECODED_FREE(req);
     return SMP_OK;
 }
 
@@ -279,7 +279,7 @@ static int h_get_replicas(void *ctx, smp_rpc_call *call, const uint8_t *body, si
     resp.lease_expires_ms = master_wall_ms() + MASTER_READ_LEASE_MS;
     master_reply_msg(call, &resp.base);
 free_req:
-    DECODED_FREE(key_request, req);
+    DECODED_FREE(req);
     return SMP_OK;
 }
 
@@ -290,7 +290,7 @@ static int h_exists(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t l
     ExistsResponse resp = EXISTS_RESPONSE__INIT;
     resp.exists = obj_exists(m->objs, req->key) != 0;
     master_reply_msg(call, &resp.base);
-    DECODED_FREE(key_request, req);
+    DECODED_FREE(req);
     return SMP_OK;
 }
 
@@ -316,7 +316,7 @@ static int h_list(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len
         master_reply_msg(call, &resp.base);
     }
     free(keys);
-    DECODED_FREE(list_request, req);
+    DECODED_FREE(req);
     return SMP_OK;
 }
 
@@ -372,7 +372,7 @@ static int h_remove_prefix(void *ctx, smp_rpc_call *call, const uint8_t *body, s
     on_prefix_record(m, c, SMP_OK, 0);
 free_req:
     obj_record_list_free(&recs);
-    DECODED_FREE(remove_prefix_request, req);
+    DECODED_FREE(req);
     return SMP_OK;
 }
 
@@ -384,7 +384,7 @@ static int h_group_set_managed(void *ctx, smp_rpc_call *call, const uint8_t *bod
     int rc = obj_prepare_group_managed(m->objs, req->group, req->managed, &rec);
     if (rc == SMP_OK) rc = master_commit(m, &rec, NULL, on_empty_durable, call);
     if (rc < 0) reply_err(call, rc, "group set managed", req->group);
-    DECODED_FREE(group_set_managed_request, req);
+    DECODED_FREE(req);
     return SMP_OK;
 }
 

@@ -24,6 +24,8 @@
  * See obj_store.h for the choices and the record mapping. */
 #include "obj_store.h"
 
+#include <stdalign.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -941,10 +943,80 @@ static int obj_guard_decide(obj_store *st,
 /* Records: encoding                                                         */
 /* ------------------------------------------------------------------------ */
 
+/* What a hold keeps until its release: the record's decoded message, which
+ * names the held keys and is what obj_apply_held applies. Its pieces come
+ * from an arena in the same allocation (pb_arena.h), so a hold costs one
+ * malloc; room for twice the record's bytes covers the strings and arrays
+ * a decode makes, and anything beyond goes to malloc. */
+struct obj_held {
+    ProtobufCMessage *m;
+    pb_arena arena;
+    uint8_t mem[];
+};
+
+#define OBJ_HELD_SLACK 512
+
+/* A hold with an arena of cap bytes and no message yet, or NULL. */
+static obj_held *obj_held_new(size_t cap)
+{
+    obj_held *h = malloc(sizeof(*h) + cap);
+    if (!h) return NULL;
+    h->m = NULL;
+    pb_arena_init(&h->arena, h->mem, cap);
+    return h;
+}
+
+static void obj_held_free(obj_held *h)
+{
+    if (!h) return;
+    pb_arena_free_unpacked(&h->arena, h->m);
+    free(h);
+}
+
+/* The hold of the REMOVE record of keys[n] (incarnations put_ids[n]), built
+ * from them rather than decoded from the record: the message a decode of
+ * the record gives, its pieces from the hold's arena. SMP_ENOMEM. */
+static int obj_held_remove(const char *const *keys,
+                           const uint64_t *put_ids,
+                           size_t n,
+                           obj_held **out)
+{
+    const size_t piece = alignof(max_align_t); /* the arena's rounding */
+    size_t cap = sizeof(Hostrec__RemoveRecord) + n * (sizeof(char *) + sizeof(uint64_t)) +
+                 (n + 3) * piece;
+    for (size_t i = 0; i < n; i++) cap += strlen(keys[i]) + 1;
+    obj_held *h = obj_held_new(cap);
+    if (!h) return SMP_ENOMEM;
+    ProtobufCAllocator *a = &h->arena.alloc;
+    Hostrec__RemoveRecord *r = a->alloc(a->allocator_data, sizeof(*r));
+    if (!r) goto fail;
+    hostrec__remove_record__init(r);
+    h->m = &r->base;
+    if (n == 0) goto done;
+    r->keys = a->alloc(a->allocator_data, n * sizeof(char *));
+    r->put_ids = a->alloc(a->allocator_data, n * sizeof(uint64_t));
+    if (!r->keys || !r->put_ids) goto fail; /* the counts bound what gets freed */
+    memcpy(r->put_ids, put_ids, n * sizeof(uint64_t));
+    r->n_put_ids = n;
+    for (size_t i = 0; i < n; i++) {
+        size_t len = strlen(keys[i]);
+        if ((r->keys[i] = a->alloc(a->allocator_data, len + 1)) == NULL) goto fail;
+        memcpy(r->keys[i], keys[i], len + 1);
+        r->n_keys = i + 1;
+    }
+done:
+    *out = h;
+    return SMP_OK;
+fail:
+    obj_held_free(h);
+    return SMP_ENOMEM;
+}
+
 void obj_record_free(obj_record *r)
 {
     if (!r) return;
     free(r->buf);
+    obj_held_free(r->held);
     memset(r, 0, sizeof(*r));
 }
 
@@ -973,6 +1045,7 @@ static int obj_encode(const ProtobufCMessage *msg, uint16_t type, obj_record *ou
     out->encver = OBJ_REC_ENCVER;
     out->buf = buf;
     out->len = len;
+    out->held = NULL;
     return SMP_OK;
 }
 
@@ -1094,7 +1167,10 @@ static int obj_encode_remove(const char *const *keys,
     m.keys = (char **)keys;
     m.n_put_ids = n;
     m.put_ids = (uint64_t *)put_ids;
-    return obj_encode(&m.base, OBJ_REC_REMOVE, out);
+    int rc = obj_encode(&m.base, OBJ_REC_REMOVE, out);
+    if (rc == SMP_OK && (rc = obj_held_remove(keys, put_ids, n, &out->held)) < 0)
+        obj_record_free(out);
+    return rc;
 }
 
 /* Keys collected for REMOVE records of at most OBJ_REMOVE_BATCH keys. */
@@ -1672,38 +1748,17 @@ static void obj_held_keys(const ProtobufCMessage *m, char ***keys, size_t *n)
     }
 }
 
-/* What a hold keeps until its release: the record's decoded message, which
- * names the held keys and is what obj_apply_held applies. Its pieces come
- * from an arena in the same allocation (pb_arena.h), so a hold costs one
- * malloc; room for twice the record's bytes covers the strings and arrays
- * a decode makes, and anything beyond goes to malloc. */
-struct obj_held {
-    ProtobufCMessage *m;
-    pb_arena arena;
-    uint8_t mem[];
-};
-
-#define OBJ_HELD_SLACK 512
-
-static void obj_held_free(obj_held *h)
-{
-    protobuf_c_message_free_unpacked(h->m, &h->arena.alloc);
-    free(h);
-}
-
 /* Decode a PUT_END or REMOVE record into a new obj_held; other types need
  * no hold (*out NULL). SMP_EPROTO, SMP_ENOMEM. */
 static int obj_held_decode(const obj_record *rec, obj_held **out)
 {
     static const uint8_t empty[1];
     const uint8_t *p = rec->buf ? rec->buf : empty;
-    size_t cap = 2 * rec->len + OBJ_HELD_SLACK;
     obj_held *h;
     *out = NULL;
     if (rec->encver != OBJ_REC_ENCVER) return SMP_EPROTO;
     if (rec->type != OBJ_REC_PUT_END && rec->type != OBJ_REC_REMOVE) return SMP_OK;
-    if ((h = malloc(sizeof(*h) + cap)) == NULL) return SMP_ENOMEM;
-    pb_arena_init(&h->arena, h->mem, cap);
+    if ((h = obj_held_new(2 * rec->len + OBJ_HELD_SLACK)) == NULL) return SMP_ENOMEM;
     if (rec->type == OBJ_REC_PUT_END)
         h->m = (ProtobufCMessage *)hostrec__object_record__unpack(&h->arena.alloc, rec->len, p);
     else
@@ -1716,14 +1771,16 @@ static int obj_held_decode(const obj_record *rec, obj_held **out)
     return SMP_OK;
 }
 
-int obj_hold_record(obj_store *st, const obj_record *rec, obj_held **held)
+int obj_hold_record(obj_store *st, obj_record *rec, obj_held **held)
 {
     obj_held *h;
     char **keys;
     size_t n, i;
     if (!rec || !held) return SMP_EINVAL;
     *held = NULL;
-    int rc = obj_held_decode(rec, &h);
+    h = rec->held;
+    rec->held = NULL;
+    int rc = h ? SMP_OK : obj_held_decode(rec, &h);
     if (rc < 0 || !h) return rc;
     obj_held_keys(h->m, &keys, &n);
     for (i = 0; i < n; i++)

@@ -148,12 +148,16 @@ typedef struct obj_guard_ops {
     void *ctx;
 } obj_guard_ops;
 
-/* One encoded record, ready for the OpLog. buf is malloc'd (owned). */
+/* One encoded record, ready for the OpLog. buf is malloc'd (owned). held,
+ * when not NULL, is the decoded form of buf, built while encoding (owned;
+ * obj_hold_record takes it instead of decoding buf again). */
+typedef struct obj_held obj_held;
 typedef struct obj_record {
     uint16_t type;
     uint16_t encver;
     uint8_t *buf;
     size_t len;
+    obj_held *held;
 } obj_record;
 
 /* Records a bulk plan produced, to append in order. Zero-initialise. */
@@ -163,7 +167,7 @@ typedef struct obj_record_list {
     size_t cap;
 } obj_record_list;
 
-void obj_record_free(obj_record *r);           /* frees buf, zeroes; NULL ok */
+void obj_record_free(obj_record *r);           /* frees buf and held, zeroes; NULL ok */
 void obj_record_list_free(obj_record_list *l); /* frees all, zeroes; NULL ok */
 
 typedef struct obj_stats {
@@ -483,10 +487,11 @@ int obj_apply_record(obj_store *st,
  * failed. Holds count (a key may be held by several records). Other record
  * types, and add-replica records (they remove nothing), hold nothing.
  * obj_hold_record sets *held to what must be passed to obj_release_hold
- * (NULL when nothing was held); the record itself may be gone by then.
+ * (NULL when nothing was held); the record itself may be gone by then. It
+ * takes rec->held when the encoder built one (rec->held is NULL after the
+ * call, whatever the outcome), and decodes rec->buf otherwise.
  * SMP_EPROTO, SMP_ENOMEM (nothing held). */
-typedef struct obj_held obj_held;
-int obj_hold_record(obj_store *st, const obj_record *rec, obj_held **held);
+int obj_hold_record(obj_store *st, obj_record *rec, obj_held **held);
 void obj_release_hold(obj_store *st, obj_held *held); /* NULL: nothing */
 
 /* Apply the record held holds (not NULL) without decoding it again: the

@@ -21,7 +21,9 @@ static void *arena_alloc(void *data, size_t size)
         a->used += need;
         return p;
     }
-    return malloc(size);
+    void *p = malloc(size);
+    if (p) a->spilled++;
+    return p;
 }
 
 /* Pieces inside the buffer go with it; the rest were malloc'ed. */
@@ -42,4 +44,10 @@ void pb_arena_init(pb_arena *a, void *mem, size_t cap)
     a->base = (uint8_t *)aligned;
     a->cap = cap > aligned - start ? cap - (aligned - start) : 0;
     a->used = 0;
+    a->spilled = 0;
+}
+
+void pb_arena_free_unpacked(pb_arena *a, ProtobufCMessage *msg)
+{
+    if (msg && a->spilled) protobuf_c_message_free_unpacked(msg, &a->alloc);
 }

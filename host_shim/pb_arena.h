@@ -14,12 +14,13 @@
  *   pb_arena_init(&a, mem, sizeof(mem));
  *   KeyRequest *req = key_request__unpack(&a.alloc, len, body);
  *   ...
- *   key_request__free_unpacked(req, &a.alloc);  // frees only the overflow
+ *   pb_arena_free_unpacked(&a, &req->base);  // frees only the overflow
  *
- * The arena never grows, never moves what it handed out, and keeps no list:
- * protobuf-c's free_unpacked walks the message and returns every piece,
- * and the arena's free ignores the ones inside its buffer. Single-threaded,
- * like the decode it serves. */
+ * The arena never grows, never moves what it handed out, and keeps no list,
+ * only a count of the pieces that went to malloc. While that count is zero
+ * there is nothing to free; otherwise protobuf-c's free_unpacked walks the
+ * message and returns every piece, and the arena's free ignores the ones
+ * inside its buffer. Single-threaded, like the decode it serves. */
 #ifndef HOST_PB_ARENA_H
 #define HOST_PB_ARENA_H
 
@@ -36,10 +37,16 @@ typedef struct pb_arena {
     uint8_t *base;
     size_t cap;
     size_t used;
+    size_t spilled; /* pieces handed out by malloc */
 } pb_arena;
 
 /* Hand out mem[0, cap) (mem aligned for any object: a uint8_t array on the
  * stack is aligned by pb_arena_init rounding up its start). */
 void pb_arena_init(pb_arena *a, void *mem, size_t cap);
+
+/* Release msg (NULL ok), unpacked or built with a's allocator: only its
+ * pieces that went to malloc need freeing, and a walk of the message is
+ * made only when there are some. */
+void pb_arena_free_unpacked(pb_arena *a, ProtobufCMessage *msg);
 
 #endif /* HOST_PB_ARENA_H */

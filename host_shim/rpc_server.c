@@ -645,7 +645,7 @@ static void conn_dispatch(rpc_conn *c, const uint8_t *data, size_t len)
         call_finish(call, rc, msg, NULL, 0);
     }
 free_req:
-    rpc_request__free_unpacked(req, &arena.alloc);
+    pb_arena_free_unpacked(&arena, &req->base);
 }
 
 /* -- Reading --------------------------------------------------------------- */

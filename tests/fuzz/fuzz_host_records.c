@@ -67,7 +67,7 @@ static void apply_one(obj_store *st, uint16_t type, const uint8_t *data, size_t 
         memcpy(payload, data, len);
     }
     describe(type, payload, len);
-    obj_record rec = {type, OBJ_REC_ENCVER, payload, len};
+    obj_record rec = {type, OBJ_REC_ENCVER, payload, len, NULL};
     if (obj_hold_record(st, &rec, &held) < 0) held = NULL;
     (void)obj_apply_record(st, type, OBJ_REC_ENCVER, payload, len);
     obj_release_hold(st, held);
