@@ -2,9 +2,10 @@
  *
  * Listeners accept connections; each connection reads length-prefixed frames
  * into a buffer that grows with the bytes that actually arrive (a header that
- * claims 64 MiB costs nothing until 64 MiB come), decodes an RpcRequest,
- * routes it through the service table to its handler and queues the encoded
- * RpcResponse when the handler (now or later) calls rpc_reply().
+ * claims 64 MiB costs nothing until 64 MiB come), decodes an RpcRequest
+ * (rpc_envelope.h: the handler's body points into the frame, nothing is
+ * copied), routes it through the service table to its handler and sends the
+ * encoded RpcResponse when the handler (now or later) calls rpc_reply().
  *
  * Lifetimes are reference counts on the loop thread: a connection is held by
  * its libuv handle (until the close callback), by every write or shutdown
@@ -31,10 +32,9 @@
 #include <unistd.h>
 
 #include "rpc.h"
-#include "rpc.pb-c.h"
 #include "wm_errbuf.h"
 #include "net_addr.h"
-#include "pb_arena.h"
+#include "rpc_envelope.h"
 
 #define RPC_READ_CHUNK (64u * 1024u)
 #define RPC_DIRECT_REPLY_BYTES 4096u /* replies up to this size skip the write queue */
@@ -395,9 +395,8 @@ static int conn_send(rpc_conn *c,
                      size_t len)
 {
     rpc_server *s = c->srv;
-    RpcResponse resp = RPC_RESPONSE__INIT;
     char toolarge[160];
-    size_t size;
+    size_t size, mlen;
     rpc_wreq *w;
     uv_buf_t buf;
     size_t sent;
@@ -407,29 +406,27 @@ static int conn_send(rpc_conn *c,
         s->st.replies_dropped++;
         return SMP_OK;
     }
-    resp.request_id = request_id;
-    resp.status = status;
-    resp.error = (char *)(message != NULL ? message : "");
-    resp.body.data = (uint8_t *)body;
-    resp.body.len = body != NULL ? len : 0;
-    size = rpc_response__get_packed_size(&resp);
+    if (message == NULL) message = "";
+    if (body == NULL) len = 0;
+    mlen = strlen(message);
+    size = rpc_env_response_size(request_id, status, mlen, len);
     if (size > s->max_frame) {
         snprintf(toolarge, sizeof(toolarge),
                  "reply of %zu bytes exceeds max_frame_bytes %" PRIu32,
                  size, s->max_frame);
         s->st.err_reply_too_large++;
-        resp.status = SMP_ERANGE;
-        resp.error = toolarge;
-        resp.body.data = NULL;
-        resp.body.len = 0;
-        size = rpc_response__get_packed_size(&resp);
+        status = SMP_ERANGE;
+        message = toolarge;
+        mlen = strlen(toolarge);
+        len = 0;
+        size = rpc_env_response_size(request_id, status, mlen, len);
     }
     if (c->out_bytes == 0 && 4 + size <= RPC_DIRECT_REPLY_BYTES) {
         /* Nothing queued: hand a small reply to the socket at once, without
          * a request of its own; only what it did not take is queued. */
         uint8_t direct[RPC_DIRECT_REPLY_BYTES];
         frame_header(direct, size);
-        rpc_response__pack(&resp, direct + 4);
+        rpc_env_encode_response(direct + 4, request_id, status, message, mlen, body, len);
         buf = uv_buf_init((char *)direct, (unsigned)(4 + size));
         rc = uv_try_write(&c->h.stream, &buf, 1);
         if (rc < 0 && rc != UV_EAGAIN) {
@@ -447,10 +444,10 @@ static int conn_send(rpc_conn *c,
     } else {
         if ((w = wreq_new(c, 4 + size)) == NULL) return SMP_ENOMEM;
         frame_header(w->data, size);
-        rpc_response__pack(&resp, w->data + 4);
+        rpc_env_encode_response(w->data + 4, request_id, status, message, mlen, body, len);
         if ((rc = conn_queue(c, w)) < 0) return rc;
     }
-    if (resp.status == 0)
+    if (status == 0)
         s->st.responses_ok++;
     else
         s->st.responses_error++;
@@ -465,9 +462,11 @@ static void on_conn_closed(uv_handle_t *h)
     conn_unref((rpc_conn *)h->data);
 }
 
-/* Close a connection now: unlink it from the server, drop any partial frame
+/* Close a connection now: unlink it from the server, stop reading frames
  * and let libuv cancel its pending writes. Idempotent. Outstanding calls keep
- * the memory alive; their replies are dropped. */
+ * the memory alive; their replies are dropped. The frame buffer goes with
+ * the last reference: a handler that closed the connection by replying may
+ * still be reading the body it was given, which points into it. */
 static void conn_close(rpc_conn *c)
 {
     rpc_server *s = c->srv;
@@ -483,9 +482,6 @@ static void conn_close(rpc_conn *c)
         c->next->prev = c->prev;
     c->prev = c->next = NULL;
     s->st.connections_open--;
-    free(c->body);
-    c->body = NULL;
-    c->body_cap = 0;
     uv_close(&c->h.handle, on_conn_closed);
 }
 
@@ -584,18 +580,14 @@ int rpc_reply_error(smp_rpc_call *call, int status, const char *message)
 static void conn_dispatch(rpc_conn *c, const uint8_t *data, size_t len)
 {
     rpc_server *s = c->srv;
-    uint8_t mem[PB_ARENA_SMALL];
-    pb_arena arena;
-    RpcRequest *req;
+    rpc_env_request env, *req = &env;
     rpc_service *svc;
     const rpc_method *m;
     smp_rpc_call *call;
     char msg[160];
     int rc, replied;
 
-    pb_arena_init(&arena, mem, sizeof(mem));
-    req = rpc_request__unpack(&arena.alloc, len, data);
-    if (req == NULL) {
+    if (rpc_env_decode_request(data, len, req) < 0) {
         s->st.err_bad_request++;
         snprintf(msg, sizeof(msg),
                  "frame of %zu bytes does not decode as RpcRequest", len);
@@ -608,18 +600,18 @@ static void conn_dispatch(rpc_conn *c, const uint8_t *data, size_t len)
         snprintf(msg, sizeof(msg), "unknown service %" PRIu32 " (method %" PRIu32 ")",
                  req->service, req->method);
         conn_send(c, req->request_id, SMP_ENOTFOUND, msg, NULL, 0);
-        goto free_req;
+        return;
     }
     if ((m = find_method(svc, req->method)) == NULL) {
         s->st.err_unknown_method++;
         snprintf(msg, sizeof(msg), "service %" PRIu32 " (%s) has no method %" PRIu32,
                  req->service, svc->name, req->method);
         conn_send(c, req->request_id, SMP_ENOTFOUND, msg, NULL, 0);
-        goto free_req;
+        return;
     }
     if ((call = malloc(sizeof(*call))) == NULL) {
         conn_send(c, req->request_id, SMP_ENOMEM, "out of memory for the call", NULL, 0);
-        goto free_req;
+        return;
     }
     call->conn = c;
     call->request_id = req->request_id;
@@ -631,7 +623,7 @@ static void conn_dispatch(rpc_conn *c, const uint8_t *data, size_t len)
 
     s->cur_call = call;
     s->cur_replied = 0;
-    rc = m->handler(svc->ctx, call, req->body.data, req->body.len);
+    rc = m->handler(svc->ctx, call, req->body, req->body_len);
     replied = s->cur_replied;
     s->cur_call = NULL;
     if (rc < 0 && !replied) {
@@ -644,8 +636,6 @@ static void conn_dispatch(rpc_conn *c, const uint8_t *data, size_t len)
                  req->service, req->method, smp_strerror(rc));
         call_finish(call, rc, msg, NULL, 0);
     }
-free_req:
-    pb_arena_free_unpacked(&arena, &req->base);
 }
 
 /* -- Reading --------------------------------------------------------------- */

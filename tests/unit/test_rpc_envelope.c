@@ -1,0 +1,283 @@
+/* test_rpc_envelope.c -- the hand-written envelope codec against protobuf-c.
+ *
+ * Pins: every frame protobuf-c's rpc_request__unpack accepts, the envelope
+ * decoder accepts with the same four values, and every frame it refuses
+ * the decoder refuses (random requests, the same with unknown, repeated and
+ * mistyped fields added, then cut, flipped and spliced, and plain noise);
+ * the named malformations each get SMP_EPROTO; and a response is written
+ * byte for byte as rpc_response__pack writes it, with its size known
+ * beforehand. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "rpc.pb-c.h"
+#include "rpc_envelope.h"
+#include "store_plugin.h"
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static uint64_t next(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+/* A number of any width: zero, small, or up to all 64 bits. */
+static uint64_t some_number(void)
+{
+    switch (next() % 4) {
+    case 0: return 0;
+    case 1: return next() % 200;
+    case 2: return next() & 0xffffffffu;
+    default: return next();
+    }
+}
+
+/* Decode data both ways and require the same verdict and values. */
+static void agree(const uint8_t *data, size_t len)
+{
+    rpc_env_request mine;
+    int rc = rpc_env_decode_request(data, len, &mine);
+    RpcRequest *ref = rpc_request__unpack(NULL, len, data);
+    if (ref == NULL) {
+        assert_int_equal(rc, SMP_EPROTO);
+        return;
+    }
+    assert_int_equal(rc, SMP_OK);
+    assert_true(mine.request_id == ref->request_id);
+    assert_int_equal(mine.service, ref->service);
+    assert_int_equal(mine.method, ref->method);
+    assert_int_equal(mine.body_len, ref->body.len);
+    if (ref->body.len > 0) assert_memory_equal(mine.body, ref->body.data, ref->body.len);
+    else assert_null(mine.body);
+    rpc_request__free_unpacked(ref, NULL);
+}
+
+typedef struct frame {
+    uint8_t b[2048];
+    size_t n;
+} frame;
+
+static void put_byte(frame *f, uint8_t v)
+{
+    if (f->n < sizeof(f->b)) f->b[f->n++] = v;
+}
+
+static void put_varint(frame *f, uint64_t v)
+{
+    while (v >= 0x80) {
+        put_byte(f, (uint8_t)(v | 0x80));
+        v >>= 7;
+    }
+    put_byte(f, (uint8_t)v);
+}
+
+/* A request packed by protobuf-c. */
+static void packed_request(frame *f)
+{
+    uint8_t body[300];
+    RpcRequest req = RPC_REQUEST__INIT;
+    req.request_id = some_number();
+    req.service = (uint32_t)some_number();
+    req.method = (uint32_t)some_number();
+    req.body.len = next() % 3 == 0 ? 0 : next() % sizeof(body);
+    for (size_t i = 0; i < req.body.len; i++) body[i] = (uint8_t)next();
+    req.body.data = body;
+    f->n = rpc_request__pack(&req, f->b);
+}
+
+/* Append one field of any number (known or not) and any wire type,
+ * well-formed or not: unknown fields, repeats, wrong types, groups,
+ * padded varints and over-long lengths. */
+static void add_field(frame *f)
+{
+    static const uint32_t fields[] = {1, 2, 3, 4, 5, 15, 16, 2047, 536870911};
+    uint32_t field = next() % 8 == 0 ? (uint32_t)next() : fields[next() % 9];
+    unsigned wire = next() % 5 == 0 ? (unsigned)(next() % 8) : (unsigned)(next() % 3 == 0 ? 2 : 0);
+    put_varint(f, (uint64_t)field << 3 | wire);
+    switch (wire) {
+    case 0:
+        if (next() % 6 == 0) { /* over-long: continuation bytes, maybe too many */
+            size_t pad = next() % 12;
+            for (size_t i = 0; i < pad; i++) put_byte(f, 0x80 | (uint8_t)next());
+            put_byte(f, (uint8_t)(next() & 0x7f));
+        } else {
+            put_varint(f, some_number());
+        }
+        break;
+    case 1:
+    case 5:
+        for (unsigned i = 0; i < (wire == 1 ? 8u : 4u); i++) put_byte(f, (uint8_t)next());
+        break;
+    case 2: {
+        size_t n = next() % 40;
+        put_varint(f, next() % 10 == 0 ? n + next() % 5 : n); /* sometimes too long */
+        for (size_t i = 0; i < n; i++) put_byte(f, (uint8_t)next());
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+static void mutate(frame *f)
+{
+    switch (next() % 4) {
+    case 0: /* cut */
+        f->n = f->n ? next() % f->n : 0;
+        break;
+    case 1: /* flip a byte */
+        if (f->n) f->b[next() % f->n] ^= (uint8_t)(1u << (next() % 8));
+        break;
+    case 2: /* set a byte */
+        if (f->n) f->b[next() % f->n] = (uint8_t)next();
+        break;
+    default: /* splice in noise */
+        if (f->n + 8 < sizeof(f->b)) {
+            size_t at = f->n ? next() % f->n : 0, k = 1 + next() % 6;
+            memmove(f->b + at + k, f->b + at, f->n - at);
+            for (size_t i = 0; i < k; i++) f->b[at + i] = (uint8_t)next();
+            f->n += k;
+        }
+        break;
+    }
+}
+
+static void test_valid_requests_decode_as_protobuf_c_decodes_them(void **state)
+{
+    (void)state;
+    frame f;
+    for (int i = 0; i < 20000; i++) {
+        packed_request(&f);
+        agree(f.b, f.n);
+        rpc_env_request r;
+        assert_int_equal(rpc_env_decode_request(f.b, f.n, &r), SMP_OK);
+    }
+    agree(NULL, 0); /* the empty frame: every field at its default */
+}
+
+static void test_odd_and_broken_requests_get_the_same_verdict(void **state)
+{
+    (void)state;
+    frame f;
+    int refused = 0, accepted = 0;
+    for (int i = 0; i < 100000; i++) {
+        packed_request(&f);
+        int extra = (int)(next() % 4);
+        for (int k = 0; k < extra; k++) add_field(&f);
+        int cuts = (int)(next() % 3);
+        for (int k = 0; k < cuts; k++) mutate(&f);
+        agree(f.b, f.n);
+        rpc_env_request r;
+        if (rpc_env_decode_request(f.b, f.n, &r) == SMP_OK) accepted++;
+        else refused++;
+    }
+    for (int i = 0; i < 20000; i++) { /* noise */
+        f.n = next() % 24;
+        for (size_t k = 0; k < f.n; k++) f.b[k] = (uint8_t)next();
+        agree(f.b, f.n);
+    }
+    /* both sides of the verdict were exercised */
+    assert_true(refused > 1000);
+    assert_true(accepted > 1000);
+}
+
+static void test_named_malformations_are_refused(void **state)
+{
+    (void)state;
+    rpc_env_request r;
+    const uint8_t cut_body[] = {0x08, 0x07, 0x22, 0x05, 'a', 'b'};
+    const uint8_t cut_varint[] = {0x08, 0xff, 0xff};
+    const uint8_t eleven_byte_varint[] = {0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+                                          0xff, 0xff, 0xff, 0xff, 0x01};
+    const uint8_t field_zero[] = {0x00, 0x01};
+    const uint8_t group[] = {0x0b, 0x0c};              /* field 1, start group */
+    const uint8_t reserved_wire[] = {0x0e, 0x01};       /* field 1, wire type 6 */
+    const uint8_t id_as_bytes[] = {0x0a, 0x01, 0x01};   /* field 1 length-delimited */
+    const uint8_t body_as_number[] = {0x20, 0x05};      /* field 4 varint */
+    const uint8_t cut_fixed64[] = {0x29, 1, 2, 3};      /* field 5, 64-bit, 3 bytes */
+    const uint8_t six_byte_key[] = {0x80, 0x80, 0x80, 0x80, 0x80, 0x01, 0x00};
+    const struct {
+        const uint8_t *b;
+        size_t n;
+    } bad[] = {
+        {cut_body, sizeof(cut_body)},
+        {cut_varint, sizeof(cut_varint)},
+        {eleven_byte_varint, sizeof(eleven_byte_varint)},
+        {field_zero, sizeof(field_zero)},
+        {group, sizeof(group)},
+        {reserved_wire, sizeof(reserved_wire)},
+        {id_as_bytes, sizeof(id_as_bytes)},
+        {body_as_number, sizeof(body_as_number)},
+        {cut_fixed64, sizeof(cut_fixed64)},
+        {six_byte_key, sizeof(six_byte_key)},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(rpc_env_decode_request(bad[i].b, bad[i].n, &r), SMP_EPROTO);
+        agree(bad[i].b, bad[i].n); /* and protobuf-c refuses them too */
+    }
+
+    /* The last of a repeated field wins; unknown fields are skipped. */
+    const uint8_t repeated[] = {0x08, 0x01, 0x2a, 0x01, 'x', 0x08, 0x02,
+                                0x22, 0x01, 'a', 0x22, 0x02, 'b', 'c'};
+    assert_int_equal(rpc_env_decode_request(repeated, sizeof(repeated), &r), SMP_OK);
+    assert_true(r.request_id == 2);
+    assert_int_equal(r.body_len, 2);
+    assert_memory_equal(r.body, "bc", 2);
+    agree(repeated, sizeof(repeated));
+
+    /* Field 2^29 + 4 is not field 4 (body), whatever its low bits say:
+     * skipped as unknown, not refused as a body sent as a number. */
+    const uint8_t high_field[] = {0xa0, 0x80, 0x80, 0x80, 0x10, 0x05};
+    assert_int_equal(rpc_env_decode_request(high_field, sizeof(high_field), &r), SMP_OK);
+    assert_int_equal(r.body_len, 0);
+    agree(high_field, sizeof(high_field));
+}
+
+static void test_responses_are_written_as_protobuf_c_packs_them(void **state)
+{
+    (void)state;
+    uint8_t mine[1024], ref[1024], body[300];
+    char error[200];
+    for (int i = 0; i < 20000; i++) {
+        RpcResponse resp = RPC_RESPONSE__INIT;
+        resp.request_id = some_number();
+        int32_t status = (int32_t)(next() % 3 == 0 ? 0 : (int64_t)(next() % 2000) - 1000);
+        if (next() % 20 == 0) status = next() % 2 ? INT32_MIN : INT32_MAX;
+        resp.status = status;
+        size_t elen = next() % 3 == 0 ? 0 : next() % (sizeof(error) - 1);
+        for (size_t k = 0; k < elen; k++) error[k] = (char)('a' + next() % 26);
+        error[elen] = '\0';
+        resp.error = error;
+        resp.body.len = next() % 2 ? 0 : next() % sizeof(body);
+        for (size_t k = 0; k < resp.body.len; k++) body[k] = (uint8_t)next();
+        resp.body.data = body;
+
+        size_t want = rpc_response__pack(&resp, ref);
+        size_t size = rpc_env_response_size(resp.request_id, status, elen, resp.body.len);
+        size_t got = rpc_env_encode_response(mine, resp.request_id, status, error, elen, body,
+                                             resp.body.len);
+        assert_int_equal(size, want);
+        assert_int_equal(got, want);
+        assert_memory_equal(mine, ref, want);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_valid_requests_decode_as_protobuf_c_decodes_them),
+        cmocka_unit_test(test_odd_and_broken_requests_get_the_same_verdict),
+        cmocka_unit_test(test_named_malformations_are_refused),
+        cmocka_unit_test(test_responses_are_written_as_protobuf_c_packs_them),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
