@@ -24,15 +24,18 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "rpc.pb-c.h"
 #include "rpc_client.h"
+#include "rpc_envelope.h"
 #include "wm_errbuf.h"
 
 #define RPCC_READ_CHUNK (64u * 1024u)
 
+/* A response taken off the stream: its frame, and the fields decoded from
+ * it (pointing into frame). */
 typedef struct rpcc_pending {
     struct rpcc_pending *next;
-    RpcResponse *msg;
+    rpc_env_response r;
+    uint8_t frame[];
 } rpcc_pending;
 
 struct rpcc_conn {
@@ -271,7 +274,6 @@ void rpcc_close(rpcc_conn *c)
         return;
     for (p = c->head; p != NULL; p = next) {
         next = p->next;
-        rpc_response__free_unpacked(p->msg, NULL);
         free(p);
     }
     if (c->fd >= 0)
@@ -345,8 +347,7 @@ int rpcc_send(rpcc_conn *c,
               size_t req_len,
               uint64_t *request_id)
 {
-    RpcRequest req = RPC_REQUEST__INIT;
-    uint8_t *frame;
+    uint8_t small[512], *frame = small;
     size_t size;
     int rc, r;
 
@@ -354,17 +355,12 @@ int rpcc_send(rpcc_conn *c,
         return SMP_EINVAL;
     if (c->broken)
         return c->broken;
-    req.request_id = c->next_id;
-    req.service = service;
-    req.method = method;
-    req.body.data = (uint8_t *)req_body;
-    req.body.len = req_len;
-    size = rpc_request__get_packed_size(&req);
+    size = rpc_env_request_size(c->next_id, service, method, req_len);
     if (size > c->max_frame) {
         conn_err(c, "request of %zu bytes exceeds max_frame_bytes %" PRIu32, size, c->max_frame);
         return SMP_ERANGE;
     }
-    if ((frame = malloc(4 + size)) == NULL) {
+    if (4 + size > sizeof(small) && (frame = malloc(4 + size)) == NULL) {
         conn_err(c, "out of memory for a request of %zu bytes", size);
         return SMP_ENOMEM;
     }
@@ -372,9 +368,10 @@ int rpcc_send(rpcc_conn *c,
     frame[1] = (uint8_t)(size >> 16);
     frame[2] = (uint8_t)(size >> 8);
     frame[3] = (uint8_t)size;
-    rpc_request__pack(&req, frame + 4);
+    rpc_env_encode_request(frame + 4, c->next_id, service, method, req_body, req_len);
     rc = write_all(c, frame, 4 + size, deadline_of(c->timeout_ms));
-    free(frame);
+    if (frame != small)
+        free(frame);
     if (rc == SMP_EIO && (r = salvage_refusal(c)) < 0)
         return r;
     if (rc < 0)
@@ -389,7 +386,7 @@ int rpcc_send(rpcc_conn *c,
 
 /* Read and decode the next response frame. SMP_EAGAIN on timeout (the
  * partial frame stays buffered); the other errors break the stream. */
-static int read_frame(rpcc_conn *c, int64_t deadline, RpcResponse **out)
+static int read_frame(rpcc_conn *c, int64_t deadline, rpcc_pending **out)
 {
     for (;;) {
         if (c->in_len >= 4) {
@@ -405,14 +402,21 @@ static int read_frame(rpcc_conn *c, int64_t deadline, RpcResponse **out)
                 return conn_break(c, SMP_ERANGE);
             }
             if (c->in_len >= 4 + (size_t)len) {
-                RpcResponse *m = rpc_response__unpack(NULL, len, c->in + 4);
-                if (m == NULL) {
+                rpcc_pending *p = malloc(sizeof(*p) + len);
+                if (p == NULL) {
+                    conn_err(c, "out of memory for a response of %" PRIu32 " bytes", len);
+                    return SMP_ENOMEM; /* the frame stays buffered */
+                }
+                memcpy(p->frame, c->in + 4, len);
+                if (rpc_env_decode_response(p->frame, len, &p->r) < 0) {
+                    free(p);
                     conn_err(c, "response frame of %" PRIu32 " bytes does not decode", len);
                     return conn_break(c, SMP_EPROTO);
                 }
+                p->next = NULL;
                 memmove(c->in, c->in + 4 + len, c->in_len - 4 - len);
                 c->in_len -= 4 + (size_t)len;
-                *out = m;
+                *out = p;
                 return SMP_OK;
             }
         }
@@ -460,32 +464,28 @@ static int read_frame(rpcc_conn *c, int64_t deadline, RpcResponse **out)
     }
 }
 
-/* Keep a response for a later rpcc_recv (FIFO). Frees m on failure. */
-static int stash_push(rpcc_conn *c, RpcResponse *m)
+/* Keep a response for a later rpcc_recv (FIFO). */
+static void stash_push(rpcc_conn *c, rpcc_pending *p)
 {
-    rpcc_pending *p = malloc(sizeof(*p));
-    if (p == NULL) {
-        rpc_response__free_unpacked(m, NULL);
-        conn_err(c, "out of memory keeping a response");
-        return SMP_ENOMEM;
-    }
-    p->msg = m;
     p->next = NULL;
     if (c->tail != NULL)
         c->tail->next = p;
     else
         c->head = p;
     c->tail = p;
-    return SMP_OK;
 }
 
 /* Turn a connection-level refusal (request_id 0) into the return code and
- * last error, and break the stream with it. Frees m. */
-static int take_refusal(rpcc_conn *c, RpcResponse *m)
+ * last error, and break the stream with it. Frees p. */
+static int take_refusal(rpcc_conn *c, rpcc_pending *p)
 {
-    int rc = m->status < 0 ? m->status : SMP_EPROTO;
-    conn_err(c, "server: %s", m->error != NULL && m->error[0] ? m->error : smp_strerror(rc));
-    rpc_response__free_unpacked(m, NULL);
+    int rc = p->r.status < 0 ? p->r.status : SMP_EPROTO;
+    int elen = (int)strnlen(p->r.error ? p->r.error : "", p->r.error_len);
+    if (elen > 0)
+        conn_err(c, "server: %.*s", elen, p->r.error);
+    else
+        conn_err(c, "server: %s", smp_strerror(rc));
+    free(p);
     c->broken = rc;
     return rc;
 }
@@ -499,15 +499,14 @@ static int salvage_refusal(rpcc_conn *c)
 {
     char saved[sizeof(c->err)];
     int broken = c->broken;
-    RpcResponse *m;
+    rpcc_pending *p;
 
     memcpy(saved, c->err, sizeof(saved));
     c->broken = 0;
-    while (read_frame(c, 0 /* no wait */, &m) == SMP_OK) {
-        if (m->request_id == 0)
-            return take_refusal(c, m);
-        if (stash_push(c, m) < 0)
-            break;
+    while (read_frame(c, 0 /* no wait */, &p) == SMP_OK) {
+        if (p->r.request_id == 0)
+            return take_refusal(c, p);
+        stash_push(c, p);
     }
     memcpy(c->err, saved, sizeof(saved));
     c->broken = broken;
@@ -516,27 +515,29 @@ static int salvage_refusal(rpcc_conn *c)
 
 /* Hand a response to the caller and free it. */
 static int deliver(rpcc_conn *c,
-                   RpcResponse *m,
+                   rpcc_pending *p,
                    uint64_t *got_id,
                    int *status,
                    uint8_t **resp_body,
                    size_t *resp_len,
                    char **errmsg)
 {
+    const rpc_env_response *m = &p->r;
     uint8_t *body = NULL;
     char *msg = NULL;
-    int rc = SMP_OK;
+    /* the error is a C string to the caller: it ends at a NUL inside */
+    size_t elen = m->error ? strnlen(m->error, m->error_len) : 0;
 
-    if (resp_body != NULL && m->body.len > 0) {
-        if ((body = malloc(m->body.len)) == NULL)
+    if (resp_body != NULL && m->body_len > 0) {
+        if ((body = malloc(m->body_len)) == NULL)
             goto no_memory;
-        memcpy(body, m->body.data, m->body.len);
+        memcpy(body, m->body, m->body_len);
     }
-    if (errmsg != NULL && m->error != NULL && m->error[0] != '\0') {
-        size_t n = strlen(m->error) + 1;
-        if ((msg = malloc(n)) == NULL)
+    if (errmsg != NULL && elen > 0) {
+        if ((msg = malloc(elen + 1)) == NULL)
             goto free_body;
-        memcpy(msg, m->error, n);
+        memcpy(msg, m->error, elen);
+        msg[elen] = '\0';
     }
     if (got_id != NULL)
         *got_id = m->request_id;
@@ -545,18 +546,18 @@ static int deliver(rpcc_conn *c,
     if (resp_body != NULL)
         *resp_body = body;
     if (resp_len != NULL)
-        *resp_len = m->body.len;
+        *resp_len = m->body_len;
     if (errmsg != NULL)
         *errmsg = msg;
     c->err[0] = '\0';
-    rpc_response__free_unpacked(m, NULL);
-    return rc;
+    free(p);
+    return SMP_OK;
 
 free_body:
     free(body);
 no_memory:
-    conn_err(c, "out of memory for a response of %zu bytes", m->body.len);
-    rpc_response__free_unpacked(m, NULL);
+    conn_err(c, "out of memory for a response of %zu bytes", m->body_len);
+    free(p);
     return SMP_ENOMEM;
 }
 
@@ -569,37 +570,33 @@ int rpcc_recv(rpcc_conn *c,
               char **errmsg)
 {
     rpcc_pending *p, *prev = NULL;
-    RpcResponse *m = NULL;
     int64_t deadline;
     int rc;
 
     if (c == NULL)
         return SMP_EINVAL;
     for (p = c->head; p != NULL; prev = p, p = p->next) {
-        if (request_id == 0 || p->msg->request_id == request_id) {
+        if (request_id == 0 || p->r.request_id == request_id) {
             if (prev != NULL)
                 prev->next = p->next;
             else
                 c->head = p->next;
             if (c->tail == p)
                 c->tail = prev;
-            m = p->msg;
-            free(p);
-            return deliver(c, m, got_id, status, resp_body, resp_len, errmsg);
+            return deliver(c, p, got_id, status, resp_body, resp_len, errmsg);
         }
     }
     if (c->broken)
         return c->broken;
     deadline = deadline_of(c->timeout_ms);
     for (;;) {
-        if ((rc = read_frame(c, deadline, &m)) < 0)
+        if ((rc = read_frame(c, deadline, &p)) < 0)
             return rc;
-        if (m->request_id == 0)
-            return take_refusal(c, m); /* the server refuses the connection itself */
-        if (request_id == 0 || m->request_id == request_id)
-            return deliver(c, m, got_id, status, resp_body, resp_len, errmsg);
-        if ((rc = stash_push(c, m)) < 0)
-            return conn_break(c, rc);
+        if (p->r.request_id == 0)
+            return take_refusal(c, p); /* the server refuses the connection itself */
+        if (request_id == 0 || p->r.request_id == request_id)
+            return deliver(c, p, got_id, status, resp_body, resp_len, errmsg);
+        stash_push(c, p);
     }
 }
 

@@ -1,11 +1,11 @@
 /* test_rpc_envelope.c -- the hand-written envelope codec against protobuf-c.
  *
- * Pins: every frame protobuf-c's rpc_request__unpack accepts, the envelope
- * decoder accepts with the same four values, and every frame it refuses
- * the decoder refuses (random requests, the same with unknown, repeated and
+ * Pins: every frame protobuf-c's unpack accepts, the envelope decoders
+ * accept with the same values, and every frame it refuses they refuse
+ * (random requests and responses, the same with unknown, repeated and
  * mistyped fields added, then cut, flipped and spliced, and plain noise);
- * the named malformations each get SMP_EPROTO; and a response is written
- * byte for byte as rpc_response__pack writes it, with its size known
+ * the named malformations each get SMP_EPROTO; and both messages are written
+ * byte for byte as protobuf-c's pack writes them, with their size known
  * beforehand. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -41,7 +41,8 @@ static uint64_t some_number(void)
     }
 }
 
-/* Decode data both ways and require the same verdict and values. */
+/* Decode data both ways as a request and require the same verdict and
+ * values. */
 static void agree(const uint8_t *data, size_t len)
 {
     rpc_env_request mine;
@@ -59,6 +60,34 @@ static void agree(const uint8_t *data, size_t len)
     if (ref->body.len > 0) assert_memory_equal(mine.body, ref->body.data, ref->body.len);
     else assert_null(mine.body);
     rpc_request__free_unpacked(ref, NULL);
+}
+
+/* The same for a response; protobuf-c's error string ends at its first
+ * NUL, the decoded one carries its length. */
+static void agree_response(const uint8_t *data, size_t len)
+{
+    rpc_env_response mine;
+    int rc = rpc_env_decode_response(data, len, &mine);
+    RpcResponse *ref = rpc_response__unpack(NULL, len, data);
+    if (ref == NULL) {
+        assert_int_equal(rc, SMP_EPROTO);
+        return;
+    }
+    assert_int_equal(rc, SMP_OK);
+    assert_true(mine.request_id == ref->request_id);
+    assert_int_equal(mine.status, ref->status);
+    size_t elen = strlen(ref->error);
+    assert_true(elen <= mine.error_len);
+    if (mine.error_len > 0) {
+        assert_memory_equal(mine.error, ref->error, elen);
+        if (elen < mine.error_len) assert_int_equal(mine.error[elen], '\0');
+    } else {
+        assert_null(mine.error);
+    }
+    assert_int_equal(mine.body_len, ref->body.len);
+    if (ref->body.len > 0) assert_memory_equal(mine.body, ref->body.data, ref->body.len);
+    else assert_null(mine.body);
+    rpc_response__free_unpacked(ref, NULL);
 }
 
 typedef struct frame {
@@ -92,6 +121,24 @@ static void packed_request(frame *f)
     for (size_t i = 0; i < req.body.len; i++) body[i] = (uint8_t)next();
     req.body.data = body;
     f->n = rpc_request__pack(&req, f->b);
+}
+
+/* A response packed by protobuf-c. */
+static void packed_response(frame *f)
+{
+    uint8_t body[300];
+    char error[64];
+    RpcResponse resp = RPC_RESPONSE__INIT;
+    resp.request_id = some_number();
+    resp.status = (int32_t)some_number();
+    size_t elen = next() % 2 ? 0 : next() % sizeof(error);
+    for (size_t i = 0; i < elen; i++) error[i] = (char)(1 + next() % 255);
+    error[elen] = '\0';
+    resp.error = error;
+    resp.body.len = next() % 3 == 0 ? 0 : next() % sizeof(body);
+    for (size_t i = 0; i < resp.body.len; i++) body[i] = (uint8_t)next();
+    resp.body.data = body;
+    f->n = rpc_response__pack(&resp, f->b);
 }
 
 /* Append one field of any number (known or not) and any wire type,
@@ -151,7 +198,7 @@ static void mutate(frame *f)
     }
 }
 
-static void test_valid_requests_decode_as_protobuf_c_decodes_them(void **state)
+static void test_valid_messages_decode_as_protobuf_c_decodes_them(void **state)
 {
     (void)state;
     frame f;
@@ -162,9 +209,14 @@ static void test_valid_requests_decode_as_protobuf_c_decodes_them(void **state)
         assert_int_equal(rpc_env_decode_request(f.b, f.n, &r), SMP_OK);
     }
     agree(NULL, 0); /* the empty frame: every field at its default */
+    for (int i = 0; i < 20000; i++) {
+        packed_response(&f);
+        agree_response(f.b, f.n);
+    }
+    agree_response(NULL, 0);
 }
 
-static void test_odd_and_broken_requests_get_the_same_verdict(void **state)
+static void test_odd_and_broken_messages_get_the_same_verdict(void **state)
 {
     (void)state;
     frame f;
@@ -180,10 +232,19 @@ static void test_odd_and_broken_requests_get_the_same_verdict(void **state)
         if (rpc_env_decode_request(f.b, f.n, &r) == SMP_OK) accepted++;
         else refused++;
     }
+    for (int i = 0; i < 100000; i++) { /* the same for responses */
+        packed_response(&f);
+        int extra = (int)(next() % 4);
+        for (int k = 0; k < extra; k++) add_field(&f);
+        int cuts = (int)(next() % 3);
+        for (int k = 0; k < cuts; k++) mutate(&f);
+        agree_response(f.b, f.n);
+    }
     for (int i = 0; i < 20000; i++) { /* noise */
         f.n = next() % 24;
         for (size_t k = 0; k < f.n; k++) f.b[k] = (uint8_t)next();
         agree(f.b, f.n);
+        agree_response(f.b, f.n);
     }
     /* both sides of the verdict were exercised */
     assert_true(refused > 1000);
@@ -225,6 +286,23 @@ static void test_named_malformations_are_refused(void **state)
         agree(bad[i].b, bad[i].n); /* and protobuf-c refuses them too */
     }
 
+    rpc_env_response resp;
+    const uint8_t status_as_bytes[] = {0x12, 0x01, 0x01};
+    const uint8_t error_as_number[] = {0x18, 0x01};
+    const uint8_t cut_error[] = {0x1a, 0x04, 'n', 'o'};
+    assert_int_equal(rpc_env_decode_response(status_as_bytes, 3, &resp), SMP_EPROTO);
+    assert_int_equal(rpc_env_decode_response(error_as_number, 2, &resp), SMP_EPROTO);
+    assert_int_equal(rpc_env_decode_response(cut_error, 4, &resp), SMP_EPROTO);
+    agree_response(status_as_bytes, 3);
+    agree_response(error_as_number, 2);
+    agree_response(cut_error, 4);
+    const uint8_t refusal[] = {0x10, 0x03, 0x1a, 0x02, 'n', 'o'}; /* status -2 */
+    assert_int_equal(rpc_env_decode_response(refusal, sizeof(refusal), &resp), SMP_OK);
+    assert_int_equal(resp.status, -2);
+    assert_true(resp.request_id == 0);
+    assert_int_equal(resp.error_len, 2);
+    assert_memory_equal(resp.error, "no", 2);
+
     /* The last of a repeated field wins; unknown fields are skipped. */
     const uint8_t repeated[] = {0x08, 0x01, 0x2a, 0x01, 'x', 0x08, 0x02,
                                 0x22, 0x01, 'a', 0x22, 0x02, 'b', 'c'};
@@ -242,7 +320,7 @@ static void test_named_malformations_are_refused(void **state)
     agree(high_field, sizeof(high_field));
 }
 
-static void test_responses_are_written_as_protobuf_c_packs_them(void **state)
+static void test_messages_are_written_as_protobuf_c_packs_them(void **state)
 {
     (void)state;
     uint8_t mine[1024], ref[1024], body[300];
@@ -268,16 +346,29 @@ static void test_responses_are_written_as_protobuf_c_packs_them(void **state)
         assert_int_equal(size, want);
         assert_int_equal(got, want);
         assert_memory_equal(mine, ref, want);
+
+        RpcRequest req = RPC_REQUEST__INIT;
+        req.request_id = some_number();
+        req.service = (uint32_t)some_number();
+        req.method = (uint32_t)some_number();
+        req.body = resp.body;
+        want = rpc_request__pack(&req, ref);
+        size = rpc_env_request_size(req.request_id, req.service, req.method, req.body.len);
+        got = rpc_env_encode_request(mine, req.request_id, req.service, req.method, body,
+                                     req.body.len);
+        assert_int_equal(size, want);
+        assert_int_equal(got, want);
+        assert_memory_equal(mine, ref, want);
     }
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_valid_requests_decode_as_protobuf_c_decodes_them),
-        cmocka_unit_test(test_odd_and_broken_requests_get_the_same_verdict),
+        cmocka_unit_test(test_valid_messages_decode_as_protobuf_c_decodes_them),
+        cmocka_unit_test(test_odd_and_broken_messages_get_the_same_verdict),
         cmocka_unit_test(test_named_malformations_are_refused),
-        cmocka_unit_test(test_responses_are_written_as_protobuf_c_packs_them),
+        cmocka_unit_test(test_messages_are_written_as_protobuf_c_packs_them),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

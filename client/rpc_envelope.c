@@ -1,0 +1,215 @@
+/* rpc_envelope.c -- the RPC envelope on the protobuf wire format (see
+ * rpc_envelope.h for why it is not left to protobuf-c). */
+#include "rpc_envelope.h"
+
+#include <string.h>
+
+#include "store_plugin.h"
+
+/* Field numbers of proto/rpc.proto: both messages have four. */
+enum {
+    ENV_REQUEST_ID = 1,
+    ENV_SERVICE = 2, /* request */
+    ENV_METHOD = 3,  /* request */
+    ENV_STATUS = 2,  /* response */
+    ENV_ERROR = 3,   /* response */
+    ENV_BODY = 4,
+    ENV_FIELDS = 4
+};
+
+enum { WIRE_VARINT = 0, WIRE_I64 = 1, WIRE_LEN = 2, WIRE_I32 = 5 };
+
+/* Fields 1..ENV_FIELDS as read: a number, or bytes inside the frame. */
+typedef struct env_fields {
+    uint64_t num[ENV_FIELDS + 1];
+    const uint8_t *ptr[ENV_FIELDS + 1];
+    size_t len[ENV_FIELDS + 1];
+} env_fields;
+
+/* Read a varint of at most max bytes at *p (before end) into *v, keeping
+ * the low 64 bits as protobuf-c does. 0, or -1 when it runs past end or
+ * past max bytes. */
+static int get_varint(const uint8_t **p, const uint8_t *end, unsigned max, uint64_t *v)
+{
+    const uint8_t *q = *p;
+    uint64_t x = 0;
+    for (unsigned i = 0, shift = 0; i < max && q < end; i++, shift += 7) {
+        uint8_t b = *q++;
+        if (shift < 64) x |= (uint64_t)(b & 0x7f) << shift;
+        if ((b & 0x80) == 0) {
+            *p = q;
+            *v = x;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* Walk the fields of frame[0, len) into *f (zeroed first). Field k is bytes
+ * when bit k of bytes_fields is set, a varint otherwise; a known field sent
+ * with another wire type is refused, as protobuf-c refuses it; unknown
+ * fields are skipped. SMP_OK or SMP_EPROTO. */
+static int env_walk(const uint8_t *frame, size_t len, unsigned bytes_fields, env_fields *f)
+{
+    const uint8_t *p = frame, *end = frame + len;
+    memset(f, 0, sizeof(*f));
+    while (p < end) {
+        uint64_t key, v;
+        if ((*p & 0xf8) == 0) return SMP_EPROTO; /* field number 0 */
+        if (get_varint(&p, end, 5, &key) < 0) return SMP_EPROTO;
+        uint32_t field = (uint32_t)(key >> 3);
+        unsigned wire = (unsigned)(key & 7);
+        int known = field >= 1 && field <= ENV_FIELDS;
+        if (known && wire != ((bytes_fields >> field & 1) ? WIRE_LEN : WIRE_VARINT))
+            return SMP_EPROTO;
+        switch (wire) {
+        case WIRE_VARINT:
+            if (get_varint(&p, end, 10, &v) < 0) return SMP_EPROTO;
+            if (known) f->num[field] = v;
+            break;
+        case WIRE_LEN:
+            if (get_varint(&p, end, 5, &v) < 0 || v > (uint64_t)(end - p)) return SMP_EPROTO;
+            if (known) {
+                f->ptr[field] = v ? p : NULL;
+                f->len[field] = (size_t)v;
+            }
+            p += v;
+            break;
+        case WIRE_I64:
+        case WIRE_I32: {
+            size_t n = wire == WIRE_I64 ? 8 : 4;
+            if (n > (size_t)(end - p)) return SMP_EPROTO;
+            p += n;
+            break;
+        }
+        default: /* groups and the reserved wire types */
+            return SMP_EPROTO;
+        }
+    }
+    return SMP_OK;
+}
+
+int rpc_env_decode_request(const uint8_t *frame, size_t len, rpc_env_request *out)
+{
+    env_fields f;
+    int rc = env_walk(frame, len, 1u << ENV_BODY, &f);
+    if (rc < 0) return rc;
+    out->request_id = f.num[ENV_REQUEST_ID];
+    out->service = (uint32_t)f.num[ENV_SERVICE];
+    out->method = (uint32_t)f.num[ENV_METHOD];
+    out->body = f.ptr[ENV_BODY];
+    out->body_len = f.len[ENV_BODY];
+    return SMP_OK;
+}
+
+int rpc_env_decode_response(const uint8_t *frame, size_t len, rpc_env_response *out)
+{
+    env_fields f;
+    int rc = env_walk(frame, len, 1u << ENV_ERROR | 1u << ENV_BODY, &f);
+    if (rc < 0) return rc;
+    uint32_t z = (uint32_t)f.num[ENV_STATUS]; /* sint32: zigzag */
+    out->request_id = f.num[ENV_REQUEST_ID];
+    out->status = (int32_t)(z >> 1) ^ -(int32_t)(z & 1);
+    out->error = (const char *)f.ptr[ENV_ERROR];
+    out->error_len = f.len[ENV_ERROR];
+    out->body = f.ptr[ENV_BODY];
+    out->body_len = f.len[ENV_BODY];
+    return SMP_OK;
+}
+
+/* Bytes of v as a varint. */
+static size_t varint_size(uint64_t v)
+{
+    size_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static uint8_t *put_varint(uint8_t *p, uint64_t v)
+{
+    while (v >= 0x80) {
+        *p++ = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    *p++ = (uint8_t)v;
+    return p;
+}
+
+/* A varint field, left out at 0 (proto3). */
+static uint8_t *put_number(uint8_t *p, unsigned field, uint64_t v)
+{
+    if (v == 0) return p;
+    *p++ = (uint8_t)(field << 3 | WIRE_VARINT);
+    return put_varint(p, v);
+}
+
+/* A length-delimited field, left out when empty (proto3). */
+static uint8_t *put_bytes(uint8_t *p, unsigned field, const void *data, size_t len)
+{
+    if (len == 0) return p;
+    *p++ = (uint8_t)(field << 3 | WIRE_LEN);
+    p = put_varint(p, len);
+    memcpy(p, data, len);
+    return p + len;
+}
+
+static size_t number_size(uint64_t v)
+{
+    return v ? 1 + varint_size(v) : 0;
+}
+
+static size_t bytes_size(size_t len)
+{
+    return len ? 1 + varint_size(len) + len : 0;
+}
+
+static uint32_t zigzag32(int32_t v)
+{
+    return ((uint32_t)v << 1) ^ (uint32_t)(v >> 31);
+}
+
+size_t rpc_env_request_size(uint64_t request_id, uint32_t service, uint32_t method,
+                            size_t body_len)
+{
+    return number_size(request_id) + number_size(service) + number_size(method) +
+           bytes_size(body_len);
+}
+
+size_t rpc_env_response_size(uint64_t request_id, int32_t status, size_t error_len,
+                             size_t body_len)
+{
+    return number_size(request_id) + number_size(zigzag32(status)) + bytes_size(error_len) +
+           bytes_size(body_len);
+}
+
+size_t rpc_env_encode_request(uint8_t *out,
+                              uint64_t request_id,
+                              uint32_t service,
+                              uint32_t method,
+                              const uint8_t *body,
+                              size_t body_len)
+{
+    uint8_t *p = put_number(out, ENV_REQUEST_ID, request_id);
+    p = put_number(p, ENV_SERVICE, service);
+    p = put_number(p, ENV_METHOD, method);
+    p = put_bytes(p, ENV_BODY, body, body_len);
+    return (size_t)(p - out);
+}
+
+size_t rpc_env_encode_response(uint8_t *out,
+                               uint64_t request_id,
+                               int32_t status,
+                               const char *error,
+                               size_t error_len,
+                               const uint8_t *body,
+                               size_t body_len)
+{
+    uint8_t *p = put_number(out, ENV_REQUEST_ID, request_id);
+    p = put_number(p, ENV_STATUS, zigzag32(status));
+    p = put_bytes(p, ENV_ERROR, error, error_len);
+    p = put_bytes(p, ENV_BODY, body, body_len);
+    return (size_t)(p - out);
+}
