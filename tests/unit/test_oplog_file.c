@@ -15,8 +15,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <linux/fiemap.h>
+#include <linux/fs.h>
 
 #include "oplog.h"
 
@@ -687,6 +691,79 @@ static void test_preallocated_segments_fill_from_the_start(void **state)
     close_log(fx, log);
 }
 
+/* Bytes of [from, to) of path in extents the file system still marks
+ * unwritten (preallocated, never written), or -1 when it cannot tell
+ * (no FIEMAP, as on tmpfs). */
+static long unwritten_bytes(const char *path, uint64_t from, uint64_t to)
+{
+    enum { MAX_EXTENTS = 256 };
+    struct fiemap *fm = calloc(1, sizeof(*fm) + MAX_EXTENTS * sizeof(struct fiemap_extent));
+    int fd = open(path, O_RDONLY);
+    long n = -1;
+    assert_non_null(fm);
+    assert_true(fd >= 0);
+    fm->fm_start = 0;
+    fm->fm_length = FIEMAP_MAX_OFFSET;
+    fm->fm_flags = FIEMAP_FLAG_SYNC;
+    fm->fm_extent_count = MAX_EXTENTS;
+    if (ioctl(fd, FS_IOC_FIEMAP, fm) == 0) {
+        n = 0;
+        for (unsigned i = 0; i < fm->fm_mapped_extents; i++) {
+            const struct fiemap_extent *e = &fm->fm_extents[i];
+            uint64_t a = e->fe_logical, b = e->fe_logical + e->fe_length;
+            if (!(e->fe_flags & FIEMAP_EXTENT_UNWRITTEN)) continue;
+            if (a < from) a = from;
+            if (b > to) b = to;
+            if (b > a) n += (long)(b - a);
+        }
+    }
+    close(fd);
+    free(fm);
+    return n;
+}
+
+/* The writer writes zeros ahead of the data in a preallocated segment, so
+ * syncs do not each convert a freshly used block: after 412 KiB of records
+ * the blocks up to the data and a step past it are written, the end of the
+ * segment is still only reserved, and the log replays the same records. */
+static void test_preallocated_blocks_are_zeroed_ahead_of_the_data(void **state)
+{
+    fixture *fx = *state;
+    oplog_file_options o = default_opts(fx);
+    char path[256];
+    replayed r = {0};
+    cb_log c = {0};
+    oplog *log;
+
+    o.preallocate = 1;
+    o.segment_bytes = 4u << 20;
+    log = open_ok(fx, &o);
+    seg_path(fx, 1, path, sizeof(path));
+    long before = unwritten_bytes(path, 0, o.segment_bytes);
+    if (before <= 0) { /* nothing reserved-but-unwritten to see here */
+        close_log(fx, log);
+        skip();
+    }
+    append_n(log, 1, 800, 500, &c); /* 412 KiB of records */
+    run_until(fx, &c, 800);
+    uint64_t data = 800u * (500 + REC_FRAME);
+    assert_int_equal(unwritten_bytes(path, 0, data + (64u << 10)), 0);
+    assert_true(unwritten_bytes(path, 3u << 20, 4u << 20) == 1l << 20);
+    close_log(fx, log);
+
+    log = open_ok(fx, &o); /* a reopen continues after the data */
+    cb_log more = {0};
+    assert_int_equal(oplog_last_seq(log), 800);
+    append_n(log, 801, 10, 500, &more);
+    run_until(fx, &more, 10);
+    close_log(fx, log);
+    log = open_ok(fx, &o);
+    replay_ok(log, 0, &r);
+    check_replayed(&r, 1, 810, 500);
+    replayed_free(&r);
+    close_log(fx, log);
+}
+
 /* A bad record followed by valid data is corruption, not a torn tail: open
  * refuses with a message naming the segment, offset and sequence, and the
  * file is left exactly as it was. */
@@ -983,6 +1060,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_zeros_after_the_last_record_are_unwritten_space, setup, teardown),
         cmocka_unit_test_setup_teardown(test_zeros_before_a_valid_record_refuse_open, setup, teardown),
         cmocka_unit_test_setup_teardown(test_preallocated_segments_fill_from_the_start, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_preallocated_blocks_are_zeroed_ahead_of_the_data, setup, teardown),
         cmocka_unit_test_setup_teardown(test_corruption_in_the_middle_refuses_open_and_touches_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_damage_in_an_earlier_segment_refuses_open, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sequence_gap_between_segments_refuses_open, setup, teardown),
