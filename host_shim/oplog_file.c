@@ -23,7 +23,8 @@
  * one sync per ZERO_AHEAD bytes of log converts a run of blocks and the
  * others write data and flush only (2.6 KB batches, as at 64 clients: about
  * 10,500 syncs/s instead of 7,500-8,000 on the development VM), while
- * creating a segment still costs nothing. The space after the last record reads as zeros either way.
+ * creating a segment still costs nothing. The space after the last record
+ * reads as zeros either way.
  *
  * Recovery at open reads the segments in order and checks every record's
  * checksum and that sequences are contiguous. Bytes that are all zero from a
