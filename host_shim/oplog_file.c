@@ -141,7 +141,8 @@ typedef struct file_log {
     pthread_t thread;
     int fd;                /* the last segment, open for writing */
     uint64_t cur_size;     /* its size; everything in it is durable */
-    uint64_t zeroed_to;    /* zeros are written up to here (>= cur_size) */
+    uint64_t zeroed_to;    /* zeros are written up to here (>= cur_size), or
+                              no more are tried in this segment */
     uint32_t sync_attempts;
     struct iovec *iov;     /* max_batch_records entries */
 } file_log;
@@ -776,12 +777,14 @@ static int roll_segment(file_log *fl, uint64_t first)
 /* With opt.preallocate, make sure zeros are written up to end, ZERO_AHEAD
  * bytes past zeroed_to at a time and never past the segment's size, so the
  * next sync turns the preallocated blocks into written ones in one go (see
- * the top of the file). Only space after the durable data is written.
- * Writer thread. Returns 0 or -errno. */
-static int zero_ahead(file_log *fl, uint64_t end)
+ * the top of the file). Only space after the durable data is written. It
+ * only saves work: when a write fails (a full disk with room left for the
+ * records, a file size limit), that is logged and no more zeros are tried
+ * in this segment; the records are written all the same. Writer thread. */
+static void zero_ahead(file_log *fl, uint64_t end)
 {
     static const uint8_t zeros[64u << 10];
-    if (!fl->opt.preallocate) return 0;
+    if (!fl->opt.preallocate) return;
     while (fl->zeroed_to < end && fl->zeroed_to < fl->opt.segment_bytes) {
         uint64_t stop = fl->zeroed_to + ZERO_AHEAD;
         if (stop > fl->opt.segment_bytes) stop = fl->opt.segment_bytes;
@@ -790,11 +793,16 @@ static int zero_ahead(file_log *fl, uint64_t end)
                                                             : sizeof(zeros);
             ssize_t w = pwrite(fl->fd, zeros, n, (off_t)fl->zeroed_to);
             if (w < 0 && errno == EINTR) continue;
-            if (w < 0) return -errno;
+            if (w < 0) {
+                log_line(fl, "oplog: cannot write zeros ahead of the data at offset %" PRIu64
+                         " (%s): syncs go on converting blocks one by one", fl->zeroed_to,
+                         strerror(errno));
+                fl->zeroed_to = fl->opt.segment_bytes;
+                return;
+            }
             fl->zeroed_to += (uint64_t)w;
         }
     }
-    return 0;
 }
 
 /* Write one group commit and sync it. Writer thread. On failure the bytes
@@ -822,8 +830,8 @@ static int write_batch(file_log *fl, entry_list *batch, uint64_t *bytes)
         i++;
     }
     what = "write";
-    if ((rc = zero_ahead(fl, fl->cur_size + total)) < 0 ||
-        (rc = write_all(fl->fd, fl->iov, i, fl->cur_size)) < 0)
+    zero_ahead(fl, fl->cur_size + total);
+    if ((rc = write_all(fl->fd, fl->iov, i, fl->cur_size)) < 0)
         goto truncate_back;
     what = "fdatasync";
     fl->sync_attempts++;

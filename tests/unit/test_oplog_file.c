@@ -15,7 +15,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -764,6 +766,41 @@ static void test_preallocated_blocks_are_zeroed_ahead_of_the_data(void **state)
     close_log(fx, log);
 }
 
+/* Zeros ahead of the data only save work: when they cannot be written (here
+ * a file size limit of 128 KiB, which also refuses the preallocation), that
+ * is logged and the records are made durable all the same. */
+static void test_zeros_that_cannot_be_written_do_not_fail_the_log(void **state)
+{
+    fixture *fx = *state;
+    oplog_file_options o = default_opts(fx);
+    struct rlimit old, lim;
+    replayed r = {0};
+    cb_log c = {0};
+    oplog *log;
+
+    o.preallocate = 1;
+    o.segment_bytes = 4u << 20;
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+    lim = old;
+    lim.rlim_cur = 128u << 10;
+    void (*was)(int) = signal(SIGXFSZ, SIG_IGN); /* EFBIG instead of a signal */
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    log = open_ok(fx, &o);
+    append_n(log, 1, 20, 500, &c);
+    run_until(fx, &c, 20);
+    close_log(fx, log);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+    signal(SIGXFSZ, was);
+    for (int i = 0; i < 20; i++) assert_int_equal(c.status[i], 0);
+    assert_true(has_line(fx, "cannot write zeros ahead of the data"));
+
+    log = open_ok(fx, &o);
+    replay_ok(log, 0, &r);
+    check_replayed(&r, 1, 20, 500);
+    replayed_free(&r);
+    close_log(fx, log);
+}
+
 /* A bad record followed by valid data is corruption, not a torn tail: open
  * refuses with a message naming the segment, offset and sequence, and the
  * file is left exactly as it was. */
@@ -1061,6 +1098,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_zeros_before_a_valid_record_refuse_open, setup, teardown),
         cmocka_unit_test_setup_teardown(test_preallocated_segments_fill_from_the_start, setup, teardown),
         cmocka_unit_test_setup_teardown(test_preallocated_blocks_are_zeroed_ahead_of_the_data, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_zeros_that_cannot_be_written_do_not_fail_the_log, setup, teardown),
         cmocka_unit_test_setup_teardown(test_corruption_in_the_middle_refuses_open_and_touches_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_damage_in_an_earlier_segment_refuses_open, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sequence_gap_between_segments_refuses_open, setup, teardown),
