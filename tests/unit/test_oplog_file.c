@@ -288,6 +288,18 @@ static void make_log(fixture *fx, const oplog_file_options *o, int n, size_t len
     close_log(fx, log);
 }
 
+/* Open the log of o again, check that it replays records 1..n of len bytes
+ * (as append_n made them), and close it. */
+static void reopen_replays(fixture *fx, const oplog_file_options *o, int n, size_t len)
+{
+    replayed r = {0};
+    oplog *log = open_ok(fx, o);
+    replay_ok(log, 0, &r);
+    check_replayed(&r, 1, n, len);
+    replayed_free(&r);
+    close_log(fx, log);
+}
+
 /* -- tests ------------------------------------------------------------------- */
 
 /* Durable callbacks come in sequence order with status 0, and a reopened log
@@ -582,7 +594,6 @@ static void test_zeros_after_the_last_record_are_unwritten_space(void **state)
     char path[256];
     size_t full_len;
     uint8_t *full, damaged[4096] = {0};
-    replayed r = {0};
     cb_log c = {0};
     oplog *log;
 
@@ -600,11 +611,7 @@ static void test_zeros_after_the_last_record_are_unwritten_space(void **state)
     run_until(fx, &c, 1);
     assert_int_equal(c.status[0], 0);
     close_log(fx, log);
-    log = open_ok(fx, &o);
-    replay_ok(log, 0, &r);
-    check_replayed(&r, 1, 6, 40); /* record 6 sits at offset 5 * rec */
-    replayed_free(&r);
-    close_log(fx, log);
+    reopen_replays(fx, &o, 6, 40); /* record 6 sits at offset 5 * rec */
 
     /* the first 10 bytes of record 5's header, then zeros: 10 torn bytes */
     memcpy(damaged, full, full_len);
@@ -656,7 +663,6 @@ static void test_preallocated_segments_fill_from_the_start(void **state)
     oplog_file_options o = default_opts(fx);
     char path[256];
     uint64_t segs[64];
-    replayed r = {0};
     cb_log c = {0};
     oplog *log;
     int n;
@@ -686,11 +692,7 @@ static void test_preallocated_segments_fill_from_the_start(void **state)
         seg_path(fx, segs[i], path, sizeof(path));
         assert_true(file_size(path) >= 8192);
     }
-    log = open_ok(fx, &o);
-    replay_ok(log, 0, &r);
-    check_replayed(&r, 1, 190, 100);
-    replayed_free(&r);
-    close_log(fx, log);
+    reopen_replays(fx, &o, 190, 100);
 }
 
 /* Bytes of [from, to) of path in extents the file system still marks
@@ -733,7 +735,6 @@ static void test_preallocated_blocks_are_zeroed_ahead_of_the_data(void **state)
     fixture *fx = *state;
     oplog_file_options o = default_opts(fx);
     char path[256];
-    replayed r = {0};
     cb_log c = {0};
     oplog *log;
 
@@ -759,11 +760,7 @@ static void test_preallocated_blocks_are_zeroed_ahead_of_the_data(void **state)
     append_n(log, 801, 10, 500, &more);
     run_until(fx, &more, 10);
     close_log(fx, log);
-    log = open_ok(fx, &o);
-    replay_ok(log, 0, &r);
-    check_replayed(&r, 1, 810, 500);
-    replayed_free(&r);
-    close_log(fx, log);
+    reopen_replays(fx, &o, 810, 500);
 }
 
 /* Zeros ahead of the data only save work: when they cannot be written (here
@@ -774,7 +771,6 @@ static void test_zeros_that_cannot_be_written_do_not_fail_the_log(void **state)
     fixture *fx = *state;
     oplog_file_options o = default_opts(fx);
     struct rlimit old, lim;
-    replayed r = {0};
     cb_log c = {0};
     oplog *log;
 
@@ -794,11 +790,7 @@ static void test_zeros_that_cannot_be_written_do_not_fail_the_log(void **state)
     for (int i = 0; i < 20; i++) assert_int_equal(c.status[i], 0);
     assert_true(has_line(fx, "cannot write zeros ahead of the data"));
 
-    log = open_ok(fx, &o);
-    replay_ok(log, 0, &r);
-    check_replayed(&r, 1, 20, 500);
-    replayed_free(&r);
-    close_log(fx, log);
+    reopen_replays(fx, &o, 20, 500);
 }
 
 /* A bad record followed by valid data is corruption, not a torn tail: open
