@@ -413,7 +413,6 @@ static int read_frame(rpcc_conn *c, int64_t deadline, rpcc_pending **out)
                     conn_err(c, "response frame of %" PRIu32 " bytes does not decode", len);
                     return conn_break(c, SMP_EPROTO);
                 }
-                p->next = NULL;
                 memmove(c->in, c->in + 4 + len, c->in_len - 4 - len);
                 c->in_len -= 4 + (size_t)len;
                 *out = p;
@@ -464,6 +463,13 @@ static int read_frame(rpcc_conn *c, int64_t deadline, rpcc_pending **out)
     }
 }
 
+/* The length of a response's error as the caller's C string: it ends at a
+ * NUL inside the bytes, as protobuf-c's string did. */
+static size_t error_text_len(const rpc_env_response *r)
+{
+    return r->error != NULL ? strnlen(r->error, r->error_len) : 0;
+}
+
 /* Keep a response for a later rpcc_recv (FIFO). */
 static void stash_push(rpcc_conn *c, rpcc_pending *p)
 {
@@ -480,7 +486,7 @@ static void stash_push(rpcc_conn *c, rpcc_pending *p)
 static int take_refusal(rpcc_conn *c, rpcc_pending *p)
 {
     int rc = p->r.status < 0 ? p->r.status : SMP_EPROTO;
-    int elen = (int)strnlen(p->r.error ? p->r.error : "", p->r.error_len);
+    int elen = (int)error_text_len(&p->r);
     if (elen > 0)
         conn_err(c, "server: %.*s", elen, p->r.error);
     else
@@ -525,8 +531,7 @@ static int deliver(rpcc_conn *c,
     const rpc_env_response *m = &p->r;
     uint8_t *body = NULL;
     char *msg = NULL;
-    /* the error is a C string to the caller: it ends at a NUL inside */
-    size_t elen = m->error ? strnlen(m->error, m->error_len) : 0;
+    size_t elen = error_text_len(m);
 
     if (resp_body != NULL && m->body_len > 0) {
         if ((body = malloc(m->body_len)) == NULL)

@@ -9,9 +9,10 @@
  * turn of the event loop (a uv_check after the I/O callbacks, a uv_prepare
  * for appends made elsewhere), one lock per turn instead of one per
  * record, and a burst read in one turn shares one sync (at 64 clients,
- * 25-27 records per sync instead of 17-22, for the same rate). A failed write or sync makes the log
- * read-only: every queued record fails with SMP_EDURABILITY and every later
- * append is refused (fail closed, like PostgreSQL after a failed fsync).
+ * 25-27 records per sync instead of 17-22, for the same rate). A failed
+ * write or sync makes the log read-only: every queued record fails with
+ * SMP_EDURABILITY and every later append is refused (fail closed, like
+ * PostgreSQL after a failed fsync).
  *
  * With opt.preallocate a segment is given its full size when it is created
  * (posix_fallocate) and records are written into it at the end of the data,
@@ -141,8 +142,8 @@ typedef struct file_log {
     pthread_t thread;
     int fd;                /* the last segment, open for writing */
     uint64_t cur_size;     /* its size; everything in it is durable */
-    uint64_t zeroed_to;    /* zeros are written up to here (>= cur_size), or
-                              no more are tried in this segment */
+    uint64_t zeroed_to;    /* data or zeros are written up to here, or no
+                              more zeros are tried in this segment */
     uint32_t sync_attempts;
     struct iovec *iov;     /* max_batch_records entries */
 } file_log;
@@ -774,35 +775,32 @@ static int roll_segment(file_log *fl, uint64_t first)
     return 0;
 }
 
-/* With opt.preallocate, make sure zeros are written up to end, ZERO_AHEAD
- * bytes past zeroed_to at a time and never past the segment's size, so the
- * next sync turns the preallocated blocks into written ones in one go (see
- * the top of the file). Only space after the durable data is written. It
- * only saves work: when a write fails (a full disk with room left for the
- * records, a file size limit), that is logged and no more zeros are tried
- * in this segment; the records are written all the same. Writer thread. */
+/* With opt.preallocate, once the data is to reach past zeroed_to (end is
+ * where it will stop), write zeros from end to ZERO_AHEAD bytes past it
+ * (never past the segment's size), so the next sync turns a run of
+ * preallocated blocks into written ones in one go (see the top of the
+ * file). Only space after the data is written. It only saves work: when a
+ * write fails (a full disk with room left for the records, a file size
+ * limit), that is logged and no more zeros are tried in this segment; the
+ * records are written all the same. Writer thread. */
 static void zero_ahead(file_log *fl, uint64_t end)
 {
-    static const uint8_t zeros[64u << 10];
-    if (!fl->opt.preallocate) return;
-    while (fl->zeroed_to < end && fl->zeroed_to < fl->opt.segment_bytes) {
-        uint64_t stop = fl->zeroed_to + ZERO_AHEAD;
-        if (stop > fl->opt.segment_bytes) stop = fl->opt.segment_bytes;
-        while (fl->zeroed_to < stop) {
-            size_t n = stop - fl->zeroed_to < sizeof(zeros) ? (size_t)(stop - fl->zeroed_to)
-                                                            : sizeof(zeros);
-            ssize_t w = pwrite(fl->fd, zeros, n, (off_t)fl->zeroed_to);
-            if (w < 0 && errno == EINTR) continue;
-            if (w < 0) {
-                log_line(fl, "oplog: cannot write zeros ahead of the data at offset %" PRIu64
-                         " (%s): syncs go on converting blocks one by one", fl->zeroed_to,
-                         strerror(errno));
-                fl->zeroed_to = fl->opt.segment_bytes;
-                return;
-            }
-            fl->zeroed_to += (uint64_t)w;
+    static const uint8_t zeros[ZERO_AHEAD];
+    uint64_t at = end, stop;
+    if (!fl->opt.preallocate || fl->zeroed_to >= end) return;
+    stop = end + ZERO_AHEAD < fl->opt.segment_bytes ? end + ZERO_AHEAD : fl->opt.segment_bytes;
+    while (at < stop) {
+        ssize_t w = pwrite(fl->fd, zeros, (size_t)(stop - at), (off_t)at);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) {
+            log_line(fl, "oplog: cannot write zeros ahead of the data at offset %" PRIu64
+                     " (%s): syncs go on converting blocks one by one", at, strerror(errno));
+            fl->zeroed_to = fl->opt.segment_bytes;
+            return;
         }
+        at += (uint64_t)w;
     }
+    fl->zeroed_to = stop > end ? stop : end;
 }
 
 /* Write one group commit and sync it. Writer thread. On failure the bytes

@@ -580,14 +580,14 @@ int rpc_reply_error(smp_rpc_call *call, int status, const char *message)
 static void conn_dispatch(rpc_conn *c, const uint8_t *data, size_t len)
 {
     rpc_server *s = c->srv;
-    rpc_env_request env, *req = &env;
+    rpc_env_request req;
     rpc_service *svc;
     const rpc_method *m;
     smp_rpc_call *call;
     char msg[160];
     int rc, replied;
 
-    if (rpc_env_decode_request(data, len, req) < 0) {
+    if (rpc_env_decode_request(data, len, &req) < 0) {
         s->st.err_bad_request++;
         snprintf(msg, sizeof(msg),
                  "frame of %zu bytes does not decode as RpcRequest", len);
@@ -595,45 +595,45 @@ static void conn_dispatch(rpc_conn *c, const uint8_t *data, size_t len)
         return;
     }
     s->st.requests++;
-    if ((svc = find_service(s, req->service)) == NULL) {
+    if ((svc = find_service(s, req.service)) == NULL) {
         s->st.err_unknown_service++;
         snprintf(msg, sizeof(msg), "unknown service %" PRIu32 " (method %" PRIu32 ")",
-                 req->service, req->method);
-        conn_send(c, req->request_id, SMP_ENOTFOUND, msg, NULL, 0);
+                 req.service, req.method);
+        conn_send(c, req.request_id, SMP_ENOTFOUND, msg, NULL, 0);
         return;
     }
-    if ((m = find_method(svc, req->method)) == NULL) {
+    if ((m = find_method(svc, req.method)) == NULL) {
         s->st.err_unknown_method++;
         snprintf(msg, sizeof(msg), "service %" PRIu32 " (%s) has no method %" PRIu32,
-                 req->service, svc->name, req->method);
-        conn_send(c, req->request_id, SMP_ENOTFOUND, msg, NULL, 0);
+                 req.service, svc->name, req.method);
+        conn_send(c, req.request_id, SMP_ENOTFOUND, msg, NULL, 0);
         return;
     }
     if ((call = malloc(sizeof(*call))) == NULL) {
-        conn_send(c, req->request_id, SMP_ENOMEM, "out of memory for the call", NULL, 0);
+        conn_send(c, req.request_id, SMP_ENOMEM, "out of memory for the call", NULL, 0);
         return;
     }
     call->conn = c;
-    call->request_id = req->request_id;
-    call->service = req->service;
-    call->method = req->method;
+    call->request_id = req.request_id;
+    call->service = req.service;
+    call->method = req.method;
     conn_ref(c);
     c->ncalls++;
     s->st.calls_outstanding++;
 
     s->cur_call = call;
     s->cur_replied = 0;
-    rc = m->handler(svc->ctx, call, req->body, req->body_len);
+    rc = m->handler(svc->ctx, call, req.body, req.body_len);
     replied = s->cur_replied;
     s->cur_call = NULL;
     if (rc < 0 && !replied) {
         /* look the names up again: the handler may have changed the table */
-        svc = find_service(s, req->service);
-        m = svc != NULL ? find_method(svc, req->method) : NULL;
+        svc = find_service(s, req.service);
+        m = svc != NULL ? find_method(svc, req.method) : NULL;
         s->st.err_handler++;
         snprintf(msg, sizeof(msg), "%s.%s (service %" PRIu32 " method %" PRIu32 "): %s",
                  svc != NULL ? svc->name : "?", m != NULL ? m->name : "?",
-                 req->service, req->method, smp_strerror(rc));
+                 req.service, req.method, smp_strerror(rc));
         call_finish(call, rc, msg, NULL, 0);
     }
 }
