@@ -22,6 +22,9 @@ PACKAGES=(
   libjansson-dev                      # safetensors JSON headers (client)
   valgrind                            # memcheck run of the unit tests
   libmimalloc-dev                     # the master's allocator
+  libgrpc-dev                         # etcd v3 API over gRPC (the etcd OpLog, election)
+  etcd-server etcd-client             # the etcd the HA tests start; etcdctl to look inside
+  python3-pytest python3-numpy python3-cffi  # the Python binding and its tests
 )
 if [ "${1:-}" = bench ]; then
   PACKAGES+=(redis-server)            # durable-write baseline of bench_master_mutations
