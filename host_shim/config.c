@@ -432,7 +432,9 @@ typedef enum field_kind {
     FK_BOOL,
     FK_BACKEND,
     FK_RESIDENCY,
-    FK_MODE
+    FK_MODE,
+    FK_ENDPOINTS,   /* "host:port[,host:port...]" (ports 1..65535) or "" */
+    FK_PREFIX       /* an etcd key prefix: "/", then printable ASCII, ending in "/" */
 } field_kind;
 
 typedef struct field_spec {
@@ -480,6 +482,13 @@ static const field_spec memory_fields[] = {
 
 static const field_spec ha_fields[] = {
     F_OF("enabled", FK_BOOL, ha_enabled),
+    F_OF("id", FK_NAME, ha_id),
+    F_OF("etcd_endpoints", FK_ENDPOINTS, ha_etcd_endpoints),
+    F_OF("prefix", FK_PREFIX, ha_prefix),
+    F_U32("lease_ttl_s", ha_lease_ttl_s, 1, 60),
+    F_OF("advertise", FK_PATH_OR_OFF, ha_advertise),
+    F_OF("snapshot_dir", FK_PATH, ha_snapshot_dir),
+    F_U64("gc_keep_records", ha_gc_keep_records, 0, UINT64_MAX),
     F_END
 };
 
@@ -680,6 +689,60 @@ static int check_addr(cfg_ctx *c, const host_config_node *n, const char *path)
                     "%s is not \"host:port\" (port 0..65535) or \"\" (off)", q);
 }
 
+/* One "host:port" of a list: a non-empty host without ',' and a port
+ * 1..65535. */
+static int endpoint_ok(const char *s, size_t len)
+{
+    const char *colon = memrchr(s, ':', len);
+    uint64_t port = 0;
+    char digits[8];
+    size_t dl;
+    if (colon == NULL || colon == s) return 0;
+    dl = len - (size_t)(colon + 1 - s);
+    if (dl == 0 || dl > 5) return 0;
+    memcpy(digits, colon + 1, dl);
+    digits[dl] = '\0';
+    return parse_decimal(digits, &port) == 0 && port >= 1 && port <= 65535;
+}
+
+/* A comma-separated list of "host:port" (etcd's members), or "". The
+ * message names the first bad item. */
+static int check_endpoints(cfg_ctx *c, const host_config_node *n, const char *path)
+{
+    char q[CFG_QUOTE_MAX + 16];
+    const char *s = n->scalar;
+    if (s[0] == '\0') return 0;
+    for (const char *item = s;;) {
+        const char *end = strchr(item, ',');
+        size_t len = end != NULL ? (size_t)(end - item) : strlen(item);
+        if (!endpoint_ok(item, len)) {
+            char bad[CFG_QUOTE_MAX];
+            snprintf(bad, sizeof(bad), "%.*s", (int)len, item);
+            quote_text(q, sizeof(q), bad);
+            return cfg_fail(c, SMP_EINVAL, n->line, path,
+                            "item %s is not \"host:port\" (port 1..65535)", q);
+        }
+        if (end == NULL) return 0;
+        item = end + 1;
+    }
+}
+
+/* An etcd key prefix: starts and ends with '/', 2..128 printable ASCII
+ * characters without spaces. */
+static int check_prefix(cfg_ctx *c, const host_config_node *n, const char *path)
+{
+    char q[CFG_QUOTE_MAX + 16];
+    const char *s = n->scalar;
+    size_t len = strlen(s);
+    int ok = len >= 1 && len <= 128 && s[0] == '/' && s[len - 1] == '/';
+    for (size_t i = 0; ok && i < len; i++) ok = s[i] > ' ' && s[i] < 0x7f;
+    if (ok) return 0;
+    quote_text(q, sizeof(q), s);
+    return cfg_fail(c, SMP_EINVAL, n->line, path,
+                    "%s is not a key prefix (\"/\" ... \"/\", at most 128 printable "
+                    "characters, no spaces)", q);
+}
+
 /* Replace the heap string at *slot with a copy of s. */
 static int set_string(cfg_ctx *c, char **slot, const char *s)
 {
@@ -759,6 +822,12 @@ static int apply_field(cfg_ctx *c, host_config *cfg, host_config_node *n,
         if ((rc = check_enum(c, n, path, backend_names, &iv)) < 0) return rc;
         *(host_oplog_backend *)base = (host_oplog_backend)iv;
         return 0;
+    case FK_ENDPOINTS:
+        if ((rc = check_endpoints(c, n, path)) < 0) return rc;
+        return set_string(c, (char **)base, n->scalar);
+    case FK_PREFIX:
+        if ((rc = check_prefix(c, n, path)) < 0) return rc;
+        return set_string(c, (char **)base, n->scalar);
     case FK_RESIDENCY:
         if ((rc = check_enum(c, n, path, residency_names, &iv)) < 0) return rc;
         *(host_residency *)base = (host_residency)iv;
@@ -874,11 +943,56 @@ static int apply_plugins(cfg_ctx *c, host_config *cfg, host_config_node *seq,
     return 0;
 }
 
+/* The HA rules: ha.enabled and oplog.backend etcd go together; an enabled
+ * master needs its id, etcd's members, the shared snapshot directory and an
+ * endpoint to advertise; and no ha.* key is accepted while HA is off (it
+ * would do nothing). */
+static int check_ha(cfg_ctx *c, const host_config *cfg, const host_config_node *root)
+{
+    const host_config_node *ha = node_child(root, "ha");
+    const host_config_node *enabled = node_child(ha, "enabled");
+    const host_config_node *backend = node_child(node_child(root, "oplog"), "backend");
+    int line = enabled != NULL ? enabled->line : 0;
+    static const struct { const char *key; size_t offset; } required[] = {
+        {"id", offsetof(host_config, ha_id)},
+        {"etcd_endpoints", offsetof(host_config, ha_etcd_endpoints)},
+        {"snapshot_dir", offsetof(host_config, ha_snapshot_dir)},
+    };
+
+    if (!cfg->ha_enabled) {
+        for (size_t i = 0; ha != NULL && ha->kind == HOST_CFG_MAP && i < ha->n_items; i++) {
+            char path[CFG_KEY_PATH_MAX];
+            if (strcmp(ha->items[i]->key, "enabled") == 0) continue;
+            path_key(path, "ha", ha->items[i]->key);
+            return cfg_fail(c, SMP_EINVAL, ha->items[i]->key_line, path,
+                            "is set but ha.enabled is false (it would do nothing)");
+        }
+        if (cfg->oplog_backend == HOST_OPLOG_ETCD)
+            return cfg_fail(c, SMP_EINVAL, backend != NULL ? backend->line : 0, "oplog.backend",
+                            "etcd needs ha.enabled: true (a single master logs to data_dir)");
+        return 0;
+    }
+    if (cfg->oplog_backend != HOST_OPLOG_ETCD)
+        return cfg_fail(c, SMP_EINVAL, line, "ha.enabled",
+                        "true needs oplog.backend: etcd (the masters share their OpLog there)");
+    for (size_t i = 0; i < sizeof(required) / sizeof(required[0]); i++) {
+        char path[CFG_KEY_PATH_MAX];
+        if ((*(char **)((const char *)cfg + required[i].offset))[0] != '\0') continue;
+        path_key(path, "ha", required[i].key);
+        return cfg_fail(c, SMP_EINVAL, line, path, "missing (needed with ha.enabled: true)");
+    }
+    if (cfg->ha_advertise[0] == '\0' && cfg->listen_tcp[0] == '\0')
+        return cfg_fail(c, SMP_EINVAL, line, "ha.advertise",
+                        "missing: listen.tcp is off, so say where clients reach this master");
+    return 0;
+}
+
 /* The rules that span fields: low_watermark < high_watermark (reported on the
- * line of whichever of the two the file set, low first), and an embedded node
- * needs an RPC endpoint to register through. */
+ * line of whichever of the two the file set, low first), an embedded node
+ * needs an RPC endpoint to register through, and check_ha's. */
 static int check_cross(cfg_ctx *c, const host_config *cfg, const host_config_node *root)
 {
+    int rc;
     const host_config_node *mem = node_child(root, "memory");
     const host_config_node *low = node_child(mem, "low_watermark");
     const host_config_node *high = node_child(mem, "high_watermark");
@@ -887,6 +1001,7 @@ static int check_cross(cfg_ctx *c, const host_config *cfg, const host_config_nod
     if (cfg->node_embedded && cfg->listen_tcp[0] == '\0' && cfg->listen_unix[0] == '\0')
         return cfg_fail(c, SMP_EINVAL, embedded != NULL ? embedded->line : 0, "node.embedded",
                         "true needs listen.tcp or listen.unix (the node registers through it)");
+    if ((rc = check_ha(c, cfg, root)) < 0) return rc;
     if (cfg->memory_low_watermark < cfg->memory_high_watermark) return 0;
     if (low != NULL)
         return cfg_fail(c, SMP_ERANGE, low->line, "memory.low_watermark",
@@ -936,6 +1051,7 @@ static int resolve_paths(cfg_ctx *c, host_config *cfg, const host_config_node *r
     if ((rc = resolve_in_place(c, &cfg->data_dir, base)) < 0) return rc;
     if ((rc = resolve_in_place(c, &cfg->listen_unix, base)) < 0) return rc;
     if ((rc = resolve_in_place(c, &cfg->node_segment_dir, base)) < 0) return rc;
+    if ((rc = resolve_in_place(c, &cfg->ha_snapshot_dir, base)) < 0) return rc;
     if (node_child(node_child(root, "node"), "cold_dir") != NULL) {
         if ((rc = resolve_in_place(c, &cfg->node_cold_dir, base)) < 0) return rc;
     } else {
@@ -972,6 +1088,13 @@ int host_config_defaults(host_config *cfg)
     cfg->memory_high_watermark = 0.95;
     cfg->memory_low_watermark = 0.85;
     cfg->ha_enabled = 0;
+    cfg->ha_id = strdup("");
+    cfg->ha_etcd_endpoints = strdup("");
+    cfg->ha_prefix = strdup("/weight_mgmt/");
+    cfg->ha_lease_ttl_s = 2;
+    cfg->ha_advertise = strdup("");
+    cfg->ha_snapshot_dir = strdup("");
+    cfg->ha_gc_keep_records = 10000;
     cfg->node_embedded = 1;
     cfg->node_segment_dir = strdup("/dev/shm/weight_mgmt");
     cfg->node_segment_bytes = 1073741824u;
@@ -990,7 +1113,9 @@ int host_config_defaults(host_config *cfg)
     cfg->cluster.weight_migration_max_bytes_per_round = 1073741824u;
     if (cfg->listen_tcp == NULL || cfg->listen_unix == NULL || cfg->listen_admin == NULL ||
         cfg->data_dir == NULL || cfg->node_segment_dir == NULL || cfg->node_cold_dir == NULL ||
-        cfg->node_id == NULL || cfg->node_data_listen == NULL) {
+        cfg->node_id == NULL || cfg->node_data_listen == NULL || cfg->ha_id == NULL ||
+        cfg->ha_etcd_endpoints == NULL || cfg->ha_prefix == NULL || cfg->ha_advertise == NULL ||
+        cfg->ha_snapshot_dir == NULL) {
         host_config_free(cfg);
         return -ENOMEM;
     }
@@ -1010,6 +1135,11 @@ void host_config_free(host_config *cfg)
     free(cfg->node_cold_dir);
     free(cfg->node_id);
     free(cfg->node_data_listen);
+    free(cfg->ha_id);
+    free(cfg->ha_etcd_endpoints);
+    free(cfg->ha_prefix);
+    free(cfg->ha_advertise);
+    free(cfg->ha_snapshot_dir);
     for (size_t i = 0; i < cfg->n_plugins; i++) {
         free(cfg->plugins[i].path);
         node_free(cfg->plugins[i].block);

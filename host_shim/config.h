@@ -103,8 +103,15 @@ typedef struct host_config {
     double memory_high_watermark;     /* (0, 1) */
     double memory_low_watermark;      /* (0, high) */
 
-    /* ha: */
+    /* ha: one of several masters sharing an OpLog in etcd */
     int ha_enabled;
+    char *ha_id;                      /* this master's name in the cluster, "" = unset */
+    char *ha_etcd_endpoints;          /* "host:port[,host:port...]" of etcd's members */
+    char *ha_prefix;                  /* the cluster's keys in etcd, "/weight_mgmt/" */
+    uint32_t ha_lease_ttl_s;          /* leader lease TTL, 2 */
+    char *ha_advertise;               /* RPC endpoint clients are sent to, "" = listen.tcp */
+    char *ha_snapshot_dir;            /* snapshots every master reads, "" = unset */
+    uint64_t ha_gc_keep_records;      /* OpLog records kept below the newest snapshot */
 
     /* node: the embedded node of the master process */
     int node_embedded;                /* default 1 */

@@ -15,7 +15,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "master.h"
 #include "master_internal.h"
@@ -34,6 +37,48 @@ static int mkdir_p(const char *path)
         *p = '/';
     }
     if (mkdir(buf, 0755) < 0 && errno != EEXIST) return SMP_EIO;
+    return SMP_OK;
+}
+
+/* Take <data_dir>/LOCK with an exclusive non-blocking flock and write our
+ * pid into it, so that a second master started on the same data_dir stops at
+ * once instead of interleaving its records with ours (the next start would
+ * refuse the log). The lock goes with the process, even on SIGKILL. Returns
+ * 0 with m->data_lock_fd set, SMP_EBUSY naming the holder's pid, or SMP_EIO. */
+static int lock_data_dir(master *m, char *err, size_t errlen)
+{
+    char path[4200], held[32] = "";
+    snprintf(path, sizeof(path), "%s/LOCK", m->cfg->data_dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        snprintf(err, errlen, "data_dir %s: cannot open LOCK: %s", m->cfg->data_dir,
+                 strerror(errno));
+        return SMP_EIO;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+        int e = errno;
+        ssize_t n = pread(fd, held, sizeof(held) - 1, 0);
+        held[n > 0 ? n : 0] = '\0';
+        held[strcspn(held, "\n")] = '\0';
+        close(fd);
+        if (e != EWOULDBLOCK) {
+            snprintf(err, errlen, "data_dir %s: cannot lock: %s", m->cfg->data_dir, strerror(e));
+            return SMP_EIO;
+        }
+        snprintf(err, errlen,
+                 "data_dir %s is in use by another store_master (pid %s); two masters on "
+                 "one data_dir would interleave their OpLogs",
+                 m->cfg->data_dir, held[0] ? held : "unknown");
+        return SMP_EBUSY;
+    }
+    int w = snprintf(held, sizeof(held), "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) < 0 || pwrite(fd, held, (size_t)w, 0) != w) {
+        snprintf(err, errlen, "data_dir %s: cannot write LOCK: %s", m->cfg->data_dir,
+                 strerror(errno));
+        close(fd);
+        return SMP_EIO;
+    }
+    m->data_lock_fd = fd;
     return SMP_OK;
 }
 
@@ -217,8 +262,13 @@ static int open_parts(master *m, char *err, size_t errlen)
     int rc;
     snprintf(m->oplog_dir, sizeof(m->oplog_dir), "%s/oplog", m->cfg->data_dir);
     snprintf(m->snap_dir, sizeof(m->snap_dir), "%s/snapshots", m->cfg->data_dir);
-    if (mkdir_p(m->cfg->data_dir) < 0 || mkdir_p(m->snap_dir) < 0) {
+    if (mkdir_p(m->cfg->data_dir) < 0) {
         snprintf(err, errlen, "data_dir %s: cannot create: %s", m->cfg->data_dir, strerror(errno));
+        return SMP_EIO;
+    }
+    if ((rc = lock_data_dir(m, err, errlen)) < 0) return rc;
+    if (mkdir_p(m->snap_dir) < 0) {
+        snprintf(err, errlen, "%.900s: cannot create: %s", m->snap_dir, strerror(errno));
         return SMP_EIO;
     }
     if ((rc = host_metrics_create(&m->metrics)) < 0) return rc;
@@ -276,6 +326,7 @@ static void close_parts(master *m)
     host_metrics_destroy(m->metrics);
     master_pending_free(m);
     master_carried_free(m);
+    if (m->data_lock_fd >= 0) close(m->data_lock_fd); /* the lock goes with it */
 }
 
 int master_main(const host_config *cfg)
@@ -284,6 +335,7 @@ int master_main(const host_config *cfg)
     master *m = calloc(1, sizeof(*m));
     if (m == NULL) return 1;
     m->cfg = cfg;
+    m->data_lock_fd = -1;
     if (uv_loop_init(&m->loop) != 0) {
         free(m);
         return 1;

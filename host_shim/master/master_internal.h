@@ -74,6 +74,7 @@ typedef struct master {
 
     char oplog_dir[4096];
     char snap_dir[4096];
+    int data_lock_fd;           /* <data_dir>/LOCK, flock'ed while we run; -1 */
 
     /* Durability. */
     uint64_t applied_seq;       /* every record up to it is durable and applied */

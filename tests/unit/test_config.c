@@ -81,6 +81,13 @@ static void assert_default_values(const host_config *c)
     assert_true(c->memory_high_watermark == 0.95);
     assert_true(c->memory_low_watermark == 0.85);
     assert_int_equal(c->ha_enabled, 0);
+    assert_string_equal(c->ha_id, "");
+    assert_string_equal(c->ha_etcd_endpoints, "");
+    assert_string_equal(c->ha_prefix, "/weight_mgmt/");
+    assert_int_equal(c->ha_lease_ttl_s, 2);
+    assert_string_equal(c->ha_advertise, "");
+    assert_string_equal(c->ha_snapshot_dir, "");
+    assert_int_equal(c->ha_gc_keep_records, 10000);
     assert_int_equal(c->node_embedded, 1);
     assert_string_equal(c->node_segment_dir, "/dev/shm/weight_mgmt");
     assert_int_equal(c->node_segment_bytes, 1073741824);
@@ -217,6 +224,13 @@ static void test_every_key_is_read(void **state)
             "  low_watermark: 0.1\n"
             "ha:\n"
             "  enabled: true\n"
+            "  id: m-1\n"
+            "  etcd_endpoints: \"127.0.0.1:2379,[::1]:2380\"\n"
+            "  prefix: /wm/a/\n"
+            "  lease_ttl_s: 5\n"
+            "  advertise: \"10.0.0.1:7600\"\n"
+            "  snapshot_dir: shared/snaps\n"
+            "  gc_keep_records: 0\n"
             "node:\n"
             "  embedded: false\n"
             "  segment_dir: /dev/shm/x\n"
@@ -247,6 +261,13 @@ static void test_every_key_is_read(void **state)
     assert_true(c.memory_high_watermark == 0.9);
     assert_true(c.memory_low_watermark == 0.1);
     assert_int_equal(c.ha_enabled, 1);
+    assert_string_equal(c.ha_id, "m-1");
+    assert_string_equal(c.ha_etcd_endpoints, "127.0.0.1:2379,[::1]:2380");
+    assert_string_equal(c.ha_prefix, "/wm/a/");
+    assert_int_equal(c.ha_lease_ttl_s, 5);
+    assert_string_equal(c.ha_advertise, "10.0.0.1:7600");
+    assert_string_equal(c.ha_snapshot_dir, "/etc/wm/shared/snaps");
+    assert_int_equal(c.ha_gc_keep_records, 0);
     assert_int_equal(c.node_embedded, 0);
     assert_string_equal(c.node_segment_dir, "/dev/shm/x");
     assert_int_equal(c.node_segment_bytes, 1048576);
@@ -770,6 +791,57 @@ static void test_cluster_get_each_key(void **state)
 /* An embedded node registers through the master's RPC: with both listeners
  * off there is nothing to register through, so the config is refused; a
  * master without an embedded node may listen on nothing but its admin port. */
+/* HA is all or nothing: the etcd backend and ha.enabled go together, an
+ * enabled master names its id, etcd and shared snapshots, and an ha.* key
+ * that would do nothing (HA off) is refused on its own line. */
+static void test_refuses_incomplete_or_idle_ha_keys(void **state)
+{
+    (void)state;
+    const char *full = "oplog: {backend: etcd}\n"
+                       "ha:\n"
+                       "  enabled: true\n"
+                       "  id: m1\n"
+                       "  etcd_endpoints: \"127.0.0.1:2379\"\n"
+                       "  snapshot_dir: /srv/snaps\n";
+    host_config c;
+    load_ok(full, &c);
+    host_config_free(&c);
+    expect_message("ha:\n  enabled: true\n  id: m1\n  etcd_endpoints: \"a:1\"\n"
+                   "  snapshot_dir: /s\n",
+                   "x.yaml:2: ha.enabled: true needs oplog.backend: etcd (the masters share "
+                   "their OpLog there)");
+    expect_message("\noplog: {backend: etcd}\n",
+                   "x.yaml:2: oplog.backend: etcd needs ha.enabled: true (a single master logs "
+                   "to data_dir)");
+    expect_message("oplog: {backend: etcd}\nha:\n  enabled: true\n  etcd_endpoints: \"a:1\"\n"
+                   "  snapshot_dir: /s\n",
+                   "x.yaml:3: ha.id: missing (needed with ha.enabled: true)");
+    expect_message("oplog: {backend: etcd}\nha:\n  enabled: true\n  id: m1\n  snapshot_dir: /s\n",
+                   "x.yaml:3: ha.etcd_endpoints: missing (needed with ha.enabled: true)");
+    expect_message("oplog: {backend: etcd}\nha:\n  enabled: true\n  id: m1\n"
+                   "  etcd_endpoints: \"a:1\"\n",
+                   "x.yaml:3: ha.snapshot_dir: missing (needed with ha.enabled: true)");
+    expect_message("listen: {tcp: \"\", unix: /run/x.sock}\noplog: {backend: etcd}\nha:\n"
+                   "  enabled: true\n  id: m1\n  etcd_endpoints: \"a:1\"\n  snapshot_dir: /s\n",
+                   "x.yaml:4: ha.advertise: missing: listen.tcp is off, so say where clients "
+                   "reach this master");
+    expect_message("ha:\n  enabled: false\n  id: m1\n",
+                   "x.yaml:3: ha.id: is set but ha.enabled is false (it would do nothing)");
+    expect_message("ha:\n  lease_ttl_s: 3\n",
+                   "x.yaml:2: ha.lease_ttl_s: is set but ha.enabled is false (it would do nothing)");
+    expect_message("ha: {etcd_endpoints: \"a:1,b\"}\n",
+                   "x.yaml:1: ha.etcd_endpoints: item \"b\" is not \"host:port\" (port 1..65535)");
+    expect_refused("ha: {etcd_endpoints: \"a:1,,b:2\"}\n", "item \"\" is not");
+    expect_refused("ha: {etcd_endpoints: \"a:0\"}\n", "item \"a:0\" is not");
+    expect_refused("ha: {etcd_endpoints: \":5\"}\n", "item \":5\" is not");
+    expect_refused("ha: {prefix: wm/}\n", "ha.prefix: \"wm/\" is not a key prefix");
+    expect_refused("ha: {prefix: /wm}\n", "ha.prefix: \"/wm\" is not a key prefix");
+    expect_refused("ha: {prefix: \"/w m/\"}\n", "is not a key prefix");
+    expect_refused("ha: {lease_ttl_s: 0}\n", "ha.lease_ttl_s: 0 is outside");
+    expect_refused("ha: {lease_ttl_s: 61}\n", "ha.lease_ttl_s: 61 is outside");
+    expect_refused("ha: {id: \"a b\"}\n", "ha.id: \"a b\" is not a name");
+}
+
 static void test_embedded_node_needs_an_rpc_listener(void **state)
 {
     (void)state;
@@ -790,6 +862,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_embedded_node_needs_an_rpc_listener),
+        cmocka_unit_test(test_refuses_incomplete_or_idle_ha_keys),
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_empty_file_is_all_defaults),
         cmocka_unit_test(test_empty_file_on_disk),
