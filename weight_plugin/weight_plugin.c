@@ -5,7 +5,7 @@
  * types (8-12, with their gates), its snapshot section, its object guard, its
  * reconcile tick, its RPC service and metrics. Replay and the section go
  * straight to the store (weight_metadata_store.c); the RPCs live in
- * weight_management.c, the guard and the tick in weight_lifecycle.c. A record
+ * weight_management.c and wm_mgmt_*.c, the guard and the tick in weight_lifecycle.c. A record
  * or section the store refuses stops recovery with a log line naming the
  * cause (fail closed, never skipped). */
 #include <stdio.h>

@@ -3,7 +3,8 @@
  * One wm_plugin value lives from init to fini: the host handles, the
  * revision store, the cluster's default policy, the list of mutations whose
  * OpLog record is appended but not yet durable, and the metric handles.
- * weight_management.c (RPCs and the append/publish machinery),
+ * weight_management.c and the wm_mgmt_*.c files (RPCs and the
+ * append/publish machinery, see wm_mgmt.h),
  * weight_lifecycle.c (guard, tick) and weight_plugin.c (ABI wiring) all work
  * on it; everything runs on the master's loop thread. */
 #ifndef WM_PLUGIN_H
@@ -74,7 +75,7 @@ typedef struct wm_plugin {
     wm_lin *lin;               /* created at registration (weight_lineage.c) */
 } wm_plugin;
 
-/* -- weight_management.c --------------------------------------------------- */
+/* -- weight_management.c, wm_mgmt_txn.c ----------------------------------- */
 
 /* Read the cluster default policy, register the RPC service and the metric
  * families. Only inside init. SMP_E* / WM_EINVALID_ARGUMENT (a cluster

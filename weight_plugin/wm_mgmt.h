@@ -1,0 +1,178 @@
+/* wm_mgmt.h -- what the management RPC files share (private to weight_plugin/).
+ *
+ * The management RPCs of service 16 are cut by responsibility:
+ * wm_mgmt_txn.c (mutations in flight, replies, append and publish, request
+ * decoding and record preparation), wm_mgmt_import.c (begin, commit, abort),
+ * wm_mgmt_query.c (metadata, existence, size, list, operation),
+ * wm_mgmt_mutate.c (policy updates, migrations, removals), wm_mgmt_lease.c
+ * (grant, renew, release) and weight_management.c (the method table,
+ * registration and metrics). This header holds the prepared-record type and
+ * the helpers they all use; nothing outside the management RPCs includes
+ * it. Everything runs on the master's loop thread. */
+#ifndef WM_MGMT_H
+#define WM_MGMT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weight_rpc.pb-c.h"
+#include "wm_plugin.h"
+
+typedef enum wm_txn_kind {
+    WM_TXN_UPSERT = 1,
+    WM_TXN_DELETE = 2,
+    WM_TXN_LEASE_UPSERT = 3,
+    WM_TXN_LEASE_DELETE = 4
+} wm_txn_kind;
+
+/* What the durable callback answers. */
+typedef enum wm_reply_kind {
+    WM_REPLY_NONE = 0,
+    WM_REPLY_BEGIN = 1,     /* ImportBeginResponse */
+    WM_REPLY_METADATA = 2,  /* MetadataResponse */
+    WM_REPLY_LEASE = 3,     /* LeaseResponse */
+    WM_REPLY_DELETED = 4    /* MetadataResponse without metadata (record gone) */
+} wm_reply_kind;
+
+/* One prepared record and who waits for it. Owned by the pending list from
+ * append to the durable callback. */
+struct wm_txn {
+    wm_plugin *p;
+    wm_txn_kind kind;
+    wm_reply_kind reply;
+    smp_rpc_call *call;          /* NULL: nobody waits */
+    char group_key[WM_KEY_MAX + 1];
+    uint64_t lease_end_id;       /* LEASE_DELETE: the lease */
+    wm_metadata_upsert up;       /* operations point into ops[] */
+    wm_operation ops[2];
+    int owns_affinity;
+    wm_metadata_delete del;
+    uint64_t del_ops[1];
+    wm_lease lease;
+    wm_lease_delete lease_end;
+    wm_txn *then;                /* appended after this one is durable */
+    wm_applied_fn applied;       /* lifecycle callback, or NULL */
+    void *applied_arg;
+    wm_txn *next;                /* pending list */
+};
+
+#define WM_DECODE(var, type, fn, p, call, body, len)                                     \
+    type *var = fn(NULL, len, body);                                                    \
+    if (var == NULL)                                                                    \
+        return wm_reply_error(p, call, SMP_EPROTO, "request body does not decode as %s", \
+                              #type)
+
+
+/* Wire views of the records; they borrow the strings of the record. */
+typedef struct wm_pb_identity {
+    Wmrpc__WeightIdentity m;
+} wm_pb_identity;
+typedef struct wm_pb_meta {
+    Wmrpc__WeightMetadata m;
+    Wmrpc__WeightIdentity id;
+    Wmrpc__WeightPolicy policy;
+} wm_pb_meta;
+typedef struct wm_pb_op {
+    Wmrpc__WeightOperation m;
+    Wmrpc__WeightIdentity id;
+} wm_pb_op;
+
+/* -- wm_mgmt_txn.c: records in flight ------------------------------------- */
+
+/* Free a record and the chain after it (with any affinity it owns). */
+void wm_txn_free(wm_txn *t);
+/* A zeroed record of `kind` for the revision of group_key; NULL on OOM. */
+wm_txn *wm_txn_new(wm_plugin *p, wm_txn_kind kind, const char *group_key);
+/* Take t off the pending list (it stays the caller's). */
+void wm_pending_remove(wm_plugin *p, wm_txn *t);
+/* Append t for a waiting call with the reply of kind `reply`; on failure the
+ * call is answered (`what` names the step) and t freed. Always SMP_OK. */
+int wm_submit(wm_plugin *p, wm_txn *t, smp_rpc_call *call, wm_reply_kind reply, const char *what);
+
+/* -- wm_mgmt_txn.c: replies ----------------------------------------------- */
+
+/* The refusal of an append that failed before it was queued (gate, standby,
+ * durability), `what` naming the step. Always SMP_OK. */
+int wm_reply_append_error(wm_plugin *p, smp_rpc_call *call, int rc, const char *what);
+/* Pack m and answer SMP_OK with it (ENOMEM answered as such). */
+int wm_reply_packed(wm_plugin *p, smp_rpc_call *call, const ProtobufCMessage *m);
+/* Fill the wire views; they borrow the record's strings. */
+void wm_pb_identity_set(Wmrpc__WeightIdentity *m, const wm_identity *id);
+void wm_pb_meta_set(wm_pb_meta *v, const wm_revision *r);
+void wm_pb_op_set(wm_pb_op *v, const wm_operation *op);
+/* MetadataResponse (rev NULL: empty), ImportBeginResponse, LeaseResponse
+ * (either part may be NULL). */
+int wm_reply_metadata(wm_plugin *p, smp_rpc_call *call, const wm_revision *rev);
+int wm_reply_begin(wm_plugin *p, smp_rpc_call *call, const wm_revision *rev);
+int wm_reply_lease(wm_plugin *p, smp_rpc_call *call, const wm_lease *l, const wm_revision *rev);
+
+/* -- wm_mgmt_txn.c: request decoding and fences ---------------------------- */
+
+/* "tenant/ns/resource/revision@generation" into buf; returns buf. */
+const char *wm_id_text(const wm_identity *id, char *buf, size_t cap);
+/* The checked identity of a request into *id: 1, or 0 with INVALID_ARGUMENT
+ * answered. */
+int wm_identity_in(wm_plugin *p, smp_rpc_call *call, const Wmrpc__WeightIdentity *pid,
+                   wm_identity *id);
+/* The revision of a request, or NULL with NOT_FOUND / INVALID_ARGUMENT
+ * answered. */
+const wm_revision *wm_lookup(wm_plugin *p, smp_rpc_call *call, const Wmrpc__WeightIdentity *pid,
+                             wm_identity *id);
+/* The host's wall clock, never below rev's updated_ms (rev may be NULL). */
+uint64_t wm_now(wm_plugin *p, const wm_revision *rev);
+/* 1 when no record of rev is in flight, else 0 with BUSY answered. */
+int wm_check_idle(wm_plugin *p, smp_rpc_call *call, const wm_revision *rev);
+/* 1 when expected is rev's metadata generation, else 0 with
+ * STALE_GENERATION answered. */
+int wm_check_cas(wm_plugin *p, smp_rpc_call *call, const wm_revision *rev, uint64_t expected);
+/* wm_lookup then wm_check_cas: the revision, or NULL with the refusal
+ * answered. */
+const wm_revision *wm_lookup_cas(wm_plugin *p, smp_rpc_call *call,
+                                 const Wmrpc__WeightIdentity *pid, wm_identity *id,
+                                 uint64_t expected);
+/* wm_check_idle then wm_check_cas. */
+int wm_check_fence(wm_plugin *p, smp_rpc_call *call, const wm_revision *rev, uint64_t expected);
+/* A request policy over base (NULL: the cluster default), absent fields
+ * kept, then validated. WM_OK or WM_EINVALID_ARGUMENT with a sentence. */
+int wm_policy_from_pb(const wm_plugin *p, const Wmrpc__WeightPolicy *in, const wm_policy *base,
+                      wm_policy *out, char *msg, size_t cap);
+
+/* -- wm_mgmt_txn.c: preparing records -------------------------------------- */
+
+/* Fill a new MIGRATING operation toward `target` (fresh id, RUNNING). */
+void wm_op_migrating(wm_plugin *p, wm_operation *op, const wm_revision *r, wm_residency target,
+                     double ratio, uint64_t now);
+/* A new UPSERT record of rev: a copy one metadata generation on, updated
+ * now. NULL with "out of memory" answered. */
+wm_txn *wm_txn_next(wm_plugin *p, smp_rpc_call *call, const wm_revision *rev);
+/* Attach to t's revision a MIGRATING operation over all its payloads. */
+void wm_txn_migrating(wm_plugin *p, wm_txn *t, wm_residency target, double ratio);
+/* Make t's revision DELETING with a DELETING operation over members/bytes. */
+void wm_txn_deleting(wm_plugin *p, wm_txn *t, uint64_t members, uint64_t bytes);
+/* 1 when t may follow rev (wm_metadata_mutation_check), else 0 with t freed
+ * and "<noun> of <group> refused: <why>" answered. */
+int wm_mutation_ok(wm_plugin *p, smp_rpc_call *call, const wm_revision *rev, wm_txn *t,
+                   const char *noun, char *msg, size_t cap);
+/* wm_mutation_ok, then wm_submit with a MetadataResponse. t is consumed;
+ * the call is always answered. */
+void wm_check_submit(wm_plugin *p, smp_rpc_call *call, const wm_revision *rev, wm_txn *t,
+                     const char *noun, const char *what, char *msg, size_t cap);
+
+/* -- the RPC methods (weight_rpc.proto), one file per responsibility ------- */
+
+int wm_rpc_import_begin(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len);
+int wm_rpc_import_commit(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len);
+int wm_rpc_import_abort(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len);
+int wm_rpc_get_metadata(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len);
+int wm_rpc_is_exist(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len);
+int wm_rpc_get_size(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len);
+int wm_rpc_list(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len);
+int wm_rpc_get_operation(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len);
+int wm_rpc_update_policy(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len);
+int wm_rpc_migrate(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len);
+int wm_rpc_remove(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len);
+int wm_rpc_lease_acquire(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len);
+int wm_rpc_lease_renew(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len);
+int wm_rpc_lease_release(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len);
+
+#endif /* WM_MGMT_H */

@@ -1,0 +1,183 @@
+/* wm_mgmt_lease.c -- revision leases (RPCs LEASE_ACQUIRE, LEASE_RENEW,
+ * LEASE_RELEASE).
+ *
+ * A lease protects a READY revision from deletion and its readable replicas
+ * from release until it expires. A grant on an AUTO revision that is not
+ * HOT first makes a promotion durable; renewals extend a live lease; a
+ * release of a lease already gone succeeds. The tick (weight_lifecycle.c)
+ * ends expired leases. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "weight_lineage.h"
+#include "weight_residency_planner.h"
+#include "wm_mgmt.h"
+
+/* ------------------------------------------------------------------------ */
+/* Leases                                                                    */
+/* ------------------------------------------------------------------------ */
+
+static int wm_ttl(const Wmrpc__LeaseRequest *req, uint64_t *out, char *msg, size_t cap)
+{
+    uint64_t ttl = req->ttl_ms ? req->ttl_ms : WM_LEASE_TTL_DEFAULT_MS;
+    if (ttl > WM_LEASE_TTL_MAX_MS) {
+        snprintf(msg, cap, "ttl_ms %" PRIu64 " is above the maximum %d", ttl, WM_LEASE_TTL_MAX_MS);
+        return WM_EINVALID_ARGUMENT;
+    }
+    *out = ttl;
+    return WM_OK;
+}
+
+/* Grant a lease on a READY revision, fenced on its metadata generation. For
+ * an AUTO revision observed COLD or MIXED without an active operation, a
+ * promotion (MIGRATING toward the preferred residency) is made durable
+ * first, then the lease record; the answer follows the lease record. */
+int wm_rpc_lease_acquire(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len)
+{
+    wm_plugin *p = plugin;
+    char msg[512];
+    wm_identity id;
+    uint64_t ttl;
+    WM_DECODE(req, Wmrpc__LeaseRequest, wmrpc__lease_request__unpack, p, call, body, len);
+    const wm_revision *rev = wm_lookup(p, call, req->identity, &id);
+    if (rev == NULL) goto free_req;
+    if (wm_ttl(req, &ttl, msg, sizeof(msg)) < 0) {
+        wm_reply_error(p, call, WM_EINVALID_ARGUMENT, "%s", msg);
+        goto free_req;
+    }
+    if (rev->availability != WM_AVAIL_READY) {
+        wm_reply_error(p, call, WM_ENOT_READY, "revision %s is %s; leases are granted on READY only",
+                       rev->group_key, wm_availability_name((int)rev->availability));
+        goto free_req;
+    }
+    if (wm_revision_fenced(p, rev)) {
+        wm_reply_error(p, call, WM_ENOT_READY, "revision %s is retired by a replacement",
+                       rev->group_key);
+        goto free_req;
+    }
+    if (!wm_check_idle(p, call, rev)) goto free_req;
+
+    uint64_t now = wm_now(p, NULL);
+    wm_txn *lt = wm_txn_new(p, WM_TXN_LEASE_UPSERT, rev->group_key);
+    if (lt == NULL) {
+        wm_reply_error(p, call, SMP_ENOMEM, "out of memory");
+        goto free_req;
+    }
+    lt->lease.id = wm_store_reserve_lease_id(p->store);
+    lt->lease.id_of = rev->id;
+    lt->lease.granted_ms = now;
+    lt->lease.expiry_ms = now + ttl;
+    lt->lease.metadata_generation = rev->metadata_generation;
+
+    wm_residency promote = WM_RES_UNKNOWN;
+    if (rev->policy.mode == WM_MODE_AUTO && rev->operation_id == 0 &&
+        (rev->residency == WM_RES_COLD || rev->residency == WM_RES_MIXED))
+        promote = wm_auto_promotion_target(rev->residency, rev->policy.preferred);
+    if (promote == WM_RES_UNKNOWN) {
+        wm_submit(p, lt, call, WM_REPLY_LEASE, "lease acquire");
+        goto free_req;
+    }
+    wm_txn *t = wm_txn_next(p, call, rev);
+    if (t == NULL) {
+        wm_txn_free(lt);
+        goto free_req;
+    }
+    wm_revision *r = &t->up.revision;
+    r->last_access_ms = r->updated_ms > rev->last_access_ms ? r->updated_ms : rev->last_access_ms;
+    wm_txn_migrating(p, t, promote, rev->policy.mixed_hot_ratio);
+    if (!wm_mutation_ok(p, call, rev, t, "promotion", msg, sizeof(msg))) {
+        wm_txn_free(lt);
+        goto free_req;
+    }
+    lt->lease.metadata_generation = r->metadata_generation;
+    lt->call = NULL;
+    lt->reply = WM_REPLY_LEASE;
+    t->then = lt;
+    p->auto_triggers[WM_AUTO_PROMOTE_ON_ACCESS]++;
+    wm_submit(p, t, call, WM_REPLY_LEASE, "lease acquire (promotion)");
+free_req:
+    wmrpc__lease_request__free_unpacked(req, NULL);
+    return SMP_OK;
+}
+
+/* Extend a live lease of the named revision (new expiry: now + ttl).
+ * LEASE_EXPIRED when the lease is unknown, expired (even if not swept yet),
+ * ending, of another revision, or its revision is retired by a
+ * replacement (wm_revision_fenced). Durable before the answer. */
+int wm_rpc_lease_renew(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len)
+{
+    wm_plugin *p = plugin;
+    char msg[512];
+    wm_identity id;
+    uint64_t ttl;
+    WM_DECODE(req, Wmrpc__LeaseRequest, wmrpc__lease_request__unpack, p, call, body, len);
+    if (!wm_identity_in(p, call, req->identity, &id)) goto free_req;
+    if (wm_ttl(req, &ttl, msg, sizeof(msg)) < 0) {
+        wm_reply_error(p, call, WM_EINVALID_ARGUMENT, "%s", msg);
+        goto free_req;
+    }
+    uint64_t now = wm_now(p, NULL);
+    const wm_lease *l = wm_store_lease(p->store, req->lease_id);
+    if (l == NULL || wm_identity_cmp(&l->id_of, &id) != 0 || l->expiry_ms <= now ||
+        wm_pending_lease_end(p, l->id)) {
+        wm_reply_error(p, call, WM_ELEASE_EXPIRED, "lease %" PRIu64 " is expired or unknown",
+                       req->lease_id);
+        goto free_req;
+    }
+    const wm_revision *rev = wm_store_get(p->store, &id);
+    if (rev == NULL || wm_revision_fenced(p, rev)) {
+        wm_reply_error(p, call, WM_ELEASE_EXPIRED,
+                       "lease %" PRIu64 " cannot be renewed: the revision is retired",
+                       req->lease_id);
+        goto free_req;
+    }
+    wm_txn *t = wm_txn_new(p, WM_TXN_LEASE_UPSERT, rev->group_key);
+    if (t == NULL) {
+        wm_reply_error(p, call, SMP_ENOMEM, "out of memory");
+        goto free_req;
+    }
+    t->lease = *l;
+    t->lease.expiry_ms = now + ttl;
+    wm_submit(p, t, call, WM_REPLY_LEASE, "lease renew");
+free_req:
+    wmrpc__lease_request__free_unpacked(req, NULL);
+    return SMP_OK;
+}
+
+/* Release a lease. Releasing one that is already gone (released, expired)
+ * succeeds with an empty response: the caller's goal holds. */
+int wm_rpc_lease_release(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len)
+{
+    wm_plugin *p = plugin;
+    wm_identity id;
+    WM_DECODE(req, Wmrpc__LeaseRequest, wmrpc__lease_request__unpack, p, call, body, len);
+    if (!wm_identity_in(p, call, req->identity, &id)) goto free_req;
+    const wm_lease *l = wm_store_lease(p->store, req->lease_id);
+    if (l == NULL || wm_pending_lease_end(p, l->id)) {
+        wm_reply_lease(p, call, NULL, wm_store_get(p->store, &id));
+        goto free_req;
+    }
+    if (wm_identity_cmp(&l->id_of, &id) != 0) {
+        wm_reply_error(p, call, WM_EINVALID_ARGUMENT, "lease %" PRIu64 " belongs to another revision",
+                       req->lease_id);
+        goto free_req;
+    }
+    const wm_revision *rev = wm_store_get(p->store, &id);
+    wm_txn *t = wm_txn_new(p, WM_TXN_LEASE_DELETE, rev ? rev->group_key : "");
+    if (t == NULL) {
+        wm_reply_error(p, call, SMP_ENOMEM, "out of memory");
+        goto free_req;
+    }
+    t->lease_end_id = l->id;
+    t->lease_end.lease_id = l->id;
+    t->lease_end.id_of = l->id_of;
+    t->lease_end.reason = WM_LEASE_RELEASED;
+    wm_submit(p, t, call, WM_REPLY_LEASE, "lease release");
+free_req:
+    wmrpc__lease_request__free_unpacked(req, NULL);
+    return SMP_OK;
+}

@@ -1,0 +1,149 @@
+/* wm_mgmt_mutate.c -- the management RPCs that change a published revision
+ * (UPDATE_POLICY, MIGRATE, REMOVE).
+ *
+ * Each is fenced by the caller's expected metadata generation and by the
+ * records of the revision in flight, prepares the next record (a new
+ * policy, a MIGRATING operation, DELETING with its operation) and submits
+ * it through wm_mgmt_txn.c; the lifecycle (weight_lifecycle.c) executes the
+ * operations created here. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "weight_lineage.h"
+#include "weight_residency_planner.h"
+#include "wm_mgmt.h"
+
+/* ------------------------------------------------------------------------ */
+/* UPDATE_POLICY, MIGRATE, REMOVE                                            */
+/* ------------------------------------------------------------------------ */
+
+/* Replace the policy of one revision (absent fields keep the revision's
+ * current value). Allowed while IMPORTING, READY or DEGRADED. */
+int wm_rpc_update_policy(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len)
+{
+    wm_plugin *p = plugin;
+    char msg[512];
+    wm_identity id;
+    wm_policy pol;
+    WM_DECODE(req, Wmrpc__UpdatePolicyRequest, wmrpc__update_policy_request__unpack, p, call, body,
+              len);
+    const wm_revision *rev =
+        wm_lookup_cas(p, call, req->identity, &id, req->expected_metadata_generation);
+    if (rev == NULL) goto free_req;
+    if (req->policy == NULL) {
+        wm_reply_error(p, call, WM_EINVALID_ARGUMENT, "policy is missing");
+        goto free_req;
+    }
+    if (wm_policy_from_pb(p, req->policy, &rev->policy, &pol, msg, sizeof(msg)) < 0) {
+        wm_reply_error(p, call, WM_EINVALID_ARGUMENT, "invalid policy: %s", msg);
+        goto free_req;
+    }
+    if (rev->availability == WM_AVAIL_DELETING || rev->availability == WM_AVAIL_DELETED) {
+        wm_reply_error(p, call, WM_ECONFLICT, "revision %s is %s; its policy is final",
+                       rev->group_key, wm_availability_name((int)rev->availability));
+        goto free_req;
+    }
+    if (!wm_check_idle(p, call, rev)) goto free_req;
+    wm_txn *t = wm_txn_next(p, call, rev);
+    if (t == NULL) goto free_req;
+    t->up.revision.policy = pol;
+    wm_check_submit(p, call, rev, t, "policy update", "policy update", msg, sizeof(msg));
+free_req:
+    wmrpc__update_policy_request__free_unpacked(req, NULL);
+    return SMP_OK;
+}
+
+/* Create an explicit migration. READY revisions only; one active operation
+ * (BUSY); PINNED revisions refuse any residency change once their initial
+ * convergence is over (POLICY_UNSATISFIABLE: the policy, not the state, is
+ * what forbids it). */
+int wm_rpc_migrate(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len)
+{
+    wm_plugin *p = plugin;
+    char msg[512];
+    wm_identity id;
+    WM_DECODE(req, Wmrpc__MigrateRequest, wmrpc__migrate_request__unpack, p, call, body, len);
+    const wm_revision *rev =
+        wm_lookup_cas(p, call, req->identity, &id, req->expected_metadata_generation);
+    if (rev == NULL) goto free_req;
+    if (rev->availability != WM_AVAIL_READY) {
+        wm_reply_error(p, call, WM_ENOT_READY, "revision %s is %s; only a READY revision migrates",
+                       rev->group_key, wm_availability_name((int)rev->availability));
+        goto free_req;
+    }
+    if (req->target_residency != WM_RES_HOT && req->target_residency != WM_RES_COLD &&
+        req->target_residency != WM_RES_MIXED) {
+        wm_reply_error(p, call, WM_EINVALID_ARGUMENT,
+                       "target_residency %" PRIu32 " is not HOT (1), COLD (2) or MIXED (3)",
+                       req->target_residency);
+        goto free_req;
+    }
+    double ratio = req->mixed_hot_ratio != 0.0 ? req->mixed_hot_ratio : rev->policy.mixed_hot_ratio;
+    if (req->target_residency == WM_RES_MIXED && !(isfinite(ratio) && ratio > 0.0 && ratio < 1.0)) {
+        wm_reply_error(p, call, WM_EINVALID_ARGUMENT, "mixed_hot_ratio %g is outside (0, 1)", ratio);
+        goto free_req;
+    }
+    if (rev->operation_id != 0 || wm_pending_metadata(p, rev->group_key)) {
+        wm_reply_error(p, call, WM_EBUSY, "revision %s already has active operation %" PRIu64,
+                       rev->group_key, rev->operation_id);
+        goto free_req;
+    }
+    if (rev->policy.mode == WM_MODE_PINNED) {
+        wm_reply_error(p, call, WM_EPOLICY_UNSATISFIABLE,
+                       "revision %s is PINNED: its residency is fixed after initial convergence "
+                       "(update the policy first)",
+                       rev->group_key);
+        goto free_req;
+    }
+    wm_txn *t = wm_txn_next(p, call, rev);
+    if (t == NULL) goto free_req;
+    wm_txn_migrating(p, t, (wm_residency)req->target_residency, ratio);
+    wm_check_submit(p, call, rev, t, "migration", "migrate", msg, sizeof(msg));
+free_req:
+    wmrpc__migrate_request__free_unpacked(req, NULL);
+    return SMP_OK;
+}
+
+/* Accept an explicit removal: READY/DEGRADED -> DELETING with a DELETING
+ * operation the lifecycle executes. BUSY while a lease or an operation is
+ * active. A retry on DELETING or DELETED answers the revision as it is. */
+int wm_rpc_remove(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len)
+{
+    wm_plugin *p = plugin;
+    char msg[512];
+    wm_identity id;
+    WM_DECODE(req, Wmrpc__IdentityRequest, wmrpc__identity_request__unpack, p, call, body, len);
+    const wm_revision *rev = wm_lookup(p, call, req->identity, &id);
+    if (rev == NULL) goto free_req;
+    if (rev->availability == WM_AVAIL_DELETING || rev->availability == WM_AVAIL_DELETED) {
+        wm_reply_metadata(p, call, rev);
+        goto free_req;
+    }
+    if (rev->availability == WM_AVAIL_IMPORTING) {
+        wm_reply_error(p, call, WM_ECONFLICT, "revision %s is IMPORTING; abort the import instead",
+                       rev->group_key);
+        goto free_req;
+    }
+    if (!wm_check_cas(p, call, rev, req->expected_metadata_generation)) goto free_req;
+    if (rev->lease_count > 0 || wm_pending_lease_grants(p, rev->group_key)) {
+        wm_reply_error(p, call, WM_EBUSY, "revision %s has %" PRIu32 " active lease(s)", rev->group_key,
+                       rev->lease_count);
+        goto free_req;
+    }
+    if (rev->operation_id != 0 || wm_pending_metadata(p, rev->group_key)) {
+        wm_reply_error(p, call, WM_EBUSY, "revision %s has active operation %" PRIu64, rev->group_key,
+                       rev->operation_id);
+        goto free_req;
+    }
+    wm_txn *t = wm_txn_next(p, call, rev);
+    if (t == NULL) goto free_req;
+    wm_txn_deleting(p, t, rev->payload_count + 1, rev->logical_bytes);
+    wm_check_submit(p, call, rev, t, "removal", "remove", msg, sizeof(msg));
+free_req:
+    wmrpc__identity_request__free_unpacked(req, NULL);
+    return SMP_OK;
+}

@@ -1,0 +1,211 @@
+/* wm_mgmt_query.c -- the read-only management RPCs (GET_METADATA, IS_EXIST,
+ * GET_SIZE, LIST, GET_OPERATION).
+ *
+ * They answer from the revision store without appending anything: a
+ * revision in any state, whether a READY revision is readable right now,
+ * its sealed size, a bounded page of a tenant's revisions in identity order,
+ * an operation by id (ended ones included). None reads a manifest. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "weight_lineage.h"
+#include "weight_residency_planner.h"
+#include "wm_mgmt.h"
+
+/* ------------------------------------------------------------------------ */
+/* Queries                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* The revision in any state (tombstones included) and its active
+ * operation. NOT_FOUND for an unknown identity. */
+int wm_rpc_get_metadata(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len)
+{
+    wm_plugin *p = plugin;
+    wm_identity id;
+    WM_DECODE(req, Wmrpc__IdentityRequest, wmrpc__identity_request__unpack, p, call, body, len);
+    const wm_revision *rev = wm_lookup(p, call, req->identity, &id);
+    if (rev != NULL) wm_reply_metadata(p, call, rev);
+    wmrpc__identity_request__free_unpacked(req, NULL);
+    return SMP_OK;
+}
+
+static int wm_key_readable(wm_plugin *p, const char *key)
+{
+    smp_object_info info;
+    memset(&info, 0, sizeof(info));
+    info.struct_size = sizeof(info);
+    if (p->api->object_get(p->host, key, &info) < 0) return 0;
+    return info.complete && info.memory_replicas_readable + info.cold_replicas_readable > 0;
+}
+
+/* True only for a READY revision whose manifest and every payload have a
+ * readable replica now (whatever the residency, during a migration too). */
+int wm_rpc_is_exist(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len)
+{
+    wm_plugin *p = plugin;
+    wm_identity id;
+    Wmrpc__IsExistResponse resp = WMRPC__IS_EXIST_RESPONSE__INIT;
+    WM_DECODE(req, Wmrpc__IdentityRequest, wmrpc__identity_request__unpack, p, call, body, len);
+    if (!wm_identity_in(p, call, req->identity, &id)) goto free_req;
+    const wm_revision *rev = wm_store_get(p->store, &id);
+    if (rev != NULL && rev->availability == WM_AVAIL_READY) {
+        const wm_affinity *aff = wm_store_affinity(p->store, &id);
+        int ok = aff != NULL && aff->n_units > 0 && wm_key_readable(p, rev->manifest_key);
+        for (size_t u = 0; ok && u < aff->n_units; u++)
+            for (size_t j = 0; ok && j < aff->units[u].n_members; j++)
+                ok = wm_key_readable(p, aff->units[u].members[j]);
+        resp.exists = ok;
+    }
+    wm_reply_packed(p, call, &resp.base);
+free_req:
+    wmrpc__identity_request__free_unpacked(req, NULL);
+    return SMP_OK;
+}
+
+/* The logical bytes sealed at commit; NOT_READY before READY or once
+ * deletion started. */
+int wm_rpc_get_size(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len)
+{
+    wm_plugin *p = plugin;
+    wm_identity id;
+    Wmrpc__SizeResponse resp = WMRPC__SIZE_RESPONSE__INIT;
+    WM_DECODE(req, Wmrpc__IdentityRequest, wmrpc__identity_request__unpack, p, call, body, len);
+    const wm_revision *rev = wm_lookup(p, call, req->identity, &id);
+    if (rev != NULL) {
+        if (rev->availability == WM_AVAIL_READY || rev->availability == WM_AVAIL_DEGRADED) {
+            resp.logical_bytes = rev->logical_bytes;
+            wm_reply_packed(p, call, &resp.base);
+        } else {
+            wm_reply_error(p, call, WM_ENOT_READY, "revision %s is %s; its size is known once READY",
+                           rev->group_key, wm_availability_name((int)rev->availability));
+        }
+    }
+    wmrpc__identity_request__free_unpacked(req, NULL);
+    return SMP_OK;
+}
+
+/* Whether a revision is shown by LIST: never while IMPORTING (not
+ * discoverable), tombstones only on request. */
+static int wm_list_visible(const wm_revision *r, int include_deleted)
+{
+    if (r->availability == WM_AVAIL_IMPORTING) return 0;
+    if (r->availability == WM_AVAIL_DELETED) return include_deleted;
+    return 1;
+}
+
+/* LIST: revisions of a tenant, optionally of one namespace and resource, in
+ * identity order. The page token is the group key of the last revision
+ * returned (stable across inserts and deletes). A page examines at most
+ * 8 x limit records, so a page may be short with a token to go on. */
+int wm_rpc_list(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len)
+{
+    wm_plugin *p = plugin;
+    Wmrpc__ListResponse resp = WMRPC__LIST_RESPONSE__INIT;
+    wm_pb_meta *metas = NULL;
+    Wmrpc__WeightMetadata **ptrs = NULL;
+    char token[WM_KEY_MAX + 1] = "";
+    WM_DECODE(req, Wmrpc__ListRequest, wmrpc__list_request__unpack, p, call, body, len);
+
+    const char *tenant = req->tenant && req->tenant[0] ? req->tenant : "default";
+    const char *ns = req->namespace_id ? req->namespace_id : "";
+    const char *res = req->resource_id ? req->resource_id : "";
+    if (res[0] && !ns[0]) {
+        wm_reply_error(p, call, WM_EINVALID_ARGUMENT, "resource_id filter needs namespace_id");
+        goto free_req;
+    }
+    if (strlen(tenant) > WM_ID_COMPONENT_MAX || strlen(ns) > WM_ID_COMPONENT_MAX ||
+        strlen(res) > WM_ID_COMPONENT_MAX) {
+        wm_reply_error(p, call, WM_EINVALID_ARGUMENT, "a list filter is longer than %d bytes",
+                       WM_ID_COMPONENT_MAX);
+        goto free_req;
+    }
+    uint32_t limit = req->limit ? req->limit : WM_LIST_LIMIT_DEFAULT;
+    if (limit > WM_LIST_LIMIT_MAX) limit = WM_LIST_LIMIT_MAX;
+
+    wm_identity start;
+    memset(&start, 0, sizeof(start));
+    snprintf(start.tenant_id, sizeof(start.tenant_id), "%s", tenant);
+    snprintf(start.ns, sizeof(start.ns), "%s", ns);
+    snprintf(start.resource_id, sizeof(start.resource_id), "%s", res);
+    size_t i;
+    if (req->page_token && req->page_token[0]) {
+        wm_identity after;
+        wm_key_kind kind;
+        if (wm_key_parse(req->page_token, &after, &kind, NULL) < 0 || kind != WM_KEY_GROUP ||
+            strcmp(after.tenant_id, tenant) != 0 || (ns[0] && strcmp(after.ns, ns) != 0) ||
+            (res[0] && strcmp(after.resource_id, res) != 0)) {
+            wm_reply_error(p, call, WM_EINVALID_ARGUMENT,
+                           "page_token is not a token of this listing");
+            goto free_req;
+        }
+        i = wm_store_revision_lower_bound(p->store, &after);
+        const wm_revision *at = wm_store_revision_at(p->store, i);
+        if (at != NULL && wm_identity_cmp(&at->id, &after) == 0) i++;
+    } else {
+        i = wm_store_revision_lower_bound(p->store, &start);
+    }
+
+    metas = calloc(limit, sizeof(*metas));
+    ptrs = calloc(limit, sizeof(*ptrs));
+    if (metas == NULL || ptrs == NULL) {
+        wm_reply_error(p, call, SMP_ENOMEM, "out of memory");
+        goto free_req;
+    }
+    size_t examined = 0, n = 0, total = wm_store_revision_count(p->store);
+    for (; i < total && n < limit; i++) {
+        const wm_revision *r = wm_store_revision_at(p->store, i);
+        if (strcmp(r->id.tenant_id, tenant) != 0 || (ns[0] && strcmp(r->id.ns, ns) != 0) ||
+            (res[0] && strcmp(r->id.resource_id, res) != 0))
+            break; /* past the filtered range (identity order) */
+        examined++;
+        if (wm_list_visible(r, req->include_deleted)) {
+            wm_pb_meta_set(&metas[n], r);
+            ptrs[n] = &metas[n].m;
+            n++;
+        }
+        snprintf(token, sizeof(token), "%s", r->group_key);
+        if (examined >= (size_t)limit * 8) {
+            i++;
+            break;
+        }
+    }
+    /* More may follow when the scan stopped inside the range. */
+    int more = 0;
+    if (i < total) {
+        const wm_revision *r = wm_store_revision_at(p->store, i);
+        more = strcmp(r->id.tenant_id, tenant) == 0 && (!ns[0] || strcmp(r->id.ns, ns) == 0) &&
+               (!res[0] || strcmp(r->id.resource_id, res) == 0);
+    }
+    resp.n_revisions = n;
+    resp.revisions = ptrs;
+    resp.next_page_token = more ? token : (char *)"";
+    wm_reply_packed(p, call, &resp.base);
+free_req:
+    free(metas);
+    free(ptrs);
+    wmrpc__list_request__free_unpacked(req, NULL);
+    return SMP_OK;
+}
+
+/* An operation by id, active or ended. NOT_FOUND when unknown. */
+int wm_rpc_get_operation(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len)
+{
+    wm_plugin *p = plugin;
+    Wmrpc__OperationResponse resp = WMRPC__OPERATION_RESPONSE__INIT;
+    wm_pb_op op;
+    WM_DECODE(req, Wmrpc__OperationRequest, wmrpc__operation_request__unpack, p, call, body, len);
+    const wm_operation *o = wm_store_operation(p->store, req->operation_id);
+    if (o == NULL) {
+        wm_reply_error(p, call, WM_ENOT_FOUND, "no operation %" PRIu64, req->operation_id);
+    } else {
+        wm_pb_op_set(&op, o);
+        resp.operation = &op.m;
+        wm_reply_packed(p, call, &resp.base);
+    }
+    wmrpc__operation_request__free_unpacked(req, NULL);
+    return SMP_OK;
+}

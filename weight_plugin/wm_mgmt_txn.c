@@ -1,0 +1,704 @@
+/* wm_mgmt_txn.c -- how a management RPC becomes a durable record.
+ *
+ * Every mutation the RPCs make is a prepared record (wm_txn): the complete
+ * post-mutation state of one revision or lease. This file keeps the list of
+ * records appended but not yet durable, appends them, applies each from its
+ * durable callback with the same function replay uses and only then answers
+ * the waiting call (prepare -> append -> publish); a record may chain the
+ * next one (a promotion, then the lease it was made for). While a record of
+ * a revision is in flight, other mutations of that revision answer BUSY, so
+ * each record advances the metadata generation by exactly one. It also
+ * holds what every handler needs around that: the reply encoders, request
+ * decoding (identity, policy), the lookup and CAS fences, and the builders
+ * of the next record of a revision. Errors travel as the reply status (WM_E*
+ * or SMP_E*) with a UTF-8 sentence naming the cause as the body. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "weight_lineage.h"
+#include "weight_residency_planner.h"
+#include "wm_mgmt.h"
+
+/* ------------------------------------------------------------------------ */
+/* Mutations in flight                                                       */
+/* ------------------------------------------------------------------------ */
+
+/* Free a record and the chain after it (with any affinity it owns). */
+void wm_txn_free(wm_txn *t)
+{
+    while (t != NULL) {
+        wm_txn *then = t->then;
+        if (t->owns_affinity) wm_affinity_clear(&t->up.affinity);
+        free(t);
+        t = then;
+    }
+}
+
+/* A zeroed record of `kind` for the revision of group_key; NULL on OOM. */
+wm_txn *wm_txn_new(wm_plugin *p, wm_txn_kind kind, const char *group_key)
+{
+    wm_txn *t = calloc(1, sizeof(*t));
+    if (t == NULL) return NULL;
+    t->p = p;
+    t->kind = kind;
+    snprintf(t->group_key, sizeof(t->group_key), "%s", group_key);
+    return t;
+}
+
+int wm_pending_metadata(const wm_plugin *p, const char *group_key)
+{
+    for (const wm_txn *t = p->pending; t != NULL; t = t->next)
+        if ((t->kind == WM_TXN_UPSERT || t->kind == WM_TXN_DELETE) &&
+            strcmp(t->group_key, group_key) == 0)
+            return 1;
+    return 0;
+}
+
+int wm_pending_lease_grants(const wm_plugin *p, const char *group_key)
+{
+    for (const wm_txn *t = p->pending; t != NULL; t = t->next)
+        if (t->kind == WM_TXN_LEASE_UPSERT && strcmp(t->group_key, group_key) == 0) return 1;
+    return 0;
+}
+
+int wm_pending_lease_end(const wm_plugin *p, uint64_t lease_id)
+{
+    for (const wm_txn *t = p->pending; t != NULL; t = t->next)
+        if (t->kind == WM_TXN_LEASE_DELETE && t->lease_end_id == lease_id) return 1;
+    return 0;
+}
+
+void wm_pending_remove(wm_plugin *p, wm_txn *t)
+{
+    for (wm_txn **pp = &p->pending; *pp != NULL; pp = &(*pp)->next)
+        if (*pp == t) {
+            *pp = t->next;
+            return;
+        }
+}
+
+void wm_mgmt_release(wm_plugin *p)
+{
+    wm_lifecycle_release(p);
+    wm_lineage_release(p);
+    while (p->pending != NULL) {
+        wm_txn *t = p->pending;
+        p->pending = t->next;
+        wm_txn_free(t);
+    }
+}
+
+const char *wm_status_name(int rc)
+{
+    return wm_error_name(rc);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Replies                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* Answer an error: the status and a sentence as the body. */
+int wm_reply_error(wm_plugin *p, smp_rpc_call *call, int rc, const char *fmt, ...)
+{
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (n < 0) n = 0;
+    if ((size_t)n >= sizeof(msg)) n = (int)sizeof(msg) - 1;
+    p->api->rpc_reply(call, rc, (const uint8_t *)msg, (size_t)n);
+    return SMP_OK;
+}
+
+/* The message text for an append that failed before it was queued. */
+int wm_reply_append_error(wm_plugin *p, smp_rpc_call *call, int rc, const char *what)
+{
+    if (rc == SMP_EGATE)
+        return wm_reply_error(p, call, rc,
+                              "%s refused: %s is not confirmed; weight metadata mutations "
+                              "(OpLog types 8-11) fail closed in HA mode until every standby "
+                              "replays them and the flag is set (reads keep working)",
+                              what, WM_GATE_MANAGEMENT);
+    if (rc == SMP_ENOTLEADER)
+        return wm_reply_error(p, call, rc, "%s refused: this master is a standby", what);
+    return wm_reply_error(p, call, WM_EDURABILITY_FAILED, "%s: the OpLog append failed (%s)", what,
+                          smp_strerror(rc));
+}
+
+int wm_reply_packed(wm_plugin *p, smp_rpc_call *call, const ProtobufCMessage *m)
+{
+    size_t n = protobuf_c_message_get_packed_size(m);
+    uint8_t *buf = malloc(n > 0 ? n : 1);
+    if (buf == NULL) return wm_reply_error(p, call, SMP_ENOMEM, "out of memory packing the reply");
+    protobuf_c_message_pack(m, buf);
+    p->api->rpc_reply(call, SMP_OK, buf, n);
+    free(buf);
+    return SMP_OK;
+}
+
+void wm_pb_identity_set(Wmrpc__WeightIdentity *m, const wm_identity *id)
+{
+    wmrpc__weight_identity__init(m);
+    m->tenant = (char *)id->tenant_id;
+    m->namespace_id = (char *)id->ns;
+    m->resource_id = (char *)id->resource_id;
+    m->revision = (char *)id->revision;
+    m->generation = id->weight_generation;
+}
+
+void wm_pb_meta_set(wm_pb_meta *v, const wm_revision *r)
+{
+    wmrpc__weight_metadata__init(&v->m);
+    wmrpc__weight_policy__init(&v->policy);
+    wm_pb_identity_set(&v->id, &r->id);
+    v->policy.preferred_residency = (uint32_t)r->policy.preferred;
+    v->policy.mixed_hot_ratio = r->policy.mixed_hot_ratio;
+    v->policy.migration_mode = (uint32_t)r->policy.mode;
+    v->m.identity = &v->id;
+    v->m.policy = &v->policy;
+    v->m.availability = (uint32_t)r->availability;
+    v->m.residency = (uint32_t)r->residency;
+    v->m.observed_hot_ratio = r->observed_hot_ratio;
+    v->m.metadata_generation = r->metadata_generation;
+    v->m.operation_id = r->operation_id;
+    v->m.group_key = (char *)r->group_key;
+    v->m.manifest_key = (char *)r->manifest_key;
+    int sealed = r->availability != WM_AVAIL_IMPORTING && r->payload_count > 0;
+    if (sealed) {
+        v->m.manifest_sha256.data = (uint8_t *)r->manifest_sha256;
+        v->m.manifest_sha256.len = WM_SHA256_LEN;
+        v->m.payload_keys_sha256.data = (uint8_t *)r->payload_keys_sha256;
+        v->m.payload_keys_sha256.len = WM_SHA256_LEN;
+        v->m.affinity_sha256.data = (uint8_t *)r->affinity_sha256;
+        v->m.affinity_sha256.len = WM_SHA256_LEN;
+    }
+    v->m.payload_count = r->payload_count;
+    v->m.logical_bytes = r->logical_bytes;
+    v->m.affinity_count = r->affinity_count;
+    v->m.created_ms = r->created_ms;
+    v->m.updated_ms = r->updated_ms;
+    v->m.last_access_ms = r->last_access_ms;
+    v->m.active_leases = r->lease_count;
+}
+
+void wm_pb_op_set(wm_pb_op *v, const wm_operation *op)
+{
+    wmrpc__weight_operation__init(&v->m);
+    wm_pb_identity_set(&v->id, &op->id_of);
+    v->m.id = op->id;
+    v->m.identity = &v->id;
+    v->m.kind = (uint32_t)op->kind;
+    v->m.target_residency = (uint32_t)op->target;
+    v->m.target_hot_ratio = op->target_hot_ratio;
+    v->m.state = (uint32_t)op->state;
+    v->m.members_done = op->members_done;
+    v->m.members_total = op->members_total;
+    v->m.bytes_done = op->bytes_done;
+    v->m.bytes_total = op->bytes_total;
+    v->m.cursor = (char *)op->cursor;
+    v->m.error = (char *)op->error;
+    v->m.attempts = op->attempts;
+    v->m.created_ms = op->created_ms;
+    v->m.updated_ms = op->updated_ms;
+}
+
+/* MetadataResponse: the revision and its active operation, if any. rev NULL:
+ * an empty response (the record left the table). */
+int wm_reply_metadata(wm_plugin *p, smp_rpc_call *call, const wm_revision *rev)
+{
+    Wmrpc__MetadataResponse resp = WMRPC__METADATA_RESPONSE__INIT;
+    wm_pb_meta meta;
+    wm_pb_op op;
+    if (rev != NULL) {
+        wm_pb_meta_set(&meta, rev);
+        resp.metadata = &meta.m;
+        const wm_operation *o = rev->operation_id ? wm_store_operation(p->store, rev->operation_id)
+                                                  : NULL;
+        if (o != NULL) {
+            wm_pb_op_set(&op, o);
+            resp.operation = &op.m;
+        }
+    }
+    return wm_reply_packed(p, call, &resp.base);
+}
+
+int wm_reply_begin(wm_plugin *p, smp_rpc_call *call, const wm_revision *rev)
+{
+    Wmrpc__ImportBeginResponse resp = WMRPC__IMPORT_BEGIN_RESPONSE__INIT;
+    wm_pb_meta meta;
+    wm_pb_meta_set(&meta, rev);
+    resp.metadata = &meta.m;
+    return wm_reply_packed(p, call, &resp.base);
+}
+
+int wm_reply_lease(wm_plugin *p, smp_rpc_call *call, const wm_lease *l, const wm_revision *rev)
+{
+    Wmrpc__LeaseResponse resp = WMRPC__LEASE_RESPONSE__INIT;
+    Wmrpc__WeightLease lm = WMRPC__WEIGHT_LEASE__INIT;
+    Wmrpc__WeightIdentity lid;
+    wm_pb_meta meta;
+    if (l != NULL) {
+        wm_pb_identity_set(&lid, &l->id_of);
+        lm.id = l->id;
+        lm.identity = &lid;
+        lm.metadata_generation = l->metadata_generation;
+        lm.expires_ms = l->expiry_ms;
+        resp.lease = &lm;
+    }
+    if (rev != NULL) {
+        wm_pb_meta_set(&meta, rev);
+        resp.metadata = &meta.m;
+    }
+    return wm_reply_packed(p, call, &resp.base);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Append and publish                                                        */
+/* ------------------------------------------------------------------------ */
+
+static int wm_txn_append(wm_plugin *p, wm_txn *t);
+
+/* Durable callback: apply the record with the replay code, then answer. */
+static void wm_txn_durable(void *arg, int status, uint64_t seq)
+{
+    wm_txn *t = arg;
+    wm_plugin *p = t->p;
+    char why[512] = "";
+    int rc = WM_OK;
+    (void)seq;
+
+    wm_pending_remove(p, t);
+    if (status < 0) {
+        p->api->log(p->host, SMP_LOG_ERROR, "weight record for %s did not become durable: %s",
+                    t->group_key, smp_strerror(status));
+        if (t->call != NULL)
+            wm_reply_error(p, t->call, WM_EDURABILITY_FAILED,
+                           "the OpLog could not make the record for %s durable (%s); nothing "
+                           "changed",
+                           t->group_key, smp_strerror(status));
+        rc = WM_EDURABILITY_FAILED;
+        goto free_txn;
+    }
+    switch (t->kind) {
+    case WM_TXN_UPSERT: rc = wm_store_apply_upsert(p->store, &t->up, why, sizeof(why)); break;
+    case WM_TXN_DELETE: rc = wm_store_apply_delete(p->store, &t->del, why, sizeof(why)); break;
+    case WM_TXN_LEASE_UPSERT:
+        rc = wm_store_apply_lease_upsert(p->store, &t->lease, why, sizeof(why));
+        break;
+    case WM_TXN_LEASE_DELETE:
+        rc = wm_store_apply_lease_delete(p->store, &t->lease_end, why, sizeof(why));
+        break;
+    }
+    if (rc < 0) {
+        /* Prepared records are checked before the append; this is a bug. */
+        p->api->log(p->host, SMP_LOG_ERROR, "durable weight record for %s does not apply: %s",
+                    t->group_key, why);
+        if (t->call != NULL)
+            wm_reply_error(p, t->call, SMP_ESTATE, "durable record for %s does not apply: %s",
+                           t->group_key, why);
+        goto free_txn;
+    }
+    if (t->kind == WM_TXN_LEASE_DELETE && t->lease_end.reason == WM_LEASE_EXPIRED)
+        p->leases_expired++;
+    wm_metrics_refresh(p);
+
+    if (t->then != NULL) {
+        /* The next record of the chain carries the reply. */
+        wm_txn *next = t->then;
+        t->then = NULL;
+        next->call = t->call;
+        t->call = NULL;
+        if ((rc = wm_txn_append(p, next)) < 0) {
+            if (next->call != NULL) wm_reply_append_error(p, next->call, rc, "lease grant");
+            wm_txn_free(next);
+        }
+        goto free_txn;
+    }
+    if (t->call == NULL) goto free_txn;
+
+    const wm_identity *id = NULL;
+    switch (t->kind) {
+    case WM_TXN_UPSERT: id = &t->up.revision.id; break;
+    case WM_TXN_DELETE: id = &t->del.id; break;
+    case WM_TXN_LEASE_UPSERT: id = &t->lease.id_of; break;
+    case WM_TXN_LEASE_DELETE: id = &t->lease_end.id_of; break;
+    }
+    const wm_revision *rev = wm_store_get(p->store, id);
+    switch (t->reply) {
+    case WM_REPLY_BEGIN: wm_reply_begin(p, t->call, rev); break;
+    case WM_REPLY_METADATA: wm_reply_metadata(p, t->call, rev); break;
+    case WM_REPLY_DELETED: wm_reply_metadata(p, t->call, NULL); break;
+    case WM_REPLY_LEASE:
+        wm_reply_lease(p, t->call,
+                       t->kind == WM_TXN_LEASE_UPSERT ? wm_store_lease(p->store, t->lease.id) : NULL,
+                       rev);
+        break;
+    case WM_REPLY_NONE: p->api->rpc_reply(t->call, SMP_OK, NULL, 0); break;
+    }
+    t->call = NULL;
+free_txn:
+    if (t->applied != NULL) t->applied(p, t->applied_arg, rc);
+    wm_txn_free(t);
+}
+
+/* Encode t's record and append it; on success t is on the pending list and
+ * owned by the durable callback. On failure t is untouched and still the
+ * caller's. Returns SMP_OK or the append's code (SMP_EGATE, ...). */
+static int wm_txn_append(wm_plugin *p, wm_txn *t)
+{
+    int rc;
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    uint16_t type = 0;
+    char why[512] = "";
+
+    switch (t->kind) {
+    case WM_TXN_UPSERT:
+        t->up.operations = t->up.n_operations ? t->ops : NULL;
+        rc = wm_store_check_upsert(p->store, &t->up, why, sizeof(why));
+        if (rc == WM_OK) rc = wm_encode_metadata_upsert(&t->up, &buf, &len, why, sizeof(why));
+        type = WM_OP_METADATA_UPSERT;
+        break;
+    case WM_TXN_DELETE:
+        t->del.operation_ids = t->del.n_operation_ids ? t->del_ops : NULL;
+        rc = wm_store_check_delete(p->store, &t->del, why, sizeof(why));
+        if (rc == WM_OK) rc = wm_encode_metadata_delete(&t->del, &buf, &len, why, sizeof(why));
+        type = WM_OP_METADATA_DELETE;
+        break;
+    case WM_TXN_LEASE_UPSERT:
+        rc = wm_encode_lease_upsert(&t->lease, &buf, &len, why, sizeof(why));
+        type = WM_OP_LEASE_UPSERT;
+        break;
+    case WM_TXN_LEASE_DELETE:
+        rc = wm_encode_lease_delete(&t->lease_end, &buf, &len, why, sizeof(why));
+        type = WM_OP_LEASE_DELETE;
+        break;
+    default: return SMP_EINVAL;
+    }
+    if (rc < 0) {
+        /* a bug in the transition that prepared it: nothing is appended */
+        p->api->log(p->host, SMP_LOG_ERROR, "weight record for %s refused before the append: %s",
+                    t->group_key, why);
+        return rc == SMP_ENOMEM ? rc : SMP_ESTATE;
+    }
+    t->next = p->pending;
+    p->pending = t;
+    rc = p->api->oplog_append(p->host, type, WM_RECORD_ENCVER, buf, len, wm_txn_durable, t);
+    free(buf);
+    if (rc < 0) wm_pending_remove(p, t);
+    return rc;
+}
+
+/* Append t for a waiting call; on failure answer the call and free t. */
+int wm_submit(wm_plugin *p, wm_txn *t, smp_rpc_call *call, wm_reply_kind reply,
+                     const char *what)
+{
+    t->call = call;
+    t->reply = reply;
+    int rc = wm_txn_append(p, t);
+    if (rc < 0) {
+        wm_txn_free(t);
+        return wm_reply_append_error(p, call, rc, what);
+    }
+    return SMP_OK;
+}
+
+int wm_submit_lease_end(wm_plugin *p, const wm_lease *l, wm_lease_end reason)
+{
+    wm_txn *t = wm_txn_new(p, WM_TXN_LEASE_DELETE, "");
+    if (t == NULL) return SMP_ENOMEM;
+    const wm_revision *rev = wm_store_get(p->store, &l->id_of);
+    if (rev != NULL) snprintf(t->group_key, sizeof(t->group_key), "%s", rev->group_key);
+    t->lease_end_id = l->id;
+    t->lease_end.lease_id = l->id;
+    t->lease_end.id_of = l->id_of;
+    t->lease_end.reason = reason;
+    int rc = wm_txn_append(p, t);
+    if (rc < 0) wm_txn_free(t);
+    return rc;
+}
+
+int wm_submit_upsert(wm_plugin *p, const wm_revision *rev, const wm_operation *ops, size_t n_ops,
+                     wm_applied_fn cb, void *arg)
+{
+    char why[512] = "";
+    int rc;
+    if (rev == NULL || n_ops > 2 || (n_ops > 0 && ops == NULL)) return WM_EINVALID_ARGUMENT;
+    wm_txn *t = wm_txn_new(p, WM_TXN_UPSERT, rev->group_key);
+    if (t == NULL) return SMP_ENOMEM;
+    t->up.revision = *rev;
+    for (size_t i = 0; i < n_ops; i++) t->ops[i] = ops[i];
+    t->up.n_operations = n_ops;
+    t->up.operations = n_ops ? t->ops : NULL;
+    /* What the store would refuse is refused now, before anything is
+     * written: the record alone, and with the summary the store holds. */
+    const wm_affinity *held = wm_store_affinity(p->store, &rev->id);
+    if ((rc = wm_metadata_check(&t->up.revision, why, sizeof(why))) == WM_OK &&
+        (rev->availability == WM_AVAIL_READY || rev->availability == WM_AVAIL_DEGRADED) &&
+        (held == NULL || held->n_units == 0)) {
+        snprintf(why, sizeof(why), "%.200s has no sealed affinity summary", rev->group_key);
+        rc = WM_EINVALID_ARGUMENT;
+    }
+    for (size_t i = 0; rc == WM_OK && i < n_ops; i++)
+        rc = wm_operation_check(&t->ops[i], &t->up.revision, why, sizeof(why));
+    if (rc < 0) {
+        p->api->log(p->host, SMP_LOG_ERROR, "lifecycle record for %s refused: %s", rev->group_key,
+                    why);
+        wm_txn_free(t);
+        return WM_EINVALID_ARGUMENT;
+    }
+    t->applied = cb;
+    t->applied_arg = arg;
+    if ((rc = wm_txn_append(p, t)) < 0) wm_txn_free(t);
+    return rc;
+}
+
+int wm_submit_delete(wm_plugin *p, const wm_metadata_delete *d, wm_applied_fn cb, void *arg)
+{
+    if (d == NULL || d->n_operation_ids > 1 || (d->n_operation_ids > 0 && d->operation_ids == NULL))
+        return WM_EINVALID_ARGUMENT;
+    const wm_revision *rev = wm_store_get(p->store, &d->id);
+    wm_txn *t = wm_txn_new(p, WM_TXN_DELETE, rev ? rev->group_key : "");
+    if (t == NULL) return SMP_ENOMEM;
+    t->del = *d;
+    if (d->n_operation_ids) t->del_ops[0] = d->operation_ids[0];
+    t->applied = cb;
+    t->applied_arg = arg;
+    int rc = wm_txn_append(p, t);
+    if (rc < 0) wm_txn_free(t);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Request decoding                                                          */
+/* ------------------------------------------------------------------------ */
+
+/* A wire identity as a checked wm_identity ("" tenant is "default"). */
+static int wm_identity_from_pb(const Wmrpc__WeightIdentity *in, wm_identity *out, char *msg,
+                               size_t cap)
+{
+    if (in == NULL) {
+        snprintf(msg, cap, "identity is missing");
+        return WM_EINVALID_ARGUMENT;
+    }
+    const char *tenant = in->tenant && in->tenant[0] ? in->tenant : "default";
+    const char *parts[4] = {tenant, in->namespace_id, in->resource_id, in->revision};
+    char *dst[4] = {out->tenant_id, out->ns, out->resource_id, out->revision};
+    memset(out, 0, sizeof(*out));
+    for (int i = 0; i < 4; i++) {
+        size_t n = parts[i] ? strlen(parts[i]) : 0;
+        if (n > WM_ID_COMPONENT_MAX) {
+            snprintf(msg, cap, "identity component %d is %zu bytes (at most %d)", i, n,
+                     WM_ID_COMPONENT_MAX);
+            return WM_EINVALID_ARGUMENT;
+        }
+        memcpy(dst[i], parts[i] ? parts[i] : "", n);
+    }
+    out->weight_generation = in->generation;
+    return wm_identity_check(out, msg, cap);
+}
+
+const char *wm_id_text(const wm_identity *id, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s/%s/%s/%s@%" PRIu64, id->tenant_id, id->ns, id->resource_id,
+             id->revision, id->weight_generation);
+    return buf;
+}
+
+/* The checked identity of a request into *id: 1, or 0 with INVALID_ARGUMENT
+ * ("invalid identity: ...") answered. */
+int wm_identity_in(wm_plugin *p, smp_rpc_call *call, const Wmrpc__WeightIdentity *pid,
+                          wm_identity *id)
+{
+    char msg[256];
+    if (wm_identity_from_pb(pid, id, msg, sizeof(msg)) < 0) {
+        wm_reply_error(p, call, WM_EINVALID_ARGUMENT, "invalid identity: %s", msg);
+        return 0;
+    }
+    return 1;
+}
+
+/* The revision of a request, or an answered NOT_FOUND / INVALID_ARGUMENT. */
+const wm_revision *wm_lookup(wm_plugin *p, smp_rpc_call *call,
+                                    const Wmrpc__WeightIdentity *pid, wm_identity *id)
+{
+    char idt[1200];
+    if (!wm_identity_in(p, call, pid, id)) return NULL;
+    const wm_revision *rev = wm_store_get(p->store, id);
+    if (rev == NULL)
+        wm_reply_error(p, call, WM_ENOT_FOUND, "no revision %s", wm_id_text(id, idt, sizeof(idt)));
+    return rev;
+}
+
+uint64_t wm_now(wm_plugin *p, const wm_revision *rev)
+{
+    uint64_t now = p->api->wall_ms(p->host);
+    return rev != NULL && rev->updated_ms > now ? rev->updated_ms : now;
+}
+
+/* A mutation of rev may start: nothing of it in flight. */
+int wm_check_idle(wm_plugin *p, smp_rpc_call *call, const wm_revision *rev)
+{
+    if (wm_pending_metadata(p, rev->group_key)) {
+        wm_reply_error(p, call, WM_EBUSY,
+                       "a mutation of %s is being made durable; retry with the generation it "
+                       "returns",
+                       rev->group_key);
+        return 0;
+    }
+    return 1;
+}
+
+int wm_check_cas(wm_plugin *p, smp_rpc_call *call, const wm_revision *rev, uint64_t expected)
+{
+    if (wm_cas_check(expected, rev->metadata_generation) < 0) {
+        wm_reply_error(p, call, WM_ESTALE_GENERATION,
+                       "expected_metadata_generation %" PRIu64
+                       " is stale: %s is at metadata generation %" PRIu64,
+                       expected, rev->group_key, rev->metadata_generation);
+        return 0;
+    }
+    return 1;
+}
+
+/* wm_lookup, then the CAS on expected (wm_check_cas): the revision, or NULL
+ * with the refusal answered. */
+const wm_revision *wm_lookup_cas(wm_plugin *p, smp_rpc_call *call,
+                                        const Wmrpc__WeightIdentity *pid, wm_identity *id,
+                                        uint64_t expected)
+{
+    const wm_revision *rev = wm_lookup(p, call, pid, id);
+    if (rev == NULL || !wm_check_cas(p, call, rev, expected)) return NULL;
+    return rev;
+}
+
+/* The fence of a mutation of rev: nothing of it in flight (wm_check_idle),
+ * then the CAS on expected (wm_check_cas). 1, or 0 with the refusal
+ * answered. */
+int wm_check_fence(wm_plugin *p, smp_rpc_call *call, const wm_revision *rev,
+                          uint64_t expected)
+{
+    return wm_check_idle(p, call, rev) && wm_check_cas(p, call, rev, expected);
+}
+
+/* A request policy over the cluster default: absent fields (0) come from the
+ * cluster default, then the whole is validated. */
+int wm_policy_from_pb(const wm_plugin *p, const Wmrpc__WeightPolicy *in, const wm_policy *base,
+                             wm_policy *out, char *msg, size_t cap)
+{
+    *out = base ? *base : p->cluster_policy;
+    if (in == NULL) return WM_OK;
+    if (in->preferred_residency != 0) {
+        if (in->preferred_residency > WM_RES_MIXED) {
+            snprintf(msg, cap, "preferred_residency %" PRIu32 " is not HOT (1), COLD (2) or MIXED (3)",
+                     in->preferred_residency);
+            return WM_EINVALID_ARGUMENT;
+        }
+        out->preferred = (wm_residency)in->preferred_residency;
+    }
+    if (in->mixed_hot_ratio != 0.0) out->mixed_hot_ratio = in->mixed_hot_ratio;
+    if (in->migration_mode != 0) {
+        if (!wm_mode_valid((int)in->migration_mode)) {
+            snprintf(msg, cap, "migration_mode %" PRIu32 " is not PINNED (1), MANUAL (2) or AUTO (3)",
+                     in->migration_mode);
+            return WM_EINVALID_ARGUMENT;
+        }
+        out->mode = (wm_migration_mode)in->migration_mode;
+    }
+    return wm_policy_check(out, msg, cap);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Preparing records                                                         */
+/* ------------------------------------------------------------------------ */
+
+/* Fill a new MIGRATING operation toward `target`. */
+void wm_op_migrating(wm_plugin *p, wm_operation *op, const wm_revision *r, wm_residency target,
+                            double ratio, uint64_t now)
+{
+    memset(op, 0, sizeof(*op));
+    op->id = wm_store_reserve_operation_id(p->store);
+    op->kind = WM_OPK_MIGRATING;
+    op->id_of = r->id;
+    op->target = target;
+    op->target_hot_ratio = target == WM_RES_MIXED ? ratio : 0.0;
+    op->state = WM_OPS_RUNNING;
+    op->created_ms = op->updated_ms = now;
+}
+
+/* A new UPSERT record of rev for a waiting call: a copy of rev one metadata
+ * generation on, updated now (wm_now). NULL with "out of memory" answered. */
+wm_txn *wm_txn_next(wm_plugin *p, smp_rpc_call *call, const wm_revision *rev)
+{
+    wm_txn *t = wm_txn_new(p, WM_TXN_UPSERT, rev->group_key);
+    if (t == NULL) {
+        wm_reply_error(p, call, SMP_ENOMEM, "out of memory");
+        return NULL;
+    }
+    wm_revision *r = &t->up.revision;
+    *r = *rev;
+    r->metadata_generation = rev->metadata_generation + 1;
+    r->updated_ms = wm_now(p, rev);
+    return t;
+}
+
+/* Attach to t's revision its one operation: MIGRATING toward target over
+ * all its payloads and bytes, created at the revision's updated_ms. */
+void wm_txn_migrating(wm_plugin *p, wm_txn *t, wm_residency target, double ratio)
+{
+    wm_revision *r = &t->up.revision;
+    wm_op_migrating(p, &t->ops[0], r, target, ratio, r->updated_ms);
+    t->ops[0].members_total = r->payload_count;
+    t->ops[0].bytes_total = r->logical_bytes;
+    r->operation_id = t->ops[0].id;
+    t->up.n_operations = 1;
+}
+
+/* Make t's revision DELETING with its one operation: DELETING over members
+ * objects and bytes logical bytes, created at the revision's updated_ms. */
+void wm_txn_deleting(wm_plugin *p, wm_txn *t, uint64_t members, uint64_t bytes)
+{
+    wm_revision *r = &t->up.revision;
+    wm_operation *op = &t->ops[0];
+    r->availability = WM_AVAIL_DELETING;
+    memset(op, 0, sizeof(*op));
+    op->id = wm_store_reserve_operation_id(p->store);
+    op->kind = WM_OPK_DELETING;
+    op->id_of = r->id;
+    op->state = WM_OPS_RUNNING;
+    op->members_total = members;
+    op->bytes_total = bytes;
+    op->created_ms = op->updated_ms = r->updated_ms;
+    r->operation_id = op->id;
+    t->up.n_operations = 1;
+}
+
+/* The prepared record t may follow rev (wm_metadata_mutation_check, its
+ * sentence into msg[cap]): 1, or 0 with t freed and the refusal answered as
+ * "<noun> of <group> refused: <why>". */
+int wm_mutation_ok(wm_plugin *p, smp_rpc_call *call, const wm_revision *rev, wm_txn *t,
+                          const char *noun, char *msg, size_t cap)
+{
+    int rc = wm_metadata_mutation_check(rev, &t->up.revision, msg, cap);
+    if (rc < 0) {
+        wm_txn_free(t);
+        wm_reply_error(p, call, rc, "%s of %s refused: %s", noun, rev->group_key, msg);
+        return 0;
+    }
+    return 1;
+}
+
+/* Check the prepared record t against rev (wm_mutation_ok), then submit it
+ * for call with a MetadataResponse (wm_submit, `what` naming an append
+ * failure). t is consumed either way; the call is always answered. */
+void wm_check_submit(wm_plugin *p, smp_rpc_call *call, const wm_revision *rev, wm_txn *t,
+                            const char *noun, const char *what, char *msg, size_t cap)
+{
+    if (wm_mutation_ok(p, call, rev, t, noun, msg, cap))
+        wm_submit(p, t, call, WM_REPLY_METADATA, what);
+}
