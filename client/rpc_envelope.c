@@ -6,7 +6,7 @@
 
 #include "store_plugin.h"
 
-/* Field numbers of proto/rpc.proto: both messages have four. */
+/* Field numbers of proto/rpc.proto: a request has four, a response five. */
 enum {
     ENV_REQUEST_ID = 1,
     ENV_SERVICE = 2, /* request */
@@ -14,17 +14,19 @@ enum {
     ENV_STATUS = 2,  /* response */
     ENV_ERROR = 3,   /* response */
     ENV_BODY = 4,
-    ENV_FIELDS = 4
+    ENV_LEADER = 5,  /* response */
+    ENV_REQUEST_FIELDS = 4,
+    ENV_RESPONSE_FIELDS = 5
 };
 
 enum { WIRE_VARINT = 0, WIRE_I64 = 1, WIRE_LEN = 2, WIRE_I32 = 5 };
 
-/* Fields 1..ENV_FIELDS as read: a number, or bytes inside the frame. */
-typedef struct env_fields {
-    uint64_t num[ENV_FIELDS + 1];
-    const uint8_t *ptr[ENV_FIELDS + 1];
-    size_t len[ENV_FIELDS + 1];
-} env_fields;
+/* One field as read: a number, or bytes inside the frame. */
+typedef struct env_field {
+    uint64_t num;
+    const uint8_t *ptr;
+    size_t len;
+} env_field;
 
 /* Read a varint of at most max bytes at *p (before end) into *v, keeping
  * the low 64 bits as protobuf-c does. 0, or -1 when it runs past end or
@@ -45,33 +47,36 @@ static int get_varint(const uint8_t **p, const uint8_t *end, unsigned max, uint6
     return -1;
 }
 
-/* Walk the fields of frame[0, len) into *f (zeroed first). Field k is bytes
- * when bit k of bytes_fields is set, a varint otherwise; a known field sent
- * with another wire type is refused, as protobuf-c refuses it; unknown
- * fields are skipped. SMP_OK or SMP_EPROTO. */
-static int env_walk(const uint8_t *frame, size_t len, unsigned bytes_fields, env_fields *f)
+/* Walk the fields of frame[0, len) into f[1..nfields] (zeroed first; f has
+ * nfields + 1 entries, f[0] unused). Field k is bytes when bit k of
+ * bytes_fields is set, a varint otherwise; a known field sent with another
+ * wire type is refused, as protobuf-c refuses it; unknown fields are
+ * skipped. SMP_OK or SMP_EPROTO. Inlined with constant arguments, so a
+ * request costs what it did before responses grew a fifth field. */
+static inline int env_walk(const uint8_t *frame, size_t len, uint32_t nfields,
+                           unsigned bytes_fields, env_field *f)
 {
     const uint8_t *p = frame, *end = frame + len;
-    memset(f, 0, sizeof(*f));
+    memset(f, 0, (nfields + 1) * sizeof(*f));
     while (p < end) {
         uint64_t key, v;
         if ((*p & 0xf8) == 0) return SMP_EPROTO; /* field number 0 */
         if (get_varint(&p, end, 5, &key) < 0) return SMP_EPROTO;
         uint32_t field = (uint32_t)(key >> 3);
         unsigned wire = (unsigned)(key & 7);
-        int known = field >= 1 && field <= ENV_FIELDS;
+        int known = field >= 1 && field <= nfields;
         if (known && wire != ((bytes_fields >> field & 1) ? WIRE_LEN : WIRE_VARINT))
             return SMP_EPROTO;
         switch (wire) {
         case WIRE_VARINT:
             if (get_varint(&p, end, 10, &v) < 0) return SMP_EPROTO;
-            if (known) f->num[field] = v;
+            if (known) f[field].num = v;
             break;
         case WIRE_LEN:
             if (get_varint(&p, end, 5, &v) < 0 || v > (uint64_t)(end - p)) return SMP_EPROTO;
             if (known) {
-                f->ptr[field] = v ? p : NULL;
-                f->len[field] = (size_t)v;
+                f[field].ptr = v ? p : NULL;
+                f[field].len = (size_t)v;
             }
             p += v;
             break;
@@ -91,29 +96,32 @@ static int env_walk(const uint8_t *frame, size_t len, unsigned bytes_fields, env
 
 int rpc_env_decode_request(const uint8_t *frame, size_t len, rpc_env_request *out)
 {
-    env_fields f;
-    int rc = env_walk(frame, len, 1u << ENV_BODY, &f);
+    env_field f[ENV_REQUEST_FIELDS + 1];
+    int rc = env_walk(frame, len, ENV_REQUEST_FIELDS, 1u << ENV_BODY, f);
     if (rc < 0) return rc;
-    out->request_id = f.num[ENV_REQUEST_ID];
-    out->service = (uint32_t)f.num[ENV_SERVICE];
-    out->method = (uint32_t)f.num[ENV_METHOD];
-    out->body = f.ptr[ENV_BODY];
-    out->body_len = f.len[ENV_BODY];
+    out->request_id = f[ENV_REQUEST_ID].num;
+    out->service = (uint32_t)f[ENV_SERVICE].num;
+    out->method = (uint32_t)f[ENV_METHOD].num;
+    out->body = f[ENV_BODY].ptr;
+    out->body_len = f[ENV_BODY].len;
     return SMP_OK;
 }
 
 int rpc_env_decode_response(const uint8_t *frame, size_t len, rpc_env_response *out)
 {
-    env_fields f;
-    int rc = env_walk(frame, len, 1u << ENV_ERROR | 1u << ENV_BODY, &f);
+    env_field f[ENV_RESPONSE_FIELDS + 1];
+    int rc = env_walk(frame, len, ENV_RESPONSE_FIELDS,
+                      1u << ENV_ERROR | 1u << ENV_BODY | 1u << ENV_LEADER, f);
     if (rc < 0) return rc;
-    uint32_t z = (uint32_t)f.num[ENV_STATUS]; /* sint32: zigzag */
-    out->request_id = f.num[ENV_REQUEST_ID];
+    uint32_t z = (uint32_t)f[ENV_STATUS].num; /* sint32: zigzag */
+    out->request_id = f[ENV_REQUEST_ID].num;
     out->status = (int32_t)(z >> 1) ^ -(int32_t)(z & 1);
-    out->error = (const char *)f.ptr[ENV_ERROR];
-    out->error_len = f.len[ENV_ERROR];
-    out->body = f.ptr[ENV_BODY];
-    out->body_len = f.len[ENV_BODY];
+    out->error = (const char *)f[ENV_ERROR].ptr;
+    out->error_len = f[ENV_ERROR].len;
+    out->body = f[ENV_BODY].ptr;
+    out->body_len = f[ENV_BODY].len;
+    out->leader = (const char *)f[ENV_LEADER].ptr;
+    out->leader_len = f[ENV_LEADER].len;
     return SMP_OK;
 }
 
@@ -212,4 +220,24 @@ size_t rpc_env_encode_response(uint8_t *out,
     p = put_bytes(p, ENV_ERROR, error, error_len);
     p = put_bytes(p, ENV_BODY, body, body_len);
     return (size_t)(p - out);
+}
+
+size_t rpc_env_response_size_leader(uint64_t request_id, int32_t status, size_t error_len,
+                                    size_t body_len, size_t leader_len)
+{
+    return rpc_env_response_size(request_id, status, error_len, body_len) + bytes_size(leader_len);
+}
+
+size_t rpc_env_encode_response_leader(uint8_t *out,
+                                      uint64_t request_id,
+                                      int32_t status,
+                                      const char *error,
+                                      size_t error_len,
+                                      const uint8_t *body,
+                                      size_t body_len,
+                                      const char *leader,
+                                      size_t leader_len)
+{
+    size_t n = rpc_env_encode_response(out, request_id, status, error, error_len, body, body_len);
+    return (size_t)(put_bytes(out + n, ENV_LEADER, leader, leader_len) - out);
 }

@@ -7,10 +7,11 @@
  * an allocation of the message and a copy of the body) and a reply's
  * get_packed_size and pack about 480: a fifth of the master's own work per
  * durable remove, plus three allocations per response on the client. The
- * envelope never changes shape (the services' bodies are the messages that
- * evolve, and they stay with protobuf-c), so it is read and written here:
- * a decoded body or error points into the frame, nothing is allocated, and
- * a message is written in one pass.
+ * envelope barely changes shape (the services' bodies are the messages that
+ * evolve, and they stay with protobuf-c; the envelope only gained the
+ * response's leader, field 5, for HA), so it is read and written here: a
+ * decoded body, error or leader points into the frame, nothing is
+ * allocated, and a message is written in one pass.
  *
  * The decoders accept exactly what protobuf-c's unpack accepts and give the
  * same values (fields in any order, the last of a repeated field wins,
@@ -33,9 +34,10 @@ typedef struct rpc_env_request {
     size_t body_len;
 } rpc_env_request;
 
-/* A decoded RpcResponse; error and body point into the frame. error is not
- * NUL-terminated (error_len bytes; protobuf-c's C string would end at the
- * first NUL inside them). */
+/* A decoded RpcResponse; error, body and leader point into the frame.
+ * error and leader are not NUL-terminated (error_len / leader_len bytes;
+ * protobuf-c's C string would end at the first NUL inside them). leader is
+ * what a standby sends with SMP_ENOTLEADER: the leader's RPC endpoint. */
 typedef struct rpc_env_response {
     uint64_t request_id;
     int32_t status;
@@ -43,6 +45,8 @@ typedef struct rpc_env_response {
     size_t error_len;
     const uint8_t *body; /* NULL when body_len is 0 */
     size_t body_len;
+    const char *leader; /* NULL when leader_len is 0 */
+    size_t leader_len;
 } rpc_env_response;
 
 /* Decode frame[0, len) into *out. SMP_OK, or SMP_EPROTO when protobuf-c
@@ -52,7 +56,7 @@ typedef struct rpc_env_response {
 int rpc_env_decode_request(const uint8_t *frame, size_t len, rpc_env_request *out);
 int rpc_env_decode_response(const uint8_t *frame, size_t len, rpc_env_response *out);
 
-/* The bytes the matching encoder writes for these fields. */
+/* The bytes the matching encoder writes for these fields (no leader). */
 size_t rpc_env_request_size(uint64_t request_id, uint32_t service, uint32_t method,
                             size_t body_len);
 size_t rpc_env_response_size(uint64_t request_id, int32_t status, size_t error_len,
@@ -74,5 +78,20 @@ size_t rpc_env_encode_response(uint8_t *out,
                                size_t error_len,
                                const uint8_t *body,
                                size_t body_len);
+
+/* A response that also names the leader (field 5; a standby's answer with
+ * SMP_ENOTLEADER): the same bytes as above, then the leader when
+ * leader_len is not 0, as protobuf-c writes it. */
+size_t rpc_env_response_size_leader(uint64_t request_id, int32_t status, size_t error_len,
+                                    size_t body_len, size_t leader_len);
+size_t rpc_env_encode_response_leader(uint8_t *out,
+                                      uint64_t request_id,
+                                      int32_t status,
+                                      const char *error,
+                                      size_t error_len,
+                                      const uint8_t *body,
+                                      size_t body_len,
+                                      const char *leader,
+                                      size_t leader_len);
 
 #endif /* WM_RPC_ENVELOPE_H */

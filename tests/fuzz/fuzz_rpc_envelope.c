@@ -60,21 +60,26 @@ static void check_response(const uint8_t *data, size_t size)
     if ((rc == 0) != (ref != NULL)) broken("response: verdict differs from protobuf-c");
     if (ref == NULL) return;
     size_t elen = mine.error ? strnlen(mine.error, mine.error_len) : 0;
+    size_t llen = mine.leader ? strnlen(mine.leader, mine.leader_len) : 0;
     if (mine.request_id != ref->request_id || mine.status != ref->status ||
         !same_bytes(mine.error, elen, ref->error, strlen(ref->error)) ||
+        !same_bytes(mine.leader, llen, ref->leader, strlen(ref->leader)) ||
         !same_bytes(mine.body, mine.body_len, ref->body.data, ref->body.len))
         broken("response: values differ from protobuf-c");
     rpc_response__free_unpacked(ref, NULL);
 
-    size_t n = rpc_env_response_size(mine.request_id, mine.status, mine.error_len, mine.body_len);
+    size_t n = rpc_env_response_size_leader(mine.request_id, mine.status, mine.error_len,
+                                            mine.body_len, mine.leader_len);
     uint8_t *buf = malloc(n ? n : 1);
     if (buf == NULL) broken("out of memory");
-    if (rpc_env_encode_response(buf, mine.request_id, mine.status, mine.error, mine.error_len,
-                                mine.body, mine.body_len) != n)
+    if (rpc_env_encode_response_leader(buf, mine.request_id, mine.status, mine.error,
+                                       mine.error_len, mine.body, mine.body_len, mine.leader,
+                                       mine.leader_len) != n)
         broken("response: encoded size differs from the size announced");
     if (rpc_env_decode_response(buf, n, &again) != 0 || again.request_id != mine.request_id ||
         again.status != mine.status ||
         !same_bytes(again.error, again.error_len, mine.error, mine.error_len) ||
+        !same_bytes(again.leader, again.leader_len, mine.leader, mine.leader_len) ||
         !same_bytes(again.body, again.body_len, mine.body, mine.body_len))
         broken("response: re-encoding does not decode to the same values");
     free(buf);
@@ -103,5 +108,9 @@ int fuzz_seeds(const char *dir)
     n++;
     len = rpc_env_encode_response(buf + 1, 0, -22, "frame too large", 15, NULL, 0);
     if (fuzz_seed(dir, "refusal", buf, 1 + len) < 0) return -1;
+    n++;
+    len = rpc_env_encode_response_leader(buf + 1, 42, -16, "not the leader", 14, NULL, 0,
+                                         "10.0.0.2:7600", 13);
+    if (fuzz_seed(dir, "redirect", buf, 1 + len) < 0) return -1;
     return n + 1;
 }

@@ -6,7 +6,8 @@
  * mistyped fields added, then cut, flipped and spliced, and plain noise);
  * the named malformations each get SMP_EPROTO; and both messages are written
  * byte for byte as protobuf-c's pack writes them, with their size known
- * beforehand. */
+ * beforehand -- a response's leader (field 5, a standby's redirect)
+ * included. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -62,8 +63,21 @@ static void agree(const uint8_t *data, size_t len)
     rpc_request__free_unpacked(ref, NULL);
 }
 
-/* The same for a response; protobuf-c's error string ends at its first
- * NUL, the decoded one carries its length. */
+/* A decoded string field against protobuf-c's C string, which ends at its
+ * first NUL; the decoded one carries its length. */
+static void agree_string(const char *mine, size_t mine_len, const char *ref)
+{
+    size_t len = strlen(ref);
+    assert_true(len <= mine_len);
+    if (mine_len > 0) {
+        assert_memory_equal(mine, ref, len);
+        if (len < mine_len) assert_int_equal(mine[len], '\0');
+    } else {
+        assert_null(mine);
+    }
+}
+
+/* The same for a response. */
 static void agree_response(const uint8_t *data, size_t len)
 {
     rpc_env_response mine;
@@ -76,14 +90,8 @@ static void agree_response(const uint8_t *data, size_t len)
     assert_int_equal(rc, SMP_OK);
     assert_true(mine.request_id == ref->request_id);
     assert_int_equal(mine.status, ref->status);
-    size_t elen = strlen(ref->error);
-    assert_true(elen <= mine.error_len);
-    if (mine.error_len > 0) {
-        assert_memory_equal(mine.error, ref->error, elen);
-        if (elen < mine.error_len) assert_int_equal(mine.error[elen], '\0');
-    } else {
-        assert_null(mine.error);
-    }
+    agree_string(mine.error, mine.error_len, ref->error);
+    agree_string(mine.leader, mine.leader_len, ref->leader);
     assert_int_equal(mine.body_len, ref->body.len);
     if (ref->body.len > 0) assert_memory_equal(mine.body, ref->body.data, ref->body.len);
     else assert_null(mine.body);
@@ -123,11 +131,11 @@ static void packed_request(frame *f)
     f->n = rpc_request__pack(&req, f->b);
 }
 
-/* A response packed by protobuf-c. */
+/* A response packed by protobuf-c; a third of them name a leader. */
 static void packed_response(frame *f)
 {
     uint8_t body[300];
-    char error[64];
+    char error[64], leader[64];
     RpcResponse resp = RPC_RESPONSE__INIT;
     resp.request_id = some_number();
     resp.status = (int32_t)some_number();
@@ -138,6 +146,10 @@ static void packed_response(frame *f)
     resp.body.len = next() % 3 == 0 ? 0 : next() % sizeof(body);
     for (size_t i = 0; i < resp.body.len; i++) body[i] = (uint8_t)next();
     resp.body.data = body;
+    size_t llen = next() % 3 ? 0 : next() % sizeof(leader);
+    for (size_t i = 0; i < llen; i++) leader[i] = (char)(1 + next() % 255);
+    leader[llen] = '\0';
+    resp.leader = leader;
     f->n = rpc_response__pack(&resp, f->b);
 }
 
@@ -296,12 +308,33 @@ static void test_named_malformations_are_refused(void **state)
     agree_response(status_as_bytes, 3);
     agree_response(error_as_number, 2);
     agree_response(cut_error, 4);
+    const uint8_t leader_as_number[] = {0x28, 0x01};  /* field 5 varint */
+    const uint8_t cut_leader[] = {0x2a, 0x05, '/', 't'};
+    assert_int_equal(rpc_env_decode_response(leader_as_number, 2, &resp), SMP_EPROTO);
+    assert_int_equal(rpc_env_decode_response(cut_leader, 4, &resp), SMP_EPROTO);
+    agree_response(leader_as_number, 2);
+    agree_response(cut_leader, 4);
+    /* A request has no field 5: the same bytes are an unknown field there. */
+    assert_int_equal(rpc_env_decode_request(leader_as_number, 2, &r), SMP_OK);
+    agree(leader_as_number, 2);
+
+    /* A standby's answer: status SMP_ENOTLEADER and the leader's endpoint. */
+    const uint8_t redirect[] = {0x08, 0x07, 0x10, 0x1f, 0x2a, 0x06, '/', 't', '/', 'm', '.', 's'};
+    assert_int_equal(rpc_env_decode_response(redirect, sizeof(redirect), &resp), SMP_OK);
+    assert_int_equal(resp.status, SMP_ENOTLEADER);
+    assert_int_equal(resp.leader_len, 6);
+    assert_memory_equal(resp.leader, "/t/m.s", 6);
+    assert_null(resp.error);
+    agree_response(redirect, sizeof(redirect));
+
     const uint8_t refusal[] = {0x10, 0x03, 0x1a, 0x02, 'n', 'o'}; /* status -2 */
     assert_int_equal(rpc_env_decode_response(refusal, sizeof(refusal), &resp), SMP_OK);
     assert_int_equal(resp.status, -2);
     assert_true(resp.request_id == 0);
     assert_int_equal(resp.error_len, 2);
     assert_memory_equal(resp.error, "no", 2);
+    assert_null(resp.leader);
+    assert_int_equal(resp.leader_len, 0);
 
     /* The last of a repeated field wins; unknown fields are skipped. */
     const uint8_t repeated[] = {0x08, 0x01, 0x2a, 0x01, 'x', 0x08, 0x02,
@@ -324,7 +357,7 @@ static void test_messages_are_written_as_protobuf_c_packs_them(void **state)
 {
     (void)state;
     uint8_t mine[1024], ref[1024], body[300];
-    char error[200];
+    char error[200], leader[100];
     for (int i = 0; i < 20000; i++) {
         RpcResponse resp = RPC_RESPONSE__INIT;
         resp.request_id = some_number();
@@ -346,6 +379,31 @@ static void test_messages_are_written_as_protobuf_c_packs_them(void **state)
         assert_int_equal(size, want);
         assert_int_equal(got, want);
         assert_memory_equal(mine, ref, want);
+        /* the same with no leader through the leader's encoder */
+        memset(mine, 0xee, sizeof(mine));
+        assert_int_equal(rpc_env_response_size_leader(resp.request_id, status, elen,
+                                                      resp.body.len, 0), want);
+        assert_int_equal(rpc_env_encode_response_leader(mine, resp.request_id, status, error,
+                                                        elen, body, resp.body.len, NULL, 0),
+                         want);
+        assert_memory_equal(mine, ref, want);
+
+        /* and naming a leader */
+        size_t llen = next() % 4 == 0 ? 0 : next() % (sizeof(leader) - 1);
+        for (size_t k = 0; k < llen; k++) leader[k] = (char)('!' + next() % 90);
+        leader[llen] = '\0';
+        resp.leader = leader;
+        want = rpc_response__pack(&resp, ref);
+        size = rpc_env_response_size_leader(resp.request_id, status, elen, resp.body.len, llen);
+        got = rpc_env_encode_response_leader(mine, resp.request_id, status, error, elen, body,
+                                             resp.body.len, leader, llen);
+        assert_int_equal(size, want);
+        assert_int_equal(got, want);
+        assert_memory_equal(mine, ref, want);
+        rpc_env_response back;
+        assert_int_equal(rpc_env_decode_response(mine, got, &back), SMP_OK);
+        assert_int_equal(back.leader_len, llen);
+        if (llen) assert_memory_equal(back.leader, leader, llen);
 
         RpcRequest req = RPC_REQUEST__INIT;
         req.request_id = some_number();
