@@ -122,7 +122,10 @@ int master_list_parse(const char *spec, master_list *out, char *err, size_t errl
         memcpy(ep, s, (size_t)(e - s));
         ep[e - s] = '\0';
         if (master_list_check(ep, why, sizeof(why)) < 0) {
-            wm_errbuf(err, errlen, "master list '%s': item %zu: %s", spec, item, why);
+            if (strchr(spec, ',') == NULL) /* a single endpoint: it is the item */
+                wm_errbuf(err, errlen, "%s", why);
+            else
+                wm_errbuf(err, errlen, "master list '%s': item %zu: %s", spec, item, why);
             goto invalid;
         }
         for (size_t i = 0; i < out->n; i++) {

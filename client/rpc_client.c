@@ -7,7 +7,17 @@
  * Decoded responses for other request ids wait in a FIFO until claimed.
  * A connection becomes "broken" once its byte stream can no longer be trusted
  * (peer closed, partial send, undecodable or oversized frame); from then on
- * every call returns the code that broke it. */
+ * every call returns the code that broke it, unless the caller asked for
+ * failover (rpcc_call_ex) or reconnects (rpcc_reconnect).
+ *
+ * The endpoint is a master list (master_list.h). A connection is one socket
+ * to one of its endpoints at a time; it "moves" -- the stream is dropped and
+ * the list is walked from the next endpoint (or from the leader a standby
+ * named) -- when a call is answered SMP_ENOTLEADER (a standby applied
+ * nothing, so the same request is always sent again), and, for calls made
+ * with RPCC_FAILOVER, when the stream is lost before the request left
+ * (always safe) or, with RPCC_IDEMPOTENT, after it left. A move never
+ * happens with other requests in flight: their answers would be lost. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -24,11 +34,16 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "master_list.h"
 #include "rpc_client.h"
 #include "rpc_envelope.h"
 #include "wm_errbuf.h"
 
 #define RPCC_READ_CHUNK (64u * 1024u)
+#define RPCC_BACKOFF_MIN_MS 20   /* pause before a second round or a second move */
+#define RPCC_BACKOFF_MAX_MS 500  /* doubling up to this */
+#define RPCC_ATTEMPT_MS 2000     /* one TCP connect of a list of several */
+#define RPCC_FOLLOW_MS 30000     /* how long a call without a timeout moves on */
 
 /* A response taken off the stream: its frame, and the fields decoded from
  * it (pointing into frame). */
@@ -50,6 +65,11 @@ struct rpcc_conn {
     size_t in_cap;
     rpcc_pending *head;     /* decoded responses not yet claimed */
     rpcc_pending *tail;
+    size_t in_flight;       /* requests sent whose responses were not delivered */
+    master_list ml;         /* the endpoints; ml's position may run ahead of */
+    char endpoint[ML_ENDPOINT_MAX]; /* the one connected now ("" after a failed move) */
+    int hinted;             /* ml is at the leader the last NOT_LEADER named */
+    uint64_t moves;
 };
 
 static void conn_err(rpcc_conn *c, const char *fmt, ...)
@@ -225,6 +245,82 @@ bad:
     return SMP_EINVAL;
 }
 
+/* Connect one endpoint (checked by master_list) by the deadline. */
+static int connect_endpoint(const char *endpoint, int64_t deadline, int *fd,
+                            char *err, size_t errlen)
+{
+    if (strncmp(endpoint, "unix:", 5) == 0)
+        return connect_unix(endpoint + 5, deadline, fd, err, errlen);
+    if (endpoint[0] == '/')
+        return connect_unix(endpoint, deadline, fd, err, errlen);
+    return connect_tcp(endpoint, deadline, fd, err, errlen);
+}
+
+static void sleep_until(int64_t until)
+{
+    int64_t left = until - now_ms();
+    if (left > 0) {
+        struct timespec ts = {(time_t)(left / 1000), (long)(left % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* Connect c (no socket now) to the endpoint c->ml is at or, when it does
+ * not answer, to the next ones in turn. A single endpoint is tried once, as
+ * before there were lists: its code and message are returned as they are.
+ * Several are tried in rounds, each TCP connect for at most
+ * RPCC_ATTEMPT_MS, with a pause between rounds (RPCC_BACKOFF_MIN_MS
+ * doubling to RPCC_BACKOFF_MAX_MS), until deadline (-1: one round); then
+ * SMP_EAGAIN (a connect timed out) or SMP_EIO, with the last cause of each
+ * endpoint in err. On success ml is at the endpoint connected. */
+static int list_connect(rpcc_conn *c, int64_t deadline, char *err, size_t errlen)
+{
+    int64_t started = now_ms();
+    int backoff = RPCC_BACKOFF_MIN_MS, rounds = 0, timed_out = 0, rc = SMP_EIO;
+    char causes[1024];
+
+    for (;;) {
+        size_t round = master_list_round(&c->ml), used = 0;
+        causes[0] = '\0';
+        rounds++;
+        for (size_t i = 0; i < round; i++) {
+            char one[320];
+            const char *ep = master_list_current(&c->ml);
+            int64_t limit = deadline;
+            int fd = -1;
+            if (round > 1 && (limit < 0 || limit > now_ms() + RPCC_ATTEMPT_MS))
+                limit = now_ms() + RPCC_ATTEMPT_MS;
+            one[0] = '\0';
+            rc = connect_endpoint(ep, limit, &fd, one, sizeof(one));
+            if (rc == SMP_OK) {
+                c->fd = fd;
+                snprintf(c->endpoint, sizeof(c->endpoint), "%s", ep);
+                return SMP_OK;
+            }
+            if (round == 1) {
+                wm_errbuf(err, errlen, "%s", one);
+                return rc;
+            }
+            if (rc == SMP_EAGAIN)
+                timed_out = 1;
+            if (used < sizeof(causes)) {
+                int k = snprintf(causes + used, sizeof(causes) - used, "%s%s", used ? "; " : "",
+                                 one);
+                used += k > 0 ? (size_t)k : 0;
+            }
+            master_list_next(&c->ml);
+        }
+        if (deadline < 0 || now_ms() + backoff >= deadline)
+            break;
+        sleep_until(now_ms() + backoff);
+        backoff = backoff * 2 < RPCC_BACKOFF_MAX_MS ? backoff * 2 : RPCC_BACKOFF_MAX_MS;
+    }
+    wm_errbuf(err, errlen, "no master answered (%zu endpoints, %d round%s in %lld ms): %s",
+              master_list_round(&c->ml), rounds, rounds == 1 ? "" : "s",
+              (long long)(now_ms() - started), causes);
+    return timed_out ? SMP_EAGAIN : SMP_EIO;
+}
+
 int rpcc_connect(const char *endpoint,
                  const rpcc_options *opt,
                  rpcc_conn **out,
@@ -232,8 +328,7 @@ int rpcc_connect(const char *endpoint,
                  size_t errlen)
 {
     rpcc_conn *c;
-    int64_t deadline;
-    int rc, fd = -1;
+    int rc;
 
     if (out == NULL || endpoint == NULL) {
         wm_errbuf(err, errlen, "no endpoint or no result pointer");
@@ -249,16 +344,10 @@ int rpcc_connect(const char *endpoint,
     c->max_frame = opt != NULL && opt->max_frame_bytes ? opt->max_frame_bytes
                                                        : RPCC_DEFAULT_MAX_FRAME_BYTES;
     c->next_id = 1;
-    deadline = deadline_of(c->timeout_ms);
-    if (strncmp(endpoint, "unix:", 5) == 0)
-        rc = connect_unix(endpoint + 5, deadline, &fd, err, errlen);
-    else if (endpoint[0] == '/')
-        rc = connect_unix(endpoint, deadline, &fd, err, errlen);
-    else
-        rc = connect_tcp(endpoint, deadline, &fd, err, errlen);
-    if (rc < 0)
+    if ((rc = master_list_parse(endpoint, &c->ml, err, errlen)) < 0)
         goto free_conn;
-    c->fd = fd;
+    if ((rc = list_connect(c, deadline_of(c->timeout_ms), err, errlen)) < 0)
+        goto free_conn;
     *out = c;
     return SMP_OK;
 
@@ -267,17 +356,66 @@ free_conn:
     return rc;
 }
 
-void rpcc_close(rpcc_conn *c)
+/* Forget the stream: the socket, buffered bytes, unclaimed responses. */
+static void drop_stream(rpcc_conn *c)
 {
     rpcc_pending *p, *next;
-    if (c == NULL)
-        return;
     for (p = c->head; p != NULL; p = next) {
         next = p->next;
         free(p);
     }
+    c->head = c->tail = NULL;
     if (c->fd >= 0)
         close(c->fd);
+    c->fd = -1;
+    c->in_len = 0;
+    c->in_flight = 0;
+    c->broken = 0;
+    c->endpoint[0] = '\0';
+}
+
+/* Drop the stream and connect again: at the leader the last NOT_LEADER
+ * named, else from the endpoint after the one in use, walking the list
+ * until deadline. On failure the connection stays broken with the cause. */
+static int conn_move(rpcc_conn *c, int64_t deadline)
+{
+    char why[sizeof(c->err)];
+    int rc;
+    drop_stream(c);
+    if (!c->hinted)
+        master_list_next(&c->ml);
+    c->hinted = 0;
+    if ((rc = list_connect(c, deadline, why, sizeof(why))) < 0) {
+        conn_err(c, "%s", why);
+        c->broken = rc;
+        return rc;
+    }
+    c->moves++;
+    return SMP_OK;
+}
+
+int rpcc_reconnect(rpcc_conn *c)
+{
+    if (c == NULL)
+        return SMP_EINVAL;
+    return conn_move(c, deadline_of(c->timeout_ms));
+}
+
+const char *rpcc_endpoint(const rpcc_conn *c)
+{
+    return c != NULL ? c->endpoint : "";
+}
+
+uint64_t rpcc_moves(const rpcc_conn *c)
+{
+    return c != NULL ? c->moves : 0;
+}
+
+void rpcc_close(rpcc_conn *c)
+{
+    if (c == NULL)
+        return;
+    drop_stream(c);
     free(c->in);
     free(c);
 }
@@ -379,6 +517,7 @@ int rpcc_send(rpcc_conn *c,
     if (request_id != NULL)
         *request_id = c->next_id;
     c->next_id++;
+    c->in_flight++;
     return SMP_OK;
 }
 
@@ -544,6 +683,10 @@ static int deliver(rpcc_conn *c,
         memcpy(msg, m->error, elen);
         msg[elen] = '\0';
     }
+    if (m->status == SMP_ENOTLEADER)
+        c->hinted = master_list_set_leader(&c->ml, m->leader, m->leader_len);
+    if (c->in_flight > 0)
+        c->in_flight--;
     if (got_id != NULL)
         *got_id = m->request_id;
     if (status != NULL)
@@ -610,6 +753,81 @@ int rpcc_fd(const rpcc_conn *c)
     return c != NULL ? c->fd : -1;
 }
 
+/* The deadline of a call's moves: its timeout, or RPCC_FOLLOW_MS when the
+ * connection waits forever. */
+static int64_t follow_deadline(const rpcc_conn *c)
+{
+    return now_ms() + (c->timeout_ms > 0 ? c->timeout_ms : RPCC_FOLLOW_MS);
+}
+
+int rpcc_call_ex(rpcc_conn *c,
+                 unsigned flags,
+                 uint32_t service,
+                 uint32_t method,
+                 const uint8_t *req_body,
+                 size_t req_len,
+                 int *status,
+                 uint8_t **resp_body,
+                 size_t *resp_len,
+                 char **errmsg)
+{
+    int64_t deadline;
+    int backoff = 0, rc, st = 0;
+    uint64_t id;
+
+    if (c == NULL)
+        return SMP_EINVAL;
+    if (flags & RPCC_IDEMPOTENT)
+        flags |= RPCC_FAILOVER;
+    deadline = follow_deadline(c);
+    for (;;) {
+        int sent = 0, lost;
+        uint8_t *body = NULL;
+        char *msg = NULL;
+        size_t len = 0;
+        rc = rpcc_send(c, service, method, req_body, req_len, &id);
+        if (rc == SMP_OK) {
+            sent = 1;
+            rc = rpcc_recv(c, id, NULL, &st, resp_body ? &body : NULL, &len,
+                           errmsg ? &msg : NULL);
+        }
+        if (sent && rc < 0 && !c->broken && c->in_flight > 0)
+            c->in_flight--; /* timed out: nobody claims its answer (stashed if it comes) */
+        if (rc == SMP_OK && st == SMP_ENOTLEADER && c->in_flight == 0 && now_ms() < deadline) {
+            /* A standby: it applied nothing, the request goes to the leader. */
+            free(body);
+            free(msg);
+            goto move;
+        }
+        /* The stream is gone: before the request left, or after it did. */
+        lost = rc < 0 && c->broken && c->in_flight <= (size_t)sent;
+        if (lost && (flags & RPCC_FAILOVER) && (!sent || (flags & RPCC_IDEMPOTENT)) &&
+            now_ms() < deadline) {
+            c->hinted = 0;
+            goto move;
+        }
+        if (rc == SMP_OK) {
+            if (status != NULL)
+                *status = st;
+            if (resp_body != NULL)
+                *resp_body = body;
+            if (resp_len != NULL)
+                *resp_len = len;
+            if (errmsg != NULL)
+                *errmsg = msg;
+        }
+        return rc;
+
+    move:
+        if (backoff > 0)
+            sleep_until(now_ms() + backoff < deadline ? now_ms() + backoff : deadline);
+        backoff = backoff == 0 ? RPCC_BACKOFF_MIN_MS
+                               : backoff * 2 < RPCC_BACKOFF_MAX_MS ? backoff * 2 : RPCC_BACKOFF_MAX_MS;
+        if ((rc = conn_move(c, deadline)) < 0)
+            return rc;
+    }
+}
+
 int rpcc_call(rpcc_conn *c,
               uint32_t service,
               uint32_t method,
@@ -620,24 +838,21 @@ int rpcc_call(rpcc_conn *c,
               size_t *resp_len,
               char **errmsg)
 {
-    uint64_t id;
-    int rc;
-
-    if ((rc = rpcc_send(c, service, method, req_body, req_len, &id)) < 0)
-        return rc;
-    return rpcc_recv(c, id, NULL, status, resp_body, resp_len, errmsg);
+    return rpcc_call_ex(c, 0, service, method, req_body, req_len, status, resp_body, resp_len,
+                        errmsg);
 }
 
-int rpcc_call_msg(rpcc_conn *c,
-                  uint32_t service,
-                  uint32_t method,
-                  const ProtobufCMessage *req,
-                  const ProtobufCMessageDescriptor *desc,
-                  ProtobufCMessage **resp,
-                  int *status,
-                  uint8_t **body,
-                  size_t *body_len,
-                  char **errmsg)
+int rpcc_call_msg_ex(rpcc_conn *c,
+                     unsigned flags,
+                     uint32_t service,
+                     uint32_t method,
+                     const ProtobufCMessage *req,
+                     const ProtobufCMessageDescriptor *desc,
+                     ProtobufCMessage **resp,
+                     int *status,
+                     uint8_t **body,
+                     size_t *body_len,
+                     char **errmsg)
 {
     size_t len = req ? protobuf_c_message_get_packed_size(req) : 0;
     uint8_t *buf = malloc(len ? len : 1);
@@ -651,7 +866,7 @@ int rpcc_call_msg(rpcc_conn *c,
     if (resp) *resp = NULL;
     if (buf == NULL) return SMP_ENOMEM;
     if (req) protobuf_c_message_pack(req, buf);
-    rc = rpcc_call(c, service, method, buf, len, status, &rbody, &rlen, &msg);
+    rc = rpcc_call_ex(c, flags, service, method, buf, len, status, &rbody, &rlen, &msg);
     free(buf);
     if (rc < 0) goto free_reply;
     if (*status != 0) {
@@ -675,4 +890,19 @@ free_reply:
     free(rbody);
     free(msg);
     return rc;
+}
+
+int rpcc_call_msg(rpcc_conn *c,
+                  uint32_t service,
+                  uint32_t method,
+                  const ProtobufCMessage *req,
+                  const ProtobufCMessageDescriptor *desc,
+                  ProtobufCMessage **resp,
+                  int *status,
+                  uint8_t **body,
+                  size_t *body_len,
+                  char **errmsg)
+{
+    return rpcc_call_msg_ex(c, 0, service, method, req, desc, resp, status, body, body_len,
+                            errmsg);
 }

@@ -1,7 +1,8 @@
 /* rpc_client.h -- the blocking client transport of the master's RPC.
  *
  * One rpcc_conn is one socket to a Store Master (TCP "host:port", or a Unix
- * socket given as "unix:/path" or "/path") speaking the frames of
+ * socket given as "unix:/path" or "/path") chosen from a master list
+ * ("a,b,c", master_list.h; one endpoint is a list of one), speaking the frames of
  * proto/rpc.proto: a 4-byte big-endian length and an RpcRequest out, the same
  * framing and an RpcResponse back. rpcc_call() is the synchronous form;
  * rpcc_send() / rpcc_recv() pipeline many requests on one connection, with
@@ -14,7 +15,19 @@
  * leaves a message naming the cause in rpcc_last_error(). A response with
  * request_id 0 is the server refusing the connection itself (oversized or
  * undecodable frame, too many connections): its status becomes the return
- * code, its message the last error, and the connection is unusable after. */
+ * code, its message the last error, and the connection is unusable after.
+ *
+ * HA: a standby answers every request but status with SMP_ENOTLEADER and
+ * the leader's endpoint. rpcc_call and rpcc_call_msg follow such an answer
+ * by themselves -- reconnect to the named leader (or, with no leader
+ * named, to the other endpoints of the list in turn, pausing between
+ * rounds) and send the same request again, until the call's timeout
+ * (30 s without one) -- unless other requests are in flight on the
+ * connection (rpcc_send), whose answers a reconnect would lose: then the
+ * NOT_LEADER answer is returned as it is, and rpcc_reconnect() goes to the
+ * leader it named. A lost stream is only taken up again with
+ * rpcc_call_ex's flags or rpcc_reconnect(); plain calls report it as
+ * before. */
 #ifndef WM_RPC_CLIENT_H
 #define WM_RPC_CLIENT_H
 
@@ -34,10 +47,15 @@ typedef struct rpcc_options {
     uint32_t max_frame_bytes;  /* largest frame sent or accepted; 0: 64 MiB */
 } rpcc_options;
 
-/* Connect to endpoint. opt may be NULL (defaults). On success *out is a new
- * connection (rpcc_close frees it). On failure returns SMP_EINVAL (bad
- * endpoint), SMP_EIO (refused, unreachable), SMP_EAGAIN (timed out) or
- * SMP_ENOMEM, and writes the cause into err (may be NULL). */
+/* Connect to endpoint, a master list: to its first endpoint that accepts
+ * the connection. A single endpoint is tried once; a list of several is
+ * tried in turn, in rounds with a short pause between them (20 ms doubling
+ * to 0.5 s; each TCP connect for at most 2 s) until opt's timeout (none:
+ * one round). opt may be NULL (defaults). On success *out is a new
+ * connection (rpcc_close frees it). On failure returns SMP_EINVAL (a bad
+ * list or endpoint, its item named), SMP_EIO (refused, unreachable),
+ * SMP_EAGAIN (timed out) or SMP_ENOMEM, and writes the cause into err (may
+ * be NULL): for a list, each endpoint's last cause. */
 int rpcc_connect(const char *endpoint,
                  const rpcc_options *opt,
                  rpcc_conn **out,
@@ -54,7 +72,8 @@ void rpcc_set_timeout(rpcc_conn *c, int timeout_ms);
 /* The message of the last failure on this connection ("" if none). */
 const char *rpcc_last_error(const rpcc_conn *c);
 
-/* Send one request and wait for its response. On SMP_OK, *status is the
+/* Send one request and wait for its response (following a standby's
+ * SMP_ENOTLEADER answer as the header says). On SMP_OK, *status is the
  * server's status, *resp_body / *resp_len its body (malloc'd, NULL when empty;
  * caller frees) and *errmsg its error message (malloc'd, NULL when empty;
  * caller frees); any of the out pointers may be NULL to ignore that part.
@@ -90,6 +109,55 @@ int rpcc_call_msg(rpcc_conn *c,
                   uint8_t **body,
                   size_t *body_len,
                   char **errmsg);
+
+/* When a call may be sent again after the connection was lost (flags of
+ * rpcc_call_ex and rpcc_call_msg_ex). A request that did not leave whole
+ * (the stream was already broken, or broke while sending) never reached a
+ * master, so RPCC_FAILOVER sends it again on a new connection, walking the
+ * list from the next endpoint. One that left may have been applied by a
+ * leader before the connection broke: only RPCC_IDEMPOTENT calls (queries,
+ * and mutations whose repetition cannot change the outcome) are sent
+ * again then; the others return the transport error, and the connection
+ * stays broken (the next RPCC_FAILOVER call reconnects it). */
+#define RPCC_FAILOVER 1u
+#define RPCC_IDEMPOTENT 2u /* implies RPCC_FAILOVER */
+
+/* rpcc_call and rpcc_call_msg with those flags (0: as the plain calls). */
+int rpcc_call_ex(rpcc_conn *c,
+                 unsigned flags,
+                 uint32_t service,
+                 uint32_t method,
+                 const uint8_t *req_body,
+                 size_t req_len,
+                 int *status,
+                 uint8_t **resp_body,
+                 size_t *resp_len,
+                 char **errmsg);
+int rpcc_call_msg_ex(rpcc_conn *c,
+                     unsigned flags,
+                     uint32_t service,
+                     uint32_t method,
+                     const ProtobufCMessage *req,
+                     const ProtobufCMessageDescriptor *desc,
+                     ProtobufCMessage **resp,
+                     int *status,
+                     uint8_t **body,
+                     size_t *body_len,
+                     char **errmsg);
+
+/* Drop the stream (and any answers not yet claimed) and connect again: to
+ * the leader the last SMP_ENOTLEADER answer named, else to the endpoint
+ * after the one in use, walking the list as rpcc_connect does until the
+ * connection's timeout. SMP_OK, or the connect error (the connection is
+ * then broken, the cause in rpcc_last_error). */
+int rpcc_reconnect(rpcc_conn *c);
+
+/* The endpoint connected now ("" after a reconnect that failed). */
+const char *rpcc_endpoint(const rpcc_conn *c);
+
+/* How many times the connection moved (a followed redirect, a failover, a
+ * reconnect): when it changed, the master answering may be another. */
+uint64_t rpcc_moves(const rpcc_conn *c);
 
 /* Send one request without waiting; *request_id (may be NULL) receives its
  * id (never 0). Errors as rpcc_call's sending half. */

@@ -74,7 +74,8 @@ static void test_bad_lists_name_the_bad_item(void **state)
     refused("a:1,b:http", "port 'http'");
     refused("a:1,b:", "item 2: endpoint 'b:'");
     refused("a:1,:7600", "item 2: endpoint ':7600' has no host");
-    refused("nohost", "item 1: endpoint 'nohost' is not host:port, unix:/path or /path");
+    refused("nohost", "endpoint 'nohost' is not host:port, unix:/path or /path");
+    refused("a:1,nohost", "item 2: endpoint 'nohost' is not host:port, unix:/path or /path");
     refused("::1:7600", "[addr]:port");
     refused("[::1:7600", "[addr]:port");
     refused("a:1,unix:relative.sock", "item 2: endpoint 'unix:relative.sock': a Unix socket path");
@@ -98,7 +99,7 @@ static void test_bad_lists_name_the_bad_item(void **state)
     char longitem[ML_ENDPOINT_MAX + 16];
     memset(longitem, 'h', sizeof(longitem));
     memcpy(longitem + sizeof(longitem) - 6, ":7600", 6);
-    refused(longitem, "item 1");
+    refused(longitem, "is longer than 255 bytes");
 }
 
 static void test_named_leader_becomes_current(void **state)
