@@ -47,8 +47,16 @@ typedef struct rpc_server_options {
     int backlog;                   /* listen(2) backlog */
 } rpc_server_options;
 
+/* Admission of a decoded request before its handler runs: 0 lets it run;
+ * SMP_ENOTLEADER answers it with that status, *leader (the leader's RPC
+ * endpoint, "" or NULL when none is known, borrowed until the call returns)
+ * in RpcResponse.leader, and its handler never runs. How an HA standby turns
+ * away everything it must not serve. */
+typedef int (*rpc_admit_fn)(void *arg, uint32_t service, uint32_t method, const char **leader);
+
 /* Counters for /metrics. Monotonic unless marked as a gauge. */
 typedef struct rpc_server_stats {
+    uint64_t not_leader;             /* requests turned away by the admission function */
     uint64_t connections_accepted;
     uint64_t connections_open;       /* gauge */
     uint64_t connections_rejected;   /* over max_connections */
@@ -107,6 +115,9 @@ int rpc_server_remove_service(rpc_server *s, uint16_t service_id);
  * listens, the code is returned (SMP_EIO, SMP_EINVAL, SMP_ESTATE when already
  * started or closed) and err names the endpoint and the cause. */
 int rpc_server_start(rpc_server *s, char *err, size_t errlen);
+
+/* Ask fn (NULL: none, every request runs) before each request's handler. */
+void rpc_server_set_admission(rpc_server *s, rpc_admit_fn fn, void *arg);
 
 /* The bound TCP port (useful with port 0), or -1 when TCP is off. */
 int rpc_server_tcp_port(const rpc_server *s);

@@ -35,6 +35,7 @@
 #include "wm_errbuf.h"
 #include "net_addr.h"
 #include "rpc_envelope.h"
+#include "rpc.pb-c.h"
 
 #define RPC_READ_CHUNK (64u * 1024u)
 #define RPC_DIRECT_REPLY_BYTES 4096u /* replies up to this size skip the write queue */
@@ -115,6 +116,8 @@ struct rpc_server {
     /* the call being dispatched, to learn whether its handler replied */
     smp_rpc_call *cur_call;
     int cur_replied;
+    rpc_admit_fn admit;
+    void *admit_arg;
     rpc_server_stats st;
     /* One read buffer for all connections: libuv delivers one read at a time
      * on the loop thread and on_read consumes it entirely (partial frames
@@ -574,6 +577,41 @@ int rpc_reply_error(smp_rpc_call *call, int status, const char *message)
     return call_finish(call, status, message, NULL, 0);
 }
 
+void rpc_server_set_admission(rpc_server *s, rpc_admit_fn fn, void *arg)
+{
+    s->admit = fn;
+    s->admit_arg = arg;
+}
+
+/* Answer a request SMP_ENOTLEADER with the leader's endpoint in field 5 of
+ * RpcResponse. Rare (a client that found a standby), so protobuf-c packs it. */
+static void conn_send_not_leader(rpc_conn *c, uint64_t request_id, const char *leader)
+{
+    rpc_server *s = c->srv;
+    char msg[320];
+    RpcResponse r = RPC_RESPONSE__INIT;
+    rpc_wreq *w;
+    if (c->closing) {
+        s->st.replies_dropped++;
+        return;
+    }
+    if (leader == NULL) leader = "";
+    snprintf(msg, sizeof(msg), "this master is not the leader; %s%.256s",
+             leader[0] ? "the leader is at " : "no leader is known yet", leader);
+    r.request_id = request_id;
+    r.status = SMP_ENOTLEADER;
+    r.error = msg;
+    r.leader = (char *)leader;
+    size_t size = rpc_response__get_packed_size(&r);
+    if ((w = wreq_new(c, 4 + size)) == NULL) return;
+    frame_header(w->data, size);
+    rpc_response__pack(&r, w->data + 4);
+    if (conn_queue(c, w) < 0) return;
+    s->st.not_leader++;
+    s->st.responses_error++;
+    conn_set_reading(c);
+}
+
 /* Decode one complete frame and route it. A body that does not decode is
  * fatal for the connection; an unknown route is answered and reading goes
  * on. The handler borrows the body for the call only. */
@@ -608,6 +646,13 @@ static void conn_dispatch(rpc_conn *c, const uint8_t *data, size_t len)
                  req.service, svc->name, req.method);
         conn_send(c, req.request_id, SMP_ENOTFOUND, msg, NULL, 0);
         return;
+    }
+    if (s->admit != NULL) {
+        const char *leader = NULL;
+        if (s->admit(s->admit_arg, req.service, req.method, &leader) == SMP_ENOTLEADER) {
+            conn_send_not_leader(c, req.request_id, leader);
+            return;
+        }
     }
     if ((call = malloc(sizeof(*call))) == NULL) {
         conn_send(c, req.request_id, SMP_ENOMEM, "out of memory for the call", NULL, 0);
