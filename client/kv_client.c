@@ -2,7 +2,9 @@
  *
  * Each call packs its request message, sends it through the RPC transport
  * (rpc_client.c), and unpacks the reply or keeps the master's error message.
- * Nothing is cached: every answer is the master's. */
+ * Nothing is cached: every answer is the master's. The transport follows a
+ * standby to the leader by itself; what this file adds is which calls may
+ * be sent again after the connection to a master is lost (resend_flags). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +63,34 @@ int kvc_transport_failed(const kvc *c)
     return c->transport_failed;
 }
 
+const char *kvc_endpoint(const kvc *c)
+{
+    return rpcc_endpoint(c->conn);
+}
+
+/* When a call may go again to a master after the connection was lost (the
+ * master restarted, or a failover). Every call goes again when its request
+ * never left whole. Queries, and setting a group's managed flag to a value,
+ * also go again when the request may have arrived: repeating them cannot
+ * change the outcome. Put start, put end, revoke, remove, remove by prefix
+ * and snapshot may have been applied before the connection broke: their
+ * transport error is returned (kvc_transport_failed() says so), as it was
+ * before lists. */
+static unsigned resend_flags(uint32_t service, uint32_t method)
+{
+    if (service == HOST_SERVICE__HOST_SERVICE_ADMIN)
+        return method == ADMIN_METHOD__ADMIN_STATUS ? RPCC_IDEMPOTENT : RPCC_FAILOVER;
+    switch (method) {
+    case OBJECTS_METHOD__OBJ_GET_REPLICAS:
+    case OBJECTS_METHOD__OBJ_EXISTS:
+    case OBJECTS_METHOD__OBJ_LIST:
+    case OBJECTS_METHOD__OBJ_GROUP_SET_MANAGED:
+        return RPCC_IDEMPOTENT;
+    default:
+        return RPCC_FAILOVER;
+    }
+}
+
 /* Send req to (service, method); on success unpack the reply with desc into
  * *resp (NULL desc: the reply is ignored). The master's message of a refusal
  * is kept for kvc_error(). */
@@ -71,7 +101,8 @@ static int call(kvc *c, uint32_t service, uint32_t method, const ProtobufCMessag
     int status = 0;
     c->err[0] = '\0';
     c->transport_failed = 0;
-    int rc = rpcc_call_msg(c->conn, service, method, req, desc, resp, &status, NULL, NULL, &msg);
+    int rc = rpcc_call_msg_ex(c->conn, resend_flags(service, method), service, method, req, desc,
+                              resp, &status, NULL, NULL, &msg);
     if (rc < 0) {
         snprintf(c->err, sizeof(c->err), "%s", rpcc_last_error(c->conn));
         c->transport_failed = rc != SMP_EPROTO && rc != SMP_ENOMEM;
@@ -261,6 +292,21 @@ int kvc_status_get(kvc *c, kvc_status *out)
     out->snapshot_seq = resp->snapshot_seq;
     out->oplog_appends = resp->oplog_appends;
     out->oplog_fsyncs = resp->oplog_fsyncs;
+    copy_str(out->master_id, sizeof(out->master_id), resp->master_id);
+    out->applied_seq = resp->applied_seq;
+    copy_str(out->leader, sizeof(out->leader), resp->leader);
+    out->n_masters_total = resp->n_masters;
+    for (size_t i = 0; i < resp->n_masters && i < KVC_MAX_MASTERS; i++) {
+        const MasterInfo *mi = resp->masters[i];
+        kvc_master *m = &out->masters[out->n_masters++];
+        copy_str(m->id, sizeof(m->id), mi->id);
+        copy_str(m->role, sizeof(m->role), mi->role);
+        copy_str(m->endpoint, sizeof(m->endpoint), mi->endpoint);
+        m->applied_seq = mi->applied_seq;
+        m->lag = mi->lag;
+        m->ready = mi->ready;
+        copy_str(m->reason, sizeof(m->reason), mi->reason);
+    }
     status_response__free_unpacked(resp, NULL);
     return SMP_OK;
 }

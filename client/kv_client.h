@@ -1,8 +1,10 @@
 /* kv_client.h -- a blocking client of the master's plain object service.
  *
  * What weightctl's kv commands, the benchmarks and the integration tests use
- * to talk to a master: one connection (TCP "host:port" or a Unix socket path),
- * one call at a time, each mapping to one RPC of proto/host_rpc.proto.
+ * to talk to a master: one connection (TCP "host:port" or a Unix socket path,
+ * or a list of them "a,b,c" of an HA cluster: the transport finds the leader
+ * and follows it, see rpc_client.h), one call at a time, each mapping to one
+ * RPC of proto/host_rpc.proto.
  * Payload bytes do not travel here -- put start returns where the bytes go,
  * put end makes the object durable and visible. Every call returns 0 or a
  * negative SMP_E* code (the master's status, or the transport's); the
@@ -43,6 +45,19 @@ typedef struct kvc_object {
     kvc_replica replicas[KVC_MAX_REPLICAS];
 } kvc_object;
 
+#define KVC_MAX_MASTERS 16
+
+/* One master of an HA cluster as the answering master knows it. */
+typedef struct kvc_master {
+    char id[64];
+    char role[16];           /* "leader", "standby", "candidate" */
+    char endpoint[256];
+    uint64_t applied_seq;
+    uint64_t lag;            /* records behind the durable head of the OpLog */
+    int ready;               /* 0: it cannot replay (reason says why) */
+    char reason[256];
+} kvc_master;
+
 typedef struct kvc_status {
     char role[16];
     uint64_t objects;
@@ -54,15 +69,27 @@ typedef struct kvc_status {
     uint64_t snapshot_seq;
     uint64_t oplog_appends;
     uint64_t oplog_fsyncs;
+    /* HA ("" / 0 / none without it): */
+    char master_id[64];      /* the master that answered */
+    uint64_t applied_seq;    /* the last OpLog record it applied */
+    char leader[256];        /* the leader's endpoint, "" when unknown */
+    size_t n_masters;        /* masters[0, n_masters): every master registered */
+    size_t n_masters_total;  /* as many as the answer held (more than fit: n_masters is the cap) */
+    kvc_master masters[KVC_MAX_MASTERS];
 } kvc_status;
 
-/* Connect; timeout_ms bounds every call (<= 0: none). err names the cause. */
+/* Connect to endpoint, a master list (rpcc_connect); timeout_ms bounds the
+ * connect and every call (<= 0: none). err names the cause. */
 int kvc_connect(const char *endpoint, int timeout_ms, kvc **out, char *err, size_t errlen);
+/* The endpoint connected now (the one that answered last). */
+const char *kvc_endpoint(const kvc *c);
 void kvc_close(kvc *c);
 /* The message of the last failed call ("" if none). */
 const char *kvc_error(const kvc *c);
 /* 1 when the last call failed in transport (the master's answer never came:
- * whether it acted is unknown); 0 when the master answered. */
+ * whether it acted is unknown); 0 when the master answered. Queries went
+ * again to the next master of the list before failing; mutations only when
+ * their request never left (see kv_client.c's resend_flags). */
 int kvc_transport_failed(const kvc *c);
 
 int kvc_put_start(kvc *c, const char *key, uint64_t size, smp_data_type type, const char *group,

@@ -367,12 +367,15 @@ static int retry_safe(uint32_t method)
     }
 }
 
-/* Replace *conn by a new connection to the master (the old one is broken
- * after a transport failure). SMP_OK or the connect error. */
+/* Connect *conn to a master again (the stream is broken after a transport
+ * failure): the same connection walks s->master's list from the endpoint
+ * after the lost one (or goes to a leader a standby named), a missing one
+ * is made anew. SMP_OK or the connect error. */
 static int reconnect_rpc(weight_store *s, rpcc_conn **conn)
 {
     rpcc_options opt = {.timeout_ms = WC_RPC_TIMEOUT_MS};
     rpcc_conn *fresh = NULL;
+    if (*conn != NULL) return rpcc_reconnect(*conn);
     int rc = rpcc_connect(s->master, &opt, &fresh, NULL, 0);
     if (rc < 0) return rc;
     rpcc_close(*conn);

@@ -181,8 +181,14 @@ typedef struct weight_operation {
 
 typedef struct weight_store weight_store;
 
-/* Connect to the master at `master` ("host:port", or a Unix socket path).
- * tenant: the tenant of identities that leave theirs empty (NULL or "":
+/* Connect to the master at `master` ("host:port", or a Unix socket path),
+ * or to the leader of an HA cluster given as a comma-separated list of its
+ * masters ("m1:7600,m2:7600,m3:7600", up to 16, 511 bytes in all): the
+ * store connects to the first that answers and follows a standby's answer
+ * to the leader; after a lost connection it goes on with the next master
+ * of the list, and sends a call again only when it may be repeated (a
+ * query, an idempotent step; the others fail with WEIGHT_EIO). A bad list
+ * is WEIGHT_EINVALID_ARGUMENT with err naming the bad item. tenant: the tenant of identities that leave theirs empty (NULL or "":
  * "default"). default_policy: the store's default (NULL: none; the cluster
  * default applies). On failure *out is NULL and err (may be NULL) names the
  * cause. WEIGHT_OK, WEIGHT_EINVALID_ARGUMENT, WEIGHT_EIO, WEIGHT_ENOMEM. */
