@@ -2,7 +2,8 @@
  *
  * Contributes one shm-backed memory segment and a cold directory to a master,
  * serves payload bytes to clients, and carries out the master's replica
- * tasks (node_runtime.c). Runs until SIGINT or SIGTERM; the segment file
+ * tasks (node_runtime.c); --master takes one master or the list of an HA
+ * cluster's masters. Runs until SIGINT or SIGTERM; the segment file
  * stays, so a node restarted on the same directory comes back with its data
  * and the master reconciles it. */
 #include <getopt.h>
@@ -12,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "master_list.h"
 #include "node_runtime.h"
 #include "store_plugin.h"
 
@@ -21,7 +23,9 @@ static void usage(FILE *out)
             "usage: store_node --master ADDR --id ID --segment-dir DIR --segment-bytes N\n"
             "                  --cold-dir DIR [--listen HOST:PORT] [--advertise HOST]\n"
             "                  [--verify-from-device]\n"
-            "  ADDR is the master's RPC endpoint (host:port or a Unix socket path)\n"
+            "  ADDR is the master's RPC endpoint (host:port or a Unix socket path), or\n"
+            "  the masters of an HA cluster as a list a,b,c: the node registers with\n"
+            "  the leader and follows it when another master takes over\n"
             "  ID names the node and its segment (<segment-dir>/<ID>.seg)\n");
 }
 
@@ -64,6 +68,12 @@ int main(int argc, char **argv)
     }
     if (!o.master || !o.node_id || !o.segment_dir || !o.segment_bytes || !o.cold_dir || optind != argc) {
         usage(stderr);
+        return 2;
+    }
+    char bad[512];
+    master_list masters;
+    if (master_list_parse(o.master, &masters, bad, sizeof(bad)) < 0) {
+        fprintf(stderr, "store_node: --master: %s\n", bad);
         return 2;
     }
     sigset_t set;

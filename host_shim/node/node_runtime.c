@@ -199,16 +199,21 @@ static void inventory_free(inventory *inv)
     free(inv->files);
 }
 
-/* One RPC of the node service; the master's status when it refused. */
+/* One RPC of the node service: SMP_OK, the master's status when it
+ * refused, or the transport's error with *lost set (the link is to be
+ * taken up again). A standby's NOT_LEADER answer is followed to the leader
+ * by the transport itself. */
 static int call(rpcc_conn *c, uint32_t method, const ProtobufCMessage *req,
-                const ProtobufCMessageDescriptor *desc, ProtobufCMessage **resp, char **msg)
+                const ProtobufCMessageDescriptor *desc, ProtobufCMessage **resp, char **msg,
+                int *lost)
 {
     int status = 0;
     int rc = rpcc_call_msg(c, NODE_SERVICE, method, req, desc, resp, &status, NULL, NULL, msg);
+    *lost = rc < 0;
     return rc < 0 ? rc : status;
 }
 
-static int do_register(node_runtime *n, rpcc_conn *c)
+static int do_register(node_runtime *n, rpcc_conn *c, int *lost)
 {
     inventory inv = {0};
     cold_inventory_stats st;
@@ -229,15 +234,18 @@ static int do_register(node_runtime *n, rpcc_conn *c)
     req.ticket_secret.data = n->secret.bytes;
     req.ticket_secret.len = n->secret.len;
     rc = call(c, NODE_METHOD__NODE_REGISTER, &req.base, &node_register_response__descriptor,
-              (ProtobufCMessage **)&resp, &msg);
+              (ProtobufCMessage **)&resp, &msg, lost);
     if (rc == SMP_OK) {
         n->poll_ms = resp->poll_ms ? resp->poll_ms : 200;
         node_register_response__free_unpacked(resp, NULL);
         /* From now on the segment's contents are the master's to judge. */
         n->seg_survived = 1;
+    } else if (*lost) {
+        fprintf(stderr, "store_node %s: register at %s: %s\n", n->node_id, rpcc_endpoint(c),
+                rpcc_last_error(c));
     } else {
-        fprintf(stderr, "store_node %s: register refused: %s (%s)\n", n->node_id, smp_strerror(rc),
-                msg ? msg : "");
+        fprintf(stderr, "store_node %s: register refused by %s: %s (%s)\n", n->node_id,
+                rpcc_endpoint(c), smp_strerror(rc), msg ? msg : "");
     }
     free(msg);
 free_inventory:
@@ -245,9 +253,13 @@ free_inventory:
     return rc;
 }
 
-/* Poll until the link breaks or the master asks to register again. */
-static int poll_loop(node_runtime *n, rpcc_conn *c)
+/* Poll until the link breaks (*lost set), the master asks to register
+ * again, or the answers come from another master than the one registered
+ * with (the connection followed a standby's NOT_LEADER to a new leader:
+ * the node registers there, and that master reconciles its inventory). */
+static int poll_loop(node_runtime *n, rpcc_conn *c, int *lost)
 {
+    uint64_t registered_moves = rpcc_moves(c);
     while (!atomic_load(&n->stopping)) {
         NodePollRequest req = NODE_POLL_REQUEST__INIT;
         NodePollResponse *resp = NULL;
@@ -256,40 +268,69 @@ static int poll_loop(node_runtime *n, rpcc_conn *c)
         req.n_results = n->n_results;
         req.results = n->results;
         int rc = call(c, NODE_METHOD__NODE_POLL, &req.base, &node_poll_response__descriptor,
-                      (ProtobufCMessage **)&resp, &msg);
+                      (ProtobufCMessage **)&resp, &msg, lost);
         free(msg);
         if (rc < 0) return rc;
+        /* The results went to whoever answered; a new leader ignores the
+         * results of tasks it did not hand out. */
         for (size_t i = 0; i < n->n_results; i++) free_result(n->results[i]);
         n->n_results = 0;
-        int again = resp->reregister;
+        int again = resp->reregister || rpcc_moves(c) != registered_moves;
         for (size_t i = 0; i < resp->n_tasks && n->n_results < RESULTS_MAX; i++) {
             TaskResult *r = run_task(n, resp->tasks[i]);
             if (r) n->results[n->n_results++] = r;
         }
         node_poll_response__free_unpacked(resp, NULL);
-        if (again) return SMP_ENOTFOUND;
+        if (again) {
+            fprintf(stderr, "store_node %s: registering again at %s\n", n->node_id,
+                    rpcc_endpoint(c));
+            return SMP_ENOTFOUND;
+        }
     }
     return SMP_OK;
 }
 
+/* (Re)connect through the master list with short connects (a stop is not
+ * kept waiting long), calls then wait up to 10 s. */
+#define NODE_CONNECT_MS 2000
+#define NODE_CALL_MS 10000
+
+static int link_up(node_runtime *n, rpcc_conn **c)
+{
+    char err[512];
+    int rc;
+    if (*c == NULL) {
+        rpcc_options o = {.timeout_ms = NODE_CONNECT_MS};
+        rc = rpcc_connect(n->master, &o, c, err, sizeof(err));
+    } else {
+        rpcc_set_timeout(*c, NODE_CONNECT_MS);
+        rc = rpcc_reconnect(*c);
+    }
+    if (rc == SMP_OK) rpcc_set_timeout(*c, NODE_CALL_MS);
+    return rc;
+}
+
+/* Register, poll, and register again after a lost link, a master's request
+ * or a change of leader -- one connection for the node's life, which the
+ * transport moves between the masters of the list. */
 static void *ctl_main(void *arg)
 {
     node_runtime *n = arg;
+    rpcc_conn *c = NULL;
+    int lost = 1;
     while (!atomic_load(&n->stopping)) {
-        char err[256];
-        rpcc_conn *c = NULL;
-        rpcc_options o = {.timeout_ms = 10000};
-        if (rpcc_connect(n->master, &o, &c, err, sizeof(err)) < 0) {
+        if (lost && link_up(n, &c) < 0) {
             sleep_ms(50);
             continue;
         }
-        if (do_register(n, c) == SMP_OK) {
-            poll_loop(n, c);
-        } else {
+        lost = 0;
+        if (do_register(n, c, &lost) == SMP_OK) {
+            poll_loop(n, c, &lost);
+        } else if (!lost) {
             sleep_ms(200);
         }
-        rpcc_close(c);
     }
+    rpcc_close(c);
     for (size_t i = 0; i < n->n_results; i++) free_result(n->results[i]);
     n->n_results = 0;
     return NULL;

@@ -10,7 +10,11 @@
  * is a heartbeat, returns the results of finished tasks, and brings new
  * ones (persist a range to a cold file, load one back, delete one, verify a
  * range). When the master goes away the control thread reconnects and
- * registers again. */
+ * registers again. Of an HA cluster the node is given every master (a
+ * list, master_list.h): it registers with the leader, following a
+ * standby's NOT_LEADER answer, and registers again with the new leader when
+ * its poll is answered by another master or its connection drops -- no
+ * restart; the new leader reconciles the inventory it reports. */
 #ifndef HOST_NODE_RUNTIME_H
 #define HOST_NODE_RUNTIME_H
 
@@ -20,7 +24,8 @@
 typedef struct node_runtime node_runtime;
 
 typedef struct node_runtime_options {
-    const char *master;        /* the master's RPC endpoint (host:port or socket path) */
+    const char *master;        /* the master's RPC endpoint (host:port or socket path),
+                                * or the list "a,b,c" of an HA cluster's masters */
     const char *node_id;       /* also the segment id */
     const char *segment_dir;
     uint64_t segment_bytes;
