@@ -40,17 +40,7 @@
 #include "kv_client.h"
 #include "wc_safetensors.h"
 #include "weightclient.h"
-
-/* Must match listen.tcp of config/embedded.yaml (a test checks it). */
-#define WEIGHTCTL_DEFAULT_MASTER "127.0.0.1:7600"
-
-typedef struct ctl {
-    const char *master;
-    const char *tenant;
-    int json;
-    kvc *c;
-    weight_store *ws;
-} ctl;
+#include "weightctl_master.h"
 
 static void usage(FILE *out)
 {
@@ -93,54 +83,12 @@ static void usage(FILE *out)
 
 static int connect_master(ctl *x)
 {
-    char err[512];
-    if (kvc_connect(x->master, 10000, &x->c, err, sizeof(err)) < 0) {
-        fprintf(stderr, "weightctl: cannot reach the master at %s: %s\n", x->master, err);
-        return -1;
-    }
-    return 0;
+    return wctl_connect_master(x);
 }
 
-/* Print a JSON string literal. */
 static void json_str(const char *s)
 {
-    putchar('"');
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\') printf("\\%c", ch);
-        else if (ch < 0x20) printf("\\u%04x", ch);
-        else putchar(ch);
-    }
-    putchar('"');
-}
-
-static int cmd_status(ctl *x)
-{
-    kvc_status st;
-    if (kvc_status_get(x->c, &st) < 0) {
-        fprintf(stderr, "weightctl: status: %s\n", kvc_error(x->c));
-        return 1;
-    }
-    if (x->json) {
-        printf("{\"role\":");
-        json_str(st.role);
-        printf(",\"nodes\":%u,\"segments\":%u,\"memory_capacity\":%llu,\"memory_used\":%llu,"
-               "\"objects\":%llu,\"oplog_last_seq\":%llu,\"snapshot_seq\":%llu}\n",
-               st.nodes, st.segments, (unsigned long long)st.memory_capacity,
-               (unsigned long long)st.memory_used, (unsigned long long)st.objects,
-               (unsigned long long)st.oplog_last_seq, (unsigned long long)st.snapshot_seq);
-        return 0;
-    }
-    double pct = st.memory_capacity ? 100.0 * (double)st.memory_used / (double)st.memory_capacity : 0;
-    printf("master    %s (%s)\n", x->master, st.role);
-    printf("nodes     %u\n", st.nodes);
-    printf("segments  %u\n", st.segments);
-    printf("memory    %llu of %llu bytes used (%.1f%%)\n", (unsigned long long)st.memory_used,
-           (unsigned long long)st.memory_capacity, pct);
-    printf("objects   %llu\n", (unsigned long long)st.objects);
-    printf("oplog     seq %llu, snapshot at %llu\n", (unsigned long long)st.oplog_last_seq,
-           (unsigned long long)st.snapshot_seq);
-    return 0;
+    wctl_json_str(s);
 }
 
 static int cmd_kv_ls(ctl *x, const char *prefix)
@@ -1471,29 +1419,18 @@ usage:
 
 int main(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"master", required_argument, NULL, 'm'},
-        {"tenant", required_argument, NULL, 'T'},
-        {"json", no_argument, NULL, 'j'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
     ctl x = {0};
-    int c;
-    x.master = getenv("WEIGHTCTL_MASTER");
-    if (x.master == NULL || x.master[0] == '\0') x.master = WEIGHTCTL_DEFAULT_MASTER;
-    x.tenant = getenv("WEIGHTCTL_TENANT");
-    while ((c = getopt_long(argc, argv, "+m:T:jh", opts, NULL)) != -1) {
-        switch (c) {
-        case 'm': x.master = optarg; break;
-        case 'T': x.tenant = optarg; break;
-        case 'j': x.json = 1; break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
-        }
+    int first = wctl_parse_global(&x, argc, argv);
+    if (first == WCTL_HELP) {
+        usage(stdout);
+        return 0;
     }
-    int nargs = argc - optind;
-    char **args = argv + optind;
+    if (first == WCTL_USAGE) {
+        usage(stderr);
+        return 2;
+    }
+    int nargs = argc - first;
+    char **args = argv + first;
     if (nargs < 1) {
         usage(stderr);
         return 2;
@@ -1522,7 +1459,7 @@ int main(int argc, char **argv)
         return status;
     }
     if (strcmp(args[0], "status") == 0 && nargs == 1) {
-        status = connect_master(&x) < 0 ? 1 : cmd_status(&x);
+        status = connect_master(&x) < 0 ? 1 : wctl_cmd_status(&x);
     } else if (strcmp(args[0], "kv") == 0 && nargs >= 2 && strcmp(args[1], "ls") == 0 && nargs <= 3) {
         status = connect_master(&x) < 0 ? 1 : cmd_kv_ls(&x, nargs == 3 ? args[2] : "");
     } else if (strcmp(args[0], "kv") == 0 && nargs == 4 && strcmp(args[1], "put") == 0) {
