@@ -1,0 +1,335 @@
+/* etcd_fixture.c -- starting, pausing, killing and removing real etcd members.
+ *
+ * See etcd_fixture.h. Members are spawned the way harness.c spawns masters
+ * (fork, PR_SET_PDEATHSIG, output into a log file, exec), and a member is
+ * "up" once a Status call through the project's own etcd client answers
+ * with a leader. Fixtures that are running are remembered so an atexit
+ * handler can stop them when a test ends without its cleanup. */
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "etcd_client.h"
+#include "etcd_fixture.h"
+
+#define ETCD_BIN "/usr/bin/etcd"
+#define LIVE_MAX 8
+
+static etcd_fixture *g_live[LIVE_MAX];
+static int g_atexit_registered;
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static long long now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void live_atexit(void)
+{
+    for (size_t i = 0; i < LIVE_MAX; i++)
+        if (g_live[i] != NULL) etcd_fixture_cleanup(g_live[i]);
+}
+
+static void live_add(etcd_fixture *f)
+{
+    if (!g_atexit_registered) {
+        atexit(live_atexit);
+        g_atexit_registered = 1;
+    }
+    for (size_t i = 0; i < LIVE_MAX; i++) {
+        if (g_live[i] == NULL) {
+            g_live[i] = f;
+            return;
+        }
+    }
+}
+
+static void live_remove(etcd_fixture *f)
+{
+    for (size_t i = 0; i < LIVE_MAX; i++)
+        if (g_live[i] == f) g_live[i] = NULL;
+}
+
+/* Bind port 0 on 127.0.0.1 and return the socket (caller closes), with
+ * *port the port the kernel chose; -1 on failure. */
+static int bind_ephemeral(int *port)
+{
+    struct sockaddr_in a;
+    socklen_t len = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &len) < 0) {
+        close(fd);
+        return -1;
+    }
+    *port = ntohs(a.sin_port);
+    return fd;
+}
+
+int etcd_fixture_free_port(void)
+{
+    int port = -1;
+    int fd = bind_ephemeral(&port);
+    if (fd < 0) return -1;
+    close(fd);
+    return port;
+}
+
+static void print_log_tail(const etcd_fixture_member *m)
+{
+    static char buf[1 << 16];
+    FILE *f = fopen(m->log, "r");
+    if (f == NULL) return;
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    long from = size > (long)sizeof(buf) - 1 ? size - (long)sizeof(buf) + 1 : 0;
+    fseek(f, from, SEEK_SET);
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    /* the last 40 lines */
+    int lines = 0;
+    char *p = buf + n;
+    while (p > buf && lines <= 40) {
+        p--;
+        if (*p == '\n') lines++;
+    }
+    fprintf(stderr, "---- tail of %s ----\n%s\n----\n", m->log, p);
+}
+
+static pid_t spawn_member(const etcd_fixture *f, const etcd_fixture_member *m)
+{
+    char client_url[96], peer_url[64];
+    snprintf(client_url, sizeof(client_url), "http://%s", m->endpoint);
+    snprintf(peer_url, sizeof(peer_url), "http://127.0.0.1:%d", m->peer_port);
+    pid_t pid = fork();
+    if (pid != 0) return pid;
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
+    int fd = open(m->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+        dup2(fd, 2);
+        dup2(fd, 1);
+        close(fd);
+    }
+    execl(ETCD_BIN, "etcd", "--name", m->name, "--data-dir", m->data_dir,
+          "--listen-client-urls", client_url, "--advertise-client-urls", client_url,
+          "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
+          "--initial-cluster", f->initial_cluster, "--initial-cluster-token", f->token,
+          "--initial-cluster-state", "new", "--heartbeat-interval", "50",
+          "--election-timeout", "500", (char *)NULL);
+    _exit(127);
+}
+
+/* 1 while member m runs (reaps it when it exited). */
+static int member_alive(etcd_fixture_member *m)
+{
+    int status;
+    if (m->pid <= 0) return 0;
+    if (waitpid(m->pid, &status, WNOHANG) == m->pid) {
+        fprintf(stderr, "etcd member %s exited (status 0x%x)\n", m->name, status);
+        m->pid = 0;
+        return 0;
+    }
+    return 1;
+}
+
+/* Wait until member i answers a Status call naming a leader. */
+static int wait_member(etcd_fixture *f, size_t i, long long deadline)
+{
+    etcd_fixture_member *m = &f->m[i];
+    etcd_client *c = NULL;
+    etcd_client_options o = {m->endpoint, 500};
+    char err[512] = "";
+    int rc = -1;
+    if (etcd_client_open(&o, &c, err, sizeof(err)) < 0) {
+        fprintf(stderr, "etcd fixture: %s\n", err);
+        return -1;
+    }
+    while (now_ms() < deadline) {
+        etcd_member_status st;
+        if (!member_alive(m)) break;
+        if (etcd_member_status_get(c, m->endpoint, &st, err, sizeof(err)) == 0 &&
+            st.leader_id != 0) {
+            rc = 0;
+            break;
+        }
+        sleep_ms(50);
+    }
+    etcd_client_close(c);
+    if (rc < 0) {
+        fprintf(stderr, "etcd fixture: member %s (%s) did not come up: %s\n", m->name,
+                m->endpoint, err);
+        print_log_tail(m);
+    }
+    return rc;
+}
+
+int etcd_fixture_start(etcd_fixture *f, const char *name, size_t n, int timeout_ms)
+{
+    int fds[2 * ETCD_FIXTURE_MAX_MEMBERS];
+    size_t n_fds = 0;
+    const char *tmp = "/tmp";
+
+    memset(f, 0, sizeof(*f));
+    if (n != 1 && n != 3) return -1;
+    snprintf(f->dir, sizeof(f->dir), "%s/wm-etcd-%s-XXXXXX", tmp, name);
+    if (mkdtemp(f->dir) == NULL) {
+        fprintf(stderr, "etcd fixture: mkdtemp: %s\n", strerror(errno));
+        f->dir[0] = '\0';
+        return -1;
+    }
+    live_add(f);
+    snprintf(f->token, sizeof(f->token), "wm-%s-%d-%lld", name, (int)getpid(), now_ms());
+    f->n = n;
+    /* Every port is held until all are chosen, so no two are the same. */
+    for (size_t i = 0; i < n; i++) {
+        etcd_fixture_member *m = &f->m[i];
+        snprintf(m->name, sizeof(m->name), "m%zu", i);
+        snprintf(m->data_dir, sizeof(m->data_dir), "%s/%s.etcd", f->dir, m->name);
+        snprintf(m->log, sizeof(m->log), "%s/%s.log", f->dir, m->name);
+        if ((fds[n_fds] = bind_ephemeral(&m->client_port)) < 0) goto fail;
+        n_fds++;
+        if ((fds[n_fds] = bind_ephemeral(&m->peer_port)) < 0) goto fail;
+        n_fds++;
+        snprintf(m->endpoint, sizeof(m->endpoint), "127.0.0.1:%d", m->client_port);
+    }
+    for (size_t i = 0; i < n_fds; i++) close(fds[i]);
+    n_fds = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t used = strlen(f->initial_cluster), eused = strlen(f->endpoints);
+        snprintf(f->initial_cluster + used, sizeof(f->initial_cluster) - used,
+                 "%s%s=http://127.0.0.1:%d", i ? "," : "", f->m[i].name, f->m[i].peer_port);
+        snprintf(f->endpoints + eused, sizeof(f->endpoints) - eused, "%s%s", i ? "," : "",
+                 f->m[i].endpoint);
+    }
+    for (size_t i = 0; i < n; i++) {
+        if ((f->m[i].pid = spawn_member(f, &f->m[i])) < 0) {
+            f->m[i].pid = 0;
+            goto fail;
+        }
+    }
+    long long deadline = now_ms() + timeout_ms;
+    for (size_t i = 0; i < n; i++)
+        if (wait_member(f, i, deadline) < 0) goto fail;
+    return 0;
+fail:
+    for (size_t i = 0; i < n_fds; i++) close(fds[i]);
+    etcd_fixture_cleanup(f);
+    return -1;
+}
+
+const char *etcd_fixture_endpoints(const etcd_fixture *f)
+{
+    return f->endpoints;
+}
+
+const char *etcd_fixture_endpoint(const etcd_fixture *f, size_t i)
+{
+    return i < f->n ? f->m[i].endpoint : "";
+}
+
+static int signal_member(etcd_fixture *f, size_t i, int sig)
+{
+    if (i >= f->n || f->m[i].pid <= 0) return -1;
+    return kill(f->m[i].pid, sig) == 0 ? 0 : -1;
+}
+
+/* 1 when every thread of pid is in state T (stopped). */
+static int all_threads_stopped(pid_t pid)
+{
+    char path[64], line[512];
+    int stopped = 1, seen = 0;
+    snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+    DIR *d = opendir(path);
+    if (d == NULL) return 0;
+    struct dirent *e;
+    while (stopped && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        snprintf(line, sizeof(line), "/proc/%d/task/%s/stat", (int)pid, e->d_name);
+        FILE *f = fopen(line, "r");
+        if (f == NULL) continue;
+        if (fgets(line, sizeof(line), f) != NULL) {
+            const char *paren = strrchr(line, ')'); /* the name may hold spaces */
+            seen++;
+            if (paren == NULL || paren[1] != ' ' || (paren[2] != 'T' && paren[2] != 't'))
+                stopped = 0;
+        }
+        fclose(f);
+    }
+    closedir(d);
+    return stopped && seen > 0;
+}
+
+int etcd_fixture_pause(etcd_fixture *f, size_t i)
+{
+    if (signal_member(f, i, SIGSTOP) < 0) return -1;
+    /* kill() returns before every thread has stopped: wait (bounded) */
+    for (int n = 0; n < 1000; n++) {
+        if (all_threads_stopped(f->m[i].pid)) return 0;
+        sleep_ms(5);
+    }
+    return -1;
+}
+
+int etcd_fixture_resume(etcd_fixture *f, size_t i)
+{
+    return signal_member(f, i, SIGCONT);
+}
+
+int etcd_fixture_kill(etcd_fixture *f, size_t i)
+{
+    int status;
+    if (signal_member(f, i, SIGKILL) < 0) return -1;
+    waitpid(f->m[i].pid, &status, 0);
+    f->m[i].pid = 0;
+    return 0;
+}
+
+int etcd_fixture_restart(etcd_fixture *f, size_t i, int timeout_ms)
+{
+    if (i >= f->n || f->m[i].pid > 0) return -1;
+    if ((f->m[i].pid = spawn_member(f, &f->m[i])) < 0) {
+        f->m[i].pid = 0;
+        return -1;
+    }
+    return wait_member(f, i, now_ms() + timeout_ms);
+}
+
+void etcd_fixture_cleanup(etcd_fixture *f)
+{
+    char cmd[400];
+    for (size_t i = 0; i < f->n; i++) {
+        int status;
+        if (f->m[i].pid <= 0) continue;
+        kill(f->m[i].pid, SIGKILL);
+        waitpid(f->m[i].pid, &status, 0);
+        f->m[i].pid = 0;
+    }
+    live_remove(f);
+    if (f->dir[0] == '\0') return;
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", f->dir);
+    if (system(cmd) != 0) fprintf(stderr, "etcd fixture: could not remove %s\n", f->dir);
+    f->dir[0] = '\0';
+}
