@@ -179,4 +179,128 @@ int oplog_file_open(uv_loop_t *loop,
                     char *err,
                     size_t errlen);
 
+/* -- the etcd backend (oplog_etcd.c) -------------------------------------- */
+
+/* The records live in etcd under a cluster prefix: <prefix>log/<seq %020llu>
+ * holds one record (its value verifies itself: sequence, type, encoding
+ * version, length and an XXH64 checksum), <prefix>log_head the sequence of
+ * the last durable record in decimal. A log is opened read-only (a standby);
+ * it becomes the writer through oplog_etcd_promote, which checks an election
+ * fence, and every batch it writes afterwards is one etcd transaction that
+ * re-checks that fence and that log_head is still where this writer left it,
+ * so a deposed leader cannot append. All calls below are made on the loop
+ * thread and never wait for etcd, except oplog_etcd_open and oplog_replay,
+ * which block the calling thread (call them before the loop serves
+ * anything).
+ *
+ * Generic calls on this backend: oplog_replay works only while the log is
+ * neither writable nor following nor promoting (else SMP_ESTATE), any number
+ * of times; it pages through the records with reads pinned to one revision.
+ * oplog_append fails with SMP_ENOTLEADER until a promote succeeded and after
+ * oplog_etcd_demote, with SMP_EDURABILITY once fenced, and with SMP_ERANGE
+ * for a payload over max_batch_bytes. oplog_last_seq / oplog_durable_seq of a
+ * standby are the last record delivered by replay or follow (the head read
+ * at open before that). oplog_truncate_before deletes <prefix>log/0.. up to
+ * seq (exclusive, at most the last durable record + 1) in one fenced
+ * DeleteRange on the backend's thread; SMP_ESTATE unless writable. In
+ * oplog_stats, syncs and batches count successful write transactions and
+ * bytes the record values written. oplog_close writes what is queued (under
+ * the fence), runs the owed durable callbacks, a pending promote's callback
+ * with SMP_ECANCELED, and never follow's on_stop. A following or promoting
+ * log keeps the loop alive, like owed durable callbacks. */
+typedef struct etcd_client etcd_client; /* etcd_client.h */
+
+typedef struct oplog_etcd_options {
+    etcd_client *client;          /* borrowed; outlives the log */
+    const char *prefix;           /* cluster prefix, e.g. "/weight_mgmt/" (copied) */
+    uint32_t max_batch_records;   /* records per txn, 1..127 (etcd's default
+                                     --max-txn-ops is 128: the head put takes
+                                     one); 0 = 127 */
+    uint32_t max_batch_bytes;     /* payload bytes per txn, and the largest
+                                     payload; 0 = 1 MiB (etcd's default request
+                                     limit is 1.5 MiB) */
+    oplog_log_fn log_line;        /* may be NULL (stderr); thread-safe */
+    void *log_arg;
+    /* Loop thread: a batch's fence compare failed (another leader), or a
+     * batch's outcome stayed unknown for the lease TTL; the log is read-only
+     * from then on. May be NULL. */
+    void (*on_fenced)(void *arg, const char *why);
+    void *fenced_arg;
+    /* Added for the etcd backend's tests and operators (0 = default): */
+    uint32_t unreachable_ms;      /* follow gives up with SMP_EIO once etcd
+                                     stayed unreachable this long; 0 = 30000 */
+} oplog_etcd_options;
+
+/* Open the log read-only (a standby). Reads the head once (blocking, before
+ * the loop runs) so oplog_last_seq / oplog_durable_seq report it, and starts
+ * the backend's thread. Returns 0 and *out, or SMP_EINVAL (bad options),
+ * SMP_EIO (etcd did not answer), SMP_EPROTO (a head that does not parse),
+ * SMP_ENOMEM; err names the cause. */
+int oplog_etcd_open(uv_loop_t *loop,
+                    const oplog_etcd_options *o,
+                    oplog **out,
+                    char *err,
+                    size_t errlen);
+
+/* Standby tailing: deliver, on the loop thread and in sequence order, every
+ * record with seq > after_seq as it becomes durable in etcd (a paged read
+ * pinned to one revision, then a watch on <prefix>log/ from the next
+ * revision, run on the backend's thread; records reach the loop through a
+ * uv_async). fn returning < 0 stops following. on_stop (may be NULL) runs
+ * once on the loop thread when following ends for any reason other than a
+ * successful promote or close: SMP_ERANGE when records after after_seq are
+ * gone (garbage-collected: re-bootstrap from a snapshot), SMP_EPROTO for a
+ * record that does not verify or a gap in sequences, fn's code, SMP_EIO when
+ * etcd stayed unreachable for unreachable_ms (transient errors are retried
+ * with backoff until then). Returns 0, SMP_EINVAL, or SMP_ESTATE (already
+ * following, promoting, writable or closing). */
+int oplog_etcd_follow(oplog *log,
+                      uint64_t after_seq,
+                      oplog_replay_fn fn,
+                      void *arg,
+                      void (*on_stop)(void *arg, int status, const char *why),
+                      void *stop_arg);
+
+typedef struct oplog_etcd_fence {
+    const void *leader_key;       /* the election's leader key (copied) ... */
+    size_t leader_key_len;
+    int64_t lease_id;             /* ... must be attached to this lease ... */
+    int64_t create_revision;      /* ... and created at this revision (this term) */
+    /* Added: the lease's TTL; a batch whose outcome stays unknown this long
+     * (etcd unreachable) fails as fenced. 0 = 10000. */
+    uint32_t lease_ttl_ms;
+} oplog_etcd_fence;
+
+/* Become the writer. Asynchronous: on the backend's thread one txn checks the
+ * fence and reads the head; the records up to that head not yet delivered
+ * are delivered on the loop thread (to the running follow's fn, or, when not
+ * following, to fn from the record after the last one replay or follow
+ * delivered -- the head read at open if none), then following stops, the
+ * log becomes writable with the next sequence head + 1, and cb(arg, 0) runs
+ * on the loop thread. cb(arg, status < 0): SMP_ENOTLEADER (the fence does not
+ * hold; a log line names who holds the key), SMP_EIO (etcd unreachable) --
+ * following, if it ran, goes on after both; SMP_ERANGE / SMP_EPROTO (records
+ * to catch up on are gone or do not verify) or fn's code -- following ends
+ * then, with on_stop too. Every later batch is one txn comparing the fence
+ * and log_head's mod revision (see oplog_etcd.c). Returns 0 (cb will run
+ * exactly once), or without calling cb: SMP_EINVAL (no fence key, no cb, no
+ * fn while not following), SMP_ESTATE (writable, promoting or closing),
+ * SMP_ENOMEM. */
+int oplog_etcd_promote(oplog *log,
+                       const oplog_etcd_fence *f,
+                       oplog_replay_fn fn,     /* may be NULL while following */
+                       void *fn_arg,
+                       void (*cb)(void *arg, int status),
+                       void *cb_arg);
+
+/* Step down without being fenced (the election could not renew): appends
+ * fail with SMP_ENOTLEADER from now on; records already queued are still
+ * written under the fence (they succeed only while the lease holds) and
+ * called back. NULL or a log of another backend: no-op. */
+void oplog_etcd_demote(oplog *log);
+
+/* The newest head the backend has seen (from open, replay, follow, or its own
+ * writes). 0 for NULL. */
+uint64_t oplog_etcd_head(const oplog *log);
+
 #endif /* HOST_OPLOG_H */

@@ -1,0 +1,1859 @@
+/* oplog_etcd.c -- the etcd backend of the OpLog.
+ *
+ * The records live in etcd: <prefix>log/<seq %020llu> holds one record and
+ * <prefix>log_head the sequence of the last durable one, in decimal. A log
+ * opens read-only (a standby): it can replay what is there, or follow the
+ * log as another master writes it. oplog_etcd_promote makes it the writer:
+ * one txn checks the election's fence (the leader key is attached to our
+ * lease and was created in our term) and reads the head, the records up to
+ * that head are delivered to the caller, and appends continue at head + 1.
+ *
+ * Writing mirrors the file backend's threading: the loop hands its appends
+ * over once per turn (a uv_check after the I/O callbacks, a uv_prepare for
+ * the rest), the backend's thread takes whatever queued while the previous
+ * txn was in flight (up to max_batch_records and max_batch_bytes) and writes
+ * it as ONE txn:
+ *   compare  leader key LEASE == lease_id, leader key CREATE == create_revision,
+ *            log_head MOD == the mod revision this writer last wrote or read
+ *   success  put every record key, put log_head = the batch's last seq
+ *   failure  range the leader key (to name who holds it)
+ * and the durable callbacks run on the loop thread, in order, through a
+ * uv_async_t. A failed compare means another writer (a new leader) exists:
+ * the log is fenced -- every owed callback gets SMP_EDURABILITY, the log is
+ * read-only, on_fenced runs. A transport error leaves the outcome unknown:
+ * the head and the batch's first key are read back (one txn, no compare) --
+ * applied if the head is the batch's last seq and the key holds our bytes,
+ * not applied if the head is still ours, fenced otherwise -- and the batch
+ * is retried with backoff until the lease's TTL passed, then fenced.
+ *
+ * Following runs on the same thread: a paged read of the records after the
+ * caller's position pinned to one revision R, then a watch of <prefix>log/
+ * from R + 1; a broken watch or a compacted revision starts over with a
+ * read from the next sequence needed, so nothing is lost or repeated.
+ * Records reach the loop through the same uv_async_t (at most
+ * FOLLOW_QUEUE_MAX waiting). Every value is verified (magic, sequence equal
+ * to its key's, length, checksum) and sequences must be contiguous: a
+ * record that does not verify stops replay and following with SMP_EPROTO,
+ * never a crash and never a skip. Nothing here knows what a record means.
+ *
+ * Record value, little-endian (the file backend's record with another magic):
+ *   u32 magic "WOE1" | u64 seq | u16 type | u16 encver | u32 len |
+ *   payload[len] | u64 XXH64(everything before, seed 0) */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <xxhash.h>
+
+#include "etcd_client.h"
+#include "oplog.h"
+#include "wm_errbuf.h"
+
+#define VAL_MAGIC 0x31454F57u /* bytes 'W' 'O' 'E' '1' */
+#define VAL_HDR 20u
+#define VAL_SUM 8u
+#define VAL_FRAME (VAL_HDR + VAL_SUM)
+#define SEQ_DIGITS 20
+#define MAX_TXN_RECORDS 127u
+#define DEFAULT_BATCH_BYTES (1u << 20)
+#define PAGE_RECORDS 1000
+#define FOLLOW_POLL_MS 100u
+#define FOLLOW_QUEUE_MAX 4096u
+#define BACKOFF_MIN_MS 20u
+#define BACKOFF_MAX_MS 1000u
+#define DEFAULT_TTL_MS 10000u
+#define DEFAULT_UNREACHABLE_MS 30000u
+
+/* One appended record on its way to etcd and back to its callback. */
+typedef struct entry {
+    struct entry *next;
+    uint64_t seq;
+    uint64_t t_append_ns;
+    oplog_durable_fn cb;
+    void *arg;
+    int status;
+    size_t val_len;  /* VAL_FRAME + payload length */
+    uint8_t val[];   /* the value as written */
+} entry;
+
+typedef struct entry_list {
+    entry *head;
+    entry *tail;
+} entry_list;
+
+/* One record read from etcd on its way to a replay callback on the loop. */
+typedef struct frec {
+    struct frec *next;
+    uint64_t sess;     /* the follow or promote session it belongs to */
+    oplog_replay_fn fn;
+    void *arg;
+    oplog_record rec;  /* payload points at data */
+    uint8_t data[];
+} frec;
+
+typedef struct frec_list {
+    frec *head;
+    frec *tail;
+} frec_list;
+
+typedef struct etcd_log {
+    struct oplog base;
+    uv_loop_t *loop;
+    uv_async_t async;
+    uv_check_t after_io;    /* hand over what the I/O callbacks appended */
+    uv_prepare_t before_io; /* and what anything else appended */
+    int handles_open;
+    etcd_client *client;
+    oplog_etcd_options opt; /* defaults applied; opt.prefix points at prefix */
+    char *prefix;
+    char *head_key;         /* <prefix>log_head */
+    size_t head_key_len;
+    char *log_begin;        /* <prefix>log/ */
+    size_t log_begin_len;
+    char *log_end;          /* <prefix>log0: the end of the record range */
+    size_t log_end_len;
+    size_t key_len;         /* of one record key */
+
+    /* Loop thread only. */
+    uint64_t last_seq;      /* writer: last assigned; standby: applied_seq */
+    uint64_t durable_seq;   /* writer: last called back with status 0 */
+    uint64_t applied_seq;   /* last record delivered by replay or follow */
+    uint64_t head_seen;
+    int writable;
+    int demoted;
+    int closing;
+    int failed_seen;        /* a failure was delivered: refuse appends */
+    int following;
+    oplog_replay_fn follow_fn;
+    void *follow_arg;
+    void (*on_stop)(void *arg, int status, const char *why);
+    void *stop_arg;
+    uint64_t sess;          /* the current follow or promote session */
+    uint64_t next_sess;
+    uint64_t dead_sess;     /* its fn failed: its records are dropped */
+    int dead_code;
+    int promote_pending;
+    void (*promote_cb)(void *arg, int status);
+    void *promote_arg;
+    entry_list ready;       /* taken from done, callbacks being delivered */
+    frec_list ready_recs;   /* taken from recs, being delivered */
+    entry_list staged;      /* appended this turn, not yet handed over */
+    size_t n_staged;
+    uint64_t turn_ns;
+    uint64_t owed;          /* durable callbacks not yet run */
+    int ref_held;           /* the async handle keeps the loop alive */
+    uint64_t n_appends;
+    uint64_t lat_sum_ns;
+    uint64_t n_durable;
+    uint64_t n_failed;
+
+    /* Shared between the loop and the thread, under mu. */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;      /* CLOCK_MONOTONIC */
+    entry_list queue;       /* handed over, not yet taken by the thread */
+    size_t n_queued;
+    entry_list done;        /* written or failed, callbacks owed */
+    frec_list recs;         /* records for the loop */
+    size_t n_recs;
+    int stop;
+    int failed;             /* read-only: fenced or a fatal write error */
+    int follow_req;         /* start following: */
+    uint64_t follow_after;
+    uint64_t follow_req_sess;
+    oplog_replay_fn follow_req_fn;
+    void *follow_req_arg;
+    uint64_t cancel_sess;   /* stop following this session; 0: none */
+    int promote_req;        /* promote with: */
+    uint8_t *fence_key;     /* owned copy of the leader key */
+    oplog_etcd_fence fence; /* leader_key points at fence_key */
+    uint64_t promote_from;
+    uint64_t promote_sess;
+    oplog_replay_fn promote_fn;
+    void *promote_fn_arg;
+    uint64_t trunc_req;     /* delete the records below it; 0: none */
+    int stop_evt;           /* following ended (thread side): */
+    int stop_status;
+    uint64_t stop_sess;
+    char stop_why[384];
+    int prom_evt;           /* the promote's outcome: */
+    int prom_status;
+    int prom_follow_ended;
+    uint64_t prom_sess;
+    uint64_t prom_head;
+    int fenced_evt;
+    char fenced_why[512];
+    uint64_t n_bytes;
+    uint64_t n_txns;
+    uint64_t n_batches;
+    uint64_t max_batch;
+
+    /* The thread only (after open). */
+    pthread_t thread;
+    int fence_ok;           /* promoted: head_mod and written are ours */
+    int64_t head_mod;       /* log_head's mod revision as we wrote or read it */
+    uint64_t written;       /* the head as we wrote or read it */
+    etcd_watch *watch;
+    int f_active;
+    uint64_t f_next;        /* the next sequence the session needs */
+    uint64_t f_sess;
+    oplog_replay_fn f_fn;
+    void *f_arg;
+    uint64_t f_down_since_ns; /* etcd unreachable since; 0: it answers */
+    uint32_t f_backoff_ms;
+    char *keys;             /* max_batch_records record keys */
+    etcd_op *ops;           /* max_batch_records + 1 */
+} etcd_log;
+
+static const oplog_ops etcd_ops;
+
+/* -- little helpers -------------------------------------------------------- */
+
+static void put_le16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+static void put_le32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put_le64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint16_t get_le16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
+
+static uint32_t get_le32(const uint8_t *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+static uint64_t get_le64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Emit one log line through opt.log_line (or stderr). Any thread. */
+static void log_line(const etcd_log *el, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void log_line(const etcd_log *el, const char *fmt, ...)
+{
+    char line[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    if (el->opt.log_line != NULL)
+        el->opt.log_line(el->opt.log_arg, line);
+    else
+        fprintf(stderr, "%s\n", line);
+}
+
+/* Bytes from etcd as text for a message: non-printable bytes become '?'. */
+static void printable(char *dst, size_t dstlen, const void *src, size_t len)
+{
+    const uint8_t *s = src;
+    size_t i = 0;
+    if (dstlen == 0)
+        return;
+    for (; i < len && i + 1 < dstlen; i++)
+        dst[i] = (s[i] >= 0x20 && s[i] < 0x7f) ? (char)s[i] : '?';
+    dst[i] = '\0';
+}
+
+static void make_key(const etcd_log *el, uint64_t seq, char *buf)
+{
+    /* key_len + 1 bytes: the prefix, "log/", 20 digits and a NUL. */
+    memcpy(buf, el->log_begin, el->log_begin_len);
+    snprintf(buf + el->log_begin_len, SEQ_DIGITS + 1, "%0*" PRIu64, SEQ_DIGITS, seq);
+}
+
+/* The sequence a record key names; 0 when it is not a record key. */
+static uint64_t key_seq(const etcd_log *el, const uint8_t *key, size_t len)
+{
+    uint64_t v = 0;
+    if (len != el->key_len || memcmp(key, el->log_begin, el->log_begin_len) != 0)
+        return 0;
+    for (size_t i = el->log_begin_len; i < len; i++) {
+        if (key[i] < '0' || key[i] > '9')
+            return 0;
+        if (v > (UINT64_MAX - 9) / 10)
+            return 0;
+        v = v * 10 + (uint64_t)(key[i] - '0');
+    }
+    return v;
+}
+
+/* Parse a head value (decimal, 1..20 digits, no sign). Returns 0 or
+ * SMP_EPROTO. */
+static int parse_head(const uint8_t *v, size_t len, uint64_t *out)
+{
+    uint64_t x = 0;
+    if (len == 0 || len > SEQ_DIGITS)
+        return SMP_EPROTO;
+    for (size_t i = 0; i < len; i++) {
+        if (v[i] < '0' || v[i] > '9')
+            return SMP_EPROTO;
+        if (x > (UINT64_MAX - (uint64_t)(v[i] - '0')) / 10)
+            return SMP_EPROTO;
+        x = x * 10 + (uint64_t)(v[i] - '0');
+    }
+    *out = x;
+    return 0;
+}
+
+/* Check a record value read from the key naming seq. On success fills *rec
+ * (payload points into v). Returns 0, or SMP_EPROTO with err naming why. */
+static int verify_value(uint64_t seq,
+                        const uint8_t *v,
+                        size_t len,
+                        oplog_record *rec,
+                        char *err,
+                        size_t errlen)
+{
+    uint32_t plen;
+    if (v == NULL || len < VAL_FRAME) {
+        wm_errbuf(err, errlen, "oplog: record %" PRIu64 " is %zu bytes, shorter than "
+                  "its framing", seq, v == NULL ? 0 : len);
+        return SMP_EPROTO;
+    }
+    if (get_le32(v) != VAL_MAGIC) {
+        wm_errbuf(err, errlen, "oplog: record %" PRIu64 " has a bad magic", seq);
+        return SMP_EPROTO;
+    }
+    plen = get_le32(v + 16);
+    if ((uint64_t)plen + VAL_FRAME != len) {
+        wm_errbuf(err, errlen, "oplog: record %" PRIu64 " says %" PRIu32 " payload bytes "
+                  "but its value has %zu", seq, plen, len - VAL_FRAME);
+        return SMP_EPROTO;
+    }
+    if (XXH64(v, VAL_HDR + (size_t)plen, 0) != get_le64(v + VAL_HDR + plen)) {
+        wm_errbuf(err, errlen, "oplog: record %" PRIu64 " does not verify (checksum "
+                  "mismatch)", seq);
+        return SMP_EPROTO;
+    }
+    if (get_le64(v + 4) != seq) {
+        wm_errbuf(err, errlen, "oplog: the key of record %" PRIu64 " holds record %"
+                  PRIu64, seq, get_le64(v + 4));
+        return SMP_EPROTO;
+    }
+    rec->seq = seq;
+    rec->type = get_le16(v + 12);
+    rec->encver = get_le16(v + 14);
+    rec->payload = v + VAL_HDR;
+    rec->len = plen;
+    return 0;
+}
+
+static void list_push(entry_list *l, entry *e)
+{
+    e->next = NULL;
+    if (l->tail != NULL)
+        l->tail->next = e;
+    else
+        l->head = e;
+    l->tail = e;
+}
+
+static void list_splice(entry_list *dst, entry_list *src)
+{
+    if (src->head == NULL)
+        return;
+    if (dst->tail != NULL)
+        dst->tail->next = src->head;
+    else
+        dst->head = src->head;
+    dst->tail = src->tail;
+    src->head = src->tail = NULL;
+}
+
+static entry *list_pop(entry_list *l)
+{
+    entry *e = l->head;
+    if (e != NULL) {
+        l->head = e->next;
+        if (l->head == NULL)
+            l->tail = NULL;
+        e->next = NULL;
+    }
+    return e;
+}
+
+static void frec_splice(frec_list *dst, frec_list *src)
+{
+    if (src->head == NULL)
+        return;
+    if (dst->tail != NULL)
+        dst->tail->next = src->head;
+    else
+        dst->head = src->head;
+    dst->tail = src->tail;
+    src->head = src->tail = NULL;
+}
+
+static frec *frec_pop(frec_list *l)
+{
+    frec *r = l->head;
+    if (r != NULL) {
+        l->head = r->next;
+        if (l->head == NULL)
+            l->tail = NULL;
+        r->next = NULL;
+    }
+    return r;
+}
+
+/* Wait on cv for up to ms (mu held). Returns when signalled or timed out. */
+static void timed_wait_locked(etcd_log *el, uint32_t ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&el->cv, &el->mu, &ts);
+}
+
+/* Sleep ms on the thread (mu not held); a request from the loop (stop,
+ * promote, a follow change) cuts it short when wake is set. */
+static void nap(etcd_log *el, uint32_t ms, int wake)
+{
+    uint64_t until = now_ns() + (uint64_t)ms * 1000000u;
+    pthread_mutex_lock(&el->mu);
+    for (;;) {
+        uint64_t t = now_ns();
+        if (t >= until)
+            break;
+        if (wake && (el->stop || el->promote_req || el->follow_req ||
+                     (el->cancel_sess != 0 && el->cancel_sess == el->f_sess)))
+            break;
+        timed_wait_locked(el, (uint32_t)((until - t + 999999u) / 1000000u));
+    }
+    pthread_mutex_unlock(&el->mu);
+}
+
+/* -- reading the log (any thread but the loop's once it runs) ---------------- */
+
+/* Read log_head at revision rev (0: newest). *head is 0 and *mod 0 when the
+ * key does not exist; *at_rev is the revision the answer reflects. */
+static int read_head(etcd_log *el,
+                     int64_t rev,
+                     uint64_t *head,
+                     int64_t *mod,
+                     int64_t *at_rev,
+                     char *err,
+                     size_t errlen)
+{
+    etcd_range_result r;
+    int rc = etcd_range(el->client, el->head_key, el->head_key_len, NULL, 0, 1, rev, 0,
+                        &r, err, errlen);
+    if (rc < 0)
+        return rc;
+    *head = 0;
+    *mod = 0;
+    *at_rev = r.revision;
+    if (r.n > 0) {
+        if ((rc = parse_head(r.kvs[0].value, r.kvs[0].value_len, head)) < 0) {
+            char shown[48];
+            printable(shown, sizeof(shown), r.kvs[0].value, r.kvs[0].value_len);
+            wm_errbuf(err, errlen, "oplog: %s holds \"%s\", not a sequence",
+                      el->head_key, shown);
+        }
+        *mod = r.kvs[0].mod_revision;
+    }
+    etcd_range_result_free(&r);
+    return rc;
+}
+
+/* What scan hands each verified record to; a negative return stops it. */
+typedef int (*scan_fn)(etcd_log *el, void *arg, const oplog_record *rec);
+
+/* Read the records from..upto at revision rev, page by page, verify each and
+ * require contiguous sequences starting at from, and hand them to fn in
+ * order. Returns 0 when every one was delivered; *gone set (and
+ * SMP_EPROTO) when the log no longer holds from (the first record found is
+ * later: it was garbage-collected), with *first the first sequence found
+ * (upto + 1 when none); SMP_EPROTO for a record that does not verify or a
+ * gap; SMP_EIO and the like from etcd; or fn's code. err names the cause. */
+static int scan(etcd_log *el,
+                uint64_t from,
+                uint64_t upto,
+                int64_t rev,
+                scan_fn fn,
+                void *arg,
+                int *gone,
+                uint64_t *first,
+                char *err,
+                size_t errlen)
+{
+    char key[256 + SEQ_DIGITS + 8];
+    uint64_t next = from;
+    int rc = 0;
+
+    *gone = 0;
+    while (next <= upto) {
+        etcd_range_result r;
+        uint64_t want = upto - next + 1;
+        int64_t limit = want < PAGE_RECORDS ? (int64_t)want : PAGE_RECORDS;
+        make_key(el, next, key);
+        rc = etcd_range(el->client, key, el->key_len, el->log_end, el->log_end_len, limit,
+                        rev, 0, &r, err, errlen);
+        if (rc < 0)
+            return rc;
+        for (size_t i = 0; i < r.n && next <= upto && rc == 0; i++) {
+            oplog_record rec;
+            uint64_t seq = key_seq(el, r.kvs[i].key, r.kvs[i].key_len);
+            if (seq != next) {
+                if (next == from && seq > from) {
+                    *gone = 1;
+                    *first = seq;
+                    wm_errbuf(err, errlen, "oplog: the records before %" PRIu64 " were "
+                              "garbage-collected (the log starts at %" PRIu64 ", replay "
+                              "needs %" PRIu64 "): re-bootstrap from a snapshot",
+                              seq, seq, from);
+                } else if (seq == 0) {
+                    char shown[96];
+                    printable(shown, sizeof(shown), r.kvs[i].key, r.kvs[i].key_len);
+                    wm_errbuf(err, errlen, "oplog: \"%s\" in the record range is not a "
+                              "record key", shown);
+                } else {
+                    wm_errbuf(err, errlen, "oplog: sequence gap: record %" PRIu64
+                              " follows %" PRIu64, seq, next - 1);
+                }
+                rc = SMP_EPROTO;
+                break;
+            }
+            if ((rc = verify_value(seq, r.kvs[i].value, r.kvs[i].value_len, &rec, err,
+                                   errlen)) < 0)
+                break;
+            next++;
+            if ((rc = fn(el, arg, &rec)) < 0) {
+                wm_errbuf(err, errlen, "oplog: replay stopped at seq %" PRIu64 ": %s",
+                          seq, smp_strerror(rc));
+                break;
+            }
+        }
+        if (rc == 0 && next <= upto && r.n == 0) {
+            if (next == from) {
+                *gone = 1;
+                *first = upto + 1;
+                wm_errbuf(err, errlen, "oplog: the records before %" PRIu64 " were "
+                          "garbage-collected (the log holds none up to its head %" PRIu64
+                          ", replay needs %" PRIu64 "): re-bootstrap from a snapshot",
+                          upto + 1, upto, from);
+            } else {
+                wm_errbuf(err, errlen, "oplog: the records end at %" PRIu64 " but the "
+                          "head says %" PRIu64, next - 1, upto);
+            }
+            rc = SMP_EPROTO;
+        }
+        etcd_range_result_free(&r);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* -- the loop side: handing over and delivering ------------------------------ */
+
+/* Hold the loop alive while callbacks are owed, a promote is pending or the
+ * log follows. */
+static void update_ref(etcd_log *el)
+{
+    int want = el->owed > 0 || el->promote_pending || el->following;
+    if (el->closing)
+        want = 0;
+    if (want == el->ref_held)
+        return;
+    el->ref_held = want;
+    if (want)
+        uv_ref((uv_handle_t *)&el->async);
+    else
+        uv_unref((uv_handle_t *)&el->async);
+}
+
+/* Stop the thread following session sess. Loop thread. */
+static void cancel_follow(etcd_log *el, uint64_t sess)
+{
+    pthread_mutex_lock(&el->mu);
+    el->cancel_sess = sess;
+    pthread_cond_signal(&el->cv);
+    pthread_mutex_unlock(&el->mu);
+}
+
+/* Following ended: tell the caller once. Loop thread. */
+static void end_following(etcd_log *el, int status, const char *why)
+{
+    void (*on_stop)(void *, int, const char *) = el->on_stop;
+    if (!el->following)
+        return;
+    el->following = 0;
+    el->on_stop = NULL;
+    update_ref(el);
+    if (on_stop != NULL && !el->closing)
+        on_stop(el->stop_arg, status, why);
+}
+
+/* Everything the thread posted, in order: records, the end of following,
+ * the promote's outcome, durable callbacks, fencing. Loop thread.
+ * Re-entrant: a callback that closes the log makes the nested call continue
+ * from the same lists; el stays allocated until the uv close callbacks. */
+static void deliver(etcd_log *el)
+{
+    frec *r;
+    entry *e;
+    int stop_evt, prom_evt, fenced_evt;
+    int stop_status = 0, prom_status = 0, prom_follow_ended = 0;
+    uint64_t stop_sess = 0, prom_sess = 0, prom_head = 0;
+    char stop_why[384], fenced_why[512];
+    uint64_t now;
+
+    pthread_mutex_lock(&el->mu);
+    frec_splice(&el->ready_recs, &el->recs);
+    if (el->n_recs >= FOLLOW_QUEUE_MAX)
+        pthread_cond_signal(&el->cv);
+    el->n_recs = 0;
+    list_splice(&el->ready, &el->done);
+    stop_evt = el->stop_evt;
+    if (stop_evt) {
+        stop_status = el->stop_status;
+        stop_sess = el->stop_sess;
+        memcpy(stop_why, el->stop_why, sizeof(stop_why));
+        el->stop_evt = 0;
+    }
+    prom_evt = el->prom_evt;
+    if (prom_evt) {
+        prom_status = el->prom_status;
+        prom_follow_ended = el->prom_follow_ended;
+        prom_sess = el->prom_sess;
+        prom_head = el->prom_head;
+        el->prom_evt = 0;
+    }
+    fenced_evt = el->fenced_evt;
+    if (fenced_evt) {
+        memcpy(fenced_why, el->fenced_why, sizeof(fenced_why));
+        el->fenced_evt = 0;
+    }
+    pthread_mutex_unlock(&el->mu);
+
+    while ((r = frec_pop(&el->ready_recs)) != NULL) {
+        int rc;
+        if (el->closing || r->sess != el->sess || r->sess == el->dead_sess) {
+            free(r);
+            continue;
+        }
+        rc = r->fn(r->arg, &r->rec);
+        if (rc < 0) {
+            char why[160];
+            snprintf(why, sizeof(why), "oplog: the replay callback stopped at seq %"
+                     PRIu64 ": %s", r->rec.seq, smp_strerror(rc));
+            el->dead_sess = r->sess;
+            el->dead_code = rc;
+            cancel_follow(el, r->sess);
+            free(r);
+            end_following(el, rc, why);
+            continue;
+        }
+        el->applied_seq = r->rec.seq;
+        if (!el->writable)
+            el->last_seq = el->durable_seq = r->rec.seq;
+        if (r->rec.seq > el->head_seen)
+            el->head_seen = r->rec.seq;
+        free(r);
+    }
+    if (stop_evt && stop_sess == el->sess && stop_sess != el->dead_sess)
+        end_following(el, stop_status, stop_why);
+    if (prom_evt && el->promote_pending) {
+        void (*cb)(void *, int) = el->promote_cb;
+        int status = prom_status;
+        el->promote_pending = 0;
+        el->promote_cb = NULL;
+        if (el->closing)
+            status = SMP_ECANCELED;
+        else if (prom_sess == el->dead_sess)
+            status = el->dead_code; /* the caller's fn refused a record */
+        if (status == 0) {
+            el->writable = 1;
+            el->following = 0;
+            el->on_stop = NULL;
+            el->last_seq = el->durable_seq = el->applied_seq = prom_head;
+            if (prom_head > el->head_seen)
+                el->head_seen = prom_head;
+        } else if (prom_follow_ended && prom_sess == el->sess) {
+            char why[96];
+            snprintf(why, sizeof(why), "oplog: following ended with the failed promote: %s",
+                     smp_strerror(status));
+            end_following(el, status, why);
+        }
+        update_ref(el);
+        if (cb != NULL)
+            cb(el->promote_arg, status);
+    }
+    now = uv_hrtime();
+    while ((e = list_pop(&el->ready)) != NULL) {
+        if (--el->owed == 0)
+            update_ref(el);
+        if (e->status == 0) {
+            el->durable_seq = e->seq;
+            if (e->seq > el->head_seen)
+                el->head_seen = e->seq;
+            el->lat_sum_ns += now - e->t_append_ns;
+            el->n_durable++;
+        } else {
+            el->n_failed++;
+            el->failed_seen = 1;
+        }
+        if (e->cb != NULL)
+            e->cb(e->arg, e->status, e->seq);
+        free(e);
+    }
+    if (fenced_evt) {
+        el->failed_seen = 1;
+        if (el->opt.on_fenced != NULL && !el->closing)
+            el->opt.on_fenced(el->opt.fenced_arg, fenced_why);
+    }
+}
+
+static void on_async(uv_async_t *h)
+{
+    deliver(h->data);
+}
+
+/* Hand the records appended since the last hand-over to the thread. Loop
+ * thread. When the log failed meanwhile they fail too, through the async
+ * handle, never from inside here. */
+static void hand_over(etcd_log *el)
+{
+    if (el->staged.head == NULL)
+        return;
+    pthread_mutex_lock(&el->mu);
+    if (el->failed) {
+        for (entry *e = el->staged.head; e != NULL; e = e->next)
+            e->status = SMP_EDURABILITY;
+        list_splice(&el->done, &el->staged);
+        uv_async_send(&el->async);
+    } else {
+        list_splice(&el->queue, &el->staged);
+        el->n_queued += el->n_staged;
+        pthread_cond_signal(&el->cv);
+    }
+    pthread_mutex_unlock(&el->mu);
+    el->n_staged = 0;
+}
+
+static void on_after_io(uv_check_t *h)
+{
+    hand_over(h->data);
+}
+
+static void on_before_io(uv_prepare_t *h)
+{
+    hand_over(h->data);
+}
+
+/* -- the thread: writing ------------------------------------------------------ */
+
+/* Post a fencing to the loop and make the log read-only (mu not held). */
+static void post_fenced(etcd_log *el, const char *why)
+{
+    log_line(el, "%s: the log is read-only now", why);
+    pthread_mutex_lock(&el->mu);
+    el->failed = 1;
+    if (!el->fenced_evt) {
+        el->fenced_evt = 1;
+        snprintf(el->fenced_why, sizeof(el->fenced_why), "%s", why);
+    }
+    pthread_mutex_unlock(&el->mu);
+    uv_async_send(&el->async);
+}
+
+/* Name why the fence compare failed, from the failure branch's range of the
+ * leader key. */
+static void fenced_reason(etcd_log *el, const etcd_txn_result *res, char *why, size_t len)
+{
+    char key[128];
+    const oplog_etcd_fence *f = &el->fence;
+    printable(key, sizeof(key), f->leader_key, f->leader_key_len);
+    if (res->n_ranges == 0 || res->ranges[0].n == 0) {
+        snprintf(why, len, "oplog: fenced: the leader key %s is gone (our lease %" PRId64
+                 " expired or was revoked)", key, f->lease_id);
+    } else {
+        const etcd_kv *kv = &res->ranges[0].kvs[0];
+        if (kv->lease != f->lease_id || kv->create_revision != f->create_revision) {
+            char holder[128];
+            printable(holder, sizeof(holder), kv->value, kv->value_len);
+            snprintf(why, len, "oplog: fenced: the leader key %s is held by \"%s\" (lease %"
+                     PRId64 ", created at revision %" PRId64 "), not by our lease %" PRId64
+                     " of revision %" PRId64, key, holder, kv->lease, kv->create_revision,
+                     f->lease_id, f->create_revision);
+        } else {
+            snprintf(why, len, "oplog: fenced: %s was changed by another writer (expected "
+                     "mod revision %" PRId64 ", head %" PRIu64 ")", el->head_key,
+                     el->head_mod, el->written);
+        }
+    }
+}
+
+/* After a transport error: did the batch first..last apply? Reads the head
+ * and the first record's key in one txn without compares. Returns 1 applied
+ * (head_mod updated), 0 not applied (the head is still ours), SMP_EIO
+ * unknown still, or SMP_EDURABILITY (someone else moved the head; why set). */
+static int check_outcome(etcd_log *el,
+                         const entry *first,
+                         uint64_t last,
+                         char *why,
+                         size_t whylen)
+{
+    etcd_op ops[2];
+    etcd_txn_result res;
+    char key[256 + SEQ_DIGITS + 8];
+    char err[256];
+    uint64_t head = 0;
+    int64_t mod = 0;
+    int rc;
+
+    make_key(el, first->seq, key);
+    memset(ops, 0, sizeof(ops));
+    ops[0].type = ETCD_OP_RANGE;
+    ops[0].key = el->head_key;
+    ops[0].key_len = el->head_key_len;
+    ops[1].type = ETCD_OP_RANGE;
+    ops[1].key = key;
+    ops[1].key_len = el->key_len;
+    rc = etcd_txn(el->client, NULL, 0, ops, 2, NULL, 0, &res, err, sizeof(err));
+    if (rc < 0) {
+        log_line(el, "oplog: cannot read back the head after a failed write: %s", err);
+        return SMP_EIO;
+    }
+    rc = SMP_EDURABILITY;
+    if (res.n_ranges != 2) {
+        snprintf(why, whylen, "oplog: the read-back of the head answered %zu ranges",
+                 res.n_ranges);
+        goto free_res;
+    }
+    if (res.ranges[0].n > 0) {
+        if (parse_head(res.ranges[0].kvs[0].value, res.ranges[0].kvs[0].value_len,
+                       &head) < 0) {
+            snprintf(why, whylen, "oplog: %s does not hold a sequence", el->head_key);
+            goto free_res;
+        }
+        mod = res.ranges[0].kvs[0].mod_revision;
+    }
+    if (head == last && res.ranges[1].n > 0 &&
+        res.ranges[1].kvs[0].value_len == first->val_len &&
+        memcmp(res.ranges[1].kvs[0].value, first->val, first->val_len) == 0) {
+        el->head_mod = mod;
+        rc = 1;
+    } else if (head == el->written && mod == el->head_mod) {
+        rc = 0;
+    } else {
+        snprintf(why, whylen, "oplog: fenced: %s moved to %" PRIu64 " (mod revision %"
+                 PRId64 ") while our batch %" PRIu64 "..%" PRIu64 " was in doubt",
+                 el->head_key, head, mod, first->seq, last);
+    }
+free_res:
+    etcd_txn_result_free(&res);
+    return rc;
+}
+
+/* Write one batch as one txn (see the top of the file). Returns 0 when it
+ * is durable, SMP_EDURABILITY when fenced (posted) or on a fatal error. */
+static int write_batch(etcd_log *el, entry_list *batch, size_t n, uint64_t *bytes)
+{
+    etcd_compare cmp[3];
+    etcd_op fail_op;
+    char head_val[SEQ_DIGITS + 1];
+    char why[512];
+    char err[256];
+    uint64_t last = batch->tail->seq;
+    uint64_t deadline = 0;
+    uint32_t backoff = BACKOFF_MIN_MS;
+    uint32_t ttl_ms = el->fence.lease_ttl_ms ? el->fence.lease_ttl_ms : DEFAULT_TTL_MS;
+    size_t i = 0;
+    int rc;
+
+    *bytes = 0;
+    for (entry *e = batch->head; e != NULL; e = e->next, i++) {
+        char *key = el->keys + i * (el->key_len + 1);
+        make_key(el, e->seq, key);
+        el->ops[i] = (etcd_op){.type = ETCD_OP_PUT, .key = key, .key_len = el->key_len,
+                               .value = e->val, .value_len = e->val_len};
+        *bytes += e->val_len;
+    }
+    snprintf(head_val, sizeof(head_val), "%" PRIu64, last);
+    el->ops[n] = (etcd_op){.type = ETCD_OP_PUT, .key = el->head_key,
+                           .key_len = el->head_key_len, .value = head_val,
+                           .value_len = strlen(head_val)};
+    cmp[0] = (etcd_compare){.target = ETCD_CMP_LEASE, .result = ETCD_CMP_EQUAL,
+                            .key = el->fence.leader_key, .key_len = el->fence.leader_key_len,
+                            .number = el->fence.lease_id};
+    cmp[1] = (etcd_compare){.target = ETCD_CMP_CREATE, .result = ETCD_CMP_EQUAL,
+                            .key = el->fence.leader_key, .key_len = el->fence.leader_key_len,
+                            .number = el->fence.create_revision};
+    cmp[2] = (etcd_compare){.target = ETCD_CMP_MOD, .result = ETCD_CMP_EQUAL,
+                            .key = el->head_key, .key_len = el->head_key_len,
+                            .number = el->head_mod};
+    fail_op = (etcd_op){.type = ETCD_OP_RANGE, .key = el->fence.leader_key,
+                        .key_len = el->fence.leader_key_len};
+
+    for (;;) {
+        etcd_txn_result res;
+        rc = etcd_txn(el->client, cmp, 3, el->ops, n + 1, &fail_op, 1, &res, err,
+                      sizeof(err));
+        if (rc == 0) {
+            if (res.succeeded) {
+                el->head_mod = res.revision;
+                el->written = last;
+                etcd_txn_result_free(&res);
+                return 0;
+            }
+            fenced_reason(el, &res, why, sizeof(why));
+            etcd_txn_result_free(&res);
+            post_fenced(el, why);
+            return SMP_EDURABILITY;
+        }
+        if (rc != SMP_EIO) {
+            snprintf(why, sizeof(why), "oplog: the write of records %" PRIu64 "..%" PRIu64
+                     " failed: %s", batch->head->seq, last, err);
+            log_line(el, "%s: the log is read-only now", why);
+            pthread_mutex_lock(&el->mu);
+            el->failed = 1;
+            pthread_mutex_unlock(&el->mu);
+            return SMP_EDURABILITY;
+        }
+        if (deadline == 0) {
+            deadline = now_ns() + (uint64_t)ttl_ms * 1000000u;
+            log_line(el, "oplog: the outcome of records %" PRIu64 "..%" PRIu64 " is unknown "
+                     "(%s): reading it back", batch->head->seq, last, err);
+        }
+        /* Unknown outcome: find out, retrying the read-back, then the batch. */
+        for (;;) {
+            nap(el, backoff, 0);
+            backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
+            rc = check_outcome(el, batch->head, last, why, sizeof(why));
+            if (rc == 1) {
+                el->written = last;
+                return 0;
+            }
+            if (rc == SMP_EDURABILITY) {
+                post_fenced(el, why);
+                return SMP_EDURABILITY;
+            }
+            if (now_ns() >= deadline) {
+                snprintf(why, sizeof(why), "oplog: fenced: the outcome of records %" PRIu64
+                         "..%" PRIu64 " stayed unknown for the lease TTL (%" PRIu32 " ms)",
+                         batch->head->seq, last, ttl_ms);
+                post_fenced(el, why);
+                return SMP_EDURABILITY;
+            }
+            if (rc == 0)
+                break; /* not applied: write it again */
+        }
+    }
+}
+
+/* Delete the records below seq in one fenced DeleteRange. A failure is
+ * logged. Thread. */
+static void truncate_records(etcd_log *el, uint64_t seq)
+{
+    char from[256 + SEQ_DIGITS + 8], to[256 + SEQ_DIGITS + 8];
+    char err[256];
+    etcd_compare cmp[2];
+    etcd_op op;
+    etcd_txn_result res;
+    int rc;
+
+    if (seq > el->written + 1)
+        seq = el->written + 1;
+    if (seq <= 1)
+        return;
+    make_key(el, 0, from);
+    make_key(el, seq, to);
+    cmp[0] = (etcd_compare){.target = ETCD_CMP_LEASE, .result = ETCD_CMP_EQUAL,
+                            .key = el->fence.leader_key, .key_len = el->fence.leader_key_len,
+                            .number = el->fence.lease_id};
+    cmp[1] = (etcd_compare){.target = ETCD_CMP_CREATE, .result = ETCD_CMP_EQUAL,
+                            .key = el->fence.leader_key, .key_len = el->fence.leader_key_len,
+                            .number = el->fence.create_revision};
+    op = (etcd_op){.type = ETCD_OP_DELETE, .key = from, .key_len = el->key_len,
+                   .range_end = to, .range_end_len = el->key_len};
+    rc = etcd_txn(el->client, cmp, 2, &op, 1, NULL, 0, &res, err, sizeof(err));
+    if (rc < 0) {
+        log_line(el, "oplog: cannot delete the records below %" PRIu64 ": %s", seq, err);
+        return;
+    }
+    if (!res.succeeded)
+        log_line(el, "oplog: the records below %" PRIu64 " were not deleted: the fence "
+                 "no longer holds", seq);
+    etcd_txn_result_free(&res);
+}
+
+/* -- the thread: following and promoting -------------------------------------- */
+
+/* Copy one record for the loop, waiting while FOLLOW_QUEUE_MAX are queued.
+ * Returns 0, SMP_ENOMEM, or SMP_ECANCELED (stopping, or the session was
+ * cancelled). Thread. */
+static int post_record(etcd_log *el, void *arg, const oplog_record *rec)
+{
+    frec *r;
+    (void)arg;
+    r = malloc(sizeof(*r) + rec->len);
+    if (r == NULL)
+        return SMP_ENOMEM;
+    r->next = NULL;
+    r->sess = el->f_sess;
+    r->fn = el->f_fn;
+    r->arg = el->f_arg;
+    r->rec = *rec;
+    if (rec->len > 0)
+        memcpy(r->data, rec->payload, rec->len);
+    r->rec.payload = r->data;
+    pthread_mutex_lock(&el->mu);
+    while (el->n_recs >= FOLLOW_QUEUE_MAX && !el->stop && el->cancel_sess != el->f_sess)
+        timed_wait_locked(el, FOLLOW_POLL_MS);
+    if (el->stop || el->cancel_sess == el->f_sess) {
+        pthread_mutex_unlock(&el->mu);
+        free(r);
+        return SMP_ECANCELED;
+    }
+    if (el->recs.tail != NULL)
+        el->recs.tail->next = r;
+    else
+        el->recs.head = r;
+    el->recs.tail = r;
+    el->n_recs++;
+    pthread_mutex_unlock(&el->mu);
+    uv_async_send(&el->async);
+    el->f_next = rec->seq + 1;
+    return 0;
+}
+
+static void close_watch(etcd_log *el)
+{
+    etcd_watch_close(el->watch);
+    el->watch = NULL;
+}
+
+/* Following ended on the thread: tell the loop why (unless cancelled). */
+static void post_follow_stop(etcd_log *el, int status, const char *why)
+{
+    close_watch(el);
+    el->f_active = 0;
+    if (status == SMP_ECANCELED)
+        return;
+    log_line(el, "oplog: following stopped at seq %" PRIu64 ": %s", el->f_next, why);
+    pthread_mutex_lock(&el->mu);
+    el->stop_evt = 1;
+    el->stop_status = status;
+    el->stop_sess = el->f_sess;
+    snprintf(el->stop_why, sizeof(el->stop_why), "%s", why);
+    pthread_mutex_unlock(&el->mu);
+    uv_async_send(&el->async);
+}
+
+/* Read what the session misses up to the head and start the watch after it.
+ * Returns 0, or an error with err set (SMP_ERANGE: records are gone). */
+static int follow_sync(etcd_log *el, char *err, size_t errlen)
+{
+    uint64_t head, first;
+    int64_t mod, rev;
+    int gone = 0;
+    int rc = read_head(el, 0, &head, &mod, &rev, err, errlen);
+    if (rc < 0)
+        return rc;
+    if (head + 1 < el->f_next) {
+        wm_errbuf(err, errlen, "oplog: the log's head %" PRIu64 " is behind seq %" PRIu64
+                  " already delivered", head, el->f_next - 1);
+        return SMP_EPROTO;
+    }
+    rc = scan(el, el->f_next, head, rev, post_record, NULL, &gone, &first, err, errlen);
+    if (gone)
+        return SMP_ERANGE;
+    if (rc < 0)
+        return rc;
+    rc = etcd_watch_open(el->client, el->log_begin, el->log_begin_len, el->log_end,
+                         el->log_end_len, rev + 1, &el->watch, err, errlen);
+    if (rc == SMP_ERANGE) { /* compacted meanwhile: the next step reads again */
+        el->watch = NULL;
+        rc = 0;
+    }
+    return rc;
+}
+
+/* Deliver the records of one watch answer. Returns 0 or an error (err set). */
+static int follow_events(etcd_log *el, const etcd_watch_batch *b, char *err, size_t errlen)
+{
+    for (size_t i = 0; i < b->n; i++) {
+        const etcd_event *ev = &b->events[i];
+        oplog_record rec;
+        uint64_t seq;
+        int rc;
+        if (ev->type != ETCD_EVENT_PUT)
+            continue; /* garbage collection */
+        seq = key_seq(el, ev->kv.key, ev->kv.key_len);
+        if (seq != el->f_next) {
+            if (seq == 0) {
+                char shown[96];
+                printable(shown, sizeof(shown), ev->kv.key, ev->kv.key_len);
+                wm_errbuf(err, errlen, "oplog: \"%s\" in the record range is not a record "
+                          "key", shown);
+            } else if (seq < el->f_next) {
+                wm_errbuf(err, errlen, "oplog: record %" PRIu64 " was written again after %"
+                          PRIu64 " was delivered", seq, el->f_next - 1);
+            } else {
+                wm_errbuf(err, errlen, "oplog: sequence gap: record %" PRIu64 " follows %"
+                          PRIu64, seq, el->f_next - 1);
+            }
+            return SMP_EPROTO;
+        }
+        if ((rc = verify_value(seq, ev->kv.value, ev->kv.value_len, &rec, err, errlen)) < 0)
+            return rc;
+        if ((rc = post_record(el, NULL, &rec)) < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* One step of following: (re)synchronise, or wait up to FOLLOW_POLL_MS for
+ * the watch. Transient errors back off and retry until unreachable_ms. */
+static void follow_step(etcd_log *el)
+{
+    char err[384];
+    int rc;
+
+    if (el->watch == NULL) {
+        rc = follow_sync(el, err, sizeof(err));
+    } else {
+        etcd_watch_batch b;
+        rc = etcd_watch_next(el->watch, FOLLOW_POLL_MS, &b, err, sizeof(err));
+        if (rc == 0)
+            return;
+        if (rc == 1) {
+            rc = follow_events(el, &b, err, sizeof(err));
+            etcd_watch_batch_free(&b);
+            if (rc == 0) {
+                el->f_down_since_ns = 0;
+                el->f_backoff_ms = BACKOFF_MIN_MS;
+                return;
+            }
+        } else {
+            close_watch(el);
+            if (rc == SMP_ERANGE)
+                return; /* compacted past the watch: read again, at once */
+        }
+    }
+    if (rc == 0) {
+        el->f_down_since_ns = 0;
+        el->f_backoff_ms = BACKOFF_MIN_MS;
+        return;
+    }
+    if (rc == SMP_EIO) {
+        uint64_t t = now_ns();
+        close_watch(el);
+        if (el->f_down_since_ns == 0)
+            el->f_down_since_ns = t;
+        if (t - el->f_down_since_ns >= (uint64_t)el->opt.unreachable_ms * 1000000u) {
+            char why[512];
+            snprintf(why, sizeof(why), "oplog: etcd stayed unreachable for %" PRIu32
+                     " ms: %s", el->opt.unreachable_ms, err);
+            post_follow_stop(el, SMP_EIO, why);
+            return;
+        }
+        nap(el, el->f_backoff_ms, 1);
+        el->f_backoff_ms = el->f_backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS
+                                                                 : el->f_backoff_ms * 2;
+        return;
+    }
+    post_follow_stop(el, rc, err);
+}
+
+/* Post the promote's outcome to the loop. */
+static void post_promote(etcd_log *el, int status, int follow_ended, uint64_t sess,
+                         uint64_t head)
+{
+    pthread_mutex_lock(&el->mu);
+    el->prom_evt = 1;
+    el->prom_status = status;
+    el->prom_follow_ended = follow_ended;
+    el->prom_sess = sess;
+    el->prom_head = head;
+    pthread_mutex_unlock(&el->mu);
+    uv_async_send(&el->async);
+}
+
+/* Promote (see oplog_etcd_promote). Thread; mu not held. */
+static void do_promote(etcd_log *el)
+{
+    etcd_compare cmp[2];
+    etcd_op ok_op, fail_op;
+    etcd_txn_result res;
+    char err[384];
+    uint64_t head = 0, first;
+    int64_t mod = 0, rev;
+    int gone = 0;
+    int rc;
+    const oplog_etcd_fence *f = &el->fence; /* stable while promoting */
+
+    pthread_mutex_lock(&el->mu);
+    if (el->promote_sess != el->f_sess) { /* not this session's follow: start one */
+        close_watch(el);
+        el->f_sess = el->promote_sess;
+        el->f_next = el->promote_from;
+        el->f_fn = el->promote_fn;
+        el->f_arg = el->promote_fn_arg;
+        el->f_active = 0;
+    }
+    pthread_mutex_unlock(&el->mu);
+
+    cmp[0] = (etcd_compare){.target = ETCD_CMP_LEASE, .result = ETCD_CMP_EQUAL,
+                            .key = f->leader_key, .key_len = f->leader_key_len,
+                            .number = f->lease_id};
+    cmp[1] = (etcd_compare){.target = ETCD_CMP_CREATE, .result = ETCD_CMP_EQUAL,
+                            .key = f->leader_key, .key_len = f->leader_key_len,
+                            .number = f->create_revision};
+    ok_op = (etcd_op){.type = ETCD_OP_RANGE, .key = el->head_key,
+                      .key_len = el->head_key_len};
+    fail_op = (etcd_op){.type = ETCD_OP_RANGE, .key = f->leader_key,
+                        .key_len = f->leader_key_len};
+    rc = etcd_txn(el->client, cmp, 2, &ok_op, 1, &fail_op, 1, &res, err, sizeof(err));
+    if (rc < 0) {
+        log_line(el, "oplog: promote: cannot check the fence: %s", err);
+        post_promote(el, rc == SMP_EIO ? SMP_EIO : rc, 0, el->f_sess, 0);
+        return;
+    }
+    if (!res.succeeded) {
+        char why[512];
+        el->fence_ok = 0;
+        fenced_reason(el, &res, why, sizeof(why));
+        etcd_txn_result_free(&res);
+        log_line(el, "oplog: promote refused (%s)", why + strlen("oplog: fenced: "));
+        post_promote(el, SMP_ENOTLEADER, 0, el->f_sess, 0);
+        return;
+    }
+    rev = res.revision;
+    if (res.n_ranges == 1 && res.ranges[0].n > 0) {
+        rc = parse_head(res.ranges[0].kvs[0].value, res.ranges[0].kvs[0].value_len, &head);
+        mod = res.ranges[0].kvs[0].mod_revision;
+    } else if (res.n_ranges != 1) {
+        rc = SMP_EPROTO;
+    }
+    etcd_txn_result_free(&res);
+    if (rc < 0) {
+        log_line(el, "oplog: promote: %s does not hold a sequence", el->head_key);
+        close_watch(el);
+        el->f_active = 0;
+        post_promote(el, SMP_EPROTO, 1, el->f_sess, 0);
+        return;
+    }
+    /* Nobody else can append after head now: catch up to it and stop. */
+    close_watch(el);
+    if (head + 1 < el->f_next) {
+        log_line(el, "oplog: promote: the head %" PRIu64 " is behind seq %" PRIu64
+                 " already delivered", head, el->f_next - 1);
+        rc = SMP_EPROTO;
+    } else {
+        rc = scan(el, el->f_next, head, rev, post_record, NULL, &gone, &first, err,
+                  sizeof(err));
+        if (gone)
+            rc = SMP_ERANGE;
+        if (rc < 0)
+            log_line(el, "oplog: promote: catching up: %s", err);
+    }
+    el->f_active = 0;
+    if (rc < 0) {
+        post_promote(el, rc, 1, el->f_sess, 0);
+        return;
+    }
+    el->head_mod = mod;
+    el->written = head;
+    el->fence_ok = 1;
+    log_line(el, "oplog: promoted: the log continues at seq %" PRIu64, head + 1);
+    post_promote(el, 0, 1, el->f_sess, head);
+}
+
+/* The backend's thread: writes first, then requests, then following. */
+static void *worker_main(void *arg)
+{
+    etcd_log *el = arg;
+    pthread_mutex_lock(&el->mu);
+    for (;;) {
+        if (el->cancel_sess != 0) {
+            if (el->cancel_sess == el->f_sess) {
+                pthread_mutex_unlock(&el->mu);
+                close_watch(el);
+                pthread_mutex_lock(&el->mu);
+                el->f_active = 0;
+            }
+            el->cancel_sess = 0;
+            continue;
+        }
+        if (el->follow_req) {
+            el->follow_req = 0;
+            pthread_mutex_unlock(&el->mu);
+            close_watch(el);
+            pthread_mutex_lock(&el->mu);
+            el->f_active = 1;
+            el->f_sess = el->follow_req_sess;
+            el->f_next = el->follow_after + 1;
+            el->f_fn = el->follow_req_fn;
+            el->f_arg = el->follow_req_arg;
+            el->f_down_since_ns = 0;
+            el->f_backoff_ms = BACKOFF_MIN_MS;
+            continue;
+        }
+        if (el->queue.head != NULL) {
+            entry_list batch = {NULL, NULL};
+            size_t n = 0, payload = 0;
+            uint64_t bytes = 0;
+            int rc;
+            if (el->failed) {
+                rc = SMP_EDURABILITY;
+                list_splice(&batch, &el->queue);
+                el->n_queued = 0;
+            } else {
+                while (el->queue.head != NULL && n < el->opt.max_batch_records) {
+                    size_t len = el->queue.head->val_len - VAL_FRAME;
+                    if (n > 0 && payload + len > el->opt.max_batch_bytes)
+                        break;
+                    payload += len;
+                    list_push(&batch, list_pop(&el->queue));
+                    n++;
+                }
+                el->n_queued -= n;
+                pthread_mutex_unlock(&el->mu);
+                rc = write_batch(el, &batch, n, &bytes);
+                pthread_mutex_lock(&el->mu);
+            }
+            if (rc < 0) {
+                el->failed = 1;
+                list_splice(&batch, &el->queue);
+                el->n_queued = 0;
+                for (entry *e = batch.head; e != NULL; e = e->next)
+                    e->status = SMP_EDURABILITY;
+            } else {
+                el->n_bytes += bytes;
+                el->n_txns++;
+                el->n_batches++;
+                if (n > el->max_batch)
+                    el->max_batch = n;
+            }
+            list_splice(&el->done, &batch);
+            pthread_mutex_unlock(&el->mu);
+            uv_async_send(&el->async);
+            pthread_mutex_lock(&el->mu);
+            continue;
+        }
+        if (el->promote_req && !el->stop) {
+            el->promote_req = 0;
+            pthread_mutex_unlock(&el->mu);
+            do_promote(el);
+            pthread_mutex_lock(&el->mu);
+            continue;
+        }
+        if (el->trunc_req != 0) {
+            uint64_t seq = el->trunc_req;
+            el->trunc_req = 0;
+            if (!el->failed && el->fence_ok) {
+                pthread_mutex_unlock(&el->mu);
+                truncate_records(el, seq);
+                pthread_mutex_lock(&el->mu);
+            }
+            continue;
+        }
+        if (el->stop)
+            break;
+        if (el->f_active) {
+            if (el->n_recs >= FOLLOW_QUEUE_MAX) {
+                timed_wait_locked(el, FOLLOW_POLL_MS);
+                continue;
+            }
+            pthread_mutex_unlock(&el->mu);
+            follow_step(el);
+            pthread_mutex_lock(&el->mu);
+            continue;
+        }
+        pthread_cond_wait(&el->cv, &el->mu);
+    }
+    pthread_mutex_unlock(&el->mu);
+    close_watch(el);
+    return NULL;
+}
+
+/* -- the ops ------------------------------------------------------------------ */
+
+static int etcd_append(oplog *log,
+                       uint16_t type,
+                       uint16_t encver,
+                       const void *payload,
+                       size_t len,
+                       oplog_durable_fn cb,
+                       void *arg,
+                       uint64_t *out_seq)
+{
+    etcd_log *el = (etcd_log *)log;
+    uint64_t seq = el->last_seq + 1;
+    entry *e;
+
+    if (el->closing)
+        return SMP_ESTATE;
+    if (el->failed_seen)
+        return SMP_EDURABILITY;
+    if (!el->writable || el->demoted)
+        return SMP_ENOTLEADER;
+    if (len > el->opt.max_batch_bytes)
+        return SMP_ERANGE;
+    e = malloc(sizeof(*e) + VAL_FRAME + len);
+    if (e == NULL)
+        return SMP_ENOMEM;
+    e->next = NULL;
+    e->seq = seq;
+    if (el->n_staged++ == 0)
+        el->turn_ns = uv_hrtime();
+    e->t_append_ns = el->turn_ns;
+    e->cb = cb;
+    e->arg = arg;
+    e->status = 0;
+    e->val_len = VAL_FRAME + len;
+    put_le32(e->val, VAL_MAGIC);
+    put_le64(e->val + 4, seq);
+    put_le16(e->val + 12, type);
+    put_le16(e->val + 14, encver);
+    put_le32(e->val + 16, (uint32_t)len);
+    if (len > 0)
+        memcpy(e->val + VAL_HDR, payload, len);
+    put_le64(e->val + VAL_HDR + len, XXH64(e->val, VAL_HDR + len, 0));
+
+    list_push(&el->staged, e);
+    el->owed++;
+    update_ref(el);
+    el->last_seq = seq;
+    el->n_appends++;
+    if (out_seq != NULL)
+        *out_seq = seq;
+    return 0;
+}
+
+typedef struct replay_ctx {
+    oplog_replay_fn fn;
+    void *arg;
+    uint64_t last;
+} replay_ctx;
+
+static int replay_one(etcd_log *el, void *arg, const oplog_record *rec)
+{
+    replay_ctx *c = arg;
+    int rc = c->fn(c->arg, rec);
+    (void)el;
+    if (rc == 0)
+        c->last = rec->seq;
+    return rc;
+}
+
+/* Synchronous on the calling thread: blocks on etcd (see oplog.h). */
+static int etcd_replay(oplog *log,
+                       uint64_t after_seq,
+                       oplog_replay_fn fn,
+                       void *arg,
+                       char *err,
+                       size_t errlen)
+{
+    etcd_log *el = (etcd_log *)log;
+    replay_ctx c = {fn, arg, after_seq};
+    uint64_t head, first;
+    int64_t mod, rev;
+    int gone = 0;
+    int rc;
+
+    if (el->closing || el->writable || el->following || el->promote_pending) {
+        wm_errbuf(err, errlen, "oplog: replay needs a standby log that neither follows "
+                  "nor promotes");
+        return SMP_ESTATE;
+    }
+    if ((rc = read_head(el, 0, &head, &mod, &rev, err, errlen)) < 0)
+        return rc;
+    if (head > el->head_seen)
+        el->head_seen = head;
+    if (head < after_seq) {
+        wm_errbuf(err, errlen, "oplog: the log ends at seq %" PRIu64 ", before seq %"
+                  PRIu64 " that replay starts after", head, after_seq);
+        return SMP_EPROTO;
+    }
+    rc = scan(el, after_seq + 1, head, rev, replay_one, &c, &gone, &first, err, errlen);
+    if (c.last > after_seq || rc == 0)
+        el->applied_seq = el->last_seq = el->durable_seq = c.last;
+    return rc;
+}
+
+static uint64_t etcd_last_seq(const oplog *log)
+{
+    return ((const etcd_log *)log)->last_seq;
+}
+
+static uint64_t etcd_durable_seq(const oplog *log)
+{
+    return ((const etcd_log *)log)->durable_seq;
+}
+
+static int etcd_truncate_before(oplog *log, uint64_t seq)
+{
+    etcd_log *el = (etcd_log *)log;
+    int rc = 0;
+    if (el->closing)
+        return SMP_ESTATE;
+    if (el->failed_seen)
+        return SMP_EDURABILITY;
+    if (!el->writable || el->demoted)
+        return SMP_ESTATE;
+    pthread_mutex_lock(&el->mu);
+    if (el->failed) {
+        rc = SMP_EDURABILITY;
+    } else if (seq > el->trunc_req) {
+        el->trunc_req = seq;
+        pthread_cond_signal(&el->cv);
+    }
+    pthread_mutex_unlock(&el->mu);
+    return rc;
+}
+
+static void etcd_stats(const oplog *log, oplog_stats *out)
+{
+    etcd_log *el = (etcd_log *)log;
+    pthread_mutex_lock(&el->mu);
+    out->bytes = el->n_bytes;
+    out->syncs = el->n_txns;
+    out->batches = el->n_batches;
+    out->max_batch = el->max_batch;
+    pthread_mutex_unlock(&el->mu);
+    out->appends = el->n_appends;
+    out->durable_lat_ns_sum = el->lat_sum_ns;
+    out->durable_count = el->n_durable;
+    out->failed = el->n_failed;
+}
+
+static void free_log(etcd_log *el)
+{
+    frec *r;
+    while ((r = frec_pop(&el->recs)) != NULL)
+        free(r);
+    while ((r = frec_pop(&el->ready_recs)) != NULL)
+        free(r);
+    free(el->fence_key);
+    free(el->keys);
+    free(el->ops);
+    free(el->prefix);
+    free(el->head_key);
+    free(el->log_begin);
+    free(el->log_end);
+    free(el);
+}
+
+static void on_closed(uv_handle_t *h)
+{
+    etcd_log *el = h->data;
+    if (--el->handles_open > 0)
+        return;
+    pthread_cond_destroy(&el->cv);
+    pthread_mutex_destroy(&el->mu);
+    free_log(el);
+}
+
+static void etcd_close(oplog *log)
+{
+    etcd_log *el = (etcd_log *)log;
+    if (el->closing)
+        return;
+    el->closing = 1;
+    hand_over(el); /* the thread writes what it has before it stops */
+    pthread_mutex_lock(&el->mu);
+    el->stop = 1;
+    pthread_cond_signal(&el->cv);
+    pthread_mutex_unlock(&el->mu);
+    pthread_join(el->thread, NULL);
+    deliver(el);
+    el->following = 0;
+    if (el->promote_pending) {
+        void (*cb)(void *, int) = el->promote_cb;
+        el->promote_pending = 0;
+        el->promote_cb = NULL;
+        if (cb != NULL)
+            cb(el->promote_arg, SMP_ECANCELED);
+    }
+    uv_close((uv_handle_t *)&el->async, on_closed);
+    uv_close((uv_handle_t *)&el->after_io, on_closed);
+    uv_close((uv_handle_t *)&el->before_io, on_closed);
+}
+
+static const oplog_ops etcd_ops = {
+    .name = "etcd",
+    .replay = etcd_replay,
+    .append = etcd_append,
+    .last_seq = etcd_last_seq,
+    .durable_seq = etcd_durable_seq,
+    .truncate_before = etcd_truncate_before,
+    .stats = etcd_stats,
+    .close = etcd_close,
+};
+
+/* -- the etcd calls ----------------------------------------------------------- */
+
+static char *concat(const char *a, const char *b, size_t *len)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    char *s = malloc(la + lb + 1);
+    if (s == NULL)
+        return NULL;
+    memcpy(s, a, la);
+    memcpy(s + la, b, lb + 1);
+    if (len != NULL)
+        *len = la + lb;
+    return s;
+}
+
+int oplog_etcd_open(uv_loop_t *loop,
+                    const oplog_etcd_options *o,
+                    oplog **out,
+                    char *err,
+                    size_t errlen)
+{
+    etcd_log *el;
+    pthread_condattr_t ca;
+    int64_t mod, rev;
+    uint64_t head = 0;
+    int rc;
+
+    if (loop == NULL || o == NULL || o->client == NULL || o->prefix == NULL ||
+        out == NULL) {
+        wm_errbuf(err, errlen, "oplog: etcd open needs a loop, options with a client and "
+                  "a prefix, and out");
+        return SMP_EINVAL;
+    }
+    if (strlen(o->prefix) > 256) {
+        wm_errbuf(err, errlen, "oplog: the etcd prefix is longer than 256 bytes");
+        return SMP_EINVAL;
+    }
+    if (o->max_batch_records > MAX_TXN_RECORDS) {
+        wm_errbuf(err, errlen, "oplog: max_batch_records %" PRIu32 " is outside 1..%u "
+                  "(etcd's --max-txn-ops is 128 and the head put takes one)",
+                  o->max_batch_records, MAX_TXN_RECORDS);
+        return SMP_EINVAL;
+    }
+    if (o->max_batch_bytes > UINT32_MAX - VAL_FRAME) {
+        wm_errbuf(err, errlen, "oplog: max_batch_bytes %" PRIu32 " is too large",
+                  o->max_batch_bytes);
+        return SMP_EINVAL;
+    }
+    el = calloc(1, sizeof(*el));
+    if (el == NULL) {
+        wm_errbuf(err, errlen, "oplog: out of memory");
+        return SMP_ENOMEM;
+    }
+    el->base.ops = &etcd_ops;
+    el->loop = loop;
+    el->client = o->client;
+    el->opt = *o;
+    if (el->opt.max_batch_records == 0)
+        el->opt.max_batch_records = MAX_TXN_RECORDS;
+    if (el->opt.max_batch_bytes == 0)
+        el->opt.max_batch_bytes = DEFAULT_BATCH_BYTES;
+    if (el->opt.unreachable_ms == 0)
+        el->opt.unreachable_ms = DEFAULT_UNREACHABLE_MS;
+    el->prefix = strdup(o->prefix);
+    el->head_key = concat(o->prefix, "log_head", &el->head_key_len);
+    el->log_begin = concat(o->prefix, "log/", &el->log_begin_len);
+    el->log_end = concat(o->prefix, "log0", &el->log_end_len);
+    el->key_len = el->log_begin_len + SEQ_DIGITS;
+    el->keys = malloc((size_t)el->opt.max_batch_records * (el->key_len + 1));
+    el->ops = calloc((size_t)el->opt.max_batch_records + 1, sizeof(*el->ops));
+    if (el->prefix == NULL || el->head_key == NULL || el->log_begin == NULL ||
+        el->log_end == NULL || el->keys == NULL || el->ops == NULL) {
+        wm_errbuf(err, errlen, "oplog: out of memory");
+        rc = SMP_ENOMEM;
+        goto free_log;
+    }
+    el->opt.prefix = el->prefix;
+    if ((rc = read_head(el, 0, &head, &mod, &rev, err, errlen)) < 0)
+        goto free_log;
+    el->last_seq = el->durable_seq = el->applied_seq = el->head_seen = head;
+    el->written = head;
+    el->head_mod = mod;
+
+    if (pthread_mutex_init(&el->mu, NULL) != 0) {
+        wm_errbuf(err, errlen, "oplog: cannot create a mutex");
+        rc = SMP_ENOMEM;
+        goto free_log;
+    }
+    if (pthread_condattr_init(&ca) != 0) {
+        wm_errbuf(err, errlen, "oplog: cannot create a condition variable");
+        rc = SMP_ENOMEM;
+        goto destroy_mutex;
+    }
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    rc = pthread_cond_init(&el->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (rc != 0) {
+        wm_errbuf(err, errlen, "oplog: cannot create a condition variable");
+        rc = SMP_ENOMEM;
+        goto destroy_mutex;
+    }
+    /* The thread sends on the handle only after a request or an append, and
+     * none can come before open returns. */
+    if ((rc = uv_async_init(loop, &el->async, on_async)) < 0) {
+        wm_errbuf(err, errlen, "oplog: cannot create the async handle: %s",
+                  uv_strerror(rc));
+        rc = SMP_EIO;
+        goto destroy_cond;
+    }
+    el->async.data = el;
+    uv_unref((uv_handle_t *)&el->async);
+    if (pthread_create(&el->thread, NULL, worker_main, el) != 0) {
+        wm_errbuf(err, errlen, "oplog: cannot start the etcd thread");
+        rc = SMP_ENOMEM;
+        goto close_async;
+    }
+    uv_check_init(loop, &el->after_io);
+    uv_prepare_init(loop, &el->before_io);
+    el->after_io.data = el;
+    el->before_io.data = el;
+    uv_check_start(&el->after_io, on_after_io);
+    uv_prepare_start(&el->before_io, on_before_io);
+    uv_unref((uv_handle_t *)&el->after_io);
+    uv_unref((uv_handle_t *)&el->before_io);
+    el->handles_open = 3;
+    *out = &el->base;
+    return 0;
+
+close_async:
+    /* The handle must be closed through the loop; the memory goes with it. */
+    el->handles_open = 1;
+    uv_close((uv_handle_t *)&el->async, on_closed);
+    return rc;
+destroy_cond:
+    pthread_cond_destroy(&el->cv);
+destroy_mutex:
+    pthread_mutex_destroy(&el->mu);
+free_log:
+    free_log(el);
+    return rc;
+}
+
+static etcd_log *as_etcd(oplog *log)
+{
+    return log != NULL && log->ops == &etcd_ops ? (etcd_log *)log : NULL;
+}
+
+int oplog_etcd_follow(oplog *log,
+                      uint64_t after_seq,
+                      oplog_replay_fn fn,
+                      void *arg,
+                      void (*on_stop)(void *arg, int status, const char *why),
+                      void *stop_arg)
+{
+    etcd_log *el = as_etcd(log);
+    if (el == NULL || fn == NULL)
+        return SMP_EINVAL;
+    if (el->closing || el->writable || el->following || el->promote_pending)
+        return SMP_ESTATE;
+    el->sess = ++el->next_sess;
+    el->following = 1;
+    el->follow_fn = fn;
+    el->follow_arg = arg;
+    el->on_stop = on_stop;
+    el->stop_arg = stop_arg;
+    pthread_mutex_lock(&el->mu);
+    el->follow_req = 1;
+    el->follow_after = after_seq;
+    el->follow_req_sess = el->sess;
+    el->follow_req_fn = fn;
+    el->follow_req_arg = arg;
+    pthread_cond_signal(&el->cv);
+    pthread_mutex_unlock(&el->mu);
+    update_ref(el);
+    return 0;
+}
+
+int oplog_etcd_promote(oplog *log,
+                       const oplog_etcd_fence *f,
+                       oplog_replay_fn fn,
+                       void *fn_arg,
+                       void (*cb)(void *arg, int status),
+                       void *cb_arg)
+{
+    etcd_log *el = as_etcd(log);
+    uint8_t *key;
+    if (el == NULL || f == NULL || f->leader_key == NULL || f->leader_key_len == 0 ||
+        cb == NULL || (fn == NULL && !el->following))
+        return SMP_EINVAL;
+    if (el->closing || el->writable || el->promote_pending)
+        return SMP_ESTATE;
+    key = malloc(f->leader_key_len);
+    if (key == NULL)
+        return SMP_ENOMEM;
+    memcpy(key, f->leader_key, f->leader_key_len);
+    if (!el->following) {
+        el->sess = ++el->next_sess;
+        el->follow_fn = fn;
+        el->follow_arg = fn_arg;
+    }
+    el->promote_pending = 1;
+    el->promote_cb = cb;
+    el->promote_arg = cb_arg;
+    pthread_mutex_lock(&el->mu);
+    /* The thread reads the fence only while promoting or writing, and neither
+     * runs now (not writable, no promote pending). */
+    free(el->fence_key);
+    el->fence_key = key;
+    el->fence = *f;
+    el->fence.leader_key = key;
+    el->promote_req = 1;
+    el->promote_sess = el->sess;
+    el->promote_from = el->applied_seq + 1;
+    el->promote_fn = el->follow_fn;
+    el->promote_fn_arg = el->follow_arg;
+    pthread_cond_signal(&el->cv);
+    pthread_mutex_unlock(&el->mu);
+    update_ref(el);
+    return 0;
+}
+
+void oplog_etcd_demote(oplog *log)
+{
+    etcd_log *el = as_etcd(log);
+    if (el != NULL)
+        el->demoted = 1;
+}
+
+uint64_t oplog_etcd_head(const oplog *log)
+{
+    const etcd_log *el = as_etcd((oplog *)log);
+    return el == NULL ? 0 : el->head_seen;
+}
