@@ -15,7 +15,8 @@
  * `kv ls [PREFIX]`, `kv rm KEY`) and `status` talk to the master's object
  * service directly. The master address defaults to the one
  * config/embedded.yaml listens on, so `make run` and then `weightctl status`
- * need no flags; --master or $WEIGHTCTL_MASTER override it. put and get draw
+ * need no flags; --master or $WEIGHTCTL_MASTER override it (one master, or
+ * the list a,b,c of an HA cluster's masters). put and get draw
  * a progress bar (bytes, rate, ETA) when stderr is a terminal; `--json`
  * prints machine-readable output. A failure prints the RFC's error name and
  * the cause on stderr and exits 1 (2 for usage errors; `exists` exits 1
@@ -70,13 +71,15 @@ static void usage(FILE *out)
             "      [--expect-generation M] [--policy P] [--tie N=T]... [--wait] FILE...\n"
             "                         replace BASE_ID by generation G of its lineage (one claim\n"
             "                         per lineage; --wait: until COMMITTED or ABORTED)\n"
-            "  status                 the master's role, nodes, segments, capacity and use\n"
+            "  status                 the master's role, nodes, segments, capacity and use; of\n"
+            "                         an HA cluster every master's role, applied seq and lag\n"
             "  kv put KEY FILE        store FILE's bytes as object KEY\n"
             "  kv get KEY FILE        write object KEY's bytes (checked) to FILE\n"
             "  kv ls [PREFIX]         list object keys\n"
             "  kv rm KEY              remove an object\n"
             "ID is NAMESPACE/RESOURCE/REVISION[@GENERATION], components percent-encoded where\n"
-            "they hold '/', '@' or '%%'. ADDR is host:port or a Unix socket path\n"
+            "they hold '/', '@' or '%%'. ADDR is host:port or a Unix socket path, or the\n"
+            "masters of an HA cluster as a list a,b,c (the leader is found and followed)\n"
             "(default %s, or $WEIGHTCTL_MASTER)\n",
             WEIGHTCTL_DEFAULT_MASTER);
 }
@@ -1429,6 +1432,7 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    if (first == WCTL_BAD_MASTER) return 2;
     int nargs = argc - first;
     char **args = argv + first;
     if (nargs < 1) {

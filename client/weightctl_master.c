@@ -1,11 +1,17 @@
 /* weightctl_master.c -- see weightctl_master.h. Moved out of
- * main_weightctl.c as it was; the commands that talk to libweightclient
- * stay there. */
+ * main_weightctl.c; the commands that talk to libweightclient stay there.
+ * --master and $WEIGHTCTL_MASTER take one master or the list of an HA
+ * cluster's masters, checked before any command runs; status asks whichever
+ * master answers first (a standby answers status too) and, of an HA
+ * cluster, lists every master after its own block. */
 #include "weightctl_master.h"
 
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+#include "master_list.h"
 
 int wctl_parse_global(ctl *x, int argc, char **argv)
 {
@@ -28,6 +34,12 @@ int wctl_parse_global(ctl *x, int argc, char **argv)
         case 'h': return WCTL_HELP;
         default: return WCTL_USAGE;
         }
+    }
+    char err[512];
+    master_list ml;
+    if (master_list_parse(x->master, &ml, err, sizeof(err)) < 0) {
+        fprintf(stderr, "weightctl: --master / $WEIGHTCTL_MASTER: %s\n", err);
+        return WCTL_BAD_MASTER;
     }
     return optind;
 }
@@ -54,6 +66,54 @@ void wctl_json_str(const char *s)
     putchar('"');
 }
 
+/* The masters of an HA cluster as JSON members (after the current block's). */
+static void status_ha_json(const kvc_status *st)
+{
+    printf(",\"master_id\":");
+    wctl_json_str(st->master_id);
+    printf(",\"applied_seq\":%llu,\"leader\":", (unsigned long long)st->applied_seq);
+    wctl_json_str(st->leader);
+    printf(",\"masters\":[");
+    for (size_t i = 0; i < st->n_masters; i++) {
+        const kvc_master *m = &st->masters[i];
+        printf("%s{\"id\":", i ? "," : "");
+        wctl_json_str(m->id);
+        printf(",\"role\":");
+        wctl_json_str(m->role);
+        printf(",\"endpoint\":");
+        wctl_json_str(m->endpoint);
+        printf(",\"applied_seq\":%llu,\"lag\":%llu,\"ready\":%s,\"reason\":",
+               (unsigned long long)m->applied_seq, (unsigned long long)m->lag,
+               m->ready ? "true" : "false");
+        wctl_json_str(m->reason);
+        putchar('}');
+    }
+    putchar(']');
+}
+
+/* The masters of an HA cluster as a table. */
+static void status_ha_table(const kvc_status *st)
+{
+    int idw = 2, epw = 8;
+    for (size_t i = 0; i < st->n_masters; i++) {
+        int a = (int)strlen(st->masters[i].id), b = (int)strlen(st->masters[i].endpoint);
+        idw = a > idw ? a : idw;
+        epw = b > epw ? b : epw;
+    }
+    printf("leader    %s\n", st->leader[0] ? st->leader : "(none known)");
+    printf("masters   %zu\n", st->n_masters_total);
+    printf("  %-*s  %-9s  %-*s  %12s  %8s  %s\n", idw, "ID", "ROLE", epw, "ENDPOINT", "APPLIED",
+           "LAG", "READY");
+    for (size_t i = 0; i < st->n_masters; i++) {
+        const kvc_master *m = &st->masters[i];
+        printf("  %-*s  %-9s  %-*s  %12llu  %8llu  %s%s%s\n", idw, m->id, m->role, epw,
+               m->endpoint, (unsigned long long)m->applied_seq, (unsigned long long)m->lag,
+               m->ready ? "yes" : "no", m->reason[0] ? ": " : "", m->reason);
+    }
+    if (st->n_masters_total > st->n_masters)
+        printf("  (%zu more not shown)\n", st->n_masters_total - st->n_masters);
+}
+
 int wctl_cmd_status(ctl *x)
 {
     kvc_status st;
@@ -61,18 +121,29 @@ int wctl_cmd_status(ctl *x)
         fprintf(stderr, "weightctl: status: %s\n", kvc_error(x->c));
         return 1;
     }
+    int ha = st.n_masters_total > 0 || st.master_id[0] != '\0';
     if (x->json) {
         printf("{\"role\":");
         wctl_json_str(st.role);
         printf(",\"nodes\":%u,\"segments\":%u,\"memory_capacity\":%llu,\"memory_used\":%llu,"
-               "\"objects\":%llu,\"oplog_last_seq\":%llu,\"snapshot_seq\":%llu}\n",
+               "\"objects\":%llu,\"oplog_last_seq\":%llu,\"snapshot_seq\":%llu",
                st.nodes, st.segments, (unsigned long long)st.memory_capacity,
                (unsigned long long)st.memory_used, (unsigned long long)st.objects,
                (unsigned long long)st.oplog_last_seq, (unsigned long long)st.snapshot_seq);
+        if (ha) {
+            printf(",\"endpoint\":");
+            wctl_json_str(kvc_endpoint(x->c));
+            status_ha_json(&st);
+        }
+        printf("}\n");
         return 0;
     }
     double pct = st.memory_capacity ? 100.0 * (double)st.memory_used / (double)st.memory_capacity : 0;
-    printf("master    %s (%s)\n", x->master, st.role);
+    if (ha)
+        printf("master    %s (%s, id %s, applied seq %llu)\n", kvc_endpoint(x->c), st.role,
+               st.master_id[0] ? st.master_id : "?", (unsigned long long)st.applied_seq);
+    else
+        printf("master    %s (%s)\n", kvc_endpoint(x->c), st.role);
     printf("nodes     %u\n", st.nodes);
     printf("segments  %u\n", st.segments);
     printf("memory    %llu of %llu bytes used (%.1f%%)\n", (unsigned long long)st.memory_used,
@@ -80,5 +151,6 @@ int wctl_cmd_status(ctl *x)
     printf("objects   %llu\n", (unsigned long long)st.objects);
     printf("oplog     seq %llu, snapshot at %llu\n", (unsigned long long)st.oplog_last_seq,
            (unsigned long long)st.snapshot_seq);
+    if (ha) status_ha_table(&st);
     return 0;
 }

@@ -22,10 +22,12 @@ typedef struct ctl {
 
 /* Fill *x from the environment and the options before the command
  * (getopt_long, stopping at the first non-option). Returns the index of the
- * command in argv, WCTL_HELP for --help, or WCTL_USAGE for a bad option
- * (getopt has said which). */
+ * command in argv, WCTL_HELP for --help, WCTL_USAGE for a bad option
+ * (getopt has said which), or WCTL_BAD_MASTER for a master list that does
+ * not parse (said on stderr, naming the bad item). */
 #define WCTL_HELP (-1)
 #define WCTL_USAGE (-2)
+#define WCTL_BAD_MASTER (-3)
 int wctl_parse_global(ctl *x, int argc, char **argv);
 
 /* Connect x->c to the master for the plain commands. 0, or -1 with the
@@ -35,8 +37,12 @@ int wctl_connect_master(ctl *x);
 /* Print s as a JSON string literal. */
 void wctl_json_str(const char *s);
 
-/* `weightctl status`: the master's role, nodes, segments, capacity and use.
- * The exit status. */
+/* `weightctl status`: the answering master's role, nodes, segments,
+ * capacity and use; of an HA cluster also its id and applied sequence, the
+ * leader, and every master (id, role, endpoint, applied sequence, lag,
+ * ready or why not) -- in --json the members master_id, applied_seq,
+ * leader, endpoint and the array masters, left out without HA. The exit
+ * status. */
 int wctl_cmd_status(ctl *x);
 
 #endif /* WM_WEIGHTCTL_MASTER_H */
