@@ -26,7 +26,12 @@
  * complete cold replica (a revision brought back from COLD keeps it), the
  * rest of the object, that chunk first, is read from the cold file instead;
  * only without one is the error returned. Strided ops (a split along an
- * inner dimension) are clipped to each chunk run by run. */
+ * inner dimension) are clipped to each chunk run by run.
+ *
+ * weight_get_mapped (the last section) is the load without a transfer: it
+ * keeps the lease (renewed on a connection of its own) and hands out
+ * pointers into its own read-only mapping of the segment files, after
+ * verifying each object whole; weight_mapped_release ends it. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -116,6 +121,18 @@ static void *renew_main(void *arg)
     }
     pthread_mutex_unlock(&k->lock);
     return NULL;
+}
+
+/* How often to renew a lease that expires at expires_ms (wall clock): a
+ * third of what is left of its TTL, at least every 50 ms. */
+static uint64_t lease_renew_interval(const weight_store *s, uint64_t expires_ms)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    uint64_t wall = (uint64_t)now.tv_sec * 1000u + (uint64_t)now.tv_nsec / 1000000u;
+    uint64_t ttl = expires_ms > wall ? expires_ms - wall : 0;
+    if (ttl == 0) ttl = s->lease_ttl_ms ? s->lease_ttl_ms : 30000;
+    return ttl / 3 > 50 ? ttl / 3 : 50;
 }
 
 static void keeper_stop(lease_keeper *k)
@@ -720,14 +737,7 @@ int weight_get(weight_store *s, const weight_identity *id, const weight_placemen
     k.id = *id;
     k.lease_id = lr->lease->id;
     wc_from_wire_metadata(lr->metadata, &md);
-    {
-        struct timespec now;
-        clock_gettime(CLOCK_REALTIME, &now);
-        uint64_t wall = (uint64_t)now.tv_sec * 1000u + (uint64_t)now.tv_nsec / 1000000u;
-        uint64_t ttl = lr->lease->expires_ms > wall ? lr->lease->expires_ms - wall : 0;
-        if (ttl == 0) ttl = s->lease_ttl_ms ? s->lease_ttl_ms : 30000;
-        k.interval_ms = ttl / 3 > 50 ? ttl / 3 : 50;
-    }
+    k.interval_ms = lease_renew_interval(s, lr->lease->expires_ms);
     wmrpc__lease_response__free_unpacked(lr, NULL);
 
     /* 2. The renew thread, with its own connection. */
@@ -848,4 +858,214 @@ release:
         else memcpy(s->err, saved, sizeof saved);
     }
     return rc;
+}
+
+/* -- weight_get_mapped: views in place ------------------------------------------ */
+
+/* A payload object as the view sees it: mapped and verified (base set),
+ * not readable in place (failed), or not looked at yet. */
+typedef struct mapped_object {
+    int state;                   /* 0 unknown, 1 mapped and verified, -1 not in place */
+    const uint8_t *base;         /* the object's first byte in a mapping */
+} mapped_object;
+
+struct weight_mapped {
+    /* A private store: master, tenant and lease TTL copied from the
+     * caller's, its own connection for renewals and the release. */
+    weight_store conn;
+    weight_identity id;
+    lease_keeper k;
+    wc_manifest m;
+    seg_map maps[WC_SEG_MAPS];
+    char map_paths[WC_SEG_MAPS][512];
+    const uint8_t **data;        /* per tensor: its bytes in a mapping, or NULL */
+};
+
+/* The view's read-only mapping of segment file path (mapped on first use;
+ * NULL when it cannot be: not on this host, or all slots taken). */
+static const seg_map *mapped_seg(weight_mapped *v, const char *path)
+{
+    for (int i = 0; i < WC_SEG_MAPS; i++)
+        if (v->maps[i].base != NULL && strcmp(v->map_paths[i], path) == 0) return &v->maps[i];
+    for (int i = 0; i < WC_SEG_MAPS; i++) {
+        if (v->maps[i].base != NULL) continue;
+        if (seg_map_readonly(path, 0, &v->maps[i], NULL, 0) < 0) return NULL;
+        snprintf(v->map_paths[i], sizeof v->map_paths[i], "%s", path);
+        return &v->maps[i];
+    }
+    return NULL;
+}
+
+/* 1 when every chunk of object o at `bytes` matches the manifest. */
+static int verify_object(const wc_object *o, const uint8_t *bytes)
+{
+    if (o->n_chunks == 0) {
+        uint8_t sha[32];
+        if (!o->has_sha256) return 1;
+        SHA256(bytes, (size_t)o->bytes, sha);
+        return memcmp(sha, o->sha256, 32) == 0;
+    }
+    for (size_t c = 0; c < o->n_chunks; c++) {
+        uint64_t a = c * o->chunk_bytes;
+        uint64_t b = a + o->chunk_bytes < o->bytes ? a + o->chunk_bytes : o->bytes;
+        if (wc_xxh3(bytes + a, (size_t)(b - a)) != o->chunk_xxh3[c]) return 0;
+    }
+    return 1;
+}
+
+/* Map object `index` of the manifest in place if it can be: a memory replica
+ * in a segment file this process can map, the object inside it, and every
+ * chunk verified. Sets *mo; errors of the replica lookup other than
+ * "missing" are returned (the view fails), the rest leave it not in place. */
+static int map_object(weight_store *s, weight_mapped *v, uint32_t index, mapped_object *mo)
+{
+    const wc_object *o = &v->m.objects[index];
+    kvc_object obj;
+    mo->state = -1;
+    int rc = kv_get(s, o->key, &obj);
+    if (rc == SMP_ENOTFOUND) return WEIGHT_OK;
+    if (rc < 0) return wc_fail(s, rc, "payload %s: %s", o->key, kvc_error(s->kv));
+    if (obj.size != o->bytes || (o->has_sha256 && memcmp(obj.sha256, o->sha256, 32) != 0))
+        return WEIGHT_OK; /* weight_get reports it */
+    for (size_t r = 0; r < obj.n_replicas; r++) {
+        const kvc_replica *rep = &obj.replicas[r];
+        if (rep->kind != SMP_REPLICA_MEMORY || rep->segment_path[0] == '\0') continue;
+        const seg_map *map = mapped_seg(v, rep->segment_path);
+        if (map == NULL || rep->offset > map->size || o->bytes > map->size - rep->offset) continue;
+        const uint8_t *base = map->base + rep->offset;
+        uintptr_t pa = (uintptr_t)base & ~(uintptr_t)4095;
+        madvise((void *)pa, (uintptr_t)(base + o->bytes) - pa, MADV_POPULATE_READ);
+        if (!verify_object(o, base)) continue;
+        mo->state = 1;
+        mo->base = base;
+        return WEIGHT_OK;
+    }
+    return WEIGHT_OK;
+}
+
+void weight_mapped_release(weight_mapped *v)
+{
+    if (v == NULL) return;
+    if (v->k.running) keeper_stop(&v->k);
+    pthread_cond_destroy(&v->k.cond);
+    pthread_mutex_destroy(&v->k.lock);
+    if (v->k.lease_id != 0)
+        lease_call(&v->conn, &v->conn.renew_rpc, M(LEASE_RELEASE), &v->id, v->k.lease_id, 0, NULL);
+    for (int i = 0; i < WC_SEG_MAPS; i++) seg_map_close(&v->maps[i]);
+    rpcc_close(v->conn.renew_rpc);
+    rpcc_close(v->conn.rpc);
+    wc_manifest_free(&v->m);
+    free(v->data);
+    free(v);
+}
+
+int weight_get_mapped(weight_store *s, const weight_identity *id, weight_mapped **out)
+{
+    weight_mapped *v;
+    weight_metadata md;
+    Wmrpc__LeaseResponse *lr = NULL;
+    mapped_object *objs = NULL;
+    char tenant[WEIGHT_ID_MAX + 1];
+    char rpc_err[512];
+    int rc;
+
+    if (s == NULL) return WEIGHT_EINVALID_ARGUMENT;
+    s->err[0] = '\0';
+    if (out == NULL || id == NULL || !id->namespace_id[0] || !id->resource_id[0] || !id->revision[0])
+        return wc_fail(s, WEIGHT_EINVALID_ARGUMENT, "weight_get_mapped: incomplete identity");
+    *out = NULL;
+    snprintf(tenant, sizeof tenant, "%s", id->tenant_id[0] ? id->tenant_id : s->tenant);
+    if ((v = calloc(1, sizeof *v)) == NULL) return wc_fail(s, WEIGHT_ENOMEM, "out of memory");
+    snprintf(v->conn.master, sizeof v->conn.master, "%s", s->master);
+    snprintf(v->conn.tenant, sizeof v->conn.tenant, "%s", s->tenant);
+    v->conn.lease_ttl_ms = s->lease_ttl_ms;
+    v->conn.transport = s->transport;
+    v->id = *id;
+    pthread_mutex_init(&v->k.lock, NULL);
+    pthread_cond_init(&v->k.cond, NULL);
+
+    /* The lease, acquired on the caller's connection; renewed and released
+     * on the view's own. */
+    rc = lease_call(s, &s->rpc, M(LEASE_ACQUIRE), id, 0, s->lease_ttl_ms, &lr);
+    if (rc < 0) goto free_view;
+    if (lr->lease == NULL || lr->lease->id == 0 || lr->metadata == NULL) {
+        wmrpc__lease_response__free_unpacked(lr, NULL);
+        rc = wc_fail(s, WEIGHT_EPROTO, "lease reply without lease or metadata");
+        goto free_view;
+    }
+    v->k.s = &v->conn;
+    v->k.id = *id;
+    v->k.lease_id = lr->lease->id;
+    v->k.interval_ms = lease_renew_interval(s, lr->lease->expires_ms);
+    wc_from_wire_metadata(lr->metadata, &md);
+    wmrpc__lease_response__free_unpacked(lr, NULL);
+    {
+        rpcc_options opt = {.timeout_ms = WC_RPC_TIMEOUT_MS};
+        if (rpcc_connect(s->master, &opt, &v->conn.renew_rpc, rpc_err, sizeof rpc_err) < 0) {
+            rc = wc_fail(s, WEIGHT_EIO, "lease renewal connection: %s", rpc_err);
+            goto free_view;
+        }
+    }
+    if (pthread_create(&v->k.thread, NULL, renew_main, &v->k) != 0) {
+        rc = wc_fail(s, WEIGHT_ENOMEM, "cannot start the lease renewal thread");
+        goto free_view;
+    }
+    v->k.running = 1;
+
+    /* The manifest, verified; then each object in place or not. */
+    if ((rc = load_manifest(s, &md, tenant, id, &v->m)) < 0) goto free_view;
+    v->data = calloc(v->m.n_tensors ? v->m.n_tensors : 1, sizeof *v->data);
+    objs = calloc(v->m.n_objects ? v->m.n_objects : 1, sizeof *objs);
+    if (v->data == NULL || objs == NULL) {
+        rc = wc_fail(s, WEIGHT_ENOMEM, "out of memory");
+        goto free_objs;
+    }
+    for (size_t i = 0; i < v->m.n_tensors && s->transport != 2; i++) {
+        const wc_tensor *t = &v->m.tensors[v->m.tensors[i].storage];
+        if (t->frag_count != 1 || t->bytes == 0) continue;
+        const wc_fragment *f = &v->m.fragments[t->frag_first];
+        if (f->bytes != t->bytes) continue; /* one fragment covering the tensor is the tensor */
+        mapped_object *mo = &objs[f->object];
+        if (mo->state == 0 && (rc = map_object(s, v, f->object, mo)) < 0) goto free_objs;
+        if (mo->state == 1) v->data[i] = mo->base + f->object_offset;
+    }
+    *out = v;
+    free(objs);
+    return WEIGHT_OK;
+free_objs:
+    free(objs);
+free_view:
+    {
+        char saved[sizeof s->err];
+        memcpy(saved, s->err, sizeof saved);
+        weight_mapped_release(v);
+        memcpy(s->err, saved, sizeof saved);
+    }
+    return rc;
+}
+
+size_t weight_mapped_count(const weight_mapped *v)
+{
+    return v ? v->m.n_tensors : 0;
+}
+
+int weight_mapped_get_tensor(const weight_mapped *v, size_t i, weight_mapped_tensor *out)
+{
+    if (v == NULL || out == NULL || i >= v->m.n_tensors) return WEIGHT_EINVALID_ARGUMENT;
+    weight_tensor_info ti;
+    tensor_info(&v->m, i, &ti);
+    out->name = ti.name;
+    out->dtype = ti.dtype;
+    out->item_size = ti.item_size;
+    out->ndim = ti.ndim;
+    out->shape = ti.shape;
+    out->alias_of = ti.alias_of;
+    out->data = v->data[i];
+    out->bytes = v->m.tensors[i].bytes;
+    return WEIGHT_OK;
+}
+
+int weight_mapped_status(const weight_mapped *v)
+{
+    return v ? atomic_load(&v->k.lost) : WEIGHT_EINVALID_ARGUMENT;
 }

@@ -1,0 +1,714 @@
+"""store -- WeightStore, the Python face of libweightclient.
+
+WeightStore holds one weight_store handle of the C library (one connection
+to the master, its segment mappings) and offers exactly the RFC's eleven
+calls: weight_put, weight_get, weight_is_exist, weight_get_metadata,
+weight_get_size, weight_list, weight_update_policy, weight_upsert,
+weight_migrate, weight_get_operation, weight_remove. Everything else here
+(writers, loads, list pages) is what those calls return.
+
+Concurrency: the C handle is used by one thread at a time, so every call
+takes the store's lock. Mutations are fenced: weight_update_policy,
+weight_migrate, weight_remove and weight_upsert require the
+expected_metadata_generation the caller read; none of them reads the
+current one on the caller's behalf.
+
+Lifetimes: closing the store (or leaving its `with` block) closes the
+connection once nothing of it is in use. A zero-copy load does not depend
+on the store: it owns its lease, its renewal and its own mapping of the
+segment (weight_get_mapped in the C library), and the numpy arrays it hands
+out keep it alive; it is released when the last of them is gone.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Mapping
+from typing import Dict, Iterator, List, Optional
+
+import numpy as np
+
+from . import _lib
+from .errors import InvalidArgumentError, WeightStoreError, error_for
+from .tensors import (PLACE_REPLICATED, PLACE_SKIP, PLACE_SPLIT, LoadedTensor, PlacementLike,
+                      TensorPlacement, TensorSpec, box, dtype_name, iter_tensor_source, numpy_dtype,
+                      resolve_placement)
+from .types import (IdentityLike, WeightIdentity, WeightMetadata, WeightMetadataView, WeightOperation,
+                    WeightResidencyState, WeightStoragePolicy, WeightUpsertClaim, WeightUpsertMode,
+                    _as_identity, _claim_from_c, _identity_to_c, _metadata_from_c, _operation_from_c,
+                    _policy_to_c)
+
+TRANSPORT_AUTO, TRANSPORT_LOCAL, TRANSPORT_REMOTE = 0, 1, 2
+_OPT_PAYLOAD_BYTES, _OPT_THREADS, _OPT_TRANSPORT, _OPT_LEASE_TTL_MS = 1, 2, 3, 4
+
+
+def _fence(value, call: str) -> int:
+    """expected_metadata_generation as given by the caller: an int >= 1
+    (0 would make the C library read the current one, which the RFC's
+    compare-and-set forbids doing behind the caller's back)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidArgumentError(f"{call}: expected_metadata_generation must be the metadata "
+                                   f"generation the caller read (an int >= 1), not {value!r}")
+    return value
+
+
+class _Handle:
+    """The C weight_store and the lock serializing its use. Closed once,
+    by close() or when garbage-collected."""
+
+    def __init__(self, lib, ptr):
+        self.lib = lib
+        self.ptr = ptr
+        self.lock = threading.RLock()
+
+    def close(self):
+        with self.lock:
+            if self.ptr:
+                self.lib.weight_store_close(self.ptr)
+                self.ptr = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class WeightStore:
+    """A connection to a Store Master's weight service.
+
+    master: "host:port" or a Unix socket path. tenant_id: the tenant of
+    identities that leave theirs empty (None: "default"). default_policy:
+    this store's default (fields None: the cluster default decides).
+    payload_bytes, threads, transport (0 auto, 1 local only, 2 TCP only)
+    and lease_ttl_ms tune the C library (None: its defaults). Usable as a
+    context manager (closed on exit)."""
+
+    def __init__(self, master: str, *, tenant_id: Optional[str] = None,
+                 default_policy: Optional[WeightStoragePolicy] = None,
+                 payload_bytes: Optional[int] = None, threads: Optional[int] = None,
+                 transport: Optional[int] = None, lease_ttl_ms: Optional[int] = None):
+        lib = _lib.load()
+        ptr = ctypes.c_void_p()
+        err = ctypes.create_string_buffer(1024)
+        pol = _policy_to_c(default_policy)
+        rc = lib.weight_store_open(master.encode(), tenant_id.encode() if tenant_id else None,
+                                   ctypes.byref(pol) if pol is not None else None,
+                                   ctypes.byref(ptr), err, len(err))
+        if rc < 0:
+            raise error_for(rc, lib.weight_error_name(rc).decode(), err.value.decode(errors="replace"))
+        self._lib = lib
+        self._h = _Handle(lib, ptr)
+        self.master = master
+        self._transport = transport or 0
+        for opt, v in ((_OPT_PAYLOAD_BYTES, payload_bytes), (_OPT_THREADS, threads),
+                       (_OPT_TRANSPORT, transport), (_OPT_LEASE_TTL_MS, lease_ttl_ms)):
+            if v is not None:
+                self._check(lib.weight_store_set_option(ptr, opt, v))
+
+    # -- plumbing ------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the connection. Zero-copy loads already made stay valid."""
+        self._h.close()
+
+    def __enter__(self) -> "WeightStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _ptr(self):
+        if not self._h.ptr:
+            raise InvalidArgumentError("the WeightStore is closed")
+        return self._h.ptr
+
+    def _check(self, rc: int) -> int:
+        if rc >= 0:
+            return rc
+        msg = self._lib.weight_store_last_error(self._h.ptr).decode(errors="replace") if self._h.ptr else ""
+        raise error_for(rc, self._lib.weight_error_name(rc).decode(), msg)
+
+    # -- the eleven calls ---------------------------------------------------------
+
+    def weight_put(self, identity: IdentityLike, tensors=None, *, aliases: Optional[Dict[str, str]] = None,
+                   policy: Optional[WeightStoragePolicy] = None) -> "WeightWriter":
+        """Begin publishing revision `identity` and return its writer: add
+        tensors (weight_put_tensor / weight_put_fragment / weight_put_alias,
+        or `tensors` and `aliases` here), then commit() -- or use it as a
+        context manager, which commits on a clean exit and aborts on an
+        exception. tensors: a mapping name -> numpy array (or (array,
+        "BF16")-style pairs for dtypes numpy lacks), a .safetensors path, or
+        a list of those. policy None: the store's default, then the
+        cluster's. The revision is invisible (IMPORTING) until commit
+        publishes it READY. Raises ConflictError when the identity exists in
+        another state, InvalidArgumentError, ..."""
+        ident = _as_identity(identity)
+        cid = _identity_to_c(ident)
+        pol = _policy_to_c(policy)
+        source = _checked_source(tensors)  # bad input fails before an import is begun
+        w = ctypes.c_void_p()
+        with self._h.lock:
+            self._check(self._lib.weight_put_begin(self._ptr(), cid, ctypes.byref(pol) if pol else None,
+                                                   ctypes.byref(w)))
+        writer = WeightWriter(self, ident, w)
+        try:
+            writer._keep.append(tensors)
+            for name, arr, dt in source:
+                writer.weight_put_tensor(name, arr, dt)
+            for name, target in (aliases or {}).items():
+                writer.weight_put_alias(name, target)
+        except BaseException:
+            writer.abort()
+            raise
+        return writer
+
+    def weight_get(self, identity: IdentityLike, placement: PlacementLike = None,
+                   bindings: Optional[Dict[str, np.ndarray]] = None, *, zero_copy: bool = True) -> "WeightLoad":
+        """Load revision `identity` under a revision lease, resharded to
+        `placement` (None: every tensor whole; a mapping name ->
+        TensorPlacement, others skipped; or a callable TensorSpec ->
+        TensorPlacement or None to skip; see tensor_parallel()).
+
+        bindings: name -> writable C-contiguous numpy array of exactly the
+        box's size: those tensors are copied into the caller's arrays. The
+        other placed tensors are, when zero_copy and the revision's bytes are
+        in a shared-memory segment on this host (HOT, co-located), read-only
+        numpy views straight into that memory -- no byte is copied, and the
+        returned WeightLoad holds the lease until it and every such array
+        are gone; otherwise they are copied once into new numpy arrays.
+        Every byte handed out was verified against the manifest's checksums.
+
+        Raises NotFoundError, NotReadyError, LeaseExpiredError,
+        InvalidArgumentError (placement or binding), DigestMismatchError,
+        BusyError, WeightTransportError."""
+        ident = _as_identity(identity)
+        cid = _identity_to_c(ident)
+        bindings = dict(bindings or {})
+        for name, arr in bindings.items():
+            if not isinstance(arr, np.ndarray) or not arr.flags.c_contiguous or not arr.flags.writeable:
+                raise InvalidArgumentError(f"binding {name!r}: not a writable C-contiguous numpy array")
+        tensors: Dict[str, LoadedTensor] = {}
+        mapped = None
+        copy_names = None  # None: every placed tensor goes through weight_get
+        if zero_copy and self._lib.has_mapped and self._transport != TRANSPORT_REMOTE:
+            mapped = self._get_mapped(cid)
+            copy_names = set()
+            for spec, data, nbytes in mapped.tensors():
+                p = resolve_placement(placement, spec)
+                if p.kind == PLACE_SKIP:
+                    continue
+                if spec.name in bindings or (data is None and nbytes > 0):
+                    copy_names.add(spec.name)
+                    continue
+                tensors[spec.name] = LoadedTensor(spec.name, spec.dtype, mapped.array(spec, data, p),
+                                                  True, p, spec.shape)
+            if not any(t.zero_copy for t in tensors.values()):
+                mapped.release()
+                mapped = None
+        if copy_names is None or copy_names:
+            tensors.update(self._get_copy(cid, placement, bindings, copy_names))
+        return WeightLoad(ident, tensors, mapped)
+
+    def weight_is_exist(self, identity: IdentityLike) -> bool:
+        """True only when the exact revision is READY and readable."""
+        cid = _identity_to_c(identity)
+        out = ctypes.c_int(0)
+        with self._h.lock:
+            self._check(self._lib.weight_is_exist(self._ptr(), cid, ctypes.byref(out)))
+        return bool(out.value)
+
+    def weight_get_metadata(self, identity: IdentityLike) -> WeightMetadataView:
+        """Metadata of a revision (tombstones included) and its active
+        operation, if any. NotFoundError when it never existed."""
+        cid = _identity_to_c(identity)
+        md, op = _lib.Metadata(), _lib.Operation()
+        with self._h.lock:
+            self._check(self._lib.weight_get_metadata(self._ptr(), cid, ctypes.byref(md), ctypes.byref(op)))
+        return WeightMetadataView(_metadata_from_c(md), _operation_from_c(op) if op.id else None)
+
+    def weight_get_size(self, identity: IdentityLike) -> int:
+        """The logical payload bytes validated when the revision was committed."""
+        cid = _identity_to_c(identity)
+        out = ctypes.c_uint64(0)
+        with self._h.lock:
+            self._check(self._lib.weight_get_size(self._ptr(), cid, ctypes.byref(out)))
+        return int(out.value)
+
+    def weight_list(self, namespace: Optional[str] = None, resource_id: Optional[str] = None, *,
+                    limit: int = 0, include_deleted: bool = False,
+                    page_token: Optional[str] = None) -> "WeightListPage":
+        """One page of the tenant's revisions (of one namespace, and
+        resource), without reading manifests. limit 0: the master's page
+        size. The page iterates over its revisions; page.next_page() fetches
+        the next one and page.pages() / page.revisions() walk all that follow."""
+        if resource_id and not namespace:
+            raise InvalidArgumentError("weight_list: resource_id needs namespace")
+        q = _lib.ListQuery(namespace.encode() if namespace else None,
+                           resource_id.encode() if resource_id else None, limit, int(include_deleted))
+        out = ctypes.POINTER(_lib.Metadata)()
+        n = ctypes.c_size_t(0)
+        nxt = ctypes.create_string_buffer(4096)
+        with self._h.lock:
+            self._check(self._lib.weight_list(self._ptr(), ctypes.byref(q),
+                                              page_token.encode() if page_token else None,
+                                              ctypes.byref(out), ctypes.byref(n), nxt, len(nxt)))
+        try:
+            items = [_metadata_from_c(out[i]) for i in range(n.value)]
+        finally:
+            self._lib.weight_list_free(out)
+        args = dict(namespace=namespace, resource_id=resource_id, limit=limit, include_deleted=include_deleted)
+        return WeightListPage(self, items, nxt.value.decode() or None, args)
+
+    def weight_update_policy(self, identity: IdentityLike, policy: WeightStoragePolicy, *,
+                             expected_metadata_generation: int) -> WeightMetadata:
+        """Replace the revision's policy (fields None keep their value),
+        fenced by expected_metadata_generation. Returns the updated
+        metadata. StaleGenerationError when the revision changed since."""
+        cid = _identity_to_c(identity)
+        gen = _fence(expected_metadata_generation, "weight_update_policy")
+        pol = _policy_to_c(policy)
+        if pol is None:
+            raise InvalidArgumentError("weight_update_policy: policy is required")
+        md = _lib.Metadata()
+        with self._h.lock:
+            self._check(self._lib.weight_update_policy(self._ptr(), cid, ctypes.byref(pol), gen, ctypes.byref(md)))
+        return _metadata_from_c(md)
+
+    def weight_upsert(self, target, *, replacing: IdentityLike, expected_metadata_generation: int,
+                      mode: WeightUpsertMode = WeightUpsertMode.PUT_FIRST, request_id: Optional[str] = None,
+                      policy: Optional[WeightStoragePolicy] = None, tensors=None,
+                      aliases: Optional[Dict[str, str]] = None, wait_ms: int = 0) -> "WeightUpsert":
+        """Replace revision `replacing` by a higher generation of its lineage.
+        target: the new generation (int) or its full identity (same lineage).
+        The claim is made durable first; the returned WeightUpsert is the
+        target's writer (add tensors, then commit, or use `with`) -- with
+        nothing to write when a retried request already got past its import.
+        request_id None: derived from base, target, mode and the expected
+        generation, so a retry is the same request. See the C header for the
+        PUT_FIRST / DELETE_FIRST sequences. Raises StaleGenerationError,
+        ConflictError (another claim is open, or this one was ABORTED),
+        BusyError, NotFoundError, NotReadyError, ..."""
+        base = _as_identity(replacing)
+        if isinstance(target, WeightIdentity):
+            if target.lineage != base.lineage and not (target.tenant_id == "" or base.tenant_id == ""):
+                raise InvalidArgumentError(f"weight_upsert: {target} is not of the lineage of {base}")
+            if (target.namespace, target.resource_id, target.revision) != (base.namespace, base.resource_id,
+                                                                            base.revision):
+                raise InvalidArgumentError(f"weight_upsert: {target} is not of the lineage of {base}")
+            gen_target = target.weight_generation
+        elif isinstance(target, int) and not isinstance(target, bool):
+            gen_target = target
+        else:
+            raise InvalidArgumentError(f"weight_upsert: target must be a generation or an identity, not {target!r}")
+        cid = _identity_to_c(base)
+        gen = _fence(expected_metadata_generation, "weight_upsert")
+        pol = _policy_to_c(policy)
+        source = _checked_source(tensors)
+        claim = _lib.UpsertClaim()
+        w = ctypes.c_void_p()
+        with self._h.lock:
+            self._check(self._lib.weight_upsert(self._ptr(), cid, gen_target, int(mode),
+                                                request_id.encode() if request_id else None, gen,
+                                                ctypes.byref(pol) if pol else None, wait_ms,
+                                                ctypes.byref(claim), ctypes.byref(w)))
+        up = WeightUpsert(self, base.with_generation(gen_target), w, _claim_from_c(claim))
+        try:
+            up._keep.append(tensors)
+            for name, arr, dt in source:
+                up.weight_put_tensor(name, arr, dt)
+            for name, tgt in (aliases or {}).items():
+                up.weight_put_alias(name, tgt)
+        except BaseException:
+            up.abort()
+            raise
+        return up
+
+    def weight_migrate(self, identity: IdentityLike, target: WeightResidencyState, *,
+                       expected_metadata_generation: int,
+                       mixed_hot_ratio: Optional[float] = None) -> WeightOperation:
+        """Start an explicit residency migration toward target (HOT, COLD,
+        MIXED; mixed_hot_ratio None: the policy's). Returns the operation;
+        follow it with weight_get_operation."""
+        cid = _identity_to_c(identity)
+        gen = _fence(expected_metadata_generation, "weight_migrate")
+        op = _lib.Operation()
+        with self._h.lock:
+            self._check(self._lib.weight_migrate(self._ptr(), cid, int(target), float(mixed_hot_ratio or 0.0),
+                                                 gen, ctypes.byref(op)))
+        return _operation_from_c(op)
+
+    def weight_get_operation(self, operation_id: int) -> WeightOperation:
+        """An operation's target, progress and error (terminal ones too)."""
+        op = _lib.Operation()
+        with self._h.lock:
+            self._check(self._lib.weight_get_operation(self._ptr(), int(operation_id), ctypes.byref(op)))
+        return _operation_from_c(op)
+
+    def weight_remove(self, identity: IdentityLike, *, expected_metadata_generation: int) -> WeightMetadata:
+        """Delete the whole revision, keeping a queryable tombstone; returns
+        the metadata after the call (DELETING or DELETED). BusyError while a
+        lease or an operation is active."""
+        cid = _identity_to_c(identity)
+        gen = _fence(expected_metadata_generation, "weight_remove")
+        md = _lib.Metadata()
+        with self._h.lock:
+            self._check(self._lib.weight_remove(self._ptr(), cid, gen, ctypes.byref(md)))
+        return _metadata_from_c(md)
+
+    # -- weight_get's two paths ----------------------------------------------------
+
+    def _get_mapped(self, cid) -> "_MappedRevision":
+        ptr = ctypes.c_void_p()
+        with self._h.lock:
+            self._check(self._lib.weight_get_mapped(self._ptr(), cid, ctypes.byref(ptr)))
+        return _MappedRevision(self._lib, ptr)
+
+    def _get_copy(self, cid, placement: PlacementLike, bindings: Dict[str, np.ndarray],
+                  only: Optional[set]) -> Dict[str, LoadedTensor]:
+        """weight_get into numpy arrays: the caller's bindings, or new arrays
+        the C library writes into directly (one copy, from the segment or the
+        network). only: the names to place (None: all the placement places)."""
+        specs: Dict[str, tuple] = {}
+        owned: Dict[str, np.ndarray] = {}
+        failure: List[BaseException] = []
+
+        def spec_of(ti) -> TensorSpec:
+            t = ti.contents
+            return TensorSpec(t.name.decode(), t.dtype.decode(), tuple(t.shape[i] for i in range(t.ndim)),
+                              t.alias_of.decode() if t.alias_of else None)
+
+        def place(_ctx, ti, out):
+            try:
+                spec = spec_of(ti)
+                p = TensorPlacement(PLACE_SKIP) if only is not None and spec.name not in only \
+                    else resolve_placement(placement, spec)
+                out.contents.kind, out.contents.dim = p.kind, p.dim
+                out.contents.parts, out.contents.rank = p.parts, p.rank
+                specs[spec.name] = (spec, p)
+                return 0
+            except BaseException as e:  # noqa: BLE001 -- re-raised after the C call
+                failure.append(e)
+                return InvalidArgumentError.code
+
+        def provide(_ctx, ti, tp, local_shape, nbytes, out):
+            try:
+                spec = spec_of(ti)
+                shape = tuple(local_shape[i] for i in range(ti.contents.ndim))
+                arr = np.empty(shape, dtype=numpy_dtype(spec.dtype))
+                if arr.nbytes != nbytes:
+                    raise InvalidArgumentError(f"{spec.name}: box of {nbytes} bytes, shape {shape}")
+                owned[spec.name] = arr
+                out[0] = arr.ctypes.data if nbytes else None
+                return 0
+            except BaseException as e:  # noqa: BLE001
+                failure.append(e)
+                return InvalidArgumentError.code
+
+        keep = [(name.encode(), arr) for name, arr in bindings.items()]
+        barr = (_lib.Binding * max(1, len(keep)))()
+        for i, (name, arr) in enumerate(keep):
+            barr[i] = _lib.Binding(name, arr.ctypes.data, arr.nbytes)
+        place_fn, provide_fn = _lib.PLACE_FN(place), _lib.PROVIDE_FN(provide)
+        pl = _lib.Placement(place_fn, None)
+        bd = _lib.Bindings(barr, len(keep), provide_fn, None)
+        stats = _lib.GetStats()
+        with self._h.lock:
+            rc = self._lib.weight_get(self._ptr(), cid, ctypes.byref(pl), ctypes.byref(bd), ctypes.byref(stats))
+            if failure:
+                raise failure[0]
+            self._check(rc)
+        out: Dict[str, LoadedTensor] = {}
+        for name, (spec, p) in specs.items():
+            if p.kind == PLACE_SKIP:
+                continue
+            if name in bindings:
+                arr = bindings[name]
+                want = tuple(len(range(*s.indices(n))) for s, n in zip(box(spec.shape, p), spec.shape))
+                if arr.shape != want:
+                    arr = arr.view(numpy_dtype(spec.dtype)).reshape(want) if arr.nbytes == \
+                        int(np.prod(want, dtype=np.int64)) * numpy_dtype(spec.dtype).itemsize else arr
+            else:
+                arr = owned.get(name)
+                if arr is None:  # an empty tensor: no buffer was asked for
+                    want = tuple(len(range(*s.indices(n))) for s, n in zip(box(spec.shape, p), spec.shape))
+                    arr = np.empty(want, dtype=numpy_dtype(spec.dtype))
+            out[name] = LoadedTensor(name, spec.dtype, arr, False, p, spec.shape)
+        return out
+
+
+def _checked_source(tensors) -> List[tuple]:
+    """[(name, array, dtype name)] of a put source (see weight_put), each
+    dtype resolved -- so an unusable source is refused before the store
+    is touched. None: []."""
+    if tensors is None:
+        return []
+    return [(name, arr, dtype_name(arr, dt)) for name, arr, dt in iter_tensor_source(tensors)]
+
+
+def _c_contiguous(tensor) -> np.ndarray:
+    """tensor as a C-contiguous array (copied only when it is not one;
+    np.ascontiguousarray would also turn a 0-d array into a 1-d one)."""
+    arr = np.asarray(tensor)
+    return arr if arr.flags.c_contiguous else np.require(arr, requirements="C")
+
+
+class WeightWriter:
+    """The writer of one weight_put: add tensors, then commit(). Arrays are
+    borrowed (not copied) until commit returns. As a context manager it
+    commits on a clean exit (the metadata is then in .metadata) and aborts
+    on an exception."""
+
+    def __init__(self, store: WeightStore, identity: WeightIdentity, ptr):
+        self._store = store
+        self._lib = store._lib
+        self._ptr = ptr if ptr else None
+        self._keep: List[object] = []
+        self.identity = identity
+        self.metadata: Optional[WeightMetadata] = None
+
+    def _w(self):
+        if not self._ptr:
+            raise InvalidArgumentError(f"writer of {self.identity}: already committed or aborted")
+        return self._ptr
+
+    def weight_put_tensor(self, name: str, tensor, dtype: Optional[str] = None) -> None:
+        """Add a whole tensor (any numpy array; made C-contiguous, which
+        copies only when it is not). dtype: the safetensors name when the
+        numpy dtype does not say it (e.g. "BF16" for uint16 bits)."""
+        arr = _c_contiguous(tensor)
+        dt = dtype_name(arr, dtype)
+        shape = (ctypes.c_uint64 * max(1, arr.ndim))(*arr.shape)
+        self._keep.append(arr)
+        with self._store._h.lock:
+            self._store._check(self._lib.weight_writer_add_tensor(self._w(), name.encode(), dt.encode(),
+                                                                  arr.ndim, shape, arr.ctypes.data or None))
+
+    def weight_put_fragment(self, name: str, tensor, *, global_shape, global_offset,
+                            dtype: Optional[str] = None) -> None:
+        """Add one fragment of a pre-sharded tensor (e.g. one TP rank's
+        shard): its global shape and the fragment's global offset. The
+        fragments of a name must cover the tensor exactly (checked at commit)."""
+        arr = _c_contiguous(tensor)
+        dt = dtype_name(arr, dtype)
+        nd = arr.ndim
+        if len(global_shape) != nd or len(global_offset) != nd:
+            raise InvalidArgumentError(f"fragment of {name!r}: global_shape and global_offset need {nd} entries")
+        U = ctypes.c_uint64 * max(1, nd)
+        self._keep.append(arr)
+        with self._store._h.lock:
+            self._store._check(self._lib.weight_writer_add_fragment(
+                self._w(), name.encode(), dt.encode(), nd, U(*global_shape), U(*global_offset),
+                U(*arr.shape), arr.ctypes.data or None))
+
+    def weight_put_alias(self, name: str, target: str) -> None:
+        """Declare `name` a tied weight stored once, as `target`."""
+        with self._store._h.lock:
+            self._store._check(self._lib.weight_writer_alias(self._w(), name.encode(), target.encode()))
+
+    def weight_put_tensors(self, source) -> None:
+        """Add every tensor of a source (see WeightStore.weight_put)."""
+        self._keep.append(source)
+        for name, arr, dt in iter_tensor_source(source):
+            self.weight_put_tensor(name, arr, dt)
+
+    def commit(self) -> WeightMetadata:
+        """Write the payloads, the manifest last, and publish the revision
+        READY (first HOT). The writer is spent whatever happens; on failure
+        nothing is published and the error says why."""
+        w = self._w()
+        self._ptr = None
+        md = _lib.Metadata()
+        try:
+            with self._store._h.lock:
+                self._store._check(self._lib.weight_writer_commit(w, ctypes.byref(md)))
+        finally:
+            self._keep.clear()
+        self.metadata = _metadata_from_c(md)
+        return self.metadata
+
+    def abort(self) -> None:
+        """Abort the import (nothing is published). A no-op once spent."""
+        if self._ptr:
+            w, self._ptr = self._ptr, None
+            with self._store._h.lock:
+                self._lib.weight_writer_abort(w)
+        self._keep.clear()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            if self._ptr:
+                self.commit()
+        else:
+            self.abort()
+        return False
+
+    def __del__(self):
+        try:
+            self.abort()
+        except Exception:
+            pass
+
+
+class WeightUpsert(WeightWriter):
+    """The writer of a weight_upsert target. identity: the target; claim:
+    the claim as the master answered. When the target is READY already (a
+    retried request), there is nothing to write and commit() returns its
+    metadata. status() re-reads the lineage's claim."""
+
+    def __init__(self, store: WeightStore, identity: WeightIdentity, ptr, claim: WeightUpsertClaim):
+        super().__init__(store, identity, ptr)
+        self.claim = claim
+
+    @property
+    def needs_write(self) -> bool:
+        return bool(self._ptr)
+
+    def commit(self) -> WeightMetadata:
+        if not self._ptr and self.metadata is None:
+            self.metadata = self._store.weight_get_metadata(self.identity).metadata
+            return self.metadata
+        return super().commit()
+
+    def status(self) -> WeightUpsertClaim:
+        cid = _identity_to_c(self.identity)
+        c = _lib.UpsertClaim()
+        with self._store._h.lock:
+            self._store._check(self._lib.weight_upsert_status(self._store._ptr(), cid, ctypes.byref(c)))
+        self.claim = _claim_from_c(c)
+        return self.claim
+
+
+class WeightListPage:
+    """One page of weight_list: iterates over its WeightMetadata."""
+
+    def __init__(self, store: WeightStore, items: List[WeightMetadata], next_page_token: Optional[str], args):
+        self._store = store
+        self.items = items
+        self.next_page_token = next_page_token
+        self._args = args
+
+    def __iter__(self) -> Iterator[WeightMetadata]:
+        return iter(self.items)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def next_page(self) -> Optional["WeightListPage"]:
+        """The following page, or None after the last."""
+        if not self.next_page_token:
+            return None
+        return self._store.weight_list(page_token=self.next_page_token, **self._args)
+
+    def pages(self) -> Iterator["WeightListPage"]:
+        """This page and every one after it."""
+        page = self
+        while page is not None:
+            yield page
+            page = page.next_page()
+
+    def revisions(self) -> Iterator[WeightMetadata]:
+        """Every revision of this page and the ones after it."""
+        for page in self.pages():
+            yield from page.items
+
+
+class _MappedRevision:
+    """A weight_get_mapped view: a held (and renewed) revision lease, a
+    read-only mapping of the segment holding the revision, and per tensor a
+    verified pointer into it. Released when garbage-collected -- arrays made
+    by array() keep it alive through their base."""
+
+    def __init__(self, lib, ptr):
+        self._lib = lib
+        self._ptr = ptr
+        self._lock = threading.Lock()
+
+    def tensors(self):
+        """(TensorSpec, address or None, bytes) per tensor of the revision."""
+        n = self._lib.weight_mapped_count(self._ptr)
+        t = _lib.MappedTensor()
+        for i in range(n):
+            if self._lib.weight_mapped_get_tensor(self._ptr, i, ctypes.byref(t)) < 0:
+                continue
+            spec = TensorSpec(t.name.decode(), t.dtype.decode(), tuple(t.shape[k] for k in range(t.ndim)),
+                              t.alias_of.decode() if t.alias_of else None)
+            yield spec, t.data, int(t.bytes)
+
+    def array(self, spec: TensorSpec, address: Optional[int], p: TensorPlacement) -> np.ndarray:
+        """A read-only numpy view of placement p's box of the tensor at
+        address (no copy; the box of a split is a strided view)."""
+        dt = numpy_dtype(spec.dtype)
+        count = int(np.prod(spec.shape, dtype=np.int64)) if spec.shape else 1
+        if count == 0 or not address:
+            whole = np.empty(spec.shape, dtype=dt)
+        else:
+            raw = (ctypes.c_uint8 * (count * dt.itemsize)).from_address(address)
+            raw._weightstore_owner = self  # the lease and mapping live as long as the bytes are viewed
+            whole = np.frombuffer(memoryview(raw).toreadonly(), dtype=dt).reshape(spec.shape)
+        return whole[box(spec.shape, p)] if spec.shape else whole[...]  # [()] of 0-d is a scalar
+
+    def lease_status(self) -> int:
+        """0 while the lease holds, else the code its renewal failed with."""
+        with self._lock:
+            if not self._ptr:
+                return 0
+            return self._lib.weight_mapped_status(self._ptr)
+
+    def release(self) -> None:
+        with self._lock:
+            if self._ptr:
+                self._lib.weight_mapped_release(self._ptr)
+                self._ptr = None
+
+    def __del__(self):
+        try:
+            self.release()
+        except Exception:
+            pass
+
+
+class WeightLoad(Mapping):
+    """What weight_get returns: name -> LoadedTensor for every placed
+    tensor. For a zero-copy load it holds the revision lease; close() (or
+    the end of a `with` block) drops this object's hold, and the lease is
+    released once no array of the load is alive either."""
+
+    def __init__(self, identity: WeightIdentity, tensors: Dict[str, LoadedTensor], mapped):
+        self.identity = identity
+        self._tensors = tensors
+        self._mapped = mapped
+
+    def __getitem__(self, name: str) -> LoadedTensor:
+        return self._tensors[name]
+
+    def __iter__(self):
+        return iter(self._tensors)
+
+    def __len__(self) -> int:
+        return len(self._tensors)
+
+    @property
+    def zero_copy(self) -> bool:
+        """True when every tensor is a view into shared memory."""
+        return bool(self._tensors) and all(t.zero_copy for t in self._tensors.values())
+
+    def arrays(self) -> Dict[str, np.ndarray]:
+        return {n: t.array for n, t in self._tensors.items()}
+
+    def close(self) -> None:
+        """Drop this load's hold on the lease (arrays still alive keep it)."""
+        self._tensors = {}
+        self._mapped = None
+
+    def __enter__(self) -> "WeightLoad":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"WeightLoad({self.identity}, {len(self._tensors)} tensors, zero_copy={self.zero_copy})"

@@ -1,0 +1,104 @@
+"""test_put -- weight_put from Python: numpy dicts, safetensors files (one or
+several, as weightctl writes them), pre-sharded fragments and tied aliases,
+each loaded back byte for byte."""
+from __future__ import annotations
+
+import subprocess
+
+import numpy as np
+import pytest
+
+import weightstore as ws
+from helpers import model, put_model, unique, write_safetensors
+from master import build_dir
+
+
+def ident(resource, gen=1):
+    return ws.WeightIdentity("put", resource, "v1", gen)
+
+
+def test_put_from_safetensors_files(store, tmp_path):
+    src = model(3)
+    names = list(src)
+    a, b = tmp_path / "model-00001.safetensors", tmp_path / "model-00002.safetensors"
+    write_safetensors(a, {n: src[n] for n in names[:3]}, metadata={"format": "pt"})
+    write_safetensors(b, {n: src[n] for n in names[3:]})
+    i = ident(unique("st"))
+    md = store.weight_put(i, [str(a), b]).commit()
+    assert md.availability == ws.WeightAvailability.READY
+    with store.weight_get(i) as load:
+        assert set(load) == set(names)
+        for n, (arr, dt) in src.items():
+            assert load[n].dtype == (dt or ws.tensors.dtype_name(arr))
+            assert load[n].array.tobytes() == arr.tobytes(), n
+            assert load[n].shape == arr.shape
+
+
+def test_safetensors_reader_matches_weightctl(store, master, tmp_path):
+    """weightctl get writes safetensors the reader maps back to the same bytes."""
+    i = ident(unique("ctl"))
+    src = model(4)
+    put_model(store, i, src)
+    out = tmp_path / "out"
+    r = subprocess.run([f"{build_dir()}/bin/weightctl", "--master", master.address, "get", str(i),
+                        "--out", str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    files = list(out.glob("*.safetensors"))
+    assert len(files) == 1
+    f = ws.read_safetensors(files[0])
+    assert set(f) == set(src)
+    for n, (arr, dt) in src.items():
+        got, got_dt = f[n]
+        assert got_dt == (dt or ws.tensors.dtype_name(arr)) and got.tobytes() == arr.tobytes()
+
+
+def test_malformed_safetensors_is_invalid_argument(store, tmp_path):
+    p = tmp_path / "bad.safetensors"
+    p.write_bytes(b"\xff" * 8 + b"{}")
+    with pytest.raises(ws.InvalidArgumentError):
+        ws.read_safetensors(p)
+    i = ident(unique("bad"))
+    with pytest.raises(ws.InvalidArgumentError):
+        store.weight_put(i, str(p))
+    assert not store.weight_is_exist(i)
+
+
+def test_fragments_and_aliases(store):
+    i = ident(unique("frag"))
+    full = np.arange(7 * 5, dtype=np.int32).reshape(7, 5)
+    with store.weight_put(i) as w:
+        w.weight_put_fragment("w", full[:, :2], global_shape=(7, 5), global_offset=(0, 0))
+        w.weight_put_fragment("w", full[:, 2:], global_shape=(7, 5), global_offset=(0, 2))
+        w.weight_put_alias("w_tied", "w")
+    assert w.metadata.logical_bytes == full.nbytes  # the alias is stored once
+    with store.weight_get(i) as load:
+        assert np.array_equal(load["w"].array, full)
+        assert np.array_equal(load["w_tied"].array, full)
+
+
+def test_incomplete_fragments_fail_at_commit_and_publish_nothing(store):
+    i = ident(unique("hole"))
+    full = np.arange(12, dtype=np.float32).reshape(4, 3)
+    w = store.weight_put(i)
+    w.weight_put_fragment("w", full[:2], global_shape=(4, 3), global_offset=(0, 0))
+    with pytest.raises(ws.InvalidArgumentError):
+        w.commit()
+    assert not store.weight_is_exist(i)
+
+
+def test_dtypes_numpy_lacks_need_a_name(store):
+    i = ident(unique("dt"))
+    with pytest.raises(ws.InvalidArgumentError):
+        store.weight_put(i, {"c": np.zeros(3, np.complex64)})
+    with pytest.raises(ws.InvalidArgumentError):
+        store.weight_put(i, {"x": (np.zeros(3, np.uint8), "BF16")})  # 1-byte items are not BF16
+    assert not store.weight_is_exist(i)
+
+
+def test_non_contiguous_input_is_stored_in_logical_order(store):
+    i = ident(unique("strided"))
+    base = np.arange(6 * 8, dtype=np.float64).reshape(6, 8)
+    put_model(store, i, {"t": (base.T, None), "s": (base[::2, 1::3], None)})
+    with store.weight_get(i) as load:
+        assert np.array_equal(load["t"].array, base.T)
+        assert np.array_equal(load["s"].array, base[::2, 1::3])

@@ -1,0 +1,303 @@
+"""test_store -- the eleven weight_* calls of WeightStore on a real master,
+and the RFC's errors each raised as its own exception with nothing changed."""
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+import weightstore as ws
+from helpers import model, put_model, unique, wait_for, wait_operation
+
+R = ws.WeightResidencyState
+
+
+def ident(resource, gen=1, revision="v1", namespace="llm"):
+    return ws.WeightIdentity(namespace, resource, revision, gen)
+
+
+def test_public_surface_is_the_eleven_calls():
+    calls = sorted(n for n in dir(ws.WeightStore) if n.startswith("weight_"))
+    assert calls == sorted([
+        "weight_put", "weight_get", "weight_is_exist", "weight_get_metadata", "weight_get_size",
+        "weight_list", "weight_update_policy", "weight_upsert", "weight_migrate",
+        "weight_get_operation", "weight_remove"])
+    public = {n for n in dir(ws.WeightStore) if not n.startswith("_")}
+    assert public - set(calls) == {"close"}
+
+
+def test_put_metadata_get_remove_path(store):
+    """weight_put -> weight_get_metadata -> weight_get -> weight_remove, with
+    weight_is_exist and weight_get_size along the way."""
+    i = ident(unique("path"))
+    src = model(1)
+    md = put_model(store, i, src, aliases={"lm_head.weight": "embed.weight"})
+    assert md.availability == ws.WeightAvailability.READY
+    assert md.residency == R.HOT
+    assert md.identity.namespace == "llm" and md.identity.weight_generation == 1
+    assert md.identity.tenant_id == "default"
+    assert md.manifest_key and len(md.manifest_sha256) == 32
+    stored = sum(a.nbytes for a, _ in src.values())
+    assert md.logical_bytes >= stored  # the tied copy is stored once: no second embed
+    assert md.logical_bytes < stored + src["embed.weight"][0].nbytes
+
+    view = store.weight_get_metadata(i)
+    assert view.metadata.metadata_generation == md.metadata_generation
+    assert view.metadata.manifest_sha256 == md.manifest_sha256
+    assert view.operation is None
+    assert store.weight_is_exist(i) is True
+    assert store.weight_get_size(i) == md.logical_bytes
+
+    with store.weight_get(i) as load:
+        assert set(load) == set(src) | {"lm_head.weight"}
+        for name, (arr, dt) in src.items():
+            t = load[name]
+            assert t.dtype == (dt or ws.tensors.dtype_name(arr))
+            assert t.array.dtype == arr.dtype and t.shape == arr.shape
+            assert np.array_equal(t.array, arr), name
+        assert np.array_equal(load["lm_head.weight"].array, src["embed.weight"][0])
+        assert load["lm_head.weight"].zero_copy  # an alias views the target's bytes
+    del load, t  # the last views: their lease goes with them
+    gc.collect()
+    assert store.weight_get_metadata(i).metadata.active_leases == 0
+
+    gone = store.weight_remove(i, expected_metadata_generation=view.metadata.metadata_generation)
+    assert gone.availability in (ws.WeightAvailability.DELETING, ws.WeightAvailability.DELETED)
+    assert store.weight_is_exist(i) is False
+    assert wait_for(lambda: store.weight_get_metadata(i).metadata.availability == ws.WeightAvailability.DELETED)
+    tomb = store.weight_get_metadata(i).metadata
+    assert tomb.residency == R.ABSENT
+    with pytest.raises(ws.NotReadyError):
+        store.weight_get(i)
+
+
+def test_unknown_revision_raises_not_found(store):
+    i = ident(unique("nothing"))
+    assert store.weight_is_exist(i) is False
+    with pytest.raises(ws.NotFoundError) as e:
+        store.weight_get_metadata(i)
+    assert e.value.code == -102 and e.value.name == "NOT_FOUND"
+    with pytest.raises(ws.NotFoundError):
+        store.weight_get(i)
+    with pytest.raises(ws.NotFoundError):
+        store.weight_get_size(i)
+    with pytest.raises(ws.NotFoundError):
+        store.weight_get_operation(987654321)
+
+
+def test_invalid_identity_is_invalid_argument(store):
+    with pytest.raises(ws.InvalidArgumentError):
+        store.weight_is_exist(ws.WeightIdentity("", "r", "v", 1))
+    with pytest.raises(ws.InvalidArgumentError):
+        store.weight_get_metadata(ws.WeightIdentity("ns", "r" * 300, "v", 1))
+
+
+def test_identity_text_form_round_trips():
+    i = ws.WeightIdentity("llm", "a/b", "v@1", 3)
+    assert ws.WeightIdentity.parse(str(i)) == i
+    with pytest.raises(ws.InvalidArgumentError):
+        ws.WeightIdentity.parse("llm/only-two")
+
+
+def test_list_pages_and_filters(store):
+    res = unique("list")
+    for k in range(5):
+        put_model(store, ident(res, revision=f"r{k}", namespace="listing"), {"w": (np.full(4, k, np.int32), None)})
+    put_model(store, ident(unique("other"), namespace="listing"), {"w": (np.zeros(4, np.int32), None)})
+
+    first = store.weight_list("listing", res, limit=2)
+    sizes = [len(p) for p in first.pages()]
+    assert sizes == [2, 2, 1]
+    names = sorted(md.identity.revision for md in first.revisions())
+    assert names == [f"r{k}" for k in range(5)]
+    assert all(md.identity.resource_id == res for md in first.revisions())
+    everything = [md.identity.resource_id for md in store.weight_list("listing").revisions()]
+    assert len(everything) == 6
+    with pytest.raises(ws.InvalidArgumentError):
+        store.weight_list(resource_id=res)
+
+
+def test_update_policy_is_fenced(store):
+    i = ident(unique("policy"))
+    md = put_model(store, i, {"w": (np.arange(8, dtype=np.float32), None)})
+    new = ws.WeightStoragePolicy(R.HOT, 0.25, ws.WeightMigrationMode.PINNED)
+    up = store.weight_update_policy(i, new, expected_metadata_generation=md.metadata_generation)
+    assert up.policy.migration_mode == ws.WeightMigrationMode.PINNED
+    assert up.policy.mixed_hot_ratio == pytest.approx(0.25)
+    assert up.metadata_generation > md.metadata_generation
+
+    # The old generation is stale: refused, and nothing changes.
+    with pytest.raises(ws.StaleGenerationError) as e:
+        store.weight_update_policy(i, ws.WeightStoragePolicy(R.HOT, 0.5, ws.WeightMigrationMode.AUTO),
+                                   expected_metadata_generation=md.metadata_generation)
+    assert e.value.code == -105
+    after = store.weight_get_metadata(i).metadata
+    assert after.metadata_generation == up.metadata_generation
+    assert after.policy == up.policy
+
+
+@pytest.mark.parametrize("bad", [0, None, -1, True, "3"])
+def test_mutations_require_an_explicit_generation(store, bad):
+    """0 would make the C library read the current generation itself; the
+    Python API refuses it (and anything else not a generation) up front."""
+    i = ident(unique("fence"))
+    md = put_model(store, i, {"w": (np.arange(4, dtype=np.float32), None)})
+    pol = ws.WeightStoragePolicy(R.HOT, 0.5, ws.WeightMigrationMode.MANUAL)
+    for call in (lambda: store.weight_update_policy(i, pol, expected_metadata_generation=bad),
+                 lambda: store.weight_migrate(i, R.COLD, expected_metadata_generation=bad),
+                 lambda: store.weight_remove(i, expected_metadata_generation=bad),
+                 lambda: store.weight_upsert(2, replacing=i, expected_metadata_generation=bad)):
+        with pytest.raises(ws.InvalidArgumentError):
+            call()
+    after = store.weight_get_metadata(i).metadata
+    assert after.metadata_generation == md.metadata_generation
+    assert after.availability == ws.WeightAvailability.READY
+    with pytest.raises(TypeError):
+        store.weight_remove(i)  # keyword-only and required
+
+
+def test_migrate_cold_and_back(store):
+    i = ident(unique("migrate"))
+    src = model(2)
+    # MANUAL: reading the COLD revision must not start an automatic promotion.
+    md = put_model(store, i, src, policy=ws.WeightStoragePolicy(R.HOT, 0.5, ws.WeightMigrationMode.MANUAL))
+    op = store.weight_migrate(i, R.COLD, expected_metadata_generation=md.metadata_generation)
+    assert op.operation_id > 0 and op.kind == ws.WeightOperationKind.MIGRATING and op.target == R.COLD
+    done = wait_operation(store, op.operation_id)
+    assert done.state == ws.WeightOperationState.SUCCEEDED, done.error
+    assert done.operation_id == op.operation_id
+    cold = store.weight_get_metadata(i).metadata
+    assert cold.residency == R.COLD and cold.operation_id is None
+
+    with store.weight_get(i) as load:  # read from the cold tier: copied, not mapped
+        assert not load.zero_copy
+        for name, (arr, _) in src.items():
+            assert np.array_equal(load[name].array, arr), name
+
+    # A stale migration is refused and creates no operation.
+    with pytest.raises(ws.StaleGenerationError):
+        store.weight_migrate(i, R.HOT, expected_metadata_generation=md.metadata_generation)
+    assert store.weight_get_metadata(i).metadata.operation_id is None
+
+    op = store.weight_migrate(i, R.HOT, expected_metadata_generation=cold.metadata_generation)
+    assert wait_operation(store, op.operation_id).state == ws.WeightOperationState.SUCCEEDED
+    assert store.weight_get_metadata(i).metadata.residency == R.HOT
+
+
+def test_remove_is_busy_while_a_zero_copy_view_lives(store):
+    """An array handed out by a zero-copy load holds the revision's lease:
+    removal is BUSY (nothing changes) until the last such array is gone."""
+    i = ident(unique("busy"))
+    md = put_model(store, i, {"w": (np.arange(1000, dtype=np.float32), None)})
+    load = store.weight_get(i)
+    assert load.zero_copy
+    arr = load["w"].array
+    load.close()
+    del load
+    gc.collect()
+    assert store.weight_get_metadata(i).metadata.active_leases == 1
+    with pytest.raises(ws.BusyError):
+        store.weight_remove(i, expected_metadata_generation=md.metadata_generation)
+    after = store.weight_get_metadata(i).metadata
+    assert after.availability == ws.WeightAvailability.READY
+    assert after.metadata_generation == md.metadata_generation
+    assert np.array_equal(arr, np.arange(1000, dtype=np.float32))
+    del arr
+    gc.collect()
+    assert store.weight_get_metadata(i).metadata.active_leases == 0
+    store.weight_remove(i, expected_metadata_generation=md.metadata_generation)
+    assert store.weight_is_exist(i) is False
+
+
+def test_put_of_an_existing_identity_conflicts(store):
+    i = ident(unique("dup"))
+    md = put_model(store, i, {"w": (np.arange(4, dtype=np.float32), None)})
+    with pytest.raises(ws.ConflictError) as e:
+        store.weight_put(i, {"w": np.arange(4, dtype=np.float32)}).commit()
+    assert e.value.code == -104
+    after = store.weight_get_metadata(i).metadata
+    assert after.metadata_generation == md.metadata_generation
+    assert after.manifest_sha256 == md.manifest_sha256
+
+
+def test_upsert_put_first_replaces_the_base(store):
+    res = unique("upsert")
+    base = ident(res, gen=1)
+    md = put_model(store, base, {"w": (np.zeros(16, np.float32), None)})
+    with store.weight_upsert(2, replacing=base, expected_metadata_generation=md.metadata_generation,
+                             request_id=f"rollout-{res}") as up:
+        assert up.identity == base.with_generation(2)
+        assert up.needs_write
+        up.weight_put_tensor("w", np.ones(16, np.float32))
+    assert up.metadata.availability == ws.WeightAvailability.READY
+    target = up.identity
+    with store.weight_get(target) as load:
+        assert np.array_equal(load["w"].array, np.ones(16, np.float32))
+    assert wait_for(lambda: up.status().phase == ws.WeightUpsertPhase.COMMITTED)
+    assert up.claim.committed_watermark == 2
+    assert wait_for(lambda: not store.weight_is_exist(base))
+
+    # The same request again: the existing claim, nothing to write.
+    again = store.weight_upsert(2, replacing=base, expected_metadata_generation=md.metadata_generation,
+                                request_id=f"rollout-{res}")
+    assert not again.needs_write
+    assert again.commit().metadata_generation == up.metadata.metadata_generation
+
+
+def test_upsert_rejects_a_lower_generation_and_a_competitor(store):
+    res = unique("upsert")
+    base = ident(res, gen=3)
+    md = put_model(store, base, {"w": (np.zeros(4, np.float32), None)})
+    with pytest.raises(ws.WeightStoreError) as e:
+        store.weight_upsert(2, replacing=base, expected_metadata_generation=md.metadata_generation)
+    assert isinstance(e.value, (ws.InvalidArgumentError, ws.ConflictError))
+    with pytest.raises(ws.StaleGenerationError):
+        store.weight_upsert(4, replacing=base, expected_metadata_generation=md.metadata_generation + 100)
+
+    first = store.weight_upsert(4, replacing=base, expected_metadata_generation=md.metadata_generation,
+                                request_id=f"a-{res}")
+    try:
+        with pytest.raises(ws.ConflictError):
+            store.weight_upsert(5, replacing=base, expected_metadata_generation=md.metadata_generation,
+                                request_id=f"b-{res}")
+    finally:
+        first.abort()
+    assert store.weight_is_exist(base)
+
+
+def test_writer_aborts_on_exception(store):
+    i = ident(unique("abort"))
+    with pytest.raises(RuntimeError):
+        with store.weight_put(i) as w:
+            w.weight_put_tensor("w", np.arange(4, dtype=np.float32))
+            raise RuntimeError("caller failure")
+    assert store.weight_is_exist(i) is False
+    with pytest.raises(ws.InvalidArgumentError):
+        w.weight_put_tensor("x", np.arange(4, dtype=np.float32))
+
+
+def test_bad_placement_and_binding_are_invalid_argument(store):
+    i = ident(unique("place"))
+    put_model(store, i, {"w": (np.arange(12, dtype=np.float32).reshape(3, 4), None)})
+    with pytest.raises(ws.InvalidArgumentError):
+        store.weight_get(i, {"w": ws.Split(5, 2, 0)})
+    with pytest.raises(ws.InvalidArgumentError):
+        store.weight_get(i, {"w": ws.Split(5, 2, 0)}, zero_copy=False)
+    with pytest.raises(ws.InvalidArgumentError):
+        store.weight_get(i, bindings={"w": np.empty(5, np.float32)})
+
+
+def test_store_context_closes(master):
+    with ws.WeightStore(master.address) as s:
+        pass
+    with pytest.raises(ws.InvalidArgumentError):
+        s.weight_list()
+
+
+def test_unreachable_master_is_a_transport_error():
+    from master import free_port
+    with pytest.raises(ws.WeightStoreError) as e:
+        with ws.WeightStore(f"127.0.0.1:{free_port()}") as s:
+            s.weight_list()
+    assert isinstance(e.value, ws.WeightTransportError)

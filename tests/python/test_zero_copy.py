@@ -1,0 +1,161 @@
+"""test_zero_copy -- weight_get of a HOT revision on the node's host hands
+out numpy views into the node's shared-memory segment (no copy), the same
+bytes as the source for every tensor-parallel layout, and keeps the lease
+and the mapping alive exactly as long as a view does."""
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+import weightstore as ws
+from helpers import inside, mapped_ranges, model, put_model, unique
+
+
+def ident(resource, gen=1):
+    return ws.WeightIdentity("zc", resource, "v1", gen)
+
+
+def split_source(arr, p: ws.TensorPlacement):
+    """The box of placement p cut from the source with numpy (array_split
+    gives the first S % N parts one more element, the library's rule)."""
+    if p.kind != 2:
+        return arr
+    return np.array_split(arr, p.parts, axis=p.dim)[p.rank]
+
+
+@pytest.fixture(scope="module")
+def revision(master):
+    with ws.WeightStore(master.address) as s:
+        i = ident(unique("model"))
+        src = model(7)
+        put_model(s, i, src, aliases={"lm_head.weight": "embed.weight"})
+    src["lm_head.weight"] = src["embed.weight"]
+    return i, src
+
+
+def test_hot_load_points_into_the_segment(store, master, revision):
+    i, src = revision
+    with store.weight_get(i) as load:
+        assert load.zero_copy
+        ranges = mapped_ranges(master.segment_path)
+        assert ranges, "the segment file is not mapped into this process"
+        for name, t in load.items():
+            a = t.array
+            assert t.zero_copy
+            assert inside(ranges, a.ctypes.data, a.nbytes), f"{name} is not inside the segment mapping"
+            assert not a.flags.writeable
+            assert np.array_equal(a, src[name][0]), name
+        # A tied weight is the very same bytes as its target.
+        assert load["lm_head.weight"].array.ctypes.data == load["embed.weight"].array.ctypes.data
+
+
+def test_copy_path_does_not_point_into_the_segment(store, master, revision):
+    i, src = revision
+    with store.weight_get(i, zero_copy=False) as load:
+        ranges = mapped_ranges(master.segment_path)
+        for name, t in load.items():
+            assert not t.zero_copy
+            assert not inside(ranges, t.array.ctypes.data, max(1, t.array.nbytes))
+            assert np.array_equal(t.array, src[name][0]), name
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4])
+@pytest.mark.parametrize("zero_copy", [True, False])
+def test_tensor_parallel_loads_match_the_source(store, revision, tp, zero_copy):
+    i, src = revision
+    rules = {"*.o_proj.weight": 1}
+    for rank in range(tp):
+        placement = ws.tensor_parallel(tp, rank, split=rules)
+        with store.weight_get(i, placement, zero_copy=zero_copy) as load:
+            assert set(load) == set(src)
+            for name, t in load.items():
+                want = split_source(src[name][0], t.placement)
+                assert t.array.shape == want.shape, name
+                assert t.array.tobytes() == want.tobytes(), f"{name} rank {rank} of {tp}"
+                assert t.zero_copy == zero_copy
+            if tp > 1:
+                assert load["layers.0.o_proj.weight"].placement == ws.Split(1, tp, rank)
+                assert load["embed.weight"].placement == ws.Split(0, tp, rank)
+                assert load["layers.0.norm.weight"].placement == ws.REPLICATED
+
+
+def test_presharded_revision_loads_by_copy_and_matches(store, master):
+    """A revision put as TP shards (fragments) is not one contiguous block
+    per tensor: those tensors are copied, and still byte-identical."""
+    i = ident(unique("sharded"))
+    full = np.arange(10 * 6, dtype=np.float32).reshape(10, 6)
+    with store.weight_put(i) as w:
+        for part in range(4):
+            rows = np.array_split(np.arange(10), 4)[part]
+            w.weight_put_fragment("w", full[rows[0]:rows[-1] + 1], global_shape=(10, 6),
+                                  global_offset=(int(rows[0]), 0))
+        w.weight_put_tensor("b", np.arange(6, dtype=np.float32))
+    with store.weight_get(i) as load:
+        assert np.array_equal(load["w"].array, full) and not load["w"].zero_copy
+        assert load["b"].zero_copy and np.array_equal(load["b"].array, np.arange(6, dtype=np.float32))
+    for tp in (2, 4):
+        for rank in range(tp):
+            with store.weight_get(i, {"w": ws.Split(1, tp, rank)}) as load:
+                assert set(load) == {"w"}
+                assert np.array_equal(load["w"].array, np.array_split(full, tp, axis=1)[rank])
+
+
+def test_raw_dtypes_keep_their_names(store, revision):
+    i, src = revision
+    with store.weight_get(i) as load:
+        bf = load["layers.0.mlp.weight"]
+        f8 = load["layers.0.scale"]
+        assert bf.dtype == "BF16" and bf.array.dtype == np.uint16
+        assert f8.dtype == "F8_E4M3" and f8.array.dtype == np.uint8
+        assert bf.array.tobytes() == src["layers.0.mlp.weight"][0].tobytes()
+
+
+def test_as_torch():
+    torch = pytest.importorskip("torch", reason="torch is not installed: as_torch() cannot be exercised")
+    t = ws.LoadedTensor("x", "BF16", np.zeros(4, np.uint16), False, ws.REPLICATED, (4,))
+    assert t.as_torch().dtype == torch.bfloat16
+
+
+def test_a_view_keeps_lease_and_mapping_alive(master, revision):
+    """Closing the load and even the store leaves a surviving array valid:
+    it holds the lease (active_leases stays 1) and its mapping; dropping the
+    last array releases both."""
+    i, src = revision
+    s = ws.WeightStore(master.address)
+    with ws.WeightStore(master.address) as probe:
+        base_maps = len(mapped_ranges(master.segment_path))
+        load = s.weight_get(i)
+        arr = load["layers.0.o_proj.weight"].array[:, 3:7]  # a strided slice keeps it too
+        load.close()
+        del load
+        s.close()
+        gc.collect()
+        assert probe.weight_get_metadata(i).metadata.active_leases == 1
+        assert len(mapped_ranges(master.segment_path)) > base_maps
+        assert np.array_equal(arr, src["layers.0.o_proj.weight"][0][:, 3:7])
+        del arr
+        gc.collect()
+        assert probe.weight_get_metadata(i).metadata.active_leases == 0
+        assert len(mapped_ranges(master.segment_path)) == base_maps
+
+
+def test_remote_transport_copies(master, revision):
+    i, src = revision
+    with ws.WeightStore(master.address, transport=ws.TRANSPORT_REMOTE) as s:
+        with s.weight_get(i) as load:
+            assert not load.zero_copy
+            for name, t in load.items():
+                assert np.array_equal(t.array, src[name][0]), name
+
+
+def test_bindings_receive_the_bytes(store, revision):
+    i, src = revision
+    out = np.empty((24, 15), dtype=np.float32)
+    with store.weight_get(i, {"layers.0.o_proj.weight": ws.Split(1, 2, 1), "step": ws.REPLICATED},
+                          bindings={"layers.0.o_proj.weight": out}) as load:
+        assert load["layers.0.o_proj.weight"].array is out
+        assert not load["layers.0.o_proj.weight"].zero_copy
+        assert load["step"].zero_copy and int(load["step"].array) == 7
+    assert np.array_equal(out, src["layers.0.o_proj.weight"][0][:, 15:])
