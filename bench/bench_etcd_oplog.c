@@ -1,0 +1,276 @@
+/* bench_etcd_oplog.c -- what the etcd OpLog's batching buys over single puts.
+ *
+ * Usage: bench_etcd_oplog [seconds]   (default 3 s per run)
+ *
+ * Starts its own 1-member etcd (tests/integration/etcd_fixture: Debian's
+ * /usr/bin/etcd, data under a mkdtemp directory in /tmp, on the same disk as
+ * everything else here), then measures, at 1 and 64 concurrent writers:
+ *   raw    etcd_put of a 256-byte value from T threads, each to its own key
+ *          (one Put RPC per durable write: what a naive backend would do);
+ *   oplog  durable appends of 256-byte records through the etcd OpLog backend
+ *          after a promote with an election stand-in: C clients, each with
+ *          one append outstanding and the next issued from its durable
+ *          callback (the batching writer puts whatever queued meanwhile, up
+ *          to 127 records, in one txn).
+ * Each setting runs 3 times, raw and oplog in turn; the median of each is
+ * printed with the ratio oplog / raw. Not a test: the numbers depend on the
+ * disk's fsync and the cores. etcd and its directory are removed at the end. */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "etcd_client.h"
+#include "etcd_fixture.h"
+#include "oplog.h"
+
+#define PAYLOAD 256
+#define RUNS 3
+#define MAX_THREADS 64
+
+static etcd_client *cli;
+
+/* -- raw puts ------------------------------------------------------------------ */
+
+typedef struct raw_worker {
+    pthread_t thread;
+    int id;
+    uint64_t deadline_ns;
+    uint64_t done;
+    int failed;
+} raw_worker;
+
+static void *raw_main(void *arg)
+{
+    raw_worker *w = arg;
+    char key[64], err[256];
+    uint8_t val[PAYLOAD];
+    memset(val, 0x5c, sizeof(val));
+    snprintf(key, sizeof(key), "/bench/raw/%d", w->id);
+    while (uv_hrtime() < w->deadline_ns) {
+        if (etcd_put(cli, key, strlen(key), val, sizeof(val), 0, NULL, err, sizeof(err)) < 0) {
+            fprintf(stderr, "bench_etcd_oplog: raw put: %s\n", err);
+            w->failed = 1;
+            break;
+        }
+        w->done++;
+    }
+    return NULL;
+}
+
+/* Puts per second from `threads` threads, or a negative value. */
+static double run_raw(int threads, double seconds)
+{
+    raw_worker w[MAX_THREADS];
+    uint64_t t0 = uv_hrtime(), total = 0;
+    int failed = 0;
+    for (int i = 0; i < threads; i++) {
+        memset(&w[i], 0, sizeof(w[i]));
+        w[i].id = i;
+        w[i].deadline_ns = t0 + (uint64_t)(seconds * 1e9);
+        if (pthread_create(&w[i].thread, NULL, raw_main, &w[i]) != 0)
+            return -1;
+    }
+    for (int i = 0; i < threads; i++) {
+        pthread_join(w[i].thread, NULL);
+        total += w[i].done;
+        failed |= w[i].failed;
+    }
+    if (failed)
+        return -1;
+    return (double)total / ((double)(uv_hrtime() - t0) / 1e9);
+}
+
+/* -- the etcd OpLog --------------------------------------------------------- */
+
+typedef struct bench {
+    oplog *log;
+    uint64_t deadline_ns;
+    uint64_t done;
+    int outstanding;
+    int failed;
+    int promoted;
+    int promote_status;
+    uint8_t payload[PAYLOAD];
+} bench;
+
+static void on_durable(void *arg, int status, uint64_t seq);
+
+static void issue(bench *b)
+{
+    int rc = oplog_append(b->log, 1, 1, b->payload, PAYLOAD, on_durable, b, NULL);
+    if (rc < 0) {
+        fprintf(stderr, "bench_etcd_oplog: append failed: %s\n", smp_strerror(rc));
+        b->failed = 1;
+        b->outstanding--;
+    }
+}
+
+static void on_durable(void *arg, int status, uint64_t seq)
+{
+    bench *b = arg;
+    (void)seq;
+    if (status != 0) {
+        b->failed = 1;
+        b->outstanding--;
+        return;
+    }
+    b->done++;
+    if (uv_hrtime() < b->deadline_ns && !b->failed)
+        issue(b);
+    else
+        b->outstanding--;
+}
+
+static void on_promoted(void *arg, int status)
+{
+    bench *b = arg;
+    b->promoted = 1;
+    b->promote_status = status;
+}
+
+static int no_records(void *arg, const oplog_record *rec)
+{
+    (void)arg;
+    (void)rec;
+    return 0;
+}
+
+static void quiet(void *arg, const char *line)
+{
+    (void)arg;
+    (void)line;
+}
+
+/* Durable appends per second with `clients` outstanding, or a negative
+ * value; *per_txn gets the records per txn. Each run writes under its own
+ * prefix with its own election. */
+static double run_oplog(int clients, double seconds, int run, double *per_txn)
+{
+    char prefix[64], leader[96], err[256] = "";
+    oplog_etcd_options o = {0};
+    oplog_etcd_fence f = {0};
+    oplog_stats st;
+    uv_loop_t loop;
+    bench b;
+    int64_t lease = 0;
+    etcd_txn_result res;
+    uint64_t t0, elapsed;
+    double rate = -1;
+
+    memset(&b, 0, sizeof(b));
+    memset(b.payload, 0x5c, sizeof(b.payload));
+    snprintf(prefix, sizeof(prefix), "/bench/oplog/c%d-r%d/", clients, run);
+    snprintf(leader, sizeof(leader), "%sleader", prefix);
+    if (uv_loop_init(&loop) != 0)
+        return -1;
+    o.client = cli;
+    o.prefix = prefix;
+    o.log_line = quiet;
+    if (oplog_etcd_open(&loop, &o, &b.log, err, sizeof(err)) < 0) {
+        fprintf(stderr, "bench_etcd_oplog: %s\n", err);
+        uv_loop_close(&loop);
+        return -1;
+    }
+    /* The election stand-in: a lease and the leader key attached to it. */
+    if (etcd_lease_grant(cli, 30, &lease, NULL, err, sizeof(err)) < 0)
+        goto close_log;
+    etcd_op put = {.type = ETCD_OP_PUT, .key = leader, .key_len = strlen(leader),
+                   .value = "bench", .value_len = 5, .lease = lease};
+    if (etcd_txn(cli, NULL, 0, &put, 1, NULL, 0, &res, err, sizeof(err)) < 0)
+        goto revoke;
+    f.leader_key = leader;
+    f.leader_key_len = strlen(leader);
+    f.lease_id = lease;
+    f.create_revision = res.revision;
+    f.lease_ttl_ms = 30000;
+    etcd_txn_result_free(&res);
+    if (oplog_etcd_promote(b.log, &f, no_records, NULL, on_promoted, &b) < 0)
+        goto revoke;
+    while (!b.promoted)
+        uv_run(&loop, UV_RUN_ONCE);
+    if (b.promote_status != 0) {
+        fprintf(stderr, "bench_etcd_oplog: promote: %s\n", smp_strerror(b.promote_status));
+        goto revoke;
+    }
+    t0 = uv_hrtime();
+    b.deadline_ns = t0 + (uint64_t)(seconds * 1e9);
+    b.outstanding = clients;
+    for (int i = 0; i < clients && !b.failed; i++)
+        issue(&b);
+    while (b.outstanding > 0)
+        uv_run(&loop, UV_RUN_ONCE);
+    elapsed = uv_hrtime() - t0;
+    oplog_stats_get(b.log, &st);
+    *per_txn = st.syncs ? (double)st.durable_count / (double)st.syncs : 0.0;
+    if (!b.failed)
+        rate = (double)b.done / ((double)elapsed / 1e9);
+revoke:
+    if (rate < 0 && err[0] != '\0')
+        fprintf(stderr, "bench_etcd_oplog: %s\n", err);
+    (void)etcd_lease_revoke(cli, lease, NULL, 0);
+close_log:
+    oplog_close(b.log);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    uv_loop_close(&loop);
+    return rate;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv)
+{
+    double seconds = argc > 1 ? atof(argv[1]) : 3.0;
+    static const int settings[] = {1, 64};
+    etcd_fixture fx;
+    etcd_client_options co = {0};
+    char err[256];
+    int rc = 0;
+
+    if (seconds <= 0 || seconds > 60) {
+        fprintf(stderr, "usage: bench_etcd_oplog [seconds 0..60]\n");
+        return 2;
+    }
+    if (etcd_fixture_start(&fx, "bench_etcd_oplog", 1, 20000) != 0) {
+        fprintf(stderr, "bench_etcd_oplog: etcd did not start\n");
+        return 1;
+    }
+    co.endpoints = etcd_fixture_endpoints(&fx);
+    if (etcd_client_open(&co, &cli, err, sizeof(err)) < 0) {
+        fprintf(stderr, "bench_etcd_oplog: %s\n", err);
+        etcd_fixture_cleanup(&fx);
+        return 1;
+    }
+    printf("bench_etcd_oplog: 1-member etcd %s (data in %s), %d-byte records, "
+           "%.1f s per run, median of %d\n", co.endpoints, fx.dir, PAYLOAD, seconds, RUNS);
+    for (size_t s = 0; s < sizeof(settings) / sizeof(settings[0]); s++) {
+        int c = settings[s];
+        double raw[RUNS], log[RUNS], per_txn[RUNS];
+        for (int r = 0; r < RUNS; r++) {
+            raw[r] = run_raw(c, seconds);
+            log[r] = run_oplog(c, seconds, r, &per_txn[r]);
+            if (raw[r] < 0 || log[r] < 0) {
+                rc = 1;
+                goto out;
+            }
+            printf("  run %d  writers %2d  raw puts/s %8.0f  oplog appends/s %8.0f  "
+                   "records/txn %6.2f\n", r + 1, c, raw[r], log[r], per_txn[r]);
+        }
+        qsort(raw, RUNS, sizeof(double), cmp_double);
+        qsort(log, RUNS, sizeof(double), cmp_double);
+        qsort(per_txn, RUNS, sizeof(double), cmp_double);
+        printf("median  writers %2d  raw etcd_put/s %8.0f  etcd oplog durable appends/s %8.0f"
+               "  records/txn %6.2f  oplog/raw x%.2f\n", c, raw[RUNS / 2], log[RUNS / 2],
+               per_txn[RUNS / 2], log[RUNS / 2] / raw[RUNS / 2]);
+        fflush(stdout);
+    }
+out:
+    etcd_client_close(cli);
+    etcd_fixture_cleanup(&fx);
+    return rc;
+}
