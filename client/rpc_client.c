@@ -791,8 +791,8 @@ int rpcc_call_ex(rpcc_conn *c,
             rc = rpcc_recv(c, id, NULL, &st, resp_body ? &body : NULL, &len,
                            errmsg ? &msg : NULL);
         }
-        if (sent && rc < 0 && !c->broken && c->in_flight > 0)
-            c->in_flight--; /* timed out: nobody claims its answer (stashed if it comes) */
+        if (sent && rc < 0 && c->in_flight > 0)
+            c->in_flight--; /* nobody claims its answer (stashed if it still comes) */
         if (rc == SMP_OK && st == SMP_ENOTLEADER && c->in_flight == 0 && now_ms() < deadline) {
             /* A standby: it applied nothing, the request goes to the leader. */
             free(body);
@@ -800,7 +800,7 @@ int rpcc_call_ex(rpcc_conn *c,
             goto move;
         }
         /* The stream is gone: before the request left, or after it did. */
-        lost = rc < 0 && c->broken && c->in_flight <= (size_t)sent;
+        lost = rc < 0 && c->broken && c->in_flight == 0;
         if (lost && (flags & RPCC_FAILOVER) && (!sent || (flags & RPCC_IDEMPOTENT)) &&
             now_ms() < deadline) {
             c->hinted = 0;
