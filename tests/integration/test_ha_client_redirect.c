@@ -1,0 +1,573 @@
+/* test_ha_client_redirect.c -- clients and nodes given a list of masters find
+ * the leader and follow a standby's redirect (issue 15), without an HA
+ * cluster.
+ *
+ * One real store_master (harness.c, embedded node) is "the leader". In front
+ * of it, in this process, tiny fake masters on Unix sockets in the test's
+ * directory inject what only an HA cluster would produce on demand:
+ *   - "standby": answers every request with SMP_ENOTLEADER naming the real
+ *     master's socket as the leader (a standby that knows the leader);
+ *   - "electing": answers every request with SMP_ENOTLEADER and no leader
+ *     (a standby while no leader is known);
+ *   - "dropper": reads one request and closes the connection without an
+ *     answer (a leader that died after the request reached it).
+ * They are fakes only for the answers they inject; every call that succeeds
+ * is served by the real master, which the tests check (the object is
+ * there, the connection ended at the real socket, the fake saw the call).
+ *
+ * Pins: a kv call given "standby,real", just "standby" or "electing,real"
+ * lands on the real master; weightctl and libweightclient do the same with
+ * --master / weight_store_open lists; "dead,real" (a missing socket, a
+ * refused TCP port) works; only dead endpoints fail with an error naming
+ * each of them, within the call's timeout; "electing" alone fails with
+ * SMP_ENOTLEADER once its timeout is spent; a mutation whose request
+ * reached the dropper is not sent again (transport error, the real master
+ * never saw it) while a query is; a store_node given "standby" registers
+ * with the real master, and again, without a restart, after the master
+ * went away and came back; bad lists are refused naming the item. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "harness.h"
+#include "rpc.pb-c.h"
+#include "rpc_client.h"
+#include "weightclient.h"
+
+#define WAIT_MS 10000 /* generous bound for an asynchronous effect */
+#define FAKE_CONNS 16
+
+/* -- the fake masters ------------------------------------------------------ */
+
+typedef enum fake_kind { FAKE_STANDBY, FAKE_ELECTING, FAKE_DROPPER } fake_kind;
+
+typedef struct fake {
+    fake_kind kind;
+    char path[320];
+    char leader[320];        /* what STANDBY names */
+    int lfd;
+    int stop[2];             /* a pipe: written to stop the thread */
+    pthread_t thread;
+    atomic_int requests;     /* whole requests read */
+    struct { int fd; uint8_t buf[1 << 16]; size_t len; } conns[FAKE_CONNS];
+} fake;
+
+static void put_be32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
+
+static int write_all(int fd, const uint8_t *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Take the whole frames buffered on connection i; 0, or -1 to close it. */
+static int fake_frames(fake *f, int i)
+{
+    uint8_t *b = f->conns[i].buf;
+    size_t *len = &f->conns[i].len;
+    while (*len >= 4) {
+        uint32_t n = (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
+        if (n > sizeof(f->conns[i].buf) - 4) return -1;
+        if (*len < 4 + (size_t)n) return 0;
+        RpcRequest *req = rpc_request__unpack(NULL, n, b + 4);
+        if (req == NULL) return -1;
+        atomic_fetch_add(&f->requests, 1);
+        if (f->kind == FAKE_DROPPER) {
+            rpc_request__free_unpacked(req, NULL);
+            return -1; /* the request arrived; the answer never comes */
+        }
+        RpcResponse resp = RPC_RESPONSE__INIT;
+        uint8_t out[1024];
+        resp.request_id = req->request_id;
+        resp.status = SMP_ENOTLEADER;
+        resp.error = f->kind == FAKE_STANDBY ? "this master is a standby"
+                                             : "this master is a standby; no leader is known";
+        resp.leader = f->kind == FAKE_STANDBY ? f->leader : "";
+        rpc_request__free_unpacked(req, NULL);
+        size_t m = rpc_response__pack(&resp, out + 4);
+        put_be32(out, (uint32_t)m);
+        if (write_all(f->conns[i].fd, out, 4 + m) < 0) return -1;
+        memmove(b, b + 4 + n, *len - 4 - n);
+        *len -= 4 + (size_t)n;
+    }
+    return 0;
+}
+
+static void fake_close_conn(fake *f, int i)
+{
+    close(f->conns[i].fd);
+    f->conns[i].fd = -1;
+    f->conns[i].len = 0;
+}
+
+static void *fake_main(void *arg)
+{
+    fake *f = arg;
+    for (;;) {
+        struct pollfd p[FAKE_CONNS + 2];
+        int map[FAKE_CONNS + 2];
+        nfds_t n = 0;
+        p[n] = (struct pollfd){.fd = f->stop[0], .events = POLLIN};
+        map[n++] = -2;
+        p[n] = (struct pollfd){.fd = f->lfd, .events = POLLIN};
+        map[n++] = -1;
+        for (int i = 0; i < FAKE_CONNS; i++) {
+            if (f->conns[i].fd < 0) continue;
+            p[n] = (struct pollfd){.fd = f->conns[i].fd, .events = POLLIN};
+            map[n++] = i;
+        }
+        if (poll(p, n, -1) < 0) {
+            if (errno == EINTR) continue;
+            break;
+        }
+        if (p[0].revents) break;
+        for (nfds_t k = 1; k < n; k++) {
+            if (!p[k].revents) continue;
+            if (map[k] == -1) {
+                int fd = accept(f->lfd, NULL, NULL);
+                int slot = -1;
+                for (int i = 0; i < FAKE_CONNS && fd >= 0 && slot < 0; i++)
+                    if (f->conns[i].fd < 0) slot = i;
+                if (slot < 0) {
+                    if (fd >= 0) close(fd);
+                    continue;
+                }
+                f->conns[slot].fd = fd;
+                f->conns[slot].len = 0;
+                continue;
+            }
+            int i = map[k];
+            ssize_t r = recv(f->conns[i].fd, f->conns[i].buf + f->conns[i].len,
+                             sizeof(f->conns[i].buf) - f->conns[i].len, 0);
+            if (r < 0 && errno == EINTR) continue;
+            if (r > 0) f->conns[i].len += (size_t)r;
+            if (r <= 0 || fake_frames(f, i) < 0) fake_close_conn(f, i);
+        }
+    }
+    return NULL;
+}
+
+static fake *fake_start(const hx_master *m, const char *name, fake_kind kind)
+{
+    struct sockaddr_un sa;
+    fake *f = calloc(1, sizeof(*f));
+    assert_non_null(f);
+    f->kind = kind;
+    snprintf(f->path, sizeof(f->path), "%s/%s.sock", m->dir, name);
+    snprintf(f->leader, sizeof(f->leader), "%s", m->socket);
+    for (int i = 0; i < FAKE_CONNS; i++) f->conns[i].fd = -1;
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    assert_true(strlen(f->path) < sizeof(sa.sun_path));
+    memcpy(sa.sun_path, f->path, strlen(f->path));
+    f->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(f->lfd >= 0);
+    assert_int_equal(bind(f->lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(listen(f->lfd, 16), 0);
+    assert_int_equal(pipe(f->stop), 0);
+    assert_int_equal(pthread_create(&f->thread, NULL, fake_main, f), 0);
+    return f;
+}
+
+static void fake_stop(fake *f)
+{
+    if (f == NULL) return;
+    assert_int_equal(write(f->stop[1], "x", 1), 1);
+    pthread_join(f->thread, NULL);
+    for (int i = 0; i < FAKE_CONNS; i++)
+        if (f->conns[i].fd >= 0) close(f->conns[i].fd);
+    close(f->lfd);
+    close(f->stop[0]);
+    close(f->stop[1]);
+    unlink(f->path);
+    free(f);
+}
+
+/* -- fixture ------------------------------------------------------------------- */
+
+typedef struct fixture {
+    hx_master m;
+    fake *standby, *electing, *dropper;
+    char dead[320];          /* a socket path nobody listens on */
+    int round;
+} fixture;
+
+static int setup(void **state)
+{
+    fixture *f = calloc(1, sizeof(*f));
+    if (f == NULL || hx_init(&f->m, "haredirect", NULL) < 0) return -1;
+    if (hx_start(&f->m, WAIT_MS) < 0) {
+        hx_cleanup(&f->m);
+        free(f);
+        return -1;
+    }
+    f->standby = fake_start(&f->m, "standby", FAKE_STANDBY);
+    f->electing = fake_start(&f->m, "electing", FAKE_ELECTING);
+    f->dropper = fake_start(&f->m, "dropper", FAKE_DROPPER);
+    snprintf(f->dead, sizeof(f->dead), "%s/dead.sock", f->m.dir);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture *f = *state;
+    fake_stop(f->standby);
+    fake_stop(f->electing);
+    fake_stop(f->dropper);
+    int rc = hx_stop(&f->m);
+    hx_cleanup(&f->m);
+    free(f);
+    return rc == 0 ? 0 : -1;
+}
+
+/* -- helpers ------------------------------------------------------------------- */
+
+static void list2(char *out, size_t cap, const char *a, const char *b)
+{
+    snprintf(out, cap, "%s,%s", a, b);
+}
+
+/* Put a fresh object through a client of `masters`, and check the real
+ * master holds it. Returns the key (static). */
+static const char *put_through(fixture *f, const char *masters)
+{
+    static char key[64];
+    char err[1024] = "", content[64];
+    kvc *c = NULL;
+    snprintf(key, sizeof(key), "redirect/%d", ++f->round);
+    snprintf(content, sizeof(content), "content %d", f->round);
+    if (kvc_connect(masters, WAIT_MS, &c, err, sizeof(err)) < 0) fail_msg("connect %s: %s", masters, err);
+    if (kvc_put_bytes(c, key, content, strlen(content), SMP_DATA_KV, NULL, 0, NULL) < 0)
+        fail_msg("put through %s: %s", masters, kvc_error(c));
+    assert_string_equal(kvc_endpoint(c), f->m.socket); /* it ended at the real master */
+    kvc_close(c);
+
+    kvc *real = hx_client(&f->m);
+    char got[64];
+    uint64_t len = 0;
+    assert_non_null(real);
+    assert_int_equal(kvc_get_into(real, key, got, sizeof(got), &len, 1), 0);
+    assert_int_equal(len, strlen(content));
+    assert_memory_equal(got, content, len);
+    kvc_close(real);
+    return key;
+}
+
+/* Run weightctl with args (NULL-terminated); its stdout and stderr go to
+ * *out (malloc'd, caller frees). Returns its exit status. */
+static int run_weightctl(fixture *f, char **out, const char *const *args)
+{
+    char path[400];
+    snprintf(path, sizeof(path), "%s/weightctl.out", f->m.dir);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        const char *argv[16];
+        size_t n = 0;
+        argv[n++] = "weightctl";
+        while (args[n - 1] != NULL && n < 15) {
+            argv[n] = args[n - 1];
+            n++;
+        }
+        argv[n] = NULL;
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+            close(fd);
+        }
+        unsetenv("WEIGHTCTL_MASTER");
+        execv(BUILD_DIR "/bin/weightctl", (char *const *)argv);
+        _exit(127);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    FILE *fp = fopen(path, "r");
+    assert_non_null(fp);
+    char *buf = calloc(1, 1 << 16);
+    assert_non_null(buf);
+    size_t r = fread(buf, 1, (1 << 16) - 1, fp);
+    buf[r] = '\0';
+    fclose(fp);
+    *out = buf;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* -- tests --------------------------------------------------------------------- */
+
+/* A call sent to a standby that names the leader is sent again there: with
+ * the leader later in the list, and with the standby alone (the leader is
+ * only known from its answer). */
+static void test_standby_redirect_lands_on_the_leader(void **state)
+{
+    fixture *f = *state;
+    char masters[700];
+    int before = atomic_load(&f->standby->requests);
+    list2(masters, sizeof(masters), f->standby->path, f->m.socket);
+    put_through(f, masters);
+    assert_true(atomic_load(&f->standby->requests) > before); /* it did ask the standby */
+    before = atomic_load(&f->standby->requests);
+    put_through(f, f->standby->path);
+    assert_true(atomic_load(&f->standby->requests) > before);
+    snprintf(masters, sizeof(masters), "unix:%s", f->standby->path);
+    put_through(f, masters);
+}
+
+/* A standby that knows no leader: the next master of the list is asked. */
+static void test_no_leader_known_moves_to_the_next_master(void **state)
+{
+    fixture *f = *state;
+    char masters[700];
+    int before = atomic_load(&f->electing->requests);
+    list2(masters, sizeof(masters), f->electing->path, f->m.socket);
+    put_through(f, masters);
+    assert_true(atomic_load(&f->electing->requests) > before);
+}
+
+/* A master that does not answer at all is skipped: a missing socket, a
+ * refused TCP port. */
+static void test_dead_endpoints_are_skipped(void **state)
+{
+    fixture *f = *state;
+    char masters[700];
+    list2(masters, sizeof(masters), f->dead, f->m.socket);
+    put_through(f, masters);
+    list2(masters, sizeof(masters), "127.0.0.1:1", f->m.socket);
+    put_through(f, masters);
+}
+
+/* Only dead endpoints: an error naming each of them, within the timeout. */
+static void test_only_dead_endpoints_fail_naming_them(void **state)
+{
+    fixture *f = *state;
+    char masters[700], err[1024] = "";
+    kvc *c = NULL;
+    list2(masters, sizeof(masters), f->dead, "127.0.0.1:1");
+    int64_t t0 = now_ms();
+    int rc = kvc_connect(masters, 1500, &c, err, sizeof(err));
+    int64_t took = now_ms() - t0;
+    assert_int_equal(rc, SMP_EIO);
+    assert_null(c);
+    assert_non_null(strstr(err, "no master answered"));
+    assert_non_null(strstr(err, f->dead));
+    assert_non_null(strstr(err, "127.0.0.1:1"));
+    assert_true(took < WAIT_MS); /* bounded by its timeout, not hanging */
+
+    char *out = NULL;
+    const char *args[] = {"--master", masters, "status", NULL};
+    assert_int_equal(run_weightctl(f, &out, args), 1);
+    assert_non_null(strstr(out, "cannot reach the master"));
+    assert_non_null(strstr(out, "no master answered"));
+    free(out);
+}
+
+/* A standby alone that never learns the leader: the call ends with its
+ * answer once the timeout is spent. */
+static void test_no_leader_ever_fails_with_not_leader(void **state)
+{
+    fixture *f = *state;
+    char err[512] = "";
+    kvc *c = NULL;
+    assert_int_equal(kvc_connect(f->electing->path, 1000, &c, err, sizeof(err)), 0);
+    int exists = 0;
+    assert_int_equal(kvc_exists(c, "redirect/none", &exists), SMP_ENOTLEADER);
+    assert_non_null(strstr(kvc_error(c), "no leader is known"));
+    assert_false(kvc_transport_failed(c));
+    kvc_close(c);
+}
+
+/* A leader that dies after a request reached it: a mutation is not sent
+ * again (it may have been applied; here it was not, and stays so), a query
+ * is sent to the next master. */
+static void test_lost_mutation_is_not_resent_but_a_query_is(void **state)
+{
+    fixture *f = *state;
+    char masters[700], err[512] = "";
+    const char *key = put_through(f, f->m.socket);
+    kvc *c = NULL;
+    list2(masters, sizeof(masters), f->dropper->path, f->m.socket);
+
+    assert_int_equal(kvc_connect(masters, WAIT_MS, &c, err, sizeof(err)), 0);
+    int before = atomic_load(&f->dropper->requests);
+    assert_int_equal(kvc_remove(c, key), SMP_EIO);
+    assert_true(kvc_transport_failed(c));
+    assert_int_equal(atomic_load(&f->dropper->requests), before + 1);
+    /* the next call reconnects (nothing of it left before) to the leader */
+    int exists = 0;
+    assert_int_equal(kvc_exists(c, key, &exists), 0);
+    assert_int_equal(exists, 1); /* the remove was never sent again */
+    assert_string_equal(kvc_endpoint(c), f->m.socket);
+    kvc_close(c);
+
+    assert_int_equal(kvc_connect(masters, WAIT_MS, &c, err, sizeof(err)), 0);
+    before = atomic_load(&f->dropper->requests);
+    exists = 0;
+    assert_int_equal(kvc_exists(c, key, &exists), 0); /* lost at the dropper, asked again */
+    assert_int_equal(exists, 1);
+    assert_int_equal(atomic_load(&f->dropper->requests), before + 1);
+    kvc_close(c);
+}
+
+/* weightctl: --master lists for kv and status; bad lists name the item. */
+static void test_weightctl_follows_the_list(void **state)
+{
+    fixture *f = *state;
+    char masters[700], file[400], back[400], key[64];
+    char *out = NULL;
+    snprintf(file, sizeof(file), "%s/blob.in", f->m.dir);
+    snprintf(back, sizeof(back), "%s/blob.out", f->m.dir);
+    snprintf(key, sizeof(key), "redirect/ctl-%d", ++f->round);
+    FILE *fp = fopen(file, "w");
+    assert_non_null(fp);
+    fputs("bytes through a standby", fp);
+    fclose(fp);
+
+    list2(masters, sizeof(masters), f->standby->path, f->m.socket);
+    const char *put[] = {"--master", masters, "kv", "put", key, file, NULL};
+    assert_int_equal(run_weightctl(f, &out, put), 0);
+    free(out);
+    const char *get[] = {"--master", f->standby->path, "kv", "get", key, back, NULL};
+    assert_int_equal(run_weightctl(f, &out, get), 0);
+    free(out);
+    fp = fopen(back, "r");
+    assert_non_null(fp);
+    char got[64] = "";
+    assert_non_null(fgets(got, sizeof(got), fp));
+    fclose(fp);
+    assert_string_equal(got, "bytes through a standby");
+
+    /* status: the real master answers (the fakes refuse status too); no HA:
+     * the single master's block, no masters table */
+    list2(masters, sizeof(masters), f->dead, f->m.socket);
+    const char *status[] = {"--master", masters, "status", NULL};
+    assert_int_equal(run_weightctl(f, &out, status), 0);
+    char line[400];
+    snprintf(line, sizeof(line), "master    %s (active)", f->m.socket);
+    assert_non_null(strstr(out, line));
+    assert_null(strstr(out, "masters"));
+    free(out);
+    const char *json[] = {"--master", masters, "--json", "status", NULL};
+    assert_int_equal(run_weightctl(f, &out, json), 0);
+    assert_non_null(strstr(out, "\"role\":\"active\""));
+    assert_null(strstr(out, "\"masters\""));
+    free(out);
+
+    snprintf(masters, sizeof(masters), "%s,,%s", f->standby->path, f->m.socket);
+    const char *bad[] = {"--master", masters, "status", NULL};
+    assert_int_equal(run_weightctl(f, &out, bad), 2);
+    assert_non_null(strstr(out, "item 2 is empty"));
+    free(out);
+    const char *badport[] = {"--master", "127.0.0.1:99999", "kv", "ls", NULL};
+    assert_int_equal(run_weightctl(f, &out, badport), 2);
+    assert_non_null(strstr(out, "port '99999'"));
+    free(out);
+}
+
+/* libweightclient: weight_store_open takes the list; its calls reach the
+ * leader through a standby. */
+static void test_weight_store_opens_a_list(void **state)
+{
+    fixture *f = *state;
+    char masters[700], err[512] = "";
+    weight_store *s = NULL;
+    weight_identity id;
+    int exists = -1;
+    list2(masters, sizeof(masters), f->standby->path, f->m.socket);
+    assert_int_equal(weight_store_open(f->standby->path, NULL, NULL, &s, err, sizeof(err)), 0);
+    assert_int_equal(weight_identity_set(&id, "", "ns", "model", "r1", 1), 0);
+    int before = atomic_load(&f->standby->requests);
+    assert_int_equal(weight_is_exist(s, &id, &exists), 0);
+    assert_int_equal(exists, 0);
+    assert_true(atomic_load(&f->standby->requests) > before);
+    weight_store_close(s);
+
+    assert_int_equal(weight_store_open(masters, NULL, NULL, &s, err, sizeof(err)), 0);
+    exists = -1;
+    assert_int_equal(weight_is_exist(s, &id, &exists), 0);
+    assert_int_equal(exists, 0);
+    weight_store_close(s);
+
+    snprintf(masters, sizeof(masters), "%s,nohost", f->m.socket);
+    assert_int_equal(weight_store_open(masters, NULL, NULL, &s, err, sizeof(err)),
+                     WEIGHT_EINVALID_ARGUMENT);
+    assert_null(s);
+    assert_non_null(strstr(err, "item 2"));
+}
+
+/* A store_node given only the standby registers with the leader it names. */
+static void test_node_given_a_standby_registers_with_the_leader(void **state)
+{
+    fixture *f = *state;
+    hx_master via = f->m; /* the same directory, the standby's socket */
+    hx_node n;
+    snprintf(via.socket, sizeof(via.socket), "%s", f->standby->path);
+    int before = atomic_load(&f->standby->requests);
+    assert_int_equal(hx_node_start(&via, &n, "n-redirect", 4ull << 20), 0);
+    int rc = hx_wait_nodes(&f->m, 2, WAIT_MS);
+    if (rc != 0) {
+        char cmd[512];
+        snprintf(cmd, sizeof(cmd), "cat %s >&2", n.log);
+        if (system(cmd) != 0) fprintf(stderr, "(no node log)\n");
+    }
+    assert_int_equal(rc, 0);
+    assert_true(atomic_load(&f->standby->requests) > before);
+
+    /* The leader goes away and comes back: the node, still running, finds
+     * it again through the standby and registers anew. */
+    assert_int_equal(hx_stop(&f->m), 0);
+    assert_int_equal(hx_start(&f->m, WAIT_MS), 0);
+    assert_int_equal(hx_wait_nodes(&f->m, 2, WAIT_MS), 0);
+    assert_int_equal(hx_node_stop(&n), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_standby_redirect_lands_on_the_leader),
+        cmocka_unit_test(test_no_leader_known_moves_to_the_next_master),
+        cmocka_unit_test(test_dead_endpoints_are_skipped),
+        cmocka_unit_test(test_only_dead_endpoints_fail_naming_them),
+        cmocka_unit_test(test_no_leader_ever_fails_with_not_leader),
+        cmocka_unit_test(test_lost_mutation_is_not_resent_but_a_query_is),
+        cmocka_unit_test(test_weightctl_follows_the_list),
+        cmocka_unit_test(test_weight_store_opens_a_list),
+        cmocka_unit_test(test_node_given_a_standby_registers_with_the_leader),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
