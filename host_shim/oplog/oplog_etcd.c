@@ -528,6 +528,13 @@ static int scan(etcd_log *el,
         make_key(el, next, key);
         rc = etcd_range(el->client, key, el->key_len, el->log_end, el->log_end_len, limit,
                         rev, 0, &r, err, errlen);
+        if (rc == SMP_ERANGE && rev != 0) {
+            /* The pinned revision was compacted meanwhile. Records never
+             * change once written, so the newest revision serves as well
+             * (up to the same head); collected ones show as a gap. */
+            rev = 0;
+            continue;
+        }
         if (rc < 0)
             return rc;
         for (size_t i = 0; i < r.n && next <= upto && rc == 0; i++) {

@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,12 +73,26 @@ static void spin(env *e)
         assert_true(cond);                                                 \
     } while (0)
 
+static pthread_mutex_t lines_mu = PTHREAD_MUTEX_INITIALIZER;
+
 static void log_to_env(void *arg, const char *line)
 {
     env *e = arg;
-    /* Any thread; the test reads the lines only after the log is closed. */
+    pthread_mutex_lock(&lines_mu); /* any thread */
     if (e->nlines < 16)
         snprintf(e->lines[e->nlines++], sizeof(e->lines[0]), "%s", line);
+    pthread_mutex_unlock(&lines_mu);
+}
+
+/* 1 when a log line so far contains needle. */
+static int logged(env *e, const char *needle)
+{
+    int found = 0;
+    pthread_mutex_lock(&lines_mu);
+    for (int i = 0; i < e->nlines && !found; i++)
+        found = strstr(e->lines[i], needle) != NULL;
+    pthread_mutex_unlock(&lines_mu);
+    return found;
 }
 
 typedef struct fenced_seen {
@@ -92,9 +107,12 @@ static void on_fenced(void *arg, const char *why)
     snprintf(f->why, sizeof(f->why), "%s", why);
 }
 
+static uint32_t next_unreachable_ms; /* for the next open_log; 0: default */
+
 static oplog *open_log(env *e, fenced_seen *fs)
 {
     oplog_etcd_options o = {0};
+    o.unreachable_ms = next_unreachable_ms;
     oplog *log = NULL;
     char err[256] = "";
     o.client = cli;
@@ -820,6 +838,88 @@ static void test_bad_arguments(void **state)
     env_fini(&e);
 }
 
+/* etcd paused while a batch is in flight: the txn's outcome is unknown
+ * (the client's deadline passes), the writer reads it back once etcd
+ * answers again and the records are durable exactly once. A pause longer
+ * than the fence's lease TTL fails the batch as fenced. */
+static void test_unknown_outcome_is_read_back(void **state)
+{
+    env e;
+    fenced_seen fs = {0};
+    seen s = {0}, r = {0};
+    acks a = {0}, b = {0}, c = {0};
+    term t;
+    char err[256] = "";
+    (void)state;
+    env_init(&e, "unknown");
+    oplog *w = open_log(&e, &fs);
+    assert_int_equal(elect(&e, "master-a", 60, &t), 0);
+    assert_int_equal(promote(&e, w, &t, &s), 0);
+    append_n(w, 1, 10, &a);
+    WAIT_FOR(&e, a.n == 10);
+    assert_int_equal(etcd_fixture_pause(&fx, 0), 0);
+    append_n(w, 11, 5, &b);
+    WAIT_FOR(&e, logged(&e, "is unknown"));
+    assert_int_equal(b.n, 0);
+    assert_int_equal(etcd_fixture_resume(&fx, 0), 0);
+    WAIT_FOR(&e, b.n == 5);
+    assert_int_equal(b.failed, 0);
+    assert_int_equal(b.out_of_order, 0);
+    assert_int_equal(fs.n, 0);
+    assert_int_equal(etcd_head(&e), 15);
+    close_log(&e, w);
+
+    oplog *rd = open_log(&e, &fs);
+    assert_int_equal(oplog_replay(rd, 0, on_record, &r, err, sizeof(err)), 0);
+    assert_int_equal(r.n, 15);
+    assert_int_equal(r.bad, 0);
+    assert_int_equal(r.out_of_order, 0);
+    close_log(&e, rd);
+
+    /* Unknown for longer than the fence's TTL (shortened here): fenced. */
+    oplog *w2 = open_log(&e, &fs);
+    seen s2 = {0};
+    t.fence.lease_ttl_ms = 1;
+    assert_int_equal(promote(&e, w2, &t, &s2), 0);
+    assert_int_equal(etcd_fixture_pause(&fx, 0), 0);
+    append_n(w2, 16, 2, &c);
+    WAIT_FOR(&e, c.n == 2);
+    assert_int_equal(etcd_fixture_resume(&fx, 0), 0);
+    assert_int_equal(c.failed, 2);
+    WAIT_FOR(&e, fs.n == 1);
+    assert_non_null(strstr(fs.why, "stayed unknown"));
+    assert_int_equal(oplog_append(w2, 1, 1, "x", 1, NULL, NULL, NULL), SMP_EDURABILITY);
+    close_log(&e, w2);
+    revoke_term(&t);
+    env_fini(&e);
+}
+
+/* A follower whose etcd is gone for longer than unreachable_ms stops with
+ * SMP_EIO; a brief outage is ridden out. Kills and restarts the member, so
+ * it runs last. */
+static void test_follow_gives_up_when_etcd_stays_unreachable(void **state)
+{
+    env e;
+    fenced_seen fs = {0};
+    seen f = {0};
+    (void)state;
+    env_init(&e, "unreachable");
+    write_log(&e, 3);
+    next_unreachable_ms = 1500;
+    oplog *fl = open_log(&e, &fs);
+    next_unreachable_ms = 0;
+    assert_int_equal(oplog_etcd_follow(fl, 0, on_record, &f, on_follow_stop, &f), 0);
+    WAIT_FOR(&e, f.n == 3);
+    assert_int_equal(etcd_fixture_kill(&fx, 0), 0);
+    WAIT_FOR(&e, f.stops == 1);
+    assert_int_equal(f.stop_status, SMP_EIO);
+    assert_non_null(strstr(f.stop_why, "unreachable"));
+    assert_int_equal(f.n, 3);
+    assert_int_equal(etcd_fixture_restart(&fx, 0, 20000), 0);
+    close_log(&e, fl);
+    env_fini(&e);
+}
+
 static int group_setup(void **state)
 {
     char err[256];
@@ -857,6 +957,8 @@ int main(void)
         cmocka_unit_test(test_promote_while_following_takes_over),
         cmocka_unit_test(test_demote_writes_what_is_queued),
         cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_unknown_outcome_is_read_back),
+        cmocka_unit_test(test_follow_gives_up_when_etcd_stays_unreachable),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
