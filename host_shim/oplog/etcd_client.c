@@ -283,7 +283,21 @@ static int active_add(etcd_client *c, etcd_active *a)
     return rc;
 }
 
-static void active_remove(etcd_client *c, etcd_active *a)
+/* Give a linked call its gRPC call, so a close cancels it. Returns 0, or
+ * -1 when the client started closing meanwhile. */
+static int active_set_call(etcd_client *c, etcd_active *a, grpc_call *call)
+{
+    int rc = 0;
+    pthread_mutex_lock(&c->mu);
+    if (c->closing) rc = -1;
+    else a->call = call;
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+/* Unlink a call. Returns 1 when the client is closing (the call may have
+ * been cancelled by it), else 0. */
+static int active_remove(etcd_client *c, etcd_active *a)
 {
     pthread_mutex_lock(&c->mu);
     for (etcd_active **p = &c->active; *p != NULL; p = &(*p)->next) {
@@ -292,8 +306,10 @@ static void active_remove(etcd_client *c, etcd_active *a)
             break;
         }
     }
+    int closing = c->closing;
     if (c->active == NULL) pthread_cond_broadcast(&c->idle);
     pthread_mutex_unlock(&c->mu);
+    return closing;
 }
 
 /* Copy a received message out of gRPC. Returns 0 with *out (malloc'd, at
@@ -349,6 +365,7 @@ static int exchange(etcd_client *c,
     grpc_status_code status = GRPC_STATUS_UNKNOWN;
     grpc_slice details = grpc_empty_slice();
     etcd_active act = {NULL, NULL};
+    grpc_call *call = NULL;
     char detail_text[256];
 
     *fail = FAIL_TRANSPORT;
@@ -363,6 +380,14 @@ static int exchange(etcd_client *c,
         rc = SMP_ENOMEM;
         goto destroy_md;
     }
+    /* Registered before the channel is used, so etcd_client_close waits
+     * for this thread to be done with it. */
+    if (active_add(c, &act) < 0) {
+        set_err(err, errlen, "etcd %s %s: the client is closing", ep, method);
+        *fail = FAIL_ETCD;
+        rc = SMP_EIO;
+        goto destroy_cq;
+    }
     gpr_timespec deadline = deadline_in(c->timeout_ms);
     grpc_connectivity_state state;
     if (channel_wait_ready(ch, cq, deadline, &state) < 0) {
@@ -370,23 +395,21 @@ static int exchange(etcd_client *c,
                 state_name(state));
         *fail = FAIL_UNSENT;
         rc = SMP_EIO;
-        goto destroy_cq;
+        goto remove_active;
     }
-    grpc_slice method_slice = grpc_slice_from_static_string(method);
-    grpc_call *call = grpc_channel_create_call(ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq,
-                                               method_slice, NULL, deadline, NULL);
+    call = grpc_channel_create_call(ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq,
+                                    grpc_slice_from_static_string(method), NULL, deadline, NULL);
     if (call == NULL) {
         set_err(err, errlen, "etcd %s %s: could not create the call", ep, method);
         *fail = FAIL_ETCD;
         rc = SMP_ENOMEM;
-        goto destroy_cq;
+        goto remove_active;
     }
-    act.call = call;
-    if (active_add(c, &act) < 0) {
+    if (active_set_call(c, &act, call) < 0) {
         set_err(err, errlen, "etcd %s %s: the client is closing", ep, method);
         *fail = FAIL_ETCD;
         rc = SMP_EIO;
-        goto unref_call;
+        goto remove_active;
     }
     send_buf = byte_buffer_of(req, req_len);
     memset(ops, 0, sizeof(ops));
@@ -443,9 +466,13 @@ static int exchange(etcd_client *c,
         *fail = FAIL_ETCD;
     }
 remove_active:
-    active_remove(c, &act);
-unref_call:
-    grpc_call_unref(call);
+    if (active_remove(c, &act) && rc < 0) {
+        /* cancelled by etcd_client_close: no other member is tried */
+        set_err(err, errlen, "etcd %s %s: the client was closed", ep, method);
+        *fail = FAIL_ETCD;
+        rc = SMP_EIO;
+    }
+    if (call) grpc_call_unref(call);
 destroy_cq:
     grpc_completion_queue_shutdown(cq);
     grpc_completion_queue_destroy(cq);
@@ -608,7 +635,8 @@ void etcd_client_close(etcd_client *c)
     if (c == NULL) return;
     pthread_mutex_lock(&c->mu);
     c->closing = 1;
-    for (etcd_active *a = c->active; a != NULL; a = a->next) grpc_call_cancel(a->call, NULL);
+    for (etcd_active *a = c->active; a != NULL; a = a->next)
+        if (a->call) grpc_call_cancel(a->call, NULL);
     while (c->active != NULL) pthread_cond_wait(&c->idle, &c->mu);
     pthread_mutex_unlock(&c->mu);
     for (size_t i = 0; i < c->n_ep; i++) grpc_channel_destroy(c->ch[i]);

@@ -50,14 +50,18 @@ int etcd_client_open(const etcd_client_options *o,
                      char *err,
                      size_t errlen);
 
-/* Cancel what is in flight on other threads (they fail with SMP_EIO) and
- * release the client. Open watches must be closed first. NULL is a no-op. */
+/* Cancel what is in flight on other threads (they fail with SMP_EIO and
+ * try no other member), wait until they returned, and release the client.
+ * Open watches must be closed first, and no call may start once close has
+ * begun. NULL is a no-op. */
 void etcd_client_close(etcd_client *c);
 
 /* -- KV ------------------------------------------------------------------- */
 
 /* One key-value pair as etcd returns it; key and value are owned by the
- * result holding them (value is NULL with keys_only ranges). */
+ * result holding them (value is NULL with keys_only ranges). Both carry a
+ * NUL after their bytes (not counted in the length), so text keys and
+ * values can be used as strings. */
 typedef struct etcd_kv {
     uint8_t *key;
     size_t key_len;
@@ -80,8 +84,9 @@ typedef struct etcd_range_result {
 void etcd_range_result_free(etcd_range_result *r);
 
 /* Range [key, range_end): range_end NULL means the one key; "\0" (length 1)
- * means every key >= key. limit 0 = no limit; revision 0 = newest. Keys come
- * sorted ascending by key. */
+ * means every key >= key; a non-NULL range_end of length 0 is SMP_EINVAL, as
+ * is an empty key. limit 0 = no limit; revision 0 = newest (SMP_ERANGE for
+ * a compacted or future revision). Keys come sorted ascending by key. */
 int etcd_range(etcd_client *c,
                const void *key,
                size_t key_len,

@@ -206,9 +206,9 @@ int etcd_fixture_start(etcd_fixture *f, const char *name, size_t n, int timeout_
     /* Every port is held until all are chosen, so no two are the same. */
     for (size_t i = 0; i < n; i++) {
         etcd_fixture_member *m = &f->m[i];
-        snprintf(m->name, sizeof(m->name), "m%zu", i);
-        snprintf(m->data_dir, sizeof(m->data_dir), "%s/%s.etcd", f->dir, m->name);
-        snprintf(m->log, sizeof(m->log), "%s/%s.log", f->dir, m->name);
+        snprintf(m->name, sizeof(m->name), "m%u", (unsigned)i);
+        snprintf(m->data_dir, sizeof(m->data_dir), "%s/m%u.etcd", f->dir, (unsigned)i);
+        snprintf(m->log, sizeof(m->log), "%s/m%u.log", f->dir, (unsigned)i);
         if ((fds[n_fds] = bind_ephemeral(&m->client_port)) < 0) goto fail;
         n_fds++;
         if ((fds[n_fds] = bind_ephemeral(&m->peer_port)) < 0) goto fail;

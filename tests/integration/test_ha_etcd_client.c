@@ -6,6 +6,7 @@
  * fails with SMP_EIO instead of hanging) and a 3-member cluster that loses
  * one member to SIGKILL and keeps serving. Every bad argument is
  * SMP_EINVAL. No wall-clock thresholds: waits are bounded polls. */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -631,6 +632,69 @@ static void test_paused_member_fails_in_time(void **state)
     etcd_client_close(c);
 }
 
+/* -- threads ---------------------------------------------------------------- */
+
+#define THREADS 4
+#define ROUNDS 25
+
+typedef struct worker {
+    etcd_client *c;
+    int id;
+    int failures;
+    char err[512];
+} worker;
+
+static void *worker_main(void *arg)
+{
+    worker *w = arg;
+    for (int i = 0; i < ROUNDS; i++) {
+        char key[64], value[64];
+        etcd_range_result r;
+        etcd_txn_result t;
+        snprintf(key, sizeof(key), "/mt/%d/%03d", w->id, i);
+        snprintf(value, sizeof(value), "v%d.%d", w->id, i);
+        if (etcd_put(w->c, key, strlen(key), value, strlen(value), 0, NULL, w->err,
+                     sizeof(w->err)) != 0) {
+            w->failures++;
+            continue;
+        }
+        if (etcd_range(w->c, key, strlen(key), NULL, 0, 0, 0, 0, &r, w->err, sizeof(w->err)) != 0 ||
+            r.n != 1 || strcmp((const char *)r.kvs[0].value, value) != 0)
+            w->failures++;
+        etcd_range_result_free(&r);
+        etcd_compare cmp = {ETCD_CMP_VALUE, ETCD_CMP_EQUAL, key, strlen(key), 0, value,
+                            strlen(value)};
+        etcd_op del = {ETCD_OP_DELETE, key, strlen(key), NULL, 0, NULL, 0, 0};
+        if (etcd_txn(w->c, &cmp, 1, &del, 1, NULL, 0, &t, w->err, sizeof(w->err)) != 0 ||
+            !t.succeeded)
+            w->failures++;
+        etcd_txn_result_free(&t);
+    }
+    return NULL;
+}
+
+/* One client used by several threads at once: every call is answered and
+ * nothing crosses between threads. */
+static void test_threads_share_a_client(void **state)
+{
+    suite *s = *state;
+    pthread_t th[THREADS];
+    worker w[THREADS];
+    etcd_range_result r;
+    for (int i = 0; i < THREADS; i++) {
+        w[i] = (worker){s->c, i, 0, ""};
+        assert_int_equal(pthread_create(&th[i], NULL, worker_main, &w[i]), 0);
+    }
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(th[i], NULL);
+        if (w[i].failures) fprintf(stderr, "worker %d: %s\n", i, w[i].err);
+        assert_int_equal(w[i].failures, 0);
+    }
+    range_prefix(s->c, "/mt/", 0, 1, &r);
+    assert_int_equal(r.n, 0);
+    etcd_range_result_free(&r);
+}
+
 /* -- bad arguments ----------------------------------------------------------- */
 
 static void test_bad_arguments(void **state)
@@ -852,6 +916,7 @@ int main(void)
         cmocka_unit_test(test_watch_from_compacted_revision),
         cmocka_unit_test(test_member_status),
         cmocka_unit_test(test_failover_from_dead_endpoint),
+        cmocka_unit_test(test_threads_share_a_client),
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_paused_member_fails_in_time),
     };
