@@ -188,10 +188,15 @@ int wm_revision_fenced(const wm_plugin *p, const wm_revision *rev)
 {
     /* A DELETE_FIRST claim fences its base from the moment its record is
      * appended: no lease may slip in before it is durable. */
-    for (const wm_lin_rec *r = p->lin ? p->lin->pending : NULL; r != NULL; r = r->next)
-        if (r->claim.mode == WM_UPSERT_DELETE_FIRST &&
-            wm_identity_cmp(&r->claim.base, &rev->id) == 0)
+    for (const wm_lin_rec *r = p->lin ? p->lin->pending : NULL; r != NULL; r = r->next) {
+        if (wm_identity_cmp(&r->claim.base, &rev->id) != 0) continue;
+        if (r->claim.mode == WM_UPSERT_DELETE_FIRST) return 1;
+        /* So does the PUT_FIRST record that retires it: a lease granted or
+         * renewed meanwhile would outlive the fence. */
+        if (r->claim.phase == WM_PHASE_BASE_FENCED || r->claim.phase == WM_PHASE_DRAINING_BASE ||
+            r->claim.phase == WM_PHASE_DELETING_BASE)
             return 1;
+    }
     const wm_lineage_claim *c = wm_lin_open_claim(p, &rev->id);
     if (c == NULL || wm_identity_cmp(&c->base, &rev->id) != 0) return 0;
     if (c->mode == WM_UPSERT_DELETE_FIRST) return 1;
@@ -202,7 +207,19 @@ int wm_revision_fenced(const wm_plugin *p, const wm_revision *rev)
 int wm_lineage_import_check(const wm_plugin *p, const wm_identity *id, char *msg, size_t cap)
 {
     const wm_lineage_claim *c = wm_lin_open_claim(p, id);
-    if (c == NULL) return WM_OK;
+    if (c == NULL) {
+        /* The committed watermark never goes down, so nothing at or below
+         * it may be published again, with or without a claim. */
+        const wm_lineage_entry *e = wm_lin_entry(p, id);
+        if (e != NULL && id->weight_generation <= e->committed_watermark)
+            return wm_fail(WM_ESTALE_GENERATION, msg, cap,
+                           "lineage %s/%s/%s/%s committed generation %" PRIu64
+                           " (its watermark); generation %" PRIu64
+                           " is not above it and cannot be imported",
+                           id->tenant_id, id->ns, id->resource_id, id->revision,
+                           e->committed_watermark, id->weight_generation);
+        return WM_OK;
+    }
     if (wm_identity_cmp(&c->target, id) != 0)
         return wm_fail(WM_ECONFLICT, msg, cap,
                        "lineage %s/%s/%s/%s has the open replacement claim %s (target "

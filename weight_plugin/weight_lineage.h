@@ -58,8 +58,9 @@ int wm_rpc_upsert_status(void *plugin, struct smp_rpc_call *call, const uint8_t 
 /* May an import of `id` begin? WM_OK when its lineage has no open claim, or
  * id is the open claim's target and the claim allows the import (PUT_FIRST:
  * before the target is READY; DELETE_FIRST: only once the base is deleted,
- * else WM_EBUSY). Another generation while a claim is open: WM_ECONFLICT. A
- * sentence in msg on refusal. */
+ * else WM_EBUSY). Another generation while a claim is open: WM_ECONFLICT.
+ * Without an open claim, a generation at or below the lineage's committed
+ * watermark: WM_ESTALE_GENERATION. A sentence in msg on refusal. */
 int wm_lineage_import_check(const struct wm_plugin *p, const wm_identity *id, char *msg,
                             size_t cap);
 

@@ -842,6 +842,21 @@ static int wm_upsert_plan(const wm_store *st,
             return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
                            "operation %" PRIu64 " belongs to another revision", held->id);
     }
+    if (u->has_lease) {
+        const wm_lease *held = wm_store_lease(st, u->lease.id);
+        if ((rc = wm_lease_check(&u->lease, msg, cap)) < 0) return rc;
+        if (wm_identity_cmp(&u->lease.id_of, &next->id) != 0 ||
+            (held != NULL && wm_identity_cmp(&held->id_of, &next->id) != 0))
+            return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                           "lease %" PRIu64 " in the record of %s names another revision",
+                           u->lease.id, next->group_key);
+        if ((next->availability != WM_AVAIL_READY && next->availability != WM_AVAIL_DEGRADED) ||
+            u->lease.metadata_generation != next->metadata_generation)
+            return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                           "lease %" PRIu64 " must be granted on the READY or DEGRADED revision "
+                           "at the record's generation %" PRIu64,
+                           u->lease.id, next->metadata_generation);
+    }
     if (u->has_affinity) return wm_affinity_check(&u->affinity, next, msg, cap);
     if (next->availability == WM_AVAIL_READY || next->availability == WM_AVAIL_DEGRADED) {
         /* the summary held must be the one the revision seals */
@@ -862,6 +877,38 @@ int wm_store_check_upsert(const wm_store *st, const wm_metadata_upsert *u, char 
     return rc < 0 ? rc : WM_OK;
 }
 
+/* Room for one more lease, so that inserting it cannot fail later.
+ * SMP_ENOMEM. */
+static int wm_leases_reserve(wm_store *st)
+{
+    if (st->n_leases < st->cap_leases) return WM_OK;
+    size_t nc = st->cap_leases ? st->cap_leases * 2 : 16;
+    wm_lease *nl = realloc(st->leases, nc * sizeof(*nl));
+    if (nl == NULL) return SMP_ENOMEM;
+    st->leases = nl;
+    st->cap_leases = nc;
+    return WM_OK;
+}
+
+/* Insert lease l of revision e, or replace the lease of that id (checked
+ * by the caller; room reserved with wm_leases_reserve). A new lease counts
+ * on e and moves e's last access to its grant time: an access is recorded
+ * without a new metadata generation. */
+static void wm_lease_put(wm_store *st, wm_rev_entry *e, const wm_lease *l)
+{
+    size_t at = wm_store_lease_lower_bound(st, l->id);
+    if (at < st->n_leases && st->leases[at].id == l->id) {
+        st->leases[at] = *l;
+    } else {
+        memmove(&st->leases[at + 1], &st->leases[at], (st->n_leases - at) * sizeof(*st->leases));
+        st->leases[at] = *l;
+        st->n_leases++;
+        e->rev.lease_count++;
+        if (l->granted_ms > e->rev.last_access_ms) e->rev.last_access_ms = l->granted_ms;
+    }
+    if (l->id >= st->next_lease_id) st->next_lease_id = l->id + 1;
+}
+
 int wm_store_apply_upsert(wm_store *st, const wm_metadata_upsert *u, char *msg, size_t cap)
 {
     int rc;
@@ -872,10 +919,14 @@ int wm_store_apply_upsert(wm_store *st, const wm_metadata_upsert *u, char *msg, 
     wm_revision next;
     if ((rc = wm_upsert_plan(st, u, &e, &next, msg, cap)) != WM_OK)
         return rc < 0 ? rc : WM_OK; /* 1: older than what is held, already applied */
+    if (u->has_lease && (rc = wm_leases_reserve(st)) < 0) return rc;
     if (u->has_affinity) {
         if ((rc = wm_affinity_copy(&u->affinity, &aff_copy)) < 0) return rc;
         have_copy = 1;
     }
+    /* An access recorded by a lease record meanwhile is not undone. */
+    if (e != NULL && e->rev.last_access_ms > next.last_access_ms)
+        next.last_access_ms = e->rev.last_access_ms;
 
     if (e == NULL) {
         e = calloc(1, sizeof(*e));
@@ -900,6 +951,7 @@ int wm_store_apply_upsert(wm_store *st, const wm_metadata_upsert *u, char *msg, 
     }
     for (size_t i = 0; i < u->n_operations; i++)
         if ((rc = wm_op_put(st, &u->operations[i])) < 0) return rc;
+    if (u->has_lease) wm_lease_put(st, e, &u->lease);
     return WM_OK;
 free_copy:
     if (have_copy) wm_affinity_clear(&aff_copy);
@@ -960,7 +1012,10 @@ int wm_store_apply_delete(wm_store *st, const wm_metadata_delete *d, char *msg, 
     return WM_OK;
 }
 
-int wm_store_apply_lease_upsert(wm_store *st, const wm_lease *l, char *msg, size_t cap)
+/* The checks of a lease grant or renewal, shared by check and apply: *held
+ * gets the revision's entry. WM_OK or WM_EINVALID_ARGUMENT with a sentence. */
+static int wm_lease_plan(const wm_store *st, const wm_lease *l, wm_rev_entry **held_rev, char *msg,
+                         size_t cap)
 {
     int rc;
     if (st == NULL || l == NULL) return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "lease is missing");
@@ -976,26 +1031,37 @@ int wm_store_apply_lease_upsert(wm_store *st, const wm_lease *l, char *msg, size
                        "lease %" PRIu64 " is fenced on generation %" PRIu64
                        ", above the revision's %" PRIu64,
                        l->id, l->metadata_generation, e->rev.metadata_generation);
-    size_t at = wm_store_lease_lower_bound(st, l->id);
-    if (at < st->n_leases && st->leases[at].id == l->id) {
-        if (wm_identity_cmp(&st->leases[at].id_of, &l->id_of) != 0)
+    const wm_lease *held = wm_store_lease(st, l->id);
+    if (held != NULL) {
+        if (wm_identity_cmp(&held->id_of, &l->id_of) != 0)
             return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
                            "lease %" PRIu64 " changes its revision", l->id);
-        st->leases[at] = *l;
-    } else {
-        if (st->n_leases == st->cap_leases) {
-            size_t nc = st->cap_leases ? st->cap_leases * 2 : 16;
-            wm_lease *nl = realloc(st->leases, nc * sizeof(*nl));
-            if (nl == NULL) return SMP_ENOMEM;
-            st->leases = nl;
-            st->cap_leases = nc;
-        }
-        memmove(&st->leases[at + 1], &st->leases[at], (st->n_leases - at) * sizeof(*st->leases));
-        st->leases[at] = *l;
-        st->n_leases++;
-        e->rev.lease_count++;
+        /* A renewal extends the lease; the generation it was granted at
+         * is its fence and never moves. */
+        if (held->metadata_generation != l->metadata_generation ||
+            held->granted_ms != l->granted_ms)
+            return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                           "lease %" PRIu64 " was granted at generation %" PRIu64
+                           "; a renewal cannot move its fence",
+                           l->id, held->metadata_generation);
     }
-    if (l->id >= st->next_lease_id) st->next_lease_id = l->id + 1;
+    *held_rev = e;
+    return WM_OK;
+}
+
+int wm_store_check_lease_upsert(const wm_store *st, const wm_lease *l, char *msg, size_t cap)
+{
+    wm_rev_entry *e;
+    return wm_lease_plan(st, l, &e, msg, cap);
+}
+
+int wm_store_apply_lease_upsert(wm_store *st, const wm_lease *l, char *msg, size_t cap)
+{
+    int rc;
+    wm_rev_entry *e;
+    if ((rc = wm_lease_plan(st, l, &e, msg, cap)) < 0) return rc;
+    if ((rc = wm_leases_reserve(st)) < 0) return rc;
+    wm_lease_put(st, e, l);
     return WM_OK;
 }
 

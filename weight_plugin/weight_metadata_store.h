@@ -84,8 +84,15 @@ int wm_store_apply_delete(wm_store *st, const wm_metadata_delete *d, char *msg, 
 /* The checks of wm_store_apply_delete alone (see wm_store_check_upsert). */
 int wm_store_check_delete(const wm_store *st, const wm_metadata_delete *d, char *msg, size_t cap);
 /* Grant or renew. The revision must exist, be READY or DEGRADED and be at or
- * above the lease's generation (else WM_EINVALID_ARGUMENT). */
+ * above the lease's generation; a renewal keeps the generation and grant
+ * time the lease was granted with (its fence). Else WM_EINVALID_ARGUMENT.
+ * A new lease moves the revision's last_access_ms to its grant time (an
+ * access recorded without a new metadata generation). An upsert may carry
+ * a lease too (has_lease: granted by the same mutation, at the record's
+ * generation, on a READY or DEGRADED revision). */
 int wm_store_apply_lease_upsert(wm_store *st, const wm_lease *l, char *msg, size_t cap);
+/* The checks of wm_store_apply_lease_upsert alone (see wm_store_check_upsert). */
+int wm_store_check_lease_upsert(const wm_store *st, const wm_lease *l, char *msg, size_t cap);
 /* End a lease. Absent: no-op. */
 int wm_store_apply_lease_delete(wm_store *st, const wm_lease_delete *d, char *msg, size_t cap);
 

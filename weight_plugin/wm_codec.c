@@ -231,6 +231,23 @@ static int wm_upsert_check(const wm_metadata_upsert *u, char *msg, size_t cap)
                            "affinity summary recorded before the revision is sealed");
         if ((rc = wm_affinity_check(&u->affinity, &u->revision, msg, cap)) < 0) return rc;
     }
+    if (u->has_lease) {
+        if ((rc = wm_lease_check(&u->lease, msg, cap)) < 0) return rc;
+        if (wm_identity_cmp(&u->lease.id_of, &u->revision.id) != 0)
+            return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                           "lease %" PRIu64 " in the record names another revision", u->lease.id);
+        if (u->revision.availability != WM_AVAIL_READY &&
+            u->revision.availability != WM_AVAIL_DEGRADED)
+            return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                           "lease %" PRIu64 " granted on a %s revision", u->lease.id,
+                           wm_availability_name((int)u->revision.availability));
+        if (u->lease.metadata_generation != u->revision.metadata_generation)
+            return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                           "lease %" PRIu64 " is fenced on generation %" PRIu64
+                           ", not the record's %" PRIu64,
+                           u->lease.id, u->lease.metadata_generation,
+                           u->revision.metadata_generation);
+    }
     return WM_OK;
 }
 
@@ -242,6 +259,7 @@ int wm_encode_metadata_upsert(const wm_metadata_upsert *in, uint8_t **out, size_
     wm_pb_operation *ops = NULL;
     Wmrec__Operation **op_ptrs = NULL;
     wm_pb_affinity aff;
+    wm_pb_lease lease;
     Wmrec__MetadataUpsert m = WMREC__METADATA_UPSERT__INIT;
 
     if (in == NULL || out == NULL || out_len == NULL) return WM_EINVALID_ARGUMENT;
@@ -265,6 +283,10 @@ int wm_encode_metadata_upsert(const wm_metadata_upsert *in, uint8_t **out, size_
     if (in->has_affinity) {
         if ((rc = wm_enc_affinity(&aff, &in->affinity)) < 0) goto free_ops;
         m.affinity = &aff.m;
+    }
+    if (in->has_lease) {
+        wm_enc_lease(&lease, &in->lease);
+        m.lease = &lease.m;
     }
     rc = wm_pack(&m.base, out, out_len);
     if (in->has_affinity) wm_pb_affinity_free(&aff);
@@ -791,6 +813,10 @@ int wm_decode_metadata_upsert(const uint8_t *buf, size_t len, wm_metadata_upsert
     if (m->affinity != NULL) {
         if ((rc = wm_dec_affinity(m->affinity, &u.affinity, msg, cap)) < 0) goto free_record;
         u.has_affinity = 1;
+    }
+    if (m->lease != NULL) {
+        if ((rc = wm_dec_lease(m->lease, &u.lease, msg, cap)) < 0) goto free_record;
+        u.has_lease = 1;
     }
     if (wm_upsert_check(&u, why, sizeof(why)) < 0) {
         rc = wm_fail(SMP_EPROTO, msg, cap, "%s", why);

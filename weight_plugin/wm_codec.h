@@ -24,6 +24,10 @@ typedef struct wm_metadata_upsert {
     size_t n_operations;
     int has_affinity;
     wm_affinity affinity;     /* owned when decoded */
+    /* Appended: a lease granted by the same mutation (a promotion on access),
+     * fenced on the revision's metadata generation in this record. */
+    int has_lease;
+    wm_lease lease;
 } wm_metadata_upsert;
 
 /* Type 9: the record leaves the table (with the listed ended operations). */

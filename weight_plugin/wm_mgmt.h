@@ -50,7 +50,6 @@ struct wm_txn {
     uint64_t del_ops[1];
     wm_lease lease;
     wm_lease_delete lease_end;
-    wm_txn *then;                /* appended after this one is durable */
     wm_applied_fn applied;       /* lifecycle callback, or NULL */
     void *applied_arg;
     wm_txn *next;                /* pending list */
@@ -79,7 +78,7 @@ typedef struct wm_pb_op {
 
 /* -- wm_mgmt_txn.c: records in flight ------------------------------------- */
 
-/* Free a record and the chain after it (with any affinity it owns). */
+/* Free a record (with any affinity it owns). NULL is a no-op. */
 void wm_txn_free(wm_txn *t);
 /* A zeroed record of `kind` for the revision of group_key; NULL on OOM. */
 wm_txn *wm_txn_new(wm_plugin *p, wm_txn_kind kind, const char *group_key);

@@ -33,9 +33,12 @@ static int wm_ttl(const Wmrpc__LeaseRequest *req, uint64_t *out, char *msg, size
 }
 
 /* Grant a lease on a READY revision, fenced on its metadata generation. For
- * an AUTO revision observed COLD or MIXED without an active operation, a
- * promotion (MIGRATING toward the preferred residency) is made durable
- * first, then the lease record; the answer follows the lease record. */
+ * an AUTO revision observed COLD or MIXED without an active operation, the
+ * promotion (MIGRATING toward the preferred residency) and the lease are one
+ * type-8 record, the lease fenced on the generation the promotion makes;
+ * otherwise the grant is a type-10 record alone and the revision keeps its
+ * metadata generation (the store moves its last access). The answer follows
+ * the durable record. */
 int wm_rpc_lease_acquire(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len)
 {
     wm_plugin *p = plugin;
@@ -93,10 +96,12 @@ int wm_rpc_lease_acquire(void *plugin, smp_rpc_call *call, const uint8_t *body, 
         wm_txn_free(lt);
         goto free_req;
     }
-    lt->lease.metadata_generation = r->metadata_generation;
-    lt->call = NULL;
-    lt->reply = WM_REPLY_LEASE;
-    t->then = lt;
+    /* One record: the promotion and the lease it is made for, fenced on
+     * the generation the promotion makes. */
+    t->up.has_lease = 1;
+    t->up.lease = lt->lease;
+    t->up.lease.metadata_generation = r->metadata_generation;
+    wm_txn_free(lt);
     p->auto_triggers[WM_AUTO_PROMOTE_ON_ACCESS]++;
     wm_submit(p, t, call, WM_REPLY_LEASE, "lease acquire (promotion)");
 free_req:
@@ -106,8 +111,12 @@ free_req:
 
 /* Extend a live lease of the named revision (new expiry: now + ttl).
  * LEASE_EXPIRED when the lease is unknown, expired (even if not swept yet),
- * ending, of another revision, or its revision is retired by a
- * replacement (wm_revision_fenced). Durable before the answer. */
+ * ending, of another revision, granted at another metadata generation than
+ * the one the request names (when it names one), or when its revision is
+ * retired by a replacement (wm_revision_fenced, a fence record in flight
+ * included), no longer READY or DEGRADED, or another incarnation than the
+ * one it was granted on. The renewal keeps the lease's generation (its
+ * fence). Durable before the answer. */
 int wm_rpc_lease_renew(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len)
 {
     wm_plugin *p = plugin;
@@ -128,11 +137,30 @@ int wm_rpc_lease_renew(void *plugin, smp_rpc_call *call, const uint8_t *body, si
                        req->lease_id);
         goto free_req;
     }
+    if (req->metadata_generation != 0 && req->metadata_generation != l->metadata_generation) {
+        wm_reply_error(p, call, WM_ELEASE_EXPIRED,
+                       "lease %" PRIu64 " was granted at metadata generation %" PRIu64
+                       ", not %" PRIu64 "; it is not the lease the caller holds",
+                       req->lease_id, l->metadata_generation, req->metadata_generation);
+        goto free_req;
+    }
     const wm_revision *rev = wm_store_get(p->store, &id);
     if (rev == NULL || wm_revision_fenced(p, rev)) {
         wm_reply_error(p, call, WM_ELEASE_EXPIRED,
                        "lease %" PRIu64 " cannot be renewed: the revision is retired",
                        req->lease_id);
+        goto free_req;
+    }
+    /* The lease is fenced on the revision it was granted on: still readable,
+     * not replaced by a record of another incarnation (created after the
+     * grant, or below the lease's generation). */
+    if ((rev->availability != WM_AVAIL_READY && rev->availability != WM_AVAIL_DEGRADED) ||
+        rev->metadata_generation < l->metadata_generation || rev->created_ms > l->granted_ms) {
+        wm_reply_error(p, call, WM_ELEASE_EXPIRED,
+                       "lease %" PRIu64 " cannot be renewed: %s is %s at metadata generation "
+                       "%" PRIu64 ", not the revision it was granted on at generation %" PRIu64,
+                       req->lease_id, rev->group_key, wm_availability_name((int)rev->availability),
+                       rev->metadata_generation, l->metadata_generation);
         goto free_req;
     }
     wm_txn *t = wm_txn_new(p, WM_TXN_LEASE_UPSERT, rev->group_key);

@@ -4,8 +4,7 @@
  * post-mutation state of one revision or lease. This file keeps the list of
  * records appended but not yet durable, appends them, applies each from its
  * durable callback with the same function replay uses and only then answers
- * the waiting call (prepare -> append -> publish); a record may chain the
- * next one (a promotion, then the lease it was made for). While a record of
+ * the waiting call (prepare -> append -> publish). While a record of
  * a revision is in flight, other mutations of that revision answer BUSY, so
  * each record advances the metadata generation by exactly one. It also
  * holds what every handler needs around that: the reply encoders, request
@@ -27,15 +26,12 @@
 /* Mutations in flight                                                       */
 /* ------------------------------------------------------------------------ */
 
-/* Free a record and the chain after it (with any affinity it owns). */
+/* Free a record (with any affinity it owns). NULL is a no-op. */
 void wm_txn_free(wm_txn *t)
 {
-    while (t != NULL) {
-        wm_txn *then = t->then;
-        if (t->owns_affinity) wm_affinity_clear(&t->up.affinity);
-        free(t);
-        t = then;
-    }
+    if (t == NULL) return;
+    if (t->owns_affinity) wm_affinity_clear(&t->up.affinity);
+    free(t);
 }
 
 /* A zeroed record of `kind` for the revision of group_key; NULL on OOM. */
@@ -61,7 +57,9 @@ int wm_pending_metadata(const wm_plugin *p, const char *group_key)
 int wm_pending_lease_grants(const wm_plugin *p, const char *group_key)
 {
     for (const wm_txn *t = p->pending; t != NULL; t = t->next)
-        if (t->kind == WM_TXN_LEASE_UPSERT && strcmp(t->group_key, group_key) == 0) return 1;
+        if ((t->kind == WM_TXN_LEASE_UPSERT || (t->kind == WM_TXN_UPSERT && t->up.has_lease)) &&
+            strcmp(t->group_key, group_key) == 0)
+            return 1;
     return 0;
 }
 
@@ -261,8 +259,6 @@ int wm_reply_lease(wm_plugin *p, smp_rpc_call *call, const wm_lease *l, const wm
 /* Append and publish                                                        */
 /* ------------------------------------------------------------------------ */
 
-static int wm_txn_append(wm_plugin *p, wm_txn *t);
-
 /* Durable callback: apply the record with the replay code, then answer. */
 static void wm_txn_durable(void *arg, int status, uint64_t seq)
 {
@@ -307,18 +303,6 @@ static void wm_txn_durable(void *arg, int status, uint64_t seq)
         p->leases_expired++;
     wm_metrics_refresh(p);
 
-    if (t->then != NULL) {
-        /* The next record of the chain carries the reply. */
-        wm_txn *next = t->then;
-        t->then = NULL;
-        next->call = t->call;
-        t->call = NULL;
-        if ((rc = wm_txn_append(p, next)) < 0) {
-            if (next->call != NULL) wm_reply_append_error(p, next->call, rc, "lease grant");
-            wm_txn_free(next);
-        }
-        goto free_txn;
-    }
     if (t->call == NULL) goto free_txn;
 
     const wm_identity *id = NULL;
@@ -333,11 +317,13 @@ static void wm_txn_durable(void *arg, int status, uint64_t seq)
     case WM_REPLY_BEGIN: wm_reply_begin(p, t->call, rev); break;
     case WM_REPLY_METADATA: wm_reply_metadata(p, t->call, rev); break;
     case WM_REPLY_DELETED: wm_reply_metadata(p, t->call, NULL); break;
-    case WM_REPLY_LEASE:
-        wm_reply_lease(p, t->call,
-                       t->kind == WM_TXN_LEASE_UPSERT ? wm_store_lease(p->store, t->lease.id) : NULL,
-                       rev);
+    case WM_REPLY_LEASE: {
+        const wm_lease *l = NULL;
+        if (t->kind == WM_TXN_LEASE_UPSERT) l = wm_store_lease(p->store, t->lease.id);
+        else if (t->kind == WM_TXN_UPSERT && t->up.has_lease) l = wm_store_lease(p->store, t->up.lease.id);
+        wm_reply_lease(p, t->call, l, rev);
         break;
+    }
     case WM_REPLY_NONE: p->api->rpc_reply(t->call, SMP_OK, NULL, 0); break;
     }
     t->call = NULL;
@@ -371,7 +357,8 @@ static int wm_txn_append(wm_plugin *p, wm_txn *t)
         type = WM_OP_METADATA_DELETE;
         break;
     case WM_TXN_LEASE_UPSERT:
-        rc = wm_encode_lease_upsert(&t->lease, &buf, &len, why, sizeof(why));
+        rc = wm_store_check_lease_upsert(p->store, &t->lease, why, sizeof(why));
+        if (rc == WM_OK) rc = wm_encode_lease_upsert(&t->lease, &buf, &len, why, sizeof(why));
         type = WM_OP_LEASE_UPSERT;
         break;
     case WM_TXN_LEASE_DELETE:

@@ -146,7 +146,8 @@ void wm_lifecycle_release(wm_plugin *p);
 /* -- weight_lineage.c ------------------------------------------------------ */
 
 /* 1 when the revision is the base of an open replacement claim that retired
- * it (PUT_FIRST from BASE_FENCED on, DELETE_FIRST from CLAIMED on): its
+ * it (PUT_FIRST from BASE_FENCED on, DELETE_FIRST from CLAIMED on), counting
+ * a claim record still in flight (the fence holds from its append): its
  * leases may not be renewed and no new ones are granted. */
 int wm_revision_fenced(const wm_plugin *p, const wm_revision *rev);
 

@@ -1,0 +1,580 @@
+/* test_wm_integrity.c -- the integrity rules of issue 17 against a scripted
+ * host.
+ *
+ * The management RPCs, the lineage driver and the reconcile tick run on a
+ * fake host API (the same scripted host as test_wm_management.c: OpLog
+ * appends and group-flag changes stay queued until the test delivers them,
+ * the wall clock is the test's) so each rule is checked at the record
+ * level: a plain import at or below a lineage's committed watermark is
+ * STALE_GENERATION; a lease grant records the access without a new metadata
+ * generation and a promotion on access is one record carrying the lease;
+ * lease renewals are fenced on the generation they were granted at and on
+ * a replacement fencing the base; migrate, update_policy and remove retried
+ * with the same request id answer the first result, also after a restart;
+ * an import idle past its TTL is aborted by the tick, its objects freed and
+ * its name free again; tombstones and ended operations leave the table
+ * after the retention, a bounded number per tick. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "weight_rpc.pb-c.h"
+#include "weight_lineage.h"
+#include "wm_plugin.h"
+#include "wm_test_records.h"
+
+/* ------------------------------------------------------------------------ */
+/* The scripted host                                                         */
+/* ------------------------------------------------------------------------ */
+
+typedef struct pending_cb {
+    int is_append;
+    int is_remove;       /* remove_object: the object goes at delivery */
+    char key[1100];
+    uint16_t type;
+    uint8_t *payload;
+    size_t len;
+    smp_durable_cb dcb;
+    smp_done_cb gcb;
+    void *arg;
+} pending_cb;
+
+typedef struct fake_obj {
+    char key[1100];
+    char group[1100];
+    uint64_t size;
+    smp_data_type type;
+    uint8_t sha[32];
+} fake_obj;
+
+struct smp_rpc_call {
+    int answered;
+    int status;
+    char body[4096];
+    size_t len;
+};
+
+static struct {
+    pending_cb q[64];
+    size_t nq;
+    int64_t import_ttl_ms;   /* plugin keys; -1: absent */
+    int64_t retention_ms;
+    int append_rc;       /* returned by oplog_append when non-zero */
+    fake_obj objs[700];
+    size_t nobjs;
+    const smp_rpc_service *svc;
+    uint64_t wall;
+    smp_metric *dummy;
+} H;
+
+static int f_rpc_reply(smp_rpc_call *call, int status, const uint8_t *body, size_t len)
+{
+    assert_int_equal(call->answered, 0); /* exactly once */
+    call->answered = 1;
+    call->status = status;
+    if (len > sizeof(call->body)) len = sizeof(call->body);
+    if (len) memcpy(call->body, body, len);
+    call->len = len;
+    return SMP_OK;
+}
+
+static int f_append(smp_host *h, uint16_t type, uint16_t encver, const void *payload, size_t len,
+                    smp_durable_cb cb, void *arg)
+{
+    (void)h;
+    (void)encver;
+    if (H.append_rc) return H.append_rc;
+    pending_cb *p = &H.q[H.nq++];
+    memset(p, 0, sizeof(*p));
+    p->is_append = 1;
+    p->type = type;
+    p->payload = malloc(len ? len : 1);
+    memcpy(p->payload, payload, len);
+    p->len = len;
+    p->dcb = cb;
+    p->arg = arg;
+    return SMP_OK;
+}
+
+static int f_set_managed(smp_host *h, const char *group, int managed, smp_done_cb cb, void *arg)
+{
+    (void)h;
+    (void)group;
+    (void)managed;
+    pending_cb *p = &H.q[H.nq++];
+    memset(p, 0, sizeof(*p));
+    p->gcb = cb;
+    p->arg = arg;
+    return SMP_OK;
+}
+
+/* Complete the oldest queued effect with status; returns its record type
+ * (0 for a group flag). */
+static uint16_t deliver(int status)
+{
+    assert_true(H.nq > 0);
+    pending_cb p = H.q[0];
+    memmove(&H.q[0], &H.q[1], (H.nq - 1) * sizeof(H.q[0]));
+    H.nq--;
+    if (p.is_remove && status == SMP_OK)
+        for (size_t i = 0; i < H.nobjs; i++)
+            if (strcmp(H.objs[i].key, p.key) == 0) {
+                H.objs[i] = H.objs[--H.nobjs];
+                break;
+            }
+    if (p.is_append) p.dcb(p.arg, status, 1);
+    else p.gcb(p.arg, status);
+    free(p.payload);
+    return p.type;
+}
+
+static int f_object_get(smp_host *h, const char *key, smp_object_info *out)
+{
+    (void)h;
+    for (size_t i = 0; i < H.nobjs; i++)
+        if (strcmp(H.objs[i].key, key) == 0) {
+            out->key = H.objs[i].key;
+            out->group = H.objs[i].group;
+            out->size = H.objs[i].size;
+            out->data_type = H.objs[i].type;
+            out->complete = 1;
+            out->memory_replicas_readable = 1;
+            memcpy(out->checksum, H.objs[i].sha, 32);
+            return SMP_OK;
+        }
+    return SMP_ENOTFOUND;
+}
+
+static int f_group_list(smp_host *h, const char *group, const char *after, size_t max,
+                        smp_object_visit_fn fn, void *arg)
+{
+    (void)h;
+    int n = 0;
+    for (size_t i = 0; i < H.nobjs && (size_t)n < max; i++) {
+        if (strcmp(H.objs[i].group, group) != 0) continue;
+        if (after && strcmp(H.objs[i].key, after) <= 0) continue;
+        smp_object_info o;
+        memset(&o, 0, sizeof(o));
+        o.struct_size = sizeof(o);
+        f_object_get(NULL, H.objs[i].key, &o);
+        n++;
+        if (fn(arg, &o)) break;
+    }
+    return n;
+}
+
+static uint64_t f_group_count(smp_host *h, const char *group)
+{
+    (void)h;
+    uint64_t n = 0;
+    for (size_t i = 0; i < H.nobjs; i++) n += strcmp(H.objs[i].group, group) == 0;
+    return n;
+}
+
+static int f_config_get(smp_host *h, smp_config_scope s, const char *k, smp_config_value *out)
+{
+    (void)h;
+    int64_t v = -1;
+    if (s == SMP_CONFIG_PLUGIN && strcmp(k, "import_ttl_ms") == 0) v = H.import_ttl_ms;
+    if (s == SMP_CONFIG_PLUGIN && strcmp(k, "record_retention_ms") == 0) v = H.retention_ms;
+    if (v < 0) return SMP_ENOTFOUND;
+    out->type = SMP_CONFIG_INT;
+    out->i = v;
+    return SMP_OK;
+}
+
+static uint64_t f_wall(smp_host *h)
+{
+    (void)h;
+    return H.wall;
+}
+
+static void f_log(smp_host *h, smp_log_level l, const char *fmt, ...)
+{
+    (void)h, (void)l, (void)fmt;
+}
+
+static int f_register_rpc(smp_host *h, const smp_rpc_service *s)
+{
+    (void)h;
+    H.svc = s;
+    return SMP_OK;
+}
+
+static int f_register_metric(smp_host *h, const smp_metric_desc *d, smp_metric **out)
+{
+    (void)h, (void)d;
+    *out = (smp_metric *)&H.dummy;
+    return SMP_OK;
+}
+
+static void f_metric_set(smp_metric *m, const char *const *l, double v)
+{
+    (void)m, (void)l, (void)v;
+}
+
+/* Replica tasks are accepted and never complete here: the lifecycle's
+ * batches stay in flight (test_wm_lifecycle.c runs them). */
+static int f_task(smp_host *h, const char *key, smp_done_cb cb, void *arg)
+{
+    (void)h, (void)key, (void)cb, (void)arg;
+    return SMP_OK;
+}
+
+/* remove_object is queued like an append; the object goes at delivery. */
+static int f_remove(smp_host *h, const char *key, smp_done_cb cb, void *arg)
+{
+    (void)h;
+    pending_cb *p = &H.q[H.nq++];
+    memset(p, 0, sizeof(*p));
+    p->is_remove = 1;
+    snprintf(p->key, sizeof(p->key), "%s", key);
+    p->gcb = cb;
+    p->arg = arg;
+    return SMP_OK;
+}
+
+
+
+static smp_host_api API;
+static wm_plugin P;
+
+static int setup(void **state)
+{
+    (void)state;
+    memset(&H, 0, sizeof(H));
+    memset(&API, 0, sizeof(API));
+    API.struct_size = sizeof(API);
+    API.host_caps = SMP_HOST_CAPS_V1;
+    API.rpc_reply = f_rpc_reply;
+    API.oplog_append = f_append;
+    API.group_set_managed = f_set_managed;
+    API.object_get = f_object_get;
+    API.group_list = f_group_list;
+    API.group_count = f_group_count;
+    API.config_get = f_config_get;
+    API.wall_ms = f_wall;
+    API.now_ms = f_wall;
+    API.log = f_log;
+    API.register_rpc_service = f_register_rpc;
+    API.register_metric = f_register_metric;
+    API.metric_set = f_metric_set;
+    API.ensure_cold = f_task;
+    API.ensure_memory = f_task;
+    API.release_memory = f_task;
+    API.remove_object = f_remove;
+    H.wall = 10000;
+    H.import_ttl_ms = -1;
+    H.retention_ms = -1;
+    memset(&P, 0, sizeof(P));
+    P.api = &API;
+    assert_int_equal(wm_store_create(&P.store), WM_OK);
+    assert_int_equal(wm_mgmt_register(&P), SMP_OK);
+    assert_non_null(H.svc);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    while (H.nq > 0) deliver(SMP_ECANCELED);
+    wm_mgmt_release(&P);
+    wm_store_free(P.store);
+    return 0;
+}
+
+/* Invoke method m with a packed message; the call is returned for checks. */
+static smp_rpc_call *invoke(uint32_t m, const ProtobufCMessage *msg, smp_rpc_call *call)
+{
+    memset(call, 0, sizeof(*call));
+    size_t n = msg ? protobuf_c_message_get_packed_size(msg) : 0;
+    uint8_t *buf = malloc(n ? n : 1);
+    if (msg) protobuf_c_message_pack(msg, buf);
+    for (size_t i = 0; i < H.svc->n_methods; i++)
+        if (H.svc->methods[i].method_id == m) {
+            H.svc->methods[i].handler(&P, call, buf, n);
+            free(buf);
+            return call;
+        }
+    free(buf);
+    fail_msg("no method %u", m);
+    return call;
+}
+
+static void set_id(Wmrpc__WeightIdentity *id, const wm_identity *w)
+{
+    wmrpc__weight_identity__init(id);
+    id->tenant = (char *)w->tenant_id;
+    id->namespace_id = (char *)w->ns;
+    id->resource_id = (char *)w->resource_id;
+    id->revision = (char *)w->revision;
+    id->generation = w->weight_generation;
+}
+
+static void begin(const wm_identity *w, smp_rpc_call *call)
+{
+    Wmrpc__ImportBeginRequest req = WMRPC__IMPORT_BEGIN_REQUEST__INIT;
+    Wmrpc__WeightIdentity id;
+    set_id(&id, w);
+    req.identity = &id;
+    invoke(WMRPC__WEIGHT_METHOD__WEIGHT_IMPORT_BEGIN, &req.base, call);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Tests                                                                     */
+
+/* A READY revision of resource `name` at weight generation gen, observed
+ * res, of mode `mode`, preferring HOT, straight into the store. */
+static void seed(const char *name, uint64_t gen, wm_residency res, wm_migration_mode mode,
+                 wm_revision *out)
+{
+    static const uint64_t bytes[2] = {100, 200};
+    wm_affinity aff = {0};
+    wm_metadata_upsert u;
+    char msg[256];
+    memset(&u, 0, sizeof(u));
+    wmt_ready_revision(&u.revision, &aff, name, gen, bytes, 2);
+    u.revision.residency = res;
+    u.revision.observed_hot_ratio = res == WM_RES_HOT ? 1.0 : res == WM_RES_MIXED ? 0.5 : 0.0;
+    u.revision.policy.preferred = WM_RES_HOT;
+    u.revision.policy.mode = mode;
+    u.has_affinity = 1;
+    u.affinity = aff;
+    if (wm_store_apply_upsert(P.store, &u, msg, sizeof(msg)) != WM_OK) fail_msg("%s", msg);
+    *out = u.revision;
+    wm_affinity_clear(&aff);
+}
+
+/* Walk a PUT_FIRST claim of `name` from generation 1 to `target` through
+ * every phase straight in the store, so the lineage's watermark is target. */
+static void commit_watermark(const char *name, uint64_t target)
+{
+    static const wm_claim_phase walk[] = {WM_PHASE_CLAIMED, WM_PHASE_IMPORTING_TARGET,
+                                          WM_PHASE_BASE_FENCED, WM_PHASE_DRAINING_BASE,
+                                          WM_PHASE_DELETING_BASE, WM_PHASE_COMMITTED};
+    wm_lineage_claim c;
+    char msg[256];
+    wmt_claim(&c, name);
+    c.target.weight_generation = target;
+    c.expected_metadata_generation = 1;
+    for (size_t i = 0; i < sizeof(walk) / sizeof(walk[0]); i++) {
+        c.phase = walk[i];
+        c.committed_watermark = walk[i] == WM_PHASE_COMMITTED ? target : 0;
+        if (wm_store_apply_claim(P.store, &c, msg, sizeof(msg)) != WM_OK) fail_msg("%s", msg);
+    }
+}
+
+static void lease_req(uint32_t method, const wm_identity *w, uint64_t lease_id, smp_rpc_call *c)
+{
+    Wmrpc__LeaseRequest req = WMRPC__LEASE_REQUEST__INIT;
+    Wmrpc__WeightIdentity id;
+    set_id(&id, w);
+    req.identity = &id;
+    req.lease_id = lease_id;
+    invoke(method, &req.base, c);
+}
+
+/* The lease an answered LEASE_ACQUIRE / LEASE_RENEW carries (0: none). */
+static uint64_t answered_lease(const smp_rpc_call *c, uint64_t *gen)
+{
+    assert_int_equal(c->answered, 1);
+    assert_int_equal(c->status, SMP_OK);
+    Wmrpc__LeaseResponse *r = wmrpc__lease_response__unpack(NULL, c->len, (const uint8_t *)c->body);
+    assert_non_null(r);
+    uint64_t id = r->lease ? r->lease->id : 0;
+    if (gen != NULL) *gen = r->lease ? r->lease->metadata_generation : 0;
+    wmrpc__lease_response__free_unpacked(r, NULL);
+    return id;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Watermark                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* Once a lineage committed generation 3, a plain import (no claim open) of
+ * generation 3 or below is STALE_GENERATION before anything is written; a
+ * generation above the watermark begins as usual. */
+static void test_plain_import_at_or_below_watermark_is_stale(void **state)
+{
+    (void)state;
+    wm_identity w;
+    smp_rpc_call c;
+    commit_watermark("wmk", 3);
+    for (uint64_t g = 1; g <= 3; g++) {
+        wmt_identity(&w, "wmk", g);
+        begin(&w, &c);
+        assert_int_equal(c.answered, 1);
+        assert_int_equal(c.status, WM_ESTALE_GENERATION);
+        assert_non_null(strstr(c.body, "watermark"));
+        assert_int_equal(H.nq, 0);
+    }
+    wmt_identity(&w, "wmk", 4);
+    begin(&w, &c);
+    assert_int_equal(c.answered, 0);
+    assert_int_equal(H.nq, 1); /* the group flag: the import is under way */
+    deliver(SMP_OK);
+    deliver(SMP_OK);
+    assert_int_equal(c.status, SMP_OK);
+}
+
+/* ------------------------------------------------------------------------ */
+/* CAS and generation hygiene                                                */
+/* ------------------------------------------------------------------------ */
+
+/* A lease grant that promotes nothing is one lease record: the revision
+ * keeps its metadata generation (a writer's expected generation stays
+ * valid) and its last access moves to the grant time. */
+static void test_lease_grant_records_access_without_new_generation(void **state)
+{
+    (void)state;
+    wm_revision rev;
+    smp_rpc_call c;
+    seed("acc", 1, WM_RES_HOT, WM_MODE_AUTO, &rev);
+    H.wall = 50000;
+    lease_req(WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_ACQUIRE, &rev.id, 0, &c);
+    assert_int_equal(H.nq, 1);
+    assert_int_equal(deliver(SMP_OK), WM_OP_LEASE_UPSERT);
+    uint64_t gen = 0;
+    assert_true(answered_lease(&c, &gen) > 0);
+    assert_int_equal(gen, 1);
+    const wm_revision *r = wm_store_get(P.store, &rev.id);
+    assert_int_equal(r->metadata_generation, 1);
+    assert_int_equal(r->last_access_ms, 50000);
+    assert_int_equal(r->lease_count, 1);
+}
+
+/* A lease on an AUTO revision observed COLD: the promotion and the lease are
+ * one durable record (type 8 carrying the lease); the answer follows it, the
+ * lease fenced on the one generation the promotion made. */
+static void test_promotion_on_access_is_one_record(void **state)
+{
+    (void)state;
+    wm_revision rev;
+    smp_rpc_call c;
+    seed("one", 1, WM_RES_COLD, WM_MODE_AUTO, &rev);
+    lease_req(WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_ACQUIRE, &rev.id, 0, &c);
+    assert_int_equal(H.nq, 1);
+    assert_int_equal(deliver(SMP_OK), WM_OP_METADATA_UPSERT);
+    assert_int_equal(H.nq, 0); /* nothing chained after it */
+    uint64_t gen = 0;
+    uint64_t lid = answered_lease(&c, &gen);
+    assert_true(lid > 0);
+    assert_int_equal(gen, 2);
+    const wm_revision *r = wm_store_get(P.store, &rev.id);
+    assert_int_equal(r->metadata_generation, 2);
+    assert_int_equal(r->lease_count, 1);
+    assert_non_null(wm_store_lease(P.store, lid));
+    const wm_operation *op = wm_store_operation(P.store, r->operation_id);
+    assert_non_null(op);
+    assert_int_equal(op->target, WM_RES_HOT);
+
+    /* The record replays to the same state: the lease is in it. */
+    wm_store *saved = P.store;
+    uint8_t *img = NULL;
+    size_t n = 0;
+    char msg[256];
+    assert_int_equal(wm_store_save(saved, &img, &n, msg, sizeof(msg)), WM_OK);
+    assert_int_equal(wm_store_create(&P.store), WM_OK);
+    assert_int_equal(wm_store_load(P.store, img, n, msg, sizeof(msg)), WM_OK);
+    assert_non_null(wm_store_lease(P.store, lid));
+    free(img);
+    wm_store_free(P.store);
+    P.store = saved;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Lease fencing                                                             */
+/* ------------------------------------------------------------------------ */
+
+/* PUT_FIRST: once the record that fences the base is appended, a renewal of
+ * a lease on the base (or a new lease) is refused, even before that record
+ * is durable -- no lease can be extended across the replacement. */
+static void test_lease_renewal_fails_once_base_fence_is_in_flight(void **state)
+{
+    (void)state;
+    wm_revision base, target;
+    smp_rpc_call c;
+    seed("fen", 1, WM_RES_HOT, WM_MODE_MANUAL, &base);
+    Wmrpc__UpsertBeginRequest req = WMRPC__UPSERT_BEGIN_REQUEST__INIT;
+    Wmrpc__WeightIdentity id;
+    set_id(&id, &base.id);
+    req.base_identity = &id;
+    req.target_generation = 2;
+    req.mode = WM_UPSERT_PUT_FIRST;
+    req.request_id = (char *)"f1";
+    req.expected_metadata_generation = 1;
+    invoke(WMRPC__WEIGHT_METHOD__WEIGHT_UPSERT_BEGIN, &req.base, &c);
+    deliver(SMP_OK);
+    assert_int_equal(c.status, SMP_OK);
+    seed("fen", 2, WM_RES_HOT, WM_MODE_MANUAL, &target);
+    wm_lineage_drive(&P); /* -> IMPORTING_TARGET */
+    assert_int_equal(deliver(SMP_OK), WM_OP_LINEAGE_CLAIM);
+    lease_req(WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_ACQUIRE, &base.id, 0, &c);
+    deliver(SMP_OK);
+    uint64_t lid = answered_lease(&c, NULL);
+
+    wm_lineage_drive(&P); /* the fence (BASE_FENCED) is appended */
+    assert_int_equal(H.nq, 1);
+    lease_req(WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_RENEW, &base.id, lid, &c);
+    assert_int_equal(c.answered, 1);
+    assert_int_equal(c.status, WM_ELEASE_EXPIRED);
+    lease_req(WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_ACQUIRE, &base.id, 0, &c);
+    assert_int_equal(c.status, WM_ENOT_READY);
+    assert_int_equal(H.nq, 1); /* only the fence */
+    deliver(SMP_OK);
+    lease_req(WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_RENEW, &base.id, lid, &c);
+    assert_int_equal(c.status, WM_ELEASE_EXPIRED);
+}
+
+/* A renewal names the generation its lease was granted at: another one
+ * (a lease of an earlier incarnation, a confused client) is refused
+ * without a record; the right one extends the lease. */
+static void test_lease_renewal_fenced_on_granted_generation(void **state)
+{
+    (void)state;
+    wm_revision rev;
+    smp_rpc_call c;
+    uint64_t gen = 0;
+    seed("gen", 1, WM_RES_COLD, WM_MODE_AUTO, &rev);
+    lease_req(WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_ACQUIRE, &rev.id, 0, &c);
+    while (H.nq > 0) deliver(SMP_OK);
+    uint64_t lid = answered_lease(&c, &gen);
+    assert_int_equal(gen, 2);
+
+    Wmrpc__LeaseRequest req = WMRPC__LEASE_REQUEST__INIT;
+    Wmrpc__WeightIdentity id;
+    set_id(&id, &rev.id);
+    req.identity = &id;
+    req.lease_id = lid;
+    req.metadata_generation = 1; /* not the generation it was granted at */
+    invoke(WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_RENEW, &req.base, &c);
+    assert_int_equal(c.answered, 1);
+    assert_int_equal(c.status, WM_ELEASE_EXPIRED);
+    assert_non_null(strstr(c.body, "generation"));
+    assert_int_equal(H.nq, 0);
+    req.metadata_generation = 2;
+    H.wall += 1000;
+    invoke(WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_RENEW, &req.base, &c);
+    assert_int_equal(deliver(SMP_OK), WM_OP_LEASE_UPSERT);
+    assert_int_equal(answered_lease(&c, &gen), lid);
+    assert_int_equal(gen, 2);
+    assert_int_equal(wm_store_lease(P.store, lid)->expiry_ms, H.wall + WM_LEASE_TTL_DEFAULT_MS);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_plain_import_at_or_below_watermark_is_stale, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lease_grant_records_access_without_new_generation, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_promotion_on_access_is_one_record, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lease_renewal_fails_once_base_fence_is_in_flight, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lease_renewal_fenced_on_granted_generation, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
