@@ -18,6 +18,11 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <grpc/byte_buffer.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <grpc/slice.h>
+#include <grpc/support/time.h>
 
 #include "etcd_client.h"
 #include "etcd_fixture.h"
@@ -695,6 +700,194 @@ static void test_threads_share_a_client(void **state)
     etcd_range_result_free(&r);
 }
 
+/* -- a fake member that answers badly ------------------------------------------ */
+
+/* A gRPC server in this process standing in for an etcd member: every call,
+ * whatever its method, reads one request and gets `answer` (no message when
+ * NULL) and `status`. Runs on its own thread with its own queue. */
+typedef struct fake_member {
+    grpc_server *server;
+    grpc_completion_queue *cq;
+    pthread_t thread;
+    char endpoint[64];
+    const uint8_t *answer;
+    size_t answer_len;
+    grpc_status_code status;
+    const char *details;
+    int calls;
+} fake_member;
+
+#define FAKE_NEW ((void *)1)
+#define FAKE_DONE ((void *)2)
+#define FAKE_SHUTDOWN ((void *)3)
+
+static void fake_serve_one(fake_member *fm, grpc_call *call)
+{
+    grpc_op ops[5];
+    grpc_byte_buffer *req = NULL, *resp = NULL;
+    grpc_slice details = grpc_slice_from_copied_string(fm->details);
+    int cancelled = 0;
+    size_t n = 0;
+    memset(ops, 0, sizeof(ops));
+    ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[n].op = GRPC_OP_RECV_MESSAGE;
+    ops[n++].data.recv_message.recv_message = &req;
+    if (fm->answer != NULL) {
+        grpc_slice body = grpc_slice_from_copied_buffer((const char *)fm->answer, fm->answer_len);
+        resp = grpc_raw_byte_buffer_create(&body, 1);
+        grpc_slice_unref(body);
+        ops[n].op = GRPC_OP_SEND_MESSAGE;
+        ops[n++].data.send_message.send_message = resp;
+    }
+    ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[n].data.send_status_from_server.status = fm->status;
+    ops[n++].data.send_status_from_server.status_details = &details;
+    ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    ops[n++].data.recv_close_on_server.cancelled = &cancelled;
+    if (grpc_call_start_batch(call, ops, n, FAKE_DONE, NULL) == GRPC_CALL_OK) {
+        grpc_event ev;
+        do {
+            ev = grpc_completion_queue_next(fm->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+        } while (ev.type == GRPC_OP_COMPLETE && ev.tag != FAKE_DONE);
+    }
+    if (req) grpc_byte_buffer_destroy(req);
+    if (resp) grpc_byte_buffer_destroy(resp);
+    grpc_slice_unref(details);
+}
+
+static void *fake_main(void *arg)
+{
+    fake_member *fm = arg;
+    for (;;) {
+        grpc_call *call = NULL;
+        grpc_call_details cd;
+        grpc_metadata_array md;
+        grpc_call_details_init(&cd);
+        grpc_metadata_array_init(&md);
+        int requested = grpc_server_request_call(fm->server, &call, &cd, &md, fm->cq, fm->cq,
+                                                 FAKE_NEW) == GRPC_CALL_OK;
+        grpc_event ev = grpc_completion_queue_next(fm->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC),
+                                                   NULL);
+        int stop = !requested || ev.type != GRPC_OP_COMPLETE || ev.tag == FAKE_SHUTDOWN ||
+                   !ev.success;
+        if (!stop) {
+            fm->calls++;
+            fake_serve_one(fm, call);
+        }
+        if (call) grpc_call_unref(call);
+        grpc_call_details_destroy(&cd);
+        grpc_metadata_array_destroy(&md);
+        if (stop) break;
+    }
+    return NULL;
+}
+
+static void fake_start(fake_member *fm, const void *answer, size_t answer_len,
+                       grpc_status_code status, const char *details)
+{
+    memset(fm, 0, sizeof(*fm));
+    fm->answer = answer;
+    fm->answer_len = answer_len;
+    fm->status = status;
+    fm->details = details;
+    grpc_init();
+    fm->cq = grpc_completion_queue_create_for_next(NULL);
+    fm->server = grpc_server_create(NULL, NULL);
+    grpc_server_register_completion_queue(fm->server, fm->cq, NULL);
+    grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+    int port = grpc_server_add_http2_port(fm->server, "127.0.0.1:0", creds);
+    grpc_server_credentials_release(creds);
+    assert_true(port > 0);
+    snprintf(fm->endpoint, sizeof(fm->endpoint), "127.0.0.1:%d", port);
+    grpc_server_start(fm->server);
+    assert_int_equal(pthread_create(&fm->thread, NULL, fake_main, fm), 0);
+}
+
+static void fake_stop(fake_member *fm)
+{
+    grpc_server_shutdown_and_notify(fm->server, fm->cq, FAKE_SHUTDOWN);
+    grpc_server_cancel_all_calls(fm->server);
+    pthread_join(fm->thread, NULL);
+    /* the thread stopped at the first of the two events; drain the rest */
+    grpc_completion_queue_shutdown(fm->cq);
+    for (;;) {
+        grpc_event ev = grpc_completion_queue_next(fm->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC),
+                                                   NULL);
+        if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
+    }
+    grpc_server_destroy(fm->server);
+    grpc_completion_queue_destroy(fm->cq);
+    grpc_shutdown();
+}
+
+/* Every call on a member that answers bytes that do not decode. */
+static void expect_every_call(const char *endpoint, int rc_kv, int rc_lease, int rc_watch)
+{
+    etcd_client *c = NULL;
+    etcd_range_result r;
+    etcd_txn_result t;
+    etcd_member_status st;
+    etcd_watch *w = NULL;
+    int64_t id = 0;
+    etcd_client_options o = {endpoint, 2000};
+    assert_int_equal(etcd_client_open(&o, &c, err, sizeof(err)), 0);
+    assert_int_equal(etcd_range(c, "k", 1, NULL, 0, 0, 0, 0, &r, err, sizeof(err)), rc_kv);
+    assert_int_equal(r.n, 0);
+    assert_int_equal(etcd_put(c, "k", 1, "v", 1, 0, NULL, err, sizeof(err)), rc_kv);
+    assert_int_equal(etcd_delete_range(c, "k", 1, NULL, 0, NULL, err, sizeof(err)), rc_kv);
+    etcd_op get = {ETCD_OP_RANGE, "k", 1, NULL, 0, NULL, 0, 0};
+    assert_int_equal(etcd_txn(c, NULL, 0, &get, 1, NULL, 0, &t, err, sizeof(err)), rc_kv);
+    assert_int_equal(t.n_ranges, 0);
+    assert_int_equal(etcd_compact(c, 5, err, sizeof(err)), rc_kv);
+    assert_int_equal(etcd_lease_grant(c, 5, &id, NULL, err, sizeof(err)), rc_kv);
+    assert_int_equal(etcd_lease_keepalive(c, 7, NULL, err, sizeof(err)), rc_lease);
+    assert_int_equal(etcd_lease_revoke(c, 7, err, sizeof(err)), rc_lease);
+    assert_int_equal(etcd_member_status_get(c, endpoint, &st, err, sizeof(err)), rc_kv);
+    assert_int_equal(etcd_watch_open(c, "k", 1, NULL, 0, 0, &w, err, sizeof(err)), rc_watch);
+    assert_null(w);
+    etcd_client_close(c);
+}
+
+/* Bytes from the network never crash the client: an answer that does not
+ * decode is SMP_EPROTO, an OK status without an answer too, and a status
+ * is mapped (NOT_FOUND -> SMP_ENOTFOUND, OUT_OF_RANGE -> SMP_ERANGE,
+ * UNAVAILABLE -> SMP_EIO, anything else SMP_EPROTO) with its text in err. */
+static void test_bad_answers(void **state)
+{
+    (void)state;
+    fake_member fm;
+    /* field 1, length 5, one byte: truncated */
+    static const uint8_t garbage[] = {0x0a, 0x05, 0x01};
+    fake_start(&fm, garbage, sizeof(garbage), GRPC_STATUS_OK, "");
+    expect_every_call(fm.endpoint, SMP_EPROTO, SMP_EPROTO, SMP_EPROTO);
+    assert_non_null(strstr(err, "does not decode"));
+    fake_stop(&fm);
+    assert_int_equal(fm.calls, 10); /* each call reached the fake once: no retry */
+
+    fake_start(&fm, NULL, 0, GRPC_STATUS_OK, "");
+    expect_every_call(fm.endpoint, SMP_EPROTO, SMP_EPROTO, SMP_EIO);
+    fake_stop(&fm);
+
+    fake_start(&fm, NULL, 0, GRPC_STATUS_NOT_FOUND, "etcdserver: requested lease not found");
+    expect_every_call(fm.endpoint, SMP_ENOTFOUND, SMP_ENOTFOUND, SMP_ENOTFOUND);
+    assert_non_null(strstr(err, "requested lease not found"));
+    fake_stop(&fm);
+
+    fake_start(&fm, NULL, 0, GRPC_STATUS_OUT_OF_RANGE, "mvcc: required revision has been compacted");
+    expect_every_call(fm.endpoint, SMP_ERANGE, SMP_ERANGE, SMP_ERANGE);
+    fake_stop(&fm);
+
+    fake_start(&fm, NULL, 0, GRPC_STATUS_FAILED_PRECONDITION, "etcdserver: something odd");
+    expect_every_call(fm.endpoint, SMP_EPROTO, SMP_EPROTO, SMP_EPROTO);
+    assert_non_null(strstr(err, "FAILED_PRECONDITION"));
+    assert_non_null(strstr(err, fm.endpoint));
+    fake_stop(&fm);
+
+    fake_start(&fm, NULL, 0, GRPC_STATUS_UNAVAILABLE, "etcdserver: no leader");
+    expect_every_call(fm.endpoint, SMP_EIO, SMP_EIO, SMP_EIO);
+    fake_stop(&fm);
+}
+
 /* -- bad arguments ----------------------------------------------------------- */
 
 static void test_bad_arguments(void **state)
@@ -920,11 +1113,15 @@ int main(void)
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_paused_member_fails_in_time),
     };
+    const struct CMUnitTest no_etcd[] = {
+        cmocka_unit_test(test_bad_answers),
+    };
     const struct CMUnitTest three_members[] = {
         cmocka_unit_test(test_three_members_survive_a_kill),
     };
     int failed = cmocka_run_group_tests_name("etcd client, 1 member", one_member, group_setup,
                                              group_teardown);
+    failed += cmocka_run_group_tests_name("etcd client, a fake member", no_etcd, NULL, NULL);
     failed += cmocka_run_group_tests_name("etcd client, 3 members", three_members, NULL, NULL);
     return failed;
 }
