@@ -205,8 +205,9 @@ int oplog_file_open(uv_loop_t *loop,
  * DeleteRange on the backend's thread; SMP_ESTATE unless writable. In
  * oplog_stats, syncs and batches count successful write transactions and
  * bytes the record values written. oplog_close writes what is queued (under
- * the fence), runs the owed durable callbacks, a pending promote's callback
- * with SMP_ECANCELED, and never follow's on_stop. A following or promoting
+ * the fence; while etcd does not answer that can take up to the fence's lease
+ * TTL), runs the owed durable callbacks, a pending promote's callback with
+ * SMP_ECANCELED, and never follow's on_stop. A following or promoting
  * log keeps the loop alive, like owed durable callbacks. */
 typedef struct etcd_client etcd_client; /* etcd_client.h */
 
@@ -299,8 +300,10 @@ int oplog_etcd_promote(oplog *log,
  * called back. NULL or a log of another backend: no-op. */
 void oplog_etcd_demote(oplog *log);
 
-/* The newest head the backend has seen (from open, replay, follow, or its own
- * writes). 0 for NULL. */
+/* The newest head the backend has seen (from open, replay, its own writes,
+ * or following: what the thread read from etcd, which may be ahead of what
+ * fn was given yet -- head minus oplog_last_seq is a standby's lag). 0 for
+ * NULL. */
 uint64_t oplog_etcd_head(const oplog *log);
 
 #endif /* HOST_OPLOG_H */

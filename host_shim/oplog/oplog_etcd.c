@@ -176,6 +176,8 @@ typedef struct etcd_log {
     oplog_replay_fn promote_fn;
     void *promote_fn_arg;
     uint64_t trunc_req;     /* delete the records below it; 0: none */
+    uint64_t t_head;        /* the newest head the thread saw (read or
+                               received), maybe not delivered yet */
     int stop_evt;           /* following ended (thread side): */
     int stop_status;
     uint64_t stop_sess;
@@ -831,6 +833,17 @@ static void fenced_reason(etcd_log *el, const etcd_txn_result *res, char *why, s
     }
 }
 
+/* 1 when the failure branch's range shows the leader key still attached
+ * to our lease in our term (so only log_head's compare failed). */
+static int still_ours(const etcd_log *el, const etcd_txn_result *res)
+{
+    const etcd_kv *kv;
+    if (res->n_ranges == 0 || res->ranges[0].n == 0)
+        return 0;
+    kv = &res->ranges[0].kvs[0];
+    return kv->lease == el->fence.lease_id && kv->create_revision == el->fence.create_revision;
+}
+
 /* After a transport error: did the batch first..last apply? Reads the head
  * and the first record's key in one txn without compares. Returns 1 applied
  * (head_mod updated), 0 not applied (the head is still ours), SMP_EIO
@@ -945,6 +958,14 @@ static int write_batch(etcd_log *el, entry_list *batch, size_t n, uint64_t *byte
                 return 0;
             }
             fenced_reason(el, &res, why, sizeof(why));
+            if (deadline != 0 && still_ours(el, &res) &&
+                check_outcome(el, batch->head, last, why, sizeof(why)) == 1) {
+                /* Our first attempt applied late, after a read-back that
+                 * did not see it yet: the head moved by our own hand. */
+                etcd_txn_result_free(&res);
+                el->written = last;
+                return 0;
+            }
             etcd_txn_result_free(&res);
             post_fenced(el, why);
             return SMP_EDURABILITY;
@@ -1059,6 +1080,8 @@ static int post_record(etcd_log *el, void *arg, const oplog_record *rec)
         el->recs.head = r;
     el->recs.tail = r;
     el->n_recs++;
+    if (rec->seq > el->t_head)
+        el->t_head = rec->seq;
     pthread_mutex_unlock(&el->mu);
     uv_async_send(&el->async);
     el->f_next = rec->seq + 1;
@@ -1098,6 +1121,10 @@ static int follow_sync(etcd_log *el, char *err, size_t errlen)
     int rc = read_head(el, 0, &head, &mod, &rev, err, errlen);
     if (rc < 0)
         return rc;
+    pthread_mutex_lock(&el->mu);
+    if (head > el->t_head)
+        el->t_head = head;
+    pthread_mutex_unlock(&el->mu);
     if (head + 1 < el->f_next) {
         wm_errbuf(err, errlen, "oplog: the log's head %" PRIu64 " is behind seq %" PRIu64
                   " already delivered", head, el->f_next - 1);
@@ -1861,6 +1888,12 @@ void oplog_etcd_demote(oplog *log)
 
 uint64_t oplog_etcd_head(const oplog *log)
 {
-    const etcd_log *el = as_etcd((oplog *)log);
-    return el == NULL ? 0 : el->head_seen;
+    etcd_log *el = as_etcd((oplog *)log);
+    uint64_t head;
+    if (el == NULL)
+        return 0;
+    pthread_mutex_lock(&el->mu);
+    head = el->t_head;
+    pthread_mutex_unlock(&el->mu);
+    return head > el->head_seen ? head : el->head_seen;
 }
