@@ -753,8 +753,8 @@ int rpcc_fd(const rpcc_conn *c)
     return c != NULL ? c->fd : -1;
 }
 
-/* The deadline of a call's moves: its timeout, or RPCC_FOLLOW_MS when the
- * connection waits forever. */
+/* The deadline of a call's moves, from its first: the connection's timeout,
+ * or RPCC_FOLLOW_MS when it waits forever. */
 static int64_t follow_deadline(const rpcc_conn *c)
 {
     return now_ms() + (c->timeout_ms > 0 ? c->timeout_ms : RPCC_FOLLOW_MS);
@@ -771,7 +771,7 @@ int rpcc_call_ex(rpcc_conn *c,
                  size_t *resp_len,
                  char **errmsg)
 {
-    int64_t deadline;
+    int64_t deadline = -1; /* set at the first move: a call that stays costs no clock read */
     int backoff = 0, rc, st = 0;
     uint64_t id;
 
@@ -779,7 +779,6 @@ int rpcc_call_ex(rpcc_conn *c,
         return SMP_EINVAL;
     if (flags & RPCC_IDEMPOTENT)
         flags |= RPCC_FAILOVER;
-    deadline = follow_deadline(c);
     for (;;) {
         int sent = 0, lost;
         uint8_t *body = NULL;
@@ -793,6 +792,8 @@ int rpcc_call_ex(rpcc_conn *c,
         }
         if (sent && rc < 0 && c->in_flight > 0)
             c->in_flight--; /* nobody claims its answer (stashed if it still comes) */
+        if (rc == SMP_OK && st == SMP_ENOTLEADER && deadline < 0)
+            deadline = follow_deadline(c);
         if (rc == SMP_OK && st == SMP_ENOTLEADER && c->in_flight == 0 && now_ms() < deadline) {
             /* A standby: it applied nothing, the request goes to the leader. */
             free(body);
@@ -800,9 +801,11 @@ int rpcc_call_ex(rpcc_conn *c,
             goto move;
         }
         /* The stream is gone: before the request left, or after it did. */
-        lost = rc < 0 && c->broken && c->in_flight == 0;
-        if (lost && (flags & RPCC_FAILOVER) && (!sent || (flags & RPCC_IDEMPOTENT)) &&
-            now_ms() < deadline) {
+        lost = rc < 0 && c->broken && c->in_flight == 0 && (flags & RPCC_FAILOVER) &&
+               (!sent || (flags & RPCC_IDEMPOTENT));
+        if (lost && deadline < 0)
+            deadline = follow_deadline(c);
+        if (lost && now_ms() < deadline) {
             c->hinted = 0;
             goto move;
         }

@@ -21,9 +21,10 @@
  * the leader's endpoint. rpcc_call and rpcc_call_msg follow such an answer
  * by themselves -- reconnect to the named leader (or, with no leader
  * named, to the other endpoints of the list in turn, pausing between
- * rounds) and send the same request again, until the call's timeout
- * (30 s without one) -- unless other requests are in flight on the
- * connection (rpcc_send), whose answers a reconnect would lose: then the
+ * rounds) and send the same request again, for up to the connection's
+ * timeout from the first move (30 s without one) -- unless other requests
+ * are in flight on the connection (rpcc_send), whose answers a reconnect
+ * would lose: then the
  * NOT_LEADER answer is returned as it is, and rpcc_reconnect() goes to the
  * leader it named. A lost stream is only taken up again with
  * rpcc_call_ex's flags or rpcc_reconnect(); plain calls report it as
