@@ -7,13 +7,16 @@
  * everything else here), then measures, at 1 and 64 concurrent writers:
  *   raw    etcd_put of a 256-byte value from T threads, each to its own key
  *          (one Put RPC per durable write: what a naive backend would do);
+ *   txn    the same with the OpLog's txn shape, one record per txn: each
+ *          thread puts a 284-byte record key and its own head key, comparing
+ *          the head's mod revision (what the batching writer costs per txn);
  *   oplog  durable appends of 256-byte records through the etcd OpLog backend
  *          after a promote with an election stand-in: C clients, each with
  *          one append outstanding and the next issued from its durable
  *          callback (the batching writer puts whatever queued meanwhile, up
  *          to 127 records, in one txn).
- * Each setting runs 3 times, raw and oplog in turn; the median of each is
- * printed with the ratio oplog / raw. Not a test: the numbers depend on the
+ * Each setting runs 3 times, raw, txn and oplog in turn; the median of each
+ * is printed with the ratio oplog / raw. Not a test: the numbers depend on the
  * disk's fsync and the cores. etcd and its directory are removed at the end. */
 #include <inttypes.h>
 #include <pthread.h>
@@ -36,6 +39,8 @@ static etcd_client *cli;
 typedef struct raw_worker {
     pthread_t thread;
     int id;
+    int txn;       /* the OpLog's txn shape instead of a plain put */
+    int run;
     uint64_t deadline_ns;
     uint64_t done;
     int failed;
@@ -47,10 +52,41 @@ static void *raw_main(void *arg)
     char key[64], err[256];
     uint8_t val[PAYLOAD];
     memset(val, 0x5c, sizeof(val));
+    uint8_t rec[PAYLOAD + 28];
+    char head[64], rkey[96], hval[24];
+    int64_t mod = 0;
+    memset(rec, 0x5c, sizeof(rec));
     snprintf(key, sizeof(key), "/bench/raw/%d", w->id);
+    snprintf(head, sizeof(head), "/bench/txn/%d-%d/log_head", w->id, w->run);
     while (uv_hrtime() < w->deadline_ns) {
-        if (etcd_put(cli, key, strlen(key), val, sizeof(val), 0, NULL, err, sizeof(err)) < 0) {
-            fprintf(stderr, "bench_etcd_oplog: raw put: %s\n", err);
+        int rc;
+        if (!w->txn) {
+            rc = etcd_put(cli, key, strlen(key), val, sizeof(val), 0, NULL, err, sizeof(err));
+        } else {
+            etcd_txn_result res;
+            snprintf(rkey, sizeof(rkey), "/bench/txn/%d-%d/log/%020" PRIu64, w->id, w->run,
+                     w->done + 1);
+            snprintf(hval, sizeof(hval), "%" PRIu64, w->done + 1);
+            etcd_compare cmp = {.target = ETCD_CMP_MOD, .result = ETCD_CMP_EQUAL,
+                                .key = head, .key_len = strlen(head), .number = mod};
+            etcd_op ops[2] = {
+                {.type = ETCD_OP_PUT, .key = rkey, .key_len = strlen(rkey), .value = rec,
+                 .value_len = sizeof(rec)},
+                {.type = ETCD_OP_PUT, .key = head, .key_len = strlen(head), .value = hval,
+                 .value_len = strlen(hval)},
+            };
+            rc = etcd_txn(cli, &cmp, 1, ops, 2, NULL, 0, &res, err, sizeof(err));
+            if (rc == 0) {
+                if (!res.succeeded) {
+                    snprintf(err, sizeof(err), "the head compare failed");
+                    rc = -1;
+                }
+                mod = res.revision;
+                etcd_txn_result_free(&res);
+            }
+        }
+        if (rc < 0) {
+            fprintf(stderr, "bench_etcd_oplog: raw %s: %s\n", w->txn ? "txn" : "put", err);
             w->failed = 1;
             break;
         }
@@ -59,8 +95,9 @@ static void *raw_main(void *arg)
     return NULL;
 }
 
-/* Puts per second from `threads` threads, or a negative value. */
-static double run_raw(int threads, double seconds)
+/* Puts (or txns) per second from `threads` threads, or a negative value.
+ * run numbers the txn runs so each starts on fresh head keys. */
+static double run_raw(int threads, double seconds, int txn, int run)
 {
     raw_worker w[MAX_THREADS];
     uint64_t t0 = uv_hrtime(), total = 0;
@@ -68,6 +105,8 @@ static double run_raw(int threads, double seconds)
     for (int i = 0; i < threads; i++) {
         memset(&w[i], 0, sizeof(w[i]));
         w[i].id = i;
+        w[i].txn = txn;
+        w[i].run = run;
         w[i].deadline_ns = t0 + (uint64_t)(seconds * 1e9);
         if (pthread_create(&w[i].thread, NULL, raw_main, &w[i]) != 0)
             return -1;
@@ -250,23 +289,26 @@ int main(int argc, char **argv)
            "%.1f s per run, median of %d\n", co.endpoints, fx.dir, PAYLOAD, seconds, RUNS);
     for (size_t s = 0; s < sizeof(settings) / sizeof(settings[0]); s++) {
         int c = settings[s];
-        double raw[RUNS], log[RUNS], per_txn[RUNS];
+        double raw[RUNS], txn[RUNS], log[RUNS], per_txn[RUNS];
         for (int r = 0; r < RUNS; r++) {
-            raw[r] = run_raw(c, seconds);
+            raw[r] = run_raw(c, seconds, 0, r);
+            txn[r] = run_raw(c, seconds, 1, (int)s * RUNS + r);
             log[r] = run_oplog(c, seconds, r, &per_txn[r]);
-            if (raw[r] < 0 || log[r] < 0) {
+            if (raw[r] < 0 || txn[r] < 0 || log[r] < 0) {
                 rc = 1;
                 goto out;
             }
-            printf("  run %d  writers %2d  raw puts/s %8.0f  oplog appends/s %8.0f  "
-                   "records/txn %6.2f\n", r + 1, c, raw[r], log[r], per_txn[r]);
+            printf("  run %d  writers %2d  raw puts/s %8.0f  raw txns/s %8.0f  oplog "
+                   "appends/s %8.0f  records/txn %6.2f\n", r + 1, c, raw[r], txn[r], log[r],
+                   per_txn[r]);
         }
         qsort(raw, RUNS, sizeof(double), cmp_double);
+        qsort(txn, RUNS, sizeof(double), cmp_double);
         qsort(log, RUNS, sizeof(double), cmp_double);
         qsort(per_txn, RUNS, sizeof(double), cmp_double);
-        printf("median  writers %2d  raw etcd_put/s %8.0f  etcd oplog durable appends/s %8.0f"
-               "  records/txn %6.2f  oplog/raw x%.2f\n", c, raw[RUNS / 2], log[RUNS / 2],
-               per_txn[RUNS / 2], log[RUNS / 2] / raw[RUNS / 2]);
+        printf("median  writers %2d  raw etcd_put/s %8.0f  raw txn/s %8.0f  etcd oplog durable "
+               "appends/s %8.0f  records/txn %6.2f  oplog/raw x%.2f\n", c, raw[RUNS / 2],
+               txn[RUNS / 2], log[RUNS / 2], per_txn[RUNS / 2], log[RUNS / 2] / raw[RUNS / 2]);
         fflush(stdout);
     }
 out:
