@@ -485,6 +485,31 @@ destroy_md:
     return rc;
 }
 
+/* The member calls start on: the one that answered last; after a transport
+ * failure on it, the next one (so a dead member costs one attempt, and the
+ * calls that follow start elsewhere). */
+static size_t member_first(etcd_client *c)
+{
+    pthread_mutex_lock(&c->mu);
+    size_t ep = c->current;
+    pthread_mutex_unlock(&c->mu);
+    return ep;
+}
+
+static void member_answered(etcd_client *c, size_t ep)
+{
+    pthread_mutex_lock(&c->mu);
+    c->current = ep;
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void member_failed(etcd_client *c, size_t ep)
+{
+    pthread_mutex_lock(&c->mu);
+    if (c->current == ep) c->current = (ep + 1) % c->n_ep;
+    pthread_mutex_unlock(&c->mu);
+}
+
 /* Pack req, run it on the member that answered last and, after a transport
  * failure, once on the next member (a call that changes the store only when
  * the first attempt was never sent), and unpack the answer as resp_desc.
@@ -512,9 +537,7 @@ static int call_unary(etcd_client *c,
         return SMP_ENOMEM;
     }
     protobuf_c_message_pack(req, body);
-    pthread_mutex_lock(&c->mu);
-    size_t first = c->current;
-    pthread_mutex_unlock(&c->mu);
+    size_t first = member_first(c);
     size_t attempts = c->n_ep > 1 ? 2 : 1;
     size_t ep = first;
     for (size_t i = 0; i < attempts; i++) {
@@ -523,6 +546,7 @@ static int call_unary(etcd_client *c,
                       &fail, err, errlen);
         if (rc == 0) break;
         if (fail == FAIL_ETCD) goto free_body;
+        member_failed(c, ep);
         if (fail == FAIL_TRANSPORT && changes_store) {
             size_t n = err ? strlen(err) : 0;
             if (err && n + 1 < errlen)
@@ -531,9 +555,7 @@ static int call_unary(etcd_client *c,
         }
     }
     if (rc < 0) goto free_body;
-    pthread_mutex_lock(&c->mu);
-    c->current = ep;
-    pthread_mutex_unlock(&c->mu);
+    member_answered(c, ep);
     *out = protobuf_c_message_unpack(resp_desc, NULL, answer_len, answer);
     if (*out == NULL) {
         set_err(err, errlen, "etcd %s %s: the answer (%zu bytes) does not decode as %s",
@@ -1462,15 +1484,18 @@ int etcd_watch_open(etcd_client *c,
         return SMP_ENOMEM;
     }
     etcdserverpb__watch_request__pack(&req, body);
-    pthread_mutex_lock(&c->mu);
-    size_t first = c->current;
-    pthread_mutex_unlock(&c->mu);
+    size_t first = member_first(c);
     size_t attempts = c->n_ep > 1 ? 2 : 1;
     rc = SMP_EIO;
     for (size_t i = 0; i < attempts; i++) {
         size_t ep = (first + i) % c->n_ep;
         rc = watch_open_on(c, ep, body, len, out, &fail, err, errlen);
-        if (rc == 0 || fail == FAIL_ETCD) break;
+        if (rc == 0) {
+            member_answered(c, ep);
+            break;
+        }
+        if (fail == FAIL_ETCD) break;
+        member_failed(c, ep);
     }
     free(body);
     return rc;

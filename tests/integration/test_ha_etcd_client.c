@@ -1032,20 +1032,82 @@ static void test_bad_arguments(void **state)
 /* With all three endpoints, the client keeps reading and writing after
  * any one member is killed (the one it was using first, here), and a
  * watch opened afterwards sees the writes; the member comes back. */
+static int three_setup(void **state)
+{
+    static etcd_fixture f;
+    if (etcd_fixture_start(&f, "three", 3, START_MS) < 0) return -1;
+    *state = &f;
+    return 0;
+}
+
+static int three_teardown(void **state)
+{
+    if (*state != NULL) etcd_fixture_cleanup(*state);
+    return 0;
+}
+
+/* A client whose first endpoint is a SIGSTOPped follower: a read waits out
+ * the deadline there and is answered by the next member in the same call;
+ * a txn that reached the paused member is not repeated elsewhere (SMP_EIO,
+ * "may have been applied") and the next txn starts on another member. */
+static void test_paused_follower(void **state)
+{
+    etcd_fixture *f = *state;
+    etcd_member_status st;
+    etcd_client *c = NULL;
+    etcd_range_result r;
+    etcd_txn_result t;
+    char eps[256];
+    size_t paused = 0;
+
+    assert_int_equal(etcd_client_open(&(etcd_client_options){etcd_fixture_endpoints(f), 2000}, &c,
+                                      err, sizeof(err)), 0);
+    for (size_t i = 0; i < 3; i++) {
+        assert_int_equal(etcd_member_status_get(c, etcd_fixture_endpoint(f, i), &st, err,
+                                                sizeof(err)), 0);
+        if (st.member_id != st.leader_id) paused = i;
+    }
+    etcd_client_close(c);
+    assert_true(st.leader_id != 0);
+    snprintf(eps, sizeof(eps), "%s,%s,%s", etcd_fixture_endpoint(f, paused),
+             etcd_fixture_endpoint(f, (paused + 1) % 3), etcd_fixture_endpoint(f, (paused + 2) % 3));
+    etcd_client_options o = {eps, 1000};
+    etcd_client *c2 = NULL;
+    assert_int_equal(etcd_client_open(&o, &c, err, sizeof(err)), 0);
+    assert_int_equal(etcd_client_open(&o, &c2, err, sizeof(err)), 0);
+    /* both connected to the follower: it comes first */
+    put_str(c, "/pf/k", "v", 0, NULL);
+    put_str(c2, "/pf/k", "v", 0, NULL);
+
+    assert_int_equal(etcd_fixture_pause(f, paused), 0);
+    assert_int_equal(etcd_range(c2, "/pf/k", 5, NULL, 0, 0, 0, 0, &r, err, sizeof(err)), 0);
+    assert_int_equal(r.n, 1);
+    etcd_range_result_free(&r);
+    etcd_client_close(c2);
+
+    etcd_op put = {ETCD_OP_PUT, "/pf/k", 5, NULL, 0, "w", 1, 0};
+    assert_int_equal(etcd_txn(c, NULL, 0, &put, 1, NULL, 0, &t, err, sizeof(err)), SMP_EIO);
+    assert_non_null(strstr(err, "may have been applied"));
+    assert_non_null(strstr(err, etcd_fixture_endpoint(f, paused)));
+    assert_int_equal(etcd_txn(c, NULL, 0, &put, 1, NULL, 0, &t, err, sizeof(err)), 0);
+    assert_int_equal(t.succeeded, 1);
+    etcd_txn_result_free(&t);
+    assert_int_equal(etcd_fixture_resume(f, paused), 0);
+    etcd_client_close(c);
+}
+
 static void test_three_members_survive_a_kill(void **state)
 {
-    (void)state;
-    static etcd_fixture f;
+    etcd_fixture *f = *state;
     etcd_client *c = NULL;
     etcd_range_result r;
     etcd_txn_result t;
     int64_t rev = 0;
-    assert_int_equal(etcd_fixture_start(&f, "three", 3, START_MS), 0);
-    etcd_client_options o = {etcd_fixture_endpoints(&f), 1000};
+    etcd_client_options o = {etcd_fixture_endpoints(f), 1000};
     assert_int_equal(etcd_client_open(&o, &c, err, sizeof(err)), 0);
     put_str(c, "/ha/before", "1", 0, &rev);
 
-    assert_int_equal(etcd_fixture_kill(&f, 0), 0);
+    assert_int_equal(etcd_fixture_kill(f, 0), 0);
     /* Writes may meet a leader election (the killed member may have been
      * the leader): retried, bounded. */
     long long deadline = now_ms() + 15000;
@@ -1076,23 +1138,22 @@ static void test_three_members_survive_a_kill(void **state)
     assert_string_equal(ev[1].key, "/ha/after");
     etcd_watch_close(w);
     etcd_member_status st;
-    assert_int_equal(etcd_member_status_get(c, etcd_fixture_endpoint(&f, 1), &st, err,
+    assert_int_equal(etcd_member_status_get(c, etcd_fixture_endpoint(f, 1), &st, err,
                                             sizeof(err)), 0);
     assert_true(st.leader_id != 0);
 
     /* the killed member restarts on its data and catches up */
-    assert_int_equal(etcd_fixture_restart(&f, 0, START_MS), 0);
+    assert_int_equal(etcd_fixture_restart(f, 0, START_MS), 0);
     deadline = now_ms() + 10000;
     int64_t seen = 0;
     while (now_ms() < deadline) {
-        if (etcd_member_status_get(c, etcd_fixture_endpoint(&f, 0), &st, err, sizeof(err)) == 0 &&
+        if (etcd_member_status_get(c, etcd_fixture_endpoint(f, 0), &st, err, sizeof(err)) == 0 &&
             (seen = st.revision) >= rev + 11)
             break;
         sleep_ms(100);
     }
     assert_true(seen >= rev + 11);
     etcd_client_close(c);
-    etcd_fixture_cleanup(&f);
 }
 
 int main(void)
@@ -1117,11 +1178,13 @@ int main(void)
         cmocka_unit_test(test_bad_answers),
     };
     const struct CMUnitTest three_members[] = {
+        cmocka_unit_test(test_paused_follower),
         cmocka_unit_test(test_three_members_survive_a_kill),
     };
     int failed = cmocka_run_group_tests_name("etcd client, 1 member", one_member, group_setup,
                                              group_teardown);
     failed += cmocka_run_group_tests_name("etcd client, a fake member", no_etcd, NULL, NULL);
-    failed += cmocka_run_group_tests_name("etcd client, 3 members", three_members, NULL, NULL);
+    failed += cmocka_run_group_tests_name("etcd client, 3 members", three_members, three_setup,
+                                          three_teardown);
     return failed;
 }
