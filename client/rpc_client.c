@@ -800,9 +800,11 @@ int rpcc_call_ex(rpcc_conn *c,
             free(msg);
             goto move;
         }
-        /* The stream is gone: before the request left, or after it did. */
-        lost = rc < 0 && c->broken && c->in_flight == 0 && (flags & RPCC_FAILOVER) &&
-               (!sent || (flags & RPCC_IDEMPOTENT));
+        /* The stream is gone (closed, reset, or no connection after a move
+         * that failed) -- not refused by the master, which would refuse the
+         * request again -- before the request left, or after it did. */
+        lost = rc < 0 && (c->broken == SMP_EIO || c->fd < 0) && c->in_flight == 0 &&
+               (flags & RPCC_FAILOVER) && (!sent || (flags & RPCC_IDEMPOTENT));
         if (lost && deadline < 0)
             deadline = follow_deadline(c);
         if (lost && now_ms() < deadline) {
