@@ -5,8 +5,9 @@
  * One real store_master (harness.c, embedded node) is "the leader". In front
  * of it, in this process, tiny fake masters on Unix sockets in the test's
  * directory inject what only an HA cluster would produce on demand:
- *   - "standby": answers every request with SMP_ENOTLEADER naming the real
- *     master's socket as the leader (a standby that knows the leader);
+ *   - "standby": answers every request but status with SMP_ENOTLEADER
+ *     naming the real master's socket as the leader (a standby that knows
+ *     the leader), and status with a cluster of three masters as it sees it;
  *   - "electing": answers every request with SMP_ENOTLEADER and no leader
  *     (a standby while no leader is known);
  *   - "dropper": reads one request and closes the connection without an
@@ -17,7 +18,9 @@
  *
  * Pins: a kv call given "standby,real", just "standby" or "electing,real"
  * lands on the real master; weightctl and libweightclient do the same with
- * --master / weight_store_open lists; "dead,real" (a missing socket, a
+ * --master / weight_store_open lists; `weightctl status` asks the first
+ * master that answers (the standby) and lists every master, in --json as
+ * an array; "dead,real" (a missing socket, a
  * refused TCP port) works; only dead endpoints fail with an error naming
  * each of them, within the call's timeout; "electing" alone fails with
  * SMP_ENOTLEADER once its timeout is spent; a mutation whose request
@@ -46,6 +49,7 @@
 #include <cmocka.h>
 
 #include "harness.h"
+#include "host_rpc.pb-c.h"
 #include "rpc.pb-c.h"
 #include "rpc_client.h"
 #include "weightclient.h"
@@ -88,6 +92,31 @@ static int write_all(int fd, const uint8_t *p, size_t n)
     return 0;
 }
 
+/* The standby's StatusResponse: three masters, itself lagging, one that
+ * cannot replay. Packed into out (2048 bytes); its length. */
+static size_t fake_status(const fake *f, uint8_t *out)
+{
+    StatusResponse st = STATUS_RESPONSE__INIT;
+    MasterInfo m1 = MASTER_INFO__INIT, m2 = MASTER_INFO__INIT, m3 = MASTER_INFO__INIT;
+    MasterInfo *all[] = {&m1, &m2, &m3};
+    st.role = "standby";
+    st.nodes = 1;
+    st.master_id = "m2";
+    st.applied_seq = 40;
+    st.oplog_last_seq = 40;
+    st.leader = (char *)f->leader;
+    m1.id = "m1", m1.role = "leader", m1.endpoint = (char *)f->leader;
+    m1.applied_seq = 42, m1.lag = 0, m1.ready = 1;
+    m2.id = "m2", m2.role = "standby", m2.endpoint = (char *)f->path;
+    m2.applied_seq = 40, m2.lag = 2, m2.ready = 1;
+    m3.id = "m3", m3.role = "standby", m3.endpoint = "10.0.0.3:7600";
+    m3.applied_seq = 17, m3.lag = 25, m3.ready = 0;
+    m3.reason = "record 18 has type 12 (WEIGHT_LINEAGE_CLAIM) but no loaded plugin replays it";
+    st.n_masters = 3;
+    st.masters = all;
+    return status_response__pack(&st, out);
+}
+
 /* Take the whole frames buffered on connection i; 0, or -1 to close it. */
 static int fake_frames(fake *f, int i)
 {
@@ -105,12 +134,19 @@ static int fake_frames(fake *f, int i)
             return -1; /* the request arrived; the answer never comes */
         }
         RpcResponse resp = RPC_RESPONSE__INIT;
-        uint8_t out[1024];
+        uint8_t out[4096], status_body[2048];
         resp.request_id = req->request_id;
-        resp.status = SMP_ENOTLEADER;
-        resp.error = f->kind == FAKE_STANDBY ? "this master is a standby"
-                                             : "this master is a standby; no leader is known";
-        resp.leader = f->kind == FAKE_STANDBY ? f->leader : "";
+        if (f->kind == FAKE_STANDBY && req->service == HOST_SERVICE__HOST_SERVICE_ADMIN &&
+            req->method == ADMIN_METHOD__ADMIN_STATUS) {
+            /* A standby answers status itself, with the cluster it sees. */
+            resp.body.len = fake_status(f, status_body);
+            resp.body.data = status_body;
+        } else {
+            resp.status = SMP_ENOTLEADER;
+            resp.error = f->kind == FAKE_STANDBY ? "this master is a standby"
+                                                 : "this master is a standby; no leader is known";
+            resp.leader = f->kind == FAKE_STANDBY ? f->leader : "";
+        }
         rpc_request__free_unpacked(req, NULL);
         size_t m = rpc_response__pack(&resp, out + 4);
         put_be32(out, (uint32_t)m);
@@ -499,6 +535,49 @@ static void test_weightctl_follows_the_list(void **state)
     free(out);
 }
 
+/* status is answered by the first master that answers, a standby too, and
+ * shows every master of the cluster it sees. */
+static void test_status_lists_every_master(void **state)
+{
+    fixture *f = *state;
+    char masters[700], line[800];
+    char *out = NULL;
+    list2(masters, sizeof(masters), f->standby->path, f->m.socket);
+    const char *status[] = {"--master", masters, "status", NULL};
+    assert_int_equal(run_weightctl(f, &out, status), 0);
+    snprintf(line, sizeof(line), "master    %s (standby, id m2, applied seq 40)", f->standby->path);
+    assert_non_null(strstr(out, line));
+    snprintf(line, sizeof(line), "leader    %s", f->m.socket);
+    assert_non_null(strstr(out, line));
+    assert_non_null(strstr(out, "masters   3"));
+    assert_non_null(strstr(out, "ROLE"));
+    assert_non_null(strstr(out, "leader "));
+    assert_non_null(strstr(out, "no: record 18 has type 12"));
+    assert_non_null(strstr(out, "10.0.0.3:7600"));
+    free(out);
+
+    const char *json[] = {"--master", masters, "--json", "status", NULL};
+    assert_int_equal(run_weightctl(f, &out, json), 0);
+    assert_non_null(strstr(out, "\"role\":\"standby\""));
+    assert_non_null(strstr(out, "\"master_id\":\"m2\",\"applied_seq\":40"));
+    assert_non_null(strstr(out, "\"masters\":[{\"id\":\"m1\",\"role\":\"leader\""));
+    assert_non_null(strstr(out, "\"id\":\"m3\",\"role\":\"standby\",\"endpoint\":\"10.0.0.3:7600\","
+                                "\"applied_seq\":17,\"lag\":25,\"ready\":false"));
+    free(out);
+
+    kvc *c = NULL;
+    char err[512];
+    kvc_status st;
+    assert_int_equal(kvc_connect(masters, WAIT_MS, &c, err, sizeof(err)), 0);
+    assert_int_equal(kvc_status_get(c, &st), 0);
+    assert_string_equal(st.role, "standby");
+    assert_int_equal(st.n_masters, 3);
+    assert_int_equal(st.masters[2].lag, 25);
+    assert_false(st.masters[2].ready);
+    assert_string_equal(kvc_endpoint(c), f->standby->path); /* status stayed there */
+    kvc_close(c);
+}
+
 /* libweightclient: weight_store_open takes the list; its calls reach the
  * leader through a standby. */
 static void test_weight_store_opens_a_list(void **state)
@@ -566,6 +645,7 @@ int main(void)
         cmocka_unit_test(test_no_leader_ever_fails_with_not_leader),
         cmocka_unit_test(test_lost_mutation_is_not_resent_but_a_query_is),
         cmocka_unit_test(test_weightctl_follows_the_list),
+        cmocka_unit_test(test_status_lists_every_master),
         cmocka_unit_test(test_weight_store_opens_a_list),
         cmocka_unit_test(test_node_given_a_standby_registers_with_the_leader),
     };
