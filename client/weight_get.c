@@ -42,6 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #if defined(__SSE2__)
@@ -866,11 +867,73 @@ release:
 
 /* -- weight_get_mapped: views in place ------------------------------------------ */
 
-/* A payload object as the view sees it: mapped and verified (base set),
- * not readable in place (failed), or not looked at yet. */
+/* The read-only mappings of segment files that views point into, shared by
+ * every view of the process and kept after the last one goes: mapping a
+ * segment anew per view would pay a page-table fill of the whole revision
+ * per load, more than the copy weight_get makes. An unreferenced mapping is
+ * dropped when its file is gone or replaced (a restarted node) -- checked
+ * whenever a view takes one -- or when its slot is needed. */
+typedef struct shared_seg {
+    char path[512];
+    dev_t dev;
+    ino_t ino;
+    seg_map map;
+    unsigned refs;
+} shared_seg;
+
+static pthread_mutex_t g_shared_lock = PTHREAD_MUTEX_INITIALIZER;
+static shared_seg g_shared[WC_SEG_MAPS];
+
+/* A reference on the mapping of segment file path, mapped if no mapping of
+ * that very file is held. NULL when it cannot be mapped (not on this host,
+ * or every slot is referenced). */
+static shared_seg *shared_seg_acquire(const char *path)
+{
+    struct stat st, cur;
+    shared_seg *found = NULL, *slot = NULL;
+    if (stat(path, &st) != 0) return NULL;
+    pthread_mutex_lock(&g_shared_lock);
+    for (int i = 0; i < WC_SEG_MAPS; i++) {
+        shared_seg *g = &g_shared[i];
+        if (g->map.base != NULL && g->refs == 0 &&
+            (stat(g->path, &cur) != 0 || cur.st_ino != g->ino || cur.st_dev != g->dev))
+            seg_map_close(&g->map);
+        if (g->map.base != NULL && strcmp(g->path, path) == 0 && g->dev == st.st_dev &&
+            g->ino == st.st_ino)
+            found = g;
+    }
+    for (int i = 0; i < WC_SEG_MAPS && found == NULL && slot == NULL; i++)
+        if (g_shared[i].map.base == NULL) slot = &g_shared[i];
+    for (int i = 0; i < WC_SEG_MAPS && found == NULL && slot == NULL; i++)
+        if (g_shared[i].refs == 0) {
+            slot = &g_shared[i];
+            seg_map_close(&slot->map);
+        }
+    if (found == NULL && slot != NULL && seg_map_readonly(path, 0, &slot->map, NULL, 0) == SMP_OK) {
+        snprintf(slot->path, sizeof slot->path, "%s", path);
+        slot->dev = st.st_dev;
+        slot->ino = st.st_ino;
+        found = slot;
+    }
+    if (found != NULL) found->refs++;
+    pthread_mutex_unlock(&g_shared_lock);
+    return found;
+}
+
+static void shared_seg_release(shared_seg *g)
+{
+    if (g == NULL) return;
+    pthread_mutex_lock(&g_shared_lock);
+    g->refs--;
+    pthread_mutex_unlock(&g_shared_lock);
+}
+
+/* A payload object as a view sees it: where its memory replica on this
+ * host is mapped (seg NULL: nowhere), and whether its bytes were verified. */
 typedef struct mapped_object {
-    int state;                   /* 0 unknown, 1 mapped and verified, -1 not in place */
-    const uint8_t *base;         /* the object's first byte in a mapping */
+    shared_seg *seg;
+    uint64_t offset;             /* of the object in the segment */
+    int state;                   /* 0 not verified yet, 1 verified, -1 failed */
 } mapped_object;
 
 struct weight_mapped {
@@ -880,24 +943,18 @@ struct weight_mapped {
     weight_identity id;
     lease_keeper k;
     wc_manifest m;
-    seg_map maps[WC_SEG_MAPS];
-    char map_paths[WC_SEG_MAPS][512];
-    const uint8_t **data;        /* per tensor: its bytes in a mapping, or NULL */
+    mapped_object *objs;         /* per payload object */
+    pthread_mutex_t lock;        /* verification on first use */
 };
 
-/* The view's read-only mapping of segment file path (mapped on first use;
- * NULL when it cannot be: not on this host, or all slots taken). */
-static const seg_map *mapped_seg(weight_mapped *v, const char *path)
+/* The storage fragment of tensor i when it is the whole tensor in one
+ * piece (what a view can point at), else NULL. */
+static const wc_fragment *whole_fragment(const wc_manifest *m, size_t i)
 {
-    for (int i = 0; i < WC_SEG_MAPS; i++)
-        if (v->maps[i].base != NULL && strcmp(v->map_paths[i], path) == 0) return &v->maps[i];
-    for (int i = 0; i < WC_SEG_MAPS; i++) {
-        if (v->maps[i].base != NULL) continue;
-        if (seg_map_readonly(path, 0, &v->maps[i], NULL, 0) < 0) return NULL;
-        snprintf(v->map_paths[i], sizeof v->map_paths[i], "%s", path);
-        return &v->maps[i];
-    }
-    return NULL;
+    const wc_tensor *t = &m->tensors[m->tensors[i].storage];
+    if (t->frag_count != 1 || t->bytes == 0) return NULL;
+    const wc_fragment *f = &m->fragments[t->frag_first];
+    return f->bytes == t->bytes ? f : NULL;
 }
 
 /* 1 when every chunk of object o at `bytes` matches the manifest. */
@@ -917,32 +974,29 @@ static int verify_object(const wc_object *o, const uint8_t *bytes)
     return 1;
 }
 
-/* Map object `index` of the manifest in place if it can be: a memory replica
- * in a segment file this process can map, the object inside it, and every
- * chunk verified. Sets *mo; errors of the replica lookup other than
- * "missing" are returned (the view fails), the rest leave it not in place. */
-static int map_object(weight_store *s, weight_mapped *v, uint32_t index, mapped_object *mo)
+/* Find where object `index` has a memory replica this process can map, and
+ * take a reference on that mapping (none found: mo->seg stays NULL). A
+ * failed replica lookup other than "missing" is returned. */
+static int locate_object(weight_store *s, weight_mapped *v, uint32_t index, mapped_object *mo)
 {
     const wc_object *o = &v->m.objects[index];
     kvc_object obj;
-    mo->state = -1;
     int rc = kv_get(s, o->key, &obj);
     if (rc == SMP_ENOTFOUND) return WEIGHT_OK;
     if (rc < 0) return wc_fail(s, rc, "payload %s: %s", o->key, kvc_error(s->kv));
     if (obj.size != o->bytes || (o->has_sha256 && memcmp(obj.sha256, o->sha256, 32) != 0))
-        return WEIGHT_OK; /* weight_get reports it */
-    for (size_t r = 0; r < obj.n_replicas; r++) {
+        return WEIGHT_OK; /* not the manifest's object: weight_get reports it */
+    for (size_t r = 0; r < obj.n_replicas && mo->seg == NULL; r++) {
         const kvc_replica *rep = &obj.replicas[r];
         if (rep->kind != SMP_REPLICA_MEMORY || rep->segment_path[0] == '\0') continue;
-        const seg_map *map = mapped_seg(v, rep->segment_path);
-        if (map == NULL || rep->offset > map->size || o->bytes > map->size - rep->offset) continue;
-        const uint8_t *base = map->base + rep->offset;
-        uintptr_t pa = (uintptr_t)base & ~(uintptr_t)4095;
-        madvise((void *)pa, (uintptr_t)(base + o->bytes) - pa, MADV_POPULATE_READ);
-        if (!verify_object(o, base)) continue;
-        mo->state = 1;
-        mo->base = base;
-        return WEIGHT_OK;
+        shared_seg *g = shared_seg_acquire(rep->segment_path);
+        if (g == NULL) continue;
+        if (rep->offset > g->map.size || o->bytes > g->map.size - rep->offset) {
+            shared_seg_release(g);
+            continue;
+        }
+        mo->seg = g;
+        mo->offset = rep->offset;
     }
     return WEIGHT_OK;
 }
@@ -953,13 +1007,14 @@ void weight_mapped_release(weight_mapped *v)
     if (v->k.running) keeper_stop(&v->k);
     pthread_cond_destroy(&v->k.cond);
     pthread_mutex_destroy(&v->k.lock);
+    pthread_mutex_destroy(&v->lock);
     if (v->k.lease_id != 0)
         lease_call(&v->conn, &v->conn.renew_rpc, M(LEASE_RELEASE), &v->id, v->k.lease_id, 0, 0, NULL);
-    for (int i = 0; i < WC_SEG_MAPS; i++) seg_map_close(&v->maps[i]);
+    for (size_t i = 0; v->objs != NULL && i < v->m.n_objects; i++) shared_seg_release(v->objs[i].seg);
     rpcc_close(v->conn.renew_rpc);
     rpcc_close(v->conn.rpc);
+    free(v->objs);
     wc_manifest_free(&v->m);
-    free(v->data);
     free(v);
 }
 
@@ -968,7 +1023,6 @@ int weight_get_mapped(weight_store *s, const weight_identity *id, weight_mapped 
     weight_mapped *v;
     weight_metadata md;
     Wmrpc__LeaseResponse *lr = NULL;
-    mapped_object *objs = NULL;
     char tenant[WEIGHT_ID_MAX + 1];
     char rpc_err[512];
     int rc;
@@ -987,6 +1041,7 @@ int weight_get_mapped(weight_store *s, const weight_identity *id, weight_mapped 
     v->id = *id;
     pthread_mutex_init(&v->k.lock, NULL);
     pthread_cond_init(&v->k.cond, NULL);
+    pthread_mutex_init(&v->lock, NULL);
 
     /* The lease, acquired on the caller's connection; renewed and released
      * on the view's own. */
@@ -1017,28 +1072,22 @@ int weight_get_mapped(weight_store *s, const weight_identity *id, weight_mapped 
     }
     v->k.running = 1;
 
-    /* The manifest, verified; then each object in place or not. */
+    /* The manifest, verified; then where each object that holds a whole
+     * tensor lies on this host (verified on first use, weight_mapped_data). */
     if ((rc = load_manifest(s, &md, tenant, id, &v->m)) < 0) goto free_view;
-    v->data = calloc(v->m.n_tensors ? v->m.n_tensors : 1, sizeof *v->data);
-    objs = calloc(v->m.n_objects ? v->m.n_objects : 1, sizeof *objs);
-    if (v->data == NULL || objs == NULL) {
+    if ((v->objs = calloc(v->m.n_objects ? v->m.n_objects : 1, sizeof *v->objs)) == NULL) {
         rc = wc_fail(s, WEIGHT_ENOMEM, "out of memory");
-        goto free_objs;
+        goto free_view;
     }
     for (size_t i = 0; i < v->m.n_tensors && s->transport != 2; i++) {
-        const wc_tensor *t = &v->m.tensors[v->m.tensors[i].storage];
-        if (t->frag_count != 1 || t->bytes == 0) continue;
-        const wc_fragment *f = &v->m.fragments[t->frag_first];
-        if (f->bytes != t->bytes) continue; /* one fragment covering the tensor is the tensor */
-        mapped_object *mo = &objs[f->object];
-        if (mo->state == 0 && (rc = map_object(s, v, f->object, mo)) < 0) goto free_objs;
-        if (mo->state == 1) v->data[i] = mo->base + f->object_offset;
+        const wc_fragment *f = whole_fragment(&v->m, i);
+        if (f == NULL || v->objs[f->object].state != 0) continue;
+        v->objs[f->object].state = -1; /* located (verified later) */
+        if ((rc = locate_object(s, v, f->object, &v->objs[f->object])) < 0) goto free_view;
     }
+    for (size_t o = 0; o < v->m.n_objects; o++) v->objs[o].state = 0;
     *out = v;
-    free(objs);
     return WEIGHT_OK;
-free_objs:
-    free(objs);
 free_view:
     {
         char saved[sizeof s->err];
@@ -1065,8 +1114,27 @@ int weight_mapped_get_tensor(const weight_mapped *v, size_t i, weight_mapped_ten
     out->ndim = ti.ndim;
     out->shape = ti.shape;
     out->alias_of = ti.alias_of;
-    out->data = v->data[i];
     out->bytes = v->m.tensors[i].bytes;
+    return WEIGHT_OK;
+}
+
+int weight_mapped_data(weight_mapped *v, size_t i, const void **data)
+{
+    if (v == NULL || data == NULL || i >= v->m.n_tensors) return WEIGHT_EINVALID_ARGUMENT;
+    *data = NULL;
+    const wc_fragment *f = whole_fragment(&v->m, i);
+    if (f == NULL) return WEIGHT_OK;
+    mapped_object *mo = &v->objs[f->object];
+    const wc_object *o = &v->m.objects[f->object];
+    pthread_mutex_lock(&v->lock);
+    if (mo->state == 0 && mo->seg != NULL) {
+        const uint8_t *base = mo->seg->map.base + mo->offset;
+        uintptr_t pa = (uintptr_t)base & ~(uintptr_t)4095;
+        madvise((void *)pa, (uintptr_t)(base + o->bytes) - pa, MADV_POPULATE_READ);
+        mo->state = verify_object(o, base) ? 1 : -1;
+    }
+    if (mo->state == 1) *data = mo->seg->map.base + mo->offset + f->object_offset;
+    pthread_mutex_unlock(&v->lock);
     return WEIGHT_OK;
 }
 

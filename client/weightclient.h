@@ -372,11 +372,15 @@ WEIGHT_API void weight_store_cancel(weight_store *s);
 /* -- weight_get_mapped: zero-copy views of a co-located HOT revision ---------- */
 
 /* A revision held for reading in place: its lease (renewed by a thread of
- * the view, on the view's own connection), a read-only mapping of the
- * segment files holding its bytes on this host, and per tensor a pointer to
- * the whole tensor, row-major, inside that mapping. Nothing is copied. The
- * view does not use its store after weight_get_mapped returns: the store may
- * be closed, or used by its thread for other calls, while the view lives. */
+ * the view, on the view's own connection) and, per tensor, a pointer to the
+ * whole tensor, row-major, inside a read-only mapping of the segment file
+ * that holds it on this host. Nothing is copied. The view does not use its
+ * store after weight_get_mapped returns: the store may be closed, or used
+ * by its thread for other calls, while the view lives. The mappings are
+ * shared by the views of the process and kept mapped after the last view
+ * is released (mapping a segment again would cost a page-table fill per
+ * load); one whose file is removed or replaced is unmapped when the next
+ * view is made. */
 typedef struct weight_mapped weight_mapped;
 
 typedef struct weight_mapped_tensor {
@@ -386,21 +390,15 @@ typedef struct weight_mapped_tensor {
     uint32_t ndim;
     const uint64_t *shape;      /* global shape */
     const char *alias_of;       /* the storage tensor of a tied weight, or NULL */
-    const void *data;           /* the tensor in the mapping (read-only), or NULL
-                                   when it is not readable in place: see below */
     uint64_t bytes;             /* product(shape) * item_size */
 } weight_mapped_tensor;
 
-/* Acquire a lease on revision id and map what of it can be read in place:
- * a tensor stored as one fragment in a payload object that has a memory
- * replica in a segment file on this host. Each such object is verified
- * whole against the manifest's chunk checksums before any pointer into it
- * is handed out; an object that fails (or has no local replica, or a tensor
- * stored in several fragments, or the store's transport is remote) leaves
- * its tensors' data NULL -- read those with weight_get. The manifest is
- * verified as weight_get does. *out holds the lease until
- * weight_mapped_release. Errors: those of weight_get (NOT_FOUND, NOT_READY,
- * BUSY, DIGEST_MISMATCH for the manifest, IO, ENOMEM). */
+/* Acquire a lease on revision id, read and verify its manifest (as
+ * weight_get does) and find, for each payload object holding a tensor
+ * stored as one fragment, a memory replica in a segment file this process
+ * can map. *out holds the lease until weight_mapped_release. Errors: those
+ * of weight_get (NOT_FOUND, NOT_READY, BUSY, DIGEST_MISMATCH for the
+ * manifest, IO, ENOMEM). */
 WEIGHT_API int weight_get_mapped(weight_store *s, const weight_identity *id, weight_mapped **out);
 
 /* The number of tensors of the revision (aliases included). */
@@ -410,13 +408,22 @@ WEIGHT_API size_t weight_mapped_count(const weight_mapped *v);
  * WEIGHT_OK or WEIGHT_EINVALID_ARGUMENT. */
 WEIGHT_API int weight_mapped_get_tensor(const weight_mapped *v, size_t i, weight_mapped_tensor *out);
 
+/* *data: tensor i in place, read-only, valid until weight_mapped_release;
+ * or NULL when it cannot be read in place -- stored in several fragments,
+ * empty, no memory replica on this host (COLD, another node, a remote
+ * transport), or its payload object failed verification -- read those with
+ * weight_get. The first call for a payload object verifies the whole object
+ * against the manifest's chunk checksums, so no unverified byte is handed
+ * out. One thread at a time per view. WEIGHT_OK or WEIGHT_EINVALID_ARGUMENT. */
+WEIGHT_API int weight_mapped_data(weight_mapped *v, size_t i, const void **data);
+
 /* WEIGHT_OK while the lease holds; the code its renewal failed with
  * (LEASE_EXPIRED, ...) once the master dropped it -- the mapped bytes may
  * then be reused by other objects and must not be trusted. */
 WEIGHT_API int weight_mapped_status(const weight_mapped *v);
 
-/* Release the lease, unmap and free v: every pointer it handed out is
- * invalid afterwards. NULL is a no-op. May be called from any thread. */
+/* Release the lease and free v: every pointer it handed out is invalid
+ * afterwards. NULL is a no-op. May be called from any thread. */
 WEIGHT_API void weight_mapped_release(weight_mapped *v);
 
 /* -- management -------------------------------------------------------------- */

@@ -167,7 +167,6 @@ class MappedTensor(ctypes.Structure):
         ("ndim", c_u32),
         ("shape", ctypes.POINTER(c_u64)),
         ("alias_of", c_char_p),
-        ("data", c_void_p),
         ("bytes", c_u64),
     ]
 
@@ -214,6 +213,7 @@ _OPTIONAL_PROTOTYPES = {
     "weight_get_mapped": (c_int, [c_void_p, _P(Identity), _P(c_void_p)]),
     "weight_mapped_count": (c_size_t, [c_void_p]),
     "weight_mapped_get_tensor": (c_int, [c_void_p, c_size_t, _P(MappedTensor)]),
+    "weight_mapped_data": (c_int, [c_void_p, c_size_t, _P(c_void_p)]),
     "weight_mapped_status": (c_int, [c_void_p]),
     "weight_mapped_release": (None, [c_void_p]),
 }

@@ -15,9 +15,10 @@ current one on the caller's behalf.
 
 Lifetimes: closing the store (or leaving its `with` block) closes the
 connection once nothing of it is in use. A zero-copy load does not depend
-on the store: it owns its lease, its renewal and its own mapping of the
-segment (weight_get_mapped in the C library), and the numpy arrays it hands
-out keep it alive; it is released when the last of them is gone.
+on the store: it owns its lease and its renewal (weight_get_mapped in the C
+library; the segment mappings are the library's, shared by all views), and
+the numpy arrays it hands out keep it alive; it is released when the last
+of them is gone.
 """
 from __future__ import annotations
 
@@ -194,11 +195,12 @@ class WeightStore:
         if zero_copy and self._lib.has_mapped and self._transport != TRANSPORT_REMOTE:
             mapped = self._get_mapped(cid)
             copy_names = set()
-            for spec, data, nbytes in mapped.tensors():
+            for index, spec, nbytes in mapped.tensors():
                 p = resolve_placement(placement, spec)
                 if p.kind == PLACE_SKIP:
                     continue
-                if spec.name in bindings or (data is None and nbytes > 0):
+                data = None if spec.name in bindings else mapped.data(index)
+                if data is None and (nbytes > 0 or spec.name in bindings):
                     copy_names.add(spec.name)
                     continue
                 tensors[spec.name] = LoadedTensor(spec.name, spec.dtype, mapped.array(spec, data, p),
@@ -617,10 +619,10 @@ class WeightListPage:
 
 
 class _MappedRevision:
-    """A weight_get_mapped view: a held (and renewed) revision lease, a
-    read-only mapping of the segment holding the revision, and per tensor a
-    verified pointer into it. Released when garbage-collected -- arrays made
-    by array() keep it alive through their base."""
+    """A weight_get_mapped view: a held (and renewed) revision lease and per
+    tensor a verified pointer into a read-only mapping of the segment holding
+    it. Released when garbage-collected -- arrays made by array() keep it
+    alive through their base."""
 
     def __init__(self, lib, ptr):
         self._lib = lib
@@ -628,7 +630,7 @@ class _MappedRevision:
         self._lock = threading.Lock()
 
     def tensors(self):
-        """(TensorSpec, address or None, bytes) per tensor of the revision."""
+        """(index, TensorSpec, bytes) per tensor of the revision."""
         n = self._lib.weight_mapped_count(self._ptr)
         t = _lib.MappedTensor()
         for i in range(n):
@@ -636,7 +638,15 @@ class _MappedRevision:
                 continue
             spec = TensorSpec(t.name.decode(), t.dtype.decode(), tuple(t.shape[k] for k in range(t.ndim)),
                               t.alias_of.decode() if t.alias_of else None)
-            yield spec, t.data, int(t.bytes)
+            yield i, spec, int(t.bytes)
+
+    def data(self, index: int) -> Optional[int]:
+        """The address of tensor `index` in the mapping (its payload object
+        verified on first use), or None when it is not readable in place."""
+        out = ctypes.c_void_p()
+        if self._lib.weight_mapped_data(self._ptr, index, ctypes.byref(out)) < 0:
+            return None
+        return out.value
 
     def array(self, spec: TensorSpec, address: Optional[int], p: TensorPlacement) -> np.ndarray:
         """A read-only numpy view of placement p's box of the tensor at

@@ -120,12 +120,12 @@ def test_as_torch():
 
 def test_a_view_keeps_lease_and_mapping_alive(master, revision):
     """Closing the load and even the store leaves a surviving array valid:
-    it holds the lease (active_leases stays 1) and its mapping; dropping the
-    last array releases both."""
+    it holds the lease (active_leases stays 1) and points into a live
+    mapping; dropping the last array releases the lease. The mapping is the
+    library's, shared by later loads rather than made again."""
     i, src = revision
     s = ws.WeightStore(master.address)
     with ws.WeightStore(master.address) as probe:
-        base_maps = len(mapped_ranges(master.segment_path))
         load = s.weight_get(i)
         arr = load["layers.0.o_proj.weight"].array[:, 3:7]  # a strided slice keeps it too
         load.close()
@@ -133,12 +133,15 @@ def test_a_view_keeps_lease_and_mapping_alive(master, revision):
         s.close()
         gc.collect()
         assert probe.weight_get_metadata(i).metadata.active_leases == 1
-        assert len(mapped_ranges(master.segment_path)) > base_maps
+        ranges = mapped_ranges(master.segment_path)
+        assert inside(ranges, arr.ctypes.data, 1)
         assert np.array_equal(arr, src["layers.0.o_proj.weight"][0][:, 3:7])
         del arr
         gc.collect()
         assert probe.weight_get_metadata(i).metadata.active_leases == 0
-        assert len(mapped_ranges(master.segment_path)) == base_maps
+        with probe.weight_get(i) as again:  # points into the same mapping as before
+            assert again.zero_copy
+            assert inside(ranges, again["embed.weight"].array.ctypes.data, again["embed.weight"].array.nbytes)
 
 
 def test_remote_transport_copies(master, revision):
