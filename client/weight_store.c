@@ -552,6 +552,31 @@ static int check_id(weight_store *s, const weight_identity *id)
 }
 
 /* IdentityRequest call; reply unpacked with desc into *resp. */
+/* A request id given to a management call: NULL, "" or 1..128 bytes of
+ * UTF-8 (the master checks the encoding). WEIGHT_OK or INVALID_ARGUMENT. */
+static int check_request_id(weight_store *s, const char *request_id)
+{
+    if (request_id != NULL && strlen(request_id) > 128)
+        return wc_fail(s, WEIGHT_EINVALID_ARGUMENT, "request id is longer than 128 bytes");
+    return WEIGHT_OK;
+}
+
+static int id_call_request(weight_store *s, uint32_t method, const weight_identity *id,
+                           uint64_t expected, const char *request_id,
+                           const ProtobufCMessageDescriptor *desc, ProtobufCMessage **resp)
+{
+    Wmrpc__IdentityRequest req = WMRPC__IDENTITY_REQUEST__INIT;
+    Wmrpc__WeightIdentity wid;
+    char tenant[WEIGHT_ID_MAX + 1];
+    int rc = check_id(s, id);
+    if (rc < 0) return rc;
+    wc_wire_identity(s, id, &wid, tenant);
+    req.identity = &wid;
+    req.expected_metadata_generation = expected;
+    req.request_id = (char *)(request_id ? request_id : "");
+    return wc_call(s, &s->rpc, method, &req.base, desc, resp);
+}
+
 static int id_call(weight_store *s, uint32_t method, const weight_identity *id, uint64_t expected,
                    const ProtobufCMessageDescriptor *desc, ProtobufCMessage **resp)
 {
@@ -668,6 +693,13 @@ static int current_generation(weight_store *s, const weight_identity *id, uint64
 int weight_update_policy(weight_store *s, const weight_identity *id, const weight_policy *policy,
                          uint64_t expected_metadata_generation, weight_metadata *out)
 {
+    return weight_update_policy_request(s, id, policy, expected_metadata_generation, NULL, out);
+}
+
+int weight_update_policy_request(weight_store *s, const weight_identity *id,
+                                 const weight_policy *policy, uint64_t expected_metadata_generation,
+                                 const char *request_id, weight_metadata *out)
+{
     Wmrpc__UpdatePolicyRequest req = WMRPC__UPDATE_POLICY_REQUEST__INIT;
     Wmrpc__WeightPolicy wp = WMRPC__WEIGHT_POLICY__INIT;
     Wmrpc__WeightIdentity wid;
@@ -676,6 +708,7 @@ int weight_update_policy(weight_store *s, const weight_identity *id, const weigh
     int rc = check_id(s, id);
     if (rc < 0) return rc;
     if (policy == NULL) return wc_fail(s, WEIGHT_EINVALID_ARGUMENT, "no policy");
+    if ((rc = check_request_id(s, request_id)) < 0) return rc;
     if ((rc = current_generation(s, id, &expected_metadata_generation)) < 0) return rc;
     wc_wire_identity(s, id, &wid, tenant);
     wp.preferred_residency = (uint32_t)policy->preferred;
@@ -684,6 +717,7 @@ int weight_update_policy(weight_store *s, const weight_identity *id, const weigh
     req.identity = &wid;
     req.policy = &wp;
     req.expected_metadata_generation = expected_metadata_generation;
+    req.request_id = (char *)(request_id ? request_id : "");
     rc = wc_call(s, &s->rpc, M(UPDATE_POLICY), &req.base, &wmrpc__metadata_response__descriptor,
                  (ProtobufCMessage **)&r);
     if (rc < 0) return rc;
@@ -696,6 +730,14 @@ int weight_migrate(weight_store *s, const weight_identity *id, weight_residency 
                    double mixed_hot_ratio, uint64_t expected_metadata_generation,
                    weight_operation *op)
 {
+    return weight_migrate_request(s, id, target, mixed_hot_ratio, expected_metadata_generation, NULL,
+                                  op);
+}
+
+int weight_migrate_request(weight_store *s, const weight_identity *id, weight_residency target,
+                           double mixed_hot_ratio, uint64_t expected_metadata_generation,
+                           const char *request_id, weight_operation *op)
+{
     Wmrpc__MigrateRequest req = WMRPC__MIGRATE_REQUEST__INIT;
     Wmrpc__WeightIdentity wid;
     Wmrpc__MetadataResponse *r = NULL;
@@ -704,12 +746,14 @@ int weight_migrate(weight_store *s, const weight_identity *id, weight_residency 
     if (rc < 0) return rc;
     if (target != WEIGHT_RES_HOT && target != WEIGHT_RES_COLD && target != WEIGHT_RES_MIXED)
         return wc_fail(s, WEIGHT_EINVALID_ARGUMENT, "migration target must be HOT, COLD or MIXED");
+    if ((rc = check_request_id(s, request_id)) < 0) return rc;
     if ((rc = current_generation(s, id, &expected_metadata_generation)) < 0) return rc;
     wc_wire_identity(s, id, &wid, tenant);
     req.identity = &wid;
     req.target_residency = (uint32_t)target;
     req.mixed_hot_ratio = mixed_hot_ratio;
     req.expected_metadata_generation = expected_metadata_generation;
+    req.request_id = (char *)(request_id ? request_id : "");
     /* The reply is the revision's metadata with its (new) active operation. */
     rc = wc_call(s, &s->rpc, M(MIGRATE), &req.base, &wmrpc__metadata_response__descriptor,
                  (ProtobufCMessage **)&r);
@@ -743,12 +787,20 @@ int weight_get_operation(weight_store *s, uint64_t operation_id, weight_operatio
 int weight_remove(weight_store *s, const weight_identity *id, uint64_t expected_metadata_generation,
                   weight_metadata *out)
 {
+    return weight_remove_request(s, id, expected_metadata_generation, NULL, out);
+}
+
+int weight_remove_request(weight_store *s, const weight_identity *id,
+                          uint64_t expected_metadata_generation, const char *request_id,
+                          weight_metadata *out)
+{
     Wmrpc__MetadataResponse *r = NULL;
     int rc = check_id(s, id);
     if (rc < 0) return rc;
+    if ((rc = check_request_id(s, request_id)) < 0) return rc;
     if ((rc = current_generation(s, id, &expected_metadata_generation)) < 0) return rc;
-    rc = id_call(s, M(REMOVE), id, expected_metadata_generation,
-                 &wmrpc__metadata_response__descriptor, (ProtobufCMessage **)&r);
+    rc = id_call_request(s, M(REMOVE), id, expected_metadata_generation, request_id,
+                         &wmrpc__metadata_response__descriptor, (ProtobufCMessage **)&r);
     if (rc < 0) return rc;
     if (out) wc_from_wire_metadata(r->metadata, out);
     wmrpc__metadata_response__free_unpacked(r, NULL);

@@ -580,6 +580,38 @@ WEIGHT_API int weight_upsert_status(weight_store *s,
                                     const weight_identity *id,
                                     weight_upsert_claim *claim);
 
+/* -- idempotent management calls (issue 17) ----------------------------------- */
+
+/* weight_update_policy, weight_migrate and weight_remove with a request id
+ * (NULL or "": none, as the calls above): 1..128 bytes of UTF-8 the caller
+ * picks once per intended change and repeats on every retry of it. When the
+ * first call's reply was lost, the retry -- same arguments, same
+ * expected_metadata_generation, same id -- answers the first result instead
+ * of STALE_GENERATION; the same id with other arguments is CONFLICT. The
+ * master remembers the last request that changed each revision (persisted
+ * with its record, so also across restarts and failovers); a retry after
+ * another change of the revision meets the generation fence as usual.
+ * expected_metadata_generation 0 reads the current one first, which a retry
+ * must not do: pass the generation the first call used. */
+WEIGHT_API int weight_update_policy_request(weight_store *s,
+                                            const weight_identity *id,
+                                            const weight_policy *policy,
+                                            uint64_t expected_metadata_generation,
+                                            const char *request_id,
+                                            weight_metadata *out);
+WEIGHT_API int weight_migrate_request(weight_store *s,
+                                      const weight_identity *id,
+                                      weight_residency target,
+                                      double mixed_hot_ratio,
+                                      uint64_t expected_metadata_generation,
+                                      const char *request_id,
+                                      weight_operation *op);
+WEIGHT_API int weight_remove_request(weight_store *s,
+                                     const weight_identity *id,
+                                     uint64_t expected_metadata_generation,
+                                     const char *request_id,
+                                     weight_metadata *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -334,6 +334,13 @@ typedef struct wm_revision {
     uint64_t updated_ms;
     uint64_t last_access_ms;
     uint32_t lease_count;            /* lease records naming this identity */
+    /* Appended (issue 17): the last client request that changed the
+     * revision (MIGRATE, UPDATE_POLICY, REMOVE with a request id), so that
+     * its retry after a lost reply answers the first result. Empty: none;
+     * the digest of its arguments and the generation it was fenced on. */
+    char request_id[WM_REQUEST_ID_MAX + 1];
+    uint64_t request_digest;
+    uint64_t request_base_generation;
 } wm_revision;
 
 /* An affinity unit: payload objects that must move together (complete
@@ -453,7 +460,9 @@ int wm_availability_transition_ok(int from, int to);
  * operation; IMPORTING and DELETING hold no lease; observed_hot_ratio 1 for
  * HOT, 0 for COLD/ABSENT/UNKNOWN, strictly between for MIXED; READY and
  * DEGRADED carry a sealed summary (payload_count >= 1, 1 <= affinity_count
- * <= payload_count); created_ms <= updated_ms. */
+ * <= payload_count); created_ms <= updated_ms; a request id of 0..128
+ * bytes of UTF-8, with a base generation below the record's when set and
+ * no digest or base without one. */
 int wm_metadata_check(const wm_revision *rev, char *msg, size_t cap);
 
 /* Check an operation record alone (valid enums, id >= 1, progress done <=

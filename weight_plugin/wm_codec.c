@@ -85,6 +85,9 @@ static void wm_enc_revision(wm_pb_revision *h, const wm_revision *r)
     h->m.updated_ms = r->updated_ms;
     h->m.last_access_ms = r->last_access_ms;
     h->m.lease_count = r->lease_count;
+    h->m.request_id = (char *)r->request_id;
+    h->m.request_digest = r->request_digest;
+    h->m.request_base_generation = r->request_base_generation;
 }
 
 typedef struct wm_pb_operation {
@@ -617,6 +620,11 @@ static int wm_dec_revision(const Wmrec__Revision *m, wm_revision *out, char *msg
     r.updated_ms = m->updated_ms;
     r.last_access_ms = m->last_access_ms;
     r.lease_count = m->lease_count;
+    if ((rc = wm_dec_text(m->request_id, r.request_id, sizeof(r.request_id), "revision request id",
+                          msg, cap)) < 0)
+        return rc;
+    r.request_digest = m->request_digest;
+    r.request_base_generation = m->request_base_generation;
     if (wm_metadata_check(&r, why, sizeof(why)) < 0)
         return wm_fail(SMP_EPROTO, msg, cap, "revision: %s", why);
     *out = r;

@@ -157,6 +157,24 @@ int wm_mutation_ok(wm_plugin *p, smp_rpc_call *call, const wm_revision *rev, wm_
 void wm_check_submit(wm_plugin *p, smp_rpc_call *call, const wm_revision *rev, wm_txn *t,
                      const char *noun, const char *what, char *msg, size_t cap);
 
+/* -- wm_mgmt_txn.c: request ids (idempotent retries) ---------------------- */
+
+/* The digest of a request's arguments (method and up to 8 words); never 0. */
+uint64_t wm_request_digest(uint32_t method, const uint64_t *args, size_t n);
+/* A mutation of rev carrying request id rid (NULL or "": none) fenced on
+ * `expected`: 0 when it is a new request (go on with the CAS), or 1 with the
+ * call answered -- INVALID_ARGUMENT for an id that is not 1..128 bytes of
+ * UTF-8; for the id of the last request that changed rev, its first answer
+ * (the revision as it is now; nothing appended) when digest and expected
+ * match, BUSY while a record of rev is in flight, CONFLICT when the same id
+ * comes with other arguments. Only the last request of a revision is
+ * remembered (persisted in its record); an older id meets the CAS. */
+int wm_request_replayed(wm_plugin *p, smp_rpc_call *call, const wm_revision *rev, const char *rid,
+                        uint64_t digest, uint64_t expected);
+/* Stamp t's revision with the request (rid NULL or "": clears what an
+ * earlier request left, so its retry now meets the CAS). */
+void wm_txn_request(wm_txn *t, const char *rid, uint64_t digest, uint64_t expected);
+
 /* -- the RPC methods (weight_rpc.proto), one file per responsibility ------- */
 
 int wm_rpc_import_begin(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len);

@@ -5,7 +5,9 @@
  * records of the revision in flight, prepares the next record (a new
  * policy, a MIGRATING operation, DELETING with its operation) and submits
  * it through wm_mgmt_txn.c; the lifecycle (weight_lifecycle.c) executes the
- * operations created here. */
+ * operations created here. Each may carry a request id: the record stamps
+ * it on the revision (persisted), so a retry after a lost reply answers the
+ * first result instead of STALE_GENERATION (wm_request_replayed). */
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
@@ -31,13 +33,21 @@ int wm_rpc_update_policy(void *plugin, smp_rpc_call *call, const uint8_t *body, 
     wm_policy pol;
     WM_DECODE(req, Wmrpc__UpdatePolicyRequest, wmrpc__update_policy_request__unpack, p, call, body,
               len);
-    const wm_revision *rev =
-        wm_lookup_cas(p, call, req->identity, &id, req->expected_metadata_generation);
+    const wm_revision *rev = wm_lookup(p, call, req->identity, &id);
     if (rev == NULL) goto free_req;
     if (req->policy == NULL) {
         wm_reply_error(p, call, WM_EINVALID_ARGUMENT, "policy is missing");
         goto free_req;
     }
+    uint64_t ratio_bits;
+    memcpy(&ratio_bits, &req->policy->mixed_hot_ratio, sizeof(ratio_bits));
+    const uint64_t args[3] = {req->policy->preferred_residency, ratio_bits,
+                              req->policy->migration_mode};
+    uint64_t digest = wm_request_digest(WMRPC__WEIGHT_METHOD__WEIGHT_UPDATE_POLICY, args, 3);
+    if (wm_request_replayed(p, call, rev, req->request_id, digest,
+                            req->expected_metadata_generation) ||
+        !wm_check_cas(p, call, rev, req->expected_metadata_generation))
+        goto free_req;
     if (wm_policy_from_pb(p, req->policy, &rev->policy, &pol, msg, sizeof(msg)) < 0) {
         wm_reply_error(p, call, WM_EINVALID_ARGUMENT, "invalid policy: %s", msg);
         goto free_req;
@@ -51,6 +61,7 @@ int wm_rpc_update_policy(void *plugin, smp_rpc_call *call, const uint8_t *body, 
     wm_txn *t = wm_txn_next(p, call, rev);
     if (t == NULL) goto free_req;
     t->up.revision.policy = pol;
+    wm_txn_request(t, req->request_id, digest, req->expected_metadata_generation);
     wm_check_submit(p, call, rev, t, "policy update", "policy update", msg, sizeof(msg));
 free_req:
     wmrpc__update_policy_request__free_unpacked(req, NULL);
@@ -67,9 +78,16 @@ int wm_rpc_migrate(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t
     char msg[512];
     wm_identity id;
     WM_DECODE(req, Wmrpc__MigrateRequest, wmrpc__migrate_request__unpack, p, call, body, len);
-    const wm_revision *rev =
-        wm_lookup_cas(p, call, req->identity, &id, req->expected_metadata_generation);
+    const wm_revision *rev = wm_lookup(p, call, req->identity, &id);
     if (rev == NULL) goto free_req;
+    uint64_t ratio_bits;
+    memcpy(&ratio_bits, &req->mixed_hot_ratio, sizeof(ratio_bits));
+    const uint64_t args[2] = {req->target_residency, ratio_bits};
+    uint64_t digest = wm_request_digest(WMRPC__WEIGHT_METHOD__WEIGHT_MIGRATE, args, 2);
+    if (wm_request_replayed(p, call, rev, req->request_id, digest,
+                            req->expected_metadata_generation) ||
+        !wm_check_cas(p, call, rev, req->expected_metadata_generation))
+        goto free_req;
     if (rev->availability != WM_AVAIL_READY) {
         wm_reply_error(p, call, WM_ENOT_READY, "revision %s is %s; only a READY revision migrates",
                        rev->group_key, wm_availability_name((int)rev->availability));
@@ -102,6 +120,7 @@ int wm_rpc_migrate(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t
     wm_txn *t = wm_txn_next(p, call, rev);
     if (t == NULL) goto free_req;
     wm_txn_migrating(p, t, (wm_residency)req->target_residency, ratio);
+    wm_txn_request(t, req->request_id, digest, req->expected_metadata_generation);
     wm_check_submit(p, call, rev, t, "migration", "migrate", msg, sizeof(msg));
 free_req:
     wmrpc__migrate_request__free_unpacked(req, NULL);
@@ -119,6 +138,10 @@ int wm_rpc_remove(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t 
     WM_DECODE(req, Wmrpc__IdentityRequest, wmrpc__identity_request__unpack, p, call, body, len);
     const wm_revision *rev = wm_lookup(p, call, req->identity, &id);
     if (rev == NULL) goto free_req;
+    uint64_t digest = wm_request_digest(WMRPC__WEIGHT_METHOD__WEIGHT_REMOVE, NULL, 0);
+    if (wm_request_replayed(p, call, rev, req->request_id, digest,
+                            req->expected_metadata_generation))
+        goto free_req;
     if (rev->availability == WM_AVAIL_DELETING || rev->availability == WM_AVAIL_DELETED) {
         wm_reply_metadata(p, call, rev);
         goto free_req;
@@ -142,6 +165,7 @@ int wm_rpc_remove(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t 
     wm_txn *t = wm_txn_next(p, call, rev);
     if (t == NULL) goto free_req;
     wm_txn_deleting(p, t, rev->payload_count + 1, rev->logical_bytes);
+    wm_txn_request(t, req->request_id, digest, req->expected_metadata_generation);
     wm_check_submit(p, call, rev, t, "removal", "remove", msg, sizeof(msg));
 free_req:
     wmrpc__identity_request__free_unpacked(req, NULL);

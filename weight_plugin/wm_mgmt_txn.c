@@ -689,3 +689,57 @@ void wm_check_submit(wm_plugin *p, smp_rpc_call *call, const wm_revision *rev, w
     if (wm_mutation_ok(p, call, rev, t, noun, msg, cap))
         wm_submit(p, t, call, WM_REPLY_METADATA, what);
 }
+
+/* ------------------------------------------------------------------------ */
+/* Request ids                                                               */
+/* ------------------------------------------------------------------------ */
+
+uint64_t wm_request_digest(uint32_t method, const uint64_t *args, size_t n)
+{
+    uint64_t h = 1469598103934665603ull;
+    uint64_t words[1 + 8];
+    size_t k = n < 8 ? n : 8;
+    words[0] = method;
+    memcpy(&words[1], args, k * sizeof(*args));
+    const unsigned char *b = (const unsigned char *)words;
+    for (size_t i = 0; i < (k + 1) * sizeof(uint64_t); i++) {
+        h ^= b[i];
+        h *= 1099511628211ull;
+    }
+    return h ? h : 1; /* 0 means "no request" in the record */
+}
+
+int wm_request_replayed(wm_plugin *p, smp_rpc_call *call, const wm_revision *rev, const char *rid,
+                        uint64_t digest, uint64_t expected)
+{
+    if (rid == NULL || rid[0] == '\0') return 0;
+    size_t n = strlen(rid);
+    if (n > WM_REQUEST_ID_MAX || wm_text_check(rid, n) < 0) {
+        wm_reply_error(p, call, WM_EINVALID_ARGUMENT,
+                       "request_id must be 1..%d bytes of UTF-8 (%zu given)", WM_REQUEST_ID_MAX, n);
+        return 1;
+    }
+    if (strcmp(rev->request_id, rid) != 0) return 0;
+    if (rev->request_digest != digest || rev->request_base_generation != expected) {
+        wm_reply_error(p, call, WM_ECONFLICT,
+                       "request_id %s already changed %s (from metadata generation %" PRIu64
+                       ") with other arguments; a new request needs a new id",
+                       rid, rev->group_key, rev->request_base_generation);
+        return 1;
+    }
+    if (!wm_check_idle(p, call, rev)) return 1;
+    wm_reply_metadata(p, call, rev); /* the first answer, as the revision is now */
+    return 1;
+}
+
+void wm_txn_request(wm_txn *t, const char *rid, uint64_t digest, uint64_t expected)
+{
+    wm_revision *r = &t->up.revision;
+    memset(r->request_id, 0, sizeof(r->request_id));
+    r->request_digest = 0;
+    r->request_base_generation = 0;
+    if (rid == NULL || rid[0] == '\0') return;
+    snprintf(r->request_id, sizeof(r->request_id), "%s", rid);
+    r->request_digest = digest;
+    r->request_base_generation = expected;
+}

@@ -567,6 +567,156 @@ static void test_lease_renewal_fenced_on_granted_generation(void **state)
     assert_int_equal(wm_store_lease(P.store, lid)->expiry_ms, H.wall + WM_LEASE_TTL_DEFAULT_MS);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Idempotent retries                                                        */
+/* ------------------------------------------------------------------------ */
+
+static void migrate_req(const wm_identity *w, wm_residency to, uint64_t expected, const char *rid,
+                        smp_rpc_call *c)
+{
+    Wmrpc__MigrateRequest req = WMRPC__MIGRATE_REQUEST__INIT;
+    Wmrpc__WeightIdentity id;
+    set_id(&id, w);
+    req.identity = &id;
+    req.target_residency = (uint32_t)to;
+    req.expected_metadata_generation = expected;
+    req.request_id = (char *)rid;
+    invoke(WMRPC__WEIGHT_METHOD__WEIGHT_MIGRATE, &req.base, c);
+}
+
+static void policy_req(const wm_identity *w, wm_migration_mode mode, uint64_t expected,
+                       const char *rid, smp_rpc_call *c)
+{
+    Wmrpc__UpdatePolicyRequest req = WMRPC__UPDATE_POLICY_REQUEST__INIT;
+    Wmrpc__WeightPolicy pol = WMRPC__WEIGHT_POLICY__INIT;
+    Wmrpc__WeightIdentity id;
+    set_id(&id, w);
+    pol.migration_mode = (uint32_t)mode;
+    req.identity = &id;
+    req.policy = &pol;
+    req.expected_metadata_generation = expected;
+    req.request_id = (char *)rid;
+    invoke(WMRPC__WEIGHT_METHOD__WEIGHT_UPDATE_POLICY, &req.base, c);
+}
+
+static void remove_req(const wm_identity *w, uint64_t expected, const char *rid, smp_rpc_call *c)
+{
+    Wmrpc__IdentityRequest req = WMRPC__IDENTITY_REQUEST__INIT;
+    Wmrpc__WeightIdentity id;
+    set_id(&id, w);
+    req.identity = &id;
+    req.expected_metadata_generation = expected;
+    req.request_id = (char *)rid;
+    invoke(WMRPC__WEIGHT_METHOD__WEIGHT_REMOVE, &req.base, c);
+}
+
+/* The metadata generation and active operation an answered
+ * MetadataResponse carries. */
+static uint64_t answered_generation(const smp_rpc_call *c, uint64_t *op_id)
+{
+    assert_int_equal(c->answered, 1);
+    assert_int_equal(c->status, SMP_OK);
+    Wmrpc__MetadataResponse *r = wmrpc__metadata_response__unpack(NULL, c->len, (const uint8_t *)c->body);
+    assert_non_null(r);
+    assert_non_null(r->metadata);
+    uint64_t g = r->metadata->metadata_generation;
+    if (op_id != NULL) *op_id = r->operation ? r->operation->id : 0;
+    wmrpc__metadata_response__free_unpacked(r, NULL);
+    return g;
+}
+
+/* Replace the store by what its snapshot section loads to (a restart). */
+static void restart_store(void)
+{
+    uint8_t *img = NULL;
+    size_t n = 0;
+    char msg[256];
+    assert_int_equal(wm_store_save(P.store, &img, &n, msg, sizeof(msg)), WM_OK);
+    wm_store_free(P.store);
+    assert_int_equal(wm_store_create(&P.store), WM_OK);
+    if (wm_store_load(P.store, img, n, msg, sizeof(msg)) != WM_OK) fail_msg("%s", msg);
+    free(img);
+}
+
+/* A migration retried with its request id after the reply was lost gets the
+ * first answer (the revision with the operation it created) -- nothing is
+ * appended -- also after a restart; the same id with another target is
+ * CONFLICT; without the id the retry is STALE_GENERATION as before. */
+static void test_migrate_retry_with_request_id_returns_first_answer(void **state)
+{
+    (void)state;
+    wm_revision rev;
+    smp_rpc_call c;
+    uint64_t op1 = 0, op2 = 0;
+    seed("mig", 1, WM_RES_HOT, WM_MODE_MANUAL, &rev);
+    migrate_req(&rev.id, WM_RES_COLD, 1, "mig-7", &c);
+    deliver(SMP_OK);
+    assert_int_equal(answered_generation(&c, &op1), 2); /* this reply is "lost" */
+    assert_true(op1 > 0);
+
+    migrate_req(&rev.id, WM_RES_COLD, 1, "mig-7", &c);
+    assert_int_equal(H.nq, 0);
+    assert_int_equal(answered_generation(&c, &op2), 2);
+    assert_int_equal(op2, op1);
+    migrate_req(&rev.id, WM_RES_MIXED, 1, "mig-7", &c);
+    assert_int_equal(c.status, WM_ECONFLICT);
+    migrate_req(&rev.id, WM_RES_COLD, 1, NULL, &c);
+    assert_int_equal(c.status, WM_ESTALE_GENERATION);
+    migrate_req(&rev.id, WM_RES_COLD, 1, "mig-8", &c);
+    assert_int_equal(c.status, WM_ESTALE_GENERATION);
+
+    restart_store();
+    migrate_req(&rev.id, WM_RES_COLD, 1, "mig-7", &c);
+    assert_int_equal(H.nq, 0);
+    assert_int_equal(answered_generation(&c, &op2), 2);
+    assert_int_equal(op2, op1);
+}
+
+/* A policy update retried with its request id answers the revision as the
+ * first one left it, without a second record; after another mutation the
+ * old request id no longer matches and the CAS decides (STALE). */
+static void test_update_policy_retry_with_request_id_returns_first_answer(void **state)
+{
+    (void)state;
+    wm_revision rev;
+    smp_rpc_call c;
+    seed("pol", 1, WM_RES_HOT, WM_MODE_AUTO, &rev);
+    policy_req(&rev.id, WM_MODE_MANUAL, 1, "pol-1", &c);
+    deliver(SMP_OK);
+    assert_int_equal(answered_generation(&c, NULL), 2);
+    policy_req(&rev.id, WM_MODE_MANUAL, 1, "pol-1", &c);
+    assert_int_equal(H.nq, 0);
+    assert_int_equal(answered_generation(&c, NULL), 2);
+    assert_int_equal(wm_store_get(P.store, &rev.id)->policy.mode, WM_MODE_MANUAL);
+    policy_req(&rev.id, WM_MODE_PINNED, 1, "pol-1", &c);
+    assert_int_equal(c.status, WM_ECONFLICT);
+
+    policy_req(&rev.id, WM_MODE_PINNED, 2, "pol-2", &c);
+    deliver(SMP_OK);
+    assert_int_equal(answered_generation(&c, NULL), 3);
+    policy_req(&rev.id, WM_MODE_MANUAL, 1, "pol-1", &c);
+    assert_int_equal(c.status, WM_ESTALE_GENERATION);
+}
+
+/* A removal carries its request id into the DELETING record (persisted),
+ * and its retry answers the revision as it is, without a record. */
+static void test_remove_retry_with_request_id_returns_first_answer(void **state)
+{
+    (void)state;
+    wm_revision rev;
+    smp_rpc_call c;
+    seed("rm", 1, WM_RES_HOT, WM_MODE_MANUAL, &rev);
+    remove_req(&rev.id, 1, "rm-1", &c);
+    deliver(SMP_OK);
+    assert_int_equal(answered_generation(&c, NULL), 2);
+    assert_string_equal(wm_store_get(P.store, &rev.id)->request_id, "rm-1");
+    restart_store();
+    assert_string_equal(wm_store_get(P.store, &rev.id)->request_id, "rm-1");
+    remove_req(&rev.id, 1, "rm-1", &c);
+    assert_int_equal(H.nq, 0);
+    assert_int_equal(answered_generation(&c, NULL), 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -575,6 +725,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_promotion_on_access_is_one_record, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lease_renewal_fails_once_base_fence_is_in_flight, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lease_renewal_fenced_on_granted_generation, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_migrate_retry_with_request_id_returns_first_answer, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_update_policy_retry_with_request_id_returns_first_answer, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_remove_retry_with_request_id_returns_first_answer, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
