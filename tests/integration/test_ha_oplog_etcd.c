@@ -951,6 +951,93 @@ static void test_three_members_survive_a_member_kill(void **state)
     etcd_fixture_cleanup(&fx3);
 }
 
+/* The caller's fn refusing a record stops following with its code (on_stop
+ * once, nothing after the record); following again from the last record
+ * applied works; a promote whose catch-up fn refuses a record fails with
+ * that code and leaves a standby. */
+static void test_refusing_fn_stops_follow_and_promote(void **state)
+{
+    env e;
+    fenced_seen fs = {0};
+    seen f = {0}, g = {0}, p = {0};
+    term t;
+    promoted pr = {0};
+    (void)state;
+    env_init(&e, "refuse");
+    oplog *fl = open_log(&e, &fs); /* at head 0 */
+    write_log(&e, 10);
+    f.stop_at = 5;
+    f.stop_status = 0;
+    assert_int_equal(oplog_etcd_follow(fl, 0, on_record, &f, on_follow_stop, &f), 0);
+    WAIT_FOR(&e, f.stops == 1);
+    assert_int_equal(f.stop_status, SMP_EPROTO);
+    assert_non_null(strstr(f.stop_why, "seq 5"));
+    assert_int_equal(f.n, 4);
+    assert_int_equal(oplog_last_seq(fl), 4);
+    assert_int_equal(oplog_etcd_follow(fl, 4, on_record, &g, on_follow_stop, &g), 0);
+    WAIT_FOR(&e, g.n == 6);
+    assert_int_equal(g.seq[0], 5);
+    assert_int_equal(g.stops, 0);
+    close_log(&e, fl);
+
+    oplog *w = open_log(&e, &fs);
+    seen r = {0};
+    char err[256];
+    assert_int_equal(oplog_replay(w, 0, on_record, &r, err, sizeof(err)), 0);
+    write_log(&e, 5); /* 11..15 */
+    assert_int_equal(elect(&e, "master-b", 10, &t), 0);
+    p.stop_at = 13;
+    assert_int_equal(oplog_etcd_promote(w, &t.fence, on_record, &p, on_promoted, &pr), 0);
+    WAIT_FOR(&e, pr.done == 1);
+    assert_int_equal(pr.status, SMP_EPROTO);
+    assert_int_equal(p.n, 2); /* 11, 12 */
+    assert_int_equal(oplog_append(w, 1, 1, "x", 1, NULL, NULL, NULL), SMP_ENOTLEADER);
+    /* Again, with a fn that takes everything: caught up from 13. */
+    p.stop_at = 0;
+    memset(&pr, 0, sizeof(pr));
+    assert_int_equal(oplog_etcd_promote(w, &t.fence, on_record, &p, on_promoted, &pr), 0);
+    WAIT_FOR(&e, pr.done == 1);
+    assert_int_equal(pr.status, 0);
+    assert_int_equal(p.n, 5);
+    assert_int_equal(p.seq[2], 13);
+    assert_int_equal(p.out_of_order, 0);
+    assert_int_equal(oplog_last_seq(w), 15);
+    close_log(&e, w);
+    revoke_term(&t);
+    env_fini(&e);
+}
+
+/* etcd not answering a promote: SMP_EIO, and a standby that was following
+ * goes on following once etcd answers again. */
+static void test_promote_while_etcd_is_silent_fails_with_eio(void **state)
+{
+    env e;
+    fenced_seen fs = {0};
+    seen f = {0};
+    term t;
+    promoted pr = {0};
+    (void)state;
+    env_init(&e, "silent");
+    write_log(&e, 3);
+    oplog *sb = open_log(&e, &fs);
+    assert_int_equal(oplog_etcd_follow(sb, 0, on_record, &f, on_follow_stop, &f), 0);
+    WAIT_FOR(&e, f.n == 3);
+    assert_int_equal(elect(&e, "master-b", 30, &t), 0);
+    assert_int_equal(etcd_fixture_pause(&fx, 0), 0);
+    assert_int_equal(oplog_etcd_promote(sb, &t.fence, NULL, NULL, on_promoted, &pr), 0);
+    WAIT_FOR(&e, pr.done == 1);
+    assert_int_equal(etcd_fixture_resume(&fx, 0), 0);
+    assert_int_equal(pr.status, SMP_EIO);
+    assert_int_equal(f.stops, 0);
+    revoke_term(&t);
+    write_log(&e, 4); /* 4..7 by another writer */
+    WAIT_FOR(&e, f.n == 7);
+    assert_int_equal(f.out_of_order, 0);
+    assert_int_equal(f.bad, 0);
+    close_log(&e, sb);
+    env_fini(&e);
+}
+
 /* A follower whose etcd is gone for longer than unreachable_ms stops with
  * SMP_EIO; a brief outage is ridden out. Kills and restarts the member, so
  * it runs last. */
@@ -1014,6 +1101,8 @@ int main(void)
         cmocka_unit_test(test_promote_while_following_takes_over),
         cmocka_unit_test(test_demote_writes_what_is_queued),
         cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_refusing_fn_stops_follow_and_promote),
+        cmocka_unit_test(test_promote_while_etcd_is_silent_fails_with_eio),
         cmocka_unit_test(test_unknown_outcome_is_read_back),
         cmocka_unit_test(test_three_members_survive_a_member_kill),
         cmocka_unit_test(test_follow_gives_up_when_etcd_stays_unreachable),
