@@ -1260,7 +1260,6 @@ static void do_promote(etcd_log *el)
 
     pthread_mutex_lock(&el->mu);
     if (el->promote_sess != el->f_sess) { /* not this session's follow: start one */
-        close_watch(el);
         el->f_sess = el->promote_sess;
         el->f_next = el->promote_from;
         el->f_fn = el->promote_fn;
@@ -1268,6 +1267,8 @@ static void do_promote(etcd_log *el)
         el->f_active = 0;
     }
     pthread_mutex_unlock(&el->mu);
+    if (!el->f_active)
+        close_watch(el); /* a follow that ended on an error may have left one */
 
     cmp[0] = (etcd_compare){.target = ETCD_CMP_LEASE, .result = ETCD_CMP_EQUAL,
                             .key = f->leader_key, .key_len = f->leader_key_len,
