@@ -637,6 +637,45 @@ static void test_paused_member_fails_in_time(void **state)
     etcd_client_close(c);
 }
 
+/* A watch on a member that stops answering (SIGSTOP) is broken by the
+ * transport's keepalive: etcd_watch_next returns SMP_EIO (bounded wait)
+ * instead of reporting "nothing new" forever; a new watch from the last
+ * revision seen + 1 delivers what happened meanwhile. */
+static void test_watch_on_paused_member_breaks(void **state)
+{
+    suite *s = *state;
+    etcd_watch *w = NULL;
+    etcd_watch_batch b;
+    seen_event ev[1];
+    int64_t rev = 0;
+    put_str(s->c, "/wp/a", "1", 0, &rev);
+    assert_int_equal(etcd_watch_open(s->c, "/wp/", 4, "/wp0", 4, rev, &w, err, sizeof(err)), 0);
+    assert_int_equal(watch_collect(w, ev, 1), 1);
+    assert_int_equal(etcd_fixture_pause(&s->f, 0), 0);
+    long long deadline = now_ms() + 60000;
+    int rc = 0;
+    while (rc == 0 && now_ms() < deadline) rc = etcd_watch_next(w, 1000, &b, err, sizeof(err));
+    assert_int_equal(rc, SMP_EIO);
+    assert_int_equal(b.n, 0);
+    /* broken stays broken */
+    assert_int_equal(etcd_watch_next(w, 10, &b, err, sizeof(err)), SMP_EIO);
+    etcd_watch_close(w);
+    assert_int_equal(etcd_fixture_resume(&s->f, 0), 0);
+
+    int64_t later = 0;
+    deadline = now_ms() + 10000;
+    rc = SMP_EIO;
+    while (rc != 0 && now_ms() < deadline)
+        rc = etcd_put(s->c, "/wp/b", 5, "2", 1, 0, &later, err, sizeof(err));
+    assert_int_equal(rc, 0);
+    assert_int_equal(etcd_watch_open(s->c, "/wp/", 4, "/wp0", 4, rev + 1, &w, err, sizeof(err)),
+                     0);
+    assert_int_equal(watch_collect(w, ev, 1), 1);
+    assert_string_equal(ev[0].key, "/wp/b");
+    assert_int_equal(ev[0].mod_revision, later);
+    etcd_watch_close(w);
+}
+
 /* -- threads ---------------------------------------------------------------- */
 
 #define THREADS 4
@@ -1173,6 +1212,7 @@ int main(void)
         cmocka_unit_test(test_threads_share_a_client),
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_paused_member_fails_in_time),
+        cmocka_unit_test(test_watch_on_paused_member_breaks),
     };
     const struct CMUnitTest no_etcd[] = {
         cmocka_unit_test(test_bad_answers),
