@@ -30,8 +30,8 @@ from typing import Dict, Iterator, List, Optional
 import numpy as np
 
 from . import _lib
-from .errors import InvalidArgumentError, WeightStoreError, error_for
-from .tensors import (PLACE_REPLICATED, PLACE_SKIP, PLACE_SPLIT, LoadedTensor, PlacementLike,
+from .errors import InvalidArgumentError, error_for
+from .tensors import (PLACE_SKIP, LoadedTensor, PlacementLike,
                       TensorPlacement, TensorSpec, box, dtype_name, iter_tensor_source, numpy_dtype,
                       resolve_placement)
 from .types import (IdentityLike, WeightIdentity, WeightMetadata, WeightMetadataView, WeightOperation,
@@ -425,15 +425,11 @@ class WeightStore:
             if p.kind == PLACE_SKIP:
                 continue
             if name in bindings:
-                arr = bindings[name]
-                want = tuple(len(range(*s.indices(n))) for s, n in zip(box(spec.shape, p), spec.shape))
-                if arr.shape != want:
-                    arr = arr.view(numpy_dtype(spec.dtype)).reshape(want) if arr.nbytes == \
-                        int(np.prod(want, dtype=np.int64)) * numpy_dtype(spec.dtype).itemsize else arr
+                arr = bindings[name]  # the caller's array, as the caller shaped it
             else:
                 arr = owned.get(name)
                 if arr is None:  # an empty tensor: no buffer was asked for
-                    want = tuple(len(range(*s.indices(n))) for s, n in zip(box(spec.shape, p), spec.shape))
+                    want = tuple(len(range(*sl.indices(n))) for sl, n in zip(box(spec.shape, p), spec.shape))
                     arr = np.empty(want, dtype=numpy_dtype(spec.dtype))
             out[name] = LoadedTensor(name, spec.dtype, arr, False, p, spec.shape)
         return out
@@ -708,6 +704,16 @@ class WeightLoad(Mapping):
 
     def arrays(self) -> Dict[str, np.ndarray]:
         return {n: t.array for n, t in self._tensors.items()}
+
+    def check_lease(self) -> None:
+        """Raise the error the lease's renewal failed with (LeaseExpiredError,
+        ...) if the master dropped it: the zero-copy arrays must then not be
+        trusted. A load without zero-copy arrays holds no lease: no-op."""
+        if self._mapped is not None:
+            rc = self._mapped.lease_status()
+            if rc < 0:
+                lib = self._mapped._lib
+                raise error_for(rc, lib.weight_error_name(rc).decode(), "the revision lease was lost")
 
     def close(self) -> None:
         """Drop this load's hold on the lease (arrays still alive keep it)."""

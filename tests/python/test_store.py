@@ -301,3 +301,39 @@ def test_unreachable_master_is_a_transport_error():
         with ws.WeightStore(f"127.0.0.1:{free_port()}") as s:
             s.weight_list()
     assert isinstance(e.value, ws.WeightTransportError)
+
+
+def test_pinned_revision_refuses_migration(store):
+    i = ident(unique("pinned"))
+    put_model(store, i, {"w": (np.zeros(10, np.float32), None)},
+              policy=ws.WeightStoragePolicy(R.HOT, 0.5, ws.WeightMigrationMode.PINNED))
+    before = store.weight_get_metadata(i).metadata
+    with pytest.raises(ws.PolicyUnsatisfiableError) as e:
+        store.weight_migrate(i, R.COLD, expected_metadata_generation=before.metadata_generation)
+    assert e.value.code == -109
+    with pytest.raises(ws.InvalidArgumentError):
+        store.weight_migrate(i, R.MIXED, expected_metadata_generation=before.metadata_generation,
+                             mixed_hot_ratio=1.5)
+    after = store.weight_get_metadata(i)
+    assert after.metadata.metadata_generation == before.metadata_generation
+    assert after.metadata.residency == R.HOT and after.operation is None
+
+
+def test_every_code_has_the_library_name():
+    """Each exception class carries the code and the name the C library
+    gives that code (weight_error_name)."""
+    lib = ws._lib.load()
+    classes = {
+        -101: ws.InvalidArgumentError, -102: ws.NotFoundError, -103: ws.NotReadyError,
+        -104: ws.ConflictError, -105: ws.StaleGenerationError, -106: ws.BusyError,
+        -107: ws.LeaseExpiredError, -108: ws.DurabilityFailedError, -109: ws.PolicyUnsatisfiableError,
+        -150: ws.DigestMismatchError, -17: ws.CanceledError, -8: ws.WeightTransportError,
+    }
+    for code, cls in classes.items():
+        err = ws.errors.error_for(code, lib.weight_error_name(code).decode(), "cause")
+        assert type(err) is cls and err.code == code and err.message == "cause"
+        assert isinstance(err, ws.WeightStoreError)
+        if code not in (-8, -17):  # the RFC's and the digest's names; the library calls -17 SMP_ECANCELED
+            assert err.name == lib.weight_error_name(code).decode()
+    io = ws.errors.error_for(-13, "SMP_EPROTO", "x")
+    assert type(io) is ws.WeightTransportError and io.code == -13 and io.name == "SMP_EPROTO"

@@ -39,6 +39,7 @@ def test_hot_load_points_into_the_segment(store, master, revision):
     i, src = revision
     with store.weight_get(i) as load:
         assert load.zero_copy
+        load.check_lease()  # held and renewed: no error
         ranges = mapped_ranges(master.segment_path)
         assert ranges, "the segment file is not mapped into this process"
         for name, t in load.items():
@@ -162,3 +163,27 @@ def test_bindings_receive_the_bytes(store, revision):
         assert not load["layers.0.o_proj.weight"].zero_copy
         assert load["step"].zero_copy and int(load["step"].array) == 7
     assert np.array_equal(out, src["layers.0.o_proj.weight"][0][:, 15:])
+
+
+def test_altered_bytes_are_never_handed_out(store, master):
+    """A payload byte changed in the segment behind the store's back: the
+    view refuses the object (its checksum fails), the copy path finds no
+    other replica, and weight_get raises DigestMismatchError either way."""
+    i = ident(unique("tamper"))
+    put_model(store, i, {"w": (np.arange(4096, dtype=np.float32), None)})
+    with store.weight_get(i) as load:
+        a = load["w"].array
+        (start, _), = [r for r in mapped_ranges(master.segment_path) if inside([r], a.ctypes.data, a.nbytes)]
+        offset = a.ctypes.data - start + 100
+        del a
+    gc.collect()
+    with open(master.segment_path, "r+b") as f:
+        f.seek(offset)
+        old = f.read(1)
+        f.seek(offset)
+        f.write(bytes([old[0] ^ 0xFF]))
+    for zero_copy in (True, False):
+        with pytest.raises(ws.DigestMismatchError) as e:
+            store.weight_get(i, zero_copy=zero_copy)
+        assert e.value.code == -150
+    assert store.weight_get_metadata(i).metadata.active_leases == 0
