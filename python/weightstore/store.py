@@ -139,8 +139,9 @@ class WeightStore:
         or `tensors` and `aliases` here), then commit() -- or use it as a
         context manager, which commits on a clean exit and aborts on an
         exception. tensors: a mapping name -> numpy array (or (array,
-        "BF16")-style pairs for dtypes numpy lacks), a .safetensors path, or
-        a list of those. policy None: the store's default, then the
+        "BF16")-style pairs for dtypes numpy lacks), a .safetensors path, a
+        Hugging Face checkpoint directory (model.safetensors.index.json and
+        its shards), or a list of those. policy None: the store's default, then the
         cluster's. The revision is invisible (IMPORTING) until commit
         publishes it READY. Raises ConflictError when the identity exists in
         another state, InvalidArgumentError, ..."""

@@ -14,7 +14,8 @@ weightctl's `--tp N --rank R --split PATTERN=DIM` uses.
 
 read_safetensors() maps a .safetensors file read-only and returns numpy
 views of its tensors without reading them, so weight_put of a file copies
-its bytes once, into the store.
+its bytes once, into the store; HuggingFaceCheckpoint does the same for a
+checkpoint directory (model.safetensors.index.json and its shards).
 """
 from __future__ import annotations
 
@@ -282,6 +283,63 @@ class SafetensorsFile(Mapping):
         return len(self._tensors)
 
 
+class HuggingFaceCheckpoint(Mapping):
+    """A Hugging Face checkpoint directory: model.safetensors.index.json
+    (its weight_map names the shard file of every tensor) with its shard
+    files, or a single model.safetensors. name -> (array, dtype name), the
+    arrays views of the mapped files as in SafetensorsFile. Every tensor of
+    the weight_map must be in the shard it names, and no shard may hold a
+    tensor the weight_map does not list (InvalidArgumentError naming both).
+    Tied weights the checkpoint leaves out (lm_head with
+    tie_word_embeddings) are not guessed: pass them as weight_put aliases."""
+
+    INDEX = "model.safetensors.index.json"
+    SINGLE = "model.safetensors"
+
+    def __init__(self, path: Union[str, os.PathLike]):
+        self.path = os.fspath(path)
+        index = os.path.join(self.path, self.INDEX)
+        if os.path.exists(index):
+            try:
+                with open(index) as f:
+                    weight_map = json.load(f)["weight_map"]
+                if not isinstance(weight_map, dict):
+                    raise TypeError
+            except (ValueError, KeyError, TypeError):
+                raise InvalidArgumentError(f"{index}: no weight_map object") from None
+        elif os.path.exists(os.path.join(self.path, self.SINGLE)):
+            weight_map = None
+        else:
+            raise InvalidArgumentError(f"{self.path}: neither {self.INDEX} nor {self.SINGLE}")
+        self.files: Dict[str, SafetensorsFile] = {}
+        self._tensors: Dict[str, Tuple[np.ndarray, str]] = {}
+        if weight_map is None:
+            self.files[self.SINGLE] = SafetensorsFile(os.path.join(self.path, self.SINGLE))
+            self._tensors.update(self.files[self.SINGLE])
+            return
+        for name, shard in weight_map.items():
+            if not isinstance(shard, str) or os.path.basename(shard) != shard:
+                raise InvalidArgumentError(f"{index}: tensor {name!r}: shard {shard!r} is not a file name")
+            if shard not in self.files:
+                self.files[shard] = SafetensorsFile(os.path.join(self.path, shard))
+            if name not in self.files[shard]:
+                raise InvalidArgumentError(f"{index}: tensor {name!r} is not in {shard}")
+            self._tensors[name] = self.files[shard][name]
+        for shard, f in self.files.items():
+            extra = sorted(set(f) - set(n for n, s in weight_map.items() if s == shard))
+            if extra:
+                raise InvalidArgumentError(f"{shard} holds {extra[0]!r}, which {self.INDEX} does not map to it")
+
+    def __getitem__(self, name):
+        return self._tensors[name]
+
+    def __iter__(self):
+        return iter(self._tensors)
+
+    def __len__(self):
+        return len(self._tensors)
+
+
 def read_safetensors(path) -> SafetensorsFile:
     """Open a .safetensors file (see SafetensorsFile)."""
     return SafetensorsFile(path)
@@ -289,10 +347,10 @@ def read_safetensors(path) -> SafetensorsFile:
 
 def iter_tensor_source(source) -> Iterable[Tuple[str, np.ndarray, Optional[str]]]:
     """(name, array, dtype name or None) of a put source: a mapping of name
-    -> array or (array, dtype) / (dtype, array), a safetensors path, or a
-    list of such paths / mappings."""
+    -> array or (array, dtype) / (dtype, array), a safetensors file path, a
+    Hugging Face checkpoint directory, or a list of those."""
     if isinstance(source, (str, os.PathLike)):
-        source = SafetensorsFile(source)
+        source = HuggingFaceCheckpoint(source) if os.path.isdir(source) else SafetensorsFile(source)
     if isinstance(source, Mapping):
         for name, v in source.items():
             if isinstance(v, tuple) and len(v) == 2:

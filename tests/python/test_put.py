@@ -102,3 +102,48 @@ def test_non_contiguous_input_is_stored_in_logical_order(store):
     with store.weight_get(i) as load:
         assert np.array_equal(load["t"].array, base.T)
         assert np.array_equal(load["s"].array, base[::2, 1::3])
+
+
+def hf_checkpoint(directory, src, split_at=3):
+    """Write src as a Hugging Face checkpoint: two shards and the index."""
+    import json
+    names = list(src)
+    shards = {"model-00001-of-00002.safetensors": names[:split_at],
+              "model-00002-of-00002.safetensors": names[split_at:]}
+    for fname, ns in shards.items():
+        write_safetensors(directory / fname, {n: src[n] for n in ns})
+    weight_map = {n: fname for fname, ns in shards.items() for n in ns}
+    (directory / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    return weight_map
+
+
+def test_put_from_a_hugging_face_directory(store, tmp_path):
+    src = model(5)
+    hf_checkpoint(tmp_path, src)
+    i = ident(unique("hf"))
+    md = store.weight_put(i, str(tmp_path), aliases={"lm_head.weight": "embed.weight"}).commit()
+    assert md.availability == ws.WeightAvailability.READY
+    with store.weight_get(i) as load:
+        assert set(load) == set(src) | {"lm_head.weight"}
+        for n, (arr, _) in src.items():
+            assert load[n].array.tobytes() == arr.tobytes() and load[n].shape == arr.shape, n
+
+
+def test_hugging_face_index_must_match_its_shards(store, tmp_path):
+    import json
+    src = model(6)
+    weight_map = hf_checkpoint(tmp_path, src)
+    index = tmp_path / "model.safetensors.index.json"
+    moved = dict(weight_map, **{"embed.weight": "model-00002-of-00002.safetensors"})
+    index.write_text(json.dumps({"weight_map": moved}))
+    with pytest.raises(ws.InvalidArgumentError, match="embed.weight"):
+        ws.HuggingFaceCheckpoint(tmp_path)
+    missing = {n: f for n, f in weight_map.items() if n != "step"}
+    index.write_text(json.dumps({"weight_map": missing}))
+    with pytest.raises(ws.InvalidArgumentError, match="step"):
+        ws.HuggingFaceCheckpoint(tmp_path)
+    i = ident(unique("hfbad"))
+    with pytest.raises(ws.InvalidArgumentError):
+        store.weight_put(i, str(tmp_path))
+    with pytest.raises(ws.InvalidArgumentError, match="neither"):
+        ws.HuggingFaceCheckpoint(tmp_path / "nothing-here")
