@@ -14,15 +14,15 @@
  * Failover: the client keeps one channel per member and starts each call
  * on the member that answered last. A transport failure (UNAVAILABLE,
  * DEADLINE_EXCEEDED) is retried once on the next member -- for a call that
- * changes the store (put, delete, txn, compact) only when gRPC says the
+ * changes the store (put, delete, txn, compact, lease grant) only when the
  * request never left (no connection to the member), since otherwise it may
- * have been applied. gRPC statuses map to SMP_E* codes in status_to_rc. */
+ * have been applied -- and the calls after it start on that next member.
+ * gRPC statuses map to SMP_E* codes in status_to_rc. */
 #include <grpc/byte_buffer.h>
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
 #include <grpc/slice.h>
-#include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -987,7 +987,7 @@ int etcd_txn(etcd_client *c,
     if (out) memset(out, 0, sizeof(*out));
     if (c == NULL || out == NULL || (n_cmp > 0 && cmp == NULL) ||
         (n_success > 0 && success == NULL) || (n_failure > 0 && failure == NULL) ||
-        n_cmp > 65536 || n_ops > 65536) {
+        n_cmp > 65536 || n_success > 65536 || n_failure > 65536) {
         set_err(err, errlen, "etcd_txn: bad arguments");
         return SMP_EINVAL;
     }

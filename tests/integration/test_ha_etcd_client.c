@@ -993,6 +993,11 @@ static void test_bad_arguments(void **state)
     assert_int_equal(etcd_txn(c, &good_cmp, 1, NULL, 1, NULL, 0, &t, err, sizeof(err)), SMP_EINVAL);
     assert_int_equal(etcd_txn(c, &good_cmp, 1, &good_op, 1, NULL, 1, &t, err, sizeof(err)),
                      SMP_EINVAL);
+    /* counts that would wrap around when added */
+    assert_int_equal(etcd_txn(c, NULL, 0, &good_op, SIZE_MAX, &good_op, 2, &t, err, sizeof(err)),
+                     SMP_EINVAL);
+    assert_int_equal(etcd_txn(c, &good_cmp, SIZE_MAX, NULL, 0, NULL, 0, &t, err, sizeof(err)),
+                     SMP_EINVAL);
     etcd_compare bad_cmps[] = {
         {(etcd_cmp_target)5, ETCD_CMP_EQUAL, "k", 1, 0, NULL, 0},
         {ETCD_CMP_VERSION, (etcd_cmp_result)4, "k", 1, 0, NULL, 0},
