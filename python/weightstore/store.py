@@ -294,10 +294,9 @@ class WeightStore:
         BusyError, NotFoundError, NotReadyError, ..."""
         base = _as_identity(replacing)
         if isinstance(target, WeightIdentity):
-            if target.lineage != base.lineage and not (target.tenant_id == "" or base.tenant_id == ""):
-                raise InvalidArgumentError(f"weight_upsert: {target} is not of the lineage of {base}")
-            if (target.namespace, target.resource_id, target.revision) != (base.namespace, base.resource_id,
-                                                                            base.revision):
+            # Same lineage; an empty tenant stands for the store's on either side.
+            same_tenant = not target.tenant_id or not base.tenant_id or target.tenant_id == base.tenant_id
+            if not same_tenant or target.lineage[1:] != base.lineage[1:]:
                 raise InvalidArgumentError(f"weight_upsert: {target} is not of the lineage of {base}")
             gen_target = target.weight_generation
         elif isinstance(target, int) and not isinstance(target, bool):

@@ -337,3 +337,12 @@ def test_every_code_has_the_library_name():
             assert err.name == lib.weight_error_name(code).decode()
     io = ws.errors.error_for(-13, "SMP_EPROTO", "x")
     assert type(io) is ws.WeightTransportError and io.code == -13 and io.name == "SMP_EPROTO"
+
+
+def test_upsert_target_must_share_the_lineage(store):
+    base = ident(unique("lineage"), gen=1)
+    md = put_model(store, base, {"w": (np.zeros(4, np.float32), None)})
+    other = ws.WeightIdentity("llm", base.resource_id, "v2", 2)
+    with pytest.raises(ws.InvalidArgumentError):
+        store.weight_upsert(other, replacing=base, expected_metadata_generation=md.metadata_generation)
+    assert store.weight_get_metadata(base).metadata.metadata_generation == md.metadata_generation
