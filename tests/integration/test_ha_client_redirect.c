@@ -11,7 +11,10 @@
  *   - "electing": answers every request with SMP_ENOTLEADER and no leader
  *     (a standby while no leader is known);
  *   - "dropper": reads one request and closes the connection without an
- *     answer (a leader that died after the request reached it).
+ *     answer (a leader that died after the request reached it);
+ *   - "proxy": passes every frame on to the real master and back, until the
+ *     test deposes it: from then on it answers like "standby" (a leader
+ *     that lost its lease while a node was attached to it).
  * They are fakes only for the answers they inject; every call that succeeds
  * is served by the real master, which the tests check (the object is
  * there, the connection ended at the real socket, the fake saw the call).
@@ -27,7 +30,9 @@
  * reached the dropper is not sent again (transport error, the real master
  * never saw it) while a query is; a store_node given "standby" registers
  * with the real master, and again, without a restart, after the master
- * went away and came back; bad lists are refused naming the item. */
+ * went away and came back; a node registered through "proxy" registers
+ * with the real master by itself once its poll is answered NOT_LEADER;
+ * bad lists are refused naming the item. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -59,7 +64,7 @@
 
 /* -- the fake masters ------------------------------------------------------ */
 
-typedef enum fake_kind { FAKE_STANDBY, FAKE_ELECTING, FAKE_DROPPER } fake_kind;
+typedef enum fake_kind { FAKE_STANDBY, FAKE_ELECTING, FAKE_DROPPER, FAKE_PROXY } fake_kind;
 
 typedef struct fake {
     fake_kind kind;
@@ -69,7 +74,16 @@ typedef struct fake {
     int stop[2];             /* a pipe: written to stop the thread */
     pthread_t thread;
     atomic_int requests;     /* whole requests read */
-    struct { int fd; uint8_t buf[1 << 16]; size_t len; } conns[FAKE_CONNS];
+    atomic_int redirects;    /* NOT_LEADER answers given */
+    atomic_int deposed;      /* PROXY: answers as a standby from now on */
+    struct {
+        int fd;
+        uint8_t buf[1 << 16];
+        size_t len;
+        int up;              /* PROXY: the connection to the real master */
+        uint8_t ubuf[1 << 16];
+        size_t ulen;
+    } conns[FAKE_CONNS];
 } fake;
 
 static void put_be32(uint8_t *p, uint32_t v)
@@ -129,6 +143,13 @@ static int fake_frames(fake *f, int i)
         RpcRequest *req = rpc_request__unpack(NULL, n, b + 4);
         if (req == NULL) return -1;
         atomic_fetch_add(&f->requests, 1);
+        if (f->kind == FAKE_PROXY && !atomic_load(&f->deposed)) {
+            rpc_request__free_unpacked(req, NULL);
+            if (write_all(f->conns[i].up, b, 4 + (size_t)n) < 0) return -1;
+            memmove(b, b + 4 + n, *len - 4 - n);
+            *len -= 4 + (size_t)n;
+            continue;
+        }
         if (f->kind == FAKE_DROPPER) {
             rpc_request__free_unpacked(req, NULL);
             return -1; /* the request arrived; the answer never comes */
@@ -143,9 +164,10 @@ static int fake_frames(fake *f, int i)
             resp.body.data = status_body;
         } else {
             resp.status = SMP_ENOTLEADER;
-            resp.error = f->kind == FAKE_STANDBY ? "this master is a standby"
-                                                 : "this master is a standby; no leader is known";
-            resp.leader = f->kind == FAKE_STANDBY ? f->leader : "";
+            resp.error = f->kind != FAKE_ELECTING ? "this master is a standby"
+                                                  : "this master is a standby; no leader is known";
+            resp.leader = f->kind != FAKE_ELECTING ? f->leader : "";
+            atomic_fetch_add(&f->redirects, 1);
         }
         rpc_request__free_unpacked(req, NULL);
         size_t m = rpc_response__pack(&resp, out + 4);
@@ -157,19 +179,54 @@ static int fake_frames(fake *f, int i)
     return 0;
 }
 
+/* PROXY: pass the real master's whole frames on to connection i; 0, or -1
+ * to close it. */
+static int fake_answers(fake *f, int i)
+{
+    uint8_t *b = f->conns[i].ubuf;
+    size_t *len = &f->conns[i].ulen;
+    while (*len >= 4) {
+        uint32_t n = (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
+        if (n > sizeof(f->conns[i].ubuf) - 4) return -1;
+        if (*len < 4 + (size_t)n) return 0;
+        if (write_all(f->conns[i].fd, b, 4 + (size_t)n) < 0) return -1;
+        memmove(b, b + 4 + n, *len - 4 - n);
+        *len -= 4 + (size_t)n;
+    }
+    return 0;
+}
+
+static int unix_connect(const char *path)
+{
+    struct sockaddr_un sa;
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
 static void fake_close_conn(fake *f, int i)
 {
     close(f->conns[i].fd);
+    if (f->conns[i].up >= 0) close(f->conns[i].up);
     f->conns[i].fd = -1;
+    f->conns[i].up = -1;
     f->conns[i].len = 0;
+    f->conns[i].ulen = 0;
 }
 
 static void *fake_main(void *arg)
 {
     fake *f = arg;
     for (;;) {
-        struct pollfd p[FAKE_CONNS + 2];
-        int map[FAKE_CONNS + 2];
+        struct pollfd p[2 * FAKE_CONNS + 2];
+        int map[2 * FAKE_CONNS + 2]; /* -2 stop, -1 listener, i a client, FAKE_CONNS + i its upstream */
         nfds_t n = 0;
         p[n] = (struct pollfd){.fd = f->stop[0], .events = POLLIN};
         map[n++] = -2;
@@ -179,6 +236,9 @@ static void *fake_main(void *arg)
             if (f->conns[i].fd < 0) continue;
             p[n] = (struct pollfd){.fd = f->conns[i].fd, .events = POLLIN};
             map[n++] = i;
+            if (f->conns[i].up < 0) continue;
+            p[n] = (struct pollfd){.fd = f->conns[i].up, .events = POLLIN};
+            map[n++] = FAKE_CONNS + i;
         }
         if (poll(p, n, -1) < 0) {
             if (errno == EINTR) continue;
@@ -198,9 +258,22 @@ static void *fake_main(void *arg)
                 }
                 f->conns[slot].fd = fd;
                 f->conns[slot].len = 0;
+                f->conns[slot].up = f->kind == FAKE_PROXY ? unix_connect(f->leader) : -1;
+                if (f->kind == FAKE_PROXY && f->conns[slot].up < 0) fake_close_conn(f, slot);
+                continue;
+            }
+            if (map[k] >= FAKE_CONNS) { /* the real master answered through the proxy */
+                int i = map[k] - FAKE_CONNS;
+                if (f->conns[i].fd < 0) continue; /* closed by its client just now */
+                ssize_t r = recv(f->conns[i].up, f->conns[i].ubuf + f->conns[i].ulen,
+                                 sizeof(f->conns[i].ubuf) - f->conns[i].ulen, 0);
+                if (r < 0 && errno == EINTR) continue;
+                if (r > 0) f->conns[i].ulen += (size_t)r;
+                if (r <= 0 || fake_answers(f, i) < 0) fake_close_conn(f, i);
                 continue;
             }
             int i = map[k];
+            if (f->conns[i].fd < 0) continue;
             ssize_t r = recv(f->conns[i].fd, f->conns[i].buf + f->conns[i].len,
                              sizeof(f->conns[i].buf) - f->conns[i].len, 0);
             if (r < 0 && errno == EINTR) continue;
@@ -219,7 +292,7 @@ static fake *fake_start(const hx_master *m, const char *name, fake_kind kind)
     f->kind = kind;
     snprintf(f->path, sizeof(f->path), "%s/%s.sock", m->dir, name);
     snprintf(f->leader, sizeof(f->leader), "%s", m->socket);
-    for (int i = 0; i < FAKE_CONNS; i++) f->conns[i].fd = -1;
+    for (int i = 0; i < FAKE_CONNS; i++) f->conns[i].fd = f->conns[i].up = -1;
     memset(&sa, 0, sizeof(sa));
     sa.sun_family = AF_UNIX;
     assert_true(strlen(f->path) < sizeof(sa.sun_path));
@@ -239,7 +312,7 @@ static void fake_stop(fake *f)
     assert_int_equal(write(f->stop[1], "x", 1), 1);
     pthread_join(f->thread, NULL);
     for (int i = 0; i < FAKE_CONNS; i++)
-        if (f->conns[i].fd >= 0) close(f->conns[i].fd);
+        if (f->conns[i].fd >= 0) fake_close_conn(f, i);
     close(f->lfd);
     close(f->stop[0]);
     close(f->stop[1]);
@@ -276,6 +349,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     fixture *f = *state;
+    if (f == NULL) return -1; /* setup failed */
     fake_stop(f->standby);
     fake_stop(f->electing);
     fake_stop(f->dropper);
@@ -635,6 +709,54 @@ static void test_node_given_a_standby_registers_with_the_leader(void **state)
     assert_int_equal(hx_node_stop(&n), 0);
 }
 
+/* 1 when the file holds needle. */
+static int file_contains(const char *path, const char *needle)
+{
+    char buf[1 << 16];
+    FILE *fp = fopen(path, "r");
+    if (fp == NULL) return 0;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, fp);
+    fclose(fp);
+    buf[n] = '\0';
+    return strstr(buf, needle) != NULL;
+}
+
+/* A node attached to a master that is deposed (here: the proxy, which then
+ * answers as a standby naming the real master) follows its poll's
+ * NOT_LEADER answer and registers with the leader, still running. */
+static void test_node_follows_a_new_leader_without_restart(void **state)
+{
+    fixture *f = *state;
+    fake *proxy = fake_start(&f->m, "proxy", FAKE_PROXY);
+    hx_master via = f->m;
+    hx_node n;
+    char needle[400];
+    snprintf(via.socket, sizeof(via.socket), "%s", proxy->path);
+    assert_int_equal(hx_wait_nodes(&f->m, 1, WAIT_MS), 0); /* an earlier test's node is gone */
+    assert_int_equal(hx_node_start(&via, &n, "n-follow", 4ull << 20), 0);
+    assert_int_equal(hx_wait_nodes(&f->m, 2, WAIT_MS), 0);
+    assert_true(atomic_load(&proxy->requests) > 0); /* registered through the proxy */
+    assert_int_equal(atomic_load(&proxy->redirects), 0);
+
+    atomic_store(&proxy->deposed, 1);
+    snprintf(needle, sizeof(needle), "registering again at %s", f->m.socket);
+    int seen = 0;
+    for (int waited = 0; waited < WAIT_MS && !seen; waited += 20) {
+        seen = file_contains(n.log, needle);
+        if (!seen) usleep(20 * 1000);
+    }
+    if (!seen) {
+        char cmd[512];
+        snprintf(cmd, sizeof(cmd), "cat %s >&2", n.log);
+        if (system(cmd) != 0) fprintf(stderr, "(no node log)\n");
+    }
+    assert_true(seen);
+    assert_true(atomic_load(&proxy->redirects) > 0);
+    assert_int_equal(hx_wait_nodes(&f->m, 2, WAIT_MS), 0);
+    assert_int_equal(hx_node_stop(&n), 0);
+    fake_stop(proxy);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -648,6 +770,7 @@ int main(void)
         cmocka_unit_test(test_status_lists_every_master),
         cmocka_unit_test(test_weight_store_opens_a_list),
         cmocka_unit_test(test_node_given_a_standby_registers_with_the_leader),
+        cmocka_unit_test(test_node_follows_a_new_leader_without_restart),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
