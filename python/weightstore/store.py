@@ -172,8 +172,8 @@ class WeightStore:
         TensorPlacement, others skipped; or a callable TensorSpec ->
         TensorPlacement or None to skip; see tensor_parallel()).
 
-        bindings: name -> writable C-contiguous numpy array of exactly the
-        box's size: those tensors are copied into the caller's arrays. The
+        bindings: name -> writable C-contiguous numpy array of at least the
+        box's bytes: those tensors are copied into the caller's arrays. The
         other placed tensors are, when zero_copy and the revision's bytes are
         in a shared-memory segment on this host (HOT, co-located), read-only
         numpy views straight into that memory -- no byte is copied, and the
@@ -200,8 +200,12 @@ class WeightStore:
                 p = resolve_placement(placement, spec)
                 if p.kind == PLACE_SKIP:
                     continue
+                if nbytes == 0 and spec.name not in bindings:  # nothing to view or copy
+                    tensors[spec.name] = LoadedTensor(spec.name, spec.dtype, mapped.array(spec, None, p),
+                                                      False, p, spec.shape)
+                    continue
                 data = None if spec.name in bindings else mapped.data(index)
-                if data is None and (nbytes > 0 or spec.name in bindings):
+                if data is None:
                     copy_names.add(spec.name)
                     continue
                 tensors[spec.name] = LoadedTensor(spec.name, spec.dtype, mapped.array(spec, data, p),
