@@ -187,3 +187,32 @@ def test_altered_bytes_are_never_handed_out(store, master):
             store.weight_get(i, zero_copy=zero_copy)
         assert e.value.code == -150
     assert store.weight_get_metadata(i).metadata.active_leases == 0
+
+
+def test_one_store_shared_by_threads(store, revision):
+    """Calls from several threads on one WeightStore are serialized by it;
+    every load sees the source bytes and every lease is released."""
+    import threading
+    i, src = revision
+    errors = []
+
+    def worker(rank):
+        try:
+            for _ in range(3):
+                with store.weight_get(i, ws.tensor_parallel(4, rank)) as load:
+                    for name, t in load.items():
+                        if t.array.tobytes() != split_source(src[name][0], t.placement).tobytes():
+                            errors.append(f"{name} rank {rank}")
+                if not store.weight_is_exist(i):
+                    errors.append("not READY")
+        except Exception as e:  # noqa: BLE001 -- reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=worker, args=(r,)) for r in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    gc.collect()
+    assert store.weight_get_metadata(i).metadata.active_leases == 0
