@@ -540,11 +540,19 @@ static int call_unary(etcd_client *c,
     size_t first = member_first(c);
     size_t attempts = c->n_ep > 1 ? 2 : 1;
     size_t ep = first;
+    char first_err[256] = "";
     for (size_t i = 0; i < attempts; i++) {
         ep = (first + i) % c->n_ep;
         rc = exchange(c, c->ch[ep], c->ep[ep], method, body, len, &answer, &answer_len,
                       &fail, err, errlen);
         if (rc == 0) break;
+        if (i == 0 && err != NULL) {
+            snprintf(first_err, sizeof(first_err), "%s", err);
+        } else if (err != NULL && first_err[0] != '\0') {
+            /* both members failed: name both */
+            size_t n = strlen(err);
+            if (n + 1 < errlen) snprintf(err + n, errlen - n, "; before: %s", first_err);
+        }
         if (fail == FAIL_ETCD) goto free_body;
         member_failed(c, ep);
         if (fail == FAIL_TRANSPORT && changes_store) {

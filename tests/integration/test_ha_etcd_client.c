@@ -601,6 +601,17 @@ static void test_failover_from_dead_endpoint(void **state)
     assert_int_equal(etcd_range(c, "/fo/k", 5, NULL, 0, 0, 0, 0, &r, err, sizeof(err)), SMP_EIO);
     assert_non_null(strstr(err, eps));
     etcd_client_close(c);
+
+    /* two dead members: the error names both attempts */
+    char dead1[32], dead2[32];
+    snprintf(dead1, sizeof(dead1), "127.0.0.1:%d", etcd_fixture_free_port());
+    snprintf(dead2, sizeof(dead2), "127.0.0.1:%d", etcd_fixture_free_port());
+    snprintf(eps, sizeof(eps), "%s,%s", dead1, dead2);
+    assert_int_equal(etcd_client_open(&o, &c, err, sizeof(err)), 0);
+    assert_int_equal(etcd_put(c, "/fo/k", 5, "v", 1, 0, NULL, err, sizeof(err)), SMP_EIO);
+    assert_non_null(strstr(err, dead1));
+    assert_non_null(strstr(err, dead2));
+    etcd_client_close(c);
 }
 
 /* A call to a SIGSTOPped single member fails with SMP_EIO once the
