@@ -4,9 +4,11 @@
  * plugins, and either reports what was negotiated (--check) or runs the
  * master until SIGINT or SIGTERM. Every failure prints its cause on stderr
  * and exits non-zero; nothing starts half-configured. */
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "master.h"
@@ -80,5 +82,13 @@ int main(int argc, char **argv)
     }
     int status = check_only ? check(&cfg) : master_main(&cfg);
     host_config_free(&cfg);
+    if (status == MASTER_EXIT_RESTART) {
+        /* Deposed HA leader, or a standby the log left behind: start over
+         * from the newest snapshot with the same arguments (and pid). */
+        fflush(NULL);
+        execv("/proc/self/exe", argv);
+        fprintf(stderr, "store_master: cannot restart: %s\n", strerror(errno));
+        return 1;
+    }
     return status;
 }

@@ -176,6 +176,8 @@ static void on_timer(uv_timer_t *h)
 {
     master *m = h->data;
     uint64_t now = master_now_ms();
+    if (m->cfg->ha_enabled) master_ha_tick(m);
+    if (!master_is_leader(m)) return; /* a standby only follows the log */
     master_nodes_tick(m, now);
     run_ticks(m, now);
     if (now - m->last_cleanup_ms >= 1000) {
@@ -191,11 +193,12 @@ static void on_timer(uv_timer_t *h)
 
 /* -- startup and shutdown ------------------------------------------------------ */
 
-static void stop(master *m)
+void master_stop(master *m)
 {
     if (m->stopping) return;
     m->stopping = 1;
     m->serving = 0;
+    master_ha_stop(m);
     node_runtime_signal_stop(m->embedded_node);
     uv_timer_stop(&m->timer);
     uv_close((uv_handle_t *)&m->timer, NULL);
@@ -211,7 +214,7 @@ static void on_signal(uv_signal_t *h, int signum)
 {
     master *m = h->data;
     fprintf(stderr, "store_master: signal %d, shutting down\n", signum);
-    stop(m);
+    master_stop(m);
 }
 
 /* Start the node that lives in this process: it registers with this master
@@ -240,6 +243,8 @@ static int start_embedded_node(master *m, char *err, size_t errlen)
 static int start_serving(master *m, char *err, size_t errlen)
 {
     int rc;
+    /* HA: a standby turns requests away from the first one on. */
+    if (m->cfg->ha_enabled && (rc = master_ha_start(m, err, errlen)) < 0) return rc;
     if ((rc = rpc_server_start(m->rpc, err, errlen)) < 0) return rc;
     if (m->cfg->listen_admin[0] != '\0' &&
         (rc = admin_http_start(&m->loop, m->cfg->listen_admin, master_admin_render, m, &m->admin,
@@ -248,8 +253,12 @@ static int start_serving(master *m, char *err, size_t errlen)
     m->serving_since_ms = master_now_ms();
     if ((rc = start_embedded_node(m, err, errlen)) < 0) return rc;
     m->serving = 1;
-    smp_event ev = {.struct_size = sizeof(ev), .type = SMP_EVENT_ROLE_CHANGE, .is_leader = 1};
-    master_emit(m, &ev);
+    if (!m->cfg->ha_enabled) {
+        /* An HA master is a standby until elected; master_ha.c tells the
+         * plugins then. */
+        smp_event ev = {.struct_size = sizeof(ev), .type = SMP_EVENT_ROLE_CHANGE, .is_leader = 1};
+        master_emit(m, &ev);
+    }
     fprintf(stderr,
             "store_master: serving: rpc tcp port %d, unix %s, admin port %d, applied seq %llu\n",
             rpc_server_tcp_port(m->rpc), m->cfg->listen_unix[0] ? m->cfg->listen_unix : "off",
@@ -261,7 +270,10 @@ static int open_parts(master *m, char *err, size_t errlen)
 {
     int rc;
     snprintf(m->oplog_dir, sizeof(m->oplog_dir), "%s/oplog", m->cfg->data_dir);
-    snprintf(m->snap_dir, sizeof(m->snap_dir), "%s/snapshots", m->cfg->data_dir);
+    if (m->cfg->ha_enabled)
+        snprintf(m->snap_dir, sizeof(m->snap_dir), "%s", m->cfg->ha_snapshot_dir);
+    else
+        snprintf(m->snap_dir, sizeof(m->snap_dir), "%s/snapshots", m->cfg->data_dir);
     if (mkdir_p(m->cfg->data_dir) < 0) {
         snprintf(err, errlen, "data_dir %s: cannot create: %s", m->cfg->data_dir, strerror(errno));
         return SMP_EIO;
@@ -285,7 +297,11 @@ static int open_parts(master *m, char *err, size_t errlen)
         .max_batch_records = m->cfg->oplog_max_batch_records,
         .preallocate = m->cfg->oplog_preallocate,
     };
-    if ((rc = oplog_file_open(&m->loop, &lo, &m->log, err, errlen)) < 0) return rc;
+    if (m->cfg->ha_enabled)
+        rc = master_ha_open_log(m, err, errlen);
+    else
+        rc = oplog_file_open(&m->loop, &lo, &m->log, err, errlen);
+    if (rc < 0) return rc;
     if ((rc = master_recover(m, err, errlen)) < 0) return rc;
 
     rpc_server_options ro = {
@@ -315,7 +331,7 @@ static int open_parts(master *m, char *err, size_t errlen)
 
 static void close_parts(master *m)
 {
-    stop(m);
+    master_stop(m);
     oplog_close(m->log); /* flushes; owed callbacks run now */
     m->log = NULL;
     master_nodes_free(m);
@@ -326,6 +342,7 @@ static void close_parts(master *m)
     host_metrics_destroy(m->metrics);
     master_pending_free(m);
     master_carried_free(m);
+    master_ha_close(m);
     if (m->data_lock_fd >= 0) close(m->data_lock_fd); /* the lock goes with it */
 }
 
@@ -359,7 +376,7 @@ int master_main(const host_config *cfg)
     }
     close_parts(m);
     uv_loop_close(&m->loop);
-    int status = m->exit_status;
+    int status = m->restart_requested ? MASTER_EXIT_RESTART : m->exit_status;
     free(m);
     return status;
 }

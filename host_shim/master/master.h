@@ -16,9 +16,14 @@
     (SMP_HOST_CAP_GROUPS | SMP_HOST_CAP_COLD_TIER | SMP_HOST_CAP_DURABLE_OPLOG |     \
      SMP_HOST_CAP_RPC_DISPATCH | SMP_HOST_CAP_METRICS)
 
+/* master_main's answer when an HA master must start over as a standby
+ * (deposed, or its log was garbage-collected past it): store_master then
+ * re-executes itself with the same arguments. */
+#define MASTER_EXIT_RESTART 75
+
 /* Run a master on cfg (borrowed for the call). Returns the process exit
  * status: 0 after a clean shutdown, 1 when startup or recovery failed (the
- * cause is printed on stderr). */
+ * cause is printed on stderr), MASTER_EXIT_RESTART. */
 int master_main(const host_config *cfg);
 
 #endif /* HOST_MASTER_H */

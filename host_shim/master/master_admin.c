@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "host_rpc.pb-c.h"
+#include "ha_election.h"
 #include "master_internal.h"
 
 static const char *const data_type_names[] = {"kv", "metadata", "weight"};
@@ -51,6 +52,12 @@ static const metric_def metric_defs[] = {
     {M(rpc_errors), SMP_METRIC_COUNTER, "rpc_errors_total", "RPC replies with an error status", NULL},
     {M(rpc_connections), SMP_METRIC_GAUGE, "rpc_connections", "Open RPC connections", NULL},
     {M(evictions), SMP_METRIC_COUNTER, "store_eviction_rounds_total", "Eviction plans applied under memory pressure", NULL},
+    {M(ha_is_leader), SMP_METRIC_GAUGE, "ha_is_leader", "1 while this master leads (always 1 without HA)", NULL},
+    {M(ha_ready), SMP_METRIC_GAUGE, "ha_standby_ready", "0 when this master cannot replay the OpLog (out of the election)", NULL},
+    {M(ha_replay_stopped), SMP_METRIC_COUNTER, "ha_replay_stopped_total", "Times following the OpLog stopped on a record this master cannot apply", NULL},
+    {M(ha_applied_seq), SMP_METRIC_GAUGE, "ha_applied_seq", "Last OpLog record applied here", NULL},
+    {M(ha_lag), SMP_METRIC_GAUGE, "ha_replay_lag_records", "Records between the durable head of the OpLog and the last one applied here", NULL},
+    {M(rpc_not_leader), SMP_METRIC_COUNTER, "rpc_not_leader_total", "Requests a standby answered with the leader's endpoint", NULL},
 };
 
 int master_metrics_register(master *m)
@@ -108,7 +115,14 @@ void master_metrics_refresh(master *m)
         host_metric_set(m->m.rpc_requests, NULL, (double)rs.requests);
         host_metric_set(m->m.rpc_errors, NULL, (double)rs.responses_error);
         host_metric_set(m->m.rpc_connections, NULL, (double)rs.connections_open);
+        host_metric_set(m->m.rpc_not_leader, NULL, (double)rs.not_leader);
     }
+    uint64_t head = master_ha_head(m);
+    host_metric_set(m->m.ha_is_leader, NULL, master_is_leader(m) ? 1.0 : 0.0);
+    host_metric_set(m->m.ha_ready, NULL, !m->cfg->ha_enabled || m->ha_ready ? 1.0 : 0.0);
+    host_metric_set(m->m.ha_replay_stopped, NULL, (double)m->ha_replay_stopped);
+    host_metric_set(m->m.ha_applied_seq, NULL, (double)m->applied_seq);
+    host_metric_set(m->m.ha_lag, NULL, head > m->applied_seq ? (double)(head - m->applied_seq) : 0.0);
 }
 
 /* -- HTTP ------------------------------------------------------------------- */
@@ -131,16 +145,25 @@ void master_admin_render(void *ctx, const char *path, int *status, char **body,
         if (host_metrics_render(m->metrics, body, len) < 0) *body = NULL;
         *status = 200;
     } else if (strcmp(path, "/health") == 0) {
-        const char *what = "ok\n";
+        char what[700] = "ok\n";
+        int unready = m->cfg->ha_enabled && !m->ha_ready;
         if (m->log_failed)
-            what = "oplog failed: read-only\n";
-        else if (master_nodes_waiting(m, master_now_ms()))
-            what = "ok; reconcile waits for the nodes holding segments to register\n";
-        *status = m->log_failed ? 503 : 200;
+            snprintf(what, sizeof(what), "oplog failed: read-only\n");
+        else if (unready)
+            snprintf(what, sizeof(what), "not ready: cannot replay the OpLog: %s\n", m->ha_reason);
+        else if (master_is_leader(m) && master_nodes_waiting(m, master_now_ms()))
+            snprintf(what, sizeof(what),
+                     "ok; reconcile waits for the nodes holding segments to register\n");
+        *status = m->log_failed || unready ? 503 : 200;
         *body = text(what, len);
     } else if (strcmp(path, "/role") == 0) {
+        char what[700];
+        if (m->cfg->ha_enabled && !m->ha_ready)
+            snprintf(what, sizeof(what), "%s not-ready: %s\n", master_role_name(m), m->ha_reason);
+        else
+            snprintf(what, sizeof(what), "%s\n", master_role_name(m));
         *status = 200;
-        *body = text("active\n", len);
+        *body = text(what, len);
     } else {
         *status = 404;
         *body = text("not found: try /metrics, /health or /role\n", len);
@@ -162,7 +185,30 @@ static int h_status(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t l
     for (size_t i = 0; i < np; i++)
         names[i] = (char *)host_plugin_desc(host_plugins_at(m->plugins, i))->name;
     StatusResponse resp = STATUS_RESPONSE__INIT;
-    resp.role = "active";
+    resp.role = (char *)master_role_name(m);
+    resp.master_id = m->cfg->ha_id;
+    resp.applied_seq = m->applied_seq;
+    resp.leader = m->ha_leader;
+    /* The registry of masters, with each one's lag behind the durable head. */
+    ha_member members[32];
+    MasterInfo infos[32];
+    MasterInfo *ptrs[32];
+    uint64_t head = master_ha_head(m);
+    size_t nm = master_ha_members(m, members, 32);
+    if (nm > 32) nm = 32;
+    for (size_t i = 0; i < nm; i++) {
+        master_info__init(&infos[i]);
+        infos[i].id = members[i].id;
+        infos[i].role = members[i].role;
+        infos[i].endpoint = members[i].endpoint;
+        infos[i].applied_seq = members[i].applied_seq;
+        infos[i].lag = head > members[i].applied_seq ? head - members[i].applied_seq : 0;
+        infos[i].ready = members[i].ready;
+        infos[i].reason = members[i].reason;
+        ptrs[i] = &infos[i];
+    }
+    resp.n_masters = nm;
+    resp.masters = ptrs;
     resp.objects = os.objects_by_type[0] + os.objects_by_type[1] + os.objects_by_type[2];
     resp.memory_used = os.memory_used;
     resp.memory_capacity = os.memory_capacity;

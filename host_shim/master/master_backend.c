@@ -124,8 +124,7 @@ static void be_memory_usage(void *ctx, uint64_t *used, uint64_t *capacity)
 
 static int be_is_leader(void *ctx)
 {
-    (void)ctx;
-    return 1; /* a single master is always the active one */
+    return master_is_leader(ctx);
 }
 
 void master_backend_init(master *m)

@@ -58,6 +58,18 @@ typedef struct master_node master_node;               /* a registered node (mast
 
 #define MASTER_SERVICE_NODES 3
 
+/* Where an HA master stands (master_ha.c). */
+typedef enum master_ha_role {
+    MASTER_HA_CANDIDATE = 0,    /* starting, or stepping down */
+    MASTER_HA_STANDBY = 1,      /* following the log, campaigning when ready */
+    MASTER_HA_PROMOTING = 2,    /* elected, catching up to the durable head */
+    MASTER_HA_LEADER = 3        /* writing the log, serving */
+} master_ha_role;
+
+struct etcd_client;
+struct ha_election;
+struct ha_member;
+
 typedef struct master {
     const host_config *cfg;
     uv_loop_t loop;
@@ -108,6 +120,17 @@ typedef struct master {
     int stopping;
     int exit_status;
 
+    /* HA (ha.enabled): see master_ha.c. */
+    struct etcd_client *etcd;   /* the OpLog's client */
+    struct ha_election *election;
+    master_ha_role ha_role;
+    int ha_ready;               /* 0: cannot replay (ha_reason says why) */
+    int ha_apply_failed;        /* the stop came from applying a record */
+    uint64_t ha_replay_stopped; /* times following stopped on a record (metric) */
+    char ha_reason[512];
+    char ha_leader[256];        /* the leader's endpoint as last seen, "" */
+    int restart_requested;      /* exit with MASTER_EXIT_RESTART */
+
     /* Host metric families. */
     struct {
         host_metric *objects;        /* {data_type} */
@@ -132,6 +155,12 @@ typedef struct master {
         host_metric *rpc_errors;
         host_metric *rpc_connections;
         host_metric *evictions;
+        host_metric *ha_is_leader;         /* 1 on the leader */
+        host_metric *ha_ready;             /* 0: cannot replay */
+        host_metric *ha_replay_stopped;    /* following stopped on a record */
+        host_metric *ha_applied_seq;
+        host_metric *ha_lag;               /* records behind the durable head */
+        host_metric *rpc_not_leader;       /* requests sent to the leader */
     } m;
 } master;
 
@@ -166,7 +195,42 @@ int master_append_plugin(void *ctx,
 
 void master_pending_free(master *m);
 
+/* -- master.c ------------------------------------------------------------------- */
+
+/* Stop accepting, close the endpoints and the timers: the loop ends once
+ * what is in flight finished. Idempotent. */
+void master_stop(master *m);
+
+/* -- master_ha.c ----------------------------------------------------------------- */
+
+/* "active" (no HA), "leader", "standby" or "candidate". */
+const char *master_role_name(const master *m);
+/* 1 when this master may mutate: always without HA; with it, while it holds
+ * a promoted term whose lease is certainly valid. */
+int master_is_leader(const master *m);
+/* Open the etcd OpLog read-only into m->log. */
+int master_ha_open_log(master *m, char *err, size_t errlen);
+/* After recovery, with the RPC server created: turn away what a standby
+ * must not serve, start the election and follow the log. */
+int master_ha_start(master *m, char *err, size_t errlen);
+/* Housekeeping round: publish role, applied sequence and readiness. */
+void master_ha_tick(master *m);
+/* Resign and stop the election (master_stop); close the etcd client once
+ * the log is closed (master_ha_close). */
+void master_ha_stop(master *m);
+void master_ha_close(master *m);
+/* The registry of masters (up to cap into out; returns how many there are). */
+size_t master_ha_members(master *m, struct ha_member *out, size_t cap);
+/* The durable head of the OpLog as this master last saw it. */
+uint64_t master_ha_head(const master *m);
+
 /* -- master_recovery.c --------------------------------------------------------- */
+
+/* Apply one durable record to the state: a host record to the object store,
+ * a plugin record to its plugin (carried verbatim when no plugin has it and
+ * oplog.carry_unknown_types allows). Recovery and an HA standby's following
+ * both come through here. Advances applied_seq; a refusal is named in err. */
+int master_apply_record(master *m, const oplog_record *rec, char *err, size_t errlen);
 
 /* Load the newest snapshot and replay the OpLog after it. Fails closed: a
  * damaged snapshot, a section a plugin refuses, a record of an unknown type

@@ -78,15 +78,13 @@ static int replay_plugin_record(const host_oplog_type_reg *reg,
     return rc;
 }
 
-static int replay_one(void *arg, const oplog_record *rec)
+int master_apply_record(master *m, const oplog_record *rec, char *err, size_t errlen)
 {
-    replay_ctx *c = arg;
-    master *m = c->m;
     int rc;
     if (rec->type >= 1 && rec->type <= SMP_OPLOG_HOST_TYPE_MAX) {
         rc = obj_apply_record(m->objs, rec->type, rec->encver, rec->payload, rec->len);
         if (rc < 0) {
-            snprintf(c->err, c->errlen, "oplog: record %llu of host type %u (%s) does not apply: %s",
+            snprintf(err, errlen, "oplog: record %llu of host type %u (%s) does not apply: %s",
                      (unsigned long long)rec->seq, (unsigned)rec->type,
                      obj_record_type_name(rec->type), smp_strerror(rc));
             return rc;
@@ -95,13 +93,13 @@ static int replay_one(void *arg, const oplog_record *rec)
         const host_oplog_type_reg *reg = host_plugins_oplog_type(m->plugins, rec->type);
         if (reg != NULL) {
             rc = replay_plugin_record(reg, rec->seq, rec->encver, rec->payload, rec->len,
-                                      c->err, c->errlen);
+                                      err, errlen);
             if (rc < 0) return rc;
         } else if (m->cfg->oplog_carry_unknown_types) {
             if ((rc = carry_record(m, rec->seq, rec->type, rec->encver, rec->payload, rec->len)) < 0)
                 return rc;
         } else {
-            snprintf(c->err, c->errlen,
+            snprintf(err, errlen,
                      "oplog: record %llu has type %u but no loaded plugin replays it "
                      "(set oplog.carry_unknown_types: true to keep such records verbatim)",
                      (unsigned long long)rec->seq, (unsigned)rec->type);
@@ -110,6 +108,12 @@ static int replay_one(void *arg, const oplog_record *rec)
     }
     m->applied_seq = rec->seq;
     return SMP_OK;
+}
+
+static int replay_one(void *arg, const oplog_record *rec)
+{
+    replay_ctx *c = arg;
+    return master_apply_record(c->m, rec, c->err, c->errlen);
 }
 
 /* Records carried from an earlier run: replay those whose plugin is loaded

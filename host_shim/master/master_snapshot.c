@@ -144,7 +144,10 @@ static void on_written(void *arg, int status, const char *path)
     if (status == SMP_OK) {
         m->snapshot_seq = job->seq;
         m->snapshot_wall_ms = master_wall_ms();
-        if (!m->log_failed) oplog_truncate_before(m->log, job->seq + 1);
+        /* HA keeps ha.gc_keep_records below the snapshot, so a standby a
+         * little behind goes on following instead of starting over. */
+        uint64_t keep = m->cfg->ha_enabled ? m->cfg->ha_gc_keep_records : 0;
+        if (!m->log_failed && job->seq + 1 > keep) oplog_truncate_before(m->log, job->seq + 1 - keep);
     } else {
         fprintf(stderr, "store_master: snapshot at %llu failed: %s\n",
                 (unsigned long long)job->seq, smp_strerror(status));

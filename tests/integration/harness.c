@@ -63,6 +63,23 @@ int hx_init(hx_master *m, const char *name, const char *extra)
     return write_config(m, extra);
 }
 
+int hx_ha_yaml(const hx_master *m, const char *id, const char *etcd_endpoints,
+               const char *prefix, const char *snapdir, char *out, size_t cap)
+{
+    char own[300];
+    if (snapdir == NULL) {
+        snprintf(own, sizeof(own), "%s/shared-snapshots", m->dir);
+        snapdir = own;
+    }
+    int n = snprintf(out, cap,
+                     "oplog:\n  backend: etcd\n"
+                     "ha:\n  enabled: true\n  id: %s\n  etcd_endpoints: \"%s\"\n"
+                     "  prefix: \"%s\"\n  lease_ttl_s: 1\n  advertise: \"%s\"\n"
+                     "  snapshot_dir: \"%s\"\n",
+                     id, etcd_endpoints, prefix, m->socket, snapdir);
+    return n > 0 && (size_t)n < cap ? n : -1;
+}
+
 int hx_reconfigure(hx_master *m, const char *extra)
 {
     return write_config(m, extra);
@@ -130,7 +147,18 @@ int hx_http_get(const hx_master *m, const char *path, char **body)
     char *buf = malloc(cap);
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-    if (buf == NULL || fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) goto fail;
+    if (buf == NULL || fd < 0) goto fail;
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+        /* An HA master that restarted itself (same pid) serves admin on a
+         * new ephemeral port: its newest "serving:" line says which. */
+        int port = read_admin_port(m);
+        if (port <= 0 || port == m->admin_port) goto fail;
+        sa.sin_port = htons((uint16_t)port);
+        close(fd);
+        if ((fd = socket(AF_INET, SOCK_STREAM, 0)) < 0 ||
+            connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+            goto fail;
+    }
     int n = snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n", path);
     if (write(fd, req, (size_t)n) != n) goto fail;
     for (;;) {

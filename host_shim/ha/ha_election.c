@@ -1,0 +1,548 @@
+/* ha_election.c -- leader election and the master registry on etcd.
+ *
+ * One thread per master talks to etcd (ha_election.h says what it decides);
+ * the loop thread only reads what the thread published under a mutex and
+ * gets its reports through a uv_async. The thread's cycle, every
+ * HA_CYCLE_MS: renew the lease when a third of the TTL has passed since the
+ * last renewal; campaign with a create-if-absent transaction on the leader
+ * key (or, when it may not, just read who leads); refresh this master's
+ * registry entry and read the registry back. A leader that finds its key
+ * gone or its lease expired is deposed at once; one whose renewals stop
+ * succeeding is deposed by the loop-side timer when the time its lease is
+ * certainly valid for has passed, even if the thread is stuck in a call.
+ *
+ * Both the leader key and registry entries hold a packed MasterInfo
+ * (proto/host_rpc.proto). */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "etcd_client.h"
+#include "ha_election.h"
+#include "host_rpc.pb-c.h"
+#include "store_plugin.h"
+
+#define HA_CYCLE_MS 100u          /* one cycle of the thread */
+#define HA_REGISTRY_MS 500u       /* registry refresh and read-back */
+#define HA_MAX_MEMBERS 64u
+#define HA_CHECK_MS 20u           /* the loop-side validity check */
+
+struct ha_election {
+    uv_loop_t *loop;
+    uv_async_t async;
+    uv_timer_t check;
+    int handles_open;
+    pthread_t thread;
+    int thread_started;
+    etcd_client *etcd;
+
+    /* Fixed at start. */
+    char *prefix;
+    char *id;
+    char *endpoint;
+    uint32_t ttl_s;
+    char leader_key[300];
+    char member_key[400];
+    ha_election_events ev;
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    /* Written by the loop, read by the thread. */
+    int stop;
+    int eligible;
+    char role[16];
+    uint64_t applied_seq;
+    int ready;
+    char reason[160];
+    /* Written by the thread, read by the loop. */
+    int64_t lease_id;
+    int leader;                    /* the thread holds the term */
+    int64_t create_revision;
+    int elected_pending;
+    int deposed_pending;
+    char deposed_why[200];
+    int leader_pending;
+    char leader_id[65];
+    char leader_endpoint[256];
+    ha_member members[HA_MAX_MEMBERS];
+    size_t n_members;
+    /* Monotonic ms up to which the term's lease is certainly valid. */
+    _Atomic uint64_t valid_until_ms;
+
+    /* Loop thread only. */
+    int loop_leader;               /* elected reported, not yet deposed */
+    char seen_endpoint[256];
+};
+
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* The safety margin kept between a leader's step-down and the expiry of its
+ * lease in etcd: a quarter of the TTL. */
+static uint64_t validity_ms(const ha_election *e)
+{
+    uint64_t ttl = (uint64_t)e->ttl_s * 1000u;
+    return ttl - ttl / 4;
+}
+
+/* -- encoding of the leader key and registry entries ------------------------ */
+
+/* Pack a MasterInfo into a malloc'd buffer; NULL on ENOMEM. */
+static uint8_t *pack_info(const char *id, const char *role, const char *endpoint,
+                          uint64_t applied, int ready, const char *reason, size_t *len)
+{
+    MasterInfo mi = MASTER_INFO__INIT;
+    mi.id = (char *)id;
+    mi.role = (char *)role;
+    mi.endpoint = (char *)endpoint;
+    mi.applied_seq = applied;
+    mi.ready = ready != 0;
+    mi.reason = (char *)reason;
+    *len = master_info__get_packed_size(&mi);
+    uint8_t *buf = malloc(*len ? *len : 1);
+    if (buf != NULL) master_info__pack(&mi, buf);
+    return buf;
+}
+
+/* Decode a MasterInfo value into *m. 0, or -1 when it does not decode (a key
+ * some other program wrote: it is skipped, never trusted). */
+static int unpack_info(const uint8_t *v, size_t len, ha_member *m)
+{
+    MasterInfo *mi = master_info__unpack(NULL, len, v);
+    if (mi == NULL) return -1;
+    memset(m, 0, sizeof(*m));
+    snprintf(m->id, sizeof(m->id), "%s", mi->id);
+    snprintf(m->role, sizeof(m->role), "%s", mi->role);
+    snprintf(m->endpoint, sizeof(m->endpoint), "%s", mi->endpoint);
+    m->applied_seq = mi->applied_seq;
+    m->ready = mi->ready;
+    snprintf(m->reason, sizeof(m->reason), "%s", mi->reason);
+    master_info__free_unpacked(mi, NULL);
+    return 0;
+}
+
+/* -- the thread ---------------------------------------------------------------- */
+
+/* Hand a report to the loop thread. Called with mu held. */
+static void wake_loop(ha_election *e)
+{
+    uv_async_send(&e->async);
+}
+
+/* Record who leads as read from the leader key (kv NULL: nobody). mu held. */
+static void see_leader(ha_election *e, const etcd_kv *kv)
+{
+    ha_member m;
+    memset(&m, 0, sizeof(m));
+    if (kv != NULL && unpack_info(kv->value, kv->value_len, &m) < 0) {
+        snprintf(m.id, sizeof(m.id), "?");
+    }
+    if (strcmp(m.id, e->leader_id) == 0 && strcmp(m.endpoint, e->leader_endpoint) == 0) return;
+    snprintf(e->leader_id, sizeof(e->leader_id), "%s", m.id);
+    snprintf(e->leader_endpoint, sizeof(e->leader_endpoint), "%s", m.endpoint);
+    e->leader_pending = 1;
+    wake_loop(e);
+}
+
+/* The thread lost the term (mu held). */
+static void lose_term(ha_election *e, const char *why)
+{
+    if (!e->leader) return;
+    e->leader = 0;
+    atomic_store(&e->valid_until_ms, 0);
+    snprintf(e->deposed_why, sizeof(e->deposed_why), "%s", why);
+    e->deposed_pending = 1;
+    wake_loop(e);
+}
+
+/* Grant a fresh lease (the old one expired). 0 or a negative code. */
+static int grant_lease(ha_election *e, uint64_t *renewed_at, char *err, size_t errlen)
+{
+    int64_t id = 0;
+    uint64_t sent = mono_ms();
+    int rc = etcd_lease_grant(e->etcd, e->ttl_s, &id, NULL, err, errlen);
+    if (rc < 0) return rc;
+    pthread_mutex_lock(&e->mu);
+    e->lease_id = id;
+    pthread_mutex_unlock(&e->mu);
+    *renewed_at = sent;
+    return 0;
+}
+
+/* Renew the lease; on success move the validity forward. */
+static void renew(ha_election *e, uint64_t *renewed_at)
+{
+    char err[256];
+    uint64_t sent = mono_ms();
+    int rc = etcd_lease_keepalive(e->etcd, e->lease_id, NULL, err, sizeof(err));
+    if (rc == 0) {
+        *renewed_at = sent;
+        pthread_mutex_lock(&e->mu);
+        if (e->leader) atomic_store(&e->valid_until_ms, sent + validity_ms(e));
+        pthread_mutex_unlock(&e->mu);
+        return;
+    }
+    if (rc != SMP_ENOTFOUND) return; /* etcd slow or away: the loop-side check decides */
+    pthread_mutex_lock(&e->mu);
+    lose_term(e, "the leader lease expired in etcd");
+    pthread_mutex_unlock(&e->mu);
+    if (grant_lease(e, renewed_at, err, sizeof(err)) < 0) *renewed_at = 0;
+}
+
+/* One campaign round: create the leader key if absent, else read it. */
+static void campaign(ha_election *e, int eligible, uint64_t renewed_at)
+{
+    char err[256];
+    size_t vlen = 0;
+    uint8_t *val = pack_info(e->id, "leader", e->endpoint, 0, 1, "", &vlen);
+    if (val == NULL) return;
+    size_t klen = strlen(e->leader_key);
+    etcd_compare cmp = {.target = ETCD_CMP_VERSION, .result = ETCD_CMP_EQUAL,
+                        .key = e->leader_key, .key_len = klen, .number = 0};
+    etcd_op put = {.type = ETCD_OP_PUT, .key = e->leader_key, .key_len = klen,
+                   .value = val, .value_len = vlen, .lease = e->lease_id};
+    etcd_op get = {.type = ETCD_OP_RANGE, .key = e->leader_key, .key_len = klen};
+    etcd_txn_result r;
+    int rc;
+    if (eligible)
+        rc = etcd_txn(e->etcd, &cmp, 1, &put, 1, &get, 1, &r, err, sizeof(err));
+    else
+        rc = etcd_txn(e->etcd, NULL, 0, &get, 1, NULL, 0, &r, err, sizeof(err));
+    free(val);
+    if (rc < 0) return;
+    pthread_mutex_lock(&e->mu);
+    if (eligible && r.succeeded) {
+        e->leader = 1;
+        e->create_revision = r.revision;
+        atomic_store(&e->valid_until_ms, renewed_at + validity_ms(e));
+        e->elected_pending = 1;
+        snprintf(e->leader_id, sizeof(e->leader_id), "%s", e->id);
+        snprintf(e->leader_endpoint, sizeof(e->leader_endpoint), "%s", e->endpoint);
+        e->leader_pending = 1;
+        wake_loop(e);
+    } else {
+        const etcd_kv *kv = r.n_ranges > 0 && r.ranges[0].n > 0 ? &r.ranges[0].kvs[0] : NULL;
+        see_leader(e, kv);
+    }
+    pthread_mutex_unlock(&e->mu);
+    etcd_txn_result_free(&r);
+}
+
+/* A leader checks that its key still stands, under its lease. */
+static void check_term(ha_election *e)
+{
+    char err[256];
+    etcd_range_result r;
+    if (etcd_range(e->etcd, e->leader_key, strlen(e->leader_key), NULL, 0, 0, 0, 0, &r, err,
+                   sizeof(err)) < 0)
+        return;
+    pthread_mutex_lock(&e->mu);
+    if (r.n == 0)
+        lose_term(e, "the leader key is gone from etcd");
+    else if (r.kvs[0].lease != e->lease_id || r.kvs[0].create_revision != e->create_revision)
+        lose_term(e, "another master holds the leader key");
+    pthread_mutex_unlock(&e->mu);
+    etcd_range_result_free(&r);
+}
+
+static int member_cmp(const void *a, const void *b)
+{
+    return strcmp(((const ha_member *)a)->id, ((const ha_member *)b)->id);
+}
+
+/* Write this master's registry entry, under its lease. */
+static void write_registry(ha_election *e)
+{
+    char err[256];
+    size_t vlen = 0;
+    pthread_mutex_lock(&e->mu);
+    uint8_t *val = pack_info(e->id, e->leader ? "leader" : e->role, e->endpoint, e->applied_seq,
+                             e->ready, e->reason, &vlen);
+    int64_t lease = e->lease_id;
+    pthread_mutex_unlock(&e->mu);
+    if (val == NULL) return;
+    (void)etcd_put(e->etcd, e->member_key, strlen(e->member_key), val, vlen, lease, NULL, err,
+                   sizeof(err));
+    free(val);
+}
+
+/* Read every registry entry back (entries that do not decode are skipped). */
+static void read_registry(ha_election *e)
+{
+    char err[256], start[400], end[400];
+    int n = snprintf(start, sizeof(start), "%smasters/", e->prefix);
+    memcpy(end, start, (size_t)n);
+    end[n - 1] = '/' + 1;
+    etcd_range_result r;
+    if (etcd_range(e->etcd, start, (size_t)n, end, (size_t)n, HA_MAX_MEMBERS, 0, 0, &r, err,
+                   sizeof(err)) < 0)
+        return;
+    ha_member tmp[HA_MAX_MEMBERS];
+    size_t k = 0;
+    for (size_t i = 0; i < r.n && k < HA_MAX_MEMBERS; i++) {
+        if (unpack_info(r.kvs[i].value, r.kvs[i].value_len, &tmp[k]) == 0) k++;
+    }
+    qsort(tmp, k, sizeof(tmp[0]), member_cmp);
+    pthread_mutex_lock(&e->mu);
+    memcpy(e->members, tmp, k * sizeof(tmp[0]));
+    e->n_members = k;
+    pthread_mutex_unlock(&e->mu);
+    etcd_range_result_free(&r);
+}
+
+static void *election_thread(void *arg)
+{
+    ha_election *e = arg;
+    uint64_t renewed_at = mono_ms(); /* the lease was granted at start */
+    uint64_t last_registry = 0;
+    char err[256];
+
+    for (;;) {
+        pthread_mutex_lock(&e->mu);
+        int stop = e->stop, eligible = e->eligible, leader = e->leader;
+        pthread_mutex_unlock(&e->mu);
+        if (stop) break;
+
+        uint64_t now = mono_ms();
+        if (renewed_at == 0) {
+            if (grant_lease(e, &renewed_at, err, sizeof(err)) < 0) renewed_at = 0;
+        } else if (now - renewed_at >= (uint64_t)e->ttl_s * 1000u / 3u) {
+            renew(e, &renewed_at);
+        }
+        if (renewed_at != 0) {
+            if (leader)
+                check_term(e);
+            else
+                campaign(e, eligible, renewed_at);
+        }
+        if (now - last_registry >= HA_REGISTRY_MS && renewed_at != 0) {
+            write_registry(e);
+            read_registry(e);
+            last_registry = now;
+        }
+
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += (long)HA_CYCLE_MS * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        pthread_mutex_lock(&e->mu);
+        if (!e->stop) pthread_cond_timedwait(&e->cv, &e->mu, &until);
+        pthread_mutex_unlock(&e->mu);
+    }
+
+    /* Resign: the key goes with the lease. */
+    pthread_mutex_lock(&e->mu);
+    int64_t lease = e->lease_id;
+    pthread_mutex_unlock(&e->mu);
+    if (lease != 0) (void)etcd_lease_revoke(e->etcd, lease, err, sizeof(err));
+    return NULL;
+}
+
+/* -- the loop side ---------------------------------------------------------------- */
+
+/* Depose on the loop thread (once per term). */
+static void loop_depose(ha_election *e, const char *why)
+{
+    if (!e->loop_leader) return;
+    e->loop_leader = 0;
+    if (e->ev.on_deposed) e->ev.on_deposed(e->ev.arg, why);
+}
+
+static void on_async(uv_async_t *a)
+{
+    ha_election *e = a->data;
+    int elected = 0, deposed = 0, leader_changed = 0;
+    char why[200], id[65], endpoint[256];
+    ha_term term = {.leader_key = e->leader_key, .leader_key_len = strlen(e->leader_key)};
+
+    pthread_mutex_lock(&e->mu);
+    if (e->deposed_pending) {
+        deposed = 1;
+        e->deposed_pending = 0;
+        snprintf(why, sizeof(why), "%s", e->deposed_why);
+    }
+    if (e->elected_pending) {
+        e->elected_pending = 0;
+        if (e->leader) {
+            elected = 1;
+            term.lease_id = e->lease_id;
+            term.create_revision = e->create_revision;
+        }
+    }
+    if (e->leader_pending) {
+        e->leader_pending = 0;
+        leader_changed = 1;
+        snprintf(id, sizeof(id), "%s", e->leader_id);
+        snprintf(endpoint, sizeof(endpoint), "%s", e->leader_endpoint);
+    }
+    pthread_mutex_unlock(&e->mu);
+
+    if (deposed) loop_depose(e, why);
+    if (leader_changed) {
+        snprintf(e->seen_endpoint, sizeof(e->seen_endpoint), "%s", endpoint);
+        if (e->ev.on_leader) e->ev.on_leader(e->ev.arg, id, endpoint);
+    }
+    if (elected && !e->loop_leader) {
+        e->loop_leader = 1;
+        if (e->ev.on_elected) e->ev.on_elected(e->ev.arg, &term);
+    }
+}
+
+/* A leader whose lease is no longer certainly valid steps down, whatever the
+ * thread is doing. */
+static void on_check(uv_timer_t *t)
+{
+    ha_election *e = t->data;
+    if (!e->loop_leader) return;
+    uint64_t until = atomic_load(&e->valid_until_ms);
+    if (mono_ms() < until) return;
+    char why[160];
+    snprintf(why, sizeof(why), "the leader lease could not be renewed within %" PRIu64 " ms",
+             validity_ms(e));
+    pthread_mutex_lock(&e->mu);
+    if (e->leader) {
+        e->leader = 0; /* the thread campaigns afresh once the old lease is gone */
+        atomic_store(&e->valid_until_ms, 0);
+    }
+    pthread_mutex_unlock(&e->mu);
+    loop_depose(e, why);
+}
+
+static void free_election(ha_election *e)
+{
+    etcd_client_close(e->etcd);
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cv);
+    free(e->prefix);
+    free(e->id);
+    free(e->endpoint);
+    free(e);
+}
+
+static void on_handle_closed(uv_handle_t *h)
+{
+    ha_election *e = h->data;
+    if (--e->handles_open == 0) free_election(e);
+}
+
+int ha_election_start(uv_loop_t *loop,
+                      const ha_election_options *o,
+                      ha_election **out,
+                      char *err,
+                      size_t errlen)
+{
+    int rc;
+    if (loop == NULL || o == NULL || out == NULL || o->endpoints == NULL || o->prefix == NULL ||
+        o->id == NULL || o->endpoint == NULL || o->ttl_s == 0 || o->id[0] == '\0')
+        return SMP_EINVAL;
+    ha_election *e = calloc(1, sizeof(*e));
+    if (e == NULL) return SMP_ENOMEM;
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    e->loop = loop;
+    e->ttl_s = o->ttl_s;
+    e->ev = o->events;
+    e->prefix = strdup(o->prefix);
+    e->id = strdup(o->id);
+    e->endpoint = strdup(o->endpoint);
+    snprintf(e->role, sizeof(e->role), "candidate");
+    if (e->prefix == NULL || e->id == NULL || e->endpoint == NULL) {
+        rc = SMP_ENOMEM;
+        goto free_e;
+    }
+    snprintf(e->leader_key, sizeof(e->leader_key), "%sleader", o->prefix);
+    snprintf(e->member_key, sizeof(e->member_key), "%smasters/%s", o->prefix, o->id);
+
+    /* Calls are short: a renewal must fail fast enough to be retried within
+     * the lease's validity. */
+    uint32_t timeout = o->ttl_s * 1000u / 4u;
+    etcd_client_options eo = {.endpoints = o->endpoints, .timeout_ms = timeout < 200 ? 200 : timeout};
+    if ((rc = etcd_client_open(&eo, &e->etcd, err, errlen)) < 0) goto free_e;
+    int64_t lease = 0;
+    if ((rc = etcd_lease_grant(e->etcd, o->ttl_s, &lease, NULL, err, errlen)) < 0) goto free_e;
+    e->lease_id = lease;
+
+    uv_async_init(loop, &e->async, on_async);
+    uv_timer_init(loop, &e->check);
+    e->async.data = e->check.data = e;
+    e->handles_open = 2;
+    uv_timer_start(&e->check, on_check, HA_CHECK_MS, HA_CHECK_MS);
+    if (pthread_create(&e->thread, NULL, election_thread, e) != 0) {
+        snprintf(err, errlen, "ha: cannot start the election thread: %s", strerror(errno));
+        e->stop = 1;
+        uv_close((uv_handle_t *)&e->async, on_handle_closed);
+        uv_close((uv_handle_t *)&e->check, on_handle_closed);
+        return SMP_ENOMEM;
+    }
+    e->thread_started = 1;
+    *out = e;
+    return 0;
+
+free_e:
+    free_election(e);
+    return rc;
+}
+
+void ha_election_set_eligible(ha_election *e, int eligible)
+{
+    pthread_mutex_lock(&e->mu);
+    e->eligible = eligible != 0;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+void ha_election_set_status(ha_election *e, const char *role, uint64_t applied_seq, int ready,
+                            const char *reason)
+{
+    pthread_mutex_lock(&e->mu);
+    snprintf(e->role, sizeof(e->role), "%s", role != NULL ? role : "");
+    e->applied_seq = applied_seq;
+    e->ready = ready != 0;
+    snprintf(e->reason, sizeof(e->reason), "%s", reason != NULL ? reason : "");
+    pthread_mutex_unlock(&e->mu);
+}
+
+int ha_election_is_leader(const ha_election *e)
+{
+    return e->loop_leader && mono_ms() < atomic_load(&((ha_election *)e)->valid_until_ms);
+}
+
+const char *ha_election_leader_endpoint(const ha_election *e)
+{
+    return e->seen_endpoint;
+}
+
+size_t ha_election_members(ha_election *e, ha_member *out, size_t cap)
+{
+    pthread_mutex_lock(&e->mu);
+    size_t n = e->n_members;
+    memcpy(out, e->members, (n < cap ? n : cap) * sizeof(*out));
+    pthread_mutex_unlock(&e->mu);
+    return n;
+}
+
+void ha_election_stop(ha_election *e)
+{
+    if (e == NULL) return;
+    pthread_mutex_lock(&e->mu);
+    e->stop = 1;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    if (e->thread_started) pthread_join(e->thread, NULL);
+    e->thread_started = 0;
+    uv_timer_stop(&e->check);
+    uv_close((uv_handle_t *)&e->async, on_handle_closed);
+    uv_close((uv_handle_t *)&e->check, on_handle_closed);
+}

@@ -1,0 +1,109 @@
+/* ha_election.h -- who leads an HA cluster of masters, decided through etcd.
+ *
+ * Each master grants itself an etcd lease (ha.lease_ttl_s) and keeps it alive.
+ * Leadership is the key <prefix>leader, created only while absent and bound
+ * to the winner's lease: when the leader dies or stops renewing, etcd deletes
+ * the key at the lease's expiry and the next candidate's create succeeds. The
+ * key's lease and create revision form the fence the etcd OpLog checks in
+ * every write, so a deposed leader cannot append even if it has not noticed.
+ *
+ * A leader steps down by itself before its lease can expire: the election
+ * tracks, on the loop thread, the time up to which the lease is certainly
+ * still valid (the send time of the last successful renewal plus the TTL,
+ * less a margin), and reports the loss once that passes without a renewal,
+ * whether etcd is slow, partitioned or SIGSTOPped.
+ *
+ * Every master also registers <prefix>masters/<id> under its lease (role,
+ * endpoint, applied sequence, readiness), refreshed while it runs, and the
+ * election reads the whole registry back, so any master can say who is in
+ * the cluster (weightctl status).
+ *
+ * The etcd calls run on the election's own thread; everything reported to
+ * the caller runs on the loop thread given at start. */
+#ifndef HOST_HA_ELECTION_H
+#define HOST_HA_ELECTION_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+typedef struct ha_election ha_election;
+
+/* What the fence of a term is: the leader key as created by this master. */
+typedef struct ha_term {
+    const char *leader_key;    /* "<prefix>leader" */
+    size_t leader_key_len;
+    int64_t lease_id;
+    int64_t create_revision;
+} ha_term;
+
+/* One master of the registry, as it last wrote itself. */
+typedef struct ha_member {
+    char id[65];
+    char role[16];             /* "leader", "standby", "candidate" */
+    char endpoint[256];
+    uint64_t applied_seq;
+    int ready;
+    char reason[160];
+} ha_member;
+
+typedef struct ha_election_events {
+    /* This master won: the term's fence (borrowed for the call). */
+    void (*on_elected)(void *arg, const ha_term *term);
+    /* This master led and no longer may (why names the cause). */
+    void (*on_deposed)(void *arg, const char *why);
+    /* The leader as seen from here changed: its id and endpoint, "" when no
+     * leader is known. */
+    void (*on_leader)(void *arg, const char *id, const char *endpoint);
+    void *arg;
+} ha_election_events;
+
+typedef struct ha_election_options {
+    const char *endpoints;     /* etcd members, "host:port,..." */
+    const char *prefix;        /* the cluster's keys, "/weight_mgmt/" */
+    const char *id;            /* this master's name */
+    const char *endpoint;      /* where clients reach this master */
+    uint32_t ttl_s;            /* lease TTL, >= 1 */
+    ha_election_events events;
+} ha_election_options;
+
+/* Start the election thread: grant the lease, register, and campaign once
+ * ha_election_set_eligible(e, 1) was called (a master that has not caught
+ * up, or cannot replay, must not lead). Returns 0, SMP_EINVAL, SMP_ENOMEM, or
+ * SMP_EIO when etcd cannot be reached to grant the lease (err says why). */
+int ha_election_start(uv_loop_t *loop,
+                      const ha_election_options *o,
+                      ha_election **out,       /* OUT */
+                      char *err,
+                      size_t errlen);
+
+/* Allow (1) or forbid (0) campaigning. Forbidding does not resign a term
+ * already won. Loop thread. */
+void ha_election_set_eligible(ha_election *e, int eligible);
+
+/* What this master writes into its registry entry (copied). Loop thread. */
+void ha_election_set_status(ha_election *e,
+                            const char *role,
+                            uint64_t applied_seq,
+                            int ready,
+                            const char *reason);
+
+/* 1 while this master holds the leader key and its lease is certainly
+ * valid. Loop thread. */
+int ha_election_is_leader(const ha_election *e);
+
+/* The leader's endpoint as last seen ("" when none). Loop thread; the
+ * pointer stays valid until the next loop turn. */
+const char *ha_election_leader_endpoint(const ha_election *e);
+
+/* Copy up to cap registry entries into out (sorted by id); returns how many
+ * there are. Loop thread. */
+size_t ha_election_members(ha_election *e, ha_member *out, size_t cap);
+
+/* Resign (delete the leader key if held, revoke the lease), stop the thread
+ * and close the loop handles; the memory goes with the close callbacks, so
+ * the loop must run once more. NULL is a no-op. */
+void ha_election_stop(ha_election *e);
+
+#endif /* HOST_HA_ELECTION_H */

@@ -1,0 +1,248 @@
+/* master_ha.c -- the master's part in an HA cluster (ha.enabled).
+ *
+ * The OpLog lives in etcd (oplog_etcd.c) and snapshots in ha.snapshot_dir,
+ * which every master reads. A master starts as a standby: recovery loads the
+ * newest snapshot and replays the log after it, exactly as a single master
+ * does, then the log is followed and every new record goes through the same
+ * apply (master_apply_record) as recovery. Meanwhile the election
+ * (ha_election.c) campaigns for it once it is ready. A standby answers
+ * status and nothing else: every other request gets SMP_ENOTLEADER with the
+ * leader's endpoint, so clients and nodes move on. A record the standby
+ * cannot replay (an unknown type) stops following, takes it out of the
+ * election, and shows in /health, /role and a metric.
+ *
+ * Elected, it promotes the log (catch up to the durable head under the
+ * term's fence, then become its writer), and only then serves as the
+ * leader: the plugins get the role change, the reconcile ticks wait for the
+ * nodes to register again (master_nodes_settled), and persisted operations
+ * resume from the state that was replayed. Deposed (its lease could not be
+ * renewed in time, or a write found another leader's fence), it stops
+ * serving at once and restarts as a standby from the newest snapshot: the
+ * process re-executes itself (MASTER_EXIT_RESTART), which drops every piece
+ * of leader-only state without a special path. A standby whose log was
+ * garbage-collected past it restarts the same way. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "etcd_client.h"
+#include "ha_election.h"
+#include "host_rpc.pb-c.h"
+#include "master_internal.h"
+
+#define MASTER_HA_ETCD_TIMEOUT_MS 2000u
+
+const char *master_role_name(const master *m)
+{
+    if (!m->cfg->ha_enabled) return "active";
+    switch (m->ha_role) {
+    case MASTER_HA_LEADER: return "leader";
+    case MASTER_HA_STANDBY: return "standby";
+    default: return "candidate";
+    }
+}
+
+int master_is_leader(const master *m)
+{
+    if (!m->cfg->ha_enabled) return 1;
+    return m->ha_role == MASTER_HA_LEADER && m->election != NULL &&
+           ha_election_is_leader(m->election);
+}
+
+/* The endpoint this master advertises. */
+static const char *advertised(const master *m)
+{
+    return m->cfg->ha_advertise[0] ? m->cfg->ha_advertise : m->cfg->listen_tcp;
+}
+
+/* Stop serving and come back as a standby (see the file comment). */
+static void restart_as_standby(master *m, const char *why)
+{
+    if (m->restart_requested) return;
+    fprintf(stderr, "store_master: %s; restarting as a standby\n", why);
+    m->restart_requested = 1;
+    m->ha_role = MASTER_HA_CANDIDATE;
+    oplog_etcd_demote(m->log);
+    master_stop(m);
+}
+
+static void publish_status(master *m)
+{
+    if (m->election == NULL) return;
+    ha_election_set_status(m->election, master_role_name(m), m->applied_seq, m->ha_ready,
+                           m->ha_reason);
+}
+
+/* -- following the log ----------------------------------------------------------- */
+
+static int follow_apply(void *arg, const oplog_record *rec)
+{
+    master *m = arg;
+    int rc = master_apply_record(m, rec, m->ha_reason, sizeof(m->ha_reason));
+    if (rc < 0) m->ha_apply_failed = 1;
+    return rc;
+}
+
+static void on_follow_stop(void *arg, int status, const char *why)
+{
+    master *m = arg;
+    if (m->stopping) return;
+    if (status == SMP_ERANGE) {
+        char line[512];
+        snprintf(line, sizeof(line), "the OpLog was garbage-collected past this standby (%s)",
+                 why ? why : "");
+        restart_as_standby(m, line);
+        return;
+    }
+    m->ha_ready = 0;
+    m->ha_replay_stopped++;
+    if (!m->ha_apply_failed || m->ha_reason[0] == '\0')
+        snprintf(m->ha_reason, sizeof(m->ha_reason), "%s", why ? why : smp_strerror(status));
+    fprintf(stderr, "store_master: standby cannot replay: %s; out of the election\n",
+            m->ha_reason);
+    ha_election_set_eligible(m->election, 0);
+    publish_status(m);
+}
+
+/* -- the election's reports ------------------------------------------------------ */
+
+static void on_promoted(void *arg, int status)
+{
+    master *m = arg;
+    if (m->stopping) return;
+    if (status < 0) {
+        char why[256];
+        snprintf(why, sizeof(why), "promotion failed: %s", smp_strerror(status));
+        restart_as_standby(m, why);
+        return;
+    }
+    m->ha_role = MASTER_HA_LEADER;
+    m->serving_since_ms = master_now_ms();
+    m->nodes_settled = 0;
+    fprintf(stderr, "store_master: leader of the cluster (%s), applied seq %" PRIu64 "\n",
+            m->cfg->ha_id, m->applied_seq);
+    publish_status(m);
+    smp_event ev = {.struct_size = sizeof(ev), .type = SMP_EVENT_ROLE_CHANGE, .is_leader = 1};
+    master_emit(m, &ev);
+}
+
+static void on_elected(void *arg, const ha_term *t)
+{
+    master *m = arg;
+    if (m->stopping || m->restart_requested) return;
+    m->ha_role = MASTER_HA_PROMOTING;
+    oplog_etcd_fence f = {.leader_key = t->leader_key, .leader_key_len = t->leader_key_len,
+                          .lease_id = t->lease_id, .create_revision = t->create_revision,
+                          .lease_ttl_ms = m->cfg->ha_lease_ttl_s * 1000u};
+    fprintf(stderr, "store_master: elected (lease %" PRId64 "); catching up\n", t->lease_id);
+    int rc = oplog_etcd_promote(m->log, &f, NULL, NULL, on_promoted, m);
+    if (rc < 0) {
+        char why[256];
+        snprintf(why, sizeof(why), "promotion refused: %s", smp_strerror(rc));
+        restart_as_standby(m, why);
+    }
+}
+
+static void on_deposed(void *arg, const char *why)
+{
+    master *m = arg;
+    char line[320];
+    snprintf(line, sizeof(line), "deposed: %s", why);
+    restart_as_standby(m, line);
+}
+
+static void on_leader(void *arg, const char *id, const char *endpoint)
+{
+    master *m = arg;
+    snprintf(m->ha_leader, sizeof(m->ha_leader), "%s", endpoint);
+    fprintf(stderr, "store_master: the leader is %s%s%s\n", id[0] ? id : "(none)",
+            endpoint[0] ? " at " : "", endpoint);
+}
+
+static void on_fenced(void *arg, const char *why)
+{
+    master *m = arg;
+    char line[320];
+    snprintf(line, sizeof(line), "fenced out of the OpLog: %s", why);
+    restart_as_standby(m, line);
+}
+
+/* A standby serves status only; the rest goes to the leader. */
+static int admit(void *arg, uint32_t service, uint32_t method, const char **leader)
+{
+    master *m = arg;
+    if (master_is_leader(m)) return 0;
+    if (service == HOST_SERVICE__HOST_SERVICE_ADMIN && method == ADMIN_METHOD__ADMIN_STATUS)
+        return 0;
+    *leader = strcmp(m->ha_leader, advertised(m)) == 0 ? "" : m->ha_leader;
+    return SMP_ENOTLEADER;
+}
+
+/* -- lifecycle ------------------------------------------------------------------ */
+
+int master_ha_open_log(master *m, char *err, size_t errlen)
+{
+    int rc;
+    etcd_client_options eo = {.endpoints = m->cfg->ha_etcd_endpoints,
+                              .timeout_ms = MASTER_HA_ETCD_TIMEOUT_MS};
+    if ((rc = etcd_client_open(&eo, &m->etcd, err, errlen)) < 0) return rc;
+    uint32_t batch = m->cfg->oplog_max_batch_records;
+    oplog_etcd_options o = {.client = m->etcd, .prefix = m->cfg->ha_prefix,
+                            .max_batch_records = batch < 127 ? batch : 127,
+                            .on_fenced = on_fenced, .fenced_arg = m};
+    return oplog_etcd_open(&m->loop, &o, &m->log, err, errlen);
+}
+
+int master_ha_start(master *m, char *err, size_t errlen)
+{
+    int rc;
+    m->ha_role = MASTER_HA_STANDBY;
+    m->ha_ready = 1;
+    rpc_server_set_admission(m->rpc, admit, m);
+    ha_election_options o = {
+        .endpoints = m->cfg->ha_etcd_endpoints,
+        .prefix = m->cfg->ha_prefix,
+        .id = m->cfg->ha_id,
+        .endpoint = advertised(m),
+        .ttl_s = m->cfg->ha_lease_ttl_s,
+        .events = {on_elected, on_deposed, on_leader, m},
+    };
+    if ((rc = ha_election_start(&m->loop, &o, &m->election, err, errlen)) < 0) return rc;
+    publish_status(m);
+    if ((rc = oplog_etcd_follow(m->log, m->applied_seq, follow_apply, m, on_follow_stop, m)) < 0) {
+        snprintf(err, errlen, "ha: cannot follow the OpLog: %s", smp_strerror(rc));
+        return rc;
+    }
+    ha_election_set_eligible(m->election, 1);
+    fprintf(stderr, "store_master: standby %s, applied seq %" PRIu64 "; campaigning\n",
+            m->cfg->ha_id, m->applied_seq);
+    return SMP_OK;
+}
+
+void master_ha_tick(master *m)
+{
+    publish_status(m);
+}
+
+void master_ha_stop(master *m)
+{
+    ha_election_stop(m->election);
+    m->election = NULL;
+}
+
+void master_ha_close(master *m)
+{
+    etcd_client_close(m->etcd);
+    m->etcd = NULL;
+}
+
+size_t master_ha_members(master *m, ha_member *out, size_t cap)
+{
+    return m->election != NULL ? ha_election_members(m->election, out, cap) : 0;
+}
+
+uint64_t master_ha_head(const master *m)
+{
+    return m->cfg->ha_enabled ? oplog_etcd_head(m->log) : m->applied_seq;
+}

@@ -1,0 +1,501 @@
+/* test_ha_failover.c -- three real masters on a real etcd.
+ *
+ * Every test starts Debian's etcd through etcd_fixture (its own ports, data
+ * directory and key prefix), three store_master processes in HA mode (their
+ * own Unix sockets and data dirs, one shared snapshot directory) and, where
+ * objects need a home, one store_node given the list of all three masters.
+ * Nothing is mocked: leaders are killed with SIGKILL, paused with SIGSTOP,
+ * an etcd member is killed, and the assertions read what the masters answer
+ * afterwards: no acknowledged write lost, a deposed leader never writes, a
+ * standby that cannot replay a record says so and never leads, and a
+ * standby started after the OpLog was garbage-collected catches up from the
+ * snapshot. */
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "etcd_fixture.h"
+#include "harness.h"
+#include "rpc.pb-c.h"
+
+#define N_MASTERS 3
+#define WAIT_MS 20000
+#define RECORDER_SERVICE 40
+#define RECORDER_SET_NEXT 1
+
+typedef struct cluster {
+    etcd_fixture etcd;
+    char snapdir[256];
+    char prefix[64];
+    char masters[320];       /* every master's socket, comma-separated */
+    hx_master m[N_MASTERS];
+    int with_recorder[N_MASTERS];
+    int every_records;       /* snapshot.every_records, 0: the default */
+    hx_node node;
+} cluster;
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Write master i's config: HA on the fixture's etcd, no embedded node. */
+static int write_config(cluster *c, int i)
+{
+    char extra[2048], id[16];
+    snprintf(id, sizeof(id), "m%d", i);
+    int n = hx_ha_yaml(&c->m[i], id, etcd_fixture_endpoints(&c->etcd), c->prefix, c->snapdir,
+                       extra, sizeof(extra));
+    if (n < 0) return -1;
+    n += snprintf(extra + n, sizeof(extra) - (size_t)n,
+                  "  gc_keep_records: 5\n"
+                  "node:\n  embedded: false\n"
+                  "cluster:\n  weight_management_oplog_capability_confirmed: true\n"
+                  "  weight_lineage_oplog_capability_confirmed: true\n");
+    if (c->every_records > 0)
+        n += snprintf(extra + n, sizeof(extra) - (size_t)n, "snapshot:\n  every_records: %d\n",
+                      c->every_records);
+    n += snprintf(extra + n, sizeof(extra) - (size_t)n,
+                  "plugins:\n  - path: \"%s/lib/weight_mgmt.so\"\n", BUILD_DIR);
+    if (c->with_recorder[i])
+        snprintf(extra + n, sizeof(extra) - (size_t)n,
+                 "  - path: \"%s/lib/testplugins/recorder.so\"\n", BUILD_DIR);
+    return hx_reconfigure(&c->m[i], extra);
+}
+
+static int setup_n(void **state, size_t etcd_members)
+{
+    cluster *c = calloc(1, sizeof(*c));
+    if (c == NULL) return -1;
+    if (etcd_fixture_start(&c->etcd, "ha-failover", etcd_members, WAIT_MS) < 0) return -1;
+    snprintf(c->snapdir, sizeof(c->snapdir), "%s/snapshots", c->etcd.dir);
+    mkdir(c->snapdir, 0755);
+    snprintf(c->prefix, sizeof(c->prefix), "/wm-test-%ld/", (long)getpid());
+    size_t used = 0;
+    for (int i = 0; i < N_MASTERS; i++) {
+        char name[16];
+        snprintf(name, sizeof(name), "ha-m%d", i);
+        if (hx_init(&c->m[i], name, NULL) < 0) return -1;
+        c->with_recorder[i] = 1;
+        used += (size_t)snprintf(c->masters + used, sizeof(c->masters) - used, "%s%s",
+                                 i ? "," : "", c->m[i].socket);
+    }
+    *state = c;
+    return 0;
+}
+
+static int setup(void **state)
+{
+    return setup_n(state, 1);
+}
+
+static int setup_three_etcd_members(void **state)
+{
+    return setup_n(state, 3);
+}
+
+static int teardown(void **state)
+{
+    cluster *c = *state;
+    hx_node_kill(&c->node);
+    for (int i = 0; i < N_MASTERS; i++) {
+        if (c->m[i].pid > 0) kill(c->m[i].pid, SIGCONT);
+        hx_cleanup(&c->m[i]);
+    }
+    etcd_fixture_cleanup(&c->etcd);
+    free(c);
+    return 0;
+}
+
+static void start_master(cluster *c, int i)
+{
+    assert_int_equal(write_config(c, i), 0);
+    if (hx_start(&c->m[i], WAIT_MS) < 0) fail_msg("master %d did not start (%s)", i, c->m[i].log);
+}
+
+/* Master i's /role, first line (caller frees); NULL when it does not answer. */
+static char *role_of(const hx_master *m)
+{
+    char *body = NULL;
+    if (m->pid <= 0 || hx_http_get(m, "/role", &body) != 200) {
+        free(body);
+        return NULL;
+    }
+    body[strcspn(body, "\n")] = '\0';
+    return body;
+}
+
+/* Wait until exactly one running master says "leader" (not `not`); its index. */
+static int wait_leader(cluster *c, int not)
+{
+    for (int waited = 0; waited < WAIT_MS; waited += 50) {
+        int found = -1, n = 0;
+        for (int i = 0; i < N_MASTERS; i++) {
+            if (i == not) continue;
+            char *r = role_of(&c->m[i]);
+            if (r != NULL && strcmp(r, "leader") == 0) {
+                found = i;
+                n++;
+            }
+            free(r);
+        }
+        if (n == 1) return found;
+        sleep_ms(50);
+    }
+    fail_msg("no single leader within %d ms", WAIT_MS);
+    return -1;
+}
+
+static void wait_role(cluster *c, int i, const char *want)
+{
+    for (int waited = 0; waited < WAIT_MS; waited += 50) {
+        char *r = role_of(&c->m[i]);
+        int ok = r != NULL && strncmp(r, want, strlen(want)) == 0;
+        free(r);
+        if (ok) return;
+        sleep_ms(50);
+    }
+    char *r = role_of(&c->m[i]);
+    fail_msg("master %d: role \"%s\", wanted \"%s\" (%s)", i, r ? r : "(none)", want, c->m[i].log);
+}
+
+static void start_cluster(cluster *c)
+{
+    for (int i = 0; i < N_MASTERS; i++) start_master(c, i);
+}
+
+/* A kv client on master i. */
+static kvc *client_of(const cluster *c, int i)
+{
+    kvc *k = hx_client(&c->m[i]);
+    if (k == NULL) fail_msg("cannot connect to master %d", i);
+    return k;
+}
+
+static void start_node(cluster *c)
+{
+    hx_master view = c->m[0]; /* the node's files live in master 0's dir */
+    assert_true(strlen(c->masters) < sizeof(view.socket));
+    memcpy(view.socket, c->masters, strlen(c->masters) + 1);
+    assert_int_equal(hx_node_start(&view, &c->node, "n1", 16u << 20), 0);
+}
+
+/* Print the last lines of a log file (to explain a failure). */
+static void print_tail(const char *path)
+{
+    char cmd[400];
+    snprintf(cmd, sizeof(cmd), "echo '---- %s'; tail -n 25 '%s' >&2", path, path);
+    if (system(cmd) != 0) fprintf(stderr, "(no %s)\n", path);
+}
+
+/* Wait until the leader has the node registered. */
+static void wait_node(cluster *c, int leader)
+{
+    if (hx_wait_nodes(&c->m[leader], 1, WAIT_MS) == 0) return;
+    print_tail(c->node.log);
+    print_tail(c->m[leader].log);
+    fail_msg("node not registered with master %d", leader);
+}
+
+static void put_n(kvc *k, const char *prefix, int from, int to)
+{
+    for (int i = from; i < to; i++) {
+        char key[64], val[64];
+        snprintf(key, sizeof(key), "%s/%04d", prefix, i);
+        int len = snprintf(val, sizeof(val), "value-%d", i);
+        int rc = kvc_put_bytes(k, key, val, (uint64_t)len, SMP_DATA_KV, NULL, 0, NULL);
+        if (rc != 0) fail_msg("put %s: %d (%s)", key, rc, kvc_error(k));
+    }
+}
+
+static void assert_all_present(kvc *k, const char *prefix, int from, int to)
+{
+    for (int i = from; i < to; i++) {
+        char key[64], want[64], got[64];
+        uint64_t len = 0;
+        snprintf(key, sizeof(key), "%s/%04d", prefix, i);
+        int wl = snprintf(want, sizeof(want), "value-%d", i);
+        int rc = kvc_get_into(k, key, got, sizeof(got), &len, 1);
+        if (rc != 0) fail_msg("acknowledged %s lost after failover: %d (%s)", key, rc, kvc_error(k));
+        assert_int_equal(len, (uint64_t)wl);
+        assert_memory_equal(got, want, (size_t)wl);
+    }
+}
+
+static uint64_t applied_of(const cluster *c, int i)
+{
+    kvc *k = client_of(c, i);
+    kvc_status st;
+    assert_int_equal(kvc_status_get(k, &st), 0);
+    kvc_close(k);
+    return st.oplog_last_seq;
+}
+
+/* One request written as raw bytes on a fresh connection to a master's
+ * socket, and its RpcResponse as the master sent it (no client library in
+ * between, so a redirect is seen, not followed). Caller frees *out. */
+static void raw_call(const hx_master *m, uint32_t service, uint32_t method, const char *body,
+                     RpcResponse **out)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%.107s", m->socket);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    size_t flen = 0;
+    uint8_t *frame = hx_frame_request(7, service, method, (const uint8_t *)body, strlen(body), &flen);
+    assert_non_null(frame);
+    assert_int_equal(write(fd, frame, flen), (ssize_t)flen);
+    free(frame);
+    uint8_t hdr[4];
+    size_t got = 0;
+    while (got < 4) {
+        ssize_t n = read(fd, hdr + got, 4 - got);
+        assert_true(n > 0);
+        got += (size_t)n;
+    }
+    size_t len = (size_t)hdr[0] << 24 | (size_t)hdr[1] << 16 | (size_t)hdr[2] << 8 | hdr[3];
+    uint8_t *buf = malloc(len ? len : 1);
+    assert_non_null(buf);
+    for (got = 0; got < len;) {
+        ssize_t n = read(fd, buf + got, len - got);
+        assert_true(n > 0);
+        got += (size_t)n;
+    }
+    close(fd);
+    *out = rpc_response__unpack(NULL, len, buf);
+    free(buf);
+    assert_non_null(*out);
+}
+
+/* -- tests ------------------------------------------------------------------------- */
+
+/* A standby answers status but nothing else: a mutation sent to it comes
+ * back SMP_ENOTLEADER naming the leader, and changes nothing. */
+static void test_ha_standby_redirects_to_the_leader(void **state)
+{
+    cluster *c = *state;
+    start_cluster(c);
+    int leader = wait_leader(c, -1);
+    int standby = (leader + 1) % N_MASTERS;
+    wait_role(c, standby, "standby");
+
+    RpcResponse *resp = NULL;
+    raw_call(&c->m[standby], RECORDER_SERVICE, RECORDER_SET_NEXT, "x", &resp);
+    assert_int_equal(resp->status, SMP_ENOTLEADER);
+    assert_string_equal(resp->leader, c->m[leader].socket);
+    assert_non_null(strstr(resp->error, "not the leader"));
+    rpc_response__free_unpacked(resp, NULL);
+    /* Nothing was written: the leader's log did not move. */
+    uint64_t before = applied_of(c, leader);
+    raw_call(&c->m[standby], RECORDER_SERVICE, RECORDER_SET_NEXT, "y", &resp);
+    assert_int_equal(resp->status, SMP_ENOTLEADER);
+    rpc_response__free_unpacked(resp, NULL);
+    assert_int_equal(applied_of(c, leader), before);
+    /* The leader takes it. */
+    raw_call(&c->m[leader], RECORDER_SERVICE, RECORDER_SET_NEXT, "z", &resp);
+    assert_int_equal(resp->status, 0);
+    rpc_response__free_unpacked(resp, NULL);
+    assert_int_equal(applied_of(c, leader), before + 1);
+}
+
+/* SIGKILL of the leader under writes: a standby takes over within the
+ * lease, every acknowledged write is there, new writes work, and the old
+ * leader comes back as a standby that catches up. */
+static void test_ha_leader_sigkill_loses_no_acknowledged_write(void **state)
+{
+    cluster *c = *state;
+    start_cluster(c);
+    int leader = wait_leader(c, -1);
+    start_node(c);
+    wait_node(c, leader);
+
+    kvc *k = client_of(c, leader);
+    put_n(k, "kv/a", 0, 200);
+    kvc_close(k);
+    hx_kill(&c->m[leader]);
+
+    int next = wait_leader(c, leader);
+    wait_node(c, next); /* the node followed the new leader by itself */
+    k = client_of(c, next);
+    assert_all_present(k, "kv/a", 0, 200);
+    put_n(k, "kv/b", 0, 50);
+    kvc_close(k);
+
+    start_master(c, leader);
+    wait_role(c, leader, "standby");
+    uint64_t want = applied_of(c, next);
+    for (int waited = 0; applied_of(c, leader) < want; waited += 50) {
+        if (waited > WAIT_MS) fail_msg("restarted master did not catch up to %llu",
+                                       (unsigned long long)want);
+        sleep_ms(50);
+    }
+}
+
+/* SIGSTOP of the leader: it is deposed when its lease expires, a standby
+ * leads and takes writes; on SIGCONT the old leader writes nothing -- it
+ * restarts as a standby -- and every write of the new term stands. */
+static void test_ha_leader_sigstop_is_deposed_and_never_writes_again(void **state)
+{
+    cluster *c = *state;
+    start_cluster(c);
+    int old = wait_leader(c, -1);
+    start_node(c);
+    wait_node(c, old);
+    kvc *k = client_of(c, old);
+    put_n(k, "kv/a", 0, 20);
+    kvc_close(k);
+
+    assert_int_equal(kill(c->m[old].pid, SIGSTOP), 0);
+    int next = wait_leader(c, old);
+    wait_node(c, next); /* the node gives up on the paused master and follows */
+    k = client_of(c, next);
+    put_n(k, "kv/b", 0, 20);
+    kvc_close(k);
+
+    assert_int_equal(kill(c->m[old].pid, SIGCONT), 0);
+    wait_role(c, old, "standby");
+    assert_true(hx_log_contains(&c->m[old], "restarting as a standby"));
+    assert_int_equal(wait_leader(c, -1), next);
+    k = client_of(c, next);
+    assert_all_present(k, "kv/a", 0, 20);
+    assert_all_present(k, "kv/b", 0, 20);
+    put_n(k, "kv/c", 0, 5);
+    kvc_close(k);
+}
+
+/* A standby without the plugin that owns a record type stops following at
+ * that record: /health is 503 naming the cause, /role says not-ready, and it
+ * never leads -- when the leader dies, the other standby takes over. */
+static void test_ha_standby_stops_visibly_on_an_unknown_record_type(void **state)
+{
+    cluster *c = *state;
+    c->with_recorder[2] = 0;
+    start_cluster(c);
+    int leader = wait_leader(c, -1);
+    if (leader == 2) { /* make a master with the recorder lead */
+        hx_kill(&c->m[2]);
+        leader = wait_leader(c, 2);
+        start_master(c, 2);
+    }
+    wait_role(c, 2, "standby");
+
+    RpcResponse *resp = NULL;
+    raw_call(&c->m[leader], RECORDER_SERVICE, RECORDER_SET_NEXT, "abc", &resp);
+    assert_int_equal(resp->status, 0);
+    rpc_response__free_unpacked(resp, NULL);
+
+    wait_role(c, 2, "standby not-ready");
+    char *body = NULL;
+    assert_int_equal(hx_http_get(&c->m[2], "/health", &body), 503);
+    assert_non_null(strstr(body, "has type 20 but no loaded plugin replays it"));
+    free(body);
+    assert_int_equal(hx_http_get(&c->m[2], "/metrics", &body), 200);
+    assert_non_null(strstr(body, "ha_standby_ready 0"));
+    assert_non_null(strstr(body, "ha_replay_stopped_total 1"));
+    free(body);
+
+    hx_kill(&c->m[leader]);
+    int next = wait_leader(c, leader);
+    assert_int_not_equal(next, 2);
+    wait_role(c, 2, "standby not-ready");
+}
+
+/* Losing one member of a three-member etcd changes nothing for the
+ * masters: writes go on, a failover still works. */
+static void test_ha_etcd_member_sigkill_keeps_the_cluster_writable(void **state)
+{
+    cluster *c = *state;
+    start_cluster(c);
+    int leader = wait_leader(c, -1);
+    start_node(c);
+    wait_node(c, leader);
+    kvc *k = client_of(c, leader);
+    put_n(k, "kv/a", 0, 20);
+    assert_int_equal(etcd_fixture_kill(&c->etcd, 0), 0);
+    put_n(k, "kv/b", 0, 20);
+    kvc_close(k);
+    hx_kill(&c->m[leader]);
+    int next = wait_leader(c, leader);
+    wait_node(c, next);
+    k = client_of(c, next);
+    assert_all_present(k, "kv/a", 0, 20);
+    assert_all_present(k, "kv/b", 0, 20);
+    kvc_close(k);
+}
+
+/* Snapshots go to the shared directory and the OpLog below them is
+ * deleted; a standby started afterwards from an empty data_dir loads the
+ * snapshot, follows the rest, and can lead with everything. */
+static void test_ha_new_standby_after_oplog_gc_bootstraps_from_the_snapshot(void **state)
+{
+    cluster *c = *state;
+    c->every_records = 40;
+    start_master(c, 0);
+    start_master(c, 1);
+    int leader = wait_leader(c, 2);
+    start_node(c);
+    wait_node(c, leader);
+    kvc *k = client_of(c, leader);
+    put_n(k, "kv/a", 0, 150);
+    kvc_close(k);
+    /* The log's first records are gone from etcd once a snapshot is durable. */
+    char *body = NULL;
+    for (int waited = 0;; waited += 100) {
+        assert_int_equal(hx_http_get(&c->m[leader], "/metrics", &body), 200);
+        int snap = strstr(body, "snapshot_last_seq 0\n") == NULL;
+        free(body);
+        if (snap) break;
+        if (waited > WAIT_MS) fail_msg("no snapshot was taken");
+        sleep_ms(100);
+    }
+
+    start_master(c, 2); /* empty data_dir: the snapshot, then the log */
+    wait_role(c, 2, "standby");
+    uint64_t want = applied_of(c, leader);
+    for (int waited = 0; applied_of(c, 2) < want; waited += 50) {
+        if (waited > WAIT_MS) fail_msg("new standby did not catch up");
+        sleep_ms(50);
+    }
+    assert_true(hx_log_contains(&c->m[2], "applied seq"));
+    hx_kill(&c->m[leader]);
+    hx_kill(&c->m[1 - leader]);
+    assert_int_equal(wait_leader(c, -1), 2);
+    wait_node(c, 2);
+    k = client_of(c, 2);
+    assert_all_present(k, "kv/a", 0, 150);
+    kvc_close(k);
+}
+
+int main(void)
+{
+    /* HA_TEST=pattern runs only the matching tests (cmocka's filter). */
+    if (getenv("HA_TEST") != NULL) cmocka_set_test_filter(getenv("HA_TEST"));
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_ha_standby_redirects_to_the_leader, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ha_leader_sigkill_loses_no_acknowledged_write, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_ha_leader_sigstop_is_deposed_and_never_writes_again,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ha_standby_stops_visibly_on_an_unknown_record_type,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ha_etcd_member_sigkill_keeps_the_cluster_writable,
+                                        setup_three_etcd_members, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_ha_new_standby_after_oplog_gc_bootstraps_from_the_snapshot, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
