@@ -346,3 +346,33 @@ def test_upsert_target_must_share_the_lineage(store):
     with pytest.raises(ws.InvalidArgumentError):
         store.weight_upsert(other, replacing=base, expected_metadata_generation=md.metadata_generation)
     assert store.weight_get_metadata(base).metadata.metadata_generation == md.metadata_generation
+
+
+def test_upsert_delete_first(store):
+    """DELETE_FIRST: the base is gone before the target may be written;
+    the target is published from the tensors given to weight_upsert."""
+    res = unique("delfirst")
+    base = ident(res, gen=1)
+    md = put_model(store, base, {"w": (np.zeros(8, np.float32), None)})
+    up = store.weight_upsert(2, replacing=base, expected_metadata_generation=md.metadata_generation,
+                             mode=ws.WeightUpsertMode.DELETE_FIRST, tensors={"w": np.full(8, 2, np.float32)})
+    assert up.claim.mode == ws.WeightUpsertMode.DELETE_FIRST
+    assert not store.weight_is_exist(base)
+    target = up.commit()
+    assert target.identity.weight_generation == 2 and target.availability == ws.WeightAvailability.READY
+    with store.weight_get(up.identity) as load:
+        assert np.array_equal(load["w"].array, np.full(8, 2, np.float32))
+    assert wait_for(lambda: up.status().phase == ws.WeightUpsertPhase.COMMITTED)
+
+
+def test_tenants_are_separate(master):
+    with ws.WeightStore(master.address, tenant_id="acme") as acme, \
+            ws.WeightStore(master.address, tenant_id="globex") as globex:
+        i = ws.WeightIdentity("llm", unique("tenant"), "v1", 1)
+        md = acme.weight_put(i, {"w": np.arange(3, dtype=np.int32)}).commit()
+        assert md.identity.tenant_id == "acme"
+        assert acme.weight_is_exist(i) and not globex.weight_is_exist(i)
+        assert i.resource_id in [m.identity.resource_id for m in acme.weight_list("llm").revisions()]
+        assert i.resource_id not in [m.identity.resource_id for m in globex.weight_list("llm").revisions()]
+        # An explicit tenant in the identity names it whatever the store's default.
+        assert globex.weight_is_exist(ws.WeightIdentity("llm", i.resource_id, "v1", 1, tenant_id="acme"))
