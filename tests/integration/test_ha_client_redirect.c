@@ -392,9 +392,11 @@ static const char *put_through(fixture *f, const char *masters)
     return key;
 }
 
-/* Run weightctl with args (NULL-terminated); its stdout and stderr go to
- * *out (malloc'd, caller frees). Returns its exit status. */
-static int run_weightctl(fixture *f, char **out, const char *const *args)
+/* Run weightctl with args (NULL-terminated) and $WEIGHTCTL_MASTER set to
+ * env_master (NULL: unset); its stdout and stderr go to *out (malloc'd,
+ * caller frees). Returns its exit status. */
+static int run_weightctl_env(fixture *f, const char *env_master, char **out,
+                             const char *const *args)
 {
     char path[400];
     snprintf(path, sizeof(path), "%s/weightctl.out", f->m.dir);
@@ -415,7 +417,8 @@ static int run_weightctl(fixture *f, char **out, const char *const *args)
             dup2(fd, 2);
             close(fd);
         }
-        unsetenv("WEIGHTCTL_MASTER");
+        if (env_master != NULL) setenv("WEIGHTCTL_MASTER", env_master, 1);
+        else unsetenv("WEIGHTCTL_MASTER");
         execv(BUILD_DIR "/bin/weightctl", (char *const *)argv);
         _exit(127);
     }
@@ -430,6 +433,11 @@ static int run_weightctl(fixture *f, char **out, const char *const *args)
     fclose(fp);
     *out = buf;
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static int run_weightctl(fixture *f, char **out, const char *const *args)
+{
+    return run_weightctl_env(f, NULL, out, args);
 }
 
 static int64_t now_ms(void)
@@ -606,6 +614,16 @@ static void test_weightctl_follows_the_list(void **state)
     const char *badport[] = {"--master", "127.0.0.1:99999", "kv", "ls", NULL};
     assert_int_equal(run_weightctl(f, &out, badport), 2);
     assert_non_null(strstr(out, "port '99999'"));
+    free(out);
+
+    /* $WEIGHTCTL_MASTER takes the list too */
+    list2(masters, sizeof(masters), f->electing->path, f->standby->path);
+    const char *ls[] = {"kv", "ls", "redirect/", NULL};
+    assert_int_equal(run_weightctl_env(f, masters, &out, ls), 0);
+    assert_non_null(strstr(out, key));
+    free(out);
+    assert_int_equal(run_weightctl_env(f, "a:1,b:2,", &out, ls), 2);
+    assert_non_null(strstr(out, "item 3 is empty"));
     free(out);
 }
 
