@@ -19,6 +19,7 @@
 
 #include <cmocka.h>
 
+#include "etcd_fixture.h"
 #include "harness.h"
 #include "weight_rpc.h"
 
@@ -271,10 +272,19 @@ static void test_list_pagination_and_filters(void **state)
     wr_set_identity(&imp, "t", "ns1", "zz-importing", 1);
     assert_int_equal(wr_begin(f, &imp, WR_RS_HOT, 0, WR_MODE_AUTO, NULL), 0);
     wr_set_identity(&gone, "t", "ns1", "b", 2);
-    assert_int_equal(wr_begin(f, &gone, WR_RS_HOT, 0, WR_MODE_AUTO, NULL), 0);
-    Wmrpc__MetadataResponse *ab = NULL;
-    assert_int_equal(wr_ident_call(f, WMRPC__WEIGHT_METHOD__WEIGHT_IMPORT_ABORT, &gone, 1, &ab), 0);
-    assert_int_equal(ab->metadata->availability, WR_AV_DELETED);
+    wr_upload gu = {.n = 1, .sizes = {64}, .per_unit = 1};
+    Wmrpc__MetadataResponse *ab = wr_publish(f, &gone, WR_RS_HOT, WR_MODE_MANUAL, &gu);
+    uint64_t gone_gen = ab->metadata->metadata_generation;
+    wmrpc__metadata_response__free_unpacked(ab, NULL);
+    assert_int_equal(wr_ident_call(f, WMRPC__WEIGHT_METHOD__WEIGHT_REMOVE, &gone, gone_gen, NULL), 0);
+    assert_int_equal(wr_wait_md(f, &gone, WR_AV_DELETED, 10000), 0); /* a tombstone */
+    /* An aborted import leaves nothing to list, even with tombstones. */
+    Wmrpc__WeightIdentity aborted;
+    wr_set_identity(&aborted, "t", "ns1", "b", 3);
+    assert_int_equal(wr_begin(f, &aborted, WR_RS_HOT, 0, WR_MODE_AUTO, NULL), 0);
+    ab = NULL;
+    assert_int_equal(wr_ident_call(f, WMRPC__WEIGHT_METHOD__WEIGHT_IMPORT_ABORT, &aborted, 1, &ab), 0);
+    assert_null(ab->metadata);
     wmrpc__metadata_response__free_unpacked(ab, NULL);
 
     struct {
@@ -331,8 +341,9 @@ static void test_list_pagination_and_filters(void **state)
 
 /* Leases: acquire on READY, renew, BUSY on remove while held, remove after
  * release goes DELETING with a DELETING operation; no lease on DELETING;
- * is_exist false from DELETING on; a tombstone (aborted empty import) stays
- * queryable and a remove of it answers it. Policy updates and migrations are
+ * is_exist false from DELETING on; the tombstone stays queryable and a
+ * remove of it answers it; an aborted empty import leaves no record (its
+ * name is free again). Policy updates and migrations are
  * CAS-fenced and PINNED refuses migration. */
 static void test_leases_remove_and_tombstones(void **state)
 {
@@ -399,25 +410,34 @@ static void test_leases_remove_and_tombstones(void **state)
     assert_int_equal(wr_call(f, WMRPC__WEIGHT_METHOD__WEIGHT_GET_SIZE, &sreq.base, NULL, NULL),
                      WR_E_NOT_READY);
 
-    /* A tombstone: an import aborted before any upload. */
+    /* An import aborted before any upload leaves no record: its name is
+     * free again (issue 17). */
     Wmrpc__WeightIdentity t;
     wr_set_identity(&t, "t", "llm", "tomb", 1);
     assert_int_equal(wr_begin(f, &t, WR_RS_HOT, 0, WR_MODE_AUTO, NULL), 0);
     r = NULL;
     assert_int_equal(wr_ident_call(f, WMRPC__WEIGHT_METHOD__WEIGHT_IMPORT_ABORT, &t, 1, &r), 0);
+    assert_null(r->metadata);
+    wmrpc__metadata_response__free_unpacked(r, NULL);
+    assert_int_equal(wr_ident_call(f, WMRPC__WEIGHT_METHOD__WEIGHT_GET_METADATA, &t, 0, NULL),
+                     WR_E_NOT_FOUND);
+    assert_int_equal(wr_begin(f, &t, WR_RS_HOT, 0, WR_MODE_AUTO, NULL), 0);
+
+    /* The tombstone of the removed revision stays queryable; a remove of it
+     * answers it; its identity is spent. */
+    assert_int_equal(wr_wait_md(f, &id, WR_AV_DELETED, 10000), 0);
+    r = wr_get_md(f, &id);
     assert_int_equal(r->metadata->availability, WR_AV_DELETED);
     assert_int_equal(r->metadata->residency, WR_RS_ABSENT);
+    uint64_t tomb_gen = r->metadata->metadata_generation;
     wmrpc__metadata_response__free_unpacked(r, NULL);
-    r = wr_get_md(f, &t);
-    assert_int_equal(r->metadata->availability, WR_AV_DELETED);
-    wmrpc__metadata_response__free_unpacked(r, NULL);
-    assert_int_equal(wr_is_exist(f, &t), 0);
+    assert_int_equal(wr_is_exist(f, &id), 0);
     r = NULL;
-    assert_int_equal(wr_ident_call(f, WMRPC__WEIGHT_METHOD__WEIGHT_REMOVE, &t, 1, &r), 0);
+    assert_int_equal(wr_ident_call(f, WMRPC__WEIGHT_METHOD__WEIGHT_REMOVE, &id, tomb_gen, &r), 0);
     assert_int_equal(r->metadata->availability, WR_AV_DELETED);
     wmrpc__metadata_response__free_unpacked(r, NULL);
-    assert_int_equal(wr_begin(f, &t, WR_RS_HOT, 0, WR_MODE_AUTO, NULL), WR_E_CONFLICT);
-    assert_int_equal(wr_lease_call(f, WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_ACQUIRE, &t, 0, 0, NULL),
+    assert_int_equal(wr_begin(f, &id, WR_RS_HOT, 0, WR_MODE_AUTO, NULL), WR_E_CONFLICT);
+    assert_int_equal(wr_lease_call(f, WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_ACQUIRE, &id, 0, 0, NULL),
                      WR_E_NOT_READY);
 
     /* A short lease expires by the tick and can no longer be renewed. */
@@ -449,7 +469,13 @@ static void test_leases_remove_and_tombstones(void **state)
 /* The state of one revision as a comparable line. */
 static void describe(wr_fixture *f, const Wmrpc__WeightIdentity *id, char *out, size_t cap)
 {
-    Wmrpc__MetadataResponse *r = wr_get_md(f, id);
+    Wmrpc__MetadataResponse *r = NULL;
+    int st = wr_ident_call(f, WMRPC__WEIGHT_METHOD__WEIGHT_GET_METADATA, id, 0, &r);
+    if (st == WR_E_NOT_FOUND) { /* forgotten (an aborted import) */
+        snprintf(out, cap, "absent");
+        return;
+    }
+    if (st != 0) fail_msg("get_metadata: %d %s", st, f->last_error);
     snprintf(out, cap, "av=%u res=%u gen=%llu op=%llu leases=%u bytes=%llu opstate=%u",
              r->metadata->availability, r->metadata->residency,
              (unsigned long long)r->metadata->metadata_generation,
@@ -535,13 +561,21 @@ static void test_restart_keeps_acknowledged_state(void **state)
     wmrpc__lease_response__free_unpacked(lr, NULL);
 }
 
-/* In HA mode weight mutations fail closed until the capability flag is
- * confirmed (SMP_EGATE naming it); reads keep working; with the flag on the
- * same mutation succeeds. */
+/* In HA mode (one master of an HA cluster on a real etcd) weight mutations
+ * fail closed until the capability flag is confirmed (SMP_EGATE naming it);
+ * reads keep working; with the flag on the same mutation succeeds. */
 static void test_ha_gate_fails_mutations_closed(void **state)
 {
     wr_fixture *f = *state;
-    wr_start(f, "wp-gate", "ha:\n  enabled: true\n");
+    etcd_fixture etcd;
+    char ha[1024], cfg[1400];
+    assert_int_equal(etcd_fixture_start(&etcd, "wp-gate", 1, 20000), 0);
+    assert_int_equal(hx_init(&f->m, "wp-gate", NULL), 0);
+    assert_true(hx_ha_yaml(&f->m, "m1", etcd_fixture_endpoints(&etcd), "/wp-gate/", NULL, ha,
+                           sizeof ha) > 0);
+    assert_int_equal(hx_reconfigure(&f->m, ha), 0);
+    assert_int_equal(hx_start(&f->m, 20000), 0);
+    wr_connect(f);
     Wmrpc__WeightIdentity id;
     wr_set_identity(&id, "t", "llm", "gated", 1);
     assert_int_equal(wr_begin(f, &id, WR_RS_HOT, 0, WR_MODE_AUTO, NULL), SMP_EGATE);
@@ -555,12 +589,15 @@ static void test_ha_gate_fails_mutations_closed(void **state)
 
     wr_disconnect(f);
     assert_int_equal(hx_stop(&f->m), 0);
-    assert_int_equal(hx_reconfigure(&f->m, "ha:\n  enabled: true\ncluster:\n"
-                                           "  weight_management_oplog_capability_confirmed: true\n"),
-                     0);
-    assert_int_equal(hx_start(&f->m, 10000), 0);
+    snprintf(cfg, sizeof cfg, "%scluster:\n  weight_management_oplog_capability_confirmed: true\n",
+             ha);
+    assert_int_equal(hx_reconfigure(&f->m, cfg), 0);
+    assert_int_equal(hx_start(&f->m, 20000), 0);
     wr_connect(f);
     assert_int_equal(wr_begin(f, &id, WR_RS_HOT, 0, WR_MODE_AUTO, NULL), 0);
+    wr_disconnect(f);
+    hx_cleanup(&f->m);
+    etcd_fixture_cleanup(&etcd);
 }
 
 /* A put started while the import was open and ended after the commit

@@ -9,7 +9,7 @@
  * is gone; a target failure under PUT_FIRST aborts the claim and leaves the
  * base READY; a retry after a lost reply gets the same claim; a competing
  * request and a generation not above the watermark are refused; in HA mode
- * upsert fails closed until weight_lineage_oplog_capability_confirmed while
+ * (one master on a real etcd) upsert fails closed until weight_lineage_oplog_capability_confirmed while
  * the other weight calls work; SIGKILL of the master in every phase of both
  * modes (twice after a snapshot, so the claim also comes back from the
  * weight_metadata section), then a restart, resumes the same claim and ends
@@ -27,6 +27,7 @@
 
 #include <cmocka.h>
 
+#include "etcd_fixture.h"
 #include "harness.h"
 #include "kv_client.h"
 #include "rpc_client.h"
@@ -40,32 +41,48 @@ typedef struct fixture {
     hx_master m;
     weight_store *s;
     rpcc_conn *rpc;
+    etcd_fixture etcd;   /* HA tests: the master's etcd */
+    int ha;
 } fixture;
 
-
-static int setup_cfg(void **state, const char *name, const char *extra)
+/* Write the master's config: the HOT default, the plugin with a 50 ms tick,
+ * `cluster` lines (may be NULL) and, for an HA fixture, the master as the
+ * one member of an HA cluster on the fixture's etcd. */
+static int write_cfg(fixture *f, const char *cluster)
 {
-    char cfg[1024];
-    fixture *f = calloc(1, sizeof *f);
-    if (hx_init(&f->m, name, NULL) < 0) return -1;
+    char cfg[2048], ha[1024] = "";
+    if (f->ha && hx_ha_yaml(&f->m, "m1", etcd_fixture_endpoints(&f->etcd), "/wm-upsert/", NULL,
+                            ha, sizeof ha) < 0)
+        return -1;
     snprintf(cfg, sizeof cfg,
-             "cluster:\n  default_weight_preferred_residency: hot\n%s"
+             "cluster:\n  default_weight_preferred_residency: hot\n%s%s"
              "plugins:\n  - path: \"%s/lib/weight_mgmt.so\"\n    config:\n      tick_period_ms: 50\n",
-             extra ? extra : "", BUILD_DIR);
-    if (hx_reconfigure(&f->m, cfg) < 0 || hx_start(&f->m, 20000) < 0) return -1;
+             cluster ? cluster : "", ha, BUILD_DIR);
+    return hx_reconfigure(&f->m, cfg);
+}
+
+static int setup_cfg(void **state, const char *name, const char *cluster, int ha)
+{
+    fixture *f = calloc(1, sizeof *f);
+    if (f == NULL || hx_init(&f->m, name, NULL) < 0) return -1;
+    f->ha = ha;
+    if (ha && etcd_fixture_start(&f->etcd, name, 1, 20000) < 0) return -1;
+    if (write_cfg(f, cluster) < 0 || hx_start(&f->m, 20000) < 0) return -1;
     *state = f;
     return 0;
 }
 
 static int setup(void **state)
 {
-    return setup_cfg(state, "weight-upsert", NULL);
+    return setup_cfg(state, "weight-upsert", NULL, 0);
 }
 
+/* One master of an HA cluster on a real etcd, the weight gate confirmed
+ * and the lineage gate not. */
 static int setup_ha(void **state)
 {
     return setup_cfg(state, "weight-upsert-ha",
-                     "  weight_management_oplog_capability_confirmed: true\nha:\n  enabled: true\n");
+                     "  weight_management_oplog_capability_confirmed: true\n", 1);
 }
 
 static void close_clients(fixture *f)
@@ -81,6 +98,7 @@ static int teardown(void **state)
     fixture *f = *state;
     close_clients(f);
     hx_cleanup(&f->m);
+    if (f->ha) etcd_fixture_cleanup(&f->etcd);
     free(f);
     return 0;
 }
@@ -507,13 +525,9 @@ static void test_ha_gate_refuses_upsert_only(void **state)
 
     close_clients(f);
     assert_int_equal(hx_stop(&f->m), 0);
-    char cfg[1024];
-    snprintf(cfg, sizeof cfg,
-             "cluster:\n  default_weight_preferred_residency: hot\n%s"
-             "  weight_lineage_oplog_capability_confirmed: true\nha:\n  enabled: true\n"
-             "plugins:\n  - path: \"%s/lib/weight_mgmt.so\"\n    config:\n      tick_period_ms: 50\n",
-             "  weight_management_oplog_capability_confirmed: true\n", BUILD_DIR);
-    assert_int_equal(hx_reconfigure(&f->m, cfg), 0);
+    assert_int_equal(write_cfg(f, "  weight_management_oplog_capability_confirmed: true\n"
+                                  "  weight_lineage_oplog_capability_confirmed: true\n"),
+                     0);
     assert_int_equal(hx_start(&f->m, 20000), 0);
     open_clients(f);
     s = f->s;
