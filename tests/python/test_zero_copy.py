@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import weightstore as ws
-from helpers import inside, mapped_ranges, model, put_model, unique
+from helpers import inside, mapped_ranges, model, put_model, unique, wait_for
 
 
 def ident(resource, gen=1):
@@ -216,3 +216,21 @@ def test_one_store_shared_by_threads(store, revision):
     assert errors == []
     gc.collect()
     assert store.weight_get_metadata(i).metadata.active_leases == 0
+
+
+def test_a_view_of_a_replaced_base_reports_its_lost_lease(master):
+    """PUT_FIRST retires the base: its lease renewals are refused, the lease
+    lapses, the base is deleted. A zero-copy load still alive says so:
+    check_lease raises LeaseExpiredError (its bytes must not be trusted)."""
+    with ws.WeightStore(master.address, lease_ttl_ms=500) as s, ws.WeightStore(master.address) as other:
+        base = ident(unique("retired"))
+        md = put_model(s, base, {"w": (np.arange(100, dtype=np.float32), None)})
+        load = s.weight_get(base)
+        assert load.zero_copy
+        load.check_lease()  # held
+        with other.weight_upsert(2, replacing=base, expected_metadata_generation=md.metadata_generation) as up:
+            up.weight_put_tensor("w", np.ones(100, np.float32))
+        assert wait_for(lambda: up.status().phase == ws.WeightUpsertPhase.COMMITTED)
+        with pytest.raises(ws.LeaseExpiredError):
+            load.check_lease()
+        assert other.weight_get_metadata(base).metadata.availability == ws.WeightAvailability.DELETED
