@@ -414,7 +414,7 @@ WEIGHT_API int weight_mapped_get_tensor(const weight_mapped *v, size_t i, weight
  * transport), or its payload object failed verification -- read those with
  * weight_get. The first call for a payload object verifies the whole object
  * against the manifest's chunk checksums, so no unverified byte is handed
- * out. One thread at a time per view. WEIGHT_OK or WEIGHT_EINVALID_ARGUMENT. */
+ * out. Thread-safe. WEIGHT_OK or WEIGHT_EINVALID_ARGUMENT. */
 WEIGHT_API int weight_mapped_data(weight_mapped *v, size_t i, const void **data);
 
 /* WEIGHT_OK while the lease holds; the code its renewal failed with
