@@ -199,11 +199,13 @@ static int fake_answers(fake *f, int i)
 static int unix_connect(const char *path)
 {
     struct sockaddr_un sa;
+    size_t len = strlen(path);
+    if (len >= sizeof(sa.sun_path)) return -1;
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return -1;
     memset(&sa, 0, sizeof(sa));
     sa.sun_family = AF_UNIX;
-    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+    memcpy(sa.sun_path, path, len);
     if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
         close(fd);
         return -1;
