@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# ha_cluster.sh -- run an HA cluster on this machine with one command:
+# one etcd (Debian's etcd-server), three store_master processes sharing an
+# OpLog in etcd and a snapshot directory, and one store_node following them.
+#
+# Usage: scripts/ha_cluster.sh [BUILD_DIR]   (default: build; run `make build` first)
+# Everything lives under var/ha/ (configs, data dirs, logs, etcd's data) and
+# is stopped by Ctrl-C. Ports: etcd 2479 (client) and 2480 (peer), masters
+# RPC 7601-7603 and admin 7681-7683, node data 7691; set HA_ETCD_PORT,
+# HA_RPC_BASE, HA_ADMIN_BASE to move them. Then, from another terminal:
+#   build/bin/weightctl --master 127.0.0.1:7601,127.0.0.1:7602,127.0.0.1:7603 status
+#   curl 127.0.0.1:7681/role
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+etcd_port=${HA_ETCD_PORT:-2479}
+rpc_base=${HA_RPC_BASE:-7600}
+admin_base=${HA_ADMIN_BASE:-7680}
+top=$PWD/var/ha
+[ -x "$build/bin/store_master" ] || { echo "ha_cluster: $build/bin/store_master missing: make build" >&2; exit 1; }
+command -v etcd >/dev/null || { echo "ha_cluster: etcd missing: make deps" >&2; exit 1; }
+mkdir -p "$top/snapshots"
+
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+trap cleanup EXIT INT TERM
+
+etcd --name ha0 --data-dir "$top/etcd" \
+  --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
+  --listen-peer-urls "http://127.0.0.1:$((etcd_port + 1))" \
+  --initial-advertise-peer-urls "http://127.0.0.1:$((etcd_port + 1))" \
+  --initial-cluster "ha0=http://127.0.0.1:$((etcd_port + 1))" >"$top/etcd.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do
+  ETCDCTL_API=3 etcdctl --endpoints "127.0.0.1:$etcd_port" endpoint health >/dev/null 2>&1 && break
+  sleep 0.1
+done
+
+masters=""
+for i in 1 2 3; do
+  mkdir -p "$top/m$i"
+  cat >"$top/m$i/config.yaml" <<EOF
+listen:
+  tcp: "127.0.0.1:$((rpc_base + i))"
+  admin: "127.0.0.1:$((admin_base + i))"
+data_dir: $top/m$i/data
+oplog:
+  backend: etcd
+ha:
+  enabled: true
+  id: m$i
+  etcd_endpoints: "127.0.0.1:$etcd_port"
+  snapshot_dir: $top/snapshots
+node:
+  embedded: false
+cluster:
+  weight_management_oplog_capability_confirmed: true
+  weight_lineage_oplog_capability_confirmed: true
+plugins:
+  - path: $PWD/$build/lib/weight_mgmt.so
+EOF
+  "$build/bin/store_master" --config "$top/m$i/config.yaml" >"$top/m$i/master.log" 2>&1 &
+  pids+=($!)
+  masters+="${masters:+,}127.0.0.1:$((rpc_base + i))"
+done
+
+mkdir -p "$top/node/cold"
+"$build/bin/store_node" --master "$masters" --id n1 --segment-dir "$top/node" \
+  --segment-bytes 1073741824 --cold-dir "$top/node/cold" --listen 127.0.0.1:7691 \
+  >"$top/node/node.log" 2>&1 &
+pids+=($!)
+
+echo "ha_cluster: etcd 127.0.0.1:$etcd_port; masters $masters; logs under $top"
+echo "ha_cluster: build/bin/weightctl --master $masters status    (Ctrl-C stops everything)"
+# Runs until Ctrl-C (or etcd dies). Kill a master meanwhile to watch a
+# failover: `kill -9 $(pgrep -f m1/config.yaml)`.
+while kill -0 "${pids[0]}" 2>/dev/null; do sleep 1; done
+echo "ha_cluster: etcd exited; see $top/etcd.log" >&2
