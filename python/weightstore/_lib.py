@@ -207,6 +207,16 @@ _PROTOTYPES = {
     "weight_upsert_status": (c_int, [c_void_p, _P(Identity), _P(UpsertClaim)]),
 }
 
+# Idempotent management calls (a request id per intended change); absent
+# from an older library, in which case a request_id is refused.
+_REQUEST_PROTOTYPES = {
+    "weight_update_policy_request": (c_int, [c_void_p, _P(Identity), _P(Policy), c_u64, c_char_p,
+                                             _P(Metadata)]),
+    "weight_migrate_request": (c_int, [c_void_p, _P(Identity), c_int, ctypes.c_double, c_u64, c_char_p,
+                                       _P(Operation)]),
+    "weight_remove_request": (c_int, [c_void_p, _P(Identity), c_u64, c_char_p, _P(Metadata)]),
+}
+
 # The zero-copy view (weight_get_mapped); absent from an older library, in
 # which case weight_get always copies.
 _OPTIONAL_PROTOTYPES = {
@@ -268,6 +278,14 @@ def load():
             fn = getattr(lib, name, None)
             if fn is None:
                 lib.has_mapped = False
+                continue
+            fn.restype = res
+            fn.argtypes = args
+        lib.has_request_ids = True
+        for name, (res, args) in _REQUEST_PROTOTYPES.items():
+            fn = getattr(lib, name, None)
+            if fn is None:
+                lib.has_request_ids = False
                 continue
             fn.restype = res
             fn.argtypes = args

@@ -43,6 +43,17 @@ TRANSPORT_AUTO, TRANSPORT_LOCAL, TRANSPORT_REMOTE = 0, 1, 2
 _OPT_PAYLOAD_BYTES, _OPT_THREADS, _OPT_TRANSPORT, _OPT_LEASE_TTL_MS = 1, 2, 3, 4
 
 
+def _request_id(lib, request_id: Optional[str], call: str) -> Optional[bytes]:
+    """request_id as the C call takes it (None: none)."""
+    if request_id is None:
+        return None
+    if not isinstance(request_id, str) or not 1 <= len(request_id.encode()) <= 128:
+        raise InvalidArgumentError(f"{call}: request_id must be 1 to 128 bytes of text")
+    if not lib.has_request_ids:
+        raise InvalidArgumentError(f"{call}: this libweightclient has no request ids (too old)")
+    return request_id.encode()
+
+
 def _fence(value, call: str) -> int:
     """expected_metadata_generation as given by the caller: an int >= 1
     (0 would make the C library read the current one, which the RFC's
@@ -268,18 +279,29 @@ class WeightStore:
         return WeightListPage(self, items, nxt.value.decode() or None, args)
 
     def weight_update_policy(self, identity: IdentityLike, policy: WeightStoragePolicy, *,
-                             expected_metadata_generation: int) -> WeightMetadata:
+                             expected_metadata_generation: int, request_id: Optional[str] = None) -> WeightMetadata:
         """Replace the revision's policy (fields None keep their value),
         fenced by expected_metadata_generation. Returns the updated
-        metadata. StaleGenerationError when the revision changed since."""
+        metadata. StaleGenerationError when the revision changed since.
+        request_id (weight_update_policy, weight_migrate and weight_remove):
+        an id the caller picks once per intended change and repeats on each
+        retry of it -- a retry whose first reply was lost then answers the
+        first result instead of StaleGenerationError; the same id with other
+        arguments is ConflictError."""
         cid = _identity_to_c(identity)
         gen = _fence(expected_metadata_generation, "weight_update_policy")
+        rid = _request_id(self._lib, request_id, "weight_update_policy")
         pol = _policy_to_c(policy)
         if pol is None:
             raise InvalidArgumentError("weight_update_policy: policy is required")
         md = _lib.Metadata()
         with self._h.lock:
-            self._check(self._lib.weight_update_policy(self._ptr(), cid, ctypes.byref(pol), gen, ctypes.byref(md)))
+            if rid is None:
+                rc = self._lib.weight_update_policy(self._ptr(), cid, ctypes.byref(pol), gen, ctypes.byref(md))
+            else:
+                rc = self._lib.weight_update_policy_request(self._ptr(), cid, ctypes.byref(pol), gen, rid,
+                                                            ctypes.byref(md))
+            self._check(rc)
         return _metadata_from_c(md)
 
     def weight_upsert(self, target, *, replacing: IdentityLike, expected_metadata_generation: int,
@@ -331,17 +353,24 @@ class WeightStore:
         return up
 
     def weight_migrate(self, identity: IdentityLike, target: WeightResidencyState, *,
-                       expected_metadata_generation: int,
-                       mixed_hot_ratio: Optional[float] = None) -> WeightOperation:
+                       expected_metadata_generation: int, mixed_hot_ratio: Optional[float] = None,
+                       request_id: Optional[str] = None) -> WeightOperation:
         """Start an explicit residency migration toward target (HOT, COLD,
         MIXED; mixed_hot_ratio None: the policy's). Returns the operation;
-        follow it with weight_get_operation."""
+        follow it with weight_get_operation. request_id: see
+        weight_update_policy."""
         cid = _identity_to_c(identity)
         gen = _fence(expected_metadata_generation, "weight_migrate")
+        rid = _request_id(self._lib, request_id, "weight_migrate")
+        ratio = float(mixed_hot_ratio or 0.0)
         op = _lib.Operation()
         with self._h.lock:
-            self._check(self._lib.weight_migrate(self._ptr(), cid, int(target), float(mixed_hot_ratio or 0.0),
-                                                 gen, ctypes.byref(op)))
+            if rid is None:
+                rc = self._lib.weight_migrate(self._ptr(), cid, int(target), ratio, gen, ctypes.byref(op))
+            else:
+                rc = self._lib.weight_migrate_request(self._ptr(), cid, int(target), ratio, gen, rid,
+                                                      ctypes.byref(op))
+            self._check(rc)
         return _operation_from_c(op)
 
     def weight_get_operation(self, operation_id: int) -> WeightOperation:
@@ -351,15 +380,21 @@ class WeightStore:
             self._check(self._lib.weight_get_operation(self._ptr(), int(operation_id), ctypes.byref(op)))
         return _operation_from_c(op)
 
-    def weight_remove(self, identity: IdentityLike, *, expected_metadata_generation: int) -> WeightMetadata:
+    def weight_remove(self, identity: IdentityLike, *, expected_metadata_generation: int,
+                      request_id: Optional[str] = None) -> WeightMetadata:
         """Delete the whole revision, keeping a queryable tombstone; returns
         the metadata after the call (DELETING or DELETED). BusyError while a
-        lease or an operation is active."""
+        lease or an operation is active. request_id: see weight_update_policy."""
         cid = _identity_to_c(identity)
         gen = _fence(expected_metadata_generation, "weight_remove")
+        rid = _request_id(self._lib, request_id, "weight_remove")
         md = _lib.Metadata()
         with self._h.lock:
-            self._check(self._lib.weight_remove(self._ptr(), cid, gen, ctypes.byref(md)))
+            if rid is None:
+                rc = self._lib.weight_remove(self._ptr(), cid, gen, ctypes.byref(md))
+            else:
+                rc = self._lib.weight_remove_request(self._ptr(), cid, gen, rid, ctypes.byref(md))
+            self._check(rc)
         return _metadata_from_c(md)
 
     # -- weight_get's two paths ----------------------------------------------------

@@ -376,3 +376,42 @@ def test_tenants_are_separate(master):
         assert i.resource_id not in [m.identity.resource_id for m in globex.weight_list("llm").revisions()]
         # An explicit tenant in the identity names it whatever the store's default.
         assert globex.weight_is_exist(ws.WeightIdentity("llm", i.resource_id, "v1", 1, tenant_id="acme"))
+
+
+def test_a_retried_request_answers_the_first_result(store):
+    """The same request id, arguments and expected generation after the
+    first call landed: the first answer, not STALE_GENERATION; the same id
+    with other arguments: CONFLICT. Nothing changes twice."""
+    i = ident(unique("retry"))
+    md = put_model(store, i, {"w": (np.zeros(4, np.float32), None)})
+    pol = ws.WeightStoragePolicy(R.HOT, 0.3, ws.WeightMigrationMode.MANUAL)
+    first = store.weight_update_policy(i, pol, expected_metadata_generation=md.metadata_generation,
+                                       request_id="policy-1")
+    again = store.weight_update_policy(i, pol, expected_metadata_generation=md.metadata_generation,
+                                       request_id="policy-1")
+    assert again.metadata_generation == first.metadata_generation and again.policy == first.policy
+    other = ws.WeightStoragePolicy(R.HOT, 0.7, ws.WeightMigrationMode.MANUAL)
+    with pytest.raises(ws.ConflictError):
+        store.weight_update_policy(i, other, expected_metadata_generation=md.metadata_generation,
+                                   request_id="policy-1")
+    with pytest.raises(ws.StaleGenerationError):  # no id: the fence as usual
+        store.weight_update_policy(i, pol, expected_metadata_generation=md.metadata_generation)
+    assert store.weight_get_metadata(i).metadata.metadata_generation == first.metadata_generation
+
+    gone = store.weight_remove(i, expected_metadata_generation=first.metadata_generation, request_id="rm-1")
+    again = store.weight_remove(i, expected_metadata_generation=first.metadata_generation, request_id="rm-1")
+    assert again.identity == gone.identity
+    assert again.availability in (ws.WeightAvailability.DELETING, ws.WeightAvailability.DELETED)
+    with pytest.raises(ws.InvalidArgumentError):
+        store.weight_remove(i, expected_metadata_generation=first.metadata_generation, request_id="")
+
+
+def test_a_retried_migration_is_the_same_operation(store):
+    i = ident(unique("retrymig"))
+    md = put_model(store, i, {"w": (np.zeros(4, np.float32), None)},
+                   policy=ws.WeightStoragePolicy(R.HOT, 0.5, ws.WeightMigrationMode.MANUAL))
+    op = store.weight_migrate(i, R.COLD, expected_metadata_generation=md.metadata_generation, request_id="m-1")
+    again = store.weight_migrate(i, R.COLD, expected_metadata_generation=md.metadata_generation,
+                                 request_id="m-1")
+    assert again.operation_id == op.operation_id
+    assert wait_operation(store, op.operation_id).state == ws.WeightOperationState.SUCCEEDED
