@@ -100,7 +100,7 @@ class Master:
         (a port taken between its choice and the master's bind is chosen
         again, up to three times). Raises RuntimeError with the master's log
         when it does not serve."""
-        for attempt in range(3):
+        for _ in range(3):
             try:
                 return self._start_once(timeout)
             except _PortTaken:
@@ -110,7 +110,7 @@ class Master:
 
     def _start_once(self, timeout: float) -> "Master":
         self._write_config()
-        logf = open(self.log, "ab")
+        logf = open(self.log, "wb")  # this attempt's log only
         self.proc = subprocess.Popen([os.path.join(self.build, "bin", "store_master"), "--config", self.config],
                                      stdout=logf, stderr=logf, stdin=subprocess.DEVNULL,
                                      preexec_fn=_die_with_parent)
@@ -121,9 +121,9 @@ class Master:
                 if "in use" in self.read_log().lower():
                     self._terminate()
                     raise _PortTaken()
-                log = self.read_log()
+                log, status = self.read_log(), self.proc.returncode
                 self.stop()
-                raise RuntimeError(f"store_master exited with {self.proc.returncode}:\n{log}")
+                raise RuntimeError(f"store_master exited with {status}:\n{log}")
             m = re.findall(r"serving: rpc tcp port (\d+), unix \S+, admin port (\d+)", self.read_log())
             if m:
                 self.address = f"127.0.0.1:{m[-1][0]}"
@@ -137,7 +137,8 @@ class Master:
 
     def metrics(self) -> str:
         """The admin endpoint's /metrics text."""
-        with urllib.request.urlopen(f"http://{self.admin}/metrics", timeout=5) as r:
+        no_proxy = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback, never a proxy
+        with no_proxy.open(f"http://{self.admin}/metrics", timeout=5) as r:
             return r.read().decode()
 
     def _segment_registered(self) -> bool:
