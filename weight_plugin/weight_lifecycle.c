@@ -13,6 +13,8 @@
  *     verified before memory is released, nothing released while a lease is
  *     held) and DELETING (payloads in batches, the manifest last, the group
  *     verified empty, then the DELETED + ABSENT tombstone);
+ *   - reclaims (wm_reclaim.c): aborts imports idle past their TTL, forgets
+ *     tombstones and ended operations past their retention;
  *   - moves AUTO revisions by itself, one operation at a time: under
  *     memory pressure one step colder (HOT -> MIXED -> COLD, in
  *     wm_auto_order's order), and once usage is well below where the
@@ -763,10 +765,40 @@ static void wm_unmanaged(void *arg, int status)
     j->del_phase = WM_DEL_TOMBSTONE;
 }
 
+/* The end of an aborted import's deletion: the group is empty and
+ * unmanaged, so one type-9 record forgets the revision and its operation
+ * (no tombstone: the name is free for a retry). */
+static void wm_job_forget(wm_plugin *p, wm_job *j, const wm_revision *rev)
+{
+    if (wm_lineage_target_open(p, &rev->id)) {
+        /* The target of an open claim: kept until the claim ended on it. */
+        j->not_before_ms = p->api->now_ms(p->host) + WM_LEASE_WAIT_MS;
+        return;
+    }
+    wm_metadata_delete d;
+    memset(&d, 0, sizeof(d));
+    d.id = rev->id;
+    d.metadata_generation = rev->metadata_generation;
+    d.reason = WM_DEL_IMPORT_ABORTED;
+    d.operation_ids = &j->op_id;
+    d.n_operation_ids = 1;
+    j->refs++;
+    j->final_sent = 1;
+    int rc = wm_submit_delete(p, &d, wm_job_final_written, j);
+    if (rc < 0) {
+        j->refs--;
+        j->final_sent = 0;
+        j->not_before_ms = p->api->now_ms(p->host) + WM_RETRY_BASE_MS;
+        p->api->log(p->host, SMP_LOG_WARN, "aborted import %s not forgotten yet: %s",
+                    rev->group_key, wm_status_name(rc));
+    }
+}
+
 /* One step of a deletion within the round's budget: remove a batch of
  * payloads (whatever the group still lists, so a retry or a restart goes on
  * with what is left); when only the manifest is left, remove it; when the
- * group is empty, unmanage it; then the tombstone (wm_job_finish). */
+ * group is empty, unmanage it; then the tombstone (wm_job_finish), or for
+ * an aborted import the record that forgets it (wm_job_forget). */
 static void wm_deletion_step(wm_plugin *p, wm_job *j, const wm_revision *rev, uint64_t max_members,
                              uint64_t max_bytes, int first_of_round, uint64_t *used_members,
                              uint64_t *used_bytes)
@@ -777,6 +809,10 @@ static void wm_deletion_step(wm_plugin *p, wm_job *j, const wm_revision *rev, ui
             return;
         }
         if (wm_pending_metadata(p, rev->group_key)) return;
+        if (rev->residency == WM_RES_UNKNOWN) {
+            wm_job_forget(p, j, rev); /* an aborted import, never sealed */
+            return;
+        }
         wm_revision next = *rev;
         next.availability = WM_AVAIL_DELETED;
         next.residency = WM_RES_ABSENT;
@@ -1213,6 +1249,7 @@ int wm_lifecycle_tick(wm_plugin *p, const smp_tick_budget *budget, uint64_t *cur
         wm_jobs_gc(p, lc);
         if (active || lc->n_suspects > 0 || lc->auto_pending) r = SMP_TICK_MORE;
     }
+    if (wm_reclaim_tick(p, budget)) r = SMP_TICK_MORE;
     wm_metrics_refresh(p);
     return r;
 }

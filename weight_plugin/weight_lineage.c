@@ -235,6 +235,12 @@ int wm_lineage_import_check(const wm_plugin *p, const wm_identity *id, char *msg
     return WM_OK;
 }
 
+int wm_lineage_target_open(const wm_plugin *p, const wm_identity *id)
+{
+    const wm_lineage_claim *c = wm_lin_open_claim(p, id);
+    return c != NULL && wm_identity_cmp(&c->target, id) == 0;
+}
+
 int wm_lineage_abort_check(const wm_plugin *p, const wm_identity *id, char *msg, size_t cap)
 {
     const wm_lineage_claim *c = wm_lin_open_claim(p, id);

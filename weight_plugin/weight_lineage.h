@@ -64,6 +64,12 @@ int wm_rpc_upsert_status(void *plugin, struct smp_rpc_call *call, const uint8_t 
 int wm_lineage_import_check(const struct wm_plugin *p, const wm_identity *id, char *msg,
                             size_t cap);
 
+/* 1 when id is the target of its lineage's open claim. An aborted target
+ * stays in the table (DELETING) until the claim has seen it fail and ended
+ * (the claim's driver tells a failed target from one not begun yet by its
+ * record). */
+int wm_lineage_target_open(const struct wm_plugin *p, const wm_identity *id);
+
 /* May the import of `id` be aborted? WM_OK, except for the target of an
  * open DELETE_FIRST claim whose base is already deleted: WM_ECONFLICT (the
  * RFC: a target failure cannot be rolled back to the deleted base; the

@@ -47,6 +47,7 @@ static const char *const wm_l_availability[] = {"availability", NULL};
 static const char *const wm_l_residency[] = {"residency", NULL};
 static const char *const wm_l_reason[] = {"reason", NULL};
 static const char *const wm_l_auto[] = {"direction", "reason", NULL};
+static const char *const wm_l_kind[] = {"kind", NULL};
 
 typedef struct wm_metric_spec {
     smp_metric_kind kind;
@@ -86,6 +87,13 @@ static const wm_metric_spec wm_metric_specs[] = {
     {SMP_METRIC_COUNTER, "weight_migration_duration_seconds_total",
      "Time from creation to completion of weight migrations, summed", NULL,
      offsetof(wm_plugin, m_mig_duration)},
+    {SMP_METRIC_COUNTER, "weight_records_pruned_total",
+     "Weight records forgotten with a type-9 record: aborted imports, tombstones and ended "
+     "operations past their retention",
+     wm_l_kind, offsetof(wm_plugin, m_pruned)},
+    {SMP_METRIC_COUNTER, "weight_imports_expired_total",
+     "Weight imports aborted by the tick after making no progress for import_ttl_ms", NULL,
+     offsetof(wm_plugin, m_imports_expired)},
 };
 
 static const char *const wm_guard_reason_names[SMP_GUARD_REASON_MAX + 1] = {
@@ -132,6 +140,15 @@ void wm_metrics_refresh(wm_plugin *p)
         l[0] = "promote";
         l[1] = "pressure_relief";
         a->metric_set(p->m_auto_triggers, l, (double)p->auto_triggers[WM_AUTO_PROMOTE_ON_RELIEF]);
+    }
+    {
+        static const char *const kinds[WM_DEL_REASONS] = {NULL, "aborted_import", "tombstone",
+                                                          "operation"};
+        for (int k = 1; k < WM_DEL_REASONS; k++) {
+            const char *l[1] = {kinds[k]};
+            a->metric_set(p->m_pruned, l, (double)p->records_pruned[k]);
+        }
+        a->metric_set(p->m_imports_expired, NULL, (double)p->imports_expired);
     }
     for (int r = 1; r <= SMP_GUARD_REASON_MAX; r++) {
         const char *l[1] = {wm_guard_reason_names[r]};

@@ -234,8 +234,13 @@ typedef enum wm_claim_phase {
 /* Why a revision record leaves the table altogether (OpLog type 9). */
 typedef enum wm_delete_reason {
     WM_DEL_IMPORT_ABORTED = 1,  /* an import that never became visible */
-    WM_DEL_TOMBSTONE_EXPIRED = 2 /* a DELETED tombstone is forgotten */
+    WM_DEL_TOMBSTONE_EXPIRED = 2, /* a DELETED tombstone is forgotten */
+    /* Only the listed ended operations leave the table (their retention is
+     * over); the revision, if any, stays as it is. */
+    WM_DEL_OPERATIONS_EXPIRED = 3
 } wm_delete_reason;
+
+#define WM_DEL_REASONS 4 /* one past the last reason (array bound) */
 
 /* Why a lease ends (OpLog type 11). */
 typedef enum wm_lease_end {

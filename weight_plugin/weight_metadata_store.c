@@ -714,6 +714,15 @@ const wm_revision *wm_store_revision_at(const wm_store *st, size_t i)
 {
     return i < st->n_revs ? &st->order[i]->rev : NULL;
 }
+size_t wm_store_operation_count(const wm_store *st) { return st->n_ops; }
+const wm_operation *wm_store_operation_at(const wm_store *st, size_t i)
+{
+    return i < st->n_ops ? &st->ops[i] : NULL;
+}
+size_t wm_store_operation_lower_bound(const wm_store *st, uint64_t op_id)
+{
+    return wm_op_lower_bound(st, op_id);
+}
 size_t wm_store_lease_count(const wm_store *st) { return st->n_leases; }
 const wm_lease *wm_store_lease_at(const wm_store *st, size_t i)
 {
@@ -982,6 +991,20 @@ static int wm_delete_plan(const wm_store *st,
         return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "delete is missing");
     wm_rev_entry *e = wm_find_entry(st, &d->id);
     *held = e;
+    if (d->reason == WM_DEL_OPERATIONS_EXPIRED) {
+        /* Only ended operations of d's revision (present or not) go. */
+        for (size_t i = 0; i < d->n_operation_ids; i++) {
+            const wm_operation *op = wm_store_operation(st, d->operation_ids[i]);
+            if (op == NULL) continue;
+            if (wm_identity_cmp(&op->id_of, &d->id) != 0 || op->state == WM_OPS_RUNNING ||
+                (e != NULL && e->rev.operation_id == op->id))
+                return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                               "operation %" PRIu64 " is not an ended operation of the revision "
+                               "the delete names",
+                               op->id);
+        }
+        return WM_OK;
+    }
     if (e == NULL || e->rev.metadata_generation > d->metadata_generation) return 1;
     for (size_t i = 0; i < d->n_operation_ids; i++) {
         const wm_operation *op = wm_store_operation(st, d->operation_ids[i]);
@@ -1007,6 +1030,7 @@ int wm_store_apply_delete(wm_store *st, const wm_metadata_delete *d, char *msg, 
     int rc = wm_delete_plan(st, d, &e, msg, cap);
     if (rc != WM_OK) return rc < 0 ? rc : WM_OK; /* 1: nothing to drop */
     for (size_t i = 0; i < d->n_operation_ids; i++) wm_op_drop(st, d->operation_ids[i]);
+    if (d->reason == WM_DEL_OPERATIONS_EXPIRED) return WM_OK;
     for (size_t i = 0; i < st->n_leases;) {
         if (wm_identity_cmp(&st->leases[i].id_of, &d->id) == 0) {
             memmove(&st->leases[i], &st->leases[i + 1], (st->n_leases - i - 1) * sizeof(*st->leases));

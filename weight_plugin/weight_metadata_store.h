@@ -50,6 +50,12 @@ size_t wm_store_revision_count(const wm_store *st);
 const wm_revision *wm_store_revision_at(const wm_store *st, size_t i);
 size_t wm_store_revision_lower_bound(const wm_store *st, const wm_identity *id);
 
+/* Operations (ended ones included) in id order: count, the i-th, first
+ * index with id >= op_id. */
+size_t wm_store_operation_count(const wm_store *st);
+const wm_operation *wm_store_operation_at(const wm_store *st, size_t i);
+size_t wm_store_operation_lower_bound(const wm_store *st, uint64_t op_id);
+
 /* Leases in id order: count, the i-th, first index with id >= lease_id. */
 size_t wm_store_lease_count(const wm_store *st);
 const wm_lease *wm_store_lease_at(const wm_store *st, size_t i);
@@ -79,7 +85,10 @@ int wm_store_apply_upsert(wm_store *st, const wm_metadata_upsert *u, char *msg, 
 int wm_store_check_upsert(const wm_store *st, const wm_metadata_upsert *u, char *msg, size_t cap);
 /* Drops the revision (unless stored above d's generation), the listed
  * operations and any lease naming it. Absent: no-op. A listed operation of
- * another revision: WM_EINVALID_ARGUMENT, nothing changed. */
+ * another revision: WM_EINVALID_ARGUMENT, nothing changed. With reason
+ * WM_DEL_OPERATIONS_EXPIRED only the listed operations go, each ended and
+ * of d's revision (present or not; else WM_EINVALID_ARGUMENT), and the
+ * revision stays. */
 int wm_store_apply_delete(wm_store *st, const wm_metadata_delete *d, char *msg, size_t cap);
 /* The checks of wm_store_apply_delete alone (see wm_store_check_upsert). */
 int wm_store_check_delete(const wm_store *st, const wm_metadata_delete *d, char *msg, size_t cap);

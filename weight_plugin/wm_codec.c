@@ -305,7 +305,8 @@ static int wm_delete_check(const wm_metadata_delete *d, char *msg, size_t cap)
     if ((rc = wm_identity_check(&d->id, msg, cap)) < 0) return rc;
     if (d->metadata_generation == 0)
         return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "delete names metadata generation 0");
-    if (d->reason != WM_DEL_IMPORT_ABORTED && d->reason != WM_DEL_TOMBSTONE_EXPIRED)
+    if (d->reason != WM_DEL_IMPORT_ABORTED && d->reason != WM_DEL_TOMBSTONE_EXPIRED &&
+        d->reason != WM_DEL_OPERATIONS_EXPIRED)
         return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "delete reason %d is not a reason",
                        (int)d->reason);
     if (d->n_operation_ids > 0 && d->operation_ids == NULL)
@@ -313,6 +314,8 @@ static int wm_delete_check(const wm_metadata_delete *d, char *msg, size_t cap)
     for (size_t i = 0; i < d->n_operation_ids; i++)
         if (d->operation_ids[i] == 0)
             return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "delete names operation id 0");
+    if (d->reason == WM_DEL_OPERATIONS_EXPIRED && d->n_operation_ids == 0)
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "an operations-expired delete lists none");
     return WM_OK;
 }
 

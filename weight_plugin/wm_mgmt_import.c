@@ -6,9 +6,10 @@
  * the summary the client sends (payload count, bytes, key and manifest
  * digests, affinity units) and publishes READY + HOT with the sealed summary
  * -- and the first migration toward the preferred residency -- in one
- * durable record; an abort turns the import into a deletion (or a tombstone
- * when nothing was uploaded). Everything goes through the record machinery
- * of wm_mgmt_txn.c. */
+ * durable record; an abort (the RPC, or the tick for an import idle past its
+ * TTL) removes what was uploaded and then forgets the revision with a type-9
+ * record, so an aborted import never burns its name. Everything goes
+ * through the record machinery of wm_mgmt_txn.c. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
@@ -477,12 +478,93 @@ free_req:
 /* IMPORT_ABORT                                                              */
 /* ------------------------------------------------------------------------ */
 
-/* Abort an import. An empty group: the revision becomes a DELETED + ABSENT
- * tombstone at once (queryable; the identity is spent, a new import needs a
- * new weight_generation). A group holding uploads: DELETING with a DELETING
- * operation the lifecycle runs (members removed with remove_object, then the
- * tombstone). A retry on a DELETING or DELETED revision answers it as it is.
- * Record 9 (the record leaving the table) is kept for tombstone expiry. */
+/* The empty group of an aborted import is no longer managed: now the
+ * type-9 record that forgets the revision (the caller, if any, is answered
+ * from its durable callback with an empty MetadataResponse). */
+static void wm_abort_unmanaged(void *arg, int status)
+{
+    wm_txn *t = arg;
+    wm_plugin *p = t->p;
+    smp_rpc_call *call = t->call;
+    int rc;
+    wm_pending_remove(p, t);
+    if (status < 0) {
+        if (call != NULL)
+            wm_reply_error(p, call, WM_EDURABILITY_FAILED,
+                           "could not unmanage group %s (%s); the import is still open",
+                           t->group_key, smp_strerror(status));
+        wm_txn_free(t);
+        return;
+    }
+    if (call != NULL) {
+        wm_submit(p, t, call, WM_REPLY_DELETED, "import abort");
+        return;
+    }
+    if ((rc = wm_txn_submit_quiet(p, t)) < 0)
+        p->api->log(p->host, SMP_LOG_WARN, "abort of %s not recorded (%s); the next tick retries",
+                    t->group_key, wm_status_name(rc));
+}
+
+int wm_import_abort_start(wm_plugin *p, const wm_revision *rev, smp_rpc_call *call)
+{
+    char msg[512];
+    int rc;
+    uint64_t members = p->api->group_count(p->host, rev->group_key);
+    if (members > 0 || wm_lineage_target_open(p, &rev->id)) {
+        /* Uploads to remove first (or a claim that must see its target
+         * fail): DELETING with its operation; the lifecycle removes them,
+         * unmanages the group and then forgets the revision
+         * (weight_lifecycle.c). */
+        wm_txn *t = call != NULL ? wm_txn_next(p, call, rev) : wm_txn_new(p, WM_TXN_UPSERT, rev->group_key);
+        if (t == NULL) return SMP_ENOMEM;
+        if (call == NULL) {
+            t->up.revision = *rev;
+            t->up.revision.metadata_generation = rev->metadata_generation + 1;
+            t->up.revision.updated_ms = wm_now(p, rev);
+        }
+        wm_txn_deleting(p, t, members, 0);
+        if (call != NULL) {
+            wm_check_submit(p, call, rev, t, "abort", "import abort", msg, sizeof(msg));
+            return SMP_OK;
+        }
+        if ((rc = wm_metadata_mutation_check(rev, &t->up.revision, msg, sizeof(msg))) < 0) {
+            p->api->log(p->host, SMP_LOG_ERROR, "abort of %s refused: %s", rev->group_key, msg);
+            wm_txn_free(t);
+            return rc;
+        }
+        if ((rc = wm_txn_submit_quiet(p, t)) < 0) return rc;
+        return SMP_OK;
+    }
+    /* Nothing uploaded: unmanage the group, then forget the revision. */
+    wm_txn *t = wm_txn_new(p, WM_TXN_DELETE, rev->group_key);
+    if (t == NULL) {
+        if (call != NULL) wm_reply_error(p, call, SMP_ENOMEM, "out of memory");
+        return SMP_ENOMEM;
+    }
+    t->del.id = rev->id;
+    t->del.metadata_generation = rev->metadata_generation;
+    t->del.reason = WM_DEL_IMPORT_ABORTED;
+    t->call = call;
+    t->next = p->pending; /* the revision is busy meanwhile */
+    p->pending = t;
+    if ((rc = p->api->group_set_managed(p->host, rev->group_key, 0, wm_abort_unmanaged, t)) < 0) {
+        wm_pending_remove(p, t);
+        wm_txn_free(t);
+        if (call != NULL) wm_reply_append_error(p, call, rc, "import abort (unmanaging the group)");
+        return rc;
+    }
+    return SMP_OK;
+}
+
+/* Abort an import. Nothing uploaded: the group is unmanaged and a type-9
+ * record forgets the revision (answered with an empty MetadataResponse);
+ * the identity is free again at once. Uploads present: DELETING with a
+ * DELETING operation the lifecycle runs (members removed with
+ * remove_object, the group unmanaged), which ends by forgetting the
+ * revision the same way -- a failed or aborted import never burns its
+ * name; a new begin of the identity works once the abort has finished. A
+ * retry on a DELETING revision answers it as it is; once forgotten it is
+ * NOT_FOUND. */
 int wm_rpc_import_abort(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len)
 {
     wm_plugin *p = plugin;
@@ -506,17 +588,7 @@ int wm_rpc_import_abort(void *plugin, smp_rpc_call *call, const uint8_t *body, s
         goto free_req;
     }
     if (!wm_check_fence(p, call, rev, req->expected_metadata_generation)) goto free_req;
-    uint64_t members = p->api->group_count(p->host, rev->group_key);
-    wm_txn *t = wm_txn_next(p, call, rev);
-    if (t == NULL) goto free_req;
-    if (members == 0) {
-        /* Nothing was uploaded: straight to the tombstone. */
-        t->up.revision.availability = WM_AVAIL_DELETED;
-        t->up.revision.residency = WM_RES_ABSENT;
-    } else {
-        wm_txn_deleting(p, t, members, 0);
-    }
-    wm_check_submit(p, call, rev, t, "abort", "import abort", msg, sizeof(msg));
+    wm_import_abort_start(p, rev, call);
 free_req:
     wmrpc__identity_request__free_unpacked(req, NULL);
     return SMP_OK;

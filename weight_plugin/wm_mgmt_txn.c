@@ -63,6 +63,14 @@ int wm_pending_lease_grants(const wm_plugin *p, const char *group_key)
     return 0;
 }
 
+int wm_pending_delete_op(const wm_plugin *p, uint64_t op_id)
+{
+    for (const wm_txn *t = p->pending; t != NULL; t = t->next)
+        if (t->kind == WM_TXN_DELETE && t->del.n_operation_ids > 0 && t->del_ops[0] == op_id)
+            return 1;
+    return 0;
+}
+
 int wm_pending_lease_end(const wm_plugin *p, uint64_t lease_id)
 {
     for (const wm_txn *t = p->pending; t != NULL; t = t->next)
@@ -83,6 +91,7 @@ void wm_mgmt_release(wm_plugin *p)
 {
     wm_lifecycle_release(p);
     wm_lineage_release(p);
+    wm_reclaim_release(p);
     while (p->pending != NULL) {
         wm_txn *t = p->pending;
         p->pending = t->next;
@@ -301,6 +310,8 @@ static void wm_txn_durable(void *arg, int status, uint64_t seq)
     }
     if (t->kind == WM_TXN_LEASE_DELETE && t->lease_end.reason == WM_LEASE_EXPIRED)
         p->leases_expired++;
+    if (t->kind == WM_TXN_DELETE && (unsigned)t->del.reason < WM_DEL_REASONS)
+        p->records_pruned[t->del.reason]++;
     wm_metrics_refresh(p);
 
     if (t->call == NULL) goto free_txn;
@@ -395,6 +406,14 @@ int wm_submit(wm_plugin *p, wm_txn *t, smp_rpc_call *call, wm_reply_kind reply,
     return SMP_OK;
 }
 
+int wm_txn_submit_quiet(wm_plugin *p, wm_txn *t)
+{
+    t->call = NULL;
+    int rc = wm_txn_append(p, t);
+    if (rc < 0) wm_txn_free(t);
+    return rc;
+}
+
 int wm_submit_lease_end(wm_plugin *p, const wm_lease *l, wm_lease_end reason)
 {
     wm_txn *t = wm_txn_new(p, WM_TXN_LEASE_DELETE, "");
@@ -450,7 +469,10 @@ int wm_submit_delete(wm_plugin *p, const wm_metadata_delete *d, wm_applied_fn cb
     if (d == NULL || d->n_operation_ids > 1 || (d->n_operation_ids > 0 && d->operation_ids == NULL))
         return WM_EINVALID_ARGUMENT;
     const wm_revision *rev = wm_store_get(p->store, &d->id);
-    wm_txn *t = wm_txn_new(p, WM_TXN_DELETE, rev ? rev->group_key : "");
+    /* Forgetting ended operations changes nothing of the revision: it does
+     * not hold the revision busy. */
+    int holds = rev != NULL && d->reason != WM_DEL_OPERATIONS_EXPIRED;
+    wm_txn *t = wm_txn_new(p, WM_TXN_DELETE, holds ? rev->group_key : "");
     if (t == NULL) return SMP_ENOMEM;
     t->del = *d;
     if (d->n_operation_ids) t->del_ops[0] = d->operation_ids[0];

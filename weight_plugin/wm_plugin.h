@@ -73,6 +73,15 @@ typedef struct wm_plugin {
     smp_metric *m_mig_duration;    /* counter (seconds) */
 
     wm_lin *lin;               /* created at registration (weight_lineage.c) */
+
+    /* Reclamation (wm_reclaim.c): records that left the table by type-9
+     * reason, imports the tick aborted for idling past their TTL, and the
+     * tick's working state. */
+    uint64_t records_pruned[WM_DEL_REASONS];
+    uint64_t imports_expired;
+    struct wm_reclaim *reclaim;
+    smp_metric *m_pruned;          /* counter {kind} */
+    smp_metric *m_imports_expired; /* counter */
 } wm_plugin;
 
 /* -- weight_management.c, wm_mgmt_txn.c ----------------------------------- */
@@ -95,6 +104,15 @@ int wm_pending_metadata(const wm_plugin *p, const char *group_key);
 int wm_pending_lease_grants(const wm_plugin *p, const char *group_key);
 /* An end record for this lease is in flight. */
 int wm_pending_lease_end(const wm_plugin *p, uint64_t lease_id);
+/* A type-9 record listing this operation is in flight. */
+int wm_pending_delete_op(const wm_plugin *p, uint64_t op_id);
+
+/* Abort the IMPORTING revision rev (wm_mgmt_import.c; the caller checked
+ * the lineage and the fence): uploads present, DELETING with its operation
+ * (the lifecycle removes them and forgets the revision); none, the group is
+ * unmanaged and a type-9 record forgets it. call NULL (the tick): nobody
+ * is answered and failures are returned and logged. SMP_OK or SMP_E*. */
+int wm_import_abort_start(wm_plugin *p, const wm_revision *rev, smp_rpc_call *call);
 
 /* Append a type-11 record ending lease `l` for `reason`; applied to the store
  * when durable. No reply. SMP_E* from oplog_append (nothing in flight then). */
@@ -115,8 +133,10 @@ typedef void (*wm_applied_fn)(wm_plugin *p, void *arg, int status);
 int wm_submit_upsert(wm_plugin *p, const wm_revision *rev, const wm_operation *ops, size_t n_ops,
                      wm_applied_fn cb, void *arg);
 
-/* For the lifecycle: append a type-9 record (a tombstone forgotten, or an
- * import that never became visible), same contract as wm_submit_upsert. */
+/* For the lifecycle: append a type-9 record (a tombstone forgotten, an
+ * import that never became visible, or ended operations past their
+ * retention -- that one does not hold the revision busy), same contract as
+ * wm_submit_upsert. At most one operation id. */
 int wm_submit_delete(wm_plugin *p, const wm_metadata_delete *d, wm_applied_fn cb, void *arg);
 
 /* Answer call with error rc and a sentence as the body (always SMP_OK). */
@@ -142,6 +162,22 @@ void wm_lifecycle_event(wm_plugin *p, const smp_event *ev);
 /* Free the lifecycle's working state (at fini, after the host's last
  * callback; also called by wm_mgmt_release). */
 void wm_lifecycle_release(wm_plugin *p);
+
+/* -- wm_reclaim.c ---------------------------------------------------------- */
+
+#define WM_IMPORT_TTL_DEFAULT_MS 3600000ull   /* plugin key import_ttl_ms */
+#define WM_RETENTION_DEFAULT_MS 86400000ull   /* plugin key record_retention_ms */
+#define WM_RECLAIM_SCAN 256     /* revisions and operations looked at per round */
+#define WM_RECLAIM_MAX 32       /* records appended per round (also <= the budget) */
+
+/* One reclamation round (called by the tick, active master only): abort
+ * imports idle past import_ttl_ms, forget DELETED tombstones and ended
+ * operations past record_retention_ms. Bounded; returns 1 when it stopped
+ * with work left. */
+int wm_reclaim_tick(wm_plugin *p, const smp_tick_budget *budget);
+
+/* Free the reclamation state (at fini; from wm_mgmt_release). */
+void wm_reclaim_release(wm_plugin *p);
 
 /* -- weight_lineage.c ------------------------------------------------------ */
 

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 #include <openssl/evp.h>
@@ -245,6 +246,23 @@ Wmrpc__MetadataResponse *wr_get_md(wr_fixture *f, const Wmrpc__WeightIdentity *i
     int st = wr_ident_call(f, WMRPC__WEIGHT_METHOD__WEIGHT_GET_METADATA, id, 0, &r);
     if (st != 0) fail_msg("get_metadata: %d %s", st, f->last_error);
     return r;
+}
+
+int wr_wait_md(wr_fixture *f, const Wmrpc__WeightIdentity *id, int av, int wait_ms)
+{
+    for (int waited = 0; waited <= wait_ms; waited += 20) {
+        Wmrpc__MetadataResponse *r = NULL;
+        int st = wr_ident_call(f, WMRPC__WEIGHT_METHOD__WEIGHT_GET_METADATA, id, 0, &r);
+        int done = av == 0 ? st == -102 /* NOT_FOUND */
+                           : st == 0 && r->metadata != NULL &&
+                                 (int)r->metadata->availability == av &&
+                                 r->metadata->operation_id == 0;
+        if (r != NULL) wmrpc__metadata_response__free_unpacked(r, NULL);
+        if (done) return 0;
+        struct timespec ts = {0, 20 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    return -1;
 }
 
 int wr_is_exist(wr_fixture *f, const Wmrpc__WeightIdentity *id)

@@ -133,6 +133,11 @@ int wr_ident_call(wr_fixture *f, uint32_t method, const Wmrpc__WeightIdentity *i
 /* GET_METADATA that must succeed (else the test fails); caller frees. */
 Wmrpc__MetadataResponse *wr_get_md(wr_fixture *f, const Wmrpc__WeightIdentity *id);
 
+/* Poll GET_METADATA every 20 ms until the revision is in availability av
+ * with no active operation -- or, with av 0, until it is gone (NOT_FOUND:
+ * the record left the table). 0, or -1 after wait_ms. */
+int wr_wait_md(wr_fixture *f, const Wmrpc__WeightIdentity *id, int av, int wait_ms);
+
 /* IS_EXIST that must succeed: 1 when the revision is readable, else 0. */
 int wr_is_exist(wr_fixture *f, const Wmrpc__WeightIdentity *id);
 

@@ -717,6 +717,184 @@ static void test_remove_retry_with_request_id_returns_first_answer(void **state)
     assert_int_equal(answered_generation(&c, NULL), 2);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Reclamation                                                               */
+/* ------------------------------------------------------------------------ */
+
+static smp_tick_budget TB = {sizeof(smp_tick_budget), 64, 1 << 30, 0};
+
+/* One tick, then every effect it queued delivered (and what those queue). */
+static void tick_and_deliver(void)
+{
+    uint64_t cursor = 0;
+    wm_lifecycle_tick(&P, &TB, &cursor);
+    for (int guard = 0; H.nq > 0 && guard < 256; guard++) deliver(SMP_OK);
+}
+
+static void add_obj(const char *key, const char *group)
+{
+    fake_obj *o = &H.objs[H.nobjs++];
+    memset(o, 0, sizeof(*o));
+    snprintf(o->key, sizeof(o->key), "%s", key);
+    snprintf(o->group, sizeof(o->group), "%s", group);
+    o->size = 64;
+    o->type = SMP_DATA_WEIGHT;
+}
+
+/* An import that makes no progress for longer than import_ttl_ms is aborted
+ * by the tick; one that keeps uploading is not. Its objects are removed, and
+ * once the abort has finished the record is gone (no tombstone): the same
+ * identity begins again. */
+static void test_idle_import_aborted_after_ttl_and_objects_freed(void **state)
+{
+    (void)state;
+    wm_identity w;
+    smp_rpc_call c;
+    char group[WM_KEY_MAX + 1], key[WM_KEY_MAX + 1];
+    H.import_ttl_ms = 1000;
+    wmt_identity(&w, "ttl", 1);
+    begin(&w, &c);
+    deliver(SMP_OK);
+    deliver(SMP_OK);
+    assert_int_equal(c.status, SMP_OK);
+    wm_group_key(&w, group, sizeof(group));
+    wm_payload_key(&w, 0, key, sizeof(key));
+    add_obj(key, group);
+
+    tick_and_deliver();
+    H.wall += 600;
+    wm_payload_key(&w, 1, key, sizeof(key));
+    add_obj(key, group); /* progress */
+    tick_and_deliver();
+    H.wall += 600; /* 1200 since the begin, 600 since the progress */
+    tick_and_deliver();
+    assert_int_equal(wm_store_get(P.store, &w)->availability, WM_AVAIL_IMPORTING);
+
+    H.wall += 500; /* 1100 without progress */
+    tick_and_deliver();
+    const wm_revision *r = wm_store_get(P.store, &w);
+    assert_non_null(r);
+    assert_int_equal(r->availability, WM_AVAIL_DELETING);
+    assert_int_equal(P.imports_expired, 1);
+    for (int i = 0; i < 20 && wm_store_get(P.store, &w) != NULL; i++) {
+        H.wall += 1000;
+        tick_and_deliver();
+    }
+    assert_null(wm_store_get(P.store, &w));
+    assert_int_equal(f_group_count(NULL, group), 0);
+    assert_int_equal(P.records_pruned[WM_DEL_IMPORT_ABORTED], 1);
+
+    begin(&w, &c);
+    deliver(SMP_OK);
+    deliver(SMP_OK);
+    assert_int_equal(c.status, SMP_OK);
+    assert_int_equal(wm_store_get(P.store, &w)->availability, WM_AVAIL_IMPORTING);
+}
+
+/* An import aborted before any upload leaves no record: the abort answers
+ * an empty metadata response and the same identity begins again. */
+static void test_aborted_import_does_not_burn_the_name(void **state)
+{
+    (void)state;
+    wm_identity w;
+    smp_rpc_call c;
+    wmt_identity(&w, "again", 1);
+    begin(&w, &c);
+    deliver(SMP_OK);
+    deliver(SMP_OK);
+    Wmrpc__IdentityRequest req = WMRPC__IDENTITY_REQUEST__INIT;
+    Wmrpc__WeightIdentity id;
+    set_id(&id, &w);
+    req.identity = &id;
+    req.expected_metadata_generation = 1;
+    invoke(WMRPC__WEIGHT_METHOD__WEIGHT_IMPORT_ABORT, &req.base, &c);
+    while (H.nq > 0) deliver(SMP_OK);
+    assert_int_equal(c.status, SMP_OK);
+    Wmrpc__MetadataResponse *mr = wmrpc__metadata_response__unpack(NULL, c.len, (uint8_t *)c.body);
+    assert_non_null(mr);
+    assert_null(mr->metadata);
+    wmrpc__metadata_response__free_unpacked(mr, NULL);
+    assert_null(wm_store_get(P.store, &w));
+
+    begin(&w, &c);
+    deliver(SMP_OK);
+    deliver(SMP_OK);
+    assert_int_equal(c.status, SMP_OK);
+}
+
+/* A DELETED tombstone and ended operations leave the table with type-9
+ * records once record_retention_ms has passed since their last update, at
+ * most the round's member budget per tick, counted in the metrics; 0 keeps
+ * them forever; after a restart the pruning goes on from what is persisted. */
+static void test_tombstones_and_ended_operations_pruned_after_retention(void **state)
+{
+    (void)state;
+    wm_revision a, b;
+    smp_rpc_call c;
+    char msg[256];
+    seed("tomb", 1, WM_RES_HOT, WM_MODE_MANUAL, &a);
+    remove_req(&a.id, 1, NULL, &c);
+    deliver(SMP_OK);
+    for (int i = 0; i < 20 && wm_store_get(P.store, &a.id)->availability != WM_AVAIL_DELETED; i++) {
+        H.wall += 100;
+        tick_and_deliver();
+    }
+    assert_int_equal(wm_store_get(P.store, &a.id)->availability, WM_AVAIL_DELETED);
+    /* Three ended operations of a live revision. */
+    seed("live", 1, WM_RES_HOT, WM_MODE_MANUAL, &b);
+    uint64_t ended[3];
+    for (int k = 0; k < 3; k++) {
+        wm_metadata_upsert u;
+        wm_operation op;
+        memset(&u, 0, sizeof(u));
+        u.revision = *wm_store_get(P.store, &b.id);
+        wmt_migration(&op, &u.revision, wm_store_reserve_operation_id(P.store));
+        op.state = WM_OPS_SUCCEEDED;
+        op.updated_ms = H.wall;
+        u.revision.operation_id = 0;
+        u.revision.metadata_generation++;
+        u.revision.updated_ms = H.wall;
+        u.operations = &op;
+        u.n_operations = 1;
+        if (wm_store_apply_upsert(P.store, &u, msg, sizeof(msg)) != WM_OK) fail_msg("%s", msg);
+        ended[k] = op.id;
+    }
+    wm_store_stats st0;
+    wm_store_stats_get(P.store, &st0);
+    assert_int_equal(st0.operations, 4); /* the deletion's and three */
+
+    H.retention_ms = 0; /* keep forever */
+    H.wall += 100000000;
+    tick_and_deliver();
+    assert_non_null(wm_store_get(P.store, &a.id));
+    H.retention_ms = 5000;
+    H.wall -= 100000000;
+    H.wall += 4000;
+    tick_and_deliver(); /* not yet */
+    assert_non_null(wm_store_get(P.store, &a.id));
+    assert_non_null(wm_store_operation(P.store, ended[0]));
+
+    H.wall += 2000;
+    TB.max_members = 2;
+    uint64_t cursor = 0;
+    wm_lifecycle_tick(&P, &TB, &cursor);
+    assert_int_equal(H.nq, 2); /* bounded by the round */
+    assert_int_equal(H.q[0].type, WM_OP_METADATA_DELETE);
+    assert_int_equal(H.q[1].type, WM_OP_METADATA_DELETE);
+    while (H.nq > 0) deliver(SMP_OK);
+    restart_store();
+    for (int i = 0; i < 5; i++) tick_and_deliver();
+    TB.max_members = 64;
+    assert_null(wm_store_get(P.store, &a.id));
+    assert_non_null(wm_store_get(P.store, &b.id));
+    for (int k = 0; k < 3; k++) assert_null(wm_store_operation(P.store, ended[k]));
+    wm_store_stats st;
+    wm_store_stats_get(P.store, &st);
+    assert_int_equal(st.operations, 0);
+    assert_int_equal(P.records_pruned[WM_DEL_TOMBSTONE_EXPIRED], 1);
+    assert_int_equal(P.records_pruned[WM_DEL_OPERATIONS_EXPIRED], 4);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -728,6 +906,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_migrate_retry_with_request_id_returns_first_answer, setup, teardown),
         cmocka_unit_test_setup_teardown(test_update_policy_retry_with_request_id_returns_first_answer, setup, teardown),
         cmocka_unit_test_setup_teardown(test_remove_retry_with_request_id_returns_first_answer, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_idle_import_aborted_after_ttl_and_objects_freed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_aborted_import_does_not_burn_the_name, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_tombstones_and_ended_operations_pruned_after_retention, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
