@@ -236,6 +236,8 @@ static int do_register(node_runtime *n, rpcc_conn *c, int *lost)
     rc = call(c, NODE_METHOD__NODE_REGISTER, &req.base, &node_register_response__descriptor,
               (ProtobufCMessage **)&resp, &msg, lost);
     if (rc == SMP_OK) {
+        fprintf(stderr, "store_node %s: registered with the master at %s\n", n->node_id,
+                rpcc_endpoint(c));
         n->poll_ms = resp->poll_ms ? resp->poll_ms : 200;
         node_register_response__free_unpacked(resp, NULL);
         /* From now on the segment's contents are the master's to judge. */
@@ -270,6 +272,9 @@ static int poll_loop(node_runtime *n, rpcc_conn *c, int *lost)
         int rc = call(c, NODE_METHOD__NODE_POLL, &req.base, &node_poll_response__descriptor,
                       (ProtobufCMessage **)&resp, &msg, lost);
         free(msg);
+        if (rc < 0 && *lost)
+            fprintf(stderr, "store_node %s: lost the master at %s (%s); registering again\n",
+                    n->node_id, rpcc_endpoint(c)[0] ? rpcc_endpoint(c) : "?", rpcc_last_error(c));
         if (rc < 0) return rc;
         /* The results went to whoever answered; a new leader ignores the
          * results of tasks it did not hand out. */
