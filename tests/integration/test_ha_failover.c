@@ -37,7 +37,7 @@
 
 typedef struct cluster {
     etcd_fixture etcd;
-    char snapdir[256];
+    char snapdir[300];
     char prefix[64];
     char masters[320];       /* every master's socket, comma-separated */
     hx_master m[N_MASTERS];
