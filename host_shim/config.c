@@ -984,6 +984,11 @@ static int check_ha(cfg_ctx *c, const host_config *cfg, const host_config_node *
     if (cfg->ha_advertise[0] == '\0' && cfg->listen_tcp[0] == '\0')
         return cfg_fail(c, SMP_EINVAL, line, "ha.advertise",
                         "missing: listen.tcp is off, so say where clients reach this master");
+    const char *colon = strrchr(cfg->listen_tcp, ':');
+    if (cfg->ha_advertise[0] == '\0' && colon != NULL && strcmp(colon, ":0") == 0)
+        return cfg_fail(c, SMP_EINVAL, line, "ha.advertise",
+                        "missing: listen.tcp asks for any free port (0), so say where clients "
+                        "reach this master");
     return 0;
 }
 

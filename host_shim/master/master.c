@@ -227,8 +227,14 @@ static int start_embedded_node(master *m, char *err, size_t errlen)
                  m->cfg->node_segment_dir, strerror(errno));
         return SMP_EIO;
     }
+    /* The node dials the port really bound: listen.tcp may ask for any (0). */
+    char tcp[300];
+    const char *colon = strrchr(m->cfg->listen_tcp, ':');
+    int hl = colon != NULL ? (int)(colon - m->cfg->listen_tcp) : 0;
+    snprintf(tcp, sizeof(tcp), "%.*s:%d", hl > 0 ? hl : 9, hl > 0 ? m->cfg->listen_tcp : "127.0.0.1",
+             rpc_server_tcp_port(m->rpc));
     node_runtime_options o = {
-        .master = m->cfg->listen_unix[0] ? m->cfg->listen_unix : m->cfg->listen_tcp,
+        .master = m->cfg->listen_unix[0] ? m->cfg->listen_unix : tcp,
         .node_id = m->cfg->node_id,
         .segment_dir = m->cfg->node_segment_dir,
         .segment_bytes = m->cfg->node_segment_bytes,

@@ -61,7 +61,8 @@ class Master:
     segment_bytes: the node's memory segment. residency: the cluster's
     default preferred residency ("hot" keeps revisions in the segment)."""
 
-    def __init__(self, segment_bytes: int = 64 << 20, residency: str = "hot", extra: str = ""):
+    def __init__(self, segment_bytes: int = 64 << 20, residency: str = "hot", extra: str = "",
+                 port: int | None = None):
         self.build = build_dir()
         self.dir = tempfile.mkdtemp(prefix="wm-py-")
         self.shm_dir = tempfile.mkdtemp(prefix="wm-py-seg-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
@@ -73,13 +74,14 @@ class Master:
         self.address = None
         self.admin = None
         self._settings = (segment_bytes, residency, extra)
+        self._port = port  # None: a free port chosen here; 0: the master's choice
 
     def _write_config(self) -> None:
         segment_bytes, residency, extra = self._settings
         with open(self.config, "w") as f:
             f.write(
                 "listen:\n"
-                f"  tcp: \"127.0.0.1:{free_port()}\"\n"
+                f"  tcp: \"127.0.0.1:{free_port() if self._port is None else self._port}\"\n"
                 "  unix: \"\"\n"
                 "  admin: \"127.0.0.1:0\"\n"
                 f"data_dir: \"{self.dir}/data\"\n"

@@ -25,3 +25,14 @@ def test_a_refused_config_is_reported_and_cleaned_up():
     with pytest.raises(RuntimeError, match="no_such_key"):
         m.start()
     assert not os.path.exists(m.dir) and not os.path.exists(m.shm_dir)
+
+
+def test_embedded_node_registers_when_the_master_picks_its_port():
+    """listen.tcp on port 0: the embedded node dials the port the master
+    bound (it was handed ":0" and never registered)."""
+    m = Master(port=0).start(timeout=15.0)
+    try:
+        assert not m.address.endswith(":0")
+        assert os.path.exists(m.segment_path)
+    finally:
+        m.stop()

@@ -825,6 +825,10 @@ static void test_refuses_incomplete_or_idle_ha_keys(void **state)
                    "  enabled: true\n  id: m1\n  etcd_endpoints: \"a:1\"\n  snapshot_dir: /s\n",
                    "x.yaml:4: ha.advertise: missing: listen.tcp is off, so say where clients "
                    "reach this master");
+    expect_message("listen: {tcp: \"127.0.0.1:0\"}\noplog: {backend: etcd}\nha:\n"
+                   "  enabled: true\n  id: m1\n  etcd_endpoints: \"a:1\"\n  snapshot_dir: /s\n",
+                   "x.yaml:4: ha.advertise: missing: listen.tcp asks for any free port (0), so "
+                   "say where clients reach this master");
     expect_message("ha:\n  enabled: false\n  id: m1\n",
                    "x.yaml:3: ha.id: is set but ha.enabled is false (it would do nothing)");
     expect_message("ha:\n  lease_ttl_s: 3\n",
