@@ -1,5 +1,6 @@
-"""test_quickstart -- the Quickstart code block of python/README.md runs as
-written against a fresh master (only its address, the literal
+"""test_quickstart -- the Quickstart code block of python/README.md, and its
+copy in the project's README ("From Python"), run as written against a fresh
+master (only its address, the literal
 127.0.0.1:7600 of `make run`, is replaced by the test master's) and prints
 what it says it does."""
 from __future__ import annotations
@@ -9,22 +10,31 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-README = os.path.join(os.path.dirname(os.path.dirname(HERE)), "python", "README.md")
+ROOT = os.path.dirname(os.path.dirname(HERE))
+READMES = {  # file -> the heading the block sits under
+    os.path.join(ROOT, "python", "README.md"): "## Quickstart",
+    os.path.join(ROOT, "README.md"): "### From Python",
+}
 DEFAULT_ADDRESS = '"127.0.0.1:7600"'
 
 
-def quickstart_code() -> str:
-    with open(README) as f:
+def quickstart_code(readme: str) -> str:
+    with open(readme) as f:
         text = f.read()
-    section = text.split("## Quickstart", 1)[1]
+    heading = READMES[readme]
+    assert heading in text, f"{readme} has no {heading}"
+    section = text.split(heading, 1)[1]
     blocks = re.findall(r"```python\n(.*?)```", section, re.S)
-    assert blocks, "python/README.md has no python block under ## Quickstart"
+    assert blocks, f"{readme} has no python block under {heading}"
     return blocks[0]
 
 
-def test_readme_quickstart_runs(fresh_master, tmp_path):
-    code = quickstart_code()
+@pytest.mark.parametrize("readme", sorted(READMES))
+def test_readme_quickstart_runs(fresh_master, tmp_path, readme):
+    code = quickstart_code(readme)
     assert DEFAULT_ADDRESS in code
     script = tmp_path / "quickstart.py"
     script.write_text(code.replace(DEFAULT_ADDRESS, f'"{fresh_master.address}"'))
