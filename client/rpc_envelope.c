@@ -51,10 +51,15 @@ static int get_varint(const uint8_t **p, const uint8_t *end, unsigned max, uint6
  * nfields + 1 entries, f[0] unused). Field k is bytes when bit k of
  * bytes_fields is set, a varint otherwise; a known field sent with another
  * wire type is refused, as protobuf-c refuses it; unknown fields are
- * skipped. SMP_OK or SMP_EPROTO. Inlined with constant arguments, so a
- * request costs what it did before responses grew a fifth field. */
-static inline int env_walk(const uint8_t *frame, size_t len, uint32_t nfields,
-                           unsigned bytes_fields, env_field *f)
+ * skipped. SMP_OK or SMP_EPROTO. Forced inline: each decoder gets a copy
+ * specialised for its constants. With one walker shared by the two (a
+ * runtime field count) a typical request cost 340 instructions instead of
+ * the 322 of the four-field walker before responses grew a fifth field;
+ * specialised it costs 314, and a response without a leader 219 (215
+ * before). Measured with callgrind, gcc -O2. */
+static inline __attribute__((always_inline)) int env_walk(const uint8_t *frame, size_t len,
+                                                          uint32_t nfields,
+                                                          unsigned bytes_fields, env_field *f)
 {
     const uint8_t *p = frame, *end = frame + len;
     memset(f, 0, (nfields + 1) * sizeof(*f));
