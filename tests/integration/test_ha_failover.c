@@ -437,6 +437,51 @@ static void test_ha_etcd_member_sigkill_keeps_the_cluster_writable(void **state)
     kvc_close(k);
 }
 
+/* A SIGSTOPped etcd member -- alive to TCP, silent to requests, the case
+ * that hangs clients waiting on it -- costs the masters one deadline: their
+ * calls move to the other members, the cluster stays writable (after a
+ * failover if the leader could not renew in time), nothing acknowledged is
+ * lost, and after SIGCONT the member rejoins. */
+static void test_ha_etcd_member_sigstop_keeps_the_cluster_writable(void **state)
+{
+    cluster *c = *state;
+    start_cluster(c);
+    int leader = wait_leader(c, -1);
+    start_node(c);
+    wait_node(c, leader);
+    kvc *k = client_of(c, leader);
+    put_n(k, "kv/a", 0, 20);
+    kvc_close(k);
+
+    /* Every master lists member 0 first: it is the one they talk to. */
+    assert_int_equal(etcd_fixture_pause(&c->etcd, 0), 0);
+    int rc = -1;
+    for (int waited = 0; rc != 0 && waited < WAIT_MS; waited += 100) {
+        leader = wait_leader(c, -1);
+        kvc *w = hx_client(&c->m[leader]);
+        if (w != NULL) {
+            rc = hx_wait_nodes(&c->m[leader], 1, 2000) == 0
+                     ? kvc_put_bytes(w, "kv/b/0000", "value-0", 7, SMP_DATA_KV, NULL, 0, NULL)
+                     : -1;
+            kvc_close(w);
+        }
+        if (rc != 0) sleep_ms(100);
+    }
+    if (rc != 0) fail_msg("no write acknowledged with etcd member 0 paused");
+    k = client_of(c, leader);
+    put_n(k, "kv/b", 1, 20);
+    assert_all_present(k, "kv/a", 0, 20);
+    kvc_close(k);
+
+    assert_int_equal(etcd_fixture_resume(&c->etcd, 0), 0);
+    leader = wait_leader(c, -1);
+    wait_node(c, leader);
+    k = client_of(c, leader);
+    assert_all_present(k, "kv/a", 0, 20);
+    assert_all_present(k, "kv/b", 0, 20);
+    kvc_close(k);
+}
+
 /* Snapshots go to the shared directory and the OpLog below them is
  * deleted; a standby started afterwards from an empty data_dir loads the
  * snapshot, follows the rest, and can lead with everything. */
@@ -493,6 +538,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_ha_standby_stops_visibly_on_an_unknown_record_type,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_ha_etcd_member_sigkill_keeps_the_cluster_writable,
+                                        setup_three_etcd_members, teardown),
+        cmocka_unit_test_setup_teardown(test_ha_etcd_member_sigstop_keeps_the_cluster_writable,
                                         setup_three_etcd_members, teardown),
         cmocka_unit_test_setup_teardown(
             test_ha_new_standby_after_oplog_gc_bootstraps_from_the_snapshot, setup, teardown),
