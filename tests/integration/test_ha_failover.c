@@ -196,7 +196,7 @@ static void start_node(cluster *c)
 /* Print the last lines of a log file (to explain a failure). */
 static void print_tail(const char *path)
 {
-    char cmd[400];
+    char cmd[800];
     snprintf(cmd, sizeof(cmd), "echo '---- %s'; tail -n 25 '%s' >&2", path, path);
     if (system(cmd) != 0) fprintf(stderr, "(no %s)\n", path);
 }
