@@ -1106,19 +1106,22 @@ void host_plugins_emit(host_plugins *reg, const smp_event *ev)
 }
 
 /* A gate is confirmed when the cluster key of that name is a true bool, or
- * failing that the owner's block has a true bool of that name. NULL gate:
- * nothing to confirm (1). */
+ * (no cluster key of that name) the owner's block has a true bool of that
+ * name, or the master confirmed it durably at runtime (the backend's
+ * gate_confirmed). NULL gate: nothing to confirm (1). */
 int host_plugins_gate_confirmed(const host_plugins *reg, const host_plugin *owner, const char *gate)
 {
     smp_config_value v;
     if (gate == NULL) return 1;
     if (reg == NULL) return 0;
-    if (host_config_cluster_get(reg->cfg, gate, &v) == SMP_OK)
-        return v.type == SMP_CONFIG_BOOL && v.b;
-    if (owner != NULL && owner->pc != NULL && owner->pc->block != NULL &&
-        host_config_node_get(owner->pc->block, gate, &v) == SMP_OK)
-        return v.type == SMP_CONFIG_BOOL && v.b;
-    return 0;
+    if (host_config_cluster_get(reg->cfg, gate, &v) == SMP_OK) {
+        if (v.type == SMP_CONFIG_BOOL && v.b) return 1;
+    } else if (owner != NULL && owner->pc != NULL && owner->pc->block != NULL &&
+               host_config_node_get(owner->pc->block, gate, &v) == SMP_OK &&
+               v.type == SMP_CONFIG_BOOL && v.b) {
+        return 1;
+    }
+    return reg->be.gate_confirmed != NULL && reg->be.gate_confirmed(reg->be.ctx, gate);
 }
 
 /* -- describe ------------------------------------------------------------------------ */

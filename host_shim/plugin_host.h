@@ -48,6 +48,8 @@ typedef struct host_backend {
     int (*writer_write)(smp_writer *w, const void *buf, size_t len);
     void (*reader_data)(smp_reader *r, const uint8_t **data, size_t *len);
     int (*rpc_reply)(smp_rpc_call *call, int status, const uint8_t *body, size_t len);
+    /* 1 when the gate was confirmed durably at runtime (may be NULL). */
+    int (*gate_confirmed)(void *ctx, const char *gate);
 } host_backend;
 
 typedef struct host_plugins host_plugins;
@@ -138,8 +140,9 @@ void host_plugins_emit(host_plugins *reg, const smp_event *ev);
 /* The name of a guard reason ("batch_evict"), for metrics and messages. */
 const char *host_guard_reason_name(smp_guard_reason r);
 
-/* Whether the gate flag is confirmed in cfg (cluster key, or a bool of the
- * owner's block). Unknown names are never confirmed. */
+/* Whether the gate flag is confirmed: in cfg (cluster key, or a bool of the
+ * owner's block), or durably at runtime (host_backend.gate_confirmed).
+ * Unknown names are never confirmed. */
 int host_plugins_gate_confirmed(const host_plugins *reg,
                                 const host_plugin *owner,
                                 const char *gate);
