@@ -114,9 +114,9 @@ free_req:
  * ending, of another revision, granted at another metadata generation than
  * the one the request names (when it names one), or when its revision is
  * retired by a replacement (wm_revision_fenced, a fence record in flight
- * included), no longer READY or DEGRADED, or another incarnation than the
- * one it was granted on. The renewal keeps the lease's generation (its
- * fence). Durable before the answer. */
+ * included), no longer READY or DEGRADED, or below the lease's generation.
+ * The renewal keeps the lease's generation (its fence). Durable before the
+ * answer. */
 int wm_rpc_lease_renew(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len)
 {
     wm_plugin *p = plugin;
@@ -151,11 +151,11 @@ int wm_rpc_lease_renew(void *plugin, smp_rpc_call *call, const uint8_t *body, si
                        req->lease_id);
         goto free_req;
     }
-    /* The lease is fenced on the revision it was granted on: still readable,
-     * not replaced by a record of another incarnation (created after the
-     * grant, or below the lease's generation). */
+    /* The lease is fenced on the revision it was granted on: still readable
+     * and not below the lease's generation (a record that left the table
+     * took its leases along, so a later incarnation never inherits one). */
     if ((rev->availability != WM_AVAIL_READY && rev->availability != WM_AVAIL_DEGRADED) ||
-        rev->metadata_generation < l->metadata_generation || rev->created_ms > l->granted_ms) {
+        rev->metadata_generation < l->metadata_generation) {
         wm_reply_error(p, call, WM_ELEASE_EXPIRED,
                        "lease %" PRIu64 " cannot be renewed: %s is %s at metadata generation "
                        "%" PRIu64 ", not the revision it was granted on at generation %" PRIu64,

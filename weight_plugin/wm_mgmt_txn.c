@@ -722,7 +722,7 @@ uint64_t wm_request_digest(uint32_t method, const uint64_t *args, size_t n)
     uint64_t words[1 + 8];
     size_t k = n < 8 ? n : 8;
     words[0] = method;
-    memcpy(&words[1], args, k * sizeof(*args));
+    if (k > 0) memcpy(&words[1], args, k * sizeof(*args));
     const unsigned char *b = (const unsigned char *)words;
     for (size_t i = 0; i < (k + 1) * sizeof(uint64_t); i++) {
         h ^= b[i];
