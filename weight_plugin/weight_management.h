@@ -346,6 +346,7 @@ typedef struct wm_revision {
     char request_id[WM_REQUEST_ID_MAX + 1];
     uint64_t request_digest;
     uint64_t request_base_generation;
+    uint64_t request_operation_id;   /* the operation it created (0: none) */
 } wm_revision;
 
 /* An affinity unit: payload objects that must move together (complete

@@ -208,7 +208,8 @@ int wm_metadata_check(const wm_revision *rev, char *msg, size_t cap)
     if (rid == sizeof(rev->request_id) || wm_text_check(rev->request_id, rid) < 0)
         return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
                        "request id is not 0..%d bytes of UTF-8", WM_REQUEST_ID_MAX);
-    if (rid == 0 ? rev->request_digest != 0 || rev->request_base_generation != 0
+    if (rid == 0 ? rev->request_digest != 0 || rev->request_base_generation != 0 ||
+                       rev->request_operation_id != 0
                  : rev->request_base_generation == 0 ||
                        rev->request_base_generation >= rev->metadata_generation)
         return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,

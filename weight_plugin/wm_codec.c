@@ -88,6 +88,7 @@ static void wm_enc_revision(wm_pb_revision *h, const wm_revision *r)
     h->m.request_id = (char *)r->request_id;
     h->m.request_digest = r->request_digest;
     h->m.request_base_generation = r->request_base_generation;
+    h->m.request_operation_id = r->request_operation_id;
 }
 
 typedef struct wm_pb_operation {
@@ -628,6 +629,7 @@ static int wm_dec_revision(const Wmrec__Revision *m, wm_revision *out, char *msg
         return rc;
     r.request_digest = m->request_digest;
     r.request_base_generation = m->request_base_generation;
+    r.request_operation_id = m->request_operation_id;
     if (wm_metadata_check(&r, why, sizeof(why)) < 0)
         return wm_fail(SMP_EPROTO, msg, cap, "revision: %s", why);
     *out = r;

@@ -105,6 +105,9 @@ void wm_pb_op_set(wm_pb_op *v, const wm_operation *op);
 /* MetadataResponse (rev NULL: empty), ImportBeginResponse, LeaseResponse
  * (either part may be NULL). */
 int wm_reply_metadata(wm_plugin *p, smp_rpc_call *call, const wm_revision *rev);
+/* The same with operation o (may be NULL) instead of rev's active one. */
+int wm_reply_metadata_op(wm_plugin *p, smp_rpc_call *call, const wm_revision *rev,
+                         const wm_operation *o);
 int wm_reply_begin(wm_plugin *p, smp_rpc_call *call, const wm_revision *rev);
 int wm_reply_lease(wm_plugin *p, smp_rpc_call *call, const wm_lease *l, const wm_revision *rev);
 
@@ -168,7 +171,8 @@ uint64_t wm_request_digest(uint32_t method, const uint64_t *args, size_t n);
  * `expected`: 0 when it is a new request (go on with the CAS), or 1 with the
  * call answered -- INVALID_ARGUMENT for an id that is not 1..128 bytes of
  * UTF-8; for the id of the last request that changed rev, its first answer
- * (the revision as it is now; nothing appended) when digest and expected
+ * (the revision as it is now with the operation the request created, even
+ * ended; nothing appended) when digest and expected
  * match, BUSY while a record of rev is in flight, CONFLICT when the same id
  * comes with other arguments. Only the last request of a revision is
  * remembered (persisted in its record); an older id meets the CAS. */

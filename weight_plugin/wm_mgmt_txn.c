@@ -218,14 +218,21 @@ void wm_pb_op_set(wm_pb_op *v, const wm_operation *op)
  * an empty response (the record left the table). */
 int wm_reply_metadata(wm_plugin *p, smp_rpc_call *call, const wm_revision *rev)
 {
+    const wm_operation *o = rev != NULL && rev->operation_id
+                                ? wm_store_operation(p->store, rev->operation_id)
+                                : NULL;
+    return wm_reply_metadata_op(p, call, rev, o);
+}
+
+int wm_reply_metadata_op(wm_plugin *p, smp_rpc_call *call, const wm_revision *rev,
+                         const wm_operation *o)
+{
     Wmrpc__MetadataResponse resp = WMRPC__METADATA_RESPONSE__INIT;
     wm_pb_meta meta;
     wm_pb_op op;
     if (rev != NULL) {
         wm_pb_meta_set(&meta, rev);
         resp.metadata = &meta.m;
-        const wm_operation *o = rev->operation_id ? wm_store_operation(p->store, rev->operation_id)
-                                                  : NULL;
         if (o != NULL) {
             wm_pb_op_set(&op, o);
             resp.operation = &op.m;
@@ -750,7 +757,13 @@ int wm_request_replayed(wm_plugin *p, smp_rpc_call *call, const wm_revision *rev
         return 1;
     }
     if (!wm_check_idle(p, call, rev)) return 1;
-    wm_reply_metadata(p, call, rev); /* the first answer, as the revision is now */
+    /* The first answer: the revision as it is now, with the operation the
+     * request created even if it has ended since. */
+    const wm_operation *op = rev->operation_id ? wm_store_operation(p->store, rev->operation_id)
+                                               : NULL;
+    if (op == NULL && rev->request_operation_id)
+        op = wm_store_operation(p->store, rev->request_operation_id);
+    wm_reply_metadata_op(p, call, rev, op);
     return 1;
 }
 
@@ -760,8 +773,11 @@ void wm_txn_request(wm_txn *t, const char *rid, uint64_t digest, uint64_t expect
     memset(r->request_id, 0, sizeof(r->request_id));
     r->request_digest = 0;
     r->request_base_generation = 0;
+    r->request_operation_id = 0;
     if (rid == NULL || rid[0] == '\0') return;
     snprintf(r->request_id, sizeof(r->request_id), "%s", rid);
     r->request_digest = digest;
     r->request_base_generation = expected;
+    if (t->up.n_operations > 0 && r->operation_id == t->ops[0].id)
+        r->request_operation_id = t->ops[0].id;
 }

@@ -670,6 +670,25 @@ static void test_migrate_retry_with_request_id_returns_first_answer(void **state
     assert_int_equal(H.nq, 0);
     assert_int_equal(answered_generation(&c, &op2), 2);
     assert_int_equal(op2, op1);
+
+    /* Once the migration has ended, the retry still names it. */
+    wm_metadata_upsert u;
+    wm_operation op = *wm_store_operation(P.store, op1);
+    char msg[256];
+    memset(&u, 0, sizeof(u));
+    u.revision = *wm_store_get(P.store, &rev.id);
+    u.revision.metadata_generation = 3;
+    u.revision.operation_id = 0;
+    u.revision.residency = WM_RES_COLD;
+    u.revision.observed_hot_ratio = 0.0;
+    op.state = WM_OPS_SUCCEEDED;
+    u.operations = &op;
+    u.n_operations = 1;
+    if (wm_store_apply_upsert(P.store, &u, msg, sizeof(msg)) != WM_OK) fail_msg("%s", msg);
+    migrate_req(&rev.id, WM_RES_COLD, 1, "mig-7", &c);
+    assert_int_equal(H.nq, 0);
+    assert_int_equal(answered_generation(&c, &op2), 3);
+    assert_int_equal(op2, op1);
 }
 
 /* A policy update retried with its request id answers the revision as the
