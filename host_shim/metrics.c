@@ -2,7 +2,12 @@
  *
  * A registry is an ordered list of families (registration order); a family
  * holds its kind, name, help text, label names and an ordered list of series
- * (creation order), one per distinct tuple of label values. Rendering walks
+ * (creation order), one per distinct tuple of label values. A histogram
+ * family also holds its upper bounds; its series keep one count per bound
+ * (not cumulative: an observation lands in one slot), the observations above
+ * the last bound implicitly (count minus the slots), the sum in v and the
+ * count, and rendering accumulates the slots into Prometheus's cumulative
+ * buckets. Rendering walks
  * both lists in order, so /metrics output is stable between scrapes. Names
  * are validated at registration; label values are escaped at rendering (\\,
  * \" and newline). Updates never fail loudly: a series that cannot be
@@ -16,8 +21,10 @@
 #include "metrics.h"
 
 typedef struct metric_series {
-    char **values; /* one per label name, copied */
-    double v;
+    char **values;     /* one per label name, copied */
+    double v;          /* the value; a histogram's sum */
+    uint64_t *buckets; /* histogram: observations per bound (n_bounds), else NULL */
+    uint64_t count;    /* histogram: every observation */
 } metric_series;
 
 struct smp_metric {
@@ -26,6 +33,9 @@ struct smp_metric {
     char *help;
     char *labels[SMP_METRIC_MAX_LABELS];
     size_t n_labels;
+    int histogram;     /* a host histogram (kind is then unused) */
+    double *bounds;    /* its upper bounds, increasing */
+    size_t n_bounds;
     metric_series **series;
     size_t n_series;
     size_t cap_series;
@@ -66,6 +76,7 @@ static void metrics_series_free(metric_series *s, size_t n_labels)
     if (s->values != NULL)
         for (size_t i = 0; i < n_labels; i++) free(s->values[i]);
     free(s->values);
+    free(s->buckets);
     free(s);
 }
 
@@ -75,6 +86,7 @@ static void metrics_family_free(host_metric *f)
     for (size_t i = 0; i < f->n_series; i++) metrics_series_free(f->series[i], f->n_labels);
     free(f->series);
     for (size_t i = 0; i < f->n_labels; i++) free(f->labels[i]);
+    free(f->bounds);
     free(f->name);
     free(f->help);
     free(f);
@@ -103,25 +115,35 @@ host_metric *host_metrics_find(const host_metrics *m, const char *name)
     return NULL;
 }
 
-/* Validate and copy a family description, then append it to the registry.
- * On any failure nothing is added and *out is left untouched. */
-int host_metrics_register(host_metrics *m,
-                          smp_metric_kind kind,
-                          const char *name,
-                          const char *help,
-                          const char *const *label_names,
-                          host_metric **out)
+/* Validate and copy a family description (a histogram when bounds is not
+ * NULL), then append it to the registry. On any failure nothing is added and
+ * *out is left untouched. */
+static int metrics_register_family(host_metrics *m,
+                                   smp_metric_kind kind,
+                                   const char *name,
+                                   const char *help,
+                                   const char *const *label_names,
+                                   const double *bounds,
+                                   size_t n_bounds,
+                                   host_metric **out)
 {
     int rc;
     host_metric *f = NULL;
     size_t n_labels = 0;
 
     if (m == NULL || !metrics_valid_name(name, 0)) return SMP_EINVAL;
-    if (kind != SMP_METRIC_COUNTER && kind != SMP_METRIC_GAUGE) return SMP_EINVAL;
+    if (bounds == NULL && kind != SMP_METRIC_COUNTER && kind != SMP_METRIC_GAUGE)
+        return SMP_EINVAL;
+    if (bounds != NULL) {
+        if (n_bounds == 0 || n_bounds > HOST_METRIC_MAX_BUCKETS) return SMP_EINVAL;
+        for (size_t i = 0; i < n_bounds; i++)
+            if (!isfinite(bounds[i]) || (i > 0 && !(bounds[i] > bounds[i - 1]))) return SMP_EINVAL;
+    }
     if (label_names != NULL) {
         while (label_names[n_labels] != NULL) {
             if (n_labels == SMP_METRIC_MAX_LABELS) return SMP_EINVAL;
             if (!metrics_valid_name(label_names[n_labels], 1)) return SMP_EINVAL;
+            if (bounds != NULL && strcmp(label_names[n_labels], "le") == 0) return SMP_EINVAL;
             for (size_t j = 0; j < n_labels; j++)
                 if (strcmp(label_names[j], label_names[n_labels]) == 0) return SMP_EINVAL;
             n_labels++;
@@ -132,6 +154,16 @@ int host_metrics_register(host_metrics *m,
     f = calloc(1, sizeof(*f));
     if (f == NULL) return SMP_ENOMEM;
     f->kind = kind;
+    if (bounds != NULL) {
+        f->histogram = 1;
+        f->bounds = malloc(n_bounds * sizeof(*f->bounds));
+        if (f->bounds == NULL) {
+            rc = SMP_ENOMEM;
+            goto free_family;
+        }
+        memcpy(f->bounds, bounds, n_bounds * sizeof(*f->bounds));
+        f->n_bounds = n_bounds;
+    }
     f->name = metrics_strdup(name);
     f->help = metrics_strdup(help != NULL ? help : "");
     if (f->name == NULL || f->help == NULL) {
@@ -163,6 +195,30 @@ int host_metrics_register(host_metrics *m,
 free_family:
     metrics_family_free(f);
     return rc;
+}
+
+int host_metrics_register(host_metrics *m,
+                          smp_metric_kind kind,
+                          const char *name,
+                          const char *help,
+                          const char *const *label_names,
+                          host_metric **out)
+{
+    return metrics_register_family(m, kind, name, help, label_names, NULL, 0, out);
+}
+
+int host_metrics_register_histogram(host_metrics *m,
+                                    const char *name,
+                                    const char *help,
+                                    const char *const *label_names,
+                                    const double *bounds,
+                                    size_t n_bounds,
+                                    host_metric **out)
+{
+    if (bounds == NULL) return SMP_EINVAL;
+    /* The kind is not rendered for a histogram; GAUGE only fills the field. */
+    return metrics_register_family(m, SMP_METRIC_GAUGE, name, help, label_names, bounds,
+                                   n_bounds, out);
 }
 
 /* Remove f from m and free it (and its series). f not in m: no-op, since a
@@ -213,6 +269,10 @@ static metric_series *metrics_series_get(host_metric *f, const char *const *valu
     }
     s = calloc(1, sizeof(*s));
     if (s == NULL) return NULL;
+    if (f->histogram) {
+        s->buckets = calloc(f->n_bounds, sizeof(*s->buckets));
+        if (s->buckets == NULL) goto free_series;
+    }
     if (f->n_labels > 0) {
         s->values = calloc(f->n_labels, sizeof(*s->values));
         if (s->values == NULL) goto free_series;
@@ -232,7 +292,7 @@ free_series:
 void host_metric_add(host_metric *f, const char *const *label_values, double v)
 {
     metric_series *s;
-    if (f == NULL) return;
+    if (f == NULL || f->histogram) return;
     s = metrics_series_get(f, label_values);
     if (s != NULL) s->v += v;
 }
@@ -240,9 +300,44 @@ void host_metric_add(host_metric *f, const char *const *label_values, double v)
 void host_metric_set(host_metric *f, const char *const *label_values, double v)
 {
     metric_series *s;
-    if (f == NULL) return;
+    if (f == NULL || f->histogram) return;
     s = metrics_series_get(f, label_values);
     if (s != NULL) s->v = v;
+}
+
+/* The first bound >= v takes the observation; above the last bound (or NaN)
+ * only the count does (the +Inf bucket is count itself). */
+void host_metric_observe(host_metric *f, const char *const *label_values, double v)
+{
+    metric_series *s;
+    if (f == NULL || !f->histogram) return;
+    s = metrics_series_get(f, label_values);
+    if (s == NULL) return;
+    for (size_t i = 0; i < f->n_bounds; i++) {
+        if (v <= f->bounds[i]) {
+            s->buckets[i]++;
+            break;
+        }
+    }
+    s->count++;
+    s->v += v;
+}
+
+void host_metric_touch(host_metric *f, const char *const *label_values)
+{
+    if (f != NULL) (void)metrics_series_get(f, label_values);
+}
+
+void host_metric_histogram_get(const host_metric *f,
+                               const char *const *label_values,
+                               uint64_t *count,
+                               double *sum)
+{
+    const metric_series *s = NULL;
+    if (f != NULL && f->histogram && (f->n_labels == 0 || label_values != NULL))
+        s = metrics_series_find(f, label_values);
+    if (count != NULL) *count = s != NULL ? s->count : 0;
+    if (sum != NULL) *sum = s != NULL ? s->v : 0;
 }
 
 double host_metric_value(const host_metric *f, const char *const *label_values)
@@ -302,24 +397,87 @@ static void buf_escaped(metrics_buf *b, const char *s, int quote)
     }
 }
 
-/* The shortest decimal that reads back as v; Prometheus spellings for the
- * non-finite values. */
-static void buf_value(metrics_buf *b, double v)
+/* The shortest decimal that reads back as v, into out; an integral value
+ * below 2^53 in plain digits ("10", not "1e+01"); Prometheus spellings for
+ * the non-finite values. */
+static void format_value(char out[40], double v)
 {
-    char tmp[40];
+    if (isfinite(v) && v == floor(v) && fabs(v) < 9007199254740992.0) {
+        snprintf(out, 40, "%.0f", v);
+        return;
+    }
     if (isnan(v)) {
-        buf_puts(b, "NaN");
+        snprintf(out, 40, "NaN");
         return;
     }
     if (isinf(v)) {
-        buf_puts(b, v > 0 ? "+Inf" : "-Inf");
+        snprintf(out, 40, "%s", v > 0 ? "+Inf" : "-Inf");
         return;
     }
     for (int prec = 1; prec <= 17; prec++) {
-        snprintf(tmp, sizeof(tmp), "%.*g", prec, v);
-        if (strtod(tmp, NULL) == v) break;
+        snprintf(out, 40, "%.*g", prec, v);
+        if (strtod(out, NULL) == v) break;
     }
+}
+
+static void buf_value(metrics_buf *b, double v)
+{
+    char tmp[40];
+    format_value(tmp, v);
     buf_puts(b, tmp);
+}
+
+/* "{a="x",b="y"}" for series s (NULL: the unlabelled family's implicit
+ * series), with le="<le>" last when le is not NULL; nothing at all when
+ * there is neither a label nor le. */
+static void render_labels(metrics_buf *b, const host_metric *f, const metric_series *s,
+                          const char *le)
+{
+    size_t n = s != NULL ? f->n_labels : 0;
+    if (n == 0 && le == NULL) return;
+    buf_puts(b, "{");
+    for (size_t j = 0; j < n; j++) {
+        if (j > 0) buf_puts(b, ",");
+        buf_puts(b, f->labels[j]);
+        buf_puts(b, "=\"");
+        buf_escaped(b, s->values[j], 1);
+        buf_puts(b, "\"");
+    }
+    if (le != NULL) {
+        buf_puts(b, n > 0 ? ",le=\"" : "le=\"");
+        buf_puts(b, le);
+        buf_puts(b, "\"");
+    }
+    buf_puts(b, "}");
+}
+
+/* name + suffix + labels + " " + value + newline. */
+static void render_line(metrics_buf *b, const host_metric *f, const char *suffix,
+                        const metric_series *s, const char *le, double v)
+{
+    buf_puts(b, f->name);
+    buf_puts(b, suffix);
+    render_labels(b, f, s, le);
+    buf_puts(b, " ");
+    buf_value(b, v);
+    buf_puts(b, "\n");
+}
+
+/* One histogram series: a cumulative _bucket line per bound, le="+Inf"
+ * (the count), _sum and _count. s NULL: the unlabelled family before its
+ * first observation (everything 0). */
+static void render_histogram_series(metrics_buf *b, const host_metric *f, const metric_series *s)
+{
+    char le[40];
+    uint64_t cum = 0;
+    for (size_t i = 0; i < f->n_bounds; i++) {
+        if (s != NULL) cum += s->buckets[i];
+        format_value(le, f->bounds[i]);
+        render_line(b, f, "_bucket", s, le, (double)cum);
+    }
+    render_line(b, f, "_bucket", s, "+Inf", s != NULL ? (double)s->count : 0);
+    render_line(b, f, "_sum", s, NULL, s != NULL ? s->v : 0);
+    render_line(b, f, "_count", s, NULL, s != NULL ? (double)s->count : 0);
 }
 
 static void render_family(metrics_buf *b, const host_metric *f)
@@ -330,30 +488,18 @@ static void render_family(metrics_buf *b, const host_metric *f)
     buf_escaped(b, f->help, 0);
     buf_puts(b, "\n# TYPE ");
     buf_puts(b, f->name);
-    buf_puts(b, f->kind == SMP_METRIC_COUNTER ? " counter\n" : " gauge\n");
+    buf_puts(b, f->histogram ? " histogram\n"
+                : f->kind == SMP_METRIC_COUNTER ? " counter\n" : " gauge\n");
     if (f->n_labels == 0 && f->n_series == 0) {
         /* An unlabelled family always has its one series, starting at 0. */
-        buf_puts(b, f->name);
-        buf_puts(b, " 0\n");
+        if (f->histogram) render_histogram_series(b, f, NULL);
+        else render_line(b, f, "", NULL, NULL, 0);
         return;
     }
     for (size_t i = 0; i < f->n_series; i++) {
         const metric_series *s = f->series[i];
-        buf_puts(b, f->name);
-        if (f->n_labels > 0) {
-            buf_puts(b, "{");
-            for (size_t j = 0; j < f->n_labels; j++) {
-                if (j > 0) buf_puts(b, ",");
-                buf_puts(b, f->labels[j]);
-                buf_puts(b, "=\"");
-                buf_escaped(b, s->values[j], 1);
-                buf_puts(b, "\"");
-            }
-            buf_puts(b, "}");
-        }
-        buf_puts(b, " ");
-        buf_value(b, s->v);
-        buf_puts(b, "\n");
+        if (f->histogram) render_histogram_series(b, f, s);
+        else render_line(b, f, "", s, NULL, s->v);
     }
 }
 

@@ -11,6 +11,12 @@
  * unregistered, fini() is not called, the library is closed and the plugin
  * record freed, so the registry is exactly what it was before the call.
  *
+ * Every reconcile tick and guard call goes through here and is timed on the
+ * monotonic clock: durations go to the histograms the master hands over
+ * (host_plugins_set_timing), overruns (a tick past its deadline, a guard
+ * call over HOST_GUARD_BUDGET_NS) to counters and to stderr, at most one
+ * line per plugin and kind every HOST_OVERRUN_LOG_INTERVAL_MS.
+ *
  * The rest of the API table forwards to the master through host_backend,
  * except what the loader owns itself: metrics, config lookups, clocks, the
  * gate and leader checks in front of oplog_append, logging and allocation.
@@ -62,6 +68,13 @@ typedef struct host_plugin_metric {
     const char *name;
 } host_plugin_metric;
 
+/* Rate limit of one plugin's overrun lines of one kind (tick or guard). */
+typedef struct host_overrun_log {
+    int logged;                      /* a line was written */
+    uint64_t last_ms;                /* when (monotonic ms) */
+    uint64_t suppressed;             /* overruns since then, not logged */
+} host_overrun_log;
+
 /* One loaded (or loading) plugin. */
 struct smp_host {
     host_plugins *reg;               /* back pointer to the registry */
@@ -79,6 +92,8 @@ struct smp_host {
     int has_tick;
     host_plugin_metric *metrics;     /* families it registered */
     size_t n_metrics;
+    host_overrun_log tick_log;       /* its tick overrun lines */
+    host_overrun_log guard_log;      /* its guard overrun lines */
     smp_host_api api;                /* the table handed to init() */
 };
 
@@ -87,6 +102,7 @@ struct host_plugins {
     host_metrics *metrics;
     host_backend be;                 /* zeroed when none was given */
     host_metric *guard_vetoes;       /* host_guard_vetoes_total{reason} */
+    host_plugin_timing timing;       /* the master's timing families (zeroed: none) */
     host_vec plugins;                /* host_plugin *, load order */
     host_vec types;                  /* host_oplog_type_reg * */
     host_vec sections;               /* host_section_reg * */
@@ -594,6 +610,54 @@ static uint64_t clock_ms(clockid_t id)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+static uint64_t clock_ns(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0) return 0;
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Record one timed call of p: its duration (took_ns) in the histogram, and
+ * when it overran its budget (budget_ns, for the message) the counter and a
+ * line on stderr -- unless a line for this plugin and kind was written less
+ * than HOST_OVERRUN_LOG_INTERVAL_MS before; then it is only counted as
+ * suppressed, and the next line says how many were. start_ns: when the call
+ * began (monotonic), the time the rate limit goes by. */
+static void timing_record(host_plugin *p,
+                          host_metric *seconds,
+                          host_metric *overruns,
+                          host_overrun_log *log,
+                          const char *what,
+                          uint64_t took_ns,
+                          int overran,
+                          uint64_t budget_ns,
+                          uint64_t start_ns)
+{
+    const char *values[1] = {str_or(p->desc.name, p->file)};
+    uint64_t now_ms = (start_ns + took_ns) / 1000000u;
+    host_metric_observe(seconds, values, (double)took_ns / 1e9);
+    if (!overran) return;
+    host_metric_add(overruns, values, 1);
+    if (log->logged && now_ms - log->last_ms < HOST_OVERRUN_LOG_INTERVAL_MS) {
+        log->suppressed++;
+        return;
+    }
+    if (log->logged)
+        fprintf(stderr,
+                "store_master: plugin %s: %s overran its budget: took %.3f ms, budget %.3f ms "
+                "(%" PRIu64 " more not logged since the last line)\n",
+                values[0], what, (double)took_ns / 1e6, (double)budget_ns / 1e6, log->suppressed);
+    else
+        fprintf(stderr,
+                "store_master: plugin %s: %s overran its budget: took %.3f ms, budget %.3f ms "
+                "(logged at most once every %u s)\n",
+                values[0], what, (double)took_ns / 1e6, (double)budget_ns / 1e6,
+                HOST_OVERRUN_LOG_INTERVAL_MS / 1000u);
+    log->logged = 1;
+    log->last_ms = now_ms;
+    log->suppressed = 0;
+}
+
 static uint64_t api_now_ms(smp_host *h)
 {
     (void)h;
@@ -1075,7 +1139,8 @@ const char *host_guard_reason_name(smp_guard_reason r)
 }
 
 /* Every loaded guard is asked (each may keep its own statistics); anything
- * but SMP_GUARD_ALLOW vetoes, and one vetoed request counts once. */
+ * but SMP_GUARD_ALLOW vetoes, and one vetoed request counts once. Each call
+ * is timed on its own (timing_record). */
 int host_plugins_guard_check(host_plugins *reg, const smp_guard_request *req)
 {
     int verdict = SMP_GUARD_ALLOW;
@@ -1083,13 +1148,60 @@ int host_plugins_guard_check(host_plugins *reg, const smp_guard_request *req)
     for (size_t i = 0; i < reg->plugins.n; i++) {
         host_plugin *p = reg->plugins.v[i];
         if (!p->has_guard) continue;
-        if (p->guard.check(p->state, req) != SMP_GUARD_ALLOW) verdict = SMP_GUARD_VETO;
+        uint64_t start = clock_ns();
+        int r = p->guard.check(p->state, req);
+        uint64_t took = clock_ns() - start;
+        timing_record(p, reg->timing.guard_seconds, reg->timing.guard_overruns, &p->guard_log,
+                      "object guard call", took, took > HOST_GUARD_BUDGET_NS, HOST_GUARD_BUDGET_NS,
+                      start);
+        if (r != SMP_GUARD_ALLOW) verdict = SMP_GUARD_VETO;
     }
     if (verdict == SMP_GUARD_VETO) {
         const char *values[1] = {host_guard_reason_name(req->reason)};
         host_metric_add(reg->guard_vetoes, values, 1);
     }
     return verdict;
+}
+
+/* The deadline is on the now_ms clock (CLOCK_MONOTONIC, whole ms): the tick
+ * overran when that clock reads past it on return. Its budget in the line
+ * is the time it had from its start to the deadline (0 when it started
+ * late, behind another plugin's tick of the same round). */
+int host_plugins_run_tick(host_plugins *reg, host_tick_reg *t, const smp_tick_budget *b)
+{
+    if (reg == NULL || t == NULL || b == NULL) return SMP_EINVAL;
+    host_plugin *p = t->owner;
+    uint64_t start = clock_ns();
+    int rc = t->t.tick(p->state, b, &t->cursor);
+    uint64_t end = clock_ns();
+    uint64_t start_ms = start / 1000000u, end_ms = end / 1000000u;
+    uint64_t budget_ms = b->deadline_ms > start_ms ? b->deadline_ms - start_ms : 0;
+    timing_record(p, reg->timing.tick_seconds, reg->timing.tick_overruns, &p->tick_log,
+                  "reconcile tick", end - start, end_ms > b->deadline_ms, budget_ms * 1000000u,
+                  start);
+    return rc;
+}
+
+void host_plugins_set_timing(host_plugins *reg, const host_plugin_timing *t)
+{
+    if (reg == NULL) return;
+    if (t == NULL) {
+        memset(&reg->timing, 0, sizeof(reg->timing));
+        return;
+    }
+    reg->timing = *t;
+    for (size_t i = 0; i < reg->plugins.n; i++) {
+        host_plugin *p = reg->plugins.v[i];
+        const char *values[1] = {str_or(p->desc.name, p->file)};
+        if (p->has_tick) {
+            host_metric_touch(reg->timing.tick_seconds, values);
+            host_metric_touch(reg->timing.tick_overruns, values);
+        }
+        if (p->has_guard) {
+            host_metric_touch(reg->timing.guard_seconds, values);
+            host_metric_touch(reg->timing.guard_overruns, values);
+        }
+    }
 }
 
 /* Call every handler whose mask has the event's bit, in registration order.

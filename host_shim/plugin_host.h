@@ -130,9 +130,46 @@ host_tick_reg *host_plugins_tick_at(host_plugins *reg, size_t i);
 int host_plugins_has_guard(const host_plugins *reg);
 
 /* Ask every registered guard; any veto (or error) vetoes. Counts vetoes per
- * reason in the metric host_guard_vetoes_total{reason=...}. Returns
- * SMP_GUARD_ALLOW or SMP_GUARD_VETO. With no guard loaded: ALLOW. */
+ * reason in the metric host_guard_vetoes_total{reason=...}. Each guard call
+ * is timed (see host_plugin_timing); one over HOST_GUARD_BUDGET_NS is an
+ * overrun. Returns SMP_GUARD_ALLOW or SMP_GUARD_VETO. With no guard loaded:
+ * ALLOW. */
 int host_plugins_guard_check(host_plugins *reg, const smp_guard_request *req);
+
+/* -- Timing plugin callbacks --------------------------------------------------- */
+
+/* A guard must not block (DESIGN.md section 4): a call taking longer than
+ * this (1 ms) is counted and logged as an overrun. A reconcile tick's budget
+ * is its own deadline (smp_tick_budget.deadline_ms). */
+#define HOST_GUARD_BUDGET_NS 1000000u
+
+/* An overrun is logged at most once per this interval per plugin and kind
+ * (tick, guard); the line says how many were not logged since the last. */
+#define HOST_OVERRUN_LOG_INTERVAL_MS 10000u
+
+/* The families where timings go, each labelled {plugin} with the plugin's
+ * descriptor name. The master registers them (histograms in seconds,
+ * counters); any member may be NULL (that metric is not kept). Overruns are
+ * logged whether or not the families are set. */
+typedef struct host_plugin_timing {
+    host_metric *tick_seconds;      /* histogram: every reconcile tick */
+    host_metric *tick_overruns;     /* counter: ticks that returned after their deadline */
+    host_metric *guard_seconds;     /* histogram: every object guard call */
+    host_metric *guard_overruns;    /* counter: guard calls over HOST_GUARD_BUDGET_NS */
+} host_plugin_timing;
+
+/* Use these families from now on (copied; the families are borrowed and must
+ * outlive the registry or be replaced first). The series of every plugin
+ * already loaded with a tick or guard are created at once (0), so they are
+ * exported before the first call. NULL: stop recording. */
+void host_plugins_set_timing(host_plugins *reg, const host_plugin_timing *t);
+
+/* Call the tick of t with budget b and t's cursor, timed on the monotonic
+ * clock: the duration goes to tick_seconds, and a return later than
+ * b->deadline_ms (the now_ms clock) counts in tick_overruns and is logged
+ * (rate-limited, see HOST_OVERRUN_LOG_INTERVAL_MS) with the plugin's name,
+ * the time taken and the budget. Returns what the tick returned. */
+int host_plugins_run_tick(host_plugins *reg, host_tick_reg *t, const smp_tick_budget *b);
 
 /* Deliver an event to every handler whose mask wants it. */
 void host_plugins_emit(host_plugins *reg, const smp_event *ev);
