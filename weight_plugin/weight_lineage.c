@@ -116,7 +116,8 @@ int wm_lineage_claim_step(wm_lineage_entry *e, const wm_lineage_claim *c, char *
  *             flight)-> DELETING_BASE -(base DELETING, then DELETED)->
  *             COMMITTED (watermark = target generation).
  *             IMPORTING_TARGET -(target aborted: DELETING, DELETED or
- *             gone)-> ABORTED; the base was never touched.
+ *             gone)-> ABORTED; CLAIMED -(no target within import_ttl_ms)->
+ *             ABORTED; the base was never touched.
  * DELETE_FIRST CLAIMED (the base is fenced from here on) -(base idle)->
  *             DELETING_BASE -(base DELETED)-> BASE_DELETED -(target
  *             exists)-> IMPORTING_TARGET -(target READY)-> COMMITTED.
@@ -662,7 +663,12 @@ static void wm_lin_step(wm_plugin *p, const wm_lineage_entry *e)
     switch (c->phase) {
     case WM_PHASE_CLAIMED:
         if (c->mode == WM_UPSERT_PUT_FIRST) {
-            if (tgt != NULL) wm_lin_advance(p, c, WM_PHASE_IMPORTING_TARGET, wm, NULL);
+            uint64_t ttl = wm_import_ttl_ms(p), now = p->api->wall_ms(p->host);
+            if (tgt != NULL)
+                wm_lin_advance(p, c, WM_PHASE_IMPORTING_TARGET, wm, NULL);
+            else if (ttl > 0 && now >= c->updated_ms && now - c->updated_ms >= ttl)
+                wm_lin_advance(p, c, WM_PHASE_ABORTED, wm,
+                               "no target import began within import_ttl_ms; the base is intact");
         } else if (wm_lin_gone(base) || base->availability == WM_AVAIL_DELETING) {
             wm_lin_advance(p, c, WM_PHASE_DELETING_BASE, wm, NULL);
         } else if (base->lease_count == 0 && !wm_pending_lease_grants(p, base->group_key) &&

@@ -176,6 +176,9 @@ void wm_lifecycle_release(wm_plugin *p);
  * with work left. */
 int wm_reclaim_tick(wm_plugin *p, const smp_tick_budget *budget);
 
+/* The plugin key import_ttl_ms (0: imports never expire). */
+uint64_t wm_import_ttl_ms(wm_plugin *p);
+
 /* Free the reclamation state (at fini; from wm_mgmt_release). */
 void wm_reclaim_release(wm_plugin *p);
 

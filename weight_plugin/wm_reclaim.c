@@ -10,6 +10,10 @@
  *     is older than the plugin key record_retention_ms (default 24 hours; 0
  *     keeps them forever), each with a type-9 record (reasons
  *     TOMBSTONE_EXPIRED and OPERATIONS_EXPIRED).
+ * A replacement claim stuck on its target is handled the same way: the
+ * target's idle import is aborted here (the claim then sees it fail), and a
+ * PUT_FIRST claim whose target never began ends ABORTED after the same TTL
+ * (weight_lineage.c, wm_import_ttl_ms).
  * Everything it decides from is persisted (updated_ms of the records), so
  * after a restart or failover the pruning goes on where it was; only the
  * progress of imports is observed in memory, and a restart counts as
@@ -170,12 +174,17 @@ static int wm_expire_operation(wm_plugin *p, const wm_operation *op)
     return 1;
 }
 
+uint64_t wm_import_ttl_ms(wm_plugin *p)
+{
+    return wm_plugin_u64(p, "import_ttl_ms", WM_IMPORT_TTL_DEFAULT_MS);
+}
+
 int wm_reclaim_tick(wm_plugin *p, const smp_tick_budget *budget)
 {
     if (p->reclaim == NULL && (p->reclaim = calloc(1, sizeof(*p->reclaim))) == NULL) return 0;
     struct wm_reclaim *rc = p->reclaim;
     uint64_t now = p->api->wall_ms(p->host);
-    uint64_t ttl = wm_plugin_u64(p, "import_ttl_ms", WM_IMPORT_TTL_DEFAULT_MS);
+    uint64_t ttl = wm_import_ttl_ms(p);
     uint64_t retention = wm_plugin_u64(p, "record_retention_ms", WM_RETENTION_DEFAULT_MS);
     uint64_t max = WM_RECLAIM_MAX;
     if (budget != NULL && budget->max_members > 0 && budget->max_members < max)

@@ -914,6 +914,69 @@ static void test_tombstones_and_ended_operations_pruned_after_retention(void **s
     assert_int_equal(P.records_pruned[WM_DEL_OPERATIONS_EXPIRED], 4);
 }
 
+static const wm_lineage_claim *claim_of(const wm_identity *id)
+{
+    wm_lineage lin;
+    wm_identity_lineage(id, &lin);
+    const wm_lineage_entry *e = wm_store_lineage(P.store, &lin);
+    return e && e->has_claim ? &e->claim : NULL;
+}
+
+/* A PUT_FIRST claim whose target import never begins is ABORTED once
+ * import_ttl_ms has passed since its last step; one whose target import
+ * idles past the TTL ends ABORTED too (the tick aborts the import, the
+ * claim sees it fail, then the target record is forgotten); the base stays
+ * READY throughout and the lineage takes a new request. */
+static void test_claim_without_progress_aborted_after_ttl(void **state)
+{
+    (void)state;
+    wm_revision base;
+    smp_rpc_call c;
+    H.import_ttl_ms = 1000;
+    seed("stuck", 1, WM_RES_HOT, WM_MODE_MANUAL, &base);
+    Wmrpc__UpsertBeginRequest req = WMRPC__UPSERT_BEGIN_REQUEST__INIT;
+    Wmrpc__WeightIdentity id;
+    set_id(&id, &base.id);
+    req.base_identity = &id;
+    req.target_generation = 2;
+    req.mode = WM_UPSERT_PUT_FIRST;
+    req.request_id = (char *)"s1";
+    req.expected_metadata_generation = 1;
+    invoke(WMRPC__WEIGHT_METHOD__WEIGHT_UPSERT_BEGIN, &req.base, &c);
+    deliver(SMP_OK);
+    assert_int_equal(c.status, SMP_OK);
+    H.wall += 500;
+    tick_and_deliver();
+    assert_int_equal(claim_of(&base.id)->phase, WM_PHASE_CLAIMED);
+    H.wall += 600; /* 1100 since the claim, no target */
+    tick_and_deliver();
+    assert_int_equal(claim_of(&base.id)->phase, WM_PHASE_ABORTED);
+    assert_non_null(strstr(claim_of(&base.id)->error, "import_ttl_ms"));
+
+    /* A second request: its target begins, then idles. */
+    req.request_id = (char *)"s2";
+    invoke(WMRPC__WEIGHT_METHOD__WEIGHT_UPSERT_BEGIN, &req.base, &c);
+    deliver(SMP_OK);
+    assert_int_equal(c.status, SMP_OK);
+    wm_identity tid = base.id;
+    tid.weight_generation = 2;
+    begin(&tid, &c);
+    deliver(SMP_OK);
+    deliver(SMP_OK);
+    assert_int_equal(c.status, SMP_OK);
+    tick_and_deliver();
+    assert_int_equal(claim_of(&base.id)->phase, WM_PHASE_IMPORTING_TARGET);
+    for (int i = 0; i < 20 && wm_store_get(P.store, &tid) != NULL; i++) {
+        H.wall += 600;
+        tick_and_deliver();
+    }
+    assert_int_equal(claim_of(&base.id)->phase, WM_PHASE_ABORTED);
+    assert_null(wm_store_get(P.store, &tid));
+    const wm_revision *b = wm_store_get(P.store, &base.id);
+    assert_int_equal(b->availability, WM_AVAIL_READY);
+    assert_int_equal(b->metadata_generation, 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -928,6 +991,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_idle_import_aborted_after_ttl_and_objects_freed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_aborted_import_does_not_burn_the_name, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tombstones_and_ended_operations_pruned_after_retention, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_claim_without_progress_aborted_after_ttl, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
