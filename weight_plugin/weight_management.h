@@ -30,6 +30,12 @@ enum {
 
 /* Encoding versions this build writes and can replay. */
 #define WM_RECORD_ENCVER 1
+/* Types 8 and 9 only: a record an older replica must not replay, because it
+ * would silently drop part of it -- a type-8 record carrying a lease (the
+ * promotion on access) or a type-9 record of reason OPERATIONS_EXPIRED --
+ * is written with encoding version 2, which such a replica refuses (fail
+ * closed) instead of ignoring the field it does not know. */
+#define WM_RECORD_ENCVER_2 2
 
 /* The gates of the RFC's "HA and Upgrade" section: types 8-11 need the first,
  * type 12 (generation replacement) the second, before the active master may

@@ -87,9 +87,9 @@ static int wm_tick(void *plugin, const smp_tick_budget *budget, uint64_t *cursor
 }
 
 static const smp_oplog_type wm_types[] = {
-    {sizeof(smp_oplog_type), WM_OP_METADATA_UPSERT, WM_RECORD_ENCVER, WM_RECORD_ENCVER,
+    {sizeof(smp_oplog_type), WM_OP_METADATA_UPSERT, WM_RECORD_ENCVER, WM_RECORD_ENCVER_2,
      "WEIGHT_METADATA_UPSERT", WM_GATE_MANAGEMENT, wm_replay, wm_describe},
-    {sizeof(smp_oplog_type), WM_OP_METADATA_DELETE, WM_RECORD_ENCVER, WM_RECORD_ENCVER,
+    {sizeof(smp_oplog_type), WM_OP_METADATA_DELETE, WM_RECORD_ENCVER, WM_RECORD_ENCVER_2,
      "WEIGHT_METADATA_DELETE", WM_GATE_MANAGEMENT, wm_replay, wm_describe},
     {sizeof(smp_oplog_type), WM_OP_LEASE_UPSERT, WM_RECORD_ENCVER, WM_RECORD_ENCVER,
      "WEIGHT_LEASE_UPSERT", WM_GATE_MANAGEMENT, wm_replay, wm_describe},

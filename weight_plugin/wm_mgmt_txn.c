@@ -393,7 +393,11 @@ static int wm_txn_append(wm_plugin *p, wm_txn *t)
     }
     t->next = p->pending;
     p->pending = t;
-    rc = p->api->oplog_append(p->host, type, WM_RECORD_ENCVER, buf, len, wm_txn_durable, t);
+    uint16_t encver = WM_RECORD_ENCVER;
+    if ((t->kind == WM_TXN_UPSERT && t->up.has_lease) ||
+        (t->kind == WM_TXN_DELETE && t->del.reason == WM_DEL_OPERATIONS_EXPIRED))
+        encver = WM_RECORD_ENCVER_2; /* an older replica must refuse it, not half-apply it */
+    rc = p->api->oplog_append(p->host, type, encver, buf, len, wm_txn_durable, t);
     free(buf);
     if (rc < 0) wm_pending_remove(p, t);
     return rc;

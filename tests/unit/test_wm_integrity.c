@@ -35,6 +35,7 @@
 
 typedef struct pending_cb {
     int is_append;
+    uint16_t encver;
     int is_remove;       /* remove_object: the object goes at delivery */
     char key[1100];
     uint16_t type;
@@ -88,11 +89,11 @@ static int f_append(smp_host *h, uint16_t type, uint16_t encver, const void *pay
                     smp_durable_cb cb, void *arg)
 {
     (void)h;
-    (void)encver;
     if (H.append_rc) return H.append_rc;
     pending_cb *p = &H.q[H.nq++];
     memset(p, 0, sizeof(*p));
     p->is_append = 1;
+    p->encver = encver;
     p->type = type;
     p->payload = malloc(len ? len : 1);
     memcpy(p->payload, payload, len);
@@ -460,6 +461,9 @@ static void test_promotion_on_access_is_one_record(void **state)
     seed("one", 1, WM_RES_COLD, WM_MODE_AUTO, &rev);
     lease_req(WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_ACQUIRE, &rev.id, 0, &c);
     assert_int_equal(H.nq, 1);
+    /* Written at encoding version 2: a replica that would drop the lease
+     * refuses the record instead. */
+    assert_int_equal(H.q[0].encver, WM_RECORD_ENCVER_2);
     assert_int_equal(deliver(SMP_OK), WM_OP_METADATA_UPSERT);
     assert_int_equal(H.nq, 0); /* nothing chained after it */
     uint64_t gen = 0;
@@ -900,6 +904,7 @@ static void test_tombstones_and_ended_operations_pruned_after_retention(void **s
     assert_int_equal(H.nq, 2); /* bounded by the round */
     assert_int_equal(H.q[0].type, WM_OP_METADATA_DELETE);
     assert_int_equal(H.q[1].type, WM_OP_METADATA_DELETE);
+    assert_int_equal(H.q[0].encver + H.q[1].encver >= 3, 1); /* OPERATIONS_EXPIRED: 2 */
     while (H.nq > 0) deliver(SMP_OK);
     restart_store();
     for (int i = 0; i < 5; i++) tick_and_deliver();
