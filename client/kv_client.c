@@ -79,7 +79,10 @@ const char *kvc_endpoint(const kvc *c)
 static unsigned resend_flags(uint32_t service, uint32_t method)
 {
     if (service == HOST_SERVICE__HOST_SERVICE_ADMIN)
-        return method == ADMIN_METHOD__ADMIN_STATUS ? RPCC_IDEMPOTENT : RPCC_FAILOVER;
+        /* A gate confirmed twice is confirmed once. */
+        return method == ADMIN_METHOD__ADMIN_STATUS || method == ADMIN_METHOD__ADMIN_GATE_CONFIRM
+                   ? RPCC_IDEMPOTENT
+                   : RPCC_FAILOVER;
     switch (method) {
     case OBJECTS_METHOD__OBJ_GET_REPLICAS:
     case OBJECTS_METHOD__OBJ_EXISTS:
@@ -274,6 +277,15 @@ int kvc_group_set_managed(kvc *c, const char *group, int managed)
     return call(c, OBJ(GROUP_SET_MANAGED), &req.base, NULL, NULL);
 }
 
+static void gate_copy(kvc_gate *g, const GateInfo *gi)
+{
+    memset(g, 0, sizeof(*g));
+    copy_str(g->name, sizeof(g->name), gi->name);
+    g->confirmed = gi->confirmed;
+    copy_str(g->how, sizeof(g->how), gi->how);
+    copy_str(g->blocked_by, sizeof(g->blocked_by), gi->blocked_by);
+}
+
 int kvc_status_get(kvc *c, kvc_status *out)
 {
     StatusRequest req = STATUS_REQUEST__INIT;
@@ -307,7 +319,23 @@ int kvc_status_get(kvc *c, kvc_status *out)
         m->ready = mi->ready;
         copy_str(m->reason, sizeof(m->reason), mi->reason);
     }
+    for (size_t i = 0; i < resp->n_gates && i < KVC_MAX_GATES; i++)
+        gate_copy(&out->gates[out->n_gates++], resp->gates[i]);
     status_response__free_unpacked(resp, NULL);
+    return SMP_OK;
+}
+
+int kvc_gate_confirm(kvc *c, const char *name, kvc_gate *out)
+{
+    GateRequest req = GATE_REQUEST__INIT;
+    GateInfo *resp = NULL;
+    if (name == NULL) return SMP_EINVAL;
+    req.name = (char *)name;
+    int rc = call(c, HOST_SERVICE__HOST_SERVICE_ADMIN, ADMIN_METHOD__ADMIN_GATE_CONFIRM, &req.base,
+                  &gate_info__descriptor, (ProtobufCMessage **)&resp);
+    if (rc < 0) return rc;
+    if (out != NULL) gate_copy(out, resp);
+    gate_info__free_unpacked(resp, NULL);
     return SMP_OK;
 }
 

@@ -58,6 +58,16 @@ typedef struct kvc_master {
     char reason[256];
 } kvc_master;
 
+/* A capability gate (StatusResponse.gates, ADMIN_GATE_CONFIRM). */
+typedef struct kvc_gate {
+    char name[129];
+    int confirmed;
+    char how[16];            /* "config", "record" (confirmed at runtime), "" */
+    char blocked_by[512];    /* why it cannot be confirmed now, "" when it can */
+} kvc_gate;
+
+#define KVC_MAX_GATES 16
+
 typedef struct kvc_status {
     char role[16];
     uint64_t objects;
@@ -76,6 +86,8 @@ typedef struct kvc_status {
     size_t n_masters;        /* masters[0, n_masters): every master registered */
     size_t n_masters_total;  /* as many as the answer held (more than fit: n_masters is the cap) */
     kvc_master masters[KVC_MAX_MASTERS];
+    size_t n_gates;          /* gates[0, n_gates): every gate a loaded plugin names */
+    kvc_gate gates[KVC_MAX_GATES];
 } kvc_status;
 
 /* Connect to endpoint, a master list (rpcc_connect); timeout_ms bounds the
@@ -138,6 +150,11 @@ int kvc_put_bytes(kvc *c, const char *key, const void *data, uint64_t len, smp_d
  * readable replica. */
 int kvc_get_into(kvc *c, const char *key, void *dst, uint64_t cap, uint64_t *len, int verify);
 int kvc_status_get(kvc *c, kvc_status *out);
+/* Confirm a capability gate on the leader (durably); *out (may be NULL) is
+ * the gate afterwards. The master's refusal (SMP_EGATE naming the master
+ * that cannot replay a type, SMP_ENOTFOUND for a gate nobody names) is
+ * returned with its message in kvc_error. */
+int kvc_gate_confirm(kvc *c, const char *name, kvc_gate *out);
 int kvc_snapshot(kvc *c, uint64_t *seq);
 
 #endif /* WM_KV_CLIENT_H */

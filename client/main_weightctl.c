@@ -72,7 +72,10 @@ static void usage(FILE *out)
             "                         replace BASE_ID by generation G of its lineage (one claim\n"
             "                         per lineage; --wait: until COMMITTED or ABORTED)\n"
             "  status                 the master's role, nodes, segments, capacity and use; of\n"
-            "                         an HA cluster every master's role, applied seq and lag\n"
+            "                         an HA cluster every master's role, applied seq and lag,\n"
+            "                         and each capability gate, confirmed or what blocks it\n"
+            "  gate confirm GATE      open a capability gate (HA) once every master can replay\n"
+            "                         its record types; durable, kept across failovers\n"
             "  kv put KEY FILE        store FILE's bytes as object KEY\n"
             "  kv get KEY FILE        write object KEY's bytes (checked) to FILE\n"
             "  kv ls [PREFIX]         list object keys\n"
@@ -1464,6 +1467,8 @@ int main(int argc, char **argv)
     }
     if (strcmp(args[0], "status") == 0 && nargs == 1) {
         status = connect_master(&x) < 0 ? 1 : wctl_cmd_status(&x);
+    } else if (strcmp(args[0], "gate") == 0 && nargs == 3 && strcmp(args[1], "confirm") == 0) {
+        status = connect_master(&x) < 0 ? 1 : wctl_cmd_gate_confirm(&x, args[2]);
     } else if (strcmp(args[0], "kv") == 0 && nargs >= 2 && strcmp(args[1], "ls") == 0 && nargs <= 3) {
         status = connect_master(&x) < 0 ? 1 : cmd_kv_ls(&x, nargs == 3 ? args[2] : "");
     } else if (strcmp(args[0], "kv") == 0 && nargs == 4 && strcmp(args[1], "put") == 0) {

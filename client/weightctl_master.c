@@ -89,6 +89,30 @@ static void status_ha_json(const kvc_status *st)
         putchar('}');
     }
     putchar(']');
+    printf(",\"gates\":[");
+    for (size_t i = 0; i < st->n_gates; i++) {
+        const kvc_gate *g = &st->gates[i];
+        printf("%s{\"name\":", i ? "," : "");
+        wctl_json_str(g->name);
+        printf(",\"confirmed\":%s,\"how\":", g->confirmed ? "true" : "false");
+        wctl_json_str(g->how);
+        printf(",\"blocked_by\":");
+        wctl_json_str(g->blocked_by);
+        putchar('}');
+    }
+    putchar(']');
+}
+
+/* One gate's line: confirmed (how), or closed and what blocks it. */
+static void gate_line(const kvc_gate *g)
+{
+    if (g->confirmed)
+        printf("  %s: confirmed (%s)\n", g->name, g->how[0] ? g->how : "?");
+    else if (g->blocked_by[0])
+        printf("  %s: closed, blocked: %s\n", g->name, g->blocked_by);
+    else
+        printf("  %s: closed; every master can replay it (weightctl gate confirm %s)\n", g->name,
+               g->name);
 }
 
 /* The masters of an HA cluster as a table. */
@@ -112,6 +136,27 @@ static void status_ha_table(const kvc_status *st)
     }
     if (st->n_masters_total > st->n_masters)
         printf("  (%zu more not shown)\n", st->n_masters_total - st->n_masters);
+    printf("gates     %zu\n", st->n_gates);
+    for (size_t i = 0; i < st->n_gates; i++) gate_line(&st->gates[i]);
+}
+
+int wctl_cmd_gate_confirm(ctl *x, const char *name)
+{
+    kvc_gate g;
+    if (kvc_gate_confirm(x->c, name, &g) < 0) {
+        fprintf(stderr, "weightctl: gate confirm %s: %s\n", name, kvc_error(x->c));
+        return 1;
+    }
+    if (x->json) {
+        printf("{\"name\":");
+        wctl_json_str(g.name);
+        printf(",\"confirmed\":%s,\"how\":", g.confirmed ? "true" : "false");
+        wctl_json_str(g.how);
+        printf("}\n");
+    } else {
+        gate_line(&g);
+    }
+    return g.confirmed ? 0 : 1;
 }
 
 int wctl_cmd_status(ctl *x)

@@ -44,5 +44,7 @@ void wctl_json_str(const char *s);
  * leader, endpoint and the array masters, left out without HA. The exit
  * status. */
 int wctl_cmd_status(ctl *x);
+/* `gate confirm NAME`: confirm a capability gate on the leader; 0 once it is. */
+int wctl_cmd_gate_confirm(ctl *x, const char *name);
 
 #endif /* WM_WEIGHTCTL_MASTER_H */

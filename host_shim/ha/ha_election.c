@@ -59,6 +59,10 @@ struct ha_election {
     uint64_t applied_seq;
     int ready;
     char reason[160];
+    uint32_t types[HA_MAX_TYPES];
+    size_t n_types;
+    char plugins[16][160];
+    size_t n_plugins;
     /* Written by the thread, read by the loop. */
     int64_t lease_id;
     int leader;                    /* the thread holds the term */
@@ -96,11 +100,21 @@ static uint64_t validity_ms(const ha_election *e)
 
 /* -- encoding of the leader key and registry entries ------------------------ */
 
-/* Pack a MasterInfo into a malloc'd buffer; NULL on ENOMEM. */
-static uint8_t *pack_info(const char *id, const char *role, const char *endpoint,
-                          uint64_t applied, int ready, const char *reason, size_t *len)
+/* Pack a MasterInfo into a malloc'd buffer; NULL on ENOMEM. e (may be NULL)
+ * adds what this master can replay; the caller holds e->mu then. */
+static uint8_t *pack_info(const ha_election *e, const char *id, const char *role,
+                          const char *endpoint, uint64_t applied, int ready, const char *reason,
+                          size_t *len)
 {
     MasterInfo mi = MASTER_INFO__INIT;
+    char *plugins[16];
+    if (e != NULL) {
+        mi.replay_types = (uint32_t *)e->types;
+        mi.n_replay_types = e->n_types;
+        for (size_t i = 0; i < e->n_plugins; i++) plugins[i] = (char *)e->plugins[i];
+        mi.plugins = plugins;
+        mi.n_plugins = e->n_plugins;
+    }
     mi.id = (char *)id;
     mi.role = (char *)role;
     mi.endpoint = (char *)endpoint;
@@ -126,6 +140,8 @@ static int unpack_info(const uint8_t *v, size_t len, ha_member *m)
     m->applied_seq = mi->applied_seq;
     m->ready = mi->ready;
     snprintf(m->reason, sizeof(m->reason), "%s", mi->reason);
+    for (size_t i = 0; i < mi->n_replay_types && m->n_types < HA_MAX_TYPES; i++)
+        if (mi->replay_types[i] <= UINT16_MAX) m->types[m->n_types++] = (uint16_t)mi->replay_types[i];
     master_info__free_unpacked(mi, NULL);
     return 0;
 }
@@ -203,7 +219,7 @@ static void campaign(ha_election *e, int eligible, uint64_t renewed_at)
 {
     char err[256];
     size_t vlen = 0;
-    uint8_t *val = pack_info(e->id, "leader", e->endpoint, 0, 1, "", &vlen);
+    uint8_t *val = pack_info(NULL, e->id, "leader", e->endpoint, 0, 1, "", &vlen);
     if (val == NULL) return;
     size_t klen = strlen(e->leader_key);
     etcd_compare cmp = {.target = ETCD_CMP_VERSION, .result = ETCD_CMP_EQUAL,
@@ -265,8 +281,8 @@ static void write_registry(ha_election *e)
     char err[256];
     size_t vlen = 0;
     pthread_mutex_lock(&e->mu);
-    uint8_t *val = pack_info(e->id, e->leader ? "leader" : e->role, e->endpoint, e->applied_seq,
-                             e->ready, e->reason, &vlen);
+    uint8_t *val = pack_info(e, e->id, e->leader ? "leader" : e->role, e->endpoint,
+                             e->applied_seq, e->ready, e->reason, &vlen);
     int64_t lease = e->lease_id;
     pthread_mutex_unlock(&e->mu);
     if (val == NULL) return;
@@ -511,6 +527,18 @@ void ha_election_set_status(ha_election *e, const char *role, uint64_t applied_s
     e->applied_seq = applied_seq;
     e->ready = ready != 0;
     snprintf(e->reason, sizeof(e->reason), "%s", reason != NULL ? reason : "");
+    pthread_mutex_unlock(&e->mu);
+}
+
+void ha_election_set_replay(ha_election *e, const uint16_t *types, size_t n_types,
+                            const char *const *plugins, size_t n_plugins)
+{
+    pthread_mutex_lock(&e->mu);
+    e->n_types = n_types < HA_MAX_TYPES ? n_types : HA_MAX_TYPES;
+    for (size_t i = 0; i < e->n_types; i++) e->types[i] = types[i];
+    e->n_plugins = n_plugins < 16 ? n_plugins : 16;
+    for (size_t i = 0; i < e->n_plugins; i++)
+        snprintf(e->plugins[i], sizeof(e->plugins[i]), "%s", plugins[i]);
     pthread_mutex_unlock(&e->mu);
 }
 

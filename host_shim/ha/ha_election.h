@@ -38,6 +38,8 @@ typedef struct ha_term {
     int64_t create_revision;
 } ha_term;
 
+#define HA_MAX_TYPES 64
+
 /* One master of the registry, as it last wrote itself. */
 typedef struct ha_member {
     char id[65];
@@ -46,6 +48,8 @@ typedef struct ha_member {
     uint64_t applied_seq;
     int ready;
     char reason[160];
+    uint16_t types[HA_MAX_TYPES];   /* the record types it can replay */
+    size_t n_types;
 } ha_member;
 
 typedef struct ha_election_events {
@@ -88,6 +92,15 @@ void ha_election_set_status(ha_election *e,
                             uint64_t applied_seq,
                             int ready,
                             const char *reason);
+
+/* What this master advertises it can replay: the record types (host and
+ * plugins') and a line per loaded plugin ("name version (ABI x.y)"); copied,
+ * at most HA_MAX_TYPES types and 16 plugins. Loop thread. */
+void ha_election_set_replay(ha_election *e,
+                            const uint16_t *types,
+                            size_t n_types,
+                            const char *const *plugins,
+                            size_t n_plugins);
 
 /* 1 while this master holds the leader key and its lease is certainly
  * valid. Loop thread. */

@@ -348,6 +348,7 @@ static void close_parts(master *m)
     host_metrics_destroy(m->metrics);
     master_pending_free(m);
     master_carried_free(m);
+    master_gates_free(m);
     master_ha_close(m);
     if (m->data_lock_fd >= 0) close(m->data_lock_fd); /* the lock goes with it */
 }

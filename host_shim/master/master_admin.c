@@ -209,6 +209,9 @@ static int h_status(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t l
     }
     resp.n_masters = nm;
     resp.masters = ptrs;
+    master_gates_view *gv = NULL;
+    resp.n_gates = master_gates_view_fill(m, &gv);
+    resp.gates = master_gates_view_ptrs(gv);
     resp.objects = os.objects_by_type[0] + os.objects_by_type[1] + os.objects_by_type[2];
     resp.memory_used = os.memory_used;
     resp.memory_capacity = os.memory_capacity;
@@ -226,6 +229,7 @@ static int h_status(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t l
     resp.plugins = names;
     master_reply_msg(call, &resp.base);
     free(names);
+    free(gv);
     return SMP_OK;
 }
 
@@ -253,6 +257,8 @@ static int h_snapshot(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t
 static const smp_rpc_method admin_methods[] = {
     {sizeof(smp_rpc_method), ADMIN_METHOD__ADMIN_STATUS, "status", h_status},
     {sizeof(smp_rpc_method), ADMIN_METHOD__ADMIN_SNAPSHOT, "snapshot", h_snapshot},
+    {sizeof(smp_rpc_method), ADMIN_METHOD__ADMIN_GATE_CONFIRM, "gate_confirm",
+     master_gates_h_confirm},
 };
 
 int master_admin_register(master *m)

@@ -146,4 +146,5 @@ void master_backend_init(master *m)
     b->writer_write = snap_writer_write;
     b->reader_data = snap_reader_data;
     b->rpc_reply = rpc_reply;
+    b->gate_confirmed = master_gate_confirmed;
 }

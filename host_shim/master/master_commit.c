@@ -79,8 +79,9 @@ static void on_durable(void *arg, int status, uint64_t seq)
     master *m = c->m;
     if (status == SMP_OK) {
         /* a held record was decoded for its hold: apply that */
-        int rc = c->held ? obj_apply_held(m->objs, c->held)
-                         : obj_apply_record(m->objs, c->type, c->encver, c->buf, c->len);
+        int rc = c->held                               ? obj_apply_held(m->objs, c->held)
+                 : c->type == MASTER_REC_GATE_CONFIRM ? master_gates_apply(m, c->buf, c->len)
+                 : obj_apply_record(m->objs, c->type, c->encver, c->buf, c->len);
         if (rc < 0) {
             /* The record was validated against this very state; failing now
              * means the state and the log disagree. Stop before serving more. */

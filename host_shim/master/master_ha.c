@@ -179,6 +179,28 @@ static int admit(void *arg, uint32_t service, uint32_t method, const char **lead
     return SMP_ENOTLEADER;
 }
 
+/* Advertise what this master can replay: the host's record types (1-7) and
+ * every type a loaded plugin registered, and each plugin's version and ABI,
+ * so that the leader can tell whether a gate may be confirmed. */
+static void advertise_replay(master *m)
+{
+    uint16_t types[HA_MAX_TYPES];
+    char lines[16][160];
+    const char *plugins[16];
+    size_t nt = 0, np = 0;
+    for (uint16_t t = 1; t <= SMP_OPLOG_HOST_TYPE_MAX; t++) types[nt++] = t;
+    for (size_t i = 0; i < host_plugins_n_oplog_types(m->plugins) && nt < HA_MAX_TYPES; i++)
+        types[nt++] = host_plugins_oplog_type_at(m->plugins, i)->t.type;
+    for (size_t i = 0; i < host_plugins_count(m->plugins) && np < 16; i++) {
+        const smp_plugin_desc *d = host_plugin_desc(host_plugins_at(m->plugins, i));
+        snprintf(lines[np], sizeof(lines[np]), "%s %s (ABI %u.%u)", d->name,
+                 d->version ? d->version : "?", (unsigned)d->abi_major, (unsigned)d->abi_minor);
+        plugins[np] = lines[np];
+        np++;
+    }
+    ha_election_set_replay(m->election, types, nt, plugins, np);
+}
+
 /* -- lifecycle ------------------------------------------------------------------ */
 
 int master_ha_open_log(master *m, char *err, size_t errlen)
@@ -209,6 +231,7 @@ int master_ha_start(master *m, char *err, size_t errlen)
         .events = {on_elected, on_deposed, on_leader, m},
     };
     if ((rc = ha_election_start(&m->loop, &o, &m->election, err, errlen)) < 0) return rc;
+    advertise_replay(m);
     publish_status(m);
     if ((rc = oplog_etcd_follow(m->log, m->applied_seq, follow_apply, m, on_follow_stop, m)) < 0) {
         snprintf(err, errlen, "ha: cannot follow the OpLog: %s", smp_strerror(rc));
@@ -227,6 +250,8 @@ void master_ha_tick(master *m)
 
 void master_ha_stop(master *m)
 {
+    if (!m->cfg->ha_enabled) return;
+    oplog_etcd_stop_following(m->log); /* else it keeps the loop running */
     ha_election_stop(m->election);
     m->election = NULL;
 }

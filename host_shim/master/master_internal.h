@@ -27,6 +27,10 @@
 /* Snapshot section names of the host. */
 #define MASTER_SECTION_OBJECTS "host_objects"
 #define MASTER_SECTION_CARRIED "host_carried_records"
+#define MASTER_SECTION_GATES "host_gates"
+/* The host record type of a runtime gate confirmation (master_gates.c); the
+ * other host types are obj_store's. */
+#define MASTER_REC_GATE_CONFIRM 4
 #define MASTER_SECTION_ENCVER 1
 
 #define MASTER_TIMER_MS 50              /* housekeeping period */
@@ -131,6 +135,10 @@ typedef struct master {
     char ha_leader[256];        /* the leader's endpoint as last seen, "" */
     int restart_requested;      /* exit with MASTER_EXIT_RESTART */
 
+    /* Capability gates confirmed durably at runtime (master_gates.c). */
+    char **gates;
+    size_t n_gates;
+
     /* Host metric families. */
     struct {
         host_metric *objects;        /* {data_type} */
@@ -223,6 +231,27 @@ void master_ha_close(master *m);
 size_t master_ha_members(master *m, struct ha_member *out, size_t cap);
 /* The durable head of the OpLog as this master last saw it. */
 uint64_t master_ha_head(const master *m);
+
+/* -- master_gates.c --------------------------------------------------------------- */
+
+/* 1 when the gate was confirmed by a GATE_CONFIRM record (the host_backend
+ * gate_confirmed; ctx is the master). */
+int master_gate_confirmed(void *ctx, const char *gate);
+/* Apply a GATE_CONFIRM record's payload. SMP_EPROTO when it does not decode. */
+int master_gates_apply(master *m, const uint8_t *payload, size_t len);
+void master_gates_free(master *m);
+/* The "host_gates" snapshot section. */
+int master_gates_save(const master *m, smp_writer *w);
+int master_gates_load(master *m, const uint8_t *data, size_t len, char *err, size_t errlen);
+/* ADMIN_GATE_CONFIRM: GateRequest -> GateInfo, once the record is durable. */
+int master_gates_h_confirm(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len);
+/* Every gate the loaded plugins name, for StatusResponse.gates: fills a view
+ * (*out, freed with free()) and returns how many; the pointers to hand out
+ * are master_gates_view_ptrs(*out). */
+typedef struct master_gates_view master_gates_view;
+struct GateInfo;
+size_t master_gates_view_fill(master *m, master_gates_view **out);
+struct GateInfo **master_gates_view_ptrs(master_gates_view *v);
 
 /* -- master_recovery.c --------------------------------------------------------- */
 

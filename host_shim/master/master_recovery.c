@@ -81,7 +81,13 @@ static int replay_plugin_record(const host_oplog_type_reg *reg,
 int master_apply_record(master *m, const oplog_record *rec, char *err, size_t errlen)
 {
     int rc;
-    if (rec->type >= 1 && rec->type <= SMP_OPLOG_HOST_TYPE_MAX) {
+    if (rec->type == MASTER_REC_GATE_CONFIRM) {
+        if ((rc = master_gates_apply(m, rec->payload, rec->len)) < 0) {
+            snprintf(err, errlen, "oplog: record %llu (GATE_CONFIRM) does not apply: %s",
+                     (unsigned long long)rec->seq, smp_strerror(rc));
+            return rc;
+        }
+    } else if (rec->type >= 1 && rec->type <= SMP_OPLOG_HOST_TYPE_MAX) {
         rc = obj_apply_record(m->objs, rec->type, rec->encver, rec->payload, rec->len);
         if (rc < 0) {
             snprintf(err, errlen, "oplog: record %llu of host type %u (%s) does not apply: %s",
@@ -188,6 +194,9 @@ static int load_sections(master *m, const snap_image *img, char *err, size_t err
     if (carried != NULL &&
         (rc = master_carried_records_load(m, carried->data, carried->len, err, errlen)) < 0)
         return rc;
+    const snap_section *gates = img ? snap_image_section(img, MASTER_SECTION_GATES) : NULL;
+    if (gates != NULL && (rc = master_gates_load(m, gates->data, gates->len, err, errlen)) < 0)
+        return rc;
 
     for (size_t i = 0; i < host_plugins_n_sections(m->plugins); i++) {
         const host_section_reg *reg = host_plugins_section_at(m->plugins, i);
@@ -212,6 +221,7 @@ static int load_sections(master *m, const snap_image *img, char *err, size_t err
         const snap_section *s = snap_image_section_at(img, i);
         if (strcmp(s->name, MASTER_SECTION_OBJECTS) == 0 ||
             strcmp(s->name, MASTER_SECTION_CARRIED) == 0 ||
+            strcmp(s->name, MASTER_SECTION_GATES) == 0 ||
             host_plugins_section(m->plugins, s->name) != NULL)
             continue;
         if ((rc = carry_section(m, s)) < 0) return rc;

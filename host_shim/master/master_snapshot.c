@@ -94,6 +94,13 @@ static int build(master *m, snap_builder *b)
     int end = snap_builder_end_section(b);
     if (rc < 0 || end < 0) return rc < 0 ? rc : end;
 
+    if (m->n_gates > 0) {
+        if ((rc = snap_builder_begin_section(b, MASTER_SECTION_GATES, MASTER_SECTION_ENCVER, &w)) < 0)
+            return rc;
+        rc = master_gates_save(m, w);
+        end = snap_builder_end_section(b);
+        if (rc < 0 || (rc = end) < 0) return rc;
+    }
     if (m->n_carried_recs > 0) {
         if ((rc = snap_builder_begin_section(b, MASTER_SECTION_CARRIED, MASTER_SECTION_ENCVER, &w)) < 0)
             return rc;

@@ -294,6 +294,11 @@ int oplog_etcd_promote(oplog *log,
                        void (*cb)(void *arg, int status),
                        void *cb_arg);
 
+/* Stop following (a master shutting down): no record is delivered and
+ * on_stop does not run after this, and the log no longer keeps the loop
+ * alive for it. No-op when not following. */
+void oplog_etcd_stop_following(oplog *log);
+
 /* Step down without being fenced (the election could not renew): appends
  * fail with SMP_ENOTLEADER from now on; records already queued are still
  * written under the fence (they succeed only while the lease holds) and

@@ -1880,6 +1880,19 @@ int oplog_etcd_promote(oplog *log,
     return 0;
 }
 
+void oplog_etcd_stop_following(oplog *log)
+{
+    etcd_log *el = as_etcd(log);
+    if (el == NULL || !el->following)
+        return;
+    el->dead_sess = el->sess; /* records of it still queued are dropped */
+    el->dead_code = SMP_ECANCELED;
+    cancel_follow(el, el->sess);
+    el->following = 0;
+    el->on_stop = NULL;
+    update_ref(el);
+}
+
 void oplog_etcd_demote(oplog *log)
 {
     etcd_log *el = as_etcd(log);

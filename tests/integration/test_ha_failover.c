@@ -35,6 +35,10 @@
 #define RECORDER_SERVICE 40
 #define RECORDER_SET_NEXT 1
 
+/* with_recorder: the recorder test plugin (OpLog type 20), ungated or behind
+ * the capability gate "recorder_gate" (closed in config). */
+enum { RECORDER_NONE = 0, RECORDER_UNGATED = 1, RECORDER_GATED = 2 };
+
 typedef struct cluster {
     etcd_fixture etcd;
     char snapdir[300];
@@ -72,7 +76,10 @@ static int write_config(cluster *c, int i)
                   "plugins:\n  - path: \"%s/lib/weight_mgmt.so\"\n", BUILD_DIR);
     if (c->with_recorder[i])
         snprintf(extra + n, sizeof(extra) - (size_t)n,
-                 "  - path: \"%s/lib/testplugins/recorder.so\"\n", BUILD_DIR);
+                 "  - path: \"%s/lib/testplugins/recorder.so\"\n%s", BUILD_DIR,
+                 c->with_recorder[i] == RECORDER_GATED
+                     ? "    config:\n      gate: recorder_gate\n      recorder_gate: false\n"
+                     : "");
     return hx_reconfigure(&c->m[i], extra);
 }
 
@@ -89,7 +96,7 @@ static int setup_n(void **state, size_t etcd_members)
         char name[16];
         snprintf(name, sizeof(name), "ha-m%d", i);
         if (hx_init(&c->m[i], name, NULL) < 0) return -1;
-        c->with_recorder[i] = 1;
+        c->with_recorder[i] = RECORDER_UNGATED;
         used += (size_t)snprintf(c->masters + used, sizeof(c->masters) - used, "%s%s",
                                  i ? "," : "", c->m[i].socket);
     }
@@ -383,7 +390,7 @@ static void test_ha_leader_sigstop_is_deposed_and_never_writes_again(void **stat
 static void test_ha_standby_stops_visibly_on_an_unknown_record_type(void **state)
 {
     cluster *c = *state;
-    c->with_recorder[2] = 0;
+    c->with_recorder[2] = RECORDER_NONE;
     start_cluster(c);
     int leader = wait_leader(c, -1);
     if (leader == 2) { /* make a master with the recorder lead */
@@ -525,6 +532,80 @@ static void test_ha_new_standby_after_oplog_gc_bootstraps_from_the_snapshot(void
     kvc_close(k);
 }
 
+/* The gate of a record type some master cannot replay stays closed: the
+ * leader refuses the type (SMP_EGATE), status names the master that blocks
+ * it, and `gate confirm` is refused naming it. Once that master runs the
+ * plugin too, the gate opens by command -- durably: a new leader after a
+ * failover still has it open, and the type is written. */
+static void test_ha_gate_opens_by_command_once_every_master_replays(void **state)
+{
+    cluster *c = *state;
+    c->with_recorder[0] = c->with_recorder[1] = RECORDER_GATED;
+    c->with_recorder[2] = RECORDER_NONE;
+    start_master(c, 0);
+    assert_int_equal(wait_leader(c, -1), 0); /* alone: m0 leads, it has the plugin */
+    start_master(c, 1);
+    start_master(c, 2);
+    wait_role(c, 1, "standby");
+    wait_role(c, 2, "standby");
+
+    RpcResponse *resp = NULL;
+    raw_call(&c->m[0], RECORDER_SERVICE, RECORDER_SET_NEXT, "closed", &resp);
+    assert_int_equal(resp->status, SMP_EGATE);
+    rpc_response__free_unpacked(resp, NULL);
+
+    kvc *k = client_of(c, 0);
+    kvc_status st;
+    kvc_gate g;
+    int blocked = 0;
+    for (int waited = 0; !blocked && waited < WAIT_MS; waited += 100) {
+        assert_int_equal(kvc_status_get(k, &st), 0);
+        for (size_t i = 0; i < st.n_gates; i++)
+            if (strcmp(st.gates[i].name, "recorder_gate") == 0 && !st.gates[i].confirmed &&
+                strstr(st.gates[i].blocked_by, "master m2 cannot replay type 20 (RECORDER_SET)"))
+                blocked = 1;
+        if (!blocked) sleep_ms(100); /* m2's registry entry comes within a refresh */
+    }
+    assert_true(blocked);
+    assert_int_equal(kvc_gate_confirm(k, "recorder_gate", &g), SMP_EGATE);
+    assert_non_null(strstr(kvc_error(k), "master m2 cannot replay type 20"));
+    assert_int_equal(kvc_gate_confirm(k, "no_such_gate", &g), SMP_ENOTFOUND);
+    kvc_close(k);
+
+    /* "Upgrade" m2: it runs the plugin now. */
+    assert_int_equal(hx_stop(&c->m[2]), 0);
+    c->with_recorder[2] = RECORDER_GATED;
+    start_master(c, 2);
+    wait_role(c, 2, "standby");
+    k = client_of(c, 0);
+    int rc = SMP_EGATE;
+    for (int waited = 0; rc == SMP_EGATE && waited < WAIT_MS; waited += 100) {
+        rc = kvc_gate_confirm(k, "recorder_gate", &g);
+        if (rc == SMP_EGATE) sleep_ms(100); /* until m2's new entry is read back */
+    }
+    assert_int_equal(rc, 0);
+    assert_true(g.confirmed);
+    assert_string_equal(g.how, "record");
+    kvc_close(k);
+    raw_call(&c->m[0], RECORDER_SERVICE, RECORDER_SET_NEXT, "open", &resp);
+    assert_int_equal(resp->status, 0);
+    rpc_response__free_unpacked(resp, NULL);
+
+    hx_kill(&c->m[0]);
+    int next = wait_leader(c, 0);
+    raw_call(&c->m[next], RECORDER_SERVICE, RECORDER_SET_NEXT, "after failover", &resp);
+    assert_int_equal(resp->status, 0);
+    rpc_response__free_unpacked(resp, NULL);
+    k = client_of(c, next);
+    assert_int_equal(kvc_status_get(k, &st), 0);
+    int open = 0;
+    for (size_t i = 0; i < st.n_gates; i++)
+        open |= strcmp(st.gates[i].name, "recorder_gate") == 0 && st.gates[i].confirmed &&
+                strcmp(st.gates[i].how, "record") == 0;
+    assert_true(open);
+    kvc_close(k);
+}
+
 int main(void)
 {
     /* HA_TEST=pattern runs only the matching tests (cmocka's filter). */
@@ -539,6 +620,8 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_ha_etcd_member_sigkill_keeps_the_cluster_writable,
                                         setup_three_etcd_members, teardown),
+        cmocka_unit_test_setup_teardown(test_ha_gate_opens_by_command_once_every_master_replays,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_ha_etcd_member_sigstop_keeps_the_cluster_writable,
                                         setup_three_etcd_members, teardown),
         cmocka_unit_test_setup_teardown(

@@ -13,6 +13,9 @@
  * Its config block may hold `max_encver` (1 or 2, default 2): the type is
  * registered for encodings 1..max_encver and written at max_encver. That is
  * how a test restarts a master with a build that replays an older range.
+ * And `gate` (a string): the type is registered with that capability gate,
+ * whose flag the block must then hold as a boolean too (the host checks) --
+ * how the HA tests get a gated type that some masters lack.
  *
  * Encodings, little-endian: a record is u32 index | payload; the section and
  * the LIST reply are a sequence of u32 length | bytes. */
@@ -255,9 +258,17 @@ static int init(smp_host *h, const smp_host_api *api, void **plugin)
         }
         max_encver = (uint16_t)v.i;
     }
+    const char *gate = NULL;
+    if (api->config_get(h, SMP_CONFIG_PLUGIN, "gate", &v) == SMP_OK) {
+        if (v.type != SMP_CONFIG_STRING) {
+            api->log(h, SMP_LOG_ERROR, "gate must be a name");
+            return SMP_EINVAL;
+        }
+        gate = v.s;
+    }
     /* The host copies the type, so it may be built here. */
     smp_oplog_type type = {sizeof(smp_oplog_type), RECORDER_TYPE, 1, max_encver, "RECORDER_SET",
-                           NULL, rec_replay, rec_describe};
+                           gate, rec_replay, rec_describe};
     recorder *r = calloc(1, sizeof(*r));
     if (r == NULL) return SMP_ENOMEM;
     r->host = h;
