@@ -12,7 +12,7 @@
 #   curl 127.0.0.1:7681/role
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=${1:-build}
+build=$(cd "${1:-build}" 2>/dev/null && pwd) || { echo "ha_cluster: no build directory ${1:-build}: make build" >&2; exit 1; }
 etcd_port=${HA_ETCD_PORT:-2479}
 rpc_base=${HA_RPC_BASE:-7600}
 admin_base=${HA_ADMIN_BASE:-7680}
@@ -60,7 +60,7 @@ cluster:
   weight_management_oplog_capability_confirmed: true
   weight_lineage_oplog_capability_confirmed: true
 plugins:
-  - path: $PWD/$build/lib/weight_mgmt.so
+  - path: $build/lib/weight_mgmt.so
 EOF
   "$build/bin/store_master" --config "$top/m$i/config.yaml" >"$top/m$i/master.log" 2>&1 &
   pids+=($!)
