@@ -16,14 +16,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "etcd_fixture.h"
+#include "ha_cluster_fixture.h"
 #include "harness.h"
 
-#define N_MASTERS 3
 
 static uint64_t now_us(void)
 {
@@ -36,34 +34,6 @@ static int cmp_u64(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return x < y ? -1 : x > y;
-}
-
-static int write_config(hx_master *m, int i, const etcd_fixture *e, const char *snapdir,
-                        unsigned ttl)
-{
-    char extra[2048];
-    snprintf(extra, sizeof(extra),
-             "oplog:\n  backend: etcd\n"
-             "ha:\n  enabled: true\n  id: m%d\n  etcd_endpoints: \"%s\"\n"
-             "  prefix: \"/bench-%ld/\"\n  lease_ttl_s: %u\n  advertise: \"%s\"\n"
-             "  snapshot_dir: \"%s\"\n"
-             "node:\n  embedded: false\n",
-             i, etcd_fixture_endpoints(e), (long)getpid(), ttl, m->socket, snapdir);
-    return hx_reconfigure(m, extra);
-}
-
-/* The index of the one master whose /role says leader, or -1. */
-static int find_leader(hx_master *ms, int skip)
-{
-    for (int i = 0; i < N_MASTERS; i++) {
-        char *body = NULL;
-        if (i == skip || ms[i].pid <= 0) continue;
-        int st = hx_http_get(&ms[i], "/role", &body);
-        int yes = st == 200 && strncmp(body, "leader\n", 7) == 0;
-        free(body);
-        if (yes) return i;
-    }
-    return -1;
 }
 
 /* One write to master i; 0 when acknowledged. */
@@ -86,46 +56,31 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: %s [RUNS] [TTL_S]\n", argv[0]);
         return 2;
     }
-    etcd_fixture e;
-    hx_master ms[N_MASTERS];
-    hx_node node;
-    char snapdir[300], list[320] = "";
+    static hc_cluster c; /* zeroed: hc_cleanup is safe before hc_init */
     uint64_t *took = calloc((size_t)runs, sizeof(*took));
     int status = 1;
-    memset(ms, 0, sizeof(ms));
-    memset(&node, 0, sizeof(node));
-    if (took == NULL || etcd_fixture_start(&e, "bench-failover", 1, 20000) < 0) return 1;
-    snprintf(snapdir, sizeof(snapdir), "%s/snapshots", e.dir);
-    mkdir(snapdir, 0755);
-    for (int i = 0; i < N_MASTERS; i++) {
-        char name[32];
-        snprintf(name, sizeof(name), "bench-ha-m%d", i);
-        if (hx_init(&ms[i], name, NULL) < 0 || write_config(&ms[i], i, &e, snapdir, ttl) < 0 ||
-            hx_start(&ms[i], 20000) < 0)
-            goto out;
-        size_t used = strlen(list);
-        snprintf(list + used, sizeof(list) - used, "%s%s", i ? "," : "", ms[i].socket);
-    }
-    hx_master view = ms[0];
-    if (strlen(list) >= sizeof(view.socket)) goto out;
-    memcpy(view.socket, list, strlen(list) + 1);
-    if (hx_node_start(&view, &node, "bench-n1", 16u << 20) < 0) goto out;
+    if (took == NULL || hc_init(&c, "bench-failover", 1) < 0) goto out;
+    c.lease_ttl_s = ttl;
+    for (int i = 0; i < HC_MASTERS; i++)
+        if (hc_configure(&c, i, NULL) < 0 || hx_start(&c.m[i], 20000) < 0) goto out;
+    if (hc_node_start(&c, "bench-n1", 16u << 20) < 0) goto out;
 
     int n = 0;
     for (int r = 0; r < runs; r++) {
-        int leader = -1;
-        for (int w = 0; w < 400 && (leader = find_leader(ms, -1)) < 0; w++) usleep(50000);
-        if (leader < 0 || hx_wait_nodes(&ms[leader], 1, 20000) < 0 || try_put(&ms[leader], n++) < 0) {
+        int leader = hc_wait_leader(&c, -1, 20000);
+        if (leader < 0 || hc_wait_node(&c, leader, 20000) < 0 || try_put(&c.m[leader], n++) < 0) {
             fprintf(stderr, "run %d: no leader taking writes\n", r);
             goto out;
         }
         uint64_t t0 = now_us();
-        hx_kill(&ms[leader]);
+        hx_kill(&c.m[leader]);
         uint64_t t1 = 0;
         while (t1 == 0 && now_us() - t0 < 30000000u) {
-            int next = find_leader(ms, leader);
-            if (next >= 0 && try_put(&ms[next], n++) == 0) t1 = now_us();
-            else usleep(10000);
+            int next = hc_wait_leader(&c, leader, 0);
+            if (next >= 0 && try_put(&c.m[next], n++) == 0)
+                t1 = now_us();
+            else
+                usleep(10000);
         }
         if (t1 == 0) {
             fprintf(stderr, "run %d: no write acknowledged within 30 s\n", r);
@@ -135,7 +90,7 @@ int main(int argc, char **argv)
         printf("run %d: leader m%d SIGKILLed -> first write acknowledged by the new leader in "
                "%.0f ms\n", r, leader, (double)took[r] / 1000.0);
         fflush(stdout);
-        if (hx_start(&ms[leader], 20000) < 0) goto out; /* back as a standby */
+        if (hx_start(&c.m[leader], 20000) < 0) goto out; /* back as a standby */
     }
     qsort(took, (size_t)runs, sizeof(*took), cmp_u64);
     printf("ha failover (SIGKILL of the leader -> first acknowledged write): median %.0f ms of "
@@ -144,9 +99,7 @@ int main(int argc, char **argv)
            (double)took[runs - 1] / 1000.0, ttl, (double)took[runs / 2] / 1e6 / ttl);
     status = 0;
 out:
-    hx_node_kill(&node);
-    for (int i = 0; i < N_MASTERS; i++) hx_cleanup(&ms[i]);
-    etcd_fixture_cleanup(&e);
+    hc_cleanup(&c);
     free(took);
     return status;
 }

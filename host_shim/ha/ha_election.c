@@ -1,12 +1,12 @@
 /* ha_election.c -- leader election and the master registry on etcd.
  *
- * One thread per master talks to etcd (ha_election.h says what it decides);
- * the loop thread only reads what the thread published under a mutex and
- * gets its reports through a uv_async. The thread's cycle, every
- * HA_CYCLE_MS: renew the lease when a third of the TTL has passed since the
- * last renewal; campaign with a create-if-absent transaction on the leader
- * key (or, when it may not, just read who leads); refresh this master's
- * registry entry and read the registry back. A leader that finds its key
+ * Two threads per master talk to etcd (ha_election.h says what they
+ * decide); the loop thread only reads what they published under a mutex and
+ * gets their reports through a uv_async. One renews the lease, every fifth of
+ * the TTL, and does nothing else, so no other call can hold a renewal back.
+ * The other, every HA_CYCLE_MS, campaigns with a create-if-absent
+ * transaction on the leader key (or, when it may not, just reads who leads)
+ * and refreshes this master's registry entry and reads the registry back. A leader that finds its key
  * gone or its lease expired is deposed at once; one whose renewals stop
  * succeeding is deposed by the loop-side timer when the time its lease is
  * certainly valid for has passed, even if the thread is stuck in a call.
@@ -31,13 +31,15 @@
 #define HA_REGISTRY_MS 500u       /* registry refresh and read-back */
 #define HA_MAX_MEMBERS 64u
 #define HA_CHECK_MS 20u           /* the loop-side validity check */
+#define HA_RENEW_POLL_MS 20u      /* the renewal thread's look at the clock */
 
 struct ha_election {
     uv_loop_t *loop;
     uv_async_t async;
     uv_timer_t check;
     int handles_open;
-    pthread_t thread;
+    pthread_t thread;             /* campaign and registry */
+    pthread_t keepalive;          /* lease renewals */
     int thread_started;
     etcd_client *etcd;
 
@@ -77,6 +79,8 @@ struct ha_election {
     size_t n_members;
     /* Monotonic ms up to which the term's lease is certainly valid. */
     _Atomic uint64_t valid_until_ms;
+    /* Send time of the lease's last grant or renewal; 0: no lease. */
+    _Atomic uint64_t renewed_at_ms;
 
     /* Loop thread only. */
     int loop_leader;               /* elected reported, not yet deposed */
@@ -180,38 +184,76 @@ static void lose_term(ha_election *e, const char *why)
     wake_loop(e);
 }
 
-/* Grant a fresh lease (the old one expired). 0 or a negative code. */
-static int grant_lease(ha_election *e, uint64_t *renewed_at, char *err, size_t errlen)
+/* Grant a fresh lease (at start, or after the old one expired). */
+static void grant_lease(ha_election *e)
 {
+    char err[256];
     int64_t id = 0;
     uint64_t sent = mono_ms();
-    int rc = etcd_lease_grant(e->etcd, e->ttl_s, &id, NULL, err, errlen);
-    if (rc < 0) return rc;
+    if (etcd_lease_grant(e->etcd, e->ttl_s, &id, NULL, err, sizeof(err)) < 0) return;
     pthread_mutex_lock(&e->mu);
     e->lease_id = id;
     pthread_mutex_unlock(&e->mu);
-    *renewed_at = sent;
-    return 0;
+    atomic_store(&e->renewed_at_ms, sent);
 }
 
 /* Renew the lease; on success move the validity forward. */
-static void renew(ha_election *e, uint64_t *renewed_at)
+static void renew(ha_election *e)
 {
     char err[256];
     uint64_t sent = mono_ms();
-    int rc = etcd_lease_keepalive(e->etcd, e->lease_id, NULL, err, sizeof(err));
+    pthread_mutex_lock(&e->mu);
+    int64_t lease = e->lease_id;
+    pthread_mutex_unlock(&e->mu);
+    int rc = etcd_lease_keepalive(e->etcd, lease, NULL, err, sizeof(err));
     if (rc == 0) {
-        *renewed_at = sent;
+        atomic_store(&e->renewed_at_ms, sent);
         pthread_mutex_lock(&e->mu);
         if (e->leader) atomic_store(&e->valid_until_ms, sent + validity_ms(e));
         pthread_mutex_unlock(&e->mu);
         return;
     }
-    if (rc != SMP_ENOTFOUND) return; /* etcd slow or away: the loop-side check decides */
+    if (rc != SMP_ENOTFOUND) return; /* etcd slow or away: retried; the loop-side check decides */
     pthread_mutex_lock(&e->mu);
     lose_term(e, "the leader lease expired in etcd");
     pthread_mutex_unlock(&e->mu);
-    if (grant_lease(e, renewed_at, err, sizeof(err)) < 0) *renewed_at = 0;
+    atomic_store(&e->renewed_at_ms, 0); /* a new lease next */
+}
+
+/* Wait on the condition variable for up to ms (or until stopped). Returns
+ * 1 when the election is stopping. */
+static int nap(ha_election *e, unsigned ms)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += (long)ms * 1000000L;
+    while (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&e->mu);
+    if (!e->stop) pthread_cond_timedwait(&e->cv, &e->mu, &until);
+    int stop = e->stop;
+    pthread_mutex_unlock(&e->mu);
+    return stop;
+}
+
+/* The renewal thread: nothing but the lease, a fifth of the TTL apart (the
+ * lease is still certainly valid for three quarters of the TTL after a
+ * renewal, so a slow member or a failed attempt leaves several more), so
+ * that no campaign or registry call can hold a renewal back. */
+static void *keepalive_thread(void *arg)
+{
+    ha_election *e = arg;
+    unsigned every = e->ttl_s * 1000u / 5u;
+    do {
+        uint64_t at = atomic_load(&e->renewed_at_ms);
+        if (at == 0)
+            grant_lease(e);
+        else if (mono_ms() - at >= every)
+            renew(e);
+    } while (!nap(e, HA_RENEW_POLL_MS));
+    return NULL;
 }
 
 /* One campaign round: create the leader key if absent, else read it. */
@@ -315,54 +357,29 @@ static void read_registry(ha_election *e)
     etcd_range_result_free(&r);
 }
 
+/* The campaign thread: campaign (or, leading, check the term), and keep the
+ * registry entry fresh; the lease is the renewal thread's. */
 static void *election_thread(void *arg)
 {
     ha_election *e = arg;
-    uint64_t renewed_at = mono_ms(); /* the lease was granted at start */
     uint64_t last_registry = 0;
-    char err[256];
-
-    for (;;) {
+    do {
         pthread_mutex_lock(&e->mu);
-        int stop = e->stop, eligible = e->eligible, leader = e->leader;
+        int eligible = e->eligible, leader = e->leader;
         pthread_mutex_unlock(&e->mu);
-        if (stop) break;
-
+        uint64_t renewed_at = atomic_load(&e->renewed_at_ms);
+        if (renewed_at == 0) continue; /* no lease yet */
+        if (leader)
+            check_term(e);
+        else
+            campaign(e, eligible, renewed_at);
         uint64_t now = mono_ms();
-        if (renewed_at == 0) {
-            if (grant_lease(e, &renewed_at, err, sizeof(err)) < 0) renewed_at = 0;
-        } else if (now - renewed_at >= (uint64_t)e->ttl_s * 1000u / 3u) {
-            renew(e, &renewed_at);
-        }
-        if (renewed_at != 0) {
-            if (leader)
-                check_term(e);
-            else
-                campaign(e, eligible, renewed_at);
-        }
-        if (now - last_registry >= HA_REGISTRY_MS && renewed_at != 0) {
+        if (now - last_registry >= HA_REGISTRY_MS) {
             write_registry(e);
             read_registry(e);
             last_registry = now;
         }
-
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_nsec += (long)HA_CYCLE_MS * 1000000L;
-        if (until.tv_nsec >= 1000000000L) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000L;
-        }
-        pthread_mutex_lock(&e->mu);
-        if (!e->stop) pthread_cond_timedwait(&e->cv, &e->mu, &until);
-        pthread_mutex_unlock(&e->mu);
-    }
-
-    /* Resign: the key goes with the lease. */
-    pthread_mutex_lock(&e->mu);
-    int64_t lease = e->lease_id;
-    pthread_mutex_unlock(&e->mu);
-    if (lease != 0) (void)etcd_lease_revoke(e->etcd, lease, err, sizeof(err));
+    } while (!nap(e, HA_CYCLE_MS));
     return NULL;
 }
 
@@ -489,15 +506,27 @@ int ha_election_start(uv_loop_t *loop,
     int64_t lease = 0;
     if ((rc = etcd_lease_grant(e->etcd, o->ttl_s, &lease, NULL, err, errlen)) < 0) goto free_e;
     e->lease_id = lease;
+    atomic_store(&e->renewed_at_ms, mono_ms());
 
     uv_async_init(loop, &e->async, on_async);
     uv_timer_init(loop, &e->check);
     e->async.data = e->check.data = e;
     e->handles_open = 2;
     uv_timer_start(&e->check, on_check, HA_CHECK_MS, HA_CHECK_MS);
+    if (pthread_create(&e->keepalive, NULL, keepalive_thread, e) != 0) {
+        snprintf(err, errlen, "ha: cannot start the lease renewal thread: %s", strerror(errno));
+        e->stop = 1;
+        uv_close((uv_handle_t *)&e->async, on_handle_closed);
+        uv_close((uv_handle_t *)&e->check, on_handle_closed);
+        return SMP_ENOMEM;
+    }
     if (pthread_create(&e->thread, NULL, election_thread, e) != 0) {
         snprintf(err, errlen, "ha: cannot start the election thread: %s", strerror(errno));
+        pthread_mutex_lock(&e->mu);
         e->stop = 1;
+        pthread_cond_broadcast(&e->cv);
+        pthread_mutex_unlock(&e->mu);
+        pthread_join(e->keepalive, NULL);
         uv_close((uv_handle_t *)&e->async, on_handle_closed);
         uv_close((uv_handle_t *)&e->check, on_handle_closed);
         return SMP_ENOMEM;
@@ -515,7 +544,7 @@ void ha_election_set_eligible(ha_election *e, int eligible)
 {
     pthread_mutex_lock(&e->mu);
     e->eligible = eligible != 0;
-    pthread_cond_signal(&e->cv);
+    pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -566,9 +595,15 @@ void ha_election_stop(ha_election *e)
     if (e == NULL) return;
     pthread_mutex_lock(&e->mu);
     e->stop = 1;
-    pthread_cond_signal(&e->cv);
+    pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
-    if (e->thread_started) pthread_join(e->thread, NULL);
+    if (e->thread_started) {
+        pthread_join(e->thread, NULL);
+        pthread_join(e->keepalive, NULL);
+        /* Resign: the leader key goes with the lease. */
+        char err[256];
+        if (e->lease_id != 0) (void)etcd_lease_revoke(e->etcd, e->lease_id, err, sizeof(err));
+    }
     e->thread_started = 0;
     uv_timer_stop(&e->check);
     uv_close((uv_handle_t *)&e->async, on_handle_closed);

@@ -64,7 +64,7 @@ int hx_init(hx_master *m, const char *name, const char *extra)
 }
 
 int hx_ha_yaml(const hx_master *m, const char *id, const char *etcd_endpoints,
-               const char *prefix, const char *snapdir, char *out, size_t cap)
+               const char *prefix, const char *snapdir, unsigned ttl_s, char *out, size_t cap)
 {
     char own[300];
     if (snapdir == NULL) {
@@ -74,9 +74,9 @@ int hx_ha_yaml(const hx_master *m, const char *id, const char *etcd_endpoints,
     int n = snprintf(out, cap,
                      "oplog:\n  backend: etcd\n"
                      "ha:\n  enabled: true\n  id: %s\n  etcd_endpoints: \"%s\"\n"
-                     "  prefix: \"%s\"\n  lease_ttl_s: 1\n  advertise: \"%s\"\n"
+                     "  prefix: \"%s\"\n  lease_ttl_s: %u\n  advertise: \"%s\"\n"
                      "  snapshot_dir: \"%s\"\n",
-                     id, etcd_endpoints, prefix, m->socket, snapdir);
+                     id, etcd_endpoints, prefix, ttl_s ? ttl_s : 1, m->socket, snapdir);
     return n > 0 && (size_t)n < cap ? n : -1;
 }
 

@@ -58,11 +58,12 @@ void hx_kill(hx_master *m);
 /* The YAML that makes m one master of an HA cluster (appended to a config
  * with hx_init / hx_reconfigure): the etcd OpLog under prefix on the etcd
  * members at etcd_endpoints, id as its name, its Unix socket advertised,
- * snapshots in snapdir (NULL: <m->dir>/shared-snapshots), a 1 s lease (the
- * fixture's etcd runs with a 500 ms election timeout). Returns the length
+ * snapshots in snapdir (NULL: <m->dir>/shared-snapshots), a lease of ttl_s
+ * seconds (0: 1 s, which the fixture's etcd allows: it runs with a 500 ms
+ * election timeout). It ends inside the ha: mapping. Returns the length
  * written to out, or -1 when cap is too small. */
 int hx_ha_yaml(const hx_master *m, const char *id, const char *etcd_endpoints,
-               const char *prefix, const char *snapdir, char *out, size_t cap);
+               const char *prefix, const char *snapdir, unsigned ttl_s, char *out, size_t cap);
 
 /* A client connected to the running master (timeout 10 s); NULL on failure. */
 kvc *hx_client(const hx_master *m);

@@ -26,11 +26,11 @@
 
 #include <cmocka.h>
 
-#include "etcd_fixture.h"
+#include "ha_cluster_fixture.h"
 #include "harness.h"
 #include "rpc.pb-c.h"
 
-#define N_MASTERS 3
+#define N_MASTERS HC_MASTERS
 #define WAIT_MS 20000
 #define RECORDER_SERVICE 40
 #define RECORDER_SET_NEXT 1
@@ -40,14 +40,9 @@
 enum { RECORDER_NONE = 0, RECORDER_UNGATED = 1, RECORDER_GATED = 2 };
 
 typedef struct cluster {
-    etcd_fixture etcd;
-    char snapdir[300];
-    char prefix[64];
-    char masters[320];       /* every master's socket, comma-separated */
-    hx_master m[N_MASTERS];
+    hc_cluster hc;
     int with_recorder[N_MASTERS];
     int every_records;       /* snapshot.every_records, 0: the default */
-    hx_node node;
 } cluster;
 
 static void sleep_ms(int ms)
@@ -56,19 +51,15 @@ static void sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
-/* Write master i's config: HA on the fixture's etcd, no embedded node. */
+/* Write master i's config: a GC margin of 5 records, both weight gates
+ * confirmed, the weight plugin and, as asked, the recorder. */
 static int write_config(cluster *c, int i)
 {
-    char extra[2048], id[16];
-    snprintf(id, sizeof(id), "m%d", i);
-    int n = hx_ha_yaml(&c->m[i], id, etcd_fixture_endpoints(&c->etcd), c->prefix, c->snapdir,
-                       extra, sizeof(extra));
-    if (n < 0) return -1;
-    n += snprintf(extra + n, sizeof(extra) - (size_t)n,
-                  "  gc_keep_records: 5\n"
-                  "node:\n  embedded: false\n"
-                  "cluster:\n  weight_management_oplog_capability_confirmed: true\n"
-                  "  weight_lineage_oplog_capability_confirmed: true\n");
+    char extra[2048];
+    int n = snprintf(extra, sizeof(extra),
+                     "  gc_keep_records: 5\n"
+                     "cluster:\n  weight_management_oplog_capability_confirmed: true\n"
+                     "  weight_lineage_oplog_capability_confirmed: true\n");
     if (c->every_records > 0)
         n += snprintf(extra + n, sizeof(extra) - (size_t)n, "snapshot:\n  every_records: %d\n",
                       c->every_records);
@@ -80,28 +71,16 @@ static int write_config(cluster *c, int i)
                  c->with_recorder[i] == RECORDER_GATED
                      ? "    config:\n      gate: recorder_gate\n      recorder_gate: false\n"
                      : "");
-    return hx_reconfigure(&c->m[i], extra);
+    return hc_configure(&c->hc, i, extra);
 }
 
 static int setup_n(void **state, size_t etcd_members)
 {
     cluster *c = calloc(1, sizeof(*c));
     if (c == NULL) return -1;
-    if (etcd_fixture_start(&c->etcd, "ha-failover", etcd_members, WAIT_MS) < 0) return -1;
-    snprintf(c->snapdir, sizeof(c->snapdir), "%s/snapshots", c->etcd.dir);
-    mkdir(c->snapdir, 0755);
-    snprintf(c->prefix, sizeof(c->prefix), "/wm-test-%ld/", (long)getpid());
-    size_t used = 0;
-    for (int i = 0; i < N_MASTERS; i++) {
-        char name[16];
-        snprintf(name, sizeof(name), "ha-m%d", i);
-        if (hx_init(&c->m[i], name, NULL) < 0) return -1;
-        c->with_recorder[i] = RECORDER_UNGATED;
-        used += (size_t)snprintf(c->masters + used, sizeof(c->masters) - used, "%s%s",
-                                 i ? "," : "", c->m[i].socket);
-    }
     *state = c;
-    return 0;
+    for (int i = 0; i < N_MASTERS; i++) c->with_recorder[i] = RECORDER_UNGATED;
+    return hc_init(&c->hc, "ha-failover", etcd_members);
 }
 
 static int setup(void **state)
@@ -117,12 +96,7 @@ static int setup_three_etcd_members(void **state)
 static int teardown(void **state)
 {
     cluster *c = *state;
-    hx_node_kill(&c->node);
-    for (int i = 0; i < N_MASTERS; i++) {
-        if (c->m[i].pid > 0) kill(c->m[i].pid, SIGCONT);
-        hx_cleanup(&c->m[i]);
-    }
-    etcd_fixture_cleanup(&c->etcd);
+    hc_cleanup(&c->hc);
     free(c);
     return 0;
 }
@@ -130,53 +104,20 @@ static int teardown(void **state)
 static void start_master(cluster *c, int i)
 {
     assert_int_equal(write_config(c, i), 0);
-    if (hx_start(&c->m[i], WAIT_MS) < 0) fail_msg("master %d did not start (%s)", i, c->m[i].log);
+    if (hx_start(&c->hc.m[i], WAIT_MS) < 0) fail_msg("master %d did not start (%s)", i, c->hc.m[i].log);
 }
 
-/* Master i's /role, first line (caller frees); NULL when it does not answer. */
-static char *role_of(const hx_master *m)
-{
-    char *body = NULL;
-    if (m->pid <= 0 || hx_http_get(m, "/role", &body) != 200) {
-        free(body);
-        return NULL;
-    }
-    body[strcspn(body, "\n")] = '\0';
-    return body;
-}
-
-/* Wait until exactly one running master says "leader" (not `not`); its index. */
+/* The one master that leads (not `not`); fails the test after WAIT_MS. */
 static int wait_leader(cluster *c, int not)
 {
-    for (int waited = 0; waited < WAIT_MS; waited += 50) {
-        int found = -1, n = 0;
-        for (int i = 0; i < N_MASTERS; i++) {
-            if (i == not) continue;
-            char *r = role_of(&c->m[i]);
-            if (r != NULL && strcmp(r, "leader") == 0) {
-                found = i;
-                n++;
-            }
-            free(r);
-        }
-        if (n == 1) return found;
-        sleep_ms(50);
-    }
-    fail_msg("no single leader within %d ms", WAIT_MS);
-    return -1;
+    int leader = hc_wait_leader(&c->hc, not, WAIT_MS);
+    if (leader < 0) fail_msg("no single leader within %d ms", WAIT_MS);
+    return leader;
 }
 
 static void wait_role(cluster *c, int i, const char *want)
 {
-    for (int waited = 0; waited < WAIT_MS; waited += 50) {
-        char *r = role_of(&c->m[i]);
-        int ok = r != NULL && strncmp(r, want, strlen(want)) == 0;
-        free(r);
-        if (ok) return;
-        sleep_ms(50);
-    }
-    char *r = role_of(&c->m[i]);
-    fail_msg("master %d: role \"%s\", wanted \"%s\" (%s)", i, r ? r : "(none)", want, c->m[i].log);
+    if (hc_wait_role(&c->hc, i, want, WAIT_MS) < 0) fail_msg("master %d is not %s", i, want);
 }
 
 static void start_cluster(cluster *c)
@@ -184,37 +125,22 @@ static void start_cluster(cluster *c)
     for (int i = 0; i < N_MASTERS; i++) start_master(c, i);
 }
 
-/* A kv client on master i. */
-static kvc *client_of(const cluster *c, int i)
-{
-    kvc *k = hx_client(&c->m[i]);
-    if (k == NULL) fail_msg("cannot connect to master %d", i);
-    return k;
-}
-
 static void start_node(cluster *c)
 {
-    hx_master view = c->m[0]; /* the node's files live in master 0's dir */
-    assert_true(strlen(c->masters) < sizeof(view.socket));
-    memcpy(view.socket, c->masters, strlen(c->masters) + 1);
-    assert_int_equal(hx_node_start(&view, &c->node, "n1", 16u << 20), 0);
-}
-
-/* Print the last lines of a log file (to explain a failure). */
-static void print_tail(const char *path)
-{
-    char cmd[800];
-    snprintf(cmd, sizeof(cmd), "echo '---- %s'; tail -n 25 '%s' >&2", path, path);
-    if (system(cmd) != 0) fprintf(stderr, "(no %s)\n", path);
+    assert_int_equal(hc_node_start(&c->hc, "n1", 16u << 20), 0);
 }
 
 /* Wait until the leader has the node registered. */
 static void wait_node(cluster *c, int leader)
 {
-    if (hx_wait_nodes(&c->m[leader], 1, WAIT_MS) == 0) return;
-    print_tail(c->node.log);
-    print_tail(c->m[leader].log);
-    fail_msg("node not registered with master %d", leader);
+    if (hc_wait_node(&c->hc, leader, WAIT_MS) < 0) fail_msg("node not registered with master %d", leader);
+}
+
+static kvc *client_of(const cluster *c, int i)
+{
+    kvc *k = hx_client(&c->hc.m[i]);
+    if (k == NULL) fail_msg("cannot connect to master %d", i);
+    return k;
 }
 
 static void put_n(kvc *k, const char *prefix, int from, int to)
@@ -301,19 +227,19 @@ static void test_ha_standby_redirects_to_the_leader(void **state)
     wait_role(c, standby, "standby");
 
     RpcResponse *resp = NULL;
-    raw_call(&c->m[standby], RECORDER_SERVICE, RECORDER_SET_NEXT, "x", &resp);
+    raw_call(&c->hc.m[standby], RECORDER_SERVICE, RECORDER_SET_NEXT, "x", &resp);
     assert_int_equal(resp->status, SMP_ENOTLEADER);
-    assert_string_equal(resp->leader, c->m[leader].socket);
+    assert_string_equal(resp->leader, c->hc.m[leader].socket);
     assert_non_null(strstr(resp->error, "not the leader"));
     rpc_response__free_unpacked(resp, NULL);
     /* Nothing was written: the leader's log did not move. */
     uint64_t before = applied_of(c, leader);
-    raw_call(&c->m[standby], RECORDER_SERVICE, RECORDER_SET_NEXT, "y", &resp);
+    raw_call(&c->hc.m[standby], RECORDER_SERVICE, RECORDER_SET_NEXT, "y", &resp);
     assert_int_equal(resp->status, SMP_ENOTLEADER);
     rpc_response__free_unpacked(resp, NULL);
     assert_int_equal(applied_of(c, leader), before);
     /* The leader takes it. */
-    raw_call(&c->m[leader], RECORDER_SERVICE, RECORDER_SET_NEXT, "z", &resp);
+    raw_call(&c->hc.m[leader], RECORDER_SERVICE, RECORDER_SET_NEXT, "z", &resp);
     assert_int_equal(resp->status, 0);
     rpc_response__free_unpacked(resp, NULL);
     assert_int_equal(applied_of(c, leader), before + 1);
@@ -333,7 +259,7 @@ static void test_ha_leader_sigkill_loses_no_acknowledged_write(void **state)
     kvc *k = client_of(c, leader);
     put_n(k, "kv/a", 0, 200);
     kvc_close(k);
-    hx_kill(&c->m[leader]);
+    hx_kill(&c->hc.m[leader]);
 
     int next = wait_leader(c, leader);
     wait_node(c, next); /* the node followed the new leader by itself */
@@ -366,16 +292,16 @@ static void test_ha_leader_sigstop_is_deposed_and_never_writes_again(void **stat
     put_n(k, "kv/a", 0, 20);
     kvc_close(k);
 
-    assert_int_equal(kill(c->m[old].pid, SIGSTOP), 0);
+    assert_int_equal(kill(c->hc.m[old].pid, SIGSTOP), 0);
     int next = wait_leader(c, old);
     wait_node(c, next); /* the node gives up on the paused master and follows */
     k = client_of(c, next);
     put_n(k, "kv/b", 0, 20);
     kvc_close(k);
 
-    assert_int_equal(kill(c->m[old].pid, SIGCONT), 0);
+    assert_int_equal(kill(c->hc.m[old].pid, SIGCONT), 0);
     wait_role(c, old, "standby");
-    assert_true(hx_log_contains(&c->m[old], "restarting as a standby"));
+    assert_true(hx_log_contains(&c->hc.m[old], "restarting as a standby"));
     assert_int_equal(wait_leader(c, -1), next);
     k = client_of(c, next);
     assert_all_present(k, "kv/a", 0, 20);
@@ -394,28 +320,28 @@ static void test_ha_standby_stops_visibly_on_an_unknown_record_type(void **state
     start_cluster(c);
     int leader = wait_leader(c, -1);
     if (leader == 2) { /* make a master with the recorder lead */
-        hx_kill(&c->m[2]);
+        hx_kill(&c->hc.m[2]);
         leader = wait_leader(c, 2);
         start_master(c, 2);
     }
     wait_role(c, 2, "standby");
 
     RpcResponse *resp = NULL;
-    raw_call(&c->m[leader], RECORDER_SERVICE, RECORDER_SET_NEXT, "abc", &resp);
+    raw_call(&c->hc.m[leader], RECORDER_SERVICE, RECORDER_SET_NEXT, "abc", &resp);
     assert_int_equal(resp->status, 0);
     rpc_response__free_unpacked(resp, NULL);
 
     wait_role(c, 2, "standby not-ready");
     char *body = NULL;
-    assert_int_equal(hx_http_get(&c->m[2], "/health", &body), 503);
+    assert_int_equal(hx_http_get(&c->hc.m[2], "/health", &body), 503);
     assert_non_null(strstr(body, "has type 20 but no loaded plugin replays it"));
     free(body);
-    assert_int_equal(hx_http_get(&c->m[2], "/metrics", &body), 200);
+    assert_int_equal(hx_http_get(&c->hc.m[2], "/metrics", &body), 200);
     assert_non_null(strstr(body, "ha_standby_ready 0"));
     assert_non_null(strstr(body, "ha_replay_stopped_total 1"));
     free(body);
 
-    hx_kill(&c->m[leader]);
+    hx_kill(&c->hc.m[leader]);
     int next = wait_leader(c, leader);
     assert_int_not_equal(next, 2);
     wait_role(c, 2, "standby not-ready");
@@ -432,10 +358,10 @@ static void test_ha_etcd_member_sigkill_keeps_the_cluster_writable(void **state)
     wait_node(c, leader);
     kvc *k = client_of(c, leader);
     put_n(k, "kv/a", 0, 20);
-    assert_int_equal(etcd_fixture_kill(&c->etcd, 0), 0);
+    assert_int_equal(etcd_fixture_kill(&c->hc.etcd, 0), 0);
     put_n(k, "kv/b", 0, 20);
     kvc_close(k);
-    hx_kill(&c->m[leader]);
+    hx_kill(&c->hc.m[leader]);
     int next = wait_leader(c, leader);
     wait_node(c, next);
     k = client_of(c, next);
@@ -461,13 +387,13 @@ static void test_ha_etcd_member_sigstop_keeps_the_cluster_writable(void **state)
     kvc_close(k);
 
     /* Every master lists member 0 first: it is the one they talk to. */
-    assert_int_equal(etcd_fixture_pause(&c->etcd, 0), 0);
+    assert_int_equal(etcd_fixture_pause(&c->hc.etcd, 0), 0);
     int rc = -1;
     for (int waited = 0; rc != 0 && waited < WAIT_MS; waited += 100) {
         leader = wait_leader(c, -1);
-        kvc *w = hx_client(&c->m[leader]);
+        kvc *w = hx_client(&c->hc.m[leader]);
         if (w != NULL) {
-            rc = hx_wait_nodes(&c->m[leader], 1, 2000) == 0
+            rc = hx_wait_nodes(&c->hc.m[leader], 1, 2000) == 0
                      ? kvc_put_bytes(w, "kv/b/0000", "value-0", 7, SMP_DATA_KV, NULL, 0, NULL)
                      : -1;
             kvc_close(w);
@@ -480,7 +406,7 @@ static void test_ha_etcd_member_sigstop_keeps_the_cluster_writable(void **state)
     assert_all_present(k, "kv/a", 0, 20);
     kvc_close(k);
 
-    assert_int_equal(etcd_fixture_resume(&c->etcd, 0), 0);
+    assert_int_equal(etcd_fixture_resume(&c->hc.etcd, 0), 0);
     leader = wait_leader(c, -1);
     wait_node(c, leader);
     k = client_of(c, leader);
@@ -507,7 +433,7 @@ static void test_ha_new_standby_after_oplog_gc_bootstraps_from_the_snapshot(void
     /* The log's first records are gone from etcd once a snapshot is durable. */
     char *body = NULL;
     for (int waited = 0;; waited += 100) {
-        assert_int_equal(hx_http_get(&c->m[leader], "/metrics", &body), 200);
+        assert_int_equal(hx_http_get(&c->hc.m[leader], "/metrics", &body), 200);
         int snap = strstr(body, "snapshot_last_seq 0\n") == NULL;
         free(body);
         if (snap) break;
@@ -522,9 +448,9 @@ static void test_ha_new_standby_after_oplog_gc_bootstraps_from_the_snapshot(void
         if (waited > WAIT_MS) fail_msg("new standby did not catch up");
         sleep_ms(50);
     }
-    assert_true(hx_log_contains(&c->m[2], "applied seq"));
-    hx_kill(&c->m[leader]);
-    hx_kill(&c->m[1 - leader]);
+    assert_true(hx_log_contains(&c->hc.m[2], "applied seq"));
+    hx_kill(&c->hc.m[leader]);
+    hx_kill(&c->hc.m[1 - leader]);
     assert_int_equal(wait_leader(c, -1), 2);
     wait_node(c, 2);
     k = client_of(c, 2);
@@ -550,7 +476,7 @@ static void test_ha_gate_opens_by_command_once_every_master_replays(void **state
     wait_role(c, 2, "standby");
 
     RpcResponse *resp = NULL;
-    raw_call(&c->m[0], RECORDER_SERVICE, RECORDER_SET_NEXT, "closed", &resp);
+    raw_call(&c->hc.m[0], RECORDER_SERVICE, RECORDER_SET_NEXT, "closed", &resp);
     assert_int_equal(resp->status, SMP_EGATE);
     rpc_response__free_unpacked(resp, NULL);
 
@@ -573,7 +499,7 @@ static void test_ha_gate_opens_by_command_once_every_master_replays(void **state
     kvc_close(k);
 
     /* "Upgrade" m2: it runs the plugin now. */
-    assert_int_equal(hx_stop(&c->m[2]), 0);
+    assert_int_equal(hx_stop(&c->hc.m[2]), 0);
     c->with_recorder[2] = RECORDER_GATED;
     start_master(c, 2);
     wait_role(c, 2, "standby");
@@ -587,13 +513,13 @@ static void test_ha_gate_opens_by_command_once_every_master_replays(void **state
     assert_true(g.confirmed);
     assert_string_equal(g.how, "record");
     kvc_close(k);
-    raw_call(&c->m[0], RECORDER_SERVICE, RECORDER_SET_NEXT, "open", &resp);
+    raw_call(&c->hc.m[0], RECORDER_SERVICE, RECORDER_SET_NEXT, "open", &resp);
     assert_int_equal(resp->status, 0);
     rpc_response__free_unpacked(resp, NULL);
 
-    hx_kill(&c->m[0]);
+    hx_kill(&c->hc.m[0]);
     int next = wait_leader(c, 0);
-    raw_call(&c->m[next], RECORDER_SERVICE, RECORDER_SET_NEXT, "after failover", &resp);
+    raw_call(&c->hc.m[next], RECORDER_SERVICE, RECORDER_SET_NEXT, "after failover", &resp);
     assert_int_equal(resp->status, 0);
     rpc_response__free_unpacked(resp, NULL);
     k = client_of(c, next);

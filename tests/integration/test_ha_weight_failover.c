@@ -29,21 +29,16 @@
 
 #include <cmocka.h>
 
-#include "etcd_fixture.h"
+#include "ha_cluster_fixture.h"
 #include "harness.h"
 #include "weight_rpc.h"
 #include "weightclient.h"
 
-#define N_MASTERS 3
+#define N_MASTERS HC_MASTERS
 #define WAIT_MS 20000
 
 typedef struct cluster {
-    etcd_fixture etcd;
-    char snapdir[300];
-    char prefix[64];
-    char masters[320];       /* every master's socket, comma-separated */
-    hx_master m[N_MASTERS];
-    hx_node node;
+    hc_cluster hc;
     /* The weight clients: f.m is a view of master 0 whose socket is the
      * list of all three (never started or cleaned up through it). */
     wr_fixture f;
@@ -69,17 +64,12 @@ static uint64_t mono_ms(void)
 
 /* -- the cluster ------------------------------------------------------------------ */
 
-/* Master i's config: HA on the fixture's etcd, no embedded node, the weight
- * plugin with a fast tick and a small migration budget. */
+/* Master i's config: HA on the cluster's etcd, the weight plugin with a fast
+ * tick and a small migration budget. */
 static int write_config(cluster *c, int i)
 {
-    char extra[3072], id[16];
-    snprintf(id, sizeof(id), "m%d", i);
-    int n = hx_ha_yaml(&c->m[i], id, etcd_fixture_endpoints(&c->etcd), c->prefix, c->snapdir,
-                       extra, sizeof(extra));
-    if (n < 0) return -1;
-    snprintf(extra + n, sizeof(extra) - (size_t)n,
-             "node:\n  embedded: false\n"
+    char extra[1024];
+    snprintf(extra, sizeof(extra),
              "cluster:\n  weight_management_oplog_capability_confirmed: true\n"
              "  weight_lineage_oplog_capability_confirmed: true\n"
              "  default_weight_preferred_residency: hot\n"
@@ -89,7 +79,7 @@ static int write_config(cluster *c, int i)
              "plugins:\n  - path: \"%s/lib/weight_mgmt.so\"\n    config:\n"
              "      tick_period_ms: 50\n",
              BUILD_DIR);
-    return hx_reconfigure(&c->m[i], extra);
+    return hc_configure(&c->hc, i, extra);
 }
 
 static int setup(void **state)
@@ -97,21 +87,10 @@ static int setup(void **state)
     cluster *c = calloc(1, sizeof(*c));
     if (c == NULL) return -1;
     *state = c;
-    if (etcd_fixture_start(&c->etcd, "ha-weight-failover", 1, WAIT_MS) < 0) return -1;
-    snprintf(c->snapdir, sizeof(c->snapdir), "%s/snapshots", c->etcd.dir);
-    mkdir(c->snapdir, 0755);
-    snprintf(c->prefix, sizeof(c->prefix), "/wm-hawf-%ld/", (long)getpid());
-    size_t used = 0;
-    for (int i = 0; i < N_MASTERS; i++) {
-        char name[16];
-        snprintf(name, sizeof(name), "hawf-m%d", i);
-        if (hx_init(&c->m[i], name, NULL) < 0) return -1;
-        used += (size_t)snprintf(c->masters + used, sizeof(c->masters) - used, "%s%s",
-                                 i ? "," : "", c->m[i].socket);
-    }
-    c->f.m = c->m[0];
-    if (strlen(c->masters) >= sizeof(c->f.m.socket)) return -1;
-    memcpy(c->f.m.socket, c->masters, strlen(c->masters) + 1);
+    if (hc_init(&c->hc, "ha-weight-failover", 1) < 0) return -1;
+    c->f.m = c->hc.m[0];
+    if (strlen(c->hc.masters) >= sizeof(c->f.m.socket)) return -1;
+    memcpy(c->f.m.socket, c->hc.masters, strlen(c->hc.masters) + 1);
     c->f.m.pid = 0;
     return 0;
 }
@@ -124,68 +103,32 @@ static int teardown(void **state)
     if (c == NULL) return 0;
     weight_store_close(c->s);
     wr_disconnect(&c->f);
-    hx_node_kill(&c->node);
-    for (int i = 0; i < N_MASTERS; i++) hx_cleanup(&c->m[i]);
-    etcd_fixture_cleanup(&c->etcd);
+    hc_cleanup(&c->hc);
     free(c);
     return 0;
 }
 
-/* Master i's /role, first line (caller frees); NULL when it does not answer. */
-static char *role_of(const hx_master *m)
-{
-    char *body = NULL;
-    if (m->pid <= 0 || hx_http_get(m, "/role", &body) != 200) {
-        free(body);
-        return NULL;
-    }
-    body[strcspn(body, "\n")] = '\0';
-    return body;
-}
-
-/* Wait until exactly one running master says "leader"; its index. */
+/* The one master that leads; fails the test after WAIT_MS. */
 static int wait_leader(cluster *c)
 {
-    for (int waited = 0; waited < WAIT_MS; waited += 50) {
-        int found = -1, n = 0;
-        for (int i = 0; i < N_MASTERS; i++) {
-            char *r = role_of(&c->m[i]);
-            if (r != NULL && strcmp(r, "leader") == 0) {
-                found = i;
-                n++;
-            }
-            free(r);
-        }
-        if (n == 1) return found;
-        sleep_ms(50);
-    }
-    fail_msg("no single leader within %d ms", WAIT_MS);
-    return -1;
-}
-
-/* Print the last lines of a log file (to explain a failure). */
-static void print_tail(const char *path)
-{
-    char cmd[800];
-    snprintf(cmd, sizeof(cmd), "echo '---- %s' >&2; tail -n 30 '%s' >&2", path, path);
-    if (system(cmd) != 0) fprintf(stderr, "(no %s)\n", path);
+    int leader = hc_wait_leader(&c->hc, -1, WAIT_MS);
+    if (leader < 0) fail_msg("no single leader within %d ms", WAIT_MS);
+    return leader;
 }
 
 /* Wait until the leader has the node registered. */
 static void wait_node(cluster *c, int leader)
 {
-    if (hx_wait_nodes(&c->m[leader], 1, WAIT_MS) == 0) return;
-    print_tail(c->node.log);
-    print_tail(c->m[leader].log);
-    fail_msg("node not registered with master %d", leader);
+    if (hc_wait_node(&c->hc, leader, WAIT_MS) < 0)
+        fail_msg("node not registered with master %d", leader);
 }
 
 static void open_clients(cluster *c)
 {
     char err[256];
     wr_connect(&c->f);
-    int rc = weight_store_open(c->masters, "acme", NULL, &c->s, err, sizeof err);
-    if (rc != 0) fail_msg("weight_store_open(%s): %s", c->masters, err);
+    int rc = weight_store_open(c->hc.masters, "acme", NULL, &c->s, err, sizeof err);
+    if (rc != 0) fail_msg("weight_store_open(%s): %s", c->hc.masters, err);
 }
 
 static void close_clients(cluster *c)
@@ -200,12 +143,10 @@ static int start_cluster(cluster *c)
 {
     for (int i = 0; i < N_MASTERS; i++) {
         assert_int_equal(write_config(c, i), 0);
-        if (hx_start(&c->m[i], WAIT_MS) < 0) fail_msg("master %d did not start (%s)", i, c->m[i].log);
+        if (hx_start(&c->hc.m[i], WAIT_MS) < 0) fail_msg("master %d did not start (%s)", i, c->hc.m[i].log);
     }
     int leader = wait_leader(c);
-    hx_master view = c->m[0]; /* the node's files live in master 0's dir */
-    memcpy(view.socket, c->masters, strlen(c->masters) + 1);
-    assert_int_equal(hx_node_start(&view, &c->node, "n1", 32u << 20), 0);
+    assert_int_equal(hc_node_start(&c->hc, "n1", 32u << 20), 0);
     wait_node(c, leader);
     open_clients(c);
     return leader;
@@ -215,12 +156,12 @@ static int start_cluster(cluster *c)
  * register with it; reconnect the clients. Returns the new leader. */
 static int kill_leader(cluster *c, int leader)
 {
-    pid_t old = c->m[leader].pid;
+    pid_t old = c->hc.m[leader].pid;
     close_clients(c);
-    hx_kill(&c->m[leader]);
+    hx_kill(&c->hc.m[leader]);
     int next = wait_leader(c);
     assert_int_not_equal(next, leader);
-    assert_true(c->m[next].pid != old && c->m[next].pid > 0);
+    assert_true(c->hc.m[next].pid != old && c->hc.m[next].pid > 0);
     wait_node(c, next);
     open_clients(c);
     return next;

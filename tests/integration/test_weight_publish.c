@@ -574,7 +574,7 @@ static void test_ha_gate_fails_mutations_closed(void **state)
     char ha[1024], cfg[1400];
     assert_int_equal(etcd_fixture_start(&etcd, "wp-gate", 1, 20000), 0);
     assert_int_equal(hx_init(&f->m, "wp-gate", NULL), 0);
-    assert_true(hx_ha_yaml(&f->m, "m1", etcd_fixture_endpoints(&etcd), "/wp-gate/", NULL, ha,
+    assert_true(hx_ha_yaml(&f->m, "m1", etcd_fixture_endpoints(&etcd), "/wp-gate/", NULL, 0, ha,
                            sizeof ha) > 0);
     assert_int_equal(hx_reconfigure(&f->m, ha), 0);
     assert_int_equal(hx_start(&f->m, 20000), 0);

@@ -51,7 +51,7 @@ typedef struct fixture {
 static int write_cfg(fixture *f, const char *cluster)
 {
     char cfg[2048], ha[1024] = "";
-    if (f->ha && hx_ha_yaml(&f->m, "m1", etcd_fixture_endpoints(&f->etcd), "/wm-upsert/", NULL,
+    if (f->ha && hx_ha_yaml(&f->m, "m1", etcd_fixture_endpoints(&f->etcd), "/wm-upsert/", NULL, 0,
                             ha, sizeof ha) < 0)
         return -1;
     snprintf(cfg, sizeof cfg,

@@ -1,0 +1,136 @@
+/* ha_cluster_fixture.c -- three HA masters and a node on a real etcd, for
+ * the HA tests and bench_ha_failover (ha_cluster_fixture.h). Nothing is
+ * mocked: real etcd, real store_master and store_node processes. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ha_cluster_fixture.h"
+
+#define HC_POLL_MS 50
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+int hc_init(hc_cluster *c, const char *name, size_t etcd_members)
+{
+    memset(c, 0, sizeof(*c));
+    if (etcd_fixture_start(&c->etcd, name, etcd_members, 20000) < 0) return -1;
+    snprintf(c->snapdir, sizeof(c->snapdir), "%s/snapshots", c->etcd.dir);
+    if (mkdir(c->snapdir, 0755) < 0) return -1;
+    static unsigned seq;
+    snprintf(c->prefix, sizeof(c->prefix), "/wm-%ld-%u/", (long)getpid(), seq++);
+    size_t used = 0;
+    for (int i = 0; i < HC_MASTERS; i++) {
+        char tag[64];
+        snprintf(tag, sizeof(tag), "%.40s-m%d", name, i);
+        if (hx_init(&c->m[i], tag, NULL) < 0) return -1;
+        int w = snprintf(c->masters + used, sizeof(c->masters) - used, "%s%s", i ? "," : "",
+                         c->m[i].socket);
+        if (w < 0 || (size_t)w >= sizeof(c->masters) - used) return -1;
+        used += (size_t)w;
+    }
+    return 0;
+}
+
+int hc_configure(hc_cluster *c, int i, const char *extra)
+{
+    char yaml[4096], id[16];
+    snprintf(id, sizeof(id), "m%d", i);
+    int n = hx_ha_yaml(&c->m[i], id, etcd_fixture_endpoints(&c->etcd), c->prefix, c->snapdir,
+                       c->lease_ttl_s, yaml, sizeof(yaml));
+    if (n < 0) return -1;
+    int w = snprintf(yaml + n, sizeof(yaml) - (size_t)n, "%snode:\n  embedded: false\n",
+                     extra ? extra : "");
+    if (w < 0 || (size_t)w >= sizeof(yaml) - (size_t)n) return -1;
+    return hx_reconfigure(&c->m[i], yaml);
+}
+
+char *hc_role(const hx_master *m)
+{
+    char *body = NULL;
+    if (m->pid <= 0 || hx_http_get(m, "/role", &body) != 200) {
+        free(body);
+        return NULL;
+    }
+    body[strcspn(body, "\n")] = '\0';
+    return body;
+}
+
+int hc_wait_leader(hc_cluster *c, int skip, int timeout_ms)
+{
+    for (int waited = 0; waited <= timeout_ms; waited += HC_POLL_MS) {
+        int found = -1, n = 0;
+        for (int i = 0; i < HC_MASTERS; i++) {
+            if (i == skip) continue;
+            char *r = hc_role(&c->m[i]);
+            if (r != NULL && strcmp(r, "leader") == 0) {
+                found = i;
+                n++;
+            }
+            free(r);
+        }
+        if (n == 1) return found;
+        sleep_ms(HC_POLL_MS);
+    }
+    if (timeout_ms > 0) fprintf(stderr, "ha_cluster: no single leader within %d ms\n", timeout_ms);
+    return -1;
+}
+
+int hc_wait_role(hc_cluster *c, int i, const char *want, int timeout_ms)
+{
+    for (int waited = 0; waited <= timeout_ms; waited += HC_POLL_MS) {
+        char *r = hc_role(&c->m[i]);
+        int ok = r != NULL && strncmp(r, want, strlen(want)) == 0;
+        free(r);
+        if (ok) return 0;
+        sleep_ms(HC_POLL_MS);
+    }
+    char *r = hc_role(&c->m[i]);
+    fprintf(stderr, "ha_cluster: master %d: role \"%s\", wanted \"%s\"\n", i, r ? r : "(none)",
+            want);
+    free(r);
+    hc_print_tail(c->m[i].log);
+    return -1;
+}
+
+int hc_node_start(hc_cluster *c, const char *id, unsigned long long segment_bytes)
+{
+    hx_master view = c->m[0]; /* the node's files live in master 0's dir */
+    if (strlen(c->masters) >= sizeof(view.socket)) return -1;
+    memcpy(view.socket, c->masters, strlen(c->masters) + 1);
+    return hx_node_start(&view, &c->node, id, segment_bytes);
+}
+
+int hc_wait_node(hc_cluster *c, int i, int timeout_ms)
+{
+    if (hx_wait_nodes(&c->m[i], 1, timeout_ms) == 0) return 0;
+    fprintf(stderr, "ha_cluster: node not registered with master %d\n", i);
+    hc_print_tail(c->node.log);
+    hc_print_tail(c->m[i].log);
+    return -1;
+}
+
+void hc_print_tail(const char *path)
+{
+    char cmd[800];
+    snprintf(cmd, sizeof(cmd), "echo '---- %s' >&2; tail -n 30 '%s' >&2", path, path);
+    if (system(cmd) != 0) fprintf(stderr, "(no %s)\n", path);
+}
+
+void hc_cleanup(hc_cluster *c)
+{
+    hx_node_kill(&c->node);
+    for (int i = 0; i < HC_MASTERS; i++) {
+        if (c->m[i].pid > 0) kill(c->m[i].pid, SIGCONT);
+        if (c->m[i].dir[0] != '\0') hx_cleanup(&c->m[i]);
+    }
+    etcd_fixture_cleanup(&c->etcd);
+}
