@@ -17,8 +17,8 @@ grep -q "$BUILD_DIR/lib/weight_mgmt.so" "$tmp/embedded.yaml" || { echo "FAIL: em
 out=$("$bin" --config "$tmp/embedded.yaml" --check 2>&1); rc=$?
 [ $rc -eq 0 ] && ok "embedded config checks" || bad "embedded config: exit $rc: $out"
 for line in \
-  "type 8 WEIGHT_METADATA_UPSERT encver 1..1 gate weight_management_oplog_capability_confirmed" \
-  "type 9 WEIGHT_METADATA_DELETE encver 1..1 gate weight_management_oplog_capability_confirmed" \
+  "type 8 WEIGHT_METADATA_UPSERT encver 1..2 gate weight_management_oplog_capability_confirmed" \
+  "type 9 WEIGHT_METADATA_DELETE encver 1..2 gate weight_management_oplog_capability_confirmed" \
   "type 10 WEIGHT_LEASE_UPSERT encver 1..1 gate weight_management_oplog_capability_confirmed" \
   "type 11 WEIGHT_LEASE_DELETE encver 1..1 gate weight_management_oplog_capability_confirmed" \
   "type 12 WEIGHT_LINEAGE_CLAIM encver 1..1 gate weight_lineage_oplog_capability_confirmed" \
