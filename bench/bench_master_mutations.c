@@ -3,7 +3,7 @@
  * group-commit server.
  *
  * Usage: bench_master_mutations [dir] [seconds]
- *        [put|remove|redis|thread|instructions|all]
+ *        [put|remove|redis|thread|instructions|etcd|all]
  *        [clients,...]
  * (defaults /tmp, 3, all, 1,16,64; the first client count is the one the
  * others are compared with).
@@ -29,6 +29,9 @@
  *           outstanding each -- Redis writes and fsyncs what one round of its
  *           event loop took before it answers, its own group commit;
  *   thread  put again, with one blocking thread per client;
+ *   etcd    (not part of all) put and remove through one HA master on its
+ *           own 1-member etcd, next to raw etcd puts from as many C threads
+ *           (bench/raw_etcd.c) in the same run;
  *   instructions (not part of all) the master and the raw server under
  *           valgrind's callgrind: user-space instructions per durable
  *           remove of 20,000 keys from 64 clients -- a figure the VM's
@@ -60,9 +63,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "etcd_client.h"
+#include "etcd_fixture.h"
 #include "harness.h"
 #include "host_rpc.pb-c.h"
 #include "raw_commit.h"
+#include "raw_etcd.h"
 #include "rpc_client.h"
 
 #define EVENT_THREADS 2
@@ -621,6 +627,64 @@ static int parse_counts(const char *list, int *counts, int max)
     return n > 0 ? n : -1;
 }
 
+/* etcd (not part of all): the put and remove runs through one HA master on
+ * its own 1-member etcd (the etcd OpLog: a group commit is one etcd
+ * transaction), next to raw etcd puts from as many C threads in the same
+ * run -- what the master's batching buys over writing etcd directly. */
+static int etcd_runs(double seconds, const int *counts, int ncounts)
+{
+    etcd_fixture fx;
+    hx_master m;
+    etcd_client *cli = NULL;
+    char yaml[2048], err[256], prefix[16];
+    int rc = -1;
+    memset(&m, 0, sizeof(m));
+    if (etcd_fixture_start(&fx, "bench-mutations", 1, 20000) < 0) return -1;
+    int n = hx_init(&m, "bench-ha", NULL) < 0
+                ? -1
+                : hx_ha_yaml(&m, "m1", etcd_fixture_endpoints(&fx), "/bench-mutations/", NULL, 2,
+                             yaml, sizeof(yaml));
+    etcd_client_options co = {.endpoints = etcd_fixture_endpoints(&fx)};
+    if (n < 0 || snprintf(yaml + n, sizeof(yaml) - (size_t)n, "snapshot:\n  every_records: 0\n") < 0 ||
+        hx_reconfigure(&m, yaml) < 0 || hx_start(&m, 20000) < 0 ||
+        etcd_client_open(&co, &cli, err, sizeof(err)) < 0) {
+        fprintf(stderr, "bench: cannot start the HA master on etcd\n");
+        goto out;
+    }
+    printf("etcd: one HA master on a 1-member etcd (%s); raw = etcd_put of 256 B from as many "
+           "C threads, each its own key\n", co.endpoints);
+    target mt = {m.socket, m.pid, &m, NULL};
+    run_result r;
+    double one = 0;
+    for (int i = 0; i < ncounts; i++) {
+        snprintf(prefix, sizeof(prefix), "e%d", i);
+        run_spec put = {"event", W_PUT, prefix, counts[i], LONG_MAX / 64, 0, seconds};
+        if (run(&mt, &put, &r) < 0) goto out;
+        double put_rate = (double)r.total / r.dt;
+        long per = (long)(2.0 * put_rate * seconds / counts[i]) + 100;
+        snprintf(prefix, sizeof(prefix), "er%d", i);
+        run_spec fill = {"event", W_PUT, prefix, 64, per, per * counts[i], 0};
+        run_spec rs = {"event", W_REMOVE, prefix, counts[i], per, per * counts[i], 0};
+        if (run(&mt, &fill, &r) < 0 || run(&mt, &rs, &r) < 0) goto out;
+        double rate = (double)r.total / r.dt;
+        if (i == 0) one = rate;
+        print_line("etcd remove", counts[i], &r, i ? one : 0, 0);
+        int threads = counts[i] < RAW_ETCD_MAX_THREADS ? counts[i] : RAW_ETCD_MAX_THREADS;
+        double raw = raw_etcd_rate(cli, threads, seconds, 0, i);
+        if (raw <= 0) goto out;
+        printf("%-13s clients %2d: %7.0f durable puts/s   master remove / raw etcd put x%.2f\n",
+               "raw etcd put", threads, raw, rate / raw);
+        fflush(stdout);
+    }
+    rc = 0;
+out:
+    etcd_client_close(cli);
+    if (m.pid > 0) hx_stop(&m);
+    if (m.dir[0]) hx_cleanup(&m);
+    etcd_fixture_cleanup(&fx);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], RAWC_SERVE_ARG) == 0) /* rawc_start's child */
@@ -645,6 +709,7 @@ int main(int argc, char **argv)
     }
     setenv("TMPDIR", dir, 1);
     if (only && strcmp(only, "instructions") == 0) return instructions(dir, INSTRUCTION_KEYS) < 0;
+    if (only && strcmp(only, "etcd") == 0) return etcd_runs(seconds, counts, ncounts) < 0;
     if (hx_init(&m, "bench", "snapshot:\n  every_records: 0\n") < 0 || hx_start(&m, 20000) < 0) {
         fprintf(stderr, "bench: cannot start the master\n");
         return 1;

@@ -13,6 +13,7 @@ run "$build/bench/bench_master_mutations" "$dir" 3 instructions
 run "$build/bench/bench_data_plane" 2048 "$dir"
 run "$build/bench/bench_weight_get" 4 "$dir"
 run "$build/bench/bench_reshard_plan"
+run "$build/bench/bench_master_mutations" "$dir" 3 etcd 1,64
 run "$build/bench/bench_etcd_oplog" 3
 run "$build/bench/bench_ha_failover" 5
 BUILD_DIR="$build" run /usr/bin/python3 bench/bench_python_get.py
