@@ -204,10 +204,22 @@ void master_stop(master *m)
     uv_close((uv_handle_t *)&m->timer, NULL);
     uv_close((uv_handle_t *)&m->sig_int, NULL);
     uv_close((uv_handle_t *)&m->sig_term, NULL);
+    uv_close((uv_handle_t *)&m->sig_hup, NULL);
     admin_http_stop(m->admin);
     m->admin = NULL;
     rpc_server_close(m->rpc);
     m->rpc = NULL;
+}
+
+/* SIGHUP is what operators send to make a daemon reload. This master has
+ * nothing it can reload in place yet (plugins load at start only), so it
+ * says so and goes on serving: a hangup must never take the master down. */
+static void on_hangup(uv_signal_t *h, int signum)
+{
+    (void)h;
+    (void)signum;
+    fprintf(stderr, "store_master: SIGHUP: nothing is reloaded in place (restart the master to "
+                    "load a new config or plugin); serving on\n");
 }
 
 static void on_signal(uv_signal_t *h, int signum)
@@ -365,10 +377,12 @@ int master_main(const host_config *cfg)
         return 1;
     }
     signal(SIGPIPE, SIG_IGN);
+    signal(SIGHUP, SIG_IGN); /* never fatal, from the first instruction on (on_hangup) */
     uv_timer_init(&m->loop, &m->timer);
     uv_signal_init(&m->loop, &m->sig_int);
     uv_signal_init(&m->loop, &m->sig_term);
-    m->timer.data = m->sig_int.data = m->sig_term.data = m;
+    uv_signal_init(&m->loop, &m->sig_hup);
+    m->timer.data = m->sig_int.data = m->sig_term.data = m->sig_hup.data = m;
 
     int rc = open_parts(m, err, sizeof(err));
     if (rc == SMP_OK) rc = start_serving(m, err, sizeof(err));
@@ -378,6 +392,7 @@ int master_main(const host_config *cfg)
     } else {
         uv_signal_start(&m->sig_int, on_signal, SIGINT);
         uv_signal_start(&m->sig_term, on_signal, SIGTERM);
+        uv_signal_start(&m->sig_hup, on_hangup, SIGHUP);
         uv_timer_start(&m->timer, on_timer, MASTER_TIMER_MS, MASTER_TIMER_MS);
         uv_run(&m->loop, UV_RUN_DEFAULT);
     }

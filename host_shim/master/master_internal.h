@@ -86,6 +86,7 @@ typedef struct master {
     admin_http *admin;
     uv_signal_t sig_int;
     uv_signal_t sig_term;
+    uv_signal_t sig_hup;
     uv_timer_t timer;
 
     char oplog_dir[4096];
