@@ -74,7 +74,8 @@ void host_metrics_unregister(host_metrics *m, host_metric *f);
 void host_metric_add(host_metric *f, const char *const *label_values, double v);
 void host_metric_set(host_metric *f, const char *const *label_values, double v);
 
-/* Current value of a series (0 when it does not exist). For tests. */
+/* Current value of a series (a histogram's: its sum; 0 when it does not
+ * exist). For tests. */
 double host_metric_value(const host_metric *f, const char *const *label_values);
 host_metric *host_metrics_find(const host_metrics *m, const char *name);
 

@@ -8,7 +8,9 @@
  * housekeeping timer runs the plugins' reconcile ticks (once every node
  * holding a segment has registered again, or node.timeout_ms has passed:
  * master_nodes_settled), cleans up stale puts, evicts under memory pressure
- * and takes snapshots every snapshot.every_records records. SIGINT or SIGTERM
+ * and takes snapshots every snapshot.every_records records; each round first
+ * measures how late it started (the loop lag /health and /metrics report),
+ * and every tick is timed against its deadline by the plugin host. SIGINT or SIGTERM
  * stops accepting, flushes the OpLog and unloads the plugins. */
 #include <errno.h>
 #include <signal.h>
@@ -107,7 +109,8 @@ static void run_ticks(master *m, uint64_t now)
         if (now < t->next_due_ms) continue;
         smp_tick_budget b = {sizeof(b), c->weight_migration_max_members_per_round,
                              c->weight_migration_max_bytes_per_round, now + MASTER_TIMER_MS};
-        int rc = t->t.tick(host_plugin_state(t->owner), &b, &t->cursor);
+        /* Timed: overruns of the deadline are counted and logged there. */
+        int rc = host_plugins_run_tick(m->plugins, t, &b);
         if (rc == SMP_TICK_MORE) {
             t->next_due_ms = now; /* again at the next timer round */
         } else {
@@ -172,9 +175,37 @@ static void relieve_pressure(master *m)
     on_evicted(m, c, SMP_OK, 0);
 }
 
+/* Measure how late this round of the housekeeping timer started (see
+ * master_internal.h: timer_due_ms), keep the largest per window, and note
+ * when the next round is due. Runs on leaders and standbys alike. */
+static void measure_loop_lag(master *m)
+{
+    uint64_t loop_now = uv_now(&m->loop);
+    if (m->timer_due_ms != 0) {
+        /* In whole microseconds: the clocks agree to a millisecond at best. */
+        int64_t lag_us = (int64_t)(uv_hrtime() / 1000u) - (int64_t)m->timer_due_ms * 1000;
+        double lag = lag_us > 0 ? (double)lag_us / 1e6 : 0; /* seconds */
+        if (loop_now - m->loop_lag_window_ms >= MASTER_LOOP_LAG_WINDOW_MS) {
+            m->loop_lag_prev_s = m->loop_lag_s;
+            m->loop_lag_s = 0;
+            m->loop_lag_window_ms = loop_now;
+        }
+        if (lag > m->loop_lag_s) m->loop_lag_s = lag;
+    } else {
+        m->loop_lag_window_ms = loop_now;
+    }
+    m->timer_due_ms = loop_now + MASTER_TIMER_MS;
+}
+
+double master_loop_lag_s(const master *m)
+{
+    return m->loop_lag_s > m->loop_lag_prev_s ? m->loop_lag_s : m->loop_lag_prev_s;
+}
+
 static void on_timer(uv_timer_t *h)
 {
     master *m = h->data;
+    measure_loop_lag(m);
     uint64_t now = master_now_ms();
     if (m->cfg->ha_enabled) master_ha_tick(m);
     if (!master_is_leader(m)) return; /* a standby only follows the log */
@@ -306,6 +337,7 @@ static int open_parts(master *m, char *err, size_t errlen)
     master_backend_init(m);
     if ((rc = host_plugins_create(&m->plugins, m->cfg, m->metrics, &m->backend)) < 0) return rc;
     if ((rc = host_plugins_load_all(m->plugins, err, errlen)) < 0) return rc;
+    host_plugins_set_timing(m->plugins, &m->m.plugin_timing);
     obj_guard_ops guard = {guard_check, guard_loaded, m};
     if ((rc = obj_store_create(&m->objs, &guard)) < 0) return rc;
 

@@ -6,7 +6,8 @@
  * then prints every family (the host's and the plugins') in Prometheus text
  * format; /health answers 200 while the OpLog accepts writes (saying so
  * while the reconcile ticks still wait for nodes after a start) and 503
- * after it failed; /role names this master's role. */
+ * after it failed, its first line the verdict and its second the loop lag;
+ * /role names this master's role. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,7 +59,32 @@ static const metric_def metric_defs[] = {
     {M(ha_applied_seq), SMP_METRIC_GAUGE, "ha_applied_seq", "Last OpLog record applied here", NULL},
     {M(ha_lag), SMP_METRIC_GAUGE, "ha_replay_lag_records", "Records between the durable head of the OpLog and the last one applied here", NULL},
     {M(rpc_not_leader), SMP_METRIC_COUNTER, "rpc_not_leader_total", "Requests a standby answered with the leader's endpoint", NULL},
+    {M(loop_lag), SMP_METRIC_GAUGE, "host_loop_lag_seconds", "Largest delay of the housekeeping timer behind its schedule over the last 10 to 20 s", NULL},
+    {M(plugin_timing.tick_overruns), SMP_METRIC_COUNTER, "host_plugin_tick_overrun_total", "Reconcile ticks that returned after their deadline, by plugin", "plugin"},
+    {M(plugin_timing.guard_overruns), SMP_METRIC_COUNTER, "host_plugin_guard_overrun_total", "Object guard calls that took longer than 1 ms, by plugin", "plugin"},
 };
+
+/* Histograms of plugin callback durations, in seconds. A tick's budget is
+ * MASTER_TIMER_MS (50 ms) at most; a guard's is HOST_GUARD_BUDGET_NS (1 ms). */
+typedef struct histogram_def {
+    size_t offset;
+    const char *name;
+    const char *help;
+    const double *bounds;
+    size_t n_bounds;
+} histogram_def;
+
+static const double tick_bounds[] = {0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01,
+                                     0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10};
+static const double guard_bounds[] = {0.000001, 0.000005, 0.00001, 0.000025, 0.00005, 0.0001,
+                                      0.00025, 0.0005, 0.001, 0.0025, 0.01, 0.1};
+static const histogram_def histogram_defs[] = {
+    {M(plugin_timing.tick_seconds), "host_plugin_tick_seconds", "Duration of plugin reconcile ticks, by plugin",
+     tick_bounds, sizeof(tick_bounds) / sizeof(tick_bounds[0])},
+    {M(plugin_timing.guard_seconds), "host_plugin_guard_seconds", "Duration of plugin object guard calls, by plugin",
+     guard_bounds, sizeof(guard_bounds) / sizeof(guard_bounds[0])},
+};
+static const char *const plugin_label[] = {"plugin", NULL};
 
 int master_metrics_register(master *m)
 {
@@ -68,6 +94,13 @@ int master_metrics_register(master *m)
         host_metric **slot = (host_metric **)((char *)m + d->offset);
         int rc = host_metrics_register(m->metrics, d->kind, d->name, d->help,
                                        d->label ? labels : NULL, slot);
+        if (rc < 0) return rc;
+    }
+    for (size_t i = 0; i < sizeof(histogram_defs) / sizeof(histogram_defs[0]); i++) {
+        const histogram_def *d = &histogram_defs[i];
+        host_metric **slot = (host_metric **)((char *)m + d->offset);
+        int rc = host_metrics_register_histogram(m->metrics, d->name, d->help, plugin_label,
+                                                 d->bounds, d->n_bounds, slot);
         if (rc < 0) return rc;
     }
     return SMP_OK;
@@ -123,6 +156,7 @@ void master_metrics_refresh(master *m)
     host_metric_set(m->m.ha_replay_stopped, NULL, (double)m->ha_replay_stopped);
     host_metric_set(m->m.ha_applied_seq, NULL, (double)m->applied_seq);
     host_metric_set(m->m.ha_lag, NULL, head > m->applied_seq ? (double)(head - m->applied_seq) : 0.0);
+    host_metric_set(m->m.loop_lag, NULL, master_loop_lag_s(m));
 }
 
 /* -- HTTP ------------------------------------------------------------------- */
@@ -145,7 +179,7 @@ void master_admin_render(void *ctx, const char *path, int *status, char **body,
         if (host_metrics_render(m->metrics, body, len) < 0) *body = NULL;
         *status = 200;
     } else if (strcmp(path, "/health") == 0) {
-        char what[700] = "ok\n";
+        char what[1024] = "ok\n";
         int unready = m->cfg->ha_enabled && !m->ha_ready;
         if (m->log_failed)
             snprintf(what, sizeof(what), "oplog failed: read-only\n");
@@ -154,6 +188,11 @@ void master_admin_render(void *ctx, const char *path, int *status, char **body,
         else if (master_is_leader(m) && master_nodes_waiting(m, master_now_ms()))
             snprintf(what, sizeof(what),
                      "ok; reconcile waits for the nodes holding segments to register\n");
+        /* The first line is the verdict; the loop lag follows on its own. */
+        size_t used = strlen(what);
+        snprintf(what + used, sizeof(what) - used,
+                 "loop lag %.1f ms (largest housekeeping timer delay, last 10-20 s)\n",
+                 master_loop_lag_s(m) * 1e3);
         *status = m->log_failed || unready ? 503 : 200;
         *body = text(what, len);
     } else if (strcmp(path, "/role") == 0) {

@@ -34,6 +34,7 @@
 #define MASTER_SECTION_ENCVER 1
 
 #define MASTER_TIMER_MS 50              /* housekeeping period */
+#define MASTER_LOOP_LAG_WINDOW_MS 10000 /* host_loop_lag_seconds: the largest lag of this window and the last */
 #define MASTER_PUT_TIMEOUT_MS 60000     /* a put not ended by then is cleaned up */
 #define MASTER_READ_LEASE_MS 10000      /* read lease of a replica lookup */
 #define MASTER_LIST_DEFAULT 1000        /* keys per page when the client says 0 */
@@ -119,6 +120,14 @@ typedef struct master {
     int evicting;               /* an eviction plan is being applied */
     int pressure;               /* above the high watermark at the last look */
     uint64_t last_cleanup_ms;
+    /* Loop lag: how late the housekeeping timer fires. libuv reschedules a
+     * repeating timer at loop time + period before running it, so the next
+     * round is due at uv_now() + MASTER_TIMER_MS as read in this round; the
+     * lag is the monotonic time the next round starts minus that. */
+    uint64_t timer_due_ms;      /* when the next round is due (uv_now clock); 0: not yet known */
+    double loop_lag_s;          /* largest lag in the current window */
+    double loop_lag_prev_s;     /* largest lag in the window before */
+    uint64_t loop_lag_window_ms;/* start of the current window (uv_now clock) */
     int serving;                /* RPC accepting */
     uint64_t serving_since_ms;  /* when serving began (master_now_ms) */
     int nodes_settled;          /* see master_nodes_settled */
@@ -170,6 +179,8 @@ typedef struct master {
         host_metric *ha_applied_seq;
         host_metric *ha_lag;               /* records behind the durable head */
         host_metric *rpc_not_leader;       /* requests sent to the leader */
+        host_metric *loop_lag;             /* seconds, see master_loop_lag_s */
+        host_plugin_timing plugin_timing;  /* host_plugin_{tick,guard}_{seconds,overrun_total} */
     } m;
 } master;
 
@@ -209,6 +220,11 @@ void master_pending_free(master *m);
 /* Stop accepting, close the endpoints and the timers: the loop ends once
  * what is in flight finished. Idempotent. */
 void master_stop(master *m);
+
+/* The loop lag as exported: the largest delay of the housekeeping timer
+ * over the current and the previous MASTER_LOOP_LAG_WINDOW_MS window (10 to
+ * 20 s), in seconds; 0 before the timer's second round. */
+double master_loop_lag_s(const master *m);
 
 /* -- master_ha.c ----------------------------------------------------------------- */
 

@@ -696,7 +696,7 @@ static void test_restart_waits_for_the_nodes(void **state)
     assert_int_equal(hx_wait_nodes(&f->m, 1, 10000), 0);
     release_lease(f, &id, lease);
     assert_int_equal(hx_http_get(&f->m, "/health", &health), 200);
-    assert_string_equal(health, "ok\n");
+    assert_int_equal(strncmp(health, "ok\n", 3), 0); /* the verdict; the loop lag follows */
     free(health);
     Wmrpc__OperationResponse *op = wait_op(f, op_id);
     assert_int_equal(op->operation->state, 2);
