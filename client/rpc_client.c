@@ -41,7 +41,8 @@
 
 #define RPCC_READ_CHUNK (64u * 1024u)
 #define RPCC_BACKOFF_MIN_MS 20   /* pause before a second round or a second move */
-#define RPCC_BACKOFF_MAX_MS 500  /* doubling up to this */
+#define RPCC_BACKOFF_MAX_MS 100  /* doubling up to this: a client waiting out an election
+                                  * reaches the new leader within 0.1 s of it */
 #define RPCC_ATTEMPT_MS 2000     /* one TCP connect of a list of several */
 #define RPCC_FOLLOW_MS 30000     /* how long a call without a timeout moves on */
 

@@ -51,7 +51,7 @@ typedef struct rpcc_options {
 /* Connect to endpoint, a master list: to its first endpoint that accepts
  * the connection. A single endpoint is tried once; a list of several is
  * tried in turn, in rounds with a short pause between them (20 ms doubling
- * to 0.5 s; each TCP connect for at most 2 s) until opt's timeout (none:
+ * to 0.1 s; each TCP connect for at most 2 s) until opt's timeout (none:
  * one round). opt may be NULL (defaults). On success *out is a new
  * connection (rpcc_close frees it). On failure returns SMP_EINVAL (a bad
  * list or endpoint, its item named), SMP_EIO (refused, unreachable),
