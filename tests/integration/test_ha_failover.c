@@ -154,6 +154,32 @@ static void put_n(kvc *k, const char *prefix, int from, int to)
     }
 }
 
+/* put_n through whichever master leads, across failovers: a key whose put
+ * failed in transit (the leader died or stepped down) is put again on the
+ * next leader -- SMP_EEXIST then means the first attempt had applied. */
+static void put_n_any_leader(cluster *c, const char *prefix, int from, int to)
+{
+    for (int i = from; i < to; i++) {
+        char key[64], val[64];
+        snprintf(key, sizeof(key), "%s/%04d", prefix, i);
+        int len = snprintf(val, sizeof(val), "value-%d", i), rc = -1, tried = 0;
+        for (int waited = 0; rc != 0 && waited < WAIT_MS; waited += 100) {
+            int leader = hc_wait_leader(&c->hc, -1, WAIT_MS);
+            kvc *w = leader >= 0 && hc_wait_node(&c->hc, leader, WAIT_MS) == 0
+                         ? hx_client(&c->hc.m[leader])
+                         : NULL;
+            if (w != NULL) {
+                rc = kvc_put_bytes(w, key, val, (uint64_t)len, SMP_DATA_KV, NULL, 0, NULL);
+                if (rc == SMP_EEXIST && tried) rc = 0;
+                tried = 1;
+                kvc_close(w);
+            }
+            if (rc != 0) sleep_ms(100);
+        }
+        if (rc != 0) fail_msg("put %s: not acknowledged by any leader within %d ms", key, WAIT_MS);
+    }
+}
+
 static void assert_all_present(kvc *k, const char *prefix, int from, int to)
 {
     for (int i = from; i < to; i++) {
@@ -347,8 +373,11 @@ static void test_ha_standby_stops_visibly_on_an_unknown_record_type(void **state
     wait_role(c, 2, "standby not-ready");
 }
 
-/* Losing one member of a three-member etcd changes nothing for the
- * masters: writes go on, a failover still works. */
+/* Losing one member of a three-member etcd -- the one every master talks
+ * to first -- leaves the cluster writable (the leader's calls move to the
+ * other members; on a slow machine the leader may miss a renewal and a
+ * standby take over, which the writes follow), nothing acknowledged is
+ * lost, and a failover still works afterwards. */
 static void test_ha_etcd_member_sigkill_keeps_the_cluster_writable(void **state)
 {
     cluster *c = *state;
@@ -358,9 +387,10 @@ static void test_ha_etcd_member_sigkill_keeps_the_cluster_writable(void **state)
     wait_node(c, leader);
     kvc *k = client_of(c, leader);
     put_n(k, "kv/a", 0, 20);
-    assert_int_equal(etcd_fixture_kill(&c->hc.etcd, 0), 0);
-    put_n(k, "kv/b", 0, 20);
     kvc_close(k);
+    assert_int_equal(etcd_fixture_kill(&c->hc.etcd, 0), 0);
+    put_n_any_leader(c, "kv/b", 0, 20);
+    leader = wait_leader(c, -1);
     hx_kill(&c->hc.m[leader]);
     int next = wait_leader(c, leader);
     wait_node(c, next);
@@ -388,21 +418,9 @@ static void test_ha_etcd_member_sigstop_keeps_the_cluster_writable(void **state)
 
     /* Every master lists member 0 first: it is the one they talk to. */
     assert_int_equal(etcd_fixture_pause(&c->hc.etcd, 0), 0);
-    int rc = -1;
-    for (int waited = 0; rc != 0 && waited < WAIT_MS; waited += 100) {
-        leader = wait_leader(c, -1);
-        kvc *w = hx_client(&c->hc.m[leader]);
-        if (w != NULL) {
-            rc = hx_wait_nodes(&c->hc.m[leader], 1, 2000) == 0
-                     ? kvc_put_bytes(w, "kv/b/0000", "value-0", 7, SMP_DATA_KV, NULL, 0, NULL)
-                     : -1;
-            kvc_close(w);
-        }
-        if (rc != 0) sleep_ms(100);
-    }
-    if (rc != 0) fail_msg("no write acknowledged with etcd member 0 paused");
+    put_n_any_leader(c, "kv/b", 0, 20);
+    leader = wait_leader(c, -1);
     k = client_of(c, leader);
-    put_n(k, "kv/b", 1, 20);
     assert_all_present(k, "kv/a", 0, 20);
     kvc_close(k);
 
