@@ -52,6 +52,7 @@
 
 #include "etcd_client.h"
 #include "oplog.h"
+#include "oplog_le.h"
 #include "wm_errbuf.h"
 
 #define VAL_MAGIC 0x31454F57u /* bytes 'W' 'O' 'E' '1' */
@@ -214,45 +215,6 @@ typedef struct etcd_log {
 static const oplog_ops etcd_ops;
 
 /* -- little helpers -------------------------------------------------------- */
-
-static void put_le16(uint8_t *p, uint16_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-
-static void put_le32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put_le64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint16_t get_le16(const uint8_t *p)
-{
-    return (uint16_t)(p[0] | (p[1] << 8));
-}
-
-static uint32_t get_le32(const uint8_t *p)
-{
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-static uint64_t get_le64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
 
 static uint64_t now_ns(void)
 {
