@@ -183,25 +183,6 @@ static uint64_t generation_of(wr_fixture *f, const Wmrpc__WeightIdentity *id)
     return g;
 }
 
-/* Poll until the operation is no longer RUNNING; returns it (caller frees). */
-static Wmrpc__OperationResponse *wait_op(wr_fixture *f, uint64_t op_id)
-{
-    uint64_t end = mono_ms() + WAIT_MS;
-    for (;;) {
-        int st;
-        Wmrpc__OperationResponse *r = wr_get_op(f, op_id, &st);
-        if (st != 0) fail_msg("get_operation %llu: %d %s", (unsigned long long)op_id, st, f->last_error);
-        if (r->operation->state != 1) return r;
-        if (mono_ms() > end)
-            fail_msg("operation %llu still RUNNING after %d ms (done %llu/%llu, attempts %u, error '%s')",
-                     (unsigned long long)op_id, WAIT_MS, (unsigned long long)r->operation->members_done,
-                     (unsigned long long)r->operation->members_total, r->operation->attempts,
-                     r->operation->error ? r->operation->error : "");
-        wmrpc__operation_response__free_unpacked(r, NULL);
-        sleep_ms(20);
-    }
-}
-
 /* Poll the RUNNING operation until members_done reaches at least `at`. */
 static uint64_t wait_progress(wr_fixture *f, uint64_t op_id, uint64_t at)
 {
@@ -417,7 +398,7 @@ static void assert_resumed_to_success(cluster *c, uint64_t op_id, uint64_t befor
                  (unsigned long long)op_id, (unsigned long long)op->operation->members_done,
                  (unsigned long long)before);
     wmrpc__operation_response__free_unpacked(op, NULL);
-    op = wait_op(&c->f, op_id);
+    op = wr_wait_op(&c->f, op_id, WAIT_MS);
     assert_int_equal(op->operation->state, 2); /* SUCCEEDED */
     assert_int_equal(op->operation->members_done, op->operation->members_total);
     wmrpc__operation_response__free_unpacked(op, NULL);

@@ -89,25 +89,6 @@ static void replicas(wr_fixture *f, const char *key, int *mem, int *cold)
     }
 }
 
-/* Poll until the operation is no longer RUNNING; returns it (caller frees). */
-static Wmrpc__OperationResponse *wait_op(wr_fixture *f, uint64_t op_id)
-{
-    uint64_t end = mono_ms() + WAIT_MS;
-    for (;;) {
-        int st;
-        Wmrpc__OperationResponse *r = wr_get_op(f, op_id, &st);
-        if (st != 0) fail_msg("get_operation %llu: %d %s", (unsigned long long)op_id, st, f->last_error);
-        if (r->operation->state != 1) return r;
-        if (mono_ms() > end)
-            fail_msg("operation %llu still RUNNING after %d ms (done %llu/%llu, attempts %u, error '%s')",
-                     (unsigned long long)op_id, WAIT_MS, (unsigned long long)r->operation->members_done,
-                     (unsigned long long)r->operation->members_total, r->operation->attempts,
-                     r->operation->error ? r->operation->error : "");
-        wmrpc__operation_response__free_unpacked(r, NULL);
-        sleep_ms(20);
-    }
-}
-
 /* The group holds no object any more (a deleted revision leaves nothing). */
 static void assert_group_empty(wr_fixture *f, const char *group)
 {
@@ -157,7 +138,7 @@ static Wmrpc__MetadataResponse *migrate_and_wait(wr_fixture *f, const Wmrpc__Wei
     uint64_t op_id = r->metadata->operation_id;
     assert_true(op_id > 0);
     wmrpc__metadata_response__free_unpacked(r, NULL);
-    Wmrpc__OperationResponse *op = wait_op(f, op_id);
+    Wmrpc__OperationResponse *op = wr_wait_op(f, op_id, WAIT_MS);
     assert_int_equal(op->operation->state, 2); /* SUCCEEDED */
     assert_int_equal(op->operation->members_done, op->operation->members_total);
     wmrpc__operation_response__free_unpacked(op, NULL);
@@ -294,7 +275,7 @@ static void test_publish_converges_to_preferred(void **state)
         uint64_t op_id = r->metadata->operation_id;
         assert_true(op_id > 0);
         wmrpc__metadata_response__free_unpacked(r, NULL);
-        Wmrpc__OperationResponse *op = wait_op(f, op_id);
+        Wmrpc__OperationResponse *op = wr_wait_op(f, op_id, WAIT_MS);
         assert_int_equal(op->operation->state, 2);
         assert_int_equal(op->operation->bytes_done, 10000);
         wmrpc__operation_response__free_unpacked(op, NULL);
@@ -391,7 +372,7 @@ static void test_lease_blocks_memory_release_during_cold_migration(void **state)
                      WR_E_BUSY);
 
     release_lease(f, &id, lease);
-    op = wait_op(f, op_id);
+    op = wr_wait_op(f, op_id, WAIT_MS);
     assert_int_equal(op->operation->state, 2);
     wmrpc__operation_response__free_unpacked(op, NULL);
     r = wait_state(f, &id, WR_AV_READY, WR_RS_COLD);
@@ -422,7 +403,7 @@ static void test_remove_runs_to_tombstone(void **state)
     assert_int_equal(r->metadata->availability, WR_AV_DELETING);
     uint64_t op_id = r->metadata->operation_id;
     wmrpc__metadata_response__free_unpacked(r, NULL);
-    Wmrpc__OperationResponse *op = wait_op(f, op_id);
+    Wmrpc__OperationResponse *op = wr_wait_op(f, op_id, WAIT_MS);
     assert_int_equal(op->operation->state, 2);
     assert_int_equal(op->operation->members_done, 8);
     wmrpc__operation_response__free_unpacked(op, NULL);
@@ -501,7 +482,7 @@ static void test_cold_write_failure_retries(void **state)
 
     assert_int_equal(unlink(inner), 0);
     assert_int_equal(rmdir(path), 0);
-    Wmrpc__OperationResponse *op = wait_op(f, op_id);
+    Wmrpc__OperationResponse *op = wr_wait_op(f, op_id, WAIT_MS);
     assert_int_equal(op->operation->state, 2);
     assert_true(op->operation->attempts > 1);
     wmrpc__operation_response__free_unpacked(op, NULL);
@@ -620,7 +601,7 @@ static void test_master_killed_mid_migration_and_deletion(void **state)
     assert_true(op->operation->members_done < op->operation->members_total ||
                 op->operation->state == 2);
     wmrpc__operation_response__free_unpacked(op, NULL);
-    op = wait_op(f, op_id);
+    op = wr_wait_op(f, op_id, WAIT_MS);
     assert_int_equal(op->operation->state, 2);
     assert_int_equal(op->operation->members_done, 60);
     wmrpc__operation_response__free_unpacked(op, NULL);
@@ -645,7 +626,7 @@ static void test_master_killed_mid_migration_and_deletion(void **state)
     assert_int_equal(st, 0);
     assert_true(op->operation->members_done >= before);
     wmrpc__operation_response__free_unpacked(op, NULL);
-    op = wait_op(f, op_id);
+    op = wr_wait_op(f, op_id, WAIT_MS);
     assert_int_equal(op->operation->state, 2);
     wmrpc__operation_response__free_unpacked(op, NULL);
     r = wait_state(f, &id, WR_AV_DELETED, WR_RS_ABSENT);
@@ -698,7 +679,7 @@ static void test_restart_waits_for_the_nodes(void **state)
     assert_int_equal(hx_http_get(&f->m, "/health", &health), 200);
     assert_int_equal(strncmp(health, "ok\n", 3), 0); /* the verdict; the loop lag follows */
     free(health);
-    Wmrpc__OperationResponse *op = wait_op(f, op_id);
+    Wmrpc__OperationResponse *op = wr_wait_op(f, op_id, WAIT_MS);
     assert_int_equal(op->operation->state, 2);
     wmrpc__operation_response__free_unpacked(op, NULL);
     r = wait_state(f, &id, WR_AV_READY, WR_RS_COLD);

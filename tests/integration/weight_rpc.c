@@ -335,3 +335,20 @@ Wmrpc__MetadataResponse *wr_publish(wr_fixture *f, const Wmrpc__WeightIdentity *
     wmrpc__weight_metadata__free_unpacked(md, NULL);
     return r;
 }
+
+Wmrpc__OperationResponse *wr_wait_op(wr_fixture *f, uint64_t op_id, int wait_ms)
+{
+    for (int waited = 0;; waited += 20) {
+        int st;
+        Wmrpc__OperationResponse *r = wr_get_op(f, op_id, &st);
+        if (st != 0) fail_msg("get_operation %llu: %d %s", (unsigned long long)op_id, st, f->last_error);
+        if (r->operation->state != 1) return r;
+        if (waited > wait_ms)
+            fail_msg("operation %llu still RUNNING after %d ms (done %llu/%llu, attempts %u, error '%s')",
+                     (unsigned long long)op_id, wait_ms, (unsigned long long)r->operation->members_done,
+                     (unsigned long long)r->operation->members_total, r->operation->attempts,
+                     r->operation->error ? r->operation->error : "");
+        wmrpc__operation_response__free_unpacked(r, NULL);
+        nanosleep(&(struct timespec){0, 20000000L}, NULL);
+    }
+}

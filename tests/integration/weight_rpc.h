@@ -159,6 +159,10 @@ int wr_update_policy(wr_fixture *f, const Wmrpc__WeightIdentity *id, int preferr
 /* GET_OPERATION: *status gets the status; the response on success (caller
  * frees), else NULL. */
 Wmrpc__OperationResponse *wr_get_op(wr_fixture *f, uint64_t op_id, int *status);
+/* Poll GET_OPERATION every 20 ms until the operation is no longer RUNNING;
+ * returns it (caller frees). Fails the test on a refused call or after
+ * wait_ms, naming its progress, attempts and error. */
+Wmrpc__OperationResponse *wr_wait_op(wr_fixture *f, uint64_t op_id, int wait_ms);
 
 /* wr_begin (ratio 0.5) + wr_put_all + wr_commit of u, each required to
  * succeed; returns the commit's response (caller frees). */
