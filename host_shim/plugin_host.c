@@ -1323,6 +1323,40 @@ static void describe_plugin(const host_plugins *reg, const host_plugin *p, FILE 
  * plugin in load order (see describe_plugin). The format is pinned by
  * test_plugin_loader and read by store_master --check users: change it only
  * by appending lines. */
+/* One line per capability gate the registered types name: the types it
+ * guards and where it stands by this config (a runtime confirmation lives in
+ * the OpLog, which --check does not read: `weightctl status` shows it). */
+static void describe_gates(const host_plugins *reg, FILE *out)
+{
+    const char *seen[64];
+    size_t n = 0;
+    for (size_t i = 0; i < reg->types.n && n < 64; i++) {
+        const host_oplog_type_reg *t = reg->types.v[i];
+        int dup = t->t.gate == NULL;
+        for (size_t k = 0; k < n && !dup; k++) dup = strcmp(seen[k], t->t.gate) == 0;
+        if (!dup) seen[n++] = t->t.gate;
+    }
+    fprintf(out, "gates %zu\n", n);
+    for (size_t k = 0; k < n; k++) {
+        const host_plugin *owner = NULL;
+        fprintf(out, "  gate %s types", seen[k]);
+        for (size_t i = 0; i < reg->types.n; i++) {
+            const host_oplog_type_reg *t = reg->types.v[i];
+            if (t->t.gate == NULL || strcmp(t->t.gate, seen[k]) != 0) continue;
+            fprintf(out, " %u", (unsigned)t->t.type);
+            owner = t->owner;
+        }
+        if (!reg->cfg->ha_enabled)
+            fprintf(out, ": not enforced (ha.enabled is false)\n");
+        else if (host_plugins_gate_confirmed(reg, owner, seen[k]))
+            fprintf(out, ": confirmed in config\n");
+        else
+            fprintf(out, ": closed in config: the leader refuses these types until every master "
+                         "replays them and `weightctl gate confirm %s` (status names who blocks "
+                         "it)\n", seen[k]);
+    }
+}
+
 void host_plugins_describe(const host_plugins *reg, FILE *out)
 {
     if (reg == NULL || out == NULL) return;
@@ -1331,4 +1365,5 @@ void host_plugins_describe(const host_plugins *reg, FILE *out)
     print_bits(out, offered_caps(reg), host_cap_names, 7);
     fprintf(out, "\nplugins %zu\n", reg->plugins.n);
     for (size_t i = 0; i < reg->plugins.n; i++) describe_plugin(reg, reg->plugins.v[i], out);
+    describe_gates(reg, out);
 }

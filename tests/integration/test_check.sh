@@ -28,6 +28,20 @@ for line in \
   grep -qF -- "$line" <<<"$out" && ok "lists: $line" || bad "missing: $line"
 done
 
+# The gates: not enforced without HA; with HA, closed in config unless the
+# cluster key confirms them (a runtime confirmation is the OpLog's).
+grep -qF "gate weight_management_oplog_capability_confirmed types 8 9 10 11: not enforced (ha.enabled is false)" <<<"$out" \
+  && ok "gates not enforced without HA" || bad "gate line: $out"
+{ cat "$tmp/embedded.yaml"
+  printf 'oplog:\n  backend: etcd\nha:\n  enabled: true\n  id: m1\n  etcd_endpoints: "127.0.0.1:1"\n  snapshot_dir: %s/snaps\n' "$tmp"
+} | sed 's/weight_management_oplog_capability_confirmed: false/weight_management_oplog_capability_confirmed: true/' >"$tmp/ha.yaml"
+out=$("$bin" --config "$tmp/ha.yaml" --check 2>&1); rc=$?
+[ $rc -eq 0 ] && ok "HA config checks (no etcd needed)" || bad "HA config: exit $rc: $out"
+grep -qF "gate weight_management_oplog_capability_confirmed types 8 9 10 11: confirmed in config" <<<"$out" \
+  && ok "a gate confirmed in config" || bad "gate line: $out"
+grep -qF "gate weight_lineage_oplog_capability_confirmed types 12: closed in config" <<<"$out" \
+  && ok "a gate closed in config" || bad "gate line: $out"
+
 # An unknown key: non-zero exit, the key path and line named, nothing started.
 printf 'listen:\n  tcp: "127.0.0.1:0"\ncluster:\n  weight_migration_cooldwn_ms: 5\n' >"$tmp/bad.yaml"
 out=$("$bin" --config "$tmp/bad.yaml" --check 2>&1); rc=$?
