@@ -6,7 +6,9 @@ FUZZ_SECONDS ?= 60
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 CONFIG     ?= config/embedded.yaml
 
-.PHONY: deps build test test-plain test-asan test-valgrind run bench soak fuzz clean
+PREFIX     ?= /usr/local
+
+.PHONY: deps build test test-plain test-asan test-valgrind run bench soak fuzz install clean
 
 deps:
 	@scripts/deps.sh
@@ -53,6 +55,12 @@ fuzz: build
 	@CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DWM_FUZZ=ON >/dev/null
 	@tests/fuzz/run_libfuzzer.sh $(BUILD) $(FUZZ_BUILD) $(FUZZ_SECONDS)
+
+# The programs, libweightclient.so with weightclient.h and weightclient.pc,
+# weight_mgmt.so (under lib/weight_mgmt/) and weightctl's bash completion,
+# under PREFIX (default /usr/local; DESTDIR is honoured).
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
