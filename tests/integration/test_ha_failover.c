@@ -194,6 +194,20 @@ static void assert_all_present(kvc *k, const char *prefix, int from, int to)
     }
 }
 
+/* The whole cluster with its node, and n writes under prefix acknowledged by
+ * the leader; returns the leader. */
+static int start_cluster_and_write(cluster *c, const char *prefix, int n)
+{
+    start_cluster(c);
+    int leader = wait_leader(c, -1);
+    start_node(c);
+    wait_node(c, leader);
+    kvc *k = client_of(c, leader);
+    put_n(k, prefix, 0, n);
+    kvc_close(k);
+    return leader;
+}
+
 static uint64_t applied_of(const cluster *c, int i)
 {
     kvc *k = client_of(c, i);
@@ -277,19 +291,12 @@ static void test_ha_standby_redirects_to_the_leader(void **state)
 static void test_ha_leader_sigkill_loses_no_acknowledged_write(void **state)
 {
     cluster *c = *state;
-    start_cluster(c);
-    int leader = wait_leader(c, -1);
-    start_node(c);
-    wait_node(c, leader);
-
-    kvc *k = client_of(c, leader);
-    put_n(k, "kv/a", 0, 200);
-    kvc_close(k);
+    int leader = start_cluster_and_write(c, "kv/a", 200);
     hx_kill(&c->hc.m[leader]);
 
     int next = wait_leader(c, leader);
     wait_node(c, next); /* the node followed the new leader by itself */
-    k = client_of(c, next);
+    kvc *k = client_of(c, next);
     assert_all_present(k, "kv/a", 0, 200);
     put_n(k, "kv/b", 0, 50);
     kvc_close(k);
@@ -310,18 +317,11 @@ static void test_ha_leader_sigkill_loses_no_acknowledged_write(void **state)
 static void test_ha_leader_sigstop_is_deposed_and_never_writes_again(void **state)
 {
     cluster *c = *state;
-    start_cluster(c);
-    int old = wait_leader(c, -1);
-    start_node(c);
-    wait_node(c, old);
-    kvc *k = client_of(c, old);
-    put_n(k, "kv/a", 0, 20);
-    kvc_close(k);
-
+    int old = start_cluster_and_write(c, "kv/a", 20);
     assert_int_equal(kill(c->hc.m[old].pid, SIGSTOP), 0);
     int next = wait_leader(c, old);
     wait_node(c, next); /* the node gives up on the paused master and follows */
-    k = client_of(c, next);
+    kvc *k = client_of(c, next);
     put_n(k, "kv/b", 0, 20);
     kvc_close(k);
 
@@ -381,20 +381,14 @@ static void test_ha_standby_stops_visibly_on_an_unknown_record_type(void **state
 static void test_ha_etcd_member_sigkill_keeps_the_cluster_writable(void **state)
 {
     cluster *c = *state;
-    start_cluster(c);
-    int leader = wait_leader(c, -1);
-    start_node(c);
-    wait_node(c, leader);
-    kvc *k = client_of(c, leader);
-    put_n(k, "kv/a", 0, 20);
-    kvc_close(k);
+    start_cluster_and_write(c, "kv/a", 20);
     assert_int_equal(etcd_fixture_kill(&c->hc.etcd, 0), 0);
     put_n_any_leader(c, "kv/b", 0, 20);
-    leader = wait_leader(c, -1);
+    int leader = wait_leader(c, -1);
     hx_kill(&c->hc.m[leader]);
     int next = wait_leader(c, leader);
     wait_node(c, next);
-    k = client_of(c, next);
+    kvc *k = client_of(c, next);
     assert_all_present(k, "kv/a", 0, 20);
     assert_all_present(k, "kv/b", 0, 20);
     kvc_close(k);
@@ -408,19 +402,12 @@ static void test_ha_etcd_member_sigkill_keeps_the_cluster_writable(void **state)
 static void test_ha_etcd_member_sigstop_keeps_the_cluster_writable(void **state)
 {
     cluster *c = *state;
-    start_cluster(c);
-    int leader = wait_leader(c, -1);
-    start_node(c);
-    wait_node(c, leader);
-    kvc *k = client_of(c, leader);
-    put_n(k, "kv/a", 0, 20);
-    kvc_close(k);
-
+    start_cluster_and_write(c, "kv/a", 20);
     /* Every master lists member 0 first: it is the one they talk to. */
     assert_int_equal(etcd_fixture_pause(&c->hc.etcd, 0), 0);
     put_n_any_leader(c, "kv/b", 0, 20);
-    leader = wait_leader(c, -1);
-    k = client_of(c, leader);
+    int leader = wait_leader(c, -1);
+    kvc *k = client_of(c, leader);
     assert_all_present(k, "kv/a", 0, 20);
     kvc_close(k);
 
