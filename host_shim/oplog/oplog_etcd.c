@@ -39,184 +39,13 @@
  * Record value, little-endian (the file backend's record with another magic):
  *   u32 magic "WOE1" | u64 seq | u16 type | u16 encver | u32 len |
  *   payload[len] | u64 XXH64(everything before, seed 0) */
-#include <errno.h>
-#include <inttypes.h>
-#include <pthread.h>
-#include <stdarg.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-
-#include <xxhash.h>
-
-#include "etcd_client.h"
-#include "oplog.h"
-#include "oplog_le.h"
-#include "wm_errbuf.h"
-
-#define VAL_MAGIC 0x31454F57u /* bytes 'W' 'O' 'E' '1' */
-#define VAL_HDR 20u
-#define VAL_SUM 8u
-#define VAL_FRAME (VAL_HDR + VAL_SUM)
-#define SEQ_DIGITS 20
-#define MAX_TXN_RECORDS 127u
-#define DEFAULT_BATCH_BYTES (1u << 20)
-#define PAGE_RECORDS 1000
-#define FOLLOW_POLL_MS 100u
-#define FOLLOW_QUEUE_MAX 4096u
-#define BACKOFF_MIN_MS 20u
-#define BACKOFF_MAX_MS 1000u
-#define DEFAULT_TTL_MS 10000u
-#define DEFAULT_UNREACHABLE_MS 30000u
-
-/* One appended record on its way to etcd and back to its callback. */
-typedef struct entry {
-    struct entry *next;
-    uint64_t seq;
-    uint64_t t_append_ns;
-    oplog_durable_fn cb;
-    void *arg;
-    int status;
-    size_t val_len;  /* VAL_FRAME + payload length */
-    uint8_t val[];   /* the value as written */
-} entry;
-
-typedef struct entry_list {
-    entry *head;
-    entry *tail;
-} entry_list;
-
-/* One record read from etcd on its way to a replay callback on the loop. */
-typedef struct frec {
-    struct frec *next;
-    uint64_t sess;     /* the follow or promote session it belongs to */
-    oplog_replay_fn fn;
-    void *arg;
-    oplog_record rec;  /* payload points at data */
-    uint8_t data[];
-} frec;
-
-typedef struct frec_list {
-    frec *head;
-    frec *tail;
-} frec_list;
-
-typedef struct etcd_log {
-    struct oplog base;
-    uv_loop_t *loop;
-    uv_async_t async;
-    uv_check_t after_io;    /* hand over what the I/O callbacks appended */
-    uv_prepare_t before_io; /* and what anything else appended */
-    int handles_open;
-    etcd_client *client;
-    oplog_etcd_options opt; /* defaults applied; opt.prefix points at prefix */
-    char *prefix;
-    char *head_key;         /* <prefix>log_head */
-    size_t head_key_len;
-    char *log_begin;        /* <prefix>log/ */
-    size_t log_begin_len;
-    char *log_end;          /* <prefix>log0: the end of the record range */
-    size_t log_end_len;
-    size_t key_len;         /* of one record key */
-
-    /* Loop thread only. */
-    uint64_t last_seq;      /* writer: last assigned; standby: applied_seq */
-    uint64_t durable_seq;   /* writer: last called back with status 0 */
-    uint64_t applied_seq;   /* last record delivered by replay or follow */
-    uint64_t head_seen;
-    int writable;
-    int demoted;
-    int closing;
-    int failed_seen;        /* a failure was delivered: refuse appends */
-    int following;
-    oplog_replay_fn follow_fn;
-    void *follow_arg;
-    void (*on_stop)(void *arg, int status, const char *why);
-    void *stop_arg;
-    uint64_t sess;          /* the current follow or promote session */
-    uint64_t next_sess;
-    uint64_t dead_sess;     /* its fn failed: its records are dropped */
-    int dead_code;
-    int promote_pending;
-    void (*promote_cb)(void *arg, int status);
-    void *promote_arg;
-    entry_list ready;       /* taken from done, callbacks being delivered */
-    frec_list ready_recs;   /* taken from recs, being delivered */
-    entry_list staged;      /* appended this turn, not yet handed over */
-    size_t n_staged;
-    uint64_t turn_ns;
-    uint64_t owed;          /* durable callbacks not yet run */
-    int ref_held;           /* the async handle keeps the loop alive */
-    uint64_t n_appends;
-    uint64_t lat_sum_ns;
-    uint64_t n_durable;
-    uint64_t n_failed;
-
-    /* Shared between the loop and the thread, under mu. */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;      /* CLOCK_MONOTONIC */
-    entry_list queue;       /* handed over, not yet taken by the thread */
-    size_t n_queued;
-    entry_list done;        /* written or failed, callbacks owed */
-    frec_list recs;         /* records for the loop */
-    size_t n_recs;
-    int stop;
-    int failed;             /* read-only: fenced or a fatal write error */
-    int follow_req;         /* start following: */
-    uint64_t follow_after;
-    uint64_t follow_req_sess;
-    oplog_replay_fn follow_req_fn;
-    void *follow_req_arg;
-    uint64_t cancel_sess;   /* stop following this session; 0: none */
-    int promote_req;        /* promote with: */
-    uint8_t *fence_key;     /* owned copy of the leader key */
-    oplog_etcd_fence fence; /* leader_key points at fence_key */
-    uint64_t promote_from;
-    uint64_t promote_sess;
-    oplog_replay_fn promote_fn;
-    void *promote_fn_arg;
-    uint64_t trunc_req;     /* delete the records below it; 0: none */
-    uint64_t t_head;        /* the newest head the thread saw (read or
-                               received), maybe not delivered yet */
-    int stop_evt;           /* following ended (thread side): */
-    int stop_status;
-    uint64_t stop_sess;
-    char stop_why[384];
-    int prom_evt;           /* the promote's outcome: */
-    int prom_status;
-    int prom_follow_ended;
-    uint64_t prom_sess;
-    uint64_t prom_head;
-    int fenced_evt;
-    char fenced_why[512];
-    uint64_t n_bytes;
-    uint64_t n_txns;
-    uint64_t n_batches;
-    uint64_t max_batch;
-
-    /* The thread only (after open). */
-    pthread_t thread;
-    int fence_ok;           /* promoted: head_mod and written are ours */
-    int64_t head_mod;       /* log_head's mod revision as we wrote or read it */
-    uint64_t written;       /* the head as we wrote or read it */
-    etcd_watch *watch;
-    int f_active;
-    uint64_t f_next;        /* the next sequence the session needs */
-    uint64_t f_sess;
-    oplog_replay_fn f_fn;
-    void *f_arg;
-    uint64_t f_down_since_ns; /* etcd unreachable since; 0: it answers */
-    uint32_t f_backoff_ms;
-    char *keys;             /* max_batch_records record keys */
-    etcd_op *ops;           /* max_batch_records + 1 */
-} etcd_log;
+#include "oplog_etcd_internal.h"
 
 static const oplog_ops etcd_ops;
 
 /* -- little helpers -------------------------------------------------------- */
 
-static uint64_t now_ns(void)
+uint64_t oel_now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -224,10 +53,8 @@ static uint64_t now_ns(void)
 }
 
 /* Emit one log line through opt.log_line (or stderr). Any thread. */
-static void log_line(const etcd_log *el, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
 
-static void log_line(const etcd_log *el, const char *fmt, ...)
+void oel_log_line(const etcd_log *el, const char *fmt, ...)
 {
     char line[768];
     va_list ap;
@@ -241,7 +68,7 @@ static void log_line(const etcd_log *el, const char *fmt, ...)
 }
 
 /* Bytes from etcd as text for a message: non-printable bytes become '?'. */
-static void printable(char *dst, size_t dstlen, const void *src, size_t len)
+void oel_printable(char *dst, size_t dstlen, const void *src, size_t len)
 {
     const uint8_t *s = src;
     size_t i = 0;
@@ -252,7 +79,7 @@ static void printable(char *dst, size_t dstlen, const void *src, size_t len)
     dst[i] = '\0';
 }
 
-static void make_key(const etcd_log *el, uint64_t seq, char *buf)
+void oel_make_key(const etcd_log *el, uint64_t seq, char *buf)
 {
     /* key_len + 1 bytes: the prefix, "log/", 20 digits and a NUL. */
     memcpy(buf, el->log_begin, el->log_begin_len);
@@ -260,7 +87,7 @@ static void make_key(const etcd_log *el, uint64_t seq, char *buf)
 }
 
 /* The sequence a record key names; 0 when it is not a record key. */
-static uint64_t key_seq(const etcd_log *el, const uint8_t *key, size_t len)
+uint64_t oel_key_seq(const etcd_log *el, const uint8_t *key, size_t len)
 {
     uint64_t v = 0;
     if (len != el->key_len || memcmp(key, el->log_begin, el->log_begin_len) != 0)
@@ -277,7 +104,7 @@ static uint64_t key_seq(const etcd_log *el, const uint8_t *key, size_t len)
 
 /* Parse a head value (decimal, 1..20 digits, no sign). Returns 0 or
  * SMP_EPROTO. */
-static int parse_head(const uint8_t *v, size_t len, uint64_t *out)
+int oel_parse_head(const uint8_t *v, size_t len, uint64_t *out)
 {
     uint64_t x = 0;
     if (len == 0 || len > SEQ_DIGITS)
@@ -295,12 +122,12 @@ static int parse_head(const uint8_t *v, size_t len, uint64_t *out)
 
 /* Check a record value read from the key naming seq. On success fills *rec
  * (payload points into v). Returns 0, or SMP_EPROTO with err naming why. */
-static int verify_value(uint64_t seq,
-                        const uint8_t *v,
-                        size_t len,
-                        oplog_record *rec,
-                        char *err,
-                        size_t errlen)
+int oel_verify_value(uint64_t seq,
+                     const uint8_t *v,
+                     size_t len,
+                     oplog_record *rec,
+                     char *err,
+                     size_t errlen)
 {
     uint32_t plen;
     if (v == NULL || len < VAL_FRAME) {
@@ -395,7 +222,7 @@ static frec *frec_pop(frec_list *l)
 }
 
 /* Wait on cv for up to ms (mu held). Returns when signalled or timed out. */
-static void timed_wait_locked(etcd_log *el, uint32_t ms)
+void oel_timed_wait_locked(etcd_log *el, uint32_t ms)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -410,149 +237,20 @@ static void timed_wait_locked(etcd_log *el, uint32_t ms)
 
 /* Sleep ms on the thread (mu not held); a request from the loop (stop,
  * promote, a follow change) cuts it short when wake is set. */
-static void nap(etcd_log *el, uint32_t ms, int wake)
+void oel_nap(etcd_log *el, uint32_t ms, int wake)
 {
-    uint64_t until = now_ns() + (uint64_t)ms * 1000000u;
+    uint64_t until = oel_now_ns() + (uint64_t)ms * 1000000u;
     pthread_mutex_lock(&el->mu);
     for (;;) {
-        uint64_t t = now_ns();
+        uint64_t t = oel_now_ns();
         if (t >= until)
             break;
         if (wake && (el->stop || el->promote_req || el->follow_req ||
                      (el->cancel_sess != 0 && el->cancel_sess == el->f_sess)))
             break;
-        timed_wait_locked(el, (uint32_t)((until - t + 999999u) / 1000000u));
+        oel_timed_wait_locked(el, (uint32_t)((until - t + 999999u) / 1000000u));
     }
     pthread_mutex_unlock(&el->mu);
-}
-
-/* -- reading the log (any thread but the loop's once it runs) ---------------- */
-
-/* Read log_head at revision rev (0: newest). *head is 0 and *mod 0 when the
- * key does not exist; *at_rev is the revision the answer reflects. */
-static int read_head(etcd_log *el,
-                     int64_t rev,
-                     uint64_t *head,
-                     int64_t *mod,
-                     int64_t *at_rev,
-                     char *err,
-                     size_t errlen)
-{
-    etcd_range_result r;
-    int rc = etcd_range(el->client, el->head_key, el->head_key_len, NULL, 0, 1, rev, 0,
-                        &r, err, errlen);
-    if (rc < 0)
-        return rc;
-    *head = 0;
-    *mod = 0;
-    *at_rev = r.revision;
-    if (r.n > 0) {
-        if ((rc = parse_head(r.kvs[0].value, r.kvs[0].value_len, head)) < 0) {
-            char shown[48];
-            printable(shown, sizeof(shown), r.kvs[0].value, r.kvs[0].value_len);
-            wm_errbuf(err, errlen, "oplog: %s holds \"%s\", not a sequence",
-                      el->head_key, shown);
-        }
-        *mod = r.kvs[0].mod_revision;
-    }
-    etcd_range_result_free(&r);
-    return rc;
-}
-
-/* What scan hands each verified record to; a negative return stops it. */
-typedef int (*scan_fn)(etcd_log *el, void *arg, const oplog_record *rec);
-
-/* Read the records from..upto at revision rev, page by page, verify each and
- * require contiguous sequences starting at from, and hand them to fn in
- * order. Returns 0 when every one was delivered; *gone set (and
- * SMP_EPROTO) when the log no longer holds from (the first record found is
- * later: it was garbage-collected), with *first the first sequence found
- * (upto + 1 when none); SMP_EPROTO for a record that does not verify or a
- * gap; SMP_EIO and the like from etcd; or fn's code. err names the cause. */
-static int scan(etcd_log *el,
-                uint64_t from,
-                uint64_t upto,
-                int64_t rev,
-                scan_fn fn,
-                void *arg,
-                int *gone,
-                uint64_t *first,
-                char *err,
-                size_t errlen)
-{
-    char key[256 + SEQ_DIGITS + 8];
-    uint64_t next = from;
-    int rc = 0;
-
-    *gone = 0;
-    while (next <= upto) {
-        etcd_range_result r;
-        uint64_t want = upto - next + 1;
-        int64_t limit = want < PAGE_RECORDS ? (int64_t)want : PAGE_RECORDS;
-        make_key(el, next, key);
-        rc = etcd_range(el->client, key, el->key_len, el->log_end, el->log_end_len, limit,
-                        rev, 0, &r, err, errlen);
-        if (rc == SMP_ERANGE && rev != 0) {
-            /* The pinned revision was compacted meanwhile. Records never
-             * change once written, so the newest revision serves as well
-             * (up to the same head); collected ones show as a gap. */
-            rev = 0;
-            continue;
-        }
-        if (rc < 0)
-            return rc;
-        for (size_t i = 0; i < r.n && next <= upto && rc == 0; i++) {
-            oplog_record rec;
-            uint64_t seq = key_seq(el, r.kvs[i].key, r.kvs[i].key_len);
-            if (seq != next) {
-                if (next == from && seq > from) {
-                    *gone = 1;
-                    *first = seq;
-                    wm_errbuf(err, errlen, "oplog: the records before %" PRIu64 " were "
-                              "garbage-collected (the log starts at %" PRIu64 ", replay "
-                              "needs %" PRIu64 "): re-bootstrap from a snapshot",
-                              seq, seq, from);
-                } else if (seq == 0) {
-                    char shown[96];
-                    printable(shown, sizeof(shown), r.kvs[i].key, r.kvs[i].key_len);
-                    wm_errbuf(err, errlen, "oplog: \"%s\" in the record range is not a "
-                              "record key", shown);
-                } else {
-                    wm_errbuf(err, errlen, "oplog: sequence gap: record %" PRIu64
-                              " follows %" PRIu64, seq, next - 1);
-                }
-                rc = SMP_EPROTO;
-                break;
-            }
-            if ((rc = verify_value(seq, r.kvs[i].value, r.kvs[i].value_len, &rec, err,
-                                   errlen)) < 0)
-                break;
-            next++;
-            if ((rc = fn(el, arg, &rec)) < 0) {
-                wm_errbuf(err, errlen, "oplog: replay stopped at seq %" PRIu64 ": %s",
-                          seq, smp_strerror(rc));
-                break;
-            }
-        }
-        if (rc == 0 && next <= upto && r.n == 0) {
-            if (next == from) {
-                *gone = 1;
-                *first = upto + 1;
-                wm_errbuf(err, errlen, "oplog: the records before %" PRIu64 " were "
-                          "garbage-collected (the log holds none up to its head %" PRIu64
-                          ", replay needs %" PRIu64 "): re-bootstrap from a snapshot",
-                          upto + 1, upto, from);
-            } else {
-                wm_errbuf(err, errlen, "oplog: the records end at %" PRIu64 " but the "
-                          "head says %" PRIu64, next - 1, upto);
-            }
-            rc = SMP_EPROTO;
-        }
-        etcd_range_result_free(&r);
-        if (rc < 0)
-            return rc;
-    }
-    return 0;
 }
 
 /* -- the loop side: handing over and delivering ------------------------------ */
@@ -752,553 +450,6 @@ static void on_before_io(uv_prepare_t *h)
     hand_over(h->data);
 }
 
-/* -- the thread: writing ------------------------------------------------------ */
-
-/* Post a fencing to the loop and make the log read-only (mu not held). */
-static void post_fenced(etcd_log *el, const char *why)
-{
-    log_line(el, "%s: the log is read-only now", why);
-    pthread_mutex_lock(&el->mu);
-    el->failed = 1;
-    if (!el->fenced_evt) {
-        el->fenced_evt = 1;
-        snprintf(el->fenced_why, sizeof(el->fenced_why), "%s", why);
-    }
-    pthread_mutex_unlock(&el->mu);
-    uv_async_send(&el->async);
-}
-
-/* Name why the fence compare failed, from the failure branch's range of the
- * leader key. */
-static void fenced_reason(etcd_log *el, const etcd_txn_result *res, char *why, size_t len)
-{
-    char key[128];
-    const oplog_etcd_fence *f = &el->fence;
-    printable(key, sizeof(key), f->leader_key, f->leader_key_len);
-    if (res->n_ranges == 0 || res->ranges[0].n == 0) {
-        snprintf(why, len, "oplog: fenced: the leader key %s is gone (our lease %" PRId64
-                 " expired or was revoked)", key, f->lease_id);
-    } else {
-        const etcd_kv *kv = &res->ranges[0].kvs[0];
-        if (kv->lease != f->lease_id || kv->create_revision != f->create_revision) {
-            char holder[128];
-            printable(holder, sizeof(holder), kv->value, kv->value_len);
-            snprintf(why, len, "oplog: fenced: the leader key %s is held by \"%s\" (lease %"
-                     PRId64 ", created at revision %" PRId64 "), not by our lease %" PRId64
-                     " of revision %" PRId64, key, holder, kv->lease, kv->create_revision,
-                     f->lease_id, f->create_revision);
-        } else {
-            snprintf(why, len, "oplog: fenced: %s was changed by another writer (expected "
-                     "mod revision %" PRId64 ", head %" PRIu64 ")", el->head_key,
-                     el->head_mod, el->written);
-        }
-    }
-}
-
-/* 1 when the failure branch's range shows the leader key still attached
- * to our lease in our term (so only log_head's compare failed). */
-static int still_ours(const etcd_log *el, const etcd_txn_result *res)
-{
-    const etcd_kv *kv;
-    if (res->n_ranges == 0 || res->ranges[0].n == 0)
-        return 0;
-    kv = &res->ranges[0].kvs[0];
-    return kv->lease == el->fence.lease_id && kv->create_revision == el->fence.create_revision;
-}
-
-/* After a transport error: did the batch first..last apply? Reads the head
- * and the first record's key in one txn without compares. Returns 1 applied
- * (head_mod updated), 0 not applied (the head is still ours), SMP_EIO
- * unknown still, or SMP_EDURABILITY (someone else moved the head; why set). */
-static int check_outcome(etcd_log *el,
-                         const entry *first,
-                         uint64_t last,
-                         char *why,
-                         size_t whylen)
-{
-    etcd_op ops[2];
-    etcd_txn_result res;
-    char key[256 + SEQ_DIGITS + 8];
-    char err[256];
-    uint64_t head = 0;
-    int64_t mod = 0;
-    int rc;
-
-    make_key(el, first->seq, key);
-    memset(ops, 0, sizeof(ops));
-    ops[0].type = ETCD_OP_RANGE;
-    ops[0].key = el->head_key;
-    ops[0].key_len = el->head_key_len;
-    ops[1].type = ETCD_OP_RANGE;
-    ops[1].key = key;
-    ops[1].key_len = el->key_len;
-    rc = etcd_txn(el->client, NULL, 0, ops, 2, NULL, 0, &res, err, sizeof(err));
-    if (rc < 0) {
-        log_line(el, "oplog: cannot read back the head after a failed write: %s", err);
-        return SMP_EIO;
-    }
-    rc = SMP_EDURABILITY;
-    if (res.n_ranges != 2) {
-        snprintf(why, whylen, "oplog: the read-back of the head answered %zu ranges",
-                 res.n_ranges);
-        goto free_res;
-    }
-    if (res.ranges[0].n > 0) {
-        if (parse_head(res.ranges[0].kvs[0].value, res.ranges[0].kvs[0].value_len,
-                       &head) < 0) {
-            snprintf(why, whylen, "oplog: %s does not hold a sequence", el->head_key);
-            goto free_res;
-        }
-        mod = res.ranges[0].kvs[0].mod_revision;
-    }
-    if (head == last && res.ranges[1].n > 0 &&
-        res.ranges[1].kvs[0].value_len == first->val_len &&
-        memcmp(res.ranges[1].kvs[0].value, first->val, first->val_len) == 0) {
-        el->head_mod = mod;
-        rc = 1;
-    } else if (head == el->written && mod == el->head_mod) {
-        rc = 0;
-    } else {
-        snprintf(why, whylen, "oplog: fenced: %s moved to %" PRIu64 " (mod revision %"
-                 PRId64 ") while our batch %" PRIu64 "..%" PRIu64 " was in doubt",
-                 el->head_key, head, mod, first->seq, last);
-    }
-free_res:
-    etcd_txn_result_free(&res);
-    return rc;
-}
-
-/* Write one batch as one txn (see the top of the file). Returns 0 when it
- * is durable, SMP_EDURABILITY when fenced (posted) or on a fatal error. */
-static int write_batch(etcd_log *el, entry_list *batch, size_t n, uint64_t *bytes)
-{
-    etcd_compare cmp[3];
-    etcd_op fail_op;
-    char head_val[SEQ_DIGITS + 1];
-    char why[512];
-    char err[256];
-    uint64_t last = batch->tail->seq;
-    uint64_t deadline = 0;
-    uint32_t backoff = BACKOFF_MIN_MS;
-    uint32_t ttl_ms = el->fence.lease_ttl_ms ? el->fence.lease_ttl_ms : DEFAULT_TTL_MS;
-    size_t i = 0;
-    int rc;
-
-    *bytes = 0;
-    for (entry *e = batch->head; e != NULL; e = e->next, i++) {
-        char *key = el->keys + i * (el->key_len + 1);
-        make_key(el, e->seq, key);
-        el->ops[i] = (etcd_op){.type = ETCD_OP_PUT, .key = key, .key_len = el->key_len,
-                               .value = e->val, .value_len = e->val_len};
-        *bytes += e->val_len;
-    }
-    snprintf(head_val, sizeof(head_val), "%" PRIu64, last);
-    el->ops[n] = (etcd_op){.type = ETCD_OP_PUT, .key = el->head_key,
-                           .key_len = el->head_key_len, .value = head_val,
-                           .value_len = strlen(head_val)};
-    cmp[0] = (etcd_compare){.target = ETCD_CMP_LEASE, .result = ETCD_CMP_EQUAL,
-                            .key = el->fence.leader_key, .key_len = el->fence.leader_key_len,
-                            .number = el->fence.lease_id};
-    cmp[1] = (etcd_compare){.target = ETCD_CMP_CREATE, .result = ETCD_CMP_EQUAL,
-                            .key = el->fence.leader_key, .key_len = el->fence.leader_key_len,
-                            .number = el->fence.create_revision};
-    cmp[2] = (etcd_compare){.target = ETCD_CMP_MOD, .result = ETCD_CMP_EQUAL,
-                            .key = el->head_key, .key_len = el->head_key_len,
-                            .number = el->head_mod};
-    fail_op = (etcd_op){.type = ETCD_OP_RANGE, .key = el->fence.leader_key,
-                        .key_len = el->fence.leader_key_len};
-
-    for (;;) {
-        etcd_txn_result res;
-        rc = etcd_txn(el->client, cmp, 3, el->ops, n + 1, &fail_op, 1, &res, err,
-                      sizeof(err));
-        if (rc == 0) {
-            if (res.succeeded) {
-                el->head_mod = res.revision;
-                el->written = last;
-                etcd_txn_result_free(&res);
-                return 0;
-            }
-            fenced_reason(el, &res, why, sizeof(why));
-            if (deadline != 0 && still_ours(el, &res) &&
-                check_outcome(el, batch->head, last, why, sizeof(why)) == 1) {
-                /* Our first attempt applied late, after a read-back that
-                 * did not see it yet: the head moved by our own hand. */
-                etcd_txn_result_free(&res);
-                el->written = last;
-                return 0;
-            }
-            etcd_txn_result_free(&res);
-            post_fenced(el, why);
-            return SMP_EDURABILITY;
-        }
-        if (rc != SMP_EIO) {
-            snprintf(why, sizeof(why), "oplog: the write of records %" PRIu64 "..%" PRIu64
-                     " failed: %s", batch->head->seq, last, err);
-            log_line(el, "%s: the log is read-only now", why);
-            pthread_mutex_lock(&el->mu);
-            el->failed = 1;
-            pthread_mutex_unlock(&el->mu);
-            return SMP_EDURABILITY;
-        }
-        if (deadline == 0) {
-            deadline = now_ns() + (uint64_t)ttl_ms * 1000000u;
-            log_line(el, "oplog: the outcome of records %" PRIu64 "..%" PRIu64 " is unknown "
-                     "(%s): reading it back", batch->head->seq, last, err);
-        }
-        /* Unknown outcome: find out, retrying the read-back, then the batch. */
-        for (;;) {
-            nap(el, backoff, 0);
-            backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
-            rc = check_outcome(el, batch->head, last, why, sizeof(why));
-            if (rc == 1) {
-                el->written = last;
-                return 0;
-            }
-            if (rc == SMP_EDURABILITY) {
-                post_fenced(el, why);
-                return SMP_EDURABILITY;
-            }
-            if (now_ns() >= deadline) {
-                snprintf(why, sizeof(why), "oplog: fenced: the outcome of records %" PRIu64
-                         "..%" PRIu64 " stayed unknown for the lease TTL (%" PRIu32 " ms)",
-                         batch->head->seq, last, ttl_ms);
-                post_fenced(el, why);
-                return SMP_EDURABILITY;
-            }
-            if (rc == 0)
-                break; /* not applied: write it again */
-        }
-    }
-}
-
-/* Delete the records below seq in one fenced DeleteRange. A failure is
- * logged. Thread. */
-static void truncate_records(etcd_log *el, uint64_t seq)
-{
-    char from[256 + SEQ_DIGITS + 8], to[256 + SEQ_DIGITS + 8];
-    char err[256];
-    etcd_compare cmp[2];
-    etcd_op op;
-    etcd_txn_result res;
-    int rc;
-
-    if (seq > el->written + 1)
-        seq = el->written + 1;
-    if (seq <= 1)
-        return;
-    make_key(el, 0, from);
-    make_key(el, seq, to);
-    cmp[0] = (etcd_compare){.target = ETCD_CMP_LEASE, .result = ETCD_CMP_EQUAL,
-                            .key = el->fence.leader_key, .key_len = el->fence.leader_key_len,
-                            .number = el->fence.lease_id};
-    cmp[1] = (etcd_compare){.target = ETCD_CMP_CREATE, .result = ETCD_CMP_EQUAL,
-                            .key = el->fence.leader_key, .key_len = el->fence.leader_key_len,
-                            .number = el->fence.create_revision};
-    op = (etcd_op){.type = ETCD_OP_DELETE, .key = from, .key_len = el->key_len,
-                   .range_end = to, .range_end_len = el->key_len};
-    rc = etcd_txn(el->client, cmp, 2, &op, 1, NULL, 0, &res, err, sizeof(err));
-    if (rc < 0) {
-        log_line(el, "oplog: cannot delete the records below %" PRIu64 ": %s", seq, err);
-        return;
-    }
-    if (!res.succeeded)
-        log_line(el, "oplog: the records below %" PRIu64 " were not deleted: the fence "
-                 "no longer holds", seq);
-    etcd_txn_result_free(&res);
-}
-
-/* -- the thread: following and promoting -------------------------------------- */
-
-/* Copy one record for the loop, waiting while FOLLOW_QUEUE_MAX are queued.
- * Returns 0, SMP_ENOMEM, or SMP_ECANCELED (stopping, or the session was
- * cancelled). Thread. */
-static int post_record(etcd_log *el, void *arg, const oplog_record *rec)
-{
-    frec *r;
-    (void)arg;
-    r = malloc(sizeof(*r) + rec->len);
-    if (r == NULL)
-        return SMP_ENOMEM;
-    r->next = NULL;
-    r->sess = el->f_sess;
-    r->fn = el->f_fn;
-    r->arg = el->f_arg;
-    r->rec = *rec;
-    if (rec->len > 0)
-        memcpy(r->data, rec->payload, rec->len);
-    r->rec.payload = r->data;
-    pthread_mutex_lock(&el->mu);
-    while (el->n_recs >= FOLLOW_QUEUE_MAX && !el->stop && el->cancel_sess != el->f_sess)
-        timed_wait_locked(el, FOLLOW_POLL_MS);
-    if (el->stop || el->cancel_sess == el->f_sess) {
-        pthread_mutex_unlock(&el->mu);
-        free(r);
-        return SMP_ECANCELED;
-    }
-    if (el->recs.tail != NULL)
-        el->recs.tail->next = r;
-    else
-        el->recs.head = r;
-    el->recs.tail = r;
-    el->n_recs++;
-    if (rec->seq > el->t_head)
-        el->t_head = rec->seq;
-    pthread_mutex_unlock(&el->mu);
-    uv_async_send(&el->async);
-    el->f_next = rec->seq + 1;
-    return 0;
-}
-
-static void close_watch(etcd_log *el)
-{
-    etcd_watch_close(el->watch);
-    el->watch = NULL;
-}
-
-/* Following ended on the thread: tell the loop why (unless cancelled). */
-static void post_follow_stop(etcd_log *el, int status, const char *why)
-{
-    close_watch(el);
-    el->f_active = 0;
-    if (status == SMP_ECANCELED)
-        return;
-    log_line(el, "oplog: following stopped at seq %" PRIu64 ": %s", el->f_next, why);
-    pthread_mutex_lock(&el->mu);
-    el->stop_evt = 1;
-    el->stop_status = status;
-    el->stop_sess = el->f_sess;
-    snprintf(el->stop_why, sizeof(el->stop_why), "%s", why);
-    pthread_mutex_unlock(&el->mu);
-    uv_async_send(&el->async);
-}
-
-/* Read what the session misses up to the head and start the watch after it.
- * Returns 0, or an error with err set (SMP_ERANGE: records are gone). */
-static int follow_sync(etcd_log *el, char *err, size_t errlen)
-{
-    uint64_t head, first;
-    int64_t mod, rev;
-    int gone = 0;
-    int rc = read_head(el, 0, &head, &mod, &rev, err, errlen);
-    if (rc < 0)
-        return rc;
-    pthread_mutex_lock(&el->mu);
-    if (head > el->t_head)
-        el->t_head = head;
-    pthread_mutex_unlock(&el->mu);
-    if (head + 1 < el->f_next) {
-        wm_errbuf(err, errlen, "oplog: the log's head %" PRIu64 " is behind seq %" PRIu64
-                  " already delivered", head, el->f_next - 1);
-        return SMP_EPROTO;
-    }
-    rc = scan(el, el->f_next, head, rev, post_record, NULL, &gone, &first, err, errlen);
-    if (gone)
-        return SMP_ERANGE;
-    if (rc < 0)
-        return rc;
-    rc = etcd_watch_open(el->client, el->log_begin, el->log_begin_len, el->log_end,
-                         el->log_end_len, rev + 1, &el->watch, err, errlen);
-    if (rc == SMP_ERANGE) { /* compacted meanwhile: the next step reads again */
-        el->watch = NULL;
-        rc = 0;
-    }
-    return rc;
-}
-
-/* Deliver the records of one watch answer. Returns 0 or an error (err set). */
-static int follow_events(etcd_log *el, const etcd_watch_batch *b, char *err, size_t errlen)
-{
-    for (size_t i = 0; i < b->n; i++) {
-        const etcd_event *ev = &b->events[i];
-        oplog_record rec;
-        uint64_t seq;
-        int rc;
-        if (ev->type != ETCD_EVENT_PUT)
-            continue; /* garbage collection */
-        seq = key_seq(el, ev->kv.key, ev->kv.key_len);
-        if (seq != el->f_next) {
-            if (seq == 0) {
-                char shown[96];
-                printable(shown, sizeof(shown), ev->kv.key, ev->kv.key_len);
-                wm_errbuf(err, errlen, "oplog: \"%s\" in the record range is not a record "
-                          "key", shown);
-            } else if (seq < el->f_next) {
-                wm_errbuf(err, errlen, "oplog: record %" PRIu64 " was written again after %"
-                          PRIu64 " was delivered", seq, el->f_next - 1);
-            } else {
-                wm_errbuf(err, errlen, "oplog: sequence gap: record %" PRIu64 " follows %"
-                          PRIu64, seq, el->f_next - 1);
-            }
-            return SMP_EPROTO;
-        }
-        if ((rc = verify_value(seq, ev->kv.value, ev->kv.value_len, &rec, err, errlen)) < 0)
-            return rc;
-        if ((rc = post_record(el, NULL, &rec)) < 0)
-            return rc;
-    }
-    return 0;
-}
-
-/* One step of following: (re)synchronise, or wait up to FOLLOW_POLL_MS for
- * the watch. Transient errors back off and retry until unreachable_ms. */
-static void follow_step(etcd_log *el)
-{
-    char err[384];
-    int rc;
-
-    if (el->watch == NULL) {
-        rc = follow_sync(el, err, sizeof(err));
-    } else {
-        etcd_watch_batch b;
-        rc = etcd_watch_next(el->watch, FOLLOW_POLL_MS, &b, err, sizeof(err));
-        if (rc == 0)
-            return;
-        if (rc == 1) {
-            rc = follow_events(el, &b, err, sizeof(err));
-            etcd_watch_batch_free(&b);
-            if (rc == 0) {
-                el->f_down_since_ns = 0;
-                el->f_backoff_ms = BACKOFF_MIN_MS;
-                return;
-            }
-        } else {
-            close_watch(el);
-            if (rc == SMP_ERANGE)
-                return; /* compacted past the watch: read again, at once */
-        }
-    }
-    if (rc == 0) {
-        el->f_down_since_ns = 0;
-        el->f_backoff_ms = BACKOFF_MIN_MS;
-        return;
-    }
-    if (rc == SMP_EIO) {
-        uint64_t t = now_ns();
-        close_watch(el);
-        if (el->f_down_since_ns == 0)
-            el->f_down_since_ns = t;
-        if (t - el->f_down_since_ns >= (uint64_t)el->opt.unreachable_ms * 1000000u) {
-            char why[512];
-            snprintf(why, sizeof(why), "oplog: etcd stayed unreachable for %" PRIu32
-                     " ms: %s", el->opt.unreachable_ms, err);
-            post_follow_stop(el, SMP_EIO, why);
-            return;
-        }
-        nap(el, el->f_backoff_ms, 1);
-        el->f_backoff_ms = el->f_backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS
-                                                                 : el->f_backoff_ms * 2;
-        return;
-    }
-    post_follow_stop(el, rc, err);
-}
-
-/* Post the promote's outcome to the loop. */
-static void post_promote(etcd_log *el, int status, int follow_ended, uint64_t sess,
-                         uint64_t head)
-{
-    pthread_mutex_lock(&el->mu);
-    el->prom_evt = 1;
-    el->prom_status = status;
-    el->prom_follow_ended = follow_ended;
-    el->prom_sess = sess;
-    el->prom_head = head;
-    pthread_mutex_unlock(&el->mu);
-    uv_async_send(&el->async);
-}
-
-/* Promote (see oplog_etcd_promote). Thread; mu not held. */
-static void do_promote(etcd_log *el)
-{
-    etcd_compare cmp[2];
-    etcd_op ok_op, fail_op;
-    etcd_txn_result res;
-    char err[384];
-    uint64_t head = 0, first;
-    int64_t mod = 0, rev;
-    int gone = 0;
-    int rc;
-    const oplog_etcd_fence *f = &el->fence; /* stable while promoting */
-
-    pthread_mutex_lock(&el->mu);
-    if (el->promote_sess != el->f_sess) { /* not this session's follow: start one */
-        el->f_sess = el->promote_sess;
-        el->f_next = el->promote_from;
-        el->f_fn = el->promote_fn;
-        el->f_arg = el->promote_fn_arg;
-        el->f_active = 0;
-    }
-    pthread_mutex_unlock(&el->mu);
-    if (!el->f_active)
-        close_watch(el); /* a follow that ended on an error may have left one */
-
-    cmp[0] = (etcd_compare){.target = ETCD_CMP_LEASE, .result = ETCD_CMP_EQUAL,
-                            .key = f->leader_key, .key_len = f->leader_key_len,
-                            .number = f->lease_id};
-    cmp[1] = (etcd_compare){.target = ETCD_CMP_CREATE, .result = ETCD_CMP_EQUAL,
-                            .key = f->leader_key, .key_len = f->leader_key_len,
-                            .number = f->create_revision};
-    ok_op = (etcd_op){.type = ETCD_OP_RANGE, .key = el->head_key,
-                      .key_len = el->head_key_len};
-    fail_op = (etcd_op){.type = ETCD_OP_RANGE, .key = f->leader_key,
-                        .key_len = f->leader_key_len};
-    rc = etcd_txn(el->client, cmp, 2, &ok_op, 1, &fail_op, 1, &res, err, sizeof(err));
-    if (rc < 0) {
-        log_line(el, "oplog: promote: cannot check the fence: %s", err);
-        post_promote(el, rc == SMP_EIO ? SMP_EIO : rc, 0, el->f_sess, 0);
-        return;
-    }
-    if (!res.succeeded) {
-        char why[512];
-        el->fence_ok = 0;
-        fenced_reason(el, &res, why, sizeof(why));
-        etcd_txn_result_free(&res);
-        log_line(el, "oplog: promote refused (%s)", why + strlen("oplog: fenced: "));
-        post_promote(el, SMP_ENOTLEADER, 0, el->f_sess, 0);
-        return;
-    }
-    rev = res.revision;
-    if (res.n_ranges == 1 && res.ranges[0].n > 0) {
-        rc = parse_head(res.ranges[0].kvs[0].value, res.ranges[0].kvs[0].value_len, &head);
-        mod = res.ranges[0].kvs[0].mod_revision;
-    } else if (res.n_ranges != 1) {
-        rc = SMP_EPROTO;
-    }
-    etcd_txn_result_free(&res);
-    if (rc < 0) {
-        log_line(el, "oplog: promote: %s does not hold a sequence", el->head_key);
-        close_watch(el);
-        el->f_active = 0;
-        post_promote(el, SMP_EPROTO, 1, el->f_sess, 0);
-        return;
-    }
-    /* Nobody else can append after head now: catch up to it and stop. */
-    close_watch(el);
-    if (head + 1 < el->f_next) {
-        log_line(el, "oplog: promote: the head %" PRIu64 " is behind seq %" PRIu64
-                 " already delivered", head, el->f_next - 1);
-        rc = SMP_EPROTO;
-    } else {
-        rc = scan(el, el->f_next, head, rev, post_record, NULL, &gone, &first, err,
-                  sizeof(err));
-        if (gone)
-            rc = SMP_ERANGE;
-        if (rc < 0)
-            log_line(el, "oplog: promote: catching up: %s", err);
-    }
-    el->f_active = 0;
-    if (rc < 0) {
-        post_promote(el, rc, 1, el->f_sess, 0);
-        return;
-    }
-    el->head_mod = mod;
-    el->written = head;
-    el->fence_ok = 1;
-    log_line(el, "oplog: promoted: the log continues at seq %" PRIu64, head + 1);
-    post_promote(el, 0, 1, el->f_sess, head);
-}
-
-/* The backend's thread: writes first, then requests, then following. */
 static void *worker_main(void *arg)
 {
     etcd_log *el = arg;
@@ -1307,7 +458,7 @@ static void *worker_main(void *arg)
         if (el->cancel_sess != 0) {
             if (el->cancel_sess == el->f_sess) {
                 pthread_mutex_unlock(&el->mu);
-                close_watch(el);
+                oel_close_watch(el);
                 pthread_mutex_lock(&el->mu);
                 el->f_active = 0;
             }
@@ -1317,7 +468,7 @@ static void *worker_main(void *arg)
         if (el->follow_req) {
             el->follow_req = 0;
             pthread_mutex_unlock(&el->mu);
-            close_watch(el);
+            oel_close_watch(el);
             pthread_mutex_lock(&el->mu);
             el->f_active = 1;
             el->f_sess = el->follow_req_sess;
@@ -1348,7 +499,7 @@ static void *worker_main(void *arg)
                 }
                 el->n_queued -= n;
                 pthread_mutex_unlock(&el->mu);
-                rc = write_batch(el, &batch, n, &bytes);
+                rc = oel_write_batch(el, &batch, n, &bytes);
                 pthread_mutex_lock(&el->mu);
             }
             if (rc < 0) {
@@ -1373,7 +524,7 @@ static void *worker_main(void *arg)
         if (el->promote_req && !el->stop) {
             el->promote_req = 0;
             pthread_mutex_unlock(&el->mu);
-            do_promote(el);
+            oel_do_promote(el);
             pthread_mutex_lock(&el->mu);
             continue;
         }
@@ -1382,7 +533,7 @@ static void *worker_main(void *arg)
             el->trunc_req = 0;
             if (!el->failed && el->fence_ok) {
                 pthread_mutex_unlock(&el->mu);
-                truncate_records(el, seq);
+                oel_truncate_records(el, seq);
                 pthread_mutex_lock(&el->mu);
             }
             continue;
@@ -1391,18 +542,18 @@ static void *worker_main(void *arg)
             break;
         if (el->f_active) {
             if (el->n_recs >= FOLLOW_QUEUE_MAX) {
-                timed_wait_locked(el, FOLLOW_POLL_MS);
+                oel_timed_wait_locked(el, FOLLOW_POLL_MS);
                 continue;
             }
             pthread_mutex_unlock(&el->mu);
-            follow_step(el);
+            oel_follow_step(el);
             pthread_mutex_lock(&el->mu);
             continue;
         }
         pthread_cond_wait(&el->cv, &el->mu);
     }
     pthread_mutex_unlock(&el->mu);
-    close_watch(el);
+    oel_close_watch(el);
     return NULL;
 }
 
@@ -1496,7 +647,7 @@ static int etcd_replay(oplog *log,
                   "nor promotes");
         return SMP_ESTATE;
     }
-    if ((rc = read_head(el, 0, &head, &mod, &rev, err, errlen)) < 0)
+    if ((rc = oel_read_head(el, 0, &head, &mod, &rev, err, errlen)) < 0)
         return rc;
     if (head > el->head_seen)
         el->head_seen = head;
@@ -1505,7 +656,7 @@ static int etcd_replay(oplog *log,
                   PRIu64 " that replay starts after", head, after_seq);
         return SMP_EPROTO;
     }
-    rc = scan(el, after_seq + 1, head, rev, replay_one, &c, &gone, &first, err, errlen);
+    rc = oel_scan(el, after_seq + 1, head, rev, replay_one, &c, &gone, &first, err, errlen);
     if (c.last > after_seq || rc == 0)
         el->applied_seq = el->last_seq = el->durable_seq = c.last;
     return rc;
@@ -1698,7 +849,7 @@ int oplog_etcd_open(uv_loop_t *loop,
         goto free_log;
     }
     el->opt.prefix = el->prefix;
-    if ((rc = read_head(el, 0, &head, &mod, &rev, err, errlen)) < 0)
+    if ((rc = oel_read_head(el, 0, &head, &mod, &rev, err, errlen)) < 0)
         goto free_log;
     el->last_seq = el->durable_seq = el->applied_seq = el->head_seen = head;
     el->written = head;
