@@ -183,24 +183,6 @@ static uint64_t generation_of(wr_fixture *f, const Wmrpc__WeightIdentity *id)
     return g;
 }
 
-/* Poll the RUNNING operation until members_done reaches at least `at`. */
-static uint64_t wait_progress(wr_fixture *f, uint64_t op_id, uint64_t at)
-{
-    uint64_t end = mono_ms() + WAIT_MS;
-    for (;;) {
-        int st;
-        Wmrpc__OperationResponse *op = wr_get_op(f, op_id, &st);
-        assert_int_equal(st, 0);
-        uint64_t done = op->operation->members_done;
-        int running = op->operation->state == 1;
-        wmrpc__operation_response__free_unpacked(op, NULL);
-        if (!running) fail_msg("operation %llu ended before the kill", (unsigned long long)op_id);
-        if (done >= at) return done;
-        if (mono_ms() > end) fail_msg("operation %llu made no progress", (unsigned long long)op_id);
-        sleep_ms(5);
-    }
-}
-
 /* Poll until the revision has availability `av` (and, when res >= 0, that
  * residency) with no active operation; returns its metadata response. */
 static Wmrpc__MetadataResponse *wait_state(wr_fixture *f, const Wmrpc__WeightIdentity *id, int av, int res)
@@ -322,29 +304,13 @@ static weight_upsert_claim claim_of(cluster *c, const char *res)
     return cl;
 }
 
-/* Position of a phase in its mode's order. */
-static int order_of(weight_upsert_mode mode, int phase)
-{
-    static const int pf[] = {WEIGHT_PHASE_CLAIMED, WEIGHT_PHASE_IMPORTING_TARGET,
-                             WEIGHT_PHASE_BASE_FENCED, WEIGHT_PHASE_DRAINING_BASE,
-                             WEIGHT_PHASE_DELETING_BASE, WEIGHT_PHASE_COMMITTED};
-    static const int df[] = {WEIGHT_PHASE_CLAIMED, WEIGHT_PHASE_DELETING_BASE,
-                             WEIGHT_PHASE_BASE_DELETED, WEIGHT_PHASE_IMPORTING_TARGET,
-                             WEIGHT_PHASE_COMMITTED};
-    const int *seq = mode == WEIGHT_UPSERT_PUT_FIRST ? pf : df;
-    int n = mode == WEIGHT_UPSERT_PUT_FIRST ? 6 : 5;
-    for (int i = 0; i < n; i++)
-        if (seq[i] == phase) return i;
-    return 99;
-}
-
 /* Poll until the claim reaches `phase` (or a later one); returns it. */
 static weight_upsert_claim wait_claim(cluster *c, const char *res, weight_upsert_mode mode, int phase)
 {
     uint64_t end = mono_ms() + WAIT_MS;
     for (;;) {
         weight_upsert_claim cl = claim_of(c, res);
-        if (order_of(mode, cl.phase) >= order_of(mode, phase)) return cl;
+        if (wr_upsert_phase_order(mode, cl.phase) >= wr_upsert_phase_order(mode, phase)) return cl;
         if (mono_ms() > end) fail_msg("claim on %s still in phase %d after %d ms (wanted %d)", res,
                                       cl.phase, WAIT_MS, phase);
         sleep_ms(5);
@@ -359,7 +325,8 @@ static void assert_same_claim(const weight_upsert_claim *before, const weight_up
     assert_int_equal(after->mode, before->mode);
     assert_int_equal(after->created_ms, before->created_ms);
     assert_int_equal(after->target.generation, before->target.generation);
-    assert_true(order_of(after->mode, after->phase) >= order_of(before->mode, before->phase));
+    assert_true(wr_upsert_phase_order(after->mode, after->phase) >=
+                wr_upsert_phase_order(before->mode, before->phase));
     assert_true(after->phase != WEIGHT_PHASE_ABORTED);
 }
 
@@ -378,7 +345,7 @@ static uint64_t base_deletion(cluster *c, const Wmrpc__WeightIdentity *base, uin
             sleep_ms(5);
         }
     }
-    *done = wait_progress(&c->f, op_id, at);
+    *done = wr_wait_progress(&c->f, op_id, at, WAIT_MS);
     return op_id;
 }
 
@@ -574,7 +541,7 @@ static void test_ha_cold_migration_resumes_on_the_new_leader(void **state)
     uint64_t op_id = r->metadata->operation_id;
     assert_true(op_id > 0);
     wmrpc__metadata_response__free_unpacked(r, NULL);
-    uint64_t before = wait_progress(f, op_id, 4);
+    uint64_t before = wr_wait_progress(f, op_id, 4, WAIT_MS);
 
     kill_leader(c, leader);
 
@@ -614,7 +581,7 @@ static void test_ha_deletion_resumes_on_the_new_leader(void **state)
     uint64_t op_id = r->metadata->operation_id;
     assert_true(op_id > 0);
     wmrpc__metadata_response__free_unpacked(r, NULL);
-    uint64_t before = wait_progress(f, op_id, 4);
+    uint64_t before = wr_wait_progress(f, op_id, 4, WAIT_MS);
 
     kill_leader(c, leader);
 

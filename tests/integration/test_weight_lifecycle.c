@@ -548,24 +548,6 @@ static void test_killed_node_degrades_then_recovers(void **state)
     hx_node_kill(&b);
 }
 
-/* Poll the operation until members_done reaches at least `at`; returns it. */
-static uint64_t wait_progress(wr_fixture *f, uint64_t op_id, uint64_t at)
-{
-    uint64_t end = mono_ms() + WAIT_MS;
-    for (;;) {
-        int st;
-        Wmrpc__OperationResponse *op = wr_get_op(f, op_id, &st);
-        assert_int_equal(st, 0);
-        uint64_t done = op->operation->members_done;
-        int running = op->operation->state == 1;
-        wmrpc__operation_response__free_unpacked(op, NULL);
-        if (!running) fail_msg("operation %llu ended before the kill", (unsigned long long)op_id);
-        if (done >= at) return done;
-        if (mono_ms() > end) fail_msg("operation %llu made no progress", (unsigned long long)op_id);
-        sleep_ms(5);
-    }
-}
-
 static void restart_master(wr_fixture *f)
 {
     wr_disconnect(f);
@@ -592,7 +574,7 @@ static void test_master_killed_mid_migration_and_deletion(void **state)
     assert_int_equal(wr_migrate(f, &id, WR_RS_COLD, generation_of(f, &id), &r), 0);
     uint64_t op_id = r->metadata->operation_id;
     wmrpc__metadata_response__free_unpacked(r, NULL);
-    uint64_t before = wait_progress(f, op_id, 4);
+    uint64_t before = wr_wait_progress(f, op_id, 4, WAIT_MS);
     restart_master(f);
     int st;
     Wmrpc__OperationResponse *op = wr_get_op(f, op_id, &st);
@@ -620,7 +602,7 @@ static void test_master_killed_mid_migration_and_deletion(void **state)
     assert_int_equal(rs, 0);
     op_id = r->metadata->operation_id;
     wmrpc__metadata_response__free_unpacked(r, NULL);
-    before = wait_progress(f, op_id, 4);
+    before = wr_wait_progress(f, op_id, 4, WAIT_MS);
     restart_master(f);
     op = wr_get_op(f, op_id, &st);
     assert_int_equal(st, 0);

@@ -32,6 +32,7 @@
 #include "kv_client.h"
 #include "rpc_client.h"
 #include "weight_rpc.pb-c.h"
+#include "weight_rpc.h"
 #include "weightclient.h"
 
 #define SVC 16
@@ -578,22 +579,6 @@ static void begin_raw(fixture *f, const char *res, weight_upsert_mode mode, cons
     free(body);
 }
 
-/* Position of a phase in its mode's order (ABORTED last). */
-static int order_of(weight_upsert_mode mode, int phase)
-{
-    static const int pf[] = {WEIGHT_PHASE_CLAIMED, WEIGHT_PHASE_IMPORTING_TARGET,
-                             WEIGHT_PHASE_BASE_FENCED, WEIGHT_PHASE_DRAINING_BASE,
-                             WEIGHT_PHASE_DELETING_BASE, WEIGHT_PHASE_COMMITTED};
-    static const int df[] = {WEIGHT_PHASE_CLAIMED, WEIGHT_PHASE_DELETING_BASE,
-                             WEIGHT_PHASE_BASE_DELETED, WEIGHT_PHASE_IMPORTING_TARGET,
-                             WEIGHT_PHASE_COMMITTED};
-    const int *seq = mode == WEIGHT_UPSERT_PUT_FIRST ? pf : df;
-    int n = mode == WEIGHT_UPSERT_PUT_FIRST ? 6 : 5;
-    for (int i = 0; i < n; i++)
-        if (seq[i] == phase) return i;
-    return 99;
-}
-
 /* The sum of weight_upsert_recoveries_total over mode's phases from `from`
  * to `to` in a /metrics body; -1 when a phase outside that range counted
  * one for this mode. */
@@ -609,7 +594,8 @@ static long recoveries_between(const char *body, weight_upsert_mode mode, int fr
         if ((at = strstr(body, needle)) == NULL) continue;
         long v = strtol(at + strlen(needle), NULL, 10);
         if (v == 0) continue;
-        if (order_of(mode, phase) < order_of(mode, from) || order_of(mode, phase) > order_of(mode, to))
+        int pos = wr_upsert_phase_order(mode, phase);
+        if (pos < wr_upsert_phase_order(mode, from) || pos > wr_upsert_phase_order(mode, to))
             return -1;
         sum += v;
     }
@@ -653,7 +639,7 @@ static void replace_killed_at(fixture *f, const char *res, weight_upsert_mode mo
     /* Catch the phase: 1 ms polling, a tick is 50 ms. */
     for (int i = 0; i < 10000; i++) {
         c = status(f, res);
-        if (order_of(mode, c.phase) >= order_of(mode, kill_at)) break;
+        if (wr_upsert_phase_order(mode, c.phase) >= wr_upsert_phase_order(mode, kill_at)) break;
         sleep_ms(1);
     }
     assert_int_equal(c.phase, kill_at);
@@ -670,7 +656,7 @@ static void replace_killed_at(fixture *f, const char *res, weight_upsert_mode mo
 
     weight_upsert_claim after = status(f, res);
     assert_string_equal(after.request_id, rid);
-    assert_true(order_of(mode, after.phase) >= order_of(mode, kill_at));
+    assert_true(wr_upsert_phase_order(mode, after.phase) >= wr_upsert_phase_order(mode, kill_at));
     assert_true(after.phase != WEIGHT_PHASE_ABORTED && after.phase != WEIGHT_PHASE_COMMITTED);
     /* The first tick counts the recovered claim, by the phase it found: one
      * from kill_at up to the phase seen now (the tick may have moved it on

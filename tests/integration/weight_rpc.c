@@ -18,6 +18,8 @@
 #include <openssl/evp.h>
 
 #include "weight_rpc.h"
+#include "weightclient.h"
+#include "weightclient.h"
 
 int wr_setup(void **state)
 {
@@ -351,4 +353,35 @@ Wmrpc__OperationResponse *wr_wait_op(wr_fixture *f, uint64_t op_id, int wait_ms)
         wmrpc__operation_response__free_unpacked(r, NULL);
         nanosleep(&(struct timespec){0, 20000000L}, NULL);
     }
+}
+
+uint64_t wr_wait_progress(wr_fixture *f, uint64_t op_id, uint64_t at, int wait_ms)
+{
+    for (int waited = 0;; waited += 5) {
+        int st;
+        Wmrpc__OperationResponse *op = wr_get_op(f, op_id, &st);
+        assert_int_equal(st, 0);
+        uint64_t done = op->operation->members_done;
+        int running = op->operation->state == 1;
+        wmrpc__operation_response__free_unpacked(op, NULL);
+        if (!running) fail_msg("operation %llu ended before the kill", (unsigned long long)op_id);
+        if (done >= at) return done;
+        if (waited > wait_ms) fail_msg("operation %llu made no progress", (unsigned long long)op_id);
+        nanosleep(&(struct timespec){0, 5000000L}, NULL);
+    }
+}
+
+int wr_upsert_phase_order(int mode, int phase)
+{
+    static const int pf[] = {WEIGHT_PHASE_CLAIMED, WEIGHT_PHASE_IMPORTING_TARGET,
+                             WEIGHT_PHASE_BASE_FENCED, WEIGHT_PHASE_DRAINING_BASE,
+                             WEIGHT_PHASE_DELETING_BASE, WEIGHT_PHASE_COMMITTED};
+    static const int df[] = {WEIGHT_PHASE_CLAIMED, WEIGHT_PHASE_DELETING_BASE,
+                             WEIGHT_PHASE_BASE_DELETED, WEIGHT_PHASE_IMPORTING_TARGET,
+                             WEIGHT_PHASE_COMMITTED};
+    const int *seq = mode == WEIGHT_UPSERT_PUT_FIRST ? pf : df;
+    int n = mode == WEIGHT_UPSERT_PUT_FIRST ? 6 : 5;
+    for (int i = 0; i < n; i++)
+        if (seq[i] == phase) return i;
+    return 99;
 }

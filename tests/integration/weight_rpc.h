@@ -163,6 +163,13 @@ Wmrpc__OperationResponse *wr_get_op(wr_fixture *f, uint64_t op_id, int *status);
  * returns it (caller frees). Fails the test on a refused call or after
  * wait_ms, naming its progress, attempts and error. */
 Wmrpc__OperationResponse *wr_wait_op(wr_fixture *f, uint64_t op_id, int wait_ms);
+/* Poll the RUNNING operation every 5 ms until members_done reaches at least
+ * `at` (the point a test kills its master at); returns members_done. Fails
+ * the test when the operation ended first or after wait_ms. */
+uint64_t wr_wait_progress(wr_fixture *f, uint64_t op_id, uint64_t at, int wait_ms);
+/* Position of an upsert claim phase (WEIGHT_PHASE_*) in the order of its
+ * mode (WEIGHT_UPSERT_*); 99 for a phase outside it (ABORTED). */
+int wr_upsert_phase_order(int mode, int phase);
 
 /* wr_begin (ratio 0.5) + wr_put_all + wr_commit of u, each required to
  * succeed; returns the commit's response (caller frees). */
