@@ -1,0 +1,558 @@
+/* plugin_host_api.c -- the host API table each plugin gets.
+ *
+ * The register_* members validate what a plugin registers inside init() and
+ * copy it into the registry tagged with its owner; the first refusal is
+ * remembered and fails the load (plugin_host.c undoes it). The rest of the
+ * table forwards to the master through host_backend, except what the plugin
+ * host owns itself: metrics, config lookups, clocks, the gate and leader
+ * checks in front of oplog_append, logging and allocation. A backend member
+ * left NULL makes the matching call answer SMP_ENOTSUP. Loop thread only. */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "plugin_host_internal.h"
+
+/* Remember the first refused registration of a plugin in init (its message
+ * becomes the load's, later ones are only returned), and return rc for the
+ * plugin. Only reached inside init: outside_init() answers first. */
+static int refuse(smp_host *h, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int refuse(smp_host *h, int rc, const char *fmt, ...)
+{
+    va_list ap;
+    if (h->refused_rc != 0) return rc;
+    h->refused_rc = rc;
+    va_start(ap, fmt);
+    vsnprintf(h->refused, sizeof(h->refused), fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+/* Copy an ABI struct the plugin passed, honouring its struct_size: smaller
+ * than ABI 1.0 is SMP_EINVAL; otherwise min(struct_size, host size) bytes are
+ * copied, the rest zeroed, and the copy's struct_size is that minimum. */
+int hp_copy_abi(void *dst, size_t host_size, const void *src, size_t v1_size)
+{
+    uint32_t ss;
+    memcpy(&ss, src, sizeof(ss));
+    if (ss < v1_size) return SMP_EINVAL;
+    if (ss > host_size) ss = (uint32_t)host_size;
+    memset(dst, 0, host_size);
+    memcpy(dst, src, ss);
+    memcpy(dst, &ss, sizeof(ss)); /* the copy's size: the fields it holds */
+    return SMP_OK;
+}
+
+static int outside_init(smp_host *h, const char *what)
+{
+    if (h->in_init) return 0;
+    hp_host_log(h, SMP_LOG_WARN, "%s: %s called outside init", h->file, what);
+    return 1;
+}
+
+uint32_t hp_struct_size_of(const void *p)
+{
+    uint32_t ss;
+    memcpy(&ss, p, sizeof(ss));
+    return ss;
+}
+
+/* -- Registration members ----------------------------------------------------- */
+
+static int reg_oplog_type(smp_host *h, const smp_oplog_type *t)
+{
+    host_plugins *reg = h->reg;
+    host_oplog_type_reg *e;
+    smp_oplog_type c;
+    smp_config_value v;
+    int rc;
+
+    if (outside_init(h, "register_oplog_type")) return SMP_ESTATE;
+    if (t == NULL) return refuse(h, SMP_EINVAL, "%s: register_oplog_type with no type", h->file);
+    if (hp_copy_abi(&c, sizeof(c), t, V1_OPLOG_TYPE) < 0)
+        return refuse(h, SMP_EINVAL, "%s: oplog type struct_size %" PRIu32
+                      " is smaller than ABI 1.0's %zu", h->file, hp_struct_size_of(t), V1_OPLOG_TYPE);
+    if (c.name == NULL || c.replay == NULL)
+        return refuse(h, SMP_EINVAL, "%s: oplog type %u (%s) has no %s", h->file,
+                      (unsigned)c.type, hp_str_or(c.name, "?"), c.name == NULL ? "name" : "replay");
+    if (c.type == 0)
+        return refuse(h, SMP_ERANGE, "%s: oplog type 0 (%s) is reserved; plugin types start "
+                      "above the host range 1..%d", h->file, c.name, SMP_OPLOG_HOST_TYPE_MAX);
+    if (c.type <= SMP_OPLOG_HOST_TYPE_MAX)
+        return refuse(h, SMP_ERANGE, "%s: oplog type %u (%s) is in the host range 1..%d",
+                      h->file, (unsigned)c.type, c.name, SMP_OPLOG_HOST_TYPE_MAX);
+    if (c.min_encver == 0 || c.min_encver > c.max_encver)
+        return refuse(h, SMP_ERANGE, "%s: oplog type %u (%s) has encoding versions %u..%u "
+                      "(need 1 <= min <= max)", h->file, (unsigned)c.type, c.name,
+                      (unsigned)c.min_encver, (unsigned)c.max_encver);
+    for (size_t i = 0; i < reg->types.n; i++) {
+        const host_oplog_type_reg *o = reg->types.v[i];
+        if (o->t.type == c.type)
+            return refuse(h, SMP_EEXIST, "%s: oplog type %u (%s) is already registered as %s by %s",
+                          h->file, (unsigned)c.type, c.name, o->t.name, o->owner->file);
+        if (strcmp(o->t.name, c.name) == 0)
+            return refuse(h, SMP_EEXIST, "%s: oplog type %u (%s) has the name of type %u (%s) "
+                          "registered by %s", h->file, (unsigned)c.type, c.name,
+                          (unsigned)o->t.type, o->t.name, o->owner->file);
+    }
+    if (c.gate != NULL) {
+        int is_bool = host_config_cluster_get(reg->cfg, c.gate, &v) == SMP_OK &&
+                      v.type == SMP_CONFIG_BOOL;
+        if (!is_bool && h->pc->block != NULL)
+            is_bool = host_config_node_get(h->pc->block, c.gate, &v) == SMP_OK &&
+                      v.type == SMP_CONFIG_BOOL;
+        if (!is_bool)
+            return refuse(h, SMP_EINVAL, "%s: oplog type %u (%s) gate '%s' is not a boolean "
+                          "config flag", h->file, (unsigned)c.type, c.name, c.gate);
+    }
+    e = calloc(1, sizeof(*e));
+    if (e == NULL) return refuse(h, SMP_ENOMEM, "%s: out of memory registering oplog type %u",
+                                 h->file, (unsigned)c.type);
+    e->t = c;
+    e->owner = h;
+    if ((rc = hp_vec_push(&reg->types, e)) < 0) {
+        free(e);
+        return refuse(h, rc, "%s: out of memory registering oplog type %u", h->file, (unsigned)c.type);
+    }
+    return SMP_OK;
+}
+
+static int reg_section(smp_host *h, const smp_snapshot_section *s)
+{
+    host_plugins *reg = h->reg;
+    host_section_reg *e;
+    smp_snapshot_section c;
+    int rc;
+
+    if (outside_init(h, "register_snapshot_section")) return SMP_ESTATE;
+    if (s == NULL) return refuse(h, SMP_EINVAL, "%s: register_snapshot_section with no section", h->file);
+    if (hp_copy_abi(&c, sizeof(c), s, V1_SECTION) < 0)
+        return refuse(h, SMP_EINVAL, "%s: snapshot section struct_size %" PRIu32
+                      " is smaller than ABI 1.0's %zu", h->file, hp_struct_size_of(s), V1_SECTION);
+    if (c.name == NULL || c.save == NULL || c.load == NULL)
+        return refuse(h, SMP_EINVAL, "%s: snapshot section '%s' has no %s", h->file,
+                      hp_str_or(c.name, "?"), c.name == NULL ? "name" : c.save == NULL ? "save" : "load");
+    for (size_t i = 0; i < reg->sections.n; i++) {
+        const host_section_reg *o = reg->sections.v[i];
+        if (strcmp(o->s.name, c.name) == 0)
+            return refuse(h, SMP_EEXIST, "%s: snapshot section '%s' is already registered by %s",
+                          h->file, c.name, o->owner->file);
+    }
+    e = calloc(1, sizeof(*e));
+    if (e == NULL) return refuse(h, SMP_ENOMEM, "%s: out of memory registering section '%s'", h->file, c.name);
+    e->s = c;
+    e->owner = h;
+    if ((rc = hp_vec_push(&reg->sections, e)) < 0) {
+        free(e);
+        return refuse(h, rc, "%s: out of memory registering section '%s'", h->file, c.name);
+    }
+    return SMP_OK;
+}
+
+static int reg_guard(smp_host *h, const smp_guard *g)
+{
+    smp_guard c;
+
+    if (outside_init(h, "register_guard")) return SMP_ESTATE;
+    if (g == NULL) return refuse(h, SMP_EINVAL, "%s: register_guard with no guard", h->file);
+    if (hp_copy_abi(&c, sizeof(c), g, V1_GUARD) < 0)
+        return refuse(h, SMP_EINVAL, "%s: guard struct_size %" PRIu32 " is smaller than ABI 1.0's %zu",
+                      h->file, hp_struct_size_of(g), V1_GUARD);
+    if (c.check == NULL) return refuse(h, SMP_EINVAL, "%s: guard has no check", h->file);
+    if (h->has_guard)
+        return refuse(h, SMP_EEXIST, "%s: a second object guard is refused (one per plugin)", h->file);
+    h->guard = c;
+    h->has_guard = 1;
+    return SMP_OK;
+}
+
+static int reg_tick(smp_host *h, const smp_tick *t)
+{
+    host_tick_reg *e;
+    smp_tick c;
+    int rc;
+
+    if (outside_init(h, "register_tick")) return SMP_ESTATE;
+    if (t == NULL) return refuse(h, SMP_EINVAL, "%s: register_tick with no tick", h->file);
+    if (hp_copy_abi(&c, sizeof(c), t, V1_TICK) < 0)
+        return refuse(h, SMP_EINVAL, "%s: tick struct_size %" PRIu32 " is smaller than ABI 1.0's %zu",
+                      h->file, hp_struct_size_of(t), V1_TICK);
+    if (c.tick == NULL) return refuse(h, SMP_EINVAL, "%s: tick has no callback", h->file);
+    if (c.period_ms == 0) return refuse(h, SMP_ERANGE, "%s: tick period_ms 0 is not allowed", h->file);
+    if (h->has_tick)
+        return refuse(h, SMP_EEXIST, "%s: a second reconcile tick is refused (one per plugin)", h->file);
+    e = calloc(1, sizeof(*e));
+    if (e == NULL) return refuse(h, SMP_ENOMEM, "%s: out of memory registering the tick", h->file);
+    e->t = c;
+    e->owner = h;
+    if ((rc = hp_vec_push(&h->reg->ticks, e)) < 0) {
+        free(e);
+        return refuse(h, rc, "%s: out of memory registering the tick", h->file);
+    }
+    h->has_tick = 1;
+    return SMP_OK;
+}
+
+static int reg_rpc_service(smp_host *h, const smp_rpc_service *s)
+{
+    host_plugins *reg = h->reg;
+    host_rpc_reg *e;
+    smp_rpc_service c;
+    int rc;
+
+    if (outside_init(h, "register_rpc_service")) return SMP_ESTATE;
+    if (s == NULL) return refuse(h, SMP_EINVAL, "%s: register_rpc_service with no service", h->file);
+    if (hp_copy_abi(&c, sizeof(c), s, V1_RPC_SERVICE) < 0)
+        return refuse(h, SMP_EINVAL, "%s: rpc service struct_size %" PRIu32
+                      " is smaller than ABI 1.0's %zu", h->file, hp_struct_size_of(s), V1_RPC_SERVICE);
+    if (c.name == NULL || (c.n_methods > 0 && c.methods == NULL))
+        return refuse(h, SMP_EINVAL, "%s: rpc service %u has no %s", h->file, (unsigned)c.service_id,
+                      c.name == NULL ? "name" : "methods");
+    if (c.service_id <= SMP_RPC_HOST_SERVICE_MAX)
+        return refuse(h, SMP_ERANGE, "%s: rpc service %u (%s) is in the host range 0..%d",
+                      h->file, (unsigned)c.service_id, c.name, SMP_RPC_HOST_SERVICE_MAX);
+    /* The method array is indexed with the host's sizeof(smp_rpc_method),
+     * which is the plugin's as long as ABI 1.x has not grown that struct; a
+     * minor that grows it must switch to a stride of methods[0].struct_size
+     * here and in the RPC dispatcher. */
+    for (size_t i = 0; i < c.n_methods; i++) {
+        const smp_rpc_method *m = &c.methods[i];
+        if (m->struct_size < V1_RPC_METHOD || m->name == NULL || m->handler == NULL)
+            return refuse(h, SMP_EINVAL, "%s: rpc service %u (%s) method %zu is malformed "
+                          "(struct_size, name or handler)", h->file, (unsigned)c.service_id, c.name, i);
+        for (size_t j = 0; j < i; j++)
+            if (c.methods[j].method_id == m->method_id)
+                return refuse(h, SMP_EEXIST, "%s: rpc service %u (%s) has two methods with id %u "
+                              "(%s and %s)", h->file, (unsigned)c.service_id, c.name,
+                              (unsigned)m->method_id, c.methods[j].name, m->name);
+    }
+    for (size_t i = 0; i < reg->rpcs.n; i++) {
+        const host_rpc_reg *o = reg->rpcs.v[i];
+        if (o->s.service_id == c.service_id)
+            return refuse(h, SMP_EEXIST, "%s: rpc service %u (%s) is already registered as %s by %s",
+                          h->file, (unsigned)c.service_id, c.name, o->s.name, o->owner->file);
+    }
+    e = calloc(1, sizeof(*e));
+    if (e == NULL) return refuse(h, SMP_ENOMEM, "%s: out of memory registering rpc service %u",
+                                 h->file, (unsigned)c.service_id);
+    e->s = c;
+    e->owner = h;
+    if ((rc = hp_vec_push(&reg->rpcs, e)) < 0) {
+        free(e);
+        return refuse(h, rc, "%s: out of memory registering rpc service %u", h->file,
+                      (unsigned)c.service_id);
+    }
+    return SMP_OK;
+}
+
+static int reg_event_handler(smp_host *h, const smp_event_handler *eh)
+{
+    host_event_reg *e;
+    smp_event_handler c;
+    int rc;
+
+    if (outside_init(h, "register_event_handler")) return SMP_ESTATE;
+    if (eh == NULL) return refuse(h, SMP_EINVAL, "%s: register_event_handler with no handler", h->file);
+    if (hp_copy_abi(&c, sizeof(c), eh, V1_EVENT_HANDLER) < 0)
+        return refuse(h, SMP_EINVAL, "%s: event handler struct_size %" PRIu32
+                      " is smaller than ABI 1.0's %zu", h->file, hp_struct_size_of(eh), V1_EVENT_HANDLER);
+    if (c.on_event == NULL) return refuse(h, SMP_EINVAL, "%s: event handler has no on_event", h->file);
+    e = calloc(1, sizeof(*e));
+    if (e == NULL) return refuse(h, SMP_ENOMEM, "%s: out of memory registering an event handler", h->file);
+    e->e = c;
+    e->owner = h;
+    if ((rc = hp_vec_push(&h->reg->handlers, e)) < 0) {
+        free(e);
+        return refuse(h, rc, "%s: out of memory registering an event handler", h->file);
+    }
+    return SMP_OK;
+}
+
+static int reg_metric(smp_host *h, const smp_metric_desc *d, smp_metric **out)
+{
+    smp_metric_desc c;
+    host_metric *f = NULL;
+    host_plugin_metric *grown;
+    int rc;
+
+    if (outside_init(h, "register_metric")) return SMP_ESTATE;
+    if (d == NULL || out == NULL)
+        return refuse(h, SMP_EINVAL, "%s: register_metric with no descriptor or out", h->file);
+    if (hp_copy_abi(&c, sizeof(c), d, V1_METRIC_DESC) < 0)
+        return refuse(h, SMP_EINVAL, "%s: metric struct_size %" PRIu32 " is smaller than ABI 1.0's %zu",
+                      h->file, hp_struct_size_of(d), V1_METRIC_DESC);
+    grown = realloc(h->metrics, (h->n_metrics + 1) * sizeof(*grown));
+    if (grown == NULL) return refuse(h, SMP_ENOMEM, "%s: out of memory registering a metric", h->file);
+    h->metrics = grown;
+    rc = host_metrics_register(h->reg->metrics, c.kind, c.name, c.help, c.label_names, &f);
+    if (rc == SMP_EEXIST)
+        return refuse(h, rc, "%s: metric '%s' is already registered", h->file, c.name);
+    if (rc < 0)
+        return refuse(h, rc, "%s: metric '%s' is refused: %s (bad kind or name, or more than %d "
+                      "labels)", h->file, hp_str_or(c.name, "?"), smp_strerror(rc), SMP_METRIC_MAX_LABELS);
+    h->metrics[h->n_metrics].f = f;
+    h->metrics[h->n_metrics].name = c.name;
+    h->n_metrics++;
+    *out = f;
+    return SMP_OK;
+}
+
+/* -- Metrics and environment members ------------------------------------------ */
+
+static void api_metric_add(smp_metric *m, const char *const *values, double v)
+{
+    host_metric_add(m, values, v);
+}
+
+static void api_metric_set(smp_metric *m, const char *const *values, double v)
+{
+    host_metric_set(m, values, v);
+}
+
+static int enotsup_writer_write(smp_writer *w, const void *buf, size_t len)
+{
+    (void)w, (void)buf, (void)len;
+    return SMP_ENOTSUP;
+}
+
+static void empty_reader_data(smp_reader *r, const uint8_t **data, size_t *len)
+{
+    (void)r;
+    if (data != NULL) *data = NULL;
+    if (len != NULL) *len = 0;
+}
+
+static int enotsup_rpc_reply(smp_rpc_call *call, int status, const uint8_t *body, size_t len)
+{
+    (void)call, (void)status, (void)body, (void)len;
+    return SMP_ENOTSUP;
+}
+
+static int api_is_leader(smp_host *h)
+{
+    const host_backend *be = &h->reg->be;
+    return be->is_leader != NULL ? be->is_leader(be->ctx) : 1;
+}
+
+static int api_ha_mode(smp_host *h)
+{
+    return h->reg->cfg->ha_enabled != 0;
+}
+
+/* Append a record of a type this plugin registered. Checks in order: the
+ * type is this plugin's (SMP_ENOTFOUND), encver within its range
+ * (SMP_ERANGE), the gate confirmed when HA is on (SMP_EGATE), this master
+ * leads (SMP_ENOTLEADER); then the backend does the append and owns cb. */
+static int api_oplog_append(smp_host *h, uint16_t type, uint16_t encver, const void *payload,
+                            size_t len, smp_durable_cb cb, void *arg)
+{
+    const host_oplog_type_reg *t = host_plugins_oplog_type(h->reg, type);
+    const host_backend *be = &h->reg->be;
+
+    if (t == NULL || t->owner != h) return SMP_ENOTFOUND;
+    if (payload == NULL && len > 0) return SMP_EINVAL;
+    if (encver < t->t.min_encver || encver > t->t.max_encver) return SMP_ERANGE;
+    if (h->reg->cfg->ha_enabled && t->t.gate != NULL &&
+        !host_plugins_gate_confirmed(h->reg, h, t->t.gate))
+        return SMP_EGATE;
+    if (!api_is_leader(h)) return SMP_ENOTLEADER;
+    if (be->oplog_append == NULL) return SMP_ENOTSUP;
+    return be->oplog_append(be->ctx, type, encver, payload, len, cb, arg);
+}
+
+static int api_object_get(smp_host *h, const char *key, smp_object_info *out)
+{
+    const host_backend *be = &h->reg->be;
+    if (key == NULL || out == NULL) return SMP_EINVAL;
+    return be->object_get != NULL ? be->object_get(be->ctx, key, out) : SMP_ENOTSUP;
+}
+
+static int api_group_list(smp_host *h, const char *group, const char *after_key, size_t max,
+                          smp_object_visit_fn fn, void *arg)
+{
+    const host_backend *be = &h->reg->be;
+    if (group == NULL || fn == NULL) return SMP_EINVAL;
+    return be->group_list != NULL ? be->group_list(be->ctx, group, after_key, max, fn, arg)
+                                  : SMP_ENOTSUP;
+}
+
+static uint64_t api_group_count(smp_host *h, const char *group)
+{
+    const host_backend *be = &h->reg->be;
+    if (group == NULL) return 0;
+    return be->group_count != NULL ? be->group_count(be->ctx, group) : 0;
+}
+
+static int api_group_set_managed(smp_host *h, const char *group, int managed, smp_done_cb cb,
+                                 void *arg)
+{
+    const host_backend *be = &h->reg->be;
+    if (group == NULL) return SMP_EINVAL;
+    return be->group_set_managed != NULL ? be->group_set_managed(be->ctx, group, managed, cb, arg)
+                                         : SMP_ENOTSUP;
+}
+
+typedef int (*host_task_fn)(void *ctx, const char *key, smp_done_cb cb, void *arg);
+
+static int run_task(smp_host *h, host_task_fn fn, const char *key, smp_done_cb cb, void *arg)
+{
+    if (key == NULL) return SMP_EINVAL;
+    return fn != NULL ? fn(h->reg->be.ctx, key, cb, arg) : SMP_ENOTSUP;
+}
+
+static int api_ensure_cold(smp_host *h, const char *key, smp_done_cb cb, void *arg)
+{
+    return run_task(h, h->reg->be.ensure_cold, key, cb, arg);
+}
+
+static int api_ensure_memory(smp_host *h, const char *key, smp_done_cb cb, void *arg)
+{
+    return run_task(h, h->reg->be.ensure_memory, key, cb, arg);
+}
+
+static int api_release_memory(smp_host *h, const char *key, smp_done_cb cb, void *arg)
+{
+    return run_task(h, h->reg->be.release_memory, key, cb, arg);
+}
+
+static int api_remove_object(smp_host *h, const char *key, smp_done_cb cb, void *arg)
+{
+    return run_task(h, h->reg->be.remove_object, key, cb, arg);
+}
+
+static void api_memory_usage(smp_host *h, uint64_t *used, uint64_t *capacity)
+{
+    const host_backend *be = &h->reg->be;
+    uint64_t u = 0, c = 0;
+    if (be->memory_usage != NULL) be->memory_usage(be->ctx, &u, &c);
+    if (used != NULL) *used = u;
+    if (capacity != NULL) *capacity = c;
+}
+
+/* Look a key up in the plugin's block or the cluster defaults; *out is
+ * written only on success. */
+static int api_config_get(smp_host *h, smp_config_scope scope, const char *key, smp_config_value *out)
+{
+    smp_config_value v;
+    int rc;
+    if (key == NULL || out == NULL) return SMP_EINVAL;
+    if (scope == SMP_CONFIG_PLUGIN) {
+        if (h->pc->block == NULL) return SMP_ENOTFOUND;
+        rc = host_config_node_get(h->pc->block, key, &v);
+    } else if (scope == SMP_CONFIG_CLUSTER) {
+        rc = host_config_cluster_get(h->reg->cfg, key, &v);
+    } else {
+        return SMP_EINVAL;
+    }
+    if (rc == SMP_OK) *out = v;
+    return rc;
+}
+
+static uint64_t clock_ms(clockid_t id)
+{
+    struct timespec ts;
+    if (clock_gettime(id, &ts) != 0) return 0;
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static uint64_t api_now_ms(smp_host *h)
+{
+    (void)h;
+    return clock_ms(CLOCK_MONOTONIC);
+}
+
+static uint64_t api_wall_ms(smp_host *h)
+{
+    (void)h;
+    return clock_ms(CLOCK_REALTIME);
+}
+
+static const char *level_name(smp_log_level level)
+{
+    switch (level) {
+    case SMP_LOG_DEBUG: return "DEBUG";
+    case SMP_LOG_INFO: return "INFO";
+    case SMP_LOG_WARN: return "WARN";
+    case SMP_LOG_ERROR: return "ERROR";
+    }
+    return "LOG";
+}
+
+/* One line on stderr: "[<plugin name>] LEVEL message". Formatted into one
+ * buffer first so concurrent lines do not interleave. */
+void hp_host_log(smp_host *h, smp_log_level level, const char *fmt, ...)
+{
+    char line[1024];
+    int n;
+    va_list ap;
+    const char *who = h->desc.name != NULL ? h->desc.name : h->file;
+
+    n = snprintf(line, sizeof(line), "[%s] %s ", who, level_name(level));
+    if (n < 0 || (size_t)n >= sizeof(line)) n = 0;
+    va_start(ap, fmt);
+    vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "%s\n", line);
+}
+
+static void *api_alloc(size_t n)
+{
+    return malloc(n);
+}
+
+static void api_free(void *p)
+{
+    free(p);
+}
+
+/* Point the three context-free members (their object carries its own state)
+ * straight at the backend, or at the refusing stubs. */
+void hp_api_bind_backend(smp_host_api *api, const host_backend *be)
+{
+    api->writer_write = be->writer_write != NULL ? be->writer_write : enotsup_writer_write;
+    api->reader_data = be->reader_data != NULL ? be->reader_data : empty_reader_data;
+    api->rpc_reply = be->rpc_reply != NULL ? be->rpc_reply : enotsup_rpc_reply;
+}
+
+void hp_api_fill(smp_host *h)
+{
+    smp_host_api *a = &h->api;
+    memset(a, 0, sizeof(*a));
+    a->struct_size = sizeof(*a);
+    a->abi_major = SMP_ABI_MAJOR;
+    a->abi_minor = SMP_ABI_MINOR;
+    a->host_caps = hp_offered_caps(h->reg);
+    a->register_oplog_type = reg_oplog_type;
+    a->register_snapshot_section = reg_section;
+    a->register_guard = reg_guard;
+    a->register_tick = reg_tick;
+    a->register_rpc_service = reg_rpc_service;
+    a->register_event_handler = reg_event_handler;
+    a->register_metric = reg_metric;
+    a->metric_add = api_metric_add;
+    a->metric_set = api_metric_set;
+    a->oplog_append = api_oplog_append;
+    a->object_get = api_object_get;
+    a->group_list = api_group_list;
+    a->group_count = api_group_count;
+    a->group_set_managed = api_group_set_managed;
+    a->ensure_cold = api_ensure_cold;
+    a->ensure_memory = api_ensure_memory;
+    a->release_memory = api_release_memory;
+    a->remove_object = api_remove_object;
+    a->memory_usage = api_memory_usage;
+    a->config_get = api_config_get;
+    a->now_ms = api_now_ms;
+    a->wall_ms = api_wall_ms;
+    a->is_leader = api_is_leader;
+    a->ha_mode = api_ha_mode;
+    a->log = hp_host_log;
+    a->alloc = api_alloc;
+    a->free = api_free;
+    hp_api_bind_backend(a, &h->reg->be);
+}
