@@ -1,0 +1,124 @@
+/* weightctl.h -- what weightctl's own files share: the commands (one
+ * wctl_cmd_* per command, main_weightctl.c dispatches), argument parsing and
+ * the store handle (weightctl_args.c), output and progress
+ * (weightctl_output.c). Nothing here is part of libweightclient; these
+ * files build into the weightctl program only. The global options and
+ * `status` are weightctl_master.h's. */
+#ifndef WM_WEIGHTCTL_H
+#define WM_WEIGHTCTL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "weightclient.h"
+#include "weightctl_master.h"
+
+/* -- main_weightctl.c ------------------------------------------------------- */
+
+/* The usage text (every command, one line or two each) on out. */
+void wctl_usage(FILE *out);
+
+/* -- weightctl_args.c: arguments and the store ------------------------------ */
+
+/* Open x->ws on x->master for x->tenant. 0, or -1 with the cause on stderr. */
+int wctl_open_weights(ctl *x);
+/* Print "weightctl: WHAT: NAME: cause" and return 1. */
+int wctl_failed(ctl *x, const char *what, int rc);
+/* Parse an ID; without "@GEN" take the newest live generation of it. 0, or
+ * the exit code with the cause already printed. */
+int wctl_parse_id(ctl *x, const char *text, weight_identity *id);
+/* wctl_parse_id of arg, then its text into text[tcap] and "CMD TEXT" (what a
+ * failure names) into what[wcap]. Returns wctl_parse_id's status. */
+int wctl_resolve_id(ctl *x, const char *arg, const char *cmd, weight_identity *id, char *text,
+                    size_t tcap, char *what, size_t wcap);
+/* "hot", "cold", "mixed" or "mixed:0.3" into a residency and ratio; -1 if not one. */
+int wctl_parse_residency(const char *s, weight_residency *res, double *ratio);
+/* "pinned", "manual" or "auto"; -1 if not one. */
+int wctl_parse_mode(const char *s, weight_migration_mode *m);
+/* A decimal unsigned number, nothing else; -1 if not one. */
+int wctl_parse_u64(const char *s, uint64_t *out);
+
+/* --split PATTERN=DIM and --replicate PATTERN, in command-line order: the
+ * first rule whose glob matches a tensor's name (and, for a split, whose DIM
+ * the tensor has) decides; without one, tensors of 2 or more dimensions are
+ * split along 0 and the rest replicated. */
+typedef struct wctl_rule {
+    const char *pattern;
+    int split;            /* 1: split along dim, 0: replicate */
+    uint32_t dim;
+} wctl_rule;
+
+typedef struct wctl_rules {
+    wctl_rule r[128];
+    size_t n;
+} wctl_rules;
+
+/* Add a --split (arg "PATTERN=DIM", cut in place) or --replicate rule. 0, or
+ * -1 for a usage error. */
+int wctl_rules_add(wctl_rules *rs, char *arg, int split);
+/* 1 with *dim when tensor name (ndim dimensions) is split, 0 when it is
+ * replicated. */
+int wctl_rules_decide(const wctl_rules *rs, const char *name, uint32_t ndim, uint32_t *dim);
+
+/* --tie NAME=TARGET: NAME is stored as an alias of TARGET. */
+typedef struct wctl_tie {
+    char *name;
+    const char *target;
+} wctl_tie;
+
+/* One --tie NAME=TARGET into ties[*n_ties] (at most 64; arg is split in
+ * place). 0, or -1 for a usage error. */
+int wctl_parse_tie(char *arg, wctl_tie *ties, size_t *n_ties);
+
+/* -- weightctl_output.c: answers -------------------------------------------- */
+
+/* The progress bar of put and get, drawn on stderr when on. */
+typedef struct wctl_progress {
+    int on;
+    const char *label;
+    double t0;
+    uint64_t last_done;
+    int drawn;
+} wctl_progress;
+
+/* Seconds on the monotonic clock. */
+double wctl_now(void);
+/* v bytes as "12 B", "1.5 KiB", ... into out[cap]. */
+void wctl_human(double v, char *out, size_t cap);
+/* weight_store_set_progress callback: ctx is a wctl_progress. */
+void wctl_progress_cb(void *ctx, uint64_t done, uint64_t total);
+/* End the bar's line, if one was drawn. */
+void wctl_progress_end(wctl_progress *p);
+/* An identity as NAMESPACE/RESOURCE/REVISION@GENERATION into out[cap]. */
+void wctl_id_text(const weight_identity *id, char *out, size_t cap);
+/* JSON values on stdout. */
+void wctl_json_hex(const uint8_t *b, size_t n);
+void wctl_json_identity(const weight_identity *id);
+void wctl_json_operation(const weight_operation *op);
+void wctl_json_metadata(const weight_metadata *m, const weight_operation *op);
+/* An operation as text on stdout. */
+void wctl_print_operation(const weight_operation *op);
+/* Show an operation (a JSON line with --json, else text) and return the
+ * exit code it makes: 1 when it FAILED (state 3), else 0. */
+int wctl_show_operation(ctl *x, const weight_operation *op);
+
+/* -- the commands: each returns the exit status ----------------------------- */
+
+int wctl_cmd_kv_ls(ctl *x, const char *prefix);         /* weightctl_kv.c */
+int wctl_cmd_kv_put(ctl *x, const char *key, const char *path);
+int wctl_cmd_kv_get(ctl *x, const char *key, const char *path);
+int wctl_cmd_kv_rm(ctl *x, const char *key);
+int wctl_cmd_put(ctl *x, int argc, char **argv);        /* weightctl_put.c */
+int wctl_cmd_upsert(ctl *x, int argc, char **argv);
+int wctl_cmd_get(ctl *x, int argc, char **argv);        /* weightctl_get.c */
+int wctl_cmd_ls(ctl *x, int argc, char **argv);         /* weightctl_manage.c */
+int wctl_cmd_info(ctl *x, const char *arg);
+int wctl_cmd_exists(ctl *x, const char *arg);
+int wctl_cmd_size(ctl *x, const char *arg);
+int wctl_cmd_policy(ctl *x, int argc, char **argv);
+int wctl_cmd_migrate(ctl *x, int argc, char **argv);
+int wctl_cmd_op(ctl *x, int argc, char **argv);
+int wctl_cmd_rm(ctl *x, int argc, char **argv);
+
+#endif /* WM_WEIGHTCTL_H */

@@ -1,0 +1,161 @@
+/* weightctl_args.c -- how weightctl reads its arguments and reaches the
+ * weights: the store handle and the one-line failure report, identities
+ * (NAMESPACE/RESOURCE/REVISION[@GENERATION], the newest live generation when
+ * "@GENERATION" is left out), residencies, modes, numbers, the TP placement
+ * rules (--split / --replicate) and --tie. */
+#include <fnmatch.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "weightctl.h"
+
+int wctl_open_weights(ctl *x)
+{
+    char err[512];
+    int rc = weight_store_open(x->master, x->tenant, NULL, &x->ws, err, sizeof err);
+    if (rc < 0) {
+        fprintf(stderr, "weightctl: cannot reach the master at %s: %s: %s\n", x->master,
+                weight_error_name(rc), err);
+        return -1;
+    }
+    return 0;
+}
+
+/* Print "weightctl: WHAT: NAME: cause" and return 1. */
+int wctl_failed(ctl *x, const char *what, int rc)
+{
+    fprintf(stderr, "weightctl: %s: %s: %s\n", what, weight_error_name(rc),
+            weight_store_last_error(x->ws));
+    return 1;
+}
+
+/* -- identities ------------------------------------------------------------ */
+
+/* Parse an ID; without "@GEN" take the newest live generation of it. */
+int wctl_parse_id(ctl *x, const char *text, weight_identity *id)
+{
+    int has_gen = 0;
+    if (weight_identity_parse(text, x->tenant, id, &has_gen) < 0) {
+        fprintf(stderr, "weightctl: '%s' is not NAMESPACE/RESOURCE/REVISION[@GENERATION]\n", text);
+        return 2;
+    }
+    if (has_gen) return 0;
+    weight_list_query q = {id->namespace_id, id->resource_id, 0, 0};
+    char token[1024] = "", next[1024];
+    uint64_t best = 0;
+    do {
+        weight_metadata *list = NULL;
+        size_t n = 0;
+        int rc = weight_list(x->ws, &q, token, &list, &n, next, sizeof next);
+        if (rc < 0) return wctl_failed(x, "resolving the generation", rc);
+        for (size_t i = 0; i < n; i++)
+            if (strcmp(list[i].identity.revision, id->revision) == 0 &&
+                list[i].identity.generation > best)
+                best = list[i].identity.generation;
+        weight_list_free(list);
+        snprintf(token, sizeof token, "%s", next);
+    } while (token[0]);
+    if (best == 0) {
+        fprintf(stderr, "weightctl: %s: NOT_FOUND: no live generation of that revision\n", text);
+        return 1;
+    }
+    id->generation = best;
+    return 0;
+}
+
+/* wctl_parse_id of arg, then its text into text[tcap] and "CMD TEXT" (what a
+ * failure names) into what[wcap]. Returns parse_id's status: 0, or the exit
+ * code with the cause already printed. */
+int wctl_resolve_id(ctl *x, const char *arg, const char *cmd, weight_identity *id, char *text,
+                      size_t tcap, char *what, size_t wcap)
+{
+    int rc = wctl_parse_id(x, arg, id);
+    if (rc != 0) return rc;
+    wctl_id_text(id, text, tcap);
+    snprintf(what, wcap, "%s %s", cmd, text);
+    return 0;
+}
+
+/* "hot", "cold", "mixed" or "mixed:0.3" into a residency and ratio. */
+int wctl_parse_residency(const char *s, weight_residency *res, double *ratio)
+{
+    *ratio = 0;
+    if (strcasecmp(s, "hot") == 0) *res = WEIGHT_RES_HOT;
+    else if (strcasecmp(s, "cold") == 0) *res = WEIGHT_RES_COLD;
+    else if (strncasecmp(s, "mixed", 5) == 0 && (s[5] == '\0' || s[5] == ':')) {
+        *res = WEIGHT_RES_MIXED;
+        if (s[5] == ':') {
+            char *end = NULL;
+            *ratio = strtod(s + 6, &end);
+            if (end == s + 6 || *end != '\0' || !(*ratio > 0 && *ratio < 1)) return -1;
+        }
+    } else {
+        return -1;
+    }
+    return 0;
+}
+
+int wctl_parse_mode(const char *s, weight_migration_mode *m)
+{
+    if (strcasecmp(s, "pinned") == 0) *m = WEIGHT_MODE_PINNED;
+    else if (strcasecmp(s, "manual") == 0) *m = WEIGHT_MODE_MANUAL;
+    else if (strcasecmp(s, "auto") == 0) *m = WEIGHT_MODE_AUTO;
+    else return -1;
+    return 0;
+}
+
+int wctl_parse_u64(const char *s, uint64_t *out)
+{
+    char *end = NULL;
+    if (s == NULL || *s < '0' || *s > '9') return -1;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (*end != '\0') return -1;
+    *out = (uint64_t)v;
+    return 0;
+}
+
+
+/* Add a --split (arg "PATTERN=DIM", cut in place) or --replicate rule. 0, or
+ * -1 for a usage error. */
+int wctl_rules_add(wctl_rules *rs, char *arg, int split)
+{
+    uint64_t dim = 0;
+    if (rs->n == sizeof rs->r / sizeof rs->r[0]) return -1;
+    if (split) {
+        char *eq = strrchr(arg, '=');
+        if (eq == NULL || wctl_parse_u64(eq + 1, &dim) < 0 || dim > 7) return -1;
+        *eq = '\0';
+    }
+    rs->r[rs->n++] = (wctl_rule){arg, split, (uint32_t)dim};
+    return 0;
+}
+
+/* 1 with *dim when tensor name (ndim dimensions) is split, 0 when it is
+ * replicated. */
+int wctl_rules_decide(const wctl_rules *rs, const char *name, uint32_t ndim, uint32_t *dim)
+{
+    for (size_t i = 0; i < rs->n; i++) {
+        const wctl_rule *r = &rs->r[i];
+        if (fnmatch(r->pattern, name, 0) != 0) continue;
+        if (r->split && r->dim >= ndim) continue; /* not that rank */
+        *dim = r->dim;
+        return r->split;
+    }
+    *dim = 0;
+    return ndim >= 2;
+}
+
+/* One --tie NAME=TARGET into ties[*n_ties] (at most 64; arg is split in
+ * place). 0, or -1 for a usage error. */
+int wctl_parse_tie(char *arg, wctl_tie *ties, size_t *n_ties)
+{
+    char *eq = strchr(arg, '=');
+    if (eq == NULL || *n_ties == 64) return -1;
+    *eq = '\0';
+    ties[*n_ties].name = arg;
+    ties[(*n_ties)++].target = eq + 1;
+    return 0;
+}

@@ -1,0 +1,430 @@
+/* weightctl_put.c -- the commands that write a revision: `put` (safetensors
+ * files as one revision, tensors byte-identical to an earlier one stored once
+ * as aliases, or with --tp N one file per rank joined by the --split /
+ * --replicate rules) and `upsert` (generation G of a lineage replacing its
+ * base, put-first or delete-first, optionally waited for). */
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "wc_safetensors.h"
+#include "weightctl.h"
+
+/* -- put ------------------------------------------------------------------- */
+
+
+/* Add every tensor of the files to w. Explicit ties become aliases; a
+ * tensor byte-identical to an earlier one of the same dtype and shape is
+ * stored once (an alias). 0 or the writer's error. */
+static int add_files(weight_writer *w, const wc_st_file *files, size_t n_files, const wctl_tie *ties,
+                     size_t n_ties)
+{
+    int rc;
+    for (size_t i = 0; i < n_files; i++) {
+        const wc_st_header *h = &files[i].header;
+        for (size_t k = 0; k < h->n_tensors; k++) {
+            const wc_st_tensor *t = &h->tensors[k];
+            const char *target = NULL;
+            for (size_t j = 0; j < n_ties && !target; j++)
+                if (strcmp(ties[j].name, t->name) == 0) target = ties[j].target;
+            for (size_t fi = 0; fi <= i && !target && t->bytes > 0; fi++) {
+                const wc_st_header *h2 = &files[fi].header;
+                for (size_t k2 = 0; k2 < h2->n_tensors && !target; k2++) {
+                    const wc_st_tensor *u = &h2->tensors[k2];
+                    if (fi == i && k2 >= k) break;
+                    int tied_u = 0;
+                    for (size_t j = 0; j < n_ties; j++)
+                        if (strcmp(ties[j].name, u->name) == 0) tied_u = 1;
+                    if (!tied_u && u->dtype == t->dtype && u->ndim == t->ndim &&
+                        u->bytes == t->bytes &&
+                        memcmp(u->shape, t->shape, t->ndim * sizeof *t->shape) == 0 &&
+                        memcmp(files[fi].base + u->offset, files[i].base + t->offset, t->bytes) == 0)
+                        target = u->name;
+                }
+            }
+            if (target) rc = weight_writer_alias(w, t->name, target);
+            else rc = weight_writer_add_tensor(w, t->name, wc_dtype_name(t->dtype), t->ndim,
+                                               t->shape, files[i].base + t->offset);
+            if (rc < 0) return rc;
+        }
+    }
+    return 0;
+}
+
+/* The target of name among the --tie rules, or NULL. */
+static const char *tie_target(const wctl_tie *ties, size_t n_ties, const char *name)
+{
+    for (size_t j = 0; j < n_ties; j++)
+        if (strcmp(ties[j].name, name) == 0) return ties[j].target;
+    return NULL;
+}
+
+/* Print why rank files cannot form one revision; INVALID_ARGUMENT. */
+static int shard_error(const char *path, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int shard_error(const char *path, const char *name, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "weightctl: put: INVALID_ARGUMENT: %s: tensor %s: ", path, name);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return WEIGHT_EINVALID_ARGUMENT;
+}
+
+/* Add the tensors of tp rank files (files[r] holds rank r's shards, as
+ * `weightctl get --tp` writes them) to w. The rules say which tensors are
+ * split and along which dimension -- they must be the ones the shards were
+ * cut with, which the files do not record. A split tensor's shards must
+ * agree on dtype and every other dimension and hold the parts of an even
+ * split (the first size % tp ranks one more); they are added as fragments
+ * at their offsets. A replicated one must be byte-identical in every rank
+ * and is added once. Every rank must hold the same tensor names. w NULL:
+ * only check, so that a bad set is refused before an import begins. 0, the
+ * writer's error, or INVALID_ARGUMENT (printed, naming file and tensor). */
+static int add_shards(weight_writer *w, const wc_st_file *files, char **paths, uint32_t tp,
+                      const wctl_rules *rs, const wctl_tie *ties, size_t n_ties)
+{
+    const wc_st_header *h0 = &files[0].header;
+    int rc;
+    for (uint32_t r = 1; r < tp; r++)
+        for (size_t k = 0; k < files[r].header.n_tensors; k++)
+            if (wc_st_find(h0, files[r].header.tensors[k].name) < 0)
+                return shard_error(paths[r], files[r].header.tensors[k].name,
+                                   "not in rank 0's file %s", paths[0]);
+    for (size_t k = 0; k < h0->n_tensors; k++) {
+        const wc_st_tensor *t0 = &h0->tensors[k];
+        const wc_st_tensor *t[4096];
+        uint64_t global[WC_MAX_NDIM], offset[WC_MAX_NDIM] = {0};
+        uint32_t dim = 0;
+        const char *target = tie_target(ties, n_ties, t0->name);
+        if (target) {
+            if (w && (rc = weight_writer_alias(w, t0->name, target)) < 0) return rc;
+            continue;
+        }
+        int split = wctl_rules_decide(rs, t0->name, t0->ndim, &dim);
+        for (uint32_t r = 0; r < tp; r++) {
+            long i = wc_st_find(&files[r].header, t0->name);
+            if (i < 0) return shard_error(paths[r], t0->name, "missing in this rank");
+            t[r] = &files[r].header.tensors[i];
+            if (t[r]->dtype != t0->dtype || t[r]->ndim != t0->ndim)
+                return shard_error(paths[r], t0->name, "dtype or rank differs from rank 0's");
+            for (uint32_t d = 0; d < t0->ndim; d++)
+                if (t[r]->shape[d] != t0->shape[d] && !(split && d == dim))
+                    return shard_error(paths[r], t0->name,
+                                       "dimension %u is %" PRIu64 ", rank 0 has %" PRIu64
+                                       " (only dimension %u may differ)",
+                                       d, t[r]->shape[d], t0->shape[d], dim);
+            if (!split && memcmp(files[r].base + t[r]->offset, files[0].base + t0->offset,
+                                 t0->bytes) != 0)
+                return shard_error(paths[r], t0->name,
+                                   "replicated by the rules but its bytes differ from rank 0's "
+                                   "(name its split with --split PATTERN=DIM)");
+        }
+        if (!split) {
+            if (w && (rc = weight_writer_add_tensor(w, t0->name, wc_dtype_name(t0->dtype),
+                                                    t0->ndim, t0->shape,
+                                                    files[0].base + t0->offset)) < 0)
+                return rc;
+            continue;
+        }
+        memcpy(global, t0->shape, t0->ndim * sizeof *global);
+        global[dim] = 0;
+        for (uint32_t r = 0; r < tp; r++) global[dim] += t[r]->shape[dim];
+        for (uint32_t r = 0; r < tp; r++) { /* the split get makes: the first rem ranks hold one more */
+            uint64_t q = global[dim] / tp, rem = global[dim] % tp;
+            if (t[r]->shape[dim] != q + (r < rem))
+                return shard_error(paths[r], t0->name,
+                                   "rank %u holds %" PRIu64 " of dimension %u's %" PRIu64
+                                   "; a %u-way split gives it %" PRIu64
+                                   " (files of another --tp, or not in rank order?)",
+                                   r, t[r]->shape[dim], dim, global[dim], tp, q + (r < rem));
+        }
+        for (uint32_t r = 0; r < tp && w; r++) {
+            rc = weight_writer_add_fragment(w, t0->name, wc_dtype_name(t0->dtype), t0->ndim,
+                                            global, offset, t[r]->shape,
+                                            files[r].base + t[r]->offset);
+            if (rc < 0) return rc;
+            offset[dim] += t[r]->shape[dim];
+        }
+    }
+    return 0;
+}
+
+/* Open the safetensors files paths[0..n) into files[] (zeroed by the
+ * caller), then apply --payload-bytes (0: the default). 0, or 1 with the
+ * cause printed as "weightctl: CMD: ..."; what was opened stays for the
+ * caller to close. */
+static int open_inputs(ctl *x, const char *cmd, char **paths, size_t n, wc_st_file *files,
+                       uint64_t payload)
+{
+    char err[512];
+    int rc;
+    for (size_t i = 0; i < n; i++) {
+        if (wc_st_open(paths[i], &files[i], err, sizeof err) < 0) {
+            fprintf(stderr, "weightctl: %s: %s: %s\n", cmd, paths[i], err);
+            return 1;
+        }
+    }
+    if (payload && (rc = weight_store_set_option(x->ws, WEIGHT_OPT_PAYLOAD_BYTES, payload)) < 0)
+        return wctl_failed(x, cmd, rc);
+    return 0;
+}
+
+int wctl_cmd_put(ctl *x, int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"namespace", required_argument, NULL, 'n'}, {"resource", required_argument, NULL, 'r'},
+        {"revision", required_argument, NULL, 'v'},  {"generation", required_argument, NULL, 'g'},
+        {"policy", required_argument, NULL, 'p'},    {"mode", required_argument, NULL, 'o'},
+        {"tie", required_argument, NULL, 't'},       {"payload-bytes", required_argument, NULL, 'b'},
+        {"tp", required_argument, NULL, 'T'},        {"split", required_argument, NULL, 's'},
+        {"replicate", required_argument, NULL, 'R'}, {NULL, 0, NULL, 0}};
+    const char *ns = NULL, *res = NULL, *rev = NULL;
+    uint64_t gen = 1, payload = 0, tp = 1;
+    wctl_rules rs = {.n = 0};
+    weight_policy pol = {WEIGHT_RES_UNKNOWN, 0, WEIGHT_MODE_DEFAULT};
+    int has_policy = 0, c, status = 1, rc;
+    wctl_tie ties[64];
+    size_t n_ties = 0;
+    optind = 0;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case 'n': ns = optarg; break;
+        case 'r': res = optarg; break;
+        case 'v': rev = optarg; break;
+        case 'g':
+            if (wctl_parse_u64(optarg, &gen) < 0 || gen == 0) goto usage;
+            break;
+        case 'p':
+            if (wctl_parse_residency(optarg, &pol.preferred, &pol.mixed_hot_ratio) < 0) goto usage;
+            has_policy = 1;
+            break;
+        case 'o':
+            if (wctl_parse_mode(optarg, &pol.mode) < 0) goto usage;
+            has_policy = 1;
+            break;
+        case 't':
+            if (wctl_parse_tie(optarg, ties, &n_ties) < 0) goto usage;
+            break;
+        case 'b':
+            if (wctl_parse_u64(optarg, &payload) < 0) goto usage;
+            break;
+        case 'T':
+            if (wctl_parse_u64(optarg, &tp) < 0 || tp == 0 || tp > 4096) goto usage;
+            break;
+        case 's':
+        case 'R':
+            if (wctl_rules_add(&rs, optarg, c == 's') < 0) goto usage;
+            break;
+        default: goto usage;
+        }
+    }
+    if (ns == NULL || res == NULL || rev == NULL || optind >= argc) goto usage;
+    if (tp == 1 && rs.n > 0) {
+        fprintf(stderr, "weightctl: put: --split and --replicate describe rank files: give --tp N\n");
+        return 2;
+    }
+    if (tp > 1 && (uint64_t)(argc - optind) != tp) {
+        fprintf(stderr, "weightctl: put: --tp %" PRIu64 " takes one file per rank, in rank order; "
+                "%d given\n", tp, argc - optind);
+        return 2;
+    }
+    weight_identity id;
+    if (weight_identity_set(&id, x->tenant, ns, res, rev, gen) < 0) {
+        fprintf(stderr, "weightctl: put: INVALID_ARGUMENT: empty or over-long identity component\n");
+        return 2;
+    }
+    size_t n_files = (size_t)(argc - optind);
+    wc_st_file *files = calloc(n_files, sizeof *files);
+    weight_writer *w = NULL;
+    wctl_progress pr = {isatty(2) && !x->json, "put", wctl_now(), 0, 0};
+    char text[2048];
+    if (files == NULL) return 1;
+    if (open_inputs(x, "put", argv + optind, n_files, files, payload) != 0) goto close_files;
+    if (tp > 1 && add_shards(NULL, files, argv + optind, (uint32_t)tp, &rs, ties, n_ties) < 0)
+        goto close_files; /* refused before anything exists on the master */
+    wctl_id_text(&id, text, sizeof text);
+    if ((rc = weight_put_begin(x->ws, &id, has_policy ? &pol : NULL, &w)) < 0) {
+        char what[2100];
+        snprintf(what, sizeof what, "put %s", text);
+        status = wctl_failed(x, what, rc);
+        goto close_files;
+    }
+    rc = tp > 1 ? add_shards(w, files, argv + optind, (uint32_t)tp, &rs, ties, n_ties)
+                : add_files(w, files, n_files, ties, n_ties);
+    if (rc < 0) {
+        status = wctl_failed(x, "put", rc);
+        weight_writer_abort(w);
+        goto close_files;
+    }
+    weight_metadata md;
+    weight_store_set_progress(x->ws, wctl_progress_cb, &pr);
+    rc = weight_writer_commit(w, &md);
+    wctl_progress_end(&pr);
+    if (rc < 0) {
+        char what[2100];
+        snprintf(what, sizeof what, "put %s", text);
+        status = wctl_failed(x, what, rc);
+        goto close_files;
+    }
+    if (x->json) {
+        wctl_json_metadata(&md, NULL);
+        putchar('\n');
+    } else {
+        char b[32];
+        wctl_human((double)md.logical_bytes, b, sizeof b);
+        printf("published %s: %s (%" PRIu64 " bytes) in %" PRIu64 " payload objects, %s %s%s\n",
+               text, b, md.logical_bytes, md.payload_count, weight_availability_name(md.availability),
+               weight_residency_name(md.residency),
+               md.operation_id ? " (converging to the preferred residency)" : "");
+    }
+    status = 0;
+close_files:
+    for (size_t i = 0; i < n_files; i++) wc_st_close(&files[i]);
+    free(files);
+    return status;
+usage:
+    wctl_usage(stderr);
+    return 2;
+}
+
+/* -- upsert -------------------------------------------------------------------- */
+
+static int print_claim(ctl *x, const weight_upsert_claim *c)
+{
+    char b[1200], t[1200];
+    wctl_id_text(&c->base, b, sizeof b);
+    wctl_id_text(&c->target, t, sizeof t);
+    if (x->json) {
+        printf("{\"request_id\":");
+        wctl_json_str(c->request_id);
+        printf(",\"base\":");
+        wctl_json_identity(&c->base);
+        printf(",\"target\":");
+        wctl_json_identity(&c->target);
+        printf(",\"mode\":\"%s\",\"phase\":\"%s\",\"expected_metadata_generation\":%" PRIu64
+               ",\"committed_watermark\":%" PRIu64 ",\"error\":",
+               c->mode == WEIGHT_UPSERT_DELETE_FIRST ? "DELETE_FIRST" : "PUT_FIRST",
+               weight_upsert_phase_name(c->phase), c->expected_metadata_generation,
+               c->committed_watermark);
+        wctl_json_str(c->error);
+        printf("}\n");
+    } else {
+        printf("claim %s: %s -> %s (%s) phase %s, watermark %" PRIu64 "%s%s\n", c->request_id, b, t,
+               c->mode == WEIGHT_UPSERT_DELETE_FIRST ? "delete-first" : "put-first",
+               weight_upsert_phase_name(c->phase), c->committed_watermark, c->error[0] ? ": " : "",
+               c->error);
+    }
+    return 0;
+}
+
+/* upsert BASE_ID --generation G [--mode put-first|delete-first]
+ *        [--request-id X] [--expect-generation M] [--policy ..] [--wait] FILE...
+ * Without --expect-generation the base's current metadata generation is
+ * read first (weight_upsert does it). --wait: until the claim is COMMITTED
+ * or ABORTED. Exit 0 on success. */
+int wctl_cmd_upsert(ctl *x, int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"generation", required_argument, NULL, 'g'}, {"mode", required_argument, NULL, 'm'},
+        {"request-id", required_argument, NULL, 'q'}, {"expect-generation", required_argument, NULL, 'e'},
+        {"policy", required_argument, NULL, 'p'},     {"tie", required_argument, NULL, 't'},
+        {"wait", no_argument, NULL, 'w'},             {"payload-bytes", required_argument, NULL, 'b'},
+        {NULL, 0, NULL, 0}};
+    uint64_t gen = 0, expect = 0, payload = 0;
+    weight_upsert_mode mode = WEIGHT_UPSERT_PUT_FIRST;
+    const char *request_id = NULL;
+    weight_policy pol = {WEIGHT_RES_UNKNOWN, 0, WEIGHT_MODE_DEFAULT};
+    int has_policy = 0, wait = 0, c, status = 1, rc;
+    wctl_tie ties[64];
+    size_t n_ties = 0;
+    optind = 0;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case 'g':
+            if (wctl_parse_u64(optarg, &gen) < 0 || gen == 0) goto usage;
+            break;
+        case 'm':
+            if (strcmp(optarg, "put-first") == 0) mode = WEIGHT_UPSERT_PUT_FIRST;
+            else if (strcmp(optarg, "delete-first") == 0) mode = WEIGHT_UPSERT_DELETE_FIRST;
+            else goto usage;
+            break;
+        case 'q': request_id = optarg; break;
+        case 'e':
+            if (wctl_parse_u64(optarg, &expect) < 0 || expect == 0) goto usage;
+            break;
+        case 'p':
+            if (wctl_parse_residency(optarg, &pol.preferred, &pol.mixed_hot_ratio) < 0) goto usage;
+            has_policy = 1;
+            break;
+        case 't':
+            if (wctl_parse_tie(optarg, ties, &n_ties) < 0) goto usage;
+            break;
+        case 'w': wait = 1; break;
+        case 'b':
+            if (wctl_parse_u64(optarg, &payload) < 0) goto usage;
+            break;
+        default: goto usage;
+        }
+    }
+    if (gen == 0 || optind + 1 >= argc) goto usage;
+    weight_identity base;
+    if ((rc = wctl_parse_id(x, argv[optind], &base)) != 0) return rc;
+    optind++;
+    size_t n_files = (size_t)(argc - optind);
+    wc_st_file *files = calloc(n_files, sizeof *files);
+    weight_writer *w = NULL;
+    weight_upsert_claim claim;
+    wctl_progress pr = {isatty(2) && !x->json, "upsert", wctl_now(), 0, 0};
+    if (files == NULL) return 1;
+    if (open_inputs(x, "upsert", argv + optind, n_files, files, payload) != 0) goto close_files;
+    rc = weight_upsert(x->ws, &base, gen, mode, request_id, expect, has_policy ? &pol : NULL, 0,
+                       &claim, &w);
+    if (rc < 0) {
+        status = wctl_failed(x, "upsert", rc);
+        goto close_files;
+    }
+    if (w != NULL) {
+        if ((rc = add_files(w, files, n_files, ties, n_ties)) < 0) {
+            status = wctl_failed(x, "upsert", rc);
+            weight_writer_abort(w); /* refused by the master for a DELETE_FIRST target */
+            goto close_files;
+        }
+        weight_store_set_progress(x->ws, wctl_progress_cb, &pr);
+        rc = weight_writer_commit(w, NULL);
+        wctl_progress_end(&pr);
+        if (rc < 0) {
+            status = wctl_failed(x, "upsert (target import)", rc);
+            goto close_files;
+        }
+    }
+    if ((rc = weight_upsert_status(x->ws, &base, &claim)) < 0) {
+        status = wctl_failed(x, "upsert status", rc);
+        goto close_files;
+    }
+    while (wait && claim.phase != WEIGHT_PHASE_COMMITTED && claim.phase != WEIGHT_PHASE_ABORTED) {
+        struct timespec ts = {0, 50 * 1000000L};
+        nanosleep(&ts, NULL);
+        if ((rc = weight_upsert_status(x->ws, &base, &claim)) < 0) {
+            status = wctl_failed(x, "upsert status", rc);
+            goto close_files;
+        }
+    }
+    print_claim(x, &claim);
+    status = claim.phase == WEIGHT_PHASE_ABORTED ? 1 : 0;
+close_files:
+    for (size_t i = 0; i < n_files; i++) wc_st_close(&files[i]);
+    free(files);
+    return status;
+usage:
+    wctl_usage(stderr);
+    return 2;
+}
