@@ -1,0 +1,380 @@
+/* obj_store_index.c -- the store's building blocks: the string-keyed skip
+ * list every index uses, key and name validation, and the per-segment
+ * allocator (a free list of byte ranges sorted by offset, first fit,
+ * coalescing on free). Part of obj_store (see obj_store.c). */
+#include "obj_store_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------ */
+/* Skip list keyed by string                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* Initialise an empty list. SMP_ENOMEM. */
+int obj_sl_init(obj_sl *sl)
+{
+    sl->head = calloc(1, sizeof(obj_sl_node) + 2 * OBJ_SL_MAX_LEVEL * sizeof(obj_sl_node *));
+    if (!sl->head) return SMP_ENOMEM;
+    sl->head->level = OBJ_SL_MAX_LEVEL;
+    sl->level = 1;
+    sl->hash = NULL;
+    sl->count = 0;
+    sl->rng = UINT64_C(0x9E3779B97F4A7C15);
+    return SMP_OK;
+}
+
+/* Free the nodes (not keys or values). */
+void obj_sl_fini(obj_sl *sl)
+{
+    if (!sl->head) return;
+    HASH_CLEAR(hh, sl->hash);
+    obj_sl_node *n = sl->head->next[0];
+    while (n) {
+        obj_sl_node *nx = n->next[0];
+        free(n);
+        n = nx;
+    }
+    free(sl->head);
+    sl->head = NULL;
+    sl->count = 0;
+}
+
+static int obj_sl_random_level(obj_sl *sl)
+{
+    /* xorshift64: deterministic, the level only affects speed. */
+    uint64_t x = sl->rng;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    sl->rng = x;
+    int lvl = 1;
+    while ((x & 3) == 0 && lvl < OBJ_SL_MAX_LEVEL) {
+        lvl++;
+        x >>= 2;
+    }
+    return lvl;
+}
+
+/* Fill upd[] with the last node at each level whose key < key. */
+static obj_sl_node *obj_sl_seek(const obj_sl *sl, const char *key, obj_sl_node **upd)
+{
+    obj_sl_node *x = sl->head;
+    for (int i = sl->level - 1; i >= 0; i--) {
+        while (x->next[i] && strcmp(x->next[i]->key, key) < 0) x = x->next[i];
+        if (upd) upd[i] = x;
+    }
+    return x->next[0];
+}
+
+obj_sl_node *obj_sl_find(const obj_sl *sl, const char *key)
+{
+    obj_sl_node *n = NULL;
+    HASH_FIND(hh, sl->hash, key, strlen(key), n);
+    return n;
+}
+
+void *obj_sl_get(const obj_sl *sl, const char *key)
+{
+    obj_sl_node *n = obj_sl_find(sl, key);
+    return n ? n->val : NULL;
+}
+
+/* Insert key -> val, or replace key pointer and value when the key exists
+ * (replacement never allocates). SMP_ENOMEM leaves the list unchanged. */
+int obj_sl_put(obj_sl *sl, const char *key, void *val)
+{
+    obj_sl_node *upd[OBJ_SL_MAX_LEVEL];
+    obj_sl_node *n = NULL;
+    HASH_FIND(hh, sl->hash, key, strlen(key), n);
+    if (n) {
+        n->key = key;
+        n->hh.key = key; /* same bytes, same hash: only the pointer moves */
+        n->val = val;
+        return SMP_OK;
+    }
+    obj_sl_seek(sl, key, upd);
+    int lvl = obj_sl_random_level(sl);
+    n = malloc(sizeof(*n) + 2 * (size_t)lvl * sizeof(obj_sl_node *));
+    if (!n) return SMP_ENOMEM;
+    for (int i = sl->level; i < lvl; i++) upd[i] = sl->head;
+    if (lvl > sl->level) sl->level = lvl;
+    n->key = key;
+    n->val = val;
+    n->level = lvl;
+    HASH_ADD_KEYPTR(hh, sl->hash, n->key, strlen(n->key), n);
+    for (int i = 0; i < lvl; i++) {
+        n->next[i] = upd[i]->next[i];
+        OBJ_SL_PREV(n, i) = upd[i];
+        if (n->next[i]) OBJ_SL_PREV(n->next[i], i) = n;
+        upd[i]->next[i] = n;
+    }
+    sl->count++;
+    return SMP_OK;
+}
+
+/* Unlink and free node n of sl; returns its value. */
+void *obj_sl_unlink(obj_sl *sl, obj_sl_node *n)
+{
+    for (int i = 0; i < n->level; i++) {
+        OBJ_SL_PREV(n, i)->next[i] = n->next[i];
+        if (n->next[i]) OBJ_SL_PREV(n->next[i], i) = OBJ_SL_PREV(n, i);
+    }
+    HASH_DEL(sl->hash, n);
+    while (sl->level > 1 && !sl->head->next[sl->level - 1]) sl->level--;
+    void *val = n->val;
+    free(n);
+    sl->count--;
+    return val;
+}
+
+/* Unlink key; returns its value or NULL when absent. */
+void *obj_sl_del(obj_sl *sl, const char *key)
+{
+    obj_sl_node *n = obj_sl_find(sl, key);
+    return n ? obj_sl_unlink(sl, n) : NULL;
+}
+
+/* First node with key > key (>= when inclusive); key NULL: the first node. */
+obj_sl_node *obj_sl_after(const obj_sl *sl, const char *key, int inclusive)
+{
+    if (!key) return sl->head->next[0];
+    obj_sl_node *x = sl->head;
+    for (int i = sl->level - 1; i >= 0; i--) {
+        while (x->next[i]) {
+            int c = strcmp(x->next[i]->key, key);
+            if (c < 0 || (c == 0 && !inclusive)) x = x->next[i];
+            else break;
+        }
+    }
+    return x->next[0];
+}
+
+/* ------------------------------------------------------------------------ */
+/* Validation helpers                                                        */
+/* ------------------------------------------------------------------------ */
+
+/* 1 when s[0..len) is valid UTF-8 (no overlongs, surrogates or > U+10FFFF). */
+static int obj_utf8_valid(const unsigned char *s, size_t len)
+{
+    size_t i = 0;
+    while (i < len) {
+        unsigned c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t n;
+        unsigned cp, min;
+        if ((c & 0xE0) == 0xC0) { n = 1; cp = c & 0x1F; min = 0x80; }
+        else if ((c & 0xF0) == 0xE0) { n = 2; cp = c & 0x0F; min = 0x800; }
+        else if ((c & 0xF8) == 0xF0) { n = 3; cp = c & 0x07; min = 0x10000; }
+        else return 0;
+        if (len - i <= n) return 0;
+        for (size_t k = 1; k <= n; k++) {
+            if ((s[i + k] & 0xC0) != 0x80) return 0;
+            cp = (cp << 6) | (s[i + k] & 0x3F);
+        }
+        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+        i += n + 1;
+    }
+    return 1;
+}
+
+/* A string of at most max bytes of valid UTF-8, non-empty unless allowed. */
+int obj_name_ok(const char *s, size_t max, int allow_empty)
+{
+    if (!s) return allow_empty;
+    size_t len = strnlen(s, max + 1);
+    if (len > max) return 0;
+    if (len == 0) return allow_empty;
+    return obj_utf8_valid((const unsigned char *)s, len);
+}
+
+int obj_validate_key(const char *key)
+{
+    return obj_name_ok(key, OBJ_KEY_MAX, 0) ? SMP_OK : SMP_EINVAL;
+}
+
+const char *obj_str(const char *s)
+{
+    return s ? s : "";
+}
+
+/* Bytes a memory replica of length occupies; 0 on overflow. */
+uint64_t obj_ext_len(uint64_t length)
+{
+    if (length > UINT64_MAX - OBJ_ALIGN) return 0;
+    if (length == 0) return OBJ_ALIGN;
+    return (length + OBJ_ALIGN - 1) / OBJ_ALIGN * OBJ_ALIGN;
+}
+
+int obj_has_prefix(const char *s, const char *prefix, size_t plen)
+{
+    return strncmp(s, prefix, plen) == 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Segment allocator                                                         */
+/* ------------------------------------------------------------------------ */
+
+/* Make room for one more allocation (keeps capfree >= nalloc + 2 after it). */
+static int obj_seg_grow(obj_segment *s)
+{
+    if (s->capfree >= s->nalloc + 3) return SMP_OK;
+    size_t ncap = s->capfree * 2;
+    if (ncap < s->nalloc + 3) ncap = s->nalloc + 3;
+    obj_extent *nf = realloc(s->free, ncap * sizeof(*nf));
+    if (!nf) return SMP_ENOMEM;
+    s->free = nf;
+    s->capfree = ncap;
+    return SMP_OK;
+}
+
+static void obj_seg_remove_ext(obj_segment *s, size_t i)
+{
+    memmove(&s->free[i], &s->free[i + 1], (s->nfree - i - 1) * sizeof(obj_extent));
+    s->nfree--;
+}
+
+static void obj_seg_insert_ext(obj_segment *s, size_t i, uint64_t off, uint64_t len)
+{
+    memmove(&s->free[i + 1], &s->free[i], (s->nfree - i) * sizeof(obj_extent));
+    s->free[i].off = off;
+    s->free[i].len = len;
+    s->nfree++;
+}
+
+/* First fit: reserve len bytes (a multiple of OBJ_ALIGN). SMP_ENOSPC. */
+int obj_seg_alloc(obj_segment *s, uint64_t len, uint64_t *off)
+{
+    int rc = obj_seg_grow(s);
+    if (rc < 0) return rc;
+    for (size_t i = 0; i < s->nfree; i++) {
+        if (s->free[i].len < len) continue;
+        *off = s->free[i].off;
+        s->free[i].off += len;
+        s->free[i].len -= len;
+        if (s->free[i].len == 0) obj_seg_remove_ext(s, i);
+        s->used += len;
+        s->nalloc++;
+        return SMP_OK;
+    }
+    return SMP_ENOSPC;
+}
+
+/* Reserve exactly [off, off+len). SMP_ESTATE when it is not wholly free. */
+int obj_seg_reserve(obj_segment *s, uint64_t off, uint64_t len)
+{
+    if (len == 0 || off > s->capacity || len > s->capacity - off) return SMP_ESTATE;
+    int rc = obj_seg_grow(s);
+    if (rc < 0) return rc;
+    size_t lo = 0, hi = s->nfree; /* first extent with off > off */
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (s->free[mid].off <= off) lo = mid + 1;
+        else hi = mid;
+    }
+    if (lo == 0) return SMP_ESTATE;
+    obj_extent *e = &s->free[lo - 1];
+    if (off + len > e->off + e->len) return SMP_ESTATE;
+    uint64_t head = off - e->off;
+    uint64_t tail = e->off + e->len - (off + len);
+    if (head && tail) {
+        e->len = head;
+        obj_seg_insert_ext(s, lo, off + len, tail);
+    } else if (head) {
+        e->len = head;
+    } else if (tail) {
+        e->off = off + len;
+        e->len = tail;
+    } else {
+        obj_seg_remove_ext(s, lo - 1);
+    }
+    s->used += len;
+    s->nalloc++;
+    return SMP_OK;
+}
+
+/* Return [off, off+len) to the free list, coalescing with its neighbours.
+ * Never allocates. A range overlapping free space (a bug) is ignored. */
+void obj_seg_free(obj_segment *s, uint64_t off, uint64_t len)
+{
+    size_t lo = 0, hi = s->nfree;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (s->free[mid].off <= off) lo = mid + 1;
+        else hi = mid;
+    }
+    if (lo > 0 && s->free[lo - 1].off + s->free[lo - 1].len > off) return;
+    if (lo < s->nfree && off + len > s->free[lo].off) return;
+    int join_prev = lo > 0 && s->free[lo - 1].off + s->free[lo - 1].len == off;
+    int join_next = lo < s->nfree && off + len == s->free[lo].off;
+    if (join_prev && join_next) {
+        s->free[lo - 1].len += len + s->free[lo].len;
+        obj_seg_remove_ext(s, lo);
+    } else if (join_prev) {
+        s->free[lo - 1].len += len;
+    } else if (join_next) {
+        s->free[lo].off = off;
+        s->free[lo].len += len;
+    } else {
+        obj_seg_insert_ext(s, lo, off, len); /* capfree >= nalloc + 2 > nfree */
+    }
+    s->used -= len;
+    s->nalloc--;
+}
+
+/* Grow the capacity to cap; a smaller cap leaves the segment as it is
+ * (shrinking is unmount and mount again), so concurrent updates converge on
+ * the largest. Never allocates (capfree >= nalloc + 2 >= nfree + 1). */
+void obj_seg_grow_capacity(obj_segment *s, uint64_t cap)
+{
+    if (cap <= s->capacity) return;
+    obj_extent *last = s->nfree ? &s->free[s->nfree - 1] : NULL;
+    if (last && last->off + last->len == s->capacity) last->len += cap - s->capacity;
+    else obj_seg_insert_ext(s, s->nfree, s->capacity, cap - s->capacity);
+    s->capacity = cap;
+}
+
+/* Make sure extra more allocations need no growth of the free array. */
+int obj_seg_ensure(obj_segment *s, size_t extra)
+{
+    size_t need = s->nalloc + 3 + extra;
+    if (s->capfree >= need) return SMP_OK;
+    obj_extent *nf = realloc(s->free, need * sizeof(*nf));
+    if (!nf) return SMP_ENOMEM;
+    s->free = nf;
+    s->capfree = need;
+    return SMP_OK;
+}
+
+void obj_segment_free(obj_segment *s)
+{
+    if (!s) return;
+    free(s->id);
+    free(s->node);
+    free(s->free);
+    free(s);
+}
+
+obj_segment *obj_segment_new(const char *id, const char *node, uint64_t cap)
+{
+    obj_segment *s = calloc(1, sizeof(*s));
+    if (!s) return NULL;
+    s->id = strdup(id);
+    s->node = strdup(node);
+    s->capfree = 4;
+    s->free = malloc(s->capfree * sizeof(obj_extent));
+    if (!s->id || !s->node || !s->free) {
+        obj_segment_free(s);
+        return NULL;
+    }
+    s->capacity = cap;
+    if (cap > 0) {
+        s->free[0].off = 0;
+        s->free[0].len = cap;
+        s->nfree = 1;
+    }
+    return s;
+}

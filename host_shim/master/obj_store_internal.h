@@ -1,0 +1,235 @@
+/* obj_store_internal.h -- what the obj_store*.c files share: the skip
+ * list and state types and the calls across the files (obj_ prefix, like the
+ * public ones). Not for use outside host_shim/master/obj_store*.c. */
+#ifndef OBJ_STORE_INTERNAL_H
+#define OBJ_STORE_INTERNAL_H
+
+#include "obj_store.h"
+
+#include "host_uthash.h"
+#include "host_records.pb-c.h"
+#include "pb_arena.h"
+
+#define OBJ_SL_MAX_LEVEL 24
+
+typedef struct obj_sl_node {
+    const char *key; /* borrowed from val's owner */
+    void *val;
+    int level;
+    UT_hash_handle hh; /* exact lookups go through the hash, not the levels */
+    /* next[0..level) forward, then level back links (OBJ_SL_PREV): a node
+     * found through the hash is unlinked without searching the levels. */
+    struct obj_sl_node *next[];
+} obj_sl_node;
+
+#define OBJ_SL_PREV(n, i) ((n)->next[(n)->level + (i)])
+
+typedef struct obj_sl {
+    obj_sl_node *head;
+    obj_sl_node *hash; /* the same nodes, by key */
+    int level;
+    size_t count;
+    uint64_t rng;
+} obj_sl;
+
+
+/* ------------------------------------------------------------------------ */
+/* State                                                                     */
+/* ------------------------------------------------------------------------ */
+
+typedef struct obj_extent {
+    uint64_t off;
+    uint64_t len;
+} obj_extent;
+
+typedef struct obj_segment {
+    char *id;
+    char *node;
+    uint64_t capacity;
+    uint64_t used;
+    size_t nalloc;      /* allocated ranges */
+    obj_extent *free;   /* sorted by offset, never adjacent */
+    size_t nfree;
+    size_t capfree;     /* always >= nalloc + 2 */
+} obj_segment;
+
+typedef struct obj_rep {
+    smp_replica_kind kind;
+    obj_replica_status status;
+    char *node;
+    obj_segment *seg;   /* MEMORY */
+    uint64_t offset;    /* MEMORY */
+    uint64_t length;
+    char *path;         /* COLD */
+} obj_rep;
+
+typedef struct obj_object {
+    char *key;             /* key, group and tenant are in strings[] below: */
+    char *group;           /* one allocation per object, and the key a */
+    char *tenant;          /* lookup compares sits next to the fields */
+    uint64_t size;
+    smp_data_type data_type;
+    uint8_t checksum[32];
+    int pinned;
+    uint64_t last_access;
+    uint64_t put_id;       /* incarnation */
+    uint64_t lease_expiry; /* soft */
+    obj_rep *reps;
+    size_t nreps;
+    int in_lru;            /* on the LRU list: has a complete memory replica */
+    struct obj_object *lru_prev;
+    struct obj_object *lru_next;
+    char strings[];
+} obj_object;
+
+typedef struct obj_put {
+    char *key;
+    char *group;
+    char *tenant;
+    uint64_t size;
+    smp_data_type data_type;
+    int pinned;
+    obj_segment *seg;
+    uint64_t offset;
+    uint64_t alloc;
+    uint64_t started;
+    uint64_t put_id;
+    int consuming;      /* its PUT_END is being applied: range already freed */
+} obj_put;
+
+/* A range reserved for one more memory replica of a complete object
+ * (obj_reserve_replica): soft state tied to the incarnation put_id. */
+typedef struct obj_reservation {
+    char *key;
+    obj_segment *seg;
+    uint64_t offset;
+    uint64_t length;    /* the object's size */
+    uint64_t alloc;
+    uint64_t started;
+    uint64_t put_id;
+} obj_reservation;
+
+typedef struct obj_group {
+    char *name;
+    int managed;
+    obj_sl members; /* key -> obj_object */
+} obj_group;
+
+typedef struct obj_tenant {
+    char *name;
+    uint64_t objects;
+    uint64_t bytes;
+} obj_tenant;
+
+/* A soft hold on a key whose removal or replacement is in the OpLog. Holds
+ * are only ever looked up by key, so they live in a plain hash, one
+ * allocation each. */
+typedef struct obj_hold {
+    UT_hash_handle hh;
+    uint64_t count;
+    char key[];
+} obj_hold;
+
+struct obj_store {
+    obj_sl objects;
+    obj_sl groups;
+    obj_sl tenants;
+    obj_sl segments;
+    obj_sl puts;
+    obj_sl reserves;      /* key -> obj_reservation */
+    obj_hold *holds;      /* by key */
+    uint64_t next_put_id; /* > every incarnation seen */
+    obj_object *lru_head; /* oldest access */
+    obj_object *lru_tail;
+    int bulk_load;        /* LRU appends unsorted; resorted at the end */
+    obj_guard_ops guard;
+    obj_stats stats;      /* counters; memory fields computed on demand */
+};
+
+/* Keys collected for REMOVE records of at most OBJ_REMOVE_BATCH keys. */
+typedef struct obj_keybatch {
+    const char *keys[OBJ_REMOVE_BATCH];
+    uint64_t put_ids[OBJ_REMOVE_BATCH];
+    size_t n;
+} obj_keybatch;
+
+/* obj_store.c (objects, groups, tenants, life, reads) */
+void obj_rep_clear(obj_rep *r);
+void obj_object_free(obj_object *o);
+void obj_put_free(obj_put *p);
+void obj_put_forget(obj_store *st, obj_put *p);
+void obj_reservation_forget(obj_store *st, obj_reservation *r, int free_range);
+obj_group *obj_group_find(const obj_store *st, const char *name);
+obj_group *obj_group_get_or_create(obj_store *st, const char *name, int *created);
+void obj_group_gc(obj_store *st, obj_group *g);
+int obj_group_managed_flag(const obj_store *st, const char *name);
+int obj_has_memory(const obj_object *o);
+void obj_lru_unlink(obj_store *st, obj_object *o);
+void obj_lru_insert(obj_store *st, obj_object *o);
+int obj_lru_resort(obj_store *st);
+void obj_stats_account(obj_store *st, const obj_object *o, int sign);
+int obj_cancel_puts_in(obj_store *st, const obj_segment *seg, uint64_t off, uint64_t len);
+int obj_object_reserve(obj_store *st, obj_object *o);
+void obj_object_release(obj_object *o);
+void obj_object_drop(obj_store *st, obj_sl_node *at);
+int obj_object_index(obj_store *st, obj_object *n, obj_object *old);
+void obj_store_clear(obj_store *st);
+/* obj_store_index.c (skip list, names, segment allocator) */
+int obj_sl_init(obj_sl *sl);
+void obj_sl_fini(obj_sl *sl);
+obj_sl_node *obj_sl_find(const obj_sl *sl, const char *key);
+void *obj_sl_get(const obj_sl *sl, const char *key);
+int obj_sl_put(obj_sl *sl, const char *key, void *val);
+void *obj_sl_unlink(obj_sl *sl, obj_sl_node *n);
+void *obj_sl_del(obj_sl *sl, const char *key);
+obj_sl_node *obj_sl_after(const obj_sl *sl, const char *key, int inclusive);
+int obj_name_ok(const char *s, size_t max, int allow_empty);
+const char *obj_str(const char *s);
+uint64_t obj_ext_len(uint64_t length);
+int obj_has_prefix(const char *s, const char *prefix, size_t plen);
+int obj_seg_alloc(obj_segment *s, uint64_t len, uint64_t *off);
+int obj_seg_reserve(obj_segment *s, uint64_t off, uint64_t len);
+void obj_seg_free(obj_segment *s, uint64_t off, uint64_t len);
+void obj_seg_grow_capacity(obj_segment *s, uint64_t cap);
+int obj_seg_ensure(obj_segment *s, size_t extra);
+void obj_segment_free(obj_segment *s);
+obj_segment *obj_segment_new(const char *id, const char *node, uint64_t cap);
+/* obj_store_records.c (records) */
+void obj_record_list_truncate(obj_record_list *l, size_t n);
+int obj_encode(const ProtobufCMessage *msg, uint16_t type, obj_record *out);
+int obj_list_push(obj_record_list *l, obj_record *r);
+void obj_rep_view(const obj_rep *r, obj_replica *v);
+int obj_encode_object_add(const obj_object *o,
+                          const obj_replica *views,
+                          size_t n,
+                          int update_only,
+                          const obj_replica *added,
+                          obj_record *out);
+int obj_encode_object(const obj_object *o,
+                      const obj_replica *views,
+                      size_t n,
+                      int update_only,
+                      obj_record *out);
+int obj_encode_remove(const char *const *keys,
+                      const uint64_t *put_ids,
+                      size_t n,
+                      obj_record *out);
+int obj_keybatch_flush(obj_keybatch *b, obj_record_list *out);
+int obj_keybatch_add(obj_keybatch *b, const obj_object *o, obj_record_list *out);
+int obj_apply_object(obj_store *st, const Hostrec__ObjectRecord *m);
+int obj_segment_msg_ok(const Hostrec__SegmentRecord *m);
+int obj_apply_segment_mount(obj_store *st, const Hostrec__SegmentRecord *m);
+int obj_set_group_managed(obj_store *st, const char *name, int managed);
+obj_hold *obj_hold_find(const obj_store *st, const char *key);
+/* obj_store_put.c (puts) */
+int obj_lease_active(const obj_object *o, uint64_t now);
+/* obj_store_remove.c (guard, removal) */
+int obj_guard_decide(obj_store *st,
+                     smp_guard_reason reason,
+                     const char *key,
+                     const char *group,
+                     smp_data_type data_type,
+                     smp_replica_kind kind,
+                     int host_forbids);
+
+#endif /* OBJ_STORE_INTERNAL_H */
