@@ -516,29 +516,50 @@ const char *host_guard_reason_name(smp_guard_reason r)
     return "unknown";
 }
 
-/* Every loaded guard is asked (each may keep its own statistics); anything
- * but SMP_GUARD_ALLOW vetoes, and one vetoed request counts once. Each call
- * is timed on its own (timing_record). */
-int host_plugins_guard_check(host_plugins *reg, const smp_guard_request *req)
+int host_plugins_is_active(const host_plugins *reg, const char *plugin_name)
 {
-    int verdict = SMP_GUARD_ALLOW;
+    for (size_t i = 0; reg != NULL && plugin_name != NULL && i < reg->plugins.n; i++) {
+        const host_plugin *p = reg->plugins.v[i];
+        if (p->desc.name != NULL && strcmp(p->desc.name, plugin_name) == 0) return !p->disabled;
+    }
+    return 0;
+}
+
+/* Every active guard in scope is asked (each may keep its own statistics);
+ * anything but SMP_GUARD_ALLOW vetoes, and one vetoed request counts once.
+ * Each call is timed on its own (timing_record). */
+int host_plugins_guard_check_owner(host_plugins *reg,
+                                   const char *owner,
+                                   const smp_guard_request *req,
+                                   int *asked)
+{
+    int verdict = SMP_GUARD_ALLOW, n = 0;
+    if (asked != NULL) *asked = 0;
     if (reg == NULL || req == NULL) return SMP_GUARD_VETO;
     for (size_t i = 0; i < reg->plugins.n; i++) {
         host_plugin *p = reg->plugins.v[i];
-        if (!p->has_guard) continue;
+        if (!p->has_guard || p->disabled) continue;
+        if (owner != NULL && (p->desc.name == NULL || strcmp(p->desc.name, owner) != 0)) continue;
         uint64_t start = hp_clock_ns();
         int r = p->guard.check(p->state, req);
         uint64_t took = hp_clock_ns() - start;
         timing_record(p, reg->timing.guard_seconds, reg->timing.guard_overruns, &p->guard_log,
                       "object guard call", took, took > HOST_GUARD_BUDGET_NS, HOST_GUARD_BUDGET_NS,
                       start);
+        n++;
         if (r != SMP_GUARD_ALLOW) verdict = SMP_GUARD_VETO;
     }
+    if (asked != NULL) *asked = n;
     if (verdict == SMP_GUARD_VETO) {
         const char *values[1] = {host_guard_reason_name(req->reason)};
         host_metric_add(reg->guard_vetoes, values, 1);
     }
     return verdict;
+}
+
+int host_plugins_guard_check(host_plugins *reg, const smp_guard_request *req)
+{
+    return host_plugins_guard_check_owner(reg, NULL, req, NULL);
 }
 
 /* The deadline is on the now_ms clock (CLOCK_MONOTONIC, whole ms): the tick

@@ -129,12 +129,27 @@ host_tick_reg *host_plugins_tick_at(host_plugins *reg, size_t i);
 /* 1 when some loaded plugin registered a guard. */
 int host_plugins_has_guard(const host_plugins *reg);
 
-/* Ask every registered guard; any veto (or error) vetoes. Counts vetoes per
- * reason in the metric host_guard_vetoes_total{reason=...}. Each guard call
- * is timed (see host_plugin_timing); one over HOST_GUARD_BUDGET_NS is an
- * overrun. Returns SMP_GUARD_ALLOW or SMP_GUARD_VETO. With no guard loaded:
- * ALLOW. */
+/* 1 when a plugin whose descriptor name is plugin_name is loaded and not
+ * disabled, else 0 (NULL arguments: 0). The host protects the managed groups
+ * a plugin owns itself while the plugin is not active. */
+int host_plugins_is_active(const host_plugins *reg, const char *plugin_name);
+
+/* Ask every active (loaded, not disabled) plugin's guard; any veto (or
+ * error) vetoes. Counts vetoes per reason in the metric
+ * host_guard_vetoes_total{reason=...}. Each guard call is timed (see
+ * host_plugin_timing); one over HOST_GUARD_BUDGET_NS is an overrun. Returns
+ * SMP_GUARD_ALLOW or SMP_GUARD_VETO. With no guard to ask: ALLOW. */
 int host_plugins_guard_check(host_plugins *reg, const smp_guard_request *req);
+
+/* The same, for an object whose managed group belongs to owner: only that
+ * plugin's guard is asked (when it is active); owner NULL asks every active
+ * guard, as host_plugins_guard_check. *asked (may be NULL) receives how many
+ * guards were asked: 0 means the verdict is ALLOW by default and the caller
+ * applies its own rule. */
+int host_plugins_guard_check_owner(host_plugins *reg,
+                                   const char *owner,
+                                   const smp_guard_request *req,
+                                   int *asked);
 
 /* -- Timing plugin callbacks --------------------------------------------------- */
 

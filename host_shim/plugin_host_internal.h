@@ -72,6 +72,7 @@ struct smp_host {
     char refused[HOST_ERR_MAX];      /* and its message */
     smp_guard guard;
     int has_guard;
+    int disabled;                    /* loaded but disabled: not asked, its groups host-protected */
     int has_tick;
     host_plugin_metric *metrics;     /* families it registered */
     size_t n_metrics;

@@ -710,6 +710,48 @@ static void test_guard_vetoes_counted_per_reason(void **state)
     assert_string_equal(host_guard_reason_name(SMP_GUARD_STALE_PUT_CLEANUP), "stale_put_cleanup");
 }
 
+/* A guard decides only for the groups its plugin owns: asked with an owner,
+ * only that plugin's guard answers (another plugin's veto or allow is not
+ * heard); an owner that is not loaded asks nobody. is_active names loaded
+ * plugins by descriptor name. */
+static void test_guard_scoped_to_owner(void **state)
+{
+    fixture *fx = *state;
+    smp_guard_request req = {sizeof(req), SMP_GUARD_REMOVE_KEY, "other/x", "g", 1, SMP_DATA_KV, SMP_REPLICA_MEMORY};
+    int (*guard_calls)(void);
+    int asked = -1;
+
+    assert_false(host_plugins_is_active(fx->reg, "good_minimal"));
+    assert_false(host_plugins_is_active(NULL, "good_minimal"));
+    assert_int_equal(load(fx, "good_minimal"), SMP_OK);
+    assert_int_equal(load(fx, "good_other"), SMP_OK);
+    *(void **)&guard_calls = plugin_sym("good_minimal", "good_minimal_guard_calls");
+    assert_true(host_plugins_is_active(fx->reg, "good_minimal"));
+    assert_true(host_plugins_is_active(fx->reg, "good_other"));
+    assert_false(host_plugins_is_active(fx->reg, "weight_management"));
+    assert_false(host_plugins_is_active(fx->reg, NULL));
+
+    /* good_minimal vetoes managed members, good_other vetoes other/ keys. */
+    assert_int_equal(host_plugins_guard_check_owner(fx->reg, "good_minimal", &req, &asked),
+                     SMP_GUARD_VETO);
+    assert_int_equal(asked, 1);
+    assert_int_equal(guard_calls(), 1);
+    req.group_managed = 0; /* good_minimal now allows; good_other's veto is not asked */
+    assert_int_equal(host_plugins_guard_check_owner(fx->reg, "good_minimal", &req, &asked),
+                     SMP_GUARD_ALLOW);
+    assert_int_equal(asked, 1);
+    assert_int_equal(host_plugins_guard_check_owner(fx->reg, "good_other", &req, &asked),
+                     SMP_GUARD_VETO);
+    assert_int_equal(asked, 1);
+    assert_int_equal(guard_calls(), 2);
+    assert_int_equal(host_plugins_guard_check_owner(fx->reg, "weight_management", &req, &asked),
+                     SMP_GUARD_ALLOW);
+    assert_int_equal(asked, 0);
+    assert_int_equal(host_plugins_guard_check_owner(fx->reg, NULL, &req, &asked), SMP_GUARD_VETO);
+    assert_int_equal(asked, 2);
+    assert_int_equal(guard_calls(), 3);
+}
+
 static void test_events_routed_by_mask(void **state)
 {
     fixture *fx = *state;
@@ -1039,6 +1081,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_good_plugin_register_late_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_oplog_append_gating, setup, teardown),
         cmocka_unit_test_setup_teardown(test_host_api_members, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_guard_scoped_to_owner, setup, teardown),
         cmocka_unit_test_setup_teardown(test_guard_vetoes_counted_per_reason, setup, teardown),
         cmocka_unit_test_setup_teardown(test_events_routed_by_mask, setup, teardown),
         cmocka_unit_test_setup_teardown(test_describe_output, setup, teardown),
