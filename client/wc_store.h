@@ -49,6 +49,7 @@ struct weight_store {
     unsigned threads;
     int transport;                   /* 0 auto, 1 local, 2 remote */
     uint64_t lease_ttl_ms;
+    int release_pages;               /* WEIGHT_OPT_RELEASE_PAGES */
     atomic_int cancel;               /* weight_store_cancel */
     weight_progress_fn progress;
     void *progress_ctx;

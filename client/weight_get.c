@@ -26,7 +26,10 @@
  * complete cold replica (a revision brought back from COLD keeps it), the
  * rest of the object, that chunk first, is read from the cold file instead;
  * only without one is the error returned. Strided ops (a split along an
- * inner dimension) are clipped to each chunk run by run.
+ * inner dimension) are clipped to each chunk run by run. With
+ * WEIGHT_OPT_RELEASE_PAGES the pages of each window are given back once it
+ * is scattered (source and destination), so that a caller writing into
+ * file mappings holds about a window per thread, not the model.
  *
  * weight_get_mapped (the last section) is the load without a transfer: it
  * keeps the lease (renewed on a connection of its own) and hands out
@@ -274,6 +277,41 @@ static uint64_t scatter(const wc_copy_op *op, uint8_t *dst, const uint8_t *windo
     return copied;
 }
 
+/* WEIGHT_OPT_RELEASE_PAGES: give back the page mappings of n bytes at p
+ * (rounded out to whole pages). Only for MAP_SHARED mappings, whose bytes
+ * stay in the file or segment behind them. */
+static void release_range(const uint8_t *p, uint64_t n)
+{
+    if (n == 0) return;
+    uintptr_t a = (uintptr_t)p & ~(uintptr_t)4095;
+    uintptr_t b = ((uintptr_t)p + (uintptr_t)n + 4095) & ~(uintptr_t)4095;
+    madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
+/* After object bytes [ws, we) of j were scattered: release the window's
+ * source pages (a segment mapping) and the destination runs of the ops
+ * that touched it, from ops[lo] on. */
+static void release_window(const xfer *x, const job *j, uint64_t ws, uint64_t we, size_t lo)
+{
+    wc_stream_fence(); /* the non-temporal stores are in the pages first */
+    if (j->kind == SRC_MAPPED) release_range(j->map->base + j->base + ws, we - ws);
+    for (size_t i = lo; i < j->n_ops; i++) {
+        const wc_copy_op *op = &x->plan->ops[j->ops[i]];
+        if (op->src_offset >= we) break;
+        if (op_src_end(op) <= ws || op->bytes == 0) continue;
+        uint64_t kmin = 0, kmax = op->count - 1;
+        if (op->src_stride > 0) {
+            if (op->src_offset + op->bytes <= ws)
+                kmin = (ws - (op->src_offset + op->bytes)) / op->src_stride + 1;
+            uint64_t last = (we - 1 - op->src_offset) / op->src_stride;
+            if (last < kmax) kmax = last;
+        }
+        if (kmin > kmax) continue;
+        release_range(x->bindings[op->dst] + op->dst_offset + kmin * op->dst_stride,
+                      (kmax - kmin) * op->dst_stride + op->bytes);
+    }
+}
+
 typedef struct worker {
     xfer *x;
     uint8_t *window;              /* staging for remote and cold reads */
@@ -369,7 +407,7 @@ static void run_job(worker *wk, job *j)
             for (uint64_t c = rs / chunk; c <= (rs + op->bytes - 1) / chunk; c++) need[c] = 1;
         }
     }
-    if (j->kind == SRC_MAPPED) {
+    if (j->kind == SRC_MAPPED && !x->s->release_pages) {
         /* Prefault the page tables of each run of needed chunks in one call
          * (not one fault per page), and only of what is read. */
         for (uint64_t c = 0; c < n_chunks;) {
@@ -441,6 +479,7 @@ static void run_job(worker *wk, job *j)
             if (op_src_end(op) <= ws) continue;
             copied += scatter(op, x->bindings[op->dst], win, ws, we);
         }
+        if (x->s->release_pages) release_window(x, j, ws, we, lo);
         atomic_fetch_add(&x->copied, copied);
         if (j->kind == SRC_MAPPED) atomic_fetch_add(&x->local, copied);
         c = c_end;

@@ -292,6 +292,10 @@ int weight_store_set_option(weight_store *s, weight_option opt, uint64_t value)
     case WEIGHT_OPT_LEASE_TTL_MS:
         s->lease_ttl_ms = value;
         return WEIGHT_OK;
+    case WEIGHT_OPT_RELEASE_PAGES:
+        if (value > 1) return wc_fail(s, WEIGHT_EINVALID_ARGUMENT, "release pages must be 0 or 1");
+        s->release_pages = (int)value;
+        return WEIGHT_OK;
     }
     return wc_fail(s, WEIGHT_EINVALID_ARGUMENT, "unknown option %d", (int)opt);
 }

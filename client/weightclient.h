@@ -211,12 +211,21 @@ WEIGHT_API const char *weight_store_last_error(const weight_store *s);
  *  THREADS        transfer threads of weight_get (default min(4, cores), 1..64);
  *  TRANSPORT      0 auto (map co-located segments, TCP otherwise),
  *                 1 local only, 2 remote (TCP) only;
- *  LEASE_TTL_MS   lease TTL weight_get asks for (0: the server's). */
+ *  LEASE_TTL_MS   lease TTL weight_get asks for (0: the server's);
+ *  RELEASE_PAGES  0 (default) or 1: weight_get gives back the pages of each
+ *                 checked window once it is copied -- of a co-located
+ *                 segment mapping, and of the destination buffers, which
+ *                 must then be MAP_SHARED mappings of files (their bytes
+ *                 stay in the page cache, written back by the kernel; an
+ *                 anonymous buffer would lose them). For loads streamed into
+ *                 files (weightctl get): resident memory stays about a
+ *                 window per transfer thread instead of the model. */
 typedef enum weight_option {
     WEIGHT_OPT_PAYLOAD_BYTES = 1,
     WEIGHT_OPT_THREADS = 2,
     WEIGHT_OPT_TRANSPORT = 3,
-    WEIGHT_OPT_LEASE_TTL_MS = 4
+    WEIGHT_OPT_LEASE_TTL_MS = 4,
+    WEIGHT_OPT_RELEASE_PAGES = 5
 } weight_option;
 WEIGHT_API int weight_store_set_option(weight_store *s, weight_option opt, uint64_t value);
 
