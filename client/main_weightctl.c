@@ -17,116 +17,96 @@
  * config/embedded.yaml listens on, so `make run` and then `weightctl status`
  * need no flags; --master or $WEIGHTCTL_MASTER override it (one master, or
  * the list a,b,c of an HA cluster's masters). put and get draw
- * a progress bar (bytes, rate, ETA) when stderr is a terminal; `--json`
- * prints machine-readable output. A failure prints the RFC's error name and
- * the cause on stderr and exits 1 (2 for usage errors; `exists` exits 1
- * when the revision is not READY and readable). */
+ * a progress bar (bytes, rate, ETA) when stderr is a terminal (--progress
+ * plain: a line per 5 %, for logs); `--json` prints machine-readable output,
+ * --bytes raw byte counts. Global options may follow the command; `weightctl
+ * COMMAND --help` explains one command with examples, and a bad command line
+ * is refused in one line naming the flag and the value. A failure prints
+ * the RFC's error name and the cause on stderr and exits 1 (2 for usage
+ * errors; `exists` exits 1 when the revision is not READY and readable).
+ * This file holds the command table and main; the commands live in the
+ * weightctl_*.c files weightctl.h lists. */
 #include <stdio.h>
 #include <string.h>
 
 #include "weightctl.h"
 
-void wctl_usage(FILE *out)
+/* Commands whose arguments are only their ID. */
+static int cmd_info(ctl *x, int argc, char **argv)
 {
-    fprintf(out,
-            "usage: weightctl [--master ADDR] [--tenant T] [--json] COMMAND ...\n"
-            "  put --namespace NS --resource R --revision V [--generation G]\n"
-            "      [--policy hot|cold|mixed[:RATIO]] [--mode pinned|manual|auto]\n"
-            "      [--tie NAME=TARGET]... [--payload-bytes N] FILE...\n"
-            "                         publish safetensors files as one revision\n"
-            "      [--tp N [--split PATTERN=DIM]... [--replicate PATTERN]...] RANK0 ... RANK<N-1>\n"
-            "                         or N files holding one TP rank's shards each (as get\n"
-            "                         --tp writes them), split and replicated by the rules below\n"
-            "  ls [--namespace NS [--resource R]] [--limit N] [--page-token T] [--all]\n"
-            "                         list revisions (--all: tombstones too)\n"
-            "  info ID                identity, state, policy, operation, bytes, manifest\n"
-            "  exists ID              exit 0 only when READY and readable\n"
-            "  size ID                logical payload bytes\n"
-            "  get ID --out DIR [--tp N --rank R] [--split PATTERN=DIM]... [--replicate PATTERN]...\n"
-            "                         write this rank's tensors as DIR/rank<R>-of-<N>.safetensors;\n"
-            "                         the first rule whose glob matches (and, for --split, whose\n"
-            "                         DIM the tensor has) decides, else >= 2 dims split along 0\n"
-            "  policy ID [--preferred hot|cold|mixed[:RATIO]] [--mode M] [--expect GEN]\n"
-            "  migrate ID --to hot|cold|mixed[:RATIO] [--expect GEN]\n"
-            "  op OPID [--wait]       an operation's progress (--wait: until it ends)\n"
-            "  rm ID [--expect GEN] [--wait]   delete the revision, keep a tombstone\n"
-            "  upsert BASE_ID --generation G [--mode put-first|delete-first] [--request-id X]\n"
-            "      [--expect-generation M] [--policy P] [--tie N=T]... [--wait] FILE...\n"
-            "                         replace BASE_ID by generation G of its lineage (one claim\n"
-            "                         per lineage; --wait: until COMMITTED or ABORTED)\n"
-            "  status                 the master's role, nodes, segments, capacity and use; of\n"
-            "                         an HA cluster every master's role, applied seq and lag,\n"
-            "                         and each capability gate, confirmed or what blocks it\n"
-            "  gate confirm GATE      open a capability gate (HA) once every master can replay\n"
-            "                         its record types; durable, kept across failovers\n"
-            "  kv put KEY FILE        store FILE's bytes as object KEY\n"
-            "  kv get KEY FILE        write object KEY's bytes (checked) to FILE\n"
-            "  kv ls [PREFIX]         list object keys\n"
-            "  kv rm KEY              remove an object\n"
-            "ID is NAMESPACE/RESOURCE/REVISION[@GENERATION], components percent-encoded where\n"
-            "they hold '/', '@' or '%%'. ADDR is host:port or a Unix socket path, or the\n"
-            "masters of an HA cluster as a list a,b,c (the leader is found and followed)\n"
-            "(default %s, or $WEIGHTCTL_MASTER)\n",
-            WEIGHTCTL_DEFAULT_MASTER);
+    if (argc != 2) return wctl_bad_usage("info", "takes one ID");
+    return wctl_cmd_info(x, argv[1]);
 }
+
+static int cmd_exists(ctl *x, int argc, char **argv)
+{
+    if (argc != 2) return wctl_bad_usage("exists", "takes one ID");
+    return wctl_cmd_exists(x, argv[1]);
+}
+
+static int cmd_size(ctl *x, int argc, char **argv)
+{
+    if (argc != 2) return wctl_bad_usage("size", "takes one ID");
+    return wctl_cmd_size(x, argv[1]);
+}
+
+static int cmd_status(ctl *x, int argc, char **argv)
+{
+    (void)argv;
+    if (argc != 1) return wctl_bad_usage("status", "takes no arguments");
+    return wctl_connect_master(x) < 0 ? 1 : wctl_cmd_status(x);
+}
+
+static int cmd_gate(ctl *x, int argc, char **argv)
+{
+    if (argc != 3 || strcmp(argv[1], "confirm") != 0)
+        return wctl_bad_usage("gate", "the form is: gate confirm GATE");
+    return wctl_connect_master(x) < 0 ? 1 : wctl_cmd_gate_confirm(x, argv[2]);
+}
+
+static const struct {
+    const char *name;
+    int (*run)(ctl *x, int argc, char **argv);
+} commands[] = {
+    {"put", wctl_cmd_put},       {"ls", wctl_cmd_ls},           {"info", cmd_info},
+    {"exists", cmd_exists},      {"size", cmd_size},            {"get", wctl_cmd_get},
+    {"policy", wctl_cmd_policy}, {"migrate", wctl_cmd_migrate}, {"op", wctl_cmd_op},
+    {"rm", wctl_cmd_rm},         {"upsert", wctl_cmd_upsert},   {"status", cmd_status},
+    {"gate", cmd_gate},          {"kv", wctl_cmd_kv},
+};
 
 int main(int argc, char **argv)
 {
     ctl x = {0};
-    int first = wctl_parse_global(&x, argc, argv);
-    if (first == WCTL_HELP) {
+    int rc = wctl_parse_global(&x, argc, argv);
+    if (rc == WCTL_HELP) {
         wctl_usage(stdout);
         return 0;
     }
-    if (first == WCTL_USAGE) {
-        wctl_usage(stderr);
+    if (rc == WCTL_VERSION) {
+        wctl_version();
+        return 0;
+    }
+    if (rc < 0) return 2; /* said in one line */
+    if (x.argc < 1) {
+        fprintf(stderr, "weightctl: no command given (weightctl --help lists them)\n");
         return 2;
     }
-    if (first == WCTL_BAD_MASTER) return 2;
-    int nargs = argc - first;
-    char **args = argv + first;
-    if (nargs < 1) {
-        wctl_usage(stderr);
+    const char *cmd = x.argv[0];
+    int status = -1;
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        if (strcmp(commands[i].name, cmd) != 0) continue;
+        for (int k = 1; k < x.argc && strcmp(x.argv[k], "--") != 0; k++)
+            if (strcmp(x.argv[k], "--help") == 0 || strcmp(x.argv[k], "-h") == 0)
+                return wctl_cmd_help(cmd) == 0 ? 0 : 2;
+        status = commands[i].run(&x, x.argc, x.argv);
+        break;
+    }
+    if (status < 0) {
+        fprintf(stderr, "weightctl: unknown command '%s' (weightctl --help lists them)\n", cmd);
         return 2;
     }
-    int status = 2;
-    static const char *weight_cmds[] = {"put", "ls", "info", "exists", "size", "get",
-                                        "policy", "migrate", "op", "rm", "upsert"};
-    int is_weight = 0;
-    for (size_t i = 0; i < sizeof weight_cmds / sizeof weight_cmds[0]; i++)
-        if (strcmp(args[0], weight_cmds[i]) == 0) is_weight = 1;
-    if (is_weight) {
-        if (wctl_open_weights(&x) < 0) return 1;
-        if (strcmp(args[0], "put") == 0) status = wctl_cmd_put(&x, nargs, args);
-        else if (strcmp(args[0], "ls") == 0) status = wctl_cmd_ls(&x, nargs, args);
-        else if (strcmp(args[0], "get") == 0) status = wctl_cmd_get(&x, nargs, args);
-        else if (strcmp(args[0], "policy") == 0) status = wctl_cmd_policy(&x, nargs, args);
-        else if (strcmp(args[0], "migrate") == 0) status = wctl_cmd_migrate(&x, nargs, args);
-        else if (strcmp(args[0], "op") == 0) status = wctl_cmd_op(&x, nargs, args);
-        else if (strcmp(args[0], "rm") == 0) status = wctl_cmd_rm(&x, nargs, args);
-        else if (strcmp(args[0], "upsert") == 0) status = wctl_cmd_upsert(&x, nargs, args);
-        else if (nargs != 2) wctl_usage(stderr);
-        else if (strcmp(args[0], "info") == 0) status = wctl_cmd_info(&x, args[1]);
-        else if (strcmp(args[0], "exists") == 0) status = wctl_cmd_exists(&x, args[1]);
-        else if (strcmp(args[0], "size") == 0) status = wctl_cmd_size(&x, args[1]);
-        weight_store_close(x.ws);
-        return status;
-    }
-    if (strcmp(args[0], "status") == 0 && nargs == 1) {
-        status = wctl_connect_master(&x) < 0 ? 1 : wctl_cmd_status(&x);
-    } else if (strcmp(args[0], "gate") == 0 && nargs == 3 && strcmp(args[1], "confirm") == 0) {
-        status = wctl_connect_master(&x) < 0 ? 1 : wctl_cmd_gate_confirm(&x, args[2]);
-    } else if (strcmp(args[0], "kv") == 0 && nargs >= 2 && strcmp(args[1], "ls") == 0 && nargs <= 3) {
-        status = wctl_connect_master(&x) < 0 ? 1 : wctl_cmd_kv_ls(&x, nargs == 3 ? args[2] : "");
-    } else if (strcmp(args[0], "kv") == 0 && nargs == 4 && strcmp(args[1], "put") == 0) {
-        status = wctl_connect_master(&x) < 0 ? 1 : wctl_cmd_kv_put(&x, args[2], args[3]);
-    } else if (strcmp(args[0], "kv") == 0 && nargs == 4 && strcmp(args[1], "get") == 0) {
-        status = wctl_connect_master(&x) < 0 ? 1 : wctl_cmd_kv_get(&x, args[2], args[3]);
-    } else if (strcmp(args[0], "kv") == 0 && nargs == 3 && strcmp(args[1], "rm") == 0) {
-        status = wctl_connect_master(&x) < 0 ? 1 : wctl_cmd_kv_rm(&x, args[2]);
-    } else {
-        wctl_usage(stderr);
-    }
+    if (x.ws) weight_store_close(x.ws);
     kvc_close(x.c);
     return status;
 }

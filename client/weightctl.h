@@ -14,10 +14,23 @@
 #include "weightclient.h"
 #include "weightctl_master.h"
 
-/* -- main_weightctl.c ------------------------------------------------------- */
+/* -- weightctl_help.c -------------------------------------------------------- */
 
 /* The usage text (every command, one line or two each) on out. */
 void wctl_usage(FILE *out);
+/* `weightctl CMD --help` on stdout: synopsis, what it does, examples. 0, or
+ * -1 when cmd is not a command. */
+int wctl_cmd_help(const char *cmd);
+/* `weightctl --version` on stdout. */
+void wctl_version(void);
+/* The one-line refusals of a command line; each returns 2 (the exit code).
+ * "weightctl: CMD: FLAG: 'VALUE' is not EXPECTED" */
+int wctl_bad_value(const char *cmd, const char *flag, const char *value, const char *expected);
+/* "weightctl: CMD: WHY (weightctl CMD --help)" */
+int wctl_bad_usage(const char *cmd, const char *why);
+/* After getopt_long (optstring starting with ':') returned c, '?' or ':':
+ * the unknown option, or the one missing its value, in that form. */
+int wctl_opt_error(const char *cmd, int c, char **argv);
 
 /* -- weightctl_args.c: arguments and the store ------------------------------ */
 
@@ -32,6 +45,8 @@ int wctl_parse_id(ctl *x, const char *text, weight_identity *id);
  * failure names) into what[wcap]. Returns wctl_parse_id's status. */
 int wctl_resolve_id(ctl *x, const char *arg, const char *cmd, weight_identity *id, char *text,
                     size_t tcap, char *what, size_t wcap);
+/* What --policy, --preferred and --to take, for their refusals. */
+#define WCTL_RESIDENCY_FORMS "hot, cold, mixed or mixed:RATIO (0 < RATIO < 1)"
 /* "hot", "cold", "mixed" or "mixed:0.3" into a residency and ratio; -1 if not one. */
 int wctl_parse_residency(const char *s, weight_residency *res, double *ratio);
 /* "pinned", "manual" or "auto"; -1 if not one. */
@@ -73,19 +88,29 @@ int wctl_parse_tie(char *arg, wctl_tie *ties, size_t *n_ties);
 
 /* -- weightctl_output.c: answers -------------------------------------------- */
 
-/* The progress bar of put and get, drawn on stderr when on. */
+/* The progress of put and get on stderr: a bar, or plain lines. */
 typedef struct wctl_progress {
-    int on;
+    int on;                 /* 0 none, 1 a bar, 2 a line per 5 % */
     const char *label;
     double t0;
-    uint64_t last_done;
+    int last_step;          /* plain: the last 5 % step printed, -1 none */
     int drawn;
 } wctl_progress;
+
+/* Start *p for x->progress: auto draws a bar when stderr is a terminal
+ * (and --json is not given), plain prints "LABEL:  35% of 1.2 GiB (...)"
+ * once per 5 % step, none nothing. */
+void wctl_progress_init(const ctl *x, wctl_progress *p, const char *label);
 
 /* Seconds on the monotonic clock. */
 double wctl_now(void);
 /* v bytes as "12 B", "1.5 KiB", ... into out[cap]. */
 void wctl_human(double v, char *out, size_t cap);
+/* v bytes for a person: wctl_human, or with raw (--bytes) "N bytes". */
+void wctl_size_text(double v, int raw, char *out, size_t cap);
+/* msg into out[cap] with every "N bytes" of N >= 1024 written as KiB, MiB,
+ * ... (unless raw: copied as it is). For causes of failures. */
+void wctl_sizes_text(const char *msg, int raw, char *out, size_t cap);
 /* weight_store_set_progress callback: ctx is a wctl_progress. */
 void wctl_progress_cb(void *ctx, uint64_t done, uint64_t total);
 /* End the bar's line, if one was drawn. */
@@ -109,6 +134,7 @@ int wctl_cmd_kv_ls(ctl *x, const char *prefix);         /* weightctl_kv.c */
 int wctl_cmd_kv_put(ctl *x, const char *key, const char *path);
 int wctl_cmd_kv_get(ctl *x, const char *key, const char *path);
 int wctl_cmd_kv_rm(ctl *x, const char *key);
+int wctl_cmd_kv(ctl *x, int argc, char **argv);          /* kv SUB ...: one of the above */
 int wctl_cmd_put(ctl *x, int argc, char **argv);        /* weightctl_put.c */
 int wctl_cmd_upsert(ctl *x, int argc, char **argv);
 int wctl_cmd_get(ctl *x, int argc, char **argv);        /* weightctl_get.c */

@@ -27,8 +27,9 @@ int wctl_open_weights(ctl *x)
 /* Print "weightctl: WHAT: NAME: cause" and return 1. */
 int wctl_failed(ctl *x, const char *what, int rc)
 {
-    fprintf(stderr, "weightctl: %s: %s: %s\n", what, weight_error_name(rc),
-            weight_store_last_error(x->ws));
+    char msg[1024];
+    wctl_sizes_text(weight_store_last_error(x->ws), x->bytes, msg, sizeof msg);
+    fprintf(stderr, "weightctl: %s: %s: %s\n", what, weight_error_name(rc), msg);
     return 1;
 }
 

@@ -1,7 +1,18 @@
-/* weightctl_get.c -- `weightctl get`: one TP rank of a revision, resharded
- * from whatever layout was written by the --split / --replicate rules,
- * written as DIR/rank<R>-of-<N>.safetensors (through a temporary file,
- * fsynced, renamed); Ctrl-C cancels the load and releases its lease. */
+/* weightctl_get.c -- `weightctl get`: TP ranks of a revision, resharded
+ * from whatever layout was written by the --split / --replicate rules, each
+ * written as DIR/rank<R>-of-<N>.safetensors.
+ *
+ * DIR (with its parents) is created and checked writable before the load
+ * asks for a lease. The file is written as the bytes arrive: once the
+ * placement of every tensor is known (weight_get asks for all placements
+ * before the first buffer), the safetensors header is laid out, the
+ * temporary file DIR/.rank<R>-of-<N>.safetensors.tmp sized and mapped
+ * MAP_SHARED, and each tensor's buffer is its place in that mapping; the
+ * load runs with WEIGHT_OPT_RELEASE_PAGES, so the pages of each copied
+ * window go back to the page cache and this process never holds the model.
+ * Then fsync, rename, fsync of DIR. A failure or Ctrl-C (cancels the load,
+ * releases its lease, exit 130) removes the temporary file. --all-ranks
+ * writes every rank, one load each. */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -11,70 +22,153 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "wc_safetensors.h"
 #include "weightctl.h"
 
-/* -- get ------------------------------------------------------------------- */
+/* -- one rank's file -------------------------------------------------------- */
+
+typedef struct out_tensor {
+    char *name;
+    wc_dtype dtype;
+    uint32_t ndim;
+    uint64_t shape[WC_MAX_NDIM];
+    uint64_t bytes;
+    uint64_t offset;        /* in the file */
+} out_tensor;
 
 typedef struct getcli {
     uint32_t tp, rank;
     const wctl_rules *rules;
-    /* What came back, in manifest order. */
-    struct out_tensor {
-        char *name;
-        char dtype[16];
-        uint32_t ndim;
-        uint64_t shape[8];
-        void *data;
-        uint64_t bytes;
-    } *out;
+    out_tensor *out;        /* in placement (manifest) order */
     size_t n_out, cap_out;
+    size_t next;            /* the tensor the next provide is expected for */
+    int fd;                 /* the temporary file */
+    uint8_t *map;
+    uint64_t map_len;
+    char err[512];          /* why provide refused, for the report */
 } getcli;
 
+/* Where tensor t goes on this rank; also records its name, dtype and local
+ * shape for the header. */
 static int get_place(void *ctx, const weight_tensor_info *t, weight_tensor_place *out)
 {
     getcli *g = ctx;
     uint32_t dim = 0;
     int split = wctl_rules_decide(g->rules, t->name, t->ndim, &dim);
-    if (g->tp <= 1 || !split) {
-        out->kind = WEIGHT_PLACE_REPLICATED;
-        return 0;
-    }
-    out->kind = WEIGHT_PLACE_SPLIT;
-    out->dim = dim;
-    out->parts = g->tp;
-    out->rank = g->rank;
-    return 0;
-}
-
-static int get_provide(void *ctx, const weight_tensor_info *t, const weight_tensor_place *p,
-                       const uint64_t *shape, uint64_t bytes, void **out)
-{
-    getcli *g = ctx;
-    (void)p;
+    if (g->map != NULL || t->ndim > WC_MAX_NDIM) return WEIGHT_EINVALID_ARGUMENT;
     if (g->n_out == g->cap_out) {
         size_t cap = g->cap_out ? g->cap_out * 2 : 64;
-        struct out_tensor *n = realloc(g->out, cap * sizeof *n);
+        out_tensor *n = realloc(g->out, cap * sizeof *n);
         if (n == NULL) return WEIGHT_ENOMEM;
         g->out = n;
         g->cap_out = cap;
     }
-    struct out_tensor *o = &g->out[g->n_out];
+    out_tensor *o = &g->out[g->n_out];
     memset(o, 0, sizeof *o);
-    if ((o->name = strdup(t->name)) == NULL || (o->data = malloc(bytes ? bytes : 1)) == NULL) {
-        free(o->name);
-        return WEIGHT_ENOMEM;
-    }
-    snprintf(o->dtype, sizeof o->dtype, "%s", t->dtype);
+    if ((o->name = strdup(t->name)) == NULL) return WEIGHT_ENOMEM;
+    o->dtype = wc_dtype_from_name(t->dtype, strlen(t->dtype));
     o->ndim = t->ndim;
-    for (uint32_t d = 0; d < t->ndim && d < 8; d++) o->shape[d] = shape[d];
-    o->bytes = bytes;
+    o->bytes = t->item_size;
+    for (uint32_t d = 0; d < t->ndim; d++) o->shape[d] = t->shape[d];
     g->n_out++;
-    *out = o->data;
+    if (g->tp <= 1 || !split) {
+        out->kind = WEIGHT_PLACE_REPLICATED;
+    } else {
+        /* The even split weight_get makes: the first size % tp ranks one more. */
+        uint64_t size = t->shape[dim], q = size / g->tp, rem = size % g->tp;
+        o->shape[dim] = q + (g->rank < rem ? 1 : 0);
+        out->kind = WEIGHT_PLACE_SPLIT;
+        out->dim = dim;
+        out->parts = g->tp;
+        out->rank = g->rank;
+    }
+    for (uint32_t d = 0; d < t->ndim; d++) o->bytes *= o->shape[d];
     return 0;
+}
+
+/* Lay out the header of every placed tensor, size the temporary file and
+ * map it. 0, or a WEIGHT_E* code with g->err set. */
+static int map_output(getcli *g)
+{
+    wc_st_entry *e = calloc(g->n_out ? g->n_out : 1, sizeof *e);
+    size_t *order = calloc(g->n_out ? g->n_out : 1, sizeof *order);
+    uint8_t *header = NULL;
+    size_t header_len = 0;
+    int rc = WEIGHT_ENOMEM;
+    if (e == NULL || order == NULL) goto free_arrays;
+    /* The header only: data is not read, but must not be NULL when bytes > 0. */
+    for (size_t i = 0; i < g->n_out; i++)
+        e[i] = (wc_st_entry){g->out[i].name, g->out[i].dtype, g->out[i].ndim, g->out[i].shape,
+                             g, g->out[i].bytes};
+    if (wc_st_encode_header(e, g->n_out, NULL, 0, &header, &header_len, order, g->err,
+                            sizeof g->err) < 0) {
+        rc = WEIGHT_EINVALID_ARGUMENT;
+        goto free_arrays;
+    }
+    uint64_t at = header_len;
+    for (size_t k = 0; k < g->n_out; k++) {
+        g->out[order[k]].offset = at;
+        at += g->out[order[k]].bytes;
+    }
+    if (ftruncate(g->fd, (off_t)at) != 0) {
+        snprintf(g->err, sizeof g->err, "sizing the file to %" PRIu64 " bytes: %s", at,
+                 strerror(errno));
+        rc = WEIGHT_EIO;
+        goto free_header;
+    }
+    void *m = mmap(NULL, at, PROT_READ | PROT_WRITE, MAP_SHARED, g->fd, 0);
+    if (m == MAP_FAILED) {
+        snprintf(g->err, sizeof g->err, "mapping the file: %s", strerror(errno));
+        rc = WEIGHT_EIO;
+        goto free_header;
+    }
+    g->map = m;
+    g->map_len = at;
+    memcpy(g->map, header, header_len);
+    rc = 0;
+free_header:
+    free(header);
+free_arrays:
+    free(order);
+    free(e);
+    return rc;
+}
+
+/* The buffer of tensor t: its place in the mapped file. */
+static int get_provide(void *ctx, const weight_tensor_info *t, const weight_tensor_place *p,
+                       const uint64_t *shape, uint64_t bytes, void **out)
+{
+    getcli *g = ctx;
+    int rc;
+    (void)p;
+    (void)shape;
+    if (g->map == NULL && (rc = map_output(g)) < 0) return rc;
+    size_t i = g->next < g->n_out && strcmp(g->out[g->next].name, t->name) == 0 ? g->next : g->n_out;
+    for (size_t k = 0; i == g->n_out && k < g->n_out; k++)
+        if (strcmp(g->out[k].name, t->name) == 0) i = k;
+    if (i == g->n_out || g->out[i].bytes != bytes) {
+        snprintf(g->err, sizeof g->err, "tensor %s: %" PRIu64 " bytes, the header holds %" PRIu64,
+                 t->name, bytes, i == g->n_out ? 0 : g->out[i].bytes);
+        return WEIGHT_EINVALID_ARGUMENT;
+    }
+    g->next = i + 1;
+    *out = g->map + g->out[i].offset;
+    return 0;
+}
+
+static void getcli_reset(getcli *g)
+{
+    if (g->map) munmap(g->map, g->map_len);
+    for (size_t i = 0; i < g->n_out; i++) free(g->out[i].name);
+    free(g->out);
+    g->out = NULL;
+    g->map = NULL;
+    g->n_out = g->cap_out = g->next = 0;
+    g->err[0] = '\0';
 }
 
 /* Ctrl-C during get: cancel the load (its lease is released), exit 130. */
@@ -87,110 +181,177 @@ static void on_sigint(int sig)
     if (g_cancel_store) weight_store_cancel(g_cancel_store);
 }
 
-int wctl_cmd_get(ctl *x, int argc, char **argv)
+/* mkdir -p dir, then check that it is a directory this process can write
+ * into. 0, or -1 with the cause printed as "weightctl: get: --out DIR: ...". */
+static int prepare_dir(const char *dir)
 {
-    static const struct option opts[] = {
-        {"out", required_argument, NULL, 'o'},     {"tp", required_argument, NULL, 't'},
-        {"rank", required_argument, NULL, 'r'},    {"split", required_argument, NULL, 's'},
-        {"replicate", required_argument, NULL, 'R'}, {NULL, 0, NULL, 0}};
-    const char *dir = NULL;
-    uint64_t tp = 1, rank = 0;
-    wctl_rules rs = {.n = 0};
-    getcli g;
-    int c, status = 1, rc;
-    memset(&g, 0, sizeof g);
-    g.rules = &rs;
-    optind = 0;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        switch (c) {
-        case 'o': dir = optarg; break;
-        case 't':
-            if (wctl_parse_u64(optarg, &tp) < 0 || tp == 0 || tp > 4096) goto usage;
-            break;
-        case 'r':
-            if (wctl_parse_u64(optarg, &rank) < 0) goto usage;
-            break;
-        case 's':
-        case 'R':
-            if (wctl_rules_add(&rs, optarg, c == 's') < 0) goto usage;
-            break;
-        default: goto usage;
-        }
+    char path[4096];
+    struct stat st;
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) {
+        fprintf(stderr, "weightctl: get: --out %s: path too long\n", dir);
+        return -1;
     }
-    if (dir == NULL || optind != argc - 1 || rank >= tp) goto usage;
-    g.tp = (uint32_t)tp;
-    g.rank = (uint32_t)rank;
-    weight_identity id;
-    char text[2048], what[2100], path[4096], err[512];
-    if ((rc = wctl_resolve_id(x, argv[optind], "get", &id, text, sizeof text, what, sizeof what)) != 0)
-        return rc;
-    wctl_progress pr = {isatty(2) && !x->json, "get", wctl_now(), 0, 0};
-    weight_placement pl = {get_place, &g};
-    weight_bindings bd = {NULL, 0, get_provide, &g};
+    for (char *s = path + 1; *s; s++) {
+        if (*s != '/') continue;
+        *s = '\0';
+        if (mkdir(path, 0755) != 0 && errno != EEXIST) goto failed;
+        *s = '/';
+    }
+    if (mkdir(path, 0755) != 0 && errno != EEXIST) goto failed;
+    if (stat(path, &st) != 0) goto failed;
+    if (!S_ISDIR(st.st_mode)) {
+        errno = ENOTDIR;
+        goto failed;
+    }
+    if (access(path, W_OK | X_OK) != 0) goto failed;
+    return 0;
+failed:
+    fprintf(stderr, "weightctl: get: --out %s: %s%s%s\n", dir, strerror(errno),
+            strcmp(path, dir) ? " at " : "", strcmp(path, dir) ? path : "");
+    return -1;
+}
+
+/* Load rank g->rank of id into DIR/rank<R>-of-<N>.safetensors. The exit
+ * status (0, 1, or 130 after Ctrl-C), the cause printed. */
+static int get_rank(ctl *x, const weight_identity *id, const char *what, const char *dir,
+                    getcli *g)
+{
+    char path[4096], tmp[4200];
+    int status = 1, rc;
+    snprintf(path, sizeof path, "%s/rank%u-of-%u.safetensors", dir, g->rank, g->tp);
+    snprintf(tmp, sizeof tmp, "%s/.rank%u-of-%u.safetensors.tmp", dir, g->rank, g->tp);
+    g->fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    if (g->fd < 0) {
+        fprintf(stderr, "weightctl: %s: %s: %s\n", what, tmp, strerror(errno));
+        return 1;
+    }
+    char label[64];
+    snprintf(label, sizeof label, g->tp > 1 ? "get rank %u" : "get", g->rank);
+    wctl_progress pr;
+    wctl_progress_init(x, &pr, label);
+    weight_placement pl = {get_place, g};
+    weight_bindings bd = {NULL, 0, get_provide, g};
     weight_get_stats st;
     weight_store_set_progress(x->ws, wctl_progress_cb, &pr);
-    g_cancel_store = x->ws;
-    struct sigaction sa, old_sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigint;
-    sigaction(SIGINT, &sa, &old_sa);
     double t0 = wctl_now();
-    rc = weight_get(x->ws, &id, &pl, &bd, &st);
+    rc = weight_get(x->ws, id, &pl, &bd, &st);
     double dt = wctl_now() - t0;
-    sigaction(SIGINT, &old_sa, NULL);
-    g_cancel_store = NULL;
     wctl_progress_end(&pr);
     if (rc < 0) {
-        status = wctl_failed(x, what, rc);
+        if (g->err[0]) fprintf(stderr, "weightctl: %s: %s: %s\n", what, weight_error_name(rc), g->err);
+        else wctl_failed(x, what, rc);
         if (rc == WEIGHT_ECANCELED && g_interrupted) status = 130;
-        goto free_out;
+        goto remove_tmp;
     }
-    mkdir(dir, 0755);
-    snprintf(path, sizeof path, "%s/rank%u-of-%u.safetensors", dir, g.rank, g.tp);
-    wc_st_entry *entries = calloc(g.n_out ? g.n_out : 1, sizeof *entries);
-    if (entries == NULL) goto free_out;
-    for (size_t i = 0; i < g.n_out; i++) {
-        entries[i].name = g.out[i].name;
-        entries[i].dtype = wc_dtype_from_name(g.out[i].dtype, strlen(g.out[i].dtype));
-        entries[i].ndim = g.out[i].ndim;
-        entries[i].shape = g.out[i].shape;
-        entries[i].data = g.out[i].data;
-        entries[i].bytes = g.out[i].bytes;
+    if (g->map == NULL && (rc = map_output(g)) < 0) { /* a revision without tensors */
+        fprintf(stderr, "weightctl: %s: %s\n", what, g->err);
+        goto remove_tmp;
     }
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0 || wc_st_write_fd(fd, entries, g.n_out, NULL, 0, err, sizeof err) < 0 ||
-        fsync(fd) != 0 || close(fd) != 0 || rename(tmp, path) != 0) {
-        fprintf(stderr, "weightctl: %s: %s: %s\n", what, path, fd < 0 ? strerror(errno) : err);
-        if (fd >= 0) unlink(tmp);
-        free(entries);
-        goto free_out;
+    if (msync(g->map, g->map_len, MS_SYNC) != 0 || fsync(g->fd) != 0 || rename(tmp, path) != 0) {
+        fprintf(stderr, "weightctl: %s: %s: %s\n", what, path, strerror(errno));
+        goto remove_tmp;
     }
-    fd = -1;
-    free(entries);
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
     if (x->json) {
         printf("{\"file\":");
         wctl_json_str(path);
-        printf(",\"tensors\":%zu,\"bytes\":%" PRIu64 ",\"objects\":%" PRIu64
+        printf(",\"rank\":%u,\"tp\":%u,\"tensors\":%zu,\"bytes\":%" PRIu64 ",\"objects\":%" PRIu64
                ",\"local_bytes\":%" PRIu64 ",\"seconds\":%.3f}\n",
-               g.n_out, st.bytes, st.objects, st.local_bytes, dt);
+               g->rank, g->tp, g->n_out, st.bytes, st.objects, st.local_bytes, dt);
     } else {
         char b[32], r[32];
-        wctl_human((double)st.bytes, b, sizeof b);
+        wctl_size_text((double)st.bytes, x->bytes, b, sizeof b);
         wctl_human(dt > 0 ? (double)st.bytes / dt : 0, r, sizeof r);
-        printf("wrote %s: %zu tensors, %s (rank %u of %u) in %.2f s, %s/s%s\n", path, g.n_out, b,
-               g.rank, g.tp, dt, r, st.local_bytes == st.bytes && st.bytes ? ", zero-copy" : "");
+        printf("wrote %s: %zu tensors, %s (rank %u of %u) in %.2f s, %s/s%s\n", path, g->n_out, b,
+               g->rank, g->tp, dt, r, st.local_bytes == st.bytes && st.bytes ? ", zero-copy" : "");
     }
     status = 0;
-free_out:
-    for (size_t i = 0; i < g.n_out; i++) {
-        free(g.out[i].name);
-        free(g.out[i].data);
-    }
-    free(g.out);
+    goto close_fd;
+remove_tmp:
+    unlink(tmp);
+close_fd:
+    close(g->fd);
+    g->fd = -1;
     return status;
-usage:
-    wctl_usage(stderr);
-    return 2;
+}
+
+int wctl_cmd_get(ctl *x, int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"out", required_argument, NULL, 'o'},       {"tp", required_argument, NULL, 't'},
+        {"rank", required_argument, NULL, 'r'},      {"split", required_argument, NULL, 's'},
+        {"replicate", required_argument, NULL, 'R'}, {"all-ranks", no_argument, NULL, 'A'},
+        {NULL, 0, NULL, 0}};
+    const char *dir = NULL, *rank_arg = NULL;
+    uint64_t tp = 1, rank = 0;
+    int all = 0, c, status = 0, rc;
+    wctl_rules rs = {.n = 0};
+    optind = 0;
+    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        switch (c) {
+        case 'o': dir = optarg; break;
+        case 't':
+            if (wctl_parse_u64(optarg, &tp) < 0 || tp == 0 || tp > 4096)
+                return wctl_bad_value("get", "--tp", optarg, "a rank count from 1 to 4096");
+            break;
+        case 'r':
+            if (wctl_parse_u64(optarg, &rank) < 0)
+                return wctl_bad_value("get", "--rank", optarg, "a rank number");
+            rank_arg = optarg;
+            break;
+        case 'A': all = 1; break;
+        case 's':
+        case 'R':
+            if (wctl_rules_add(&rs, optarg, c == 's') < 0)
+                return wctl_bad_value("get", c == 's' ? "--split" : "--replicate", optarg,
+                                      c == 's' ? "PATTERN=DIM (DIM 0..7, at most 128 rules)"
+                                               : "a PATTERN (at most 128 rules)");
+            break;
+        default: return wctl_opt_error("get", c, argv);
+        }
+    }
+    if (optind != argc - 1) return wctl_bad_usage("get", "takes one ID");
+    if (dir == NULL || dir[0] == '\0') return wctl_bad_usage("get", "--out DIR is required");
+    if (all && rank_arg) return wctl_bad_usage("get", "--rank and --all-ranks exclude each other");
+    if (tp > 1 && !all && !rank_arg) {
+        char why[160];
+        snprintf(why, sizeof why, "--tp %" PRIu64 " needs --rank R (0..%" PRIu64 ") or --all-ranks",
+                 tp, tp - 1);
+        return wctl_bad_usage("get", why);
+    }
+    if (rank >= tp) {
+        char want[64];
+        snprintf(want, sizeof want, "a rank below --tp %" PRIu64, tp);
+        return wctl_bad_value("get", "--rank", rank_arg, want);
+    }
+    if (prepare_dir(dir) < 0) return 1;
+    if (wctl_open_weights(x) < 0) return 1;
+    weight_identity id;
+    char text[2048], what[2100];
+    if ((rc = wctl_resolve_id(x, argv[optind], "get", &id, text, sizeof text, what, sizeof what)) != 0)
+        return rc;
+    if ((rc = weight_store_set_option(x->ws, WEIGHT_OPT_RELEASE_PAGES, 1)) < 0)
+        return wctl_failed(x, what, rc);
+    struct sigaction sa, old_sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    g_cancel_store = x->ws;
+    sigaction(SIGINT, &sa, &old_sa);
+    for (uint64_t r = all ? 0 : rank; r < (all ? tp : rank + 1) && status == 0; r++) {
+        getcli g;
+        memset(&g, 0, sizeof g);
+        g.rules = &rs;
+        g.tp = (uint32_t)tp;
+        g.rank = (uint32_t)r;
+        g.fd = -1;
+        status = get_rank(x, &id, what, dir, &g);
+        getcli_reset(&g);
+    }
+    sigaction(SIGINT, &old_sa, NULL);
+    g_cancel_store = NULL;
+    return status;
 }

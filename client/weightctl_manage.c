@@ -25,6 +25,10 @@ static void print_row(const weight_metadata *m)
     putchar('\n');
 }
 
+/* ls: every revision (page by page), at most --limit N rows, or the page
+ * that starts at --page-token (with --limit: N rows from it). When rows
+ * were left because of the limit (or after a --page-token page), the token
+ * to go on from is printed ("next page: ..." / next_page_token). */
 int wctl_cmd_ls(ctl *x, int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -33,23 +37,25 @@ int wctl_cmd_ls(ctl *x, int argc, char **argv)
         {"all", no_argument, NULL, 'a'},             {NULL, 0, NULL, 0}};
     weight_list_query q = {NULL, NULL, 0, 0};
     const char *page = NULL;
-    uint64_t limit = 0;
-    int c, first = 1;
+    uint64_t limit = 0, shown = 0;
+    int c, rc;
     optind = 0;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
         switch (c) {
         case 'n': q.namespace_id = optarg; break;
         case 'r': q.resource_id = optarg; break;
         case 'l':
-            if (wctl_parse_u64(optarg, &limit) < 0 || limit > UINT32_MAX) goto usage;
-            q.limit = (uint32_t)limit;
+            if (wctl_parse_u64(optarg, &limit) < 0 || limit == 0 || limit > UINT32_MAX)
+                return wctl_bad_value("ls", "--limit", optarg, "a positive number of rows");
             break;
         case 'p': page = optarg; break;
         case 'a': q.include_deleted = 1; break;
-        default: goto usage;
+        default: return wctl_opt_error("ls", c, argv);
         }
     }
-    if (optind != argc) goto usage;
+    if (optind != argc) return wctl_bad_usage("ls", "takes no positional arguments");
+    if (q.resource_id && !q.namespace_id) return wctl_bad_usage("ls", "--resource needs --namespace");
+    if (wctl_open_weights(x) < 0) return 1;
     char token[1024], next[1024];
     snprintf(token, sizeof token, "%s", page ? page : "");
     if (x->json) printf("{\"revisions\":[");
@@ -57,35 +63,31 @@ int wctl_cmd_ls(ctl *x, int argc, char **argv)
     for (;;) {
         weight_metadata *list = NULL;
         size_t n = 0;
-        int rc = weight_list(x->ws, &q, token, &list, &n, next, sizeof next);
-        if (rc < 0) {
+        q.limit = limit ? (uint32_t)(limit - shown) : 0;
+        if ((rc = weight_list(x->ws, &q, token, &list, &n, next, sizeof next)) < 0) {
             if (x->json) printf("]}\n");
             return wctl_failed(x, "ls", rc);
         }
-        for (size_t i = 0; i < n; i++) {
+        for (size_t i = 0; i < n && (!limit || shown < limit); i++, shown++) {
             if (x->json) {
-                if (!first) putchar(',');
+                if (shown) putchar(',');
                 wctl_json_metadata(&list[i], NULL);
             } else {
                 print_row(&list[i]);
             }
-            first = 0;
         }
         weight_list_free(list);
         snprintf(token, sizeof token, "%s", next);
-        if (page != NULL || token[0] == '\0') break; /* --page-token: that page only */
+        if (token[0] == '\0' || (limit && shown >= limit) || (page != NULL && !limit)) break;
     }
     if (x->json) {
         printf("],\"next_page_token\":");
-        wctl_json_str(page ? token : "");
+        wctl_json_str(token);
         printf("}\n");
-    } else if (page != NULL && token[0]) {
+    } else if (token[0]) {
         printf("next page: --page-token %s\n", token);
     }
     return 0;
-usage:
-    wctl_usage(stderr);
-    return 2;
 }
 
 int wctl_cmd_info(ctl *x, const char *arg)
@@ -94,6 +96,7 @@ int wctl_cmd_info(ctl *x, const char *arg)
     weight_metadata m;
     weight_operation op;
     char text[2048], b[32], what[2100];
+    if (wctl_open_weights(x) < 0) return 1;
     int rc = wctl_resolve_id(x, arg, "info", &id, text, sizeof text, what, sizeof what);
     if (rc) return rc;
     if ((rc = weight_get_metadata(x->ws, &id, &m, &op)) < 0) return wctl_failed(x, what, rc);
@@ -138,6 +141,7 @@ int wctl_cmd_exists(ctl *x, const char *arg)
         fprintf(stderr, "weightctl: '%s' is not NAMESPACE/RESOURCE/REVISION@GENERATION\n", arg);
         return 2;
     }
+    if (wctl_open_weights(x) < 0) return 1;
     int rc = weight_is_exist(x->ws, &id, &exists);
     if (rc < 0) return wctl_failed(x, "exists", rc);
     if (x->json) printf("{\"exists\":%s}\n", exists ? "true" : "false");
@@ -149,6 +153,7 @@ int wctl_cmd_size(ctl *x, const char *arg)
 {
     weight_identity id;
     uint64_t bytes = 0;
+    if (wctl_open_weights(x) < 0) return 1;
     int rc = wctl_parse_id(x, arg, &id);
     if (rc) return rc;
     if ((rc = weight_get_size(x->ws, &id, &bytes)) < 0) return wctl_failed(x, "size", rc);
@@ -168,23 +173,27 @@ int wctl_cmd_policy(ctl *x, int argc, char **argv)
     uint64_t expect = 0;
     int c, rc;
     optind = 0;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
         switch (c) {
         case 'p':
-            if (wctl_parse_residency(optarg, &pol.preferred, &pol.mixed_hot_ratio) < 0) goto usage;
+            if (wctl_parse_residency(optarg, &pol.preferred, &pol.mixed_hot_ratio) < 0)
+                return wctl_bad_value("policy", "--preferred", optarg, WCTL_RESIDENCY_FORMS);
             break;
         case 'm':
-            if (wctl_parse_mode(optarg, &pol.mode) < 0) goto usage;
+            if (wctl_parse_mode(optarg, &pol.mode) < 0)
+                return wctl_bad_value("policy", "--mode", optarg, "pinned, manual or auto");
             break;
         case 'e':
-            if (wctl_parse_u64(optarg, &expect) < 0) goto usage;
+            if (wctl_parse_u64(optarg, &expect) < 0)
+                return wctl_bad_value("policy", "--expect", optarg, "a metadata generation");
             break;
-        default: goto usage;
+        default: return wctl_opt_error("policy", c, argv);
         }
     }
-    if (optind != argc - 1) goto usage;
+    if (optind != argc - 1) return wctl_bad_usage("policy", "takes one ID");
     weight_identity id;
     weight_metadata cur, md;
+    if (wctl_open_weights(x) < 0) return 1;
     if ((rc = wctl_parse_id(x, argv[optind], &id)) != 0) return rc;
     if ((rc = weight_get_metadata(x->ws, &id, &cur, NULL)) < 0) return wctl_failed(x, "policy", rc);
     if (pol.preferred == WEIGHT_RES_UNKNOWN && pol.mode == WEIGHT_MODE_DEFAULT) {
@@ -208,9 +217,6 @@ int wctl_cmd_policy(ctl *x, int argc, char **argv)
                md.metadata_generation);
     }
     return 0;
-usage:
-    wctl_usage(stderr);
-    return 2;
 }
 
 static int wait_operation(ctl *x, uint64_t opid, weight_operation *op)
@@ -234,30 +240,31 @@ int wctl_cmd_migrate(ctl *x, int argc, char **argv)
     uint64_t expect = 0;
     int c, rc, wait = 0;
     optind = 0;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
         switch (c) {
         case 't':
-            if (wctl_parse_residency(optarg, &to, &ratio) < 0) goto usage;
+            if (wctl_parse_residency(optarg, &to, &ratio) < 0)
+                return wctl_bad_value("migrate", "--to", optarg, WCTL_RESIDENCY_FORMS);
             break;
         case 'e':
-            if (wctl_parse_u64(optarg, &expect) < 0) goto usage;
+            if (wctl_parse_u64(optarg, &expect) < 0)
+                return wctl_bad_value("migrate", "--expect", optarg, "a metadata generation");
             break;
         case 'w': wait = 1; break;
-        default: goto usage;
+        default: return wctl_opt_error("migrate", c, argv);
         }
     }
-    if (to == WEIGHT_RES_UNKNOWN || optind != argc - 1) goto usage;
+    if (to == WEIGHT_RES_UNKNOWN) return wctl_bad_usage("migrate", "--to is required");
+    if (optind != argc - 1) return wctl_bad_usage("migrate", "takes one ID");
     weight_identity id;
     weight_operation op;
+    if (wctl_open_weights(x) < 0) return 1;
     if ((rc = wctl_parse_id(x, argv[optind], &id)) != 0) return rc;
     if ((rc = weight_migrate(x->ws, &id, to, ratio, expect, &op)) < 0)
         return wctl_failed(x, "migrate", rc);
     if (wait && op.id && (rc = wait_operation(x, op.id, &op)) < 0)
         return wctl_failed(x, "migrate", rc);
     return wctl_show_operation(x, &op);
-usage:
-    wctl_usage(stderr);
-    return 2;
 }
 
 int wctl_cmd_op(ctl *x, int argc, char **argv)
@@ -266,50 +273,114 @@ int wctl_cmd_op(ctl *x, int argc, char **argv)
     uint64_t opid = 0;
     int c, rc, wait = 0;
     optind = 0;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        if (c != 'w') goto usage;
+    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        if (c != 'w') return wctl_opt_error("op", c, argv);
         wait = 1;
     }
-    if (optind != argc - 1 || wctl_parse_u64(argv[optind], &opid) < 0 || opid == 0) goto usage;
+    if (optind != argc - 1) return wctl_bad_usage("op", "takes one OPERATION_ID");
+    if (wctl_parse_u64(argv[optind], &opid) < 0 || opid == 0)
+        return wctl_bad_value("op", "OPERATION_ID", argv[optind], "a positive integer");
     weight_operation op;
+    if (wctl_open_weights(x) < 0) return 1;
     rc = wait ? wait_operation(x, opid, &op) : weight_get_operation(x->ws, opid, &op);
     if (rc < 0) return wctl_failed(x, "op", rc);
     return wctl_show_operation(x, &op);
-usage:
-    wctl_usage(stderr);
-    return 2;
+}
+
+/* The metadata's leases and operation as "1 active lease(s) and operation
+ * 5 (MIGRATE)" into out[cap]; "" when there are none. */
+static void holders_text(ctl *x, const weight_metadata *md, char *out, size_t cap)
+{
+    weight_operation op;
+    size_t n = 0;
+    out[0] = '\0';
+    if (md->active_leases)
+        n += (size_t)snprintf(out, cap, "%u active lease(s)", md->active_leases);
+    if (md->operation_id && n < cap) {
+        const char *kind = "?";
+        if (weight_get_operation(x->ws, md->operation_id, &op) == 0)
+            kind = weight_operation_kind_name(op.kind);
+        snprintf(out + n, cap - n, "%soperation %" PRIu64 " (%s)", n ? " and " : "",
+                 md->operation_id, kind);
+    }
+}
+
+/* rm --wait: ask weight_remove until it is not BUSY (the revision's leases
+ * and operation have ended), then follow the deletion to DELETED; at most
+ * until the deadline, then a TIMEOUT line saying what is still there. 0, or
+ * the exit status with the cause printed. *md is the last metadata. */
+static int remove_and_wait(ctl *x, const weight_identity *id, uint64_t expect, uint64_t timeout_s,
+                           const char *what, weight_metadata *md)
+{
+    double deadline = wctl_now() + (double)timeout_s;
+    char holders[256];
+    int rc, said = 0;
+    while ((rc = weight_remove(x->ws, id, expect, md)) == WEIGHT_EBUSY) {
+        if ((rc = weight_get_metadata(x->ws, id, md, NULL)) < 0) return wctl_failed(x, what, rc);
+        holders_text(x, md, holders, sizeof holders);
+        if (wctl_now() >= deadline) {
+            fprintf(stderr, "weightctl: %s: TIMEOUT: after %" PRIu64 " s (--timeout) %s; "
+                    "nothing was removed\n", what, timeout_s, holders[0] ? holders : "still BUSY");
+            return 1;
+        }
+        if (!said && !x->json) {
+            fprintf(stderr, "weightctl: %s: waiting for %s to end\n", what,
+                    holders[0] ? holders : "the revision to be free");
+            said = 1;
+        }
+        struct timespec ts = {0, 100 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    if (rc < 0) return wctl_failed(x, what, rc);
+    while (md->availability != WEIGHT_DELETED) {
+        if (wctl_now() >= deadline) {
+            fprintf(stderr, "weightctl: %s: TIMEOUT: after %" PRIu64 " s (--timeout) the deletion "
+                    "goes on (%s); weightctl info shows it\n", what, timeout_s,
+                    weight_availability_name(md->availability));
+            return 1;
+        }
+        struct timespec ts = {0, 100 * 1000000L};
+        nanosleep(&ts, NULL);
+        if ((rc = weight_get_metadata(x->ws, id, md, NULL)) < 0) return wctl_failed(x, what, rc);
+    }
+    return 0;
 }
 
 int wctl_cmd_rm(ctl *x, int argc, char **argv)
 {
     static const struct option opts[] = {
         {"expect", required_argument, NULL, 'e'}, {"wait", no_argument, NULL, 'w'},
-        {NULL, 0, NULL, 0}};
-    uint64_t expect = 0;
-    int c, rc, wait = 0;
+        {"timeout", required_argument, NULL, 't'}, {NULL, 0, NULL, 0}};
+    uint64_t expect = 0, timeout_s = 300;
+    int c, rc, wait = 0, has_timeout = 0;
     optind = 0;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
         switch (c) {
         case 'e':
-            if (wctl_parse_u64(optarg, &expect) < 0) goto usage;
+            if (wctl_parse_u64(optarg, &expect) < 0)
+                return wctl_bad_value("rm", "--expect", optarg, "a metadata generation");
             break;
         case 'w': wait = 1; break;
-        default: goto usage;
+        case 't':
+            if (wctl_parse_u64(optarg, &timeout_s) < 0 || timeout_s == 0 || timeout_s > 86400 * 7)
+                return wctl_bad_value("rm", "--timeout", optarg, "a number of seconds from 1 to 604800");
+            has_timeout = 1;
+            break;
+        default: return wctl_opt_error("rm", c, argv);
         }
     }
-    if (optind != argc - 1) goto usage;
+    if (optind != argc - 1) return wctl_bad_usage("rm", "takes one ID");
+    if (has_timeout && !wait) return wctl_bad_usage("rm", "--timeout bounds --wait: give both");
     weight_identity id;
     weight_metadata md;
     char text[2048], what[2100];
+    if (wctl_open_weights(x) < 0) return 1;
     if ((rc = wctl_resolve_id(x, argv[optind], "rm", &id, text, sizeof text, what, sizeof what)) != 0)
         return rc;
-    if ((rc = weight_remove(x->ws, &id, expect, &md)) < 0) return wctl_failed(x, what, rc);
     if (wait) {
-        for (int i = 0; i < 3000 && md.availability != WEIGHT_DELETED; i++) {
-            struct timespec ts = {0, 100 * 1000000L};
-            nanosleep(&ts, NULL);
-            if ((rc = weight_get_metadata(x->ws, &id, &md, NULL)) < 0) return wctl_failed(x, what, rc);
-        }
+        if ((rc = remove_and_wait(x, &id, expect, timeout_s, what, &md)) != 0) return rc;
+    } else if ((rc = weight_remove(x->ws, &id, expect, &md)) < 0) {
+        return wctl_failed(x, what, rc);
     }
     if (x->json) {
         wctl_json_metadata(&md, NULL);
@@ -319,7 +390,4 @@ int wctl_cmd_rm(ctl *x, int argc, char **argv)
                weight_residency_name(md.residency));
     }
     return 0;
-usage:
-    wctl_usage(stderr);
-    return 2;
 }

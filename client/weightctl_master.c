@@ -6,42 +6,94 @@
  * cluster, lists every master after its own block. */
 #include "weightctl_master.h"
 
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "master_list.h"
+#include "weightctl.h"
+
+/* The value of global option opt at argv[*i]: "--opt=V" or "--opt V"
+ * (then *i moves past V). NULL with the error printed when it is missing. */
+static const char *global_value(const char *opt, int argc, char **argv, int *i)
+{
+    const char *a = argv[*i], *eq = strchr(a, '=');
+    if (eq != NULL) return eq + 1;
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "weightctl: %s needs a value\n", opt);
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+/* 1 when a (before any '=') is the long option name or its short form. */
+static int is_opt(const char *a, const char *name, const char *short_form)
+{
+    size_t n = strlen(name);
+    if (short_form && strcmp(a, short_form) == 0) return 1;
+    return strncmp(a, name, n) == 0 && (a[n] == '\0' || a[n] == '=');
+}
 
 int wctl_parse_global(ctl *x, int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"master", required_argument, NULL, 'm'},
-        {"tenant", required_argument, NULL, 'T'},
-        {"json", no_argument, NULL, 'j'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    int c;
+    static char *rest[1024];
+    int n = 0, dashdash = 0, have_cmd = 0;
     x->master = getenv("WEIGHTCTL_MASTER");
     if (x->master == NULL || x->master[0] == '\0') x->master = WEIGHTCTL_DEFAULT_MASTER;
     x->tenant = getenv("WEIGHTCTL_TENANT");
-    while ((c = getopt_long(argc, argv, "+m:T:jh", opts, NULL)) != -1) {
-        switch (c) {
-        case 'm': x->master = optarg; break;
-        case 'T': x->tenant = optarg; break;
-        case 'j': x->json = 1; break;
-        case 'h': return WCTL_HELP;
-        default: return WCTL_USAGE;
+    x->progress = WCTL_PROGRESS_AUTO;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (n == (int)(sizeof rest / sizeof rest[0]) - 1) {
+            fprintf(stderr, "weightctl: more than %zu arguments\n", sizeof rest / sizeof rest[0] - 1);
+            return WCTL_USAGE;
+        }
+        if (dashdash || a[0] != '-' || strcmp(a, "-") == 0) {
+            rest[n++] = argv[i];
+            have_cmd = 1;
+        } else if (strcmp(a, "--") == 0) {
+            dashdash = 1;
+            if (have_cmd) rest[n++] = argv[i]; /* the command's own "--" */
+        } else if (is_opt(a, "--master", "-m")) {
+            if ((v = global_value("--master", argc, argv, &i)) == NULL) return WCTL_USAGE;
+            x->master = v;
+        } else if (is_opt(a, "--tenant", "-T")) {
+            if ((v = global_value("--tenant", argc, argv, &i)) == NULL) return WCTL_USAGE;
+            x->tenant = v;
+        } else if (strcmp(a, "--json") == 0 || strcmp(a, "-j") == 0) {
+            x->json = 1;
+        } else if (strcmp(a, "--bytes") == 0) {
+            x->bytes = 1;
+        } else if (is_opt(a, "--progress", NULL)) {
+            if ((v = global_value("--progress", argc, argv, &i)) == NULL) return WCTL_USAGE;
+            if (strcmp(v, "auto") == 0) x->progress = WCTL_PROGRESS_AUTO;
+            else if (strcmp(v, "plain") == 0) x->progress = WCTL_PROGRESS_PLAIN;
+            else if (strcmp(v, "none") == 0) x->progress = WCTL_PROGRESS_NONE;
+            else {
+                fprintf(stderr, "weightctl: --progress: '%s' is not auto, plain or none\n", v);
+                return WCTL_USAGE;
+            }
+        } else if (strcmp(a, "--version") == 0) {
+            return WCTL_VERSION;
+        } else if (!have_cmd && (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)) {
+            return WCTL_HELP;
+        } else if (!have_cmd) {
+            fprintf(stderr, "weightctl: unknown option %s (weightctl --help lists them)\n", a);
+            return WCTL_USAGE;
+        } else {
+            rest[n++] = argv[i]; /* the command's */
         }
     }
+    rest[n] = NULL;
+    x->argc = n;
+    x->argv = rest;
     char err[512];
     master_list ml;
     if (master_list_parse(x->master, &ml, err, sizeof(err)) < 0) {
         fprintf(stderr, "weightctl: --master / $WEIGHTCTL_MASTER: %s\n", err);
-        return WCTL_BAD_MASTER;
+        return WCTL_USAGE;
     }
-    return optind;
+    return 0;
 }
 
 int wctl_connect_master(ctl *x)
@@ -191,8 +243,15 @@ int wctl_cmd_status(ctl *x)
         printf("master    %s (%s)\n", kvc_endpoint(x->c), st.role);
     printf("nodes     %u\n", st.nodes);
     printf("segments  %u\n", st.segments);
-    printf("memory    %llu of %llu bytes used (%.1f%%)\n", (unsigned long long)st.memory_used,
-           (unsigned long long)st.memory_capacity, pct);
+    if (x->bytes) {
+        printf("memory    %llu of %llu bytes used (%.1f%%)\n", (unsigned long long)st.memory_used,
+               (unsigned long long)st.memory_capacity, pct);
+    } else {
+        char used[32], cap[32];
+        wctl_human((double)st.memory_used, used, sizeof used);
+        wctl_human((double)st.memory_capacity, cap, sizeof cap);
+        printf("memory    %s of %s used (%.1f%%)\n", used, cap, pct);
+    }
     printf("objects   %llu\n", (unsigned long long)st.objects);
     printf("oplog     seq %llu, snapshot at %llu\n", (unsigned long long)st.oplog_last_seq,
            (unsigned long long)st.snapshot_seq);

@@ -2,10 +2,14 @@
  * ...), the progress bar of put and get, an identity as text, and the JSON
  * objects of --json (identities, operations, revision metadata) with the
  * text form of an operation. */
+#include <ctype.h>
 #include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "weightctl.h"
 
@@ -27,6 +31,62 @@ void wctl_human(double v, char *out, size_t cap)
     snprintf(out, cap, i ? "%.1f %s" : "%.0f %s", v, u[i]);
 }
 
+void wctl_size_text(double v, int raw, char *out, size_t cap)
+{
+    if (raw) snprintf(out, cap, "%.0f bytes", v);
+    else wctl_human(v, out, cap);
+}
+
+void wctl_sizes_text(const char *msg, int raw, char *out, size_t cap)
+{
+    size_t n = 0;
+    char prev = ' ';
+    if (cap == 0) return;
+    while (*msg && n + 1 < cap) {
+        const char *d = msg;
+        int word_start = !(isalnum((unsigned char)prev) || prev == '_' || prev == '.');
+        while (word_start && isdigit((unsigned char)*d)) d++;
+        if (d > msg && !raw && strncmp(d, " bytes", 6) == 0 && strtod(msg, NULL) >= 1024) {
+            char h[32];
+            wctl_human(strtod(msg, NULL), h, sizeof h);
+            int w = snprintf(out + n, cap - n, "%s", h);
+            n = w > 0 && (size_t)w < cap - n ? n + (size_t)w : cap - 1;
+            msg = d + 6;
+            prev = 's';
+            continue;
+        }
+        do {
+            prev = *msg;
+            out[n++] = *msg++;
+        } while (msg < d && n + 1 < cap);
+    }
+    out[n] = '\0';
+}
+
+void wctl_progress_init(const ctl *x, wctl_progress *p, const char *label)
+{
+    p->label = label;
+    p->t0 = wctl_now();
+    p->last_step = -1;
+    p->drawn = 0;
+    if (x->progress == WCTL_PROGRESS_PLAIN) p->on = 2;
+    else if (x->progress == WCTL_PROGRESS_NONE) p->on = 0;
+    else p->on = isatty(2) && !x->json;
+}
+
+/* --progress plain: one line for each 5 % step crossed since the last call. */
+static void progress_plain(wctl_progress *p, uint64_t done, uint64_t total, double rate)
+{
+    int step = total ? (int)((double)done * 20.0 / (double)total) : (done == total ? 20 : 0);
+    char t[32], r[32];
+    if (step > 20) step = 20;
+    wctl_human((double)total, t, sizeof t);
+    wctl_human(rate, r, sizeof r);
+    for (int s = p->last_step + 1; s <= step; s++)
+        fprintf(stderr, "%s: %3d%% of %s (%s/s)\n", p->label, s * 5, t, r);
+    if (step > p->last_step) p->last_step = step;
+}
+
 void wctl_progress_cb(void *ctx, uint64_t done, uint64_t total)
 {
     wctl_progress *p = ctx;
@@ -34,6 +94,10 @@ void wctl_progress_cb(void *ctx, uint64_t done, uint64_t total)
     if (!p->on) return;
     double el = wctl_now() - p->t0;
     double rate = el > 0 ? (double)done / el : 0;
+    if (p->on == 2) {
+        progress_plain(p, done, total, rate);
+        return;
+    }
     int width = 30, fill = total ? (int)((double)width * (double)done / (double)total) : width;
     char bar[64];
     for (int i = 0; i < width; i++) bar[i] = i < fill ? '#' : '-';
@@ -49,7 +113,7 @@ void wctl_progress_cb(void *ctx, uint64_t done, uint64_t total)
 
 void wctl_progress_end(wctl_progress *p)
 {
-    if (p->on && p->drawn) fputc('\n', stderr);
+    if (p->on == 1 && p->drawn) fputc('\n', stderr);
 }
 
 void wctl_id_text(const weight_identity *id, char *out, size_t cap)

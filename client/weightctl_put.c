@@ -195,43 +195,52 @@ int wctl_cmd_put(ctl *x, int argc, char **argv)
     wctl_tie ties[64];
     size_t n_ties = 0;
     optind = 0;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
         switch (c) {
         case 'n': ns = optarg; break;
         case 'r': res = optarg; break;
         case 'v': rev = optarg; break;
         case 'g':
-            if (wctl_parse_u64(optarg, &gen) < 0 || gen == 0) goto usage;
+            if (wctl_parse_u64(optarg, &gen) < 0 || gen == 0)
+                return wctl_bad_value("put", "--generation", optarg, "a positive integer");
             break;
         case 'p':
-            if (wctl_parse_residency(optarg, &pol.preferred, &pol.mixed_hot_ratio) < 0) goto usage;
+            if (wctl_parse_residency(optarg, &pol.preferred, &pol.mixed_hot_ratio) < 0)
+                return wctl_bad_value("put", "--policy", optarg, WCTL_RESIDENCY_FORMS);
             has_policy = 1;
             break;
         case 'o':
-            if (wctl_parse_mode(optarg, &pol.mode) < 0) goto usage;
+            if (wctl_parse_mode(optarg, &pol.mode) < 0)
+                return wctl_bad_value("put", "--mode", optarg, "pinned, manual or auto");
             has_policy = 1;
             break;
         case 't':
-            if (wctl_parse_tie(optarg, ties, &n_ties) < 0) goto usage;
+            if (wctl_parse_tie(optarg, ties, &n_ties) < 0)
+                return wctl_bad_value("put", "--tie", optarg, "NAME=TARGET (at most 64)");
             break;
         case 'b':
-            if (wctl_parse_u64(optarg, &payload) < 0) goto usage;
+            if (wctl_parse_u64(optarg, &payload) < 0)
+                return wctl_bad_value("put", "--payload-bytes", optarg, "a number of bytes");
             break;
         case 'T':
-            if (wctl_parse_u64(optarg, &tp) < 0 || tp == 0 || tp > 4096) goto usage;
+            if (wctl_parse_u64(optarg, &tp) < 0 || tp == 0 || tp > 4096)
+                return wctl_bad_value("put", "--tp", optarg, "a rank count from 1 to 4096");
             break;
         case 's':
         case 'R':
-            if (wctl_rules_add(&rs, optarg, c == 's') < 0) goto usage;
+            if (wctl_rules_add(&rs, optarg, c == 's') < 0)
+                return wctl_bad_value("put", c == 's' ? "--split" : "--replicate", optarg,
+                                      c == 's' ? "PATTERN=DIM (DIM 0..7, at most 128 rules)"
+                                               : "a PATTERN (at most 128 rules)");
             break;
-        default: goto usage;
+        default: return wctl_opt_error("put", c, argv);
         }
     }
-    if (ns == NULL || res == NULL || rev == NULL || optind >= argc) goto usage;
-    if (tp == 1 && rs.n > 0) {
-        fprintf(stderr, "weightctl: put: --split and --replicate describe rank files: give --tp N\n");
-        return 2;
-    }
+    if (ns == NULL || res == NULL || rev == NULL)
+        return wctl_bad_usage("put", "--namespace, --resource and --revision are required");
+    if (optind >= argc) return wctl_bad_usage("put", "no safetensors FILE given");
+    if (tp == 1 && rs.n > 0)
+        return wctl_bad_usage("put", "--split and --replicate describe rank files: give --tp N");
     if (tp > 1 && (uint64_t)(argc - optind) != tp) {
         fprintf(stderr, "weightctl: put: --tp %" PRIu64 " takes one file per rank, in rank order; "
                 "%d given\n", tp, argc - optind);
@@ -245,9 +254,11 @@ int wctl_cmd_put(ctl *x, int argc, char **argv)
     size_t n_files = (size_t)(argc - optind);
     wc_st_file *files = calloc(n_files, sizeof *files);
     weight_writer *w = NULL;
-    wctl_progress pr = {isatty(2) && !x->json, "put", wctl_now(), 0, 0};
+    wctl_progress pr;
+    wctl_progress_init(x, &pr, "put");
     char text[2048];
     if (files == NULL) return 1;
+    if (wctl_open_weights(x) < 0) goto close_files;
     if (open_inputs(x, "put", argv + optind, n_files, files, payload) != 0) goto close_files;
     if (tp > 1 && add_shards(NULL, files, argv + optind, (uint32_t)tp, &rs, ties, n_ties) < 0)
         goto close_files; /* refused before anything exists on the master */
@@ -291,9 +302,6 @@ close_files:
     for (size_t i = 0; i < n_files; i++) wc_st_close(&files[i]);
     free(files);
     return status;
-usage:
-    wctl_usage(stderr);
-    return 2;
 }
 
 /* -- upsert -------------------------------------------------------------------- */
@@ -331,8 +339,28 @@ static int print_claim(ctl *x, const weight_upsert_claim *c)
  * Without --expect-generation the base's current metadata generation is
  * read first (weight_upsert does it). --wait: until the claim is COMMITTED
  * or ABORTED. Exit 0 on success. */
+/* `upsert status ID`: the claim of ID's lineage (its generation, if given,
+ * is ignored: a lineage has one claim at a time). Exit 0 when there is one,
+ * 1 on NOT_FOUND or another failure. */
+static int upsert_status(ctl *x, int argc, char **argv)
+{
+    weight_identity id;
+    weight_upsert_claim claim;
+    int has_gen = 0, rc;
+    if (argc != 3) return wctl_bad_usage("upsert", "the form is: upsert status ID");
+    if (weight_identity_parse(argv[2], x->tenant, &id, &has_gen) < 0)
+        return wctl_bad_value("upsert status", "ID", argv[2], "NAMESPACE/RESOURCE/REVISION[@GENERATION]");
+    if (!has_gen) id.generation = 1;
+    if (wctl_open_weights(x) < 0) return 1;
+    char what[1200];
+    snprintf(what, sizeof what, "upsert status %s", argv[2]);
+    if ((rc = weight_upsert_status(x->ws, &id, &claim)) < 0) return wctl_failed(x, what, rc);
+    return print_claim(x, &claim);
+}
+
 int wctl_cmd_upsert(ctl *x, int argc, char **argv)
 {
+    if (argc >= 2 && strcmp(argv[1], "status") == 0) return upsert_status(x, argc, argv);
     static const struct option opts[] = {
         {"generation", required_argument, NULL, 'g'}, {"mode", required_argument, NULL, 'm'},
         {"request-id", required_argument, NULL, 'q'}, {"expect-generation", required_argument, NULL, 'e'},
@@ -347,43 +375,51 @@ int wctl_cmd_upsert(ctl *x, int argc, char **argv)
     wctl_tie ties[64];
     size_t n_ties = 0;
     optind = 0;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
         switch (c) {
         case 'g':
-            if (wctl_parse_u64(optarg, &gen) < 0 || gen == 0) goto usage;
+            if (wctl_parse_u64(optarg, &gen) < 0 || gen == 0)
+                return wctl_bad_value("upsert", "--generation", optarg, "a positive integer");
             break;
         case 'm':
             if (strcmp(optarg, "put-first") == 0) mode = WEIGHT_UPSERT_PUT_FIRST;
             else if (strcmp(optarg, "delete-first") == 0) mode = WEIGHT_UPSERT_DELETE_FIRST;
-            else goto usage;
+            else return wctl_bad_value("upsert", "--mode", optarg, "put-first or delete-first");
             break;
         case 'q': request_id = optarg; break;
         case 'e':
-            if (wctl_parse_u64(optarg, &expect) < 0 || expect == 0) goto usage;
+            if (wctl_parse_u64(optarg, &expect) < 0 || expect == 0)
+                return wctl_bad_value("upsert", "--expect-generation", optarg, "a positive integer");
             break;
         case 'p':
-            if (wctl_parse_residency(optarg, &pol.preferred, &pol.mixed_hot_ratio) < 0) goto usage;
+            if (wctl_parse_residency(optarg, &pol.preferred, &pol.mixed_hot_ratio) < 0)
+                return wctl_bad_value("upsert", "--policy", optarg, WCTL_RESIDENCY_FORMS);
             has_policy = 1;
             break;
         case 't':
-            if (wctl_parse_tie(optarg, ties, &n_ties) < 0) goto usage;
+            if (wctl_parse_tie(optarg, ties, &n_ties) < 0)
+                return wctl_bad_value("upsert", "--tie", optarg, "NAME=TARGET (at most 64)");
             break;
         case 'w': wait = 1; break;
         case 'b':
-            if (wctl_parse_u64(optarg, &payload) < 0) goto usage;
+            if (wctl_parse_u64(optarg, &payload) < 0)
+                return wctl_bad_value("upsert", "--payload-bytes", optarg, "a number of bytes");
             break;
-        default: goto usage;
+        default: return wctl_opt_error("upsert", c, argv);
         }
     }
-    if (gen == 0 || optind + 1 >= argc) goto usage;
+    if (gen == 0) return wctl_bad_usage("upsert", "--generation is required");
+    if (optind + 1 >= argc) return wctl_bad_usage("upsert", "give BASE_ID and at least one FILE");
     weight_identity base;
+    if (wctl_open_weights(x) < 0) return 1;
     if ((rc = wctl_parse_id(x, argv[optind], &base)) != 0) return rc;
     optind++;
     size_t n_files = (size_t)(argc - optind);
     wc_st_file *files = calloc(n_files, sizeof *files);
     weight_writer *w = NULL;
     weight_upsert_claim claim;
-    wctl_progress pr = {isatty(2) && !x->json, "upsert", wctl_now(), 0, 0};
+    wctl_progress pr;
+    wctl_progress_init(x, &pr, "upsert");
     if (files == NULL) return 1;
     if (open_inputs(x, "upsert", argv + optind, n_files, files, payload) != 0) goto close_files;
     rc = weight_upsert(x->ws, &base, gen, mode, request_id, expect, has_policy ? &pol : NULL, 0,
@@ -424,7 +460,4 @@ close_files:
     for (size_t i = 0; i < n_files; i++) wc_st_close(&files[i]);
     free(files);
     return status;
-usage:
-    wctl_usage(stderr);
-    return 2;
 }

@@ -31,7 +31,7 @@ for _ in $(seq 200); do
   sleep 0.05
 done
 
-out=$("$ctl" status); rc=$?
+out=$("$ctl" status --bytes); rc=$?
 [ $rc -eq 0 ] && grep -q "^nodes *1" <<<"$out" && grep -q "16777216 bytes" <<<"$out" \
   && ok "status answers: one node, its capacity" || bad "status: $rc $out"
 json=$("$ctl" --json status)

@@ -1,0 +1,227 @@
+/* weightctl_help.c -- what weightctl says about itself: the usage (every
+ * command in a line or two), `weightctl COMMAND --help` (one command's
+ * synopsis, what it does and examples that run as written against `make
+ * run`), --version, and the one-line refusals of a bad command line (the flag
+ * and the value named, a pointer to COMMAND --help, never the whole usage). */
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "weightctl.h"
+
+#ifndef WEIGHTCTL_VERSION
+#define WEIGHTCTL_VERSION "unknown"
+#endif
+
+void wctl_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: weightctl [--master ADDR] [--tenant T] [--json] [--bytes] [--progress MODE] COMMAND ...\n"
+            "  put --namespace NS --resource R --revision V [--generation G]\n"
+            "      [--policy hot|cold|mixed[:RATIO]] [--mode pinned|manual|auto]\n"
+            "      [--tie NAME=TARGET]... [--payload-bytes N] FILE...\n"
+            "                         publish safetensors files as one revision\n"
+            "      [--tp N [--split PATTERN=DIM]... [--replicate PATTERN]...] RANK0 ... RANK<N-1>\n"
+            "                         or N files holding one TP rank's shards each (as get\n"
+            "                         --tp writes them), split and replicated by the rules below\n"
+            "  ls [--namespace NS [--resource R]] [--limit N] [--page-token T] [--all]\n"
+            "                         list revisions (--all: tombstones too)\n"
+            "  info ID                identity, state, policy, operation, bytes, manifest\n"
+            "  exists ID              exit 0 only when READY and readable\n"
+            "  size ID                logical payload bytes\n"
+            "  get ID --out DIR [--tp N --rank R|--all-ranks] [--split PATTERN=DIM]...\n"
+            "      [--replicate PATTERN]...\n"
+            "                         write this rank's tensors as DIR/rank<R>-of-<N>.safetensors;\n"
+            "                         the first rule whose glob matches (and, for --split, whose\n"
+            "                         DIM the tensor has) decides, else >= 2 dims split along 0\n"
+            "  policy ID [--preferred hot|cold|mixed[:RATIO]] [--mode M] [--expect GEN]\n"
+            "  migrate ID --to hot|cold|mixed[:RATIO] [--expect GEN]\n"
+            "  op OPID [--wait]       an operation's progress (--wait: until it ends)\n"
+            "  rm ID [--expect GEN] [--wait [--timeout S]]\n"
+            "                         delete the revision, keep a tombstone (--wait: for its\n"
+            "                         leases and operation first, then until DELETED)\n"
+            "  upsert BASE_ID --generation G [--mode put-first|delete-first] [--request-id X]\n"
+            "      [--expect-generation M] [--policy P] [--tie N=T]... [--wait] FILE...\n"
+            "                         replace BASE_ID by generation G of its lineage (one claim\n"
+            "                         per lineage; --wait: until COMMITTED or ABORTED)\n"
+            "  upsert status ID       the lineage's current or last replacement claim\n"
+            "  status                 the master's role, nodes, segments, capacity and use; of\n"
+            "                         an HA cluster every master's role, applied seq and lag,\n"
+            "                         and each capability gate, confirmed or what blocks it\n"
+            "  gate confirm GATE      open a capability gate (HA) once every master can replay\n"
+            "                         its record types; durable, kept across failovers\n"
+            "  kv put KEY FILE|-      store FILE's bytes (-: stdin) as object KEY\n"
+            "  kv get KEY FILE|-      write object KEY's bytes (checked) to FILE (-: stdout)\n"
+            "  kv ls [PREFIX]         list object keys\n"
+            "  kv rm KEY              remove an object\n"
+            "ID is NAMESPACE/RESOURCE/REVISION[@GENERATION], components percent-encoded where\n"
+            "they hold '/', '@' or '%%'. ADDR is host:port or a Unix socket path, or the\n"
+            "masters of an HA cluster as a list a,b,c (the leader is found and followed)\n"
+            "(default %s, or $WEIGHTCTL_MASTER). Global options may also follow the\n"
+            "command. --bytes: raw byte counts instead of KiB, MiB, ...; --progress auto (a\n"
+            "bar on a terminal, else none), plain (one line per 5 %%) or none. --version.\n"
+            "weightctl COMMAND --help: that command, with examples.\n",
+            WEIGHTCTL_DEFAULT_MASTER);
+}
+
+typedef struct cmd_help {
+    const char *name;
+    const char *text; /* synopsis, description, then "examples:" */
+} cmd_help;
+
+static const cmd_help helps[] = {
+    {"put",
+     "usage: weightctl put --namespace NS --resource R --revision V [--generation G]\n"
+     "         [--policy hot|cold|mixed[:RATIO]] [--mode pinned|manual|auto]\n"
+     "         [--tie NAME=TARGET]... [--payload-bytes N] FILE...\n"
+     "       weightctl put ... --tp N [--split PATTERN=DIM]... [--replicate PATTERN]... RANK0 ... RANK<N-1>\n"
+     "Publish safetensors files as one revision (READY, first HOT). A tensor byte-identical\n"
+     "to an earlier one is stored once, as an alias; --tie names aliases explicitly. With\n"
+     "--tp N the files are N ranks' shards (as get --tp writes them), joined by the rules.\n"
+     "examples:\n"
+     "  weightctl put --namespace llm --resource tiny --revision v1 model.safetensors\n"
+     "  weightctl put --namespace llm --resource tiny --revision v1 --policy cold --mode manual \\\n"
+     "      model-00001-of-00002.safetensors model-00002-of-00002.safetensors\n"
+     "  weightctl put --namespace llm --resource tiny --revision tp2 --tp 2 \\\n"
+     "      out/rank0-of-2.safetensors out/rank1-of-2.safetensors\n"},
+    {"ls",
+     "usage: weightctl ls [--namespace NS [--resource R]] [--limit N] [--page-token T] [--all]\n"
+     "List revisions: at most N rows with --limit (then the token to go on from); one page\n"
+     "from --page-token; --all shows tombstones (DELETED) too.\n"
+     "examples:\n"
+     "  weightctl ls\n"
+     "  weightctl ls --namespace llm --limit 10\n"
+     "  weightctl --json ls --namespace llm --resource tiny --all\n"},
+    {"info",
+     "usage: weightctl info ID\n"
+     "A revision's identity, availability, residency, policy, operation, bytes, leases and\n"
+     "manifest. Without @GENERATION the newest live generation.\n"
+     "examples:\n"
+     "  weightctl info llm/tiny/v1\n"
+     "  weightctl info llm/tiny/v1@1 --json\n"},
+    {"exists",
+     "usage: weightctl exists NAMESPACE/RESOURCE/REVISION@GENERATION\n"
+     "Exit 0 when the revision is READY and readable, 1 when not.\n"
+     "examples:\n"
+     "  weightctl exists llm/tiny/v1@1 && echo ready\n"},
+    {"size",
+     "usage: weightctl size ID\n"
+     "The revision's logical payload bytes, as a number.\n"
+     "examples:\n"
+     "  weightctl size llm/tiny/v1\n"},
+    {"get",
+     "usage: weightctl get ID --out DIR [--tp N (--rank R | --all-ranks)]\n"
+     "         [--split PATTERN=DIM]... [--replicate PATTERN]...\n"
+     "Load a rank's tensors, resharded from whatever layout was written, and write them as\n"
+     "DIR/rank<R>-of-<N>.safetensors (DIR and its parents are created first; the file is\n"
+     "written as the bytes arrive, through DIR/.rank<R>-of-<N>.safetensors.tmp). The first\n"
+     "rule whose glob matches (and, for --split, whose DIM the tensor has) decides; without\n"
+     "one, tensors of 2 or more dimensions are split along 0. --all-ranks: every rank.\n"
+     "examples:\n"
+     "  weightctl get llm/tiny/v1 --out /tmp/tiny\n"
+     "  weightctl get llm/tiny/v1 --out /tmp/tiny --tp 2 --rank 1\n"
+     "  weightctl get llm/tiny/v1 --out /tmp/tiny --tp 4 --all-ranks --split '*.o_proj.*=1' \\\n"
+     "      --replicate '*norm*'\n"},
+    {"policy",
+     "usage: weightctl policy ID [--preferred hot|cold|mixed[:RATIO]] [--mode pinned|manual|auto]\n"
+     "         [--expect GEN]\n"
+     "Show the revision's policy, or change what is given (the rest is kept), fenced on\n"
+     "the metadata generation (--expect, else the current one).\n"
+     "examples:\n"
+     "  weightctl policy llm/tiny/v1\n"
+     "  weightctl policy llm/tiny/v1 --preferred mixed:0.25 --mode auto\n"},
+    {"migrate",
+     "usage: weightctl migrate ID --to hot|cold|mixed[:RATIO] [--expect GEN] [--wait]\n"
+     "Start a residency migration; --wait follows it until it ends.\n"
+     "examples:\n"
+     "  weightctl migrate llm/tiny/v1 --to cold --wait\n"
+     "  weightctl migrate llm/tiny/v1 --to mixed:0.5\n"},
+    {"op",
+     "usage: weightctl op OPERATION_ID [--wait]\n"
+     "An operation's kind, state and progress; --wait: until it ends (exit 1 if it FAILED).\n"
+     "examples:\n"
+     "  weightctl op 7 --wait\n"},
+    {"rm",
+     "usage: weightctl rm ID [--expect GEN] [--wait [--timeout SECONDS]]\n"
+     "Delete the revision (payloads in batches, the manifest last) and keep a tombstone.\n"
+     "Refused (BUSY) while a lease or an operation is active; --wait waits for them to end,\n"
+     "then for DELETED, at most --timeout seconds (default 300; then TIMEOUT, exit 1).\n"
+     "examples:\n"
+     "  weightctl rm llm/tiny/v1@1\n"
+     "  weightctl rm llm/tiny/v1 --wait --timeout 60\n"},
+    {"upsert",
+     "usage: weightctl upsert BASE_ID --generation G [--mode put-first|delete-first]\n"
+     "         [--request-id X] [--expect-generation M] [--policy P] [--tie N=T]...\n"
+     "         [--payload-bytes N] [--wait] FILE...\n"
+     "       weightctl upsert status ID\n"
+     "Replace BASE_ID by generation G of its lineage (one claim per lineage). put-first keeps\n"
+     "the base readable until the target is READY; delete-first frees its space first.\n"
+     "--wait: until COMMITTED or ABORTED. `upsert status` shows the lineage's current or\n"
+     "last claim (ID names the lineage; its generation is ignored).\n"
+     "examples:\n"
+     "  weightctl upsert llm/tiny/v1@1 --generation 2 --wait model.safetensors\n"
+     "  weightctl upsert status llm/tiny/v1\n"},
+    {"status",
+     "usage: weightctl status\n"
+     "The master's role, nodes, segments, memory capacity and use (KiB, MiB, ...; --bytes\n"
+     "for raw numbers), objects and OpLog position; of an HA cluster every master and gate.\n"
+     "examples:\n"
+     "  weightctl status\n"
+     "  weightctl status --bytes --json\n"},
+    {"gate",
+     "usage: weightctl gate confirm GATE\n"
+     "Open a capability gate (HA) once every master can replay its record types.\n"
+     "examples:\n"
+     "  weightctl gate confirm weight_management_oplog_capability_confirmed\n"},
+    {"kv",
+     "usage: weightctl kv put KEY FILE|-\n"
+     "       weightctl kv get KEY FILE|-\n"
+     "       weightctl kv ls [PREFIX]\n"
+     "       weightctl kv rm KEY\n"
+     "The plain object store: put stores FILE's bytes (- reads stdin), get writes the\n"
+     "object's bytes, checked, to FILE (- writes stdout), ls lists keys, rm removes one.\n"
+     "examples:\n"
+     "  weightctl kv put notes/readme README.md\n"
+     "  echo hello | weightctl kv put notes/hello -\n"
+     "  weightctl kv get notes/hello - | cat\n"
+     "  weightctl kv ls notes/\n"},
+};
+
+int wctl_cmd_help(const char *cmd)
+{
+    for (size_t i = 0; i < sizeof helps / sizeof helps[0]; i++) {
+        if (strcmp(helps[i].name, cmd) == 0) {
+            fputs(helps[i].text, stdout);
+            printf("global options (before or after the command): --master ADDR, --tenant T, "
+                   "--json,\n  --bytes, --progress auto|plain|none; see weightctl --help\n");
+            return 0;
+        }
+    }
+    return -1;
+}
+
+void wctl_version(void)
+{
+    printf("weightctl %s (libweightclient %s)\n", WEIGHTCTL_VERSION, WEIGHTCTL_VERSION);
+}
+
+int wctl_bad_value(const char *cmd, const char *flag, const char *value, const char *expected)
+{
+    fprintf(stderr, "weightctl: %s: %s: '%s' is not %s\n", cmd, flag, value, expected);
+    return 2;
+}
+
+int wctl_bad_usage(const char *cmd, const char *why)
+{
+    fprintf(stderr, "weightctl: %s: %s (weightctl %s --help)\n", cmd, why, cmd);
+    return 2;
+}
+
+int wctl_opt_error(const char *cmd, int c, char **argv)
+{
+    char why[512];
+    const char *arg = argv[optind - 1];
+    if (c == ':') snprintf(why, sizeof why, "%s needs a value", arg);
+    else snprintf(why, sizeof why, "unknown option %s", arg);
+    return wctl_bad_usage(cmd, why);
+}

@@ -1,0 +1,322 @@
+#!/usr/bin/env bash
+# test_weightctl_cli.sh -- weightctl's command-line habits, each against a
+# real store_master with the real weight_mgmt.so (Unix socket, own data and
+# /dev/shm directories, removed on exit): --version; `CMD --help` with
+# examples for every command; global flags after the command; bad values
+# refused in exactly one line naming the flag and the value (exit 2), with
+# nothing changed on the master; `-` for stdin/stdout in kv put/get; sizes in
+# KiB/MiB in status and errors, --bytes for raw numbers; --progress
+# plain|none; ls --limit N rows; upsert status; rm --wait for a lease, with
+# --timeout; get creating its output directory, refusing a bad one before any
+# lease, writing as it receives (peak RSS of the weightctl process, from
+# wait4's rusage, against the file's size), --all-ranks, and --tp without a
+# rank refused.
+set -uo pipefail
+: "${BUILD_DIR:?}" "${SOURCE_DIR:?}"
+ctl="$BUILD_DIR/bin/weightctl"
+py=/usr/bin/python3
+tmp=$(mktemp -d /tmp/wm-cli-XXXXXX)
+shm=$(mktemp -d /dev/shm/wm-cli-XXXXXX)
+pass=0 fail=0
+ok()  { echo "ok: $1"; pass=$((pass + 1)); }
+bad() { echo "FAIL: $1"; fail=$((fail + 1)); }
+pid=""
+holder=""
+# A sanitizer build: its shadow memory makes RSS meaningless (the ratio is
+# reported, not judged), and the Python reader needs the ASan runtime first.
+sanitized=0
+grep -q '^WM_SANITIZE:BOOL=ON' "$BUILD_DIR/CMakeCache.txt" 2>/dev/null && sanitized=1
+pyenv=()
+[ $sanitized -eq 1 ] && pyenv=(LD_PRELOAD="$(gcc -print-file-name=libasan.so)" ASAN_OPTIONS=detect_leaks=0)
+cleanup() {
+  [ -n "$holder" ] && kill -9 "$holder" 2>/dev/null
+  [ -n "$pid" ] && { kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; }
+  rm -rf "$tmp" "$shm"
+}
+trap cleanup EXIT
+cat >"$tmp/master.yaml" <<YAML
+listen:
+  tcp: ""
+  unix: "$tmp/master.sock"
+  admin: ""
+data_dir: "$tmp/data"
+node:
+  embedded: true
+  id: "cli$$"
+  segment_dir: "$shm"
+  segment_bytes: 100663296
+cluster:
+  default_weight_preferred_residency: hot
+  default_weight_migration_mode: manual
+plugins:
+  - path: "$BUILD_DIR/lib/weight_mgmt.so"
+YAML
+"$BUILD_DIR/bin/store_master" --config "$tmp/master.yaml" 2>"$tmp/master.log" &
+pid=$!
+export WEIGHTCTL_MASTER="$tmp/master.sock"
+for _ in $(seq 300); do
+  "$ctl" status 2>/dev/null | grep -q "^nodes *1" && break
+  sleep 0.05
+done
+
+# Safetensors files written here, independently of the client library:
+# mk_st PATH NAME:ROWS:COLS... (F32, random bytes, names sorted).
+mk_st() {
+  "$py" - "$@" <<'PY'
+import json, os, struct, sys
+path, specs = sys.argv[1], sorted(sys.argv[2:])
+header, blobs, at = {}, [], 0
+for spec in specs:
+    name, rows, cols = spec.split(":")
+    n = int(rows) * int(cols) * 4
+    header[name] = {"dtype": "F32", "shape": [int(rows), int(cols)], "data_offsets": [at, at + n]}
+    blobs.append(os.urandom(n))
+    at += n
+h = json.dumps(header, separators=(",", ":")).encode()
+h += b" " * (-len(h) % 8)
+with open(path, "wb") as f:
+    f.write(struct.pack("<Q", len(h)) + h)
+    for b in blobs:
+        f.write(b)
+PY
+}
+# st_same A B: the two safetensors files hold the same tensors, byte for byte.
+st_same() {
+  "$py" - "$1" "$2" <<'PY'
+import json, struct, sys
+def load(p):
+    d = open(p, "rb").read()
+    n = struct.unpack("<Q", d[:8])[0]
+    h = json.loads(d[8:8 + n])
+    h.pop("__metadata__", None)
+    return {k: (v["dtype"], v["shape"], d[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
+            for k, v in h.items()}
+sys.exit(0 if load(sys.argv[1]) == load(sys.argv[2]) else 1)
+PY
+}
+# state: what the master holds (every revision, tombstones too, and the keys).
+state() { "$ctl" --json ls --all; "$ctl" kv ls; }
+# one_line_refusal NAME EXPECTED_LINE ARGS...: exit 2, exactly that one line
+# on stderr, nothing on stdout, nothing changed.
+one_line_refusal() {
+  local name=$1 want=$2
+  shift 2
+  local before after out err rc
+  before=$(state)
+  out=$("$ctl" "$@" 2>"$tmp/err"); rc=$?
+  err=$(cat "$tmp/err")
+  after=$(state)
+  if [ $rc -eq 2 ] && [ "$err" = "$want" ] && [ -z "$out" ] && [ "$before" = "$after" ]; then
+    ok "$name: '$err'"
+  else
+    bad "$name: rc $rc, stderr [$err], stdout [$out], want [$want]"
+  fi
+}
+
+# -- --version and CMD --help ---------------------------------------------------
+out=$("$ctl" --version); rc=$?
+[ $rc -eq 0 ] && grep -Eq '^weightctl [0-9]+\.[0-9]+\.[0-9]+ ' <<<"$out" && ok "--version: $out" || bad "--version: $rc $out"
+for cmd in put ls info exists size get policy migrate op rm upsert status gate kv; do
+  out=$("$ctl" "$cmd" --help 2>&1); rc=$?
+  if [ $rc -eq 0 ] && grep -q "^usage: weightctl $cmd" <<<"$out" && grep -q "^examples:" <<<"$out" \
+     && grep -q "^  weightctl $cmd\|^  echo .* | weightctl $cmd" <<<"$out"; then
+    ok "$cmd --help: usage and examples"
+  else
+    bad "$cmd --help: $rc $out"
+  fi
+done
+out=$("$ctl" --help); [ $? -eq 0 ] && grep -q "kv put KEY FILE|-" <<<"$out" && ok "--help lists the commands" || bad "--help"
+
+# -- a revision to work with ------------------------------------------------------
+mk_st "$tmp/model.safetensors" a.weight:256:128 b.weight:300:64 c.norm:1:640
+for v in v1 v2 v3; do
+  "$ctl" put --namespace cli --resource tiny --revision $v "$tmp/model.safetensors" >/dev/null \
+    || bad "put $v"
+done
+
+# -- global flags after the command -------------------------------------------------
+a=$(env -u WEIGHTCTL_MASTER "$ctl" --master "$tmp/master.sock" --json ls --namespace cli)
+b=$(env -u WEIGHTCTL_MASTER "$ctl" ls --namespace cli --json --master "$tmp/master.sock")
+c=$(env -u WEIGHTCTL_MASTER "$ctl" ls --namespace=cli --master="$tmp/master.sock" --json)
+[ -n "$a" ] && [ "$a" = "$b" ] && [ "$a" = "$c" ] && grep -q '"id":"cli/tiny/v3@1"' <<<"$a" \
+  && ok "--master and --json after the command answer as before it" || bad "globals after: [$a] [$b] [$c]"
+out=$("$ctl" info cli/tiny/v1 --tenant other 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -q "NOT_FOUND" <<<"$out" && ok "--tenant after the command is used" || bad "--tenant after: $rc $out"
+
+# -- bad values: one line naming the flag and the value, nothing changed ----------------
+one_line_refusal "put --generation" "weightctl: put: --generation: 'abc' is not a positive integer" \
+  put --namespace cli --resource tiny --revision v9 --generation abc "$tmp/model.safetensors"
+one_line_refusal "put --policy" \
+  "weightctl: put: --policy: 'warm' is not hot, cold, mixed or mixed:RATIO (0 < RATIO < 1)" \
+  put --namespace cli --resource tiny --revision v9 --policy warm "$tmp/model.safetensors"
+one_line_refusal "put --mode" "weightctl: put: --mode: 'fast' is not pinned, manual or auto" \
+  put --namespace cli --resource tiny --revision v9 --mode fast "$tmp/model.safetensors"
+one_line_refusal "put without --revision" \
+  "weightctl: put: --namespace, --resource and --revision are required (weightctl put --help)" \
+  put --namespace cli --resource tiny "$tmp/model.safetensors"
+one_line_refusal "unknown option" "weightctl: put: unknown option --frobnicate (weightctl put --help)" \
+  put --frobnicate --namespace cli --resource tiny --revision v9 "$tmp/model.safetensors"
+one_line_refusal "ls --limit" "weightctl: ls: --limit: '0' is not a positive number of rows" ls --limit 0
+one_line_refusal "migrate --to" \
+  "weightctl: migrate: --to: 'lukewarm' is not hot, cold, mixed or mixed:RATIO (0 < RATIO < 1)" \
+  migrate cli/tiny/v1 --to lukewarm
+one_line_refusal "migrate --to mixed:1.5" \
+  "weightctl: migrate: --to: 'mixed:1.5' is not hot, cold, mixed or mixed:RATIO (0 < RATIO < 1)" \
+  migrate cli/tiny/v1 --to mixed:1.5
+one_line_refusal "policy --mode" "weightctl: policy: --mode: 'often' is not pinned, manual or auto" \
+  policy cli/tiny/v1 --mode often
+one_line_refusal "rm --timeout" "weightctl: rm: --timeout: '-3' is not a number of seconds from 1 to 604800" \
+  rm cli/tiny/v1 --wait --timeout -3
+one_line_refusal "rm --timeout without --wait" \
+  "weightctl: rm: --timeout bounds --wait: give both (weightctl rm --help)" rm cli/tiny/v1 --timeout 5
+one_line_refusal "op id" "weightctl: op: OPERATION_ID: 'seven' is not a positive integer" op seven
+one_line_refusal "get --tp without a rank" \
+  "weightctl: get: --tp 4 needs --rank R (0..3) or --all-ranks (weightctl get --help)" \
+  get cli/tiny/v1 --out "$tmp/never" --tp 4
+one_line_refusal "get --rank beyond --tp" "weightctl: get: --rank: '2' is not a rank below --tp 2" \
+  get cli/tiny/v1 --out "$tmp/never" --tp 2 --rank 2
+one_line_refusal "get --split" \
+  "weightctl: get: --split: 'w' is not PATTERN=DIM (DIM 0..7, at most 128 rules)" \
+  get cli/tiny/v1 --out "$tmp/never" --tp 2 --rank 0 --split w
+one_line_refusal "--progress" "weightctl: --progress: 'fancy' is not auto, plain or none" \
+  get cli/tiny/v1 --out "$tmp/never" --progress fancy
+one_line_refusal "--master" \
+  "weightctl: --master / \$WEIGHTCTL_MASTER: master list 'a:1,': item 2 is empty" ls --master a:1,
+one_line_refusal "unknown command" "weightctl: unknown command 'frob' (weightctl --help lists them)" frob
+one_line_refusal "kv sub-command" "weightctl: kv: 'cp' is not ls, put, get or rm (weightctl kv --help)" kv cp a b
+[ ! -e "$tmp/never" ] && ok "refused gets created no directory" || bad "refused get made $tmp/never"
+
+# -- kv put/get with - -------------------------------------------------------------
+head -c 200000 /dev/urandom >"$tmp/blob"
+"$ctl" kv put piped/blob - <"$tmp/blob" && ok "kv put KEY - reads stdin" || bad "kv put -"
+"$ctl" kv get piped/blob - >"$tmp/blob.back" && cmp -s "$tmp/blob" "$tmp/blob.back" \
+  && ok "kv get KEY - writes stdout, the same bytes" || bad "kv get -"
+"$ctl" kv put piped/empty - </dev/null && "$ctl" kv get piped/empty - >"$tmp/empty.back" \
+  && [ ! -s "$tmp/empty.back" ] && ok "empty object through stdin and stdout" || bad "empty via -"
+one_line_refusal "kv get - with --json" \
+  "weightctl: kv get: --json and '-' both want stdout; give a FILE" --json kv get piped/blob -
+
+# -- sizes for people in status and errors, --bytes raw --------------------------------
+out=$("$ctl" status)
+grep -Eq '^memory +[0-9.]+ (B|KiB|MiB) of 96.0 MiB used' <<<"$out" && ok "status: $(grep ^memory <<<"$out")" \
+  || bad "status sizes: $out"
+out=$("$ctl" status --bytes)
+grep -Eq '^memory +[0-9]+ of 100663296 bytes used' <<<"$out" && ok "status --bytes: $(grep ^memory <<<"$out")" \
+  || bad "status --bytes: $out"
+head -c 120000000 /dev/zero >"$tmp/huge"
+err=$("$ctl" kv put huge/x "$tmp/huge" 2>&1); rc=$?
+errb=$("$ctl" kv put huge/x "$tmp/huge" --bytes 2>&1)
+if [ $rc -eq 1 ] && [ "$err" = "weightctl: kv put huge/x: put start 'huge/x': SMP_ENOSPC (an object of 114.4 MiB; memory: 96.0 MiB, $(grep -o '[0-9.]* [KM]iB of' <<<"$("$ctl" status)" | cut -d' ' -f1-2) used)" ] \
+   && [ "$errb" = "weightctl: kv put huge/x: put start 'huge/x': SMP_ENOSPC (an object of 120000000 bytes; memory: 100663296 bytes, $("$ctl" status --bytes | sed -n 's/^memory *\([0-9]*\) of.*/\1/p') bytes used)" ]; then
+  ok "error sizes: '$err' / --bytes: '$errb'"
+else
+  bad "error sizes: $rc [$err] [$errb]"
+fi
+rm -f "$tmp/huge"
+
+# -- --progress ---------------------------------------------------------------------
+"$ctl" get cli/tiny/v1 --out "$tmp/p" --progress plain >/dev/null 2>"$tmp/plain"
+want=$(for s in $(seq 0 5 100); do printf 'get: %3d%% of\n' "$s"; done)
+[ "$(cut -c1-12 "$tmp/plain")" = "$want" ] && ok "--progress plain: 21 lines, 0 % to 100 % by 5" \
+  || bad "--progress plain: $(cat "$tmp/plain")"
+"$ctl" --progress=none get cli/tiny/v1 --out "$tmp/p" >/dev/null 2>"$tmp/none"
+"$ctl" get cli/tiny/v1 --out "$tmp/p" >/dev/null 2>"$tmp/auto"
+[ ! -s "$tmp/none" ] && [ ! -s "$tmp/auto" ] && ok "--progress none, and auto off a terminal: silent" \
+  || bad "progress none/auto: $(cat "$tmp/none" "$tmp/auto")"
+
+# -- ls --limit N rows ------------------------------------------------------------------
+out=$("$ctl" ls --namespace cli --limit 2)
+rows=$(grep -c '^cli/tiny/' <<<"$out")
+token=$(sed -n 's/^next page: --page-token //p' <<<"$out")
+rest=$("$ctl" ls --namespace cli --limit 2 --page-token "$token" | grep -c '^cli/tiny/')
+[ "$rows" -eq 2 ] && [ -n "$token" ] && [ "$rest" -eq 1 ] && ok "ls --limit 2: 2 rows, then the third from the token" \
+  || bad "ls --limit: $rows rows, token [$token], rest $rest: $out"
+out=$("$ctl" --json ls --namespace cli --limit 1)
+[ "$(grep -o '"id":"cli/tiny' <<<"$out" | wc -l)" -eq 1 ] && ! grep -q '"next_page_token":""' <<<"$out" \
+  && ok "ls --json --limit 1: one revision and a token" || bad "ls --json --limit 1: $out"
+
+# -- upsert status ----------------------------------------------------------------------
+"$ctl" upsert cli/tiny/v2@1 --generation 2 --wait "$tmp/model.safetensors" >/dev/null || bad "upsert"
+out=$("$ctl" upsert status cli/tiny/v2); rc=$?
+[ $rc -eq 0 ] && grep -q "cli/tiny/v2@1 -> cli/tiny/v2@2 (put-first) phase COMMITTED" <<<"$out" \
+  && ok "upsert status: $out" || bad "upsert status: $rc $out"
+out=$("$ctl" upsert status cli/tiny/v3 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -q "NOT_FOUND" <<<"$out" && ok "upsert status without a claim: NOT_FOUND" \
+  || bad "upsert status none: $rc $out"
+
+# -- rm --wait for a lease, --timeout ----------------------------------------------------
+# A Python reader (weightstore, zero-copy) holds v3's lease until told to go.
+env "${pyenv[@]}" PYTHONPATH="$SOURCE_DIR/python" WEIGHTSTORE_LIB="$BUILD_DIR/lib/libweightclient.so" "$py" - \
+  "$tmp/master.sock" "$tmp/go" >"$tmp/holder.out" 2>&1 <<'PY' &
+import os, sys, time
+import weightstore as ws
+with ws.WeightStore(sys.argv[1]) as store:
+    with store.weight_get("cli/tiny/v3@1") as load:
+        print("held", flush=True)
+        while not os.path.exists(sys.argv[2]):
+            time.sleep(0.05)
+PY
+holder=$!
+for _ in $(seq 200); do grep -q held "$tmp/holder.out" 2>/dev/null && break; sleep 0.05; done
+err=$("$ctl" rm cli/tiny/v3@1 --wait --timeout 1 2>&1 >/dev/null); rc=$?
+last=$(tail -n 1 <<<"$err")
+info=$("$ctl" --json info cli/tiny/v3@1)
+if [ $rc -eq 1 ] && [ "$last" = "weightctl: rm cli/tiny/v3@1: TIMEOUT: after 1 s (--timeout) 1 active lease(s); nothing was removed" ] \
+   && grep -q '"availability":"READY"' <<<"$info"; then
+  ok "rm --wait --timeout 1 with a lease held: '$last', still READY"
+else
+  bad "rm timeout: $rc [$err] $info"
+fi
+(sleep 1; touch "$tmp/go") &
+out=$("$ctl" rm cli/tiny/v3@1 --wait --timeout 60 2>"$tmp/rm.err"); rc=$?
+wait "$holder"; holder=""
+[ $rc -eq 0 ] && grep -q "cli/tiny/v3@1: DELETED" <<<"$out" \
+  && grep -q "waiting for 1 active lease(s) to end" "$tmp/rm.err" \
+  && ok "rm --wait: waited for the lease, then DELETED" || bad "rm --wait: $rc $out $(cat "$tmp/rm.err")"
+
+# -- get: the output directory ----------------------------------------------------------
+"$ctl" get cli/tiny/v1 --out "$tmp/deep/er/dir" >/dev/null && st_same "$tmp/model.safetensors" \
+  "$tmp/deep/er/dir/rank0-of-1.safetensors" && [ -z "$(ls -A "$tmp/deep/er/dir" | grep -v '^rank0-of-1')" ] \
+  && ok "get --out creates the parents; the file holds the model; no temporary left" || bad "get deep dir"
+: >"$tmp/plainfile"
+before=$(state)
+err=$("$ctl" get cli/tiny/v1 --out "$tmp/plainfile/sub" 2>&1); rc=$?
+[ $rc -eq 1 ] && [ "$err" = "weightctl: get: --out $tmp/plainfile/sub: Not a directory" ] \
+  && [ "$before" = "$(state)" ] && grep -q '"active_leases":0' <<<"$("$ctl" --json info cli/tiny/v1)" \
+  && ok "get into a path under a file: '$err', before any lease" || bad "get bad dir: $rc $err"
+
+# -- get --all-ranks and --tp N --rank R agree --------------------------------------------
+"$ctl" get cli/tiny/v1 --out "$tmp/all" --tp 2 --all-ranks >/dev/null \
+  && "$ctl" get cli/tiny/v1 --out "$tmp/one" --tp 2 --rank 1 >/dev/null \
+  && [ -f "$tmp/all/rank0-of-2.safetensors" ] \
+  && cmp -s "$tmp/all/rank1-of-2.safetensors" "$tmp/one/rank1-of-2.safetensors" \
+  && ok "get --tp 2 --all-ranks writes both ranks (rank 1 as --rank 1 does)" || bad "all ranks"
+
+# -- get writes as it receives: peak RSS against the file's size --------------------------------
+mk_st "$tmp/big.safetensors" w0:2048:1024 w1:2048:1024 w2:2048:1024 w3:2048:1024 w4:2048:1024 w5:2048:1024
+"$ctl" put --namespace cli --resource big --revision v1 "$tmp/big.safetensors" >/dev/null || bad "put big"
+ratio=$("$py" - "$ctl" "$tmp/rss" <<'PY'
+import os, sys
+pid = os.fork()
+if pid == 0:
+    fd = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(fd, 1)
+    os.execv(sys.argv[1], [sys.argv[1], "get", "cli/big/v1", "--out", sys.argv[2]])
+_, status, ru = os.wait4(pid, 0)
+size = os.path.getsize(os.path.join(sys.argv[2], "rank0-of-1.safetensors"))
+print("%.3f %d %d %d" % (ru.ru_maxrss * 1024 / size, ru.ru_maxrss * 1024, size, os.waitstatus_to_exitcode(status)))
+PY
+)
+read -r r rss size code <<<"$ratio"
+if [ $sanitized -eq 1 ] && [ "$code" = 0 ] && st_same "$tmp/big.safetensors" "$tmp/rss/rank0-of-1.safetensors"; then
+  ok "get of a $size-byte file (sanitizer build: peak RSS $r x the file, not judged)"
+elif [ "$code" = 0 ] && "$py" -c "import sys; sys.exit(0 if $r <= 1.2 else 1)" \
+   && st_same "$tmp/big.safetensors" "$tmp/rss/rank0-of-1.safetensors"; then
+  ok "get of a $size-byte file: peak RSS $rss bytes, $r x the file (<= 1.2)"
+else
+  bad "get RSS: ratio $r (rss $rss, file $size, exit $code)"
+fi
+
+kill -9 $pid; wait $pid 2>/dev/null; pid=""
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
