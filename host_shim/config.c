@@ -489,6 +489,7 @@ static const field_spec ha_fields[] = {
     F_OF("advertise", FK_PATH_OR_OFF, ha_advertise),
     F_OF("snapshot_dir", FK_PATH, ha_snapshot_dir),
     F_U64("gc_keep_records", ha_gc_keep_records, 0, UINT64_MAX),
+    F_OF("fast_failover", FK_BOOL, ha_fast_failover),
     F_END
 };
 
@@ -1100,6 +1101,7 @@ int host_config_defaults(host_config *cfg)
     cfg->ha_advertise = strdup("");
     cfg->ha_snapshot_dir = strdup("");
     cfg->ha_gc_keep_records = 10000;
+    cfg->ha_fast_failover = 1;
     cfg->node_embedded = 1;
     cfg->node_segment_dir = strdup("/dev/shm/weight_mgmt");
     cfg->node_segment_bytes = 1073741824u;

@@ -112,6 +112,7 @@ typedef struct host_config {
     char *ha_advertise;               /* RPC endpoint clients are sent to, "" = listen.tcp */
     char *ha_snapshot_dir;            /* snapshots every master reads, "" = unset */
     uint64_t ha_gc_keep_records;      /* OpLog records kept below the newest snapshot */
+    int ha_fast_failover;             /* standbys watch the leader's process, 1 */
 
     /* node: the embedded node of the master process */
     int node_embedded;                /* default 1 */

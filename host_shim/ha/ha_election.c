@@ -24,6 +24,7 @@
 
 #include "etcd_client.h"
 #include "ha_election.h"
+#include "ha_exit_watch.h"
 #include "host_rpc.pb-c.h"
 #include "store_plugin.h"
 
@@ -42,6 +43,7 @@ struct ha_election {
     pthread_t keepalive;          /* lease renewals */
     int thread_started;
     etcd_client *etcd;
+    ha_exit_watch *exit_watch;     /* NULL: ha.fast_failover off */
 
     /* Fixed at start. */
     char *prefix;
@@ -75,6 +77,7 @@ struct ha_election {
     int leader_pending;
     char leader_id[65];
     char leader_endpoint[256];
+    int64_t leader_lease;          /* the lease of the leader key seen, 0: none */
     ha_member members[HA_MAX_MEMBERS];
     size_t n_members;
     /* Monotonic ms up to which the term's lease is certainly valid. */
@@ -158,7 +161,8 @@ static void wake_loop(ha_election *e)
     uv_async_send(&e->async);
 }
 
-/* Record who leads as read from the leader key (kv NULL: nobody). mu held. */
+/* Record who leads as read from the leader key (kv NULL: nobody), and watch
+ * for the exit of any leader but this master. mu held. */
 static void see_leader(ha_election *e, const etcd_kv *kv)
 {
     ha_member m;
@@ -166,11 +170,38 @@ static void see_leader(ha_election *e, const etcd_kv *kv)
     if (kv != NULL && unpack_info(kv->value, kv->value_len, &m) < 0) {
         snprintf(m.id, sizeof(m.id), "?");
     }
-    if (strcmp(m.id, e->leader_id) == 0 && strcmp(m.endpoint, e->leader_endpoint) == 0) return;
+    int64_t lease = kv != NULL ? kv->lease : 0;
+    int self = kv != NULL && strcmp(m.id, e->id) == 0;
+    ha_exit_watch_set(e->exit_watch, self ? "" : m.endpoint, self ? 0 : lease);
+    if (strcmp(m.id, e->leader_id) == 0 && strcmp(m.endpoint, e->leader_endpoint) == 0 &&
+        lease == e->leader_lease)
+        return;
     snprintf(e->leader_id, sizeof(e->leader_id), "%s", m.id);
     snprintf(e->leader_endpoint, sizeof(e->leader_endpoint), "%s", m.endpoint);
+    e->leader_lease = lease;
     e->leader_pending = 1;
     wake_loop(e);
+}
+
+/* The exit watcher's report: the leader's process is gone. Revoke its lease
+ * (the leader key goes with it) and campaign at once instead of waiting for
+ * the lease to expire. Revoking a lease that is already gone is harmless;
+ * revoking a live leader's only deposes it (ha_exit_watch.h). Watcher
+ * thread. */
+static void on_leader_exit(void *arg, const char *endpoint, int64_t lease)
+{
+    ha_election *e = arg;
+    char err[256];
+    int rc = etcd_lease_revoke(e->etcd, lease, err, sizeof(err));
+    if (rc == 0 || rc == SMP_ENOTFOUND)
+        fprintf(stderr, "store_master: ha: the leader at %s closed its connection (its process "
+                "is gone); its lease %" PRIx64 " is revoked\n", endpoint, (uint64_t)lease);
+    else
+        fprintf(stderr, "store_master: ha: the leader at %s closed its connection, but its "
+                "lease could not be revoked (%s); waiting for it to expire\n", endpoint, err);
+    pthread_mutex_lock(&e->mu);
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
 }
 
 /* The thread lost the term (mu held). */
@@ -285,6 +316,8 @@ static void campaign(ha_election *e, int eligible, uint64_t renewed_at)
         e->elected_pending = 1;
         snprintf(e->leader_id, sizeof(e->leader_id), "%s", e->id);
         snprintf(e->leader_endpoint, sizeof(e->leader_endpoint), "%s", e->endpoint);
+        e->leader_lease = e->lease_id;
+        ha_exit_watch_set(e->exit_watch, "", 0);
         e->leader_pending = 1;
         wake_loop(e);
     } else {
@@ -455,6 +488,7 @@ static void on_check(uv_timer_t *t)
 
 static void free_election(ha_election *e)
 {
+    ha_exit_watch_stop(e->exit_watch);
     etcd_client_close(e->etcd);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
@@ -507,6 +541,10 @@ int ha_election_start(uv_loop_t *loop,
     if ((rc = etcd_lease_grant(e->etcd, o->ttl_s, &lease, NULL, err, errlen)) < 0) goto free_e;
     e->lease_id = lease;
     atomic_store(&e->renewed_at_ms, mono_ms());
+    if (o->fast_failover && (rc = ha_exit_watch_start(on_leader_exit, e, &e->exit_watch)) < 0) {
+        snprintf(err, errlen, "ha: cannot start the leader exit watch: %s", smp_strerror(rc));
+        goto free_e;
+    }
 
     uv_async_init(loop, &e->async, on_async);
     uv_timer_init(loop, &e->check);
@@ -600,6 +638,8 @@ void ha_election_stop(ha_election *e)
     if (e->thread_started) {
         pthread_join(e->thread, NULL);
         pthread_join(e->keepalive, NULL);
+        ha_exit_watch_stop(e->exit_watch); /* its callback uses etcd */
+        e->exit_watch = NULL;
         /* Resign: the leader key goes with the lease. */
         char err[256];
         if (e->lease_id != 0) (void)etcd_lease_revoke(e->etcd, e->lease_id, err, sizeof(err));

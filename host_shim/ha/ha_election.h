@@ -69,6 +69,7 @@ typedef struct ha_election_options {
     const char *id;            /* this master's name */
     const char *endpoint;      /* where clients reach this master */
     uint32_t ttl_s;            /* lease TTL, >= 1 */
+    int fast_failover;         /* watch the leader's process (ha_exit_watch.h) */
     ha_election_events events;
 } ha_election_options;
 

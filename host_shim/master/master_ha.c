@@ -228,6 +228,7 @@ int master_ha_start(master *m, char *err, size_t errlen)
         .id = m->cfg->ha_id,
         .endpoint = advertised(m),
         .ttl_s = m->cfg->ha_lease_ttl_s,
+        .fast_failover = m->cfg->ha_fast_failover,
         .events = {on_elected, on_deposed, on_leader, m},
     };
     if ((rc = ha_election_start(&m->loop, &o, &m->election, err, errlen)) < 0) return rc;

@@ -88,6 +88,7 @@ static void assert_default_values(const host_config *c)
     assert_string_equal(c->ha_advertise, "");
     assert_string_equal(c->ha_snapshot_dir, "");
     assert_int_equal(c->ha_gc_keep_records, 10000);
+    assert_int_equal(c->ha_fast_failover, 1);
     assert_int_equal(c->node_embedded, 1);
     assert_string_equal(c->node_segment_dir, "/dev/shm/weight_mgmt");
     assert_int_equal(c->node_segment_bytes, 1073741824);
@@ -231,6 +232,7 @@ static void test_every_key_is_read(void **state)
             "  advertise: \"10.0.0.1:7600\"\n"
             "  snapshot_dir: shared/snaps\n"
             "  gc_keep_records: 0\n"
+            "  fast_failover: false\n"
             "node:\n"
             "  embedded: false\n"
             "  segment_dir: /dev/shm/x\n"
@@ -268,6 +270,7 @@ static void test_every_key_is_read(void **state)
     assert_string_equal(c.ha_advertise, "10.0.0.1:7600");
     assert_string_equal(c.ha_snapshot_dir, "/etc/wm/shared/snaps");
     assert_int_equal(c.ha_gc_keep_records, 0);
+    assert_int_equal(c.ha_fast_failover, 0);
     assert_int_equal(c.node_embedded, 0);
     assert_string_equal(c.node_segment_dir, "/dev/shm/x");
     assert_int_equal(c.node_segment_bytes, 1048576);
@@ -844,6 +847,9 @@ static void test_refuses_incomplete_or_idle_ha_keys(void **state)
     expect_refused("ha: {lease_ttl_s: 0}\n", "ha.lease_ttl_s: 0 is outside");
     expect_refused("ha: {lease_ttl_s: 61}\n", "ha.lease_ttl_s: 61 is outside");
     expect_refused("ha: {id: \"a b\"}\n", "ha.id: \"a b\" is not a name");
+    expect_refused("ha: {fast_failover: maybe}\n", "ha.fast_failover: \"maybe\" is not a boolean");
+    expect_message("ha:\n  fast_failover: false\n",
+                   "x.yaml:2: ha.fast_failover: is set but ha.enabled is false (it would do nothing)");
 }
 
 static void test_embedded_node_needs_an_rpc_listener(void **state)
