@@ -400,10 +400,10 @@ void oel_do_promote(etcd_log *el)
     if (head + 1 < el->f_next) {
         oel_log_line(el, "oplog: promote: the head %" PRIu64 " is behind seq %" PRIu64
                      " already delivered", head, el->f_next - 1);
-                     rc = SMP_EPROTO;
-                     } else {
+        rc = SMP_EPROTO;
+    } else {
         rc = oel_scan(el, el->f_next, head, rev, post_record, NULL, &gone, &first, err,
-                  sizeof(err));
+                      sizeof(err));
         if (gone)
             rc = SMP_ERANGE;
         if (rc < 0)

@@ -169,6 +169,7 @@ typedef struct etcd_log {
     int fence_ok;           /* promoted: head_mod and written are ours */
     int64_t head_mod;       /* log_head's mod revision as we wrote or read it */
     uint64_t written;       /* the head as we wrote or read it */
+    int64_t gc_revision;    /* etcd revision of the last truncation, compacted at the next */
     etcd_watch *watch;
     int f_active;
     uint64_t f_next;        /* the next sequence the session needs */

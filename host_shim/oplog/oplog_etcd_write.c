@@ -225,7 +225,15 @@ int oel_write_batch(etcd_log *el, entry_list *batch, size_t n, uint64_t *bytes)
     }
 }
 
-/* Delete the records below seq in one fenced DeleteRange. A failure is
+/* Delete the records below seq in one fenced DeleteRange, then compact
+ * etcd's history up to the previous truncation's revision: deleted keys
+ * keep their values in etcd's history until a compaction, so without one
+ * the log would still grow without bound. Compacting one truncation behind
+ * leaves a standby a whole snapshot interval to read what it still lacks
+ * from the history; a standby further behind finds its watch compacted and
+ * its records gone, and bootstraps from the snapshot (SMP_ERANGE to the
+ * follower). etcd's compaction is cluster-wide: on an etcd shared with other
+ * programs, it cuts their history at the same revision. A failure is
  * logged. Thread. */
 void oel_truncate_records(etcd_log *el, uint64_t seq)
 {
@@ -255,8 +263,20 @@ void oel_truncate_records(etcd_log *el, uint64_t seq)
         oel_log_line(el, "oplog: cannot delete the records below %" PRIu64 ": %s", seq, err);
         return;
     }
-    if (!res.succeeded)
+    int deleted = res.succeeded;
+    int64_t revision = res.revision;
+    etcd_txn_result_free(&res);
+    if (!deleted) {
         oel_log_line(el, "oplog: the records below %" PRIu64 " were not deleted: the fence "
                      "no longer holds", seq);
-                     etcd_txn_result_free(&res);
+        return;
+    }
+    if (el->gc_revision > 0) {
+        rc = etcd_compact(el->client, el->gc_revision, err, sizeof(err));
+        /* SMP_ERANGE: etcd's own auto-compaction is ahead of us, which is fine. */
+        if (rc < 0 && rc != SMP_ERANGE)
+            oel_log_line(el, "oplog: cannot compact etcd's history to revision %" PRId64 ": %s",
+                         el->gc_revision, err);
+    }
+    el->gc_revision = revision;
 }

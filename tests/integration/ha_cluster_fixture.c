@@ -44,7 +44,8 @@ int hc_configure(hc_cluster *c, int i, const char *extra)
 {
     char yaml[4096], id[16];
     snprintf(id, sizeof(id), "m%d", i);
-    int n = hx_ha_yaml(&c->m[i], id, etcd_fixture_endpoints(&c->etcd), c->prefix, c->snapdir,
+    const char *etcd = c->etcd_endpoints[i] ? c->etcd_endpoints[i] : etcd_fixture_endpoints(&c->etcd);
+    int n = hx_ha_yaml(&c->m[i], id, etcd, c->prefix, c->snapdir,
                        c->lease_ttl_s, yaml, sizeof(yaml));
     if (n < 0) return -1;
     int w = snprintf(yaml + n, sizeof(yaml) - (size_t)n, "%snode:\n  embedded: false\n",

@@ -27,6 +27,7 @@ typedef struct hc_cluster {
     hx_master m[HC_MASTERS];  /* master i has ha.id "m<i>" */
     hx_node node;             /* pid 0 until hc_node_start */
     unsigned lease_ttl_s;     /* ha.lease_ttl_s written by hc_configure; 0: 1 s */
+    const char *etcd_endpoints[HC_MASTERS]; /* master i's ha.etcd_endpoints; NULL: etcd's own */
 } hc_cluster;
 
 /* Start etcd (etcd_members: 1 or 3) and prepare the three masters' dirs

@@ -26,6 +26,7 @@
 
 #include <cmocka.h>
 
+#include "fault_proxy.h"
 #include "ha_cluster_fixture.h"
 #include "harness.h"
 #include "rpc.pb-c.h"
@@ -34,6 +35,7 @@
 #define WAIT_MS 20000
 #define RECORDER_SERVICE 40
 #define RECORDER_SET_NEXT 1
+#define RECORDER_LIST 2
 
 /* with_recorder: the recorder test plugin (OpLog type 20), ungated or behind
  * the capability gate "recorder_gate" (closed in config). */
@@ -234,6 +236,16 @@ static int start_cluster_and_write(cluster *c, const char *prefix, int n)
     return leader;
 }
 
+/* Master i's applied sequence, or 0 while it does not answer (restarting). */
+static uint64_t applied_or_0(const cluster *c, int i)
+{
+    kvc *k = hx_client(&c->hc.m[i]);
+    kvc_status st;
+    int rc = k != NULL ? kvc_status_get(k, &st) : -1;
+    if (k != NULL) kvc_close(k);
+    return rc == 0 ? st.oplog_last_seq : 0;
+}
+
 static uint64_t applied_of(const cluster *c, int i)
 {
     kvc *k = client_of(c, i);
@@ -246,8 +258,8 @@ static uint64_t applied_of(const cluster *c, int i)
 /* One request written as raw bytes on a fresh connection to a master's
  * socket, and its RpcResponse as the master sent it (no client library in
  * between, so a redirect is seen, not followed). Caller frees *out. */
-static void raw_call(const hx_master *m, uint32_t service, uint32_t method, const char *body,
-                     RpcResponse **out)
+static void raw_call_n(const hx_master *m, uint32_t service, uint32_t method, const char *body,
+                       size_t body_len, RpcResponse **out)
 {
     int fd = socket(AF_UNIX, SOCK_STREAM, 0);
     assert_true(fd >= 0);
@@ -255,7 +267,7 @@ static void raw_call(const hx_master *m, uint32_t service, uint32_t method, cons
     snprintf(sa.sun_path, sizeof(sa.sun_path), "%.107s", m->socket);
     assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
     size_t flen = 0;
-    uint8_t *frame = hx_frame_request(7, service, method, (const uint8_t *)body, strlen(body), &flen);
+    uint8_t *frame = hx_frame_request(7, service, method, (const uint8_t *)body, body_len, &flen);
     assert_non_null(frame);
     assert_int_equal(write(fd, frame, flen), (ssize_t)flen);
     free(frame);
@@ -278,6 +290,12 @@ static void raw_call(const hx_master *m, uint32_t service, uint32_t method, cons
     *out = rpc_response__unpack(NULL, len, buf);
     free(buf);
     assert_non_null(*out);
+}
+
+static void raw_call(const hx_master *m, uint32_t service, uint32_t method, const char *body,
+                     RpcResponse **out)
+{
+    raw_call_n(m, service, method, body, strlen(body), out);
 }
 
 /* -- tests ------------------------------------------------------------------------- */
@@ -335,6 +353,28 @@ static void test_ha_leader_sigkill_loses_no_acknowledged_write(void **state)
                                        (unsigned long long)want);
         sleep_ms(50);
     }
+}
+
+/* A SIGKILLed leader is replaced through the standbys' connections to it,
+ * not by its lease's expiry: with a 10 s lease, a standby reads end-of-file
+ * from the dead leader, revokes its lease (its log says so), and the new
+ * leader has every acknowledged write. */
+static void test_ha_leader_exit_is_noticed_through_its_connection(void **state)
+{
+    cluster *c = *state;
+    c->hc.lease_ttl_s = 10;
+    int leader = start_cluster_and_write(c, "kv/a", 20);
+    hx_kill(&c->hc.m[leader]);
+    int next = wait_leader(c, leader);
+    int revoked = 0;
+    for (int i = 0; i < N_MASTERS; i++)
+        if (i != leader &&
+            hx_log_contains(&c->hc.m[i], "closed its connection (its process is gone); its "
+                                         "lease"))
+            revoked = 1;
+    assert_true(revoked);
+    wait_node(c, next);
+    assert_all_present_any_leader(c, "kv/a", 0, 20);
 }
 
 /* SIGSTOP of the leader: it is deposed when its lease expires, a standby
@@ -480,6 +520,75 @@ static void test_ha_new_standby_after_oplog_gc_bootstraps_from_the_snapshot(void
     kvc_close(k);
 }
 
+/* A standby cut off from etcd while the log moves on: the leader snapshots,
+ * deletes the records below each snapshot and compacts etcd's history one
+ * truncation behind, so when the standby reaches etcd again the history
+ * its watch needs is gone. It restarts itself from the newest snapshot
+ * instead of failing, catches up, and leads with every record. (A paused
+ * standby does not show this: etcd keeps the events of a watch that stopped
+ * reading in its own memory, so it resumes from them.) The cut is a relay
+ * between the standby and etcd that drops its connections. */
+static void test_ha_standby_left_behind_by_gc_restarts_from_the_snapshot(void **state)
+{
+    enum { N_RECORDS = 200, RECORD_BYTES = 512 };
+    cluster *c = *state;
+    fault_proxy *proxy = NULL;
+    char relay[64];
+    assert_int_equal(fault_proxy_start(etcd_fixture_endpoints(&c->hc.etcd), &proxy, relay,
+                                       sizeof(relay)), 0);
+    c->every_records = 40;
+    c->hc.etcd_endpoints[1] = relay; /* m1 reaches etcd through the relay only */
+    start_master(c, 0);
+    assert_int_equal(wait_leader(c, -1), 0);
+    start_master(c, 1);
+    wait_role(c, 1, "standby");
+    fault_proxy_cut(proxy, 1);
+
+    char body[RECORD_BYTES];
+    RpcResponse *resp = NULL;
+    for (int i = 0; i < N_RECORDS; i++) {
+        memset(body, 'a' + i % 26, sizeof(body));
+        raw_call_n(&c->hc.m[0], RECORDER_SERVICE, RECORDER_SET_NEXT, body, sizeof(body), &resp);
+        assert_int_equal(resp->status, 0);
+        rpc_response__free_unpacked(resp, NULL);
+    }
+    fault_proxy_cut(proxy, 0);
+
+    for (int waited = 0; !hx_log_contains(&c->hc.m[1], "garbage-collected past this standby");
+         waited += 100) {
+        if (waited > WAIT_MS) fail_msg("the standby did not find its records gone (%s)",
+                                       c->hc.m[1].log);
+        sleep_ms(100);
+    }
+    uint64_t want = applied_of(c, 0);
+    for (int waited = 0; applied_or_0(c, 1) < want; waited += 50) {
+        if (waited > WAIT_MS) fail_msg("the restarted standby did not catch up");
+        sleep_ms(50);
+    }
+    wait_role(c, 1, "standby");
+    hx_kill(&c->hc.m[0]);
+    assert_int_equal(wait_leader(c, 0), 1);
+    raw_call(&c->hc.m[1], RECORDER_SERVICE, RECORDER_LIST, "", &resp);
+    assert_int_equal(resp->status, 0);
+    size_t off = 0;
+    int n = 0;
+    for (; off + 4 <= resp->body.len; n++) {
+        const uint8_t *p = resp->body.data + off;
+        uint32_t len = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                       (uint32_t)p[3] << 24;
+        assert_int_equal(len, RECORD_BYTES);
+        assert_true(off + 4 + len <= resp->body.len);
+        memset(body, 'a' + n % 26, sizeof(body));
+        assert_memory_equal(p + 4, body, RECORD_BYTES);
+        off += 4 + len;
+    }
+    assert_int_equal(n, N_RECORDS);
+    assert_int_equal(off, resp->body.len);
+    rpc_response__free_unpacked(resp, NULL);
+    hx_kill(&c->hc.m[1]);
+    fault_proxy_stop(proxy);
+}
+
 /* The gate of a record type some master cannot replay stays closed: the
  * leader refuses the type (SMP_EGATE), status names the master that blocks
  * it, and `gate confirm` is refused naming it. Once that master runs the
@@ -562,6 +671,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_ha_standby_redirects_to_the_leader, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ha_leader_sigkill_loses_no_acknowledged_write, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_ha_leader_exit_is_noticed_through_its_connection,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_ha_leader_sigstop_is_deposed_and_never_writes_again,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_ha_standby_stops_visibly_on_an_unknown_record_type,
@@ -574,6 +685,8 @@ int main(void)
                                         setup_three_etcd_members, teardown),
         cmocka_unit_test_setup_teardown(
             test_ha_new_standby_after_oplog_gc_bootstraps_from_the_snapshot, setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_ha_standby_left_behind_by_gc_restarts_from_the_snapshot, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,180 @@
+/* fault_proxy.c -- a loopback TCP relay whose connections a test can cut
+ * (fault_proxy.h). One thread polls the listener, a wake-up pipe and both
+ * ends of every relayed connection; bytes are copied as they come. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "fault_proxy.h"
+
+#define FP_PAIRS 64
+
+struct fault_proxy {
+    pthread_t thread;
+    int listen_fd;
+    int wake[2];
+    struct sockaddr_in upstream;
+    pthread_mutex_t mu;
+    int cut;
+    int stop;
+    int pair[FP_PAIRS][2];     /* client, upstream; -1: free slot */
+};
+
+static void close_pair(fault_proxy *p, int i)
+{
+    for (int k = 0; k < 2; k++) {
+        if (p->pair[i][k] >= 0) close(p->pair[i][k]);
+        p->pair[i][k] = -1;
+    }
+}
+
+/* Copy what from has to to; -1 when either end is done. */
+static int relay(int from, int to)
+{
+    char buf[65536];
+    ssize_t n = read(from, buf, sizeof(buf));
+    if (n <= 0) return -1;
+    for (ssize_t off = 0; off < n;) {
+        ssize_t w = write(to, buf + off, (size_t)(n - off));
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        off += w;
+    }
+    return 0;
+}
+
+static void accept_one(fault_proxy *p, int cut)
+{
+    int c = accept(p->listen_fd, NULL, NULL);
+    if (c < 0) return;
+    if (cut) {
+        close(c);
+        return;
+    }
+    int u = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (u < 0 || connect(u, (struct sockaddr *)&p->upstream, sizeof(p->upstream)) < 0) {
+        if (u >= 0) close(u);
+        close(c);
+        return;
+    }
+    for (int i = 0; i < FP_PAIRS; i++) {
+        if (p->pair[i][0] < 0) {
+            p->pair[i][0] = c;
+            p->pair[i][1] = u;
+            return;
+        }
+    }
+    close(u);
+    close(c);
+}
+
+static void *proxy_thread(void *arg)
+{
+    fault_proxy *p = arg;
+    for (;;) {
+        pthread_mutex_lock(&p->mu);
+        int cut = p->cut, stop = p->stop;
+        pthread_mutex_unlock(&p->mu);
+        if (stop) break;
+        if (cut)
+            for (int i = 0; i < FP_PAIRS; i++) close_pair(p, i);
+        struct pollfd fds[2 + 2 * FP_PAIRS];
+        int idx[2 + 2 * FP_PAIRS], n = 0;
+        fds[n] = (struct pollfd){.fd = p->wake[0], .events = POLLIN};
+        idx[n++] = -1;
+        fds[n] = (struct pollfd){.fd = p->listen_fd, .events = POLLIN};
+        idx[n++] = -2;
+        for (int i = 0; i < FP_PAIRS; i++) {
+            for (int k = 0; k < 2 && p->pair[i][0] >= 0; k++) {
+                fds[n] = (struct pollfd){.fd = p->pair[i][k], .events = POLLIN};
+                idx[n++] = i * 2 + k;
+            }
+        }
+        if (poll(fds, (nfds_t)n, -1) < 0 && errno != EINTR) break;
+        for (int j = 0; j < n; j++) {
+            if (fds[j].revents == 0) continue;
+            if (idx[j] == -1) {
+                char b[64];
+                if (read(p->wake[0], b, sizeof(b)) < 0) { /* drained below */ }
+            } else if (idx[j] == -2) {
+                accept_one(p, cut);
+            } else {
+                int i = idx[j] / 2, k = idx[j] % 2;
+                if (p->pair[i][k] >= 0 && relay(p->pair[i][k], p->pair[i][1 - k]) < 0)
+                    close_pair(p, i);
+            }
+        }
+    }
+    for (int i = 0; i < FP_PAIRS; i++) close_pair(p, i);
+    return NULL;
+}
+
+int fault_proxy_start(const char *upstream, fault_proxy **out, char *listen_out, size_t cap)
+{
+    fault_proxy *p = calloc(1, sizeof(*p));
+    const char *colon = strrchr(upstream, ':');
+    char host[64];
+    if (p == NULL || colon == NULL || (size_t)(colon - upstream) >= sizeof(host)) goto fail_free;
+    memcpy(host, upstream, (size_t)(colon - upstream));
+    host[colon - upstream] = '\0';
+    p->upstream.sin_family = AF_INET;
+    p->upstream.sin_port = htons((uint16_t)atoi(colon + 1));
+    if (inet_pton(AF_INET, host, &p->upstream.sin_addr) != 1) goto fail_free;
+    for (int i = 0; i < FP_PAIRS; i++) p->pair[i][0] = p->pair[i][1] = -1;
+    pthread_mutex_init(&p->mu, NULL);
+    p->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(sa);
+    if (p->listen_fd < 0 || bind(p->listen_fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+        listen(p->listen_fd, 64) < 0 || getsockname(p->listen_fd, (struct sockaddr *)&sa, &len) < 0)
+        goto fail_sock;
+    if (pipe(p->wake) < 0) goto fail_sock;
+    if (pthread_create(&p->thread, NULL, proxy_thread, p) != 0) goto fail_pipe;
+    snprintf(listen_out, cap, "127.0.0.1:%u", (unsigned)ntohs(sa.sin_port));
+    *out = p;
+    return 0;
+fail_pipe:
+    close(p->wake[0]);
+    close(p->wake[1]);
+fail_sock:
+    if (p->listen_fd >= 0) close(p->listen_fd);
+    pthread_mutex_destroy(&p->mu);
+fail_free:
+    free(p);
+    return -1;
+}
+
+static void poke(fault_proxy *p)
+{
+    if (write(p->wake[1], "x", 1) < 0) { /* the thread wakes on the next event anyway */ }
+}
+
+void fault_proxy_cut(fault_proxy *p, int cut)
+{
+    pthread_mutex_lock(&p->mu);
+    p->cut = cut;
+    pthread_mutex_unlock(&p->mu);
+    poke(p);
+}
+
+void fault_proxy_stop(fault_proxy *p)
+{
+    if (p == NULL) return;
+    pthread_mutex_lock(&p->mu);
+    p->stop = 1;
+    pthread_mutex_unlock(&p->mu);
+    poke(p);
+    pthread_join(p->thread, NULL);
+    close(p->listen_fd);
+    close(p->wake[0]);
+    close(p->wake[1]);
+    pthread_mutex_destroy(&p->mu);
+    free(p);
+}
