@@ -1,0 +1,132 @@
+/* etcd_client_internal.h -- what the files of the etcd client share: the
+ * client and watch structures, the gRPC method names, and the transport
+ * calls of etcd_client.c (ecl_ prefix) that etcd_client_calls.c (KV, Txn,
+ * Lease, Status) and etcd_client_watch.c (Watch) are built on. Not for use
+ * outside host_shim/oplog/etcd_client*.c. */
+#ifndef HOST_ETCD_CLIENT_INTERNAL_H
+#define HOST_ETCD_CLIENT_INTERNAL_H
+
+#include <grpc/byte_buffer.h>
+#include <grpc/grpc.h>
+#include <grpc/support/time.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "etcd_client.h"
+#include "etcd_kv.pb-c.h"
+#include "etcd_rpc.pb-c.h"
+
+#define ETCD_DEFAULT_TIMEOUT_MS 2000u
+#define ETCD_MAX_ENDPOINTS 16
+#define ETCD_EP_MAX 256
+
+#define M_RANGE "/etcdserverpb.KV/Range"
+#define M_PUT "/etcdserverpb.KV/Put"
+#define M_DELETE "/etcdserverpb.KV/DeleteRange"
+#define M_TXN "/etcdserverpb.KV/Txn"
+#define M_COMPACT "/etcdserverpb.KV/Compact"
+#define M_GRANT "/etcdserverpb.Lease/LeaseGrant"
+#define M_REVOKE "/etcdserverpb.Lease/LeaseRevoke"
+#define M_KEEPALIVE "/etcdserverpb.Lease/LeaseKeepAlive"
+#define M_WATCH "/etcdserverpb.Watch/Watch"
+#define M_STATUS "/etcdserverpb.Maintenance/Status"
+
+/* A call in flight, linked into its client so etcd_client_close can
+ * cancel it. Lives in the calling thread's stack frame. */
+typedef struct etcd_active {
+    grpc_call *call;
+    struct etcd_active *next;
+} etcd_active;
+
+struct etcd_client {
+    size_t n_ep;
+    char ep[ETCD_MAX_ENDPOINTS][ETCD_EP_MAX];   /* "host:port" */
+    grpc_channel *ch[ETCD_MAX_ENDPOINTS];
+    uint32_t timeout_ms;
+    pthread_mutex_t mu;
+    pthread_cond_t idle;     /* signalled when active becomes empty */
+    size_t current;          /* the member to try first (mu) */
+    int closing;             /* (mu) */
+    etcd_active *active;     /* (mu) */
+};
+
+struct etcd_watch {
+    etcd_client *c;
+    char ep[ETCD_EP_MAX];
+    grpc_completion_queue *cq;
+    grpc_call *call;
+    grpc_metadata_array initial_md;
+    grpc_byte_buffer *recv_buf;
+    int recv_pending;        /* a RECV_MESSAGE batch is started, not plucked */
+    int broken;              /* the stream ended or failed: only close works */
+};
+
+/* How a failed exchange failed: whether another member may be tried. */
+typedef enum etcd_fail {
+    FAIL_NONE = 0,
+    FAIL_ETCD,        /* etcd (or the call's arguments) refused: no retry */
+    FAIL_UNSENT,      /* no connection: the request never reached the member */
+    FAIL_TRANSPORT    /* transport or deadline: it may have reached etcd */
+} etcd_fail;
+
+ProtobufCBinaryData ecl_bin(const void *p, size_t len);
+
+int ecl_byte_buffer_copy(grpc_byte_buffer *bb, uint8_t **out, size_t *out_len);
+
+grpc_byte_buffer *ecl_byte_buffer_of(const uint8_t *data, size_t len);
+
+int ecl_call_unary(etcd_client *c,
+                      const char *method,
+                      int changes_store,
+                      const ProtobufCMessage *req,
+                      const ProtobufCMessageDescriptor *resp_desc,
+                      ProtobufCMessage **out,
+                      char *err,
+                      size_t errlen);
+
+grpc_channel *ecl_channel_open(const char *ep);
+
+int ecl_channel_wait_ready(grpc_channel *ch,
+                              grpc_completion_queue *cq,
+                              gpr_timespec deadline,
+                              grpc_connectivity_state *state);
+
+gpr_timespec ecl_deadline_in(uint32_t ms);
+
+int ecl_exchange(etcd_client *c,
+                    grpc_channel *ch,
+                    const char *ep,
+                    const char *method,
+                    const uint8_t *req,
+                    size_t req_len,
+                    uint8_t **resp,
+                    size_t *resp_len,
+                    etcd_fail *fail,
+                    char *err,
+                    size_t errlen);
+
+int ecl_key_ok(const void *key, size_t key_len, const void *range_end, size_t range_end_len);
+
+int ecl_kv_copy(const Mvccpb__KeyValue *in, int with_value, etcd_kv *out);
+
+void ecl_member_answered(etcd_client *c, size_t ep);
+
+void ecl_member_failed(etcd_client *c, size_t ep);
+
+size_t ecl_member_first(etcd_client *c);
+
+int ecl_parse_endpoints(etcd_client *c, const char *list, char *err, size_t errlen);
+
+int ecl_range_copy(const Etcdserverpb__RangeResponse *in, int keys_only, etcd_range_result *out);
+
+void ecl_set_err(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+const char *ecl_state_name(grpc_connectivity_state st);
+
+const char *ecl_status_name(grpc_status_code s);
+
+int ecl_status_to_rc(grpc_status_code s, const char *details, etcd_fail *fail);
+
+#endif
