@@ -72,7 +72,7 @@ static const struct {
     {"exists", cmd_exists},      {"size", cmd_size},            {"get", wctl_cmd_get},
     {"policy", wctl_cmd_policy}, {"migrate", wctl_cmd_migrate}, {"op", wctl_cmd_op},
     {"rm", wctl_cmd_rm},         {"upsert", wctl_cmd_upsert},   {"status", cmd_status},
-    {"gate", cmd_gate},          {"kv", wctl_cmd_kv},
+    {"gate", cmd_gate},          {"kv", wctl_cmd_kv},           {"repair", wctl_cmd_repair},
 };
 
 int main(int argc, char **argv)

@@ -788,6 +788,23 @@ int weight_get_operation(weight_store *s, uint64_t operation_id, weight_operatio
     return WEIGHT_OK;
 }
 
+int weight_repair(weight_store *s, const weight_identity *id, uint64_t expected_metadata_generation,
+                  weight_operation *op)
+{
+    Wmrpc__MetadataResponse *r = NULL;
+    int rc = check_id(s, id);
+    if (rc < 0) return rc;
+    if (expected_metadata_generation == 0)
+        return wc_fail(s, WEIGHT_EINVALID_ARGUMENT,
+                       "expected_metadata_generation 0: a repair is fenced by the generation read");
+    rc = id_call_request(s, M(REPAIR), id, expected_metadata_generation, NULL,
+                         &wmrpc__metadata_response__descriptor, (ProtobufCMessage **)&r);
+    if (rc < 0) return rc;
+    if (op) wc_from_wire_operation(r->operation, op);
+    wmrpc__metadata_response__free_unpacked(r, NULL);
+    return WEIGHT_OK;
+}
+
 int weight_remove(weight_store *s, const weight_identity *id, uint64_t expected_metadata_generation,
                   weight_metadata *out)
 {

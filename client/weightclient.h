@@ -490,6 +490,19 @@ WEIGHT_API int weight_migrate(weight_store *s,
 
 WEIGHT_API int weight_get_operation(weight_store *s, uint64_t operation_id, weight_operation *op);
 
+/* Start a repair: a REPAIRING operation that restores the replicas the
+ * revision's recorded residency needs (memory from cold, cold from memory)
+ * and brings a DEGRADED revision back to READY when every member is
+ * readable again. The master starts one by itself when it sees a member
+ * lose a replica; this asks for it now. READY or DEGRADED revisions only
+ * (NOT_READY), BUSY while an operation is active. expected_metadata_generation
+ * is required (0 is INVALID_ARGUMENT): the caller says which state it read.
+ * *op (may be NULL) gets the created operation. */
+WEIGHT_API int weight_repair(weight_store *s,
+                             const weight_identity *id,
+                             uint64_t expected_metadata_generation,
+                             weight_operation *op);
+
 /* Delete the whole revision (payloads in batches, the manifest last) and
  * keep a queryable tombstone. BUSY while a lease or an operation is active.
  * expected_metadata_generation 0: read the current one first. *out (may be

@@ -128,6 +128,11 @@ void wctl_print_operation(const weight_operation *op);
  * exit code it makes: 1 when it FAILED (state 3), else 0. */
 int wctl_show_operation(ctl *x, const weight_operation *op);
 
+/* -- weightctl_repair.c ------------------------------------------------------- */
+
+/* repair ID [--expect GEN] */
+int wctl_cmd_repair(ctl *x, int argc, char **argv);
+
 /* -- the commands: each returns the exit status ----------------------------- */
 
 int wctl_cmd_kv_ls(ctl *x, const char *prefix);         /* weightctl_kv.c */

@@ -36,6 +36,7 @@ void wctl_usage(FILE *out)
             "                         DIM the tensor has) decides, else >= 2 dims split along 0\n"
             "  policy ID [--preferred hot|cold|mixed[:RATIO]] [--mode M] [--expect GEN]\n"
             "  migrate ID --to hot|cold|mixed[:RATIO] [--expect GEN]\n"
+            "  repair ID [--expect GEN]   restore the replicas ID's residency needs\n"
             "  op OPID [--wait]       an operation's progress (--wait: until it ends)\n"
             "  rm ID [--expect GEN] [--wait [--timeout S]]\n"
             "                         delete the revision, keep a tombstone (--wait: for its\n"
@@ -136,6 +137,15 @@ static const cmd_help helps[] = {
      "examples:\n"
      "  weightctl migrate llm/tiny/v1 --to cold --wait\n"
      "  weightctl migrate llm/tiny/v1 --to mixed:0.5\n"},
+    {"repair",
+     "usage: weightctl repair ID [--expect GEN]\n"
+     "Start a REPAIRING operation: restore the replicas the revision's recorded residency\n"
+     "needs (memory from cold, cold from memory) and bring a DEGRADED revision back to\n"
+     "READY once every member is readable. The master starts one by itself after a loss;\n"
+     "this asks now. Fenced on --expect, else on the generation read now (said on stderr).\n"
+     "examples:\n"
+     "  weightctl repair llm/tiny/v1@1\n"
+     "  weightctl op 12 --wait\n"},
     {"op",
      "usage: weightctl op OPERATION_ID [--wait]\n"
      "An operation's kind, state and progress; --wait: until it ends (exit 1 if it FAILED).\n"

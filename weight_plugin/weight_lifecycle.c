@@ -348,20 +348,27 @@ static void wm_job_final_written(wm_plugin *p, void *arg, int status)
         p->migrations_completed++;
         uint64_t now = wm_wall(p, NULL);
         p->migration_ms_total += now > j->op.created_ms ? now - j->op.created_ms : 0;
+    } else if (j->op.kind == WM_OPK_REPAIRING) {
+        if (j->op.state == WM_OPS_SUCCEEDED) p->repairs_succeeded++;
+        else p->repairs_failed++;
     }
 }
 
-/* Send the record that ends the operation with `next` as the revision. */
-static void wm_job_finish(wm_plugin *p, wm_job *j, const wm_revision *rev, wm_revision *next)
+/* Send the record that ends the operation in state `end` (SUCCEEDED, or
+ * FAILED with j->op.error saying why) with `next` as the revision. */
+static void wm_job_end(wm_plugin *p, wm_job *j, const wm_revision *rev, wm_revision *next,
+                       wm_op_state end)
 {
     char why[512] = "";
     int rc;
     next->metadata_generation = rev->metadata_generation + 1;
     next->operation_id = 0;
     next->updated_ms = wm_wall(p, rev);
-    j->op.state = WM_OPS_SUCCEEDED;
-    j->op.members_done = j->op.members_total;
-    j->op.bytes_done = j->op.bytes_total;
+    j->op.state = end;
+    if (end == WM_OPS_SUCCEEDED) {
+        j->op.members_done = j->op.members_total;
+        j->op.bytes_done = j->op.bytes_total;
+    }
     j->op.updated_ms = next->updated_ms > j->op.updated_ms ? next->updated_ms : j->op.updated_ms;
     if ((rc = wm_metadata_mutation_check(rev, next, why, sizeof(why))) < 0) {
         p->api->log(p->host, SMP_LOG_ERROR, "operation %" PRIu64 " on %s cannot end: %s", j->op_id,
@@ -378,6 +385,11 @@ static void wm_job_finish(wm_plugin *p, wm_job *j, const wm_revision *rev, wm_re
         j->op.state = WM_OPS_RUNNING;
         j->not_before_ms = p->api->now_ms(p->host) + WM_RETRY_BASE_MS;
     }
+}
+
+static void wm_job_finish(wm_plugin *p, wm_job *j, const wm_revision *rev, wm_revision *next)
+{
+    wm_job_end(p, j, rev, next, WM_OPS_SUCCEEDED);
 }
 
 /* A change of availability alone (READY <-> DEGRADED), generation + 1. */
@@ -438,14 +450,9 @@ static int wm_job_plan(wm_plugin *p, wm_job *j)
     for (size_t u = 0; u < aff->n_units; u++) {
         ub[u] = aff->units[u].logical_bytes;
         total += ub[u];
-        hot[u] = j->op.target == WM_RES_HOT;
     }
-    if (j->op.target == WM_RES_MIXED) {
-        wm_mixed_plan mp;
-        rc = wm_plan_mixed(ub, aff->n_units, total, j->op.target_hot_ratio, hot, &mp);
-        if (rc == WM_EPOLICY_UNSATISFIABLE) rc = WM_OK; /* the closest whole choice */
-        if (rc < 0) goto free_tmp;
-    }
+    rc = wm_plan_unit_goals(ub, aff->n_units, total, j->op.target, j->op.target_hot_ratio, hot);
+    if (rc < 0) goto free_tmp;
     size_t k = 0;
     for (size_t u = 0; u < aff->n_units && rc == WM_OK; u++)
         for (size_t m = 0; m < aff->units[u].n_members; m++, k++) {
@@ -481,6 +488,15 @@ static void wm_batch_end(wm_job *j);
 
 static void wm_item_issue(wm_item *it);
 
+/* Memory replicas of the job's revision stay: a repair only adds, a lease
+ * protects the existing replicas, and nothing is released before the
+ * manifest has its verified cold copy (so the revision survives the loss of
+ * memory). */
+static int wm_keep_memory(wm_plugin *p, const wm_job *j, const wm_revision *rev)
+{
+    return j->op.kind == WM_OPK_REPAIRING || wm_lease_active(p, rev) || !wm_manifest_has_cold(p, rev);
+}
+
 /* Completion of one replica task of a batch item. */
 static void wm_item_done(void *arg, int status)
 {
@@ -499,10 +515,11 @@ static void wm_item_done(void *arg, int status)
                      it->key, smp_strerror(status));
         }
     } else if (it->step == WM_STEP_COLD && !j->stale) {
-        /* The cold replica exists and is verified: release memory unless a
-         * lease protects the existing replicas. */
+        /* The cold replica exists and is verified: a migration releases
+         * memory unless a lease protects the existing replicas or the
+         * manifest has no cold copy yet; a repair releases nothing. */
         const wm_revision *rev = wm_store_get(p->store, &j->id);
-        if (rev != NULL && !wm_lease_active(p, rev)) {
+        if (rev != NULL && !wm_keep_memory(p, j, rev)) {
             it->step = WM_STEP_RELEASE;
             wm_item_issue(it);
         } else {
@@ -547,7 +564,7 @@ static void wm_batch_end(wm_job *j)
     size_t k = 0;
     uint64_t bytes = 0;
     while (k < j->n_items && j->items[k].done && j->items[k].status == 0) bytes += j->items[k++].bytes;
-    if (j->op.kind == WM_OPK_MIGRATING) {
+    if (j->op.kind != WM_OPK_DELETING) {
         j->next_idx += k;
         if (k > 0) snprintf(j->op.cursor, sizeof(j->op.cursor), "%s", j->plan[j->next_idx - 1].key);
         uint64_t done = j->next_idx, done_bytes = 0;
@@ -556,7 +573,8 @@ static void wm_batch_end(wm_job *j)
         if (done_bytes > j->op.bytes_total) done_bytes = j->op.bytes_total;
         if (done > j->op.members_done) j->op.members_done = done;
         if (done_bytes > j->op.bytes_done) j->op.bytes_done = done_bytes;
-        p->migration_bytes_processed += bytes;
+        if (j->op.kind == WM_OPK_MIGRATING) p->migration_bytes_processed += bytes;
+        else p->repair_bytes_processed += bytes;
     } else {
         /* Deletion: every removed member counts, in any order. */
         uint64_t removed = 0, rbytes = 0;
@@ -602,8 +620,9 @@ static void wm_batch_end(wm_job *j)
  * when nothing else started this round (wm_batch_bound; a unit is never
  * split). Each member is read first and only the missing step is asked for:
  * a memory replica for a HOT member; for a COLD member a verified cold
- * replica, then the release of memory -- skipped while a lease is held.
- * Adds what it takes to *used_members / *used_bytes. */
+ * replica, then the release of memory -- skipped while wm_keep_memory says
+ * so (a repair runs the same batches and never releases). Adds what it
+ * takes to *used_members / *used_bytes. */
 static void wm_migration_batch(wm_plugin *p, wm_job *j, const wm_revision *rev, uint64_t max_members,
                                uint64_t max_bytes, int first_of_round, uint64_t *used_members,
                                uint64_t *used_bytes)
@@ -632,7 +651,7 @@ static void wm_migration_batch(wm_plugin *p, wm_job *j, const wm_revision *rev, 
         p->op_retries++;
         j->retry_pending = 0;
     }
-    int lease = wm_lease_active(p, rev);
+    int keep = wm_keep_memory(p, j, rev);
     for (size_t i = 0; i < b.members; i++) {
         const wm_member *m = &j->plan[j->next_idx + i];
         wm_item *it = &j->items[i];
@@ -658,7 +677,7 @@ static void wm_migration_batch(wm_plugin *p, wm_job *j, const wm_revision *rev, 
         } else if (o.cold_replicas_readable == 0) {
             it->step = WM_STEP_COLD;
         } else if (o.memory_replicas_readable > 0) {
-            it->step = lease ? WM_STEP_NONE : WM_STEP_RELEASE; /* a lease keeps it */
+            it->step = keep ? WM_STEP_NONE : WM_STEP_RELEASE; /* wm_keep_memory */
         } else {
             it->step = WM_STEP_NONE;
         }
@@ -691,15 +710,27 @@ static void wm_migration_check(wm_plugin *p, wm_job *j, const wm_revision *rev, 
         j->not_before_ms = p->api->now_ms(p->host) + WM_RETRY_MAX_MS;
         return;
     }
+    int repair = j->op.kind == WM_OPK_REPAIRING;
     if (ob.availability != WM_AVAIL_READY) {
-        if (!wm_pending_metadata(p, rev->group_key))
+        if (wm_pending_metadata(p, rev->group_key)) return;
+        if (!repair) {
             wm_submit_availability(p, rev, WM_AVAIL_DEGRADED, NULL);
+            return;
+        }
+        /* A member with no readable replica left: nothing to restore it
+         * from. The repair ends FAILED, the revision DEGRADED. */
+        wm_revision next = *rev;
+        next.availability = WM_AVAIL_DEGRADED;
+        snprintf(j->op.error, sizeof(j->op.error),
+                 "%" PRIu64 " member(s)%s have no readable replica to restore from",
+                 ob.unreadable_members, manifest_ok ? "" : " and the manifest");
+        wm_job_end(p, j, rev, &next, WM_OPS_FAILED);
         return;
     }
     int converged = 1, only_releases = 1;
     for (size_t i = 0; i < j->n_plan; i++) {
         const wm_member_replicas *r = &j->obs[i];
-        int ok = j->plan[i].want_hot ? r->memory : (r->cold && !r->memory);
+        int ok = j->plan[i].want_hot ? r->memory : (r->cold && (repair || !r->memory));
         if (ok) continue;
         converged = 0;
         if (j->plan[i].want_hot || !r->cold) only_releases = 0;
@@ -707,14 +738,16 @@ static void wm_migration_check(wm_plugin *p, wm_job *j, const wm_revision *rev, 
     if (converged) {
         if (wm_pending_metadata(p, rev->group_key)) return;
         wm_revision next = *rev;
+        next.availability = WM_AVAIL_READY; /* a repair ends DEGRADED */
         next.residency = ob.residency;
         next.observed_hot_ratio = ob.observed_hot_ratio;
         wm_job_finish(p, j, rev, &next);
         return;
     }
     uint64_t now = p->api->now_ms(p->host);
-    if (only_releases && wm_lease_active(p, rev)) {
-        /* A lease keeps the existing memory replicas: wait for it. */
+    if (only_releases && wm_keep_memory(p, j, rev)) {
+        /* A lease keeps the existing memory replicas, or the manifest's
+         * cold copy is not there yet: wait for it. */
         j->not_before_ms = now + WM_LEASE_WAIT_MS;
         return;
     }
@@ -937,7 +970,9 @@ static int wm_run_operations(wm_plugin *p, wm_lc *lc, const smp_tick_budget *bud
         if (rev->operation_id == 0) continue;
         const wm_operation *op = wm_store_operation(p->store, rev->operation_id);
         if (op == NULL || op->state != WM_OPS_RUNNING) continue;
-        if (op->kind != WM_OPK_MIGRATING && op->kind != WM_OPK_DELETING) continue;
+        if (op->kind != WM_OPK_MIGRATING && op->kind != WM_OPK_DELETING &&
+            op->kind != WM_OPK_REPAIRING)
+            continue;
         active = 1;
         wm_job *j = wm_job_find(lc, op->id);
         if (j == NULL && (j = wm_job_new(p, lc, rev, op)) == NULL) continue;
@@ -957,8 +992,11 @@ static int wm_run_operations(wm_plugin *p, wm_lc *lc, const smp_tick_budget *bud
             if (rev->availability != WM_AVAIL_DELETING) continue;
             wm_deletion_step(p, j, rev, mleft, bleft, !started, &used_members, &used_bytes);
         } else {
-            /* A DEGRADED revision waits until its members are readable. */
-            if (rev->availability != WM_AVAIL_READY) continue;
+            /* A migrating DEGRADED revision waits until its members are
+             * readable; a repair is what makes them so. */
+            if (rev->availability != WM_AVAIL_READY &&
+                !(op->kind == WM_OPK_REPAIRING && rev->availability == WM_AVAIL_DEGRADED))
+                continue;
             if (!j->planned) {
                 int rc = wm_job_plan(p, j);
                 if (rc < 0) {
@@ -983,7 +1021,8 @@ static int wm_run_operations(wm_plugin *p, wm_lc *lc, const smp_tick_budget *bud
 /* ------------------------------------------------------------------------ */
 
 /* Replica-lost reports: a READY revision whose member has no readable
- * replica left becomes DEGRADED. */
+ * replica left becomes DEGRADED; one whose member is still readable is
+ * handed to wm_repair_note. */
 static void wm_run_suspects(wm_plugin *p, wm_lc *lc)
 {
     size_t kept = 0;
@@ -998,6 +1037,10 @@ static void wm_run_suspects(wm_plugin *p, wm_lc *lc)
                 if (wm_pending_metadata(p, rev->group_key) ||
                     wm_submit_availability(p, rev, WM_AVAIL_DEGRADED, NULL) < 0)
                     keep = 1;
+            } else {
+                /* Still readable, but maybe not where its residency needs
+                 * it: validated (and repaired) by wm_repair_tick. */
+                wm_repair_note(p, rev->group_key);
             }
         }
         if (keep) {
@@ -1221,6 +1264,7 @@ void wm_lifecycle_event(wm_plugin *p, const smp_event *ev)
         for (wm_job *j = lc->jobs; j != NULL; j = j->next) j->stale = 1;
         lc->auto_op = 0;
         lc->recheck = 1;
+        wm_repair_validate_all(p);
         return;
     case SMP_EVENT_MEMORY_PRESSURE:
         if (ev->capacity > 0) {
@@ -1245,6 +1289,7 @@ int wm_lifecycle_tick(wm_plugin *p, const smp_tick_budget *budget, uint64_t *cur
         wm_run_suspects(p, lc);
         wm_run_recheck(p, lc, &checks);
         int active = wm_run_operations(p, lc, budget, &checks);
+        if (wm_repair_tick(p, &checks)) active = 1;
         wm_run_auto(p, lc);
         wm_jobs_gc(p, lc);
         if (active || lc->n_suspects > 0 || lc->auto_pending) r = SMP_TICK_MORE;

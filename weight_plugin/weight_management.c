@@ -35,6 +35,7 @@ static const smp_rpc_method wm_methods[] = {
     M(WMRPC__WEIGHT_METHOD__WEIGHT_REMOVE, "REMOVE", wm_rpc_remove),
     M(WMRPC__WEIGHT_METHOD__WEIGHT_UPSERT_BEGIN, "UPSERT_BEGIN", wm_rpc_upsert_begin),
     M(WMRPC__WEIGHT_METHOD__WEIGHT_UPSERT_STATUS, "UPSERT_STATUS", wm_rpc_upsert_status),
+    M(WMRPC__WEIGHT_METHOD__WEIGHT_REPAIR, "REPAIR", wm_rpc_repair),
 };
 #undef M
 
@@ -48,6 +49,8 @@ static const char *const wm_l_residency[] = {"residency", NULL};
 static const char *const wm_l_reason[] = {"reason", NULL};
 static const char *const wm_l_auto[] = {"direction", "reason", NULL};
 static const char *const wm_l_kind[] = {"kind", NULL};
+static const char *const wm_l_result[] = {"result", NULL};
+static const char *const wm_l_task[] = {"task", NULL};
 
 typedef struct wm_metric_spec {
     smp_metric_kind kind;
@@ -94,6 +97,16 @@ static const wm_metric_spec wm_metric_specs[] = {
     {SMP_METRIC_COUNTER, "weight_imports_expired_total",
      "Weight imports aborted by the tick after making no progress for import_ttl_ms", NULL,
      offsetof(wm_plugin, m_imports_expired)},
+    {SMP_METRIC_COUNTER, "weight_repairs_total",
+     "REPAIRING operations the tick started (explicit ones not counted) and how repairs ended",
+     wm_l_result, offsetof(wm_plugin, m_repairs)},
+    {SMP_METRIC_COUNTER, "weight_repair_restored_bytes_total",
+     "Logical bytes of members whose replicas a repair restored", NULL,
+     offsetof(wm_plugin, m_repair_bytes)},
+    {SMP_METRIC_COUNTER, "weight_manifest_replica_tasks_total",
+     "Manifest replica tasks by the tick: cold copies made, memory replicas restored from the "
+     "cold copy, attempts that failed",
+     wm_l_task, offsetof(wm_plugin, m_manifest_tasks)},
 };
 
 static const char *const wm_guard_reason_names[SMP_GUARD_REASON_MAX + 1] = {
@@ -149,6 +162,21 @@ void wm_metrics_refresh(wm_plugin *p)
             a->metric_set(p->m_pruned, l, (double)p->records_pruned[k]);
         }
         a->metric_set(p->m_imports_expired, NULL, (double)p->imports_expired);
+    }
+    {
+        const char *l[1] = {"started"};
+        a->metric_set(p->m_repairs, l, (double)p->repairs_started);
+        l[0] = "succeeded";
+        a->metric_set(p->m_repairs, l, (double)p->repairs_succeeded);
+        l[0] = "failed";
+        a->metric_set(p->m_repairs, l, (double)p->repairs_failed);
+        a->metric_set(p->m_repair_bytes, NULL, (double)p->repair_bytes_processed);
+        l[0] = "cold_copy";
+        a->metric_set(p->m_manifest_tasks, l, (double)p->manifest_cold_copies);
+        l[0] = "memory_restore";
+        a->metric_set(p->m_manifest_tasks, l, (double)p->manifest_memory_restores);
+        l[0] = "failed";
+        a->metric_set(p->m_manifest_tasks, l, (double)p->manifest_task_failures);
     }
     for (int r = 1; r <= SMP_GUARD_REASON_MAX; r++) {
         const char *l[1] = {wm_guard_reason_names[r]};

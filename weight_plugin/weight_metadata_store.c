@@ -295,20 +295,23 @@ int wm_operation_check(const wm_operation *op, const wm_revision *rev, char *msg
     if (wm_identity_check(&op->id_of, why, sizeof(why)) < 0)
         return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "operation %" PRIu64 " identity: %s",
                        op->id, why);
-    if (op->kind == WM_OPK_MIGRATING) {
+    if (op->kind == WM_OPK_MIGRATING || op->kind == WM_OPK_REPAIRING) {
+        /* A migration moves toward its target; a repair restores it. */
         if (op->target != WM_RES_HOT && op->target != WM_RES_COLD && op->target != WM_RES_MIXED)
             return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
-                           "MIGRATING operation %" PRIu64 " targets %s (not HOT, COLD or MIXED)",
-                           op->id, wm_residency_name((int)op->target));
+                           "%s operation %" PRIu64 " targets %s (not HOT, COLD or MIXED)",
+                           wm_op_kind_name((int)op->kind), op->id,
+                           wm_residency_name((int)op->target));
         if (op->target == WM_RES_MIXED &&
             !(isfinite(op->target_hot_ratio) && op->target_hot_ratio > 0.0 &&
               op->target_hot_ratio < 1.0))
             return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
-                           "MIGRATING operation %" PRIu64 " to MIXED has ratio %g outside (0, 1)",
-                           op->id, op->target_hot_ratio);
+                           "%s operation %" PRIu64 " to MIXED has ratio %g outside (0, 1)",
+                           wm_op_kind_name((int)op->kind), op->id, op->target_hot_ratio);
     } else if (op->target != WM_RES_UNKNOWN) {
         return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
-                       "%s operation %" PRIu64 " has a target residency (only MIGRATING has one)",
+                       "%s operation %" PRIu64
+                       " has a target residency (only MIGRATING and REPAIRING have one)",
                        wm_op_kind_name((int)op->kind), op->id);
     }
     if (op->members_done > op->members_total || op->bytes_done > op->bytes_total)

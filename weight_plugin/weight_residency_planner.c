@@ -221,6 +221,24 @@ report:
     return rc;
 }
 
+int wm_plan_unit_goals(const uint64_t *unit_bytes,
+                       size_t n_units,
+                       uint64_t total_bytes,
+                       wm_residency target,
+                       double ratio,
+                       unsigned char *hot_out)
+{
+    if (unit_bytes == NULL || hot_out == NULL || n_units == 0) return WM_EINVALID_ARGUMENT;
+    if (target == WM_RES_HOT || target == WM_RES_COLD) {
+        memset(hot_out, target == WM_RES_HOT, n_units);
+        return WM_OK;
+    }
+    if (target != WM_RES_MIXED) return WM_EINVALID_ARGUMENT;
+    wm_mixed_plan mp;
+    int rc = wm_plan_mixed(unit_bytes, n_units, total_bytes, ratio, hot_out, &mp);
+    return rc == WM_EPOLICY_UNSATISFIABLE ? WM_OK : rc;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Observed state                                                            */
 /* ------------------------------------------------------------------------ */

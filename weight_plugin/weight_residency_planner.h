@@ -69,6 +69,20 @@ int wm_plan_mixed(const uint64_t *unit_bytes,
                   unsigned char *hot_out,  /* OUT: n_units flags */
                   wm_mixed_plan *out);     /* OUT */
 
+/* Which units a residency keeps HOT: every unit for HOT, none for COLD,
+ * wm_plan_mixed's choice at ratio for MIXED (the closest whole choice when
+ * no split exists). unit_bytes[i] are the logical bytes of unit i, summing
+ * to total_bytes. The answer a migration plans and a repair restores, so
+ * both pick the same units for the same inputs. WM_OK,
+ * WM_EINVALID_ARGUMENT (another residency, a MIXED ratio outside (0, 1), a
+ * NULL argument), SMP_ENOMEM. */
+int wm_plan_unit_goals(const uint64_t *unit_bytes,
+                       size_t n_units,
+                       uint64_t total_bytes,
+                       wm_residency target,
+                       double ratio,
+                       unsigned char *hot_out); /* OUT: n_units flags */
+
 /* ------------------------------------------------------------------------ */
 /* Observed state                                                            */
 /* ------------------------------------------------------------------------ */

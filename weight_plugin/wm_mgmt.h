@@ -195,6 +195,8 @@ int wm_rpc_get_operation(void *plugin, smp_rpc_call *call, const uint8_t *body, 
 int wm_rpc_update_policy(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len);
 int wm_rpc_migrate(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len);
 int wm_rpc_remove(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len);
+/* wm_repair.c */
+int wm_rpc_repair(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len);
 int wm_rpc_lease_acquire(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len);
 int wm_rpc_lease_renew(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len);
 int wm_rpc_lease_release(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len);

@@ -92,6 +92,7 @@ void wm_mgmt_release(wm_plugin *p)
     wm_lifecycle_release(p);
     wm_lineage_release(p);
     wm_reclaim_release(p);
+    wm_repair_release(p);
     while (p->pending != NULL) {
         wm_txn *t = p->pending;
         p->pending = t->next;

@@ -36,6 +36,7 @@ typedef enum wm_auto_reason {
 typedef struct wm_txn wm_txn;
 typedef struct wm_lc wm_lc; /* the lifecycle's working state (weight_lifecycle.c) */
 typedef struct wm_lin wm_lin; /* generation replacement's state (weight_lineage.c) */
+typedef struct wm_repair wm_repair; /* validation and repair state (wm_repair.c) */
 
 typedef struct wm_plugin {
     smp_host *host;
@@ -82,6 +83,22 @@ typedef struct wm_plugin {
     struct wm_reclaim *reclaim;
     smp_metric *m_pruned;          /* counter {kind} */
     smp_metric *m_imports_expired; /* counter */
+
+    /* Repair (wm_repair.c, weight_lifecycle.c): REPAIRING operations the
+     * tick started and how they ended, the bytes they restored, and the
+     * manifest replica tasks (cold copies made, memory replicas restored,
+     * attempts that failed). */
+    wm_repair *repair;
+    uint64_t repairs_started;
+    uint64_t repairs_succeeded;
+    uint64_t repairs_failed;
+    uint64_t repair_bytes_processed;
+    uint64_t manifest_cold_copies;
+    uint64_t manifest_memory_restores;
+    uint64_t manifest_task_failures;
+    smp_metric *m_repairs;         /* counter {result} */
+    smp_metric *m_repair_bytes;    /* counter (bytes) */
+    smp_metric *m_manifest_tasks;  /* counter {task} */
 } wm_plugin;
 
 /* -- weight_management.c, wm_mgmt_txn.c ----------------------------------- */
@@ -181,6 +198,28 @@ uint64_t wm_import_ttl_ms(wm_plugin *p);
 
 /* Free the reclamation state (at fini; from wm_mgmt_release). */
 void wm_reclaim_release(wm_plugin *p);
+
+/* -- wm_repair.c ----------------------------------------------------------- */
+
+/* 1 when the revision's manifest has a complete, readable (verified) cold
+ * replica on a live node. */
+int wm_manifest_has_cold(wm_plugin *p, const wm_revision *rev);
+
+/* One round: manifest replica care, then validation of the queued
+ * revisions and of the validate-all walk, spending *checks (object reads).
+ * Returns 1 when work is left. */
+int wm_repair_tick(wm_plugin *p, uint64_t *checks);
+
+/* Validate the revision of group_key against its replicas in a coming
+ * round (a member of it was reported lost). */
+void wm_repair_note(wm_plugin *p, const char *group_key);
+
+/* Validate every revision again (a role change; a start does it by
+ * itself). */
+void wm_repair_validate_all(wm_plugin *p);
+
+/* Free the repair state (at fini; from wm_mgmt_release). */
+void wm_repair_release(wm_plugin *p);
 
 /* -- weight_lineage.c ------------------------------------------------------ */
 

@@ -52,6 +52,8 @@ typedef struct fake_obj {
     uint64_t size;
     smp_data_type type;
     uint8_t sha[32];
+    int no_memory;  /* 0: a readable memory replica */
+    int cold;       /* a readable cold replica */
 } fake_obj;
 
 struct smp_rpc_call {
@@ -145,7 +147,8 @@ static int f_object_get(smp_host *h, const char *key, smp_object_info *out)
             out->size = H.objs[i].size;
             out->data_type = H.objs[i].type;
             out->complete = 1;
-            out->memory_replicas_readable = 1;
+            out->memory_replicas_readable = H.objs[i].no_memory ? 0 : 1;
+            out->cold_replicas_readable = H.objs[i].cold ? 1 : 0;
             memcpy(out->checksum, H.objs[i].sha, 32);
             return SMP_OK;
         }
@@ -349,6 +352,18 @@ static void seed(const char *name, uint64_t gen, wm_residency res, wm_migration_
     u.affinity = aff;
     if (wm_store_apply_upsert(P.store, &u, msg, sizeof(msg)) != WM_OK) fail_msg("%s", msg);
     *out = u.revision;
+    /* Its objects, where its residency says (the manifest in memory with
+     * its cold copy), so the tick's validation finds it as recorded. */
+    for (size_t i = 0; i <= aff.n_units; i++) {
+        fake_obj *o = &H.objs[H.nobjs++];
+        memset(o, 0, sizeof(*o));
+        snprintf(o->key, sizeof(o->key), "%s",
+                 i < aff.n_units ? aff.units[i].members[0] : u.revision.manifest_key);
+        snprintf(o->group, sizeof(o->group), "%s", u.revision.group_key);
+        o->size = i < aff.n_units ? bytes[i] : 10;
+        o->no_memory = i < aff.n_units && res == WM_RES_COLD;
+        o->cold = i == aff.n_units || res == WM_RES_COLD;
+    }
     wm_affinity_clear(&aff);
 }
 
@@ -982,6 +997,49 @@ static void test_claim_without_progress_aborted_after_ttl(void **state)
     assert_int_equal(b->metadata_generation, 1);
 }
 
+/* weightctl repair: REPAIR starts a REPAIRING operation toward the
+ * recorded residency under CAS, answered once durable; a second one while
+ * it runs is BUSY, a stale generation STALE_GENERATION, a deleted revision
+ * NOT_READY -- and a refused request appends nothing. */
+static void test_repair_rpc_starts_repairing_under_cas(void **state)
+{
+    (void)state;
+    wm_revision rev, gone;
+    smp_rpc_call c;
+    seed("fix", 1, WM_RES_COLD, WM_MODE_MANUAL, &rev);
+    Wmrpc__IdentityRequest req = WMRPC__IDENTITY_REQUEST__INIT;
+    Wmrpc__WeightIdentity id;
+    set_id(&id, &rev.id);
+    req.identity = &id;
+    req.expected_metadata_generation = 2;
+    invoke(WMRPC__WEIGHT_METHOD__WEIGHT_REPAIR, &req.base, &c);
+    assert_int_equal(c.status, WM_ESTALE_GENERATION);
+    assert_int_equal(H.nq, 0);
+    req.expected_metadata_generation = 1;
+    invoke(WMRPC__WEIGHT_METHOD__WEIGHT_REPAIR, &req.base, &c);
+    assert_int_equal(c.answered, 0); /* not before durable */
+    deliver(SMP_OK);
+    uint64_t op_id = 0;
+    assert_int_equal(answered_generation(&c, &op_id), 2);
+    const wm_operation *op = wm_store_operation(P.store, op_id);
+    assert_non_null(op);
+    assert_int_equal(op->kind, WM_OPK_REPAIRING);
+    assert_int_equal(op->target, WM_RES_COLD);
+    req.expected_metadata_generation = 2;
+    invoke(WMRPC__WEIGHT_METHOD__WEIGHT_REPAIR, &req.base, &c);
+    assert_int_equal(c.status, WM_EBUSY);
+    assert_int_equal(H.nq, 0);
+
+    seed("fix-gone", 1, WM_RES_HOT, WM_MODE_MANUAL, &gone);
+    remove_req(&gone.id, 1, NULL, &c);
+    deliver(SMP_OK);
+    set_id(&id, &gone.id);
+    invoke(WMRPC__WEIGHT_METHOD__WEIGHT_REPAIR, &req.base, &c);
+    assert_int_equal(c.status, WM_ENOT_READY);
+    assert_int_equal(H.nq, 0);
+    assert_int_equal(wm_store_get(P.store, &gone.id)->metadata_generation, 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -997,6 +1055,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_aborted_import_does_not_burn_the_name, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tombstones_and_ended_operations_pruned_after_retention, setup, teardown),
         cmocka_unit_test_setup_teardown(test_claim_without_progress_aborted_after_ttl, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_repair_rpc_starts_repairing_under_cas, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

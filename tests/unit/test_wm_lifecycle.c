@@ -107,7 +107,9 @@ static int f_ensure_cold(smp_host *h, const char *key, smp_done_cb cb, void *arg
 static int f_ensure_memory(smp_host *h, const char *key, smp_done_cb cb, void *arg)
 {
     (void)h;
-    if (find(key) == NULL) return SMP_ENOTFOUND;
+    fobj *o = find(key);
+    if (o == NULL) return SMP_ENOTFOUND;
+    if (!o->mem && !o->cold) return SMP_EAGAIN; /* nothing readable to load from */
     push(T_MEMORY, key, 0, NULL, cb, arg);
     return SMP_OK;
 }
@@ -314,7 +316,8 @@ static void run(int rounds)
 }
 
 /* A READY + HOT revision of n units (unit i: payload i, bytes[i]) with its
- * objects in the fake host, memory replicas only; policy mode as given. */
+ * objects in the fake host, memory replicas only but for the manifest's
+ * cold copy; policy mode as given. */
 static wm_revision seed(const char *name, const uint64_t *bytes, size_t n, wm_migration_mode mode)
 {
     wm_affinity aff = {0};
@@ -335,6 +338,7 @@ static wm_revision seed(const char *name, const uint64_t *bytes, size_t n, wm_mi
         snprintf(o->group, sizeof(o->group), "%s", u.revision.group_key);
         o->size = i < n ? bytes[i] : 10;
         o->mem = 1;
+        o->cold = i == n; /* a published manifest has its cold copy (wm_repair.c) */
         o->live = 1;
     }
     wm_affinity_clear(&aff);
@@ -609,23 +613,17 @@ static void test_deletion_order(void **state)
 }
 
 /* A member that lost every readable replica makes the READY revision
- * DEGRADED (durably); when it is readable again the revision is READY. A
- * replica loss that leaves another copy changes nothing. */
+ * DEGRADED (durably); when it is readable again the revision is READY. */
 static void test_degraded_on_loss_and_back(void **state)
 {
     (void)state;
     static const uint64_t bytes[2] = {100, 100};
     wm_revision rev = seed("lossy", bytes, 2, WM_MODE_MANUAL);
-    find(pkey(&rev, 0))->cold = 1;
-    find(pkey(&rev, 0))->mem = 0;
-    smp_event ev = {sizeof(ev), SMP_EVENT_REPLICA_LOST, pkey(&rev, 0), rev.group_key, NULL,
+    run(1); /* the first round after the start validates: nothing to do */
+    assert_int_equal(cur(&rev)->metadata_generation, 1);
+    smp_event ev = {sizeof(ev), SMP_EVENT_REPLICA_LOST, pkey(&rev, 1), rev.group_key, NULL,
                     SMP_REPLICA_MEMORY, 0, 0, 0, 0};
-    wm_lifecycle_event(&P, &ev);
-    tick();
-    assert_int_equal(H.nq, 0); /* a cold copy is still readable */
-
     find(pkey(&rev, 1))->mem = 0;
-    ev.key = pkey(&rev, 1);
     wm_lifecycle_event(&P, &ev);
     tick();
     assert_int_equal(cur(&rev)->availability, WM_AVAIL_READY); /* not before durable */
@@ -640,7 +638,7 @@ static void test_degraded_on_loss_and_back(void **state)
     tick();
     drain();
     assert_int_equal(cur(&rev)->availability, WM_AVAIL_READY);
-    assert_int_equal(cur(&rev)->residency, WM_RES_MIXED); /* payload 0 is cold only */
+    assert_int_equal(cur(&rev)->residency, WM_RES_HOT);
 }
 
 /* Under memory pressure the eligible AUTO revision accessed longest ago is
@@ -777,6 +775,218 @@ static void test_unreadable_member_degrades_migration(void **state)
     assert_int_equal(cur(&rev)->residency, WM_RES_COLD);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Repair (wm_repair.c)                                                      */
+/* ------------------------------------------------------------------------ */
+
+/* Give every payload of rev a cold copy too (it came back from COLD). */
+static void with_cold_copies(const wm_revision *rev)
+{
+    for (uint64_t i = 0; i < rev->payload_count; i++) find(pkey(rev, i))->cold = 1;
+}
+
+static void lose_memory(const wm_revision *rev, uint64_t n)
+{
+    find(pkey(rev, n))->mem = 0;
+    smp_event ev = {sizeof(ev), SMP_EVENT_REPLICA_LOST, pkey(rev, n), rev->group_key, NULL,
+                    SMP_REPLICA_MEMORY, 0, 0, 0, 0};
+    wm_lifecycle_event(&P, &ev);
+}
+
+/* COLD survives the loss of memory: a manifest without a cold copy gets
+ * one from the tick, and a migration to COLD releases no payload memory
+ * before that copy is verified; the manifest keeps its memory replica. */
+static void test_cold_survives_the_loss_of_memory(void **state)
+{
+    (void)state;
+    static const uint64_t bytes[3] = {100, 100, 100};
+    wm_revision rev = seed("coldman", bytes, 3, WM_MODE_MANUAL);
+    fobj *man = find(rev.manifest_key);
+    man->cold = 0;
+    uint64_t op_id = start_op(&rev, WM_OPK_MIGRATING, WM_RES_COLD, 0);
+    tick();
+    long at = -1;
+    for (size_t i = 0; i < H.nq; i++)
+        if (H.q[i].kind == T_COLD && strcmp(H.q[i].key, rev.manifest_key) == 0) at = (long)i;
+    assert_true(at >= 0); /* the manifest's cold copy is asked for */
+    assert_int_equal(count_of(T_COLD), 4);
+    /* Every payload's cold copy is verified first: nothing is released. */
+    for (int k = 0; k < 3; k++) {
+        long i = first_of(T_COLD);
+        if (strcmp(H.q[i].key, rev.manifest_key) == 0) i++;
+        assert_int_equal(H.q[i].kind, T_COLD);
+        deliver_at((size_t)i, SMP_OK);
+    }
+    assert_int_equal(count_of(T_RELEASE), 0);
+    while (H.nq > 0 && first_of(T_COLD) < 0) deliver_at(0, SMP_OK);
+    assert_int_equal(count_of(T_RELEASE), 0);
+    deliver_at((size_t)first_of(T_COLD), SMP_OK); /* the manifest's copy */
+    assert_int_equal(man->cold, 1);
+    drain();
+    run(4);
+    const wm_operation *op = wm_store_operation(P.store, op_id);
+    assert_int_equal(op->state, WM_OPS_SUCCEEDED);
+    assert_int_equal(cur(&rev)->residency, WM_RES_COLD);
+    for (uint64_t i = 0; i < 3; i++) assert_int_equal(find(pkey(&rev, i))->mem, 0);
+    assert_int_equal(man->mem, 1);
+    assert_int_equal(man->cold, 1);
+    assert_int_equal(P.manifest_cold_copies, 1);
+
+    /* The manifest's memory replica lost: restored from its cold copy. */
+    man->mem = 0;
+    run(2);
+    assert_int_equal(man->mem, 1);
+    assert_int_equal(P.manifest_memory_restores, 1);
+}
+
+/* REPAIRING is real: a HOT revision whose members lost their memory
+ * replicas but kept cold copies starts a persisted REPAIRING operation in
+ * the record that says what it observes (MIXED), restores memory from cold
+ * in batches with progress, retries a failed task, resumes after a restart
+ * from the persisted operation, never releases anything, and ends READY +
+ * HOT with the operation SUCCEEDED. */
+static void test_repairing_is_real(void **state)
+{
+    (void)state;
+    static const uint64_t bytes[3] = {100, 200, 300};
+    wm_revision rev = seed("fixme", bytes, 3, WM_MODE_MANUAL);
+    with_cold_copies(&rev);
+    run(1);
+    assert_int_equal(cur(&rev)->metadata_generation, 1);
+    lose_memory(&rev, 0);
+    lose_memory(&rev, 1);
+    tick();
+    assert_int_equal(count_of(T_APPEND), 1);
+    assert_int_equal(cur(&rev)->operation_id, 0); /* not before durable */
+    drain();
+    const wm_revision *r = cur(&rev);
+    assert_int_equal(r->availability, WM_AVAIL_READY);
+    assert_int_equal(r->residency, WM_RES_MIXED);
+    assert_true(r->observed_hot_ratio > 0.49 && r->observed_hot_ratio < 0.51);
+    uint64_t op_id = r->operation_id;
+    const wm_operation *op = wm_store_operation(P.store, op_id);
+    assert_non_null(op);
+    assert_int_equal(op->kind, WM_OPK_REPAIRING);
+    assert_int_equal(op->target, WM_RES_HOT);
+    assert_int_equal(op->state, WM_OPS_RUNNING);
+    assert_int_equal(P.repairs_started, 1);
+
+    /* One batch: memory back from cold for both; one task fails. */
+    tick();
+    assert_int_equal(count_of(T_MEMORY), 2);
+    assert_int_equal(count_of(T_COLD) + count_of(T_RELEASE), 0);
+    deliver_at((size_t)first_of(T_MEMORY), SMP_EIO);
+    deliver_at((size_t)first_of(T_MEMORY), SMP_OK);
+    drain(); /* the progress record */
+    op = wm_store_operation(P.store, op_id);
+    assert_int_equal(op->attempts, 1);
+    assert_non_null(strstr(op->error, "memory replica"));
+
+    /* Restart: the working state is gone; the operation resumes. */
+    wm_lifecycle_release(&P);
+    H.mono += 10000;
+    for (int i = 0; i < 6; i++) {
+        tick();
+        assert_int_equal(count_of(T_RELEASE), 0);
+        drain();
+        H.mono += 1000;
+        H.wall += 1000;
+    }
+    op = wm_store_operation(P.store, op_id);
+    assert_int_equal(op->state, WM_OPS_SUCCEEDED);
+    assert_int_equal(op->members_done, 3);
+    r = cur(&rev);
+    assert_int_equal(r->availability, WM_AVAIL_READY);
+    assert_int_equal(r->residency, WM_RES_HOT);
+    assert_int_equal(r->operation_id, 0);
+    for (uint64_t i = 0; i < 3; i++) {
+        assert_int_equal(find(pkey(&rev, i))->mem, 1);
+        assert_int_equal(find(pkey(&rev, i))->cold, 1);
+    }
+    assert_int_equal(P.repairs_succeeded, 1);
+    assert_int_equal(op->attempts, 1); /* the failed task, retried */
+    assert_true(P.repair_bytes_processed >= 100);
+}
+
+/* A repair whose member loses its last replica makes the revision
+ * DEGRADED and keeps retrying; once the replica is back the repair ends
+ * and the revision is READY again without anyone asking. */
+static void test_repair_degraded_then_ready_without_user_action(void **state)
+{
+    (void)state;
+    static const uint64_t bytes[2] = {100, 100};
+    wm_revision rev = seed("flaky", bytes, 2, WM_MODE_MANUAL);
+    with_cold_copies(&rev);
+    run(1);
+    lose_memory(&rev, 0);
+    tick();
+    drain();
+    uint64_t op_id = cur(&rev)->operation_id;
+    assert_true(op_id > 0);
+    find(pkey(&rev, 0))->cold = 0; /* the cold file goes too */
+    run(3);
+    assert_int_equal(cur(&rev)->availability, WM_AVAIL_DEGRADED);
+    assert_int_equal(cur(&rev)->operation_id, op_id);
+    const wm_operation *op = wm_store_operation(P.store, op_id);
+    assert_int_equal(op->state, WM_OPS_RUNNING);
+    assert_true(op->attempts >= 1);
+
+    find(pkey(&rev, 0))->cold = 1; /* its node is back */
+    run(8);
+    op = wm_store_operation(P.store, op_id);
+    assert_int_equal(op->state, WM_OPS_SUCCEEDED);
+    assert_int_equal(cur(&rev)->availability, WM_AVAIL_READY);
+    assert_int_equal(cur(&rev)->residency, WM_RES_HOT);
+    assert_int_equal(find(pkey(&rev, 0))->mem, 1);
+}
+
+/* READY is re-validated after a start: the first round checks every
+ * revision against its replicas -- a HOT one that lost memory but kept cold
+ * copies is repaired, a COLD one whose members are all in memory too is
+ * recorded HOT, a HOT one with a member gone is DEGRADED -- and a role
+ * change checks them all again (nothing changed: no record). */
+static void test_ready_revalidated_after_start(void **state)
+{
+    (void)state;
+    static const uint64_t bytes[2] = {100, 100};
+    wm_revision h = seed("val-h", bytes, 2, WM_MODE_MANUAL);
+    wm_revision c = seed("val-c", bytes, 2, WM_MODE_MANUAL);
+    wm_revision m = seed("val-m", bytes, 2, WM_MODE_MANUAL);
+    with_cold_copies(&h);
+    for (uint64_t i = 0; i < 2; i++) find(pkey(&h, i))->mem = 0;
+    {
+        /* c is recorded COLD (straight into the store). */
+        wm_metadata_upsert u;
+        char msg[256];
+        memset(&u, 0, sizeof(u));
+        u.revision = *cur(&c);
+        u.revision.residency = WM_RES_COLD;
+        u.revision.observed_hot_ratio = 0.0;
+        u.revision.metadata_generation++;
+        if (wm_store_apply_upsert(P.store, &u, msg, sizeof(msg)) != WM_OK) fail_msg("%s", msg);
+        with_cold_copies(&c);
+    }
+    find(pkey(&m, 1))->mem = 0;
+    tick();
+    assert_int_equal(count_of(T_APPEND), 3);
+    drain();
+    assert_int_equal(wm_store_operation(P.store, cur(&h)->operation_id)->kind, WM_OPK_REPAIRING);
+    assert_int_equal(cur(&c)->residency, WM_RES_HOT);
+    assert_true(cur(&c)->observed_hot_ratio == 1.0);
+    assert_int_equal(cur(&c)->operation_id, 0);
+    assert_int_equal(cur(&m)->availability, WM_AVAIL_DEGRADED);
+    run(6);
+    assert_int_equal(cur(&h)->residency, WM_RES_HOT);
+    assert_int_equal(cur(&h)->operation_id, 0);
+
+    uint64_t gh = cur(&h)->metadata_generation, gc = cur(&c)->metadata_generation;
+    smp_event rc = {sizeof(rc), SMP_EVENT_ROLE_CHANGE, NULL, NULL, NULL, SMP_REPLICA_MEMORY, 0, 0, 0, 0};
+    wm_lifecycle_event(&P, &rc);
+    run(2);
+    assert_int_equal(cur(&h)->metadata_generation, gh);
+    assert_int_equal(cur(&c)->metadata_generation, gc);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -791,6 +1001,11 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_unreadable_member_degrades_migration, setup, teardown),
         cmocka_unit_test_setup_teardown(test_auto_candidates_and_cooldown, setup, teardown),
         cmocka_unit_test_setup_teardown(test_auto_relief_keeps_headroom, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cold_survives_the_loss_of_memory, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_repairing_is_real, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_repair_degraded_then_ready_without_user_action, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_ready_revalidated_after_start, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

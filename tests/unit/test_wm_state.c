@@ -390,7 +390,13 @@ static void test_operation_fits_its_revision(void **state)
     assert_int_equal(wm_operation_check(&op, &r, msg, sizeof(msg)), WM_EINVALID_ARGUMENT);
     op.target_hot_ratio = 0.4;
     assert_int_equal(wm_operation_check(&op, &r, msg, sizeof(msg)), WM_OK);
-    op.kind = WM_OPK_REPAIRING; /* only MIGRATING names a target */
+    op.kind = WM_OPK_REPAIRING; /* a repair names the residency it restores */
+    assert_int_equal(wm_operation_check(&op, &r, msg, sizeof(msg)), WM_OK);
+    op.target = WM_RES_UNKNOWN;
+    assert_int_equal(wm_operation_check(&op, &r, msg, sizeof(msg)), WM_EINVALID_ARGUMENT);
+    assert_non_null(strstr(msg, "REPAIRING"));
+    op.target = WM_RES_MIXED;
+    op.kind = WM_OPK_DELETING; /* only MIGRATING and REPAIRING name a target */
     assert_int_equal(wm_operation_check(&op, &r, msg, sizeof(msg)), WM_EINVALID_ARGUMENT);
     op.kind = (wm_op_kind)9;
     assert_int_equal(wm_operation_check(&op, &r, msg, sizeof(msg)), WM_EINVALID_ARGUMENT);

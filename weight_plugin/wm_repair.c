@@ -1,0 +1,458 @@
+/* wm_repair.c -- keeping published revisions where their residency says,
+ * after replicas are lost.
+ *
+ * Three duties, all on the active master's tick and all bounded per round:
+ *   - manifest replicas: the manifest of every READY or DEGRADED revision
+ *     gets a verified cold copy (ensure_cold) and keeps it until deletion, so
+ *     the loss of memory (a reboot empties /dev/shm) loses no revision; a
+ *     manifest that lost its memory replica gets it back from the cold copy
+ *     (ensure_memory). The lifecycle releases no payload memory before the
+ *     manifest's cold copy exists (wm_manifest_has_cold);
+ *   - validation: a revision is checked against its actual replicas after a
+ *     start or a role change (all revisions, by cursor), and after a
+ *     replica-lost report of one of its members (wm_repair_note). Its
+ *     residency and observed hot ratio are recomputed from what exists; a
+ *     member that no longer has the replica the recorded residency needs
+ *     (memory for a HOT unit, cold for a COLD one) but still has another
+ *     readable replica starts a persisted REPAIRING operation toward the
+ *     recorded residency, in the same record that corrects the residency; a
+ *     member with nothing readable makes the revision DEGRADED;
+ *   - the explicit REPAIR RPC (weightctl repair), which starts the same
+ *     operation on a READY or DEGRADED revision under CAS.
+ * REPAIRING operations are executed by weight_lifecycle.c with the
+ * migration machinery (batches of affinity units, progress and cursor
+ * persisted per batch, retries with backoff, resumption after a restart or
+ * failover from the persisted cursor) except that they never release a
+ * replica; they end SUCCEEDED with the revision READY, or FAILED with it
+ * DEGRADED when a member has nothing left to restore from. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "weight_residency_planner.h"
+#include "wm_mgmt.h"
+
+#define WM_MANIFEST_SCAN 64      /* manifests looked at per round */
+#define WM_MANIFEST_TASKS 16     /* manifest replica tasks in flight at most */
+#define WM_VALIDATE_QUEUE 4096   /* groups waiting for validation at most */
+#define WM_REPAIR_RETRY_BASE_MS 200
+#define WM_REPAIR_RETRY_MAX_MS 5000
+
+/* A manifest replica task in flight, or one that failed and waits for its
+ * retry. Allocated one by one: the task callback holds the pointer. */
+typedef struct wm_mtask {
+    struct wm_mtask *next;
+    char *key;              /* the manifest key (owned) */
+    int in_flight;
+    int cold;               /* the step: 1 ensure_cold, 0 ensure_memory */
+    uint32_t attempts;
+    uint64_t not_before_ms; /* host clock */
+    wm_plugin *p;
+} wm_mtask;
+
+struct wm_repair {
+    wm_mtask *tasks;
+    size_t n_in_flight;
+    size_t manifest_cursor;  /* revision index the next manifest scan starts at */
+    char **queue;            /* group keys to validate (owned) */
+    size_t n_queue;
+    int validate_all;        /* after a start or a role change */
+    size_t all_cursor;       /* revision index of the validate-all walk */
+};
+
+static wm_repair *wm_repair_get(wm_plugin *p)
+{
+    if (p->repair == NULL && (p->repair = calloc(1, sizeof(*p->repair))) != NULL)
+        p->repair->validate_all = 1; /* the first tick after a start */
+    return p->repair;
+}
+
+void wm_repair_release(wm_plugin *p)
+{
+    wm_repair *r = p->repair;
+    if (r == NULL) return;
+    while (r->tasks != NULL) {
+        wm_mtask *t = r->tasks;
+        r->tasks = t->next;
+        free(t->key);
+        free(t);
+    }
+    for (size_t i = 0; i < r->n_queue; i++) free(r->queue[i]);
+    free(r->queue);
+    free(r);
+    p->repair = NULL;
+}
+
+/* What the host says of one key (zeros when it does not exist). */
+static void wm_object_of(wm_plugin *p, const char *key, smp_object_info *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->struct_size = sizeof(*o);
+    if (p->api->object_get(p->host, key, o) < 0) {
+        memset(o, 0, sizeof(*o));
+        o->struct_size = sizeof(*o);
+    }
+}
+
+int wm_manifest_has_cold(wm_plugin *p, const wm_revision *rev)
+{
+    smp_object_info o;
+    wm_object_of(p, rev->manifest_key, &o);
+    return o.complete && o.cold_replicas_readable > 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Manifest replicas                                                         */
+/* ------------------------------------------------------------------------ */
+
+static uint64_t wm_repair_backoff(uint32_t attempts)
+{
+    uint64_t d = WM_REPAIR_RETRY_BASE_MS;
+    for (uint32_t i = 1; i < attempts && d < WM_REPAIR_RETRY_MAX_MS; i++) d *= 2;
+    return d < WM_REPAIR_RETRY_MAX_MS ? d : WM_REPAIR_RETRY_MAX_MS;
+}
+
+static wm_mtask *wm_mtask_find(wm_repair *r, const char *key)
+{
+    for (wm_mtask *t = r->tasks; t != NULL; t = t->next)
+        if (strcmp(t->key, key) == 0) return t;
+    return NULL;
+}
+
+static void wm_mtask_forget(wm_repair *r, wm_mtask *t)
+{
+    for (wm_mtask **pp = &r->tasks; *pp != NULL; pp = &(*pp)->next)
+        if (*pp == t) {
+            *pp = t->next;
+            break;
+        }
+    free(t->key);
+    free(t);
+}
+
+/* A manifest task answered: done (forgotten), or failed (retried later with
+ * backoff; the first failure of a run of them is logged). */
+static void wm_mtask_done(void *arg, int status)
+{
+    wm_mtask *t = arg;
+    wm_plugin *p = t->p;
+    wm_repair *r = p->repair;
+    t->in_flight = 0;
+    if (r != NULL && r->n_in_flight > 0) r->n_in_flight--;
+    if (status >= 0) {
+        if (t->cold) p->manifest_cold_copies++;
+        else p->manifest_memory_restores++;
+        if (r != NULL) wm_mtask_forget(r, t);
+        return;
+    }
+    t->attempts++;
+    p->manifest_task_failures++;
+    t->not_before_ms = p->api->now_ms(p->host) + wm_repair_backoff(t->attempts);
+    if (t->attempts == 1)
+        p->api->log(p->host, SMP_LOG_WARN, "%s of manifest %s failed: %s (retried)",
+                    t->cold ? "cold copy" : "memory replica", t->key, smp_strerror(status));
+}
+
+/* Start the task a manifest needs, if any: a cold copy from memory, or a
+ * memory replica from the cold copy. */
+static void wm_manifest_care(wm_plugin *p, wm_repair *r, const wm_revision *rev, uint64_t now)
+{
+    wm_mtask *t = wm_mtask_find(r, rev->manifest_key);
+    if (t != NULL && (t->in_flight || now < t->not_before_ms)) return;
+    smp_object_info o;
+    wm_object_of(p, rev->manifest_key, &o);
+    int cold = 0;
+    if (!o.complete) return;
+    if (o.cold_replicas_readable == 0 && o.memory_replicas_readable > 0) cold = 1;
+    else if (o.memory_replicas_readable == 0 && o.cold_replicas_readable > 0) cold = 0;
+    else {
+        if (t != NULL) wm_mtask_forget(r, t); /* both exist (again) */
+        return;
+    }
+    if (t == NULL) {
+        if ((t = calloc(1, sizeof(*t))) == NULL) return;
+        if ((t->key = strdup(rev->manifest_key)) == NULL) {
+            free(t);
+            return;
+        }
+        t->p = p;
+        t->next = r->tasks;
+        r->tasks = t;
+    }
+    t->cold = cold;
+    t->in_flight = 1;
+    r->n_in_flight++;
+    int rc = cold ? p->api->ensure_cold(p->host, t->key, wm_mtask_done, t)
+                  : p->api->ensure_memory(p->host, t->key, wm_mtask_done, t);
+    if (rc < 0) wm_mtask_done(t, rc); /* a refusal is a failure (never called back) */
+}
+
+/* One round of manifest care from the cursor: READY and DEGRADED revisions
+ * only (an IMPORTING manifest is not sealed, a DELETING one is going). */
+static void wm_manifests_round(wm_plugin *p, wm_repair *r)
+{
+    size_t n = wm_store_revision_count(p->store);
+    if (n == 0) return;
+    uint64_t now = p->api->now_ms(p->host);
+    size_t at = r->manifest_cursor < n ? r->manifest_cursor : 0;
+    for (size_t k = 0; k < n && k < WM_MANIFEST_SCAN; k++, at = (at + 1) % n) {
+        if (r->n_in_flight >= WM_MANIFEST_TASKS) break;
+        const wm_revision *rev = wm_store_revision_at(p->store, at);
+        if (rev->availability != WM_AVAIL_READY && rev->availability != WM_AVAIL_DEGRADED) continue;
+        wm_manifest_care(p, r, rev, now);
+    }
+    r->manifest_cursor = at;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Validation                                                                */
+/* ------------------------------------------------------------------------ */
+
+void wm_repair_note(wm_plugin *p, const char *group_key)
+{
+    wm_repair *r = wm_repair_get(p);
+    if (r == NULL || group_key == NULL) return;
+    for (size_t i = 0; i < r->n_queue; i++)
+        if (strcmp(r->queue[i], group_key) == 0) return;
+    if (r->n_queue >= WM_VALIDATE_QUEUE) {
+        r->validate_all = 1; /* too many: walk them all instead */
+        return;
+    }
+    char **grown = realloc(r->queue, (r->n_queue + 1) * sizeof(*grown));
+    if (grown == NULL) return;
+    r->queue = grown;
+    if ((r->queue[r->n_queue] = strdup(group_key)) != NULL) r->n_queue++;
+}
+
+void wm_repair_validate_all(wm_plugin *p)
+{
+    wm_repair *r = wm_repair_get(p);
+    if (r == NULL) return;
+    r->validate_all = 1;
+    r->all_cursor = 0;
+}
+
+/* The residency a repair of rev restores, and its ratio: what the record
+ * says it is (WM_RES_UNKNOWN when that is no payload residency). */
+static wm_residency wm_repair_target(const wm_revision *rev, double *ratio)
+{
+    *ratio = 0.0;
+    if (rev->residency != WM_RES_HOT && rev->residency != WM_RES_COLD && rev->residency != WM_RES_MIXED)
+        return WM_RES_UNKNOWN;
+    if (rev->residency == WM_RES_MIXED) {
+        double x = rev->observed_hot_ratio;
+        *ratio = isfinite(x) && x > 0.0 && x < 1.0 ? x : rev->policy.mixed_hot_ratio;
+    }
+    return rev->residency;
+}
+
+/* The facts of one revision: every member's replicas, the manifest's
+ * readability, the observation, and how many members lack the replica the
+ * target residency needs -- for HOT memory, for COLD a cold replica; for
+ * MIXED, whose HOT units are whichever the migration chose, the loss shows
+ * as an observed ratio below the recorded one (missing is then 1). */
+typedef struct wm_facts {
+    wm_observation ob;
+    int manifest_readable;
+    uint64_t missing;
+    uint64_t members;
+} wm_facts;
+
+static int wm_repair_facts(wm_plugin *p, const wm_revision *rev, wm_residency target, double ratio,
+                    wm_facts *out)
+{
+    const wm_affinity *aff = wm_store_affinity(p->store, &rev->id);
+    if (aff == NULL || aff->n_units == 0) return WM_EINVALID_ARGUMENT;
+    size_t total = 0;
+    for (size_t u = 0; u < aff->n_units; u++) total += aff->units[u].n_members;
+    wm_member_replicas *m = calloc(total ? total : 1, sizeof(*m));
+    uint64_t *ub = calloc(aff->n_units, sizeof(*ub));
+    unsigned char *hot = calloc(aff->n_units, 1);
+    int rc = SMP_ENOMEM;
+    if (m == NULL || ub == NULL || hot == NULL) goto free_tmp;
+    uint64_t bytes = 0;
+    for (size_t u = 0; u < aff->n_units; u++) bytes += (ub[u] = aff->units[u].logical_bytes);
+    if (target != WM_RES_UNKNOWN &&
+        (rc = wm_plan_unit_goals(ub, aff->n_units, bytes, target, ratio, hot)) < 0)
+        goto free_tmp;
+    memset(out, 0, sizeof(*out));
+    smp_object_info o;
+    size_t k = 0;
+    for (size_t u = 0; u < aff->n_units; u++)
+        for (size_t x = 0; x < aff->units[u].n_members; x++, k++) {
+            wm_object_of(p, aff->units[u].members[x], &o);
+            m[k].memory = o.complete && o.memory_replicas_readable > 0;
+            m[k].cold = o.complete && o.cold_replicas_readable > 0;
+            int has = hot[u] ? m[k].memory : m[k].cold;
+            if ((target == WM_RES_HOT || target == WM_RES_COLD) && !has) out->missing++;
+        }
+    out->members = total;
+    wm_object_of(p, rev->manifest_key, &o);
+    out->manifest_readable = o.complete && o.memory_replicas_readable + o.cold_replicas_readable > 0;
+    rc = wm_residency_observe(aff, m, total, out->manifest_readable, &out->ob);
+    if (rc == WM_OK && target == WM_RES_MIXED && out->ob.observed_hot_ratio < rev->observed_hot_ratio)
+        out->missing = 1;
+free_tmp:
+    free(m);
+    free(ub);
+    free(hot);
+    return rc;
+}
+
+static void wm_repair_logged(wm_plugin *p, void *arg, int status)
+{
+    (void)arg;
+    if (status != WM_OK) p->repairs_failed++;
+}
+
+/* Fill op as a new REPAIRING operation of rev toward target, created now. */
+static void wm_op_repairing(wm_plugin *p, wm_operation *op, const wm_revision *rev,
+                            wm_residency target, double ratio, uint64_t now)
+{
+    wm_op_migrating(p, op, rev, target, ratio, now);
+    op->kind = WM_OPK_REPAIRING;
+    op->members_total = rev->payload_count;
+    op->bytes_total = rev->logical_bytes;
+}
+
+/* Check rev against its replicas and act (see the file comment). Returns 1
+ * when rev is settled for now, 0 when it has to be looked at again (a
+ * mutation of it is in flight, or the record could not be appended). */
+static int wm_validate(wm_plugin *p, const wm_revision *rev, uint64_t *checks)
+{
+    if (rev->availability != WM_AVAIL_READY && rev->availability != WM_AVAIL_DEGRADED) return 1;
+    if (rev->operation_id != 0) return 1; /* the operation's own checks see the replicas */
+    if (wm_pending_metadata(p, rev->group_key)) return 0;
+    double ratio;
+    wm_residency target = wm_repair_target(rev, &ratio);
+    wm_facts f;
+    if (wm_repair_facts(p, rev, target, ratio, &f) < 0) return 1;
+    *checks = *checks > f.members ? *checks - f.members : 0;
+    if (f.ob.availability != WM_AVAIL_READY) {
+        /* Nothing readable for some member: DEGRADED (the recheck brings
+         * it back when a replica returns). */
+        if (rev->availability == WM_AVAIL_DEGRADED) return 1;
+        wm_revision next = *rev;
+        next.availability = WM_AVAIL_DEGRADED;
+        next.metadata_generation = rev->metadata_generation + 1;
+        next.updated_ms = wm_now(p, rev);
+        return wm_submit_upsert(p, &next, NULL, 0, NULL, NULL) == WM_OK;
+    }
+    wm_revision next = *rev;
+    next.availability = WM_AVAIL_READY;
+    next.residency = f.ob.residency;
+    next.observed_hot_ratio = f.ob.observed_hot_ratio;
+    next.metadata_generation = rev->metadata_generation + 1;
+    next.updated_ms = wm_now(p, rev);
+    if (f.missing > 0 && target != WM_RES_UNKNOWN) {
+        wm_operation op;
+        wm_op_repairing(p, &op, rev, target, ratio, next.updated_ms);
+        next.operation_id = op.id;
+        int rc = wm_submit_upsert(p, &next, &op, 1, wm_repair_logged, NULL);
+        if (rc != WM_OK) return 0;
+        p->repairs_started++;
+        p->api->log(p->host, SMP_LOG_INFO,
+                    "%s: %" PRIu64 " member(s) lost the replica %s needs; repairing "
+                    "(operation %" PRIu64 ", observed %s)",
+                    rev->group_key, f.missing, wm_residency_name((int)target), op.id,
+                    wm_residency_name((int)f.ob.residency));
+        return 1;
+    }
+    if (rev->availability == WM_AVAIL_READY && next.residency == rev->residency &&
+        next.observed_hot_ratio == rev->observed_hot_ratio)
+        return 1; /* as recorded */
+    if (wm_submit_upsert(p, &next, NULL, 0, NULL, NULL) != WM_OK) return 0;
+    p->api->log(p->host, SMP_LOG_INFO, "%s is READY and %s (ratio %.3f) as its replicas are",
+                rev->group_key, wm_residency_name((int)next.residency), next.observed_hot_ratio);
+    return 1;
+}
+
+/* The queued groups, then the validate-all walk, within *checks. */
+static void wm_validate_round(wm_plugin *p, wm_repair *r, uint64_t *checks)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < r->n_queue; i++) {
+        const wm_revision *rev = wm_store_get_group(p->store, r->queue[i]);
+        int keep = rev != NULL && (*checks == 0 || !wm_validate(p, rev, checks));
+        if (keep) r->queue[kept++] = r->queue[i];
+        else free(r->queue[i]);
+    }
+    r->n_queue = kept;
+    if (!r->validate_all) return;
+    size_t n = wm_store_revision_count(p->store);
+    while (r->all_cursor < n && *checks > 0) {
+        const wm_revision *rev = wm_store_revision_at(p->store, r->all_cursor);
+        if (!wm_validate(p, rev, checks)) {
+            wm_repair_note(p, rev->group_key); /* looked at again from the queue */
+        }
+        r->all_cursor++;
+    }
+    if (r->all_cursor >= n) {
+        r->validate_all = 0;
+        r->all_cursor = 0;
+    }
+}
+
+int wm_repair_tick(wm_plugin *p, uint64_t *checks)
+{
+    wm_repair *r = wm_repair_get(p);
+    if (r == NULL) return 0;
+    wm_manifests_round(p, r);
+    wm_validate_round(p, r, checks);
+    return r->n_queue > 0 || r->validate_all || r->n_in_flight > 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* REPAIR (explicit)                                                         */
+/* ------------------------------------------------------------------------ */
+
+/* Start a REPAIRING operation on a READY or DEGRADED revision now, toward
+ * its recorded residency, whatever its members look like (a repair with
+ * nothing to restore ends at its first check). CAS-fenced and idempotent by
+ * request id like MIGRATE; BUSY while an operation is active; NOT_READY for
+ * another availability. Answered with the metadata once durable. */
+int wm_rpc_repair(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len)
+{
+    wm_plugin *p = plugin;
+    char msg[512];
+    wm_identity id;
+    WM_DECODE(req, Wmrpc__IdentityRequest, wmrpc__identity_request__unpack, p, call, body, len);
+    const wm_revision *rev = wm_lookup(p, call, req->identity, &id);
+    if (rev == NULL) goto free_req;
+    uint64_t digest = wm_request_digest(WMRPC__WEIGHT_METHOD__WEIGHT_REPAIR, NULL, 0);
+    if (wm_request_replayed(p, call, rev, req->request_id, digest,
+                            req->expected_metadata_generation) ||
+        !wm_check_cas(p, call, rev, req->expected_metadata_generation))
+        goto free_req;
+    if (rev->availability != WM_AVAIL_READY && rev->availability != WM_AVAIL_DEGRADED) {
+        wm_reply_error(p, call, WM_ENOT_READY,
+                       "revision %s is %s; only a READY or DEGRADED revision is repaired",
+                       rev->group_key, wm_availability_name((int)rev->availability));
+        goto free_req;
+    }
+    if (rev->operation_id != 0 || wm_pending_metadata(p, rev->group_key)) {
+        wm_reply_error(p, call, WM_EBUSY, "revision %s already has active operation %" PRIu64,
+                       rev->group_key, rev->operation_id);
+        goto free_req;
+    }
+    double ratio;
+    wm_residency target = wm_repair_target(rev, &ratio);
+    if (target == WM_RES_UNKNOWN) {
+        wm_reply_error(p, call, WM_ECONFLICT,
+                       "revision %s records residency %s: there is no residency to restore",
+                       rev->group_key, wm_residency_name((int)rev->residency));
+        goto free_req;
+    }
+    wm_txn *t = wm_txn_next(p, call, rev);
+    if (t == NULL) goto free_req;
+    wm_op_repairing(p, &t->ops[0], &t->up.revision, target, ratio, t->up.revision.updated_ms);
+    t->up.revision.operation_id = t->ops[0].id;
+    t->up.n_operations = 1;
+    wm_txn_request(t, req->request_id, digest, req->expected_metadata_generation);
+    wm_check_submit(p, call, rev, t, "repair", "repair", msg, sizeof(msg));
+free_req:
+    wmrpc__identity_request__free_unpacked(req, NULL);
+    return SMP_OK;
+}
