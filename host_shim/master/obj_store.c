@@ -495,7 +495,8 @@ int obj_get_replica_list(obj_store *st,
     if (obj_validate_key(key) < 0 || (cap && !out)) return SMP_EINVAL;
     obj_object *o = obj_sl_get(&st->objects, key);
     if (!o) return SMP_ENOTFOUND;
-    if (obj_hold_find(st, key)) return SMP_EBUSY;
+    const obj_hold *h = obj_hold_find(st, key);
+    if (h && h->count > h->readable) return SMP_EBUSY; /* bytes about to be freed */
     size_t n = 0;
     for (size_t i = 0; i < o->nreps; i++) {
         if (o->reps[i].status != OBJ_REPLICA_COMPLETE) continue;

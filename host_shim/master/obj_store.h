@@ -482,7 +482,13 @@ int obj_apply_record(obj_store *st,
 /* Holds cover the window between appending a record that removes or
  * replaces objects (REMOVE, PUT_END) and applying it: while a key is held,
  * obj_get_replica_list answers SMP_EBUSY (no new read lease on bytes about
- * to be freed) and eviction plans skip it. The master holds a record when it
+ * to be freed) and eviction plans skip it -- except that a PUT_END which
+ * only updates the replica list of the current incarnation and keeps every
+ * memory replica it has exactly as it is (a cold replica recorded or
+ * dropped) frees no byte a reader may be given: while only such records
+ * hold a key, obj_get_replica_list serves it (the memory replicas stay
+ * readable while a cold copy is recorded); eviction plans and writers still
+ * wait for every hold. The master holds a record when it
  * appends it and releases the hold after applying it, or when the append
  * failed. Holds count (a key may be held by several records). Other record
  * types, and add-replica records (they remove nothing), hold nothing.

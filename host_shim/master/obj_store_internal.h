@@ -127,6 +127,7 @@ typedef struct obj_tenant {
 typedef struct obj_hold {
     UT_hash_handle hh;
     uint64_t count;
+    uint64_t readable;    /* of count: records that keep every memory replica */
     char key[];
 } obj_hold;
 

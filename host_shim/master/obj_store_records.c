@@ -22,6 +22,7 @@
  * a decode makes, and anything beyond goes to malloc. */
 struct obj_held {
     ProtobufCMessage *m;
+    int readable;   /* the hold lets readers through (obj_keeps_memory) */
     pb_arena arena;
     uint8_t mem[];
 };
@@ -34,6 +35,7 @@ static obj_held *obj_held_new(size_t cap)
     obj_held *h = malloc(sizeof(*h) + cap);
     if (!h) return NULL;
     h->m = NULL;
+    h->readable = 0;
     pb_arena_init(&h->arena, h->mem, cap);
     return h;
 }
@@ -777,7 +779,7 @@ obj_hold *obj_hold_find(const obj_store *st, const char *key)
     return h;
 }
 
-static int obj_hold_inc(obj_store *st, const char *key)
+static int obj_hold_inc(obj_store *st, const char *key, int readable)
 {
     obj_hold *h = obj_hold_find(st, key);
     if (!h) {
@@ -788,13 +790,16 @@ static int obj_hold_inc(obj_store *st, const char *key)
         HASH_ADD_KEYPTR(hh, st->holds, h->key, len, h);
     }
     h->count++;
+    if (readable) h->readable++;
     return SMP_OK;
 }
 
-static void obj_hold_dec(obj_store *st, const char *key)
+static void obj_hold_dec(obj_store *st, const char *key, int readable)
 {
     obj_hold *h = obj_hold_find(st, key);
-    if (!h || --h->count > 0) return;
+    if (!h) return;
+    if (readable && h->readable > 0) h->readable--;
+    if (--h->count > 0) return;
     HASH_DEL(st->holds, h);
     free(h);
 }
@@ -811,6 +816,30 @@ static void obj_held_keys(const ProtobufCMessage *m, char ***keys, size_t *n)
         *keys = r->keys;
         *n = r->n_keys;
     }
+}
+
+/* 1 when the PUT_END m only updates the replica list of key's current
+ * incarnation and keeps every memory replica the object has as it is
+ * (segment, range, status): applying it frees nothing a reader may be
+ * given, so its hold need not refuse reads. */
+static int obj_keeps_memory(const obj_store *st, const Hostrec__ObjectRecord *m)
+{
+    if (!m->update_only || m->add_replica || m->key == NULL) return 0;
+    const obj_object *o = obj_sl_get(&st->objects, m->key);
+    if (!o || o->put_id != m->put_id || o->size != m->size) return 0;
+    for (size_t i = 0; i < o->nreps; i++) {
+        const obj_rep *e = &o->reps[i];
+        if (e->kind != SMP_REPLICA_MEMORY) continue;
+        int kept = 0;
+        for (size_t k = 0; k < m->n_replicas && !kept; k++) {
+            const Hostrec__Replica *r = m->replicas[k];
+            kept = r->kind == SMP_REPLICA_MEMORY && r->segment != NULL &&
+                   strcmp(r->segment, e->seg->id) == 0 && r->offset == e->offset &&
+                   r->length == e->length && r->status == (uint32_t)e->status;
+        }
+        if (!kept) return 0;
+    }
+    return 1;
 }
 
 /* Decode a PUT_END or REMOVE record into a new obj_held; other types need
@@ -848,10 +877,12 @@ int obj_hold_record(obj_store *st, obj_record *rec, obj_held **held)
     int rc = h ? SMP_OK : obj_held_decode(rec, &h);
     if (rc < 0 || !h) return rc;
     obj_held_keys(h->m, &keys, &n);
+    h->readable = h->m->descriptor == &hostrec__object_record__descriptor &&
+                  obj_keeps_memory(st, (const Hostrec__ObjectRecord *)h->m);
     for (i = 0; i < n; i++)
-        if ((rc = obj_hold_inc(st, keys[i])) < 0) break;
+        if ((rc = obj_hold_inc(st, keys[i], h->readable)) < 0) break;
     if (rc < 0 || n == 0) {
-        while (i-- > 0) obj_hold_dec(st, keys[i]);
+        while (i-- > 0) obj_hold_dec(st, keys[i], h->readable);
         obj_held_free(h);
         return rc;
     }
@@ -873,6 +904,6 @@ void obj_release_hold(obj_store *st, obj_held *held)
     size_t n;
     if (!held) return;
     obj_held_keys(held->m, &keys, &n);
-    for (size_t i = 0; i < n; i++) obj_hold_dec(st, keys[i]);
+    for (size_t i = 0; i < n; i++) obj_hold_dec(st, keys[i], held->readable);
     obj_held_free(held);
 }
