@@ -60,6 +60,9 @@ struct weight_store {
 
 /* printf the cause of a failure into s->err and return rc. */
 int wc_fail(weight_store *s, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* WEIGHT_OK when gen is a generation the caller read; WEIGHT_EINVALID_ARGUMENT
+ * naming call for 0 (mutations never read the fence for the caller). */
+int wc_require_generation(weight_store *s, const char *call, uint64_t gen);
 
 /* Call method of the weight service on *conn with req; on success unpack
  * the reply with desc into *resp (desc NULL: reply ignored). A failing

@@ -685,13 +685,16 @@ void weight_list_free(weight_metadata *list)
 }
 
 /* The current metadata generation when the caller passed 0. */
-static int current_generation(weight_store *s, const weight_identity *id, uint64_t *gen)
+/* Mutations are fenced by the metadata generation the caller read: 0 says
+ * the caller read nothing, and the call never reads one for it (that would
+ * fence on a state nobody looked at). WEIGHT_EINVALID_ARGUMENT for 0. */
+int wc_require_generation(weight_store *s, const char *call, uint64_t gen)
 {
-    weight_metadata md;
-    if (*gen != 0) return WEIGHT_OK;
-    int rc = weight_get_metadata(s, id, &md, NULL);
-    if (rc == WEIGHT_OK) *gen = md.metadata_generation;
-    return rc;
+    if (gen != 0) return WEIGHT_OK;
+    return wc_fail(s, WEIGHT_EINVALID_ARGUMENT,
+                   "%s: expected_metadata_generation 0; pass the metadata generation read with "
+                   "weight_get_metadata",
+                   call);
 }
 
 int weight_update_policy(weight_store *s, const weight_identity *id, const weight_policy *policy,
@@ -713,7 +716,8 @@ int weight_update_policy_request(weight_store *s, const weight_identity *id,
     if (rc < 0) return rc;
     if (policy == NULL) return wc_fail(s, WEIGHT_EINVALID_ARGUMENT, "no policy");
     if ((rc = check_request_id(s, request_id)) < 0) return rc;
-    if ((rc = current_generation(s, id, &expected_metadata_generation)) < 0) return rc;
+    if ((rc = wc_require_generation(s, "weight_update_policy", expected_metadata_generation)) < 0)
+        return rc;
     wc_wire_identity(s, id, &wid, tenant);
     wp.preferred_residency = (uint32_t)policy->preferred;
     wp.mixed_hot_ratio = policy->mixed_hot_ratio;
@@ -751,7 +755,7 @@ int weight_migrate_request(weight_store *s, const weight_identity *id, weight_re
     if (target != WEIGHT_RES_HOT && target != WEIGHT_RES_COLD && target != WEIGHT_RES_MIXED)
         return wc_fail(s, WEIGHT_EINVALID_ARGUMENT, "migration target must be HOT, COLD or MIXED");
     if ((rc = check_request_id(s, request_id)) < 0) return rc;
-    if ((rc = current_generation(s, id, &expected_metadata_generation)) < 0) return rc;
+    if ((rc = wc_require_generation(s, "weight_migrate", expected_metadata_generation)) < 0) return rc;
     wc_wire_identity(s, id, &wid, tenant);
     req.identity = &wid;
     req.target_residency = (uint32_t)target;
@@ -794,9 +798,7 @@ int weight_repair(weight_store *s, const weight_identity *id, uint64_t expected_
     Wmrpc__MetadataResponse *r = NULL;
     int rc = check_id(s, id);
     if (rc < 0) return rc;
-    if (expected_metadata_generation == 0)
-        return wc_fail(s, WEIGHT_EINVALID_ARGUMENT,
-                       "expected_metadata_generation 0: a repair is fenced by the generation read");
+    if ((rc = wc_require_generation(s, "weight_repair", expected_metadata_generation)) < 0) return rc;
     rc = id_call_request(s, M(REPAIR), id, expected_metadata_generation, NULL,
                          &wmrpc__metadata_response__descriptor, (ProtobufCMessage **)&r);
     if (rc < 0) return rc;
@@ -819,7 +821,7 @@ int weight_remove_request(weight_store *s, const weight_identity *id,
     int rc = check_id(s, id);
     if (rc < 0) return rc;
     if ((rc = check_request_id(s, request_id)) < 0) return rc;
-    if ((rc = current_generation(s, id, &expected_metadata_generation)) < 0) return rc;
+    if ((rc = wc_require_generation(s, "weight_remove", expected_metadata_generation)) < 0) return rc;
     rc = id_call_request(s, M(REMOVE), id, expected_metadata_generation, request_id,
                          &wmrpc__metadata_response__descriptor, (ProtobufCMessage **)&r);
     if (rc < 0) return rc;

@@ -154,11 +154,7 @@ int weight_upsert(weight_store *s, const weight_identity *replacing, uint64_t ta
                        target_generation, replacing->generation);
     if (request_id != NULL && (request_id[0] == '\0' || strlen(request_id) > 128))
         return wc_fail(s, WEIGHT_EINVALID_ARGUMENT, "weight_upsert: request_id must be 1..128 bytes");
-    if (expected_metadata_generation == 0) {
-        weight_metadata md;
-        if ((rc = weight_get_metadata(s, replacing, &md, NULL)) < 0) return rc;
-        expected_metadata_generation = md.metadata_generation;
-    }
+    if ((rc = wc_require_generation(s, "weight_upsert", expected_metadata_generation)) < 0) return rc;
     wc_wire_identity(s, replacing, &wid, tenant);
     if (request_id == NULL) {
         if ((rc = derive_request_id(replacing, tenant, target_generation, mode,

@@ -470,8 +470,9 @@ WEIGHT_API int weight_list(weight_store *s,
 WEIGHT_API void weight_list_free(weight_metadata *list);
 
 /* Replace the policy (fields 0 keep the current value), fenced by
- * expected_metadata_generation (0: read the current one first). *out (may
- * be NULL) gets the updated metadata. STALE_GENERATION when it moved. */
+ * expected_metadata_generation: the generation the caller read (required:
+ * 0 is INVALID_ARGUMENT, no call reads it for you). *out (may be NULL) gets
+ * the updated metadata. STALE_GENERATION when it moved. */
 WEIGHT_API int weight_update_policy(weight_store *s,
                                     const weight_identity *id,
                                     const weight_policy *policy,
@@ -505,7 +506,7 @@ WEIGHT_API int weight_repair(weight_store *s,
 
 /* Delete the whole revision (payloads in batches, the manifest last) and
  * keep a queryable tombstone. BUSY while a lease or an operation is active.
- * expected_metadata_generation 0: read the current one first. *out (may be
+ * Fenced like weight_update_policy (0 is INVALID_ARGUMENT). *out (may be
  * NULL) gets the metadata after the call (DELETING or DELETED). */
 WEIGHT_API int weight_remove(weight_store *s,
                              const weight_identity *id,
@@ -579,8 +580,8 @@ typedef struct weight_upsert_claim {
  * the same request returns the existing claim or resumes it; BUSY from
  * the master (a step of the claim is being made durable) is asked again for
  * about 0.3 s, then returned. Another request while a claim is open:
- * CONFLICT. expected_metadata_generation 0:
- * the base's current one is read first. Errors: the RFC's (NOT_FOUND,
+ * CONFLICT. expected_metadata_generation: the base's generation the caller
+ * read (required: 0 is INVALID_ARGUMENT). Errors: the RFC's (NOT_FOUND,
  * NOT_READY, STALE_GENERATION, CONFLICT, BUSY, ...); CONFLICT also for a
  * request whose claim was ABORTED (its error says why; use a new
  * request id); SMP_EGATE (-12) in HA mode while
@@ -613,8 +614,8 @@ WEIGHT_API int weight_upsert_status(weight_store *s,
  * master remembers the last request that changed each revision (persisted
  * with its record, so also across restarts and failovers); a retry after
  * another change of the revision meets the generation fence as usual.
- * expected_metadata_generation 0 reads the current one first, which a retry
- * must not do: pass the generation the first call used. */
+ * expected_metadata_generation is required (0 is INVALID_ARGUMENT): a retry
+ * passes the generation the first call used. */
 WEIGHT_API int weight_update_policy_request(weight_store *s,
                                             const weight_identity *id,
                                             const weight_policy *policy,

@@ -51,6 +51,11 @@ int wctl_resolve_id(ctl *x, const char *arg, const char *cmd, weight_identity *i
 int wctl_parse_residency(const char *s, weight_residency *res, double *ratio);
 /* "pinned", "manual" or "auto"; -1 if not one. */
 int wctl_parse_mode(const char *s, weight_migration_mode *m);
+/* The metadata generation a mutation of id is fenced on: *expect when the
+ * user gave --expect, else the current one, read now. Says on stderr which
+ * one is used (the C calls never read it themselves). 0, or the exit code
+ * with the cause printed. */
+int wctl_fence(ctl *x, const char *cmd, const weight_identity *id, uint64_t *expect);
 /* A decimal unsigned number, nothing else; -1 if not one. */
 int wctl_parse_u64(const char *s, uint64_t *out);
 

@@ -4,6 +4,7 @@
  * "@GENERATION" is left out), residencies, modes, numbers, the TP placement
  * rules (--split / --replicate) and --tie. */
 #include <fnmatch.h>
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,6 +106,20 @@ int wctl_parse_mode(const char *s, weight_migration_mode *m)
     else if (strcasecmp(s, "manual") == 0) *m = WEIGHT_MODE_MANUAL;
     else if (strcasecmp(s, "auto") == 0) *m = WEIGHT_MODE_AUTO;
     else return -1;
+    return 0;
+}
+
+int wctl_fence(ctl *x, const char *cmd, const weight_identity *id, uint64_t *expect)
+{
+    char text[2048];
+    if (*expect == 0) {
+        weight_metadata md;
+        int rc = weight_get_metadata(x->ws, id, &md, NULL);
+        if (rc < 0) return wctl_failed(x, cmd, rc);
+        *expect = md.metadata_generation;
+    }
+    wctl_id_text(id, text, sizeof text);
+    fprintf(stderr, "weightctl: %s %s at metadata generation %" PRIu64 "\n", cmd, text, *expect);
     return 0;
 }
 

@@ -203,8 +203,9 @@ int wctl_cmd_policy(ctl *x, int argc, char **argv)
         if (pol.preferred == WEIGHT_RES_UNKNOWN) pol.preferred = cur.policy.preferred;
         if (pol.mixed_hot_ratio == 0) pol.mixed_hot_ratio = cur.policy.mixed_hot_ratio;
         if (pol.mode == WEIGHT_MODE_DEFAULT) pol.mode = cur.policy.mode;
-        if ((rc = weight_update_policy(x->ws, &id, &pol, expect ? expect : cur.metadata_generation,
-                                       &md)) < 0)
+        if (expect == 0) expect = cur.metadata_generation;
+        if ((rc = wctl_fence(x, "policy", &id, &expect)) != 0) return rc;
+        if ((rc = weight_update_policy(x->ws, &id, &pol, expect, &md)) < 0)
             return wctl_failed(x, "policy", rc);
     }
     if (x->json) {
@@ -260,6 +261,7 @@ int wctl_cmd_migrate(ctl *x, int argc, char **argv)
     weight_operation op;
     if (wctl_open_weights(x) < 0) return 1;
     if ((rc = wctl_parse_id(x, argv[optind], &id)) != 0) return rc;
+    if ((rc = wctl_fence(x, "migrate", &id, &expect)) != 0) return rc;
     if ((rc = weight_migrate(x->ws, &id, to, ratio, expect, &op)) < 0)
         return wctl_failed(x, "migrate", rc);
     if (wait && op.id && (rc = wait_operation(x, op.id, &op)) < 0)
@@ -309,14 +311,15 @@ static void holders_text(ctl *x, const weight_metadata *md, char *out, size_t ca
  * and operation have ended), then follow the deletion to DELETED; at most
  * until the deadline, then a TIMEOUT line saying what is still there. 0, or
  * the exit status with the cause printed. *md is the last metadata. */
-static int remove_and_wait(ctl *x, const weight_identity *id, uint64_t expect, uint64_t timeout_s,
-                           const char *what, weight_metadata *md)
+static int remove_and_wait(ctl *x, const weight_identity *id, uint64_t expect, int follow,
+                           uint64_t timeout_s, const char *what, weight_metadata *md)
 {
     double deadline = wctl_now() + (double)timeout_s;
     char holders[256];
     int rc, said = 0;
     while ((rc = weight_remove(x->ws, id, expect, md)) == WEIGHT_EBUSY) {
         if ((rc = weight_get_metadata(x->ws, id, md, NULL)) < 0) return wctl_failed(x, what, rc);
+        if (follow) expect = md->metadata_generation; /* an operation's end moves it */
         holders_text(x, md, holders, sizeof holders);
         if (wctl_now() >= deadline) {
             fprintf(stderr, "weightctl: %s: TIMEOUT: after %" PRIu64 " s (--timeout) %s; "
@@ -377,8 +380,10 @@ int wctl_cmd_rm(ctl *x, int argc, char **argv)
     if (wctl_open_weights(x) < 0) return 1;
     if ((rc = wctl_resolve_id(x, argv[optind], "rm", &id, text, sizeof text, what, sizeof what)) != 0)
         return rc;
+    int follow = expect == 0; /* no --expect: the generation read now, and after each wait */
+    if ((rc = wctl_fence(x, "rm", &id, &expect)) != 0) return rc;
     if (wait) {
-        if ((rc = remove_and_wait(x, &id, expect, timeout_s, what, &md)) != 0) return rc;
+        if ((rc = remove_and_wait(x, &id, expect, follow, timeout_s, what, &md)) != 0) return rc;
     } else if ((rc = weight_remove(x->ws, &id, expect, &md)) < 0) {
         return wctl_failed(x, what, rc);
     }

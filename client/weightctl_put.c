@@ -422,6 +422,8 @@ int wctl_cmd_upsert(ctl *x, int argc, char **argv)
     wctl_progress_init(x, &pr, "upsert");
     if (files == NULL) return 1;
     if (open_inputs(x, "upsert", argv + optind, n_files, files, payload) != 0) goto close_files;
+    if ((status = wctl_fence(x, "upsert", &base, &expect)) != 0) goto close_files;
+    status = 1;
     rc = weight_upsert(x->ws, &base, gen, mode, request_id, expect, has_policy ? &pol : NULL, 0,
                        &claim, &w);
     if (rc < 0) {

@@ -5,7 +5,6 @@
  * generation first and says which one it used (on stderr, so --json output
  * stays one object); with --expect it fences on the caller's. */
 #include <getopt.h>
-#include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -25,16 +24,9 @@ int wctl_cmd_repair(ctl *x, int argc, char **argv)
     if (optind != argc - 1) return wctl_bad_usage("repair", "takes one ID");
     weight_identity id;
     weight_operation op;
-    char text[2048];
     if (wctl_open_weights(x) < 0) return 1;
     if ((rc = wctl_parse_id(x, argv[optind], &id)) != 0) return rc;
-    wctl_id_text(&id, text, sizeof text);
-    if (expect == 0) {
-        weight_metadata md;
-        if ((rc = weight_get_metadata(x->ws, &id, &md, NULL)) < 0) return wctl_failed(x, "repair", rc);
-        expect = md.metadata_generation;
-    }
-    fprintf(stderr, "weightctl: repair %s at metadata generation %" PRIu64 "\n", text, expect);
+    if ((rc = wctl_fence(x, "repair", &id, &expect)) != 0) return rc;
     if ((rc = weight_repair(x->ws, &id, expect, &op)) < 0) return wctl_failed(x, "repair", rc);
     return wctl_show_operation(x, &op);
 }

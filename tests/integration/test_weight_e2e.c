@@ -369,7 +369,7 @@ static void migrate_and_wait(weight_store *s, const weight_identity *id, weight_
         usleep(50000);
     }
     assert_int_equal(cur.operation_id, 0);
-    CHECK(s, weight_migrate(s, id, target, 0, 0, &op));
+    CHECK(s, weight_migrate(s, id, target, 0, cur.metadata_generation, &op));
     for (int i = 0; i < 600 && op.state == 1; i++) {
         usleep(50000);
         CHECK(s, weight_get_operation(s, op.id, &op));
@@ -439,7 +439,9 @@ static void test_altered_bytes_fail_with_digest_mismatch(void **state)
     assert_int_equal(rc, WEIGHT_EDIGEST_MISMATCH);
     for (size_t i = 0; i < N_MODEL; i++) assert_null(g.bufs[i]); /* nothing was asked for */
     /* The lease was released on the failing paths: the revision can go. */
-    CHECK(s, weight_remove(s, &b, 0, NULL));
+    weight_metadata bm;
+    CHECK(s, weight_get_metadata(s, &b, &bm, NULL));
+    CHECK(s, weight_remove(s, &b, bm.metadata_generation, NULL));
     weight_store_close(s);
 }
 
@@ -577,7 +579,7 @@ static int slow_provide(void *ctx, const weight_tensor_info *t, const weight_ten
         weight_metadata md;
         CHECK(other, weight_get_metadata(other, sc->id, &md, NULL));
         sc->leases_during = md.active_leases;
-        sc->remove_rc = weight_remove(other, sc->id, 0, NULL);
+        sc->remove_rc = weight_remove(other, sc->id, md.metadata_generation, NULL);
         weight_store_close(other);
     }
     return provide_cb(&sc->g, t, p, shape, bytes, out);
@@ -938,7 +940,9 @@ static void *flip_main(void *arg)
     }
     for (int i = 0; !fl->stop; i++) {
         weight_policy pol = {WEIGHT_RES_HOT, i % 2 ? 0.25 : 0.75, WEIGHT_MODE_DEFAULT};
-        int rc = weight_update_policy(s, &fl->id, &pol, 0, NULL);
+        weight_metadata cur;
+        int rc = weight_get_metadata(s, &fl->id, &cur, NULL);
+        if (rc == 0) rc = weight_update_policy(s, &fl->id, &pol, cur.metadata_generation, NULL);
         if (rc == 0) fl->changes++;
         else if (rc != WEIGHT_ESTALE_GENERATION && rc != WEIGHT_EBUSY) fl->failed = rc;
         usleep(1000); /* in flight a good part of the time, not all of it */

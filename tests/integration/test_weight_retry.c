@@ -158,11 +158,76 @@ static void test_retries_with_request_id_answer_the_first_result(void **state)
     assert_true(m2.availability == WEIGHT_DELETING || m2.availability == WEIGHT_DELETED);
 }
 
+/* Strict CAS: every mutation of the C API refuses
+ * expected_metadata_generation 0 with INVALID_ARGUMENT (it never reads the
+ * fence for the caller) and nothing changes; weightctl reads it, says which
+ * one it used, and --expect fences on the caller's. */
+static void test_strict_cas_refuses_generation_zero(void **state)
+{
+    fixture *f = *state;
+    open_store(f);
+    weight_store *s = f->s;
+    weight_identity id = publish(s, "strict");
+    weight_metadata before, after;
+    weight_operation op;
+    weight_upsert_claim c;
+    weight_writer *w = NULL;
+    weight_policy pol = {WEIGHT_RES_COLD, 0, WEIGHT_MODE_MANUAL};
+    for (int i = 0; i < 400; i++) {
+        CHECK(s, weight_get_metadata(s, &id, &before, NULL));
+        if (before.operation_id == 0) break;
+        struct timespec ts = {0, 25 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    assert_int_equal(weight_update_policy(s, &id, &pol, 0, NULL), WEIGHT_EINVALID_ARGUMENT);
+    assert_non_null(strstr(weight_store_last_error(s), "expected_metadata_generation 0"));
+    assert_int_equal(weight_update_policy_request(s, &id, &pol, 0, "p0", NULL), WEIGHT_EINVALID_ARGUMENT);
+    assert_int_equal(weight_migrate(s, &id, WEIGHT_RES_COLD, 0, 0, &op), WEIGHT_EINVALID_ARGUMENT);
+    assert_int_equal(weight_migrate_request(s, &id, WEIGHT_RES_COLD, 0, 0, "m0", &op),
+                     WEIGHT_EINVALID_ARGUMENT);
+    assert_int_equal(weight_remove(s, &id, 0, NULL), WEIGHT_EINVALID_ARGUMENT);
+    assert_int_equal(weight_remove_request(s, &id, 0, "r0", NULL), WEIGHT_EINVALID_ARGUMENT);
+    assert_int_equal(weight_repair(s, &id, 0, &op), WEIGHT_EINVALID_ARGUMENT);
+    assert_int_equal(weight_upsert(s, &id, 2, WEIGHT_UPSERT_PUT_FIRST, NULL, 0, NULL, 0, &c, &w),
+                     WEIGHT_EINVALID_ARGUMENT);
+    assert_null(w);
+    CHECK(s, weight_get_metadata(s, &id, &after, NULL));
+    assert_int_equal(after.metadata_generation, before.metadata_generation);
+    assert_int_equal(after.availability, WEIGHT_READY);
+    assert_int_equal(after.operation_id, 0);
+    assert_int_equal(weight_upsert_status(s, &id, &c), WEIGHT_ENOT_FOUND);
+
+    /* weightctl: a stale --expect is refused; without it the current
+     * generation is read and named. */
+    char cmd[1024], out[4096];
+    snprintf(cmd, sizeof cmd,
+             "%s/bin/weightctl --master %s --tenant acme migrate llm/strict/main@1 --to cold "
+             "--expect %llu 2>&1",
+             BUILD_DIR, f->m.socket, (unsigned long long)before.metadata_generation + 3);
+    FILE *p = popen(cmd, "r");
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = '\0';
+    assert_int_not_equal(pclose(p), 0);
+    if (strstr(out, "STALE_GENERATION") == NULL) fail_msg("weightctl migrate said: %s", out);
+    snprintf(cmd, sizeof cmd,
+             "%s/bin/weightctl --master %s --tenant acme migrate llm/strict/main@1 --to cold 2>&1",
+             BUILD_DIR, f->m.socket);
+    p = popen(cmd, "r");
+    n = fread(out, 1, sizeof out - 1, p);
+    out[n] = '\0';
+    assert_int_equal(pclose(p), 0);
+    char used[64];
+    snprintf(used, sizeof used, "at metadata generation %llu",
+             (unsigned long long)before.metadata_generation);
+    if (strstr(out, used) == NULL) fail_msg("weightctl migrate said: %s", out);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_retries_with_request_id_answer_the_first_result, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_strict_cas_refuses_generation_zero, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -163,6 +163,15 @@ static void put(fixture *f, const char *res, uint64_t gen)
     CHECK(s, weight_writer_commit(w, NULL));
 }
 
+/* The metadata generation of res@gen now: the fence a mutation passes. */
+static uint64_t fence_of(fixture *f, const char *res, uint64_t gen)
+{
+    weight_metadata md;
+    weight_identity id = ident(res, gen);
+    assert_int_equal(weight_get_metadata(f->s, &id, &md, NULL), 0);
+    return md.metadata_generation;
+}
+
 static int availability(fixture *f, const char *res, uint64_t gen)
 {
     weight_metadata md;
@@ -281,7 +290,8 @@ static void test_put_first_waits_for_readers_of_the_base(void **state)
     weight_identity base = ident("pf", 1);
     weight_upsert_claim c;
     weight_writer *w = NULL;
-    CHECK(s, weight_upsert(s, &base, 2, WEIGHT_UPSERT_PUT_FIRST, NULL, 0, NULL, 0, &c, &w));
+    CHECK(s, weight_upsert(s, &base, 2, WEIGHT_UPSERT_PUT_FIRST, NULL, fence_of(f, "pf", 1), NULL, 0,
+                           &c, &w));
     assert_non_null(w);
     assert_int_equal(c.phase, WEIGHT_PHASE_CLAIMED);
     assert_int_equal(strncmp(c.request_id, "wu-", 3), 0);
@@ -328,14 +338,16 @@ static void test_delete_first_deletes_the_base_before_the_import(void **state)
     weight_identity base = ident("df", 1);
     weight_upsert_claim c;
     weight_writer *w = NULL;
-    assert_int_equal(weight_upsert(s, &base, 2, WEIGHT_UPSERT_DELETE_FIRST, NULL, 0, NULL, 0, &c, &w),
+    assert_int_equal(weight_upsert(s, &base, 2, WEIGHT_UPSERT_DELETE_FIRST, NULL, fence_of(f, "df", 1),
+                                   NULL, 0, &c, &w),
                      WEIGHT_EBUSY);
     assert_null(w);
     assert_int_equal(weight_upsert_status(s, &base, &c), WEIGHT_ENOT_FOUND);
     assert_int_equal(availability(f, "df", 1), WEIGHT_READY);
     assert_int_equal(lease_call(f, WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_RELEASE, "df", 1, lease, NULL), 0);
 
-    CHECK(s, weight_upsert(s, &base, 2, WEIGHT_UPSERT_DELETE_FIRST, NULL, 0, NULL, 0, &c, &w));
+    CHECK(s, weight_upsert(s, &base, 2, WEIGHT_UPSERT_DELETE_FIRST, NULL, fence_of(f, "df", 1), NULL, 0,
+                           &c, &w));
     assert_non_null(w);
     assert_int_equal(c.phase, WEIGHT_PHASE_BASE_DELETED);
     /* The unavailable window: the base is gone, the target not READY. */
@@ -367,7 +379,8 @@ static void test_delete_first_target_failure_resumes(void **state)
     weight_identity base = ident("dr", 1), target = ident("dr", 2);
     weight_upsert_claim c;
     weight_writer *w = NULL;
-    CHECK(s, weight_upsert(s, &base, 2, WEIGHT_UPSERT_DELETE_FIRST, "dr-1", 0, NULL, 0, &c, &w));
+    CHECK(s, weight_upsert(s, &base, 2, WEIGHT_UPSERT_DELETE_FIRST, "dr-1", fence_of(f, "dr", 1), NULL, 0,
+                           &c, &w));
     uint64_t expected = c.expected_metadata_generation;
     static const uint64_t shape[1] = {4};
     static const uint8_t bytes[8];
@@ -399,7 +412,7 @@ static void test_put_first_target_failure_leaves_the_base(void **state)
     weight_identity base = ident("tf", 1);
     weight_upsert_claim c;
     weight_writer *w = NULL;
-    CHECK(s, weight_upsert(s, &base, 2, 0, "attempt-1", 0, NULL, 0, &c, &w));
+    CHECK(s, weight_upsert(s, &base, 2, 0, "attempt-1", fence_of(f, "tf", 1), NULL, 0, &c, &w));
     static const uint64_t shape[1] = {4};
     static const uint8_t bytes[8];
     assert_true(weight_writer_add_tensor(w, "bad", "NOT_A_DTYPE", 1, shape, bytes) < 0);
@@ -412,8 +425,9 @@ static void test_put_first_target_failure_leaves_the_base(void **state)
     uint64_t l = lease_acquire(f, "tf", 1);
     assert_int_equal(lease_call(f, WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_RELEASE, "tf", 1, l, NULL), 0);
     /* The aborted request stays aborted; another one replaces the base. */
-    assert_int_equal(weight_upsert(s, &base, 3, 0, "attempt-1", 0, NULL, 0, &c, &w), WEIGHT_ECONFLICT);
-    CHECK(s, weight_upsert(s, &base, 3, 0, "attempt-2", 0, NULL, 0, &c, &w));
+    uint64_t g = fence_of(f, "tf", 1);
+    assert_int_equal(weight_upsert(s, &base, 3, 0, "attempt-1", g, NULL, 0, &c, &w), WEIGHT_ECONFLICT);
+    CHECK(s, weight_upsert(s, &base, 3, 0, "attempt-2", g, NULL, 0, &c, &w));
     add_model(s, w, 3);
     CHECK(s, weight_writer_commit(w, NULL));
     c = wait_phase(f, "tf", WEIGHT_PHASE_COMMITTED, 10000);
@@ -436,19 +450,20 @@ static void test_retry_competitor_and_watermark(void **state)
     weight_identity base = ident("rw", 1);
     weight_upsert_claim c1, c2;
     weight_writer *w1 = NULL, *w2 = NULL;
-    CHECK(s, weight_upsert(s, &base, 3, 0, NULL, 0, NULL, 0, &c1, &w1));
+    uint64_t g1 = fence_of(f, "rw", 1), g2 = fence_of(f, "rw", 2);
+    CHECK(s, weight_upsert(s, &base, 3, 0, NULL, g1, NULL, 0, &c1, &w1));
     g_lost = w1; /* the reply was "lost": the caller never saw this writer */
     /* The same call again. */
-    CHECK(s, weight_upsert(s, &base, 3, 0, NULL, 0, NULL, 0, &c2, &w2));
+    CHECK(s, weight_upsert(s, &base, 3, 0, NULL, g1, NULL, 0, &c2, &w2));
     assert_string_equal(c1.request_id, c2.request_id);
     assert_int_equal(c1.created_ms, c2.created_ms);
     /* A competitor: another request id, or another target. */
     weight_writer *w3 = NULL;
     weight_upsert_claim c3;
-    assert_int_equal(weight_upsert(s, &base, 4, 0, "other", 0, NULL, 0, &c3, &w3), WEIGHT_ECONFLICT);
+    assert_int_equal(weight_upsert(s, &base, 4, 0, "other", g1, NULL, 0, &c3, &w3), WEIGHT_ECONFLICT);
     assert_non_null(strstr(weight_store_last_error(s), "second successor"));
     weight_identity b2 = ident("rw", 2);
-    assert_int_equal(weight_upsert(s, &b2, 5, 0, NULL, 0, NULL, 0, &c3, &w3), WEIGHT_ECONFLICT);
+    assert_int_equal(weight_upsert(s, &b2, 5, 0, NULL, g2, NULL, 0, &c3, &w3), WEIGHT_ECONFLICT);
     /* A plain import of another generation of the lineage is refused too. */
     weight_identity g9 = ident("rw", 9);
     assert_int_equal(weight_put_begin(s, &g9, NULL, &w3), WEIGHT_ECONFLICT);
@@ -459,7 +474,7 @@ static void test_retry_competitor_and_watermark(void **state)
     assert_int_equal(c1.phase, WEIGHT_PHASE_COMMITTED);
     assert_int_equal(availability(f, "rw", 3), WEIGHT_READY);
     /* Watermark 3: a replacement of generation 2 by 3 is stale. */
-    assert_int_equal(weight_upsert(s, &b2, 3, 0, NULL, 0, NULL, 0, &c3, &w3),
+    assert_int_equal(weight_upsert(s, &b2, 3, 0, NULL, fence_of(f, "rw", 2), NULL, 0, &c3, &w3),
                      WEIGHT_ESTALE_GENERATION);
     assert_non_null(strstr(weight_store_last_error(s), "watermark 3"));
     assert_int_equal(availability(f, "rw", 2), WEIGHT_READY);
@@ -517,7 +532,8 @@ static void test_ha_gate_refuses_upsert_only(void **state)
     weight_identity base = ident("ha", 1);
     weight_upsert_claim c;
     weight_writer *w = NULL;
-    assert_int_equal(weight_upsert(s, &base, 2, 0, NULL, 0, NULL, 0, &c, &w), SMP_EGATE_CODE);
+    assert_int_equal(weight_upsert(s, &base, 2, 0, NULL, fence_of(f, "ha", 1), NULL, 0, &c, &w),
+                     SMP_EGATE_CODE);
     assert_non_null(strstr(weight_store_last_error(s), "weight_lineage_oplog_capability_confirmed"));
     assert_null(w);
     assert_int_equal(availability(f, "ha", 1), WEIGHT_READY);
@@ -532,7 +548,7 @@ static void test_ha_gate_refuses_upsert_only(void **state)
     assert_int_equal(hx_start(&f->m, 20000), 0);
     open_clients(f);
     s = f->s;
-    CHECK(s, weight_upsert(s, &base, 8, 0, NULL, 0, NULL, 0, &c, &w));
+    CHECK(s, weight_upsert(s, &base, 8, 0, NULL, fence_of(f, "ha", 1), NULL, 0, &c, &w));
     assert_non_null(w);
     weight_writer_abort(w);
 }
