@@ -254,7 +254,7 @@ static int wm_lease_active(wm_plugin *p, const wm_revision *rev)
 }
 
 /* What the host says of one key; 0 with zeros when it does not exist. */
-static int wm_replicas_of(wm_plugin *p, const char *key, smp_object_info *info)
+int wm_replicas_of(wm_plugin *p, const char *key, smp_object_info *info)
 {
     memset(info, 0, sizeof(*info));
     info->struct_size = sizeof(*info);
@@ -271,7 +271,7 @@ static int wm_info_readable(const smp_object_info *o)
     return o->complete && o->memory_replicas_readable + o->cold_replicas_readable > 0;
 }
 
-static uint64_t wm_backoff(uint32_t attempts)
+uint64_t wm_backoff(uint32_t attempts)
 {
     uint64_t d = WM_RETRY_BASE_MS;
     for (uint32_t i = 1; i < attempts && d < WM_RETRY_MAX_MS; i++) d *= 2;

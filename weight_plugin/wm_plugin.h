@@ -180,6 +180,14 @@ void wm_lifecycle_event(wm_plugin *p, const smp_event *ev);
  * callback; also called by wm_mgmt_release). */
 void wm_lifecycle_release(wm_plugin *p);
 
+/* What the host says of one key into *info (zeros when it does not exist);
+ * object_get's status. */
+int wm_replicas_of(wm_plugin *p, const char *key, smp_object_info *info);
+
+/* The wait before retry number `attempts` of a failed step: 200 ms doubled
+ * per attempt, at most 5 s. */
+uint64_t wm_backoff(uint32_t attempts);
+
 /* -- wm_reclaim.c ---------------------------------------------------------- */
 
 #define WM_IMPORT_TTL_DEFAULT_MS 3600000ull   /* plugin key import_ttl_ms */

@@ -37,8 +37,6 @@
 #define WM_MANIFEST_SCAN 64      /* manifests looked at per round */
 #define WM_MANIFEST_TASKS 16     /* manifest replica tasks in flight at most */
 #define WM_VALIDATE_QUEUE 4096   /* groups waiting for validation at most */
-#define WM_REPAIR_RETRY_BASE_MS 200
-#define WM_REPAIR_RETRY_MAX_MS 5000
 
 /* A manifest replica task in flight, or one that failed and waits for its
  * retry. Allocated one by one: the task callback holds the pointer. */
@@ -85,34 +83,16 @@ void wm_repair_release(wm_plugin *p)
     p->repair = NULL;
 }
 
-/* What the host says of one key (zeros when it does not exist). */
-static void wm_object_of(wm_plugin *p, const char *key, smp_object_info *o)
-{
-    memset(o, 0, sizeof(*o));
-    o->struct_size = sizeof(*o);
-    if (p->api->object_get(p->host, key, o) < 0) {
-        memset(o, 0, sizeof(*o));
-        o->struct_size = sizeof(*o);
-    }
-}
-
 int wm_manifest_has_cold(wm_plugin *p, const wm_revision *rev)
 {
     smp_object_info o;
-    wm_object_of(p, rev->manifest_key, &o);
+    wm_replicas_of(p, rev->manifest_key, &o);
     return o.complete && o.cold_replicas_readable > 0;
 }
 
 /* ------------------------------------------------------------------------ */
 /* Manifest replicas                                                         */
 /* ------------------------------------------------------------------------ */
-
-static uint64_t wm_repair_backoff(uint32_t attempts)
-{
-    uint64_t d = WM_REPAIR_RETRY_BASE_MS;
-    for (uint32_t i = 1; i < attempts && d < WM_REPAIR_RETRY_MAX_MS; i++) d *= 2;
-    return d < WM_REPAIR_RETRY_MAX_MS ? d : WM_REPAIR_RETRY_MAX_MS;
-}
 
 static wm_mtask *wm_mtask_find(wm_repair *r, const char *key)
 {
@@ -149,7 +129,7 @@ static void wm_mtask_done(void *arg, int status)
     }
     t->attempts++;
     p->manifest_task_failures++;
-    t->not_before_ms = p->api->now_ms(p->host) + wm_repair_backoff(t->attempts);
+    t->not_before_ms = p->api->now_ms(p->host) + wm_backoff(t->attempts);
     if (t->attempts == 1)
         p->api->log(p->host, SMP_LOG_WARN, "%s of manifest %s failed: %s (retried)",
                     t->cold ? "cold copy" : "memory replica", t->key, smp_strerror(status));
@@ -162,7 +142,7 @@ static void wm_manifest_care(wm_plugin *p, wm_repair *r, const wm_revision *rev,
     wm_mtask *t = wm_mtask_find(r, rev->manifest_key);
     if (t != NULL && (t->in_flight || now < t->not_before_ms)) return;
     smp_object_info o;
-    wm_object_of(p, rev->manifest_key, &o);
+    wm_replicas_of(p, rev->manifest_key, &o);
     int cold = 0;
     if (!o.complete) return;
     if (o.cold_replicas_readable == 0 && o.memory_replicas_readable > 0) cold = 1;
@@ -282,14 +262,14 @@ static int wm_repair_facts(wm_plugin *p, const wm_revision *rev, wm_residency ta
     size_t k = 0;
     for (size_t u = 0; u < aff->n_units; u++)
         for (size_t x = 0; x < aff->units[u].n_members; x++, k++) {
-            wm_object_of(p, aff->units[u].members[x], &o);
+            wm_replicas_of(p, aff->units[u].members[x], &o);
             m[k].memory = o.complete && o.memory_replicas_readable > 0;
             m[k].cold = o.complete && o.cold_replicas_readable > 0;
             int has = hot[u] ? m[k].memory : m[k].cold;
             if ((target == WM_RES_HOT || target == WM_RES_COLD) && !has) out->missing++;
         }
     out->members = total;
-    wm_object_of(p, rev->manifest_key, &o);
+    wm_replicas_of(p, rev->manifest_key, &o);
     out->manifest_readable = o.complete && o.memory_replicas_readable + o.cold_replicas_readable > 0;
     rc = wm_residency_observe(aff, m, total, out->manifest_readable, &out->ob);
     if (rc == WM_OK && target == WM_RES_MIXED && out->ob.observed_hot_ratio < rev->observed_hot_ratio)
