@@ -308,7 +308,9 @@ static void holders_text(ctl *x, const weight_metadata *md, char *out, size_t ca
 }
 
 /* rm --wait: ask weight_remove until it is not BUSY (the revision's leases
- * and operation have ended), then follow the deletion to DELETED; at most
+ * and operation have ended; follow: fence each retry on the generation read
+ * after the wait, as when the user gave no --expect), then follow the
+ * deletion to DELETED; at most
  * until the deadline, then a TIMEOUT line saying what is still there. 0, or
  * the exit status with the cause printed. *md is the last metadata. */
 static int remove_and_wait(ctl *x, const weight_identity *id, uint64_t expect, int follow,
