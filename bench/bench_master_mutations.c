@@ -69,6 +69,7 @@
 #include "host_rpc.pb-c.h"
 #include "raw_commit.h"
 #include "raw_etcd.h"
+#include "redis_box.h"
 #include "rpc_client.h"
 
 #define EVENT_THREADS 2
@@ -365,105 +366,6 @@ out:
 
 /* -- Redis baseline ------------------------------------------------------- */
 
-/* Run argv to its end with its standard output into out (cap bytes, NUL
- * terminated); stderr is discarded. Returns the exit status or -1. */
-static int run_capture(char *const argv[], char *out, size_t cap)
-{
-    int pfd[2];
-    size_t n = 0;
-    ssize_t r;
-    int status;
-    if (pipe(pfd) < 0) return -1;
-    pid_t pid = fork();
-    if (pid < 0) return -1;
-    if (pid == 0) {
-        int devnull = open("/dev/null", O_WRONLY);
-        dup2(pfd[1], 1);
-        if (devnull >= 0) dup2(devnull, 2);
-        close(pfd[0]);
-        execvp(argv[0], argv);
-        _exit(127);
-    }
-    close(pfd[1]);
-    while (n + 1 < cap && (r = read(pfd[0], out + n, cap - 1 - n)) > 0) n += (size_t)r;
-    out[n] = '\0';
-    close(pfd[0]);
-    if (waitpid(pid, &status, 0) < 0) return -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-/* A redis-server of its own under dir: AOF on, fsync on every write
- * (appendfsync always: Redis writes and syncs what one event-loop round
- * took before it answers, its group commit), a Unix socket, no TCP port. */
-typedef struct redis_box {
-    char dir[512];
-    char sock[600];
-    pid_t pid;
-} redis_box;
-
-static int redis_start(redis_box *r, const char *parent)
-{
-    struct stat st;
-    snprintf(r->dir, sizeof(r->dir), "%s/redis-XXXXXX", parent);
-    if (mkdtemp(r->dir) == NULL) {
-        r->dir[0] = '\0';
-        return -1;
-    }
-    snprintf(r->sock, sizeof(r->sock), "%s/redis.sock", r->dir);
-    r->pid = fork();
-    if (r->pid < 0) return -1;
-    if (r->pid == 0) {
-        int devnull = open("/dev/null", O_WRONLY);
-        if (devnull >= 0) {
-            dup2(devnull, 1);
-            dup2(devnull, 2);
-        }
-        execlp("redis-server", "redis-server", "--port", "0", "--unixsocket", r->sock, "--dir",
-               r->dir, "--appendonly", "yes", "--appendfsync", "always", "--save", "",
-               (char *)NULL);
-        _exit(127);
-    }
-    for (int i = 0; i < 200; i++) {
-        if (stat(r->sock, &st) == 0) return 0;
-        if (waitpid(r->pid, NULL, WNOHANG) == r->pid) return -1;
-        usleep(25000);
-    }
-    return -1;
-}
-
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-/* Stop the server (SIGTERM: it syncs and exits) and remove its directory. */
-static void redis_stop(redis_box *r)
-{
-    if (r->pid > 0) {
-        kill(r->pid, SIGTERM);
-        waitpid(r->pid, NULL, 0);
-    }
-    if (r->dir[0] && nftw(r->dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS) != 0)
-        fprintf(stderr, "bench: could not remove %s\n", r->dir);
-}
-
-/* SETs per second of redis-benchmark with `clients` connections and
- * `requests` random keys; -1 when it failed. */
-static double redis_sets(const redis_box *r, int clients, long requests)
-{
-    char c[16], n[32], out[4096];
-    char *argv[] = {"redis-benchmark", "-s", (char *)r->sock, "-t", "set", "-c", c, "-n", n,
-                    "-r", "100000000", "--csv", NULL};
-    snprintf(c, sizeof(c), "%d", clients);
-    snprintf(n, sizeof(n), "%ld", requests);
-    if (run_capture(argv, out, sizeof(out)) != 0) return -1;
-    char *line = strstr(out, "\"SET\",\"");
-    return line ? atof(line + 7) : -1;
-}
-
 /* -- instructions: user-space work per durable remove ---------------------- */
 
 /* callgrind_control `what` ("-z" zero, "-d" dump) for process pid. 0 or -1. */
@@ -472,7 +374,7 @@ static int callgrind_control(const char *what, pid_t pid)
     char p[16], out[1024];
     char *argv[] = {"callgrind_control", (char *)what, p, NULL};
     snprintf(p, sizeof(p), "%d", (int)pid);
-    return run_capture(argv, out, sizeof(out)) == 0 ? 0 : -1;
+    return bench_run_capture(argv, out, sizeof(out)) == 0 ? 0 : -1;
 }
 
 /* Instructions in the newest dump of out_file (callgrind writes dumps as
@@ -768,14 +670,14 @@ int main(int argc, char **argv)
     if (!only || strcmp(only, "redis") == 0) {
         redis_box rb;
         memset(&rb, 0, sizeof(rb));
-        if (redis_start(&rb, dir) < 0) {
+        if (redis_start(&rb, dir, 1) < 0) {
             printf("redis: no redis-server could be started (make bench installs redis-server)\n");
         } else {
             double one = 0;
             for (int i = 0; i < ncounts; i++) {
                 /* about `seconds` at the rates seen here */
                 long requests = (long)(seconds * (counts[i] == 1 ? 6000 : counts[i] < 32 ? 30000 : 90000));
-                double rate = redis_sets(&rb, counts[i], requests);
+                double rate = redis_bench(&rb, "set", counts[i], requests);
                 if (i == 0) one = rate;
                 if (rate <= 0) {
                     printf("redis: redis-benchmark failed\n");

@@ -16,4 +16,5 @@ run "$build/bench/bench_reshard_plan"
 run "$build/bench/bench_master_mutations" "$dir" 3 etcd 1,64
 run "$build/bench/bench_etcd_oplog" 3
 run "$build/bench/bench_ha_failover" 5
+run "$build/bench/bench_metadata_reads" "$dir" 100000 3
 BUILD_DIR="$build" run /usr/bin/python3 bench/bench_python_get.py

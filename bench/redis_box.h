@@ -1,0 +1,35 @@
+/* redis_box.h -- a redis-server of a benchmark's own, and redis-benchmark
+ * run against it: the baseline a user would reach for, measured in the same
+ * run as the project's figure. Debian's redis-server and redis-tools (make
+ * bench installs them). */
+#ifndef BENCH_REDIS_BOX_H
+#define BENCH_REDIS_BOX_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+typedef struct redis_box {
+    char dir[512];
+    char sock[600];
+    pid_t pid;
+} redis_box;
+
+/* Start redis-server under a new directory in parent, on a Unix socket
+ * only (no TCP port). durable 1: AOF with appendfsync always (Redis syncs
+ * what one event-loop round took before it answers: its group commit);
+ * 0: in memory only. 0, or -1 (nothing left running). */
+int redis_start(redis_box *r, const char *parent, int durable);
+
+/* Stop the server (SIGTERM) and remove its directory. */
+void redis_stop(redis_box *r);
+
+/* Requests per second of `redis-benchmark -t test` (test: "set", "get")
+ * with `clients` connections, `requests` requests on random keys of a
+ * 100M key space, no pipelining; -1 when it failed. */
+double redis_bench(const redis_box *r, const char *test, int clients, long requests);
+
+/* Run argv to its end with its standard output into out (cap bytes, NUL
+ * terminated); stderr is discarded. Returns the exit status or -1. */
+int bench_run_capture(char *const argv[], char *out, size_t cap);
+
+#endif
