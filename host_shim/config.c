@@ -434,7 +434,8 @@ typedef enum field_kind {
     FK_RESIDENCY,
     FK_MODE,
     FK_ENDPOINTS,   /* "host:port[,host:port...]" (ports 1..65535) or "" */
-    FK_PREFIX       /* an etcd key prefix: "/", then printable ASCII, ending in "/" */
+    FK_PREFIX,      /* an etcd key prefix: "/", then printable ASCII, ending in "/" */
+    FK_REMOVED      /* a key that no longer exists: refused with `removed` */
 } field_kind;
 
 typedef struct field_spec {
@@ -443,13 +444,15 @@ typedef struct field_spec {
     size_t offset;                 /* into host_config */
     uint64_t min, max;             /* FK_U32, FK_U64 */
     const struct field_spec *sub;  /* FK_SECTION */
+    const char *removed;           /* FK_REMOVED: why, and what to do instead */
 } field_spec;
 
-#define F_U32(k, m, lo, hi) { k, FK_U32, offsetof(host_config, m), lo, hi, NULL }
-#define F_U64(k, m, lo, hi) { k, FK_U64, offsetof(host_config, m), lo, hi, NULL }
-#define F_OF(k, kind, m) { k, kind, offsetof(host_config, m), 0, 0, NULL }
-#define F_SEC(k, t) { k, FK_SECTION, 0, 0, 0, t }
-#define F_END { NULL, FK_SECTION, 0, 0, 0, NULL }
+#define F_U32(k, m, lo, hi) { k, FK_U32, offsetof(host_config, m), lo, hi, NULL, NULL }
+#define F_U64(k, m, lo, hi) { k, FK_U64, offsetof(host_config, m), lo, hi, NULL, NULL }
+#define F_OF(k, kind, m) { k, kind, offsetof(host_config, m), 0, 0, NULL, NULL }
+#define F_SEC(k, t) { k, FK_SECTION, 0, 0, 0, t, NULL }
+#define F_REMOVED(k, why) { k, FK_REMOVED, 0, 0, 0, NULL, why }
+#define F_END { NULL, FK_SECTION, 0, 0, 0, NULL, NULL }
 
 static const field_spec listen_fields[] = {
     F_OF("tcp", FK_ADDR, listen_tcp),
@@ -464,7 +467,9 @@ static const field_spec oplog_fields[] = {
     F_U64("segment_bytes", oplog_segment_bytes, 4096, UINT64_MAX),
     F_U32("max_batch_records", oplog_max_batch_records, 1, UINT32_MAX),
     F_OF("preallocate", FK_BOOL, oplog_preallocate),
-    F_OF("carry_unknown_types", FK_BOOL, oplog_carry_unknown_types),
+    F_REMOVED("carry_unknown_types",
+              "was removed: records and snapshot sections of a plugin that is absent or "
+              "disabled are always kept verbatim, so delete this key"),
     F_END
 };
 
@@ -532,7 +537,7 @@ static const field_spec top_fields[] = {
     F_SEC("ha", ha_fields),
     F_SEC("node", node_fields),
     F_SEC("cluster", cluster_fields),
-    { "plugins", FK_PLUGINS, 0, 0, 0, NULL },
+    { "plugins", FK_PLUGINS, 0, 0, 0, NULL, NULL },
     F_END
 };
 
@@ -768,6 +773,7 @@ static int apply_field(cfg_ctx *c, host_config *cfg, host_config_node *n,
     int iv = 0;
     uint64_t u = 0;
 
+    if (f->kind == FK_REMOVED) return cfg_fail(c, SMP_EINVAL, n->key_line, path, "%s", f->removed);
     if (f->kind == FK_SECTION || f->kind == FK_PLUGINS) {
         host_config_node_kind want = f->kind == FK_SECTION ? HOST_CFG_MAP : HOST_CFG_SEQ;
         if (node_is_null(n)) return 0; /* "listen:" with nothing below: all defaults */
@@ -1088,7 +1094,6 @@ int host_config_defaults(host_config *cfg)
     cfg->oplog_segment_bytes = 67108864u;
     cfg->oplog_max_batch_records = 4096;
     cfg->oplog_preallocate = 1;
-    cfg->oplog_carry_unknown_types = 0;
     cfg->snapshot_every_records = 100000;
     cfg->snapshot_keep = 2;
     cfg->memory_high_watermark = 0.95;

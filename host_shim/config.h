@@ -93,7 +93,6 @@ typedef struct host_config {
     uint64_t oplog_segment_bytes;     /* roll a segment past this size */
     uint32_t oplog_max_batch_records; /* one group commit at most, > 0 */
     int oplog_preallocate;            /* allocate each segment whole when made */
-    int oplog_carry_unknown_types;    /* keep records of unloaded plugins verbatim */
 
     /* snapshot: */
     uint64_t snapshot_every_records;  /* take one after this many appends, 0 = never */

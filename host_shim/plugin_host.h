@@ -37,7 +37,9 @@ typedef struct host_backend {
     int (*group_list)(void *ctx, const char *group, const char *after_key,
                       size_t max, smp_object_visit_fn fn, void *arg);
     uint64_t (*group_count)(void *ctx, const char *group);
-    int (*group_set_managed)(void *ctx, const char *group, int managed,
+    /* owner: the descriptor name of the plugin that asks (it owns the group
+     * from then on when managed is 1). */
+    int (*group_set_managed)(void *ctx, const char *owner, const char *group, int managed,
                              smp_done_cb cb, void *arg);
     int (*ensure_cold)(void *ctx, const char *key, smp_done_cb cb, void *arg);
     int (*ensure_memory)(void *ctx, const char *key, smp_done_cb cb, void *arg);

@@ -393,7 +393,7 @@ static int api_group_set_managed(smp_host *h, const char *group, int managed, sm
 {
     const host_backend *be = &h->reg->be;
     if (group == NULL) return SMP_EINVAL;
-    return be->group_set_managed != NULL ? be->group_set_managed(be->ctx, group, managed, cb, arg)
+    return be->group_set_managed != NULL ? be->group_set_managed(be->ctx, h->desc.name, group, managed, cb, arg)
                                          : SMP_ENOTSUP;
 }
 

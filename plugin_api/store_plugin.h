@@ -513,7 +513,10 @@ typedef struct smp_host_api {
     /* Number of objects in a group (0 when the group does not exist). */
     uint64_t (*group_count)(smp_host *h, const char *group);
     /* Persist the managed flag of a group (an OpLog record of the host's);
-     * cb after it is durable. */
+     * cb after it is durable. The calling plugin owns the group from then
+     * on: only its guard is asked about the members, and while it is not
+     * loaded the host refuses every removal, eviction, put into and
+     * overwrite of them. SMP_EVETO when another plugin owns the group. */
     int (*group_set_managed)(smp_host *h,
                              const char *group,
                              int managed,

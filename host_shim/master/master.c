@@ -86,16 +86,16 @@ static int lock_data_dir(master *m, char *err, size_t errlen)
 
 /* -- guard wiring: the object store asks the plugins' guards --------------- */
 
-static int guard_check(void *ctx, const smp_guard_request *req)
+static int guard_check(void *ctx, const char *owner, const smp_guard_request *req, int *asked)
 {
     master *m = ctx;
-    return host_plugins_guard_check(m->plugins, req);
+    return host_plugins_guard_check_owner(m->plugins, owner, req, asked);
 }
 
-static int guard_loaded(void *ctx)
+static int guard_active(void *ctx, const char *owner)
 {
     master *m = ctx;
-    return host_plugins_has_guard(m->plugins);
+    return host_plugins_is_active(m->plugins, owner);
 }
 
 /* -- housekeeping ------------------------------------------------------------- */
@@ -338,7 +338,7 @@ static int open_parts(master *m, char *err, size_t errlen)
     if ((rc = host_plugins_create(&m->plugins, m->cfg, m->metrics, &m->backend)) < 0) return rc;
     if ((rc = host_plugins_load_all(m->plugins, err, errlen)) < 0) return rc;
     host_plugins_set_timing(m->plugins, &m->m.plugin_timing);
-    obj_guard_ops guard = {guard_check, guard_loaded, m};
+    obj_guard_ops guard = {guard_check, guard_active, m};
     if ((rc = obj_store_create(&m->objs, &guard)) < 0) return rc;
 
     oplog_file_options lo = {

@@ -98,12 +98,15 @@ static int commit_done(master *m, obj_record *rec, const char *key, smp_done_cb 
     return rc;
 }
 
-static int be_group_set_managed(void *ctx, const char *group, int managed, smp_done_cb cb, void *arg)
+/* A plugin sets or clears the managed flag of a group; owner (the asking
+ * plugin) owns it from then on. SMP_EVETO when another plugin owns it. */
+static int be_group_set_managed(void *ctx, const char *owner, const char *group, int managed,
+                                smp_done_cb cb, void *arg)
 {
     master *m = ctx;
     obj_record rec = {0};
     if (cb == NULL) return SMP_EINVAL;
-    int rc = obj_prepare_group_managed(m->objs, group, managed, &rec);
+    int rc = obj_prepare_group_managed(m->objs, group, owner, managed, &rec);
     return rc < 0 ? rc : commit_done(m, &rec, NULL, cb, arg);
 }
 

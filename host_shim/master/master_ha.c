@@ -79,7 +79,7 @@ static void publish_status(master *m)
 static int follow_apply(void *arg, const oplog_record *rec)
 {
     master *m = arg;
-    int rc = master_apply_record(m, rec, m->ha_reason, sizeof(m->ha_reason));
+    int rc = master_apply_record(m, rec, 0, m->ha_reason, sizeof(m->ha_reason));
     if (rc < 0) m->ha_apply_failed = 1;
     return rc;
 }

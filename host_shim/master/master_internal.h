@@ -40,8 +40,8 @@
 #define MASTER_LIST_DEFAULT 1000        /* keys per page when the client says 0 */
 #define MASTER_LIST_MAX 10000
 
-/* A record of a type no loaded plugin replays, kept verbatim when the
- * operator allowed it (oplog.carry_unknown_types). */
+/* A record of a type no loaded plugin replays (its plugin is absent or
+ * disabled), kept verbatim at recovery. */
 typedef struct master_carried_record {
     uint64_t seq;
     uint16_t type;
@@ -273,14 +273,16 @@ struct GateInfo **master_gates_view_ptrs(master_gates_view *v);
 /* -- master_recovery.c --------------------------------------------------------- */
 
 /* Apply one durable record to the state: a host record to the object store,
- * a plugin record to its plugin (carried verbatim when no plugin has it and
- * oplog.carry_unknown_types allows). Recovery and an HA standby's following
- * both come through here. Advances applied_seq; a refusal is named in err. */
-int master_apply_record(master *m, const oplog_record *rec, char *err, size_t errlen);
+ * a plugin record to its plugin. A record no loaded plugin replays is carried
+ * verbatim when carry is set (recovery: its plugin is absent or disabled)
+ * and refused otherwise (an HA standby following the leader must replay all
+ * it writes). Recovery and an HA standby's following both come through here.
+ * Advances applied_seq; a refusal is named in err. */
+int master_apply_record(master *m, const oplog_record *rec, int carry, char *err, size_t errlen);
 
 /* Load the newest snapshot and replay the OpLog after it. Fails closed: a
- * damaged snapshot, a section a plugin refuses, a record of an unknown type
- * (unless carried) or of a too new encoding version stops recovery; err
+ * damaged snapshot, a section a plugin refuses or a record of a too new
+ * encoding version stops recovery (records of unknown types are carried); err
  * names the cause. */
 int master_recover(master *m, char *err, size_t errlen);
 

@@ -1,10 +1,11 @@
 /* master_objects.c -- the host's object service (RPC service 1).
  *
  * Plain object storage that works with or without plugins: put start (soft
- * state, answered at once), put end / revoke / remove / remove by prefix /
- * group managed flag (each answered only after its OpLog record is durable
- * and applied, through master_commit), replica lookup under a read lease,
- * exists and listing (reads of the applied state). A request that does not
+ * state, answered at once), put end / revoke / remove / remove by prefix
+ * (each answered only after its OpLog record is durable and applied, through
+ * master_commit), replica lookup under a read lease, exists and listing
+ * (reads of the applied state). Setting a group's managed flag is refused:
+ * only the plugin that owns a group does that (host API group_set_managed). A request that does not
  * decode is answered SMP_EPROTO; every refusal carries a message naming the
  * key and the cause. */
 #include <stdio.h>
@@ -376,15 +377,17 @@ free_req:
     return SMP_OK;
 }
 
+/* Refused: a group's managed flag belongs to the plugin that owns the group
+ * (its owner is persisted with the flag), so no client sets or clears it.
+ * The method stays known so the refusal is explicit; nothing changes. */
 static int h_group_set_managed(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len)
 {
-    master *m = ctx;
-    obj_record rec = {0};
-    DECODE(GroupSetManagedRequest, group_set_managed_request, req, body, len, call);
-    int rc = obj_prepare_group_managed(m->objs, req->group, req->managed, &rec);
-    if (rc == SMP_OK) rc = master_commit(m, &rec, NULL, on_empty_durable, call);
-    if (rc < 0) reply_err(call, rc, "group set managed", req->group);
-    DECODED_FREE(req);
+    (void)ctx;
+    (void)body;
+    (void)len;
+    rpc_reply_error(call, SMP_ENOTSUP,
+                    "group set managed: the managed flag of a group is set only by the plugin "
+                    "that owns the group, not by a client");
     return SMP_OK;
 }
 

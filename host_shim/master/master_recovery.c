@@ -9,8 +9,13 @@
  * host record applies to the object store, a plugin record goes to the plugin
  * that registered its type. A record nobody can replay, or of an encoding
  * newer than its plugin registered, stops startup with its sequence and type
- * named -- unless the operator set oplog.carry_unknown_types, in which case
- * records of unregistered types are kept verbatim. */
+ * named. A record of a type no loaded plugin registered belongs to a plugin
+ * that is absent from the config or disabled: it is kept verbatim (carried
+ * through snapshots) and replayed when its plugin is loaded again, so
+ * starting without a plugin needs no configuration; the host keeps
+ * protecting the managed groups it owns (obj_store.h, guard rule). An HA
+ * standby following a live leader does not carry: it must be able to replay
+ * everything the leader writes (see master_ha.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,7 +83,7 @@ static int replay_plugin_record(const host_oplog_type_reg *reg,
     return rc;
 }
 
-int master_apply_record(master *m, const oplog_record *rec, char *err, size_t errlen)
+int master_apply_record(master *m, const oplog_record *rec, int carry, char *err, size_t errlen)
 {
     int rc;
     if (rec->type == MASTER_REC_GATE_CONFIRM) {
@@ -101,13 +106,11 @@ int master_apply_record(master *m, const oplog_record *rec, char *err, size_t er
             rc = replay_plugin_record(reg, rec->seq, rec->encver, rec->payload, rec->len,
                                       err, errlen);
             if (rc < 0) return rc;
-        } else if (m->cfg->oplog_carry_unknown_types) {
+        } else if (carry) {
             if ((rc = carry_record(m, rec->seq, rec->type, rec->encver, rec->payload, rec->len)) < 0)
                 return rc;
         } else {
-            snprintf(err, errlen,
-                     "oplog: record %llu has type %u but no loaded plugin replays it "
-                     "(set oplog.carry_unknown_types: true to keep such records verbatim)",
+            snprintf(err, errlen, "oplog: record %llu has type %u but no loaded plugin replays it",
                      (unsigned long long)rec->seq, (unsigned)rec->type);
             return SMP_ENOTFOUND;
         }
@@ -119,12 +122,12 @@ int master_apply_record(master *m, const oplog_record *rec, char *err, size_t er
 static int replay_one(void *arg, const oplog_record *rec)
 {
     replay_ctx *c = arg;
-    return master_apply_record(c->m, rec, c->err, c->errlen);
+    return master_apply_record(c->m, rec, 1, c->err, c->errlen);
 }
 
 /* Records carried from an earlier run: replay those whose plugin is loaded
- * again (in sequence order, right after the plugin's section), keep the rest
- * if still allowed. */
+ * again (in sequence order, right after the plugin's section), keep carrying
+ * the rest. */
 static int settle_carried_records(master *m, char *err, size_t errlen)
 {
     size_t kept = 0;
@@ -137,13 +140,6 @@ static int settle_carried_records(master *m, char *err, size_t errlen)
                 rc = replay_plugin_record(reg, r->seq, r->encver, r->payload, r->len, err, errlen);
             free(r->payload);
             continue;
-        }
-        if (!m->cfg->oplog_carry_unknown_types && rc == SMP_OK) {
-            snprintf(err, errlen,
-                     "snapshot: carried record %llu has type %u but no loaded plugin replays it "
-                     "(set oplog.carry_unknown_types: true to keep carrying it)",
-                     (unsigned long long)r->seq, (unsigned)r->type);
-            rc = SMP_ENOTFOUND;
         }
         m->carried_recs[kept++] = *r;
     }

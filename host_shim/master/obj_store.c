@@ -86,6 +86,7 @@ static void obj_group_free(obj_group *g)
     if (!g) return;
     obj_sl_fini(&g->members);
     free(g->name);
+    free(g->owner);
     free(g);
 }
 
@@ -117,7 +118,7 @@ free_group:
 /* Drop a group that is neither managed nor has members. */
 void obj_group_gc(obj_store *st, obj_group *g)
 {
-    if (g && !g->managed && g->members.count == 0) {
+    if (g && !g->owner && g->members.count == 0) {
         obj_sl_del(&st->groups, g->name);
         obj_group_free(g);
     }
@@ -126,7 +127,7 @@ void obj_group_gc(obj_store *st, obj_group *g)
 int obj_group_managed_flag(const obj_store *st, const char *name)
 {
     obj_group *g = obj_group_find(st, name);
-    return g ? g->managed : 0;
+    return g && g->owner ? 1 : 0;
 }
 
 static obj_tenant *obj_tenant_get_or_create(obj_store *st, const char *name, int *created)
@@ -666,6 +667,12 @@ uint64_t obj_group_count(const obj_store *st, const char *group)
 int obj_group_is_managed(const obj_store *st, const char *group)
 {
     return obj_group_managed_flag(st, group);
+}
+
+const char *obj_group_owner(const obj_store *st, const char *group)
+{
+    const obj_group *g = obj_group_find(st, group);
+    return g ? g->owner : NULL;
 }
 
 void obj_tenant_usage(const obj_store *st, const char *tenant, uint64_t *objects, uint64_t *bytes)

@@ -66,7 +66,10 @@
  *   6 SEGMENT_UNMOUNT SegmentUnmountRecord: drops the segment and every
  *                     memory replica in it (objects are kept, see below).
  *   7 SEGMENT_UPDATE  UpdateRecord: a segment's larger capacity, or a
- *                     group's managed flag (oneof).
+ *                     group's managed flag and owner (oneof). A managed
+ *                     group record without an owner (written before owners
+ *                     existed) belongs to OBJ_OWNER_DEFAULT, the weight
+ *                     plugin: it was the only plugin that managed groups.
  *
  * Choices made here:
  *   - A tenant is an explicit field of an object ("" = none), not a part of
@@ -83,13 +86,19 @@
  *   - Unmounting a segment drops the memory replicas in it; an object left
  *     without replicas stays (unreadable) so no managed group loses a member
  *     behind the plugin's back. Unmount is rare and scans the objects.
- *   - Guard rule: with no plugin guard loaded the store itself refuses to
- *     evict, partially remove, put into or overwrite in a managed group
- *     (removing a whole managed group by prefix is not partial and is allowed
- *     when nothing in it is leased). With a guard loaded every removal,
- *     eviction, stale-put cleanup and put/upsert into a group asks it; a veto
- *     is SMP_EVETO for an explicit call and a skip for eviction and cleanup.
- *     Both kinds of refusal are counted per reason in obj_stats.
+ *   - Guard rule: a managed group belongs to one plugin (its owner, kept in
+ *     the records and the snapshot). While the owner is not active (absent
+ *     from the config, disabled, or failed to load) the store refuses every
+ *     guarded action on the group's members itself: removal by key, prefix
+ *     or all, eviction, stale-put cleanup, put into and overwrite. With the
+ *     owner active, its guard alone decides for its groups (no other
+ *     plugin's guard is asked, so none can allow or veto them); an owner
+ *     without a guard gets the host's rule: no eviction, partial removal,
+ *     put into or overwrite (removing a whole managed group by prefix is not
+ *     partial and is allowed when nothing in it is leased). Objects in no
+ *     managed group are asked of every active guard (any veto vetoes). A
+ *     veto is SMP_EVETO for an explicit call and a skip for eviction and
+ *     cleanup. Both kinds of refusal are counted per reason in obj_stats.
  *
  * Strings the store hands out (keys, replica views, object info) are borrowed
  * until the next call that changes the store. */
@@ -109,6 +118,9 @@
 #define OBJ_REMOVE_BATCH 1024 /* keys per REMOVE record from a bulk plan */
 #define OBJ_REPLICAS_MAX 1024 /* replicas of one object */
 #define OBJ_SNAPSHOT_FORMAT 1
+/* The owner of a managed group recorded without one: the weight plugin's
+ * descriptor name. */
+#define OBJ_OWNER_DEFAULT "weight_mgmt"
 
 /* OpLog record types of the host (see the mapping above). */
 #define OBJ_REC_PUT_END 1
@@ -138,13 +150,19 @@ typedef struct obj_replica {
     const char *path;    /* COLD only (NULL for MEMORY) */
 } obj_replica;
 
-/* The object guard. check() answers SMP_GUARD_ALLOW or SMP_GUARD_VETO (any
- * other value is a veto). loaded() tells whether a plugin guard is loaded now
- * (asked at every decision, so loading or unloading a plugin is followed);
- * NULL loaded means "loaded exactly when check is not NULL". */
+/* The plugins behind the guard, asked at every decision (so loading,
+ * disabling or unloading a plugin is followed at once).
+ *   check(ctx, owner, req, &asked): owner is the plugin that owns the
+ *     object's managed group, or NULL for an object in no managed group; it
+ *     asks that plugin's guard only (NULL: every active plugin's guard) and
+ *     answers SMP_GUARD_ALLOW or SMP_GUARD_VETO (any other value is a veto),
+ *     with asked set to the number of guards asked.
+ *   active(ctx, owner): 1 when the plugin named owner is loaded and enabled.
+ * A NULL check asks nobody (asked 0); a NULL active counts every owner as
+ * active (a store without a plugin host, as in unit tests). */
 typedef struct obj_guard_ops {
-    int (*check)(void *ctx, const smp_guard_request *req);
-    int (*loaded)(void *ctx);
+    int (*check)(void *ctx, const char *owner, const smp_guard_request *req, int *asked);
+    int (*active)(void *ctx, const char *owner);
     void *ctx;
 } obj_guard_ops;
 
@@ -460,9 +478,14 @@ int obj_prepare_segment_update(obj_store *st,
                                const char *id,
                                uint64_t capacity,
                                obj_record *out);
-/* SEGMENT_UPDATE setting a group's managed flag (the group may be empty). */
+/* SEGMENT_UPDATE setting (managed 1: plugin becomes the group's owner) or
+ * clearing a group's managed flag on behalf of plugin (its descriptor name,
+ * 1..OBJ_NAME_MAX bytes); the group may be empty. Only the owner changes a
+ * managed group: SMP_EVETO when another plugin owns it; SMP_EINVAL on a bad
+ * group or plugin name. */
 int obj_prepare_group_managed(obj_store *st,
                               const char *group,
+                              const char *plugin,
                               int managed,
                               obj_record *out);
 
@@ -531,6 +554,9 @@ int obj_group_list(const obj_store *st,
                    void *arg);
 uint64_t obj_group_count(const obj_store *st, const char *group);
 int obj_group_is_managed(const obj_store *st, const char *group);
+/* The plugin that owns a managed group, or NULL when it is not managed
+ * (borrowed). */
+const char *obj_group_owner(const obj_store *st, const char *group);
 
 void obj_memory_usage(const obj_store *st, uint64_t *used, uint64_t *capacity);
 /* Complete objects and their bytes of a tenant (0, 0 when unknown). */

@@ -111,7 +111,7 @@ typedef struct obj_reservation {
 
 typedef struct obj_group {
     char *name;
-    int managed;
+    char *owner;    /* plugin owning the managed group; NULL: not managed */
     obj_sl members; /* key -> obj_object */
 } obj_group;
 
@@ -220,7 +220,8 @@ int obj_keybatch_add(obj_keybatch *b, const obj_object *o, obj_record_list *out)
 int obj_apply_object(obj_store *st, const Hostrec__ObjectRecord *m);
 int obj_segment_msg_ok(const Hostrec__SegmentRecord *m);
 int obj_apply_segment_mount(obj_store *st, const Hostrec__SegmentRecord *m);
-int obj_set_group_managed(obj_store *st, const char *name, int managed);
+int obj_set_group_managed(obj_store *st, const char *name, const char *owner);
+const char *obj_group_msg_owner(const Hostrec__GroupRecord *m);
 obj_hold *obj_hold_find(const obj_store *st, const char *key);
 /* obj_store_put.c (puts) */
 int obj_lease_active(const obj_object *o, uint64_t now);

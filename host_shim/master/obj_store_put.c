@@ -413,13 +413,20 @@ int obj_prepare_segment_update(obj_store *st,
     return obj_encode_segment(OBJ_REC_SEGMENT_UPDATE, id, s->node, capacity, out);
 }
 
-int obj_prepare_group_managed(obj_store *st, const char *group, int managed, obj_record *out)
+int obj_prepare_group_managed(obj_store *st,
+                              const char *group,
+                              const char *plugin,
+                              int managed,
+                              obj_record *out)
 {
-    (void)st;
-    if (!obj_name_ok(group, OBJ_GROUP_MAX, 0) || !out) return SMP_EINVAL;
+    if (!obj_name_ok(group, OBJ_GROUP_MAX, 0) || !obj_name_ok(plugin, OBJ_NAME_MAX, 0) || !out)
+        return SMP_EINVAL;
+    const char *owner = obj_group_owner(st, group);
+    if (owner && strcmp(owner, plugin) != 0) return SMP_EVETO;
     Hostrec__GroupRecord g = HOSTREC__GROUP_RECORD__INIT;
     g.name = (char *)group;
     g.managed = managed ? 1 : 0;
+    if (managed) g.owner = (char *)plugin;
     Hostrec__UpdateRecord u = HOSTREC__UPDATE_RECORD__INIT;
     u.change_case = HOSTREC__UPDATE_RECORD__CHANGE_GROUP;
     u.group = &g;

@@ -586,17 +586,34 @@ static int obj_apply_segment_unmount(obj_store *st, const Hostrec__SegmentUnmoun
     return SMP_OK;
 }
 
-/* Set a group's managed flag, creating or dropping the group entry. */
-int obj_set_group_managed(obj_store *st, const char *name, int managed)
+/* Make owner the owner of a managed group (NULL: not managed), creating or
+ * dropping the group entry. SMP_EPROTO on a bad name, SMP_ENOMEM (nothing
+ * changed). */
+int obj_set_group_managed(obj_store *st, const char *name, const char *owner)
 {
     if (!obj_name_ok(name, OBJ_GROUP_MAX, 0)) return SMP_EPROTO;
+    if (owner && !obj_name_ok(owner, OBJ_NAME_MAX, 0)) return SMP_EPROTO;
     obj_group *g = obj_sl_get(&st->groups, name);
-    if (!g && !managed) return SMP_OK;
+    if (!g && !owner) return SMP_OK;
+    char *copy = owner ? strdup(owner) : NULL;
+    if (owner && !copy) return SMP_ENOMEM;
     int created;
-    if (!g && !(g = obj_group_get_or_create(st, name, &created))) return SMP_ENOMEM;
-    g->managed = managed ? 1 : 0;
+    if (!g && !(g = obj_group_get_or_create(st, name, &created))) {
+        free(copy);
+        return SMP_ENOMEM;
+    }
+    free(g->owner);
+    g->owner = copy;
     obj_group_gc(st, g);
     return SMP_OK;
+}
+
+/* The owner a GroupRecord names: none when not managed, OBJ_OWNER_DEFAULT
+ * for a managed group recorded before owners existed. */
+const char *obj_group_msg_owner(const Hostrec__GroupRecord *m)
+{
+    if (!m->managed) return NULL;
+    return m->owner && m->owner[0] ? m->owner : OBJ_OWNER_DEFAULT;
 }
 
 static int obj_apply_update(obj_store *st, const Hostrec__UpdateRecord *m)
@@ -612,7 +629,7 @@ static int obj_apply_update(obj_store *st, const Hostrec__UpdateRecord *m)
     }
     case HOSTREC__UPDATE_RECORD__CHANGE_GROUP:
         if (!m->group) return SMP_EPROTO;
-        return obj_set_group_managed(st, m->group->name, m->group->managed);
+        return obj_set_group_managed(st, m->group->name, obj_group_msg_owner(m->group));
     default:
         return SMP_EPROTO;
     }
@@ -746,8 +763,9 @@ int obj_describe_record(uint16_t type,
                          m->segment->id, m->segment->node,
                          (unsigned long long)m->segment->capacity);
         else if (m->change_case == HOSTREC__UPDATE_RECORD__CHANGE_GROUP && m->group)
-            n = snprintf(buf, cap, "SEGMENT_UPDATE group=%s managed=%d", m->group->name,
-                         m->group->managed ? 1 : 0);
+            n = snprintf(buf, cap, "SEGMENT_UPDATE group=%s managed=%d%s%s", m->group->name,
+                         m->group->managed ? 1 : 0, m->group->managed ? " owner=" : "",
+                         m->group->managed ? obj_group_msg_owner(m->group) : "");
         hostrec__update_record__free_unpacked(m, NULL);
         break;
     }

@@ -11,15 +11,12 @@
 /* Guard                                                                     */
 /* ------------------------------------------------------------------------ */
 
-static int obj_guard_loaded(const obj_store *st)
-{
-    if (st->guard.loaded) return st->guard.loaded(st->guard.ctx) ? 1 : 0;
-    return st->guard.check != NULL;
-}
-
-/* Decide one guarded action. host_forbids: the host's managed-group rule
- * refuses it when no plugin guard is loaded. With a guard loaded the guard
- * alone decides. Returns SMP_OK or SMP_EVETO, counting refusals. */
+/* Decide one guarded action on key, a member of group (or of none). When
+ * group is managed by an owner that is not active, the host refuses. When
+ * the owner is active, only its guard is asked; an owner without a guard
+ * gets the host's rule: host_forbids refuses. An object in no managed group
+ * is asked of every active guard. Returns SMP_OK or SMP_EVETO, counting
+ * refusals (host_refusals or guard_vetoes by reason). */
 int obj_guard_decide(obj_store *st,
                      smp_guard_reason reason,
                      const char *key,
@@ -28,8 +25,8 @@ int obj_guard_decide(obj_store *st,
                      smp_replica_kind kind,
                      int host_forbids)
 {
-    if (!obj_guard_loaded(st)) {
-        if (!host_forbids) return SMP_OK;
+    const char *owner = obj_group_owner(st, group);
+    if (owner && st->guard.active && !st->guard.active(st->guard.ctx, owner)) {
         st->stats.host_refusals[reason]++;
         return SMP_EVETO;
     }
@@ -39,10 +36,16 @@ int obj_guard_decide(obj_store *st,
     req.reason = reason;
     req.key = key;
     req.group = obj_str(group);
-    req.group_managed = obj_group_managed_flag(st, group);
+    req.group_managed = owner != NULL;
     req.data_type = data_type;
     req.replica_kind = kind;
-    int r = st->guard.check ? st->guard.check(st->guard.ctx, &req) : SMP_GUARD_VETO;
+    int asked = 0;
+    int r = st->guard.check ? st->guard.check(st->guard.ctx, owner, &req, &asked) : SMP_GUARD_ALLOW;
+    if (asked == 0) {
+        if (!owner || !host_forbids) return SMP_OK;
+        st->stats.host_refusals[reason]++;
+        return SMP_EVETO;
+    }
     if (r == SMP_GUARD_ALLOW) return SMP_OK;
     st->stats.guard_vetoes[reason]++;
     return SMP_EVETO;
@@ -164,7 +167,7 @@ int obj_prepare_remove_prefix(obj_store *st,
          x && obj_has_prefix(x->key, prefix, plen); x = x->next[0]) {
         obj_object *o = x->val;
         obj_group *g = obj_group_find(st, o->group);
-        if (g && g->managed) {
+        if (g && g->owner) {
             if (obj_sl_get(&seen, g->name)) continue;
             if ((rc = obj_sl_put(&seen, g->name, g)) < 0) goto undo;
             if ((rc = obj_remove_managed_group(st, g, prefix, reason, now, out, rep)) < 0)

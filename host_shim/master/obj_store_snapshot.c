@@ -67,10 +67,11 @@ int obj_store_save(const obj_store *st,
     }
     for (obj_sl_node *x = obj_sl_after(&st->groups, NULL, 0); x; x = x->next[0]) {
         const obj_group *g = x->val;
-        if (!g->managed) continue;
+        if (!g->owner) continue;
         Hostrec__GroupRecord m = HOSTREC__GROUP_RECORD__INIT;
         m.name = g->name;
         m.managed = 1;
+        m.owner = g->owner;
         if ((rc = obj_snap_field(&w, 3, &m.base)) < 0) goto free_tmp;
     }
     for (obj_sl_node *x = obj_sl_after(&st->objects, NULL, 0); x; x = x->next[0]) {
@@ -123,7 +124,8 @@ int obj_store_load(obj_store *st, const uint8_t *data, size_t len)
     }
     for (size_t i = 0; i < m->n_groups; i++) {
         if (!m->groups[i]->managed) { rc = SMP_EPROTO; goto clear; }
-        if ((rc = obj_set_group_managed(st, m->groups[i]->name, 1)) < 0) goto clear;
+        rc = obj_set_group_managed(st, m->groups[i]->name, obj_group_msg_owner(m->groups[i]));
+        if (rc < 0) goto clear;
     }
     for (size_t i = 0; i < m->n_objects; i++) {
         const char *key = m->objects[i]->key;

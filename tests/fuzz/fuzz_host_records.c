@@ -330,12 +330,12 @@ static int build_sequence(seq_builder *b, size_t *mid)
     add_replica(b, "kv/one", "node-b");
     add_cold(b, "kv/one", "node-a");
     emit(b, &r, obj_prepare_set_pin(st, "kv/one", 1, &r));
-    emit(b, &r, obj_prepare_group_managed(st, "w/model/rev1", 1, &r));
+    emit(b, &r, obj_prepare_group_managed(st, "w/model/rev1", "weight_mgmt", 1, &r));
     revoked_put(b, "kv/revoked");
     *mid = b->out.n;
     emit(b, &r, obj_prepare_remove(st, "kv/two", ++b->now, &r));
     remove_prefix(b, "w/");
-    emit(b, &r, obj_prepare_group_managed(st, "w/model/rev1", 0, &r));
+    emit(b, &r, obj_prepare_group_managed(st, "w/model/rev1", "weight_mgmt", 0, &r));
     emit(b, &r, obj_prepare_segment_unmount(st, "seg-b", &r));
     return b->rc;
 }

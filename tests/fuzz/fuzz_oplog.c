@@ -304,7 +304,7 @@ static int host_records(obj_record *recs, int max)
     if (rc == SMP_OK) rc = obj_put_start(st, &p2, 12, NULL);
     STEP(obj_prepare_put_end(st, "w/m/r1/obj-0", sum, 13, &recs[n]));
     STEP(obj_prepare_set_pin(st, "kv/one", 1, &recs[n]));
-    STEP(obj_prepare_group_managed(st, "w/m/r1", 1, &recs[n]));
+    STEP(obj_prepare_group_managed(st, "w/m/r1", "weight_mgmt", 1, &recs[n]));
     STEP(obj_prepare_remove(st, "kv/one", 14, &recs[n]));
 #undef STEP
     obj_store_destroy(st);

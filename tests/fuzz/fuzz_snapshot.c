@@ -131,7 +131,7 @@ static int build_store(obj_store *st)
     if (rc == SMP_OK) rc = put(st, "kv/two", 4096, NULL, 1001);
     if (rc == SMP_OK) rc = put(st, "w/model/rev1/manifest", 512, "w/model/rev1", 1002);
     if (rc == SMP_OK) rc = put(st, "w/model/rev1/obj-0", 8192, "w/model/rev1", 1003);
-    if (rc == SMP_OK) rc = apply(st, &r, obj_prepare_group_managed(st, "w/model/rev1", 1, &r));
+    if (rc == SMP_OK) rc = apply(st, &r, obj_prepare_group_managed(st, "w/model/rev1", "weight_mgmt", 1, &r));
     if (rc == SMP_OK) rc = apply(st, &r, obj_prepare_set_pin(st, "kv/one", 1, &r));
     return rc;
 }

@@ -1,8 +1,9 @@
 /* test_crash_recovery.c -- SIGKILL the master at random moments under load.
  *
  * Four client threads, each on its own connection and its own keys, put new
- * objects, remove existing ones, put into their group and then mark it
- * managed, while the main thread kills the master with SIGKILL at a random
+ * objects, remove existing ones and put into and remove from their group
+ * (a plain group: only a plugin marks groups managed, test_protect_groups
+ * covers those), while the main thread kills the master with SIGKILL at a random
  * moment (snapshots run every few dozen records, so kills land inside them
  * too). After every restart the test checks the master against a model of
  * what was acknowledged: every acknowledged change is there, nothing that
@@ -44,8 +45,6 @@ typedef struct worker {
     unsigned seed;
     key_model keys[KEYS];
     key_model grouped[KEYS];
-    int managed;             /* the group's managed flag, acknowledged */
-    int managed_uncertain;
     int next_version;
     int acked;               /* acknowledged mutations this round */
     char failure[256];       /* set by the thread; asserted by the main thread */
@@ -101,19 +100,12 @@ static int do_remove(worker *wk, kvc *c, int j, int grouped)
     key_name(key, sizeof(key), wk->id, grouped ? "g" : "k", j);
     int rc = kvc_remove(c, key);
     if (rc == 0) {
-        /* A managed group's member is never removable. */
-        if (grouped && wk->managed)
-            snprintf(wk->failure, sizeof(wk->failure), "%s removed from a managed group", key);
         k->state = ABSENT;
         wk->acked++;
     } else if (kvc_transport_failed(c)) {
         k->uncertain = 1;
         k->maybe_state = ABSENT;
         return -1;
-    } else if (grouped && wk->managed && rc != SMP_EVETO && rc != SMP_EBUSY) {
-        /* Refused by the guard, or first by a read lease from a check. */
-        snprintf(wk->failure, sizeof(wk->failure),
-                 "remove of %s in a managed group: %s, expected SMP_EVETO", key, smp_strerror(rc));
     }
     return 0;
 }
@@ -129,24 +121,8 @@ static void *worker_main(void *arg)
         int rc;
         if (dice < 70) {
             rc = wk->keys[j].state == ABSENT ? do_put(wk, c, j, 0) : do_remove(wk, c, j, 0);
-        } else if (dice < 90) {
-            if (!wk->managed && !wk->managed_uncertain && wk->grouped[j].state == ABSENT)
-                rc = do_put(wk, c, j, 1);
-            else
-                rc = wk->grouped[j].state == PRESENT ? do_remove(wk, c, j, 1) : 0;
-        } else if (!wk->managed && !wk->managed_uncertain) {
-            char group[32];
-            snprintf(group, sizeof(group), "grp%d", wk->id);
-            rc = kvc_group_set_managed(c, group, 1);
-            if (rc == 0) {
-                wk->managed = 1;
-                wk->acked++;
-            } else if (kvc_transport_failed(c)) {
-                wk->managed_uncertain = 1;
-                rc = -1;
-            }
         } else {
-            rc = 0;
+            rc = wk->grouped[j].state == ABSENT ? do_put(wk, c, j, 1) : do_remove(wk, c, j, 1);
         }
         if (rc < 0 || wk->failure[0]) break; /* the master is gone, or a check failed */
     }
@@ -233,19 +209,6 @@ static void verify(worker *workers, const hx_master *m, int full)
             check_key(wk, c, j, 0, in_list(keys, n, key));
             key_name(key, sizeof(key), w, "g", j);
             check_key(wk, c, j, 1, in_list(keys, n, key));
-        }
-        /* Probe the managed flag without changing anything: a put into a
-         * managed group is refused; otherwise revoke the probe. */
-        char group[32];
-        snprintf(group, sizeof(group), "grp%d", w);
-        int rc = kvc_put_start(c, "w-probe", 1, SMP_DATA_KV, group, 0, NULL);
-        int managed = rc == SMP_EVETO;
-        if (rc == 0) assert_int_equal(kvc_put_revoke(c, "w-probe"), 0);
-        if (wk->managed_uncertain) {
-            wk->managed = managed;
-            wk->managed_uncertain = 0;
-        } else if (managed != wk->managed) {
-            fail_msg("group %s managed=%d, acknowledged %d", group, managed, wk->managed);
         }
     }
     if (full) {

@@ -5,11 +5,11 @@
  * Each test stops a store_master, changes what it left on disk or the
  * plugins it loads, and starts it again. A torn log tail is cut and every
  * intact acknowledged object is served; a snapshot with a flipped byte, a
- * record of a type nobody replays, or a record encoded newer than its plugin
- * reads each refuse the start with a log line naming the cause, and leave
- * every file of data_dir exactly as it was. Records and sections of a
- * disabled plugin are carried verbatim (oplog.carry_unknown_types) and
- * handed back when the plugin returns. The plugin state is observed through
+ * record encoded newer than its plugin reads, or the removed key
+ * oplog.carry_unknown_types each refuse the start with a log line naming
+ * the cause, and leave every file of data_dir exactly as it was. Records and
+ * sections of a disabled or absent plugin are carried verbatim, with no
+ * configuration, and handed back when the plugin returns. The plugin state is observed through
  * tests/plugins/recorder.so (OpLog type 20, section "recorder", RPC service
  * 40); snapshot files are read back with snapshot.h. */
 #include <dirent.h>
@@ -203,8 +203,9 @@ static snap_image *load_snapshot(const char *path)
 #define RECORDER_OFF 0
 
 /* weight_mgmt.so (loaded or disabled) and the recorder (loaded or disabled,
- * max_encver 0 = its default), optionally carrying unknown records. */
-static void configure(hx_master *m, int weights_on, int recorder_on, int max_encver, int carry)
+ * max_encver 0 = its default); extra_yaml is appended ("" for none). */
+static void configure_with(hx_master *m, int weights_on, int recorder_on, int max_encver,
+                           const char *extra_yaml)
 {
     char extra[1024], block[64] = "";
     if (max_encver > 0)
@@ -212,11 +213,15 @@ static void configure(hx_master *m, int weights_on, int recorder_on, int max_enc
     snprintf(extra, sizeof(extra),
              "plugins:\n"
              "  - path: \"%s/lib/weight_mgmt.so\"\n    enabled: %s\n"
-             "  - path: \"%s\"\n    enabled: %s\n%s"
-             "oplog:\n  carry_unknown_types: %s\n",
+             "  - path: \"%s\"\n    enabled: %s\n%s%s",
              BUILD_DIR, weights_on ? "true" : "false", RECORDER_PATH,
-             recorder_on ? "true" : "false", block, carry ? "true" : "false");
+             recorder_on ? "true" : "false", block, extra_yaml);
     assert_int_equal(hx_reconfigure(m, extra), 0);
+}
+
+static void configure(hx_master *m, int weights_on, int recorder_on, int max_encver)
+{
+    configure_with(m, weights_on, recorder_on, max_encver, "");
 }
 
 /* -- clients ----------------------------------------------------------------- */
@@ -534,16 +539,17 @@ static size_t carried_records(const snap_image *img, uint64_t *seqs, uint16_t *t
     return n;
 }
 
-/* A record of a type no loaded plugin replays refuses the start, naming the
- * record, the type and the option; with oplog.carry_unknown_types the master
- * starts and keeps the records verbatim, through a snapshot and a restart;
- * when the plugin is back it gets exactly those records. */
-static void test_unknown_record_type_refuses_start_unless_carried_then_replays(void **state)
+/* Records of a plugin that is disabled: the master starts with no extra
+ * configuration and keeps them verbatim, through a snapshot and a restart;
+ * when the plugin is back it gets exactly those records. The removed key
+ * oplog.carry_unknown_types refuses the start, naming it, and changes
+ * nothing. */
+static void test_records_of_a_disabled_plugin_are_carried_then_replayed(void **state)
 {
     hx_master *m = *state;
-    char needle[128], path[1024];
+    char path[1024];
     assert_int_equal(hx_init(m, "carry", NULL), 0);
-    configure(m, 1, RECORDER_ON, 0, 0);
+    configure(m, 1, RECORDER_ON, 0);
     assert_int_equal(hx_start(m, START_MS), 0);
     uint64_t seq_a = recorder_set(m, "A");
     uint64_t seq_b = recorder_set(m, "B");
@@ -551,15 +557,13 @@ static void test_unknown_record_type_refuses_start_unless_carried_then_replays(v
     assert_recorder_holds(m, "A,B");
     assert_int_equal(hx_stop(m), 0);
 
-    /* Disabled, nothing carried: refused at the first record of type 20. */
-    configure(m, 1, RECORDER_OFF, 0, 0);
-    snprintf(needle, sizeof(needle), "record %llu has type 20 but no loaded plugin replays it",
-             (unsigned long long)seq_a);
-    assert_start_refused(m, needle, "oplog.carry_unknown_types");
+    /* The old key is refused, not ignored, whatever its value. */
+    configure_with(m, 1, RECORDER_OFF, 0, "oplog:\n  carry_unknown_types: true\n");
+    assert_start_refused(m, "oplog.carry_unknown_types: was removed", "delete this key");
 
-    /* Carried: the master starts; a snapshot keeps the records (the log
+    /* Disabled: the master starts; a snapshot keeps the records (the log
      * before it is no longer replayed), and a restart from it still starts. */
-    configure(m, 1, RECORDER_OFF, 0, 1);
+    configure(m, 1, RECORDER_OFF, 0);
     assert_int_equal(hx_start(m, START_MS), 0);
     kvc *c = hx_client(m);
     put(c, "plain/1", "a plain object meanwhile", NULL);
@@ -582,14 +586,15 @@ static void test_unknown_record_type_refuses_start_unless_carried_then_replays(v
     assert_int_equal(hx_start(m, START_MS), 0);
     assert_int_equal(hx_stop(m), 0);
 
-    /* Carried records fail closed too once the option is withdrawn. */
-    configure(m, 1, RECORDER_OFF, 0, 0);
-    snprintf(needle, sizeof(needle), "carried record %llu has type 20 but no loaded plugin",
-             (unsigned long long)seq_a);
-    assert_start_refused(m, needle, "oplog.carry_unknown_types");
+    /* Absent from the config altogether: the same. */
+    char extra[1024];
+    snprintf(extra, sizeof(extra), "plugins:\n  - path: \"%s/lib/weight_mgmt.so\"\n", BUILD_DIR);
+    assert_int_equal(hx_reconfigure(m, extra), 0);
+    assert_int_equal(hx_start(m, START_MS), 0);
+    assert_int_equal(hx_stop(m), 0);
 
     /* The plugin is back: exactly A, B, replayed from the carried records. */
-    configure(m, 1, RECORDER_ON, 0, 1);
+    configure(m, 1, RECORDER_ON, 0);
     assert_int_equal(hx_start(m, START_MS), 0);
     assert_recorder_holds(m, "A,B");
     recorder_set(m, "C");
@@ -622,7 +627,7 @@ static void test_sections_of_disabled_plugins_survive_a_snapshot_byte_for_byte(v
     hx_master *m = *state;
     char path[1024];
     assert_int_equal(hx_init(m, "sections", NULL), 0);
-    configure(m, 1, RECORDER_ON, 0, 0);
+    configure(m, 1, RECORDER_ON, 0);
     assert_int_equal(hx_start(m, START_MS), 0);
     recorder_set(m, "A");
     recorder_set(m, "B");
@@ -635,7 +640,7 @@ static void test_sections_of_disabled_plugins_survive_a_snapshot_byte_for_byte(v
     assert_true(rec1->len > 0);
     assert_non_null(snap_image_section(img1, "weight_metadata"));
 
-    configure(m, 0, RECORDER_OFF, 0, 0);
+    configure(m, 0, RECORDER_OFF, 0);
     assert_int_equal(hx_start(m, START_MS), 0);
     kvc *c = hx_client(m);
     put(c, "plain/1", "changes the host section", NULL);
@@ -663,7 +668,7 @@ static void test_sections_of_disabled_plugins_survive_a_snapshot_byte_for_byte(v
     snap_image_free(img2);
     snap_image_free(img3);
 
-    configure(m, 1, RECORDER_ON, 0, 0);
+    configure(m, 1, RECORDER_ON, 0);
     assert_int_equal(hx_start(m, START_MS), 0);
     assert_recorder_holds(m, "A,B");
     c = hx_client(m);
@@ -683,7 +688,7 @@ static void test_record_encoded_newer_than_the_plugin_reads_refuses_start(void *
     hx_master *m = *state;
     char seg[1024], needle[160];
     assert_int_equal(hx_init(m, "encver", NULL), 0);
-    configure(m, 1, RECORDER_ON, 2, 0);
+    configure(m, 1, RECORDER_ON, 2);
     assert_int_equal(hx_start(m, START_MS), 0);
     uint64_t seq = recorder_set(m, "A");
     assert_int_equal(hx_stop(m), 0);
@@ -701,13 +706,13 @@ static void test_record_encoded_newer_than_the_plugin_reads_refuses_start(void *
     free(recs);
     assert_true(found);
 
-    configure(m, 1, RECORDER_ON, 1, 0);
+    configure(m, 1, RECORDER_ON, 1);
     snprintf(needle, sizeof(needle),
              "record %llu has type 20 (RECORDER_SET) encoding version 2, but recorder replays 1..1",
              (unsigned long long)seq);
     assert_start_refused(m, needle, NULL);
 
-    configure(m, 1, RECORDER_ON, 2, 0);
+    configure(m, 1, RECORDER_ON, 2);
     assert_int_equal(hx_start(m, START_MS), 0);
     assert_recorder_holds(m, "A");
     assert_int_equal(hx_stop(m), 0);
@@ -723,7 +728,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(
             test_flipped_byte_in_snapshot_refuses_start_and_touches_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(
-            test_unknown_record_type_refuses_start_unless_carried_then_replays, setup, teardown),
+            test_records_of_a_disabled_plugin_are_carried_then_replayed, setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_sections_of_disabled_plugins_survive_a_snapshot_byte_for_byte, setup, teardown),
         cmocka_unit_test_setup_teardown(

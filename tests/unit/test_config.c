@@ -74,7 +74,6 @@ static void assert_default_values(const host_config *c)
     assert_int_equal(c->oplog_backend, HOST_OPLOG_FILE);
     assert_int_equal(c->oplog_segment_bytes, 67108864);
     assert_int_equal(c->oplog_max_batch_records, 4096);
-    assert_int_equal(c->oplog_carry_unknown_types, 0);
     assert_int_equal(c->oplog_preallocate, 1);
     assert_int_equal(c->snapshot_every_records, 100000);
     assert_int_equal(c->snapshot_keep, 2);
@@ -215,7 +214,6 @@ static void test_every_key_is_read(void **state)
             "  backend: etcd\n"
             "  segment_bytes: 4096\n"
             "  max_batch_records: 1\n"
-            "  carry_unknown_types: true\n"
             "  preallocate: false\n"
             "snapshot:\n"
             "  every_records: 0\n"
@@ -256,7 +254,6 @@ static void test_every_key_is_read(void **state)
     assert_int_equal(c.oplog_backend, HOST_OPLOG_ETCD);
     assert_int_equal(c.oplog_segment_bytes, 4096);
     assert_int_equal(c.oplog_max_batch_records, 1);
-    assert_int_equal(c.oplog_carry_unknown_types, 1);
     assert_int_equal(c.oplog_preallocate, 0);
     assert_int_equal(c.snapshot_every_records, 0);
     assert_int_equal(c.snapshot_keep, 1);
@@ -410,8 +407,14 @@ static void test_refuses_non_booleans(void **state)
                    "x.yaml:1: ha.enabled: \"true\" is quoted: a string, not a boolean");
     expect_refused("oplog: {preallocate: 2}\n",
                    "x.yaml:1: oplog.preallocate: \"2\" is not a boolean");
+    /* The key is gone (records of absent plugins are always carried): set
+     * to anything, it is refused with the reason, not ignored. */
     expect_refused("oplog: {carry_unknown_types: on}\n",
-                   "x.yaml:1: oplog.carry_unknown_types: \"on\" is not a boolean");
+                   "x.yaml:1: oplog.carry_unknown_types: was removed: records and snapshot "
+                   "sections of a plugin that is absent or disabled are always kept verbatim, "
+                   "so delete this key");
+    expect_refused("oplog:\n  carry_unknown_types: true\n",
+                   "x.yaml:2: oplog.carry_unknown_types: was removed");
     expect_refused("cluster: {weight_lineage_oplog_capability_confirmed: maybe}\n",
                    "cluster.weight_lineage_oplog_capability_confirmed: \"maybe\" is not a "
                    "boolean");

@@ -26,30 +26,38 @@
 /* Helpers                                                                   */
 /* ------------------------------------------------------------------------ */
 
+#define TEST_OWNER "owner_plugin" /* the plugin that owns managed groups here */
+
 typedef struct test_guard {
     int veto;          /* answer SMP_GUARD_VETO to everything */
-    int loaded;
+    int loaded;        /* the owning plugin has a guard (asked) */
     int calls;
     int calls_by_reason[SMP_GUARD_REASON_MAX + 1];
+    int owner_absent;  /* every group owner is absent or disabled */
+    char last_owner[64]; /* the owner of the last call ("" for none) */
 } test_guard;
 
-static int test_guard_check(void *ctx, const smp_guard_request *req)
+static int test_guard_check(void *ctx, const char *owner, const smp_guard_request *req, int *asked)
 {
     test_guard *g = ctx;
+    *asked = g->loaded ? 1 : 0;
+    if (!g->loaded) return SMP_GUARD_ALLOW;
     g->calls++;
+    snprintf(g->last_owner, sizeof(g->last_owner), "%s", owner ? owner : "");
     if (req->reason >= 1 && req->reason <= SMP_GUARD_REASON_MAX) g->calls_by_reason[req->reason]++;
     return g->veto ? SMP_GUARD_VETO : SMP_GUARD_ALLOW;
 }
 
-static int test_guard_loaded(void *ctx)
+static int test_guard_active(void *ctx, const char *owner)
 {
-    return ((test_guard *)ctx)->loaded;
+    (void)owner;
+    return !((test_guard *)ctx)->owner_absent;
 }
 
 static obj_store *new_store(test_guard *g)
 {
     obj_store *st = NULL;
-    obj_guard_ops ops = {test_guard_check, test_guard_loaded, g};
+    obj_guard_ops ops = {test_guard_check, test_guard_active, g};
     assert_int_equal(obj_store_create(&st, g ? &ops : NULL), SMP_OK);
     return st;
 }
@@ -93,7 +101,7 @@ static void mount(obj_store *st, const char *id, const char *node, uint64_t cap)
 static void set_managed(obj_store *st, const char *group, int managed)
 {
     obj_record r = {0};
-    assert_int_equal(obj_prepare_group_managed(st, group, managed, &r), SMP_OK);
+    assert_int_equal(obj_prepare_group_managed(st, group, TEST_OWNER, managed, &r), SMP_OK);
     apply_rec(st, &r);
 }
 
@@ -394,8 +402,8 @@ static obj_store *managed_fixture(test_guard *g)
         g->loaded = 1;
         g->veto = 0;
     }
-    test_guard tmp = {0, 1, 0, {0}};
-    obj_guard_ops allow = {test_guard_check, test_guard_loaded, &tmp};
+    test_guard tmp = {.veto = 0, .loaded = 1};
+    obj_guard_ops allow = {test_guard_check, test_guard_active, &tmp};
     obj_store_set_guard(st, &allow);
     assert_int_equal(put_full(st, "w/g1/0", 10, "g1", "", 1), SMP_OK);
     assert_int_equal(put_full(st, "w/g1/1", 10, "g1", "", 1), SMP_OK);
@@ -405,7 +413,7 @@ static obj_store *managed_fixture(test_guard *g)
     assert_int_equal(put_full(st, "w/g3/0", 10, "g3", "", 1), SMP_OK);
     assert_int_equal(put_full(st, "w/plain", 10, "", "", 1), SMP_OK);
     if (g) {
-        obj_guard_ops ops = {test_guard_check, test_guard_loaded, g};
+        obj_guard_ops ops = {test_guard_check, test_guard_active, g};
         obj_store_set_guard(st, &ops);
         g->loaded = saved;
         g->veto = veto;
@@ -452,7 +460,7 @@ static void test_remove_prefix_managed_group_without_guard(void **state)
 static void test_remove_prefix_with_veto_guard(void **state)
 {
     (void)state;
-    test_guard g = {1, 1, 0, {0}};
+    test_guard g = {.veto = 1, .loaded = 1};
     obj_store *st = managed_fixture(&g);
     obj_record r = {0};
     assert_int_equal(obj_prepare_remove(st, "w/g1/0", 5, &r), SMP_EVETO);
@@ -479,7 +487,7 @@ static void test_remove_prefix_with_veto_guard(void **state)
 static void test_remove_prefix_with_allow_guard(void **state)
 {
     (void)state;
-    test_guard g = {0, 1, 0, {0}};
+    test_guard g = {.veto = 0, .loaded = 1};
     obj_store *st = managed_fixture(&g);
     obj_record_list l = {0};
     obj_remove_report rep;
@@ -505,12 +513,145 @@ static void test_remove_prefix_with_allow_guard(void **state)
     obj_store_destroy(st);
 }
 
+/* A managed group whose owner is absent or disabled: the host refuses every
+ * guarded action on its members -- removal by key, by prefix (even of the
+ * whole group), remove-all, put into, overwrite and eviction -- without
+ * asking any guard, and nothing changes; objects in no managed group stay
+ * plain KV. */
+static void test_owner_absent_protects_groups(void **state)
+{
+    (void)state;
+    test_guard g = {.veto = 0, .loaded = 1}; /* a guard that would allow all */
+    obj_store *st = managed_fixture(&g);
+    g.owner_absent = 1;
+    g.calls = 0;
+    buf before = save(st);
+    obj_record r = {0};
+    assert_int_equal(obj_prepare_remove(st, "w/g2/0", 5, &r), SMP_EVETO);
+    obj_record_list l = {0};
+    obj_remove_report rep;
+    assert_int_equal(obj_prepare_remove_prefix(st, "w/g2/", 5, &l, &rep), SMP_OK);
+    assert_int_equal(l.n, 0); /* g2 lies wholly under the prefix: still refused */
+    assert_int_equal(rep.skipped_vetoed, 2);
+    obj_put_params p = {"w/g2/new", 10, SMP_DATA_WEIGHT, "g2", "", 0, 0, NULL};
+    assert_int_equal(obj_put_start(st, &p, 5, NULL), SMP_EVETO);
+    obj_put_params ow = {"w/g2/0", 10, SMP_DATA_KV, "", "", 0, 1, NULL};
+    assert_int_equal(obj_put_start(st, &ow, 5, NULL), SMP_EVETO);
+    assert_int_equal(g.calls, 0); /* no guard was asked about the groups */
+    uint64_t planned = 0;
+    assert_int_equal(obj_plan_eviction(st, 0.0, 0.0, 5, &l, &planned), SMP_OK);
+    assert_int_equal(g.calls, 2); /* only about w/g3/0 and w/plain, with no owner */
+    assert_string_equal(g.last_owner, "");
+    for (size_t i = 0; i < l.n; i++) {
+        char text[256];
+        assert_true(obj_describe_record(l.recs[i].type, l.recs[i].encver, l.recs[i].buf, l.recs[i].len, text,
+                                        sizeof(text)) > 0);
+        assert_null(strstr(text, "g1/"));
+        assert_null(strstr(text, "g2/"));
+    }
+    obj_record_list_free(&l);
+    obj_stats s;
+    obj_store_stats(st, &s);
+    assert_int_equal(s.host_refusals[SMP_GUARD_REMOVE_KEY], 1);
+    assert_int_equal(s.host_refusals[SMP_GUARD_PUT_INTO_GROUP], 1);
+    assert_int_equal(s.host_refusals[SMP_GUARD_UPSERT_INTO_GROUP], 1);
+    assert_int_equal(s.host_refusals[SMP_GUARD_BATCH_EVICT], 5);
+    buf after = save(st);
+    assert_int_equal(before.n, after.n);
+    assert_memory_equal(before.p, after.p, before.n);
+    free(after.p);
+
+    /* Remove-all takes the plain objects and leaves both groups whole. */
+    assert_int_equal(obj_prepare_remove_prefix(st, "", 6, &l, &rep), SMP_OK);
+    assert_int_equal(rep.removed, 2); /* w/g3/0 and w/plain */
+    assert_int_equal(rep.skipped_partial + rep.skipped_vetoed, 5);
+    apply_list(st, &l);
+    assert_int_equal(obj_group_count(st, "g1"), 3);
+    assert_int_equal(obj_group_count(st, "g2"), 2);
+    assert_false(obj_exists(st, "w/plain"));
+
+    /* Back: the owner's guard decides again, and is told the owner. */
+    g.owner_absent = 0;
+    assert_int_equal(obj_prepare_remove(st, "w/g2/0", 7, &r), SMP_OK);
+    obj_record_free(&r);
+    assert_string_equal(g.last_owner, TEST_OWNER);
+    assert_int_equal(g.calls, 5); /* 2 evictions, 2 remove-all, this one */
+    free(before.p);
+    obj_store_destroy(st);
+}
+
+/* The owner of a managed group is durable: in its record (a record from
+ * before owners existed means OBJ_OWNER_DEFAULT) and in the snapshot; only
+ * the owner changes the flag. */
+static void test_group_owner_persisted(void **state)
+{
+    (void)state;
+    obj_store *st = new_store(NULL);
+    set_managed(st, "mine", 1);
+    assert_string_equal(obj_group_owner(st, "mine"), TEST_OWNER);
+    assert_null(obj_group_owner(st, "nobody"));
+    obj_record r = {0};
+    assert_int_equal(obj_prepare_group_managed(st, "mine", "other_plugin", 1, &r), SMP_EVETO);
+    assert_int_equal(obj_prepare_group_managed(st, "mine", "other_plugin", 0, &r), SMP_EVETO);
+    assert_int_equal(obj_prepare_group_managed(st, "mine", "", 1, &r), SMP_EINVAL);
+    assert_int_equal(obj_prepare_group_managed(st, "mine", NULL, 1, &r), SMP_EINVAL);
+    assert_string_equal(obj_group_owner(st, "mine"), TEST_OWNER);
+    assert_int_equal(obj_prepare_group_managed(st, "mine", TEST_OWNER, 1, &r), SMP_OK);
+    char text[256];
+    assert_true(obj_describe_record(r.type, r.encver, r.buf, r.len, text, sizeof(text)) > 0);
+    assert_string_equal(text, "SEGMENT_UPDATE group=mine managed=1 owner=" TEST_OWNER);
+    obj_record_free(&r);
+
+    /* A record written before owners existed. */
+    Hostrec__GroupRecord gr = HOSTREC__GROUP_RECORD__INIT;
+    gr.name = "old";
+    gr.managed = 1;
+    Hostrec__UpdateRecord u = HOSTREC__UPDATE_RECORD__INIT;
+    u.change_case = HOSTREC__UPDATE_RECORD__CHANGE_GROUP;
+    u.group = &gr;
+    uint8_t bytes[128];
+    size_t n = hostrec__update_record__pack(&u, bytes);
+    assert_int_equal(obj_apply_record(st, OBJ_REC_SEGMENT_UPDATE, OBJ_REC_ENCVER, bytes, n),
+                     SMP_OK);
+    assert_string_equal(obj_group_owner(st, "old"), OBJ_OWNER_DEFAULT);
+
+    buf b = save(st);
+    obj_store *c = new_store(NULL);
+    assert_int_equal(obj_store_load(c, b.p, b.n), SMP_OK);
+    assert_string_equal(obj_group_owner(c, "mine"), TEST_OWNER);
+    assert_string_equal(obj_group_owner(c, "old"), OBJ_OWNER_DEFAULT);
+    obj_store_destroy(c);
+    free(b.p);
+
+    /* A snapshot written before owners existed. */
+    Hostrec__GroupRecord og = HOSTREC__GROUP_RECORD__INIT;
+    og.name = "legacy";
+    og.managed = 1;
+    Hostrec__GroupRecord *groups[1] = {&og};
+    Hostrec__HostSnapshot hs = HOSTREC__HOST_SNAPSHOT__INIT;
+    hs.format = OBJ_SNAPSHOT_FORMAT;
+    hs.n_groups = 1;
+    hs.groups = groups;
+    n = hostrec__host_snapshot__pack(&hs, bytes);
+    c = new_store(NULL);
+    assert_int_equal(obj_store_load(c, bytes, n), SMP_OK);
+    assert_string_equal(obj_group_owner(c, "legacy"), OBJ_OWNER_DEFAULT);
+    obj_store_destroy(c);
+
+    /* The owner clears it; the group entry goes. */
+    assert_int_equal(obj_prepare_group_managed(st, "mine", TEST_OWNER, 0, &r), SMP_OK);
+    apply_rec(st, &r);
+    assert_null(obj_group_owner(st, "mine"));
+    assert_false(obj_group_is_managed(st, "mine"));
+    obj_store_destroy(st);
+}
+
 /* Puts and upserts into a managed group: refused by the host without a
  * guard, asked of the guard with one. */
 static void test_put_into_managed_group(void **state)
 {
     (void)state;
-    test_guard g = {0, 0, 0, {0}};
+    test_guard g = {.veto = 0, .loaded = 0};
     obj_store *st = new_store(&g);
     mount(st, "s", "n", 1 << 16);
     set_managed(st, "rev", 1);
@@ -558,8 +699,8 @@ static void test_eviction_plan(void **state)
     mount(st, "s", "n", 64 * 100);
     set_managed(st, "rev", 1);
     char key[32];
-    test_guard allow = {0, 1, 0, {0}};
-    obj_guard_ops ops = {test_guard_check, test_guard_loaded, &allow};
+    test_guard allow = {.veto = 0, .loaded = 1};
+    obj_guard_ops ops = {test_guard_check, test_guard_active, &allow};
     obj_store_set_guard(st, &ops); /* to fill the managed group */
     for (int i = 0; i < 90; i++) {
         snprintf(key, sizeof(key), "k%02d", i);
@@ -615,8 +756,8 @@ static void test_eviction_plan(void **state)
     assert_int_equal(s.replicas_by_kind[SMP_REPLICA_COLD], 1);
 
     /* With a vetoing guard nothing is evicted. */
-    test_guard veto = {1, 1, 0, {0}};
-    obj_guard_ops vops = {test_guard_check, test_guard_loaded, &veto};
+    test_guard veto = {.veto = 1, .loaded = 1};
+    obj_guard_ops vops = {test_guard_check, test_guard_active, &veto};
     obj_store_set_guard(st, &vops);
     assert_int_equal(obj_plan_eviction(st, 0.1, 0.05, 1000, &l, &planned), SMP_OK);
     assert_int_equal(l.n, 0);
@@ -632,7 +773,7 @@ static void test_eviction_plan(void **state)
 static void test_stale_put_cleanup(void **state)
 {
     (void)state;
-    test_guard g = {1, 0, 0, {0}};
+    test_guard g = {.veto = 1, .loaded = 0};
     obj_store *st = new_store(&g);
     mount(st, "s", "n", 4096);
     obj_put_params p = {"old", 100, SMP_DATA_KV, "", "", 0, 0, NULL};
@@ -844,8 +985,8 @@ static obj_store *build_logged_state(rec_log *log)
     mount(st, "s1", "n1", 1 << 12);
     set_managed(st, "rev", 1);
     set_managed(st, "empty-managed", 1);
-    test_guard allow = {0, 1, 0, {0}};
-    obj_guard_ops ops = {test_guard_check, test_guard_loaded, &allow};
+    test_guard allow = {.veto = 0, .loaded = 1};
+    obj_guard_ops ops = {test_guard_check, test_guard_active, &allow};
     obj_store_set_guard(st, &ops);
     char key[32];
     for (int i = 0; i < 20; i++) {
@@ -1720,7 +1861,7 @@ static void test_random_pipeline_consistent(void **state)
                 assert_int_equal(rc, SMP_OK);
                 pipe_push(st, &q, &r);
             } else if (rnd(&x) % 8 == 0) {
-                assert_int_equal(obj_prepare_group_managed(st, "grp", (int)(rnd(&x) & 1), &r),
+                assert_int_equal(obj_prepare_group_managed(st, "grp", TEST_OWNER, (int)(rnd(&x) & 1), &r),
                                  SMP_OK);
                 pipe_push(st, &q, &r);
             }
@@ -2083,7 +2224,7 @@ static void test_add_replica_reservations(void **state)
     (void)state;
     static rec_log log;
     g_log = &log;
-    test_guard g = {1, 1, 0, {0}}; /* loaded, vetoes everything */
+    test_guard g = {.veto = 1, .loaded = 1}; /* loaded, vetoes everything */
     obj_store *st = new_store(&g);
     mount(st, "s0", "n0", 256);
     obj_put_params p = {"k", 200, SMP_DATA_KV, "", "", 0, 0, NULL};
@@ -2451,6 +2592,8 @@ int main(void)
         cmocka_unit_test(test_remove_prefix_managed_group_without_guard),
         cmocka_unit_test(test_remove_prefix_with_veto_guard),
         cmocka_unit_test(test_remove_prefix_with_allow_guard),
+        cmocka_unit_test(test_owner_absent_protects_groups),
+        cmocka_unit_test(test_group_owner_persisted),
         cmocka_unit_test(test_put_into_managed_group),
         cmocka_unit_test(test_put_end_into_sealed_group_is_refused),
         cmocka_unit_test(test_eviction_plan),
