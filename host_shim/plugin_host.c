@@ -22,12 +22,16 @@
  * prints is plugin_host_describe.c's. Single-threaded (the loop thread), no
  * locks. */
 #include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "plugin_host_internal.h"
 #include "wm_errbuf.h"
@@ -183,8 +187,10 @@ void host_plugins_set_backend(host_plugins *reg, const host_backend *be)
 }
 
 /* Remove everything p registered from the registry (order of the rest kept)
- * and unregister its metric families. Does not call fini or dlclose. */
-static void undo_registrations(host_plugin *p)
+ * and from its staging tables, and unregister its metric families but the
+ * ones a reload's new instance took over (shared). Does not call fini or
+ * dlclose. */
+void hp_undo_registrations(host_plugin *p)
 {
     host_plugins *reg = p->reg;
     hp_vec_drop_owner(&reg->types, p, offsetof(host_oplog_type_reg, owner));
@@ -192,7 +198,13 @@ static void undo_registrations(host_plugin *p)
     hp_vec_drop_owner(&reg->rpcs, p, offsetof(host_rpc_reg, owner));
     hp_vec_drop_owner(&reg->ticks, p, offsetof(host_tick_reg, owner));
     hp_vec_drop_owner(&reg->handlers, p, offsetof(host_event_reg, owner));
-    for (size_t i = 0; i < p->n_metrics; i++) host_metrics_unregister(reg->metrics, p->metrics[i].f);
+    hp_vec_drop_owner(&p->s_types, p, offsetof(host_oplog_type_reg, owner));
+    hp_vec_drop_owner(&p->s_sections, p, offsetof(host_section_reg, owner));
+    hp_vec_drop_owner(&p->s_rpcs, p, offsetof(host_rpc_reg, owner));
+    hp_vec_drop_owner(&p->s_ticks, p, offsetof(host_tick_reg, owner));
+    hp_vec_drop_owner(&p->s_handlers, p, offsetof(host_event_reg, owner));
+    for (size_t i = 0; i < p->n_metrics; i++)
+        if (!p->metrics[i].shared) host_metrics_unregister(reg->metrics, p->metrics[i].f);
     free(p->metrics);
     p->metrics = NULL;
     p->n_metrics = 0;
@@ -200,22 +212,27 @@ static void undo_registrations(host_plugin *p)
     p->has_tick = 0;
 }
 
-static void plugin_free(host_plugin *p)
+void hp_plugin_free(host_plugin *p)
 {
     if (p == NULL) return;
     free(p->metrics);
+    hp_vec_free(&p->s_types);
+    hp_vec_free(&p->s_sections);
+    hp_vec_free(&p->s_rpcs);
+    hp_vec_free(&p->s_ticks);
+    hp_vec_free(&p->s_handlers);
     free(p->path);
     free(p);
 }
 
 /* Unload a plugin that finished init: fini, drop its registrations, close
  * the library, free the record. The caller removes it from reg->plugins. */
-static void plugin_unload(host_plugin *p)
+void hp_plugin_unload(host_plugin *p)
 {
     if (p->desc.fini != NULL) p->desc.fini(p->state);
-    undo_registrations(p);
+    hp_undo_registrations(p);
     dlclose(p->dl);
-    plugin_free(p);
+    hp_plugin_free(p);
 }
 
 /* Check the descriptor in the documented order; on refusal write the message
@@ -265,35 +282,79 @@ static int check_desc(host_plugin *p, const smp_plugin_desc *d, char *err, size_
     return SMP_OK;
 }
 
-/* Load one library as one transaction (see the file comment). pc is borrowed
- * for as long as the plugin stays loaded (its block answers config_get and
- * gates); cfg->plugins entries satisfy that. On failure: a negative code, the
- * one message in err, and the registry exactly as before. */
-int host_plugins_load(host_plugins *reg, const host_config_plugin *pc, char *err, size_t errlen)
+/* Copy the library at src to a new file in dir (mode 0700) and put its
+ * path in out: dlopen of that copy maps a second instance beside one
+ * already loaded from src (the dynamic loader shares a library opened twice
+ * under the same file). The caller unlinks it once it is opened. */
+static int copy_to_temp(const char *src, const char *dir, char *out, size_t cap, char *err,
+                        size_t errlen)
+{
+    char buf[65536];
+    int in = -1, fd = -1, rc = SMP_EIO;
+    ssize_t n;
+    if ((size_t)snprintf(out, cap, "%s/.plugin-reload-XXXXXX", dir) >= cap) {
+        wm_errbuf(err, errlen, "%s: the temporary path in %s is too long", hp_file_name(src), dir);
+        return SMP_EINVAL;
+    }
+    if ((in = open(src, O_RDONLY | O_CLOEXEC)) < 0) {
+        wm_errbuf(err, errlen, "%s: cannot load: %s: %s", hp_file_name(src), src, strerror(errno));
+        return SMP_EIO;
+    }
+    if ((fd = mkstemp(out)) < 0) {
+        wm_errbuf(err, errlen, "%s: cannot copy it into %s for a reload: %s", hp_file_name(src), dir,
+                  strerror(errno));
+        goto close_in;
+    }
+    while ((n = read(in, buf, sizeof(buf))) > 0)
+        if (write(fd, buf, (size_t)n) != n) break;
+    if (n != 0 || fchmod(fd, 0700) < 0) {
+        wm_errbuf(err, errlen, "%s: cannot copy it into %s for a reload: %s", hp_file_name(src), dir,
+                  strerror(errno));
+        unlink(out);
+        goto close_fd;
+    }
+    rc = SMP_OK;
+close_fd:
+    close(fd);
+close_in:
+    close(in);
+    return rc;
+}
+
+/* Load one library as one transaction (see the file comment), or with
+ * replaces set, the new instance of a reload (staged; see
+ * hp_plugin_open in plugin_host_internal.h). */
+int hp_plugin_open(host_plugins *reg, const host_config_plugin *pc, const char *path,
+                   host_plugin *replaces, host_plugin **out, char *err, size_t errlen)
 {
     int rc;
     host_plugin *p;
     smp_plugin_entry_fn entry;
     void *sym;
     const char *dl_msg;
-    size_t path_len;
+    size_t path_len = strlen(path) + 1;
+    char tmp[4200];
 
-    if (err != NULL && errlen > 0) err[0] = '\0';
-    if (reg == NULL || pc == NULL || pc->path == NULL) {
-        wm_errbuf(err, errlen, "plugin: no path to load");
-        return SMP_EINVAL;
-    }
     p = calloc(1, sizeof(*p));
-    if (p == NULL) goto no_memory;
-    path_len = strlen(pc->path) + 1;
-    p->path = malloc(path_len);
-    if (p->path == NULL) goto no_memory;
-    memcpy(p->path, pc->path, path_len);
+    if (p == NULL || (p->path = malloc(path_len)) == NULL) {
+        wm_errbuf(err, errlen, "%s: out of memory", hp_file_name(path));
+        hp_plugin_free(p);
+        return SMP_ENOMEM;
+    }
+    memcpy(p->path, path, path_len);
     p->file = hp_file_name(p->path);
     p->reg = reg;
     p->pc = pc;
+    p->replaces = replaces;
 
-    p->dl = dlopen(p->path, RTLD_NOW | RTLD_LOCAL);
+    if (replaces == NULL) {
+        p->dl = dlopen(p->path, RTLD_NOW | RTLD_LOCAL);
+    } else {
+        const char *dir = reg->cfg->data_dir != NULL && reg->cfg->data_dir[0] ? reg->cfg->data_dir : "/tmp";
+        if ((rc = copy_to_temp(p->path, dir, tmp, sizeof(tmp), err, errlen)) < 0) goto free_plugin;
+        p->dl = dlopen(tmp, RTLD_NOW | RTLD_LOCAL);
+        unlink(tmp); /* mapped now (or refused): the file is not needed */
+    }
     if (p->dl == NULL) {
         dl_msg = dlerror();
         wm_errbuf(err, errlen, "%s: cannot load: %s", p->file, hp_str_or(dl_msg, "unknown error"));
@@ -312,14 +373,6 @@ int host_plugins_load(host_plugins *reg, const host_config_plugin *pc, char *err
     memcpy(&entry, &sym, sizeof(entry)); /* POSIX: object to function pointer */
     if ((rc = check_desc(p, entry(), err, errlen)) < 0) goto close_library;
 
-    /* The plugin list grows before init so that a later push cannot fail
-     * after a successful init. */
-    if ((rc = hp_vec_push(&reg->plugins, p)) < 0) {
-        wm_errbuf(err, errlen, "%s: out of memory", p->file);
-        goto close_library;
-    }
-    reg->plugins.n--;
-
     hp_api_fill(p);
     p->in_init = 1;
     rc = p->desc.init(p, &p->api, &p->state);
@@ -334,21 +387,42 @@ int host_plugins_load(host_plugins *reg, const host_config_plugin *pc, char *err
         if (rc > 0) rc = SMP_EINVAL;
         goto undo_init;
     }
-    reg->plugins.v[reg->plugins.n++] = p;
+    *out = p;
     return SMP_OK;
 
 undo_init:
-    undo_registrations(p);
+    hp_undo_registrations(p);
 close_library:
     dlclose(p->dl);
 free_plugin:
-    plugin_free(p);
+    hp_plugin_free(p);
     return rc;
+}
 
-no_memory:
-    wm_errbuf(err, errlen, "%s: out of memory", hp_file_name(pc->path));
-    plugin_free(p);
-    return SMP_ENOMEM;
+/* pc is borrowed for as long as the plugin stays loaded (its block answers
+ * config_get and gates); cfg->plugins entries satisfy that. On failure: a
+ * negative code, the one message in err, and the registry exactly as
+ * before. */
+int host_plugins_load(host_plugins *reg, const host_config_plugin *pc, char *err, size_t errlen)
+{
+    int rc;
+    host_plugin *p = NULL;
+
+    if (err != NULL && errlen > 0) err[0] = '\0';
+    if (reg == NULL || pc == NULL || pc->path == NULL) {
+        wm_errbuf(err, errlen, "plugin: no path to load");
+        return SMP_EINVAL;
+    }
+    /* The plugin list grows before init so that a later push cannot fail
+     * after a successful init. */
+    if ((rc = hp_vec_push(&reg->plugins, NULL)) < 0) {
+        wm_errbuf(err, errlen, "%s: out of memory", hp_file_name(pc->path));
+        return rc;
+    }
+    reg->plugins.n--;
+    if ((rc = hp_plugin_open(reg, pc, pc->path, NULL, &p, err, errlen)) < 0) return rc;
+    reg->plugins.v[reg->plugins.n++] = p;
+    return SMP_OK;
 }
 
 /* Unload the plugins after the first `keep`, newest first. */
@@ -357,7 +431,7 @@ static void unload_after(host_plugins *reg, size_t keep)
     while (reg->plugins.n > keep) {
         host_plugin *p = reg->plugins.v[reg->plugins.n - 1];
         reg->plugins.n--;
-        plugin_unload(p);
+        hp_plugin_unload(p);
     }
 }
 
@@ -385,6 +459,7 @@ int host_plugins_load_all(host_plugins *reg, char *err, size_t errlen)
 void host_plugins_destroy(host_plugins *reg)
 {
     if (reg == NULL) return;
+    hp_change_abandon(reg);
     unload_after(reg, 0);
     host_metrics_unregister(reg->metrics, reg->guard_vetoes);
     hp_vec_free(&reg->plugins);
@@ -416,6 +491,11 @@ const smp_plugin_desc *host_plugin_desc(const host_plugin *p)
 const char *host_plugin_path(const host_plugin *p)
 {
     return p != NULL ? p->path : NULL;
+}
+
+const char *host_plugin_config_path(const host_plugin *p)
+{
+    return p == NULL ? NULL : p->pc != NULL && p->pc->path != NULL ? p->pc->path : p->path;
 }
 
 void *host_plugin_state(const host_plugin *p)
@@ -493,10 +573,14 @@ host_tick_reg *host_plugins_tick_at(host_plugins *reg, size_t i)
     return reg != NULL && i < reg->ticks.n ? reg->ticks.v[i] : NULL;
 }
 
+/* A disabled plugin's guard does not count (its groups fall under the
+ * host's own protection); one being quiesced for a reload still decides. */
 int host_plugins_has_guard(const host_plugins *reg)
 {
-    for (size_t i = 0; reg != NULL && i < reg->plugins.n; i++)
-        if (((host_plugin *)reg->plugins.v[i])->has_guard) return 1;
+    for (size_t i = 0; reg != NULL && i < reg->plugins.n; i++) {
+        const host_plugin *p = reg->plugins.v[i];
+        if (p->has_guard && p->run != HOST_PLUGIN_DISABLED) return 1;
+    }
     return 0;
 }
 
@@ -516,11 +600,13 @@ const char *host_guard_reason_name(smp_guard_reason r)
     return "unknown";
 }
 
+/* A plugin quiescing for a reload counts as active (loaded, not disabled). */
 int host_plugins_is_active(const host_plugins *reg, const char *plugin_name)
 {
     for (size_t i = 0; reg != NULL && plugin_name != NULL && i < reg->plugins.n; i++) {
         const host_plugin *p = reg->plugins.v[i];
-        if (p->desc.name != NULL && strcmp(p->desc.name, plugin_name) == 0) return !p->disabled;
+        if (p->desc.name != NULL && strcmp(p->desc.name, plugin_name) == 0)
+            return p->run != HOST_PLUGIN_DISABLED;
     }
     return 0;
 }
@@ -538,7 +624,7 @@ int host_plugins_guard_check_owner(host_plugins *reg,
     if (reg == NULL || req == NULL) return SMP_GUARD_VETO;
     for (size_t i = 0; i < reg->plugins.n; i++) {
         host_plugin *p = reg->plugins.v[i];
-        if (!p->has_guard || p->disabled) continue;
+        if (!p->has_guard || p->run == HOST_PLUGIN_DISABLED) continue;
         if (owner != NULL && (p->desc.name == NULL || strcmp(p->desc.name, owner) != 0)) continue;
         uint64_t start = hp_clock_ns();
         int r = p->guard.check(p->state, req);
@@ -565,11 +651,13 @@ int host_plugins_guard_check(host_plugins *reg, const smp_guard_request *req)
 /* The deadline is on the now_ms clock (CLOCK_MONOTONIC, whole ms): the tick
  * overran when that clock reads past it on return. Its budget in the line
  * is the time it had from its start to the deadline (0 when it started
- * late, behind another plugin's tick of the same round). */
+ * late, behind another plugin's tick of the same round). A plugin quiescing
+ * or disabled is not called (SMP_TICK_DONE). */
 int host_plugins_run_tick(host_plugins *reg, host_tick_reg *t, const smp_tick_budget *b)
 {
     if (reg == NULL || t == NULL || b == NULL) return SMP_EINVAL;
     host_plugin *p = t->owner;
+    if (p->run != HOST_PLUGIN_ACTIVE) return SMP_TICK_DONE; /* quiescing or disabled: no tick */
     uint64_t start = hp_clock_ns();
     int rc = t->t.tick(p->state, b, &t->cursor);
     uint64_t end = hp_clock_ns();
@@ -603,7 +691,8 @@ void host_plugins_set_timing(host_plugins *reg, const host_plugin_timing *t)
     }
 }
 
-/* Call every handler whose mask has the event's bit, in registration order.
+/* Call every handler whose mask has the event's bit, in registration order,
+ * of the active plugins (one quiescing or disabled re-validates on resume).
  * A type outside the mask's 32 bits reaches nobody. */
 void host_plugins_emit(host_plugins *reg, const smp_event *ev)
 {
@@ -612,7 +701,8 @@ void host_plugins_emit(host_plugins *reg, const smp_event *ev)
     bit = SMP_EVENT_MASK(ev->type);
     for (size_t i = 0; i < reg->handlers.n; i++) {
         const host_event_reg *e = reg->handlers.v[i];
-        if (e->e.mask & bit) e->e.on_event(e->owner->state, ev);
+        if ((e->e.mask & bit) && e->owner->run == HOST_PLUGIN_ACTIVE)
+            e->e.on_event(e->owner->state, ev);
     }
 }
 

@@ -52,10 +52,24 @@ typedef struct host_backend {
     int (*rpc_reply)(smp_rpc_call *call, int status, const uint8_t *body, size_t len);
     /* 1 when the gate was confirmed durably at runtime (may be NULL). */
     int (*gate_confirmed)(void *ctx, const char *gate);
+    /* The set of plugin RPC services changed (a reload switched them): route
+     * host_plugins_rpc_service_at() again (may be NULL). */
+    void (*services_changed)(void *ctx);
+    /* Route a call host_plugins_dispatch parked, once the reload or disable
+     * ended, as if it had just arrived (NULL: it is answered SMP_ECANCELED). */
+    void (*redispatch)(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len);
 } host_backend;
 
 typedef struct host_plugins host_plugins;
 typedef struct smp_host host_plugin; /* one loaded plugin is its own smp_host */
+
+/* Where a loaded plugin stands (plugin_reload.c). */
+typedef enum host_plugin_run {
+    HOST_PLUGIN_ACTIVE = 0,    /* serving: RPCs, ticks, events, guard */
+    HOST_PLUGIN_QUIESCING = 1, /* a reload or disable waits for its work in flight */
+    HOST_PLUGIN_DISABLED = 2   /* RPCs refused, no tick, events or guard; replay and
+                                  snapshot sections still go through it */
+} host_plugin_run;
 
 /* A registered OpLog type, as the host keeps it. */
 typedef struct host_oplog_type_reg {
@@ -110,7 +124,10 @@ void host_plugins_destroy(host_plugins *reg);
 size_t host_plugins_count(const host_plugins *reg);
 host_plugin *host_plugins_at(const host_plugins *reg, size_t i);
 const smp_plugin_desc *host_plugin_desc(const host_plugin *p);
+/* The library serving now (a reload with another path changes it). */
 const char *host_plugin_path(const host_plugin *p);
+/* The path its config entry names (what SIGHUP reloads from). */
+const char *host_plugin_config_path(const host_plugin *p);
 void *host_plugin_state(const host_plugin *p);
 
 /* NULL when no loaded plugin registered the type. */
@@ -128,7 +145,7 @@ const host_rpc_reg *host_plugins_rpc_service_at(const host_plugins *reg, size_t 
 size_t host_plugins_n_ticks(const host_plugins *reg);
 host_tick_reg *host_plugins_tick_at(host_plugins *reg, size_t i);
 
-/* 1 when some loaded plugin registered a guard. */
+/* 1 when some loaded plugin that is not disabled registered a guard. */
 int host_plugins_has_guard(const host_plugins *reg);
 
 /* 1 when a plugin whose descriptor name is plugin_name is loaded and not
@@ -200,6 +217,92 @@ const char *host_guard_reason_name(smp_guard_reason r);
 int host_plugins_gate_confirmed(const host_plugins *reg,
                                 const host_plugin *owner,
                                 const char *gate);
+
+/* -- Reload, disable, enable (plugin_reload.c) --------------------------------- */
+
+/* The plugin whose descriptor name is name, or NULL. */
+host_plugin *host_plugins_find(const host_plugins *reg, const char *name);
+
+host_plugin_run host_plugin_run_state(const host_plugin *p);
+/* "active", "quiescing", "disabled". */
+const char *host_plugin_run_name(host_plugin_run r);
+/* Successful reloads into this plugin's slot since the master started. */
+uint64_t host_plugin_reloads(const host_plugin *p);
+/* 1 when the plugin offers the ABI 1.1 hooks a reload needs. */
+int host_plugin_can_reload(const host_plugin *p);
+
+/* How a reload or disable ended. */
+typedef struct host_plugin_change_result {
+    int status;                 /* SMP_OK, or why it was refused (rolled back) */
+    char reason[1024];          /* the refusal, "" on success */
+    char name[128];
+    char old_version[64];
+    char new_version[64];       /* reload: the new instance's; else the old one's */
+    char path[1024];            /* reload: the library now serving */
+    uint64_t wall_ns;           /* from the request to the end */
+    uint64_t pause_ns;          /* the plugin's calls held: quiesce start to resume */
+} host_plugin_change_result;
+
+/* Called once when an accepted reload or disable ended, on the loop thread. */
+typedef void (*host_plugin_change_fn)(void *arg, const host_plugin_change_result *res);
+
+/* How long a reload or disable waits for the work in flight before it is
+ * refused (rolled back). */
+#define HOST_QUIESCE_TIMEOUT_MS 10000u
+
+/* Reload plugin `name` in place from path (NULL: the library it was loaded
+ * from), as store_plugin.h's "Hot reload" describes. The steps up to the new
+ * instance's init run now: a refusal there (no such plugin, another change
+ * in progress, disabled, not reloadable, ABI or capability mismatch,
+ * registrations it cannot take) returns a negative code with the reason in
+ * err, leaves everything as it was, and done is never called. SMP_OK: the
+ * old instance is quiescing; host_plugins_poll() carries the reload on and
+ * done reports how it ended (a refusal then rolls back to the old instance,
+ * which serves on). */
+int host_plugins_reload(host_plugins *reg,
+                        const char *name,
+                        const char *path,
+                        host_plugin_change_fn done,
+                        void *arg,
+                        char *err,
+                        size_t errlen);
+
+/* Disable plugin `name`: quiesce it like a reload, then keep it loaded but
+ * withheld (HOST_PLUGIN_DISABLED). Immediate refusals as for a reload
+ * (SMP_ENOTFOUND, SMP_EBUSY, SMP_ESTATE when already disabled). */
+int host_plugins_disable(host_plugins *reg,
+                         const char *name,
+                         host_plugin_change_fn done,
+                         void *arg,
+                         char *err,
+                         size_t errlen);
+
+/* Enable a disabled plugin: active again, resume(SMP_RESUME_ENABLE).
+ * SMP_ENOTFOUND, SMP_ESTATE (not disabled) with the reason in err. */
+int host_plugins_enable(host_plugins *reg, const char *name, char *err, size_t errlen);
+
+/* 1 while a reload or disable is in progress (the master polls then). */
+int host_plugins_changing(const host_plugins *reg);
+
+/* Carry a reload or disable on: once the quiescing plugin is idle (its
+ * quiesce() answers SMP_OK and no host callback is owed to it), finish it
+ * (export, import, self-check, switch, resume) or roll it back; past
+ * HOST_QUIESCE_TIMEOUT_MS roll it back. Cheap when nothing is in progress. */
+void host_plugins_poll(host_plugins *reg);
+
+/* Route one RPC to the plugin owning service: its method's handler, or
+ * parked while the owner is quiescing (answered later, after the change).
+ * Returns what the handler returned (SMP_OK when parked), or a negative
+ * code the caller answers with err's sentence: SMP_ENOTSUP when the owner
+ * is disabled, SMP_ENOTFOUND for no such service or method, SMP_ENOMEM. */
+int host_plugins_dispatch(host_plugins *reg,
+                          uint16_t service,
+                          uint16_t method,
+                          smp_rpc_call *call,
+                          const uint8_t *body,
+                          size_t len,
+                          char *err,
+                          size_t errlen);
 
 /* Print what was negotiated (per plugin: ABI, capabilities, OpLog types with
  * gates, sections, guard, tick, services) in a stable human-readable form. */

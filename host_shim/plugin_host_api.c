@@ -64,6 +64,21 @@ uint32_t hp_struct_size_of(const void *p)
 
 /* -- Registration members ----------------------------------------------------- */
 
+/* What a registration of h is checked against for duplicates: the
+ * registry's table, then h's own staging table (empty unless h is a
+ * reload's new instance; the old instance's entries are skipped by the
+ * caller, owner == h->replaces). */
+static size_t visible_n(const smp_host *h, const host_vec *main, const host_vec *staged)
+{
+    return main->n + (h->replaces != NULL ? staged->n : 0);
+}
+
+static void *visible_at(const smp_host *h, const host_vec *main, const host_vec *staged, size_t i)
+{
+    (void)h;
+    return i < main->n ? main->v[i] : staged->v[i - main->n];
+}
+
 static int reg_oplog_type(smp_host *h, const smp_oplog_type *t)
 {
     host_plugins *reg = h->reg;
@@ -90,8 +105,9 @@ static int reg_oplog_type(smp_host *h, const smp_oplog_type *t)
         return refuse(h, SMP_ERANGE, "%s: oplog type %u (%s) has encoding versions %u..%u "
                       "(need 1 <= min <= max)", h->file, (unsigned)c.type, c.name,
                       (unsigned)c.min_encver, (unsigned)c.max_encver);
-    for (size_t i = 0; i < reg->types.n; i++) {
-        const host_oplog_type_reg *o = reg->types.v[i];
+    for (size_t i = 0; i < visible_n(h, &reg->types, &h->s_types); i++) {
+        const host_oplog_type_reg *o = visible_at(h, &reg->types, &h->s_types, i);
+        if (o->owner == h->replaces) continue; /* a reload takes the old instance's place */
         if (o->t.type == c.type)
             return refuse(h, SMP_EEXIST, "%s: oplog type %u (%s) is already registered as %s by %s",
                           h->file, (unsigned)c.type, c.name, o->t.name, o->owner->file);
@@ -115,7 +131,7 @@ static int reg_oplog_type(smp_host *h, const smp_oplog_type *t)
                                  h->file, (unsigned)c.type);
     e->t = c;
     e->owner = h;
-    if ((rc = hp_vec_push(&reg->types, e)) < 0) {
+    if ((rc = hp_vec_push(h->replaces ? &h->s_types : &reg->types, e)) < 0) {
         free(e);
         return refuse(h, rc, "%s: out of memory registering oplog type %u", h->file, (unsigned)c.type);
     }
@@ -137,8 +153,9 @@ static int reg_section(smp_host *h, const smp_snapshot_section *s)
     if (c.name == NULL || c.save == NULL || c.load == NULL)
         return refuse(h, SMP_EINVAL, "%s: snapshot section '%s' has no %s", h->file,
                       hp_str_or(c.name, "?"), c.name == NULL ? "name" : c.save == NULL ? "save" : "load");
-    for (size_t i = 0; i < reg->sections.n; i++) {
-        const host_section_reg *o = reg->sections.v[i];
+    for (size_t i = 0; i < visible_n(h, &reg->sections, &h->s_sections); i++) {
+        const host_section_reg *o = visible_at(h, &reg->sections, &h->s_sections, i);
+        if (o->owner == h->replaces) continue;
         if (strcmp(o->s.name, c.name) == 0)
             return refuse(h, SMP_EEXIST, "%s: snapshot section '%s' is already registered by %s",
                           h->file, c.name, o->owner->file);
@@ -147,7 +164,7 @@ static int reg_section(smp_host *h, const smp_snapshot_section *s)
     if (e == NULL) return refuse(h, SMP_ENOMEM, "%s: out of memory registering section '%s'", h->file, c.name);
     e->s = c;
     e->owner = h;
-    if ((rc = hp_vec_push(&reg->sections, e)) < 0) {
+    if ((rc = hp_vec_push(h->replaces ? &h->s_sections : &reg->sections, e)) < 0) {
         free(e);
         return refuse(h, rc, "%s: out of memory registering section '%s'", h->file, c.name);
     }
@@ -190,7 +207,7 @@ static int reg_tick(smp_host *h, const smp_tick *t)
     if (e == NULL) return refuse(h, SMP_ENOMEM, "%s: out of memory registering the tick", h->file);
     e->t = c;
     e->owner = h;
-    if ((rc = hp_vec_push(&h->reg->ticks, e)) < 0) {
+    if ((rc = hp_vec_push(h->replaces ? &h->s_ticks : &h->reg->ticks, e)) < 0) {
         free(e);
         return refuse(h, rc, "%s: out of memory registering the tick", h->file);
     }
@@ -231,8 +248,9 @@ static int reg_rpc_service(smp_host *h, const smp_rpc_service *s)
                               "(%s and %s)", h->file, (unsigned)c.service_id, c.name,
                               (unsigned)m->method_id, c.methods[j].name, m->name);
     }
-    for (size_t i = 0; i < reg->rpcs.n; i++) {
-        const host_rpc_reg *o = reg->rpcs.v[i];
+    for (size_t i = 0; i < visible_n(h, &reg->rpcs, &h->s_rpcs); i++) {
+        const host_rpc_reg *o = visible_at(h, &reg->rpcs, &h->s_rpcs, i);
+        if (o->owner == h->replaces) continue;
         if (o->s.service_id == c.service_id)
             return refuse(h, SMP_EEXIST, "%s: rpc service %u (%s) is already registered as %s by %s",
                           h->file, (unsigned)c.service_id, c.name, o->s.name, o->owner->file);
@@ -242,7 +260,7 @@ static int reg_rpc_service(smp_host *h, const smp_rpc_service *s)
                                  h->file, (unsigned)c.service_id);
     e->s = c;
     e->owner = h;
-    if ((rc = hp_vec_push(&reg->rpcs, e)) < 0) {
+    if ((rc = hp_vec_push(h->replaces ? &h->s_rpcs : &reg->rpcs, e)) < 0) {
         free(e);
         return refuse(h, rc, "%s: out of memory registering rpc service %u", h->file,
                       (unsigned)c.service_id);
@@ -266,7 +284,7 @@ static int reg_event_handler(smp_host *h, const smp_event_handler *eh)
     if (e == NULL) return refuse(h, SMP_ENOMEM, "%s: out of memory registering an event handler", h->file);
     e->e = c;
     e->owner = h;
-    if ((rc = hp_vec_push(&h->reg->handlers, e)) < 0) {
+    if ((rc = hp_vec_push(h->replaces ? &h->s_handlers : &h->reg->handlers, e)) < 0) {
         free(e);
         return refuse(h, rc, "%s: out of memory registering an event handler", h->file);
     }
@@ -289,14 +307,22 @@ static int reg_metric(smp_host *h, const smp_metric_desc *d, smp_metric **out)
     grown = realloc(h->metrics, (h->n_metrics + 1) * sizeof(*grown));
     if (grown == NULL) return refuse(h, SMP_ENOMEM, "%s: out of memory registering a metric", h->file);
     h->metrics = grown;
+    /* A reload's new instance takes over the old one's family of the same
+     * name (the series go on); the switch keeps it, a rollback leaves it. */
+    for (size_t i = 0; h->replaces != NULL && c.name != NULL && i < h->replaces->n_metrics; i++) {
+        if (strcmp(h->replaces->metrics[i].name, c.name) != 0) continue;
+        h->metrics[h->n_metrics] = (host_plugin_metric){h->replaces->metrics[i].f, c.name, 1};
+        h->n_metrics++;
+        *out = h->replaces->metrics[i].f;
+        return SMP_OK;
+    }
     rc = host_metrics_register(h->reg->metrics, c.kind, c.name, c.help, c.label_names, &f);
     if (rc == SMP_EEXIST)
         return refuse(h, rc, "%s: metric '%s' is already registered", h->file, c.name);
     if (rc < 0)
         return refuse(h, rc, "%s: metric '%s' is refused: %s (bad kind or name, or more than %d "
                       "labels)", h->file, hp_str_or(c.name, "?"), smp_strerror(rc), SMP_METRIC_MAX_LABELS);
-    h->metrics[h->n_metrics].f = f;
-    h->metrics[h->n_metrics].name = c.name;
+    h->metrics[h->n_metrics] = (host_plugin_metric){f, c.name, 0};
     h->n_metrics++;
     *out = f;
     return SMP_OK;
@@ -344,6 +370,52 @@ static int api_ha_mode(smp_host *h)
     return h->reg->cfg->ha_enabled != 0;
 }
 
+/* -- Callbacks the host owes a plugin ------------------------------------------ */
+
+/* Every asynchronous service goes through an owed record, so the host knows
+ * how many callbacks a plugin still has coming (h->inflight): a reload or
+ * disable waits until none is left before the old instance's code can go.
+ * The record is freed before the plugin's callback runs. */
+typedef struct hp_owed {
+    smp_host *h;
+    smp_durable_cb durable;
+    smp_done_cb done;
+    void *arg;
+} hp_owed;
+
+static hp_owed *owed_new(smp_host *h, smp_durable_cb durable, smp_done_cb done, void *arg)
+{
+    hp_owed *o = malloc(sizeof(*o));
+    if (o == NULL) return NULL;
+    *o = (hp_owed){h, durable, done, arg};
+    h->inflight++;
+    return o;
+}
+
+/* The backend refused the call: no callback is coming. */
+static int owed_cancel(hp_owed *o, int rc)
+{
+    o->h->inflight--;
+    free(o);
+    return rc;
+}
+
+static void owed_durable(void *arg, int status, uint64_t seq)
+{
+    hp_owed o = *(hp_owed *)arg;
+    free(arg);
+    o.h->inflight--;
+    if (o.durable != NULL) o.durable(o.arg, status, seq);
+}
+
+static void owed_done(void *arg, int status)
+{
+    hp_owed o = *(hp_owed *)arg;
+    free(arg);
+    o.h->inflight--;
+    if (o.done != NULL) o.done(o.arg, status);
+}
+
 /* Append a record of a type this plugin registered. Checks in order: the
  * type is this plugin's (SMP_ENOTFOUND), encver within its range
  * (SMP_ERANGE), the gate confirmed when HA is on (SMP_EGATE), this master
@@ -362,7 +434,10 @@ static int api_oplog_append(smp_host *h, uint16_t type, uint16_t encver, const v
         return SMP_EGATE;
     if (!api_is_leader(h)) return SMP_ENOTLEADER;
     if (be->oplog_append == NULL) return SMP_ENOTSUP;
-    return be->oplog_append(be->ctx, type, encver, payload, len, cb, arg);
+    hp_owed *o = owed_new(h, cb, NULL, arg);
+    if (o == NULL) return SMP_ENOMEM;
+    int rc = be->oplog_append(be->ctx, type, encver, payload, len, owed_durable, o);
+    return rc < 0 ? owed_cancel(o, rc) : rc;
 }
 
 static int api_object_get(smp_host *h, const char *key, smp_object_info *out)
@@ -393,8 +468,11 @@ static int api_group_set_managed(smp_host *h, const char *group, int managed, sm
 {
     const host_backend *be = &h->reg->be;
     if (group == NULL) return SMP_EINVAL;
-    return be->group_set_managed != NULL ? be->group_set_managed(be->ctx, h->desc.name, group, managed, cb, arg)
-                                         : SMP_ENOTSUP;
+    if (be->group_set_managed == NULL) return SMP_ENOTSUP;
+    hp_owed *o = owed_new(h, NULL, cb, arg);
+    if (o == NULL) return SMP_ENOMEM;
+    int rc = be->group_set_managed(be->ctx, h->desc.name, group, managed, owed_done, o);
+    return rc < 0 ? owed_cancel(o, rc) : rc;
 }
 
 typedef int (*host_task_fn)(void *ctx, const char *key, smp_done_cb cb, void *arg);
@@ -402,7 +480,11 @@ typedef int (*host_task_fn)(void *ctx, const char *key, smp_done_cb cb, void *ar
 static int run_task(smp_host *h, host_task_fn fn, const char *key, smp_done_cb cb, void *arg)
 {
     if (key == NULL) return SMP_EINVAL;
-    return fn != NULL ? fn(h->reg->be.ctx, key, cb, arg) : SMP_ENOTSUP;
+    if (fn == NULL) return SMP_ENOTSUP;
+    hp_owed *o = owed_new(h, NULL, cb, arg);
+    if (o == NULL) return SMP_ENOMEM;
+    int rc = fn(h->reg->be.ctx, key, owed_done, o);
+    return rc < 0 ? owed_cancel(o, rc) : rc;
 }
 
 static int api_ensure_cold(smp_host *h, const char *key, smp_done_cb cb, void *arg)

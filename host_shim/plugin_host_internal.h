@@ -49,6 +49,7 @@ typedef struct host_vec {
 typedef struct host_plugin_metric {
     host_metric *f;
     const char *name;
+    int shared;                      /* a reload's new instance took the old one's family */
 } host_plugin_metric;
 
 /* Rate limit of one plugin's overrun lines of one kind (tick or guard). */
@@ -72,14 +73,39 @@ struct smp_host {
     char refused[HOST_ERR_MAX];      /* and its message */
     smp_guard guard;
     int has_guard;
-    int disabled;                    /* loaded but disabled: not asked, its groups host-protected */
     int has_tick;
     host_plugin_metric *metrics;     /* families it registered */
     size_t n_metrics;
     host_overrun_log tick_log;       /* its tick overrun lines */
     host_overrun_log guard_log;      /* its guard overrun lines */
     smp_host_api api;                /* the table handed to init() */
+
+    /* Hot reload, disable and enable (plugin_reload.c). */
+    host_plugin_run run;             /* active, quiescing or disabled */
+    unsigned inflight;               /* host callbacks it is owed (appends, tasks) */
+    int quiesce_called;              /* quiesce() was called since the last resume */
+    host_plugin *replaces;           /* non-NULL: a reload's new instance, staged */
+    host_vec s_types;                /* its registrations while staged */
+    host_vec s_sections;
+    host_vec s_rpcs;
+    host_vec s_ticks;
+    host_vec s_handlers;
+    uint64_t reloads;                /* successful reloads into this plugin's slot */
 };
+
+/* A request to a service of a quiescing plugin, held until the reload or
+ * disable ends (then dispatched to whoever serves). */
+typedef struct hp_parked {
+    struct hp_parked *next;
+    smp_rpc_call *call;
+    uint16_t service;
+    uint16_t method;
+    uint8_t *body;
+    size_t len;
+} hp_parked;
+
+/* The reload or disable in progress (at most one). */
+typedef struct hp_change hp_change;
 
 struct host_plugins {
     const host_config *cfg;
@@ -93,6 +119,9 @@ struct host_plugins {
     host_vec rpcs;                   /* host_rpc_reg * */
     host_vec ticks;                  /* host_tick_reg * */
     host_vec handlers;               /* host_event_reg * */
+    hp_change *change;               /* a reload or disable in progress, or NULL */
+    hp_parked *parked;               /* calls parked meanwhile, oldest first */
+    hp_parked **parked_tail;
 };
 
 /* -- plugin_host.c ------------------------------------------------------------ */
@@ -110,6 +139,32 @@ const char *hp_str_or(const char *s, const char *dflt);
 uint64_t hp_offered_caps(const host_plugins *reg);
 /* Monotonic nanoseconds. */
 uint64_t hp_clock_ns(void);
+
+/* Open the library at path (a temporary copy of it when replaces is set,
+ * so that the old instance stays mapped beside it), check the descriptor
+ * and run init(); with replaces set, its registrations are staged (see
+ * plugin_reload.c). On success *out is the plugin, not yet in the registry.
+ * On failure: a negative code, the message in err, nothing left behind. */
+int hp_plugin_open(host_plugins *reg,
+                   const host_config_plugin *pc,
+                   const char *path,
+                   host_plugin *replaces,
+                   host_plugin **out,
+                   char *err,
+                   size_t errlen);
+/* fini (when init succeeded), drop its registrations (staged or not),
+ * close the library, free the record. Not in reg->plugins any more. */
+void hp_plugin_unload(host_plugin *p);
+/* Drop the registrations of p from the registry's tables and the staged
+ * ones; unregister its metric families except those marked shared. */
+void hp_undo_registrations(host_plugin *p);
+void hp_plugin_free(host_plugin *p);
+
+/* -- plugin_reload.c ------------------------------------------------------------ */
+
+/* At destroy: a change in progress ends as SMP_ECANCELED (the new instance
+ * closed, done called), parked calls are answered SMP_ECANCELED. */
+void hp_change_abandon(host_plugins *reg);
 
 /* -- plugin_host_api.c -------------------------------------------------------- */
 

@@ -1,4 +1,4 @@
-/* store_plugin.h -- the Store Master plugin ABI, version 1.
+/* store_plugin.h -- the Store Master plugin ABI, version 1.1.
  *
  * This header is the whole contract between the Store Master (the host) and a
  * plugin shared library. A plugin exports exactly one symbol,
@@ -18,6 +18,12 @@
  * side can tell which fields the other knows. A plugin that calls a host API
  * member newer than ABI 1.0 checks host_api->struct_size first (see
  * SMP_HOST_HAS()).
+ *
+ * ABI 1.1 appends the hot-reload hooks to smp_plugin_desc (quiesce,
+ * export_state, import_state, self_check, resume; see "Hot reload" below).
+ * A 1.0 plugin (a descriptor without them) still loads in a 1.1 host: it
+ * cannot be reloaded in place, and can still be disabled and enabled. A 1.1
+ * plugin is refused by a 1.0 host (its minor is newer), as for any minor.
  *
  * Threading. Every callback into the plugin runs on the master's event-loop
  * thread, which owns all metadata; callbacks must not block and must not call
@@ -52,7 +58,7 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 
 #define SMP_ABI_MAJOR 1
-#define SMP_ABI_MINOR 0
+#define SMP_ABI_MINOR 1
 
 /* The ABI tag pins what C cannot check across a dlopen: pointer width and byte
  * order. It is 'S' 'M' <pointer bytes> <1 little endian | 2 big endian>. */
@@ -573,6 +579,86 @@ typedef struct smp_host_api {
                                sizeof(((smp_host_api *)0)->member))
 
 /* ------------------------------------------------------------------------ */
+/* Hot reload (ABI 1.1)                                                      */
+/* ------------------------------------------------------------------------ */
+
+/* The state one plugin instance hands to its successor. The exporter fills
+ * format (its own numbering of the bytes) and data / len (allocated with the
+ * host API's alloc; the host frees it with free once the import returned);
+ * the host sets from_version to the exporter's descriptor version. */
+typedef struct smp_handoff {
+    uint32_t struct_size;
+    uint16_t format;
+    void *data;
+    size_t len;
+    const char *from_version; /* set by the host; borrowed for the import */
+    /* Fields above: ABI 1.1. */
+} smp_handoff;
+
+/* Why resume() is called. */
+typedef enum smp_resume_reason {
+    SMP_RESUME_ROLLBACK = 1, /* the reload was refused: the old instance serves on */
+    SMP_RESUME_HANDOFF = 2,  /* the new instance, after a successful import */
+    SMP_RESUME_ENABLE = 3    /* weightctl plugin enable, after a disable */
+} smp_resume_reason;
+
+/* How the host reloads a plugin in place (weightctl plugin reload, SIGHUP),
+ * each step on the loop thread:
+ *
+ *  1. the new library is loaded beside the old one and checked like any
+ *     load (ABI, tag, required capabilities); its name must be the old
+ *     one's, both must offer SMP_PLUGIN_CAP_HOT_RELOAD with the hooks below,
+ *     its plugin capabilities must include the old one's, the OpLog record
+ *     types it registers must include every type (and encoding version
+ *     range) the old one replays, and its sections every section of the old;
+ *  2. its init() runs: registrations go into a staging area (the same
+ *     numbers and names as the old instance's are allowed there);
+ *  3. the old instance is quiesced: the host stops its ticks, events and
+ *     RPCs (new calls to its services wait in the host, parked), and calls
+ *     quiesce() until it answers SMP_OK and every host callback the old
+ *     instance is owed (oplog_append, group_set_managed, replica tasks) has
+ *     run;
+ *  4. export_state() of the old, import_state() of the new, self_check() of
+ *     the new (when it has one);
+ *  5. the registrations switch (OpLog types, sections, guard, tick, RPC
+ *     services, event handlers; metric families of the same name are kept),
+ *     resume(SMP_RESUME_HANDOFF) on the new, the parked calls go to it, and
+ *     the old instance's fini() runs and its library is closed.
+ *
+ * Any refusal (ABI, capability, registration, quiesce timeout, import,
+ * self-check) undoes the new instance (fini() when its init() succeeded,
+ * library closed), resumes the old with SMP_RESUME_ROLLBACK and hands it
+ * the parked calls: nothing is lost, and the reason is returned.
+ *
+ * A disabled plugin (weightctl plugin disable) is quiesced the same way and
+ * then stays loaded: OpLog replay and its snapshot sections still go
+ * through it (its state is kept exactly), but its RPC services answer
+ * SMP_ENOTSUP ("plugin NAME is disabled"), its tick, events and guard are
+ * not called. Enabling it calls resume(SMP_RESUME_ENABLE).
+ *
+ * The hooks (members of smp_plugin_desc from ABI 1.1; all NULL in a 1.0
+ * descriptor):
+ *
+ *  quiesce(plugin): stop starting new work. SMP_OK once nothing the plugin
+ *    started is still in flight (every RPC it holds answered, no record or
+ *    task awaiting its callback); SMP_EAGAIN while something is -- the host
+ *    asks again after the loop ran (callbacks keep arriving meanwhile).
+ *    Called again after a rollback or enable only through resume().
+ *  export_state(plugin, out): fill out (see smp_handoff) with everything the
+ *    successor needs: the snapshot sections' bytes and whatever the plugin
+ *    keeps only in memory. Called once, on a quiesced instance; the instance
+ *    must stay usable (a rollback resumes it).
+ *  import_state(plugin, in, why, why_cap): take the exported state into a
+ *    freshly initialised instance. A format or version it cannot take is
+ *    refused (negative code) with a sentence in why; the instance is then
+ *    finalised, never resumed.
+ *  self_check(plugin, why, why_cap): optional. After import, verify the
+ *    instance is ready to serve; negative with a sentence refuses the reload.
+ *  resume(plugin, reason): start ticks' work, events and RPCs again (the
+ *    host restarts them); a plugin re-validates what it could have missed
+ *    while it was quiesced (events are not delivered meanwhile). */
+
+/* ------------------------------------------------------------------------ */
 /* The plugin descriptor                                                     */
 /* ------------------------------------------------------------------------ */
 
@@ -593,7 +679,12 @@ typedef struct smp_plugin_desc {
     uint64_t plugin_caps;
     int (*init)(smp_host *h, const smp_host_api *api, void **plugin);
     void (*fini)(void *plugin);
-    /* Fields above: ABI 1.0. */
+    /* Fields above: ABI 1.0. Below: ABI 1.1, hot reload (see above). */
+    int (*quiesce)(void *plugin);
+    int (*export_state)(void *plugin, smp_handoff *out);
+    int (*import_state)(void *plugin, const smp_handoff *in, char *why, size_t why_cap);
+    int (*self_check)(void *plugin, char *why, size_t why_cap);
+    void (*resume)(void *plugin, smp_resume_reason reason);
 } smp_plugin_desc;
 
 typedef const smp_plugin_desc *(*smp_plugin_entry_fn)(void);
@@ -602,6 +693,10 @@ typedef const smp_plugin_desc *(*smp_plugin_entry_fn)(void);
 #define SMP_PLUGIN_DESC_INIT                 \
     sizeof(smp_plugin_desc), SMP_ABI_MAJOR, \
         SMP_ABI_MINOR, SMP_ABI_TAG
+
+/* The ABI 1.1 hooks of a plugin that does not hand its state over (it is
+ * not reloaded in place; it can still be disabled and enabled). */
+#define SMP_PLUGIN_NO_RELOAD NULL, NULL, NULL, NULL, NULL
 
 #ifdef __cplusplus
 }

@@ -1089,6 +1089,19 @@ static void wm_run_recheck(wm_plugin *p, wm_lc *lc, uint64_t *checks)
     }
 }
 
+void wm_lifecycle_revalidate(wm_plugin *p)
+{
+    wm_lc *lc = wm_lc_get(p);
+    if (lc == NULL) return;
+    /* Another term (or the time quiesced) may have moved the operations on:
+     * working copies are dropped and rebuilt from the store (tasks still in
+     * flight finish into a stale job, which is then freed). */
+    for (wm_job *j = lc->jobs; j != NULL; j = j->next) j->stale = 1;
+    lc->auto_op = 0;
+    lc->recheck = 1;
+    wm_repair_validate_all(p);
+}
+
 /* ------------------------------------------------------------------------ */
 /* AUTO                                                                      */
 /* ------------------------------------------------------------------------ */
@@ -1258,13 +1271,7 @@ void wm_lifecycle_event(wm_plugin *p, const smp_event *ev)
         lc->recheck = 1;
         return;
     case SMP_EVENT_ROLE_CHANGE:
-        /* Another term may have moved the operations on: working copies
-         * are dropped and rebuilt from the store (tasks still in flight
-         * finish into a stale job, which is then freed). */
-        for (wm_job *j = lc->jobs; j != NULL; j = j->next) j->stale = 1;
-        lc->auto_op = 0;
-        lc->recheck = 1;
-        wm_repair_validate_all(p);
+        wm_lifecycle_revalidate(p);
         return;
     case SMP_EVENT_MEMORY_PRESSURE:
         if (ev->capacity > 0) {

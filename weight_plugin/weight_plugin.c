@@ -3,7 +3,11 @@
  * This file only connects the plugin to the host: it exports the descriptor,
  * and in init() creates the revision store and registers the plugin's OpLog
  * types (8-12, with their gates), its snapshot section, its object guard, its
- * reconcile tick, its RPC service and metrics. Replay and the section go
+ * reconcile tick, its RPC service and metrics; and it wires the ABI 1.1
+ * hot-reload hooks (quiesce, export/import through wm_handoff.c, the
+ * self-check, resume). Built with WM_TEST_REFUSE_HANDOFF it is the test
+ * variant weight_mgmt_refuse_handoff.so, whose import refuses every
+ * handoff (test_plugin_reload's rollback). Replay and the section go
  * straight to the store (weight_metadata_store.c); the RPCs live in
  * weight_management.c and wm_mgmt_*.c, the guard and the tick in weight_lifecycle.c. A record
  * or section the store refuses stops recovery with a log line naming the
@@ -159,24 +163,80 @@ free_plugin:
     return rc;
 }
 
+/* Nothing new starts while quiesced (the host holds RPCs, ticks and
+ * events); idle once no mutation awaits its durable callback. */
+static int wm_quiesce(void *plugin)
+{
+    wm_plugin *p = plugin;
+    p->quiesced = 1;
+    return p->pending != NULL ? SMP_EAGAIN : SMP_OK;
+}
+
+static int wm_export_state(void *plugin, smp_handoff *out)
+{
+    return wm_handoff_export(plugin, out);
+}
+
+static int wm_import_state(void *plugin, const smp_handoff *in, char *why, size_t why_cap)
+{
+#ifdef WM_TEST_REFUSE_HANDOFF
+    (void)plugin;
+    snprintf(why, why_cap, "this build (the refuse-handoff test variant) takes no handoff of "
+             "%zu bytes from version %s", in->len, in->from_version ? in->from_version : "?");
+    return SMP_ENOTSUP;
+#else
+    return wm_handoff_import(plugin, in, why, why_cap);
+#endif
+}
+
+static int wm_self_check(void *plugin, char *why, size_t why_cap)
+{
+    return wm_handoff_self_check(plugin, why, why_cap);
+}
+
+/* Serving again: whatever happened while quiesced (events were withheld)
+ * is found by re-validating the revisions. */
+static void wm_resume(void *plugin, smp_resume_reason reason)
+{
+    wm_plugin *p = plugin;
+    p->quiesced = 0;
+    p->api->log(p->host, SMP_LOG_INFO, "resumed (%s): re-validating every revision",
+                reason == SMP_RESUME_HANDOFF ? "state handed over"
+                : reason == SMP_RESUME_ENABLE ? "enabled" : "reload refused");
+    wm_lifecycle_revalidate(p);
+}
+
 static void wm_fini(void *plugin)
 {
     wm_plugin *p = plugin;
+    free(p->handoff_section);
     wm_mgmt_release(p);
     wm_store_free(p->store);
     free(p);
 }
 
+#ifdef WM_TEST_REFUSE_HANDOFF
+#define WM_PLUGIN_VERSION "0.1.0-refuse-handoff"
+#else
+#define WM_PLUGIN_VERSION "0.1.0"
+#endif
+
 static const smp_plugin_desc wm_desc = {
     SMP_PLUGIN_DESC_INIT,
     "weight_mgmt",
-    "0.1.0",
+    WM_PLUGIN_VERSION,
     SMP_HOST_CAP_GROUPS | SMP_HOST_CAP_DURABLE_OPLOG,
     SMP_HOST_CAP_COLD_TIER | SMP_HOST_CAP_HA_STANDBY | SMP_HOST_CAP_RPC_DISPATCH |
-        SMP_HOST_CAP_METRICS,
-    SMP_PLUGIN_CAP_OBJECT_GUARD | SMP_PLUGIN_CAP_WEIGHTS | SMP_PLUGIN_CAP_LINEAGE,
+        SMP_HOST_CAP_METRICS | SMP_HOST_CAP_STATE_HANDOFF,
+    SMP_PLUGIN_CAP_OBJECT_GUARD | SMP_PLUGIN_CAP_WEIGHTS | SMP_PLUGIN_CAP_LINEAGE |
+        SMP_PLUGIN_CAP_HOT_RELOAD,
     wm_init,
     wm_fini,
+    wm_quiesce,
+    wm_export_state,
+    wm_import_state,
+    wm_self_check,
+    wm_resume,
 };
 
 const smp_plugin_desc *smp_plugin_entry(void)

@@ -99,6 +99,11 @@ typedef struct wm_plugin {
     smp_metric *m_repairs;         /* counter {result} */
     smp_metric *m_repair_bytes;    /* counter (bytes) */
     smp_metric *m_manifest_tasks;  /* counter {task} */
+
+    /* Hot reload (weight_plugin.c, wm_handoff.c). */
+    int quiesced;                  /* the host stopped it; nothing new starts */
+    uint8_t *handoff_section;      /* the section imported, until the self-check */
+    size_t handoff_len;
 } wm_plugin;
 
 /* -- weight_management.c, wm_mgmt_txn.c ----------------------------------- */
@@ -188,6 +193,26 @@ int wm_replicas_of(wm_plugin *p, const char *key, smp_object_info *info);
  * per attempt, at most 5 s. */
 uint64_t wm_backoff(uint32_t attempts);
 
+/* After a change of leader and after a resume (enable, a reload's handoff,
+ * a refused reload): drop the working copies (rebuilt from the store),
+ * recheck DEGRADED revisions and re-validate every revision against its
+ * replicas (wm_repair_validate_all). */
+void wm_lifecycle_revalidate(wm_plugin *p);
+
+/* -- wm_handoff.c ---------------------------------------------------------- */
+
+#define WM_HANDOFF_FORMAT 1
+
+/* export_state: the section's bytes and the in-memory counters (out->data
+ * allocated with the API's alloc). SMP_OK or SMP_E*. */
+int wm_handoff_export(wm_plugin *p, smp_handoff *out);
+/* import_state into a fresh instance: SMP_OK, or a refusal with a sentence
+ * in why (another format, a newer section encver, bytes that do not decode
+ * or a section the store refuses). */
+int wm_handoff_import(wm_plugin *p, const smp_handoff *in, char *why, size_t cap);
+/* self_check after import: the store saves to the bytes it was given. */
+int wm_handoff_self_check(wm_plugin *p, char *why, size_t cap);
+
 /* -- wm_reclaim.c ---------------------------------------------------------- */
 
 #define WM_IMPORT_TTL_DEFAULT_MS 3600000ull   /* plugin key import_ttl_ms */
@@ -222,7 +247,7 @@ int wm_repair_tick(wm_plugin *p, uint64_t *checks);
  * round (a member of it was reported lost). */
 void wm_repair_note(wm_plugin *p, const char *group_key);
 
-/* Validate every revision again (a role change; a start does it by
+/* Validate every revision again (a role change, a resume; a start does it by
  * itself). */
 void wm_repair_validate_all(wm_plugin *p);
 

@@ -11,7 +11,8 @@
  * and takes snapshots every snapshot.every_records records; each round first
  * measures how late it started (the loop lag /health and /metrics report),
  * and every tick is timed against its deadline by the plugin host. SIGINT or SIGTERM
- * stops accepting, flushes the OpLog and unloads the plugins. */
+ * stops accepting, flushes the OpLog and unloads the plugins; SIGHUP reloads
+ * every plugin in place (master_plugins.c). */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -236,21 +237,20 @@ void master_stop(master *m)
     uv_close((uv_handle_t *)&m->sig_int, NULL);
     uv_close((uv_handle_t *)&m->sig_term, NULL);
     uv_close((uv_handle_t *)&m->sig_hup, NULL);
+    master_plugins_close(m);
     admin_http_stop(m->admin);
     m->admin = NULL;
     rpc_server_close(m->rpc);
     m->rpc = NULL;
 }
 
-/* SIGHUP is what operators send to make a daemon reload. This master has
- * nothing it can reload in place yet (plugins load at start only), so it
- * says so and goes on serving: a hangup must never take the master down. */
+/* SIGHUP is what operators send to make a daemon reload: every plugin is
+ * reloaded in place from its configured path (master_plugins.c); a refusal
+ * leaves the old instance serving. A hangup never takes the master down. */
 static void on_hangup(uv_signal_t *h, int signum)
 {
-    (void)h;
     (void)signum;
-    fprintf(stderr, "store_master: SIGHUP: nothing is reloaded in place (restart the master to "
-                    "load a new config or plugin); serving on\n");
+    master_plugins_on_hangup(h->data);
 }
 
 static void on_signal(uv_signal_t *h, int signum)
@@ -335,6 +335,7 @@ static int open_parts(master *m, char *err, size_t errlen)
     if ((rc = host_metrics_create(&m->metrics)) < 0) return rc;
     if ((rc = master_metrics_register(m)) < 0) return rc;
     master_backend_init(m);
+    master_plugins_backend(m);
     if ((rc = host_plugins_create(&m->plugins, m->cfg, m->metrics, &m->backend)) < 0) return rc;
     if ((rc = host_plugins_load_all(m->plugins, err, errlen)) < 0) return rc;
     host_plugins_set_timing(m->plugins, &m->m.plugin_timing);
@@ -365,18 +366,7 @@ static int open_parts(master *m, char *err, size_t errlen)
         snprintf(err, errlen, "rpc: cannot register the host services: %s", smp_strerror(rc));
         return rc;
     }
-    for (size_t i = 0; i < host_plugins_n_rpc_services(m->plugins); i++) {
-        const host_rpc_reg *r = host_plugins_rpc_service_at(m->plugins, i);
-        rc = rpc_server_add_service(m->rpc, r->s.service_id, r->s.name, r->s.methods,
-                                    r->s.n_methods, host_plugin_state(r->owner));
-        if (rc < 0) {
-            snprintf(err, errlen, "rpc: service %u (%s) of %s cannot be added: %s",
-                     (unsigned)r->s.service_id, r->s.name, host_plugin_desc(r->owner)->name,
-                     smp_strerror(rc));
-            return rc;
-        }
-    }
-    return SMP_OK;
+    return master_plugins_route(m, err, errlen);
 }
 
 static void close_parts(master *m)
@@ -388,6 +378,7 @@ static void close_parts(master *m)
     uv_run(&m->loop, UV_RUN_DEFAULT);
     node_runtime_stop(m->embedded_node); /* its link to us is closed: it lets go */
     host_plugins_destroy(m->plugins);
+    master_plugins_free(m);
     obj_store_destroy(m->objs);
     host_metrics_destroy(m->metrics);
     master_pending_free(m);
@@ -414,6 +405,7 @@ int master_main(const host_config *cfg)
     uv_signal_init(&m->loop, &m->sig_int);
     uv_signal_init(&m->loop, &m->sig_term);
     uv_signal_init(&m->loop, &m->sig_hup);
+    master_plugins_init(m);
     m->timer.data = m->sig_int.data = m->sig_term.data = m->sig_hup.data = m;
 
     int rc = open_parts(m, err, sizeof(err));

@@ -298,6 +298,13 @@ static const smp_rpc_method admin_methods[] = {
     {sizeof(smp_rpc_method), ADMIN_METHOD__ADMIN_SNAPSHOT, "snapshot", h_snapshot},
     {sizeof(smp_rpc_method), ADMIN_METHOD__ADMIN_GATE_CONFIRM, "gate_confirm",
      master_gates_h_confirm},
+    {sizeof(smp_rpc_method), ADMIN_METHOD__ADMIN_PLUGIN_LIST, "plugin_list", master_plugins_h_list},
+    {sizeof(smp_rpc_method), ADMIN_METHOD__ADMIN_PLUGIN_RELOAD, "plugin_reload",
+     master_plugins_h_reload},
+    {sizeof(smp_rpc_method), ADMIN_METHOD__ADMIN_PLUGIN_DISABLE, "plugin_disable",
+     master_plugins_h_disable},
+    {sizeof(smp_rpc_method), ADMIN_METHOD__ADMIN_PLUGIN_ENABLE, "plugin_enable",
+     master_plugins_h_enable},
 };
 
 int master_admin_register(master *m)

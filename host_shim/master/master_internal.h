@@ -89,6 +89,11 @@ typedef struct master {
     uv_signal_t sig_term;
     uv_signal_t sig_hup;
     uv_timer_t timer;
+    uv_idle_t plugin_idle;      /* polls a plugin reload or disable in progress */
+    uint16_t *plugin_svcs;      /* plugin service ids routed in the RPC server */
+    size_t n_plugin_svcs;
+    int hup_running;            /* SIGHUP: reloading every plugin, one at a time */
+    size_t hup_next;            /* the next plugin index to reload */
 
     char oplog_dir[4096];
     char snap_dir[4096];
@@ -311,6 +316,26 @@ void master_admin_render(void *ctx, const char *path, int *status, char **body,
                          size_t *len, const char **content_type);
 int master_metrics_register(master *m);
 void master_metrics_refresh(master *m);
+
+/* -- master_plugins.c ------------------------------------------------------------- */
+
+/* The idle handle (init with the loop; close in master_stop) and the
+ * routing table's memory (free at exit). */
+void master_plugins_init(master *m);
+void master_plugins_close(master *m);
+void master_plugins_free(master *m);
+/* Set the backend members a reload needs (services_changed, redispatch). */
+void master_plugins_backend(master *m);
+/* Mirror the registry's plugin services into the RPC server, every method
+ * routed through the plugin host. SMP_OK, or the cause in err. */
+int master_plugins_route(master *m, char *err, size_t errlen);
+/* SIGHUP: reload every plugin from its configured path, one after the other. */
+void master_plugins_on_hangup(master *m);
+/* ADMIN_PLUGIN_LIST / RELOAD / DISABLE / ENABLE. */
+int master_plugins_h_list(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len);
+int master_plugins_h_reload(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len);
+int master_plugins_h_disable(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len);
+int master_plugins_h_enable(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len);
 
 /* -- master_nodes.c --------------------------------------------------------------- */
 

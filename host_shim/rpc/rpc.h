@@ -152,6 +152,14 @@ struct smp_rpc_call {
  * forever); SMP_EINVAL for a NULL call. */
 int rpc_reply(smp_rpc_call *call, int status, const uint8_t *body, size_t len);
 
+/* Route a call again that a handler held back instead of answering (the
+ * plugin host parks calls while a plugin is reloaded), as if its request had
+ * just been decoded: to the handler registered now for its service and
+ * method (body borrowed for the call). An unknown route, or a handler's
+ * negative return without a reply, is answered as on arrival. Loop thread;
+ * not from inside a handler. */
+void rpc_server_redispatch(rpc_server *s, smp_rpc_call *call, const uint8_t *body, size_t len);
+
 /* Answer a call with a status and a message for RpcResponse.error (copied;
  * NULL for none) and no body. Same contract as rpc_reply(). */
 int rpc_reply_error(smp_rpc_call *call, int status, const char *message);

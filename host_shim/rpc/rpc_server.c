@@ -683,6 +683,34 @@ static void conn_dispatch(rpc_conn *c, const uint8_t *data, size_t len)
     }
 }
 
+void rpc_server_redispatch(rpc_server *s, smp_rpc_call *call, const uint8_t *body, size_t len)
+{
+    rpc_service *svc = find_service(s, call->service);
+    const rpc_method *m = svc != NULL ? find_method(svc, call->method) : NULL;
+    char msg[160];
+    int rc, replied;
+    if (m == NULL) {
+        snprintf(msg, sizeof(msg), "service %" PRIu32 " method %" PRIu32 " is not served any more",
+                 call->service, call->method);
+        call_finish(call, SMP_ENOTFOUND, msg, NULL, 0);
+        return;
+    }
+    s->cur_call = call;
+    s->cur_replied = 0;
+    rc = m->handler(svc->ctx, call, body, len);
+    replied = s->cur_replied;
+    s->cur_call = NULL;
+    if (rc < 0 && !replied) {
+        svc = find_service(s, call->service);
+        m = svc != NULL ? find_method(svc, call->method) : NULL;
+        s->st.err_handler++;
+        snprintf(msg, sizeof(msg), "%s.%s (service %" PRIu32 " method %" PRIu32 "): %s",
+                 svc != NULL ? svc->name : "?", m != NULL ? m->name : "?", call->service,
+                 call->method, smp_strerror(rc));
+        call_finish(call, rc, msg, NULL, 0);
+    }
+}
+
 /* -- Reading --------------------------------------------------------------- */
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)

@@ -104,6 +104,7 @@ static void fini(void *plugin) { free(plugin); }
 
 static const smp_plugin_desc desc = {
     SMP_PLUGIN_DESC_INIT, "allow_all_guard", "0.1", SMP_HOST_CAP_GROUPS, 0, 0, init, fini,
+    SMP_PLUGIN_NO_RELOAD,
 };
 
 const smp_plugin_desc *smp_plugin_entry(void) { return &desc; }

@@ -17,6 +17,7 @@ static int init(smp_host *h, const smp_host_api *api, void **plugin)
 static const smp_plugin_desc desc = {
     sizeof(smp_plugin_desc), SMP_ABI_MAJOR, SMP_ABI_MINOR, 0x534d0402u,
     "bad_abi_tag", "1.0", 0, 0, 0, init, NULL,
+    SMP_PLUGIN_NO_RELOAD,
 };
 
 const smp_plugin_desc *smp_plugin_entry(void) { return &desc; }

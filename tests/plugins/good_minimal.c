@@ -97,6 +97,7 @@ static const smp_plugin_desc desc = {
     SMP_HOST_CAP_GROUPS | SMP_HOST_CAP_DURABLE_OPLOG,
     SMP_HOST_CAP_METRICS | (UINT64_C(1) << 40), /* an unknown optional bit is ignored */
     SMP_PLUGIN_CAP_OBJECT_GUARD, init, fini,
+    SMP_PLUGIN_NO_RELOAD,
 };
 
 const smp_plugin_desc *smp_plugin_entry(void) { return &desc; }

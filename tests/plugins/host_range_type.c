@@ -28,6 +28,7 @@ static void fini(void *plugin) { (void)plugin; }
 
 static const smp_plugin_desc desc = {
     SMP_PLUGIN_DESC_INIT, "host_range_type", "1.0", 0, 0, 0, init, fini,
+    SMP_PLUGIN_NO_RELOAD,
 };
 
 const smp_plugin_desc *smp_plugin_entry(void) { return &desc; }

@@ -45,6 +45,7 @@ static void fini(void *plugin)
 
 static const smp_plugin_desc desc = {
     SMP_PLUGIN_DESC_INIT, "init_fails_after_registering", "1.0", 0, 0, 0, init, fini,
+    SMP_PLUGIN_NO_RELOAD,
 };
 
 const smp_plugin_desc *smp_plugin_entry(void) { return &desc; }

@@ -295,6 +295,7 @@ static void fini(void *plugin)
 static const smp_plugin_desc desc = {
     SMP_PLUGIN_DESC_INIT, "recorder", "1.0.0",
     SMP_HOST_CAP_DURABLE_OPLOG | SMP_HOST_CAP_RPC_DISPATCH, 0, 0, init, fini,
+    SMP_PLUGIN_NO_RELOAD,
 };
 
 const smp_plugin_desc *smp_plugin_entry(void) { return &desc; }

@@ -47,6 +47,7 @@ int register_after_init_try_all(void)
 
 static const smp_plugin_desc desc = {
     SMP_PLUGIN_DESC_INIT, "register_after_init", "1.0", 0, 0, 0, init, NULL,
+    SMP_PLUGIN_NO_RELOAD,
 };
 
 const smp_plugin_desc *smp_plugin_entry(void) { return &desc; }

@@ -110,6 +110,7 @@ static void probe_fini(void *plugin)
 static const smp_plugin_desc desc = {
     SMP_PLUGIN_DESC_INIT, "replica_probe", "1.0", SMP_HOST_CAP_COLD_TIER, 0, 0,
     probe_init, probe_fini,
+    SMP_PLUGIN_NO_RELOAD,
 };
 
 const smp_plugin_desc *smp_plugin_entry(void)

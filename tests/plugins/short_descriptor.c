@@ -11,6 +11,7 @@ static int init(smp_host *h, const smp_host_api *api, void **plugin)
 
 static const smp_plugin_desc desc = {
     16, SMP_ABI_MAJOR, SMP_ABI_MINOR, SMP_ABI_TAG, "short_descriptor", "1.0", 0, 0, 0, init, NULL,
+    SMP_PLUGIN_NO_RELOAD,
 };
 
 const smp_plugin_desc *smp_plugin_entry(void) { return &desc; }

@@ -100,6 +100,7 @@ static void overrun_fini(void *plugin)
 
 static const smp_plugin_desc desc = {
     SMP_PLUGIN_DESC_INIT, "tick_overrun", "1.0", 0, 0, 0, overrun_init, overrun_fini,
+    SMP_PLUGIN_NO_RELOAD,
 };
 
 const smp_plugin_desc *smp_plugin_entry(void)

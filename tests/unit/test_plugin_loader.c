@@ -34,6 +34,8 @@ typedef struct rec_backend {
     int leader;
     int object_gets;
     int removes;
+    smp_done_cb done_cb;        /* of the last remove_object */
+    void *done_arg;
 } rec_backend;
 
 static int rec_oplog_append(void *ctx, uint16_t type, uint16_t encver, const void *payload,
@@ -66,8 +68,11 @@ static int rec_object_get(void *ctx, const char *key, smp_object_info *out)
 
 static int rec_remove_object(void *ctx, const char *key, smp_done_cb cb, void *arg)
 {
-    (void)key, (void)cb, (void)arg;
-    ((rec_backend *)ctx)->removes++;
+    rec_backend *b = ctx;
+    (void)key;
+    b->removes++;
+    b->done_cb = cb;
+    b->done_arg = arg;
     return SMP_OK;
 }
 
@@ -229,7 +234,7 @@ static void test_bad_major_is_refused(void **state)
 static void test_newer_minor_is_refused(void **state)
 {
     expect_refusal(*state, "newer_minor", SMP_ENOTSUP,
-                   "newer_minor.so: ABI minor 7 is newer than host ABI minor 0");
+                   "newer_minor.so: ABI minor 7 is newer than host ABI minor 1");
 }
 
 static void test_bad_abi_tag_is_refused(void **state)
@@ -262,7 +267,7 @@ static void test_short_descriptor_is_refused(void **state)
 {
     char msg[256];
     snprintf(msg, sizeof(msg), "short_descriptor.so: descriptor struct_size 16 is smaller than ABI 1.0's %zu",
-             sizeof(smp_plugin_desc));
+             offsetof(smp_plugin_desc, fini) + sizeof(void (*)(void *)));
     expect_refusal(*state, "short_descriptor", SMP_EINVAL, msg);
 }
 
@@ -550,6 +555,7 @@ static void test_oplog_append_gating(void **state)
     assert_int_equal(append(99, 1), SMP_ENOTFOUND);
     assert_int_equal(other_append(8), SMP_ENOTFOUND);
     assert_int_equal(other_append(13), SMP_OK);
+    fx->rec.cb(fx->rec.cb_arg, SMP_OK, 2); /* a backend calls back what it accepted */
     /* A standby. */
     fx->rec.leader = 0;
     assert_int_equal(append(8, 1), SMP_ENOTLEADER);
@@ -559,6 +565,7 @@ static void test_oplog_append_gating(void **state)
     fx->cfg.cluster.weight_management_oplog_capability_confirmed = 0;
     assert_int_equal(append(8, 1), SMP_OK);
     assert_int_equal(fx->rec.appends, 3);
+    fx->rec.cb(fx->rec.cb_arg, SMP_OK, 3);
 
     /* Without a backend append: not supported; is_leader defaults to 1. */
     host_plugins_set_backend(fx->reg, NULL);
@@ -623,6 +630,8 @@ static void test_host_api_members(void **state)
     assert_int_equal(fx->rec.object_gets, 2);
     assert_int_equal(api->remove_object(h, "k", NULL, NULL), SMP_OK);
     assert_int_equal(fx->rec.removes, 1);
+    assert_non_null(fx->rec.done_cb); /* the host's own record of what it owes */
+    fx->rec.done_cb(fx->rec.done_arg, SMP_OK);
     assert_int_equal(api->ensure_cold(h, "k", NULL, NULL), SMP_ENOTSUP);
     assert_int_equal(api->group_list(h, "g", NULL, 10, visit_none, NULL),
                      SMP_ENOTSUP);
@@ -796,12 +805,12 @@ static void test_describe_output(void **state)
     host_plugins_describe(fx->reg, out);
     fclose(out);
 
-    snprintf(line, sizeof(line), "host abi 1.0 tag 0x%08x caps 0x7f (groups,cold_tier,durable_oplog,"
+    snprintf(line, sizeof(line), "host abi 1.1 tag 0x%08x caps 0x7f (groups,cold_tier,durable_oplog,"
              "ha_standby,rpc_dispatch,metrics,state_handoff)\nplugins 2\n", (unsigned)SMP_ABI_TAG);
     assert_memory_equal(text, line, strlen(line));
     snprintf(line, sizeof(line), "plugin good_minimal 1.2.3\n  path %s\n", fx->paths[0]);
     assert_non_null(strstr(text, line));
-    snprintf(line, sizeof(line), "  abi 1.0 (host 1.0) tag 0x%08x\n", (unsigned)SMP_ABI_TAG);
+    snprintf(line, sizeof(line), "  abi 1.1 (host 1.1) tag 0x%08x\n", (unsigned)SMP_ABI_TAG);
     assert_non_null(strstr(text, line));
     assert_non_null(strstr(text,
                            "  required host caps 0x5 (groups,durable_oplog)\n"
