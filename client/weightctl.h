@@ -32,6 +32,12 @@ int wctl_bad_usage(const char *cmd, const char *why);
  * the unknown option, or the one missing its value, in that form. */
 int wctl_opt_error(const char *cmd, int c, char **argv);
 
+/* -- weightctl_plugin.c ----------------------------------------------------- */
+
+/* `plugin list|reload|disable|enable ...` (args[0] is "plugin"): the exit
+ * status (0 done, 1 refused or unreachable, 2 usage). */
+int wctl_cmd_plugin(ctl *x, int nargs, char **args);
+
 /* -- weightctl_args.c: arguments and the store ------------------------------ */
 
 /* Open x->ws on x->master for x->tenant. 0, or -1 with the cause on stderr. */
