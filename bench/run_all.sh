@@ -17,4 +17,5 @@ run "$build/bench/bench_master_mutations" "$dir" 3 etcd 1,64
 run "$build/bench/bench_etcd_oplog" 3
 run "$build/bench/bench_ha_failover" 5
 run "$build/bench/bench_metadata_reads" "$dir" 100000 3
+run "$build/bench/bench_plugin_reload" 4 10 "$dir"
 BUILD_DIR="$build" run /usr/bin/python3 bench/bench_python_get.py

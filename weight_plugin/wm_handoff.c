@@ -7,7 +7,7 @@
  * feed the plugin's metrics (so they go on instead of restarting at 0).
  * The lifecycle's working state (jobs, suspects, pressure, cursors) is not
  * handed over: it is rebuilt from the store, as after a change of leader,
- * and the resumed instance re-validates every READY revision
+ * and the resumed instance re-validates every revision against its replicas
  * (wm_lifecycle_revalidate).
  *
  * Format 1, little-endian: "WMH1", u16 section encver, u64 section length,
