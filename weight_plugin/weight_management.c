@@ -132,12 +132,14 @@ void wm_metrics_refresh(wm_plugin *p)
     a->metric_set(p->m_op_failures, NULL, (double)p->op_failures);
     a->metric_set(p->m_op_retries, NULL, (double)p->op_retries);
     a->metric_set(p->m_mig_processed, NULL, (double)p->migration_bytes_processed);
+    /* Over the operations, not the revisions: this runs after every record
+     * (replay included), and the revisions are many more. */
     uint64_t remaining = 0;
-    size_t n = wm_store_revision_count(p->store);
+    size_t n = wm_store_operation_count(p->store);
     for (size_t i = 0; i < n; i++) {
-        const wm_revision *r = wm_store_revision_at(p->store, i);
-        const wm_operation *o = r->operation_id ? wm_store_operation(p->store, r->operation_id) : NULL;
-        if (o != NULL && o->kind == WM_OPK_MIGRATING) remaining += o->bytes_total - o->bytes_done;
+        const wm_operation *o = wm_store_operation_at(p->store, i);
+        if (o->kind == WM_OPK_MIGRATING && o->state == WM_OPS_RUNNING)
+            remaining += o->bytes_total - o->bytes_done;
     }
     a->metric_set(p->m_mig_remaining, NULL, (double)remaining);
     a->metric_set(p->m_mig_completed, NULL, (double)p->migrations_completed);
