@@ -246,7 +246,9 @@ int master_recover(master *m, char *err, size_t errlen)
     char cause[1024] = "";
     replay_ctx c = {m, cause, sizeof(cause)};
     err[0] = '\0';
+    obj_store_bulk_begin(m->objs);
     rc = oplog_replay(m->log, last_seq, replay_one, &c, err, errlen);
+    (void)obj_store_bulk_end(m->objs); /* unsorted on ENOMEM: still a valid list */
     if (rc < 0 && cause[0] != '\0') snprintf(err, errlen, "%s", cause);
     if (rc < 0 && err[0] == '\0') snprintf(err, errlen, "oplog: replay failed: %s", smp_strerror(rc));
     return rc;

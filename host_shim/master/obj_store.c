@@ -199,6 +199,17 @@ static int obj_lru_cmp(const void *a, const void *b)
     return strcmp(x->key, y->key);
 }
 
+void obj_store_bulk_begin(obj_store *st)
+{
+    st->bulk_load = 1;
+}
+
+int obj_store_bulk_end(obj_store *st)
+{
+    st->bulk_load = 0;
+    return obj_lru_resort(st);
+}
+
 /* Sort the LRU list after a bulk load. SMP_ENOMEM leaves it unsorted (still
  * a valid list; eviction order is then approximate). */
 int obj_lru_resort(obj_store *st)

@@ -220,6 +220,14 @@ void obj_store_destroy(obj_store *st);
 /* Replace the guard (NULL: none). */
 void obj_store_set_guard(obj_store *st, const obj_guard_ops *guard);
 
+/* Bulk replay (recovery, a standby's bootstrap): between begin and end,
+ * objects join the LRU list at its tail instead of at their place by last
+ * access, and end sorts the list once -- records arrive in no useful order
+ * for the LRU, and placing each one walks the list. end returns SMP_OK, or
+ * SMP_ENOMEM with the list left unsorted (eviction order approximate). */
+void obj_store_bulk_begin(obj_store *st);
+int obj_store_bulk_end(obj_store *st);
+
 /* SMP_OK when key is a valid object key, else SMP_EINVAL. */
 int obj_validate_key(const char *key);
 
