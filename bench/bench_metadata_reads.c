@@ -10,7 +10,10 @@
  * request in flight per client, over the master's Unix socket). The
  * baseline is redis-server (in memory) over its Unix socket, filled with as
  * many keys by redis-benchmark SETs, then redis-benchmark GETs with the same
- * client counts and no pipelining. Prints each figure and the ratio.
+ * client counts and no pipelining. Then it restarts the master (clean stop,
+ * start, until a weight_get_metadata is answered: snapshot plus OpLog tail)
+ * next to Redis loading an RDB of as many keys as the master has objects.
+ * Prints each figure and the ratio.
  *
  * Usage: bench_metadata_reads [DIR (/tmp)] [REVISIONS (100000)] [SECONDS (3)] */
 #include <pthread.h>
@@ -140,6 +143,46 @@ static double measure_reads(bench *b, int clients, int exist)
     return atomic_load(&b->failed) ? -1 : (double)atomic_load(&b->ops) / dt;
 }
 
+/* The value of a metric line starting with `name` in the master's
+ * /metrics (name includes its labels), or -1. */
+static double metric_of(const hx_master *m, const char *name)
+{
+    char *body = NULL;
+    double v = -1;
+    if (hx_http_get(m, "/metrics", &body) == 200 && body != NULL) {
+        for (char *line = body; line != NULL && *line; line = strchr(line, '\n')) {
+            if (*line == '\n') line++;
+            if (strncmp(line, name, strlen(name)) == 0 && line[strlen(name)] == ' ') {
+                v = atof(line + strlen(name) + 1);
+                break;
+            }
+        }
+    }
+    free(body);
+    return v;
+}
+
+/* Restart the master (clean stop, then start) and return the seconds from
+ * the start until a weight_get_metadata is answered, or -1. */
+static double restart_seconds(hx_master *m, bench *b)
+{
+    if (hx_stop(m) != 0) return -1;
+    double t0 = now_s();
+    if (hx_start(m, 600000) < 0) return -1;
+    weight_store *s = NULL;
+    weight_identity id;
+    weight_metadata md;
+    identity_of(&id, b->n_revisions - 1);
+    for (int i = 0; i < 60000; i++) {
+        if (s == NULL) s = open_store(b);
+        if (s != NULL && weight_get_metadata(s, &id, &md, NULL) == WEIGHT_OK) break;
+        usleep(1000);
+    }
+    double t = now_s() - t0;
+    weight_store_close(s);
+    return t;
+}
+
 /* A line of /proc/PID/status in KiB ("RssAnon:"), -1 if absent. */
 static long proc_status_kib(pid_t pid, const char *field)
 {
@@ -197,14 +240,29 @@ int main(int argc, char **argv)
         if ((md[i] = measure_reads(&b, counts[i], 0)) < 0) goto stop;
         if ((ex[i] = measure_reads(&b, counts[i], 1)) < 0) goto stop;
     }
+    double objects = metric_of(&m, "store_objects{data_type=\"weight\"}") +
+                     metric_of(&m, "store_objects{data_type=\"metadata\"}");
+    double snap_seq = metric_of(&m, "snapshot_last_seq");
+    double appends = metric_of(&m, "oplog_appends_total");
+    double restart = restart_seconds(&m, &b);
+    if (restart < 0) goto stop;
+
     redis_box rb;
+    double redis_load = -1;
     memset(&rb, 0, sizeof(rb));
-    if (redis_start(&rb, dir, 0) == 0 && redis_bench(&rb, "set", 50, b.n_revisions) > 0) {
+    if (redis_start(&rb, dir, 0) == 0 && redis_populate(&rb, b.n_revisions) == 0) {
         for (int i = 0; i < 2; i++) rd[i] = redis_bench(&rb, "get", counts[i], counts[i] == 1 ? 100000 : 500000);
+        if (objects > 0 && redis_populate(&rb, (long)objects) == 0) redis_load = redis_reload_seconds(&rb);
     } else {
         printf("redis: no redis-server could be started (make bench installs redis-server)\n");
     }
     redis_stop(&rb);
+    printf("restart with %ld revisions (%.0f objects; %.0f records appended this run, newest "
+           "snapshot at seq %.0f): serving in %.3f s, %.0f objects/s;   redis RDB of %.0f keys "
+           "loaded in %.3f s, %.0f keys/s;   x%.2f (target >= 1.0x, serving < 2 s)\n",
+           b.n_revisions, objects, appends, snap_seq, restart, objects / restart, objects,
+           redis_load, redis_load > 0 ? objects / redis_load : 0.0,
+           redis_load > 0 ? (objects / restart) / (objects / redis_load) : 0.0);
     for (int i = 0; i < 2; i++) {
         printf("clients %2d: weight_get_metadata %8.0f/s   weight_is_exist %8.0f/s   redis GET %8.0f/s"
                "   get_metadata/redis x%.2f   is_exist/redis x%.2f   (%ld revisions)\n",

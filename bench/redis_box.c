@@ -40,15 +40,14 @@ int bench_run_capture(char *const argv[], char *out, size_t cap)
 }
 
 
-int redis_start(redis_box *r, const char *parent, int durable)
+/* Fork and exec redis-server on r's directory and socket, logging to
+ * redis.log there; wait until the socket exists. 0 or -1. */
+static int redis_spawn(redis_box *r)
 {
     struct stat st;
-    snprintf(r->dir, sizeof(r->dir), "%s/redis-XXXXXX", parent);
-    if (mkdtemp(r->dir) == NULL) {
-        r->dir[0] = '\0';
-        return -1;
-    }
-    snprintf(r->sock, sizeof(r->sock), "%s/redis.sock", r->dir);
+    char log[700];
+    snprintf(log, sizeof(log), "%s/redis.log", r->dir);
+    unlink(r->sock);
     r->pid = fork();
     if (r->pid < 0) return -1;
     if (r->pid == 0) {
@@ -58,16 +57,73 @@ int redis_start(redis_box *r, const char *parent, int durable)
             dup2(devnull, 2);
         }
         execlp("redis-server", "redis-server", "--port", "0", "--unixsocket", r->sock, "--dir",
-               r->dir, "--appendonly", durable ? "yes" : "no", "--appendfsync", "always",
-               "--save", "", (char *)NULL);
+               r->dir, "--appendonly", r->durable ? "yes" : "no", "--appendfsync", "always",
+               "--save", "", "--logfile", log, "--enable-debug-command", "local",
+               (char *)NULL);
         _exit(127);
     }
-    for (int i = 0; i < 200; i++) {
+    for (int i = 0; i < 400; i++) {
         if (stat(r->sock, &st) == 0) return 0;
-        if (waitpid(r->pid, NULL, WNOHANG) == r->pid) return -1;
+        if (waitpid(r->pid, NULL, WNOHANG) == r->pid) {
+            r->pid = 0;
+            return -1;
+        }
         usleep(25000);
     }
     return -1;
+}
+
+int redis_start(redis_box *r, const char *parent, int durable)
+{
+    snprintf(r->dir, sizeof(r->dir), "%s/redis-XXXXXX", parent);
+    r->pid = 0;
+    r->durable = durable;
+    if (mkdtemp(r->dir) == NULL) {
+        r->dir[0] = '\0';
+        return -1;
+    }
+    snprintf(r->sock, sizeof(r->sock), "%s/redis.sock", r->dir);
+    return redis_spawn(r);
+}
+
+/* redis-cli on r's socket with the given arguments; its exit status. */
+static int redis_cli(const redis_box *r, const char *a1, const char *a2, const char *a3,
+                     const char *a4)
+{
+    char out[4096];
+    char *argv[] = {"redis-cli", "-s", (char *)r->sock, (char *)a1, (char *)a2, (char *)a3,
+                    (char *)a4, NULL};
+    int rc = bench_run_capture(argv, out, sizeof(out));
+    return rc != 0 || strstr(out, "ERR") != NULL ? -1 : 0;
+}
+
+int redis_populate(const redis_box *r, long n)
+{
+    char count[32];
+    snprintf(count, sizeof(count), "%ld", n);
+    return redis_cli(r, "DEBUG", "POPULATE", count, "key");
+}
+
+double redis_reload_seconds(redis_box *r)
+{
+    char path[700], line[512];
+    double secs = -1;
+    if (redis_cli(r, "SAVE", NULL, NULL, NULL) < 0) return -1;
+    kill(r->pid, SIGTERM);
+    waitpid(r->pid, NULL, 0);
+    r->pid = 0;
+    snprintf(path, sizeof(path), "%s/redis.log", r->dir);
+    if (truncate(path, 0) < 0 || redis_spawn(r) < 0) return -1;
+    for (int i = 0; i < 2400 && secs < 0; i++) {
+        FILE *f = fopen(path, "r");
+        while (f != NULL && fgets(line, sizeof(line), f)) {
+            char *p = strstr(line, "DB loaded from disk: ");
+            if (p != NULL) secs = atof(p + strlen("DB loaded from disk: "));
+        }
+        if (f != NULL) fclose(f);
+        if (secs < 0) usleep(25000);
+    }
+    return secs;
 }
 
 static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)

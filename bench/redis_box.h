@@ -12,6 +12,7 @@ typedef struct redis_box {
     char dir[512];
     char sock[600];
     pid_t pid;
+    int durable;
 } redis_box;
 
 /* Start redis-server under a new directory in parent, on a Unix socket
@@ -19,6 +20,13 @@ typedef struct redis_box {
  * what one event-loop round took before it answers: its group commit);
  * 0: in memory only. 0, or -1 (nothing left running). */
 int redis_start(redis_box *r, const char *parent, int durable);
+
+/* Fill the server with n keys of 64-byte values (DEBUG POPULATE). 0 or -1. */
+int redis_populate(const redis_box *r, long n);
+
+/* Write an RDB (SAVE), restart the server on it, and return the seconds it
+ * took to load it as the server reports ("DB loaded from disk"), or -1. */
+double redis_reload_seconds(redis_box *r);
 
 /* Stop the server (SIGTERM) and remove its directory. */
 void redis_stop(redis_box *r);
