@@ -788,6 +788,115 @@ static void test_events_routed_by_mask(void **state)
     assert_true(host_metric_value(host_metrics_find(fx->metrics, "good_minimal_events_total"), label) == 2);
 }
 
+/* -- reload, disable, enable (plugin_reload.c) ------------------------------------------ */
+
+typedef struct change_seen {
+    int calls;
+    host_plugin_change_result res;
+} change_seen;
+
+static void on_change(void *arg, const host_plugin_change_result *res)
+{
+    change_seen *c = arg;
+    c->calls++;
+    c->res = *res;
+}
+
+/* A plugin without the ABI 1.1 hooks cannot be reloaded, but is disabled
+ * (after a quiesce that parks its calls and keeps its guard) and enabled:
+ * disabled, its services answer a clear refusal and its guard is not asked;
+ * every refusal names the cause and changes nothing. */
+static void test_disable_enable_and_refusals(void **state)
+{
+    fixture *fx = *state;
+    change_seen seen = {0};
+    smp_guard_request req = {sizeof(req), SMP_GUARD_REMOVE_KEY, "a", "g", 1, SMP_DATA_WEIGHT, SMP_REPLICA_MEMORY};
+    int (*guard_calls)(void);
+    smp_rpc_call *call = (smp_rpc_call *)&seen; /* never dereferenced by the host */
+
+    assert_int_equal(load(fx, "good_minimal"), SMP_OK);
+    *(void **)&guard_calls = plugin_sym("good_minimal", "good_minimal_guard_calls");
+    host_plugin *p = host_plugins_at(fx->reg, 0);
+    assert_false(host_plugin_can_reload(p));
+    assert_int_equal(host_plugins_reload(fx->reg, "good_minimal", NULL, on_change, &seen, fx->err,
+                                         sizeof(fx->err)), SMP_ENOTSUP);
+    assert_non_null(strstr(fx->err, "plugin good_minimal (ABI 1.1) cannot hand its state over"));
+    assert_int_equal(host_plugins_disable(fx->reg, "nope", on_change, &seen, fx->err, sizeof(fx->err)),
+                     SMP_ENOTFOUND);
+    assert_string_equal(fx->err, "no plugin named 'nope' is loaded (loaded: good_minimal)");
+    assert_int_equal(host_plugins_enable(fx->reg, "good_minimal", fx->err, sizeof(fx->err)), SMP_ESTATE);
+    assert_string_equal(fx->err, "plugin good_minimal is not disabled (it is active)");
+    assert_false(host_plugins_changing(fx->reg));
+
+    /* Disable: quiescing first -- calls parked, the guard still decides. */
+    assert_int_equal(host_plugins_disable(fx->reg, "good_minimal", on_change, &seen, fx->err,
+                                          sizeof(fx->err)), SMP_OK);
+    assert_true(host_plugins_changing(fx->reg));
+    assert_int_equal(host_plugin_run_state(p), HOST_PLUGIN_QUIESCING);
+    assert_true(host_plugins_is_active(fx->reg, "good_minimal"));
+    assert_int_equal(host_plugins_disable(fx->reg, "good_minimal", on_change, &seen, fx->err,
+                                          sizeof(fx->err)), SMP_EBUSY);
+    assert_int_equal(host_plugins_dispatch(fx->reg, 16, 1, call, (const uint8_t *)"x", 1, fx->err,
+                                           sizeof(fx->err)), SMP_OK); /* parked */
+    assert_int_equal(host_plugins_guard_check(fx->reg, &req), SMP_GUARD_VETO);
+    assert_int_equal(guard_calls(), 1);
+    assert_int_equal(seen.calls, 0);
+    host_plugins_poll(fx->reg);
+    assert_int_equal(seen.calls, 1);
+    assert_int_equal(seen.res.status, SMP_OK);
+    assert_string_equal(seen.res.name, "good_minimal");
+    assert_false(host_plugins_changing(fx->reg));
+
+    /* Disabled: refused clearly, not asked, not active. */
+    assert_int_equal(host_plugin_run_state(p), HOST_PLUGIN_DISABLED);
+    assert_false(host_plugins_is_active(fx->reg, "good_minimal"));
+    assert_false(host_plugins_has_guard(fx->reg));
+    assert_int_equal(host_plugins_guard_check(fx->reg, &req), SMP_GUARD_ALLOW);
+    assert_int_equal(guard_calls(), 1);
+    assert_int_equal(host_plugins_dispatch(fx->reg, 16, 1, call, NULL, 0, fx->err, sizeof(fx->err)),
+                     SMP_ENOTSUP);
+    assert_string_equal(fx->err, "plugin good_minimal is disabled: service 16 (good_service) is "
+                                 "refused until `weightctl plugin enable good_minimal`");
+    host_tick_reg *t = host_plugins_tick_at(fx->reg, 0);
+    smp_tick_budget b = {sizeof(b), 1, 1, 0};
+    assert_int_equal(host_plugins_run_tick(fx->reg, t, &b), SMP_TICK_DONE);
+    assert_int_equal(host_plugins_disable(fx->reg, "good_minimal", on_change, &seen, fx->err,
+                                          sizeof(fx->err)), SMP_ESTATE);
+    assert_string_equal(fx->err, "plugin good_minimal is disabled: it is already");
+    assert_int_equal(host_plugins_reload(fx->reg, "good_minimal", NULL, on_change, &seen, fx->err,
+                                         sizeof(fx->err)), SMP_ESTATE);
+    assert_non_null(strstr(fx->err, "enable it first"));
+
+    /* Enabled: active again, the guard decides, the service is routed. */
+    assert_int_equal(host_plugins_enable(fx->reg, "good_minimal", fx->err, sizeof(fx->err)), SMP_OK);
+    assert_true(host_plugins_is_active(fx->reg, "good_minimal"));
+    assert_int_equal(host_plugins_guard_check(fx->reg, &req), SMP_GUARD_VETO);
+    assert_int_equal(guard_calls(), 2);
+    assert_int_equal(host_plugins_dispatch(fx->reg, 16, 1, call, NULL, 0, fx->err, sizeof(fx->err)),
+                     SMP_OK);
+    assert_int_equal(host_plugins_dispatch(fx->reg, 16, 9, call, NULL, 0, fx->err, sizeof(fx->err)),
+                     SMP_ENOTFOUND);
+    assert_string_equal(fx->err, "service 16 (good_service) has no method 9");
+    assert_int_equal(seen.calls, 1);
+}
+
+/* A change still in progress when the registry goes (shutdown) ends as
+ * SMP_ECANCELED: done is called once, the plugin is unloaded normally. */
+static void test_change_in_progress_at_destroy_is_canceled(void **state)
+{
+    fixture *fx = *state;
+    change_seen seen = {0};
+    assert_int_equal(load(fx, "good_minimal"), SMP_OK);
+    assert_int_equal(host_plugins_disable(fx->reg, "good_minimal", on_change, &seen, fx->err,
+                                          sizeof(fx->err)), SMP_OK);
+    host_plugins_destroy(fx->reg);
+    fx->reg = NULL;
+    assert_int_equal(seen.calls, 1);
+    assert_int_equal(seen.res.status, SMP_ECANCELED);
+    assert_string_equal(seen.res.reason, "the master is shutting down");
+    assert_closed("good_minimal");
+}
+
 /* -- describe ------------------------------------------------------------------------------------- */
 
 static void test_describe_output(void **state)
@@ -1068,6 +1177,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_bad_major_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_newer_minor_is_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_disable_enable_and_refusals, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_change_in_progress_at_destroy_is_canceled, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_abi_tag_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unknown_required_cap_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_required_cap_missing_from_backend, setup, teardown),
