@@ -11,8 +11,13 @@
  *   - executes the RUNNING operations in identity order: MIGRATING (to HOT,
  *     COLD or MIXED, in batches of complete affinity units, cold replicas
  *     verified before memory is released, nothing released while a lease is
- *     held) and DELETING (payloads in batches, the manifest last, the group
- *     verified empty, then the DELETED + ABSENT tombstone);
+ *     held or before the manifest has its cold copy), REPAIRING (the same
+ *     batches toward the recorded residency, started by wm_repair.c; it
+ *     restores replicas and releases none, and ends READY, or FAILED with
+ *     the revision DEGRADED when a member has nothing to restore from) and
+ *     DELETING (payloads in batches, the manifest last, the group verified
+ *     empty, then the DELETED + ABSENT tombstone);
+ *   - hands manifest replica care and validation to wm_repair_tick;
  *   - reclaims (wm_reclaim.c): aborts imports idle past their TTL, forgets
  *     tombstones and ended operations past their retention;
  *   - moves AUTO revisions by itself, one operation at a time: under
