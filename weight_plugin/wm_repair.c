@@ -241,7 +241,7 @@ typedef struct wm_facts {
 } wm_facts;
 
 static int wm_repair_facts(wm_plugin *p, const wm_revision *rev, wm_residency target, double ratio,
-                    wm_facts *out)
+                           wm_facts *out)
 {
     const wm_affinity *aff = wm_store_affinity(p->store, &rev->id);
     if (aff == NULL || aff->n_units == 0) return WM_EINVALID_ARGUMENT;
