@@ -375,7 +375,8 @@ static int api_ha_mode(smp_host *h)
 /* Every asynchronous service goes through an owed record, so the host knows
  * how many callbacks a plugin still has coming (h->inflight): a reload or
  * disable waits until none is left before the old instance's code can go.
- * The record is freed before the plugin's callback runs. */
+ * The record is freed before the plugin's callback runs. A call without a
+ * callback goes to the backend as it is (which refuses it or owes nothing). */
 typedef struct hp_owed {
     smp_host *h;
     smp_durable_cb durable;
@@ -434,6 +435,7 @@ static int api_oplog_append(smp_host *h, uint16_t type, uint16_t encver, const v
         return SMP_EGATE;
     if (!api_is_leader(h)) return SMP_ENOTLEADER;
     if (be->oplog_append == NULL) return SMP_ENOTSUP;
+    if (cb == NULL) return be->oplog_append(be->ctx, type, encver, payload, len, NULL, arg);
     hp_owed *o = owed_new(h, cb, NULL, arg);
     if (o == NULL) return SMP_ENOMEM;
     int rc = be->oplog_append(be->ctx, type, encver, payload, len, owed_durable, o);
@@ -469,6 +471,7 @@ static int api_group_set_managed(smp_host *h, const char *group, int managed, sm
     const host_backend *be = &h->reg->be;
     if (group == NULL) return SMP_EINVAL;
     if (be->group_set_managed == NULL) return SMP_ENOTSUP;
+    if (cb == NULL) return be->group_set_managed(be->ctx, h->desc.name, group, managed, NULL, arg);
     hp_owed *o = owed_new(h, NULL, cb, arg);
     if (o == NULL) return SMP_ENOMEM;
     int rc = be->group_set_managed(be->ctx, h->desc.name, group, managed, owed_done, o);
@@ -481,6 +484,7 @@ static int run_task(smp_host *h, host_task_fn fn, const char *key, smp_done_cb c
 {
     if (key == NULL) return SMP_EINVAL;
     if (fn == NULL) return SMP_ENOTSUP;
+    if (cb == NULL) return fn(h->reg->be.ctx, key, NULL, arg); /* the backend's answer to that */
     hp_owed *o = owed_new(h, NULL, cb, arg);
     if (o == NULL) return SMP_ENOMEM;
     int rc = fn(h->reg->be.ctx, key, owed_done, o);

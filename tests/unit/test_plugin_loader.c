@@ -554,8 +554,8 @@ static void test_oplog_append_gating(void **state)
     assert_int_equal(append(13, 1), SMP_ENOTFOUND);
     assert_int_equal(append(99, 1), SMP_ENOTFOUND);
     assert_int_equal(other_append(8), SMP_ENOTFOUND);
-    assert_int_equal(other_append(13), SMP_OK);
-    fx->rec.cb(fx->rec.cb_arg, SMP_OK, 2); /* a backend calls back what it accepted */
+    assert_int_equal(other_append(13), SMP_OK); /* without a callback: none owed */
+    assert_null(fx->rec.cb);
     /* A standby. */
     fx->rec.leader = 0;
     assert_int_equal(append(8, 1), SMP_ENOTLEADER);
@@ -565,7 +565,7 @@ static void test_oplog_append_gating(void **state)
     fx->cfg.cluster.weight_management_oplog_capability_confirmed = 0;
     assert_int_equal(append(8, 1), SMP_OK);
     assert_int_equal(fx->rec.appends, 3);
-    fx->rec.cb(fx->rec.cb_arg, SMP_OK, 3);
+    fx->rec.cb(fx->rec.cb_arg, SMP_OK, 3); /* a backend calls back what it accepted */
 
     /* Without a backend append: not supported; is_leader defaults to 1. */
     host_plugins_set_backend(fx->reg, NULL);
@@ -575,8 +575,15 @@ static void test_oplog_append_gating(void **state)
 
 /* -- The rest of the host API table ------------------------------------------------------- */
 
+static void on_removed(void *arg, int status)
+{
+    assert_int_equal(status, SMP_OK);
+    (*(int *)arg)++;
+}
+
 static void test_host_api_members(void **state)
 {
+    int removed = 0;
     fixture *fx = *state;
     host_config_node ratio = {.kind = HOST_CFG_SCALAR, .line = 4, .key = "ratio", .scalar = "0.25"};
     host_config_node *items[1] = {&ratio};
@@ -630,8 +637,12 @@ static void test_host_api_members(void **state)
     assert_int_equal(fx->rec.object_gets, 2);
     assert_int_equal(api->remove_object(h, "k", NULL, NULL), SMP_OK);
     assert_int_equal(fx->rec.removes, 1);
+    assert_null(fx->rec.done_cb); /* no callback asked for: none is owed */
+    assert_int_equal(api->remove_object(h, "k", on_removed, &removed), SMP_OK);
     assert_non_null(fx->rec.done_cb); /* the host's own record of what it owes */
+    assert_int_equal(removed, 0);
     fx->rec.done_cb(fx->rec.done_arg, SMP_OK);
+    assert_int_equal(removed, 1);
     assert_int_equal(api->ensure_cold(h, "k", NULL, NULL), SMP_ENOTSUP);
     assert_int_equal(api->group_list(h, "g", NULL, 10, visit_none, NULL),
                      SMP_ENOTSUP);
