@@ -169,10 +169,27 @@ static void wm_manifest_care(wm_plugin *p, wm_repair *r, const wm_revision *rev,
     if (rc < 0) wm_mtask_done(t, rc); /* a refusal is a failure (never called back) */
 }
 
+/* Forget the tasks waiting for a retry whose revision is no longer READY or
+ * DEGRADED (deleted, or going): nothing will visit them again. */
+static void wm_mtasks_prune(wm_plugin *p, wm_repair *r)
+{
+    for (wm_mtask *t = r->tasks, *next; t != NULL; t = next) {
+        next = t->next;
+        wm_identity id;
+        wm_key_kind kind;
+        const wm_revision *rev =
+            wm_key_parse(t->key, &id, &kind, NULL) == WM_OK ? wm_store_get(p->store, &id) : NULL;
+        if (!t->in_flight && (rev == NULL || (rev->availability != WM_AVAIL_READY &&
+                                              rev->availability != WM_AVAIL_DEGRADED)))
+            wm_mtask_forget(r, t);
+    }
+}
+
 /* One round of manifest care from the cursor: READY and DEGRADED revisions
  * only (an IMPORTING manifest is not sealed, a DELETING one is going). */
 static void wm_manifests_round(wm_plugin *p, wm_repair *r)
 {
+    wm_mtasks_prune(p, r);
     size_t n = wm_store_revision_count(p->store);
     if (n == 0) return;
     uint64_t now = p->api->now_ms(p->host);
