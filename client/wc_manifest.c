@@ -167,6 +167,54 @@ int wc_manifest_add_tensor(wc_manifest *m, const char *name, wc_dtype dtype,
     return SMP_OK;
 }
 
+int wc_manifest_set_attachment(wc_manifest *m, uint32_t index)
+{
+    if (m == NULL || index >= m->n_tensors) return SMP_EINVAL;
+    m->tensors[index].attachment = 1;
+    m->finalized_ = 0;
+    return SMP_OK;
+}
+
+size_t wc_manifest_n_plain(const wc_manifest *m)
+{
+    size_t n = 0;
+    while (n < m->n_tensors && !m->tensors[n].attachment) n++;
+    return n;
+}
+
+/* The attachment rules of tensor i (see wc_manifest.h). SMP_OK or SMP_EINVAL
+ * with a message. */
+static int validate_attachment(const wc_manifest *m, size_t i, char *err, size_t errlen)
+{
+    const wc_tensor *t = &m->tensors[i];
+    if (!t->attachment) {
+        if (i > 0 && m->tensors[i - 1].attachment) {
+            wm_errbuf(err, errlen, "tensor '%s' comes after an attachment", t->name);
+            return SMP_EINVAL;
+        }
+        return SMP_OK;
+    }
+    if (t->dtype != WC_DTYPE_U8 || t->ndim != 1) {
+        wm_errbuf(err, errlen, "attachment '%s' is not U8 with one dimension", t->name);
+        return SMP_EINVAL;
+    }
+    if (t->shape[0] > WC_ATTACHMENT_MAX_BYTES) {
+        wm_errbuf(err, errlen, "attachment '%s': %llu bytes, over the %llu bytes of an attachment",
+                  t->name, (unsigned long long)t->shape[0],
+                  (unsigned long long)WC_ATTACHMENT_MAX_BYTES);
+        return SMP_EINVAL;
+    }
+    if (strchr(t->name, '/') != NULL || strcmp(t->name, ".") == 0 || strcmp(t->name, "..") == 0) {
+        wm_errbuf(err, errlen, "attachment '%s' is not a file name", t->name);
+        return SMP_EINVAL;
+    }
+    if (t->alias_group != WC_NONE) {
+        wm_errbuf(err, errlen, "attachment '%s' is in an alias group", t->name);
+        return SMP_EINVAL;
+    }
+    return SMP_OK;
+}
+
 int wc_manifest_add_object(wc_manifest *m, const char *key, uint64_t bytes, uint32_t *out_index)
 {
     if (key == NULL || m->n_objects >= WC_NONE) return SMP_EINVAL;
@@ -482,6 +530,8 @@ static int validate_tensors_and_aliases(wc_manifest *m, char *err, size_t errlen
             t->storage = ag->tensors[0];
         }
     }
+    for (size_t i = 0; i < m->n_tensors; i++)
+        if ((rc = validate_attachment(m, i, err, errlen)) < 0) return rc;
     return SMP_OK;
 }
 
@@ -731,7 +781,8 @@ int wc_manifest_encode(const wc_manifest *m, uint8_t **out, size_t *out_len)
     ident.resource_id = m->identity.resource_id;
     ident.revision = m->identity.revision;
     ident.weight_generation = m->identity.generation;
-    msg.format_version = WC_MANIFEST_FORMAT_VERSION;
+    msg.format_version = wc_manifest_n_plain(m) < m->n_tensors ? WC_MANIFEST_FORMAT_ATTACHMENTS
+                                                               : WC_MANIFEST_FORMAT_VERSION;
     msg.identity = &ident;
     msg.group = m->group;
     for (size_t i = 0; i < m->n_tensors; i++) {
@@ -742,6 +793,7 @@ int wc_manifest_encode(const wc_manifest *m, uint8_t **out, size_t *out_len)
         tensors[i].item_size = t->item_size;
         tensors[i].n_shape = t->ndim;
         tensors[i].shape = (uint64_t *)t->shape;
+        tensors[i].attachment = t->attachment != 0;
         tensor_ptrs[i] = &tensors[i];
     }
     for (size_t i = 0; i < m->n_fragments; i++) {
@@ -826,9 +878,10 @@ static int model_from_message(const StoredWeightManifest *msg, wc_manifest *m, c
 {
     int rc;
     wc_identity id;
-    if (msg->format_version != WC_MANIFEST_FORMAT_VERSION) {
-        wm_errbuf(err, errlen, "manifest format_version %u is not %u", msg->format_version,
-                WC_MANIFEST_FORMAT_VERSION);
+    if (msg->format_version != WC_MANIFEST_FORMAT_VERSION &&
+        msg->format_version != WC_MANIFEST_FORMAT_ATTACHMENTS) {
+        wm_errbuf(err, errlen, "manifest format_version %u is not %u or %u", msg->format_version,
+                WC_MANIFEST_FORMAT_VERSION, WC_MANIFEST_FORMAT_ATTACHMENTS);
         return SMP_EINVAL;
     }
     if (msg->identity == NULL) {
@@ -867,6 +920,14 @@ static int model_from_message(const StoredWeightManifest *msg, wc_manifest *m, c
         if (rc < 0) {
             wm_errbuf(err, errlen, "tensor '%s': cannot add", mt->name);
             return rc;
+        }
+        if (mt->attachment) {
+            if (msg->format_version != WC_MANIFEST_FORMAT_ATTACHMENTS) {
+                wm_errbuf(err, errlen, "attachment '%s' in a manifest of format_version %u",
+                          mt->name, msg->format_version);
+                return SMP_EINVAL;
+            }
+            m->tensors[m->n_tensors - 1].attachment = 1;
         }
     }
     for (size_t i = 0; i < msg->n_objects; i++) {

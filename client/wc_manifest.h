@@ -28,7 +28,12 @@
  *    group, all members have the first member's dtype and shape, and only the
  *    first member (the storage tensor) has fragments;
  *  - affinity units partition the objects, logical_bytes is the sum of their
- *    object sizes, and all fragments of a tensor lie in one unit.
+ *    object sizes, and all fragments of a tensor lie in one unit;
+ *  - an attachment (wc_manifest_set_attachment) is U8 with one dimension of
+ *    at most WC_ATTACHMENT_MAX_BYTES, named like a file (no '/', not "." or
+ *    ".."), in no alias group, and after every tensor (so the tensors are
+ *    tensors[0 .. wc_manifest_n_plain(m))); a manifest with one encodes as
+ *    format_version 2.
  *
  * Errors: SMP_EINVAL for a model built here that breaks a rule, SMP_EPROTO for
  * bytes that do not decode or break one, SMP_ENOMEM, SMP_ESTATE for encoding a
@@ -44,6 +49,11 @@
 #include "wc_dtype.h"
 
 #define WC_MANIFEST_FORMAT_VERSION 1u
+/* The format of a manifest with attachments; readers of version 1 refuse it
+ * rather than take its files for tensors. */
+#define WC_MANIFEST_FORMAT_ATTACHMENTS 2u
+/* The largest attachment (a file of the model directory). */
+#define WC_ATTACHMENT_MAX_BYTES (64ull << 20)
 #define WC_NONE UINT32_MAX
 
 /* The five-part revision identity. Strings are owned by whoever owns the
@@ -69,6 +79,7 @@ typedef struct wc_tensor {
                                 or its alias group's first member */
     size_t frag_first;       /* its fragments: fragments[frag_first ..  */
     size_t frag_count;       /*   .. frag_first + frag_count) */
+    int attachment;          /* a file of the model directory (U8, [bytes]) */
 } wc_tensor;
 
 typedef struct wc_fragment {
@@ -156,6 +167,14 @@ int wc_manifest_add_tensor(wc_manifest *m,
                            uint32_t ndim,
                            const uint64_t *shape,   /* ndim entries */
                            uint32_t *out_index);
+
+/* Mark tensor `index` as an attachment (see the rules above; checked at
+ * finalize). SMP_OK or SMP_EINVAL for an index out of range. */
+int wc_manifest_set_attachment(wc_manifest *m, uint32_t index);
+
+/* The number of tensors before the first attachment (all of them when
+ * there is none). For a finalized or decoded manifest. */
+size_t wc_manifest_n_plain(const wc_manifest *m);
 
 /* Append a payload object (key copied); *out_index may be NULL. */
 int wc_manifest_add_object(wc_manifest *m,

@@ -75,11 +75,20 @@ static int place(packer *p, uint32_t mtensor, uint32_t in_tensor, uint32_t sourc
 typedef struct named {
     const char *name;
     uint32_t idx;
+    int attachment;
 } named;
 
 static int cmp_named(const void *a, const void *b)
 {
     return strcmp(((const named *)a)->name, ((const named *)b)->name);
+}
+
+/* Tensors by name, then the attachments by name (they come last). */
+static int cmp_named_attachments_last(const void *a, const void *b)
+{
+    const named *x = a, *y = b;
+    if (x->attachment != y->attachment) return x->attachment - y->attachment;
+    return strcmp(x->name, y->name);
 }
 
 typedef struct src_frag {
@@ -234,7 +243,7 @@ int wc_pack(const wc_identity *id, const wc_pack_tensor *tensors, size_t n,
     src_frag *scratch = NULL;
     uint8_t *joined = NULL;
     uint32_t *spans = NULL;            /* by manifest index: object range spanned */
-    size_t n_ties = 0, max_frags = 1;
+    size_t n_ties = 0, max_frags = 1, n_plain = n; /* order[0 .. n_plain): not attachments */
 
     memset(out, 0, sizeof *out);
     memset(&p, 0, sizeof p);
@@ -254,7 +263,7 @@ int wc_pack(const wc_identity *id, const wc_pack_tensor *tensors, size_t n,
     if (order == NULL || storage_of == NULL || ties == NULL || p.key == NULL)
         goto free_scratch;
 
-    /* Manifest tensors in name order. */
+    /* Manifest tensors in name order, the attachments after them. */
     for (size_t i = 0; i < n; i++) {
         if (tensors[i].name == NULL || tensors[i].name[0] == '\0') {
             wm_errbuf(err, errlen, "pack: tensor %zu has no name", i);
@@ -263,9 +272,12 @@ int wc_pack(const wc_identity *id, const wc_pack_tensor *tensors, size_t n,
         }
         order[i].name = tensors[i].name;
         order[i].idx = (uint32_t)i;
+        order[i].attachment = tensors[i].attachment != 0;
         if (tensors[i].n_fragments > max_frags) max_frags = tensors[i].n_fragments;
     }
-    qsort(order, n, sizeof *order, cmp_named);
+    qsort(order, n, sizeof *order, cmp_named_attachments_last);
+    n_plain = 0;
+    while (n_plain < n && !order[n_plain].attachment) n_plain++;
     for (size_t k = 0; k < n; k++) {
         const wc_pack_tensor *t = &tensors[order[k].idx];
         if (k > 0 && strcmp(order[k - 1].name, t->name) == 0) {
@@ -282,6 +294,8 @@ int wc_pack(const wc_identity *id, const wc_pack_tensor *tensors, size_t n,
         }
         if ((rc = wc_manifest_add_tensor(p.m, t->name, t->dtype, t->ndim, t->shape, NULL)) < 0)
             goto free_scratch;
+        if (t->attachment && (rc = wc_manifest_set_attachment(p.m, (uint32_t)k)) < 0)
+            goto free_scratch;
     }
 
     /* Ties: a (storage, member) pair per tied tensor, grouped by storage. */
@@ -289,8 +303,9 @@ int wc_pack(const wc_identity *id, const wc_pack_tensor *tensors, size_t n,
         const wc_pack_tensor *t = &tensors[order[k].idx];
         storage_of[k] = WC_NONE;
         if (t->tied_to == NULL) continue;
-        named key = {t->tied_to, 0};
-        const named *hit = bsearch(&key, order, n, sizeof *order, cmp_named);
+        named key = {t->tied_to, 0, 0};
+        const named *hit = t->attachment ? NULL
+                                         : bsearch(&key, order, n_plain, sizeof *order, cmp_named);
         if (hit == NULL || tensors[hit->idx].tied_to != NULL) {
             wm_errbuf(err, errlen, "tensor '%s': tied to '%s', which is %s", t->name,
                     t->tied_to, hit == NULL ? "not in the revision" : "itself tied");

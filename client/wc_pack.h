@@ -52,6 +52,9 @@ typedef struct wc_pack_tensor {
                                               bytes this one shares (same dtype and
                                               shape, itself not tied); fragments of a
                                               tied tensor are ignored */
+    int attachment;                        /* a file of the model directory (U8,
+                                              [bytes], whole, untied): placed after
+                                              every tensor in the manifest */
 } wc_pack_tensor;
 
 /* One contiguous copy from a source fragment into a payload object. */

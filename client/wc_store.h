@@ -50,6 +50,7 @@ struct weight_store {
     int transport;                   /* 0 auto, 1 local, 2 remote */
     uint64_t lease_ttl_ms;
     int release_pages;               /* WEIGHT_OPT_RELEASE_PAGES */
+    int attachments;                 /* WEIGHT_OPT_ATTACHMENTS */
     atomic_int cancel;               /* weight_store_cancel */
     weight_progress_fn progress;
     void *progress_ctx;

@@ -620,6 +620,7 @@ static void tensor_info(const wc_manifest *m, size_t i, weight_tensor_info *ti)
     ti->ndim = t->ndim;
     ti->shape = t->shape;
     ti->alias_of = t->storage != i ? m->tensors[t->storage].name : NULL;
+    ti->attachment = t->attachment;
 }
 
 static const weight_binding *find_binding(const weight_bindings *b, const char *name)
@@ -641,7 +642,9 @@ static int place_and_bind(weight_store *s, const wc_manifest *m, const weight_pl
         weight_tensor_info ti;
         weight_tensor_place tp = {WEIGHT_PLACE_REPLICATED, 0, 1, 0};
         tensor_info(m, i, &ti);
-        if (placement && placement->place) {
+        if (ti.attachment && !s->attachments) {
+            tp.kind = WEIGHT_PLACE_SKIP; /* not asked for */
+        } else if (placement && placement->place) {
             rc = placement->place(placement->ctx, &ti, &tp);
             if (rc < 0) return wc_fail(s, rc, "placement of '%s' refused (%s)", ti.name,
                                        weight_error_name(rc));
@@ -1139,12 +1142,12 @@ free_view:
 
 size_t weight_mapped_count(const weight_mapped *v)
 {
-    return v ? v->m.n_tensors : 0;
+    return v ? wc_manifest_n_plain(&v->m) : 0; /* attachments are not listed */
 }
 
 int weight_mapped_get_tensor(const weight_mapped *v, size_t i, weight_mapped_tensor *out)
 {
-    if (v == NULL || out == NULL || i >= v->m.n_tensors) return WEIGHT_EINVALID_ARGUMENT;
+    if (v == NULL || out == NULL || i >= wc_manifest_n_plain(&v->m)) return WEIGHT_EINVALID_ARGUMENT;
     weight_tensor_info ti;
     tensor_info(&v->m, i, &ti);
     out->name = ti.name;
@@ -1159,7 +1162,7 @@ int weight_mapped_get_tensor(const weight_mapped *v, size_t i, weight_mapped_ten
 
 int weight_mapped_data(weight_mapped *v, size_t i, const void **data)
 {
-    if (v == NULL || data == NULL || i >= v->m.n_tensors) return WEIGHT_EINVALID_ARGUMENT;
+    if (v == NULL || data == NULL || i >= wc_manifest_n_plain(&v->m)) return WEIGHT_EINVALID_ARGUMENT;
     *data = NULL;
     const wc_fragment *f = whole_fragment(&v->m, i);
     if (f == NULL) return WEIGHT_OK;

@@ -41,6 +41,7 @@
 
 #define M(name) WMRPC__WEIGHT_METHOD__WEIGHT_##name
 #define WC_COPY_PIECE (1u << 20)
+_Static_assert(WEIGHT_ATTACHMENT_MAX_BYTES == WC_ATTACHMENT_MAX_BYTES, "one attachment cap");
 
 /* One source fragment the caller handed in. */
 typedef struct wsrc {
@@ -55,6 +56,7 @@ typedef struct wtensor {
     uint32_t ndim;
     uint64_t shape[WC_MAX_NDIM];
     int whole;            /* added with add_tensor: one source, the whole tensor */
+    int attachment;       /* added with add_attachment: a file, U8 [bytes] */
     char *tied_to;        /* an alias */
     wsrc *src;
     size_t n_src, cap_src;
@@ -219,6 +221,27 @@ int weight_writer_add_fragment(weight_writer *w, const char *name, const char *d
                                const uint64_t *local_shape, const void *data)
 {
     return add_source(w, name, dtype, ndim, global_shape, global_offset, local_shape, data, 0);
+}
+
+int weight_writer_add_attachment(weight_writer *w, const char *name, const void *data,
+                                 uint64_t bytes)
+{
+    if (w == NULL) return WEIGHT_EINVALID_ARGUMENT;
+    if (name == NULL || name[0] == '\0' || strchr(name, '/') != NULL || strcmp(name, ".") == 0 ||
+        strcmp(name, "..") == 0)
+        return add_fail(w, WEIGHT_EINVALID_ARGUMENT, "attachment '%s': not a file name",
+                        name ? name : "");
+    if (bytes > WC_ATTACHMENT_MAX_BYTES) {
+        w->failed = 1;
+        return wc_fail(w->s, WEIGHT_EINVALID_ARGUMENT,
+                       "attachment '%s': %" PRIu64 " bytes, over the %llu bytes an attachment "
+                       "may hold", name, bytes, (unsigned long long)WC_ATTACHMENT_MAX_BYTES);
+    }
+    uint64_t shape[1] = {bytes};
+    int rc = add_source(w, name, "U8", 1, shape, NULL, NULL, bytes ? data : "", 1);
+    if (rc < 0) return rc;
+    find_tensor(w, name)->attachment = 1;
+    return WEIGHT_OK;
 }
 
 int weight_writer_alias(weight_writer *w, const char *name, const char *target)
@@ -581,7 +604,7 @@ static int pack_tensors(commit_ctx *cx)
         wtensor *t = &w->t[i];
         if (t->tied_to != NULL) {
             wtensor *target = find_tensor(w, t->tied_to);
-            if (target == NULL || target->tied_to != NULL) {
+            if (target == NULL || target->tied_to != NULL || target->attachment) {
                 rc = wc_fail(s, WEIGHT_EINVALID_ARGUMENT, "alias '%s': target '%s' is not a "
                              "stored tensor", t->name, t->tied_to);
                 goto free_input;
@@ -595,6 +618,7 @@ static int pack_tensors(commit_ctx *cx)
         pt[i].ndim = t->ndim;
         pt[i].shape = t->shape;
         pt[i].tied_to = t->tied_to;
+        pt[i].attachment = t->attachment;
         if ((cx->srcs[i] = calloc(t->n_src ? t->n_src : 1, sizeof *cx->srcs[i])) == NULL ||
             (pf[i] = calloc(t->n_src ? t->n_src : 1, sizeof *pf[i])) == NULL) {
             wc_fail(s, rc, "out of memory");

@@ -296,6 +296,10 @@ int weight_store_set_option(weight_store *s, weight_option opt, uint64_t value)
         if (value > 1) return wc_fail(s, WEIGHT_EINVALID_ARGUMENT, "release pages must be 0 or 1");
         s->release_pages = (int)value;
         return WEIGHT_OK;
+    case WEIGHT_OPT_ATTACHMENTS:
+        if (value > 1) return wc_fail(s, WEIGHT_EINVALID_ARGUMENT, "attachments must be 0 or 1");
+        s->attachments = (int)value;
+        return WEIGHT_OK;
     }
     return wc_fail(s, WEIGHT_EINVALID_ARGUMENT, "unknown option %d", (int)opt);
 }

@@ -215,17 +215,24 @@ WEIGHT_API const char *weight_store_last_error(const weight_store *s);
  *  RELEASE_PAGES  0 (default) or 1: weight_get gives back the pages of each
  *                 checked window once it is copied -- of a co-located
  *                 segment mapping, and of the destination buffers, which
- *                 must then be MAP_SHARED mappings of files (their bytes
- *                 stay in the page cache, written back by the kernel; an
- *                 anonymous buffer would lose them). For loads streamed into
+ *                 must then be MAP_SHARED mappings, of files or anonymous
+ *                 (their bytes stay in the page cache or shared memory; a
+ *                 private or heap buffer would lose them). For loads streamed into
  *                 files (weightctl get): resident memory stays about a
- *                 window per transfer thread instead of the model. */
+ *                 window per transfer thread instead of the model;
+ *  ATTACHMENTS    0 (default) or 1: weight_get offers the revision's
+ *                 attachments (weight_writer_add_attachment) to the placement
+ *                 and bindings too, as U8 tensors of one dimension with
+ *                 weight_tensor_info.attachment 1 (place them REPLICATED or
+ *                 SKIP); at 0 they are skipped, and weight_get_mapped never
+ *                 lists them. */
 typedef enum weight_option {
     WEIGHT_OPT_PAYLOAD_BYTES = 1,
     WEIGHT_OPT_THREADS = 2,
     WEIGHT_OPT_TRANSPORT = 3,
     WEIGHT_OPT_LEASE_TTL_MS = 4,
-    WEIGHT_OPT_RELEASE_PAGES = 5
+    WEIGHT_OPT_RELEASE_PAGES = 5,
+    WEIGHT_OPT_ATTACHMENTS = 6
 } weight_option;
 WEIGHT_API int weight_store_set_option(weight_store *s, weight_option opt, uint64_t value);
 
@@ -272,6 +279,21 @@ WEIGHT_API int weight_writer_add_fragment(weight_writer *w,
                                           const uint64_t *local_shape,
                                           const void *data);
 
+/* Add an attachment: a small file of the model directory (config.json,
+ * tokenizer files, generation_config.json, ...) stored in the revision with
+ * its tensors -- in its payload objects, verified like them, immutable once
+ * READY. name is the file's name (no '/', not "." or ".."; unique among
+ * tensors and attachments), at most WEIGHT_ATTACHMENT_MAX_BYTES bytes
+ * (INVALID_ARGUMENT naming it and its size above). data is borrowed until
+ * commit. A revision with attachments has a manifest of format 2, which
+ * readers older than this call refuse. weight_get hands them out only with
+ * WEIGHT_OPT_ATTACHMENTS. */
+#define WEIGHT_ATTACHMENT_MAX_BYTES (64ull << 20)
+WEIGHT_API int weight_writer_add_attachment(weight_writer *w,
+                                            const char *name,
+                                            const void *data,
+                                            uint64_t bytes);
+
 /* Declare `name` a tied weight sharing `target`'s storage (same dtype and
  * shape; stored once). target must be added (now or later) and not itself
  * an alias. */
@@ -296,6 +318,9 @@ typedef struct weight_tensor_info {
     uint32_t ndim;
     const uint64_t *shape;      /* global shape */
     const char *alias_of;       /* the storage tensor of a tied weight, or NULL */
+    /* Below: since attachments. */
+    int attachment;             /* 1: an attachment (a file, U8 [bytes]); only
+                                   offered with WEIGHT_OPT_ATTACHMENTS */
 } weight_tensor_info;
 
 typedef enum weight_place_kind {

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "wc_safetensors.h"
 #include "weightclient.h"
 #include "weightctl_master.h"
 
@@ -143,6 +144,33 @@ int wctl_show_operation(ctl *x, const weight_operation *op);
 
 /* repair ID [--expect GEN] */
 int wctl_cmd_repair(ctl *x, int argc, char **argv);
+
+/* -- weightctl_hfdir.c: a Hugging Face model directory (put --from-dir) ---- */
+
+typedef struct wctl_hfdir_file {
+    char *name;
+    uint8_t *data;
+    uint64_t bytes;
+} wctl_hfdir_file;
+
+typedef struct wctl_hfdir {
+    char **shards;            /* safetensors file names, relative to the dir */
+    size_t n_shards;
+    char **map_tensor;        /* the index's weight_map: tensor -> shards[map_file] */
+    size_t *map_file;
+    size_t n_map;
+    wctl_hfdir_file *att;     /* the other files: the attachments, in name order */
+    size_t n_att;
+} wctl_hfdir;
+
+/* Read the model directory dir into *h (see weightctl_hfdir.c): 0, or 1
+ * with the cause printed (a missing shard named, an attachment over the
+ * cap, ...). *h is to be freed with wctl_hfdir_free either way. */
+int wctl_hfdir_read(const ctl *x, const char *dir, wctl_hfdir *h);
+/* Every tensor of the index is in the file it names (files[] opened from
+ * h->shards in order). 0, or 1 with the cause printed. */
+int wctl_hfdir_check(const char *dir, const wctl_hfdir *h, const wc_st_file *files);
+void wctl_hfdir_free(wctl_hfdir *h);
 
 /* -- the commands: each returns the exit status ----------------------------- */
 

@@ -12,7 +12,10 @@
  * window go back to the page cache and this process never holds the model.
  * Then fsync, rename, fsync of DIR. A failure or Ctrl-C (cancels the load,
  * releases its lease, exit 130) removes the temporary file. --all-ranks
- * writes every rank, one load each. */
+ * writes every rank, one load each. A revision published from a model
+ * directory (put --from-dir) carries its other files as attachments: they are
+ * written next to the tensors (each through a temporary file), and at TP 1
+ * the tensors go to DIR/model.safetensors, so DIR loads as a model directory. */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -40,11 +43,24 @@ typedef struct out_tensor {
     uint64_t offset;        /* in the file */
 } out_tensor;
 
+/* An attachment of the revision (a file of its model directory), held in
+ * memory (they are small: WEIGHT_ATTACHMENT_MAX_BYTES at most) -- in shared
+ * anonymous memory, since WEIGHT_OPT_RELEASE_PAGES gives back the pages of
+ * every destination (heap memory would lose its bytes). */
+typedef struct out_file {
+    char *name;
+    uint8_t *data;          /* MAP_SHARED | MAP_ANONYMOUS, bytes long; NULL if 0 */
+    uint64_t bytes;
+    int loaded;             /* its buffer was handed out */
+} out_file;
+
 typedef struct getcli {
     uint32_t tp, rank;
     const wctl_rules *rules;
     out_tensor *out;        /* in placement (manifest) order */
     size_t n_out, cap_out;
+    out_file *att;          /* the attachments, in manifest order */
+    size_t n_att, cap_att;
     size_t next;            /* the tensor the next provide is expected for */
     int fd;                 /* the temporary file */
     uint8_t *map;
@@ -52,21 +68,40 @@ typedef struct getcli {
     char err[512];          /* why provide refused, for the report */
 } getcli;
 
+/* Make room for element n of the array *arr (*cap elements of size bytes),
+ * doubling it. 0 or -1 (out of memory; *arr unchanged). */
+static int room_for_one(void **arr, size_t *cap, size_t n, size_t size)
+{
+    if (n < *cap) return 0;
+    size_t c = *cap ? *cap * 2 : 16;
+    void *a = realloc(*arr, c * size);
+    if (a == NULL) return -1;
+    *arr = a;
+    *cap = c;
+    return 0;
+}
+
 /* Where tensor t goes on this rank; also records its name, dtype and local
- * shape for the header. */
+ * shape for the header (an attachment: its name and size). */
 static int get_place(void *ctx, const weight_tensor_info *t, weight_tensor_place *out)
 {
     getcli *g = ctx;
     uint32_t dim = 0;
     int split = wctl_rules_decide(g->rules, t->name, t->ndim, &dim);
     if (g->map != NULL || t->ndim > WC_MAX_NDIM) return WEIGHT_EINVALID_ARGUMENT;
-    if (g->n_out == g->cap_out) {
-        size_t cap = g->cap_out ? g->cap_out * 2 : 64;
-        out_tensor *n = realloc(g->out, cap * sizeof *n);
-        if (n == NULL) return WEIGHT_ENOMEM;
-        g->out = n;
-        g->cap_out = cap;
+    if (t->attachment) { /* a file of the model directory: every rank writes it */
+        if (room_for_one((void **)&g->att, &g->cap_att, g->n_att, sizeof *g->att) < 0)
+            return WEIGHT_ENOMEM;
+        out_file *f = &g->att[g->n_att];
+        memset(f, 0, sizeof *f);
+        if ((f->name = strdup(t->name)) == NULL) return WEIGHT_ENOMEM;
+        f->bytes = t->ndim == 1 ? t->shape[0] : 0;
+        g->n_att++;
+        out->kind = WEIGHT_PLACE_REPLICATED;
+        return 0;
     }
+    if (room_for_one((void **)&g->out, &g->cap_out, g->n_out, sizeof *g->out) < 0)
+        return WEIGHT_ENOMEM;
     out_tensor *o = &g->out[g->n_out];
     memset(o, 0, sizeof *o);
     if ((o->name = strdup(t->name)) == NULL) return WEIGHT_ENOMEM;
@@ -146,6 +181,24 @@ static int get_provide(void *ctx, const weight_tensor_info *t, const weight_tens
     int rc;
     (void)p;
     (void)shape;
+    if (t->attachment) {
+        for (size_t k = 0; k < g->n_att; k++) {
+            out_file *f = &g->att[k];
+            if (strcmp(f->name, t->name) != 0 || f->loaded) continue;
+            if (f->bytes != bytes) return WEIGHT_EINVALID_ARGUMENT;
+            if (bytes > 0) {
+                void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                               -1, 0);
+                if (m == MAP_FAILED) return WEIGHT_ENOMEM;
+                f->data = m;
+            }
+            f->loaded = 1;
+            *out = f->data;
+            return 0;
+        }
+        snprintf(g->err, sizeof g->err, "attachment %s was not placed", t->name);
+        return WEIGHT_EINVALID_ARGUMENT;
+    }
     if (g->map == NULL && (rc = map_output(g)) < 0) return rc;
     size_t i = g->next < g->n_out && strcmp(g->out[g->next].name, t->name) == 0 ? g->next : g->n_out;
     for (size_t k = 0; i == g->n_out && k < g->n_out; k++)
@@ -164,10 +217,16 @@ static void getcli_reset(getcli *g)
 {
     if (g->map) munmap(g->map, g->map_len);
     for (size_t i = 0; i < g->n_out; i++) free(g->out[i].name);
+    for (size_t i = 0; i < g->n_att; i++) {
+        free(g->att[i].name);
+        if (g->att[i].data) munmap(g->att[i].data, g->att[i].bytes);
+    }
     free(g->out);
+    free(g->att);
     g->out = NULL;
+    g->att = NULL;
     g->map = NULL;
-    g->n_out = g->cap_out = g->next = 0;
+    g->n_out = g->cap_out = g->next = g->n_att = g->cap_att = 0;
     g->err[0] = '\0';
 }
 
@@ -211,8 +270,42 @@ failed:
     return -1;
 }
 
-/* Load rank g->rank of id into DIR/rank<R>-of-<N>.safetensors. The exit
- * status (0, 1, or 130 after Ctrl-C), the cause printed. */
+/* Write len bytes of data as DIR/name durably (a temporary file, fsync,
+ * rename). 0, or -1 with errno set. */
+static int write_file(const char *dir, const char *name, const uint8_t *data, uint64_t len)
+{
+    char path[4096], tmp[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    snprintf(tmp, sizeof tmp, "%s/.%s.tmp", dir, name);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return -1;
+    while (len > 0) {
+        ssize_t w = write(fd, data, len > (1u << 30) ? (1u << 30) : (size_t)len);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) goto failed;
+        data += w;
+        len -= (uint64_t)w;
+    }
+    if (fsync(fd) != 0 || close(fd) != 0) {
+        fd = -1;
+        goto failed;
+    }
+    if (rename(tmp, path) == 0) return 0;
+    fd = -1;
+failed: {
+        int e = errno ? errno : EIO;
+        if (fd >= 0) close(fd);
+        unlink(tmp);
+        errno = e;
+        return -1;
+    }
+}
+
+/* Load rank g->rank of id into DIR/rank<R>-of-<N>.safetensors -- or, for a
+ * revision published from a model directory (it has attachments) at TP 1,
+ * DIR/model.safetensors -- and write its attachments next to it, so that DIR
+ * is a loadable model directory again. The exit status (0, 1, or 130 after
+ * Ctrl-C), the cause printed. */
 static int get_rank(ctl *x, const weight_identity *id, const char *what, const char *dir,
                     getcli *g)
 {
@@ -247,6 +340,20 @@ static int get_rank(ctl *x, const weight_identity *id, const char *what, const c
         fprintf(stderr, "weightctl: %s: %s\n", what, g->err);
         goto remove_tmp;
     }
+    if (g->n_att > 0 && g->tp == 1) snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    for (size_t k = 0; k < g->n_att; k++) {
+        const char *base = strrchr(path, '/') + 1;
+        if (strcmp(g->att[k].name, base) == 0 || !g->att[k].loaded) {
+            fprintf(stderr, "weightctl: %s: attachment %s: %s\n", what, g->att[k].name,
+                    g->att[k].loaded ? "has the name of the tensor file" : "not loaded");
+            goto remove_tmp;
+        }
+        if (write_file(dir, g->att[k].name, g->att[k].data, g->att[k].bytes) != 0) {
+            fprintf(stderr, "weightctl: %s: %s/%s: %s\n", what, dir, g->att[k].name,
+                    strerror(errno));
+            goto remove_tmp;
+        }
+    }
     if (msync(g->map, g->map_len, MS_SYNC) != 0 || fsync(g->fd) != 0 || rename(tmp, path) != 0) {
         fprintf(stderr, "weightctl: %s: %s: %s\n", what, path, strerror(errno));
         goto remove_tmp;
@@ -259,15 +366,17 @@ static int get_rank(ctl *x, const weight_identity *id, const char *what, const c
     if (x->json) {
         printf("{\"file\":");
         wctl_json_str(path);
-        printf(",\"rank\":%u,\"tp\":%u,\"tensors\":%zu,\"bytes\":%" PRIu64 ",\"objects\":%" PRIu64
-               ",\"local_bytes\":%" PRIu64 ",\"seconds\":%.3f}\n",
-               g->rank, g->tp, g->n_out, st.bytes, st.objects, st.local_bytes, dt);
+        printf(",\"rank\":%u,\"tp\":%u,\"tensors\":%zu,\"attachments\":%zu,\"bytes\":%" PRIu64
+               ",\"objects\":%" PRIu64 ",\"local_bytes\":%" PRIu64 ",\"seconds\":%.3f}\n",
+               g->rank, g->tp, g->n_out, g->n_att, st.bytes, st.objects, st.local_bytes, dt);
     } else {
         char b[32], r[32];
         wctl_size_text((double)st.bytes, x->bytes, b, sizeof b);
         wctl_human(dt > 0 ? (double)st.bytes / dt : 0, r, sizeof r);
-        printf("wrote %s: %zu tensors, %s (rank %u of %u) in %.2f s, %s/s%s\n", path, g->n_out, b,
+        printf("wrote %s: %zu tensors, %s (rank %u of %u) in %.2f s, %s/s%s", path, g->n_out, b,
                g->rank, g->tp, dt, r, st.local_bytes == st.bytes && st.bytes ? ", zero-copy" : "");
+        if (g->n_att) printf("; %zu attachment file(s)", g->n_att);
+        putchar('\n');
     }
     status = 0;
     goto close_fd;
@@ -334,7 +443,8 @@ int wctl_cmd_get(ctl *x, int argc, char **argv)
     char text[2048], what[2100];
     if ((rc = wctl_resolve_id(x, argv[optind], "get", &id, text, sizeof text, what, sizeof what)) != 0)
         return rc;
-    if ((rc = weight_store_set_option(x->ws, WEIGHT_OPT_RELEASE_PAGES, 1)) < 0)
+    if ((rc = weight_store_set_option(x->ws, WEIGHT_OPT_RELEASE_PAGES, 1)) < 0 ||
+        (rc = weight_store_set_option(x->ws, WEIGHT_OPT_ATTACHMENTS, 1)) < 0)
         return wctl_failed(x, what, rc);
     struct sigaction sa, old_sa;
     memset(&sa, 0, sizeof sa);

@@ -1,7 +1,8 @@
 /* weightctl_put.c -- the commands that write a revision: `put` (safetensors
  * files as one revision, tensors byte-identical to an earlier one stored once
  * as aliases, or with --tp N one file per rank joined by the --split /
- * --replicate rules) and `upsert` (generation G of a lineage replacing its
+ * --replicate rules, or with --from-dir a Hugging Face model directory: its
+ * shards and, as attachments, its other small files) and `upsert` (generation G of a lineage replacing its
  * base, put-first or delete-first, optionally waited for). */
 #include <getopt.h>
 #include <inttypes.h>
@@ -178,6 +179,25 @@ static int open_inputs(ctl *x, const char *cmd, char **paths, size_t n, wc_st_fi
     return 0;
 }
 
+/* "DIR/SHARD" for each shard of h (malloc'd array of malloc'd strings), or
+ * NULL (out of memory, said). */
+static char **dir_paths(const char *dir, const wctl_hfdir *h)
+{
+    char **p = calloc(h->n_shards ? h->n_shards : 1, sizeof *p);
+    for (size_t i = 0; p && i < h->n_shards; i++) {
+        size_t n = strlen(dir) + strlen(h->shards[i]) + 2;
+        if ((p[i] = malloc(n)) == NULL) {
+            for (size_t k = 0; k < i; k++) free(p[k]);
+            free(p);
+            p = NULL;
+            break;
+        }
+        snprintf(p[i], n, "%s/%s", dir, h->shards[i]);
+    }
+    if (p == NULL) fprintf(stderr, "weightctl: put: out of memory\n");
+    return p;
+}
+
 int wctl_cmd_put(ctl *x, int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -186,8 +206,9 @@ int wctl_cmd_put(ctl *x, int argc, char **argv)
         {"policy", required_argument, NULL, 'p'},    {"mode", required_argument, NULL, 'o'},
         {"tie", required_argument, NULL, 't'},       {"payload-bytes", required_argument, NULL, 'b'},
         {"tp", required_argument, NULL, 'T'},        {"split", required_argument, NULL, 's'},
-        {"replicate", required_argument, NULL, 'R'}, {NULL, 0, NULL, 0}};
-    const char *ns = NULL, *res = NULL, *rev = NULL;
+        {"replicate", required_argument, NULL, 'R'}, {"from-dir", required_argument, NULL, 'D'},
+        {NULL, 0, NULL, 0}};
+    const char *ns = NULL, *res = NULL, *rev = NULL, *from_dir = NULL;
     uint64_t gen = 1, payload = 0, tp = 1;
     wctl_rules rs = {.n = 0};
     weight_policy pol = {WEIGHT_RES_UNKNOWN, 0, WEIGHT_MODE_DEFAULT};
@@ -233,12 +254,15 @@ int wctl_cmd_put(ctl *x, int argc, char **argv)
                                       c == 's' ? "PATTERN=DIM (DIM 0..7, at most 128 rules)"
                                                : "a PATTERN (at most 128 rules)");
             break;
+        case 'D': from_dir = optarg; break;
         default: return wctl_opt_error("put", c, argv);
         }
     }
     if (ns == NULL || res == NULL || rev == NULL)
         return wctl_bad_usage("put", "--namespace, --resource and --revision are required");
-    if (optind >= argc) return wctl_bad_usage("put", "no safetensors FILE given");
+    if (from_dir != NULL && (optind < argc || tp > 1))
+        return wctl_bad_usage("put", "--from-dir takes the files of the directory: no FILE, no --tp");
+    if (from_dir == NULL && optind >= argc) return wctl_bad_usage("put", "no safetensors FILE given");
     if (tp == 1 && rs.n > 0)
         return wctl_bad_usage("put", "--split and --replicate describe rank files: give --tp N");
     if (tp > 1 && (uint64_t)(argc - optind) != tp) {
@@ -251,15 +275,26 @@ int wctl_cmd_put(ctl *x, int argc, char **argv)
         fprintf(stderr, "weightctl: put: INVALID_ARGUMENT: empty or over-long identity component\n");
         return 2;
     }
+    wctl_hfdir hf;
+    char **paths = argv + optind;
     size_t n_files = (size_t)(argc - optind);
+    memset(&hf, 0, sizeof hf);
+    if (from_dir != NULL) { /* the shards and attachments, all checked before any import */
+        if (wctl_hfdir_read(x, from_dir, &hf) != 0 || (paths = dir_paths(from_dir, &hf)) == NULL) {
+            wctl_hfdir_free(&hf);
+            return 1;
+        }
+        n_files = hf.n_shards;
+    }
     wc_st_file *files = calloc(n_files, sizeof *files);
     weight_writer *w = NULL;
     wctl_progress pr;
     wctl_progress_init(x, &pr, "put");
     char text[2048];
-    if (files == NULL) return 1;
+    if (files == NULL) goto close_files;
     if (wctl_open_weights(x) < 0) goto close_files;
-    if (open_inputs(x, "put", argv + optind, n_files, files, payload) != 0) goto close_files;
+    if (open_inputs(x, "put", paths, n_files, files, payload) != 0) goto close_files;
+    if (from_dir != NULL && wctl_hfdir_check(from_dir, &hf, files) != 0) goto close_files;
     if (tp > 1 && add_shards(NULL, files, argv + optind, (uint32_t)tp, &rs, ties, n_ties) < 0)
         goto close_files; /* refused before anything exists on the master */
     wctl_id_text(&id, text, sizeof text);
@@ -271,6 +306,8 @@ int wctl_cmd_put(ctl *x, int argc, char **argv)
     }
     rc = tp > 1 ? add_shards(w, files, argv + optind, (uint32_t)tp, &rs, ties, n_ties)
                 : add_files(w, files, n_files, ties, n_ties);
+    for (size_t i = 0; rc == 0 && i < hf.n_att; i++)
+        rc = weight_writer_add_attachment(w, hf.att[i].name, hf.att[i].data, hf.att[i].bytes);
     if (rc < 0) {
         status = wctl_failed(x, "put", rc);
         weight_writer_abort(w);
@@ -292,15 +329,23 @@ int wctl_cmd_put(ctl *x, int argc, char **argv)
     } else {
         char b[32];
         wctl_human((double)md.logical_bytes, b, sizeof b);
-        printf("published %s: %s (%" PRIu64 " bytes) in %" PRIu64 " payload objects, %s %s%s\n",
+        printf("published %s: %s (%" PRIu64 " bytes) in %" PRIu64 " payload objects, %s %s%s",
                text, b, md.logical_bytes, md.payload_count, weight_availability_name(md.availability),
                weight_residency_name(md.residency),
                md.operation_id ? " (converging to the preferred residency)" : "");
+        if (hf.n_att) printf("; %zu tensor file(s) and %zu attachment(s) from %s", hf.n_shards,
+                             hf.n_att, from_dir);
+        putchar('\n');
     }
     status = 0;
 close_files:
-    for (size_t i = 0; i < n_files; i++) wc_st_close(&files[i]);
+    for (size_t i = 0; files && i < n_files; i++) wc_st_close(&files[i]);
     free(files);
+    if (from_dir != NULL) {
+        for (size_t i = 0; i < n_files; i++) free(paths[i]);
+        free(paths);
+    }
+    wctl_hfdir_free(&hf);
     return status;
 }
 

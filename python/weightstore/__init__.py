@@ -12,7 +12,7 @@ from .errors import (BusyError, CanceledError, ConflictError, DigestMismatchErro
                      PolicyUnsatisfiableError, StaleGenerationError, WeightStoreError, WeightTransportError)
 from .store import (TRANSPORT_AUTO, TRANSPORT_LOCAL, TRANSPORT_REMOTE, WeightListPage, WeightLoad,
                     WeightStore, WeightUpsert, WeightWriter)
-from .tensors import (REPLICATED, SKIP, HuggingFaceCheckpoint, LoadedTensor, Replicated, SafetensorsFile, Split, TensorPlacement,
+from .tensors import (ATTACHMENT_MAX_BYTES, REPLICATED, SKIP, HuggingFaceCheckpoint, LoadedTensor, Replicated, SafetensorsFile, Split, TensorPlacement,
                       TensorSpec, read_safetensors, tensor_parallel)
 from .types import (WeightAvailability, WeightIdentity, WeightMetadata, WeightMetadataView,
                     WeightMigrationMode, WeightOperation, WeightOperationKind, WeightOperationState,
@@ -27,7 +27,7 @@ __all__ = [
     "WeightUpsertClaim", "WeightAvailability", "WeightResidencyState", "WeightMigrationMode",
     "WeightUpsertMode", "WeightOperationKind", "WeightOperationState", "WeightUpsertPhase",
     "TensorPlacement", "TensorSpec", "LoadedTensor", "Replicated", "Split", "REPLICATED", "SKIP",
-    "tensor_parallel", "read_safetensors", "SafetensorsFile", "HuggingFaceCheckpoint",
+    "tensor_parallel", "read_safetensors", "SafetensorsFile", "HuggingFaceCheckpoint", "ATTACHMENT_MAX_BYTES",
     "TRANSPORT_AUTO", "TRANSPORT_LOCAL", "TRANSPORT_REMOTE",
     "WeightStoreError", "InvalidArgumentError", "NotFoundError", "NotReadyError", "ConflictError",
     "StaleGenerationError", "BusyError", "LeaseExpiredError", "DurabilityFailedError",

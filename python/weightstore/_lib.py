@@ -95,6 +95,7 @@ class TensorInfo(ctypes.Structure):
         ("ndim", c_u32),
         ("shape", ctypes.POINTER(c_u64)),
         ("alias_of", c_char_p),
+        ("attachment", c_int),  # since attachments; weight_get offers them only when asked
     ]
 
 
@@ -189,6 +190,7 @@ _PROTOTYPES = {
     "weight_writer_add_fragment": (c_int, [c_void_p, c_char_p, c_char_p, c_u32, _P(c_u64),
                                            _P(c_u64), _P(c_u64), c_void_p]),
     "weight_writer_alias": (c_int, [c_void_p, c_char_p, c_char_p]),
+    "weight_writer_add_attachment": (c_int, [c_void_p, c_char_p, c_char_p, c_u64]),
     "weight_writer_commit": (c_int, [c_void_p, _P(Metadata)]),
     "weight_writer_abort": (None, [c_void_p]),
     "weight_get": (c_int, [c_void_p, _P(Identity), _P(Placement), _P(Bindings), _P(GetStats)]),

@@ -23,6 +23,7 @@ of them is gone.
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 from collections.abc import Mapping
 from typing import Dict, Iterator, List, Optional
@@ -31,9 +32,9 @@ import numpy as np
 
 from . import _lib
 from .errors import InvalidArgumentError, error_for
-from .tensors import (PLACE_SKIP, LoadedTensor, PlacementLike,
-                      TensorPlacement, TensorSpec, box, dtype_name, iter_tensor_source, numpy_dtype,
-                      resolve_placement)
+from .tensors import (PLACE_SKIP, HuggingFaceCheckpoint, LoadedTensor, PlacementLike,
+                      TensorPlacement, TensorSpec, box, dtype_name, iter_attachment_source,
+                      iter_tensor_source, numpy_dtype, resolve_placement)
 from .types import (IdentityLike, WeightIdentity, WeightMetadata, WeightMetadataView, WeightOperation,
                     WeightResidencyState, WeightStoragePolicy, WeightUpsertClaim, WeightUpsertMode,
                     _as_identity, _claim_from_c, _identity_to_c, _metadata_from_c, _operation_from_c,
@@ -159,7 +160,10 @@ class WeightStore:
         ident = _as_identity(identity)
         cid = _identity_to_c(ident)
         pol = _policy_to_c(policy)
+        if isinstance(tensors, (str, os.PathLike)) and os.path.isdir(tensors):
+            tensors = HuggingFaceCheckpoint(tensors)  # read once: tensors and attachments
         source = _checked_source(tensors)  # bad input fails before an import is begun
+        attachments = list(iter_attachment_source(tensors))
         w = ctypes.c_void_p()
         with self._h.lock:
             self._check(self._lib.weight_put_begin(self._ptr(), cid, ctypes.byref(pol) if pol else None,
@@ -171,6 +175,8 @@ class WeightStore:
                 writer.weight_put_tensor(name, arr, dt)
             for name, target in (aliases or {}).items():
                 writer.weight_put_alias(name, target)
+            for name, data in attachments:
+                writer.weight_put_attachment(name, data)
         except BaseException:
             writer.abort()
             raise
@@ -543,11 +549,27 @@ class WeightWriter:
         with self._store._h.lock:
             self._store._check(self._lib.weight_writer_alias(self._w(), name.encode(), target.encode()))
 
+    def weight_put_attachment(self, name: str, data: bytes) -> None:
+        """Add a small file of the model directory (config.json, tokenizer
+        files, ...) to the revision: stored and verified with its tensors, at
+        most ATTACHMENT_MAX_BYTES; `weightctl get --out DIR` writes it back.
+        InvalidArgumentError for a name with '/' or a file over the cap."""
+        data = bytes(data)
+        self._keep.append(data)
+        with self._store._h.lock:
+            self._store._check(self._lib.weight_writer_add_attachment(self._w(), name.encode(), data,
+                                                                      len(data)))
+
     def weight_put_tensors(self, source) -> None:
-        """Add every tensor of a source (see WeightStore.weight_put)."""
+        """Add every tensor of a source (see WeightStore.weight_put), and the
+        attachments of a Hugging Face checkpoint directory."""
+        if isinstance(source, (str, os.PathLike)) and os.path.isdir(source):
+            source = HuggingFaceCheckpoint(source)
         self._keep.append(source)
         for name, arr, dt in iter_tensor_source(source):
             self.weight_put_tensor(name, arr, dt)
+        for name, data in iter_attachment_source(source):
+            self.weight_put_attachment(name, data)
 
     def commit(self) -> WeightMetadata:
         """Write the payloads, the manifest last, and publish the revision

@@ -25,7 +25,7 @@ import mmap
 import os
 import struct
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterable, Mapping, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -291,7 +291,16 @@ class HuggingFaceCheckpoint(Mapping):
     the weight_map must be in the shard it names, and no shard may hold a
     tensor the weight_map does not list (InvalidArgumentError naming both).
     Tied weights the checkpoint leaves out (lm_head with
-    tie_word_embeddings) are not guessed: pass them as weight_put aliases."""
+    tie_word_embeddings) are not guessed: pass them as weight_put aliases.
+
+    A shard the weight_map names but the directory lacks is refused naming
+    it. The directory's other regular files (config.json, tokenizer files,
+    generation_config.json, ...) are read into .attachments (name -> bytes):
+    weight_put stores them with the revision, and `weightctl get --out DIR`
+    writes them back. A file over ATTACHMENT_MAX_BYTES is refused naming it;
+    hidden files, subdirectories and safetensors files the index does not
+    name are not stored (listed in .skipped, "name (why)"), nor is the index
+    itself (get writes the tensors as one model.safetensors)."""
 
     INDEX = "model.safetensors.index.json"
     SINGLE = "model.safetensors"
@@ -313,13 +322,18 @@ class HuggingFaceCheckpoint(Mapping):
             raise InvalidArgumentError(f"{self.path}: neither {self.INDEX} nor {self.SINGLE}")
         self.files: Dict[str, SafetensorsFile] = {}
         self._tensors: Dict[str, Tuple[np.ndarray, str]] = {}
+        shards = [self.SINGLE] if weight_map is None else list(dict.fromkeys(weight_map.values()))
+        for shard in shards:
+            if not isinstance(shard, str) or os.path.basename(shard) != shard:
+                raise InvalidArgumentError(f"{index}: shard {shard!r} is not a file name")
+            if not os.path.isfile(os.path.join(self.path, shard)):
+                raise InvalidArgumentError(f"{self.path}: {shard}, named by {self.INDEX}, is missing")
+        self.attachments, self.skipped = _read_attachments(self.path, set(shards) | {self.INDEX})
         if weight_map is None:
             self.files[self.SINGLE] = SafetensorsFile(os.path.join(self.path, self.SINGLE))
             self._tensors.update(self.files[self.SINGLE])
             return
         for name, shard in weight_map.items():
-            if not isinstance(shard, str) or os.path.basename(shard) != shard:
-                raise InvalidArgumentError(f"{index}: tensor {name!r}: shard {shard!r} is not a file name")
             if shard not in self.files:
                 self.files[shard] = SafetensorsFile(os.path.join(self.path, shard))
             if name not in self.files[shard]:
@@ -338,6 +352,46 @@ class HuggingFaceCheckpoint(Mapping):
 
     def __len__(self):
         return len(self._tensors)
+
+
+ATTACHMENT_MAX_BYTES = 64 << 20  # libweightclient's WEIGHT_ATTACHMENT_MAX_BYTES
+
+
+def _read_attachments(path: str, taken) -> Tuple[Dict[str, bytes], List[str]]:
+    """The attachments of a model directory (see HuggingFaceCheckpoint):
+    its regular files but `taken`, in name order, and what is left out."""
+    attachments: Dict[str, bytes] = {}
+    skipped: List[str] = []
+    for name in sorted(os.listdir(path)):
+        if name in taken:
+            continue
+        full = os.path.join(path, name)
+        why = ("hidden" if name.startswith(".") else "a directory" if os.path.isdir(full)
+               else "not a regular file" if not os.path.isfile(full)
+               else "not in the shard set" if name.endswith(".safetensors") else None)
+        if why:
+            skipped.append(f"{name} ({why})")
+            continue
+        size = os.path.getsize(full)
+        if size > ATTACHMENT_MAX_BYTES:
+            raise InvalidArgumentError(f"{path}: {name} is {size} bytes, over the "
+                                       f"{ATTACHMENT_MAX_BYTES} bytes an attachment may hold")
+        with open(full, "rb") as f:
+            attachments[name] = f.read()
+    return attachments, skipped
+
+
+def iter_attachment_source(source) -> Iterable[Tuple[str, bytes]]:
+    """(name, bytes) of the attachments of a put source: those of a Hugging
+    Face checkpoint (object or directory path), in a list too; other
+    sources have none."""
+    if isinstance(source, (str, os.PathLike)) and os.path.isdir(source):
+        source = HuggingFaceCheckpoint(source)
+    if isinstance(source, HuggingFaceCheckpoint):
+        yield from source.attachments.items()
+    elif isinstance(source, (list, tuple)):
+        for item in source:
+            yield from iter_attachment_source(item)
 
 
 def read_safetensors(path) -> SafetensorsFile:

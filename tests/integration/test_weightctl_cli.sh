@@ -317,6 +317,65 @@ else
   bad "get RSS: ratio $r (rss $rss, file $size, exit $code)"
 fi
 
+# -- put --from-dir: a Hugging Face model directory, back as a loadable one ---------------
+hf="$tmp/hf"
+mkdir -p "$hf/original"
+mk_st "$hf/model-00001-of-00002.safetensors" model.embed.weight:64:32 model.layers.0.q.weight:32:32
+mk_st "$hf/model-00002-of-00002.safetensors" model.layers.0.k.weight:32:32 model.norm.weight:1:32
+cat >"$hf/model.safetensors.index.json" <<'JSON'
+{"metadata": {"total_size": 16512}, "weight_map": {
+  "model.embed.weight": "model-00001-of-00002.safetensors",
+  "model.layers.0.q.weight": "model-00001-of-00002.safetensors",
+  "model.layers.0.k.weight": "model-00002-of-00002.safetensors",
+  "model.norm.weight": "model-00002-of-00002.safetensors"}}
+JSON
+echo '{"architectures": ["TinyForCausalLM"], "hidden_size": 32}' >"$hf/config.json"
+echo '{"max_new_tokens": 16}' >"$hf/generation_config.json"
+head -c 300000 /dev/urandom >"$hf/tokenizer.json"
+: >"$hf/special_tokens_map.json"
+echo x >"$hf/.gitattributes"
+out=$("$ctl" put --namespace cli --resource hf --revision v1 --from-dir "$hf" 2>"$tmp/hf.err"); rc=$?
+[ $rc -eq 0 ] && grep -q "2 tensor file(s) and 4 attachment(s)" <<<"$out" \
+  && grep -q "not stored: .gitattributes (hidden), original (a directory)" "$tmp/hf.err" \
+  && ok "put --from-dir: $out; $(cat "$tmp/hf.err")" || bad "put --from-dir: $rc $out $(cat "$tmp/hf.err")"
+"$ctl" get cli/hf/v1 --out "$tmp/hfback" >/dev/null || bad "get of the hf revision"
+same=1
+for f in config.json generation_config.json tokenizer.json special_tokens_map.json; do
+  cmp -s "$hf/$f" "$tmp/hfback/$f" || same=0
+done
+"$py" - "$hf" "$tmp/hfback/model.safetensors" <<'PY' || same=0
+import json, struct, sys
+def tensors(p):
+    d = open(p, "rb").read()
+    n = struct.unpack("<Q", d[:8])[0]
+    h = json.loads(d[8:8 + n]); h.pop("__metadata__", None)
+    return {k: (v["dtype"], v["shape"], d[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]) for k, v in h.items()}
+src = {}
+for f in set(json.load(open(sys.argv[1] + "/model.safetensors.index.json"))["weight_map"].values()):
+    src.update(tensors(sys.argv[1] + "/" + f))
+sys.exit(0 if tensors(sys.argv[2]) == src else 1)
+PY
+[ $same -eq 1 ] && [ "$(ls -A "$tmp/hfback" | tr '\n' ' ')" = "config.json generation_config.json model.safetensors special_tokens_map.json tokenizer.json " ] \
+  && ok "get --out: every file byte for byte, the shards' tensors in model.safetensors, nothing else" \
+  || bad "hf round trip: $(ls -A "$tmp/hfback")"
+"$ctl" get cli/hf/v1 --out "$tmp/hftp" --tp 2 --all-ranks >/dev/null && cmp -s "$hf/config.json" "$tmp/hftp/config.json" \
+  && [ -f "$tmp/hftp/rank1-of-2.safetensors" ] && ok "get --tp 2 --all-ranks: the rank files and the attachments" \
+  || bad "hf tp2"
+mv "$hf/model-00002-of-00002.safetensors" "$tmp/aside.safetensors"
+before=$(state)
+err=$("$ctl" put --namespace cli --resource hf --revision v2 --from-dir "$hf" 2>&1); rc=$?
+[ $rc -eq 1 ] && [ "$err" = "weightctl: put: --from-dir $hf: model-00002-of-00002.safetensors, named by model.safetensors.index.json, is missing" ] \
+  && [ "$before" = "$(state)" ] && ok "an incomplete shard set refused: '$err', nothing changed" || bad "missing shard: $rc $err"
+mv "$tmp/aside.safetensors" "$hf/model-00002-of-00002.safetensors"
+truncate -s 70M "$hf/big.bin"
+err=$("$ctl" put --namespace cli --resource hf --revision v2 --from-dir "$hf" 2>&1); rc=$?
+[ $rc -eq 1 ] && [ "$err" = "weightctl: put: --from-dir $hf: big.bin is 70.0 MiB, over the 64.0 MiB an attachment may hold" ] \
+  && [ "$before" = "$(state)" ] && ok "an attachment over the cap refused: '$err', nothing changed" || bad "big attachment: $rc $err"
+rm -f "$hf/big.bin" "$hf/model.safetensors.index.json"
+err=$("$ctl" put --namespace cli --resource hf --revision v2 --from-dir "$hf" 2>&1); rc=$?
+[ $rc -eq 1 ] && [ "$err" = "weightctl: put: --from-dir $hf: neither model.safetensors.index.json nor model.safetensors is there" ] \
+  && [ "$before" = "$(state)" ] && ok "a directory without safetensors refused: '$err'" || bad "no shards: $rc $err"
+
 kill -9 $pid; wait $pid 2>/dev/null; pid=""
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

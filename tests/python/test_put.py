@@ -147,3 +147,56 @@ def test_hugging_face_index_must_match_its_shards(store, tmp_path):
         store.weight_put(i, str(tmp_path))
     with pytest.raises(ws.InvalidArgumentError, match="neither"):
         ws.HuggingFaceCheckpoint(tmp_path / "nothing-here")
+
+
+def test_hugging_face_directory_keeps_its_files(store, master, tmp_path):
+    """A model directory's other files (config, tokenizer, ...) are stored
+    with the revision: Python loads see only the tensors, and weightctl get
+    --out writes a loadable directory again, every file byte for byte."""
+    src = model(7)
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    hf_checkpoint(hf, src)
+    files = {"config.json": b'{"architectures": ["Tiny"]}\n', "tokenizer.json": bytes(range(256)) * 900,
+             "generation_config.json": b"{}\n", "special_tokens_map.json": b""}
+    for name, data in files.items():
+        (hf / name).write_bytes(data)
+    (hf / ".gitattributes").write_text("*.safetensors filter=lfs\n")
+    ck = ws.HuggingFaceCheckpoint(hf)
+    assert ck.attachments == files and ck.skipped == [".gitattributes (hidden)"]
+    i = ident(unique("hffiles"))
+    store.weight_put(i, str(hf)).commit()
+    with store.weight_get(i) as load:
+        assert set(load) == set(src)  # attachments are not tensors
+    out = tmp_path / "back"
+    r = subprocess.run([f"{build_dir()}/bin/weightctl", "--master", master.address, "get", str(i),
+                        "--out", str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in out.iterdir()) == sorted(list(files) + ["model.safetensors"])
+    for name, data in files.items():
+        assert (out / name).read_bytes() == data, name
+    back = ws.read_safetensors(out / "model.safetensors")
+    for n, (arr, _) in src.items():
+        assert back[n][0].tobytes() == arr.tobytes(), n
+
+
+def test_hugging_face_directory_refusals(store, tmp_path):
+    """A shard the index names but the directory lacks, and a file over the
+    attachment cap, are refused naming the file; nothing is published."""
+    src = model(8)
+    hf_checkpoint(tmp_path, src)
+    (tmp_path / "model-00002-of-00002.safetensors").rename(tmp_path / "aside")
+    with pytest.raises(ws.InvalidArgumentError, match="model-00002-of-00002.safetensors, named by "
+                                                      "model.safetensors.index.json, is missing"):
+        store.weight_put(ident(unique("hfmiss")), str(tmp_path))
+    (tmp_path / "aside").rename(tmp_path / "model-00002-of-00002.safetensors")
+    with open(tmp_path / "big.bin", "wb") as f:
+        f.truncate(ws.ATTACHMENT_MAX_BYTES + 1)
+    i = ident(unique("hfbig"))
+    with pytest.raises(ws.InvalidArgumentError, match="big.bin is 67108865 bytes, over the 67108864"):
+        store.weight_put(i, str(tmp_path))
+    assert not store.weight_is_exist(i)
+    w = store.weight_put(i)
+    with pytest.raises(ws.InvalidArgumentError, match="not a file name"):
+        w.weight_put_attachment("sub/config.json", b"{}")
+    w.abort()

@@ -306,6 +306,99 @@ static void test_builder_round_trip_and_canonical_order(void **state)
     wc_manifest_free(&m);
 }
 
+/* A model with tensor "w" (F32 [4]) and attachment `name` (dtype, [n]) in
+ * one object; the attachment is added first when `first`. Finalized into
+ * *m; returns wc_manifest_finalize's code with its message in err. */
+static int build_with_attachment(wc_manifest *m, const char *name, wc_dtype dtype, uint64_t n,
+                                 int first, char *err, size_t errlen)
+{
+    wc_identity id = {"t", "n", "r", "v", 1};
+    uint32_t tw, ta, o;
+    const uint64_t sw[1] = {4}, sa[1] = {n}, zero[1] = {0};
+    uint64_t abytes = n * wc_dtype_size(dtype);
+    assert_int_equal(wc_manifest_init(m, &id, err, errlen), SMP_OK);
+    if (first) assert_int_equal(wc_manifest_add_tensor(m, name, dtype, 1, sa, &ta), SMP_OK);
+    assert_int_equal(wc_manifest_add_tensor(m, "w", WC_DTYPE_F32, 1, sw, &tw), SMP_OK);
+    if (!first) assert_int_equal(wc_manifest_add_tensor(m, name, dtype, 1, sa, &ta), SMP_OK);
+    assert_int_equal(wc_manifest_set_attachment(m, ta), SMP_OK);
+    assert_int_equal(wc_manifest_add_object(m, "weights/t/n/r/v/1/payload/0", 16 + abytes, &o),
+                     SMP_OK);
+    assert_int_equal(wc_manifest_add_fragment(m, tw, zero, sw, o, 0, 16), SMP_OK);
+    if (abytes) assert_int_equal(wc_manifest_add_fragment(m, ta, zero, sa, o, 16, abytes), SMP_OK);
+    const uint32_t u[1] = {0};
+    assert_int_equal(wc_manifest_add_unit(m, u, 1, 16 + abytes), SMP_OK);
+    return wc_manifest_finalize(m, err, errlen);
+}
+
+/* Attachments (files of a model directory) round trip as format 2, after
+ * every tensor; a format-1 manifest may not carry one; each rule refused. */
+static void test_attachments_round_trip_and_rules(void **state)
+{
+    (void)state;
+    wc_manifest m, d;
+    char err[256] = "";
+    uint8_t *buf;
+    size_t len;
+    assert_int_equal(build_with_attachment(&m, "config.json", WC_DTYPE_U8, 10, 0, err, sizeof err),
+                     SMP_OK);
+    assert_int_equal(wc_manifest_n_plain(&m), 1);
+    assert_int_equal(wc_manifest_encode(&m, &buf, &len), SMP_OK);
+    StoredWeightManifest *msg = stored_weight_manifest__unpack(NULL, len, buf);
+    assert_non_null(msg);
+    assert_int_equal(msg->format_version, WC_MANIFEST_FORMAT_ATTACHMENTS);
+    assert_true(msg->tensors[1]->attachment);
+    assert_false(msg->tensors[0]->attachment);
+    assert_int_equal(wc_manifest_decode(buf, len, &d, err, sizeof err), SMP_OK);
+    assert_true(d.tensors[1].attachment);
+    assert_int_equal(wc_manifest_n_plain(&d), 1);
+    wc_manifest_free(&d);
+    free(buf);
+    msg->format_version = 1; /* an attachment in a format-1 manifest */
+    len = stored_weight_manifest__get_packed_size(msg);
+    buf = malloc(len);
+    stored_weight_manifest__pack(msg, buf);
+    assert_int_equal(wc_manifest_decode(buf, len, &d, err, sizeof err), SMP_EPROTO);
+    assert_non_null(strstr(err, "attachment 'config.json' in a manifest of format_version 1"));
+    free(buf);
+    stored_weight_manifest__free_unpacked(msg, NULL);
+    wc_manifest_free(&m);
+
+    /* without attachments a manifest stays format 1, readable by older readers */
+    fx x;
+    fx_init(&x);
+    assert_int_equal(fx_decode(&x, &m, err, sizeof err), SMP_OK);
+    assert_int_equal(wc_manifest_n_plain(&m), m.n_tensors);
+    assert_int_equal(wc_manifest_encode(&m, &buf, &len), SMP_OK);
+    msg = stored_weight_manifest__unpack(NULL, len, buf);
+    assert_int_equal(msg->format_version, 1);
+    stored_weight_manifest__free_unpacked(msg, NULL);
+    free(buf);
+    wc_manifest_free(&m);
+
+    /* the rules */
+    assert_int_equal(build_with_attachment(&m, "config.json", WC_DTYPE_F32, 4, 0, err, sizeof err),
+                     SMP_EINVAL);
+    assert_non_null(strstr(err, "attachment 'config.json' is not U8"));
+    wc_manifest_free(&m);
+    assert_int_equal(build_with_attachment(&m, "config.json", WC_DTYPE_U8, 4, 1, err, sizeof err),
+                     SMP_EINVAL);
+    assert_non_null(strstr(err, "tensor 'w' comes after an attachment"));
+    wc_manifest_free(&m);
+    assert_int_equal(build_with_attachment(&m, "sub/config.json", WC_DTYPE_U8, 4, 0, err, sizeof err),
+                     SMP_EINVAL);
+    assert_non_null(strstr(err, "'sub/config.json' is not a file name"));
+    wc_manifest_free(&m);
+    assert_int_equal(build_with_attachment(&m, "..", WC_DTYPE_U8, 4, 0, err, sizeof err), SMP_EINVAL);
+    wc_manifest_free(&m);
+    assert_int_equal(build_with_attachment(&m, "huge.bin", WC_DTYPE_U8, WC_ATTACHMENT_MAX_BYTES + 1,
+                                           0, err, sizeof err), SMP_EINVAL);
+    assert_non_null(strstr(err, "attachment 'huge.bin': 67108865 bytes, over the 67108864 bytes"));
+    wc_manifest_free(&m);
+    assert_int_equal(build_with_attachment(&m, "empty.json", WC_DTYPE_U8, 0, 0, err, sizeof err),
+                     SMP_OK); /* an empty file is an attachment with no fragment */
+    wc_manifest_free(&m);
+}
+
 static void test_group_key_percent_encodes_components(void **state)
 {
     (void)state;
@@ -343,7 +436,10 @@ static void test_undecodable_bytes_and_versions_are_refused(void **state)
     assert_int_equal(wc_manifest_decode(NULL, 0, &m, err, sizeof err), SMP_EPROTO);
     fx x;
     fx_init(&x);
-    x.msg.format_version = 2;
+    x.msg.format_version = 3;
+    expect_refused(&x, "format_version");
+    fx_init(&x);
+    x.msg.format_version = 0;
     expect_refused(&x, "format_version");
     fx_init(&x);
     x.msg.identity = NULL;
@@ -566,6 +662,7 @@ int main(void)
         cmocka_unit_test(test_round_trip_is_byte_exact),
         cmocka_unit_test(test_object_checks_round_trip_and_are_validated),
         cmocka_unit_test(test_builder_round_trip_and_canonical_order),
+        cmocka_unit_test(test_attachments_round_trip_and_rules),
         cmocka_unit_test(test_group_key_percent_encodes_components),
         cmocka_unit_test(test_sha256_is_the_standard_digest),
         cmocka_unit_test(test_undecodable_bytes_and_versions_are_refused),

@@ -20,7 +20,7 @@ static wc_pack_tensor t2(const char *name, uint64_t *shape, uint64_t rows, uint6
 {
     shape[0] = rows;
     shape[1] = cols;
-    wc_pack_tensor t = {name, WC_DTYPE_F32, 2, shape, NULL, 0, NULL};
+    wc_pack_tensor t = {name, WC_DTYPE_F32, 2, shape, NULL, 0, NULL, 0};
     return t;
 }
 
@@ -159,6 +159,33 @@ static void test_tied_weights_are_stored_once(void **state)
     wc_pack_result_free(&r);
 }
 
+/* Attachments (files of a model directory) follow every tensor in the
+ * manifest whatever their names, are marked, and cannot be tie targets. */
+static void test_attachments_come_after_the_tensors(void **state)
+{
+    (void)state;
+    uint64_t sh[2][2], one[1] = {5};
+    wc_pack_tensor in[3] = {t2("z.weight", sh[0], 2, 2), t2("b.weight", sh[1], 2, 2),
+                            {"a.json", WC_DTYPE_U8, 1, one, NULL, 0, NULL, 1}};
+    wc_pack_result r;
+    char err[256];
+    assert_int_equal(wc_pack(&ident, in, 3, 1 << 20, &r, err, sizeof err), SMP_OK);
+    const wc_manifest *m = &r.manifest;
+    assert_int_equal(m->n_tensors, 3);
+    assert_string_equal(m->tensors[0].name, "b.weight");
+    assert_string_equal(m->tensors[1].name, "z.weight");
+    assert_string_equal(m->tensors[2].name, "a.json");
+    assert_true(m->tensors[2].attachment);
+    assert_int_equal(wc_manifest_n_plain(m), 2);
+    wc_pack_result_free(&r);
+    in[0].tied_to = "a.json";
+    in[0].ndim = 1;
+    in[0].dtype = WC_DTYPE_U8;
+    in[0].shape = one;
+    assert_int_equal(wc_pack(&ident, in, 3, 1 << 20, &r, err, sizeof err), SMP_EINVAL);
+    assert_non_null(strstr(err, "tied to 'a.json', which is not in the revision"));
+}
+
 /* Objects joined by a tensor that spans them form one unit; the rest stand
  * alone. Small tensors after a big one share its last object and unit. */
 static void test_affinity_units_are_connected_objects(void **state)
@@ -203,7 +230,7 @@ static void test_sharded_input_and_determinism(void **state)
         fr[r].shape = shp[r];
     }
     uint64_t sh2[2][2];
-    wc_pack_tensor in[3] = {{"w", WC_DTYPE_BF16, 2, shape, fr, 4, NULL},
+    wc_pack_tensor in[3] = {{"w", WC_DTYPE_BF16, 2, shape, fr, 4, NULL, 0},
                             t2("x", sh2[0], 4, 4), t2("y", sh2[1], 2, 2)};
     wc_pack_tensor rev[3] = {in[2], in[0], in[1]};
     wc_pack_result r1, r2;
@@ -270,7 +297,7 @@ static void test_bad_inputs_are_refused(void **state)
     uint64_t o2[2] = {1, 0}, s2[2] = {3, 4}, o3[2] = {2, 0}, s3[2] = {3, 4};
     wc_pack_fragment hole[2] = {{o0, s0}, {o1, s1}}, lap[2] = {{o0, s0}, {o2, s2}},
                      out[2] = {{o0, s0}, {o3, s3}};
-    wc_pack_tensor w = {"sharded", WC_DTYPE_F32, 2, shape, hole, 2, NULL};
+    wc_pack_tensor w = {"sharded", WC_DTYPE_F32, 2, shape, hole, 2, NULL, 0};
     assert_int_equal(wc_pack(&ident, &w, 1, 1000, &r, err, sizeof err), SMP_EINVAL);
     assert_non_null(strstr(err, "sharded"));
     w.fragments = lap;
@@ -315,6 +342,7 @@ int main(void)
         cmocka_unit_test(test_bound_is_respected_and_small_tensors_stay_whole),
         cmocka_unit_test(test_big_tensor_is_cut_into_row_chunks),
         cmocka_unit_test(test_tied_weights_are_stored_once),
+        cmocka_unit_test(test_attachments_come_after_the_tensors),
         cmocka_unit_test(test_affinity_units_are_connected_objects),
         cmocka_unit_test(test_sharded_input_and_determinism),
         cmocka_unit_test(test_bad_inputs_are_refused),
