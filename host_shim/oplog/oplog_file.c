@@ -305,6 +305,24 @@ static int zero_to_end(const uint8_t *buf, size_t from, size_t size)
     return 1;
 }
 
+/* Where the bytes of fd that may be non-zero end, looking from `from`: the
+ * end of the data extent holding `from` when the file system reports no
+ * data after it (SEEK_HOLE, then SEEK_DATA failing with ENXIO), else size.
+ * A preallocated segment is mostly unwritten extents, which read as zeros:
+ * reading them only to check that they are zeros cost a restart most of its
+ * time (the kernel zero-fills every page it reads for them). A file system
+ * without hole reporting answers SEEK_HOLE with the file's end, which keeps
+ * the full check. */
+static size_t written_end(int fd, size_t from, size_t size)
+{
+    off_t hole = lseek(fd, (off_t)from, SEEK_HOLE);
+    if (hole < 0 || (size_t)hole >= size)
+        return size;
+    if (lseek(fd, hole, SEEK_DATA) >= 0 || errno != ENXIO)
+        return size;
+    return (size_t)hole;
+}
+
 /* The end of the non-zero bytes of buf[from, size): what a cut at `from`
  * really removes (the zeros after it are unwritten space). */
 static size_t nonzero_end(const uint8_t *buf, size_t from, size_t size)
@@ -507,7 +525,8 @@ static int scan_segment(file_log *fl,
             off += rec_len;
             continue;
         }
-        if (zero_to_end(m.buf, off, m.size))
+        size_t end = written_end(m.fd, off, m.size);
+        if (zero_to_end(m.buf, off, end))
             break; /* the rest was never written */
         if (find_valid_after(m.buf, m.size, off + 1, &valid_at, &valid_seq)) {
             wm_errbuf(err, errlen,
@@ -528,7 +547,7 @@ static int scan_segment(file_log *fl,
             goto unmap;
         }
         *cut_at = off;
-        *cut_len = nonzero_end(m.buf, off, m.size) - off;
+        *cut_len = nonzero_end(m.buf, off, end) - off;
         *cut_what = st;
         break;
     }
