@@ -449,6 +449,7 @@ int fuzz_seeds(const char *dir)
     ops[0].id = 3;
     ops[0].kind = WM_OPK_REPAIRING;
     ops[0].id_of = r.id;
+    ops[0].target = WM_RES_HOT; /* a repair restores its residency */
     ops[0].members_total = 1;
     ops[0].bytes_total = 4096;
     ops[0].state = WM_OPS_RUNNING;
