@@ -1293,6 +1293,7 @@ void wm_lifecycle_event(wm_plugin *p, const smp_event *ev)
 int wm_lifecycle_tick(wm_plugin *p, const smp_tick_budget *budget, uint64_t *cursor)
 {
     int r = wm_sweep_leases(p, budget, cursor);
+    wm_vleases_tick(p);
     wm_lineage_drive(p);
     wm_lc *lc = wm_lc_get(p);
     if (lc != NULL) {

@@ -211,6 +211,7 @@ static void wm_fini(void *plugin)
     wm_plugin *p = plugin;
     free(p->handoff_section);
     wm_mgmt_release(p);
+    wm_vleases_free(p);
     wm_store_free(p->store);
     free(p);
 }

@@ -87,6 +87,11 @@ void wm_pending_remove(wm_plugin *p, wm_txn *t);
 /* Append t for a waiting call with the reply of kind `reply`; on failure the
  * call is answered (`what` names the step) and t freed. Always SMP_OK. */
 int wm_submit(wm_plugin *p, wm_txn *t, smp_rpc_call *call, wm_reply_kind reply, const char *what);
+/* Append t for call without answering a failure: on failure t is freed
+ * and the append's code returned (SMP_EGATE, ...) for the caller to act on
+ * (and answer). */
+int wm_submit_try(wm_plugin *p, wm_txn *t, smp_rpc_call *call, wm_reply_kind reply);
+
 /* Append t with nobody waiting; on failure t is freed and the append's
  * code returned (SMP_EGATE, ...). */
 int wm_txn_submit_quiet(wm_plugin *p, wm_txn *t);

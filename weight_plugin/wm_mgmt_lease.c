@@ -1,11 +1,22 @@
 /* wm_mgmt_lease.c -- revision leases (RPCs LEASE_ACQUIRE, LEASE_RENEW,
- * LEASE_RELEASE).
+ * LEASE_RELEASE) and volatile leases.
  *
  * A lease protects a READY revision from deletion and its readable replicas
  * from release until it expires. A grant on an AUTO revision that is not
  * HOT first makes a promotion durable; renewals extend a live lease; a
  * release of a lease already gone succeeds. The tick (weight_lifecycle.c)
- * ends expired leases. */
+ * ends expired leases.
+ *
+ * Volatile leases keep reads going during an HA upgrade: while the gate of
+ * the lease records is closed (oplog_append answers SMP_EGATE), a grant is
+ * held in the leader's memory only -- not logged, not in the snapshot -- and
+ * a promotion is skipped. Nothing a lease protects can happen meanwhile:
+ * deletion and the plugin's state changes need type-8 records the same gate
+ * refuses, and the lifecycle's own release and removal checks count a
+ * volatile lease as a pending grant (wm_pending_lease_grants). Renewal and
+ * release work on them in memory. A failover drops them (the new leader
+ * never saw them), which is safe for the same reason. Once the gate is open
+ * the tick makes each live one durable under its id. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
@@ -32,13 +43,99 @@ static int wm_ttl(const Wmrpc__LeaseRequest *req, uint64_t *out, char *msg, size
     return WM_OK;
 }
 
+/* -- volatile leases --------------------------------------------------------- */
+
+static wm_vlease *wm_vlease_find(wm_plugin *p, uint64_t lease_id)
+{
+    for (size_t i = 0; i < p->n_vleases; i++)
+        if (p->vleases[i].lease.id == lease_id) return &p->vleases[i];
+    return NULL;
+}
+
+static void wm_vlease_drop(wm_plugin *p, wm_vlease *v)
+{
+    size_t i = (size_t)(v - p->vleases);
+    memmove(v, v + 1, (p->n_vleases - i - 1) * sizeof(*v));
+    p->n_vleases--;
+}
+
+int wm_vleases_on(const wm_plugin *p, const char *group_key)
+{
+    for (size_t i = 0; i < p->n_vleases; i++)
+        if (strcmp(p->vleases[i].group_key, group_key) == 0) return 1;
+    return 0;
+}
+
+/* Hold lease l on rev in memory and answer call with it (the gate refused
+ * its record). Answers SMP_ENOMEM when the table cannot grow. */
+static void wm_vlease_grant(wm_plugin *p, smp_rpc_call *call, const wm_revision *rev,
+                            const wm_lease *l)
+{
+    if (p->n_vleases == p->cap_vleases) {
+        size_t cap = p->cap_vleases ? p->cap_vleases * 2 : 16;
+        wm_vlease *v = realloc(p->vleases, cap * sizeof(*v));
+        if (v == NULL) {
+            wm_reply_error(p, call, SMP_ENOMEM, "out of memory");
+            return;
+        }
+        p->vleases = v;
+        p->cap_vleases = cap;
+    }
+    wm_vlease *v = &p->vleases[p->n_vleases++];
+    v->lease = *l;
+    snprintf(v->group_key, sizeof(v->group_key), "%s", rev->group_key);
+    if (p->vleases_granted++ == 0)
+        p->api->log(p->host, SMP_LOG_INFO,
+                    "lease %" PRIu64 " on %s held in memory only: the gate of the lease records "
+                    "is closed (an upgrade in progress); leases stay volatile until it opens",
+                    l->id, rev->group_key);
+    wm_reply_lease(p, call, l, rev);
+}
+
+void wm_vleases_tick(wm_plugin *p)
+{
+    uint64_t now = p->api->wall_ms(p->host);
+    for (size_t i = 0; i < p->n_vleases;) {
+        if (p->vleases[i].lease.expiry_ms > now) {
+            i++;
+            continue;
+        }
+        p->leases_expired++;
+        wm_vlease_drop(p, &p->vleases[i]);
+    }
+    while (p->n_vleases > 0) {
+        wm_vlease *v = &p->vleases[0];
+        wm_txn *t = wm_txn_new(p, WM_TXN_LEASE_UPSERT, v->group_key);
+        if (t == NULL) return;
+        t->lease = v->lease;
+        int rc = wm_txn_submit_quiet(p, t);
+        if (rc == SMP_EGATE || rc == SMP_ENOTLEADER) return; /* still closed: keep them all */
+        if (rc < 0)
+            p->api->log(p->host, SMP_LOG_WARN,
+                        "volatile lease %" PRIu64 " on %s could not be made durable (%s); "
+                        "it ends now", v->lease.id, v->group_key, smp_strerror(rc));
+        wm_vlease_drop(p, v); /* durable from now (its pending grant protects), or ended */
+    }
+}
+
+void wm_vleases_free(wm_plugin *p)
+{
+    free(p->vleases);
+    p->vleases = NULL;
+    p->n_vleases = p->cap_vleases = 0;
+}
+
+/* -- RPCs --------------------------------------------------------------------- */
+
 /* Grant a lease on a READY revision, fenced on its metadata generation. For
  * an AUTO revision observed COLD or MIXED without an active operation, the
  * promotion (MIGRATING toward the preferred residency) and the lease are one
  * type-8 record, the lease fenced on the generation the promotion makes;
  * otherwise the grant is a type-10 record alone and the revision keeps its
  * metadata generation (the store moves its last access). The answer follows
- * the durable record. */
+ * the durable record. When the gate refuses the record (SMP_EGATE) the
+ * lease is granted volatile, at the revision's generation, without the
+ * promotion. */
 int wm_rpc_lease_acquire(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len)
 {
     wm_plugin *p = plugin;
@@ -80,8 +177,12 @@ int wm_rpc_lease_acquire(void *plugin, smp_rpc_call *call, const uint8_t *body, 
     if (rev->policy.mode == WM_MODE_AUTO && rev->operation_id == 0 &&
         (rev->residency == WM_RES_COLD || rev->residency == WM_RES_MIXED))
         promote = wm_auto_promotion_target(rev->residency, rev->policy.preferred);
+    wm_lease granted = lt->lease;
+    int rc;
     if (promote == WM_RES_UNKNOWN) {
-        wm_submit(p, lt, call, WM_REPLY_LEASE, "lease acquire");
+        rc = wm_submit_try(p, lt, call, WM_REPLY_LEASE);
+        if (rc == SMP_EGATE) wm_vlease_grant(p, call, rev, &granted);
+        else if (rc < 0) wm_reply_append_error(p, call, rc, "lease acquire");
         goto free_req;
     }
     wm_txn *t = wm_txn_next(p, call, rev);
@@ -102,8 +203,10 @@ int wm_rpc_lease_acquire(void *plugin, smp_rpc_call *call, const uint8_t *body, 
     t->up.lease = lt->lease;
     t->up.lease.metadata_generation = r->metadata_generation;
     wm_txn_free(lt);
-    p->auto_triggers[WM_AUTO_PROMOTE_ON_ACCESS]++;
-    wm_submit(p, t, call, WM_REPLY_LEASE, "lease acquire (promotion)");
+    rc = wm_submit_try(p, t, call, WM_REPLY_LEASE);
+    if (rc == SMP_EGATE) wm_vlease_grant(p, call, rev, &granted);
+    else if (rc < 0) wm_reply_append_error(p, call, rc, "lease acquire (promotion)");
+    else p->auto_triggers[WM_AUTO_PROMOTE_ON_ACCESS]++;
 free_req:
     wmrpc__lease_request__free_unpacked(req, NULL);
     return SMP_OK;
@@ -116,7 +219,8 @@ free_req:
  * retired by a replacement (wm_revision_fenced, a fence record in flight
  * included), no longer READY or DEGRADED, or below the lease's generation.
  * The renewal keeps the lease's generation (its fence). Durable before the
- * answer. */
+ * answer -- except a volatile lease's, which is extended in memory (the
+ * tick makes it durable once the gate opens). */
 int wm_rpc_lease_renew(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len)
 {
     wm_plugin *p = plugin;
@@ -131,6 +235,8 @@ int wm_rpc_lease_renew(void *plugin, smp_rpc_call *call, const uint8_t *body, si
     }
     uint64_t now = wm_now(p, NULL);
     const wm_lease *l = wm_store_lease(p->store, req->lease_id);
+    wm_vlease *v = l == NULL ? wm_vlease_find(p, req->lease_id) : NULL;
+    if (v != NULL) l = &v->lease;
     if (l == NULL || wm_identity_cmp(&l->id_of, &id) != 0 || l->expiry_ms <= now ||
         wm_pending_lease_end(p, l->id)) {
         wm_reply_error(p, call, WM_ELEASE_EXPIRED, "lease %" PRIu64 " is expired or unknown",
@@ -163,6 +269,11 @@ int wm_rpc_lease_renew(void *plugin, smp_rpc_call *call, const uint8_t *body, si
                        rev->metadata_generation, l->metadata_generation);
         goto free_req;
     }
+    if (v != NULL) {
+        v->lease.expiry_ms = now + ttl;
+        wm_reply_lease(p, call, &v->lease, rev);
+        goto free_req;
+    }
     wm_txn *t = wm_txn_new(p, WM_TXN_LEASE_UPSERT, rev->group_key);
     if (t == NULL) {
         wm_reply_error(p, call, SMP_ENOMEM, "out of memory");
@@ -177,7 +288,8 @@ free_req:
 }
 
 /* Release a lease. Releasing one that is already gone (released, expired)
- * succeeds with an empty response: the caller's goal holds. */
+ * succeeds with an empty response: the caller's goal holds. A volatile
+ * lease is dropped from memory. */
 int wm_rpc_lease_release(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len)
 {
     wm_plugin *p = plugin;
@@ -185,6 +297,17 @@ int wm_rpc_lease_release(void *plugin, smp_rpc_call *call, const uint8_t *body, 
     WM_DECODE(req, Wmrpc__LeaseRequest, wmrpc__lease_request__unpack, p, call, body, len);
     if (!wm_identity_in(p, call, req->identity, &id)) goto free_req;
     const wm_lease *l = wm_store_lease(p->store, req->lease_id);
+    wm_vlease *v = l == NULL ? wm_vlease_find(p, req->lease_id) : NULL;
+    if (v != NULL) {
+        if (wm_identity_cmp(&v->lease.id_of, &id) != 0) {
+            wm_reply_error(p, call, WM_EINVALID_ARGUMENT,
+                           "lease %" PRIu64 " belongs to another revision", req->lease_id);
+            goto free_req;
+        }
+        wm_vlease_drop(p, v);
+        wm_reply_lease(p, call, NULL, wm_store_get(p->store, &id));
+        goto free_req;
+    }
     if (l == NULL || wm_pending_lease_end(p, l->id)) {
         wm_reply_lease(p, call, NULL, wm_store_get(p->store, &id));
         goto free_req;

@@ -60,7 +60,7 @@ int wm_pending_lease_grants(const wm_plugin *p, const char *group_key)
         if ((t->kind == WM_TXN_LEASE_UPSERT || (t->kind == WM_TXN_UPSERT && t->up.has_lease)) &&
             strcmp(t->group_key, group_key) == 0)
             return 1;
-    return 0;
+    return wm_vleases_on(p, group_key);
 }
 
 int wm_pending_delete_op(const wm_plugin *p, uint64_t op_id)
@@ -416,6 +416,15 @@ int wm_submit(wm_plugin *p, wm_txn *t, smp_rpc_call *call, wm_reply_kind reply,
         return wm_reply_append_error(p, call, rc, what);
     }
     return SMP_OK;
+}
+
+int wm_submit_try(wm_plugin *p, wm_txn *t, smp_rpc_call *call, wm_reply_kind reply)
+{
+    t->call = call;
+    t->reply = reply;
+    int rc = wm_txn_append(p, t);
+    if (rc < 0) wm_txn_free(t);
+    return rc;
 }
 
 int wm_txn_submit_quiet(wm_plugin *p, wm_txn *t)

@@ -38,12 +38,24 @@ typedef struct wm_lc wm_lc; /* the lifecycle's working state (weight_lifecycle.c
 typedef struct wm_lin wm_lin; /* generation replacement's state (weight_lineage.c) */
 typedef struct wm_repair wm_repair; /* validation and repair state (wm_repair.c) */
 
+/* A lease granted while the lease record type's gate is closed (an HA
+ * upgrade in progress): held in the leader's memory only, never logged
+ * (wm_mgmt_lease.c). */
+typedef struct wm_vlease {
+    wm_lease lease;
+    char group_key[WM_KEY_MAX + 1];
+} wm_vlease;
+
 typedef struct wm_plugin {
     smp_host *host;
     const smp_host_api *api;
     wm_store *store;
     wm_policy cluster_policy;  /* the master's defaults for new revisions */
     wm_txn *pending;           /* appended, not yet durable */
+    wm_vlease *vleases;        /* volatile leases, by grant order */
+    size_t n_vleases;
+    size_t cap_vleases;
+    uint64_t vleases_granted;  /* volatile grants since start */
 
     /* Counters the guard may bump (it must not call the host); published by
      * wm_metrics_refresh(). */
@@ -121,9 +133,21 @@ void wm_metrics_refresh(wm_plugin *p);
 void wm_mgmt_release(wm_plugin *p);
 
 /* A mutation in flight on the revision of group_key (its record appended
- * and not yet durable): metadata records, and lease grants. */
+ * and not yet durable): metadata records, and lease grants -- a volatile
+ * lease (not logged while the gate is closed) counts as one. */
 int wm_pending_metadata(const wm_plugin *p, const char *group_key);
 int wm_pending_lease_grants(const wm_plugin *p, const char *group_key);
+
+/* -- wm_mgmt_lease.c: volatile leases --------------------------------------- */
+
+/* 1 when a live volatile lease names the revision of group_key. */
+int wm_vleases_on(const wm_plugin *p, const char *group_key);
+/* Drop the expired volatile leases; while the gate is open, make each live
+ * one durable (a LEASE_UPSERT record with the same id and expiry; from its
+ * append the pending grant protects the revision). Called by the tick. */
+void wm_vleases_tick(wm_plugin *p);
+/* Free the table (fini: a failover or stop drops volatile leases). */
+void wm_vleases_free(wm_plugin *p);
 /* An end record for this lease is in flight. */
 int wm_pending_lease_end(const wm_plugin *p, uint64_t lease_id);
 /* A type-9 record listing this operation is in flight. */

@@ -247,6 +247,7 @@ static int teardown(void **state)
     (void)state;
     while (H.nq > 0) deliver(SMP_ECANCELED);
     wm_mgmt_release(&P);
+    wm_vleases_free(&P);
     wm_store_free(P.store);
     return 0;
 }
@@ -473,6 +474,88 @@ static void test_in_flight_mutations_and_lease_sweep(void **state)
     deliver(SMP_OK);
     assert_int_equal(wm_store_get(P.store, &rev.id)->lease_count, 0);
     assert_int_equal(P.leases_expired, 1);
+}
+
+/* While the gate refuses lease records (an HA upgrade), a lease is granted
+ * at once and held in memory only: nothing appended, no durable lease, but
+ * it protects the revision (removal BUSY), renews and releases in memory and
+ * ends on expiry; once appends work again the tick makes a live one durable
+ * under its id, and it is protected by the pending grant meanwhile. */
+static void test_volatile_leases_while_the_gate_is_closed(void **state)
+{
+    (void)state;
+    wm_revision rev;
+    smp_rpc_call c, c2;
+    seed_ready("vol", WM_RES_COLD, WM_MODE_AUTO, &rev); /* would promote */
+    Wmrpc__WeightIdentity id;
+    set_id(&id, &rev.id);
+    Wmrpc__LeaseRequest req = WMRPC__LEASE_REQUEST__INIT;
+    req.identity = &id;
+    req.ttl_ms = 1000;
+    H.append_rc = SMP_EGATE;
+    invoke(WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_ACQUIRE, &req.base, &c);
+    assert_int_equal(c.status, SMP_OK);
+    assert_int_equal(H.nq, 0); /* nothing appended */
+    Wmrpc__LeaseResponse *lr = wmrpc__lease_response__unpack(NULL, c.len, (uint8_t *)c.body);
+    assert_non_null(lr->lease);
+    uint64_t lid = lr->lease->id;
+    assert_int_equal(lr->lease->metadata_generation, 1); /* no promotion */
+    wmrpc__lease_response__free_unpacked(lr, NULL);
+    assert_null(wm_store_lease(P.store, lid));
+    assert_int_equal(wm_store_get(P.store, &rev.id)->lease_count, 0);
+    assert_int_equal(P.auto_triggers[WM_AUTO_PROMOTE_ON_ACCESS], 0);
+    assert_true(wm_pending_lease_grants(&P, rev.group_key));
+
+    Wmrpc__IdentityRequest rm = WMRPC__IDENTITY_REQUEST__INIT;
+    rm.identity = &id;
+    rm.expected_metadata_generation = 1;
+    invoke(WMRPC__WEIGHT_METHOD__WEIGHT_REMOVE, &rm.base, &c2);
+    assert_int_equal(c2.status, WM_EBUSY);
+
+    /* Renewed in memory; a second one released in memory. */
+    req.lease_id = lid;
+    req.ttl_ms = 5000;
+    invoke(WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_RENEW, &req.base, &c);
+    assert_int_equal(c.status, SMP_OK);
+    assert_int_equal(H.nq, 0);
+    req.lease_id = 0;
+    invoke(WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_ACQUIRE, &req.base, &c);
+    lr = wmrpc__lease_response__unpack(NULL, c.len, (uint8_t *)c.body);
+    uint64_t lid2 = lr->lease->id;
+    wmrpc__lease_response__free_unpacked(lr, NULL);
+    assert_int_not_equal(lid2, lid);
+    assert_int_equal(P.n_vleases, 2);
+    req.lease_id = lid2;
+    invoke(WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_RELEASE, &req.base, &c);
+    assert_int_equal(c.status, SMP_OK);
+    assert_int_equal(P.n_vleases, 1);
+
+    /* A third one expires in memory. */
+    req.lease_id = 0;
+    req.ttl_ms = 100;
+    invoke(WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_ACQUIRE, &req.base, &c);
+    assert_int_equal(P.n_vleases, 2);
+    H.wall += 1000;
+    wm_vleases_tick(&P); /* the gate is still closed: expired one dropped, nothing appended */
+    assert_int_equal(P.n_vleases, 1);
+    assert_int_equal(H.nq, 0);
+
+    /* The gate opens: the live lease becomes durable under its id. */
+    H.append_rc = 0;
+    wm_vleases_tick(&P);
+    assert_int_equal(P.n_vleases, 0);
+    assert_int_equal(H.nq, 1);
+    assert_int_equal(H.q[0].type, WM_OP_LEASE_UPSERT);
+    assert_true(wm_pending_lease_grants(&P, rev.group_key)); /* protected while in flight */
+    deliver(SMP_OK);
+    assert_non_null(wm_store_lease(P.store, lid));
+    assert_int_equal(wm_store_get(P.store, &rev.id)->lease_count, 1);
+    req.lease_id = lid;
+    invoke(WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_RELEASE, &req.base, &c);
+    assert_int_equal(H.q[0].type, WM_OP_LEASE_DELETE);
+    deliver(SMP_OK);
+    assert_int_equal(c.status, SMP_OK);
+    assert_int_equal(wm_store_get(P.store, &rev.id)->lease_count, 0);
 }
 
 /* The guard: puts only into an IMPORTING revision's group, only its own
@@ -1060,6 +1143,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_failed_appends_change_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lease_on_cold_auto_revision_promotes_first, setup, teardown),
         cmocka_unit_test_setup_teardown(test_in_flight_mutations_and_lease_sweep, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_volatile_leases_while_the_gate_is_closed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_guard_answers_from_revision_state, setup, teardown),
         cmocka_unit_test_setup_teardown(test_commit_pages_through_a_large_group, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lifecycle_submit, setup, teardown),

@@ -1,0 +1,308 @@
+/* test_upgrade_volatile_leases.c -- reads never stop while the weight gate
+ * is closed during an HA upgrade.
+ *
+ * Debian's etcd (one member), three store_master processes in HA mode with
+ * the real weight_mgmt.so and one store_node on their list. A model is
+ * published READY + HOT with the weight_management gate confirmed in the
+ * config; then every master restarts with the flag false, as at the start of
+ * a rolling upgrade, so the gated record types (8-11, leases included) are
+ * refused. While the gate is closed:
+ *  - weight_get of the READY revision works, byte for byte: its lease is
+ *    volatile, held in the leader's memory (the leader logs so);
+ *  - removing the revision is refused with SMP_EGATE naming the gate, and
+ *    nothing changes;
+ *  - a lease taken by hand renews, is not in the durable lease table
+ *    (active_leases 0) and protects the revision (removal BUSY);
+ *  - the leader is killed (SIGKILL): the new leader serves weight_get at
+ *    once, the old volatile lease is unknown there (LEASE_EXPIRED: dropped,
+ *    which is safe because nothing could be deleted under it), and nothing
+ *    is lost.
+ * Then the gate is confirmed at runtime (`gate confirm`): a lease is durable
+ * again (a record appended, the revision's active_leases counts it, removal
+ * is BUSY under it), and after its release the revision can be removed. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "ha_cluster_fixture.h"
+#include "harness.h"
+#include "weight_rpc.h"
+#include "weightclient.h"
+
+#define N_MASTERS HC_MASTERS
+#define WAIT_MS 20000
+#define GATE "weight_management_oplog_capability_confirmed"
+
+typedef struct cluster {
+    hc_cluster hc;
+    wr_fixture f;       /* f.m is a view of master 0 whose socket is the list of all three */
+    weight_store *s;    /* libweightclient on the same list (tenant acme) */
+} cluster;
+
+#define CHECK(s, call)                                                                  \
+    do {                                                                                \
+        int rc_ = (call);                                                               \
+        if (rc_ != 0)                                                                   \
+            fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call,        \
+                    weight_error_name(rc_), weight_store_last_error(s));                \
+        assert_int_equal(rc_, 0);                                                       \
+    } while (0)
+
+static uint8_t g_data[2][4096];
+static const char *const g_names[2] = {"a.weight", "b.weight"};
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Master i's config: HA, the weight plugin with a fast tick, the weight
+ * gate flag as given (the lineage gate stays closed: nothing here needs it). */
+static void write_config(cluster *c, int i, int gate_open)
+{
+    char extra[1024];
+    snprintf(extra, sizeof(extra),
+             "cluster:\n  " GATE ": %s\n"
+             "  default_weight_preferred_residency: hot\n"
+             "plugins:\n  - path: \"%s/lib/weight_mgmt.so\"\n    config:\n"
+             "      tick_period_ms: 50\n",
+             gate_open ? "true" : "false", BUILD_DIR);
+    assert_int_equal(hc_configure(&c->hc, i, extra), 0);
+}
+
+static int setup(void **state)
+{
+    cluster *c = calloc(1, sizeof(*c));
+    if (c == NULL) return -1;
+    *state = c;
+    if (hc_init(&c->hc, "upgrade-volatile", 1) < 0) return -1;
+    c->f.m = c->hc.m[0];
+    if (strlen(c->hc.masters) >= sizeof(c->f.m.socket)) return -1;
+    memcpy(c->f.m.socket, c->hc.masters, strlen(c->hc.masters) + 1);
+    c->f.m.pid = 0;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    cluster *c = *state;
+    if (c == NULL) return 0;
+    weight_store_close(c->s);
+    wr_disconnect(&c->f);
+    hc_cleanup(&c->hc);
+    free(c);
+    return 0;
+}
+
+static int wait_leader(cluster *c, int skip)
+{
+    int leader = hc_wait_leader(&c->hc, skip, WAIT_MS);
+    if (leader < 0) fail_msg("no single leader within %d ms", WAIT_MS);
+    return leader;
+}
+
+static void open_clients(cluster *c)
+{
+    char err[256];
+    wr_connect(&c->f);
+    int rc = weight_store_open(c->hc.masters, "acme", NULL, &c->s, err, sizeof err);
+    if (rc != 0) fail_msg("weight_store_open(%s): %s", c->hc.masters, err);
+}
+
+static void close_clients(cluster *c)
+{
+    weight_store_close(c->s);
+    c->s = NULL;
+    wr_disconnect(&c->f);
+}
+
+/* Start (or restart) every master with the gate as given, then the node;
+ * returns the leader once the node is registered with it. */
+static int start_masters(cluster *c, int gate_open)
+{
+    for (int i = 0; i < N_MASTERS; i++) {
+        write_config(c, i, gate_open);
+        if (hx_start(&c->hc.m[i], WAIT_MS) < 0) fail_msg("master %d did not start (%s)", i, c->hc.m[i].log);
+    }
+    int leader = wait_leader(c, -1);
+    if (c->hc.node.pid == 0) assert_int_equal(hc_node_start(&c->hc, "n1", 32u << 20), 0);
+    if (hc_wait_node(&c->hc, leader, WAIT_MS) < 0) fail_msg("node not registered with %d", leader);
+    open_clients(c);
+    return leader;
+}
+
+static weight_identity ident(void)
+{
+    weight_identity id;
+    assert_int_equal(weight_identity_set(&id, "acme", "llm", "upgrade", "main", 1), 0);
+    return id;
+}
+
+static void put_model(cluster *c)
+{
+    weight_store *s = c->s;
+    static const uint64_t shape[2] = {32, 64};
+    for (int t = 0; t < 2; t++)
+        for (size_t i = 0; i < sizeof g_data[t]; i++) g_data[t][i] = (uint8_t)(i * 7 + 31 + t);
+    weight_identity id = ident();
+    weight_writer *w = NULL;
+    CHECK(s, weight_put_begin(s, &id, NULL, &w));
+    for (int t = 0; t < 2; t++)
+        CHECK(s, weight_writer_add_tensor(w, g_names[t], "BF16", 2, shape, g_data[t]));
+    weight_metadata md;
+    CHECK(s, weight_writer_commit(w, &md));
+    assert_int_equal(md.availability, WEIGHT_READY);
+}
+
+/* weight_get of the whole model into fresh buffers, compared byte for byte. */
+static void get_model(cluster *c)
+{
+    weight_store *s = c->s;
+    uint8_t got[2][4096];
+    memset(got, 0xEE, sizeof got);
+    weight_binding b[2] = {{g_names[0], got[0], sizeof got[0]}, {g_names[1], got[1], sizeof got[1]}};
+    weight_bindings bd = {b, 2, NULL, NULL};
+    weight_identity id = ident();
+    CHECK(s, weight_get(s, &id, NULL, &bd, NULL));
+    assert_memory_equal(got, g_data, sizeof got);
+}
+
+static uint64_t last_seq(cluster *c)
+{
+    kvc_status st;
+    assert_int_equal(kvc_status_get(c->f.kv, &st), 0);
+    assert_string_equal(st.role, "leader");
+    return st.oplog_last_seq;
+}
+
+static void wire_ident(Wmrpc__WeightIdentity *w)
+{
+    wr_set_identity(w, "acme", "llm", "upgrade", 1);
+}
+
+static uint64_t acquire(cluster *c)
+{
+    Wmrpc__WeightIdentity w;
+    wire_ident(&w);
+    Wmrpc__LeaseResponse *r = NULL;
+    int rc = wr_lease_call(&c->f, WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_ACQUIRE, &w, 0, 60000, &r);
+    if (rc != 0) fail_msg("lease acquire: %d %s", rc, c->f.last_error);
+    uint64_t id = r->lease->id;
+    wmrpc__lease_response__free_unpacked(r, NULL);
+    return id;
+}
+
+/* The READY revision's metadata generation and durable lease count. */
+static void read_md(cluster *c, uint64_t *gen, uint32_t *leases)
+{
+    Wmrpc__WeightIdentity w;
+    wire_ident(&w);
+    Wmrpc__MetadataResponse *md = wr_get_md(&c->f, &w);
+    assert_int_equal(md->metadata->availability, WR_AV_READY);
+    *gen = md->metadata->metadata_generation;
+    *leases = md->metadata->active_leases;
+    wmrpc__metadata_response__free_unpacked(md, NULL);
+}
+
+static uint64_t generation_of(cluster *c)
+{
+    uint64_t g;
+    uint32_t n;
+    read_md(c, &g, &n);
+    return g;
+}
+
+static uint32_t active_leases(cluster *c)
+{
+    uint64_t g;
+    uint32_t n;
+    read_md(c, &g, &n);
+    return n;
+}
+
+static void test_upgrade_volatile_leases_keep_reads_going(void **state)
+{
+    cluster *c = *state;
+    Wmrpc__WeightIdentity w;
+    wire_ident(&w);
+
+    /* Before the upgrade: the gate is open, the model is published. */
+    int leader = start_masters(c, 1);
+    put_model(c);
+    get_model(c);
+    close_clients(c);
+    for (int i = 0; i < N_MASTERS; i++) assert_int_equal(hx_stop(&c->hc.m[i]), 0);
+
+    /* The upgrade starts: every master restarts with the flag false. */
+    leader = start_masters(c, 0);
+    uint64_t gen = generation_of(c);
+    get_model(c);
+    get_model(c);
+    assert_true(hx_log_contains(&c->hc.m[leader], "held in memory only"));
+    /* Removal needs a gated record: refused with the gate, nothing changes. */
+    assert_int_equal(wr_ident_call(&c->f, WMRPC__WEIGHT_METHOD__WEIGHT_REMOVE, &w, gen, NULL), SMP_EGATE);
+    assert_non_null(strstr(c->f.last_error, GATE));
+    /* A lease held by hand: granted and renewed in memory, and it protects
+     * the revision (a removal is BUSY before it would meet the gate). */
+    uint64_t lid = acquire(c);
+    Wmrpc__LeaseResponse *lr = NULL;
+    assert_int_equal(wr_lease_call(&c->f, WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_RENEW, &w, lid, 60000, &lr), 0);
+    assert_int_equal(lr->lease->id, lid);
+    wmrpc__lease_response__free_unpacked(lr, NULL);
+    assert_int_equal(active_leases(c), 0); /* volatile: not in the durable table */
+    assert_int_equal(wr_ident_call(&c->f, WMRPC__WEIGHT_METHOD__WEIGHT_REMOVE, &w, gen, NULL), WR_E_BUSY);
+    assert_int_equal(generation_of(c), gen);
+
+    /* Failover in the window: the new leader serves reads at once; the
+     * volatile lease died with the old leader -- it was never in the OpLog,
+     * or the new leader would have replayed it and renewed it. */
+    close_clients(c);
+    hx_kill(&c->hc.m[leader]);
+    int next = wait_leader(c, leader);
+    assert_int_not_equal(next, leader);
+    if (hc_wait_node(&c->hc, next, WAIT_MS) < 0) fail_msg("node not registered with %d", next);
+    open_clients(c);
+    get_model(c);
+    assert_int_equal(wr_lease_call(&c->f, WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_RENEW, &w, lid, 60000, NULL),
+                     WR_E_LEASE_EXPIRED);
+    assert_int_equal(active_leases(c), 0);
+
+    /* The upgrade is done: the killed master is back, the gate confirmed at
+     * runtime; a lease is durable again. */
+    write_config(c, leader, 0);
+    assert_int_equal(hx_start(&c->hc.m[leader], WAIT_MS), 0);
+    assert_int_equal(hc_wait_role(&c->hc, leader, "standby", WAIT_MS), 0);
+    kvc_gate g;
+    int rc = SMP_EGATE;
+    for (int waited = 0; rc == SMP_EGATE && waited < WAIT_MS; waited += 100) {
+        rc = kvc_gate_confirm(c->f.kv, GATE, &g);
+        if (rc == SMP_EGATE) sleep_ms(100); /* until the restarted master advertises again */
+    }
+    if (rc != 0) fail_msg("gate confirm: %d %s", rc, kvc_error(c->f.kv));
+    assert_true(g.confirmed);
+    uint64_t seq = last_seq(c);
+    lid = acquire(c);
+    assert_true(last_seq(c) > seq);
+    assert_int_equal(active_leases(c), 1); /* applied from its durable record */
+    assert_int_equal(wr_ident_call(&c->f, WMRPC__WEIGHT_METHOD__WEIGHT_REMOVE, &w, gen, NULL), WR_E_BUSY);
+    assert_int_equal(wr_lease_call(&c->f, WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_RELEASE, &w, lid, 0, NULL), 0);
+    assert_int_equal(active_leases(c), 0);
+    get_model(c);
+    assert_int_equal(wr_ident_call(&c->f, WMRPC__WEIGHT_METHOD__WEIGHT_REMOVE, &w, generation_of(c), NULL), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_upgrade_volatile_leases_keep_reads_going, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
