@@ -14,7 +14,9 @@
  * managed flag (SMP_ENOTSUP), nor can the other plugin (SMP_EVETO: the group
  * is weight_mgmt's), whose guard is never asked about the managed groups.
  * Every member is still listed afterwards. Started with the weight plugin
- * again, every revision is READY and every payload byte-identical. */
+ * again, every revision is READY and every payload byte-identical -- and a
+ * revision that lost a member's only copy while the plugin was away is
+ * DEGRADED, not READY. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -23,6 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+#include <errno.h>
 
 #include <cmocka.h>
 
@@ -334,6 +338,74 @@ static void run_story(story *s, const char *name, plugins_mode mode)
     stop(s);
 }
 
+/* The name of key's cold file (its complete cold replica) into path. */
+static void cold_path_of(kvc *c, const char *key, char *path, size_t cap)
+{
+    kvc_object o;
+    assert_int_equal(kvc_get(c, key, &o), 0);
+    for (size_t k = 0; k < o.n_replicas; k++)
+        if (o.replicas[k].kind == SMP_REPLICA_COLD && o.replicas[k].status == 1) {
+            snprintf(path, cap, "%s", o.replicas[k].path);
+            return;
+        }
+    fail_msg("%s has no complete cold replica", key);
+}
+
+/* A member lost while the plugin was away: the plugin, back, checks every
+ * READY revision against the objects before serving it -- the revision
+ * whose payload's only (cold) copy was deleted while the master was down is
+ * DEGRADED and not readable, never READY over nothing; the other is READY
+ * and byte-identical. */
+static void test_protect_groups_reconcile_when_the_plugin_returns(void **state)
+{
+    story *s = *state;
+    char key[1200], path[600];
+    assert_int_equal(hx_init(&s->f.m, "protect-reconcile", NULL), 0);
+    start_with(s, WEIGHTS_ON);
+    static const char *const res[N_REVS] = {"cold-one", "hot-one"};
+    static const int pref[N_REVS] = {WR_RS_COLD, WR_RS_HOT};
+    for (int r = 0; r < N_REVS; r++) {
+        wr_set_identity(&s->ids[r], "t", "protect", res[r], 1);
+        s->ups[r].n = PAYLOADS;
+        for (size_t i = 0; i < PAYLOADS; i++) s->ups[r].sizes[i] = PAYLOAD_BYTES + 100 * i;
+        Wmrpc__MetadataResponse *m = wr_publish(&s->f, &s->ids[r], pref[r], WR_MODE_MANUAL,
+                                                &s->ups[r]);
+        wmrpc__metadata_response__free_unpacked(m, NULL);
+        assert_int_equal(wr_wait_md(&s->f, &s->ids[r], WR_AV_READY, WAIT_MS), 0);
+    }
+    Wmrpc__MetadataResponse *md = wr_get_md(&s->f, &s->ids[0]);
+    assert_int_equal(md->metadata->residency, WR_RS_COLD);
+    wmrpc__metadata_response__free_unpacked(md, NULL);
+    stop(s);
+
+    /* Away: the master runs without the plugin, then stops; a payload's
+     * only copy (its cold file) is lost meanwhile. */
+    start_with(s, WEIGHTS_ABSENT);
+    wr_payload_key(&s->ups[0], 1, key, sizeof(key));
+    cold_path_of(s->f.kv, key, path, sizeof(path));
+    stop(s);
+    char file[1200];
+    snprintf(file, sizeof(file), "%s/cold/%s", s->f.m.dir, path); /* the node's cold_dir */
+    if (unlink(file) != 0) fail_msg("unlink %s: %s", file, strerror(errno));
+
+    start_with(s, WEIGHTS_ON);
+    assert_int_equal(wr_wait_md(&s->f, &s->ids[0], WR_AV_DEGRADED, WAIT_MS), 0);
+    assert_int_equal(wr_is_exist(&s->f, &s->ids[0]), 0);
+    assert_int_equal(wr_wait_md(&s->f, &s->ids[1], WR_AV_READY, WAIT_MS), 0);
+    assert_int_equal(wr_is_exist(&s->f, &s->ids[1]), 1);
+    for (size_t i = 0; i < PAYLOADS; i++) {
+        wr_payload_key(&s->ups[1], i, key, sizeof(key));
+        unsigned char *data = malloc(s->ups[1].sizes[i]);
+        uint64_t len = 0;
+        assert_non_null(data);
+        assert_int_equal(kvc_get_into(s->f.kv, key, data, s->ups[1].sizes[i], &len, 1), 0);
+        for (uint64_t b = 0; b < len; b++)
+            if (data[b] != (unsigned char)(i * 31 + b)) fail_msg("%s differs at byte %llu", key, (unsigned long long)b);
+        free(data);
+    }
+    stop(s);
+}
+
 static int setup(void **state)
 {
     *state = calloc(1, sizeof(story));
@@ -367,6 +439,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_protect_groups_without_the_weight_plugin, setup, teardown),
         cmocka_unit_test_setup_teardown(test_protect_groups_with_an_allow_all_guard, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_protect_groups_reconcile_when_the_plugin_returns, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
