@@ -48,7 +48,7 @@ static const metric_def metric_defs[] = {
     {M(oplog_failed), SMP_METRIC_COUNTER, "oplog_failed_total", "Records that could not be made durable", NULL},
     {M(snapshot_age), SMP_METRIC_GAUGE, "snapshot_age_seconds", "Seconds since the newest snapshot was written (-1: none this run)", NULL},
     {M(snapshot_seq), SMP_METRIC_GAUGE, "snapshot_last_seq", "Last OpLog sequence included in the newest snapshot", NULL},
-    {M(host_refusals), SMP_METRIC_COUNTER, "host_managed_group_refusals_total", "Actions on managed groups the host refused itself (no plugin guard)", "reason"},
+    {M(host_refusals), SMP_METRIC_COUNTER, "host_managed_group_refusals_total", "Actions on managed groups the host refused itself (owner plugin not active, or without a guard)", "reason"},
     {M(rpc_requests), SMP_METRIC_COUNTER, "rpc_requests_total", "RPC requests decoded", NULL},
     {M(rpc_errors), SMP_METRIC_COUNTER, "rpc_errors_total", "RPC replies with an error status", NULL},
     {M(rpc_connections), SMP_METRIC_GAUGE, "rpc_connections", "Open RPC connections", NULL},
