@@ -175,6 +175,11 @@ static int admit(void *arg, uint32_t service, uint32_t method, const char **lead
     if (master_is_leader(m)) return 0;
     if (service == HOST_SERVICE__HOST_SERVICE_ADMIN && method == ADMIN_METHOD__ADMIN_STATUS)
         return 0;
+    /* The plugin commands act on the master that answers (a rolling upgrade
+     * reloads the standbys first): a standby serves them itself. */
+    if (service == HOST_SERVICE__HOST_SERVICE_ADMIN && method >= ADMIN_METHOD__ADMIN_PLUGIN_LIST &&
+        method <= ADMIN_METHOD__ADMIN_PLUGIN_ENABLE)
+        return 0;
     *leader = strcmp(m->ha_leader, advertised(m)) == 0 ? "" : m->ha_leader;
     return SMP_ENOTLEADER;
 }
@@ -199,6 +204,11 @@ static void advertise_replay(master *m)
         np++;
     }
     ha_election_set_replay(m->election, types, nt, plugins, np);
+}
+
+void master_ha_advertise(master *m)
+{
+    if (m->election != NULL) advertise_replay(m);
 }
 
 /* -- lifecycle ------------------------------------------------------------------ */

@@ -243,6 +243,9 @@ int master_ha_open_log(master *m, char *err, size_t errlen);
 /* After recovery, with the RPC server created: turn away what a standby
  * must not serve, start the election and follow the log. */
 int master_ha_start(master *m, char *err, size_t errlen);
+/* Advertise again what this master replays and which plugin versions it
+ * runs (after a plugin reload switched them). No-op without an election. */
+void master_ha_advertise(master *m);
 /* Housekeeping round: publish role, applied sequence and readiness. */
 void master_ha_tick(master *m);
 /* Resign and stop the election (master_stop); close the etcd client once

@@ -16,7 +16,9 @@
  * the quiesce ends as soon as the last owed callback ran. Every outcome is
  * logged on stderr with its reason and timing; a refusal is also the RPC's
  * error reply. Nothing here can stop the master: a refused reload leaves the
- * old instance serving. */
+ * old instance serving. In an HA cluster the commands act on the master
+ * that answers, standbys included (master_ha.c admits them), and a switch
+ * re-advertises what the master replays. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,12 +75,16 @@ no_memory:
     return SMP_ENOMEM;
 }
 
+/* A reload switched the registrations: route the services again and, in
+ * an HA cluster, advertise the record types and plugin versions now served
+ * (what the gates and `weightctl status` go by). */
 static void be_services_changed(void *ctx)
 {
     master *m = ctx;
     char err[512];
     if (m->rpc != NULL && master_plugins_route(m, err, sizeof(err)) < 0)
         fprintf(stderr, "store_master: %s\n", err);
+    if (m->cfg->ha_enabled) master_ha_advertise(m);
 }
 
 static void be_redispatch(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len)

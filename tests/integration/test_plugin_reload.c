@@ -19,6 +19,9 @@
  *    nothing changed;
  *  - SIGHUP reloads every plugin from its configured path and the master
  *    serves on;
+ *  - in an HA cluster (real etcd, three masters) a standby reloads its own
+ *    plugin in place (the first step of a rolling upgrade) and stays a
+ *    ready standby; the leader is untouched;
  *  - disable: weight RPCs refused with "plugin weight_mgmt is disabled",
  *    plain kv put/get work, the revision's objects cannot be removed (one
  *    key or by prefix); enable:
@@ -39,6 +42,7 @@
 
 #include <cmocka.h>
 
+#include "ha_cluster_fixture.h"
 #include "harness.h"
 #include "weightclient.h"
 
@@ -161,9 +165,35 @@ static int wait_log(hx_master *m, const char *needle, int timeout_ms)
     return 0;
 }
 
+/* What the running test started, for teardown to stop and remove even
+ * when an assertion failed half-way. */
+static hx_master *cur_master;
+static weight_store **cur_store;
+static hc_cluster *cur_cluster;
+
+static int teardown(void **state)
+{
+    (void)state;
+    if (cur_store != NULL && *cur_store != NULL) weight_store_close(*cur_store);
+    if (cur_store != NULL) *cur_store = NULL;
+    if (cur_master != NULL) hx_cleanup(cur_master);
+    if (cur_cluster != NULL) {
+        hc_cleanup(cur_cluster);
+        free(cur_cluster);
+    }
+    cur_master = NULL;
+    cur_store = NULL;
+    cur_cluster = NULL;
+    return 0;
+}
+
 /* A master with the weight plugin and a revision "v1" published. */
 static void start(hx_master *m, const char *name, weight_store **s)
 {
+    memset(m, 0, sizeof(*m));
+    *s = NULL;
+    cur_master = m;
+    cur_store = s;
     fill_model();
     /* HOT and MANUAL: the revision stays where it is published, so any
      * failed read would be the reload's (a MIXED convergence releasing
@@ -236,15 +266,16 @@ static void *reader_main(void *arg)
 static void test_reload_under_load_never_fails_a_read(void **state)
 {
     (void)state;
-    hx_master m;
-    weight_store *s;
+    static hx_master m; /* static: teardown still finds them after a failed assertion */
+    static weight_store *s;
     char out[4096];
     start(&m, "reload-load", &s);
 
     enum { READERS = 3, RELOADS = 5 };
-    volatile int stop = 0;
-    reader rd[READERS];
+    static volatile int stop; /* static: outlive a failed assertion with the threads */
+    static reader rd[READERS];
     pthread_t th[READERS];
+    stop = 0;
     for (int i = 0; i < READERS; i++) {
         rd[i] = (reader){.m = &m, .stop = &stop};
         assert_int_equal(pthread_create(&th[i], NULL, reader_main, &rd[i]), 0);
@@ -273,8 +304,8 @@ static void test_reload_under_load_never_fails_a_read(void **state)
     /* The new instance writes too: a second revision is published. */
     assert_int_equal(publish(s, "v2"), 0);
     weight_store_close(s);
+    s = NULL;
     assert_int_equal(hx_stop(&m), 0);
-    hx_cleanup(&m);
 }
 
 /* -- refusals roll back ---------------------------------------------------- */
@@ -282,8 +313,8 @@ static void test_reload_under_load_never_fails_a_read(void **state)
 static void test_reload_to_a_build_refusing_the_handoff_rolls_back(void **state)
 {
     (void)state;
-    hx_master m;
-    weight_store *s;
+    static hx_master m; /* static: teardown still finds them after a failed assertion */
+    static weight_store *s;
     char out[4096];
     start(&m, "reload-refuse", &s);
     int rc = ctl(&m, out, sizeof(out), "plugin", "reload", "weight_mgmt", "--path",
@@ -301,8 +332,8 @@ static void test_reload_to_a_build_refusing_the_handoff_rolls_back(void **state)
     assert_int_equal(ctl(&m, out, sizeof(out), "plugin", "reload", "weight_mgmt", NULL), 0);
     assert_serving(&m, s, "0.1.0", "1");
     weight_store_close(s);
+    s = NULL;
     assert_int_equal(hx_stop(&m), 0);
-    hx_cleanup(&m);
 }
 
 static void refused(hx_master *m, const char *path, const char *needle)
@@ -317,8 +348,8 @@ static void refused(hx_master *m, const char *path, const char *needle)
 static void test_abi_and_negotiation_mismatches_are_refused(void **state)
 {
     (void)state;
-    hx_master m;
-    weight_store *s;
+    static hx_master m; /* static: teardown still finds them after a failed assertion */
+    static weight_store *s;
     start(&m, "reload-abi", &s);
     refused(&m, TESTPLUGINS "/bad_major.so", "bad_major.so: ABI major 2 does not match host ABI major 1");
     refused(&m, TESTPLUGINS "/newer_minor.so", "newer_minor.so: ABI minor 7 is newer than host ABI minor 1");
@@ -332,8 +363,8 @@ static void test_abi_and_negotiation_mismatches_are_refused(void **state)
     assert_serving(&m, s, "0.1.0", "0");
     assert_true(hx_alive(&m));
     weight_store_close(s);
+    s = NULL;
     assert_int_equal(hx_stop(&m), 0);
-    hx_cleanup(&m);
 }
 
 /* -- SIGHUP ------------------------------------------------------------------ */
@@ -341,8 +372,8 @@ static void test_abi_and_negotiation_mismatches_are_refused(void **state)
 static void test_sighup_reloads_every_plugin(void **state)
 {
     (void)state;
-    hx_master m;
-    weight_store *s;
+    static hx_master m; /* static: teardown still finds them after a failed assertion */
+    static weight_store *s;
     start(&m, "reload-hup", &s);
     assert_int_equal(kill(m.pid, SIGHUP), 0);
     assert_true(wait_log(&m, "SIGHUP: reloading every plugin from its configured path", 5000));
@@ -351,8 +382,46 @@ static void test_sighup_reloads_every_plugin(void **state)
     assert_true(hx_alive(&m));
     assert_serving(&m, s, "0.1.0", "1");
     weight_store_close(s);
+    s = NULL;
     assert_int_equal(hx_stop(&m), 0);
-    hx_cleanup(&m);
+}
+
+/* -- HA: a standby reloads its own plugin ---------------------------------------- */
+
+static void test_standby_reloads_in_place_and_stays_ready(void **state)
+{
+    (void)state;
+    char out[4096];
+    hc_cluster *c = calloc(1, sizeof(*c));
+    assert_non_null(c);
+    cur_cluster = c;
+    assert_int_equal(hc_init(c, "reload-ha", 1), 0);
+    for (int i = 0; i < HC_MASTERS; i++) {
+        assert_int_equal(hc_configure(c, i, NULL), 0);
+        assert_int_equal(hx_start(&c->m[i], 30000), 0);
+    }
+    int leader = hc_wait_leader(c, -1, 30000);
+    assert_true(leader >= 0);
+    int sb = (leader + 1) % HC_MASTERS;
+    assert_int_equal(hc_wait_role(c, sb, "standby", 30000), 0);
+
+    int rc = ctl(&c->m[sb], out, sizeof(out), "plugin", "reload", "weight_mgmt", NULL);
+    if (rc != 0) fprintf(stderr, "%s", out);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "weight_mgmt: reloaded 0.1.0 -> 0.1.0 in "));
+    assert_true(wait_log(&c->m[sb], "plugin weight_mgmt: reloaded 0.1.0 -> 0.1.0 from ", 2000));
+    assert_false(hx_log_contains(&c->m[leader], "plugin weight_mgmt: reloaded"));
+    /* Still a standby that can replay (it would take over). */
+    assert_int_equal(hc_wait_role(c, sb, "standby", 5000), 0);
+    char *role = hc_role(&c->m[sb]);
+    assert_non_null(role);
+    assert_null(strstr(role, "not-ready"));
+    free(role);
+    assert_int_equal(ctl(&c->m[sb], out, sizeof(out), "plugin", "list", NULL), 0);
+    assert_non_null(strstr(out, "weight_mgmt 0.1.0 active abi 1.1 reloadable yes reloads 1 "));
+    assert_int_equal(ctl(&c->m[leader], out, sizeof(out), "plugin", "list", NULL), 0);
+    assert_non_null(strstr(out, "weight_mgmt 0.1.0 active abi 1.1 reloadable yes reloads 0 "));
+    assert_int_equal(hc_wait_leader(c, -1, 5000), leader);
 }
 
 /* -- disable, enable ------------------------------------------------------------ */
@@ -360,8 +429,8 @@ static void test_sighup_reloads_every_plugin(void **state)
 static void test_disable_keeps_kv_and_protects_weights_then_enable(void **state)
 {
     (void)state;
-    hx_master m;
-    weight_store *s;
+    static hx_master m; /* static: teardown still finds them after a failed assertion */
+    static weight_store *s;
     char out[4096];
     static uint8_t buf[N_TENSORS][TENSOR_BYTES];
     start(&m, "reload-disable", &s);
@@ -419,18 +488,19 @@ static void test_disable_keeps_kv_and_protects_weights_then_enable(void **state)
     assert_int_equal(md.availability, WEIGHT_READY);
     assert_serving(&m, s, "0.1.0", "0");
     weight_store_close(s);
+    s = NULL;
     assert_int_equal(hx_stop(&m), 0);
-    hx_cleanup(&m);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_reload_under_load_never_fails_a_read),
-        cmocka_unit_test(test_reload_to_a_build_refusing_the_handoff_rolls_back),
-        cmocka_unit_test(test_abi_and_negotiation_mismatches_are_refused),
-        cmocka_unit_test(test_sighup_reloads_every_plugin),
-        cmocka_unit_test(test_disable_keeps_kv_and_protects_weights_then_enable),
+        cmocka_unit_test_teardown(test_reload_under_load_never_fails_a_read, teardown),
+        cmocka_unit_test_teardown(test_reload_to_a_build_refusing_the_handoff_rolls_back, teardown),
+        cmocka_unit_test_teardown(test_abi_and_negotiation_mismatches_are_refused, teardown),
+        cmocka_unit_test_teardown(test_sighup_reloads_every_plugin, teardown),
+        cmocka_unit_test_teardown(test_standby_reloads_in_place_and_stays_ready, teardown),
+        cmocka_unit_test_teardown(test_disable_keeps_kv_and_protects_weights_then_enable, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
