@@ -211,6 +211,15 @@ static void start(hx_master *m, const char *name, weight_store **s)
     assert_int_equal(rc, 0);
 }
 
+/* Close the store and stop the master: a clean exit (0; a sanitizer build
+ * reports leaks or errors in the status). */
+static void finish(hx_master *m, weight_store **s)
+{
+    weight_store_close(*s);
+    *s = NULL;
+    assert_int_equal(hx_stop(m), 0);
+}
+
 static void assert_serving(hx_master *m, weight_store *s, const char *version, const char *reloads)
 {
     static uint8_t buf[N_TENSORS][TENSOR_BYTES];
@@ -303,9 +312,7 @@ static void test_reload_under_load_never_fails_a_read(void **state)
     assert_serving(&m, s, "0.1.0", "5");
     /* The new instance writes too: a second revision is published. */
     assert_int_equal(publish(s, "v2"), 0);
-    weight_store_close(s);
-    s = NULL;
-    assert_int_equal(hx_stop(&m), 0);
+    finish(&m, &s);
 }
 
 /* -- refusals roll back ---------------------------------------------------- */
@@ -331,9 +338,7 @@ static void test_reload_to_a_build_refusing_the_handoff_rolls_back(void **state)
     /* And a good reload still goes through afterwards. */
     assert_int_equal(ctl(&m, out, sizeof(out), "plugin", "reload", "weight_mgmt", NULL), 0);
     assert_serving(&m, s, "0.1.0", "1");
-    weight_store_close(s);
-    s = NULL;
-    assert_int_equal(hx_stop(&m), 0);
+    finish(&m, &s);
 }
 
 static void refused(hx_master *m, const char *path, const char *needle)
@@ -362,9 +367,7 @@ static void test_abi_and_negotiation_mismatches_are_refused(void **state)
     assert_int_equal(ctl(&m, out, sizeof(out), "plugin", "reload", NULL), 2); /* usage */
     assert_serving(&m, s, "0.1.0", "0");
     assert_true(hx_alive(&m));
-    weight_store_close(s);
-    s = NULL;
-    assert_int_equal(hx_stop(&m), 0);
+    finish(&m, &s);
 }
 
 /* -- SIGHUP ------------------------------------------------------------------ */
@@ -381,9 +384,7 @@ static void test_sighup_reloads_every_plugin(void **state)
     assert_true(wait_log(&m, "SIGHUP: every plugin looked at; serving on", 5000));
     assert_true(hx_alive(&m));
     assert_serving(&m, s, "0.1.0", "1");
-    weight_store_close(s);
-    s = NULL;
-    assert_int_equal(hx_stop(&m), 0);
+    finish(&m, &s);
 }
 
 /* -- HA: a standby reloads its own plugin ---------------------------------------- */
@@ -487,9 +488,7 @@ static void test_disable_keeps_kv_and_protects_weights_then_enable(void **state)
     assert_int_equal(weight_get_metadata(s, &id, &md, NULL), 0);
     assert_int_equal(md.availability, WEIGHT_READY);
     assert_serving(&m, s, "0.1.0", "0");
-    weight_store_close(s);
-    s = NULL;
-    assert_int_equal(hx_stop(&m), 0);
+    finish(&m, &s);
 }
 
 int main(void)
