@@ -891,6 +891,111 @@ static void test_disable_enable_and_refusals(void **state)
     assert_int_equal(seen.calls, 1);
 }
 
+/* reload_probe's state (tests/plugins/reload_probe.c). */
+typedef struct probe_state {
+    uint64_t value;
+    int resumes;
+    int last_reason;
+} probe_state;
+
+static void reload_and_poll(fixture *fx, change_seen *seen)
+{
+    int before = seen->calls;
+    assert_int_equal(host_plugins_reload(fx->reg, "reload_probe", NULL, on_change, seen, fx->err,
+                                         sizeof(fx->err)), SMP_OK);
+    assert_true(host_plugins_changing(fx->reg));
+    host_plugins_poll(fx->reg);
+    assert_int_equal(seen->calls, before + 1);
+    assert_false(host_plugins_changing(fx->reg));
+}
+
+/* A reloadable plugin: every refusal on the way (negotiation, quiesce,
+ * import, self-check) leaves the old instance serving and resumed with
+ * ROLLBACK, its registrations in place; a busy quiesce holds the change
+ * (calls parked) until it says idle; then the new instance takes the state,
+ * the registrations and the metric family over. */
+static void test_reload_steps_and_rollbacks(void **state)
+{
+    fixture *fx = *state;
+    change_seen seen = {0};
+    host_config_node fail = {.kind = HOST_CFG_SCALAR, .line = 3, .key = "fail", .scalar = "none"};
+    host_config_node *items[1] = {&fail};
+    host_config_node block = {.kind = HOST_CFG_MAP, .line = 2, .items = items, .n_items = 1};
+    smp_rpc_call *call = (smp_rpc_call *)&seen; /* never dereferenced by the host */
+
+    assert_int_equal(host_plugins_load(fx->reg, entry_for(fx, "reload_probe", &block), fx->err,
+                                       sizeof(fx->err)), SMP_OK);
+    host_plugin *old = host_plugins_at(fx->reg, 0);
+    probe_state *st = host_plugin_state(old);
+    assert_true(host_plugin_can_reload(old));
+    st->value = 42;
+    host_metric *family = host_metrics_find(fx->metrics, "reload_probe_total");
+    assert_non_null(family);
+
+    fail.scalar = "type";
+    assert_int_equal(host_plugins_reload(fx->reg, "reload_probe", NULL, on_change, &seen, fx->err,
+                                         sizeof(fx->err)), SMP_ENOTSUP);
+    assert_string_equal(fx->err, "reload_probe.so: does not replay OpLog type 30 (PROBE_RECORD), "
+                                 "which the serving instance replays");
+    assert_false(host_plugins_changing(fx->reg));
+    assert_ptr_equal(host_plugins_oplog_type(fx->reg, 30)->owner, old);
+
+    fail.scalar = "quiesce";
+    reload_and_poll(fx, &seen);
+    assert_int_equal(seen.res.status, SMP_EIO);
+    assert_string_equal(seen.res.reason, "reload_probe.so: quiesce failed: SMP_EIO");
+    assert_int_equal(st->resumes, 1);
+    assert_int_equal(st->last_reason, SMP_RESUME_ROLLBACK);
+
+    fail.scalar = "import";
+    reload_and_poll(fx, &seen);
+    assert_int_equal(seen.res.status, SMP_EPROTO);
+    assert_string_equal(seen.res.reason, "reload_probe.so: the new instance refused the state "
+                                         "handoff: probe refuses the handoff of 8 bytes (SMP_EPROTO)");
+    fail.scalar = "self_check";
+    reload_and_poll(fx, &seen);
+    assert_int_equal(seen.res.status, SMP_EINVAL);
+    assert_string_equal(seen.res.reason, "reload_probe.so: self-check of the new instance failed: "
+                                         "probe self-check says no (value 42) (SMP_EINVAL)");
+    assert_int_equal(st->resumes, 3);
+    assert_ptr_equal(host_plugins_at(fx->reg, 0), old);
+    assert_int_equal(host_plugin_reloads(old), 0);
+    assert_ptr_equal(host_plugins_oplog_type(fx->reg, 30)->owner, old);
+    assert_int_equal(host_plugins_n_oplog_types(fx->reg), 1);
+    assert_ptr_equal(host_metrics_find(fx->metrics, "reload_probe_total"), family);
+
+    /* Busy: the change waits, calls are parked; then it goes through. */
+    fail.scalar = "busy";
+    assert_int_equal(host_plugins_reload(fx->reg, "reload_probe", NULL, on_change, &seen, fx->err,
+                                         sizeof(fx->err)), SMP_OK);
+    assert_int_equal(host_plugins_dispatch(fx->reg, 41, 1, call, NULL, 0, fx->err, sizeof(fx->err)),
+                     SMP_OK);
+    host_plugins_poll(fx->reg);
+    host_plugins_poll(fx->reg);
+    assert_true(host_plugins_changing(fx->reg));
+    assert_int_equal(seen.calls, 3);
+    fail.scalar = "none";
+    host_plugins_poll(fx->reg);
+    assert_int_equal(seen.calls, 4);
+    assert_int_equal(seen.res.status, SMP_OK);
+    assert_string_equal(seen.res.old_version, "2.0");
+    assert_string_equal(seen.res.new_version, "2.0");
+
+    host_plugin *now = host_plugins_at(fx->reg, 0);
+    assert_ptr_not_equal(now, old); /* old is gone (finalised, closed) */
+    probe_state *nst = host_plugin_state(now);
+    assert_int_equal(nst->value, 42);
+    assert_int_equal(nst->resumes, 1);
+    assert_int_equal(nst->last_reason, SMP_RESUME_HANDOFF);
+    assert_int_equal(host_plugin_reloads(now), 1);
+    assert_int_equal(host_plugins_count(fx->reg), 1);
+    assert_int_equal(host_plugins_n_oplog_types(fx->reg), 1);
+    assert_ptr_equal(host_plugins_oplog_type(fx->reg, 30)->owner, now);
+    assert_ptr_equal(host_plugins_rpc_service(fx->reg, 41)->owner, now);
+    assert_ptr_equal(host_plugins_section(fx->reg, "probe_section")->owner, now);
+    assert_ptr_equal(host_metrics_find(fx->metrics, "reload_probe_total"), family);
+}
+
 /* A change still in progress when the registry goes (shutdown) ends as
  * SMP_ECANCELED: done is called once, the plugin is unloaded normally. */
 static void test_change_in_progress_at_destroy_is_canceled(void **state)
@@ -1190,6 +1295,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_newer_minor_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_disable_enable_and_refusals, setup, teardown),
         cmocka_unit_test_setup_teardown(test_change_in_progress_at_destroy_is_canceled, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reload_steps_and_rollbacks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_abi_tag_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unknown_required_cap_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_required_cap_missing_from_backend, setup, teardown),
