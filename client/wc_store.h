@@ -80,8 +80,11 @@ int wc_call(weight_store *s,
 
 /* wc_call, but BUSY -- a change of the same revision or lineage is being
  * made durable, which is over within a sync or two -- is retried for a call
- * that is safe to repeat: up to 10 attempts with a doubling pause (1 ms,
- * capped at 64 ms; about 0.3 s in all), then BUSY is returned. */
+ * that is safe to repeat, with a doubling pause (1 ms, capped at 64 ms),
+ * for up to WC_PATIENCE_MS, then BUSY is returned. The bound is time, not
+ * attempts: a sync of the master's disk can take a second on a busy
+ * machine. */
+#define WC_PATIENCE_MS 2000u
 int wc_call_patient(weight_store *s,
                     rpcc_conn **conn,
                     uint32_t method,

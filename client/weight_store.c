@@ -461,10 +461,15 @@ int wc_call_patient(weight_store *s, rpcc_conn **conn, uint32_t method,
                     const ProtobufCMessage *req, const ProtobufCMessageDescriptor *desc,
                     ProtobufCMessage **resp)
 {
-    int rc = WEIGHT_EBUSY;
-    for (unsigned attempt = 0; attempt < 10; attempt++) {
+    int rc;
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (unsigned attempt = 0;; attempt++) {
         rc = wc_call(s, conn, method, req, desc, resp);
         if (rc != WEIGHT_EBUSY || !retry_safe(method)) break;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        int64_t waited_ms = (int64_t)(t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000;
+        if (waited_ms >= (int64_t)WC_PATIENCE_MS) break;
         usleep((attempt < 6 ? 1u << attempt : 64u) * 1000u); /* 1 ms doubling, 64 ms cap */
     }
     return rc;

@@ -388,7 +388,7 @@ typedef struct weight_get_stats {
  * object and chunk, and then buffers may already hold (verified) bytes of
  * other chunks. A lease refused with BUSY
  * (a change of the revision's metadata is being made durable) is asked for
- * again for about 0.3 s before BUSY is returned. Errors: NOT_FOUND,
+ * again for up to 2 s before BUSY is returned. Errors: NOT_FOUND,
  * NOT_READY (not READY/readable), LEASE_EXPIRED, INVALID_ARGUMENT (a bad
  * placement or binding), DIGEST_MISMATCH, BUSY, IO. */
 WEIGHT_API int weight_get(weight_store *s,
@@ -604,7 +604,7 @@ typedef struct weight_upsert_claim {
  * expected generation, so a retry after a lost reply is the same request;
  * the same request returns the existing claim or resumes it; BUSY from
  * the master (a step of the claim is being made durable) is asked again for
- * about 0.3 s, then returned. Another request while a claim is open:
+ * up to 2 s, then returned. Another request while a claim is open:
  * CONFLICT. expected_metadata_generation: the base's generation the caller
  * read (required: 0 is INVALID_ARGUMENT). Errors: the RFC's (NOT_FOUND,
  * NOT_READY, STALE_GENERATION, CONFLICT, BUSY, ...); CONFLICT also for a
