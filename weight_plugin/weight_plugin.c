@@ -7,7 +7,10 @@
  * hot-reload hooks (quiesce, export/import through wm_handoff.c, the
  * self-check, resume). Built with WM_TEST_REFUSE_HANDOFF it is the test
  * variant weight_mgmt_refuse_handoff.so, whose import refuses every
- * handoff (test_plugin_reload's rollback). Replay and the section go
+ * handoff (test_plugin_reload's rollback); built with WM_TEST_NO_LINEAGE
+ * it is weight_mgmt_no_lineage.so, a build from before record type 12
+ * (it neither registers nor advertises it: the old side of
+ * test_upgrade_volatile_leases' rolling upgrade). Replay and the section go
  * straight to the store (weight_metadata_store.c); the RPCs live in
  * weight_management.c and wm_mgmt_*.c, the guard and the tick in weight_lifecycle.c. A record
  * or section the store refuses stops recovery with a log line naming the
@@ -146,8 +149,12 @@ static int wm_init(smp_host *h, const smp_host_api *api, void **out)
     p->host = h;
     p->api = api;
     if ((rc = wm_store_create(&p->store)) < 0) goto free_plugin;
-    for (size_t i = 0; i < sizeof(wm_types) / sizeof(wm_types[0]); i++)
+    for (size_t i = 0; i < sizeof(wm_types) / sizeof(wm_types[0]); i++) {
+#ifdef WM_TEST_NO_LINEAGE
+        if (wm_types[i].type == WM_OP_LINEAGE_CLAIM) continue;
+#endif
         if ((rc = api->register_oplog_type(h, &wm_types[i])) < 0) goto free_plugin;
+    }
     if ((rc = api->register_snapshot_section(h, &wm_section)) < 0) goto free_plugin;
     if ((rc = api->register_guard(h, &wm_guard_reg)) < 0) goto free_plugin;
     p->tick_reg = (smp_tick){sizeof(smp_tick), wm_tick_period(h, api), 1, wm_tick};
@@ -216,10 +223,18 @@ static void wm_fini(void *plugin)
     free(p);
 }
 
-#ifdef WM_TEST_REFUSE_HANDOFF
+#if defined(WM_TEST_REFUSE_HANDOFF)
 #define WM_PLUGIN_VERSION "0.1.0-refuse-handoff"
+#elif defined(WM_TEST_NO_LINEAGE)
+#define WM_PLUGIN_VERSION "0.0.9-no-lineage"
 #else
 #define WM_PLUGIN_VERSION "0.1.0"
+#endif
+
+#ifdef WM_TEST_NO_LINEAGE
+#define WM_CAP_LINEAGE 0
+#else
+#define WM_CAP_LINEAGE SMP_PLUGIN_CAP_LINEAGE
 #endif
 
 static const smp_plugin_desc wm_desc = {
@@ -229,7 +244,7 @@ static const smp_plugin_desc wm_desc = {
     SMP_HOST_CAP_GROUPS | SMP_HOST_CAP_DURABLE_OPLOG,
     SMP_HOST_CAP_COLD_TIER | SMP_HOST_CAP_HA_STANDBY | SMP_HOST_CAP_RPC_DISPATCH |
         SMP_HOST_CAP_METRICS | SMP_HOST_CAP_STATE_HANDOFF,
-    SMP_PLUGIN_CAP_OBJECT_GUARD | SMP_PLUGIN_CAP_WEIGHTS | SMP_PLUGIN_CAP_LINEAGE |
+    SMP_PLUGIN_CAP_OBJECT_GUARD | SMP_PLUGIN_CAP_WEIGHTS | WM_CAP_LINEAGE |
         SMP_PLUGIN_CAP_HOT_RELOAD,
     wm_init,
     wm_fini,

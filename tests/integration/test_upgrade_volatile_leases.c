@@ -1,6 +1,7 @@
-/* test_upgrade_volatile_leases.c -- reads never stop while the weight gate
- * is closed during an HA upgrade.
+/* test_upgrade_volatile_leases.c -- rolling upgrades of an HA cluster:
+ * reads never stop, and no master is handed a record it cannot replay.
  *
+ * test_upgrade_volatile_leases_keep_reads_going: the weight gate closed.
  * Debian's etcd (one member), three store_master processes in HA mode with
  * the real weight_mgmt.so and one store_node on their list. A model is
  * published READY + HOT with the weight_management gate confirmed in the
@@ -19,7 +20,21 @@
  *    is lost.
  * Then the gate is confirmed at runtime (`gate confirm`): a lease is durable
  * again (a record appended, the revision's active_leases counts it, removal
- * is BUSY under it), and after its release the revision can be removed. */
+ * is BUSY under it), and after its release the revision can be removed.
+ *
+ * test_upgrade_rolling_to_a_build_with_lineage_records: the three masters
+ * run weight_mgmt_no_lineage.so (the same sources built without record type
+ * 12) and are upgraded to weight_mgmt.so one at a time -- the standbys, then
+ * a failover, then the old leader -- with the lineage gate closed in every
+ * config; the killed leader is first restarted on its old build. At every
+ * step weight_get of the READY revision works byte for byte and every
+ * running master is a ready standby or the leader (none stopped at a record
+ * it cannot replay); `gate confirm` of the lineage gate is refused -- the
+ * old build does not know the gate, an upgraded leader names the master
+ * still on the old build -- and an upsert (type 12) on an upgraded leader
+ * is refused with SMP_EGATE, until the last master is upgraded and the gate
+ * confirmed; then the upsert publishes the next generation and every master
+ * replays its claim. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -39,6 +54,7 @@
 #define N_MASTERS HC_MASTERS
 #define WAIT_MS 20000
 #define GATE "weight_management_oplog_capability_confirmed"
+#define LINEAGE_GATE "weight_lineage_oplog_capability_confirmed"
 
 typedef struct cluster {
     hc_cluster hc;
@@ -64,18 +80,24 @@ static void sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
-/* Master i's config: HA, the weight plugin with a fast tick, the weight
- * gate flag as given (the lineage gate stays closed: nothing here needs it). */
-static void write_config(cluster *c, int i, int gate_open)
+/* Master i's config: HA, the weight plugin (path under BUILD_DIR) with a
+ * fast tick, the weight gate flag as given; the lineage gate stays closed
+ * in the config. */
+static void write_config_with(cluster *c, int i, int gate_open, const char *plugin)
 {
     char extra[1024];
     snprintf(extra, sizeof(extra),
              "cluster:\n  " GATE ": %s\n"
              "  default_weight_preferred_residency: hot\n"
-             "plugins:\n  - path: \"%s/lib/weight_mgmt.so\"\n    config:\n"
+             "plugins:\n  - path: \"%s/%s\"\n    config:\n"
              "      tick_period_ms: 50\n",
-             gate_open ? "true" : "false", BUILD_DIR);
+             gate_open ? "true" : "false", BUILD_DIR, plugin);
     assert_int_equal(hc_configure(&c->hc, i, extra), 0);
+}
+
+static void write_config(cluster *c, int i, int gate_open)
+{
+    write_config_with(c, i, gate_open, "lib/weight_mgmt.so");
 }
 
 static int setup(void **state)
@@ -124,12 +146,13 @@ static void close_clients(cluster *c)
     wr_disconnect(&c->f);
 }
 
-/* Start (or restart) every master with the gate as given, then the node;
- * returns the leader once the node is registered with it. */
-static int start_masters(cluster *c, int gate_open)
+/* Start (or restart) every master with the gate as given and the plugin
+ * at `plugin`, then the node; returns the leader once the node is
+ * registered with it. */
+static int start_masters_with(cluster *c, int gate_open, const char *plugin)
 {
     for (int i = 0; i < N_MASTERS; i++) {
-        write_config(c, i, gate_open);
+        write_config_with(c, i, gate_open, plugin);
         if (hx_start(&c->hc.m[i], WAIT_MS) < 0) fail_msg("master %d did not start (%s)", i, c->hc.m[i].log);
     }
     int leader = wait_leader(c, -1);
@@ -137,6 +160,11 @@ static int start_masters(cluster *c, int gate_open)
     if (hc_wait_node(&c->hc, leader, WAIT_MS) < 0) fail_msg("node not registered with %d", leader);
     open_clients(c);
     return leader;
+}
+
+static int start_masters(cluster *c, int gate_open)
+{
+    return start_masters_with(c, gate_open, "lib/weight_mgmt.so");
 }
 
 static weight_identity ident(void)
@@ -299,10 +327,149 @@ static void test_upgrade_volatile_leases_keep_reads_going(void **state)
     assert_int_equal(wr_ident_call(&c->f, WMRPC__WEIGHT_METHOD__WEIGHT_REMOVE, &w, generation_of(c), NULL), 0);
 }
 
+
+#define OLD_PLUGIN "lib/testplugins/weight_mgmt_no_lineage.so"
+#define NEW_PLUGIN "lib/weight_mgmt.so"
+
+/* Every running master is the leader or a ready standby: none has stopped
+ * at a record it cannot replay. */
+static void assert_all_ready(cluster *c)
+{
+    for (int i = 0; i < N_MASTERS; i++) {
+        if (c->hc.m[i].pid <= 0) continue;
+        char *role = hc_role(&c->hc.m[i]);
+        if (role == NULL || (strcmp(role, "leader") != 0 && strcmp(role, "standby") != 0))
+            fail_msg("master %d is \"%s\" (%s)", i, role ? role : "silent", c->hc.m[i].log);
+        free(role);
+    }
+}
+
+/* Restart master i with the new build; it comes back a standby. */
+static void upgrade(cluster *c, int i)
+{
+    if (c->hc.m[i].pid > 0) assert_int_equal(hx_stop(&c->hc.m[i]), 0);
+    write_config_with(c, i, 1, NEW_PLUGIN);
+    if (hx_start(&c->hc.m[i], WAIT_MS) < 0) fail_msg("master %d did not start (%s)", i, c->hc.m[i].log);
+    if (hc_wait_role(&c->hc, i, "standby", WAIT_MS) < 0) fail_msg("master %d is no standby", i);
+}
+
+/* gate confirm of the lineage gate, retried while it is refused for the
+ * reason `until_gone` names (a registry entry not yet refreshed); the last
+ * answer. */
+static int confirm_lineage(cluster *c, const char *until_gone)
+{
+    kvc_gate g;
+    int rc = SMP_EGATE;
+    for (int waited = 0; waited < WAIT_MS; waited += 100) {
+        rc = kvc_gate_confirm(c->f.kv, LINEAGE_GATE, &g);
+        if (rc != SMP_EGATE || until_gone == NULL || strstr(kvc_error(c->f.kv), until_gone) == NULL)
+            break;
+        sleep_ms(100);
+    }
+    return rc;
+}
+
+/* weight_upsert of the model to generation 2 (PUT_FIRST): the claim
+ * record is type 12. Returns the call's code; on success the target is
+ * written and committed. */
+static int upsert_model(cluster *c)
+{
+    weight_store *s = c->s;
+    static const uint64_t shape[2] = {32, 64};
+    weight_identity id = ident();
+    weight_writer *w = NULL;
+    int rc = weight_upsert(s, &id, 2, WEIGHT_UPSERT_PUT_FIRST, NULL, generation_of(c), NULL, 0,
+                           NULL, &w);
+    if (rc != 0) return rc;
+    assert_non_null(w);
+    for (int t = 0; t < 2; t++)
+        CHECK(s, weight_writer_add_tensor(w, g_names[t], "BF16", 2, shape, g_data[t]));
+    weight_metadata md;
+    CHECK(s, weight_writer_commit(w, &md));
+    assert_int_equal(md.availability, WEIGHT_READY);
+    assert_int_equal(md.identity.generation, 2);
+    return 0;
+}
+
+static void test_upgrade_rolling_to_a_build_with_lineage_records(void **state)
+{
+    cluster *c = *state;
+    char old_name[16];
+
+    /* Before: every master runs the build without type 12; its leader does
+     * not know the lineage gate at all. */
+    int leader = start_masters_with(c, 1, OLD_PLUGIN);
+    put_model(c);
+    get_model(c);
+    assert_all_ready(c);
+    snprintf(old_name, sizeof(old_name), "master m%d", leader);
+    assert_int_equal(confirm_lineage(c, NULL), SMP_ENOTFOUND);
+
+    /* The standbys first, one at a time. */
+    for (int i = 0; i < N_MASTERS; i++) {
+        if (i == leader) continue;
+        upgrade(c, i);
+        get_model(c);
+        assert_all_ready(c);
+    }
+    assert_int_equal(confirm_lineage(c, NULL), SMP_ENOTFOUND); /* the old build leads */
+
+    /* Failover to an upgraded standby; the old leader is restarted on its
+     * old build (as after a crash) and follows as a standby. The lineage
+     * gate stays closed -- the new leader refuses `gate confirm` naming the
+     * old master -- so no type 12 record is written that it would meet. */
+    close_clients(c);
+    hx_kill(&c->hc.m[leader]);
+    int next = wait_leader(c, leader);
+    if (hc_wait_node(&c->hc, next, WAIT_MS) < 0) fail_msg("node not registered with %d", next);
+    write_config_with(c, leader, 1, OLD_PLUGIN);
+    if (hx_start(&c->hc.m[leader], WAIT_MS) < 0) fail_msg("master %d did not restart", leader);
+    if (hc_wait_role(&c->hc, leader, "standby", WAIT_MS) < 0) fail_msg("master %d is no standby", leader);
+    open_clients(c);
+    get_model(c);
+    assert_all_ready(c);
+    int rc = SMP_EGATE;
+    for (int waited = 0; waited < WAIT_MS; waited += 100) { /* until its registry entry is read */
+        rc = confirm_lineage(c, NULL);
+        if (rc == SMP_EGATE && strstr(kvc_error(c->f.kv), old_name) != NULL) break;
+        sleep_ms(100);
+    }
+    assert_int_equal(rc, SMP_EGATE);
+    assert_non_null(strstr(kvc_error(c->f.kv), old_name));
+    assert_int_equal(upsert_model(c), SMP_EGATE);
+    assert_all_ready(c);
+
+    /* The last old master is upgraded; now the gate opens by command. */
+    upgrade(c, leader);
+    get_model(c);
+    assert_int_equal(confirm_lineage(c, "cannot replay"), 0);
+    assert_int_equal(upsert_model(c), 0);
+    get_model(c); /* the base stays readable until the claim retires it */
+
+    /* Every master replays the claim: the standbys catch up to the leader's
+     * sequence and stay ready. */
+    uint64_t want = last_seq(c);
+    for (int i = 0; i < N_MASTERS; i++) {
+        for (int waited = 0;; waited += 50) {
+            kvc *k = hx_client(&c->hc.m[i]);
+            kvc_status st;
+            int rc = k != NULL ? kvc_status_get(k, &st) : -1;
+            if (k != NULL) kvc_close(k);
+            if (rc == 0 && st.oplog_last_seq >= want) break;
+            if (waited > WAIT_MS) fail_msg("master %d did not replay up to %llu", i,
+                                           (unsigned long long)want);
+            sleep_ms(50);
+        }
+    }
+    assert_all_ready(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_upgrade_volatile_leases_keep_reads_going, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_upgrade_rolling_to_a_build_with_lineage_records,
+                                        setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
