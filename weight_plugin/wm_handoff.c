@@ -4,19 +4,27 @@
  * store_plugin.h "Hot reload"): the weight_metadata section exactly as a
  * snapshot would hold it (revisions, operations, leases, lineage claims and
  * watermarks, next ids), then the counters that live only in memory and
- * feed the plugin's metrics (so they go on instead of restarting at 0).
+ * feed the plugin's metrics (so they go on instead of restarting at 0),
+ * then the volatile leases (granted while the lease records' gate is
+ * closed: in no record and no snapshot, so a reload must carry them or the
+ * reads they protect would lose their protection).
  * The lifecycle's working state (jobs, suspects, pressure, cursors) is not
  * handed over: it is rebuilt from the store, as after a change of leader,
  * and the resumed instance re-validates every revision against its replicas
  * (wm_lifecycle_revalidate).
  *
- * Format 1, little-endian: "WMH1", u16 section encver, u64 section length,
+ * Format 2, little-endian: "WMH1", u16 section encver, u64 section length,
  * the section, u32 counter count, that many u64 counters (the order of
- * wm_counters below; an importer takes the ones it knows). An importer
+ * wm_counters below; an importer takes the ones it knows), u32 volatile
+ * lease count, and for each a u32 length and the lease encoded as its
+ * WEIGHT_LEASE_UPSERT record would be. Format 1 (no lease part) is still
+ * read; a build that reads only format 1 refuses 2, so a reload to it rolls
+ * back rather than drop the volatile leases. An importer
  * refuses another format, a section encver newer than it reads, a section
  * its store refuses, and truncated or trailing bytes -- each with a
  * sentence. The self-check saves the imported store again and compares it
  * with the section it was given, byte for byte. */
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,11 +78,28 @@ int wm_handoff_export(wm_plugin *p, smp_handoff *out)
         p->api->log(p->host, SMP_LOG_ERROR, "handoff: the store cannot be saved: %s", why);
         return rc == SMP_ENOMEM ? rc : SMP_EPROTO;
     }
-    size_t total = 4 + 2 + 8 + len + 4 + 8 * nc;
-    uint8_t *b = p->api->alloc(total);
-    if (b == NULL) {
-        free(section);
-        return SMP_ENOMEM;
+    uint8_t **leases = calloc(p->n_vleases + 1, sizeof(*leases));
+    size_t *lease_len = calloc(p->n_vleases + 1, sizeof(*lease_len));
+    size_t total = 4 + 2 + 8 + len + 4 + 8 * nc + 4;
+    uint8_t *b = NULL;
+    if (leases == NULL || lease_len == NULL) {
+        rc = SMP_ENOMEM;
+        goto free_leases;
+    }
+    for (size_t i = 0; i < p->n_vleases; i++) {
+        rc = wm_encode_lease_upsert(&p->vleases[i].lease, &leases[i], &lease_len[i], why,
+                                    sizeof(why));
+        if (rc < 0) {
+            p->api->log(p->host, SMP_LOG_ERROR, "handoff: volatile lease %" PRIu64 ": %s",
+                        p->vleases[i].lease.id, why);
+            rc = rc == SMP_ENOMEM ? rc : SMP_EPROTO;
+            goto free_leases;
+        }
+        total += 4 + lease_len[i];
+    }
+    if ((b = p->api->alloc(total)) == NULL) {
+        rc = SMP_ENOMEM;
+        goto free_leases;
     }
     memcpy(b, WM_HANDOFF_MAGIC, 4);
     put_le(b + 4, WM_SECTION_ENCVER, 2);
@@ -82,10 +107,60 @@ int wm_handoff_export(wm_plugin *p, smp_handoff *out)
     if (len > 0) memcpy(b + 14, section, len);
     put_le(b + 14 + len, nc, 4);
     for (size_t i = 0; i < nc; i++) put_le(b + 18 + len + 8 * i, *counters[i], 8);
-    free(section);
+    size_t off = 18 + len + 8 * nc;
+    put_le(b + off, p->n_vleases, 4);
+    off += 4;
+    for (size_t i = 0; i < p->n_vleases; i++) {
+        put_le(b + off, lease_len[i], 4);
+        memcpy(b + off + 4, leases[i], lease_len[i]);
+        off += 4 + lease_len[i];
+    }
     out->format = WM_HANDOFF_FORMAT;
     out->data = b;
     out->len = total;
+    rc = SMP_OK;
+free_leases:
+    for (size_t i = 0; leases != NULL && i < p->n_vleases; i++) free(leases[i]);
+    free(leases);
+    free(lease_len);
+    free(section);
+    return rc;
+}
+
+/* Take the volatile leases of a format 2 handoff (b: len bytes from its
+ * lease count on). A lease whose revision the imported store does not have
+ * is dropped: nothing is left for it to protect. */
+static int wm_import_vleases(wm_plugin *p, const uint8_t *b, size_t len, char *why, size_t cap)
+{
+    if (len < 4) {
+        snprintf(why, cap, "handoff ends before its volatile lease count");
+        return SMP_EPROTO;
+    }
+    uint64_t n = get_le(b, 4);
+    size_t off = 4;
+    for (uint64_t i = 0; i < n; i++) {
+        if (len - off < 4 || len - off - 4 < get_le(b + off, 4)) {
+            snprintf(why, cap, "handoff: volatile lease %" PRIu64 " of %" PRIu64 " is truncated",
+                     i, n);
+            return SMP_EPROTO;
+        }
+        size_t l = (size_t)get_le(b + off, 4);
+        wm_lease lease;
+        char msg[256];
+        if (wm_decode_lease_upsert(b + off + 4, l, &lease, msg, sizeof(msg)) < 0) {
+            snprintf(why, cap, "handoff: volatile lease %" PRIu64 ": %s", i, msg);
+            return SMP_EPROTO;
+        }
+        off += 4 + l;
+        const wm_revision *rev = wm_store_get(p->store, &lease.id_of);
+        if (rev == NULL) continue;
+        int rc = wm_vlease_add(p, &lease, rev->group_key);
+        if (rc < 0) return rc;
+    }
+    if (off != len) {
+        snprintf(why, cap, "handoff has %zu bytes after its volatile leases", len - off);
+        return SMP_EPROTO;
+    }
     return SMP_OK;
 }
 
@@ -94,8 +169,8 @@ int wm_handoff_import(wm_plugin *p, const smp_handoff *in, char *why, size_t cap
     const uint8_t *b = in->data;
     uint64_t *counters[WM_MAX_COUNTERS];
     size_t nc = wm_counters(p, counters, WM_MAX_COUNTERS);
-    if (in->format != WM_HANDOFF_FORMAT) {
-        snprintf(why, cap, "handoff format %u is not the one this build reads (%u)",
+    if (in->format != 1 && in->format != WM_HANDOFF_FORMAT) {
+        snprintf(why, cap, "handoff format %u is not one this build reads (1, %u)",
                  (unsigned)in->format, (unsigned)WM_HANDOFF_FORMAT);
         return SMP_ENOTSUP;
     }
@@ -116,13 +191,17 @@ int wm_handoff_import(wm_plugin *p, const smp_handoff *in, char *why, size_t cap
         return SMP_EPROTO;
     }
     uint64_t n = get_le(b + 14 + len, 4);
-    if (in->len != 18 + len + 8 * n) {
+    if (in->format == 1 ? in->len != 18 + len + 8 * n : n > (in->len - 18 - len) / 8) {
         snprintf(why, cap, "handoff of %zu bytes does not hold %llu counters after the section",
                  in->len, (unsigned long long)n);
         return SMP_EPROTO;
     }
     int rc = wm_store_load(p->store, b + 14, (size_t)len, why, cap);
     if (rc < 0) return rc == SMP_ENOMEM ? rc : SMP_EPROTO;
+    if (in->format != 1) {
+        size_t at = 18 + (size_t)len + 8 * (size_t)n;
+        if ((rc = wm_import_vleases(p, b + at, in->len - at, why, cap)) < 0) return rc;
+    }
     for (size_t i = 0; i < nc && i < n; i++) *counters[i] = get_le(b + 18 + len + 8 * i, 8);
     free(p->handoff_section);
     p->handoff_section = malloc(len ? len : 1);

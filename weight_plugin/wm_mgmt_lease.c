@@ -66,24 +66,30 @@ int wm_vleases_on(const wm_plugin *p, const char *group_key)
     return 0;
 }
 
-/* Hold lease l on rev in memory and answer call with it (the gate refused
- * its record). Answers SMP_ENOMEM when the table cannot grow. */
-static void wm_vlease_grant(wm_plugin *p, smp_rpc_call *call, const wm_revision *rev,
-                            const wm_lease *l)
+int wm_vlease_add(wm_plugin *p, const wm_lease *l, const char *group_key)
 {
     if (p->n_vleases == p->cap_vleases) {
         size_t cap = p->cap_vleases ? p->cap_vleases * 2 : 16;
         wm_vlease *v = realloc(p->vleases, cap * sizeof(*v));
-        if (v == NULL) {
-            wm_reply_error(p, call, SMP_ENOMEM, "out of memory");
-            return;
-        }
+        if (v == NULL) return SMP_ENOMEM;
         p->vleases = v;
         p->cap_vleases = cap;
     }
     wm_vlease *v = &p->vleases[p->n_vleases++];
     v->lease = *l;
-    snprintf(v->group_key, sizeof(v->group_key), "%s", rev->group_key);
+    snprintf(v->group_key, sizeof(v->group_key), "%s", group_key);
+    return SMP_OK;
+}
+
+/* Hold lease l on rev in memory and answer call with it (the gate refused
+ * its record). Answers SMP_ENOMEM when the table cannot grow. */
+static void wm_vlease_grant(wm_plugin *p, smp_rpc_call *call, const wm_revision *rev,
+                            const wm_lease *l)
+{
+    if (wm_vlease_add(p, l, rev->group_key) < 0) {
+        wm_reply_error(p, call, SMP_ENOMEM, "out of memory");
+        return;
+    }
     if (p->vleases_granted++ == 0)
         p->api->log(p->host, SMP_LOG_INFO,
                     "lease %" PRIu64 " on %s held in memory only: the gate of the lease records "

@@ -142,6 +142,9 @@ int wm_pending_lease_grants(const wm_plugin *p, const char *group_key);
 
 /* 1 when a live volatile lease names the revision of group_key. */
 int wm_vleases_on(const wm_plugin *p, const char *group_key);
+/* Hold l (on the revision of group_key) as a volatile lease: a grant, or
+ * one handed over by a reload (wm_handoff.c). SMP_OK or SMP_ENOMEM. */
+int wm_vlease_add(wm_plugin *p, const wm_lease *l, const char *group_key);
 /* Drop the expired volatile leases; while the gate is open, make each live
  * one durable (a LEASE_UPSERT record with the same id and expiry; from its
  * append the pending grant protects the revision). Called by the tick. */
@@ -225,7 +228,7 @@ void wm_lifecycle_revalidate(wm_plugin *p);
 
 /* -- wm_handoff.c ---------------------------------------------------------- */
 
-#define WM_HANDOFF_FORMAT 1
+#define WM_HANDOFF_FORMAT 2  /* 1: without the volatile leases (still read) */
 
 /* export_state: the section's bytes and the in-memory counters (out->data
  * allocated with the API's alloc). SMP_OK or SMP_E*. */

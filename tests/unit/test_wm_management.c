@@ -558,6 +558,82 @@ static void test_volatile_leases_while_the_gate_is_closed(void **state)
     assert_int_equal(wm_store_get(P.store, &rev.id)->lease_count, 0);
 }
 
+static void *f_alloc(size_t n)
+{
+    return malloc(n);
+}
+
+/* A reload hands the volatile leases to the next instance (they are in no
+ * record and no snapshot): the new instance holds them, on the same
+ * revision, and they still protect it. A format 1 handoff (without them)
+ * is still read; a truncated lease part is refused with a sentence. */
+static void test_volatile_leases_survive_a_reload_handoff(void **state)
+{
+    (void)state;
+    wm_revision rev;
+    smp_rpc_call c;
+    char why[256] = "";
+    wm_plugin next;
+    seed_ready("handed", WM_RES_HOT, WM_MODE_MANUAL, &rev);
+    API.alloc = f_alloc;
+    smp_handoff before = {.struct_size = sizeof(before)}; /* no volatile lease yet */
+    assert_int_equal(wm_handoff_export(&P, &before), SMP_OK);
+
+    Wmrpc__WeightIdentity id;
+    set_id(&id, &rev.id);
+    Wmrpc__LeaseRequest req = WMRPC__LEASE_REQUEST__INIT;
+    req.identity = &id;
+    req.ttl_ms = 60000;
+    H.append_rc = SMP_EGATE;
+    invoke(WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_ACQUIRE, &req.base, &c);
+    assert_int_equal(c.status, SMP_OK);
+    assert_int_equal(P.n_vleases, 1);
+    uint64_t lid = P.vleases[0].lease.id;
+    smp_handoff h = {.struct_size = sizeof(h)};
+    assert_int_equal(wm_handoff_export(&P, &h), SMP_OK);
+    assert_int_equal(h.format, WM_HANDOFF_FORMAT);
+
+    /* The next instance holds the lease on the same revision. */
+    memset(&next, 0, sizeof(next));
+    next.api = &API;
+    assert_int_equal(wm_store_create(&next.store), WM_OK);
+    assert_int_equal(wm_handoff_import(&next, &h, why, sizeof(why)), SMP_OK);
+    assert_int_equal(wm_handoff_self_check(&next, why, sizeof(why)), SMP_OK);
+    assert_int_equal(next.n_vleases, 1);
+    assert_int_equal(next.vleases[0].lease.id, lid);
+    assert_string_equal(next.vleases[0].group_key, rev.group_key);
+    assert_true(wm_vleases_on(&next, rev.group_key));
+    wm_vleases_free(&next);
+    wm_store_free(next.store);
+
+    /* Format 1 (an older exporter): the bytes before the lease count. */
+    smp_handoff old = before;
+    old.format = 1;
+    old.len = before.len - 4;
+    memset(&next, 0, sizeof(next));
+    next.api = &API;
+    assert_int_equal(wm_store_create(&next.store), WM_OK);
+    assert_int_equal(wm_handoff_import(&next, &old, why, sizeof(why)), SMP_OK);
+    assert_int_equal(wm_handoff_self_check(&next, why, sizeof(why)), SMP_OK);
+    assert_int_equal(next.n_vleases, 0);
+    assert_non_null(wm_store_get(next.store, &rev.id));
+    wm_store_free(next.store);
+
+    /* Format 2 cut inside its lease: refused, naming it; nothing held. */
+    smp_handoff cut = h;
+    cut.len = h.len - 3;
+    memset(&next, 0, sizeof(next));
+    next.api = &API;
+    assert_int_equal(wm_store_create(&next.store), WM_OK);
+    assert_int_equal(wm_handoff_import(&next, &cut, why, sizeof(why)), SMP_EPROTO);
+    assert_non_null(strstr(why, "volatile lease 0 of 1 is truncated"));
+    assert_int_equal(next.n_vleases, 0);
+    wm_vleases_free(&next);
+    wm_store_free(next.store);
+    free(before.data);
+    free(h.data);
+}
+
 /* The guard: puts only into an IMPORTING revision's group, only its own
  * keys, not while its commit is in flight; stale puts of an open import may
  * be revoked; everything else on a managed group is refused and counted;
@@ -1144,6 +1220,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_lease_on_cold_auto_revision_promotes_first, setup, teardown),
         cmocka_unit_test_setup_teardown(test_in_flight_mutations_and_lease_sweep, setup, teardown),
         cmocka_unit_test_setup_teardown(test_volatile_leases_while_the_gate_is_closed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_volatile_leases_survive_a_reload_handoff, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_guard_answers_from_revision_state, setup, teardown),
         cmocka_unit_test_setup_teardown(test_commit_pages_through_a_large_group, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lifecycle_submit, setup, teardown),
