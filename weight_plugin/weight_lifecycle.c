@@ -187,6 +187,8 @@ struct wm_lc {
     size_t n_suspects;
     int recheck;               /* NODE_UP: look at DEGRADED revisions now */
     uint64_t last_recheck_ms;
+    size_t recheck_cursor;     /* a pass cut by the deadline goes on here */
+    int recheck_running;       /* a pass is under way (across ticks) */
     int pressure;              /* MEMORY_PRESSURE seen, usage not down yet */
     double pressure_clear;     /* usage ratio below which it ends (0: never seen) */
     wm_auto_reason auto_reason; /* of the AUTO operation in flight */
@@ -1025,14 +1027,27 @@ static int wm_run_operations(wm_plugin *p, wm_lc *lc, const smp_tick_budget *bud
 /* DEGRADED                                                                  */
 /* ------------------------------------------------------------------------ */
 
+/* 1 once the round's deadline has passed (a budget without one never
+ * passes). */
+static int wm_past_deadline(wm_plugin *p, const smp_tick_budget *budget)
+{
+    return budget != NULL && budget->deadline_ms != 0 &&
+           p->api->now_ms(p->host) >= budget->deadline_ms;
+}
+
 /* Replica-lost reports: a READY revision whose member has no readable
  * replica left becomes DEGRADED; one whose member is still readable is
- * handed to wm_repair_note. */
-static void wm_run_suspects(wm_plugin *p, wm_lc *lc)
+ * handed to wm_repair_note. Past the deadline the rest wait for the next
+ * round (at least one report is handled per round). */
+static void wm_run_suspects(wm_plugin *p, wm_lc *lc, const smp_tick_budget *budget)
 {
     size_t kept = 0;
     for (size_t i = 0; i < lc->n_suspects; i++) {
         wm_suspect *s = &lc->suspects[i];
+        if (i > 0 && wm_past_deadline(p, budget)) {
+            lc->suspects[kept++] = *s;
+            continue;
+        }
         const wm_revision *rev = wm_store_get_group(p->store, s->group);
         int keep = 0;
         if (rev != NULL && rev->availability == WM_AVAIL_READY) {
@@ -1059,17 +1074,27 @@ static void wm_run_suspects(wm_plugin *p, wm_lc *lc)
 }
 
 /* DEGRADED revisions whose manifest and members are all readable again
- * become READY with their observed residency. */
-static void wm_run_recheck(wm_plugin *p, wm_lc *lc, uint64_t *checks)
+ * become READY with their observed residency. A pass over the revisions
+ * starts every WM_DEGRADED_RECHECK_MS (or at once after NODE_UP) and goes
+ * on from its cursor in later rounds when the checks or the deadline run
+ * out, so revisions late in the identity order are rechecked too. */
+static void wm_run_recheck(wm_plugin *p, wm_lc *lc, const smp_tick_budget *budget,
+                           uint64_t *checks)
 {
     uint64_t now = p->api->now_ms(p->host);
-    if (!lc->recheck && now - lc->last_recheck_ms < WM_DEGRADED_RECHECK_MS) return;
-    lc->recheck = 0;
-    lc->last_recheck_ms = now;
+    if (!lc->recheck_running) {
+        if (!lc->recheck && now - lc->last_recheck_ms < WM_DEGRADED_RECHECK_MS) return;
+        lc->recheck = 0;
+        lc->last_recheck_ms = now;
+        lc->recheck_running = 1;
+        lc->recheck_cursor = 0;
+    }
     size_t n = wm_store_revision_count(p->store);
-    for (size_t i = 0; i < n && *checks > 0; i++) {
+    size_t i = lc->recheck_cursor, examined = 0;
+    for (; i < n && *checks > 0; i++) {
         const wm_revision *rev = wm_store_revision_at(p->store, i);
         if (rev->availability != WM_AVAIL_DEGRADED || wm_pending_metadata(p, rev->group_key)) continue;
+        if (examined++ > 0 && wm_past_deadline(p, budget)) break;
         const wm_affinity *aff = wm_store_affinity(p->store, &rev->id);
         if (aff == NULL || aff->n_units == 0) continue;
         size_t total = 0;
@@ -1092,6 +1117,8 @@ static void wm_run_recheck(wm_plugin *p, wm_lc *lc, uint64_t *checks)
             wm_submit_availability(p, rev, WM_AVAIL_READY, &ob);
         free(m);
     }
+    lc->recheck_cursor = i;
+    if (i >= n) lc->recheck_running = 0;
 }
 
 void wm_lifecycle_revalidate(wm_plugin *p)
@@ -1299,13 +1326,14 @@ int wm_lifecycle_tick(wm_plugin *p, const smp_tick_budget *budget, uint64_t *cur
     if (lc != NULL) {
         uint64_t checks = WM_CHECKS_PER_ROUND;
         if (budget != NULL && budget->max_members * 4 > checks) checks = budget->max_members * 4;
-        wm_run_suspects(p, lc);
-        wm_run_recheck(p, lc, &checks);
+        wm_run_suspects(p, lc, budget);
+        wm_run_recheck(p, lc, budget, &checks);
         int active = wm_run_operations(p, lc, budget, &checks);
         if (wm_repair_tick(p, &checks)) active = 1;
-        wm_run_auto(p, lc);
+        if (!wm_past_deadline(p, budget)) wm_run_auto(p, lc); /* else the next round */
         wm_jobs_gc(p, lc);
-        if (active || lc->n_suspects > 0 || lc->auto_pending) r = SMP_TICK_MORE;
+        if (active || lc->n_suspects > 0 || lc->auto_pending || lc->recheck_running)
+            r = SMP_TICK_MORE;
     }
     if (wm_reclaim_tick(p, budget)) r = SMP_TICK_MORE;
     wm_metrics_refresh(p);

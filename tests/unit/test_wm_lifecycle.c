@@ -641,6 +641,64 @@ static void test_degraded_on_loss_and_back(void **state)
     assert_int_equal(cur(&rev)->residency, WM_RES_HOT);
 }
 
+/* Put rev into the store as DEGRADED (its objects stay readable). */
+static void degrade(const wm_revision *rev)
+{
+    wm_metadata_upsert u;
+    char msg[256];
+    memset(&u, 0, sizeof(u));
+    u.revision = *cur(rev);
+    u.revision.availability = WM_AVAIL_DEGRADED;
+    u.revision.metadata_generation++;
+    if (wm_store_apply_upsert(P.store, &u, msg, sizeof(msg)) != WM_OK) fail_msg("%s", msg);
+}
+
+/* The DEGRADED recheck respects the round's deadline: past it, a round
+ * looks at one DEGRADED revision and the next round goes on from there
+ * (a cursor), so the last revision in identity order is reached too; the
+ * tick asks for another round meanwhile. Replica-lost reports past the
+ * deadline wait for the next round the same way. */
+static void test_degraded_recheck_and_suspects_respect_the_deadline(void **state)
+{
+    (void)state;
+    static const uint64_t bytes[1] = {100};
+    wm_revision rev[3] = {seed("slow-a", bytes, 1, WM_MODE_MANUAL),
+                          seed("slow-b", bytes, 1, WM_MODE_MANUAL),
+                          seed("slow-c", bytes, 1, WM_MODE_MANUAL)};
+    run(1); /* the validation after the start: nothing to do */
+    for (int i = 0; i < 3; i++) degrade(&rev[i]);
+    smp_tick_budget late = B;
+    late.deadline_ms = 1; /* already past */
+    uint64_t cursor = 0;
+    smp_event up = {sizeof(up), SMP_EVENT_NODE_UP, NULL, NULL, "node-a", SMP_REPLICA_MEMORY, 0, 0, 0, 0};
+    wm_lifecycle_event(&P, &up);
+    for (int round = 0; round < 3; round++) {
+        int more = wm_lifecycle_tick(&P, &late, &cursor);
+        drain();
+        for (int i = 0; i < 3; i++)
+            assert_int_equal(cur(&rev[i])->availability,
+                             i <= round ? WM_AVAIL_READY : WM_AVAIL_DEGRADED);
+        if (round < 2) assert_int_equal(more, SMP_TICK_MORE);
+    }
+
+    /* Two reports past the deadline: one handled per round. */
+    find(pkey(&rev[0], 0))->mem = 0;
+    find(pkey(&rev[1], 0))->mem = 0;
+    smp_event lost = {sizeof(lost), SMP_EVENT_REPLICA_LOST, pkey(&rev[0], 0), rev[0].group_key,
+                      NULL, SMP_REPLICA_MEMORY, 0, 0, 0, 0};
+    wm_lifecycle_event(&P, &lost);
+    lost.key = pkey(&rev[1], 0);
+    lost.group = rev[1].group_key;
+    wm_lifecycle_event(&P, &lost);
+    assert_int_equal(wm_lifecycle_tick(&P, &late, &cursor), SMP_TICK_MORE);
+    drain();
+    assert_int_equal(cur(&rev[0])->availability, WM_AVAIL_DEGRADED);
+    assert_int_equal(cur(&rev[1])->availability, WM_AVAIL_READY);
+    wm_lifecycle_tick(&P, &late, &cursor);
+    drain();
+    assert_int_equal(cur(&rev[1])->availability, WM_AVAIL_DEGRADED);
+}
+
 /* Under memory pressure the eligible AUTO revision accessed longest ago is
  * demoted one step (HOT -> MIXED) first, one at a time; MANUAL revisions and
  * revisions inside their cooldown are left alone; the trigger is counted;
@@ -998,6 +1056,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_mixed_then_hot, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deletion_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_degraded_on_loss_and_back, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_degraded_recheck_and_suspects_respect_the_deadline,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_unreadable_member_degrades_migration, setup, teardown),
         cmocka_unit_test_setup_teardown(test_auto_candidates_and_cooldown, setup, teardown),
         cmocka_unit_test_setup_teardown(test_auto_relief_keeps_headroom, setup, teardown),
