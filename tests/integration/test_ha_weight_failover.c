@@ -32,6 +32,7 @@
 #include "ha_cluster_fixture.h"
 #include "harness.h"
 #include "weight_rpc.h"
+#include "weight_check.h"
 #include "weightclient.h"
 
 #define N_MASTERS HC_MASTERS
@@ -267,15 +268,6 @@ static void publish(cluster *c, const Wmrpc__WeightIdentity *id, wr_upload *u, s
 }
 
 /* -- upsert helpers (as test_weight_upsert.c) --------------------------------------- */
-
-#define CHECK(s, call)                                                                  \
-    do {                                                                                \
-        int rc_ = (call);                                                               \
-        if (rc_ != 0)                                                                   \
-            fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call,        \
-                    weight_error_name(rc_), weight_store_last_error(s));                \
-        assert_int_equal(rc_, 0);                                                       \
-    } while (0)
 
 static uint8_t g_data[2][4096];
 

@@ -30,6 +30,7 @@
 #include "harness.h"
 #include "seg_map.h"
 #include "wc_safetensors.h"
+#include "weight_check.h"
 #include "weightclient.h"
 
 #define BOUND (64u << 10) /* payload objects of 64 KiB: the big tensor spans several */
@@ -166,15 +167,6 @@ static weight_store *open_store(fixture *f)
     assert_int_equal(weight_store_set_option(s, WEIGHT_OPT_PAYLOAD_BYTES, BOUND), 0);
     return s;
 }
-
-#define CHECK(s, call)                                                                  \
-    do {                                                                                \
-        int rc_ = (call);                                                               \
-        if (rc_ != 0)                                                                   \
-            fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call,        \
-                    weight_error_name(rc_), weight_store_last_error(s));                \
-        assert_int_equal(rc_, 0);                                                       \
-    } while (0)
 
 /* -- publishing ------------------------------------------------------------------ */
 

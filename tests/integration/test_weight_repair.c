@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "weight_check.h"
 #include "weightclient.h"
 
 #define WAIT_MS 30000 /* generous: the machine is shared */
@@ -93,14 +94,6 @@ static weight_store *open_store(fixture *f)
     assert_int_equal(weight_store_set_option(s, WEIGHT_OPT_PAYLOAD_BYTES, 4096), 0);
     return s;
 }
-
-#define CHECK(s, call)                                                                       \
-    do {                                                                                     \
-        int rc_ = (call);                                                                    \
-        if (rc_ != 0)                                                                        \
-            fail_msg("%s:%d: %s -> %s: %s", __FILE__, __LINE__, #call, weight_error_name(rc_), \
-                     weight_store_last_error(s));                                            \
-    } while (0)
 
 static void sleep_ms(long ms)
 {

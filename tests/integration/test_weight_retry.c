@@ -21,6 +21,7 @@
 #include <cmocka.h>
 
 #include "harness.h"
+#include "weight_check.h"
 #include "weightclient.h"
 
 typedef struct fixture {
@@ -59,15 +60,6 @@ static int teardown(void **state)
     free(f);
     return 0;
 }
-
-#define CHECK(s, call)                                                                  \
-    do {                                                                                \
-        int rc_ = (call);                                                               \
-        if (rc_ != 0)                                                                   \
-            fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call,        \
-                    weight_error_name(rc_), weight_store_last_error(s));                \
-        assert_int_equal(rc_, 0);                                                       \
-    } while (0)
 
 /* Publish acme/llm/<res>/main@1 with two small tensors. */
 static weight_identity publish(weight_store *s, const char *res)

@@ -33,6 +33,7 @@
 #include "rpc_client.h"
 #include "weight_rpc.pb-c.h"
 #include "weight_rpc.h"
+#include "weight_check.h"
 #include "weightclient.h"
 
 #define SVC 16
@@ -103,15 +104,6 @@ static int teardown(void **state)
     free(f);
     return 0;
 }
-
-#define CHECK(s, call)                                                                  \
-    do {                                                                                \
-        int rc_ = (call);                                                               \
-        if (rc_ != 0)                                                                   \
-            fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call,        \
-                    weight_error_name(rc_), weight_store_last_error(s));                \
-        assert_int_equal(rc_, 0);                                                       \
-    } while (0)
 
 static void open_clients(fixture *f)
 {
