@@ -8,7 +8,7 @@
  *   - marks READY revisions that lost every readable replica of a member
  *     DEGRADED, and brings DEGRADED revisions whose members are all readable
  *     again back to READY;
- *   - executes the RUNNING operations in identity order: MIGRATING (to HOT,
+ *   - executes the RUNNING operations in start order: MIGRATING (to HOT,
  *     COLD or MIXED, in batches of complete affinity units, cold replicas
  *     verified before memory is released, nothing released while a lease is
  *     held or before the manifest has its cold copy), REPAIRING (the same
@@ -962,8 +962,8 @@ static void wm_jobs_gc(wm_plugin *p, wm_lc *lc)
     }
 }
 
-/* Run the RUNNING operations in identity order within the budget. Returns
- * 1 when an operation is still active. */
+/* Run the RUNNING operations in the order they were started (operation
+ * id) within the budget. Returns 1 when an operation is still active. */
 static int wm_run_operations(wm_plugin *p, wm_lc *lc, const smp_tick_budget *budget,
                              uint64_t *checks)
 {
@@ -971,15 +971,20 @@ static int wm_run_operations(wm_plugin *p, wm_lc *lc, const smp_tick_budget *bud
     uint64_t max_bytes = budget && budget->max_bytes ? budget->max_bytes : UINT64_MAX;
     uint64_t used_members = 0, used_bytes = 0;
     int started = 0, active = 0;
-    size_t n = wm_store_revision_count(p->store);
-    for (size_t i = 0; i < n; i++) {
-        const wm_revision *rev = wm_store_revision_at(p->store, i);
-        if (rev->operation_id == 0) continue;
-        const wm_operation *op = wm_store_operation(p->store, rev->operation_id);
-        if (op == NULL || op->state != WM_OPS_RUNNING) continue;
+    /* Over the operations table (far smaller than the revisions), by id:
+     * the next one is looked up after each, so records applied meanwhile
+     * cannot make the walk skip or repeat one. */
+    uint64_t after = 0;
+    for (size_t k = 0; k < wm_store_operation_count(p->store);
+         k = wm_store_operation_lower_bound(p->store, after + 1)) {
+        const wm_operation *op = wm_store_operation_at(p->store, k);
+        after = op->id;
+        if (op->state != WM_OPS_RUNNING) continue;
         if (op->kind != WM_OPK_MIGRATING && op->kind != WM_OPK_DELETING &&
             op->kind != WM_OPK_REPAIRING)
             continue;
+        const wm_revision *rev = wm_store_get(p->store, &op->id_of);
+        if (rev == NULL || rev->operation_id != op->id) continue;
         active = 1;
         wm_job *j = wm_job_find(lc, op->id);
         if (j == NULL && (j = wm_job_new(p, lc, rev, op)) == NULL) continue;
