@@ -54,6 +54,15 @@ int hc_configure(hc_cluster *c, int i, const char *extra)
     return hx_reconfigure(&c->m[i], yaml);
 }
 
+int hc_list_view(const hc_cluster *c, hx_master *view)
+{
+    *view = c->m[0];
+    if (strlen(c->masters) >= sizeof(view->socket)) return -1;
+    memcpy(view->socket, c->masters, strlen(c->masters) + 1);
+    view->pid = 0;
+    return 0;
+}
+
 char *hc_role(const hx_master *m)
 {
     char *body = NULL;
@@ -104,9 +113,8 @@ int hc_wait_role(hc_cluster *c, int i, const char *want, int timeout_ms)
 
 int hc_node_start(hc_cluster *c, const char *id, unsigned long long segment_bytes)
 {
-    hx_master view = c->m[0]; /* the node's files live in master 0's dir */
-    if (strlen(c->masters) >= sizeof(view.socket)) return -1;
-    memcpy(view.socket, c->masters, strlen(c->masters) + 1);
+    hx_master view; /* the node's files live in master 0's dir */
+    if (hc_list_view(c, &view) < 0) return -1;
     return hx_node_start(&view, &c->node, id, segment_bytes);
 }
 

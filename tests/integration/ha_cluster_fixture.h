@@ -40,6 +40,12 @@ int hc_init(hc_cluster *c, const char *name, size_t etcd_members);
  * in extra, the harness adds the weight plugin. */
 int hc_configure(hc_cluster *c, int i, const char *extra);
 
+/* *view becomes a copy of master 0 whose socket is the list of all three
+ * (clients given it follow the leader) and which is not running (pid 0):
+ * what a test hands to code that takes one hx_master. 0, or -1 when the
+ * list does not fit. */
+int hc_list_view(const hc_cluster *c, hx_master *view);
+
 /* Master i's /role, first line (caller frees); NULL when it does not answer. */
 char *hc_role(const hx_master *m);
 

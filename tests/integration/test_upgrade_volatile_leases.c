@@ -98,11 +98,7 @@ static int setup(void **state)
     if (c == NULL) return -1;
     *state = c;
     if (hc_init(&c->hc, "upgrade-volatile", 1) < 0) return -1;
-    c->f.m = c->hc.m[0];
-    if (strlen(c->hc.masters) >= sizeof(c->f.m.socket)) return -1;
-    memcpy(c->f.m.socket, c->hc.masters, strlen(c->hc.masters) + 1);
-    c->f.m.pid = 0;
-    return 0;
+    return hc_list_view(&c->hc, &c->f.m);
 }
 
 static int teardown(void **state)
