@@ -59,7 +59,10 @@ static const char *advertised(const master *m)
 /* Stop serving and come back as a standby (see the file comment). */
 static void restart_as_standby(master *m, const char *why)
 {
-    if (m->restart_requested) return;
+    /* A master told to stop stays stopped: its shutdown closes its sockets,
+     * so standbys may revoke its lease (ha_exit_watch.h) before it is done,
+     * and a stop turned into a restart would never exit. */
+    if (m->restart_requested || m->stopping) return;
     fprintf(stderr, "store_master: %s; restarting as a standby\n", why);
     m->restart_requested = 1;
     m->ha_role = MASTER_HA_CANDIDATE;
