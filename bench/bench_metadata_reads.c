@@ -209,12 +209,13 @@ int main(int argc, char **argv)
     }
     (void)dir;
     hx_master m;
-    char extra[1024];
+    char extra[1024], segdir[128], cmd[256];
     int status = 1;
+    snprintf(segdir, sizeof(segdir), "/dev/shm/wm-bench-md-%d", (int)getpid());
     snprintf(extra, sizeof(extra),
-             "node:\n  segment_dir: \"/dev/shm/wm-bench-md-%d\"\n  segment_bytes: %llu\n"
+             "node:\n  segment_dir: \"%s\"\n  segment_bytes: %llu\n"
              "cluster:\n  default_weight_preferred_residency: hot\n",
-             (int)getpid(), (unsigned long long)(b.n_revisions * 16384ull + (256ull << 20)));
+             segdir, (unsigned long long)(b.n_revisions * 16384ull + (256ull << 20)));
     if (hx_init(&m, "bench-md", extra) < 0 || hx_start(&m, 60000) < 0) {
         fprintf(stderr, "bench: cannot start the master\n");
         return 1;
@@ -273,5 +274,7 @@ int main(int argc, char **argv)
 stop:
     hx_stop(&m);
     hx_cleanup(&m);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", segdir); /* the segment, outside the master's dir */
+    if (system(cmd) != 0) fprintf(stderr, "bench: could not remove %s\n", segdir);
     return status;
 }
