@@ -53,6 +53,7 @@ static const metric_def metric_defs[] = {
     {M(rpc_errors), SMP_METRIC_COUNTER, "rpc_errors_total", "RPC replies with an error status", NULL},
     {M(rpc_connections), SMP_METRIC_GAUGE, "rpc_connections", "Open RPC connections", NULL},
     {M(evictions), SMP_METRIC_COUNTER, "store_eviction_rounds_total", "Eviction plans applied under memory pressure", NULL},
+    {M(cold_reclaimed), SMP_METRIC_COUNTER, "store_cold_files_reclaimed_total", "Cold files of replicas the state no longer has, deleted on their nodes", NULL},
     {M(ha_is_leader), SMP_METRIC_GAUGE, "ha_is_leader", "1 while this master leads (always 1 without HA)", NULL},
     {M(ha_ready), SMP_METRIC_GAUGE, "ha_standby_ready", "0 when this master cannot replay the OpLog (out of the election)", NULL},
     {M(ha_replay_stopped), SMP_METRIC_COUNTER, "ha_replay_stopped_total", "Times following the OpLog stopped on a record this master cannot apply", NULL},

@@ -178,6 +178,7 @@ typedef struct master {
         host_metric *rpc_errors;
         host_metric *rpc_connections;
         host_metric *evictions;
+        host_metric *cold_reclaimed;       /* cold files deleted (master_reclaim.c) */
         host_metric *ha_is_leader;         /* 1 on the leader */
         host_metric *ha_ready;             /* 0: cannot replay */
         host_metric *ha_replay_stopped;    /* following stopped on a record */
@@ -388,6 +389,26 @@ int master_drop_replica(master *m, const char *key, const obj_replica *lost,
 int master_ensure_cold(void *ctx, const char *key, smp_done_cb cb, void *arg);
 int master_ensure_memory(void *ctx, const char *key, smp_done_cb cb, void *arg);
 int master_release_memory(void *ctx, const char *key, smp_done_cb cb, void *arg);
+
+/* -- master_reclaim.c ------------------------------------------------------------ */
+
+/* The cold replicas a host record about to be applied may take out of the
+ * state (PUT_END, REMOVE), noted before the apply; NULL when there are none
+ * (or no memory to note them: the node's next registration deletes the
+ * files then). */
+typedef struct master_reclaim master_reclaim;
+master_reclaim *master_reclaim_before(master *m, uint16_t type, const uint8_t *buf, size_t len);
+/* After the apply (applied 0: it failed, nothing is deleted): a DELETE_COLD
+ * task for every noted file no replica names any more, on its node when it
+ * is up. Frees r (NULL ok). */
+void master_reclaim_after(master *m, master_reclaim *r, int applied);
+/* Queue a DELETE_COLD task for the cold file name of key on node. SMP_OK,
+ * SMP_EAGAIN (the node is not up), SMP_ENOMEM. */
+int master_reclaim_cold_file(master *m, const char *node, const char *key, const char *name);
+/* A registering node's inventory (n files: keys[i], names[i]): every file
+ * no replica names is deleted. Returns how many deletions were queued. */
+int master_reclaim_inventory(master *m, const char *node, const char **keys,
+                             const char **names, size_t n);
 
 /* -- master_backend.c ----------------------------------------------------------- */
 

@@ -6,7 +6,9 @@
  * report (or reported with another checksum) is dropped, a memory replica in
  * a segment that did not survive the node's restart is dropped, and memory
  * replicas in a surviving segment are checked with VERIFY tasks; every drop
- * is a durable record and a replica-lost event for the plugins. Then the
+ * is a durable record and a replica-lost event for the plugins; a cold file
+ * the node reported that no replica names is deleted (master_reclaim.c).
+ * Then the
  * node polls: each poll is a heartbeat, reports finished tasks, and is
  * answered (deferred) as soon as tasks are queued for the node or poll_ms ran
  * out. A node silent for node.timeout_ms is marked down: its replicas stop
@@ -382,6 +384,19 @@ static void reconcile(master *m, master_node *node, const NodeRegisterRequest *r
     }
     free(c.lost_keys);
     free(c.lost);
+    /* Files no replica names: their replica was dropped while the node was
+     * away, or the master stopped between the record and the unlink. */
+    const char **keys = calloc(req->n_cold_files + 1, sizeof(*keys));
+    const char **names = calloc(req->n_cold_files + 1, sizeof(*names));
+    if (keys != NULL && names != NULL) {
+        for (size_t i = 0; i < req->n_cold_files; i++) {
+            keys[i] = req->cold_files[i]->key;
+            names[i] = req->cold_files[i]->name;
+        }
+        master_reclaim_inventory(m, node->id, keys, names, req->n_cold_files);
+    }
+    free(keys);
+    free(names);
 }
 
 typedef struct register_ctx {

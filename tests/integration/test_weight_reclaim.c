@@ -1,0 +1,273 @@
+/* test_weight_reclaim.c -- reclamation of a node's disk and memory, on a
+ * real master with the real weight_mgmt.so and its embedded node.
+ *
+ * Revisions are published and read with libweightclient. Pinned here: the
+ * cold files of a deleted revision leave the node's cold directory, also
+ * when the unlink never happened (a crash between the delete record and
+ * the unlink: the file is put back while the master is stopped, and the
+ * node's registration deletes it). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "weight_check.h"
+#include "weightclient.h"
+
+#define WAIT_MS 30000 /* generous: the machine is shared */
+
+/* -- a small model --------------------------------------------------------------- */
+
+typedef struct rtensor {
+    const char *name;
+    uint64_t shape[2];
+    uint8_t data[4096];
+} rtensor;
+
+static rtensor model[] = {
+    {"embed.weight", {32, 32}, {0}},
+    {"layers.0.w", {16, 64}, {0}},
+};
+#define N_MODEL (sizeof(model) / sizeof(model[0]))
+
+static void model_init(void)
+{
+    for (size_t i = 0; i < N_MODEL; i++)
+        for (size_t b = 0; b < sizeof(model[i].data); b++)
+            model[i].data[b] = (uint8_t)((b * 37 + i * 11 + (b >> 6)) & 0xff);
+}
+
+/* -- the master -------------------------------------------------------------------- */
+
+typedef struct fixture {
+    hx_master m;
+    char cold[400];
+    char shm[400];
+} fixture;
+
+static int setup(void **state)
+{
+    fixture *f = calloc(1, sizeof(*f));
+    char cfg[2048];
+    model_init();
+    if (f == NULL || hx_init(&f->m, "reclaim", NULL) < 0) return -1;
+    snprintf(f->cold, sizeof(f->cold), "%s/cold", f->m.dir);
+    snprintf(f->shm, sizeof(f->shm), "%s/shm", f->m.dir);
+    snprintf(cfg, sizeof(cfg),
+             "node:\n  segment_dir: \"%s\"\n  segment_bytes: 8388608\n"
+             "  cold_dir: \"%s\"\n  poll_ms: 10\n"
+             "cluster:\n  default_weight_preferred_residency: hot\n"
+             "  weight_migration_cooldown_ms: 100\n"
+             "plugins:\n  - path: \"%s/lib/weight_mgmt.so\"\n    config:\n      tick_period_ms: 50\n",
+             f->shm, f->cold, BUILD_DIR);
+    if (hx_reconfigure(&f->m, cfg) < 0 || hx_start(&f->m, 20000) < 0) return -1;
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture *f = *state;
+    hx_cleanup(&f->m);
+    free(f);
+    return 0;
+}
+
+static weight_store *open_store(fixture *f)
+{
+    weight_store *s = NULL;
+    char err[256];
+    int rc = weight_store_open(f->m.socket, "acme", NULL, &s, err, sizeof err);
+    if (rc != 0) fail_msg("weight_store_open: %s", err);
+    assert_int_equal(weight_store_set_option(s, WEIGHT_OPT_PAYLOAD_BYTES, 4096), 0);
+    return s;
+}
+
+static void sleep_ms(long ms)
+{
+    usleep((useconds_t)ms * 1000);
+}
+
+/* Publish the model as id (HOT, MANUAL: only explicit migrations move it). */
+static void put_model(weight_store *s, const weight_identity *id)
+{
+    weight_writer *w = NULL;
+    weight_policy pol = {WEIGHT_RES_HOT, 0.0, WEIGHT_MODE_MANUAL};
+    CHECK(s, weight_put_begin(s, id, &pol, &w));
+    for (size_t i = 0; i < N_MODEL; i++)
+        CHECK(s, weight_writer_add_tensor(w, model[i].name, "F32", 2, model[i].shape, model[i].data));
+    weight_metadata md;
+    CHECK(s, weight_writer_commit(w, &md));
+    assert_int_equal(md.availability, WEIGHT_READY);
+}
+
+/* Poll until id is READY at residency res with no active operation. */
+static weight_metadata wait_ready(weight_store *s, const weight_identity *id, int res)
+{
+    weight_metadata md;
+    for (int i = 0; i * 20 < WAIT_MS; i++) {
+        CHECK(s, weight_get_metadata(s, id, &md, NULL));
+        if (md.availability == WEIGHT_READY && (int)md.residency == res && md.operation_id == 0)
+            return md;
+        sleep_ms(20);
+    }
+    fail_msg("%s: %s %s after %d ms", id->resource_id, weight_availability_name((int)md.availability),
+             weight_residency_name((int)md.residency), WAIT_MS);
+    return md;
+}
+
+static void migrate_cold(weight_store *s, const weight_identity *id)
+{
+    weight_operation op;
+    weight_metadata md = wait_ready(s, id, WEIGHT_RES_HOT);
+    CHECK(s, weight_migrate(s, id, WEIGHT_RES_COLD, 0, md.metadata_generation, &op));
+    wait_ready(s, id, WEIGHT_RES_COLD);
+}
+
+/* Delete id and wait until its deletion ended (DELETED tombstone). */
+static void remove_and_wait(weight_store *s, const weight_identity *id)
+{
+    weight_metadata md;
+    CHECK(s, weight_get_metadata(s, id, &md, NULL));
+    CHECK(s, weight_remove(s, id, md.metadata_generation, &md));
+    for (int i = 0; i * 20 < WAIT_MS; i++) {
+        int rc = weight_get_metadata(s, id, &md, NULL);
+        if (rc != 0 || (md.availability == WEIGHT_DELETED && md.operation_id == 0)) return;
+        sleep_ms(20);
+    }
+    fail_msg("%s: the deletion did not end in %d ms", id->resource_id, WAIT_MS);
+}
+
+/* The key recorded in the header of a cold file (node_cold.h: u16 length at
+ * 56, the key at 58), or "" when it cannot be read. */
+static void cold_file_key(const char *path, char *key, size_t cap)
+{
+    uint8_t hdr[58 + 1024];
+    key[0] = '\0';
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return;
+    ssize_t n = pread(fd, hdr, sizeof(hdr), 0);
+    close(fd);
+    if (n < 58) return;
+    size_t len = ((size_t)hdr[56] << 8) | hdr[57];
+    if (len >= cap || (ssize_t)(58 + len) > n) return;
+    memcpy(key, hdr + 58, len);
+    key[len] = '\0';
+}
+
+/* The .cold files of dir whose key starts with prefix ("": all); the path
+ * of the first goes to first (may be NULL). */
+static int cold_files(const char *dir, const char *prefix, char *first, size_t cap)
+{
+    int k = 0;
+    char path[1024], key[1100];
+    DIR *d = opendir(dir);
+    if (d == NULL) return 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        size_t l = strlen(e->d_name);
+        if (l < 5 || strcmp(e->d_name + l - 5, ".cold") != 0) continue;
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        cold_file_key(path, key, sizeof(key));
+        if (strncmp(key, prefix, strlen(prefix)) != 0) continue;
+        if (k++ == 0 && first != NULL) snprintf(first, cap, "%s", path);
+    }
+    closedir(d);
+    return k;
+}
+
+/* Wait until dir holds no cold file under prefix. */
+static void wait_no_cold_files(const char *dir, const char *prefix)
+{
+    for (int i = 0; cold_files(dir, prefix, NULL, 0) > 0; i++) {
+        if (i * 20 > WAIT_MS) fail_msg("%s still holds %d cold files of %s", dir,
+                                       cold_files(dir, prefix, NULL, 0), prefix);
+        sleep_ms(20);
+    }
+}
+
+static int copy_file(const char *from, const char *to)
+{
+    char buf[65536];
+    int in = open(from, O_RDONLY), out = open(to, O_WRONLY | O_CREAT | O_EXCL, 0600), rc = 0;
+    ssize_t n;
+    if (in < 0 || out < 0) rc = -1;
+    while (rc == 0 && (n = read(in, buf, sizeof(buf))) > 0)
+        if (write(out, buf, (size_t)n) != n) rc = -1;
+    if (in >= 0) close(in);
+    if (out >= 0) close(out);
+    return rc;
+}
+
+/* -- tests --------------------------------------------------------------------- */
+
+/* Cold files of deleted replicas are removed: a revision migrated to COLD
+ * has its payloads and manifest in the node's cold directory; once it is
+ * deleted none of them is left, while another revision's files stay. */
+static void test_cold_files_of_a_deleted_revision_are_removed(void **state)
+{
+    fixture *f = *state;
+    weight_store *s = open_store(f);
+    weight_identity gone, kept;
+    assert_int_equal(weight_identity_set(&gone, NULL, "llm", "gone", "v1", 1), 0);
+    assert_int_equal(weight_identity_set(&kept, NULL, "llm", "kept", "v1", 1), 0);
+    put_model(s, &gone);
+    put_model(s, &kept);
+    migrate_cold(s, &gone);
+    migrate_cold(s, &kept);
+    assert_true(cold_files(f->cold, "weights/acme/llm/gone/", NULL, 0) >= (int)N_MODEL);
+    int kept_files = cold_files(f->cold, "weights/acme/llm/kept/", NULL, 0);
+    assert_true(kept_files >= (int)N_MODEL);
+
+    remove_and_wait(s, &gone);
+    wait_no_cold_files(f->cold, "weights/acme/llm/gone/");
+    assert_int_equal(cold_files(f->cold, "weights/acme/llm/kept/", NULL, 0), kept_files);
+    weight_store_close(s);
+}
+
+/* ... also after a crash between the delete record and the unlink: a file
+ * of the deleted revision put back while the master is stopped (the unlink
+ * that never happened) is deleted when the node registers again. */
+static void test_cold_file_left_by_a_crash_is_removed_at_registration(void **state)
+{
+    fixture *f = *state;
+    weight_store *s = open_store(f);
+    weight_identity id;
+    char file[1024], saved[1100];
+    assert_int_equal(weight_identity_set(&id, NULL, "llm", "crash", "v1", 1), 0);
+    put_model(s, &id);
+    migrate_cold(s, &id);
+    assert_true(cold_files(f->cold, "weights/acme/llm/crash/", file, sizeof(file)) > 0);
+    snprintf(saved, sizeof(saved), "%s/saved.bin", f->m.dir);
+    assert_int_equal(copy_file(file, saved), 0);
+    remove_and_wait(s, &id);
+    wait_no_cold_files(f->cold, "weights/acme/llm/crash/");
+    weight_store_close(s);
+
+    assert_int_equal(hx_stop(&f->m), 0);
+    assert_int_equal(rename(saved, file), 0);
+    assert_int_equal(hx_start(&f->m, 20000), 0);
+    wait_no_cold_files(f->cold, "weights/acme/llm/crash/");
+    assert_true(hx_log_contains(&f->m, "belongs to no replica; deleting it"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_cold_files_of_a_deleted_revision_are_removed, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_cold_file_left_by_a_crash_is_removed_at_registration,
+                                        setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
