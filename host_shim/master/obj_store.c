@@ -191,6 +191,30 @@ void obj_lru_insert(obj_store *st, obj_object *o)
     else st->lru_head = o;
 }
 
+/* Put n where old is in the LRU list (old leaves it): in place when n has
+ * memory and the same last access -- a record that changes an object's
+ * replicas, not its use, must not walk the list from the newest end, which
+ * costs the distance to the object's place (all of it for old objects) --
+ * else unlink old and insert n by its last access. old may be NULL. */
+static void obj_lru_replace(obj_store *st, obj_object *old, obj_object *n)
+{
+    if (old == NULL || !old->in_lru || n->in_lru || !obj_has_memory(n) ||
+        n->last_access != old->last_access) {
+        if (old != NULL) obj_lru_unlink(st, old);
+        obj_lru_insert(st, n);
+        return;
+    }
+    n->in_lru = 1;
+    n->lru_prev = old->lru_prev;
+    n->lru_next = old->lru_next;
+    if (n->lru_prev) n->lru_prev->lru_next = n;
+    else st->lru_head = n;
+    if (n->lru_next) n->lru_next->lru_prev = n;
+    else st->lru_tail = n;
+    old->in_lru = 0;
+    old->lru_prev = old->lru_next = NULL;
+}
+
 static int obj_lru_cmp(const void *a, const void *b)
 {
     const obj_object *x = *(const obj_object *const *)a;
@@ -378,7 +402,6 @@ int obj_object_index(obj_store *st, obj_object *n, obj_object *old)
             }
         }
         obj_stats_account(st, old, -1);
-        obj_lru_unlink(st, old);
     }
     if (t) {
         t->objects++;
@@ -389,7 +412,7 @@ int obj_object_index(obj_store *st, obj_object *n, obj_object *old)
         if (ot && ot->objects == 0) obj_tenant_drop(st, ot);
     }
     obj_stats_account(st, n, +1);
-    obj_lru_insert(st, n);
+    obj_lru_replace(st, old, n);
     return SMP_OK;
 
 drop_member:
