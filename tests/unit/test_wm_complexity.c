@@ -1,0 +1,241 @@
+/* test_wm_complexity.c -- the work of the weight plugin's read paths does not
+ * grow with the number of revisions it holds.
+ *
+ * The same questions are asked of a store holding 1,000 and then 10,000
+ * READY revisions: a weight_list page of 100 from the first page and from a
+ * page token in the middle, weight_get_metadata and weight_is_exist of one
+ * revision. The work is counted, not timed: the program is linked with
+ * --wrap for the two functions every scan goes through (identity compares
+ * and positional reads of the ordered table), so each call below counts
+ * them. A page costs its binary search plus the revisions it examines; a
+ * lookup a hash probe. The 10k/1k ratio of each count must stay under 1.3,
+ * so a regression to a linear walk (10x) fails here, on any machine, without
+ * a clock. (bench_metadata_reads reports the same costs in time at 1k, 10k
+ * and 100k.) */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "weight_rpc.pb-c.h"
+#include "wm_mgmt.h"
+#include "wm_plugin.h"
+#include "wm_test_records.h"
+
+/* -- counted functions (see the --wrap link options in tests/CMakeLists.txt) */
+
+static uint64_t g_work;
+
+int __real_wm_identity_cmp(const wm_identity *a, const wm_identity *b);
+int __wrap_wm_identity_cmp(const wm_identity *a, const wm_identity *b)
+{
+    g_work++;
+    return __real_wm_identity_cmp(a, b);
+}
+
+const wm_revision *__real_wm_store_revision_at(const wm_store *st, size_t i);
+const wm_revision *__wrap_wm_store_revision_at(const wm_store *st, size_t i)
+{
+    g_work++;
+    return __real_wm_store_revision_at(st, i);
+}
+
+/* -- a host that only answers RPCs ---------------------------------------- */
+
+struct smp_rpc_call {
+    int status;
+    uint8_t body[1 << 16];
+    size_t len;
+};
+
+static int f_rpc_reply(smp_rpc_call *call, int status, const uint8_t *body, size_t len)
+{
+    call->status = status;
+    call->len = len < sizeof(call->body) ? len : sizeof(call->body);
+    if (body != NULL) memcpy(call->body, body, call->len);
+    return SMP_OK;
+}
+
+static int f_object_get(smp_host *h, const char *key, smp_object_info *out)
+{
+    (void)h, (void)key;
+    memset(out, 0, sizeof(*out));
+    out->struct_size = sizeof(*out);
+    out->complete = 1;
+    out->memory_replicas_readable = 1;
+    return SMP_OK;
+}
+
+static void f_log(smp_host *h, smp_log_level l, const char *fmt, ...)
+{
+    (void)h, (void)l, (void)fmt;
+}
+
+static uint64_t f_now(smp_host *h)
+{
+    (void)h;
+    return 10000;
+}
+
+static smp_host_api API;
+static wm_plugin P;
+static smp_rpc_call CALL;
+
+static int setup(void **state)
+{
+    (void)state;
+    memset(&API, 0, sizeof(API));
+    API.struct_size = sizeof(API);
+    API.rpc_reply = f_rpc_reply;
+    API.object_get = f_object_get;
+    API.log = f_log;
+    API.now_ms = f_now;
+    API.wall_ms = f_now;
+    memset(&P, 0, sizeof(P));
+    P.api = &API;
+    assert_int_equal(wm_store_create(&P.store), WM_OK);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    wm_store_free(P.store);
+    return 0;
+}
+
+/* Add READY revisions "model-<from>" .. "model-<to - 1>". */
+static void seed(long from, long to)
+{
+    static const uint64_t bytes[1] = {16};
+    char name[32], msg[256];
+    for (long i = from; i < to; i++) {
+        wm_affinity aff = {0};
+        wm_metadata_upsert u;
+        memset(&u, 0, sizeof(u));
+        snprintf(name, sizeof(name), "model-%07ld", i);
+        wmt_ready_revision(&u.revision, &aff, name, 1, bytes, 1);
+        u.has_affinity = 1;
+        u.affinity = aff;
+        if (wm_store_apply_upsert(P.store, &u, msg, sizeof(msg)) != WM_OK) fail_msg("%s", msg);
+        wm_affinity_clear(&aff);
+    }
+}
+
+typedef int (*handler)(void *, smp_rpc_call *, const uint8_t *, size_t);
+
+/* Pack msg, call h, check it answered OK; the work counted during the call. */
+static uint64_t work_of(handler h, const ProtobufCMessage *msg)
+{
+    uint8_t buf[4096];
+    size_t n = protobuf_c_message_get_packed_size(msg);
+    assert_true(n <= sizeof(buf));
+    protobuf_c_message_pack(msg, buf);
+    memset(&CALL, 0, sizeof(CALL));
+    CALL.status = 1;
+    uint64_t before = g_work;
+    h(&P, &CALL, buf, n);
+    assert_int_equal(CALL.status, SMP_OK);
+    return g_work - before;
+}
+
+/* A list page of 100 from the token `after` ("" for the first page); checks
+ * a full page came back. */
+static uint64_t list_work(const char *after)
+{
+    Wmrpc__ListRequest req = WMRPC__LIST_REQUEST__INIT;
+    req.tenant = (char *)"tenant-a";
+    req.namespace_id = (char *)"llm";
+    req.limit = 100;
+    req.page_token = (char *)after;
+    uint64_t w = work_of(wm_rpc_list, &req.base);
+    Wmrpc__ListResponse *resp = wmrpc__list_response__unpack(NULL, CALL.len, CALL.body);
+    assert_non_null(resp);
+    assert_int_equal(resp->n_revisions, 100);
+    wmrpc__list_response__free_unpacked(resp, NULL);
+    return w;
+}
+
+/* get_metadata (or is_exist) of revision i. */
+static uint64_t lookup_work(long i, int exists)
+{
+    char name[32];
+    wm_identity w;
+    snprintf(name, sizeof(name), "model-%07ld", i);
+    wmt_identity(&w, name, 1);
+    Wmrpc__WeightIdentity id = WMRPC__WEIGHT_IDENTITY__INIT;
+    id.tenant = w.tenant_id;
+    id.namespace_id = w.ns;
+    id.resource_id = w.resource_id;
+    id.revision = w.revision;
+    id.generation = w.weight_generation;
+    Wmrpc__IdentityRequest req = WMRPC__IDENTITY_REQUEST__INIT;
+    req.identity = &id;
+    return work_of(exists ? wm_rpc_is_exist : wm_rpc_get_metadata, &req.base);
+}
+
+typedef struct costs {
+    uint64_t first_page, middle_page, get_metadata, is_exist;
+} costs;
+
+/* The costs with n revisions in the store. */
+static costs measure(long n)
+{
+    costs c;
+    const wm_revision *mid = wm_store_revision_at(P.store, (size_t)n / 2);
+    char token[WM_KEY_MAX + 1];
+    snprintf(token, sizeof(token), "%s", mid->group_key);
+    c.first_page = list_work("");
+    c.middle_page = list_work(token);
+    c.get_metadata = lookup_work(n / 2, 0);
+    c.is_exist = lookup_work(n / 2, 1);
+    return c;
+}
+
+static void assert_flat(const char *what, uint64_t small, uint64_t big)
+{
+    printf("%-13s 1k: %5llu   10k: %5llu   x%.2f\n", what, (unsigned long long)small,
+           (unsigned long long)big, small ? (double)big / (double)small : 0.0);
+    if (small == 0 || (double)big > 1.3 * (double)small)
+        fail_msg("%s: %llu counted steps at 10,000 revisions vs %llu at 1,000 (> 1.3x)", what,
+                 (unsigned long long)big, (unsigned long long)small);
+}
+
+/* The four read paths do (nearly) the same work at 10x the revisions. */
+static void test_read_paths_do_not_grow_with_the_revision_count(void **state)
+{
+    (void)state;
+    seed(0, 1000);
+    costs small = measure(1000);
+    seed(1000, 10000);
+    costs big = measure(10000);
+    assert_flat("first page", small.first_page, big.first_page);
+    assert_flat("middle page", small.middle_page, big.middle_page);
+    assert_flat("get_metadata", small.get_metadata + 1, big.get_metadata + 1);
+    assert_flat("is_exist", small.is_exist + 1, big.is_exist + 1);
+}
+
+/* The counter sees a linear walk: a control that the guard above can fail. */
+static void test_the_counter_sees_a_linear_walk(void **state)
+{
+    (void)state;
+    seed(0, 1000);
+    uint64_t before = g_work;
+    for (size_t i = 0; i < wm_store_revision_count(P.store); i++) (void)wm_store_revision_at(P.store, i);
+    assert_int_equal(g_work - before, 1000);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_read_paths_do_not_grow_with_the_revision_count, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_the_counter_sees_a_linear_walk, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
