@@ -39,6 +39,7 @@
 #include <openssl/evp.h>
 #include <uv.h>
 
+#include "bench_summary.h"
 #include "node_cold.h"
 #include "node_data.h"
 #include "node_data_client.h"
@@ -118,6 +119,10 @@ static void print_row(const char *name, double t, const char *base, double tb, d
 {
     printf("  %-18s %7.2f GiB/s   %-16s %7.2f GiB/s   ratio %.2f (target >= %.1f)\n", name, t,
            base, tb, tb > 0 ? t / tb : 0, target);
+    char what[64], f1[32], f2[64], tg[16];
+    bench_summary(bench_fmt(what, sizeof(what), "data plane: %s", name),
+                  bench_fmt(f1, sizeof(f1), "%.2f GiB/s", t), bench_fmt(f2, sizeof(f2), "%s %.2f GiB/s", base, tb),
+                  tb > 0 ? t / tb : -1, bench_fmt(tg, sizeof(tg), ">= %.1fx", target));
 }
 
 /* -- co-located ------------------------------------------------------------ */

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_summary.h"
 #include "etcd_client.h"
 #include "etcd_fixture.h"
 #include "oplog.h"
@@ -223,6 +224,11 @@ int main(int argc, char **argv)
                "appends/s %8.0f  records/txn %6.2f  oplog/raw x%.2f\n", c, raw[RUNS / 2],
                txn[RUNS / 2], log[RUNS / 2], per_txn[RUNS / 2], log[RUNS / 2] / raw[RUNS / 2]);
         fflush(stdout);
+        char w[64], f1[32], f2[48];
+        bench_summary(bench_fmt(w, sizeof(w), "etcd OpLog appends, %d writer%s", c, c > 1 ? "s" : ""),
+                      bench_fmt(f1, sizeof(f1), "%.0f/s", log[RUNS / 2]),
+                      bench_fmt(f2, sizeof(f2), "raw etcd put %.0f/s", raw[RUNS / 2]),
+                      log[RUNS / 2] / raw[RUNS / 2], c > 1 ? ">= 2x" : "");
     }
 out:
     etcd_client_close(cli);

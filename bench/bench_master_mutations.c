@@ -69,6 +69,7 @@
 #include "host_rpc.pb-c.h"
 #include "raw_commit.h"
 #include "raw_etcd.h"
+#include "bench_summary.h"
 #include "redis_box.h"
 #include "rpc_client.h"
 
@@ -456,6 +457,10 @@ static int instructions(const char *dir, long keys)
     printf("%-13s clients 64: master %.0f, raw commit %.0f user-space instructions per durable"
            " mutation (callgrind, %ld keys)  x%.1f raw commit\n",
            "instructions", im, ir, per * 64, im / ir);
+    char f1[64], f2[64];
+    bench_summary("instructions per durable remove, 64 clients (callgrind)",
+                  bench_fmt(f1, sizeof(f1), "%.0f", im),
+                  bench_fmt(f2, sizeof(f2), "raw group-commit server %.0f", ir), im / ir, "");
     return 0;
 }
 
@@ -577,6 +582,12 @@ static int etcd_runs(double seconds, const int *counts, int ncounts)
         printf("%-13s clients %2d: %7.0f durable puts/s   master remove / raw etcd put x%.2f\n",
                "raw etcd put", threads, raw, rate / raw);
         fflush(stdout);
+        char what[96], f1[64], f2[64];
+        bench_fmt(what, sizeof(what), "durable remove (etcd OpLog), %d client%s", counts[i],
+                  counts[i] > 1 ? "s" : "");
+        bench_summary(what, bench_fmt(f1, sizeof(f1), "%.0f/s", rate),
+                      bench_fmt(f2, sizeof(f2), "raw etcd put %.0f/s (%d threads)", raw, threads),
+                      rate / raw, counts[i] == 64 ? ">= 2x raw etcd puts" : "");
     }
     rc = 0;
 out:
@@ -691,6 +702,21 @@ int main(int argc, char **argv)
                            remove_rate[i] / rate, put_rate[i] / rate);
                 printf("\n");
                 fflush(stdout);
+                char what[96], f1[64], f2[64];
+                if (remove_rate[i] > 0) {
+                    bench_fmt(what, sizeof(what), "durable remove (file OpLog), %d client%s", counts[i],
+                              counts[i] > 1 ? "s" : "");
+                    bench_summary(what, bench_fmt(f1, sizeof(f1), "%.0f/s", remove_rate[i]),
+                                  bench_fmt(f2, sizeof(f2), "redis SET appendfsync always %.0f/s", rate),
+                                  remove_rate[i] / rate, counts[i] == 64 ? ">= 20x one client" : "");
+                }
+                if (put_rate[i] > 0) {
+                    bench_fmt(what, sizeof(what), "durable put (file OpLog), %d client%s", counts[i],
+                              counts[i] > 1 ? "s" : "");
+                    bench_summary(what, bench_fmt(f1, sizeof(f1), "%.0f/s", put_rate[i]),
+                                  bench_fmt(f2, sizeof(f2), "redis SET appendfsync always %.0f/s", rate),
+                                  put_rate[i] / rate, "");
+                }
             }
         }
         redis_stop(&rb);

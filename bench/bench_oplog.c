@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bench_summary.h"
 #include "oplog.h"
 
 #define PAYLOAD 256
@@ -154,6 +155,12 @@ static int run_setting(const char *scratch, int clients, double seconds, double 
            st.syncs ? (double)b.done / (double)st.syncs : 0.0,
            st.durable_count ? (double)st.durable_lat_ns_sum / (double)st.durable_count / 1e3 : 0.0,
            base > 0 ? rps / base : 0.0);
+    char w[64], f1[32], f2[48];
+    bench_summary(bench_fmt(w, sizeof(w), "file OpLog durable appends, %d appender%s", clients,
+                            clients > 1 ? "s" : ""),
+                  bench_fmt(f1, sizeof(f1), "%.0f/s", rps),
+                  bench_fmt(f2, sizeof(f2), "write + fdatasync %.0f/s", base), base > 0 ? rps / base : -1,
+                  "");
     return b.failed ? -1 : 0;
 }
 

@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_summary.h"
 #include "harness.h"
 #include "host_rpc.pb-c.h"
 #include "rpc_client.h"
@@ -274,6 +275,11 @@ int main(int argc, char **argv)
     printf("reload pause (longest weight_get overlapping a reload): %.3f ms = x%.2f of the p99 "
            "without reload (%.3f ms)\n",
            pause * 1e3, p99 > 0 ? pause / p99 : 0.0, p99 * 1e3);
+    char f1[64], f2[48];
+    bench_summary("plugin reload under weight_get load",
+                  bench_fmt(f1, sizeof(f1), "0 failed reads, pause %.3f ms", pause * 1e3),
+                  bench_fmt(f2, sizeof(f2), "p99 without reload %.3f ms", p99 * 1e3),
+                  p99 > 0 ? pause / p99 : -1, "0 failed reads");
     status = 0;
     free(walls);
     free(held);

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_summary.h"
 #include "wc_pack.h"
 #include "wc_plan.h"
 
@@ -174,6 +175,10 @@ int main(int argc, char **argv)
                "budget %.1f ms  %.1fx under  | %zu ops (%zu strided), %.2f GiB\n",
                TP_SRC, rank, t_warm, reps, t_cold, BUDGET_MS, BUDGET_MS / t_warm, plan.n_ops,
                strided, (double)plan.total_bytes / (1u << 30));
+        char w[64], f1[32], tg[16];
+        bench_summary(bench_fmt(w, sizeof(w), "reshard plan, 2,000 tensors TP%d -> TP2 rank %u", TP_SRC, rank),
+                      bench_fmt(f1, sizeof(f1), "%.3f ms CPU", t_warm), NULL, -1,
+                      bench_fmt(tg, sizeof(tg), "< %.0f ms", BUDGET_MS));
         if (t_warm > BUDGET_MS || t_cold > BUDGET_MS) over = 1;
         wc_plan_free(&plan);
     }
