@@ -418,7 +418,7 @@ static int move_range(kvc *c, const kvc_replica *r, void *buf, uint64_t len, int
     ndc_conn *n = node_conn(c, r->data_addr);
     if (n == NULL) return SMP_EIO;
     int rc = write ? ndc_write(n, r->segment, r->offset, len, buf, r->ticket, r->ticket_len)
-                   : ndc_read(n, r->segment, r->offset, len, buf, NULL, 0);
+                   : ndc_read(n, r->segment, r->offset, len, buf, r->ticket, r->ticket_len);
     if (rc < 0) {
         snprintf(c->err, sizeof(c->err), "node %s: %s", r->data_addr, ndc_last_error(n));
         drop_node_conn(c, n);
@@ -462,7 +462,8 @@ static int read_cold(kvc *c, const kvc_replica *r, void *buf, uint64_t len)
     ndc_conn *n = node_conn(c, r->data_addr);
     if (n == NULL) return SMP_EIO;
     const char *slash = strrchr(r->path, '/'); /* the node wants the bare name */
-    int rc = ndc_read_cold(n, slash != NULL ? slash + 1 : r->path, 0, len, buf);
+    int rc = ndc_read_cold(n, slash != NULL ? slash + 1 : r->path, 0, len, buf, r->ticket,
+                           r->ticket_len);
     if (rc < 0) {
         snprintf(c->err, sizeof(c->err), "node %s: %s", r->data_addr, ndc_last_error(n));
         drop_node_conn(c, n);

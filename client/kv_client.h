@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "node_data_wire.h"
 #include "store_plugin.h"
 
 typedef struct kvc kvc;
@@ -32,7 +33,7 @@ typedef struct kvc_replica {
     char path[512];          /* cold: the file (its last component is the cold name) */
     char data_addr[128];     /* the node's data server (memory and cold replicas) */
     char segment_path[512];  /* memory: the segment file (co-located clients) */
-    uint8_t ticket[1600];    /* put start: the write ticket */
+    uint8_t ticket[NDW_TICKET_MAX]; /* put start: the write ticket; get: the read ticket */
     size_t ticket_len;
 } kvc_replica;
 

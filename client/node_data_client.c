@@ -292,9 +292,11 @@ int ndc_read_cold(ndc_conn *c,
                   const char *cold_name,
                   uint64_t offset,
                   uint64_t length,
-                  void *dst)
+                  void *dst,
+                  const uint8_t *ticket,
+                  size_t ticket_len)
 {
-    return read_op(c, NDW_OP_READ_COLD, cold_name, offset, length, dst, NULL, 0);
+    return read_op(c, NDW_OP_READ_COLD, cold_name, offset, length, dst, ticket, ticket_len);
 }
 
 int ndc_write(ndc_conn *c,

@@ -9,8 +9,8 @@
  * connection is used by one thread at a time.
  *
  * Every call returns SMP_OK, the node's refusal (its negative SMP_E* status,
- * e.g. SMP_EINVAL for a forged ticket, SMP_ESTATE for an expired one,
- * SMP_ERANGE, SMP_ENOTFOUND), or a transport error (SMP_EIO: connection lost;
+ * e.g. SMP_EINVAL for a forged or missing ticket, SMP_ESTATE for an expired
+ * one, SMP_EEXIST for a used write ticket, SMP_ERANGE, SMP_ENOTFOUND), or a transport error (SMP_EIO: connection lost;
  * SMP_EAGAIN: timed out; SMP_EPROTO: the node's answer did not parse).
  * ndc_last_error() names the cause either way. After a transport error the
  * connection is broken and every later call fails; after a refusal it stays
@@ -45,9 +45,10 @@ void ndc_close(ndc_conn *c);
 /* The message of the last failure ("" if none). */
 const char *ndc_last_error(const ndc_conn *c);
 
-/* Read [offset, offset + length) of segment into dst (length bytes). ticket
- * may be NULL (ticket_len 0) unless the node demands read tickets. On a
- * transport error dst may hold part of the range. */
+/* Read [offset, offset + length) of segment into dst (length bytes) with
+ * the READ ticket the master handed out with the replica (a node refuses a
+ * read without one unless it was configured insecure: ticket NULL,
+ * ticket_len 0). On a transport error dst may hold part of the range. */
 int ndc_read(ndc_conn *c,
              const char *segment,
              uint64_t offset,
@@ -58,7 +59,8 @@ int ndc_read(ndc_conn *c,
 
 /* Read [offset, offset + length) of the data of the node's cold file
  * cold_name (its bare name "<64 hex>.cold", sent as is: a name with a
- * directory is refused by the node) into dst. The node does not verify
+ * directory is refused by the node) into dst, with the replica's READ
+ * ticket (as for ndc_read). The node does not verify
  * the bytes it sends from disk: the caller must (the object's SHA-256).
  * Refusals: SMP_EINVAL (not a cold file name), SMP_ENOTFOUND, SMP_ERANGE,
  * SMP_EPROTO (the file's header or size is bad), SMP_ENOTSUP (the node
@@ -68,7 +70,9 @@ int ndc_read_cold(ndc_conn *c,
                   const char *cold_name,
                   uint64_t offset,
                   uint64_t length,
-                  void *dst);
+                  void *dst,
+                  const uint8_t *ticket,
+                  size_t ticket_len);
 
 /* Write length bytes of src into [offset, offset + length) of segment with
  * the ticket for exactly that range. The node checks the ticket before it

@@ -59,7 +59,7 @@
 #define NDW_KIND_FINAL 0
 #define NDW_KIND_CONTINUE 1
 #define NDW_SEGMENT_MAX 256
-#define NDW_TICKET_MAX 1400   /* >= TICKET_MAX_BYTES of node_ticket.h */
+#define NDW_TICKET_MAX 2048   /* >= TICKET_MAX_BYTES of node_ticket.h */
 #define NDW_MESSAGE_MAX 1024
 
 typedef struct ndw_request {

@@ -171,6 +171,10 @@ typedef struct job {
      * read or a chunk's checksum ("" when there is none, or once used). */
     char alt_cold_name[512];
     char alt_data_addr[128];
+    uint8_t *ticket;             /* the source's READ ticket (SRC_REMOTE, SRC_COLD), malloc'd */
+    size_t ticket_len;
+    uint8_t *alt_ticket;         /* the cold fallback's */
+    size_t alt_ticket_len;
     size_t *ops;
     size_t n_ops;
 } job;
@@ -360,8 +364,8 @@ static const uint8_t *fetch(worker *wk, const job *j, uint64_t ws, uint64_t we, 
         return NULL;
     }
     int r = j->kind == SRC_REMOTE
-                ? ndc_read(c, j->segment, j->base + ws, we - ws, wk->window, NULL, 0)
-                : ndc_read_cold(c, j->cold_name, ws, we - ws, wk->window);
+                ? ndc_read(c, j->segment, j->base + ws, we - ws, wk->window, j->ticket, j->ticket_len)
+                : ndc_read_cold(c, j->cold_name, ws, we - ws, wk->window, j->ticket, j->ticket_len);
     if (r < 0) {
         *rc = WEIGHT_EIO;
         snprintf(err, errlen, "%s: reading from node %s: %s", key, j->data_addr,
@@ -381,6 +385,11 @@ static int use_cold_instead(job *j)
     snprintf(j->cold_name, sizeof j->cold_name, "%s", j->alt_cold_name);
     snprintf(j->data_addr, sizeof j->data_addr, "%s", j->alt_data_addr);
     j->alt_cold_name[0] = '\0';
+    free(j->ticket);
+    j->ticket = j->alt_ticket;
+    j->ticket_len = j->alt_ticket_len;
+    j->alt_ticket = NULL;
+    j->alt_ticket_len = 0;
     return 1;
 }
 
@@ -525,6 +534,20 @@ static int cmp_op_src(const void *a, const void *b)
 }
 static pthread_mutex_t g_sort_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* A malloc'd copy of r's ticket into *out (NULL and 0 when it has none).
+ * 0 or -1 (out of memory). */
+static int copy_ticket(const kvc_replica *r, uint8_t **out, size_t *len)
+{
+    free(*out);
+    *out = NULL;
+    *len = 0;
+    if (r->ticket_len == 0) return 0;
+    if ((*out = malloc(r->ticket_len)) == NULL) return -1;
+    memcpy(*out, r->ticket, r->ticket_len);
+    *len = r->ticket_len;
+    return 0;
+}
+
 /* Group the plan's ops by object into jobs and pick each object's source.
  * The replica lookups are the store's object service (this thread). */
 static int build_jobs(weight_store *s, xfer *x, size_t **op_order)
@@ -585,6 +608,8 @@ static int build_jobs(weight_store *s, xfer *x, size_t **op_order)
         if (j->kind == 0 && remote != NULL && s->transport != 1) {
             j->kind = SRC_REMOTE;
             j->base = remote->offset;
+            if (copy_ticket(remote, &j->ticket, &j->ticket_len) < 0)
+                return wc_fail(s, WEIGHT_ENOMEM, "out of memory");
             snprintf(j->segment, sizeof j->segment, "%s", remote->segment);
             snprintf(j->data_addr, sizeof j->data_addr, "%s", remote->data_addr);
         } else if (j->kind == 0 && cold != NULL && s->transport != 1) {
@@ -592,6 +617,8 @@ static int build_jobs(weight_store *s, xfer *x, size_t **op_order)
             j->base = 0;
             snprintf(j->cold_name, sizeof j->cold_name, "%s", cold->path);
             snprintf(j->data_addr, sizeof j->data_addr, "%s", cold->data_addr);
+            if (copy_ticket(cold, &j->ticket, &j->ticket_len) < 0)
+                return wc_fail(s, WEIGHT_ENOMEM, "out of memory");
         }
         if (j->kind == 0)
             return wc_fail(s, WEIGHT_ENOT_READY, "payload %s has no replica this client can read",
@@ -599,6 +626,8 @@ static int build_jobs(weight_store *s, xfer *x, size_t **op_order)
         if (j->kind != SRC_COLD && cold != NULL && s->transport != 1) {
             snprintf(j->alt_cold_name, sizeof j->alt_cold_name, "%s", cold->path);
             snprintf(j->alt_data_addr, sizeof j->alt_data_addr, "%s", cold->data_addr);
+            if (copy_ticket(cold, &j->alt_ticket, &j->alt_ticket_len) < 0)
+                return wc_fail(s, WEIGHT_ENOMEM, "out of memory");
         }
     }
     return WEIGHT_OK;
@@ -884,6 +913,10 @@ free_jobs:
     pthread_mutex_destroy(&x.err_lock);
     pthread_mutex_destroy(&x.done_lock);
     pthread_cond_destroy(&x.done_cond);
+    for (size_t i = 0; i < x.n_jobs; i++) {
+        free(x.jobs[i].ticket);
+        free(x.jobs[i].alt_ticket);
+    }
     free(x.jobs);
     free(order);
 free_plan:

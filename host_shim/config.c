@@ -508,6 +508,9 @@ static const field_spec node_fields[] = {
     F_U32("poll_ms", node_poll_ms, 10, 60000),
     F_U32("timeout_ms", node_timeout_ms, 100, 3600000),
     F_OF("cold_verify_from_device", FK_BOOL, node_cold_verify_from_device),
+    F_U32("ticket_ttl_ms", node_ticket_ttl_ms, 1000, 3600000),
+    F_OF("require_read_tickets", FK_BOOL, node_require_read_tickets),
+    F_OF("allow_insecure_reads", FK_BOOL, node_allow_insecure_reads),
     F_END
 };
 
@@ -1001,7 +1004,8 @@ static int check_ha(cfg_ctx *c, const host_config *cfg, const host_config_node *
 
 /* The rules that span fields: low_watermark < high_watermark (reported on the
  * line of whichever of the two the file set, low first), an embedded node
- * needs an RPC endpoint to register through, and check_ha's. */
+ * needs an RPC endpoint to register through, reads without tickets need the
+ * explicit insecure key, and check_ha's. */
 static int check_cross(cfg_ctx *c, const host_config *cfg, const host_config_node *root)
 {
     int rc;
@@ -1013,6 +1017,12 @@ static int check_cross(cfg_ctx *c, const host_config *cfg, const host_config_nod
     if (cfg->node_embedded && cfg->listen_tcp[0] == '\0' && cfg->listen_unix[0] == '\0')
         return cfg_fail(c, SMP_EINVAL, embedded != NULL ? embedded->line : 0, "node.embedded",
                         "true needs listen.tcp or listen.unix (the node registers through it)");
+    if (!cfg->node_require_read_tickets && !cfg->node_allow_insecure_reads) {
+        const host_config_node *rt = node_child(node_child(root, "node"), "require_read_tickets");
+        return cfg_fail(c, SMP_EINVAL, rt != NULL ? rt->line : 0, "node.require_read_tickets",
+                        "false lets anyone who reaches the node's data port read any range; "
+                        "it needs node.allow_insecure_reads: true as well");
+    }
     if ((rc = check_ha(c, cfg, root)) < 0) return rc;
     if (cfg->memory_low_watermark < cfg->memory_high_watermark) return 0;
     if (low != NULL)
@@ -1115,6 +1125,8 @@ int host_config_defaults(host_config *cfg)
     cfg->node_data_listen = strdup("127.0.0.1:0");
     cfg->node_poll_ms = 200;
     cfg->node_timeout_ms = 3000;
+    cfg->node_ticket_ttl_ms = 60000;
+    cfg->node_require_read_tickets = 1;
     cfg->cluster.default_weight_preferred_residency = HOST_RESIDENCY_MIXED;
     cfg->cluster.default_weight_mixed_hot_ratio = 0.5;
     cfg->cluster.default_weight_migration_mode = HOST_MODE_AUTO;

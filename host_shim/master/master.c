@@ -246,11 +246,18 @@ void master_stop(master *m)
 
 /* SIGHUP is what operators send to make a daemon reload: every plugin is
  * reloaded in place from its configured path (master_plugins.c); a refusal
- * leaves the old instance serving. A hangup never takes the master down. */
+ * leaves the old instance serving. The embedded node rotates its ticket key
+ * (node_runtime.h; refused, and logged, while the previous key may still
+ * sign live tickets). A hangup never takes the master down. */
 static void on_hangup(uv_signal_t *h, int signum)
 {
+    master *m = h->data;
+    char err[256];
     (void)signum;
-    master_plugins_on_hangup(h->data);
+    if (m->embedded_node != NULL &&
+        node_runtime_rotate_ticket_key(m->embedded_node, err, sizeof(err)) < 0)
+        fprintf(stderr, "store_master: SIGHUP: ticket key not rotated: %s\n", err);
+    master_plugins_on_hangup(m);
 }
 
 static void on_signal(uv_signal_t *h, int signum)
@@ -284,6 +291,7 @@ static int start_embedded_node(master *m, char *err, size_t errlen)
         .cold_dir = m->cfg->node_cold_dir,
         .data_listen = m->cfg->node_data_listen,
         .cold_verify_from_device = m->cfg->node_cold_verify_from_device,
+        .allow_unticketed_reads = !m->cfg->node_require_read_tickets,
     };
     return node_runtime_start(&o, &m->embedded_node, err, errlen);
 }

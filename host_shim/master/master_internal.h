@@ -374,10 +374,24 @@ size_t master_nodes_up(const master *m);
 int master_node_task(master *m, const char *node_id, int kind, const char *key,
                      uint64_t offset, uint64_t length, const uint8_t sha256[32],
                      const char *cold_name, master_task_cb cb, void *arg);
-/* A write ticket for a range of a node's segment, signed with its secret. */
-int master_mint_ticket(const master *m, const char *node, const char *segment,
-                       uint64_t offset, uint64_t length, const char *key,
-                       uint8_t *out, size_t cap, size_t *len);
+/* What a ticket is minted for: op (TICKET_OP_WRITE / TICKET_OP_READ), the
+ * node, its segment (or for a cold replica the file's bare name), the range,
+ * the object key and its tenant (NULL or "": none). */
+typedef struct master_ticket_req {
+    uint8_t op;
+    const char *node;
+    const char *segment;
+    uint64_t offset;
+    uint64_t length;
+    const char *key;
+    const char *tenant;
+} master_ticket_req;
+
+/* Mint a ticket for t with the node's current key, valid for
+ * node.ticket_ttl_ms. SMP_OK, SMP_EAGAIN (the node is not up), or
+ * ticket_mint's errors. */
+int master_mint_ticket(const master *m, const master_ticket_req *t, uint8_t *out, size_t cap,
+                       size_t *len);
 /* Durably drop one replica of key, emit replica-lost, then call done (may
  * be NULL). SMP_ENOTFOUND when key has no such replica (done not called). */
 int master_drop_replica(master *m, const char *key, const obj_replica *lost,

@@ -14,7 +14,13 @@
  * out. A node silent for node.timeout_ms is marked down: its replicas stop
  * being served, its tasks fail, and the plugins get node-down and
  * replica-lost events. Liveness is soft state: after a master restart no node
- * is up until it registers again. */
+ * is up until it registers again.
+ *
+ * Tickets: a node registers with its ticket key and the key's id; the master
+ * signs the node's WRITE tickets (put start) and READ tickets (get replicas)
+ * with it, for node.ticket_ttl_ms. A node that rotated its key reports the
+ * new one in a poll; from that poll on the master signs with it, and the
+ * answer names the key in use (the node's acknowledgment). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +31,6 @@
 #include "node_ticket.h"
 
 #define NODE_TASKS_PER_POLL 64
-#define TICKET_TTL_MS 60000
 
 typedef struct master_task {
     uint64_t id;
@@ -45,6 +50,7 @@ struct master_node {
     char *data_addr;
     char *segment_path;
     ticket_secret secret;
+    uint32_t key_id;             /* the id of secret, named in every ticket */
     int up;
     uint64_t last_seen_ms;
     smp_rpc_call *poll;          /* a deferred poll, or NULL */
@@ -88,21 +94,19 @@ size_t master_nodes_up(const master *m)
 }
 
 int master_mint_ticket(const master *m,
-                       const char *node,
-                       const char *segment,
-                       uint64_t offset,
-                       uint64_t length,
-                       const char *key,
+                       const master_ticket_req *t,
                        uint8_t *out,
                        size_t cap,
                        size_t *len)
 {
-    const master_node *n = master_node_find(m, node);
+    const master_node *n = master_node_find(m, t->node);
     if (n == NULL || !n->up) return SMP_EAGAIN;
-    ticket_claims c = {.op = TICKET_OP_WRITE, .offset = offset, .length = length,
-                       .expiry_ms = ticket_now_ms() + TICKET_TTL_MS};
-    snprintf(c.segment, sizeof(c.segment), "%s", segment);
-    snprintf(c.key, sizeof(c.key), "%s", key);
+    ticket_claims c = {.op = t->op, .offset = t->offset, .length = t->length,
+                       .key_id = n->key_id,
+                       .expiry_ms = ticket_now_ms() + m->cfg->node_ticket_ttl_ms};
+    snprintf(c.segment, sizeof(c.segment), "%s", t->segment);
+    snprintf(c.key, sizeof(c.key), "%s", t->key ? t->key : "");
+    snprintf(c.tenant, sizeof(c.tenant), "%s", t->tenant ? t->tenant : "");
     return ticket_mint(&n->secret, &c, out, cap, len);
 }
 
@@ -202,6 +206,7 @@ static void answer_poll(master *m, master_node *n)
     NodePollResponse resp = NODE_POLL_RESPONSE__INIT;
     resp.n_tasks = k;
     resp.tasks = ptrs;
+    resp.ticket_key_id = n->key_id;
     master_reply_msg(call, &resp.base);
     /* Move what was sent to in-flight. */
     for (size_t i = 0; i < k; i++) {
@@ -423,6 +428,7 @@ static void finish_register(master *m, void *arg, int status, uint64_t seq)
             n->data_addr, n->segment_path, r->req->n_cold_files);
     NodeRegisterResponse resp = NODE_REGISTER_RESPONSE__INIT;
     resp.poll_ms = m->cfg->node_poll_ms;
+    resp.ticket_ttl_ms = m->cfg->node_ticket_ttl_ms;
     master_reply_msg(r->call, &resp.base);
 free_ctx:
     node_register_request__free_unpacked(r->req, NULL);
@@ -490,6 +496,7 @@ static int h_register(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t
         goto refuse;
     }
     ticket_secret_set(&n->secret, req->ticket_secret.data, req->ticket_secret.len);
+    n->key_id = req->ticket_key_id ? req->ticket_key_id : 1;
     n->up = 0; /* up once the segment is durable and reconciled */
     register_ctx *r = calloc(1, sizeof(*r));
     if (r == NULL) {
@@ -545,6 +552,18 @@ static int h_poll(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len
         return SMP_OK;
     }
     n->last_seen_ms = master_now_ms();
+    if (req->ticket_key_id != 0 && req->ticket_key_id != n->key_id) {
+        /* A rotated key: tickets minted from now on name it. The node holds
+         * the one before as well, so tickets already out stay valid. */
+        if (ticket_secret_set(&n->secret, req->ticket_secret.data, req->ticket_secret.len) == SMP_OK) {
+            n->key_id = req->ticket_key_id;
+            fprintf(stderr, "store_master: node %s: tickets are signed with its key %u from now on\n",
+                    n->id, (unsigned)n->key_id);
+        } else {
+            fprintf(stderr, "store_master: node %s: a rotated ticket key of %zu bytes refused; "
+                    "signing with key %u still\n", n->id, req->ticket_secret.len, (unsigned)n->key_id);
+        }
+    }
     if (n->poll) answer_poll(m, n); /* an older poll: superseded */
     take_results(m, n, req);
     node_poll_request__free_unpacked(req, NULL);

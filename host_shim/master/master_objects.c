@@ -14,6 +14,7 @@
 
 #include "host_rpc.pb-c.h"
 #include "master_internal.h"
+#include "node_ticket.h"
 #include "pb_arena.h"
 
 /* Replies up to this size are packed on the stack. */
@@ -68,14 +69,15 @@ static int h_put_start(void *ctx, smp_rpc_call *call, const uint8_t *body, size_
         .overwrite = req->overwrite,
     };
     obj_put_ticket t;
-    uint8_t ticket[1600];
+    uint8_t ticket[TICKET_MAX_BYTES];
     size_t ticket_len = 0;
     int rc = master_key_pending(m, req->key) ? SMP_EBUSY
                                              : obj_put_start(m->objs, &p, master_now_ms(), &t);
     if (rc == SMP_ENOSPC) m->pressure = 1; /* the timer plans an eviction */
-    if (rc == SMP_OK &&
-        (rc = master_mint_ticket(m, t.node, t.segment, t.offset, t.length, req->key, ticket,
-                                 sizeof(ticket), &ticket_len)) < 0) {
+    master_ticket_req tr = {.op = TICKET_OP_WRITE, .node = t.node, .segment = t.segment,
+                            .offset = t.offset, .length = t.length, .key = req->key,
+                            .tenant = req->tenant};
+    if (rc == SMP_OK && (rc = master_mint_ticket(m, &tr, ticket, sizeof(ticket), &ticket_len)) < 0) {
         /* The node of the range is not serving: give the range back. */
         obj_record rec = {0};
         if (obj_prepare_put_revoke(m->objs, req->key, &rec) == SMP_OK)
@@ -228,12 +230,33 @@ static int h_remove(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t l
 
 #define MAX_REPLICAS 16
 
+/* The READ ticket of replica r of key: its memory range, or its cold
+ * file's data (named by the file's bare name, as READ_COLD names it). */
+static int read_ticket(master *m, const char *key, const obj_replica *r, const smp_object_info *info,
+                       uint8_t *out, size_t *len)
+{
+    const char *path = r->path ? r->path : "";
+    const char *slash = strrchr(path, '/');
+    master_ticket_req tr = {.op = TICKET_OP_READ, .node = r->node, .key = key,
+                            .tenant = obj_object_tenant(m->objs, key)};
+    if (r->kind == SMP_REPLICA_MEMORY) {
+        tr.segment = r->segment ? r->segment : "";
+        tr.offset = r->offset;
+        tr.length = r->length;
+    } else {
+        tr.segment = slash ? slash + 1 : path;
+        tr.length = info->size;
+    }
+    return master_mint_ticket(m, &tr, out, TICKET_MAX_BYTES, len);
+}
+
 static int h_get_replicas(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len)
 {
     master *m = ctx;
     obj_replica reps[MAX_REPLICAS];
     ReplicaLocation locs[MAX_REPLICAS];
     ReplicaLocation *plocs[MAX_REPLICAS];
+    uint8_t tickets[MAX_REPLICAS][TICKET_MAX_BYTES];
     size_t n = 0;
     DECODE(KeyRequest, key_request, req, body, len, call);
     uint64_t now = master_now_ms();
@@ -247,8 +270,13 @@ static int h_get_replicas(void *ctx, smp_rpc_call *call, const uint8_t *body, si
     if (n > MAX_REPLICAS) n = MAX_REPLICAS;
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
+        size_t tlen = 0;
         if (!master_node_readable(m, reps[i].node)) continue; /* its node is down */
+        if (read_ticket(m, req->key, &reps[i], &info, tickets[k], &tlen) < 0)
+            continue; /* unreadable without one */
         replica_location__init(&locs[k]);
+        locs[k].ticket.data = tickets[k];
+        locs[k].ticket.len = tlen;
         locs[k].kind = reps[i].kind;
         locs[k].status = reps[i].status;
         locs[k].node = (char *)(reps[i].node ? reps[i].node : "");

@@ -635,6 +635,12 @@ int obj_object_info(const obj_store *st, const char *key, smp_object_info *info)
     return SMP_OK;
 }
 
+const char *obj_object_tenant(const obj_store *st, const char *key)
+{
+    const obj_object *o = key ? obj_sl_get(&st->objects, key) : NULL;
+    return o && o->tenant ? o->tenant : "";
+}
+
 int obj_list_prefix(const obj_store *st,
                     const char *prefix,
                     const char *tenant,

@@ -334,6 +334,10 @@ int obj_exists(const obj_store *st, const char *key);
  * SMP_ENOTFOUND. */
 int obj_object_info(const obj_store *st, const char *key, smp_object_info *info);
 
+/* The tenant of a complete object ("" for none or an unknown key; borrowed
+ * until the next mutation). */
+const char *obj_object_tenant(const obj_store *st, const char *key);
+
 /* Up to max keys of complete objects starting with prefix ("" or NULL: all),
  * of tenant (NULL: any), strictly after the key `after` (NULL: from the
  * start), in key order. keys[] gets borrowed pointers; *more is 1 when a

@@ -3,9 +3,13 @@
  * Contributes one shm-backed memory segment and a cold directory to a master,
  * serves payload bytes to clients, and carries out the master's replica
  * tasks (node_runtime.c); --master takes one master or the list of an HA
- * cluster's masters. Runs until SIGINT or SIGTERM; the segment file
- * stays, so a node restarted on the same directory comes back with its data
- * and the master reconciles it. */
+ * cluster's masters. Reads and writes need the master's tickets; reads
+ * without one are served only with --no-read-tickets, which is refused
+ * unless --allow-insecure is given as well. SIGHUP rotates the ticket key
+ * (refused, and logged, while the previous key may still sign live
+ * tickets). Runs until SIGINT or SIGTERM; the segment file stays, so a node
+ * restarted on the same directory comes back with its data and the master
+ * reconciles it. */
 #include <getopt.h>
 #include <pthread.h>
 #include <signal.h>
@@ -22,11 +26,14 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: store_node --master ADDR --id ID --segment-dir DIR --segment-bytes N\n"
             "                  --cold-dir DIR [--listen HOST:PORT] [--advertise HOST]\n"
-            "                  [--verify-from-device]\n"
+            "                  [--verify-from-device] [--no-read-tickets --allow-insecure]\n"
             "  ADDR is the master's RPC endpoint (host:port or a Unix socket path), or\n"
             "  the masters of an HA cluster as a list a,b,c: the node registers with\n"
             "  the leader and follows it when another master takes over\n"
-            "  ID names the node and its segment (<segment-dir>/<ID>.seg)\n");
+            "  ID names the node and its segment (<segment-dir>/<ID>.seg)\n"
+            "  --no-read-tickets serves reads without a master's ticket: INSECURE,\n"
+            "  refused unless --allow-insecure is given too\n"
+            "  SIGHUP rotates the key the master signs this node's tickets with\n");
 }
 
 int main(int argc, char **argv)
@@ -40,12 +47,14 @@ int main(int argc, char **argv)
         {"listen", required_argument, NULL, 'l'},
         {"advertise", required_argument, NULL, 'a'},
         {"verify-from-device", no_argument, NULL, 'v'},
+        {"no-read-tickets", no_argument, NULL, 'R'},
+        {"allow-insecure", no_argument, NULL, 'I'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     node_runtime_options o = {.data_listen = "127.0.0.1:0"};
     char *end = NULL;
-    int c;
+    int c, insecure = 0;
     while ((c = getopt_long(argc, argv, "m:i:s:b:c:l:a:vh", opts, NULL)) != -1) {
         switch (c) {
         case 'm': o.master = optarg; break;
@@ -62,12 +71,19 @@ int main(int argc, char **argv)
         case 'l': o.data_listen = optarg; break;
         case 'a': o.advertise_host = optarg; break;
         case 'v': o.cold_verify_from_device = 1; break;
+        case 'R': o.allow_unticketed_reads = 1; break;
+        case 'I': insecure = 1; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
     }
     if (!o.master || !o.node_id || !o.segment_dir || !o.segment_bytes || !o.cold_dir || optind != argc) {
         usage(stderr);
+        return 2;
+    }
+    if (o.allow_unticketed_reads && !insecure) {
+        fprintf(stderr, "store_node: --no-read-tickets lets anyone who reaches the data port read "
+                "any range; it needs --allow-insecure as well\n");
         return 2;
     }
     char bad[512];
@@ -80,6 +96,7 @@ int main(int argc, char **argv)
     sigemptyset(&set);
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &set, NULL); /* the node's threads inherit it */
     signal(SIGPIPE, SIG_IGN);
 
@@ -91,8 +108,13 @@ int main(int argc, char **argv)
     }
     fprintf(stderr, "store_node %s: data port %d, master %s\n", o.node_id,
             node_runtime_data_port(n), o.master);
+    if (o.allow_unticketed_reads)
+        fprintf(stderr, "store_node %s: INSECURE: reads without a ticket are served\n", o.node_id);
     int sig = 0;
-    sigwait(&set, &sig);
+    while (sigwait(&set, &sig) == 0 && sig == SIGHUP) {
+        if (node_runtime_rotate_ticket_key(n, err, sizeof(err)) < 0)
+            fprintf(stderr, "store_node %s: SIGHUP: ticket key not rotated: %s\n", o.node_id, err);
+    }
     fprintf(stderr, "store_node %s: signal %d, stopping\n", o.node_id, sig);
     node_runtime_stop(n);
     return 0;

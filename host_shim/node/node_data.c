@@ -32,12 +32,24 @@
 
 #include <openssl/crypto.h>
 
+#include "host_uthash.h"
 #include "node_data.h"
 #include "node_data_wire.h"
 #include "wm_errbuf.h"
 #include "net_addr.h"
 
 #define COLD_XFER_CHUNK (1u << 20) /* bytes of a cold file read and sent at once */
+#define USED_TICKETS_MAX (1u << 20) /* write tickets remembered at once (replay guard) */
+#define USED_PRUNE_MS 1000          /* forget expired write tickets at most this often */
+
+/* A write ticket that wrote (or is writing): refused if presented again
+ * before it expires. */
+typedef struct used_ticket {
+    uint8_t nonce[16];
+    uint64_t expiry_ms;
+    int in_progress;            /* its write runs; given back if it breaks */
+    UT_hash_handle hh;
+} used_ticket;
 
 _Static_assert(NDW_TICKET_MAX >= TICKET_MAX_BYTES, "wire ticket bound below ticket size");
 _Static_assert(NDW_SEGMENT_MAX >= SEG_ID_MAX, "wire segment bound below segment id size");
@@ -84,6 +96,7 @@ typedef struct data_conn {
     uint8_t *dst;               /* PAYLOAD: where the next byte goes */
     uint64_t remaining;         /* PAYLOAD: bytes still to receive */
     cold_xfer *cold;            /* the READ_COLD in progress */
+    used_ticket *wticket;       /* PAYLOAD: the write ticket being used */
 } data_conn;
 
 typedef struct data_reply {
@@ -103,9 +116,12 @@ struct data_server {
     int closing;
     int handles;                /* open uv handles (listener + conns) */
     char *listen_tcp;
-    ticket_secret secret;
-    int have_secret;
-    int require_read_ticket;
+    ticket_keyring keys;
+    int have_keys;
+    int allow_unticketed_reads;
+    used_ticket *used;          /* write tickets that wrote, by nonce */
+    uint32_t n_used;
+    uint64_t next_prune_ms;
     uint64_t clock_skew_ms;
     int sockbuf;
     uint32_t max_connections;
@@ -125,10 +141,30 @@ static void server_maybe_free(data_server *s)
             nx = d->next;
             free(d);
         }
+        used_ticket *u, *tmp;
+        HASH_ITER(hh, s->used, u, tmp) {
+            HASH_DEL(s->used, u);
+            free(u);
+        }
         free(s->listen_tcp);
-        OPENSSL_cleanse(&s->secret, sizeof(s->secret));
+        OPENSSL_cleanse(&s->keys, sizeof(s->keys));
         free(s);
     }
+}
+
+static int keys_ok(const ticket_keyring *k)
+{
+    return k->current.len >= TICKET_SECRET_MIN && k->current.len <= TICKET_SECRET_MAX &&
+           k->previous.len <= TICKET_SECRET_MAX;
+}
+
+int data_server_set_keys(data_server *s, const ticket_keyring *keys)
+{
+    if (s == NULL || keys == NULL || !keys_ok(keys))
+        return SMP_EINVAL;
+    s->keys = *keys;
+    s->have_keys = 1;
+    return SMP_OK;
 }
 
 int data_server_create(uv_loop_t *loop,
@@ -143,10 +179,9 @@ int data_server_create(uv_loop_t *loop,
         wm_errbuf(err, errlen, "data server: no listen address");
         return SMP_EINVAL;
     }
-    if (opt->secret != NULL &&
-        (opt->secret->len < TICKET_SECRET_MIN || opt->secret->len > TICKET_SECRET_MAX)) {
-        wm_errbuf(err, errlen, "data server: the ticket secret has %zu bytes (%d..%d allowed)",
-                opt->secret->len, TICKET_SECRET_MIN, TICKET_SECRET_MAX);
+    if (opt->keys != NULL && !keys_ok(opt->keys)) {
+        wm_errbuf(err, errlen, "data server: the ticket key has %zu bytes (%d..%d allowed)",
+                opt->keys->current.len, TICKET_SECRET_MIN, TICKET_SECRET_MAX);
         return SMP_EINVAL;
     }
     s = calloc(1, sizeof(*s));
@@ -158,11 +193,11 @@ int data_server_create(uv_loop_t *loop,
         return SMP_ENOMEM;
     }
     s->loop = loop;
-    if (opt->secret != NULL) {
-        s->secret = *opt->secret;
-        s->have_secret = 1;
+    if (opt->keys != NULL) {
+        s->keys = *opt->keys;
+        s->have_keys = 1;
     }
-    s->require_read_ticket = opt->require_read_ticket;
+    s->allow_unticketed_reads = opt->allow_unticketed_reads;
     s->clock_skew_ms = opt->clock_skew_ms;
     s->sockbuf = opt->socket_buffer_bytes;
     s->max_connections = opt->max_connections;
@@ -245,10 +280,32 @@ static void conn_close_handles(data_conn *c)
         uv_close((uv_handle_t *)&c->idle, on_conn_closed);
 }
 
+/* A write that broke before its last byte gives its ticket back. */
+static void release_wticket(data_conn *c)
+{
+    if (c->wticket != NULL) {
+        HASH_DEL(c->srv->used, c->wticket);
+        c->srv->n_used--;
+        free(c->wticket);
+        c->wticket = NULL;
+    }
+}
+
+/* A write completed: its ticket stays used until it expires. */
+static void write_done(data_conn *c)
+{
+    if (c->wticket != NULL) {
+        c->wticket->in_progress = 0;
+        c->wticket = NULL;
+    }
+    c->srv->stats.writes++;
+}
+
 static void conn_close(data_conn *c)
 {
     if (c->state == CS_CLOSING)
         return;
+    release_wticket(c);
     if (c->state == CS_HDR && c->got > 0)
         c->srv->stats.truncated++;
     else if (c->state == CS_VAR || c->state == CS_PAYLOAD)
@@ -362,8 +419,48 @@ static void protocol_error(data_conn *c, const char *why)
     send_reply(c, SMP_EPROTO, NDW_KIND_FINAL, why, NULL, 0, 1);
 }
 
-/* Verify the request's ticket for its op and range. SMP_OK or the refusal
- * code (the refusal has been sent). */
+/* Forget the write tickets that expired (not the ones still writing). */
+static void prune_used(data_server *s, uint64_t now)
+{
+    used_ticket *u, *tmp;
+    if (now < s->next_prune_ms)
+        return;
+    s->next_prune_ms = now + USED_PRUNE_MS;
+    HASH_ITER(hh, s->used, u, tmp) {
+        if (!u->in_progress && u->expiry_ms + s->clock_skew_ms <= now) {
+            HASH_DEL(s->used, u);
+            s->n_used--;
+            free(u);
+        }
+    }
+}
+
+/* Claim a verified write ticket for c: SMP_OK, SMP_EEXIST (used: it wrote,
+ * or its write runs), SMP_EBUSY (too many remembered), SMP_ENOMEM. */
+static int claim_write_ticket(data_conn *c, const ticket_claims *cl, uint64_t now)
+{
+    data_server *s = c->srv;
+    used_ticket *u = NULL;
+    prune_used(s, now);
+    HASH_FIND(hh, s->used, cl->nonce, sizeof(cl->nonce), u);
+    if (u != NULL)
+        return SMP_EEXIST;
+    if (s->n_used >= USED_TICKETS_MAX)
+        return SMP_EBUSY;
+    if ((u = calloc(1, sizeof(*u))) == NULL)
+        return SMP_ENOMEM;
+    memcpy(u->nonce, cl->nonce, sizeof(u->nonce));
+    u->expiry_ms = cl->expiry_ms;
+    u->in_progress = 1;
+    HASH_ADD(hh, s->used, nonce, sizeof(u->nonce), u);
+    s->n_used++;
+    c->wticket = u;
+    return SMP_OK;
+}
+
+/* Verify the request's ticket for its op and range (and, for a write, that
+ * it has not written before). SMP_OK or the refusal code (the refusal has
+ * been sent). */
 static int check_ticket(data_conn *c, const char *segid, uint8_t op)
 {
     data_server *s = c->srv;
@@ -371,16 +468,15 @@ static int check_ticket(data_conn *c, const char *segid, uint8_t op)
     int rc;
     uint64_t now = ticket_now_ms();
     const uint8_t *tok = c->var + c->req.seg_len;
+    const char *what = op == TICKET_OP_WRITE ? "write" : "read";
 
-    if (!s->have_secret) {
-        refuse(c, SMP_ENOTSUP, "this node has no ticket secret: it accepts no %s",
-               op == TICKET_OP_WRITE ? "writes" : "ticketed reads");
+    if (!s->have_keys) {
+        refuse(c, SMP_ENOTSUP, "this node has no ticket key: it accepts no ticketed %ss", what);
         return SMP_ENOTSUP;
     }
     if (c->req.ticket_len == 0) {
         s->stats.refused_ticket++;
-        refuse(c, SMP_EINVAL, "a %s of segment %s needs a ticket",
-               op == TICKET_OP_WRITE ? "write" : "read", segid);
+        refuse(c, SMP_EINVAL, "a %s of segment %s needs a ticket from the master", what, segid);
         return SMP_EINVAL;
     }
     cl = malloc(sizeof(*cl));
@@ -389,17 +485,22 @@ static int check_ticket(data_conn *c, const char *segid, uint8_t op)
         return SMP_ENOMEM;
     }
     now = now > s->clock_skew_ms ? now - s->clock_skew_ms : 0;
-    rc = ticket_verify(&s->secret, tok, c->req.ticket_len, now, cl);
+    rc = ticket_verify_ring(&s->keys, tok, c->req.ticket_len, now, cl);
     if (rc == SMP_OK)
         rc = ticket_check_use(cl, op, segid, c->req.offset, c->req.length);
+    if (rc == SMP_OK && op == TICKET_OP_WRITE)
+        rc = claim_write_ticket(c, cl, ticket_now_ms());
     free(cl);
     if (rc < 0) {
         s->stats.refused_ticket++;
-        refuse(c, rc, "ticket refused: %s",
-               rc == SMP_EINVAL   ? "bad signature or not for this operation and segment"
+        refuse(c, rc, "%s ticket refused: %s", what,
+               rc == SMP_EINVAL   ? "bad signature (forged, tampered, or signed by a key this "
+                                    "node no longer holds) or not for this operation and segment"
                : rc == SMP_ESTATE ? "expired"
                : rc == SMP_ERANGE ? "the range is not the ticket's"
                : rc == SMP_EPROTO ? "malformed"
+               : rc == SMP_EEXIST ? "already used (a write ticket writes once)"
+               : rc == SMP_EBUSY  ? "too many write tickets in use, try again"
                                   : smp_strerror(rc));
     }
     return rc;
@@ -563,7 +664,7 @@ static void cold_start(data_conn *c, const char *name)
         refuse(c, SMP_EINVAL, "'%.80s' is not the name of a cold file", name);
         return;
     }
-    if ((s->require_read_ticket || c->req.ticket_len > 0) &&
+    if ((!s->allow_unticketed_reads || c->req.ticket_len > 0) &&
         check_ticket(c, bare, TICKET_OP_READ) < 0)
         return;
     x = calloc(1, sizeof(*x));
@@ -616,7 +717,7 @@ static void handle_request(data_conn *c)
         return;
     }
     if (c->req.op == NDW_OP_READ) {
-        if ((s->require_read_ticket || c->req.ticket_len > 0) &&
+        if ((!s->allow_unticketed_reads || c->req.ticket_len > 0) &&
             check_ticket(c, segid, TICKET_OP_READ) < 0)
             return;
         p = seg_ptr(d->seg, c->req.offset, c->req.length);
@@ -633,7 +734,7 @@ static void handle_request(data_conn *c)
     if (send_reply(c, SMP_OK, NDW_KIND_CONTINUE, NULL, NULL, 0, 0) < 0)
         return; /* closing */
     if (c->remaining == 0) {
-        s->stats.writes++;
+        write_done(c);
         c->state = CS_HDR;
         c->got = 0;
         send_reply(c, SMP_OK, NDW_KIND_FINAL, NULL, NULL, 0, 0);
@@ -700,7 +801,7 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
         s->stats.bytes_written += (uint64_t)nread;
         if (c->remaining > 0)
             return;
-        s->stats.writes++;
+        write_done(c);
         c->state = CS_HDR;
         c->got = 0;
         send_reply(c, SMP_OK, NDW_KIND_FINAL, NULL, NULL, 0, 0);

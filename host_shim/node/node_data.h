@@ -12,12 +12,18 @@
  *
  * Refusals keep the connection: unknown segment (SMP_ENOTFOUND), range
  * outside the segment or not the ticket's (SMP_ERANGE), forged or tampered
- * ticket (SMP_EINVAL), expired ticket (SMP_ESTATE), malformed ticket
- * (SMP_EPROTO), writes without a configured secret (SMP_ENOTSUP). A refused
+ * ticket or one signed by a key the node no longer holds (SMP_EINVAL),
+ * expired ticket (SMP_ESTATE), malformed ticket (SMP_EPROTO), a used write
+ * ticket (SMP_EEXIST), tickets without configured keys (SMP_ENOTSUP). A refused
  * write has written nothing. A frame that does not parse gets an SMP_EPROTO
- * answer and closes that connection only. Reads need no ticket unless
- * require_read_ticket is set (see node_ticket.h for why); a ticket that comes
- * with a read is checked all the same.
+ * answer and closes that connection only. Reads need a READ ticket as
+ * writes need a WRITE ticket, unless allow_unticketed_reads is set (an
+ * insecure setting: then a ticket that comes with a read is still checked).
+ * A write ticket is single use (node_ticket.h): the same ticket again, while
+ * its write runs or after it completed, is refused with SMP_EEXIST and
+ * writes nothing; a write whose connection broke in the middle gives its
+ * ticket back. Tickets are checked against the server's keyring (current
+ * and previous key); data_server_set_keys() installs a rotated one.
  *
  * READ_COLD (data_server_set_cold): a range of a cold file's data, by the
  * file's bare name. Names with a directory, "..", or not of the cold form
@@ -50,8 +56,8 @@ typedef struct data_server data_server;
 
 typedef struct data_server_options {
     const char *listen_tcp;          /* "host:port" (":port" = any address) */
-    const ticket_secret *secret;     /* copied; NULL: every write is refused */
-    int require_read_ticket;         /* reads need a READ ticket */
+    const ticket_keyring *keys;      /* copied; NULL: every ticketed request is refused */
+    int allow_unticketed_reads;      /* INSECURE: serve reads that carry no ticket */
     uint64_t clock_skew_ms;          /* tolerated lag of this clock behind the master's */
     int socket_buffer_bytes;         /* SO_SNDBUF / SO_RCVBUF of connections; 0: kernel */
     uint32_t max_connections;        /* 0: unlimited */
@@ -70,7 +76,8 @@ typedef struct data_server_stats {
     uint64_t writes;                 /* WRITE requests completed */
     uint64_t bytes_read;             /* payload bytes sent */
     uint64_t bytes_written;          /* payload bytes received into segments */
-    uint64_t refused_ticket;         /* forged, expired, malformed or wrong-use tickets */
+    uint64_t refused_ticket;         /* forged, expired, malformed, replayed or wrong-use
+                                        tickets, and ticketless requests */
     uint64_t refused_range;          /* outside the segment */
     uint64_t refused_segment;        /* unknown segment */
     uint64_t bad_frames;             /* connections closed for a malformed frame */
@@ -84,12 +91,17 @@ typedef struct data_server_stats {
 
 /* Create a server on loop (borrowed). Nothing listens before
  * data_server_start(). Returns SMP_OK, SMP_EINVAL (no listen address, bad
- * secret), SMP_ENOMEM, with err (may be NULL) naming the cause. */
+ * keys), SMP_ENOMEM, with err (may be NULL) naming the cause. */
 int data_server_create(uv_loop_t *loop,
                        const data_server_options *opt,
                        data_server **out,
                        char *err,
                        size_t errlen);
+
+/* Replace the keys tickets are checked with (a rotation: the ring's
+ * previous key keeps tickets minted before it valid). Loop thread only.
+ * SMP_EINVAL for a ring without a valid current key (nothing changed). */
+int data_server_set_keys(data_server *s, const ticket_keyring *keys);
 
 /* Serve seg (borrowed) under its id. SMP_EEXIST when a segment of that id is
  * served, SMP_ENOMEM. */

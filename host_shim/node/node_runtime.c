@@ -25,8 +25,11 @@
 #include "rpc_client.h"
 #include "wm_errbuf.h"
 
+#include <openssl/crypto.h>
+
 #define NODE_SERVICE 3
 #define RESULTS_MAX 256
+#define ROTATE_MARGIN_MS 1000 /* beyond the ticket life, before a key may be forgotten */
 
 struct node_runtime {
     char *master, *node_id, *segment_dir, *cold_dir, *data_listen;
@@ -35,11 +38,20 @@ struct node_runtime {
     seg_segment *seg;
     int seg_survived;
     cold_tier *cold;
-    ticket_secret secret;
     char data_addr[160];
+
+    /* Ticket keys, under key_lock: keys is what the data server checks
+     * (installed on its loop by keys_async); acked_id is the key the master
+     * said it signs with, since acked_at_ms (monotonic). */
+    pthread_mutex_t key_lock;
+    ticket_keyring keys;
+    uint32_t acked_id;
+    uint64_t acked_at_ms;
+    uint64_t ticket_ttl_ms;
 
     uv_loop_t loop;
     uv_async_t stop_async;
+    uv_async_t keys_async;
     data_server *data;
     pthread_t data_thread;
     int data_started;
@@ -61,12 +73,30 @@ static void sleep_ms(int ms)
 
 /* -- the data thread -------------------------------------------------------- */
 
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
 static void on_stop(uv_async_t *h)
 {
     node_runtime *n = h->data;
     data_server_close(n->data);
     n->data = NULL;
     uv_close((uv_handle_t *)&n->stop_async, NULL);
+    uv_close((uv_handle_t *)&n->keys_async, NULL);
+}
+
+/* A rotated keyring is installed in the data server before the master hears
+ * of it (the control thread reports keys only after this ran). */
+static void on_keys(uv_async_t *h)
+{
+    node_runtime *n = h->data;
+    pthread_mutex_lock(&n->key_lock);
+    if (n->data != NULL) data_server_set_keys(n->data, &n->keys);
+    pthread_mutex_unlock(&n->key_lock);
 }
 
 static void *data_main(void *arg)
@@ -231,14 +261,27 @@ static int do_register(node_runtime *n, rpcc_conn *c, int *lost)
     req.n_cold_files = inv.n;
     req.cold_files = inv.files;
     req.segment_survived = n->seg_survived;
-    req.ticket_secret.data = n->secret.bytes;
-    req.ticket_secret.len = n->secret.len;
+    ticket_secret key;
+    pthread_mutex_lock(&n->key_lock);
+    key = n->keys.current;
+    req.ticket_key_id = n->keys.current_id;
+    pthread_mutex_unlock(&n->key_lock);
+    req.ticket_secret.data = key.bytes;
+    req.ticket_secret.len = key.len;
     rc = call(c, NODE_METHOD__NODE_REGISTER, &req.base, &node_register_response__descriptor,
               (ProtobufCMessage **)&resp, &msg, lost);
+    OPENSSL_cleanse(&key, sizeof(key));
     if (rc == SMP_OK) {
         fprintf(stderr, "store_node %s: registered with the master at %s\n", n->node_id,
                 rpcc_endpoint(c));
         n->poll_ms = resp->poll_ms ? resp->poll_ms : 200;
+        pthread_mutex_lock(&n->key_lock);
+        n->ticket_ttl_ms = resp->ticket_ttl_ms ? resp->ticket_ttl_ms : 60000;
+        if (n->acked_id != req.ticket_key_id) {
+            n->acked_id = req.ticket_key_id;
+            n->acked_at_ms = mono_ms();
+        }
+        pthread_mutex_unlock(&n->key_lock);
         node_register_response__free_unpacked(resp, NULL);
         /* From now on the segment's contents are the master's to judge. */
         n->seg_survived = 1;
@@ -266,12 +309,34 @@ static int poll_loop(node_runtime *n, rpcc_conn *c, int *lost)
         NodePollRequest req = NODE_POLL_REQUEST__INIT;
         NodePollResponse *resp = NULL;
         char *msg = NULL;
+        ticket_secret key = {.len = 0};
         req.node_id = n->node_id;
         req.n_results = n->n_results;
         req.results = n->results;
+        /* A key the master has not acknowledged goes with every poll until
+         * it is (the data server already checks tickets with it). */
+        pthread_mutex_lock(&n->key_lock);
+        if (n->keys.current_id != n->acked_id) {
+            key = n->keys.current;
+            req.ticket_key_id = n->keys.current_id;
+            req.ticket_secret.data = key.bytes;
+            req.ticket_secret.len = key.len;
+        }
+        pthread_mutex_unlock(&n->key_lock);
         int rc = call(c, NODE_METHOD__NODE_POLL, &req.base, &node_poll_response__descriptor,
                       (ProtobufCMessage **)&resp, &msg, lost);
+        OPENSSL_cleanse(&key, sizeof(key));
         free(msg);
+        if (rc == SMP_OK) {
+            pthread_mutex_lock(&n->key_lock);
+            if (resp->ticket_key_id == n->keys.current_id && n->acked_id != resp->ticket_key_id) {
+                n->acked_id = resp->ticket_key_id;
+                n->acked_at_ms = mono_ms();
+                fprintf(stderr, "store_node %s: the master signs tickets with key %u\n",
+                        n->node_id, (unsigned)n->acked_id);
+            }
+            pthread_mutex_unlock(&n->key_lock);
+        }
         if (rc < 0 && *lost)
             fprintf(stderr, "store_node %s: lost the master at %s (%s); registering again\n",
                     n->node_id, rpcc_endpoint(c)[0] ? rpcc_endpoint(c) : "?", rpcc_last_error(c));
@@ -363,6 +428,41 @@ static int advertise(node_runtime *n, const char *host_override)
     return SMP_OK;
 }
 
+int node_runtime_rotate_ticket_key(node_runtime *n, char *err, size_t errlen)
+{
+    int rc = SMP_OK;
+    uint64_t now = mono_ms(), ready;
+    pthread_mutex_lock(&n->key_lock);
+    ready = n->acked_at_ms + n->ticket_ttl_ms + ROTATE_MARGIN_MS;
+    if (n->acked_id != n->keys.current_id) {
+        rc = SMP_EBUSY;
+        wm_errbuf(err, errlen, "node %s: ticket key %u is not yet in use by the master", n->node_id,
+                  (unsigned)n->keys.current_id);
+    } else if (now < ready) {
+        rc = SMP_EBUSY;
+        wm_errbuf(err, errlen, "node %s: tickets signed with key %u may live %llu ms more; "
+                  "rotate after that", n->node_id, (unsigned)n->keys.previous_id,
+                  (unsigned long long)(ready - now));
+    } else if ((rc = ticket_keyring_rotate(&n->keys)) < 0) {
+        wm_errbuf(err, errlen, "node %s: no random bytes for a ticket key", n->node_id);
+    }
+    uint32_t id = n->keys.current_id;
+    pthread_mutex_unlock(&n->key_lock);
+    if (rc < 0) return rc;
+    uv_async_send(&n->keys_async);
+    fprintf(stderr, "store_node %s: ticket key rotated to key %u (key %u still accepted)\n",
+            n->node_id, (unsigned)id, (unsigned)(id - 1));
+    return SMP_OK;
+}
+
+uint32_t node_runtime_ticket_key_id(node_runtime *n)
+{
+    pthread_mutex_lock(&n->key_lock);
+    uint32_t id = n->acked_id;
+    pthread_mutex_unlock(&n->key_lock);
+    return id;
+}
+
 void node_runtime_signal_stop(node_runtime *n)
 {
     if (n) atomic_store(&n->stopping, 1);
@@ -380,6 +480,8 @@ void node_runtime_stop(node_runtime *n)
     }
     cold_close(n->cold);
     seg_close(n->seg);
+    pthread_mutex_destroy(&n->key_lock);
+    OPENSSL_cleanse(&n->keys, sizeof(n->keys));
     free(n->master);
     free(n->node_id);
     free(n->segment_dir);
@@ -398,6 +500,8 @@ int node_runtime_start(const node_runtime_options *opt,
     int rc;
     node_runtime *n = calloc(1, sizeof(*n));
     if (n == NULL) return SMP_ENOMEM;
+    pthread_mutex_init(&n->key_lock, NULL);
+    n->ticket_ttl_ms = 60000;
     n->master = dup_or_empty(opt->master);
     n->node_id = dup_or_empty(opt->node_id);
     n->segment_dir = dup_or_empty(opt->segment_dir);
@@ -417,8 +521,8 @@ int node_runtime_start(const node_runtime_options *opt,
     seg_options so = {.dir = n->segment_dir, .id = n->node_id, .size = n->segment_bytes, .preallocate = 1};
     if ((rc = seg_open(&so, &n->seg, err, errlen)) < 0) goto fail;
     if ((rc = cold_open(n->cold_dir, &n->cold, err, errlen)) < 0) goto fail;
-    if ((rc = ticket_secret_generate(&n->secret, 32)) < 0) {
-        wm_errbuf(err, errlen, "node %s: cannot generate a ticket secret", n->node_id);
+    if ((rc = ticket_keyring_init(&n->keys)) < 0) {
+        wm_errbuf(err, errlen, "node %s: cannot generate a ticket key", n->node_id);
         goto fail;
     }
     if (uv_loop_init(&n->loop) != 0) {
@@ -426,7 +530,8 @@ int node_runtime_start(const node_runtime_options *opt,
         goto fail;
     }
     data_server_options dso = {.listen_tcp = n->data_listen,
-                               .secret = &n->secret,
+                               .keys = &n->keys,
+                               .allow_unticketed_reads = opt->allow_unticketed_reads,
                                .socket_buffer_bytes = 4 << 20};
     if ((rc = data_server_create(&n->loop, &dso, &n->data, err, errlen)) == SMP_OK) {
         data_server_set_cold(n->data, n->cold); /* clients read cold-only objects here */
@@ -442,9 +547,12 @@ int node_runtime_start(const node_runtime_options *opt,
     advertise(n, opt->advertise_host);
     uv_async_init(&n->loop, &n->stop_async, on_stop);
     n->stop_async.data = n;
+    uv_async_init(&n->loop, &n->keys_async, on_keys);
+    n->keys_async.data = n;
     if (pthread_create(&n->data_thread, NULL, data_main, n) != 0) {
         data_server_close(n->data);
         uv_close((uv_handle_t *)&n->stop_async, NULL);
+        uv_close((uv_handle_t *)&n->keys_async, NULL);
         uv_run(&n->loop, UV_RUN_DEFAULT);
         uv_loop_close(&n->loop);
         rc = SMP_EIO;

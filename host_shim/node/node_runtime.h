@@ -5,8 +5,8 @@
  * store_master (node.embedded). It opens (or reopens) its shm-backed segment
  * file and its cold directory, starts its data server on its own libuv loop
  * thread, and runs a control thread that registers with the master -- data
- * address, segment, the secret the master signs this node's write tickets
- * with, and an inventory of verified cold files -- and then polls: each poll
+ * address, segment, the key the master signs this node's tickets with (and
+ * its id; rotated by node_runtime_rotate_ticket_key), and an inventory of verified cold files -- and then polls: each poll
  * is a heartbeat, returns the results of finished tasks, and brings new
  * ones (persist a range to a cold file, load one back, delete one, verify a
  * range). When the master goes away the control thread reconnects and
@@ -33,6 +33,7 @@ typedef struct node_runtime_options {
     const char *data_listen;   /* "host:port"; port 0 picks one */
     const char *advertise_host;/* host in the data address sent to the master; NULL: from data_listen */
     int cold_verify_from_device; /* re-read persisted files from the device, not the page cache */
+    int allow_unticketed_reads;  /* INSECURE: serve reads without a master's ticket */
 } node_runtime_options;
 
 /* Open the segment and cold tier, start the data server and the control
@@ -49,6 +50,20 @@ int node_runtime_data_port(const node_runtime *n);
 /* Ask the threads to stop without waiting (safe from the master's loop
  * thread, which must keep running until the control thread let go). */
 void node_runtime_signal_stop(node_runtime *n);
+
+/* Rotate the node's ticket key: a fresh key with the next id becomes
+ * current, the current one stays accepted as the previous one, and the
+ * master is told in the next poll (it signs with the new key from then on).
+ * Refused with SMP_EBUSY and err naming the wait while the master has not
+ * acknowledged the current key, or less than the master's ticket life (plus
+ * a second of margin) has passed since it did: tickets signed with the
+ * previous key may still be live, and a rotation would forget that key.
+ * Any thread. SMP_OK, SMP_EBUSY, SMP_EIO (no random bytes). */
+int node_runtime_rotate_ticket_key(node_runtime *n, char *err, size_t errlen);
+
+/* The id of the key the master acknowledged (0 before the first
+ * registration). */
+uint32_t node_runtime_ticket_key_id(node_runtime *n);
 
 /* Stop the threads, close everything (the segment file stays). NULL ok. */
 void node_runtime_stop(node_runtime *n);

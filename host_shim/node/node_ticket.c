@@ -31,6 +31,19 @@ static void put_u64(uint8_t *p, uint64_t v)
     }
 }
 
+static void put_u32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
+
+static uint32_t get_u32(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
 static uint16_t get_u16(const uint8_t *p)
 {
     return (uint16_t)((p[0] << 8) | p[1]);
@@ -208,16 +221,18 @@ int ticket_mint(const ticket_secret *secret,
                 size_t cap,
                 size_t *out_len)
 {
-    size_t seglen, keylen, body;
+    size_t seglen, keylen, tenlen, body;
     if (!secret_ok(secret) || c == NULL || out == NULL || out_len == NULL)
         return SMP_EINVAL;
     if (c->op != TICKET_OP_WRITE && c->op != TICKET_OP_READ)
         return SMP_EINVAL;
     seglen = strnlen(c->segment, sizeof(c->segment));
     keylen = strnlen(c->key, sizeof(c->key));
-    if (seglen == 0 || seglen > TICKET_SEGMENT_MAX || keylen > TICKET_KEY_MAX)
+    tenlen = strnlen(c->tenant, sizeof(c->tenant));
+    if (seglen == 0 || seglen > TICKET_SEGMENT_MAX || keylen > TICKET_KEY_MAX ||
+        tenlen > TICKET_TENANT_MAX)
         return SMP_EINVAL;
-    body = TICKET_FIXED + seglen + keylen;
+    body = TICKET_FIXED + seglen + keylen + tenlen;
     if (cap < body + TICKET_MAC_BYTES)
         return SMP_ERANGE;
     out[0] = TICKET_VERSION;
@@ -229,8 +244,11 @@ int ticket_mint(const ticket_secret *secret,
     if (next_nonce(out + 28) < 0)
         return SMP_EIO;
     put_u16(out + 44, (uint16_t)keylen);
+    put_u32(out + 46, c->key_id);
+    put_u16(out + 50, (uint16_t)tenlen);
     memcpy(out + TICKET_FIXED, c->segment, seglen);
     memcpy(out + TICKET_FIXED + seglen, c->key, keylen);
+    memcpy(out + TICKET_FIXED + seglen + keylen, c->tenant, tenlen);
     if (compute_mac(secret, out, body, out + body) < 0)
         return SMP_EIO;
     *out_len = body + TICKET_MAC_BYTES;
@@ -243,7 +261,7 @@ int ticket_verify(const ticket_secret *secret,
                   uint64_t now_ms,
                   ticket_claims *out)
 {
-    size_t seglen, keylen, body;
+    size_t seglen, keylen, tenlen, body;
     uint8_t mac[TICKET_MAC_BYTES];
     uint64_t expiry;
 
@@ -253,10 +271,11 @@ int ticket_verify(const ticket_secret *secret,
         return SMP_EPROTO;
     seglen = get_u16(tok + 2);
     keylen = get_u16(tok + 44);
+    tenlen = get_u16(tok + 50);
     if (tok[0] != TICKET_VERSION || seglen == 0 || seglen > TICKET_SEGMENT_MAX ||
-        keylen > TICKET_KEY_MAX)
+        keylen > TICKET_KEY_MAX || tenlen > TICKET_TENANT_MAX)
         return SMP_EPROTO;
-    body = TICKET_FIXED + seglen + keylen;
+    body = TICKET_FIXED + seglen + keylen + tenlen;
     if (len != body + TICKET_MAC_BYTES)
         return SMP_EPROTO;
     if (compute_mac(secret, tok, body, mac) < 0)
@@ -267,7 +286,8 @@ int ticket_verify(const ticket_secret *secret,
     if (tok[1] != TICKET_OP_WRITE && tok[1] != TICKET_OP_READ)
         return SMP_EPROTO;
     if (memchr(tok + TICKET_FIXED, '\0', seglen) != NULL ||
-        memchr(tok + TICKET_FIXED + seglen, '\0', keylen) != NULL)
+        memchr(tok + TICKET_FIXED + seglen, '\0', keylen) != NULL ||
+        memchr(tok + TICKET_FIXED + seglen + keylen, '\0', tenlen) != NULL)
         return SMP_EPROTO;
     expiry = get_u64(tok + 20);
     if (expiry <= now_ms)
@@ -281,8 +301,60 @@ int ticket_verify(const ticket_secret *secret,
         memcpy(out->nonce, tok + 28, 16);
         memcpy(out->segment, tok + TICKET_FIXED, seglen);
         memcpy(out->key, tok + TICKET_FIXED + seglen, keylen);
+        out->key_id = get_u32(tok + 46);
+        memcpy(out->tenant, tok + TICKET_FIXED + seglen + keylen, tenlen);
     }
     return SMP_OK;
+}
+
+int ticket_keyring_init(ticket_keyring *r)
+{
+    ticket_keyring k;
+    if (r == NULL)
+        return SMP_EINVAL;
+    memset(&k, 0, sizeof(k));
+    if (ticket_secret_generate(&k.current, 32) < 0)
+        return SMP_EIO;
+    k.current_id = 1;
+    *r = k;
+    OPENSSL_cleanse(&k, sizeof(k));
+    return SMP_OK;
+}
+
+int ticket_keyring_rotate(ticket_keyring *r)
+{
+    ticket_secret fresh;
+    if (r == NULL)
+        return SMP_EINVAL;
+    if (ticket_secret_generate(&fresh, 32) < 0)
+        return SMP_EIO;
+    r->previous = r->current;
+    r->previous_id = r->current_id;
+    r->current = fresh;
+    r->current_id++;
+    OPENSSL_cleanse(&fresh, sizeof(fresh));
+    return SMP_OK;
+}
+
+int ticket_verify_ring(const ticket_keyring *r,
+                       const uint8_t *tok,
+                       size_t len,
+                       uint64_t now_ms,
+                       ticket_claims *out)
+{
+    uint32_t id;
+    if (r == NULL)
+        return SMP_EINVAL;
+    if (tok == NULL || len < TICKET_FIXED + 1 + TICKET_MAC_BYTES || len > TICKET_MAX_BYTES)
+        return SMP_EPROTO;
+    /* The id only picks the key; the MAC covers it, so a changed id fails
+     * the signature like any other tampered byte. */
+    id = get_u32(tok + 46);
+    if (id == r->current_id)
+        return ticket_verify(&r->current, tok, len, now_ms, out);
+    if (r->previous.len > 0 && id == r->previous_id)
+        return ticket_verify(&r->previous, tok, len, now_ms, out);
+    return SMP_EINVAL;
 }
 
 int ticket_check_use(const ticket_claims *c,

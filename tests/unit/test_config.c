@@ -109,6 +109,9 @@ static void test_defaults(void **state)
     host_config c;
     assert_int_equal(host_config_defaults(&c), 0);
     assert_default_values(&c);
+    assert_int_equal(c.node_ticket_ttl_ms, 60000);
+    assert_int_equal(c.node_require_read_tickets, 1);
+    assert_int_equal(c.node_allow_insecure_reads, 0);
     assert_string_equal(c.data_dir, "var/data");
     assert_string_equal(c.node_cold_dir, "var/data/cold");
     assert_null(c.plugins);
@@ -235,6 +238,9 @@ static void test_every_key_is_read(void **state)
             "  embedded: false\n"
             "  segment_dir: /dev/shm/x\n"
             "  segment_bytes: 1048576\n"
+            "  ticket_ttl_ms: 5000\n"
+            "  require_read_tickets: false\n"
+            "  allow_insecure_reads: true\n"
             "cluster:\n"
             "  default_weight_preferred_residency: hot\n"
             "  default_weight_mixed_hot_ratio: 0.25\n"
@@ -271,6 +277,9 @@ static void test_every_key_is_read(void **state)
     assert_int_equal(c.node_embedded, 0);
     assert_string_equal(c.node_segment_dir, "/dev/shm/x");
     assert_int_equal(c.node_segment_bytes, 1048576);
+    assert_int_equal(c.node_ticket_ttl_ms, 5000);
+    assert_int_equal(c.node_require_read_tickets, 0);
+    assert_int_equal(c.node_allow_insecure_reads, 1);
     assert_int_equal(c.cluster.default_weight_preferred_residency, HOST_RESIDENCY_HOT);
     assert_true(c.cluster.default_weight_mixed_hot_ratio == 0.25);
     assert_int_equal(c.cluster.default_weight_migration_mode, HOST_MODE_MANUAL);
@@ -391,6 +400,20 @@ static void test_refuses_unknown_enum_names(void **state)
                    "pinned, manual, auto");
     expect_refused("oplog: {backend: raft}\n",
                    "x.yaml:1: oplog.backend: \"raft\" is not one of file, etcd");
+}
+
+/* Reads without tickets only with the explicit insecure key; ticket life
+ * bounded. */
+static void test_refuses_unticketed_reads_without_insecure_key(void **state)
+{
+    (void)state;
+    expect_refused("node:\n  require_read_tickets: false\n",
+                   "node.require_read_tickets: false lets anyone who reaches the node's data port "
+                   "read any range; it needs node.allow_insecure_reads: true");
+    expect_refused("node:\n  require_read_tickets: false\n  allow_insecure_reads: false\n",
+                   "needs node.allow_insecure_reads: true");
+    expect_refused("node: {ticket_ttl_ms: 999}\n", "node.ticket_ttl_ms");
+    expect_refused("node: {ticket_ttl_ms: 3600001}\n", "node.ticket_ttl_ms");
 }
 
 static void test_refuses_non_booleans(void **state)
@@ -889,6 +912,7 @@ int main(void)
         cmocka_unit_test(test_refuses_zero_batch_limit),
         cmocka_unit_test(test_refuses_unknown_enum_names),
         cmocka_unit_test(test_refuses_non_booleans),
+        cmocka_unit_test(test_refuses_unticketed_reads_without_insecure_key),
         cmocka_unit_test(test_refuses_bad_integers),
         cmocka_unit_test(test_refuses_wrong_node_kind),
         cmocka_unit_test(test_refuses_missing_values),

@@ -68,8 +68,12 @@ static harness *harness_start_cold(const char *seg_id, const ticket_secret *secr
 {
     harness *h = calloc(1, sizeof(*h));
     seg_options so = { .dir = g_dir, .id = seg_id, .size = SEG_BYTES };
-    data_server_options o = { .listen_tcp = "127.0.0.1:0", .secret = secret,
-                              .require_read_ticket = read_tickets,
+    /* The tests' tickets name key id 0 (their claims start zeroed). */
+    ticket_keyring ring = { .current_id = 0 };
+    if (secret != NULL)
+        ring.current = *secret;
+    data_server_options o = { .listen_tcp = "127.0.0.1:0", .keys = secret ? &ring : NULL,
+                              .allow_unticketed_reads = !read_tickets,
                               .idle_timeout_ms = idle_ms };
     char err[256];
     assert_non_null(h);
@@ -393,6 +397,29 @@ static void test_read_tickets_when_required(void **state)
     harness_stop(h);
 }
 
+/* A write ticket writes once: the same ticket again is refused with
+ * SMP_EEXIST and the bytes stay the first write's; a write whose
+ * connection broke in the middle gives its ticket back. */
+static void test_write_ticket_is_single_use(void **state)
+{
+    harness *h = harness_start("su", &g_secret, 1);
+    ndc_conn *c = connect_to(h);
+    uint8_t tk[TICKET_MAX_BYTES], a[4096], b[4096];
+    size_t n = mint(&g_secret, TICKET_OP_WRITE, "su", 0, sizeof(a), 60000, tk);
+    (void)state;
+    memset(a, 0x0a, sizeof(a));
+    memset(b, 0x0b, sizeof(b));
+    assert_int_equal(ndc_write(c, "su", 0, sizeof(a), a, tk, n), SMP_OK);
+    assert_int_equal(ndc_write(c, "su", 0, sizeof(b), b, tk, n), SMP_EEXIST);
+    assert_non_null(strstr(ndc_last_error(c), "already used"));
+    ndc_close(c);
+    c = connect_to(h);
+    assert_int_equal(ndc_write(c, "su", 0, sizeof(b), b, tk, n), SMP_EEXIST);
+    assert_memory_equal(seg_ptr(h->seg, 0, sizeof(a)), a, sizeof(a));
+    ndc_close(c);
+    harness_stop(h);
+}
+
 /* Without a secret a node takes no writes at all. */
 static void test_no_secret_no_writes(void **state)
 {
@@ -496,6 +523,35 @@ static void cold_fixture_done(cold_tier *ct, uint8_t *data)
     free(data);
 }
 
+/* With read tickets required (the default), a cold file's data needs a
+ * READ ticket naming that file; another file's ticket, a range past it or
+ * none is refused and nothing is sent. */
+static void test_cold_reads_need_their_ticket(void **state)
+{
+    char name[COLD_NAME_MAX];
+    uint8_t *data, buf[4096], tk[TICKET_MAX_BYTES];
+    cold_tier *ct = cold_fixture(name, &data);
+    harness *h = harness_start_cold("ck", &g_secret, 1, 0, ct);
+    ndc_conn *c = connect_to(h);
+    size_t n;
+    (void)state;
+    memset(buf, 0x5a, sizeof(buf));
+    assert_int_equal(ndc_read_cold(c, name, 0, sizeof(buf), buf, NULL, 0), SMP_EINVAL);
+    n = mint(&g_secret, TICKET_OP_READ, "0000000000000000000000000000000000000000000000000000000000000000.cold",
+             0, COLD_OBJ_BYTES, 60000, tk);
+    assert_int_equal(ndc_read_cold(c, name, 0, sizeof(buf), buf, tk, n), SMP_EINVAL);
+    n = mint(&g_secret, TICKET_OP_READ, name, 0, 1024, 60000, tk);
+    assert_int_equal(ndc_read_cold(c, name, 0, sizeof(buf), buf, tk, n), SMP_ERANGE);
+    for (size_t i = 0; i < sizeof(buf); i++)
+        assert_int_equal(buf[i], 0x5a);
+    n = mint(&g_secret, TICKET_OP_READ, name, 0, COLD_OBJ_BYTES, 60000, tk);
+    assert_int_equal(ndc_read_cold(c, name, 0, sizeof(buf), buf, tk, n), SMP_OK);
+    assert_memory_equal(buf, data, sizeof(buf));
+    ndc_close(c);
+    harness_stop(h);
+    cold_fixture_done(ct, data);
+}
+
 /* A cold file's data comes back whole, in ranges that straddle the node's
  * chunks, empty, and at its very end; the header is never part of it. */
 static void test_cold_read_round_trip(void **state)
@@ -508,14 +564,14 @@ static void test_cold_read_round_trip(void **state)
     data_server_stats st;
     const uint64_t mib = 1u << 20;
     (void)state;
-    assert_int_equal(ndc_read_cold(c, name, 0, COLD_OBJ_BYTES, out), SMP_OK);
+    assert_int_equal(ndc_read_cold(c, name, 0, COLD_OBJ_BYTES, out, NULL, 0), SMP_OK);
     assert_memory_equal(out, data, COLD_OBJ_BYTES);
-    assert_int_equal(ndc_read_cold(c, name, mib - 7, mib + 20, out), SMP_OK);
+    assert_int_equal(ndc_read_cold(c, name, mib - 7, mib + 20, out, NULL, 0), SMP_OK);
     assert_memory_equal(out, data + mib - 7, mib + 20);
-    assert_int_equal(ndc_read_cold(c, name, 5, 0, out), SMP_OK);
-    assert_int_equal(ndc_read_cold(c, name, COLD_OBJ_BYTES - 1, 1, out), SMP_OK);
+    assert_int_equal(ndc_read_cold(c, name, 5, 0, out, NULL, 0), SMP_OK);
+    assert_int_equal(ndc_read_cold(c, name, COLD_OBJ_BYTES - 1, 1, out, NULL, 0), SMP_OK);
     assert_int_equal(out[0], data[COLD_OBJ_BYTES - 1]);
-    assert_int_equal(ndc_read_cold(c, name, COLD_OBJ_BYTES, 0, out), SMP_OK);
+    assert_int_equal(ndc_read_cold(c, name, COLD_OBJ_BYTES, 0, out, NULL, 0), SMP_OK);
     /* memory reads on the same connection are unaffected */
     assert_int_equal(ndc_read(c, "cr", 0, 16, out, NULL, 0), SMP_OK);
     assert_int_equal(out[0], PATTERN);
@@ -555,18 +611,18 @@ static void test_cold_read_refusals(void **state)
     (void)state;
 
     snprintf(bad, sizeof(bad), "../%s", name);
-    assert_int_equal(ndc_read_cold(c, bad, 0, 16, buf), SMP_EINVAL);
+    assert_int_equal(ndc_read_cold(c, bad, 0, 16, buf, NULL, 0), SMP_EINVAL);
     snprintf(bad, sizeof(bad), "%s/%s", cold_dir(ct), name); /* a path, even the right one */
-    assert_int_equal(ndc_read_cold(c, bad, 0, 16, buf), SMP_EINVAL);
+    assert_int_equal(ndc_read_cold(c, bad, 0, 16, buf, NULL, 0), SMP_EINVAL);
     snprintf(bad, sizeof(bad), "sub/%s", name);
-    assert_int_equal(ndc_read_cold(c, bad, 0, 16, buf), SMP_EINVAL);
-    assert_int_equal(ndc_read_cold(c, "/etc/passwd", 0, 16, buf), SMP_EINVAL);
-    assert_int_equal(ndc_read_cold(c, "..", 0, 16, buf), SMP_EINVAL);
-    assert_int_equal(ndc_read_cold(c, "cf", 0, 16, buf), SMP_EINVAL); /* a segment id */
+    assert_int_equal(ndc_read_cold(c, bad, 0, 16, buf, NULL, 0), SMP_EINVAL);
+    assert_int_equal(ndc_read_cold(c, "/etc/passwd", 0, 16, buf, NULL, 0), SMP_EINVAL);
+    assert_int_equal(ndc_read_cold(c, "..", 0, 16, buf, NULL, 0), SMP_EINVAL);
+    assert_int_equal(ndc_read_cold(c, "cf", 0, 16, buf, NULL, 0), SMP_EINVAL); /* a segment id */
     snprintf(bad, sizeof(bad), "%.64s.tmp", name);
-    assert_int_equal(ndc_read_cold(c, bad, 0, 16, buf), SMP_EINVAL);
+    assert_int_equal(ndc_read_cold(c, bad, 0, 16, buf, NULL, 0), SMP_EINVAL);
     /* served between refusals: the other client */
-    assert_int_equal(ndc_read_cold(c2, name, 0, sizeof(buf), buf), SMP_OK);
+    assert_int_equal(ndc_read_cold(c2, name, 0, sizeof(buf), buf, NULL, 0), SMP_OK);
     assert_memory_equal(buf, data, sizeof(buf));
 
     /* a NUL inside the name: the whole name is checked, not its first part */
@@ -580,27 +636,27 @@ static void test_cold_read_refusals(void **state)
     /* a well-formed name of no file */
     memset(sha, 7, sizeof(sha));
     assert_int_equal(cold_name_for("model/none", sha, other), SMP_OK);
-    assert_int_equal(ndc_read_cold(c, other, 0, 16, buf), SMP_ENOTFOUND);
+    assert_int_equal(ndc_read_cold(c, other, 0, 16, buf, NULL, 0), SMP_ENOTFOUND);
     /* a file of that name that is no cold file */
     snprintf(path, sizeof(path), "%s/%s", cold_dir(ct), other);
     f = fopen(path, "w");
     assert_non_null(f);
     fputs("not a cold file", f);
     fclose(f);
-    assert_int_equal(ndc_read_cold(c, other, 0, 4, buf), SMP_EPROTO);
+    assert_int_equal(ndc_read_cold(c, other, 0, 4, buf, NULL, 0), SMP_EPROTO);
     /* a symlink with a cold name, out of the directory: not followed */
     assert_int_equal(unlink(path), 0);
     assert_int_equal(symlink("/etc/passwd", path), 0);
-    assert_true(ndc_read_cold(c, other, 0, 4, buf) < 0);
+    assert_true(ndc_read_cold(c, other, 0, 4, buf, NULL, 0) < 0);
     assert_int_equal(unlink(path), 0);
 
     /* ranges past the data, and one that would wrap */
-    assert_int_equal(ndc_read_cold(c, name, COLD_OBJ_BYTES - 10, 11, buf), SMP_ERANGE);
-    assert_int_equal(ndc_read_cold(c, name, COLD_OBJ_BYTES + 1, 0, buf), SMP_ERANGE);
-    assert_int_equal(ndc_read_cold(c, name, UINT64_MAX - 1, 16, buf), SMP_ERANGE);
+    assert_int_equal(ndc_read_cold(c, name, COLD_OBJ_BYTES - 10, 11, buf, NULL, 0), SMP_ERANGE);
+    assert_int_equal(ndc_read_cold(c, name, COLD_OBJ_BYTES + 1, 0, buf, NULL, 0), SMP_ERANGE);
+    assert_int_equal(ndc_read_cold(c, name, UINT64_MAX - 1, 16, buf, NULL, 0), SMP_ERANGE);
 
     /* the refused connection still reads */
-    assert_int_equal(ndc_read_cold(c, name, 100, sizeof(buf), buf), SMP_OK);
+    assert_int_equal(ndc_read_cold(c, name, 100, sizeof(buf), buf, NULL, 0), SMP_OK);
     assert_memory_equal(buf, data + 100, sizeof(buf));
     /* a next request on each connection: the node has booked the cold reads */
     assert_int_equal(ndc_read(c, "cf", 0, 16, buf, NULL, 0), SMP_OK);
@@ -633,7 +689,7 @@ static void test_cold_read_client_vanishes(void **state)
         if (i % 2 == 1)
             usleep(20 * 1000); /* let the transfer start */
         ndc_close(gone);
-        assert_int_equal(ndc_read_cold(ok, name, 7, sizeof(buf), buf), SMP_OK);
+        assert_int_equal(ndc_read_cold(ok, name, 7, sizeof(buf), buf, NULL, 0), SMP_OK);
         assert_memory_equal(buf, data + 7, sizeof(buf));
     }
     ndc_close(ok);
@@ -650,7 +706,7 @@ static void test_cold_read_without_cold_tier(void **state)
     uint8_t sha[32] = { 0 }, buf[16];
     (void)state;
     assert_int_equal(cold_name_for("k", sha, name), SMP_OK);
-    assert_int_equal(ndc_read_cold(c, name, 0, sizeof(buf), buf), SMP_ENOTSUP);
+    assert_int_equal(ndc_read_cold(c, name, 0, sizeof(buf), buf, NULL, 0), SMP_ENOTSUP);
     assert_int_equal(ndc_read(c, "nc", 0, sizeof(buf), buf, NULL, 0), SMP_OK);
     ndc_close(c);
     harness_stop(h);
@@ -664,6 +720,8 @@ int main(void)
         cmocka_unit_test(test_range_and_segment_refusals),
         cmocka_unit_test(test_bad_frames_close_only_their_connection),
         cmocka_unit_test(test_read_tickets_when_required),
+        cmocka_unit_test(test_write_ticket_is_single_use),
+        cmocka_unit_test(test_cold_reads_need_their_ticket),
         cmocka_unit_test(test_no_secret_no_writes),
         cmocka_unit_test(test_two_clients_interleaved),
         cmocka_unit_test(test_idle_connections_are_closed),

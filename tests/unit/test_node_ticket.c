@@ -193,6 +193,59 @@ static void test_secrets_and_bad_claims(void **state)
     assert_int_equal(ticket_mint(&g_secret, &c, out, 40, &n), SMP_ERANGE);
 }
 
+/* Key id and tenant travel signed; a keyring verifies tickets of its
+ * current and previous key by id and refuses a key it no longer holds; a
+ * version-1 ticket is malformed. */
+static void test_key_ids_tenant_and_rotation(void **state)
+{
+    ticket_keyring ring;
+    ticket_claims c, out;
+    uint8_t t1[TICKET_MAX_BYTES], t2[TICKET_MAX_BYTES];
+    size_t n1 = 0, n2 = 0;
+    uint64_t now = ticket_now_ms();
+    (void)state;
+    assert_int_equal(ticket_keyring_init(&ring), SMP_OK);
+    assert_int_equal(ring.current_id, 1);
+    memset(&c, 0, sizeof(c));
+    c.op = TICKET_OP_READ;
+    snprintf(c.segment, sizeof(c.segment), "seg");
+    snprintf(c.key, sizeof(c.key), "weights/team-a/ns/r/1/1/payload/0");
+    snprintf(c.tenant, sizeof(c.tenant), "team-a");
+    c.length = 64;
+    c.expiry_ms = now + 60000;
+    c.key_id = ring.current_id;
+    assert_int_equal(ticket_mint(&ring.current, &c, t1, sizeof(t1), &n1), SMP_OK);
+    assert_int_equal(ticket_verify_ring(&ring, t1, n1, now, &out), SMP_OK);
+    assert_int_equal(out.key_id, 1);
+    assert_string_equal(out.tenant, "team-a");
+    assert_string_equal(out.key, c.key);
+
+    assert_int_equal(ticket_keyring_rotate(&ring), SMP_OK);
+    assert_int_equal(ring.current_id, 2);
+    assert_int_equal(ring.previous_id, 1);
+    c.key_id = ring.current_id;
+    assert_int_equal(ticket_mint(&ring.current, &c, t2, sizeof(t2), &n2), SMP_OK);
+    assert_int_equal(ticket_verify_ring(&ring, t1, n1, now, NULL), SMP_OK); /* previous */
+    assert_int_equal(ticket_verify_ring(&ring, t2, n2, now, NULL), SMP_OK);
+    /* key 1 signed with key 2's secret: the id picks key 1, the MAC fails */
+    c.key_id = 1;
+    assert_int_equal(ticket_mint(&ring.current, &c, t2, sizeof(t2), &n2), SMP_OK);
+    assert_int_equal(ticket_verify_ring(&ring, t2, n2, now, NULL), SMP_EINVAL);
+
+    assert_int_equal(ticket_keyring_rotate(&ring), SMP_OK); /* key 1 forgotten */
+    assert_int_equal(ticket_verify_ring(&ring, t1, n1, now, NULL), SMP_EINVAL);
+
+    /* a changed tenant breaks the signature */
+    assert_int_equal(ticket_keyring_init(&ring), SMP_OK);
+    c.key_id = 1;
+    assert_int_equal(ticket_mint(&ring.current, &c, t1, sizeof(t1), &n1), SMP_OK);
+    t1[n1 - 33] ^= 1; /* the tenant's last byte */
+    assert_int_equal(ticket_verify_ring(&ring, t1, n1, now, NULL), SMP_EINVAL);
+    t1[n1 - 33] ^= 1;
+    t1[0] = 1; /* version 1 */
+    assert_int_equal(ticket_verify_ring(&ring, t1, n1, now, NULL), SMP_EPROTO);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -203,6 +256,7 @@ int main(void)
         cmocka_unit_test(test_malformed_is_refused),
         cmocka_unit_test(test_use_is_bounded),
         cmocka_unit_test(test_secrets_and_bad_claims),
+        cmocka_unit_test(test_key_ids_tenant_and_rotation),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
