@@ -1082,11 +1082,19 @@ static void wm_run_suspects(wm_plugin *p, wm_lc *lc, const smp_tick_budget *budg
  * become READY with their observed residency. A pass over the revisions
  * starts every WM_DEGRADED_RECHECK_MS (or at once after NODE_UP) and goes
  * on from its cursor in later rounds when the checks or the deadline run
- * out, so revisions late in the identity order are rechecked too. */
+ * out, so revisions late in the identity order are rechecked too. No pass
+ * while no revision is DEGRADED (the store counts them): an idle tick must
+ * not cost a walk of every revision. */
 static void wm_run_recheck(wm_plugin *p, wm_lc *lc, const smp_tick_budget *budget,
                            uint64_t *checks)
 {
     uint64_t now = p->api->now_ms(p->host);
+    wm_store_stats stats;
+    wm_store_stats_get(p->store, &stats);
+    if (stats.by_availability[WM_AVAIL_DEGRADED] == 0) {
+        lc->recheck_running = 0; /* nothing to find: no pass over every revision */
+        return;
+    }
     if (!lc->recheck_running) {
         if (!lc->recheck && now - lc->last_recheck_ms < WM_DEGRADED_RECHECK_MS) return;
         lc->recheck = 0;
