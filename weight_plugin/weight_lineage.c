@@ -737,7 +737,11 @@ void wm_lineage_drive(wm_plugin *p)
     wm_lin *L = p->lin;
     if (L == NULL) return;
     wm_lin_count_recovered(p);
-    size_t n = wm_store_lineage_count(p->store);
+    wm_store_stats stats;
+    wm_store_stats_get(p->store, &stats);
+    /* Every lineage that ever had a claim keeps its entry: walk them only
+     * while a claim is in progress. */
+    size_t n = stats.open_claims > 0 ? wm_store_lineage_count(p->store) : 0;
     for (size_t i = 0; i < n; i++) {
         const wm_lineage_entry *e = wm_store_lineage_at(p->store, i);
         if (!e->has_claim || wm_claim_terminal(&e->claim)) continue;
@@ -799,7 +803,9 @@ void wm_lineage_metrics(wm_plugin *p)
     uint64_t open[WM_MODES][WM_PHASES];
     uint64_t unavailable = 0;
     memset(open, 0, sizeof(open));
-    size_t n = wm_store_lineage_count(p->store);
+    wm_store_stats stats;
+    wm_store_stats_get(p->store, &stats);
+    size_t n = stats.open_claims > 0 ? wm_store_lineage_count(p->store) : 0;
     for (size_t i = 0; i < n; i++) {
         const wm_lineage_entry *e = wm_store_lineage_at(p->store, i);
         if (!e->has_claim || wm_claim_terminal(&e->claim)) continue;

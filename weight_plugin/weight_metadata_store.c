@@ -1153,6 +1153,12 @@ const wm_lineage_entry *wm_store_lineage_at(const wm_store *st, size_t i)
     return i < st->n_lineages ? &st->lineages[i] : NULL;
 }
 
+/* Whether e holds a claim still in progress (counted in open_claims). */
+static int wm_claim_open(const wm_lineage_entry *e)
+{
+    return e->has_claim && !wm_claim_terminal(&e->claim);
+}
+
 int wm_store_apply_claim(wm_store *st, const wm_lineage_claim *c, char *msg, size_t cap)
 {
     int rc;
@@ -1171,6 +1177,8 @@ int wm_store_apply_claim(wm_store *st, const wm_lineage_claim *c, char *msg, siz
     }
     if ((rc = wm_lineage_claim_step(&e, c, msg, cap)) < 0) return rc;
     if (found) {
+        if (wm_claim_open(&st->lineages[at])) st->stats.open_claims--;
+        if (wm_claim_open(&e)) st->stats.open_claims++;
         st->lineages[at] = e;
         return WM_OK;
     }
@@ -1185,6 +1193,7 @@ int wm_store_apply_claim(wm_store *st, const wm_lineage_claim *c, char *msg, siz
             (st->n_lineages - at) * sizeof(*st->lineages));
     st->lineages[at] = e;
     st->n_lineages++;
+    if (wm_claim_open(&e)) st->stats.open_claims++;
     return WM_OK;
 }
 
@@ -1324,6 +1333,8 @@ int wm_store_load(wm_store *st, const uint8_t *buf, size_t len, char *msg, size_
         fresh->n_lineages = img.n_lineages;
         fresh->cap_lineages = img.n_lineages;
         qsort(fresh->lineages, fresh->n_lineages, sizeof(*fresh->lineages), wm_lineage_entry_cmp);
+        for (size_t i = 0; i < fresh->n_lineages; i++)
+            if (wm_claim_open(&fresh->lineages[i])) fresh->stats.open_claims++;
     }
     fresh->next_op_id = img.next_operation_id > fresh->next_op_id ? img.next_operation_id
                                                                    : fresh->next_op_id;

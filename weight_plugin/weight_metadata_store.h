@@ -30,6 +30,7 @@ typedef struct wm_store_stats {
     uint64_t active_operations;  /* revisions naming an active operation */
     uint64_t operations;         /* operation records, ended ones included */
     uint64_t leases;             /* lease records */
+    uint64_t open_claims;        /* lineages whose claim is neither COMMITTED nor ABORTED */
 } wm_store_stats;
 
 /* An empty store. SMP_ENOMEM. */

@@ -45,6 +45,15 @@ static int replay_claim(wm_store *st, const wm_lineage_claim *c)
     return rc;
 }
 
+/* The store's count of claims in progress (the tick walks the lineages
+ * only while it is not zero). */
+static uint64_t open_claims(const wm_store *st)
+{
+    wm_store_stats s;
+    wm_store_stats_get(st, &s);
+    return s.open_claims;
+}
+
 static const wm_lineage_entry *entry_of(const wm_store *st, const wm_lineage_claim *c)
 {
     wm_lineage lin;
@@ -55,6 +64,7 @@ static const wm_lineage_entry *entry_of(const wm_store *st, const wm_lineage_cla
 /* Walk every phase of seq; each record twice (the duplicate is a no-op). */
 static void walk(wm_store *st, wm_lineage_claim *c, const wm_claim_phase *seq, size_t n)
 {
+    uint64_t others = open_claims(st); /* c's lineage has no claim yet */
     for (size_t i = 0; i < n; i++) {
         c->phase = seq[i];
         c->updated_ms = 200 + i;
@@ -64,6 +74,7 @@ static void walk(wm_store *st, wm_lineage_claim *c, const wm_claim_phase *seq, s
         const wm_lineage_entry *e = entry_of(st, c);
         assert_non_null(e);
         assert_int_equal(e->claim.phase, seq[i]);
+        assert_int_equal(open_claims(st), others + (seq[i] == WM_PHASE_COMMITTED ? 0 : 1));
     }
 }
 
@@ -229,6 +240,8 @@ static void test_section_keeps_claims_and_watermarks(void **state)
     assert_int_equal(wm_store_lineage_count(back), 2);
     assert_int_equal(entry_of(back, &c)->committed_watermark, 2);
     assert_int_equal(entry_of(back, &o)->claim.phase, WM_PHASE_CLAIMED);
+    assert_int_equal(open_claims(st), 1); /* "zeta" is open, c committed */
+    assert_int_equal(open_claims(back), 1);
     /* The loaded table enforces the same rules. */
     c.phase = WM_PHASE_CLAIMED;
     strcpy(c.request_id, "late");
