@@ -17,6 +17,7 @@ static const char *const host_cap_names[] = {
 static const char *const plugin_cap_names[] = {"object_guard", "hot_reload", "weights", "lineage"};
 static const char *const event_names[] = {
     NULL, "object_completed", "replica_lost", "node_up", "node_down", "memory_pressure", "role_change",
+    "read_miss",
 };
 
 /* "0x<hex> (name,name,bit40)" -- or "(-)" when no bit is set. */
@@ -86,7 +87,7 @@ static void describe_plugin(const host_plugins *reg, const host_plugin *p, FILE 
         if (e->owner == p) mask |= e->e.mask;
     }
     fputs("  events ", out);
-    print_bits(out, mask, event_names, 7);
+    print_bits(out, mask, event_names, 8);
     fputs("\n", out);
     for (size_t i = 0; i < p->n_metrics; i++)
         fprintf(out, "  metric %s\n", p->metrics[i].name);

@@ -345,7 +345,14 @@ typedef enum smp_event_type {
     SMP_EVENT_NODE_UP = 3,          /* node registered: node */
     SMP_EVENT_NODE_DOWN = 4,        /* node stopped heartbeating: node */
     SMP_EVENT_MEMORY_PRESSURE = 5,  /* used crossed the high watermark: used, capacity */
-    SMP_EVENT_ROLE_CHANGE = 6       /* this master became active or standby: is_leader */
+    SMP_EVENT_ROLE_CHANGE = 6,      /* this master became active or standby: is_leader */
+    /* Appended in ABI 1.1 (an enum value, no struct change: a plugin that
+     * asks for it from a host that never sends it only misses the early
+     * notice). A client's get-replicas found nothing to read: the object is
+     * unknown (group "") or has no complete replica on a live node. key,
+     * group. Sent on the active master per failed read, so a plugin must
+     * handle it cheaply. */
+    SMP_EVENT_READ_MISS = 7
 } smp_event_type;
 
 #define SMP_EVENT_MASK(t) (UINT32_C(1) << (t))

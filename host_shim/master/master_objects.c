@@ -3,7 +3,8 @@
  * Plain object storage that works with or without plugins: put start (soft
  * state, answered at once), put end / revoke / remove / remove by prefix
  * (each answered only after its OpLog record is durable and applied, through
- * master_commit), replica lookup under a read lease, exists and listing
+ * master_commit), replica lookup under a read lease (a lookup that finds
+ * nothing to read is reported to plugins as SMP_EVENT_READ_MISS), exists and listing
  * (reads of the applied state). Setting a group's managed flag is refused:
  * only the plugin that owns a group does that (host API group_set_managed). A request that does not
  * decode is answered SMP_EPROTO; every refusal carries a message naming the
@@ -250,6 +251,15 @@ static int read_ticket(master *m, const char *key, const obj_replica *r, const s
     return master_mint_ticket(m, &tr, out, TICKET_MAX_BYTES, len);
 }
 
+/* A read found nothing under key (SMP_EVENT_READ_MISS): the plugin that owns
+ * the key's group checks it against the replicas. group is "" when the
+ * object is unknown. */
+static void emit_read_miss(master *m, const char *key, const char *group)
+{
+    smp_event ev = {.struct_size = sizeof(ev), .type = SMP_EVENT_READ_MISS, .key = key, .group = group};
+    master_emit(m, &ev);
+}
+
 static int h_get_replicas(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len)
 {
     master *m = ctx;
@@ -264,6 +274,7 @@ static int h_get_replicas(void *ctx, smp_rpc_call *call, const uint8_t *body, si
     smp_object_info info = {.struct_size = sizeof(info)};
     if (rc == SMP_OK) rc = obj_object_info(m->objs, req->key, &info);
     if (rc < 0) {
+        if (rc == SMP_ENOTFOUND) emit_read_miss(m, req->key, "");
         reply_err(call, rc, "get replicas", req->key);
         goto free_req;
     }
@@ -293,6 +304,7 @@ static int h_get_replicas(void *ctx, smp_rpc_call *call, const uint8_t *body, si
         k++;
     }
     if (k == 0) {
+        emit_read_miss(m, req->key, info.group ? info.group : "");
         reply_err(call, SMP_EAGAIN, "get replicas: no replica on a live node", req->key);
         goto free_req;
     }

@@ -106,6 +106,33 @@ static void test_object_completed_event_after_put_end(void **state)
     hx_cleanup(&m);
 }
 
+/* A get-replicas that finds nothing reaches the plugin as a read-miss
+ * event with the key: an unknown object, and one the plugin may check. A
+ * read that finds its object is no miss. */
+static void test_read_miss_event_on_get_replicas(void **state)
+{
+    (void)state;
+    hx_master m;
+    char rep[512];
+    kvc_object o;
+    assert_int_equal(hx_init(&m, "hooks", config_extra()), 0);
+    assert_int_equal(hx_start(&m, 10000), 0);
+    kvc *c = hx_client(&m);
+    report(&m, rep, sizeof(rep));
+    assert_int_equal(field(rep, "read_misses="), 0);
+    assert_true(kvc_get(c, "events/absent", &o) < 0);
+    report(&m, rep, sizeof(rep));
+    assert_int_equal(field(rep, "read_misses="), 1);
+    assert_non_null(strstr(rep, "miss_key=events/absent "));
+    assert_int_equal(kvc_put_bytes(c, "events/here", "hello", 5, SMP_DATA_KV, NULL, 0, NULL), 0);
+    memset(&o, 0, sizeof(o));
+    assert_int_equal(kvc_get(c, "events/here", &o), 0);
+    report(&m, rep, sizeof(rep));
+    assert_int_equal(field(rep, "read_misses="), 1);
+    kvc_close(c);
+    hx_cleanup(&m);
+}
+
 /* /metrics carries the host's families and the plugin's; /health and /role
  * answer; anything else is 404. */
 static void test_admin_http_endpoints(void **state)
@@ -148,6 +175,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tick_gets_budget_and_keeps_cursor),
         cmocka_unit_test(test_object_completed_event_after_put_end),
+        cmocka_unit_test(test_read_miss_event_on_get_replicas),
         cmocka_unit_test(test_admin_http_endpoints),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

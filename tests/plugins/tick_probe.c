@@ -4,9 +4,10 @@
  * Its tick (period 10 ms, leader only) asks to be called again (MORE) while
  * the cursor is below 3, advancing it, then says DONE; it remembers the first
  * cursors it saw and the budget. Its event handler counts object-completed,
- * role-change and memory-pressure events. Method 1 answers one line of text:
- * "ticks=N cursors=a,b,... members=M bytes=B completed=C roles=R pressure=P
- * last_key=K". A counter tick_probe_ticks_total shows on /metrics. */
+ * role-change, memory-pressure and read-miss events. Method 1 answers one
+ * line of text: "ticks=N cursors=a,b,... members=M bytes=B completed=C
+ * roles=R pressure=P read_misses=X miss_key=MK last_key=K". A counter
+ * tick_probe_ticks_total shows on /metrics. */
 #include <stdio.h>
 #include <string.h>
 
@@ -23,8 +24,9 @@ static struct {
     unsigned ticks;
     uint64_t cursors[MAX_SEEN];
     uint64_t members, bytes;
-    unsigned completed, roles, pressure;
+    unsigned completed, roles, pressure, read_misses;
     char last_key[128];
+    char miss_key[128];
 } S;
 
 static int probe_tick(void *plugin, const smp_tick_budget *b, uint64_t *cursor)
@@ -52,6 +54,9 @@ static void probe_event(void *plugin, const smp_event *ev)
         S.roles++;
     } else if (ev->type == SMP_EVENT_MEMORY_PRESSURE) {
         S.pressure++;
+    } else if (ev->type == SMP_EVENT_READ_MISS) {
+        S.read_misses++;
+        snprintf(S.miss_key, sizeof(S.miss_key), "%s", ev->key ? ev->key : "");
     }
 }
 
@@ -66,9 +71,10 @@ static int probe_report(void *plugin, smp_rpc_call *call, const uint8_t *body, s
         off += (size_t)snprintf(cur + off, sizeof(cur) - off, "%s%llu", i ? "," : "",
                                 (unsigned long long)S.cursors[i]);
     int n = snprintf(out, sizeof(out),
-                     "ticks=%u cursors=%s members=%llu bytes=%llu completed=%u roles=%u pressure=%u last_key=%s",
+                     "ticks=%u cursors=%s members=%llu bytes=%llu completed=%u roles=%u pressure=%u "
+                     "read_misses=%u miss_key=%s last_key=%s",
                      S.ticks, cur, (unsigned long long)S.members, (unsigned long long)S.bytes,
-                     S.completed, S.roles, S.pressure, S.last_key);
+                     S.completed, S.roles, S.pressure, S.read_misses, S.miss_key, S.last_key);
     return S.api->rpc_reply(call, SMP_OK, (const uint8_t *)out, (size_t)n);
 }
 
@@ -76,7 +82,7 @@ static const smp_tick tick = {sizeof(smp_tick), 10, 1, probe_tick};
 static const smp_event_handler events = {
     sizeof(smp_event_handler),
     SMP_EVENT_MASK(SMP_EVENT_OBJECT_COMPLETED) | SMP_EVENT_MASK(SMP_EVENT_ROLE_CHANGE) |
-        SMP_EVENT_MASK(SMP_EVENT_MEMORY_PRESSURE),
+        SMP_EVENT_MASK(SMP_EVENT_MEMORY_PRESSURE) | SMP_EVENT_MASK(SMP_EVENT_READ_MISS),
     probe_event,
 };
 static const smp_rpc_method methods[] = {{sizeof(smp_rpc_method), 1, "report", probe_report}};
