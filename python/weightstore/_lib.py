@@ -204,6 +204,7 @@ _PROTOTYPES = {
     "weight_migrate": (c_int, [c_void_p, _P(Identity), c_int, ctypes.c_double, c_u64, _P(Operation)]),
     "weight_get_operation": (c_int, [c_void_p, c_u64, _P(Operation)]),
     "weight_remove": (c_int, [c_void_p, _P(Identity), c_u64, _P(Metadata)]),
+    "weight_repair": (c_int, [c_void_p, _P(Identity), c_u64, _P(Operation)]),
     "weight_upsert": (c_int, [c_void_p, _P(Identity), c_u64, c_int, c_char_p, c_u64, _P(Policy),
                               c_u64, _P(UpsertClaim), _P(c_void_p)]),
     "weight_upsert_status": (c_int, [c_void_p, _P(Identity), _P(UpsertClaim)]),

@@ -1,15 +1,16 @@
 """store -- WeightStore, the Python face of libweightclient.
 
 WeightStore holds one weight_store handle of the C library (one connection
-to the master, its segment mappings) and offers exactly the RFC's eleven
-calls: weight_put, weight_get, weight_is_exist, weight_get_metadata,
+to the master, its segment mappings) and offers the RFC's eleven calls:
+weight_put, weight_get, weight_is_exist, weight_get_metadata,
 weight_get_size, weight_list, weight_update_policy, weight_upsert,
-weight_migrate, weight_get_operation, weight_remove. Everything else here
+weight_migrate, weight_get_operation, weight_remove -- and weight_repair,
+the C library's explicit repair (weightctl repair). Everything else here
 (writers, loads, list pages) is what those calls return.
 
 Concurrency: the C handle is used by one thread at a time, so every call
 takes the store's lock. Mutations are fenced: weight_update_policy,
-weight_migrate, weight_remove and weight_upsert require the
+weight_migrate, weight_repair, weight_remove and weight_upsert require the
 expected_metadata_generation the caller read; none of them reads the
 current one on the caller's behalf.
 
@@ -377,6 +378,25 @@ class WeightStore:
                 rc = self._lib.weight_migrate_request(self._ptr(), cid, int(target), ratio, gen, rid,
                                                       ctypes.byref(op))
             self._check(rc)
+        return _operation_from_c(op)
+
+    def weight_repair(self, identity: IdentityLike, *, expected_metadata_generation: int) -> WeightOperation:
+        """Start a repair now: a REPAIRING operation that restores the
+        replicas the revision's recorded residency needs (memory from cold,
+        cold from memory) -- or, after a repair that FAILED, what that one
+        was restoring -- and brings a DEGRADED revision back to READY once
+        every member is readable. The master starts one by itself when it
+        sees a replica lost and gives up after its repair_max_attempts;
+        this asks for a new one. Returns the operation; follow it with
+        weight_get_operation. NotReadyError unless READY or DEGRADED,
+        BusyError while an operation is active, StaleGenerationError when
+        the revision moved past expected_metadata_generation (nothing
+        changes on a refusal)."""
+        cid = _identity_to_c(identity)
+        gen = _fence(expected_metadata_generation, "weight_repair")
+        op = _lib.Operation()
+        with self._h.lock:
+            self._check(self._lib.weight_repair(self._ptr(), cid, gen, ctypes.byref(op)))
         return _operation_from_c(op)
 
     def weight_get_operation(self, operation_id: int) -> WeightOperation:

@@ -1,4 +1,4 @@
-"""test_store -- the eleven weight_* calls of WeightStore on a real master,
+"""test_store -- the eleven weight_* calls of WeightStore (and weight_repair) on a real master,
 and the RFC's errors each raised as its own exception with nothing changed."""
 from __future__ import annotations
 
@@ -17,12 +17,12 @@ def ident(resource, gen=1, revision="v1", namespace="llm"):
     return ws.WeightIdentity(namespace, resource, revision, gen)
 
 
-def test_public_surface_is_the_eleven_calls():
+def test_public_surface_is_the_eleven_calls_and_repair():
     calls = sorted(n for n in dir(ws.WeightStore) if n.startswith("weight_"))
     assert calls == sorted([
         "weight_put", "weight_get", "weight_is_exist", "weight_get_metadata", "weight_get_size",
         "weight_list", "weight_update_policy", "weight_upsert", "weight_migrate",
-        "weight_get_operation", "weight_remove"])
+        "weight_get_operation", "weight_remove", "weight_repair"])
     public = {n for n in dir(ws.WeightStore) if not n.startswith("_")}
     assert public - set(calls) == {"close"}
 
@@ -183,6 +183,44 @@ def test_migrate_cold_and_back(store):
     op = store.weight_migrate(i, R.HOT, expected_metadata_generation=cold.metadata_generation)
     assert wait_operation(store, op.operation_id).state == ws.WeightOperationState.SUCCEEDED
     assert store.weight_get_metadata(i).metadata.residency == R.HOT
+
+
+def test_weight_repair(store):
+    """weight_repair starts a REPAIRING operation toward the recorded
+    residency under CAS; with every replica in place it succeeds at once and
+    the revision stays READY + HOT with its bytes. A stale or missing
+    generation is refused and starts nothing; an unknown revision is
+    NotFoundError; a deleted one NotReadyError."""
+    i = ident(unique("repair"))
+    src = {"w": (np.arange(64, dtype=np.float32), None)}
+    md = put_model(store, i, src, policy=ws.WeightStoragePolicy(R.HOT, 0.5, ws.WeightMigrationMode.MANUAL))
+    for bad in (0, None, True):
+        with pytest.raises(ws.InvalidArgumentError):
+            store.weight_repair(i, expected_metadata_generation=bad)
+    op = store.weight_repair(i, expected_metadata_generation=md.metadata_generation)
+    assert op.operation_id > 0
+    assert op.kind == ws.WeightOperationKind.REPAIRING and op.target == R.HOT
+    done = wait_operation(store, op.operation_id)
+    assert done.state == ws.WeightOperationState.SUCCEEDED, done.error
+    after = store.weight_get_metadata(i).metadata
+    assert after.availability == ws.WeightAvailability.READY and after.residency == R.HOT
+    assert after.operation_id is None
+    with store.weight_get(i) as load:
+        assert np.array_equal(load["w"].array, src["w"][0])
+
+    # The generation read before the repair is stale now: refused, nothing started.
+    with pytest.raises(ws.StaleGenerationError):
+        store.weight_repair(i, expected_metadata_generation=md.metadata_generation)
+    assert store.weight_get_metadata(i).metadata.metadata_generation == after.metadata_generation
+    with pytest.raises(ws.NotFoundError):
+        store.weight_repair(ident(unique("repair-none")), expected_metadata_generation=1)
+
+    store.weight_remove(i, expected_metadata_generation=after.metadata_generation)
+    assert wait_for(lambda: store.weight_get_metadata(i).metadata.availability == ws.WeightAvailability.DELETED)
+    tomb = store.weight_get_metadata(i).metadata
+    with pytest.raises(ws.NotReadyError):
+        store.weight_repair(i, expected_metadata_generation=tomb.metadata_generation)
+    assert store.weight_get_metadata(i).metadata.metadata_generation == tomb.metadata_generation
 
 
 def test_remove_is_busy_while_a_zero_copy_view_lives(store):
