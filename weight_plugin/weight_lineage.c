@@ -242,6 +242,14 @@ int wm_lineage_target_open(const wm_plugin *p, const wm_identity *id)
     return c != NULL && wm_identity_cmp(&c->target, id) == 0;
 }
 
+const wm_policy *wm_lineage_base_policy(const wm_plugin *p, const wm_identity *id)
+{
+    const wm_lineage_claim *c = wm_lin_open_claim(p, id);
+    if (c == NULL || wm_identity_cmp(&c->target, id) != 0) return NULL;
+    const wm_revision *base = wm_store_get(p->store, &c->base);
+    return base != NULL ? &base->policy : NULL;
+}
+
 int wm_lineage_abort_check(const wm_plugin *p, const wm_identity *id, char *msg, size_t cap)
 {
     const wm_lineage_claim *c = wm_lin_open_claim(p, id);

@@ -70,6 +70,12 @@ int wm_lineage_import_check(const struct wm_plugin *p, const wm_identity *id, ch
  * record). */
 int wm_lineage_target_open(const struct wm_plugin *p, const wm_identity *id);
 
+/* The policy the import of `id` starts from when id is the target of its
+ * lineage's open claim: the base revision's (its DELETED tombstone keeps it
+ * after a DELETE_FIRST deletion). NULL otherwise, or when the base's record
+ * is gone (pruned): then the cluster default. */
+const wm_policy *wm_lineage_base_policy(const struct wm_plugin *p, const wm_identity *id);
+
 /* May the import of `id` be aborted? WM_OK, except for the target of an
  * open DELETE_FIRST claim whose base is already deleted: WM_ECONFLICT (the
  * RFC: a target failure cannot be rolled back to the deleted base; the

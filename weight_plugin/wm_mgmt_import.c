@@ -43,9 +43,12 @@ static void wm_begin_managed(void *arg, int status)
 }
 
 /* Begin an import: validate identity and policy, mark the group managed
- * (durable), then persist the IMPORTING record and answer. A retry for an
- * identity already IMPORTING answers that revision; any other state is
- * CONFLICT. */
+ * (durable), then persist the IMPORTING record and answer. The request's
+ * policy fields override, field by field, the cluster default -- or, for
+ * the target of an open replacement claim (weight_upsert), the base
+ * revision's policy (wm_lineage_base_policy): an upsert keeps the base's
+ * policy unless the request gives one. A retry for an identity already
+ * IMPORTING answers that revision; any other state is CONFLICT. */
 int wm_rpc_import_begin(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len)
 {
     wm_plugin *p = plugin;
@@ -57,7 +60,7 @@ int wm_rpc_import_begin(void *plugin, smp_rpc_call *call, const uint8_t *body, s
               len);
 
     if (!wm_identity_in(p, call, req->identity, &id)) goto free_req;
-    if (wm_policy_from_pb(p, req->policy, NULL, &pol, msg, sizeof(msg)) < 0) {
+    if (wm_policy_from_pb(p, req->policy, wm_lineage_base_policy(p, &id), &pol, msg, sizeof(msg)) < 0) {
         wm_reply_error(p, call, WM_EINVALID_ARGUMENT, "invalid policy: %s", msg);
         goto free_req;
     }

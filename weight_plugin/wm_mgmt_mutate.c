@@ -23,8 +23,27 @@
 /* UPDATE_POLICY, MIGRATE, REMOVE                                            */
 /* ------------------------------------------------------------------------ */
 
+/* 1 when the new policy of rev asks for another residency than the old one
+ * (another preferred, or for MIXED another ratio) of an AUTO or MANUAL
+ * revision that is READY and not already there: the update then starts
+ * converging toward it (wm_rpc_update_policy). */
+static int wm_policy_converges(const wm_revision *rev, const wm_policy *pol)
+{
+    if (pol->mode != WM_MODE_AUTO && pol->mode != WM_MODE_MANUAL) return 0;
+    if (rev->availability != WM_AVAIL_READY) return 0;
+    int changed = pol->preferred != rev->policy.preferred ||
+                  (pol->preferred == WM_RES_MIXED && pol->mixed_hot_ratio != rev->policy.mixed_hot_ratio);
+    if (!changed) return 0;
+    return pol->preferred == WM_RES_MIXED || pol->preferred != rev->residency;
+}
+
 /* Replace the policy of one revision (absent fields keep the revision's
- * current value). Allowed while IMPORTING, READY or DEGRADED. */
+ * current value). Allowed while IMPORTING, READY or DEGRADED. A new
+ * preferred residency of a READY AUTO or MANUAL revision starts converging
+ * toward it: the record carries a MIGRATING operation toward it, as
+ * weight_migrate would (wm_policy_converges); while another operation is
+ * active that is BUSY, nothing changed. (An IMPORTING revision converges
+ * at its commit anyway; a DEGRADED one is migrated once READY, explicitly.) */
 int wm_rpc_update_policy(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len)
 {
     wm_plugin *p = plugin;
@@ -58,9 +77,18 @@ int wm_rpc_update_policy(void *plugin, smp_rpc_call *call, const uint8_t *body, 
         goto free_req;
     }
     if (!wm_check_idle(p, call, rev)) goto free_req;
+    int converge = wm_policy_converges(rev, &pol);
+    if (converge && rev->operation_id != 0) {
+        wm_reply_error(p, call, WM_EBUSY,
+                       "revision %s has active operation %" PRIu64 "; a new preferred residency "
+                       "starts a migration, so retry once it has ended",
+                       rev->group_key, rev->operation_id);
+        goto free_req;
+    }
     wm_txn *t = wm_txn_next(p, call, rev);
     if (t == NULL) goto free_req;
     t->up.revision.policy = pol;
+    if (converge) wm_txn_migrating(p, t, pol.preferred, pol.mixed_hot_ratio);
     wm_txn_request(t, req->request_id, digest, req->expected_metadata_generation);
     wm_check_submit(p, call, rev, t, "policy update", "policy update", msg, sizeof(msg));
 free_req:

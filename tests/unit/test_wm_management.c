@@ -1212,6 +1212,156 @@ static void test_upsert_delete_first_steps_and_gate(void **state)
     wmrpc__upsert_response__free_unpacked(r, NULL);
 }
 
+/* UPDATE_POLICY on rev at its generation with the given policy fields
+ * (0: keep the revision's); the call is answered once durable. */
+static void update_policy(const wm_revision *rev, wm_residency pref, double ratio, wm_migration_mode mode,
+                          smp_rpc_call *c)
+{
+    Wmrpc__UpdatePolicyRequest req = WMRPC__UPDATE_POLICY_REQUEST__INIT;
+    Wmrpc__WeightPolicy pol = WMRPC__WEIGHT_POLICY__INIT;
+    Wmrpc__WeightIdentity id;
+    set_id(&id, &rev->id);
+    pol.preferred_residency = (uint32_t)pref;
+    pol.mixed_hot_ratio = ratio;
+    pol.migration_mode = (uint32_t)mode;
+    req.identity = &id;
+    req.policy = &pol;
+    req.expected_metadata_generation = wm_store_get(P.store, &rev->id)->metadata_generation;
+    invoke(WMRPC__WEIGHT_METHOD__WEIGHT_UPDATE_POLICY, &req.base, c);
+}
+
+/* Changing preferred on an AUTO or MANUAL revision starts convergence
+ * toward it: the policy and a MIGRATING operation toward the new preferred
+ * are one record, answered with the operation. A change of mode alone, a
+ * PINNED revision, or a preferred it already has starts nothing; while an
+ * operation is active a new preferred is BUSY and nothing is written. */
+static void test_preferred_change_starts_convergence(void **state)
+{
+    (void)state;
+    wm_revision man, aut, pin;
+    smp_rpc_call c;
+    seed_ready("conv-m", WM_RES_HOT, WM_MODE_MANUAL, &man);
+    seed_ready("conv-a", WM_RES_HOT, WM_MODE_AUTO, &aut);
+    seed_ready("conv-p", WM_RES_HOT, WM_MODE_PINNED, &pin);
+
+    update_policy(&man, WM_RES_COLD, 0.0, 0, &c);
+    assert_int_equal(c.answered, 0); /* not before durable */
+    assert_int_equal(deliver(SMP_OK), WM_OP_METADATA_UPSERT);
+    assert_int_equal(c.status, SMP_OK);
+    const wm_revision *r = wm_store_get(P.store, &man.id);
+    assert_int_equal(r->policy.preferred, WM_RES_COLD);
+    assert_true(r->operation_id != 0);
+    const wm_operation *op = wm_store_operation(P.store, r->operation_id);
+    assert_int_equal(op->kind, WM_OPK_MIGRATING);
+    assert_int_equal(op->target, WM_RES_COLD);
+    assert_int_equal(op->state, WM_OPS_RUNNING);
+    /* Another preferred while that migration runs: BUSY, nothing written. */
+    uint64_t gen = r->metadata_generation;
+    update_policy(&man, WM_RES_MIXED, 0.5, 0, &c);
+    assert_int_equal(c.status, WM_EBUSY);
+    assert_int_equal(H.nq, 0);
+    assert_int_equal(wm_store_get(P.store, &man.id)->metadata_generation, gen);
+
+    update_policy(&aut, WM_RES_MIXED, 0.25, 0, &c);
+    deliver(SMP_OK);
+    assert_int_equal(c.status, SMP_OK);
+    r = wm_store_get(P.store, &aut.id);
+    op = wm_store_operation(P.store, r->operation_id);
+    assert_non_null(op);
+    assert_int_equal(op->target, WM_RES_MIXED);
+    assert_true(op->target_hot_ratio == 0.25);
+
+    /* Nothing to converge to: mode alone, PINNED, already there. */
+    update_policy(&pin, WM_RES_COLD, 0.0, 0, &c);
+    deliver(SMP_OK);
+    assert_int_equal(c.status, SMP_OK);
+    assert_int_equal(wm_store_get(P.store, &pin.id)->operation_id, 0);
+    assert_int_equal(wm_store_get(P.store, &pin.id)->policy.preferred, WM_RES_COLD);
+    wm_revision hot;
+    seed_ready("conv-h", WM_RES_HOT, WM_MODE_MANUAL, &hot);
+    update_policy(&hot, 0, 0.0, WM_MODE_AUTO, &c);
+    deliver(SMP_OK);
+    assert_int_equal(wm_store_get(P.store, &hot.id)->operation_id, 0);
+    assert_int_equal(wm_store_get(P.store, &hot.id)->policy.mode, WM_MODE_AUTO);
+}
+
+/* An upsert keeps the base's policy unless the request gives one: the
+ * target's import begin without a policy takes the base's (preferred,
+ * ratio and mode, not the cluster default); a field the request gives
+ * wins over the base's, the others still come from the base. */
+static void test_upsert_keeps_the_base_policy(void **state)
+{
+    (void)state;
+    wm_revision base;
+    smp_rpc_call c;
+    char msg[256];
+    seed_gen("keep", 1, &base);
+    {
+        wm_metadata_upsert u;
+        memset(&u, 0, sizeof(u));
+        u.revision = *wm_store_get(P.store, &base.id);
+        u.revision.policy.preferred = WM_RES_COLD;
+        u.revision.policy.mixed_hot_ratio = 0.25;
+        u.revision.policy.mode = WM_MODE_MANUAL;
+        u.revision.metadata_generation++;
+        assert_int_equal(wm_store_apply_upsert(P.store, &u, msg, sizeof(msg)), WM_OK);
+    }
+    assert_true(P.cluster_policy.preferred != WM_RES_COLD && P.cluster_policy.mode != WM_MODE_MANUAL);
+    upsert_begin(&base.id, 2, WM_UPSERT_PUT_FIRST, "keep-1", 2, &c);
+    deliver(SMP_OK);
+    assert_int_equal(answered_phase(&c, NULL), WM_PHASE_CLAIMED);
+    wm_identity tid = base.id;
+    tid.weight_generation = 2;
+    begin(&tid, &c);
+    while (!c.answered && H.nq > 0) deliver(SMP_OK);
+    assert_int_equal(c.status, SMP_OK);
+    const wm_revision *t = wm_store_get(P.store, &tid);
+    assert_non_null(t);
+    assert_int_equal(t->policy.preferred, WM_RES_COLD);
+    assert_true(t->policy.mixed_hot_ratio == 0.25);
+    assert_int_equal(t->policy.mode, WM_MODE_MANUAL);
+
+    /* The request's field wins; the rest is the base's. */
+    wm_revision b2;
+    seed_gen("keep2", 1, &b2);
+    {
+        wm_metadata_upsert u;
+        memset(&u, 0, sizeof(u));
+        u.revision = *wm_store_get(P.store, &b2.id);
+        u.revision.policy.preferred = WM_RES_COLD;
+        u.revision.policy.mode = WM_MODE_MANUAL;
+        u.revision.metadata_generation++;
+        assert_int_equal(wm_store_apply_upsert(P.store, &u, msg, sizeof(msg)), WM_OK);
+    }
+    upsert_begin(&b2.id, 2, WM_UPSERT_PUT_FIRST, "keep-2", 2, &c);
+    deliver(SMP_OK);
+    wm_identity t2 = b2.id;
+    t2.weight_generation = 2;
+    Wmrpc__ImportBeginRequest req = WMRPC__IMPORT_BEGIN_REQUEST__INIT;
+    Wmrpc__WeightPolicy wp = WMRPC__WEIGHT_POLICY__INIT;
+    Wmrpc__WeightIdentity wid;
+    set_id(&wid, &t2);
+    wp.preferred_residency = WM_RES_HOT;
+    req.identity = &wid;
+    req.policy = &wp;
+    invoke(WMRPC__WEIGHT_METHOD__WEIGHT_IMPORT_BEGIN, &req.base, &c);
+    while (!c.answered && H.nq > 0) deliver(SMP_OK);
+    assert_int_equal(c.status, SMP_OK);
+    t = wm_store_get(P.store, &t2);
+    assert_int_equal(t->policy.preferred, WM_RES_HOT);
+    assert_int_equal(t->policy.mode, WM_MODE_MANUAL);
+
+    /* A plain import (no claim) starts from the cluster default. */
+    wm_identity plain = base.id;
+    snprintf(plain.resource_id, sizeof(plain.resource_id), "plain");
+    begin(&plain, &c);
+    while (!c.answered && H.nq > 0) deliver(SMP_OK);
+    assert_int_equal(c.status, SMP_OK);
+    t = wm_store_get(P.store, &plain);
+    assert_int_equal(t->policy.preferred, P.cluster_policy.preferred);
+    assert_int_equal(t->policy.mode, P.cluster_policy.mode);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1229,6 +1379,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_upsert_put_first_steps, setup, teardown),
         cmocka_unit_test_setup_teardown(test_upsert_put_first_target_failure_aborts, setup, teardown),
         cmocka_unit_test_setup_teardown(test_upsert_delete_first_steps_and_gate, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_preferred_change_starts_convergence, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_upsert_keeps_the_base_policy, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
