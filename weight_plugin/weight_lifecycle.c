@@ -7,7 +7,8 @@
  *   - ends expired leases (a durable type-11 record each);
  *   - marks READY revisions that lost every readable replica of a member
  *     DEGRADED, and brings DEGRADED revisions whose members are all readable
- *     again back to READY;
+ *     again back to READY; a read that found a member missing
+ *     (SMP_EVENT_READ_MISS) has its revision validated by wm_repair.c;
  *   - executes the RUNNING operations in start order: MIGRATING (to HOT,
  *     COLD or MIXED, in batches of complete affinity units, cold replicas
  *     verified before memory is released, nothing released while a lease is
@@ -18,6 +19,7 @@
  *     DELETING (payloads in batches, the manifest last, the group verified
  *     empty, then the DELETED + ABSENT tombstone);
  *   - hands manifest replica care and validation to wm_repair_tick;
+ *   - persists last accesses noted in memory (wm_access.c);
  *   - reclaims (wm_reclaim.c): aborts imports idle past their TTL, forgets
  *     tombstones and ended operations past their retention;
  *   - moves AUTO revisions by itself, one operation at a time: under
@@ -159,6 +161,7 @@ struct wm_job {
     int dirty;                 /* op changed, not yet durable */
     int final_sent;            /* the ending record is in flight or durable */
     int retry_pending;         /* the next batch is a retry (metric) */
+    int gave_up;               /* a repair's ending record after its last attempt */
     uint64_t not_before_ms;    /* host clock */
     /* migration */
     wm_member *plan;
@@ -356,8 +359,15 @@ static void wm_job_final_written(wm_plugin *p, void *arg, int status)
         uint64_t now = wm_wall(p, NULL);
         p->migration_ms_total += now > j->op.created_ms ? now - j->op.created_ms : 0;
     } else if (j->op.kind == WM_OPK_REPAIRING) {
-        if (j->op.state == WM_OPS_SUCCEEDED) p->repairs_succeeded++;
-        else p->repairs_failed++;
+        if (j->op.state == WM_OPS_SUCCEEDED) {
+            p->repairs_succeeded++;
+        } else {
+            p->repairs_failed++;
+            if (j->gave_up) {
+                p->repairs_gave_up++;
+                wm_repair_gave_up(p, j->group_key);
+            }
+        }
     }
 }
 
@@ -435,6 +445,30 @@ static int wm_submit_availability(wm_plugin *p, const wm_revision *rev, wm_avail
 /* ------------------------------------------------------------------------ */
 /* Migration                                                                 */
 /* ------------------------------------------------------------------------ */
+
+/* A repair whose batches failed repair_max_attempts times ends FAILED with
+ * the last error, the revision's availability unchanged (READY while its
+ * data is readable, DEGRADED when it was); wm_repair_gave_up keeps the tick
+ * from starting the same repair again by itself. */
+static void wm_repair_give_up(wm_plugin *p, wm_job *j, const wm_revision *rev)
+{
+    if (wm_pending_metadata(p, rev->group_key)) return;
+    static const char prefix[] = "gave up after ";
+    char last[WM_ERROR_TEXT_MAX + 1];
+    snprintf(last, sizeof(last), "%s", j->op.error);
+    if (strncmp(last, prefix, sizeof(prefix) - 1) != 0) /* not when ending again */
+        snprintf(j->op.error, sizeof(j->op.error), "%s%" PRIu32 " attempts (repair_max_attempts): %.190s",
+                 prefix, j->op.attempts, last);
+    wm_revision next = *rev;
+    wm_job_end(p, j, rev, &next, WM_OPS_FAILED);
+    if (!j->final_sent) {
+        snprintf(j->op.error, sizeof(j->op.error), "%s", last); /* tried again next round */
+        return;
+    }
+    j->gave_up = 1;
+    p->api->log(p->host, SMP_LOG_WARN, "repair %" PRIu64 " of %s %s; the revision stays %s",
+                j->op_id, rev->group_key, j->op.error, wm_availability_name((int)rev->availability));
+}
 
 /* Build the plan: every payload in affinity order, with its goal. */
 static int wm_job_plan(wm_plugin *p, wm_job *j)
@@ -996,6 +1030,10 @@ static int wm_run_operations(wm_plugin *p, wm_lc *lc, const smp_tick_budget *bud
             wm_job_write_progress(p, j, rev);
             continue;
         }
+        if (op->kind == WM_OPK_REPAIRING && j->op.attempts >= wm_repair_max_attempts(p)) {
+            wm_repair_give_up(p, j, rev);
+            continue;
+        }
         uint64_t mleft = used_members < max_members ? max_members - used_members : 0;
         uint64_t bleft = used_bytes < max_bytes ? max_bytes - used_bytes : 0;
         if (started && (mleft == 0 || bleft == 0)) continue;
@@ -1303,6 +1341,30 @@ free_tmp:
 /* Events and the tick                                                       */
 /* ------------------------------------------------------------------------ */
 
+/* A read of key found nothing (the object unknown, or no complete replica
+ * on a live node). When key is a member of a READY revision (its group as
+ * the host names it, or from the key itself when the host does not know the
+ * object) the revision is validated against its replicas in a coming round
+ * (wm_repair_note): every member is checked, residency and hot ratio are
+ * recomputed, a member with nothing readable makes it DEGRADED and one
+ * that lost the replica its residency needs starts a repair. Cheap: called
+ * per failed read; other keys cost a parse. */
+static void wm_read_miss(wm_plugin *p, const char *group, const char *key)
+{
+    const wm_revision *rev = NULL;
+    if (group != NULL && group[0] != '\0') {
+        rev = wm_store_get_group(p->store, group);
+    } else if (key != NULL) {
+        wm_identity id;
+        wm_key_kind kind;
+        if (wm_key_parse(key, &id, &kind, NULL) == WM_OK && kind != WM_KEY_GROUP)
+            rev = wm_store_get(p->store, &id);
+    }
+    if (rev == NULL || rev->availability != WM_AVAIL_READY) return;
+    p->read_misses++;
+    wm_repair_note(p, rev->group_key);
+}
+
 void wm_lifecycle_event(wm_plugin *p, const smp_event *ev)
 {
     wm_lc *lc = wm_lc_get(p);
@@ -1311,6 +1373,9 @@ void wm_lifecycle_event(wm_plugin *p, const smp_event *ev)
     case SMP_EVENT_REPLICA_LOST:
         if (ev->group == NULL || ev->group[0] == '\0' || ev->key == NULL) return;
         wm_suspect_add(p, lc, ev->group, ev->key);
+        return;
+    case SMP_EVENT_READ_MISS:
+        wm_read_miss(p, ev->group, ev->key);
         return;
     case SMP_EVENT_NODE_UP:
         lc->recheck = 1;
@@ -1343,6 +1408,7 @@ int wm_lifecycle_tick(wm_plugin *p, const smp_tick_budget *budget, uint64_t *cur
         wm_run_recheck(p, lc, budget, &checks);
         int active = wm_run_operations(p, lc, budget, &checks);
         if (wm_repair_tick(p, &checks)) active = 1;
+        if (wm_access_tick(p)) active = 1;
         if (!wm_past_deadline(p, budget)) wm_run_auto(p, lc); /* else the next round */
         wm_jobs_gc(p, lc);
         if (active || lc->n_suspects > 0 || lc->auto_pending || lc->recheck_running)

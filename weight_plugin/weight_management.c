@@ -98,11 +98,20 @@ static const wm_metric_spec wm_metric_specs[] = {
      "Weight imports aborted by the tick after making no progress for import_ttl_ms", NULL,
      offsetof(wm_plugin, m_imports_expired)},
     {SMP_METRIC_COUNTER, "weight_repairs_total",
-     "REPAIRING operations the tick started (explicit ones not counted) and how repairs ended",
+     "REPAIRING operations the tick started (explicit ones not counted) and how repairs ended "
+     "(gave_up: failed after repair_max_attempts, also counted as failed)",
      wm_l_result, offsetof(wm_plugin, m_repairs)},
     {SMP_METRIC_COUNTER, "weight_repair_restored_bytes_total",
      "Logical bytes of members whose replicas a repair restored", NULL,
      offsetof(wm_plugin, m_repair_bytes)},
+    {SMP_METRIC_COUNTER, "weight_read_misses_total",
+     "Reads (get-replicas) that found a member of a READY revision unknown or without a readable "
+     "replica; each has the revision validated against its replicas", NULL,
+     offsetof(wm_plugin, m_read_misses)},
+    {SMP_METRIC_COUNTER, "weight_access_records_total",
+     "Type-8 records that persisted a revision's last access (lease renewals and releases, "
+     "volatile grants) at its metadata generation, batched by the tick", NULL,
+     offsetof(wm_plugin, m_access_records)},
     {SMP_METRIC_COUNTER, "weight_manifest_replica_tasks_total",
      "Manifest replica tasks by the tick: cold copies made, memory replicas restored from the "
      "cold copy, attempts that failed",
@@ -172,7 +181,11 @@ void wm_metrics_refresh(wm_plugin *p)
         a->metric_set(p->m_repairs, l, (double)p->repairs_succeeded);
         l[0] = "failed";
         a->metric_set(p->m_repairs, l, (double)p->repairs_failed);
+        l[0] = "gave_up";
+        a->metric_set(p->m_repairs, l, (double)p->repairs_gave_up);
         a->metric_set(p->m_repair_bytes, NULL, (double)p->repair_bytes_processed);
+        a->metric_set(p->m_read_misses, NULL, (double)p->read_misses);
+        a->metric_set(p->m_access_records, NULL, (double)p->access_records);
         l[0] = "cold_copy";
         a->metric_set(p->m_manifest_tasks, l, (double)p->manifest_cold_copies);
         l[0] = "memory_restore";

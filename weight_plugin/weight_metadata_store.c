@@ -695,6 +695,14 @@ const wm_revision *wm_store_get_group(const wm_store *st, const char *group_key)
     return e ? &e->rev : NULL;
 }
 
+int wm_store_touch(wm_store *st, const wm_identity *id, uint64_t access_ms)
+{
+    wm_rev_entry *e = wm_find_entry(st, id);
+    if (e == NULL || access_ms <= e->rev.last_access_ms) return 0;
+    e->rev.last_access_ms = access_ms;
+    return 1;
+}
+
 const wm_affinity *wm_store_affinity(const wm_store *st, const wm_identity *id)
 {
     const wm_rev_entry *e = wm_find_entry(st, id);

@@ -40,6 +40,11 @@ void wm_store_free(wm_store *st);
 /* Lookups; NULL when absent. */
 const wm_revision *wm_store_get(const wm_store *st, const wm_identity *id);
 const wm_revision *wm_store_get_group(const wm_store *st, const char *group_key);
+/* Record an access of the revision at access_ms in memory only (no record,
+ * no new metadata generation; last_access_ms never goes back). 1 when it
+ * moved, 0 when the revision is absent or already accessed as late. The
+ * caller persists it (wm_access.c). */
+int wm_store_touch(wm_store *st, const wm_identity *id, uint64_t access_ms);
 /* The sealed affinity summary (empty while IMPORTING); NULL when absent. */
 const wm_affinity *wm_store_affinity(const wm_store *st, const wm_identity *id);
 const wm_operation *wm_store_operation(const wm_store *st, uint64_t op_id);

@@ -121,7 +121,8 @@ static void wm_on_event(void *plugin, const smp_event *ev)
 static const smp_event_handler wm_events = {
     sizeof(smp_event_handler),
     SMP_EVENT_MASK(SMP_EVENT_REPLICA_LOST) | SMP_EVENT_MASK(SMP_EVENT_NODE_UP) |
-        SMP_EVENT_MASK(SMP_EVENT_MEMORY_PRESSURE) | SMP_EVENT_MASK(SMP_EVENT_ROLE_CHANGE),
+        SMP_EVENT_MASK(SMP_EVENT_MEMORY_PRESSURE) | SMP_EVENT_MASK(SMP_EVENT_ROLE_CHANGE) |
+        SMP_EVENT_MASK(SMP_EVENT_READ_MISS),
     wm_on_event,
 };
 

@@ -48,6 +48,13 @@ static size_t wm_counters(wm_plugin *p, uint64_t **out, size_t cap)
     WM_C(p->migration_ms_total);
     for (int r = 0; r < WM_DEL_REASONS; r++) WM_C(p->records_pruned[r]);
     WM_C(p->imports_expired);
+    WM_C(p->repairs_started);
+    WM_C(p->repairs_succeeded);
+    WM_C(p->repairs_failed);
+    WM_C(p->repairs_gave_up);
+    WM_C(p->repair_bytes_processed);
+    WM_C(p->read_misses);
+    WM_C(p->access_records);
 #undef WM_C
     return n;
 }

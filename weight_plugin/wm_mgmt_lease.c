@@ -5,7 +5,9 @@
  * from release until it expires. A grant on an AUTO revision that is not
  * HOT first makes a promotion durable; renewals extend a live lease; a
  * release of a lease already gone succeeds. The tick (weight_lifecycle.c)
- * ends expired leases.
+ * ends expired leases. Every grant, renewal and release is an access of the
+ * revision for AUTO's least-recently-used order: a grant's record carries
+ * it; the others are noted in memory and persisted lazily (wm_access.c).
  *
  * Volatile leases keep reads going during an HA upgrade: while the gate of
  * the lease records is closed (oplog_append answers SMP_EGATE), a grant is
@@ -90,6 +92,7 @@ static void wm_vlease_grant(wm_plugin *p, smp_rpc_call *call, const wm_revision 
         wm_reply_error(p, call, SMP_ENOMEM, "out of memory");
         return;
     }
+    wm_access_note(p, &rev->id, l->granted_ms); /* no record carries it yet */
     if (p->vleases_granted++ == 0)
         p->api->log(p->host, SMP_LOG_INFO,
                     "lease %" PRIu64 " on %s held in memory only: the gate of the lease records "
@@ -275,6 +278,8 @@ int wm_rpc_lease_renew(void *plugin, smp_rpc_call *call, const uint8_t *body, si
                        rev->metadata_generation, l->metadata_generation);
         goto free_req;
     }
+    wm_access_note(p, &id, now); /* a renewal is an access: persisted by the tick */
+    rev = wm_store_get(p->store, &id);
     if (v != NULL) {
         v->lease.expiry_ms = now + ttl;
         wm_reply_lease(p, call, &v->lease, rev);
@@ -311,6 +316,7 @@ int wm_rpc_lease_release(void *plugin, smp_rpc_call *call, const uint8_t *body, 
             goto free_req;
         }
         wm_vlease_drop(p, v);
+        wm_access_note(p, &id, wm_now(p, NULL)); /* the end of a read is an access */
         wm_reply_lease(p, call, NULL, wm_store_get(p->store, &id));
         goto free_req;
     }
@@ -323,6 +329,7 @@ int wm_rpc_lease_release(void *plugin, smp_rpc_call *call, const uint8_t *body, 
                        req->lease_id);
         goto free_req;
     }
+    wm_access_note(p, &id, wm_now(p, NULL)); /* the end of a read is an access */
     const wm_revision *rev = wm_store_get(p->store, &id);
     wm_txn *t = wm_txn_new(p, WM_TXN_LEASE_DELETE, rev ? rev->group_key : "");
     if (t == NULL) {

@@ -93,6 +93,7 @@ void wm_mgmt_release(wm_plugin *p)
     wm_lineage_release(p);
     wm_reclaim_release(p);
     wm_repair_release(p);
+    wm_access_release(p);
     while (p->pending != NULL) {
         wm_txn *t = p->pending;
         p->pending = t->next;
@@ -450,13 +451,15 @@ int wm_submit_lease_end(wm_plugin *p, const wm_lease *l, wm_lease_end reason)
     return rc;
 }
 
-int wm_submit_upsert(wm_plugin *p, const wm_revision *rev, const wm_operation *ops, size_t n_ops,
-                     wm_applied_fn cb, void *arg)
+/* wm_submit_upsert, and wm_submit_access with holds 0: the record does not
+ * count as a pending mutation of the revision (wm_pending_metadata). */
+static int wm_submit_upsert_as(wm_plugin *p, const wm_revision *rev, const wm_operation *ops,
+                               size_t n_ops, wm_applied_fn cb, void *arg, int holds)
 {
     char why[512] = "";
     int rc;
     if (rev == NULL || n_ops > 2 || (n_ops > 0 && ops == NULL)) return WM_EINVALID_ARGUMENT;
-    wm_txn *t = wm_txn_new(p, WM_TXN_UPSERT, rev->group_key);
+    wm_txn *t = wm_txn_new(p, WM_TXN_UPSERT, holds ? rev->group_key : "");
     if (t == NULL) return SMP_ENOMEM;
     t->up.revision = *rev;
     for (size_t i = 0; i < n_ops; i++) t->ops[i] = ops[i];
@@ -483,6 +486,17 @@ int wm_submit_upsert(wm_plugin *p, const wm_revision *rev, const wm_operation *o
     t->applied_arg = arg;
     if ((rc = wm_txn_append(p, t)) < 0) wm_txn_free(t);
     return rc;
+}
+
+int wm_submit_upsert(wm_plugin *p, const wm_revision *rev, const wm_operation *ops, size_t n_ops,
+                     wm_applied_fn cb, void *arg)
+{
+    return wm_submit_upsert_as(p, rev, ops, n_ops, cb, arg, 1);
+}
+
+int wm_submit_access(wm_plugin *p, const wm_revision *rev)
+{
+    return wm_submit_upsert_as(p, rev, NULL, 0, NULL, NULL, 0);
 }
 
 int wm_submit_delete(wm_plugin *p, const wm_metadata_delete *d, wm_applied_fn cb, void *arg)

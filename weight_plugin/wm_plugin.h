@@ -104,6 +104,7 @@ typedef struct wm_plugin {
     uint64_t repairs_started;
     uint64_t repairs_succeeded;
     uint64_t repairs_failed;
+    uint64_t repairs_gave_up;      /* ended FAILED after repair_max_attempts */
     uint64_t repair_bytes_processed;
     uint64_t manifest_cold_copies;
     uint64_t manifest_memory_restores;
@@ -111,6 +112,16 @@ typedef struct wm_plugin {
     smp_metric *m_repairs;         /* counter {result} */
     smp_metric *m_repair_bytes;    /* counter (bytes) */
     smp_metric *m_manifest_tasks;  /* counter {task} */
+    uint64_t read_misses;          /* reads that found a READY member missing */
+    smp_metric *m_read_misses;     /* counter */
+
+    /* Last access (wm_access.c): revisions whose in-memory last access is
+     * ahead of their records, the records that persisted one, and the
+     * accesses not remembered because too many revisions waited. */
+    struct wm_access *access;
+    uint64_t access_records;
+    uint64_t access_dropped;
+    smp_metric *m_access_records;  /* counter */
 
     /* Hot reload (weight_plugin.c, wm_handoff.c). */
     int quiesced;                  /* the host stopped it; nothing new starts */
@@ -179,6 +190,10 @@ typedef void (*wm_applied_fn)(wm_plugin *p, void *arg, int status);
  * WM_EINVALID_ARGUMENT (with a log line naming the fault) if the store
  * would refuse it; otherwise SMP_E* from oplog_append (SMP_EGATE in HA mode
  * before the gate is confirmed). On failure cb is never called. */
+/* An access record: wm_submit_upsert of rev unchanged (the caller keeps its
+ * metadata generation) with no operation and no callback, which does not
+ * hold the revision busy (wm_access.c). */
+int wm_submit_access(wm_plugin *p, const wm_revision *rev);
 int wm_submit_upsert(wm_plugin *p, const wm_revision *rev, const wm_operation *ops, size_t n_ops,
                      wm_applied_fn cb, void *arg);
 
@@ -253,6 +268,10 @@ int wm_handoff_self_check(wm_plugin *p, char *why, size_t cap);
  * with work left. */
 int wm_reclaim_tick(wm_plugin *p, const smp_tick_budget *budget);
 
+/* The non-negative integer plugin key `key` of the plugin's config block, or
+ * dflt when it is absent, negative or not an integer. */
+uint64_t wm_plugin_u64(wm_plugin *p, const char *key, uint64_t dflt);
+
 /* The plugin key import_ttl_ms (0: imports never expire). */
 uint64_t wm_import_ttl_ms(wm_plugin *p);
 
@@ -274,12 +293,42 @@ int wm_repair_tick(wm_plugin *p, uint64_t *checks);
  * round (a member of it was reported lost). */
 void wm_repair_note(wm_plugin *p, const char *group_key);
 
+/* The REPAIRING operation of group_key ended FAILED after
+ * repair_max_attempts: its next validation records the residency its
+ * replicas have and starts no repair by itself. */
+void wm_repair_gave_up(wm_plugin *p, const char *group_key);
+
 /* Validate every revision again (a role change, a resume; a start does it by
  * itself). */
 void wm_repair_validate_all(wm_plugin *p);
 
 /* Free the repair state (at fini; from wm_mgmt_release). */
 void wm_repair_release(wm_plugin *p);
+
+#define WM_REPAIR_MAX_ATTEMPTS_DEFAULT 8u  /* plugin key repair_max_attempts */
+#define WM_REPAIR_MAX_ATTEMPTS_LIMIT 1000u
+
+/* The plugin key repair_max_attempts: how many failed batches a REPAIRING
+ * operation retries (with wm_backoff between them) before it ends FAILED.
+ * 1 .. WM_REPAIR_MAX_ATTEMPTS_LIMIT; outside that, the default. */
+uint32_t wm_repair_max_attempts(wm_plugin *p);
+
+/* -- wm_access.c ----------------------------------------------------------- */
+
+/* An access of revision id at access_ms that no record of its own carries
+ * (a lease renewal or release, a volatile grant): last_access_ms moves in
+ * memory now (wm_store_touch) and the tick persists it (wm_access_tick).
+ * Nothing happens when the revision is absent or was accessed as late. */
+void wm_access_note(wm_plugin *p, const wm_identity *id, uint64_t access_ms);
+
+/* One round (active master only): persist the accesses noted at least
+ * WM_ACCESS_DELAY_MS ago, a bounded number of type-8 records that repeat
+ * each revision at its metadata generation (wm_submit_access). Returns 1
+ * when some that are due wait for another round (the cap). */
+int wm_access_tick(wm_plugin *p);
+
+/* Free the state (at fini; from wm_mgmt_release). */
+void wm_access_release(wm_plugin *p);
 
 /* -- weight_lineage.c ------------------------------------------------------ */
 

@@ -59,7 +59,7 @@ void wm_reclaim_release(wm_plugin *p)
 
 /* An integer key of the plugin's own block; dflt when absent, not an
  * integer or negative. */
-static uint64_t wm_plugin_u64(wm_plugin *p, const char *key, uint64_t dflt)
+uint64_t wm_plugin_u64(wm_plugin *p, const char *key, uint64_t dflt)
 {
     smp_config_value v;
     memset(&v, 0, sizeof(v));

@@ -10,7 +10,8 @@
  *     manifest's cold copy exists (wm_manifest_has_cold);
  *   - validation: a revision is checked against its actual replicas after a
  *     start or a role change (all revisions, by cursor), and after a
- *     replica-lost report of one of its members (wm_repair_note). Its
+ *     replica-lost report of one of its members or a read that found one
+ *     missing (SMP_EVENT_READ_MISS; both through wm_repair_note). Its
  *     residency and observed hot ratio are recomputed from what exists; a
  *     member that no longer has the replica the recorded residency needs
  *     (memory for a HOT unit, cold for a COLD one) but still has another
@@ -24,7 +25,13 @@
  * persisted per batch, retries with backoff, resumption after a restart or
  * failover from the persisted cursor) except that they never release a
  * replica; they end SUCCEEDED with the revision READY, or FAILED with it
- * DEGRADED when a member has nothing left to restore from. */
+ * DEGRADED when a member has nothing left to restore from, or FAILED after
+ * repair_max_attempts failed batches (the persisted attempt count, so a
+ * restart does not reset it) with the revision's availability unchanged.
+ * The tick starts no new repair of a revision whose last one gave up
+ * until the revision changes (an explicit REPAIR, a migration, a loss
+ * reported, a change of leader): retries are bounded, not re-armed by the
+ * next validation. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -58,6 +65,8 @@ struct wm_repair {
     size_t n_queue;
     int validate_all;        /* after a start or a role change */
     size_t all_cursor;       /* revision index of the validate-all walk */
+    char **gave_up;          /* groups whose last repair gave up (owned) */
+    size_t n_gave_up;
 };
 
 static wm_repair *wm_repair_get(wm_plugin *p)
@@ -79,8 +88,16 @@ void wm_repair_release(wm_plugin *p)
     }
     for (size_t i = 0; i < r->n_queue; i++) free(r->queue[i]);
     free(r->queue);
+    for (size_t i = 0; i < r->n_gave_up; i++) free(r->gave_up[i]);
+    free(r->gave_up);
     free(r);
     p->repair = NULL;
+}
+
+uint32_t wm_repair_max_attempts(wm_plugin *p)
+{
+    uint64_t v = wm_plugin_u64(p, "repair_max_attempts", WM_REPAIR_MAX_ATTEMPTS_DEFAULT);
+    return v >= 1 && v <= WM_REPAIR_MAX_ATTEMPTS_LIMIT ? (uint32_t)v : WM_REPAIR_MAX_ATTEMPTS_DEFAULT;
 }
 
 int wm_manifest_has_cold(wm_plugin *p, const wm_revision *rev)
@@ -223,6 +240,39 @@ void wm_repair_note(wm_plugin *p, const char *group_key)
     if ((r->queue[r->n_queue] = strdup(group_key)) != NULL) r->n_queue++;
 }
 
+#define WM_GAVE_UP_MAX 1024 /* groups remembered; the oldest is dropped */
+
+void wm_repair_gave_up(wm_plugin *p, const char *group_key)
+{
+    wm_repair *r = wm_repair_get(p);
+    if (r == NULL || group_key == NULL) return;
+    for (size_t i = 0; i < r->n_gave_up; i++)
+        if (strcmp(r->gave_up[i], group_key) == 0) return;
+    if (r->n_gave_up == WM_GAVE_UP_MAX) {
+        free(r->gave_up[0]);
+        memmove(r->gave_up, r->gave_up + 1, (r->n_gave_up - 1) * sizeof(*r->gave_up));
+        r->n_gave_up--;
+    }
+    char **grown = realloc(r->gave_up, (r->n_gave_up + 1) * sizeof(*grown));
+    if (grown == NULL) return;
+    r->gave_up = grown;
+    if ((r->gave_up[r->n_gave_up] = strdup(group_key)) != NULL) r->n_gave_up++;
+    wm_repair_note(p, group_key); /* record what the replicas are */
+}
+
+/* 1 when the last repair of group_key gave up (the mark is taken: the
+ * next loss or validation may repair again). */
+static int wm_gave_up_take(wm_repair *r, const char *group_key)
+{
+    for (size_t i = 0; i < r->n_gave_up; i++)
+        if (strcmp(r->gave_up[i], group_key) == 0) {
+            free(r->gave_up[i]);
+            r->gave_up[i] = r->gave_up[--r->n_gave_up];
+            return 1;
+        }
+    return 0;
+}
+
 void wm_repair_validate_all(wm_plugin *p)
 {
     wm_repair *r = wm_repair_get(p);
@@ -343,7 +393,10 @@ static int wm_validate(wm_plugin *p, const wm_revision *rev, uint64_t *checks)
     next.observed_hot_ratio = f.ob.observed_hot_ratio;
     next.metadata_generation = rev->metadata_generation + 1;
     next.updated_ms = wm_now(p, rev);
-    if (f.missing > 0 && target != WM_RES_UNKNOWN) {
+    /* After a repair that gave up: the residency is recorded as it is and
+     * no new repair starts by itself (an explicit REPAIR still does). */
+    int gave_up = p->repair != NULL && wm_gave_up_take(p->repair, rev->group_key);
+    if (f.missing > 0 && target != WM_RES_UNKNOWN && !gave_up) {
         wm_operation op;
         wm_op_repairing(p, &op, rev, target, ratio, next.updated_ms);
         next.operation_id = op.id;
@@ -405,9 +458,31 @@ int wm_repair_tick(wm_plugin *p, uint64_t *checks)
 /* REPAIR (explicit)                                                         */
 /* ------------------------------------------------------------------------ */
 
+/* What an explicit repair of rev restores: when rev's newest operation is
+ * a REPAIRING one that FAILED (gave up, or found nothing to restore from),
+ * that repair's target again -- the tick recorded the residency the
+ * replicas had when it began, so the record alone would ask for less --
+ * else the recorded residency (wm_repair_target). O(operations), which
+ * the retention keeps small. */
+static wm_residency wm_explicit_target(wm_plugin *p, const wm_revision *rev, double *ratio)
+{
+    for (size_t i = wm_store_operation_count(p->store); i-- > 0;) {
+        const wm_operation *op = wm_store_operation_at(p->store, i);
+        if (wm_identity_cmp(&op->id_of, &rev->id) != 0) continue;
+        if (op->kind == WM_OPK_REPAIRING && op->state == WM_OPS_FAILED &&
+            (op->target == WM_RES_HOT || op->target == WM_RES_COLD || op->target == WM_RES_MIXED)) {
+            *ratio = op->target == WM_RES_MIXED ? op->target_hot_ratio : 0.0;
+            return op->target;
+        }
+        break; /* the newest operation of rev is another one */
+    }
+    return wm_repair_target(rev, ratio);
+}
+
 /* Start a REPAIRING operation on a READY or DEGRADED revision now, toward
- * its recorded residency, whatever its members look like (a repair with
- * nothing to restore ends at its first check). CAS-fenced and idempotent by
+ * its recorded residency (or the target of its last repair when that one
+ * FAILED: wm_explicit_target), whatever its members look like (a repair
+ * with nothing to restore ends at its first check). CAS-fenced and idempotent by
  * request id like MIGRATE; BUSY while an operation is active; NOT_READY for
  * another availability. Answered with the metadata once durable. */
 int wm_rpc_repair(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len)
@@ -435,7 +510,7 @@ int wm_rpc_repair(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t 
         goto free_req;
     }
     double ratio;
-    wm_residency target = wm_repair_target(rev, &ratio);
+    wm_residency target = wm_explicit_target(p, rev, &ratio);
     if (target == WM_RES_UNKNOWN) {
         wm_reply_error(p, call, WM_ECONFLICT,
                        "revision %s records residency %s: there is no residency to restore",

@@ -69,6 +69,13 @@ static struct {
     int64_t import_ttl_ms;   /* plugin keys; -1: absent */
     int64_t retention_ms;
     int append_rc;       /* returned by oplog_append when non-zero */
+    int logging;         /* keep the records made durable in log[] */
+    struct {
+        uint16_t type;
+        uint8_t *payload;
+        size_t len;
+    } log[16];
+    size_t nlog;
     fake_obj objs[700];
     size_t nobjs;
     const smp_rpc_service *svc;
@@ -131,6 +138,13 @@ static uint16_t deliver(int status)
                 H.objs[i] = H.objs[--H.nobjs];
                 break;
             }
+    if (p.is_append && status == SMP_OK && H.logging && H.nlog < sizeof(H.log) / sizeof(H.log[0])) {
+        H.log[H.nlog].type = p.type;
+        H.log[H.nlog].payload = p.payload;
+        H.log[H.nlog].len = p.len;
+        H.nlog++;
+        p.payload = NULL; /* kept by the log */
+    }
     if (p.is_append) p.dcb(p.arg, status, 1);
     else p.gcb(p.arg, status);
     free(p.payload);
@@ -288,6 +302,7 @@ static int teardown(void **state)
 {
     (void)state;
     while (H.nq > 0) deliver(SMP_ECANCELED);
+    for (size_t i = 0; i < H.nlog; i++) free(H.log[i].payload);
     wm_mgmt_release(&P);
     wm_store_free(P.store);
     return 0;
@@ -1040,6 +1055,78 @@ static void test_repair_rpc_starts_repairing_under_cas(void **state)
     assert_int_equal(wm_store_get(P.store, &gone.id)->metadata_generation, 2);
 }
 
+/* AUTO is LRU for real: a lease renewal and a release are accesses too.
+ * Each moves the revision's last access in memory at once, with no record
+ * and no new metadata generation; the tick persists them lazily -- not
+ * before the batch delay, then one type-8 record repeating the revision's
+ * generation (updated_ms kept, so no cooldown restarts), which does not
+ * hold the revision busy (a lease acquire meanwhile is not BUSY). Replaying
+ * the log after the snapshot taken before them gives the same last access:
+ * it survives a restart. */
+static void test_lease_accesses_persisted_lazily(void **state)
+{
+    (void)state;
+    wm_revision rev;
+    smp_rpc_call c, c2;
+    char msg[256];
+    seed("lru", 1, WM_RES_HOT, WM_MODE_AUTO, &rev);
+    H.wall = 50000;
+    lease_req(WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_ACQUIRE, &rev.id, 0, &c);
+    deliver(SMP_OK);
+    uint64_t lid = answered_lease(&c, NULL);
+    const wm_revision *r = wm_store_get(P.store, &rev.id);
+    uint64_t updated = r->updated_ms;
+    uint8_t *img = NULL;
+    size_t n = 0;
+    assert_int_equal(wm_store_save(P.store, &img, &n, msg, sizeof(msg)), WM_OK);
+
+    H.logging = 1;
+    H.wall = 60000;
+    lease_req(WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_RENEW, &rev.id, lid, &c);
+    assert_int_equal(wm_store_get(P.store, &rev.id)->last_access_ms, 60000);
+    assert_int_equal(deliver(SMP_OK), WM_OP_LEASE_UPSERT);
+    assert_int_equal(answered_lease(&c, NULL), lid);
+    tick_and_deliver(); /* inside the batch delay: nothing written */
+    assert_int_equal(H.nlog, 1);
+    H.wall = 70000;
+    lease_req(WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_RELEASE, &rev.id, lid, &c);
+    assert_int_equal(deliver(SMP_OK), WM_OP_LEASE_DELETE);
+    r = wm_store_get(P.store, &rev.id);
+    assert_int_equal(r->last_access_ms, 70000);
+    assert_int_equal(r->metadata_generation, 1);
+
+    uint64_t cursor = 0;
+    wm_lifecycle_tick(&P, &TB, &cursor);
+    assert_int_equal(H.nq, 1); /* one record for both accesses */
+    lease_req(WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_ACQUIRE, &rev.id, 0, &c2);
+    assert_int_equal(c2.answered, 0); /* not BUSY: appended behind it */
+    assert_int_equal(H.nq, 2);
+    assert_int_equal(deliver(SMP_OK), WM_OP_METADATA_UPSERT);
+    H.logging = 0;
+    deliver(SMP_OK);
+    answered_lease(&c2, NULL);
+    r = wm_store_get(P.store, &rev.id);
+    assert_int_equal(r->metadata_generation, 1);
+    assert_int_equal(r->updated_ms, updated);
+    assert_int_equal(P.access_records, 1);
+    tick_and_deliver(); /* nothing more to persist */
+    assert_int_equal(H.nlog, 3);
+
+    /* A restart: the snapshot from before, then the log. */
+    wm_store *st = NULL;
+    assert_int_equal(wm_store_create(&st), WM_OK);
+    if (wm_store_load(st, img, n, msg, sizeof(msg)) != WM_OK) fail_msg("%s", msg);
+    free(img);
+    for (size_t i = 0; i < H.nlog; i++)
+        if (wm_store_replay(st, H.log[i].type, H.log[i].payload, H.log[i].len, msg, sizeof(msg)) < 0)
+            fail_msg("%s", msg);
+    r = wm_store_get(st, &rev.id);
+    assert_int_equal(r->last_access_ms, 70000);
+    assert_int_equal(r->metadata_generation, 1);
+    assert_int_equal(r->updated_ms, updated);
+    wm_store_free(st);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1056,6 +1143,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_tombstones_and_ended_operations_pruned_after_retention, setup, teardown),
         cmocka_unit_test_setup_teardown(test_claim_without_progress_aborted_after_ttl, setup, teardown),
         cmocka_unit_test_setup_teardown(test_repair_rpc_starts_repairing_under_cas, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lease_accesses_persisted_lazily, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -21,6 +21,8 @@
 
 #include <cmocka.h>
 
+#include "weight_rpc.pb-c.h"
+#include "wm_mgmt.h"
 #include "wm_plugin.h"
 #include "wm_test_records.h"
 
@@ -55,6 +57,7 @@ static struct {
     uint64_t wall, mono;
     uint64_t used, cap;
     uint64_t cooldown;
+    int64_t repair_max;  /* plugin key repair_max_attempts; 0: absent */
     int unmanaged;
 } H;
 
@@ -224,6 +227,11 @@ static int f_config_get(smp_host *h, smp_config_scope s, const char *k, smp_conf
         out->d = (double)H.cooldown;
         return SMP_OK;
     }
+    if (s == SMP_CONFIG_PLUGIN && strcmp(k, "repair_max_attempts") == 0 && H.repair_max != 0) {
+        out->type = SMP_CONFIG_INT;
+        out->i = H.repair_max;
+        return SMP_OK;
+    }
     return SMP_ENOTFOUND;
 }
 
@@ -251,6 +259,23 @@ static void f_log(smp_host *h, smp_log_level l, const char *fmt, ...)
     (void)h, (void)l, (void)fmt;
 }
 
+/* An RPC call of the REPAIR method (wm_rpc_repair): its answer. */
+struct smp_rpc_call {
+    int answered;
+    int status;
+    uint8_t body[1024];
+    size_t len;
+};
+
+static int f_rpc_reply(smp_rpc_call *call, int status, const uint8_t *body, size_t len)
+{
+    call->answered = 1;
+    call->status = status;
+    call->len = len <= sizeof(call->body) ? len : 0;
+    if (call->len) memcpy(call->body, body, call->len);
+    return SMP_OK;
+}
+
 static smp_host_api API;
 static wm_plugin P;
 
@@ -275,6 +300,7 @@ static int setup(void **state)
     API.release_memory = f_release;
     API.remove_object = f_remove;
     API.memory_usage = f_memory;
+    API.rpc_reply = f_rpc_reply;
     H.wall = 100000;
     H.mono = 5000;
     H.cap = 1000;
@@ -1045,6 +1071,222 @@ static void test_ready_revalidated_after_start(void **state)
     assert_int_equal(cur(&c)->metadata_generation, gc);
 }
 
+
+static void read_miss(const char *key, const char *group)
+{
+    smp_event ev = {sizeof(ev), SMP_EVENT_READ_MISS, key, group, NULL, SMP_REPLICA_MEMORY, 0, 0, 0, 0};
+    wm_lifecycle_event(&P, &ev);
+}
+
+/* READY is re-validated on a read miss: no replica-lost report came, but a
+ * read found a member missing. The revision is checked member by member:
+ * one whose member has nothing readable left is DEGRADED (the host did not
+ * know the object: its revision is found from the key); one whose member
+ * lost memory but kept its cold copy gets its residency and hot ratio
+ * recomputed (MIXED, 1/3) and a REPAIRING operation, which brings it back
+ * to HOT. A miss on a revision whose replicas are as recorded, or on a key
+ * of no revision, writes nothing. */
+static void test_ready_revalidated_on_a_read_miss(void **state)
+{
+    (void)state;
+    static const uint64_t bytes[3] = {100, 100, 100};
+    wm_revision x = seed("miss-x", bytes, 3, WM_MODE_MANUAL);
+    wm_revision y = seed("miss-y", bytes, 3, WM_MODE_MANUAL);
+    wm_revision z = seed("miss-z", bytes, 3, WM_MODE_MANUAL);
+    with_cold_copies(&y);
+    run(1); /* the validation after the start: nothing to do */
+    uint64_t gz = cur(&z)->metadata_generation;
+
+    find(pkey(&x, 1))->mem = 0;  /* gone, no report */
+    find(pkey(&y, 0))->mem = 0;  /* gone from memory, its cold copy left */
+    read_miss(pkey(&x, 1), "");  /* unknown to the host: found by its key */
+    read_miss(pkey(&y, 0), y.group_key);
+    read_miss(pkey(&z, 2), z.group_key); /* z is as recorded */
+    read_miss("plain/key", "");
+    assert_int_equal(P.read_misses, 3);
+    tick();
+    assert_int_equal(cur(&x)->availability, WM_AVAIL_READY); /* not before durable */
+    drain();
+    assert_int_equal(cur(&x)->availability, WM_AVAIL_DEGRADED);
+    const wm_revision *r = cur(&y);
+    assert_int_equal(r->availability, WM_AVAIL_READY);
+    assert_int_equal(r->residency, WM_RES_MIXED);
+    assert_true(r->observed_hot_ratio > 0.66 && r->observed_hot_ratio < 0.67);
+    uint64_t op_id = r->operation_id;
+    assert_true(op_id > 0);
+    assert_int_equal(wm_store_operation(P.store, op_id)->kind, WM_OPK_REPAIRING);
+    assert_int_equal(wm_store_operation(P.store, op_id)->target, WM_RES_HOT);
+    assert_int_equal(cur(&z)->metadata_generation, gz);
+    run(6);
+    assert_int_equal(wm_store_operation(P.store, op_id)->state, WM_OPS_SUCCEEDED);
+    assert_int_equal(cur(&y)->residency, WM_RES_HOT);
+    assert_int_equal(find(pkey(&y, 0))->mem, 1);
+    assert_int_equal(cur(&x)->availability, WM_AVAIL_DEGRADED);
+    assert_int_equal(cur(&z)->metadata_generation, gz);
+}
+
+static void set_id(Wmrpc__WeightIdentity *id, const wm_identity *w)
+{
+    wmrpc__weight_identity__init(id);
+    id->tenant = (char *)w->tenant_id;
+    id->namespace_id = (char *)w->ns;
+    id->resource_id = (char *)w->resource_id;
+    id->revision = (char *)w->revision;
+    id->generation = w->weight_generation;
+}
+
+/* LEASE_ACQUIRE / RENEW / RELEASE of rev, answered once its record is
+ * durable; the lease id the answer carries (0: none). */
+static uint64_t lease_rpc(uint32_t method, const wm_revision *rev, uint64_t lease_id)
+{
+    Wmrpc__WeightIdentity id;
+    set_id(&id, &rev->id);
+    Wmrpc__LeaseRequest req = WMRPC__LEASE_REQUEST__INIT;
+    req.identity = &id;
+    req.lease_id = lease_id;
+    uint8_t body[2048];
+    size_t len = wmrpc__lease_request__pack(&req, body);
+    smp_rpc_call call;
+    memset(&call, 0, sizeof(call));
+    int rc = method == WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_ACQUIRE ? wm_rpc_lease_acquire(&P, &call, body, len)
+             : method == WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_RENEW ? wm_rpc_lease_renew(&P, &call, body, len)
+                                                                 : wm_rpc_lease_release(&P, &call, body, len);
+    assert_int_equal(rc, SMP_OK);
+    while (!call.answered && first_of(T_APPEND) >= 0) deliver_at((size_t)first_of(T_APPEND), SMP_OK);
+    assert_true(call.answered);
+    assert_int_equal(call.status, SMP_OK);
+    Wmrpc__LeaseResponse *r = wmrpc__lease_response__unpack(NULL, call.len, call.body);
+    assert_non_null(r);
+    uint64_t got = r->lease ? r->lease->id : 0;
+    wmrpc__lease_response__free_unpacked(r, NULL);
+    return got;
+}
+
+/* AUTO is LRU for real: under memory pressure the AUTO revision used least
+ * recently is demoted first, and renewals and releases count as uses, not
+ * only grants. a was leased first but renewed and released last; b was
+ * leased and released in between: b is demoted, a stays HOT. The accesses
+ * moved last access in memory without a new metadata generation. */
+static void test_auto_demotes_the_least_recently_used(void **state)
+{
+    (void)state;
+    static const uint64_t bytes[2] = {100, 100};
+    wm_revision a = seed("lru-a", bytes, 2, WM_MODE_AUTO);
+    wm_revision b = seed("lru-b", bytes, 2, WM_MODE_AUTO);
+    run(1);
+    H.wall = 200000;
+    uint64_t la = lease_rpc(WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_ACQUIRE, &a, 0);
+    assert_true(la > 0);
+    H.wall = 210000;
+    uint64_t lb = lease_rpc(WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_ACQUIRE, &b, 0);
+    lease_rpc(WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_RELEASE, &b, lb);
+    H.wall = 220000;
+    assert_int_equal(lease_rpc(WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_RENEW, &a, la), la);
+    lease_rpc(WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_RELEASE, &a, la);
+    assert_int_equal(cur(&a)->last_access_ms, 220000);
+    assert_int_equal(cur(&b)->last_access_ms, 210000);
+    assert_int_equal(cur(&a)->metadata_generation, 1);
+    assert_int_equal(cur(&b)->metadata_generation, 1);
+
+    H.used = 990;
+    smp_event ev = {sizeof(ev), SMP_EVENT_MEMORY_PRESSURE, NULL, NULL, NULL, SMP_REPLICA_MEMORY, 0, 990,
+                    1000, 0};
+    wm_lifecycle_event(&P, &ev);
+    tick();
+    drain();
+    assert_true(cur(&b)->operation_id != 0);
+    assert_int_equal(wm_store_operation(P.store, cur(&b)->operation_id)->target, WM_RES_MIXED);
+    assert_int_equal(cur(&a)->operation_id, 0);
+    assert_int_equal(cur(&a)->residency, WM_RES_HOT);
+}
+
+/* weightctl repair on rev at its current generation (wm_rpc_repair),
+ * answered once its record is durable; the call's status. */
+static int repair_rpc(const wm_revision *rev)
+{
+    const wm_revision *r = cur(rev);
+    Wmrpc__WeightIdentity id;
+    set_id(&id, &r->id);
+    Wmrpc__IdentityRequest req = WMRPC__IDENTITY_REQUEST__INIT;
+    req.identity = &id;
+    req.expected_metadata_generation = r->metadata_generation;
+    uint8_t body[2048];
+    size_t len = wmrpc__identity_request__pack(&req, body);
+    smp_rpc_call call;
+    memset(&call, 0, sizeof(call));
+    wm_rpc_repair(&P, &call, body, len);
+    while (!call.answered && first_of(T_APPEND) >= 0) deliver_at((size_t)first_of(T_APPEND), SMP_OK);
+    assert_true(call.answered);
+    return call.status;
+}
+
+/* Repair retries are bounded: a repair whose member cannot be restored
+ * (its only replica lost meanwhile) retries with backoff, and after
+ * repair_max_attempts failed batches ends FAILED with the reason, the
+ * revision DEGRADED, counted as gave_up; the tick starts no new repair of
+ * it by itself and appends nothing more. An explicit repair then starts a
+ * new operation toward the target of the one that gave up and, with the
+ * replica back, restores the revision to READY + HOT. */
+static void test_repair_retries_are_bounded(void **state)
+{
+    (void)state;
+    static const uint64_t bytes[2] = {100, 100};
+    wm_revision rev = seed("capped", bytes, 2, WM_MODE_MANUAL);
+    with_cold_copies(&rev);
+    run(1);
+    H.repair_max = 3;
+    lose_memory(&rev, 0);
+    tick();
+    drain();
+    uint64_t op_id = cur(&rev)->operation_id;
+    assert_true(op_id > 0);
+    assert_int_equal(wm_store_operation(P.store, op_id)->kind, WM_OPK_REPAIRING);
+    find(pkey(&rev, 0))->cold = 0; /* its cold file goes too: nothing to restore from */
+    uint32_t seen = 0;
+    for (int round = 0; round < 40 && cur(&rev)->operation_id == op_id; round++) {
+        const wm_operation *op = wm_store_operation(P.store, op_id);
+        assert_true(op->attempts >= seen); /* each failure counted, persisted */
+        seen = op->attempts;
+        assert_true(op->attempts <= 3);
+        run(1);
+    }
+    const wm_operation *op = wm_store_operation(P.store, op_id);
+    assert_int_equal(op->state, WM_OPS_FAILED);
+    assert_int_equal(op->attempts, 3);
+    assert_non_null(strstr(op->error, "gave up after 3 attempts (repair_max_attempts)"));
+    const wm_revision *r = cur(&rev);
+    assert_int_equal(r->operation_id, 0);
+    assert_int_equal(r->availability, WM_AVAIL_DEGRADED);
+    assert_int_equal(P.repairs_gave_up, 1);
+    assert_int_equal(P.repairs_failed, 1);
+
+    /* No new repair by itself, nothing appended. */
+    uint64_t gen = r->metadata_generation;
+    for (int i = 0; i < 5; i++) {
+        tick();
+        assert_int_equal(count_of(T_APPEND), 0);
+        assert_int_equal(count_of(T_MEMORY), 0);
+        drain();
+        H.mono += 1000;
+        H.wall += 1000;
+    }
+    assert_int_equal(cur(&rev)->metadata_generation, gen);
+    assert_int_equal(cur(&rev)->operation_id, 0);
+
+    /* weightctl repair: a new operation, toward HOT again. */
+    find(pkey(&rev, 0))->cold = 1; /* the replica is back */
+    assert_int_equal(repair_rpc(&rev), SMP_OK);
+    uint64_t again = cur(&rev)->operation_id;
+    assert_true(again > op_id);
+    assert_int_equal(wm_store_operation(P.store, again)->kind, WM_OPK_REPAIRING);
+    assert_int_equal(wm_store_operation(P.store, again)->target, WM_RES_HOT);
+    run(8);
+    assert_int_equal(wm_store_operation(P.store, again)->state, WM_OPS_SUCCEEDED);
+    assert_int_equal(cur(&rev)->availability, WM_AVAIL_READY);
+    assert_int_equal(cur(&rev)->residency, WM_RES_HOT);
+    assert_int_equal(find(pkey(&rev, 0))->mem, 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1066,6 +1308,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_repair_degraded_then_ready_without_user_action, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_ready_revalidated_after_start, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_repair_retries_are_bounded, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ready_revalidated_on_a_read_miss, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_auto_demotes_the_least_recently_used, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
