@@ -326,21 +326,12 @@ static smp_rpc_call *invoke(uint32_t m, const ProtobufCMessage *msg, smp_rpc_cal
     return call;
 }
 
-static void set_id(Wmrpc__WeightIdentity *id, const wm_identity *w)
-{
-    wmrpc__weight_identity__init(id);
-    id->tenant = (char *)w->tenant_id;
-    id->namespace_id = (char *)w->ns;
-    id->resource_id = (char *)w->resource_id;
-    id->revision = (char *)w->revision;
-    id->generation = w->weight_generation;
-}
 
 static void begin(const wm_identity *w, smp_rpc_call *call)
 {
     Wmrpc__ImportBeginRequest req = WMRPC__IMPORT_BEGIN_REQUEST__INIT;
     Wmrpc__WeightIdentity id;
-    set_id(&id, w);
+    wmt_pb_identity(&id, w);
     req.identity = &id;
     invoke(WMRPC__WEIGHT_METHOD__WEIGHT_IMPORT_BEGIN, &req.base, call);
 }
@@ -405,7 +396,7 @@ static void lease_req(uint32_t method, const wm_identity *w, uint64_t lease_id, 
 {
     Wmrpc__LeaseRequest req = WMRPC__LEASE_REQUEST__INIT;
     Wmrpc__WeightIdentity id;
-    set_id(&id, w);
+    wmt_pb_identity(&id, w);
     req.identity = &id;
     req.lease_id = lease_id;
     invoke(method, &req.base, c);
@@ -537,7 +528,7 @@ static void test_lease_renewal_fails_once_base_fence_is_in_flight(void **state)
     seed("fen", 1, WM_RES_HOT, WM_MODE_MANUAL, &base);
     Wmrpc__UpsertBeginRequest req = WMRPC__UPSERT_BEGIN_REQUEST__INIT;
     Wmrpc__WeightIdentity id;
-    set_id(&id, &base.id);
+    wmt_pb_identity(&id, &base.id);
     req.base_identity = &id;
     req.target_generation = 2;
     req.mode = WM_UPSERT_PUT_FIRST;
@@ -583,7 +574,7 @@ static void test_lease_renewal_fenced_on_granted_generation(void **state)
 
     Wmrpc__LeaseRequest req = WMRPC__LEASE_REQUEST__INIT;
     Wmrpc__WeightIdentity id;
-    set_id(&id, &rev.id);
+    wmt_pb_identity(&id, &rev.id);
     req.identity = &id;
     req.lease_id = lid;
     req.metadata_generation = 1; /* not the generation it was granted at */
@@ -610,7 +601,7 @@ static void migrate_req(const wm_identity *w, wm_residency to, uint64_t expected
 {
     Wmrpc__MigrateRequest req = WMRPC__MIGRATE_REQUEST__INIT;
     Wmrpc__WeightIdentity id;
-    set_id(&id, w);
+    wmt_pb_identity(&id, w);
     req.identity = &id;
     req.target_residency = (uint32_t)to;
     req.expected_metadata_generation = expected;
@@ -624,7 +615,7 @@ static void policy_req(const wm_identity *w, wm_migration_mode mode, uint64_t ex
     Wmrpc__UpdatePolicyRequest req = WMRPC__UPDATE_POLICY_REQUEST__INIT;
     Wmrpc__WeightPolicy pol = WMRPC__WEIGHT_POLICY__INIT;
     Wmrpc__WeightIdentity id;
-    set_id(&id, w);
+    wmt_pb_identity(&id, w);
     pol.migration_mode = (uint32_t)mode;
     req.identity = &id;
     req.policy = &pol;
@@ -637,7 +628,7 @@ static void remove_req(const wm_identity *w, uint64_t expected, const char *rid,
 {
     Wmrpc__IdentityRequest req = WMRPC__IDENTITY_REQUEST__INIT;
     Wmrpc__WeightIdentity id;
-    set_id(&id, w);
+    wmt_pb_identity(&id, w);
     req.identity = &id;
     req.expected_metadata_generation = expected;
     req.request_id = (char *)rid;
@@ -857,7 +848,7 @@ static void test_aborted_import_does_not_burn_the_name(void **state)
     deliver(SMP_OK);
     Wmrpc__IdentityRequest req = WMRPC__IDENTITY_REQUEST__INIT;
     Wmrpc__WeightIdentity id;
-    set_id(&id, &w);
+    wmt_pb_identity(&id, &w);
     req.identity = &id;
     req.expected_metadata_generation = 1;
     invoke(WMRPC__WEIGHT_METHOD__WEIGHT_IMPORT_ABORT, &req.base, &c);
@@ -971,7 +962,7 @@ static void test_claim_without_progress_aborted_after_ttl(void **state)
     seed("stuck", 1, WM_RES_HOT, WM_MODE_MANUAL, &base);
     Wmrpc__UpsertBeginRequest req = WMRPC__UPSERT_BEGIN_REQUEST__INIT;
     Wmrpc__WeightIdentity id;
-    set_id(&id, &base.id);
+    wmt_pb_identity(&id, &base.id);
     req.base_identity = &id;
     req.target_generation = 2;
     req.mode = WM_UPSERT_PUT_FIRST;
@@ -1024,7 +1015,7 @@ static void test_repair_rpc_starts_repairing_under_cas(void **state)
     seed("fix", 1, WM_RES_COLD, WM_MODE_MANUAL, &rev);
     Wmrpc__IdentityRequest req = WMRPC__IDENTITY_REQUEST__INIT;
     Wmrpc__WeightIdentity id;
-    set_id(&id, &rev.id);
+    wmt_pb_identity(&id, &rev.id);
     req.identity = &id;
     req.expected_metadata_generation = 2;
     invoke(WMRPC__WEIGHT_METHOD__WEIGHT_REPAIR, &req.base, &c);
@@ -1048,7 +1039,7 @@ static void test_repair_rpc_starts_repairing_under_cas(void **state)
     seed("fix-gone", 1, WM_RES_HOT, WM_MODE_MANUAL, &gone);
     remove_req(&gone.id, 1, NULL, &c);
     deliver(SMP_OK);
-    set_id(&id, &gone.id);
+    wmt_pb_identity(&id, &gone.id);
     invoke(WMRPC__WEIGHT_METHOD__WEIGHT_REPAIR, &req.base, &c);
     assert_int_equal(c.status, WM_ENOT_READY);
     assert_int_equal(H.nq, 0);

@@ -1125,22 +1125,13 @@ static void test_ready_revalidated_on_a_read_miss(void **state)
     assert_int_equal(cur(&z)->metadata_generation, gz);
 }
 
-static void set_id(Wmrpc__WeightIdentity *id, const wm_identity *w)
-{
-    wmrpc__weight_identity__init(id);
-    id->tenant = (char *)w->tenant_id;
-    id->namespace_id = (char *)w->ns;
-    id->resource_id = (char *)w->resource_id;
-    id->revision = (char *)w->revision;
-    id->generation = w->weight_generation;
-}
 
 /* LEASE_ACQUIRE / RENEW / RELEASE of rev, answered once its record is
  * durable; the lease id the answer carries (0: none). */
 static uint64_t lease_rpc(uint32_t method, const wm_revision *rev, uint64_t lease_id)
 {
     Wmrpc__WeightIdentity id;
-    set_id(&id, &rev->id);
+    wmt_pb_identity(&id, &rev->id);
     Wmrpc__LeaseRequest req = WMRPC__LEASE_REQUEST__INIT;
     req.identity = &id;
     req.lease_id = lease_id;
@@ -1206,7 +1197,7 @@ static int repair_rpc(const wm_revision *rev)
 {
     const wm_revision *r = cur(rev);
     Wmrpc__WeightIdentity id;
-    set_id(&id, &r->id);
+    wmt_pb_identity(&id, &r->id);
     Wmrpc__IdentityRequest req = WMRPC__IDENTITY_REQUEST__INIT;
     req.identity = &id;
     req.expected_metadata_generation = r->metadata_generation;

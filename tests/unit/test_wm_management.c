@@ -270,21 +270,12 @@ static smp_rpc_call *invoke(uint32_t m, const ProtobufCMessage *msg, smp_rpc_cal
     return call;
 }
 
-static void set_id(Wmrpc__WeightIdentity *id, const wm_identity *w)
-{
-    wmrpc__weight_identity__init(id);
-    id->tenant = (char *)w->tenant_id;
-    id->namespace_id = (char *)w->ns;
-    id->resource_id = (char *)w->resource_id;
-    id->revision = (char *)w->revision;
-    id->generation = w->weight_generation;
-}
 
 static void begin(const wm_identity *w, smp_rpc_call *call)
 {
     Wmrpc__ImportBeginRequest req = WMRPC__IMPORT_BEGIN_REQUEST__INIT;
     Wmrpc__WeightIdentity id;
-    set_id(&id, w);
+    wmt_pb_identity(&id, w);
     req.identity = &id;
     invoke(WMRPC__WEIGHT_METHOD__WEIGHT_IMPORT_BEGIN, &req.base, call);
 }
@@ -383,7 +374,7 @@ static void test_lease_on_cold_auto_revision_promotes_first(void **state)
     seed_ready("cold", WM_RES_COLD, WM_MODE_AUTO, &rev);
     Wmrpc__LeaseRequest req = WMRPC__LEASE_REQUEST__INIT;
     Wmrpc__WeightIdentity id;
-    set_id(&id, &rev.id);
+    wmt_pb_identity(&id, &rev.id);
     req.identity = &id;
     invoke(WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_ACQUIRE, &req.base, &c);
     assert_int_equal(c.answered, 0);
@@ -409,7 +400,7 @@ static void test_lease_on_cold_auto_revision_promotes_first(void **state)
 
     /* A MANUAL revision observed COLD gets its lease without promotion. */
     seed_ready("manual", WM_RES_COLD, WM_MODE_MANUAL, &rev);
-    set_id(&id, &rev.id);
+    wmt_pb_identity(&id, &rev.id);
     invoke(WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_ACQUIRE, &req.base, &c);
     assert_int_equal(H.q[0].type, WM_OP_LEASE_UPSERT);
     deliver(SMP_OK);
@@ -426,7 +417,7 @@ static void test_in_flight_mutations_and_lease_sweep(void **state)
     smp_rpc_call c1, c2;
     seed_ready("busy", WM_RES_HOT, WM_MODE_AUTO, &rev);
     Wmrpc__WeightIdentity id;
-    set_id(&id, &rev.id);
+    wmt_pb_identity(&id, &rev.id);
 
     Wmrpc__LeaseRequest lreq = WMRPC__LEASE_REQUEST__INIT;
     lreq.identity = &id;
@@ -488,7 +479,7 @@ static void test_volatile_leases_while_the_gate_is_closed(void **state)
     smp_rpc_call c, c2;
     seed_ready("vol", WM_RES_COLD, WM_MODE_AUTO, &rev); /* would promote */
     Wmrpc__WeightIdentity id;
-    set_id(&id, &rev.id);
+    wmt_pb_identity(&id, &rev.id);
     Wmrpc__LeaseRequest req = WMRPC__LEASE_REQUEST__INIT;
     req.identity = &id;
     req.ttl_ms = 1000;
@@ -580,7 +571,7 @@ static void test_volatile_leases_survive_a_reload_handoff(void **state)
     assert_int_equal(wm_handoff_export(&P, &before), SMP_OK);
 
     Wmrpc__WeightIdentity id;
-    set_id(&id, &rev.id);
+    wmt_pb_identity(&id, &rev.id);
     Wmrpc__LeaseRequest req = WMRPC__LEASE_REQUEST__INIT;
     req.identity = &id;
     req.ttl_ms = 60000;
@@ -695,7 +686,7 @@ static void test_guard_answers_from_revision_state(void **state)
     Wmrpc__WeightIdentity id;
     Wmrpc__AffinityUnit unit = WMRPC__AFFINITY_UNIT__INIT;
     Wmrpc__AffinityUnit *units[1] = {&unit};
-    set_id(&id, &w);
+    wmt_pb_identity(&id, &w);
     unit.n_members = 1;
     unit.members = aff.units[0].members;
     unit.logical_bytes = 5;
@@ -797,7 +788,7 @@ static void test_commit_pages_through_a_large_group(void **state)
     assert_int_equal(wm_affinity_digest(&aff, aff_sha), WM_OK);
     Wmrpc__ImportCommitRequest req = WMRPC__IMPORT_COMMIT_REQUEST__INIT;
     Wmrpc__WeightIdentity id;
-    set_id(&id, &w);
+    wmt_pb_identity(&id, &w);
     req.identity = &id;
     req.expected_metadata_generation = 1;
     req.payload_count = N;
@@ -853,7 +844,7 @@ static void test_lifecycle_submit(void **state)
     smp_rpc_call c;
     seed_ready("life", WM_RES_HOT, WM_MODE_AUTO, &rev);
     Wmrpc__WeightIdentity id;
-    set_id(&id, &rev.id);
+    wmt_pb_identity(&id, &rev.id);
 
     /* Start a migration to COLD through the RPC. */
     Wmrpc__MigrateRequest mig = WMRPC__MIGRATE_REQUEST__INIT;
@@ -972,7 +963,7 @@ static void upsert_begin(const wm_identity *base, uint64_t target, wm_upsert_mod
 {
     Wmrpc__UpsertBeginRequest req = WMRPC__UPSERT_BEGIN_REQUEST__INIT;
     Wmrpc__WeightIdentity id;
-    set_id(&id, base);
+    wmt_pb_identity(&id, base);
     req.base_identity = &id;
     req.target_generation = target;
     req.mode = (uint32_t)mode;
@@ -1022,7 +1013,7 @@ static int lease_acquire_status(const wm_identity *id, int deliver_it)
     smp_rpc_call c;
     Wmrpc__LeaseRequest req = WMRPC__LEASE_REQUEST__INIT;
     Wmrpc__WeightIdentity wid;
-    set_id(&wid, id);
+    wmt_pb_identity(&wid, id);
     req.identity = &wid;
     invoke(WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_ACQUIRE, &req.base, &c);
     if (!c.answered && deliver_it) deliver(SMP_OK);
@@ -1202,7 +1193,7 @@ static void test_upsert_delete_first_steps_and_gate(void **state)
     Wmrpc__WeightIdentity wid;
     wm_identity none = base.id;
     strcpy(none.resource_id, "nothing");
-    set_id(&wid, &none);
+    wmt_pb_identity(&wid, &none);
     sreq.lineage = &wid;
     invoke(WMRPC__WEIGHT_METHOD__WEIGHT_UPSERT_STATUS, &sreq.base, &c);
     assert_int_equal(c.status, SMP_OK);
@@ -1220,7 +1211,7 @@ static void update_policy(const wm_revision *rev, wm_residency pref, double rati
     Wmrpc__UpdatePolicyRequest req = WMRPC__UPDATE_POLICY_REQUEST__INIT;
     Wmrpc__WeightPolicy pol = WMRPC__WEIGHT_POLICY__INIT;
     Wmrpc__WeightIdentity id;
-    set_id(&id, &rev->id);
+    wmt_pb_identity(&id, &rev->id);
     pol.preferred_residency = (uint32_t)pref;
     pol.mixed_hot_ratio = ratio;
     pol.migration_mode = (uint32_t)mode;
@@ -1340,7 +1331,7 @@ static void test_upsert_keeps_the_base_policy(void **state)
     Wmrpc__ImportBeginRequest req = WMRPC__IMPORT_BEGIN_REQUEST__INIT;
     Wmrpc__WeightPolicy wp = WMRPC__WEIGHT_POLICY__INIT;
     Wmrpc__WeightIdentity wid;
-    set_id(&wid, &t2);
+    wmt_pb_identity(&wid, &t2);
     wp.preferred_residency = WM_RES_HOT;
     req.identity = &wid;
     req.policy = &wp;

@@ -2,9 +2,10 @@
  *
  * Builders of a correct identity, a sealed READY revision with its affinity
  * summary (one payload per unit, digests computed the way the master checks
- * them), an operation and a lease, so each test starts from a record that
- * passes every check and changes exactly the field it is about. Header-only
- * (static functions); the unit test glob picks up test_*.c only. */
+ * them), an operation, a lease and an identity's wire form, so each test
+ * starts from a record that passes every check and changes exactly the
+ * field it is about. Header-only (static functions); the unit test glob
+ * picks up test_*.c only. */
 #ifndef WM_TEST_RECORDS_H
 #define WM_TEST_RECORDS_H
 
@@ -12,12 +13,24 @@
 #include <string.h>
 
 #include "weight_management.h"
+#include "weight_rpc.pb-c.h"
 
 static inline void wmt_identity(wm_identity *id, const char *resource, uint64_t gen)
 {
     memset(id, 0, sizeof(*id));
     int rc = wm_identity_set(id, "tenant-a", "llm", resource, "main", gen);
     if (rc != WM_OK) abort();
+}
+
+/* The wire form of w for a request (borrows w's strings). */
+static inline void wmt_pb_identity(Wmrpc__WeightIdentity *id, const wm_identity *w)
+{
+    wmrpc__weight_identity__init(id);
+    id->tenant = (char *)w->tenant_id;
+    id->namespace_id = (char *)w->ns;
+    id->resource_id = (char *)w->resource_id;
+    id->revision = (char *)w->revision;
+    id->generation = w->weight_generation;
 }
 
 /* A READY + HOT revision of n units (unit i: payload i, bytes[i]) and its
