@@ -12,7 +12,8 @@
  * keeps the revision READY and the operation retrying until the disk is usable
  * again; a killed node makes a revision DEGRADED and its return makes it
  * READY; SIGKILL of the master in the middle of a migration, of a deletion and
- * of an import. Rounds are small (2 members) and ticks fast (50 ms) so large
+ * of an import; AUTO demotion under memory pressure, least recently used
+ * first (renewals and releases count, and survive a SIGKILL). Rounds are small (2 members) and ticks fast (50 ms) so large
  * operations take several rounds. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -771,6 +772,101 @@ static void test_auto_demotes_under_memory_pressure(void **state)
     free(metrics);
 }
 
+static uint64_t last_access_of(wr_fixture *f, const Wmrpc__WeightIdentity *id, uint64_t *gen)
+{
+    Wmrpc__MetadataResponse *md = wr_get_md(f, id);
+    uint64_t t = md->metadata->last_access_ms;
+    if (gen != NULL) *gen = md->metadata->metadata_generation;
+    wmrpc__metadata_response__free_unpacked(md, NULL);
+    return t;
+}
+
+/* AUTO is LRU for real, end to end: revision `early` is leased before
+ * `later` is published, then renewed and released after it, so it is the
+ * one used last -- though its grant is older. The renewal and the release
+ * move its last access without a new metadata generation; the tick writes
+ * it down (weight_access_records_total) and it is there after a SIGKILL of
+ * the master. When memory pressure comes (a MANUAL revision fills the 1 MiB
+ * segment past its high watermark) the AUTO revision used least recently,
+ * `later`, is demoted; `early` stays HOT. */
+static void test_auto_demotes_the_least_recently_used(void **state)
+{
+    wr_fixture *f = *state;
+    char cfg[2048];
+    assert_int_equal(hx_init(&f->m, "wl-lru", NULL), 0);
+    snprintf(cfg, sizeof(cfg),
+             "node:\n  segment_dir: \"%s/shm\"\n  segment_bytes: 1048576\n"
+             "  cold_dir: \"%s/cold\"\n  poll_ms: 10\n"
+             "memory:\n  high_watermark: 0.5\n  low_watermark: 0.2\n"
+             "cluster:\n  weight_migration_cooldown_ms: 100\n"
+             "  weight_migration_max_members_per_round: 2\n"
+             "plugins:\n  - path: \"%s/lib/weight_mgmt.so\"\n    config:\n      tick_period_ms: 50\n",
+             f->m.dir, f->m.dir, BUILD_DIR);
+    assert_int_equal(hx_reconfigure(&f->m, cfg), 0);
+    assert_int_equal(hx_start(&f->m, 10000), 0);
+    wr_connect(f);
+
+    Wmrpc__WeightIdentity early, later, fill;
+    wr_set_identity(&early, "t1", "lru", "early", 1);
+    wr_set_identity(&later, "t1", "lru", "later", 1);
+    wr_set_identity(&fill, "t1", "lru", "fill", 1);
+    wr_upload ue = {.n = 2, .sizes = {100000, 100000}, .per_unit = 1};
+    wr_upload ul = {.n = 2, .sizes = {100000, 100000}, .per_unit = 1};
+    wr_upload uf = {.n = 2, .sizes = {100000, 100000}, .per_unit = 1};
+    Wmrpc__MetadataResponse *r = wr_publish(f, &early, WR_RS_HOT, WR_MODE_AUTO, &ue);
+    wmrpc__metadata_response__free_unpacked(r, NULL);
+    Wmrpc__LeaseResponse *lr = NULL;
+    assert_int_equal(wr_lease_call(f, WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_ACQUIRE, &early, 0, 60000, &lr), 0);
+    uint64_t lid = lr->lease->id;
+    wmrpc__lease_response__free_unpacked(lr, NULL);
+    uint64_t gen_early = 0;
+    uint64_t granted = last_access_of(f, &early, &gen_early);
+    sleep_ms(20);
+    r = wr_publish(f, &later, WR_RS_HOT, WR_MODE_AUTO, &ul);
+    wmrpc__metadata_response__free_unpacked(r, NULL);
+    uint64_t later_access = last_access_of(f, &later, NULL);
+    assert_true(later_access > granted);
+    sleep_ms(20);
+    assert_int_equal(wr_lease_call(f, WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_RENEW, &early, lid, 60000, NULL), 0);
+    assert_int_equal(wr_lease_call(f, WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_RELEASE, &early, lid, 0, NULL), 0);
+    uint64_t gen = 0;
+    uint64_t used = last_access_of(f, &early, &gen);
+    assert_true(used > later_access);
+    assert_int_equal(gen, gen_early); /* an access is no new generation */
+
+    /* Written down by the tick, then on disk across a SIGKILL. */
+    uint64_t end = mono_ms() + WAIT_MS;
+    for (;;) {
+        char *metrics = NULL;
+        assert_int_equal(hx_http_get(&f->m, "/metrics", &metrics), 200);
+        int written = strstr(metrics, "weight_access_records_total 0\n") == NULL &&
+                      strstr(metrics, "weight_access_records_total") != NULL;
+        free(metrics);
+        if (written) break;
+        if (mono_ms() > end) fail_msg("the access was never written down");
+        sleep_ms(50);
+    }
+    restart_master(f);
+    assert_int_equal(last_access_of(f, &early, &gen), used);
+    assert_int_equal(gen, gen_early);
+
+    r = wr_publish(f, &fill, WR_RS_HOT, WR_MODE_MANUAL, &uf);
+    wmrpc__metadata_response__free_unpacked(r, NULL);
+    end = mono_ms() + WAIT_MS;
+    for (;;) {
+        Wmrpc__MetadataResponse *md = wr_get_md(f, &later);
+        int demoted = md->metadata->residency != WR_RS_HOT && md->metadata->operation_id == 0;
+        wmrpc__metadata_response__free_unpacked(md, NULL);
+        if (demoted) break;
+        if (mono_ms() > end) fail_msg("the least recently used AUTO revision was not demoted");
+        sleep_ms(20);
+    }
+    r = wr_get_md(f, &early);
+    assert_int_equal(r->metadata->residency, WR_RS_HOT);
+    wmrpc__metadata_response__free_unpacked(r, NULL);
+    check_replicas(f, &ue, WR_RS_HOT);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -786,6 +882,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_master_killed_during_import_never_publishes, wr_setup,
                                         wr_teardown),
         cmocka_unit_test_setup_teardown(test_auto_demotes_under_memory_pressure, wr_setup, wr_teardown),
+        cmocka_unit_test_setup_teardown(test_auto_demotes_the_least_recently_used, wr_setup, wr_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
