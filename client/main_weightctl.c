@@ -73,7 +73,7 @@ static const struct {
     {"policy", wctl_cmd_policy}, {"migrate", wctl_cmd_migrate}, {"op", wctl_cmd_op},
     {"rm", wctl_cmd_rm},         {"upsert", wctl_cmd_upsert},   {"status", cmd_status},
     {"gate", cmd_gate},          {"kv", wctl_cmd_kv},           {"repair", wctl_cmd_repair},
-    {"plugin", wctl_cmd_plugin},
+    {"plugin", wctl_cmd_plugin},  {"fsck", wctl_cmd_fsck},
 };
 
 int main(int argc, char **argv)

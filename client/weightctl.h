@@ -38,6 +38,19 @@ int wctl_opt_error(const char *cmd, int c, char **argv);
 /* `plugin list|reload|disable|enable ...` (args[0] is "plugin"): the exit
  * status (0 done, 1 refused or unreachable, 2 usage). */
 int wctl_cmd_plugin(ctl *x, int nargs, char **args);
+/* One call of the master's admin service (2) to x->master: 0 with *resp
+ * (unpacked with desc; the caller frees it), or 1 with "weightctl: WHAT:
+ * cause" on stderr (unreachable, or the master's refusal and reason). */
+struct ProtobufCMessage;
+struct ProtobufCMessageDescriptor;
+int wctl_admin_call(ctl *x, const char *what, uint32_t method, const struct ProtobufCMessage *req,
+                    const struct ProtobufCMessageDescriptor *desc, struct ProtobufCMessage **resp);
+
+/* -- weightctl_fsck.c ------------------------------------------------------- */
+
+/* `fsck [--repair]`: the exit status (0 clean or repaired, 1 orphans found
+ * without --repair, a node not checked, or refused; 2 usage). */
+int wctl_cmd_fsck(ctl *x, int argc, char **argv);
 
 /* -- weightctl_args.c: arguments and the store ------------------------------ */
 

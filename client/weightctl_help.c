@@ -59,6 +59,8 @@ void wctl_usage(FILE *out)
             "                         refusal leaves the old one serving and says why\n"
             "  plugin disable NAME    quiesce a plugin and refuse its RPCs (plain KV store)\n"
             "  plugin enable NAME     serve a disabled plugin again\n"
+            "  fsck [--repair]        report (and with --repair remove) cold files and segment\n"
+            "                         bytes that nothing owns\n"
             "  kv put KEY FILE|-      store FILE's bytes (-: stdin) as object KEY\n"
             "  kv get KEY FILE|-      write object KEY's bytes (checked) to FILE (-: stdout)\n"
             "  kv ls [PREFIX]         list object keys\n"
@@ -200,6 +202,18 @@ static const cmd_help helps[] = {
      "Open a capability gate (HA) once every master can replay its record types.\n"
      "examples:\n"
      "  weightctl gate confirm weight_management_oplog_capability_confirmed\n"},
+    {"fsck",
+     "usage: weightctl fsck [--repair]\n"
+     "Check what the up nodes hold against what the master's state names: cold files no\n"
+     "replica names (orphans, corrupt ones included) and non-zero bytes in segment ranges\n"
+     "no object, put or reservation occupies. Read-only unless --repair: then the orphan\n"
+     "files are deleted and those ranges zeroed (held meanwhile, so nothing is allocated\n"
+     "there). Prints the cold bytes on disk and the occupied segment bytes beside the\n"
+     "master's cold replica bytes and memory used. Exit 0 clean or repaired, 1 orphans\n"
+     "found (without --repair) or a node not checked.\n"
+     "examples:\n"
+     "  weightctl fsck\n"
+     "  weightctl --json fsck --repair\n"},
     {"plugin",
      "usage: weightctl plugin list\n"
      "       weightctl plugin reload NAME [--path LIBRARY.so]\n"

@@ -41,9 +41,8 @@ static void info_json(const PluginInfo *p)
     printf("}");
 }
 
-/* One admin call; 0 with *resp, or 1 with the cause on stderr. */
-static int admin_call(ctl *x, const char *what, uint32_t method, const PluginRequest *req,
-                      const ProtobufCMessageDescriptor *desc, ProtobufCMessage **resp)
+int wctl_admin_call(ctl *x, const char *what, uint32_t method, const ProtobufCMessage *req,
+                    const ProtobufCMessageDescriptor *desc, ProtobufCMessage **resp)
 {
     char err[512];
     rpcc_conn *c = NULL;
@@ -56,14 +55,14 @@ static int admin_call(ctl *x, const char *what, uint32_t method, const PluginReq
         fprintf(stderr, "weightctl: cannot reach the master at %s: %s\n", x->master, err);
         return 1;
     }
-    int rc = rpcc_call_msg(c, HOST_SERVICE__HOST_SERVICE_ADMIN, method, &req->base, desc, resp,
+    int rc = rpcc_call_msg(c, HOST_SERVICE__HOST_SERVICE_ADMIN, method, req, desc, resp,
                            &status, &body, &body_len, &msg);
     int exit_code = 0;
     if (rc < 0) {
-        fprintf(stderr, "weightctl: plugin %s: %s\n", what, rpcc_last_error(c));
+        fprintf(stderr, "weightctl: %s: %s\n", what, rpcc_last_error(c));
         exit_code = 1;
     } else if (status != 0) {
-        fprintf(stderr, "weightctl: plugin %s: %s: %s\n", what, smp_strerror(status),
+        fprintf(stderr, "weightctl: %s: %s: %s\n", what, smp_strerror(status),
                 msg != NULL && msg[0] ? msg : "refused");
         exit_code = 1;
     }
@@ -77,7 +76,7 @@ static int cmd_list(ctl *x)
 {
     PluginRequest req = PLUGIN_REQUEST__INIT;
     PluginList *list = NULL;
-    if (admin_call(x, "list", ADMIN_METHOD__ADMIN_PLUGIN_LIST, &req, &plugin_list__descriptor,
+    if (wctl_admin_call(x, "plugin list", ADMIN_METHOD__ADMIN_PLUGIN_LIST, &req.base, &plugin_list__descriptor,
                    (ProtobufCMessage **)&list) != 0)
         return 1;
     if (x->json) printf("{\"plugins\":[");
@@ -101,8 +100,9 @@ static int cmd_change(ctl *x, const char *what, uint32_t method, const char *nam
     char label[300];
     req.name = (char *)name;
     req.path = (char *)(path ? path : "");
-    snprintf(label, sizeof(label), "%s %s", what, name);
-    if (admin_call(x, label, method, &req, &plugin_change__descriptor, (ProtobufCMessage **)&ch) != 0)
+    snprintf(label, sizeof(label), "plugin %s %s", what, name);
+    if (wctl_admin_call(x, label, method, &req.base, &plugin_change__descriptor,
+                        (ProtobufCMessage **)&ch) != 0)
         return 1;
     if (x->json) {
         printf("{\"plugin\":");

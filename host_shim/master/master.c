@@ -382,6 +382,7 @@ static void close_parts(master *m)
     master_stop(m);
     oplog_close(m->log); /* flushes; owed callbacks run now */
     m->log = NULL;
+    master_scrub_free(m);
     master_nodes_free(m);
     uv_run(&m->loop, UV_RUN_DEFAULT);
     node_runtime_stop(m->embedded_node); /* its link to us is closed: it lets go */
@@ -390,6 +391,7 @@ static void close_parts(master *m)
     obj_store_destroy(m->objs);
     host_metrics_destroy(m->metrics);
     master_pending_free(m);
+    master_replicas_free(m);
     master_carried_free(m);
     master_gates_free(m);
     master_ha_close(m);

@@ -306,6 +306,7 @@ static const smp_rpc_method admin_methods[] = {
      master_plugins_h_disable},
     {sizeof(smp_rpc_method), ADMIN_METHOD__ADMIN_PLUGIN_ENABLE, "plugin_enable",
      master_plugins_h_enable},
+    {sizeof(smp_rpc_method), ADMIN_METHOD__ADMIN_FSCK, "fsck", master_fsck_h},
 };
 
 int master_admin_register(master *m)

@@ -60,6 +60,8 @@ typedef struct master_carried_section {
 
 typedef struct master_pending_key master_pending_key; /* keys with a mutation in flight */
 typedef struct master_node master_node;               /* a registered node (master_nodes.c) */
+typedef struct master_busy_key master_busy_key;       /* keys being persisted (master_replicas.c) */
+typedef struct master_scrub master_scrub;             /* ranges being zeroed (master_scrub.c) */
 
 #define MASTER_SERVICE_NODES 3
 
@@ -103,6 +105,8 @@ typedef struct master {
     uint64_t applied_seq;       /* every record up to it is durable and applied */
     int log_failed;             /* the OpLog turned read-only: refuse mutations */
     master_pending_key *pending;
+    master_busy_key *persisting; /* keys with a cold file being written and recorded */
+    master_scrub *scrub;         /* freed ranges being zeroed, put starts waiting on them */
 
     /* Snapshots. */
     int snapshot_running;
@@ -374,6 +378,12 @@ size_t master_nodes_up(const master *m);
 int master_node_task(master *m, const char *node_id, int kind, const char *key,
                      uint64_t offset, uint64_t length, const uint8_t sha256[32],
                      const char *cold_name, master_task_cb cb, void *arg);
+/* The same with segment ranges (n_ranges offset, length pairs, copied) for
+ * the SCAN and SCRUB tasks of fsck. */
+int master_node_task_ranges(master *m, const char *node_id, int kind, const char *key,
+                            uint64_t offset, uint64_t length, const uint8_t sha256[32],
+                            const char *cold_name, const uint64_t *ranges, size_t n_ranges,
+                            master_task_cb cb, void *arg);
 /* What a ticket is minted for: op (TICKET_OP_WRITE / TICKET_OP_READ), the
  * node, its segment (or for a cold replica the file's bare name), the range,
  * the object key and its tenant (NULL or "": none). */
@@ -403,6 +413,10 @@ int master_drop_replica(master *m, const char *key, const obj_replica *lost,
 int master_ensure_cold(void *ctx, const char *key, smp_done_cb cb, void *arg);
 int master_ensure_memory(void *ctx, const char *key, smp_done_cb cb, void *arg);
 int master_release_memory(void *ctx, const char *key, smp_done_cb cb, void *arg);
+/* 1 while an ensure_cold job of key has its file written but maybe not yet
+ * named by a durable replica (fsck leaves such a file alone). */
+int master_persist_in_flight(const master *m, const char *key);
+void master_replicas_free(master *m);
 
 /* -- master_reclaim.c ------------------------------------------------------------ */
 
@@ -423,6 +437,26 @@ int master_reclaim_cold_file(master *m, const char *node, const char *key, const
  * no replica names is deleted. Returns how many deletions were queued. */
 int master_reclaim_inventory(master *m, const char *node, const char **keys,
                              const char **names, size_t n);
+
+/* -- master_scrub.c ---------------------------------------------------------------- */
+
+/* Zero [off, off+len) of segment on node (a range the state just freed) with
+ * a SCRUB task; put starts given an overlapping range wait for it
+ * (master_scrub_reply). SMP_OK, SMP_EAGAIN (node not up), SMP_ENOMEM. */
+int master_scrub_range(master *m, const char *node, const char *segment, uint64_t off, uint64_t len);
+/* Answer a put start whose range is [off, off+len) of segment with msg:
+ * now, or once no scrub overlaps the range. SMP_OK or SMP_ENOMEM (nothing
+ * sent). */
+int master_scrub_reply(master *m, smp_rpc_call *call, const char *segment, uint64_t off,
+                       uint64_t len, const ProtobufCMessage *msg);
+/* At exit: parked replies are refused (SMP_EAGAIN). */
+void master_scrub_free(master *m);
+
+/* -- master_fsck.c ---------------------------------------------------------------- */
+
+/* ADMIN_FSCK: FsckRequest -> FsckReport, answered once every up node's scan
+ * (and, with repair, every deletion and zeroing) ended. */
+int master_fsck_h(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len);
 
 /* -- master_backend.c ----------------------------------------------------------- */
 

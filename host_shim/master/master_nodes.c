@@ -40,6 +40,8 @@ typedef struct master_task {
     uint64_t length;
     uint8_t sha256[32];
     char *cold_name;
+    uint64_t *ranges;     /* SCAN / SCRUB: offset, length pairs */
+    size_t n_ranges;
     master_task_cb cb;
     void *arg;
     struct master_task *next;
@@ -116,6 +118,7 @@ static void task_free(master_task *t)
 {
     free(t->key);
     free(t->cold_name);
+    free(t->ranges);
     free(t);
 }
 
@@ -158,6 +161,23 @@ int master_node_task(master *m,
                      master_task_cb cb,
                      void *arg)
 {
+    return master_node_task_ranges(m, node_id, kind, key, offset, length, sha256, cold_name, NULL,
+                                   0, cb, arg);
+}
+
+int master_node_task_ranges(master *m,
+                            const char *node_id,
+                            int kind,
+                            const char *key,
+                            uint64_t offset,
+                            uint64_t length,
+                            const uint8_t sha256[32],
+                            const char *cold_name,
+                            const uint64_t *ranges,
+                            size_t n_ranges,
+                            master_task_cb cb,
+                            void *arg)
+{
     master_node *n = master_node_find(m, node_id);
     if (n == NULL || !n->up) return SMP_EAGAIN;
     master_task *t = calloc(1, sizeof(*t));
@@ -175,6 +195,14 @@ int master_node_task(master *m,
     if (sha256) memcpy(t->sha256, sha256, 32);
     t->cb = cb;
     t->arg = arg;
+    if (ranges != NULL && n_ranges > 0) {
+        if ((t->ranges = malloc(n_ranges * 2 * sizeof(uint64_t))) == NULL) {
+            task_free(t);
+            return SMP_ENOMEM;
+        }
+        memcpy(t->ranges, ranges, n_ranges * 2 * sizeof(uint64_t));
+        t->n_ranges = n_ranges;
+    }
     if (n->queue_tail) n->queue_tail->next = t;
     else n->queue = t;
     n->queue_tail = t;
@@ -187,6 +215,8 @@ static void answer_poll(master *m, master_node *n)
 {
     NodeTask msgs[NODE_TASKS_PER_POLL];
     NodeTask *ptrs[NODE_TASKS_PER_POLL];
+    SegmentRange *rmsgs[NODE_TASKS_PER_POLL] = {NULL};
+    SegmentRange **rptrs[NODE_TASKS_PER_POLL] = {NULL};
     size_t k = 0;
     smp_rpc_call *call = n->poll;
     n->poll = NULL;
@@ -201,6 +231,19 @@ static void answer_poll(master *m, master_node *n)
         msgs[k].sha256.data = t->sha256;
         msgs[k].sha256.len = 32;
         msgs[k].cold_name = t->cold_name;
+        if (t->n_ranges > 0) {
+            rmsgs[k] = calloc(t->n_ranges, sizeof(SegmentRange));
+            rptrs[k] = calloc(t->n_ranges, sizeof(SegmentRange *));
+            for (size_t i = 0; rmsgs[k] && rptrs[k] && i < t->n_ranges; i++) {
+                segment_range__init(&rmsgs[k][i]);
+                rmsgs[k][i].offset = t->ranges[2 * i];
+                rmsgs[k][i].length = t->ranges[2 * i + 1];
+                rptrs[k][i] = &rmsgs[k][i];
+            }
+            /* without memory the node answers with an empty scan or scrub */
+            msgs[k].n_ranges = rmsgs[k] && rptrs[k] ? t->n_ranges : 0;
+            msgs[k].ranges = rptrs[k];
+        }
         ptrs[k] = &msgs[k];
     }
     NodePollResponse resp = NODE_POLL_RESPONSE__INIT;
@@ -208,6 +251,10 @@ static void answer_poll(master *m, master_node *n)
     resp.tasks = ptrs;
     resp.ticket_key_id = n->key_id;
     master_reply_msg(call, &resp.base);
+    for (size_t i = 0; i < k; i++) {
+        free(rmsgs[i]);
+        free(rptrs[i]);
+    }
     /* Move what was sent to in-flight. */
     for (size_t i = 0; i < k; i++) {
         master_task *t = n->queue;

@@ -102,7 +102,9 @@ static int h_put_start(void *ctx, smp_rpc_call *call, const uint8_t *body, size_
         PutStartResponse resp = PUT_START_RESPONSE__INIT;
         resp.n_replicas = 1;
         resp.replicas = locs;
-        master_reply_msg(call, &resp.base);
+        /* bytes of a freed replica still being zeroed there: answer after */
+        if (master_scrub_reply(m, call, t.segment, t.offset, t.length, &resp.base) < 0)
+            rpc_reply_error(call, SMP_ENOMEM, "put start: out of memory");
     }
     DECODED_FREE(req);
     return SMP_OK;

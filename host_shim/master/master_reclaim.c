@@ -13,7 +13,8 @@
  * unlink, leaves the file behind, and the node's next registration deletes
  * every file of its inventory that no replica names
  * (master_reclaim_inventory). Both are counted in
- * host_cold_files_reclaimed_total. */
+ * store_cold_files_reclaimed_total. The memory ranges such a record frees
+ * are zeroed the same way (master_scrub.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +26,9 @@
 typedef struct reclaim_file {
     char *key;
     char *node;
-    char *path;
+    char *path;      /* COLD: the file; NULL for a memory replica */
+    char *segment;   /* MEMORY: the range */
+    uint64_t offset, length;
 } reclaim_file;
 
 struct master_reclaim {
@@ -40,12 +43,13 @@ static void reclaim_free(master_reclaim *r)
         free(r->v[i].key);
         free(r->v[i].node);
         free(r->v[i].path);
+        free(r->v[i].segment);
     }
     free(r->v);
     free(r);
 }
 
-/* Note the cold replicas of key (a missing object has none). */
+/* Note the cold and memory replicas of key (a missing object has none). */
 static int note_key(master *m, master_reclaim *r, const char *key)
 {
     obj_replica reps[16];
@@ -53,7 +57,8 @@ static int note_key(master *m, master_reclaim *r, const char *key)
     if (obj_object_replicas(m->objs, key, reps, 16, &n) < 0) return SMP_OK;
     if (n > 16) n = 16;
     for (size_t i = 0; i < n; i++) {
-        if (reps[i].kind != SMP_REPLICA_COLD || reps[i].path == NULL) continue;
+        int cold = reps[i].kind == SMP_REPLICA_COLD;
+        if (cold ? reps[i].path == NULL : reps[i].segment == NULL) continue;
         if (r->n == r->cap) {
             size_t cap = r->cap ? r->cap * 2 : 8;
             reclaim_file *v = realloc(r->v, cap * sizeof(*v));
@@ -62,13 +67,18 @@ static int note_key(master *m, master_reclaim *r, const char *key)
             r->cap = cap;
         }
         reclaim_file *f = &r->v[r->n];
+        memset(f, 0, sizeof(*f));
         f->key = strdup(key);
         f->node = strdup(reps[i].node);
-        f->path = strdup(reps[i].path);
-        if (!f->key || !f->node || !f->path) {
+        if (cold) f->path = strdup(reps[i].path);
+        else f->segment = strdup(reps[i].segment);
+        f->offset = reps[i].offset;
+        f->length = reps[i].length;
+        if (!f->key || !f->node || !(cold ? f->path : f->segment)) {
             free(f->key);
             free(f->node);
             free(f->path);
+            free(f->segment);
             return SMP_ENOMEM;
         }
         r->n++;
@@ -96,6 +106,31 @@ master_reclaim *master_reclaim_before(master *m, uint16_t type, const uint8_t *b
         return NULL;
     }
     return r;
+}
+
+/* 1 when key still has the memory replica f noted. */
+static int still_mapped(master *m, const reclaim_file *f)
+{
+    obj_replica reps[16];
+    size_t n = 0;
+    if (obj_object_replicas(m->objs, f->key, reps, 16, &n) < 0) return 0;
+    if (n > 16) return 1;
+    for (size_t i = 0; i < n; i++)
+        if (reps[i].kind == SMP_REPLICA_MEMORY && reps[i].segment &&
+            strcmp(reps[i].segment, f->segment) == 0 && reps[i].offset == f->offset)
+            return 1;
+    return 0;
+}
+
+/* Zero the range of a memory replica the state let go of, when the
+ * allocator has it free now (the record just freed it). */
+static void scrub_freed(master *m, const reclaim_file *f)
+{
+    uint64_t len = (f->length ? f->length : 1);
+    len = (len + OBJ_ALIGN - 1) / OBJ_ALIGN * OBJ_ALIGN;
+    if (obj_segment_hold_range(m->objs, f->segment, f->offset, len) != SMP_OK) return;
+    obj_segment_release_range(m->objs, f->segment, f->offset, len);
+    if (master_node_readable(m, f->node)) master_scrub_range(m, f->node, f->segment, f->offset, len);
 }
 
 /* 1 when key has a cold replica (any status) on node at path. */
@@ -158,6 +193,10 @@ void master_reclaim_after(master *m, master_reclaim *r, int applied)
     if (r == NULL) return;
     for (size_t i = 0; applied && i < r->n; i++) {
         const reclaim_file *f = &r->v[i];
+        if (f->segment != NULL) {
+            if (!still_mapped(m, f)) scrub_freed(m, f);
+            continue;
+        }
         if (still_named(m, f->key, f->node, f->path)) continue;
         /* A node that is down deletes it at its next registration. */
         master_reclaim_cold_file(m, f->node, f->key, f->path);

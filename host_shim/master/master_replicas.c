@@ -20,10 +20,59 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "host_uthash.h"
 #include "master_internal.h"
 #include "node_rpc.pb-c.h"
 
 #define REPS_MAX 16
+
+/* Keys with an ensure_cold job between its PERSIST task and the durable
+ * record of the file: their file may exist before a replica names it, so
+ * fsck must not take it for an orphan. */
+struct master_busy_key {
+    UT_hash_handle hh;
+    unsigned count;
+    char key[]; /* one allocation with the entry */
+};
+
+static int busy_add(master *m, const char *key)
+{
+    master_busy_key *b = NULL;
+    HASH_FIND_STR(m->persisting, key, b);
+    if (b == NULL) {
+        size_t len = strlen(key);
+        if ((b = calloc(1, sizeof(*b) + len + 1)) == NULL) return SMP_ENOMEM;
+        memcpy(b->key, key, len + 1);
+        HASH_ADD_KEYPTR(hh, m->persisting, b->key, len, b);
+    }
+    b->count++;
+    return SMP_OK;
+}
+
+static void busy_del(master *m, const char *key)
+{
+    master_busy_key *b = NULL;
+    HASH_FIND_STR(m->persisting, key, b);
+    if (b == NULL || --b->count > 0) return;
+    HASH_DEL(m->persisting, b);
+    free(b);
+}
+
+int master_persist_in_flight(const master *m, const char *key)
+{
+    master_busy_key *b = NULL;
+    HASH_FIND_STR(m->persisting, key, b);
+    return b != NULL;
+}
+
+void master_replicas_free(master *m)
+{
+    master_busy_key *b, *tmp;
+    HASH_ITER(hh, m->persisting, b, tmp) {
+        HASH_DEL(m->persisting, b);
+        free(b);
+    }
+}
 
 typedef struct replica_job {
     master *m;
@@ -36,6 +85,7 @@ typedef struct replica_job {
     char *cold_name;      /* LOAD: the file */
     obj_put_ticket where; /* LOAD: the reserved range */
     char *segment;
+    int persisting;       /* counted in m->persisting */
 } replica_job;
 
 static replica_job *job_new(master *m, const char *key, smp_done_cb cb, void *arg)
@@ -55,6 +105,7 @@ static replica_job *job_new(master *m, const char *key, smp_done_cb cb, void *ar
 
 static void job_free(replica_job *j)
 {
+    if (j->persisting) busy_del(j->m, j->key);
     free(j->key);
     free(j->node);
     free(j->cold_name);
@@ -166,6 +217,11 @@ int master_ensure_cold(void *ctx, const char *key, smp_done_cb cb, void *arg)
         job_free(j);
         return SMP_ENOMEM;
     }
+    if (busy_add(m, key) < 0) {
+        job_free(j);
+        return SMP_ENOMEM;
+    }
+    j->persisting = 1;
     rc = master_node_task(m, src->node, TASK_KIND__TASK_PERSIST, key, src->offset, r.info.size,
                           r.info.checksum, NULL, on_persisted, j);
     if (rc < 0) job_free(j);

@@ -482,6 +482,18 @@ int obj_segment_info(const obj_store *st, const char *id, const char **node, uin
 int obj_visit_segments(const obj_store *st,
                        int (*fn)(void *arg, const char *id, const char *node),
                        void *arg);
+/* fsck: the unoccupied ranges of segment id as malloc'd (offset, length)
+ * pairs in offset order (*out, freed by the caller; *n_out pairs), and its
+ * occupied bytes and capacity (may be NULL). SMP_ENOTFOUND, SMP_ENOMEM. */
+int obj_segment_free_ranges(const obj_store *st, const char *id, uint64_t **out, size_t *n_out,
+                            uint64_t *used, uint64_t *capacity);
+/* fsck repair: occupy [off, off+len) of segment id (soft state, no record,
+ * counted as used) so nothing is allocated there while a node zeroes it;
+ * obj_segment_release_range gives it back. off and len are multiples of
+ * OBJ_ALIGN (SMP_EINVAL). SMP_ESTATE when the range is not wholly
+ * unoccupied now, SMP_ENOTFOUND, SMP_ENOMEM. */
+int obj_segment_hold_range(obj_store *st, const char *id, uint64_t off, uint64_t len);
+void obj_segment_release_range(obj_store *st, const char *id, uint64_t off, uint64_t len);
 /* SEGMENT_UNMOUNT. SMP_ENOTFOUND. */
 int obj_prepare_segment_unmount(obj_store *st, const char *id, obj_record *out);
 /* SEGMENT_UPDATE growing a segment. SMP_ENOTFOUND, SMP_ERANGE (smaller

@@ -378,3 +378,37 @@ obj_segment *obj_segment_new(const char *id, const char *node, uint64_t cap)
     }
     return s;
 }
+
+/* -- fsck: the unoccupied ranges of a segment ------------------------------- */
+
+int obj_segment_free_ranges(const obj_store *st, const char *id, uint64_t **out, size_t *n_out,
+                            uint64_t *used, uint64_t *capacity)
+{
+    obj_segment *s = obj_sl_get((obj_sl *)&st->segments, id);
+    if (s == NULL) return SMP_ENOTFOUND;
+    uint64_t *v = malloc((s->nfree ? s->nfree : 1) * 2 * sizeof(*v));
+    if (v == NULL) return SMP_ENOMEM;
+    for (size_t i = 0; i < s->nfree; i++) {
+        v[2 * i] = s->free[i].off;
+        v[2 * i + 1] = s->free[i].len;
+    }
+    *out = v;
+    *n_out = s->nfree;
+    if (used) *used = s->used;
+    if (capacity) *capacity = s->capacity;
+    return SMP_OK;
+}
+
+int obj_segment_hold_range(obj_store *st, const char *id, uint64_t off, uint64_t len)
+{
+    obj_segment *s = obj_sl_get(&st->segments, id);
+    if (s == NULL) return SMP_ENOTFOUND;
+    if (off % OBJ_ALIGN != 0 || len % OBJ_ALIGN != 0) return SMP_EINVAL;
+    return obj_seg_reserve(s, off, len);
+}
+
+void obj_segment_release_range(obj_store *st, const char *id, uint64_t off, uint64_t len)
+{
+    obj_segment *s = obj_sl_get(&st->segments, id);
+    if (s != NULL && off <= s->capacity && len <= s->capacity - off) obj_seg_free(s, off, len);
+}

@@ -114,13 +114,140 @@ static void free_string(char *s)
     if (s != protobuf_c_empty_string) free(s);
 }
 
+static void free_inventory_file(InventoryFile *f)
+{
+    if (f == NULL) return;
+    free_string(f->key);
+    free_string(f->name);
+    free(f->sha256.data);
+    free(f);
+}
+
 static void free_result(TaskResult *r)
 {
     if (r == NULL) return;
     free_string(r->error);
     free_string(r->cold_name);
     free(r->sha256.data);
+    for (size_t i = 0; i < r->n_files; i++) free_inventory_file(r->files[i]);
+    free(r->files);
+    for (size_t i = 0; i < r->n_dirty; i++) free(r->dirty[i]);
+    free(r->dirty);
     free(r);
+}
+
+/* -- fsck ------------------------------------------------------------------- */
+
+#define SCAN_BLOCK 64 /* OBJ_ALIGN: the master allocates in these */
+
+/* Append [off, off+len) to r->dirty, joining it to the last range when they
+ * touch. SMP_OK or SMP_ENOMEM. */
+static int add_dirty(TaskResult *r, size_t *cap, uint64_t off, uint64_t len)
+{
+    if (r->n_dirty > 0) {
+        SegmentRange *last = r->dirty[r->n_dirty - 1];
+        if (last->offset + last->length == off) {
+            last->length += len;
+            return SMP_OK;
+        }
+    }
+    if (r->n_dirty == *cap) {
+        size_t ncap = *cap ? *cap * 2 : 16;
+        SegmentRange **v = realloc(r->dirty, ncap * sizeof(*v));
+        if (v == NULL) return SMP_ENOMEM;
+        r->dirty = v;
+        *cap = ncap;
+    }
+    SegmentRange *g = malloc(sizeof(*g));
+    if (g == NULL) return SMP_ENOMEM;
+    segment_range__init(g);
+    g->offset = off;
+    g->length = len;
+    r->dirty[r->n_dirty++] = g;
+    return SMP_OK;
+}
+
+/* The non-zero SCAN_BLOCK blocks of each range the master says nothing
+ * occupies (ranges outside the segment are refused). */
+static int scan_ranges(node_runtime *n, const NodeTask *t, TaskResult *r, char *err, size_t errlen)
+{
+    size_t cap = 0;
+    for (size_t i = 0; i < t->n_ranges; i++) {
+        const SegmentRange *g = t->ranges[i];
+        const uint8_t *p = seg_ptr(n->seg, g->offset, g->length);
+        if (p == NULL) {
+            wm_errbuf(err, errlen, "scan: range %llu+%llu outside the segment",
+                      (unsigned long long)g->offset, (unsigned long long)g->length);
+            return SMP_ERANGE;
+        }
+        for (uint64_t at = 0; at < g->length; at += SCAN_BLOCK) {
+            uint64_t len = g->length - at < SCAN_BLOCK ? g->length - at : SCAN_BLOCK;
+            int zero = 1;
+            for (uint64_t b = 0; b < len && zero; b++) zero = p[at + b] == 0;
+            if (!zero && add_dirty(r, &cap, g->offset + at, len) < 0) return SMP_ENOMEM;
+        }
+    }
+    return SMP_OK;
+}
+
+typedef struct scan_files {
+    TaskResult *r;
+    size_t cap;
+} scan_files;
+
+/* Every .cold file, corrupt ones included (key "", no checksum). */
+static int scan_file(void *arg, const cold_entry *e)
+{
+    scan_files *sf = arg;
+    TaskResult *r = sf->r;
+    if (r->n_files == sf->cap) {
+        size_t cap = sf->cap ? sf->cap * 2 : 64;
+        InventoryFile **v = realloc(r->files, cap * sizeof(*v));
+        if (v == NULL) return SMP_ENOMEM;
+        r->files = v;
+        sf->cap = cap;
+    }
+    InventoryFile *f = calloc(1, sizeof(*f));
+    if (f == NULL) return SMP_ENOMEM;
+    inventory_file__init(f);
+    r->files[r->n_files++] = f;
+    f->name = strdup(e->name);
+    f->key = strdup(e->status == SMP_OK && e->key ? e->key : "");
+    f->length = e->status == SMP_OK ? e->length : e->file_bytes;
+    if (f->name == NULL || f->key == NULL) return SMP_ENOMEM;
+    if (e->status == SMP_OK) {
+        if ((f->sha256.data = malloc(32)) == NULL) return SMP_ENOMEM;
+        memcpy(f->sha256.data, e->sha256, 32);
+        f->sha256.len = 32;
+    }
+    return 0;
+}
+
+static int run_scan(node_runtime *n, const NodeTask *t, TaskResult *r, char *err, size_t errlen)
+{
+    scan_files sf = {r, 0};
+    int rc = cold_inventory(n->cold, 60000, 0, scan_file, &sf, NULL);
+    if (rc != SMP_OK) {
+        wm_errbuf(err, errlen, "scan of %s: %s", n->cold_dir, smp_strerror(rc));
+        return rc < 0 ? rc : SMP_EIO;
+    }
+    return scan_ranges(n, t, r, err, errlen);
+}
+
+/* Zero each range (the master holds them: nothing is written there). */
+static int run_scrub(node_runtime *n, const NodeTask *t, char *err, size_t errlen)
+{
+    for (size_t i = 0; i < t->n_ranges; i++) {
+        uint8_t *p = seg_ptr(n->seg, t->ranges[i]->offset, t->ranges[i]->length);
+        if (p == NULL) {
+            wm_errbuf(err, errlen, "scrub: range %llu+%llu outside the segment",
+                      (unsigned long long)t->ranges[i]->offset,
+                      (unsigned long long)t->ranges[i]->length);
+            return SMP_ERANGE;
+        }
+        memset(p, 0, (size_t)t->ranges[i]->length);
+    }
+    return SMP_OK;
 }
 
 static TaskResult *run_task(node_runtime *n, const NodeTask *t)
@@ -170,6 +297,12 @@ static TaskResult *run_task(node_runtime *n, const NodeTask *t)
                 r->sha256.len = 32;
             }
         }
+        break;
+    case TASK_KIND__TASK_SCAN:
+        rc = run_scan(n, t, r, err, sizeof(err));
+        break;
+    case TASK_KIND__TASK_SCRUB:
+        rc = run_scrub(n, t, err, sizeof(err));
         break;
     default:
         rc = SMP_ENOTSUP;

@@ -5,7 +5,10 @@
  * cold files of a deleted revision leave the node's cold directory, also
  * when the unlink never happened (a crash between the delete record and
  * the unlink: the file is put back while the master is stopped, and the
- * node's registration deletes it). */
+ * node's registration deletes it); `weightctl fsck` reports an orphan cold
+ * file and bytes written into an unoccupied segment range, `--repair`
+ * removes both, a second fsck is clean, the bytes on disk match /metrics
+ * and the READY revisions read back exactly. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +22,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -209,6 +213,125 @@ static int copy_file(const char *from, const char *to)
     return rc;
 }
 
+typedef struct getctx {
+    uint8_t *bufs[N_MODEL];
+    uint64_t sizes[N_MODEL];
+} getctx;
+
+static int place_cb(void *ctx, const weight_tensor_info *t, weight_tensor_place *out)
+{
+    (void)ctx;
+    (void)t;
+    out->kind = WEIGHT_PLACE_REPLICATED;
+    return 0;
+}
+
+static int provide_cb(void *ctx, const weight_tensor_info *t, const weight_tensor_place *p,
+                      const uint64_t *shape, uint64_t bytes, void **out)
+{
+    getctx *g = ctx;
+    (void)p;
+    (void)shape;
+    for (size_t i = 0; i < N_MODEL; i++)
+        if (strcmp(model[i].name, t->name) == 0) {
+            g->bufs[i] = calloc(1, bytes ? bytes : 1);
+            g->sizes[i] = bytes;
+            *out = g->bufs[i];
+            return g->bufs[i] ? 0 : WEIGHT_ENOMEM;
+        }
+    return WEIGHT_EINVALID_ARGUMENT;
+}
+
+/* weight_get of the whole revision: every tensor's SHA-256 must be the
+ * SHA-256 of what was published. */
+static void get_and_compare(weight_store *s, const weight_identity *id)
+{
+    getctx g;
+    memset(&g, 0, sizeof(g));
+    weight_placement pl = {place_cb, &g};
+    weight_bindings bd = {NULL, 0, provide_cb, &g};
+    CHECK(s, weight_get(s, id, &pl, &bd, NULL));
+    for (size_t i = 0; i < N_MODEL; i++) {
+        unsigned char want[32], got[32];
+        assert_non_null(g.bufs[i]);
+        assert_int_equal(g.sizes[i], sizeof(model[i].data));
+        hx_sha256(model[i].data, sizeof(model[i].data), want);
+        hx_sha256(g.bufs[i], g.sizes[i], got);
+        if (memcmp(want, got, 32) != 0) fail_msg("%s: tensor %s differs", id->resource_id, model[i].name);
+        free(g.bufs[i]);
+    }
+}
+
+/* Run weightctl against the master; stdout and stderr into out. Returns the
+ * exit status. */
+static int ctl(fixture *f, char *out, size_t cap, const char *args)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd), "%s/bin/weightctl --master %s --tenant acme %s 2>&1", BUILD_DIR,
+             f->m.socket, args);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t n = fread(out, 1, cap - 1, p);
+    out[n] = '\0';
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* The number after the first "field": of a JSON text (-1: none). */
+static long long json_num(const char *json, const char *field)
+{
+    char needle[128];
+    snprintf(needle, sizeof(needle), "\"%s\":", field);
+    const char *at = strstr(json, needle);
+    return at ? strtoll(at + strlen(needle), NULL, 10) : -1;
+}
+
+/* The value of a /metrics line that starts with `series ` (-1: none). */
+static long long metric(fixture *f, const char *series)
+{
+    char *body = NULL, needle[256];
+    long long v = -1;
+    assert_int_equal(hx_http_get(&f->m, "/metrics", &body), 200);
+    snprintf(needle, sizeof(needle), "\n%s ", series);
+    const char *at = strstr(body, needle);
+    if (at != NULL) v = (long long)strtod(at + strlen(needle), NULL);
+    free(body);
+    return v;
+}
+
+/* The data bytes of every .cold file in dir: file size minus the header. */
+static long long cold_data_bytes(const char *dir)
+{
+    long long sum = 0;
+    char path[1024];
+    struct stat st;
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        size_t l = strlen(e->d_name);
+        if (l < 5 || strcmp(e->d_name + l - 5, ".cold") != 0) continue;
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        assert_int_equal(stat(path, &st), 0);
+        sum += (long long)st.st_size - 4096;
+    }
+    closedir(d);
+    return sum;
+}
+
+/* The path of the one segment file in dir. */
+static void segment_file(const char *dir, char *out, size_t cap)
+{
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    out[0] = '\0';
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        size_t l = strlen(e->d_name);
+        if (l > 4 && strcmp(e->d_name + l - 4, ".seg") == 0) snprintf(out, cap, "%s/%s", dir, e->d_name);
+    }
+    closedir(d);
+    assert_true(out[0] != '\0');
+}
+
 /* -- tests --------------------------------------------------------------------- */
 
 /* Cold files of deleted replicas are removed: a revision migrated to COLD
@@ -261,6 +384,79 @@ static void test_cold_file_left_by_a_crash_is_removed_at_registration(void **sta
     assert_true(hx_log_contains(&f->m, "belongs to no replica; deleting it"));
 }
 
+/* weightctl fsck (read-only by default, --repair to act): a cold file of a
+ * deleted revision put back behind the master's back, and 4 KiB written
+ * into an unoccupied range of the segment (bytes no object owns), are
+ * reported and nothing is changed; --repair deletes the file and zeroes the
+ * bytes; a second fsck is clean; the cold files' data bytes on disk equal
+ * store_replica_bytes{kind="cold"} and the segment's occupied bytes equal
+ * store_memory_used_bytes; both READY revisions read back exactly. */
+static void test_fsck_reports_and_repairs_orphans(void **state)
+{
+    fixture *f = *state;
+    weight_store *s = open_store(f);
+    weight_identity hot, cold, gone;
+    char file[1024], saved[1100], seg[1024], out[16384];
+    assert_int_equal(weight_identity_set(&hot, NULL, "llm", "hot", "v1", 1), 0);
+    assert_int_equal(weight_identity_set(&cold, NULL, "llm", "cold", "v1", 1), 0);
+    assert_int_equal(weight_identity_set(&gone, NULL, "llm", "gone", "v1", 1), 0);
+    put_model(s, &hot);
+    put_model(s, &cold);
+    put_model(s, &gone);
+    migrate_cold(s, &cold);
+    migrate_cold(s, &gone);
+    assert_int_equal(ctl(f, out, sizeof(out), "fsck"), 0);
+    if (strstr(out, "clean") == NULL) fail_msg("a fresh store is not clean: %s", out);
+
+    /* an orphan cold file: a deleted revision's file, back after its unlink */
+    assert_true(cold_files(f->cold, "weights/acme/llm/gone/", file, sizeof(file)) > 0);
+    snprintf(saved, sizeof(saved), "%s/saved.bin", f->m.dir);
+    assert_int_equal(copy_file(file, saved), 0);
+    remove_and_wait(s, &gone);
+    wait_no_cold_files(f->cold, "weights/acme/llm/gone/");
+    assert_int_equal(rename(saved, file), 0);
+    /* segment bytes no object owns: the last 8 KiB of the 8 MiB segment are
+     * unoccupied (first fit from offset 0); write 4 KiB of them */
+    segment_file(f->shm, seg, sizeof(seg));
+    uint8_t junk[4096];
+    memset(junk, 0xab, sizeof(junk));
+    int fd = open(seg, O_RDWR);
+    assert_true(fd >= 0);
+    const off_t at = 8388608 - 8192;
+    assert_int_equal(pwrite(fd, junk, sizeof(junk), at), (ssize_t)sizeof(junk));
+
+    /* read-only: both reported, nothing changed */
+    assert_int_equal(ctl(f, out, sizeof(out), "--json fsck"), 1);
+    if (json_num(out, "orphans") != 2 || json_num(out, "orphan_segment_bytes") != 4096 ||
+        json_num(out, "offset") != (long long)at || strstr(out, strrchr(file, '/') + 1) == NULL)
+        fail_msg("fsck reported: %s", out);
+    assert_int_equal(access(file, F_OK), 0);
+    uint8_t back[4096];
+    assert_int_equal(pread(fd, back, sizeof(back), at), (ssize_t)sizeof(back));
+    assert_memory_equal(back, junk, sizeof(junk));
+
+    /* --repair removes both */
+    assert_int_equal(ctl(f, out, sizeof(out), "--json fsck --repair"), 0);
+    if (json_num(out, "files_removed") != 1 || json_num(out, "segment_bytes_zeroed") != 4096)
+        fail_msg("fsck --repair reported: %s", out);
+    assert_int_equal(access(file, F_OK), -1);
+    assert_int_equal(pread(fd, back, sizeof(back), at), (ssize_t)sizeof(back));
+    for (size_t i = 0; i < sizeof(back); i++) assert_int_equal(back[i], 0);
+    close(fd);
+
+    /* a second fsck is clean, and disk agrees with /metrics */
+    assert_int_equal(ctl(f, out, sizeof(out), "--json fsck"), 0);
+    if (json_num(out, "orphans") != 0) fail_msg("fsck after the repair: %s", out);
+    long long cold_gauge = metric(f, "store_replica_bytes{kind=\"cold\"}");
+    assert_true(cold_gauge > 0);
+    assert_int_equal(cold_data_bytes(f->cold), cold_gauge);
+    assert_int_equal(json_num(out, "cold_bytes_on_disk"), cold_gauge);
+    assert_int_equal(json_num(out, "segment_used_bytes"), metric(f, "store_memory_used_bytes"));
+    get_and_compare(s, &hot);
+    get_and_compare(s, &cold);
+    weight_store_close(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -268,6 +464,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_cold_file_left_by_a_crash_is_removed_at_registration,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fsck_reports_and_repairs_orphans, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

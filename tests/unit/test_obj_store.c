@@ -274,6 +274,46 @@ static void test_put_start_end_revoke(void **state)
     obj_store_destroy(st);
 }
 
+/* fsck's view of a segment: the unoccupied ranges in offset order; a hold
+ * takes only a wholly unoccupied, aligned range (counted as used, nothing
+ * is allocated there) until it is released. */
+static void test_fsck_free_ranges_and_holds(void **state)
+{
+    (void)state;
+    obj_store *st = new_store(NULL);
+    mount(st, "s", "n", 640);
+    for (int i = 0; i < 4; i++) {
+        char key[16];
+        snprintf(key, sizeof(key), "k%d", i);
+        assert_int_equal(put_full(st, key, 64, "", "", (uint64_t)i), SMP_OK);
+    }
+    remove_key(st, "k1", 5);
+    uint64_t *v = NULL, used = 0, cap = 0;
+    size_t n = 0;
+    assert_int_equal(obj_segment_free_ranges(st, "s", &v, &n, &used, &cap), SMP_OK);
+    assert_int_equal(n, 2);
+    assert_int_equal(v[0], 64);
+    assert_int_equal(v[1], 64);
+    assert_int_equal(v[2], 256);
+    assert_int_equal(v[3], 384);
+    assert_int_equal(used, 192);
+    assert_int_equal(cap, 640);
+    free(v);
+    assert_int_equal(obj_segment_free_ranges(st, "none", &v, &n, NULL, NULL), SMP_ENOTFOUND);
+    assert_int_equal(obj_segment_hold_range(st, "s", 0, 64), SMP_ESTATE);   /* k0 */
+    assert_int_equal(obj_segment_hold_range(st, "s", 64, 128), SMP_ESTATE); /* runs into k2 */
+    assert_int_equal(obj_segment_hold_range(st, "s", 70, 64), SMP_EINVAL);
+    assert_int_equal(obj_segment_hold_range(st, "s", 64, 64), SMP_OK);
+    assert_int_equal(used_of(st), 256);
+    obj_put_params p = {"x", 64, SMP_DATA_KV, "", "", 0, 0, NULL};
+    obj_put_ticket t;
+    assert_int_equal(obj_put_start(st, &p, 6, &t), SMP_OK);
+    assert_true(t.offset >= 256); /* not in the held range */
+    obj_segment_release_range(st, "s", 64, 64);
+    assert_int_equal(used_of(st), 256);
+    obj_store_destroy(st);
+}
+
 /* First fit with coalescing: fill a segment, free a run, reuse it; a
  * fragmented segment refuses a request larger than every hole. */
 static void test_allocator_fill_free_coalesce_enospc(void **state)
@@ -2588,6 +2628,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_put_start_end_revoke),
         cmocka_unit_test(test_allocator_fill_free_coalesce_enospc),
+        cmocka_unit_test(test_fsck_free_ranges_and_holds),
         cmocka_unit_test(test_replica_list_lease_blocks_remove),
         cmocka_unit_test(test_remove_prefix_managed_group_without_guard),
         cmocka_unit_test(test_remove_prefix_with_veto_guard),

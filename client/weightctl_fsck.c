@@ -1,0 +1,126 @@
+/* weightctl_fsck.c -- `weightctl fsck [--repair]`: what the nodes hold that
+ * nothing owns.
+ *
+ * One admin RPC (service 2, ADMIN_FSCK) to the master given by --master.
+ * The master has every up node list its cold files and the non-zero bytes
+ * of its unoccupied segment ranges, and reports the cold files no replica
+ * names and those segment bytes (master_fsck.c). Read-only unless --repair:
+ * then the orphan files are deleted and the ranges zeroed, and the report
+ * says what was done. Also printed: the cold bytes found on disk and the
+ * segment's occupied bytes beside the master's cold replica bytes and
+ * memory used (the store_replica_bytes{kind="cold"} and
+ * store_memory_used_bytes gauges), so a clean store shows them agree.
+ * Exit 0 when nothing is orphaned (or --repair removed everything), 1 when
+ * something is (without --repair), a node could not be checked or the call
+ * was refused, 2 on a usage error. --json prints one object. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "host_rpc.pb-c.h"
+#include "weightctl.h"
+
+static void node_text(const FsckNode *n)
+{
+    printf("node %s: %llu cold files, %llu bytes; %zu orphaned\n", n->node,
+           (unsigned long long)n->cold_files, (unsigned long long)n->cold_bytes, n->n_orphan_files);
+    for (size_t i = 0; i < n->n_orphan_files; i++) {
+        const FsckColdFile *f = n->orphan_files[i];
+        printf("  orphan cold file %s key %s %llu bytes%s\n", f->name, f->key[0] ? f->key : "?",
+               (unsigned long long)f->length, f->corrupt ? " (corrupt)" : "");
+    }
+    printf("segment %s: %llu of %llu bytes occupied; %llu orphaned bytes in %zu ranges\n",
+           n->segment, (unsigned long long)n->segment_used, (unsigned long long)n->segment_capacity,
+           (unsigned long long)n->orphan_segment_bytes, n->n_orphan_ranges);
+    for (size_t i = 0; i < n->n_orphan_ranges; i++)
+        printf("  orphan segment bytes at %llu, %llu bytes\n",
+               (unsigned long long)n->orphan_ranges[i]->offset,
+               (unsigned long long)n->orphan_ranges[i]->length);
+    if (n->error[0]) printf("  not checked: %s\n", n->error);
+}
+
+static void node_json(const FsckNode *n)
+{
+    printf("{\"node\":");
+    wctl_json_str(n->node);
+    printf(",\"error\":");
+    wctl_json_str(n->error);
+    printf(",\"cold_files\":%llu,\"cold_bytes\":%llu,\"orphan_files\":[",
+           (unsigned long long)n->cold_files, (unsigned long long)n->cold_bytes);
+    for (size_t i = 0; i < n->n_orphan_files; i++) {
+        const FsckColdFile *f = n->orphan_files[i];
+        printf("%s{\"name\":", i ? "," : "");
+        wctl_json_str(f->name);
+        printf(",\"key\":");
+        wctl_json_str(f->key);
+        printf(",\"bytes\":%llu,\"corrupt\":%s}", (unsigned long long)f->length,
+               f->corrupt ? "true" : "false");
+    }
+    printf("],\"segment\":");
+    wctl_json_str(n->segment);
+    printf(",\"segment_capacity\":%llu,\"segment_used\":%llu,\"orphan_segment_bytes\":%llu,"
+           "\"orphan_ranges\":[",
+           (unsigned long long)n->segment_capacity, (unsigned long long)n->segment_used,
+           (unsigned long long)n->orphan_segment_bytes);
+    for (size_t i = 0; i < n->n_orphan_ranges; i++)
+        printf("%s{\"offset\":%llu,\"bytes\":%llu}", i ? "," : "",
+               (unsigned long long)n->orphan_ranges[i]->offset,
+               (unsigned long long)n->orphan_ranges[i]->length);
+    printf("],\"files_removed\":%llu,\"segment_bytes_zeroed\":%llu,\"skipped_in_use\":%llu}",
+           (unsigned long long)n->files_removed, (unsigned long long)n->segment_bytes_zeroed,
+           (unsigned long long)n->skipped_in_use);
+}
+
+int wctl_cmd_fsck(ctl *x, int argc, char **argv)
+{
+    static const struct option opts[] = {{"repair", no_argument, NULL, 'r'}, {NULL, 0, NULL, 0}};
+    int c, repair = 0;
+    optind = 0;
+    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        if (c != 'r') return wctl_opt_error("fsck", c, argv);
+        repair = 1;
+    }
+    if (optind != argc) return wctl_bad_usage("fsck", "takes no operand");
+    FsckRequest req = FSCK_REQUEST__INIT;
+    FsckReport *rep = NULL;
+    req.repair = repair;
+    if (wctl_admin_call(x, "fsck", ADMIN_METHOD__ADMIN_FSCK, &req.base, &fsck_report__descriptor,
+                        (ProtobufCMessage **)&rep) != 0)
+        return 1;
+    uint64_t orphans = 0, cold = 0, used = 0;
+    int unchecked = rep->nodes_down > 0;
+    for (size_t i = 0; i < rep->n_nodes; i++) {
+        const FsckNode *n = rep->nodes[i];
+        orphans += n->n_orphan_files + n->n_orphan_ranges;
+        cold += n->cold_bytes;
+        used += n->segment_used;
+        unchecked |= n->error[0] != '\0'; /* a failed deletion or zeroing too */
+    }
+    if (x->json) {
+        printf("{\"repair\":%s,\"nodes\":[", repair ? "true" : "false");
+        for (size_t i = 0; i < rep->n_nodes; i++) {
+            if (i) putchar(',');
+            node_json(rep->nodes[i]);
+        }
+        printf("],\"nodes_down\":%u,\"cold_bytes_on_disk\":%llu,\"cold_replica_bytes\":%llu,"
+               "\"segment_used_bytes\":%llu,\"memory_used_bytes\":%llu,\"orphans\":%llu}\n",
+               rep->nodes_down, (unsigned long long)cold, (unsigned long long)rep->cold_replica_bytes,
+               (unsigned long long)used, (unsigned long long)rep->memory_used,
+               (unsigned long long)orphans);
+    } else {
+        for (size_t i = 0; i < rep->n_nodes; i++) node_text(rep->nodes[i]);
+        if (rep->nodes_down > 0)
+            printf("%u nodes holding a segment are not up: not checked\n", rep->nodes_down);
+        printf("cold bytes on disk %llu, cold replica bytes %llu; segment bytes occupied %llu, "
+               "memory used %llu\n",
+               (unsigned long long)cold, (unsigned long long)rep->cold_replica_bytes,
+               (unsigned long long)used, (unsigned long long)rep->memory_used);
+        if (orphans == 0) printf("clean\n");
+        else if (!repair) printf("%llu orphans; `weightctl fsck --repair` removes them\n",
+                                 (unsigned long long)orphans);
+        else if (!unchecked) printf("repaired: %llu orphans removed\n", (unsigned long long)orphans);
+    }
+    fsck_report__free_unpacked(rep, NULL);
+    if (unchecked) return 1;
+    return orphans == 0 || repair ? 0 : 1;
+}

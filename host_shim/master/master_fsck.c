@@ -1,0 +1,387 @@
+/* master_fsck.c -- ADMIN_FSCK: what the nodes hold that nothing owns.
+ *
+ * The master knows which replicas exist and which segment ranges are
+ * occupied (memory replicas, in-flight puts, replica reservations); a node
+ * knows its cold files and the bytes of its segment. A check sends every
+ * up node one SCAN task carrying the unoccupied ranges of its segment; the
+ * node answers with every .cold file in its directory and the non-zero
+ * 64-byte blocks of those ranges. The master then judges on its current
+ * state (the scan took time):
+ *   - a cold file is an orphan when no replica of the node names it and no
+ *     ensure_cold job of its key is between writing the file and recording
+ *     it (master_persist_in_flight);
+ *   - a non-zero block is orphaned segment bytes when its range is still
+ *     wholly unoccupied (bytes a put wrote before the master lost it, or an
+ *     object's bytes left when it went: data no object owns).
+ * Read-only by default. With repair, every orphan file gets a DELETE_COLD
+ * task, and the orphaned ranges are first held in the allocator (so no put
+ * or load is given them meanwhile; a range taken since the scan is left
+ * alone and counted) and then zeroed by one SCRUB task, after which the
+ * holds are released. The reply waits for every task. Nodes that are not up
+ * are counted, not checked. Runs on the leader only. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "host_rpc.pb-c.h"
+#include "host_uthash.h"
+#include "master_internal.h"
+#include "node_rpc.pb-c.h"
+
+typedef struct fsck_file {
+    char *name;
+    char *key;
+    uint64_t length;
+    int corrupt;
+} fsck_file;
+
+typedef struct fsck_run fsck_run;
+
+typedef struct fsck_node {
+    fsck_run *run;
+    char *node;
+    char *segment;
+    char *error;
+    uint64_t cold_files, cold_bytes;
+    fsck_file *orphans;
+    size_t n_orphans;
+    uint64_t capacity, used;
+    uint64_t *ranges; /* orphaned (offset, length) pairs */
+    size_t n_ranges;
+    uint64_t orphan_bytes;
+    uint64_t *held;   /* repair: pairs held in the allocator */
+    size_t n_held;
+    uint64_t files_removed, zeroed, skipped;
+} fsck_node;
+
+struct fsck_run {
+    master *m;
+    smp_rpc_call *call;
+    int repair;
+    fsck_node *nodes;
+    size_t n_nodes, cap_nodes;
+    uint32_t nodes_down;
+    size_t outstanding; /* tasks not yet answered */
+};
+
+/* A cold path named by a replica of the node being judged. */
+typedef struct named_path {
+    UT_hash_handle hh;
+    char path[];
+} named_path;
+
+static void run_free(fsck_run *r)
+{
+    for (size_t i = 0; i < r->n_nodes; i++) {
+        fsck_node *n = &r->nodes[i];
+        for (size_t k = 0; k < n->n_orphans; k++) {
+            free(n->orphans[k].name);
+            free(n->orphans[k].key);
+        }
+        free(n->orphans);
+        free(n->node);
+        free(n->segment);
+        free(n->error);
+        free(n->ranges);
+        free(n->held);
+    }
+    free(r->nodes);
+    free(r);
+}
+
+/* Answer the call with the report and free the run. */
+static void run_reply(fsck_run *r)
+{
+    master *m = r->m;
+    obj_stats os;
+    FsckReport rep = FSCK_REPORT__INIT;
+    FsckNode *nodes = calloc(r->n_nodes ? r->n_nodes : 1, sizeof(*nodes));
+    FsckNode **nptrs = calloc(r->n_nodes ? r->n_nodes : 1, sizeof(*nptrs));
+    if (nodes == NULL || nptrs == NULL) {
+        rpc_reply_error(r->call, SMP_ENOMEM, "fsck: out of memory for the report");
+        goto free_all;
+    }
+    for (size_t i = 0; i < r->n_nodes; i++) {
+        fsck_node *n = &r->nodes[i];
+        FsckNode *o = &nodes[i];
+        fsck_node__init(o);
+        o->node = n->node;
+        o->error = n->error ? n->error : "";
+        o->cold_files = n->cold_files;
+        o->cold_bytes = n->cold_bytes;
+        o->segment = n->segment;
+        o->segment_capacity = n->capacity;
+        o->segment_used = n->used;
+        o->orphan_segment_bytes = n->orphan_bytes;
+        o->files_removed = n->files_removed;
+        o->segment_bytes_zeroed = n->zeroed;
+        o->skipped_in_use = n->skipped;
+        o->orphan_files = calloc(n->n_orphans ? n->n_orphans : 1, sizeof(FsckColdFile *));
+        o->orphan_ranges = calloc(n->n_ranges ? n->n_ranges : 1, sizeof(FsckRange *));
+        if (o->orphan_files == NULL || o->orphan_ranges == NULL) continue;
+        for (size_t k = 0; k < n->n_orphans; k++) {
+            FsckColdFile *f = malloc(sizeof(*f));
+            if (f == NULL) break;
+            fsck_cold_file__init(f);
+            f->name = n->orphans[k].name;
+            f->key = n->orphans[k].key;
+            f->length = n->orphans[k].length;
+            f->corrupt = n->orphans[k].corrupt;
+            o->orphan_files[o->n_orphan_files++] = f;
+        }
+        for (size_t k = 0; k < n->n_ranges; k++) {
+            FsckRange *g = malloc(sizeof(*g));
+            if (g == NULL) break;
+            fsck_range__init(g);
+            g->offset = n->ranges[2 * k];
+            g->length = n->ranges[2 * k + 1];
+            o->orphan_ranges[o->n_orphan_ranges++] = g;
+        }
+        nptrs[i] = o;
+    }
+    obj_store_stats(m->objs, &os);
+    rep.n_nodes = r->n_nodes;
+    rep.nodes = nptrs;
+    rep.repaired = r->repair;
+    rep.cold_replica_bytes = os.replica_bytes_by_kind[SMP_REPLICA_COLD];
+    rep.memory_used = os.memory_used;
+    rep.nodes_down = r->nodes_down;
+    master_reply_msg(r->call, &rep.base);
+free_all:
+    for (size_t i = 0; nodes != NULL && i < r->n_nodes; i++) {
+        for (size_t k = 0; k < nodes[i].n_orphan_files; k++) free(nodes[i].orphan_files[k]);
+        for (size_t k = 0; k < nodes[i].n_orphan_ranges; k++) free(nodes[i].orphan_ranges[k]);
+        free(nodes[i].orphan_files);
+        free(nodes[i].orphan_ranges);
+    }
+    free(nodes);
+    free(nptrs);
+    run_free(r);
+}
+
+static void task_ended(fsck_run *r)
+{
+    if (--r->outstanding == 0) run_reply(r);
+}
+
+static void set_error(fsck_node *n, int status, const TaskResult *res)
+{
+    char buf[600];
+    if (n->error != NULL) return;
+    snprintf(buf, sizeof(buf), "%s%s%s", smp_strerror(status), res && res->error && res->error[0] ? ": " : "",
+             res && res->error ? res->error : "");
+    n->error = strdup(buf);
+}
+
+/* -- repair ------------------------------------------------------------------------ */
+
+static void on_file_deleted(master *m, void *arg, int status, const TaskResult *res)
+{
+    fsck_node *n = arg;
+    if (status == SMP_OK && res != NULL && res->status == 0) {
+        n->files_removed++;
+        host_metric_add(m->m.cold_reclaimed, NULL, 1);
+    } else {
+        set_error(n, status < 0 ? status : res ? res->status : SMP_EIO, res);
+    }
+    task_ended(n->run);
+}
+
+static void on_scrubbed(master *m, void *arg, int status, const TaskResult *res)
+{
+    fsck_node *n = arg;
+    int ok = status == SMP_OK && res != NULL && res->status == 0;
+    for (size_t k = 0; k < n->n_held; k++) {
+        if (ok) n->zeroed += n->held[2 * k + 1];
+        obj_segment_release_range(m->objs, n->segment, n->held[2 * k], n->held[2 * k + 1]);
+    }
+    if (!ok) set_error(n, status < 0 ? status : res ? res->status : SMP_EIO, res);
+    task_ended(n->run);
+}
+
+/* Delete the orphan files and zero the orphaned ranges still unoccupied. */
+static void repair_node(master *m, fsck_node *n)
+{
+    fsck_run *r = n->run;
+    for (size_t k = 0; k < n->n_orphans; k++) {
+        r->outstanding++;
+        if (master_node_task(m, n->node, TASK_KIND__TASK_DELETE_COLD, n->orphans[k].key, 0, 0, NULL,
+                             n->orphans[k].name, on_file_deleted, n) < 0) {
+            r->outstanding--;
+            set_error(n, SMP_EAGAIN, NULL);
+        }
+    }
+    if (n->n_ranges == 0) return;
+    if ((n->held = malloc(n->n_ranges * 2 * sizeof(uint64_t))) == NULL) {
+        set_error(n, SMP_ENOMEM, NULL);
+        return;
+    }
+    for (size_t k = 0; k < n->n_ranges; k++) {
+        uint64_t off = n->ranges[2 * k], len = n->ranges[2 * k + 1];
+        if (obj_segment_hold_range(m->objs, n->segment, off, len) != SMP_OK) {
+            n->skipped++; /* taken since the scan: its bytes are someone's now */
+            continue;
+        }
+        n->held[2 * n->n_held] = off;
+        n->held[2 * n->n_held + 1] = len;
+        n->n_held++;
+    }
+    if (n->n_held == 0) return;
+    r->outstanding++;
+    if (master_node_task_ranges(m, n->node, TASK_KIND__TASK_SCRUB, "", 0, 0, NULL, NULL, n->held,
+                                n->n_held, on_scrubbed, n) < 0) {
+        r->outstanding--;
+        for (size_t k = 0; k < n->n_held; k++)
+            obj_segment_release_range(m->objs, n->segment, n->held[2 * k], n->held[2 * k + 1]);
+        n->n_held = 0;
+        set_error(n, SMP_EAGAIN, NULL);
+    }
+}
+
+/* -- judging a scan ---------------------------------------------------------------- */
+
+static int note_named(void *arg, const char *key, const obj_replica *rep)
+{
+    named_path **set = arg;
+    named_path *p = NULL;
+    (void)key;
+    if (rep->kind != SMP_REPLICA_COLD || rep->path == NULL) return 0;
+    HASH_FIND_STR(*set, rep->path, p);
+    if (p != NULL) return 0;
+    size_t len = strlen(rep->path);
+    if ((p = calloc(1, sizeof(*p) + len + 1)) == NULL) return 1;
+    memcpy(p->path, rep->path, len + 1);
+    HASH_ADD_KEYPTR(hh, *set, p->path, len, p);
+    return 0;
+}
+
+static int judge_files(master *m, fsck_node *n, const TaskResult *res)
+{
+    named_path *set = NULL, *p, *tmp;
+    int rc = SMP_OK;
+    if (obj_visit_replicas(m->objs, n->node, note_named, &set) < 0) rc = SMP_ENOMEM;
+    if (rc == SMP_OK && (n->orphans = calloc(res->n_files + 1, sizeof(*n->orphans))) == NULL)
+        rc = SMP_ENOMEM;
+    for (size_t i = 0; rc == SMP_OK && i < res->n_files; i++) {
+        const InventoryFile *f = res->files[i];
+        int corrupt = f->sha256.len != 32;
+        n->cold_files++;
+        if (!corrupt) n->cold_bytes += f->length;
+        HASH_FIND_STR(set, f->name, p);
+        if (p != NULL || (!corrupt && master_persist_in_flight(m, f->key))) continue;
+        fsck_file *o = &n->orphans[n->n_orphans];
+        o->name = strdup(f->name);
+        o->key = strdup(f->key);
+        o->length = f->length;
+        o->corrupt = corrupt;
+        if (o->name == NULL || o->key == NULL) {
+            free(o->name);
+            free(o->key);
+            rc = SMP_ENOMEM;
+            break;
+        }
+        n->n_orphans++;
+    }
+    HASH_ITER(hh, set, p, tmp) {
+        HASH_DEL(set, p);
+        free(p);
+    }
+    return rc;
+}
+
+/* Keep the dirty ranges that are still wholly unoccupied (probed by
+ * holding and releasing them at once: nothing runs in between). */
+static int judge_ranges(master *m, fsck_node *n, const TaskResult *res)
+{
+    uint64_t *free_v = NULL;
+    size_t n_free = 0;
+    int rc = obj_segment_free_ranges(m->objs, n->segment, &free_v, &n_free, &n->used, &n->capacity);
+    free(free_v);
+    if (rc < 0) return rc;
+    if ((n->ranges = malloc((res->n_dirty + 1) * 2 * sizeof(uint64_t))) == NULL) return SMP_ENOMEM;
+    for (size_t i = 0; i < res->n_dirty; i++) {
+        uint64_t off = res->dirty[i]->offset, len = res->dirty[i]->length;
+        if (obj_segment_hold_range(m->objs, n->segment, off, len) != SMP_OK) continue;
+        obj_segment_release_range(m->objs, n->segment, off, len);
+        n->ranges[2 * n->n_ranges] = off;
+        n->ranges[2 * n->n_ranges + 1] = len;
+        n->n_ranges++;
+        n->orphan_bytes += len;
+    }
+    return SMP_OK;
+}
+
+static void on_scanned(master *m, void *arg, int status, const TaskResult *res)
+{
+    fsck_node *n = arg;
+    int rc = status;
+    if (rc == SMP_OK && res->status != 0) rc = res->status;
+    if (rc == SMP_OK && (rc = judge_files(m, n, res)) == SMP_OK) rc = judge_ranges(m, n, res);
+    if (rc < 0) set_error(n, rc, status == SMP_OK ? res : NULL);
+    else if (n->run->repair) repair_node(m, n);
+    task_ended(n->run);
+}
+
+/* -- the call ---------------------------------------------------------------------- */
+
+static int add_segment(void *arg, const char *segment, const char *node)
+{
+    fsck_run *r = arg;
+    if (!master_node_readable(r->m, node)) {
+        r->nodes_down++;
+        return 0;
+    }
+    if (r->n_nodes == r->cap_nodes) {
+        size_t cap = r->cap_nodes ? r->cap_nodes * 2 : 4;
+        fsck_node *v = realloc(r->nodes, cap * sizeof(*v));
+        if (v == NULL) return SMP_ENOMEM;
+        r->nodes = v;
+        r->cap_nodes = cap;
+    }
+    fsck_node *n = &r->nodes[r->n_nodes];
+    memset(n, 0, sizeof(*n));
+    n->run = r;
+    n->node = strdup(node);
+    n->segment = strdup(segment);
+    r->n_nodes++;
+    return n->node && n->segment ? 0 : SMP_ENOMEM;
+}
+
+int master_fsck_h(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len)
+{
+    master *m = ctx;
+    int rc;
+    FsckRequest *req = fsck_request__unpack(NULL, len, body);
+    if (req == NULL) return rpc_reply_error(call, SMP_EPROTO, "body does not decode as FsckRequest");
+    int repair = req->repair;
+    fsck_request__free_unpacked(req, NULL);
+    if (!master_is_leader(m))
+        return rpc_reply_error(call, SMP_ESTATE, "fsck: this master is not the leader");
+    fsck_run *r = calloc(1, sizeof(*r));
+    if (r == NULL) return rpc_reply_error(call, SMP_ENOMEM, "fsck: out of memory");
+    r->m = m;
+    r->call = call;
+    r->repair = repair;
+    if ((rc = obj_visit_segments(m->objs, add_segment, r)) != 0) {
+        run_free(r);
+        return rpc_reply_error(call, rc < 0 ? rc : SMP_ENOMEM, "fsck: out of memory");
+    }
+    /* Every node's nodes[] entry is in place before the first callback. */
+    r->outstanding = 1;
+    for (size_t i = 0; i < r->n_nodes; i++) {
+        fsck_node *n = &r->nodes[i];
+        uint64_t *ranges = NULL;
+        size_t n_ranges = 0;
+        rc = obj_segment_free_ranges(m->objs, n->segment, &ranges, &n_ranges, NULL, NULL);
+        if (rc == SMP_OK) {
+            r->outstanding++;
+            rc = master_node_task_ranges(m, n->node, TASK_KIND__TASK_SCAN, "", 0, 0, NULL, NULL,
+                                         ranges, n_ranges, on_scanned, n);
+            if (rc < 0) r->outstanding--;
+        }
+        free(ranges);
+        if (rc < 0) set_error(n, rc, NULL);
+    }
+    task_ended(r);
+    return SMP_OK;
+}
