@@ -364,9 +364,12 @@ static seg_map *local_map(kvc *c, const char *path)
     char err[256];
     struct stat st;
     if (c->transport == KVC_REMOTE || path[0] == '\0') return NULL;
-    for (int i = 0; i < KVC_MAPS; i++)
-        if (c->maps[i].map.base && strcmp(c->maps[i].path, path) == 0) return &c->maps[i].map;
     if (stat(path, &st) != 0) return NULL;
+    for (int i = 0; i < KVC_MAPS; i++) {
+        if (!c->maps[i].map.base || strcmp(c->maps[i].path, path) != 0) continue;
+        if ((uint64_t)st.st_size <= c->maps[i].map.size) return &c->maps[i].map;
+        seg_map_close(&c->maps[i].map); /* the node grew its segment: map it again */
+    }
     for (int i = 0; i < KVC_MAPS; i++) {
         if (c->maps[i].map.base) continue;
         if (seg_map_writable(path, 0, &c->maps[i].map, err, sizeof(err)) < 0) return NULL;

@@ -14,9 +14,11 @@
  * on that host can use it; everyone else goes through the TCP data server.
  *
  * A mapping is created and closed by one thread; seg_map_get / seg_map_put
- * may run on any thread for disjoint ranges. The mapping never changes size:
- * if the node's file shrank under it (it never does: a node refuses to
- * resize a segment), touching pages past the end would raise SIGBUS. */
+ * may run on any thread for disjoint ranges. The mapping never changes size.
+ * A node grows its file in place (node.segment_bytes raised): this mapping
+ * stays valid for its range, and the callers that cache mappings map the
+ * file again when it is larger than theirs. A node cuts its file only past
+ * every occupied range, so no range a client is given lies there. */
 #ifndef WM_SEG_MAP_H
 #define WM_SEG_MAP_H
 

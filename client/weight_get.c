@@ -970,11 +970,14 @@ static shared_seg *shared_seg_acquire(const char *path)
     pthread_mutex_lock(&g_shared_lock);
     for (int i = 0; i < WC_SEG_MAPS; i++) {
         shared_seg *g = &g_shared[i];
+        /* a file replaced, or grown since it was mapped (a node restarted
+         * with a larger segment: the new tail is past this mapping) */
         if (g->map.base != NULL && g->refs == 0 &&
-            (stat(g->path, &cur) != 0 || cur.st_ino != g->ino || cur.st_dev != g->dev))
+            (stat(g->path, &cur) != 0 || cur.st_ino != g->ino || cur.st_dev != g->dev ||
+             (uint64_t)cur.st_size > g->map.size))
             seg_map_close(&g->map);
         if (g->map.base != NULL && strcmp(g->path, path) == 0 && g->dev == st.st_dev &&
-            g->ino == st.st_ino)
+            g->ino == st.st_ino && g->map.size >= (uint64_t)st.st_size)
             found = g;
     }
     for (int i = 0; i < WC_SEG_MAPS && found == NULL && slot == NULL; i++)

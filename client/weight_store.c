@@ -321,6 +321,12 @@ const seg_map *wc_seg_get(weight_store *s, const char *path, int writable)
     for (int i = 0; i < WC_SEG_MAPS && found == NULL; i++) {
         wc_seg *g = &s->segs[i];
         if (g->map.base == NULL || strcmp(g->path, path) != 0) continue;
+        if (stat(path, &st) == 0 && (uint64_t)st.st_size > g->map.size) {
+            /* the node grew its segment: map it again below (no copy through
+             * this store runs while it maps, as for the writable upgrade) */
+            seg_map_close(&g->map);
+            continue;
+        }
         if (writable && !g->map.writable) {
             seg_map w;
             if (seg_map_writable(path, 0, &w, err, sizeof err) < 0) break;

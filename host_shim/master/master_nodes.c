@@ -518,6 +518,17 @@ static int h_register(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t
     rc = !known ? obj_prepare_segment_mount(m->objs, req->segment_id, req->node_id, want, &rec)
          : have != want ? obj_prepare_segment_update(m->objs, req->segment_id, want, &rec)
                         : SMP_OK;
+    uint64_t tail = 0;
+    if (rc == SMP_ERANGE && known && want < have &&
+        obj_segment_tail_used(m->objs, req->segment_id, &tail) == SMP_OK) {
+        snprintf(msg, sizeof(msg),
+                 "node register: segment %s: node.segment_bytes %llu is below the bytes in use "
+                 "(replicas occupy it up to byte %llu of %llu); shrinking would cut them: raise "
+                 "node.segment_bytes to at least %llu, or delete revisions first",
+                 req->segment_id, (unsigned long long)req->segment_bytes, (unsigned long long)tail,
+                 (unsigned long long)have, (unsigned long long)tail);
+        goto refuse;
+    }
     if (rc < 0) {
         snprintf(msg, sizeof(msg), "node register: segment %s of %llu bytes (known: %llu): %s",
                  req->segment_id, (unsigned long long)want, (unsigned long long)have, smp_strerror(rc));

@@ -42,6 +42,26 @@ static void reply_err(smp_rpc_call *call, int rc, const char *what, const char *
     rpc_reply_error(call, rc, msg);
 }
 
+/* A put start refused for room: what was needed, what is free, and which
+ * setting to raise. */
+static void reply_no_room(master *m, smp_rpc_call *call, const char *key, uint64_t size)
+{
+    char msg[1600];
+    uint64_t used = 0, cap = 0;
+    uint64_t need = (size ? size : 1);
+    need = (need + OBJ_ALIGN - 1) / OBJ_ALIGN * OBJ_ALIGN;
+    obj_memory_usage(m->objs, &used, &cap);
+    snprintf(msg, sizeof(msg),
+             "put start '%.1024s': %s: no memory segment has room: %llu bytes needed, the largest "
+             "free range is %llu bytes (%llu bytes free in all, of %llu bytes on %zu nodes); raise "
+             "node.segment_bytes (the segment grows at the node's next start) or delete or "
+             "migrate revisions to COLD",
+             key, smp_strerror(SMP_ENOSPC), (unsigned long long)need,
+             (unsigned long long)obj_memory_largest_free(m->objs),
+             (unsigned long long)(cap - used), (unsigned long long)cap, master_nodes_up(m));
+    rpc_reply_error(call, SMP_ENOSPC, msg);
+}
+
 /* Decode the request body into var, its pieces from a stack arena (see
  * pb_arena.h); DECODED_FREE releases what did not fit. */
 #define DECODE(type, fn, var, body, len, call)                          \
@@ -84,7 +104,9 @@ static int h_put_start(void *ctx, smp_rpc_call *call, const uint8_t *body, size_
         if (obj_prepare_put_revoke(m->objs, req->key, &rec) == SMP_OK)
             master_commit(m, &rec, NULL, NULL, NULL);
     }
-    if (rc < 0) {
+    if (rc == SMP_ENOSPC) {
+        reply_no_room(m, call, req->key, req->size);
+    } else if (rc < 0) {
         reply_err(call, rc, "put start", req->key);
     } else {
         ReplicaLocation loc = REPLICA_LOCATION__INIT;

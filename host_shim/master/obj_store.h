@@ -36,8 +36,9 @@
  *     replica the object does not already have -- except an add-replica
  *     record (PUT_END with add_replica set), which adds exactly its one
  *     memory replica to its own incarnation and touches nothing else.
- *   - Segment capacity only grows (SEGMENT_UPDATE to a smaller capacity is a
- *     no-op at apply; shrinking is unmount and mount again).
+ *   - A SEGMENT_UPDATE to a smaller capacity applies only when nothing
+ *     occupies the bytes it cuts (else it is a no-op: a range was taken
+ *     there since it was prepared); a larger one always applies.
  *   - In-flight puts and replica reservations are soft state, so they never
  *     change what a record does: a memory replica whose range an in-flight
  *     put holds takes it (the put is cancelled, obj_stats.puts_cancelled;
@@ -65,7 +66,7 @@
  *                     node it is a conflict: SMP_ESTATE).
  *   6 SEGMENT_UNMOUNT SegmentUnmountRecord: drops the segment and every
  *                     memory replica in it (objects are kept, see below).
- *   7 SEGMENT_UPDATE  UpdateRecord: a segment's larger capacity, or a
+ *   7 SEGMENT_UPDATE  UpdateRecord: a segment's new capacity, or a
  *                     group's managed flag and owner (oneof). A managed
  *                     group record without an owner (written before owners
  *                     existed) belongs to OBJ_OWNER_DEFAULT, the weight
@@ -482,6 +483,12 @@ int obj_segment_info(const obj_store *st, const char *id, const char **node, uin
 int obj_visit_segments(const obj_store *st,
                        int (*fn)(void *arg, const char *id, const char *node),
                        void *arg);
+/* The end of the last occupied range of segment id (0: nothing occupied).
+ * SMP_ENOTFOUND. */
+int obj_segment_tail_used(const obj_store *st, const char *id, uint64_t *end);
+/* The largest unoccupied range over every segment: the biggest put that
+ * could start now. */
+uint64_t obj_memory_largest_free(const obj_store *st);
 /* fsck: the unoccupied ranges of segment id as malloc'd (offset, length)
  * pairs in offset order (*out, freed by the caller; *n_out pairs), and its
  * occupied bytes and capacity (may be NULL). SMP_ENOTFOUND, SMP_ENOMEM. */
@@ -496,8 +503,10 @@ int obj_segment_hold_range(obj_store *st, const char *id, uint64_t off, uint64_t
 void obj_segment_release_range(obj_store *st, const char *id, uint64_t off, uint64_t len);
 /* SEGMENT_UNMOUNT. SMP_ENOTFOUND. */
 int obj_prepare_segment_unmount(obj_store *st, const char *id, obj_record *out);
-/* SEGMENT_UPDATE growing a segment. SMP_ENOTFOUND, SMP_ERANGE (smaller
- * than now: unmount and mount again to shrink). */
+/* SEGMENT_UPDATE growing or shrinking a segment. Shrinking cuts only
+ * unoccupied bytes: SMP_ERANGE when a range (object, put or reservation)
+ * lies past the new capacity (obj_segment_tail_used says where the last one
+ * ends) or the capacity is 0; SMP_ENOTFOUND. */
 int obj_prepare_segment_update(obj_store *st,
                                const char *id,
                                uint64_t capacity,

@@ -325,9 +325,9 @@ void obj_seg_free(obj_segment *s, uint64_t off, uint64_t len)
     s->nalloc--;
 }
 
-/* Grow the capacity to cap; a smaller cap leaves the segment as it is
- * (shrinking is unmount and mount again), so concurrent updates converge on
- * the largest. Never allocates (capfree >= nalloc + 2 >= nfree + 1). */
+/* Grow the capacity to cap; a smaller cap leaves the segment as it is (a
+ * remount never shrinks; obj_seg_set_capacity does, when the tail is free).
+ * Never allocates (capfree >= nalloc + 2 >= nfree + 1). */
 void obj_seg_grow_capacity(obj_segment *s, uint64_t cap)
 {
     if (cap <= s->capacity) return;
@@ -335,6 +335,31 @@ void obj_seg_grow_capacity(obj_segment *s, uint64_t cap)
     if (last && last->off + last->len == s->capacity) last->len += cap - s->capacity;
     else obj_seg_insert_ext(s, s->nfree, s->capacity, cap - s->capacity);
     s->capacity = cap;
+}
+
+/* Set the capacity to cap: grow as obj_seg_grow_capacity, or shrink when
+ * [cap, capacity) is wholly free (else nothing changes: a range was taken
+ * there since the record was prepared). Never allocates. */
+void obj_seg_set_capacity(obj_segment *s, uint64_t cap)
+{
+    if (cap >= s->capacity) {
+        obj_seg_grow_capacity(s, cap);
+        return;
+    }
+    if (obj_seg_tail_used(s) > cap) return;
+    obj_extent *last = &s->free[s->nfree - 1]; /* ends at capacity: tail_used <= cap < capacity */
+    last->len -= s->capacity - cap;
+    if (last->len == 0) obj_seg_remove_ext(s, s->nfree - 1);
+    s->capacity = cap;
+}
+
+/* The end of the last occupied byte: capacity unless the last free range
+ * reaches it, then that range's start. */
+uint64_t obj_seg_tail_used(const obj_segment *s)
+{
+    if (s->nfree > 0 && s->free[s->nfree - 1].off + s->free[s->nfree - 1].len == s->capacity)
+        return s->free[s->nfree - 1].off;
+    return s->capacity;
 }
 
 /* Make sure extra more allocations need no growth of the free array. */
@@ -411,4 +436,23 @@ void obj_segment_release_range(obj_store *st, const char *id, uint64_t off, uint
 {
     obj_segment *s = obj_sl_get(&st->segments, id);
     if (s != NULL && off <= s->capacity && len <= s->capacity - off) obj_seg_free(s, off, len);
+}
+
+int obj_segment_tail_used(const obj_store *st, const char *id, uint64_t *end)
+{
+    obj_segment *s = obj_sl_get(&st->segments, id);
+    if (s == NULL) return SMP_ENOTFOUND;
+    *end = obj_seg_tail_used(s);
+    return SMP_OK;
+}
+
+uint64_t obj_memory_largest_free(const obj_store *st)
+{
+    uint64_t best = 0;
+    for (obj_sl_node *x = obj_sl_after(&st->segments, NULL, 0); x != NULL; x = x->next[0]) {
+        const obj_segment *s = x->val;
+        for (size_t i = 0; i < s->nfree; i++)
+            if (s->free[i].len > best) best = s->free[i].len;
+    }
+    return best;
 }

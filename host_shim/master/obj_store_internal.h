@@ -192,6 +192,8 @@ int obj_seg_alloc(obj_segment *s, uint64_t len, uint64_t *off);
 int obj_seg_reserve(obj_segment *s, uint64_t off, uint64_t len);
 void obj_seg_free(obj_segment *s, uint64_t off, uint64_t len);
 void obj_seg_grow_capacity(obj_segment *s, uint64_t cap);
+void obj_seg_set_capacity(obj_segment *s, uint64_t cap);
+uint64_t obj_seg_tail_used(const obj_segment *s);
 int obj_seg_ensure(obj_segment *s, size_t extra);
 void obj_segment_free(obj_segment *s);
 obj_segment *obj_segment_new(const char *id, const char *node, uint64_t cap);

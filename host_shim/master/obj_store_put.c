@@ -409,7 +409,7 @@ int obj_prepare_segment_update(obj_store *st,
     obj_segment *s = obj_sl_get(&st->segments, id);
     if (!s) return SMP_ENOTFOUND;
     capacity = capacity / OBJ_ALIGN * OBJ_ALIGN;
-    if (capacity < s->capacity) return SMP_ERANGE;
+    if (capacity == 0 || capacity < obj_seg_tail_used(s)) return SMP_ERANGE;
     return obj_encode_segment(OBJ_REC_SEGMENT_UPDATE, id, s->node, capacity, out);
 }
 

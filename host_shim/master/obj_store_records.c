@@ -624,7 +624,7 @@ static int obj_apply_update(obj_store *st, const Hostrec__UpdateRecord *m)
         /* A segment unmounted (or remounted elsewhere) since: nothing to do. */
         obj_segment *s = obj_sl_get(&st->segments, m->segment->id);
         if (s && strcmp(s->node, m->segment->node) == 0)
-            obj_seg_grow_capacity(s, m->segment->capacity / OBJ_ALIGN * OBJ_ALIGN);
+            obj_seg_set_capacity(s, m->segment->capacity / OBJ_ALIGN * OBJ_ALIGN);
         return SMP_OK;
     }
     case HOSTREC__UPDATE_RECORD__CHANGE_GROUP:

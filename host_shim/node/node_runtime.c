@@ -389,7 +389,9 @@ static int do_register(node_runtime *n, rpcc_conn *c, int *lost)
     req.data_addr = n->data_addr;
     req.segment_id = n->node_id;
     req.segment_path = (char *)seg_path(n->seg);
-    req.segment_bytes = seg_size(n->seg);
+    /* the size asked for: below the file's when shrinking, which the master
+     * allows only when nothing lies past it */
+    req.segment_bytes = seg_requested_size(n->seg);
     req.cold_dir = n->cold_dir;
     req.n_cold_files = inv.n;
     req.cold_files = inv.files;
@@ -416,6 +418,16 @@ static int do_register(node_runtime *n, rpcc_conn *c, int *lost)
         }
         pthread_mutex_unlock(&n->key_lock);
         node_register_response__free_unpacked(resp, NULL);
+        if (seg_size(n->seg) > seg_requested_size(n->seg)) {
+            char err[512];
+            uint64_t was = seg_size(n->seg);
+            if (seg_shrink(n->seg, seg_requested_size(n->seg), err, sizeof(err)) == SMP_OK)
+                fprintf(stderr, "store_node %s: segment shrunk from %llu to %llu bytes (nothing "
+                        "lay past it)\n", n->node_id, (unsigned long long)was,
+                        (unsigned long long)seg_requested_size(n->seg));
+            else
+                fprintf(stderr, "store_node %s: %s\n", n->node_id, err);
+        }
         /* From now on the segment's contents are the master's to judge. */
         n->seg_survived = 1;
     } else if (*lost) {
@@ -424,6 +436,8 @@ static int do_register(node_runtime *n, rpcc_conn *c, int *lost)
     } else {
         fprintf(stderr, "store_node %s: register refused by %s: %s (%s)\n", n->node_id,
                 rpcc_endpoint(c), smp_strerror(rc), msg ? msg : "");
+        /* a refused shrink waits for the operator: do not flood the log */
+        if (rc == SMP_ERANGE) sleep_ms(2000);
     }
     free(msg);
 free_inventory:
@@ -653,6 +667,10 @@ int node_runtime_start(const node_runtime_options *opt,
     n->seg_survived = stat(path, &st) == 0;
     seg_options so = {.dir = n->segment_dir, .id = n->node_id, .size = n->segment_bytes, .preallocate = 1};
     if ((rc = seg_open(&so, &n->seg, err, errlen)) < 0) goto fail;
+    if (seg_grown_from(n->seg) > 0)
+        fprintf(stderr, "store_node %s: segment grown in place from %llu to %llu bytes (every "
+                "replica kept)\n", n->node_id, (unsigned long long)seg_grown_from(n->seg),
+                (unsigned long long)seg_size(n->seg));
     if ((rc = cold_open(n->cold_dir, &n->cold, err, errlen)) < 0) goto fail;
     if ((rc = ticket_keyring_init(&n->keys)) < 0) {
         wm_errbuf(err, errlen, "node %s: cannot generate a ticket key", n->node_id);

@@ -9,7 +9,12 @@
  * its id; rotated by node_runtime_rotate_ticket_key), and an inventory of verified cold files -- and then polls: each poll
  * is a heartbeat, returns the results of finished tasks, and brings new
  * ones (persist a range to a cold file, load one back, delete one, verify a
- * range). When the master goes away the control thread reconnects and
+ * range; for fsck, list every cold file and the non-zero blocks of the
+ * segment ranges the master says nothing occupies, and zero such ranges).
+ * A segment configured larger than its file is grown at start; one
+ * configured smaller is registered at the smaller size and cut only once
+ * the master agreed that nothing lies past it (a refusal names the bytes in
+ * use and is retried every 2 s). When the master goes away the control thread reconnects and
  * registers again. Of an HA cluster the node is given every master (a
  * list, master_list.h): it registers with the leader, following a
  * standby's NOT_LEADER answer, and registers again with the new leader when

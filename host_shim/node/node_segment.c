@@ -2,12 +2,18 @@
  *
  * Opening takes an exclusive non-blocking flock on the file before anything
  * else, so a second node (or a second open in the same node) is refused with
- * SMP_EBUSY instead of sharing the bytes. The size of an existing file is
- * checked before it is mapped, and a mismatch changes nothing: a segment is
- * never silently truncated or grown, because its bytes are replicas the
- * master may know about. The mapping is MAP_SHARED, so what a co-located
- * client writes through its own mapping of the same file is what the node
- * serves, and the reverse. */
+ * SMP_EBUSY instead of sharing the bytes. An existing file smaller than the
+ * configured size is grown in place (the new tail reserved like a new file's
+ * bytes): every byte it held stays where it was, so every replica the master
+ * knows about stays valid, and a mapping a co-located client holds of the
+ * old size stays valid for the old range (growing a file never invalidates
+ * a mapping; clients map again when a range lies past theirs). A larger
+ * file is not cut at open: whether its tail is free is the master's to say,
+ * so it is mapped whole and seg_shrink cuts it once the master agreed
+ * (seg_requested_size says what was asked). The served size is atomic
+ * because seg_shrink may run while the data thread checks ranges. The
+ * mapping is MAP_SHARED, so what a co-located client writes through its own
+ * mapping of the same file is what the node serves, and the reverse. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -20,6 +26,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <stdatomic.h>
+
 #include <openssl/evp.h>
 
 #include "node_segment.h"
@@ -30,7 +38,10 @@ struct seg_segment {
     char *path;
     int fd;
     uint8_t *base;
-    uint64_t size;
+    atomic_uint_least64_t size; /* the bytes served (bounds of every range) */
+    uint64_t map_len;           /* the bytes mapped */
+    uint64_t requested;         /* the configured size */
+    uint64_t grown_from;        /* the file's size before a growth at open; 0: none */
     int reopened;
 };
 
@@ -62,19 +73,20 @@ int seg_path_for(const char *dir, const char *id, char *buf, size_t cap)
     return SMP_OK;
 }
 
-/* Size a freshly created (or empty) file to size bytes, reserving the bytes
- * when asked. Returns SMP_OK, SMP_ENOSPC or SMP_EIO with err set. */
-static int size_new_file(int fd, const char *path, uint64_t size, int prealloc,
-                         char *err, size_t errlen)
+/* Size a file from `from` bytes (0: freshly created or empty) to size
+ * bytes, reserving the new bytes when asked; bytes below `from` are not
+ * touched. Returns SMP_OK, SMP_ENOSPC or SMP_EIO with err set. */
+static int size_file(int fd, const char *path, uint64_t from, uint64_t size, int prealloc,
+                     char *err, size_t errlen)
 {
     int e;
     if (prealloc) {
-        e = posix_fallocate(fd, 0, (off_t)size);
+        e = posix_fallocate(fd, (off_t)from, (off_t)(size - from));
         if (e == 0)
             return SMP_OK;
         if (e == ENOSPC || e == EFBIG) {
-            wm_errbuf(err, errlen, "%s: cannot reserve %" PRIu64 " bytes: %s", path, size,
-                    strerror(e));
+            wm_errbuf(err, errlen, "%s: cannot reserve %" PRIu64 " bytes (to size it from %"
+                    PRIu64 " to %" PRIu64 "): %s", path, size - from, from, size, strerror(e));
             return SMP_ENOSPC;
         }
         if (e != EOPNOTSUPP && e != EINVAL) {
@@ -129,7 +141,6 @@ int seg_open(const seg_options *opt, seg_segment **out, char *err, size_t errlen
         return SMP_ENOMEM;
     s->fd = -1;
     snprintf(s->id, sizeof(s->id), "%s", opt->id);
-    s->size = opt->size;
     s->path = strdup(path);
     if (s->path == NULL) {
         rc = SMP_ENOMEM;
@@ -173,19 +184,33 @@ int seg_open(const seg_options *opt, seg_segment **out, char *err, size_t errlen
     if (st.st_size == 0)
         created = 1;
     if (created) {
-        if ((rc = size_new_file(s->fd, path, s->size, opt->preallocate, err, errlen)) < 0)
+        if ((rc = size_file(s->fd, path, 0, opt->size, opt->preallocate, err, errlen)) < 0)
             goto unlink_new;
-    } else if ((uint64_t)st.st_size != s->size) {
-        wm_errbuf(err, errlen, "%s: the existing segment file has %" PRIu64
-                " bytes but %" PRIu64 " were configured; refusing to resize it",
-                path, (uint64_t)st.st_size, s->size);
-        rc = SMP_ESTATE;
-        goto close_fd;
+    } else if ((uint64_t)st.st_size < opt->size) {
+        /* grown in place: the old bytes stay where the master placed them */
+        if ((rc = size_file(s->fd, path, (uint64_t)st.st_size, opt->size, opt->preallocate, err,
+                            errlen)) < 0) {
+            if (ftruncate(s->fd, st.st_size) < 0) { /* as it was; nothing else changed */ }
+            goto close_fd;
+        }
+        s->grown_from = (uint64_t)st.st_size;
+    } else if ((uint64_t)st.st_size > opt->size) {
+        if ((uint64_t)st.st_size > (uint64_t)SIZE_MAX / 2) {
+            wm_errbuf(err, errlen, "%s: %" PRIu64 " bytes cannot be mapped", path,
+                      (uint64_t)st.st_size);
+            rc = SMP_EINVAL;
+            goto close_fd;
+        }
+        s->map_len = (uint64_t)st.st_size; /* cut by seg_shrink once the master agreed */
     }
-    s->base = mmap(NULL, (size_t)s->size, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
+    if (s->map_len == 0) s->map_len = opt->size;
+    atomic_store(&s->size, s->map_len);
+    s->requested = opt->size;
+    s->base = mmap(NULL, (size_t)s->map_len, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
     if (s->base == MAP_FAILED) {
         s->base = NULL;
-        wm_errbuf(err, errlen, "%s: mmap of %" PRIu64 " bytes: %s", path, s->size, strerror(errno));
+        wm_errbuf(err, errlen, "%s: mmap of %" PRIu64 " bytes: %s", path, s->map_len,
+                  strerror(errno));
         rc = SMP_EIO;
         goto unlink_new;
     }
@@ -209,7 +234,7 @@ void seg_close(seg_segment *s)
     if (s == NULL)
         return;
     if (s->base != NULL)
-        munmap(s->base, (size_t)s->size);
+        munmap(s->base, (size_t)s->map_len);
     if (s->fd >= 0)
         close(s->fd);
     free(s->path);
@@ -230,12 +255,36 @@ int seg_destroy(seg_segment *s)
 
 const char *seg_id(const seg_segment *s) { return s->id; }
 const char *seg_path(const seg_segment *s) { return s->path; }
-uint64_t seg_size(const seg_segment *s) { return s->size; }
+uint64_t seg_size(const seg_segment *s) { return atomic_load(&((seg_segment *)s)->size); }
+uint64_t seg_requested_size(const seg_segment *s) { return s->requested; }
+uint64_t seg_grown_from(const seg_segment *s) { return s->grown_from; }
 int seg_reopened(const seg_segment *s) { return s->reopened; }
+
+int seg_shrink(seg_segment *s, uint64_t size, char *err, size_t errlen)
+{
+    uint64_t cur = seg_size(s);
+    if (size == 0 || size > cur) {
+        wm_errbuf(err, errlen, "%s: cannot shrink from %" PRIu64 " to %" PRIu64 " bytes", s->path,
+                  cur, size);
+        return SMP_EINVAL;
+    }
+    if (size == cur) return SMP_OK;
+    /* bounds first: no range past the new end is served from now on */
+    atomic_store(&s->size, size);
+    if (ftruncate(s->fd, (off_t)size) < 0) {
+        wm_errbuf(err, errlen, "%s: cannot cut to %" PRIu64 " bytes: %s", s->path, size,
+                  strerror(errno));
+        return SMP_EIO;
+    }
+    return SMP_OK;
+}
 
 int seg_check_range(const seg_segment *s, uint64_t offset, uint64_t length)
 {
-    if (s == NULL || offset > s->size || length > s->size - offset)
+    uint64_t size;
+    if (s == NULL) return SMP_ERANGE;
+    size = seg_size(s);
+    if (offset > size || length > size - offset)
         return SMP_ERANGE;
     return SMP_OK;
 }

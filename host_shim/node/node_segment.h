@@ -48,13 +48,17 @@ int seg_path_for(const char *dir, const char *id, char *buf, size_t cap);
  * created (one level) when missing. A reopened file keeps its bytes
  * (seg_reopened() says 1); a new file is zero-filled (seg_reopened() says
  * 0). An existing empty file (a create interrupted before it was sized)
- * counts as new. Returns SMP_OK and a new segment in *out, or:
- * SMP_EINVAL (bad id, size 0, or beyond the address space; or the file is
- * another user's or readable by others: planted in a shared directory), SMP_ESTATE (the
- * file exists with another size: err names both sizes; nothing is changed),
- * SMP_EBUSY (another process holds the segment open), SMP_ENOSPC (the
- * preallocation did not fit), SMP_EIO (open, size or map failed), SMP_ENOMEM.
- * err (may be NULL) names the file and the cause on failure. */
+ * counts as new. An existing file smaller than size is grown in place to
+ * size, its bytes kept (seg_grown_from() says from what); one larger than
+ * size is opened whole (seg_size() is its size, seg_requested_size() the
+ * size asked for) until seg_shrink. Returns SMP_OK and a new segment in
+ * *out, or: SMP_EINVAL (bad id, size 0, or beyond the address space; or the
+ * file is another user's or readable by others: planted in a shared
+ * directory), SMP_EBUSY (another process holds the segment open),
+ * SMP_ENOSPC (the preallocation, or a growth's, did not fit: err names how
+ * many bytes; a file being grown keeps its old size), SMP_EIO (open, size
+ * or map failed), SMP_ENOMEM. err (may be NULL) names the file and the
+ * cause on failure. */
 int seg_open(const seg_options *opt, seg_segment **out, char *err, size_t errlen);
 
 /* Unmap and close; the file and its bytes stay. NULL is a no-op. */
@@ -67,7 +71,19 @@ int seg_destroy(seg_segment *s);
 
 const char *seg_id(const seg_segment *s);
 const char *seg_path(const seg_segment *s);
+/* The bytes served: every range is checked against it. */
 uint64_t seg_size(const seg_segment *s);
+/* The size seg_open was asked for (below seg_size() until seg_shrink when
+ * the file was larger). */
+uint64_t seg_requested_size(const seg_segment *s);
+/* The file's size before seg_open grew it, or 0 when it did not. */
+uint64_t seg_grown_from(const seg_segment *s);
+/* Serve only the first size bytes (size <= seg_size()) and cut the file
+ * there: for a node whose master agreed that nothing lies past size. May
+ * run while other threads check ranges (the size is atomic); the mapping
+ * keeps its length until seg_close. SMP_OK, SMP_EINVAL, SMP_EIO (the cut
+ * failed; the smaller size is served anyway). */
+int seg_shrink(seg_segment *s, uint64_t size, char *err, size_t errlen);
 /* 1 when seg_open found the file with its bytes (a node restart), else 0. */
 int seg_reopened(const seg_segment *s);
 

@@ -1,7 +1,8 @@
 /* test_node_segment.c -- a node's segment file and a client's mapping of it.
  *
  * Real files in a scratch directory under /tmp: create, reopen after a
- * "restart" with the bytes intact, refuse a size mismatch and a second
+ * "restart" with the bytes intact, grow a smaller file in place and cut a
+ * larger one only on seg_shrink, refuse a second
  * opener, bounds checks, destroy, and the co-located client path (a client
  * mapping sees what the node writes and the reverse). */
 #include <setjmp.h>
@@ -12,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -112,21 +115,65 @@ static void test_segment_survives_sigkill(void **state)
     seg_destroy(s);
 }
 
-/* A file of another size is refused with both sizes named, and left alone. */
-static void test_size_mismatch_is_refused(void **state)
+/* Segment growth: a file smaller than the configured size is grown in
+ * place, every byte it held where it was, the new tail zero; a mapping
+ * taken of the old size (a co-located client's) still reads and writes the
+ * same bytes. */
+static void test_smaller_file_is_grown_in_place(void **state)
 {
     seg_options o = { .dir = g_dir, .id = "seg-b", .size = SIZE * 2 };
     seg_segment *s = open_seg("seg-b", SIZE), *s2 = NULL;
     char err[512];
     struct stat st;
+    uint8_t got[64];
     (void)state;
+    memset(seg_ptr(s, SIZE - 64, 64), 0x5a, 64);
+    int fd = open(seg_path(s), O_RDWR);
+    assert_true(fd >= 0);
+    uint8_t *old = mmap(NULL, SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    assert_true(old != MAP_FAILED);
     seg_close(s);
-    assert_int_equal(seg_open(&o, &s2, err, sizeof(err)), SMP_ESTATE);
-    assert_null(s2);
-    assert_non_null(strstr(err, "1048576"));
-    assert_non_null(strstr(err, "2097152"));
-    o.size = SIZE;
     assert_int_equal(seg_open(&o, &s2, err, sizeof(err)), SMP_OK);
+    assert_int_equal(seg_size(s2), SIZE * 2);
+    assert_int_equal(seg_grown_from(s2), SIZE);
+    assert_int_equal(seg_reopened(s2), 1);
+    assert_int_equal(stat(seg_path(s2), &st), 0);
+    assert_int_equal((uint64_t)st.st_size, SIZE * 2);
+    assert_int_equal(seg_read(s2, SIZE - 64, got, 64), SMP_OK);
+    for (size_t i = 0; i < 64; i++) assert_int_equal(got[i], 0x5a);
+    assert_int_equal(seg_read(s2, SIZE, got, 64), SMP_OK);
+    for (size_t i = 0; i < 64; i++) assert_int_equal(got[i], 0);
+    /* the old mapping and the grown segment share the old range */
+    old[0] = 0x11;
+    assert_int_equal(seg_read(s2, 0, got, 1), SMP_OK);
+    assert_int_equal(got[0], 0x11);
+    munmap(old, SIZE);
+    close(fd);
+    seg_destroy(s2);
+}
+
+/* A file larger than the configured size is opened whole (nothing cut
+ * before the master agreed), then seg_shrink serves and keeps only the
+ * asked bytes; growing past seg_size is refused. */
+static void test_larger_file_is_cut_only_by_seg_shrink(void **state)
+{
+    seg_options o = { .dir = g_dir, .id = "seg-c", .size = SIZE };
+    seg_segment *s = open_seg("seg-c", SIZE * 2), *s2 = NULL;
+    char err[512];
+    struct stat st;
+    uint8_t b = 0;
+    (void)state;
+    memset(seg_ptr(s, SIZE + 64, 64), 0x77, 64);
+    seg_close(s);
+    assert_int_equal(seg_open(&o, &s2, err, sizeof(err)), SMP_OK);
+    assert_int_equal(seg_size(s2), SIZE * 2);
+    assert_int_equal(seg_requested_size(s2), SIZE);
+    assert_int_equal(seg_read(s2, SIZE + 64, &b, 1), SMP_OK);
+    assert_int_equal(b, 0x77);
+    assert_int_equal(seg_shrink(s2, SIZE * 3, err, sizeof(err)), SMP_EINVAL);
+    assert_int_equal(seg_shrink(s2, SIZE, err, sizeof(err)), SMP_OK);
+    assert_int_equal(seg_size(s2), SIZE);
+    assert_int_equal(seg_read(s2, SIZE + 64, &b, 1), SMP_ERANGE);
     assert_int_equal(stat(seg_path(s2), &st), 0);
     assert_int_equal((uint64_t)st.st_size, SIZE);
     seg_destroy(s2);
@@ -248,7 +295,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_segment_survives_reopen),
         cmocka_unit_test(test_segment_survives_sigkill),
-        cmocka_unit_test(test_size_mismatch_is_refused),
+        cmocka_unit_test(test_smaller_file_is_grown_in_place),
+        cmocka_unit_test(test_larger_file_is_cut_only_by_seg_shrink),
         cmocka_unit_test(test_second_opener_is_refused),
         cmocka_unit_test(test_foreign_or_open_file_is_refused),
         cmocka_unit_test(test_bounds),

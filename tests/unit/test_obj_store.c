@@ -357,16 +357,25 @@ static void test_allocator_fill_free_coalesce_enospc(void **state)
     assert_int_equal(obj_prepare_put_revoke(st, "big", &r), SMP_OK);
     apply_rec(st, &r);
 
-    /* A segment only grows (shrinking is unmount + mount); the free tail of
-     * the old capacity coalesces with the new space. */
+    /* A segment grows, and shrinks only over its free tail: below the end
+     * of the last occupied range (k9 ends at 640) is refused; the free tail
+     * of the old capacity coalesces with new space. */
+    uint64_t tail = 0;
+    assert_int_equal(obj_segment_tail_used(st, "s", &tail), SMP_OK);
+    assert_int_equal(tail, 640);
     assert_int_equal(obj_prepare_segment_update(st, "s", 128, &r), SMP_ERANGE);
+    assert_int_equal(obj_prepare_segment_update(st, "s", 0, &r), SMP_ERANGE);
     obj_record grow_small = {0};
     assert_int_equal(obj_prepare_segment_update(st, "s", 1280, &grow_small), SMP_OK);
     assert_int_equal(obj_prepare_segment_update(st, "s", 6400, &r), SMP_OK);
     apply_rec(st, &r);
     obj_memory_usage(st, &used, &cap);
     assert_int_equal(cap, 6400);
-    apply_rec(st, &grow_small); /* prepared earlier, applied later: no shrink */
+    apply_rec(st, &grow_small); /* the tail past 1280 is free: cut */
+    obj_memory_usage(st, &used, &cap);
+    assert_int_equal(cap, 1280);
+    assert_int_equal(obj_prepare_segment_update(st, "s", 6400, &r), SMP_OK);
+    apply_rec(st, &r);
     obj_memory_usage(st, &used, &cap);
     assert_int_equal(cap, 6400);
     p.size = 64 * 90;
