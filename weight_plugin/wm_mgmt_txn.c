@@ -784,9 +784,12 @@ int wm_request_replayed(wm_plugin *p, smp_rpc_call *call, const wm_revision *rev
                        rid, rev->group_key, rev->request_base_generation);
         return 1;
     }
-    if (!wm_check_idle(p, call, rev)) return 1;
     /* The first answer: the revision as it is now, with the operation the
-     * request created even if it has ended since. */
+     * request created even if it has ended since. What is answered is the
+     * applied (durable) state, so a record of the revision still in flight
+     * -- the tick's progress of the very deletion or migration the request
+     * started -- does not make the retry BUSY (it would be for as long as
+     * the operation writes progress). */
     const wm_operation *op = rev->operation_id ? wm_store_operation(p->store, rev->operation_id)
                                                : NULL;
     if (op == NULL && rev->request_operation_id)

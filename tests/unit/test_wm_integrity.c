@@ -767,6 +767,31 @@ static void test_remove_retry_with_request_id_returns_first_answer(void **state)
 
 static smp_tick_budget TB = {sizeof(smp_tick_budget), 64, 1 << 30, 0};
 
+/* A retry with the request id while the operation it started writes its
+ * progress (a record of the revision in flight) answers the first result
+ * at once -- not BUSY -- and appends nothing. */
+static void test_retry_answers_while_the_operation_writes_progress(void **state)
+{
+    (void)state;
+    wm_revision rev;
+    smp_rpc_call c;
+    uint64_t cursor = 0;
+    seed("rm-busy", 1, WM_RES_HOT, WM_MODE_MANUAL, &rev);
+    remove_req(&rev.id, 1, "rm-2", &c);
+    deliver(SMP_OK);
+    assert_int_equal(answered_generation(&c, NULL), 2);
+    wm_lifecycle_tick(&P, &TB, &cursor);
+    for (int g = 0; g < 32 && !wm_pending_metadata(&P, rev.group_key); g++) {
+        if (H.nq == 0) wm_lifecycle_tick(&P, &TB, &cursor);
+        else deliver(SMP_OK);
+    }
+    assert_true(wm_pending_metadata(&P, rev.group_key)); /* the deletion's progress */
+    size_t before = H.nq;
+    remove_req(&rev.id, 1, "rm-2", &c);
+    assert_int_equal(H.nq, before);
+    assert_int_equal(answered_generation(&c, NULL), 2);
+}
+
 /* One tick, then every effect it queued delivered (and what those queue). */
 static void tick_and_deliver(void)
 {
@@ -1135,6 +1160,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_claim_without_progress_aborted_after_ttl, setup, teardown),
         cmocka_unit_test_setup_teardown(test_repair_rpc_starts_repairing_under_cas, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lease_accesses_persisted_lazily, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_retry_answers_while_the_operation_writes_progress, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
