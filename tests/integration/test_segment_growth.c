@@ -20,10 +20,10 @@
 
 #include <dirent.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
+#include "weight_model.h"
 
 #define MIB (1024ull * 1024ull)
 
@@ -57,18 +57,6 @@ static int teardown(void **state)
     return 0;
 }
 
-static int ctl(fixture *f, char *out, size_t cap, const char *args)
-{
-    char cmd[1400];
-    snprintf(cmd, sizeof(cmd), "%s/bin/weightctl --master %s %s 2>&1", BUILD_DIR, f->m.socket, args);
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
-    size_t n = fread(out, 1, cap - 1, p);
-    out[n] = '\0';
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 /* A file of n bytes of a pattern seeded by seed, at dir/name. */
 static void make_file(const fixture *f, const char *name, size_t n, unsigned seed, char *path,
                       size_t cap)
@@ -86,7 +74,7 @@ static void assert_object(fixture *f, const char *key, const char *want)
     char out[4096], got[600], args[1400], cmd[1400];
     snprintf(got, sizeof(got), "%s/got.bin", f->m.dir);
     snprintf(args, sizeof(args), "kv get %s %s", key, got);
-    if (ctl(f, out, sizeof(out), args) != 0) fail_msg("kv get %s: %s", key, out);
+    if (wx_weightctl(&f->m, out, sizeof(out), args) != 0) fail_msg("kv get %s: %s", key, out);
     snprintf(cmd, sizeof(cmd), "cmp -s %s %s", want, got);
     if (system(cmd) != 0) fail_msg("%s does not read back byte for byte", key);
     unlink(got);
@@ -128,11 +116,11 @@ static void test_segment_growth(void **state)
     make_file(f, "a.bin", 3 * MIB, 1, a, sizeof(a));
     make_file(f, "b.bin", 3 * MIB, 2, b, sizeof(b));
     snprintf(args, sizeof(args), "kv put obj/a %s", a);
-    if (ctl(f, out, sizeof(out), args) != 0) fail_msg("kv put obj/a: %s", out);
+    if (wx_weightctl(&f->m, out, sizeof(out), args) != 0) fail_msg("kv put obj/a: %s", out);
 
     /* does not fit: the answer says how much, what is free, what to raise */
     snprintf(args, sizeof(args), "kv put obj/b %s", b);
-    assert_int_equal(ctl(f, out, sizeof(out), args), 1);
+    assert_int_equal(wx_weightctl(&f->m, out, sizeof(out), args), 1);
     if (strstr(out, "SMP_ENOSPC") == NULL || strstr(out, "3.0 MiB needed") == NULL ||
         strstr(out, "largest free range is 1.0 MiB") == NULL ||
         strstr(out, "raise node.segment_bytes") == NULL)
@@ -143,7 +131,7 @@ static void test_segment_growth(void **state)
     assert_int_equal(segment_file_size(f), 8 * MIB);
     assert_true(hx_log_contains(&f->m, "segment grown in place from 4194304 to 8388608 bytes"));
     assert_object(f, "obj/a", a);
-    if (ctl(f, out, sizeof(out), args) != 0) fail_msg("kv put obj/b after the growth: %s", out);
+    if (wx_weightctl(&f->m, out, sizeof(out), args) != 0) fail_msg("kv put obj/b after the growth: %s", out);
     assert_object(f, "obj/b", b);
 
     /* below the bytes in use: refused naming the cause, nothing cut */
@@ -163,7 +151,7 @@ static void test_segment_growth(void **state)
     assert_object(f, "obj/b", b);
 
     /* to the free tail: obj/b gone, the file is cut to 4 MiB, obj/a kept */
-    for (int i = 0; ctl(f, out, sizeof(out), "kv rm obj/b") != 0; i++) {
+    for (int i = 0; wx_weightctl(&f->m, out, sizeof(out), "kv rm obj/b") != 0; i++) {
         /* the read lease of the get above (10 s) refuses it until it ends */
         if (strstr(out, "SMP_EBUSY") == NULL || i > 300) fail_msg("kv rm obj/b: %s", out);
         usleep(100000);

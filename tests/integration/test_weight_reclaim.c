@@ -22,24 +22,18 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
 #include "weight_check.h"
+#include "weight_model.h"
 #include "weightclient.h"
 
 #define WAIT_MS 30000 /* generous: the machine is shared */
 
 /* -- a small model --------------------------------------------------------------- */
 
-typedef struct rtensor {
-    const char *name;
-    uint64_t shape[2];
-    uint8_t data[4096];
-} rtensor;
-
-static rtensor model[] = {
+static wx_tensor model[] = {
     {"embed.weight", {32, 32}, {0}},
     {"layers.0.w", {16, 64}, {0}},
 };
@@ -88,32 +82,9 @@ static int teardown(void **state)
     return 0;
 }
 
-static weight_store *open_store(fixture *f)
-{
-    weight_store *s = NULL;
-    char err[256];
-    int rc = weight_store_open(f->m.socket, "acme", NULL, &s, err, sizeof err);
-    if (rc != 0) fail_msg("weight_store_open: %s", err);
-    assert_int_equal(weight_store_set_option(s, WEIGHT_OPT_PAYLOAD_BYTES, 4096), 0);
-    return s;
-}
-
 static void sleep_ms(long ms)
 {
     usleep((useconds_t)ms * 1000);
-}
-
-/* Publish the model as id (HOT, MANUAL: only explicit migrations move it). */
-static void put_model(weight_store *s, const weight_identity *id)
-{
-    weight_writer *w = NULL;
-    weight_policy pol = {WEIGHT_RES_HOT, 0.0, WEIGHT_MODE_MANUAL};
-    CHECK(s, weight_put_begin(s, id, &pol, &w));
-    for (size_t i = 0; i < N_MODEL; i++)
-        CHECK(s, weight_writer_add_tensor(w, model[i].name, "F32", 2, model[i].shape, model[i].data));
-    weight_metadata md;
-    CHECK(s, weight_writer_commit(w, &md));
-    assert_int_equal(md.availability, WEIGHT_READY);
 }
 
 /* Poll until id is READY at residency res with no active operation. */
@@ -213,70 +184,6 @@ static int copy_file(const char *from, const char *to)
     return rc;
 }
 
-typedef struct getctx {
-    uint8_t *bufs[N_MODEL];
-    uint64_t sizes[N_MODEL];
-} getctx;
-
-static int place_cb(void *ctx, const weight_tensor_info *t, weight_tensor_place *out)
-{
-    (void)ctx;
-    (void)t;
-    out->kind = WEIGHT_PLACE_REPLICATED;
-    return 0;
-}
-
-static int provide_cb(void *ctx, const weight_tensor_info *t, const weight_tensor_place *p,
-                      const uint64_t *shape, uint64_t bytes, void **out)
-{
-    getctx *g = ctx;
-    (void)p;
-    (void)shape;
-    for (size_t i = 0; i < N_MODEL; i++)
-        if (strcmp(model[i].name, t->name) == 0) {
-            g->bufs[i] = calloc(1, bytes ? bytes : 1);
-            g->sizes[i] = bytes;
-            *out = g->bufs[i];
-            return g->bufs[i] ? 0 : WEIGHT_ENOMEM;
-        }
-    return WEIGHT_EINVALID_ARGUMENT;
-}
-
-/* weight_get of the whole revision: every tensor's SHA-256 must be the
- * SHA-256 of what was published. */
-static void get_and_compare(weight_store *s, const weight_identity *id)
-{
-    getctx g;
-    memset(&g, 0, sizeof(g));
-    weight_placement pl = {place_cb, &g};
-    weight_bindings bd = {NULL, 0, provide_cb, &g};
-    CHECK(s, weight_get(s, id, &pl, &bd, NULL));
-    for (size_t i = 0; i < N_MODEL; i++) {
-        unsigned char want[32], got[32];
-        assert_non_null(g.bufs[i]);
-        assert_int_equal(g.sizes[i], sizeof(model[i].data));
-        hx_sha256(model[i].data, sizeof(model[i].data), want);
-        hx_sha256(g.bufs[i], g.sizes[i], got);
-        if (memcmp(want, got, 32) != 0) fail_msg("%s: tensor %s differs", id->resource_id, model[i].name);
-        free(g.bufs[i]);
-    }
-}
-
-/* Run weightctl against the master; stdout and stderr into out. Returns the
- * exit status. */
-static int ctl(fixture *f, char *out, size_t cap, const char *args)
-{
-    char cmd[1024];
-    snprintf(cmd, sizeof(cmd), "%s/bin/weightctl --master %s --tenant acme %s 2>&1", BUILD_DIR,
-             f->m.socket, args);
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
-    size_t n = fread(out, 1, cap - 1, p);
-    out[n] = '\0';
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 /* The number after the first "field": of a JSON text (-1: none). */
 static long long json_num(const char *json, const char *field)
 {
@@ -284,19 +191,6 @@ static long long json_num(const char *json, const char *field)
     snprintf(needle, sizeof(needle), "\"%s\":", field);
     const char *at = strstr(json, needle);
     return at ? strtoll(at + strlen(needle), NULL, 10) : -1;
-}
-
-/* The value of a /metrics line that starts with `series ` (-1: none). */
-static long long metric(fixture *f, const char *series)
-{
-    char *body = NULL, needle[256];
-    long long v = -1;
-    assert_int_equal(hx_http_get(&f->m, "/metrics", &body), 200);
-    snprintf(needle, sizeof(needle), "\n%s ", series);
-    const char *at = strstr(body, needle);
-    if (at != NULL) v = (long long)strtod(at + strlen(needle), NULL);
-    free(body);
-    return v;
 }
 
 /* The data bytes of every .cold file in dir: file size minus the header. */
@@ -340,12 +234,12 @@ static void segment_file(const char *dir, char *out, size_t cap)
 static void test_cold_files_of_a_deleted_revision_are_removed(void **state)
 {
     fixture *f = *state;
-    weight_store *s = open_store(f);
+    weight_store *s = wx_open_store(&f->m);
     weight_identity gone, kept;
     assert_int_equal(weight_identity_set(&gone, NULL, "llm", "gone", "v1", 1), 0);
     assert_int_equal(weight_identity_set(&kept, NULL, "llm", "kept", "v1", 1), 0);
-    put_model(s, &gone);
-    put_model(s, &kept);
+    wx_put_model(s, &gone, model, N_MODEL);
+    wx_put_model(s, &kept, model, N_MODEL);
     migrate_cold(s, &gone);
     migrate_cold(s, &kept);
     assert_true(cold_files(f->cold, "weights/acme/llm/gone/", NULL, 0) >= (int)N_MODEL);
@@ -364,11 +258,11 @@ static void test_cold_files_of_a_deleted_revision_are_removed(void **state)
 static void test_cold_file_left_by_a_crash_is_removed_at_registration(void **state)
 {
     fixture *f = *state;
-    weight_store *s = open_store(f);
+    weight_store *s = wx_open_store(&f->m);
     weight_identity id;
     char file[1024], saved[1100];
     assert_int_equal(weight_identity_set(&id, NULL, "llm", "crash", "v1", 1), 0);
-    put_model(s, &id);
+    wx_put_model(s, &id, model, N_MODEL);
     migrate_cold(s, &id);
     assert_true(cold_files(f->cold, "weights/acme/llm/crash/", file, sizeof(file)) > 0);
     snprintf(saved, sizeof(saved), "%s/saved.bin", f->m.dir);
@@ -394,18 +288,18 @@ static void test_cold_file_left_by_a_crash_is_removed_at_registration(void **sta
 static void test_fsck_reports_and_repairs_orphans(void **state)
 {
     fixture *f = *state;
-    weight_store *s = open_store(f);
+    weight_store *s = wx_open_store(&f->m);
     weight_identity hot, cold, gone;
     char file[1024], saved[1100], seg[1024], out[16384];
     assert_int_equal(weight_identity_set(&hot, NULL, "llm", "hot", "v1", 1), 0);
     assert_int_equal(weight_identity_set(&cold, NULL, "llm", "cold", "v1", 1), 0);
     assert_int_equal(weight_identity_set(&gone, NULL, "llm", "gone", "v1", 1), 0);
-    put_model(s, &hot);
-    put_model(s, &cold);
-    put_model(s, &gone);
+    wx_put_model(s, &hot, model, N_MODEL);
+    wx_put_model(s, &cold, model, N_MODEL);
+    wx_put_model(s, &gone, model, N_MODEL);
     migrate_cold(s, &cold);
     migrate_cold(s, &gone);
-    assert_int_equal(ctl(f, out, sizeof(out), "fsck"), 0);
+    assert_int_equal(wx_weightctl(&f->m, out, sizeof(out), "--tenant acme fsck"), 0);
     if (strstr(out, "clean") == NULL) fail_msg("a fresh store is not clean: %s", out);
 
     /* an orphan cold file: a deleted revision's file, back after its unlink */
@@ -426,7 +320,7 @@ static void test_fsck_reports_and_repairs_orphans(void **state)
     assert_int_equal(pwrite(fd, junk, sizeof(junk), at), (ssize_t)sizeof(junk));
 
     /* read-only: both reported, nothing changed */
-    assert_int_equal(ctl(f, out, sizeof(out), "--json fsck"), 1);
+    assert_int_equal(wx_weightctl(&f->m, out, sizeof(out), "--tenant acme --json fsck"), 1);
     if (json_num(out, "orphans") != 2 || json_num(out, "orphan_segment_bytes") != 4096 ||
         json_num(out, "offset") != (long long)at || strstr(out, strrchr(file, '/') + 1) == NULL)
         fail_msg("fsck reported: %s", out);
@@ -436,7 +330,7 @@ static void test_fsck_reports_and_repairs_orphans(void **state)
     assert_memory_equal(back, junk, sizeof(junk));
 
     /* --repair removes both */
-    assert_int_equal(ctl(f, out, sizeof(out), "--json fsck --repair"), 0);
+    assert_int_equal(wx_weightctl(&f->m, out, sizeof(out), "--tenant acme --json fsck --repair"), 0);
     if (json_num(out, "files_removed") != 1 || json_num(out, "segment_bytes_zeroed") != 4096)
         fail_msg("fsck --repair reported: %s", out);
     assert_int_equal(access(file, F_OK), -1);
@@ -445,15 +339,15 @@ static void test_fsck_reports_and_repairs_orphans(void **state)
     close(fd);
 
     /* a second fsck is clean, and disk agrees with /metrics */
-    assert_int_equal(ctl(f, out, sizeof(out), "--json fsck"), 0);
+    assert_int_equal(wx_weightctl(&f->m, out, sizeof(out), "--tenant acme --json fsck"), 0);
     if (json_num(out, "orphans") != 0) fail_msg("fsck after the repair: %s", out);
-    long long cold_gauge = metric(f, "store_replica_bytes{kind=\"cold\"}");
+    long long cold_gauge = wx_metric(&f->m, "store_replica_bytes{kind=\"cold\"}");
     assert_true(cold_gauge > 0);
     assert_int_equal(cold_data_bytes(f->cold), cold_gauge);
     assert_int_equal(json_num(out, "cold_bytes_on_disk"), cold_gauge);
-    assert_int_equal(json_num(out, "segment_used_bytes"), metric(f, "store_memory_used_bytes"));
-    get_and_compare(s, &hot);
-    get_and_compare(s, &cold);
+    assert_int_equal(json_num(out, "segment_used_bytes"), wx_metric(&f->m, "store_memory_used_bytes"));
+    wx_get_and_compare(s, &hot, model, N_MODEL);
+    wx_get_and_compare(s, &cold, model, N_MODEL);
     weight_store_close(s);
 }
 

@@ -27,19 +27,14 @@
 
 #include "harness.h"
 #include "weight_check.h"
+#include "weight_model.h"
 #include "weightclient.h"
 
 #define WAIT_MS 30000 /* generous: the machine is shared */
 
 /* -- a small model --------------------------------------------------------------- */
 
-typedef struct rtensor {
-    const char *name;
-    uint64_t shape[2];
-    uint8_t data[4096];
-} rtensor;
-
-static rtensor model[] = {
+static wx_tensor model[] = {
     {"embed.weight", {32, 32}, {0}},
     {"layers.0.w", {16, 64}, {0}},
     {"layers.1.w", {64, 16}, {0}},
@@ -85,32 +80,9 @@ static int teardown(void **state)
     return 0;
 }
 
-static weight_store *open_store(fixture *f)
-{
-    weight_store *s = NULL;
-    char err[256];
-    int rc = weight_store_open(f->m.socket, "acme", NULL, &s, err, sizeof err);
-    if (rc != 0) fail_msg("weight_store_open: %s", err);
-    assert_int_equal(weight_store_set_option(s, WEIGHT_OPT_PAYLOAD_BYTES, 4096), 0);
-    return s;
-}
-
 static void sleep_ms(long ms)
 {
     usleep((useconds_t)ms * 1000);
-}
-
-/* Publish the model as id (HOT, MANUAL: only explicit migrations move it). */
-static void put_model(weight_store *s, const weight_identity *id)
-{
-    weight_writer *w = NULL;
-    weight_policy pol = {WEIGHT_RES_HOT, 0.0, WEIGHT_MODE_MANUAL};
-    CHECK(s, weight_put_begin(s, id, &pol, &w));
-    for (size_t i = 0; i < N_MODEL; i++)
-        CHECK(s, weight_writer_add_tensor(w, model[i].name, "F32", 2, model[i].shape, model[i].data));
-    weight_metadata md;
-    CHECK(s, weight_writer_commit(w, &md));
-    assert_int_equal(md.availability, WEIGHT_READY);
 }
 
 /* Poll until id is in availability av (and residency res when >= 0) with no
@@ -144,58 +116,6 @@ static void migrate_and_wait(weight_store *s, const weight_identity *id, weight_
     wait_state(s, id, WEIGHT_READY, (int)target);
 }
 
-typedef struct getctx {
-    uint8_t *bufs[N_MODEL];
-    uint64_t sizes[N_MODEL];
-} getctx;
-
-static int place_cb(void *ctx, const weight_tensor_info *t, weight_tensor_place *out)
-{
-    (void)ctx;
-    (void)t;
-    out->kind = WEIGHT_PLACE_REPLICATED;
-    return 0;
-}
-
-static int provide_cb(void *ctx, const weight_tensor_info *t, const weight_tensor_place *p,
-                      const uint64_t *shape, uint64_t bytes, void **out)
-{
-    getctx *g = ctx;
-    (void)p;
-    (void)shape;
-    for (size_t i = 0; i < N_MODEL; i++)
-        if (strcmp(model[i].name, t->name) == 0) {
-            g->bufs[i] = calloc(1, bytes ? bytes : 1);
-            g->sizes[i] = bytes;
-            *out = g->bufs[i];
-            return g->bufs[i] ? 0 : WEIGHT_ENOMEM;
-        }
-    return WEIGHT_EINVALID_ARGUMENT;
-}
-
-/* weight_get of the whole revision; every tensor's SHA-256 is compared with
- * the SHA-256 of what was published. Returns the bytes copied from mapped
- * memory replicas (the rest came from cold files). */
-static uint64_t get_and_compare(weight_store *s, const weight_identity *id)
-{
-    getctx g;
-    memset(&g, 0, sizeof(g));
-    weight_placement pl = {place_cb, &g};
-    weight_bindings bd = {NULL, 0, provide_cb, &g};
-    weight_get_stats st;
-    CHECK(s, weight_get(s, id, &pl, &bd, &st));
-    for (size_t i = 0; i < N_MODEL; i++) {
-        unsigned char want[32], got[32];
-        assert_non_null(g.bufs[i]);
-        assert_int_equal(g.sizes[i], sizeof(model[i].data));
-        hx_sha256(model[i].data, sizeof(model[i].data), want);
-        hx_sha256(g.bufs[i], g.sizes[i], got);
-        if (memcmp(want, got, 32) != 0) fail_msg("%s: tensor %s differs", id->resource_id, model[i].name);
-        free(g.bufs[i]);
-    }
-    return st.local_bytes;
-}
-
 /* Stop the master and its embedded node, delete the segment files (what a
  * reboot does to /dev/shm), start again on the same data and cold files. */
 static void reboot_without_memory(fixture *f)
@@ -217,19 +137,6 @@ static void reboot_without_memory(fixture *f)
     assert_int_equal(hx_start(&f->m, 20000), 0);
 }
 
-/* The value of a /metrics line that starts with `series ` (-1: none). */
-static long metric(fixture *f, const char *series)
-{
-    char *body = NULL, needle[256];
-    long v = -1;
-    assert_int_equal(hx_http_get(&f->m, "/metrics", &body), 200);
-    snprintf(needle, sizeof(needle), "\n%s ", series);
-    const char *at = strstr(body, needle);
-    if (at != NULL) v = strtol(at + strlen(needle), NULL, 10);
-    free(body);
-    return v;
-}
-
 /* -- tests --------------------------------------------------------------------- */
 
 /* COLD survives the loss of memory, and HOT revisions with cold replicas
@@ -241,59 +148,44 @@ static long metric(fixture *f, const char *series)
 static void test_cold_survives_the_loss_of_memory(void **state)
 {
     fixture *f = *state;
-    weight_store *s = open_store(f);
+    weight_store *s = wx_open_store(&f->m);
     weight_identity cold, back, hot;
     assert_int_equal(weight_identity_set(&cold, NULL, "llm", "cold", "v1", 1), 0);
     assert_int_equal(weight_identity_set(&back, NULL, "llm", "back", "v1", 1), 0);
     assert_int_equal(weight_identity_set(&hot, NULL, "llm", "hot", "v1", 1), 0);
-    put_model(s, &cold);
-    put_model(s, &back);
-    put_model(s, &hot);
+    wx_put_model(s, &cold, model, N_MODEL);
+    wx_put_model(s, &back, model, N_MODEL);
+    wx_put_model(s, &hot, model, N_MODEL);
     migrate_and_wait(s, &cold, WEIGHT_RES_COLD);
     migrate_and_wait(s, &back, WEIGHT_RES_COLD);
     migrate_and_wait(s, &back, WEIGHT_RES_HOT);
-    get_and_compare(s, &cold);
-    get_and_compare(s, &back);
+    wx_get_and_compare(s, &cold, model, N_MODEL);
+    wx_get_and_compare(s, &back, model, N_MODEL);
     /* Every manifest has its cold copy (the hot one's too, from the tick). */
-    for (int i = 0; metric(f, "weight_manifest_replica_tasks_total{task=\"cold_copy\"}") < 3; i++) {
+    for (int i = 0; wx_metric(&f->m, "weight_manifest_replica_tasks_total{task=\"cold_copy\"}") < 3; i++) {
         if (i * 20 > WAIT_MS) fail_msg("the manifests got no cold copies");
         sleep_ms(20);
     }
     weight_store_close(s);
 
     reboot_without_memory(f);
-    s = open_store(f);
+    s = wx_open_store(&f->m);
     /* The hot revision without cold payloads shows the loss was seen. */
     wait_state(s, &hot, WEIGHT_DEGRADED, -1);
-    for (int i = 0; metric(f, "weight_repairs_total{result=\"succeeded\"}") < 1; i++) {
+    for (int i = 0; wx_metric(&f->m, "weight_repairs_total{result=\"succeeded\"}") < 1; i++) {
         if (i * 20 > WAIT_MS) fail_msg("no repair succeeded");
         sleep_ms(20);
     }
-    assert_true(metric(f, "weight_repairs_total{result=\"started\"}") >= 1);
+    assert_true(wx_metric(&f->m, "weight_repairs_total{result=\"started\"}") >= 1);
     weight_metadata md = wait_state(s, &cold, WEIGHT_READY, WEIGHT_RES_COLD);
-    assert_int_equal(get_and_compare(s, &cold), 0); /* from the cold files */
+    assert_int_equal(wx_get_and_compare(s, &cold, model, N_MODEL), 0); /* from the cold files */
     md = wait_state(s, &back, WEIGHT_READY, WEIGHT_RES_HOT);
     assert_true(md.observed_hot_ratio == 1.0);
-    assert_int_equal(get_and_compare(s, &back), 3 * 4096); /* memory again */
+    assert_int_equal(wx_get_and_compare(s, &back, model, N_MODEL), 3 * 4096); /* memory again */
     int exists = 1;
     CHECK(s, weight_is_exist(s, &hot, &exists));
     assert_int_equal(exists, 0);
     weight_store_close(s);
-}
-
-/* Run weightctl against the master; stdout into out. Returns the exit
- * status. */
-static int ctl(fixture *f, char *out, size_t cap, const char *args)
-{
-    char cmd[2048];
-    snprintf(cmd, sizeof(cmd), "%s/bin/weightctl --master %s --tenant acme %s 2>&1", BUILD_DIR,
-             f->m.socket, args);
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
-    size_t n = fread(out, 1, cap - 1, p);
-    out[n] = '\0';
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
 /* weightctl repair starts a REPAIRING operation on a READY revision at the
@@ -302,29 +194,29 @@ static int ctl(fixture *f, char *out, size_t cap, const char *args)
 static void test_weightctl_repair(void **state)
 {
     fixture *f = *state;
-    weight_store *s = open_store(f);
+    weight_store *s = wx_open_store(&f->m);
     weight_identity id;
     char out[4096];
     assert_int_equal(weight_identity_set(&id, NULL, "llm", "cli", "v1", 1), 0);
-    put_model(s, &id);
+    wx_put_model(s, &id, model, N_MODEL);
     weight_metadata md = wait_state(s, &id, WEIGHT_READY, WEIGHT_RES_HOT);
     char arg[256];
-    snprintf(arg, sizeof(arg), "repair llm/cli/v1@1 --expect %llu",
+    snprintf(arg, sizeof(arg), "--tenant acme repair llm/cli/v1@1 --expect %llu",
              (unsigned long long)(md.metadata_generation + 5));
-    assert_int_equal(ctl(f, out, sizeof(out), arg), 1);
+    assert_int_equal(wx_weightctl(&f->m, out, sizeof(out), arg), 1);
     if (strstr(out, "STALE_GENERATION") == NULL) fail_msg("weightctl repair said: %s", out);
     weight_metadata same;
     CHECK(s, weight_get_metadata(s, &id, &same, NULL));
     assert_int_equal(same.metadata_generation, md.metadata_generation);
 
-    assert_int_equal(ctl(f, out, sizeof(out), "repair llm/cli/v1@1"), 0);
+    assert_int_equal(wx_weightctl(&f->m, out, sizeof(out), "--tenant acme repair llm/cli/v1@1"), 0);
     char used[64];
     snprintf(used, sizeof(used), "generation %llu", (unsigned long long)md.metadata_generation);
     if (strstr(out, used) == NULL || strstr(out, "REPAIRING") == NULL)
         fail_msg("weightctl repair said: %s", out);
     md = wait_state(s, &id, WEIGHT_READY, WEIGHT_RES_HOT);
     assert_int_equal(md.metadata_generation, same.metadata_generation + 2);
-    get_and_compare(s, &id);
+    wx_get_and_compare(s, &id, model, N_MODEL);
     weight_store_close(s);
 }
 

@@ -1,0 +1,117 @@
+/* weight_model.c -- see weight_model.h. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include <sys/wait.h>
+
+#include "weight_check.h"
+#include "weight_model.h"
+
+weight_store *wx_open_store(const hx_master *m)
+{
+    weight_store *s = NULL;
+    char err[256];
+    int rc = weight_store_open(m->socket, "acme", NULL, &s, err, sizeof err);
+    if (rc != 0) fail_msg("weight_store_open: %s", err);
+    assert_int_equal(weight_store_set_option(s, WEIGHT_OPT_PAYLOAD_BYTES, 4096), 0);
+    return s;
+}
+
+void wx_put_model(weight_store *s, const weight_identity *id, const wx_tensor *t, size_t n)
+{
+    weight_writer *w = NULL;
+    weight_policy pol = {WEIGHT_RES_HOT, 0.0, WEIGHT_MODE_MANUAL};
+    CHECK(s, weight_put_begin(s, id, &pol, &w));
+    for (size_t i = 0; i < n; i++)
+        CHECK(s, weight_writer_add_tensor(w, t[i].name, "F32", 2, t[i].shape, t[i].data));
+    weight_metadata md;
+    CHECK(s, weight_writer_commit(w, &md));
+    assert_int_equal(md.availability, WEIGHT_READY);
+}
+
+#define WX_MAX 16
+
+typedef struct getctx {
+    const wx_tensor *t;
+    size_t n;
+    uint8_t *bufs[WX_MAX];
+    uint64_t sizes[WX_MAX];
+} getctx;
+
+static int place_cb(void *ctx, const weight_tensor_info *t, weight_tensor_place *out)
+{
+    (void)ctx;
+    (void)t;
+    out->kind = WEIGHT_PLACE_REPLICATED;
+    return 0;
+}
+
+static int provide_cb(void *ctx, const weight_tensor_info *t, const weight_tensor_place *p,
+                      const uint64_t *shape, uint64_t bytes, void **out)
+{
+    getctx *g = ctx;
+    (void)p;
+    (void)shape;
+    for (size_t i = 0; i < g->n; i++)
+        if (strcmp(g->t[i].name, t->name) == 0) {
+            g->bufs[i] = calloc(1, bytes ? bytes : 1);
+            g->sizes[i] = bytes;
+            *out = g->bufs[i];
+            return g->bufs[i] ? 0 : WEIGHT_ENOMEM;
+        }
+    return WEIGHT_EINVALID_ARGUMENT;
+}
+
+uint64_t wx_get_and_compare(weight_store *s, const weight_identity *id, const wx_tensor *t, size_t n)
+{
+    getctx g;
+    memset(&g, 0, sizeof(g));
+    assert_true(n <= WX_MAX);
+    g.t = t;
+    g.n = n;
+    weight_placement pl = {place_cb, &g};
+    weight_bindings bd = {NULL, 0, provide_cb, &g};
+    weight_get_stats st;
+    CHECK(s, weight_get(s, id, &pl, &bd, &st));
+    for (size_t i = 0; i < n; i++) {
+        unsigned char want[32], got[32];
+        assert_non_null(g.bufs[i]);
+        assert_int_equal(g.sizes[i], sizeof(t[i].data));
+        hx_sha256(t[i].data, sizeof(t[i].data), want);
+        hx_sha256(g.bufs[i], g.sizes[i], got);
+        if (memcmp(want, got, 32) != 0) fail_msg("%s: tensor %s differs", id->resource_id, t[i].name);
+        free(g.bufs[i]);
+    }
+    return st.local_bytes;
+}
+
+long long wx_metric(const hx_master *m, const char *series)
+{
+    char *body = NULL, needle[256];
+    long long v = -1;
+    assert_int_equal(hx_http_get(m, "/metrics", &body), 200);
+    snprintf(needle, sizeof(needle), "\n%s ", series);
+    const char *at = strstr(body, needle);
+    if (at != NULL) v = (long long)strtod(at + strlen(needle), NULL);
+    free(body);
+    return v;
+}
+
+int wx_weightctl(const hx_master *m, char *out, size_t cap, const char *args)
+{
+    char cmd[1600];
+    snprintf(cmd, sizeof(cmd), "%s/bin/weightctl --master %s %s 2>&1", BUILD_DIR, m->socket, args);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t n = fread(out, 1, cap - 1, p);
+    out[n] = '\0';
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}

@@ -1,0 +1,44 @@
+/* weight_model.h -- a small model of F32 tensors that integration tests
+ * publish with libweightclient and read back, compared by SHA-256, plus the
+ * /metrics and weightctl probes those tests share.
+ *
+ * A test declares its tensors (names, 2-d shapes, 4 KiB of bytes each,
+ * filled however it likes) and hands the array to these helpers; a failed
+ * call fails the running cmocka test naming the cause. Only tests link this
+ * (the test_harness library). */
+#ifndef TEST_WEIGHT_MODEL_H
+#define TEST_WEIGHT_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "harness.h"
+#include "weightclient.h"
+
+typedef struct wx_tensor {
+    const char *name;
+    uint64_t shape[2];
+    uint8_t data[4096]; /* shape[0] * shape[1] F32 values */
+} wx_tensor;
+
+/* A store on m for tenant "acme" with 4 KiB payload objects (fails the test
+ * when it cannot be opened). */
+weight_store *wx_open_store(const hx_master *m);
+
+/* Publish the n tensors as id: HOT, MANUAL (only explicit migrations move
+ * it), READY at once. */
+void wx_put_model(weight_store *s, const weight_identity *id, const wx_tensor *t, size_t n);
+
+/* weight_get of the whole revision (every tensor replicated); each tensor's
+ * SHA-256 must be that of t's bytes. Returns the bytes copied from mapped
+ * memory replicas (the rest came from cold files or the network). */
+uint64_t wx_get_and_compare(weight_store *s, const weight_identity *id, const wx_tensor *t, size_t n);
+
+/* The value of the /metrics line starting with `series ` (-1: none). */
+long long wx_metric(const hx_master *m, const char *series);
+
+/* Run build/bin/weightctl --master <m's socket> ARGS (stderr too) into out;
+ * returns its exit status. */
+int wx_weightctl(const hx_master *m, char *out, size_t cap, const char *args);
+
+#endif /* TEST_WEIGHT_MODEL_H */
