@@ -209,7 +209,7 @@ int master_reclaim_inventory(master *m, const char *node, const char **keys,
 {
     int queued = 0;
     for (size_t i = 0; i < n; i++) {
-        if (still_named(m, keys[i], node, names[i])) continue;
+        if (still_named(m, keys[i], node, names[i]) || master_persist_in_flight(m, keys[i])) continue;
         fprintf(stderr, "store_master: node %s: cold file %s (%s) belongs to no replica; deleting it\n",
                 node, names[i], keys[i]);
         if (master_reclaim_cold_file(m, node, keys[i], names[i]) == SMP_OK) queued++;

@@ -188,6 +188,8 @@ static void on_persisted(master *m, void *arg, int status, const struct TaskResu
     }
     /* The object may have changed meanwhile: add the file to what is there. */
     if ((status = load_replicas(m, j->key, &r)) < 0 || r.n >= REPS_MAX) {
+        /* removed while the file was written: no replica will name it */
+        if (status == SMP_ENOTFOUND) master_reclaim_cold_file(m, j->node, j->key, res->cold_name);
         job_done(j, status < 0 ? status : SMP_ERANGE);
         return;
     }

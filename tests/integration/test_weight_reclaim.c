@@ -351,6 +351,51 @@ static void test_fsck_reports_and_repairs_orphans(void **state)
     weight_store_close(s);
 }
 
+/* A put whose master was killed between the allocation and the commit:
+ * the client wrote its range (co-located, through the segment file) and the
+ * master died before the put end; after the restart the range is
+ * unoccupied but holds the bytes. fsck reports them at that offset,
+ * --repair zeroes them, a second fsck is clean and the READY revision reads
+ * back. */
+static void test_fsck_repairs_a_put_lost_with_its_master(void **state)
+{
+    fixture *f = *state;
+    char out[16384];
+    weight_store *s = wx_open_store(&f->m);
+    weight_identity id;
+    assert_int_equal(weight_identity_set(&id, NULL, "llm", "kept", "v1", 1), 0);
+    wx_put_model(s, &id, model, N_MODEL);
+    weight_store_close(s);
+
+    kvc *c = hx_client(&f->m);
+    assert_non_null(c);
+    kvc_replica where;
+    memset(&where, 0, sizeof(where));
+    assert_int_equal(kvc_put_start(c, "lost/put", 65536, SMP_DATA_KV, NULL, 0, &where), 0);
+    uint8_t junk[65536];
+    memset(junk, 0x5c, sizeof(junk));
+    int fd = open(where.segment_path, O_RDWR);
+    assert_true(fd >= 0);
+    assert_int_equal(pwrite(fd, junk, sizeof(junk), (off_t)where.offset), (ssize_t)sizeof(junk));
+    close(fd);
+    kvc_close(c);
+    hx_kill(&f->m);
+    assert_int_equal(hx_start(&f->m, 20000), 0);
+
+    char want[64];
+    snprintf(want, sizeof(want), "\"offset\":%llu,\"bytes\":65536", (unsigned long long)where.offset);
+    assert_int_equal(wx_weightctl(&f->m, out, sizeof(out), "--json fsck"), 1);
+    if (strstr(out, want) == NULL || json_num(out, "orphan_segment_bytes") != 65536)
+        fail_msg("fsck reported: %s", out);
+    assert_int_equal(wx_weightctl(&f->m, out, sizeof(out), "--json fsck --repair"), 0);
+    if (json_num(out, "segment_bytes_zeroed") != 65536) fail_msg("fsck --repair reported: %s", out);
+    assert_int_equal(wx_weightctl(&f->m, out, sizeof(out), "--json fsck"), 0);
+    if (json_num(out, "orphans") != 0) fail_msg("fsck after the repair: %s", out);
+    s = wx_open_store(&f->m);
+    wx_get_and_compare(s, &id, model, N_MODEL);
+    weight_store_close(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -359,6 +404,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_cold_file_left_by_a_crash_is_removed_at_registration,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_fsck_reports_and_repairs_orphans, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fsck_repairs_a_put_lost_with_its_master, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
