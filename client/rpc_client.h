@@ -46,6 +46,14 @@ typedef struct rpcc_conn rpcc_conn;
 typedef struct rpcc_options {
     int timeout_ms;            /* per connect / call / recv; <= 0: wait forever */
     uint32_t max_frame_bytes;  /* largest frame sent or accepted; 0: 64 MiB */
+    /* TLS 1.3 to TCP endpoints (Unix sockets stay plain): the CA the master's
+     * certificate must chain to (its name must match the endpoint's host or
+     * IP address), and optionally a client certificate and key. NULL CA:
+     * the environment's WM_TLS_CA / WM_TLS_CERT / WM_TLS_KEY, and without
+     * those plaintext. */
+    const char *tls_ca;
+    const char *tls_cert;
+    const char *tls_key;
 } rpcc_options;
 
 /* Connect to endpoint, a master list: to its first endpoint that accepts
@@ -55,8 +63,10 @@ typedef struct rpcc_options {
  * one round). opt may be NULL (defaults). On success *out is a new
  * connection (rpcc_close frees it). On failure returns SMP_EINVAL (a bad
  * list or endpoint, its item named), SMP_EIO (refused, unreachable),
- * SMP_EAGAIN (timed out) or SMP_ENOMEM, and writes the cause into err (may
- * be NULL): for a list, each endpoint's last cause. */
+ * SMP_EAGAIN (timed out), SMP_EPROTO (a TLS handshake refused: the
+ * master's certificate not trusted or not naming the host, not a TLS port,
+ * a client certificate wanted) or SMP_ENOMEM, and writes the cause into err
+ * (may be NULL): for a list, each endpoint's last cause. */
 int rpcc_connect(const char *endpoint,
                  const rpcc_options *opt,
                  rpcc_conn **out,

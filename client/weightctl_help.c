@@ -16,7 +16,8 @@
 void wctl_usage(FILE *out)
 {
     fprintf(out,
-            "usage: weightctl [--master ADDR] [--tenant T] [--json] [--bytes] [--progress MODE] COMMAND ...\n"
+            "usage: weightctl [--master ADDR] [--tenant T] [--json] [--bytes] [--progress MODE]\n"
+            "                 [--tls-ca FILE [--tls-cert FILE --tls-key FILE]] COMMAND ...\n"
             "  put --namespace NS --resource R --revision V [--generation G]\n"
             "      [--policy hot|cold|mixed[:RATIO]] [--mode pinned|manual|auto]\n"
             "      [--tie NAME=TARGET]... [--payload-bytes N] FILE...\n"
@@ -70,7 +71,9 @@ void wctl_usage(FILE *out)
             "masters of an HA cluster as a list a,b,c (the leader is found and followed)\n"
             "(default %s, or $WEIGHTCTL_MASTER). Global options may also follow the\n"
             "command. --bytes: raw byte counts instead of KiB, MiB, ...; --progress auto (a\n"
-            "bar on a terminal, else none), plain (one line per 5 %%) or none. --version.\n"
+            "bar on a terminal, else none), plain (one line per 5 %%) or none. --tls-ca: TLS\n"
+            "1.3 to a TCP master whose certificate chains to FILE (or $WM_TLS_CA); --tls-cert\n"
+            "and --tls-key: a client certificate ($WM_TLS_CERT, $WM_TLS_KEY). --version.\n"
             "weightctl COMMAND --help: that command, with examples.\n",
             WEIGHTCTL_DEFAULT_MASTER);
 }
@@ -250,7 +253,8 @@ int wctl_cmd_help(const char *cmd)
         if (strcmp(helps[i].name, cmd) == 0) {
             fputs(helps[i].text, stdout);
             printf("global options (before or after the command): --master ADDR, --tenant T, "
-                   "--json,\n  --bytes, --progress auto|plain|none; see weightctl --help\n");
+                   "--json,\n  --bytes, --progress auto|plain|none, --tls-ca/--tls-cert/--tls-key FILE; "
+                   "see weightctl --help\n");
             return 0;
         }
     }

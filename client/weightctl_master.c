@@ -3,7 +3,9 @@
  * --master and $WEIGHTCTL_MASTER take one master or the list of an HA
  * cluster's masters, checked before any command runs; status asks whichever
  * master answers first (a standby answers status too) and, of an HA
- * cluster, lists every master after its own block. */
+ * cluster, lists every master after its own block. --tls-ca, --tls-cert and
+ * --tls-key set $WM_TLS_CA, $WM_TLS_CERT and $WM_TLS_KEY, which the RPC
+ * transport reads (TLS 1.3 to a master's TCP port). */
 #include "weightctl_master.h"
 
 #include <stdio.h>
@@ -57,6 +59,17 @@ int wctl_parse_global(ctl *x, int argc, char **argv)
         } else if (is_opt(a, "--master", "-m")) {
             if ((v = global_value("--master", argc, argv, &i)) == NULL) return WCTL_USAGE;
             x->master = v;
+        } else if (is_opt(a, "--tls-ca", NULL) || is_opt(a, "--tls-cert", NULL) ||
+                   is_opt(a, "--tls-key", NULL)) {
+            /* TLS to a master's TCP port: the transport reads WM_TLS_* */
+            const char *name = is_opt(a, "--tls-ca", NULL)     ? "--tls-ca"
+                               : is_opt(a, "--tls-cert", NULL) ? "--tls-cert"
+                                                               : "--tls-key";
+            if ((v = global_value(name, argc, argv, &i)) == NULL) return WCTL_USAGE;
+            setenv(strcmp(name, "--tls-ca") == 0     ? "WM_TLS_CA"
+                   : strcmp(name, "--tls-cert") == 0 ? "WM_TLS_CERT"
+                                                     : "WM_TLS_KEY",
+                   v, 1);
         } else if (is_opt(a, "--tenant", "-T")) {
             if ((v = global_value("--tenant", argc, argv, &i)) == NULL) return WCTL_USAGE;
             x->tenant = v;

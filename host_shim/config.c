@@ -531,6 +531,14 @@ static const field_spec cluster_fields[] = {
     F_END
 };
 
+static const field_spec tls_fields[] = {
+    F_OF("cert", FK_PATH_OR_OFF, tls_cert),
+    F_OF("key", FK_PATH_OR_OFF, tls_key),
+    F_OF("ca", FK_PATH_OR_OFF, tls_ca),
+    F_OF("verify_clients", FK_BOOL, tls_verify_clients),
+    F_END
+};
+
 static const field_spec top_fields[] = {
     F_SEC("listen", listen_fields),
     F_OF("data_dir", FK_PATH, data_dir),
@@ -540,6 +548,7 @@ static const field_spec top_fields[] = {
     F_SEC("ha", ha_fields),
     F_SEC("node", node_fields),
     F_SEC("cluster", cluster_fields),
+    F_SEC("tls", tls_fields),
     { "plugins", FK_PLUGINS, 0, 0, 0, NULL, NULL },
     F_END
 };
@@ -1002,6 +1011,25 @@ static int check_ha(cfg_ctx *c, const host_config *cfg, const host_config_node *
     return 0;
 }
 
+/* tls: cert and key come together; ca and verify_clients only with them;
+ * verify_clients needs the ca that signs the clients' certificates. (Whether
+ * the files exist, parse and match is checked when the master starts.) */
+static int check_tls(cfg_ctx *c, const host_config *cfg, const host_config_node *root)
+{
+    const host_config_node *tls = node_child(root, "tls");
+    int on = cfg->tls_cert[0] != '\0';
+    if (on != (cfg->tls_key[0] != '\0'))
+        return cfg_fail(c, SMP_EINVAL, tls != NULL ? tls->line : 0, on ? "tls.key" : "tls.cert",
+                        "tls.cert and tls.key are set together (or neither: no TLS)");
+    if (!on && cfg->tls_ca[0] != '\0')
+        return cfg_fail(c, SMP_EINVAL, tls != NULL ? tls->line : 0, "tls.ca",
+                        "is used only with tls.cert and tls.key (TLS is off without them)");
+    if (cfg->tls_verify_clients && (!on || cfg->tls_ca[0] == '\0'))
+        return cfg_fail(c, SMP_EINVAL, tls != NULL ? tls->line : 0, "tls.verify_clients",
+                        "true needs tls.cert, tls.key and tls.ca (the CA of the client certificates)");
+    return 0;
+}
+
 /* The rules that span fields: low_watermark < high_watermark (reported on the
  * line of whichever of the two the file set, low first), an embedded node
  * needs an RPC endpoint to register through, reads without tickets need the
@@ -1023,6 +1051,7 @@ static int check_cross(cfg_ctx *c, const host_config *cfg, const host_config_nod
                         "false lets anyone who reaches the node's data port read any range; "
                         "it needs node.allow_insecure_reads: true as well");
     }
+    if ((rc = check_tls(c, cfg, root)) < 0) return rc;
     if ((rc = check_ha(c, cfg, root)) < 0) return rc;
     if (cfg->memory_low_watermark < cfg->memory_high_watermark) return 0;
     if (low != NULL)
@@ -1074,6 +1103,9 @@ static int resolve_paths(cfg_ctx *c, host_config *cfg, const host_config_node *r
     if ((rc = resolve_in_place(c, &cfg->listen_unix, base)) < 0) return rc;
     if ((rc = resolve_in_place(c, &cfg->node_segment_dir, base)) < 0) return rc;
     if ((rc = resolve_in_place(c, &cfg->ha_snapshot_dir, base)) < 0) return rc;
+    if ((rc = resolve_in_place(c, &cfg->tls_cert, base)) < 0) return rc;
+    if ((rc = resolve_in_place(c, &cfg->tls_key, base)) < 0) return rc;
+    if ((rc = resolve_in_place(c, &cfg->tls_ca, base)) < 0) return rc;
     if (node_child(node_child(root, "node"), "cold_dir") != NULL) {
         if ((rc = resolve_in_place(c, &cfg->node_cold_dir, base)) < 0) return rc;
     } else {
@@ -1115,6 +1147,9 @@ int host_config_defaults(host_config *cfg)
     cfg->ha_lease_ttl_s = 2;
     cfg->ha_advertise = strdup("");
     cfg->ha_snapshot_dir = strdup("");
+    cfg->tls_cert = strdup("");
+    cfg->tls_key = strdup("");
+    cfg->tls_ca = strdup("");
     cfg->ha_gc_keep_records = 10000;
     cfg->ha_fast_failover = 1;
     cfg->node_embedded = 1;
@@ -1139,7 +1174,8 @@ int host_config_defaults(host_config *cfg)
         cfg->data_dir == NULL || cfg->node_segment_dir == NULL || cfg->node_cold_dir == NULL ||
         cfg->node_id == NULL || cfg->node_data_listen == NULL || cfg->ha_id == NULL ||
         cfg->ha_etcd_endpoints == NULL || cfg->ha_prefix == NULL || cfg->ha_advertise == NULL ||
-        cfg->ha_snapshot_dir == NULL) {
+        cfg->ha_snapshot_dir == NULL || cfg->tls_cert == NULL || cfg->tls_key == NULL ||
+        cfg->tls_ca == NULL) {
         host_config_free(cfg);
         return -ENOMEM;
     }
@@ -1164,6 +1200,9 @@ void host_config_free(host_config *cfg)
     free(cfg->ha_prefix);
     free(cfg->ha_advertise);
     free(cfg->ha_snapshot_dir);
+    free(cfg->tls_cert);
+    free(cfg->tls_key);
+    free(cfg->tls_ca);
     for (size_t i = 0; i < cfg->n_plugins; i++) {
         free(cfg->plugins[i].path);
         node_free(cfg->plugins[i].block);

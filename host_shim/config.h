@@ -126,6 +126,10 @@ typedef struct host_config {
     uint32_t node_ticket_ttl_ms;      /* life of the tickets the master mints, default 60000 */
     int node_require_read_tickets;    /* the embedded node's reads need tickets, default 1 */
     int node_allow_insecure_reads;    /* needed to set node_require_read_tickets to 0 */
+    char *tls_cert;                   /* PEM certificate (chain) of the RPC TCP port, "" = no TLS */
+    char *tls_key;                    /* its PEM private key */
+    char *tls_ca;                     /* PEM CA bundle the client certificates must chain to */
+    int tls_verify_clients;           /* TLS clients must present a certificate of tls_ca */
 
     host_cluster_defaults cluster;
 

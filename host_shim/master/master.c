@@ -26,6 +26,7 @@
 #include "master.h"
 #include "master_internal.h"
 #include "node_runtime.h"
+#include "rpc_tls.h"
 
 static int mkdir_p(const char *path)
 {
@@ -293,6 +294,16 @@ static int start_embedded_node(master *m, char *err, size_t errlen)
         .cold_verify_from_device = m->cfg->node_cold_verify_from_device,
         .allow_unticketed_reads = !m->cfg->node_require_read_tickets,
     };
+    /* Over TCP to a TLS port the node trusts the configured CA (or the
+     * master's own certificate) and, when clients are verified, presents
+     * the master's certificate: it is the same process. */
+    if (m->cfg->tls_cert[0] != '\0' && m->cfg->listen_unix[0] == '\0') {
+        o.tls_ca = m->cfg->tls_ca[0] ? m->cfg->tls_ca : m->cfg->tls_cert;
+        if (m->cfg->tls_verify_clients) {
+            o.tls_cert = m->cfg->tls_cert;
+            o.tls_key = m->cfg->tls_key;
+        }
+    }
     return node_runtime_start(&o, &m->embedded_node, err, errlen);
 }
 
@@ -363,12 +374,21 @@ static int open_parts(master *m, char *err, size_t errlen)
     if (rc < 0) return rc;
     if ((rc = master_recover(m, err, errlen)) < 0) return rc;
 
+    SSL_CTX *tls = NULL;
+    if (m->cfg->tls_cert[0] != '\0') {
+        rpc_tls_config tc = {.cert = m->cfg->tls_cert, .key = m->cfg->tls_key,
+                             .ca = m->cfg->tls_ca, .verify_clients = m->cfg->tls_verify_clients};
+        if ((rc = rpc_tls_server_ctx(&tc, &tls, err, errlen)) < 0) return rc;
+    }
     rpc_server_options ro = {
         .listen_tcp = m->cfg->listen_tcp,
         .listen_unix = m->cfg->listen_unix,
         .max_frame_bytes = m->cfg->max_frame_bytes,
+        .tls = tls,
     };
-    if ((rc = rpc_server_create(&m->loop, &ro, &m->rpc, err, errlen)) < 0) return rc;
+    rc = rpc_server_create(&m->loop, &ro, &m->rpc, err, errlen);
+    SSL_CTX_free(tls); /* the server holds its own reference */
+    if (rc < 0) return rc;
     if ((rc = master_objects_register(m)) < 0 || (rc = master_admin_register(m)) < 0 ||
         (rc = master_nodes_register(m)) < 0) {
         snprintf(err, errlen, "rpc: cannot register the host services: %s", smp_strerror(rc));

@@ -33,6 +33,7 @@
 
 struct node_runtime {
     char *master, *node_id, *segment_dir, *cold_dir, *data_listen;
+    char *tls_ca, *tls_cert, *tls_key; /* NULL: not given */
     uint64_t segment_bytes;
     unsigned persist_flags;   /* cold_persist flags */
     seg_segment *seg;
@@ -517,7 +518,8 @@ static int link_up(node_runtime *n, rpcc_conn **c)
     char err[512];
     int rc;
     if (*c == NULL) {
-        rpcc_options o = {.timeout_ms = NODE_CONNECT_MS};
+        rpcc_options o = {.timeout_ms = NODE_CONNECT_MS, .tls_ca = n->tls_ca,
+                          .tls_cert = n->tls_cert, .tls_key = n->tls_key};
         rc = rpcc_connect(n->master, &o, c, err, sizeof(err));
     } else {
         rpcc_set_timeout(*c, NODE_CONNECT_MS);
@@ -634,6 +636,9 @@ void node_runtime_stop(node_runtime *n)
     free(n->segment_dir);
     free(n->cold_dir);
     free(n->data_listen);
+    free(n->tls_ca);
+    free(n->tls_cert);
+    free(n->tls_key);
     free(n);
 }
 
@@ -654,6 +659,9 @@ int node_runtime_start(const node_runtime_options *opt,
     n->segment_dir = dup_or_empty(opt->segment_dir);
     n->cold_dir = dup_or_empty(opt->cold_dir);
     n->data_listen = dup_or_empty(opt->data_listen);
+    n->tls_ca = opt->tls_ca ? strdup(opt->tls_ca) : NULL;
+    n->tls_cert = opt->tls_cert ? strdup(opt->tls_cert) : NULL;
+    n->tls_key = opt->tls_key ? strdup(opt->tls_key) : NULL;
     n->segment_bytes = opt->segment_bytes;
     n->persist_flags = opt->cold_verify_from_device ? COLD_VERIFY_FROM_DISK : 0;
     if (!n->master || !n->node_id || !n->segment_dir || !n->cold_dir || !n->data_listen) {

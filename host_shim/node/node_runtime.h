@@ -39,6 +39,9 @@ typedef struct node_runtime_options {
     const char *advertise_host;/* host in the data address sent to the master; NULL: from data_listen */
     int cold_verify_from_device; /* re-read persisted files from the device, not the page cache */
     int allow_unticketed_reads;  /* INSECURE: serve reads without a master's ticket */
+    const char *tls_ca;        /* TLS to the master's TCP port (rpcc_options); NULL: the */
+    const char *tls_cert;      /* environment's WM_TLS_*, else plaintext */
+    const char *tls_key;
 } node_runtime_options;
 
 /* Open the segment and cold tier, start the data server and the control

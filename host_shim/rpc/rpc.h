@@ -45,6 +45,9 @@ typedef struct rpc_server_options {
     size_t max_output_bytes;       /* stop reading a conn above this much unsent output */
     uint32_t max_inflight;         /* stop reading a conn above this many unanswered calls */
     int backlog;                   /* listen(2) backlog */
+    struct ssl_ctx_st *tls;        /* TLS on the TCP endpoint (rpc_tls.h; the server
+                                      takes a reference); NULL: plaintext. The Unix
+                                      socket is never TLS (a local peer). */
 } rpc_server_options;
 
 /* Admission of a decoded request before its handler runs: 0 lets it run;
@@ -77,6 +80,9 @@ typedef struct rpc_server_stats {
     uint64_t backpressure_pauses;    /* reading stopped for output or in-flight bounds */
     uint64_t bytes_in;
     uint64_t bytes_out;
+    uint64_t tls_handshakes;         /* TLS sessions established */
+    uint64_t tls_refused;            /* failed handshakes (untrusted, no client certificate, ...) */
+    uint64_t tls_plaintext_refused;  /* plaintext clients on the TLS port */
 } rpc_server_stats;
 
 /* Create a server on loop (borrowed; must outlive the server's handles).

@@ -18,7 +18,15 @@
  * Fatal frame errors (oversized, empty, undecodable) stop reading, queue one
  * error response with request_id 0 and shut the connection down once that is
  * written. Reading also stops while a connection has too much unsent output
- * or too many unanswered calls, and resumes when both are back in bounds. */
+ * or too many unanswered calls, and resumes when both are back in bounds.
+ *
+ * TLS (rpc_tls.h): on a server with a TLS context every TCP connection is a
+ * session on memory BIOs. Ciphertext from libuv goes into the session, the
+ * plaintext it yields into the frame parser; a reply's frame goes through
+ * the session and its ciphertext into the write queue. A client whose first
+ * byte is not a TLS handshake record gets one plaintext refusal frame
+ * (SMP_EPROTO, request_id 0) naming the cause and is closed; a failed
+ * handshake closes the connection. Neither affects other connections. */
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -32,6 +40,8 @@
 #include <unistd.h>
 
 #include "rpc.h"
+#include "rpc_tls.h"
+#include <openssl/err.h>
 #include "wm_errbuf.h"
 #include "net_addr.h"
 #include "rpc_envelope.h"
@@ -91,6 +101,8 @@ typedef struct rpc_conn {
     /* output and calls */
     size_t out_bytes; /* queued in uv_write, not completed */
     uint32_t ncalls;
+    int use_tls;      /* a TLS session (TCP on a TLS server) */
+    rpc_tls_session tls;
 } rpc_conn;
 
 struct rpc_server {
@@ -118,11 +130,13 @@ struct rpc_server {
     int cur_replied;
     rpc_admit_fn admit;
     void *admit_arg;
+    SSL_CTX *tls;     /* TLS on TCP connections, or NULL */
     rpc_server_stats st;
     /* One read buffer for all connections: libuv delivers one read at a time
      * on the loop thread and on_read consumes it entirely (partial frames
      * are copied into the connection). */
     char rbuf[RPC_READ_CHUNK];
+    char tlsbuf[RPC_READ_CHUNK]; /* plaintext out of a TLS session */
 };
 
 typedef struct rpc_wreq {
@@ -165,6 +179,7 @@ static void server_free(rpc_server *s)
     free(s->services);
     free(s->listen_tcp);
     free(s->listen_unix);
+    SSL_CTX_free(s->tls);
     free(s);
 }
 
@@ -188,6 +203,8 @@ static void conn_unref(rpc_conn *c)
         return;
     s = c->srv;
     free(c->body);
+    if (c->use_tls)
+        rpc_tls_session_free(&c->tls);
     free(c);
     server_unref(s);
 }
@@ -383,6 +400,51 @@ static int conn_queue(rpc_conn *c, rpc_wreq *w)
     return SMP_OK;
 }
 
+/* Queue the session's pending ciphertext (handshake messages, records).
+ * SMP_OK, or SMP_ENOMEM / SMP_EIO after closing c. */
+static int tls_flush(rpc_conn *c)
+{
+    size_t pending;
+    while ((pending = BIO_ctrl_pending(c->tls.wbio)) > 0) {
+        rpc_wreq *w = wreq_new(c, pending);
+        int rc;
+        if (w == NULL) return SMP_ENOMEM;
+        if (BIO_read(c->tls.wbio, w->data, (int)pending) != (int)pending) {
+            free(w);
+            conn_close(c);
+            return SMP_EIO;
+        }
+        if ((rc = conn_queue(c, w)) < 0) return rc;
+    }
+    return SMP_OK;
+}
+
+/* Encrypt len bytes of plaintext and queue the records. Before the
+ * handshake is done nothing can be encrypted: the connection is closed
+ * (only a refusal would be sent then, and a peer that has not finished its
+ * handshake could not read it). */
+static int tls_send(rpc_conn *c, const uint8_t *p, size_t len)
+{
+    char why[256];
+    if (!c->tls.established) {
+        conn_close(c);
+        return SMP_EIO;
+    }
+    while (len > 0) {
+        int chunk = len > (1u << 30) ? (1 << 30) : (int)len;
+        int n = SSL_write(c->tls.ssl, p, chunk);
+        if (n <= 0) {
+            rpc_tls_error(why, sizeof(why));
+            c->srv->st.err_io++;
+            conn_close(c);
+            return SMP_EIO;
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return tls_flush(c);
+}
+
 /* Encode and send one response: a small one straight to the socket when
  * nothing is queued before it, otherwise (or for what the socket did not
  * take) through a queued write. A reply larger than max_frame_bytes is
@@ -424,7 +486,14 @@ static int conn_send(rpc_conn *c,
         len = 0;
         size = rpc_env_response_size(request_id, status, mlen, len);
     }
-    if (c->out_bytes == 0 && 4 + size <= RPC_DIRECT_REPLY_BYTES) {
+    if (c->use_tls) {
+        if ((w = wreq_new(c, 4 + size)) == NULL) return SMP_ENOMEM;
+        frame_header(w->data, size);
+        rpc_env_encode_response(w->data + 4, request_id, status, message, mlen, body, len);
+        rc = tls_send(c, w->data, w->len);
+        free(w);
+        if (rc < 0) return rc;
+    } else if (c->out_bytes == 0 && 4 + size <= RPC_DIRECT_REPLY_BYTES) {
         /* Nothing queued: hand a small reply to the socket at once, without
          * a request of its own; only what it did not take is queued. */
         uint8_t direct[RPC_DIRECT_REPLY_BYTES];
@@ -812,6 +881,88 @@ static void conn_feed(rpc_conn *c, const uint8_t *p, size_t n)
     }
 }
 
+/* A plaintext client on the TLS port: tell it in plaintext, then close. */
+static void tls_refuse_plaintext(rpc_conn *c)
+{
+    static const char why[] = "this master's TCP port speaks TLS: connect with TLS (weightctl "
+                              "--tls-ca FILE, or WM_TLS_CA) or through its Unix socket";
+    c->srv->st.tls_plaintext_refused++;
+    c->use_tls = 0; /* the refusal goes out as it is */
+    rpc_tls_session_free(&c->tls);
+    conn_fatal(c, SMP_EPROTO, why);
+}
+
+/* Ciphertext arrived: run the handshake, then hand every byte of plaintext
+ * to the frame parser; queue whatever the session wants sent. */
+static void tls_feed(rpc_conn *c, const uint8_t *p, size_t n)
+{
+    rpc_server *s = c->srv;
+    char why[256];
+    if (!c->tls.checked_first) {
+        c->tls.checked_first = 1;
+        if (p[0] != 0x16) { /* not a TLS handshake record */
+            tls_refuse_plaintext(c);
+            return;
+        }
+    }
+    if (BIO_write(c->tls.rbio, p, (int)n) != (int)n) {
+        conn_close(c);
+        return;
+    }
+    if (!c->tls.established) {
+        int r = SSL_do_handshake(c->tls.ssl);
+        if (r != 1) {
+            int e = SSL_get_error(c->tls.ssl, r);
+            if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+                tls_flush(c);
+                return;
+            }
+            rpc_tls_error(why, sizeof(why));
+            s->st.tls_refused++;
+            fprintf(stderr, "rpc: TLS handshake refused: %s\n", why[0] ? why : "peer gone");
+            /* the alert the session wrote tells the client why */
+            if (tls_flush(c) == SMP_OK) {
+                c->draining = 1;
+                if (c->reading) {
+                    uv_read_stop(&c->h.stream);
+                    c->reading = 0;
+                }
+                rpc_sreq *sr = malloc(sizeof(*sr));
+                if (sr != NULL) {
+                    sr->conn = c;
+                    if (uv_shutdown(&sr->req, &c->h.stream, on_shutdown) == 0) {
+                        conn_ref(c);
+                        return;
+                    }
+                    free(sr);
+                }
+                conn_close(c);
+            }
+            return;
+        }
+        c->tls.established = 1;
+        s->st.tls_handshakes++;
+        if (tls_flush(c) < 0) return;
+    }
+    while (!c->closing && !c->draining) {
+        int k = SSL_read(c->tls.ssl, s->tlsbuf, (int)sizeof(s->tlsbuf));
+        if (k > 0) {
+            conn_feed(c, (const uint8_t *)s->tlsbuf, (size_t)k);
+            continue;
+        }
+        int e = SSL_get_error(c->tls.ssl, k);
+        if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE)
+            break;
+        if (e != SSL_ERROR_ZERO_RETURN)
+            s->st.err_io++;
+        ERR_clear_error();
+        conn_close(c); /* close_notify or a broken record */
+        return;
+    }
+    if (!c->closing)
+        tls_flush(c);
+}
+
 /* Bytes arrived, or the stream ended. End of stream or a read error closes
  * the connection (counted as truncated when it cut a frame). The connection
  * is held across the feed: a handler may drop the last other reference. */
@@ -829,7 +980,10 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
     }
     s->st.bytes_in += (uint64_t)nread;
     conn_ref(c);
-    conn_feed(c, (const uint8_t *)buf->base, (size_t)nread);
+    if (c->use_tls)
+        tls_feed(c, (const uint8_t *)buf->base, (size_t)nread);
+    else
+        conn_feed(c, (const uint8_t *)buf->base, (size_t)nread);
     conn_set_reading(c);
     conn_unref(c);
 }
@@ -874,6 +1028,14 @@ static void on_connection(uv_stream_t *lst, int status)
     }
     if (l->is_tcp)
         uv_tcp_nodelay(&c->h.tcp, 1);
+    if (l->is_tcp && s->tls != NULL) {
+        if (rpc_tls_session_init(&c->tls, s->tls) < 0) {
+            s->st.err_io++;
+            uv_close(&c->h.handle, on_rejected_closed);
+            return;
+        }
+        c->use_tls = 1;
+    }
     c->srv = s;
     s->refs++;
     c->refs = 1; /* the handle, until on_conn_closed */
@@ -929,6 +1091,8 @@ int rpc_server_create(uv_loop_t *loop,
     s->max_output = opt->max_output_bytes ? opt->max_output_bytes : RPC_DEFAULT_MAX_OUTPUT_BYTES;
     s->max_inflight = opt->max_inflight ? opt->max_inflight : RPC_DEFAULT_MAX_INFLIGHT;
     s->backlog = opt->backlog > 0 ? opt->backlog : RPC_DEFAULT_BACKLOG;
+    if (opt->tls != NULL && SSL_CTX_up_ref(opt->tls) == 1)
+        s->tls = opt->tls;
     if (opt->listen_tcp != NULL && opt->listen_tcp[0] != '\0' &&
         (s->listen_tcp = dup_str(opt->listen_tcp)) == NULL)
         goto free_server;

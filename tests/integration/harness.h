@@ -32,6 +32,9 @@ typedef struct hx_master {
     /* A command the master runs under (e.g. valgrind and its options),
      * NULL-terminated, set after hx_init. NULL: the master runs directly. */
     const char *const *wrap;
+    /* listen.tcp of the base config ("" when empty: no TCP port); set after
+     * hx_init, then hx_reconfigure. */
+    char listen_tcp[64];
 } hx_master;
 
 /* Make a directory under /tmp and write config.yaml: the base settings plus

@@ -416,6 +416,26 @@ static void test_refuses_unticketed_reads_without_insecure_key(void **state)
     expect_refused("node: {ticket_ttl_ms: 3600001}\n", "node.ticket_ttl_ms");
 }
 
+/* tls: cert and key together; ca and verify_clients only with them;
+ * verify_clients needs ca; relative paths resolve against the config. */
+static void test_tls_keys(void **state)
+{
+    host_config c;
+    (void)state;
+    expect_refused("tls:\n  cert: a.pem\n", "tls.key: tls.cert and tls.key are set together");
+    expect_refused("tls:\n  key: a.key\n", "tls.cert: tls.cert and tls.key are set together");
+    expect_refused("tls:\n  ca: ca.pem\n", "tls.ca: is used only with tls.cert and tls.key");
+    expect_refused("tls:\n  cert: a.pem\n  key: a.key\n  verify_clients: true\n",
+                   "tls.verify_clients: true needs tls.cert, tls.key and tls.ca");
+    expect_refused("tls:\n  cipher: fast\n", "tls.cipher");
+    load_ok("tls:\n  cert: a.pem\n  key: /k/a.key\n  ca: ca.pem\n  verify_clients: true\n", &c);
+    assert_string_equal(c.tls_cert, "/etc/wm/a.pem");
+    assert_string_equal(c.tls_key, "/k/a.key");
+    assert_string_equal(c.tls_ca, "/etc/wm/ca.pem");
+    assert_int_equal(c.tls_verify_clients, 1);
+    host_config_free(&c);
+}
+
 static void test_refuses_non_booleans(void **state)
 {
     (void)state;
@@ -913,6 +933,7 @@ int main(void)
         cmocka_unit_test(test_refuses_unknown_enum_names),
         cmocka_unit_test(test_refuses_non_booleans),
         cmocka_unit_test(test_refuses_unticketed_reads_without_insecure_key),
+        cmocka_unit_test(test_tls_keys),
         cmocka_unit_test(test_refuses_bad_integers),
         cmocka_unit_test(test_refuses_wrong_node_kind),
         cmocka_unit_test(test_refuses_missing_values),
