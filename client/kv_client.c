@@ -358,7 +358,10 @@ void kvc_set_transport(kvc *c, kvc_transport t)
     c->transport = t;
 }
 
-/* The cached writable mapping of a segment file on this host, or NULL. */
+/* The cached writable mapping of a segment file on this host, or NULL. A
+ * mapping of a file the path no longer names (the node restarted on a new
+ * segment file) or of a segment since grown is dropped and the file mapped
+ * again: nothing here hands out pointers into a mapping beyond one copy. */
 static seg_map *local_map(kvc *c, const char *path)
 {
     char err[256];
@@ -367,8 +370,11 @@ static seg_map *local_map(kvc *c, const char *path)
     if (stat(path, &st) != 0) return NULL;
     for (int i = 0; i < KVC_MAPS; i++) {
         if (!c->maps[i].map.base || strcmp(c->maps[i].path, path) != 0) continue;
-        if ((uint64_t)st.st_size <= c->maps[i].map.size) return &c->maps[i].map;
-        seg_map_close(&c->maps[i].map); /* the node grew its segment: map it again */
+        if (seg_map_current(&c->maps[i].map, path) && (uint64_t)st.st_size <= c->maps[i].map.size)
+            return &c->maps[i].map;
+        /* the node restarted on a new file, or grew its segment: map again */
+        seg_map_close(&c->maps[i].map);
+        c->maps[i].path[0] = '\0';
     }
     for (int i = 0; i < KVC_MAPS; i++) {
         if (c->maps[i].map.base) continue;

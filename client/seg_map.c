@@ -53,10 +53,19 @@ static int map_file(const char *path, int writable, int populate, seg_map *m,
     m->base = base;
     m->size = (uint64_t)st.st_size;
     m->writable = writable;
+    m->dev = (uint64_t)st.st_dev;
+    m->ino = (uint64_t)st.st_ino;
     rc = SMP_OK;
 close_fd:
     close(fd);
     return rc;
+}
+
+int seg_map_current(const seg_map *m, const char *path)
+{
+    struct stat st;
+    return m != NULL && m->base != NULL && path != NULL && stat(path, &st) == 0 &&
+           (uint64_t)st.st_dev == m->dev && (uint64_t)st.st_ino == m->ino;
 }
 
 int seg_map_readonly(const char *path, int populate, seg_map *m, char *err, size_t errlen)

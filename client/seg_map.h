@@ -31,7 +31,13 @@ typedef struct seg_map {
     uint8_t *base;  /* NULL when closed */
     uint64_t size;
     int writable;
+    uint64_t dev, ino; /* the file mapped (a node that restarts on a new
+                          segment file leaves this mapping on the old one) */
 } seg_map;
+
+/* 1 when path still names the file m maps (same device and inode), 0 when
+ * it names another file or nothing. */
+int seg_map_current(const seg_map *m, const char *path);
 
 /* Map path read-only (seg_map_readonly) or read-write (seg_map_writable).
  * populate != 0 prefaults the page tables now (MAP_POPULATE), so the first

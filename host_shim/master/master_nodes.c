@@ -545,9 +545,16 @@ static int h_register(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t
         }
         HASH_ADD_KEYPTR(hh, m->nodes, n->id, strlen(n->id), n);
     }
-    /* A node that registers again restarted: what it had in flight is gone. */
+    /* A node that registers again restarted: what it had in flight is gone;
+     * with a new segment file, so are the bytes of puts into the old one. */
     if (n->poll) answer_poll(m, n);
     fail_tasks(m, n, 1);
+    if (!req->segment_survived) {
+        int cancelled = obj_segment_cancel_puts(m->objs, req->segment_id);
+        if (cancelled > 0)
+            fprintf(stderr, "store_master: node %s: new segment file, %d put(s) into the old one "
+                    "cancelled\n", req->node_id, cancelled);
+    }
     if (set_str(&n->data_addr, req->data_addr) < 0 || set_str(&n->segment_path, req->segment_path) < 0) {
         rc = SMP_ENOMEM;
         snprintf(msg, sizeof(msg), "node register: out of memory");

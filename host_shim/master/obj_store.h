@@ -478,6 +478,13 @@ int obj_prepare_segment_mount(obj_store *st,
 /* The node and capacity of a mounted segment (out pointers may be NULL).
  * SMP_ENOTFOUND when id is not mounted. */
 int obj_segment_info(const obj_store *st, const char *id, const char **node, uint64_t *capacity);
+
+/* Forget every in-flight put and reservation in segment id (a node restarted
+ * on a new segment file: what a writer copied into the old one is gone, so
+ * its put end must not commit a range of the new one). A put whose put end
+ * is already being committed is left to it. Returns how many were forgotten
+ * (0 for an unknown segment). */
+int obj_segment_cancel_puts(obj_store *st, const char *id);
 /* Call fn(arg, id, node) for every mounted segment in id order until it
  * returns non-zero, which is then returned; 0 when it never did. */
 int obj_visit_segments(const obj_store *st,

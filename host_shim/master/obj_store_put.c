@@ -391,6 +391,12 @@ int obj_prepare_segment_mount(obj_store *st,
     return obj_encode_segment(OBJ_REC_SEGMENT_MOUNT, id, node, capacity, out);
 }
 
+int obj_segment_cancel_puts(obj_store *st, const char *id)
+{
+    obj_segment *s = id ? obj_sl_get(&st->segments, id) : NULL;
+    return s == NULL ? 0 : obj_cancel_puts_in(st, s, 0, UINT64_MAX);
+}
+
 int obj_prepare_segment_unmount(obj_store *st, const char *id, obj_record *out)
 {
     if (!obj_name_ok(id, OBJ_NAME_MAX, 0) || !out) return SMP_EINVAL;
