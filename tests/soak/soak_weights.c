@@ -1,0 +1,537 @@
+/* soak_weights.c -- the weight lifecycle under random kills and memory loss.
+ *
+ * A real store_master (weight_mgmt.so, no embedded node) and two real
+ * store_node processes. A workload thread publishes revisions of random
+ * tensors (HOT, some migrated to COLD), reads random ones back, migrates and
+ * removes some, while the main thread, every few seconds, does one of:
+ *   - SIGKILL the master and start it again;
+ *   - SIGKILL a node and start it again;
+ *   - stop a node, delete its segment file (what a reboot does to /dev/shm)
+ *     and start it again (memory lost, cold files kept);
+ *   - a clean restart of the master.
+ * After each recovery the workload pauses and the program checks, once the
+ * store is quiet (no IMPORTING revision, no running operation):
+ *   - every revision whose commit was acknowledged and that was not
+ *     removed still exists; every READY one reads back with the SHA-256 of
+ *     each tensor equal to what was published (DEGRADED is allowed only after
+ *     a memory loss: payloads that had no cold copy yet);
+ *   - no cold file is orphaned: the .cold files in the nodes' cold
+ *     directories are exactly as many as the cold replicas the master
+ *     counts (store_replicas{kind="cold"}).
+ * Any violation stops the run with a message naming the revision or the
+ * count, the tail of the master's log and exit status 1. Everything is
+ * removed at the end, also after a failure.
+ *
+ * Usage: soak_weights [SECONDS (600)] [SEED (time)]; `make soak` runs it for
+ * SOAK_SECONDS. */
+#include <dirent.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "weightclient.h"
+
+#define MAX_REVS 4096
+#define N_TENSORS 3
+#define SEGMENT_BYTES (64ull << 20)
+#define QUIET_MS 60000
+
+/* What the workload knows of one revision. */
+typedef enum rev_state {
+    R_NONE = 0,
+    R_UNKNOWN,   /* a put was attempted and not acknowledged (it may exist) */
+    R_ACKED,     /* its commit was acknowledged */
+    R_REMOVING,  /* a remove was attempted (it may be gone) */
+} rev_state;
+
+typedef struct rev {
+    rev_state state;
+    uint32_t seed;
+    int cold;                  /* migrated to COLD (acknowledged) */
+} rev;
+
+typedef struct soak {
+    hx_master m;
+    hx_node nodes[2];
+    rev revs[MAX_REVS];
+    int n_revs;
+    pthread_mutex_t lock;      /* revs, n_revs */
+    _Atomic int pause;         /* workload: stop issuing requests */
+    _Atomic int idle;          /* workload: acknowledged the pause */
+    _Atomic int stop;
+    _Atomic long puts, gets, migrations, removes, failures;
+    int memory_lost;           /* a segment was deleted since the start */
+    uint64_t rng;
+} soak;
+
+static uint64_t next_rand(uint64_t *x)
+{
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    return *x;
+}
+
+static void sleep_ms(long ms)
+{
+    usleep((useconds_t)ms * 1000);
+}
+
+/* -- revision contents --------------------------------------------------------- */
+
+/* Tensor t of the revision with seed `seed`: its element count and bytes. */
+static uint64_t tensor_elems(uint32_t seed, int t)
+{
+    return 256 + ((seed * 2654435761u + (uint32_t)t * 40503u) % 8192);
+}
+
+static void tensor_fill(uint32_t seed, int t, float *out, uint64_t n)
+{
+    uint64_t x = ((uint64_t)seed << 8) ^ (uint64_t)(t + 1) ^ 0x9e3779b97f4a7c15ull;
+    for (uint64_t i = 0; i < n; i++) out[i] = (float)(next_rand(&x) % 100000) / 7.0f;
+}
+
+static void identity_of(weight_identity *id, int k)
+{
+    char res[32];
+    snprintf(res, sizeof(res), "model-%05d", k);
+    weight_identity_set(id, NULL, "soak", res, "main", 1);
+}
+
+/* -- the store under test ---------------------------------------------------------- */
+
+static weight_store *open_store(soak *s)
+{
+    weight_store *st = NULL;
+    char err[256];
+    if (weight_store_open(s->m.socket, NULL, NULL, &st, err, sizeof(err)) != WEIGHT_OK) return NULL;
+    weight_store_set_option(st, WEIGHT_OPT_PAYLOAD_BYTES, 16384);
+    return st;
+}
+
+static int put_revision(weight_store *st, int k, uint32_t seed)
+{
+    weight_identity id;
+    weight_writer *w = NULL;
+    weight_policy pol = {WEIGHT_RES_HOT, 0.0, WEIGHT_MODE_MANUAL};
+    float *data[N_TENSORS] = {NULL};
+    int rc;
+    identity_of(&id, k);
+    if ((rc = weight_put_begin(st, &id, &pol, &w)) != WEIGHT_OK) return rc;
+    for (int t = 0; t < N_TENSORS && rc == WEIGHT_OK; t++) {
+        uint64_t n = tensor_elems(seed, t);
+        char name[16];
+        snprintf(name, sizeof(name), "t%d", t);
+        if ((data[t] = malloc(n * sizeof(float))) == NULL) {
+            rc = WEIGHT_ENOMEM;
+            break;
+        }
+        tensor_fill(seed, t, data[t], n);
+        rc = weight_writer_add_tensor(w, name, "F32", 1, &n, data[t]);
+    }
+    if (rc == WEIGHT_OK) rc = weight_writer_commit(w, NULL);
+    else weight_writer_abort(w);
+    for (int t = 0; t < N_TENSORS; t++) free(data[t]);
+    return rc;
+}
+
+typedef struct getbuf {
+    float *t[N_TENSORS];
+    uint64_t bytes[N_TENSORS];
+} getbuf;
+
+static int place_cb(void *ctx, const weight_tensor_info *t, weight_tensor_place *out)
+{
+    (void)ctx, (void)t;
+    out->kind = WEIGHT_PLACE_REPLICATED;
+    return 0;
+}
+
+static int provide_cb(void *ctx, const weight_tensor_info *t, const weight_tensor_place *p,
+                      const uint64_t *shape, uint64_t bytes, void **out)
+{
+    getbuf *g = ctx;
+    (void)p, (void)shape;
+    int i = t->name[0] == 't' ? atoi(t->name + 1) : -1;
+    if (i < 0 || i >= N_TENSORS || g->t[i] != NULL) return WEIGHT_EINVALID_ARGUMENT;
+    g->t[i] = malloc(bytes ? bytes : 1);
+    g->bytes[i] = bytes;
+    *out = g->t[i];
+    return g->t[i] ? 0 : WEIGHT_ENOMEM;
+}
+
+/* Read revision k and compare every tensor's SHA-256 with what was
+ * published. WEIGHT_OK, the client's error, or -1000 when bytes differ (why
+ * written to msg). */
+static int get_and_compare(weight_store *st, int k, uint32_t seed, char *msg, size_t cap)
+{
+    weight_identity id;
+    getbuf g;
+    memset(&g, 0, sizeof(g));
+    weight_placement pl = {place_cb, &g};
+    weight_bindings bd = {NULL, 0, provide_cb, &g};
+    identity_of(&id, k);
+    int rc = weight_get(st, &id, &pl, &bd, NULL);
+    for (int t = 0; t < N_TENSORS && rc == WEIGHT_OK; t++) {
+        uint64_t n = tensor_elems(seed, t);
+        float *want = malloc(n * sizeof(float));
+        unsigned char a[32], b[32];
+        if (want == NULL) return WEIGHT_ENOMEM;
+        tensor_fill(seed, t, want, n);
+        hx_sha256(want, n * sizeof(float), a);
+        if (g.t[t] != NULL) hx_sha256(g.t[t], g.bytes[t], b);
+        if (g.t[t] == NULL || g.bytes[t] != n * sizeof(float) || memcmp(a, b, 32) != 0) {
+            snprintf(msg, cap, "model-%05d tensor t%d: %llu bytes read, SHA-256 %s the published one",
+                     k, t, (unsigned long long)g.bytes[t], g.t[t] ? "differs from" : "missing for");
+            rc = -1000;
+        }
+        free(want);
+    }
+    for (int t = 0; t < N_TENSORS; t++) free(g.t[t]);
+    return rc;
+}
+
+/* -- the workload -------------------------------------------------------------------- */
+
+static void *workload(void *arg)
+{
+    soak *s = arg;
+    uint64_t x = s->rng ^ 0xabcdef;
+    weight_store *st = NULL;
+    char msg[256];
+    while (!atomic_load(&s->stop)) {
+        if (atomic_load(&s->pause)) {
+            weight_store_close(st); /* the master may restart meanwhile */
+            st = NULL;
+            atomic_store(&s->idle, 1);
+            sleep_ms(20);
+            continue;
+        }
+        atomic_store(&s->idle, 0);
+        if (st == NULL && (st = open_store(s)) == NULL) {
+            sleep_ms(50);
+            continue;
+        }
+        uint64_t dice = next_rand(&x) % 100;
+        pthread_mutex_lock(&s->lock);
+        int n = s->n_revs;
+        int k = n > 0 ? (int)(next_rand(&x) % (uint64_t)n) : -1;
+        rev r = k >= 0 ? s->revs[k] : (rev){0};
+        pthread_mutex_unlock(&s->lock);
+        int rc = WEIGHT_OK;
+        if (dice < 40 && n < MAX_REVS) { /* publish a new revision */
+            uint32_t seed = (uint32_t)next_rand(&x);
+            pthread_mutex_lock(&s->lock);
+            k = s->n_revs++;
+            s->revs[k] = (rev){R_UNKNOWN, seed, 0};
+            pthread_mutex_unlock(&s->lock);
+            rc = put_revision(st, k, seed);
+            if (rc == WEIGHT_OK) {
+                pthread_mutex_lock(&s->lock);
+                s->revs[k].state = R_ACKED;
+                pthread_mutex_unlock(&s->lock);
+                atomic_fetch_add(&s->puts, 1);
+            }
+        } else if (dice < 80 && r.state == R_ACKED) { /* read one back */
+            rc = get_and_compare(st, k, r.seed, msg, sizeof(msg));
+            if (rc == -1000) {
+                fprintf(stderr, "soak: FAILED: a read during the workload: %s\n", msg);
+                exit(1);
+            }
+            if (rc == WEIGHT_OK) atomic_fetch_add(&s->gets, 1);
+        } else if (dice < 92 && r.state == R_ACKED && !r.cold) { /* migrate to COLD */
+            weight_identity id;
+            weight_metadata md;
+            weight_operation op;
+            identity_of(&id, k);
+            if ((rc = weight_get_metadata(st, &id, &md, NULL)) == WEIGHT_OK && md.availability == WEIGHT_READY &&
+                md.operation_id == 0 &&
+                (rc = weight_migrate(st, &id, WEIGHT_RES_COLD, 0, md.metadata_generation, &op)) == WEIGHT_OK) {
+                pthread_mutex_lock(&s->lock);
+                s->revs[k].cold = 1;
+                pthread_mutex_unlock(&s->lock);
+                atomic_fetch_add(&s->migrations, 1);
+            }
+        } else if (r.state == R_ACKED) { /* remove one */
+            weight_identity id;
+            weight_metadata md;
+            identity_of(&id, k);
+            if ((rc = weight_get_metadata(st, &id, &md, NULL)) == WEIGHT_OK && md.operation_id == 0) {
+                pthread_mutex_lock(&s->lock);
+                s->revs[k].state = R_REMOVING;
+                pthread_mutex_unlock(&s->lock);
+                if ((rc = weight_remove(st, &id, md.metadata_generation, NULL)) == WEIGHT_OK)
+                    atomic_fetch_add(&s->removes, 1);
+            }
+        }
+        if (rc != WEIGHT_OK) {
+            atomic_fetch_add(&s->failures, 1); /* expected around kills: counted */
+            weight_store_close(st);              /* a fresh connection next time */
+            st = NULL;
+        }
+    }
+    weight_store_close(st);
+    return NULL;
+}
+
+/* -- chaos ----------------------------------------------------------------------------- */
+
+static int start_node(soak *s, int i)
+{
+    char id[16];
+    snprintf(id, sizeof(id), "n%d", i);
+    return hx_node_start(&s->m, &s->nodes[i], id, SEGMENT_BYTES);
+}
+
+static int wait_up(soak *s)
+{
+    return hx_wait_nodes(&s->m, 2, 60000);
+}
+
+/* One random fault and the recovery from it. 0, or -1 when a process does
+ * not come back. */
+static int chaos(soak *s, const char **what)
+{
+    uint64_t dice = next_rand(&s->rng) % 4;
+    int i = (int)(next_rand(&s->rng) % 2);
+    char path[600];
+    switch (dice) {
+    case 0:
+        *what = "SIGKILL of the master";
+        hx_kill(&s->m);
+        if (hx_start(&s->m, 120000) < 0) return -1;
+        break;
+    case 1:
+        *what = "SIGKILL of a node";
+        hx_node_kill(&s->nodes[i]);
+        if (start_node(s, i) < 0) return -1;
+        break;
+    case 2:
+        *what = "a node's memory lost (segment file deleted)";
+        hx_node_kill(&s->nodes[i]);
+        snprintf(path, sizeof(path), "%s/n%d.seg", s->nodes[i].segment_dir, i);
+        if (unlink(path) < 0) perror("soak: unlink segment");
+        s->memory_lost = 1;
+        if (start_node(s, i) < 0) return -1;
+        break;
+    default:
+        *what = "clean restart of the master";
+        if (hx_stop(&s->m) != 0 || hx_start(&s->m, 120000) < 0) return -1;
+    }
+    return wait_up(s);
+}
+
+/* -- checks -------------------------------------------------------------------------------- */
+
+/* The value of a metric line `name` on /metrics, or -1. */
+static double metric_of(const hx_master *m, const char *name)
+{
+    char *body = NULL;
+    double v = -1;
+    if (hx_http_get(m, "/metrics", &body) == 200 && body != NULL) {
+        for (char *line = body; line != NULL && *line; line = strchr(line, '\n')) {
+            if (*line == '\n') line++;
+            if (strncmp(line, name, strlen(name)) == 0 && line[strlen(name)] == ' ') {
+                v = atof(line + strlen(name) + 1);
+                break;
+            }
+        }
+    }
+    free(body);
+    return v;
+}
+
+static long count_cold_files(const char *dir)
+{
+    DIR *d = opendir(dir);
+    long n = 0;
+    if (d == NULL) return 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        size_t l = strlen(e->d_name);
+        if (l > 5 && strcmp(e->d_name + l - 5, ".cold") == 0) n++;
+    }
+    closedir(d);
+    return n;
+}
+
+/* Wait until no revision is IMPORTING and none has an operation running
+ * (repairs and migrations settle). 0, or -1 after QUIET_MS. */
+static int wait_quiet(soak *s, weight_store *st)
+{
+    for (int waited = 0; waited < QUIET_MS; waited += 200) {
+        int busy = 0, n = s->n_revs;
+        for (int k = 0; k < n && !busy; k++) {
+            weight_identity id;
+            weight_metadata md;
+            if (s->revs[k].state == R_NONE) continue;
+            identity_of(&id, k);
+            int rc = weight_get_metadata(st, &id, &md, NULL);
+            if (rc == WEIGHT_OK && (md.operation_id != 0 || md.availability == WEIGHT_IMPORTING)) busy = 1;
+            else if (rc != WEIGHT_OK && rc != WEIGHT_ENOT_FOUND) busy = 1;
+        }
+        double active = metric_of(&s->m, "weight_operations_active");
+        if (!busy && active == 0) return 0;
+        sleep_ms(200);
+    }
+    return -1;
+}
+
+/* Check every revision and the cold files; 0, or -1 with the cause printed. */
+static int check(soak *s, int *degraded)
+{
+    weight_store *st = open_store(s);
+    char msg[256];
+    int rc = -1;
+    *degraded = 0;
+    if (st == NULL) {
+        fprintf(stderr, "soak: FAILED: cannot connect to the master after recovery\n");
+        return -1;
+    }
+    if (wait_quiet(s, st) < 0) {
+        fprintf(stderr, "soak: FAILED: the store was not quiet %d s after recovery\n", QUIET_MS / 1000);
+        goto close;
+    }
+    for (int k = 0; k < s->n_revs; k++) {
+        rev r = s->revs[k];
+        weight_identity id;
+        weight_metadata md;
+        if (r.state == R_NONE) continue;
+        identity_of(&id, k);
+        int g = weight_get_metadata(st, &id, &md, NULL);
+        if (g == WEIGHT_ENOT_FOUND || (g == WEIGHT_OK && md.availability == WEIGHT_DELETED)) {
+            if (r.state == R_ACKED) {
+                fprintf(stderr, "soak: FAILED: model-%05d was acknowledged and is gone\n", k);
+                goto close;
+            }
+            continue;
+        }
+        if (g != WEIGHT_OK) {
+            fprintf(stderr, "soak: FAILED: model-%05d: get_metadata: %s\n", k, weight_store_last_error(st));
+            goto close;
+        }
+        if (md.availability == WEIGHT_DEGRADED) {
+            /* Only memory can be lost here (cold files are never deleted),
+             * and a revision migrated to COLD may have lost it before its
+             * payloads reached the disk. */
+            if (!s->memory_lost) {
+                fprintf(stderr, "soak: FAILED: model-%05d is DEGRADED and no memory was lost\n", k);
+                goto close;
+            }
+            (*degraded)++;
+            continue;
+        }
+        if (md.availability != WEIGHT_READY) continue; /* DELETING: going */
+        int c = get_and_compare(st, k, r.seed, msg, sizeof(msg));
+        if (c != WEIGHT_OK) {
+            fprintf(stderr, "soak: FAILED: READY %s\n",
+                    c == -1000 ? msg : weight_store_last_error(st));
+            goto close;
+        }
+    }
+    /* Cold files on disk against the master's cold replicas. The counts may
+     * only differ while a node's inventory is being reconciled; give it time. */
+    for (int waited = 0;; waited += 200) {
+        char dir0[400];
+        long files = 0;
+        for (int i = 0; i < 2; i++) {
+            snprintf(dir0, sizeof(dir0), "%s", s->nodes[i].cold_dir);
+            files += count_cold_files(dir0);
+        }
+        double replicas = metric_of(&s->m, "store_replicas{kind=\"cold\"}");
+        if ((double)files == replicas) break;
+        if (waited >= QUIET_MS) {
+            fprintf(stderr, "soak: FAILED: %ld cold files on disk, the master counts %.0f cold replicas\n",
+                    files, replicas);
+            goto close;
+        }
+        sleep_ms(200);
+    }
+    rc = 0;
+close:
+    weight_store_close(st);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    static soak s;
+    double seconds = argc > 1 ? atof(argv[1]) : 600;
+    uint64_t seed = argc > 2 ? strtoull(argv[2], NULL, 10) : (uint64_t)time(NULL);
+    char cfg[1024];
+    int status = 1, rounds = 0;
+    pthread_t th;
+    if (seconds <= 0) {
+        fprintf(stderr, "usage: %s [SECONDS] [SEED]\n", argv[0]);
+        return 2;
+    }
+    s.rng = seed * 2654435761ull + 1;
+    pthread_mutex_init(&s.lock, NULL);
+    snprintf(cfg, sizeof(cfg),
+             "node:\n  embedded: false\n  timeout_ms: 1500\n  poll_ms: 20\n"
+             "cluster:\n  weight_migration_cooldown_ms: 100\n"
+             "plugins:\n  - path: \"%s/lib/weight_mgmt.so\"\n    config:\n      tick_period_ms: 50\n",
+             BUILD_DIR);
+    if (hx_init(&s.m, "soak", cfg) < 0) return 1;
+    s.m.expect_nodes = 0;
+    if (hx_start(&s.m, 60000) < 0 || start_node(&s, 0) < 0 || start_node(&s, 1) < 0 || wait_up(&s) < 0) {
+        fprintf(stderr, "soak: FAILED: the master or a node did not start\n");
+        goto cleanup;
+    }
+    s.m.expect_nodes = 2;
+    printf("soak: %.0f s, seed %llu, directory %s\n", seconds, (unsigned long long)seed, s.m.dir);
+    fflush(stdout);
+    pthread_create(&th, NULL, workload, &s);
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        double el = (double)(t.tv_sec - t0.tv_sec) + (double)(t.tv_nsec - t0.tv_nsec) / 1e9;
+        if (el >= seconds) break;
+        sleep_ms(1000 + (long)(next_rand(&s.rng) % 3000)); /* the workload runs */
+        const char *what = "";
+        if (chaos(&s, &what) < 0) {
+            fprintf(stderr, "soak: FAILED: no recovery from %s\n", what);
+            goto stop_workload;
+        }
+        atomic_store(&s.pause, 1);
+        while (!atomic_load(&s.idle)) sleep_ms(10);
+        int degraded = 0;
+        if (check(&s, &degraded) < 0) {
+            fprintf(stderr, "soak: after round %d (%s), seed %llu; master log %s\n", rounds + 1, what,
+                    (unsigned long long)seed, s.m.log);
+            goto stop_workload;
+        }
+        rounds++;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        el = (double)(t.tv_sec - t0.tv_sec) + (double)(t.tv_nsec - t0.tv_nsec) / 1e9;
+        printf("soak: round %3d at %4.0f s: %-44s ok: %ld puts, %ld gets, %ld migrations, %ld removes, "
+               "%ld failed requests, %d DEGRADED after memory loss\n",
+               rounds, el, what, atomic_load(&s.puts), atomic_load(&s.gets), atomic_load(&s.migrations),
+               atomic_load(&s.removes), atomic_load(&s.failures), degraded);
+        fflush(stdout);
+        atomic_store(&s.pause, 0);
+    }
+    status = rounds > 0 ? 0 : 1;
+    printf("soak: %s: %d rounds of faults, every check held\n", status == 0 ? "passed" : "FAILED", rounds);
+stop_workload:
+    atomic_store(&s.stop, 1);
+    atomic_store(&s.pause, 0);
+    pthread_join(th, NULL);
+cleanup:
+    for (int i = 0; i < 2; i++) hx_node_kill(&s.nodes[i]);
+    if (status != 0) {
+        char cmd[400];
+        fprintf(stderr, "soak: the master's log ends with:\n");
+        snprintf(cmd, sizeof(cmd), "grep -v 'WARN operation' '%s' | tail -n 60 >&2", s.m.log);
+        if (system(cmd) != 0) fprintf(stderr, "soak: (no log)\n");
+    }
+    hx_cleanup(&s.m);
+    return status;
+}
