@@ -15,9 +15,10 @@
  *     removed still exists; every READY one reads back with the SHA-256 of
  *     each tensor equal to what was published (DEGRADED is allowed only after
  *     a memory loss: payloads that had no cold copy yet);
- *   - no cold file is orphaned: the .cold files in the nodes' cold
- *     directories are exactly as many as the cold replicas the master
- *     counts (store_replicas{kind="cold"}).
+ *   - nothing is orphaned: the .cold files in the nodes' cold directories
+ *     are exactly as many as the cold replicas the master counts
+ *     (store_replicas{kind="cold"}), and `weightctl fsck` (read-only) finds
+ *     no cold file and no segment byte that nothing owns.
  * Any violation stops the run with a message naming the revision or the
  * count, the tail of the master's log and exit status 1. Everything is
  * removed at the end, also after a failure.
@@ -452,6 +453,17 @@ static int check(soak *s, int *degraded)
             goto close;
         }
         sleep_ms(200);
+    }
+    /* Nothing orphaned anywhere: weightctl fsck, read-only, exits 0 when
+     * no cold file and no segment byte is left that nothing owns. */
+    char cmd[700];
+    snprintf(cmd, sizeof(cmd), "%s/bin/weightctl --master '%s' fsck > '%s/fsck.out' 2>&1", BUILD_DIR,
+             s->m.socket, s->m.dir);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "soak: FAILED: weightctl fsck found orphans or failed:\n");
+        snprintf(cmd, sizeof(cmd), "cat '%s/fsck.out' >&2", s->m.dir);
+        if (system(cmd) != 0) fprintf(stderr, "soak: (no fsck output)\n");
+        goto close;
     }
     rc = 0;
 close:
