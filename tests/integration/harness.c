@@ -276,15 +276,27 @@ kvc *hx_client(const hx_master *m)
     return c;
 }
 
-int hx_log_contains(const hx_master *m, const char *needle)
+int hx_file_contains(const char *path, const char *needle)
 {
     char buf[1 << 16];
-    FILE *f = fopen(m->log, "r");
+    FILE *f = fopen(path, "r");
     if (f == NULL) return 0;
     size_t n = fread(buf, 1, sizeof(buf) - 1, f);
     fclose(f);
     buf[n] = '\0';
     return strstr(buf, needle) != NULL;
+}
+
+int hx_says(const char *text, const char *needle)
+{
+    if (strstr(text, needle) != NULL) return 1;
+    fprintf(stderr, "'%s' does not say '%s'\n", text, needle);
+    return 0;
+}
+
+int hx_log_contains(const hx_master *m, const char *needle)
+{
+    return hx_file_contains(m->log, needle);
 }
 
 void hx_cleanup(hx_master *m)

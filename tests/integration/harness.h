@@ -78,6 +78,13 @@ int hx_http_get(const hx_master *m, const char *path, char **body);
 /* 1 when the master's log contains needle. */
 int hx_log_contains(const hx_master *m, const char *needle);
 
+/* 1 when text contains needle; otherwise 0 and both are printed (for
+ * assert_true(hx_says(error_message, "expected cause"))). */
+int hx_says(const char *text, const char *needle);
+
+/* 1 when the first 64 KiB of the file at path contain needle (a node's log). */
+int hx_file_contains(const char *path, const char *needle);
+
 /* Rewrite config.yaml with another `extra` (the base stays). */
 int hx_reconfigure(hx_master *m, const char *extra);
 

@@ -730,17 +730,6 @@ static void test_node_given_a_standby_registers_with_the_leader(void **state)
 }
 
 /* 1 when the file holds needle. */
-static int file_contains(const char *path, const char *needle)
-{
-    char buf[1 << 16];
-    FILE *fp = fopen(path, "r");
-    if (fp == NULL) return 0;
-    size_t n = fread(buf, 1, sizeof(buf) - 1, fp);
-    fclose(fp);
-    buf[n] = '\0';
-    return strstr(buf, needle) != NULL;
-}
-
 /* A node attached to a master that is deposed (here: the proxy, which then
  * answers as a standby naming the real master) follows its poll's
  * NOT_LEADER answer and registers with the leader, still running. */
@@ -762,7 +751,7 @@ static void test_node_follows_a_new_leader_without_restart(void **state)
     snprintf(needle, sizeof(needle), "registering again at %s", f->m.socket);
     int seen = 0;
     for (int waited = 0; waited < WAIT_MS && !seen; waited += 20) {
-        seen = file_contains(n.log, needle);
+        seen = hx_file_contains(n.log, needle);
         if (!seen) usleep(20 * 1000);
     }
     if (!seen) {

@@ -91,15 +91,6 @@ static ndc_conn *connect_to(const kvc_replica *r)
     return n;
 }
 
-static int has(const char *text, const char *needle)
-{
-    if (strstr(text, needle) == NULL) {
-        print_error("'%s' does not say '%s'\n", text, needle);
-        return 0;
-    }
-    return 1;
-}
-
 /* The key id a ticket names (node_ticket.h: u32 at byte 46). */
 static uint32_t key_id_of(const kvc_replica *r)
 {
@@ -135,13 +126,13 @@ static void test_write_tickets_refused_and_nothing_written(void **state)
     ndc_conn *n = connect_to(&w);
 
     assert_int_equal(ndc_write(n, w.segment, w.offset, sizeof(data), data, NULL, 0), SMP_EINVAL);
-    assert_true(has(ndc_last_error(n), "needs a ticket"));
+    assert_true(hx_says(ndc_last_error(n), "needs a ticket"));
 
     memcpy(bad, w.ticket, w.ticket_len);
     bad[w.ticket_len - 1] ^= 1; /* the MAC */
     assert_int_equal(ndc_write(n, w.segment, w.offset, sizeof(data), data, bad, w.ticket_len),
                      SMP_EINVAL);
-    assert_true(has(ndc_last_error(n), "bad signature"));
+    assert_true(hx_says(ndc_last_error(n), "bad signature"));
 
     memcpy(bad, w.ticket, w.ticket_len);
     bad[49] ^= 1; /* the key id: another key, and the MAC covers it */
@@ -150,7 +141,7 @@ static void test_write_tickets_refused_and_nothing_written(void **state)
 
     assert_int_equal(ndc_write(n, w.segment, w.offset + OBJ_BYTES, sizeof(data), data, w.ticket,
                                w.ticket_len), SMP_ERANGE);
-    assert_true(has(ndc_last_error(n), "not the ticket's"));
+    assert_true(hx_says(ndc_last_error(n), "not the ticket's"));
     assert_int_equal(ndc_write(n, w.segment, w.offset, sizeof(data) / 2, data, w.ticket,
                                w.ticket_len), SMP_ERANGE);
     seg_read(&w, now, sizeof(now));
@@ -164,7 +155,7 @@ static void test_write_tickets_refused_and_nothing_written(void **state)
     /* Replayed (same connection, then another one): refused, unchanged. */
     assert_int_equal(ndc_write(n, w.segment, w.offset, sizeof(other), other, w.ticket,
                                w.ticket_len), SMP_EEXIST);
-    assert_true(has(ndc_last_error(n), "already used"));
+    assert_true(hx_says(ndc_last_error(n), "already used"));
     ndc_close(n);
     n = connect_to(&w);
     assert_int_equal(ndc_write(n, w.segment, w.offset, sizeof(other), other, w.ticket,
@@ -188,7 +179,7 @@ static void test_write_tickets_refused_and_nothing_written(void **state)
     sleep_ms(TTL_MS + 300);
     assert_int_equal(ndc_write(n, w2.segment, w2.offset, sizeof(data), data, w2.ticket,
                                w2.ticket_len), SMP_ESTATE);
-    assert_true(has(ndc_last_error(n), "expired"));
+    assert_true(hx_says(ndc_last_error(n), "expired"));
     seg_read(&w2, now, sizeof(now));
     assert_memory_equal(now, before, sizeof(now));
     assert_int_equal(kvc_put_revoke(f->c, "w2"), SMP_OK);
@@ -216,7 +207,7 @@ static void test_read_tickets_refused_and_nothing_read(void **state)
 #define UNTOUCHED() assert_memory_equal(buf, sentinel, sizeof(buf))
     memcpy(buf, sentinel, sizeof(buf));
     assert_int_equal(ndc_read(n, a.segment, a.offset, OBJ_BYTES, buf, NULL, 0), SMP_EINVAL);
-    assert_true(has(ndc_last_error(n), "needs a ticket"));
+    assert_true(hx_says(ndc_last_error(n), "needs a ticket"));
     UNTOUCHED();
     memcpy(bad, a.ticket, a.ticket_len);
     bad[60] ^= 0x40; /* inside the signed segment id / key */
@@ -225,7 +216,7 @@ static void test_read_tickets_refused_and_nothing_read(void **state)
     /* a's ticket on b's bytes, and past a's own range */
     assert_int_equal(ndc_read(n, b.segment, b.offset, OBJ_BYTES, buf, a.ticket, a.ticket_len),
                      SMP_ERANGE);
-    assert_true(has(ndc_last_error(n), "not the ticket's"));
+    assert_true(hx_says(ndc_last_error(n), "not the ticket's"));
     UNTOUCHED();
     assert_int_equal(ndc_read(n, a.segment, a.offset, OBJ_BYTES + 64, buf, a.ticket, a.ticket_len),
                      SMP_ERANGE);
@@ -248,7 +239,7 @@ static void test_read_tickets_refused_and_nothing_read(void **state)
     memcpy(buf, sentinel, sizeof(buf));
     assert_int_equal(ndc_read(n, a.segment, a.offset, OBJ_BYTES, buf, a.ticket, a.ticket_len),
                      SMP_ESTATE);
-    assert_true(has(ndc_last_error(n), "expired"));
+    assert_true(hx_says(ndc_last_error(n), "expired"));
     UNTOUCHED();
 #undef UNTOUCHED
     ndc_close(n);
@@ -307,17 +298,6 @@ static int wait_key(fx *f, uint32_t want, int timeout_ms)
     return 0;
 }
 
-static int file_contains(const char *path, const char *needle)
-{
-    static char buf[1 << 16];
-    FILE *fp = fopen(path, "r");
-    if (fp == NULL) return 0;
-    size_t n = fread(buf, 1, sizeof(buf) - 1, fp);
-    fclose(fp);
-    buf[n] = '\0';
-    return strstr(buf, needle) != NULL;
-}
-
 /* SIGHUP rotates the node's key while a client reads without pause over
  * TCP: no read fails; a ticket of the old key reads after the switch; a
  * rotation too soon is refused; the next forgets key 1. */
@@ -348,10 +328,10 @@ static void test_key_rotation_under_load_fails_no_read(void **state)
                               old.ticket_len), SMP_OK);
     /* Too soon: refused, key 2 stays. */
     assert_int_equal(kill(f->n.pid, SIGHUP), 0);
-    for (int waited = 0; waited < 5000 && !file_contains(f->n.log, "ticket key not rotated");
+    for (int waited = 0; waited < 5000 && !hx_file_contains(f->n.log, "ticket key not rotated");
          waited += 20)
         sleep_ms(20);
-    assert_true(file_contains(f->n.log, "ticket key not rotated"));
+    assert_true(hx_file_contains(f->n.log, "ticket key not rotated"));
     assert_true(wait_key(f, 2, 1000));
     /* Later: key 3, and key 1 is gone. */
     sleep_ms(TTL_MS + 1200);
@@ -359,7 +339,7 @@ static void test_key_rotation_under_load_fails_no_read(void **state)
     assert_true(wait_key(f, 3, 10000));
     assert_int_equal(ndc_read(n, old.segment, old.offset, OBJ_BYTES, buf, old.ticket,
                               old.ticket_len), SMP_EINVAL);
-    assert_true(has(ndc_last_error(n), "no longer holds"));
+    assert_true(hx_says(ndc_last_error(n), "no longer holds"));
     ndc_close(n);
     sleep_ms(300);
     atomic_store(&r.stop, 1);

@@ -130,15 +130,6 @@ static void round_trip(kvc *c, const char *key)
     assert_memory_equal(back, data, sizeof(data));
 }
 
-static int has(const char *text, const char *needle)
-{
-    if (strstr(text, needle) == NULL) {
-        print_error("'%s' does not say '%s'\n", text, needle);
-        return 0;
-    }
-    return 1;
-}
-
 /* put/get over TLS with libweightclient's transport and with weightctl. */
 static void test_tls_round_trip(void **state)
 {
@@ -169,7 +160,7 @@ static void test_plaintext_client_refused(void **state)
     kvc *c = tcp_client(f, err, sizeof(err)); /* TCP connects; the first call is refused */
     assert_non_null(c);
     assert_int_equal(kvc_get(c, "nothing", &o), SMP_EPROTO);
-    assert_true(has(kvc_error(c), "speaks TLS"));
+    assert_true(hx_says(kvc_error(c), "speaks TLS"));
     kvc_close(c);
     assert_true(hx_alive(&f->m));
     setenv("WM_TLS_CA", f->pem[CA], 1);
@@ -194,7 +185,7 @@ static void test_client_without_the_ca_refused(void **state)
     start_tls(f, 0);
     setenv("WM_TLS_CA", f->pem[OTHER_CA], 1);
     assert_null(tcp_client(f, err, sizeof(err)));
-    assert_true(has(err, "not trusted"));
+    assert_true(hx_says(err, "not trusted"));
     assert_true(hx_alive(&f->m));
     setenv("WM_TLS_CA", f->pem[CA], 1);
     kvc *c = tcp_client(f, err, sizeof(err));
