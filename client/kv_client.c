@@ -32,9 +32,15 @@ struct kvc {
 
 int kvc_connect(const char *endpoint, int timeout_ms, kvc **out, char *err, size_t errlen)
 {
+    return kvc_connect_token(endpoint, timeout_ms, NULL, out, err, errlen);
+}
+
+int kvc_connect_token(const char *endpoint, int timeout_ms, const char *token, kvc **out,
+                      char *err, size_t errlen)
+{
     kvc *c = calloc(1, sizeof(*c));
     if (c == NULL) return SMP_ENOMEM;
-    rpcc_options opt = {.timeout_ms = timeout_ms};
+    rpcc_options opt = {.timeout_ms = timeout_ms, .token = token};
     int rc = rpcc_connect(endpoint, &opt, &c->conn, err, errlen);
     if (rc < 0) {
         free(c);

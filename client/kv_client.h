@@ -94,6 +94,9 @@ typedef struct kvc_status {
 /* Connect to endpoint, a master list (rpcc_connect); timeout_ms bounds the
  * connect and every call (<= 0: none). err names the cause. */
 int kvc_connect(const char *endpoint, int timeout_ms, kvc **out, char *err, size_t errlen);
+/* The same, presenting token (rpcc_options.token: NULL is WEIGHT_TOKEN). */
+int kvc_connect_token(const char *endpoint, int timeout_ms, const char *token, kvc **out,
+                      char *err, size_t errlen);
 /* The endpoint connected now (the one that answered last). */
 const char *kvc_endpoint(const kvc *c);
 void kvc_close(kvc *c);

@@ -39,6 +39,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
+#include "host_rpc.pb-c.h"
 #include "master_list.h"
 #include "rpc_client.h"
 #include "rpc_envelope.h"
@@ -79,6 +80,9 @@ struct rpcc_conn {
     SSL_CTX *tls;           /* TLS to TCP endpoints, or NULL */
     SSL *ssl;               /* the session of the stream (TLS, TCP) */
     short want;             /* the poll event the session waits for */
+    char *token;            /* presented on each new socket (NULL: none) */
+    char auth_tenant[136];  /* what HELLO answered on the current socket */
+    char auth_role[16];
 };
 
 static void conn_err(rpcc_conn *c, const char *fmt, ...)
@@ -460,6 +464,9 @@ static ssize_t io_recv(rpcc_conn *c, void *buf, size_t len)
  * doubling to RPCC_BACKOFF_MAX_MS), until deadline (-1: one round); then
  * SMP_EAGAIN (a connect timed out) or SMP_EIO, with the last cause of each
  * endpoint in err. On success ml is at the endpoint connected. */
+static int conn_hello(rpcc_conn *c, int64_t deadline, char *err, size_t errlen);
+static void drop_stream(rpcc_conn *c);
+
 static int list_connect(rpcc_conn *c, int64_t deadline, char *err, size_t errlen)
 {
     int64_t started = now_ms();
@@ -487,7 +494,14 @@ static int list_connect(rpcc_conn *c, int64_t deadline, char *err, size_t errlen
             if (rc == SMP_OK) {
                 c->fd = fd;
                 snprintf(c->endpoint, sizeof(c->endpoint), "%s", ep);
-                return SMP_OK;
+                if ((rc = conn_hello(c, limit, one, sizeof(one))) == SMP_OK)
+                    return SMP_OK;
+                drop_stream(c);
+                if (rc == SMP_EAUTH || rc == SMP_EFORBIDDEN || round == 1) {
+                    /* a refused credential is not a reason to try elsewhere */
+                    wm_errbuf(err, errlen, "%s: %s", ep, one);
+                    return rc;
+                }
             }
             if (round == 1) {
                 wm_errbuf(err, errlen, "%s", one);
@@ -538,6 +552,14 @@ int rpcc_connect(const char *endpoint,
     c->next_id = 1;
     if ((rc = tls_client_ctx(opt, &c->tls, err, errlen)) < 0)
         goto free_conn;
+    {
+        const char *tok = opt != NULL && opt->token != NULL ? opt->token : getenv("WEIGHT_TOKEN");
+        if (tok != NULL && tok[0] != '\0' && (c->token = strdup(tok)) == NULL) {
+            wm_errbuf(err, errlen, "out of memory");
+            rc = SMP_ENOMEM;
+            goto free_conn;
+        }
+    }
     if ((rc = master_list_parse(endpoint, &c->ml, err, errlen)) < 0)
         goto free_conn;
     if ((rc = list_connect(c, deadline_of(c->timeout_ms), err, errlen)) < 0)
@@ -547,6 +569,8 @@ int rpcc_connect(const char *endpoint,
 
 free_conn:
     SSL_CTX_free(c->tls);
+    free(c->token);
+    free(c->in);
     free(c);
     return rc;
 }
@@ -599,6 +623,16 @@ int rpcc_reconnect(rpcc_conn *c)
     return conn_move(c, deadline_of(c->timeout_ms));
 }
 
+const char *rpcc_auth_tenant(const rpcc_conn *c)
+{
+    return c != NULL ? c->auth_tenant : "";
+}
+
+const char *rpcc_auth_role(const rpcc_conn *c)
+{
+    return c != NULL ? c->auth_role : "";
+}
+
 const char *rpcc_endpoint(const rpcc_conn *c)
 {
     return c != NULL ? c->endpoint : "";
@@ -616,6 +650,7 @@ void rpcc_close(rpcc_conn *c)
     drop_stream(c);
     SSL_CTX_free(c->tls);
     free(c->in);
+    free(c->token);
     free(c);
 }
 
@@ -799,6 +834,65 @@ static int read_frame(rpcc_conn *c, int64_t deadline, rpcc_pending **out)
             return conn_break(c, SMP_EIO);
         }
     }
+}
+
+/* Present the connection's token on the socket just opened (auth.HELLO,
+ * service 4 method 1) and wait for the answer until deadline, so that no
+ * other request goes before it. SMP_OK (also without a token: nothing is
+ * sent), the master's refusal (SMP_EAUTH) or a transport error, with the
+ * cause in err. Records the tenant and role the master answered. */
+static size_t error_text_len(const rpc_env_response *r);
+
+static int conn_hello(rpcc_conn *c, int64_t deadline, char *err, size_t errlen)
+{
+    AuthHelloRequest req = AUTH_HELLO_REQUEST__INIT;
+    AuthHelloResponse *resp;
+    uint8_t *body;
+    size_t len;
+    uint64_t id = 0;
+    rpcc_pending *p = NULL;
+    int rc;
+
+    c->auth_tenant[0] = c->auth_role[0] = '\0';
+    if (c->token == NULL) return SMP_OK;
+    req.token.data = (uint8_t *)c->token;
+    req.token.len = strlen(c->token);
+    len = auth_hello_request__get_packed_size(&req);
+    if ((body = malloc(len ? len : 1)) == NULL) {
+        wm_errbuf(err, errlen, "out of memory");
+        return SMP_ENOMEM;
+    }
+    auth_hello_request__pack(&req, body);
+    rc = rpcc_send(c, HOST_SERVICE__HOST_SERVICE_AUTH, AUTH_METHOD__AUTH_HELLO, body, len, &id);
+    free(body);
+    if (rc == SMP_OK) {
+        rc = read_frame(c, deadline, &p);
+        c->in_flight = 0;
+    }
+    if (rc < 0) {
+        wm_errbuf(err, errlen, "auth.HELLO: %s", c->err);
+        c->broken = 0;
+        return rc;
+    }
+    if (p->r.status != 0) {
+        rc = p->r.status;
+        wm_errbuf(err, errlen, "%.*s", (int)error_text_len(&p->r), p->r.error ? p->r.error : "");
+        if (err != NULL && errlen > 0 && err[0] == '\0')
+            wm_errbuf(err, errlen, "auth.HELLO refused: %s", smp_strerror(rc));
+        free(p);
+        return rc;
+    }
+    if (p->r.request_id != id ||
+        (resp = auth_hello_response__unpack(NULL, p->r.body_len, p->r.body)) == NULL) {
+        free(p);
+        wm_errbuf(err, errlen, "auth.HELLO: the answer does not decode");
+        return SMP_EPROTO;
+    }
+    snprintf(c->auth_tenant, sizeof(c->auth_tenant), "%s", resp->tenant ? resp->tenant : "");
+    snprintf(c->auth_role, sizeof(c->auth_role), "%s", resp->enabled && resp->role ? resp->role : "");
+    auth_hello_response__free_unpacked(resp, NULL);
+    free(p);
+    return SMP_OK;
 }
 
 /* The length of a response's error as the caller's C string: it ends at a

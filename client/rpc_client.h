@@ -28,7 +28,13 @@
  * NOT_LEADER answer is returned as it is, and rpcc_reconnect() goes to the
  * leader it named. A lost stream is only taken up again with
  * rpcc_call_ex's flags or rpcc_reconnect(); plain calls report it as
- * before. */
+ * before.
+ *
+ * Authentication: with a token (rpcc_options.token or WEIGHT_TOKEN) every
+ * socket the connection opens -- the first, and each after a redirect,
+ * failover or reconnect -- presents it with auth.HELLO before anything else
+ * and waits for the answer; a refused token fails the connect with the
+ * master's SMP_EAUTH and its message. */
 #ifndef WM_RPC_CLIENT_H
 #define WM_RPC_CLIENT_H
 
@@ -54,6 +60,10 @@ typedef struct rpcc_options {
     const char *tls_ca;
     const char *tls_cert;
     const char *tls_key;
+    /* Added with authentication: the token presented (auth.HELLO) on every
+     * connection this rpcc_conn opens, before any other request. NULL: the
+     * environment's WEIGHT_TOKEN when set, else none; "": none. Copied. */
+    const char *token;
 } rpcc_options;
 
 /* Connect to endpoint, a master list: to its first endpoint that accepts
@@ -162,6 +172,11 @@ int rpcc_call_msg_ex(rpcc_conn *c,
  * connection's timeout. SMP_OK, or the connect error (the connection is
  * then broken, the cause in rpcc_last_error). */
 int rpcc_reconnect(rpcc_conn *c);
+
+/* The tenant the token proved on the current socket ("" without a token or
+ * when the master runs without authentication), and its role ("" likewise). */
+const char *rpcc_auth_tenant(const rpcc_conn *c);
+const char *rpcc_auth_role(const rpcc_conn *c);
 
 /* The endpoint connected now ("" after a reconnect that failed). */
 const char *rpcc_endpoint(const rpcc_conn *c);

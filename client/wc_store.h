@@ -57,7 +57,15 @@ struct weight_store {
     pthread_mutex_t seg_lock;
     wc_seg segs[WC_SEG_MAPS];
     char err[1024];
+    char *token;                     /* weight_store_open_token's; NULL: WEIGHT_TOKEN */
 };
+
+/* The transport options of the store's connections (its token). */
+static inline rpcc_options wc_rpc_options(const weight_store *s)
+{
+    rpcc_options o = {.timeout_ms = WC_RPC_TIMEOUT_MS, .token = s->token};
+    return o;
+}
 
 /* printf the cause of a failure into s->err and return rc. */
 int wc_fail(weight_store *s, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -818,7 +818,7 @@ int weight_get(weight_store *s, const weight_identity *id, const weight_placemen
 
     /* 2. The renew thread, with its own connection. */
     if (s->renew_rpc == NULL) {
-        rpcc_options opt = {.timeout_ms = WC_RPC_TIMEOUT_MS};
+        rpcc_options opt = wc_rpc_options(s);
         if (rpcc_connect(s->master, &opt, &s->renew_rpc, rpc_err, sizeof rpc_err) < 0) {
             rc = wc_fail(s, WEIGHT_EIO, "lease renewal connection: %s", rpc_err);
             goto release;
@@ -1138,7 +1138,7 @@ int weight_get_mapped(weight_store *s, const weight_identity *id, weight_mapped 
     wc_from_wire_metadata(lr->metadata, &md);
     wmrpc__lease_response__free_unpacked(lr, NULL);
     {
-        rpcc_options opt = {.timeout_ms = WC_RPC_TIMEOUT_MS};
+        rpcc_options opt = wc_rpc_options(s);
         if (rpcc_connect(s->master, &opt, &v->conn.renew_rpc, rpc_err, sizeof rpc_err) < 0) {
             rc = wc_fail(s, WEIGHT_EIO, "lease renewal connection: %s", rpc_err);
             goto free_view;

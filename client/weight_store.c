@@ -39,6 +39,8 @@ const char *weight_error_name(int rc)
     case WEIGHT_EDURABILITY_FAILED: return "DURABILITY_FAILED";
     case WEIGHT_EPOLICY_UNSATISFIABLE: return "POLICY_UNSATISFIABLE";
     case WEIGHT_EDIGEST_MISMATCH: return "DIGEST_MISMATCH";
+    case WEIGHT_EAUTH: return "AUTH";
+    case WEIGHT_EFORBIDDEN: return "FORBIDDEN";
     default: return smp_strerror(rc);
     }
 }
@@ -225,9 +227,16 @@ void wc_progress(weight_store *s, uint64_t done, uint64_t total)
 int weight_store_open(const char *master, const char *tenant, const weight_policy *default_policy,
                       weight_store **out, char *err, size_t errlen)
 {
+    return weight_store_open_token(master, tenant, NULL, default_policy, out, err, errlen);
+}
+
+int weight_store_open_token(const char *master, const char *tenant, const char *token,
+                            const weight_policy *default_policy, weight_store **out, char *err,
+                            size_t errlen)
+{
     int rc;
     weight_store *s = NULL;
-    rpcc_options opt = {.timeout_ms = WC_RPC_TIMEOUT_MS};
+    rpcc_options opt;
     if (out) *out = NULL;
     if (master == NULL || master[0] == '\0' || out == NULL ||
         strlen(master) >= sizeof s->master || (tenant && strlen(tenant) > WEIGHT_ID_MAX)) {
@@ -235,6 +244,11 @@ int weight_store_open(const char *master, const char *tenant, const weight_polic
         return WEIGHT_EINVALID_ARGUMENT;
     }
     if ((s = calloc(1, sizeof *s)) == NULL) return WEIGHT_ENOMEM;
+    if (token != NULL && (s->token = strdup(token)) == NULL) {
+        free(s);
+        return WEIGHT_ENOMEM;
+    }
+    opt = wc_rpc_options(s);
     snprintf(s->master, sizeof s->master, "%s", master);
     snprintf(s->tenant, sizeof s->tenant, "%s", tenant && tenant[0] ? tenant : "default");
     if (default_policy) {
@@ -247,12 +261,17 @@ int weight_store_open(const char *master, const char *tenant, const weight_polic
                                                                        : WC_DEFAULT_THREADS;
     pthread_mutex_init(&s->seg_lock, NULL);
     if ((rc = rpcc_connect(master, &opt, &s->rpc, err, errlen)) < 0) goto free_store;
-    if ((rc = kvc_connect(master, WC_RPC_TIMEOUT_MS, &s->kv, err, errlen)) < 0) goto free_store;
+    if ((rc = kvc_connect_token(master, WC_RPC_TIMEOUT_MS, s->token, &s->kv, err, errlen)) < 0)
+        goto free_store;
+    /* with authentication, identities without a tenant are the token's tenant's */
+    if ((tenant == NULL || tenant[0] == '\0') && rpcc_auth_tenant(s->rpc)[0] != '\0')
+        snprintf(s->tenant, sizeof s->tenant, "%s", rpcc_auth_tenant(s->rpc));
     *out = s;
     return WEIGHT_OK;
 free_store:
     weight_store_close(s);
-    return rc == SMP_ENOMEM ? WEIGHT_ENOMEM : rc == SMP_EINVAL ? WEIGHT_EINVALID_ARGUMENT : WEIGHT_EIO;
+    return rc == SMP_ENOMEM ? WEIGHT_ENOMEM : rc == SMP_EINVAL ? WEIGHT_EINVALID_ARGUMENT
+         : rc == SMP_EAUTH ? WEIGHT_EAUTH : WEIGHT_EIO;
 }
 
 void weight_store_close(weight_store *s)
@@ -263,6 +282,7 @@ void weight_store_close(weight_store *s)
     rpcc_close(s->rpc);
     rpcc_close(s->renew_rpc);
     kvc_close(s->kv);
+    free(s->token);
     free(s);
 }
 
@@ -394,7 +414,7 @@ static int retry_safe(uint32_t method)
  * is made anew. SMP_OK or the connect error. */
 static int reconnect_rpc(weight_store *s, rpcc_conn **conn)
 {
-    rpcc_options opt = {.timeout_ms = WC_RPC_TIMEOUT_MS};
+    rpcc_options opt = wc_rpc_options(s);
     rpcc_conn *fresh = NULL;
     if (*conn != NULL) return rpcc_reconnect(*conn);
     int rc = rpcc_connect(s->master, &opt, &fresh, NULL, 0);
@@ -407,7 +427,7 @@ static int reconnect_rpc(weight_store *s, rpcc_conn **conn)
 int wc_kv_reconnect(weight_store *s)
 {
     kvc *fresh = NULL;
-    int rc = kvc_connect(s->master, WC_RPC_TIMEOUT_MS, &fresh, NULL, 0);
+    int rc = kvc_connect_token(s->master, WC_RPC_TIMEOUT_MS, s->token, &fresh, NULL, 0);
     if (rc < 0) return rc;
     kvc_close(s->kv);
     s->kv = fresh;

@@ -50,6 +50,8 @@ enum {
     WEIGHT_EAGAIN = -10,
     WEIGHT_EPROTO = -13,
     WEIGHT_ECANCELED = -17,
+    WEIGHT_EAUTH = -18,       /* no token, or a token the master does not know */
+    WEIGHT_EFORBIDDEN = -19,  /* the token's role does not allow the call */
     /* The RFC's codes. */
     WEIGHT_EINVALID_ARGUMENT = -101,
     WEIGHT_ENOT_FOUND = -102,
@@ -198,6 +200,19 @@ WEIGHT_API int weight_store_open(const char *master,
                                  weight_store **out,
                                  char *err,
                                  size_t errlen);
+
+/* weight_store_open presenting token on every connection to the master
+ * (NULL: the environment's WEIGHT_TOKEN when set, which weight_store_open
+ * also presents; "": none). With the master's authentication on, the token
+ * decides the tenant and role of every call, and tenant NULL or "" is the
+ * token's tenant. A refused token is WEIGHT_EAUTH, err naming the cause. */
+WEIGHT_API int weight_store_open_token(const char *master,
+                                       const char *tenant,
+                                       const char *token,
+                                       const weight_policy *default_policy,
+                                       weight_store **out,
+                                       char *err,
+                                       size_t errlen);
 
 /* Close the connections and unmap segments. NULL is a no-op. */
 WEIGHT_API void weight_store_close(weight_store *s);

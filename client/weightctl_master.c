@@ -14,6 +14,7 @@
 
 #include "master_list.h"
 #include "weightctl.h"
+#include "wc_token.h"
 
 /* The value of global option opt at argv[*i]: "--opt=V" or "--opt V"
  * (then *i moves past V). NULL with the error printed when it is missing. */
@@ -73,6 +74,20 @@ int wctl_parse_global(ctl *x, int argc, char **argv)
         } else if (is_opt(a, "--tenant", "-T")) {
             if ((v = global_value("--tenant", argc, argv, &i)) == NULL) return WCTL_USAGE;
             x->tenant = v;
+        } else if (is_opt(a, "--token-file", NULL)) {
+            /* the token every connection presents: through WEIGHT_TOKEN, which
+             * libweightclient and the object client both read */
+            static char token[WC_TOKEN_MAX + 1];
+            char terr[600];
+            if ((v = global_value("--token-file", argc, argv, &i)) == NULL) return WCTL_USAGE;
+            if (wc_token_read_file(v, token, sizeof(token), terr, sizeof(terr)) < 0) {
+                fprintf(stderr, "weightctl: --token-file: %s\n", terr);
+                return WCTL_USAGE;
+            }
+            if (setenv("WEIGHT_TOKEN", token, 1) != 0) {
+                fprintf(stderr, "weightctl: --token-file: out of memory\n");
+                return WCTL_USAGE;
+            }
         } else if (strcmp(a, "--json") == 0 || strcmp(a, "-j") == 0) {
             x->json = 1;
         } else if (strcmp(a, "--bytes") == 0) {

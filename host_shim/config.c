@@ -14,6 +14,8 @@
  * once data_dir is known (node.cold_dir defaults to <data_dir>/cold). Lookups
  * into the parsed config live in config_view.c. */
 #include <errno.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -25,6 +27,7 @@
 #include <yaml.h>
 
 #include "config.h"
+#include "net_addr.h"
 
 #define CFG_MAX_DEPTH 64                   /* deepest nesting accepted */
 #define CFG_MAX_FILE_BYTES (16u << 20)     /* larger files are refused */
@@ -435,7 +438,8 @@ typedef enum field_kind {
     FK_MODE,
     FK_ENDPOINTS,   /* "host:port[,host:port...]" (ports 1..65535) or "" */
     FK_PREFIX,      /* an etcd key prefix: "/", then printable ASCII, ending in "/" */
-    FK_REMOVED      /* a key that no longer exists: refused with `removed` */
+    FK_REMOVED,     /* a key that no longer exists: refused with `removed` */
+    FK_AUTH_TOKENS  /* auth.tokens: a sequence of {sha256, tenant, role} */
 } field_kind;
 
 typedef struct field_spec {
@@ -539,6 +543,14 @@ static const field_spec tls_fields[] = {
     F_END
 };
 
+static const field_spec auth_fields[] = {
+    F_OF("enabled", FK_BOOL, auth_enabled),
+    F_OF("allow_insecure", FK_BOOL, auth_allow_insecure),
+    F_OF("node_token_file", FK_PATH, auth_node_token_file),
+    { "tokens", FK_AUTH_TOKENS, 0, 0, 0, NULL, NULL },
+    F_END
+};
+
 static const field_spec top_fields[] = {
     F_SEC("listen", listen_fields),
     F_OF("data_dir", FK_PATH, data_dir),
@@ -550,6 +562,7 @@ static const field_spec top_fields[] = {
     F_SEC("cluster", cluster_fields),
     F_SEC("tls", tls_fields),
     { "plugins", FK_PLUGINS, 0, 0, 0, NULL, NULL },
+    F_SEC("auth", auth_fields),
     F_END
 };
 
@@ -562,7 +575,8 @@ static const char *field_expects(field_kind k)
 {
     switch (k) {
     case FK_SECTION: return "a mapping";
-    case FK_PLUGINS: return "a sequence";
+    case FK_PLUGINS:
+    case FK_AUTH_TOKENS: return "a sequence";
     case FK_U32:
     case FK_U64: return "an integer";
     case FK_RATIO: return "a number";
@@ -775,6 +789,7 @@ static int apply_map(cfg_ctx *c, host_config *cfg, host_config_node *map,
                      const char *path, const field_spec *fields);
 static int apply_plugins(cfg_ctx *c, host_config *cfg, host_config_node *seq,
                          const char *path);
+static int apply_tokens(cfg_ctx *c, host_config *cfg, host_config_node *seq, const char *path);
 
 /* Check one value node against its field and store it into cfg. */
 static int apply_field(cfg_ctx *c, host_config *cfg, host_config_node *n,
@@ -786,13 +801,14 @@ static int apply_field(cfg_ctx *c, host_config *cfg, host_config_node *n,
     uint64_t u = 0;
 
     if (f->kind == FK_REMOVED) return cfg_fail(c, SMP_EINVAL, n->key_line, path, "%s", f->removed);
-    if (f->kind == FK_SECTION || f->kind == FK_PLUGINS) {
+    if (f->kind == FK_SECTION || f->kind == FK_PLUGINS || f->kind == FK_AUTH_TOKENS) {
         host_config_node_kind want = f->kind == FK_SECTION ? HOST_CFG_MAP : HOST_CFG_SEQ;
         if (node_is_null(n)) return 0; /* "listen:" with nothing below: all defaults */
         if (n->kind != want)
             return cfg_fail(c, SMP_EINVAL, n->line, path, "expected %s, found %s",
                             field_expects(f->kind), node_kind_name(n));
         if (f->kind == FK_SECTION) return apply_map(c, cfg, n, path, f->sub);
+        if (f->kind == FK_AUTH_TOKENS) return apply_tokens(c, cfg, n, path);
         return apply_plugins(c, cfg, n, path);
     }
     if (n->kind != HOST_CFG_SCALAR)
@@ -962,6 +978,124 @@ static int apply_plugins(cfg_ctx *c, host_config *cfg, host_config_node *seq,
     return 0;
 }
 
+/* auth.tokens: each entry a map of sha256 (64 hex digits of the SHA-256 of
+ * the token), tenant (a name) and role (reader, writer, admin). A token
+ * itself is refused: the file names credentials only by their hash. */
+static int apply_tokens(cfg_ctx *c, host_config *cfg, host_config_node *seq, const char *path)
+{
+    if (seq->n_items == 0) return 0;
+    if ((cfg->auth_tokens = calloc(seq->n_items, sizeof(*cfg->auth_tokens))) == NULL)
+        return cfg_oom(c);
+    for (size_t i = 0; i < seq->n_items; i++) {
+        host_config_node *e = seq->items[i];
+        rpc_auth_token *t = &cfg->auth_tokens[i];
+        char ep[CFG_KEY_PATH_MAX], kp[CFG_KEY_PATH_MAX];
+        int have = 0;
+        path_index(ep, path, i);
+        if (e->kind != HOST_CFG_MAP)
+            return cfg_fail(c, SMP_EINVAL, e->line, ep, "expected a mapping {sha256, tenant, role}, "
+                            "found %s", node_kind_name(e));
+        cfg->auth_n_tokens = i + 1;
+        for (size_t k = 0; k < e->n_items; k++) {
+            host_config_node *n = e->items[k];
+            const char *v = n->kind == HOST_CFG_SCALAR && !node_is_null(n) ? n->scalar : NULL;
+            path_key(kp, ep, n->key);
+            if (strcmp(n->key, "token") == 0 || strcmp(n->key, "secret") == 0 ||
+                strcmp(n->key, "password") == 0)
+                return cfg_fail(c, SMP_EINVAL, n->key_line, kp, "a plaintext token is refused: "
+                                "give sha256: <the SHA-256 of the token, 64 hex digits> "
+                                "(e.g. printf %%s TOKEN | sha256sum)");
+            if (strcmp(n->key, "sha256") != 0 && strcmp(n->key, "tenant") != 0 &&
+                strcmp(n->key, "role") != 0)
+                return cfg_fail(c, SMP_EINVAL, n->key_line, kp, "unknown key");
+            if (v == NULL)
+                return cfg_fail(c, SMP_EINVAL, n->line, kp, "expected a string");
+            if (strcmp(n->key, "sha256") == 0) {
+                if (rpc_auth_parse_sha256(v, t->sha256) < 0)
+                    return cfg_fail(c, SMP_EINVAL, n->line, kp, "is not 64 hex digits (the SHA-256 "
+                                    "of the token; a plaintext token is refused)");
+                for (size_t j = 0; j < i; j++)
+                    if (memcmp(cfg->auth_tokens[j].sha256, t->sha256, 32) == 0)
+                        return cfg_fail(c, SMP_EINVAL, n->line, kp, "duplicate token: auth.tokens[%zu] "
+                                        "has the same hash", j);
+                have |= 1;
+            } else if (strcmp(n->key, "tenant") == 0) {
+                size_t len = strlen(v);
+                int ok = len >= 1 && len <= RPC_AUTH_TENANT_MAX;
+                for (size_t j = 0; ok && j < len; j++)
+                    ok = (v[j] >= 'a' && v[j] <= 'z') || (v[j] >= 'A' && v[j] <= 'Z') ||
+                         (v[j] >= '0' && v[j] <= '9') || v[j] == '.' || v[j] == '_' || v[j] == '-';
+                if (!ok || v[0] == '.')
+                    return cfg_fail(c, SMP_EINVAL, n->line, kp, "\"%s\" is not a tenant (1 to %d "
+                                    "of A-Z a-z 0-9 . _ -, not starting with .)", v,
+                                    RPC_AUTH_TENANT_MAX);
+                memcpy(t->tenant, v, len + 1);
+                have |= 2;
+            } else {
+                if (rpc_auth_role_parse(v, &t->role) < 0)
+                    return cfg_fail(c, SMP_EINVAL, n->line, kp, "\"%s\" is not a role (reader, "
+                                    "writer or admin)", v);
+                have |= 4;
+            }
+        }
+        if (have != 7)
+            return cfg_fail(c, SMP_EINVAL, e->line, ep, "missing %s",
+                            !(have & 1) ? "sha256" : !(have & 2) ? "tenant" : "role");
+    }
+    return 0;
+}
+
+/* 1 when the "host:port" of listen.tcp binds only a loopback address. */
+static int listen_is_loopback(const char *spec)
+{
+    struct sockaddr_storage ss;
+    if (spec[0] == '\0') return 1; /* off */
+    if (net_parse_listen(spec, &ss) < 0) return 0;
+    if (ss.ss_family == AF_INET)
+        return (ntohl(((struct sockaddr_in *)&ss)->sin_addr.s_addr) >> 24) == 127;
+    if (ss.ss_family == AF_INET6)
+        return IN6_IS_ADDR_LOOPBACK(&((struct sockaddr_in6 *)&ss)->sin6_addr);
+    return 0;
+}
+
+/* The auth rules: with auth.enabled true there are tokens and the embedded
+ * node has its token file; with it false no other auth.* key but
+ * allow_insecure is set, and listen.tcp on a non-loopback address needs
+ * allow_insecure: true. */
+static int check_auth(cfg_ctx *c, const host_config *cfg, const host_config_node *root)
+{
+    const host_config_node *auth = node_child(root, "auth");
+    const host_config_node *en = node_child(auth, "enabled");
+    const host_config_node *tcp = node_child(node_child(root, "listen"), "tcp");
+    int line = en != NULL ? en->line : 0;
+    if (cfg->auth_enabled) {
+        if (cfg->auth_n_tokens == 0)
+            return cfg_fail(c, SMP_EINVAL, line, "auth.tokens",
+                            "missing: auth.enabled true needs at least one token");
+        if (cfg->node_embedded &&
+            (cfg->auth_node_token_file == NULL || cfg->auth_node_token_file[0] == '\0'))
+            return cfg_fail(c, SMP_EINVAL, line, "auth.node_token_file",
+                            "missing: the embedded node registers through the RPC and needs an "
+                            "admin token (a file holding it)");
+        return 0;
+    }
+    for (size_t i = 0; auth != NULL && auth->kind == HOST_CFG_MAP && i < auth->n_items; i++) {
+        char path[CFG_KEY_PATH_MAX];
+        if (strcmp(auth->items[i]->key, "enabled") == 0 ||
+            strcmp(auth->items[i]->key, "allow_insecure") == 0)
+            continue;
+        path_key(path, "auth", auth->items[i]->key);
+        return cfg_fail(c, SMP_EINVAL, auth->items[i]->key_line, path,
+                        "is set but auth.enabled is false (it would do nothing)");
+    }
+    if (!listen_is_loopback(cfg->listen_tcp) && !cfg->auth_allow_insecure)
+        return cfg_fail(c, SMP_EINVAL, tcp != NULL ? tcp->line : line, "listen.tcp",
+                        "%s is not a loopback address and auth.enabled is false: anyone who "
+                        "reaches it could act as any tenant; turn auth on, or set "
+                        "auth.allow_insecure: true", cfg->listen_tcp);
+    return 0;
+}
+
 /* The HA rules: ha.enabled and oplog.backend etcd go together; an enabled
  * master needs its id, etcd's members, the shared snapshot directory and an
  * endpoint to advertise; and no ha.* key is accepted while HA is off (it
@@ -1053,6 +1187,7 @@ static int check_cross(cfg_ctx *c, const host_config *cfg, const host_config_nod
     }
     if ((rc = check_tls(c, cfg, root)) < 0) return rc;
     if ((rc = check_ha(c, cfg, root)) < 0) return rc;
+    if ((rc = check_auth(c, cfg, root)) < 0) return rc;
     if (cfg->memory_low_watermark < cfg->memory_high_watermark) return 0;
     if (low != NULL)
         return cfg_fail(c, SMP_ERANGE, low->line, "memory.low_watermark",
@@ -1101,6 +1236,7 @@ static int resolve_paths(cfg_ctx *c, host_config *cfg, const host_config_node *r
     const char *base = cfg->base_dir;
     if ((rc = resolve_in_place(c, &cfg->data_dir, base)) < 0) return rc;
     if ((rc = resolve_in_place(c, &cfg->listen_unix, base)) < 0) return rc;
+    if ((rc = resolve_in_place(c, &cfg->auth_node_token_file, base)) < 0) return rc;
     if ((rc = resolve_in_place(c, &cfg->node_segment_dir, base)) < 0) return rc;
     if ((rc = resolve_in_place(c, &cfg->ha_snapshot_dir, base)) < 0) return rc;
     if ((rc = resolve_in_place(c, &cfg->tls_cert, base)) < 0) return rc;
@@ -1208,6 +1344,8 @@ void host_config_free(host_config *cfg)
         node_free(cfg->plugins[i].block);
     }
     free(cfg->plugins);
+    free(cfg->auth_node_token_file);
+    free(cfg->auth_tokens);
     memset(cfg, 0, sizeof(*cfg));
 }
 

@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rpc_auth.h"
 #include "store_plugin.h"
 
 /* A node of a plugin's own config block. */
@@ -135,6 +136,15 @@ typedef struct host_config {
 
     host_config_plugin *plugins;
     size_t n_plugins;
+
+    /* auth: credentials and roles (rpc_auth.h). Off by default (the
+     * embedded `make run`); off with listen.tcp on a non-loopback address
+     * is refused unless allow_insecure. */
+    int auth_enabled;
+    int auth_allow_insecure;
+    char *auth_node_token_file;       /* the embedded node's token (admin), NULL/"" = none */
+    rpc_auth_token *auth_tokens;      /* auth.tokens: SHA-256, tenant, role */
+    size_t auth_n_tokens;
 } host_config;
 
 /* Fill *cfg with every default. Strings are heap copies (freed by

@@ -58,6 +58,9 @@ typedef struct host_backend {
     /* Route a call host_plugins_dispatch parked, once the reload or disable
      * ended, as if it had just arrived (NULL: it is answered SMP_ECANCELED). */
     void (*redispatch)(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len);
+    /* smp_host_api.rpc_caller (ABI 1.2; NULL: every caller is an admin of no
+     * tenant, authentication off). */
+    int (*rpc_caller)(const smp_rpc_call *call, smp_caller *out);
 } host_backend;
 
 typedef struct host_plugins host_plugins;
@@ -83,8 +86,9 @@ typedef struct host_section_reg {
 } host_section_reg;
 
 typedef struct host_rpc_reg {
-    smp_rpc_service s;    /* methods point into the plugin (valid until fini) */
+    smp_rpc_service s;    /* methods point at own[] (names into the plugin, valid until fini) */
     host_plugin *owner;
+    smp_rpc_method own[]; /* the methods in the host's layout (min_role NONE before ABI 1.2) */
 } host_rpc_reg;
 
 typedef struct host_tick_reg {

@@ -233,32 +233,50 @@ static int reg_rpc_service(smp_host *h, const smp_rpc_service *s)
     if (c.service_id <= SMP_RPC_HOST_SERVICE_MAX)
         return refuse(h, SMP_ERANGE, "%s: rpc service %u (%s) is in the host range 0..%d",
                       h->file, (unsigned)c.service_id, c.name, SMP_RPC_HOST_SERVICE_MAX);
-    /* The method array is indexed with the host's sizeof(smp_rpc_method),
-     * which is the plugin's as long as ABI 1.x has not grown that struct; a
-     * minor that grows it must switch to a stride of methods[0].struct_size
-     * here and in the RPC dispatcher. */
+    /* The method array is read with the plugin's stride (methods[0].struct_size):
+     * ABI 1.2 grew smp_rpc_method by min_role, so a 1.0 or 1.1 table is
+     * shorter per entry; it is copied into the host's layout below. */
+    size_t stride = c.n_methods > 0 ? c.methods[0].struct_size : sizeof(smp_rpc_method);
+    if (stride < V1_RPC_METHOD || stride % _Alignof(smp_rpc_method) != 0)
+        return refuse(h, SMP_EINVAL, "%s: rpc service %u (%s) has methods of struct_size %zu "
+                      "(at least %zu, a multiple of %zu)", h->file, (unsigned)c.service_id, c.name,
+                      stride, V1_RPC_METHOD, (size_t)_Alignof(smp_rpc_method));
+    e = calloc(1, sizeof(*e) + c.n_methods * sizeof(smp_rpc_method));
+    if (e == NULL) return refuse(h, SMP_ENOMEM, "%s: out of memory registering rpc service %u",
+                                 h->file, (unsigned)c.service_id);
     for (size_t i = 0; i < c.n_methods; i++) {
-        const smp_rpc_method *m = &c.methods[i];
-        if (m->struct_size < V1_RPC_METHOD || m->name == NULL || m->handler == NULL)
+        smp_rpc_method *m = &e->own[i];
+        memcpy(m, (const uint8_t *)c.methods + i * stride,
+               stride < sizeof(*m) ? stride : sizeof(*m));
+        if (m->struct_size < sizeof(*m)) m->min_role = SMP_ROLE_NONE;
+        if (m->struct_size < V1_RPC_METHOD || m->name == NULL || m->handler == NULL) {
+            free(e);
             return refuse(h, SMP_EINVAL, "%s: rpc service %u (%s) method %zu is malformed "
                           "(struct_size, name or handler)", h->file, (unsigned)c.service_id, c.name, i);
-        for (size_t j = 0; j < i; j++)
-            if (c.methods[j].method_id == m->method_id)
-                return refuse(h, SMP_EEXIST, "%s: rpc service %u (%s) has two methods with id %u "
-                              "(%s and %s)", h->file, (unsigned)c.service_id, c.name,
-                              (unsigned)m->method_id, c.methods[j].name, m->name);
+        }
+        m->struct_size = sizeof(*m);
+        for (size_t j = 0; j < i; j++) {
+            if (e->own[j].method_id == m->method_id) {
+                rc = refuse(h, SMP_EEXIST, "%s: rpc service %u (%s) has two methods with id %u "
+                            "(%s and %s)", h->file, (unsigned)c.service_id, c.name,
+                            (unsigned)m->method_id, e->own[j].name, m->name);
+                free(e);
+                return rc;
+            }
+        }
     }
     for (size_t i = 0; i < visible_n(h, &reg->rpcs, &h->s_rpcs); i++) {
         const host_rpc_reg *o = visible_at(h, &reg->rpcs, &h->s_rpcs, i);
         if (o->owner == h->replaces) continue;
-        if (o->s.service_id == c.service_id)
-            return refuse(h, SMP_EEXIST, "%s: rpc service %u (%s) is already registered as %s by %s",
-                          h->file, (unsigned)c.service_id, c.name, o->s.name, o->owner->file);
+        if (o->s.service_id == c.service_id) {
+            rc = refuse(h, SMP_EEXIST, "%s: rpc service %u (%s) is already registered as %s by %s",
+                        h->file, (unsigned)c.service_id, c.name, o->s.name, o->owner->file);
+            free(e);
+            return rc;
+        }
     }
-    e = calloc(1, sizeof(*e));
-    if (e == NULL) return refuse(h, SMP_ENOMEM, "%s: out of memory registering rpc service %u",
-                                 h->file, (unsigned)c.service_id);
     e->s = c;
+    e->s.methods = e->own;
     e->owner = h;
     if ((rc = hp_vec_push(h->replaces ? &h->s_rpcs : &reg->rpcs, e)) < 0) {
         free(e);
@@ -357,6 +375,17 @@ static int enotsup_rpc_reply(smp_rpc_call *call, int status, const uint8_t *body
 {
     (void)call, (void)status, (void)body, (void)len;
     return SMP_ENOTSUP;
+}
+
+/* No backend answer: authentication is off, the caller may do everything. */
+static int open_rpc_caller(const smp_rpc_call *call, smp_caller *out)
+{
+    smp_caller v = {sizeof(smp_caller), 0, NULL, SMP_ROLE_ADMIN};
+    if (call == NULL || out == NULL || out->struct_size < offsetof(smp_caller, tenant))
+        return SMP_EINVAL;
+    v.struct_size = out->struct_size < sizeof(v) ? out->struct_size : (uint32_t)sizeof(v);
+    memcpy(out, &v, v.struct_size);
+    return SMP_OK;
 }
 
 static int api_is_leader(smp_host *h)
@@ -603,6 +632,7 @@ void hp_api_bind_backend(smp_host_api *api, const host_backend *be)
     api->writer_write = be->writer_write != NULL ? be->writer_write : enotsup_writer_write;
     api->reader_data = be->reader_data != NULL ? be->reader_data : empty_reader_data;
     api->rpc_reply = be->rpc_reply != NULL ? be->rpc_reply : enotsup_rpc_reply;
+    api->rpc_caller = be->rpc_caller != NULL ? be->rpc_caller : open_rpc_caller;
 }
 
 void hp_api_fill(smp_host *h)

@@ -1,4 +1,4 @@
-/* store_plugin.h -- the Store Master plugin ABI, version 1.1.
+/* store_plugin.h -- the Store Master plugin ABI, version 1.2.
  *
  * This header is the whole contract between the Store Master (the host) and a
  * plugin shared library. A plugin exports exactly one symbol,
@@ -24,6 +24,13 @@
  * A 1.0 plugin (a descriptor without them) still loads in a 1.1 host: it
  * cannot be reloaded in place, and can still be disabled and enabled. A 1.1
  * plugin is refused by a 1.0 host (its minor is newer), as for any minor.
+ *
+ * ABI 1.2 appends authentication: the error codes SMP_EAUTH and SMP_EFORBIDDEN,
+ * the role a caller needs for each RPC method (smp_rpc_method.min_role) and
+ * the host API member rpc_caller(), which tells a handler the authenticated
+ * tenant and role of the connection a call came on. A method of a plugin built
+ * against 1.0 or 1.1 has no role: while the host's authentication is on, every
+ * call of it is refused (fail closed); with authentication off it runs.
  *
  * Threading. Every callback into the plugin runs on the master's event-loop
  * thread, which owns all metadata; callbacks must not block and must not call
@@ -58,7 +65,7 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 
 #define SMP_ABI_MAJOR 1
-#define SMP_ABI_MINOR 1
+#define SMP_ABI_MINOR 2
 
 /* The ABI tag pins what C cannot check across a dlopen: pointer width and byte
  * order. It is 'S' 'M' <pointer bytes> <1 little endian | 2 big endian>. */
@@ -96,7 +103,10 @@ enum {
     SMP_EDURABILITY = -14,/* the OpLog could not make a record durable */
     SMP_ENOSPC = -15,     /* no memory or disk capacity left */
     SMP_ENOTLEADER = -16, /* this master is a standby */
-    SMP_ECANCELED = -17   /* the host shut down before completion */
+    SMP_ECANCELED = -17,  /* the host shut down before completion */
+    /* ABI 1.2: */
+    SMP_EAUTH = -18,      /* no credentials, or credentials the host does not know */
+    SMP_EFORBIDDEN = -19  /* the caller's role does not allow the request */
 };
 
 /* A stable name for a code ("SMP_EGATE"); never NULL. */
@@ -121,6 +131,8 @@ static inline const char *smp_strerror(int rc)
     case SMP_ENOSPC: return "SMP_ENOSPC";
     case SMP_ENOTLEADER: return "SMP_ENOTLEADER";
     case SMP_ECANCELED: return "SMP_ECANCELED";
+    case SMP_EAUTH: return "SMP_EAUTH";
+    case SMP_EFORBIDDEN: return "SMP_EFORBIDDEN";
     default: return "SMP_E(unknown)";
     }
 }
@@ -316,12 +328,25 @@ typedef int (*smp_rpc_handler)(void *plugin,
                                const uint8_t *body,
                                size_t len);
 
+/* Roles of an authenticated caller (ABI 1.2), each allowing what the one
+ * before allows and more: a reader discovers and reads, a writer also
+ * creates, changes and removes, an admin also runs gates, plugins, node and
+ * cluster commands and acts across tenants. SMP_ROLE_NONE as a method's
+ * min_role means "no rule": refused to everyone while authentication is on. */
+typedef enum smp_role {
+    SMP_ROLE_NONE = 0,
+    SMP_ROLE_READER = 1,
+    SMP_ROLE_WRITER = 2,
+    SMP_ROLE_ADMIN = 3
+} smp_role;
+
 typedef struct smp_rpc_method {
     uint32_t struct_size;
     uint16_t method_id;
     const char *name;
     smp_rpc_handler handler;
-    /* Fields above: ABI 1.0. */
+    /* Fields above: ABI 1.0. Below: ABI 1.2. */
+    smp_role min_role;    /* the least role allowed to call it (see smp_role) */
 } smp_rpc_method;
 
 #define SMP_RPC_HOST_SERVICE_MAX 15 /* service ids 0..15 belong to the host */
@@ -415,6 +440,21 @@ typedef struct smp_object_info {
     uint8_t checksum[32];   /* SHA-256 of the bytes, when complete */
     /* Fields above: ABI 1.0. */
 } smp_object_info;
+
+/* Who made an RPC call (ABI 1.2), as the host authenticated the connection it
+ * came on; filled by smp_host_api.rpc_caller. With authentication off,
+ * auth_enabled is 0, role is SMP_ROLE_ADMIN and tenant is NULL: every caller
+ * may do everything (the embedded default). With it on, tenant is the
+ * caller's tenant (never NULL) and role its role; a plugin must answer a
+ * non-admin caller only about that tenant's resources, and name another
+ * tenant's resource as not found (never as forbidden). */
+typedef struct smp_caller {
+    uint32_t struct_size; /* set by the plugin to sizeof(smp_caller) */
+    int auth_enabled;
+    const char *tenant;   /* borrowed until the call is answered */
+    smp_role role;
+    /* Fields above: ABI 1.2. */
+} smp_caller;
 
 /* Visitor for bounded listings: return 0 to go on, non-zero to stop early. */
 typedef int (*smp_object_visit_fn)(void *arg, const smp_object_info *obj);
@@ -578,6 +618,11 @@ typedef struct smp_host_api {
 
     /* Members above: ABI 1.0. New members go below this line, with the
      * minor version that added them. */
+
+    /* ABI 1.2: fill *out (out->struct_size set by the caller; fields it does
+     * not cover are left alone) with the caller of call, which must be a call
+     * the plugin has not answered yet. SMP_EINVAL for NULL arguments. */
+    int (*rpc_caller)(const smp_rpc_call *call, smp_caller *out);
 } smp_host_api;
 
 /* True when the host's table is large enough to contain `member`. */

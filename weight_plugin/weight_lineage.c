@@ -407,11 +407,16 @@ static int wm_lin_append(wm_plugin *p, const wm_lineage_claim *c, smp_rpc_call *
 
 /* -- UPSERT_BEGIN / UPSERT_STATUS ------------------------------------------ */
 
-static int wm_lin_id_from_pb(const Wmrpc__WeightIdentity *in, uint64_t gen, int use_gen,
-                             wm_identity *out, char *msg, size_t cap)
+/* A wire identity of a lineage, of tenant (wm_tenant_of; NULL: a tenant the
+ * caller may not see, refused WM_ENOT_FOUND). */
+static int wm_lin_id_from_pb(const Wmrpc__WeightIdentity *in, const char *tenant, uint64_t gen,
+                             int use_gen, wm_identity *out, char *msg, size_t cap)
 {
     if (in == NULL) return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "identity is missing");
-    const char *tenant = in->tenant && in->tenant[0] ? in->tenant : "default";
+    if (tenant == NULL)
+        return wm_fail(WM_ENOT_FOUND, msg, cap, "no lineage %s/%s/%s/%s", in->tenant,
+                       in->namespace_id ? in->namespace_id : "",
+                       in->resource_id ? in->resource_id : "", in->revision ? in->revision : "");
     const char *ns = in->namespace_id ? in->namespace_id : "";
     const char *res = in->resource_id ? in->resource_id : "";
     const char *rv = in->revision ? in->revision : "";
@@ -455,11 +460,14 @@ int wm_rpc_upsert_begin(void *plugin, smp_rpc_call *call, const uint8_t *body, s
                               "request body does not decode as UpsertBeginRequest");
     wm_lin_count_recovered(p);
     memset(&c, 0, sizeof(c));
-    if (wm_lin_id_from_pb(req->base_identity, 0, 0, &c.base, msg, sizeof(msg)) < 0) {
-        wm_reply_error(p, call, WM_EINVALID_ARGUMENT, "invalid base identity: %s", msg);
+    const char *tenant =
+        wm_tenant_of(p, call, req->base_identity != NULL ? req->base_identity->tenant : NULL);
+    if ((rc = wm_lin_id_from_pb(req->base_identity, tenant, 0, 0, &c.base, msg, sizeof(msg))) < 0) {
+        if (rc == WM_ENOT_FOUND) wm_reply_error(p, call, rc, "%s", msg);
+        else wm_reply_error(p, call, WM_EINVALID_ARGUMENT, "invalid base identity: %s", msg);
         goto free_req;
     }
-    if (wm_lin_id_from_pb(req->base_identity, req->target_generation, 1, &c.target, msg,
+    if (wm_lin_id_from_pb(req->base_identity, tenant, req->target_generation, 1, &c.target, msg,
                           sizeof(msg)) < 0) {
         wm_reply_error(p, call, WM_EINVALID_ARGUMENT, "invalid target identity: %s", msg);
         goto free_req;
@@ -589,7 +597,12 @@ int wm_rpc_upsert_status(void *plugin, smp_rpc_call *call, const uint8_t *body, 
     if (req == NULL)
         return wm_reply_error(p, call, SMP_EPROTO,
                               "request body does not decode as UpsertStatusRequest");
-    if (wm_lin_id_from_pb(req->lineage, 1, 1, &id, msg, sizeof(msg)) < 0)
+    int rc = wm_lin_id_from_pb(req->lineage,
+                               wm_tenant_of(p, call, req->lineage ? req->lineage->tenant : NULL),
+                               1, 1, &id, msg, sizeof(msg));
+    if (rc == WM_ENOT_FOUND)
+        wm_reply_error(p, call, rc, "%s", msg);
+    else if (rc < 0)
         wm_reply_error(p, call, WM_EINVALID_ARGUMENT, "invalid lineage: %s", msg);
     else
         wm_lin_reply(p, call, wm_lin_entry(p, &id));

@@ -17,27 +17,33 @@
 /* Registration and metrics                                                  */
 /* ------------------------------------------------------------------------ */
 
-#define M(id, name, fn) {sizeof(smp_rpc_method), id, name, fn}
+/* Each method with the least role allowed to call it (ABI 1.2): readers
+ * discover, lease and read; writers also publish, change and remove. */
+#define R SMP_ROLE_READER
+#define W SMP_ROLE_WRITER
+#define M(id, name, fn, role) {sizeof(smp_rpc_method), id, name, fn, role}
 static const smp_rpc_method wm_methods[] = {
-    M(WMRPC__WEIGHT_METHOD__WEIGHT_IMPORT_BEGIN, "IMPORT_BEGIN", wm_rpc_import_begin),
-    M(WMRPC__WEIGHT_METHOD__WEIGHT_IMPORT_COMMIT, "IMPORT_COMMIT", wm_rpc_import_commit),
-    M(WMRPC__WEIGHT_METHOD__WEIGHT_IMPORT_ABORT, "IMPORT_ABORT", wm_rpc_import_abort),
-    M(WMRPC__WEIGHT_METHOD__WEIGHT_GET_METADATA, "GET_METADATA", wm_rpc_get_metadata),
-    M(WMRPC__WEIGHT_METHOD__WEIGHT_IS_EXIST, "IS_EXIST", wm_rpc_is_exist),
-    M(WMRPC__WEIGHT_METHOD__WEIGHT_GET_SIZE, "GET_SIZE", wm_rpc_get_size),
-    M(WMRPC__WEIGHT_METHOD__WEIGHT_LIST, "LIST", wm_rpc_list),
-    M(WMRPC__WEIGHT_METHOD__WEIGHT_UPDATE_POLICY, "UPDATE_POLICY", wm_rpc_update_policy),
-    M(WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_ACQUIRE, "LEASE_ACQUIRE", wm_rpc_lease_acquire),
-    M(WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_RENEW, "LEASE_RENEW", wm_rpc_lease_renew),
-    M(WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_RELEASE, "LEASE_RELEASE", wm_rpc_lease_release),
-    M(WMRPC__WEIGHT_METHOD__WEIGHT_MIGRATE, "MIGRATE", wm_rpc_migrate),
-    M(WMRPC__WEIGHT_METHOD__WEIGHT_GET_OPERATION, "GET_OPERATION", wm_rpc_get_operation),
-    M(WMRPC__WEIGHT_METHOD__WEIGHT_REMOVE, "REMOVE", wm_rpc_remove),
-    M(WMRPC__WEIGHT_METHOD__WEIGHT_UPSERT_BEGIN, "UPSERT_BEGIN", wm_rpc_upsert_begin),
-    M(WMRPC__WEIGHT_METHOD__WEIGHT_UPSERT_STATUS, "UPSERT_STATUS", wm_rpc_upsert_status),
-    M(WMRPC__WEIGHT_METHOD__WEIGHT_REPAIR, "REPAIR", wm_rpc_repair),
+    M(WMRPC__WEIGHT_METHOD__WEIGHT_IMPORT_BEGIN, "IMPORT_BEGIN", wm_rpc_import_begin, W),
+    M(WMRPC__WEIGHT_METHOD__WEIGHT_IMPORT_COMMIT, "IMPORT_COMMIT", wm_rpc_import_commit, W),
+    M(WMRPC__WEIGHT_METHOD__WEIGHT_IMPORT_ABORT, "IMPORT_ABORT", wm_rpc_import_abort, W),
+    M(WMRPC__WEIGHT_METHOD__WEIGHT_GET_METADATA, "GET_METADATA", wm_rpc_get_metadata, R),
+    M(WMRPC__WEIGHT_METHOD__WEIGHT_IS_EXIST, "IS_EXIST", wm_rpc_is_exist, R),
+    M(WMRPC__WEIGHT_METHOD__WEIGHT_GET_SIZE, "GET_SIZE", wm_rpc_get_size, R),
+    M(WMRPC__WEIGHT_METHOD__WEIGHT_LIST, "LIST", wm_rpc_list, R),
+    M(WMRPC__WEIGHT_METHOD__WEIGHT_UPDATE_POLICY, "UPDATE_POLICY", wm_rpc_update_policy, W),
+    M(WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_ACQUIRE, "LEASE_ACQUIRE", wm_rpc_lease_acquire, R),
+    M(WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_RENEW, "LEASE_RENEW", wm_rpc_lease_renew, R),
+    M(WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_RELEASE, "LEASE_RELEASE", wm_rpc_lease_release, R),
+    M(WMRPC__WEIGHT_METHOD__WEIGHT_MIGRATE, "MIGRATE", wm_rpc_migrate, W),
+    M(WMRPC__WEIGHT_METHOD__WEIGHT_GET_OPERATION, "GET_OPERATION", wm_rpc_get_operation, R),
+    M(WMRPC__WEIGHT_METHOD__WEIGHT_REMOVE, "REMOVE", wm_rpc_remove, W),
+    M(WMRPC__WEIGHT_METHOD__WEIGHT_UPSERT_BEGIN, "UPSERT_BEGIN", wm_rpc_upsert_begin, W),
+    M(WMRPC__WEIGHT_METHOD__WEIGHT_UPSERT_STATUS, "UPSERT_STATUS", wm_rpc_upsert_status, R),
+    M(WMRPC__WEIGHT_METHOD__WEIGHT_REPAIR, "REPAIR", wm_rpc_repair, W),
 };
 #undef M
+#undef R
+#undef W
 
 static const smp_rpc_service wm_service = {
     sizeof(smp_rpc_service), WM_RPC_SERVICE_ID, "weight", wm_methods,

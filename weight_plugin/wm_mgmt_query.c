@@ -110,7 +110,12 @@ int wm_rpc_list(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t le
     char token[WM_KEY_MAX + 1] = "";
     WM_DECODE(req, Wmrpc__ListRequest, wmrpc__list_request__unpack, p, call, body, len);
 
-    const char *tenant = req->tenant && req->tenant[0] ? req->tenant : "default";
+    /* another tenant's revisions are not there for this caller: an empty page */
+    const char *tenant = wm_tenant_of(p, call, req->tenant);
+    if (tenant == NULL) {
+        wm_reply_packed(p, call, &resp.base);
+        goto free_req;
+    }
     const char *ns = req->namespace_id ? req->namespace_id : "";
     const char *res = req->resource_id ? req->resource_id : "";
     if (res[0] && !ns[0]) {
@@ -199,7 +204,7 @@ int wm_rpc_get_operation(void *plugin, smp_rpc_call *call, const uint8_t *body, 
     wm_pb_op op;
     WM_DECODE(req, Wmrpc__OperationRequest, wmrpc__operation_request__unpack, p, call, body, len);
     const wm_operation *o = wm_store_operation(p->store, req->operation_id);
-    if (o == NULL) {
+    if (o == NULL || !wm_tenant_visible(p, call, o->id_of.tenant_id)) {
         wm_reply_error(p, call, WM_ENOT_FOUND, "no operation %" PRIu64, req->operation_id);
     } else {
         wm_pb_op_set(&op, o);

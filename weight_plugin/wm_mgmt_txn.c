@@ -522,15 +522,14 @@ int wm_submit_delete(wm_plugin *p, const wm_metadata_delete *d, wm_applied_fn cb
 /* Request decoding                                                          */
 /* ------------------------------------------------------------------------ */
 
-/* A wire identity as a checked wm_identity ("" tenant is "default"). */
-static int wm_identity_from_pb(const Wmrpc__WeightIdentity *in, wm_identity *out, char *msg,
-                               size_t cap)
+/* A wire identity as a checked wm_identity, of tenant (wm_tenant_of). */
+static int wm_identity_from_pb(const Wmrpc__WeightIdentity *in, const char *tenant,
+                               wm_identity *out, char *msg, size_t cap)
 {
     if (in == NULL) {
         snprintf(msg, cap, "identity is missing");
         return WM_EINVALID_ARGUMENT;
     }
-    const char *tenant = in->tenant && in->tenant[0] ? in->tenant : "default";
     const char *parts[4] = {tenant, in->namespace_id, in->resource_id, in->revision};
     char *dst[4] = {out->tenant_id, out->ns, out->resource_id, out->revision};
     memset(out, 0, sizeof(*out));
@@ -555,12 +554,21 @@ const char *wm_id_text(const wm_identity *id, char *buf, size_t cap)
 }
 
 /* The checked identity of a request into *id: 1, or 0 with INVALID_ARGUMENT
- * ("invalid identity: ...") answered. */
+ * ("invalid identity: ...") answered, or NOT_FOUND ("no revision ...") when
+ * it names a tenant the caller may not see (wm_tenant.c). */
 int wm_identity_in(wm_plugin *p, smp_rpc_call *call, const Wmrpc__WeightIdentity *pid,
                           wm_identity *id)
 {
     char msg[256];
-    if (wm_identity_from_pb(pid, id, msg, sizeof(msg)) < 0) {
+    const char *tenant = wm_tenant_of(p, call, pid != NULL ? pid->tenant : NULL);
+    if (tenant == NULL) {
+        wm_reply_error(p, call, WM_ENOT_FOUND, "no revision %s/%s/%s/%s@%" PRIu64, pid->tenant,
+                       pid->namespace_id ? pid->namespace_id : "",
+                       pid->resource_id ? pid->resource_id : "",
+                       pid->revision ? pid->revision : "", pid->generation);
+        return 0;
+    }
+    if (wm_identity_from_pb(pid, tenant, id, msg, sizeof(msg)) < 0) {
         wm_reply_error(p, call, WM_EINVALID_ARGUMENT, "invalid identity: %s", msg);
         return 0;
     }

@@ -338,4 +338,14 @@ void wm_access_release(wm_plugin *p);
  * leases may not be renewed and no new ones are granted. */
 int wm_revision_fenced(const wm_plugin *p, const wm_revision *rev);
 
+/* -- wm_tenant.c: the tenant a request acts for ----------------------------- */
+
+/* The tenant a request naming wire ("" or NULL: none) acts for, from the
+ * caller the host authenticated: wire, the caller's own tenant when wire is
+ * empty ("default" with authentication off), or NULL when a non-admin
+ * caller names another tenant (answer NOT_FOUND, never FORBIDDEN). */
+const char *wm_tenant_of(wm_plugin *p, smp_rpc_call *call, const char *wire);
+/* 1 when the caller of call may see tenant's revisions. */
+int wm_tenant_visible(wm_plugin *p, smp_rpc_call *call, const char *tenant);
+
 #endif /* WM_PLUGIN_H */

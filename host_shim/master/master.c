@@ -27,6 +27,10 @@
 #include "master_internal.h"
 #include "node_runtime.h"
 #include "rpc_tls.h"
+#include "rpc_auth.h"
+#include "wc_token.h"
+
+static int master_auth_start(master *m, char *err, size_t errlen);
 
 static int mkdir_p(const char *path)
 {
@@ -285,6 +289,7 @@ static int start_embedded_node(master *m, char *err, size_t errlen)
     snprintf(tcp, sizeof(tcp), "%.*s:%d", hl > 0 ? hl : 9, hl > 0 ? m->cfg->listen_tcp : "127.0.0.1",
              rpc_server_tcp_port(m->rpc));
     node_runtime_options o = {
+        .token = m->node_token[0] ? m->node_token : NULL,
         .master = m->cfg->listen_unix[0] ? m->cfg->listen_unix : tcp,
         .node_id = m->cfg->node_id,
         .segment_dir = m->cfg->node_segment_dir,
@@ -389,12 +394,44 @@ static int open_parts(master *m, char *err, size_t errlen)
     rc = rpc_server_create(&m->loop, &ro, &m->rpc, err, errlen);
     SSL_CTX_free(tls); /* the server holds its own reference */
     if (rc < 0) return rc;
+    if ((rc = master_auth_start(m, err, errlen)) < 0) return rc;
     if ((rc = master_objects_register(m)) < 0 || (rc = master_admin_register(m)) < 0 ||
         (rc = master_nodes_register(m)) < 0) {
         snprintf(err, errlen, "rpc: cannot register the host services: %s", smp_strerror(rc));
         return rc;
     }
     return master_plugins_route(m, err, errlen);
+}
+
+/* Credentials: the auth service on the RPC server, authorization on when
+ * auth.enabled, the embedded node's token read, and one log line saying
+ * which (off is the embedded default; config.c refused it on a
+ * non-loopback listen.tcp unless auth.allow_insecure). */
+static int master_auth_start(master *m, char *err, size_t errlen)
+{
+    const host_config *cfg = m->cfg;
+    int rc;
+    if ((rc = rpc_auth_create(cfg->auth_enabled, cfg->auth_tokens, cfg->auth_n_tokens, &m->auth)) < 0) {
+        snprintf(err, errlen, "auth: the credentials cannot be set up: %s", smp_strerror(rc));
+        return rc;
+    }
+    if (cfg->auth_enabled && cfg->node_embedded &&
+        (rc = wc_token_read_file(cfg->auth_node_token_file, m->node_token, sizeof(m->node_token),
+                                 err, errlen)) < 0)
+        return rc;
+    if ((rc = rpc_auth_serve(m->auth, m->rpc)) < 0) {
+        snprintf(err, errlen, "rpc: cannot register the auth service: %s", smp_strerror(rc));
+        return rc;
+    }
+    if (cfg->auth_enabled)
+        fprintf(stderr, "store_master: auth: on, %zu token%s; every request is authorized by "
+                "the tenant and role of its connection's token\n",
+                cfg->auth_n_tokens, cfg->auth_n_tokens == 1 ? "" : "s");
+    else
+        fprintf(stderr, "store_master: auth: OFF -- every client may act as an admin of any "
+                "tenant (%s); set auth.enabled and auth.tokens to require tokens\n",
+                cfg->auth_allow_insecure ? "auth.allow_insecure: true" : "loopback only");
+    return SMP_OK;
 }
 
 static void close_parts(master *m)
@@ -415,6 +452,8 @@ static void close_parts(master *m)
     master_carried_free(m);
     master_gates_free(m);
     master_ha_close(m);
+    rpc_auth_free(m->auth); /* after the server: its auth service is gone with it */
+    m->auth = NULL;
     if (m->data_lock_fd >= 0) close(m->data_lock_fd); /* the lock goes with it */
 }
 

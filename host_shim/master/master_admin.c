@@ -295,18 +295,18 @@ static int h_snapshot(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t
 }
 
 static const smp_rpc_method admin_methods[] = {
-    {sizeof(smp_rpc_method), ADMIN_METHOD__ADMIN_STATUS, "status", h_status},
-    {sizeof(smp_rpc_method), ADMIN_METHOD__ADMIN_SNAPSHOT, "snapshot", h_snapshot},
+    {sizeof(smp_rpc_method), ADMIN_METHOD__ADMIN_STATUS, "status", h_status, SMP_ROLE_ADMIN},
+    {sizeof(smp_rpc_method), ADMIN_METHOD__ADMIN_SNAPSHOT, "snapshot", h_snapshot, SMP_ROLE_ADMIN},
     {sizeof(smp_rpc_method), ADMIN_METHOD__ADMIN_GATE_CONFIRM, "gate_confirm",
-     master_gates_h_confirm},
-    {sizeof(smp_rpc_method), ADMIN_METHOD__ADMIN_PLUGIN_LIST, "plugin_list", master_plugins_h_list},
+     master_gates_h_confirm, SMP_ROLE_ADMIN},
+    {sizeof(smp_rpc_method), ADMIN_METHOD__ADMIN_PLUGIN_LIST, "plugin_list", master_plugins_h_list, SMP_ROLE_ADMIN},
     {sizeof(smp_rpc_method), ADMIN_METHOD__ADMIN_PLUGIN_RELOAD, "plugin_reload",
-     master_plugins_h_reload},
+     master_plugins_h_reload, SMP_ROLE_ADMIN},
     {sizeof(smp_rpc_method), ADMIN_METHOD__ADMIN_PLUGIN_DISABLE, "plugin_disable",
-     master_plugins_h_disable},
+     master_plugins_h_disable, SMP_ROLE_ADMIN},
     {sizeof(smp_rpc_method), ADMIN_METHOD__ADMIN_PLUGIN_ENABLE, "plugin_enable",
-     master_plugins_h_enable},
-    {sizeof(smp_rpc_method), ADMIN_METHOD__ADMIN_FSCK, "fsck", master_fsck_h},
+     master_plugins_h_enable, SMP_ROLE_ADMIN},
+    {sizeof(smp_rpc_method), ADMIN_METHOD__ADMIN_FSCK, "fsck", master_fsck_h, SMP_ROLE_ADMIN},
 };
 
 int master_admin_register(master *m)

@@ -149,5 +149,6 @@ void master_backend_init(master *m)
     b->writer_write = snap_writer_write;
     b->reader_data = snap_reader_data;
     b->rpc_reply = rpc_reply;
+    b->rpc_caller = rpc_server_call_caller;
     b->gate_confirmed = master_gate_confirmed;
 }

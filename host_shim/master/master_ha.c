@@ -178,6 +178,8 @@ static int admit(void *arg, uint32_t service, uint32_t method, const char **lead
     if (master_is_leader(m)) return 0;
     if (service == HOST_SERVICE__HOST_SERVICE_ADMIN && method == ADMIN_METHOD__ADMIN_STATUS)
         return 0;
+    /* A client authenticates with whichever master it reached first. */
+    if (service == HOST_SERVICE__HOST_SERVICE_AUTH) return 0;
     /* The plugin commands act on the master that answers (a rolling upgrade
      * reloads the standbys first): a standby serves them itself. */
     if (service == HOST_SERVICE__HOST_SERVICE_ADMIN && method >= ADMIN_METHOD__ADMIN_PLUGIN_LIST &&

@@ -86,6 +86,8 @@ typedef struct master {
     obj_store *objs;
     oplog *log;
     rpc_server *rpc;
+    struct rpc_auth *auth;      /* credentials (rpc_auth.h), served on m->rpc */
+    char node_token[4097];      /* auth.node_token_file's token, "" without auth */
     admin_http *admin;
     uv_signal_t sig_int;
     uv_signal_t sig_term;

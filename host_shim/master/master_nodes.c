@@ -729,8 +729,8 @@ void master_nodes_free(master *m)
 }
 
 static const smp_rpc_method node_methods[] = {
-    {sizeof(smp_rpc_method), NODE_METHOD__NODE_REGISTER, "register", h_register},
-    {sizeof(smp_rpc_method), NODE_METHOD__NODE_POLL, "poll", h_poll},
+    {sizeof(smp_rpc_method), NODE_METHOD__NODE_REGISTER, "register", h_register, SMP_ROLE_ADMIN},
+    {sizeof(smp_rpc_method), NODE_METHOD__NODE_POLL, "poll", h_poll, SMP_ROLE_ADMIN},
 };
 
 int master_nodes_register(master *m)

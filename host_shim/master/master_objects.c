@@ -8,7 +8,14 @@
  * (reads of the applied state). Setting a group's managed flag is refused:
  * only the plugin that owns a group does that (host API group_set_managed). A request that does not
  * decode is answered SMP_EPROTO; every refusal carries a message naming the
- * key and the cause. */
+ * key and the cause.
+ *
+ * Tenants (with authentication on, rpc_auth.h): a caller other than an admin
+ * names only keys of its own namespace, "<tenant>/..." and the weight
+ * plugin's "weights/<tenant>/..."; any other key is answered as absent
+ * (NOT_FOUND, exists false), a put outside it is refused naming the rule,
+ * its puts carry its tenant whatever the request says, and its listing
+ * shows only objects of its tenant. An admin names any key. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,18 +82,60 @@ static void reply_no_room(master *m, smp_rpc_call *call, const char *key, uint64
     }
 #define DECODED_FREE(var) pb_arena_free_unpacked(&var##_arena, &(var)->base)
 
+/* -- tenants ---------------------------------------------------------------- */
+
+/* The tenant the caller of call is confined to; NULL for an admin, and for
+ * everyone while authentication is off. */
+static const char *confined_tenant(const smp_rpc_call *call)
+{
+    smp_caller who = {.struct_size = sizeof(who)};
+    if (rpc_server_call_caller(call, &who) < 0 || !who.auth_enabled || who.tenant == NULL ||
+        who.role == SMP_ROLE_ADMIN)
+        return NULL;
+    return who.tenant;
+}
+
+/* 1 when key lies in tenant's namespace: "<tenant>/..." or "weights/<tenant>/..." */
+static int key_in_tenant(const char *key, const char *tenant)
+{
+    size_t n = strlen(tenant);
+    if (key == NULL) return 0;
+    if (strncmp(key, "weights/", 8) == 0) key += 8;
+    return strncmp(key, tenant, n) == 0 && key[n] == '/';
+}
+
+/* 1 when the caller of call may name key; else 0 with it answered as absent. */
+static int key_visible(smp_rpc_call *call, const char *key, const char *what)
+{
+    const char *t = confined_tenant(call);
+    if (t == NULL || key_in_tenant(key, t)) return 1;
+    reply_err(call, SMP_ENOTFOUND, what, key);
+    return 0;
+}
+
 /* -- put -------------------------------------------------------------------- */
 
 static int h_put_start(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len)
 {
     master *m = ctx;
     DECODE(PutStartRequest, put_start_request, req, body, len, call);
+    const char *tenant = confined_tenant(call);
+    if (tenant != NULL && (!key_in_tenant(req->key, tenant) ||
+                           (req->tenant[0] != '\0' && strcmp(req->tenant, tenant) != 0))) {
+        char msg[1400];
+        snprintf(msg, sizeof(msg), "put start '%.512s': tenant %.128s may only put keys "
+                 "beginning with '%.128s/' or 'weights/%.128s/', of its own tenant", req->key,
+                 tenant, tenant, tenant);
+        rpc_reply_error(call, SMP_EFORBIDDEN, msg);
+        DECODED_FREE(req);
+        return SMP_OK;
+    }
     obj_put_params p = {
         .key = req->key,
         .size = req->size,
         .data_type = (smp_data_type)req->data_type,
         .group = req->group,
-        .tenant = req->tenant,
+        .tenant = tenant != NULL ? tenant : req->tenant,
         .overwrite = req->overwrite,
     };
     obj_put_ticket t;
@@ -177,6 +226,7 @@ static int h_put_end(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t 
     put_end_ctx *c = NULL;
     int rc;
     DECODE(PutEndRequest, put_end_request, req, body, len, call);
+    if (!key_visible(call, req->key, "put end")) goto free_req;
     if (req->sha256.len != 32) {
         rc = SMP_EINVAL;
         rpc_reply_error(call, rc, "put end: sha256 must be 32 bytes");
@@ -234,6 +284,10 @@ static int commit_key_request(master *m, smp_rpc_call *call, const uint8_t *body
 {
     obj_record rec = {0};
     DECODE(KeyRequest, key_request, req, body, len, call);
+    if (!key_visible(call, req->key, what)) {
+        DECODED_FREE(req);
+        return SMP_OK;
+    }
     int rc = master_key_pending(m, req->key) ? SMP_EBUSY : prepare(m, req->key, &rec);
     if (rc == SMP_OK) rc = master_commit(m, &rec, req->key, on_empty_durable, call);
     if (rc < 0) reply_err(call, rc, what, req->key);
@@ -293,6 +347,7 @@ static int h_get_replicas(void *ctx, smp_rpc_call *call, const uint8_t *body, si
     uint8_t tickets[MAX_REPLICAS][TICKET_MAX_BYTES];
     size_t n = 0;
     DECODE(KeyRequest, key_request, req, body, len, call);
+    if (!key_visible(call, req->key, "get replicas")) goto free_req;
     uint64_t now = master_now_ms();
     int rc = obj_get_replica_list(m->objs, req->key, now, MASTER_READ_LEASE_MS, reps, MAX_REPLICAS, &n);
     smp_object_info info = {.struct_size = sizeof(info)};
@@ -353,7 +408,9 @@ static int h_exists(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t l
     master *m = ctx;
     DECODE(KeyRequest, key_request, req, body, len, call);
     ExistsResponse resp = EXISTS_RESPONSE__INIT;
-    resp.exists = obj_exists(m->objs, req->key) != 0;
+    const char *tenant = confined_tenant(call);
+    resp.exists = (tenant == NULL || key_in_tenant(req->key, tenant)) &&
+                  obj_exists(m->objs, req->key) != 0;
     master_reply_msg(call, &resp.base);
     DECODED_FREE(req);
     return SMP_OK;
@@ -368,7 +425,7 @@ static int h_list(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len
     const char **keys = calloc(limit, sizeof(*keys));
     size_t n = 0;
     int more = 0;
-    int rc = keys ? obj_list_prefix(m->objs, req->prefix, NULL,
+    int rc = keys ? obj_list_prefix(m->objs, req->prefix, confined_tenant(call),
                                     req->cursor[0] ? req->cursor : NULL, limit, keys, &n, &more)
                   : SMP_ENOMEM;
     if (rc < 0) {
@@ -456,16 +513,16 @@ static int h_group_set_managed(void *ctx, smp_rpc_call *call, const uint8_t *bod
 }
 
 static const smp_rpc_method objects_methods[] = {
-    {sizeof(smp_rpc_method), OBJECTS_METHOD__OBJ_PUT_START, "put_start", h_put_start},
-    {sizeof(smp_rpc_method), OBJECTS_METHOD__OBJ_PUT_END, "put_end", h_put_end},
-    {sizeof(smp_rpc_method), OBJECTS_METHOD__OBJ_PUT_REVOKE, "put_revoke", h_put_revoke},
-    {sizeof(smp_rpc_method), OBJECTS_METHOD__OBJ_GET_REPLICAS, "get_replicas", h_get_replicas},
-    {sizeof(smp_rpc_method), OBJECTS_METHOD__OBJ_EXISTS, "exists", h_exists},
-    {sizeof(smp_rpc_method), OBJECTS_METHOD__OBJ_REMOVE, "remove", h_remove},
-    {sizeof(smp_rpc_method), OBJECTS_METHOD__OBJ_REMOVE_PREFIX, "remove_prefix", h_remove_prefix},
-    {sizeof(smp_rpc_method), OBJECTS_METHOD__OBJ_LIST, "list", h_list},
+    {sizeof(smp_rpc_method), OBJECTS_METHOD__OBJ_PUT_START, "put_start", h_put_start, SMP_ROLE_WRITER},
+    {sizeof(smp_rpc_method), OBJECTS_METHOD__OBJ_PUT_END, "put_end", h_put_end, SMP_ROLE_WRITER},
+    {sizeof(smp_rpc_method), OBJECTS_METHOD__OBJ_PUT_REVOKE, "put_revoke", h_put_revoke, SMP_ROLE_WRITER},
+    {sizeof(smp_rpc_method), OBJECTS_METHOD__OBJ_GET_REPLICAS, "get_replicas", h_get_replicas, SMP_ROLE_READER},
+    {sizeof(smp_rpc_method), OBJECTS_METHOD__OBJ_EXISTS, "exists", h_exists, SMP_ROLE_READER},
+    {sizeof(smp_rpc_method), OBJECTS_METHOD__OBJ_REMOVE, "remove", h_remove, SMP_ROLE_WRITER},
+    {sizeof(smp_rpc_method), OBJECTS_METHOD__OBJ_REMOVE_PREFIX, "remove_prefix", h_remove_prefix, SMP_ROLE_ADMIN},
+    {sizeof(smp_rpc_method), OBJECTS_METHOD__OBJ_LIST, "list", h_list, SMP_ROLE_READER},
     {sizeof(smp_rpc_method), OBJECTS_METHOD__OBJ_GROUP_SET_MANAGED, "group_set_managed",
-     h_group_set_managed},
+     h_group_set_managed, SMP_ROLE_ADMIN},
 };
 
 int master_objects_register(master *m)

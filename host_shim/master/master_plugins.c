@@ -58,7 +58,8 @@ int master_plugins_route(master *m, char *err, size_t errlen)
         if (methods == NULL) goto no_memory;
         for (size_t k = 0; k < r->s.n_methods; k++)
             methods[k] = (smp_rpc_method){sizeof(smp_rpc_method), r->s.methods[k].method_id,
-                                          r->s.methods[k].name, master_plugin_rpc};
+                                          r->s.methods[k].name, master_plugin_rpc,
+                                          r->s.methods[k].min_role};
         int rc = rpc_server_add_service(m->rpc, r->s.service_id, r->s.name, methods, r->s.n_methods, m);
         free(methods);
         if (rc < 0) {

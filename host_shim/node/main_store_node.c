@@ -20,6 +20,7 @@
 #include "master_list.h"
 #include "node_runtime.h"
 #include "store_plugin.h"
+#include "wc_token.h"
 
 static void usage(FILE *out)
 {
@@ -27,13 +28,16 @@ static void usage(FILE *out)
             "usage: store_node --master ADDR --id ID --segment-dir DIR --segment-bytes N\n"
             "                  --cold-dir DIR [--listen HOST:PORT] [--advertise HOST]\n"
             "                  [--verify-from-device] [--no-read-tickets --allow-insecure]\n"
+            "                  [--token-file FILE]\n"
             "  ADDR is the master's RPC endpoint (host:port or a Unix socket path), or\n"
             "  the masters of an HA cluster as a list a,b,c: the node registers with\n"
             "  the leader and follows it when another master takes over\n"
             "  ID names the node and its segment (<segment-dir>/<ID>.seg)\n"
             "  --no-read-tickets serves reads without a master's ticket: INSECURE,\n"
             "  refused unless --allow-insecure is given too\n"
-            "  SIGHUP rotates the key the master signs this node's tickets with\n");
+            "  SIGHUP rotates the key the master signs this node's tickets with\n"
+            "  FILE holds the admin token the node presents to a master with auth\n"
+            "  on (default: the environment's WEIGHT_TOKEN)\n");
 }
 
 int main(int argc, char **argv)
@@ -49,13 +53,16 @@ int main(int argc, char **argv)
         {"verify-from-device", no_argument, NULL, 'v'},
         {"no-read-tickets", no_argument, NULL, 'R'},
         {"allow-insecure", no_argument, NULL, 'I'},
+        {"token-file", required_argument, NULL, 't'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     node_runtime_options o = {.data_listen = "127.0.0.1:0"};
+    static char token[WC_TOKEN_MAX + 1];
+    char terr[600];
     char *end = NULL;
     int c, insecure = 0;
-    while ((c = getopt_long(argc, argv, "m:i:s:b:c:l:a:vh", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:i:s:b:c:l:a:vt:h", opts, NULL)) != -1) {
         switch (c) {
         case 'm': o.master = optarg; break;
         case 'i': o.node_id = optarg; break;
@@ -73,6 +80,13 @@ int main(int argc, char **argv)
         case 'v': o.cold_verify_from_device = 1; break;
         case 'R': o.allow_unticketed_reads = 1; break;
         case 'I': insecure = 1; break;
+        case 't':
+            if (wc_token_read_file(optarg, token, sizeof(token), terr, sizeof(terr)) < 0) {
+                fprintf(stderr, "store_node: --token-file: %s\n", terr);
+                return 2;
+            }
+            o.token = token;
+            break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }

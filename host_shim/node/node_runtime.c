@@ -34,6 +34,7 @@
 struct node_runtime {
     char *master, *node_id, *segment_dir, *cold_dir, *data_listen;
     char *tls_ca, *tls_cert, *tls_key; /* NULL: not given */
+    char *token;              /* NULL: WEIGHT_TOKEN (rpcc_options.token) */
     uint64_t segment_bytes;
     unsigned persist_flags;   /* cold_persist flags */
     seg_segment *seg;
@@ -519,7 +520,7 @@ static int link_up(node_runtime *n, rpcc_conn **c)
     int rc;
     if (*c == NULL) {
         rpcc_options o = {.timeout_ms = NODE_CONNECT_MS, .tls_ca = n->tls_ca,
-                          .tls_cert = n->tls_cert, .tls_key = n->tls_key};
+                          .tls_cert = n->tls_cert, .tls_key = n->tls_key, .token = n->token};
         rc = rpcc_connect(n->master, &o, c, err, sizeof(err));
     } else {
         rpcc_set_timeout(*c, NODE_CONNECT_MS);
@@ -632,6 +633,7 @@ void node_runtime_stop(node_runtime *n)
     pthread_mutex_destroy(&n->key_lock);
     OPENSSL_cleanse(&n->keys, sizeof(n->keys));
     free(n->master);
+    free(n->token);
     free(n->node_id);
     free(n->segment_dir);
     free(n->cold_dir);
@@ -655,6 +657,10 @@ int node_runtime_start(const node_runtime_options *opt,
     pthread_mutex_init(&n->key_lock, NULL);
     n->ticket_ttl_ms = 60000;
     n->master = dup_or_empty(opt->master);
+    if (opt->token != NULL && (n->token = strdup(opt->token)) == NULL) {
+        rc = SMP_ENOMEM;
+        goto fail;
+    }
     n->node_id = dup_or_empty(opt->node_id);
     n->segment_dir = dup_or_empty(opt->segment_dir);
     n->cold_dir = dup_or_empty(opt->cold_dir);

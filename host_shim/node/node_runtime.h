@@ -42,6 +42,7 @@ typedef struct node_runtime_options {
     const char *tls_ca;        /* TLS to the master's TCP port (rpcc_options); NULL: the */
     const char *tls_cert;      /* environment's WM_TLS_*, else plaintext */
     const char *tls_key;
+    const char *token;         /* presented to the master (auth.HELLO); NULL: WEIGHT_TOKEN */
 } node_runtime_options;
 
 /* Open the segment and cold tier, start the data server and the control

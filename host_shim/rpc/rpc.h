@@ -83,6 +83,12 @@ typedef struct rpc_server_stats {
     uint64_t tls_handshakes;         /* TLS sessions established */
     uint64_t tls_refused;            /* failed handshakes (untrusted, no client certificate, ...) */
     uint64_t tls_plaintext_refused;  /* plaintext clients on the TLS port */
+    /* authentication (rpc_auth.h) */
+    uint64_t auth_hello_ok;          /* connections that proved a credential */
+    uint64_t auth_hello_refused;     /* connections whose token was refused */
+    uint64_t auth_unauthenticated;   /* requests refused: no accepted token (SMP_EAUTH) */
+    uint64_t auth_forbidden;         /* requests refused: role below the rule */
+    uint64_t auth_no_rule;           /* requests refused: the method has no rule */
 } rpc_server_stats;
 
 /* Create a server on loop (borrowed; must outlive the server's handles).
@@ -124,6 +130,29 @@ int rpc_server_start(rpc_server *s, char *err, size_t errlen);
 
 /* Ask fn (NULL: none, every request runs) before each request's handler. */
 void rpc_server_set_admission(rpc_server *s, rpc_admit_fn fn, void *arg);
+
+/* Authentication (rpc_auth.h). on 1: every request is authorized against its
+ * method's rule and the identity its connection proved; 0 (the default):
+ * every request runs and every caller counts as an admin of no tenant. */
+void rpc_server_set_auth(rpc_server *s, int on);
+int rpc_server_auth_on(const rpc_server *s);
+
+/* Set the identity of the connection call came on (auth.HELLO's handler):
+ * tenant (copied) and role; tenant NULL records that the token presented
+ * was refused (later requests get SMP_EAUTH naming that). SMP_ESTATE when
+ * the connection already presented a token (it cannot change identity),
+ * SMP_EINVAL for a bad role or a tenant over RPC_AUTH_TENANT_MAX bytes. */
+int rpc_server_authenticate(smp_rpc_call *call, const char *tenant, smp_role role);
+
+/* Who made call (smp_host_api.rpc_caller): see smp_caller. The tenant
+ * pointer is borrowed until the call is answered. SMP_EINVAL for NULL. */
+int rpc_server_call_caller(const smp_rpc_call *call, smp_caller *out);
+
+/* Visit every registered method with its rule (role, rpc_auth.h); fn returns
+ * non-zero to stop. Returns the number visited. */
+typedef int (*rpc_method_visit_fn)(void *arg, uint32_t service, const char *service_name,
+                                   uint32_t method, const char *method_name, smp_role role);
+int rpc_server_each_method(const rpc_server *s, rpc_method_visit_fn fn, void *arg);
 
 /* The bound TCP port (useful with port 0), or -1 when TCP is off. */
 int rpc_server_tcp_port(const rpc_server *s);

@@ -15,6 +15,13 @@
  * that arrives after the client, the connection or even the server went away
  * touches only memory that is still alive, and never a closed handle.
  *
+ * Authorization (rpc_auth.h): with credentials set (rpc_server_set_auth), a
+ * connection proves who it is once, with auth.HELLO, and every request is
+ * checked against its method's rule before admission and before its handler:
+ * not authenticated SMP_EAUTH, a role below the rule SMP_EFORBIDDEN, a
+ * method without a rule refused to everyone. The handler asks who called
+ * with rpc_server_call_caller().
+ *
  * Fatal frame errors (oversized, empty, undecodable) stop reading, queue one
  * error response with request_id 0 and shut the connection down once that is
  * written. Reading also stops while a connection has too much unsent output
@@ -42,6 +49,7 @@
 #include "rpc.h"
 #include "rpc_tls.h"
 #include <openssl/err.h>
+#include "rpc_auth.h"
 #include "wm_errbuf.h"
 #include "net_addr.h"
 #include "rpc_envelope.h"
@@ -54,6 +62,7 @@ typedef struct rpc_method {
     uint16_t id;
     char *name;
     smp_rpc_handler handler;
+    smp_role role; /* the least role allowed (rpc_auth.h); SMP_ROLE_NONE: no rule */
 } rpc_method;
 
 typedef struct rpc_service {
@@ -103,6 +112,10 @@ typedef struct rpc_conn {
     uint32_t ncalls;
     int use_tls;      /* a TLS session (TCP on a TLS server) */
     rpc_tls_session tls;
+    /* authentication (rpc_server_authenticate) */
+    int auth_state; /* 0 none yet, 1 authenticated, -1 its token was refused */
+    smp_role role;
+    char tenant[RPC_AUTH_TENANT_MAX + 1];
 } rpc_conn;
 
 struct rpc_server {
@@ -131,6 +144,7 @@ struct rpc_server {
     rpc_admit_fn admit;
     void *admit_arg;
     SSL_CTX *tls;     /* TLS on TCP connections, or NULL */
+    int auth_on; /* rpc_server_set_auth(s, 1) */
     rpc_server_stats st;
     /* One read buffer for all connections: libuv delivers one read at a time
      * on the loop thread and on_read consumes it entirely (partial frames
@@ -267,6 +281,13 @@ int rpc_server_add_service(rpc_server *s,
         }
         ms[i].id = m.method_id;
         ms[i].handler = m.handler;
+        /* a table older than ABI 1.2 has no rule; a plugin may not make a
+         * method callable without authentication */
+        ms[i].role = stride >= offsetof(smp_rpc_method, min_role) + sizeof(smp_role) ? m.min_role
+                                                                                     : SMP_ROLE_NONE;
+        if (ms[i].role > SMP_ROLE_ADMIN &&
+            (ms[i].role != RPC_ROLE_ANYONE || service_id > SMP_RPC_HOST_SERVICE_MAX))
+            ms[i].role = SMP_ROLE_NONE;
         if ((ms[i].name = dup_str(m.name)) == NULL) {
             rc = SMP_ENOMEM;
             goto free_methods;
@@ -681,6 +702,101 @@ static void conn_send_not_leader(rpc_conn *c, uint64_t request_id, const char *l
     conn_set_reading(c);
 }
 
+/* The rule of method m of svc against the identity of connection c: SMP_OK,
+ * or the refusal's code with a sentence naming the cause in msg. */
+static int authorize(rpc_conn *c, const rpc_service *svc, const rpc_method *m, char *msg,
+                     size_t cap)
+{
+    rpc_server *s = c->srv;
+    if (m->role == RPC_ROLE_ANYONE) return SMP_OK;
+    if (m->role < SMP_ROLE_READER || m->role > SMP_ROLE_ADMIN) {
+        s->st.auth_no_rule++;
+        snprintf(msg, cap, "auth: %s.%s has no authorization rule, so it is refused to everyone",
+                 svc->name, m->name);
+        return SMP_EFORBIDDEN;
+    }
+    if (c->auth_state != 1) {
+        s->st.auth_unauthenticated++;
+        snprintf(msg, cap, "auth: %s.%s needs an authenticated connection: %s", svc->name, m->name,
+                 c->auth_state < 0 ? "the token this connection presented was refused"
+                                   : "present a token first (auth.HELLO; WEIGHT_TOKEN or "
+                                     "--token-file for weightctl)");
+        return SMP_EAUTH;
+    }
+    if (c->role < m->role) {
+        s->st.auth_forbidden++;
+        snprintf(msg, cap, "auth: %s.%s needs role %s; tenant %.128s has role %s", svc->name,
+                 m->name, rpc_auth_role_name(m->role), c->tenant, rpc_auth_role_name(c->role));
+        return SMP_EFORBIDDEN;
+    }
+    return SMP_OK;
+}
+
+void rpc_server_set_auth(rpc_server *s, int on)
+{
+    s->auth_on = on != 0;
+}
+
+int rpc_server_auth_on(const rpc_server *s)
+{
+    return s != NULL && s->auth_on;
+}
+
+int rpc_server_authenticate(smp_rpc_call *call, const char *tenant, smp_role role)
+{
+    rpc_conn *c;
+    if (call == NULL) return SMP_EINVAL;
+    c = call->conn;
+    if (c->auth_state != 0) return SMP_ESTATE;
+    if (tenant == NULL) {
+        c->auth_state = -1;
+        c->srv->st.auth_hello_refused++;
+        return SMP_OK;
+    }
+    if (strlen(tenant) > RPC_AUTH_TENANT_MAX || role < SMP_ROLE_READER || role > SMP_ROLE_ADMIN)
+        return SMP_EINVAL;
+    snprintf(c->tenant, sizeof(c->tenant), "%s", tenant);
+    c->role = role;
+    c->auth_state = 1;
+    c->srv->st.auth_hello_ok++;
+    return SMP_OK;
+}
+
+int rpc_server_call_caller(const smp_rpc_call *call, smp_caller *out)
+{
+    smp_caller v;
+    uint32_t size;
+    if (call == NULL || out == NULL || out->struct_size < offsetof(smp_caller, tenant))
+        return SMP_EINVAL;
+    size = out->struct_size < sizeof(v) ? out->struct_size : (uint32_t)sizeof(v);
+    memset(&v, 0, sizeof(v));
+    v.struct_size = size;
+    if (!call->conn->srv->auth_on) {
+        v.auth_enabled = 0;
+        v.tenant = NULL;
+        v.role = SMP_ROLE_ADMIN;
+    } else {
+        v.auth_enabled = 1;
+        v.tenant = call->conn->tenant;
+        v.role = call->conn->auth_state == 1 ? call->conn->role : SMP_ROLE_NONE;
+    }
+    memcpy(out, &v, size);
+    return SMP_OK;
+}
+
+int rpc_server_each_method(const rpc_server *s, rpc_method_visit_fn fn, void *arg)
+{
+    int n = 0;
+    for (size_t i = 0; i < s->n_services; i++) {
+        const rpc_service *svc = &s->services[i];
+        for (size_t j = 0; j < svc->n_methods; j++, n++)
+            if (fn(arg, svc->id, svc->name, svc->methods[j].id, svc->methods[j].name,
+                   svc->methods[j].role) != 0)
+                return n + 1;
+    }
+    return n;
+}
+
 /* Decode one complete frame and route it. A body that does not decode is
  * fatal for the connection; an unknown route is answered and reading goes
  * on. The handler borrows the body for the call only. */
@@ -691,7 +807,7 @@ static void conn_dispatch(rpc_conn *c, const uint8_t *data, size_t len)
     rpc_service *svc;
     const rpc_method *m;
     smp_rpc_call *call;
-    char msg[160];
+    char msg[320];
     int rc, replied;
 
     if (rpc_env_decode_request(data, len, &req) < 0) {
@@ -714,6 +830,10 @@ static void conn_dispatch(rpc_conn *c, const uint8_t *data, size_t len)
         snprintf(msg, sizeof(msg), "service %" PRIu32 " (%s) has no method %" PRIu32,
                  req.service, svc->name, req.method);
         conn_send(c, req.request_id, SMP_ENOTFOUND, msg, NULL, 0);
+        return;
+    }
+    if (s->auth_on && (rc = authorize(c, svc, m, msg, sizeof(msg))) < 0) {
+        conn_send(c, req.request_id, rc, msg, NULL, 0);
         return;
     }
     if (s->admit != NULL) {

@@ -7,7 +7,7 @@ numpy arrays -- zero-copy views of the store's shared memory when the
 revision is HOT on this host. Errors are WeightStoreError subclasses, one
 per RFC error code (weightstore.errors).
 """
-from .errors import (BusyError, CanceledError, ConflictError, DigestMismatchError, DurabilityFailedError,
+from .errors import (AuthError, BusyError, CanceledError, ForbiddenError, ConflictError, DigestMismatchError, DurabilityFailedError,
                      InvalidArgumentError, LeaseExpiredError, NotFoundError, NotReadyError,
                      PolicyUnsatisfiableError, StaleGenerationError, WeightStoreError, WeightTransportError)
 from .store import (TRANSPORT_AUTO, TRANSPORT_LOCAL, TRANSPORT_REMOTE, WeightListPage, WeightLoad,
@@ -31,5 +31,5 @@ __all__ = [
     "TRANSPORT_AUTO", "TRANSPORT_LOCAL", "TRANSPORT_REMOTE",
     "WeightStoreError", "InvalidArgumentError", "NotFoundError", "NotReadyError", "ConflictError",
     "StaleGenerationError", "BusyError", "LeaseExpiredError", "DurabilityFailedError",
-    "PolicyUnsatisfiableError", "DigestMismatchError", "CanceledError", "WeightTransportError",
+    "PolicyUnsatisfiableError", "DigestMismatchError", "CanceledError", "AuthError", "ForbiddenError", "WeightTransportError",
 ]

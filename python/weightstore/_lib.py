@@ -181,6 +181,8 @@ _PROTOTYPES = {
     "weight_identity_parse": (c_int, [c_char_p, c_char_p, _P(Identity), _P(c_int)]),
     "weight_identity_format": (c_int, [_P(Identity), c_char_p, c_size_t]),
     "weight_store_open": (c_int, [c_char_p, c_char_p, _P(Policy), _P(c_void_p), c_char_p, c_size_t]),
+    "weight_store_open_token": (c_int, [c_char_p, c_char_p, c_char_p, _P(Policy), _P(c_void_p),
+                                        c_char_p, c_size_t]),
     "weight_store_close": (None, [c_void_p]),
     "weight_store_last_error": (c_char_p, [c_void_p]),
     "weight_store_set_option": (c_int, [c_void_p, c_int, c_u64]),

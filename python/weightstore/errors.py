@@ -70,6 +70,16 @@ class CanceledError(WeightStoreError):
     code, name = -17, "CANCELED"
 
 
+class AuthError(WeightStoreError):
+    """No token, or a token the master does not know (auth on)."""
+    code, name = -18, "AUTH"
+
+
+class ForbiddenError(WeightStoreError):
+    """The token's role does not allow the call."""
+    code, name = -19, "FORBIDDEN"
+
+
 class WeightTransportError(WeightStoreError):
     """IO, AGAIN, PROTO, ENOMEM and the other transport or store codes;
     `code` tells which."""
@@ -82,7 +92,7 @@ _BY_CODE = {
     for cls in (
         InvalidArgumentError, NotFoundError, NotReadyError, ConflictError, StaleGenerationError,
         BusyError, LeaseExpiredError, DurabilityFailedError, PolicyUnsatisfiableError,
-        DigestMismatchError, CanceledError,
+        DigestMismatchError, CanceledError, AuthError, ForbiddenError,
     )
 }
 

@@ -95,20 +95,25 @@ class WeightStore:
     identities that leave theirs empty (None: "default"). default_policy:
     this store's default (fields None: the cluster default decides).
     payload_bytes, threads, transport (0 auto, 1 local only, 2 TCP only)
-    and lease_ttl_ms tune the C library (None: its defaults). Usable as a
+    and lease_ttl_ms tune the C library (None: its defaults). token: the
+    credential presented to a master with auth on (None: $WEIGHT_TOKEN when
+    set); with a token, tenant_id None is the token's tenant. Usable as a
     context manager (closed on exit)."""
 
     def __init__(self, master: str, *, tenant_id: Optional[str] = None,
                  default_policy: Optional[WeightStoragePolicy] = None,
                  payload_bytes: Optional[int] = None, threads: Optional[int] = None,
-                 transport: Optional[int] = None, lease_ttl_ms: Optional[int] = None):
+                 transport: Optional[int] = None, lease_ttl_ms: Optional[int] = None,
+                 token: Optional[str] = None):
         lib = _lib.load()
         ptr = ctypes.c_void_p()
         err = ctypes.create_string_buffer(1024)
         pol = _policy_to_c(default_policy)
-        rc = lib.weight_store_open(master.encode(), tenant_id.encode() if tenant_id else None,
-                                   ctypes.byref(pol) if pol is not None else None,
-                                   ctypes.byref(ptr), err, len(err))
+        rc = lib.weight_store_open_token(master.encode(),
+                                         tenant_id.encode() if tenant_id else None,
+                                         token.encode() if token is not None else None,
+                                         ctypes.byref(pol) if pol is not None else None,
+                                         ctypes.byref(ptr), err, len(err))
         if rc < 0:
             raise error_for(rc, lib.weight_error_name(rc).decode(), err.value.decode(errors="replace"))
         self._lib = lib

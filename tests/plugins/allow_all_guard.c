@@ -77,8 +77,8 @@ static int rpc_managed_asks(void *plugin, smp_rpc_call *call, const uint8_t *bod
 static const smp_guard guard = {sizeof(smp_guard), allow};
 
 static const smp_rpc_method methods[] = {
-    {sizeof(smp_rpc_method), ALLOW_ALL_UNMANAGE, "unmanage", rpc_unmanage},
-    {sizeof(smp_rpc_method), ALLOW_ALL_MANAGED_ASKS, "managed_asks", rpc_managed_asks},
+    {sizeof(smp_rpc_method), ALLOW_ALL_UNMANAGE, "unmanage", rpc_unmanage, SMP_ROLE_ADMIN},
+    {sizeof(smp_rpc_method), ALLOW_ALL_MANAGED_ASKS, "managed_asks", rpc_managed_asks, SMP_ROLE_ADMIN},
 };
 
 static const smp_rpc_service service = {sizeof(smp_rpc_service), ALLOW_ALL_SERVICE, "allow_all",

@@ -52,8 +52,8 @@ static const smp_snapshot_section section = {sizeof(smp_snapshot_section), "good
 static const smp_guard guard = {sizeof(smp_guard), check};
 static const smp_tick tick_reg = {sizeof(smp_tick), 500, 1, tick};
 static const smp_rpc_method methods[] = {
-    {sizeof(smp_rpc_method), 1, "ping", rpc},
-    {sizeof(smp_rpc_method), 2, "echo", rpc},
+    {sizeof(smp_rpc_method), 1, "ping", rpc, SMP_ROLE_ADMIN},
+    {sizeof(smp_rpc_method), 2, "echo", rpc, SMP_ROLE_ADMIN},
 };
 static const smp_rpc_service service = {sizeof(smp_rpc_service), 16, "good_service", methods, 2};
 static const smp_event_handler handler = {

@@ -234,8 +234,8 @@ static int rpc_list(void *plugin, smp_rpc_call *call, const uint8_t *body, size_
 }
 
 static const smp_rpc_method rec_methods[] = {
-    {sizeof(smp_rpc_method), RECORDER_SET_NEXT, "set_next", rpc_set_next},
-    {sizeof(smp_rpc_method), RECORDER_LIST, "list", rpc_list},
+    {sizeof(smp_rpc_method), RECORDER_SET_NEXT, "set_next", rpc_set_next, SMP_ROLE_ADMIN},
+    {sizeof(smp_rpc_method), RECORDER_LIST, "list", rpc_list, SMP_ROLE_ADMIN},
 };
 
 static const smp_rpc_service rec_service = {sizeof(smp_rpc_service), RECORDER_SERVICE, "recorder",

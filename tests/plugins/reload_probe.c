@@ -42,7 +42,7 @@ static int rpc(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len
 
 static const smp_oplog_type record_type = {sizeof(smp_oplog_type), 30, 1, 1, "PROBE_RECORD", NULL, replay, NULL};
 static const smp_snapshot_section section = {sizeof(smp_snapshot_section), "probe_section", 1, save, load};
-static const smp_rpc_method methods[] = {{sizeof(smp_rpc_method), 1, "probe", rpc}};
+static const smp_rpc_method methods[] = {{sizeof(smp_rpc_method), 1, "probe", rpc, SMP_ROLE_ADMIN}};
 static const smp_rpc_service service = {sizeof(smp_rpc_service), 41, "probe_service", methods, 1};
 static const smp_metric_desc counter = {sizeof(smp_metric_desc), SMP_METRIC_COUNTER, "reload_probe_total", "Probe counter.", NULL};
 

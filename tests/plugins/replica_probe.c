@@ -81,10 +81,10 @@ static void on_event(void *p, const smp_event *ev)
 }
 
 static const smp_rpc_method methods[] = {
-    {sizeof(smp_rpc_method), 1, "ensure_cold", m_cold},
-    {sizeof(smp_rpc_method), 2, "ensure_memory", m_memory},
-    {sizeof(smp_rpc_method), 3, "release_memory", m_release},
-    {sizeof(smp_rpc_method), 4, "lost_events", m_lost},
+    {sizeof(smp_rpc_method), 1, "ensure_cold", m_cold, SMP_ROLE_ADMIN},
+    {sizeof(smp_rpc_method), 2, "ensure_memory", m_memory, SMP_ROLE_ADMIN},
+    {sizeof(smp_rpc_method), 3, "release_memory", m_release, SMP_ROLE_ADMIN},
+    {sizeof(smp_rpc_method), 4, "lost_events", m_lost, SMP_ROLE_ADMIN},
 };
 static const smp_rpc_service service = {sizeof(smp_rpc_service), 42, "replica_probe", methods, 4};
 static const smp_event_handler events = {sizeof(smp_event_handler),

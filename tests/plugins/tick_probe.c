@@ -85,7 +85,7 @@ static const smp_event_handler events = {
         SMP_EVENT_MASK(SMP_EVENT_MEMORY_PRESSURE) | SMP_EVENT_MASK(SMP_EVENT_READ_MISS),
     probe_event,
 };
-static const smp_rpc_method methods[] = {{sizeof(smp_rpc_method), 1, "report", probe_report}};
+static const smp_rpc_method methods[] = {{sizeof(smp_rpc_method), 1, "report", probe_report, SMP_ROLE_ADMIN}};
 static const smp_rpc_service service = {sizeof(smp_rpc_service), 41, "tick_probe", methods, 1};
 static const smp_metric_desc metric = {sizeof(smp_metric_desc), SMP_METRIC_COUNTER,
                                        "tick_probe_ticks_total", "Ticks the probe received", NULL};

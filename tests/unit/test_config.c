@@ -249,8 +249,23 @@ static void test_every_key_is_read(void **state)
             "  weight_lineage_oplog_capability_confirmed: true\n"
             "  weight_migration_cooldown_ms: 0\n"
             "  weight_migration_max_members_per_round: 1\n"
-            "  weight_migration_max_bytes_per_round: 18446744073709551615\n",
+            "  weight_migration_max_bytes_per_round: 18446744073709551615\n"
+            "auth:\n"
+            "  enabled: true\n"
+            "  allow_insecure: true\n"
+            "  node_token_file: keys/node.token\n"
+            "  tokens:\n"
+            "    - {sha256: \"9F86D081884C7D659A2FEAA0C55AD015A3BF4F1B2B0B822CD15D6C15B0F00A08\", "
+            "tenant: team-a, role: writer}\n",
             &c);
+    assert_int_equal(c.auth_enabled, 1);
+    assert_int_equal(c.auth_allow_insecure, 1);
+    assert_string_equal(c.auth_node_token_file, "/etc/wm/keys/node.token");
+    assert_int_equal(c.auth_n_tokens, 1);
+    assert_string_equal(c.auth_tokens[0].tenant, "team-a");
+    assert_int_equal(c.auth_tokens[0].role, SMP_ROLE_WRITER);
+    assert_int_equal(c.auth_tokens[0].sha256[0], 0x9f);
+    assert_int_equal(c.auth_tokens[0].sha256[31], 0x08);
     assert_string_equal(c.listen_tcp, "0.0.0.0:9000");
     assert_string_equal(c.listen_unix, "/run/wm.sock");
     assert_string_equal(c.listen_admin, "");

@@ -154,15 +154,15 @@ static int defer_handler(void *ctx, smp_rpc_call *call, const uint8_t *body, siz
 }
 
 static const smp_rpc_method echo_methods[] = {
-    {sizeof(smp_rpc_method), M_ECHO, "echo", echo_handler},
-    {sizeof(smp_rpc_method), M_FAIL, "fail", fail_handler},
-    {sizeof(smp_rpc_method), M_FAIL_MSG, "fail_msg", fail_msg_handler},
-    {sizeof(smp_rpc_method), M_STATS, "stats", stats_handler},
-    {sizeof(smp_rpc_method), M_BIG, "big", big_handler},
+    {sizeof(smp_rpc_method), M_ECHO, "echo", echo_handler, SMP_ROLE_ADMIN},
+    {sizeof(smp_rpc_method), M_FAIL, "fail", fail_handler, SMP_ROLE_ADMIN},
+    {sizeof(smp_rpc_method), M_FAIL_MSG, "fail_msg", fail_msg_handler, SMP_ROLE_ADMIN},
+    {sizeof(smp_rpc_method), M_STATS, "stats", stats_handler, SMP_ROLE_ADMIN},
+    {sizeof(smp_rpc_method), M_BIG, "big", big_handler, SMP_ROLE_ADMIN},
 };
 
 static const smp_rpc_method defer_methods[] = {
-    {sizeof(smp_rpc_method), M_DEFER, "defer", defer_handler},
+    {sizeof(smp_rpc_method), M_DEFER, "defer", defer_handler, SMP_ROLE_ADMIN},
 };
 
 /* -- Fixture --------------------------------------------------------------- */
@@ -1030,11 +1030,11 @@ static void test_add_service_validates_methods(void **state)
     uv_loop_t loop;
     rpc_server *s = NULL;
     smp_rpc_method bad[2] = {
-        {sizeof(smp_rpc_method), 1, "a", echo_handler},
-        {sizeof(smp_rpc_method), 1, "dup", echo_handler},
+        {sizeof(smp_rpc_method), 1, "a", echo_handler, SMP_ROLE_ADMIN},
+        {sizeof(smp_rpc_method), 1, "dup", echo_handler, SMP_ROLE_ADMIN},
     };
-    smp_rpc_method nohandler = {sizeof(smp_rpc_method), 1, "x", NULL};
-    smp_rpc_method tiny = {4, 1, "x", echo_handler};
+    smp_rpc_method nohandler = {sizeof(smp_rpc_method), 1, "x", NULL, SMP_ROLE_ADMIN};
+    smp_rpc_method tiny = {4, 1, "x", echo_handler, SMP_ROLE_ADMIN};
     (void)state;
     assert_int_equal(uv_loop_init(&loop), 0);
     assert_int_equal(rpc_server_create(&loop, NULL, &s, NULL, 0), SMP_OK);

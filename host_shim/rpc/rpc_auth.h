@@ -1,0 +1,82 @@
+/* rpc_auth.h -- who may call what on the master's RPC: credentials, roles and
+ * the one table of authorization rules of the host's services.
+ *
+ * Credentials are tokens. The master's config names each by the SHA-256 of
+ * its bytes (never the token itself) with the tenant and role it proves
+ * (host_shim/config.h, auth.tokens). A client presents its token once per
+ * connection with the host's auth service (HOST_SERVICE_AUTH, AUTH_HELLO);
+ * rpc_server.c keeps the identity on the connection and, before any handler
+ * runs, checks the method's rule against it: a connection that has not
+ * authenticated gets SMP_EAUTH, a role below the rule SMP_EFORBIDDEN, and a
+ * method without a rule (SMP_ROLE_NONE) is refused to everyone.
+ *
+ * Every method declares its rule where it is registered, in the same field
+ * for the host's services and the plugins' (smp_rpc_method.min_role, ABI
+ * 1.2); rpc_server.c keeps it beside the handler in its routing table, which
+ * is therefore the one table of rules the server enforces and the one
+ * AUTH_RULES lists (the integration test test_auth_rules holds every entry
+ * of it against its own expectations, so a new method without a rule, or
+ * with an unexpected one, fails it).
+ * Which tenant's data a request may touch is the handler's concern
+ * (rpc_server_call_caller): the tenant named in a request is never trusted.
+ *
+ * Everything here runs on the master's loop thread. */
+#ifndef HOST_RPC_AUTH_H
+#define HOST_RPC_AUTH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store_plugin.h"
+
+#define RPC_AUTH_TENANT_MAX 128  /* bytes of a tenant name */
+#define RPC_AUTH_TOKEN_MAX 4096  /* bytes of a presented token */
+
+/* A method anyone may call, authenticated or not (only auth.HELLO). */
+#define RPC_ROLE_ANYONE ((smp_role)100)
+
+/* One configured credential: SHA-256 of the token, its tenant and role. */
+typedef struct rpc_auth_token {
+    uint8_t sha256[32];
+    char tenant[RPC_AUTH_TENANT_MAX + 1];
+    smp_role role;
+} rpc_auth_token;
+
+/* The credentials of a master. NULL (or enabled 0) is "authentication off". */
+typedef struct rpc_auth rpc_auth;
+
+/* A new credential table with a copy of tokens[0, n); enabled 0 is
+ * authentication off (the tokens are then ignored). Returns SMP_OK,
+ * SMP_EINVAL (a role outside reader..admin, an empty tenant, or two entries
+ * with the same hash) or SMP_ENOMEM. */
+int rpc_auth_create(int enabled, const rpc_auth_token *tokens, size_t n, rpc_auth **out);
+
+/* Serve the auth service (HOST_SERVICE_AUTH) on srv with a's credentials and
+ * turn the server's authorization on when a is enabled. a must outlive the
+ * service (rpc_server_remove_service, or the server's close). HELLO with
+ * authentication off answers enabled false and any token is accepted.
+ * Returns rpc_server_add_service's code. */
+struct rpc_server;
+int rpc_auth_serve(rpc_auth *a, struct rpc_server *srv);
+
+/* 1 when authentication is on. */
+int rpc_auth_enabled(const rpc_auth *a);
+
+void rpc_auth_free(rpc_auth *a);
+
+/* Look token[0, len) up: SMP_OK with its entry in *out (borrowed from a),
+ * SMP_EAUTH when no entry has its hash (or len is 0 or over
+ * RPC_AUTH_TOKEN_MAX). Every entry is compared in constant time. */
+int rpc_auth_check(const rpc_auth *a, const uint8_t *token, size_t len,
+                   const rpc_auth_token **out);
+
+/* "reader", "writer", "admin", "anyone", "none". */
+const char *rpc_auth_role_name(smp_role r);
+
+/* The role a name stands for (reader, writer, admin): SMP_OK, or SMP_EINVAL. */
+int rpc_auth_role_parse(const char *name, smp_role *out);
+
+/* Parse 64 hex digits (either case) into out. SMP_OK or SMP_EINVAL. */
+int rpc_auth_parse_sha256(const char *hex, uint8_t out[32]);
+
+#endif /* HOST_RPC_AUTH_H */

@@ -1,0 +1,44 @@
+/* auth_fixture.h -- a real store_master with authentication on, for the
+ * auth and tenant tests (test_auth_rules.c, test_tenant_isolation.c).
+ *
+ * af_start writes four credentials into the master's config by their
+ * SHA-256 -- an admin (tenant "ops"), a writer and a reader of tenant "a",
+ * a writer of tenant "b" -- and the admin token into the file the embedded
+ * node presents, starts the master (with the weight plugin) and connects the
+ * fixture's clients as the admin. af_as reconnects them as another token
+ * (through WEIGHT_TOKEN, which every client connection presents), or with no
+ * token at all. */
+#ifndef TEST_AUTH_FIXTURE_H
+#define TEST_AUTH_FIXTURE_H
+
+#include "weight_rpc.h"
+
+typedef enum af_who {
+    AF_NONE = 0,   /* no token */
+    AF_ADMIN = 1,  /* tenant ops, admin */
+    AF_A_WRITER,   /* tenant a, writer */
+    AF_A_READER,   /* tenant a, reader */
+    AF_B_WRITER,   /* tenant b, writer */
+    AF_WRONG       /* a token the master does not know */
+} af_who;
+
+/* The token of who ("" for AF_NONE). */
+const char *af_token(af_who who);
+
+/* hx_init(name) + the auth config + hx_start + connect as the admin
+ * (asserts each). */
+void af_start(wr_fixture *f, const char *name);
+
+/* Reconnect f->rpc and f->kv presenting who's token (asserts that the
+ * connections open; AF_WRONG is refused at connect, so it is not allowed
+ * here: use af_raw). */
+void af_as(wr_fixture *f, af_who who);
+
+/* A bare connection to f's master presenting no token (rpcc_options.token
+ * ""), for tests that send auth.HELLO themselves. */
+rpcc_conn *af_raw(wr_fixture *f);
+
+/* Send auth.HELLO with token on c: the status the master answered. */
+int af_hello(rpcc_conn *c, const char *token);
+
+#endif /* TEST_AUTH_FIXTURE_H */
