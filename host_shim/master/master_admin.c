@@ -52,6 +52,8 @@ static const metric_def metric_defs[] = {
     {M(rpc_requests), SMP_METRIC_COUNTER, "rpc_requests_total", "RPC requests decoded", NULL},
     {M(rpc_errors), SMP_METRIC_COUNTER, "rpc_errors_total", "RPC replies with an error status", NULL},
     {M(rpc_connections), SMP_METRIC_GAUGE, "rpc_connections", "Open RPC connections", NULL},
+    {M(rpc_auth_refusals), SMP_METRIC_COUNTER, "store_rpc_auth_refusals_total", "RPC requests refused by authorization (unauthenticated: no accepted token; forbidden: role below the method's rule; no_rule: the method has none)", "reason"},
+    {M(rpc_auth_hellos), SMP_METRIC_COUNTER, "store_rpc_auth_hellos_total", "Tokens presented with auth.HELLO, by result", "result"},
     {M(evictions), SMP_METRIC_COUNTER, "store_eviction_rounds_total", "Eviction plans applied under memory pressure", NULL},
     {M(cold_reclaimed), SMP_METRIC_COUNTER, "store_cold_files_reclaimed_total", "Cold files of replicas the state no longer has, deleted on their nodes", NULL},
     {M(ha_is_leader), SMP_METRIC_GAUGE, "ha_is_leader", "1 while this master leads (always 1 without HA)", NULL},
@@ -150,6 +152,14 @@ void master_metrics_refresh(master *m)
         host_metric_set(m->m.rpc_errors, NULL, (double)rs.responses_error);
         host_metric_set(m->m.rpc_connections, NULL, (double)rs.connections_open);
         host_metric_set(m->m.rpc_not_leader, NULL, (double)rs.not_leader);
+        const char *const unauth[] = {"unauthenticated"}, *const forbid[] = {"forbidden"},
+                          *const norule[] = {"no_rule"}, *const ok[] = {"accepted"},
+                          *const bad[] = {"refused"};
+        host_metric_set(m->m.rpc_auth_refusals, unauth, (double)rs.auth_unauthenticated);
+        host_metric_set(m->m.rpc_auth_refusals, forbid, (double)rs.auth_forbidden);
+        host_metric_set(m->m.rpc_auth_refusals, norule, (double)rs.auth_no_rule);
+        host_metric_set(m->m.rpc_auth_hellos, ok, (double)rs.auth_hello_ok);
+        host_metric_set(m->m.rpc_auth_hellos, bad, (double)rs.auth_hello_refused);
     }
     uint64_t head = master_ha_head(m);
     host_metric_set(m->m.ha_is_leader, NULL, master_is_leader(m) ? 1.0 : 0.0);

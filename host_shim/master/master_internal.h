@@ -183,6 +183,8 @@ typedef struct master {
         host_metric *rpc_requests;
         host_metric *rpc_errors;
         host_metric *rpc_connections;
+        host_metric *rpc_auth_refusals;    /* {reason} (rpc_auth.h) */
+        host_metric *rpc_auth_hellos;      /* {result} */
         host_metric *evictions;
         host_metric *cold_reclaimed;       /* cold files deleted (master_reclaim.c) */
         host_metric *ha_is_leader;         /* 1 on the leader */

@@ -351,6 +351,14 @@ static void test_auth_every_method_refuses_bad_callers(void **state)
     rpcc_close(anon);
     rpcc_close(wrong);
 
+    /* each kind of refusal was counted */
+    char *metrics = NULL;
+    assert_int_equal(hx_http_get(&f->m, "/metrics", &metrics), 200);
+    assert_non_null(strstr(metrics, "store_rpc_auth_refusals_total{reason=\"unauthenticated\"} "));
+    assert_non_null(strstr(metrics, "store_rpc_auth_refusals_total{reason=\"forbidden\"} "));
+    assert_null(strstr(metrics, "store_rpc_auth_refusals_total{reason=\"unauthenticated\"} 0\n"));
+    free(metrics);
+
     af_as(f, AF_ADMIN);
     char *after = state_text(f);
     assert_string_equal(before, after);
@@ -376,8 +384,10 @@ static void test_auth_refused_token_fails_connect(void **state)
     assert_string_equal(rpcc_auth_tenant(c), "a");
     assert_string_equal(rpcc_auth_role(c), "reader");
     rpcc_close(c);
+    /* the refusal is counted */
     char *metrics = NULL;
     assert_int_equal(hx_http_get(&f->m, "/metrics", &metrics), 200);
+    assert_non_null(strstr(metrics, "store_rpc_auth_hellos_total{result=\"refused\"} 1"));
     free(metrics);
 }
 
