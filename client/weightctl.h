@@ -111,6 +111,57 @@ typedef struct wctl_tie {
  * place). 0, or -1 for a usage error. */
 int wctl_parse_tie(char *arg, wctl_tie *ties, size_t *n_ties);
 
+/* -- weightctl_tp.c: tensor-parallel rank files ------------------------------ */
+
+/* The __metadata__ keys of a rank file written by get (see weightctl_tp.c). */
+#define WCTL_TP_KEY_TP "weight_mgmt.tp"
+#define WCTL_TP_KEY_RANK "weight_mgmt.rank"
+#define WCTL_TP_KEY_SOURCE "weight_mgmt.source"
+#define WCTL_TP_KEY_SPLIT "weight_mgmt.split"
+
+/* The four provenance pairs of one rank file; pairs point into the struct. */
+typedef struct wctl_tp_meta {
+    wc_st_meta pairs[4];
+    char tp[24];
+    char rank[24];
+    char *split;            /* JSON: {"tensor": dim, ...} of the split tensors */
+    char *source;
+} wctl_tp_meta;
+
+/* The pairs of rank `rank` of `tp` cut from revision `source` (its ID):
+ * names[i] was split along split_dim[i], or replicated when it is -1
+ * (n tensors). 0, WEIGHT_ENOMEM, or WEIGHT_EINVALID_ARGUMENT (a name that is
+ * not UTF-8). Free with wctl_tp_meta_free, also after a failure. */
+int wctl_tp_meta_init(wctl_tp_meta *m, uint32_t tp, uint32_t rank, const char *source,
+                      const char *const *names, const int *split_dim, size_t n);
+void wctl_tp_meta_free(wctl_tp_meta *m);
+
+/* A put of whole files (no --tp): refuse a file whose __metadata__ says it
+ * is one rank of several. 0, or WEIGHT_EINVALID_ARGUMENT printed as
+ * "weightctl: CMD: INVALID_ARGUMENT: PATH: ...". */
+int wctl_tp_check_whole(const char *cmd, char **paths, const wc_st_file *files, size_t n);
+
+/* Everything put --tp checks before an import begins: no file given twice,
+ * the provenance pairs (when the files carry them) against each other, --tp
+ * and the rules, the shards' shapes and replicated bytes (wctl_tp_add_shards
+ * without a writer), and without provenance no two ranks with the same bytes
+ * in every split tensor. 0, WEIGHT_ENOMEM, or WEIGHT_EINVALID_ARGUMENT
+ * printed naming the file and the cause. */
+int wctl_tp_check_ranks(char **paths, const wc_st_file *files, uint32_t tp,
+                        const wctl_rules *rs, const wctl_tie *ties, size_t n_ties);
+
+/* Add the tensors of tp rank files (files[r] holds rank r's shards) to w.
+ * The rules say which tensors are split and along which dimension. A split
+ * tensor's shards must agree on dtype and every other dimension and hold the
+ * parts of the split get makes (the first size % tp ranks one more); they are
+ * added as fragments at their offsets. A replicated one must be
+ * byte-identical in every rank and is added once; a tied one (--tie) is an
+ * alias. Every rank must hold the same tensor names. w NULL: only check.
+ * 0, the writer's error, or WEIGHT_EINVALID_ARGUMENT (printed, naming file
+ * and tensor). */
+int wctl_tp_add_shards(weight_writer *w, const wc_st_file *files, char **paths, uint32_t tp,
+                       const wctl_rules *rs, const wctl_tie *ties, size_t n_ties);
+
 /* -- weightctl_output.c: answers -------------------------------------------- */
 
 /* The progress of put and get on stderr: a bar, or plain lines. */

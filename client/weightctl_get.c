@@ -11,8 +11,11 @@
  * load runs with WEIGHT_OPT_RELEASE_PAGES, so the pages of each copied
  * window go back to the page cache and this process never holds the model.
  * Then fsync, rename, fsync of DIR. A failure or Ctrl-C (cancels the load,
- * releases its lease, exit 130) removes the temporary file. --all-ranks
- * writes every rank, one load each. A revision published from a model
+ * releases its lease, exit 130) removes the temporary file. Without --rank
+ * (or with --all-ranks) every rank is written, one load each. A split of a
+ * dimension --tp does not divide is refused naming the tensor unless
+ * --allow-uneven. Each file's __metadata__ carries its provenance
+ * (weightctl_tp.c: tp, rank, source, split), which put --tp checks. A revision published from a model
  * directory (put --from-dir) carries its other files as attachments: they are
  * written next to the tensors (each through a temporary file), and at TP 1
  * the tensors go to DIR/model.safetensors, so DIR loads as a model directory. */
@@ -41,6 +44,7 @@ typedef struct out_tensor {
     uint64_t shape[WC_MAX_NDIM];
     uint64_t bytes;
     uint64_t offset;        /* in the file */
+    int split_dim;          /* the dimension it was split along, -1: replicated */
 } out_tensor;
 
 /* An attachment of the revision (a file of its model directory), held in
@@ -57,6 +61,8 @@ typedef struct out_file {
 typedef struct getcli {
     uint32_t tp, rank;
     const wctl_rules *rules;
+    int allow_uneven;       /* --allow-uneven: a dimension tp does not divide may split */
+    const char *source;     /* the revision's ID, for weight_mgmt.source */
     out_tensor *out;        /* in placement (manifest) order */
     size_t n_out, cap_out;
     out_file *att;          /* the attachments, in manifest order */
@@ -109,13 +115,22 @@ static int get_place(void *ctx, const weight_tensor_info *t, weight_tensor_place
     o->ndim = t->ndim;
     o->bytes = t->item_size;
     for (uint32_t d = 0; d < t->ndim; d++) o->shape[d] = t->shape[d];
+    o->split_dim = -1;
     g->n_out++;
     if (g->tp <= 1 || !split) {
         out->kind = WEIGHT_PLACE_REPLICATED;
     } else {
-        /* The even split weight_get makes: the first size % tp ranks one more. */
+        /* The split weight_get makes: the first size % tp ranks one more. */
         uint64_t size = t->shape[dim], q = size / g->tp, rem = size % g->tp;
+        if (rem != 0 && !g->allow_uneven) {
+            snprintf(g->err, sizeof g->err, "tensor %s: dimension %u (%" PRIu64 ") does not split "
+                     "evenly into %u parts; --allow-uneven gives the first %" PRIu64 " rank(s) one "
+                     "more, or --replicate it or --split it along another dimension", t->name,
+                     dim, size, g->tp, rem);
+            return WEIGHT_EINVALID_ARGUMENT;
+        }
         o->shape[dim] = q + (g->rank < rem ? 1 : 0);
+        o->split_dim = (int)dim;
         out->kind = WEIGHT_PLACE_SPLIT;
         out->dim = dim;
         out->parts = g->tp;
@@ -131,16 +146,28 @@ static int map_output(getcli *g)
 {
     wc_st_entry *e = calloc(g->n_out ? g->n_out : 1, sizeof *e);
     size_t *order = calloc(g->n_out ? g->n_out : 1, sizeof *order);
+    const char **names = calloc(g->n_out ? g->n_out : 1, sizeof *names);
+    int *dims = calloc(g->n_out ? g->n_out : 1, sizeof *dims);
     uint8_t *header = NULL;
     size_t header_len = 0;
+    wctl_tp_meta meta;
     int rc = WEIGHT_ENOMEM;
-    if (e == NULL || order == NULL) goto free_arrays;
+    memset(&meta, 0, sizeof meta);
+    if (e == NULL || order == NULL || names == NULL || dims == NULL) goto free_arrays;
+    for (size_t i = 0; i < g->n_out; i++) {
+        names[i] = g->out[i].name;
+        dims[i] = g->out[i].split_dim;
+    }
+    if ((rc = wctl_tp_meta_init(&meta, g->tp, g->rank, g->source, names, dims, g->n_out)) < 0) {
+        snprintf(g->err, sizeof g->err, "the provenance metadata: %s", weight_error_name(rc));
+        goto free_arrays;
+    }
     /* The header only: data is not read, but must not be NULL when bytes > 0. */
     for (size_t i = 0; i < g->n_out; i++)
         e[i] = (wc_st_entry){g->out[i].name, g->out[i].dtype, g->out[i].ndim, g->out[i].shape,
                              g, g->out[i].bytes};
-    if (wc_st_encode_header(e, g->n_out, NULL, 0, &header, &header_len, order, g->err,
-                            sizeof g->err) < 0) {
+    if (wc_st_encode_header(e, g->n_out, meta.pairs, sizeof meta.pairs / sizeof meta.pairs[0],
+                            &header, &header_len, order, g->err, sizeof g->err) < 0) {
         rc = WEIGHT_EINVALID_ARGUMENT;
         goto free_arrays;
     }
@@ -168,6 +195,9 @@ static int map_output(getcli *g)
 free_header:
     free(header);
 free_arrays:
+    wctl_tp_meta_free(&meta);
+    free(dims);
+    free(names);
     free(order);
     free(e);
     return rc;
@@ -394,10 +424,10 @@ int wctl_cmd_get(ctl *x, int argc, char **argv)
         {"out", required_argument, NULL, 'o'},       {"tp", required_argument, NULL, 't'},
         {"rank", required_argument, NULL, 'r'},      {"split", required_argument, NULL, 's'},
         {"replicate", required_argument, NULL, 'R'}, {"all-ranks", no_argument, NULL, 'A'},
-        {NULL, 0, NULL, 0}};
+        {"allow-uneven", no_argument, NULL, 'U'}, {NULL, 0, NULL, 0}};
     const char *dir = NULL, *rank_arg = NULL;
     uint64_t tp = 1, rank = 0;
-    int all = 0, c, status = 0, rc;
+    int all = 0, uneven = 0, c, status = 0, rc;
     wctl_rules rs = {.n = 0};
     optind = 0;
     while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
@@ -413,6 +443,7 @@ int wctl_cmd_get(ctl *x, int argc, char **argv)
             rank_arg = optarg;
             break;
         case 'A': all = 1; break;
+        case 'U': uneven = 1; break;
         case 's':
         case 'R':
             if (wctl_rules_add(&rs, optarg, c == 's') < 0)
@@ -426,12 +457,7 @@ int wctl_cmd_get(ctl *x, int argc, char **argv)
     if (optind != argc - 1) return wctl_bad_usage("get", "takes one ID");
     if (dir == NULL || dir[0] == '\0') return wctl_bad_usage("get", "--out DIR is required");
     if (all && rank_arg) return wctl_bad_usage("get", "--rank and --all-ranks exclude each other");
-    if (tp > 1 && !all && !rank_arg) {
-        char why[160];
-        snprintf(why, sizeof why, "--tp %" PRIu64 " needs --rank R (0..%" PRIu64 ") or --all-ranks",
-                 tp, tp - 1);
-        return wctl_bad_usage("get", why);
-    }
+    if (!rank_arg) all = 1; /* every rank (one at TP 1), never rank 0 alone by default */
     if (rank >= tp) {
         char want[64];
         snprintf(want, sizeof want, "a rank below --tp %" PRIu64, tp);
@@ -455,6 +481,8 @@ int wctl_cmd_get(ctl *x, int argc, char **argv)
         getcli g;
         memset(&g, 0, sizeof g);
         g.rules = &rs;
+        g.allow_uneven = uneven;
+        g.source = text;
         g.tp = (uint32_t)tp;
         g.rank = (uint32_t)r;
         g.fd = -1;

@@ -1,12 +1,11 @@
 /* weightctl_put.c -- the commands that write a revision: `put` (safetensors
  * files as one revision, tensors byte-identical to an earlier one stored once
  * as aliases, or with --tp N one file per rank joined by the --split /
- * --replicate rules, or with --from-dir a Hugging Face model directory: its
+ * --replicate rules and checked by weightctl_tp.c first, or with --from-dir a Hugging Face model directory: its
  * shards and, as attachments, its other small files) and `upsert` (generation G of a lineage replacing its
  * base, put-first or delete-first, optionally waited for). */
 #include <getopt.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,107 +52,6 @@ static int add_files(weight_writer *w, const wc_st_file *files, size_t n_files, 
             else rc = weight_writer_add_tensor(w, t->name, wc_dtype_name(t->dtype), t->ndim,
                                                t->shape, files[i].base + t->offset);
             if (rc < 0) return rc;
-        }
-    }
-    return 0;
-}
-
-/* The target of name among the --tie rules, or NULL. */
-static const char *tie_target(const wctl_tie *ties, size_t n_ties, const char *name)
-{
-    for (size_t j = 0; j < n_ties; j++)
-        if (strcmp(ties[j].name, name) == 0) return ties[j].target;
-    return NULL;
-}
-
-/* Print why rank files cannot form one revision; INVALID_ARGUMENT. */
-static int shard_error(const char *path, const char *name, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int shard_error(const char *path, const char *name, const char *fmt, ...)
-{
-    va_list ap;
-    fprintf(stderr, "weightctl: put: INVALID_ARGUMENT: %s: tensor %s: ", path, name);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    return WEIGHT_EINVALID_ARGUMENT;
-}
-
-/* Add the tensors of tp rank files (files[r] holds rank r's shards, as
- * `weightctl get --tp` writes them) to w. The rules say which tensors are
- * split and along which dimension -- they must be the ones the shards were
- * cut with, which the files do not record. A split tensor's shards must
- * agree on dtype and every other dimension and hold the parts of an even
- * split (the first size % tp ranks one more); they are added as fragments
- * at their offsets. A replicated one must be byte-identical in every rank
- * and is added once. Every rank must hold the same tensor names. w NULL:
- * only check, so that a bad set is refused before an import begins. 0, the
- * writer's error, or INVALID_ARGUMENT (printed, naming file and tensor). */
-static int add_shards(weight_writer *w, const wc_st_file *files, char **paths, uint32_t tp,
-                      const wctl_rules *rs, const wctl_tie *ties, size_t n_ties)
-{
-    const wc_st_header *h0 = &files[0].header;
-    int rc;
-    for (uint32_t r = 1; r < tp; r++)
-        for (size_t k = 0; k < files[r].header.n_tensors; k++)
-            if (wc_st_find(h0, files[r].header.tensors[k].name) < 0)
-                return shard_error(paths[r], files[r].header.tensors[k].name,
-                                   "not in rank 0's file %s", paths[0]);
-    for (size_t k = 0; k < h0->n_tensors; k++) {
-        const wc_st_tensor *t0 = &h0->tensors[k];
-        const wc_st_tensor *t[4096];
-        uint64_t global[WC_MAX_NDIM], offset[WC_MAX_NDIM] = {0};
-        uint32_t dim = 0;
-        const char *target = tie_target(ties, n_ties, t0->name);
-        if (target) {
-            if (w && (rc = weight_writer_alias(w, t0->name, target)) < 0) return rc;
-            continue;
-        }
-        int split = wctl_rules_decide(rs, t0->name, t0->ndim, &dim);
-        for (uint32_t r = 0; r < tp; r++) {
-            long i = wc_st_find(&files[r].header, t0->name);
-            if (i < 0) return shard_error(paths[r], t0->name, "missing in this rank");
-            t[r] = &files[r].header.tensors[i];
-            if (t[r]->dtype != t0->dtype || t[r]->ndim != t0->ndim)
-                return shard_error(paths[r], t0->name, "dtype or rank differs from rank 0's");
-            for (uint32_t d = 0; d < t0->ndim; d++)
-                if (t[r]->shape[d] != t0->shape[d] && !(split && d == dim))
-                    return shard_error(paths[r], t0->name,
-                                       "dimension %u is %" PRIu64 ", rank 0 has %" PRIu64
-                                       " (only dimension %u may differ)",
-                                       d, t[r]->shape[d], t0->shape[d], dim);
-            if (!split && memcmp(files[r].base + t[r]->offset, files[0].base + t0->offset,
-                                 t0->bytes) != 0)
-                return shard_error(paths[r], t0->name,
-                                   "replicated by the rules but its bytes differ from rank 0's "
-                                   "(name its split with --split PATTERN=DIM)");
-        }
-        if (!split) {
-            if (w && (rc = weight_writer_add_tensor(w, t0->name, wc_dtype_name(t0->dtype),
-                                                    t0->ndim, t0->shape,
-                                                    files[0].base + t0->offset)) < 0)
-                return rc;
-            continue;
-        }
-        memcpy(global, t0->shape, t0->ndim * sizeof *global);
-        global[dim] = 0;
-        for (uint32_t r = 0; r < tp; r++) global[dim] += t[r]->shape[dim];
-        for (uint32_t r = 0; r < tp; r++) { /* the split get makes: the first rem ranks hold one more */
-            uint64_t q = global[dim] / tp, rem = global[dim] % tp;
-            if (t[r]->shape[dim] != q + (r < rem))
-                return shard_error(paths[r], t0->name,
-                                   "rank %u holds %" PRIu64 " of dimension %u's %" PRIu64
-                                   "; a %u-way split gives it %" PRIu64
-                                   " (files of another --tp, or not in rank order?)",
-                                   r, t[r]->shape[dim], dim, global[dim], tp, q + (r < rem));
-        }
-        for (uint32_t r = 0; r < tp && w; r++) {
-            rc = weight_writer_add_fragment(w, t0->name, wc_dtype_name(t0->dtype), t0->ndim,
-                                            global, offset, t[r]->shape,
-                                            files[r].base + t[r]->offset);
-            if (rc < 0) return rc;
-            offset[dim] += t[r]->shape[dim];
         }
     }
     return 0;
@@ -295,7 +193,8 @@ int wctl_cmd_put(ctl *x, int argc, char **argv)
     if (wctl_open_weights(x) < 0) goto close_files;
     if (open_inputs(x, "put", paths, n_files, files, payload) != 0) goto close_files;
     if (from_dir != NULL && wctl_hfdir_check(from_dir, &hf, files) != 0) goto close_files;
-    if (tp > 1 && add_shards(NULL, files, argv + optind, (uint32_t)tp, &rs, ties, n_ties) < 0)
+    if (tp > 1 ? wctl_tp_check_ranks(paths, files, (uint32_t)tp, &rs, ties, n_ties) < 0
+               : wctl_tp_check_whole("put", paths, files, n_files) < 0)
         goto close_files; /* refused before anything exists on the master */
     wctl_id_text(&id, text, sizeof text);
     if ((rc = weight_put_begin(x->ws, &id, has_policy ? &pol : NULL, &w)) < 0) {
@@ -304,7 +203,7 @@ int wctl_cmd_put(ctl *x, int argc, char **argv)
         status = wctl_failed(x, what, rc);
         goto close_files;
     }
-    rc = tp > 1 ? add_shards(w, files, argv + optind, (uint32_t)tp, &rs, ties, n_ties)
+    rc = tp > 1 ? wctl_tp_add_shards(w, files, paths, (uint32_t)tp, &rs, ties, n_ties)
                 : add_files(w, files, n_files, ties, n_ties);
     for (size_t i = 0; rc == 0 && i < hf.n_att; i++)
         rc = weight_writer_add_attachment(w, hf.att[i].name, hf.att[i].data, hf.att[i].bytes);
@@ -466,7 +365,9 @@ int wctl_cmd_upsert(ctl *x, int argc, char **argv)
     wctl_progress pr;
     wctl_progress_init(x, &pr, "upsert");
     if (files == NULL) return 1;
-    if (open_inputs(x, "upsert", argv + optind, n_files, files, payload) != 0) goto close_files;
+    if (open_inputs(x, "upsert", argv + optind, n_files, files, payload) != 0 ||
+        wctl_tp_check_whole("upsert", argv + optind, files, n_files) < 0)
+        goto close_files;
     if ((status = wctl_fence(x, "upsert", &base, &expect)) != 0) goto close_files;
     status = 1;
     rc = weight_upsert(x->ws, &base, gen, mode, request_id, expect, has_policy ? &pol : NULL, 0,
