@@ -107,6 +107,11 @@ void wc_manifest_free(wc_manifest *m)
     free(m->objects);
     for (size_t i = 0; i < m->n_units; i++) free(m->units[i].objects);
     free(m->units);
+    for (size_t i = 0; i < m->n_file_meta; i++) {
+        free(m->file_meta[i].key);
+        free(m->file_meta[i].value);
+    }
+    free(m->file_meta);
     free(m->name_slots_);
     memset(m, 0, sizeof *m);
 }
@@ -212,6 +217,80 @@ static int validate_attachment(const wc_manifest *m, size_t i, char *err, size_t
         wm_errbuf(err, errlen, "attachment '%s' is in an alias group", t->name);
         return SMP_EINVAL;
     }
+    return SMP_OK;
+}
+
+/* 1 when s is valid UTF-8 (no overlong forms, no surrogates, at most
+ * U+10FFFF), 0 otherwise. */
+static int is_utf8(const char *str)
+{
+    const unsigned char *p = (const unsigned char *)str;
+    while (*p) {
+        unsigned c = *p, n;
+        uint32_t cp;
+        if (c < 0x80) {
+            p++;
+            continue;
+        }
+        if (c >= 0xC2 && c <= 0xDF) n = 1, cp = c & 0x1F;
+        else if (c >= 0xE0 && c <= 0xEF) n = 2, cp = c & 0x0F;
+        else if (c >= 0xF0 && c <= 0xF4) n = 3, cp = c & 0x07;
+        else return 0;
+        for (unsigned k = 1; k <= n; k++) {
+            if ((p[k] & 0xC0) != 0x80) return 0;
+            cp = (cp << 6) | (p[k] & 0x3F);
+        }
+        if ((n == 2 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
+            (n == 3 && (cp < 0x10000 || cp > 0x10FFFF)))
+            return 0;
+        p += n + 1;
+    }
+    return 1;
+}
+
+int wc_file_meta_check(const char *key, const char *value, char *err, size_t errlen)
+{
+    if (key == NULL || key[0] == '\0' || value == NULL) {
+        wm_errbuf(err, errlen, "file metadata: an empty key or no value");
+        return SMP_EINVAL;
+    }
+    if (!is_utf8(key) || !is_utf8(value)) {
+        wm_errbuf(err, errlen, "file metadata '%.64s': key or value is not valid UTF-8", key);
+        return SMP_EINVAL;
+    }
+    return SMP_OK;
+}
+
+int wc_manifest_add_file_meta(wc_manifest *m, const char *key, const char *value, char *err,
+                              size_t errlen)
+{
+    int rc = wc_file_meta_check(key, value, err, errlen);
+    if (rc < 0) return rc;
+    size_t bytes = strlen(key) + strlen(value);
+    if (m->n_file_meta >= WC_FILE_META_MAX_PAIRS ||
+        bytes > WC_FILE_META_MAX_BYTES - m->file_meta_bytes_) {
+        wm_errbuf(err, errlen, "file metadata '%.64s': over the %u pairs or %u bytes a revision "
+                  "keeps", key, WC_FILE_META_MAX_PAIRS, WC_FILE_META_MAX_BYTES);
+        return SMP_EINVAL;
+    }
+    size_t at = m->n_file_meta;
+    while (at > 0 && strcmp(m->file_meta[at - 1].key, key) > 0) at--;
+    if (at > 0 && strcmp(m->file_meta[at - 1].key, key) == 0) {
+        wm_errbuf(err, errlen, "file metadata '%.64s' given twice", key);
+        return SMP_EINVAL;
+    }
+    if (grow((void **)&m->file_meta, &m->cap_file_meta_, m->n_file_meta, sizeof *m->file_meta) < 0)
+        return SMP_ENOMEM;
+    wc_file_meta pair = {dup_str(key), dup_str(value)};
+    if (pair.key == NULL || pair.value == NULL) {
+        free(pair.key);
+        free(pair.value);
+        return SMP_ENOMEM;
+    }
+    memmove(&m->file_meta[at + 1], &m->file_meta[at], (m->n_file_meta - at) * sizeof pair);
+    m->file_meta[at] = pair;
+    m->n_file_meta++;
+    m->file_meta_bytes_ += bytes;
     return SMP_OK;
 }
 
@@ -760,6 +839,7 @@ int wc_manifest_encode(const wc_manifest *m, uint8_t **out, size_t *out_len)
     ManifestAliasGroup *aliases = NULL, **alias_ptrs = NULL;
     ManifestObject *objects = NULL, **object_ptrs = NULL;
     ManifestAffinityUnit *units = NULL, **unit_ptrs = NULL;
+    ManifestFileMetadata *metas = NULL, **meta_ptrs = NULL;
     uint8_t *buf = NULL;
 
     if (m == NULL || !m->finalized_) return SMP_ESTATE;
@@ -774,6 +854,7 @@ int wc_manifest_encode(const wc_manifest *m, uint8_t **out, size_t *out_len)
     ALLOC_N(aliases, alias_ptrs, m->n_alias_groups);
     ALLOC_N(objects, object_ptrs, m->n_objects);
     ALLOC_N(units, unit_ptrs, m->n_units);
+    ALLOC_N(metas, meta_ptrs, m->n_file_meta);
 #undef ALLOC_N
 
     ident.tenant_id = m->identity.tenant_id;
@@ -846,6 +927,14 @@ int wc_manifest_encode(const wc_manifest *m, uint8_t **out, size_t *out_len)
     msg.objects = object_ptrs;
     msg.n_affinity_units = m->n_units;
     msg.affinity_units = unit_ptrs;
+    for (size_t i = 0; i < m->n_file_meta; i++) {
+        manifest_file_metadata__init(&metas[i]);
+        metas[i].key = m->file_meta[i].key;
+        metas[i].value = m->file_meta[i].value;
+        meta_ptrs[i] = &metas[i];
+    }
+    msg.n_file_metadata = m->n_file_meta;
+    msg.file_metadata = meta_ptrs;
 
     size_t len = stored_weight_manifest__get_packed_size(&msg);
     buf = malloc(len ? len : 1);
@@ -865,6 +954,8 @@ free_messages:
     free(object_ptrs);
     free(units);
     free(unit_ptrs);
+    free(metas);
+    free(meta_ptrs);
     return rc;
 }
 
@@ -979,6 +1070,11 @@ static int model_from_message(const StoredWeightManifest *msg, wc_manifest *m, c
         if (au->n_object_index >= WC_NONE) return SMP_EINVAL;
         rc = wc_manifest_add_unit(m, au->object_index, (uint32_t)au->n_object_index,
                                   au->logical_bytes);
+        if (rc < 0) return rc;
+    }
+    for (size_t i = 0; i < msg->n_file_metadata; i++) {
+        const ManifestFileMetadata *fm = msg->file_metadata[i];
+        rc = wc_manifest_add_file_meta(m, fm->key, fm->value, err, errlen);
         if (rc < 0) return rc;
     }
     return wc_manifest_finalize(m, err, errlen);

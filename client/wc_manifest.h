@@ -33,7 +33,10 @@
  *    at most WC_ATTACHMENT_MAX_BYTES, named like a file (no '/', not "." or
  *    ".."), in no alias group, and after every tensor (so the tensors are
  *    tensors[0 .. wc_manifest_n_plain(m))); a manifest with one encodes as
- *    format_version 2.
+ *    format_version 2;
+ *  - file metadata (the source files' safetensors __metadata__ pairs) has
+ *    non-empty, unique UTF-8 keys and UTF-8 values, at most
+ *    WC_FILE_META_MAX_PAIRS pairs of WC_FILE_META_MAX_BYTES bytes in all.
  *
  * Errors: SMP_EINVAL for a model built here that breaks a rule, SMP_EPROTO for
  * bytes that do not decode or break one, SMP_ENOMEM, SMP_ESTATE for encoding a
@@ -115,6 +118,16 @@ typedef struct wc_affinity_unit {
     uint64_t logical_bytes;
 } wc_affinity_unit;
 
+/* One pair of the source files' safetensors __metadata__. */
+typedef struct wc_file_meta {
+    char *key;
+    char *value;
+} wc_file_meta;
+
+/* Bounds of the file metadata of one manifest. */
+#define WC_FILE_META_MAX_PAIRS 1024u
+#define WC_FILE_META_MAX_BYTES (1u << 20)
+
 typedef struct wc_manifest {
     wc_identity identity;
     char *group;
@@ -128,12 +141,16 @@ typedef struct wc_manifest {
     size_t n_objects;
     wc_affinity_unit *units;
     size_t n_units;
+    wc_file_meta *file_meta;  /* sorted by key (byte order), unique keys */
+    size_t n_file_meta;
     /* Private: capacities, the name index, the finalized flag. */
     size_t cap_tensors_;
     size_t cap_fragments_;
     size_t cap_alias_groups_;
     size_t cap_objects_;
     size_t cap_units_;
+    size_t cap_file_meta_;
+    size_t file_meta_bytes_;
     uint32_t *name_slots_;
     size_t n_name_slots_;
     int finalized_;
@@ -175,6 +192,21 @@ int wc_manifest_set_attachment(wc_manifest *m, uint32_t index);
 /* The number of tensors before the first attachment (all of them when
  * there is none). For a finalized or decoded manifest. */
 size_t wc_manifest_n_plain(const wc_manifest *m);
+
+/* Check one pair of file metadata on its own: a non-empty key, key and
+ * value valid UTF-8. SMP_OK or SMP_EINVAL with a message naming the key. */
+int wc_file_meta_check(const char *key, const char *value, char *err, size_t errlen);
+
+/* Add one pair of the source files' safetensors __metadata__ (copied) in
+ * key order; it does not change finalization (a finalized model may take
+ * it). SMP_OK, SMP_EINVAL (wc_file_meta_check, a key already there, more
+ * than WC_FILE_META_MAX_PAIRS pairs or WC_FILE_META_MAX_BYTES bytes; with a
+ * message) or SMP_ENOMEM. */
+int wc_manifest_add_file_meta(wc_manifest *m,
+                              const char *key,
+                              const char *value,
+                              char *err,
+                              size_t errlen);
 
 /* Append a payload object (key copied); *out_index may be NULL. */
 int wc_manifest_add_object(wc_manifest *m,

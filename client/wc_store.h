@@ -54,6 +54,8 @@ struct weight_store {
     atomic_int cancel;               /* weight_store_cancel */
     weight_progress_fn progress;
     void *progress_ctx;
+    weight_file_metadata_fn file_meta;  /* weight_store_set_file_metadata_fn */
+    void *file_meta_ctx;
     pthread_mutex_t seg_lock;
     wc_seg segs[WC_SEG_MAPS];
     char err[1024];

@@ -659,7 +659,8 @@ static const weight_binding *find_binding(const weight_bindings *b, const char *
     return NULL;
 }
 
-/* Ask for the placements and bindings, build the plan. */
+/* Hand the file metadata to its callback, ask for the placements and
+ * bindings, build the plan. */
 static int place_and_bind(weight_store *s, const wc_manifest *m, const weight_placement *placement,
                           const weight_bindings *bindings, wc_placement *pl, uint8_t **bufs,
                           wc_plan *plan, uint64_t *n_placed)
@@ -667,6 +668,11 @@ static int place_and_bind(weight_store *s, const wc_manifest *m, const weight_pl
     char err[512] = "";
     int rc;
     *n_placed = 0;
+    for (size_t i = 0; s->file_meta && i < m->n_file_meta; i++) {
+        rc = s->file_meta(s->file_meta_ctx, m->file_meta[i].key, m->file_meta[i].value);
+        if (rc < 0) return wc_fail(s, rc, "file metadata '%s' refused (%s)", m->file_meta[i].key,
+                                   weight_error_name(rc));
+    }
     for (size_t i = 0; i < m->n_tensors; i++) {
         weight_tensor_info ti;
         weight_tensor_place tp = {WEIGHT_PLACE_REPLICATED, 0, 1, 0};

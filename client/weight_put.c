@@ -70,6 +70,8 @@ struct weight_writer {
     uint64_t metadata_generation;
     wtensor *t;
     size_t n, cap;
+    wc_file_meta *meta;               /* weight_writer_add_file_metadata, in call order */
+    size_t n_meta, cap_meta;
     int failed;                       /* an add failed: commit refuses */
     int keep_open;                    /* a failed commit leaves the import open */
 };
@@ -244,6 +246,36 @@ int weight_writer_add_attachment(weight_writer *w, const char *name, const void 
     return WEIGHT_OK;
 }
 
+int weight_writer_add_file_metadata(weight_writer *w, const char *key, const char *value)
+{
+    char err[256];
+    if (w == NULL) return WEIGHT_EINVALID_ARGUMENT;
+    if (wc_file_meta_check(key, value, err, sizeof err) < 0) {
+        w->failed = 1;
+        return wc_fail(w->s, WEIGHT_EINVALID_ARGUMENT, "%s", err);
+    }
+    for (size_t i = 0; i < w->n_meta; i++)
+        if (strcmp(w->meta[i].key, key) == 0)
+            return add_fail(w, WEIGHT_EINVALID_ARGUMENT, "file metadata '%s' added twice", key);
+    if (w->n_meta == w->cap_meta) {
+        size_t ncap = w->cap_meta ? w->cap_meta * 2 : 8;
+        wc_file_meta *n = realloc(w->meta, ncap * sizeof *n);
+        if (n == NULL) return add_fail(w, WEIGHT_ENOMEM, "out of memory%s", "");
+        w->meta = n;
+        w->cap_meta = ncap;
+    }
+    wc_file_meta *pair = &w->meta[w->n_meta];
+    pair->key = strdup(key);
+    pair->value = strdup(value);
+    if (pair->key == NULL || pair->value == NULL) {
+        free(pair->key);
+        free(pair->value);
+        return add_fail(w, WEIGHT_ENOMEM, "out of memory%s", "");
+    }
+    w->n_meta++;
+    return WEIGHT_OK;
+}
+
 int weight_writer_alias(weight_writer *w, const char *name, const char *target)
 {
     if (w == NULL) return WEIGHT_EINVALID_ARGUMENT;
@@ -266,6 +298,11 @@ static void writer_free(weight_writer *w)
         free(w->t[i].src);
     }
     free(w->t);
+    for (size_t i = 0; i < w->n_meta; i++) {
+        free(w->meta[i].key);
+        free(w->meta[i].value);
+    }
+    free(w->meta);
     free(w);
 }
 
@@ -646,6 +683,14 @@ static int pack_tensors(commit_ctx *cx)
         rc = wc_fail(s, WEIGHT_EPROTO, "the master's group key '%s' is not the canonical '%s'",
                      w->group, cx->pack.manifest.group);
         goto free_input;
+    }
+    for (size_t i = 0; i < w->n_meta; i++) {
+        rc = wc_manifest_add_file_meta(&cx->pack.manifest, w->meta[i].key, w->meta[i].value, err,
+                                       sizeof err);
+        if (rc < 0) {
+            rc = wc_fail(s, rc == SMP_ENOMEM ? WEIGHT_ENOMEM : WEIGHT_EINVALID_ARGUMENT, "%s", err);
+            goto free_input;
+        }
     }
     if (cx->pack.manifest.n_objects == 0) {
         rc = wc_fail(s, WEIGHT_EINVALID_ARGUMENT, "a revision needs at least one non-empty tensor");

@@ -331,6 +331,13 @@ void weight_store_set_progress(weight_store *s, weight_progress_fn fn, void *ctx
     s->progress_ctx = ctx;
 }
 
+void weight_store_set_file_metadata_fn(weight_store *s, weight_file_metadata_fn fn, void *ctx)
+{
+    if (s == NULL) return;
+    s->file_meta = fn;
+    s->file_meta_ctx = ctx;
+}
+
 const seg_map *wc_seg_get(weight_store *s, const char *path, int writable)
 {
     char err[256];

@@ -309,6 +309,17 @@ WEIGHT_API int weight_writer_add_attachment(weight_writer *w,
                                             const void *data,
                                             uint64_t bytes);
 
+/* Add one pair of the safetensors __metadata__ of the files the revision is
+ * published from (e.g. "format" = "pt"): kept in its manifest and handed to
+ * the file-metadata callback of every weight_get (weightctl get writes the
+ * pairs back into its files). key is non-empty and unique in the revision;
+ * key and value are valid UTF-8; a revision keeps at most 1024 pairs of
+ * 1 MiB in all (checked at commit). INVALID_ARGUMENT naming the key. Both
+ * strings are copied. Readers older than this call ignore the pairs. */
+WEIGHT_API int weight_writer_add_file_metadata(weight_writer *w,
+                                               const char *key,
+                                               const char *value);
+
 /* Declare `name` a tied weight sharing `target`'s storage (same dtype and
  * shape; stored once). target must be added (now or later) and not itself
  * an alias. */
@@ -352,6 +363,16 @@ typedef struct weight_tensor_place {
     uint32_t parts;
     uint32_t rank;
 } weight_tensor_place;
+
+/* Called by weight_get once per pair of the revision's file metadata
+ * (weight_writer_add_file_metadata), in key order, after the manifest is
+ * verified and before the first placement; the strings live until the
+ * callback returns. A negative return aborts the get with that code. */
+typedef int (*weight_file_metadata_fn)(void *ctx, const char *key, const char *value);
+/* Set (or with NULL clear) the file-metadata callback of the gets on s. */
+WEIGHT_API void weight_store_set_file_metadata_fn(weight_store *s,
+                                                  weight_file_metadata_fn fn,
+                                                  void *ctx);
 
 /* The placement of a get: a callback deciding per tensor (NULL: every
  * tensor replicated). A negative return aborts the get with that code. */

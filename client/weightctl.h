@@ -114,6 +114,7 @@ int wctl_parse_tie(char *arg, wctl_tie *ties, size_t *n_ties);
 /* -- weightctl_tp.c: tensor-parallel rank files ------------------------------ */
 
 /* The __metadata__ keys of a rank file written by get (see weightctl_tp.c). */
+#define WCTL_TP_KEY_PREFIX "weight_mgmt."
 #define WCTL_TP_KEY_TP "weight_mgmt.tp"
 #define WCTL_TP_KEY_RANK "weight_mgmt.rank"
 #define WCTL_TP_KEY_SOURCE "weight_mgmt.source"

@@ -65,6 +65,8 @@ typedef struct getcli {
     const char *source;     /* the revision's ID, for weight_mgmt.source */
     out_tensor *out;        /* in placement (manifest) order */
     size_t n_out, cap_out;
+    wc_st_meta *src_meta;   /* the revision's file metadata (its source's __metadata__) */
+    size_t n_src_meta, cap_src_meta;
     out_file *att;          /* the attachments, in manifest order */
     size_t n_att, cap_att;
     size_t next;            /* the tensor the next provide is expected for */
@@ -84,6 +86,27 @@ static int room_for_one(void **arr, size_t *cap, size_t n, size_t size)
     if (a == NULL) return -1;
     *arr = a;
     *cap = c;
+    return 0;
+}
+
+/* One pair of the revision's file metadata, kept for the header (a
+ * weight_mgmt.* key is not kept: each file's provenance is its own). */
+static int get_file_meta(void *ctx, const char *key, const char *value)
+{
+    getcli *g = ctx;
+    if (strncmp(key, WCTL_TP_KEY_PREFIX, strlen(WCTL_TP_KEY_PREFIX)) == 0) return 0;
+    if (room_for_one((void **)&g->src_meta, &g->cap_src_meta, g->n_src_meta,
+                     sizeof *g->src_meta) < 0)
+        return WEIGHT_ENOMEM;
+    wc_st_meta *p = &g->src_meta[g->n_src_meta];
+    p->key = strdup(key);
+    p->value = strdup(value);
+    if (p->key == NULL || p->value == NULL) {
+        free(p->key);
+        free(p->value);
+        return WEIGHT_ENOMEM;
+    }
+    g->n_src_meta++;
     return 0;
 }
 
@@ -144,16 +167,19 @@ static int get_place(void *ctx, const weight_tensor_info *t, weight_tensor_place
  * map it. 0, or a WEIGHT_E* code with g->err set. */
 static int map_output(getcli *g)
 {
+    wctl_tp_meta meta;
     wc_st_entry *e = calloc(g->n_out ? g->n_out : 1, sizeof *e);
     size_t *order = calloc(g->n_out ? g->n_out : 1, sizeof *order);
     const char **names = calloc(g->n_out ? g->n_out : 1, sizeof *names);
     int *dims = calloc(g->n_out ? g->n_out : 1, sizeof *dims);
+    size_t n_pairs = g->n_src_meta + sizeof meta.pairs / sizeof meta.pairs[0];
+    wc_st_meta *pairs = calloc(n_pairs, sizeof *pairs);
     uint8_t *header = NULL;
     size_t header_len = 0;
-    wctl_tp_meta meta;
     int rc = WEIGHT_ENOMEM;
     memset(&meta, 0, sizeof meta);
-    if (e == NULL || order == NULL || names == NULL || dims == NULL) goto free_arrays;
+    if (e == NULL || order == NULL || names == NULL || dims == NULL || pairs == NULL)
+        goto free_arrays;
     for (size_t i = 0; i < g->n_out; i++) {
         names[i] = g->out[i].name;
         dims[i] = g->out[i].split_dim;
@@ -166,8 +192,11 @@ static int map_output(getcli *g)
     for (size_t i = 0; i < g->n_out; i++)
         e[i] = (wc_st_entry){g->out[i].name, g->out[i].dtype, g->out[i].ndim, g->out[i].shape,
                              g, g->out[i].bytes};
-    if (wc_st_encode_header(e, g->n_out, meta.pairs, sizeof meta.pairs / sizeof meta.pairs[0],
-                            &header, &header_len, order, g->err, sizeof g->err) < 0) {
+    /* The source's own pairs, then this file's provenance. */
+    if (g->n_src_meta) memcpy(pairs, g->src_meta, g->n_src_meta * sizeof *pairs);
+    memcpy(pairs + g->n_src_meta, meta.pairs, sizeof meta.pairs);
+    if (wc_st_encode_header(e, g->n_out, pairs, n_pairs, &header, &header_len, order, g->err,
+                            sizeof g->err) < 0) {
         rc = WEIGHT_EINVALID_ARGUMENT;
         goto free_arrays;
     }
@@ -196,6 +225,7 @@ free_header:
     free(header);
 free_arrays:
     wctl_tp_meta_free(&meta);
+    free(pairs);
     free(dims);
     free(names);
     free(order);
@@ -251,6 +281,13 @@ static void getcli_reset(getcli *g)
         free(g->att[i].name);
         if (g->att[i].data) munmap(g->att[i].data, g->att[i].bytes);
     }
+    for (size_t i = 0; i < g->n_src_meta; i++) {
+        free(g->src_meta[i].key);
+        free(g->src_meta[i].value);
+    }
+    free(g->src_meta);
+    g->src_meta = NULL;
+    g->n_src_meta = g->cap_src_meta = 0;
     free(g->out);
     free(g->att);
     g->out = NULL;
@@ -356,8 +393,10 @@ static int get_rank(ctl *x, const weight_identity *id, const char *what, const c
     weight_bindings bd = {NULL, 0, get_provide, g};
     weight_get_stats st;
     weight_store_set_progress(x->ws, wctl_progress_cb, &pr);
+    weight_store_set_file_metadata_fn(x->ws, get_file_meta, g);
     double t0 = wctl_now();
     rc = weight_get(x->ws, id, &pl, &bd, &st);
+    weight_store_set_file_metadata_fn(x->ws, NULL, NULL);
     double dt = wctl_now() - t0;
     wctl_progress_end(&pr);
     if (rc < 0) {

@@ -57,6 +57,40 @@ static int add_files(weight_writer *w, const wc_st_file *files, size_t n_files, 
     return 0;
 }
 
+/* The __metadata__ pairs of the files (weight_mgmt.* aside: the provenance
+ * of rank files, which weightctl_tp.c checks) added to w as the revision's
+ * file metadata, so that get writes them back; a key in several files must
+ * have one value. w NULL: only check. 0, the writer's error, or
+ * INVALID_ARGUMENT printed naming both files. */
+static int add_file_metadata(weight_writer *w, const char *cmd, char **paths,
+                             const wc_st_file *files, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const wc_st_header *h = &files[i].header;
+        for (size_t k = 0; k < h->n_meta; k++) {
+            const wc_st_meta *p = &h->meta[k];
+            int seen = 0, rc;
+            if (strncmp(p->key, WCTL_TP_KEY_PREFIX, strlen(WCTL_TP_KEY_PREFIX)) == 0) continue;
+            for (size_t j = 0; j < i && !seen; j++) {
+                const wc_st_header *e = &files[j].header;
+                for (size_t q = 0; q < e->n_meta && !seen; q++) {
+                    if (strcmp(e->meta[q].key, p->key) != 0) continue;
+                    if (strcmp(e->meta[q].value, p->value) != 0) {
+                        fprintf(stderr, "weightctl: %s: INVALID_ARGUMENT: %s: __metadata__ '%s' is "
+                                "'%s', but '%s' in %s\n", cmd, paths[i], p->key, p->value,
+                                e->meta[q].value, paths[j]);
+                        return WEIGHT_EINVALID_ARGUMENT;
+                    }
+                    seen = 1;
+                }
+            }
+            if (!seen && w && (rc = weight_writer_add_file_metadata(w, p->key, p->value)) < 0)
+                return rc;
+        }
+    }
+    return 0;
+}
+
 /* Open the safetensors files paths[0..n) into files[] (zeroed by the
  * caller), then apply --payload-bytes (0: the default). 0, or 1 with the
  * cause printed as "weightctl: CMD: ..."; what was opened stays for the
@@ -196,6 +230,7 @@ int wctl_cmd_put(ctl *x, int argc, char **argv)
     if (tp > 1 ? wctl_tp_check_ranks(paths, files, (uint32_t)tp, &rs, ties, n_ties) < 0
                : wctl_tp_check_whole("put", paths, files, n_files) < 0)
         goto close_files; /* refused before anything exists on the master */
+    if (add_file_metadata(NULL, "put", paths, files, n_files) < 0) goto close_files;
     wctl_id_text(&id, text, sizeof text);
     if ((rc = weight_put_begin(x->ws, &id, has_policy ? &pol : NULL, &w)) < 0) {
         char what[2100];
@@ -205,6 +240,7 @@ int wctl_cmd_put(ctl *x, int argc, char **argv)
     }
     rc = tp > 1 ? wctl_tp_add_shards(w, files, paths, (uint32_t)tp, &rs, ties, n_ties)
                 : add_files(w, files, n_files, ties, n_ties);
+    if (rc == 0) rc = add_file_metadata(w, "put", paths, files, n_files);
     for (size_t i = 0; rc == 0 && i < hf.n_att; i++)
         rc = weight_writer_add_attachment(w, hf.att[i].name, hf.att[i].data, hf.att[i].bytes);
     if (rc < 0) {
@@ -366,7 +402,8 @@ int wctl_cmd_upsert(ctl *x, int argc, char **argv)
     wctl_progress_init(x, &pr, "upsert");
     if (files == NULL) return 1;
     if (open_inputs(x, "upsert", argv + optind, n_files, files, payload) != 0 ||
-        wctl_tp_check_whole("upsert", argv + optind, files, n_files) < 0)
+        wctl_tp_check_whole("upsert", argv + optind, files, n_files) < 0 ||
+        add_file_metadata(NULL, "upsert", argv + optind, files, n_files) < 0)
         goto close_files;
     if ((status = wctl_fence(x, "upsert", &base, &expect)) != 0) goto close_files;
     status = 1;
@@ -377,7 +414,8 @@ int wctl_cmd_upsert(ctl *x, int argc, char **argv)
         goto close_files;
     }
     if (w != NULL) {
-        if ((rc = add_files(w, files, n_files, ties, n_ties)) < 0) {
+        if ((rc = add_files(w, files, n_files, ties, n_ties)) < 0 ||
+            (rc = add_file_metadata(w, "upsert", argv + optind, files, n_files)) < 0) {
             status = wctl_failed(x, "upsert", rc);
             weight_writer_abort(w); /* refused by the master for a DELETE_FIRST target */
             goto close_files;

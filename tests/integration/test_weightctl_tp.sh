@@ -163,8 +163,15 @@ PY
 
 # -- tp_files_carry_provenance ---------------------------------------------------------
 m1=$(meta "$d2/rank1-of-2.safetensors")
-want="{\"weight_mgmt.rank\": \"1\", \"weight_mgmt.source\": \"$src\", \"weight_mgmt.split\": \"{\\\"a.weight\\\":0,\\\"b.weight\\\":0}\", \"weight_mgmt.tp\": \"2\"}"
-[ "$m1" = "$want" ] && ok "rank 1's __metadata__: $m1" || bad "provenance: [$m1] want [$want]"
+want="{\"format\": \"pt\", \"weight_mgmt.rank\": \"1\", \"weight_mgmt.source\": \"$src\", \"weight_mgmt.split\": \"{\\\"a.weight\\\":0,\\\"b.weight\\\":0}\", \"weight_mgmt.tp\": \"2\"}"
+[ "$m1" = "$want" ] && ok "rank 1's __metadata__, the source's own kept: $m1" || bad "provenance: [$m1] want [$want]"
+"$ctl" get cli/m/v1@1 --out "$tmp/whole" >/dev/null || bad "get whole"
+mw=$(meta "$tmp/whole/rank0-of-1.safetensors")
+want="{\"format\": \"pt\", \"weight_mgmt.rank\": \"0\", \"weight_mgmt.source\": \"$src\", \"weight_mgmt.split\": \"{}\", \"weight_mgmt.tp\": \"1\"}"
+[ "$mw" = "$want" ] && ok "at TP 1 too: $mw" || bad "tp 1 meta: [$mw] want [$want]"
+mo=$(meta "$tmp/odd/rank0-of-2.safetensors")
+grep -qv '"format"' <<<"$mo" && ! grep -q '"format"' <<<"$mo" && ok "a source without __metadata__ gets only the provenance: $mo" \
+  || bad "odd meta: $mo"
 "$ctl" get cli/m/v1@1 --out "$tmp/d3" --tp 2 --split 'b.*=1' --replicate 'a.*' >/dev/null || bad "get d3"
 m0=$(meta "$tmp/d3/rank0-of-2.safetensors")
 grep -qF '"weight_mgmt.split": "{\"b.weight\":1}"' <<<"$m0" && grep -qF '"weight_mgmt.rank": "0"' <<<"$m0" \
@@ -212,6 +219,15 @@ refused "a file without provenance among files with it" \
   && "$ctl" get cli/m/joined@1 --out "$tmp/j" >/dev/null && st_same "$tmp/v1.safetensors" "$tmp/j/rank0-of-1.safetensors" \
   && "$ctl" get cli/m/joined3@1 --out "$tmp/j3" >/dev/null && st_same "$tmp/v1.safetensors" "$tmp/j3/rank0-of-1.safetensors" \
   && ok "the files with the rules they were cut with: joined, read back byte for byte" || bad "joined"
+
+mk_st "$tmp/fmt-a.safetensors" format=pt x.weight:4x4
+mk_st "$tmp/fmt-b.safetensors" format=np y.weight:4x4
+refused "source metadata that disagrees between files" \
+  "weightctl: put: INVALID_ARGUMENT: $tmp/fmt-b.safetensors: __metadata__ 'format' is 'np', but 'pt' in $tmp/fmt-a.safetensors" \
+  $(put_bad "$tmp/fmt-a.safetensors" "$tmp/fmt-b.safetensors")
+m=$(meta "$tmp/j/rank0-of-1.safetensors")
+grep -qF '"format": "pt"' <<<"$m" && grep -qF "\"weight_mgmt.source\": \"cli/m/joined@1\"" <<<"$m" \
+  && ok "a revision joined from rank files keeps their source's metadata, not their provenance: $m" || bad "joined meta: $m"
 
 # -- put_tp_without_provenance_checked_by_shapes -----------------------------------------
 strip "$r0" "$tmp/s0.safetensors"; strip "$r1" "$tmp/s1.safetensors"; cp "$tmp/s0.safetensors" "$tmp/s0copy.safetensors"

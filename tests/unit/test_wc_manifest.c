@@ -399,6 +399,84 @@ static void test_attachments_round_trip_and_rules(void **state)
     wc_manifest_free(&m);
 }
 
+/* The source files' __metadata__ pairs: kept in key order through a round
+ * trip, the format unchanged; each rule refused when added and on the wire. */
+static void test_file_metadata_round_trips_and_is_validated(void **state)
+{
+    (void)state;
+    fx x;
+    wc_manifest m, d;
+    char err[256] = "";
+    uint8_t *buf;
+    size_t len;
+    fx_init(&x);
+    assert_int_equal(fx_decode(&x, &m, err, sizeof err), SMP_OK);
+    assert_int_equal(m.n_file_meta, 0);
+    assert_int_equal(wc_manifest_add_file_meta(&m, "format", "pt", err, sizeof err), SMP_OK);
+    assert_int_equal(wc_manifest_add_file_meta(&m, "author", "caf\xc3\xa9", err, sizeof err),
+                     SMP_OK);
+    assert_int_equal(wc_manifest_add_file_meta(&m, "empty", "", err, sizeof err), SMP_OK);
+    assert_int_equal(wc_manifest_add_file_meta(&m, "format", "np", err, sizeof err), SMP_EINVAL);
+    assert_non_null(strstr(err, "'format' given twice"));
+    assert_int_equal(wc_manifest_add_file_meta(&m, "", "x", err, sizeof err), SMP_EINVAL);
+    assert_int_equal(wc_manifest_add_file_meta(&m, "bad", "\xc3(", err, sizeof err), SMP_EINVAL);
+    assert_non_null(strstr(err, "'bad': key or value is not valid UTF-8"));
+    assert_int_equal(wc_manifest_add_file_meta(&m, "\xed\xa0\x80", "x", err, sizeof err),
+                     SMP_EINVAL); /* a surrogate */
+    assert_int_equal(m.n_file_meta, 3);
+    assert_int_equal(wc_manifest_encode(&m, &buf, &len), SMP_OK);
+    StoredWeightManifest *msg = stored_weight_manifest__unpack(NULL, len, buf);
+    assert_non_null(msg);
+    assert_int_equal(msg->format_version, 1);
+    assert_int_equal(msg->n_file_metadata, 3);
+    assert_string_equal(msg->file_metadata[0]->key, "author");
+    assert_string_equal(msg->file_metadata[2]->key, "format");
+    assert_int_equal(wc_manifest_decode(buf, len, &d, err, sizeof err), SMP_OK);
+    assert_int_equal(d.n_file_meta, 3);
+    assert_string_equal(d.file_meta[0].value, "caf\xc3\xa9");
+    assert_string_equal(d.file_meta[1].key, "empty");
+    assert_string_equal(d.file_meta[2].value, "pt");
+    wc_manifest_free(&d);
+    free(buf);
+
+    /* on the wire: a repeated key, an empty key, bytes that are not UTF-8 */
+    const char *bad[3][2] = {{"format", "np"}, {"", "x"}, {"k", "\xff"}};
+    const char *why[3] = {"'format' given twice", "an empty key", "not valid UTF-8"};
+    for (int i = 0; i < 3; i++) {
+        char *key0 = msg->file_metadata[0]->key, *value0 = msg->file_metadata[0]->value;
+        msg->file_metadata[0]->key = (char *)bad[i][0];
+        msg->file_metadata[0]->value = (char *)bad[i][1];
+        len = stored_weight_manifest__get_packed_size(msg);
+        buf = malloc(len);
+        stored_weight_manifest__pack(msg, buf);
+        assert_int_equal(wc_manifest_decode(buf, len, &d, err, sizeof err), SMP_EPROTO);
+        assert_non_null(strstr(err, why[i]));
+        free(buf);
+        msg->file_metadata[0]->key = key0;
+        msg->file_metadata[0]->value = value0;
+    }
+    stored_weight_manifest__free_unpacked(msg, NULL);
+
+    /* the bounds: pairs, then bytes */
+    for (unsigned i = m.n_file_meta; i < WC_FILE_META_MAX_PAIRS; i++) {
+        char k[32];
+        snprintf(k, sizeof k, "k%05u", i);
+        assert_int_equal(wc_manifest_add_file_meta(&m, k, "v", err, sizeof err), SMP_OK);
+    }
+    assert_int_equal(wc_manifest_add_file_meta(&m, "one-more", "v", err, sizeof err), SMP_EINVAL);
+    assert_non_null(strstr(err, "over the 1024 pairs"));
+    wc_manifest_free(&m);
+    fx_init(&x);
+    assert_int_equal(fx_decode(&x, &m, err, sizeof err), SMP_OK);
+    char *big = malloc(WC_FILE_META_MAX_BYTES);
+    memset(big, 'a', WC_FILE_META_MAX_BYTES - 1);
+    big[WC_FILE_META_MAX_BYTES - 1] = '\0';
+    assert_int_equal(wc_manifest_add_file_meta(&m, "k", big, err, sizeof err), SMP_OK);
+    assert_int_equal(wc_manifest_add_file_meta(&m, "k2", "", err, sizeof err), SMP_EINVAL);
+    free(big);
+    wc_manifest_free(&m);
+}
+
 static void test_group_key_percent_encodes_components(void **state)
 {
     (void)state;
@@ -663,6 +741,7 @@ int main(void)
         cmocka_unit_test(test_object_checks_round_trip_and_are_validated),
         cmocka_unit_test(test_builder_round_trip_and_canonical_order),
         cmocka_unit_test(test_attachments_round_trip_and_rules),
+        cmocka_unit_test(test_file_metadata_round_trips_and_is_validated),
         cmocka_unit_test(test_group_key_percent_encodes_components),
         cmocka_unit_test(test_sha256_is_the_standard_digest),
         cmocka_unit_test(test_undecodable_bytes_and_versions_are_refused),
