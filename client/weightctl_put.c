@@ -1,9 +1,11 @@
 /* weightctl_put.c -- the commands that write a revision: `put` (safetensors
  * files as one revision, tensors byte-identical to an earlier one stored once
  * as aliases, or with --tp N one file per rank joined by the --split /
- * --replicate rules and checked by weightctl_tp.c first, or with --from-dir a Hugging Face model directory: its
- * shards and, as attachments, its other small files) and `upsert` (generation G of a lineage replacing its
- * base, put-first or delete-first, optionally waited for). */
+ * --replicate rules and checked by weightctl_tp.c first, or with --from-dir a
+ * Hugging Face model directory: its shards and, as attachments, its other
+ * small files) and `upsert` (generation G of a lineage replacing its base,
+ * from files or a model directory, put-first or delete-first, optionally
+ * waited for). The files' own __metadata__ goes with the revision. */
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdint.h>
@@ -315,7 +317,8 @@ static int print_claim(ctl *x, const weight_upsert_claim *c)
 }
 
 /* upsert BASE_ID --generation G [--mode put-first|delete-first]
- *        [--request-id X] [--expect-generation M] [--policy ..] [--wait] FILE...
+ *        [--request-id X] [--expect-generation M] [--policy ..] [--wait]
+ *        FILE... | --from-dir DIR (a model directory, as put --from-dir)
  * Without --expect-generation the base's current metadata generation is
  * read first (weight_upsert does it). --wait: until the claim is COMMITTED
  * or ABORTED. Exit 0 on success. */
@@ -346,10 +349,10 @@ int wctl_cmd_upsert(ctl *x, int argc, char **argv)
         {"request-id", required_argument, NULL, 'q'}, {"expect-generation", required_argument, NULL, 'e'},
         {"policy", required_argument, NULL, 'p'},     {"tie", required_argument, NULL, 't'},
         {"wait", no_argument, NULL, 'w'},             {"payload-bytes", required_argument, NULL, 'b'},
-        {NULL, 0, NULL, 0}};
+        {"from-dir", required_argument, NULL, 'D'},   {NULL, 0, NULL, 0}};
     uint64_t gen = 0, expect = 0, payload = 0;
     weight_upsert_mode mode = WEIGHT_UPSERT_PUT_FIRST;
-    const char *request_id = NULL;
+    const char *request_id = NULL, *from_dir = NULL;
     weight_policy pol = {WEIGHT_RES_UNKNOWN, 0, WEIGHT_MODE_DEFAULT};
     int has_policy = 0, wait = 0, c, status = 1, rc;
     wctl_tie ties[64];
@@ -385,25 +388,40 @@ int wctl_cmd_upsert(ctl *x, int argc, char **argv)
             if (wctl_parse_u64(optarg, &payload) < 0)
                 return wctl_bad_value("upsert", "--payload-bytes", optarg, "a number of bytes");
             break;
+        case 'D': from_dir = optarg; break;
         default: return wctl_opt_error("upsert", c, argv);
         }
     }
     if (gen == 0) return wctl_bad_usage("upsert", "--generation is required");
-    if (optind + 1 >= argc) return wctl_bad_usage("upsert", "give BASE_ID and at least one FILE");
+    if (from_dir == NULL && optind + 1 >= argc)
+        return wctl_bad_usage("upsert", "give BASE_ID and at least one FILE");
+    if (from_dir != NULL && optind + 1 != argc)
+        return wctl_bad_usage("upsert", "--from-dir takes the files of the directory: BASE_ID, no FILE");
     weight_identity base;
     if (wctl_open_weights(x) < 0) return 1;
     if ((rc = wctl_parse_id(x, argv[optind], &base)) != 0) return rc;
     optind++;
+    char **paths = argv + optind;
     size_t n_files = (size_t)(argc - optind);
-    wc_st_file *files = calloc(n_files, sizeof *files);
+    wctl_hfdir hf;
+    memset(&hf, 0, sizeof hf);
+    if (from_dir != NULL) { /* the shards and attachments, all checked before the claim */
+        if (wctl_hfdir_read(x, from_dir, &hf) != 0 || (paths = dir_paths(from_dir, &hf)) == NULL) {
+            wctl_hfdir_free(&hf);
+            return 1;
+        }
+        n_files = hf.n_shards;
+    }
+    wc_st_file *files = calloc(n_files ? n_files : 1, sizeof *files);
     weight_writer *w = NULL;
     weight_upsert_claim claim;
     wctl_progress pr;
     wctl_progress_init(x, &pr, "upsert");
-    if (files == NULL) return 1;
-    if (open_inputs(x, "upsert", argv + optind, n_files, files, payload) != 0 ||
-        wctl_tp_check_whole("upsert", argv + optind, files, n_files) < 0 ||
-        add_file_metadata(NULL, "upsert", argv + optind, files, n_files) < 0)
+    if (files == NULL) goto close_files;
+    if (open_inputs(x, "upsert", paths, n_files, files, payload) != 0 ||
+        (from_dir != NULL && wctl_hfdir_check(from_dir, &hf, files) != 0) ||
+        wctl_tp_check_whole("upsert", paths, files, n_files) < 0 ||
+        add_file_metadata(NULL, "upsert", paths, files, n_files) < 0)
         goto close_files;
     if ((status = wctl_fence(x, "upsert", &base, &expect)) != 0) goto close_files;
     status = 1;
@@ -414,8 +432,11 @@ int wctl_cmd_upsert(ctl *x, int argc, char **argv)
         goto close_files;
     }
     if (w != NULL) {
-        if ((rc = add_files(w, files, n_files, ties, n_ties)) < 0 ||
-            (rc = add_file_metadata(w, "upsert", argv + optind, files, n_files)) < 0) {
+        rc = add_files(w, files, n_files, ties, n_ties);
+        if (rc == 0) rc = add_file_metadata(w, "upsert", paths, files, n_files);
+        for (size_t i = 0; rc == 0 && i < hf.n_att; i++)
+            rc = weight_writer_add_attachment(w, hf.att[i].name, hf.att[i].data, hf.att[i].bytes);
+        if (rc < 0) {
             status = wctl_failed(x, "upsert", rc);
             weight_writer_abort(w); /* refused by the master for a DELETE_FIRST target */
             goto close_files;
@@ -443,7 +464,12 @@ int wctl_cmd_upsert(ctl *x, int argc, char **argv)
     print_claim(x, &claim);
     status = claim.phase == WEIGHT_PHASE_ABORTED ? 1 : 0;
 close_files:
-    for (size_t i = 0; i < n_files; i++) wc_st_close(&files[i]);
+    for (size_t i = 0; files && i < n_files; i++) wc_st_close(&files[i]);
     free(files);
+    if (from_dir != NULL) {
+        for (size_t i = 0; i < n_files; i++) free(paths[i]);
+        free(paths);
+    }
+    wctl_hfdir_free(&hf);
     return status;
 }

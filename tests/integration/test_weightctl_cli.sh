@@ -363,6 +363,15 @@ PY
 "$ctl" get cli/hf/v1 --out "$tmp/hftp" --tp 2 --all-ranks --replicate '*norm*' >/dev/null && cmp -s "$hf/config.json" "$tmp/hftp/config.json" \
   && [ -f "$tmp/hftp/rank1-of-2.safetensors" ] && ok "get --tp 2 --all-ranks: the rank files and the attachments" \
   || bad "hf tp2"
+echo '{"architectures": ["TinyForCausalLM"], "hidden_size": 32, "v": 2}' >"$hf/config.json"
+out=$("$ctl" upsert cli/hf/v1@1 --generation 2 --wait --from-dir "$hf" 2>&1); rc=$?
+"$ctl" get cli/hf/v1@2 --out "$tmp/hf2" >/dev/null && cmp -s "$hf/config.json" "$tmp/hf2/config.json" \
+  && cmp -s "$hf/tokenizer.json" "$tmp/hf2/tokenizer.json" && st_same "$tmp/hfback/model.safetensors" "$tmp/hf2/model.safetensors" \
+  && [ $rc -eq 0 ] && grep -q "phase COMMITTED" <<<"$out" \
+  && ok "upsert --from-dir: generation 2 from the directory, its new config.json and the tensors back" || bad "upsert --from-dir: $rc $out"
+one_line_refusal "upsert --from-dir with a FILE" \
+  "weightctl: upsert: --from-dir takes the files of the directory: BASE_ID, no FILE (weightctl upsert --help)" \
+  upsert cli/hf/v1@2 --generation 3 --from-dir "$hf" "$tmp/model.safetensors"
 mv "$hf/model-00002-of-00002.safetensors" "$tmp/aside.safetensors"
 before=$(state)
 err=$("$ctl" put --namespace cli --resource hf --revision v2 --from-dir "$hf" 2>&1); rc=$?
