@@ -132,6 +132,33 @@ static char **dir_paths(const char *dir, const wctl_hfdir *h)
     return p;
 }
 
+/* --from-dir: read the model directory into *hf and point *paths / *n at its
+ * shards (free with close_inputs). 0, or 1 with the cause printed and
+ * nothing left to free. */
+static int dir_inputs(ctl *x, const char *dir, wctl_hfdir *hf, char ***paths, size_t *n)
+{
+    if (wctl_hfdir_read(x, dir, hf) != 0 || (*paths = dir_paths(dir, hf)) == NULL) {
+        wctl_hfdir_free(hf);
+        return 1;
+    }
+    *n = hf->n_shards;
+    return 0;
+}
+
+/* Close the n input files (files may be NULL) and free what dir_inputs made
+ * (from_dir NULL: paths are the command line's). */
+static void close_inputs(const char *from_dir, wctl_hfdir *hf, char **paths, wc_st_file *files,
+                         size_t n)
+{
+    for (size_t i = 0; files && i < n; i++) wc_st_close(&files[i]);
+    free(files);
+    if (from_dir != NULL) {
+        for (size_t i = 0; i < n; i++) free(paths[i]);
+        free(paths);
+    }
+    wctl_hfdir_free(hf);
+}
+
 int wctl_cmd_put(ctl *x, int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -213,13 +240,8 @@ int wctl_cmd_put(ctl *x, int argc, char **argv)
     char **paths = argv + optind;
     size_t n_files = (size_t)(argc - optind);
     memset(&hf, 0, sizeof hf);
-    if (from_dir != NULL) { /* the shards and attachments, all checked before any import */
-        if (wctl_hfdir_read(x, from_dir, &hf) != 0 || (paths = dir_paths(from_dir, &hf)) == NULL) {
-            wctl_hfdir_free(&hf);
-            return 1;
-        }
-        n_files = hf.n_shards;
-    }
+    /* the shards and attachments, all checked before any import */
+    if (from_dir != NULL && dir_inputs(x, from_dir, &hf, &paths, &n_files) != 0) return 1;
     wc_st_file *files = calloc(n_files, sizeof *files);
     weight_writer *w = NULL;
     wctl_progress pr;
@@ -276,13 +298,7 @@ int wctl_cmd_put(ctl *x, int argc, char **argv)
     }
     status = 0;
 close_files:
-    for (size_t i = 0; files && i < n_files; i++) wc_st_close(&files[i]);
-    free(files);
-    if (from_dir != NULL) {
-        for (size_t i = 0; i < n_files; i++) free(paths[i]);
-        free(paths);
-    }
-    wctl_hfdir_free(&hf);
+    close_inputs(from_dir, &hf, paths, files, n_files);
     return status;
 }
 
@@ -405,13 +421,8 @@ int wctl_cmd_upsert(ctl *x, int argc, char **argv)
     size_t n_files = (size_t)(argc - optind);
     wctl_hfdir hf;
     memset(&hf, 0, sizeof hf);
-    if (from_dir != NULL) { /* the shards and attachments, all checked before the claim */
-        if (wctl_hfdir_read(x, from_dir, &hf) != 0 || (paths = dir_paths(from_dir, &hf)) == NULL) {
-            wctl_hfdir_free(&hf);
-            return 1;
-        }
-        n_files = hf.n_shards;
-    }
+    /* the shards and attachments, all checked before the claim */
+    if (from_dir != NULL && dir_inputs(x, from_dir, &hf, &paths, &n_files) != 0) return 1;
     wc_st_file *files = calloc(n_files ? n_files : 1, sizeof *files);
     weight_writer *w = NULL;
     weight_upsert_claim claim;
@@ -464,12 +475,6 @@ int wctl_cmd_upsert(ctl *x, int argc, char **argv)
     print_claim(x, &claim);
     status = claim.phase == WEIGHT_PHASE_ABORTED ? 1 : 0;
 close_files:
-    for (size_t i = 0; files && i < n_files; i++) wc_st_close(&files[i]);
-    free(files);
-    if (from_dir != NULL) {
-        for (size_t i = 0; i < n_files; i++) free(paths[i]);
-        free(paths);
-    }
-    wctl_hfdir_free(&hf);
+    close_inputs(from_dir, &hf, paths, files, n_files);
     return status;
 }

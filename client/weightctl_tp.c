@@ -27,19 +27,28 @@
 
 #include "weightctl.h"
 
-/* Print "weightctl: CMD: INVALID_ARGUMENT: PATH: ..." and return
- * INVALID_ARGUMENT. */
+/* Print "weightctl: CMD: INVALID_ARGUMENT: PATH: [tensor NAME: ]..." (name
+ * NULL: no tensor) and return INVALID_ARGUMENT. */
+static int refuse(const char *cmd, const char *path, const char *name, const char *fmt,
+                  va_list ap)
+{
+    fprintf(stderr, "weightctl: %s: INVALID_ARGUMENT: %s: ", cmd, path);
+    if (name != NULL) fprintf(stderr, "tensor %s: ", name);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    return WEIGHT_EINVALID_ARGUMENT;
+}
+
+/* Why a file is refused, as refuse prints it. */
 static int file_error(const char *cmd, const char *path, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static int file_error(const char *cmd, const char *path, const char *fmt, ...)
 {
     va_list ap;
-    fprintf(stderr, "weightctl: %s: INVALID_ARGUMENT: %s: ", cmd, path);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    int rc = refuse(cmd, path, NULL, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
-    return WEIGHT_EINVALID_ARGUMENT;
+    return rc;
 }
 
 /* -- what get writes ---------------------------------------------------------- */
@@ -340,12 +349,10 @@ static int shard_error(const char *path, const char *name, const char *fmt, ...)
 static int shard_error(const char *path, const char *name, const char *fmt, ...)
 {
     va_list ap;
-    fprintf(stderr, "weightctl: put: INVALID_ARGUMENT: %s: tensor %s: ", path, name);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    int rc = refuse("put", path, name, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
-    return WEIGHT_EINVALID_ARGUMENT;
+    return rc;
 }
 
 int wctl_tp_add_shards(weight_writer *w, const wc_st_file *files, char **paths, uint32_t tp,
