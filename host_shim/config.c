@@ -14,8 +14,6 @@
  * once data_dir is known (node.cold_dir defaults to <data_dir>/cold). Lookups
  * into the parsed config live in config_view.c. */
 #include <errno.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -27,32 +25,20 @@
 #include <yaml.h>
 
 #include "config.h"
-#include "net_addr.h"
+#include "config_internal.h"
 
 #define CFG_MAX_DEPTH 64                   /* deepest nesting accepted */
 #define CFG_MAX_FILE_BYTES (16u << 20)     /* larger files are refused */
-#define CFG_KEY_PATH_MAX 256               /* "a.b[3].c" buffer */
 #define CFG_QUOTE_MAX 64                   /* longest value echoed in a message */
 
 /* ------------------------------------------------------------------------ */
 /* Messages                                                                  */
 /* ------------------------------------------------------------------------ */
 
-/* One load in progress: where its single message goes. */
-typedef struct cfg_ctx {
-    const char *name;   /* file name for messages */
-    char *err;          /* caller's buffer, may be NULL */
-    size_t errlen;
-    int failed;         /* a message was written; later ones are dropped */
-} cfg_ctx;
-
 /* Record the failure of the load as "NAME:LINE: PATH: cause" (LINE left out
  * when 0, PATH when NULL; an empty PATH is the top level). Only the first
  * message of a load is kept. Returns rc so callers can `return cfg_fail(..)`. */
-static int cfg_fail(cfg_ctx *c, int rc, int line, const char *path, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-
-static int cfg_fail(cfg_ctx *c, int rc, int line, const char *path, const char *fmt, ...)
+int cfg_fail(cfg_ctx *c, int rc, int line, const char *path, const char *fmt, ...)
 {
     char msg[512];
     char where[32] = "";
@@ -73,7 +59,7 @@ static int cfg_fail(cfg_ctx *c, int rc, int line, const char *path, const char *
     return rc;
 }
 
-static int cfg_oom(cfg_ctx *c)
+int cfg_oom(cfg_ctx *c)
 {
     return cfg_fail(c, SMP_ENOMEM, 0, NULL, "out of memory");
 }
@@ -124,7 +110,7 @@ static void path_append(char *out, size_t used, const char *s)
     out[used + n] = '\0';
 }
 
-static void path_key(char *out, const char *parent, const char *key)
+void cfg_path_key(char *out, const char *parent, const char *key)
 {
     out[0] = '\0';
     path_append(out, 0, parent);
@@ -132,7 +118,7 @@ static void path_key(char *out, const char *parent, const char *key)
     path_append(out, strlen(out), key);
 }
 
-static void path_index(char *out, const char *parent, size_t i)
+void cfg_path_index(char *out, const char *parent, size_t i)
 {
     char idx[32];
     out[0] = '\0';
@@ -171,7 +157,7 @@ static int node_append(host_config_node *parent, host_config_node *child)
     return 0;
 }
 
-static const char *node_kind_name(const host_config_node *n)
+const char *cfg_node_kind_name(const host_config_node *n)
 {
     switch (n->kind) {
     case HOST_CFG_SCALAR: return "a scalar";
@@ -182,7 +168,7 @@ static const char *node_kind_name(const host_config_node *n)
 }
 
 /* A plain empty, "~" or "null" scalar: YAML's null. */
-static int node_is_null(const host_config_node *n)
+int cfg_node_is_null(const host_config_node *n)
 {
     if (n->kind != HOST_CFG_SCALAR || n->quoted) return 0;
     return strcmp(n->scalar, "") == 0 || strcmp(n->scalar, "~") == 0 ||
@@ -191,7 +177,7 @@ static int node_is_null(const host_config_node *n)
 }
 
 /* The child of a MAP under `key`, or NULL (also when the slot was moved out). */
-static host_config_node *node_child(const host_config_node *map, const char *key)
+host_config_node *cfg_node_child(const host_config_node *map, const char *key)
 {
     if (map == NULL || map->kind != HOST_CFG_MAP) return NULL;
     for (size_t i = 0; i < map->n_items; i++) {
@@ -267,8 +253,8 @@ static int build_map(cfg_ctx *c, yaml_parser_t *p, host_config_node *map,
         rc = scalar_copy(c, &ev, path, &key);
         yaml_event_delete(&ev);
         if (rc < 0) return rc;
-        path_key(child_path, path, key);
-        first = node_child(map, key);
+        cfg_path_key(child_path, path, key);
+        first = cfg_node_child(map, key);
         if (first != NULL) {
             rc = cfg_fail(c, SMP_EINVAL, key_line, child_path,
                           "duplicate key (first at line %d)", first->key_line);
@@ -305,7 +291,7 @@ static int build_seq(cfg_ctx *c, yaml_parser_t *p, host_config_node *seq,
             yaml_event_delete(&ev);
             return 0;
         }
-        path_index(child_path, path, seq->n_items);
+        cfg_path_index(child_path, path, seq->n_items);
         if ((rc = build_node(c, p, &ev, child_path, depth + 1, &child)) < 0) return rc;
         if (node_append(seq, child) < 0) {
             node_free(child);
@@ -789,7 +775,6 @@ static int apply_map(cfg_ctx *c, host_config *cfg, host_config_node *map,
                      const char *path, const field_spec *fields);
 static int apply_plugins(cfg_ctx *c, host_config *cfg, host_config_node *seq,
                          const char *path);
-static int apply_tokens(cfg_ctx *c, host_config *cfg, host_config_node *seq, const char *path);
 
 /* Check one value node against its field and store it into cfg. */
 static int apply_field(cfg_ctx *c, host_config *cfg, host_config_node *n,
@@ -803,18 +788,18 @@ static int apply_field(cfg_ctx *c, host_config *cfg, host_config_node *n,
     if (f->kind == FK_REMOVED) return cfg_fail(c, SMP_EINVAL, n->key_line, path, "%s", f->removed);
     if (f->kind == FK_SECTION || f->kind == FK_PLUGINS || f->kind == FK_AUTH_TOKENS) {
         host_config_node_kind want = f->kind == FK_SECTION ? HOST_CFG_MAP : HOST_CFG_SEQ;
-        if (node_is_null(n)) return 0; /* "listen:" with nothing below: all defaults */
+        if (cfg_node_is_null(n)) return 0; /* "listen:" with nothing below: all defaults */
         if (n->kind != want)
             return cfg_fail(c, SMP_EINVAL, n->line, path, "expected %s, found %s",
-                            field_expects(f->kind), node_kind_name(n));
+                            field_expects(f->kind), cfg_node_kind_name(n));
         if (f->kind == FK_SECTION) return apply_map(c, cfg, n, path, f->sub);
-        if (f->kind == FK_AUTH_TOKENS) return apply_tokens(c, cfg, n, path);
+        if (f->kind == FK_AUTH_TOKENS) return cfg_apply_tokens(c, cfg, n, path);
         return apply_plugins(c, cfg, n, path);
     }
     if (n->kind != HOST_CFG_SCALAR)
         return cfg_fail(c, SMP_EINVAL, n->line, path, "expected %s, found %s",
-                        field_expects(f->kind), node_kind_name(n));
-    if (node_is_null(n))
+                        field_expects(f->kind), cfg_node_kind_name(n));
+    if (cfg_node_is_null(n))
         return cfg_fail(c, SMP_EINVAL, n->line, path, "has no value (expected %s)",
                         field_expects(f->kind));
     switch (f->kind) {
@@ -887,7 +872,7 @@ static int apply_map(cfg_ctx *c, host_config *cfg, host_config_node *map,
         const field_spec *f = fields;
         char child_path[CFG_KEY_PATH_MAX];
 
-        path_key(child_path, path, n->key);
+        cfg_path_key(child_path, path, n->key);
         while (f->key != NULL && strcmp(f->key, n->key) != 0) f++;
         if (f->key == NULL) return cfg_fail(c, SMP_EINVAL, n->key_line, child_path, "unknown key");
         if ((rc = apply_field(c, cfg, n, child_path, f)) < 0) return rc;
@@ -909,12 +894,12 @@ static int apply_plugin(cfg_ctx *c, host_config_node *entry, const char *path,
     p->line = entry->line;
     for (size_t i = 0; i < entry->n_items; i++) {
         host_config_node *n = entry->items[i];
-        path_key(child_path, path, n->key);
+        cfg_path_key(child_path, path, n->key);
         if (strcmp(n->key, "path") == 0) {
             if (n->kind != HOST_CFG_SCALAR)
                 return cfg_fail(c, SMP_EINVAL, n->line, child_path,
-                                "expected a string, found %s", node_kind_name(n));
-            if (node_is_null(n))
+                                "expected a string, found %s", cfg_node_kind_name(n));
+            if (cfg_node_is_null(n))
                 return cfg_fail(c, SMP_EINVAL, n->line, child_path,
                                 "has no value (expected a string)");
             if (n->scalar[0] == '\0')
@@ -924,17 +909,17 @@ static int apply_plugin(cfg_ctx *c, host_config_node *entry, const char *path,
             if (n->kind != HOST_CFG_SCALAR)
                 return cfg_fail(c, SMP_EINVAL, n->line, child_path,
                                 "expected a boolean (true or false), found %s",
-                                node_kind_name(n));
+                                cfg_node_kind_name(n));
             if ((rc = check_bool(c, n, child_path, &p->enabled)) < 0) return rc;
         } else if (strcmp(n->key, "config") == 0) {
-            if (n->kind != HOST_CFG_MAP && !node_is_null(n))
+            if (n->kind != HOST_CFG_MAP && !cfg_node_is_null(n))
                 return cfg_fail(c, SMP_EINVAL, n->line, child_path,
-                                "expected a mapping, found %s", node_kind_name(n));
+                                "expected a mapping, found %s", cfg_node_kind_name(n));
         } else {
             return cfg_fail(c, SMP_EINVAL, n->key_line, child_path, "unknown key");
         }
     }
-    path_key(child_path, path, "path");
+    cfg_path_key(child_path, path, "path");
     if (path_node == NULL) return cfg_fail(c, SMP_EINVAL, entry->line, child_path, "missing");
     if ((rc = set_string(c, &p->path, path_node->scalar)) < 0) return rc;
 
@@ -948,7 +933,7 @@ static int apply_plugin(cfg_ctx *c, host_config_node *entry, const char *path,
     }
     if (p->block == NULL) {
         host_config_node *empty = calloc(1, sizeof(*empty));
-        host_config_node *cfg_node = node_child(entry, "config");
+        host_config_node *cfg_node = cfg_node_child(entry, "config");
         if (empty == NULL) return cfg_oom(c);
         empty->kind = HOST_CFG_MAP;
         empty->line = cfg_node != NULL ? cfg_node->line : entry->line;
@@ -968,131 +953,13 @@ static int apply_plugins(cfg_ctx *c, host_config *cfg, host_config_node *seq,
         host_config_node *entry = seq->items[i];
         char entry_path[CFG_KEY_PATH_MAX];
 
-        path_index(entry_path, path, i);
+        cfg_path_index(entry_path, path, i);
         if (entry->kind != HOST_CFG_MAP)
             return cfg_fail(c, SMP_EINVAL, entry->line, entry_path,
-                            "expected a mapping, found %s", node_kind_name(entry));
+                            "expected a mapping, found %s", cfg_node_kind_name(entry));
         cfg->n_plugins = i + 1; /* host_config_free frees what is filled */
         if ((rc = apply_plugin(c, entry, entry_path, &cfg->plugins[i])) < 0) return rc;
     }
-    return 0;
-}
-
-/* auth.tokens: each entry a map of sha256 (64 hex digits of the SHA-256 of
- * the token), tenant (a name) and role (reader, writer, admin). A token
- * itself is refused: the file names credentials only by their hash. */
-static int apply_tokens(cfg_ctx *c, host_config *cfg, host_config_node *seq, const char *path)
-{
-    if (seq->n_items == 0) return 0;
-    if ((cfg->auth_tokens = calloc(seq->n_items, sizeof(*cfg->auth_tokens))) == NULL)
-        return cfg_oom(c);
-    for (size_t i = 0; i < seq->n_items; i++) {
-        host_config_node *e = seq->items[i];
-        rpc_auth_token *t = &cfg->auth_tokens[i];
-        char ep[CFG_KEY_PATH_MAX], kp[CFG_KEY_PATH_MAX];
-        int have = 0;
-        path_index(ep, path, i);
-        if (e->kind != HOST_CFG_MAP)
-            return cfg_fail(c, SMP_EINVAL, e->line, ep, "expected a mapping {sha256, tenant, role}, "
-                            "found %s", node_kind_name(e));
-        cfg->auth_n_tokens = i + 1;
-        for (size_t k = 0; k < e->n_items; k++) {
-            host_config_node *n = e->items[k];
-            const char *v = n->kind == HOST_CFG_SCALAR && !node_is_null(n) ? n->scalar : NULL;
-            path_key(kp, ep, n->key);
-            if (strcmp(n->key, "token") == 0 || strcmp(n->key, "secret") == 0 ||
-                strcmp(n->key, "password") == 0)
-                return cfg_fail(c, SMP_EINVAL, n->key_line, kp, "a plaintext token is refused: "
-                                "give sha256: <the SHA-256 of the token, 64 hex digits> "
-                                "(e.g. printf %%s TOKEN | sha256sum)");
-            if (strcmp(n->key, "sha256") != 0 && strcmp(n->key, "tenant") != 0 &&
-                strcmp(n->key, "role") != 0)
-                return cfg_fail(c, SMP_EINVAL, n->key_line, kp, "unknown key");
-            if (v == NULL)
-                return cfg_fail(c, SMP_EINVAL, n->line, kp, "expected a string");
-            if (strcmp(n->key, "sha256") == 0) {
-                if (rpc_auth_parse_sha256(v, t->sha256) < 0)
-                    return cfg_fail(c, SMP_EINVAL, n->line, kp, "is not 64 hex digits (the SHA-256 "
-                                    "of the token; a plaintext token is refused)");
-                for (size_t j = 0; j < i; j++)
-                    if (memcmp(cfg->auth_tokens[j].sha256, t->sha256, 32) == 0)
-                        return cfg_fail(c, SMP_EINVAL, n->line, kp, "duplicate token: auth.tokens[%zu] "
-                                        "has the same hash", j);
-                have |= 1;
-            } else if (strcmp(n->key, "tenant") == 0) {
-                size_t len = strlen(v);
-                int ok = len >= 1 && len <= RPC_AUTH_TENANT_MAX;
-                for (size_t j = 0; ok && j < len; j++)
-                    ok = (v[j] >= 'a' && v[j] <= 'z') || (v[j] >= 'A' && v[j] <= 'Z') ||
-                         (v[j] >= '0' && v[j] <= '9') || v[j] == '.' || v[j] == '_' || v[j] == '-';
-                if (!ok || v[0] == '.')
-                    return cfg_fail(c, SMP_EINVAL, n->line, kp, "\"%s\" is not a tenant (1 to %d "
-                                    "of A-Z a-z 0-9 . _ -, not starting with .)", v,
-                                    RPC_AUTH_TENANT_MAX);
-                memcpy(t->tenant, v, len + 1);
-                have |= 2;
-            } else {
-                if (rpc_auth_role_parse(v, &t->role) < 0)
-                    return cfg_fail(c, SMP_EINVAL, n->line, kp, "\"%s\" is not a role (reader, "
-                                    "writer or admin)", v);
-                have |= 4;
-            }
-        }
-        if (have != 7)
-            return cfg_fail(c, SMP_EINVAL, e->line, ep, "missing %s",
-                            !(have & 1) ? "sha256" : !(have & 2) ? "tenant" : "role");
-    }
-    return 0;
-}
-
-/* 1 when the "host:port" of listen.tcp binds only a loopback address. */
-static int listen_is_loopback(const char *spec)
-{
-    struct sockaddr_storage ss;
-    if (spec[0] == '\0') return 1; /* off */
-    if (net_parse_listen(spec, &ss) < 0) return 0;
-    if (ss.ss_family == AF_INET)
-        return (ntohl(((struct sockaddr_in *)&ss)->sin_addr.s_addr) >> 24) == 127;
-    if (ss.ss_family == AF_INET6)
-        return IN6_IS_ADDR_LOOPBACK(&((struct sockaddr_in6 *)&ss)->sin6_addr);
-    return 0;
-}
-
-/* The auth rules: with auth.enabled true there are tokens and the embedded
- * node has its token file; with it false no other auth.* key but
- * allow_insecure is set, and listen.tcp on a non-loopback address needs
- * allow_insecure: true. */
-static int check_auth(cfg_ctx *c, const host_config *cfg, const host_config_node *root)
-{
-    const host_config_node *auth = node_child(root, "auth");
-    const host_config_node *en = node_child(auth, "enabled");
-    const host_config_node *tcp = node_child(node_child(root, "listen"), "tcp");
-    int line = en != NULL ? en->line : 0;
-    if (cfg->auth_enabled) {
-        if (cfg->auth_n_tokens == 0)
-            return cfg_fail(c, SMP_EINVAL, line, "auth.tokens",
-                            "missing: auth.enabled true needs at least one token");
-        if (cfg->node_embedded &&
-            (cfg->auth_node_token_file == NULL || cfg->auth_node_token_file[0] == '\0'))
-            return cfg_fail(c, SMP_EINVAL, line, "auth.node_token_file",
-                            "missing: the embedded node registers through the RPC and needs an "
-                            "admin token (a file holding it)");
-        return 0;
-    }
-    for (size_t i = 0; auth != NULL && auth->kind == HOST_CFG_MAP && i < auth->n_items; i++) {
-        char path[CFG_KEY_PATH_MAX];
-        if (strcmp(auth->items[i]->key, "enabled") == 0 ||
-            strcmp(auth->items[i]->key, "allow_insecure") == 0)
-            continue;
-        path_key(path, "auth", auth->items[i]->key);
-        return cfg_fail(c, SMP_EINVAL, auth->items[i]->key_line, path,
-                        "is set but auth.enabled is false (it would do nothing)");
-    }
-    if (!listen_is_loopback(cfg->listen_tcp) && !cfg->auth_allow_insecure)
-        return cfg_fail(c, SMP_EINVAL, tcp != NULL ? tcp->line : line, "listen.tcp",
-                        "%s is not a loopback address and auth.enabled is false: anyone who "
-                        "reaches it could act as any tenant; turn auth on, or set "
-                        "auth.allow_insecure: true", cfg->listen_tcp);
     return 0;
 }
 
@@ -1102,9 +969,9 @@ static int check_auth(cfg_ctx *c, const host_config *cfg, const host_config_node
  * would do nothing). */
 static int check_ha(cfg_ctx *c, const host_config *cfg, const host_config_node *root)
 {
-    const host_config_node *ha = node_child(root, "ha");
-    const host_config_node *enabled = node_child(ha, "enabled");
-    const host_config_node *backend = node_child(node_child(root, "oplog"), "backend");
+    const host_config_node *ha = cfg_node_child(root, "ha");
+    const host_config_node *enabled = cfg_node_child(ha, "enabled");
+    const host_config_node *backend = cfg_node_child(cfg_node_child(root, "oplog"), "backend");
     int line = enabled != NULL ? enabled->line : 0;
     static const struct { const char *key; size_t offset; } required[] = {
         {"id", offsetof(host_config, ha_id)},
@@ -1116,7 +983,7 @@ static int check_ha(cfg_ctx *c, const host_config *cfg, const host_config_node *
         for (size_t i = 0; ha != NULL && ha->kind == HOST_CFG_MAP && i < ha->n_items; i++) {
             char path[CFG_KEY_PATH_MAX];
             if (strcmp(ha->items[i]->key, "enabled") == 0) continue;
-            path_key(path, "ha", ha->items[i]->key);
+            cfg_path_key(path, "ha", ha->items[i]->key);
             return cfg_fail(c, SMP_EINVAL, ha->items[i]->key_line, path,
                             "is set but ha.enabled is false (it would do nothing)");
         }
@@ -1131,7 +998,7 @@ static int check_ha(cfg_ctx *c, const host_config *cfg, const host_config_node *
     for (size_t i = 0; i < sizeof(required) / sizeof(required[0]); i++) {
         char path[CFG_KEY_PATH_MAX];
         if ((*(char **)((const char *)cfg + required[i].offset))[0] != '\0') continue;
-        path_key(path, "ha", required[i].key);
+        cfg_path_key(path, "ha", required[i].key);
         return cfg_fail(c, SMP_EINVAL, line, path, "missing (needed with ha.enabled: true)");
     }
     if (cfg->ha_advertise[0] == '\0' && cfg->listen_tcp[0] == '\0')
@@ -1150,7 +1017,7 @@ static int check_ha(cfg_ctx *c, const host_config *cfg, const host_config_node *
  * the files exist, parse and match is checked when the master starts.) */
 static int check_tls(cfg_ctx *c, const host_config *cfg, const host_config_node *root)
 {
-    const host_config_node *tls = node_child(root, "tls");
+    const host_config_node *tls = cfg_node_child(root, "tls");
     int on = cfg->tls_cert[0] != '\0';
     if (on != (cfg->tls_key[0] != '\0'))
         return cfg_fail(c, SMP_EINVAL, tls != NULL ? tls->line : 0, on ? "tls.key" : "tls.cert",
@@ -1171,23 +1038,23 @@ static int check_tls(cfg_ctx *c, const host_config *cfg, const host_config_node 
 static int check_cross(cfg_ctx *c, const host_config *cfg, const host_config_node *root)
 {
     int rc;
-    const host_config_node *mem = node_child(root, "memory");
-    const host_config_node *low = node_child(mem, "low_watermark");
-    const host_config_node *high = node_child(mem, "high_watermark");
-    const host_config_node *embedded = node_child(node_child(root, "node"), "embedded");
+    const host_config_node *mem = cfg_node_child(root, "memory");
+    const host_config_node *low = cfg_node_child(mem, "low_watermark");
+    const host_config_node *high = cfg_node_child(mem, "high_watermark");
+    const host_config_node *embedded = cfg_node_child(cfg_node_child(root, "node"), "embedded");
 
     if (cfg->node_embedded && cfg->listen_tcp[0] == '\0' && cfg->listen_unix[0] == '\0')
         return cfg_fail(c, SMP_EINVAL, embedded != NULL ? embedded->line : 0, "node.embedded",
                         "true needs listen.tcp or listen.unix (the node registers through it)");
     if (!cfg->node_require_read_tickets && !cfg->node_allow_insecure_reads) {
-        const host_config_node *rt = node_child(node_child(root, "node"), "require_read_tickets");
+        const host_config_node *rt = cfg_node_child(cfg_node_child(root, "node"), "require_read_tickets");
         return cfg_fail(c, SMP_EINVAL, rt != NULL ? rt->line : 0, "node.require_read_tickets",
                         "false lets anyone who reaches the node's data port read any range; "
                         "it needs node.allow_insecure_reads: true as well");
     }
     if ((rc = check_tls(c, cfg, root)) < 0) return rc;
     if ((rc = check_ha(c, cfg, root)) < 0) return rc;
-    if ((rc = check_auth(c, cfg, root)) < 0) return rc;
+    if ((rc = cfg_check_auth(c, cfg, root)) < 0) return rc;
     if (cfg->memory_low_watermark < cfg->memory_high_watermark) return 0;
     if (low != NULL)
         return cfg_fail(c, SMP_ERANGE, low->line, "memory.low_watermark",
@@ -1242,7 +1109,7 @@ static int resolve_paths(cfg_ctx *c, host_config *cfg, const host_config_node *r
     if ((rc = resolve_in_place(c, &cfg->tls_cert, base)) < 0) return rc;
     if ((rc = resolve_in_place(c, &cfg->tls_key, base)) < 0) return rc;
     if ((rc = resolve_in_place(c, &cfg->tls_ca, base)) < 0) return rc;
-    if (node_child(node_child(root, "node"), "cold_dir") != NULL) {
+    if (cfg_node_child(cfg_node_child(root, "node"), "cold_dir") != NULL) {
         if ((rc = resolve_in_place(c, &cfg->node_cold_dir, base)) < 0) return rc;
     } else {
         char *cold = path_join(cfg->data_dir, "cold");
@@ -1378,10 +1245,10 @@ static int load_buffer(cfg_ctx *c, const char *yaml, size_t len, const char *bas
     yaml_parser_delete(&parser);
     if (rc < 0) goto free_tmp;
 
-    if (root != NULL && !node_is_null(root)) {
+    if (root != NULL && !cfg_node_is_null(root)) {
         if (root->kind != HOST_CFG_MAP) {
             rc = cfg_fail(c, SMP_EINVAL, root->line, "", "expected a mapping, found %s",
-                          node_kind_name(root));
+                          cfg_node_kind_name(root));
             goto free_root;
         }
         if ((rc = apply_map(c, &tmp, root, "", top_fields)) < 0) goto free_root;

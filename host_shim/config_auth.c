@@ -1,0 +1,133 @@
+/* config_auth.c -- the auth: section of the master's config (config.h):
+ * the credentials (auth.tokens, each a SHA-256, a tenant and a role; a
+ * plaintext token is refused) and the rules that tie auth to the rest of
+ * the file (tokens and the embedded node's token file when it is on, no
+ * auth key doing nothing when it is off, a non-loopback listen.tcp only
+ * with auth or auth.allow_insecure). Messages go through the loader's
+ * cfg_fail (config_internal.h). */
+#include <stdlib.h>
+#include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include "config_internal.h"
+#include "net_addr.h"
+
+/* auth.tokens: each entry a map of sha256 (64 hex digits of the SHA-256 of
+ * the token), tenant (a name) and role (reader, writer, admin). A token
+ * itself is refused: the file names credentials only by their hash. */
+int cfg_apply_tokens(cfg_ctx *c, host_config *cfg, host_config_node *seq, const char *path)
+{
+    if (seq->n_items == 0) return 0;
+    if ((cfg->auth_tokens = calloc(seq->n_items, sizeof(*cfg->auth_tokens))) == NULL)
+        return cfg_oom(c);
+    for (size_t i = 0; i < seq->n_items; i++) {
+        host_config_node *e = seq->items[i];
+        rpc_auth_token *t = &cfg->auth_tokens[i];
+        char ep[CFG_KEY_PATH_MAX], kp[CFG_KEY_PATH_MAX];
+        int have = 0;
+        cfg_path_index(ep, path, i);
+        if (e->kind != HOST_CFG_MAP)
+            return cfg_fail(c, SMP_EINVAL, e->line, ep, "expected a mapping {sha256, tenant, role}, "
+                            "found %s", cfg_node_kind_name(e));
+        cfg->auth_n_tokens = i + 1;
+        for (size_t k = 0; k < e->n_items; k++) {
+            host_config_node *n = e->items[k];
+            const char *v = n->kind == HOST_CFG_SCALAR && !cfg_node_is_null(n) ? n->scalar : NULL;
+            cfg_path_key(kp, ep, n->key);
+            if (strcmp(n->key, "token") == 0 || strcmp(n->key, "secret") == 0 ||
+                strcmp(n->key, "password") == 0)
+                return cfg_fail(c, SMP_EINVAL, n->key_line, kp, "a plaintext token is refused: "
+                                "give sha256: <the SHA-256 of the token, 64 hex digits> "
+                                "(e.g. printf %%s TOKEN | sha256sum)");
+            if (strcmp(n->key, "sha256") != 0 && strcmp(n->key, "tenant") != 0 &&
+                strcmp(n->key, "role") != 0)
+                return cfg_fail(c, SMP_EINVAL, n->key_line, kp, "unknown key");
+            if (v == NULL)
+                return cfg_fail(c, SMP_EINVAL, n->line, kp, "expected a string");
+            if (strcmp(n->key, "sha256") == 0) {
+                if (rpc_auth_parse_sha256(v, t->sha256) < 0)
+                    return cfg_fail(c, SMP_EINVAL, n->line, kp, "is not 64 hex digits (the SHA-256 "
+                                    "of the token; a plaintext token is refused)");
+                for (size_t j = 0; j < i; j++)
+                    if (memcmp(cfg->auth_tokens[j].sha256, t->sha256, 32) == 0)
+                        return cfg_fail(c, SMP_EINVAL, n->line, kp, "duplicate token: auth.tokens[%zu] "
+                                        "has the same hash", j);
+                have |= 1;
+            } else if (strcmp(n->key, "tenant") == 0) {
+                size_t len = strlen(v);
+                int ok = len >= 1 && len <= RPC_AUTH_TENANT_MAX;
+                for (size_t j = 0; ok && j < len; j++)
+                    ok = (v[j] >= 'a' && v[j] <= 'z') || (v[j] >= 'A' && v[j] <= 'Z') ||
+                         (v[j] >= '0' && v[j] <= '9') || v[j] == '.' || v[j] == '_' || v[j] == '-';
+                if (!ok || v[0] == '.')
+                    return cfg_fail(c, SMP_EINVAL, n->line, kp, "\"%s\" is not a tenant (1 to %d "
+                                    "of A-Z a-z 0-9 . _ -, not starting with .)", v,
+                                    RPC_AUTH_TENANT_MAX);
+                memcpy(t->tenant, v, len + 1);
+                have |= 2;
+            } else {
+                if (rpc_auth_role_parse(v, &t->role) < 0)
+                    return cfg_fail(c, SMP_EINVAL, n->line, kp, "\"%s\" is not a role (reader, "
+                                    "writer or admin)", v);
+                have |= 4;
+            }
+        }
+        if (have != 7)
+            return cfg_fail(c, SMP_EINVAL, e->line, ep, "missing %s",
+                            !(have & 1) ? "sha256" : !(have & 2) ? "tenant" : "role");
+    }
+    return 0;
+}
+
+/* 1 when the "host:port" of listen.tcp binds only a loopback address. */
+static int listen_is_loopback(const char *spec)
+{
+    struct sockaddr_storage ss;
+    if (spec[0] == '\0') return 1; /* off */
+    if (net_parse_listen(spec, &ss) < 0) return 0;
+    if (ss.ss_family == AF_INET)
+        return (ntohl(((struct sockaddr_in *)&ss)->sin_addr.s_addr) >> 24) == 127;
+    if (ss.ss_family == AF_INET6)
+        return IN6_IS_ADDR_LOOPBACK(&((struct sockaddr_in6 *)&ss)->sin6_addr);
+    return 0;
+}
+
+/* The auth rules: with auth.enabled true there are tokens and the embedded
+ * node has its token file; with it false no other auth.* key but
+ * allow_insecure is set, and listen.tcp on a non-loopback address needs
+ * allow_insecure: true. */
+int cfg_check_auth(cfg_ctx *c, const host_config *cfg, const host_config_node *root)
+{
+    const host_config_node *auth = cfg_node_child(root, "auth");
+    const host_config_node *en = cfg_node_child(auth, "enabled");
+    const host_config_node *tcp = cfg_node_child(cfg_node_child(root, "listen"), "tcp");
+    int line = en != NULL ? en->line : 0;
+    if (cfg->auth_enabled) {
+        if (cfg->auth_n_tokens == 0)
+            return cfg_fail(c, SMP_EINVAL, line, "auth.tokens",
+                            "missing: auth.enabled true needs at least one token");
+        if (cfg->node_embedded &&
+            (cfg->auth_node_token_file == NULL || cfg->auth_node_token_file[0] == '\0'))
+            return cfg_fail(c, SMP_EINVAL, line, "auth.node_token_file",
+                            "missing: the embedded node registers through the RPC and needs an "
+                            "admin token (a file holding it)");
+        return 0;
+    }
+    for (size_t i = 0; auth != NULL && auth->kind == HOST_CFG_MAP && i < auth->n_items; i++) {
+        char path[CFG_KEY_PATH_MAX];
+        if (strcmp(auth->items[i]->key, "enabled") == 0 ||
+            strcmp(auth->items[i]->key, "allow_insecure") == 0)
+            continue;
+        cfg_path_key(path, "auth", auth->items[i]->key);
+        return cfg_fail(c, SMP_EINVAL, auth->items[i]->key_line, path,
+                        "is set but auth.enabled is false (it would do nothing)");
+    }
+    if (!listen_is_loopback(cfg->listen_tcp) && !cfg->auth_allow_insecure)
+        return cfg_fail(c, SMP_EINVAL, tcp != NULL ? tcp->line : line, "listen.tcp",
+                        "%s is not a loopback address and auth.enabled is false: anyone who "
+                        "reaches it could act as any tenant; turn auth on, or set "
+                        "auth.allow_insecure: true", cfg->listen_tcp);
+    return 0;
+}
+

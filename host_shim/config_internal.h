@@ -1,0 +1,48 @@
+/* config_internal.h -- what the parts of the config loader share: the load
+ * in progress and its single message, key paths for messages, and the
+ * document tree's lookups (config.c), used by the sections parsed in files
+ * of their own (config_auth.c). Not part of the loader's API (config.h). */
+#ifndef HOST_CONFIG_INTERNAL_H
+#define HOST_CONFIG_INTERNAL_H
+
+#include <stddef.h>
+
+#include "config.h"
+
+#define CFG_KEY_PATH_MAX 256 /* "a.b[3].c" buffer */
+
+/* One load in progress: where its single message goes. */
+typedef struct cfg_ctx {
+    const char *name;   /* file name for messages */
+    char *err;          /* caller's buffer, may be NULL */
+    size_t errlen;
+    int failed;         /* a message was written; later ones are dropped */
+} cfg_ctx;
+
+/* Record the failure of the load as "NAME:LINE: PATH: cause" (LINE left out
+ * when 0, PATH when NULL; an empty PATH is the top level). Only the first
+ * message of a load is kept. Returns rc so callers can `return cfg_fail(..)`. */
+int cfg_fail(cfg_ctx *c, int rc, int line, const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+int cfg_oom(cfg_ctx *c);
+
+/* Key paths for messages: "listen.tcp", "plugins[0].path" (out holds
+ * CFG_KEY_PATH_MAX bytes). */
+void cfg_path_key(char *out, const char *parent, const char *key);
+void cfg_path_index(char *out, const char *parent, size_t i);
+
+/* "a mapping", "a sequence", "a string", ... for messages. */
+const char *cfg_node_kind_name(const host_config_node *n);
+/* 1 for an unquoted null scalar ("", ~, null). */
+int cfg_node_is_null(const host_config_node *n);
+/* The child of a MAP under key, or NULL. */
+host_config_node *cfg_node_child(const host_config_node *map, const char *key);
+
+/* -- config_auth.c ---------------------------------------------------------- */
+
+/* auth.tokens into cfg->auth_tokens (seq is a SEQ). 0 or the load's code. */
+int cfg_apply_tokens(cfg_ctx *c, host_config *cfg, host_config_node *seq, const char *path);
+/* The rules across auth.* and listen.tcp, once the whole file is applied. */
+int cfg_check_auth(cfg_ctx *c, const host_config *cfg, const host_config_node *root);
+
+#endif /* HOST_CONFIG_INTERNAL_H */
