@@ -29,6 +29,8 @@
 
 #define NODE_SERVICE 3
 #define RESULTS_MAX 256
+#define SCAN_BLOCK 64          /* fsck: OBJ_ALIGN, the master allocates in these */
+#define SCAN_CHUNK (1u << 20)  /* fsck: bytes read at a time */
 #define ROTATE_MARGIN_MS 1000 /* beyond the ticket life, before a key may be forgotten */
 
 struct node_runtime {
@@ -64,6 +66,7 @@ struct node_runtime {
     uint32_t poll_ms;
 
     TaskResult *results[RESULTS_MAX]; /* finished, not yet reported */
+    uint8_t scan_buf[SCAN_CHUNK];     /* fsck scans read through it */
     size_t n_results;
 };
 
@@ -140,7 +143,6 @@ static void free_result(TaskResult *r)
 
 /* -- fsck ------------------------------------------------------------------- */
 
-#define SCAN_BLOCK 64 /* OBJ_ALIGN: the master allocates in these */
 
 /* Append [off, off+len) to r->dirty, joining it to the last range when they
  * touch. SMP_OK or SMP_ENOMEM. */
@@ -169,27 +171,87 @@ static int add_dirty(TaskResult *r, size_t *cap, uint64_t off, uint64_t len)
     return SMP_OK;
 }
 
-/* The non-zero SCAN_BLOCK blocks of each range the master says nothing
- * occupies (ranges outside the segment are refused). */
-static int scan_ranges(node_runtime *n, const NodeTask *t, TaskResult *r, char *err, size_t errlen)
+/* 1 when the len bytes at p are all zero: eight bytes at a time. */
+static int all_zero(const uint8_t *p, uint64_t len)
 {
-    size_t cap = 0;
-    for (size_t i = 0; i < t->n_ranges; i++) {
-        const SegmentRange *g = t->ranges[i];
-        const uint8_t *p = seg_ptr(n->seg, g->offset, g->length);
-        if (p == NULL) {
-            wm_errbuf(err, errlen, "scan: range %llu+%llu outside the segment",
-                      (unsigned long long)g->offset, (unsigned long long)g->length);
-            return SMP_ERANGE;
+    uint64_t acc = 0, w;
+    uint64_t b = 0;
+    for (; b + 8 <= len; b += 8) {
+        memcpy(&w, p + b, 8);
+        acc |= w;
+    }
+    for (; b < len; b++) acc |= p[b];
+    return acc == 0;
+}
+
+/* Check [off, off+len) (inside one range the master says nothing
+ * occupies) block by block, read with pread into the scan buffer. */
+static int scan_piece(node_runtime *n, TaskResult *r, size_t *cap, uint64_t off, uint64_t len)
+{
+    uint64_t at = 0;
+    while (at < len) {
+        uint64_t chunk = len - at < SCAN_CHUNK ? len - at : SCAN_CHUNK;
+        if (seg_pread(n->seg, off + at, n->scan_buf, chunk) != SMP_OK) return SMP_EIO;
+        for (uint64_t b = 0; b < chunk; b += SCAN_BLOCK) {
+            uint64_t bl = chunk - b < SCAN_BLOCK ? chunk - b : SCAN_BLOCK;
+            if (!all_zero(n->scan_buf + b, bl) && add_dirty(r, cap, off + at + b, bl) < 0)
+                return SMP_ENOMEM;
         }
-        for (uint64_t at = 0; at < g->length; at += SCAN_BLOCK) {
-            uint64_t len = g->length - at < SCAN_BLOCK ? g->length - at : SCAN_BLOCK;
-            int zero = 1;
-            for (uint64_t b = 0; b < len && zero; b++) zero = p[at + b] == 0;
-            if (!zero && add_dirty(r, &cap, g->offset + at, len) < 0) return SMP_ENOMEM;
-        }
+        at += chunk;
     }
     return SMP_OK;
+}
+
+#define SCAN_RUNS 4096
+
+/* The non-zero SCAN_BLOCK blocks of each range the master says nothing
+ * occupies (ranges outside the segment are refused). Runs the file system
+ * reports as holes read as zeros and are skipped, so a segment never written
+ * is not read. The runs are listed before anything is read: on tmpfs,
+ * reading reserved pages turns the holes after them into data, and a scan
+ * that asked as it went would end up reading the whole segment. The scan
+ * runs between two polls: it must stay well inside node.timeout_ms. */
+static int scan_ranges(node_runtime *n, const NodeTask *t, TaskResult *r, char *err, size_t errlen)
+{
+    size_t cap = 0, n_runs = 0;
+    uint64_t (*runs)[2] = malloc(SCAN_RUNS * sizeof(*runs));
+    uint64_t pos = 0, ds, de, size = seg_size(n->seg);
+    int rc = SMP_OK;
+    if (runs == NULL) return SMP_ENOMEM;
+    while (pos < size && seg_next_data(n->seg, pos, &ds, &de) == SMP_OK) {
+        if (n_runs == SCAN_RUNS - 1) { /* too fragmented: the rest is one run */
+            de = size;
+        }
+        runs[n_runs][0] = ds;
+        runs[n_runs][1] = de;
+        n_runs++;
+        pos = de;
+    }
+    for (size_t i = 0; rc == SMP_OK && i < t->n_ranges; i++) {
+        const SegmentRange *g = t->ranges[i];
+        if (seg_check_range(n->seg, g->offset, g->length) != SMP_OK) {
+            wm_errbuf(err, errlen, "scan: range %llu+%llu outside the segment",
+                      (unsigned long long)g->offset, (unsigned long long)g->length);
+            rc = SMP_ERANGE;
+            break;
+        }
+        uint64_t end = g->offset + g->length;
+        for (size_t k = 0; rc == SMP_OK && k < n_runs; k++) {
+            /* the run widened to whole blocks of the range, clipped to it */
+            uint64_t a = runs[k][0] > g->offset ? runs[k][0] : g->offset;
+            uint64_t b = runs[k][1] < end ? runs[k][1] : end;
+            if (a >= b) continue;
+            a = g->offset + (a - g->offset) / SCAN_BLOCK * SCAN_BLOCK;
+            b = g->offset + (b - g->offset + SCAN_BLOCK - 1) / SCAN_BLOCK * SCAN_BLOCK;
+            if (b > end) b = end;
+            rc = scan_piece(n, r, &cap, a, b - a);
+            if (rc == SMP_EIO)
+                wm_errbuf(err, errlen, "scan: cannot read %llu bytes at %llu",
+                          (unsigned long long)(b - a), (unsigned long long)a);
+        }
+    }
+    free(runs);
+    return rc;
 }
 
 typedef struct scan_files {

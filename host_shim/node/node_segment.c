@@ -279,6 +279,38 @@ int seg_shrink(seg_segment *s, uint64_t size, char *err, size_t errlen)
     return SMP_OK;
 }
 
+int seg_next_data(const seg_segment *s, uint64_t from, uint64_t *start, uint64_t *end)
+{
+    uint64_t size = seg_size(s);
+    if (from >= size) return SMP_ENOTFOUND;
+    off_t d = lseek(s->fd, (off_t)from, SEEK_DATA);
+    if (d < 0) {
+        if (errno == ENXIO) return SMP_ENOTFOUND;
+        *start = from; /* cannot tell: all of it may hold data */
+        *end = size;
+        return SMP_OK;
+    }
+    if ((uint64_t)d >= size) return SMP_ENOTFOUND;
+    off_t h = lseek(s->fd, d, SEEK_HOLE);
+    *start = (uint64_t)d;
+    *end = h < 0 || (uint64_t)h > size ? size : (uint64_t)h;
+    return SMP_OK;
+}
+
+int seg_pread(const seg_segment *s, uint64_t offset, void *dst, uint64_t length)
+{
+    uint64_t done = 0;
+    if (seg_check_range(s, offset, length) < 0) return SMP_ERANGE;
+    while (done < length) {
+        ssize_t n = pread(s->fd, (uint8_t *)dst + done, (size_t)(length - done),
+                          (off_t)(offset + done));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return SMP_EIO;
+        done += (uint64_t)n;
+    }
+    return SMP_OK;
+}
+
 int seg_check_range(const seg_segment *s, uint64_t offset, uint64_t length)
 {
     uint64_t size;

@@ -87,6 +87,18 @@ int seg_shrink(seg_segment *s, uint64_t size, char *err, size_t errlen);
 /* 1 when seg_open found the file with its bytes (a node restart), else 0. */
 int seg_reopened(const seg_segment *s);
 
+/* The first run of the file at or after from that may hold data: [*start,
+ * *end) (SEEK_DATA / SEEK_HOLE; what lies in a hole reads as zeros, so a
+ * scan for non-zero bytes may skip it). Where the file system cannot tell,
+ * the rest of the segment. SMP_OK, or SMP_ENOTFOUND when only holes are
+ * left. */
+int seg_next_data(const seg_segment *s, uint64_t from, uint64_t *start, uint64_t *end);
+
+/* Copy length bytes at offset with pread(2) rather than through the
+ * mapping: on tmpfs, reading reserved pages never written leaves them holes
+ * (a fault through the mapping would not). SMP_OK, SMP_ERANGE, SMP_EIO. */
+int seg_pread(const seg_segment *s, uint64_t offset, void *dst, uint64_t length);
+
 /* SMP_OK when [offset, offset + length) lies inside the segment (length 0 is
  * fine at any offset <= size), else SMP_ERANGE. Overflow-safe. */
 int seg_check_range(const seg_segment *s, uint64_t offset, uint64_t length);
