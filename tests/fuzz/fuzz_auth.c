@@ -34,6 +34,7 @@
 #include "harness.h"
 #include "host_rpc.pb-c.h"
 #include "kv_client.h"
+#include "master_fuzz.h"
 #include "rpc_client.h"
 #include "rpc_envelope.h"
 
@@ -55,39 +56,14 @@ static size_t n_rules;
 
 static void die(const char *what)
 {
-    char line[512];
-    FILE *f = fopen(master.log, "r");
-    fprintf(stderr, "fuzz_auth: %s\n", what);
-    if (f != NULL) {
-        while (fgets(line, sizeof(line), f) != NULL) fputs(line, stderr);
-        fclose(f);
-    }
-    abort();
-}
-
-static void check_alive(void)
-{
-    int status;
-    if (waitpid(master.pid, &status, WNOHANG) == master.pid) {
-        master.pid = 0;
-        die(WIFSIGNALED(status) ? "the master was killed by a signal" : "the master exited");
-    }
-}
-
-static void check_serving(void)
-{
-    kvc *c = hx_client(&master); /* WEIGHT_TOKEN is the admin's */
-    kvc_status st;
-    int ok = c != NULL && kvc_status_get(c, &st) == 0;
-    kvc_close(c);
-    if (!ok) die("the master no longer answers a status request");
+    fzm_die(&master, "fuzz_auth", what);
 }
 
 static void stop_master(void)
 {
     if (!started) return;
     if (master.pid > 0) {
-        check_serving();
+        fzm_check_serving(&master, "fuzz_auth");
         hx_stop(&master);
     }
     hx_cleanup(&master);
@@ -153,16 +129,6 @@ static void start_master(void)
     started = 1;
     atexit(stop_master);
     load_rules();
-}
-
-static int connect_master(void)
-{
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (strlen(master.socket) >= sizeof(sa.sun_path)) die("the socket path is too long");
-    memcpy(sa.sun_path, master.socket, strlen(master.socket) + 1);
-    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) die("cannot connect");
-    return fd;
 }
 
 /* Append a framed request to out (cap bytes at out + *len). */
@@ -266,7 +232,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size < 1) return 0;
     unsigned mode = data[0] % 4;
     data++, size--;
-    int fd = connect_master();
+    int fd = fzm_connect(&master, "fuzz_auth");
     if (mode == 0) {
         exchange(fd, data, size < sizeof(out) ? size : sizeof(out), NULL, NULL);
     } else if (mode == 3) {
@@ -299,8 +265,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         frame(out, sizeof(out), &len, 2, v.service, v.method, body, blen);
         exchange(fd, out, len, judge, &v);
     }
-    check_alive();
-    if (++inputs % 64 == 0) check_serving();
+    fzm_check_alive(&master, "fuzz_auth");
+    if (++inputs % 64 == 0) fzm_check_serving(&master, "fuzz_auth");
     return 0;
 }
 

@@ -41,6 +41,7 @@
 #include "harness.h"
 #include "host_rpc.pb-c.h"
 #include "kv_client.h"
+#include "master_fuzz.h"
 #include "node_data_wire.h"
 #include "node_rpc.pb-c.h"
 #include "rpc.pb-c.h"
@@ -53,47 +54,16 @@ static hx_master master;
 static int started;
 static unsigned long inputs;
 
-static void print_master_log(void)
-{
-    char line[512];
-    FILE *f = fopen(master.log, "r");
-    if (f == NULL) return;
-    fprintf(stderr, "fuzz_rpc: the master's log (%s):\n", master.log);
-    while (fgets(line, sizeof(line), f) != NULL) fputs(line, stderr);
-    fclose(f);
-}
-
 static void die(const char *what)
 {
-    fprintf(stderr, "fuzz_rpc: %s\n", what);
-    print_master_log();
-    abort();
-}
-
-/* The master answers a status request on a new connection. */
-static void check_serving(void)
-{
-    kvc *c = hx_client(&master);
-    kvc_status st;
-    int ok = c != NULL && kvc_status_get(c, &st) == 0;
-    kvc_close(c);
-    if (!ok) die("the master no longer answers a status request");
-}
-
-static void check_alive(void)
-{
-    int status;
-    if (waitpid(master.pid, &status, WNOHANG) == master.pid) {
-        master.pid = 0;
-        die(WIFSIGNALED(status) ? "the master was killed by a signal" : "the master exited");
-    }
+    fzm_die(&master, "fuzz_rpc", what);
 }
 
 static void stop_master(void)
 {
     if (!started) return;
     if (master.pid > 0) {
-        check_serving();
+        fzm_check_serving(&master, "fuzz_rpc");
         hx_stop(&master);
     }
     hx_cleanup(&master);
@@ -135,16 +105,6 @@ static int connect_data_server(void)
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0 || connect(fd, (struct sockaddr *)&data_addr, sizeof(data_addr)) < 0)
         die("cannot connect to the node's data server");
-    return fd;
-}
-
-static int connect_master(void)
-{
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (strlen(master.socket) >= sizeof(sa.sun_path)) die("the socket path is too long");
-    memcpy(sa.sun_path, master.socket, strlen(master.socket) + 1);
-    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) die("cannot connect");
     return fd;
 }
 
@@ -213,17 +173,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         note_outcome(9, size > 5 ? data[5] : 0, /* the op byte */
                      exchange(connect_data_server(), data + 1, size - 1, 0));
     } else if (data[0] % 3 == 0 || size < 3) {
-        note_outcome(8, 0, exchange(connect_master(), data + 1, size - 1, 0));
+        note_outcome(8, 0, exchange(fzm_connect(&master, "fuzz_rpc"), data + 1, size - 1, 0));
     } else {
         size_t n;
         unsigned idx = data[1] % (sizeof(services) / sizeof(services[0]));
         uint8_t *f = hx_frame_request(1, services[idx], data[2], data + 3, size - 3, &n);
         if (f == NULL) return 0;
-        note_outcome(idx, data[2], exchange(connect_master(), f, n, 1));
+        note_outcome(idx, data[2], exchange(fzm_connect(&master, "fuzz_rpc"), f, n, 1));
         free(f);
     }
-    check_alive();
-    if (++inputs % 64 == 0) check_serving();
+    fzm_check_alive(&master, "fuzz_rpc");
+    if (++inputs % 64 == 0) fzm_check_serving(&master, "fuzz_rpc");
     return 0;
 }
 
