@@ -161,25 +161,6 @@ static double measure_reads(bench *b, int clients, int exist)
     return atomic_load(&b->failed) ? -1 : (double)atomic_load(&b->ops) / dt;
 }
 
-/* The value of a metric line starting with `name` in the master's
- * /metrics (name includes its labels), or -1. */
-static double metric_of(const hx_master *m, const char *name)
-{
-    char *body = NULL;
-    double v = -1;
-    if (hx_http_get(m, "/metrics", &body) == 200 && body != NULL) {
-        for (char *line = body; line != NULL && *line; line = strchr(line, '\n')) {
-            if (*line == '\n') line++;
-            if (strncmp(line, name, strlen(name)) == 0 && line[strlen(name)] == ' ') {
-                v = atof(line + strlen(name) + 1);
-                break;
-            }
-        }
-    }
-    free(body);
-    return v;
-}
-
 /* Restart the master (clean stop, then start) and return the seconds from
  * the start until a weight_get_metadata is answered, or -1. */
 static double restart_seconds(hx_master *m, bench *b)
@@ -221,9 +202,9 @@ static double tick_mean_us(const hx_master *m, double *ticks_per_s)
 {
     const char *sum = "host_plugin_tick_seconds_sum{plugin=\"weight_mgmt\"}";
     const char *count = "host_plugin_tick_seconds_count{plugin=\"weight_mgmt\"}";
-    double s0 = metric_of(m, sum), c0 = metric_of(m, count), t0 = now_s();
+    double s0 = hx_metric(m, sum), c0 = hx_metric(m, count), t0 = now_s();
     usleep(2000000);
-    double s1 = metric_of(m, sum), c1 = metric_of(m, count);
+    double s1 = hx_metric(m, sum), c1 = hx_metric(m, count);
     *ticks_per_s = (c1 - c0) / (now_s() - t0);
     if (s0 < 0 || c0 < 0 || c1 <= c0) return -1;
     return (s1 - s0) / (c1 - c0) * 1e6;
@@ -314,8 +295,8 @@ static int publish_to(bench *b, double *seconds)
 /* Measure the flat costs at the current count into *fc; -1 on failure. */
 static int measure_flat(const hx_master *m, const bench *b, long anon0, flat_costs *fc)
 {
-    double objects = metric_of(m, "store_objects{data_type=\"weight\"}") +
-                     metric_of(m, "store_objects{data_type=\"metadata\"}");
+    double objects = hx_metric(m, "store_objects{data_type=\"weight\"}") +
+                     hx_metric(m, "store_objects{data_type=\"metadata\"}");
     long anon = proc_status_kib(m->pid, "RssAnon:");
     fc->revisions = b->target;
     fc->bytes_per_rev = (double)(anon - anon0) * 1024.0 / (double)b->target;
@@ -383,10 +364,10 @@ int main(int argc, char **argv)
         if ((md[i] = measure_reads(&b, counts[i], 0)) < 0) goto stop;
         if ((ex[i] = measure_reads(&b, counts[i], 1)) < 0) goto stop;
     }
-    double objects = metric_of(&m, "store_objects{data_type=\"weight\"}") +
-                     metric_of(&m, "store_objects{data_type=\"metadata\"}");
-    double snap_seq = metric_of(&m, "snapshot_last_seq");
-    double appends = metric_of(&m, "oplog_appends_total");
+    double objects = hx_metric(&m, "store_objects{data_type=\"weight\"}") +
+                     hx_metric(&m, "store_objects{data_type=\"metadata\"}");
+    double snap_seq = hx_metric(&m, "snapshot_last_seq");
+    double appends = hx_metric(&m, "oplog_appends_total");
     double restart = restart_seconds(&m, &b);
     if (restart < 0) goto stop;
 

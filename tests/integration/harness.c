@@ -276,6 +276,23 @@ kvc *hx_client(const hx_master *m)
     return c;
 }
 
+double hx_metric(const hx_master *m, const char *series)
+{
+    char *body = NULL;
+    double v = -1;
+    size_t n = strlen(series);
+    if (hx_http_get(m, "/metrics", &body) == 200 && body != NULL) {
+        for (const char *line = body; *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : "") {
+            if (strncmp(line, series, n) == 0 && line[n] == ' ') {
+                v = strtod(line + n + 1, NULL);
+                break;
+            }
+        }
+    }
+    free(body);
+    return v;
+}
+
 int hx_file_contains(const char *path, const char *needle)
 {
     char buf[1 << 16];

@@ -75,6 +75,10 @@ kvc *hx_client(const hx_master *m);
  * status and a malloc'd body (caller frees), or -1. */
 int hx_http_get(const hx_master *m, const char *path, char **body);
 
+/* The value of the /metrics line `series` (name and labels, as printed)
+ * of the running master; -1 when the line or the endpoint is missing. */
+double hx_metric(const hx_master *m, const char *series);
+
 /* 1 when the master's log contains needle. */
 int hx_log_contains(const hx_master *m, const char *needle);
 

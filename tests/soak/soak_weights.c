@@ -331,24 +331,6 @@ static int chaos(soak *s, const char **what)
 
 /* -- checks -------------------------------------------------------------------------------- */
 
-/* The value of a metric line `name` on /metrics, or -1. */
-static double metric_of(const hx_master *m, const char *name)
-{
-    char *body = NULL;
-    double v = -1;
-    if (hx_http_get(m, "/metrics", &body) == 200 && body != NULL) {
-        for (char *line = body; line != NULL && *line; line = strchr(line, '\n')) {
-            if (*line == '\n') line++;
-            if (strncmp(line, name, strlen(name)) == 0 && line[strlen(name)] == ' ') {
-                v = atof(line + strlen(name) + 1);
-                break;
-            }
-        }
-    }
-    free(body);
-    return v;
-}
-
 static long count_cold_files(const char *dir)
 {
     DIR *d = opendir(dir);
@@ -377,7 +359,7 @@ static int wait_quiet(soak *s, weight_store *st)
             if (rc == WEIGHT_OK && (md.operation_id != 0 || md.availability == WEIGHT_IMPORTING)) busy = 1;
             else if (rc != WEIGHT_OK && rc != WEIGHT_ENOT_FOUND) busy = 1;
         }
-        double active = metric_of(&s->m, "weight_operations_active");
+        double active = hx_metric(&s->m, "weight_operations_active");
         if (!busy && active == 0) return 0;
         sleep_ms(200);
     }
@@ -445,7 +427,7 @@ static int check(soak *s, int *degraded)
             snprintf(dir0, sizeof(dir0), "%s", s->nodes[i].cold_dir);
             files += count_cold_files(dir0);
         }
-        double replicas = metric_of(&s->m, "store_replicas{kind=\"cold\"}");
+        double replicas = hx_metric(&s->m, "store_replicas{kind=\"cold\"}");
         if ((double)files == replicas) break;
         if (waited >= QUIET_MS) {
             fprintf(stderr, "soak: FAILED: %ld cold files on disk, the master counts %.0f cold replicas\n",
