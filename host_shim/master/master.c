@@ -365,6 +365,7 @@ static int open_parts(master *m, char *err, size_t errlen)
     host_plugins_set_timing(m->plugins, &m->m.plugin_timing);
     obj_guard_ops guard = {guard_check, guard_active, m};
     if ((rc = obj_store_create(&m->objs, &guard)) < 0) return rc;
+    obj_store_set_abandon_hook(m->objs, master_scrub_abandoned, m);
 
     oplog_file_options lo = {
         .dir = m->oplog_dir,

@@ -448,6 +448,13 @@ int master_reclaim_inventory(master *m, const char *node, const char **keys,
  * a SCRUB task; put starts given an overlapping range wait for it
  * (master_scrub_reply). SMP_OK, SMP_EAGAIN (node not up), SMP_ENOMEM. */
 int master_scrub_range(master *m, const char *node, const char *segment, uint64_t off, uint64_t len);
+
+/* The object store's abandon hook (obj_store_set_abandon_hook, ctx the
+ * master): a put or reservation given up before it became a replica has its
+ * range scrubbed like a freed replica's (a node that is not up keeps the
+ * bytes until `weightctl fsck --repair`). */
+void master_scrub_abandoned(void *ctx, const char *node, const char *segment, uint64_t off,
+                            uint64_t len);
 /* Answer a put start whose range is [off, off+len) of segment with msg:
  * now, or once no scrub overlaps the range. SMP_OK or SMP_ENOMEM (nothing
  * sent). */

@@ -15,7 +15,10 @@
  *     after the SCRUB, and a node runs its tasks in order.
  * A node that is not up when the range is freed, or a master that stops
  * before the SCRUB ran, leaves the bytes; `weightctl fsck --repair` zeroes
- * them. Everything here is soft state of the loop thread. */
+ * them. Puts and reservations given up before they became replicas (revoked,
+ * cancelled, timed out, a failed load) are scrubbed the same way, through
+ * the object store's abandon hook. Everything here is soft state of the loop
+ * thread. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,6 +118,14 @@ int master_scrub_range(master *m, const char *node, const char *segment, uint64_
     r->next = m->scrub->running;
     m->scrub->running = r;
     return SMP_OK;
+}
+
+void master_scrub_abandoned(void *ctx, const char *node, const char *segment, uint64_t off,
+                            uint64_t len)
+{
+    master *m = ctx;
+    if (node != NULL && segment != NULL && master_node_readable(m, node))
+        (void)master_scrub_range(m, node, segment, off, len); /* ENOMEM: fsck --repair */
 }
 
 int master_scrub_reply(master *m, smp_rpc_call *call, const char *segment, uint64_t off,

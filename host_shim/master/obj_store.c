@@ -62,9 +62,17 @@ void obj_put_free(obj_put *p)
     free(p);
 }
 
-/* Free an in-flight put's range and the put. */
+void obj_store_set_abandon_hook(obj_store *st, obj_abandon_fn fn, void *ctx)
+{
+    st->abandon = fn;
+    st->abandon_ctx = ctx;
+}
+
+/* Free an in-flight put's range and the put (every caller gives the put up:
+ * a put end consumes its put otherwise), telling the abandon hook. */
 void obj_put_forget(obj_store *st, obj_put *p)
 {
+    if (st->abandon) st->abandon(st->abandon_ctx, p->seg->node, p->seg->id, p->offset, p->alloc);
     obj_seg_free(p->seg, p->offset, p->alloc);
     obj_sl_del(&st->puts, p->key);
     obj_put_free(p);
@@ -79,6 +87,12 @@ void obj_reservation_forget(obj_store *st, obj_reservation *r, int free_range)
     free(r->key);
     free(r);
     st->stats.reservations_in_flight--;
+}
+
+void obj_reservation_abandon(obj_store *st, obj_reservation *r)
+{
+    if (st->abandon) st->abandon(st->abandon_ctx, r->seg->node, r->seg->id, r->offset, r->alloc);
+    obj_reservation_forget(st, r, 1);
 }
 
 static void obj_group_free(obj_group *g)
@@ -293,7 +307,7 @@ int obj_cancel_puts_in(obj_store *st, const obj_segment *seg, uint64_t off, uint
         obj_reservation *r = x->val;
         x = x->next[0];
         if (r->seg != seg || r->offset >= off + len || off >= r->offset + r->alloc) continue;
-        obj_reservation_forget(st, r, 1);
+        obj_reservation_abandon(st, r);
         st->stats.reservations_cancelled++;
         n++;
     }

@@ -479,6 +479,15 @@ int obj_prepare_segment_mount(obj_store *st,
  * SMP_ENOTFOUND when id is not mounted. */
 int obj_segment_info(const obj_store *st, const char *id, const char **node, uint64_t *capacity);
 
+/* Told of every range a put or reservation held when it is given up before
+ * becoming a replica -- revoked, cancelled, timed out, a failed load: a
+ * writer may have left bytes there that no object owns. Called on the
+ * caller's thread inside the store call that frees the range, before the
+ * range can be handed out again. */
+typedef void (*obj_abandon_fn)(void *ctx, const char *node, const char *segment, uint64_t offset,
+                               uint64_t length);
+void obj_store_set_abandon_hook(obj_store *st, obj_abandon_fn fn, void *ctx);
+
 /* Forget every in-flight put and reservation in segment id (a node restarted
  * on a new segment file: what a writer copied into the old one is gone, so
  * its put end must not commit a range of the new one). A put whose put end

@@ -145,6 +145,8 @@ struct obj_store {
     int bulk_load;        /* LRU appends unsorted; resorted at the end */
     obj_guard_ops guard;
     obj_stats stats;      /* counters; memory fields computed on demand */
+    obj_abandon_fn abandon; /* ranges given up with a writer's bytes in them */
+    void *abandon_ctx;
 };
 
 /* Keys collected for REMOVE records of at most OBJ_REMOVE_BATCH keys. */
@@ -160,6 +162,9 @@ void obj_object_free(obj_object *o);
 void obj_put_free(obj_put *p);
 void obj_put_forget(obj_store *st, obj_put *p);
 void obj_reservation_forget(obj_store *st, obj_reservation *r, int free_range);
+/* Forget a reservation given up before it became a replica (its range may
+ * hold part of a load): the abandon hook hears of the range first. */
+void obj_reservation_abandon(obj_store *st, obj_reservation *r);
 obj_group *obj_group_find(const obj_store *st, const char *name);
 obj_group *obj_group_get_or_create(obj_store *st, const char *name, int *created);
 void obj_group_gc(obj_store *st, obj_group *g);

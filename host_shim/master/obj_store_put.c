@@ -207,7 +207,7 @@ int obj_cleanup_stale_puts(obj_store *st, uint64_t now, uint64_t timeout_ms)
         obj_reservation *r = x->val;
         x = x->next[0];
         if (now < r->started || now - r->started < timeout_ms) continue;
-        obj_reservation_forget(st, r, 1);
+        obj_reservation_abandon(st, r);
         if (n < INT32_MAX) n++;
     }
     return n;
@@ -352,7 +352,7 @@ int obj_release_reservation(obj_store *st, const char *key)
     if (obj_validate_key(key) < 0) return SMP_EINVAL;
     obj_reservation *r = obj_sl_get(&st->reserves, key);
     if (!r) return SMP_ENOTFOUND;
-    obj_reservation_forget(st, r, 1);
+    obj_reservation_abandon(st, r);
     return SMP_OK;
 }
 
