@@ -476,6 +476,12 @@ static void fill_object(wslot *sl)
         const uint8_t *src = (const uint8_t *)cx->srcs[p->tensor][p->source] + p->source_offset;
         for (uint64_t off = 0; off < p->bytes; off += WC_COPY_PIECE) {
             uint64_t n = p->bytes - off < WC_COPY_PIECE ? p->bytes - off : WC_COPY_PIECE;
+            if (atomic_load(&s->cancel)) { /* weight_store_cancel: stop at this piece */
+                sl->rc = WEIGHT_ECANCELED;
+                snprintf(sl->err, sizeof sl->err, "weight_writer_commit canceled");
+                free(stage);
+                return;
+            }
             objhash_feed(&sl->h, src + off, n);
             if (map != NULL) memcpy(map->base + sl->where.offset + p->object_offset + off, src + off, n);
             else if (stage != NULL) memcpy(stage + p->object_offset + off, src + off, n);
@@ -792,6 +798,10 @@ int weight_writer_commit(weight_writer *w, weight_metadata *out)
         goto abort_import;
     }
     s->err[0] = '\0';
+    if (atomic_exchange(&s->cancel, 0)) { /* canceled before it began */
+        rc = wc_fail(s, WEIGHT_ECANCELED, "weight_writer_commit canceled");
+        goto abort_import;
+    }
     {
         /* The object service's connection may be stale (a master restart
          * since the last call): probe it with a read and replace it if it
@@ -807,7 +817,10 @@ int weight_writer_commit(weight_writer *w, weight_metadata *out)
     wc_manifest *m = &cx.pack.manifest;
     for (size_t i = 0; i < m->n_objects; i++) cx.total += m->objects[i].bytes;
     wc_progress(s, 0, cx.total);
-    if ((rc = write_objects(&cx)) < 0) goto abort_import;
+    if ((rc = write_objects(&cx)) < 0) {
+        if (rc == WEIGHT_ECANCELED) atomic_store(&s->cancel, 0); /* consumed */
+        goto abort_import;
+    }
     if ((rc = wc_manifest_encode(m, &mbytes, &mlen)) < 0) {
         rc = wc_fail(s, WEIGHT_ENOMEM, "manifest: cannot encode");
         goto abort_import;

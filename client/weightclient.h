@@ -433,10 +433,13 @@ WEIGHT_API int weight_get(weight_store *s,
                           const weight_bindings *bindings,
                           weight_get_stats *stats);
 
-/* Cancel the weight_get running on s (or, if none runs, the next one): it
- * stops at the next chunk, releases its lease and returns WEIGHT_ECANCELED;
- * buffers may hold part of the revision. The one call that may be made from
- * any thread, and from a signal handler (it only sets a lock-free flag). */
+/* Cancel the weight_get or weight_writer_commit running on s (or, if none
+ * runs, the next one): a get stops at the next chunk, releases its lease and
+ * returns WEIGHT_ECANCELED (buffers may hold part of the revision); a commit
+ * stops at the next piece it copies, aborts its import (what it wrote is
+ * removed, the identity can be published again at once) and returns
+ * WEIGHT_ECANCELED. The one call that may be made from any thread, and from
+ * a signal handler (it only sets a lock-free flag). */
 WEIGHT_API void weight_store_cancel(weight_store *s);
 
 /* -- weight_get_mapped: zero-copy views of a co-located HOT revision ---------- */

@@ -56,6 +56,15 @@ int wctl_cmd_fsck(ctl *x, int argc, char **argv);
 
 /* Open x->ws on x->master for x->tenant. 0, or -1 with the cause on stderr. */
 int wctl_open_weights(ctl *x);
+
+/* Ctrl-C: while armed, SIGINT cancels the weight_get or weight_writer_commit
+ * running on s (weight_store_cancel: a get releases its lease, a commit
+ * aborts its import) instead of killing weightctl; disarm restores the
+ * previous handler. wctl_interrupted: whether SIGINT came since the arm (the
+ * command then exits 130). */
+void wctl_sigint_arm(weight_store *s);
+void wctl_sigint_disarm(void);
+int wctl_interrupted(void);
 /* Print "weightctl: WHAT: NAME: cause" and return 1. */
 int wctl_failed(ctl *x, const char *what, int rc);
 /* Parse an ID; without "@GEN" take the newest live generation of it. 0, or

@@ -1,10 +1,11 @@
 /* weightctl_args.c -- how weightctl reads its arguments and reaches the
- * weights: the store handle and the one-line failure report, identities
+ * weights: the store handle, Ctrl-C, and the one-line failure report, identities
  * (NAMESPACE/RESOURCE/REVISION[@GENERATION], the newest live generation when
  * "@GENERATION" is left out), residencies, modes, numbers, the TP placement
  * rules (--split / --replicate) and --tie. */
 #include <fnmatch.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -174,4 +175,38 @@ int wctl_parse_tie(char *arg, wctl_tie *ties, size_t *n_ties)
     ties[*n_ties].name = arg;
     ties[(*n_ties)++].target = eq + 1;
     return 0;
+}
+
+/* -- Ctrl-C ------------------------------------------------------------------ */
+
+static weight_store *volatile g_cancel_store;
+static volatile sig_atomic_t g_interrupted;
+static struct sigaction g_old_sigint;
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    g_interrupted = 1;
+    if (g_cancel_store) weight_store_cancel(g_cancel_store);
+}
+
+void wctl_sigint_arm(weight_store *s)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    g_interrupted = 0;
+    g_cancel_store = s;
+    sigaction(SIGINT, &sa, &g_old_sigint);
+}
+
+void wctl_sigint_disarm(void)
+{
+    sigaction(SIGINT, &g_old_sigint, NULL);
+    g_cancel_store = NULL;
+}
+
+int wctl_interrupted(void)
+{
+    return g_interrupted != 0;
 }

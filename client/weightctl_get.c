@@ -23,7 +23,6 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
-#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -297,16 +296,6 @@ static void getcli_reset(getcli *g)
     g->err[0] = '\0';
 }
 
-/* Ctrl-C during get: cancel the load (its lease is released), exit 130. */
-static weight_store *volatile g_cancel_store;
-static volatile sig_atomic_t g_interrupted;
-static void on_sigint(int sig)
-{
-    (void)sig;
-    g_interrupted = 1;
-    if (g_cancel_store) weight_store_cancel(g_cancel_store);
-}
-
 /* mkdir -p dir, then check that it is a directory this process can write
  * into. 0, or -1 with the cause printed as "weightctl: get: --out DIR: ...". */
 static int prepare_dir(const char *dir)
@@ -402,7 +391,7 @@ static int get_rank(ctl *x, const weight_identity *id, const char *what, const c
     if (rc < 0) {
         if (g->err[0]) fprintf(stderr, "weightctl: %s: %s: %s\n", what, weight_error_name(rc), g->err);
         else wctl_failed(x, what, rc);
-        if (rc == WEIGHT_ECANCELED && g_interrupted) status = 130;
+        if (rc == WEIGHT_ECANCELED && wctl_interrupted()) status = 130;
         goto remove_tmp;
     }
     if (g->map == NULL && (rc = map_output(g)) < 0) { /* a revision without tensors */
@@ -511,11 +500,7 @@ int wctl_cmd_get(ctl *x, int argc, char **argv)
     if ((rc = weight_store_set_option(x->ws, WEIGHT_OPT_RELEASE_PAGES, 1)) < 0 ||
         (rc = weight_store_set_option(x->ws, WEIGHT_OPT_ATTACHMENTS, 1)) < 0)
         return wctl_failed(x, what, rc);
-    struct sigaction sa, old_sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigint;
-    g_cancel_store = x->ws;
-    sigaction(SIGINT, &sa, &old_sa);
+    wctl_sigint_arm(x->ws); /* Ctrl-C: cancel the load (its lease is released), exit 130 */
     for (uint64_t r = all ? 0 : rank; r < (all ? tp : rank + 1) && status == 0; r++) {
         getcli g;
         memset(&g, 0, sizeof g);
@@ -528,7 +513,6 @@ int wctl_cmd_get(ctl *x, int argc, char **argv)
         status = get_rank(x, &id, what, dir, &g);
         getcli_reset(&g);
     }
-    sigaction(SIGINT, &old_sa, NULL);
-    g_cancel_store = NULL;
+    wctl_sigint_disarm();
     return status;
 }

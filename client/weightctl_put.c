@@ -274,12 +274,15 @@ int wctl_cmd_put(ctl *x, int argc, char **argv)
     }
     weight_metadata md;
     weight_store_set_progress(x->ws, wctl_progress_cb, &pr);
+    wctl_sigint_arm(x->ws); /* Ctrl-C: the commit stops and aborts its import */
     rc = weight_writer_commit(w, &md);
+    wctl_sigint_disarm();
     wctl_progress_end(&pr);
     if (rc < 0) {
         char what[2100];
         snprintf(what, sizeof what, "put %s", text);
         status = wctl_failed(x, what, rc);
+        if (rc == WEIGHT_ECANCELED && wctl_interrupted()) status = 130;
         goto close_files;
     }
     if (x->json) {
@@ -453,10 +456,13 @@ int wctl_cmd_upsert(ctl *x, int argc, char **argv)
             goto close_files;
         }
         weight_store_set_progress(x->ws, wctl_progress_cb, &pr);
+        wctl_sigint_arm(x->ws);
         rc = weight_writer_commit(w, NULL);
+        wctl_sigint_disarm();
         wctl_progress_end(&pr);
         if (rc < 0) {
             status = wctl_failed(x, "upsert (target import)", rc);
+            if (rc == WEIGHT_ECANCELED && wctl_interrupted()) status = 130;
             goto close_files;
         }
     }

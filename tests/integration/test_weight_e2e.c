@@ -523,6 +523,40 @@ static void test_put_resumes_an_import_left_by_a_dead_writer(void **state)
     weight_store_close(s);
 }
 
+/* A canceled commit (what weightctl put does on Ctrl-C) aborts its import:
+ * WEIGHT_ECANCELED, the revision is not left IMPORTING (nothing held until
+ * the import TTL), and the same identity is published again at once. The
+ * cancel comes before the commit here, so that the test does not depend on
+ * timing; a cancel during the copy takes the same abort path. */
+static void test_canceled_put_aborts_its_import(void **state)
+{
+    fixture *f = *state;
+    weight_identity id;
+    weight_writer *w = NULL;
+    weight_metadata md;
+    int rc;
+    assert_int_equal(weight_identity_set(&id, NULL, "llm", "tiny", "canceled", 1), 0);
+    weight_store *s = open_store(f);
+    CHECK(s, weight_put_begin(s, &id, NULL, &w));
+    for (size_t i = 0; i < N_MODEL; i++)
+        if (model[i].alias_of == NULL)
+            CHECK(s, weight_writer_add_tensor(w, model[i].name, model[i].dtype, model[i].ndim,
+                                              model[i].shape, model[i].data));
+    weight_store_cancel(s);
+    assert_int_equal(weight_writer_commit(w, NULL), WEIGHT_ECANCELED);
+    for (int i = 0;; i++) { /* the abort is durable when the commit returns; its objects go after */
+        rc = weight_get_metadata(s, &id, &md, NULL);
+        if (rc == WEIGHT_ENOT_FOUND || (rc == WEIGHT_OK && md.availability == WEIGHT_DELETED)) break;
+        if (rc == WEIGHT_OK && md.availability == WEIGHT_IMPORTING)
+            fail_msg("the canceled import is still open");
+        if (i == 500) fail_msg("the canceled import did not end: %d", rc);
+        usleep(20000);
+    }
+    put_model(s, &id, 1);
+    get_and_compare(s, &id, 2, 1);
+    weight_store_close(s);
+}
+
 /* A store handle outlives a master restart: its next calls reconnect (reads
  * and the idempotent calls are sent again), so a load, a query and a new
  * put just work. A SIGKILL too. */
@@ -981,6 +1015,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_store_survives_master_restart, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lease_is_renewed_during_a_long_load, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel_releases_the_lease, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_canceled_put_aborts_its_import, setup, teardown),
         cmocka_unit_test_setup_teardown(test_weightctl_put_ls_info_get_rm, setup, teardown),
         cmocka_unit_test_setup_teardown(test_migrations_keep_reads_exact, setup, teardown),
     };
