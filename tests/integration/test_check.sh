@@ -68,7 +68,10 @@ out=$("$bin" --config "$tmp/missing.yaml" --check 2>&1); rc=$?
 
 # weightctl's default master address is the one the embedded config listens on.
 tcp=$(sed -n 's/^ *tcp: *"\{0,1\}\([^" #]*\)"\{0,1\}.*/\1/p' "$SOURCE_DIR/config/embedded.yaml" | head -1)
-"$BUILD_DIR/bin/weightctl" --help | grep -qF "(default $tcp," \
+# (the help is read whole first: grep -q closing the pipe early would end
+# weightctl with SIGPIPE, which pipefail reports as a failure)
+help=$("$BUILD_DIR/bin/weightctl" --help 2>&1)
+grep -qF "(default $tcp," <<<"$help" \
   && ok "weightctl defaults to $tcp" || bad "weightctl default differs from embedded.yaml's $tcp"
 
 # Usage errors.
