@@ -51,13 +51,8 @@ cluster:
 plugins:
   - path: "$BUILD_DIR/lib/weight_mgmt.so"
 YAML
-"$BUILD_DIR/bin/store_master" --config "$tmp/master.yaml" 2>"$tmp/master.log" &
-pid=$!
-export WEIGHTCTL_MASTER="$tmp/master.sock"
-for _ in $(seq 300); do
-  "$ctl" status 2>/dev/null | grep -q "^nodes *1" && break
-  sleep 0.05
-done
+. "$(dirname "$0")/weightctl_lib.sh"
+start_master "$tmp/master.yaml"
 
 # Safetensors files written here, independently of the client library:
 # mk_st PATH NAME:ROWS:COLS... (F32, random bytes, names sorted).

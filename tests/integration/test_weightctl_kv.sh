@@ -22,14 +22,10 @@ plugins:
   - path: "$BUILD_DIR/lib/weight_mgmt.so"
     enabled: false
 YAML
-"$BUILD_DIR/bin/store_master" --config "$tmp/master.yaml" 2>"$tmp/master.log" &
-pid=$!
-trap 'kill -9 $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$tmp"' EXIT
-export WEIGHTCTL_MASTER="$tmp/master.sock"
-for _ in $(seq 200); do
-  "$ctl" status 2>/dev/null | grep -q "^nodes *1" && break
-  sleep 0.05
-done
+pid=""
+trap '[ -n "$pid" ] && { kill -9 $pid 2>/dev/null; wait $pid 2>/dev/null; }; rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/weightctl_lib.sh"
+start_master "$tmp/master.yaml"
 
 out=$("$ctl" status --bytes); rc=$?
 [ $rc -eq 0 ] && grep -q "^nodes *1" <<<"$out" && grep -q "16777216 bytes" <<<"$out" \
