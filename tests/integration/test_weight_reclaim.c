@@ -351,6 +351,24 @@ static void test_fsck_reports_and_repairs_orphans(void **state)
     weight_store_close(s);
 }
 
+
+/* Start a 64 KiB put of key and write 0x5c into its range through the
+ * segment file, as a writer does before its put end; the client is
+ * returned with the put still open, *where its range. */
+static kvc *start_put_and_write(fixture *f, const char *key, kvc_replica *where)
+{
+    kvc *c = hx_client(&f->m);
+    assert_non_null(c);
+    memset(where, 0, sizeof(*where));
+    assert_int_equal(kvc_put_start(c, key, 65536, SMP_DATA_KV, NULL, 0, where), 0);
+    uint8_t junk[65536];
+    memset(junk, 0x5c, sizeof(junk));
+    int fd = open(where->segment_path, O_RDWR);
+    assert_true(fd >= 0);
+    assert_int_equal(pwrite(fd, junk, sizeof(junk), (off_t)where->offset), (ssize_t)sizeof(junk));
+    close(fd);
+    return c;
+}
 /* A put whose master was killed between the allocation and the commit:
  * the client wrote its range (co-located, through the segment file) and the
  * master died before the put end; after the restart the range is
@@ -367,17 +385,8 @@ static void test_fsck_repairs_a_put_lost_with_its_master(void **state)
     wx_put_model(s, &id, model, N_MODEL);
     weight_store_close(s);
 
-    kvc *c = hx_client(&f->m);
-    assert_non_null(c);
     kvc_replica where;
-    memset(&where, 0, sizeof(where));
-    assert_int_equal(kvc_put_start(c, "lost/put", 65536, SMP_DATA_KV, NULL, 0, &where), 0);
-    uint8_t junk[65536];
-    memset(junk, 0x5c, sizeof(junk));
-    int fd = open(where.segment_path, O_RDWR);
-    assert_true(fd >= 0);
-    assert_int_equal(pwrite(fd, junk, sizeof(junk), (off_t)where.offset), (ssize_t)sizeof(junk));
-    close(fd);
+    kvc *c = start_put_and_write(f, "lost/put", &where);
     kvc_close(c);
     hx_kill(&f->m);
     assert_int_equal(hx_start(&f->m, 20000), 0);
@@ -404,17 +413,8 @@ static void test_revoked_put_leaves_no_bytes(void **state)
 {
     fixture *f = *state;
     char out[16384];
-    kvc *c = hx_client(&f->m);
-    assert_non_null(c);
     kvc_replica where;
-    memset(&where, 0, sizeof(where));
-    assert_int_equal(kvc_put_start(c, "given/up", 65536, SMP_DATA_KV, NULL, 0, &where), 0);
-    uint8_t junk[65536];
-    memset(junk, 0x5c, sizeof(junk));
-    int fd = open(where.segment_path, O_RDWR);
-    assert_true(fd >= 0);
-    assert_int_equal(pwrite(fd, junk, sizeof(junk), (off_t)where.offset), (ssize_t)sizeof(junk));
-    close(fd);
+    kvc *c = start_put_and_write(f, "given/up", &where);
     assert_int_equal(kvc_put_revoke(c, "given/up"), 0);
     kvc_close(c);
     for (int i = 0;; i++) { /* the SCRUB task runs at the node's next poll */
