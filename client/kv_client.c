@@ -376,7 +376,7 @@ static seg_map *local_map(kvc *c, const char *path)
     if (stat(path, &st) != 0) return NULL;
     for (int i = 0; i < KVC_MAPS; i++) {
         if (!c->maps[i].map.base || strcmp(c->maps[i].path, path) != 0) continue;
-        if (seg_map_current(&c->maps[i].map, path) && (uint64_t)st.st_size <= c->maps[i].map.size)
+        if (seg_map_same_file(&c->maps[i].map, &st) && (uint64_t)st.st_size <= c->maps[i].map.size)
             return &c->maps[i].map;
         /* the node restarted on a new file, or grew its segment: map again */
         seg_map_close(&c->maps[i].map);

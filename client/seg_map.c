@@ -61,11 +61,10 @@ close_fd:
     return rc;
 }
 
-int seg_map_current(const seg_map *m, const char *path)
+int seg_map_same_file(const seg_map *m, const struct stat *st)
 {
-    struct stat st;
-    return m != NULL && m->base != NULL && path != NULL && stat(path, &st) == 0 &&
-           (uint64_t)st.st_dev == m->dev && (uint64_t)st.st_ino == m->ino;
+    return m != NULL && m->base != NULL && st != NULL && (uint64_t)st->st_dev == m->dev &&
+           (uint64_t)st->st_ino == m->ino;
 }
 
 int seg_map_readonly(const char *path, int populate, seg_map *m, char *err, size_t errlen)

@@ -35,9 +35,11 @@ typedef struct seg_map {
                           segment file leaves this mapping on the old one) */
 } seg_map;
 
-/* 1 when path still names the file m maps (same device and inode), 0 when
- * it names another file or nothing. */
-int seg_map_current(const seg_map *m, const char *path);
+struct stat;
+
+/* 1 when st (a stat of the segment's path) is the file m maps (same device
+ * and inode), 0 when the path now names another file. */
+int seg_map_same_file(const seg_map *m, const struct stat *st);
 
 /* Map path read-only (seg_map_readonly) or read-write (seg_map_writable).
  * populate != 0 prefaults the page tables now (MAP_POPULATE), so the first

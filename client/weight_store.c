@@ -348,14 +348,14 @@ const seg_map *wc_seg_get(weight_store *s, const char *path, int writable)
     for (int i = 0; i < WC_SEG_MAPS && found == NULL; i++) {
         wc_seg *g = &s->segs[i];
         if (g->map.base == NULL || strcmp(g->path, path) != 0) continue;
-        if (!seg_map_current(&g->map, path)) {
+        if (stat(path, &st) != 0 || !seg_map_same_file(&g->map, &st)) {
             /* The node restarted on a new file: never copy into or out of
              * the old one. Retired, not unmapped: views a get handed out may
              * still point into it (unmapped with the store). */
             g->path[0] = '\0';
             continue;
         }
-        if (stat(path, &st) == 0 && (uint64_t)st.st_size > g->map.size) {
+        if ((uint64_t)st.st_size > g->map.size) {
             /* the node grew its segment: map it again below (no copy through
              * this store runs while it maps, as for the writable upgrade) */
             seg_map_close(&g->map);

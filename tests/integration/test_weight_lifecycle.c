@@ -718,15 +718,12 @@ static void test_master_killed_during_import_never_publishes(void **state)
     assert_int_equal(wr_begin(f, &id, WR_RS_COLD, 0.5, WR_MODE_AUTO, NULL), 0);
 }
 
-/* AUTO under real memory pressure (1 MiB segment, high watermark 0.5): the
- * AUTO revision is demoted (first to MIXED) by the tick without any client
- * call, the trigger is counted in /metrics; the MANUAL revision beside it
- * stays HOT. */
-static void test_auto_demotes_under_memory_pressure(void **state)
+/* A master whose 1 MiB segment is under memory pressure past half full
+ * (high watermark 0.5, low 0.2), ticking every 50 ms; f is connected. */
+static void start_under_pressure(wr_fixture *f, const char *name)
 {
-    wr_fixture *f = *state;
     char cfg[2048];
-    assert_int_equal(hx_init(&f->m, "wl-auto", NULL), 0);
+    assert_int_equal(hx_init(&f->m, name, NULL), 0);
     snprintf(cfg, sizeof(cfg),
              "node:\n  segment_dir: \"%s/shm\"\n  segment_bytes: 1048576\n"
              "  cold_dir: \"%s/cold\"\n  poll_ms: 10\n"
@@ -738,6 +735,16 @@ static void test_auto_demotes_under_memory_pressure(void **state)
     assert_int_equal(hx_reconfigure(&f->m, cfg), 0);
     assert_int_equal(hx_start(&f->m, 10000), 0);
     wr_connect(f);
+}
+
+/* AUTO under real memory pressure (1 MiB segment, high watermark 0.5): the
+ * AUTO revision is demoted (first to MIXED) by the tick without any client
+ * call, the trigger is counted in /metrics; the MANUAL revision beside it
+ * stays HOT. */
+static void test_auto_demotes_under_memory_pressure(void **state)
+{
+    wr_fixture *f = *state;
+    start_under_pressure(f, "wl-auto");
 
     Wmrpc__WeightIdentity man, aut;
     wr_set_identity(&man, "t1", "auto", "manual", 1);
@@ -792,19 +799,7 @@ static uint64_t last_access_of(wr_fixture *f, const Wmrpc__WeightIdentity *id, u
 static void test_auto_demotes_the_least_recently_used(void **state)
 {
     wr_fixture *f = *state;
-    char cfg[2048];
-    assert_int_equal(hx_init(&f->m, "wl-lru", NULL), 0);
-    snprintf(cfg, sizeof(cfg),
-             "node:\n  segment_dir: \"%s/shm\"\n  segment_bytes: 1048576\n"
-             "  cold_dir: \"%s/cold\"\n  poll_ms: 10\n"
-             "memory:\n  high_watermark: 0.5\n  low_watermark: 0.2\n"
-             "cluster:\n  weight_migration_cooldown_ms: 100\n"
-             "  weight_migration_max_members_per_round: 2\n"
-             "plugins:\n  - path: \"%s/lib/weight_mgmt.so\"\n    config:\n      tick_period_ms: 50\n",
-             f->m.dir, f->m.dir, BUILD_DIR);
-    assert_int_equal(hx_reconfigure(&f->m, cfg), 0);
-    assert_int_equal(hx_start(&f->m, 10000), 0);
-    wr_connect(f);
+    start_under_pressure(f, "wl-lru");
 
     Wmrpc__WeightIdentity early, later, fill;
     wr_set_identity(&early, "t1", "lru", "early", 1);

@@ -39,13 +39,6 @@ static wx_tensor model[] = {
 };
 #define N_MODEL (sizeof(model) / sizeof(model[0]))
 
-static void model_init(void)
-{
-    for (size_t i = 0; i < N_MODEL; i++)
-        for (size_t b = 0; b < sizeof(model[i].data); b++)
-            model[i].data[b] = (uint8_t)((b * 37 + i * 11 + (b >> 6)) & 0xff);
-}
-
 /* -- the master -------------------------------------------------------------------- */
 
 typedef struct fixture {
@@ -58,7 +51,7 @@ static int setup(void **state)
 {
     fixture *f = calloc(1, sizeof(*f));
     char cfg[2048];
-    model_init();
+    wx_model_fill(model, N_MODEL, 37);
     if (f == NULL || hx_init(&f->m, "reclaim", NULL) < 0) return -1;
     snprintf(f->cold, sizeof(f->cold), "%s/cold", f->m.dir);
     snprintf(f->shm, sizeof(f->shm), "%s/shm", f->m.dir);

@@ -41,13 +41,6 @@ static wx_tensor model[] = {
 };
 #define N_MODEL (sizeof(model) / sizeof(model[0]))
 
-static void model_init(void)
-{
-    for (size_t i = 0; i < N_MODEL; i++)
-        for (size_t b = 0; b < sizeof(model[i].data); b++)
-            model[i].data[b] = (uint8_t)((b * 131 + i * 17 + (b >> 7)) & 0xff);
-}
-
 /* -- the master -------------------------------------------------------------------- */
 
 typedef struct fixture {
@@ -58,7 +51,7 @@ static int setup(void **state)
 {
     fixture *f = calloc(1, sizeof(*f));
     char cfg[1024];
-    model_init();
+    wx_model_fill(model, N_MODEL, 131);
     if (f == NULL || hx_init(&f->m, "repair", NULL) < 0) return -1;
     snprintf(cfg, sizeof(cfg),
              "node:\n  segment_dir: \"%s/shm\"\n  segment_bytes: 33554432\n"

@@ -14,6 +14,13 @@
 #include "weight_check.h"
 #include "weight_model.h"
 
+void wx_model_fill(wx_tensor *t, size_t n, unsigned seed)
+{
+    for (size_t i = 0; i < n; i++)
+        for (size_t b = 0; b < sizeof(t[i].data); b++)
+            t[i].data[b] = (uint8_t)((b * seed + i * 17 + (b >> 7)) & 0xff);
+}
+
 weight_store *wx_open_store(const hx_master *m)
 {
     weight_store *s = NULL;

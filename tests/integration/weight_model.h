@@ -21,6 +21,10 @@ typedef struct wx_tensor {
     uint8_t data[4096]; /* shape[0] * shape[1] F32 values */
 } wx_tensor;
 
+/* Fill the n tensors' bytes with a pattern of seed (tests with different
+ * seeds publish different bytes). */
+void wx_model_fill(wx_tensor *t, size_t n, unsigned seed);
+
 /* A store on m for tenant "acme" with 4 KiB payload objects (fails the test
  * when it cannot be opened). */
 weight_store *wx_open_store(const hx_master *m);
