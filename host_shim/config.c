@@ -425,7 +425,8 @@ typedef enum field_kind {
     FK_ENDPOINTS,   /* "host:port[,host:port...]" (ports 1..65535) or "" */
     FK_PREFIX,      /* an etcd key prefix: "/", then printable ASCII, ending in "/" */
     FK_REMOVED,     /* a key that no longer exists: refused with `removed` */
-    FK_AUTH_TOKENS  /* auth.tokens: a sequence of {sha256, tenant, role} */
+    FK_AUTH_TOKENS, /* auth.tokens: a sequence of {sha256, tenant, role} */
+    FK_AUTH_LIMITS  /* auth.limits: a mapping (config_auth.c) */
 } field_kind;
 
 typedef struct field_spec {
@@ -534,6 +535,7 @@ static const field_spec auth_fields[] = {
     F_OF("allow_insecure", FK_BOOL, auth_allow_insecure),
     F_OF("node_token_file", FK_PATH, auth_node_token_file),
     { "tokens", FK_AUTH_TOKENS, 0, 0, 0, NULL, NULL },
+    { "limits", FK_AUTH_LIMITS, 0, 0, 0, NULL, NULL },
     F_END
 };
 
@@ -560,7 +562,8 @@ static const char *const mode_names[] = { "pinned", "manual", "auto", NULL };
 static const char *field_expects(field_kind k)
 {
     switch (k) {
-    case FK_SECTION: return "a mapping";
+    case FK_SECTION:
+    case FK_AUTH_LIMITS: return "a mapping";
     case FK_PLUGINS:
     case FK_AUTH_TOKENS: return "a sequence";
     case FK_U32:
@@ -597,7 +600,7 @@ static int parse_decimal(const char *text, uint64_t *out)
 }
 
 /* Check an integer scalar against [min, max] and return it in *out. */
-static int check_uint(cfg_ctx *c, const host_config_node *n, const char *path,
+int cfg_check_uint(cfg_ctx *c, const host_config_node *n, const char *path,
                       uint64_t min, uint64_t max, uint64_t type_max, uint64_t *out)
 {
     char q[CFG_QUOTE_MAX + 16];
@@ -786,14 +789,17 @@ static int apply_field(cfg_ctx *c, host_config *cfg, host_config_node *n,
     uint64_t u = 0;
 
     if (f->kind == FK_REMOVED) return cfg_fail(c, SMP_EINVAL, n->key_line, path, "%s", f->removed);
-    if (f->kind == FK_SECTION || f->kind == FK_PLUGINS || f->kind == FK_AUTH_TOKENS) {
-        host_config_node_kind want = f->kind == FK_SECTION ? HOST_CFG_MAP : HOST_CFG_SEQ;
+    if (f->kind == FK_SECTION || f->kind == FK_PLUGINS || f->kind == FK_AUTH_TOKENS ||
+        f->kind == FK_AUTH_LIMITS) {
+        host_config_node_kind want =
+            f->kind == FK_SECTION || f->kind == FK_AUTH_LIMITS ? HOST_CFG_MAP : HOST_CFG_SEQ;
         if (cfg_node_is_null(n)) return 0; /* "listen:" with nothing below: all defaults */
         if (n->kind != want)
             return cfg_fail(c, SMP_EINVAL, n->line, path, "expected %s, found %s",
                             field_expects(f->kind), cfg_node_kind_name(n));
         if (f->kind == FK_SECTION) return apply_map(c, cfg, n, path, f->sub);
         if (f->kind == FK_AUTH_TOKENS) return cfg_apply_tokens(c, cfg, n, path);
+        if (f->kind == FK_AUTH_LIMITS) return cfg_apply_limits(c, cfg, n, path);
         return apply_plugins(c, cfg, n, path);
     }
     if (n->kind != HOST_CFG_SCALAR)
@@ -827,11 +833,11 @@ static int apply_field(cfg_ctx *c, host_config *cfg, host_config_node *n,
         return set_string(c, (char **)base, n->scalar);
     }
     case FK_U32:
-        if ((rc = check_uint(c, n, path, f->min, f->max, UINT32_MAX, &u)) < 0) return rc;
+        if ((rc = cfg_check_uint(c, n, path, f->min, f->max, UINT32_MAX, &u)) < 0) return rc;
         *(uint32_t *)base = (uint32_t)u;
         return 0;
     case FK_U64:
-        if ((rc = check_uint(c, n, path, f->min, f->max, UINT64_MAX, &u)) < 0) return rc;
+        if ((rc = cfg_check_uint(c, n, path, f->min, f->max, UINT64_MAX, &u)) < 0) return rc;
         *(uint64_t *)base = u;
         return 0;
     case FK_RATIO:
@@ -1213,6 +1219,7 @@ void host_config_free(host_config *cfg)
     free(cfg->plugins);
     free(cfg->auth_node_token_file);
     free(cfg->auth_tokens);
+    free(cfg->auth_limits.tenants);
     memset(cfg, 0, sizeof(*cfg));
 }
 

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "rpc_auth.h"
+#include "rpc_limits.h"
 #include "store_plugin.h"
 
 /* A node of a plugin's own config block. */
@@ -145,6 +146,7 @@ typedef struct host_config {
     char *auth_node_token_file;       /* the embedded node's token (admin), NULL/"" = none */
     rpc_auth_token *auth_tokens;      /* auth.tokens: SHA-256, tenant, role */
     size_t auth_n_tokens;
+    rpc_limits_config auth_limits;    /* auth.limits (rpc_limits.h); all 0: unlimited */
 } host_config;
 
 /* Fill *cfg with every default. Strings are heap copies (freed by

@@ -3,8 +3,10 @@
  * plaintext token is refused) and the rules that tie auth to the rest of
  * the file (tokens and the embedded node's token file when it is on, no
  * auth key doing nothing when it is off, a non-loopback listen.tcp only
- * with auth or auth.allow_insecure). Messages go through the loader's
+ * with auth or auth.allow_insecure), and the limits against abuse
+ * (auth.limits, rpc_limits.h: request rate, in-flight bytes, revisions). Messages go through the loader's
  * cfg_fail (config_internal.h). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <arpa/inet.h>
@@ -12,6 +14,8 @@
 
 #include "config_internal.h"
 #include "net_addr.h"
+
+static int check_limit_tenants(cfg_ctx *c, const host_config *cfg, const host_config_node *root);
 
 /* auth.tokens: each entry a map of sha256 (64 hex digits of the SHA-256 of
  * the token), tenant (a name) and role (reader, writer, admin). A token
@@ -112,7 +116,7 @@ int cfg_check_auth(cfg_ctx *c, const host_config *cfg, const host_config_node *r
             return cfg_fail(c, SMP_EINVAL, line, "auth.node_token_file",
                             "missing: the embedded node registers through the RPC and needs an "
                             "admin token (a file holding it)");
-        return 0;
+        return check_limit_tenants(c, cfg, root);
     }
     for (size_t i = 0; auth != NULL && auth->kind == HOST_CFG_MAP && i < auth->n_items; i++) {
         char path[CFG_KEY_PATH_MAX];
@@ -131,3 +135,110 @@ int cfg_check_auth(cfg_ctx *c, const host_config *cfg, const host_config_node *r
     return 0;
 }
 
+
+/* One set of limits (auth.limits.connection, .tenant or .tenants.NAME) from
+ * map into *v, only the keys it gives (an override keeps the rest);
+ * max_revisions only where tenant is 1. Then a burst needs a rate. */
+static int apply_limit_values(cfg_ctx *c, host_config_node *map, const char *path, int tenant,
+                              rpc_limit_values *v)
+{
+    char kp[CFG_KEY_PATH_MAX];
+    uint64_t u = 0;
+    int rc;
+    if (map->kind != HOST_CFG_MAP)
+        return cfg_fail(c, SMP_EINVAL, map->line, path, "expected a mapping, found %s",
+                        cfg_node_kind_name(map));
+    for (size_t i = 0; i < map->n_items; i++) {
+        host_config_node *n = map->items[i];
+        cfg_path_key(kp, path, n->key);
+        int rate = strcmp(n->key, "rate") == 0, burst = strcmp(n->key, "burst") == 0;
+        int bytes = strcmp(n->key, "inflight_bytes") == 0;
+        int revs = tenant && strcmp(n->key, "max_revisions") == 0;
+        if (!rate && !burst && !bytes && !revs)
+            return cfg_fail(c, SMP_EINVAL, n->key_line, kp, "unknown key (expected rate, burst, "
+                            "inflight_bytes%s)", tenant ? ", max_revisions" : "");
+        if (n->kind != HOST_CFG_SCALAR || cfg_node_is_null(n))
+            return cfg_fail(c, SMP_EINVAL, n->line, kp, "expected an integer (leave the key out "
+                            "for no limit)");
+        if ((rc = cfg_check_uint(c, n, kp, 1, rate ? 1000000u : burst ? 1000000000u
+                                 : bytes ? (uint64_t)1 << 40 : UINT32_MAX,
+                                 rate || burst ? UINT32_MAX : UINT64_MAX, &u)) < 0)
+            return rc;
+        if (rate) v->rate = (uint32_t)u;
+        else if (burst) v->burst = (uint32_t)u;
+        else if (bytes) v->inflight_bytes = u;
+        else v->max_revisions = u;
+    }
+    if (v->burst != 0 && v->rate == 0) {
+        cfg_path_key(kp, path, "burst");
+        return cfg_fail(c, SMP_EINVAL, map->line, kp, "is set without a rate (requests a second "
+                        "that refill the burst)");
+    }
+    return 0;
+}
+
+/* auth.limits: connection {rate, burst, inflight_bytes}, tenant {the same
+ * and max_revisions}, the default of every tenant, and tenants {NAME: {any
+ * of tenant's keys}}, which replace the default's for one tenant (that
+ * tenant must have a token: cfg_check_auth). A key left out is no limit. */
+int cfg_apply_limits(cfg_ctx *c, host_config *cfg, host_config_node *map, const char *path)
+{
+    rpc_limits_config *l = &cfg->auth_limits;
+    host_config_node *tenants = NULL;
+    char kp[CFG_KEY_PATH_MAX], tp[CFG_KEY_PATH_MAX];
+    int rc;
+    for (size_t i = 0; i < map->n_items; i++) {
+        host_config_node *n = map->items[i];
+        cfg_path_key(kp, path, n->key);
+        if (strcmp(n->key, "tenants") == 0) {
+            tenants = n;
+            continue;
+        }
+        if (strcmp(n->key, "connection") != 0 && strcmp(n->key, "tenant") != 0)
+            return cfg_fail(c, SMP_EINVAL, n->key_line, kp, "unknown key (expected connection, "
+                            "tenant, tenants)");
+        int is_tenant = strcmp(n->key, "tenant") == 0;
+        if ((rc = apply_limit_values(c, n, kp, is_tenant, is_tenant ? &l->tenant
+                                     : &l->connection)) < 0)
+            return rc;
+    }
+    if (tenants == NULL) return 0;
+    cfg_path_key(tp, path, "tenants");
+    if (tenants->kind != HOST_CFG_MAP)
+        return cfg_fail(c, SMP_EINVAL, tenants->line, tp, "expected a mapping of tenant names, "
+                        "found %s", cfg_node_kind_name(tenants));
+    if (tenants->n_items == 0) return 0;
+    if ((l->tenants = calloc(tenants->n_items, sizeof(*l->tenants))) == NULL) return cfg_oom(c);
+    for (size_t i = 0; i < tenants->n_items; i++) {
+        host_config_node *n = tenants->items[i];
+        rpc_limit_tenant *t = &l->tenants[i];
+        cfg_path_key(kp, tp, n->key);
+        if (strlen(n->key) > RPC_AUTH_TENANT_MAX)
+            return cfg_fail(c, SMP_EINVAL, n->key_line, kp, "is not a tenant (over %d bytes)",
+                            RPC_AUTH_TENANT_MAX);
+        snprintf(t->tenant, sizeof(t->tenant), "%s", n->key);
+        t->v = l->tenant;
+        l->n_tenants = i + 1;
+        if ((rc = apply_limit_values(c, n, kp, 1, &t->v)) < 0) return rc;
+    }
+    return 0;
+}
+
+/* Every tenant auth.limits.tenants names has a token. */
+static int check_limit_tenants(cfg_ctx *c, const host_config *cfg, const host_config_node *root)
+{
+    const host_config_node *tn =
+        cfg_node_child(cfg_node_child(cfg_node_child(root, "auth"), "limits"), "tenants");
+    for (size_t i = 0; i < cfg->auth_limits.n_tenants; i++) {
+        const char *name = cfg->auth_limits.tenants[i].tenant;
+        char kp[CFG_KEY_PATH_MAX];
+        int found = 0;
+        for (size_t j = 0; j < cfg->auth_n_tokens && !found; j++)
+            found = strcmp(cfg->auth_tokens[j].tenant, name) == 0;
+        if (found) continue;
+        cfg_path_key(kp, "auth.limits.tenants", name);
+        return cfg_fail(c, SMP_EINVAL, tn != NULL && i < tn->n_items ? tn->items[i]->key_line : 0,
+                        kp, "no token of auth.tokens has tenant \"%s\"", name);
+    }
+    return 0;
+}

@@ -6,6 +6,7 @@
 #define HOST_CONFIG_INTERNAL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "config.h"
 
@@ -38,10 +39,17 @@ int cfg_node_is_null(const host_config_node *n);
 /* The child of a MAP under key, or NULL. */
 host_config_node *cfg_node_child(const host_config_node *map, const char *key);
 
+/* An integer scalar n checked against [min, max] (and type_max, the width of
+ * its field) into *out; the message names path. 0 or the load's code. */
+int cfg_check_uint(cfg_ctx *c, const host_config_node *n, const char *path, uint64_t min,
+                   uint64_t max, uint64_t type_max, uint64_t *out);
+
 /* -- config_auth.c ---------------------------------------------------------- */
 
 /* auth.tokens into cfg->auth_tokens (seq is a SEQ). 0 or the load's code. */
 int cfg_apply_tokens(cfg_ctx *c, host_config *cfg, host_config_node *seq, const char *path);
+/* auth.limits into cfg->auth_limits (map is a MAP). 0 or the load's code. */
+int cfg_apply_limits(cfg_ctx *c, host_config *cfg, host_config_node *map, const char *path);
 /* The rules across auth.* and listen.tcp, once the whole file is applied. */
 int cfg_check_auth(cfg_ctx *c, const host_config *cfg, const host_config_node *root);
 

@@ -61,6 +61,9 @@ typedef struct host_backend {
     /* smp_host_api.rpc_caller (ABI 1.2; NULL: every caller is an admin of no
      * tenant, authentication off). */
     int (*rpc_caller)(const smp_rpc_call *call, smp_caller *out);
+    /* smp_host_api.rpc_revision_quota (ABI 1.3; NULL: no limits). */
+    int (*rpc_revision_quota)(const smp_rpc_call *call, const char *tenant, uint64_t live,
+                              uint64_t *limit);
 } host_backend;
 
 typedef struct host_plugins host_plugins;

@@ -388,6 +388,16 @@ static int open_rpc_caller(const smp_rpc_call *call, smp_caller *out)
     return SMP_OK;
 }
 
+/* No backend answer: no limits, every revision fits. */
+static int open_revision_quota(const smp_rpc_call *call, const char *tenant, uint64_t live,
+                               uint64_t *limit)
+{
+    (void)live;
+    if (call == NULL || tenant == NULL) return SMP_EINVAL;
+    if (limit != NULL) *limit = 0;
+    return SMP_OK;
+}
+
 static int api_is_leader(smp_host *h)
 {
     const host_backend *be = &h->reg->be;
@@ -625,7 +635,7 @@ static void api_free(void *p)
     free(p);
 }
 
-/* Point the three context-free members (their object carries its own state)
+/* Point the context-free members (their object carries its own state)
  * straight at the backend, or at the refusing stubs. */
 void hp_api_bind_backend(smp_host_api *api, const host_backend *be)
 {
@@ -633,6 +643,8 @@ void hp_api_bind_backend(smp_host_api *api, const host_backend *be)
     api->reader_data = be->reader_data != NULL ? be->reader_data : empty_reader_data;
     api->rpc_reply = be->rpc_reply != NULL ? be->rpc_reply : enotsup_rpc_reply;
     api->rpc_caller = be->rpc_caller != NULL ? be->rpc_caller : open_rpc_caller;
+    api->rpc_revision_quota =
+        be->rpc_revision_quota != NULL ? be->rpc_revision_quota : open_revision_quota;
 }
 
 void hp_api_fill(smp_host *h)

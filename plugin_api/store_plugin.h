@@ -1,4 +1,4 @@
-/* store_plugin.h -- the Store Master plugin ABI, version 1.2.
+/* store_plugin.h -- the Store Master plugin ABI, version 1.3.
  *
  * This header is the whole contract between the Store Master (the host) and a
  * plugin shared library. A plugin exports exactly one symbol,
@@ -31,6 +31,11 @@
  * tenant and role of the connection a call came on. A method of a plugin built
  * against 1.0 or 1.1 has no role: while the host's authentication is on, every
  * call of it is refused (fail closed); with authentication off it runs.
+ *
+ * ABI 1.3 appends the host API member rpc_revision_quota(), which tells a
+ * plugin that keeps revisions per tenant (weight_mgmt) whether the host's
+ * limits (auth.limits max_revisions) let a tenant hold one more, and counts
+ * the refusal in the host's metrics.
  *
  * Threading. Every callback into the plugin runs on the master's event-loop
  * thread, which owns all metadata; callbacks must not block and must not call
@@ -65,7 +70,7 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 
 #define SMP_ABI_MAJOR 1
-#define SMP_ABI_MINOR 2
+#define SMP_ABI_MINOR 3
 
 /* The ABI tag pins what C cannot check across a dlopen: pointer width and byte
  * order. It is 'S' 'M' <pointer bytes> <1 little endian | 2 big endian>. */
@@ -623,6 +628,18 @@ typedef struct smp_host_api {
      * not cover are left alone) with the caller of call, which must be a call
      * the plugin has not answered yet. SMP_EINVAL for NULL arguments. */
     int (*rpc_caller)(const smp_rpc_call *call, smp_caller *out);
+
+    /* ABI 1.3: whether tenant, which holds live revisions now, may hold one
+     * more under the host's limits for the server call came on (which must
+     * not be answered yet). SMP_OK, with *limit (may be NULL) the tenant's
+     * maximum or 0 when none applies; SMP_ENOSPC when live already reaches
+     * the maximum (*limit set to it): the host has counted the refusal, the
+     * plugin answers the call with SMP_ENOSPC and changes nothing.
+     * SMP_EINVAL for a NULL call or tenant. */
+    int (*rpc_revision_quota)(const smp_rpc_call *call,
+                              const char *tenant,
+                              uint64_t live,
+                              uint64_t *limit);
 } smp_host_api;
 
 /* True when the host's table is large enough to contain `member`. */

@@ -444,8 +444,9 @@ static int wm_lin_id_from_pb(const Wmrpc__WeightIdentity *in, const char *tenant
  * the lineage in flight: BUSY); the watermark (STALE_GENERATION); the base
  * (NOT_FOUND, NOT_READY, STALE_GENERATION on the CAS); the target must not
  * exist (CONFLICT); DELETE_FIRST: no lease, operation or write on the base
- * (BUSY). Then the CLAIMED record is made durable and answered. Nothing is
- * written before every check passed. */
+ * (BUSY); PUT_FIRST: room for one more live revision of the tenant
+ * (SMP_ENOSPC, auth.limits max_revisions). Then the CLAIMED record is made
+ * durable and answered. Nothing is written before every check passed. */
 int wm_rpc_upsert_begin(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len)
 {
     wm_plugin *p = plugin;
@@ -573,6 +574,9 @@ int wm_rpc_upsert_begin(void *plugin, smp_rpc_call *call, const uint8_t *body, s
                        base->group_key, base->lease_count, base->operation_id);
         goto free_req;
     }
+    /* PUT_FIRST holds the base and the target at once: one more revision */
+    if (c.mode == WM_UPSERT_PUT_FIRST && !wm_tenant_admit_revision(p, call, c.base.tenant_id))
+        goto free_req;
     c.phase = WM_PHASE_CLAIMED;
     c.created_ms = c.updated_ms = p->api->wall_ms(p->host);
     if ((rc = wm_lin_append(p, &c, call, msg, sizeof(msg))) < 0) {

@@ -48,7 +48,9 @@ static void wm_begin_managed(void *arg, int status)
  * the target of an open replacement claim (weight_upsert), the base
  * revision's policy (wm_lineage_base_policy): an upsert keeps the base's
  * policy unless the request gives one. A retry for an identity already
- * IMPORTING answers that revision; any other state is CONFLICT. */
+ * IMPORTING answers that revision; any other state is CONFLICT. A new
+ * revision past its tenant's max_revisions (auth.limits) is SMP_ENOSPC,
+ * before anything is written (wm_tenant_admit_revision). */
 int wm_rpc_import_begin(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len)
 {
     wm_plugin *p = plugin;
@@ -82,6 +84,7 @@ int wm_rpc_import_begin(void *plugin, smp_rpc_call *call, const uint8_t *body, s
         wm_reply_error(p, call, rc, "%s", msg);
         goto free_req;
     }
+    if (!wm_tenant_admit_revision(p, call, id.tenant_id)) goto free_req;
     wm_txn *t = wm_txn_new(p, WM_TXN_UPSERT, "");
     if (t == NULL) {
         wm_reply_error(p, call, SMP_ENOMEM, "out of memory");

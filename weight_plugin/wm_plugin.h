@@ -347,5 +347,9 @@ int wm_revision_fenced(const wm_plugin *p, const wm_revision *rev);
 const char *wm_tenant_of(wm_plugin *p, smp_rpc_call *call, const char *wire);
 /* 1 when the caller of call may see tenant's revisions. */
 int wm_tenant_visible(wm_plugin *p, smp_rpc_call *call, const char *tenant);
+/* 1 when tenant may start one more live revision under the host's limits;
+ * 0 when it may not, call then answered (SMP_ENOSPC naming the count and
+ * the limit) and nothing changed. */
+int wm_tenant_admit_revision(wm_plugin *p, smp_rpc_call *call, const char *tenant);
 
 #endif /* WM_PLUGIN_H */

@@ -8,7 +8,14 @@
  * empty page for a list), so neither the refusal nor its message tells one
  * tenant anything about another's. An admin may name any tenant. With
  * authentication off (or a host older than ABI 1.2) the request's tenant is
- * used as before, "default" when empty. */
+ * used as before, "default" when empty.
+ *
+ * A tenant may also be held to a number of live revisions (the host's
+ * auth.limits max_revisions, asked through smp_host_api.rpc_revision_quota,
+ * ABI 1.3): an import or a PUT_FIRST replacement that would start one more
+ * is refused before anything is written. */
+#include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "wm_mgmt.h"
@@ -42,4 +49,51 @@ int wm_tenant_visible(wm_plugin *p, smp_rpc_call *call, const char *tenant)
 {
     const char *t = wm_tenant_of(p, call, tenant);
     return t != NULL && strcmp(t, tenant) == 0;
+}
+
+/* The live revisions of tenant: IMPORTING, READY or DEGRADED in the store
+ * (DELETING and DELETED are on their way out), plus imports whose first
+ * record is still being made durable. The store is in identity order, so
+ * this reads only tenant's revisions. */
+static uint64_t live_revisions(wm_plugin *p, const char *tenant)
+{
+    wm_identity lo;
+    uint64_t n = 0;
+    memset(&lo, 0, sizeof(lo));
+    snprintf(lo.tenant_id, sizeof(lo.tenant_id), "%s", tenant);
+    size_t count = wm_store_revision_count(p->store);
+    for (size_t i = wm_store_revision_lower_bound(p->store, &lo); i < count; i++) {
+        const wm_revision *r = wm_store_revision_at(p->store, i);
+        if (strcmp(r->id.tenant_id, tenant) != 0) break;
+        if (r->availability == WM_AVAIL_IMPORTING || r->availability == WM_AVAIL_READY ||
+            r->availability == WM_AVAIL_DEGRADED)
+            n++;
+    }
+    for (const wm_txn *t = p->pending; t != NULL; t = t->next)
+        if (t->kind == WM_TXN_UPSERT && t->up.revision.availability == WM_AVAIL_IMPORTING &&
+            strcmp(t->up.revision.id.tenant_id, tenant) == 0 &&
+            wm_store_get(p->store, &t->up.revision.id) == NULL)
+            n++;
+    return n;
+}
+
+int wm_tenant_admit_revision(wm_plugin *p, smp_rpc_call *call, const char *tenant)
+{
+    uint64_t limit = 0, live;
+    int rc;
+    if (!SMP_HOST_HAS(p->api, rpc_revision_quota) || p->api->rpc_revision_quota == NULL)
+        return 1;
+    /* learn the limit first: without one nothing is counted */
+    if (p->api->rpc_revision_quota(call, tenant, 0, &limit) == SMP_OK && limit == 0) return 1;
+    live = live_revisions(p, tenant);
+    if ((rc = p->api->rpc_revision_quota(call, tenant, live, &limit)) == SMP_OK) return 1;
+    if (rc == SMP_ENOSPC)
+        wm_reply_error(p, call, SMP_ENOSPC, "revision limit: tenant %s holds %" PRIu64 " live "
+                       "revisions (importing, ready or degraded) and may hold %" PRIu64
+                       " (auth.limits max_revisions); remove one first; nothing was changed",
+                       tenant, live, limit);
+    else
+        wm_reply_error(p, call, rc, "revision limit: the host did not answer: %s",
+                       smp_strerror(rc));
+    return 0;
 }

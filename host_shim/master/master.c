@@ -424,10 +424,18 @@ static int master_auth_start(master *m, char *err, size_t errlen)
         snprintf(err, errlen, "rpc: cannot register the auth service: %s", smp_strerror(rc));
         return rc;
     }
-    if (cfg->auth_enabled)
+    if (cfg->auth_enabled) {
+        rpc_limits *lim = NULL;
+        if ((rc = rpc_limits_create(&cfg->auth_limits, cfg->auth_tokens, cfg->auth_n_tokens,
+                                    &lim)) < 0) {
+            snprintf(err, errlen, "auth.limits: cannot be set up: %s", smp_strerror(rc));
+            return rc;
+        }
+        rpc_server_set_limits(m->rpc, lim);
         fprintf(stderr, "store_master: auth: on, %zu token%s; every request is authorized by "
                 "the tenant and role of its connection's token\n",
                 cfg->auth_n_tokens, cfg->auth_n_tokens == 1 ? "" : "s");
+    }
     else
         fprintf(stderr, "store_master: auth: OFF -- every client may act as an admin of any "
                 "tenant (%s); set auth.enabled and auth.tokens to require tokens\n",

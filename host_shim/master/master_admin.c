@@ -99,6 +99,14 @@ int master_metrics_register(master *m)
                                        d->label ? labels : NULL, slot);
         if (rc < 0) return rc;
     }
+    static const char *const refused_labels[] = {"reason", "tenant", NULL};
+    int rc = host_metrics_register(m->metrics, SMP_METRIC_COUNTER, "store_rpc_refused_total",
+                                   "Requests refused by a limit of auth.limits, by reason (rate: "
+                                   "request rate; inflight: in-flight request bytes; revisions: "
+                                   "live revisions of the tenant) and tenant (\"\": a connection "
+                                   "that has not authenticated)", refused_labels,
+                                   &m->m.rpc_refused);
+    if (rc < 0) return rc;
     for (size_t i = 0; i < sizeof(histogram_defs) / sizeof(histogram_defs[0]); i++) {
         const histogram_def *d = &histogram_defs[i];
         host_metric **slot = (host_metric **)((char *)m + d->offset);
@@ -107,6 +115,15 @@ int master_metrics_register(master *m)
         if (rc < 0) return rc;
     }
     return SMP_OK;
+}
+
+/* store_rpc_refused_total of one tenant (rpc_server_limits_each). */
+static void refused_series(void *arg, const char *tenant, const uint64_t *refused)
+{
+    for (int r = 0; r < RPC_REFUSED_KINDS; r++) {
+        const char *l[2] = {rpc_refusal_name((rpc_refusal)r), tenant};
+        host_metric_set(arg, l, (double)refused[r]);
+    }
 }
 
 void master_metrics_refresh(master *m)
@@ -160,6 +177,7 @@ void master_metrics_refresh(master *m)
         host_metric_set(m->m.rpc_auth_refusals, norule, (double)rs.auth_no_rule);
         host_metric_set(m->m.rpc_auth_hellos, ok, (double)rs.auth_hello_ok);
         host_metric_set(m->m.rpc_auth_hellos, bad, (double)rs.auth_hello_refused);
+        rpc_server_limits_each(m->rpc, refused_series, m->m.rpc_refused);
     }
     uint64_t head = master_ha_head(m);
     host_metric_set(m->m.ha_is_leader, NULL, master_is_leader(m) ? 1.0 : 0.0);

@@ -150,5 +150,6 @@ void master_backend_init(master *m)
     b->reader_data = snap_reader_data;
     b->rpc_reply = rpc_reply;
     b->rpc_caller = rpc_server_call_caller;
+    b->rpc_revision_quota = rpc_server_revision_quota;
     b->gate_confirmed = master_gate_confirmed;
 }

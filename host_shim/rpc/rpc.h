@@ -137,6 +137,20 @@ void rpc_server_set_admission(rpc_server *s, rpc_admit_fn fn, void *arg);
 void rpc_server_set_auth(rpc_server *s, int on);
 int rpc_server_auth_on(const rpc_server *s);
 
+/* Limits against abuse (rpc_limits.h): the server takes l (freed with the
+ * server; NULL: nothing limited) and applies it to every request from now
+ * on. */
+struct rpc_limits;
+void rpc_server_set_limits(rpc_server *s, struct rpc_limits *l);
+/* smp_host_api.rpc_revision_quota: rpc_limits_revision_quota with the
+ * limits of call's server (no limits: SMP_OK, *limit 0). */
+int rpc_server_revision_quota(const smp_rpc_call *call, const char *tenant, uint64_t live,
+                              uint64_t *limit);
+
+/* Visit the refusal counts of every tenant (rpc_limits_each); none without limits. */
+typedef void (*rpc_server_refusals_fn)(void *arg, const char *tenant, const uint64_t *refused);
+void rpc_server_limits_each(const rpc_server *s, rpc_server_refusals_fn fn, void *arg);
+
 /* Set the identity of the connection call came on (auth.HELLO's handler):
  * tenant (copied) and role; tenant NULL records that the token presented
  * was refused (later requests get SMP_EAUTH naming that). SMP_ESTATE when
@@ -177,6 +191,8 @@ struct smp_rpc_call {
     uint64_t request_id;
     uint32_t service;
     uint32_t method;
+    uint32_t charged;                       /* in-flight bytes of its frame (rpc_limits.h) */
+    struct rpc_tenant_state *charged_tenant; /* the tenant they were charged to, or NULL */
 };
 
 /* Answer a call (smp_host_api.rpc_reply): status 0 with a body, or a negative

@@ -22,6 +22,12 @@
  * method without a rule refused to everyone. The handler asks who called
  * with rpc_server_call_caller().
  *
+ * Limits (rpc_limits.h, rpc_server_set_limits): every decoded request takes
+ * one from its connection's and tenant's buckets or is answered SMP_EAGAIN;
+ * a frame is charged to its connection and tenant when its length arrives
+ * (a refused one is skipped unread and answered under the request_id of its
+ * first bytes) and given back when it is answered.
+ *
  * Fatal frame errors (oversized, empty, undecodable) stop reading, queue one
  * error response with request_id 0 and shut the connection down once that is
  * written. Reading also stops while a connection has too much unsent output
@@ -50,6 +56,7 @@
 #include "rpc_tls.h"
 #include <openssl/err.h>
 #include "rpc_auth.h"
+#include "rpc_limits.h"
 #include "wm_errbuf.h"
 #include "net_addr.h"
 #include "rpc_envelope.h"
@@ -116,6 +123,12 @@ typedef struct rpc_conn {
     int auth_state; /* 0 none yet, 1 authenticated, -1 its token was refused */
     smp_role role;
     char tenant[RPC_AUTH_TENANT_MAX + 1];
+    rpc_conn_limits lim;       /* rate and in-flight bytes (rpc_limits.h) */
+    int skipping;              /* the frame being read was refused: its bytes are dropped */
+    int skip_status;           /* its refusal */
+    uint8_t skip_prefix[16];   /* its first bytes, for its request_id */
+    size_t skip_have;
+    char skip_msg[320];        /* its refusal's sentence */
 } rpc_conn;
 
 struct rpc_server {
@@ -145,6 +158,7 @@ struct rpc_server {
     void *admit_arg;
     SSL_CTX *tls;     /* TLS on TCP connections, or NULL */
     int auth_on; /* rpc_server_set_auth(s, 1) */
+    rpc_limits *limits; /* rpc_server_set_limits, owned; NULL: nothing limited */
     rpc_server_stats st;
     /* One read buffer for all connections: libuv delivers one read at a time
      * on the loop thread and on_read consumes it entirely (partial frames
@@ -194,6 +208,7 @@ static void server_free(rpc_server *s)
     free(s->listen_tcp);
     free(s->listen_unix);
     SSL_CTX_free(s->tls);
+    rpc_limits_free(s->limits);
     free(s);
 }
 
@@ -567,6 +582,7 @@ static void conn_close(rpc_conn *c)
         return;
     c->closing = 1;
     c->reading = 0;
+    rpc_limits_release_frame(&c->lim);
     if (c->prev != NULL)
         c->prev->next = c->next;
     else
@@ -642,6 +658,7 @@ static int call_finish(smp_rpc_call *call,
     } else {
         rc = conn_send(c, call->request_id, status, message, body, len);
     }
+    rpc_limits_uncharge(&c->lim, call->charged_tenant, call->charged);
     free(call);
     c->ncalls--;
     s->st.calls_outstanding--;
@@ -742,6 +759,44 @@ int rpc_server_auth_on(const rpc_server *s)
     return s != NULL && s->auth_on;
 }
 
+/* -- Limits (rpc_limits.h) ------------------------------------------------ */
+
+void rpc_server_set_limits(rpc_server *s, rpc_limits *l)
+{
+    rpc_limits_free(s->limits);
+    s->limits = l;
+}
+
+int rpc_server_revision_quota(const smp_rpc_call *call, const char *tenant, uint64_t live,
+                              uint64_t *limit)
+{
+    if (call == NULL || tenant == NULL) return SMP_EINVAL;
+    if (call->conn->srv->limits == NULL) {
+        if (limit != NULL) *limit = 0;
+        return SMP_OK;
+    }
+    return rpc_limits_revision_quota(call->conn->srv->limits, tenant, live, limit);
+}
+
+void rpc_server_limits_each(const rpc_server *s, rpc_server_refusals_fn fn, void *arg)
+{
+    if (s->limits != NULL) rpc_limits_each(s->limits, fn, arg);
+}
+
+/* The request_id of a frame from its first n bytes: field 1 comes first in
+ * what every encoder of RpcRequest writes (rpc_envelope.c, protobuf-c);
+ * 0 when it is not there. */
+static uint64_t prefix_request_id(const uint8_t *p, size_t n)
+{
+    uint64_t v = 0;
+    if (n < 2 || p[0] != 0x08) return 0;
+    for (size_t i = 1; i < n && i <= 10; i++) {
+        v |= (uint64_t)(p[i] & 0x7f) << (7 * (i - 1));
+        if (!(p[i] & 0x80)) return v;
+    }
+    return 0;
+}
+
 int rpc_server_authenticate(smp_rpc_call *call, const char *tenant, smp_role role)
 {
     rpc_conn *c;
@@ -758,6 +813,7 @@ int rpc_server_authenticate(smp_rpc_call *call, const char *tenant, smp_role rol
     snprintf(c->tenant, sizeof(c->tenant), "%s", tenant);
     c->role = role;
     c->auth_state = 1;
+    rpc_limits_identify(c->srv->limits, &c->lim, tenant, role);
     c->srv->st.auth_hello_ok++;
     return SMP_OK;
 }
@@ -818,6 +874,11 @@ static void conn_dispatch(rpc_conn *c, const uint8_t *data, size_t len)
         return;
     }
     s->st.requests++;
+    if (s->limits != NULL &&
+        (rc = rpc_limits_take_rate(s->limits, &c->lim, uv_now(s->loop), msg, sizeof(msg))) < 0) {
+        conn_send(c, req.request_id, rc, msg, NULL, 0);
+        return;
+    }
     if ((svc = find_service(s, req.service)) == NULL) {
         s->st.err_unknown_service++;
         snprintf(msg, sizeof(msg), "unknown service %" PRIu32 " (method %" PRIu32 ")",
@@ -851,6 +912,10 @@ static void conn_dispatch(rpc_conn *c, const uint8_t *data, size_t len)
     call->request_id = req.request_id;
     call->service = req.service;
     call->method = req.method;
+    call->charged = c->lim.frame_charged;
+    call->charged_tenant = c->lim.frame_tenant;
+    c->lim.frame_charged = 0;
+    c->lim.frame_tenant = NULL;
     conn_ref(c);
     c->ncalls++;
     s->st.calls_outstanding++;
@@ -966,13 +1031,46 @@ static void conn_feed(rpc_conn *c, const uint8_t *p, size_t n)
             }
             c->in_body = 1;
             c->body_have = 0;
+            if (s->limits != NULL &&
+                (c->skip_status = rpc_limits_charge_frame(s->limits, &c->lim, c->body_len,
+                                                          c->skip_msg, sizeof(c->skip_msg))) < 0) {
+                c->skipping = 1;
+                c->skip_have = 0;
+                continue;
+            }
             if (n >= c->body_len) {
                 /* the whole body is here: dispatch in place */
                 size_t len = c->body_len;
                 c->in_body = 0;
                 conn_dispatch(c, p, len);
+                rpc_limits_release_frame(&c->lim);
                 p += len;
                 n -= len;
+            }
+            continue;
+        }
+        if (c->skipping) {
+            /* a refused frame: keep its first bytes (its request_id), drop the rest */
+            size_t k = c->body_len - c->body_have;
+            if (k > n)
+                k = n;
+            if (c->skip_have < sizeof(c->skip_prefix)) {
+                size_t keep = sizeof(c->skip_prefix) - c->skip_have;
+                if (keep > k)
+                    keep = k;
+                memcpy(c->skip_prefix + c->skip_have, p, keep);
+                c->skip_have += keep;
+            }
+            c->body_have += k;
+            p += k;
+            n -= k;
+            if (c->body_have == c->body_len) {
+                c->in_body = 0;
+                c->skipping = 0;
+                c->body_have = 0;
+                s->st.requests++;
+                conn_send(c, prefix_request_id(c->skip_prefix, c->skip_have), c->skip_status,
+                          c->skip_msg, NULL, 0);
             }
             continue;
         }
@@ -989,6 +1087,7 @@ static void conn_feed(rpc_conn *c, const uint8_t *p, size_t n)
             if (c->body_have == c->body_len) {
                 c->in_body = 0;
                 conn_dispatch(c, c->body, c->body_have);
+                rpc_limits_release_frame(&c->lim);
                 if (!c->closing && c->body_cap > RPC_READ_CHUNK) {
                     /* do not keep a large buffer for the next frames */
                     free(c->body);

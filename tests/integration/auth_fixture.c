@@ -31,24 +31,38 @@ static void hex_of(const char *token, char out[65])
 
 void af_start(wr_fixture *f, const char *name)
 {
-    char yaml[2048], path[400], h[4][65];
+    af_start_with(f, name, NULL);
+}
+
+void af_auth_yaml(const char *node_token_file, const char *auth_extra, char *out, size_t cap)
+{
+    char h[4][65], ntf[480] = "";
+    for (int i = 0; i < 4; i++) hex_of(af_token((af_who)(i + 1)), h[i]);
+    if (node_token_file != NULL) snprintf(ntf, sizeof(ntf), "  node_token_file: \"%s\"\n", node_token_file);
+    int n = snprintf(out, cap,
+                     "auth:\n"
+                     "  enabled: true\n"
+                     "%s"
+                     "  tokens:\n"
+                     "    - {sha256: %s, tenant: ops, role: admin}\n"
+                     "    - {sha256: %s, tenant: a, role: writer}\n"
+                     "    - {sha256: %s, tenant: a, role: reader}\n"
+                     "    - {sha256: %s, tenant: b, role: writer}\n"
+                     "%s",
+                     ntf, h[0], h[1], h[2], h[3], auth_extra != NULL ? auth_extra : "");
+    assert_true(n > 0 && (size_t)n < cap);
+}
+
+void af_start_with(wr_fixture *f, const char *name, const char *auth_extra)
+{
+    char yaml[4096], path[400];
     FILE *tf;
     assert_int_equal(hx_init(&f->m, name, NULL), 0);
     snprintf(path, sizeof(path), "%s/node.token", f->m.dir);
     assert_non_null(tf = fopen(path, "w"));
     fprintf(tf, "%s\n", af_token(AF_ADMIN));
     assert_int_equal(fclose(tf), 0);
-    for (int i = 0; i < 4; i++) hex_of(af_token((af_who)(i + 1)), h[i]);
-    snprintf(yaml, sizeof(yaml),
-             "auth:\n"
-             "  enabled: true\n"
-             "  node_token_file: \"%s\"\n"
-             "  tokens:\n"
-             "    - {sha256: %s, tenant: ops, role: admin}\n"
-             "    - {sha256: %s, tenant: a, role: writer}\n"
-             "    - {sha256: %s, tenant: a, role: reader}\n"
-             "    - {sha256: %s, tenant: b, role: writer}\n",
-             path, h[0], h[1], h[2], h[3]);
+    af_auth_yaml(path, auth_extra, yaml, sizeof(yaml));
     assert_int_equal(hx_reconfigure(&f->m, yaml), 0);
     /* hx_start asks the admin service whether the master is up */
     setenv("WEIGHT_TOKEN", af_token(AF_ADMIN), 1);
@@ -72,6 +86,21 @@ rpcc_conn *af_raw(wr_fixture *f)
     rpcc_options o = {.timeout_ms = 10000, .token = ""};
     if (rpcc_connect(f->m.socket, &o, &c, err, sizeof(err)) < 0) fail_msg("connect: %s", err);
     return c;
+}
+
+uint64_t af_publish(wr_fixture *f, const char *res)
+{
+    Wmrpc__WeightIdentity id;
+    wr_upload u;
+    wr_set_identity(&id, "", "ns", res, 1);
+    memset(&u, 0, sizeof(u));
+    u.n = 2;
+    u.sizes[0] = 4096;
+    u.sizes[1] = 2048;
+    Wmrpc__MetadataResponse *r = wr_publish(f, &id, WR_RS_HOT, WR_MODE_MANUAL, &u);
+    uint64_t gen = r->metadata->metadata_generation;
+    wmrpc__metadata_response__free_unpacked(r, NULL);
+    return gen;
 }
 
 int af_hello(rpcc_conn *c, const char *token)

@@ -5,7 +5,8 @@
  * SHA-256 -- an admin (tenant "ops"), a writer and a reader of tenant "a",
  * a writer of tenant "b" -- and the admin token into the file the embedded
  * node presents, starts the master (with the weight plugin) and connects the
- * fixture's clients as the admin. af_as reconnects them as another token
+ * fixture's clients as the admin (af_start_with adds more auth: keys, e.g.
+ * auth.limits, for test_auth_limits.c). af_as reconnects them as another token
  * (through WEIGHT_TOKEN, which every client connection presents), or with no
  * token at all. */
 #ifndef TEST_AUTH_FIXTURE_H
@@ -29,6 +30,15 @@ const char *af_token(af_who who);
  * (asserts each). */
 void af_start(wr_fixture *f, const char *name);
 
+/* af_start with more YAML under auth: (indented by two spaces, e.g.
+ * "  limits:\n    tenant: {max_revisions: 2}\n"); NULL: none. */
+void af_start_with(wr_fixture *f, const char *name, const char *auth_extra);
+
+/* The auth: block af_start writes (the four tokens by their SHA-256), with
+ * node_token_file (NULL: none, e.g. for HA masters without an embedded
+ * node) and auth_extra appended, into out (asserts that it fits). */
+void af_auth_yaml(const char *node_token_file, const char *auth_extra, char *out, size_t cap);
+
 /* Reconnect f->rpc and f->kv presenting who's token (asserts that the
  * connections open; AF_WRONG is refused at connect, so it is not allowed
  * here: use af_raw). */
@@ -37,6 +47,11 @@ void af_as(wr_fixture *f, af_who who);
 /* A bare connection to f's master presenting no token (rpcc_options.token
  * ""), for tests that send auth.HELLO themselves. */
 rpcc_conn *af_raw(wr_fixture *f);
+
+/* Publish revision ns/res/main generation 1 of the tenant f is connected as
+ * (two small payloads, HOT, MANUAL; asserts each step); its metadata
+ * generation. */
+uint64_t af_publish(wr_fixture *f, const char *res);
 
 /* Send auth.HELLO with token on c: the status the master answered. */
 int af_hello(rpcc_conn *c, const char *token);

@@ -67,12 +67,16 @@ int wr_call(wr_fixture *f, uint32_t method, const ProtobufCMessage *req,
     uint8_t *body = NULL;
     size_t blen = 0;
     if (out) *out = NULL;
-    int rc = rpcc_call_msg(f->rpc, WR_SVC, method, req, out ? desc : NULL, out, &status, &body, &blen, NULL);
+    char *msg = NULL;
+    int rc = rpcc_call_msg(f->rpc, WR_SVC, method, req, out ? desc : NULL, out, &status, &body, &blen, &msg);
     if (rc != 0) fail_msg("weight method %u: transport %d: %s", method, rc, rpcc_last_error(f->rpc));
     f->last_error[0] = '\0';
-    if (status != 0)
-        snprintf(f->last_error, sizeof(f->last_error), "%.*s", (int)blen, body ? (char *)body : "");
+    if (status != 0 && blen > 0)
+        snprintf(f->last_error, sizeof(f->last_error), "%.*s", (int)blen, (char *)body);
+    else if (status != 0 && msg != NULL) /* the host refused it: the envelope's message */
+        snprintf(f->last_error, sizeof(f->last_error), "%s", msg);
     free(body);
+    free(msg);
     return status;
 }
 

@@ -42,7 +42,9 @@ enum { WR_OPK_MIGRATING = 1, WR_OPK_DELETING = 3 };
 
 /* A test's master and its two clients. Zeroed (wr_setup), then hx_init /
  * hx_start (or wr_start) and wr_connect. last_error holds the reply body of
- * the last call that was refused ("" after a success). */
+ * the last call that was refused -- or, when the host refused it before the
+ * plugin saw it (authorization, limits), the envelope's message ("" after a
+ * success). */
 typedef struct wr_fixture {
     hx_master m;
     rpcc_conn *rpc;
@@ -67,7 +69,7 @@ void wr_start(wr_fixture *f, const char *name, const char *extra);
 /* Call `method` of service 16 with req (packed; may be NULL for an empty
  * body). Returns the server's status. When it is 0 and out is not NULL, the
  * reply unpacked with desc goes to *out (caller frees); when it is not 0,
- * *out (if given) is NULL and the reply body's sentence is in f->last_error.
+ * *out (if given) is NULL and the refusal's sentence is in f->last_error.
  * A transport error or a reply that does not decode fails the test. */
 int wr_call(wr_fixture *f, uint32_t method, const ProtobufCMessage *req,
             const ProtobufCMessageDescriptor *desc, ProtobufCMessage **out);

@@ -7,7 +7,16 @@
  * role, a bad tenant, a duplicate token, auth on without tokens or without
  * the embedded node's token file, auth keys while auth is off, and listen.tcp
  * on a non-loopback address with auth off unless auth.allow_insecure. The
- * credential table finds a token by its SHA-256 and nothing else. */
+ * credential table finds a token by its SHA-256 and nothing else.
+ *
+ * auth.limits (rpc_limits.h): the connection limits, the tenant default and
+ * a per-tenant override load field by field; an unknown key, a value that is
+ * not a positive integer or over its bound, a burst without a rate, an
+ * override of a tenant no token has, and limits while auth is off are
+ * refused naming the key. The running table's token bucket refuses a
+ * request when empty and refills at the rate (time given explicitly), a
+ * tenant's bucket is shared, and the revision quota refuses at the limit;
+ * every refusal is counted per tenant. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +28,7 @@
 
 #include "config.h"
 #include "rpc_auth.h"
+#include "rpc_limits.h"
 
 /* SHA-256 of "test" and of "other" */
 #define H_TEST "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
@@ -171,6 +181,147 @@ static void test_auth_table_checks_tokens_by_hash(void **state)
     assert_int_equal(rpc_auth_parse_sha256("zz", t[0].sha256), SMP_EINVAL);
 }
 
+#define AUTH_A "auth:\n  enabled: true\n  node_token_file: t\n  tokens:\n" \
+               "    - {sha256: " H_TEST ", tenant: a, role: writer}\n" \
+               "    - {sha256: " H_OTHER ", tenant: b, role: reader}\n"
+
+/* The three levels load; an override keeps the default's other fields. */
+static void test_auth_limits_load_with_overrides(void **state)
+{
+    (void)state;
+    host_config c;
+    load_ok(AUTH_A "  limits:\n"
+            "    connection: {rate: 50, burst: 100, inflight_bytes: 1048576}\n"
+            "    tenants:\n      b: {rate: 7, max_revisions: 9}\n"
+            "    tenant: {rate: 200, inflight_bytes: 8388608, max_revisions: 1000}\n",
+            &c);
+    const rpc_limits_config *l = &c.auth_limits;
+    assert_int_equal(l->connection.rate, 50);
+    assert_int_equal(l->connection.burst, 100);
+    assert_int_equal(l->connection.inflight_bytes, 1048576);
+    assert_int_equal(l->connection.max_revisions, 0);
+    assert_int_equal(l->tenant.rate, 200);
+    assert_int_equal(l->tenant.burst, 0);
+    assert_int_equal(l->tenant.max_revisions, 1000);
+    assert_int_equal(l->n_tenants, 1);
+    assert_string_equal(l->tenants[0].tenant, "b");
+    assert_int_equal(l->tenants[0].v.rate, 7);
+    assert_int_equal(l->tenants[0].v.max_revisions, 9);
+    assert_int_equal(l->tenants[0].v.inflight_bytes, 8388608); /* the default's */
+    host_config_free(&c);
+    /* no limits: every field 0 (unlimited) */
+    load_ok(AUTH_A, &c);
+    assert_int_equal(c.auth_limits.connection.rate, 0);
+    assert_int_equal(c.auth_limits.tenant.max_revisions, 0);
+    assert_null(c.auth_limits.tenants);
+    host_config_free(&c);
+}
+
+static void test_auth_limits_refuse_bad_keys_and_values(void **state)
+{
+    (void)state;
+    expect_refused(AUTH_A "  limits: {burst_rate: 5}\n",
+                   "auth.limits.burst_rate: unknown key (expected connection, tenant, tenants)");
+    expect_refused(AUTH_A "  limits:\n    connection: {max_revisions: 5}\n",
+                   "x.yaml:8: auth.limits.connection.max_revisions: unknown key (expected rate, "
+                   "burst, inflight_bytes)");
+    expect_refused(AUTH_A "  limits:\n    tenant: {rate: 0}\n",
+                   "auth.limits.tenant.rate: 0 is outside 1 .. 1000000");
+    expect_refused(AUTH_A "  limits:\n    tenant: {rate: -3}\n",
+                   "auth.limits.tenant.rate: -3 must not be negative");
+    expect_refused(AUTH_A "  limits:\n    tenant: {inflight_bytes: lots}\n",
+                   "auth.limits.tenant.inflight_bytes: \"lots\" is not an integer");
+    expect_refused(AUTH_A "  limits:\n    tenant: {max_revisions: }\n",
+                   "auth.limits.tenant.max_revisions: expected an integer");
+    expect_refused(AUTH_A "  limits:\n    connection: {burst: 10}\n",
+                   "auth.limits.connection.burst: is set without a rate");
+    expect_refused(AUTH_A "  limits:\n    tenants:\n      c: {rate: 1}\n",
+                   "auth.limits.tenants.c: no token of auth.tokens has tenant \"c\"");
+    expect_refused(AUTH_A "  limits:\n    tenants: [a]\n",
+                   "auth.limits.tenants: expected a mapping of tenant names");
+    expect_refused(AUTH_A "  limits: 5\n", "auth.limits: expected a mapping");
+    expect_refused("auth:\n  limits: {tenant: {rate: 5}}\n",
+                   "auth.limits: is set but auth.enabled is false (it would do nothing)");
+}
+
+/* The running table: buckets with explicit times, shared per tenant, the
+ * revision quota, and the refusal counts per tenant. */
+static void count_visit(void *arg, const char *tenant, const uint64_t *refused)
+{
+    uint64_t *sums = arg;
+    if (strcmp(tenant, "a") == 0)
+        for (int r = 0; r < RPC_REFUSED_KINDS; r++) sums[r] += refused[r];
+}
+
+static void test_auth_limits_buckets_and_quota(void **state)
+{
+    (void)state;
+    rpc_auth_token t[2];
+    rpc_limits_config cfg;
+    rpc_limit_tenant over;
+    rpc_limits *l = NULL;
+    memset(t, 0, sizeof(t));
+    memset(&cfg, 0, sizeof(cfg));
+    strcpy(t[0].tenant, "a");
+    strcpy(t[1].tenant, "a"); /* a second token of a: one state */
+    cfg.connection.rate = 1000; /* never the one that runs dry here */
+    cfg.tenant.rate = 1;
+    cfg.tenant.burst = 2;
+    memset(&over, 0, sizeof(over));
+    strcpy(over.tenant, "a");
+    over.v = cfg.tenant;
+    over.v.max_revisions = 2;
+    cfg.tenants = &over;
+    cfg.n_tenants = 1;
+    assert_int_equal(rpc_limits_create(&cfg, t, 2, &l), SMP_OK);
+    rpc_tenant_state *a = rpc_limits_tenant(l, "a");
+    assert_non_null(a);
+    assert_null(rpc_limits_tenant(l, "b"));
+    rpc_bucket c1, c2;
+    memset(&c1, 0, sizeof(c1));
+    memset(&c2, 0, sizeof(c2));
+    int which = -1;
+    /* two connections of a share its burst of 2 */
+    assert_int_equal(rpc_bucket_take2(&c1, &cfg.connection, a, 1000, &which), 1);
+    assert_int_equal(rpc_bucket_take2(&c2, &cfg.connection, a, 1000, &which), 1);
+    assert_int_equal(rpc_bucket_take2(&c1, &cfg.connection, a, 1000, &which), 0);
+    assert_int_equal(which, 1);
+    assert_int_equal(rpc_bucket_take2(&c2, &cfg.connection, a, 1999, &which), 0);
+    /* one second later one request has flowed in */
+    assert_int_equal(rpc_bucket_take2(&c2, &cfg.connection, a, 2000, &which), 1);
+    assert_int_equal(rpc_bucket_take2(&c1, &cfg.connection, a, 2000, &which), 0);
+    /* never more than the burst, however long it waited */
+    assert_int_equal(rpc_bucket_take2(&c1, &cfg.connection, a, 90000, &which), 1);
+    assert_int_equal(rpc_bucket_take2(&c1, &cfg.connection, a, 90000, &which), 1);
+    assert_int_equal(rpc_bucket_take2(&c1, &cfg.connection, a, 90000, &which), 0);
+    /* the connection's own bucket: rate 1000 burst 1000 */
+    rpc_limit_values tight = {.rate = 1, .burst = 1};
+    rpc_bucket c3;
+    memset(&c3, 0, sizeof(c3));
+    assert_int_equal(rpc_bucket_take2(&c3, &tight, NULL, 5, &which), 1);
+    assert_int_equal(rpc_bucket_take2(&c3, &tight, NULL, 5, &which), 0);
+    assert_int_equal(which, 0);
+    rpc_limits_count(l, a, RPC_REFUSED_RATE);
+    rpc_limits_count(l, a, RPC_REFUSED_RATE);
+    /* the revision quota */
+    uint64_t limit = 99;
+    assert_int_equal(rpc_limits_revision_quota(l, "a", 1, &limit), SMP_OK);
+    assert_int_equal(limit, 2);
+    assert_int_equal(rpc_limits_revision_quota(l, "a", 2, &limit), SMP_ENOSPC);
+    assert_int_equal(rpc_limits_revision_quota(l, "zz", 500, &limit), SMP_OK);
+    assert_int_equal(limit, 0);
+    uint64_t sums[RPC_REFUSED_KINDS] = {0};
+    rpc_limits_each(l, count_visit, sums);
+    assert_int_equal(sums[RPC_REFUSED_RATE], 2);
+    assert_int_equal(sums[RPC_REFUSED_INFLIGHT], 0);
+    assert_int_equal(sums[RPC_REFUSED_REVISIONS], 1);
+    rpc_limits_free(l);
+    /* an override of a tenant no token has */
+    strcpy(over.tenant, "nobody");
+    assert_int_equal(rpc_limits_create(&cfg, t, 2, &l), SMP_EINVAL);
+    assert_null(l);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -181,6 +332,9 @@ int main(void)
         cmocka_unit_test(test_auth_refuses_non_loopback_listen_without_auth),
         cmocka_unit_test(test_auth_refuses_incomplete_or_idle_settings),
         cmocka_unit_test(test_auth_table_checks_tokens_by_hash),
+        cmocka_unit_test(test_auth_limits_load_with_overrides),
+        cmocka_unit_test(test_auth_limits_refuse_bad_keys_and_values),
+        cmocka_unit_test(test_auth_limits_buckets_and_quota),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -233,8 +233,10 @@ static void test_bad_major_is_refused(void **state)
 
 static void test_newer_minor_is_refused(void **state)
 {
-    expect_refusal(*state, "newer_minor", SMP_ENOTSUP,
-                   "newer_minor.so: ABI minor 7 is newer than host ABI minor 2");
+    char msg[128];
+    snprintf(msg, sizeof(msg), "newer_minor.so: ABI minor 7 is newer than host ABI minor %d",
+             SMP_ABI_MINOR);
+    expect_refusal(*state, "newer_minor", SMP_ENOTSUP, msg);
 }
 
 static void test_bad_abi_tag_is_refused(void **state)
@@ -831,7 +833,10 @@ static void test_disable_enable_and_refusals(void **state)
     assert_false(host_plugin_can_reload(p));
     assert_int_equal(host_plugins_reload(fx->reg, "good_minimal", NULL, on_change, &seen, fx->err,
                                          sizeof(fx->err)), SMP_ENOTSUP);
-    assert_non_null(strstr(fx->err, "plugin good_minimal (ABI 1.2) cannot hand its state over"));
+    char why[128];
+    snprintf(why, sizeof(why), "plugin good_minimal (ABI 1.%d) cannot hand its state over",
+             SMP_ABI_MINOR);
+    assert_non_null(strstr(fx->err, why));
     assert_int_equal(host_plugins_disable(fx->reg, "nope", on_change, &seen, fx->err, sizeof(fx->err)),
                      SMP_ENOTFOUND);
     assert_string_equal(fx->err, "no plugin named 'nope' is loaded (loaded: good_minimal)");
@@ -1030,12 +1035,14 @@ static void test_describe_output(void **state)
     host_plugins_describe(fx->reg, out);
     fclose(out);
 
-    snprintf(line, sizeof(line), "host abi 1.2 tag 0x%08x caps 0x7f (groups,cold_tier,durable_oplog,"
-             "ha_standby,rpc_dispatch,metrics,state_handoff)\nplugins 2\n", (unsigned)SMP_ABI_TAG);
+    snprintf(line, sizeof(line), "host abi 1.%d tag 0x%08x caps 0x7f (groups,cold_tier,durable_oplog,"
+             "ha_standby,rpc_dispatch,metrics,state_handoff)\nplugins 2\n", SMP_ABI_MINOR,
+             (unsigned)SMP_ABI_TAG);
     assert_memory_equal(text, line, strlen(line));
     snprintf(line, sizeof(line), "plugin good_minimal 1.2.3\n  path %s\n", fx->paths[0]);
     assert_non_null(strstr(text, line));
-    snprintf(line, sizeof(line), "  abi 1.2 (host 1.2) tag 0x%08x\n", (unsigned)SMP_ABI_TAG);
+    snprintf(line, sizeof(line), "  abi 1.%d (host 1.%d) tag 0x%08x\n", SMP_ABI_MINOR, SMP_ABI_MINOR,
+             (unsigned)SMP_ABI_TAG);
     assert_non_null(strstr(text, line));
     assert_non_null(strstr(text,
                            "  required host caps 0x5 (groups,durable_oplog)\n"

@@ -28,6 +28,7 @@
 #include <uv.h>
 
 #include "rpc.h"
+#include "rpc_limits.h"
 #include "rpc.pb-c.h"
 #include "rpc_client.h"
 
@@ -38,6 +39,8 @@
 #define M_FAIL_MSG 3    /* replies SMP_EVETO with a message */
 #define M_STATS 4       /* body: the server's rpc_server_stats */
 #define M_BIG 5         /* body: uint32 n; replies n bytes */
+#define M_HOLD 6        /* keeps the call unanswered (one at a time) */
+#define M_RELEASE 7     /* answers the held call, then itself */
 #define M_DEFER 1       /* body: uint32 delay_ms + payload; replies payload later */
 
 #define TEST_MAX_FRAME (1u << 20)
@@ -52,7 +55,11 @@ typedef struct fixture {
     char unix_path[108];
     char unix_ep[128];
     int stop_sent; /* test thread only */
+    smp_rpc_call *held; /* M_HOLD's call (loop thread) */
 } fixture;
+
+/* Limits the next fixture_start sets on its server (NULL: none). */
+static const rpc_limits_config *g_limits;
 
 typedef struct deferred {
     uv_timer_t timer;
@@ -114,6 +121,29 @@ static int big_handler(void *ctx, smp_rpc_call *call, const uint8_t *body, size_
     return rc;
 }
 
+static int hold_handler(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len)
+{
+    fixture *fx = ctx;
+    (void)body;
+    (void)len;
+    if (fx->held != NULL)
+        return SMP_EBUSY;
+    fx->held = call;
+    return SMP_OK;
+}
+
+static int release_handler(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len)
+{
+    fixture *fx = ctx;
+    (void)body;
+    (void)len;
+    if (fx->held == NULL)
+        return SMP_ENOTFOUND;
+    rpc_reply(fx->held, 0, (const uint8_t *)"released", 8);
+    fx->held = NULL;
+    return rpc_reply(call, 0, NULL, 0);
+}
+
 static void on_deferred_closed(uv_handle_t *h)
 {
     deferred *d = h->data;
@@ -159,6 +189,8 @@ static const smp_rpc_method echo_methods[] = {
     {sizeof(smp_rpc_method), M_FAIL_MSG, "fail_msg", fail_msg_handler, SMP_ROLE_ADMIN},
     {sizeof(smp_rpc_method), M_STATS, "stats", stats_handler, SMP_ROLE_ADMIN},
     {sizeof(smp_rpc_method), M_BIG, "big", big_handler, SMP_ROLE_ADMIN},
+    {sizeof(smp_rpc_method), M_HOLD, "hold", hold_handler, SMP_ROLE_ADMIN},
+    {sizeof(smp_rpc_method), M_RELEASE, "release", release_handler, SMP_ROLE_ADMIN},
 };
 
 static const smp_rpc_method defer_methods[] = {
@@ -204,6 +236,11 @@ static int fixture_start(void **state, const rpc_server_options *extra)
                      SMP_OK);
     assert_int_equal(rpc_server_add_service(fx->srv, SVC_DEFER, "deferred", defer_methods, 1, fx),
                      SMP_OK);
+    if (g_limits != NULL) {
+        rpc_limits *l = NULL;
+        assert_int_equal(rpc_limits_create(g_limits, NULL, 0, &l), SMP_OK);
+        rpc_server_set_limits(fx->srv, l);
+    }
     if (rpc_server_start(fx->srv, err, sizeof(err)) != SMP_OK)
         fail_msg("rpc_server_start: %s", err);
     fx->port = rpc_server_tcp_port(fx->srv);
@@ -229,6 +266,29 @@ static int setup_limited(void **state)
     opt.max_inflight = 4;
     opt.max_output_bytes = 4096;
     return fixture_start(state, &opt);
+}
+
+/* A server whose connections may have 4096 request bytes unanswered and
+ * send 1 request a second with a burst of 3 (setup_rate) or without a rate
+ * limit (setup_inflight). */
+static int setup_inflight(void **state)
+{
+    static const rpc_limits_config cfg = {.connection = {.inflight_bytes = 4096}};
+    int rc;
+    g_limits = &cfg;
+    rc = fixture_start(state, NULL);
+    g_limits = NULL;
+    return rc;
+}
+
+static int setup_rate(void **state)
+{
+    static const rpc_limits_config cfg = {.connection = {.rate = 1, .burst = 3}};
+    int rc;
+    g_limits = &cfg;
+    rc = fixture_start(state, NULL);
+    g_limits = NULL;
+    return rc;
 }
 
 /* Ask the loop thread to close the server (once). */
@@ -1025,6 +1085,97 @@ static void test_mixed_reply_sizes_stay_framed(void **state)
 
 /* -- Tests: registration --------------------------------------------------- */
 
+/* -- Tests: limits (rpc_limits.h) ----------------------------------------- */
+
+/* A request larger than the connection's in-flight cap is refused SMP_ERANGE
+ * under its own request_id (rpcc_call matches it) without being buffered,
+ * and the connection goes on. */
+static void test_inflight_cap_refuses_larger_request_keeps_connection(void **state)
+{
+    fixture *fx = *state;
+    rpcc_conn *c = open_client(fx->tcp_ep);
+    static uint8_t big[9000];
+    int status = 0;
+    char *msg = NULL;
+    memset(big, 'b', sizeof(big));
+    assert_int_equal(rpcc_call(c, SVC_ECHO, M_ECHO, big, sizeof(big), &status, NULL, NULL, &msg),
+                     SMP_OK);
+    assert_int_equal(status, SMP_ERANGE);
+    assert_non_null(msg);
+    assert_non_null(strstr(msg, "is larger than the 4096 request bytes this connection"));
+    free(msg);
+    expect_echo(c, "still fine");
+    rpcc_close(c);
+}
+
+/* The bytes of an unanswered call count: a request that would take the
+ * connection over the cap is refused SMP_EAGAIN while the held call is
+ * unanswered, and accepted once it is answered. */
+static void test_inflight_cap_counts_unanswered_calls(void **state)
+{
+    fixture *fx = *state;
+    rpcc_conn *c = open_client(fx->unix_ep);
+    static uint8_t part[2500];
+    uint64_t hold_id = 0, got = 0;
+    int status = 0;
+    char *msg = NULL;
+    uint8_t *body = NULL;
+    size_t len = 0;
+    memset(part, 'p', sizeof(part));
+    assert_int_equal(rpcc_send(c, SVC_ECHO, M_HOLD, part, sizeof(part), &hold_id), SMP_OK);
+    assert_int_equal(rpcc_call(c, SVC_ECHO, M_ECHO, part, sizeof(part), &status, NULL, NULL, &msg),
+                     SMP_OK);
+    assert_int_equal(status, SMP_EAGAIN);
+    assert_non_null(strstr(msg, "retry once they are answered"));
+    free(msg);
+    /* small requests still fit beside the held one */
+    expect_echo(c, "small");
+    assert_int_equal(rpcc_call(c, SVC_ECHO, M_RELEASE, NULL, 0, &status, NULL, NULL, NULL), SMP_OK);
+    assert_int_equal(status, 0);
+    assert_int_equal(rpcc_recv(c, hold_id, &got, &status, &body, &len, NULL), SMP_OK);
+    assert_int_equal(status, 0);
+    assert_int_equal(len, 8);
+    free(body);
+    status = 1;
+    assert_int_equal(rpcc_call(c, SVC_ECHO, M_ECHO, part, sizeof(part), &status, NULL, NULL, NULL),
+                     SMP_OK);
+    assert_int_equal(status, 0);
+    rpcc_close(c);
+}
+
+/* The bucket runs dry after its burst: the next request is refused
+ * SMP_EAGAIN and the connection stays usable; once the bucket refills
+ * (polled, no time threshold) requests succeed again. */
+static void test_rate_limit_refuses_then_recovers(void **state)
+{
+    fixture *fx = *state;
+    rpcc_conn *c = open_client(fx->tcp_ep);
+    int status = 0, sent = 0;
+    char *msg = NULL;
+    while (status == 0 && sent < 100) {
+        assert_int_equal(rpcc_call(c, SVC_ECHO, M_ECHO, (const uint8_t *)"x", 1, &status, NULL, NULL,
+                                   &msg),
+                         SMP_OK);
+        sent++;
+    }
+    assert_int_equal(status, SMP_EAGAIN);
+    assert_true(sent >= 3); /* the burst went through */
+    assert_non_null(strstr(msg, "rate limit: this connection may send 1 requests a second (burst 3"));
+    free(msg);
+    msg = NULL;
+    for (int i = 0; i < 1000; i++) {
+        assert_int_equal(rpcc_call(c, SVC_ECHO, M_ECHO, (const uint8_t *)"y", 1, &status, NULL, NULL,
+                                   NULL),
+                         SMP_OK);
+        if (status == 0)
+            break;
+        assert_int_equal(status, SMP_EAGAIN);
+        usleep(20 * 1000);
+    }
+    assert_int_equal(status, 0);
+    rpcc_close(c);
+}
+
 static void test_add_service_validates_methods(void **state)
 {
     uv_loop_t loop;
@@ -1120,6 +1271,11 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_inflight_bound_pauses_reading, setup_limited, teardown),
         cmocka_unit_test_setup_teardown(test_mixed_reply_sizes_stay_framed, setup_limited, teardown),
         cmocka_unit_test_setup_teardown(test_output_bound_pauses_reading, setup_limited, teardown),
+        cmocka_unit_test_setup_teardown(test_inflight_cap_refuses_larger_request_keeps_connection,
+                                        setup_inflight, teardown),
+        cmocka_unit_test_setup_teardown(test_inflight_cap_counts_unanswered_calls, setup_inflight,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_rate_limit_refuses_then_recovers, setup_rate, teardown),
         cmocka_unit_test(test_add_service_validates_methods),
         cmocka_unit_test(test_bad_listen_address_refused),
     };

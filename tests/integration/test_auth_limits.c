@@ -1,0 +1,216 @@
+/* test_auth_limits.c -- the limits against abuse of auth.limits on a real
+ * store_master with authentication on (issue 19).
+ *
+ * Each test starts its own master (auth_fixture.c) with one kind of limit
+ * and drives it through the ordinary client transport:
+ *  - request rate: tenant b's bucket (1 request a second, burst 2) runs dry,
+ *    its next requests -- a put among them -- are refused SMP_EAGAIN naming
+ *    the limit, the connection stays usable, and once the bucket refills
+ *    (polled, no wall-clock threshold) requests succeed again; the refused
+ *    put created nothing and tenant a, without a rate limit, is never
+ *    refused;
+ *  - in-flight bytes: a put request larger than tenant a's cap is refused
+ *    SMP_ERANGE before its bytes are buffered, nothing is created, and the
+ *    same connection then puts an ordinary revision;
+ *  - revisions: tenant a may hold 2 live revisions: the third put is refused
+ *    SMP_ENOSPC naming the count and the limit, with nothing created; after
+ *    one revision is removed the third goes in; tenant b (its own limit of
+ *    3) is unaffected;
+ * and every refusal shows in store_rpc_refused_total{reason,tenant} of
+ * /metrics. The refusals of bad auth.limits keys and values are in
+ * tests/unit/test_auth_config.c; here a master given one refuses to start,
+ * naming the key. */
+#include <inttypes.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "auth_fixture.h"
+
+#define WAIT_MS 15000
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* A list request of the connected tenant: its status (0 or a refusal),
+ * and on success the number of revisions listed in *n (may be NULL). */
+static int try_list(wr_fixture *f, size_t *n)
+{
+    Wmrpc__ListRequest q = WMRPC__LIST_REQUEST__INIT;
+    Wmrpc__ListResponse *lr = NULL;
+    int rc = wr_call(f, WMRPC__WEIGHT_METHOD__WEIGHT_LIST, &q.base, &wmrpc__list_response__descriptor,
+                     (ProtobufCMessage **)&lr);
+    if (lr != NULL) {
+        if (n != NULL) *n = lr->n_revisions;
+        wmrpc__list_response__free_unpacked(lr, NULL);
+    }
+    return rc;
+}
+
+/* The revisions the connected tenant lists, asking again while its rate
+ * limit refuses (up to WAIT_MS). */
+static size_t listed(wr_fixture *f)
+{
+    size_t n = 0;
+    int rc, waited = 0;
+    while ((rc = try_list(f, &n)) == SMP_EAGAIN && waited < WAIT_MS) {
+        sleep_ms(50);
+        waited += 50;
+    }
+    if (rc != 0) fail_msg("list: %d %s", rc, f->last_error);
+    return n;
+}
+
+static double refused(wr_fixture *f, const char *reason, const char *tenant)
+{
+    char series[160];
+    snprintf(series, sizeof(series), "store_rpc_refused_total{reason=\"%s\",tenant=\"%s\"}", reason,
+             tenant);
+    return hx_metric(&f->m, series);
+}
+
+/* Tenant b's requests run its bucket dry and are refused SMP_EAGAIN, a put
+ * among them creating nothing; the connection stays usable and succeeds
+ * again once the bucket refills. Tenant a has no rate limit. */
+static void test_auth_limits_rate_refused_then_recovered(void **state)
+{
+    wr_fixture *f = *state;
+    af_start_with(f, "auth-limits-rate", "  limits:\n    tenants:\n      b: {rate: 1, burst: 2}\n");
+    assert_int_equal(refused(f, "rate", "b"), 0);
+    af_as(f, AF_B_WRITER);
+    int rc = 0, sent = 0;
+    while (rc == 0 && sent < 50) {
+        rc = try_list(f, NULL);
+        sent++;
+    }
+    assert_int_equal(rc, SMP_EAGAIN);
+    assert_true(hx_says(f->last_error, "rate limit: tenant b may send 1 requests a second (burst 2"));
+    /* a put while the bucket is dry: refused, nothing begun */
+    Wmrpc__ImportBeginRequest req = WMRPC__IMPORT_BEGIN_REQUEST__INIT;
+    Wmrpc__WeightIdentity id;
+    wr_set_identity(&id, "", "ns", "throttled", 1);
+    req.identity = &id;
+    assert_int_equal(wr_call(f, WMRPC__WEIGHT_METHOD__WEIGHT_IMPORT_BEGIN, &req.base, NULL, NULL),
+                     SMP_EAGAIN);
+    /* the same connection succeeds once the bucket refills */
+    assert_int_equal(listed(f), 0);
+    assert_true(refused(f, "rate", "b") >= 2);
+    /* tenant a is not limited: a burst of its requests all succeed */
+    af_as(f, AF_A_WRITER);
+    for (int i = 0; i < 20; i++) assert_int_equal(try_list(f, NULL), 0);
+    assert_int_equal(refused(f, "rate", "a"), 0);
+}
+
+/* A put request larger than tenant a's in-flight cap is refused SMP_ERANGE
+ * before the master buffers it, and nothing is begun; the same connection
+ * then puts an ordinary revision. */
+static void test_auth_limits_inflight_large_put_refused(void **state)
+{
+    wr_fixture *f = *state;
+    af_start_with(f, "auth-limits-inflight",
+                  "  limits:\n    tenant: {inflight_bytes: 65536}\n");
+    af_as(f, AF_A_WRITER);
+    size_t big_len = 200000;
+    char *big = malloc(big_len + 1);
+    assert_non_null(big);
+    memset(big, 'x', big_len);
+    big[big_len] = '\0';
+    Wmrpc__ImportBeginRequest req = WMRPC__IMPORT_BEGIN_REQUEST__INIT;
+    Wmrpc__WeightIdentity id;
+    wr_set_identity(&id, "", "ns", big, 1);
+    req.identity = &id;
+    assert_int_equal(wr_call(f, WMRPC__WEIGHT_METHOD__WEIGHT_IMPORT_BEGIN, &req.base, NULL, NULL),
+                     SMP_ERANGE);
+    free(big);
+    assert_true(hx_says(f->last_error, "in-flight limit: a request of "));
+    assert_true(hx_says(f->last_error, "is larger than the 65536 request bytes"));
+    assert_int_equal(listed(f), 0);
+    assert_int_equal(refused(f, "inflight", "a"), 1);
+    /* the connection goes on, and a put of ordinary size is accepted */
+    af_publish(f, "small");
+    assert_int_equal(listed(f), 1);
+    assert_int_equal(refused(f, "inflight", "a"), 1);
+    assert_int_equal(refused(f, "inflight", "b"), 0);
+}
+
+/* Tenant a may hold 2 live revisions: the third put is refused SMP_ENOSPC
+ * with nothing begun; after one is removed the third goes in. Tenant b has
+ * its own limit (3) and is not affected by a's. */
+static void test_auth_limits_revisions_per_tenant(void **state)
+{
+    wr_fixture *f = *state;
+    af_start_with(f, "auth-limits-revisions",
+                  "  limits:\n    tenant: {max_revisions: 3}\n"
+                  "    tenants:\n      a: {max_revisions: 2}\n");
+    af_as(f, AF_A_WRITER);
+    af_publish(f, "one");
+    af_publish(f, "two");
+    Wmrpc__WeightIdentity third;
+    wr_set_identity(&third, "", "ns", "three", 1);
+    assert_int_equal(wr_begin(f, &third, WR_RS_HOT, 0.5, WR_MODE_MANUAL, NULL), SMP_ENOSPC);
+    assert_true(hx_says(f->last_error, "revision limit: tenant a holds 2 live revisions"));
+    assert_true(hx_says(f->last_error, "may hold 2 (auth.limits max_revisions)"));
+    assert_int_equal(listed(f), 2);
+    assert_int_equal(wr_ident_call(f, WMRPC__WEIGHT_METHOD__WEIGHT_GET_METADATA, &third, 0, NULL),
+                     WR_E_NOT_FOUND);
+    assert_int_equal(refused(f, "revisions", "a"), 1);
+
+    /* tenant b: three revisions of its own while a is full */
+    af_as(f, AF_B_WRITER);
+    af_publish(f, "one");
+    af_publish(f, "two");
+    af_publish(f, "three");
+    assert_int_equal(listed(f), 3);
+    assert_int_equal(refused(f, "revisions", "b"), 0);
+
+    /* a removes one and the third goes in */
+    af_as(f, AF_A_WRITER);
+    Wmrpc__WeightIdentity one;
+    wr_set_identity(&one, "", "ns", "one", 1);
+    Wmrpc__MetadataResponse *md = wr_get_md(f, &one);
+    uint64_t gen = md->metadata->metadata_generation;
+    wmrpc__metadata_response__free_unpacked(md, NULL);
+    assert_int_equal(wr_ident_call(f, WMRPC__WEIGHT_METHOD__WEIGHT_REMOVE, &one, gen, NULL), 0);
+    af_publish(f, "three");
+    assert_int_equal(refused(f, "revisions", "a"), 1);
+}
+
+/* A master given a bad auth.limits refuses to start and names the key. */
+static void test_auth_limits_bad_config_refused_at_start(void **state)
+{
+    wr_fixture *f = *state;
+    char yaml[4096];
+    assert_int_equal(hx_init(&f->m, "auth-limits-bad", NULL), 0);
+    af_auth_yaml("unused.token", "  limits:\n    tenant: {max_requests: 5}\n", yaml, sizeof(yaml));
+    assert_int_equal(hx_reconfigure(&f->m, yaml), 0);
+    assert_true(hx_run_to_exit(&f->m, WAIT_MS) > 0);
+    assert_true(hx_log_contains(&f->m, "auth.limits.tenant.max_requests: unknown key"));
+    af_auth_yaml("unused.token", "  limits:\n    tenants:\n      c: {rate: 5}\n", yaml, sizeof(yaml));
+    assert_int_equal(hx_reconfigure(&f->m, yaml), 0);
+    assert_true(hx_run_to_exit(&f->m, WAIT_MS) > 0);
+    assert_true(hx_log_contains(&f->m, "auth.limits.tenants.c: no token of auth.tokens has tenant"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_auth_limits_rate_refused_then_recovered, wr_setup,
+                                        wr_teardown),
+        cmocka_unit_test_setup_teardown(test_auth_limits_inflight_large_put_refused, wr_setup,
+                                        wr_teardown),
+        cmocka_unit_test_setup_teardown(test_auth_limits_revisions_per_tenant, wr_setup, wr_teardown),
+        cmocka_unit_test_setup_teardown(test_auth_limits_bad_config_refused_at_start, wr_setup,
+                                        wr_teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
