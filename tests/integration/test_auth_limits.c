@@ -16,6 +16,9 @@
  *    SMP_ENOSPC naming the count and the limit, with nothing created; after
  *    one revision is removed the third goes in; tenant b (its own limit of
  *    3) is unaffected;
+ *  - connection limits: a connection that never authenticated runs its own
+ *    bucket dry (SMP_EAUTH answers, then SMP_EAGAIN), while the admin's
+ *    connection is never limited;
  * and every refusal shows in store_rpc_refused_total{reason,tenant} of
  * /metrics. The refusals of bad auth.limits keys and values are in
  * tests/unit/test_auth_config.c; here a master given one refuses to start,
@@ -185,6 +188,35 @@ static void test_auth_limits_revisions_per_tenant(void **state)
     assert_int_equal(refused(f, "revisions", "a"), 1);
 }
 
+/* The connection limits hold a connection that never authenticated: its
+ * requests are refused SMP_EAUTH while its bucket lasts, then SMP_EAGAIN,
+ * counted under tenant "". Admin connections (the embedded node, the
+ * harness) are not limited. */
+static void test_auth_limits_unauthenticated_connection_rate(void **state)
+{
+    wr_fixture *f = *state;
+    af_start_with(f, "auth-limits-anon", "  limits:\n    connection: {rate: 1, burst: 2}\n");
+    rpcc_conn *c = af_raw(f);
+    int status = 0, sent = 0;
+    char *msg = NULL;
+    do {
+        free(msg);
+        msg = NULL;
+        assert_int_equal(rpcc_call(c, WR_SVC, WMRPC__WEIGHT_METHOD__WEIGHT_LIST, NULL, 0, &status,
+                                   NULL, NULL, &msg),
+                         0);
+        sent++;
+    } while (status == SMP_EAUTH && sent < 50);
+    assert_int_equal(status, SMP_EAGAIN);
+    assert_true(sent >= 3);
+    assert_true(hx_says(msg, "rate limit: this connection may send 1 requests a second (burst 2"));
+    free(msg);
+    rpcc_close(c);
+    assert_true(refused(f, "rate", "") >= 1);
+    /* the admin's connection is not limited: many requests in a row */
+    for (int i = 0; i < 20; i++) assert_int_equal(try_list(f, NULL), 0);
+}
+
 /* A master given a bad auth.limits refuses to start and names the key. */
 static void test_auth_limits_bad_config_refused_at_start(void **state)
 {
@@ -209,6 +241,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_auth_limits_inflight_large_put_refused, wr_setup,
                                         wr_teardown),
         cmocka_unit_test_setup_teardown(test_auth_limits_revisions_per_tenant, wr_setup, wr_teardown),
+        cmocka_unit_test_setup_teardown(test_auth_limits_unauthenticated_connection_rate, wr_setup,
+                                        wr_teardown),
         cmocka_unit_test_setup_teardown(test_auth_limits_bad_config_refused_at_start, wr_setup,
                                         wr_teardown),
     };
