@@ -146,8 +146,9 @@ static void test_auth_limits_inflight_large_put_refused(void **state)
     assert_int_equal(refused(f, "inflight", "b"), 0);
 }
 
-/* Tenant a may hold 2 live revisions: the third put is refused SMP_ENOSPC
- * with nothing begun; after one is removed the third goes in. Tenant b has
+/* Tenant a may hold 2 live revisions: the third put, and a PUT_FIRST
+ * replacement, are refused SMP_ENOSPC with nothing begun; after one is
+ * removed the third goes in. Tenant b has
  * its own limit (3) and is not affected by a's. */
 static void test_auth_limits_revisions_per_tenant(void **state)
 {
@@ -156,7 +157,7 @@ static void test_auth_limits_revisions_per_tenant(void **state)
                   "  limits:\n    tenant: {max_revisions: 3}\n"
                   "    tenants:\n      a: {max_revisions: 2}\n");
     af_as(f, AF_A_WRITER);
-    af_publish(f, "one");
+    uint64_t gen_one = af_publish(f, "one");
     af_publish(f, "two");
     Wmrpc__WeightIdentity third;
     wr_set_identity(&third, "", "ns", "three", 1);
@@ -167,6 +168,24 @@ static void test_auth_limits_revisions_per_tenant(void **state)
     assert_int_equal(wr_ident_call(f, WMRPC__WEIGHT_METHOD__WEIGHT_GET_METADATA, &third, 0, NULL),
                      WR_E_NOT_FOUND);
     assert_int_equal(refused(f, "revisions", "a"), 1);
+    /* a PUT_FIRST replacement would hold base and target at once: refused
+     * before its claim, the base untouched */
+    Wmrpc__WeightIdentity one;
+    wr_set_identity(&one, "", "ns", "one", 1);
+    Wmrpc__UpsertBeginRequest ub = WMRPC__UPSERT_BEGIN_REQUEST__INIT;
+    ub.base_identity = &one;
+    ub.target_generation = 2;
+    ub.request_id = "limits-1";
+    ub.mode = 1; /* PUT_FIRST */
+    ub.expected_metadata_generation = gen_one;
+    assert_int_equal(wr_call(f, WMRPC__WEIGHT_METHOD__WEIGHT_UPSERT_BEGIN, &ub.base, NULL, NULL),
+                     SMP_ENOSPC);
+    assert_true(hx_says(f->last_error, "revision limit: tenant a holds 2 live revisions"));
+    assert_int_equal(refused(f, "revisions", "a"), 2);
+    Wmrpc__MetadataResponse *md = wr_get_md(f, &one);
+    assert_int_equal(md->metadata->availability, WR_AV_READY);
+    assert_int_equal(md->metadata->metadata_generation, gen_one);
+    wmrpc__metadata_response__free_unpacked(md, NULL);
 
     /* tenant b: three revisions of its own while a is full */
     af_as(f, AF_B_WRITER);
@@ -178,14 +197,9 @@ static void test_auth_limits_revisions_per_tenant(void **state)
 
     /* a removes one and the third goes in */
     af_as(f, AF_A_WRITER);
-    Wmrpc__WeightIdentity one;
-    wr_set_identity(&one, "", "ns", "one", 1);
-    Wmrpc__MetadataResponse *md = wr_get_md(f, &one);
-    uint64_t gen = md->metadata->metadata_generation;
-    wmrpc__metadata_response__free_unpacked(md, NULL);
-    assert_int_equal(wr_ident_call(f, WMRPC__WEIGHT_METHOD__WEIGHT_REMOVE, &one, gen, NULL), 0);
+    assert_int_equal(wr_ident_call(f, WMRPC__WEIGHT_METHOD__WEIGHT_REMOVE, &one, gen_one, NULL), 0);
     af_publish(f, "three");
-    assert_int_equal(refused(f, "revisions", "a"), 1);
+    assert_int_equal(refused(f, "revisions", "a"), 2);
 }
 
 /* The connection limits hold a connection that never authenticated: its
