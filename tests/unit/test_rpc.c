@@ -41,6 +41,7 @@
 #define M_BIG 5         /* body: uint32 n; replies n bytes */
 #define M_HOLD 6        /* keeps the call unanswered (one at a time) */
 #define M_RELEASE 7     /* answers the held call, then itself */
+#define M_LOGIN 8       /* the connection becomes tenant "t", a writer (rpc_server_authenticate) */
 #define M_DEFER 1       /* body: uint32 delay_ms + payload; replies payload later */
 
 #define TEST_MAX_FRAME (1u << 20)
@@ -144,6 +145,17 @@ static int release_handler(void *ctx, smp_rpc_call *call, const uint8_t *body, s
     return rpc_reply(call, 0, NULL, 0);
 }
 
+static int login_handler(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len)
+{
+    int rc;
+    (void)ctx;
+    (void)body;
+    (void)len;
+    if ((rc = rpc_server_authenticate(call, "t", SMP_ROLE_WRITER)) < 0)
+        return rc;
+    return rpc_reply(call, 0, NULL, 0);
+}
+
 static void on_deferred_closed(uv_handle_t *h)
 {
     deferred *d = h->data;
@@ -191,6 +203,7 @@ static const smp_rpc_method echo_methods[] = {
     {sizeof(smp_rpc_method), M_BIG, "big", big_handler, SMP_ROLE_ADMIN},
     {sizeof(smp_rpc_method), M_HOLD, "hold", hold_handler, SMP_ROLE_ADMIN},
     {sizeof(smp_rpc_method), M_RELEASE, "release", release_handler, SMP_ROLE_ADMIN},
+    {sizeof(smp_rpc_method), M_LOGIN, "login", login_handler, SMP_ROLE_ADMIN},
 };
 
 static const smp_rpc_method defer_methods[] = {
@@ -238,7 +251,11 @@ static int fixture_start(void **state, const rpc_server_options *extra)
                      SMP_OK);
     if (g_limits != NULL) {
         rpc_limits *l = NULL;
-        assert_int_equal(rpc_limits_create(g_limits, NULL, 0, &l), SMP_OK);
+        rpc_auth_token tok;
+        memset(&tok, 0, sizeof(tok));
+        strcpy(tok.tenant, "t");
+        tok.role = SMP_ROLE_WRITER;
+        assert_int_equal(rpc_limits_create(g_limits, &tok, 1, &l), SMP_OK);
         rpc_server_set_limits(fx->srv, l);
     }
     if (rpc_server_start(fx->srv, err, sizeof(err)) != SMP_OK)
@@ -274,6 +291,18 @@ static int setup_limited(void **state)
 static int setup_inflight(void **state)
 {
     static const rpc_limits_config cfg = {.connection = {.inflight_bytes = 4096}};
+    int rc;
+    g_limits = &cfg;
+    rc = fixture_start(state, NULL);
+    g_limits = NULL;
+    return rc;
+}
+
+/* Tenant "t" (M_LOGIN) may have 4096 request bytes unanswered over all its
+ * connections; a connection alone is not limited. */
+static int setup_tenant_inflight(void **state)
+{
+    static const rpc_limits_config cfg = {.tenant = {.inflight_bytes = 4096}};
     int rc;
     g_limits = &cfg;
     rc = fixture_start(state, NULL);
@@ -1143,6 +1172,51 @@ static void test_inflight_cap_counts_unanswered_calls(void **state)
     rpcc_close(c);
 }
 
+/* A tenant's connections share its in-flight bytes: while one holds a call,
+ * the other's request that would take the tenant over the cap is refused
+ * SMP_EAGAIN; once the call is answered it is accepted. Before the login a
+ * connection has no tenant and is not held to the tenant's cap. */
+static void test_tenant_inflight_shared_by_its_connections(void **state)
+{
+    fixture *fx = *state;
+    rpcc_conn *a = open_client(fx->tcp_ep), *b = open_client(fx->unix_ep);
+    static uint8_t part[2500], big[6000];
+    uint64_t hold_id = 0;
+    int status = 1;
+    char *msg = NULL;
+    memset(part, 'p', sizeof(part));
+    memset(big, 'g', sizeof(big));
+    /* no tenant yet: the tenant's cap does not apply */
+    assert_int_equal(rpcc_call(b, SVC_ECHO, M_ECHO, big, sizeof(big), &status, NULL, NULL, NULL),
+                     SMP_OK);
+    assert_int_equal(status, 0);
+    assert_int_equal(rpcc_call(a, SVC_ECHO, M_LOGIN, NULL, 0, &status, NULL, NULL, NULL), SMP_OK);
+    assert_int_equal(status, 0);
+    assert_int_equal(rpcc_call(b, SVC_ECHO, M_LOGIN, NULL, 0, &status, NULL, NULL, NULL), SMP_OK);
+    assert_int_equal(status, 0);
+    assert_int_equal(rpcc_send(a, SVC_ECHO, M_HOLD, part, sizeof(part), &hold_id), SMP_OK);
+    /* wait until the server holds a's call (its bytes are charged then) */
+    for (int i = 0; i < 500; i++) {
+        assert_int_equal(rpcc_call(b, SVC_ECHO, M_ECHO, part, sizeof(part), &status, NULL, NULL, &msg),
+                         SMP_OK);
+        if (status != 0)
+            break;
+        usleep(10 * 1000);
+    }
+    assert_int_equal(status, SMP_EAGAIN);
+    assert_non_null(strstr(msg, "this tenant's connections"));
+    free(msg);
+    assert_int_equal(rpcc_call(b, SVC_ECHO, M_RELEASE, NULL, 0, &status, NULL, NULL, NULL), SMP_OK);
+    assert_int_equal(status, 0);
+    assert_int_equal(rpcc_recv(a, hold_id, NULL, &status, NULL, NULL, NULL), SMP_OK);
+    assert_int_equal(status, 0);
+    assert_int_equal(rpcc_call(b, SVC_ECHO, M_ECHO, part, sizeof(part), &status, NULL, NULL, NULL),
+                     SMP_OK);
+    assert_int_equal(status, 0);
+    rpcc_close(a);
+    rpcc_close(b);
+}
+
 /* The bucket runs dry after its burst: the next request is refused
  * SMP_EAGAIN and the connection stays usable; once the bucket refills
  * (polled, no time threshold) requests succeed again. */
@@ -1276,6 +1350,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_inflight_cap_counts_unanswered_calls, setup_inflight,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_rate_limit_refuses_then_recovers, setup_rate, teardown),
+        cmocka_unit_test_setup_teardown(test_tenant_inflight_shared_by_its_connections,
+                                        setup_tenant_inflight, teardown),
         cmocka_unit_test(test_add_service_validates_methods),
         cmocka_unit_test(test_bad_listen_address_refused),
     };
