@@ -4,7 +4,10 @@
  *
  * One master with authentication on (four credentials: a reader and a
  * writer of tenant a, a writer of tenant b, an admin; the weight plugin and
- * the embedded node) serves the whole run; every input is one connection.
+ * the embedded node) and limits (16 KiB of unanswered request bytes per
+ * connection, so frames announcing more take the skip path of a refused
+ * frame, complete or cut off; 8 live revisions per tenant) serves the whole
+ * run; every input is one connection.
  * The first byte (modulo 4) says what the rest is:
  *   0  raw bytes written to the socket of a connection that presented no
  *      token (HELLO frames, requests, garbage);
@@ -121,7 +124,10 @@ static void start_master(void)
              "    - {sha256: %s, tenant: a, role: reader}\n"
              "    - {sha256: %s, tenant: a, role: writer}\n"
              "    - {sha256: %s, tenant: b, role: writer}\n"
-             "    - {sha256: %s, tenant: ops, role: admin}\n",
+             "    - {sha256: %s, tenant: ops, role: admin}\n"
+             "  limits:\n"
+             "    connection: {inflight_bytes: 16384}\n"
+             "    tenant: {max_revisions: 8}\n",
              path, hex[0], hex[1], hex[2], hex[3]);
     setenv("WEIGHT_TOKEN", tokens[3], 1);
     if (hx_reconfigure(&master, yaml) < 0 || hx_start(&master, 20000) < 0)
