@@ -160,7 +160,10 @@ static int apply_limit_values(cfg_ctx *c, host_config_node *map, const char *pat
         if (n->kind != HOST_CFG_SCALAR || cfg_node_is_null(n))
             return cfg_fail(c, SMP_EINVAL, n->line, kp, "expected an integer (leave the key out "
                             "for no limit)");
-        if ((rc = cfg_check_uint(c, n, kp, 1, rate ? 1000000u : burst ? 1000000000u
+        /* a cap below RPC_LIMITS_MIN_INFLIGHT would refuse even the HELLO of
+         * an admin (a connection is limited until it has authenticated) */
+        if ((rc = cfg_check_uint(c, n, kp, bytes ? RPC_LIMITS_MIN_INFLIGHT : 1,
+                                 rate ? 1000000u : burst ? 1000000000u
                                  : bytes ? (uint64_t)1 << 40 : UINT32_MAX,
                                  rate || burst ? UINT32_MAX : UINT64_MAX, &u)) < 0)
             return rc;

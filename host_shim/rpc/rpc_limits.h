@@ -32,6 +32,11 @@
 
 #include "rpc_auth.h"
 
+/* The least inflight_bytes the config allows: a HELLO with the longest
+ * token (RPC_AUTH_TOKEN_MAX) and its envelope fit, so no limit can keep an
+ * admin (a node) from authenticating. */
+#define RPC_LIMITS_MIN_INFLIGHT 8192u
+
 /* One set of limits; 0 in a field = no limit of that kind. */
 typedef struct rpc_limit_values {
     uint32_t rate;           /* requests per second flowing into the bucket */

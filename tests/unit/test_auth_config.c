@@ -227,6 +227,8 @@ static void test_auth_limits_refuse_bad_keys_and_values(void **state)
                    "burst, inflight_bytes)");
     expect_refused(AUTH_A "  limits:\n    tenant: {rate: 0}\n",
                    "auth.limits.tenant.rate: 0 is outside 1 .. 1000000");
+    expect_refused(AUTH_A "  limits:\n    connection: {inflight_bytes: 100}\n",
+                   "auth.limits.connection.inflight_bytes: 100 is outside 8192 .. 1099511627776");
     expect_refused(AUTH_A "  limits:\n    tenant: {rate: -3}\n",
                    "auth.limits.tenant.rate: -3 must not be negative");
     expect_refused(AUTH_A "  limits:\n    tenant: {inflight_bytes: lots}\n",
