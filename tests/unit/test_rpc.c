@@ -285,17 +285,21 @@ static int setup_limited(void **state)
     return fixture_start(state, &opt);
 }
 
-/* A server whose connections may have 4096 request bytes unanswered and
- * send 1 request a second with a burst of 3 (setup_rate) or without a rate
- * limit (setup_inflight). */
-static int setup_inflight(void **state)
+/* fixture_start with limits cfg set on the server (tenant "t" has a token). */
+static int start_limited(void **state, const rpc_limits_config *cfg)
 {
-    static const rpc_limits_config cfg = {.connection = {.inflight_bytes = 4096}};
     int rc;
-    g_limits = &cfg;
+    g_limits = cfg;
     rc = fixture_start(state, NULL);
     g_limits = NULL;
     return rc;
+}
+
+/* Each connection may have 4096 request bytes unanswered. */
+static int setup_inflight(void **state)
+{
+    static const rpc_limits_config cfg = {.connection = {.inflight_bytes = 4096}};
+    return start_limited(state, &cfg);
 }
 
 /* Tenant "t" (M_LOGIN) may have 4096 request bytes unanswered over all its
@@ -303,21 +307,14 @@ static int setup_inflight(void **state)
 static int setup_tenant_inflight(void **state)
 {
     static const rpc_limits_config cfg = {.tenant = {.inflight_bytes = 4096}};
-    int rc;
-    g_limits = &cfg;
-    rc = fixture_start(state, NULL);
-    g_limits = NULL;
-    return rc;
+    return start_limited(state, &cfg);
 }
 
+/* Each connection may send 1 request a second, 3 at once. */
 static int setup_rate(void **state)
 {
     static const rpc_limits_config cfg = {.connection = {.rate = 1, .burst = 3}};
-    int rc;
-    g_limits = &cfg;
-    rc = fixture_start(state, NULL);
-    g_limits = NULL;
-    return rc;
+    return start_limited(state, &cfg);
 }
 
 /* Ask the loop thread to close the server (once). */
