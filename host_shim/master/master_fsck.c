@@ -18,7 +18,11 @@
  * or load is given them meanwhile; a range taken since the scan is left
  * alone and counted) and then zeroed by one SCRUB task, after which the
  * holds are released. The reply waits for every task. Nodes that are not up
- * are counted, not checked. Runs on the leader only. */
+ * are counted, not checked. Runs on the leader only.
+ * The same run, with repair and for segment bytes only, sweeps a node that
+ * registers with the segment it had (master_fsck_sweep_node): what a
+ * master's crash or a node's stop left in its free ranges is zeroed without
+ * an operator, and logged. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,12 +60,14 @@ typedef struct fsck_node {
 
 struct fsck_run {
     master *m;
-    smp_rpc_call *call;
+    smp_rpc_call *call; /* NULL: a sweep (master_fsck_sweep_node), logged */
     int repair;
+    int segment_only;   /* a sweep leaves files to the registration's reclaim */
     fsck_node *nodes;
     size_t n_nodes, cap_nodes;
     uint32_t nodes_down;
     size_t outstanding; /* tasks not yet answered */
+    const char *only_node; /* a sweep's node */
 };
 
 /* A cold path named by a replica of the node being judged. */
@@ -89,11 +95,32 @@ static void run_free(fsck_run *r)
     free(r);
 }
 
-/* Answer the call with the report and free the run. */
+/* A sweep's outcome, logged when it found or failed anything. */
+static void sweep_log(const fsck_run *r)
+{
+    for (size_t i = 0; i < r->n_nodes; i++) {
+        const fsck_node *n = &r->nodes[i];
+        if (n->error != NULL)
+            fprintf(stderr, "store_master: node %s: sweep of segment %s: %s; `weightctl fsck --repair` "
+                    "retries\n", n->node, n->segment, n->error);
+        else if (n->orphan_bytes > 0)
+            fprintf(stderr, "store_master: node %s: sweep of segment %s: %llu orphaned bytes in %zu "
+                    "range(s), %llu zeroed, %llu taken meanwhile\n", n->node, n->segment,
+                    (unsigned long long)n->orphan_bytes, n->n_ranges, (unsigned long long)n->zeroed,
+                    (unsigned long long)n->skipped);
+    }
+}
+
+/* Answer the call with the report (a sweep: log it) and free the run. */
 static void run_reply(fsck_run *r)
 {
     master *m = r->m;
     obj_stats os;
+    if (r->call == NULL) {
+        sweep_log(r);
+        run_free(r);
+        return;
+    }
     FsckReport rep = FSCK_REPORT__INIT;
     FsckNode *nodes = calloc(r->n_nodes ? r->n_nodes : 1, sizeof(*nodes));
     FsckNode **nptrs = calloc(r->n_nodes ? r->n_nodes : 1, sizeof(*nptrs));
@@ -203,7 +230,7 @@ static void on_scrubbed(master *m, void *arg, int status, const TaskResult *res)
 static void repair_node(master *m, fsck_node *n)
 {
     fsck_run *r = n->run;
-    for (size_t k = 0; k < n->n_orphans; k++) {
+    for (size_t k = 0; k < n->n_orphans && !r->segment_only; k++) {
         r->outstanding++;
         if (master_node_task(m, n->node, TASK_KIND__TASK_DELETE_COLD, n->orphans[k].key, 0, 0, NULL,
                              n->orphans[k].name, on_file_deleted, n) < 0) {
@@ -327,6 +354,7 @@ static void on_scanned(master *m, void *arg, int status, const TaskResult *res)
 static int add_segment(void *arg, const char *segment, const char *node)
 {
     fsck_run *r = arg;
+    if (r->call == NULL && strcmp(node, r->only_node) != 0) return 0;
     if (!master_node_readable(r->m, node)) {
         r->nodes_down++;
         return 0;
@@ -347,25 +375,13 @@ static int add_segment(void *arg, const char *segment, const char *node)
     return n->node && n->segment ? 0 : SMP_ENOMEM;
 }
 
-int master_fsck_h(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len)
+/* Send every node of r a SCAN of its unoccupied ranges; the last answer
+ * (or this call, when there is nothing to wait for) ends the run. */
+static int run_start(fsck_run *r)
 {
-    master *m = ctx;
+    master *m = r->m;
     int rc;
-    FsckRequest *req = fsck_request__unpack(NULL, len, body);
-    if (req == NULL) return rpc_reply_error(call, SMP_EPROTO, "body does not decode as FsckRequest");
-    int repair = req->repair;
-    fsck_request__free_unpacked(req, NULL);
-    if (!master_is_leader(m))
-        return rpc_reply_error(call, SMP_ESTATE, "fsck: this master is not the leader");
-    fsck_run *r = calloc(1, sizeof(*r));
-    if (r == NULL) return rpc_reply_error(call, SMP_ENOMEM, "fsck: out of memory");
-    r->m = m;
-    r->call = call;
-    r->repair = repair;
-    if ((rc = obj_visit_segments(m->objs, add_segment, r)) != 0) {
-        run_free(r);
-        return rpc_reply_error(call, rc < 0 ? rc : SMP_ENOMEM, "fsck: out of memory");
-    }
+    if ((rc = obj_visit_segments(m->objs, add_segment, r)) != 0) return rc < 0 ? rc : SMP_ENOMEM;
     /* Every node's nodes[] entry is in place before the first callback. */
     r->outstanding = 1;
     for (size_t i = 0; i < r->n_nodes; i++) {
@@ -384,4 +400,39 @@ int master_fsck_h(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len
     }
     task_ended(r);
     return SMP_OK;
+}
+
+int master_fsck_h(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len)
+{
+    master *m = ctx;
+    int rc;
+    FsckRequest *req = fsck_request__unpack(NULL, len, body);
+    if (req == NULL) return rpc_reply_error(call, SMP_EPROTO, "body does not decode as FsckRequest");
+    int repair = req->repair;
+    fsck_request__free_unpacked(req, NULL);
+    if (!master_is_leader(m))
+        return rpc_reply_error(call, SMP_ESTATE, "fsck: this master is not the leader");
+    fsck_run *r = calloc(1, sizeof(*r));
+    if (r == NULL) return rpc_reply_error(call, SMP_ENOMEM, "fsck: out of memory");
+    r->m = m;
+    r->call = call;
+    r->repair = repair;
+    if ((rc = run_start(r)) < 0) {
+        run_free(r);
+        return rpc_reply_error(call, rc, "fsck: out of memory");
+    }
+    return SMP_OK;
+}
+
+int master_fsck_sweep_node(master *m, const char *node)
+{
+    int rc;
+    fsck_run *r = calloc(1, sizeof(*r));
+    if (r == NULL) return SMP_ENOMEM;
+    r->m = m;
+    r->repair = 1;
+    r->segment_only = 1;
+    r->only_node = node;
+    if ((rc = run_start(r)) < 0) run_free(r);
+    return rc;
 }

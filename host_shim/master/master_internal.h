@@ -470,6 +470,11 @@ void master_scrub_free(master *m);
  * (and, with repair, every deletion and zeroing) ended. */
 int master_fsck_h(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len);
 
+/* The segment half of `fsck --repair` on one up node, answered to nobody:
+ * run when a node registers with the segment it had, it zeroes what no
+ * object, put or reservation occupies and logs what it found. */
+int master_fsck_sweep_node(master *m, const char *node);
+
 /* -- master_backend.c ----------------------------------------------------------- */
 
 /* Fill m->backend with the master's services for plugins. */

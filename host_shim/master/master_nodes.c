@@ -477,6 +477,10 @@ static void finish_register(master *m, void *arg, int status, uint64_t seq)
     resp.poll_ms = m->cfg->node_poll_ms;
     resp.ticket_ttl_ms = m->cfg->node_ticket_ttl_ms;
     master_reply_msg(r->call, &resp.base);
+    /* A kept segment may hold bytes nothing owns: puts the master lost when
+     * it stopped, or freed ranges whose zeroing the node's stop cut off. */
+    if (r->req->segment_survived && master_fsck_sweep_node(m, n->id) < 0)
+        fprintf(stderr, "store_master: node %s: no sweep of its segment (out of memory)\n", n->id);
 free_ctx:
     node_register_request__free_unpacked(r->req, NULL);
     free(r);
@@ -546,9 +550,12 @@ static int h_register(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t
         HASH_ADD_KEYPTR(hh, m->nodes, n->id, strlen(n->id), n);
     }
     /* A node that registers again restarted: what it had in flight is gone;
-     * with a new segment file, so are the bytes of puts into the old one. */
+     * with a new segment file, so are the bytes of puts into the old one and
+     * every queued task that would read or write the old file's ranges (a
+     * persist would copy zeros, a verify or scrub would check the wrong
+     * file): those fail too, and their owners retry against what exists. */
     if (n->poll) answer_poll(m, n);
-    fail_tasks(m, n, 1);
+    fail_tasks(m, n, req->segment_survived);
     if (!req->segment_survived) {
         int cancelled = obj_segment_cancel_puts(m->objs, req->segment_id);
         if (cancelled > 0)

@@ -353,7 +353,12 @@ static int h_get_replicas(void *ctx, smp_rpc_call *call, const uint8_t *body, si
     smp_object_info info = {.struct_size = sizeof(info)};
     if (rc == SMP_OK) rc = obj_object_info(m->objs, req->key, &info);
     if (rc < 0) {
-        if (rc == SMP_ENOTFOUND) emit_read_miss(m, req->key, "");
+        if (rc == SMP_ENOTFOUND) {
+            emit_read_miss(m, req->key, "");
+        } else if (rc == SMP_EAGAIN) { /* known, but no complete replica left */
+            int known = obj_object_info(m->objs, req->key, &info) == SMP_OK && info.group != NULL;
+            emit_read_miss(m, req->key, known ? info.group : "");
+        }
         reply_err(call, rc, "get replicas", req->key);
         goto free_req;
     }

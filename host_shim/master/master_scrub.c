@@ -77,7 +77,7 @@ static void on_scrubbed(master *m, void *arg, int status, const TaskResult *res)
     scrub_range *done = arg;
     if (status < 0 || res == NULL || res->status != 0)
         fprintf(stderr, "store_master: zeroing %llu bytes at %llu of segment %s failed: %s; "
-                        "`weightctl fsck --repair` zeroes them\n",
+                        "the node's next registration (or `weightctl fsck --repair`) zeroes them\n",
                 (unsigned long long)done->len, (unsigned long long)done->off, done->segment,
                 res && res->error && res->error[0] ? res->error : smp_strerror(status));
     if (m->scrub != NULL) {
