@@ -119,6 +119,7 @@ static int wm_sweep_leases(wm_plugin *p, const smp_tick_budget *budget, uint64_t
 #define WM_LEASE_WAIT_MS 100      /* look again whether the lease is gone */
 #define WM_CHECKS_PER_ROUND 2048  /* object_get calls per round for checks */
 #define WM_DEGRADED_RECHECK_MS 500
+#define WM_DEGRADED_MIGRATION_WAIT_MS 30000 /* plugin key degraded_migration_wait_ms */
 #define WM_SUSPECTS_MAX 4096
 #define WM_PRESSURE_HYSTERESIS 0.10
 
@@ -163,6 +164,7 @@ struct wm_job {
     int retry_pending;         /* the next batch is a retry (metric) */
     int gave_up;               /* a repair's ending record after its last attempt */
     uint64_t not_before_ms;    /* host clock */
+    uint64_t degraded_since_ms; /* a migration waiting on a DEGRADED revision (0: not) */
     /* migration */
     wm_member *plan;
     size_t n_plan;
@@ -996,6 +998,28 @@ static void wm_jobs_gc(wm_plugin *p, wm_lc *lc)
     }
 }
 
+/* A migration whose revision is DEGRADED waits for the lost members to
+ * become readable again (their node comes back). A member whose last
+ * replica is gone never will, and the operation would keep the revision
+ * from being deleted: after the plugin key degraded_migration_wait_ms
+ * (default 30 s) the migration ends FAILED, naming why, and the revision
+ * stays DEGRADED. Migrating it again works once it is READY. */
+static void wm_migration_wait_degraded(wm_plugin *p, wm_job *j, const wm_revision *rev, uint64_t now)
+{
+    uint64_t wait = wm_plugin_u64(p, "degraded_migration_wait_ms", WM_DEGRADED_MIGRATION_WAIT_MS);
+    if (j->degraded_since_ms == 0) {
+        j->degraded_since_ms = now;
+        return;
+    }
+    if (now - j->degraded_since_ms < wait || wm_pending_metadata(p, rev->group_key)) return;
+    snprintf(j->op.error, sizeof(j->op.error),
+             "the revision stayed DEGRADED for %" PRIu64 " ms (degraded_migration_wait_ms; a member "
+             "has no readable replica); migrate it again once it is READY", wait);
+    p->api->log(p->host, SMP_LOG_WARN, "operation %" PRIu64 " on %s: %s", j->op_id, rev->group_key, j->op.error);
+    wm_revision next = *rev;
+    wm_job_end(p, j, rev, &next, WM_OPS_FAILED);
+}
+
 /* Run the RUNNING operations in the order they were started (operation
  * id) within the budget. Returns 1 when an operation is still active. */
 static int wm_run_operations(wm_plugin *p, wm_lc *lc, const smp_tick_budget *budget,
@@ -1045,8 +1069,11 @@ static int wm_run_operations(wm_plugin *p, wm_lc *lc, const smp_tick_budget *bud
             /* A migrating DEGRADED revision waits until its members are
              * readable; a repair is what makes them so. */
             if (rev->availability != WM_AVAIL_READY &&
-                !(op->kind == WM_OPK_REPAIRING && rev->availability == WM_AVAIL_DEGRADED))
+                !(op->kind == WM_OPK_REPAIRING && rev->availability == WM_AVAIL_DEGRADED)) {
+                if (rev->availability == WM_AVAIL_DEGRADED) wm_migration_wait_degraded(p, j, rev, now);
                 continue;
+            }
+            j->degraded_since_ms = 0;
             if (!j->planned) {
                 int rc = wm_job_plan(p, j);
                 if (rc < 0) {

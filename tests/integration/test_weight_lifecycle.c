@@ -11,11 +11,13 @@
  * runs to a queryable tombstone with an empty group; a cold write that fails
  * keeps the revision READY and the operation retrying until the disk is usable
  * again; a killed node makes a revision DEGRADED and its return makes it
- * READY; SIGKILL of the master in the middle of a migration, of a deletion and
+ * READY; a migration whose revision lost its only replicas ends FAILED (the
+ * revision DEGRADED, removable); SIGKILL of the master in the middle of a migration, of a deletion and
  * of an import; AUTO demotion under memory pressure, least recently used
  * first (renewals and releases count, and survive a SIGKILL). Rounds are small (2 members) and ticks fast (50 ms) so large
  * operations take several rounds. */
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -549,6 +551,66 @@ static void test_killed_node_degrades_then_recovers(void **state)
     hx_node_kill(&b);
 }
 
+/* A migration whose revision loses its only replicas on the way: the node
+ * is stopped (SIGSTOP: no cold copy can be made) right after a migration to
+ * COLD is accepted, then killed and started on a new segment file (its
+ * memory lost). The revision is DEGRADED, and the migration, which could
+ * only wait for members that no longer exist, ends FAILED after
+ * degraded_migration_wait_ms with an error saying so; the revision stays
+ * DEGRADED with no operation, so it can be removed. (Before, the migration
+ * stayed RUNNING for good and the removal was refused BUSY.) */
+static void test_migration_of_a_revision_that_lost_its_memory_fails(void **state)
+{
+    wr_fixture *f = *state;
+    char cfg[1024], seg[700];
+    assert_int_equal(hx_init(&f->m, "wl-lostmig", NULL), 0);
+    snprintf(cfg, sizeof(cfg),
+             "node:\n  embedded: false\n  timeout_ms: 600\n  poll_ms: 50\n"
+             "plugins:\n  - path: \"%s/lib/weight_mgmt.so\"\n    config:\n      tick_period_ms: 50\n"
+             "      degraded_migration_wait_ms: 500\n",
+             BUILD_DIR);
+    assert_int_equal(hx_reconfigure(&f->m, cfg), 0);
+    assert_int_equal(hx_start(&f->m, 10000), 0);
+    hx_node a;
+    assert_int_equal(hx_node_start(&f->m, &a, "node-a", 16u << 20), 0);
+    assert_int_equal(hx_wait_nodes(&f->m, 1, 10000), 0);
+    wr_connect(f);
+
+    Wmrpc__WeightIdentity id;
+    wr_set_identity(&id, "t1", "lostmig", "v", 1);
+    wr_upload u = {.per_unit = 1};
+    sizes_fill(&u, 4, 1000);
+    Wmrpc__MetadataResponse *r = wr_publish(f, &id, WR_RS_HOT, WR_MODE_MANUAL, &u);
+    wmrpc__metadata_response__free_unpacked(r, NULL);
+
+    assert_int_equal(kill(a.pid, SIGSTOP), 0);
+    r = NULL;
+    assert_int_equal(wr_migrate(f, &id, WR_RS_COLD, generation_of(f, &id), &r), 0);
+    uint64_t op_id = r->metadata->operation_id;
+    wmrpc__metadata_response__free_unpacked(r, NULL);
+    assert_true(op_id != 0);
+    hx_node_kill(&a); /* SIGKILL ends a stopped process too */
+    snprintf(seg, sizeof(seg), "%s/node-a.seg", a.segment_dir);
+    assert_int_equal(unlink(seg), 0);
+    assert_int_equal(hx_node_start(&f->m, &a, "node-a", 16u << 20), 0);
+    assert_int_equal(hx_wait_nodes(&f->m, 1, 10000), 0);
+
+    Wmrpc__OperationResponse *op = wr_wait_op(f, op_id, WAIT_MS);
+    assert_int_equal(op->operation->state, 3); /* FAILED */
+    if (strstr(op->operation->error, "DEGRADED") == NULL) fail_msg("error: %s", op->operation->error);
+    wmrpc__operation_response__free_unpacked(op, NULL);
+    r = wait_state(f, &id, WR_AV_DEGRADED, -1);
+    wmrpc__metadata_response__free_unpacked(r, NULL);
+    r = NULL;
+    assert_int_equal(wr_ident_call(f, WMRPC__WEIGHT_METHOD__WEIGHT_REMOVE, &id, generation_of(f, &id), &r), 0);
+    assert_int_equal(r->metadata->availability, WR_AV_DELETING);
+    wmrpc__metadata_response__free_unpacked(r, NULL);
+    r = wait_state(f, &id, WR_AV_DELETED, WR_RS_ABSENT);
+    wmrpc__metadata_response__free_unpacked(r, NULL);
+    wr_disconnect(f);
+    hx_node_kill(&a);
+}
+
 static void restart_master(wr_fixture *f)
 {
     wr_disconnect(f);
@@ -872,6 +934,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_remove_runs_to_tombstone, wr_setup, wr_teardown),
         cmocka_unit_test_setup_teardown(test_cold_write_failure_retries, wr_setup, wr_teardown),
         cmocka_unit_test_setup_teardown(test_killed_node_degrades_then_recovers, wr_setup, wr_teardown),
+        cmocka_unit_test_setup_teardown(test_migration_of_a_revision_that_lost_its_memory_fails, wr_setup,
+                                        wr_teardown),
         cmocka_unit_test_setup_teardown(test_master_killed_mid_migration_and_deletion, wr_setup, wr_teardown),
         cmocka_unit_test_setup_teardown(test_restart_waits_for_the_nodes, wr_setup, wr_teardown),
         cmocka_unit_test_setup_teardown(test_master_killed_during_import_never_publishes, wr_setup,
