@@ -8,6 +8,7 @@
  * longer be trusted; from then on every call returns the code that broke it. */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -299,17 +300,18 @@ int ndc_read_cold(ndc_conn *c,
     return read_op(c, NDW_OP_READ_COLD, cold_name, offset, length, dst, ticket, ticket_len);
 }
 
-int ndc_write(ndc_conn *c,
-              const char *segment,
-              uint64_t offset,
-              uint64_t length,
-              const void *src,
-              const uint8_t *ticket,
-              size_t ticket_len)
+int ndc_write_stream(ndc_conn *c,
+                     const char *segment,
+                     uint64_t offset,
+                     uint64_t length,
+                     ndc_source next,
+                     void *ctx,
+                     const uint8_t *ticket,
+                     size_t ticket_len)
 {
     int rc;
     ndw_response r;
-    if (c == NULL || (src == NULL && length > 0) || length > SIZE_MAX)
+    if (c == NULL || next == NULL)
         return SMP_EINVAL;
     if (c->broken)
         return c->broken;
@@ -324,8 +326,20 @@ int ndc_write(ndc_conn *c,
     }
     if (r.status != 0)
         return r.status; /* refused before any byte was sent */
-    if ((rc = send_all(c, src, (size_t)length)) < 0)
-        return rc;
+    for (uint64_t sent = 0; sent < length;) {
+        const void *piece = NULL;
+        size_t n = 0;
+        if ((rc = next(ctx, &piece, &n)) < 0 || n == 0 || n > length - sent || piece == NULL) {
+            /* the node waits for bytes that will not come: the range stays
+             * unwritten and the connection cannot carry another request */
+            conn_err(c, "node data: the writer's source stopped after %" PRIu64 " of %" PRIu64
+                     " bytes", sent, length);
+            return conn_break(c, rc < 0 ? rc : SMP_EINVAL);
+        }
+        if ((rc = send_all(c, piece, n)) < 0)
+            return rc;
+        sent += n;
+    }
     if ((rc = recv_response(c, &r)) < 0)
         return rc;
     if (r.kind != NDW_KIND_FINAL || r.payload != 0) {
@@ -333,6 +347,34 @@ int ndc_write(ndc_conn *c,
         return conn_break(c, SMP_EPROTO);
     }
     return r.status;
+}
+
+/* The source of a one-buffer write: the whole buffer at once. */
+typedef struct one_piece {
+    const void *src;
+    size_t len;
+} one_piece;
+
+static int next_one_piece(void *ctx, const void **data, size_t *len)
+{
+    one_piece *p = ctx;
+    *data = p->src;
+    *len = p->len;
+    return SMP_OK;
+}
+
+int ndc_write(ndc_conn *c,
+              const char *segment,
+              uint64_t offset,
+              uint64_t length,
+              const void *src,
+              const uint8_t *ticket,
+              size_t ticket_len)
+{
+    one_piece p = {src, (size_t)length};
+    if (c == NULL || (src == NULL && length > 0) || length > SIZE_MAX)
+        return SMP_EINVAL;
+    return ndc_write_stream(c, segment, offset, length, next_one_piece, &p, ticket, ticket_len);
 }
 
 int ndc_send_raw(ndc_conn *c, const void *bytes, size_t len)

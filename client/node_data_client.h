@@ -85,6 +85,26 @@ int ndc_write(ndc_conn *c,
               const uint8_t *ticket,
               size_t ticket_len);
 
+/* The producer of a streamed write: point *data at the next *len bytes of
+ * the range (at least one, no more than what is left; valid until the next
+ * call) and return SMP_OK, or return a negative SMP_E* status to stop. */
+typedef int (*ndc_source)(void *ctx, const void **data, size_t *len);
+
+/* ndc_write with the bytes asked from next piece by piece as they are sent,
+ * so a writer can produce (copy, hash) each piece while the previous one is
+ * in the socket, with no buffer of the whole range. A source that stops (its
+ * status) or misbehaves (SMP_EINVAL: empty piece or past the range) breaks
+ * the connection: the node has taken part of the range and waits for the
+ * rest, so the write is lost and the put must be revoked. */
+int ndc_write_stream(ndc_conn *c,
+                     const char *segment,
+                     uint64_t offset,
+                     uint64_t length,
+                     ndc_source next,
+                     void *ctx,
+                     const uint8_t *ticket,
+                     size_t ticket_len);
+
 /* Send raw bytes as they are (tests of the server's framing). */
 int ndc_send_raw(ndc_conn *c, const void *bytes, size_t len);
 

@@ -8,11 +8,16 @@
  *   1. wc_pack decides the payload objects (bounded size, tensors never
  *      split unless bigger than the bound) and the copies into them;
  *   2. each payload object is written into the group (type WEIGHT) straight
- *      from the caller's memory: co-located, into the node's mapped segment
- *      file; otherwise over the node's data server (an object assembled from
- *      several tensors is staged once, since a write ticket covers exactly
- *      the object's range). While copying, the object's SHA-256 (what put
- *      end records) and the XXH3-64 of each 1 MiB chunk are computed;
+ *      from the caller's memory, one object per thread (up to the store's
+ *      threads at once), in blocks of 256 KiB: co-located, each block is
+ *      copied into the node's mapped segment file (its pages faulted in
+ *      first with one madvise); otherwise it is streamed to the node's data
+ *      server in one write of the object's range (the write ticket covers
+ *      exactly that range), a block gathered from several sources copied
+ *      into a block buffer first. Each block is hashed right after it is
+ *      copied, while it is in cache: the object's SHA-256 (what put end
+ *      records) and the XXH3-64 of each 1 MiB chunk, in one pass over the
+ *      caller's memory;
  *   3. the manifest -- identity, group, tensors, fragments, aliases, objects
  *      with their digests, affinity units -- is encoded and written LAST
  *      (type METADATA);
@@ -31,7 +36,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "node_data_client.h"
@@ -40,7 +47,9 @@
 #include "wc_store.h"
 
 #define M(name) WMRPC__WEIGHT_METHOD__WEIGHT_##name
-#define WC_COPY_PIECE (1u << 20)
+/* Bytes copied and hashed at a time: small enough that the copy leaves them
+ * in the core's L2 cache for SHA-256 and XXH3, big enough to amortise the calls. */
+#define WC_COPY_BLOCK (256u << 10)
 _Static_assert(WEIGHT_ATTACHMENT_MAX_BYTES == WC_ATTACHMENT_MAX_BYTES, "one attachment cap");
 
 /* One source fragment the caller handed in. */
@@ -434,17 +443,148 @@ static ndc_conn *slot_node(wslot *sl, const char *addr)
     return NULL;
 }
 
-/* Fill a started object: copy its puts from the caller's memory into the
- * mapped segment (co-located) or a staging buffer sent to the node (one
- * source covering the whole object is sent as it is), computing its SHA-256
- * and chunk checksums on the way. Sets sl->rc / sl->err. */
+/* Where a slot stands in its object: put k of pack.puts, bytes done in it. */
+typedef struct obj_cursor {
+    wslot *sl;
+    size_t k;
+    uint64_t in_put;
+} obj_cursor;
+
+/* The next piece of the object from the caller's sources: at most max
+ * bytes, within one put; *obj_off is where it goes in the object. NULL at
+ * the end of the object. */
+static const uint8_t *cursor_next(obj_cursor *c, uint64_t max, uint64_t *n, uint64_t *obj_off)
+{
+    commit_ctx *cx = c->sl->cx;
+    while (c->k < c->sl->last && c->in_put == cx->pack.puts[c->k].bytes) {
+        c->k++;
+        c->in_put = 0;
+    }
+    if (c->k >= c->sl->last) return NULL;
+    const wc_pack_put *p = &cx->pack.puts[c->k];
+    uint64_t left = p->bytes - c->in_put;
+    *n = left < max ? left : max;
+    *obj_off = p->object_offset + c->in_put;
+    const uint8_t *src = (const uint8_t *)cx->srcs[p->tensor][p->source] + p->source_offset + c->in_put;
+    c->in_put += *n;
+    return src;
+}
+
+static int slot_canceled(wslot *sl)
+{
+    if (!atomic_load(&sl->cx->w->s->cancel)) return 0;
+    sl->rc = WEIGHT_ECANCELED; /* weight_store_cancel: stop at this block */
+    snprintf(sl->err, sizeof sl->err, "weight_writer_commit canceled");
+    return 1;
+}
+
+/* Co-located: copy the object block by block into the mapped segment at
+ * base (the object's first byte), hashing each block right after its copy
+ * while its source bytes are still in cache (one pass over memory). The
+ * pages of the range are faulted in first with one madvise, not one write
+ * fault per page (a kernel without MADV_POPULATE_WRITE faults them as the
+ * copy goes). Returns 0, or -1 with sl->rc set. */
+static int fill_mapped(wslot *sl, uint8_t *base, uint64_t bytes)
+{
+    obj_cursor c = {sl, sl->first, 0};
+    const uint8_t *src;
+    uint64_t n, off;
+#ifdef MADV_POPULATE_WRITE
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = (uintptr_t)base & ~(page - 1), hi = ((uintptr_t)base + bytes + page - 1) & ~(page - 1);
+    if (bytes > 0) (void)madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE);
+#else
+    (void)bytes;
+#endif
+    while ((src = cursor_next(&c, WC_COPY_BLOCK, &n, &off)) != NULL) {
+        if (slot_canceled(sl)) return -1;
+        memcpy(base + off, src, (size_t)n);
+        objhash_feed(&sl->h, src, n);
+        atomic_fetch_add(&sl->cx->done, n);
+    }
+    return 0;
+}
+
+/* The source of a remote object's write (ndc_write_stream): blocks of the
+ * object in order, each hashed as it is handed to the socket. A block that
+ * lies in one source is sent from the caller's memory; one gathered from
+ * several puts is copied into the slot's block buffer first. */
+typedef struct remote_src {
+    wslot *sl;
+    obj_cursor c;
+    uint8_t *block;            /* WC_COPY_BLOCK bytes */
+    const uint8_t *pend;       /* a piece taken from the cursor, not yet used */
+    uint64_t pend_n;
+} remote_src;
+
+static int remote_next(void *ctx, const void **data, size_t *len)
+{
+    remote_src *r = ctx;
+    uint64_t fill = 0, off;
+    const uint8_t *one = NULL;
+    if (slot_canceled(r->sl)) return WEIGHT_ECANCELED;
+    while (fill < WC_COPY_BLOCK) {
+        if (r->pend == NULL && (r->pend = cursor_next(&r->c, WC_COPY_BLOCK - fill, &r->pend_n,
+                                                      &off)) == NULL)
+            break;
+        if (fill == 0 && r->pend_n == WC_COPY_BLOCK) { /* a whole block in one source */
+            one = r->pend;
+            fill = r->pend_n;
+            r->pend = NULL;
+            break;
+        }
+        uint64_t take = r->pend_n < WC_COPY_BLOCK - fill ? r->pend_n : WC_COPY_BLOCK - fill;
+        memcpy(r->block + fill, r->pend, (size_t)take);
+        fill += take;
+        r->pend = take == r->pend_n ? NULL : r->pend + take;
+        r->pend_n -= take;
+    }
+    if (fill == 0) return WEIGHT_EINVALID_ARGUMENT; /* asked past the object */
+    *data = one != NULL ? one : r->block;
+    *len = (size_t)fill;
+    objhash_feed(&r->sl->h, *data, fill);
+    atomic_fetch_add(&r->sl->cx->done, fill);
+    return 0;
+}
+
+/* Over TCP: stream the object to its node, copy and hash per block. */
+static void fill_remote(wslot *sl, const wc_object *o)
+{
+    remote_src r = {sl, {sl, sl->first, 0}, NULL, NULL, 0};
+    ndc_conn *nc = slot_node(sl, sl->where.data_addr);
+    if (nc == NULL) {
+        sl->rc = WEIGHT_EIO;
+        return;
+    }
+    if ((r.block = malloc(WC_COPY_BLOCK)) == NULL) {
+        sl->rc = WEIGHT_ENOMEM;
+        snprintf(sl->err, sizeof sl->err, "out of memory");
+        return;
+    }
+    int rc = ndc_write_stream(nc, sl->where.segment, sl->where.offset, o->bytes, remote_next, &r,
+                              sl->where.ticket, sl->where.ticket_len);
+    if (rc < 0 && sl->rc == 0) {
+        sl->rc = WEIGHT_EIO;
+        snprintf(sl->err, sizeof sl->err, "writing %s to node %s: %s", o->key, sl->where.data_addr,
+                 ndc_last_error(nc));
+    }
+    if (rc < 0)
+        for (int i = 0; i < 4; i++)
+            if (sl->nodes[i].c == nc) { /* broken after a transport error or a stopped source */
+                ndc_close(nc);
+                sl->nodes[i].c = NULL;
+            }
+    free(r.block);
+}
+
+/* Fill a started object: its puts from the caller's memory into the mapped
+ * segment (co-located) or streamed to the node's data server, computing
+ * its SHA-256 and chunk checksums in the same pass. Sets sl->rc / sl->err. */
 static void fill_object(wslot *sl)
 {
     commit_ctx *cx = sl->cx;
     weight_store *s = cx->w->s;
     const wc_object *o = &cx->pack.manifest.objects[sl->oi];
-    uint8_t *stage = NULL;
-    const uint8_t *direct = NULL;
     sl->rc = objhash_begin(&sl->h, o->bytes);
     if (sl->rc < 0) {
         snprintf(sl->err, sizeof sl->err, "out of memory");
@@ -463,51 +603,13 @@ static void fill_object(wslot *sl)
                  sl->where.segment_path);
         return;
     }
-    if (map == NULL && sl->last - sl->first == 1 && cx->pack.puts[sl->first].bytes == o->bytes) {
-        const wc_pack_put *p = &cx->pack.puts[sl->first];
-        direct = (const uint8_t *)cx->srcs[p->tensor][p->source] + p->source_offset;
-    } else if (map == NULL && (stage = malloc(o->bytes ? o->bytes : 1)) == NULL) {
-        sl->rc = WEIGHT_ENOMEM;
-        snprintf(sl->err, sizeof sl->err, "cannot stage %" PRIu64 " bytes of %s", o->bytes, o->key);
-        return;
-    }
-    for (size_t k = sl->first; k < sl->last; k++) {
-        const wc_pack_put *p = &cx->pack.puts[k];
-        const uint8_t *src = (const uint8_t *)cx->srcs[p->tensor][p->source] + p->source_offset;
-        for (uint64_t off = 0; off < p->bytes; off += WC_COPY_PIECE) {
-            uint64_t n = p->bytes - off < WC_COPY_PIECE ? p->bytes - off : WC_COPY_PIECE;
-            if (atomic_load(&s->cancel)) { /* weight_store_cancel: stop at this piece */
-                sl->rc = WEIGHT_ECANCELED;
-                snprintf(sl->err, sizeof sl->err, "weight_writer_commit canceled");
-                free(stage);
-                return;
-            }
-            objhash_feed(&sl->h, src + off, n);
-            if (map != NULL) memcpy(map->base + sl->where.offset + p->object_offset + off, src + off, n);
-            else if (stage != NULL) memcpy(stage + p->object_offset + off, src + off, n);
-            if (map != NULL) atomic_fetch_add(&cx->done, n);
-        }
+    if (map != NULL) {
+        if (fill_mapped(sl, map->base + sl->where.offset, o->bytes) < 0) return;
+    } else {
+        fill_remote(sl, o);
+        if (sl->rc < 0) return;
     }
     objhash_end(&sl->h, sl->sha);
-    if (map == NULL) {
-        ndc_conn *nc = slot_node(sl, sl->where.data_addr);
-        if (nc == NULL) {
-            sl->rc = WEIGHT_EIO;
-        } else if (ndc_write(nc, sl->where.segment, sl->where.offset, o->bytes,
-                             direct ? direct : stage, sl->where.ticket, sl->where.ticket_len) < 0) {
-            sl->rc = WEIGHT_EIO;
-            snprintf(sl->err, sizeof sl->err, "writing %s to node %s: %s", o->key,
-                     sl->where.data_addr, ndc_last_error(nc));
-            for (int i = 0; i < 4; i++)
-                if (sl->nodes[i].c == nc) { /* broken after a transport error */
-                    ndc_close(nc);
-                    sl->nodes[i].c = NULL;
-                }
-        } else {
-            atomic_fetch_add(&cx->done, o->bytes);
-        }
-    }
-    free(stage);
 }
 
 static void *fill_main(void *arg)
