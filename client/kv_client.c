@@ -141,6 +141,7 @@ static void copy_replica(kvc_replica *r, const ReplicaLocation *l)
     copy_str(r->path, sizeof(r->path), l->path);
     copy_str(r->data_addr, sizeof(r->data_addr), l->data_addr);
     copy_str(r->segment_path, sizeof(r->segment_path), l->segment_path);
+    copy_str(r->local_socket, sizeof(r->local_socket), l->local_socket);
     r->ticket_len = l->ticket.len <= sizeof(r->ticket) ? l->ticket.len : 0;
     if (r->ticket_len) memcpy(r->ticket, l->ticket.data, r->ticket_len);
 }
@@ -364,28 +365,32 @@ void kvc_set_transport(kvc *c, kvc_transport t)
     c->transport = t;
 }
 
-/* The cached writable mapping of a segment file on this host, or NULL. A
- * mapping of a file the path no longer names (the node restarted on a new
- * segment file) or of a segment since grown is dropped and the file mapped
- * again: nothing here hands out pointers into a mapping beyond one copy. */
-static seg_map *local_map(kvc *c, const char *path)
+/* The cached writable mapping of replica r's segment on this host (by its
+ * path, or from its dedicated node's local socket), or NULL. A mapping of a
+ * file the path no longer names (the node restarted on a new segment file)
+ * or of a segment since grown is dropped and the file mapped again: nothing
+ * here hands out pointers into a mapping beyond one copy. A node's refusal
+ * leaves its cause in c->err (the caller reads through the data port). */
+static seg_map *local_map(kvc *c, const kvc_replica *r)
 {
-    char err[256];
-    struct stat st;
-    if (c->transport == KVC_REMOTE || path[0] == '\0') return NULL;
-    if (stat(path, &st) != 0) return NULL;
+    char err[800];
+    const char *where = seg_map_where(r->segment_path, r->local_socket);
+    if (c->transport == KVC_REMOTE || where[0] == '\0') return NULL;
     for (int i = 0; i < KVC_MAPS; i++) {
-        if (!c->maps[i].map.base || strcmp(c->maps[i].path, path) != 0) continue;
-        if (seg_map_same_file(&c->maps[i].map, &st) && (uint64_t)st.st_size <= c->maps[i].map.size)
-            return &c->maps[i].map;
+        if (!c->maps[i].map.base || strcmp(c->maps[i].path, where) != 0) continue;
+        if (seg_map_check(&c->maps[i].map, where) == SEG_MAP_CURRENT) return &c->maps[i].map;
         /* the node restarted on a new file, or grew its segment: map again */
         seg_map_close(&c->maps[i].map);
         c->maps[i].path[0] = '\0';
     }
     for (int i = 0; i < KVC_MAPS; i++) {
         if (c->maps[i].map.base) continue;
-        if (seg_map_writable(path, 0, &c->maps[i].map, err, sizeof(err)) < 0) return NULL;
-        snprintf(c->maps[i].path, sizeof(c->maps[i].path), "%s", path);
+        if (seg_map_open_at(r->segment_path, r->local_socket, 1, 0, &c->maps[i].map, err,
+                            sizeof(err)) < 0) {
+            snprintf(c->err, sizeof(c->err), "%s", err);
+            return NULL;
+        }
+        snprintf(c->maps[i].path, sizeof(c->maps[i].path), "%s", where);
         return &c->maps[i].map;
     }
     return NULL;
@@ -423,11 +428,14 @@ static void drop_node_conn(kvc *c, ndc_conn *n)
 /* Write or read one memory replica's range. */
 static int move_range(kvc *c, const kvc_replica *r, void *buf, uint64_t len, int write)
 {
-    seg_map *map = local_map(c, r->segment_path);
+    seg_map *map = local_map(c, r);
     if (map != NULL)
         return write ? seg_map_put(map, r->offset, buf, len) : seg_map_get(map, r->offset, buf, len);
     if (c->transport == KVC_LOCAL) {
-        snprintf(c->err, sizeof(c->err), "segment file %s is not on this host", r->segment_path);
+        if (r->local_socket[0] == '\0' && r->segment_path[0] == '\0')
+            snprintf(c->err, sizeof(c->err), "segment %s of node %s cannot be mapped: the master "
+                     "names neither its file nor a local socket (a shared node with "
+                     "authentication on)", r->segment, r->node);
         return SMP_ENOTFOUND;
     }
     ndc_conn *n = node_conn(c, r->data_addr);

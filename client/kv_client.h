@@ -32,7 +32,8 @@ typedef struct kvc_replica {
     uint64_t length;
     char path[512];          /* cold: the file (its last component is the cold name) */
     char data_addr[128];     /* the node's data server (memory and cold replicas) */
-    char segment_path[512];  /* memory: the segment file (co-located clients) */
+    char segment_path[512];  /* memory: the segment file (co-located clients; shared node, auth off) */
+    char local_socket[108];  /* memory: the dedicated node's socket handing out the segment */
     uint8_t ticket[NDW_TICKET_MAX]; /* put start: the write ticket; get: the read ticket */
     size_t ticket_len;
 } kvc_replica;

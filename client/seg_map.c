@@ -1,9 +1,11 @@
 /* seg_map.c -- map a node's segment file into a client and copy through it.
  *
- * The file is opened, sized with fstat and mapped MAP_SHARED with the
- * protection asked for; the descriptor is closed right away (the mapping
- * keeps the file). Copies are plain memcpy after an overflow-safe bounds
- * check: the mapping is the zero-copy path, there is nothing else to do. */
+ * The file is opened (or received from the node's local socket), sized
+ * with fstat and mapped MAP_SHARED with the protection asked for; a path's
+ * descriptor is closed right away (the mapping keeps the file), a received
+ * one is kept to see the file grow (its path is not this process's to
+ * stat). Copies are plain memcpy after an overflow-safe bounds check: the
+ * mapping is the zero-copy path, there is nothing else to do. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -14,51 +16,99 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "seg_local.h"
 #include "seg_map.h"
 #include "wm_errbuf.h"
 
-/* Map path with the given access; see seg_map_readonly. */
-static int map_file(const char *path, int writable, int populate, seg_map *m,
-                    char *err, size_t errlen)
+int seg_map_fd(int fd, const char *path, int writable, int populate, seg_map *m, char *err,
+               size_t errlen)
 {
-    int rc;
     struct stat st;
     void *base;
-    int fd;
-
-    if (m == NULL || path == NULL) {
-        wm_errbuf(err, errlen, "seg_map: missing path or map");
-        return SMP_EINVAL;
-    }
     memset(m, 0, sizeof(*m));
-    fd = open(path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
-    if (fd < 0) {
-        rc = errno == ENOENT ? SMP_ENOTFOUND : SMP_EIO;
-        wm_errbuf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-        return rc;
-    }
     if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size <= 0 ||
         (uint64_t)st.st_size > (uint64_t)SIZE_MAX / 2) {
         wm_errbuf(err, errlen, "%s: not a non-empty regular file", path);
-        rc = SMP_EINVAL;
-        goto close_fd;
+        return SMP_EINVAL;
     }
     base = mmap(NULL, (size_t)st.st_size, PROT_READ | (writable ? PROT_WRITE : 0),
                 MAP_SHARED | (populate ? MAP_POPULATE : 0), fd, 0);
     if (base == MAP_FAILED) {
         wm_errbuf(err, errlen, "%s: mmap: %s", path, strerror(errno));
-        rc = SMP_EIO;
-        goto close_fd;
+        return SMP_EIO;
     }
     m->base = base;
     m->size = (uint64_t)st.st_size;
     m->writable = writable;
     m->dev = (uint64_t)st.st_dev;
     m->ino = (uint64_t)st.st_ino;
-    rc = SMP_OK;
-close_fd:
+    return SMP_OK;
+}
+
+/* Map path with the given access; see seg_map_readonly. */
+static int map_file(const char *path, int writable, int populate, seg_map *m,
+                    char *err, size_t errlen)
+{
+    int rc;
+    if (m == NULL || path == NULL) {
+        wm_errbuf(err, errlen, "seg_map: missing path or map");
+        return SMP_EINVAL;
+    }
+    memset(m, 0, sizeof(*m));
+    int fd = open(path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+    if (fd < 0) {
+        rc = errno == ENOENT ? SMP_ENOTFOUND : SMP_EIO;
+        wm_errbuf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return rc;
+    }
+    rc = seg_map_fd(fd, path, writable, populate, m, err, errlen);
     close(fd);
     return rc;
+}
+
+static uint64_t ctime_ns(const struct stat *st)
+{
+    return (uint64_t)st->st_ctim.tv_sec * 1000000000u + (uint64_t)st->st_ctim.tv_nsec;
+}
+
+int seg_map_open_at(const char *path, const char *socket, int writable, int populate, seg_map *m,
+                    char *err, size_t errlen)
+{
+    struct stat sst;
+    int fd, rc;
+    if (socket == NULL || socket[0] == '\0') return map_file(path, writable, populate, m, err, errlen);
+    memset(m, 0, sizeof(*m));
+    if ((rc = seg_local_fetch(socket, &fd, &sst, err, errlen)) < 0) return rc;
+    if ((rc = seg_map_fd(fd, socket, writable, populate, m, err, errlen)) < 0) {
+        close(fd);
+        return rc;
+    }
+    m->has_fd = 1;
+    m->fd = fd;
+    m->sock_dev = (uint64_t)sst.st_dev;
+    m->sock_ino = (uint64_t)sst.st_ino;
+    m->sock_ctime_ns = ctime_ns(&sst);
+    return SMP_OK;
+}
+
+const char *seg_map_where(const char *path, const char *socket)
+{
+    return socket != NULL && socket[0] != '\0' ? socket : path != NULL ? path : "";
+}
+
+int seg_map_check(const seg_map *m, const char *where)
+{
+    struct stat st;
+    if (m == NULL || m->base == NULL || where == NULL || stat(where, &st) != 0)
+        return SEG_MAP_REPLACED;
+    if (m->has_fd) {
+        if ((uint64_t)st.st_dev != m->sock_dev || (uint64_t)st.st_ino != m->sock_ino ||
+            ctime_ns(&st) != m->sock_ctime_ns || fstat(m->fd, &st) != 0)
+            return SEG_MAP_REPLACED; /* the node restarted (or stopped) since */
+    } else if (!seg_map_same_file(m, &st)) {
+        return SEG_MAP_REPLACED;
+    }
+    return (uint64_t)st.st_size > m->size ? SEG_MAP_GROWN : SEG_MAP_CURRENT;
 }
 
 int seg_map_same_file(const seg_map *m, const struct stat *st)
@@ -82,6 +132,7 @@ void seg_map_close(seg_map *m)
     if (m == NULL || m->base == NULL)
         return;
     munmap(m->base, (size_t)m->size);
+    if (m->has_fd) close(m->fd);
     memset(m, 0, sizeof(*m));
 }
 

@@ -9,9 +9,13 @@
  * replica lookup returned under a read lease.
  *
  * Trust: this path bypasses the node, so the node cannot check a write
- * ticket here; the file's permissions are the boundary (the segment file is
- * 0600, owned by the node's user). Only processes the node's operator runs
- * on that host can use it; everyone else goes through the TCP data server.
+ * ticket here. The file's permissions are one boundary (the segment file is
+ * 0600, owned by the node's user): a shared node's file is mapped by path,
+ * and the master names that path only with authentication off. A node
+ * dedicated to one tenant hands its file over its local socket instead
+ * (seg_local.h), to the uids and gids it lists for that tenant; the master
+ * names the socket, never the path. Everyone else goes through the TCP data
+ * server with tickets.
  *
  * A mapping is created and closed by one thread; seg_map_get / seg_map_put
  * may run on any thread for disjoint ranges. The mapping never changes size.
@@ -33,6 +37,10 @@ typedef struct seg_map {
     int writable;
     uint64_t dev, ino; /* the file mapped (a node that restarts on a new
                           segment file leaves this mapping on the old one) */
+    int has_fd;        /* mapped from a node's local socket (seg_map_open_at): */
+    int fd;            /* the descriptor it handed over, kept to see growth */
+    uint64_t sock_dev, sock_ino; /* the socket file that handed it over, and */
+    uint64_t sock_ctime_ns;      /* its ctime (a reused inode number differs) */
 } seg_map;
 
 struct stat;
@@ -50,7 +58,36 @@ int seg_map_same_file(const seg_map *m, const struct stat *st);
 int seg_map_readonly(const char *path, int populate, seg_map *m, char *err, size_t errlen);
 int seg_map_writable(const char *path, int populate, seg_map *m, char *err, size_t errlen);
 
-/* Unmap and zero *m. NULL or a closed map is a no-op. */
+/* Map the descriptor fd (a segment file) read-only or read-write; fd is
+ * borrowed (the caller closes it). Results as seg_map_readonly; what names
+ * the file in err. */
+int seg_map_fd(int fd, const char *what, int writable, int populate, seg_map *m, char *err,
+               size_t errlen);
+
+/* Map a memory replica's segment the way the master located it: through
+ * the node's local socket when socket is not "" (seg_local_fetch; the
+ * descriptor is kept in *m to see the file grow), else the file at path.
+ * SMP_EFORBIDDEN when the node refused this process (err is the node's
+ * cause); otherwise as seg_map_readonly. */
+int seg_map_open_at(const char *path, const char *socket, int writable, int populate, seg_map *m,
+                    char *err, size_t errlen);
+
+/* What seg_map_open_at(path, socket, ...) maps from: socket when it is not
+ * "", else path. Callers that cache mappings key them by it. */
+const char *seg_map_where(const char *path, const char *socket);
+
+/* Whether mapping m, made by seg_map_open_at from where (seg_map_where),
+ * still maps what where names: SEG_MAP_CURRENT; SEG_MAP_GROWN (the node
+ * grew the file: map again to reach the new tail); SEG_MAP_REPLACED (the
+ * path names another file, or the socket belongs to a restarted node, or
+ * is gone: never copy through m again). */
+#define SEG_MAP_CURRENT 0
+#define SEG_MAP_GROWN 1
+#define SEG_MAP_REPLACED 2
+int seg_map_check(const seg_map *m, const char *where);
+
+/* Unmap, close a kept descriptor and zero *m. NULL or a closed map is a
+ * no-op. */
 void seg_map_close(seg_map *m);
 
 /* Copy length bytes from the mapping at offset into dst (get) or from src

@@ -118,14 +118,16 @@ void wc_from_wire_identity(const Wmrpc__WeightIdentity *w, weight_identity *out)
 void wc_from_wire_metadata(const Wmrpc__WeightMetadata *w, weight_metadata *out);
 void wc_from_wire_operation(const Wmrpc__WeightOperation *w, weight_operation *out);
 
-/* The mapping of segment file path, mapped once per store (read-write when
- * writable; a read-only mapping is upgraded on demand). Each call checks the
- * path still names the mapped file: a node that restarted on a new segment
- * file gets a new mapping (the old one stays mapped, unused, until the store
- * closes). NULL when the file is not on this host, the transport is remote,
- * or every mapping slot is taken (the caller then goes through the node's
- * data server). Thread-safe. */
-const seg_map *wc_seg_get(weight_store *s, const char *path, int writable);
+/* The mapping of replica r's segment -- its file, or what its dedicated
+ * node's local socket hands over (seg_map_open_at) -- mapped once per store
+ * (read-write when writable; a read-only mapping is upgraded on demand).
+ * Each call checks the mapping is still of what r names: a node that
+ * restarted on a new segment file gets a new mapping (the old one stays
+ * mapped, unused, until the store closes). NULL when the file is not on
+ * this host, the node refused this process (seg_local.h logs it once), the
+ * transport is remote, or every mapping slot is taken (the caller then goes
+ * through the node's data server). Thread-safe. */
+const seg_map *wc_seg_get(weight_store *s, const kvc_replica *r, int writable);
 
 /* Report progress (rate-limited by the caller). */
 void wc_progress(weight_store *s, uint64_t done, uint64_t total);

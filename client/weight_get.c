@@ -592,7 +592,7 @@ static int build_jobs(weight_store *s, xfer *x, size_t **op_order)
         for (size_t r = 0; r < obj.n_replicas; r++) {
             const kvc_replica *rep = &obj.replicas[r];
             if (rep->kind == SMP_REPLICA_MEMORY && j->kind == 0) {
-                const seg_map *map = s->transport == 2 ? NULL : wc_seg_get(s, rep->segment_path, 0);
+                const seg_map *map = s->transport == 2 ? NULL : wc_seg_get(s, rep, 0);
                 if (map != NULL && rep->offset <= map->size && o->bytes <= map->size - rep->offset) {
                     j->kind = SRC_MAPPED;
                     j->map = map;
@@ -955,9 +955,7 @@ release:
  * dropped when its file is gone or replaced (a restarted node) -- checked
  * whenever a view takes one -- or when its slot is needed. */
 typedef struct shared_seg {
-    char path[512];
-    dev_t dev;
-    ino_t ino;
+    char path[512];              /* seg_map_where: the file, or the node's socket */
     seg_map map;
     unsigned refs;
 } shared_seg;
@@ -965,26 +963,24 @@ typedef struct shared_seg {
 static pthread_mutex_t g_shared_lock = PTHREAD_MUTEX_INITIALIZER;
 static shared_seg g_shared[WC_SEG_MAPS];
 
-/* A reference on the mapping of segment file path, mapped if no mapping of
- * that very file is held. NULL when it cannot be mapped (not on this host,
- * or every slot is referenced). */
-static shared_seg *shared_seg_acquire(const char *path)
+/* A reference on the mapping of replica rep's segment (its file, or what
+ * its dedicated node's socket hands over), mapped if no current mapping of
+ * it is held. NULL when it cannot be mapped (not on this host, refused by
+ * the node, or every slot is referenced). */
+static shared_seg *shared_seg_acquire(const kvc_replica *rep)
 {
-    struct stat st, cur;
     shared_seg *found = NULL, *slot = NULL;
-    if (stat(path, &st) != 0) return NULL;
+    const char *path = seg_map_where(rep->segment_path, rep->local_socket);
+    if (path[0] == '\0') return NULL;
     pthread_mutex_lock(&g_shared_lock);
     for (int i = 0; i < WC_SEG_MAPS; i++) {
         shared_seg *g = &g_shared[i];
+        if (g->map.base == NULL) continue;
         /* a file replaced, or grown since it was mapped (a node restarted
          * with a larger segment: the new tail is past this mapping) */
-        if (g->map.base != NULL && g->refs == 0 &&
-            (stat(g->path, &cur) != 0 || cur.st_ino != g->ino || cur.st_dev != g->dev ||
-             (uint64_t)cur.st_size > g->map.size))
-            seg_map_close(&g->map);
-        if (g->map.base != NULL && strcmp(g->path, path) == 0 && g->dev == st.st_dev &&
-            g->ino == st.st_ino && g->map.size >= (uint64_t)st.st_size)
-            found = g;
+        int state = seg_map_check(&g->map, g->path);
+        if (g->refs == 0 && state != SEG_MAP_CURRENT) seg_map_close(&g->map);
+        else if (strcmp(g->path, path) == 0 && state == SEG_MAP_CURRENT) found = g;
     }
     for (int i = 0; i < WC_SEG_MAPS && found == NULL && slot == NULL; i++)
         if (g_shared[i].map.base == NULL) slot = &g_shared[i];
@@ -993,10 +989,9 @@ static shared_seg *shared_seg_acquire(const char *path)
             slot = &g_shared[i];
             seg_map_close(&slot->map);
         }
-    if (found == NULL && slot != NULL && seg_map_readonly(path, 0, &slot->map, NULL, 0) == SMP_OK) {
+    if (found == NULL && slot != NULL &&
+        seg_map_open_at(rep->segment_path, rep->local_socket, 0, 0, &slot->map, NULL, 0) == SMP_OK) {
         snprintf(slot->path, sizeof slot->path, "%s", path);
-        slot->dev = st.st_dev;
-        slot->ino = st.st_ino;
         found = slot;
     }
     if (found != NULL) found->refs++;
@@ -1072,8 +1067,8 @@ static int locate_object(weight_store *s, weight_mapped *v, uint32_t index, mapp
         return WEIGHT_OK; /* not the manifest's object: weight_get reports it */
     for (size_t r = 0; r < obj.n_replicas && mo->seg == NULL; r++) {
         const kvc_replica *rep = &obj.replicas[r];
-        if (rep->kind != SMP_REPLICA_MEMORY || rep->segment_path[0] == '\0') continue;
-        shared_seg *g = shared_seg_acquire(rep->segment_path);
+        if (rep->kind != SMP_REPLICA_MEMORY) continue;
+        shared_seg *g = shared_seg_acquire(rep);
         if (g == NULL) continue;
         if (rep->offset > g->map.size || o->bytes > g->map.size - rep->offset) {
             shared_seg_release(g);

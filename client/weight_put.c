@@ -590,17 +590,17 @@ static void fill_object(wslot *sl)
         snprintf(sl->err, sizeof sl->err, "out of memory");
         return;
     }
-    const seg_map *map = s->transport == 2 ? NULL : wc_seg_get(s, sl->where.segment_path, 1);
+    const seg_map *map = s->transport == 2 ? NULL : wc_seg_get(s, &sl->where, 1);
     if (map != NULL && (sl->where.offset > map->size || o->bytes > map->size - sl->where.offset)) {
         sl->rc = WEIGHT_EIO;
         snprintf(sl->err, sizeof sl->err, "put start %s: range outside segment %s", o->key,
-                 sl->where.segment_path);
+                 seg_map_where(sl->where.segment_path, sl->where.local_socket));
         return;
     }
     if (map == NULL && s->transport == 1) {
         sl->rc = WEIGHT_EIO;
-        snprintf(sl->err, sizeof sl->err, "segment file %s is not on this host",
-                 sl->where.segment_path);
+        snprintf(sl->err, sizeof sl->err, "segment %s of node %s cannot be mapped here (the "
+                 "local transport was asked for)", sl->where.segment, sl->where.node);
         return;
     }
     if (map != NULL) {

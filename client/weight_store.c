@@ -338,24 +338,25 @@ void weight_store_set_file_metadata_fn(weight_store *s, weight_file_metadata_fn 
     s->file_meta_ctx = ctx;
 }
 
-const seg_map *wc_seg_get(weight_store *s, const char *path, int writable)
+const seg_map *wc_seg_get(weight_store *s, const kvc_replica *r, int writable)
 {
-    char err[256];
-    struct stat st;
+    char err[800];
     const seg_map *found = NULL;
-    if (s->transport == 2 || path == NULL || path[0] == '\0') return NULL;
+    const char *path = seg_map_where(r->segment_path, r->local_socket);
+    if (s->transport == 2 || path[0] == '\0') return NULL;
     pthread_mutex_lock(&s->seg_lock);
     for (int i = 0; i < WC_SEG_MAPS && found == NULL; i++) {
         wc_seg *g = &s->segs[i];
         if (g->map.base == NULL || strcmp(g->path, path) != 0) continue;
-        if (stat(path, &st) != 0 || !seg_map_same_file(&g->map, &st)) {
+        int state = seg_map_check(&g->map, path);
+        if (state == SEG_MAP_REPLACED) {
             /* The node restarted on a new file: never copy into or out of
              * the old one. Retired, not unmapped: views a get handed out may
              * still point into it (unmapped with the store). */
             g->path[0] = '\0';
             continue;
         }
-        if ((uint64_t)st.st_size > g->map.size) {
+        if (state == SEG_MAP_GROWN) {
             /* the node grew its segment: map it again below (no copy through
              * this store runs while it maps, as for the writable upgrade) */
             seg_map_close(&g->map);
@@ -363,19 +364,20 @@ const seg_map *wc_seg_get(weight_store *s, const char *path, int writable)
         }
         if (writable && !g->map.writable) {
             seg_map w;
-            if (seg_map_writable(path, 0, &w, err, sizeof err) < 0) break;
+            if (seg_map_open_at(r->segment_path, r->local_socket, 1, 0, &w, err, sizeof err) < 0)
+                break;
             seg_map_close(&g->map); /* no reader is running while a writer maps */
             g->map = w;
         }
         found = &g->map;
     }
-    if (found == NULL && stat(path, &st) == 0) {
+    if (found == NULL) {
         for (int i = 0; i < WC_SEG_MAPS; i++) {
             wc_seg *g = &s->segs[i];
             if (g->map.base != NULL) continue;
-            int rc = writable ? seg_map_writable(path, 0, &g->map, err, sizeof err)
-                              : seg_map_readonly(path, 0, &g->map, err, sizeof err);
-            if (rc < 0) break;
+            if (seg_map_open_at(r->segment_path, r->local_socket, writable, 0, &g->map, err,
+                                sizeof err) < 0)
+                break;
             snprintf(g->path, sizeof g->path, "%s", path);
             found = &g->map;
             break;

@@ -366,6 +366,7 @@ static int open_parts(master *m, char *err, size_t errlen)
     obj_guard_ops guard = {guard_check, guard_active, m};
     if ((rc = obj_store_create(&m->objs, &guard)) < 0) return rc;
     obj_store_set_abandon_hook(m->objs, master_scrub_abandoned, m);
+    obj_store_set_place_hook(m->objs, master_node_place_ok, m);
 
     oplog_file_options lo = {
         .dir = m->oplog_dir,

@@ -16,6 +16,14 @@
  * replica-lost events. Liveness is soft state: after a master restart no node
  * is up until it registers again.
  *
+ * Tenants: a node may be dedicated to a tenant (it registers with the
+ * tenant and the Unix socket that hands its segment to that tenant's local
+ * peers, node_local.h). The object store's place hook keeps every other
+ * tenant's objects off it, a registration whose segment still holds another
+ * tenant's bytes is refused, and replica locations name its socket, never
+ * its segment file. A shared node's segment file is named to clients only
+ * while authentication is off.
+ *
  * Tickets: a node registers with its ticket key and the key's id; the master
  * signs the node's WRITE tickets (put start) and READ tickets (get replicas)
  * with it, for node.ticket_ttl_ms. A node that rotated its key reports the
@@ -27,6 +35,7 @@
 
 #include "host_uthash.h"
 #include "master_internal.h"
+#include "host_rpc.pb-c.h"
 #include "node_rpc.pb-c.h"
 #include "node_ticket.h"
 
@@ -51,6 +60,8 @@ struct master_node {
     char *id;
     char *data_addr;
     char *segment_path;
+    char *tenant;                /* dedicated to it; "" shared (node_local.h) */
+    char *local_socket;          /* dedicated: where the node hands out its segment */
     ticket_secret secret;
     uint32_t key_id;             /* the id of secret, named in every ticket */
     int up;
@@ -82,10 +93,37 @@ const char *master_node_data_addr(const master *m, const char *id)
     return n && n->data_addr ? n->data_addr : "";
 }
 
-const char *master_node_segment_path(const master *m, const char *id)
+int master_node_place_ok(void *ctx, const char *node, const char *tenant)
+{
+    const master_node *n = master_node_find(ctx, node);
+    /* a node not heard from since this start serves nothing yet: what is
+     * placed there fails its ticket or task, as before */
+    if (n == NULL || n->tenant == NULL || n->tenant[0] == '\0') return 1;
+    return tenant != NULL && strcmp(n->tenant, tenant) == 0;
+}
+
+size_t master_nodes_closed_to(const master *m, const char *tenant)
+{
+    size_t k = 0;
+    for (const master_node *n = m->nodes; n != NULL; n = n->hh.next)
+        k += n->tenant != NULL && n->tenant[0] != '\0' &&
+             (tenant == NULL || strcmp(n->tenant, tenant) != 0);
+    return k;
+}
+
+void master_node_locate(const master *m, const char *id, const char *tenant, int auth_enabled,
+                        struct ReplicaLocation *loc)
 {
     const master_node *n = master_node_find(m, id);
-    return n && n->segment_path ? n->segment_path : "";
+    loc->segment_path = (char *)"";
+    loc->local_socket = (char *)"";
+    if (n == NULL) return;
+    if (n->tenant != NULL && n->tenant[0] != '\0') {
+        if (tenant != NULL && strcmp(n->tenant, tenant) == 0 && n->local_socket != NULL)
+            loc->local_socket = n->local_socket;
+    } else if (!auth_enabled && n->segment_path != NULL) {
+        loc->segment_path = n->segment_path;
+    }
 }
 
 size_t master_nodes_up(const master *m)
@@ -471,8 +509,13 @@ static void finish_register(master *m, void *arg, int status, uint64_t seq)
     reconcile(m, n, r->req);
     smp_event ev = {.struct_size = sizeof(ev), .type = SMP_EVENT_NODE_UP, .node = n->id};
     master_emit(m, &ev);
-    fprintf(stderr, "store_master: node %s up (data %s, segment %s, %zu cold files)\n", n->id,
-            n->data_addr, n->segment_path, r->req->n_cold_files);
+    if (n->tenant[0] != '\0')
+        fprintf(stderr, "store_master: node %s up (data %s, segment %s, %zu cold files, dedicated "
+                "to tenant %s, local socket %s)\n", n->id, n->data_addr, n->segment_path,
+                r->req->n_cold_files, n->tenant, n->local_socket);
+    else
+        fprintf(stderr, "store_master: node %s up (data %s, segment %s, %zu cold files)\n", n->id,
+                n->data_addr, n->segment_path, r->req->n_cold_files);
     NodeRegisterResponse resp = NODE_REGISTER_RESPONSE__INIT;
     resp.poll_ms = m->cfg->node_poll_ms;
     resp.ticket_ttl_ms = m->cfg->node_ticket_ttl_ms;
@@ -498,7 +541,7 @@ static int set_str(char **dst, const char *src)
 static int h_register(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len)
 {
     master *m = ctx;
-    char msg[512];
+    char msg[1024];
     obj_record rec = {0};
     int rc;
     NodeRegisterRequest *req = node_register_request__unpack(NULL, len, body);
@@ -507,6 +550,18 @@ static int h_register(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t
         req->ticket_secret.len < TICKET_SECRET_MIN || req->ticket_secret.len > TICKET_SECRET_MAX) {
         snprintf(msg, sizeof(msg), "node register: bad node id '%.64s', segment '%.64s' or secret",
                  req->node_id, req->segment_id);
+        rc = SMP_EINVAL;
+        goto refuse;
+    }
+    const char *foreign = obj_segment_foreign_key(m->objs, req->segment_id, req->tenant);
+    if (req->tenant[0] != '\0' && (req->local_socket[0] == '\0' || foreign != NULL)) {
+        if (foreign != NULL)
+            snprintf(msg, sizeof(msg), "node register: node %.64s is dedicated to tenant %.64s but "
+                     "its segment holds '%.256s' of another tenant: remove or migrate it first, "
+                     "or start the node shared", req->node_id, req->tenant, foreign);
+        else
+            snprintf(msg, sizeof(msg), "node register: node %.64s is dedicated to tenant %.64s "
+                     "but names no local socket", req->node_id, req->tenant);
         rc = SMP_EINVAL;
         goto refuse;
     }
@@ -562,7 +617,8 @@ static int h_register(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t
             fprintf(stderr, "store_master: node %s: new segment file, %d put(s) into the old one "
                     "cancelled\n", req->node_id, cancelled);
     }
-    if (set_str(&n->data_addr, req->data_addr) < 0 || set_str(&n->segment_path, req->segment_path) < 0) {
+    if (set_str(&n->data_addr, req->data_addr) < 0 || set_str(&n->segment_path, req->segment_path) < 0 ||
+        set_str(&n->tenant, req->tenant) < 0 || set_str(&n->local_socket, req->local_socket) < 0) {
         rc = SMP_ENOMEM;
         snprintf(msg, sizeof(msg), "node register: out of memory");
         goto refuse;
@@ -731,6 +787,8 @@ void master_nodes_free(master *m)
         free(n->id);
         free(n->data_addr);
         free(n->segment_path);
+        free(n->tenant);
+        free(n->local_socket);
         free(n);
     }
 }

@@ -49,22 +49,29 @@ static void reply_err(smp_rpc_call *call, int rc, const char *what, const char *
     rpc_reply_error(call, rc, msg);
 }
 
-/* A put start refused for room: what was needed, what is free, and which
- * setting to raise. */
-static void reply_no_room(master *m, smp_rpc_call *call, const char *key, uint64_t size)
+/* A put start refused for room: what was needed, what is free (for the
+ * tenant: nodes dedicated to others do not count), and which setting to
+ * raise. */
+static void reply_no_room(master *m, smp_rpc_call *call, const char *key, const char *tenant,
+                          uint64_t size)
 {
     char msg[1600];
     uint64_t used = 0, cap = 0;
     uint64_t need = (size ? size : 1);
     need = (need + OBJ_ALIGN - 1) / OBJ_ALIGN * OBJ_ALIGN;
+    char others[300] = "";
+    size_t excluded = master_nodes_closed_to(m, tenant);
     obj_memory_usage(m->objs, &used, &cap);
+    if (excluded > 0)
+        snprintf(others, sizeof(others), " open to tenant '%.128s' (%zu node(s) dedicated to other "
+                 "tenants excluded)", tenant, excluded);
     snprintf(msg, sizeof(msg),
              "put start '%.1024s': %s: no memory segment has room: %llu bytes needed, the largest "
-             "free range is %llu bytes (%llu bytes free in all, of %llu bytes on %zu nodes); raise "
+             "free range is %llu bytes%s (%llu bytes free in all, of %llu bytes on %zu nodes); raise "
              "node.segment_bytes (the segment grows at the node's next start) or delete or "
              "migrate revisions to COLD",
              key, smp_strerror(SMP_ENOSPC), (unsigned long long)need,
-             (unsigned long long)obj_memory_largest_free(m->objs),
+             (unsigned long long)obj_memory_largest_free(m->objs, tenant), others,
              (unsigned long long)(cap - used), (unsigned long long)cap, master_nodes_up(m));
     rpc_reply_error(call, SMP_ENOSPC, msg);
 }
@@ -154,7 +161,7 @@ static int h_put_start(void *ctx, smp_rpc_call *call, const uint8_t *body, size_
             master_commit(m, &rec, NULL, NULL, NULL);
     }
     if (rc == SMP_ENOSPC) {
-        reply_no_room(m, call, req->key, req->size);
+        reply_no_room(m, call, req->key, p.tenant, req->size);
     } else if (rc < 0) {
         reply_err(call, rc, "put start", req->key);
     } else {
@@ -167,7 +174,7 @@ static int h_put_start(void *ctx, smp_rpc_call *call, const uint8_t *body, size_
         loc.length = t.length;
         loc.status = OBJ_REPLICA_PENDING;
         loc.data_addr = (char *)master_node_data_addr(m, t.node);
-        loc.segment_path = (char *)master_node_segment_path(m, t.node);
+        master_node_locate(m, t.node, p.tenant, m->cfg->auth_enabled, &loc);
         loc.ticket.data = ticket;
         loc.ticket.len = ticket_len;
         PutStartResponse resp = PUT_START_RESPONSE__INIT;
@@ -383,7 +390,8 @@ static int h_get_replicas(void *ctx, smp_rpc_call *call, const uint8_t *body, si
          * READ_COLD); only a memory replica has a segment file to map. */
         locs[k].data_addr = (char *)master_node_data_addr(m, reps[i].node);
         if (reps[i].kind == SMP_REPLICA_MEMORY)
-            locs[k].segment_path = (char *)master_node_segment_path(m, reps[i].node);
+            master_node_locate(m, reps[i].node, obj_object_tenant(m->objs, req->key),
+                               m->cfg->auth_enabled, &locs[k]);
         plocs[k] = &locs[k];
         k++;
     }

@@ -68,6 +68,32 @@ void obj_store_set_abandon_hook(obj_store *st, obj_abandon_fn fn, void *ctx)
     st->abandon_ctx = ctx;
 }
 
+void obj_store_set_place_hook(obj_store *st, obj_place_fn fn, void *ctx)
+{
+    st->place_ok = fn;
+    st->place_ctx = ctx;
+}
+
+const char *obj_segment_foreign_key(const obj_store *st, const char *id, const char *tenant)
+{
+    const obj_segment *s = id ? obj_sl_get(&st->segments, id) : NULL;
+    if (s == NULL) return NULL;
+    tenant = obj_str(tenant);
+    for (obj_sl_node *x = obj_sl_after(&st->objects, NULL, 0); x != NULL; x = x->next[0]) {
+        const obj_object *o = x->val;
+        if (strcmp(obj_str(o->tenant), tenant) == 0) continue;
+        for (size_t i = 0; i < o->nreps; i++)
+            if (o->reps[i].kind == SMP_REPLICA_MEMORY && o->reps[i].seg == s) return o->key;
+        const obj_reservation *r = obj_sl_get(&st->reserves, o->key);
+        if (r != NULL && r->seg == s) return o->key;
+    }
+    for (obj_sl_node *x = obj_sl_after(&st->puts, NULL, 0); x != NULL; x = x->next[0]) {
+        const obj_put *p = x->val;
+        if (p->seg == s && strcmp(obj_str(p->tenant), tenant) != 0) return p->key;
+    }
+    return NULL;
+}
+
 /* Free an in-flight put's range and the put (every caller gives the put up:
  * a put end consumes its put otherwise), telling the abandon hook. */
 void obj_put_forget(obj_store *st, obj_put *p)

@@ -488,6 +488,19 @@ typedef void (*obj_abandon_fn)(void *ctx, const char *node, const char *segment,
                                uint64_t length);
 void obj_store_set_abandon_hook(obj_store *st, obj_abandon_fn fn, void *ctx);
 
+/* Asked by placement for every segment before it reserves a range there:
+ * 1 when an object of tenant ("" none) may be placed on node, else 0 (a
+ * node dedicated to another tenant; the master's node registry answers).
+ * Every put, added replica (load, repair, migration) is placed through it.
+ * Not set: every segment may hold every tenant's objects. */
+typedef int (*obj_place_fn)(void *ctx, const char *node, const char *tenant);
+void obj_store_set_place_hook(obj_store *st, obj_place_fn fn, void *ctx);
+
+/* The key of an object of a tenant other than tenant with a memory replica,
+ * a put or a reservation in segment id (a node now dedicated to tenant that
+ * still holds others' bytes), or NULL when there is none. O(objects). */
+const char *obj_segment_foreign_key(const obj_store *st, const char *id, const char *tenant);
+
 /* Forget every in-flight put and reservation in segment id (a node restarted
  * on a new segment file: what a writer copied into the old one is gone, so
  * its put end must not commit a range of the new one). A put whose put end
@@ -502,9 +515,10 @@ int obj_visit_segments(const obj_store *st,
 /* The end of the last occupied range of segment id (0: nothing occupied).
  * SMP_ENOTFOUND. */
 int obj_segment_tail_used(const obj_store *st, const char *id, uint64_t *end);
-/* The largest unoccupied range over every segment: the biggest put that
- * could start now. */
-uint64_t obj_memory_largest_free(const obj_store *st);
+/* The largest unoccupied range over every segment an object of tenant
+ * ("" none) may be placed in (the place hook): the biggest put of that
+ * tenant that could start now. */
+uint64_t obj_memory_largest_free(const obj_store *st, const char *tenant);
 /* fsck: the unoccupied ranges of segment id as malloc'd (offset, length)
  * pairs in offset order (*out, freed by the caller; *n_out pairs), and its
  * occupied bytes and capacity (may be NULL). SMP_ENOTFOUND, SMP_ENOMEM. */

@@ -446,11 +446,13 @@ int obj_segment_tail_used(const obj_store *st, const char *id, uint64_t *end)
     return SMP_OK;
 }
 
-uint64_t obj_memory_largest_free(const obj_store *st)
+uint64_t obj_memory_largest_free(const obj_store *st, const char *tenant)
 {
     uint64_t best = 0;
     for (obj_sl_node *x = obj_sl_after(&st->segments, NULL, 0); x != NULL; x = x->next[0]) {
         const obj_segment *s = x->val;
+        if (st->place_ok != NULL && !st->place_ok(st->place_ctx, s->node, obj_str(tenant)))
+            continue;
         for (size_t i = 0; i < s->nfree; i++)
             if (s->free[i].len > best) best = s->free[i].len;
     }

@@ -147,6 +147,8 @@ struct obj_store {
     obj_stats stats;      /* counters; memory fields computed on demand */
     obj_abandon_fn abandon; /* ranges given up with a writer's bytes in them */
     void *abandon_ctx;
+    obj_place_fn place_ok;  /* may a segment's node hold a tenant's objects */
+    void *place_ctx;
 };
 
 /* Keys collected for REMOVE records of at most OBJ_REMOVE_BATCH keys. */

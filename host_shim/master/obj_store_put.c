@@ -43,8 +43,10 @@ static int obj_has_replica_in(const obj_object *o, const obj_segment *s)
 /* Reserve len bytes in the segment with the most free bytes that can hold
  * them (ties by id), trying the segments of prefer_node (NULL: none) first
  * and, among those equally preferred, segments without a memory replica of
- * copy_of (NULL: none) first. SMP_ENOSPC, SMP_ENOMEM. */
+ * copy_of (NULL: none) first. Only segments whose node the place hook
+ * allows for tenant are considered. SMP_ENOSPC, SMP_ENOMEM. */
 static int obj_place(obj_store *st,
+                     const char *tenant,
                      uint64_t len,
                      const char *prefer_node,
                      const obj_object *copy_of,
@@ -58,12 +60,15 @@ static int obj_place(obj_store *st,
     size_t i = 0;
     for (obj_sl_node *x = obj_sl_after(&st->segments, NULL, 0); x; x = x->next[0]) {
         obj_segment *s = x->val;
+        if (st->place_ok != NULL && !st->place_ok(st->place_ctx, s->node, obj_str(tenant)))
+            continue; /* dedicated to another tenant */
         v[i].seg = s;
         v[i].preferred = prefer_node && strcmp(prefer_node, s->node) == 0;
         v[i].has_copy = obj_has_replica_in(copy_of, s);
         v[i].free_bytes = s->capacity - s->used;
         i++;
     }
+    n = i;
     qsort(v, n, sizeof(*v), obj_seg_choice_cmp);
     int rc = SMP_ENOSPC;
     for (i = 0; i < n && rc == SMP_ENOSPC; i++) {
@@ -119,7 +124,7 @@ int obj_put_start(obj_store *st,
     put->alloc = alloc;
     put->started = now;
     put->put_id = st->next_put_id;
-    if ((rc = obj_place(st, alloc, p->prefer_node, NULL, &put->seg, &put->offset)) < 0)
+    if ((rc = obj_place(st, put->tenant, alloc, p->prefer_node, NULL, &put->seg, &put->offset)) < 0)
         goto free_put;
     if ((rc = obj_sl_put(&st->puts, put->key, put)) < 0) goto free_range;
     st->stats.puts_in_flight++;
@@ -298,7 +303,7 @@ int obj_reserve_replica(obj_store *st,
     r->alloc = obj_ext_len(o->size);
     r->started = now;
     r->put_id = o->put_id;
-    if ((rc = obj_place(st, r->alloc, prefer_node, o, &r->seg, &r->offset)) < 0)
+    if ((rc = obj_place(st, o->tenant, r->alloc, prefer_node, o, &r->seg, &r->offset)) < 0)
         goto free_reservation;
     if ((rc = obj_sl_put(&st->reserves, r->key, r)) < 0) goto free_range;
     st->stats.reservations_in_flight++;

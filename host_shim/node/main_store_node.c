@@ -7,7 +7,10 @@
  * without one are served only with --no-read-tickets, which is refused
  * unless --allow-insecure is given as well. SIGHUP rotates the ticket key
  * (refused, and logged, while the previous key may still sign live
- * tickets). Runs until SIGINT or SIGTERM; the segment file stays, so a node
+ * tickets). --tenant dedicates the node to one tenant: the master places
+ * only that tenant's objects on it, and the node hands its segment to that
+ * tenant's co-located processes on --local-socket, to the uids and gids
+ * --local-peer lists (node_local.h). Runs until SIGINT or SIGTERM; the segment file stays, so a node
  * restarted on the same directory comes back with its data and the master
  * reconciles it. */
 #include <getopt.h>
@@ -29,6 +32,7 @@ static void usage(FILE *out)
             "                  --cold-dir DIR [--listen HOST:PORT] [--advertise HOST]\n"
             "                  [--verify-from-device] [--no-read-tickets --allow-insecure]\n"
             "                  [--token-file FILE]\n"
+            "                  [--tenant NAME --local-socket PATH --local-peer uid:N|gid:N ...]\n"
             "  ADDR is the master's RPC endpoint (host:port or a Unix socket path), or\n"
             "  the masters of an HA cluster as a list a,b,c: the node registers with\n"
             "  the leader and follows it when another master takes over\n"
@@ -37,7 +41,12 @@ static void usage(FILE *out)
             "  refused unless --allow-insecure is given too\n"
             "  SIGHUP rotates the key the master signs this node's tickets with\n"
             "  FILE holds the admin token the node presents to a master with auth\n"
-            "  on (default: the environment's WEIGHT_TOKEN)\n");
+            "  on (default: the environment's WEIGHT_TOKEN)\n"
+            "  --tenant dedicates the node to tenant NAME: the master places only its\n"
+            "  objects here, and the node hands its segment (zero-copy) over the Unix\n"
+            "  socket PATH to processes whose uid or gid a --local-peer names; everyone\n"
+            "  else reads through the data port with tickets. Without --tenant the node\n"
+            "  is shared: with auth on, clients always read it through the data port\n");
 }
 
 int main(int argc, char **argv)
@@ -54,15 +63,19 @@ int main(int argc, char **argv)
         {"no-read-tickets", no_argument, NULL, 'R'},
         {"allow-insecure", no_argument, NULL, 'I'},
         {"token-file", required_argument, NULL, 't'},
+        {"tenant", required_argument, NULL, 'T'},
+        {"local-socket", required_argument, NULL, 'S'},
+        {"local-peer", required_argument, NULL, 'P'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     node_runtime_options o = {.data_listen = "127.0.0.1:0"};
     static char token[WC_TOKEN_MAX + 1];
+    static node_local_peers peers;
     char terr[600];
     char *end = NULL;
     int c, insecure = 0;
-    while ((c = getopt_long(argc, argv, "m:i:s:b:c:l:a:vt:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:i:s:b:c:l:a:vt:T:S:P:h", opts, NULL)) != -1) {
         switch (c) {
         case 'm': o.master = optarg; break;
         case 'i': o.node_id = optarg; break;
@@ -87,6 +100,22 @@ int main(int argc, char **argv)
             }
             o.token = token;
             break;
+        case 'T':
+            if (node_local_check_tenant(optarg) < 0) {
+                fprintf(stderr, "store_node: --tenant \"%s\" is not a tenant (1 to %d of A-Z a-z "
+                        "0-9 . _ -, not starting with .)\n", optarg, NODE_LOCAL_TENANT_MAX);
+                return 2;
+            }
+            o.tenant = optarg;
+            break;
+        case 'S': o.local_socket = optarg; break;
+        case 'P':
+            if (node_local_add_peer(&peers, optarg, terr, sizeof(terr)) < 0) {
+                fprintf(stderr, "store_node: %s\n", terr);
+                return 2;
+            }
+            o.local_peers = &peers;
+            break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -98,6 +127,16 @@ int main(int argc, char **argv)
     if (o.allow_unticketed_reads && !insecure) {
         fprintf(stderr, "store_node: --no-read-tickets lets anyone who reaches the data port read "
                 "any range; it needs --allow-insecure as well\n");
+        return 2;
+    }
+    if (o.tenant == NULL && (o.local_socket != NULL || o.local_peers != NULL)) {
+        fprintf(stderr, "store_node: --local-socket and --local-peer hand the segment to one "
+                "tenant's processes; they need --tenant\n");
+        return 2;
+    }
+    if (o.tenant != NULL && (o.local_socket == NULL || o.local_peers == NULL)) {
+        fprintf(stderr, "store_node: --tenant %s needs --local-socket PATH and at least one "
+                "--local-peer uid:N or gid:N (who may map the segment)\n", o.tenant);
         return 2;
     }
     char bad[512];
@@ -122,6 +161,10 @@ int main(int argc, char **argv)
     }
     fprintf(stderr, "store_node %s: data port %d, master %s\n", o.node_id,
             node_runtime_data_port(n), o.master);
+    if (o.tenant != NULL)
+        fprintf(stderr, "store_node %s: dedicated to tenant %s; segment handed to %zu uid(s) and "
+                "%zu gid(s) on %s\n", o.node_id, o.tenant, peers.n_uids, peers.n_gids,
+                o.local_socket);
     if (o.allow_unticketed_reads)
         fprintf(stderr, "store_node %s: INSECURE: reads without a ticket are served\n", o.node_id);
     int sig = 0;

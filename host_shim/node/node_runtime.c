@@ -41,6 +41,9 @@ struct node_runtime {
     unsigned persist_flags;   /* cold_persist flags */
     seg_segment *seg;
     int seg_survived;
+    char *tenant;             /* "": shared */
+    char *local_socket;       /* dedicated: node_local's path */
+    node_local *local;        /* dedicated: serving local_socket */
     cold_tier *cold;
     char data_addr[160];
 
@@ -460,6 +463,8 @@ static int do_register(node_runtime *n, rpcc_conn *c, int *lost)
     req.n_cold_files = inv.n;
     req.cold_files = inv.files;
     req.segment_survived = n->seg_survived;
+    req.tenant = n->tenant;
+    req.local_socket = n->local_socket;
     ticket_secret key;
     pthread_mutex_lock(&n->key_lock);
     key = n->keys.current;
@@ -690,6 +695,7 @@ void node_runtime_stop(node_runtime *n)
         pthread_join(n->data_thread, NULL);
         uv_loop_close(&n->loop);
     }
+    node_local_stop(n->local); /* before the segment it hands out */
     cold_close(n->cold);
     seg_close(n->seg);
     pthread_mutex_destroy(&n->key_lock);
@@ -697,6 +703,8 @@ void node_runtime_stop(node_runtime *n)
     free(n->master);
     free(n->token);
     free(n->node_id);
+    free(n->tenant);
+    free(n->local_socket);
     free(n->segment_dir);
     free(n->cold_dir);
     free(n->data_listen);
@@ -724,6 +732,8 @@ int node_runtime_start(const node_runtime_options *opt,
         goto fail;
     }
     n->node_id = dup_or_empty(opt->node_id);
+    n->tenant = dup_or_empty(opt->tenant);
+    n->local_socket = dup_or_empty(opt->local_socket);
     n->segment_dir = dup_or_empty(opt->segment_dir);
     n->cold_dir = dup_or_empty(opt->cold_dir);
     n->data_listen = dup_or_empty(opt->data_listen);
@@ -732,7 +742,8 @@ int node_runtime_start(const node_runtime_options *opt,
     n->tls_key = opt->tls_key ? strdup(opt->tls_key) : NULL;
     n->segment_bytes = opt->segment_bytes;
     n->persist_flags = opt->cold_verify_from_device ? COLD_VERIFY_FROM_DISK : 0;
-    if (!n->master || !n->node_id || !n->segment_dir || !n->cold_dir || !n->data_listen) {
+    if (!n->master || !n->node_id || !n->segment_dir || !n->cold_dir || !n->data_listen ||
+        !n->tenant || !n->local_socket) {
         rc = SMP_ENOMEM;
         goto fail;
     }
@@ -748,6 +759,13 @@ int node_runtime_start(const node_runtime_options *opt,
                 "replica kept)\n", n->node_id, (unsigned long long)seg_grown_from(n->seg),
                 (unsigned long long)seg_size(n->seg));
     if ((rc = cold_open(n->cold_dir, &n->cold, err, errlen)) < 0) goto fail;
+    if (n->tenant[0] != '\0') {
+        node_local_peers none = {0};
+        if ((rc = node_local_start(n->local_socket, n->node_id, n->tenant,
+                                   opt->local_peers ? opt->local_peers : &none, n->seg, &n->local,
+                                   err, errlen)) < 0)
+            goto fail;
+    }
     if ((rc = ticket_keyring_init(&n->keys)) < 0) {
         wm_errbuf(err, errlen, "node %s: cannot generate a ticket key", n->node_id);
         goto fail;

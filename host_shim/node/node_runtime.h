@@ -19,12 +19,16 @@
  * list, master_list.h): it registers with the leader, following a
  * standby's NOT_LEADER answer, and registers again with the new leader when
  * its poll is answered by another master or its connection drops -- no
- * restart; the new leader reconciles the inventory it reports. */
+ * restart; the new leader reconciles the inventory it reports. A node
+ * dedicated to a tenant registers with it and serves its local socket
+ * (node_local.h) for as long as it runs. */
 #ifndef HOST_NODE_RUNTIME_H
 #define HOST_NODE_RUNTIME_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "node_local.h"
 
 typedef struct node_runtime node_runtime;
 
@@ -43,6 +47,9 @@ typedef struct node_runtime_options {
     const char *tls_cert;      /* environment's WM_TLS_*, else plaintext */
     const char *tls_key;
     const char *token;         /* presented to the master (auth.HELLO); NULL: WEIGHT_TOKEN */
+    const char *tenant;        /* dedicated to this tenant (node_local.h); NULL: shared */
+    const char *local_socket;  /* dedicated: where the segment is handed to local peers */
+    const node_local_peers *local_peers; /* dedicated: who gets it (copied) */
 } node_runtime_options;
 
 /* Open the segment and cold tier, start the data server and the control

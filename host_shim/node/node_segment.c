@@ -255,6 +255,19 @@ int seg_destroy(seg_segment *s)
 
 const char *seg_id(const seg_segment *s) { return s->id; }
 const char *seg_path(const seg_segment *s) { return s->path; }
+
+int seg_share_fd(const seg_segment *s)
+{
+    struct stat mine, got;
+    int fd = open(s->path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) return SMP_EIO;
+    if (fstat(s->fd, &mine) < 0 || fstat(fd, &got) < 0 || mine.st_dev != got.st_dev ||
+        mine.st_ino != got.st_ino) {
+        close(fd);
+        return SMP_ENOTFOUND;
+    }
+    return fd;
+}
 uint64_t seg_size(const seg_segment *s) { return atomic_load(&((seg_segment *)s)->size); }
 uint64_t seg_requested_size(const seg_segment *s) { return s->requested; }
 uint64_t seg_grown_from(const seg_segment *s) { return s->grown_from; }

@@ -61,6 +61,14 @@ int seg_path_for(const char *dir, const char *id, char *buf, size_t cap);
  * cause on failure. */
 int seg_open(const seg_options *opt, seg_segment **out, char *err, size_t errlen);
 
+/* A new read-write descriptor of the segment's file (close-on-exec), for a
+ * co-located process (node_local.h): its own open file description, so it
+ * carries none of the node's flock -- a client holding it never keeps a
+ * restarted node out of its segment. The file is opened by path again and
+ * checked to be the very file the segment maps. The descriptor, or
+ * SMP_EIO / SMP_ENOTFOUND (the path now names another file). */
+int seg_share_fd(const seg_segment *s);
+
 /* Unmap and close; the file and its bytes stay. NULL is a no-op. */
 void seg_close(seg_segment *s);
 

@@ -332,6 +332,12 @@ void hx_sha256(const void *data, size_t len, unsigned char out[32])
 
 int hx_node_start(const hx_master *m, hx_node *n, const char *id, unsigned long long segment_bytes)
 {
+    return hx_node_start_args(m, n, id, segment_bytes, NULL);
+}
+
+int hx_node_start_args(const hx_master *m, hx_node *n, const char *id,
+                       unsigned long long segment_bytes, const char *const *extra)
+{
     char bytes[32];
     memset(n, 0, sizeof(*n));
     snprintf(n->id, sizeof(n->id), "%s", id);
@@ -351,9 +357,13 @@ int hx_node_start(const hx_master *m, hx_node *n, const char *id, unsigned long 
             dup2(fd, 1);
             close(fd);
         }
-        execl(BUILD_DIR "/bin/store_node", "store_node", "--master", m->socket, "--id", id,
-              "--segment-dir", n->segment_dir, "--segment-bytes", bytes, "--cold-dir", n->cold_dir,
-              "--listen", "127.0.0.1:0", (char *)NULL);
+        const char *argv[32] = {"store_node", "--master", m->socket, "--id", id, "--segment-dir",
+                                n->segment_dir, "--segment-bytes", bytes, "--cold-dir",
+                                n->cold_dir, "--listen", "127.0.0.1:0"};
+        size_t k = 13;
+        for (size_t i = 0; extra != NULL && extra[i] != NULL && i < 16; i++) argv[k++] = extra[i];
+        argv[k] = NULL;
+        execv(BUILD_DIR "/bin/store_node", (char *const *)argv);
         _exit(127);
     }
     return 0;

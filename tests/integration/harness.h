@@ -117,6 +117,10 @@ typedef struct hx_node {
  * cold files in <dir>/cold-<id>), with a segment of segment_bytes. The node
  * registers by itself; use hx_wait_nodes. Returns 0 or -1. */
 int hx_node_start(const hx_master *m, hx_node *n, const char *id, unsigned long long segment_bytes);
+/* The same with more store_node arguments (extra: NULL-terminated, at most
+ * 16; NULL: none), e.g. --tenant and its --local-socket and --local-peer. */
+int hx_node_start_args(const hx_master *m, hx_node *n, const char *id,
+                       unsigned long long segment_bytes, const char *const *extra);
 void hx_node_kill(hx_node *n);
 int hx_node_stop(hx_node *n);
 
