@@ -1,29 +1,52 @@
-/* bench_weight_get.c -- weight_get on the co-located HOT path, next to a
- * plain single-thread memcpy of the same bytes in the same run.
+/* bench_weight_get.c -- publishing and loading a revision, each next to
+ * the raw operation on the same bytes measured in the same run.
  *
  * Starts build/bin/store_master with its embedded node's segment under
- * /dev/shm (big enough for two revisions), publishes a revision of
- * argv[1] GiB (default 4) of BF16 tensors twice -- once as whole tensors
- * (TP 1) and once as the fragments of a TP 4 writer -- and then measures:
+ * /dev/shm (big enough for two revisions), and with a revision of argv[1]
+ * GiB (default 4) of BF16 tensors measures:
  *
- *   TP1:      weight_get of the whole TP 1 revision into caller buffers,
- *             against memcpy of the same number of bytes (target >= 0.8);
+ *   put co-located: weight_put of whole tensors (TP 1) through the mapped
+ *             segment, SHA-256 and chunk sums included, against one core's
+ *             SHA-256 (OpenSSL) of the same bytes (target >= 0.9x);
+ *   put TCP:  weight_put of the fragments of a TP 4 writer over the node's
+ *             data server (WEIGHT_OPT_TRANSPORT 2), against the same;
+ *   HOT:      weight_get of the whole TP 1 revision through the mapping,
+ *             against memcpy of the same bytes (target >= 0.8);
+ *   TCP:      the same get over the node's data server, against a raw
+ *             loopback TCP transfer of the same bytes (target >= 0.7);
  *   TP4->TP2: weight_get of rank 0 of a TP 2 split (dim 0) of the TP 4
- *             revision, against memcpy of that rank's bytes (target >= 0.7).
+ *             revision, against memcpy of that rank's bytes (target >= 0.7);
+ *   COLD:     the TP 1 revision migrated to COLD, its cold files dropped
+ *             from the page cache, then weight_get of it (served from the
+ *             cold files by the node), against a plain read() of a file of
+ *             the same bytes, written, synced and dropped from the page
+ *             cache the same way (posix_fadvise DONTNEED; target >= 0.7).
  *
- * Each figure is the best of five runs after one warm-up get (which maps
- * the segment once per store, as a long-lived loader would); the first,
- * cold get is printed too. Destination buffers are touched beforehand for
- * both sides, so page faults on them count for neither. weight_get verifies
- * every chunk it reads (XXH3) before scattering it. Usage:
+ * Each HOT/TCP/TP4->TP2 figure is the best of five runs after one warm-up
+ * get (which maps the segment once per store, as a long-lived loader
+ * would); the first get is printed too. COLD and the puts are one run each.
+ * Destination buffers are touched beforehand, so page faults on them count
+ * for neither side. weight_get verifies every chunk it reads (XXH3) before
+ * scattering it; every get is compared with the source bytes once. The
+ * puts also print the CPU time of the whole client process per GiB next to
+ * the SHA-256's: on a shared machine that ratio moves less than wall time.
+ * Usage:
  *   bench_weight_get [GIB] [DATA_DIR]
- * (the master's data_dir goes under DATA_DIR, default /tmp; the segment
- * under $WM_BENCH_SHM, default /dev/shm; memory needed: about 4 x GIB). */
+ * (the master's data_dir and the raw file go under DATA_DIR, default /tmp;
+ * the segment under $WM_BENCH_SHM, default /dev/shm; memory needed: about
+ * 4 x GIB). */
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -33,6 +56,7 @@
 
 #define TENSOR_ROWS 4096ull
 #define TENSOR_COLS 8192ull /* BF16: 64 MiB per tensor */
+#define GIB ((double)(1ull << 30))
 
 static double now_s(void)
 {
@@ -41,9 +65,19 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* CPU seconds (user + system) of this process, all threads. */
+static double cpu_s(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+           (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+}
+
 typedef struct bench {
     size_t n_tensors;
     uint64_t tensor_bytes;
+    uint64_t total;
     uint8_t *src;        /* all tensors back to back */
     uint8_t *dst;        /* the get's buffers, back to back */
     char (*names)[32];
@@ -126,55 +160,260 @@ static double timed_memcpy(uint8_t *dst, const uint8_t *src, uint64_t bytes)
     return now_s() - t0;
 }
 
-/* Seconds of one core's SHA-256 (OpenSSL) over bytes: the work weight_put
- * cannot avoid, whatever it overlaps it with. */
-static double timed_sha256(const uint8_t *src, uint64_t bytes)
+/* 0 when dst holds rank `rank` of a TP `tp` split (dim 0) of every tensor. */
+static int check_bytes(const bench *b, uint32_t tp, uint32_t rank)
 {
-    unsigned char md[32];
-    double t0 = now_s();
-    hx_sha256(src, bytes, md);
-    return now_s() - t0;
+    uint64_t part = b->tensor_bytes / tp;
+    for (size_t i = 0; i < b->n_tensors; i++)
+        if (memcmp(b->dst + i * part, b->src + i * b->tensor_bytes + rank * part, part) != 0) {
+            fprintf(stderr, "bench: bytes of tensor %zu differ after a TP%u get\n", i, tp);
+            return -1;
+        }
+    return 0;
 }
 
-static void report(const char *what, double get_s, double first_s, double copy_s, uint64_t bytes,
-                   double target)
+/* -- baselines ---------------------------------------------------------------- */
+
+/* Seconds of one core's SHA-256 (OpenSSL) over bytes: the work weight_put
+ * cannot avoid, whatever it overlaps it with. *cpu: its CPU seconds. */
+static double timed_sha256(const uint8_t *src, uint64_t bytes, double *cpu)
 {
-    double gib = (double)bytes / (double)(1ull << 30);
-    double ratio = copy_s / get_s;
-    printf("%-9s %6.2f GiB  weight_get %6.2f GiB/s (first %5.2f GiB/s)  memcpy %6.2f GiB/s  "
+    unsigned char md[32];
+    double c0 = cpu_s(), t0 = now_s();
+    hx_sha256(src, bytes, md);
+    double dt = now_s() - t0;
+    *cpu = cpu_s() - c0;
+    return dt;
+}
+
+/* The sending side of the raw socket baseline: accept one connection on
+ * the listening socket and send the bytes. */
+typedef struct raw_sender {
+    int ls;
+    const uint8_t *src;
+    uint64_t bytes;
+} raw_sender;
+
+static void *raw_send_main(void *arg)
+{
+    raw_sender *r = arg;
+    int cs = accept(r->ls, NULL, NULL);
+    for (uint64_t off = 0; cs >= 0 && off < r->bytes;) {
+        ssize_t n = send(cs, r->src + off, r->bytes - off, MSG_NOSIGNAL);
+        if (n <= 0) break;
+        off += (uint64_t)n;
+    }
+    if (cs >= 0) close(cs);
+    return NULL;
+}
+
+/* Seconds of sending bytes from src over a loopback TCP connection (a
+ * thread of this process sends, this one receives into dst): what the TCP
+ * get's bytes cost the kernel at the least. -1 on failure. */
+static double timed_raw_socket(const uint8_t *src, uint8_t *dst, uint64_t bytes)
+{
+    struct sockaddr_in a;
+    socklen_t al = sizeof a;
+    raw_sender r = {socket(AF_INET, SOCK_STREAM, 0), src, bytes};
+    pthread_t th;
+    int c = -1;
+    double t = -1;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (r.ls < 0 || bind(r.ls, (struct sockaddr *)&a, sizeof a) < 0 || listen(r.ls, 1) < 0 ||
+        getsockname(r.ls, (struct sockaddr *)&a, &al) < 0 ||
+        pthread_create(&th, NULL, raw_send_main, &r) != 0) {
+        perror("bench: raw socket");
+        if (r.ls >= 0) close(r.ls);
+        return -1;
+    }
+    double t0 = now_s();
+    if ((c = socket(AF_INET, SOCK_STREAM, 0)) >= 0 &&
+        connect(c, (struct sockaddr *)&a, sizeof a) == 0) {
+        uint64_t off = 0;
+        while (off < bytes) {
+            ssize_t n = recv(c, dst + off, bytes - off, MSG_WAITALL);
+            if (n <= 0) break;
+            off += (uint64_t)n;
+        }
+        if (off == bytes) t = now_s() - t0;
+    }
+    if (c >= 0) close(c);
+    else shutdown(r.ls, SHUT_RDWR); /* the sender's accept returns */
+    pthread_join(th, NULL);
+    close(r.ls);
+    return t;
+}
+
+/* Drop the page cache of one file (its dirty pages written first). */
+static void drop_file_cache(const char *path)
+{
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return;
+    fdatasync(fd);
+    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    close(fd);
+}
+
+/* Drop the page cache of every file in dir (not recursive). */
+static void drop_dir_cache(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    char path[1024];
+    if (d == NULL) return;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        drop_file_cache(path);
+    }
+    closedir(d);
+}
+
+/* Write src to path, sync it, drop it from the page cache, and return the
+ * seconds of reading it back into dst with read() in 8 MiB calls (what a
+ * loader reading the same bytes from disk does at the least). -1 on
+ * failure; the file is removed. */
+static double timed_raw_read(const char *path, const uint8_t *src, uint8_t *dst, uint64_t bytes)
+{
+    const uint64_t piece = 8ull << 20;
+    double t = -1;
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0) {
+        fprintf(stderr, "bench: %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    for (uint64_t off = 0; off < bytes;) {
+        ssize_t n = write(fd, src + off, bytes - off < piece ? bytes - off : piece);
+        if (n <= 0) goto close_fd;
+        off += (uint64_t)n;
+    }
+    if (fdatasync(fd) < 0 || posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) != 0) goto close_fd;
+    double t0 = now_s();
+    uint64_t off = 0;
+    if (lseek(fd, 0, SEEK_SET) < 0) goto close_fd;
+    while (off < bytes) {
+        ssize_t n = read(fd, dst + off, bytes - off < piece ? bytes - off : piece);
+        if (n <= 0) break;
+        off += (uint64_t)n;
+    }
+    if (off == bytes) t = now_s() - t0;
+close_fd:
+    close(fd);
+    unlink(path);
+    return t;
+}
+
+/* -- reporting ---------------------------------------------------------------- */
+
+static void report_put(const char *what, double put_s, double put_cpu, double sha_s, double sha_cpu,
+                       double copy_s, uint64_t bytes)
+{
+    double gib = (double)bytes / GIB;
+    printf("weight_put %-10s %5.2f GiB: %.2f GiB/s   SHA-256 of the same bytes on one core %.2f "
+           "GiB/s (x%.2f)   memcpy %.2f GiB/s   CPU %.2f s/GiB (SHA-256 %.2f s/GiB)\n",
+           what, gib, gib / put_s, gib / sha_s, sha_s / put_s, gib / copy_s, put_cpu / gib,
+           sha_cpu / gib);
+    char w[64], f1[48], f2[96];
+    bench_summary(bench_fmt(w, sizeof w, "weight_put %s, %.2f GiB", what, gib),
+                  bench_fmt(f1, sizeof f1, "%.2f GiB/s", gib / put_s),
+                  bench_fmt(f2, sizeof f2, "one core's SHA-256 %.2f GiB/s", gib / sha_s),
+                  sha_s / put_s, ">= 0.9x");
+}
+
+static void report_get(const char *what, double get_s, double first_s, const char *base_name,
+                       double base_s, uint64_t bytes, double target)
+{
+    double gib = (double)bytes / GIB;
+    double ratio = base_s / get_s;
+    printf("%-9s %6.2f GiB  weight_get %6.2f GiB/s (first %5.2f GiB/s)  %s %6.2f GiB/s  "
            "ratio %.2f (target %.1f) %s\n",
-           what, gib, gib / get_s, gib / first_s, gib / copy_s, ratio, target,
+           what, gib, gib / get_s, gib / first_s, base_name, gib / base_s, ratio, target,
            ratio >= target ? "ok" : "BELOW");
     char w[64], f1[48], f2[48], tg[16];
-    bench_summary(bench_fmt(w, sizeof(w), "weight_get HOT co-located, %s, %.2f GiB", what, gib),
-                  bench_fmt(f1, sizeof(f1), "%.2f GiB/s", gib / get_s),
-                  bench_fmt(f2, sizeof(f2), "memcpy %.2f GiB/s", gib / copy_s), ratio,
-                  bench_fmt(tg, sizeof(tg), ">= %.1fx", target));
+    bench_summary(bench_fmt(w, sizeof w, "weight_get %s, %.2f GiB", what, gib),
+                  bench_fmt(f1, sizeof f1, "%.2f GiB/s", gib / get_s),
+                  bench_fmt(f2, sizeof f2, "%s %.2f GiB/s", base_name, gib / base_s), ratio,
+                  bench_fmt(tg, sizeof tg, ">= %.1fx", target));
+}
+
+/* Best of `runs` gets (after the first, returned in *first) and of as many
+ * memcpy's of the same bytes; each get's bytes checked once. 0 or -1. */
+static int best_gets(weight_store *s, bench *b, const char *rev, uint32_t tp, int runs,
+                     double *first, double *best, double *copy, uint64_t *bytes)
+{
+    *best = 1e9;
+    if (copy != NULL) *copy = 1e9;
+    if ((*first = timed_get(s, b, rev, tp, 0, bytes)) < 0 || check_bytes(b, tp, 0) < 0) return -1;
+    for (int r = 0; r < runs; r++) {
+        double t = timed_get(s, b, rev, tp, 0, bytes);
+        if (t < 0) return -1;
+        if (t < *best) *best = t;
+        if (copy != NULL && (t = timed_memcpy(b->dst, b->src, *bytes)) < *copy) *copy = t;
+    }
+    return 0;
+}
+
+/* Migrate rev to COLD and wait until the operation is done and the
+ * revision READY. 0 or -1. */
+static int migrate_cold(weight_store *s, const char *rev)
+{
+    weight_identity id;
+    weight_metadata md;
+    weight_operation op;
+    weight_identity_set(&id, NULL, "bench", "model", rev, 1);
+    int rc = weight_get_metadata(s, &id, &md, NULL);
+    if (rc == 0) rc = weight_migrate(s, &id, WEIGHT_RES_COLD, 0, md.metadata_generation, &op);
+    while (rc == 0 && op.state == 1) {
+        usleep(100 * 1000);
+        rc = weight_get_operation(s, op.id, &op);
+    }
+    if (rc != 0 || op.state != 2) {
+        fprintf(stderr, "bench: migrate %s to COLD: %s: %s %s\n", rev, weight_error_name(rc),
+                weight_store_last_error(s), rc == 0 ? op.error : "");
+        return -1;
+    }
+    /* A node the master took for down on a loaded machine leaves the
+     * revision DEGRADED until the repair it starts has run: wait for READY. */
+    for (int i = 0; i < 1200; i++) {
+        if ((rc = weight_get_metadata(s, &id, &md, NULL)) != 0) break;
+        if (md.availability == WEIGHT_READY) return 0;
+        usleep(100 * 1000);
+    }
+    fprintf(stderr, "bench: %s is %s after its migration to COLD\n", rev,
+            rc == 0 ? weight_availability_name((int)md.availability) : weight_error_name(rc));
+    return -1;
 }
 
 int main(int argc, char **argv)
 {
     double gib = 4.0;
     const char *shm = getenv("WM_BENCH_SHM") ? getenv("WM_BENCH_SHM") : "/dev/shm";
+    const char *dir = "/tmp";
     for (int i = 1; i < argc; i++) {
         char *end = NULL;
         double v = strtod(argv[i], &end);
         if (end != argv[i] && *end == '\0' && v > 0) gib = v;
-        else setenv("TMPDIR", argv[i], 1); /* run_all.sh's data directory */
+        else {
+            dir = argv[i];
+            setenv("TMPDIR", argv[i], 1); /* run_all.sh's data directory */
+        }
     }
     bench b;
     hx_master m;
-    char extra[1024], segdir[512], err[512];
-    weight_store *s = NULL;
+    char extra[1024], segdir[512], err[512], raw_path[600], cold_dir[300];
+    weight_store *s = NULL, *tcp = NULL;
     int status = 1;
     memset(&b, 0, sizeof b);
     b.tensor_bytes = TENSOR_ROWS * TENSOR_COLS * 2;
-    b.n_tensors = (size_t)(gib * (double)(1ull << 30) / (double)b.tensor_bytes);
+    b.n_tensors = (size_t)(gib * GIB / (double)b.tensor_bytes);
     if (b.n_tensors < 1) b.n_tensors = 1;
-    uint64_t total = b.n_tensors * b.tensor_bytes;
-    uint64_t seg_bytes = 2 * total + (512ull << 20);
+    b.total = b.n_tensors * b.tensor_bytes;
+    uint64_t seg_bytes = 2 * b.total + (512ull << 20);
 
     snprintf(segdir, sizeof segdir, "%s/wm-bench-weight-get-%d", shm, (int)getpid());
+    snprintf(raw_path, sizeof raw_path, "%s/wm-bench-weight-get-%d.raw", dir, (int)getpid());
     snprintf(extra, sizeof extra,
              "node:\n  segment_dir: \"%s\"\n  segment_bytes: %llu\n"
              "cluster:\n  default_weight_preferred_residency: hot\n"
@@ -184,86 +423,86 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench: cannot start the master\n");
         return 1;
     }
-    b.src = malloc(total);
-    b.dst = malloc(total);
+    snprintf(cold_dir, sizeof cold_dir, "%s/data/cold", m.dir);
+    b.src = malloc(b.total);
+    b.dst = malloc(b.total);
     b.names = calloc(b.n_tensors, sizeof *b.names);
     if (b.src == NULL || b.dst == NULL || b.names == NULL) {
-        fprintf(stderr, "bench: cannot allocate 2 x %llu bytes\n", (unsigned long long)total);
+        fprintf(stderr, "bench: cannot allocate 2 x %llu bytes\n", (unsigned long long)b.total);
         goto stop;
     }
     for (size_t i = 0; i < b.n_tensors; i++) snprintf(b.names[i], sizeof b.names[i], "t%04zu", i);
-    for (uint64_t i = 0; i < total; i += 8) {
+    for (uint64_t i = 0; i < b.total; i += 8) {
         uint64_t v = i * 0x9E3779B97F4A7C15ull;
         memcpy(b.src + i, &v, 8);
     }
-    memset(b.dst, 1, total); /* touched: no page faults in either measurement */
-    if (weight_store_open(m.socket, "bench", NULL, &s, err, sizeof err) != 0) {
+    memset(b.dst, 1, b.total); /* touched: no page faults in either measurement */
+    if (weight_store_open(m.socket, "bench", NULL, &s, err, sizeof err) != 0 ||
+        weight_store_open(m.socket, "bench", NULL, &tcp, err, sizeof err) != 0 ||
+        weight_store_set_option(tcp, WEIGHT_OPT_TRANSPORT, 2) != 0) {
         fprintf(stderr, "bench: %s\n", err);
-        goto stop;
-    }
-    printf("revision: %zu BF16 tensors [%llu, %llu], %.2f GiB; segment %s; %ld cores\n",
-           b.n_tensors, TENSOR_ROWS, TENSOR_COLS, (double)total / (double)(1ull << 30), segdir,
-           sysconf(_SC_NPROCESSORS_ONLN));
-    double t0 = now_s();
-    int rc = publish(s, &b, "tp1", 1);
-    double put_s = now_s() - t0;
-    if (rc == 0) rc = publish(s, &b, "tp4", 4);
-    if (rc != 0) {
-        fprintf(stderr, "bench: put: %s: %s\n", weight_error_name(rc), weight_store_last_error(s));
         goto close_store;
     }
-    double sha_s = timed_sha256(b.src, total), copy_s = timed_memcpy(b.dst, b.src, total);
-    double put_gib = (double)total / (double)(1ull << 30);
-    char f1[48], f2[96], w[64];
-    printf("weight_put (TP1, SHA-256 + chunk sums, co-located): %.2f GiB/s   SHA-256 of the same "
-           "bytes on one core %.2f GiB/s (x%.2f)   memcpy %.2f GiB/s\n",
-           put_gib / put_s, put_gib / sha_s, sha_s / put_s, put_gib / copy_s);
-    bench_summary(bench_fmt(w, sizeof(w), "weight_put co-located, %.2f GiB", put_gib),
-                  bench_fmt(f1, sizeof(f1), "%.2f GiB/s", put_gib / put_s),
-                  bench_fmt(f2, sizeof(f2), "one core's SHA-256 %.2f GiB/s (memcpy %.2f GiB/s)",
-                            put_gib / sha_s, put_gib / copy_s),
-                  sha_s / put_s, ">= 0.9x");
+    printf("revision: %zu BF16 tensors [%llu, %llu], %.2f GiB; segment %s; %ld cores\n",
+           b.n_tensors, TENSOR_ROWS, TENSOR_COLS, (double)b.total / GIB, segdir,
+           sysconf(_SC_NPROCESSORS_ONLN));
+
+    /* Publishing: co-located (TP 1), then over TCP (TP 4 fragments). */
+    double sha_cpu, sha_s = timed_sha256(b.src, b.total, &sha_cpu);
+    double copy_s = timed_memcpy(b.dst, b.src, b.total);
+    double c0 = cpu_s(), t0 = now_s();
+    int rc = publish(s, &b, "tp1", 1);
+    double put_s = now_s() - t0, put_cpu = cpu_s() - c0;
+    if (rc == 0) report_put("co-located", put_s, put_cpu, sha_s, sha_cpu, copy_s, b.total);
+    c0 = cpu_s();
+    t0 = now_s();
+    if (rc == 0) rc = publish(tcp, &b, "tp4", 4);
+    put_s = now_s() - t0;
+    put_cpu = cpu_s() - c0;
+    if (rc != 0) {
+        fprintf(stderr, "bench: put: %s: %s %s\n", weight_error_name(rc), weight_store_last_error(s),
+                weight_store_last_error(tcp));
+        goto close_store;
+    }
+    sha_s = timed_sha256(b.src, b.total, &sha_cpu);
+    report_put("TCP (TP4)", put_s, put_cpu, sha_s, sha_cpu, copy_s, b.total);
 
     const int runs = 5;
     uint64_t bytes = 0;
-    double first, best = 1e9, copy = 1e9;
-    /* TP1: the whole revision. */
-    if ((first = timed_get(s, &b, "tp1", 1, 0, &bytes)) < 0) goto close_store;
-    if (memcmp(b.dst, b.src, total) != 0) {
-        fprintf(stderr, "bench: TP1 bytes differ\n");
-        goto close_store;
-    }
+    double first, best, copy, raw = 1e9;
+    /* HOT co-located: the whole revision through the mapping. */
+    if (best_gets(s, &b, "tp1", 1, runs, &first, &best, &copy, &bytes) < 0) goto close_store;
+    report_get("HOT TP1", best, first, "memcpy", copy, bytes, 0.8);
+
+    /* TCP: the same get from the node's data server. */
+    if (best_gets(tcp, &b, "tp1", 1, runs, &first, &best, NULL, &bytes) < 0) goto close_store;
     for (int r = 0; r < runs; r++) {
-        double t = timed_get(s, &b, "tp1", 1, 0, &bytes);
+        double t = timed_raw_socket(b.src, b.dst, bytes);
         if (t < 0) goto close_store;
-        if (t < best) best = t;
-        t = timed_memcpy(b.dst, b.src, total);
-        if (t < copy) copy = t;
+        if (t < raw) raw = t;
     }
-    report("TP1", best, first, copy, bytes, 0.8);
+    report_get("TCP TP1", best, first, "raw socket", raw, bytes, 0.7);
 
     /* TP4 -> TP2: rank 0 reads half of every tensor (two of its four fragments). */
-    best = copy = 1e9;
-    if ((first = timed_get(s, &b, "tp4", 2, 0, &bytes)) < 0) goto close_store;
-    for (size_t i = 0; i < b.n_tensors; i++)
-        if (memcmp(b.dst + i * (b.tensor_bytes / 2), b.src + i * b.tensor_bytes, b.tensor_bytes / 2)) {
-            fprintf(stderr, "bench: TP4->TP2 bytes of tensor %zu differ\n", i);
-            goto close_store;
-        }
-    for (int r = 0; r < runs; r++) {
-        double t = timed_get(s, &b, "tp4", 2, 0, &bytes);
-        if (t < 0) goto close_store;
-        if (t < best) best = t;
-        t = timed_memcpy(b.dst, b.src, bytes);
-        if (t < copy) copy = t;
-    }
-    report("TP4->TP2", best, first, copy, bytes, 0.7);
+    if (best_gets(s, &b, "tp4", 2, runs, &first, &best, &copy, &bytes) < 0) goto close_store;
+    report_get("TP4->TP2", best, first, "memcpy", copy, bytes, 0.7);
+
+    /* COLD: from the node's cold files, page cache dropped, against read(). */
+    if (migrate_cold(s, "tp1") < 0) goto close_store;
+    raw = timed_raw_read(raw_path, b.src, b.dst, b.total);
+    memset(b.dst, 1, b.total);
+    drop_dir_cache(cold_dir);
+    double cold = timed_get(s, &b, "tp1", 1, 0, &bytes);
+    if (raw < 0 || cold < 0 || check_bytes(&b, 1, 0) < 0) goto close_store;
+    report_get("COLD TP1", cold, cold, "raw read", raw, bytes, 0.7);
     status = 0;
 close_store:
+    weight_store_close(tcp);
     weight_store_close(s);
 stop:
     hx_stop(&m);
     hx_cleanup(&m);
+    unlink(raw_path);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", segdir);
     if (system(cmd) != 0) fprintf(stderr, "bench: could not remove %s\n", segdir);
