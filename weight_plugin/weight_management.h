@@ -322,9 +322,18 @@ int wm_policy_resolve(const wm_policy *call,
 /* Records                                                                   */
 /* ------------------------------------------------------------------------ */
 
-/* The lightweight metadata the master keeps per revision. Plain data, safe to
- * copy by assignment. Fields from manifest_key to affinity_sha256 are the
- * immutable summary sealed at commit (zero while IMPORTING). */
+/* The lightweight metadata the master keeps per revision. Fields from
+ * manifest_key to affinity_sha256 are the immutable summary sealed at commit
+ * (zero while IMPORTING).
+ *
+ * group_key and manifest_key are the canonical keys of id (wm_group_key,
+ * wm_manifest_key) and point at storage the revision does not own: the store
+ * entry for a revision the store returns (valid while the revision is in the
+ * store: an apply never moves them, a delete, load or free does), the
+ * decoded record for one a decoder returns, the caller's buffers for one
+ * built fresh (wm_revision_bind_keys). A copy by assignment shares them, so a
+ * copy of a stored revision may be built, changed and submitted while the
+ * stored one lives; the store copies the keys into its own entry. */
 typedef struct wm_revision {
     wm_identity id;
     wm_policy policy;
@@ -333,8 +342,8 @@ typedef struct wm_revision {
     double observed_hot_ratio;       /* HOT logical bytes / logical bytes */
     uint64_t metadata_generation;    /* CAS fence, >= 1, +1 per mutation */
     uint64_t operation_id;           /* active operation, 0 = none */
-    char group_key[WM_KEY_MAX + 1];
-    char manifest_key[WM_KEY_MAX + 1];
+    const char *group_key;           /* borrowed, see above */
+    const char *manifest_key;        /* borrowed, see above */
     uint8_t manifest_sha256[WM_SHA256_LEN];
     uint64_t payload_count;
     uint64_t logical_bytes;
@@ -354,6 +363,18 @@ typedef struct wm_revision {
     uint64_t request_base_generation;
     uint64_t request_operation_id;   /* the operation it created (0: none) */
 } wm_revision;
+
+/* Storage for the canonical keys of a revision built outside the store. */
+typedef struct wm_rev_keys {
+    char group_key[WM_KEY_MAX + 1];
+    char manifest_key[WM_KEY_MAX + 1];
+} wm_rev_keys;
+
+/* Write the canonical group and manifest keys of rev->id into *keys and point
+ * rev->group_key and rev->manifest_key at them (keys must outlive every use
+ * of them through rev and its copies). WM_OK, or WM_EINVALID_ARGUMENT when
+ * the identity is invalid or its keys exceed WM_KEY_MAX (rev unchanged). */
+int wm_revision_bind_keys(wm_revision *rev, wm_rev_keys *keys);
 
 /* An affinity unit: payload objects that must move together (complete
  * tensors and alias groups), with their logical bytes. */

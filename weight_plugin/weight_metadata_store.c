@@ -168,12 +168,14 @@ int wm_metadata_check(const wm_revision *rev, char *msg, size_t cap)
     if (rev->metadata_generation == 0)
         return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "metadata_generation is 0 (must be >= 1)");
 
-    if (wm_group_key(&rev->id, key, sizeof(key)) < 0 ||
-        strncmp(key, rev->group_key, sizeof(rev->group_key)) != 0)
+    int n = wm_group_key(&rev->id, key, sizeof(key));
+    if (n < 0 || rev->group_key == NULL || strcmp(key, rev->group_key) != 0)
         return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
                        "group key is not the canonical key of the identity");
-    if (wm_manifest_key(&rev->id, key, sizeof(key)) < 0 ||
-        strncmp(key, rev->manifest_key, sizeof(rev->manifest_key)) != 0)
+    /* The manifest key is the group key and "/manifest" (wm_manifest_key). */
+    if (rev->manifest_key == NULL || (size_t)n + 9 > WM_KEY_MAX ||
+        strncmp(rev->manifest_key, key, (size_t)n) != 0 ||
+        strcmp(rev->manifest_key + n, "/manifest") != 0)
         return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
                        "manifest key is not the canonical key of the identity");
 
@@ -223,8 +225,8 @@ int wm_metadata_check(const wm_revision *rev, char *msg, size_t cap)
  * commit seals -- are the same in a and b. */
 static int wm_sealed_equal(const wm_revision *a, const wm_revision *b)
 {
-    return strncmp(a->manifest_key, b->manifest_key, sizeof(b->manifest_key)) == 0 &&
-           strncmp(a->group_key, b->group_key, sizeof(b->group_key)) == 0 &&
+    return strcmp(a->manifest_key, b->manifest_key) == 0 &&
+           strcmp(a->group_key, b->group_key) == 0 &&
            memcmp(a->manifest_sha256, b->manifest_sha256, WM_SHA256_LEN) == 0 &&
            a->payload_count == b->payload_count && a->logical_bytes == b->logical_bytes &&
            memcmp(a->payload_keys_sha256, b->payload_keys_sha256, WM_SHA256_LEN) == 0 &&
@@ -471,7 +473,10 @@ int wm_claim_check(const wm_lineage_claim *c, char *msg, size_t cap)
 /* ------------------------------------------------------------------------ */
 
 /* One revision and its sealed affinity summary. Linked into two hash chains
- * (by identity, by group key) and referenced from the identity order. */
+ * (by identity, by group key) and referenced from the identity order. The
+ * revision's group and manifest keys live in keys[], allocated with the
+ * entry at their exact length (an identity's keys never change, so an apply
+ * keeps them). */
 typedef struct wm_rev_entry {
     wm_revision rev;
     wm_affinity aff;
@@ -479,7 +484,34 @@ typedef struct wm_rev_entry {
     uint64_t group_hash;
     struct wm_rev_entry *next_id;
     struct wm_rev_entry *next_group;
+    char keys[]; /* group key, NUL, manifest key, NUL */
 } wm_rev_entry;
+
+/* A new entry holding a copy of rev, its keys in the entry's own storage.
+ * NULL on OOM. */
+static wm_rev_entry *wm_entry_new(const wm_revision *rev)
+{
+    size_t g = strlen(rev->group_key) + 1, m = strlen(rev->manifest_key) + 1;
+    wm_rev_entry *e = malloc(sizeof(*e) + g + m);
+    if (e == NULL) return NULL;
+    memset(e, 0, sizeof(*e));
+    memcpy(e->keys, rev->group_key, g);
+    memcpy(e->keys + g, rev->manifest_key, m);
+    e->rev = *rev;
+    e->rev.group_key = e->keys;
+    e->rev.manifest_key = e->keys + g;
+    return e;
+}
+
+/* Overwrite the entry's revision with rev (same identity, so same keys),
+ * keeping the keys in the entry. */
+static void wm_entry_set(wm_rev_entry *e, const wm_revision *rev)
+{
+    const char *g = e->rev.group_key, *m = e->rev.manifest_key;
+    e->rev = *rev;
+    e->rev.group_key = g;
+    e->rev.manifest_key = m;
+}
 
 struct wm_store {
     wm_rev_entry **by_id;      /* buckets */
@@ -961,19 +993,18 @@ int wm_store_apply_upsert(wm_store *st, const wm_metadata_upsert *u, char *msg, 
         next.last_access_ms = e->rev.last_access_ms;
 
     if (e == NULL) {
-        e = calloc(1, sizeof(*e));
+        e = wm_entry_new(&next);
         if (e == NULL) {
             rc = SMP_ENOMEM;
             goto free_copy;
         }
-        e->rev = next;
         if ((rc = wm_entry_insert(st, e)) < 0) {
             free(e);
             goto free_copy;
         }
     } else {
         wm_stats_count(st, &e->rev, -1);
-        e->rev = next;
+        wm_entry_set(e, &next);
     }
     wm_stats_count(st, &e->rev, +1);
     if (have_copy) {
@@ -1297,12 +1328,11 @@ int wm_store_load(wm_store *st, const uint8_t *buf, size_t len, char *msg, size_
     if ((rc = wm_decode_section(buf, len, &img, msg, cap)) < 0) return rc;
     if ((rc = wm_store_create(&fresh)) < 0) goto clear_image;
     for (size_t i = 0; i < img.n_revisions; i++) {
-        wm_rev_entry *e = calloc(1, sizeof(*e));
+        wm_rev_entry *e = wm_entry_new(&img.revisions[i]);
         if (e == NULL) {
             rc = SMP_ENOMEM;
             goto free_fresh;
         }
-        e->rev = img.revisions[i];
         e->aff = img.affinities[i]; /* moved */
         memset(&img.affinities[i], 0, sizeof(img.affinities[i]));
         if ((rc = wm_entry_insert(fresh, e)) < 0) {

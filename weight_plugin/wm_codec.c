@@ -576,7 +576,20 @@ static int wm_dec_digest(const ProtobufCBinaryData *b, uint8_t *out, const char 
     return WM_OK;
 }
 
-static int wm_dec_revision(const Wmrec__Revision *m, wm_revision *out, char *msg, size_t cap)
+/* The bytes the group and manifest keys of m take in a decoder's key
+ * storage, NULs included (what wm_dec_revision consumes). */
+static size_t wm_dec_keys_len(const Wmrec__Revision *m)
+{
+    if (m == NULL) return 0;
+    return strlen(m->group_key ? m->group_key : wm_no_text) + 1 +
+           strlen(m->manifest_key ? m->manifest_key : wm_no_text) + 1;
+}
+
+/* Decode and check a revision into *out. Its keys are copied to *keys, which
+ * is advanced past them (the caller sized the storage with
+ * wm_dec_keys_len), and out's key pointers point there. */
+static int wm_dec_revision(const Wmrec__Revision *m, wm_revision *out, char **keys, char *msg,
+                           size_t cap)
 {
     int rc, v;
     char why[256];
@@ -606,10 +619,16 @@ static int wm_dec_revision(const Wmrec__Revision *m, wm_revision *out, char *msg
     r.observed_hot_ratio = m->observed_hot_ratio;
     r.metadata_generation = m->metadata_generation;
     r.operation_id = m->operation_id;
-    if ((rc = wm_dec_text(m->group_key, r.group_key, sizeof(r.group_key), "revision group key",
-                          msg, cap)) < 0 ||
-        (rc = wm_dec_text(m->manifest_key, r.manifest_key, sizeof(r.manifest_key),
-                          "revision manifest key", msg, cap)) < 0 ||
+    char *gk = *keys;
+    if ((rc = wm_dec_text(m->group_key, gk, WM_KEY_MAX + 1, "revision group key", msg, cap)) < 0)
+        return rc;
+    char *mk = gk + strlen(gk) + 1;
+    if ((rc = wm_dec_text(m->manifest_key, mk, WM_KEY_MAX + 1, "revision manifest key", msg,
+                          cap)) < 0)
+        return rc;
+    r.group_key = gk;
+    r.manifest_key = mk;
+    if (
         (rc = wm_dec_digest(&m->manifest_sha256, r.manifest_sha256, "manifest_sha256", msg,
                             cap)) < 0 ||
         (rc = wm_dec_digest(&m->payload_keys_sha256, r.payload_keys_sha256,
@@ -632,6 +651,7 @@ static int wm_dec_revision(const Wmrec__Revision *m, wm_revision *out, char *msg
     r.request_operation_id = m->request_operation_id;
     if (wm_metadata_check(&r, why, sizeof(why)) < 0)
         return wm_fail(SMP_EPROTO, msg, cap, "revision: %s", why);
+    *keys = mk + strlen(mk) + 1;
     *out = r;
     return WM_OK;
 }
@@ -775,6 +795,7 @@ void wm_metadata_upsert_clear(wm_metadata_upsert *u)
     if (u == NULL) return;
     free(u->operations);
     wm_affinity_clear(&u->affinity);
+    free(u->keys);
     memset(u, 0, sizeof(*u));
 }
 
@@ -795,6 +816,7 @@ void wm_section_image_clear(wm_section_image *img)
     free(img->operations);
     free(img->leases);
     free(img->lineages);
+    free(img->keys);
     memset(img, 0, sizeof(*img));
 }
 
@@ -810,7 +832,13 @@ int wm_decode_metadata_upsert(const uint8_t *buf, size_t len, wm_metadata_upsert
     m = wmrec__metadata_upsert__unpack(NULL, len, buf);
     if (m == NULL) return wm_fail(SMP_EPROTO, msg, cap, "metadata upsert does not decode");
     memset(&u, 0, sizeof(u));
-    if ((rc = wm_dec_revision(m->revision, &u.revision, msg, cap)) < 0) goto free_message;
+    u.keys = malloc(wm_dec_keys_len(m->revision) + 1);
+    if (u.keys == NULL) {
+        rc = SMP_ENOMEM;
+        goto free_message;
+    }
+    char *keys = u.keys;
+    if ((rc = wm_dec_revision(m->revision, &u.revision, &keys, msg, cap)) < 0) goto free_record;
     if (m->n_operations > 0) {
         u.operations = calloc(m->n_operations, sizeof(*u.operations));
         if (u.operations == NULL) {
@@ -991,8 +1019,13 @@ int wm_decode_section(const uint8_t *buf, size_t len, wm_section_image *out, cha
     img.operations = calloc(m->n_operations + 1, sizeof(*img.operations));
     img.leases = calloc(m->n_leases + 1, sizeof(*img.leases));
     img.lineages = calloc(m->n_lineages + 1, sizeof(*img.lineages));
+    size_t keys_len = 1;
+    for (size_t i = 0; i < m->n_revisions; i++)
+        if (m->revisions[i] != NULL) keys_len += wm_dec_keys_len(m->revisions[i]->revision);
+    img.keys = malloc(keys_len);
+    char *keys = img.keys;
     if (img.revisions == NULL || img.affinities == NULL || img.operations == NULL ||
-        img.leases == NULL || img.lineages == NULL) {
+        img.leases == NULL || img.lineages == NULL || img.keys == NULL) {
         rc = SMP_ENOMEM;
         goto free_image;
     }
@@ -1003,7 +1036,8 @@ int wm_decode_section(const uint8_t *buf, size_t len, wm_section_image *out, cha
             goto free_image;
         }
         img.n_revisions = i + 1;
-        if ((rc = wm_dec_revision(e->revision, &img.revisions[i], msg, cap)) < 0) goto free_image;
+        if ((rc = wm_dec_revision(e->revision, &img.revisions[i], &keys, msg, cap)) < 0)
+            goto free_image;
         if (e->affinity != NULL &&
             (rc = wm_dec_affinity(e->affinity, &img.affinities[i], msg, cap)) < 0)
             goto free_image;

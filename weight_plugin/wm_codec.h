@@ -28,6 +28,9 @@ typedef struct wm_metadata_upsert {
      * fenced on the revision's metadata generation in this record. */
     int has_lease;
     wm_lease lease;
+    /* Appended (issue 20): when decoded, the storage revision.group_key and
+     * revision.manifest_key point into (owned; NULL otherwise). */
+    char *keys;
 } wm_metadata_upsert;
 
 /* Type 9: the record leaves the table (with the listed ended operations). */
@@ -61,6 +64,9 @@ typedef struct wm_section_image {
     size_t n_lineages;
     uint64_t next_operation_id;
     uint64_t next_lease_id;
+    /* When decoded, the storage every revision's group_key and manifest_key
+     * point into (owned; NULL otherwise). */
+    char *keys;
 } wm_section_image;
 
 #define WM_SECTION_FORMAT 1

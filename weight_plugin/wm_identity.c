@@ -351,6 +351,17 @@ int wm_manifest_key(const wm_identity *id, char *out, size_t cap)
     return (int)pos;
 }
 
+int wm_revision_bind_keys(wm_revision *rev, wm_rev_keys *keys)
+{
+    int n = wm_group_key(&rev->id, keys->group_key, sizeof(keys->group_key));
+    if (n < 0 || (size_t)n + 9 > WM_KEY_MAX) return WM_EINVALID_ARGUMENT;
+    memcpy(keys->manifest_key, keys->group_key, (size_t)n);
+    memcpy(keys->manifest_key + n, "/manifest", 10);
+    rev->group_key = keys->group_key;
+    rev->manifest_key = keys->manifest_key;
+    return WM_OK;
+}
+
 int wm_payload_key(const wm_identity *id, uint64_t idx, char *out, size_t cap)
 {
     char num[32];

@@ -53,6 +53,7 @@ struct wm_txn {
     wm_applied_fn applied;       /* lifecycle callback, or NULL */
     void *applied_arg;
     wm_txn *next;                /* pending list */
+    wm_rev_keys keys;            /* UPSERT: up.revision's keys once appended */
 };
 
 #define WM_DECODE(var, type, fn, p, call, body, len)                                     \

@@ -96,8 +96,7 @@ int wm_rpc_import_begin(void *plugin, smp_rpc_call *call, const uint8_t *body, s
     r->availability = WM_AVAIL_IMPORTING;
     r->residency = WM_RES_UNKNOWN;
     r->metadata_generation = 1;
-    if (wm_group_key(&id, r->group_key, sizeof(r->group_key)) < 0 ||
-        wm_manifest_key(&id, r->manifest_key, sizeof(r->manifest_key)) < 0) {
+    if (wm_revision_bind_keys(r, &t->keys) < 0) {
         wm_txn_free(t);
         wm_reply_error(p, call, WM_EINVALID_ARGUMENT,
                        "the identity's keys exceed %d bytes once percent-encoded", WM_KEY_MAX);

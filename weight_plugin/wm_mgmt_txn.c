@@ -366,7 +366,10 @@ static int wm_txn_append(wm_plugin *p, wm_txn *t)
     switch (t->kind) {
     case WM_TXN_UPSERT:
         t->up.operations = t->up.n_operations ? t->ops : NULL;
-        rc = wm_store_check_upsert(p->store, &t->up, why, sizeof(why));
+        /* The record may outlive the revision its keys were borrowed from. */
+        rc = wm_revision_bind_keys(&t->up.revision, &t->keys);
+        if (rc < 0) snprintf(why, sizeof(why), "the identity has no canonical keys");
+        if (rc == WM_OK) rc = wm_store_check_upsert(p->store, &t->up, why, sizeof(why));
         if (rc == WM_OK) rc = wm_encode_metadata_upsert(&t->up, &buf, &len, why, sizeof(why));
         type = WM_OP_METADATA_UPSERT;
         break;

@@ -96,7 +96,7 @@ static void check_model(const char *tenant, const char *ns, const char *res, con
     wm_revision rev_rec;
     memset(&rev_rec, 0, sizeof rev_rec);
     rev_rec.id = wid;
-    snprintf(rev_rec.group_key, sizeof rev_rec.group_key, "%s", key);
+    rev_rec.group_key = key;
     rev_rec.payload_count = m->n_objects;
     for (size_t i = 0; i < m->n_objects; i++) rev_rec.logical_bytes += m->objects[i].bytes;
     rev_rec.affinity_count = m->n_units;

@@ -228,10 +228,19 @@ static void test_identity_keys_and_generation(void **state)
     r.metadata_generation = 0;
     expect_violation(&r, "metadata_generation");
     r = f->ready;
-    strcpy(r.group_key, "weights/other");
+    r.group_key = "weights/other";
+    expect_violation(&r, "group key");
+    r.group_key = NULL; /* keys never bound */
     expect_violation(&r, "group key");
     r = f->ready;
-    r.manifest_key[strlen(r.manifest_key) - 1] = 'X';
+    char bad[WM_KEY_MAX + 1];
+    snprintf(bad, sizeof(bad), "%s", r.manifest_key);
+    bad[strlen(bad) - 1] = 'X';
+    r.manifest_key = bad;
+    expect_violation(&r, "manifest key");
+    r.manifest_key = r.group_key; /* the group key alone */
+    expect_violation(&r, "manifest key");
+    r.manifest_key = NULL;
     expect_violation(&r, "manifest key");
     r = f->ready;
     r.id.resource_id[0] = '\0';
