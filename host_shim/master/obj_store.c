@@ -6,8 +6,10 @@
  * tenants by name, segments by id, in-flight puts by key, replica
  * reservations by key) give ordered access for cursors and prefix listings,
  * each with a hash for exact lookups; each group holds a skip list of its
- * members (keys borrowed from the objects). Holds (keys whose removal or
- * replacement is in the OpLog) are only looked up by key: a plain hash. Objects with a
+ * members (keys borrowed from the objects) without a hash: there is a group
+ * per revision, and an O(log n) walk of its levels costs less than a table
+ * each (obj_sl_init_ordered). Holds (keys whose removal or replacement is
+ * in the OpLog) are only looked up by key: a plain hash. Objects with a
  * complete memory replica are also on a doubly linked LRU list ordered by
  * last access, which eviction walks from the oldest end. Each segment keeps
  * a free list of byte ranges sorted by offset (first fit, coalescing on
@@ -146,7 +148,7 @@ obj_group *obj_group_get_or_create(obj_store *st, const char *name, int *created
     g = calloc(1, sizeof(*g));
     if (!g) return NULL;
     g->name = strdup(name);
-    if (!g->name || obj_sl_init(&g->members) < 0) goto free_group;
+    if (!g->name || obj_sl_init_ordered(&g->members) < 0) goto free_group;
     if (obj_sl_put(&st->groups, g->name, g) < 0) goto free_group;
     *created = 1;
     return g;

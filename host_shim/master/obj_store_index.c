@@ -11,17 +11,26 @@
 /* Skip list keyed by string                                                 */
 /* ------------------------------------------------------------------------ */
 
-/* Initialise an empty list. SMP_ENOMEM. */
+/* Initialise an empty list. SMP_ENOMEM. The head has forward links only:
+ * the back links (OBJ_SL_PREV) are read from real nodes, never the head. */
 int obj_sl_init(obj_sl *sl)
 {
-    sl->head = calloc(1, sizeof(obj_sl_node) + 2 * OBJ_SL_MAX_LEVEL * sizeof(obj_sl_node *));
+    sl->head = calloc(1, sizeof(obj_sl_node) + OBJ_SL_MAX_LEVEL * sizeof(obj_sl_node *));
     if (!sl->head) return SMP_ENOMEM;
     sl->head->level = OBJ_SL_MAX_LEVEL;
     sl->level = 1;
+    sl->hashed = 1;
     sl->hash = NULL;
     sl->count = 0;
     sl->rng = UINT64_C(0x9E3779B97F4A7C15);
     return SMP_OK;
+}
+
+int obj_sl_init_ordered(obj_sl *sl)
+{
+    int rc = obj_sl_init(sl);
+    if (rc == SMP_OK) sl->hashed = 0;
+    return rc;
 }
 
 /* Free the nodes (not keys or values). */
@@ -70,6 +79,10 @@ static obj_sl_node *obj_sl_seek(const obj_sl *sl, const char *key, obj_sl_node *
 obj_sl_node *obj_sl_find(const obj_sl *sl, const char *key)
 {
     obj_sl_node *n = NULL;
+    if (!sl->hashed) {
+        n = obj_sl_seek(sl, key, NULL);
+        return n && strcmp(n->key, key) == 0 ? n : NULL;
+    }
     HASH_FIND(hh, sl->hash, key, strlen(key), n);
     return n;
 }
@@ -86,14 +99,15 @@ int obj_sl_put(obj_sl *sl, const char *key, void *val)
 {
     obj_sl_node *upd[OBJ_SL_MAX_LEVEL];
     obj_sl_node *n = NULL;
-    HASH_FIND(hh, sl->hash, key, strlen(key), n);
+    if (sl->hashed) HASH_FIND(hh, sl->hash, key, strlen(key), n);
+    else if ((n = obj_sl_seek(sl, key, upd)) != NULL && strcmp(n->key, key) != 0) n = NULL;
     if (n) {
         n->key = key;
         n->hh.key = key; /* same bytes, same hash: only the pointer moves */
         n->val = val;
         return SMP_OK;
     }
-    obj_sl_seek(sl, key, upd);
+    if (sl->hashed) obj_sl_seek(sl, key, upd);
     int lvl = obj_sl_random_level(sl);
     n = malloc(sizeof(*n) + 2 * (size_t)lvl * sizeof(obj_sl_node *));
     if (!n) return SMP_ENOMEM;
@@ -102,7 +116,7 @@ int obj_sl_put(obj_sl *sl, const char *key, void *val)
     n->key = key;
     n->val = val;
     n->level = lvl;
-    HASH_ADD_KEYPTR(hh, sl->hash, n->key, strlen(n->key), n);
+    if (sl->hashed) HASH_ADD_KEYPTR(hh, sl->hash, n->key, strlen(n->key), n);
     for (int i = 0; i < lvl; i++) {
         n->next[i] = upd[i]->next[i];
         OBJ_SL_PREV(n, i) = upd[i];
@@ -120,7 +134,7 @@ void *obj_sl_unlink(obj_sl *sl, obj_sl_node *n)
         OBJ_SL_PREV(n, i)->next[i] = n->next[i];
         if (n->next[i]) OBJ_SL_PREV(n->next[i], i) = OBJ_SL_PREV(n, i);
     }
-    HASH_DEL(sl->hash, n);
+    if (sl->hashed) HASH_DEL(sl->hash, n);
     while (sl->level > 1 && !sl->head->next[sl->level - 1]) sl->level--;
     void *val = n->val;
     free(n);

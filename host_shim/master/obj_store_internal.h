@@ -25,9 +25,10 @@ typedef struct obj_sl_node {
 #define OBJ_SL_PREV(n, i) ((n)->next[(n)->level + (i)])
 
 typedef struct obj_sl {
-    obj_sl_node *head;
-    obj_sl_node *hash; /* the same nodes, by key */
+    obj_sl_node *head;  /* next[] only: nothing links back to the head */
+    obj_sl_node *hash;  /* the same nodes, by key (NULL when !hashed) */
     int level;
+    int hashed;         /* exact lookups by hash; 0: through the levels */
     size_t count;
     uint64_t rng;
 } obj_sl;
@@ -184,6 +185,10 @@ int obj_object_index(obj_store *st, obj_object *n, obj_object *old);
 void obj_store_clear(obj_store *st);
 /* obj_store_index.c (skip list, names, segment allocator) */
 int obj_sl_init(obj_sl *sl);
+/* An obj_sl without the hash index: exact lookups walk the levels
+ * (O(log n) compares). For the many small lists (a group's members), where
+ * a hash table per list would cost more memory than its members. */
+int obj_sl_init_ordered(obj_sl *sl);
 void obj_sl_fini(obj_sl *sl);
 obj_sl_node *obj_sl_find(const obj_sl *sl, const char *key);
 void *obj_sl_get(const obj_sl *sl, const char *key);
