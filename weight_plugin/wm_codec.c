@@ -1014,7 +1014,8 @@ int wm_decode_section(const uint8_t *buf, size_t len, wm_section_image *out, cha
                      WM_SECTION_NAME, m->format, WM_SECTION_FORMAT);
         goto free_message;
     }
-    img.revisions = calloc(m->n_revisions + 1, sizeof(*img.revisions));
+    /* Not zeroed: each is written whole by its decode before it is read. */
+    img.revisions = malloc((m->n_revisions + 1) * sizeof(*img.revisions));
     img.affinities = calloc(m->n_revisions + 1, sizeof(*img.affinities));
     img.operations = calloc(m->n_operations + 1, sizeof(*img.operations));
     img.leases = calloc(m->n_leases + 1, sizeof(*img.leases));
