@@ -425,6 +425,10 @@ int main(int argc, char **argv)
     status = 0;
 stop:
     hx_stop(&m);
+    if (getenv("WM_BENCH_KEEP")) { /* to restart the same data by hand (bench/README.md) */
+        printf("kept %s and %s\n", m.dir, segdir);
+        return status;
+    }
     hx_cleanup(&m);
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", segdir); /* the segment, outside the master's dir */
     if (system(cmd) != 0) fprintf(stderr, "bench: could not remove %s\n", segdir);
