@@ -215,40 +215,36 @@ static weight_store *open_store(fixture *f, int transport)
     return s;
 }
 
+/* Publish the model through transport (1 co-located, 2 TCP) as whole
+ * tensors (revision rev) and as TP 4 fragments (rev-tp4), and check the
+ * digests of every object and a get of each. */
+static void put_and_check(fixture *f, int transport, const char *rev)
+{
+    weight_store *s = open_store(f, transport);
+    weight_identity id;
+    char tp4[64];
+    snprintf(tp4, sizeof tp4, "%s-tp4", rev);
+    for (int fragments = 0; fragments <= 1; fragments++) {
+        assert_int_equal(weight_identity_set(&id, NULL, "llm", "digests", fragments ? tp4 : rev, 1), 0);
+        put_model(s, &id, fragments);
+        assert_true(check_objects(f, s, &id) >= 2);
+        get_and_compare(s, &id);
+    }
+    weight_store_close(s);
+}
+
 /* Co-located, whole tensors and TP 4 fragments: the objects' SHA-256 and
  * chunk sums are OpenSSL's and XXH3's over the stored bytes. */
 static void test_colocated_put_digests_are_those_of_the_bytes(void **state)
 {
-    fixture *f = *state;
-    weight_store *s = open_store(f, 1);
-    weight_identity id;
-    assert_int_equal(weight_identity_set(&id, NULL, "llm", "digests", "local", 1), 0);
-    put_model(s, &id, 0);
-    assert_true(check_objects(f, s, &id) >= 2);
-    get_and_compare(s, &id);
-    assert_int_equal(weight_identity_set(&id, NULL, "llm", "digests", "local-tp4", 1), 0);
-    put_model(s, &id, 1);
-    assert_true(check_objects(f, s, &id) >= 2);
-    get_and_compare(s, &id);
-    weight_store_close(s);
+    put_and_check(*state, 1, "local");
 }
 
 /* Over TCP, whole tensors and TP 4 fragments gathered into blocks: the
  * same. */
 static void test_tcp_put_digests_are_those_of_the_bytes(void **state)
 {
-    fixture *f = *state;
-    weight_store *s = open_store(f, 2);
-    weight_identity id;
-    assert_int_equal(weight_identity_set(&id, NULL, "llm", "digests", "tcp", 1), 0);
-    put_model(s, &id, 0);
-    assert_true(check_objects(f, s, &id) >= 2);
-    get_and_compare(s, &id);
-    assert_int_equal(weight_identity_set(&id, NULL, "llm", "digests", "tcp-tp4", 1), 0);
-    put_model(s, &id, 1);
-    assert_true(check_objects(f, s, &id) >= 2);
-    get_and_compare(s, &id);
-    weight_store_close(s);
+    put_and_check(*state, 2, "tcp");
 }
 
 int main(void)
