@@ -129,6 +129,27 @@ static kvc_replica replica_of(wr_fixture *f, const char *key)
     return obj.replicas[0];
 }
 
+/* The cluster, then key (n bytes of pattern seed) put as who: its replica. */
+static kvc_replica start_and_put(wr_fixture *f, af_who who, const char *key, size_t n, unsigned seed)
+{
+    start_cluster(f);
+    af_as(f, who);
+    put(f, key, n, seed);
+    return replica_of(f, key);
+}
+
+/* A libweightclient store presenting who's token, with 4 KiB payload
+ * objects (one per tensor of the small model). */
+static weight_store *open_store(wr_fixture *f, af_who who)
+{
+    weight_store *s = NULL;
+    char err[512];
+    if (weight_store_open_token(f->m.socket, "", af_token(who), NULL, &s, err, sizeof err) != 0)
+        fail_msg("weight_store_open_token: %s", err);
+    assert_int_equal(weight_store_set_option(s, WEIGHT_OPT_PAYLOAD_BYTES, 4096), 0);
+    return s;
+}
+
 static void test_tenant_placement_keeps_dedicated_nodes_to_their_tenant(void **state)
 {
     wr_fixture *f = *state;
@@ -176,12 +197,8 @@ static void test_tenant_placement_keeps_dedicated_nodes_to_their_tenant(void **s
 static void test_tenant_local_peer_maps_its_dedicated_segment_zero_copy(void **state)
 {
     wr_fixture *f = *state;
-    start_cluster(f);
-    af_as(f, AF_A_WRITER);
-    put(f, "a/auto", 256 * 1024, 3);
-
     /* the location names na's socket, not its segment file */
-    kvc_replica r = replica_of(f, "a/auto");
+    kvc_replica r = start_and_put(f, AF_A_WRITER, "a/auto", 256 * 1024, 3);
     assert_string_equal(r.local_socket, g.sock_a);
     assert_string_equal(r.segment_path, "");
 
@@ -193,11 +210,7 @@ static void test_tenant_local_peer_maps_its_dedicated_segment_zero_copy(void **s
     kvc_set_transport(f->kv, KVC_AUTO);
 
     /* libweightclient: every byte of the revision copied from the mapping */
-    weight_store *s = NULL;
-    char err[512];
-    if (weight_store_open_token(f->m.socket, "", af_token(AF_A_WRITER), NULL, &s, err, sizeof err) != 0)
-        fail_msg("weight_store_open_token: %s", err);
-    assert_int_equal(weight_store_set_option(s, WEIGHT_OPT_PAYLOAD_BYTES, 4096), 0);
+    weight_store *s = open_store(f, AF_A_WRITER);
     wx_tensor t[3] = {{.name = "w0", .shape = {32, 32}},
                       {.name = "w1", .shape = {32, 32}},
                       {.name = "w2", .shape = {32, 32}}};
@@ -258,10 +271,7 @@ static void test_tenant_other_uid_is_refused_the_mapping_and_reads_through_ticke
     assert_int_equal(fd, -1);
 
     /* libweightclient: every byte through the data port, none mapped */
-    weight_store *s = NULL;
-    if (weight_store_open_token(f->m.socket, "", af_token(AF_B_WRITER), NULL, &s, err, sizeof err) != 0)
-        fail_msg("weight_store_open_token: %s", err);
-    assert_int_equal(weight_store_set_option(s, WEIGHT_OPT_PAYLOAD_BYTES, 4096), 0);
+    weight_store *s = open_store(f, AF_B_WRITER);
     wx_tensor t[2] = {{.name = "w0", .shape = {32, 32}}, {.name = "w1", .shape = {32, 32}}};
     wx_model_fill(t, 2, 12);
     weight_identity id;
@@ -288,10 +298,7 @@ static void test_tenant_other_uid_is_refused_the_mapping_and_reads_through_ticke
 static void test_tenant_shared_node_names_nothing_to_map_with_auth_on(void **state)
 {
     wr_fixture *f = *state;
-    start_cluster(f);
-    af_as(f, AF_ADMIN);
-    put(f, "ops/z", 64 * 1024, 9);
-    kvc_replica r = replica_of(f, "ops/z");
+    kvc_replica r = start_and_put(f, AF_ADMIN, "ops/z", 64 * 1024, 9);
     assert_string_equal(r.node, "shared");
     assert_string_equal(r.segment_path, "");
     assert_string_equal(r.local_socket, "");
