@@ -183,6 +183,15 @@ int host_config_node_get(const host_config_node *block,
                          const char *key,
                          smp_config_value *out);
 
+/* The keys of the mapping at dotted `path` of a plugin block ("" for the
+ * block; a NULL block is an empty one), each with its 1-based line, in file
+ * order, until visit returns non-zero (returned). SMP_ENOTFOUND when path
+ * names nothing, SMP_EINVAL when it names a scalar or a sequence. */
+int host_config_node_keys(const host_config_node *block,
+                          const char *path,
+                          int (*visit)(void *arg, const char *key, uint32_t line),
+                          void *arg);
+
 /* Look up one of the cluster defaults by its RFC name. SMP_ENOTFOUND when the
  * name is not a cluster key. Residency and mode come back as their lowercase
  * names (STRING). */

@@ -74,6 +74,32 @@ int host_config_node_get(const host_config_node *block,
     return SMP_OK;
 }
 
+int host_config_node_keys(const host_config_node *block,
+                          const char *path,
+                          int (*visit)(void *arg, const char *key, uint32_t line),
+                          void *arg)
+{
+    const host_config_node *n = block;
+    const char *p = path;
+    if (path == NULL || visit == NULL) return SMP_EINVAL;
+    if (block == NULL) return path[0] == '\0' ? SMP_OK : SMP_ENOTFOUND;
+    while (n != NULL && *p != '\0') {
+        const char *dot = strchr(p, '.');
+        size_t len = dot ? (size_t)(dot - p) : strlen(p);
+        n = map_child(n, p, len);
+        p = dot ? dot + 1 : p + len;
+    }
+    if (n == NULL) return SMP_ENOTFOUND;
+    if (n->kind != HOST_CFG_MAP) return SMP_EINVAL;
+    for (size_t i = 0; i < n->n_items; i++) {
+        const host_config_node *c = n->items[i];
+        int line = c->key_line > 0 ? c->key_line : c->line;
+        int rc = visit(arg, c->key ? c->key : "", (uint32_t)(line > 0 ? line : 0));
+        if (rc != 0) return rc;
+    }
+    return SMP_OK;
+}
+
 const char *host_residency_name(host_residency r)
 {
     switch (r) {

@@ -578,6 +578,14 @@ static int api_config_get(smp_host *h, smp_config_scope scope, const char *key, 
     return rc;
 }
 
+/* The keys of a mapping in the plugin's block (ABI 1.4). */
+static int api_config_keys(smp_host *h, smp_config_scope scope, const char *path,
+                           int (*visit)(void *arg, const char *key, uint32_t line), void *arg)
+{
+    if (scope != SMP_CONFIG_PLUGIN) return SMP_EINVAL;
+    return host_config_node_keys(h->pc->block, path, visit, arg);
+}
+
 static uint64_t clock_ms(clockid_t id)
 {
     struct timespec ts;
@@ -675,6 +683,7 @@ void hp_api_fill(smp_host *h)
     a->remove_object = api_remove_object;
     a->memory_usage = api_memory_usage;
     a->config_get = api_config_get;
+    a->config_keys = api_config_keys;
     a->now_ms = api_now_ms;
     a->wall_ms = api_wall_ms;
     a->is_leader = api_is_leader;

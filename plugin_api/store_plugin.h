@@ -37,6 +37,10 @@
  * limits (auth.limits max_revisions) let a tenant hold one more, and counts
  * the refusal in the host's metrics.
  *
+ * ABI 1.4 appends the host API member config_keys(), which lists the keys of
+ * a mapping in the plugin's config block with their lines, so a plugin can
+ * refuse a key it does not know (the host does not check the block).
+ *
  * Threading. Every callback into the plugin runs on the master's event-loop
  * thread, which owns all metadata; callbacks must not block and must not call
  * back into a host service that the function's comment says is not re-entrant
@@ -70,7 +74,7 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 
 #define SMP_ABI_MAJOR 1
-#define SMP_ABI_MINOR 3
+#define SMP_ABI_MINOR 4
 
 /* The ABI tag pins what C cannot check across a dlopen: pointer width and byte
  * order. It is 'S' 'M' <pointer bytes> <1 little endian | 2 big endian>. */
@@ -640,6 +644,19 @@ typedef struct smp_host_api {
                               const char *tenant,
                               uint64_t live,
                               uint64_t *limit);
+
+    /* ABI 1.4: call visit(arg, key, line) for each key of the mapping at the
+     * dotted path of the plugin's own block ("" for the block itself), in
+     * file order; line is the key's 1-based line in the config file. Stops
+     * at the first non-zero return and returns it. SMP_OK (also for a block
+     * left out: it is empty), SMP_ENOTFOUND when path names nothing,
+     * SMP_EINVAL when it names something other than a mapping or for a
+     * scope other than SMP_CONFIG_PLUGIN. Read-only. */
+    int (*config_keys)(smp_host *h,
+                       smp_config_scope scope,
+                       const char *path,
+                       int (*visit)(void *arg, const char *key, uint32_t line),
+                       void *arg);
 } smp_host_api;
 
 /* True when the host's table is large enough to contain `member`. */

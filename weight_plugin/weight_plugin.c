@@ -149,6 +149,7 @@ static int wm_init(smp_host *h, const smp_host_api *api, void **out)
     if (p == NULL) return SMP_ENOMEM;
     p->host = h;
     p->api = api;
+    if ((rc = wm_config_check(h, api)) < 0) goto free_plugin;
     if ((rc = wm_store_create(&p->store)) < 0) goto free_plugin;
     for (size_t i = 0; i < sizeof(wm_types) / sizeof(wm_types[0]); i++) {
 #ifdef WM_TEST_NO_LINEAGE

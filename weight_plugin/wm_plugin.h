@@ -272,6 +272,11 @@ int wm_reclaim_tick(wm_plugin *p, const smp_tick_budget *budget);
  * dflt when it is absent, negative or not an integer. */
 uint64_t wm_plugin_u64(wm_plugin *p, const char *key, uint64_t dflt);
 
+/* Check the plugin's config block (wm_config.c): every key known, every
+ * value an integer in its range. SMP_OK, or SMP_EINVAL after logging the
+ * first offending key with its line. */
+int wm_config_check(smp_host *h, const smp_host_api *api);
+
 /* The plugin key import_ttl_ms (0: imports never expire). */
 uint64_t wm_import_ttl_ms(wm_plugin *p);
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test_check.sh -- `store_master --check` on the embedded config reports what
-# weight_mgmt.so negotiated, and a bad config makes it fail naming the key.
+# weight_mgmt.so negotiated, and a bad config (the master's keys or
+# weight_mgmt's own block) makes it fail naming the key.
 set -uo pipefail
 : "${BUILD_DIR:?}" "${SOURCE_DIR:?}"
 bin="$BUILD_DIR/bin/store_master"
@@ -65,6 +66,25 @@ out=$("$bin" --config "$tmp/major.yaml" --check 2>&1); rc=$?
 printf 'plugins:\n  - path: "%s/nope.so"\n' "$tmp" >"$tmp/missing.yaml"
 out=$("$bin" --config "$tmp/missing.yaml" --check 2>&1); rc=$?
 [ $rc -ne 0 ] && grep -qF "nope.so: cannot load" <<<"$out" && ok "missing plugin refused" || bad "missing: exit $rc: $out"
+
+# weight_mgmt's own block: every key known, every value in range (the host
+# hands the block over unchecked; the plugin lists it, ABI 1.4).
+plugin_block() { printf 'plugins:\n  - path: "%s/lib/weight_mgmt.so"\n    config:\n%b' "$BUILD_DIR" "$1"; }
+plugin_block '      tick_period_ms: 50\n      import_ttl_ms: 0\n      record_retention_ms: 1000\n      repair_max_attempts: 3\n      degraded_migration_wait_ms: 500\n' >"$tmp/pk.yaml"
+out=$("$bin" --config "$tmp/pk.yaml" --check 2>&1); rc=$?
+[ $rc -eq 0 ] && ok "every weight_mgmt key accepted" || bad "known keys: exit $rc: $out"
+plugin_block '      tick_period_ms: 50\n      import_tll_ms: 5000\n' >"$tmp/pk.yaml"
+out=$("$bin" --config "$tmp/pk.yaml" --check 2>&1); rc=$?
+[ $rc -ne 0 ] && grep -qF "config key import_tll_ms (line 5): unknown; weight_mgmt reads tick_period_ms, import_ttl_ms" <<<"$out" \
+  && grep -qF "weight_mgmt.so: init failed" <<<"$out" \
+  && ok "unknown weight_mgmt key refused, named with its line" || bad "unknown plugin key: exit $rc: $out"
+for bad_value in 'tick_period_ms: 5' 'repair_max_attempts: 0' 'import_ttl_ms: "soon"' 'record_retention_ms: -1' \
+                 'degraded_migration_wait_ms: 1.5'; do
+  plugin_block "      $bad_value\n" >"$tmp/pk.yaml"
+  out=$("$bin" --config "$tmp/pk.yaml" --check 2>&1); rc=$?
+  [ $rc -ne 0 ] && grep -qF "config key ${bad_value%%:*} (line 4): " <<<"$out" && grep -qF "is not an integer in" <<<"$out" \
+    && ok "refused: $bad_value" || bad "accepted or unnamed: $bad_value: exit $rc: $out"
+done
 
 # weightctl's default master address is the one the embedded config listens on.
 tcp=$(sed -n 's/^ *tcp: *"\{0,1\}\([^" #]*\)"\{0,1\}.*/\1/p' "$SOURCE_DIR/config/embedded.yaml" | head -1)

@@ -704,6 +704,22 @@ static void test_late_failure_and_short_buffer(void **state)
 
 /* The "config:" block is kept verbatim: nested lookups by dotted key, types
  * on lookup, keys and lines of every node. */
+
+/* host_config_node_keys visitor: "key@line " appended to text; returns 7
+ * (stop) once stop_after keys were seen, when set. */
+typedef struct key_list {
+    char text[512];
+    int n, stop_after;
+} key_list;
+
+static int collect_key(void *arg, const char *key, uint32_t line)
+{
+    key_list *k = arg;
+    size_t used = strlen(k->text);
+    snprintf(k->text + used, sizeof(k->text) - used, "%s@%u ", key, (unsigned)line);
+    return k->stop_after && ++k->n >= k->stop_after ? 7 : 0;
+}
+
 static void test_plugin_block_kept(void **state)
 {
     (void)state;
@@ -754,6 +770,25 @@ static void test_plugin_block_kept(void **state)
     assert_int_equal(host_config_node_get(p->block, "reconcile", &v), SMP_ENOTFOUND);
     assert_int_equal(host_config_node_get(p->block, "tiers", &v), SMP_ENOTFOUND);
     assert_int_equal(host_config_node_get(p->block, "reconcile.nope", &v), SMP_ENOTFOUND);
+
+    /* the keys of a mapping with their lines (what config_keys lists) */
+    key_list kl = {0};
+    assert_int_equal(host_config_node_keys(p->block, "", collect_key, &kl), SMP_OK);
+    assert_string_equal(kl.text, "reconcile@5 ratio@8 strict@9 name@10 tiers@11 unknown_to_host@14 ");
+    memset(&kl, 0, sizeof(kl));
+    assert_int_equal(host_config_node_keys(p->block, "reconcile", collect_key, &kl), SMP_OK);
+    assert_string_equal(kl.text, "period_ms@6 budget@7 ");
+    memset(&kl, 0, sizeof(kl));
+    assert_int_equal(host_config_node_keys(p->block, "reconcile.budget", collect_key, &kl), SMP_OK);
+    assert_string_equal(kl.text, "members@7 ");
+    kl.stop_after = 1;
+    kl.n = 0;
+    assert_int_equal(host_config_node_keys(p->block, "", collect_key, &kl), 7); /* the visitor's stop */
+    assert_int_equal(host_config_node_keys(p->block, "nope", collect_key, &kl), SMP_ENOTFOUND);
+    assert_int_equal(host_config_node_keys(p->block, "ratio", collect_key, &kl), SMP_EINVAL);
+    assert_int_equal(host_config_node_keys(p->block, "tiers", collect_key, &kl), SMP_EINVAL);
+    assert_int_equal(host_config_node_keys(NULL, "", collect_key, &kl), SMP_OK); /* no block: empty */
+    assert_int_equal(host_config_node_keys(NULL, "x", collect_key, &kl), SMP_ENOTFOUND);
 
     /* the tree itself: keys, kinds, lines, order */
     const host_config_node *rec = p->block->items[0];
