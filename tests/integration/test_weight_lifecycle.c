@@ -497,14 +497,14 @@ static void test_cold_write_failure_retries(void **state)
 /* A master with the weight plugin and no embedded node (the test starts its
  * store_node processes), which takes a node for down after timeout_ms of
  * silence. */
-static void start_without_node(wr_fixture *f, const char *name, int timeout_ms)
+static void start_without_node(wr_fixture *f, const char *name, int timeout_ms, const char *plugin_extra)
 {
     char cfg[1024];
     assert_int_equal(hx_init(&f->m, name, NULL), 0);
     snprintf(cfg, sizeof(cfg),
              "node:\n  embedded: false\n  timeout_ms: %d\n  poll_ms: 50\n"
-             "plugins:\n  - path: \"%s/lib/weight_mgmt.so\"\n    config:\n      tick_period_ms: 50\n",
-             timeout_ms, BUILD_DIR);
+             "plugins:\n  - path: \"%s/lib/weight_mgmt.so\"\n    config:\n      tick_period_ms: 50\n%s",
+             timeout_ms, BUILD_DIR, plugin_extra ? plugin_extra : "");
     assert_int_equal(hx_reconfigure(&f->m, cfg), 0);
     assert_int_equal(hx_start(&f->m, 10000), 0);
 }
@@ -515,7 +515,7 @@ static void start_without_node(wr_fixture *f, const char *name, int timeout_ms)
 static void test_killed_node_degrades_then_recovers(void **state)
 {
     wr_fixture *f = *state;
-    start_without_node(f, "wl-node", 600);
+    start_without_node(f, "wl-node", 600, NULL);
     hx_node a, b;
     assert_int_equal(hx_node_start(&f->m, &a, "node-a", 16u << 20), 0);
     assert_int_equal(hx_node_start(&f->m, &b, "node-b", 16u << 20), 0);
@@ -562,15 +562,8 @@ static void test_killed_node_degrades_then_recovers(void **state)
 static void test_migration_of_a_revision_that_lost_its_memory_fails(void **state)
 {
     wr_fixture *f = *state;
-    char cfg[1024], seg[700];
-    assert_int_equal(hx_init(&f->m, "wl-lostmig", NULL), 0);
-    snprintf(cfg, sizeof(cfg),
-             "node:\n  embedded: false\n  timeout_ms: 600\n  poll_ms: 50\n"
-             "plugins:\n  - path: \"%s/lib/weight_mgmt.so\"\n    config:\n      tick_period_ms: 50\n"
-             "      degraded_migration_wait_ms: 500\n",
-             BUILD_DIR);
-    assert_int_equal(hx_reconfigure(&f->m, cfg), 0);
-    assert_int_equal(hx_start(&f->m, 10000), 0);
+    char seg[700];
+    start_without_node(f, "wl-lostmig", 600, "      degraded_migration_wait_ms: 500\n");
     hx_node a;
     assert_int_equal(hx_node_start(&f->m, &a, "node-a", 16u << 20), 0);
     assert_int_equal(hx_wait_nodes(&f->m, 1, 10000), 0);
@@ -689,7 +682,7 @@ static void test_restart_waits_for_the_nodes(void **state)
 {
     wr_fixture *f = *state;
     hx_node a;
-    start_without_node(f, "wl-settle", 2000);
+    start_without_node(f, "wl-settle", 2000, NULL);
     assert_int_equal(hx_node_start(&f->m, &a, "node-a", 16u << 20), 0);
     assert_int_equal(hx_wait_nodes(&f->m, 1, 10000), 0);
     wr_connect(f);
