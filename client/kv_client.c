@@ -144,6 +144,7 @@ static void copy_replica(kvc_replica *r, const ReplicaLocation *l)
     copy_str(r->local_socket, sizeof(r->local_socket), l->local_socket);
     r->ticket_len = l->ticket.len <= sizeof(r->ticket) ? l->ticket.len : 0;
     if (r->ticket_len) memcpy(r->ticket, l->ticket.data, r->ticket_len);
+    r->data_tls = l->data_tls;
 }
 
 int kvc_put_start(kvc *c, const char *key, uint64_t size, smp_data_type type, const char *group,
@@ -397,14 +398,14 @@ static seg_map *local_map(kvc *c, const kvc_replica *r)
 }
 
 /* The cached connection to a node's data server. */
-static ndc_conn *node_conn(kvc *c, const char *addr)
+static ndc_conn *node_conn(kvc *c, const char *addr, int tls)
 {
     char err[256];
     for (int i = 0; i < KVC_NODES; i++)
         if (c->nodes[i].conn && strcmp(c->nodes[i].addr, addr) == 0) return c->nodes[i].conn;
     for (int i = 0; i < KVC_NODES; i++) {
         if (c->nodes[i].conn) continue;
-        ndc_options o = {.timeout_ms = 30000, .socket_buffer_bytes = 4 << 20};
+        ndc_options o = {.timeout_ms = 30000, .socket_buffer_bytes = 4 << 20, .tls = tls};
         if (ndc_connect(addr, &o, &c->nodes[i].conn, err, sizeof(err)) < 0) {
             snprintf(c->err, sizeof(c->err), "node %s: %s", addr, err);
             return NULL;
@@ -438,7 +439,7 @@ static int move_range(kvc *c, const kvc_replica *r, void *buf, uint64_t len, int
                      "authentication on)", r->segment, r->node);
         return SMP_ENOTFOUND;
     }
-    ndc_conn *n = node_conn(c, r->data_addr);
+    ndc_conn *n = node_conn(c, r->data_addr, r->data_tls);
     if (n == NULL) return SMP_EIO;
     int rc = write ? ndc_write(n, r->segment, r->offset, len, buf, r->ticket, r->ticket_len)
                    : ndc_read(n, r->segment, r->offset, len, buf, r->ticket, r->ticket_len);
@@ -482,7 +483,7 @@ static int read_cold(kvc *c, const kvc_replica *r, void *buf, uint64_t len)
         snprintf(c->err, sizeof(c->err), "node %s has no data server address", r->node);
         return SMP_EAGAIN;
     }
-    ndc_conn *n = node_conn(c, r->data_addr);
+    ndc_conn *n = node_conn(c, r->data_addr, r->data_tls);
     if (n == NULL) return SMP_EIO;
     const char *slash = strrchr(r->path, '/'); /* the node wants the bare name */
     int rc = ndc_read_cold(n, slash != NULL ? slash + 1 : r->path, 0, len, buf, r->ticket,

@@ -36,6 +36,7 @@ typedef struct kvc_replica {
     char local_socket[108];  /* memory: the dedicated node's socket handing out the segment */
     uint8_t ticket[NDW_TICKET_MAX]; /* put start: the write ticket; get: the read ticket */
     size_t ticket_len;
+    int data_tls;            /* the node's data server speaks TLS only (the master says) */
 } kvc_replica;
 
 typedef struct kvc_object {

@@ -5,7 +5,9 @@
  * SIGPIPE. A read receives the payload straight into the caller's buffer; a
  * write sends the header, waits for the node's CONTINUE, then sends the
  * caller's buffer as is. A connection is "broken" once its byte stream can no
- * longer be trusted; from then on every call returns the code that broke it. */
+ * longer be trusted; from then on every call returns the code that broke it.
+ * With TLS the same loops go through SSL_write / SSL_read on the blocking
+ * socket (a socket timeout surfaces as SSL_ERROR_WANT_*: timed out). */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -18,14 +20,20 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 
 #include "node_data_client.h"
 #include "node_data_wire.h"
+#include "wc_tls.h"
 #include "wm_errbuf.h"
 
 struct ndc_conn {
     int fd;
+    SSL *ssl;     /* the TLS session, or NULL (plain) */
     int broken;   /* 0, or the code that broke the stream */
     char err[NDW_MESSAGE_MAX + 128];
 };
@@ -140,6 +148,33 @@ int ndc_connect(const char *endpoint,
         return SMP_ENOMEM;
     }
     c->fd = fd;
+    if (opt != NULL && opt->tls) {
+        struct timespec ts;
+        int64_t deadline = -1;
+        SSL_CTX *ctx = opt->tls_ctx;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        if (timeout > 0)
+            deadline = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + timeout;
+        if (ctx == NULL) {
+            rc = wc_tls_env_ctx(&ctx, err, errlen);
+            if (rc == SMP_OK && ctx == NULL) {
+                wm_errbuf(err, errlen, "node data: %s speaks TLS only: the client needs the CA "
+                          "that signed its certificate (WM_TLS_CA, weightctl --tls-ca)", endpoint);
+                rc = SMP_EINVAL;
+            }
+        } else {
+            SSL_CTX_up_ref(ctx);
+        }
+        if (rc == SMP_OK)
+            rc = wc_tls_connect(ctx, fd, endpoint, deadline, "node", &c->ssl, err, errlen);
+        SSL_CTX_free(ctx); /* the session holds its own reference */
+        if (rc < 0) {
+            ndc_close(c);
+            return rc;
+        }
+        /* whole records per recv, not a header and a body each */
+        SSL_set_read_ahead(c->ssl, 1);
+    }
     *out = c;
     return SMP_OK;
 }
@@ -148,6 +183,8 @@ void ndc_close(ndc_conn *c)
 {
     if (c == NULL)
         return;
+    if (c->ssl != NULL)
+        SSL_free(c->ssl);
     close(c->fd);
     free(c);
 }
@@ -157,13 +194,44 @@ const char *ndc_last_error(const ndc_conn *c)
     return c != NULL ? c->err : "";
 }
 
+/* SSL_write (out) or SSL_read of up to len bytes as send(2) / recv(2)
+ * would answer: bytes moved, 0 when the node ended the stream, -1 with errno
+ * (EAGAIN: the socket timeout passed; EPROTO: a TLS failure). */
+static ssize_t tls_io(ndc_conn *c, void *buf, size_t len, int out)
+{
+    int want = len > INT32_MAX ? INT32_MAX : (int)len, e;
+    int n;
+    errno = 0;
+    n = out ? SSL_write(c->ssl, buf, want) : SSL_read(c->ssl, buf, want);
+    if (n > 0)
+        return n;
+    e = SSL_get_error(c->ssl, n);
+    ERR_clear_error();
+    if (e == SSL_ERROR_ZERO_RETURN)
+        return 0;
+    if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+        errno = EAGAIN;
+        return -1;
+    }
+    if (e == SSL_ERROR_SYSCALL) {
+        if (errno == 0 && !out)
+            return 0; /* closed without close_notify */
+        if (errno == 0)
+            errno = EPIPE;
+        return -1;
+    }
+    errno = EPROTO;
+    return -1;
+}
+
 /* Send all of buf. SMP_OK, or breaks the connection: SMP_EAGAIN (timed
  * out), SMP_EIO. */
 static int send_all(ndc_conn *c, const void *buf, size_t len)
 {
     const uint8_t *p = buf;
     while (len > 0) {
-        ssize_t n = send(c->fd, p, len, MSG_NOSIGNAL);
+        ssize_t n = c->ssl != NULL ? tls_io(c, (void *)p, len, 1)
+                                   : send(c->fd, p, len, MSG_NOSIGNAL);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -182,7 +250,7 @@ static int recv_all(ndc_conn *c, void *buf, size_t len)
 {
     uint8_t *p = buf;
     while (len > 0) {
-        ssize_t n = recv(c->fd, p, len, MSG_WAITALL);
+        ssize_t n = c->ssl != NULL ? tls_io(c, p, len, 0) : recv(c->fd, p, len, MSG_WAITALL);
         if (n < 0) {
             if (errno == EINTR)
                 continue;

@@ -8,6 +8,13 @@
  * TCP_NODELAY and (optionally) large socket buffers; no event loop. A
  * connection is used by one thread at a time.
  *
+ * With ndc_options.tls the connection is TLS 1.3 (wc_tls.h): the node's
+ * certificate must chain to the context's CA and name the endpoint's host,
+ * else ndc_connect fails with SMP_EPROTO naming why; without a CA to trust
+ * (no tls_ctx, no WM_TLS_CA) it fails with SMP_EINVAL saying so. A node whose data port
+ * speaks TLS answers a plaintext client with one plaintext refusal
+ * (SMP_EPROTO, "... speaks TLS ...") and closes that connection.
+ *
  * Every call returns SMP_OK, the node's refusal (its negative SMP_E* status,
  * e.g. SMP_EINVAL for a forged or missing ticket, SMP_ESTATE for an expired
  * one, SMP_EEXIST for a used write ticket, SMP_ERANGE, SMP_ENOTFOUND), or a transport error (SMP_EIO: connection lost;
@@ -28,11 +35,17 @@ typedef struct ndc_conn ndc_conn;
 typedef struct ndc_options {
     int timeout_ms;            /* per connect and per socket wait; <= 0: forever */
     int socket_buffer_bytes;   /* SO_SNDBUF / SO_RCVBUF; 0: kernel (autotuned) */
+    int tls;                   /* TLS 1.3 (the master says the node's data port
+                                  speaks only TLS): with tls_ctx, else with the CA of
+                                  the environment (WM_TLS_CA / WM_TLS_CERT / _KEY) */
+    struct ssl_ctx_st *tls_ctx;/* the client context for tls (borrowed for the
+                                  connect; the session keeps a reference); NULL: env */
 } ndc_options;
 
 /* Connect to "host:port" (numeric or resolvable host). opt may be NULL. On
- * failure returns SMP_EINVAL (bad endpoint), SMP_EIO, SMP_EAGAIN or
- * SMP_ENOMEM with the cause in err (may be NULL). */
+ * failure returns SMP_EINVAL (bad endpoint), SMP_EIO, SMP_EAGAIN,
+ * SMP_EPROTO (TLS handshake refused) or SMP_ENOMEM with the cause in err
+ * (may be NULL). */
 int ndc_connect(const char *endpoint,
                 const ndc_options *opt,
                 ndc_conn **out,

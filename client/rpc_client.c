@@ -43,6 +43,7 @@
 #include "master_list.h"
 #include "rpc_client.h"
 #include "rpc_envelope.h"
+#include "wc_tls.h"
 #include "wm_errbuf.h"
 
 #define RPCC_READ_CHUNK (64u * 1024u)
@@ -278,140 +279,6 @@ static void sleep_until(int64_t until)
     }
 }
 
-/* -- TLS ------------------------------------------------------------------------ */
-
-/* The last OpenSSL error, as a short text (the queue is cleared). */
-static void tls_why(char *out, size_t cap)
-{
-    unsigned long e = ERR_get_error();
-    out[0] = '\0';
-    if (e != 0)
-        ERR_error_string_n(e, out, cap);
-    ERR_clear_error();
-}
-
-/* A client context from the options, or from WM_TLS_CA / WM_TLS_CERT /
- * WM_TLS_KEY when the options name no CA. *out stays NULL when neither asks
- * for TLS. SMP_EINVAL names the file and the cause. */
-static int tls_client_ctx(const rpcc_options *opt, SSL_CTX **out, char *err, size_t errlen)
-{
-    const char *ca = opt != NULL ? opt->tls_ca : NULL;
-    const char *cert = opt != NULL ? opt->tls_cert : NULL;
-    const char *key = opt != NULL ? opt->tls_key : NULL;
-    char why[256];
-    SSL_CTX *ctx;
-    *out = NULL;
-    if (ca == NULL || ca[0] == '\0') {
-        ca = getenv("WM_TLS_CA");
-        cert = getenv("WM_TLS_CERT");
-        key = getenv("WM_TLS_KEY");
-    }
-    if (ca == NULL || ca[0] == '\0') {
-        if ((cert && cert[0]) || (key && key[0])) {
-            wm_errbuf(err, errlen, "TLS: a client certificate needs the CA of the master (--tls-ca "
-                      "or WM_TLS_CA)");
-            return SMP_EINVAL;
-        }
-        return SMP_OK;
-    }
-    if ((cert && cert[0]) != (key && key[0])) {
-        wm_errbuf(err, errlen, "TLS: the client certificate and its key come together");
-        return SMP_EINVAL;
-    }
-    ERR_clear_error();
-    if ((ctx = SSL_CTX_new(TLS_client_method())) == NULL ||
-        SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION) != 1) {
-        SSL_CTX_free(ctx);
-        wm_errbuf(err, errlen, "TLS: cannot create a TLS 1.3 context");
-        return SMP_EIO;
-    }
-    if (SSL_CTX_load_verify_locations(ctx, ca, NULL) != 1) {
-        tls_why(why, sizeof(why));
-        wm_errbuf(err, errlen, "TLS CA %s: %s", ca, why);
-        SSL_CTX_free(ctx);
-        return SMP_EINVAL;
-    }
-    if (cert && cert[0] &&
-        (SSL_CTX_use_certificate_chain_file(ctx, cert) != 1 ||
-         SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1 ||
-         SSL_CTX_check_private_key(ctx) != 1)) {
-        tls_why(why, sizeof(why));
-        wm_errbuf(err, errlen, "TLS client certificate %s / key %s: %s", cert, key, why);
-        SSL_CTX_free(ctx);
-        return SMP_EINVAL;
-    }
-    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
-    *out = ctx;
-    return SMP_OK;
-}
-
-/* The host part of a TCP endpoint "host:port" / "[v6]:port" into host. */
-static void endpoint_host(const char *ep, char *host, size_t cap)
-{
-    const char *colon = strrchr(ep, ':');
-    size_t n = colon != NULL ? (size_t)(colon - ep) : strlen(ep);
-    if (ep[0] == '[' && n >= 2 && ep[n - 1] == ']') {
-        ep++;
-        n -= 2;
-    }
-    if (n >= cap) n = cap - 1;
-    memcpy(host, ep, n);
-    host[n] = '\0';
-}
-
-/* Handshake on fd with the master at ep (its certificate must chain to the
- * CA and name the endpoint's host or IP address) by deadline. *out is the
- * session. SMP_EPROTO (refused: untrusted, wrong name, not TLS, no client
- * certificate...), SMP_EAGAIN, SMP_ENOMEM, with the cause in err. */
-static int tls_handshake(SSL_CTX *ctx, int fd, const char *ep, int64_t deadline, SSL **out,
-                         char *err, size_t errlen)
-{
-    char host[256], why[256];
-    SSL *ssl = SSL_new(ctx);
-    struct in6_addr a6;
-    struct in_addr a4;
-    if (ssl == NULL) {
-        wm_errbuf(err, errlen, "TLS: out of memory");
-        return SMP_ENOMEM;
-    }
-    endpoint_host(ep, host, sizeof(host));
-    if (inet_pton(AF_INET, host, &a4) == 1 || inet_pton(AF_INET6, host, &a6) == 1) {
-        X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), host);
-    } else {
-        SSL_set_tlsext_host_name(ssl, host);
-        SSL_set1_host(ssl, host);
-    }
-    SSL_set_fd(ssl, fd);
-    ERR_clear_error();
-    for (;;) {
-        int r = SSL_connect(ssl);
-        if (r == 1) {
-            *out = ssl;
-            return SMP_OK;
-        }
-        int e = SSL_get_error(ssl, r);
-        if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
-            int w = wait_fd(fd, e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline);
-            if (w > 0) continue;
-            SSL_free(ssl);
-            wm_errbuf(err, errlen, "TLS handshake with %s: %s", ep,
-                      w == 0 ? "timed out" : strerror(-w));
-            return w == 0 ? SMP_EAGAIN : SMP_EIO;
-        }
-        long vr = SSL_get_verify_result(ssl);
-        tls_why(why, sizeof(why));
-        if (vr != X509_V_OK)
-            wm_errbuf(err, errlen, "TLS handshake with %s refused: the master's certificate is not "
-                      "trusted (%s)", ep, X509_verify_cert_error_string(vr));
-        else
-            wm_errbuf(err, errlen, "TLS handshake with %s refused: %s", ep,
-                      why[0] ? why : "the master closed the connection (not a TLS port, or it "
-                                     "wants a client certificate)");
-        SSL_free(ssl);
-        return SMP_EPROTO;
-    }
-}
-
 /* send(2) / recv(2) on the stream, through its TLS session if any: bytes
  * moved, 0 at the end of the stream (recv), or -1 with errno (EAGAIN: wait
  * for c->want, then try again). */
@@ -487,7 +354,7 @@ static int list_connect(rpcc_conn *c, int64_t deadline, char *err, size_t errlen
             one[0] = '\0';
             rc = connect_endpoint(ep, limit, &fd, one, sizeof(one));
             if (rc == SMP_OK && c->tls != NULL && strncmp(ep, "unix:", 5) != 0 && ep[0] != '/' &&
-                (rc = tls_handshake(c->tls, fd, ep, limit, &c->ssl, one, sizeof(one))) < 0) {
+                (rc = wc_tls_connect(c->tls, fd, ep, limit, "master", &c->ssl, one, sizeof(one))) < 0) {
                 close(fd);
                 fd = -1;
             }
@@ -550,7 +417,8 @@ int rpcc_connect(const char *endpoint,
     c->max_frame = opt != NULL && opt->max_frame_bytes ? opt->max_frame_bytes
                                                        : RPCC_DEFAULT_MAX_FRAME_BYTES;
     c->next_id = 1;
-    if ((rc = tls_client_ctx(opt, &c->tls, err, errlen)) < 0)
+    if ((rc = wc_tls_client_ctx(opt != NULL ? opt->tls_ca : NULL, opt != NULL ? opt->tls_cert : NULL,
+                                 opt != NULL ? opt->tls_key : NULL, &c->tls, err, errlen)) < 0)
         goto free_conn;
     {
         const char *tok = opt != NULL && opt->token != NULL ? opt->token : getenv("WEIGHT_TOKEN");

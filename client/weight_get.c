@@ -166,11 +166,13 @@ typedef struct job {
     uint64_t base;               /* offset of the object in the segment / file */
     char segment[64];            /* SRC_REMOTE */
     char data_addr[128];         /* SRC_REMOTE, SRC_COLD */
+    int data_tls;                /* its data server speaks TLS only */
     char cold_name[512];         /* SRC_COLD: the file, served by its node */
     /* A complete cold replica to read instead when the memory one fails a
      * read or a chunk's checksum ("" when there is none, or once used). */
     char alt_cold_name[512];
     char alt_data_addr[128];
+    int alt_data_tls;
     uint8_t *ticket;             /* the source's READ ticket (SRC_REMOTE, SRC_COLD), malloc'd */
     size_t ticket_len;
     uint8_t *alt_ticket;         /* the cold fallback's */
@@ -323,13 +325,13 @@ typedef struct worker {
     struct { char addr[128]; ndc_conn *c; } nodes[4];
 } worker;
 
-static ndc_conn *worker_node(worker *wk, const char *addr, char *err, size_t errlen)
+static ndc_conn *worker_node(worker *wk, const char *addr, int tls, char *err, size_t errlen)
 {
     for (int i = 0; i < 4; i++)
         if (wk->nodes[i].c && strcmp(wk->nodes[i].addr, addr) == 0) return wk->nodes[i].c;
     for (int i = 0; i < 4; i++) {
         if (wk->nodes[i].c) continue;
-        ndc_options o = {.timeout_ms = 60000, .socket_buffer_bytes = 4 << 20};
+        ndc_options o = {.timeout_ms = 60000, .socket_buffer_bytes = 4 << 20, .tls = tls};
         if (ndc_connect(addr, &o, &wk->nodes[i].c, err, errlen) < 0) return NULL;
         snprintf(wk->nodes[i].addr, sizeof wk->nodes[i].addr, "%s", addr);
         return wk->nodes[i].c;
@@ -357,7 +359,7 @@ static const uint8_t *fetch(worker *wk, const job *j, uint64_t ws, uint64_t we, 
         wk->window = nw;
         wk->window_cap = we - ws;
     }
-    ndc_conn *c = worker_node(wk, j->data_addr, cause, sizeof cause);
+    ndc_conn *c = worker_node(wk, j->data_addr, j->data_tls, cause, sizeof cause);
     if (c == NULL) {
         *rc = WEIGHT_EIO;
         snprintf(err, errlen, "%s: node %s: %s", key, j->data_addr, cause);
@@ -384,6 +386,7 @@ static int use_cold_instead(job *j)
     j->base = 0;
     snprintf(j->cold_name, sizeof j->cold_name, "%s", j->alt_cold_name);
     snprintf(j->data_addr, sizeof j->data_addr, "%s", j->alt_data_addr);
+    j->data_tls = j->alt_data_tls;
     j->alt_cold_name[0] = '\0';
     free(j->ticket);
     j->ticket = j->alt_ticket;
@@ -612,11 +615,13 @@ static int build_jobs(weight_store *s, xfer *x, size_t **op_order)
                 return wc_fail(s, WEIGHT_ENOMEM, "out of memory");
             snprintf(j->segment, sizeof j->segment, "%s", remote->segment);
             snprintf(j->data_addr, sizeof j->data_addr, "%s", remote->data_addr);
+            j->data_tls = remote->data_tls;
         } else if (j->kind == 0 && cold != NULL && s->transport != 1) {
             j->kind = SRC_COLD;
             j->base = 0;
             snprintf(j->cold_name, sizeof j->cold_name, "%s", cold->path);
             snprintf(j->data_addr, sizeof j->data_addr, "%s", cold->data_addr);
+            j->data_tls = cold->data_tls;
             if (copy_ticket(cold, &j->ticket, &j->ticket_len) < 0)
                 return wc_fail(s, WEIGHT_ENOMEM, "out of memory");
         }
@@ -626,6 +631,7 @@ static int build_jobs(weight_store *s, xfer *x, size_t **op_order)
         if (j->kind != SRC_COLD && cold != NULL && s->transport != 1) {
             snprintf(j->alt_cold_name, sizeof j->alt_cold_name, "%s", cold->path);
             snprintf(j->alt_data_addr, sizeof j->alt_data_addr, "%s", cold->data_addr);
+            j->alt_data_tls = cold->data_tls;
             if (copy_ticket(cold, &j->alt_ticket, &j->alt_ticket_len) < 0)
                 return wc_fail(s, WEIGHT_ENOMEM, "out of memory");
         }

@@ -424,14 +424,14 @@ typedef struct wslot {
     pthread_t thread;
 } wslot;
 
-static ndc_conn *slot_node(wslot *sl, const char *addr)
+static ndc_conn *slot_node(wslot *sl, const char *addr, int tls)
 {
     char err[256];
     for (int i = 0; i < 4; i++)
         if (sl->nodes[i].c && strcmp(sl->nodes[i].addr, addr) == 0) return sl->nodes[i].c;
     for (int i = 0; i < 4; i++) {
         if (sl->nodes[i].c) continue;
-        ndc_options o = {.timeout_ms = 60000, .socket_buffer_bytes = 4 << 20};
+        ndc_options o = {.timeout_ms = 60000, .socket_buffer_bytes = 4 << 20, .tls = tls};
         if (ndc_connect(addr, &o, &sl->nodes[i].c, err, sizeof err) < 0) {
             snprintf(sl->err, sizeof sl->err, "node %s: %s", addr, err);
             return NULL;
@@ -551,7 +551,7 @@ static int remote_next(void *ctx, const void **data, size_t *len)
 static void fill_remote(wslot *sl, const wc_object *o)
 {
     remote_src r = {sl, {sl, sl->first, 0}, NULL, NULL, 0};
-    ndc_conn *nc = slot_node(sl, sl->where.data_addr);
+    ndc_conn *nc = slot_node(sl, sl->where.data_addr, sl->where.data_tls);
     if (nc == NULL) {
         sl->rc = WEIGHT_EIO;
         return;

@@ -75,8 +75,9 @@ void wctl_usage(FILE *out)
             "(default $WEIGHT_TOKEN; the token decides the tenant unless --tenant names\n"
             "one). --bytes: raw byte counts instead of KiB, MiB, ...; --progress auto (a\n"
             "bar on a terminal, else none), plain (one line per 5 %%) or none. --tls-ca: TLS\n"
-            "1.3 to a TCP master whose certificate chains to FILE (or $WM_TLS_CA); --tls-cert\n"
-            "and --tls-key: a client certificate ($WM_TLS_CERT, $WM_TLS_KEY). --version.\n"
+            "1.3 to a TCP master, and to node data ports that speak TLS, whose certificates\n"
+            "chain to FILE (or $WM_TLS_CA); --tls-cert and --tls-key: a client certificate\n"
+            "($WM_TLS_CERT, $WM_TLS_KEY). --version.\n"
             "weightctl COMMAND --help: that command, with examples.\n",
             WEIGHTCTL_DEFAULT_MASTER);
 }

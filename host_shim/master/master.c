@@ -309,6 +309,13 @@ static int start_embedded_node(master *m, char *err, size_t errlen)
             o.tls_key = m->cfg->tls_key;
         }
     }
+    /* With tls.cert the embedded node's data port speaks TLS with the same
+     * certificate: remote readers are held to the control port's standard. */
+    if (m->cfg->tls_cert[0] != '\0') {
+        o.data_tls_cert = m->cfg->tls_cert;
+        o.data_tls_key = m->cfg->tls_key;
+        o.data_tls_key_prefix = "tls.";
+    }
     return node_runtime_start(&o, &m->embedded_node, err, errlen);
 }
 

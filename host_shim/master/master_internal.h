@@ -391,6 +391,8 @@ size_t master_nodes_closed_to(const master *m, const char *tenant);
 struct ReplicaLocation;
 void master_node_locate(const master *m, const char *id, const char *tenant, int auth_enabled,
                         struct ReplicaLocation *loc);
+/* Whether node id's data server speaks TLS only (it said so at registration). */
+int master_node_data_tls(const master *m, const char *id);
 size_t master_nodes_up(const master *m);
 /* Queue a task (TaskKind of node_rpc.proto) for a node; cb runs when it
  * reports back. SMP_EAGAIN when the node is not up. */

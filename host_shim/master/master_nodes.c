@@ -64,6 +64,7 @@ struct master_node {
     char *local_socket;          /* dedicated: where the node hands out its segment */
     ticket_secret secret;
     uint32_t key_id;             /* the id of secret, named in every ticket */
+    int data_tls;                /* its data server speaks TLS only */
     int up;
     uint64_t last_seen_ms;
     smp_rpc_call *poll;          /* a deferred poll, or NULL */
@@ -91,6 +92,12 @@ const char *master_node_data_addr(const master *m, const char *id)
 {
     const master_node *n = master_node_find(m, id);
     return n && n->data_addr ? n->data_addr : "";
+}
+
+int master_node_data_tls(const master *m, const char *id)
+{
+    const master_node *n = master_node_find(m, id);
+    return n != NULL && n->data_tls;
 }
 
 int master_node_place_ok(void *ctx, const char *node, const char *tenant)
@@ -625,6 +632,7 @@ static int h_register(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t
     }
     ticket_secret_set(&n->secret, req->ticket_secret.data, req->ticket_secret.len);
     n->key_id = req->ticket_key_id ? req->ticket_key_id : 1;
+    n->data_tls = req->data_tls;
     n->up = 0; /* up once the segment is durable and reconciled */
     register_ctx *r = calloc(1, sizeof(*r));
     if (r == NULL) {

@@ -175,6 +175,7 @@ static int h_put_start(void *ctx, smp_rpc_call *call, const uint8_t *body, size_
         loc.status = OBJ_REPLICA_PENDING;
         loc.data_addr = (char *)master_node_data_addr(m, t.node);
         master_node_locate(m, t.node, p.tenant, m->cfg->auth_enabled, &loc);
+        loc.data_tls = master_node_data_tls(m, t.node);
         loc.ticket.data = ticket;
         loc.ticket.len = ticket_len;
         PutStartResponse resp = PUT_START_RESPONSE__INIT;
@@ -389,6 +390,7 @@ static int h_get_replicas(void *ctx, smp_rpc_call *call, const uint8_t *body, si
         /* Both kinds are read through the node's data server (a cold one with
          * READ_COLD); only a memory replica has a segment file to map. */
         locs[k].data_addr = (char *)master_node_data_addr(m, reps[i].node);
+        locs[k].data_tls = master_node_data_tls(m, reps[i].node);
         if (reps[i].kind == SMP_REPLICA_MEMORY)
             master_node_locate(m, reps[i].node, obj_object_tenant(m->objs, req->key),
                                m->cfg->auth_enabled, &locs[k]);

@@ -5,7 +5,10 @@
  * tasks (node_runtime.c); --master takes one master or the list of an HA
  * cluster's masters. Reads and writes need the master's tickets; reads
  * without one are served only with --no-read-tickets, which is refused
- * unless --allow-insecure is given as well. SIGHUP rotates the ticket key
+ * unless --allow-insecure is given as well. --data-tls-cert and
+ * --data-tls-key make the data port speak TLS 1.3 only (the master tells
+ * clients so); bad files stop the node at start, naming the flag and the
+ * cause. SIGHUP rotates the ticket key
  * (refused, and logged, while the previous key may still sign live
  * tickets). --tenant dedicates the node to one tenant: the master places
  * only that tenant's objects on it, and the node hands its segment to that
@@ -31,7 +34,7 @@ static void usage(FILE *out)
             "usage: store_node --master ADDR --id ID --segment-dir DIR --segment-bytes N\n"
             "                  --cold-dir DIR [--listen HOST:PORT] [--advertise HOST]\n"
             "                  [--verify-from-device] [--no-read-tickets --allow-insecure]\n"
-            "                  [--token-file FILE]\n"
+            "                  [--token-file FILE] [--data-tls-cert FILE --data-tls-key FILE]\n"
             "                  [--tenant NAME --local-socket PATH --local-peer uid:N|gid:N ...]\n"
             "  ADDR is the master's RPC endpoint (host:port or a Unix socket path), or\n"
             "  the masters of an HA cluster as a list a,b,c: the node registers with\n"
@@ -46,7 +49,9 @@ static void usage(FILE *out)
             "  objects here, and the node hands its segment (zero-copy) over the Unix\n"
             "  socket PATH to processes whose uid or gid a --local-peer names; everyone\n"
             "  else reads through the data port with tickets. Without --tenant the node\n"
-            "  is shared: with auth on, clients always read it through the data port\n");
+            "  is shared: with auth on, clients always read it through the data port\n"
+            "  --data-tls-cert/--data-tls-key: TLS 1.3 only on the data port, with this\n"
+            "  PEM certificate (naming the advertised host) and its key\n");
 }
 
 int main(int argc, char **argv)
@@ -66,6 +71,8 @@ int main(int argc, char **argv)
         {"tenant", required_argument, NULL, 'T'},
         {"local-socket", required_argument, NULL, 'S'},
         {"local-peer", required_argument, NULL, 'P'},
+        {"data-tls-cert", required_argument, NULL, 'C'},
+        {"data-tls-key", required_argument, NULL, 'K'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -116,6 +123,8 @@ int main(int argc, char **argv)
             }
             o.local_peers = &peers;
             break;
+        case 'C': o.data_tls_cert = optarg; break;
+        case 'K': o.data_tls_key = optarg; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -159,8 +168,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "store_node: %s\n", err);
         return 1;
     }
-    fprintf(stderr, "store_node %s: data port %d, master %s\n", o.node_id,
-            node_runtime_data_port(n), o.master);
+    fprintf(stderr, "store_node %s: data port %d%s, master %s\n", o.node_id,
+            node_runtime_data_port(n), o.data_tls_cert ? " (TLS)" : "", o.master);
     if (o.tenant != NULL)
         fprintf(stderr, "store_node %s: dedicated to tenant %s; segment handed to %zu uid(s) and "
                 "%zu gid(s) on %s\n", o.node_id, o.tenant, peers.n_uids, peers.n_gids,

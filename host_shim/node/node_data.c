@@ -20,7 +20,19 @@
  * sends it and queues the next. A transfer is always in exactly one of two
  * places -- a work item or a chunk write -- and the connection's close
  * frees it, unless a work item is still out: then the work's completion
- * does (the work touches only the transfer, never the connection). */
+ * does (the work touches only the transfer, never the connection).
+ *
+ * TLS (data_server_options.tls): a connection is an OpenSSL session driven
+ * through memory BIOs (rpc_tls.h). libuv reads ciphertext into the
+ * connection's buffer; the session decrypts it straight into the buffer the
+ * state machine would have handed libuv (header, variable part, or the
+ * segment at the write position), so the states are the same. Every byte
+ * sent is sealed first: a response header with the first chunk of a read
+ * (TLS_OUT_CHUNK), then the next chunk once the previous one was written --
+ * one chunk's ciphertext per connection at a time, never the whole range.
+ * The first byte a client sends decides: not a TLS handshake record (0x16)
+ * is a plaintext client, answered with one plaintext refusal frame naming
+ * the cause, then closed; the server keeps serving. */
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -31,16 +43,20 @@
 #include <unistd.h>
 
 #include <openssl/crypto.h>
+#include <openssl/err.h>
 
 #include "host_uthash.h"
 #include "node_data.h"
 #include "node_data_wire.h"
 #include "wm_errbuf.h"
 #include "net_addr.h"
+#include "rpc_tls.h"
 
 #define COLD_XFER_CHUNK (1u << 20) /* bytes of a cold file read and sent at once */
 #define USED_TICKETS_MAX (1u << 20) /* write tickets remembered at once (replay guard) */
 #define USED_PRUNE_MS 1000          /* forget expired write tickets at most this often */
+#define TLS_IN_CHUNK (256u << 10)   /* ciphertext taken from the socket at once */
+#define TLS_OUT_CHUNK (1u << 20)    /* plaintext of a read sealed per write */
 
 /* A write ticket that wrote (or is writing): refused if presented again
  * before it expires. */
@@ -77,6 +93,7 @@ typedef struct cold_xfer {
     uint64_t pos;               /* data offset of the next chunk */
     uint64_t remaining;         /* bytes still to send */
     size_t chunk;               /* bytes in buf */
+    uint8_t *cipher;            /* TLS: the chunk sealed */
     char name[COLD_NAME_MAX];
     uint8_t buf[COLD_XFER_CHUNK];
 } cold_xfer;
@@ -97,6 +114,8 @@ typedef struct data_conn {
     uint64_t remaining;         /* PAYLOAD: bytes still to receive */
     cold_xfer *cold;            /* the READ_COLD in progress */
     used_ticket *wticket;       /* PAYLOAD: the write ticket being used */
+    rpc_tls_session tls;        /* ssl NULL: a plaintext connection */
+    uint8_t *cin;               /* TLS: ciphertext read from the socket */
 } data_conn;
 
 typedef struct data_reply {
@@ -105,6 +124,9 @@ typedef struct data_reply {
     int close_after;            /* close the connection once sent */
     int resume_after;           /* a READ: resume reading once sent */
     uint64_t payload;
+    const uint8_t *src;         /* TLS: payload bytes not sealed yet */
+    uint64_t src_left;
+    uint8_t *cipher;            /* TLS: what this request writes, sealed */
     uint8_t buf[NDW_RESP_HDR + NDW_MESSAGE_MAX];
 } data_reply;
 
@@ -130,6 +152,7 @@ struct data_server {
     data_seg *segs;
     const cold_tier *cold;      /* borrowed; NULL: READ_COLD refused */
     data_conn *conns;
+    SSL_CTX *tls;               /* a reference of the options' context; NULL: plaintext */
     data_server_stats stats;
 };
 
@@ -147,6 +170,7 @@ static void server_maybe_free(data_server *s)
             free(u);
         }
         free(s->listen_tcp);
+        SSL_CTX_free(s->tls);
         OPENSSL_cleanse(&s->keys, sizeof(s->keys));
         free(s);
     }
@@ -203,6 +227,10 @@ int data_server_create(uv_loop_t *loop,
     s->max_connections = opt->max_connections;
     s->idle_ms = opt->idle_timeout_ms;
     s->backlog = opt->backlog > 0 ? opt->backlog : 128;
+    if (opt->tls != NULL) {
+        SSL_CTX_up_ref(opt->tls);
+        s->tls = opt->tls;
+    }
     *out = s;
     return SMP_OK;
 }
@@ -244,6 +272,7 @@ static void cold_free(cold_xfer *x)
 {
     if (x->fd >= 0)
         close(x->fd);
+    free(x->cipher);
     free(x);
 }
 
@@ -265,6 +294,8 @@ static void on_conn_closed(uv_handle_t *h)
         s->conns = c->next;
     if (c->next != NULL)
         c->next->prev = c->prev;
+    rpc_tls_session_free(&c->tls);
+    free(c->cin);
     free(c);
     s->stats.connections_open--;
     s->handles--;
@@ -336,6 +367,58 @@ static void idle_disarm(data_conn *c)
 
 static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf);
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+static void tls_pump(data_conn *c);
+
+/* -- the byte stream: plain, or through the connection's TLS session ------ */
+
+/* Move everything the session has sealed into *cipher (grown as needed;
+ * owned by the caller), its length into *len. SMP_OK or SMP_ENOMEM. */
+static int tls_take(data_conn *c, uint8_t **cipher, size_t *len)
+{
+    size_t n = BIO_ctrl_pending(c->tls.wbio);
+    uint8_t *p = realloc(*cipher, n > 0 ? n : 1);
+    if (p == NULL)
+        return SMP_ENOMEM;
+    *cipher = p;
+    *len = n > 0 ? (size_t)BIO_read(c->tls.wbio, p, (int)n) : 0;
+    return SMP_OK;
+}
+
+/* Queue bufs on c's stream with w and cb: as they are, or (TLS) sealed into
+ * *cipher, which the request owns until cb. 0, or < 0 when nothing was
+ * queued (the caller closes the connection). */
+static int conn_write(data_conn *c, uv_write_t *w, const uv_buf_t *bufs, unsigned nbufs,
+                      uint8_t **cipher, uv_write_cb cb)
+{
+    uv_buf_t b;
+    size_t len;
+    if (c->tls.ssl == NULL)
+        return uv_write(w, (uv_stream_t *)&c->tcp, bufs, nbufs, cb);
+    for (unsigned i = 0; i < nbufs; i++)
+        if (bufs[i].len > 0 && SSL_write(c->tls.ssl, bufs[i].base, (int)bufs[i].len) !=
+                                   (int)bufs[i].len) {
+            ERR_clear_error();
+            return SMP_EIO;
+        }
+    if (tls_take(c, cipher, &len) < 0)
+        return SMP_ENOMEM;
+    b = uv_buf_init((char *)*cipher, (unsigned)len);
+    return uv_write(w, (uv_stream_t *)&c->tcp, &b, 1, cb);
+}
+
+/* Take requests again after a response: read the socket, and (TLS) act on
+ * what the session already holds -- bytes that arrived with the last
+ * request would otherwise wait for the next packet. */
+static void conn_resume(data_conn *c)
+{
+    if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) < 0) {
+        conn_close(c);
+        return;
+    }
+    if (c->tls.ssl != NULL && c->tls.established &&
+        (SSL_pending(c->tls.ssl) > 0 || BIO_ctrl_pending(c->tls.rbio) > 0))
+        tls_pump(c);
+}
 
 static void on_reply_sent(uv_write_t *w, int status)
 {
@@ -350,11 +433,62 @@ static void on_reply_sent(uv_write_t *w, int status)
             c->state = CS_HDR;
             c->got = 0;
             idle_arm(c);
-            if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) < 0)
-                conn_close(c);
+            conn_resume(c);
         }
     }
+    free(r->cipher);
     free(r);
+}
+
+/* TLS: a chunk of a read's payload was written; seal and queue the next
+ * one, or finish the reply after the last. */
+static void on_reply_part_sent(uv_write_t *w, int status)
+{
+    data_reply *r = (data_reply *)w;
+    data_conn *c = r->conn;
+    uv_buf_t b;
+    if (status < 0 || c->state == CS_CLOSING) {
+        on_reply_sent(w, status < 0 ? status : UV_ECANCELED);
+        return;
+    }
+    b = uv_buf_init((char *)r->src, (unsigned)(r->src_left < TLS_OUT_CHUNK ? r->src_left
+                                                                           : TLS_OUT_CHUNK));
+    r->src += b.len;
+    r->src_left -= b.len;
+    if (conn_write(c, &r->req, &b, 1, &r->cipher,
+                   r->src_left > 0 ? on_reply_part_sent : on_reply_sent) < 0)
+        on_reply_sent(w, UV_EIO);
+}
+
+/* TLS: write what the session sealed on its own (handshake messages,
+ * alerts); close the connection once it is out when close_after. */
+static void tls_flush(data_conn *c, int close_after)
+{
+    data_reply *r;
+    uv_buf_t b;
+    size_t len = 0;
+    if (c->state == CS_CLOSING)
+        return;
+    if (BIO_ctrl_pending(c->tls.wbio) == 0) {
+        if (close_after)
+            conn_close(c);
+        return;
+    }
+    if ((r = calloc(1, sizeof(*r))) == NULL || tls_take(c, &r->cipher, &len) < 0) {
+        if (r != NULL)
+            free(r->cipher);
+        free(r);
+        conn_close(c);
+        return;
+    }
+    r->conn = c;
+    r->close_after = close_after;
+    b = uv_buf_init((char *)r->cipher, (unsigned)len);
+    if (uv_write(&r->req, (uv_stream_t *)&c->tcp, &b, 1, on_reply_sent) < 0) {
+        free(r->cipher);
+        free(r);
+        conn_close(c);
+    }
 }
 
 /* Send a response: header, message, and (for a READ) payload bytes straight
@@ -388,8 +522,14 @@ static int send_reply(data_conn *c, int status, uint8_t kind, const char *msg,
     bufs[1] = uv_buf_init((char *)payload, 0);
     if (payload != NULL)
         bufs[1].len = (size_t)plen; /* size_t on Unix: a whole range in one write */
-    if (uv_write(&r->req, (uv_stream_t *)&c->tcp, bufs, payload != NULL ? 2 : 1,
-                 on_reply_sent) < 0) {
+    if (c->tls.ssl != NULL && plen > TLS_OUT_CHUNK) {
+        bufs[1].len = TLS_OUT_CHUNK; /* the rest is sealed chunk by chunk */
+        r->src = payload + TLS_OUT_CHUNK;
+        r->src_left = plen - TLS_OUT_CHUNK;
+    }
+    if (conn_write(c, &r->req, bufs, payload != NULL ? 2 : 1, &r->cipher,
+                   r->src_left > 0 ? on_reply_part_sent : on_reply_sent) < 0) {
+        free(r->cipher);
         free(r);
         conn_close(c);
         return -1;
@@ -553,8 +693,7 @@ static void cold_end(data_conn *c)
     c->state = CS_HDR;
     c->got = 0;
     idle_arm(c);
-    if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) < 0)
-        conn_close(c);
+    conn_resume(c);
 }
 
 static void cold_chunk_sent(uv_write_t *w, int status)
@@ -641,7 +780,7 @@ static void cold_after_work(uv_work_t *w, int status)
         return;
     }
     b = uv_buf_init((char *)x->buf, (unsigned)x->chunk);
-    if (uv_write(&x->wreq, (uv_stream_t *)&c->tcp, &b, 1, cold_chunk_sent) < 0)
+    if (conn_write(c, &x->wreq, &b, 1, &x->cipher, cold_chunk_sent) < 0)
         conn_close(c);
 }
 
@@ -743,10 +882,10 @@ static void handle_request(data_conn *c)
     c->state = CS_PAYLOAD;
 }
 
-static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+/* The plaintext buffer the state expects next: the rest of the header or of
+ * the variable part, the segment at the write position, or scratch. */
+static void want_buf(data_conn *c, uv_buf_t *buf)
 {
-    data_conn *c = h->data;
-    (void)suggested;
     switch (c->state) {
     case CS_HDR:
         *buf = uv_buf_init((char *)c->hdr + c->got, (unsigned)(NDW_REQ_HDR - c->got));
@@ -765,21 +904,24 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     }
 }
 
-static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
-    data_conn *c = st->data;
+    data_conn *c = h->data;
+    (void)suggested;
+    if (c->tls.ssl != NULL)
+        *buf = uv_buf_init((char *)c->cin, TLS_IN_CHUNK);
+    else
+        want_buf(c, buf);
+}
+
+/* nread plaintext bytes arrived in the buffer want_buf handed out: advance
+ * the state machine. */
+static void consume(data_conn *c, size_t nread)
+{
     data_server *s = c->srv;
-    (void)buf;
-    if (nread == 0 || c->state == CS_CLOSING)
-        return;
-    if (nread < 0) {
-        conn_close(c);
-        return;
-    }
-    idle_arm(c);
     switch (c->state) {
     case CS_HDR:
-        c->got += (size_t)nread;
+        c->got += nread;
         if (c->got < NDW_REQ_HDR)
             return;
         if (ndw_decode_request(c->hdr, &c->req) < 0) {
@@ -790,7 +932,7 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
         c->got = 0;
         return;
     case CS_VAR:
-        c->got += (size_t)nread;
+        c->got += nread;
         if (c->got < (size_t)c->req.seg_len + c->req.ticket_len)
             return;
         handle_request(c);
@@ -811,6 +953,90 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
         protocol_error(c, "request sent before the previous response");
         return;
     }
+}
+
+/* A plaintext client on a TLS port: one plaintext refusal, then close. */
+static void refuse_plaintext(data_conn *c)
+{
+    rpc_tls_session_free(&c->tls);
+    c->srv->stats.refused_plaintext++;
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    c->state = CS_BUSY;
+    send_reply(c, SMP_EPROTO, NDW_KIND_FINAL,
+               "this node's data port speaks TLS: connect with TLS, trusting the CA that "
+               "signed the node's certificate (WM_TLS_CA, weightctl --tls-ca)", NULL, 0, 1);
+}
+
+/* TLS: ciphertext arrived in the session. Look at the first byte, drive
+ * the handshake, then decrypt into the state machine's buffers for as long
+ * as it takes requests and the session has bytes. */
+static void tls_pump(data_conn *c)
+{
+    rpc_tls_session *t = &c->tls;
+    if (!t->checked_first) {
+        char *p = NULL;
+        if (BIO_get_mem_data(t->rbio, &p) <= 0)
+            return;
+        t->checked_first = 1;
+        if ((uint8_t)p[0] != 0x16) {
+            refuse_plaintext(c);
+            return;
+        }
+    }
+    if (!t->established) {
+        int r = SSL_do_handshake(t->ssl);
+        if (r != 1) {
+            int e = SSL_get_error(t->ssl, r);
+            ERR_clear_error();
+            if (e == SSL_ERROR_WANT_READ) {
+                tls_flush(c, 0);
+            } else {
+                c->srv->stats.tls_refused++;
+                tls_flush(c, 1); /* the alert, then close */
+            }
+            return;
+        }
+        t->established = 1;
+        c->srv->stats.tls_handshakes++;
+    }
+    while (c->state == CS_HDR || c->state == CS_VAR || c->state == CS_PAYLOAD) {
+        uv_buf_t b;
+        int n;
+        want_buf(c, &b);
+        n = SSL_read(t->ssl, b.base, b.len > INT32_MAX ? INT32_MAX : (int)b.len);
+        if (n <= 0) {
+            int e = SSL_get_error(t->ssl, n);
+            ERR_clear_error();
+            if (e == SSL_ERROR_WANT_READ)
+                break;
+            conn_close(c); /* close_notify, or a record that does not decrypt */
+            return;
+        }
+        consume(c, (size_t)n);
+    }
+    tls_flush(c, 0);
+}
+
+static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
+{
+    data_conn *c = st->data;
+    (void)buf;
+    if (nread == 0 || c->state == CS_CLOSING)
+        return;
+    if (nread < 0) {
+        conn_close(c);
+        return;
+    }
+    idle_arm(c);
+    if (c->tls.ssl == NULL) {
+        consume(c, (size_t)nread);
+        return;
+    }
+    if (BIO_write(c->tls.rbio, c->cin, (int)nread) != (int)nread) {
+        conn_close(c);
+        return;
+    }
+    tls_pump(c);
 }
 
 static void on_connection(uv_stream_t *server, int status)
@@ -848,6 +1074,14 @@ static void on_connection(uv_stream_t *server, int status)
         return;
     }
     s->stats.connections_accepted++;
+    if (s->tls != NULL) {
+        if (rpc_tls_session_init(&c->tls, s->tls) < 0 || (c->cin = malloc(TLS_IN_CHUNK)) == NULL) {
+            conn_close(c);
+            return;
+        }
+        /* a stream keeps its buffers: releasing them between records costs */
+        SSL_clear_mode(c->tls.ssl, SSL_MODE_RELEASE_BUFFERS);
+    }
     idle_arm(c);
     uv_tcp_nodelay(&c->tcp, 1);
     if (s->sockbuf > 0) {

@@ -37,6 +37,14 @@
  * or digests of its ranges it knows). A file deleted while it is being read
  * is still read to the end (the descriptor stays valid).
  *
+ * TLS (opt.tls): every connection is TLS 1.3 with the context's certificate;
+ * a client whose first bytes are not a TLS handshake is answered with one
+ * plaintext SMP_EPROTO refusal saying the port speaks TLS and closed (the
+ * server serves on), a failed handshake closes that connection. Requests,
+ * refusals and limits are the same as in plaintext; bytes are sealed in
+ * chunks, so a read of a large range holds one chunk of ciphertext at a
+ * time.
+ *
  * Everything runs on the loop thread. Segments are borrowed: a segment must
  * stay open until it is removed from the server (or the server is closed). */
 #ifndef HOST_NODE_DATA_H
@@ -45,6 +53,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <openssl/ssl.h>
 #include <uv.h>
 
 #include "node_cold.h"
@@ -66,6 +75,8 @@ typedef struct data_server_options {
                                         for this long -- between requests or inside
                                         one -- except while a read's bytes are being
                                         sent to it; 0: never */
+    SSL_CTX *tls;                    /* TLS server context (rpc_tls_server_ctx); the
+                                        server keeps a reference; NULL: plaintext */
 } data_server_options;
 
 typedef struct data_server_stats {
@@ -87,6 +98,9 @@ typedef struct data_server_stats {
     uint64_t refused_cold;           /* bad cold name, missing or malformed cold file */
     uint64_t cold_read_errors;       /* cold files that failed in the middle of a read
                                         (the connection was closed) */
+    uint64_t tls_handshakes;         /* TLS sessions established */
+    uint64_t tls_refused;            /* TLS handshakes that failed (closed) */
+    uint64_t refused_plaintext;      /* plaintext clients on a TLS port */
 } data_server_stats;
 
 /* Create a server on loop (borrowed). Nothing listens before

@@ -22,6 +22,7 @@
 #include "node_runtime.h"
 #include "node_segment.h"
 #include "node_ticket.h"
+#include "rpc_tls.h"
 #include "rpc_client.h"
 #include "wm_errbuf.h"
 
@@ -36,6 +37,7 @@
 struct node_runtime {
     char *master, *node_id, *segment_dir, *cold_dir, *data_listen;
     char *tls_ca, *tls_cert, *tls_key; /* NULL: not given */
+    int data_tls;             /* the data port speaks TLS (told to the master) */
     char *token;              /* NULL: WEIGHT_TOKEN (rpcc_options.token) */
     uint64_t segment_bytes;
     unsigned persist_flags;   /* cold_persist flags */
@@ -472,6 +474,7 @@ static int do_register(node_runtime *n, rpcc_conn *c, int *lost)
     pthread_mutex_unlock(&n->key_lock);
     req.ticket_secret.data = key.bytes;
     req.ticket_secret.len = key.len;
+    req.data_tls = n->data_tls;
     rc = call(c, NODE_METHOD__NODE_REGISTER, &req.base, &node_register_response__descriptor,
               (ProtobufCMessage **)&resp, &msg, lost);
     OPENSSL_cleanse(&key, sizeof(key));
@@ -714,6 +717,26 @@ void node_runtime_stop(node_runtime *n)
     free(n);
 }
 
+/* The TLS context of the data port from opt's data_tls_cert / data_tls_key
+ * (*out NULL when neither is given). SMP_EINVAL names the setting, the file
+ * and the cause: one without the other, missing, not PEM, key not matching. */
+static int data_tls_ctx(const node_runtime_options *opt, SSL_CTX **out, char *err, size_t errlen)
+{
+    const char *kp = opt->data_tls_key_prefix != NULL ? opt->data_tls_key_prefix : "--data-tls-";
+    int have_cert = opt->data_tls_cert != NULL && opt->data_tls_cert[0] != '\0';
+    int have_key = opt->data_tls_key != NULL && opt->data_tls_key[0] != '\0';
+    rpc_tls_config tc = {.cert = opt->data_tls_cert, .key = opt->data_tls_key, .key_prefix = kp};
+    *out = NULL;
+    if (!have_cert && !have_key)
+        return SMP_OK;
+    if (have_cert != have_key) {
+        wm_errbuf(err, errlen, "node %s: %scert and %skey are given together", opt->node_id, kp,
+                  kp);
+        return SMP_EINVAL;
+    }
+    return rpc_tls_server_ctx(&tc, out, err, errlen);
+}
+
 int node_runtime_start(const node_runtime_options *opt,
                        node_runtime **out,
                        char *err,
@@ -778,7 +801,14 @@ int node_runtime_start(const node_runtime_options *opt,
                                .keys = &n->keys,
                                .allow_unticketed_reads = opt->allow_unticketed_reads,
                                .socket_buffer_bytes = 4 << 20};
-    if ((rc = data_server_create(&n->loop, &dso, &n->data, err, errlen)) == SMP_OK) {
+    if ((rc = data_tls_ctx(opt, &dso.tls, err, errlen)) < 0) {
+        uv_loop_close(&n->loop);
+        goto fail;
+    }
+    n->data_tls = dso.tls != NULL;
+    rc = data_server_create(&n->loop, &dso, &n->data, err, errlen);
+    SSL_CTX_free(dso.tls); /* the server holds its own reference */
+    if (rc == SMP_OK) {
         data_server_set_cold(n->data, n->cold); /* clients read cold-only objects here */
         if ((rc = data_server_add_segment(n->data, n->seg)) == SMP_OK)
             rc = data_server_start(n->data, err, errlen);

@@ -6,7 +6,9 @@
  * file and its cold directory, starts its data server on its own libuv loop
  * thread, and runs a control thread that registers with the master -- data
  * address, segment, the key the master signs this node's tickets with (and
- * its id; rotated by node_runtime_rotate_ticket_key), and an inventory of verified cold files -- and then polls: each poll
+ * its id; rotated by node_runtime_rotate_ticket_key), whether its data port
+ * speaks TLS (data_tls_cert / data_tls_key), and an inventory of verified
+ * cold files -- and then polls: each poll
  * is a heartbeat, returns the results of finished tasks, and brings new
  * ones (persist a range to a cold file, load one back, delete one, verify a
  * range; for fsck, list every cold file and the non-zero blocks of the
@@ -50,6 +52,9 @@ typedef struct node_runtime_options {
     const char *tenant;        /* dedicated to this tenant (node_local.h); NULL: shared */
     const char *local_socket;  /* dedicated: where the segment is handed to local peers */
     const node_local_peers *local_peers; /* dedicated: who gets it (copied) */
+    const char *data_tls_cert; /* TLS 1.3 on the data port with this PEM certificate */
+    const char *data_tls_key;  /* and its key (both or neither; NULL: plaintext) */
+    const char *data_tls_key_prefix; /* how errors name the two: NULL "--data-tls-" */
 } node_runtime_options;
 
 /* Open the segment and cold tier, start the data server and the control

@@ -21,19 +21,20 @@ void rpc_tls_error(char *err, size_t errlen)
 }
 
 /* A readable regular file, or SMP_EINVAL with what is wrong with it. */
-static int check_file(const char *what, const char *path, char *err, size_t errlen)
+static int check_file(const char *kp, const char *what, const char *path, char *err,
+                      size_t errlen)
 {
     struct stat st;
     if (path == NULL || path[0] == '\0') {
-        wm_errbuf(err, errlen, "tls.%s: no file given", what);
+        wm_errbuf(err, errlen, "%s%s: no file given", kp, what);
         return SMP_EINVAL;
     }
     if (stat(path, &st) != 0) {
-        wm_errbuf(err, errlen, "tls.%s: %s: %s", what, path, strerror(errno));
+        wm_errbuf(err, errlen, "%s%s: %s: %s", kp, what, path, strerror(errno));
         return SMP_EINVAL;
     }
     if (!S_ISREG(st.st_mode)) {
-        wm_errbuf(err, errlen, "tls.%s: %s is not a regular file", what, path);
+        wm_errbuf(err, errlen, "%s%s: %s is not a regular file", kp, what, path);
         return SMP_EINVAL;
     }
     return SMP_OK;
@@ -45,14 +46,16 @@ int rpc_tls_server_ctx(const rpc_tls_config *cfg, SSL_CTX **out, char *err, size
     SSL_CTX *ctx = NULL;
     int rc = SMP_EINVAL;
     int have_ca = cfg->ca != NULL && cfg->ca[0] != '\0';
+    const char *kp = cfg->key_prefix != NULL ? cfg->key_prefix : "tls.";
 
     *out = NULL;
     ERR_clear_error();
-    if (check_file("cert", cfg->cert, err, errlen) < 0 || check_file("key", cfg->key, err, errlen) < 0 ||
-        (have_ca && check_file("ca", cfg->ca, err, errlen) < 0))
+    if (check_file(kp, "cert", cfg->cert, err, errlen) < 0 ||
+        check_file(kp, "key", cfg->key, err, errlen) < 0 ||
+        (have_ca && check_file(kp, "ca", cfg->ca, err, errlen) < 0))
         return SMP_EINVAL;
     if (cfg->verify_clients && !have_ca) {
-        wm_errbuf(err, errlen, "tls.verify_clients needs tls.ca");
+        wm_errbuf(err, errlen, "%sverify_clients needs %sca", kp, kp);
         return SMP_EINVAL;
     }
     if ((ctx = SSL_CTX_new(TLS_server_method())) == NULL) {
@@ -67,29 +70,29 @@ int rpc_tls_server_ctx(const rpc_tls_config *cfg, SSL_CTX **out, char *err, size
     }
     if (SSL_CTX_use_certificate_chain_file(ctx, cfg->cert) != 1) {
         rpc_tls_error(why, sizeof(why));
-        wm_errbuf(err, errlen, "tls.cert: %s is not a PEM certificate: %s", cfg->cert, why);
+        wm_errbuf(err, errlen, "%scert: %s is not a PEM certificate: %s", kp, cfg->cert, why);
         goto fail;
     }
     if (SSL_CTX_use_PrivateKey_file(ctx, cfg->key, SSL_FILETYPE_PEM) != 1) {
         rpc_tls_error(why, sizeof(why));
         if (strstr(why, "mismatch") != NULL) /* OpenSSL checks the pair here already */
-            wm_errbuf(err, errlen, "tls.key: %s does not match the certificate of tls.cert %s: %s",
-                      cfg->key, cfg->cert, why);
+            wm_errbuf(err, errlen, "%skey: %s does not match the certificate of %scert %s: %s",
+                      kp, cfg->key, kp, cfg->cert, why);
         else
-            wm_errbuf(err, errlen, "tls.key: %s is not a PEM private key: %s", cfg->key, why);
+            wm_errbuf(err, errlen, "%skey: %s is not a PEM private key: %s", kp, cfg->key, why);
         goto fail;
     }
     if (SSL_CTX_check_private_key(ctx) != 1) {
         rpc_tls_error(why, sizeof(why));
-        wm_errbuf(err, errlen, "tls.key: %s does not match the certificate of tls.cert %s: %s",
-                  cfg->key, cfg->cert, why);
+        wm_errbuf(err, errlen, "%skey: %s does not match the certificate of %scert %s: %s",
+                  kp, cfg->key, kp, cfg->cert, why);
         goto fail;
     }
     if (have_ca) {
         STACK_OF(X509_NAME) *names;
         if (SSL_CTX_load_verify_locations(ctx, cfg->ca, NULL) != 1) {
             rpc_tls_error(why, sizeof(why));
-            wm_errbuf(err, errlen, "tls.ca: %s is not a PEM CA bundle: %s", cfg->ca, why);
+            wm_errbuf(err, errlen, "%sca: %s is not a PEM CA bundle: %s", kp, cfg->ca, why);
             goto fail;
         }
         if ((names = SSL_load_client_CA_file(cfg->ca)) != NULL)

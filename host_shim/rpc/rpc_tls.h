@@ -29,10 +29,13 @@ typedef struct rpc_tls_config {
     const char *key;          /* PEM private key */
     const char *ca;           /* PEM CA bundle for client certificates; NULL or "": none */
     int verify_clients;       /* clients must present a certificate of ca */
+    const char *key_prefix;   /* how errors name the settings: "tls." (NULL) makes
+                                 "tls.cert"; a node's data port uses "--data-tls-" */
 } rpc_tls_config;
 
-/* A server context for cfg, or SMP_EINVAL / SMP_EIO with err naming the file
- * and the cause. Free with SSL_CTX_free. */
+/* A server context for cfg, or SMP_EINVAL / SMP_EIO with err naming the
+ * setting, the file and the cause. Free with SSL_CTX_free. Shared by the
+ * master's RPC port and the node's data port (node_data.h). */
 int rpc_tls_server_ctx(const rpc_tls_config *cfg, SSL_CTX **out, char *err, size_t errlen);
 
 /* One connection's session. */

@@ -330,6 +330,29 @@ void hx_sha256(const void *data, size_t len, unsigned char out[32])
     SHA256(data, len, out);
 }
 
+int hx_make_certs(const char *dir)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof(cmd),
+             "cd '%s' && exec >certs.log 2>&1 && "
+             "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 "
+             "  -subj /CN=test-ca -keyout ca.key -out ca.pem && "
+             "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=127.0.0.1 "
+             "  -keyout server.key -out server.csr && "
+             "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > san.ext && "
+             "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 "
+             "  -extfile san.ext -out server.pem && "
+             "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=client "
+             "  -keyout client.key -out client.csr && "
+             "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 "
+             "  -out client.pem && "
+             "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 "
+             "  -subj /CN=other-ca -keyout other.key -out other-ca.pem",
+             dir);
+    int rc = system(cmd);
+    return WIFEXITED(rc) && WEXITSTATUS(rc) == 0 ? 0 : -1;
+}
+
 int hx_node_start(const hx_master *m, hx_node *n, const char *id, unsigned long long segment_bytes)
 {
     return hx_node_start_args(m, n, id, segment_bytes, NULL);

@@ -104,6 +104,13 @@ uint8_t *hx_frame_request(uint64_t request_id, uint32_t service, uint32_t method
 /* SHA-256 of a string, for checksums in tests. */
 void hx_sha256(const void *data, size_t len, unsigned char out[32]);
 
+/* Make TLS keys and certificates in dir with the openssl CLI (P-256, valid
+ * two days): ca.pem (+ ca.key), server.pem / server.key signed by it for
+ * IP 127.0.0.1 and DNS localhost, client.pem / client.key signed by it, and
+ * other-ca.pem / other.key, a CA nothing is signed by. The CLI's output goes
+ * to dir/certs.log. 0, or -1. */
+int hx_make_certs(const char *dir);
+
 /* A store_node process attached to a master. */
 typedef struct hx_node {
     char id[64];

@@ -1,0 +1,209 @@
+/* wc_tls.c -- see wc_tls.h. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <openssl/err.h>
+#include <openssl/x509v3.h>
+
+#include "store_plugin.h"
+#include "wc_tls.h"
+#include "wm_errbuf.h"
+
+void wc_tls_why(char *out, size_t cap)
+{
+    unsigned long e = ERR_get_error();
+    out[0] = '\0';
+    if (e != 0)
+        ERR_error_string_n(e, out, cap);
+    ERR_clear_error();
+}
+
+int wc_tls_client_ctx(const char *ca,
+                      const char *cert,
+                      const char *key,
+                      SSL_CTX **out,
+                      char *err,
+                      size_t errlen)
+{
+    char why[256];
+    SSL_CTX *ctx;
+    *out = NULL;
+    if (ca == NULL || ca[0] == '\0') {
+        ca = getenv("WM_TLS_CA");
+        cert = getenv("WM_TLS_CERT");
+        key = getenv("WM_TLS_KEY");
+    }
+    if (ca == NULL || ca[0] == '\0') {
+        if ((cert && cert[0]) || (key && key[0])) {
+            wm_errbuf(err, errlen, "TLS: a client certificate needs the CA of the master (--tls-ca "
+                      "or WM_TLS_CA)");
+            return SMP_EINVAL;
+        }
+        return SMP_OK;
+    }
+    if ((cert && cert[0]) != (key && key[0])) {
+        wm_errbuf(err, errlen, "TLS: the client certificate and its key come together");
+        return SMP_EINVAL;
+    }
+    ERR_clear_error();
+    if ((ctx = SSL_CTX_new(TLS_client_method())) == NULL ||
+        SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION) != 1) {
+        SSL_CTX_free(ctx);
+        wm_errbuf(err, errlen, "TLS: cannot create a TLS 1.3 context");
+        return SMP_EIO;
+    }
+    if (SSL_CTX_load_verify_locations(ctx, ca, NULL) != 1) {
+        wc_tls_why(why, sizeof(why));
+        wm_errbuf(err, errlen, "TLS CA %s: %s", ca, why);
+        SSL_CTX_free(ctx);
+        return SMP_EINVAL;
+    }
+    if (cert && cert[0] &&
+        (SSL_CTX_use_certificate_chain_file(ctx, cert) != 1 ||
+         SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1 ||
+         SSL_CTX_check_private_key(ctx) != 1)) {
+        wc_tls_why(why, sizeof(why));
+        wm_errbuf(err, errlen, "TLS client certificate %s / key %s: %s", cert, key, why);
+        SSL_CTX_free(ctx);
+        return SMP_EINVAL;
+    }
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+    *out = ctx;
+    return SMP_OK;
+}
+
+static pthread_mutex_t env_lock = PTHREAD_MUTEX_INITIALIZER;
+static SSL_CTX *env_ctx;       /* built from env_key */
+static char env_key[3 * 1024];  /* "ca\ncert\nkey" it was built from */
+
+int wc_tls_env_ctx(SSL_CTX **out, char *err, size_t errlen)
+{
+    const char *ca = getenv("WM_TLS_CA"), *cert = getenv("WM_TLS_CERT"), *key = getenv("WM_TLS_KEY");
+    char now[sizeof(env_key)];
+    int rc = SMP_OK;
+    *out = NULL;
+    if (ca == NULL || ca[0] == '\0')
+        return SMP_OK;
+    snprintf(now, sizeof(now), "%s\n%s\n%s", ca, cert ? cert : "", key ? key : "");
+    pthread_mutex_lock(&env_lock);
+    if (env_ctx == NULL || strcmp(now, env_key) != 0) {
+        SSL_CTX *fresh = NULL;
+        if ((rc = wc_tls_client_ctx(ca, cert, key, &fresh, err, errlen)) == SMP_OK) {
+            SSL_CTX_free(env_ctx); /* sessions made with it hold their own references */
+            env_ctx = fresh;
+            memcpy(env_key, now, sizeof(env_key));
+        }
+    }
+    if (rc == SMP_OK && env_ctx != NULL) {
+        SSL_CTX_up_ref(env_ctx);
+        *out = env_ctx;
+    }
+    pthread_mutex_unlock(&env_lock);
+    return rc;
+}
+
+/* The host part of a TCP endpoint "host:port" / "[v6]:port" into host. */
+static void endpoint_host(const char *ep, char *host, size_t cap)
+{
+    const char *colon = strrchr(ep, ':');
+    size_t n = colon != NULL ? (size_t)(colon - ep) : strlen(ep);
+    if (ep[0] == '[' && n >= 2 && ep[n - 1] == ']') {
+        ep++;
+        n -= 2;
+    }
+    if (n >= cap) n = cap - 1;
+    memcpy(host, ep, n);
+    host[n] = '\0';
+}
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Wait for events on fd until deadline (-1: none): 1 ready, 0 timed out,
+ * -errno. */
+static int wait_ready(int fd, short events, int64_t deadline)
+{
+    for (;;) {
+        struct pollfd p = {.fd = fd, .events = events, .revents = 0};
+        int ms = -1, r;
+        if (deadline >= 0) {
+            int64_t left = deadline - mono_ms();
+            if (left <= 0)
+                return 0;
+            ms = left > 1000000 ? 1000000 : (int)left;
+        }
+        r = poll(&p, 1, ms);
+        if (r > 0)
+            return 1;
+        if (r == 0)
+            return 0;
+        if (errno != EINTR)
+            return -errno;
+    }
+}
+
+int wc_tls_connect(SSL_CTX *ctx,
+                   int fd,
+                   const char *endpoint,
+                   int64_t deadline,
+                   const char *peer,
+                   SSL **out,
+                   char *err,
+                   size_t errlen)
+{
+    char host[256], why[256];
+    SSL *ssl = SSL_new(ctx);
+    struct in6_addr a6;
+    struct in_addr a4;
+    if (ssl == NULL) {
+        wm_errbuf(err, errlen, "TLS: out of memory");
+        return SMP_ENOMEM;
+    }
+    endpoint_host(endpoint, host, sizeof(host));
+    if (inet_pton(AF_INET, host, &a4) == 1 || inet_pton(AF_INET6, host, &a6) == 1) {
+        X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), host);
+    } else {
+        SSL_set_tlsext_host_name(ssl, host);
+        SSL_set1_host(ssl, host);
+    }
+    SSL_set_fd(ssl, fd);
+    ERR_clear_error();
+    for (;;) {
+        int r = SSL_connect(ssl);
+        if (r == 1) {
+            *out = ssl;
+            return SMP_OK;
+        }
+        int e = SSL_get_error(ssl, r);
+        if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+            int w = wait_ready(fd, e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline);
+            if (w > 0) continue;
+            SSL_free(ssl);
+            wm_errbuf(err, errlen, "TLS handshake with %s: %s", endpoint,
+                      w == 0 ? "timed out" : strerror(-w));
+            return w == 0 ? SMP_EAGAIN : SMP_EIO;
+        }
+        long vr = SSL_get_verify_result(ssl);
+        wc_tls_why(why, sizeof(why));
+        if (vr != X509_V_OK)
+            wm_errbuf(err, errlen, "TLS handshake with %s refused: the %s's certificate is not "
+                      "trusted (%s)", endpoint, peer, X509_verify_cert_error_string(vr));
+        else
+            wm_errbuf(err, errlen, "TLS handshake with %s refused: %s%s%s", endpoint,
+                      why[0] ? why : "the ", why[0] ? "" : peer,
+                      why[0] ? "" : " closed the connection (not a TLS port, or it wants a "
+                                    "client certificate)");
+        SSL_free(ssl);
+        return SMP_EPROTO;
+    }
+}
