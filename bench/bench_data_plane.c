@@ -14,6 +14,12 @@
  *     (ndc_read of every object into a buffer) in this one, against a raw
  *     TCP transfer of the same bytes from a child process's copy of the
  *     mapping to this process (>= 0.7);
+ *   - remote TLS get: the same reads from a second data server child whose
+ *     port speaks TLS 1.3 (a self-signed P-256 certificate made with the
+ *     openssl CLI in a scratch directory), against the plaintext data
+ *     server's figure of the same round (>= 0.8), with the AES-GCM rate of
+ *     one core (EVP, the cipher the session negotiated, 1 MiB updates over
+ *     the same bytes) printed beside it: the natural ceiling of one stream;
  *   - persist to cold: cold_persist of every object into a scratch directory
  *     under cold_parent_dir (write, read back, SHA-256, fsync, rename, fsync
  *     dir), against write + fdatasync of every object to its own file in the
@@ -37,6 +43,7 @@
 #include <unistd.h>
 
 #include <openssl/evp.h>
+#include <openssl/ssl.h>
 #include <uv.h>
 
 #include "bench_summary.h"
@@ -45,6 +52,7 @@
 #include "node_data_client.h"
 #include "node_segment.h"
 #include "seg_map.h"
+#include "wc_tls.h"
 
 typedef struct bench {
     uint64_t total;
@@ -171,12 +179,13 @@ static void bench_colocated(bench *b)
  * parent mints) -- reads carry a READ ticket as every client's do. */
 static ticket_keyring g_keys;
 
-/* Child: serve the segment on 127.0.0.1:0, report the port on fd, run. */
-static void node_child(bench *b, int fd)
+/* Child: serve the segment on 127.0.0.1:0 (TLS with tls, else plaintext),
+ * report the port on fd, run. */
+static void node_child(bench *b, int fd, SSL_CTX *tls)
 {
     uv_loop_t loop;
     data_server *srv;
-    data_server_options o = { .listen_tcp = "127.0.0.1:0", .keys = &g_keys };
+    data_server_options o = { .listen_tcp = "127.0.0.1:0", .keys = &g_keys, .tls = tls };
     char err[256];
     int port;
     uv_loop_init(&loop);
@@ -266,13 +275,107 @@ static double raw_transfer(bench *b)
     return t;
 }
 
+/* Fork a data server child (TLS with tls); its endpoint into ep. */
+static pid_t start_node(bench *b, SSL_CTX *tls, char *ep, size_t cap)
+{
+    int fds[2], port = 0;
+    pid_t pid;
+    if (pipe(fds) < 0)
+        die("pipe", strerror(errno));
+    pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        node_child(b, fds[1], tls);
+    }
+    close(fds[1]);
+    if (read(fds[0], &port, sizeof(port)) != sizeof(port))
+        die("node child", "did not report its port");
+    close(fds[0]);
+    snprintf(ep, cap, "127.0.0.1:%d", port);
+    return pid;
+}
+
+/* Every object read over c into b->dst, checked; the seconds it took. */
+static double read_all(bench *b, ndc_conn *c, const uint8_t *ticket, size_t ticket_len)
+{
+    double t0, t;
+    memset(b->dst, 0, b->total);
+    t0 = now_s();
+    for (uint64_t i = 0; i < b->nobj; i++)
+        if (ndc_read(c, "bench", i * b->obj, obj_len(b, i), b->dst + i * b->obj, ticket,
+                     ticket_len) < 0)
+            die("ndc_read", ndc_last_error(c));
+    t = now_s() - t0;
+    if (memcmp(b->dst, b->src, b->total) != 0)
+        die("remote get", "bytes differ");
+    return t;
+}
+
+/* A self-signed certificate for 127.0.0.1 and its key in a scratch
+ * directory (dir, filled in); the server context from them, and a client
+ * context trusting the certificate. */
+static void make_tls(char *dir, size_t cap, SSL_CTX **server, SSL_CTX **client)
+{
+    char cmd[2048], cert[600], key[600], err[512];
+    snprintf(dir, cap, "/tmp/wm-bench-tls-XXXXXX");
+    if (mkdtemp(dir) == NULL)
+        die("mkdtemp", strerror(errno));
+    snprintf(cert, sizeof(cert), "%s/node.pem", dir);
+    snprintf(key, sizeof(key), "%s/node.key", dir);
+    snprintf(cmd, sizeof(cmd),
+             "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 "
+             "-subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 -keyout '%s' -out '%s' "
+             ">'%s/openssl.log' 2>&1", key, cert, dir);
+    if (system(cmd) != 0)
+        die("openssl req", "cannot make a certificate (see the scratch directory's openssl.log)");
+    if (data_server_tls_ctx(cert, key, NULL, server, err, sizeof(err)) < 0)
+        die("server TLS context", err);
+    if (wc_tls_client_ctx(cert, NULL, NULL, client, err, sizeof(err)) < 0 || *client == NULL)
+        die("client TLS context", err);
+}
+
+static void remove_tls(const char *dir)
+{
+    char path[600];
+    const char *names[] = {"node.pem", "node.key", "openssl.log"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+        unlink(path);
+    }
+    rmdir(dir);
+}
+
+/* One core sealing b->src with cipher (as a TLS 1.3 record layer does:
+ * AEAD updates of 1 MiB): the seconds it took. */
+static double aead_seconds(bench *b, const EVP_CIPHER *cipher)
+{
+    EVP_CIPHER_CTX *x = EVP_CIPHER_CTX_new();
+    static uint8_t out[(1u << 20) + 64];
+    uint8_t key[32] = {1}, iv[12] = {2}, tag[16];
+    int n;
+    double t0 = now_s();
+    if (x == NULL || EVP_EncryptInit_ex(x, cipher, NULL, key, iv) != 1)
+        die("EVP", "cannot set up the cipher");
+    for (uint64_t off = 0; off < b->total; off += 1u << 20) {
+        uint64_t len = b->total - off < (1u << 20) ? b->total - off : (1u << 20);
+        if (EVP_EncryptUpdate(x, out, &n, b->src + off, (int)len) != 1)
+            die("EVP", "encrypt failed");
+    }
+    EVP_EncryptFinal_ex(x, out, &n);
+    EVP_CIPHER_CTX_ctrl(x, EVP_CTRL_AEAD_GET_TAG, 16, tag);
+    EVP_CIPHER_CTX_free(x);
+    return now_s() - t0;
+}
+
 static void bench_remote(bench *b)
 {
-    int fds[2], port = 0, st;
-    pid_t pid;
-    char ep[64], err[256];
-    ndc_conn *c;
-    double best_node = 1e30, best_raw = 1e30, t0;
+    int st;
+    pid_t pid, tls_pid;
+    char ep[64], tls_ep[64], err[256], tls_dir[64];
+    ndc_conn *c, *tlc;
+    SSL_CTX *server_ctx = NULL, *client_ctx = NULL;
+    double best_node = 1e30, best_raw = 1e30, best_tls = 1e30, best_aead = 1e30, t0;
+    const char *suite = "?";
 
     uint8_t ticket[TICKET_MAX_BYTES];
     size_t ticket_len = 0;
@@ -281,41 +384,45 @@ static void bench_remote(bench *b)
     if (ticket_keyring_init(&g_keys) < 0 ||
         ticket_mint(&g_keys.current, &tc, ticket, sizeof(ticket), &ticket_len) < 0)
         die("ticket", "cannot make a key or mint a read ticket");
-    if (pipe(fds) < 0)
-        die("pipe", strerror(errno));
-    pid = fork();
-    if (pid == 0) {
-        close(fds[0]);
-        node_child(b, fds[1]);
-    }
-    close(fds[1]);
-    if (read(fds[0], &port, sizeof(port)) != sizeof(port))
-        die("node child", "did not report its port");
-    close(fds[0]);
-    snprintf(ep, sizeof(ep), "127.0.0.1:%d", port);
+    make_tls(tls_dir, sizeof(tls_dir), &server_ctx, &client_ctx);
+    pid = start_node(b, NULL, ep, sizeof(ep));
+    tls_pid = start_node(b, server_ctx, tls_ep, sizeof(tls_ep));
+    ndc_options to = { .tls = 1, .tls_ctx = client_ctx };
     if (ndc_connect(ep, NULL, &c, err, sizeof(err)) < 0)
         die("ndc_connect", err);
+    if (ndc_connect(tls_ep, &to, &tlc, err, sizeof(err)) < 0)
+        die("ndc_connect (TLS)", err);
+    suite = ndc_tls_cipher(tlc);
+    const EVP_CIPHER *cipher = strstr(suite, "AES_128") ? EVP_aes_128_gcm() : EVP_aes_256_gcm();
     for (int r = 0; r < b->rounds; r++) {
-        memset(b->dst, 0, b->total);
-        t0 = now_s();
-        for (uint64_t i = 0; i < b->nobj; i++)
-            if (ndc_read(c, "bench", i * b->obj, obj_len(b, i), b->dst + i * b->obj, ticket,
-                         ticket_len) < 0)
-                die("ndc_read", ndc_last_error(c));
-        if (now_s() - t0 < best_node)
-            best_node = now_s() - t0;
-        if (memcmp(b->dst, b->src, b->total) != 0)
-            die("remote get", "bytes differ");
-        t0 = raw_transfer(b);
-        if (t0 < best_raw)
+        if ((t0 = read_all(b, c, ticket, ticket_len)) < best_node)
+            best_node = t0;
+        if ((t0 = read_all(b, tlc, ticket, ticket_len)) < best_tls)
+            best_tls = t0;
+        if ((t0 = raw_transfer(b)) < best_raw)
             best_raw = t0;
+        if ((t0 = aead_seconds(b, cipher)) < best_aead)
+            best_aead = t0;
     }
     ndc_close(c);
+    ndc_close(tlc);
     kill(pid, SIGTERM);
+    kill(tls_pid, SIGTERM);
     waitpid(pid, &st, 0);
-    printf("remote TCP over 127.0.0.1 (node data server in a child process)\n");
+    waitpid(tls_pid, &st, 0);
+    SSL_CTX_free(server_ctx);
+    SSL_CTX_free(client_ctx);
+    remove_tls(tls_dir);
+    printf("remote TCP over 127.0.0.1 (node data servers in child processes)\n");
     print_row("get (ndc_read)", gibps(b->total, best_node), "raw socket", gibps(b->total, best_raw),
               0.7);
+    print_row("get over TLS", gibps(b->total, best_tls), "plain TCP get", gibps(b->total, best_node),
+              0.8);
+    printf("  %-18s %7.2f GiB/s   (%s, one core sealing the same bytes: the ceiling of one TLS "
+           "stream; no target)\n", "AES-GCM one core", gibps(b->total, best_aead), suite);
+    char f1[48];
+    bench_summary("data plane: AES-GCM one core (TLS ceiling)",
+                  bench_fmt(f1, sizeof(f1), "%.2f GiB/s", gibps(b->total, best_aead)), NULL, -1, NULL);
 }
 
 /* -- cold ------------------------------------------------------------------ */

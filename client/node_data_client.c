@@ -445,6 +445,11 @@ int ndc_write(ndc_conn *c,
     return ndc_write_stream(c, segment, offset, length, next_one_piece, &p, ticket, ticket_len);
 }
 
+const char *ndc_tls_cipher(const ndc_conn *c)
+{
+    return c != NULL && c->ssl != NULL ? SSL_get_cipher_name(c->ssl) : "";
+}
+
 int ndc_send_raw(ndc_conn *c, const void *bytes, size_t len)
 {
     if (c == NULL)

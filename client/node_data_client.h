@@ -118,6 +118,9 @@ int ndc_write_stream(ndc_conn *c,
                      const uint8_t *ticket,
                      size_t ticket_len);
 
+/* The TLS 1.3 cipher suite of the connection ("" when plaintext). */
+const char *ndc_tls_cipher(const ndc_conn *c);
+
 /* Send raw bytes as they are (tests of the server's framing). */
 int ndc_send_raw(ndc_conn *c, const void *bytes, size_t len);
 

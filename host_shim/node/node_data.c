@@ -191,6 +191,29 @@ int data_server_set_keys(data_server *s, const ticket_keyring *keys)
     return SMP_OK;
 }
 
+int data_server_tls_ctx(const char *cert,
+                        const char *key,
+                        const char *key_prefix,
+                        SSL_CTX **out,
+                        char *err,
+                        size_t errlen)
+{
+    rpc_tls_config tc = {.cert = cert, .key = key, .key_prefix = key_prefix};
+    int rc = rpc_tls_server_ctx(&tc, out, err, errlen);
+    if (rc < 0)
+        return rc;
+    if (SSL_CTX_set_ciphersuites(*out, "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:"
+                                       "TLS_CHACHA20_POLY1305_SHA256") != 1) {
+        ERR_clear_error();
+        SSL_CTX_free(*out);
+        *out = NULL;
+        wm_errbuf(err, errlen, "data server: this OpenSSL lacks the TLS 1.3 cipher suites");
+        return SMP_EIO;
+    }
+    SSL_CTX_set_options(*out, SSL_OP_CIPHER_SERVER_PREFERENCE);
+    return SMP_OK;
+}
+
 int data_server_create(uv_loop_t *loop,
                        const data_server_options *opt,
                        data_server **out,

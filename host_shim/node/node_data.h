@@ -112,6 +112,19 @@ int data_server_create(uv_loop_t *loop,
                        char *err,
                        size_t errlen);
 
+/* The TLS context of a data port: rpc_tls_server_ctx of cert and key (no
+ * client certificates; errors name the settings with key_prefix, e.g.
+ * "--data-tls-"), preferring TLS_AES_128_GCM_SHA256 -- the cheapest AEAD
+ * of TLS 1.3 on a CPU with AES instructions, and a stream of payload bytes
+ * is bound by it (bench/README.md). SMP_OK or rpc_tls_server_ctx's error.
+ * Free with SSL_CTX_free. */
+int data_server_tls_ctx(const char *cert,
+                        const char *key,
+                        const char *key_prefix,
+                        SSL_CTX **out,
+                        char *err,
+                        size_t errlen);
+
 /* Replace the keys tickets are checked with (a rotation: the ring's
  * previous key keeps tickets minted before it valid). Loop thread only.
  * SMP_EINVAL for a ring without a valid current key (nothing changed). */

@@ -22,7 +22,6 @@
 #include "node_runtime.h"
 #include "node_segment.h"
 #include "node_ticket.h"
-#include "rpc_tls.h"
 #include "rpc_client.h"
 #include "wm_errbuf.h"
 
@@ -725,7 +724,6 @@ static int data_tls_ctx(const node_runtime_options *opt, SSL_CTX **out, char *er
     const char *kp = opt->data_tls_key_prefix != NULL ? opt->data_tls_key_prefix : "--data-tls-";
     int have_cert = opt->data_tls_cert != NULL && opt->data_tls_cert[0] != '\0';
     int have_key = opt->data_tls_key != NULL && opt->data_tls_key[0] != '\0';
-    rpc_tls_config tc = {.cert = opt->data_tls_cert, .key = opt->data_tls_key, .key_prefix = kp};
     *out = NULL;
     if (!have_cert && !have_key)
         return SMP_OK;
@@ -734,7 +732,7 @@ static int data_tls_ctx(const node_runtime_options *opt, SSL_CTX **out, char *er
                   kp);
         return SMP_EINVAL;
     }
-    return rpc_tls_server_ctx(&tc, out, err, errlen);
+    return data_server_tls_ctx(opt->data_tls_cert, opt->data_tls_key, kp, out, err, errlen);
 }
 
 int node_runtime_start(const node_runtime_options *opt,
