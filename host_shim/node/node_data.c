@@ -57,6 +57,7 @@
 #define USED_PRUNE_MS 1000          /* forget expired write tickets at most this often */
 #define TLS_IN_CHUNK (256u << 10)   /* ciphertext taken from the socket at once */
 #define TLS_OUT_CHUNK (1u << 20)    /* plaintext of a read sealed per write */
+#define DRAIN_MAX (64u << 10)       /* bytes taken from a refused plaintext client */
 
 /* A write ticket that wrote (or is writing): refused if presented again
  * before it expires. */
@@ -70,7 +71,10 @@ typedef struct used_ticket {
 _Static_assert(NDW_TICKET_MAX >= TICKET_MAX_BYTES, "wire ticket bound below ticket size");
 _Static_assert(NDW_SEGMENT_MAX >= SEG_ID_MAX, "wire segment bound below segment id size");
 
-typedef enum conn_state { CS_HDR, CS_VAR, CS_PAYLOAD, CS_BUSY, CS_CLOSING } conn_state;
+/* CS_DRAIN: a plaintext client on a TLS port was refused; what it still
+ * sends is read and dropped (up to DRAIN_MAX) until it closes, so the close
+ * does not reset the connection before the refusal is read. */
+typedef enum conn_state { CS_HDR, CS_VAR, CS_PAYLOAD, CS_BUSY, CS_DRAIN, CS_CLOSING } conn_state;
 
 typedef struct data_seg {
     struct data_seg *next;
@@ -116,6 +120,7 @@ typedef struct data_conn {
     used_ticket *wticket;       /* PAYLOAD: the write ticket being used */
     rpc_tls_session tls;        /* ssl NULL: a plaintext connection */
     uint8_t *cin;               /* TLS: ciphertext read from the socket */
+    uv_shutdown_t shutdown;     /* CS_DRAIN: our side of the stream ends */
 } data_conn;
 
 typedef struct data_reply {
@@ -971,6 +976,11 @@ static void consume(data_conn *c, size_t nread)
         c->got = 0;
         send_reply(c, SMP_OK, NDW_KIND_FINAL, NULL, NULL, 0, 0);
         return;
+    case CS_DRAIN:
+        c->got += nread;
+        if (c->got > DRAIN_MAX)
+            conn_close(c);
+        return;
     default:
         /* bytes while a response is owed: the peer does not follow the protocol */
         protocol_error(c, "request sent before the previous response");
@@ -983,11 +993,16 @@ static void refuse_plaintext(data_conn *c)
 {
     rpc_tls_session_free(&c->tls);
     c->srv->stats.refused_plaintext++;
-    uv_read_stop((uv_stream_t *)&c->tcp);
-    c->state = CS_BUSY;
-    send_reply(c, SMP_EPROTO, NDW_KIND_FINAL,
-               "this node's data port speaks TLS: connect with TLS, trusting the CA that "
-               "signed the node's certificate (WM_TLS_CA, weightctl --tls-ca)", NULL, 0, 1);
+    c->state = CS_DRAIN;
+    c->got = 0;
+    if (send_reply(c, SMP_EPROTO, NDW_KIND_FINAL,
+                   "this node's data port speaks TLS: connect with TLS, trusting the CA that "
+                   "signed the node's certificate (WM_TLS_CA, weightctl --tls-ca)", NULL, 0,
+                   0) < 0)
+        return; /* closing */
+    /* FIN after the refusal; the client's close (or DRAIN_MAX) ends it */
+    if (uv_shutdown(&c->shutdown, (uv_stream_t *)&c->tcp, NULL) < 0)
+        conn_close(c);
 }
 
 /* TLS: ciphertext arrived in the session. Look at the first byte, drive
