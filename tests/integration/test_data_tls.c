@@ -133,28 +133,39 @@ static void test_remote_weight_round_trip_over_tls(void **state)
     free(back);
 }
 
-/* A plaintext client is told the data port speaks TLS and the connection
- * closes; the node serves TLS clients afterwards. */
-static void test_plaintext_client_refused_by_tls_data_port(void **state)
+/* A kv object put over TLS, then read by a first client -- plaintext
+ * (tls 0) or TLS trusting first_ca -- that must be refused with code and
+ * needle in its error, no byte given; the node is alive and a client
+ * trusting the right CA reads the object exact afterwards. */
+static void refused_then_served(fx *f, const char *key, uint8_t seed, int tls,
+                                const char *first_ca, int code, const char *needle)
 {
-    fx *f = *state;
     kvc_replica r;
-    uint8_t *data = malloc(OBJ_BYTES), *back = calloc(1, OBJ_BYTES);
+    uint8_t *data = malloc(OBJ_BYTES), *back = calloc(1, OBJ_BYTES), *zero = calloc(1, OBJ_BYTES);
     char why[512];
     assert_int_equal(hx_start(&f->m, 15000), 0);
-    put_object(f, "tls/plain", 2, data, &r);
-    unsetenv("WM_TLS_CA");
-    uint8_t *zero = calloc(1, OBJ_BYTES);
-    assert_int_equal(read_range(&r, 0, back, why, sizeof(why)), SMP_EPROTO);
-    assert_true(hx_says(why, "speaks TLS"));
+    put_object(f, key, seed, data, &r);
+    if (first_ca != NULL)
+        setenv("WM_TLS_CA", first_ca, 1);
+    else
+        unsetenv("WM_TLS_CA");
+    assert_int_equal(read_range(&r, tls, back, why, sizeof(why)), code);
+    assert_true(hx_says(why, needle));
     assert_memory_equal(back, zero, OBJ_BYTES); /* no byte given */
-    free(zero);
     assert_true(hx_alive(&f->m));
     setenv("WM_TLS_CA", f->ca, 1);
     assert_int_equal(read_range(&r, 1, back, why, sizeof(why)), SMP_OK);
     assert_memory_equal(back, data, OBJ_BYTES);
     free(data);
     free(back);
+    free(zero);
+}
+
+/* A plaintext client is told the data port speaks TLS and the connection
+ * closes; the node serves TLS clients afterwards. */
+static void test_plaintext_client_refused_by_tls_data_port(void **state)
+{
+    refused_then_served(*state, "tls/plain", 2, 0, NULL, SMP_EPROTO, "speaks TLS");
 }
 
 /* A client that trusts another CA is refused in the handshake, naming
@@ -162,20 +173,8 @@ static void test_plaintext_client_refused_by_tls_data_port(void **state)
 static void test_client_without_the_ca_refused_by_data_port(void **state)
 {
     fx *f = *state;
-    kvc_replica r;
-    uint8_t *data = malloc(OBJ_BYTES), *back = calloc(1, OBJ_BYTES);
-    char why[512];
-    assert_int_equal(hx_start(&f->m, 15000), 0);
-    put_object(f, "tls/untrusted", 3, data, &r);
-    setenv("WM_TLS_CA", f->other_ca, 1);
-    assert_int_equal(read_range(&r, 1, back, why, sizeof(why)), SMP_EPROTO);
-    assert_true(hx_says(why, "node's certificate is not trusted"));
-    assert_true(hx_alive(&f->m));
-    setenv("WM_TLS_CA", f->ca, 1);
-    assert_int_equal(read_range(&r, 1, back, why, sizeof(why)), SMP_OK);
-    assert_memory_equal(back, data, OBJ_BYTES);
-    free(data);
-    free(back);
+    refused_then_served(f, "tls/untrusted", 3, 1, f->other_ca, SMP_EPROTO,
+                        "node's certificate is not trusted");
 }
 
 /* A store_node with --data-tls-cert/--data-tls-key: remote put and get
