@@ -114,32 +114,6 @@ static int64_t deadline_of(int timeout_ms)
     return timeout_ms > 0 ? now_ms() + timeout_ms : -1;
 }
 
-/* Wait until fd is ready for events or the deadline passes. Returns 1 when
- * ready, 0 on timeout, a negative errno on a poll failure. */
-static int wait_fd(int fd, short events, int64_t deadline)
-{
-    for (;;) {
-        struct pollfd p = {.fd = fd, .events = events, .revents = 0};
-        int ms = -1, r;
-        if (deadline >= 0) {
-            int64_t left = deadline - now_ms();
-            if (left <= 0)
-                return 0;
-            ms = left > 1000000 ? 1000000 : (int)left;
-        }
-        r = poll(&p, 1, ms);
-        if (r > 0)
-            return 1;
-        if (r == 0) {
-            if (deadline >= 0 && now_ms() >= deadline)
-                return 0;
-            continue;
-        }
-        if (errno != EINTR)
-            return -errno;
-    }
-}
-
 /* -- Connecting ------------------------------------------------------------ */
 
 static int connect_unix(const char *path, int64_t deadline, int *fd_out,
@@ -190,7 +164,7 @@ static int connect_addr(const struct addrinfo *ai, int64_t deadline)
             r = -errno;
             goto close_fd;
         }
-        if ((r = wait_fd(fd, POLLOUT, deadline)) <= 0) {
+        if ((r = wc_wait_fd(fd, POLLOUT, deadline)) <= 0) {
             r = r == 0 ? -ETIMEDOUT : r;
             goto close_fd;
         }
@@ -551,7 +525,7 @@ static int write_all(rpcc_conn *c, const uint8_t *buf, size_t len, int64_t deadl
         if (w < 0 && errno == EINTR)
             continue;
         if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            int r = wait_fd(c->fd, c->want, deadline);
+            int r = wc_wait_fd(c->fd, c->want, deadline);
             if (r > 0)
                 continue;
             if (r == 0) {
@@ -689,7 +663,7 @@ static int read_frame(rpcc_conn *c, int64_t deadline, rpcc_pending **out)
             if (errno == EINTR)
                 continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                int w = wait_fd(c->fd, c->want, deadline);
+                int w = wc_wait_fd(c->fd, c->want, deadline);
                 if (w > 0)
                     continue;
                 if (w == 0) {

@@ -129,9 +129,7 @@ static int64_t mono_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Wait for events on fd until deadline (-1: none): 1 ready, 0 timed out,
- * -errno. */
-static int wait_ready(int fd, short events, int64_t deadline)
+int wc_wait_fd(int fd, short events, int64_t deadline)
 {
     for (;;) {
         struct pollfd p = {.fd = fd, .events = events, .revents = 0};
@@ -145,8 +143,11 @@ static int wait_ready(int fd, short events, int64_t deadline)
         r = poll(&p, 1, ms);
         if (r > 0)
             return 1;
-        if (r == 0)
-            return 0;
+        if (r == 0) {
+            if (deadline >= 0 && mono_ms() >= deadline)
+                return 0;
+            continue;
+        }
         if (errno != EINTR)
             return -errno;
     }
@@ -186,7 +187,7 @@ int wc_tls_connect(SSL_CTX *ctx,
         }
         int e = SSL_get_error(ssl, r);
         if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
-            int w = wait_ready(fd, e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline);
+            int w = wc_wait_fd(fd, e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline);
             if (w > 0) continue;
             SSL_free(ssl);
             wm_errbuf(err, errlen, "TLS handshake with %s: %s", endpoint,

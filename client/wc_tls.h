@@ -48,6 +48,11 @@ int wc_tls_connect(SSL_CTX *ctx,
  * wc_tls_client_ctx. Thread-safe. */
 int wc_tls_env_ctx(SSL_CTX **out, char *err, size_t errlen);
 
+/* Wait until fd is ready for events or deadline (CLOCK_MONOTONIC ms; -1:
+ * none) passes. 1 when ready, 0 on timeout, a negative errno on a poll
+ * failure. Shared with the RPC transport. */
+int wc_wait_fd(int fd, short events, int64_t deadline);
+
 /* The last OpenSSL error as a short text into out ("" when none); the
  * queue is cleared. */
 void wc_tls_why(char *out, size_t cap);
