@@ -67,6 +67,7 @@ struct master_node {
     int data_tls;                /* its data server speaks TLS only */
     int up;
     uint64_t last_seen_ms;
+    uint64_t sweep_due_ms;       /* the second sweep after a registration (0: none) */
     smp_rpc_call *poll;          /* a deferred poll, or NULL */
     uint64_t poll_since_ms;
     master_task *queue;          /* to send, in order */
@@ -528,9 +529,15 @@ static void finish_register(master *m, void *arg, int status, uint64_t seq)
     resp.ticket_ttl_ms = m->cfg->node_ticket_ttl_ms;
     master_reply_msg(r->call, &resp.base);
     /* A kept segment may hold bytes nothing owns: puts the master lost when
-     * it stopped, or freed ranges whose zeroing the node's stop cut off. */
-    if (r->req->segment_survived && master_fsck_sweep_node(m, n->id) < 0)
-        fprintf(stderr, "store_master: node %s: no sweep of its segment (out of memory)\n", n->id);
+     * it stopped, or freed ranges whose zeroing the node's stop cut off. A
+     * client that was writing into a put the old master gave out may still
+     * be copying: a second sweep, MASTER_RESWEEP_MS later, takes what it
+     * left (anything later still waits for `weightctl fsck --repair`). */
+    if (r->req->segment_survived) {
+        if (master_fsck_sweep_node(m, n->id) < 0)
+            fprintf(stderr, "store_master: node %s: no sweep of its segment (out of memory)\n", n->id);
+        n->sweep_due_ms = master_now_ms() + MASTER_RESWEEP_MS;
+    }
 free_ctx:
     node_register_request__free_unpacked(r->req, NULL);
     free(r);
@@ -772,6 +779,11 @@ void master_nodes_tick(master *m, uint64_t now)
 {
     for (master_node *n = m->nodes; n != NULL; n = n->hh.next) {
         if (n->poll && now - n->poll_since_ms >= m->cfg->node_poll_ms) answer_poll(m, n);
+        if (n->up && n->sweep_due_ms != 0 && now >= n->sweep_due_ms) {
+            n->sweep_due_ms = 0;
+            if (master_fsck_sweep_node(m, n->id) < 0)
+                fprintf(stderr, "store_master: node %s: no second sweep (out of memory)\n", n->id);
+        }
         if (n->up && now - n->last_seen_ms > m->cfg->node_timeout_ms) {
             n->up = 0;
             fprintf(stderr, "store_master: node %s down (silent for %llu ms)\n", n->id,

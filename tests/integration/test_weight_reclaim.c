@@ -369,8 +369,10 @@ static kvc *start_put_and_write(fixture *f, const char *key, kvc_replica *where)
  * unoccupied but holds the bytes. The node's registration with the segment
  * it had sweeps them: without any fsck --repair, the range reads zeros, a
  * read-only fsck is clean, the master logged what it zeroed, and the READY
- * revision reads back. (Before the sweep, fsck reported the 64 KiB at that
- * offset until an operator ran --repair.) */
+ * revision reads back. Bytes the dead master's writer copies after that
+ * first sweep are taken by the second, 5 s after the registration. (Before
+ * the sweeps, fsck reported the 64 KiB at that offset until an operator ran
+ * --repair.) */
 static void test_a_put_lost_with_its_master_is_swept_at_restart(void **state)
 {
     fixture *f = *state;
@@ -403,6 +405,24 @@ static void test_a_put_lost_with_its_master_is_swept_at_restart(void **state)
     for (size_t i = 0; i < sizeof(back); i++)
         if (back[i] != 0) fail_msg("byte %zu of the lost put's range is %#x after the sweep", i, back[i]);
     assert_true(hx_log_contains(&f->m, "65536 orphaned bytes in 1 range(s), 65536 zeroed"));
+
+    /* the dead master's writer copies again after the first sweep: the
+     * second one (5 s after the registration) takes those bytes too */
+    uint8_t junk[4096];
+    memset(junk, 0x77, sizeof(junk));
+    fd = open(seg, O_RDWR);
+    assert_true(fd >= 0);
+    assert_int_equal(pwrite(fd, junk, sizeof(junk), (off_t)where.offset), (ssize_t)sizeof(junk));
+    for (int i = 0;; i++) {
+        int rc = wx_weightctl(&f->m, out, sizeof(out), "--json fsck");
+        if (rc == 0 && json_num(out, "orphans") == 0) break;
+        if (i == 1500) fail_msg("fsck after the late write: %s", out);
+        usleep(20000);
+    }
+    assert_int_equal(pread(fd, back, sizeof(junk), (off_t)where.offset), (ssize_t)sizeof(junk));
+    close(fd);
+    for (size_t i = 0; i < sizeof(junk); i++)
+        if (back[i] != 0) fail_msg("byte %zu of the late write is %#x after the second sweep", i, back[i]);
     s = wx_open_store(&f->m);
     wx_get_and_compare(s, &id, model, N_MODEL);
     weight_store_close(s);

@@ -463,12 +463,13 @@ static int check(soak *s, int *degraded)
     /* Nothing orphaned anywhere: weightctl fsck, read-only, exits 0 when
      * no cold file and no segment byte is left that nothing owns. A node
      * that registered again is swept by the master in the background (what
-     * a crash left in its free ranges is zeroed): give that a few seconds. */
+     * a crash left in its free ranges is zeroed) at once and 5 s later (what
+     * a writer of the dead master's put copied meanwhile): give that time. */
     char cmd[700];
     snprintf(cmd, sizeof(cmd), "%s/bin/weightctl --master '%s' fsck > '%s/fsck.out' 2>&1", BUILD_DIR,
              s->m.socket, s->m.dir);
     int fsck_rc = system(cmd);
-    for (int tries = 0; fsck_rc != 0 && tries < 5; tries++) {
+    for (int tries = 0; fsck_rc != 0 && tries < 10; tries++) { /* past the second sweep (5 s) */
         sleep_ms(1000);
         fsck_rc = system(cmd);
     }
