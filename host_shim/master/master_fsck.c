@@ -19,10 +19,10 @@
  * alone and counted) and then zeroed by one SCRUB task, after which the
  * holds are released. The reply waits for every task. Nodes that are not up
  * are counted, not checked. Runs on the leader only.
- * The same run, with repair and for segment bytes only, sweeps a node that
- * registers with the segment it had (master_fsck_sweep_node): what a
- * master's crash or a node's stop left in its free ranges is zeroed without
- * an operator, and logged. */
+ * The same run, with repair and for segment bytes only, sweeps a node when
+ * it registers and again 5 s later (master_fsck_sweep_node): what a
+ * master's crash, a node's stop or a writer of a put they lost left in its
+ * free ranges is zeroed without an operator, and logged. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

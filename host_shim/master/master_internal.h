@@ -36,7 +36,7 @@
 #define MASTER_TIMER_MS 50              /* housekeeping period */
 #define MASTER_LOOP_LAG_WINDOW_MS 10000 /* host_loop_lag_seconds: the largest lag of this window and the last */
 #define MASTER_PUT_TIMEOUT_MS 60000     /* a put not ended by then is cleaned up */
-#define MASTER_RESWEEP_MS 5000          /* second sweep of a kept segment after a registration */
+#define MASTER_RESWEEP_MS 5000          /* second sweep of a segment after a registration */
 #define MASTER_READ_LEASE_MS 10000      /* read lease of a replica lookup */
 #define MASTER_LIST_DEFAULT 1000        /* keys per page when the client says 0 */
 #define MASTER_LIST_MAX 10000
@@ -488,7 +488,7 @@ void master_scrub_free(master *m);
 int master_fsck_h(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len);
 
 /* The segment half of `fsck --repair` on one up node, answered to nobody:
- * run when a node registers with the segment it had, it zeroes what no
+ * run when a node registers (and 5 s later), it zeroes what no
  * object, put or reservation occupies and logs what it found. */
 int master_fsck_sweep_node(master *m, const char *node);
 

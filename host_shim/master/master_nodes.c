@@ -530,14 +530,14 @@ static void finish_register(master *m, void *arg, int status, uint64_t seq)
     master_reply_msg(r->call, &resp.base);
     /* A kept segment may hold bytes nothing owns: puts the master lost when
      * it stopped, or freed ranges whose zeroing the node's stop cut off. A
-     * client that was writing into a put the old master gave out may still
-     * be copying: a second sweep, MASTER_RESWEEP_MS later, takes what it
-     * left (anything later still waits for `weightctl fsck --repair`). */
-    if (r->req->segment_survived) {
-        if (master_fsck_sweep_node(m, n->id) < 0)
-            fprintf(stderr, "store_master: node %s: no sweep of its segment (out of memory)\n", n->id);
-        n->sweep_due_ms = master_now_ms() + MASTER_RESWEEP_MS;
-    }
+     * client that was writing into a put the old master (or the old segment
+     * file: it maps the path again) gave out may still be copying, also
+     * into a new file: a second sweep, MASTER_RESWEEP_MS later, takes what
+     * it left (anything later still waits for `weightctl fsck --repair`). A
+     * new file is sparse, so its scan costs next to nothing. */
+    if (master_fsck_sweep_node(m, n->id) < 0)
+        fprintf(stderr, "store_master: node %s: no sweep of its segment (out of memory)\n", n->id);
+    n->sweep_due_ms = master_now_ms() + MASTER_RESWEEP_MS;
 free_ctx:
     node_register_request__free_unpacked(r->req, NULL);
     free(r);

@@ -366,8 +366,7 @@ static kvc *start_put_and_write(fixture *f, const char *key, kvc_replica *where)
 /* A put whose master was killed between the allocation and the commit:
  * the client wrote its range (co-located, through the segment file) and the
  * master died before the put end; after the restart the range is
- * unoccupied but holds the bytes. The node's registration with the segment
- * it had sweeps them: without any fsck --repair, the range reads zeros, a
+ * unoccupied but holds the bytes. The node's registration sweeps them: without any fsck --repair, the range reads zeros, a
  * read-only fsck is clean, the master logged what it zeroed, and the READY
  * revision reads back. Bytes the dead master's writer copies after that
  * first sweep are taken by the second, 5 s after the registration. (Before
