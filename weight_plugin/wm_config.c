@@ -87,17 +87,7 @@ static int wm_check_key(void *arg, const char *key, uint32_t line)
 int wm_config_check(smp_host *h, const smp_host_api *api)
 {
     check_ctx c = {h, api, SMP_OK};
-    if (!SMP_HOST_HAS(api, config_keys) || api->config_keys == NULL) {
-        /* An older host cannot list the block: check the keys it has. */
-        for (size_t i = 0; i < WM_N_KEYS && c.rc == SMP_OK; i++) {
-            smp_config_value v;
-            memset(&v, 0, sizeof(v));
-            v.struct_size = sizeof(v);
-            if (api->config_get(h, SMP_CONFIG_PLUGIN, wm_keys[i].name, &v) == SMP_OK)
-                wm_check_key(&c, wm_keys[i].name, 0);
-        }
-        return c.rc;
-    }
+    /* A 1.4 plugin loads only in a host of ABI 1.4 or newer, which has it. */
     int rc = api->config_keys(h, SMP_CONFIG_PLUGIN, "", wm_check_key, &c);
     if (rc < 0) {
         api->log(h, SMP_LOG_ERROR, "config block cannot be listed: %s", smp_strerror(rc));

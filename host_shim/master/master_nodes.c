@@ -534,8 +534,8 @@ static void finish_register(master *m, void *arg, int status, uint64_t seq)
      * file: it maps the path again) gave out may still be copying, also
      * into a new file: a second sweep, MASTER_RESWEEP_MS later, takes what
      * it left (anything later still waits for `weightctl fsck --repair`). A
-     * new file is sparse, so its scan costs next to nothing. */
-    if (master_fsck_sweep_node(m, n->id) < 0)
+     * new file holds nothing yet: only the second sweep is worth its scan. */
+    if (r->req->segment_survived && master_fsck_sweep_node(m, n->id) < 0)
         fprintf(stderr, "store_master: node %s: no sweep of its segment (out of memory)\n", n->id);
     n->sweep_due_ms = master_now_ms() + MASTER_RESWEEP_MS;
 free_ctx:
