@@ -102,6 +102,11 @@ int wc_call_patient(weight_store *s,
                     const ProtobufCMessageDescriptor *desc,
                     ProtobufCMessage **resp);
 
+/* weight_put_begin; store_default 0 leaves the store's default policy out
+ * of a NULL policy (weight_upsert: the target keeps the base's). */
+int wc_put_begin(weight_store *s, const weight_identity *id, const weight_policy *policy,
+                 int store_default, weight_writer **out);
+
 /* A failed commit of w leaves its import open instead of aborting it (a
  * DELETE_FIRST upsert target: the claim resumes it; its base is gone). */
 void wc_writer_keep_open(weight_writer *w);

@@ -95,6 +95,15 @@ void wc_writer_keep_open(weight_writer *w)
 int weight_put_begin(weight_store *s, const weight_identity *id, const weight_policy *policy,
                      weight_writer **out)
 {
+    return wc_put_begin(s, id, policy, 1, out);
+}
+
+/* weight_put_begin, with the store's default policy applied to a NULL
+ * policy only when store_default is set (an upsert leaves it out: its
+ * target keeps the base's policy unless the caller gives one). */
+int wc_put_begin(weight_store *s, const weight_identity *id, const weight_policy *policy,
+                 int store_default, weight_writer **out)
+{
     Wmrpc__ImportBeginRequest req = WMRPC__IMPORT_BEGIN_REQUEST__INIT;
     Wmrpc__WeightPolicy wp = WMRPC__WEIGHT_POLICY__INIT;
     Wmrpc__WeightIdentity wid;
@@ -107,7 +116,7 @@ int weight_put_begin(weight_store *s, const weight_identity *id, const weight_po
     if (out == NULL || id == NULL || !id->namespace_id[0] || !id->resource_id[0] || !id->revision[0])
         return wc_fail(s, WEIGHT_EINVALID_ARGUMENT, "weight_put_begin: incomplete identity");
     *out = NULL;
-    if (policy == NULL && s->has_default_policy) policy = &s->default_policy;
+    if (policy == NULL && store_default && s->has_default_policy) policy = &s->default_policy;
     wc_wire_identity(s, id, &wid, tenant);
     req.identity = &wid;
     if (policy != NULL) {

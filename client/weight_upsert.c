@@ -206,7 +206,7 @@ int weight_upsert(weight_store *s, const weight_identity *replacing, uint64_t ta
     weight_identity target = *replacing;
     target.generation = target_generation;
     weight_writer *w = NULL;
-    rc = weight_put_begin(s, &target, policy, &w);
+    rc = wc_put_begin(s, &target, policy, 0, &w);
     if (rc == WEIGHT_ECONFLICT) {
         /* The target may be READY already (a retry after its commit). */
         weight_metadata md;

@@ -639,6 +639,9 @@ typedef struct weight_upsert_claim {
  * base cannot come back; the master refuses to abort that import, so
  * weight_writer_abort only frees such a writer).
  *
+ * policy: the target's (NULL: the target keeps the base's policy; the
+ * store's default policy does not apply to an upsert).
+ *
  * request_id NULL derives one from the base and target identities, mode and
  * expected generation, so a retry after a lost reply is the same request;
  * the same request returns the existing claim or resumes it; BUSY from

@@ -1,4 +1,4 @@
-/* store_plugin.h -- the Store Master plugin ABI, version 1.3.
+/* store_plugin.h -- the Store Master plugin ABI, version 1.4.
  *
  * This header is the whole contract between the Store Master (the host) and a
  * plugin shared library. A plugin exports exactly one symbol,

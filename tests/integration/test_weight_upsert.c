@@ -317,6 +317,48 @@ static void test_put_first_waits_for_readers_of_the_base(void **state)
     assert_true(hx_log_contains(&f->m, "COMMITTED"));
 }
 
+/* An upsert without a policy keeps the base's, even from a store opened
+ * with a default policy (that default is for new puts); one with a policy
+ * gives the target that one. */
+static void test_upsert_target_keeps_the_base_policy(void **state)
+{
+    fixture *f = *state;
+    open_clients(f);
+    char err[256];
+    weight_policy manual = {WEIGHT_RES_HOT, 0, WEIGHT_MODE_MANUAL};
+    weight_policy pinned = {WEIGHT_RES_HOT, 0, WEIGHT_MODE_PINNED};
+    weight_store *s = NULL;
+    assert_int_equal(weight_store_open(f->m.socket, "acme", &pinned, &s, err, sizeof err), 0);
+    weight_identity base = ident("pol", 1);
+    weight_writer *w = NULL;
+    CHECK(s, weight_put_begin(s, &base, &manual, &w));
+    add_model(s, w, 1);
+    CHECK(s, weight_writer_commit(w, NULL));
+
+    weight_upsert_claim c;
+    CHECK(s, weight_upsert(s, &base, 2, WEIGHT_UPSERT_PUT_FIRST, NULL, fence_of(f, "pol", 1), NULL,
+                           0, &c, &w));
+    add_model(s, w, 2);
+    CHECK(s, weight_writer_commit(w, NULL));
+    weight_metadata md;
+    weight_identity target = ident("pol", 2);
+    CHECK(s, weight_get_metadata(s, &target, &md, NULL));
+    assert_int_equal(md.policy.mode, WEIGHT_MODE_MANUAL);
+    assert_int_equal(wait_phase(f, "pol", WEIGHT_PHASE_COMMITTED, 10000).phase,
+                     WEIGHT_PHASE_COMMITTED);
+
+    /* A policy given to the upsert is the target's. */
+    weight_identity second = ident("pol", 2);
+    CHECK(s, weight_upsert(s, &second, 3, WEIGHT_UPSERT_PUT_FIRST, NULL, fence_of(f, "pol", 2),
+                           &pinned, 0, &c, &w));
+    add_model(s, w, 3);
+    CHECK(s, weight_writer_commit(w, NULL));
+    weight_identity third = ident("pol", 3);
+    CHECK(s, weight_get_metadata(s, &third, &md, NULL));
+    assert_int_equal(md.policy.mode, WEIGHT_MODE_PINNED);
+    weight_store_close(s);
+}
+
 /* DELETE_FIRST: BUSY (and no claim) while a reader holds the base; without
  * one the base is deleted first, the window is visible, then the target is
  * imported and the claim commits. */
@@ -725,6 +767,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_put_first_waits_for_readers_of_the_base, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_upsert_target_keeps_the_base_policy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_delete_first_deletes_the_base_before_the_import, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_put_first_target_failure_leaves_the_base, setup, teardown),
