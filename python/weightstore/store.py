@@ -32,9 +32,9 @@ from typing import Dict, Iterator, List, Optional
 import numpy as np
 
 from . import _lib
-from .errors import InvalidArgumentError, error_for
-from .tensors import (PLACE_SKIP, HuggingFaceCheckpoint, LoadedTensor, PlacementLike,
-                      TensorPlacement, TensorSpec, box, dtype_name, iter_attachment_source,
+from .errors import InvalidArgumentError, NotFoundError, error_for
+from .tensors import (PLACE_REPLICATED, PLACE_SKIP, HuggingFaceCheckpoint, LoadedTensor,
+                      PlacementLike, TensorPlacement, TensorSpec, box, dtype_name, iter_attachment_source,
                       iter_tensor_source, numpy_dtype, resolve_placement)
 from .types import (IdentityLike, WeightIdentity, WeightMetadata, WeightMetadataView, WeightOperation,
                     WeightResidencyState, WeightStoragePolicy, WeightUpsertClaim, WeightUpsertMode,
@@ -43,6 +43,7 @@ from .types import (IdentityLike, WeightIdentity, WeightMetadata, WeightMetadata
 
 TRANSPORT_AUTO, TRANSPORT_LOCAL, TRANSPORT_REMOTE = 0, 1, 2
 _OPT_PAYLOAD_BYTES, _OPT_THREADS, _OPT_TRANSPORT, _OPT_LEASE_TTL_MS = 1, 2, 3, 4
+_OPT_ATTACHMENTS = 6
 
 
 def _request_id(lib, request_id: Optional[str], call: str) -> Optional[bytes]:
@@ -239,6 +240,62 @@ class WeightStore:
         if copy_names is None or copy_names:
             tensors.update(self._get_copy(cid, placement, bindings, copy_names))
         return WeightLoad(ident, tensors, mapped)
+
+    def weight_get_attachments(self, identity: IdentityLike,
+                               names: Optional[List[str]] = None) -> Dict[str, bytes]:
+        """The files stored with revision `identity` besides its tensors
+        (config.json, tokenizer files, ...: weight_put_attachment, or a
+        Hugging Face directory's other files), as name -> bytes, each
+        verified against the manifest's checksums like a tensor. names: only
+        these (NotFoundError naming those the revision does not have); None:
+        all of them ({} for a revision without attachments).
+
+        Raises NotFoundError, NotReadyError, LeaseExpiredError,
+        DigestMismatchError, BusyError, WeightTransportError."""
+        cid = _identity_to_c(identity)
+        wanted = None if names is None else set(names)
+        owned: Dict[str, np.ndarray] = {}
+        seen: set = set()
+        failure: List[BaseException] = []
+
+        def place(_ctx, ti, out):
+            t = ti.contents
+            name = t.name.decode()
+            take = bool(t.attachment) and (wanted is None or name in wanted)
+            if take:
+                seen.add(name)
+            out.contents.kind = PLACE_REPLICATED if take else PLACE_SKIP
+            out.contents.dim, out.contents.parts, out.contents.rank = 0, 1, 0
+            return 0
+
+        def provide(_ctx, ti, tp, local_shape, nbytes, out):
+            try:
+                arr = np.empty(nbytes, dtype=np.uint8)
+                owned[ti.contents.name.decode()] = arr
+                out[0] = arr.ctypes.data if nbytes else None
+                return 0
+            except BaseException as e:  # noqa: BLE001 -- re-raised after the C call
+                failure.append(e)
+                return InvalidArgumentError.code
+
+        place_fn, provide_fn = _lib.PLACE_FN(place), _lib.PROVIDE_FN(provide)
+        pl = _lib.Placement(place_fn, None)
+        bd = _lib.Bindings((_lib.Binding * 1)(), 0, provide_fn, None)
+        stats = _lib.GetStats()
+        with self._h.lock:
+            self._check(self._lib.weight_store_set_option(self._ptr(), _OPT_ATTACHMENTS, 1))
+            try:
+                rc = self._lib.weight_get(self._ptr(), cid, ctypes.byref(pl), ctypes.byref(bd),
+                                          ctypes.byref(stats))
+            finally:
+                self._lib.weight_store_set_option(self._ptr(), _OPT_ATTACHMENTS, 0)
+            if failure:
+                raise failure[0]
+            self._check(rc)
+        if wanted is not None and wanted - seen:
+            missing = ", ".join(repr(n) for n in sorted(wanted - seen))
+            raise NotFoundError(f"{_as_identity(identity)} has no attachment {missing}")
+        return {name: owned[name].tobytes() if name in owned else b"" for name in seen}
 
     def weight_is_exist(self, identity: IdentityLike) -> bool:
         """True only when the exact revision is READY and readable."""

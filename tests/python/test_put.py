@@ -168,6 +168,13 @@ def test_hugging_face_directory_keeps_its_files(store, master, tmp_path):
     store.weight_put(i, str(hf)).commit()
     with store.weight_get(i) as load:
         assert set(load) == set(src)  # attachments are not tensors
+    assert store.weight_get_attachments(i) == files
+    assert store.weight_get_attachments(i, ["config.json"]) == {"config.json": files["config.json"]}
+    with pytest.raises(ws.NotFoundError, match="'model.safetensors'"):
+        store.weight_get_attachments(i, ["config.json", "model.safetensors"])
+    plain = ident(unique("nofiles"))
+    put_model(store, plain, src)
+    assert store.weight_get_attachments(plain) == {}
     out = tmp_path / "back"
     r = subprocess.run([f"{build_dir()}/bin/weightctl", "--master", master.address, "get", str(i),
                         "--out", str(out)], capture_output=True, text=True)
