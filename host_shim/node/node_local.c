@@ -2,7 +2,7 @@
  *
  * One thread polls the listening socket and a stop pipe. Each accepted
  * connection is answered at once and closed: SO_PEERCRED gives the peer's
- * uid and gid, node_local_peer_allowed decides, and the answer is one
+ * uid and gid, SO_PEERGROUPS its supplementary groups, node_local_peer_allowed decides, and the answer is one
  * sendmsg -- the status byte and a text, with a fresh descriptor of the
  * segment file attached when granted (seg_share_fd: not the node's own
  * descriptor, whose open file description carries the node's flock and
@@ -66,13 +66,41 @@ bad:
     return SMP_EINVAL;
 }
 
-int node_local_peer_allowed(const node_local_peers *p, uid_t uid, gid_t gid)
+int node_local_peer_allowed(const node_local_peers *p, uid_t uid, gid_t gid, const gid_t *groups,
+                            size_t n_groups)
 {
     for (size_t i = 0; i < p->n_uids; i++)
         if (p->uids[i] == uid) return 1;
-    for (size_t i = 0; i < p->n_gids; i++)
+    for (size_t i = 0; i < p->n_gids; i++) {
         if (p->gids[i] == gid) return 1;
+        for (size_t g = 0; g < n_groups; g++)
+            if (p->gids[i] == groups[g]) return 1;
+    }
     return 0;
+}
+
+/* The supplementary groups of c's peer as they were when it connected
+ * (SO_PEERGROUPS), in *out (malloc'ed; free it) and *n. A kernel without
+ * SO_PEERGROUPS, or a failure, gives none: the peer is then judged by its
+ * uid and primary gid alone, which can only refuse more. */
+static void peer_groups(int c, gid_t **out, size_t *n)
+{
+    socklen_t len = 64 * sizeof(gid_t);
+    *out = NULL;
+    *n = 0;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        gid_t *g = malloc(len ? len : sizeof(gid_t));
+        if (g == NULL) return;
+        socklen_t got = len;
+        if (getsockopt(c, SOL_SOCKET, SO_PEERGROUPS, g, &got) == 0) {
+            *out = g;
+            *n = got / sizeof(gid_t);
+            return;
+        }
+        free(g);
+        if (errno != ERANGE || got <= len) return;
+        len = got; /* the kernel said how much it needs */
+    }
 }
 
 /* Send the status byte and text on c, with fd attached when fd >= 0.
@@ -114,7 +142,12 @@ static void serve_peer(node_local *l, int c)
         answer(c, NODE_LOCAL_REFUSED, "the peer's credentials could not be read", -1);
         return;
     }
-    if (!node_local_peer_allowed(&l->peers, cred.uid, cred.gid)) {
+    gid_t *groups = NULL;
+    size_t n_groups = 0;
+    peer_groups(c, &groups, &n_groups);
+    int allowed = node_local_peer_allowed(&l->peers, cred.uid, cred.gid, groups, n_groups);
+    free(groups);
+    if (!allowed) {
         snprintf(text, sizeof(text), "uid %u gid %u is not a local peer of tenant %s on node %s",
                  (unsigned)cred.uid, (unsigned)cred.gid, l->tenant, l->node_id);
         fprintf(stderr, "store_node %s: local socket: pid %d refused: %s\n", l->node_id,

@@ -7,7 +7,8 @@
  * it by path; instead the node listens on a Unix socket (--local-socket,
  * mode 0666: anyone may ask) and, for each connection, reads the peer's
  * credentials from the kernel (SO_PEERCRED: the uid and gid the peer had
- * when it connected, which it cannot forge) and checks them against its
+ * when it connected, which it cannot forge; SO_PEERGROUPS: its
+ * supplementary groups then) and checks them against its
  * list of local peers (--local-peer uid:N / gid:N). A listed peer receives
  * a descriptor of the segment file (SCM_RIGHTS; a new open file description
  * without the node's lock, read-write) and maps it itself: the zero-copy
@@ -39,7 +40,7 @@
 typedef struct node_local node_local;
 
 /* Who may receive the segment: a peer whose uid is in uids or whose
- * (primary) gid is in gids. */
+ * primary gid or one of whose supplementary groups is in gids. */
 typedef struct node_local_peers {
     uid_t uids[NODE_LOCAL_PEERS_MAX];
     size_t n_uids;
@@ -56,8 +57,11 @@ int node_local_check_tenant(const char *name);
  * (more than NODE_LOCAL_PEERS_MAX of a kind), with err naming the spec. */
 int node_local_add_peer(node_local_peers *p, const char *spec, char *err, size_t errlen);
 
-/* 1 when a peer with uid and gid is in p, else 0. */
-int node_local_peer_allowed(const node_local_peers *p, uid_t uid, gid_t gid);
+/* 1 when a peer with uid, primary gid and supplementary groups (n_groups
+ * of them; may be NULL when 0) is in p -- its uid listed, or its primary
+ * gid or one of its groups listed -- else 0. */
+int node_local_peer_allowed(const node_local_peers *p, uid_t uid, gid_t gid, const gid_t *groups,
+                            size_t n_groups);
 
 /* Listen on socket_path for node_id's segment seg (borrowed; it must
  * outlive the server) on behalf of tenant, and start the serving thread.

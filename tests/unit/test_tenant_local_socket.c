@@ -5,7 +5,8 @@
  * Real segment files and Unix sockets in a scratch directory under /tmp,
  * one process: the peer list is made to include or exclude this process's
  * own uid and gid. A listed peer receives a descriptor of the segment and
- * maps the node's bytes; the descriptor carries none of the node's lock (a
+ * maps the node's bytes (also one listed through a supplementary group
+ * only, as root); the descriptor carries none of the node's lock (a
  * restarted node reopens its segment while the client still holds it); a
  * grown file and a restarted node are seen by seg_map_check. An unlisted
  * peer is refused with the node's cause, and asking again is refused
@@ -24,6 +25,8 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
+#include <grp.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -83,9 +86,12 @@ static void test_tenant_local_peer_specs(void **state)
     memset(&p, 0, sizeof(p));
     assert_int_equal(node_local_add_peer(&p, "uid:1001", err, sizeof(err)), SMP_OK);
     assert_int_equal(node_local_add_peer(&p, "gid:0", err, sizeof(err)), SMP_OK);
-    assert_true(node_local_peer_allowed(&p, 1001, 77));
-    assert_true(node_local_peer_allowed(&p, 5, 0));
-    assert_false(node_local_peer_allowed(&p, 1002, 77));
+    assert_true(node_local_peer_allowed(&p, 1001, 77, NULL, 0));
+    assert_true(node_local_peer_allowed(&p, 5, 0, NULL, 0));
+    assert_false(node_local_peer_allowed(&p, 1002, 77, NULL, 0));
+    const gid_t groups[] = {12, 0};
+    assert_true(node_local_peer_allowed(&p, 1002, 77, groups, 2));  /* a supplementary group */
+    assert_false(node_local_peer_allowed(&p, 1002, 77, groups, 1));
     const char *bad[] = {"", "uid:", "uid:-1", "uid:+1", "uid:1x", "user:1", "gid:4294967295",
                          "uid:99999999999999999999", "uid 1", "UID:1"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -183,6 +189,47 @@ static void test_tenant_local_peer_by_gid(void **state)
     seg_close(s);
 }
 
+/* A peer listed only through a supplementary group: a child (root drops
+ * into groups {GROUP}, keeping uid 0 and gid 0, neither listed) is granted
+ * the segment; the same child without the group is refused. */
+#define GROUP 4242u
+static int child_fetch(const char *path, const gid_t *groups, size_t n)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        char err[800];
+        int fd = -1;
+        struct stat st;
+        if (setgroups(n, groups) != 0) _exit(10);
+        int rc = seg_local_fetch(path, &fd, &st, err, sizeof(err));
+        if (rc == SMP_OK) _exit(fd >= 0 ? 0 : 11);
+        _exit(rc == SMP_EFORBIDDEN && strstr(err, "is not a local peer") ? 1 : 12);
+    }
+    int status = -1;
+    assert_true(pid > 0);
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    return WEXITSTATUS(status);
+}
+
+static void test_tenant_local_peer_by_supplementary_group(void **state)
+{
+    char path[300], err[800], spec[32];
+    (void)state;
+    if (geteuid() != 0 || getegid() == GROUP) skip(); /* setgroups needs root */
+    seg_segment *s = open_seg("n4", SIZE);
+    sock_path("n4", path, sizeof(path));
+    snprintf(spec, sizeof(spec), "gid:%u", GROUP);
+    node_local_peers p = peers_of(spec);
+    node_local *l = NULL;
+    assert_int_equal(node_local_start(path, "n4", "a", &p, s, &l, err, sizeof(err)), SMP_OK);
+    const gid_t with[] = {GROUP};
+    assert_int_equal(child_fetch(path, with, 1), 0);
+    assert_int_equal(child_fetch(path, NULL, 0), 1);
+    node_local_stop(l);
+    seg_close(s);
+}
+
 /* Neither this uid nor this gid listed: refused with the node's cause,
  * nothing handed over, and asked again the answer is the remembered one. */
 static void test_tenant_local_other_peer_is_refused(void **state)
@@ -264,6 +311,8 @@ int main(void)
         cmocka_unit_test(test_tenant_local_peer_specs),
         cmocka_unit_test_setup_teardown(test_tenant_local_peer_maps_the_segment, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tenant_local_peer_by_gid, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_tenant_local_peer_by_supplementary_group, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_tenant_local_other_peer_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tenant_local_socket_path_checks, setup, teardown),
     };
