@@ -426,7 +426,8 @@ typedef enum field_kind {
     FK_PREFIX,      /* an etcd key prefix: "/", then printable ASCII, ending in "/" */
     FK_REMOVED,     /* a key that no longer exists: refused with `removed` */
     FK_AUTH_TOKENS, /* auth.tokens: a sequence of {sha256, tenant, role} */
-    FK_AUTH_LIMITS  /* auth.limits: a mapping (config_auth.c) */
+    FK_AUTH_LIMITS, /* auth.limits: a mapping (config_auth.c) */
+    FK_LOCAL_PEERS  /* node.local_peers: a sequence of "uid:N" / "gid:N" (config_node.c) */
 } field_kind;
 
 typedef struct field_spec {
@@ -502,6 +503,9 @@ static const field_spec node_fields[] = {
     F_U32("ticket_ttl_ms", node_ticket_ttl_ms, 1000, 3600000),
     F_OF("require_read_tickets", FK_BOOL, node_require_read_tickets),
     F_OF("allow_insecure_reads", FK_BOOL, node_allow_insecure_reads),
+    F_OF("tenant", FK_PATH_OR_OFF, node_tenant),
+    F_OF("local_socket", FK_PATH_OR_OFF, node_local_socket),
+    { "local_peers", FK_LOCAL_PEERS, 0, 0, 0, NULL, NULL },
     F_END
 };
 
@@ -565,6 +569,7 @@ static const char *field_expects(field_kind k)
     case FK_SECTION:
     case FK_AUTH_LIMITS: return "a mapping";
     case FK_PLUGINS:
+    case FK_LOCAL_PEERS:
     case FK_AUTH_TOKENS: return "a sequence";
     case FK_U32:
     case FK_U64: return "an integer";
@@ -790,7 +795,7 @@ static int apply_field(cfg_ctx *c, host_config *cfg, host_config_node *n,
 
     if (f->kind == FK_REMOVED) return cfg_fail(c, SMP_EINVAL, n->key_line, path, "%s", f->removed);
     if (f->kind == FK_SECTION || f->kind == FK_PLUGINS || f->kind == FK_AUTH_TOKENS ||
-        f->kind == FK_AUTH_LIMITS) {
+        f->kind == FK_AUTH_LIMITS || f->kind == FK_LOCAL_PEERS) {
         host_config_node_kind want =
             f->kind == FK_SECTION || f->kind == FK_AUTH_LIMITS ? HOST_CFG_MAP : HOST_CFG_SEQ;
         if (cfg_node_is_null(n)) return 0; /* "listen:" with nothing below: all defaults */
@@ -800,6 +805,7 @@ static int apply_field(cfg_ctx *c, host_config *cfg, host_config_node *n,
         if (f->kind == FK_SECTION) return apply_map(c, cfg, n, path, f->sub);
         if (f->kind == FK_AUTH_TOKENS) return cfg_apply_tokens(c, cfg, n, path);
         if (f->kind == FK_AUTH_LIMITS) return cfg_apply_limits(c, cfg, n, path);
+        if (f->kind == FK_LOCAL_PEERS) return cfg_apply_local_peers(c, cfg, n, path);
         return apply_plugins(c, cfg, n, path);
     }
     if (n->kind != HOST_CFG_SCALAR)
@@ -1038,26 +1044,16 @@ static int check_tls(cfg_ctx *c, const host_config *cfg, const host_config_node 
 }
 
 /* The rules that span fields: low_watermark < high_watermark (reported on the
- * line of whichever of the two the file set, low first), an embedded node
- * needs an RPC endpoint to register through, reads without tickets need the
- * explicit insecure key, and check_ha's. */
+ * line of whichever of the two the file set, low first), and those of
+ * node.* (config_node.c), tls.*, ha.* and auth.*. */
 static int check_cross(cfg_ctx *c, const host_config *cfg, const host_config_node *root)
 {
     int rc;
     const host_config_node *mem = cfg_node_child(root, "memory");
     const host_config_node *low = cfg_node_child(mem, "low_watermark");
     const host_config_node *high = cfg_node_child(mem, "high_watermark");
-    const host_config_node *embedded = cfg_node_child(cfg_node_child(root, "node"), "embedded");
 
-    if (cfg->node_embedded && cfg->listen_tcp[0] == '\0' && cfg->listen_unix[0] == '\0')
-        return cfg_fail(c, SMP_EINVAL, embedded != NULL ? embedded->line : 0, "node.embedded",
-                        "true needs listen.tcp or listen.unix (the node registers through it)");
-    if (!cfg->node_require_read_tickets && !cfg->node_allow_insecure_reads) {
-        const host_config_node *rt = cfg_node_child(cfg_node_child(root, "node"), "require_read_tickets");
-        return cfg_fail(c, SMP_EINVAL, rt != NULL ? rt->line : 0, "node.require_read_tickets",
-                        "false lets anyone who reaches the node's data port read any range; "
-                        "it needs node.allow_insecure_reads: true as well");
-    }
+    if ((rc = cfg_check_node(c, cfg, root)) < 0) return rc;
     if ((rc = check_tls(c, cfg, root)) < 0) return rc;
     if ((rc = check_ha(c, cfg, root)) < 0) return rc;
     if ((rc = cfg_check_auth(c, cfg, root)) < 0) return rc;
@@ -1115,6 +1111,7 @@ static int resolve_paths(cfg_ctx *c, host_config *cfg, const host_config_node *r
     if ((rc = resolve_in_place(c, &cfg->tls_cert, base)) < 0) return rc;
     if ((rc = resolve_in_place(c, &cfg->tls_key, base)) < 0) return rc;
     if ((rc = resolve_in_place(c, &cfg->tls_ca, base)) < 0) return rc;
+    if ((rc = resolve_in_place(c, &cfg->node_local_socket, base)) < 0) return rc;
     if (cfg_node_child(cfg_node_child(root, "node"), "cold_dir") != NULL) {
         if ((rc = resolve_in_place(c, &cfg->node_cold_dir, base)) < 0) return rc;
     } else {
@@ -1212,6 +1209,8 @@ void host_config_free(host_config *cfg)
     free(cfg->tls_cert);
     free(cfg->tls_key);
     free(cfg->tls_ca);
+    free(cfg->node_tenant);
+    free(cfg->node_local_socket);
     for (size_t i = 0; i < cfg->n_plugins; i++) {
         free(cfg->plugins[i].path);
         node_free(cfg->plugins[i].block);

@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "node_local.h"
 #include "rpc_auth.h"
 #include "rpc_limits.h"
 #include "store_plugin.h"
@@ -128,6 +129,9 @@ typedef struct host_config {
     uint32_t node_ticket_ttl_ms;      /* life of the tickets the master mints, default 60000 */
     int node_require_read_tickets;    /* the embedded node's reads need tickets, default 1 */
     int node_allow_insecure_reads;    /* needed to set node_require_read_tickets to 0 */
+    char *node_tenant;                /* the embedded node dedicated to it; NULL/"": shared */
+    char *node_local_socket;          /* dedicated: where the segment is handed out */
+    node_local_peers node_local_peers; /* dedicated: who may map it (uids, gids) */
     char *tls_cert;                   /* PEM certificate (chain) of the RPC TCP port, "" = no TLS */
     char *tls_key;                    /* its PEM private key */
     char *tls_ca;                     /* PEM CA bundle the client certificates must chain to */

@@ -53,4 +53,12 @@ int cfg_apply_limits(cfg_ctx *c, host_config *cfg, host_config_node *map, const 
 /* The rules across auth.* and listen.tcp, once the whole file is applied. */
 int cfg_check_auth(cfg_ctx *c, const host_config *cfg, const host_config_node *root);
 
+/* -- config_node.c ---------------------------------------------------------- */
+
+/* node.local_peers ("uid:N" / "gid:N" each) into cfg->node_local_peers (seq
+ * is a SEQ). 0 or the load's code. */
+int cfg_apply_local_peers(cfg_ctx *c, host_config *cfg, host_config_node *seq, const char *path);
+/* The rules across node.* (and listen.*), once the whole file is applied. */
+int cfg_check_node(cfg_ctx *c, const host_config *cfg, const host_config_node *root);
+
 #endif /* HOST_CONFIG_INTERNAL_H */

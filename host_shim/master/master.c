@@ -299,6 +299,13 @@ static int start_embedded_node(master *m, char *err, size_t errlen)
         .cold_verify_from_device = m->cfg->node_cold_verify_from_device,
         .allow_unticketed_reads = !m->cfg->node_require_read_tickets,
     };
+    /* node.tenant dedicates it as store_node --tenant does (config_node.c
+     * checked that the socket and peers come with it). */
+    if (m->cfg->node_tenant != NULL && m->cfg->node_tenant[0] != '\0') {
+        o.tenant = m->cfg->node_tenant;
+        o.local_socket = m->cfg->node_local_socket;
+        o.local_peers = &m->cfg->node_local_peers;
+    }
     /* Over TCP to a TLS port the node trusts the configured CA (or the
      * master's own certificate) and, when clients are verified, presents
      * the master's certificate: it is the same process. */

@@ -15,6 +15,7 @@
  * still writes and reads b's objects through the data port with tickets.
  * Run as root, a child that drops to uid 65534 is refused na's segment,
  * cannot open na's segment file by path, and maps nb's, finding b's bytes.
+ * The embedded node dedicated by config (node.tenant) does the same.
  * Bad store_node flags are refused naming the cause with nothing started,
  * and a node restarted as dedicated to b while its segment holds a's bytes
  * is refused by the master (a's bytes come back when it returns as a's). */
@@ -223,6 +224,43 @@ static void test_tenant_local_peer_maps_its_dedicated_segment_zero_copy(void **s
     assert_false(hx_file_contains(g.na.log, "refused"));
 }
 
+/* node.tenant dedicates the embedded node by config, as --tenant does a
+ * store_node: a's objects land on it and are located by its local socket
+ * (never the segment file), and this process, its listed peer, maps them
+ * with the local transport; b has no node open to it: refused for room,
+ * nothing placed. */
+static void test_tenant_embedded_node_dedicated_by_config(void **state)
+{
+    wr_fixture *f = *state;
+    char extra[256], sock[400];
+    snprintf(extra, sizeof(extra),
+             "node:\n  tenant: a\n  local_socket: emb.sock\n  local_peers: [\"uid:%u\"]\n",
+             (unsigned)getuid());
+    af_start_with(f, "tenant-embedded", extra);
+    snprintf(sock, sizeof(sock), "%s/emb.sock", f->m.dir);
+
+    af_as(f, AF_A_WRITER);
+    put(f, "a/e0", 256 * 1024, 21);
+    kvc_replica r = replica_of(f, "a/e0");
+    assert_string_equal(r.node, "embedded");
+    assert_string_equal(r.local_socket, sock);
+    assert_string_equal(r.segment_path, "");
+    kvc_set_transport(f->kv, KVC_LOCAL);
+    put(f, "a/e1", 256 * 1024, 22);
+    assert_int_equal(read_back(f, "a/e1", 256 * 1024, 22), 0);
+    assert_int_equal(read_back(f, "a/e0", 256 * 1024, 21), 0);
+    kvc_set_transport(f->kv, KVC_AUTO);
+
+    af_as(f, AF_B_WRITER);
+    uint8_t small[4096] = {0};
+    assert_int_equal(kvc_put_bytes(f->kv, "b/e", small, sizeof(small), SMP_DATA_KV, "", 0, NULL),
+                     SMP_ENOSPC);
+    assert_non_null(strstr(kvc_error(f->kv), "open to tenant 'b'"));
+    int exists = 1;
+    assert_int_equal(kvc_exists(f->kv, "b/e", &exists), 0);
+    assert_false(exists);
+}
+
 /* As uid OTHER_UID (a forked child of a root test): refused na's segment,
  * unable to open its file, given nb's and finding b/q0's bytes at r's
  * offset. Exits 0 when all holds, else the number of the failed check. */
@@ -425,6 +463,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(
             test_tenant_other_uid_is_refused_the_mapping_and_reads_through_tickets, wr_setup,
             teardown),
+        cmocka_unit_test_setup_teardown(test_tenant_embedded_node_dedicated_by_config, wr_setup,
+                                        wr_teardown),
         cmocka_unit_test_setup_teardown(test_tenant_shared_node_names_nothing_to_map_with_auth_on,
                                         wr_setup, teardown),
         cmocka_unit_test_setup_teardown(test_tenant_node_flags_refused_naming_the_cause, wr_setup,

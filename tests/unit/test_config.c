@@ -431,6 +431,47 @@ static void test_refuses_unticketed_reads_without_insecure_key(void **state)
     expect_refused("node: {ticket_ttl_ms: 3600001}\n", "node.ticket_ttl_ms");
 }
 
+/* node.tenant dedicates the embedded node: with local_socket and
+ * local_peers (relative socket path resolved against the config), each
+ * checked like store_node's flags; none of the three alone. */
+static void test_node_dedicated_to_a_tenant(void **state)
+{
+    host_config c;
+    (void)state;
+    load_ok("node:\n  tenant: team-a\n  local_socket: a.sock\n"
+            "  local_peers: [\"uid:1000\", \"gid:44\"]\n", &c);
+    assert_string_equal(c.node_tenant, "team-a");
+    assert_string_equal(c.node_local_socket, "/etc/wm/a.sock");
+    assert_int_equal(c.node_local_peers.n_uids, 1);
+    assert_int_equal(c.node_local_peers.uids[0], 1000);
+    assert_int_equal(c.node_local_peers.n_gids, 1);
+    assert_int_equal(c.node_local_peers.gids[0], 44);
+    host_config_free(&c);
+    expect_message("node:\n  tenant: a\n  local_socket: a.sock\n",
+                   "x.yaml:2: node.tenant: needs node.local_peers: at least one \"uid:N\" or "
+                   "\"gid:N\" (who may map the segment)");
+    expect_refused("node:\n  tenant: a\n  local_peers: [\"uid:1\"]\n",
+                   "node.tenant: needs node.local_socket");
+    expect_message("node:\n  local_socket: a.sock\n",
+                   "x.yaml:2: node.local_socket: hands the segment to one tenant's processes; it "
+                   "needs node.tenant");
+    expect_refused("node:\n  local_peers: [\"uid:1\"]\n",
+                   "node.local_peers: name who may map one tenant's segment; they need "
+                   "node.tenant");
+    expect_message("node:\n  tenant: a\n  local_socket: a.sock\n  local_peers: [\"user:1\"]\n",
+                   "x.yaml:4: node.local_peers[0]: 'user:1' is not \"uid:N\" or \"gid:N\" (N a "
+                   "decimal user or group id)");
+    expect_refused("node:\n  tenant: a\n  local_socket: a.sock\n  local_peers: [{uid: 1}]\n",
+                   "node.local_peers[0]: expected \"uid:N\" or \"gid:N\", found a mapping");
+    expect_refused("node:\n  tenant: a\n  local_socket: a.sock\n  local_peers: \"uid:1\"\n",
+                   "node.local_peers: expected a sequence");
+    expect_refused("node:\n  tenant: a/b\n  local_socket: a.sock\n  local_peers: [\"uid:1\"]\n",
+                   "node.tenant: 'a/b' is not a tenant name");
+    expect_refused("node:\n  embedded: false\n  tenant: a\n  local_socket: a.sock\n"
+                   "  local_peers: [\"uid:1\"]\n",
+                   "node.tenant: dedicates the embedded node, and node.embedded is false");
+}
+
 /* tls: cert and key together; ca and verify_clients only with them;
  * verify_clients needs ca; relative paths resolve against the config. */
 static void test_tls_keys(void **state)
@@ -983,6 +1024,7 @@ int main(void)
         cmocka_unit_test(test_refuses_unknown_enum_names),
         cmocka_unit_test(test_refuses_non_booleans),
         cmocka_unit_test(test_refuses_unticketed_reads_without_insecure_key),
+        cmocka_unit_test(test_node_dedicated_to_a_tenant),
         cmocka_unit_test(test_tls_keys),
         cmocka_unit_test(test_refuses_bad_integers),
         cmocka_unit_test(test_refuses_wrong_node_kind),

@@ -1,0 +1,81 @@
+/* config_node.c -- the rules of the node: section that span keys (config.h):
+ * an embedded node needs an RPC endpoint to register through, reads without
+ * tickets need the explicit insecure key, and dedicating the embedded node
+ * to one tenant (node.tenant, node.local_socket, node.local_peers: the
+ * store_node flags --tenant, --local-socket and --local-peer, node_local.h)
+ * needs all three, each checked as store_node checks its flags. Messages go
+ * through the loader's cfg_fail (config_internal.h). */
+#include <stdio.h>
+#include <string.h>
+
+#include "config_internal.h"
+#include "node_local.h"
+
+/* The line of node.<key>, or 0 when the file does not set it. */
+static unsigned line_of(const host_config_node *root, const char *key)
+{
+    const host_config_node *n = cfg_node_child(cfg_node_child(root, "node"), key);
+    return n != NULL ? n->line : 0;
+}
+
+int cfg_apply_local_peers(cfg_ctx *c, host_config *cfg, host_config_node *seq, const char *path)
+{
+    char item_path[CFG_KEY_PATH_MAX];
+    char why[256];
+    for (size_t i = 0; i < seq->n_items; i++) {
+        host_config_node *e = seq->items[i];
+        cfg_path_index(item_path, path, i);
+        if (e->kind != HOST_CFG_SCALAR || cfg_node_is_null(e))
+            return cfg_fail(c, SMP_EINVAL, e->line, item_path,
+                            "expected \"uid:N\" or \"gid:N\", found %s", cfg_node_kind_name(e));
+        int rc = node_local_add_peer(&cfg->node_local_peers, e->scalar, why, sizeof(why));
+        if (rc == SMP_ERANGE)
+            return cfg_fail(c, rc, e->line, item_path, "more than %d uids or gids",
+                            NODE_LOCAL_PEERS_MAX);
+        if (rc < 0)
+            return cfg_fail(c, rc, e->line, item_path,
+                            "'%s' is not \"uid:N\" or \"gid:N\" (N a decimal user or group id)",
+                            e->scalar);
+    }
+    return 0;
+}
+
+int cfg_check_node(cfg_ctx *c, const host_config *cfg, const host_config_node *root)
+{
+    int peers = cfg->node_local_peers.n_uids + cfg->node_local_peers.n_gids > 0;
+    int dedicated = cfg->node_tenant != NULL && cfg->node_tenant[0] != '\0';
+    if (cfg->node_embedded && cfg->listen_tcp[0] == '\0' && cfg->listen_unix[0] == '\0')
+        return cfg_fail(c, SMP_EINVAL, line_of(root, "embedded"), "node.embedded",
+                        "true needs listen.tcp or listen.unix (the node registers through it)");
+    if (!cfg->node_require_read_tickets && !cfg->node_allow_insecure_reads)
+        return cfg_fail(c, SMP_EINVAL, line_of(root, "require_read_tickets"),
+                        "node.require_read_tickets",
+                        "false lets anyone who reaches the node's data port read any range; "
+                        "it needs node.allow_insecure_reads: true as well");
+    if (!dedicated) {
+        if (cfg->node_local_socket != NULL && cfg->node_local_socket[0] != '\0')
+            return cfg_fail(c, SMP_EINVAL, line_of(root, "local_socket"), "node.local_socket",
+                            "hands the segment to one tenant's processes; it needs node.tenant");
+        if (peers)
+            return cfg_fail(c, SMP_EINVAL, line_of(root, "local_peers"), "node.local_peers",
+                            "name who may map one tenant's segment; they need node.tenant");
+        return 0;
+    }
+    if (!cfg->node_embedded)
+        return cfg_fail(c, SMP_EINVAL, line_of(root, "tenant"), "node.tenant",
+                        "dedicates the embedded node, and node.embedded is false (a store_node "
+                        "is dedicated with --tenant)");
+    if (node_local_check_tenant(cfg->node_tenant) < 0)
+        return cfg_fail(c, SMP_EINVAL, line_of(root, "tenant"), "node.tenant",
+                        "'%s' is not a tenant name (1..%d of [A-Za-z0-9._-], not starting "
+                        "with '.')", cfg->node_tenant, NODE_LOCAL_TENANT_MAX);
+    if (cfg->node_local_socket == NULL || cfg->node_local_socket[0] == '\0')
+        return cfg_fail(c, SMP_EINVAL, line_of(root, "tenant"), "node.tenant",
+                        "needs node.local_socket (the Unix socket the segment is handed out "
+                        "on)");
+    if (!peers)
+        return cfg_fail(c, SMP_EINVAL, line_of(root, "tenant"), "node.tenant",
+                        "needs node.local_peers: at least one \"uid:N\" or \"gid:N\" (who may "
+                        "map the segment)");
+    return 0;
+}
