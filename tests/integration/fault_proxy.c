@@ -1,6 +1,8 @@
-/* fault_proxy.c -- a loopback TCP relay whose connections a test can cut
- * (fault_proxy.h). One thread polls the listener, a wake-up pipe and both
- * ends of every relayed connection; bytes are copied as they come. */
+/* fault_proxy.c -- a loopback TCP relay whose connections a test can cut,
+ * slow down or tamper with (fault_proxy.h). One thread polls the listener, a
+ * wake-up pipe and both ends of every relayed connection; bytes are copied
+ * as they come (throttled: a piece at a time, sleeping for its share of
+ * the rate after each). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -10,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fault_proxy.h"
@@ -25,6 +28,12 @@ struct fault_proxy {
     int cut;
     int stop;
     int pair[FP_PAIRS][2];     /* client, upstream; -1: free slot */
+    unsigned conn[FP_PAIRS];   /* the pair's connection number (filter) */
+    unsigned long long sent[FP_PAIRS]; /* client bytes relayed on the pair */
+    unsigned accepted;
+    unsigned long rate;        /* bytes a second, 0: unthrottled */
+    fault_proxy_filter filter;
+    void *filter_ctx;
 };
 
 static void close_pair(fault_proxy *p, int i)
@@ -35,12 +44,28 @@ static void close_pair(fault_proxy *p, int i)
     }
 }
 
-/* Copy what from has to to; -1 when either end is done. */
-static int relay(int from, int to)
+/* Copy what pair i's end k has to the other end (k 0: the client's bytes,
+ * which the filter sees); -1 when either end is done. */
+static int relay(fault_proxy *p, int i, int k)
 {
-    char buf[65536];
-    ssize_t n = read(from, buf, sizeof(buf));
+    unsigned char buf[65536];
+    int from = p->pair[i][k], to = p->pair[i][1 - k];
+    pthread_mutex_lock(&p->mu);
+    unsigned long rate = p->rate;
+    fault_proxy_filter filter = p->filter;
+    void *fctx = p->filter_ctx;
+    pthread_mutex_unlock(&p->mu);
+    size_t want = sizeof(buf);
+    if (rate > 0 && rate / 20 < want) want = rate / 20 > 0 ? rate / 20 : 1; /* ~50 ms a piece */
+    ssize_t n = read(from, buf, want);
     if (n <= 0) return -1;
+    if (k == 0 && filter != NULL) filter(fctx, p->conn[i], p->sent[i], buf, (size_t)n);
+    if (k == 0) p->sent[i] += (unsigned long long)n;
+    if (rate > 0) {
+        unsigned long long ns = (unsigned long long)n * 1000000000ull / rate;
+        struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
+        nanosleep(&ts, NULL);
+    }
     for (ssize_t off = 0; off < n;) {
         ssize_t w = write(to, buf + off, (size_t)(n - off));
         if (w < 0 && errno == EINTR) continue;
@@ -68,6 +93,8 @@ static void accept_one(fault_proxy *p, int cut)
         if (p->pair[i][0] < 0) {
             p->pair[i][0] = c;
             p->pair[i][1] = u;
+            p->conn[i] = ++p->accepted;
+            p->sent[i] = 0;
             return;
         }
     }
@@ -107,7 +134,7 @@ static void *proxy_thread(void *arg)
                 accept_one(p, cut);
             } else {
                 int i = idx[j] / 2, k = idx[j] % 2;
-                if (p->pair[i][k] >= 0 && relay(p->pair[i][k], p->pair[i][1 - k]) < 0)
+                if (p->pair[i][k] >= 0 && relay(p, i, k) < 0)
                     close_pair(p, i);
             }
         }
@@ -117,6 +144,12 @@ static void *proxy_thread(void *arg)
 }
 
 int fault_proxy_start(const char *upstream, fault_proxy **out, char *listen_out, size_t cap)
+{
+    return fault_proxy_start_at("127.0.0.1", upstream, out, listen_out, cap);
+}
+
+int fault_proxy_start_at(const char *listen_host, const char *upstream, fault_proxy **out,
+                         char *listen_out, size_t cap)
 {
     fault_proxy *p = calloc(1, sizeof(*p));
     const char *colon = strrchr(upstream, ':');
@@ -130,14 +163,16 @@ int fault_proxy_start(const char *upstream, fault_proxy **out, char *listen_out,
     for (int i = 0; i < FP_PAIRS; i++) p->pair[i][0] = p->pair[i][1] = -1;
     pthread_mutex_init(&p->mu, NULL);
     p->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct sockaddr_in sa = {.sin_family = AF_INET};
     socklen_t len = sizeof(sa);
+    if (inet_pton(AF_INET, listen_host, &sa.sin_addr) != 1) goto fail_sock;
     if (p->listen_fd < 0 || bind(p->listen_fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
         listen(p->listen_fd, 64) < 0 || getsockname(p->listen_fd, (struct sockaddr *)&sa, &len) < 0)
         goto fail_sock;
+    if (p->upstream.sin_port == 0) p->upstream.sin_port = sa.sin_port; /* the same port */
     if (pipe(p->wake) < 0) goto fail_sock;
     if (pthread_create(&p->thread, NULL, proxy_thread, p) != 0) goto fail_pipe;
-    snprintf(listen_out, cap, "127.0.0.1:%u", (unsigned)ntohs(sa.sin_port));
+    snprintf(listen_out, cap, "%s:%u", listen_host, (unsigned)ntohs(sa.sin_port));
     *out = p;
     return 0;
 fail_pipe:
@@ -162,6 +197,21 @@ void fault_proxy_cut(fault_proxy *p, int cut)
     p->cut = cut;
     pthread_mutex_unlock(&p->mu);
     poke(p);
+}
+
+void fault_proxy_throttle(fault_proxy *p, unsigned long bytes_per_s)
+{
+    pthread_mutex_lock(&p->mu);
+    p->rate = bytes_per_s;
+    pthread_mutex_unlock(&p->mu);
+}
+
+void fault_proxy_set_filter(fault_proxy *p, fault_proxy_filter fn, void *ctx)
+{
+    pthread_mutex_lock(&p->mu);
+    p->filter = fn;
+    p->filter_ctx = ctx;
+    pthread_mutex_unlock(&p->mu);
 }
 
 void fault_proxy_stop(fault_proxy *p)
