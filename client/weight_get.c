@@ -25,7 +25,12 @@
  * replica fails a read or a chunk's checksum and the object also has a
  * complete cold replica (a revision brought back from COLD keeps it), the
  * rest of the object, that chunk first, is read from the cold file instead;
- * only without one is the error returned. Strided ops (a split along an
+ * only without one is the error returned. A node's read needs the READ
+ * ticket the master minted with the replica, valid for node.ticket_ttl_ms:
+ * a load that outlives it (a big object over a slow link) is refused with
+ * "expired" and asks the master for the object's replicas again, taking the
+ * fresh ticket and going on from the window it was refused (refresh_job).
+ * Strided ops (a split along an
  * inner dimension) are clipped to each chunk run by run. With
  * WEIGHT_OPT_RELEASE_PAGES the pages of each window are given back once it
  * is scattered (source and destination), so that a caller writing into
@@ -59,6 +64,9 @@
 
 #define M(name) WMRPC__WEIGHT_METHOD__WEIGHT_##name
 #define WC_REMOTE_WINDOW_CHUNKS 8
+/* Fresh READ tickets one object may ask for (refresh_job): with the default
+ * node.ticket_ttl_ms of 60 s, an hour of reading one object. */
+#define WC_TICKET_REFRESH_MAX 64
 
 /* -- the lease and its renewal ------------------------------------------------ */
 
@@ -179,6 +187,8 @@ typedef struct job {
     size_t alt_ticket_len;
     size_t *ops;
     size_t n_ops;
+    unsigned refreshes;          /* fresh tickets asked for (refresh_job) */
+    int refresh_unused;          /* 1: the last one has not read a window yet */
 } job;
 
 typedef struct xfer {
@@ -193,6 +203,8 @@ typedef struct xfer {
     atomic_uint_fast64_t local;
     atomic_uint_fast64_t verified;
     atomic_int failed;            /* first error code */
+    atomic_uint_fast64_t refreshes; /* tickets asked for again (weight_get_stats) */
+    pthread_mutex_t kv_lock;      /* the store's object-service connection (refresh_job) */
     lease_keeper *keeper;
     pthread_mutex_t err_lock;
     char err[1024];
@@ -342,9 +354,10 @@ static ndc_conn *worker_node(worker *wk, const char *addr, int tls, char *err, s
 
 /* Fetch object bytes [ws, we) of j into memory: a pointer into the mapping,
  * or into the worker's window after a read. NULL on failure, with the code
- * in *rc and the cause in err. */
+ * in *rc, the cause in err and, when the node refused the read, its status
+ * in *node_rc (SMP_ESTATE: the ticket expired; left alone otherwise). */
 static const uint8_t *fetch(worker *wk, const job *j, uint64_t ws, uint64_t we, int *rc,
-                            char *err, size_t errlen)
+                            int *node_rc, char *err, size_t errlen)
 {
     const char *key = wk->x->m->objects[j->object].key;
     char cause[512];
@@ -370,6 +383,7 @@ static const uint8_t *fetch(worker *wk, const job *j, uint64_t ws, uint64_t we, 
                 : ndc_read_cold(c, j->cold_name, ws, we - ws, wk->window, j->ticket, j->ticket_len);
     if (r < 0) {
         *rc = WEIGHT_EIO;
+        *node_rc = r; /* a refusal (the connection stays usable) or a transport code */
         snprintf(err, errlen, "%s: reading from node %s: %s", key, j->data_addr,
                  ndc_last_error(c));
         return NULL;
@@ -395,6 +409,8 @@ static int use_cold_instead(job *j)
     j->alt_ticket_len = 0;
     return 1;
 }
+
+static int refresh_job(xfer *x, job *j, char *err, size_t errlen);
 
 /* Read, verify and scatter one object. */
 static void run_job(worker *wk, job *j)
@@ -455,9 +471,15 @@ static void run_job(worker *wk, job *j)
             xfer_fail(x, atomic_load(&x->keeper->lost), "%s", x->keeper->lost_msg);
             break;
         }
-        int frc = 0;
+        int frc = 0, node_rc = 0;
         char ferr[768];
-        const uint8_t *win = fetch(wk, j, ws, we, &frc, ferr, sizeof ferr);
+        const uint8_t *win = fetch(wk, j, ws, we, &frc, &node_rc, ferr, sizeof ferr);
+        if (win == NULL && node_rc == SMP_ESTATE) {
+            /* the READ ticket expired: only this refusal asks for a fresh one */
+            int rrc = refresh_job(x, j, ferr, sizeof ferr);
+            if (rrc == WEIGHT_OK) continue; /* the same window, with the fresh ticket */
+            frc = rrc;
+        }
         for (uint64_t v = c; win != NULL && v < c_end; v++) {
             uint64_t a = v * chunk, b = a + chunk < o->bytes ? a + chunk : o->bytes;
             int ok;
@@ -482,6 +504,7 @@ static void run_job(worker *wk, job *j)
             xfer_fail(x, frc, "%s", ferr);
             break;
         }
+        j->refresh_unused = 0;
         atomic_fetch_add(&x->verified, we - ws);
         uint64_t copied = 0;
         while (lo < j->n_ops && op_src_end(&plan->ops[j->ops[lo]]) <= ws) lo++;
@@ -549,6 +572,109 @@ static int copy_ticket(const kvc_replica *r, uint8_t **out, size_t *len)
     memcpy(*out, r->ticket, r->ticket_len);
     *len = r->ticket_len;
     return 0;
+}
+
+/* The node refused a read of j as expired: its READ ticket outlived
+ * node.ticket_ttl_ms (a load slower than the TTL: a big object over a slow
+ * link, or a reader that takes its windows slowly). Ask the master for the
+ * object's replicas again -- each comes with a fresh ticket -- and point j
+ * at a source of the same kind: the same one while it is listed, else
+ * another replica of the object (every chunk is verified against the
+ * manifest, so the rest may come from any copy of the same object). The
+ * caller reads the refused window again: no byte already read is read
+ * twice. The lease is not touched: the renew thread keeps it meanwhile.
+ *
+ * Reactive, not proactive: a ticket is opaque to the client and its expiry
+ * is judged by the node's clock, so only the node's refusal says it is over
+ * (a countdown on the client's clock would be off by the skew between
+ * master, node and client); the price is one refused request per TTL per
+ * object read.
+ *
+ * Bounded: at most WC_TICKET_REFRESH_MAX per object, and a fresh ticket
+ * refused as expired before it read one window is not refreshed again (the
+ * master's and the node's clocks are further apart than the TTL). Only an
+ * expiry comes here: a forged ticket, a wrong range or any other refusal
+ * fails the read as before. The lookup takes x->kv_lock (the workers share
+ * the store's object-service connection). WEIGHT_OK, or an error with the
+ * cause in err and j unchanged. */
+static int refresh_job(xfer *x, job *j, char *err, size_t errlen)
+{
+    const wc_object *o = &x->m->objects[j->object];
+    const char *what = j->kind == SRC_COLD ? "cold" : "memory";
+    kvc_object obj;
+    char cause[512] = "";
+    if (j->refresh_unused) {
+        snprintf(err, errlen, "%s: the fresh read ticket was refused as expired too by node %s "
+                 "(are the master's and the node's clocks more than node.ticket_ttl_ms apart?)",
+                 o->key, j->data_addr);
+        return WEIGHT_EIO;
+    }
+    if (j->refreshes >= WC_TICKET_REFRESH_MAX) {
+        snprintf(err, errlen, "%s: the read ticket expired again after %u fresh ones", o->key,
+                 j->refreshes);
+        return WEIGHT_EIO;
+    }
+    pthread_mutex_lock(&x->kv_lock);
+    int rc = kv_get(x->s, o->key, &obj);
+    if (rc < 0) snprintf(cause, sizeof cause, "%s", kvc_error(x->s->kv));
+    pthread_mutex_unlock(&x->kv_lock);
+    if (rc < 0) {
+        snprintf(err, errlen, "%s: asking the master for a fresh read ticket: %s", o->key, cause);
+        return rc == SMP_ENOTFOUND || rc == SMP_EAGAIN ? WEIGHT_ENOT_READY : WEIGHT_EIO;
+    }
+    if (obj.size != o->bytes || (o->has_sha256 && memcmp(obj.sha256, o->sha256, 32) != 0)) {
+        snprintf(err, errlen, "payload %s in the store is no longer the object the manifest "
+                 "describes", o->key);
+        return WEIGHT_EDIGEST_MISMATCH;
+    }
+    const kvc_replica *pick = NULL, *alt = NULL;
+    for (size_t r = 0; r < obj.n_replicas; r++) {
+        const kvc_replica *rep = &obj.replicas[r];
+        int cold = rep->kind == SMP_REPLICA_COLD && rep->status == KVC_REPLICA_COMPLETE &&
+                   rep->path[0] && rep->data_addr[0];
+        if (cold && j->alt_cold_name[0] && strcmp(rep->path, j->alt_cold_name) == 0) alt = rep;
+        if (j->kind == SRC_COLD ? !cold : rep->kind != SMP_REPLICA_MEMORY || !rep->data_addr[0])
+            continue;
+        int same = strcmp(rep->data_addr, j->data_addr) == 0 &&
+                   (j->kind == SRC_COLD ? strcmp(rep->path, j->cold_name) == 0
+                                        : strcmp(rep->segment, j->segment) == 0 &&
+                                              rep->offset == j->base);
+        if (pick == NULL || same) pick = rep;
+        if (same) break;
+    }
+    if (pick == NULL) {
+        snprintf(err, errlen, "%s: its read ticket expired and the master lists no %s replica "
+                 "to go on from", o->key, what);
+        return WEIGHT_ENOT_READY;
+    }
+    uint8_t *ticket = NULL, *alt_ticket = NULL;
+    size_t ticket_len = 0, alt_len = 0;
+    if (copy_ticket(pick, &ticket, &ticket_len) < 0 ||
+        (alt != NULL && copy_ticket(alt, &alt_ticket, &alt_len) < 0)) {
+        free(ticket);
+        snprintf(err, errlen, "out of memory");
+        return WEIGHT_ENOMEM;
+    }
+    free(j->ticket);
+    j->ticket = ticket;
+    j->ticket_len = ticket_len;
+    if (alt != NULL) {
+        free(j->alt_ticket);
+        j->alt_ticket = alt_ticket;
+        j->alt_ticket_len = alt_len;
+    }
+    snprintf(j->data_addr, sizeof j->data_addr, "%s", pick->data_addr);
+    j->data_tls = pick->data_tls;
+    if (j->kind == SRC_COLD) {
+        snprintf(j->cold_name, sizeof j->cold_name, "%s", pick->path);
+    } else {
+        snprintf(j->segment, sizeof j->segment, "%s", pick->segment);
+        j->base = pick->offset;
+    }
+    j->refreshes++;
+    j->refresh_unused = 1;
+    atomic_fetch_add(&x->refreshes, 1);
+    return WEIGHT_OK;
 }
 
 /* Group the plan's ops by object into jobs and pick each object's source.
@@ -869,6 +995,7 @@ int weight_get(weight_store *s, const weight_identity *id, const weight_placemen
     x.bindings = bufs;
     x.keeper = &k;
     pthread_mutex_init(&x.err_lock, NULL);
+    pthread_mutex_init(&x.kv_lock, NULL);
     pthread_mutex_init(&x.done_lock, NULL);
     pthread_cond_init(&x.done_cond, NULL);
     if ((rc = build_jobs(s, &x, &order)) < 0) goto free_jobs;
@@ -920,9 +1047,11 @@ int weight_get(weight_store *s, const weight_identity *id, const weight_placemen
         stats->objects = x.n_jobs;
         stats->local_bytes = atomic_load(&x.local);
         stats->verified_bytes = atomic_load(&x.verified);
+        stats->ticket_refreshes = atomic_load(&x.refreshes);
     }
 free_jobs:
     pthread_mutex_destroy(&x.err_lock);
+    pthread_mutex_destroy(&x.kv_lock);
     pthread_mutex_destroy(&x.done_lock);
     pthread_cond_destroy(&x.done_cond);
     for (size_t i = 0; i < x.n_jobs; i++) {

@@ -411,6 +411,9 @@ typedef struct weight_get_stats {
     uint64_t objects;           /* payload objects read */
     uint64_t local_bytes;       /* of bytes: copied from mapped segments */
     uint64_t verified_bytes;    /* payload bytes checked against the manifest */
+    uint64_t ticket_refreshes;  /* fresh READ tickets asked of the master after a node
+                                   refused an expired one (a load slower than
+                                   node.ticket_ttl_ms) */
 } weight_get_stats;
 
 /* Load revision id into the caller's buffers under a revision lease
@@ -422,7 +425,11 @@ typedef struct weight_get_stats {
  * fails a read or a checksum is replaced by the object's cold replica when
  * it has one; otherwise a mismatch is WEIGHT_EDIGEST_MISMATCH naming the
  * object and chunk, and then buffers may already hold (verified) bytes of
- * other chunks. A lease refused with BUSY
+ * other chunks. A node read whose READ ticket expired (a load slower than
+ * the master's node.ticket_ttl_ms) asks the master for fresh tickets and
+ * goes on from the refused window, a bounded number of times per object
+ * (stats->ticket_refreshes counts them); a forged or wrong-range ticket, or
+ * any other refusal, is never retried. A lease refused with BUSY
  * (a change of the revision's metadata is being made durable) is asked for
  * again for up to 2 s before BUSY is returned. Errors: NOT_FOUND,
  * NOT_READY (not READY/readable), LEASE_EXPIRED, INVALID_ARGUMENT (a bad

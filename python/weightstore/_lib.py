@@ -132,6 +132,7 @@ class GetStats(ctypes.Structure):
         ("objects", c_u64),
         ("local_bytes", c_u64),
         ("verified_bytes", c_u64),
+        ("ticket_refreshes", c_u64),
     ]
 
 

@@ -1,0 +1,293 @@
+/* test_ticket_renewal.c -- weight_put and weight_get that outlive the node
+ * tickets they started with, over a real slow link.
+ *
+ * A real master mints tickets valid for node.ticket_ttl_ms = 1000 ms (the
+ * least its config allows); a real store_node listens on 127.0.0.1:P and
+ * advertises 127.0.0.2, where a relay (fault_proxy) on the same port P
+ * throttles every byte between the client and the node's data port: the
+ * client goes through the slow link without knowing it. The client uses the
+ * TCP transport only.
+ *
+ *   - a put whose writes run three TTLs past their WRITE tickets commits: the
+ *     node checks a write's ticket before its first byte, not after;
+ *   - a get of two 12 MiB objects in 8 MiB windows at 4 MiB/s (six TTLs,
+ *     with a lease TTL of 1 s too) succeeds byte for byte: the node refuses
+ *     each window whose ticket expired, the client asks the master for fresh
+ *     tickets (stats.ticket_refreshes) and goes on from that window, and the
+ *     renew thread keeps the lease;
+ *   - a forged ticket (its MAC changed in flight) and a ticket used on
+ *     another range (the request's offset changed in flight) are refused by
+ *     the node with the cause, and the client does not retry: the node sees
+ *     exactly one such request, no fresh ticket is asked for, nothing lands
+ *     in the caller's buffers, and the revision still reads back after. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "fault_proxy.h"
+#include "harness.h"
+#include "node_data_wire.h"
+#include "weight_check.h"
+#include "weightclient.h"
+
+#define TTL_MS 1000
+#define SEGMENT (64ull << 20)
+#define OBJ_BYTES (12ull << 20)     /* one tensor per payload object */
+#define SLOW_GET (4ul << 20)        /* bytes a second: an 8 MiB window takes 2 TTLs */
+#define SLOW_PUT (8ul << 20)        /* both objects' writes together: 3 s */
+#define SHIFT (32ull << 20)         /* a wrong range: inside the segment, off the ticket's */
+
+static const char *const names[2] = {"a.weight", "b.weight"};
+
+/* What the relay does to the client's READ requests of at least 1 MiB (the
+ * payload windows; the manifest's read is smaller). */
+typedef enum tamper_mode { TAMPER_NONE, TAMPER_FORGE, TAMPER_RANGE } tamper_mode;
+
+#define TRACK 64
+typedef struct conn_parse {
+    unsigned conn;
+    uint8_t hdr[NDW_REQ_HDR];
+    size_t hdr_got;
+    uint64_t left;                  /* bytes of segment id and ticket still to come */
+    int hit;
+} conn_parse;
+
+typedef struct tamper {
+    _Atomic int mode;
+    atomic_uint tampered;           /* requests changed in flight */
+    conn_parse conns[TRACK];        /* the relay thread's only */
+} tamper;
+
+typedef struct fx {
+    hx_master m;
+    hx_node n;
+    fault_proxy *proxy;
+    tamper t;
+    uint8_t *data[2];
+    weight_identity id;
+} fx;
+
+/* The relay's filter: follow the request frames of each connection (a
+ * reader sends nothing else) and change the ones tamper.mode names. */
+static void on_client_bytes(void *ctx, unsigned conn, unsigned long long at, unsigned char *buf,
+                            size_t n)
+{
+    tamper *t = ctx;
+    conn_parse *c = &t->conns[conn % TRACK];
+    int mode = atomic_load(&t->mode);
+    (void)at;
+    if (c->conn != conn) {
+        memset(c, 0, sizeof *c);
+        c->conn = conn;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (c->hdr_got < NDW_REQ_HDR) {
+            c->hdr[c->hdr_got++] = buf[i];
+            if (c->hdr_got < NDW_REQ_HDR) continue;
+            c->left = (uint64_t)ndw_get_u16(c->hdr + 6) + ndw_get_u32(c->hdr + 24);
+            c->hit = mode != TAMPER_NONE && c->hdr[4] == NDW_OP_READ &&
+                     ndw_get_u64(c->hdr + 16) >= (1u << 20);
+            if (c->hit && mode == TAMPER_RANGE) {
+                if (i + 1 < NDW_REQ_HDR) {
+                    c->hit = 0; /* the offset went out in an earlier piece */
+                } else {
+                    uint8_t *h = buf + i + 1 - NDW_REQ_HDR;
+                    ndw_put_u64(h + 8, ndw_get_u64(h + 8) + SHIFT);
+                }
+            }
+            if (c->hit) atomic_fetch_add(&t->tampered, 1);
+            continue;
+        }
+        if (--c->left == 0) {
+            if (c->hit && mode == TAMPER_FORGE) buf[i] ^= 0x01; /* the MAC's last byte */
+            c->hdr_got = 0;
+        }
+    }
+}
+
+static weight_store *open_store(fx *f, unsigned threads, uint64_t lease_ttl_ms)
+{
+    weight_store *s = NULL;
+    char err[256];
+    if (weight_store_open(f->m.socket, "acme", NULL, &s, err, sizeof err) != 0)
+        fail_msg("weight_store_open: %s", err);
+    assert_int_equal(weight_store_set_option(s, WEIGHT_OPT_TRANSPORT, 2), 0);
+    assert_int_equal(weight_store_set_option(s, WEIGHT_OPT_PAYLOAD_BYTES, OBJ_BYTES), 0);
+    assert_int_equal(weight_store_set_option(s, WEIGHT_OPT_THREADS, threads), 0);
+    assert_int_equal(weight_store_set_option(s, WEIGHT_OPT_LEASE_TTL_MS, lease_ttl_ms), 0);
+    return s;
+}
+
+static int setup(void **state)
+{
+    fx *f = calloc(1, sizeof *f);
+    char listen[64], node_listen[64];
+    char extra[256];
+    for (int k = 0; k < 2; k++) {
+        f->data[k] = malloc(OBJ_BYTES);
+        uint64_t x = 0x9E3779B97F4A7C15ull + (uint64_t)k;
+        for (uint64_t b = 0; b < OBJ_BYTES; b++) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            f->data[k][b] = (uint8_t)x;
+        }
+    }
+    snprintf(extra, sizeof extra,
+             "node:\n  embedded: false\n  timeout_ms: 2000\n  poll_ms: 50\n"
+             "  ticket_ttl_ms: %d\n"
+             "cluster:\n  default_weight_preferred_residency: hot\n", TTL_MS);
+    if (hx_init(&f->m, "ticket-renewal", extra) < 0 || hx_start(&f->m, 20000) < 0) return -1;
+    /* The relay on 127.0.0.2:P, the node's data port on 127.0.0.1:P. */
+    if (fault_proxy_start_at("127.0.0.2", "127.0.0.1:0", &f->proxy, listen, sizeof listen) < 0)
+        return -1;
+    fault_proxy_set_filter(f->proxy, on_client_bytes, &f->t);
+    snprintf(node_listen, sizeof node_listen, "127.0.0.1:%s", strrchr(listen, ':') + 1);
+    const char *args[] = {"--listen", node_listen, "--advertise", "127.0.0.2", NULL};
+    if (hx_node_start_args(&f->m, &f->n, "node-r", SEGMENT, args) < 0 ||
+        hx_wait_nodes(&f->m, 1, 10000) < 0)
+        return -1;
+    assert_int_equal(weight_identity_set(&f->id, NULL, "llm", "slow", "r1", 1), 0);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fx *f = *state;
+    fault_proxy_stop(f->proxy);
+    hx_node_kill(&f->n);
+    hx_cleanup(&f->m);
+    for (int k = 0; k < 2; k++) free(f->data[k]);
+    free(f);
+    return 0;
+}
+
+/* The caller's buffers of a get: one per tensor, filled with 0xEE. */
+typedef struct getctx {
+    uint8_t *bufs[2];
+} getctx;
+
+/* weight_get of the revision (every tensor whole: no placement callback)
+ * into fresh buffers; free them with free_get. */
+static int get_revision(fx *f, weight_store *s, getctx *g, weight_get_stats *st)
+{
+    weight_binding b[2];
+    for (int k = 0; k < 2; k++) {
+        g->bufs[k] = malloc(OBJ_BYTES);
+        memset(g->bufs[k], 0xEE, OBJ_BYTES);
+        b[k] = (weight_binding){names[k], g->bufs[k], OBJ_BYTES};
+    }
+    weight_bindings bd = {b, 2, NULL, NULL};
+    return weight_get(s, &f->id, NULL, &bd, st);
+}
+
+static void free_get(getctx *g)
+{
+    for (int k = 0; k < 2; k++) free(g->bufs[k]);
+}
+
+static int all_bytes(const uint8_t *p, uint8_t v, uint64_t n)
+{
+    for (uint64_t i = 0; i < n; i++)
+        if (p[i] != v) return 0;
+    return 1;
+}
+
+/* Two 12 MiB objects written over the 8 MiB/s link at once: each write runs
+ * three times the WRITE ticket's life, and the revision commits READY. */
+static void test_put_outlives_its_write_tickets(void **state)
+{
+    fx *f = *state;
+    weight_store *s = open_store(f, 2, 0);
+    weight_writer *w = NULL;
+    weight_metadata md;
+    uint64_t shape[1] = {OBJ_BYTES};
+    fault_proxy_throttle(f->proxy, SLOW_PUT);
+    CHECK(s, weight_put_begin(s, &f->id, NULL, &w));
+    for (int k = 0; k < 2; k++) CHECK(s, weight_writer_add_tensor(w, names[k], "U8", 1, shape, f->data[k]));
+    CHECK(s, weight_writer_commit(w, &md));
+    fault_proxy_throttle(f->proxy, 0);
+    assert_int_equal(md.availability, WEIGHT_READY);
+    assert_int_equal(md.payload_count, 2);
+    weight_store_close(s);
+}
+
+/* Six TTLs of reading, one worker: every window after the first of an
+ * object meets an expired ticket, gets a fresh one and goes on; the lease
+ * (TTL 1 s) is renewed throughout; the bytes are the put's. */
+static void test_slow_get_refreshes_expired_tickets(void **state)
+{
+    fx *f = *state;
+    weight_store *s = open_store(f, 1, TTL_MS);
+    weight_get_stats st;
+    getctx g;
+    fault_proxy_throttle(f->proxy, SLOW_GET);
+    int rc = get_revision(f, s, &g, &st);
+    fault_proxy_throttle(f->proxy, 0);
+    if (rc != WEIGHT_OK) fail_msg("weight_get: %s: %s", weight_error_name(rc), weight_store_last_error(s));
+    for (int k = 0; k < 2; k++) assert_memory_equal(g.bufs[k], f->data[k], OBJ_BYTES);
+    assert_int_equal(st.bytes, 2 * OBJ_BYTES);
+    assert_int_equal(st.local_bytes, 0);
+    assert_int_equal(st.verified_bytes, 2 * OBJ_BYTES);
+    /* obj 1: its second window; obj 2: both (its ticket is from the start) */
+    assert_int_equal(st.ticket_refreshes, 3);
+    free_get(&g);
+    weight_store_close(s);
+}
+
+/* A get whose first payload read the relay changes (mode): refused by the
+ * node with `cause`, not retried, nothing written into the buffers; then
+ * the revision reads back untouched. */
+static void refused_not_retried(fx *f, tamper_mode mode, const char *cause)
+{
+    weight_store *s = open_store(f, 1, 0);
+    weight_get_stats st;
+    getctx g;
+    atomic_store(&f->t.tampered, 0);
+    atomic_store(&f->t.mode, mode);
+    int rc = get_revision(f, s, &g, &st);
+    atomic_store(&f->t.mode, TAMPER_NONE);
+    assert_int_equal(rc, WEIGHT_EIO);
+    assert_true(hx_says(weight_store_last_error(s), cause));
+    assert_int_equal(atomic_load(&f->t.tampered), 1); /* one request, never sent again */
+    assert_int_equal(st.ticket_refreshes, 0);
+    assert_int_equal(st.bytes, 0);
+    for (int k = 0; k < 2; k++) assert_true(all_bytes(g.bufs[k], 0xEE, OBJ_BYTES));
+    free_get(&g);
+    CHECK(s, get_revision(f, s, &g, &st));
+    for (int k = 0; k < 2; k++) assert_memory_equal(g.bufs[k], f->data[k], OBJ_BYTES);
+    assert_int_equal(st.ticket_refreshes, 0);
+    free_get(&g);
+    weight_store_close(s);
+}
+
+/* A READ ticket whose MAC changed in flight: "bad signature". */
+static void test_forged_ticket_is_refused_not_retried(void **state)
+{
+    refused_not_retried(*state, TAMPER_FORGE, "bad signature");
+}
+
+/* A valid READ ticket on a range 32 MiB past its own: "not the ticket's". */
+static void test_wrong_range_is_refused_not_retried(void **state)
+{
+    refused_not_retried(*state, TAMPER_RANGE, "the range is not the ticket's");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_put_outlives_its_write_tickets),
+        cmocka_unit_test(test_slow_get_refreshes_expired_tickets),
+        cmocka_unit_test(test_forged_ticket_is_refused_not_retried),
+        cmocka_unit_test(test_wrong_range_is_refused_not_retried),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
