@@ -37,6 +37,14 @@ static void sleep_ms(int ms)
 static int write_config(hx_master *m, const char *extra)
 {
     m->expect_nodes = extra && strstr(extra, "embedded: false") ? 0 : 1;
+    /* A node: section of the test's replaces the one below: an embedded
+     * node must then still get the test's own segment_dir, or it would use
+     * the default /dev/shm/weight_mgmt, a developer's `make run`'s. */
+    if (extra != NULL && strstr(extra, "node:") != NULL && m->expect_nodes &&
+        strstr(extra, "segment_dir") == NULL) {
+        fprintf(stderr, "harness: a node: section for an embedded node needs a segment_dir\n");
+        return -1;
+    }
     FILE *f = fopen(m->config, "w");
     if (f == NULL) return -1;
     fprintf(f,

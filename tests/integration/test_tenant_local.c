@@ -233,8 +233,11 @@ static void test_tenant_embedded_node_dedicated_by_config(void **state)
 {
     wr_fixture *f = *state;
     char extra[256], sock[400];
+    /* a node: section replaces the harness's: keep the segment in the
+     * test's directory (relative paths resolve against the config's) */
     snprintf(extra, sizeof(extra),
-             "node:\n  tenant: a\n  local_socket: emb.sock\n  local_peers: [\"uid:%u\"]\n",
+             "node:\n  segment_dir: shm\n  segment_bytes: 67108864\n  tenant: a\n"
+             "  local_socket: emb.sock\n  local_peers: [\"uid:%u\"]\n",
              (unsigned)getuid());
     af_start_with(f, "tenant-embedded", extra);
     snprintf(sock, sizeof(sock), "%s/emb.sock", f->m.dir);
