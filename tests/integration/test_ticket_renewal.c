@@ -14,7 +14,8 @@
  *     with a lease TTL of 1 s too) succeeds byte for byte: the node refuses
  *     each window whose ticket expired, the client asks the master for fresh
  *     tickets (stats.ticket_refreshes) and goes on from that window, and the
- *     renew thread keeps the lease;
+ *     renew thread keeps the lease; the same from the node's cold files for a
+ *     revision put preferring COLD (READ_COLD tickets);
  *   - a forged ticket (its MAC changed in flight) and a ticket used on
  *     another range (the request's offset changed in flight) are refused by
  *     the node with the cause, and the client does not retry: the node sees
@@ -28,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -243,6 +245,43 @@ static void test_slow_get_refreshes_expired_tickets(void **state)
     weight_store_close(s);
 }
 
+/* The same slow get of a COLD revision (MANUAL, put preferring COLD): the
+ * objects come from the node's cold files (READ_COLD), whose tickets expire
+ * and are refreshed the same way. */
+static void test_slow_cold_get_refreshes_expired_tickets(void **state)
+{
+    fx *f = *state;
+    weight_store *s = open_store(f, 1, TTL_MS);
+    weight_policy cold = {WEIGHT_RES_COLD, 0, WEIGHT_MODE_MANUAL};
+    weight_identity id = f->id;
+    weight_writer *w = NULL;
+    weight_metadata md;
+    weight_get_stats st;
+    getctx g;
+    uint64_t shape[1] = {OBJ_BYTES};
+    snprintf(f->id.revision, sizeof f->id.revision, "r1-cold");
+    CHECK(s, weight_put_begin(s, &f->id, &cold, &w));
+    for (int k = 0; k < 2; k++) CHECK(s, weight_writer_add_tensor(w, names[k], "U8", 1, shape, f->data[k]));
+    CHECK(s, weight_writer_commit(w, &md));
+    for (int i = 0; i < 600; i++) { /* published HOT, then converges to COLD */
+        CHECK(s, weight_get_metadata(s, &f->id, &md, NULL));
+        if (md.residency == WEIGHT_RES_COLD && md.operation_id == 0) break;
+        struct timespec ts = {0, 50 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    assert_int_equal(md.residency, WEIGHT_RES_COLD);
+    fault_proxy_throttle(f->proxy, SLOW_GET);
+    int rc = get_revision(f, s, &g, &st);
+    fault_proxy_throttle(f->proxy, 0);
+    f->id = id;
+    if (rc != WEIGHT_OK) fail_msg("weight_get: %s: %s", weight_error_name(rc), weight_store_last_error(s));
+    for (int k = 0; k < 2; k++) assert_memory_equal(g.bufs[k], f->data[k], OBJ_BYTES);
+    assert_int_equal(st.bytes, 2 * OBJ_BYTES);
+    assert_int_equal(st.ticket_refreshes, 3);
+    free_get(&g);
+    weight_store_close(s);
+}
+
 /* A get whose first payload read the relay changes (mode): refused by the
  * node with `cause`, not retried, nothing written into the buffers; then
  * the revision reads back untouched. */
@@ -288,6 +327,7 @@ int main(void)
         cmocka_unit_test(test_slow_get_refreshes_expired_tickets),
         cmocka_unit_test(test_forged_ticket_is_refused_not_retried),
         cmocka_unit_test(test_wrong_range_is_refused_not_retried),
+        cmocka_unit_test(test_slow_cold_get_refreshes_expired_tickets),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
