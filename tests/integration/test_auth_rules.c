@@ -10,7 +10,7 @@
  *   - on a connection that presented no token          -> SMP_EAUTH,
  *   - on one whose token was refused                   -> SMP_EAUTH,
  *   - with a reader's token where a writer is needed,
- *     or a writer's where an admin is needed           -> SMP_EFORBIDDEN,
+ *     or a writer's or a reader's where an admin is    -> SMP_EFORBIDDEN,
  *   - with another tenant's writer token, on tenant a's
  *     revision, operation or objects                   -> as if absent
  *     (NOT_FOUND, exists false, an empty list), FORBIDDEN for admin methods,
@@ -296,9 +296,10 @@ static void test_auth_every_method_refuses_bad_callers(void **state)
         if (st != SMP_EAUTH || strstr(msg, "was refused") == NULL)
             fail_msg("%s.%s with a refused token: %d '%s'", r->service_name, r->method_name, st, msg);
 
-        /* one role below the rule */
-        af_who low = role_rank(r->role) == 3 ? AF_A_WRITER : AF_A_READER;
-        if (role_rank(r->role) >= 2) {
+        /* every role below the rule: a writer's rule is refused to a
+         * reader, an admin's to a writer and to a reader */
+        for (af_who low = AF_A_WRITER; low <= AF_A_READER; low++) {
+            if (role_rank(r->role) <= (low == AF_A_WRITER ? 2 : 1)) continue;
             af_as(f, low);
             st = call(f->rpc, r, &t, msg, sizeof(msg), NULL, NULL);
             if (st != SMP_EFORBIDDEN || strstr(msg, "needs role") == NULL)
