@@ -1,16 +1,15 @@
 /* config_auth.c -- the auth: section of the master's config (config.h):
  * the credentials (auth.tokens, each a SHA-256, a tenant and a role; a
  * plaintext token is refused) and the rules that tie auth to the rest of
- * the file (tokens and the embedded node's token file when it is on, no
- * auth key doing nothing when it is off, a non-loopback listen.tcp only
- * with auth or auth.allow_insecure), and the limits against abuse
+ * the file (tokens and the embedded node's token file when it is on, a
+ * non-loopback listen.admin only with TLS or auth.allow_insecure, no auth
+ * key doing nothing when it is off, a non-loopback listen.tcp only with
+ * auth or auth.allow_insecure), and the limits against abuse
  * (auth.limits, rpc_limits.h: request rate, in-flight bytes, revisions). Messages go through the loader's
  * cfg_fail (config_internal.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
 
 #include "config_internal.h"
 #include "net_addr.h"
@@ -84,28 +83,17 @@ int cfg_apply_tokens(cfg_ctx *c, host_config *cfg, host_config_node *seq, const 
     return 0;
 }
 
-/* 1 when the "host:port" of listen.tcp binds only a loopback address. */
-static int listen_is_loopback(const char *spec)
-{
-    struct sockaddr_storage ss;
-    if (spec[0] == '\0') return 1; /* off */
-    if (net_parse_listen(spec, &ss) < 0) return 0;
-    if (ss.ss_family == AF_INET)
-        return (ntohl(((struct sockaddr_in *)&ss)->sin_addr.s_addr) >> 24) == 127;
-    if (ss.ss_family == AF_INET6)
-        return IN6_IS_ADDR_LOOPBACK(&((struct sockaddr_in6 *)&ss)->sin6_addr);
-    return 0;
-}
-
-/* The auth rules: with auth.enabled true there are tokens and the embedded
- * node has its token file; with it false no other auth.* key but
- * allow_insecure is set, and listen.tcp on a non-loopback address needs
- * allow_insecure: true. */
+/* The auth rules: with auth.enabled true there are tokens, the embedded
+ * node has its token file, and listen.admin on a non-loopback address (where
+ * the admin endpoint asks for an admin token) has TLS or allow_insecure:
+ * true; with it false no other auth.* key but allow_insecure is set, and
+ * listen.tcp on a non-loopback address needs allow_insecure: true. */
 int cfg_check_auth(cfg_ctx *c, const host_config *cfg, const host_config_node *root)
 {
     const host_config_node *auth = cfg_node_child(root, "auth");
     const host_config_node *en = cfg_node_child(auth, "enabled");
     const host_config_node *tcp = cfg_node_child(cfg_node_child(root, "listen"), "tcp");
+    const host_config_node *admin = cfg_node_child(cfg_node_child(root, "listen"), "admin");
     int line = en != NULL ? en->line : 0;
     if (cfg->auth_enabled) {
         if (cfg->auth_n_tokens == 0)
@@ -116,6 +104,13 @@ int cfg_check_auth(cfg_ctx *c, const host_config *cfg, const host_config_node *r
             return cfg_fail(c, SMP_EINVAL, line, "auth.node_token_file",
                             "missing: the embedded node registers through the RPC and needs an "
                             "admin token (a file holding it)");
+        if (!net_listen_is_loopback(cfg->listen_admin) && cfg->tls_cert[0] == '\0' &&
+            !cfg->auth_allow_insecure)
+            return cfg_fail(c, SMP_EINVAL, admin != NULL ? admin->line : line, "listen.admin",
+                            "%s is not a loopback address and tls.cert is not set: the admin "
+                            "token its clients present would cross the network in plaintext; "
+                            "set tls.cert and tls.key, or auth.allow_insecure: true",
+                            cfg->listen_admin);
         return check_limit_tenants(c, cfg, root);
     }
     for (size_t i = 0; auth != NULL && auth->kind == HOST_CFG_MAP && i < auth->n_items; i++) {
@@ -127,7 +122,7 @@ int cfg_check_auth(cfg_ctx *c, const host_config *cfg, const host_config_node *r
         return cfg_fail(c, SMP_EINVAL, auth->items[i]->key_line, path,
                         "is set but auth.enabled is false (it would do nothing)");
     }
-    if (!listen_is_loopback(cfg->listen_tcp) && !cfg->auth_allow_insecure)
+    if (!net_listen_is_loopback(cfg->listen_tcp) && !cfg->auth_allow_insecure)
         return cfg_fail(c, SMP_EINVAL, tcp != NULL ? tcp->line : line, "listen.tcp",
                         "%s is not a loopback address and auth.enabled is false: anyone who "
                         "reaches it could act as any tenant; turn auth on, or set "

@@ -44,3 +44,15 @@ int net_parse_listen(const char *spec, struct sockaddr_storage *ss)
     }
     return SMP_EINVAL;
 }
+
+int net_listen_is_loopback(const char *spec)
+{
+    struct sockaddr_storage ss;
+    if (spec == NULL || spec[0] == '\0') return 1; /* off */
+    if (net_parse_listen(spec, &ss) < 0) return 0;
+    if (ss.ss_family == AF_INET)
+        return (ntohl(((struct sockaddr_in *)&ss)->sin_addr.s_addr) >> 24) == 127;
+    if (ss.ss_family == AF_INET6)
+        return IN6_IS_ADDR_LOOPBACK(&((struct sockaddr_in6 *)&ss)->sin6_addr);
+    return 0;
+}

@@ -6,7 +6,9 @@
  * applied): a plaintext token, a hash that is not 64 hex digits, an unknown
  * role, a bad tenant, a duplicate token, auth on without tokens or without
  * the embedded node's token file, auth keys while auth is off, and listen.tcp
- * on a non-loopback address with auth off unless auth.allow_insecure. The
+ * on a non-loopback address with auth off unless auth.allow_insecure, and
+ * with auth on listen.admin on a non-loopback address without tls.cert
+ * unless auth.allow_insecure. The
  * credential table finds a token by its SHA-256 and nothing else.
  *
  * auth.limits (rpc_limits.h): the connection limits, the tenant default and
@@ -130,6 +132,33 @@ static void test_auth_refuses_non_loopback_listen_without_auth(void **state)
             &c);
     assert_int_equal(c.auth_enabled, 1);
     host_config_free(&c);
+}
+
+/* With auth on, an admin endpoint off loopback asks for an admin token:
+ * without TLS that token would cross the network in plaintext, so it is
+ * refused unless auth.allow_insecure; with tls.cert, or on loopback, it
+ * loads. With auth off the rule does not apply (no token is asked). */
+static void test_auth_refuses_non_loopback_admin_without_tls(void **state)
+{
+    (void)state;
+    host_config c;
+#define AUTH_ON "node: {embedded: false}\nauth:\n  enabled: true\n  tokens:\n" \
+                "    - {sha256: " H_TEST ", tenant: ops, role: admin}\n"
+    expect_refused("listen: {admin: \"0.0.0.0:7680\"}\n" AUTH_ON,
+                   "x.yaml:1: listen.admin: 0.0.0.0:7680 is not a loopback address and tls.cert "
+                   "is not set: the admin token its clients present would cross the network in "
+                   "plaintext; set tls.cert and tls.key, or auth.allow_insecure: true");
+    expect_refused("listen: {admin: \"10.1.2.3:7680\"}\n" AUTH_ON, "listen.admin: 10.1.2.3:7680");
+    load_ok("listen: {admin: \"0.0.0.0:7680\"}\ntls: {cert: c.pem, key: k.pem}\n" AUTH_ON, &c);
+    host_config_free(&c);
+    load_ok("listen: {admin: \"0.0.0.0:7680\"}\n" AUTH_ON "  allow_insecure: true\n", &c);
+    assert_int_equal(c.auth_allow_insecure, 1);
+    host_config_free(&c);
+    load_ok("listen: {admin: \"127.0.0.1:7680\"}\n" AUTH_ON, &c);
+    host_config_free(&c);
+    load_ok("listen: {admin: \"0.0.0.0:7680\"}\n", &c);
+    host_config_free(&c);
+#undef AUTH_ON
 }
 
 static void test_auth_refuses_incomplete_or_idle_settings(void **state)
@@ -332,6 +361,7 @@ int main(void)
         cmocka_unit_test(test_auth_refuses_unknown_role_and_bad_tenant),
         cmocka_unit_test(test_auth_refuses_duplicate_token),
         cmocka_unit_test(test_auth_refuses_non_loopback_listen_without_auth),
+        cmocka_unit_test(test_auth_refuses_non_loopback_admin_without_tls),
         cmocka_unit_test(test_auth_refuses_incomplete_or_idle_settings),
         cmocka_unit_test(test_auth_table_checks_tokens_by_hash),
         cmocka_unit_test(test_auth_limits_load_with_overrides),
