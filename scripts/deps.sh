@@ -17,7 +17,8 @@ PACKAGES=(
   libprotobuf-c-dev protobuf-c-compiler  # RPC and OpLog payload encoding
   libxxhash-dev                       # OpLog and snapshot checksums
   uthash-dev                          # hash tables of the master (header only)
-  libmicrohttpd-dev                   # admin HTTP: /metrics /health /role
+  libmicrohttpd-dev                   # admin HTTP(S): /metrics /health /role
+  libgnutls28-dev                     # admin HTTPS: client certificates on MHD's GnuTLS session
   libssl-dev                          # SHA-256 digests, HMAC write tickets
   libjansson-dev                      # safetensors JSON headers (client)
   valgrind                            # memcheck run of the unit tests

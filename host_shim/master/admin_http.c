@@ -1,31 +1,52 @@
 /* admin_http.c -- the admin HTTP endpoint, served from the loop thread.
  *
  * libmicrohttpd runs its own polling thread. Its access handler suspends each
- * GET request and queues it; a uv_async_t wakes the loop, which renders every
- * queued request with the caller's callback and resumes it; the handler then
- * queues the response. The loop never waits on the HTTP thread and the HTTP
- * thread never touches master state. */
+ * GET or HEAD request and queues it; a uv_async_t wakes the loop, which
+ * checks the request's token (when one is asked) and renders every queued
+ * request with the caller's callback and resumes it; the handler then queues
+ * the response. The loop never waits on the HTTP thread and the HTTP thread
+ * never touches master state. Other methods, and (with verify_clients) a
+ * client without a good certificate, are answered on the HTTP thread
+ * without reaching the loop.
+ *
+ * TLS is libmicrohttpd's (GnuTLS): the PEM files are read into memory here,
+ * the priorities allow TLS 1.3 only, and a client certificate is verified
+ * per request against the trust list libmicrohttpd built from the CA. */
 #include <arpa/inet.h>
+#include <errno.h>
+#include <gnutls/gnutls.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <openssl/crypto.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
 
 #include "admin_http.h"
 #include "net_addr.h"
 #include "store_plugin.h"
 
+/* TLS 1.3 only: GnuTLS's defaults with every version removed but 1.3. */
+#define ADMIN_TLS_PRIORITIES "NORMAL:-VERS-ALL:+VERS-TLS1.3"
+#define ADMIN_PEM_MAX (1u << 20) /* bytes of a certificate, key or CA file */
+
 typedef struct admin_req {
     struct MHD_Connection *conn;
     char path[256];
+    char *authz;          /* the Authorization header, when a token is asked */
+    int needs_token;      /* the loop checks authz before rendering */
     int queued;           /* handed to the loop */
     int done;             /* answer ready */
     int status;
     char *body;
     size_t len;
     const char *content_type;
+    const char *allow;    /* an Allow header (405), or NULL */
+    int challenge;        /* add WWW-Authenticate: Bearer (401) */
     struct admin_req *next;
 } admin_req;
 
@@ -35,19 +56,102 @@ struct admin_http {
     struct MHD_Daemon *mhd;
     admin_render_fn render;
     void *ctx;
+    const rpc_auth *auth;   /* NULL: no token asked */
+    int verify_clients;
+    char *cert_pem, *key_pem, *ca_pem; /* what libmicrohttpd was given */
+    size_t key_len;
     pthread_mutex_t lock;
     admin_req *head, *tail; /* suspended, waiting for the loop */
     int port;
     int stopping;
 };
 
-static void answer(admin_req *r, int status, const char *text)
+/* Set r's answer to a plain-text body made from fmt. */
+static void answer(admin_req *r, int status, const char *fmt, ...)
 {
+    char text[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
     r->status = status;
     r->body = strdup(text);
     r->len = r->body ? strlen(r->body) : 0;
     r->content_type = "text/plain; charset=utf-8";
     r->done = 1;
+}
+
+/* Loop thread: 0 when r's Authorization header carries the token of an
+ * admin of a->auth; otherwise 1 with r answered -- 401 without a header,
+ * with another scheme than Bearer, or with a token the master does not
+ * know; 403 with a token whose role is below admin. */
+static int token_refused(const admin_http *a, admin_req *r)
+{
+    const rpc_auth_token *t = NULL;
+    const char *tok;
+    size_t len;
+    r->challenge = 1;
+    if (r->authz == NULL) {
+        answer(r, 401, "%s needs an admin token (auth is on and this endpoint listens on a "
+               "non-loopback address): send Authorization: Bearer TOKEN\n", r->path);
+        return 1;
+    }
+    if (strncasecmp(r->authz, "Bearer ", 7) != 0) {
+        answer(r, 401, "the Authorization header is not \"Bearer TOKEN\"; %s needs an admin "
+               "token\n", r->path);
+        return 1;
+    }
+    for (tok = r->authz + 7; *tok == ' '; tok++) {
+    }
+    for (len = strlen(tok); len > 0 && tok[len - 1] == ' '; len--) {
+    }
+    if (rpc_auth_check(a->auth, (const uint8_t *)tok, len, &t) < 0) {
+        answer(r, 401, "the token is not known to this master; %s needs an admin token\n",
+               r->path);
+        return 1;
+    }
+    r->challenge = 0;
+    if (t->role != SMP_ROLE_ADMIN) {
+        answer(r, 403, "the token of tenant %s has role %s; %s needs role admin\n", t->tenant,
+               rpc_auth_role_name(t->role), r->path);
+        return 1;
+    }
+    return 0;
+}
+
+/* HTTP thread: 0 when the connection's client presented a certificate that
+ * verifies against the CA libmicrohttpd was given; otherwise 1 with r
+ * answered 403 saying what was wrong. */
+static int client_cert_refused(struct MHD_Connection *conn, admin_req *r)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_GNUTLS_SESSION);
+    unsigned status = 0;
+    gnutls_datum_t why = {NULL, 0};
+    int rc;
+    if (ci == NULL || ci->tls_session == NULL) {
+        answer(r, 403, "a client certificate of tls.ca is required (tls.verify_clients), and "
+               "this connection has no TLS session\n");
+        return 1;
+    }
+    rc = gnutls_certificate_verify_peers2((gnutls_session_t)ci->tls_session, &status);
+    if (rc == GNUTLS_E_NO_CERTIFICATE_FOUND) {
+        answer(r, 403, "a client certificate of tls.ca is required (tls.verify_clients): none "
+               "was presented\n");
+        return 1;
+    }
+    if (rc < 0) {
+        answer(r, 403, "the client certificate could not be verified against tls.ca: %s\n",
+               gnutls_strerror(rc));
+        return 1;
+    }
+    if (status == 0) return 0;
+    if (gnutls_certificate_verification_status_print(status, GNUTLS_CRT_X509, &why, 0) < 0)
+        why.data = NULL;
+    answer(r, 403, "the client certificate does not verify against tls.ca: %s\n",
+           why.data != NULL ? (const char *)why.data : "rejected");
+    gnutls_free(why.data);
+    return 1;
 }
 
 /* Loop thread: render everything queued and resume it. */
@@ -63,6 +167,8 @@ static void on_wake(uv_async_t *h)
         r->next = NULL;
         if (a->stopping) {
             answer(r, 503, "shutting down\n");
+        } else if (r->needs_token && token_refused(a, r)) {
+            /* answered */
         } else {
             a->render(a->ctx, r->path, &r->status, &r->body, &r->len, &r->content_type);
             if (r->body == NULL) answer(r, 500, "render failed\n");
@@ -92,7 +198,18 @@ static enum MHD_Result on_request(void *cls,
         r->conn = conn;
         snprintf(r->path, sizeof(r->path), "%s", url);
         *req_cls = r;
-        if (strcmp(method, "GET") != 0) answer(r, 405, "only GET is served\n");
+        if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
+            answer(r, 405, "%.32s is not served: this endpoint only reads (GET, HEAD); changes "
+                   "are admin RPCs (weightctl)\n", method);
+            r->allow = "GET, HEAD";
+        } else if (a->verify_clients && client_cert_refused(conn, r)) {
+            /* answered */
+        } else if (a->auth != NULL && strcmp(r->path, "/health") != 0) {
+            const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                        MHD_HTTP_HEADER_AUTHORIZATION);
+            r->needs_token = 1;
+            if (h != NULL && (r->authz = strdup(h)) == NULL) return MHD_NO;
+        }
         return MHD_YES;
     }
     if (*upload_data_size != 0) {
@@ -116,6 +233,10 @@ static enum MHD_Result on_request(void *cls,
     if (resp == NULL) return MHD_NO;
     r->body = NULL; /* owned by the response now */
     MHD_add_response_header(resp, "Content-Type", r->content_type);
+    if (r->allow != NULL) MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, r->allow);
+    if (r->challenge)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+                                "Bearer realm=\"store_master admin\"");
     enum MHD_Result ret = MHD_queue_response(conn, (unsigned)r->status, resp);
     MHD_destroy_response(resp);
     return ret;
@@ -132,6 +253,8 @@ static void on_completed(void *cls,
     admin_req *r = *req_cls;
     if (r == NULL) return;
     free(r->body);
+    if (r->authz != NULL) OPENSSL_cleanse(r->authz, strlen(r->authz));
+    free(r->authz);
     free(r);
     *req_cls = NULL;
 }
@@ -145,15 +268,93 @@ static int parse_addr(const char *addr, struct sockaddr_in *sa)
     return SMP_OK;
 }
 
-static void on_wake_closed(uv_handle_t *h)
+/* Free a and what it holds (the key's copy wiped first). */
+static void admin_free(admin_http *a)
 {
-    admin_http *a = h->data;
     pthread_mutex_destroy(&a->lock);
+    free(a->cert_pem);
+    if (a->key_pem != NULL) OPENSSL_cleanse(a->key_pem, a->key_len);
+    free(a->key_pem);
+    free(a->ca_pem);
     free(a);
 }
 
+static void on_wake_closed(uv_handle_t *h)
+{
+    admin_free(h->data);
+}
+
+/* Read the PEM file at path (the setting `key` names it) into a malloc'd,
+ * NUL-terminated *out, as libmicrohttpd takes it; *len (when not NULL) its
+ * allocated size, for wiping. SMP_OK, or SMP_EIO / SMP_EINVAL / SMP_ENOMEM
+ * with err naming the key, the file and the cause. */
+static int read_pem(const char *key, const char *path, char **out, size_t *len, char *err,
+                    size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    struct stat st;
+    char *buf = NULL;
+    size_t size;
+    int rc = SMP_OK;
+    if (f == NULL) {
+        snprintf(err, errlen, "admin http: %s %s: %s", key, path, strerror(errno));
+        return SMP_EIO;
+    }
+    if (fstat(fileno(f), &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > ADMIN_PEM_MAX) {
+        snprintf(err, errlen, "admin http: %s %s: not a regular file of at most %u bytes", key,
+                 path, ADMIN_PEM_MAX);
+        rc = SMP_EINVAL;
+        goto close_file;
+    }
+    size = (size_t)st.st_size;
+    if ((buf = malloc(size + 1)) == NULL) {
+        rc = SMP_ENOMEM;
+        goto close_file;
+    }
+    if (fread(buf, 1, size, f) != size) {
+        snprintf(err, errlen, "admin http: %s %s: cannot read it", key, path);
+        OPENSSL_cleanse(buf, size + 1);
+        free(buf);
+        rc = SMP_EIO;
+        goto close_file;
+    }
+    buf[size] = '\0';
+    *out = buf;
+    if (len != NULL) *len = size + 1;
+close_file:
+    fclose(f);
+    return rc;
+}
+
+/* The TLS options of o into ops (at least 5 free entries from *n), with the
+ * files read into a. SMP_OK, SMP_ENOTSUP (libmicrohttpd without TLS) or
+ * read_pem's codes, with err saying why. */
+static int tls_options(admin_http *a, const admin_http_options *o, struct MHD_OptionItem *ops,
+                       size_t *n, char *err, size_t errlen)
+{
+    int rc;
+    if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+        snprintf(err, errlen, "admin http: tls.cert is set but this libmicrohttpd is built "
+                 "without TLS (GnuTLS), so the admin endpoint on %s cannot speak HTTPS; install "
+                 "Debian's libmicrohttpd (linked with GnuTLS) or set listen.admin: \"\"", o->addr);
+        return SMP_ENOTSUP;
+    }
+    if ((rc = read_pem("tls.cert", o->tls_cert, &a->cert_pem, NULL, err, errlen)) < 0 ||
+        (rc = read_pem("tls.key", o->tls_key, &a->key_pem, &a->key_len, err, errlen)) < 0)
+        return rc;
+    ops[(*n)++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, a->cert_pem};
+    ops[(*n)++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, a->key_pem};
+    ops[(*n)++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_PRIORITIES, 0,
+                                          (void *)ADMIN_TLS_PRIORITIES};
+    if (o->verify_clients) {
+        if ((rc = read_pem("tls.ca", o->tls_ca, &a->ca_pem, NULL, err, errlen)) < 0) return rc;
+        ops[(*n)++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_TRUST, 0, a->ca_pem};
+    }
+    return SMP_OK;
+}
+
 int admin_http_start(uv_loop_t *loop,
-                     const char *addr,
+                     const admin_http_options *o,
                      admin_render_fn render,
                      void *ctx,
                      admin_http **out,
@@ -161,10 +362,15 @@ int admin_http_start(uv_loop_t *loop,
                      size_t errlen)
 {
     struct sockaddr_in sa;
+    struct MHD_OptionItem ops[8];
+    size_t n = 0;
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_ALLOW_SUSPEND_RESUME |
+                     MHD_USE_ERROR_LOG;
+    int tls = o->tls_cert != NULL && o->tls_cert[0] != '\0';
     int rc;
     admin_http *a = NULL;
-    if ((rc = parse_addr(addr, &sa)) < 0) {
-        snprintf(err, errlen, "admin http: '%s' is not an IPv4 host:port", addr);
+    if ((rc = parse_addr(o->addr, &sa)) < 0) {
+        snprintf(err, errlen, "admin http: '%s' is not an IPv4 host:port", o->addr);
         return rc;
     }
     a = calloc(1, sizeof(*a));
@@ -172,24 +378,35 @@ int admin_http_start(uv_loop_t *loop,
     a->loop = loop;
     a->render = render;
     a->ctx = ctx;
+    a->auth = o->auth;
+    a->verify_clients = tls && o->verify_clients;
     pthread_mutex_init(&a->lock, NULL);
+    if (tls) {
+        if ((rc = tls_options(a, o, ops, &n, err, errlen)) < 0) goto free_admin;
+        flags |= MHD_USE_TLS;
+    }
+    ops[n] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
     if (uv_async_init(loop, &a->wake, on_wake) != 0) {
         rc = SMP_EIO;
         snprintf(err, errlen, "admin http: cannot create the loop wake-up");
         goto free_admin;
     }
     a->wake.data = a;
-    a->mhd = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
-                                  MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG,
-                              0, NULL, NULL, on_request, a,
+    a->mhd = MHD_start_daemon(flags, 0, NULL, NULL, on_request, a,
                               MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
                               MHD_OPTION_NOTIFY_COMPLETED, on_completed, a,
                               MHD_OPTION_CONNECTION_LIMIT, 64u,
                               MHD_OPTION_CONNECTION_TIMEOUT, 10u,
+                              MHD_OPTION_ARRAY, ops,
                               MHD_OPTION_END);
     if (a->mhd == NULL) {
         rc = SMP_EIO;
-        snprintf(err, errlen, "admin http: cannot listen on %s", addr);
+        if (tls)
+            snprintf(err, errlen, "admin http: cannot serve HTTPS on %s with tls.cert %s and "
+                     "tls.key %s (the address is taken, or GnuTLS refused the files: "
+                     "libmicrohttpd's line above says which)", o->addr, o->tls_cert, o->tls_key);
+        else
+            snprintf(err, errlen, "admin http: cannot listen on %s", o->addr);
         goto close_wake;
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(a->mhd, MHD_DAEMON_INFO_BIND_PORT);
@@ -201,8 +418,7 @@ close_wake:
     uv_close((uv_handle_t *)&a->wake, on_wake_closed);
     return rc;
 free_admin:
-    pthread_mutex_destroy(&a->lock);
-    free(a);
+    admin_free(a);
     return rc;
 }
 

@@ -3,12 +3,22 @@
  * libmicrohttpd accepts and parses requests on its own thread; every answer is
  * produced on the master's loop thread, which owns the state it describes. A
  * request is suspended, handed to the loop through a uv_async_t, answered by
- * the render callback there, and resumed. Only GET is served. */
+ * the render callback there, and resumed. Only GET and HEAD are served: the
+ * endpoint changes nothing (changes are admin RPCs, authorized by role), and
+ * any other method is answered 405.
+ *
+ * With a certificate the endpoint speaks HTTPS only, TLS 1.3 at least
+ * (libmicrohttpd's GnuTLS, priorities "NORMAL:-VERS-ALL:+VERS-TLS1.3"),
+ * optionally verifying client certificates against a CA. With a credential
+ * table every path but /health needs an admin's token (Authorization: Bearer
+ * TOKEN), looked up with rpc_auth_check on the loop thread. */
 #ifndef HOST_ADMIN_HTTP_H
 #define HOST_ADMIN_HTTP_H
 
 #include <stddef.h>
 #include <uv.h>
+
+#include "rpc_auth.h"
 
 typedef struct admin_http admin_http;
 
@@ -22,10 +32,24 @@ typedef void (*admin_render_fn)(void *ctx,
                                 size_t *len,
                                 const char **content_type);
 
-/* Listen on "host:port" (IPv4 literal or "localhost"). Returns 0, or a
- * negative SMP_E* code with err naming the address and the cause. */
+typedef struct admin_http_options {
+    const char *addr;         /* "host:port" (IPv4 literal or "localhost") */
+    const char *tls_cert;     /* PEM certificate chain; NULL or "": plain HTTP */
+    const char *tls_key;      /* its PEM private key (with tls_cert) */
+    const char *tls_ca;       /* PEM CA bundle client certificates must chain to */
+    int verify_clients;       /* a client without a certificate of tls_ca gets 403 */
+    const rpc_auth *auth;     /* non-NULL: every path but /health needs an admin
+                                 token of this table (borrowed; must outlive the
+                                 endpoint). NULL: no token asked */
+} admin_http_options;
+
+/* Listen as o says. Returns 0, or a negative SMP_E* code with err naming the
+ * address or the setting and the cause (SMP_ENOTSUP: a certificate was
+ * given but libmicrohttpd is built without TLS). The files were checked by
+ * the RPC's TLS context first (rpc_tls.h), so a file error here is one
+ * GnuTLS alone refuses. */
 int admin_http_start(uv_loop_t *loop,
-                     const char *addr,
+                     const admin_http_options *o,
                      admin_render_fn render,
                      void *ctx,
                      admin_http **out,

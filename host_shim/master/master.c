@@ -26,6 +26,7 @@
 #include "master.h"
 #include "master_internal.h"
 #include "node_runtime.h"
+#include "net_addr.h"
 #include "rpc_tls.h"
 #include "rpc_auth.h"
 #include "wc_token.h"
@@ -326,6 +327,35 @@ static int start_embedded_node(master *m, char *err, size_t errlen)
     return node_runtime_start(&o, &m->embedded_node, err, errlen);
 }
 
+/* The admin endpoint, when listen.admin is set: HTTPS with tls.cert and
+ * tls.key (client certificates verified as tls.verify_clients says), and,
+ * with auth on and a non-loopback address, an admin token asked for every
+ * path but /health (config_auth.c refused that without TLS unless
+ * auth.allow_insecure). One log line says which. */
+static int start_admin(master *m, char *err, size_t errlen)
+{
+    const host_config *cfg = m->cfg;
+    int token = cfg->auth_enabled && !net_listen_is_loopback(cfg->listen_admin);
+    admin_http_options o = {
+        .addr = cfg->listen_admin,
+        .tls_cert = cfg->tls_cert,
+        .tls_key = cfg->tls_key,
+        .tls_ca = cfg->tls_ca,
+        .verify_clients = cfg->tls_verify_clients,
+        .auth = token ? m->auth : NULL,
+    };
+    int rc;
+    if (cfg->listen_admin[0] == '\0') return SMP_OK;
+    if ((rc = admin_http_start(&m->loop, &o, master_admin_render, m, &m->admin, err, errlen)) < 0)
+        return rc;
+    fprintf(stderr, "store_master: admin endpoint: %s%s; %s\n",
+            cfg->tls_cert[0] ? "HTTPS (TLS 1.3, tls.cert)" : "plain HTTP",
+            cfg->tls_verify_clients ? ", client certificates of tls.ca" : "",
+            token ? "an admin token is asked for every path but /health"
+                  : "no token asked (auth off, or a loopback address)");
+    return SMP_OK;
+}
+
 /* Recovery is done: accept clients (and the embedded node). */
 static int start_serving(master *m, char *err, size_t errlen)
 {
@@ -333,10 +363,7 @@ static int start_serving(master *m, char *err, size_t errlen)
     /* HA: a standby turns requests away from the first one on. */
     if (m->cfg->ha_enabled && (rc = master_ha_start(m, err, errlen)) < 0) return rc;
     if ((rc = rpc_server_start(m->rpc, err, errlen)) < 0) return rc;
-    if (m->cfg->listen_admin[0] != '\0' &&
-        (rc = admin_http_start(&m->loop, m->cfg->listen_admin, master_admin_render, m, &m->admin,
-                               err, errlen)) < 0)
-        return rc;
+    if ((rc = start_admin(m, err, errlen)) < 0) return rc;
     m->serving_since_ms = master_now_ms();
     if ((rc = start_embedded_node(m, err, errlen)) < 0) return rc;
     m->serving = 1;

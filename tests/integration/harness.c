@@ -48,9 +48,10 @@ static int write_config(hx_master *m, const char *extra)
     FILE *f = fopen(m->config, "w");
     if (f == NULL) return -1;
     fprintf(f,
-            "listen:\n  tcp: \"%s\"\n  unix: \"%s\"\n  admin: \"127.0.0.1:0\"\n%s"
+            "listen:\n  tcp: \"%s\"\n  unix: \"%s\"\n  admin: \"%s\"\n%s"
             "data_dir: \"%s/data\"\n",
-            m->listen_tcp, m->socket, m->listen_extra, m->dir);
+            m->listen_tcp, m->socket, m->listen_admin[0] ? m->listen_admin : "127.0.0.1:0",
+            m->listen_extra, m->dir);
     if (extra == NULL || strstr(extra, "plugins:") == NULL)
         fprintf(f, "plugins:\n  - path: \"%s/lib/weight_mgmt.so\"\n", BUILD_DIR);
     if (extra == NULL || strstr(extra, "node:") == NULL)

@@ -35,6 +35,9 @@ typedef struct hx_master {
     /* listen.tcp of the base config ("" when empty: no TCP port); set after
      * hx_init, then hx_reconfigure. */
     char listen_tcp[64];
+    /* listen.admin of the base config ("" when empty: "127.0.0.1:0"); set
+     * after hx_init, then hx_reconfigure. */
+    char listen_admin[64];
 } hx_master;
 
 /* Make a directory under /tmp and write config.yaml: the base settings plus
