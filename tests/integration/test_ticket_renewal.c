@@ -20,7 +20,11 @@
  *     another range (the request's offset changed in flight) are refused by
  *     the node with the cause, and the client does not retry: the node sees
  *     exactly one such request, no fresh ticket is asked for, nothing lands
- *     in the caller's buffers, and the revision still reads back after. */
+ *     in the caller's buffers, and the revision still reads back after;
+ *   - a link that delays each payload request longer than a ticket lives
+ *     (the relay holds it 1.5 s) makes even a fresh ticket arrive expired:
+ *     the client asks for one fresh ticket, and when that one is refused as
+ *     expired too it stops, naming the clocks, instead of asking forever. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -50,7 +54,8 @@ static const char *const names[2] = {"a.weight", "b.weight"};
 
 /* What the relay does to the client's READ requests of at least 1 MiB (the
  * payload windows; the manifest's read is smaller). */
-typedef enum tamper_mode { TAMPER_NONE, TAMPER_FORGE, TAMPER_RANGE } tamper_mode;
+typedef enum tamper_mode { TAMPER_NONE, TAMPER_FORGE, TAMPER_RANGE, TAMPER_DELAY } tamper_mode;
+#define DELAY_MS 1500               /* TAMPER_DELAY: longer than a ticket lives */
 
 #define TRACK 64
 typedef struct conn_parse {
@@ -105,6 +110,10 @@ static void on_client_bytes(void *ctx, unsigned conn, unsigned long long at, uns
                 }
             }
             if (c->hit) atomic_fetch_add(&t->tampered, 1);
+            if (c->hit && mode == TAMPER_DELAY) { /* the ticket reaches the node DELAY_MS late */
+                struct timespec ts = {DELAY_MS / 1000, (long)(DELAY_MS % 1000) * 1000000L};
+                nanosleep(&ts, NULL);
+            }
             continue;
         }
         if (--c->left == 0) {
@@ -308,6 +317,30 @@ static void refused_not_retried(fx *f, tamper_mode mode, const char *cause)
     weight_store_close(s);
 }
 
+/* Every payload request reaches the node 1.5 s after it left (a ticket
+ * lives 1 s): the expired ticket is refreshed once, the fresh one arrives
+ * expired too, and the get stops there -- two requests, one refresh,
+ * nothing in the buffers. */
+static void test_fresh_ticket_expired_again_is_not_refreshed(void **state)
+{
+    fx *f = *state;
+    weight_store *s = open_store(f, 1, 0);
+    weight_get_stats st;
+    getctx g;
+    atomic_store(&f->t.tampered, 0);
+    atomic_store(&f->t.mode, TAMPER_DELAY);
+    int rc = get_revision(f, s, &g, &st);
+    atomic_store(&f->t.mode, TAMPER_NONE);
+    assert_int_equal(rc, WEIGHT_EIO);
+    assert_true(hx_says(weight_store_last_error(s), "the fresh read ticket was refused as expired too"));
+    assert_int_equal(atomic_load(&f->t.tampered), 2);
+    assert_int_equal(st.ticket_refreshes, 1);
+    assert_int_equal(st.bytes, 0);
+    for (int k = 0; k < 2; k++) assert_true(all_bytes(g.bufs[k], 0xEE, OBJ_BYTES));
+    free_get(&g);
+    weight_store_close(s);
+}
+
 /* A READ ticket whose MAC changed in flight: "bad signature". */
 static void test_forged_ticket_is_refused_not_retried(void **state)
 {
@@ -328,6 +361,7 @@ int main(void)
         cmocka_unit_test(test_forged_ticket_is_refused_not_retried),
         cmocka_unit_test(test_wrong_range_is_refused_not_retried),
         cmocka_unit_test(test_slow_cold_get_refreshes_expired_tickets),
+        cmocka_unit_test(test_fresh_ticket_expired_again_is_not_refreshed),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
