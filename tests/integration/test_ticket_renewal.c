@@ -123,6 +123,15 @@ static void on_client_bytes(void *ctx, unsigned conn, unsigned long long at, uns
     }
 }
 
+/* Monotonic milliseconds: the relay's throttle puts a lower bound on how
+ * long a transfer takes, which these check (the premise of each test). */
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
 static weight_store *open_store(fx *f, unsigned threads, uint64_t lease_ttl_ms)
 {
     weight_store *s = NULL;
@@ -224,8 +233,11 @@ static void test_put_outlives_its_write_tickets(void **state)
     fault_proxy_throttle(f->proxy, SLOW_PUT);
     CHECK(s, weight_put_begin(s, &f->id, NULL, &w));
     for (int k = 0; k < 2; k++) CHECK(s, weight_writer_add_tensor(w, names[k], "U8", 1, shape, f->data[k]));
+    uint64_t t0 = mono_ms();
     CHECK(s, weight_writer_commit(w, &md));
+    uint64_t took = mono_ms() - t0;
     fault_proxy_throttle(f->proxy, 0);
+    assert_true(took >= 2 * TTL_MS); /* 24 MiB through 8 MiB/s: the writes outlived their tickets */
     assert_int_equal(md.availability, WEIGHT_READY);
     assert_int_equal(md.payload_count, 2);
     weight_store_close(s);
@@ -241,9 +253,12 @@ static void test_slow_get_refreshes_expired_tickets(void **state)
     weight_get_stats st;
     getctx g;
     fault_proxy_throttle(f->proxy, SLOW_GET);
+    uint64_t t0 = mono_ms();
     int rc = get_revision(f, s, &g, &st);
+    uint64_t took = mono_ms() - t0;
     fault_proxy_throttle(f->proxy, 0);
     if (rc != WEIGHT_OK) fail_msg("weight_get: %s: %s", weight_error_name(rc), weight_store_last_error(s));
+    assert_true(took >= 5 * TTL_MS); /* 24 MiB through 4 MiB/s */
     for (int k = 0; k < 2; k++) assert_memory_equal(g.bufs[k], f->data[k], OBJ_BYTES);
     assert_int_equal(st.bytes, 2 * OBJ_BYTES);
     assert_int_equal(st.local_bytes, 0);
