@@ -229,6 +229,21 @@ static void on_timer(uv_timer_t *h)
         master_snapshot_take(m, NULL, NULL);
 }
 
+/* The loop's I/O clock (master_internal.h): prepare runs right before the
+ * loop waits for its sockets, check right after the callbacks of what it
+ * read. */
+static void on_io_prepare(uv_prepare_t *h)
+{
+    master *m = h->data;
+    m->io_looking_ms = master_now_ms();
+}
+
+static void on_io_check(uv_check_t *h)
+{
+    master *m = h->data;
+    m->io_heard_ms = m->io_looking_ms;
+}
+
 /* -- startup and shutdown ------------------------------------------------------ */
 
 void master_stop(master *m)
@@ -240,6 +255,10 @@ void master_stop(master *m)
     node_runtime_signal_stop(m->embedded_node);
     uv_timer_stop(&m->timer);
     uv_close((uv_handle_t *)&m->timer, NULL);
+    uv_prepare_stop(&m->io_prepare);
+    uv_check_stop(&m->io_check);
+    uv_close((uv_handle_t *)&m->io_prepare, NULL);
+    uv_close((uv_handle_t *)&m->io_check, NULL);
     uv_close((uv_handle_t *)&m->sig_int, NULL);
     uv_close((uv_handle_t *)&m->sig_term, NULL);
     uv_close((uv_handle_t *)&m->sig_hup, NULL);
@@ -522,10 +541,13 @@ int master_main(const host_config *cfg)
     signal(SIGPIPE, SIG_IGN);
     signal(SIGHUP, SIG_IGN); /* never fatal, from the first instruction on (on_hangup) */
     uv_timer_init(&m->loop, &m->timer);
+    uv_prepare_init(&m->loop, &m->io_prepare);
+    uv_check_init(&m->loop, &m->io_check);
     uv_signal_init(&m->loop, &m->sig_int);
     uv_signal_init(&m->loop, &m->sig_term);
     uv_signal_init(&m->loop, &m->sig_hup);
     master_plugins_init(m);
+    m->io_prepare.data = m->io_check.data = m;
     m->timer.data = m->sig_int.data = m->sig_term.data = m->sig_hup.data = m;
 
     int rc = open_parts(m, err, sizeof(err));
@@ -538,6 +560,8 @@ int master_main(const host_config *cfg)
         uv_signal_start(&m->sig_term, on_signal, SIGTERM);
         uv_signal_start(&m->sig_hup, on_hangup, SIGHUP);
         uv_timer_start(&m->timer, on_timer, MASTER_TIMER_MS, MASTER_TIMER_MS);
+        uv_prepare_start(&m->io_prepare, on_io_prepare);
+        uv_check_start(&m->io_check, on_io_check);
         uv_run(&m->loop, UV_RUN_DEFAULT);
     }
     close_parts(m);

@@ -94,6 +94,8 @@ typedef struct master {
     uv_signal_t sig_term;
     uv_signal_t sig_hup;
     uv_timer_t timer;
+    uv_prepare_t io_prepare;    /* the loop's I/O clock (on_io_prepare, on_io_check) */
+    uv_check_t io_check;
     uv_idle_t plugin_idle;      /* polls a plugin reload or disable in progress */
     uint16_t *plugin_svcs;      /* plugin service ids routed in the RPC server */
     size_t n_plugin_svcs;
@@ -140,6 +142,14 @@ typedef struct master {
     double loop_lag_s;          /* largest lag in the current window */
     double loop_lag_prev_s;     /* largest lag in the window before */
     uint64_t loop_lag_window_ms;/* start of the current window (uv_now clock) */
+    /* The loop's I/O clock: io_looking_ms is when the loop last went to
+     * read its sockets (master_now_ms), io_heard_ms the same once what it
+     * read has been handled. Whatever a node sent before io_heard_ms has
+     * been heard; master_nodes.c judges silence up to it, not up to now, so
+     * a loop that was busy (a snapshot captured on it, a long tick) does not
+     * count its own stall as the nodes' silence. */
+    uint64_t io_looking_ms;
+    uint64_t io_heard_ms;
     int serving;                /* RPC accepting */
     uint64_t serving_since_ms;  /* when serving began (master_now_ms) */
     int nodes_settled;          /* see master_nodes_settled */

@@ -13,8 +13,13 @@
  * answered (deferred) as soon as tasks are queued for the node or poll_ms ran
  * out. A node silent for node.timeout_ms is marked down: its replicas stop
  * being served, its tasks fail, and the plugins get node-down and
- * replica-lost events. Liveness is soft state: after a master restart no node
- * is up until it registers again.
+ * replica-lost events. Silence is the node's, not the master's: it starts
+ * at the node's last request or at the answer to its last poll, whichever
+ * is later (a node cannot poll while the master holds its poll), and ends
+ * when the loop last read its sockets (master_internal.h's I/O clock), so a
+ * loop stalled for longer than the timeout (a snapshot captured on it, a
+ * long tick) marks no live node down. Liveness is soft state: after a
+ * master restart no node is up until it registers again.
  *
  * Tenants: a node may be dedicated to a tenant (it registers with the
  * tenant and the Unix socket that hands its segment to that tenant's local
@@ -66,7 +71,8 @@ struct master_node {
     uint32_t key_id;             /* the id of secret, named in every ticket */
     int data_tls;                /* its data server speaks TLS only */
     int up;
-    uint64_t last_seen_ms;
+    uint64_t last_seen_ms;       /* its last request */
+    uint64_t answered_ms;        /* the master's answer to its last poll */
     uint64_t sweep_due_ms;       /* the second sweep after a registration (0: none) */
     smp_rpc_call *poll;          /* a deferred poll, or NULL */
     uint64_t poll_since_ms;
@@ -266,6 +272,7 @@ static void answer_poll(master *m, master_node *n)
     size_t k = 0;
     smp_rpc_call *call = n->poll;
     n->poll = NULL;
+    n->answered_ms = master_now_ms();
     (void)m;
     for (master_task *t = n->queue; t && k < NODE_TASKS_PER_POLL; t = t->next, k++) {
         node_task__init(&msgs[k]);
@@ -718,6 +725,17 @@ static int h_poll(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len
 
 /* -- liveness ------------------------------------------------------------------ */
 
+/* How long node n has been silent as far as the loop could hear it: from
+ * its last request or the answer to its last poll, whichever is later, to
+ * the time the loop last read its sockets (m->io_heard_ms). A stall of the
+ * loop counts as silence only once the loop has read again and found
+ * nothing from the node. */
+static uint64_t node_silence_ms(const master *m, const master_node *n)
+{
+    uint64_t since = n->last_seen_ms > n->answered_ms ? n->last_seen_ms : n->answered_ms;
+    return m->io_heard_ms > since ? m->io_heard_ms - since : 0;
+}
+
 typedef struct down_ctx {
     master *m;
 } down_ctx;
@@ -784,10 +802,11 @@ void master_nodes_tick(master *m, uint64_t now)
             if (master_fsck_sweep_node(m, n->id) < 0)
                 fprintf(stderr, "store_master: node %s: no second sweep (out of memory)\n", n->id);
         }
-        if (n->up && now - n->last_seen_ms > m->cfg->node_timeout_ms) {
+        uint64_t silent = node_silence_ms(m, n);
+        if (n->up && silent > m->cfg->node_timeout_ms) {
             n->up = 0;
             fprintf(stderr, "store_master: node %s down (silent for %llu ms)\n", n->id,
-                    (unsigned long long)(now - n->last_seen_ms));
+                    (unsigned long long)silent);
             fail_tasks(m, n, 0);
             smp_event ev = {.struct_size = sizeof(ev), .type = SMP_EVENT_NODE_DOWN, .node = n->id};
             master_emit(m, &ev);

@@ -1,12 +1,14 @@
 /* test_nodes.c -- a master and two store_node processes: bytes across nodes,
- * a node killed and restarted, cold replicas (loaded back, and read straight
- * from a node's cold file), forged tickets.
+ * a node killed and restarted, a stalled master that must not take its live
+ * nodes for dead, cold replicas (loaded back, and read straight from a
+ * node's cold file), forged tickets.
  *
  * The master runs without its embedded node; nodes A and B register over its
  * Unix socket. The replica_probe test plugin drives the host's replica tasks
  * (ensure cold / ensure memory / release memory) and counts replica-lost
  * events, so the ABI wiring is exercised as a plugin sees it. */
 #include <fcntl.h>
+#include <signal.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -169,6 +171,39 @@ static void test_killed_node_then_restarted_with_its_segment(void **state)
     assert_int_equal(hx_node_start(&f->m, &f->a, "node-a", SEGMENT), 0);
     assert_int_equal(hx_wait_nodes(&f->m, 2, 10000), 0);
     for (int i = 0; i < OBJECTS; i++) assert_bytes(f->c, i);
+}
+
+/* A master whose loop stalls for longer than node.timeout_ms (here the
+ * whole process stopped for three timeouts, as a snapshot of 100,000
+ * revisions captured on the loop stalls it for seconds) takes no live node
+ * for dead: both nodes stay up, no replica-lost event is emitted, every
+ * object is served. Before, the first housekeeping round after the stall
+ * counted the stall as the nodes' silence and marked both down. A node
+ * that really stops polling is still marked down. */
+static void test_stalled_master_marks_no_live_node_down(void **state)
+{
+    fx *f = *state;
+    int where[OBJECTS];
+    char key[32];
+    put_all(f, where);
+    for (int stall = 0; stall < 3; stall++) {
+        assert_int_equal(kill(f->m.pid, SIGSTOP), 0);
+        usleep(3 * 600 * 1000);
+        assert_int_equal(kill(f->m.pid, SIGCONT), 0);
+        usleep(4 * 50 * 1000); /* the housekeeping rounds after the stall */
+        kvc_status st;
+        assert_int_equal(kvc_status_get(f->c, &st), 0);
+        assert_int_equal(st.nodes, 2);
+    }
+    assert_false(hx_log_contains(&f->m, "down (silent"));
+    for (int i = 0; i < OBJECTS; i++) {
+        snprintf(key, sizeof(key), "obj/%02d", i);
+        assert_int_equal(lost_events(&f->m, key), 0);
+        assert_bytes(f->c, i);
+    }
+    assert_int_equal(kill(f->a.pid, SIGSTOP), 0); /* SIGKILL in the teardown ends it */
+    assert_int_equal(hx_wait_nodes(&f->m, 1, 10000), 0);
+    assert_true(hx_log_contains(&f->m, "node node-a down (silent"));
 }
 
 /* A node whose segment file did not survive comes back empty: the master
@@ -375,6 +410,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_put_and_get_across_two_nodes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_killed_node_then_restarted_with_its_segment, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stalled_master_marks_no_live_node_down, setup, teardown),
         cmocka_unit_test_setup_teardown(test_restarted_node_without_its_segment_loses_its_replicas, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_cold_round_trip_and_corrupted_cold_file, setup, teardown),
