@@ -11,7 +11,8 @@
  * Then the
  * node polls: each poll is a heartbeat, reports finished tasks, and is
  * answered (deferred) as soon as tasks are queued for the node or poll_ms ran
- * out. A node silent for node.timeout_ms is marked down: its replicas stop
+ * out; a node still running the tasks of an earlier answer polls "busy"
+ * every poll_ms between them and is answered at once, with no task. A node silent for node.timeout_ms is marked down: its replicas stop
  * being served, its tasks fail, and the plugins get node-down and
  * replica-lost events. Silence is the node's, not the master's: it starts
  * at the node's last request or at the answer to its last poll, whichever
@@ -716,7 +717,18 @@ static int h_poll(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len
     }
     if (n->poll) answer_poll(m, n); /* an older poll: superseded */
     take_results(m, n, req);
+    int busy = req->busy;
     node_poll_request__free_unpacked(req, NULL);
+    if (busy) {
+        /* Still running the tasks of an earlier answer: it polled to be
+         * heard. Answered at once and with no task (the queue waits for
+         * its next poll). */
+        NodePollResponse resp = NODE_POLL_RESPONSE__INIT;
+        resp.ticket_key_id = n->key_id;
+        n->answered_ms = master_now_ms();
+        master_reply_msg(call, &resp.base);
+        return SMP_OK;
+    }
     n->poll = call;
     n->poll_since_ms = n->last_seen_ms;
     if (n->queue) answer_poll(m, n);

@@ -516,13 +516,56 @@ free_inventory:
     return rc;
 }
 
+/* An answer whose tasks are not all run yet. */
+typedef struct held_answer {
+    NodePollResponse *resp;
+    size_t next;               /* the first task not run */
+    struct held_answer *link;
+} held_answer;
+
+/* Run held tasks in order until none is left, the results are full, or
+ * poll_ms has passed since start_ms: then the node polls again (busy), so
+ * the master hears from it while it works through a long batch (each
+ * persist is a write, an fsync and a read back) and does not take it for
+ * dead. Finished answers are freed. */
+static void run_held(node_runtime *n, held_answer **head, uint64_t start_ms)
+{
+    while (*head != NULL && n->n_results < RESULTS_MAX && !atomic_load(&n->stopping)) {
+        held_answer *h = *head;
+        if (h->next >= h->resp->n_tasks) {
+            *head = h->link;
+            node_poll_response__free_unpacked(h->resp, NULL);
+            free(h);
+            continue;
+        }
+        TaskResult *r = run_task(n, h->resp->tasks[h->next++]);
+        if (r) n->results[n->n_results++] = r;
+        if (mono_ms() - start_ms >= n->poll_ms) break;
+    }
+}
+
+static void free_held(held_answer *head)
+{
+    while (head != NULL) {
+        held_answer *next = head->link;
+        node_poll_response__free_unpacked(head->resp, NULL);
+        free(head);
+        head = next;
+    }
+}
+
 /* Poll until the link breaks (*lost set), the master asks to register
  * again, or the answers come from another master than the one registered
  * with (the connection followed a standby's NOT_LEADER to a new leader:
- * the node registers there, and that master reconciles its inventory). */
+ * the node registers there, and that master reconciles its inventory).
+ * The tasks of an answer run in order; a batch that takes longer than
+ * poll_ms is cut by busy polls (run_held), which report the results so
+ * far and are answered at once with no new task. */
 static int poll_loop(node_runtime *n, rpcc_conn *c, int *lost)
 {
     uint64_t registered_moves = rpcc_moves(c);
+    held_answer *held = NULL;
+    int rc = SMP_OK;
     while (!atomic_load(&n->stopping)) {
         NodePollRequest req = NODE_POLL_REQUEST__INIT;
         NodePollResponse *resp = NULL;
@@ -531,6 +574,7 @@ static int poll_loop(node_runtime *n, rpcc_conn *c, int *lost)
         req.node_id = n->node_id;
         req.n_results = n->n_results;
         req.results = n->results;
+        req.busy = held != NULL;
         /* A key the master has not acknowledged goes with every poll until
          * it is (the data server already checks tickets with it). */
         pthread_mutex_lock(&n->key_lock);
@@ -541,8 +585,8 @@ static int poll_loop(node_runtime *n, rpcc_conn *c, int *lost)
             req.ticket_secret.len = key.len;
         }
         pthread_mutex_unlock(&n->key_lock);
-        int rc = call(c, NODE_METHOD__NODE_POLL, &req.base, &node_poll_response__descriptor,
-                      (ProtobufCMessage **)&resp, &msg, lost);
+        rc = call(c, NODE_METHOD__NODE_POLL, &req.base, &node_poll_response__descriptor,
+                  (ProtobufCMessage **)&resp, &msg, lost);
         OPENSSL_cleanse(&key, sizeof(key));
         free(msg);
         if (rc == SMP_OK) {
@@ -558,24 +602,36 @@ static int poll_loop(node_runtime *n, rpcc_conn *c, int *lost)
         if (rc < 0 && *lost)
             fprintf(stderr, "store_node %s: lost the master at %s (%s); registering again\n",
                     n->node_id, rpcc_endpoint(c)[0] ? rpcc_endpoint(c) : "?", rpcc_last_error(c));
-        if (rc < 0) return rc;
+        if (rc < 0) break;
+        uint64_t answered_ms = mono_ms();
         /* The results went to whoever answered; a new leader ignores the
          * results of tasks it did not hand out. */
         for (size_t i = 0; i < n->n_results; i++) free_result(n->results[i]);
         n->n_results = 0;
         int again = resp->reregister || rpcc_moves(c) != registered_moves;
-        for (size_t i = 0; i < resp->n_tasks && n->n_results < RESULTS_MAX; i++) {
-            TaskResult *r = run_task(n, resp->tasks[i]);
-            if (r) n->results[n->n_results++] = r;
+        held_answer *h = resp->n_tasks > 0 ? calloc(1, sizeof(*h)) : NULL;
+        if (h != NULL) {
+            h->resp = resp;
+            held_answer **tail = &held;
+            while (*tail != NULL) tail = &(*tail)->link;
+            *tail = h;
+        } else {
+            for (size_t i = 0; i < resp->n_tasks && n->n_results < RESULTS_MAX; i++) {
+                TaskResult *r = run_task(n, resp->tasks[i]); /* no memory to hold them */
+                if (r) n->results[n->n_results++] = r;
+            }
+            node_poll_response__free_unpacked(resp, NULL);
         }
-        node_poll_response__free_unpacked(resp, NULL);
+        run_held(n, &held, answered_ms);
         if (again) {
             fprintf(stderr, "store_node %s: registering again at %s\n", n->node_id,
                     rpcc_endpoint(c));
-            return SMP_ENOTFOUND;
+            rc = SMP_ENOTFOUND;
+            break;
         }
     }
-    return SMP_OK;
+    free_held(held); /* a new registration: the master failed them already */
+    return rc < 0 ? rc : SMP_OK;
 }
 
 /* (Re)connect through the master list with short connects (a stop is not

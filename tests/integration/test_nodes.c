@@ -1,6 +1,6 @@
 /* test_nodes.c -- a master and two store_node processes: bytes across nodes,
- * a node killed and restarted, a stalled master that must not take its live
- * nodes for dead, cold replicas (loaded back, and read straight from a
+ * a node killed and restarted, a stalled master and a node busy with a long
+ * batch of tasks that must not be taken for dead, cold replicas (loaded back, and read straight from a
  * node's cold file), forged tickets.
  *
  * The master runs without its embedded node; nodes A and B register over its
@@ -8,6 +8,7 @@
  * (ensure cold / ensure memory / release memory) and counts replica-lost
  * events, so the ABI wiring is exercised as a plugin sees it. */
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -128,21 +129,34 @@ static void test_put_and_get_across_two_nodes(void **state)
     kvc_set_transport(f->c, KVC_AUTO);
 }
 
-static unsigned lost_events(const hx_master *m, const char *key)
+/* Call replica_probe's method on key on its own connection (safe from any
+ * thread): 0 with *status and the 4-byte answer (0 when none) in *answer,
+ * or -1 when the call could not be made. */
+static int probe_call(const hx_master *m, uint32_t method, const char *key, int *status, unsigned *answer)
 {
     rpcc_conn *c = NULL;
     char err[128];
-    int status = -1;
     uint8_t *body = NULL;
     size_t len = 0;
     char *msg = NULL;
-    assert_int_equal(rpcc_connect(m->socket, NULL, &c, err, sizeof(err)), 0);
-    assert_int_equal(rpcc_call(c, 42, 4, (const uint8_t *)key, strlen(key), &status, &body, &len, &msg), 0);
-    assert_int_equal(status, 0);
-    unsigned n = len == 4 ? body[0] | body[1] << 8 | body[2] << 16 | (unsigned)body[3] << 24 : 0;
+    int rc = -1;
+    *status = -1;
+    if (rpcc_connect(m->socket, NULL, &c, err, sizeof(err)) == 0 &&
+        rpcc_call(c, 42, method, (const uint8_t *)key, strlen(key), status, &body, &len, &msg) == 0)
+        rc = 0;
+    *answer = len == 4 ? body[0] | body[1] << 8 | body[2] << 16 | (unsigned)body[3] << 24 : 0;
     free(body);
     free(msg);
     rpcc_close(c);
+    return rc;
+}
+
+static unsigned lost_events(const hx_master *m, const char *key)
+{
+    int status;
+    unsigned n;
+    assert_int_equal(probe_call(m, 4, key, &status, &n), 0);
+    assert_int_equal(status, 0);
     return n;
 }
 
@@ -204,6 +218,65 @@ static void test_stalled_master_marks_no_live_node_down(void **state)
     assert_int_equal(kill(f->a.pid, SIGSTOP), 0); /* SIGKILL in the teardown ends it */
     assert_int_equal(hx_wait_nodes(&f->m, 1, 10000), 0);
     assert_true(hx_log_contains(&f->m, "node node-a down (silent"));
+}
+
+#define BATCH_KEYS 128
+
+typedef struct persist_arg {
+    const hx_master *m;
+    char key[32];
+    int status;
+} persist_arg;
+
+/* ensure_cold of one key through replica_probe (answers once persisted). */
+static void *persist_one(void *arg)
+{
+    persist_arg *a = arg;
+    unsigned ignored;
+    if (probe_call(a->m, 1, a->key, &a->status, &ignored) < 0) a->status = -2;
+    return NULL;
+}
+
+/* A node running a batch of tasks that takes longer than node.timeout_ms
+ * (128 persists asked at once, up to 64 per answer, each a write, an fsync
+ * and a read back; here with a timeout of 300 ms) stays up: it polls
+ * "busy" between its tasks every poll_ms, reporting what is done, and the
+ * master answers at once. Every persist succeeds, no node is marked down,
+ * no replica-lost event. Before, the node polled only after the whole
+ * batch and was marked down in the middle of it (its tasks failed, its
+ * replicas went unreadable). */
+static void test_node_busy_with_a_long_batch_stays_up(void **state)
+{
+    fx *f = *state;
+    static persist_arg args[BATCH_KEYS];
+    pthread_t t[BATCH_KEYS];
+    char buf[16384], extra[1024];
+    kvc_close(f->c);
+    assert_int_equal(hx_stop(&f->m), 0);
+    snprintf(extra, sizeof(extra), "%s", config());
+    char *at = strstr(extra, "timeout_ms: 600\n  poll_ms: 50");
+    assert_non_null(at);
+    memcpy(at, "timeout_ms: 300\n  poll_ms: 20", strlen("timeout_ms: 300\n  poll_ms: 20"));
+    assert_int_equal(hx_reconfigure(&f->m, extra), 0);
+    assert_int_equal(hx_start(&f->m, 10000), 0);
+    assert_int_equal(hx_wait_nodes(&f->m, 2, 10000), 0);
+    f->c = hx_client(&f->m);
+    for (int i = 0; i < BATCH_KEYS; i++) {
+        snprintf(args[i].key, sizeof(args[i].key), "batch/%03d", i);
+        fill(buf, sizeof(buf), i);
+        assert_int_equal(kvc_put_bytes(f->c, args[i].key, buf, sizeof(buf), SMP_DATA_KV, NULL, 0, NULL), 0);
+        args[i].m = &f->m;
+    }
+    for (int i = 0; i < BATCH_KEYS; i++) assert_int_equal(pthread_create(&t[i], NULL, persist_one, &args[i]), 0);
+    for (int i = 0; i < BATCH_KEYS; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < BATCH_KEYS; i++) {
+        if (args[i].status != 0) fail_msg("persist of %s: status %d", args[i].key, args[i].status);
+        assert_int_equal(lost_events(&f->m, args[i].key), 0);
+    }
+    assert_false(hx_log_contains(&f->m, "down (silent"));
+    kvc_status st;
+    assert_int_equal(kvc_status_get(f->c, &st), 0);
+    assert_int_equal(st.nodes, 2);
 }
 
 /* A node whose segment file did not survive comes back empty: the master
@@ -411,6 +484,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_put_and_get_across_two_nodes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_killed_node_then_restarted_with_its_segment, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stalled_master_marks_no_live_node_down, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_node_busy_with_a_long_batch_stays_up, setup, teardown),
         cmocka_unit_test_setup_teardown(test_restarted_node_without_its_segment_loses_its_replicas, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_cold_round_trip_and_corrupted_cold_file, setup, teardown),
