@@ -1400,12 +1400,14 @@ void wm_lifecycle_event(wm_plugin *p, const smp_event *ev)
     case SMP_EVENT_REPLICA_LOST:
         if (ev->group == NULL || ev->group[0] == '\0' || ev->key == NULL) return;
         wm_suspect_add(p, lc, ev->group, ev->key);
+        wm_repair_manifests_due(p); /* a manifest's replica may be the one lost */
         return;
     case SMP_EVENT_READ_MISS:
         wm_read_miss(p, ev->group, ev->key);
         return;
     case SMP_EVENT_NODE_UP:
         lc->recheck = 1;
+        wm_repair_manifests_due(p);
         return;
     case SMP_EVENT_ROLE_CHANGE:
         wm_lifecycle_revalidate(p);

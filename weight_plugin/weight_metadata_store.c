@@ -787,6 +787,7 @@ void wm_store_stats_get(const wm_store *st, wm_store_stats *out)
 static void wm_stats_count(wm_store *st, const wm_revision *r, int sign)
 {
     uint64_t d = (uint64_t)(int64_t)sign;
+    st->stats.revision_changes++;
     if (wm_availability_valid((int)r->availability)) st->stats.by_availability[r->availability] += d;
     if (wm_residency_valid((int)r->residency)) st->stats.by_residency[r->residency] += d;
     if (r->operation_id != 0) st->stats.active_operations += d;
@@ -1379,6 +1380,8 @@ int wm_store_load(wm_store *st, const uint8_t *buf, size_t len, char *msg, size_
     fresh->next_lease_id = img.next_lease_id > fresh->next_lease_id ? img.next_lease_id
                                                                      : fresh->next_lease_id;
 
+    /* The change count only grows, across a load too. */
+    fresh->stats.revision_changes += st->stats.revision_changes + 1;
     /* Swap the contents: the caller's handle now holds the loaded tables. */
     wm_store tmp = *st;
     *st = *fresh;

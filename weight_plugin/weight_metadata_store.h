@@ -31,6 +31,8 @@ typedef struct wm_store_stats {
     uint64_t operations;         /* operation records, ended ones included */
     uint64_t leases;             /* lease records */
     uint64_t open_claims;        /* lineages whose claim is neither COMMITTED nor ABORTED */
+    uint64_t revision_changes;   /* revisions inserted, replaced or removed so far (only grows):
+                                  * a sweep that rests until something changes compares it */
 } wm_store_stats;
 
 /* An empty store. SMP_ENOMEM. */

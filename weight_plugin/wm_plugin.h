@@ -294,6 +294,11 @@ int wm_manifest_has_cold(wm_plugin *p, const wm_revision *rev);
  * Returns 1 when work is left. */
 int wm_repair_tick(wm_plugin *p, uint64_t *checks);
 
+/* Look at every manifest's replicas again (a lap of the manifest scan):
+ * something may have changed them that no revision record shows (a
+ * replica lost, a node up). */
+void wm_repair_manifests_due(wm_plugin *p);
+
 /* Validate the revision of group_key against its replicas in a coming
  * round (a member of it was reported lost). */
 void wm_repair_note(wm_plugin *p, const char *group_key);

@@ -20,7 +20,10 @@
  * progress (an import is never aborted sooner because the master
  * restarted). At most min(WM_RECLAIM_MAX, the round's member budget)
  * records are appended per round, after looking at most WM_RECLAIM_SCAN
- * revisions and operations, each from a cursor that goes round the table.
+ * revisions and operations, each from a cursor that goes round the table;
+ * the revisions' cursor rests between laps while nothing can be due (no
+ * import, no tombstone expiring yet, no change), so an idle tick looks at
+ * no revision (wm_reclaim_revisions).
  * Metrics: weight_records_pruned_total{kind} and
  * weight_imports_expired_total. */
 #include <inttypes.h>
@@ -45,6 +48,12 @@ struct wm_reclaim {
     size_t n_seen;
     size_t rev_cursor;  /* index of the next revision to look at */
     uint64_t op_cursor; /* id of the next operation to look at */
+    /* The revisions are looked at in laps (wm_reclaim_revisions). */
+    size_t rev_lap;         /* revisions this lap still looks at (0: resting) */
+    uint64_t rev_changes;   /* the store's revision_changes when last looked */
+    int lap_imports;        /* this lap met an import that may expire */
+    uint64_t lap_due_ms;    /* the earliest expiry of a tombstone this lap met (wall) */
+    uint64_t rest_until_ms; /* resting: when the next lap starts (wall; UINT64_MAX: on a change) */
 };
 
 void wm_reclaim_release(wm_plugin *p)
@@ -179,6 +188,59 @@ uint64_t wm_import_ttl_ms(wm_plugin *p)
     return wm_plugin_u64(p, "import_ttl_ms", WM_IMPORT_TTL_DEFAULT_MS);
 }
 
+/* Look at up to WM_RECLAIM_SCAN revisions from the cursor for idle imports
+ * and expired tombstones, appending at most max - *done records. The
+ * revisions are looked at in laps, and only while the store counts an
+ * import or a tombstone that could expire: a lap ends after each was
+ * looked at once; the next one starts at once when that lap met an import
+ * (its progress is watched), else when the earliest tombstone it met
+ * expires, or when the revision table changed (a change during a lap makes
+ * it go round once more). Between laps the scan rests: an idle tick looks
+ * at no revision. */
+static void wm_reclaim_revisions(wm_plugin *p, struct wm_reclaim *rc, uint64_t now, uint64_t ttl,
+                                 uint64_t retention, uint64_t max, uint64_t *done)
+{
+    wm_store_stats stats;
+    wm_store_stats_get(p->store, &stats);
+    int changed = stats.revision_changes != rc->rev_changes;
+    rc->rev_changes = stats.revision_changes;
+    if ((ttl == 0 || stats.by_availability[WM_AVAIL_IMPORTING] == 0) &&
+        (retention == 0 || stats.by_availability[WM_AVAIL_DELETED] == 0)) {
+        rc->rev_lap = 0; /* nothing that could expire: no lap at all */
+        rc->rest_until_ms = UINT64_MAX;
+        return;
+    }
+    if (rc->rev_lap == 0 && (changed || now >= rc->rest_until_ms)) {
+        rc->lap_imports = 0; /* a new lap */
+        rc->lap_due_ms = UINT64_MAX;
+    }
+    if (changed || (rc->rev_lap == 0 && now >= rc->rest_until_ms)) rc->rev_lap = SIZE_MAX;
+    if (rc->rev_lap == 0) return;
+    size_t n = wm_store_revision_count(p->store);
+    if (rc->rev_lap > n) rc->rev_lap = n;
+    if (rc->rev_cursor >= n) rc->rev_cursor = 0;
+    for (size_t k = 0; k < WM_RECLAIM_SCAN && rc->rev_lap > 0 && *done < max; k++) {
+        const wm_revision *r = wm_store_revision_at(p->store, rc->rev_cursor);
+        rc->rev_cursor = rc->rev_cursor + 1 < n ? rc->rev_cursor + 1 : 0;
+        rc->rev_lap--;
+        if (r == NULL) break;
+        if (r->availability == WM_AVAIL_IMPORTING && ttl > 0) {
+            rc->lap_imports = 1;
+            uint64_t since = wm_idle_since(p, rc, r, now);
+            if (now >= since && now - since >= ttl) *done += (uint64_t)wm_expire_import(p, r, now - since, ttl);
+        } else if (r->availability == WM_AVAIL_DELETED && retention > 0) {
+            uint64_t due = r->updated_ms < UINT64_MAX - retention ? r->updated_ms + retention : UINT64_MAX;
+            if (r->updated_ms <= now && now - r->updated_ms >= retention &&
+                wm_expire_tombstone(p, r) > 0) {
+                (*done)++;
+                continue;
+            }
+            if (due < rc->lap_due_ms) rc->lap_due_ms = due; /* not yet, or retried */
+        }
+    }
+    if (rc->rev_lap == 0) rc->rest_until_ms = rc->lap_imports ? now : rc->lap_due_ms;
+}
+
 int wm_reclaim_tick(wm_plugin *p, const smp_tick_budget *budget)
 {
     if (p->reclaim == NULL && (p->reclaim = calloc(1, sizeof(*p->reclaim))) == NULL) return 0;
@@ -193,21 +255,7 @@ int wm_reclaim_tick(wm_plugin *p, const smp_tick_budget *budget)
 
     /* Revisions: idle imports, expired tombstones. */
     wm_seen_gc(p, rc);
-    size_t n = wm_store_revision_count(p->store);
-    size_t look = n < WM_RECLAIM_SCAN ? n : WM_RECLAIM_SCAN;
-    if (rc->rev_cursor >= n) rc->rev_cursor = 0;
-    for (size_t k = 0; k < look && done < max; k++) {
-        const wm_revision *r = wm_store_revision_at(p->store, rc->rev_cursor);
-        rc->rev_cursor = rc->rev_cursor + 1 < n ? rc->rev_cursor + 1 : 0;
-        if (r == NULL) break;
-        if (r->availability == WM_AVAIL_IMPORTING && ttl > 0) {
-            uint64_t since = wm_idle_since(p, rc, r, now);
-            if (now >= since && now - since >= ttl) done += (uint64_t)wm_expire_import(p, r, now - since, ttl);
-        } else if (r->availability == WM_AVAIL_DELETED && retention > 0 &&
-                   r->updated_ms <= now && now - r->updated_ms >= retention) {
-            done += (uint64_t)wm_expire_tombstone(p, r);
-        }
-    }
+    wm_reclaim_revisions(p, rc, now, ttl, retention, max, &done);
 
     /* Ended operations. */
     size_t nops = wm_store_operation_count(p->store);

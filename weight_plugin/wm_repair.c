@@ -7,7 +7,12 @@
  *     the loss of memory (a reboot empties /dev/shm) loses no revision; a
  *     manifest that lost its memory replica gets it back from the cold copy
  *     (ensure_memory). The lifecycle releases no payload memory before the
- *     manifest's cold copy exists (wm_manifest_has_cold);
+ *     manifest's cold copy exists (wm_manifest_has_cold). The revisions are
+ *     looked at in laps from a cursor, WM_MANIFEST_SCAN per round; a lap
+ *     that ends with nothing to retry lets the scan rest until something
+ *     can have changed a manifest's replicas: a revision record (a publish,
+ *     a deletion, DEGRADED), a replica lost, a node up, a start or a role
+ *     change (wm_repair_manifests_due). An idle tick looks at no revision;
  *   - validation: a revision is checked against its actual replicas after a
  *     start or a role change (all revisions, by cursor), and after a
  *     replica-lost report of one of its members or a read that found one
@@ -61,6 +66,8 @@ struct wm_repair {
     wm_mtask *tasks;
     size_t n_in_flight;
     size_t manifest_cursor;  /* revision index the next manifest scan starts at */
+    size_t manifest_lap;     /* revisions the scan still looks at before it rests (0: resting) */
+    uint64_t manifest_changes; /* the store's revision_changes the scan last saw */
     char **queue;            /* group keys to validate (owned) */
     size_t n_queue;
     int validate_all;        /* after a start or a role change */
@@ -71,8 +78,10 @@ struct wm_repair {
 
 static wm_repair *wm_repair_get(wm_plugin *p)
 {
-    if (p->repair == NULL && (p->repair = calloc(1, sizeof(*p->repair))) != NULL)
+    if (p->repair == NULL && (p->repair = calloc(1, sizeof(*p->repair))) != NULL) {
         p->repair->validate_all = 1; /* the first tick after a start */
+        p->repair->manifest_lap = SIZE_MAX;
+    }
     return p->repair;
 }
 
@@ -146,6 +155,7 @@ static void wm_mtask_done(void *arg, int status)
     }
     t->attempts++;
     p->manifest_task_failures++;
+    if (r != NULL) r->manifest_lap = SIZE_MAX; /* a lap finds it again, due or not */
     t->not_before_ms = p->api->now_ms(p->host) + wm_backoff(t->attempts);
     if (t->attempts == 1)
         p->api->log(p->host, SMP_LOG_WARN, "%s of manifest %s failed: %s (retried)",
@@ -202,22 +212,52 @@ static void wm_mtasks_prune(wm_plugin *p, wm_repair *r)
     }
 }
 
+void wm_repair_manifests_due(wm_plugin *p)
+{
+    wm_repair *r = wm_repair_get(p);
+    if (r != NULL) r->manifest_lap = SIZE_MAX;
+}
+
+/* 1 when a manifest task failed and waits for its retry. */
+static int wm_mtasks_waiting(const wm_repair *r)
+{
+    for (const wm_mtask *t = r->tasks; t != NULL; t = t->next)
+        if (!t->in_flight) return 1;
+    return 0;
+}
+
 /* One round of manifest care from the cursor: READY and DEGRADED revisions
- * only (an IMPORTING manifest is not sealed, a DELETING one is going). */
+ * only (an IMPORTING manifest is not sealed, a DELETING one is going). A
+ * changed revision table starts a lap; a lap ends after every revision was
+ * looked at once, and another starts only when a task waits for its retry
+ * (else the scan rests: nothing it could find has changed). */
 static void wm_manifests_round(wm_plugin *p, wm_repair *r)
 {
+    wm_store_stats stats;
+    wm_store_stats_get(p->store, &stats);
+    if (stats.revision_changes != r->manifest_changes) {
+        r->manifest_changes = stats.revision_changes;
+        r->manifest_lap = SIZE_MAX;
+    }
+    if (r->manifest_lap == 0) return; /* resting: an idle tick looks at no revision */
     wm_mtasks_prune(p, r);
     size_t n = wm_store_revision_count(p->store);
-    if (n == 0) return;
+    if (n == 0) {
+        r->manifest_lap = 0;
+        return;
+    }
+    if (r->manifest_lap > n) r->manifest_lap = n;
     uint64_t now = p->api->now_ms(p->host);
     size_t at = r->manifest_cursor < n ? r->manifest_cursor : 0;
-    for (size_t k = 0; k < n && k < WM_MANIFEST_SCAN; k++, at = (at + 1) % n) {
+    for (size_t k = 0; k < WM_MANIFEST_SCAN && r->manifest_lap > 0; k++, at = (at + 1) % n) {
         if (r->n_in_flight >= WM_MANIFEST_TASKS) break;
         const wm_revision *rev = wm_store_revision_at(p->store, at);
+        r->manifest_lap--;
         if (rev->availability != WM_AVAIL_READY && rev->availability != WM_AVAIL_DEGRADED) continue;
         wm_manifest_care(p, r, rev, now);
     }
     r->manifest_cursor = at;
+    if (r->manifest_lap == 0 && wm_mtasks_waiting(r)) r->manifest_lap = n;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -279,6 +319,7 @@ void wm_repair_validate_all(wm_plugin *p)
     if (r == NULL) return;
     r->validate_all = 1;
     r->all_cursor = 0;
+    r->manifest_lap = SIZE_MAX;
 }
 
 /* The residency a repair of rev restores, and its ratio: what the record
