@@ -306,10 +306,12 @@ static void test_slow_cold_get_refreshes_expired_tickets(void **state)
     weight_store_close(s);
 }
 
-/* A get whose first payload read the relay changes (mode): refused by the
- * node with `cause`, not retried, nothing written into the buffers; then
- * the revision reads back untouched. */
-static void refused_not_retried(fx *f, tamper_mode mode, const char *cause)
+/* A get whose payload reads the relay changes (mode): refused by the node
+ * with `cause` after exactly `requests` such reads and `refreshes` fresh
+ * tickets, nothing written into the buffers; then the revision reads back
+ * untouched. */
+static void refused_get(fx *f, tamper_mode mode, const char *cause, unsigned requests,
+                        uint64_t refreshes)
 {
     weight_store *s = open_store(f, 1, 0);
     weight_get_stats st;
@@ -320,8 +322,8 @@ static void refused_not_retried(fx *f, tamper_mode mode, const char *cause)
     atomic_store(&f->t.mode, TAMPER_NONE);
     assert_int_equal(rc, WEIGHT_EIO);
     assert_true(hx_says(weight_store_last_error(s), cause));
-    assert_int_equal(atomic_load(&f->t.tampered), 1); /* one request, never sent again */
-    assert_int_equal(st.ticket_refreshes, 0);
+    assert_int_equal(atomic_load(&f->t.tampered), requests); /* never sent again */
+    assert_int_equal(st.ticket_refreshes, refreshes);
     assert_int_equal(st.bytes, 0);
     for (int k = 0; k < 2; k++) assert_true(all_bytes(g.bufs[k], 0xEE, OBJ_BYTES));
     free_get(&g);
@@ -334,38 +336,22 @@ static void refused_not_retried(fx *f, tamper_mode mode, const char *cause)
 
 /* Every payload request reaches the node 1.5 s after it left (a ticket
  * lives 1 s): the expired ticket is refreshed once, the fresh one arrives
- * expired too, and the get stops there -- two requests, one refresh,
- * nothing in the buffers. */
+ * expired too, and the get stops there -- two requests, one refresh. */
 static void test_fresh_ticket_expired_again_is_not_refreshed(void **state)
 {
-    fx *f = *state;
-    weight_store *s = open_store(f, 1, 0);
-    weight_get_stats st;
-    getctx g;
-    atomic_store(&f->t.tampered, 0);
-    atomic_store(&f->t.mode, TAMPER_DELAY);
-    int rc = get_revision(f, s, &g, &st);
-    atomic_store(&f->t.mode, TAMPER_NONE);
-    assert_int_equal(rc, WEIGHT_EIO);
-    assert_true(hx_says(weight_store_last_error(s), "the fresh read ticket was refused as expired too"));
-    assert_int_equal(atomic_load(&f->t.tampered), 2);
-    assert_int_equal(st.ticket_refreshes, 1);
-    assert_int_equal(st.bytes, 0);
-    for (int k = 0; k < 2; k++) assert_true(all_bytes(g.bufs[k], 0xEE, OBJ_BYTES));
-    free_get(&g);
-    weight_store_close(s);
+    refused_get(*state, TAMPER_DELAY, "the fresh read ticket was refused as expired too", 2, 1);
 }
 
 /* A READ ticket whose MAC changed in flight: "bad signature". */
 static void test_forged_ticket_is_refused_not_retried(void **state)
 {
-    refused_not_retried(*state, TAMPER_FORGE, "bad signature");
+    refused_get(*state, TAMPER_FORGE, "bad signature", 1, 0);
 }
 
 /* A valid READ ticket on a range 32 MiB past its own: "not the ticket's". */
 static void test_wrong_range_is_refused_not_retried(void **state)
 {
-    refused_not_retried(*state, TAMPER_RANGE, "the range is not the ticket's");
+    refused_get(*state, TAMPER_RANGE, "the range is not the ticket's", 1, 0);
 }
 
 int main(void)
