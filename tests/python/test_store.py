@@ -17,12 +17,12 @@ def ident(resource, gen=1, revision="v1", namespace="llm"):
     return ws.WeightIdentity(namespace, resource, revision, gen)
 
 
-def test_public_surface_is_the_eleven_calls_and_repair():
+def test_public_surface_is_the_eleven_calls_repair_and_attachments():
     calls = sorted(n for n in dir(ws.WeightStore) if n.startswith("weight_"))
     assert calls == sorted([
         "weight_put", "weight_get", "weight_is_exist", "weight_get_metadata", "weight_get_size",
         "weight_list", "weight_update_policy", "weight_upsert", "weight_migrate",
-        "weight_get_operation", "weight_remove", "weight_repair"])
+        "weight_get_operation", "weight_remove", "weight_repair", "weight_get_attachments"])
     public = {n for n in dir(ws.WeightStore) if not n.startswith("_")}
     assert public - set(calls) == {"close"}
 
