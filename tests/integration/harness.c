@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "admin_https.h"
 #include "harness.h"
 #include "rpc.pb-c.h"
 
@@ -148,8 +149,23 @@ static int read_admin_port(const hx_master *m)
     return port;
 }
 
+/* hx_http_get over HTTPS, trusting m->admin_ca. */
+static int https_get(const hx_master *m, const char *path, char **body)
+{
+    hx_https_opts o = {.ca = m->admin_ca};
+    hx_reply r = hx_https(m->admin_port, &o, "GET", path, NULL);
+    int status = r.status;
+    if (status >= 0) {
+        *body = r.body;
+        r.body = NULL;
+    }
+    hx_reply_free(&r);
+    return status;
+}
+
 int hx_http_get(const hx_master *m, const char *path, char **body)
 {
+    if (m->admin_ca[0] != '\0') return https_get(m, path, body);
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)m->admin_port)};
     char req[512];
     size_t cap = 1 << 16, len = 0;

@@ -38,6 +38,10 @@ typedef struct hx_master {
     /* listen.admin of the base config ("" when empty: "127.0.0.1:0"); set
      * after hx_init, then hx_reconfigure. */
     char listen_admin[64];
+    /* The PEM CA of the admin endpoint's certificate, for a master with
+     * tls.cert: hx_http_get and hx_metric then speak HTTPS verifying against
+     * it (admin_https.h). "": plain HTTP. */
+    char admin_ca[320];
 } hx_master;
 
 /* Make a directory under /tmp and write config.yaml: the base settings plus
@@ -74,8 +78,9 @@ int hx_ha_yaml(const hx_master *m, const char *id, const char *etcd_endpoints,
 /* A client connected to the running master (timeout 10 s); NULL on failure. */
 kvc *hx_client(const hx_master *m);
 
-/* GET path from the running master's admin HTTP endpoint. Returns the HTTP
- * status and a malloc'd body (caller frees), or -1. */
+/* GET path from the running master's admin HTTP endpoint (HTTPS when
+ * admin_ca is set). Returns the HTTP status and a malloc'd body (caller
+ * frees), or -1 (no HTTP answer). */
 int hx_http_get(const hx_master *m, const char *path, char **body);
 
 /* The value of the /metrics line `series` (name and labels, as printed)

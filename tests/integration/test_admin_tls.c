@@ -1,8 +1,8 @@
 /* test_admin_tls.c -- the master's admin endpoint over HTTPS and its admin
  * token off loopback (issue 19), with a real master process, certificates
- * made at test time in the test's own directory (hx_make_certs), and an
- * HTTPS client written here on OpenSSL (verifying the master's certificate
- * for 127.0.0.1 against the test's CA).
+ * made at test time in the test's own directory (hx_make_certs), and the
+ * harness's HTTPS client on OpenSSL (admin_https.h: the master's certificate
+ * verified for 127.0.0.1 against the test's CA).
  *
  * - HTTPS round trip: /health, /metrics, /role and HEAD over TLS 1.3; a
  *   client trusting another CA is refused in the handshake;
@@ -22,8 +22,6 @@
  *   naming tls.cert and tls.key.
  * Each refusal leaves the master's state as it was (its object count and
  * the RPC requests it counted), and the master serving. */
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -31,148 +29,25 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/time.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <cmocka.h>
-#include <openssl/err.h>
 #include <openssl/ssl.h>
-#include <openssl/x509v3.h>
 
+#include "admin_https.h"
 #include "auth_fixture.h"
 #include "harness.h"
 
 typedef struct fx {
     hx_master m;
-    char ca[400], cert[400], key[400], cli_cert[400], cli_key[400], other_ca[400], other_key[400];
+    char ca[300], cert[300], key[300], cli_cert[300], cli_key[300], other_ca[300], other_key[300];
 } fx;
 
-/* One HTTPS exchange's settings: the CA the client trusts (NULL: none, the
- * handshake fails), its own certificate (NULL: none), the highest TLS
- * version it speaks (0: any), an Authorization header value (NULL: none). */
-typedef struct req_opts {
-    const char *ca;
-    const char *cert, *key;
-    int max_version;
-    const char *authz;
-} req_opts;
-
-/* What came back: the status (-1: no HTTP answer; err says why), the
- * header block and the body (malloc'd). */
-typedef struct reply {
-    int status;
-    int version; /* the negotiated TLS version */
-    char *head;
-    char *body;
-    char err[512];
-} reply;
-
-static void reply_free(reply *r)
-{
-    free(r->head);
-    free(r->body);
-    memset(r, 0, sizeof(*r));
-}
-
-static int connect_port(int port)
-{
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    struct timeval tv = {10, 0};
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) return -1;
-    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
-/* Split an HTTP/1.x answer of len bytes into r (status, head, body). */
-static void parse_reply(const char *buf, size_t len, reply *r)
-{
-    const char *end = strstr(buf, "\r\n\r\n");
-    r->status = -1;
-    if (len == 0 || sscanf(buf, "HTTP/1.%*d %d", &r->status) != 1) {
-        snprintf(r->err, sizeof(r->err), "no HTTP answer (%zu bytes)", len);
-        r->status = -1;
-        return;
-    }
-    r->head = strndup(buf, end != NULL ? (size_t)(end - buf) : len);
-    r->body = strdup(end != NULL ? end + 4 : "");
-}
-
-/* method path over HTTPS to the master's admin port with o, an HTTP/1.0
- * request (the server closes after its answer) with body (NULL: none). */
-static reply https(const fx *f, const req_opts *o, const char *method, const char *path,
-                   const char *body)
-{
-    reply r = {.status = -1};
-    char req[8192], *buf = NULL;
-    size_t len = 0, cap = 1 << 20;
-    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
-    SSL *ssl = NULL;
-    int fd = -1;
-    assert_non_null(ctx);
-    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
-    SSL_CTX_set_options(ctx, SSL_OP_IGNORE_UNEXPECTED_EOF);
-    if (o->ca != NULL) assert_int_equal(SSL_CTX_load_verify_locations(ctx, o->ca, NULL), 1);
-    if (o->max_version) assert_int_equal(SSL_CTX_set_max_proto_version(ctx, o->max_version), 1);
-    if (o->cert != NULL) {
-        assert_int_equal(SSL_CTX_use_certificate_chain_file(ctx, o->cert), 1);
-        assert_int_equal(SSL_CTX_use_PrivateKey_file(ctx, o->key, SSL_FILETYPE_PEM), 1);
-    }
-    if ((fd = connect_port(f->m.admin_port)) < 0) {
-        snprintf(r.err, sizeof(r.err), "cannot connect to port %d", f->m.admin_port);
-        goto free_ctx;
-    }
-    assert_non_null(ssl = SSL_new(ctx));
-    X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), "127.0.0.1");
-    SSL_set_fd(ssl, fd);
-    if (SSL_connect(ssl) != 1) {
-        unsigned long e = ERR_get_error();
-        snprintf(r.err, sizeof(r.err), "handshake: %s", e ? ERR_reason_error_string(e) : "closed");
-        ERR_clear_error();
-        goto free_ssl;
-    }
-    r.version = SSL_version(ssl);
-    int n = snprintf(req, sizeof(req), "%s %s HTTP/1.0\r\nHost: 127.0.0.1\r\n%s%s%s"
-                     "Content-Length: %zu\r\n\r\n%s", method, path,
-                     o->authz ? "Authorization: " : "", o->authz ? o->authz : "",
-                     o->authz ? "\r\n" : "", body ? strlen(body) : 0, body ? body : "");
-    assert_true(n > 0 && (size_t)n < sizeof(req));
-    if (SSL_write(ssl, req, n) != n) {
-        snprintf(r.err, sizeof(r.err), "write failed");
-        goto free_ssl;
-    }
-    assert_non_null(buf = malloc(cap));
-    for (;;) {
-        int got = SSL_read(ssl, buf + len, (int)(cap - len - 1));
-        if (got <= 0) break;
-        len += (size_t)got;
-        assert_true(len < cap - 1);
-    }
-    ERR_clear_error();
-    buf[len] = '\0';
-    parse_reply(buf, len, &r);
-    free(buf);
-free_ssl:
-    SSL_free(ssl);
-    close(fd);
-free_ctx:
-    SSL_CTX_free(ctx);
-    return r;
-}
-
 /* GET path trusting the test's CA, presenting authz (NULL: none). */
-static reply get_as(const fx *f, const char *path, const char *authz)
+static hx_reply get_as(const fx *f, const char *path, const char *authz)
 {
-    req_opts o = {.ca = f->ca, .authz = authz};
-    return https(f, &o, "GET", path, NULL);
+    hx_https_opts o = {.ca = f->ca, .authz = authz};
+    return hx_https(f->m.admin_port, &o, "GET", path, NULL);
 }
 
 /* 1 when text contains needle (both printed otherwise). */
@@ -239,6 +114,7 @@ static void start(fx *f, const char *cert, const char *key, int verify, int auth
                   const char *admin_addr)
 {
     configure(f, cert, key, verify, auth, NULL, admin_addr);
+    snprintf(f->m.admin_ca, sizeof(f->m.admin_ca), "%s", cert != NULL ? f->ca : "");
     assert_int_equal(hx_start(&f->m, 15000), 0);
     assert_true(f->m.admin_port > 0);
 }
@@ -248,13 +124,13 @@ static double metric(const fx *f, const char *series)
 {
     char bearer[256];
     snprintf(bearer, sizeof(bearer), "Bearer %s", af_token(AF_ADMIN));
-    reply r = get_as(f, "/metrics", bearer);
+    hx_reply r = get_as(f, "/metrics", bearer);
     double v = -1;
     size_t n = strlen(series);
     assert_int_equal(r.status, 200);
     for (const char *l = r.body; l != NULL && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : "")
         if (strncmp(l, series, n) == 0 && l[n] == ' ') v = strtod(l + n + 1, NULL);
-    reply_free(&r);
+    hx_reply_free(&r);
     return v;
 }
 
@@ -281,16 +157,16 @@ static void assert_unchanged(fx *f, snapshot before)
 
 /* r has status (-1: no HTTP answer) and, when needle is not NULL, its body
  * (its error, for -1) says needle; r is freed. */
-static void expect(reply r, int status, const char *needle)
+static void expect(hx_reply r, int status, const char *needle)
 {
     if (r.status != status)
         fail_msg("status %d (%s), expected %d", r.status, r.status < 0 ? r.err : r.body, status);
     if (needle != NULL) assert_true(says(status < 0 ? r.err : r.body, needle));
-    reply_free(&r);
+    hx_reply_free(&r);
 }
 
 /* GET path with "Bearer " + who's token. */
-static reply get_bearer(const fx *f, const char *path, af_who who)
+static hx_reply get_bearer(const fx *f, const char *path, af_who who)
 {
     char bearer[256];
     snprintf(bearer, sizeof(bearer), "Bearer %s", af_token(who));
@@ -304,20 +180,21 @@ static void test_admin_tls_round_trip(void **state)
     fx *f = *state;
     start(f, f->cert, f->key, 0, 0, NULL);
     assert_true(hx_log_contains(&f->m, "admin endpoint: HTTPS (TLS 1.3, tls.cert)"));
-    reply r = get_as(f, "/health", NULL);
+    hx_reply r = get_as(f, "/health", NULL);
     assert_int_equal(r.version, TLS1_3_VERSION);
     expect(r, 200, "ok");
     expect(get_as(f, "/metrics", NULL), 200, "rpc_requests_total ");
     r = get_as(f, "/role", NULL);
     assert_string_equal(r.body, "active\n");
     expect(r, 200, NULL);
-    req_opts o = {.ca = f->ca};
-    r = https(f, &o, "HEAD", "/health", NULL);
+    hx_https_opts o = {.ca = f->ca};
+    r = hx_https(f->m.admin_port, &o, "HEAD", "/health", NULL);
     assert_string_equal(r.body, "");
     expect(r, 200, NULL);
 
     o.ca = f->other_ca;
-    expect(https(f, &o, "GET", "/health", NULL), -1, "certificate verify failed");
+    expect(hx_https(f->m.admin_port, &o, "GET", "/health", NULL), -1,
+           "certificate verify failed");
     assert_true(hx_alive(&f->m));
 }
 
@@ -330,12 +207,13 @@ static void test_admin_tls_plaintext_and_tls12_refused(void **state)
     start(f, f->cert, f->key, 0, 0, NULL);
     snapshot before = state_of(f);
 
+    f->m.admin_ca[0] = '\0'; /* hx_http_get speaks plain HTTP */
     assert_int_equal(hx_http_get(&f->m, "/metrics", &body), -1); /* the port speaks TLS */
     free(body);
     assert_true(hx_alive(&f->m));
 
-    req_opts o = {.ca = f->ca, .max_version = TLS1_2_VERSION};
-    expect(https(f, &o, "GET", "/metrics", NULL), -1, "handshake");
+    hx_https_opts o = {.ca = f->ca, .max_version = TLS1_2_VERSION};
+    expect(hx_https(f->m.admin_port, &o, "GET", "/metrics", NULL), -1, "handshake");
     assert_true(hx_alive(&f->m));
 
     expect(get_as(f, "/health", NULL), 200, "ok");
@@ -354,7 +232,7 @@ static void test_admin_auth_token_off_loopback(void **state)
     expect(get_as(f, "/health", NULL), 200, "ok");
     static const char *const paths[] = {"/metrics", "/role", "/nothing"};
     for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
-        reply r = get_as(f, paths[i], NULL);
+        hx_reply r = get_as(f, paths[i], NULL);
         assert_true(says(r.head, "WWW-Authenticate: Bearer"));
         assert_true(says(r.body, "Authorization: Bearer"));
         expect(r, 401, "needs an admin token");
@@ -365,7 +243,7 @@ static void test_admin_auth_token_off_loopback(void **state)
         expect(r, 403, "the token of tenant a has role reader");
         expect(get_bearer(f, paths[i], AF_A_WRITER), 403, "has role writer");
     }
-    reply r = get_bearer(f, "/role", AF_ADMIN);
+    hx_reply r = get_bearer(f, "/role", AF_ADMIN);
     assert_string_equal(r.body, "active\n");
     expect(r, 200, NULL);
     assert_unchanged(f, before);
@@ -378,6 +256,8 @@ static void test_admin_auth_loopback_open(void **state)
     start(f, f->cert, f->key, 0, 1, NULL);
     assert_true(hx_log_contains(&f->m, "no token asked"));
     expect(get_as(f, "/metrics", NULL), 200, "store_rpc_auth_hellos_total");
+    /* the harness's own reads speak HTTPS to it (hx_master.admin_ca) */
+    assert_true(hx_metric(&f->m, "rpc_requests_total") > 0);
 }
 
 /* POST, PUT and DELETE are answered 405 (with Allow), whatever the path
@@ -391,12 +271,12 @@ static void test_admin_methods_refused(void **state)
     snprintf(bearer, sizeof(bearer), "Bearer %s", af_token(AF_ADMIN));
     static const char *const methods[] = {"POST", "PUT", "DELETE"};
     for (size_t i = 0; i < 3; i++) {
-        req_opts o = {.ca = f->ca, .authz = bearer};
-        reply r = https(f, &o, methods[i], "/metrics", "snapshot=now");
+        hx_https_opts o = {.ca = f->ca, .authz = bearer};
+        hx_reply r = hx_https(f->m.admin_port, &o, methods[i], "/metrics", "snapshot=now");
         assert_true(says(r.head, "Allow: GET, HEAD"));
         expect(r, 405, "is not served: this endpoint only reads (GET, HEAD)");
         o.authz = NULL;
-        expect(https(f, &o, methods[i], "/health", NULL), 405, "is not served");
+        expect(hx_https(f->m.admin_port, &o, methods[i], "/health", NULL), 405, "is not served");
     }
     assert_unchanged(f, before);
 }
@@ -407,16 +287,17 @@ static void test_admin_tls_verify_clients(void **state)
 {
     fx *f = *state;
     start(f, f->cert, f->key, 1, 0, NULL);
-    req_opts o = {.ca = f->ca};
-    reply r = https(f, &o, "GET", "/health", NULL);
+    hx_https_opts o = {.ca = f->ca};
+    hx_reply r = hx_https(f->m.admin_port, &o, "GET", "/health", NULL);
     assert_true(says(r.body, "none was presented"));
     expect(r, 403, "a client certificate of tls.ca is required");
     o.cert = f->other_ca;
     o.key = f->other_key;
-    expect(https(f, &o, "GET", "/health", NULL), 403, "does not verify against tls.ca");
+    expect(hx_https(f->m.admin_port, &o, "GET", "/health", NULL), 403,
+           "does not verify against tls.ca");
     o.cert = f->cli_cert;
     o.key = f->cli_key;
-    expect(https(f, &o, "GET", "/metrics", NULL), 200, "rpc_requests_total ");
+    expect(hx_https(f->m.admin_port, &o, "GET", "/metrics", NULL), 200, "rpc_requests_total ");
 }
 
 /* store_master --check on the test's config: its exit status, its output
