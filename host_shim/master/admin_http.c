@@ -20,6 +20,7 @@
 #include <openssl/crypto.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,6 +61,7 @@ struct admin_http {
     int verify_clients;
     char *cert_pem, *key_pem, *ca_pem; /* what libmicrohttpd was given */
     size_t key_len;
+    _Atomic uint64_t refused[ADMIN_REFUSAL_KINDS]; /* counted on either thread */
     pthread_mutex_t lock;
     admin_req *head, *tail; /* suspended, waiting for the loop */
     int port;
@@ -79,6 +81,24 @@ static void answer(admin_req *r, int status, const char *fmt, ...)
     r->len = r->body ? strlen(r->body) : 0;
     r->content_type = "text/plain; charset=utf-8";
     r->done = 1;
+}
+
+static void count(admin_http *a, admin_refusal k)
+{
+    atomic_fetch_add_explicit(&a->refused[k], 1, memory_order_relaxed);
+}
+
+const char *admin_refusal_name(admin_refusal k)
+{
+    static const char *const names[ADMIN_REFUSAL_KINDS] = {"method", "client_cert",
+                                                           "unauthenticated", "forbidden"};
+    return (unsigned)k < ADMIN_REFUSAL_KINDS ? names[k] : "unknown";
+}
+
+void admin_http_refusals(const admin_http *a, uint64_t out[ADMIN_REFUSAL_KINDS])
+{
+    for (int k = 0; k < ADMIN_REFUSAL_KINDS; k++)
+        out[k] = atomic_load_explicit(&((admin_http *)a)->refused[k], memory_order_relaxed);
 }
 
 /* Loop thread: 0 when r's Authorization header carries the token of an
@@ -168,7 +188,7 @@ static void on_wake(uv_async_t *h)
         if (a->stopping) {
             answer(r, 503, "shutting down\n");
         } else if (r->needs_token && token_refused(a, r)) {
-            /* answered */
+            count(a, r->status == 403 ? ADMIN_REFUSED_FORBIDDEN : ADMIN_REFUSED_UNAUTHENTICATED);
         } else {
             a->render(a->ctx, r->path, &r->status, &r->body, &r->len, &r->content_type);
             if (r->body == NULL) answer(r, 500, "render failed\n");
@@ -202,8 +222,9 @@ static enum MHD_Result on_request(void *cls,
             answer(r, 405, "%.32s is not served: this endpoint only reads (GET, HEAD); changes "
                    "are admin RPCs (weightctl)\n", method);
             r->allow = "GET, HEAD";
+            count(a, ADMIN_REFUSED_METHOD);
         } else if (a->verify_clients && client_cert_refused(conn, r)) {
-            /* answered */
+            count(a, ADMIN_REFUSED_CLIENT_CERT);
         } else if (a->auth != NULL && strcmp(r->path, "/health") != 0) {
             const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                         MHD_HTTP_HEADER_AUTHORIZATION);

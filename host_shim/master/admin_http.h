@@ -16,6 +16,7 @@
 #define HOST_ADMIN_HTTP_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <uv.h>
 
 #include "rpc_auth.h"
@@ -55,6 +56,22 @@ int admin_http_start(uv_loop_t *loop,
                      admin_http **out,
                      char *err,
                      size_t errlen);
+
+/* Why a request was refused, for store_admin_http_refusals_total{reason}. */
+typedef enum admin_refusal {
+    ADMIN_REFUSED_METHOD = 0,        /* "method": not GET or HEAD (405) */
+    ADMIN_REFUSED_CLIENT_CERT,       /* "client_cert": none, or not of the CA (403) */
+    ADMIN_REFUSED_UNAUTHENTICATED,   /* "unauthenticated": no, malformed or unknown token (401) */
+    ADMIN_REFUSED_FORBIDDEN,         /* "forbidden": a token below admin (403) */
+    ADMIN_REFUSAL_KINDS
+} admin_refusal;
+
+/* The label of a refusal kind ("method", "client_cert", ...). */
+const char *admin_refusal_name(admin_refusal k);
+
+/* The requests refused so far, by kind, into out (any thread; each count
+ * read on its own). */
+void admin_http_refusals(const admin_http *a, uint64_t out[ADMIN_REFUSAL_KINDS]);
 
 /* The port actually bound (useful with port 0). */
 int admin_http_port(const admin_http *a);

@@ -53,6 +53,7 @@ static const metric_def metric_defs[] = {
     {M(rpc_errors), SMP_METRIC_COUNTER, "rpc_errors_total", "RPC replies with an error status", NULL},
     {M(rpc_connections), SMP_METRIC_GAUGE, "rpc_connections", "Open RPC connections", NULL},
     {M(rpc_auth_refusals), SMP_METRIC_COUNTER, "store_rpc_auth_refusals_total", "RPC requests refused by authorization (unauthenticated: no accepted token; forbidden: role below the method's rule; no_rule: the method has none)", "reason"},
+    {M(admin_refusals), SMP_METRIC_COUNTER, "store_admin_http_refusals_total", "Admin HTTP requests refused, by reason (method: not GET or HEAD; client_cert: no client certificate of tls.ca; unauthenticated: no, malformed or unknown token; forbidden: a token below admin)", "reason"},
     {M(rpc_auth_hellos), SMP_METRIC_COUNTER, "store_rpc_auth_hellos_total", "Tokens presented with auth.HELLO, by result", "result"},
     {M(evictions), SMP_METRIC_COUNTER, "store_eviction_rounds_total", "Eviction plans applied under memory pressure", NULL},
     {M(cold_reclaimed), SMP_METRIC_COUNTER, "store_cold_files_reclaimed_total", "Cold files of replicas the state no longer has, deleted on their nodes", NULL},
@@ -178,6 +179,14 @@ void master_metrics_refresh(master *m)
         host_metric_set(m->m.rpc_auth_hellos, ok, (double)rs.auth_hello_ok);
         host_metric_set(m->m.rpc_auth_hellos, bad, (double)rs.auth_hello_refused);
         rpc_server_limits_each(m->rpc, refused_series, m->m.rpc_refused);
+    }
+    if (m->admin) {
+        uint64_t refused[ADMIN_REFUSAL_KINDS];
+        admin_http_refusals(m->admin, refused);
+        for (int k = 0; k < ADMIN_REFUSAL_KINDS; k++) {
+            const char *l[1] = {admin_refusal_name((admin_refusal)k)};
+            host_metric_set(m->m.admin_refusals, l, (double)refused[k]);
+        }
     }
     uint64_t head = master_ha_head(m);
     host_metric_set(m->m.ha_is_leader, NULL, master_is_leader(m) ? 1.0 : 0.0);

@@ -197,6 +197,7 @@ typedef struct master {
         host_metric *rpc_auth_refusals;    /* {reason} (rpc_auth.h) */
         host_metric *rpc_auth_hellos;      /* {result} */
         host_metric *rpc_refused;          /* {reason, tenant} (rpc_limits.h) */
+        host_metric *admin_refusals;       /* {reason} (admin_http.h) */
         host_metric *evictions;
         host_metric *cold_reclaimed;       /* cold files deleted (master_reclaim.c) */
         host_metric *ha_is_leader;         /* 1 on the leader */

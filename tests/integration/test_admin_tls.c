@@ -21,7 +21,8 @@
  *   a missing certificate and a key file that is not PEM stop the master
  *   naming tls.cert and tls.key.
  * Each refusal leaves the master's state as it was (its object count and
- * the RPC requests it counted), and the master serving. */
+ * the RPC requests it counted), and the master serving, and is counted in
+ * store_admin_http_refusals_total{reason}. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -247,6 +248,10 @@ static void test_admin_auth_token_off_loopback(void **state)
     assert_string_equal(r.body, "active\n");
     expect(r, 200, NULL);
     assert_unchanged(f, before);
+    /* each refusal counted by its reason */
+    assert_true(metric(f, "store_admin_http_refusals_total{reason=\"unauthenticated\"}") == 9);
+    assert_true(metric(f, "store_admin_http_refusals_total{reason=\"forbidden\"}") == 6);
+    assert_true(metric(f, "store_admin_http_refusals_total{reason=\"method\"}") == 0);
 }
 
 /* Auth on, the endpoint on loopback: no token is asked. */
@@ -279,6 +284,7 @@ static void test_admin_methods_refused(void **state)
         expect(hx_https(f->m.admin_port, &o, methods[i], "/health", NULL), 405, "is not served");
     }
     assert_unchanged(f, before);
+    assert_true(metric(f, "store_admin_http_refusals_total{reason=\"method\"}") == 6);
 }
 
 /* tls.verify_clients: a certificate of tls.ca is served; none, or one of
@@ -297,7 +303,8 @@ static void test_admin_tls_verify_clients(void **state)
            "does not verify against tls.ca");
     o.cert = f->cli_cert;
     o.key = f->cli_key;
-    expect(hx_https(f->m.admin_port, &o, "GET", "/metrics", NULL), 200, "rpc_requests_total ");
+    expect(hx_https(f->m.admin_port, &o, "GET", "/metrics", NULL), 200,
+           "store_admin_http_refusals_total{reason=\"client_cert\"} 2\n");
 }
 
 /* store_master --check on the test's config: its exit status, its output
