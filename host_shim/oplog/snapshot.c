@@ -25,6 +25,8 @@
 
 #include "snapshot.h"
 
+#include "host_bulk.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -609,8 +611,9 @@ free_async:
 /* ------------------------------------------------------------------------ */
 
 struct snap_image {
-    uint8_t *buf;           /* the whole file */
+    uint8_t *buf;           /* the whole file (host_bulk_alloc of buf_len) */
     size_t size;
+    size_t buf_len;
     uint64_t last_seq;
     snap_section *secs;
     size_t n;
@@ -620,7 +623,7 @@ struct snap_image {
 void snap_image_free(snap_image *img)
 {
     if (img == NULL) return;
-    free(img->buf);
+    host_bulk_free(img->buf, img->buf_len);
     free(img->secs);
     free(img->path);
     free(img);
@@ -765,7 +768,8 @@ static int snap_load_path(const char *path, int has_seq, uint64_t seq,
         goto free_image;
     }
     img->size = (size_t)sb.st_size;
-    img->buf = malloc(img->size ? img->size : 1);
+    img->buf_len = img->size ? img->size : 1;
+    img->buf = host_bulk_alloc(img->buf_len);
     if (img->buf == NULL) {
         rc = snap_fail(SMP_ENOMEM, err, errlen, "%s: out of memory for %zu bytes", path,
                        img->size);
