@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "weight_records.pb-c.h"
+#include "wm_bulk.h"
 #include "wm_codec.h"
 
 static char wm_no_text[] = "";
@@ -811,7 +812,10 @@ void wm_section_image_clear(wm_section_image *img)
     if (img == NULL) return;
     if (img->affinities != NULL)
         for (size_t i = 0; i < img->n_revisions; i++) wm_affinity_clear(&img->affinities[i]);
-    free(img->revisions);
+    if (img->revisions_len > 0)
+        wm_bulk_free(img->revisions, img->revisions_len);
+    else
+        free(img->revisions);
     free(img->affinities);
     free(img->operations);
     free(img->leases);
@@ -1007,15 +1011,25 @@ int wm_decode_section(const uint8_t *buf, size_t len, wm_section_image *out, cha
         *out = img;
         return WM_OK;
     }
-    m = wmrec__weight_metadata_section__unpack(NULL, len, buf);
-    if (m == NULL) return wm_fail(SMP_EPROTO, msg, cap, "section %s does not decode", WM_SECTION_NAME);
+    /* The decode's pieces come from one arena (wm_bulk.h): they take about
+     * 2x the encoded size; what does not fit in 4x goes to malloc. */
+    wm_arena arena;
+    if (len > (SIZE_MAX - (64u << 10)) / 4 || wm_arena_init(&arena, len * 4 + (64u << 10)) < 0)
+        return SMP_ENOMEM;
+    m = wmrec__weight_metadata_section__unpack(&arena.alloc, len, buf);
+    if (m == NULL) {
+        rc = wm_fail(SMP_EPROTO, msg, cap, "section %s does not decode", WM_SECTION_NAME);
+        goto free_arena;
+    }
     if (m->format != WM_SECTION_FORMAT) {
         rc = wm_fail(SMP_EPROTO, msg, cap, "section %s has format %" PRIu32 ", this build reads %d",
                      WM_SECTION_NAME, m->format, WM_SECTION_FORMAT);
         goto free_message;
     }
     /* Not zeroed: each is written whole by its decode before it is read. */
-    img.revisions = malloc((m->n_revisions + 1) * sizeof(*img.revisions));
+    img.revisions_len = (m->n_revisions + 1) * sizeof(*img.revisions);
+    img.revisions = wm_bulk_alloc(img.revisions_len);
+    if (img.revisions == NULL) img.revisions_len = 0;
     img.affinities = calloc(m->n_revisions + 1, sizeof(*img.affinities));
     img.operations = calloc(m->n_operations + 1, sizeof(*img.operations));
     img.leases = calloc(m->n_leases + 1, sizeof(*img.leases));
@@ -1065,12 +1079,15 @@ int wm_decode_section(const uint8_t *buf, size_t len, wm_section_image *out, cha
         goto free_image;
     }
     *out = img;
-    wmrec__weight_metadata_section__free_unpacked(m, NULL);
+    wm_arena_free_unpacked(&arena, &m->base);
+    wm_arena_fini(&arena);
     return WM_OK;
 free_image:
     wm_section_image_clear(&img);
 free_message:
-    wmrec__weight_metadata_section__free_unpacked(m, NULL);
+    wm_arena_free_unpacked(&arena, &m->base);
+free_arena:
+    wm_arena_fini(&arena);
     return rc;
 }
 

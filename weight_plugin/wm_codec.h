@@ -67,6 +67,9 @@ typedef struct wm_section_image {
     /* When decoded, the storage every revision's group_key and manifest_key
      * point into (owned; NULL otherwise). */
     char *keys;
+    /* When decoded, revisions is a wm_bulk mapping of this many bytes
+     * (wm_bulk.h); 0: malloc'ed (or not owned). */
+    size_t revisions_len;
 } wm_section_image;
 
 #define WM_SECTION_FORMAT 1
