@@ -1097,9 +1097,7 @@ static int wm_run_operations(wm_plugin *p, wm_lc *lc, const smp_tick_budget *bud
 /* DEGRADED                                                                  */
 /* ------------------------------------------------------------------------ */
 
-/* 1 once the round's deadline has passed (a budget without one never
- * passes). */
-static int wm_past_deadline(wm_plugin *p, const smp_tick_budget *budget)
+int wm_past_deadline(wm_plugin *p, const smp_tick_budget *budget)
 {
     return budget != NULL && budget->deadline_ms != 0 &&
            p->api->now_ms(p->host) >= budget->deadline_ms;
@@ -1436,7 +1434,7 @@ int wm_lifecycle_tick(wm_plugin *p, const smp_tick_budget *budget, uint64_t *cur
         wm_run_suspects(p, lc, budget);
         wm_run_recheck(p, lc, budget, &checks);
         int active = wm_run_operations(p, lc, budget, &checks);
-        if (wm_repair_tick(p, &checks)) active = 1;
+        if (wm_repair_tick(p, budget, &checks)) active = 1;
         if (wm_access_tick(p)) active = 1;
         if (!wm_past_deadline(p, budget)) wm_run_auto(p, lc); /* else the next round */
         wm_jobs_gc(p, lc);

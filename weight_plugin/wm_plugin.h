@@ -290,9 +290,14 @@ void wm_reclaim_release(wm_plugin *p);
 int wm_manifest_has_cold(wm_plugin *p, const wm_revision *rev);
 
 /* One round: manifest replica care, then validation of the queued
- * revisions and of the validate-all walk, spending *checks (object reads).
- * Returns 1 when work is left. */
-int wm_repair_tick(wm_plugin *p, uint64_t *checks);
+ * revisions and of the validate-all walk, spending *checks (object reads);
+ * past the budget's deadline no further revision is validated this round
+ * (at least one is). Returns 1 when work is left. */
+int wm_repair_tick(wm_plugin *p, const smp_tick_budget *budget, uint64_t *checks);
+
+/* 1 once the round's deadline has passed (a budget without one, or NULL,
+ * never passes). weight_lifecycle.c. */
+int wm_past_deadline(wm_plugin *p, const smp_tick_budget *budget);
 
 /* Look at every manifest's replicas again (a lap of the manifest scan):
  * something may have changed them that no revision record shows (a

@@ -460,13 +460,26 @@ static int wm_validate(wm_plugin *p, const wm_revision *rev, uint64_t *checks)
     return 1;
 }
 
-/* The queued groups, then the validate-all walk, within *checks. */
-static void wm_validate_round(wm_plugin *p, wm_repair *r, uint64_t *checks)
+/* The queued groups, then the validate-all walk, within *checks and, after
+ * the first revision, the round's deadline (the rest wait for the next
+ * round: the walk keeps its cursor). A validation may append a record, so
+ * without the deadline the walk after a start could hold the loop for
+ * seconds at 100,000 revisions. */
+static void wm_validate_round(wm_plugin *p, wm_repair *r, const smp_tick_budget *budget,
+                              uint64_t *checks)
 {
-    size_t kept = 0;
+    size_t kept = 0, looked = 0;
     for (size_t i = 0; i < r->n_queue; i++) {
         const wm_revision *rev = wm_store_get_group(p->store, r->queue[i]);
-        int keep = rev != NULL && (*checks == 0 || !wm_validate(p, rev, checks));
+        int keep = 0;
+        if (rev != NULL) {
+            if (*checks == 0 || (looked > 0 && wm_past_deadline(p, budget))) {
+                keep = 1;
+            } else {
+                looked++;
+                keep = !wm_validate(p, rev, checks);
+            }
+        }
         if (keep) r->queue[kept++] = r->queue[i];
         else free(r->queue[i]);
     }
@@ -474,6 +487,7 @@ static void wm_validate_round(wm_plugin *p, wm_repair *r, uint64_t *checks)
     if (!r->validate_all) return;
     size_t n = wm_store_revision_count(p->store);
     while (r->all_cursor < n && *checks > 0) {
+        if (looked++ > 0 && wm_past_deadline(p, budget)) break;
         const wm_revision *rev = wm_store_revision_at(p->store, r->all_cursor);
         if (!wm_validate(p, rev, checks)) {
             wm_repair_note(p, rev->group_key); /* looked at again from the queue */
@@ -486,12 +500,12 @@ static void wm_validate_round(wm_plugin *p, wm_repair *r, uint64_t *checks)
     }
 }
 
-int wm_repair_tick(wm_plugin *p, uint64_t *checks)
+int wm_repair_tick(wm_plugin *p, const smp_tick_budget *budget, uint64_t *checks)
 {
     wm_repair *r = wm_repair_get(p);
     if (r == NULL) return 0;
     wm_manifests_round(p, r);
-    wm_validate_round(p, r, checks);
+    wm_validate_round(p, r, budget, checks);
     return r->n_queue > 0 || r->validate_all || r->n_in_flight > 0;
 }
 

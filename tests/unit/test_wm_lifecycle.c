@@ -725,6 +725,35 @@ static void test_degraded_recheck_and_suspects_respect_the_deadline(void **state
     assert_int_equal(cur(&rev[1])->availability, WM_AVAIL_DEGRADED);
 }
 
+/* The validation after a start or a role change respects the round's
+ * deadline too: past it, one revision is validated per round and the walk
+ * goes on from its cursor. (It validated every revision its object reads
+ * allowed, 2048 members a round, whatever the time: ticks of 1-3.4 s after
+ * a restart with 100,000 revisions, each validation that found a change
+ * appending a record.) */
+static void test_validation_respects_the_deadline(void **state)
+{
+    (void)state;
+    static const uint64_t bytes[1] = {100};
+    wm_revision rev[3] = {seed("val-a", bytes, 1, WM_MODE_MANUAL),
+                          seed("val-b", bytes, 1, WM_MODE_MANUAL),
+                          seed("val-c", bytes, 1, WM_MODE_MANUAL)};
+    run(1); /* the validation after the start: nothing to do */
+    for (int i = 0; i < 3; i++) find(pkey(&rev[i], 0))->mem = 0; /* nothing readable left */
+    smp_event rc = {sizeof(rc), SMP_EVENT_ROLE_CHANGE, NULL, NULL, NULL, SMP_REPLICA_MEMORY, 0, 0, 0, 1};
+    wm_lifecycle_event(&P, &rc);
+    smp_tick_budget late = B;
+    late.deadline_ms = 1; /* already past */
+    uint64_t cursor = 0;
+    for (int round = 0; round < 3; round++) {
+        wm_lifecycle_tick(&P, &late, &cursor);
+        assert_int_equal(count_of(T_APPEND), 1); /* one validation, one DEGRADED record */
+        drain();
+        for (int i = 0; i < 3; i++)
+            assert_int_equal(cur(&rev[i])->availability, i <= round ? WM_AVAIL_DEGRADED : WM_AVAIL_READY);
+    }
+}
+
 /* Under memory pressure the eligible AUTO revision accessed longest ago is
  * demoted one step (HOT -> MIXED) first, one at a time; MANUAL revisions and
  * revisions inside their cooldown are left alone; the trigger is counted;
@@ -1300,6 +1329,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_degraded_on_loss_and_back, setup, teardown),
         cmocka_unit_test_setup_teardown(test_degraded_recheck_and_suspects_respect_the_deadline,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(test_validation_respects_the_deadline, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unreadable_member_degrades_migration, setup, teardown),
         cmocka_unit_test_setup_teardown(test_auto_candidates_and_cooldown, setup, teardown),
         cmocka_unit_test_setup_teardown(test_auto_relief_keeps_headroom, setup, teardown),
