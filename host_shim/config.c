@@ -501,6 +501,7 @@ static const field_spec node_fields[] = {
     F_U32("timeout_ms", node_timeout_ms, 100, 3600000),
     F_OF("cold_verify_from_device", FK_BOOL, node_cold_verify_from_device),
     F_U32("ticket_ttl_ms", node_ticket_ttl_ms, 1000, 3600000),
+    F_U32("put_timeout_ms", node_put_timeout_ms, 1000, 86400000),
     F_OF("require_read_tickets", FK_BOOL, node_require_read_tickets),
     F_OF("allow_insecure_reads", FK_BOOL, node_allow_insecure_reads),
     F_OF("tenant", FK_PATH_OR_OFF, node_tenant),
@@ -1167,6 +1168,7 @@ int host_config_defaults(host_config *cfg)
     cfg->node_poll_ms = 200;
     cfg->node_timeout_ms = 3000;
     cfg->node_ticket_ttl_ms = 60000;
+    cfg->node_put_timeout_ms = 65000;
     cfg->node_require_read_tickets = 1;
     cfg->cluster.default_weight_preferred_residency = HOST_RESIDENCY_MIXED;
     cfg->cluster.default_weight_mixed_hot_ratio = 0.5;

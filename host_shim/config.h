@@ -127,6 +127,7 @@ typedef struct host_config {
     uint32_t node_timeout_ms;         /* silent this long: the master marks it down, 3000 */
     int node_cold_verify_from_device; /* re-read a persisted file from the device, default 0 */
     uint32_t node_ticket_ttl_ms;      /* life of the tickets the master mints, default 60000 */
+    uint32_t node_put_timeout_ms;     /* a put silent this long is taken back, default 65000 */
     int node_require_read_tickets;    /* the embedded node's reads need tickets, default 1 */
     int node_allow_insecure_reads;    /* needed to set node_require_read_tickets to 0 */
     char *node_tenant;                /* the embedded node dedicated to it; NULL/"": shared */

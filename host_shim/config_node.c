@@ -1,6 +1,7 @@
 /* config_node.c -- the rules of the node: section that span keys (config.h):
  * an embedded node needs an RPC endpoint to register through, reads without
- * tickets need the explicit insecure key, and dedicating the embedded node
+ * tickets need the explicit insecure key, a put is not taken back before a
+ * write its ticket allows could have been reported, and dedicating the embedded node
  * to one tenant (node.tenant, node.local_socket, node.local_peers: the
  * store_node flags --tenant, --local-socket and --local-peer, node_local.h)
  * needs all three, each checked as store_node checks its flags. Messages go
@@ -52,6 +53,18 @@ int cfg_check_node(cfg_ctx *c, const host_config *cfg, const host_config_node *r
                         "node.require_read_tickets",
                         "false lets anyone who reaches the node's data port read any range; "
                         "it needs node.allow_insecure_reads: true as well");
+    /* A write may start until its ticket expires and is reported with the
+     * node's next poll: the master must not take the range back before. */
+    uint64_t least = (uint64_t)cfg->node_ticket_ttl_ms + 2ull * cfg->node_poll_ms + 1000u;
+    if (cfg->node_put_timeout_ms < least) {
+        unsigned line = line_of(root, "put_timeout_ms");
+        return cfg_fail(c, SMP_ERANGE, line ? line : line_of(root, "ticket_ttl_ms"),
+                        line ? "node.put_timeout_ms" : "node.ticket_ttl_ms",
+                        "node.put_timeout_ms (%u) must be at least node.ticket_ttl_ms + 2 x "
+                        "node.poll_ms + 1000 (%llu): a write may start until its ticket "
+                        "expires, and the range must not be taken back before the node reports "
+                        "it", cfg->node_put_timeout_ms, (unsigned long long)least);
+    }
     if (!dedicated) {
         if (cfg->node_local_socket != NULL && cfg->node_local_socket[0] != '\0')
             return cfg_fail(c, SMP_EINVAL, line_of(root, "local_socket"), "node.local_socket",

@@ -219,7 +219,7 @@ static void on_timer(uv_timer_t *h)
     master_nodes_tick(m, now);
     run_ticks(m, now);
     if (now - m->last_cleanup_ms >= 1000) {
-        obj_cleanup_stale_puts(m->objs, now, MASTER_PUT_TIMEOUT_MS);
+        obj_cleanup_stale_puts(m->objs, now, m->cfg->node_put_timeout_ms);
         m->last_cleanup_ms = now;
     }
     relieve_pressure(m);

@@ -35,7 +35,6 @@
 
 #define MASTER_TIMER_MS 50              /* housekeeping period */
 #define MASTER_LOOP_LAG_WINDOW_MS 10000 /* host_loop_lag_seconds: the largest lag of this window and the last */
-#define MASTER_PUT_TIMEOUT_MS 60000     /* a put not ended by then is cleaned up */
 #define MASTER_RESWEEP_MS 5000          /* second sweep of a segment after a registration */
 #define MASTER_READ_LEASE_MS 10000      /* read lease of a replica lookup */
 #define MASTER_LIST_DEFAULT 1000        /* keys per page when the client says 0 */

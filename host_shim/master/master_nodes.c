@@ -716,6 +716,11 @@ static int h_poll(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len
         }
     }
     if (n->poll) answer_poll(m, n); /* an older poll: superseded */
+    /* A put whose bytes the node is still receiving is alive, however slow
+     * its client: its range is not taken back while this goes on. */
+    for (size_t i = 0; i < req->n_writing; i++)
+        obj_put_touch(m->objs, req->writing[i]->key, req->writing[i]->segment,
+                      req->writing[i]->offset, n->last_seen_ms);
     take_results(m, n, req);
     int busy = req->busy;
     node_poll_request__free_unpacked(req, NULL);

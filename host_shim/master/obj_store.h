@@ -282,6 +282,13 @@ int obj_prepare_put_end(obj_store *st,
 /* Encode the PUT_REVOKE record of the in-flight put of key. SMP_ENOTFOUND. */
 int obj_prepare_put_revoke(obj_store *st, const char *key, obj_record *out);
 
+/* A node is receiving the bytes of the put of key into segment at offset:
+ * the put counts as started now for obj_cleanup_stale_puts (a slow client's
+ * put is not taken back while its bytes flow). SMP_OK, or SMP_ENOTFOUND
+ * when no such put is in flight (ended, cleaned up, or another range). */
+int obj_put_touch(obj_store *st, const char *key, const char *segment, uint64_t offset,
+                  uint64_t now);
+
 /* Free every in-flight put and every replica reservation started at or
  * before now - timeout_ms (soft state: no record). A guard veto
  * (STALE_PUT_CLEANUP) keeps a put; reservations are not asked about (they

@@ -195,6 +195,17 @@ int obj_prepare_put_revoke(obj_store *st, const char *key, obj_record *out)
     return obj_encode(&m.base, OBJ_REC_PUT_REVOKE, out);
 }
 
+int obj_put_touch(obj_store *st, const char *key, const char *segment, uint64_t offset,
+                  uint64_t now)
+{
+    obj_put *p = key != NULL ? obj_sl_get(&st->puts, key) : NULL;
+    if (p == NULL || p->consuming || segment == NULL || strcmp(p->seg->id, segment) != 0 ||
+        p->offset != offset)
+        return SMP_ENOTFOUND;
+    if (now > p->started) p->started = now;
+    return SMP_OK;
+}
+
 int obj_cleanup_stale_puts(obj_store *st, uint64_t now, uint64_t timeout_ms)
 {
     int n = 0;

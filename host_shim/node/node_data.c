@@ -35,6 +35,7 @@
  * the cause, then closed; the server keeps serving. */
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -65,6 +66,9 @@ typedef struct used_ticket {
     uint8_t nonce[16];
     uint64_t expiry_ms;
     int in_progress;            /* its write runs; given back if it breaks */
+    char *key, *segment;        /* in progress: what it writes (data_server_writing) */
+    uint64_t offset;
+    struct used_ticket *wprev, *wnext; /* in progress: the server's writing list */
     UT_hash_handle hh;
 } used_ticket;
 
@@ -147,6 +151,8 @@ struct data_server {
     int have_keys;
     int allow_unticketed_reads;
     used_ticket *used;          /* write tickets that wrote, by nonce */
+    pthread_mutex_t writing_lock; /* guards writing: read by the node's poll thread */
+    used_ticket *writing;       /* the tickets whose write runs */
     uint32_t n_used;
     uint64_t next_prune_ms;
     uint64_t clock_skew_ms;
@@ -172,8 +178,11 @@ static void server_maybe_free(data_server *s)
         used_ticket *u, *tmp;
         HASH_ITER(hh, s->used, u, tmp) {
             HASH_DEL(s->used, u);
+            free(u->key);
+            free(u->segment);
             free(u);
         }
+        pthread_mutex_destroy(&s->writing_lock);
         free(s->listen_tcp);
         SSL_CTX_free(s->tls);
         OPENSSL_cleanse(&s->keys, sizeof(s->keys));
@@ -245,6 +254,7 @@ int data_server_create(uv_loop_t *loop,
         return SMP_ENOMEM;
     }
     s->loop = loop;
+    pthread_mutex_init(&s->writing_lock, NULL);
     if (opt->keys != NULL) {
         s->keys = *opt->keys;
         s->have_keys = 1;
@@ -340,9 +350,30 @@ static void conn_close_handles(data_conn *c)
 }
 
 /* A write that broke before its last byte gives its ticket back. */
+/* Take u off the writing list (its write completed or broke). */
+static void writing_unlink(data_server *s, used_ticket *u)
+{
+    if (!u->in_progress)
+        return;
+    pthread_mutex_lock(&s->writing_lock);
+    if (u->wprev != NULL)
+        u->wprev->wnext = u->wnext;
+    else
+        s->writing = u->wnext;
+    if (u->wnext != NULL)
+        u->wnext->wprev = u->wprev;
+    pthread_mutex_unlock(&s->writing_lock);
+    u->wprev = u->wnext = NULL;
+    u->in_progress = 0;
+    free(u->key);
+    free(u->segment);
+    u->key = u->segment = NULL;
+}
+
 static void release_wticket(data_conn *c)
 {
     if (c->wticket != NULL) {
+        writing_unlink(c->srv, c->wticket);
         HASH_DEL(c->srv->used, c->wticket);
         c->srv->n_used--;
         free(c->wticket);
@@ -354,7 +385,7 @@ static void release_wticket(data_conn *c)
 static void write_done(data_conn *c)
 {
     if (c->wticket != NULL) {
-        c->wticket->in_progress = 0;
+        writing_unlink(c->srv, c->wticket);
         c->wticket = NULL;
     }
     c->srv->stats.writes++;
@@ -617,11 +648,26 @@ static int claim_write_ticket(data_conn *c, const ticket_claims *cl, uint64_t no
         return SMP_EBUSY;
     if ((u = calloc(1, sizeof(*u))) == NULL)
         return SMP_ENOMEM;
+    u->key = strdup(cl->key);
+    u->segment = strdup(cl->segment);
+    if (u->key == NULL || u->segment == NULL) {
+        free(u->key);
+        free(u->segment);
+        free(u);
+        return SMP_ENOMEM;
+    }
     memcpy(u->nonce, cl->nonce, sizeof(u->nonce));
     u->expiry_ms = cl->expiry_ms;
+    u->offset = cl->offset;
     u->in_progress = 1;
     HASH_ADD(hh, s->used, nonce, sizeof(u->nonce), u);
     s->n_used++;
+    pthread_mutex_lock(&s->writing_lock);
+    u->wnext = s->writing;
+    if (s->writing != NULL)
+        s->writing->wprev = u;
+    s->writing = u;
+    pthread_mutex_unlock(&s->writing_lock);
     c->wticket = u;
     return SMP_OK;
 }
@@ -1213,4 +1259,19 @@ void data_server_close(data_server *s)
 void data_server_get_stats(const data_server *s, data_server_stats *out)
 {
     *out = s->stats;
+}
+
+size_t data_server_writing(data_server *s, data_write *out, size_t max)
+{
+    size_t n = 0;
+    pthread_mutex_lock(&s->writing_lock);
+    for (const used_ticket *u = s->writing; u != NULL; u = u->wnext, n++) {
+        if (n >= max)
+            continue;
+        snprintf(out[n].key, sizeof(out[n].key), "%s", u->key);
+        snprintf(out[n].segment, sizeof(out[n].segment), "%s", u->segment);
+        out[n].offset = u->offset;
+    }
+    pthread_mutex_unlock(&s->writing_lock);
+    return n;
 }

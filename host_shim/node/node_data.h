@@ -153,4 +153,18 @@ void data_server_close(data_server *s);
 
 void data_server_get_stats(const data_server *s, data_server_stats *out);
 
+/* A ticketed write the server is receiving: its ticket checked, its bytes
+ * not all in. */
+typedef struct data_write {
+    char key[TICKET_KEY_MAX + 1];         /* the object key its ticket names */
+    char segment[TICKET_SEGMENT_MAX + 1];
+    uint64_t offset;
+} data_write;
+
+/* Copy up to max of the writes running now into out; returns how many run
+ * (may be more than max). The one call that may come from another thread
+ * than the loop's (the node reports them with each poll, so that the master
+ * keeps a put whose bytes are still arriving, however long they take). */
+size_t data_server_writing(data_server *s, data_write *out, size_t max);
+
 #endif /* HOST_NODE_DATA_H */

@@ -29,6 +29,7 @@
 
 #define NODE_SERVICE 3
 #define RESULTS_MAX 256
+#define WRITES_MAX 64 /* running writes reported with one poll */
 #define SCAN_BLOCK 64          /* fsck: OBJ_ALIGN, the master allocates in these */
 #define SCAN_CHUNK (1u << 20)  /* fsck: bytes read at a time */
 #define ROTATE_MARGIN_MS 1000 /* beyond the ticket life, before a key may be forgotten */
@@ -70,6 +71,7 @@ struct node_runtime {
     uint32_t poll_ms;
 
     TaskResult *results[RESULTS_MAX]; /* finished, not yet reported */
+    data_write writes[WRITES_MAX];    /* running writes, copied for a poll */
     uint8_t scan_buf[SCAN_CHUNK];     /* fsck scans read through it */
     size_t n_results;
 };
@@ -575,6 +577,21 @@ static int poll_loop(node_runtime *n, rpcc_conn *c, int *lost)
         req.n_results = n->n_results;
         req.results = n->results;
         req.busy = held != NULL;
+        /* The writes running now: the master keeps their puts, however
+         * long a slow client takes (beyond WRITES_MAX the rest go with a
+         * later poll, or are taken back after node.put_timeout_ms). */
+        NodeWrite wmsg[WRITES_MAX], *wptr[WRITES_MAX];
+        size_t nw = n->data ? data_server_writing(n->data, n->writes, WRITES_MAX) : 0;
+        if (nw > WRITES_MAX) nw = WRITES_MAX;
+        for (size_t i = 0; i < nw; i++) {
+            node_write__init(&wmsg[i]);
+            wmsg[i].key = n->writes[i].key;
+            wmsg[i].segment = n->writes[i].segment;
+            wmsg[i].offset = n->writes[i].offset;
+            wptr[i] = &wmsg[i];
+        }
+        req.n_writing = nw;
+        req.writing = wptr;
         /* A key the master has not acknowledged goes with every poll until
          * it is (the data server already checks tickets with it). */
         pthread_mutex_lock(&n->key_lock);

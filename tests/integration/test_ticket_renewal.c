@@ -8,8 +8,10 @@
  * client goes through the slow link without knowing it. The client uses the
  * TCP transport only.
  *
- *   - a put whose writes run three TTLs past their WRITE tickets commits: the
- *     node checks a write's ticket before its first byte, not after;
+ *   - a put whose writes run six TTLs past their WRITE tickets, and past
+ *     node.put_timeout_ms, commits: the node checks a write's ticket before
+ *     its first byte, not after, and reports the writes it is receiving with
+ *     each poll, which keeps their puts on the master;
  *   - a get of two 12 MiB objects in 8 MiB windows at 4 MiB/s (six TTLs,
  *     with a lease TTL of 1 s too) succeeds byte for byte: the node refuses
  *     each window whose ticket expired, the client asks the master for fresh
@@ -47,7 +49,8 @@
 #define SEGMENT (64ull << 20)
 #define OBJ_BYTES (12ull << 20)     /* one tensor per payload object */
 #define SLOW_GET (4ul << 20)        /* bytes a second: an 8 MiB window takes 2 TTLs */
-#define SLOW_PUT (8ul << 20)        /* both objects' writes together: 3 s */
+#define SLOW_PUT (4ul << 20)        /* both objects' writes together: 6 s */
+#define PUT_TIMEOUT_MS 2500         /* node.put_timeout_ms: the least for TTL_MS and poll_ms 50 */
 #define SHIFT (32ull << 20)         /* a wrong range: inside the segment, off the ticket's */
 
 static const char *const names[2] = {"a.weight", "b.weight"};
@@ -162,8 +165,8 @@ static int setup(void **state)
     }
     snprintf(extra, sizeof extra,
              "node:\n  embedded: false\n  timeout_ms: 2000\n  poll_ms: 50\n"
-             "  ticket_ttl_ms: %d\n"
-             "cluster:\n  default_weight_preferred_residency: hot\n", TTL_MS);
+             "  ticket_ttl_ms: %d\n  put_timeout_ms: %d\n"
+             "cluster:\n  default_weight_preferred_residency: hot\n", TTL_MS, PUT_TIMEOUT_MS);
     if (hx_init(&f->m, "ticket-renewal", extra) < 0 || hx_start(&f->m, 20000) < 0) return -1;
     /* The relay on 127.0.0.2:P, the node's data port on 127.0.0.1:P. */
     if (fault_proxy_start_at("127.0.0.2", "127.0.0.1:0", &f->proxy, listen, sizeof listen) < 0)
@@ -221,8 +224,11 @@ static int all_bytes(const uint8_t *p, uint8_t v, uint64_t n)
     return 1;
 }
 
-/* Two 12 MiB objects written over the 8 MiB/s link at once: each write runs
- * three times the WRITE ticket's life, and the revision commits READY. */
+/* Two 12 MiB objects written over the 4 MiB/s link at once: each write runs
+ * six times the WRITE ticket's life and more than twice node.put_timeout_ms,
+ * and the revision commits READY: the node checks a write's ticket before
+ * its first byte, and reports the writes it is receiving with each poll, so
+ * the master keeps their puts. */
 static void test_put_outlives_its_write_tickets(void **state)
 {
     fx *f = *state;
@@ -237,7 +243,9 @@ static void test_put_outlives_its_write_tickets(void **state)
     CHECK(s, weight_writer_commit(w, &md));
     uint64_t took = mono_ms() - t0;
     fault_proxy_throttle(f->proxy, 0);
-    assert_true(took >= 2 * TTL_MS); /* 24 MiB through 8 MiB/s: the writes outlived their tickets */
+    /* 24 MiB through 4 MiB/s: the writes outlived their tickets and the
+     * time after which the master takes a silent put back */
+    assert_true(took >= 2 * PUT_TIMEOUT_MS);
     assert_int_equal(md.availability, WEIGHT_READY);
     assert_int_equal(md.payload_count, 2);
     weight_store_close(s);

@@ -110,6 +110,7 @@ static void test_defaults(void **state)
     assert_int_equal(host_config_defaults(&c), 0);
     assert_default_values(&c);
     assert_int_equal(c.node_ticket_ttl_ms, 60000);
+    assert_int_equal(c.node_put_timeout_ms, 65000);
     assert_int_equal(c.node_require_read_tickets, 1);
     assert_int_equal(c.node_allow_insecure_reads, 0);
     assert_string_equal(c.data_dir, "var/data");
@@ -428,6 +429,14 @@ static void test_refuses_unticketed_reads_without_insecure_key(void **state)
     expect_refused("node:\n  require_read_tickets: false\n  allow_insecure_reads: false\n",
                    "needs node.allow_insecure_reads: true");
     expect_refused("node: {ticket_ttl_ms: 999}\n", "node.ticket_ttl_ms");
+    /* a range is not taken back while a write its ticket allows may start */
+    expect_message("node:\n  poll_ms: 100\n  put_timeout_ms: 6000\n  ticket_ttl_ms: 5000\n",
+                   "x.yaml:3: node.put_timeout_ms: node.put_timeout_ms (6000) must be at least "
+                   "node.ticket_ttl_ms + 2 x node.poll_ms + 1000 (6200): a write may start until "
+                   "its ticket expires, and the range must not be taken back before the node "
+                   "reports it");
+    expect_refused("node: {ticket_ttl_ms: 64000}\n",
+                   "node.ticket_ttl_ms: node.put_timeout_ms (65000) must be at least");
     expect_refused("node: {ticket_ttl_ms: 3600001}\n", "node.ticket_ttl_ms");
 }
 

@@ -819,6 +819,32 @@ static void test_eviction_plan(void **state)
 /* Stale puts                                                                */
 /* ------------------------------------------------------------------------ */
 
+/* A put its node reports being written counts as started at that report:
+ * only the exact range is touched, and a silent put still goes. */
+static void test_put_touched_by_its_write_is_kept(void **state)
+{
+    (void)state;
+    obj_store *st = new_store(NULL);
+    mount(st, "s", "n", 4096);
+    obj_put_params p = {"slow", 100, SMP_DATA_KV, "", "", 0, 0, NULL};
+    obj_put_ticket t;
+    assert_int_equal(obj_put_start(st, &p, 100, &t), SMP_OK);
+    p.key = "silent";
+    assert_int_equal(obj_put_start(st, &p, 100, NULL), SMP_OK);
+    assert_int_equal(obj_put_touch(st, "slow", "s", t.offset + 64, 900), SMP_ENOTFOUND);
+    assert_int_equal(obj_put_touch(st, "slow", "other", t.offset, 900), SMP_ENOTFOUND);
+    assert_int_equal(obj_put_touch(st, "nope", "s", t.offset, 900), SMP_ENOTFOUND);
+    assert_int_equal(obj_put_touch(st, "slow", "s", t.offset, 900), SMP_OK);
+    assert_int_equal(obj_cleanup_stale_puts(st, 1000, 600), 1); /* "silent" only */
+    uint8_t sum[32] = {0};
+    obj_record r = {0};
+    assert_int_equal(obj_prepare_put_end(st, "silent", sum, 1000, &r), SMP_ENOTFOUND);
+    assert_int_equal(obj_prepare_put_end(st, "slow", sum, 1000, &r), SMP_OK);
+    obj_record_free(&r);
+    assert_int_equal(obj_cleanup_stale_puts(st, 1600, 600), 1); /* then silent too */
+    obj_store_destroy(st);
+}
+
 static void test_stale_put_cleanup(void **state)
 {
     (void)state;
@@ -2648,6 +2674,7 @@ int main(void)
         cmocka_unit_test(test_put_end_into_sealed_group_is_refused),
         cmocka_unit_test(test_eviction_plan),
         cmocka_unit_test(test_stale_put_cleanup),
+        cmocka_unit_test(test_put_touched_by_its_write_is_kept),
         cmocka_unit_test(test_list_prefix_pagination),
         cmocka_unit_test(test_random_puts_and_removes_keep_order),
         cmocka_unit_test(test_group_queries_and_metrics),
