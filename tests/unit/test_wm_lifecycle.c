@@ -679,6 +679,19 @@ static void degrade(const wm_revision *rev)
     if (wm_store_apply_upsert(P.store, &u, msg, sizeof(msg)) != WM_OK) fail_msg("%s", msg);
 }
 
+/* Three READY + HOT one-unit revisions "<prefix>-a", "-b", "-c", past the
+ * validation after the start (nothing to do). */
+static void seed_three(const char *prefix, wm_revision rev[3])
+{
+    static const uint64_t bytes[1] = {100};
+    char name[64];
+    for (int i = 0; i < 3; i++) {
+        snprintf(name, sizeof(name), "%s-%c", prefix, 'a' + i);
+        rev[i] = seed(name, bytes, 1, WM_MODE_MANUAL);
+    }
+    run(1);
+}
+
 /* The DEGRADED recheck respects the round's deadline: past it, a round
  * looks at one DEGRADED revision and the next round goes on from there
  * (a cursor), so the last revision in identity order is reached too; the
@@ -687,11 +700,8 @@ static void degrade(const wm_revision *rev)
 static void test_degraded_recheck_and_suspects_respect_the_deadline(void **state)
 {
     (void)state;
-    static const uint64_t bytes[1] = {100};
-    wm_revision rev[3] = {seed("slow-a", bytes, 1, WM_MODE_MANUAL),
-                          seed("slow-b", bytes, 1, WM_MODE_MANUAL),
-                          seed("slow-c", bytes, 1, WM_MODE_MANUAL)};
-    run(1); /* the validation after the start: nothing to do */
+    wm_revision rev[3];
+    seed_three("slow", rev);
     for (int i = 0; i < 3; i++) degrade(&rev[i]);
     smp_tick_budget late = B;
     late.deadline_ms = 1; /* already past */
@@ -734,11 +744,8 @@ static void test_degraded_recheck_and_suspects_respect_the_deadline(void **state
 static void test_validation_respects_the_deadline(void **state)
 {
     (void)state;
-    static const uint64_t bytes[1] = {100};
-    wm_revision rev[3] = {seed("val-a", bytes, 1, WM_MODE_MANUAL),
-                          seed("val-b", bytes, 1, WM_MODE_MANUAL),
-                          seed("val-c", bytes, 1, WM_MODE_MANUAL)};
-    run(1); /* the validation after the start: nothing to do */
+    wm_revision rev[3];
+    seed_three("val", rev);
     for (int i = 0; i < 3; i++) find(pkey(&rev[i], 0))->mem = 0; /* nothing readable left */
     smp_event rc = {sizeof(rc), SMP_EVENT_ROLE_CHANGE, NULL, NULL, NULL, SMP_REPLICA_MEMORY, 0, 0, 0, 1};
     wm_lifecycle_event(&P, &rc);
