@@ -1,8 +1,14 @@
 /* bench_data_plane.c -- the node data plane against the baselines it must
  * come close to.
  *
- * Usage: bench_data_plane [total_MiB] [cold_parent_dir] [object_MiB] [rounds]
- *        (defaults: 2048, /tmp, 64, 2)
+ * Usage: bench_data_plane [total_MiB] [cold_parent_dir] [object_MiB] [rounds] [part]
+ *        (defaults: 2048, /tmp, 64, 2, all)
+ *
+ * part picks what runs: `all`; `remote` (the remote rows only); `tls` or
+ * `tcp` (only the get over TLS, or only the plaintext get, each round and
+ * nothing else after the set-up -- so `perf stat` of two runs with
+ * different rounds gives the cycles of the get alone per byte, a figure a
+ * loaded machine does not move).
  *
  * An object set of total_MiB in objects of object_MiB lives in one segment
  * file under /dev/shm. Printed side by side, best of `rounds`:
@@ -55,6 +61,7 @@
 #include "wc_tls.h"
 
 typedef struct bench {
+    const char *part;           /* all, remote, tls, tcp */
     uint64_t total;
     uint64_t obj;
     uint64_t nobj;
@@ -295,17 +302,42 @@ static pid_t start_node(bench *b, SSL_CTX *tls, char *ep, size_t cap)
     return pid;
 }
 
-/* Every object read over c into b->dst, checked; the seconds it took. */
-static double read_all(bench *b, ndc_conn *c, const uint8_t *ticket, size_t ticket_len)
+/* The CPU seconds process pid (0: this one) has used so far. */
+static double cpu_s(pid_t pid)
 {
-    double t0, t;
+    clockid_t id = CLOCK_PROCESS_CPUTIME_ID;
+    struct timespec ts;
+    if ((pid != 0 && clock_getcpuclockid(pid, &id) != 0) || clock_gettime(id, &ts) != 0)
+        return 0;
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* CPU seconds a get spent, summed over rounds: in this process (the client)
+ * and in the node child. */
+typedef struct cpu_use {
+    double client, node;
+    int rounds;
+} cpu_use;
+
+/* Every object read over c (served by the node child pid) into b->dst,
+ * checked; the seconds it took. The CPU time both processes spent in it is
+ * added to *cpu. */
+static double read_all(bench *b, ndc_conn *c, pid_t pid, cpu_use *cpu, const uint8_t *ticket,
+                       size_t ticket_len)
+{
+    double t0, t, c0, n0;
     memset(b->dst, 0, b->total);
+    c0 = cpu_s(0);
+    n0 = cpu_s(pid);
     t0 = now_s();
     for (uint64_t i = 0; i < b->nobj; i++)
         if (ndc_read(c, "bench", i * b->obj, obj_len(b, i), b->dst + i * b->obj, ticket,
                      ticket_len) < 0)
             die("ndc_read", ndc_last_error(c));
     t = now_s() - t0;
+    cpu->client += cpu_s(0) - c0;
+    cpu->node += cpu_s(pid) - n0;
+    cpu->rounds++;
     if (memcmp(b->dst, b->src, b->total) != 0)
         die("remote get", "bytes differ");
     return t;
@@ -367,6 +399,15 @@ static double aead_seconds(bench *b, const EVP_CIPHER *cipher)
     return now_s() - t0;
 }
 
+/* The CPU time per GiB moved of a get, client and node: what the get costs
+ * whatever else runs on the machine (the rate is what is left of it). */
+static void print_cpu(const char *name, const bench *b, const cpu_use *u)
+{
+    double gib = (double)b->total * u->rounds / (double)(1u << 30);
+    printf("  %-18s CPU per GiB: client %.0f ms + node %.0f ms = %.0f ms\n", name,
+           u->client * 1e3 / gib, u->node * 1e3 / gib, (u->client + u->node) * 1e3 / gib);
+}
+
 static void bench_remote(bench *b)
 {
     int st;
@@ -376,6 +417,8 @@ static void bench_remote(bench *b)
     SSL_CTX *server_ctx = NULL, *client_ctx = NULL;
     double best_node = 1e30, best_raw = 1e30, best_tls = 1e30, best_aead = 1e30, t0;
     const char *suite = "?";
+    int only_tls = strcmp(b->part, "tls") == 0, only_tcp = strcmp(b->part, "tcp") == 0;
+    cpu_use cpu_plain = {0, 0, 0}, cpu_tls = {0, 0, 0};
 
     uint8_t ticket[TICKET_MAX_BYTES];
     size_t ticket_len = 0;
@@ -395,10 +438,12 @@ static void bench_remote(bench *b)
     suite = ndc_tls_cipher(tlc);
     const EVP_CIPHER *cipher = strstr(suite, "AES_128") ? EVP_aes_128_gcm() : EVP_aes_256_gcm();
     for (int r = 0; r < b->rounds; r++) {
-        if ((t0 = read_all(b, c, ticket, ticket_len)) < best_node)
+        if (!only_tls && (t0 = read_all(b, c, pid, &cpu_plain, ticket, ticket_len)) < best_node)
             best_node = t0;
-        if ((t0 = read_all(b, tlc, ticket, ticket_len)) < best_tls)
+        if (!only_tcp && (t0 = read_all(b, tlc, tls_pid, &cpu_tls, ticket, ticket_len)) < best_tls)
             best_tls = t0;
+        if (only_tls || only_tcp)
+            continue;
         if ((t0 = raw_transfer(b)) < best_raw)
             best_raw = t0;
         if ((t0 = aead_seconds(b, cipher)) < best_aead)
@@ -414,10 +459,20 @@ static void bench_remote(bench *b)
     SSL_CTX_free(client_ctx);
     remove_tls(tls_dir);
     printf("remote TCP over 127.0.0.1 (node data servers in child processes)\n");
-    print_row("get (ndc_read)", gibps(b->total, best_node), "raw socket", gibps(b->total, best_raw),
-              0.7);
-    print_row("get over TLS", gibps(b->total, best_tls), "plain TCP get", gibps(b->total, best_node),
-              0.8);
+    if (!only_tls)
+        print_row("get (ndc_read)", gibps(b->total, best_node), "raw socket",
+                  gibps(b->total, best_raw), 0.7);
+    if (!only_tls && !only_tcp)
+        print_row("get over TLS", gibps(b->total, best_tls), "plain TCP get",
+                  gibps(b->total, best_node), 0.8);
+    else if (only_tls)
+        printf("  %-18s %7.2f GiB/s\n", "get over TLS", gibps(b->total, best_tls));
+    if (!only_tls)
+        print_cpu("plain TCP get", b, &cpu_plain);
+    if (!only_tcp)
+        print_cpu("get over TLS", b, &cpu_tls);
+    if (only_tls || only_tcp)
+        return;
     printf("  %-18s %7.2f GiB/s   (%s, one core sealing the same bytes: the ceiling of one TLS "
            "stream; no target)\n", "AES-GCM one core", gibps(b->total, best_aead), suite);
     char f1[48];
@@ -513,8 +568,12 @@ int main(int argc, char **argv)
     b.total = (uint64_t)(argc > 1 ? strtoull(argv[1], NULL, 10) : 2048) << 20;
     b.obj = (uint64_t)(argc > 3 ? strtoull(argv[3], NULL, 10) : 64) << 20;
     b.rounds = argc > 4 ? atoi(argv[4]) : 2;
-    if (b.total == 0 || b.obj == 0 || b.rounds <= 0)
-        die("usage", "bench_data_plane [total_MiB] [cold_parent_dir] [object_MiB] [rounds]");
+    b.part = argc > 5 ? argv[5] : "all";
+    if (b.total == 0 || b.obj == 0 || b.rounds <= 0 ||
+        (strcmp(b.part, "all") != 0 && strcmp(b.part, "remote") != 0 &&
+         strcmp(b.part, "tls") != 0 && strcmp(b.part, "tcp") != 0))
+        die("usage", "bench_data_plane [total_MiB] [cold_parent_dir] [object_MiB] [rounds] "
+                     "[all|remote|tls|tcp]");
     b.nobj = (b.total + b.obj - 1) / b.obj;
     snprintf(b.seg_dir, sizeof(b.seg_dir), "/dev/shm/wm-bench-%d", (int)getpid());
     so = (seg_options){ .dir = b.seg_dir, .id = "bench", .size = b.total, .preallocate = 1 };
@@ -535,9 +594,13 @@ int main(int argc, char **argv)
     printf("bench_data_plane: %" PRIu64 " MiB in %" PRIu64 " objects of %" PRIu64
            " MiB, best of %d\n", b.total >> 20, b.nobj, b.obj >> 20, b.rounds);
 
-    bench_colocated(&b); /* also fills the segment with the object set */
+    if (strcmp(b.part, "all") == 0)
+        bench_colocated(&b); /* also fills the segment with the object set */
+    else
+        memcpy(seg_ptr(b.seg, 0, b.total), b.src, b.total);
     bench_remote(&b);
-    bench_cold(&b, cold_parent);
+    if (strcmp(b.part, "all") == 0)
+        bench_cold(&b, cold_parent);
 
     seg_destroy(b.seg);
     rmdir(b.seg_dir);
