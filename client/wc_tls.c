@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include <openssl/err.h>
@@ -108,6 +109,107 @@ int wc_tls_env_ctx(SSL_CTX **out, char *err, size_t errlen)
     return rc;
 }
 
+/* -- the socket BIO of a client session ------------------------------------
+ * OpenSSL's own socket BIO writes with write(2): on a connection the peer
+ * has closed, the kernel raises SIGPIPE, which kills an application that
+ * did not ignore it. This one moves the same bytes with send(MSG_NOSIGNAL)
+ * and recv, so a vanished peer is an EPIPE the caller reports. It has the
+ * socket BIO's retry and end-of-stream semantics, answers BIO_get_fd (so
+ * SSL_get_fd works) and never closes the descriptor (the caller owns it). */
+
+static BIO_METHOD *nosig_method;
+static pthread_once_t nosig_once = PTHREAD_ONCE_INIT;
+
+static int nosig_fd(BIO *b)
+{
+    return (int)(intptr_t)BIO_get_data(b);
+}
+
+/* An errno after which the call is to be made again (as
+ * BIO_sock_non_fatal_error says for OpenSSL's socket BIO). */
+static int nosig_retry(int e)
+{
+    return e == EAGAIN || e == EWOULDBLOCK || e == EINTR || e == EINPROGRESS || e == EALREADY ||
+           e == ENOTCONN;
+}
+
+static int nosig_write(BIO *b, const char *buf, int len)
+{
+    ssize_t n;
+    errno = 0;
+    n = send(nosig_fd(b), buf, (size_t)len, MSG_NOSIGNAL);
+    BIO_clear_retry_flags(b);
+    if (n < 0 && nosig_retry(errno))
+        BIO_set_retry_write(b);
+    return (int)n;
+}
+
+static int nosig_read(BIO *b, char *buf, int len)
+{
+    ssize_t n;
+    if (buf == NULL)
+        return 0;
+    errno = 0;
+    n = recv(nosig_fd(b), buf, (size_t)len, 0);
+    BIO_clear_retry_flags(b);
+    if (n < 0 && nosig_retry(errno))
+        BIO_set_retry_read(b);
+    else if (n == 0)
+        BIO_set_flags(b, BIO_FLAGS_IN_EOF);
+    return (int)n;
+}
+
+static int nosig_puts(BIO *b, const char *str)
+{
+    return nosig_write(b, str, (int)strlen(str));
+}
+
+static long nosig_ctrl(BIO *b, int cmd, long num, void *ptr)
+{
+    (void)num;
+    switch (cmd) {
+    case BIO_C_GET_FD:
+        if (!BIO_get_init(b))
+            return -1;
+        if (ptr != NULL)
+            *(int *)ptr = nosig_fd(b);
+        return nosig_fd(b);
+    case BIO_CTRL_EOF:
+        return BIO_test_flags(b, BIO_FLAGS_IN_EOF) != 0;
+    case BIO_CTRL_GET_CLOSE:
+        return BIO_NOCLOSE;
+    case BIO_CTRL_FLUSH:
+    case BIO_CTRL_DUP:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static void nosig_make(void)
+{
+    BIO_METHOD *m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK |
+                                 BIO_TYPE_DESCRIPTOR, "socket, MSG_NOSIGNAL");
+    if (m == NULL || BIO_meth_set_write(m, nosig_write) != 1 ||
+        BIO_meth_set_read(m, nosig_read) != 1 || BIO_meth_set_puts(m, nosig_puts) != 1 ||
+        BIO_meth_set_ctrl(m, nosig_ctrl) != 1) {
+        BIO_meth_free(m);
+        return;
+    }
+    nosig_method = m; /* lives as long as the process */
+}
+
+BIO *wc_tls_socket_bio(int fd)
+{
+    BIO *b;
+    if (pthread_once(&nosig_once, nosig_make) != 0 || nosig_method == NULL ||
+        (b = BIO_new(nosig_method)) == NULL)
+        return NULL;
+    BIO_set_data(b, (void *)(intptr_t)fd);
+    BIO_set_init(b, 1);
+    return b;
+}
+
 /* The host part of a TCP endpoint "host:port" / "[v6]:port" into host. */
 static void endpoint_host(const char *ep, char *host, size_t cap)
 {
@@ -164,12 +266,16 @@ int wc_tls_connect(SSL_CTX *ctx,
 {
     char host[256], why[256];
     SSL *ssl = SSL_new(ctx);
+    BIO *bio = wc_tls_socket_bio(fd);
     struct in6_addr a6;
     struct in_addr a4;
-    if (ssl == NULL) {
+    if (ssl == NULL || bio == NULL) {
+        SSL_free(ssl);
+        BIO_free(bio);
         wm_errbuf(err, errlen, "TLS: out of memory");
         return SMP_ENOMEM;
     }
+    SSL_set_bio(ssl, bio, bio); /* the session owns the BIO from here */
     endpoint_host(endpoint, host, sizeof(host));
     if (inet_pton(AF_INET, host, &a4) == 1 || inet_pton(AF_INET6, host, &a6) == 1) {
         X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), host);
@@ -177,7 +283,6 @@ int wc_tls_connect(SSL_CTX *ctx,
         SSL_set_tlsext_host_name(ssl, host);
         SSL_set1_host(ssl, host);
     }
-    SSL_set_fd(ssl, fd);
     ERR_clear_error();
     for (;;) {
         int r = SSL_connect(ssl);

@@ -26,12 +26,19 @@ int wc_tls_client_ctx(const char *ca,
                       char *err,
                       size_t errlen);
 
+/* A BIO over the connected socket fd, as OpenSSL's socket BIO but sending
+ * with MSG_NOSIGNAL: a peer that closed is an error (EPIPE), never a
+ * SIGPIPE. It never closes fd. NULL when out of memory. Every client
+ * session (wc_tls_connect) runs over one. */
+BIO *wc_tls_socket_bio(int fd);
+
 /* Handshake on the connected socket fd with the peer at endpoint
  * "host:port" / "[v6]:port" (its certificate must chain to ctx's CA and
  * name host), by deadline (CLOCK_MONOTONIC ms; -1: none). peer names the
  * other side in messages ("master", "node"). *out is the session, bound to
- * fd. SMP_EPROTO (refused: not trusted, wrong name, not a TLS port, a client
- * certificate wanted), SMP_EAGAIN (timed out), SMP_EIO, SMP_ENOMEM, with the
+ * fd through wc_tls_socket_bio (its writes never raise SIGPIPE). SMP_EPROTO
+ * (refused: not trusted, wrong name, not a TLS port, a client certificate
+ * wanted), SMP_EAGAIN (timed out), SMP_EIO, SMP_ENOMEM, with the
  * cause in err; on failure nothing is left open but fd. */
 int wc_tls_connect(SSL_CTX *ctx,
                    int fd,
