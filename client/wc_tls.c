@@ -276,6 +276,9 @@ int wc_tls_connect(SSL_CTX *ctx,
         return SMP_ENOMEM;
     }
     SSL_set_bio(ssl, bio, bio); /* the session owns the BIO from here */
+    /* Room for several records per recv when read-ahead is on (the node
+     * data client turns it on): one syscall brings ~8 records, not one. */
+    SSL_set_default_read_buffer_len(ssl, WC_TLS_READ_BUFFER);
     endpoint_host(endpoint, host, sizeof(host));
     if (inet_pton(AF_INET, host, &a4) == 1 || inet_pton(AF_INET6, host, &a6) == 1) {
         X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), host);

@@ -13,6 +13,10 @@
 
 #include <openssl/ssl.h>
 
+/* The read buffer of a client session (bytes): with read-ahead, what one
+ * recv may bring in. */
+#define WC_TLS_READ_BUFFER (128u << 10)
+
 /* A TLS 1.3 client context trusting ca, with the client certificate cert /
  * key when given. When ca is NULL or "", the environment's WM_TLS_CA /
  * WM_TLS_CERT / WM_TLS_KEY are used instead; when neither names a CA, *out
@@ -36,7 +40,8 @@ BIO *wc_tls_socket_bio(int fd);
  * "host:port" / "[v6]:port" (its certificate must chain to ctx's CA and
  * name host), by deadline (CLOCK_MONOTONIC ms; -1: none). peer names the
  * other side in messages ("master", "node"). *out is the session, bound to
- * fd through wc_tls_socket_bio (its writes never raise SIGPIPE). SMP_EPROTO
+ * fd through wc_tls_socket_bio (its writes never raise SIGPIPE), with a
+ * read buffer of WC_TLS_READ_BUFFER. SMP_EPROTO
  * (refused: not trusted, wrong name, not a TLS port, a client certificate
  * wanted), SMP_EAGAIN (timed out), SMP_EIO, SMP_ENOMEM, with the
  * cause in err; on failure nothing is left open but fd. */

@@ -22,14 +22,17 @@
  * frees it, unless a work item is still out: then the work's completion
  * does (the work touches only the transfer, never the connection).
  *
- * TLS (data_server_options.tls): a connection is an OpenSSL session driven
- * through memory BIOs (rpc_tls.h). libuv reads ciphertext into the
- * connection's buffer; the session decrypts it straight into the buffer the
- * state machine would have handed libuv (header, variable part, or the
- * segment at the write position), so the states are the same. Every byte
- * sent is sealed first: a response header with the first chunk of a read
- * (TLS_OUT_CHUNK), then the next chunk once the previous one was written --
- * one chunk's ciphertext per connection at a time, never the whole range.
+ * TLS (data_server_options.tls): a connection is an OpenSSL session on the
+ * loop. libuv reads ciphertext into the connection's buffer, which goes into
+ * the session's memory BIO (rpc_tls.h); the session decrypts it straight
+ * into the buffer the state machine would have handed libuv (header,
+ * variable part, or the segment at the write position), so the states are
+ * the same. Sealed records collect in the connection's stash and go to the
+ * socket with one send per step (node_tls_out.h); a read's payload is
+ * sealed TLS_SEAL_STEP at a time, up to TLS_OUT_CHUNK per turn of the loop,
+ * and sealing stops as soon as the socket takes no more: what it did not
+ * take is written by libuv, and the next step is sealed once that is out --
+ * so a connection holds at most one step of ciphertext, never the range.
  * The first byte a client sends decides: not a TLS handshake record (0x16)
  * is a plaintext client, answered with one plaintext refusal frame naming
  * the cause, then closed; the server keeps serving. */
@@ -52,12 +55,14 @@
 #include "wm_errbuf.h"
 #include "net_addr.h"
 #include "rpc_tls.h"
+#include "node_tls_out.h"
 
 #define COLD_XFER_CHUNK (1u << 20) /* bytes of a cold file read and sent at once */
 #define USED_TICKETS_MAX (1u << 20) /* write tickets remembered at once (replay guard) */
 #define USED_PRUNE_MS 1000          /* forget expired write tickets at most this often */
 #define TLS_IN_CHUNK (256u << 10)   /* ciphertext taken from the socket at once */
-#define TLS_OUT_CHUNK (1u << 20)    /* plaintext of a read sealed per write */
+#define TLS_OUT_CHUNK (1u << 20)    /* plaintext of a read sealed per turn of the loop */
+#define TLS_SEAL_STEP (256u << 10)  /* plaintext sealed, then sent, at once (16 records) */
 #define DRAIN_MAX (64u << 10)       /* bytes taken from a refused plaintext client */
 
 /* A write ticket that wrote (or is writing): refused if presented again
@@ -124,6 +129,7 @@ typedef struct data_conn {
     used_ticket *wticket;       /* PAYLOAD: the write ticket being used */
     rpc_tls_session tls;        /* ssl NULL: a plaintext connection */
     uint8_t *cin;               /* TLS: ciphertext read from the socket */
+    tls_out out;                /* TLS: where the session's records go (the socket) */
     uv_shutdown_t shutdown;     /* CS_DRAIN: our side of the stream ends */
 } data_conn;
 
@@ -135,7 +141,8 @@ typedef struct data_reply {
     uint64_t payload;
     const uint8_t *src;         /* TLS: payload bytes not sealed yet */
     uint64_t src_left;
-    uint8_t *cipher;            /* TLS: what this request writes, sealed */
+    uint8_t *cipher;            /* TLS: what this request writes (sealed, the socket
+                                   did not take it at once) */
     uint8_t buf[NDW_RESP_HDR + NDW_MESSAGE_MAX];
 } data_reply;
 
@@ -333,6 +340,7 @@ static void on_conn_closed(uv_handle_t *h)
     if (c->next != NULL)
         c->next->prev = c->prev;
     rpc_tls_session_free(&c->tls);
+    tls_out_free(&c->out);
     free(c->cin);
     free(c);
     s->stats.connections_open--;
@@ -430,39 +438,45 @@ static void tls_pump(data_conn *c);
 
 /* -- the byte stream: plain, or through the connection's TLS session ------ */
 
-/* Move everything the session has sealed into *cipher (grown as needed;
- * owned by the caller), its length into *len. SMP_OK or SMP_ENOMEM. */
-static int tls_take(data_conn *c, uint8_t **cipher, size_t *len)
+/* TLS: send what the session sealed as far as the socket takes it now,
+ * then queue w with cb, writing the rest (possibly nothing: cb then comes
+ * on the next turn of the loop); *cipher (freed first) holds those bytes
+ * until cb. 0, or < 0 when nothing was queued. */
+static int tls_queue(data_conn *c, uv_write_t *w, uint8_t **cipher, uv_write_cb cb)
 {
-    size_t n = BIO_ctrl_pending(c->tls.wbio);
-    uint8_t *p = realloc(*cipher, n > 0 ? n : 1);
-    if (p == NULL)
-        return SMP_ENOMEM;
-    *cipher = p;
-    *len = n > 0 ? (size_t)BIO_read(c->tls.wbio, p, (int)n) : 0;
+    size_t len;
+    uv_buf_t b;
+    if (tls_out_flush(&c->out) < 0)
+        return SMP_EIO;
+    tls_out_take(&c->out, cipher, &len);
+    b = uv_buf_init(*cipher != NULL ? (char *)*cipher : (char *)c->scratch, (unsigned)len);
+    return uv_write(w, (uv_stream_t *)&c->tcp, &b, 1, cb);
+}
+
+/* TLS: seal len bytes of p into the stash. 0 or SMP_EIO (the session
+ * failed, or memory ran out). */
+static int tls_seal(data_conn *c, const void *p, size_t len)
+{
+    size_t done = 0;
+    if (len > 0 && (SSL_write_ex(c->tls.ssl, p, len, &done) != 1 || done != len)) {
+        ERR_clear_error();
+        return SMP_EIO;
+    }
     return SMP_OK;
 }
 
-/* Queue bufs on c's stream with w and cb: as they are, or (TLS) sealed into
- * *cipher, which the request owns until cb. 0, or < 0 when nothing was
- * queued (the caller closes the connection). */
+/* Queue bufs on c's stream with w and cb: as they are, or (TLS) sealed
+ * (*cipher then holds what the socket did not take, until cb). 0, or < 0
+ * when nothing was queued (the caller closes the connection). */
 static int conn_write(data_conn *c, uv_write_t *w, const uv_buf_t *bufs, unsigned nbufs,
                       uint8_t **cipher, uv_write_cb cb)
 {
-    uv_buf_t b;
-    size_t len;
     if (c->tls.ssl == NULL)
         return uv_write(w, (uv_stream_t *)&c->tcp, bufs, nbufs, cb);
     for (unsigned i = 0; i < nbufs; i++)
-        if (bufs[i].len > 0 && SSL_write(c->tls.ssl, bufs[i].base, (int)bufs[i].len) !=
-                                   (int)bufs[i].len) {
-            ERR_clear_error();
+        if (tls_seal(c, bufs[i].base, bufs[i].len) < 0)
             return SMP_EIO;
-        }
-    if (tls_take(c, cipher, &len) < 0)
-        return SMP_ENOMEM;
-    b = uv_buf_init((char *)*cipher, (unsigned)len);
-    return uv_write(w, (uv_stream_t *)&c->tcp, &b, 1, cb);
+    return tls_queue(c, w, cipher, cb);
 }
 
 /* Take requests again after a response: read the socket, and (TLS) act on
@@ -499,23 +513,42 @@ static void on_reply_sent(uv_write_t *w, int status)
     free(r);
 }
 
-/* TLS: a chunk of a read's payload was written; seal and queue the next
- * one, or finish the reply after the last. */
+static void on_reply_part_sent(uv_write_t *w, int status);
+
+/* TLS: seal r's payload from r->src on and send it, TLS_SEAL_STEP at a
+ * time, until TLS_OUT_CHUNK went this turn, all of it did, or the socket
+ * took less than it was given; then queue the rest with r (its callback
+ * comes back here until the payload is out). 0, or < 0 when nothing was
+ * queued. */
+static int tls_send_payload(data_conn *c, data_reply *r)
+{
+    size_t turn = 0;
+    while (r->src_left > 0 && turn < TLS_OUT_CHUNK && c->out.len == 0) {
+        size_t n = r->src_left < TLS_SEAL_STEP ? (size_t)r->src_left : TLS_SEAL_STEP;
+        c->out.more = n < r->src_left;
+        if (tls_seal(c, r->src, n) < 0 || tls_out_flush(&c->out) < 0) {
+            c->out.more = 0;
+            return SMP_EIO;
+        }
+        r->src += n;
+        r->src_left -= n;
+        turn += n;
+    }
+    c->out.more = 0;
+    return tls_queue(c, &r->req, &r->cipher,
+                     r->src_left > 0 ? on_reply_part_sent : on_reply_sent);
+}
+
+/* TLS: what was queued of a read's payload is out; go on with the rest. */
 static void on_reply_part_sent(uv_write_t *w, int status)
 {
     data_reply *r = (data_reply *)w;
     data_conn *c = r->conn;
-    uv_buf_t b;
     if (status < 0 || c->state == CS_CLOSING) {
         on_reply_sent(w, status < 0 ? status : UV_ECANCELED);
         return;
     }
-    b = uv_buf_init((char *)r->src, (unsigned)(r->src_left < TLS_OUT_CHUNK ? r->src_left
-                                                                           : TLS_OUT_CHUNK));
-    r->src += b.len;
-    r->src_left -= b.len;
-    if (conn_write(c, &r->req, &b, 1, &r->cipher,
-                   r->src_left > 0 ? on_reply_part_sent : on_reply_sent) < 0)
+    if (tls_send_payload(c, r) < 0)
         on_reply_sent(w, UV_EIO);
 }
 
@@ -524,26 +557,24 @@ static void on_reply_part_sent(uv_write_t *w, int status)
 static void tls_flush(data_conn *c, int close_after)
 {
     data_reply *r;
-    uv_buf_t b;
-    size_t len = 0;
     if (c->state == CS_CLOSING)
         return;
-    if (BIO_ctrl_pending(c->tls.wbio) == 0) {
-        if (close_after)
-            conn_close(c);
+    if (tls_out_flush(&c->out) < 0) {
+        conn_close(c);
         return;
     }
-    if ((r = calloc(1, sizeof(*r))) == NULL || tls_take(c, &r->cipher, &len) < 0) {
-        if (r != NULL)
-            free(r->cipher);
-        free(r);
+    if (c->out.len == 0) {
+        if (close_after)
+            conn_close(c); /* what was sealed is in the socket already */
+        return;
+    }
+    if ((r = calloc(1, sizeof(*r))) == NULL) {
         conn_close(c);
         return;
     }
     r->conn = c;
     r->close_after = close_after;
-    b = uv_buf_init((char *)r->cipher, (unsigned)len);
-    if (uv_write(&r->req, (uv_stream_t *)&c->tcp, &b, 1, on_reply_sent) < 0) {
+    if (tls_queue(c, &r->req, &r->cipher, on_reply_sent) < 0) {
         free(r->cipher);
         free(r);
         conn_close(c);
@@ -581,19 +612,25 @@ static int send_reply(data_conn *c, int status, uint8_t kind, const char *msg,
     bufs[1] = uv_buf_init((char *)payload, 0);
     if (payload != NULL)
         bufs[1].len = (size_t)plen; /* size_t on Unix: a whole range in one write */
-    if (c->tls.ssl != NULL && plen > TLS_OUT_CHUNK) {
-        bufs[1].len = TLS_OUT_CHUNK; /* the rest is sealed chunk by chunk */
-        r->src = payload + TLS_OUT_CHUNK;
-        r->src_left = plen - TLS_OUT_CHUNK;
+    if (c->tls.ssl != NULL) {
+        /* the header, then the payload (a cold read's comes later, chunk
+         * by chunk) step by step; MSG_MORE keeps the header with it */
+        int rc;
+        r->src = payload;
+        r->src_left = payload != NULL ? plen : 0;
+        c->out.more = r->src_left > 0;
+        rc = tls_seal(c, bufs[0].base, bufs[0].len);
+        c->out.more = 0;
+        if (rc == SMP_OK && (rc = tls_send_payload(c, r)) == SMP_OK)
+            return 0;
+    } else if (uv_write(&r->req, (uv_stream_t *)&c->tcp, bufs, payload != NULL ? 2 : 1,
+                        on_reply_sent) == 0) {
+        return 0;
     }
-    if (conn_write(c, &r->req, bufs, payload != NULL ? 2 : 1, &r->cipher,
-                   r->src_left > 0 ? on_reply_part_sent : on_reply_sent) < 0) {
-        free(r->cipher);
-        free(r);
-        conn_close(c);
-        return -1;
-    }
-    return 0;
+    free(r->cipher);
+    free(r);
+    conn_close(c);
+    return -1;
 }
 
 /* Answer a refusal (the connection stays) and wait for the next request. */
@@ -1159,10 +1196,18 @@ static void on_connection(uv_stream_t *server, int status)
     }
     s->stats.connections_accepted++;
     if (s->tls != NULL) {
+        BIO *out;
         if (rpc_tls_session_init(&c->tls, s->tls) < 0 || (c->cin = malloc(TLS_IN_CHUNK)) == NULL) {
             conn_close(c);
             return;
         }
+        c->out.tcp = &c->tcp;
+        if ((out = tls_out_bio(&c->out)) == NULL) {
+            conn_close(c);
+            return;
+        }
+        SSL_set0_wbio(c->tls.ssl, out); /* frees the memory BIO it replaces */
+        c->tls.wbio = out;
         /* a stream keeps its buffers: releasing them between records costs */
         SSL_clear_mode(c->tls.ssl, SSL_MODE_RELEASE_BUFFERS);
     }
