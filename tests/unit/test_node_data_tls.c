@@ -14,7 +14,9 @@
  *   - a client gone mid-read (its socket closed with a range half sent):
  *     the node lives and serves the next client byte for byte;
  *   - ranges of 0, 1, a record +-1, a chunk +-1 and odd offsets read back
- *     exactly what a ticketed write put there. */
+ *     exactly what a ticketed write put there;
+ *   - a cold file of three chunks and a bit, whole and in a range across
+ *     its chunks, comes back exactly. */
 #include <errno.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -28,6 +30,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <openssl/sha.h>
 #include <openssl/ssl.h>
 #include <uv.h>
 
@@ -38,8 +41,10 @@
 
 #define SEG_BYTES (24u << 20)
 #define PIECE (64u << 10)
+#define COLD_BYTES ((3u << 20) + 5) /* three of the node's cold chunks and a bit */
 
-static char g_dir[256], g_cert[320], g_key[320];
+static char g_dir[256], g_cert[320], g_key[320], g_cold[320];
+static char g_cold_name[COLD_NAME_MAX];
 static ticket_keyring g_keys;
 
 typedef struct node {
@@ -54,18 +59,20 @@ static uint8_t byte_at(uint64_t i)
     return (uint8_t)((i * 2654435761u) >> 13);
 }
 
-/* Child: serve a fresh segment "seg" over TLS; the port goes to fd. */
+/* Child: serve a fresh segment "seg" and the cold tier g_cold over TLS;
+ * the port goes to fd. */
 static void node_main(int fd)
 {
     uv_loop_t loop;
     data_server *srv;
     seg_segment *seg;
+    cold_tier *ct = NULL;
     SSL_CTX *tls = NULL;
     char err[256];
     seg_options so = { .dir = g_dir, .id = "seg", .size = SEG_BYTES };
     data_server_options o = { .listen_tcp = "127.0.0.1:0", .keys = &g_keys };
     int port;
-    if (seg_open(&so, &seg, err, sizeof(err)) < 0 ||
+    if (seg_open(&so, &seg, err, sizeof(err)) < 0 || cold_open(g_cold, &ct, err, sizeof(err)) < 0 ||
         data_server_tls_ctx(g_cert, g_key, NULL, &tls, err, sizeof(err)) < 0)
         _exit(2);
     for (uint64_t i = 0; i < SEG_BYTES; i++)
@@ -74,6 +81,7 @@ static void node_main(int fd)
     if (uv_loop_init(&loop) != 0 || data_server_create(&loop, &o, &srv, err, sizeof(err)) < 0 ||
         data_server_add_segment(srv, seg) < 0 || data_server_start(srv, err, sizeof(err)) < 0)
         _exit(3);
+    data_server_set_cold(srv, ct);
     port = data_server_tcp_port(srv);
     if (write(fd, &port, sizeof(port)) != sizeof(port))
         _exit(4);
@@ -150,14 +158,15 @@ static ndc_conn *tls_connect(const node *n)
     return c;
 }
 
-static size_t mint(uint8_t op, uint64_t off, uint64_t len, uint8_t *out)
+/* A ticket for op on [off, +len) of segment (or cold file) what. */
+static size_t mint_for(const char *what, uint8_t op, uint64_t off, uint64_t len, uint8_t *out)
 {
     ticket_claims cl;
     size_t n = 0;
     memset(&cl, 0, sizeof(cl));
     cl.op = op;
     cl.key_id = g_keys.current_id;
-    snprintf(cl.segment, sizeof(cl.segment), "seg");
+    snprintf(cl.segment, sizeof(cl.segment), "%s", what);
     snprintf(cl.key, sizeof(cl.key), "obj");
     cl.offset = off;
     cl.length = len;
@@ -165,6 +174,11 @@ static size_t mint(uint8_t op, uint64_t off, uint64_t len, uint8_t *out)
     if (ticket_mint(&g_keys.current, &cl, out, TICKET_MAX_BYTES, &n) < 0)
         return 0;
     return n;
+}
+
+static size_t mint(uint8_t op, uint64_t off, uint64_t len, uint8_t *out)
+{
+    return mint_for("seg", op, off, len, out);
 }
 
 /* What a client child reports to the test through a pipe. */
@@ -396,6 +410,61 @@ static void test_tls_ranges_round_trip(void **state)
     free(dst);
 }
 
+/* A cold file of COLD_BYTES read over TLS, whole and in a range across its
+ * chunks: the node sends its header, then each chunk sealed, and every
+ * byte comes back. */
+static void test_tls_cold_read_round_trip(void **state)
+{
+    node n;
+    uint8_t tok[TICKET_MAX_BYTES];
+    uint8_t *dst = malloc(COLD_BYTES);
+    uint64_t off = (1u << 20) - 3, len = (2u << 20) + 1;
+    size_t tl;
+    ndc_conn *c;
+    (void)state;
+    assert_non_null(dst);
+    node_start(&n);
+    c = tls_connect(&n);
+    assert_non_null(c);
+    tl = mint_for(g_cold_name, TICKET_OP_READ, 0, COLD_BYTES, tok);
+    assert_int_equal(ndc_read_cold(c, g_cold_name, 0, COLD_BYTES, dst, tok, tl), SMP_OK);
+    for (uint64_t i = 0; i < COLD_BYTES; i++)
+        if (dst[i] != byte_at(i))
+            fail_msg("cold byte %llu differs", (unsigned long long)i);
+    memset(dst, 0, COLD_BYTES);
+    tl = mint_for(g_cold_name, TICKET_OP_READ, off, len, tok);
+    assert_int_equal(ndc_read_cold(c, g_cold_name, off, len, dst, tok, tl), SMP_OK);
+    for (uint64_t i = 0; i < len; i++)
+        if (dst[i] != byte_at(off + i))
+            fail_msg("cold byte %llu differs", (unsigned long long)(off + i));
+    ndc_close(c);
+    assert_int_equal(node_stop(&n), 1);
+    free(dst);
+}
+
+/* The cold tier g_cold with one object of COLD_BYTES (byte_at); its name
+ * into g_cold_name. 0 or -1. */
+static int make_cold(void)
+{
+    cold_tier *ct = NULL;
+    char err[256];
+    uint8_t sha[32], *data = malloc(COLD_BYTES);
+    int rc = -1;
+    if (data == NULL)
+        return -1;
+    for (uint64_t i = 0; i < COLD_BYTES; i++)
+        data[i] = byte_at(i);
+    SHA256(data, COLD_BYTES, sha);
+    if (cold_open(g_cold, &ct, err, sizeof(err)) == SMP_OK &&
+        cold_persist(ct, "model/w0", data, COLD_BYTES, sha, 0, g_cold_name, err,
+                     sizeof(err)) == SMP_OK)
+        rc = 0;
+    if (ct != NULL)
+        cold_close(ct);
+    free(data);
+    return rc;
+}
+
 static int setup(void **state)
 {
     char cmd[2048];
@@ -403,13 +472,14 @@ static int setup(void **state)
     snprintf(g_dir, sizeof(g_dir), "/tmp/wm-test-data-tls-%d", (int)getpid());
     snprintf(g_cert, sizeof(g_cert), "%s/node.pem", g_dir);
     snprintf(g_key, sizeof(g_key), "%s/node.key", g_dir);
+    snprintf(g_cold, sizeof(g_cold), "%s/cold", g_dir);
     snprintf(cmd, sizeof(cmd),
              "mkdir -p '%s' && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 "
              "-nodes -days 1 -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 "
              "-keyout '%s' -out '%s' >'%s/openssl.log' 2>&1", g_dir, g_key, g_cert, g_dir);
     if (system(cmd) != 0)
         return -1;
-    return ticket_keyring_init(&g_keys) == SMP_OK ? 0 : -1;
+    return ticket_keyring_init(&g_keys) == SMP_OK && make_cold() == 0 ? 0 : -1;
 }
 
 static int teardown(void **state)
@@ -427,6 +497,7 @@ int main(void)
         cmocka_unit_test(test_tls_node_killed_between_reads),
         cmocka_unit_test(test_tls_client_gone_mid_read),
         cmocka_unit_test(test_tls_ranges_round_trip),
+        cmocka_unit_test(test_tls_cold_read_round_trip),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
