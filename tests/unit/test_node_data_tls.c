@@ -227,6 +227,18 @@ static void in_child(node *n, void (*fn)(node *, outcome *), outcome *out)
     assert_int_equal(got, (ssize_t)sizeof(*out));
 }
 
+/* fn in a client child (in_child) against a node of its own, stopped
+ * after; the child must have got SMP_EIO with needle in its message. */
+static void expect_eio(void (*fn)(node *, outcome *), const char *needle, outcome *out)
+{
+    node n;
+    node_start(&n);
+    in_child(&n, fn, out);
+    node_stop(&n);
+    assert_int_equal(out->rc, SMP_EIO);
+    assert_non_null(strstr(out->msg, needle));
+}
+
 /* The source of the mid-write kill: the first piece kills the node; every
  * piece is PIECE bytes of zeros. */
 typedef struct killer {
@@ -272,14 +284,9 @@ static void write_while_node_dies(node *n, outcome *o)
  * (its sends go through MSG_NOSIGNAL). */
 static void test_tls_node_killed_mid_write(void **state)
 {
-    node n;
     outcome o;
     (void)state;
-    node_start(&n);
-    in_child(&n, write_while_node_dies, &o);
-    node_stop(&n);
-    assert_int_equal(o.rc, SMP_EIO);
-    assert_non_null(strstr(o.msg, "node data: send: "));
+    expect_eio(write_while_node_dies, "node data: send: ", &o);
     assert_true(strstr(o.msg, strerror(EPIPE)) != NULL || strstr(o.msg, strerror(ECONNRESET)) != NULL);
 }
 
@@ -310,14 +317,9 @@ static void read_while_node_dies(node *n, outcome *o)
  * and its wait for the answer fail with SMP_EIO and a sentence; it lives. */
 static void test_tls_node_killed_between_reads(void **state)
 {
-    node n;
     outcome o;
     (void)state;
-    node_start(&n);
-    in_child(&n, read_while_node_dies, &o);
-    node_stop(&n);
-    assert_int_equal(o.rc, SMP_EIO);
-    assert_non_null(strstr(o.msg, "node"));
+    expect_eio(read_while_node_dies, "node", &o);
 }
 
 /* Ask for the whole segment, take the first bytes only, and vanish. */
