@@ -6,9 +6,11 @@
  *
  * part picks what runs: `all`; `remote` (the remote rows only); `tls` or
  * `tcp` (only the get over TLS, or only the plaintext get, each round and
- * nothing else after the set-up -- so `perf stat` of two runs with
- * different rounds gives the cycles of the get alone per byte, a figure a
- * loaded machine does not move).
+ * nothing else after the set-up: what a profile of the get wants).
+ * Each get's row is followed by the CPU time the client and the node child
+ * spent in it per GiB (clock_getcpuclockid); on a paravirtualised guest that
+ * clock counts the process's waits for the hypervisor too, so compare it
+ * between builds of one path, not between paths.
  *
  * An object set of total_MiB in objects of object_MiB lives in one segment
  * file under /dev/shm. Printed side by side, best of `rounds`:
@@ -399,8 +401,8 @@ static double aead_seconds(bench *b, const EVP_CIPHER *cipher)
     return now_s() - t0;
 }
 
-/* The CPU time per GiB moved of a get, client and node: what the get costs
- * whatever else runs on the machine (the rate is what is left of it). */
+/* The CPU time per GiB moved of a get, client and node (see the file
+ * comment for what it counts on a virtual machine). */
 static void print_cpu(const char *name, const bench *b, const cpu_use *u)
 {
     double gib = (double)b->total * u->rounds / (double)(1u << 30);
