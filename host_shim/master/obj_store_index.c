@@ -13,24 +13,30 @@
 
 /* Initialise an empty list. SMP_ENOMEM. The head has forward links only:
  * the back links (OBJ_SL_PREV) are read from real nodes, never the head. */
-int obj_sl_init(obj_sl *sl)
+static int obj_sl_init_as(obj_sl *sl, int hashed)
 {
-    sl->head = calloc(1, sizeof(obj_sl_node) + OBJ_SL_MAX_LEVEL * sizeof(obj_sl_node *));
+    /* A hashed list keeps its tail[] after the head's forward links. */
+    size_t links = (hashed ? 2 : 1) * (size_t)OBJ_SL_MAX_LEVEL;
+    sl->head = calloc(1, sizeof(obj_sl_node) + links * sizeof(obj_sl_node *));
     if (!sl->head) return SMP_ENOMEM;
     sl->head->level = OBJ_SL_MAX_LEVEL;
     sl->level = 1;
-    sl->hashed = 1;
+    sl->hashed = hashed;
+    sl->tail = hashed ? &sl->head->next[OBJ_SL_MAX_LEVEL] : NULL;
     sl->hash = NULL;
     sl->count = 0;
     sl->rng = UINT64_C(0x9E3779B97F4A7C15);
     return SMP_OK;
 }
 
+int obj_sl_init(obj_sl *sl)
+{
+    return obj_sl_init_as(sl, 1);
+}
+
 int obj_sl_init_ordered(obj_sl *sl)
 {
-    int rc = obj_sl_init(sl);
-    if (rc == SMP_OK) sl->hashed = 0;
-    return rc;
+    return obj_sl_init_as(sl, 0);
 }
 
 /* Free the nodes (not keys or values). */
@@ -107,7 +113,13 @@ int obj_sl_put(obj_sl *sl, const char *key, void *val)
         n->val = val;
         return SMP_OK;
     }
-    if (sl->hashed) obj_sl_seek(sl, key, upd);
+    if (sl->hashed) {
+        if (sl->tail[0] == NULL || strcmp(sl->tail[0]->key, key) < 0) {
+            for (int i = 0; i < sl->level; i++) upd[i] = sl->tail[i] ? sl->tail[i] : sl->head;
+        } else {
+            obj_sl_seek(sl, key, upd);
+        }
+    }
     int lvl = obj_sl_random_level(sl);
     n = malloc(sizeof(*n) + 2 * (size_t)lvl * sizeof(obj_sl_node *));
     if (!n) return SMP_ENOMEM;
@@ -122,6 +134,7 @@ int obj_sl_put(obj_sl *sl, const char *key, void *val)
         OBJ_SL_PREV(n, i) = upd[i];
         if (n->next[i]) OBJ_SL_PREV(n->next[i], i) = n;
         upd[i]->next[i] = n;
+        if (sl->tail && !n->next[i]) sl->tail[i] = n;
     }
     sl->count++;
     return SMP_OK;
@@ -133,6 +146,8 @@ void *obj_sl_unlink(obj_sl *sl, obj_sl_node *n)
     for (int i = 0; i < n->level; i++) {
         OBJ_SL_PREV(n, i)->next[i] = n->next[i];
         if (n->next[i]) OBJ_SL_PREV(n->next[i], i) = OBJ_SL_PREV(n, i);
+        if (sl->tail && sl->tail[i] == n)
+            sl->tail[i] = OBJ_SL_PREV(n, i) == sl->head ? NULL : OBJ_SL_PREV(n, i);
     }
     if (sl->hashed) HASH_DEL(sl->hash, n);
     while (sl->level > 1 && !sl->head->next[sl->level - 1]) sl->level--;

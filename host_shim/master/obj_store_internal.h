@@ -29,6 +29,10 @@ typedef struct obj_sl {
     obj_sl_node *hash;  /* the same nodes, by key (NULL when !hashed) */
     int level;
     int hashed;         /* exact lookups by hash; 0: through the levels */
+    /* Hashed lists only (NULL otherwise): tail[i] is the last node at level
+     * i, NULL when the level is empty. A key above every key -- each record
+     * of a snapshot, saved in order -- is appended without a search. */
+    obj_sl_node **tail;
     size_t count;
     uint64_t rng;
 } obj_sl;
