@@ -46,6 +46,7 @@
 static char g_dir[256], g_cert[320], g_key[320], g_cold[320];
 static char g_cold_name[COLD_NAME_MAX];
 static ticket_keyring g_keys;
+static pid_t g_node_pid;        /* the node running now, killed by teardown if a test failed */
 
 typedef struct node {
     pid_t pid;
@@ -101,6 +102,7 @@ static void node_start(node *n)
         close(ports[0]);
         node_main(ports[1]);
     }
+    g_node_pid = n->pid;
     close(ports[1]);
     assert_int_equal(read(ports[0], &port, sizeof(port)), (ssize_t)sizeof(port));
     close(ports[0]);
@@ -126,6 +128,7 @@ static void serve_kill(node *n, int ask_rd, int done_wr)
         kill(n->pid, SIGKILL);
         waitpid(n->pid, &st, 0);
         n->reaped = 1;
+        g_node_pid = 0;
         if (write(done_wr, &x, 1) != 1)
             fail_msg("cannot tell the client the node is gone");
     }
@@ -140,6 +143,7 @@ static int node_stop(node *n)
     alive = waitpid(n->pid, &st, WNOHANG) == 0;
     kill(n->pid, SIGKILL);
     waitpid(n->pid, &st, 0);
+    g_node_pid = 0;
     return alive; /* the segment file stays for the next node; teardown removes it */
 }
 
@@ -487,7 +491,12 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     char cmd[512];
+    int st;
     (void)state;
+    if (g_node_pid > 0) { /* a test failed with its node running */
+        kill(g_node_pid, SIGKILL);
+        waitpid(g_node_pid, &st, 0);
+    }
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", g_dir);
     return system(cmd) == 0 ? 0 : -1;
 }
