@@ -386,21 +386,36 @@ typedef struct reconcile_ctx {
     master *m;
     master_node *node;
     const NodeRegisterRequest *req;
+    InventoryFile **by_name;   /* the node's cold files sorted by name; NULL: unsorted */
     size_t n_lost;
     char **lost_keys;
     obj_replica *lost;
 } reconcile_ctx;
 
-static int has_cold_file(const NodeRegisterRequest *req, const char *key, const char *path,
+static int cmp_file_name(const void *a, const void *b)
+{
+    return strcmp((*(InventoryFile *const *)a)->name, (*(InventoryFile *const *)b)->name);
+}
+
+/* 1 when the node's inventory holds the cold file path of key with sha: a
+ * binary search by name (a node registers with every file it has, tens of
+ * thousands at scale, each looked up once per cold replica), or a scan when
+ * the sorted copy could not be made. */
+static int has_cold_file(const reconcile_ctx *c, const char *key, const char *path,
                          const uint8_t *sha)
 {
-    for (size_t i = 0; i < req->n_cold_files; i++) {
-        const InventoryFile *f = req->cold_files[i];
-        if (strcmp(f->key, key) == 0 && strcmp(f->name, path) == 0 && f->sha256.len == 32 &&
-            memcmp(f->sha256.data, sha, 32) == 0)
-            return 1;
+    const InventoryFile *f = NULL;
+    if (c->by_name != NULL) {
+        InventoryFile probe = {.name = (char *)path}, *pp = &probe;
+        InventoryFile **hit = bsearch(&pp, c->by_name, c->req->n_cold_files, sizeof(*c->by_name),
+                                      cmp_file_name);
+        f = hit != NULL ? *hit : NULL;
+    } else {
+        for (size_t i = 0; i < c->req->n_cold_files && f == NULL; i++)
+            if (strcmp(c->req->cold_files[i]->name, path) == 0) f = c->req->cold_files[i];
     }
-    return 0;
+    return f != NULL && strcmp(f->key, key) == 0 && f->sha256.len == 32 &&
+           memcmp(f->sha256.data, sha, 32) == 0;
 }
 
 typedef struct verify_ctx {
@@ -434,7 +449,7 @@ static int visit_node_replica(void *arg, const char *key, const obj_replica *rep
     int lost = 0;
     if (rep->kind == SMP_REPLICA_COLD) {
         lost = rep->status == OBJ_REPLICA_COMPLETE &&
-               !has_cold_file(c->req, key, rep->path, info.checksum);
+               !has_cold_file(c, key, rep->path, info.checksum);
     } else if (!c->req->segment_survived) {
         lost = 1;
     } else if (rep->status == OBJ_REPLICA_COMPLETE) {
@@ -475,8 +490,14 @@ static int visit_node_replica(void *arg, const char *key, const obj_replica *rep
 /* Compare what the master persisted about this node with its inventory. */
 static void reconcile(master *m, master_node *node, const NodeRegisterRequest *req)
 {
-    reconcile_ctx c = {m, node, req, 0, NULL, NULL};
+    reconcile_ctx c = {m, node, req, NULL, 0, NULL, NULL};
+    if (req->n_cold_files > 0 &&
+        (c.by_name = malloc(req->n_cold_files * sizeof(*c.by_name))) != NULL) {
+        memcpy(c.by_name, req->cold_files, req->n_cold_files * sizeof(*c.by_name));
+        qsort(c.by_name, req->n_cold_files, sizeof(*c.by_name), cmp_file_name);
+    }
     obj_visit_replicas(m->objs, node->id, visit_node_replica, &c);
+    free(c.by_name);
     for (size_t i = 0; i < c.n_lost; i++) {
         if (c.lost_keys[i]) {
             fprintf(stderr, "store_master: node %s: %s replica of %s is gone\n", node->id,

@@ -374,6 +374,44 @@ static void test_cold_round_trip_and_corrupted_cold_file(void **state)
     assert_true(lost_events(&f->m, victim) >= 1);
 }
 
+/* A node that registers again names every cold file it has; the master
+ * finds each cold replica's file among them (by name, then key and hash):
+ * node a's cold-only objects come back readable, except the one whose file
+ * was deleted while the node was down, whose cold replica is reported gone
+ * and dropped. */
+static void test_restarted_node_reconciles_its_cold_files(void **state)
+{
+    fx *f = *state;
+    int where[OBJECTS], on_a = 0, victim = -1;
+    char key[32], path[700];
+    put_all(f, where);
+    for (int i = 0; i < OBJECTS; i++) {
+        if (where[i] != 0) continue;
+        snprintf(key, sizeof(key), "obj/%02d", i);
+        assert_int_equal(probe(&f->m, 1, key), 0); /* ensure cold */
+        assert_int_equal(probe(&f->m, 3, key), 0); /* release memory */
+        on_a++;
+        if (victim < 0 || i % 2 == 1) victim = i;
+    }
+    assert_true(on_a >= 2);
+    hx_node_kill(&f->a);
+    assert_int_equal(hx_wait_nodes(&f->m, 1, 10000), 0);
+    snprintf(key, sizeof(key), "obj/%02d", victim);
+    cold_file(&f->a, key, victim, path, sizeof(path));
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(hx_node_start(&f->m, &f->a, "node-a", SEGMENT), 0);
+    assert_int_equal(hx_wait_nodes(&f->m, 2, 10000), 0);
+    for (int i = 0; i < OBJECTS; i++) {
+        if (i == victim) continue;
+        assert_bytes(f->c, i);
+    }
+    kvc_object o;
+    assert_int_equal(kvc_get(f->c, key, &o), SMP_EAGAIN);
+    char want[128];
+    snprintf(want, sizeof(want), "cold replica of %s is gone", key);
+    assert_true(hx_log_contains(&f->m, want));
+}
+
 /* A cold-only object (its memory replica released) is read from its node's
  * cold file through the node's data server, with the local-first and the
  * remote transport alike; no memory replica is created for it. A byte
@@ -489,6 +527,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_cold_round_trip_and_corrupted_cold_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_forged_ticket_writes_nothing, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_restarted_node_reconciles_its_cold_files, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_cold_only_object_is_read_from_its_cold_file, setup,
                                         teardown),
     };
