@@ -683,7 +683,9 @@ static void test_watch_on_paused_member_breaks(void **state)
                      0);
     assert_int_equal(watch_collect(w, ev, 1), 1);
     assert_string_equal(ev[0].key, "/wp/b");
-    assert_int_equal(ev[0].mod_revision, later);
+    /* An attempt that timed out while etcd recovered may still have been
+     * applied: the first event is that put or the one acknowledged. */
+    assert_true(ev[0].mod_revision > rev && ev[0].mod_revision <= later);
     etcd_watch_close(w);
 }
 
