@@ -48,6 +48,10 @@ static const metric_def metric_defs[] = {
     {M(oplog_failed), SMP_METRIC_COUNTER, "oplog_failed_total", "Records that could not be made durable", NULL},
     {M(snapshot_age), SMP_METRIC_GAUGE, "snapshot_age_seconds", "Seconds since the newest snapshot was written (-1: none this run)", NULL},
     {M(snapshot_seq), SMP_METRIC_GAUGE, "snapshot_last_seq", "Last OpLog sequence included in the newest snapshot", NULL},
+    {M(snapshot_capture), SMP_METRIC_GAUGE, "store_snapshot_capture_seconds", "Seconds the newest snapshot written this run held the loop thread to capture the state", NULL},
+    {M(snapshot_encode), SMP_METRIC_GAUGE, "store_snapshot_encode_seconds", "Seconds the newest snapshot written this run took to encode its sections", NULL},
+    {M(snapshot_write), SMP_METRIC_GAUGE, "store_snapshot_write_seconds", "Seconds from the end of the newest snapshot's capture until its file was durable", NULL},
+    {M(snapshot_bytes), SMP_METRIC_GAUGE, "store_snapshot_bytes", "Size of the newest snapshot file written this run", NULL},
     {M(host_refusals), SMP_METRIC_COUNTER, "host_managed_group_refusals_total", "Actions on managed groups the host refused itself (owner plugin not active, or without a guard)", "reason"},
     {M(rpc_requests), SMP_METRIC_COUNTER, "rpc_requests_total", "RPC requests decoded", NULL},
     {M(rpc_errors), SMP_METRIC_COUNTER, "rpc_errors_total", "RPC replies with an error status", NULL},
@@ -164,6 +168,10 @@ void master_metrics_refresh(master *m)
     host_metric_set(m->m.snapshot_age, NULL,
                     m->snapshot_wall_ms ? (double)(master_wall_ms() - m->snapshot_wall_ms) / 1e3 : -1.0);
     host_metric_set(m->m.snapshot_seq, NULL, (double)m->snapshot_seq);
+    host_metric_set(m->m.snapshot_capture, NULL, m->snapshot_capture_s);
+    host_metric_set(m->m.snapshot_encode, NULL, m->snapshot_encode_s);
+    host_metric_set(m->m.snapshot_write, NULL, m->snapshot_write_s);
+    host_metric_set(m->m.snapshot_bytes, NULL, (double)m->snapshot_bytes);
     if (m->rpc) {
         rpc_server_get_stats(m->rpc, &rs);
         host_metric_set(m->m.rpc_requests, NULL, (double)rs.requests);

@@ -117,6 +117,13 @@ typedef struct master {
     uint64_t snapshot_seq;      /* last included sequence of the newest snapshot */
     uint64_t snapshot_wall_ms;  /* when it was written (0: never) */
     struct master_snapshot_waiter *snapshot_waiters;
+    /* The newest snapshot that became durable this run (metrics): how long
+     * its capture held the loop, how long it took to encode and to write
+     * and sync (from the end of the capture until durable), its size. */
+    double snapshot_capture_s;
+    double snapshot_encode_s;
+    double snapshot_write_s;
+    uint64_t snapshot_bytes;
 
     /* What recovery could not hand to anyone, carried into every snapshot. */
     master_carried_record *carried_recs;
@@ -189,6 +196,10 @@ typedef struct master {
         host_metric *oplog_failed;
         host_metric *snapshot_age;
         host_metric *snapshot_seq;
+        host_metric *snapshot_capture;     /* seconds the loop was held */
+        host_metric *snapshot_encode;
+        host_metric *snapshot_write;
+        host_metric *snapshot_bytes;
         host_metric *host_refusals;  /* {reason} */
         host_metric *rpc_requests;
         host_metric *rpc_errors;

@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 
 #include "master_internal.h"
 
@@ -129,7 +131,17 @@ static int build(master *m, snap_builder *b)
 typedef struct snap_job {
     master *m;
     uint64_t seq;
+    double capture_s;   /* the loop held by the capture */
+    double written_at;  /* snap_seconds() when the capture ended */
 } snap_job;
+
+/* A monotonic clock in seconds, for the snapshot metrics. */
+static double snap_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
 
 static void finish(master *m, int status, uint64_t seq, const char *path)
 {
@@ -149,6 +161,11 @@ static void on_written(void *arg, int status, const char *path)
     snap_job *job = arg;
     master *m = job->m;
     if (status == SMP_OK) {
+        struct stat st;
+        m->snapshot_capture_s = job->capture_s;
+        m->snapshot_encode_s = job->capture_s;
+        m->snapshot_write_s = snap_seconds() - job->written_at;
+        m->snapshot_bytes = path != NULL && stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
         m->snapshot_seq = job->seq;
         m->snapshot_wall_ms = master_wall_ms();
         /* HA keeps ha.gc_keep_records below the snapshot, so a standby a
@@ -190,7 +207,10 @@ int master_snapshot_take(master *m, master_snapshot_cb done, void *arg)
     }
     job->m = m;
     job->seq = m->applied_seq;
+    double t0 = snap_seconds();
     if ((rc = build(m, b)) < 0) goto free_all;
+    job->written_at = snap_seconds();
+    job->capture_s = job->written_at - t0;
     if ((rc = snap_write_async(&m->loop, b, m->snap_dir, m->cfg->snapshot_keep, on_written, job)) < 0)
         goto free_all;
     m->snapshot_running = 1;
