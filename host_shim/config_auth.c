@@ -3,8 +3,8 @@
  * plaintext token is refused) and the rules that tie auth to the rest of
  * the file (tokens and the embedded node's token file when it is on, a
  * non-loopback listen.admin only with TLS or auth.allow_insecure, no auth
- * key doing nothing when it is off, a non-loopback listen.tcp only with
- * auth or auth.allow_insecure), and the limits against abuse
+ * key doing nothing when it is off, a non-loopback listen.tcp or
+ * listen.admin only with auth or auth.allow_insecure), and the limits against abuse
  * (auth.limits, rpc_limits.h: request rate, in-flight bytes, revisions). Messages go through the loader's
  * cfg_fail (config_internal.h). */
 #include <stdio.h>
@@ -87,7 +87,9 @@ int cfg_apply_tokens(cfg_ctx *c, host_config *cfg, host_config_node *seq, const 
  * node has its token file, and listen.admin on a non-loopback address (where
  * the admin endpoint asks for an admin token) has TLS or allow_insecure:
  * true; with it false no other auth.* key but allow_insecure is set, and
- * listen.tcp on a non-loopback address needs allow_insecure: true. */
+ * listen.tcp or listen.admin on a non-loopback address needs
+ * allow_insecure: true (the endpoint would show every tenant's metrics to
+ * anyone who reaches it). */
 int cfg_check_auth(cfg_ctx *c, const host_config *cfg, const host_config_node *root)
 {
     const host_config_node *auth = cfg_node_child(root, "auth");
@@ -127,6 +129,11 @@ int cfg_check_auth(cfg_ctx *c, const host_config *cfg, const host_config_node *r
                         "%s is not a loopback address and auth.enabled is false: anyone who "
                         "reaches it could act as any tenant; turn auth on, or set "
                         "auth.allow_insecure: true", cfg->listen_tcp);
+    if (!net_listen_is_loopback(cfg->listen_admin) && !cfg->auth_allow_insecure)
+        return cfg_fail(c, SMP_EINVAL, admin != NULL ? admin->line : line, "listen.admin",
+                        "%s is not a loopback address and auth.enabled is false: anyone who "
+                        "reaches it could read every tenant's metrics; turn auth on, or set "
+                        "auth.allow_insecure: true", cfg->listen_admin);
     return 0;
 }
 

@@ -8,7 +8,8 @@
  * the embedded node's token file, auth keys while auth is off, and listen.tcp
  * on a non-loopback address with auth off unless auth.allow_insecure, and
  * with auth on listen.admin on a non-loopback address without tls.cert
- * unless auth.allow_insecure. The
+ * unless auth.allow_insecure, with auth off listen.admin on a non-loopback
+ * address unless auth.allow_insecure. The
  * credential table finds a token by its SHA-256 and nothing else.
  *
  * auth.limits (rpc_limits.h): the connection limits, the tenant default and
@@ -137,7 +138,7 @@ static void test_auth_refuses_non_loopback_listen_without_auth(void **state)
 /* With auth on, an admin endpoint off loopback asks for an admin token:
  * without TLS that token would cross the network in plaintext, so it is
  * refused unless auth.allow_insecure; with tls.cert, or on loopback, it
- * loads. With auth off the rule does not apply (no token is asked). */
+ * loads. With auth off no token is asked (the next test's rule applies). */
 static void test_auth_refuses_non_loopback_admin_without_tls(void **state)
 {
     (void)state;
@@ -156,9 +157,35 @@ static void test_auth_refuses_non_loopback_admin_without_tls(void **state)
     host_config_free(&c);
     load_ok("listen: {admin: \"127.0.0.1:7680\"}\n" AUTH_ON, &c);
     host_config_free(&c);
-    load_ok("listen: {admin: \"0.0.0.0:7680\"}\n", &c);
-    host_config_free(&c);
 #undef AUTH_ON
+}
+
+/* With auth off, an admin endpoint off loopback would show every tenant's
+ * metrics to anyone who reaches it: refused at load, naming the key and its
+ * line, unless auth.allow_insecure; on loopback, or turned off, it loads. */
+static void test_auth_refuses_non_loopback_admin_without_auth(void **state)
+{
+    (void)state;
+    host_config c;
+    expect_refused("node: {embedded: true}\nlisten:\n  admin: \"0.0.0.0:7680\"\n",
+                   "x.yaml:3: listen.admin: 0.0.0.0:7680 is not a loopback address and "
+                   "auth.enabled is false: anyone who reaches it could read every tenant's "
+                   "metrics; turn auth on, or set auth.allow_insecure: true");
+    expect_refused("listen: {admin: \"[::]:7680\"}\n", "listen.admin: [::]:7680 is not a loopback");
+    expect_refused("listen: {admin: \"10.1.2.3:7680\"}\nauth: {enabled: false}\n",
+                   "x.yaml:1: listen.admin: 10.1.2.3:7680 is not a loopback address and "
+                   "auth.enabled is false");
+    expect_refused("listen: {admin: \"0.0.0.0:7680\"}\ntls: {cert: c.pem, key: k.pem}\n",
+                   "listen.admin: 0.0.0.0:7680 is not a loopback address and auth.enabled is "
+                   "false");
+    load_ok("listen: {admin: \"0.0.0.0:7680\"}\nauth: {allow_insecure: true}\n", &c);
+    assert_int_equal(c.auth_allow_insecure, 1);
+    assert_string_equal(c.listen_admin, "0.0.0.0:7680");
+    host_config_free(&c);
+    load_ok("listen: {admin: \"[::1]:7680\"}\n", &c);
+    host_config_free(&c);
+    load_ok("listen: {admin: \"\"}\n", &c);
+    host_config_free(&c);
 }
 
 static void test_auth_refuses_incomplete_or_idle_settings(void **state)
@@ -362,6 +389,7 @@ int main(void)
         cmocka_unit_test(test_auth_refuses_duplicate_token),
         cmocka_unit_test(test_auth_refuses_non_loopback_listen_without_auth),
         cmocka_unit_test(test_auth_refuses_non_loopback_admin_without_tls),
+        cmocka_unit_test(test_auth_refuses_non_loopback_admin_without_auth),
         cmocka_unit_test(test_auth_refuses_incomplete_or_idle_settings),
         cmocka_unit_test(test_auth_table_checks_tokens_by_hash),
         cmocka_unit_test(test_auth_limits_load_with_overrides),
