@@ -229,8 +229,15 @@ typedef void (*smp_durable_cb)(void *arg, int status, uint64_t seq);
 
 /* A named section of the master's snapshot. The host frames and checksums
  * each section, so it can carry a section no loaded plugin claims verbatim.
- * save() runs on the loop thread and must capture a consistent image; the
- * host writes the bytes to disk off the loop. load() is given the whole
+ * save() runs in a child process the host forks from the loop thread, on a
+ * copy-on-write copy of the state exactly as applied when the snapshot was
+ * taken, while the master serves on; the child writes the file and exits.
+ * So save() only reads the plugin's state and writes through the writer:
+ * whatever it changes is lost with the child; only the forking thread
+ * exists there, so it must not wait for a lock, condition or reply another
+ * thread of the master or of the plugin could hold or owe (malloc and
+ * stdio are safe); of the host API it calls only writer_write and log.
+ * load() is given the whole
  * section; a snapshot without the section calls load() with an empty reader,
  * and a load() error fails the recovery closed (nothing half-loaded). */
 typedef struct smp_snapshot_section {

@@ -224,8 +224,11 @@ static void on_timer(uv_timer_t *h)
     }
     relieve_pressure(m);
     uint64_t every = m->cfg->snapshot_every_records;
+    /* After a failed snapshot (logged) the next automatic one waits
+     * MASTER_SNAPSHOT_RETRY_MS rather than forking again every round. */
     if (every > 0 && !m->snapshot_running && !m->log_failed &&
-        m->applied_seq - m->snapshot_seq >= every)
+        m->applied_seq - m->snapshot_seq >= every &&
+        (m->snapshot_failed_ms == 0 || now - m->snapshot_failed_ms >= MASTER_SNAPSHOT_RETRY_MS))
         master_snapshot_take(m, NULL, NULL);
 }
 

@@ -321,9 +321,8 @@ static int h_status(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t l
 static void on_snapshot(master *m, void *arg, int status, uint64_t seq, const char *path)
 {
     smp_rpc_call *call = arg;
-    (void)m;
     if (status < 0) {
-        rpc_reply_error(call, status, "snapshot failed");
+        rpc_reply_error(call, status, m->snapshot_why[0] ? m->snapshot_why : "snapshot failed");
         return;
     }
     SnapshotResponse resp = SNAPSHOT_RESPONSE__INIT;

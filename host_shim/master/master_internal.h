@@ -35,6 +35,7 @@
 
 #define MASTER_TIMER_MS 50              /* housekeeping period */
 #define MASTER_LOOP_LAG_WINDOW_MS 10000 /* host_loop_lag_seconds: the largest lag of this window and the last */
+#define MASTER_SNAPSHOT_RETRY_MS 5000  /* an automatic snapshot after a failed one */
 #define MASTER_RESWEEP_MS 5000          /* second sweep of a segment after a registration */
 #define MASTER_READ_LEASE_MS 10000      /* read lease of a replica lookup */
 #define MASTER_LIST_DEFAULT 1000        /* keys per page when the client says 0 */
@@ -121,6 +122,8 @@ typedef struct master {
      * its capture held the loop, how long it took to encode and to write
      * and sync (from the end of the capture until durable), its size. */
     double snapshot_capture_s;
+    uint64_t snapshot_failed_ms; /* master_now_ms of the last failure (0: none) */
+    char snapshot_why[512];      /* why the last snapshot failed, "" */
     double snapshot_encode_s;
     double snapshot_write_s;
     uint64_t snapshot_bytes;

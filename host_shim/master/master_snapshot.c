@@ -1,17 +1,40 @@
 /* master_snapshot.c -- taking snapshots without stopping the loop.
  *
- * A snapshot captures the applied state at applied_seq: on the loop thread
- * the host's objects, every plugin's section (its save() writes into memory),
- * the carried sections and the carried records are put into a snap_builder;
- * a libuv worker then writes the file durably (snapshot.c). Once the done
- * callback reports it durable, the OpLog before it is truncated. Only one
- * snapshot runs at a time. The carried records section is a simple frame
- * sequence, little-endian: seq u64, type u16, encver u16, len u32, payload. */
+ * A snapshot is the applied state at applied_seq. The loop thread forks a
+ * child (like Redis's BGSAVE) and goes on serving: the fork copies the page
+ * tables, not the memory, which the kernel shares copy-on-write, so the
+ * loop waits for the fork alone (store_snapshot_capture_seconds), whatever
+ * the state's size. The child, a frozen copy of the state at the fork,
+ * puts the host's objects, the gates, the carried records, every plugin's
+ * section (its save() runs in the child) and the carried sections into a
+ * snap_builder, writes the file durably (snapshot.c), reports the result
+ * over a pipe and exits. Once the report says durable, the OpLog before it
+ * is truncated; a child that dies or ends without a report fails the
+ * snapshot closed (nothing truncated). Only one snapshot runs at a time.
+ *
+ * Why a fork and not the two other ways (issue 20): encoding faster on the
+ * loop (direct protobuf encoding into the builder) still grows with the
+ * state -- 80 MB at 100,000 revisions is tens of milliseconds at memcpy
+ * speed, seconds with protobuf-c -- and an incremental capture over several
+ * loop turns needs a copy-on-write of every entry changed meanwhile, in the
+ * host's store and in every plugin: the kernel does exactly that for a
+ * forked child, for all of them at once, with the encoding (and old
+ * snapshots) unchanged. The cost is memory: pages the parent writes while
+ * the child runs are copied, at most the state's size.
+ *
+ * The carried records section is a simple frame sequence, little-endian:
+ * seq u64, type u16, encver u16, len u32, payload. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "master_internal.h"
 
@@ -128,12 +151,35 @@ static int build(master *m, snap_builder *b)
     return SMP_OK;
 }
 
+/* What a snapshot child tells its parent, in one write (well under
+ * PIPE_BUF, so it arrives whole or not at all) once its file is durable or
+ * its write failed. */
+typedef struct snap_report {
+    int32_t status;     /* snap_write_file's answer, or the build's error */
+    uint32_t reserved;
+    uint64_t bytes;     /* the file's size (status SMP_OK) */
+    double encode_s;    /* building the sections */
+    double write_s;     /* writing, syncing and renaming the file */
+} snap_report;
+
+/* One snapshot in flight: the child writing it and what the loop watches. */
 typedef struct snap_job {
     master *m;
     uint64_t seq;
-    double capture_s;   /* the loop held by the capture */
-    double written_at;  /* snap_seconds() when the capture ended */
+    pid_t pid;
+    int fd;             /* read end of the report pipe */
+    uv_poll_t poll;     /* readable: the report, or EOF when the child ended */
+    uv_timer_t reap;    /* waits for the child's exit after EOF */
+    int handles;        /* of poll and reap, still open */
+    snap_report report;
+    size_t got;         /* bytes of report read so far */
+    int extra;          /* more bytes than a report came: not trusted */
+    int exit_status;    /* waitpid's, once reaped; -1 when not known */
+    double capture_s;   /* how long the fork held the loop */
+    double captured_at; /* snap_seconds() when the fork returned */
 } snap_job;
+
+#define SNAP_REAP_POLL_MS 5
 
 /* A monotonic clock in seconds, for the snapshot metrics. */
 static double snap_seconds(void)
@@ -148,6 +194,7 @@ static void finish(master *m, int status, uint64_t seq, const char *path)
     master_snapshot_waiter *w = m->snapshot_waiters;
     m->snapshot_waiters = NULL;
     m->snapshot_running = 0;
+    if (status < 0) m->snapshot_failed_ms = master_now_ms();
     while (w != NULL) {
         master_snapshot_waiter *next = w->next;
         if (w->done) w->done(m, w->arg, status, seq, path);
@@ -156,28 +203,229 @@ static void finish(master *m, int status, uint64_t seq, const char *path)
     }
 }
 
-static void on_written(void *arg, int status, const char *path)
+/* The child: the forked copy of the loop thread, alone in a copy of the
+ * process's memory as it was at the fork -- exactly the applied state at
+ * job->seq, whatever the parent does meanwhile. It builds every section,
+ * writes the file durably (snapshot.c), reports on wfd and exits without
+ * running anything of the parent's (no atexit handlers, no stdio flush of
+ * the parent's buffers). It touches only memory and the files it opens:
+ * the other threads do not exist here, so nothing it calls may wait for a
+ * lock one of them could have held at the fork (plugin save() functions
+ * included; store_plugin.h says so); malloc and stdio are safe, glibc
+ * takes their locks around fork(). */
+static void snap_child(master *m, uint64_t seq, int wfd, pid_t parent, const sigset_t *mask)
+    __attribute__((noreturn));
+static void snap_child(master *m, uint64_t seq, int wfd, pid_t parent, const sigset_t *mask)
 {
-    snap_job *job = arg;
-    master *m = job->m;
-    if (status == SMP_OK) {
+    snap_report r = {.status = SMP_ENOMEM};
+    /* The parent's handlers would write into pipes the parent's loop reads
+     * (libuv's signal pipe): a SIGTERM meant for this child must not stop
+     * the master. Then the child dies with its parent -- it must never
+     * outlive a killed master holding its sockets -- and drops the copy of
+     * the data_dir lock, so a master restarted at once is not refused. */
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof(dfl));
+    dfl.sa_handler = SIG_DFL;
+    for (int sig = 1; sig < NSIG; sig++) (void)sigaction(sig, &dfl, NULL);
+    (void)prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(1);
+    (void)pthread_sigmask(SIG_SETMASK, mask, NULL);
+    if (m->data_lock_fd >= 0) (void)close(m->data_lock_fd);
+
+    double t0 = snap_seconds();
+    snap_builder *b = snap_builder_new(seq);
+    if (b != NULL) r.status = build(m, b);
+    double t1 = snap_seconds();
+    r.encode_s = t1 - t0;
+    if (r.status >= 0) {
+        char path[sizeof(m->snap_dir) + 64];
         struct stat st;
+        r.status = snap_write_file(b, m->snap_dir, m->cfg->snapshot_keep, path, sizeof(path));
+        if (r.status == SMP_OK && stat(path, &st) == 0) r.bytes = (uint64_t)st.st_size;
+    }
+    r.write_s = snap_seconds() - t1;
+    ssize_t k;
+    do {
+        k = write(wfd, &r, sizeof(r));
+    } while (k < 0 && errno == EINTR);
+    _exit(k == (ssize_t)sizeof(r) ? 0 : 1);
+}
+
+static void job_closed(uv_handle_t *h)
+{
+    snap_job *job = h->data;
+    if (--job->handles == 0) free(job);
+}
+
+/* Describe how the child ended into buf (for the log and the RPC error). */
+static void describe_exit(const snap_job *job, char *buf, size_t cap)
+{
+    int st = job->exit_status;
+    if (st == -1)
+        snprintf(buf, cap, "its exit status is not known");
+    else if (WIFSIGNALED(st))
+        snprintf(buf, cap, "it was killed by signal %d", WTERMSIG(st));
+    else
+        snprintf(buf, cap, "it exited with status %d", WEXITSTATUS(st));
+}
+
+/* The child is gone and reaped (or cannot be): settle the snapshot. Only a
+ * whole report saying SMP_OK makes it durable; anything else -- the child
+ * killed, crashed, or silent -- fails it closed: nothing is truncated, and
+ * what the child may have left (a .tmp) is removed by the next write. */
+static void job_settle(snap_job *job)
+{
+    master *m = job->m;
+    char path[sizeof(m->snap_dir) + 64];
+    int status;
+    if (job->got == sizeof(job->report) && !job->extra) {
+        status = job->report.status >= 0 ? SMP_OK : job->report.status;
+        snprintf(m->snapshot_why, sizeof(m->snapshot_why), "snapshot at %llu: its writer failed: %s",
+                 (unsigned long long)job->seq, smp_strerror(status));
+    } else {
+        char how[96];
+        describe_exit(job, how, sizeof(how));
+        status = SMP_EIO;
+        snprintf(m->snapshot_why, sizeof(m->snapshot_why),
+                 "snapshot at %llu: the child writing it (pid %ld) ended without a report: %s",
+                 (unsigned long long)job->seq, (long)job->pid, how);
+    }
+    if (status == SMP_OK && snap_file_path(m->snap_dir, job->seq, path, sizeof(path)) == SMP_OK) {
         m->snapshot_capture_s = job->capture_s;
-        m->snapshot_encode_s = job->capture_s;
-        m->snapshot_write_s = snap_seconds() - job->written_at;
-        m->snapshot_bytes = path != NULL && stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
+        m->snapshot_encode_s = job->report.encode_s;
+        m->snapshot_write_s = snap_seconds() - job->captured_at;
+        m->snapshot_bytes = job->report.bytes;
         m->snapshot_seq = job->seq;
         m->snapshot_wall_ms = master_wall_ms();
         /* HA keeps ha.gc_keep_records below the snapshot, so a standby a
          * little behind goes on following instead of starting over. */
         uint64_t keep = m->cfg->ha_enabled ? m->cfg->ha_gc_keep_records : 0;
         if (!m->log_failed && job->seq + 1 > keep) oplog_truncate_before(m->log, job->seq + 1 - keep);
+        finish(m, SMP_OK, job->seq, path);
     } else {
-        fprintf(stderr, "store_master: snapshot at %llu failed: %s\n",
-                (unsigned long long)job->seq, smp_strerror(status));
+        if (status == SMP_OK) {
+            status = SMP_ERANGE;
+            snprintf(m->snapshot_why, sizeof(m->snapshot_why),
+                     "snapshot at %llu: its path does not fit", (unsigned long long)job->seq);
+        }
+        fprintf(stderr, "store_master: %s\n", m->snapshot_why);
+        finish(m, status, job->seq, NULL);
     }
-    finish(m, status, job->seq, path);
-    free(job);
+}
+
+/* Reap the child without blocking; 1 once it is reaped (or cannot be). */
+static int job_reaped(snap_job *job)
+{
+    int st;
+    pid_t r;
+    do {
+        r = waitpid(job->pid, &st, WNOHANG);
+    } while (r < 0 && errno == EINTR);
+    if (r == 0) return 0;
+    job->exit_status = r == job->pid ? st : -1; /* ECHILD: SIGCHLD ignored, already reaped */
+    return 1;
+}
+
+static void on_reap_timer(uv_timer_t *t)
+{
+    snap_job *job = t->data;
+    if (!job_reaped(job)) return;
+    uv_timer_stop(&job->reap);
+    uv_close((uv_handle_t *)&job->reap, job_closed);
+    job_settle(job);
+}
+
+/* The report pipe is readable: read the report; at EOF the child has ended
+ * (or closed its end exiting): stop watching and reap it. A child exits
+ * some milliseconds after its EOF (its address space is torn down), so the
+ * reap polls on a timer rather than blocking the loop in waitpid. */
+static void on_report(uv_poll_t *p, int status, int events)
+{
+    snap_job *job = p->data;
+    (void)events;
+    int ended = status < 0;
+    while (!ended) {
+        uint8_t spill[16];
+        ssize_t k;
+        if (job->got < sizeof(job->report))
+            k = read(job->fd, (uint8_t *)&job->report + job->got, sizeof(job->report) - job->got);
+        else
+            k = read(job->fd, spill, sizeof(spill));
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+        if (k <= 0) {
+            ended = 1;
+        } else if (job->got < sizeof(job->report)) {
+            job->got += (size_t)k;
+        } else {
+            job->extra = 1;
+        }
+    }
+    uv_poll_stop(&job->poll);
+    uv_close((uv_handle_t *)&job->poll, job_closed);
+    close(job->fd);
+    job->fd = -1;
+    if (job_reaped(job)) {
+        uv_close((uv_handle_t *)&job->reap, job_closed);
+        job_settle(job);
+        return;
+    }
+    uv_timer_start(&job->reap, on_reap_timer, SNAP_REAP_POLL_MS, SNAP_REAP_POLL_MS);
+}
+
+/* Fork the child that writes the snapshot of job->seq and watch its report
+ * pipe. The fork is all the loop waits for: it copies the page tables, not
+ * the memory, which the kernel then shares copy-on-write. Returns SMP_OK
+ * (the child runs; job belongs to the loop's handles), or SMP_ENOMEM /
+ * SMP_EAGAIN (fork refused: nothing was started, the caller frees job) or
+ * SMP_EIO. */
+static int job_fork(master *m, snap_job *job)
+{
+    int fds[2];
+    sigset_t all, old;
+    if (pipe2(fds, O_CLOEXEC) < 0) return SMP_EIO;
+    /* No signal handler may run in the child before it has put the
+     * defaults back (see snap_child). */
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pid_t parent = getpid();
+    double t0 = snap_seconds();
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        snap_child(m, job->seq, fds[1], parent, &old);
+    }
+    int e = errno;
+    job->captured_at = snap_seconds();
+    job->capture_s = job->captured_at - t0;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    close(fds[1]);
+    if (pid < 0) {
+        close(fds[0]);
+        snprintf(m->snapshot_why, sizeof(m->snapshot_why),
+                 "snapshot at %llu not taken: cannot fork its writer: %s",
+                 (unsigned long long)job->seq, strerror(e));
+        fprintf(stderr, "store_master: %s\n", m->snapshot_why);
+        return e == ENOMEM ? SMP_ENOMEM : SMP_EAGAIN;
+    }
+    job->pid = pid;
+    job->fd = fds[0];
+    job->exit_status = -1;
+    int fl = fcntl(fds[0], F_GETFL);
+    if (fl < 0 || fcntl(fds[0], F_SETFL, fl | O_NONBLOCK) < 0 ||
+        uv_poll_init(&m->loop, &job->poll, fds[0]) != 0) {
+        /* Never leave a child nobody watches: take it back now. */
+        kill(pid, SIGKILL);
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
+        }
+        close(fds[0]);
+        return SMP_EIO;
+    }
+    uv_timer_init(&m->loop, &job->reap);
+    job->poll.data = job->reap.data = job;
+    job->handles = 2;
+    uv_poll_start(&job->poll, UV_READABLE, on_report);
+    return SMP_OK;
 }
 
 int master_snapshot_take(master *m, master_snapshot_cb done, void *arg)
@@ -200,24 +448,19 @@ int master_snapshot_take(master *m, master_snapshot_cb done, void *arg)
         return SMP_OK;
     }
     snap_job *job = calloc(1, sizeof(*job));
-    snap_builder *b = snap_builder_new(m->applied_seq);
-    if (job == NULL || b == NULL) {
+    if (job == NULL) {
         rc = SMP_ENOMEM;
         goto free_all;
     }
     job->m = m;
     job->seq = m->applied_seq;
-    double t0 = snap_seconds();
-    if ((rc = build(m, b)) < 0) goto free_all;
-    job->written_at = snap_seconds();
-    job->capture_s = job->written_at - t0;
-    if ((rc = snap_write_async(&m->loop, b, m->snap_dir, m->cfg->snapshot_keep, on_written, job)) < 0)
-        goto free_all;
+    job->fd = -1;
+    if ((rc = job_fork(m, job)) < 0) goto free_all;
+    m->snapshot_why[0] = '\0';
     m->snapshot_running = 1;
     m->snapshot_waiters = w;
     return SMP_OK;
 free_all:
-    snap_builder_free(b);
     free(job);
     free(w);
     return rc;

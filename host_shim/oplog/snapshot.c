@@ -541,6 +541,15 @@ close_dir:
     return rc;
 }
 
+int snap_file_path(const char *dir, uint64_t last_seq, char *out, size_t cap)
+{
+    char name[SNAP_FILE_NAME_MAX];
+    if (dir == NULL || out == NULL) return SMP_EINVAL;
+    snap_format_name(name, last_seq, SNAP_SUFFIX);
+    int n = snprintf(out, cap, "%s/%s", dir, name);
+    return n < 0 || (size_t)n >= cap ? SMP_ERANGE : SMP_OK;
+}
+
 /* One async write: owns the builder and the copies of its arguments. */
 typedef struct snap_async {
     uv_work_t req;

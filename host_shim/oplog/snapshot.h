@@ -8,12 +8,13 @@
  * trailer holds the file length and an XXH64 of the whole file, so a truncated
  * or torn file is always detected. The byte layout is described in snapshot.c.
  *
- * Life of a snapshot. On the loop thread the master creates a snap_builder and
- * fills it: its own sections, each plugin's (save() writes through an
- * smp_writer into memory) and the carried ones (snap_builder_add_raw). Then
- * snap_write_async() hands the builder to a libuv worker that writes a .tmp,
- * fsyncs it, renames it into place, fsyncs the directory and drops snapshots
- * beyond `keep`; the done callback comes back on the loop thread. At start the
+ * Life of a snapshot. The master forks a child off its loop thread
+ * (master_snapshot.c); the child creates a snap_builder and fills it: the
+ * master's sections, each plugin's (save() writes through an smp_writer into
+ * memory) and the carried ones (snap_builder_add_raw). Then snap_write_file()
+ * writes a .tmp, fsyncs it, renames it into place, fsyncs the directory and
+ * drops snapshots beyond `keep`. (snap_write_async() does the same write on
+ * a libuv worker, for a builder filled on a loop thread.) At start the
  * master calls snap_load_newest(), which validates the newest file completely
  * before it returns anything, and refuses a damaged newest file rather than
  * falling back to an older one (the log before it may already be truncated).
@@ -130,6 +131,10 @@ int snap_write_file(const snap_builder *b,
                     uint32_t keep,
                     char *path_out,     /* OUT, may be NULL */
                     size_t cap);
+
+/* The path snap_write_file gives the snapshot of last_seq in dir, into out
+ * (cap bytes with the NUL). SMP_OK, or SMP_ERANGE when it does not fit. */
+int snap_file_path(const char *dir, uint64_t last_seq, char *out, size_t cap);
 
 /* Called on the loop thread when an async write ends: status is what
  * snap_write_file returned (SMP_ECANCELED if the work was cancelled), path the

@@ -15,15 +15,22 @@
  * how a test restarts a master with a build that replays an older range.
  * And `gate` (a string): the type is registered with that capability gate,
  * whose flag the block must then hold as a boolean too (the host checks) --
- * how the HA tests get a gated type that some masters lack.
+ * how the HA tests get a gated type that some masters lack. And
+ * `save_hold_fifo` (a path): save() opens that FIFO for reading and reads
+ * one byte before it writes the section (the byte 'F' makes it fail with
+ * SMP_EIO instead) -- how a test holds a snapshot's capture where it runs
+ * and sees what the master does meanwhile.
  *
  * Encodings, little-endian: a record is u32 index | payload; the section and
  * the LIST reply are a sequence of u32 length | bytes. */
+#include <errno.h>
+#include <fcntl.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "store_plugin.h"
 
@@ -46,6 +53,7 @@ typedef struct recorder {
     uint32_t n;
     uint32_t cap;
     uint32_t next_index;    /* index the next SET_NEXT takes (durable + in flight) */
+    char *hold_fifo;        /* save_hold_fifo, or NULL */
 } recorder;
 
 static void put_u32(uint8_t *p, uint32_t v)
@@ -130,11 +138,26 @@ static int rec_describe(void *plugin, const smp_record *rec, char *buf, size_t c
 
 /* -- Section "recorder" ---------------------------------------------------- */
 
+/* save_hold_fifo: wait until the test writes one byte into the FIFO. */
+static int hold(const recorder *r)
+{
+    char byte = 0;
+    int fd = open(r->hold_fifo, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return SMP_EIO;
+    ssize_t k;
+    do {
+        k = read(fd, &byte, 1);
+    } while (k < 0 && errno == EINTR);
+    close(fd);
+    return k == 1 && byte != 'F' ? SMP_OK : SMP_EIO;
+}
+
 static int rec_save(void *plugin, smp_writer *w)
 {
     recorder *r = plugin;
     uint8_t *buf = NULL;
     size_t len = 0;
+    if (r->hold_fifo != NULL && hold(r) < 0) return SMP_EIO;
     int rc = items_encode(r, &buf, &len);
     if (rc < 0) return rc;
     rc = r->api->writer_write(w, buf, len);
@@ -266,6 +289,14 @@ static int init(smp_host *h, const smp_host_api *api, void **plugin)
         }
         gate = v.s;
     }
+    const char *hold_fifo = NULL;
+    if (api->config_get(h, SMP_CONFIG_PLUGIN, "save_hold_fifo", &v) == SMP_OK) {
+        if (v.type != SMP_CONFIG_STRING) {
+            api->log(h, SMP_LOG_ERROR, "save_hold_fifo must be a path");
+            return SMP_EINVAL;
+        }
+        hold_fifo = v.s;
+    }
     /* The host copies the type, so it may be built here. */
     smp_oplog_type type = {sizeof(smp_oplog_type), RECORDER_TYPE, 1, max_encver, "RECORDER_SET",
                            gate, rec_replay, rec_describe};
@@ -274,9 +305,14 @@ static int init(smp_host *h, const smp_host_api *api, void **plugin)
     r->host = h;
     r->api = api;
     r->encver = max_encver;
+    if (hold_fifo != NULL && (r->hold_fifo = strdup(hold_fifo)) == NULL) {
+        free(r);
+        return SMP_ENOMEM;
+    }
     if ((rc = api->register_oplog_type(h, &type)) < 0 ||
         (rc = api->register_snapshot_section(h, &rec_section)) < 0 ||
         (rc = api->register_rpc_service(h, &rec_service)) < 0) {
+        free(r->hold_fifo);
         free(r);
         return rc;
     }
@@ -289,6 +325,7 @@ static void fini(void *plugin)
     recorder *r = plugin;
     items_clear(r);
     free(r->items);
+    free(r->hold_fifo);
     free(r);
 }
 
