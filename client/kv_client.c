@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include <openssl/sha.h>
+#include <openssl/ssl.h>
 #include <sys/stat.h>
 
 #include "host_rpc.pb-c.h"
@@ -26,6 +27,7 @@ struct kvc {
     kvc_transport transport;
     struct { char path[512]; seg_map map; } maps[KVC_MAPS];     /* co-located segments */
     struct { char addr[128]; ndc_conn *conn; } nodes[KVC_NODES]; /* remote data servers */
+    SSL_CTX *node_tls;    /* TLS to nodes (a reference), NULL: the environment's */
     int transport_failed; /* the last call never got the master's answer */
     char err[1024];
 };
@@ -38,14 +40,26 @@ int kvc_connect(const char *endpoint, int timeout_ms, kvc **out, char *err, size
 int kvc_connect_token(const char *endpoint, int timeout_ms, const char *token, kvc **out,
                       char *err, size_t errlen)
 {
+    rpcc_options opt = {.timeout_ms = timeout_ms, .token = token};
+    return kvc_connect_opts(endpoint, &opt, NULL, out, err, errlen);
+}
+
+int kvc_connect_opts(const char *endpoint, const rpcc_options *opt, SSL_CTX *node_tls, kvc **out,
+                     char *err, size_t errlen)
+{
     kvc *c = calloc(1, sizeof(*c));
     if (c == NULL) return SMP_ENOMEM;
-    rpcc_options opt = {.timeout_ms = timeout_ms, .token = token};
-    int rc = rpcc_connect(endpoint, &opt, &c->conn, err, errlen);
+    int rc = rpcc_connect(endpoint, opt, &c->conn, err, errlen);
     if (rc < 0) {
         free(c);
         return rc;
     }
+    if (node_tls != NULL && SSL_CTX_up_ref(node_tls) != 1) {
+        rpcc_close(c->conn);
+        free(c);
+        return SMP_ENOMEM;
+    }
+    c->node_tls = node_tls;
     *out = c;
     return SMP_OK;
 }
@@ -56,6 +70,7 @@ void kvc_close(kvc *c)
     for (int i = 0; i < KVC_MAPS; i++) seg_map_close(&c->maps[i].map);
     for (int i = 0; i < KVC_NODES; i++) ndc_close(c->nodes[i].conn);
     rpcc_close(c->conn);
+    SSL_CTX_free(c->node_tls);
     free(c);
 }
 
@@ -405,7 +420,8 @@ static ndc_conn *node_conn(kvc *c, const char *addr, int tls)
         if (c->nodes[i].conn && strcmp(c->nodes[i].addr, addr) == 0) return c->nodes[i].conn;
     for (int i = 0; i < KVC_NODES; i++) {
         if (c->nodes[i].conn) continue;
-        ndc_options o = {.timeout_ms = 30000, .socket_buffer_bytes = 4 << 20, .tls = tls};
+        ndc_options o = {.timeout_ms = 30000, .socket_buffer_bytes = 4 << 20, .tls = tls,
+                         .tls_ctx = c->node_tls};
         if (ndc_connect(addr, &o, &c->nodes[i].conn, err, sizeof(err)) < 0) {
             snprintf(c->err, sizeof(c->err), "node %s: %s", addr, err);
             return NULL;

@@ -99,6 +99,14 @@ int kvc_connect(const char *endpoint, int timeout_ms, kvc **out, char *err, size
 /* The same, presenting token (rpcc_options.token: NULL is WEIGHT_TOKEN). */
 int kvc_connect_token(const char *endpoint, int timeout_ms, const char *token, kvc **out,
                       char *err, size_t errlen);
+/* The same with the transport options opt (rpcc_connect: token, TLS to the
+ * master; timeout_ms as above) and the client context node_tls for nodes
+ * whose data port speaks TLS (NULL: the environment's, as ndc_connect;
+ * else a reference is taken for the connection's life). */
+struct rpcc_options;
+struct ssl_ctx_st;
+int kvc_connect_opts(const char *endpoint, const struct rpcc_options *opt,
+                     struct ssl_ctx_st *node_tls, kvc **out, char *err, size_t errlen);
 /* The endpoint connected now (the one that answered last). */
 const char *kvc_endpoint(const kvc *c);
 void kvc_close(kvc *c);

@@ -82,6 +82,7 @@ struct rpcc_conn {
     SSL *ssl;               /* the session of the stream (TLS, TCP) */
     short want;             /* the poll event the session waits for */
     char *token;            /* presented on each new socket (NULL: none) */
+    char tls_name[256];     /* the master certificate's name ("": each endpoint's host) */
     char auth_tenant[136];  /* what HELLO answered on the current socket */
     char auth_role[16];
 };
@@ -328,7 +329,8 @@ static int list_connect(rpcc_conn *c, int64_t deadline, char *err, size_t errlen
             one[0] = '\0';
             rc = connect_endpoint(ep, limit, &fd, one, sizeof(one));
             if (rc == SMP_OK && c->tls != NULL && strncmp(ep, "unix:", 5) != 0 && ep[0] != '/' &&
-                (rc = wc_tls_connect(c->tls, fd, ep, limit, "master", &c->ssl, one, sizeof(one))) < 0) {
+                (rc = wc_tls_connect_as(c->tls, fd, ep, c->tls_name, limit, "master", &c->ssl, one,
+                                       sizeof(one))) < 0) {
                 close(fd);
                 fd = -1;
             }
@@ -402,6 +404,8 @@ int rpcc_connect(const char *endpoint,
             goto free_conn;
         }
     }
+    if (opt != NULL && opt->tls_server_name != NULL)
+        snprintf(c->tls_name, sizeof(c->tls_name), "%s", opt->tls_server_name);
     if ((rc = master_list_parse(endpoint, &c->ml, err, errlen)) < 0)
         goto free_conn;
     if ((rc = list_connect(c, deadline_of(c->timeout_ms), err, errlen)) < 0)

@@ -64,6 +64,10 @@ typedef struct rpcc_options {
      * connection this rpcc_conn opens, before any other request. NULL: the
      * environment's WEIGHT_TOKEN when set, else none; "": none. Copied. */
     const char *token;
+    /* Added with per-store TLS settings: the name the master's certificate
+     * must carry instead of each endpoint's host (NULL or "": the host).
+     * Copied. */
+    const char *tls_server_name;
 } rpcc_options;
 
 /* Connect to endpoint, a master list: to its first endpoint that accepts

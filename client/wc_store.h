@@ -60,12 +60,20 @@ struct weight_store {
     wc_seg segs[WC_SEG_MAPS];
     char err[1024];
     char *token;                     /* weight_store_open_token's; NULL: WEIGHT_TOKEN */
+    /* weight_store_open_tls's settings (NULL: the environment's) and the
+     * client context built from them once, for node data ports (NULL: the
+     * environment's context) */
+    char *tls_ca, *tls_cert, *tls_key, *tls_server_name;
+    struct ssl_ctx_st *tls_ctx;
 };
 
-/* The transport options of the store's connections (its token). */
+/* The transport options of the store's connections (its token, its TLS
+ * settings). */
 static inline rpcc_options wc_rpc_options(const weight_store *s)
 {
-    rpcc_options o = {.timeout_ms = WC_RPC_TIMEOUT_MS, .token = s->token};
+    rpcc_options o = {.timeout_ms = WC_RPC_TIMEOUT_MS, .token = s->token, .tls_ca = s->tls_ca,
+                      .tls_cert = s->tls_cert, .tls_key = s->tls_key,
+                      .tls_server_name = s->tls_server_name};
     return o;
 }
 

@@ -264,6 +264,19 @@ int wc_tls_connect(SSL_CTX *ctx,
                    char *err,
                    size_t errlen)
 {
+    return wc_tls_connect_as(ctx, fd, endpoint, NULL, deadline, peer, out, err, errlen);
+}
+
+int wc_tls_connect_as(SSL_CTX *ctx,
+                      int fd,
+                      const char *endpoint,
+                      const char *name,
+                      int64_t deadline,
+                      const char *peer,
+                      SSL **out,
+                      char *err,
+                      size_t errlen)
+{
     char host[256], why[256];
     SSL *ssl = SSL_new(ctx);
     BIO *bio = wc_tls_socket_bio(fd);
@@ -279,7 +292,10 @@ int wc_tls_connect(SSL_CTX *ctx,
     /* Room for several records per recv when read-ahead is on (the node
      * data client turns it on): one syscall brings ~8 records, not one. */
     SSL_set_default_read_buffer_len(ssl, WC_TLS_READ_BUFFER);
-    endpoint_host(endpoint, host, sizeof(host));
+    if (name != NULL && name[0] != '\0')
+        snprintf(host, sizeof(host), "%s", name);
+    else
+        endpoint_host(endpoint, host, sizeof(host));
     if (inet_pton(AF_INET, host, &a4) == 1 || inet_pton(AF_INET6, host, &a6) == 1) {
         X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), host);
     } else {
@@ -306,7 +322,11 @@ int wc_tls_connect(SSL_CTX *ctx,
         wc_tls_why(why, sizeof(why));
         if (vr != X509_V_OK)
             wm_errbuf(err, errlen, "TLS handshake with %s refused: the %s's certificate is not "
-                      "trusted (%s)", endpoint, peer, X509_verify_cert_error_string(vr));
+                      "trusted (%s%s%s)", endpoint, peer, X509_verify_cert_error_string(vr),
+                      vr == X509_V_ERR_HOSTNAME_MISMATCH || vr == X509_V_ERR_IP_ADDRESS_MISMATCH
+                          ? ": it does not name " : "",
+                      vr == X509_V_ERR_HOSTNAME_MISMATCH || vr == X509_V_ERR_IP_ADDRESS_MISMATCH
+                          ? host : "");
         else
             wm_errbuf(err, errlen, "TLS handshake with %s refused: %s%s%s", endpoint,
                       why[0] ? why : "the ", why[0] ? "" : peer,

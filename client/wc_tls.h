@@ -54,6 +54,20 @@ int wc_tls_connect(SSL_CTX *ctx,
                    char *err,
                    size_t errlen);
 
+/* wc_tls_connect, the peer's certificate checked against name (a DNS name
+ * or an IP address, also sent as SNI when a DNS name) instead of the host
+ * of endpoint; name NULL or "": exactly wc_tls_connect. A name mismatch is
+ * SMP_EPROTO, err naming the name. */
+int wc_tls_connect_as(SSL_CTX *ctx,
+                      int fd,
+                      const char *endpoint,
+                      const char *name,
+                      int64_t deadline,
+                      const char *peer,
+                      SSL **out,
+                      char *err,
+                      size_t errlen);
+
 /* A new reference (SSL_CTX_free it) to a process-wide client context built
  * from WM_TLS_CA / WM_TLS_CERT / WM_TLS_KEY as they are now (rebuilt when
  * they changed since), or *out NULL when WM_TLS_CA is not set. Errors as

@@ -343,7 +343,8 @@ static ndc_conn *worker_node(worker *wk, const char *addr, int tls, char *err, s
         if (wk->nodes[i].c && strcmp(wk->nodes[i].addr, addr) == 0) return wk->nodes[i].c;
     for (int i = 0; i < 4; i++) {
         if (wk->nodes[i].c) continue;
-        ndc_options o = {.timeout_ms = 60000, .socket_buffer_bytes = 4 << 20, .tls = tls};
+        ndc_options o = {.timeout_ms = 60000, .socket_buffer_bytes = 4 << 20, .tls = tls,
+                         .tls_ctx = wk->x->s->tls_ctx};
         if (ndc_connect(addr, &o, &wk->nodes[i].c, err, errlen) < 0) return NULL;
         snprintf(wk->nodes[i].addr, sizeof wk->nodes[i].addr, "%s", addr);
         return wk->nodes[i].c;

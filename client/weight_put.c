@@ -440,7 +440,8 @@ static ndc_conn *slot_node(wslot *sl, const char *addr, int tls)
         if (sl->nodes[i].c && strcmp(sl->nodes[i].addr, addr) == 0) return sl->nodes[i].c;
     for (int i = 0; i < 4; i++) {
         if (sl->nodes[i].c) continue;
-        ndc_options o = {.timeout_ms = 60000, .socket_buffer_bytes = 4 << 20, .tls = tls};
+        ndc_options o = {.timeout_ms = 60000, .socket_buffer_bytes = 4 << 20, .tls = tls,
+                         .tls_ctx = sl->cx->w->s->tls_ctx};
         if (ndc_connect(addr, &o, &sl->nodes[i].c, err, sizeof err) < 0) {
             snprintf(sl->err, sizeof sl->err, "node %s: %s", addr, err);
             return NULL;

@@ -3,7 +3,9 @@
  *
  * Opening a store connects twice to the master: once to the weight plugin's
  * RPC service (proto/weight_rpc.proto) and once to the plain object service
- * (kv_client.h, used by the writer and the reader for object lookups).
+ * (kv_client.h, used by the writer and the reader for object lookups),
+ * both with the handle's TLS settings (weight_store_open_tls: read and
+ * checked before anything connects) or the environment's.
  * Everything else here is one RPC per call: weight_is_exist,
  * weight_get_metadata, weight_get_size, weight_list, weight_update_policy,
  * weight_migrate, weight_get_operation, weight_remove -- request built from
@@ -14,6 +16,7 @@
  * weight_get.c. */
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +24,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <openssl/ssl.h>
+
 #include "wc_store.h"
+#include "wc_tls.h"
 
 /* -- names ------------------------------------------------------------------ */
 
@@ -234,6 +240,64 @@ int weight_store_open_token(const char *master, const char *tenant, const char *
                             const weight_policy *default_policy, weight_store **out, char *err,
                             size_t errlen)
 {
+    return weight_store_open_tls(master, tenant, token, NULL, default_policy, out, err, errlen);
+}
+
+/* A copy of v into *dst when set (NULL or "": *dst stays NULL). 0, or -1
+ * when out of memory. */
+static int dup_setting(char **dst, const char *v)
+{
+    if (v == NULL || v[0] == '\0') return 0;
+    return (*dst = strdup(v)) != NULL ? 0 : -1;
+}
+
+/* Take tls's settings into s and build the client context for nodes from
+ * them (files read and checked now, before anything connects). tls NULL or
+ * without a CA: the environment's (s->tls_ctx stays NULL), only the server
+ * name kept. WEIGHT_OK, WEIGHT_EINVALID_ARGUMENT (err names the field, the
+ * file and the cause), WEIGHT_ENOMEM. */
+static int take_tls(weight_store *s, const weight_tls_options *tls, char *err, size_t errlen)
+{
+    char why[768];
+    int rc;
+    if (tls == NULL) return WEIGHT_OK;
+    if (tls->struct_size < offsetof(weight_tls_options, server_name) + sizeof(tls->server_name)) {
+        if (err && errlen)
+            snprintf(err, errlen, "weight_store_open_tls: struct_size %u is below the first "
+                     "version's %zu", tls->struct_size,
+                     offsetof(weight_tls_options, server_name) + sizeof(tls->server_name));
+        return WEIGHT_EINVALID_ARGUMENT;
+    }
+    if (tls->server_name != NULL && strlen(tls->server_name) > 255) {
+        if (err && errlen)
+            snprintf(err, errlen, "weight_store_open_tls: server_name is longer than 255 bytes");
+        return WEIGHT_EINVALID_ARGUMENT;
+    }
+    if ((tls->ca == NULL || tls->ca[0] == '\0') &&
+        ((tls->cert && tls->cert[0]) || (tls->key && tls->key[0]))) {
+        if (err && errlen)
+            snprintf(err, errlen, "weight_store_open_tls: cert and key need ca (the CA of the "
+                     "master's certificate) in the same settings");
+        return WEIGHT_EINVALID_ARGUMENT;
+    }
+    if (dup_setting(&s->tls_ca, tls->ca) < 0 || dup_setting(&s->tls_cert, tls->cert) < 0 ||
+        dup_setting(&s->tls_key, tls->key) < 0 ||
+        dup_setting(&s->tls_server_name, tls->server_name) < 0)
+        return WEIGHT_ENOMEM;
+    if (s->tls_ca == NULL) return WEIGHT_OK;
+    why[0] = '\0';
+    rc = wc_tls_client_ctx(s->tls_ca, s->tls_cert, s->tls_key, &s->tls_ctx, why, sizeof why);
+    if (rc < 0) {
+        if (err && errlen) snprintf(err, errlen, "weight_store_open_tls: %s", why);
+        return rc == SMP_ENOMEM ? WEIGHT_ENOMEM : WEIGHT_EINVALID_ARGUMENT;
+    }
+    return WEIGHT_OK;
+}
+
+int weight_store_open_tls(const char *master, const char *tenant, const char *token,
+                          const weight_tls_options *tls, const weight_policy *default_policy,
+                          weight_store **out, char *err, size_t errlen)
+{
     int rc;
     weight_store *s = NULL;
     rpcc_options opt;
@@ -244,9 +308,14 @@ int weight_store_open_token(const char *master, const char *tenant, const char *
         return WEIGHT_EINVALID_ARGUMENT;
     }
     if ((s = calloc(1, sizeof *s)) == NULL) return WEIGHT_ENOMEM;
+    pthread_mutex_init(&s->seg_lock, NULL);
     if (token != NULL && (s->token = strdup(token)) == NULL) {
-        free(s);
+        weight_store_close(s);
         return WEIGHT_ENOMEM;
+    }
+    if ((rc = take_tls(s, tls, err, errlen)) < 0) {
+        weight_store_close(s);
+        return rc;
     }
     opt = wc_rpc_options(s);
     snprintf(s->master, sizeof s->master, "%s", master);
@@ -259,9 +328,8 @@ int weight_store_open_token(const char *master, const char *tenant, const char *
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     s->threads = cores > 0 && (unsigned long)cores < WC_DEFAULT_THREADS ? (unsigned)cores
                                                                        : WC_DEFAULT_THREADS;
-    pthread_mutex_init(&s->seg_lock, NULL);
     if ((rc = rpcc_connect(master, &opt, &s->rpc, err, errlen)) < 0) goto free_store;
-    if ((rc = kvc_connect_token(master, WC_RPC_TIMEOUT_MS, s->token, &s->kv, err, errlen)) < 0)
+    if ((rc = kvc_connect_opts(master, &opt, s->tls_ctx, &s->kv, err, errlen)) < 0)
         goto free_store;
     /* with authentication, identities without a tenant are the token's tenant's */
     if ((tenant == NULL || tenant[0] == '\0') && rpcc_auth_tenant(s->rpc)[0] != '\0')
@@ -283,6 +351,11 @@ void weight_store_close(weight_store *s)
     rpcc_close(s->renew_rpc);
     kvc_close(s->kv);
     free(s->token);
+    free(s->tls_ca);
+    free(s->tls_cert);
+    free(s->tls_key);
+    free(s->tls_server_name);
+    SSL_CTX_free(s->tls_ctx);
     free(s);
 }
 
@@ -436,7 +509,8 @@ static int reconnect_rpc(weight_store *s, rpcc_conn **conn)
 int wc_kv_reconnect(weight_store *s)
 {
     kvc *fresh = NULL;
-    int rc = kvc_connect_token(s->master, WC_RPC_TIMEOUT_MS, s->token, &fresh, NULL, 0);
+    rpcc_options opt = wc_rpc_options(s);
+    int rc = kvc_connect_opts(s->master, &opt, s->tls_ctx, &fresh, NULL, 0);
     if (rc < 0) return rc;
     kvc_close(s->kv);
     s->kv = fresh;

@@ -709,6 +709,52 @@ WEIGHT_API int weight_remove_request(weight_store *s,
                                      const char *request_id,
                                      weight_metadata *out);
 
+/* -- TLS settings of a store handle ------------------------------------------ */
+
+/* Where a store's TLS 1.3 trust and identity come from (weight_store_open_tls).
+ * Strings are borrowed for the call (the store keeps copies).
+ *  ca           the CA bundle (PEM) the master's and the nodes' certificates
+ *               must chain to. NULL or "": the environment's WM_TLS_CA,
+ *               WM_TLS_CERT and WM_TLS_KEY, as weight_store_open (then cert
+ *               and key here must be unset too);
+ *  cert, key    a client certificate (PEM chain) and its private key, for a
+ *               master or node that verifies clients; both or neither;
+ *  server_name  the name the master's certificate must carry (a DNS name or
+ *               an IP address), when the endpoint dialled is not that name
+ *               (an IP address, a tunnel); NULL or "": the host of each
+ *               endpoint of the master list. Nodes' certificates are always
+ *               checked against the address each node advertises.
+ * The store dials TLS to a TCP master when a CA is known (here or in the
+ * environment), and to every node whose data port speaks TLS; a Unix socket
+ * and a co-located segment stay plain. */
+typedef struct weight_tls_options {
+    uint32_t struct_size;       /* sizeof(weight_tls_options) as the caller was built */
+    const char *ca;
+    const char *cert;
+    const char *key;
+    const char *server_name;
+    /* Fields above: the first version. New fields go below this line. */
+} weight_tls_options;
+
+/* weight_store_open_token with the TLS settings tls (NULL: the environment,
+ * exactly as weight_store_open_token). The files are read and checked
+ * before anything connects: a missing or unreadable file, a CA that is not
+ * PEM, a certificate without its key (or one that does not match it), a
+ * certificate without a CA, a struct_size below the first version's, or a
+ * server_name over 255 bytes is WEIGHT_EINVALID_ARGUMENT with err naming the
+ * field, the file and the cause, and no connection is made. A master whose
+ * certificate is not trusted or does not carry the name is WEIGHT_EIO, err
+ * saying so. Every later connection of the store (a reconnect, a failover,
+ * lease renewals, node data ports) uses the same settings. */
+WEIGHT_API int weight_store_open_tls(const char *master,
+                                     const char *tenant,
+                                     const char *token,
+                                     const weight_tls_options *tls,
+                                     const weight_policy *default_policy,
+                                     weight_store **out,
+                                     char *err,
+                                     size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

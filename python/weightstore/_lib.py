@@ -47,6 +47,16 @@ class Policy(ctypes.Structure):
     ]
 
 
+class TlsOptions(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", c_u32),
+        ("ca", c_char_p),
+        ("cert", c_char_p),
+        ("key", c_char_p),
+        ("server_name", c_char_p),
+    ]
+
+
 class Metadata(ctypes.Structure):
     _fields_ = [
         ("identity", Identity),
@@ -184,6 +194,8 @@ _PROTOTYPES = {
     "weight_store_open": (c_int, [c_char_p, c_char_p, _P(Policy), _P(c_void_p), c_char_p, c_size_t]),
     "weight_store_open_token": (c_int, [c_char_p, c_char_p, c_char_p, _P(Policy), _P(c_void_p),
                                         c_char_p, c_size_t]),
+    "weight_store_open_tls": (c_int, [c_char_p, c_char_p, c_char_p, _P(TlsOptions), _P(Policy),
+                                      _P(c_void_p), c_char_p, c_size_t]),
     "weight_store_close": (None, [c_void_p]),
     "weight_store_last_error": (c_char_p, [c_void_p]),
     "weight_store_set_option": (c_int, [c_void_p, c_int, c_u64]),

@@ -98,23 +98,37 @@ class WeightStore:
     payload_bytes, threads, transport (0 auto, 1 local only, 2 TCP only)
     and lease_ttl_ms tune the C library (None: its defaults). token: the
     credential presented to a master with auth on (None: $WEIGHT_TOKEN when
-    set); with a token, tenant_id None is the token's tenant. Usable as a
-    context manager (closed on exit)."""
+    set); with a token, tenant_id None is the token's tenant. tls_ca,
+    tls_cert, tls_key: TLS 1.3 to the master and to nodes whose data port
+    speaks TLS, trusting the CA file tls_ca and presenting the client
+    certificate tls_cert / tls_key when given (None: $WM_TLS_CA,
+    $WM_TLS_CERT, $WM_TLS_KEY); tls_server_name: the name the master's
+    certificate must carry when it is not the host dialled (None: that
+    host). A bad file raises InvalidArgumentError naming it before anything
+    connects. Usable as a context manager (closed on exit)."""
 
     def __init__(self, master: str, *, tenant_id: Optional[str] = None,
                  default_policy: Optional[WeightStoragePolicy] = None,
                  payload_bytes: Optional[int] = None, threads: Optional[int] = None,
                  transport: Optional[int] = None, lease_ttl_ms: Optional[int] = None,
-                 token: Optional[str] = None):
+                 token: Optional[str] = None, tls_ca: Optional[str] = None,
+                 tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
+                 tls_server_name: Optional[str] = None):
         lib = _lib.load()
         ptr = ctypes.c_void_p()
         err = ctypes.create_string_buffer(1024)
         pol = _policy_to_c(default_policy)
-        rc = lib.weight_store_open_token(master.encode(),
-                                         tenant_id.encode() if tenant_id else None,
-                                         token.encode() if token is not None else None,
-                                         ctypes.byref(pol) if pol is not None else None,
-                                         ctypes.byref(ptr), err, len(err))
+        tls = None
+        if any(v is not None for v in (tls_ca, tls_cert, tls_key, tls_server_name)):
+            enc = [os.fsencode(v) if v is not None else None for v in (tls_ca, tls_cert, tls_key)]
+            tls = _lib.TlsOptions(ctypes.sizeof(_lib.TlsOptions), *enc,
+                                  tls_server_name.encode() if tls_server_name is not None else None)
+        rc = lib.weight_store_open_tls(master.encode(),
+                                       tenant_id.encode() if tenant_id else None,
+                                       token.encode() if token is not None else None,
+                                       ctypes.byref(tls) if tls is not None else None,
+                                       ctypes.byref(pol) if pol is not None else None,
+                                       ctypes.byref(ptr), err, len(err))
         if rc < 0:
             raise error_for(rc, lib.weight_error_name(rc).decode(), err.value.decode(errors="replace"))
         self._lib = lib

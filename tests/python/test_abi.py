@@ -21,7 +21,7 @@ STRUCTS = {
     "weight_tensor_place": _lib.TensorPlace, "weight_placement": _lib.Placement,
     "weight_binding": _lib.Binding, "weight_bindings": _lib.Bindings, "weight_get_stats": _lib.GetStats,
     "weight_list_query": _lib.ListQuery, "weight_upsert_claim": _lib.UpsertClaim,
-    "weight_mapped_tensor": _lib.MappedTensor,
+    "weight_mapped_tensor": _lib.MappedTensor, "weight_tls_options": _lib.TlsOptions,
 }
 
 

@@ -341,6 +341,41 @@ def test_unreachable_master_is_a_transport_error():
     assert isinstance(e.value, ws.WeightTransportError)
 
 
+def test_tls_settings_bad_file_is_invalid_argument_before_connecting(tmp_path):
+    import socket
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as ls:
+        ls.bind(("127.0.0.1", 0))
+        ls.listen(4)
+        ls.setblocking(False)
+        master = f"127.0.0.1:{ls.getsockname()[1]}"
+        garbage = tmp_path / "garbage.pem"
+        garbage.write_text("not a certificate\n")
+        for kwargs, needle in (({"tls_ca": str(tmp_path / "no-such-ca.pem")}, "no-such-ca.pem"),
+                               ({"tls_ca": str(garbage)}, "garbage.pem"),
+                               ({"tls_ca": str(garbage), "tls_cert": str(garbage)}, "come together"),
+                               ({"tls_cert": "c.pem", "tls_key": "k.pem"}, "need ca")):
+            with pytest.raises(ws.InvalidArgumentError) as e:
+                ws.WeightStore(master, **kwargs)
+            assert needle in str(e.value)
+            with pytest.raises(BlockingIOError):
+                ls.accept()  # nothing dialled the "master"
+
+
+def test_tls_ca_makes_the_store_dial_tls(master, tmp_path):
+    # the handle's CA asks for TLS: this master's TCP port is plaintext, so
+    # the handshake fails as a transport error, where no CA would have served
+    import subprocess
+    ca = tmp_path / "ca.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+                    "-nodes", "-days", "1", "-subj", "/CN=py-test-ca", "-keyout", str(tmp_path / "ca.key"),
+                    "-out", str(ca)], check=True, capture_output=True)
+    with pytest.raises(ws.WeightTransportError):
+        with ws.WeightStore(master.address, tls_ca=str(ca), tls_server_name="localhost") as s:
+            s.weight_list(limit=1)
+    with ws.WeightStore(master.address) as s:
+        s.weight_list(limit=1)
+
+
 def test_pinned_revision_refuses_migration(store):
     i = ident(unique("pinned"))
     put_model(store, i, {"w": (np.zeros(10, np.float32), None)},
