@@ -123,6 +123,17 @@ static int open_with(const char *master, const weight_tls_options *o, weight_sto
     return rc;
 }
 
+/* weight_store_open_tls to the test master's TCP port with o, which must
+ * succeed: the store. */
+static weight_store *open_ok(fx *f, const weight_tls_options *o)
+{
+    weight_store *s;
+    char err[1024];
+    if (open_with(f->tcp, o, &s, err, sizeof(err)) != WEIGHT_OK)
+        fail_msg("weight_store_open_tls: %s", err);
+    return s;
+}
+
 /* A remote (TCP) put and get of a revision through s: every tensor exact,
  * none of it through a mapping (the node's data port, over TLS). */
 static void remote_round_trip(fx *f, weight_store *s, const char *rev)
@@ -146,8 +157,7 @@ static void test_store_tls_settings_reach_master_and_node(void **state)
     char err[1024];
     start_tls(f, 0);
     weight_tls_options o = tls_opts(f->pem[CA], NULL, NULL, NULL);
-    if (open_with(f->tcp, &o, &s, err, sizeof(err)) != WEIGHT_OK)
-        fail_msg("weight_store_open_tls: %s", err);
+    s = open_ok(f, &o);
     remote_round_trip(f, s, "handle-ca");
     weight_store_close(s);
 
@@ -175,8 +185,7 @@ static void test_store_tls_server_name(void **state)
     char err[1024];
     start_tls(f, 0);
     weight_tls_options o = tls_opts(f->pem[CA], NULL, NULL, "localhost");
-    if (open_with(f->tcp, &o, &s, err, sizeof(err)) != WEIGHT_OK)
-        fail_msg("weight_store_open_tls: %s", err);
+    s = open_ok(f, &o);
     weight_identity id;
     int exists = -1;
     assert_int_equal(weight_identity_set(&id, NULL, "llm", "store-tls", "none", 1), 0);
@@ -198,8 +207,7 @@ static void test_store_tls_client_certificate(void **state)
     char err[1024];
     start_tls(f, 1);
     weight_tls_options o = tls_opts(f->pem[CA], f->pem[CLI_CERT], f->pem[CLI_KEY], NULL);
-    if (open_with(f->tcp, &o, &s, err, sizeof(err)) != WEIGHT_OK)
-        fail_msg("weight_store_open_tls: %s", err);
+    s = open_ok(f, &o);
     remote_round_trip(f, s, "client-cert");
     weight_store_close(s);
     weight_tls_options bare = tls_opts(f->pem[CA], NULL, NULL, NULL);
