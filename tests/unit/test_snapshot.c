@@ -763,6 +763,22 @@ static void test_small_path_buffer_writes_nothing(void **state)
     assert_int_equal(count_entries(f), 0);
 }
 
+/* snap_file_path names the file snap_write_file writes (the master reports
+ * it for a snapshot its forked writer made), and refuses a buffer too small
+ * for it. */
+static void test_file_path_is_the_written_file(void **state)
+{
+    fixture *f = *state;
+    char written[512], named[512], small[16];
+    snap_builder *b = build_sample(3);
+    assert_int_equal(snap_write_file(b, f->dir, 1, written, sizeof(written)), SMP_OK);
+    assert_int_equal(snap_file_path(f->dir, 3, named, sizeof(named)), SMP_OK);
+    assert_string_equal(named, written);
+    assert_int_equal(snap_file_path(f->dir, 3, small, sizeof(small)), SMP_ERANGE);
+    assert_int_equal(snap_file_path(NULL, 3, named, sizeof(named)), SMP_EINVAL);
+    snap_builder_free(b);
+}
+
 /* ------------------------------------------------------------------------ */
 /* The async write                                                           */
 /* ------------------------------------------------------------------------ */
@@ -976,6 +992,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_same_or_older_sequence_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failed_write_leaves_no_trace, setup, teardown),
         cmocka_unit_test_setup_teardown(test_small_path_buffer_writes_nothing, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_file_path_is_the_written_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_async_write_completes_on_the_loop, setup, teardown),
         cmocka_unit_test_setup_teardown(test_writer_and_reader_fit_the_host_api, setup, teardown),
         cmocka_unit_test_setup_teardown(test_duplicate_section_names_are_refused, setup, teardown),
