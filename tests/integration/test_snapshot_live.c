@@ -98,6 +98,39 @@ static void assert_object(kvc *c, const char *key)
     assert_memory_equal(obj.sha256, sha, 32);
 }
 
+/* Put prefix-00 .. prefix-(n-1), each holding its own name; the last one's
+ * sequence. */
+static uint64_t put_keys(kvc *c, const char *prefix, int n)
+{
+    char key[64];
+    uint64_t last = 0;
+    for (int i = 0; i < n; i++) {
+        snprintf(key, sizeof(key), "%s-%02d", prefix, i);
+        last = put(c, key);
+    }
+    return last;
+}
+
+static void assert_keys(kvc *c, const char *prefix, int n)
+{
+    char key[64];
+    for (int i = 0; i < n; i++) {
+        snprintf(key, sizeof(key), "%s-%02d", prefix, i);
+        assert_object(c, key);
+    }
+}
+
+/* SIGKILL the master, start it again (snapshot + the log after it) and
+ * connect. */
+static kvc *restart_after_sigkill(live *t)
+{
+    hx_kill(&t->m);
+    assert_int_equal(hx_start(&t->m, START_MS), 0);
+    kvc *c = hx_client(&t->m);
+    assert_non_null(c);
+    return c;
+}
+
 static uint64_t recorder_set(const hx_master *m, const char *payload)
 {
     char err[256];
@@ -231,11 +264,7 @@ static void test_reads_and_writes_answered_while_a_snapshot_is_captured(void **s
     char key[64];
     kvc *c = hx_client(&t->m);
     assert_non_null(c);
-    uint64_t last = 0;
-    for (int i = 0; i < KEYS_BEFORE; i++) {
-        snprintf(key, sizeof(key), "before-%02d", i);
-        last = put(c, key);
-    }
+    uint64_t last = put_keys(c, "before", KEYS_BEFORE);
     uint64_t rec_a = recorder_set(&t->m, "A");
     assert_true(rec_a > last);
 
@@ -244,10 +273,9 @@ static void test_reads_and_writes_answered_while_a_snapshot_is_captured(void **s
     int hold = hold_open(t);
 
     int answered = 0;
-    for (int i = 0; i < READS_DURING; i++) {
-        snprintf(key, sizeof(key), "before-%02d", i % KEYS_BEFORE);
-        assert_object(c, key);
-        answered++;
+    for (int i = 0; i < READS_DURING / KEYS_BEFORE; i++) {
+        assert_keys(c, "before", KEYS_BEFORE);
+        answered += KEYS_BEFORE;
     }
     for (int i = 0; i < PUTS_DURING; i++) {
         snprintf(key, sizeof(key), "during-%02d", i);
@@ -286,18 +314,9 @@ static void test_reads_and_writes_answered_while_a_snapshot_is_captured(void **s
     snap_image_free(img);
     kvc_close(c);
 
-    hx_kill(&t->m);
-    assert_int_equal(hx_start(&t->m, START_MS), 0);
-    c = hx_client(&t->m);
-    assert_non_null(c);
-    for (int i = 0; i < KEYS_BEFORE; i++) {
-        snprintf(key, sizeof(key), "before-%02d", i);
-        assert_object(c, key);
-    }
-    for (int i = 0; i < PUTS_DURING; i++) {
-        snprintf(key, sizeof(key), "during-%02d", i);
-        assert_object(c, key);
-    }
+    c = restart_after_sigkill(t);
+    assert_keys(c, "before", KEYS_BEFORE);
+    assert_keys(c, "during", PUTS_DURING);
     kvc_close(c);
 }
 
@@ -308,14 +327,9 @@ static void test_reads_and_writes_answered_while_a_snapshot_is_captured(void **s
 static void test_a_snapshot_writer_that_dies_fails_closed(void **state)
 {
     live *t = *state;
-    char key[64];
     kvc *c = hx_client(&t->m);
     assert_non_null(c);
-    uint64_t last = 0;
-    for (int i = 0; i < KEYS_BEFORE; i++) {
-        snprintf(key, sizeof(key), "before-%02d", i);
-        last = put(c, key);
-    }
+    uint64_t last = put_keys(c, "before", KEYS_BEFORE);
 
     /* Killed while it holds the state. */
     snap_call s;
@@ -351,14 +365,8 @@ static void test_a_snapshot_writer_that_dies_fails_closed(void **state)
     assert_true(snapshot_exists(&t->m, more));
     kvc_close(c);
 
-    hx_kill(&t->m);
-    assert_int_equal(hx_start(&t->m, START_MS), 0);
-    c = hx_client(&t->m);
-    assert_non_null(c);
-    for (int i = 0; i < KEYS_BEFORE; i++) {
-        snprintf(key, sizeof(key), "before-%02d", i);
-        assert_object(c, key);
-    }
+    c = restart_after_sigkill(t);
+    assert_keys(c, "before", KEYS_BEFORE);
     assert_object(c, "after-failures");
     kvc_close(c);
 }
