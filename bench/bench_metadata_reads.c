@@ -20,7 +20,9 @@
  * plugin's reconcile tick (mean duration of the idle ticks over 2 s, from
  * host_plugin_tick_seconds), a weight_list page of 100 (mean over 200 pages
  * walked with their tokens), and a snapshot (time of the admin snapshot RPC
- * and the file's size, as MB/s), with the master's anonymous memory per
+ * and the file's size, as MB/s; how long its capture held the master's loop
+ * and how long it took to encode, from the master's store_snapshot_*
+ * gauges), with the master's anonymous memory per
  * revision and per object. The 100k/1k ratios of tick and list page are
  * printed (asked <= 1.3). Every figure also goes out as a "summary |" line
  * that bench/run_all.sh gathers into one table.
