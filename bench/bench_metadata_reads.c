@@ -27,6 +27,17 @@
  * printed (asked <= 1.3). Every figure also goes out as a "summary |" line
  * that bench/run_all.sh gathers into one table.
  *
+ * The read phase runs WM_BENCH_ROUNDS rounds (default 1); each measures
+ * the master and Redis back to back at 1 and at 50 clients, so that a
+ * change in the machine's load hits both figures of a ratio alike, and
+ * prints the median of each figure with the CPU the master and the
+ * benchmark's client threads spent per read.
+ *
+ * WM_BENCH_READS=DIR runs the read phase alone on data a run with
+ * WM_BENCH_KEEP=1 left (DIR is the master directory it printed; REVISIONS
+ * at most the count it published): it starts a master on DIR, measures,
+ * stops it and leaves DIR as it was, to compare builds quickly.
+ *
  * Usage: bench_metadata_reads [DIR (/tmp)] [REVISIONS (100000)] [SECONDS (3)] */
 #include <dirent.h>
 #include <pthread.h>
@@ -35,6 +46,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -147,20 +159,185 @@ static void *read_thread(void *arg)
     return NULL;
 }
 
-/* Reads per second with `clients` threads for b->seconds; -1 on failure. */
-static double measure_reads(bench *b, int clients, int exist)
+/* CPU seconds a process has used (utime + stime of /proc/PID/stat), -1. */
+static double proc_cpu_s(pid_t pid)
+{
+    char path[64], buf[1024];
+    unsigned long ut = 0, st = 0;
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) return -1;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* the command may hold spaces */
+    if (p == NULL || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut,
+                            &st) != 2)
+        return -1;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* CPU seconds of this process (the benchmark's client threads). */
+static double self_cpu_s(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+           (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+}
+
+/* One figure of the read phase: reads per second and the CPU the master
+ * and the benchmark's client threads spent per read. */
+typedef struct read_fig {
+    double rate, master_us, client_us, master_cs;
+} read_fig;
+
+static long proc_status_kib(pid_t pid, const char *field);
+
+/* Context switches so far of a process's main thread -- the master's loop
+ * thread -- voluntary and involuntary (/proc/PID/status), -1. */
+static double proc_switches(pid_t pid)
+{
+    double v = proc_status_kib(pid, "voluntary_ctxt_switches:"),
+           n = proc_status_kib(pid, "nonvoluntary_ctxt_switches:");
+    return v < 0 || n < 0 ? -1 : v + n;
+}
+
+/* Reads with `clients` threads for b->seconds into *f; -1 on failure. */
+static int measure_reads(bench *b, pid_t master, int clients, int exist, read_fig *f)
 {
     pthread_t t[64];
     b->exist = exist;
     atomic_store(&b->ops, 0);
     atomic_store(&b->stop, 0);
-    double t0 = now_s();
+    double m0 = proc_cpu_s(master), c0 = self_cpu_s(), s0 = proc_switches(master), t0 = now_s();
     for (int i = 0; i < clients; i++) pthread_create(&t[i], NULL, read_thread, b);
     usleep((useconds_t)(b->seconds * 1e6));
     atomic_store(&b->stop, 1);
     for (int i = 0; i < clients; i++) pthread_join(t[i], NULL);
-    double dt = now_s() - t0;
-    return atomic_load(&b->failed) ? -1 : (double)atomic_load(&b->ops) / dt;
+    double dt = now_s() - t0, ops = (double)atomic_load(&b->ops);
+    if (atomic_load(&b->failed) || ops <= 0) return -1;
+    f->rate = ops / dt;
+    f->master_us = (proc_cpu_s(master) - m0) / ops * 1e6;
+    f->client_us = (self_cpu_s() - c0) / ops * 1e6;
+    f->master_cs = (proc_switches(master) - s0) / ops;
+    return 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The median of n values (n >= 1); sorts v. */
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(*v), cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+#define READ_ROUNDS_MAX 9
+static const int read_clients[2] = {1, 50};
+
+/* The read phase: WM_BENCH_ROUNDS rounds (default 1, at most 9), each
+ * running weight_get_metadata, weight_is_exist and (rb not NULL) Redis GET
+ * at 1 and at 50 clients back to back, printing each round; md, ex, rd
+ * get the median of every figure (rd -1 without Redis). -1 when a read
+ * failed. */
+static int read_phase(bench *b, pid_t master, const redis_box *rb, read_fig md[2], read_fig ex[2],
+                      double rd[2])
+{
+    const char *env = getenv("WM_BENCH_ROUNDS");
+    int rounds = env != NULL ? atoi(env) : 1;
+    if (rounds < 1) rounds = 1;
+    if (rounds > READ_ROUNDS_MAX) rounds = READ_ROUNDS_MAX;
+    double v[2][2][4][READ_ROUNDS_MAX], r[2][READ_ROUNDS_MAX]; /* [kind][clients][field][round] */
+    read_fig warm;
+    double secs = b->seconds;
+    b->seconds = secs / 4 < 0.5 ? secs / 4 : 0.5; /* a warm-up, not counted: a master just
+                                                      started may still be settling */
+    int wrc = measure_reads(b, master, read_clients[0], 0, &warm);
+    b->seconds = secs;
+    if (wrc < 0) return -1;
+    for (int k = 0; k < rounds; k++) {
+        for (int i = 0; i < 2; i++) {
+            read_fig f[2];
+            if (measure_reads(b, master, read_clients[i], 0, &f[0]) < 0 ||
+                measure_reads(b, master, read_clients[i], 1, &f[1]) < 0)
+                return -1;
+            r[i][k] = rb != NULL ? redis_bench(rb, "get", read_clients[i],
+                                               (long)(b->seconds * (read_clients[i] == 1 ? 25000 : 60000)))
+                                 : -1;
+            for (int j = 0; j < 2; j++) {
+                v[j][i][0][k] = f[j].rate;
+                v[j][i][1][k] = f[j].master_us;
+                v[j][i][2][k] = f[j].client_us;
+                v[j][i][3][k] = f[j].master_cs;
+            }
+            printf("round %d, clients %2d: weight_get_metadata %8.0f/s (CPU/read: master %.1f us, client "
+                   "%.1f us; master switches/read %.2f)   weight_is_exist %8.0f/s (%.1f us, %.1f us; "
+                   "%.2f)   redis GET %8.0f/s\n",
+                   k + 1, read_clients[i], f[0].rate, f[0].master_us, f[0].client_us, f[0].master_cs,
+                   f[1].rate, f[1].master_us, f[1].client_us, f[1].master_cs, r[i][k]);
+            fflush(stdout);
+        }
+    }
+    for (int i = 0; i < 2; i++) {
+        read_fig *out[2] = {&md[i], &ex[i]};
+        for (int j = 0; j < 2; j++)
+            *out[j] = (read_fig){median(v[j][i][0], rounds), median(v[j][i][1], rounds),
+                                 median(v[j][i][2], rounds), median(v[j][i][3], rounds)};
+        rd[i] = median(r[i], rounds);
+    }
+    return 0;
+}
+
+/* The read figures' lines (medians of the rounds). */
+static void print_reads(const bench *b, const read_fig md[2], const read_fig ex[2], const double rd[2])
+{
+    for (int i = 0; i < 2; i++)
+        printf("clients %2d: weight_get_metadata %8.0f/s   weight_is_exist %8.0f/s   redis GET %8.0f/s"
+               "   get_metadata/redis x%.2f   is_exist/redis x%.2f   (%ld revisions; CPU per read: "
+               "master %.1f / %.1f us, client %.1f / %.1f us; master switches/read %.2f / %.2f)\n",
+               read_clients[i], md[i].rate, ex[i].rate, rd[i], rd[i] > 0 ? md[i].rate / rd[i] : 0.0,
+               rd[i] > 0 ? ex[i].rate / rd[i] : 0.0, b->n_revisions, md[i].master_us,
+               ex[i].master_us, md[i].client_us, ex[i].client_us, md[i].master_cs, ex[i].master_cs);
+}
+
+/* WM_BENCH_READS=DIR: the read phase alone on kept data (see the top). */
+static int reads_only(const char *kept, const char *parent, bench *b)
+{
+    hx_master m;
+    redis_box rb;
+    read_fig md[2], ex[2];
+    double rd[2];
+    int status = 1, have_redis;
+    memset(&m, 0, sizeof(m));
+    snprintf(m.dir, sizeof(m.dir), "%s", kept);
+    snprintf(m.config, sizeof(m.config), "%s/config.yaml", kept);
+    snprintf(m.socket, sizeof(m.socket), "%s/master.sock", kept);
+    snprintf(m.log, sizeof(m.log), "%s/master.log", kept);
+    if (access(m.config, R_OK) != 0) {
+        fprintf(stderr, "bench: %s holds no config.yaml (WM_BENCH_READS wants a kept master directory)\n",
+                kept);
+        return 2;
+    }
+    if (hx_start(&m, 600000) < 0) {
+        fprintf(stderr, "bench: cannot start the master on %s\n", kept);
+        return 1;
+    }
+    b->socket = m.socket;
+    memset(&rb, 0, sizeof(rb));
+    have_redis = redis_start(&rb, parent, 0) == 0 && redis_populate(&rb, b->n_revisions) == 0;
+    if (!have_redis) printf("redis: no redis-server could be started\n");
+    if (read_phase(b, m.pid, have_redis ? &rb : NULL, md, ex, rd) == 0) {
+        print_reads(b, md, ex, rd);
+        status = 0;
+    }
+    redis_stop(&rb);
+    hx_stop(&m);
+    return status;
 }
 
 /* Restart the master (clean stop, then start) and return the seconds from
@@ -340,6 +517,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: %s [DIR] [REVISIONS] [SECONDS]\n", argv[0]);
         return 2;
     }
+    if (getenv("WM_BENCH_READS") != NULL) return reads_only(getenv("WM_BENCH_READS"), dir, &b);
     hx_master m;
     char extra[1024], segdir[128], cmd[256], f1[128], f2[128], what[128];
     int status = 1;
@@ -376,28 +554,29 @@ int main(int argc, char **argv)
            hi->tick_us / lo->tick_us, hi->list_us / lo->list_us);
     fflush(stdout);
 
-    int counts[2] = {1, 50};
-    double md[2], ex[2], rd[2] = {-1, -1};
-    for (int i = 0; i < 2; i++) {
-        if ((md[i] = measure_reads(&b, counts[i], 0)) < 0) goto stop;
-        if ((ex[i] = measure_reads(&b, counts[i], 1)) < 0) goto stop;
+    /* Redis runs beside the master from here: the reads take turns with it. */
+    redis_box rb;
+    read_fig md[2], ex[2];
+    double rd[2], redis_load = -1;
+    memset(&rb, 0, sizeof(rb));
+    int have_redis = redis_start(&rb, dir, 0) == 0 && redis_populate(&rb, b.n_revisions) == 0;
+    if (!have_redis)
+        printf("redis: no redis-server could be started (make bench installs redis-server)\n");
+    if (read_phase(&b, m.pid, have_redis ? &rb : NULL, md, ex, rd) < 0) {
+        redis_stop(&rb);
+        goto stop;
     }
     double objects = hx_metric(&m, "store_objects{data_type=\"weight\"}") +
                      hx_metric(&m, "store_objects{data_type=\"metadata\"}");
     double snap_seq = hx_metric(&m, "snapshot_last_seq");
     double appends = hx_metric(&m, "oplog_appends_total");
     double restart = restart_seconds(&m, &b);
-    if (restart < 0) goto stop;
-
-    redis_box rb;
-    double redis_load = -1;
-    memset(&rb, 0, sizeof(rb));
-    if (redis_start(&rb, dir, 0) == 0 && redis_populate(&rb, b.n_revisions) == 0) {
-        for (int i = 0; i < 2; i++) rd[i] = redis_bench(&rb, "get", counts[i], counts[i] == 1 ? 100000 : 500000);
-        if (objects > 0 && redis_populate(&rb, (long)objects) == 0) redis_load = redis_reload_seconds(&rb);
-    } else {
-        printf("redis: no redis-server could be started (make bench installs redis-server)\n");
+    if (restart < 0) {
+        redis_stop(&rb);
+        goto stop;
     }
+    if (have_redis && objects > 0 && redis_populate(&rb, (long)objects) == 0)
+        redis_load = redis_reload_seconds(&rb);
     redis_stop(&rb);
     printf("restart with %ld revisions (%.0f objects; %.0f records appended this run, newest "
            "snapshot at seq %.0f): serving in %.3f s, %.0f objects/s;   redis RDB of %.0f keys "
@@ -405,23 +584,19 @@ int main(int argc, char **argv)
            b.n_revisions, objects, appends, snap_seq, restart, objects / restart, objects,
            redis_load, redis_load > 0 ? objects / redis_load : 0.0,
            redis_load > 0 ? (objects / restart) / (objects / redis_load) : 0.0);
-    for (int i = 0; i < 2; i++) {
-        printf("clients %2d: weight_get_metadata %8.0f/s   weight_is_exist %8.0f/s   redis GET %8.0f/s"
-               "   get_metadata/redis x%.2f   is_exist/redis x%.2f   (%ld revisions)\n",
-               counts[i], md[i], ex[i], rd[i], rd[i] > 0 ? md[i] / rd[i] : 0.0,
-               rd[i] > 0 ? ex[i] / rd[i] : 0.0, b.n_revisions);
-    }
+    print_reads(&b, md, ex, rd);
+    const int *counts = read_clients;
 
     for (int i = 0; i < 2; i++) {
         bench_fmt(f2, sizeof(f2), "redis GET %.0f/s", rd[i]);
         bench_fmt(what, sizeof(what), "weight_get_metadata, %d client%s, %ld revisions", counts[i],
                   counts[i] > 1 ? "s" : "", b.n_revisions);
-        bench_summary(what, bench_fmt(f1, sizeof(f1), "%.0f/s", md[i]), f2,
-                      rd[i] > 0 ? md[i] / rd[i] : -1, ">= 1.0x");
+        bench_summary(what, bench_fmt(f1, sizeof(f1), "%.0f/s", md[i].rate), f2,
+                      rd[i] > 0 ? md[i].rate / rd[i] : -1, ">= 1.0x");
         bench_fmt(what, sizeof(what), "weight_is_exist, %d client%s, %ld revisions", counts[i],
                   counts[i] > 1 ? "s" : "", b.n_revisions);
-        bench_summary(what, bench_fmt(f1, sizeof(f1), "%.0f/s", ex[i]), f2,
-                      rd[i] > 0 ? ex[i] / rd[i] : -1, ">= 1.0x");
+        bench_summary(what, bench_fmt(f1, sizeof(f1), "%.0f/s", ex[i].rate), f2,
+                      rd[i] > 0 ? ex[i].rate / rd[i] : -1, ">= 1.0x");
     }
     bench_fmt(what, sizeof(what), "restart, %ld revisions (%.0f objects)", b.n_revisions, objects);
     bench_summary(what, bench_fmt(f1, sizeof(f1), "%.2f s, %.0f objects/s", restart, objects / restart),
