@@ -518,11 +518,14 @@ int wc_kv_reconnect(weight_store *s)
     return SMP_OK;
 }
 
+#define WC_CALL_SMALL 1024
+
 int wc_call(weight_store *s, rpcc_conn **conn, uint32_t method, const ProtobufCMessage *req,
             const ProtobufCMessageDescriptor *desc, ProtobufCMessage **resp)
 {
     size_t len = protobuf_c_message_get_packed_size(req);
-    uint8_t *buf = malloc(len ? len : 1);
+    uint8_t small[WC_CALL_SMALL]; /* an identity request fits: no malloc per call */
+    uint8_t *buf = len <= sizeof(small) ? small : malloc(len);
     uint8_t *rbody = NULL;
     size_t rlen = 0;
     char *msg = NULL;
@@ -541,11 +544,11 @@ int wc_call(weight_store *s, rpcc_conn **conn, uint32_t method, const ProtobufCM
             rc = rpcc_call(*conn, WC_WEIGHT_SERVICE, method, buf, len, &status, &rbody, &rlen, &msg);
         } else {
             wc_fail(s, WEIGHT_EIO, "master %s: %s", s->master, first);
-            free(buf);
+            if (buf != small) free(buf);
             return WEIGHT_EIO;
         }
     }
-    free(buf);
+    if (buf != small) free(buf);
     if (rc < 0) {
         wc_fail(s, rc == SMP_EAGAIN ? WEIGHT_EAGAIN : WEIGHT_EIO, "master %s: %s", s->master,
                 rpcc_last_error(*conn));
