@@ -14,11 +14,32 @@
 
 #include "weight_lineage.h"
 #include "weight_residency_planner.h"
+#include "wm_bulk.h"
 #include "wm_mgmt.h"
 
 /* ------------------------------------------------------------------------ */
 /* Queries                                                                   */
 /* ------------------------------------------------------------------------ */
+
+/* The identity reads (GET_METADATA, IS_EXIST, GET_SIZE) decode their
+ * IdentityRequest into an arena on the handler's stack: the message and
+ * its strings take a few hundred bytes, so a read costs no malloc and no
+ * free (an identity at its limits spills to malloc and is freed as usual). */
+#define WM_READ_ARENA 2048
+
+/* Decode an IdentityRequest with a (initialised over the caller's
+ * buffer); NULL with SMP_EPROTO answered when the body does not decode.
+ * Release with wm_arena_free_unpacked(a, &req->base). */
+static Wmrpc__IdentityRequest *wm_decode_identity_request(wm_plugin *p, smp_rpc_call *call,
+                                                          wm_arena *a, const uint8_t *body,
+                                                          size_t len)
+{
+    Wmrpc__IdentityRequest *req = wmrpc__identity_request__unpack(&a->alloc, len, body);
+    if (req == NULL)
+        wm_reply_error(p, call, SMP_EPROTO, "request body does not decode as %s",
+                       "Wmrpc__IdentityRequest");
+    return req;
+}
 
 /* The revision in any state (tombstones included) and its active
  * operation. NOT_FOUND for an unknown identity. */
@@ -26,10 +47,14 @@ int wm_rpc_get_metadata(void *plugin, smp_rpc_call *call, const uint8_t *body, s
 {
     wm_plugin *p = plugin;
     wm_identity id;
-    WM_DECODE(req, Wmrpc__IdentityRequest, wmrpc__identity_request__unpack, p, call, body, len);
+    uint8_t mem[WM_READ_ARENA];
+    wm_arena a;
+    wm_arena_init_mem(&a, mem, sizeof(mem));
+    Wmrpc__IdentityRequest *req = wm_decode_identity_request(p, call, &a, body, len);
+    if (req == NULL) return SMP_OK;
     const wm_revision *rev = wm_lookup(p, call, req->identity, &id);
     if (rev != NULL) wm_reply_metadata(p, call, rev);
-    wmrpc__identity_request__free_unpacked(req, NULL);
+    wm_arena_free_unpacked(&a, &req->base);
     return SMP_OK;
 }
 
@@ -49,7 +74,11 @@ int wm_rpc_is_exist(void *plugin, smp_rpc_call *call, const uint8_t *body, size_
     wm_plugin *p = plugin;
     wm_identity id;
     Wmrpc__IsExistResponse resp = WMRPC__IS_EXIST_RESPONSE__INIT;
-    WM_DECODE(req, Wmrpc__IdentityRequest, wmrpc__identity_request__unpack, p, call, body, len);
+    uint8_t mem[WM_READ_ARENA];
+    wm_arena a;
+    wm_arena_init_mem(&a, mem, sizeof(mem));
+    Wmrpc__IdentityRequest *req = wm_decode_identity_request(p, call, &a, body, len);
+    if (req == NULL) return SMP_OK;
     if (!wm_identity_in(p, call, req->identity, &id)) goto free_req;
     const wm_revision *rev = wm_store_get(p->store, &id);
     if (rev != NULL && rev->availability == WM_AVAIL_READY) {
@@ -62,7 +91,7 @@ int wm_rpc_is_exist(void *plugin, smp_rpc_call *call, const uint8_t *body, size_
     }
     wm_reply_packed(p, call, &resp.base);
 free_req:
-    wmrpc__identity_request__free_unpacked(req, NULL);
+    wm_arena_free_unpacked(&a, &req->base);
     return SMP_OK;
 }
 
@@ -73,7 +102,11 @@ int wm_rpc_get_size(void *plugin, smp_rpc_call *call, const uint8_t *body, size_
     wm_plugin *p = plugin;
     wm_identity id;
     Wmrpc__SizeResponse resp = WMRPC__SIZE_RESPONSE__INIT;
-    WM_DECODE(req, Wmrpc__IdentityRequest, wmrpc__identity_request__unpack, p, call, body, len);
+    uint8_t mem[WM_READ_ARENA];
+    wm_arena a;
+    wm_arena_init_mem(&a, mem, sizeof(mem));
+    Wmrpc__IdentityRequest *req = wm_decode_identity_request(p, call, &a, body, len);
+    if (req == NULL) return SMP_OK;
     const wm_revision *rev = wm_lookup(p, call, req->identity, &id);
     if (rev != NULL) {
         if (rev->availability == WM_AVAIL_READY || rev->availability == WM_AVAIL_DEGRADED) {
@@ -84,7 +117,7 @@ int wm_rpc_get_size(void *plugin, smp_rpc_call *call, const uint8_t *body, size_
                            rev->group_key, wm_availability_name((int)rev->availability));
         }
     }
-    wmrpc__identity_request__free_unpacked(req, NULL);
+    wm_arena_free_unpacked(&a, &req->base);
     return SMP_OK;
 }
 

@@ -139,14 +139,17 @@ int wm_reply_append_error(wm_plugin *p, smp_rpc_call *call, int rc, const char *
                           smp_strerror(rc));
 }
 
+#define WM_REPLY_SMALL 2048
+
 int wm_reply_packed(wm_plugin *p, smp_rpc_call *call, const ProtobufCMessage *m)
 {
     size_t n = protobuf_c_message_get_packed_size(m);
-    uint8_t *buf = malloc(n > 0 ? n : 1);
+    uint8_t small[WM_REPLY_SMALL]; /* a revision's metadata fits: no malloc per reply */
+    uint8_t *buf = n <= sizeof(small) ? small : malloc(n);
     if (buf == NULL) return wm_reply_error(p, call, SMP_ENOMEM, "out of memory packing the reply");
     protobuf_c_message_pack(m, buf);
     p->api->rpc_reply(call, SMP_OK, buf, n);
-    free(buf);
+    if (buf != small) free(buf);
     return SMP_OK;
 }
 

@@ -7,7 +7,8 @@
  * (each of those is fatal for B: one error response with request_id 0 naming
  * the cause, then the master closes B), or a well-formed envelope with an
  * unknown method, an unknown service or a body that does not decode for its
- * method (each answered with an error, and B stays usable). After every case
+ * method (each answered with an error, and B stays usable), including the
+ * weight plugin's identity reads, which decode on the master's stack. After every case
  * the master is alive, holds the same objects as before, and A is served: a
  * status call and a put/get round trip.
  *
@@ -33,6 +34,7 @@
 #include "host_rpc.pb-c.h"
 #include "rpc.pb-c.h"
 #include "rpc_client.h"
+#include "weight_rpc.pb-c.h"
 
 #define MAX_FRAME 65536
 #define WAIT_MS 10000 /* generous bound for an asynchronous effect */
@@ -371,6 +373,77 @@ static void test_undecodable_method_body_is_eproto_and_connection_stays_open(voi
     assert_a_served(f, before);
 }
 
+/* One request of the weight service (16) on B with a raw body: the status
+ * and the plugin's message (its reply body, NUL-terminated; caller frees). */
+static void weight_call(rpcc_conn *b, uint64_t id, uint32_t method, const uint8_t *body,
+                        size_t body_len, int *status, char **text)
+{
+    size_t len = 0;
+    uint8_t *frame = hx_frame_request(id, 16, method, body, body_len, &len);
+    uint8_t *rbody = NULL;
+    size_t rlen = 0;
+    uint64_t got = 0;
+    assert_non_null(frame);
+    assert_int_equal(rpcc_send_raw(b, frame, len), 0);
+    free(frame);
+    assert_int_equal(rpcc_recv(b, id, &got, status, &rbody, &rlen, NULL), 0);
+    assert_int_equal(got, id);
+    *text = calloc(1, rlen + 1);
+    assert_non_null(*text);
+    if (rlen > 0) memcpy(*text, rbody, rlen);
+    free(rbody);
+}
+
+/* The identity reads (GET_METADATA, IS_EXIST, GET_SIZE) decode their
+ * request into an arena on the master's stack: a body that is no
+ * IdentityRequest is SMP_EPROTO naming the message; one larger than the
+ * arena (a 3,000-byte resource id, decoded partly from malloc) is decoded
+ * all the same and refused as an invalid identity. B stays usable, nothing
+ * changes, A is served. */
+static void test_identity_reads_refuse_bad_bodies_and_stay_open(void **state)
+{
+    fixture *f = *state;
+    uint64_t before = object_count(f);
+    const uint32_t methods[3] = {WMRPC__WEIGHT_METHOD__WEIGHT_GET_METADATA,
+                                 WMRPC__WEIGHT_METHOD__WEIGHT_IS_EXIST,
+                                 WMRPC__WEIGHT_METHOD__WEIGHT_GET_SIZE};
+    char err[256], *text = NULL, big[3001];
+    rpcc_options opt = {.timeout_ms = WAIT_MS};
+    rpcc_conn *b = NULL;
+    uint8_t garbage[8];
+    int status = 0;
+    memset(garbage, 0xff, sizeof(garbage));
+    memset(big, 'r', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    Wmrpc__WeightIdentity wid = WMRPC__WEIGHT_IDENTITY__INIT;
+    Wmrpc__IdentityRequest req = WMRPC__IDENTITY_REQUEST__INIT;
+    wid.namespace_id = "ns";
+    wid.resource_id = big;
+    wid.revision = "r1";
+    wid.generation = 1;
+    req.identity = &wid;
+    size_t len = wmrpc__identity_request__get_packed_size(&req);
+    uint8_t *packed = malloc(len);
+    assert_non_null(packed);
+    wmrpc__identity_request__pack(&req, packed);
+    assert_int_equal(rpcc_connect(f->m.socket, &opt, &b, err, sizeof(err)), 0);
+    for (int i = 0; i < 3; i++) {
+        weight_call(b, 100 + (uint64_t)i, methods[i], garbage, sizeof(garbage), &status, &text);
+        assert_int_equal(status, SMP_EPROTO);
+        assert_non_null(strstr(text, "does not decode as Wmrpc__IdentityRequest"));
+        free(text);
+        weight_call(b, 200 + (uint64_t)i, methods[i], packed, len, &status, &text);
+        assert_int_not_equal(status, 0);
+        assert_non_null(strstr(text, "invalid identity"));
+        assert_non_null(strstr(text, "3000 bytes"));
+        free(text);
+    }
+    free(packed);
+    assert_b_usable(b);
+    rpcc_close(b);
+    assert_a_served(f, before);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -381,6 +454,7 @@ int main(void)
         cmocka_unit_test(test_unknown_method_is_not_found_and_connection_stays_open),
         cmocka_unit_test(test_unknown_service_is_not_found_and_connection_stays_open),
         cmocka_unit_test(test_undecodable_method_body_is_eproto_and_connection_stays_open),
+        cmocka_unit_test(test_identity_reads_refuse_bad_bodies_and_stay_open),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
