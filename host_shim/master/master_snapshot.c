@@ -455,7 +455,10 @@ int master_snapshot_take(master *m, master_snapshot_cb done, void *arg)
     job->m = m;
     job->seq = m->applied_seq;
     job->fd = -1;
-    if ((rc = job_fork(m, job)) < 0) goto free_all;
+    if ((rc = job_fork(m, job)) < 0) {
+        m->snapshot_failed_ms = master_now_ms(); /* the automatic retry waits */
+        goto free_all;
+    }
     m->snapshot_why[0] = '\0';
     m->snapshot_running = 1;
     m->snapshot_waiters = w;
