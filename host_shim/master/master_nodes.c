@@ -8,12 +8,13 @@
  * replicas in a surviving segment are checked with VERIFY tasks; every drop
  * is a durable record and a replica-lost event for the plugins; a cold file
  * the node reported that no replica names is deleted (master_reclaim.c).
- * Then the
- * node polls: each poll is a heartbeat, reports finished tasks, and is
- * answered (deferred) as soon as tasks are queued for the node or poll_ms ran
- * out; a node still running the tasks of an earlier answer polls "busy"
- * every poll_ms between them and is answered at once, with no task. A node silent for node.timeout_ms is marked down: its replicas stop
- * being served, its tasks fail, and the plugins get node-down and
+ * Then the node polls: each poll is a heartbeat, reports finished tasks,
+ * and is answered (deferred) as soon as tasks are queued for the node or
+ * poll_ms ran out; a node still running the tasks of an earlier answer
+ * (however long one of them takes) polls "busy" every poll_ms and is
+ * answered at once, with no task. A node silent for node.timeout_ms is
+ * marked down: its replicas stop being served, its tasks fail, and the
+ * plugins get node-down and
  * replica-lost events. Silence is the node's, not the master's: it starts
  * at the node's last request or at the answer to its last poll, whichever
  * is later (a node cannot poll while the master holds its poll), and ends

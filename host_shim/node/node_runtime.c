@@ -1,17 +1,21 @@
 /* node_runtime.c -- see node_runtime.h.
  *
- * Two threads besides the caller's: the data thread runs a libuv loop with
- * the data server (reads and ticketed writes of segment ranges), and the
- * control thread talks to the master with the blocking RPC client and runs
- * replica tasks itself (disk I/O never touches the data loop). The segment
- * mapping is shared: the master hands out ranges so that a client's write,
- * a persist and a load never touch the same bytes at once. */
+ * Three threads besides the caller's: the data thread runs a libuv loop
+ * with the data server (reads and ticketed writes of segment ranges), the
+ * control thread talks to the master with the blocking RPC client, and the
+ * task thread runs the replica tasks the master hands out, in order (disk
+ * I/O never touches the data loop, and a persist of a multi-GiB object
+ * never keeps the control thread from polling: the master would take the
+ * node for dead). The segment mapping is shared: the master hands out
+ * ranges so that a client's write, a persist and a load never touch the
+ * same bytes at once. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <uv.h>
@@ -70,10 +74,23 @@ struct node_runtime {
     atomic_int stopping;
     uint32_t poll_ms;
 
+    /* The task thread and what it shares with the control thread, under
+     * task_lock: the answer whose tasks are not all run, whether
+     * a task runs now, and the results not yet reported. task_cv wakes the
+     * task thread (work, room for results, stop); done_cv the control
+     * thread (a result, the thread idle). */
+    pthread_t task_thread;
+    int task_started;
+    pthread_mutex_t task_lock;
+    pthread_cond_t task_cv, done_cv;
+    NodePollResponse *held;   /* the answer whose tasks run, or NULL */
+    size_t held_next;         /* its first task not started */
+    int task_running;
     TaskResult *results[RESULTS_MAX]; /* finished, not yet reported */
+    size_t n_results;
+
     data_write writes[WRITES_MAX];    /* running writes, copied for a poll */
     uint8_t scan_buf[SCAN_CHUNK];     /* fsck scans read through it */
-    size_t n_results;
 };
 
 static void sleep_ms(int ms)
@@ -518,41 +535,94 @@ free_inventory:
     return rc;
 }
 
-/* An answer whose tasks are not all run yet. */
-typedef struct held_answer {
-    NodePollResponse *resp;
-    size_t next;               /* the first task not run */
-    struct held_answer *link;
-} held_answer;
-
-/* Run held tasks in order until none is left, the results are full, or
- * poll_ms has passed since start_ms: then the node polls again (busy), so
- * the master hears from it while it works through a long batch (each
- * persist is a write, an fsync and a read back) and does not take it for
- * dead. Finished answers are freed. */
-static void run_held(node_runtime *n, held_answer **head, uint64_t start_ms)
+/* The task thread: run the held answer's tasks in order, one at a time,
+ * adding each result for the control thread to report. It waits while
+ * RESULTS_MAX results are unreported (the control thread polls at once
+ * then) and ends at stop. */
+static void *task_main(void *arg)
 {
-    while (*head != NULL && n->n_results < RESULTS_MAX && !atomic_load(&n->stopping)) {
-        held_answer *h = *head;
-        if (h->next >= h->resp->n_tasks) {
-            *head = h->link;
-            node_poll_response__free_unpacked(h->resp, NULL);
-            free(h);
+    node_runtime *n = arg;
+    prctl(PR_SET_NAME, "node-tasks"); /* what an operator (or a test) finds it by */
+    pthread_mutex_lock(&n->task_lock);
+    while (!atomic_load(&n->stopping)) {
+        NodePollResponse *h = n->held;
+        if (h == NULL || n->n_results >= RESULTS_MAX) {
+            pthread_cond_wait(&n->task_cv, &n->task_lock);
             continue;
         }
-        TaskResult *r = run_task(n, h->resp->tasks[h->next++]);
+        const NodeTask *t = h->tasks[n->held_next++];
+        n->task_running = 1;
+        pthread_mutex_unlock(&n->task_lock);
+        TaskResult *r = run_task(n, t);
+        pthread_mutex_lock(&n->task_lock);
+        n->task_running = 0;
         if (r) n->results[n->n_results++] = r;
-        if (mono_ms() - start_ms >= n->poll_ms) break;
+        /* still held: the control thread drops it only while no task runs */
+        if (n->held_next >= h->n_tasks) {
+            node_poll_response__free_unpacked(h, NULL);
+            n->held = NULL;
+        }
+        pthread_cond_broadcast(&n->done_cv);
     }
+    pthread_mutex_unlock(&n->task_lock);
+    return NULL;
 }
 
-static void free_held(held_answer *head)
+/* Hand an answer's tasks to the task thread. The master gives tasks only
+ * to a poll that is not busy, which the node sends only once the task
+ * thread is idle, so the slot is free; should it not be, this waits. */
+static void hold_answer(node_runtime *n, NodePollResponse *resp)
 {
-    while (head != NULL) {
-        held_answer *next = head->link;
-        node_poll_response__free_unpacked(head->resp, NULL);
-        free(head);
-        head = next;
+    pthread_mutex_lock(&n->task_lock);
+    while (n->held != NULL && !atomic_load(&n->stopping))
+        pthread_cond_wait(&n->done_cv, &n->task_lock);
+    if (n->held == NULL) {
+        n->held = resp;
+        n->held_next = 0;
+        resp = NULL;
+        pthread_cond_signal(&n->task_cv);
+    }
+    pthread_mutex_unlock(&n->task_lock);
+    if (resp != NULL) node_poll_response__free_unpacked(resp, NULL); /* stopping */
+}
+
+/* Forget the tasks not started (a new registration: the master failed them
+ * already) once the running one, if any, is done, so that no task touches
+ * the cold tier while the node takes its inventory. */
+static void drop_held(node_runtime *n)
+{
+    pthread_mutex_lock(&n->task_lock);
+    while (n->task_running) pthread_cond_wait(&n->done_cv, &n->task_lock);
+    if (n->held != NULL) node_poll_response__free_unpacked(n->held, NULL);
+    n->held = NULL;
+    pthread_mutex_unlock(&n->task_lock);
+}
+
+/* Wait, after a poll answered at answered_ms, until the node should poll
+ * again: at once when the task thread is idle (the master holds an idle
+ * node's poll itself); while it works, when poll_ms has passed (a busy
+ * poll: the master hears from the node however long one task takes) or
+ * RESULTS_MAX results wait. Returns whether tasks are still to run. */
+static int wait_to_poll(node_runtime *n, uint64_t answered_ms)
+{
+    pthread_mutex_lock(&n->task_lock);
+    for (;;) {
+        int busy = n->held != NULL || n->task_running;
+        uint64_t now = mono_ms();
+        if (!busy || n->n_results >= RESULTS_MAX || atomic_load(&n->stopping) ||
+            now - answered_ms >= n->poll_ms) {
+            pthread_mutex_unlock(&n->task_lock);
+            return busy;
+        }
+        /* at most 100 ms at a time: a stop only sets the flag */
+        uint64_t left = answered_ms + n->poll_ms - now;
+        if (left > 100) left = 100;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += (long)(left * 1000000u);
+        ts.tv_sec += ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&n->done_cv, &n->task_lock, &ts);
     }
 }
 
@@ -560,23 +630,28 @@ static void free_held(held_answer *head)
  * again, or the answers come from another master than the one registered
  * with (the connection followed a standby's NOT_LEADER to a new leader:
  * the node registers there, and that master reconciles its inventory).
- * The tasks of an answer run in order; a batch that takes longer than
- * poll_ms is cut by busy polls (run_held), which report the results so
- * far and are answered at once with no new task. */
+ * The task thread runs the answers' tasks in order; while it works the
+ * node polls "busy" every poll_ms with the results so far, and such a poll
+ * is answered at once with no new task. */
 static int poll_loop(node_runtime *n, rpcc_conn *c, int *lost)
 {
     uint64_t registered_moves = rpcc_moves(c);
-    held_answer *held = NULL;
+    int busy = 0;
     int rc = SMP_OK;
     while (!atomic_load(&n->stopping)) {
         NodePollRequest req = NODE_POLL_REQUEST__INIT;
         NodePollResponse *resp = NULL;
+        TaskResult *sent[RESULTS_MAX];
         char *msg = NULL;
         ticket_secret key = {.len = 0};
         req.node_id = n->node_id;
-        req.n_results = n->n_results;
-        req.results = n->results;
-        req.busy = held != NULL;
+        pthread_mutex_lock(&n->task_lock);
+        size_t n_sent = n->n_results;
+        memcpy(sent, n->results, n_sent * sizeof(*sent));
+        pthread_mutex_unlock(&n->task_lock);
+        req.n_results = n_sent;
+        req.results = sent;
+        req.busy = busy;
         /* The writes running now: the master keeps their puts, however
          * long a slow client takes (beyond WRITES_MAX the rest go with a
          * later poll, or are taken back after node.put_timeout_ms). */
@@ -622,32 +697,28 @@ static int poll_loop(node_runtime *n, rpcc_conn *c, int *lost)
         if (rc < 0) break;
         uint64_t answered_ms = mono_ms();
         /* The results went to whoever answered; a new leader ignores the
-         * results of tasks it did not hand out. */
-        for (size_t i = 0; i < n->n_results; i++) free_result(n->results[i]);
-        n->n_results = 0;
+         * results of tasks it did not hand out. Those finished meanwhile
+         * move up for the next poll. */
+        pthread_mutex_lock(&n->task_lock);
+        for (size_t i = 0; i < n_sent; i++) free_result(n->results[i]);
+        n->n_results -= n_sent;
+        memmove(n->results, n->results + n_sent, n->n_results * sizeof(*n->results));
+        pthread_cond_signal(&n->task_cv); /* room for results again */
+        pthread_mutex_unlock(&n->task_lock);
         int again = resp->reregister || rpcc_moves(c) != registered_moves;
-        held_answer *h = resp->n_tasks > 0 ? calloc(1, sizeof(*h)) : NULL;
-        if (h != NULL) {
-            h->resp = resp;
-            held_answer **tail = &held;
-            while (*tail != NULL) tail = &(*tail)->link;
-            *tail = h;
-        } else {
-            for (size_t i = 0; i < resp->n_tasks && n->n_results < RESULTS_MAX; i++) {
-                TaskResult *r = run_task(n, resp->tasks[i]); /* no memory to hold them */
-                if (r) n->results[n->n_results++] = r;
-            }
+        if (resp->n_tasks > 0)
+            hold_answer(n, resp);
+        else
             node_poll_response__free_unpacked(resp, NULL);
-        }
-        run_held(n, &held, answered_ms);
         if (again) {
             fprintf(stderr, "store_node %s: registering again at %s\n", n->node_id,
                     rpcc_endpoint(c));
             rc = SMP_ENOTFOUND;
             break;
         }
+        busy = wait_to_poll(n, answered_ms);
     }
-    free_held(held); /* a new registration: the master failed them already */
+    drop_held(n);
     return rc < 0 ? rc : SMP_OK;
 }
 
@@ -693,8 +764,6 @@ static void *ctl_main(void *arg)
         }
     }
     rpcc_close(c);
-    for (size_t i = 0; i < n->n_results; i++) free_result(n->results[i]);
-    n->n_results = 0;
     return NULL;
 }
 
@@ -764,7 +833,14 @@ void node_runtime_stop(node_runtime *n)
 {
     if (n == NULL) return;
     atomic_store(&n->stopping, 1);
+    pthread_mutex_lock(&n->task_lock);
+    pthread_cond_broadcast(&n->task_cv);
+    pthread_cond_broadcast(&n->done_cv);
+    pthread_mutex_unlock(&n->task_lock);
     if (n->ctl_started) pthread_join(n->ctl_thread, NULL);
+    if (n->task_started) pthread_join(n->task_thread, NULL); /* after its running task */
+    if (n->held != NULL) node_poll_response__free_unpacked(n->held, NULL);
+    for (size_t i = 0; i < n->n_results; i++) free_result(n->results[i]);
     if (n->data_started) {
         uv_async_send(&n->stop_async);
         pthread_join(n->data_thread, NULL);
@@ -774,6 +850,9 @@ void node_runtime_stop(node_runtime *n)
     cold_close(n->cold);
     seg_close(n->seg);
     pthread_mutex_destroy(&n->key_lock);
+    pthread_mutex_destroy(&n->task_lock);
+    pthread_cond_destroy(&n->task_cv);
+    pthread_cond_destroy(&n->done_cv);
     OPENSSL_cleanse(&n->keys, sizeof(n->keys));
     free(n->master);
     free(n->token);
@@ -819,6 +898,9 @@ int node_runtime_start(const node_runtime_options *opt,
     node_runtime *n = calloc(1, sizeof(*n));
     if (n == NULL) return SMP_ENOMEM;
     pthread_mutex_init(&n->key_lock, NULL);
+    pthread_mutex_init(&n->task_lock, NULL);
+    pthread_cond_init(&n->task_cv, NULL);
+    pthread_cond_init(&n->done_cv, NULL);
     n->ticket_ttl_ms = 60000;
     n->master = dup_or_empty(opt->master);
     if (opt->token != NULL && (n->token = strdup(opt->token)) == NULL) {
@@ -905,6 +987,11 @@ int node_runtime_start(const node_runtime_options *opt,
         goto fail;
     }
     n->data_started = 1;
+    if (pthread_create(&n->task_thread, NULL, task_main, n) != 0) {
+        rc = SMP_EIO;
+        goto fail;
+    }
+    n->task_started = 1;
     if (pthread_create(&n->ctl_thread, NULL, ctl_main, n) != 0) {
         rc = SMP_EIO;
         goto fail;

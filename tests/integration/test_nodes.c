@@ -1,12 +1,14 @@
 /* test_nodes.c -- a master and two store_node processes: bytes across nodes,
- * a node killed and restarted, a stalled master and a node busy with a long
- * batch of tasks that must not be taken for dead, cold replicas (loaded back, and read straight from a
- * node's cold file), forged tickets.
+ * a node killed and restarted, a stalled master, a node busy with a long
+ * batch of tasks and a node stuck in one task (none to be taken for dead),
+ * cold replicas (loaded back, and read straight from a node's cold file),
+ * forged tickets.
  *
  * The master runs without its embedded node; nodes A and B register over its
  * Unix socket. The replica_probe test plugin drives the host's replica tasks
  * (ensure cold / ensure memory / release memory) and counts replica-lost
  * events, so the ABI wiring is exercised as a plugin sees it. */
+#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -17,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ptrace.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -237,6 +241,22 @@ static void *persist_one(void *arg)
     return NULL;
 }
 
+/* Restart the master with node.timeout_ms 300 and node.poll_ms 20. */
+static void short_timeout(fx *f)
+{
+    char extra[1024];
+    kvc_close(f->c);
+    assert_int_equal(hx_stop(&f->m), 0);
+    snprintf(extra, sizeof(extra), "%s", config());
+    char *at = strstr(extra, "timeout_ms: 600\n  poll_ms: 50");
+    assert_non_null(at);
+    memcpy(at, "timeout_ms: 300\n  poll_ms: 20", strlen("timeout_ms: 300\n  poll_ms: 20"));
+    assert_int_equal(hx_reconfigure(&f->m, extra), 0);
+    assert_int_equal(hx_start(&f->m, 10000), 0);
+    assert_int_equal(hx_wait_nodes(&f->m, 2, 10000), 0);
+    f->c = hx_client(&f->m);
+}
+
 /* A node running a batch of tasks that takes longer than node.timeout_ms
  * (128 persists asked at once, up to 64 per answer, each a write, an fsync
  * and a read back; here with a timeout of 300 ms) stays up: it polls
@@ -250,17 +270,8 @@ static void test_node_busy_with_a_long_batch_stays_up(void **state)
     fx *f = *state;
     static persist_arg args[BATCH_KEYS];
     pthread_t t[BATCH_KEYS];
-    char buf[16384], extra[1024];
-    kvc_close(f->c);
-    assert_int_equal(hx_stop(&f->m), 0);
-    snprintf(extra, sizeof(extra), "%s", config());
-    char *at = strstr(extra, "timeout_ms: 600\n  poll_ms: 50");
-    assert_non_null(at);
-    memcpy(at, "timeout_ms: 300\n  poll_ms: 20", strlen("timeout_ms: 300\n  poll_ms: 20"));
-    assert_int_equal(hx_reconfigure(&f->m, extra), 0);
-    assert_int_equal(hx_start(&f->m, 10000), 0);
-    assert_int_equal(hx_wait_nodes(&f->m, 2, 10000), 0);
-    f->c = hx_client(&f->m);
+    char buf[16384];
+    short_timeout(f);
     for (int i = 0; i < BATCH_KEYS; i++) {
         snprintf(args[i].key, sizeof(args[i].key), "batch/%03d", i);
         fill(buf, sizeof(buf), i);
@@ -277,6 +288,73 @@ static void test_node_busy_with_a_long_batch_stays_up(void **state)
     kvc_status st;
     assert_int_equal(kvc_status_get(f->c, &st), 0);
     assert_int_equal(st.nodes, 2);
+}
+
+/* The thread of pid named name, or -1. */
+static pid_t thread_named(pid_t pid, const char *name)
+{
+    char path[320], comm[64];
+    snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+    DIR *d = opendir(path);
+    struct dirent *e;
+    pid_t found = -1;
+    while (d != NULL && found < 0 && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        snprintf(path, sizeof(path), "/proc/%d/task/%s/comm", (int)pid, e->d_name);
+        FILE *fp = fopen(path, "r");
+        if (fp == NULL) continue;
+        if (fgets(comm, sizeof(comm), fp) != NULL) {
+            comm[strcspn(comm, "\n")] = '\0';
+            if (strcmp(comm, name) == 0) found = (pid_t)atoi(e->d_name);
+        }
+        fclose(fp);
+    }
+    if (d != NULL) closedir(d);
+    return found;
+}
+
+/* One task that runs far longer than node.timeout_ms (a persist of a
+ * multi-GiB object on a slow disk) does not make the node look dead: the
+ * node's task thread is stopped with ptrace (only that thread: the fault a
+ * slow disk produces, on demand) while the master hands it a persist, for
+ * five times the timeout. The control thread keeps polling "busy": the node
+ * stays up, no replica is lost, and once the thread runs again the persist
+ * succeeds. Before, the control thread ran the task itself and the master
+ * marked the node down in the middle of it. */
+static void test_node_with_one_long_task_stays_up(void **state)
+{
+    fx *f = *state;
+    persist_arg arg = {.m = &f->m};
+    pthread_t t;
+    char buf[16384];
+    int st;
+    short_timeout(f);
+    snprintf(arg.key, sizeof(arg.key), "slow/one");
+    fill(buf, sizeof(buf), 7);
+    assert_int_equal(kvc_put_bytes(f->c, arg.key, buf, sizeof(buf), SMP_DATA_KV, NULL, 0, NULL), 0);
+    kvc_object o;
+    assert_int_equal(kvc_get(f->c, arg.key, &o), 0);
+    assert_int_equal(o.n_replicas, 1);
+    const hx_node *n = strcmp(o.replicas[0].node, "node-a") == 0 ? &f->a : &f->b;
+    pid_t tid = thread_named(n->pid, "node-tasks");
+    assert_true(tid > 0);
+    assert_int_equal(ptrace(PTRACE_SEIZE, tid, NULL, NULL), 0);
+    assert_int_equal(ptrace(PTRACE_INTERRUPT, tid, NULL, NULL), 0);
+    assert_int_equal(waitpid(tid, &st, __WALL), tid);
+    assert_true(WIFSTOPPED(st));
+    assert_int_equal(pthread_create(&t, NULL, persist_one, &arg), 0);
+    usleep(5 * 300 * 1000);
+    kvc_status s;
+    assert_int_equal(kvc_status_get(f->c, &s), 0);
+    int nodes_while_stuck = s.nodes;
+    int down_while_stuck = hx_log_contains(&f->m, "down (silent");
+    assert_int_equal(ptrace(PTRACE_DETACH, tid, NULL, NULL), 0);
+    pthread_join(t, NULL);
+    assert_int_equal(nodes_while_stuck, 2);
+    assert_false(down_while_stuck);
+    assert_int_equal(arg.status, 0);
+    assert_int_equal(lost_events(&f->m, arg.key), 0);
+    assert_false(hx_log_contains(&f->m, "down (silent"));
 }
 
 /* A node whose segment file did not survive comes back empty: the master
@@ -523,6 +601,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_killed_node_then_restarted_with_its_segment, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stalled_master_marks_no_live_node_down, setup, teardown),
         cmocka_unit_test_setup_teardown(test_node_busy_with_a_long_batch_stays_up, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_node_with_one_long_task_stays_up, setup, teardown),
         cmocka_unit_test_setup_teardown(test_restarted_node_without_its_segment_loses_its_replicas, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_cold_round_trip_and_corrupted_cold_file, setup, teardown),
