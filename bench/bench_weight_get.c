@@ -29,9 +29,12 @@
  * for neither side. weight_get verifies every chunk it reads (XXH3) before
  * scattering it; every get is compared with the source bytes once. The
  * puts also print the CPU time of the whole client process per GiB next to
- * the SHA-256's: on a shared machine that ratio moves less than wall time.
+ * the SHA-256's, and the master's (whose embedded node receives the TCP
+ * put): on a shared machine that ratio moves less than wall time.
+ * The node runs with node.segment_prefault (WM_BENCH_PREFAULT=0: without).
  * Usage:
- *   bench_weight_get [GIB] [DATA_DIR]
+ *   bench_weight_get [GIB] [DATA_DIR] [put]
+ * (`put`: the two puts only, for a profile or a quick comparison)
  * (the master's data_dir and the raw file go under DATA_DIR, default /tmp;
  * the segment under $WM_BENCH_SHM, default /dev/shm; memory needed: about
  * 4 x GIB). */
@@ -72,6 +75,43 @@ static double cpu_s(void)
     getrusage(RUSAGE_SELF, &ru);
     return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
            (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+}
+
+/* CPU seconds (user + system) and minor page faults of a process. */
+typedef struct usage {
+    double cpu;
+    double faults;
+} usage;
+
+/* This process's usage, all threads. */
+static usage self_usage(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (usage){cpu_s(), (double)ru.ru_minflt};
+}
+
+/* Process pid's usage, from /proc ({-1, -1} when unknown). */
+static usage proc_usage(pid_t pid)
+{
+    char path[64], buf[1024];
+    unsigned long long flt = 0, ut = 0, st = 0;
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) return (usage){-1, -1};
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* the command may hold spaces */
+    if (p == NULL || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %llu %*u %*u %*u %llu %llu", &flt,
+                            &ut, &st) != 3)
+        return (usage){-1, -1};
+    return (usage){(double)(ut + st) / (double)sysconf(_SC_CLK_TCK), (double)flt};
+}
+
+static usage usage_since(usage now, usage then)
+{
+    return (usage){now.cpu - then.cpu, now.faults - then.faults};
 }
 
 typedef struct bench {
@@ -307,14 +347,15 @@ close_fd:
 
 /* -- reporting ---------------------------------------------------------------- */
 
-static void report_put(const char *what, double put_s, double put_cpu, double sha_s, double sha_cpu,
-                       double copy_s, uint64_t bytes)
+static void report_put(const char *what, double put_s, usage client, usage master, double sha_s,
+                       double sha_cpu, double copy_s, uint64_t bytes)
 {
     double gib = (double)bytes / GIB;
     printf("weight_put %-10s %5.2f GiB: %.2f GiB/s   SHA-256 of the same bytes on one core %.2f "
-           "GiB/s (x%.2f)   memcpy %.2f GiB/s   CPU %.2f s/GiB (SHA-256 %.2f s/GiB)\n",
-           what, gib, gib / put_s, gib / sha_s, sha_s / put_s, gib / copy_s, put_cpu / gib,
-           sha_cpu / gib);
+           "GiB/s (x%.2f)   memcpy %.2f GiB/s   CPU %.2f s/GiB (SHA-256 %.2f s/GiB, master %.2f "
+           "s/GiB)   page faults per GiB: client %.0f, master %.0f\n",
+           what, gib, gib / put_s, gib / sha_s, sha_s / put_s, gib / copy_s, client.cpu / gib,
+           sha_cpu / gib, master.cpu / gib, client.faults / gib, master.faults / gib);
     char w[64], f1[48], f2[96];
     bench_summary(bench_fmt(w, sizeof w, "weight_put %s, %.2f GiB", what, gib),
                   bench_fmt(f1, sizeof f1, "%.2f GiB/s", gib / put_s),
@@ -391,10 +432,14 @@ int main(int argc, char **argv)
     double gib = 4.0;
     const char *shm = getenv("WM_BENCH_SHM") ? getenv("WM_BENCH_SHM") : "/dev/shm";
     const char *dir = "/tmp";
+    int puts_only = 0;
+    /* WM_BENCH_PREFAULT=0: the node without node.segment_prefault (for a before/after) */
+    int prefault = getenv("WM_BENCH_PREFAULT") == NULL || atoi(getenv("WM_BENCH_PREFAULT")) != 0;
     for (int i = 1; i < argc; i++) {
         char *end = NULL;
         double v = strtod(argv[i], &end);
         if (end != argv[i] && *end == '\0' && v > 0) gib = v;
+        else if (strcmp(argv[i], "put") == 0) puts_only = 1;
         else {
             dir = argv[i];
             setenv("TMPDIR", argv[i], 1); /* run_all.sh's data directory */
@@ -415,10 +460,10 @@ int main(int argc, char **argv)
     snprintf(segdir, sizeof segdir, "%s/wm-bench-weight-get-%d", shm, (int)getpid());
     snprintf(raw_path, sizeof raw_path, "%s/wm-bench-weight-get-%d.raw", dir, (int)getpid());
     snprintf(extra, sizeof extra,
-             "node:\n  segment_dir: \"%s\"\n  segment_bytes: %llu\n"
+             "node:\n  segment_dir: \"%s\"\n  segment_bytes: %llu\n  segment_prefault: %s\n"
              "cluster:\n  default_weight_preferred_residency: hot\n"
              "snapshot:\n  every_records: 0\n",
-             segdir, (unsigned long long)seg_bytes);
+             segdir, (unsigned long long)seg_bytes, prefault ? "true" : "false");
     if (hx_init(&m, "bench-get", extra) < 0 || hx_start(&m, 60000) < 0) {
         fprintf(stderr, "bench: cannot start the master\n");
         return 1;
@@ -447,25 +492,41 @@ int main(int argc, char **argv)
            b.n_tensors, TENSOR_ROWS, TENSOR_COLS, (double)b.total / GIB, segdir,
            sysconf(_SC_NPROCESSORS_ONLN));
 
+    /* With node.segment_prefault the node touches its segment's pages once in
+     * the background after its start (node_segment.h: seg_prefaulted): the
+     * puts are measured after it is done. */
+    for (int i = 0; prefault && i < 6000 && !hx_log_contains(&m, "bytes pre-faulted in"); i++)
+        usleep(100 * 1000);
+    if (prefault && !hx_log_contains(&m, "bytes pre-faulted in"))
+        fprintf(stderr, "bench: the node's segment is not pre-faulted after 600 s\n");
+
     /* Publishing: co-located (TP 1), then over TCP (TP 4 fragments). */
     double sha_cpu, sha_s = timed_sha256(b.src, b.total, &sha_cpu);
     double copy_s = timed_memcpy(b.dst, b.src, b.total);
-    double c0 = cpu_s(), t0 = now_s();
+    usage c0 = self_usage(), n0 = proc_usage(m.pid);
+    double t0 = now_s();
     int rc = publish(s, &b, "tp1", 1);
-    double put_s = now_s() - t0, put_cpu = cpu_s() - c0;
-    if (rc == 0) report_put("co-located", put_s, put_cpu, sha_s, sha_cpu, copy_s, b.total);
-    c0 = cpu_s();
+    double put_s = now_s() - t0;
+    usage put_c = usage_since(self_usage(), c0), put_n = usage_since(proc_usage(m.pid), n0);
+    if (rc == 0) report_put("co-located", put_s, put_c, put_n, sha_s, sha_cpu, copy_s, b.total);
+    c0 = self_usage();
+    n0 = proc_usage(m.pid);
     t0 = now_s();
     if (rc == 0) rc = publish(tcp, &b, "tp4", 4);
     put_s = now_s() - t0;
-    put_cpu = cpu_s() - c0;
+    put_c = usage_since(self_usage(), c0);
+    put_n = usage_since(proc_usage(m.pid), n0);
     if (rc != 0) {
         fprintf(stderr, "bench: put: %s: %s %s\n", weight_error_name(rc), weight_store_last_error(s),
                 weight_store_last_error(tcp));
         goto close_store;
     }
     sha_s = timed_sha256(b.src, b.total, &sha_cpu);
-    report_put("TCP (TP4)", put_s, put_cpu, sha_s, sha_cpu, copy_s, b.total);
+    report_put("TCP (TP4)", put_s, put_c, put_n, sha_s, sha_cpu, copy_s, b.total);
+    if (puts_only) {
+        status = 0;
+        goto close_store;
+    }
 
     const int runs = 5;
     uint64_t bytes = 0;

@@ -500,6 +500,7 @@ static const field_spec node_fields[] = {
     F_U32("poll_ms", node_poll_ms, 10, 60000),
     F_U32("timeout_ms", node_timeout_ms, 100, 3600000),
     F_OF("cold_verify_from_device", FK_BOOL, node_cold_verify_from_device),
+    F_OF("segment_prefault", FK_BOOL, node_segment_prefault),
     F_U32("ticket_ttl_ms", node_ticket_ttl_ms, 1000, 3600000),
     F_U32("put_timeout_ms", node_put_timeout_ms, 1000, 86400000),
     F_OF("require_read_tickets", FK_BOOL, node_require_read_tickets),

@@ -126,6 +126,7 @@ typedef struct host_config {
     uint32_t node_poll_ms;            /* a node polls (heartbeats) this often, default 200 */
     uint32_t node_timeout_ms;         /* silent this long: the master marks it down, 3000 */
     int node_cold_verify_from_device; /* re-read a persisted file from the device, default 0 */
+    int node_segment_prefault;        /* touch the segment's pages in the background, default 0 */
     uint32_t node_ticket_ttl_ms;      /* life of the tickets the master mints, default 60000 */
     uint32_t node_put_timeout_ms;     /* a put silent this long is taken back, default 65000 */
     int node_require_read_tickets;    /* the embedded node's reads need tickets, default 1 */

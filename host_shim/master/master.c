@@ -320,6 +320,7 @@ static int start_embedded_node(master *m, char *err, size_t errlen)
         .cold_dir = m->cfg->node_cold_dir,
         .data_listen = m->cfg->node_data_listen,
         .cold_verify_from_device = m->cfg->node_cold_verify_from_device,
+        .segment_prefault = m->cfg->node_segment_prefault,
         .allow_unticketed_reads = !m->cfg->node_require_read_tickets,
     };
     /* node.tenant dedicates it as store_node --tenant does (config_node.c

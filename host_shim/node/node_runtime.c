@@ -208,16 +208,22 @@ static int all_zero(const uint8_t *p, uint64_t len)
 }
 
 /* Check [off, off+len) (inside one range the master says nothing
- * occupies) block by block, read with pread into the scan buffer. */
+ * occupies) block by block, read with pread into the scan buffer -- or
+ * straight through the mapping where the segment's pre-fault already
+ * touched it (node.segment_prefault: those pages hold data, not holes, and
+ * the mapping is what is cheap to read on a shadow-paged guest). */
 static int scan_piece(node_runtime *n, TaskResult *r, size_t *cap, uint64_t off, uint64_t len)
 {
     uint64_t at = 0;
     while (at < len) {
         uint64_t chunk = len - at < SCAN_CHUNK ? len - at : SCAN_CHUNK;
-        if (seg_pread(n->seg, off + at, n->scan_buf, chunk) != SMP_OK) return SMP_EIO;
+        const uint8_t *p = n->scan_buf;
+        if (seg_prefaulted(n->seg) >= off + at + chunk) p = seg_ptr(n->seg, off + at, chunk);
+        else if (seg_pread(n->seg, off + at, n->scan_buf, chunk) != SMP_OK) return SMP_EIO;
+        if (p == NULL) return SMP_EIO;
         for (uint64_t b = 0; b < chunk; b += SCAN_BLOCK) {
             uint64_t bl = chunk - b < SCAN_BLOCK ? chunk - b : SCAN_BLOCK;
-            if (!all_zero(n->scan_buf + b, bl) && add_dirty(r, cap, off + at + b, bl) < 0)
+            if (!all_zero(p + b, bl) && add_dirty(r, cap, off + at + b, bl) < 0)
                 return SMP_ENOMEM;
         }
         at += chunk;
@@ -928,7 +934,8 @@ int node_runtime_start(const node_runtime_options *opt,
         goto fail;
     }
     n->seg_survived = stat(path, &st) == 0;
-    seg_options so = {.dir = n->segment_dir, .id = n->node_id, .size = n->segment_bytes, .preallocate = 1};
+    seg_options so = {.dir = n->segment_dir, .id = n->node_id, .size = n->segment_bytes,
+                      .preallocate = 1, .prefault = opt->segment_prefault};
     if ((rc = seg_open(&so, &n->seg, err, errlen)) < 0) goto fail;
     if (seg_grown_from(n->seg) > 0)
         fprintf(stderr, "store_node %s: segment grown in place from %llu to %llu bytes (every "

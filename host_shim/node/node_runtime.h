@@ -55,6 +55,8 @@ typedef struct node_runtime_options {
     const char *data_tls_cert; /* TLS 1.3 on the data port with this PEM certificate */
     const char *data_tls_key;  /* and its key (both or neither; NULL: plaintext) */
     const char *data_tls_key_prefix; /* how errors name the two: NULL "--data-tls-" */
+    int segment_prefault;      /* touch the segment's pages in the background at start
+                                  (seg_options.prefault; node.segment_prefault) */
 } node_runtime_options;
 
 /* Open the segment and cold tier, start the data server and the control

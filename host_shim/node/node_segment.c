@@ -13,9 +13,15 @@
  * (seg_requested_size says what was asked). The served size is atomic
  * because seg_shrink may run while the data thread checks ranges. The
  * mapping is MAP_SHARED, so what a co-located client writes through its own
- * mapping of the same file is what the node serves, and the reverse. */
+ * mapping of the same file is what the node serves, and the reverse.
+ *
+ * With seg_options.prefault a thread touches every page of the mapping once,
+ * 2 MiB at a time, at the lowest priority (seg_prefaulted); seg_shrink takes
+ * its lock, so it never touches a page past a cut, and seg_close stops and
+ * joins it. */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -23,7 +29,9 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <stdatomic.h>
@@ -43,7 +51,49 @@ struct seg_segment {
     uint64_t requested;         /* the configured size */
     uint64_t grown_from;        /* the file's size before a growth at open; 0: none */
     int reopened;
+    pthread_mutex_t cut_lock;   /* a pre-fault step or a seg_shrink, not both */
+    pthread_t prefault;
+    int prefaulting;            /* the thread was started: seg_close joins it */
+    atomic_int prefault_stop;
+    atomic_uint_least64_t prefaulted;
 };
+
+#define SEG_PREFAULT_STEP (2u << 20) /* bytes touched under one hold of cut_lock */
+
+/* The pre-fault thread: every page of the served size, in order, one step
+ * at a time under cut_lock (see seg_prefaulted). */
+static void *prefault_main(void *arg)
+{
+    seg_segment *s = arg;
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    /* this thread only: the data server and the runtime keep their share */
+    (void)setpriority(PRIO_PROCESS, (id_t)gettid(), 19);
+    for (uint64_t off = 0;;) {
+        pthread_mutex_lock(&s->cut_lock);
+        uint64_t size = seg_size(s);
+        if (atomic_load(&s->prefault_stop) || off >= size) {
+            pthread_mutex_unlock(&s->cut_lock);
+            break;
+        }
+        uint64_t len = size - off < SEG_PREFAULT_STEP ? size - off : SEG_PREFAULT_STEP;
+#ifdef MADV_POPULATE_WRITE
+        (void)madvise(s->base + off, (size_t)len, MADV_POPULATE_WRITE); /* one fault per step */
+#endif
+        for (uint64_t p = off; p < off + len; p += page)
+            atomic_fetch_add_explicit((_Atomic uint8_t *)(s->base + p), 0, memory_order_relaxed);
+        off += len;
+        atomic_store(&s->prefaulted, off);
+        pthread_mutex_unlock(&s->cut_lock);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (!atomic_load(&s->prefault_stop))
+        fprintf(stderr, "segment %s: %" PRIu64 " bytes pre-faulted in %.1f s\n", s->path,
+                atomic_load(&s->prefaulted),
+                (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9);
+    return NULL;
+}
 
 int seg_validate_id(const char *id)
 {
@@ -140,6 +190,7 @@ int seg_open(const seg_options *opt, seg_segment **out, char *err, size_t errlen
     if (s == NULL)
         return SMP_ENOMEM;
     s->fd = -1;
+    pthread_mutex_init(&s->cut_lock, NULL);
     snprintf(s->id, sizeof(s->id), "%s", opt->id);
     s->path = strdup(path);
     if (s->path == NULL) {
@@ -215,6 +266,9 @@ int seg_open(const seg_options *opt, seg_segment **out, char *err, size_t errlen
         goto unlink_new;
     }
     s->reopened = !created;
+    /* without the thread the segment works the same, only slower to write */
+    if (opt->prefault && pthread_create(&s->prefault, NULL, prefault_main, s) == 0)
+        s->prefaulting = 1;
     *out = s;
     return SMP_OK;
 
@@ -224,6 +278,7 @@ unlink_new:
 close_fd:
     close(s->fd);
 free_seg:
+    pthread_mutex_destroy(&s->cut_lock);
     free(s->path);
     free(s);
     return rc;
@@ -233,6 +288,11 @@ void seg_close(seg_segment *s)
 {
     if (s == NULL)
         return;
+    if (s->prefaulting) {
+        atomic_store(&s->prefault_stop, 1);
+        pthread_join(s->prefault, NULL);
+    }
+    pthread_mutex_destroy(&s->cut_lock);
     if (s->base != NULL)
         munmap(s->base, (size_t)s->map_len);
     if (s->fd >= 0)
@@ -272,6 +332,10 @@ uint64_t seg_size(const seg_segment *s) { return atomic_load(&((seg_segment *)s)
 uint64_t seg_requested_size(const seg_segment *s) { return s->requested; }
 uint64_t seg_grown_from(const seg_segment *s) { return s->grown_from; }
 int seg_reopened(const seg_segment *s) { return s->reopened; }
+uint64_t seg_prefaulted(const seg_segment *s)
+{
+    return atomic_load(&((seg_segment *)s)->prefaulted);
+}
 
 int seg_shrink(seg_segment *s, uint64_t size, char *err, size_t errlen)
 {
@@ -282,14 +346,18 @@ int seg_shrink(seg_segment *s, uint64_t size, char *err, size_t errlen)
         return SMP_EINVAL;
     }
     if (size == cur) return SMP_OK;
+    int rc = SMP_OK;
+    pthread_mutex_lock(&s->cut_lock); /* no pre-fault step past the cut */
     /* bounds first: no range past the new end is served from now on */
     atomic_store(&s->size, size);
+    if (atomic_load(&s->prefaulted) > size) atomic_store(&s->prefaulted, size);
     if (ftruncate(s->fd, (off_t)size) < 0) {
         wm_errbuf(err, errlen, "%s: cannot cut to %" PRIu64 " bytes: %s", s->path, size,
                   strerror(errno));
-        return SMP_EIO;
+        rc = SMP_EIO;
     }
-    return SMP_OK;
+    pthread_mutex_unlock(&s->cut_lock);
+    return rc;
 }
 
 int seg_next_data(const seg_segment *s, uint64_t from, uint64_t *start, uint64_t *end)

@@ -35,6 +35,9 @@ typedef struct seg_options {
     uint64_t size;       /* bytes; a multiple of the page size is not required */
     int preallocate;     /* reserve the bytes now (posix_fallocate) when creating,
                             so a full tmpfs fails here, not with SIGBUS later */
+    int prefault;        /* touch every page of the mapping in a background thread
+                            (seg_prefaulted), so a write received into it later
+                            does not pay the first touch of each page */
 } seg_options;
 
 /* SMP_OK when id is a valid segment id (safe as a file name), else SMP_EINVAL. */
@@ -94,6 +97,16 @@ uint64_t seg_grown_from(const seg_segment *s);
 int seg_shrink(seg_segment *s, uint64_t size, char *err, size_t errlen);
 /* 1 when seg_open found the file with its bytes (a node restart), else 0. */
 int seg_reopened(const seg_segment *s);
+
+/* The bytes of the mapping the background pre-fault (seg_options.prefault)
+ * has touched so far: seg_size() once it is done, 0 without it. The touch is
+ * a locked add of zero per page through the node's own mapping, so no byte
+ * changes, whoever writes the segment meanwhile. On this kind of guest the
+ * first touch of a page through a mapping costs the hypervisor far more than
+ * the copy into it (bench/README.md); a node is long-lived, so it pays that
+ * once, off the receive path. It also turns the file's reserved holes into
+ * zeroed data (seg_next_data then reports the whole segment). */
+uint64_t seg_prefaulted(const seg_segment *s);
 
 /* The first run of the file at or after from that may hold data: [*start,
  * *end) (SEEK_DATA / SEEK_HOLE; what lies in a hole reads as zeros, so a

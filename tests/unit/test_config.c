@@ -91,6 +91,7 @@ static void assert_default_values(const host_config *c)
     assert_int_equal(c->node_embedded, 1);
     assert_string_equal(c->node_segment_dir, "/dev/shm/weight_mgmt");
     assert_int_equal(c->node_segment_bytes, 1073741824);
+    assert_int_equal(c->node_segment_prefault, 0);
     assert_int_equal(c->cluster.default_weight_preferred_residency, HOST_RESIDENCY_MIXED);
     assert_true(c->cluster.default_weight_mixed_hot_ratio == 0.5);
     assert_int_equal(c->cluster.default_weight_migration_mode, HOST_MODE_AUTO);
@@ -239,6 +240,7 @@ static void test_every_key_is_read(void **state)
             "  embedded: false\n"
             "  segment_dir: /dev/shm/x\n"
             "  segment_bytes: 1048576\n"
+            "  segment_prefault: true\n"
             "  ticket_ttl_ms: 5000\n"
             "  require_read_tickets: false\n"
             "  allow_insecure_reads: true\n"
@@ -293,6 +295,7 @@ static void test_every_key_is_read(void **state)
     assert_int_equal(c.node_embedded, 0);
     assert_string_equal(c.node_segment_dir, "/dev/shm/x");
     assert_int_equal(c.node_segment_bytes, 1048576);
+    assert_int_equal(c.node_segment_prefault, 1);
     assert_int_equal(c.node_ticket_ttl_ms, 5000);
     assert_int_equal(c.node_require_read_tickets, 0);
     assert_int_equal(c.node_allow_insecure_reads, 1);
@@ -515,6 +518,8 @@ static void test_refuses_non_booleans(void **state)
                    "x.yaml:1: ha.enabled: \"true\" is quoted: a string, not a boolean");
     expect_refused("oplog: {preallocate: 2}\n",
                    "x.yaml:1: oplog.preallocate: \"2\" is not a boolean");
+    expect_refused("node: {segment_prefault: sometimes}\n",
+                   "x.yaml:1: node.segment_prefault: \"sometimes\" is not a boolean");
     /* The key is gone (records of absent plugins are always carried): set
      * to anything, it is refused with the reason, not ignored. */
     expect_refused("oplog: {carry_unknown_types: on}\n",

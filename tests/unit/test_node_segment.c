@@ -14,6 +14,7 @@
 #include <string.h>
 #include <signal.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -180,6 +181,56 @@ static void test_larger_file_is_cut_only_by_seg_shrink(void **state)
 }
 
 /* Two openers of one segment: the second is refused while the first holds it. */
+/* Wait until the pre-fault thread has touched the whole served size. */
+static void wait_prefaulted(const seg_segment *s)
+{
+    while (seg_prefaulted(s) < seg_size(s)) sched_yield();
+    assert_int_equal(seg_prefaulted(s), seg_size(s));
+}
+
+/* The pre-fault of a reopened segment touches every page and changes no
+ * byte: the bytes a previous node left (a replica) read back the same. */
+static void test_prefault_keeps_every_byte(void **state)
+{
+    seg_options o = { .dir = g_dir, .id = "seg-p", .size = SIZE * 4, .prefault = 1 };
+    seg_segment *s = open_seg("seg-p", SIZE * 4), *s2 = NULL;
+    uint8_t *want = malloc(SIZE * 4), *got = malloc(SIZE * 4);
+    char err[256];
+    (void)state;
+    assert_non_null(want);
+    assert_non_null(got);
+    assert_int_equal(seg_prefaulted(s), 0); /* not asked for */
+    for (size_t i = 0; i < SIZE * 4; i++) want[i] = (uint8_t)(i * 131 + (i >> 12));
+    assert_int_equal(seg_write(s, 0, want, SIZE * 4), SMP_OK);
+    seg_close(s);
+    assert_int_equal(seg_open(&o, &s2, err, sizeof(err)), SMP_OK);
+    wait_prefaulted(s2);
+    assert_int_equal(seg_read(s2, 0, got, SIZE * 4), SMP_OK);
+    assert_memory_equal(got, want, SIZE * 4);
+    seg_destroy(s2);
+    free(want);
+    free(got);
+}
+
+/* A shrink while the pre-fault runs: nothing past the cut is touched (a
+ * touch there would be a SIGBUS) and the pre-fault ends at the new size;
+ * a close while it runs stops it. */
+static void test_prefault_stops_at_a_cut_and_at_close(void **state)
+{
+    seg_options o = { .dir = g_dir, .id = "seg-q", .size = SIZE * 64, .prefault = 1 };
+    seg_segment *s = NULL;
+    char err[256];
+    (void)state;
+    assert_int_equal(seg_open(&o, &s, err, sizeof(err)), SMP_OK);
+    assert_int_equal(seg_shrink(s, SIZE * 3 + 100, err, sizeof(err)), SMP_OK);
+    wait_prefaulted(s);
+    assert_int_equal(seg_prefaulted(s), SIZE * 3 + 100);
+    seg_destroy(s);
+    s = NULL;
+    assert_int_equal(seg_open(&o, &s, err, sizeof(err)), SMP_OK);
+    seg_destroy(s); /* joined, whatever it had touched */
+}
+
 static void test_second_opener_is_refused(void **state)
 {
     seg_options o = { .dir = g_dir, .id = "seg-c", .size = SIZE };
@@ -297,6 +348,8 @@ int main(void)
         cmocka_unit_test(test_segment_survives_sigkill),
         cmocka_unit_test(test_smaller_file_is_grown_in_place),
         cmocka_unit_test(test_larger_file_is_cut_only_by_seg_shrink),
+        cmocka_unit_test(test_prefault_keeps_every_byte),
+        cmocka_unit_test(test_prefault_stops_at_a_cut_and_at_close),
         cmocka_unit_test(test_second_opener_is_refused),
         cmocka_unit_test(test_foreign_or_open_file_is_refused),
         cmocka_unit_test(test_bounds),
