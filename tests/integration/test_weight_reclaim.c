@@ -48,7 +48,9 @@ typedef struct fixture {
     char shm[400];
 } fixture;
 
-static int setup(void **state)
+/* The master with an 8 MiB segment; prefault: with node.segment_prefault,
+ * started once the node logged that every page is touched. */
+static int setup_with(void **state, int prefault)
 {
     fixture *f = calloc(1, sizeof(*f));
     char cfg[2048];
@@ -57,15 +59,30 @@ static int setup(void **state)
     snprintf(f->cold, sizeof(f->cold), "%s/cold", f->m.dir);
     snprintf(f->shm, sizeof(f->shm), "%s/shm", f->m.dir);
     snprintf(cfg, sizeof(cfg),
-             "node:\n  segment_dir: \"%s\"\n  segment_bytes: 8388608\n"
+             "node:\n  segment_dir: \"%s\"\n  segment_bytes: 8388608\n  segment_prefault: %s\n"
              "  cold_dir: \"%s\"\n  poll_ms: 10\n"
              "cluster:\n  default_weight_preferred_residency: hot\n"
              "  weight_migration_cooldown_ms: 100\n"
              "plugins:\n  - path: \"%s/lib/weight_mgmt.so\"\n    config:\n      tick_period_ms: 50\n",
-             f->shm, f->cold, BUILD_DIR);
+             f->shm, prefault ? "true" : "false", f->cold, BUILD_DIR);
     if (hx_reconfigure(&f->m, cfg) < 0 || hx_start(&f->m, 20000) < 0) return -1;
+    for (int i = 0; prefault && i < 6000 && !hx_log_contains(&f->m, "bytes pre-faulted in"); i++)
+        usleep(10 * 1000);
+    if (prefault && !hx_log_contains(&f->m, "8388608 bytes pre-faulted in")) return -1;
     *state = f;
     return 0;
+}
+
+static int setup(void **state)
+{
+    return setup_with(state, 0);
+}
+
+/* The segment's free space is zeroed data, not holes, once pre-faulted:
+ * the sweeps and fsck read it through the node's mapping. */
+static int setup_prefault(void **state)
+{
+    return setup_with(state, 1);
 }
 
 static int teardown(void **state)
@@ -455,6 +472,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_cold_file_left_by_a_crash_is_removed_at_registration,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_fsck_reports_and_repairs_orphans, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fsck_reports_and_repairs_orphans, setup_prefault,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_a_put_lost_with_its_master_is_swept_at_restart, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_revoked_put_leaves_no_bytes, setup, teardown),
