@@ -220,9 +220,8 @@ static void snap_child(master *m, uint64_t seq, int wfd, pid_t parent, const sig
     snap_report r = {.status = SMP_ENOMEM};
     /* The parent's handlers would write into pipes the parent's loop reads
      * (libuv's signal pipe): a SIGTERM meant for this child must not stop
-     * the master. Then the child dies with its parent -- it must never
-     * outlive a killed master holding its sockets -- and drops the copy of
-     * the data_dir lock, so a master restarted at once is not refused. */
+     * the master. Then the child dies with its parent: it must never
+     * outlive a killed master. */
     struct sigaction dfl;
     memset(&dfl, 0, sizeof(dfl));
     dfl.sa_handler = SIG_DFL;
@@ -230,7 +229,13 @@ static void snap_child(master *m, uint64_t seq, int wfd, pid_t parent, const sig
     (void)prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(1);
     (void)pthread_sigmask(SIG_SETMASK, mask, NULL);
-    if (m->data_lock_fd >= 0) (void)close(m->data_lock_fd);
+    /* Nothing of the parent's descriptors but stdio: a connection the
+     * parent closes while this child runs must close for its peer (a
+     * client, a node, etcd), the listening sockets are the parent's alone,
+     * and the copy of the data_dir lock goes, so a master restarted at once
+     * is not refused. The child opens the snapshot's files itself. */
+    if (wfd > 3) (void)close_range(3, (unsigned)wfd - 1, 0);
+    (void)close_range((unsigned)wfd + 1, ~0u, 0);
 
     double t0 = snap_seconds();
     snap_builder *b = snap_builder_new(seq);

@@ -250,11 +250,32 @@ static pid_t snapshot_child(pid_t master)
     return found;
 }
 
+/* How many of pid's descriptors are sockets or anonymous inodes (epoll,
+ * eventfd, timerfd): the master's connections and its loop's machinery. */
+static int shared_descriptors(pid_t pid)
+{
+    char dir[64], path[400], target[256];
+    int n = 0;
+    snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)pid);
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        if (e->d_name[0] == '.') continue;
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        ssize_t k = readlink(path, target, sizeof(target) - 1);
+        if (k <= 0) continue;
+        target[k] = '\0';
+        if (strncmp(target, "socket:", 7) == 0 || strncmp(target, "anon_inode:", 11) == 0) n++;
+    }
+    closedir(d);
+    return n;
+}
+
 /* -- tests ------------------------------------------------------------------ */
 
-/* While the capture is held in the recorder's save(), 200 reads and 20
- * durable puts on another connection are all answered and the snapshot RPC
- * is not; let go, the snapshot is at the sequence applied when it was asked
+/* While the capture is held in the recorder's save(), the writer holds no
+ * socket of the master's, 200 reads and 20 durable puts on another
+ * connection are all answered and the snapshot RPC is not; let go, the snapshot is at the sequence applied when it was asked
  * for: it holds the keys and the recorder entry written before and none
  * written during its capture, and after a SIGKILL the restart serves them
  * all (snapshot plus the log after it, which was not truncated past it). */
@@ -271,6 +292,12 @@ static void test_reads_and_writes_answered_while_a_snapshot_is_captured(void **s
     snap_call s;
     snap_begin(&s, &t->m);
     int hold = hold_open(t);
+    /* The writer keeps none of the master's sockets or loop descriptors: a
+     * connection the master closes meanwhile is closed for its peer. */
+    pid_t writer = snapshot_child(t->m.pid);
+    assert_true(writer > 0);
+    assert_true(shared_descriptors(t->m.pid) > 0);
+    assert_int_equal(shared_descriptors(writer), 0);
 
     int answered = 0;
     for (int i = 0; i < READS_DURING / KEYS_BEFORE; i++) {
