@@ -33,13 +33,16 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: store_node --master ADDR --id ID --segment-dir DIR --segment-bytes N\n"
             "                  --cold-dir DIR [--listen HOST:PORT] [--advertise HOST]\n"
-            "                  [--verify-from-device] [--no-read-tickets --allow-insecure]\n"
+            "                  [--verify-from-device] [--segment-prefault]\n"
+            "                  [--no-read-tickets --allow-insecure]\n"
             "                  [--token-file FILE] [--data-tls-cert FILE --data-tls-key FILE]\n"
             "                  [--tenant NAME --local-socket PATH --local-peer uid:N|gid:N ...]\n"
             "  ADDR is the master's RPC endpoint (host:port or a Unix socket path), or\n"
             "  the masters of an HA cluster as a list a,b,c: the node registers with\n"
             "  the leader and follows it when another master takes over\n"
             "  ID names the node and its segment (<segment-dir>/<ID>.seg)\n"
+            "  --segment-prefault touches every page of the segment once in the\n"
+            "  background after the start, so TCP puts land in touched pages\n"
             "  --no-read-tickets serves reads without a master's ticket: INSECURE,\n"
             "  refused unless --allow-insecure is given too\n"
             "  SIGHUP rotates the key the master signs this node's tickets with\n"
@@ -65,6 +68,7 @@ int main(int argc, char **argv)
         {"listen", required_argument, NULL, 'l'},
         {"advertise", required_argument, NULL, 'a'},
         {"verify-from-device", no_argument, NULL, 'v'},
+        {"segment-prefault", no_argument, NULL, 'F'},
         {"no-read-tickets", no_argument, NULL, 'R'},
         {"allow-insecure", no_argument, NULL, 'I'},
         {"token-file", required_argument, NULL, 't'},
@@ -98,6 +102,7 @@ int main(int argc, char **argv)
         case 'l': o.data_listen = optarg; break;
         case 'a': o.advertise_host = optarg; break;
         case 'v': o.cold_verify_from_device = 1; break;
+        case 'F': o.segment_prefault = 1; break;
         case 'R': o.allow_unticketed_reads = 1; break;
         case 'I': insecure = 1; break;
         case 't':

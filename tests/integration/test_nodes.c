@@ -357,6 +357,35 @@ static void test_node_with_one_long_task_stays_up(void **state)
     assert_false(hx_log_contains(&f->m, "down (silent"));
 }
 
+/* The node's log holds needle (a line it printed). */
+static int node_log_contains(const hx_node *n, const char *needle)
+{
+    char line[1024];
+    int found = 0;
+    FILE *fp = fopen(n->log, "r");
+    while (fp != NULL && !found && fgets(line, sizeof(line), fp) != NULL)
+        found = strstr(line, needle) != NULL;
+    if (fp != NULL) fclose(fp);
+    return found;
+}
+
+/* store_node --segment-prefault (node.segment_prefault of the embedded
+ * node) touches its whole segment once in the background and says so; the
+ * bytes it held survive the touch and objects put afterwards read back. */
+static void test_standalone_node_prefaults_its_segment(void **state)
+{
+    fx *f = *state;
+    int where[OBJECTS];
+    static const char *const prefault[] = {"--segment-prefault", NULL};
+    put_all(f, where);
+    hx_node_kill(&f->a);
+    assert_int_equal(hx_node_start_args(&f->m, &f->a, "node-a", SEGMENT, prefault), 0);
+    assert_int_equal(hx_wait_nodes(&f->m, 2, 10000), 0);
+    for (int t = 0; t < 1000 && !node_log_contains(&f->a, "bytes pre-faulted"); t++) usleep(10000);
+    assert_true(node_log_contains(&f->a, "bytes pre-faulted"));
+    for (int i = 0; i < OBJECTS; i++) assert_bytes(f->c, i);
+}
+
 /* A node whose segment file did not survive comes back empty: the master
  * drops the memory replicas it persisted there (durably) and the plugin
  * hears replica-lost for each. */
@@ -602,6 +631,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stalled_master_marks_no_live_node_down, setup, teardown),
         cmocka_unit_test_setup_teardown(test_node_busy_with_a_long_batch_stays_up, setup, teardown),
         cmocka_unit_test_setup_teardown(test_node_with_one_long_task_stays_up, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_standalone_node_prefaults_its_segment, setup, teardown),
         cmocka_unit_test_setup_teardown(test_restarted_node_without_its_segment_loses_its_replicas, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_cold_round_trip_and_corrupted_cold_file, setup, teardown),
