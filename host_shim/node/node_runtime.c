@@ -469,6 +469,20 @@ static int call(rpcc_conn *c, uint32_t method, const ProtobufCMessage *req,
     return rc < 0 ? rc : status;
 }
 
+/* (Re)connect through the master list with short connects (a stop is not
+ * kept waiting long), calls then wait up to 10 s (a registration longer:
+ * node_register_call_ms). */
+#define NODE_CONNECT_MS 2000
+#define NODE_CALL_MS 10000
+
+uint32_t node_register_call_ms(size_t n_cold_files)
+{
+    uint64_t most = (uint64_t)(NODE_REGISTER_CALL_MAX_MS - NODE_CALL_MS) * 1000 /
+                    NODE_REGISTER_US_PER_FILE;
+    if ((uint64_t)n_cold_files >= most) return NODE_REGISTER_CALL_MAX_MS;
+    return (uint32_t)(NODE_CALL_MS + (uint64_t)n_cold_files * NODE_REGISTER_US_PER_FILE / 1000);
+}
+
 static int do_register(node_runtime *n, rpcc_conn *c, int *lost)
 {
     inventory inv = {0};
@@ -499,8 +513,12 @@ static int do_register(node_runtime *n, rpcc_conn *c, int *lost)
     req.ticket_secret.data = key.bytes;
     req.ticket_secret.len = key.len;
     req.data_tls = n->data_tls;
+    /* The master checks every cold file against its replicas before it
+     * answers: a large inventory gets the time it needs. */
+    rpcc_set_timeout(c, node_register_call_ms(inv.n));
     rc = call(c, NODE_METHOD__NODE_REGISTER, &req.base, &node_register_response__descriptor,
               (ProtobufCMessage **)&resp, &msg, lost);
+    rpcc_set_timeout(c, NODE_CALL_MS);
     OPENSSL_cleanse(&key, sizeof(key));
     if (rc == SMP_OK) {
         fprintf(stderr, "store_node %s: registered with the master at %s\n", n->node_id,
@@ -728,10 +746,6 @@ static int poll_loop(node_runtime *n, rpcc_conn *c, int *lost)
     return rc < 0 ? rc : SMP_OK;
 }
 
-/* (Re)connect through the master list with short connects (a stop is not
- * kept waiting long), calls then wait up to 10 s. */
-#define NODE_CONNECT_MS 2000
-#define NODE_CALL_MS 10000
 
 static int link_up(node_runtime *n, rpcc_conn **c)
 {

@@ -88,6 +88,15 @@ int node_runtime_rotate_ticket_key(node_runtime *n, char *err, size_t errlen);
  * registration). */
 uint32_t node_runtime_ticket_key_id(node_runtime *n);
 
+/* The call timeout of a registration naming n_cold_files cold files: the
+ * 10 s of every call plus NODE_REGISTER_US_PER_FILE for each file (the
+ * master checks each against its replicas before it answers, on a loop that
+ * may still be busy after its own start: 40,000 files got no answer within
+ * 10 s at 100,000 revisions), at most NODE_REGISTER_CALL_MAX_MS. */
+#define NODE_REGISTER_US_PER_FILE 500
+#define NODE_REGISTER_CALL_MAX_MS 600000
+uint32_t node_register_call_ms(size_t n_cold_files);
+
 /* Stop the threads, close everything (the segment file stays). NULL ok. */
 void node_runtime_stop(node_runtime *n);
 
