@@ -89,6 +89,9 @@ obj_sl_node *obj_sl_find(const obj_sl *sl, const char *key)
         n = obj_sl_seek(sl, key, NULL);
         return n && strcmp(n->key, key) == 0 ? n : NULL;
     }
+    /* A key above the last one is absent: no hash probe (a cache miss at
+     * 200,000 objects) for each record of a snapshot, saved in key order. */
+    if (sl->tail[0] == NULL || strcmp(sl->tail[0]->key, key) < 0) return NULL;
     HASH_FIND(hh, sl->hash, key, strlen(key), n);
     return n;
 }
@@ -105,7 +108,7 @@ int obj_sl_put(obj_sl *sl, const char *key, void *val)
 {
     obj_sl_node *upd[OBJ_SL_MAX_LEVEL];
     obj_sl_node *n = NULL;
-    if (sl->hashed) HASH_FIND(hh, sl->hash, key, strlen(key), n);
+    if (sl->hashed) n = obj_sl_find(sl, key);
     else if ((n = obj_sl_seek(sl, key, upd)) != NULL && strcmp(n->key, key) != 0) n = NULL;
     if (n) {
         n->key = key;
