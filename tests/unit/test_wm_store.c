@@ -616,6 +616,68 @@ static void test_many_revisions(void **state)
     wm_store_free(st);
 }
 
+/* The entries of a loaded section share one mapping (a slab): deleting
+ * them one by one, with entries of later upserts among them, leaves every
+ * other entry readable, and the last delete and the free release the rest
+ * (ASan and valgrind see any access to a released entry or its keys). */
+static void test_loaded_revisions_deleted_one_by_one(void **state)
+{
+    (void)state;
+    enum { N = 300 };
+    wm_store *st = NULL, *copy = NULL;
+    char msg[256], name[32];
+    uint8_t *a = NULL;
+    size_t la = 0;
+    assert_int_equal(wm_store_create(&st), WM_OK);
+    for (int i = 0; i < N; i++) {
+        wm_revision r;
+        snprintf(name, sizeof(name), "m%04d", i);
+        wmt_importing_revision(&r, name, 1);
+        wm_metadata_upsert u;
+        memset(&u, 0, sizeof(u));
+        u.revision = r;
+        assert_int_equal(wm_store_apply_upsert(st, &u, msg, sizeof(msg)), WM_OK);
+    }
+    section_of(st, &a, &la);
+    assert_int_equal(wm_store_create(&copy), WM_OK);
+    if (wm_store_load(copy, a, la, msg, sizeof(msg)) != WM_OK) fail_msg("load: %s", msg);
+    assert_int_equal(wm_store_revision_count(copy), N);
+    /* One entry from malloc among the slab's. */
+    wm_revision extra;
+    wmt_importing_revision(&extra, "m0150x", 1);
+    wm_metadata_upsert u;
+    memset(&u, 0, sizeof(u));
+    u.revision = extra;
+    assert_int_equal(wm_store_apply_upsert(copy, &u, msg, sizeof(msg)), WM_OK);
+    for (int i = 0; i < N; i++) {
+        wm_identity id;
+        snprintf(name, sizeof(name), "m%04d", i);
+        wmt_identity(&id, name, 1);
+        wm_metadata_delete d = {id, 1, WM_DEL_IMPORT_ABORTED, NULL, 0};
+        if (wm_store_apply_delete(copy, &d, msg, sizeof(msg)) != WM_OK) fail_msg("delete: %s", msg);
+        assert_null(wm_store_get(copy, &id));
+        for (int k = i + 1; k < N; k += 37) {
+            snprintf(name, sizeof(name), "m%04d", k);
+            wmt_identity(&id, name, 1);
+            const wm_revision *r = wm_store_get(copy, &id);
+            assert_non_null(r);
+            assert_true(wm_store_get_group(copy, r->group_key) == r);
+        }
+    }
+    assert_int_equal(wm_store_revision_count(copy), 1);
+    const wm_revision *r = wm_store_get(copy, &extra.id);
+    assert_non_null(r);
+    assert_string_equal(r->group_key, extra.group_key);
+    /* A second load replaces the tables: the first load's slab entries and
+     * the malloc'ed one are released with them. */
+    if (wm_store_load(copy, a, la, msg, sizeof(msg)) != WM_OK) fail_msg("load: %s", msg);
+    assert_int_equal(wm_store_revision_count(copy), N);
+    assert_null(wm_store_get(copy, &extra.id));
+    free(a);
+    wm_store_free(copy);
+    wm_store_free(st);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -627,6 +689,7 @@ int main(void)
         cmocka_unit_test(test_records_that_would_break_the_tables),
         cmocka_unit_test(test_lease_bookkeeping),
         cmocka_unit_test(test_many_revisions),
+        cmocka_unit_test(test_loaded_revisions_deleted_one_by_one),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
