@@ -285,8 +285,10 @@ static void job_settle(snap_job *job)
     int status;
     if (job->got == sizeof(job->report) && !job->extra) {
         status = job->report.status >= 0 ? SMP_OK : job->report.status;
-        snprintf(m->snapshot_why, sizeof(m->snapshot_why), "snapshot at %llu: its writer failed: %s",
-                 (unsigned long long)job->seq, smp_strerror(status));
+        if (status < 0)
+            snprintf(m->snapshot_why, sizeof(m->snapshot_why),
+                     "snapshot at %llu: its writer failed: %s", (unsigned long long)job->seq,
+                     smp_strerror(status));
     } else {
         char how[96];
         describe_exit(job, how, sizeof(how));

@@ -13,8 +13,7 @@
  * master's sections, each plugin's (save() writes through an smp_writer into
  * memory) and the carried ones (snap_builder_add_raw). Then snap_write_file()
  * writes a .tmp, fsyncs it, renames it into place, fsyncs the directory and
- * drops snapshots beyond `keep`. (snap_write_async() does the same write on
- * a libuv worker, for a builder filled on a loop thread.) At start the
+ * drops snapshots beyond `keep`. At start the
  * master calls snap_load_newest(), which validates the newest file completely
  * before it returns anything, and refuses a damaged newest file rather than
  * falling back to an older one (the log before it may already be truncated).
@@ -71,8 +70,7 @@ struct smp_reader {
  * NULL when out of memory. */
 snap_builder *snap_builder_new(uint64_t last_seq);
 
-/* Free a builder and every section buffer. NULL is a no-op. Must not be
- * called on a builder handed to a successful snap_write_async(). */
+/* Free a builder and every section buffer. NULL is a no-op. */
 void snap_builder_free(snap_builder *b);
 
 /* Open a section. *w is the builder's writer: writes land in this section
@@ -135,23 +133,6 @@ int snap_write_file(const snap_builder *b,
 /* The path snap_write_file gives the snapshot of last_seq in dir, into out
  * (cap bytes with the NUL). SMP_OK, or SMP_ERANGE when it does not fit. */
 int snap_file_path(const char *dir, uint64_t last_seq, char *out, size_t cap);
-
-/* Called on the loop thread when an async write ends: status is what
- * snap_write_file returned (SMP_ECANCELED if the work was cancelled), path the
- * new snapshot's path on success and NULL otherwise (borrowed for the call). */
-typedef void (*snap_done_cb)(void *arg, int status, const char *path);
-
-/* snap_write_file() on a libuv worker thread. On success the write owns b
- * (the loop must not touch it again; it is freed after done returns) and done
- * is called exactly once, later, on loop's thread. On failure (SMP_EINVAL,
- * SMP_ENOMEM, or the libuv error mapped to SMP_EIO) done is never called and
- * b still belongs to the caller. */
-int snap_write_async(uv_loop_t *loop,
-                     snap_builder *b,
-                     const char *dir,   /* copied */
-                     uint32_t keep,
-                     snap_done_cb done,
-                     void *arg);
 
 /* -- Loading --------------------------------------------------------------- */
 

@@ -780,70 +780,6 @@ static void test_file_path_is_the_written_file(void **state)
 }
 
 /* ------------------------------------------------------------------------ */
-/* The async write                                                           */
-/* ------------------------------------------------------------------------ */
-
-typedef struct done_rec {
-    int calls;
-    int status;
-    char path[512];
-    uv_thread_t thread;
-} done_rec;
-
-static void on_done(void *arg, int status, const char *path)
-{
-    done_rec *d = arg;
-    d->calls++;
-    d->status = status;
-    d->thread = uv_thread_self();
-    snprintf(d->path, sizeof(d->path), "%s", path ? path : "(null)");
-}
-
-/* The write runs off the loop; done is called once, later, on the loop
- * thread, with the path of a durable, loadable snapshot. */
-static void test_async_write_completes_on_the_loop(void **state)
-{
-    fixture *f = *state;
-    char err[256], name[64], expect[512];
-    uv_loop_t loop;
-    assert_int_equal(uv_loop_init(&loop), 0);
-    done_rec d = {0};
-    snap_builder *b = build_sample(4321);
-    assert_int_equal(snap_write_async(&loop, b, f->dir, 2, on_done, &d), SMP_OK);
-    assert_int_equal(d.calls, 0);
-    assert_int_equal(uv_run(&loop, UV_RUN_DEFAULT), 0);
-    assert_int_equal(d.calls, 1);
-    assert_int_equal(d.status, SMP_OK);
-    uv_thread_t self = uv_thread_self();
-    assert_true(uv_thread_equal(&d.thread, &self));
-    snap_name(4321, ".snap", name, sizeof(name));
-    path_of(f, name, expect, sizeof(expect));
-    assert_string_equal(d.path, expect);
-
-    snap_image *img = NULL;
-    assert_int_equal(snap_load_newest(f->dir, &img, err, sizeof(err)), SMP_OK);
-    assert_sample(img, 4321);
-    snap_image_free(img);
-
-    /* A failing write reports its status with no path. */
-    done_rec d2 = {0};
-    assert_int_equal(snap_write_async(&loop, snap_builder_new(4321), f->dir, 2, on_done, &d2),
-                     SMP_OK);
-    assert_int_equal(uv_run(&loop, UV_RUN_DEFAULT), 0);
-    assert_int_equal(d2.calls, 1);
-    assert_int_equal(d2.status, SMP_EEXIST);
-    assert_string_equal(d2.path, "(null)");
-
-    /* Refused up front: no callback, the builder stays the caller's. */
-    b = snap_builder_new(5000);
-    assert_int_equal(snap_write_async(&loop, b, f->dir, 0, on_done, &d2), SMP_EINVAL);
-    snap_builder_free(b);
-    assert_int_equal(uv_run(&loop, UV_RUN_DEFAULT), 0);
-    assert_int_equal(d2.calls, 1);
-    assert_int_equal(uv_loop_close(&loop), 0);
-}
-
-/* ------------------------------------------------------------------------ */
 /* Builder refusals                                                          */
 /* ------------------------------------------------------------------------ */
 
@@ -993,7 +929,6 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_failed_write_leaves_no_trace, setup, teardown),
         cmocka_unit_test_setup_teardown(test_small_path_buffer_writes_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_file_path_is_the_written_file, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_async_write_completes_on_the_loop, setup, teardown),
         cmocka_unit_test_setup_teardown(test_writer_and_reader_fit_the_host_api, setup, teardown),
         cmocka_unit_test_setup_teardown(test_duplicate_section_names_are_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_names_and_misuse_are_refused, setup, teardown),
