@@ -468,6 +468,7 @@ static const field_spec oplog_fields[] = {
 static const field_spec snapshot_fields[] = {
     F_U64("every_records", snapshot_every_records, 0, UINT64_MAX),
     F_U32("keep", snapshot_keep, 1, UINT32_MAX),
+    F_U32("write_timeout_s", snapshot_write_timeout_s, 1, 604800),
     F_END
 };
 
@@ -1146,6 +1147,7 @@ int host_config_defaults(host_config *cfg)
     cfg->oplog_preallocate = 1;
     cfg->snapshot_every_records = 100000;
     cfg->snapshot_keep = 2;
+    cfg->snapshot_write_timeout_s = 900;
     cfg->memory_high_watermark = 0.95;
     cfg->memory_low_watermark = 0.85;
     cfg->ha_enabled = 0;

@@ -100,6 +100,7 @@ typedef struct host_config {
     /* snapshot: */
     uint64_t snapshot_every_records;  /* take one after this many appends, 0 = never */
     uint32_t snapshot_keep;           /* newest snapshots kept, >= 1 */
+    uint32_t snapshot_write_timeout_s; /* a writer still running this long is killed */
 
     /* memory: eviction watermarks as ratios of capacity */
     double memory_high_watermark;     /* (0, 1) */

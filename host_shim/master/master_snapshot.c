@@ -10,7 +10,11 @@
  * snap_builder, writes the file durably (snapshot.c), reports the result
  * over a pipe and exits. Once the report says durable, the OpLog before it
  * is truncated; a child that dies or ends without a report fails the
- * snapshot closed (nothing truncated). Only one snapshot runs at a time.
+ * snapshot closed (nothing truncated), and so does one still running
+ * snapshot.write_timeout_s after the fork: it is killed, since a child
+ * stuck for good (a save() waiting on a lock some thread held at the fork,
+ * a write that never returns) would otherwise hold back every later
+ * snapshot while the OpLog grows. Only one snapshot runs at a time.
  *
  * Why a fork and not the two other ways (issue 20): encoding faster on the
  * loop (direct protobuf encoding into the builder) still grows with the
@@ -170,7 +174,9 @@ typedef struct snap_job {
     int fd;             /* read end of the report pipe */
     uv_poll_t poll;     /* readable: the report, or EOF when the child ended */
     uv_timer_t reap;    /* waits for the child's exit after EOF */
-    int handles;        /* of poll and reap, still open */
+    uv_timer_t deadline; /* snapshot.write_timeout_s after the fork */
+    int handles;        /* of poll, reap and deadline, still open */
+    int timed_out;      /* the deadline killed the child */
     snap_report report;
     size_t got;         /* bytes of report read so far */
     int extra;          /* more bytes than a report came: not trusted */
@@ -289,6 +295,12 @@ static void job_settle(snap_job *job)
             snprintf(m->snapshot_why, sizeof(m->snapshot_why),
                      "snapshot at %llu: its writer failed: %s", (unsigned long long)job->seq,
                      smp_strerror(status));
+    } else if (job->timed_out) {
+        status = SMP_EIO;
+        snprintf(m->snapshot_why, sizeof(m->snapshot_why),
+                 "snapshot at %llu: the child writing it (pid %ld) had not finished after "
+                 "snapshot.write_timeout_s (%u s) and was killed",
+                 (unsigned long long)job->seq, (long)job->pid, m->cfg->snapshot_write_timeout_s);
     } else {
         char how[96];
         describe_exit(job, how, sizeof(how));
@@ -297,6 +309,8 @@ static void job_settle(snap_job *job)
                  "snapshot at %llu: the child writing it (pid %ld) ended without a report: %s",
                  (unsigned long long)job->seq, (long)job->pid, how);
     }
+    uv_timer_stop(&job->deadline);
+    uv_close((uv_handle_t *)&job->deadline, job_closed);
     if (status == SMP_OK && snap_file_path(m->snap_dir, job->seq, path, sizeof(path)) == SMP_OK) {
         m->snapshot_capture_s = job->capture_s;
         m->snapshot_encode_s = job->report.encode_s;
@@ -318,6 +332,17 @@ static void job_settle(snap_job *job)
         fprintf(stderr, "store_master: %s\n", m->snapshot_why);
         finish(m, status, job->seq, NULL);
     }
+}
+
+/* The child has run snapshot.write_timeout_s: kill it. Its end of the
+ * pipe closes with it, so on_report sees EOF and settles the snapshot,
+ * failed (job_settle names the timeout). */
+static void on_deadline(uv_timer_t *t)
+{
+    snap_job *job = t->data;
+    if (job->fd < 0) return; /* already ended, being reaped */
+    job->timed_out = 1;
+    (void)kill(job->pid, SIGKILL);
 }
 
 /* Reap the child without blocking; 1 once it is reaped (or cannot be). */
@@ -429,9 +454,11 @@ static int job_fork(master *m, snap_job *job)
         return SMP_EIO;
     }
     uv_timer_init(&m->loop, &job->reap);
-    job->poll.data = job->reap.data = job;
-    job->handles = 2;
+    uv_timer_init(&m->loop, &job->deadline);
+    job->poll.data = job->reap.data = job->deadline.data = job;
+    job->handles = 3;
     uv_poll_start(&job->poll, UV_READABLE, on_report);
+    uv_timer_start(&job->deadline, on_deadline, (uint64_t)m->cfg->snapshot_write_timeout_s * 1000, 0);
     return SMP_OK;
 }
 

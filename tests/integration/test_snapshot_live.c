@@ -13,7 +13,8 @@
  * restart after SIGKILL (snapshot + the log after it) serves both. A writer
  * that is killed, or whose save() fails, fails the snapshot closed: the RPC
  * says why, no snapshot file appears, nothing is truncated, the master
- * serves on and the next snapshot succeeds. */
+ * serves on and the next snapshot succeeds. So does a writer still running
+ * at snapshot.write_timeout_s (its save() never let go): it is killed. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -50,7 +51,7 @@ typedef struct live {
 
 /* A master with both plugins, the recorder's save() held on the FIFO and
  * no automatic snapshots (each snapshot here is asked for). */
-static int setup(void **state)
+static int setup_with(void **state, const char *snapshot_keys)
 {
     live *t = calloc(1, sizeof(*t));
     char extra[1024];
@@ -59,15 +60,27 @@ static int setup(void **state)
     snprintf(t->fifo, sizeof(t->fifo), "%s/hold", t->m.dir);
     assert_int_equal(mkfifo(t->fifo, 0600), 0);
     snprintf(extra, sizeof(extra),
-             "snapshot:\n  every_records: 0\n"
+             "snapshot:\n  every_records: 0\n%s"
              "plugins:\n"
              "  - path: \"%s/lib/weight_mgmt.so\"\n"
              "  - path: \"%s\"\n    config:\n      save_hold_fifo: \"%s\"\n",
-             BUILD_DIR, RECORDER_PATH, t->fifo);
+             snapshot_keys, BUILD_DIR, RECORDER_PATH, t->fifo);
     assert_int_equal(hx_reconfigure(&t->m, extra), 0);
     assert_int_equal(hx_start(&t->m, START_MS), 0);
     *state = t;
     return 0;
+}
+
+static int setup(void **state)
+{
+    return setup_with(state, "");
+}
+
+/* The same with a writer allowed WRITE_TIMEOUT_S seconds. */
+#define WRITE_TIMEOUT_S 1
+static int setup_short_deadline(void **state)
+{
+    return setup_with(state, "  write_timeout_s: 1\n");
 }
 
 static int teardown(void **state)
@@ -398,6 +411,52 @@ static void test_a_snapshot_writer_that_dies_fails_closed(void **state)
     kvc_close(c);
 }
 
+/* A writer that never finishes (its save() held for good) is killed at
+ * snapshot.write_timeout_s: the RPC names the deadline, the child is gone,
+ * no file appears and nothing is truncated; the next snapshot is written
+ * and a restart after SIGKILL serves every key. */
+static void test_a_snapshot_writer_past_its_deadline_is_killed(void **state)
+{
+    live *t = *state;
+    kvc *c = hx_client(&t->m);
+    assert_non_null(c);
+    uint64_t last = put_keys(c, "before", KEYS_BEFORE);
+
+    snap_call s;
+    snap_begin(&s, &t->m);
+    int hold = hold_open(t); /* never released: the save() waits for good */
+    pid_t child = snapshot_child(t->m.pid);
+    assert_true(child > 0);
+    snap_end(&s);
+    assert_true(s.rc < 0);
+    char why[160];
+    snprintf(why, sizeof(why), "had not finished after snapshot.write_timeout_s (%d s) and was killed",
+             WRITE_TIMEOUT_S);
+    if (!hx_says(s.error, why)) fail_msg("snapshot error: %s", s.error);
+    assert_true(hx_log_contains(&t->m, why));
+    assert_int_equal(snapshot_child(t->m.pid), -1); /* killed and reaped */
+    assert_true(kill(child, 0) < 0);
+    close(hold);
+    assert_false(snapshot_exists(&t->m, last));
+    assert_true(hx_alive(&t->m));
+    assert_object(c, "before-00");
+
+    /* The next one is written (its save() let go at once). */
+    uint64_t more = put(c, "after-deadline");
+    snap_begin(&s, &t->m);
+    hold_release(hold_open(t), 'G');
+    snap_end(&s);
+    if (s.rc != 0) fail_msg("snapshot: %s", s.error);
+    assert_int_equal(s.seq, more);
+    assert_true(snapshot_exists(&t->m, more));
+    kvc_close(c);
+
+    c = restart_after_sigkill(t);
+    assert_keys(c, "before", KEYS_BEFORE);
+    assert_object(c, "after-deadline");
+    kvc_close(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -405,6 +464,8 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_snapshot_writer_that_dies_fails_closed, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_a_snapshot_writer_past_its_deadline_is_killed,
+                                        setup_short_deadline, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

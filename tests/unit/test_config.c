@@ -77,6 +77,7 @@ static void assert_default_values(const host_config *c)
     assert_int_equal(c->oplog_preallocate, 1);
     assert_int_equal(c->snapshot_every_records, 100000);
     assert_int_equal(c->snapshot_keep, 2);
+    assert_int_equal(c->snapshot_write_timeout_s, 900);
     assert_true(c->memory_high_watermark == 0.95);
     assert_true(c->memory_low_watermark == 0.85);
     assert_int_equal(c->ha_enabled, 0);
@@ -223,6 +224,7 @@ static void test_every_key_is_read(void **state)
             "snapshot:\n"
             "  every_records: 0\n"
             "  keep: 1\n"
+            "  write_timeout_s: 30\n"
             "memory:\n"
             "  high_watermark: 0.9\n"
             "  low_watermark: 0.1\n"
@@ -281,6 +283,7 @@ static void test_every_key_is_read(void **state)
     assert_int_equal(c.oplog_preallocate, 0);
     assert_int_equal(c.snapshot_every_records, 0);
     assert_int_equal(c.snapshot_keep, 1);
+    assert_int_equal(c.snapshot_write_timeout_s, 30);
     assert_true(c.memory_high_watermark == 0.9);
     assert_true(c.memory_low_watermark == 0.1);
     assert_int_equal(c.ha_enabled, 1);
@@ -547,6 +550,11 @@ static void test_refuses_bad_integers(void **state)
     expect_refused("cluster: {weight_migration_cooldown_ms: -30000}\n",
                    "cluster.weight_migration_cooldown_ms: -30000 must not be negative");
     expect_refused("snapshot: {keep: 0}\n", "x.yaml:1: snapshot.keep: 0 must be greater than 0");
+    expect_refused("snapshot: {write_timeout_s: 0}\n", "snapshot.write_timeout_s: 0 is outside");
+    expect_refused("snapshot: {write_timeout_s: 604801}\n",
+                   "snapshot.write_timeout_s: 604801 is outside");
+    expect_refused("snapshot: {write_timeout_s: soon}\n",
+                   "snapshot.write_timeout_s: \"soon\" is not an integer");
     /* overflow of the field (u32) and of any integer (u64) */
     expect_refused("oplog: {max_batch_records: 4294967296}\n",
                    "x.yaml:1: oplog.max_batch_records: 4294967296 is too large");
