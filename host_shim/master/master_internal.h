@@ -61,6 +61,7 @@ typedef struct master_carried_section {
 
 typedef struct master_pending_key master_pending_key; /* keys with a mutation in flight */
 typedef struct master_node master_node;               /* a registered node (master_nodes.c) */
+typedef struct master_inventory master_inventory;     /* inventory pages (master_inventory.c) */
 typedef struct master_busy_key master_busy_key;       /* keys being persisted (master_replicas.c) */
 typedef struct master_scrub master_scrub;             /* ranges being zeroed (master_scrub.c) */
 
@@ -136,6 +137,7 @@ typedef struct master {
 
     /* Nodes (soft state: up only once registered since this start). */
     master_node *nodes;
+    master_inventory *inventories; /* pages awaiting their registration, by node id */
     uint64_t next_task_id;
     struct node_runtime *embedded_node;
 
@@ -374,6 +376,36 @@ int master_plugins_h_list(void *ctx, smp_rpc_call *call, const uint8_t *body, si
 int master_plugins_h_reload(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len);
 int master_plugins_h_disable(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len);
 int master_plugins_h_enable(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len);
+
+/* -- master_inventory.c ----------------------------------------------------------- */
+
+/* At most this many cold files in one node's inventory (pages refused past it). */
+#define MASTER_INVENTORY_MAX_FILES (1u << 24)
+/* Pages no registration took are dropped this long after the newest one. */
+#define MASTER_INVENTORY_IDLE_MS 600000u
+
+struct InventoryFile;
+/* NODE_INVENTORY: add a page to its node's pending inventory of its session
+ * (a page of a new session drops the older one's). Answers the count of
+ * the session's files received; SMP_EPROTO, SMP_EINVAL (no node id, session
+ * 0), SMP_ERANGE (past MASTER_INVENTORY_MAX_FILES: the session is dropped),
+ * SMP_ENOMEM. */
+int master_inventory_h_page(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len);
+/* Take the pending inventory of node_id for a registration naming session
+ * and files: SMP_OK with *out the caller's (master_inventory_free), or
+ * SMP_ESTATE with msg naming what arrived (none, another session, another
+ * count: the session is dropped) -- the node sends its pages again. */
+int master_inventory_take(master *m, const char *node_id, uint64_t session, uint64_t files,
+                          master_inventory **out, char *msg, size_t cap);
+/* The files of a taken inventory, in the order sent (owned by it); *n and
+ * *pages (each may be NULL) how many and how many pages brought them. */
+struct InventoryFile **master_inventory_files(const master_inventory *inv, size_t *n,
+                                              size_t *pages);
+void master_inventory_free(master_inventory *inv);
+/* Drop pending inventories idle for MASTER_INVENTORY_IDLE_MS (the tick). */
+void master_inventory_expire(master *m, uint64_t now);
+/* Drop every pending inventory (the master stops). */
+void master_inventory_clear(master *m);
 
 /* -- master_nodes.c --------------------------------------------------------------- */
 

@@ -8,6 +8,8 @@
  * replicas in a surviving segment are checked with VERIFY tasks; every drop
  * is a durable record and a replica-lost event for the plugins; a cold file
  * the node reported that no replica names is deleted (master_reclaim.c).
+ * A large inventory arrives before its registration, in pages
+ * (master_inventory.c).
  * Then the node polls: each poll is a heartbeat, reports finished tasks,
  * and is answered (deferred) as soon as tasks are queued for the node or
  * poll_ms ran out; a node still running the tasks of an earlier answer
@@ -530,7 +532,19 @@ static void reconcile(master *m, master_node *node, const NodeRegisterRequest *r
 typedef struct register_ctx {
     smp_rpc_call *call;
     NodeRegisterRequest *req;
+    master_inventory *inv;      /* the pages req->cold_files borrows, or NULL */
 } register_ctx;
+
+/* Free a registration request and the paged inventory it borrows. */
+static void request_free(NodeRegisterRequest *req, master_inventory *inv)
+{
+    if (inv != NULL) {
+        req->cold_files = NULL;
+        req->n_cold_files = 0;
+        master_inventory_free(inv);
+    }
+    node_register_request__free_unpacked(req, NULL);
+}
 
 static void finish_register(master *m, void *arg, int status, uint64_t seq)
 {
@@ -547,13 +561,17 @@ static void finish_register(master *m, void *arg, int status, uint64_t seq)
     reconcile(m, n, r->req);
     smp_event ev = {.struct_size = sizeof(ev), .type = SMP_EVENT_NODE_UP, .node = n->id};
     master_emit(m, &ev);
+    size_t pages = 0;
+    if (r->inv != NULL) (void)master_inventory_files(r->inv, NULL, &pages);
+    char paged[48] = "";
+    if (pages > 0) snprintf(paged, sizeof(paged), " in %zu pages", pages);
     if (n->tenant[0] != '\0')
-        fprintf(stderr, "store_master: node %s up (data %s, segment %s, %zu cold files, dedicated "
-                "to tenant %s, local socket %s)\n", n->id, n->data_addr, n->segment_path,
-                r->req->n_cold_files, n->tenant, n->local_socket);
+        fprintf(stderr, "store_master: node %s up (data %s, segment %s, %zu cold files%s, "
+                "dedicated to tenant %s, local socket %s)\n", n->id, n->data_addr,
+                n->segment_path, r->req->n_cold_files, paged, n->tenant, n->local_socket);
     else
-        fprintf(stderr, "store_master: node %s up (data %s, segment %s, %zu cold files)\n", n->id,
-                n->data_addr, n->segment_path, r->req->n_cold_files);
+        fprintf(stderr, "store_master: node %s up (data %s, segment %s, %zu cold files%s)\n",
+                n->id, n->data_addr, n->segment_path, r->req->n_cold_files, paged);
     NodeRegisterResponse resp = NODE_REGISTER_RESPONSE__INIT;
     resp.poll_ms = m->cfg->node_poll_ms;
     resp.ticket_ttl_ms = m->cfg->node_ticket_ttl_ms;
@@ -569,7 +587,7 @@ static void finish_register(master *m, void *arg, int status, uint64_t seq)
         fprintf(stderr, "store_master: node %s: no sweep of its segment (out of memory)\n", n->id);
     n->sweep_due_ms = master_now_ms() + MASTER_RESWEEP_MS;
 free_ctx:
-    node_register_request__free_unpacked(r->req, NULL);
+    request_free(r->req, r->inv);
     free(r);
 }
 
@@ -587,6 +605,7 @@ static int h_register(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t
     master *m = ctx;
     char msg[1024];
     obj_record rec = {0};
+    master_inventory *inv = NULL;
     int rc;
     NodeRegisterRequest *req = node_register_request__unpack(NULL, len, body);
     if (req == NULL) return rpc_reply_error(call, SMP_EPROTO, "body does not decode as NodeRegisterRequest");
@@ -596,6 +615,20 @@ static int h_register(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t
                  req->node_id, req->segment_id);
         rc = SMP_EINVAL;
         goto refuse;
+    }
+    if (req->inventory_session != 0) {
+        /* The inventory came before, in pages: they become the request's. */
+        if (req->n_cold_files != 0) {
+            snprintf(msg, sizeof(msg), "node register: node %.64s names inventory session "
+                     "%016llx and carries %zu cold files too", req->node_id,
+                     (unsigned long long)req->inventory_session, req->n_cold_files);
+            rc = SMP_EINVAL;
+            goto refuse;
+        }
+        if ((rc = master_inventory_take(m, req->node_id, req->inventory_session,
+                                        req->inventory_files, &inv, msg, sizeof(msg))) < 0)
+            goto refuse;
+        req->cold_files = master_inventory_files(inv, &req->n_cold_files, NULL);
     }
     const char *foreign = obj_segment_foreign_key(m->objs, req->segment_id, req->tenant);
     if (req->tenant[0] != '\0' && (req->local_socket[0] == '\0' || foreign != NULL)) {
@@ -679,6 +712,7 @@ static int h_register(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t
     }
     r->call = call;
     r->req = req;
+    r->inv = inv;
     if (rec.buf == NULL) {
         finish_register(m, r, SMP_OK, 0);
         return SMP_OK;
@@ -692,7 +726,7 @@ static int h_register(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t
 refuse:
     obj_record_free(&rec);
 refuse_no_record:
-    node_register_request__free_unpacked(req, NULL);
+    request_free(req, inv);
     return rpc_reply_error(call, rc, msg);
 }
 
@@ -834,6 +868,7 @@ int master_nodes_settled(master *m, uint64_t now)
 
 void master_nodes_tick(master *m, uint64_t now)
 {
+    master_inventory_expire(m, now);
     for (master_node *n = m->nodes; n != NULL; n = n->hh.next) {
         if (n->poll && now - n->poll_since_ms >= m->cfg->node_poll_ms) answer_poll(m, n);
         if (n->up && n->sweep_due_ms != 0 && now >= n->sweep_due_ms) {
@@ -858,6 +893,7 @@ void master_nodes_tick(master *m, uint64_t now)
 void master_nodes_free(master *m)
 {
     master_node *n, *tmp;
+    master_inventory_clear(m);
     HASH_ITER(hh, m->nodes, n, tmp) {
         HASH_DEL(m->nodes, n);
         if (n->poll) answer_poll(m, n);
@@ -874,6 +910,8 @@ void master_nodes_free(master *m)
 static const smp_rpc_method node_methods[] = {
     {sizeof(smp_rpc_method), NODE_METHOD__NODE_REGISTER, "register", h_register, SMP_ROLE_ADMIN},
     {sizeof(smp_rpc_method), NODE_METHOD__NODE_POLL, "poll", h_poll, SMP_ROLE_ADMIN},
+    {sizeof(smp_rpc_method), NODE_METHOD__NODE_INVENTORY, "inventory", master_inventory_h_page,
+     SMP_ROLE_ADMIN},
 };
 
 int master_nodes_register(master *m)

@@ -30,6 +30,7 @@
 #include "wm_errbuf.h"
 
 #include <openssl/crypto.h>
+#include <openssl/rand.h>
 
 #define NODE_SERVICE 3
 #define RESULTS_MAX 256
@@ -483,14 +484,87 @@ uint32_t node_register_call_ms(size_t n_cold_files)
     return (uint32_t)(NODE_CALL_MS + (uint64_t)n_cold_files * NODE_REGISTER_US_PER_FILE / 1000);
 }
 
+/* Send the inventory in NODE_INVENTORY pages of NODE_INVENTORY_PAGE_BYTES
+ * under a new session (*session, non-zero), for a registration that names
+ * it. SMP_OK; SMP_ENOTFOUND when the master has no such method (an older
+ * master: the caller sends the files in the registration); else the
+ * master's refusal or the transport's error (*lost set). */
+static int send_pages(node_runtime *n, rpcc_conn *c, const inventory *inv, uint64_t *session,
+                      int *lost)
+{
+    char *msg = NULL;
+    size_t pages = 0;
+    int rc = SMP_OK;
+    do {
+        if (RAND_bytes((unsigned char *)session, sizeof(*session)) != 1) return SMP_EIO;
+    } while (*session == 0);
+    for (size_t at = 0; at < inv->n && rc == SMP_OK;) {
+        NodeInventoryRequest req = NODE_INVENTORY_REQUEST__INIT;
+        NodeInventoryResponse *resp = NULL;
+        size_t bytes = 0, k = at;
+        do {
+            bytes += inventory_file__get_packed_size(inv->files[k]) + 8; /* + tag and length */
+        } while (++k < inv->n && bytes < NODE_INVENTORY_PAGE_BYTES);
+        req.node_id = n->node_id;
+        req.session = *session;
+        req.cold_files = inv->files + at;
+        req.n_cold_files = k - at;
+        rc = call(c, NODE_METHOD__NODE_INVENTORY, &req.base, &node_inventory_response__descriptor,
+                  (ProtobufCMessage **)&resp, &msg, lost);
+        if (rc == SMP_OK && resp->files != k) {
+            rc = SMP_EPROTO; /* a page lost or counted twice: start over */
+            fprintf(stderr, "store_node %s: inventory page %zu: the master holds %llu files of the "
+                    "session, %zu sent\n", n->node_id, pages + 1, (unsigned long long)resp->files, k);
+        } else if (rc < 0 && !*lost && rc != SMP_ENOTFOUND) {
+            fprintf(stderr, "store_node %s: inventory page %zu refused by %s: %s (%s)\n", n->node_id,
+                    pages + 1, rpcc_endpoint(c), smp_strerror(rc), msg ? msg : "");
+        } else if (rc < 0 && *lost) {
+            fprintf(stderr, "store_node %s: inventory page %zu at %s: %s\n", n->node_id, pages + 1,
+                    rpcc_endpoint(c), rpcc_last_error(c));
+        }
+        if (resp != NULL) node_inventory_response__free_unpacked(resp, NULL);
+        free(msg);
+        msg = NULL;
+        pages++;
+        at = k;
+    }
+    if (rc == SMP_OK)
+        fprintf(stderr, "store_node %s: inventory of %zu cold files sent in %zu pages\n", n->node_id,
+                inv->n, pages);
+    return rc;
+}
+
+/* 1 when the encoded inventory is larger than one page. */
+static int inventory_needs_pages(const inventory *inv)
+{
+    size_t bytes = 0;
+    for (size_t i = 0; i < inv->n; i++) {
+        bytes += inventory_file__get_packed_size(inv->files[i]) + 8;
+        if (bytes > NODE_INVENTORY_PAGE_BYTES) return 1;
+    }
+    return 0;
+}
+
 static int do_register(node_runtime *n, rpcc_conn *c, int *lost)
 {
     inventory inv = {0};
     cold_inventory_stats st;
     char *msg = NULL;
     NodeRegisterResponse *resp = NULL;
+    uint64_t session = 0;
     int rc = cold_inventory(n->cold, 60000, 0, collect_file, &inv, &st);
     if (rc < 0) goto free_inventory;
+    if (inventory_needs_pages(&inv)) {
+        rc = send_pages(n, c, &inv, &session, lost);
+        if (rc == SMP_ENOTFOUND && !*lost) {
+            /* A master from before NODE_INVENTORY: all in one message. */
+            fprintf(stderr, "store_node %s: the master at %s takes no inventory pages; sending %zu "
+                    "cold files in the registration\n", n->node_id, rpcc_endpoint(c), inv.n);
+            session = 0;
+        } else if (rc < 0) {
+            goto free_inventory;
+        }
+    }
     NodeRegisterRequest req = NODE_REGISTER_REQUEST__INIT;
     req.node_id = n->node_id;
     req.data_addr = n->data_addr;
@@ -500,8 +574,13 @@ static int do_register(node_runtime *n, rpcc_conn *c, int *lost)
      * allows only when nothing lies past it */
     req.segment_bytes = seg_requested_size(n->seg);
     req.cold_dir = n->cold_dir;
-    req.n_cold_files = inv.n;
-    req.cold_files = inv.files;
+    if (session != 0) {
+        req.inventory_session = session;
+        req.inventory_files = inv.n;
+    } else {
+        req.n_cold_files = inv.n;
+        req.cold_files = inv.files;
+    }
     req.segment_survived = n->seg_survived;
     req.tenant = n->tenant;
     req.local_socket = n->local_socket;

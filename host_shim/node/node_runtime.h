@@ -97,6 +97,11 @@ uint32_t node_runtime_ticket_key_id(node_runtime *n);
 #define NODE_REGISTER_CALL_MAX_MS 600000
 uint32_t node_register_call_ms(size_t n_cold_files);
 
+/* An inventory larger than this (encoded) is sent before the registration
+ * in NODE_INVENTORY pages of about this size; a smaller one rides in the
+ * registration itself. */
+#define NODE_INVENTORY_PAGE_BYTES (256u << 10)
+
 /* Stop the threads, close everything (the segment file stays). NULL ok. */
 void node_runtime_stop(node_runtime *n);
 

@@ -320,13 +320,29 @@ double hx_metric(const hx_master *m, const char *series)
 
 int hx_file_contains(const char *path, const char *needle)
 {
-    char buf[1 << 16];
+    /* the whole file, however long (a log of thousands of lines) */
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
     FILE *f = fopen(path, "r");
-    if (f == NULL) return 0;
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    if (f == NULL || buf == NULL) goto none;
+    for (size_t k; (k = fread(buf + n, 1, cap - 1 - n, f)) > 0;) {
+        n += k;
+        if (n == cap - 1) {
+            char *more = realloc(buf, cap * 2);
+            if (more == NULL) goto none;
+            buf = more;
+            cap *= 2;
+        }
+    }
     fclose(f);
     buf[n] = '\0';
-    return strstr(buf, needle) != NULL;
+    int found = strstr(buf, needle) != NULL;
+    free(buf);
+    return found;
+none:
+    if (f != NULL) fclose(f);
+    free(buf);
+    return 0;
 }
 
 int hx_says(const char *text, const char *needle)

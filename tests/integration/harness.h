@@ -94,7 +94,7 @@ int hx_log_contains(const hx_master *m, const char *needle);
  * assert_true(hx_says(error_message, "expected cause"))). */
 int hx_says(const char *text, const char *needle);
 
-/* 1 when the first 64 KiB of the file at path contain needle (a node's log). */
+/* 1 when the file at path (a log, read whole) contains needle. */
 int hx_file_contains(const char *path, const char *needle);
 
 /* Rewrite config.yaml with another `extra` (the base stays). */

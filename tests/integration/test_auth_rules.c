@@ -63,6 +63,7 @@ static const rule table[] = {
     {"admin", "fsck", "admin", OT_FORBIDDEN},
     {"nodes", "register", "admin", OT_FORBIDDEN},
     {"nodes", "poll", "admin", OT_FORBIDDEN},
+    {"nodes", "inventory", "admin", OT_FORBIDDEN},
     {"auth", "HELLO", "anyone", OT_SKIP},
     {"auth", "RULES", "admin", OT_FORBIDDEN},
     {"weight", "IMPORT_BEGIN", "writer", OT_NOT_FOUND_WM},
