@@ -54,41 +54,6 @@ YAML
 . "$(dirname "$0")/weightctl_lib.sh"
 start_master "$tmp/master.yaml"
 
-# Safetensors files written here, independently of the client library:
-# mk_st PATH NAME:ROWS:COLS... (F32, random bytes, names sorted).
-mk_st() {
-  "$py" - "$@" <<'PY'
-import json, os, struct, sys
-path, specs = sys.argv[1], sorted(sys.argv[2:])
-header, blobs, at = {}, [], 0
-for spec in specs:
-    name, rows, cols = spec.split(":")
-    n = int(rows) * int(cols) * 4
-    header[name] = {"dtype": "F32", "shape": [int(rows), int(cols)], "data_offsets": [at, at + n]}
-    blobs.append(os.urandom(n))
-    at += n
-h = json.dumps(header, separators=(",", ":")).encode()
-h += b" " * (-len(h) % 8)
-with open(path, "wb") as f:
-    f.write(struct.pack("<Q", len(h)) + h)
-    for b in blobs:
-        f.write(b)
-PY
-}
-# st_same A B: the two safetensors files hold the same tensors, byte for byte.
-st_same() {
-  "$py" - "$1" "$2" <<'PY'
-import json, struct, sys
-def load(p):
-    d = open(p, "rb").read()
-    n = struct.unpack("<Q", d[:8])[0]
-    h = json.loads(d[8:8 + n])
-    h.pop("__metadata__", None)
-    return {k: (v["dtype"], v["shape"], d[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
-            for k, v in h.items()}
-sys.exit(0 if load(sys.argv[1]) == load(sys.argv[2]) else 1)
-PY
-}
 # state: what the master holds (every revision, tombstones too, and the keys).
 state() { "$ctl" --json ls --all; "$ctl" kv ls; }
 # one_line_refusal NAME EXPECTED_LINE ARGS...: exit 2, exactly that one line
