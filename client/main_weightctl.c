@@ -21,7 +21,10 @@
  * plain: a line per 5 %, for logs); `--json` prints machine-readable output,
  * --bytes raw byte counts. Global options may follow the command; `weightctl
  * COMMAND --help` explains one command with examples, and a bad command line
- * is refused in one line naming the flag and the value. A failure prints
+ * is refused in one line naming the flag and the value. TLS settings
+ * (--tls-ca, --tls-cert, --tls-key, --tls-server-name over $WM_TLS_*) are
+ * checked before a command connects and serve every connection it opens
+ * (weightctl_tls.c). A failure prints
  * the RFC's error name and the cause on stderr and exits 1 (2 for usage
  * errors; `exists` exits 1 when the revision is not READY and readable).
  * This file holds the command table and main; the commands live in the
@@ -100,6 +103,8 @@ int main(int argc, char **argv)
         for (int k = 1; k < x.argc && strcmp(x.argv[k], "--") != 0; k++)
             if (strcmp(x.argv[k], "--help") == 0 || strcmp(x.argv[k], "-h") == 0)
                 return wctl_cmd_help(cmd) == 0 ? 0 : 2;
+        /* the TLS files are checked before any command connects */
+        if (wctl_tls_resolve(&x) < 0) return 2; /* said in one line */
         status = commands[i].run(&x, x.argc, x.argv);
         break;
     }
@@ -109,5 +114,6 @@ int main(int argc, char **argv)
     }
     if (x.ws) weight_store_close(x.ws);
     kvc_close(x.c);
+    wctl_tls_free(&x);
     return status;
 }

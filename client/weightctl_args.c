@@ -17,7 +17,8 @@
 int wctl_open_weights(ctl *x)
 {
     char err[512];
-    int rc = weight_store_open(x->master, x->tenant, NULL, &x->ws, err, sizeof err);
+    int rc = weight_store_open_tls(x->master, x->tenant, NULL, x->tls_ctx != NULL ? &x->tls : NULL,
+                                   NULL, &x->ws, err, sizeof err);
     if (rc < 0) {
         fprintf(stderr, "weightctl: cannot reach the master at %s: %s: %s\n", x->master,
                 weight_error_name(rc), err);

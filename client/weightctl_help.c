@@ -17,7 +17,8 @@ void wctl_usage(FILE *out)
 {
     fprintf(out,
             "usage: weightctl [--master ADDR] [--tenant T] [--json] [--bytes] [--progress MODE]\n"
-            "                 [--tls-ca FILE [--tls-cert FILE --tls-key FILE]] COMMAND ...\n"
+            "                 [--token-file FILE] [--tls-ca FILE [--tls-cert FILE --tls-key FILE]\n"
+            "                 [--tls-server-name NAME]] COMMAND ...\n"
             "  put --namespace NS --resource R --revision V [--generation G]\n"
             "      [--policy hot|cold|mixed[:RATIO]] [--mode pinned|manual|auto]\n"
             "      [--tie NAME=TARGET]... [--payload-bytes N] FILE...\n"
@@ -74,10 +75,14 @@ void wctl_usage(FILE *out)
             "command. --token-file FILE: the token to present to a master with auth on\n"
             "(default $WEIGHT_TOKEN; the token decides the tenant unless --tenant names\n"
             "one). --bytes: raw byte counts instead of KiB, MiB, ...; --progress auto (a\n"
-            "bar on a terminal, else none), plain (one line per 5 %%) or none. --tls-ca: TLS\n"
-            "1.3 to a TCP master, and to node data ports that speak TLS, whose certificates\n"
-            "chain to FILE (or $WM_TLS_CA); --tls-cert and --tls-key: a client certificate\n"
-            "($WM_TLS_CERT, $WM_TLS_KEY). --version.\n"
+            "bar on a terminal, else none), plain (one line per 5 %%) or none.\n"
+            "--tls-ca FILE: TLS 1.3 to a TCP master and to node data ports that speak TLS,\n"
+            "whose certificates must chain to FILE (default $WM_TLS_CA); --tls-cert FILE\n"
+            "--tls-key FILE: a client certificate and its key, both or neither (default\n"
+            "$WM_TLS_CERT, $WM_TLS_KEY); --tls-server-name NAME: the name the master's\n"
+            "certificate must carry when ADDR is not that name. A flag replaces its variable;\n"
+            "the files are checked before anything connects (exit 2 naming the file).\n"
+            "--version.\n"
             "weightctl COMMAND --help: that command, with examples.\n",
             WEIGHTCTL_DEFAULT_MASTER);
 }

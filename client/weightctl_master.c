@@ -3,9 +3,9 @@
  * --master and $WEIGHTCTL_MASTER take one master or the list of an HA
  * cluster's masters, checked before any command runs; status asks whichever
  * master answers first (a standby answers status too) and, of an HA
- * cluster, lists every master after its own block. --tls-ca, --tls-cert and
- * --tls-key set $WM_TLS_CA, $WM_TLS_CERT and $WM_TLS_KEY, which the RPC
- * transport reads (TLS 1.3 to a master's TCP port). */
+ * cluster, lists every master after its own block. --tls-ca, --tls-cert,
+ * --tls-key and --tls-server-name are kept here and resolved against the
+ * environment by weightctl_tls.c before any command runs. */
 #include "weightctl_master.h"
 
 #include <stdio.h>
@@ -60,17 +60,19 @@ int wctl_parse_global(ctl *x, int argc, char **argv)
         } else if (is_opt(a, "--master", "-m")) {
             if ((v = global_value("--master", argc, argv, &i)) == NULL) return WCTL_USAGE;
             x->master = v;
-        } else if (is_opt(a, "--tls-ca", NULL) || is_opt(a, "--tls-cert", NULL) ||
-                   is_opt(a, "--tls-key", NULL)) {
-            /* TLS to a master's TCP port: the transport reads WM_TLS_* */
-            const char *name = is_opt(a, "--tls-ca", NULL)     ? "--tls-ca"
-                               : is_opt(a, "--tls-cert", NULL) ? "--tls-cert"
-                                                               : "--tls-key";
-            if ((v = global_value(name, argc, argv, &i)) == NULL) return WCTL_USAGE;
-            setenv(strcmp(name, "--tls-ca") == 0     ? "WM_TLS_CA"
-                   : strcmp(name, "--tls-cert") == 0 ? "WM_TLS_CERT"
-                                                     : "WM_TLS_KEY",
-                   v, 1);
+        } else if (is_opt(a, "--tls-ca", NULL)) {
+            if ((x->tls_ca_flag = global_value("--tls-ca", argc, argv, &i)) == NULL)
+                return WCTL_USAGE;
+        } else if (is_opt(a, "--tls-cert", NULL)) {
+            if ((x->tls_cert_flag = global_value("--tls-cert", argc, argv, &i)) == NULL)
+                return WCTL_USAGE;
+        } else if (is_opt(a, "--tls-key", NULL)) {
+            if ((x->tls_key_flag = global_value("--tls-key", argc, argv, &i)) == NULL)
+                return WCTL_USAGE;
+        } else if (is_opt(a, "--tls-server-name", NULL)) {
+            if ((x->tls_server_name_flag = global_value("--tls-server-name", argc, argv, &i)) ==
+                NULL)
+                return WCTL_USAGE;
         } else if (is_opt(a, "--tenant", "-T")) {
             if ((v = global_value("--tenant", argc, argv, &i)) == NULL) return WCTL_USAGE;
             x->tenant = v;
@@ -127,7 +129,8 @@ int wctl_parse_global(ctl *x, int argc, char **argv)
 int wctl_connect_master(ctl *x)
 {
     char err[512];
-    if (kvc_connect(x->master, 10000, &x->c, err, sizeof(err)) < 0) {
+    rpcc_options opt = wctl_rpc_options(x, 10000);
+    if (kvc_connect_opts(x->master, &opt, x->tls_ctx, &x->c, err, sizeof(err)) < 0) {
         fprintf(stderr, "weightctl: cannot reach the master at %s: %s\n", x->master, err);
         return -1;
     }

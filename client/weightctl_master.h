@@ -1,13 +1,15 @@
 /* weightctl_master.h -- weightctl's side of the master: the global options
- * that say where the master is and how to answer (--master, --tenant,
- * --json, --bytes, --progress, $WEIGHTCTL_MASTER, $WEIGHTCTL_TENANT), taken
- * before or after the command, the connection of the
- * plain commands, and `weightctl status`. The commands themselves are
+ * that say where the master is, how to reach it and how to answer
+ * (--master, --tenant, --token-file, --tls-*, --json, --bytes, --progress,
+ * $WEIGHTCTL_MASTER, $WEIGHTCTL_TENANT), taken before or after the command,
+ * the TLS settings every connection uses (weightctl_tls.c), the connection
+ * of the plain commands, and `weightctl status`. The commands themselves are
  * main_weightctl.c's. */
 #ifndef WM_WEIGHTCTL_MASTER_H
 #define WM_WEIGHTCTL_MASTER_H
 
 #include "kv_client.h"
+#include "rpc_client.h"
 #include "weightclient.h"
 
 /* Must match listen.tcp of config/embedded.yaml (a test checks it). */
@@ -30,12 +32,25 @@ typedef struct ctl {
     char **argv;                /* (argv[0] is the command), globals taken out */
     kvc *c;
     weight_store *ws;
+    /* --tls-* as given (NULL: not given) */
+    const char *tls_ca_flag;
+    const char *tls_cert_flag;
+    const char *tls_key_flag;
+    const char *tls_server_name_flag;
+    /* What wctl_tls_resolve made of them and $WM_TLS_*: with a CA, the
+     * settings (tls.struct_size set) and the client context for node data
+     * ports; without, plaintext (tls_ctx NULL, tls all zero). */
+    weight_tls_options tls;
+    struct ssl_ctx_st *tls_ctx;
 } ctl;
 
 /* Fill *x from the environment and the global options, which may stand
  * before or after the command (up to a "--", after which nothing is an
- * option): --master/-m ADDR, --tenant/-T T, --json/-j, --bytes,
- * --progress auto|plain|none (also --opt=VALUE). x->argv/x->argc get the
+ * option): --master/-m ADDR, --tenant/-T T, --token-file FILE, --tls-ca
+ * FILE, --tls-cert FILE, --tls-key FILE, --tls-server-name NAME, --json/-j,
+ * --bytes, --progress auto|plain|none (also --opt=VALUE); the TLS flags
+ * are only kept (main resolves them with wctl_tls_resolve before a command
+ * runs). x->argv/x->argc get the
  * command and its remaining arguments (x->argv points into a copy owned by
  * the process). Returns 0, WCTL_HELP for --help/-h before any command,
  * WCTL_VERSION for --version, or WCTL_USAGE after printing one line that
@@ -45,6 +60,25 @@ typedef struct ctl {
 #define WCTL_USAGE (-2)
 #define WCTL_VERSION (-4)
 int wctl_parse_global(ctl *x, int argc, char **argv);
+
+/* -- weightctl_tls.c ------------------------------------------------------- */
+
+/* Resolve x's TLS settings, before anything connects: the CA is --tls-ca,
+ * else $WM_TLS_CA; the client certificate and key are --tls-cert and
+ * --tls-key when either is given (then both must be), else $WM_TLS_CERT and
+ * $WM_TLS_KEY; --tls-server-name is the name the master's certificate must
+ * carry. Every file named is opened and read (a regular file holding a PEM
+ * certificate; the key an unencrypted PEM private key of that certificate)
+ * and x->tls / x->tls_ctx are set. No CA anywhere: plaintext (0, x->tls_ctx
+ * NULL), and a client certificate or a server name without one is refused.
+ * 0, or WCTL_USAGE after one line naming the flag (or variable), the file
+ * and the cause. */
+int wctl_tls_resolve(ctl *x);
+/* The transport options of a connection to the master: timeout_ms and x's
+ * TLS settings (the token stays the environment's: --token-file set it). */
+rpcc_options wctl_rpc_options(const ctl *x, int timeout_ms);
+/* Free what wctl_tls_resolve made. */
+void wctl_tls_free(ctl *x);
 
 /* Connect x->c to the master for the plain commands. 0, or -1 with the
  * cause on stderr. */

@@ -46,7 +46,7 @@ int wctl_admin_call(ctl *x, const char *what, uint32_t method, const ProtobufCMe
 {
     char err[512];
     rpcc_conn *c = NULL;
-    rpcc_options opt = {.timeout_ms = 60000};
+    rpcc_options opt = wctl_rpc_options(x, 60000);
     int status = 0;
     char *msg = NULL;
     uint8_t *body = NULL;
