@@ -11,6 +11,14 @@ waits until its "serving:" line names the ports, the node's segment shows
 in /metrics (store_memory_capacity_bytes) and a WeightStore can answer a call, and on stop() sends SIGTERM (SIGKILL after a grace period) and
 removes both directories. The child gets PR_SET_PDEATHSIG, so it never
 outlives the test process even when that is killed.
+
+With tls=True the Master makes a CA and certificates in its directory
+(make_certs, the openssl CLI) and serves its TCP port, its embedded node's
+data port and its admin endpoint with TLS 1.3 (tls.cert, tls.key and
+tls.ca; with verify_clients=True also tls.verify_clients). The harness then
+speaks TLS itself: metrics() over HTTPS trusting the CA (presenting the
+client certificate when clients are verified), and its readiness call
+through a WeightStore given store_tls().
 """
 from __future__ import annotations
 
@@ -19,6 +27,7 @@ import itertools
 import os
 import re
 import shutil
+import ssl
 import signal
 import socket
 import subprocess
@@ -51,6 +60,34 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def make_certs(directory: str) -> dict:
+    """Make a test CA (ca.pem), a server certificate it signs for 127.0.0.1
+    and localhost (server.pem / server.key), a client certificate it signs
+    (client.pem / client.key) and an unrelated CA (other-ca.pem) in
+    directory, with the openssl CLI (as tests/integration/harness.c
+    hx_make_certs). Returns {name: path} of those files; raises
+    subprocess.CalledProcessError with openssl's output when it fails."""
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+    with open(os.path.join(directory, "san.ext"), "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    steps = [
+        ["req", "-x509", *ec, "-days", "2", "-subj", "/CN=py-test-ca", "-keyout", "ca.key", "-out", "ca.pem"],
+        ["req", *ec, "-subj", "/CN=127.0.0.1", "-keyout", "server.key", "-out", "server.csr"],
+        ["x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+         "-days", "2", "-extfile", "san.ext", "-out", "server.pem"],
+        ["req", *ec, "-subj", "/CN=client", "-keyout", "client.key", "-out", "client.csr"],
+        ["x509", "-req", "-in", "client.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+         "-days", "2", "-out", "client.pem"],
+        ["req", "-x509", *ec, "-days", "2", "-subj", "/CN=other-ca", "-keyout", "other.key",
+         "-out", "other-ca.pem"],
+    ]
+    for args in steps:
+        subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True)
+    files = {"ca": "ca.pem", "server": "server.pem", "server_key": "server.key", "client": "client.pem",
+             "client_key": "client.key", "other_ca": "other-ca.pem"}
+    return {k: os.path.join(directory, v) for k, v in files.items()}
+
+
 def _die_with_parent():
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
@@ -62,7 +99,7 @@ class Master:
     default preferred residency ("hot" keeps revisions in the segment)."""
 
     def __init__(self, segment_bytes: int = 64 << 20, residency: str = "hot", extra: str = "",
-                 port: int | None = None):
+                 port: int | None = None, tls: bool = False, verify_clients: bool = False):
         self.build = build_dir()
         self.dir = tempfile.mkdtemp(prefix="wm-py-")
         self.shm_dir = tempfile.mkdtemp(prefix="wm-py-seg-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
@@ -75,6 +112,38 @@ class Master:
         self.admin = None
         self._settings = (segment_bytes, residency, extra)
         self._port = port  # None: a free port chosen here; 0: the master's choice
+        self.certs = None  # with tls: make_certs' files
+        if tls:
+            try:
+                os.mkdir(os.path.join(self.dir, "tls"))
+                self.certs = make_certs(os.path.join(self.dir, "tls"))
+            except BaseException:
+                self.stop()
+                raise
+        self.verify_clients = verify_clients and tls
+
+    def store_tls(self) -> dict:
+        """The WeightStore keyword arguments that reach this master: its CA,
+        and the client certificate when it verifies clients ({} without
+        TLS)."""
+        if self.certs is None:
+            return {}
+        kw = {"tls_ca": self.certs["ca"]}
+        if self.verify_clients:
+            kw.update(tls_cert=self.certs["client"], tls_key=self.certs["client_key"])
+        return kw
+
+    def _tls_config(self) -> str:
+        if self.certs is None:
+            return ""
+        # tls.ca too: the embedded node dials the TCP port and must trust
+        # the CA (alone, it would trust server.pem, which a CA signed, and
+        # fail with "unknown ca")
+        text = (f"tls:\n  cert: \"{self.certs['server']}\"\n  key: \"{self.certs['server_key']}\"\n"
+                f"  ca: \"{self.certs['ca']}\"\n")
+        if self.verify_clients:
+            text += "  verify_clients: true\n"
+        return text
 
     def _write_config(self) -> None:
         segment_bytes, residency, extra = self._settings
@@ -94,6 +163,7 @@ class Master:
                 f"  default_weight_preferred_residency: {residency}\n"
                 "plugins:\n"
                 f"  - path: \"{self.build}/lib/weight_mgmt.so\"\n"
+                + self._tls_config()
                 + extra
             )
 
@@ -138,9 +208,18 @@ class Master:
         raise RuntimeError(f"store_master did not serve within {timeout} s:\n{log}")
 
     def metrics(self) -> str:
-        """The admin endpoint's /metrics text."""
-        no_proxy = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback, never a proxy
-        with no_proxy.open(f"http://{self.admin}/metrics", timeout=5) as r:
+        """The admin endpoint's /metrics text (over HTTPS, trusting the
+        test CA, when the master serves TLS)."""
+        handlers = [urllib.request.ProxyHandler({})]  # loopback, never a proxy
+        scheme = "http"
+        if self.certs is not None:
+            ctx = ssl.create_default_context(cafile=self.certs["ca"])
+            ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+            if self.verify_clients:
+                ctx.load_cert_chain(self.certs["client"], self.certs["client_key"])
+            handlers.append(urllib.request.HTTPSHandler(context=ctx))
+            scheme = "https"
+        with urllib.request.build_opener(*handlers).open(f"{scheme}://{self.admin}/metrics", timeout=5) as r:
             return r.read().decode()
 
     def _segment_registered(self) -> bool:
@@ -153,7 +232,7 @@ class Master:
     def _answers(self) -> bool:
         import weightstore
         try:
-            with weightstore.WeightStore(self.address) as s:
+            with weightstore.WeightStore(self.address, **self.store_tls()) as s:
                 s.weight_list(limit=1)
             return True
         except weightstore.WeightStoreError:
