@@ -807,6 +807,14 @@ const wm_affinity *wm_store_affinity(const wm_store *st, const wm_identity *id)
     return e ? &e->aff : NULL;
 }
 
+const wm_revision *wm_store_get_affinity(const wm_store *st, const wm_identity *id,
+                                         const wm_affinity **aff)
+{
+    const wm_rev_entry *e = wm_find_entry(st, id);
+    *aff = e ? &e->aff : NULL;
+    return e ? &e->rev : NULL;
+}
+
 const wm_operation *wm_store_operation(const wm_store *st, uint64_t op_id)
 {
     size_t at = wm_op_lower_bound(st, op_id);

@@ -49,6 +49,11 @@ const wm_revision *wm_store_get_group(const wm_store *st, const char *group_key)
 int wm_store_touch(wm_store *st, const wm_identity *id, uint64_t access_ms);
 /* The sealed affinity summary (empty while IMPORTING); NULL when absent. */
 const wm_affinity *wm_store_affinity(const wm_store *st, const wm_identity *id);
+/* The revision and, in *aff, its sealed affinity summary from one hash
+ * lookup (what wm_store_get then wm_store_affinity answer with two); NULL
+ * with *aff NULL when absent. Both borrowed until the next apply. */
+const wm_revision *wm_store_get_affinity(const wm_store *st, const wm_identity *id,
+                                         const wm_affinity **aff);
 const wm_operation *wm_store_operation(const wm_store *st, uint64_t op_id);
 const wm_lease *wm_store_lease(const wm_store *st, uint64_t lease_id);
 

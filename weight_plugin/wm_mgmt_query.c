@@ -80,9 +80,9 @@ int wm_rpc_is_exist(void *plugin, smp_rpc_call *call, const uint8_t *body, size_
     Wmrpc__IdentityRequest *req = wm_decode_identity_request(p, call, &a, body, len);
     if (req == NULL) return SMP_OK;
     if (!wm_identity_in(p, call, req->identity, &id)) goto free_req;
-    const wm_revision *rev = wm_store_get(p->store, &id);
+    const wm_affinity *aff;
+    const wm_revision *rev = wm_store_get_affinity(p->store, &id, &aff);
     if (rev != NULL && rev->availability == WM_AVAIL_READY) {
-        const wm_affinity *aff = wm_store_affinity(p->store, &id);
         int ok = aff != NULL && aff->n_units > 0 && wm_key_readable(p, rev->manifest_key);
         for (size_t u = 0; ok && u < aff->n_units; u++)
             for (size_t j = 0; ok && j < aff->units[u].n_members; j++)

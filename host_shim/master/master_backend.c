@@ -35,14 +35,16 @@ void master_emit(master *m, const smp_event *ev)
 
 /* The object as the applied state holds it, with the readable replica
  * counts limited to complete replicas on live nodes: a replica on a node
- * that stopped heartbeating cannot be read, so it does not count. */
+ * that stopped heartbeating cannot be read, so it does not count. One
+ * lookup of the key (weight_is_exist asks this of every key of a
+ * revision). */
 static int be_object_get(void *ctx, const char *key, smp_object_info *out)
 {
     master *m = ctx;
     obj_replica reps[16];
     size_t n = 0;
-    int rc = obj_object_info(m->objs, key, out);
-    if (rc < 0 || obj_object_replicas(m->objs, key, reps, 16, &n) < 0 || n > 16) return rc;
+    int rc = obj_object_info_replicas(m->objs, key, out, reps, 16, &n);
+    if (rc < 0 || n > 16) return rc;
     uint32_t mem = 0, cold = 0;
     for (size_t i = 0; i < n; i++) {
         if (reps[i].status != OBJ_REPLICA_COMPLETE || !master_node_readable(m, reps[i].node)) continue;

@@ -678,6 +678,23 @@ int obj_object_info(const obj_store *st, const char *key, smp_object_info *info)
     return SMP_OK;
 }
 
+int obj_object_info_replicas(const obj_store *st,
+                             const char *key,
+                             smp_object_info *info,
+                             obj_replica *out,
+                             size_t cap,
+                             size_t *n_out)
+{
+    if (!key || !info || !n_out || (cap && !out)) return SMP_EINVAL;
+    const obj_object *o = obj_sl_get(&st->objects, key);
+    *n_out = 0;
+    if (!o) return obj_object_info(st, key, info); /* a put in flight, or nothing */
+    obj_fill_info(o, info);
+    for (size_t i = 0; i < o->nreps && i < cap; i++) obj_rep_view(&o->reps[i], &out[i]);
+    *n_out = o->nreps;
+    return SMP_OK;
+}
+
 const char *obj_object_tenant(const obj_store *st, const char *key)
 {
     const obj_object *o = key ? obj_sl_get(&st->objects, key) : NULL;

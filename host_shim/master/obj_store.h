@@ -342,6 +342,19 @@ int obj_exists(const obj_store *st, const char *key);
  * SMP_ENOTFOUND. */
 int obj_object_info(const obj_store *st, const char *key, smp_object_info *info);
 
+/* obj_object_info, and for a complete object obj_object_replicas, of key
+ * from one lookup of the objects: info filled as obj_object_info does, up to
+ * cap of the object's replicas (any status) in out and their count in
+ * *n_out (0 for an in-flight put, whose info says complete 0). For the
+ * plugins' object_get, which asks both of every key it is given.
+ * SMP_ENOTFOUND, SMP_EINVAL (NULL key or info, or out NULL with cap). */
+int obj_object_info_replicas(const obj_store *st,
+                             const char *key,
+                             smp_object_info *info,
+                             obj_replica *out,
+                             size_t cap,
+                             size_t *n_out);
+
 /* The tenant of a complete object ("" for none or an unknown key; borrowed
  * until the next mutation). */
 const char *obj_object_tenant(const obj_store *st, const char *key);

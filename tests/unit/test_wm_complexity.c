@@ -14,7 +14,10 @@
  * lookup a hash probe. The 10k/1k ratio of each count must stay under 1.3,
  * so a regression to a linear walk (10x) fails here, on any machine, without
  * a clock. (bench_metadata_reads reports the same costs in time at 1k, 10k
- * and 100k.) */
+ * and 100k.) weight_is_exist is also held to the lookups of the revision it
+ * names: one hash probe of the store, as weight_get_metadata, and one host
+ * object_get per key of the revision (its manifest and its payload), at any
+ * count. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -64,9 +67,12 @@ static int f_rpc_reply(smp_rpc_call *call, int status, const uint8_t *body, size
     return SMP_OK;
 }
 
+static uint64_t g_object_gets;
+
 static int f_object_get(smp_host *h, const char *key, smp_object_info *out)
 {
     (void)h, (void)key;
+    g_object_gets++;
     memset(out, 0, sizeof(*out));
     out->struct_size = sizeof(*out);
     out->complete = 1;
@@ -214,6 +220,7 @@ static uint64_t tick_work(long n)
 
 typedef struct costs {
     uint64_t first_page, middle_page, get_metadata, is_exist, tick;
+    uint64_t is_exist_object_gets; /* host object_get calls of one is_exist */
 } costs;
 
 /* The costs with n revisions in the store. */
@@ -226,7 +233,9 @@ static costs measure(long n)
     c.first_page = list_work("");
     c.middle_page = list_work(token);
     c.get_metadata = lookup_work(n / 2, 0);
+    uint64_t gets = g_object_gets;
     c.is_exist = lookup_work(n / 2, 1);
+    c.is_exist_object_gets = g_object_gets - gets;
     c.tick = tick_work(n);
     return c;
 }
@@ -254,6 +263,13 @@ static void test_read_paths_do_not_grow_with_the_revision_count(void **state)
     assert_flat("get_metadata", small.get_metadata + 1, big.get_metadata + 1);
     assert_flat("is_exist", small.is_exist + 1, big.is_exist + 1);
     assert_flat("idle tick", small.tick + 1, big.tick + 1);
+    /* is_exist probes the store once, as get_metadata (it probed twice: the
+     * revision, then its affinity), and asks the host once per key. */
+    assert_int_equal(small.get_metadata, 1);
+    assert_int_equal(small.is_exist, small.get_metadata);
+    assert_int_equal(big.is_exist, big.get_metadata);
+    assert_int_equal(small.is_exist_object_gets, 2);
+    assert_int_equal(big.is_exist_object_gets, 2);
     /* Idle, the tick looks at no revision at all (it looked at 321 of them
      * per tick, at any count, in bounded sweeps that never rested). */
     assert_int_equal(small.tick, 0);

@@ -1,0 +1,144 @@
+/* test_obj_info.c -- obj_object_info_replicas, the one-lookup answer behind
+ * the plugins' object_get.
+ *
+ * It must say what obj_object_info and obj_object_replicas say of the same
+ * key, asked separately: for a complete object (its info, every replica
+ * whatever its status, their count even past the caller's room), for a put
+ * in flight (its info with complete 0, no replica), for an unknown key
+ * (SMP_ENOTFOUND, nothing), and refuse bad arguments (SMP_EINVAL) without
+ * touching the store. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "obj_store.h"
+
+static void apply(obj_store *st, obj_record *r)
+{
+    assert_int_equal(obj_apply_record(st, r->type, r->encver, r->buf, r->len), SMP_OK);
+    obj_record_free(r);
+}
+
+/* A store with one segment, a complete 500-byte object "k" with its memory
+ * replica and a cold one, and a put of "p" in flight. */
+static obj_store *store_with_objects(void)
+{
+    obj_store *st = NULL;
+    obj_record r = {0};
+    uint8_t sum[32] = {7};
+    assert_int_equal(obj_store_create(&st, NULL), SMP_OK);
+    assert_int_equal(obj_prepare_segment_mount(st, "s0", "n0", 8192, &r), SMP_OK);
+    apply(st, &r);
+    obj_put_params k = {"k", 500, SMP_DATA_WEIGHT, "g", "t1", 0, 0, NULL};
+    assert_int_equal(obj_put_start(st, &k, 1, NULL), SMP_OK);
+    assert_int_equal(obj_prepare_put_end(st, "k", sum, 1, &r), SMP_OK);
+    apply(st, &r);
+    obj_replica v[2];
+    size_t n = 0;
+    assert_int_equal(obj_object_replicas(st, "k", v, 1, &n), SMP_OK);
+    assert_int_equal(n, 1);
+    v[1] = (obj_replica){.kind = SMP_REPLICA_COLD, .status = OBJ_REPLICA_COMPLETE, .node = "n1",
+                         .length = 500, .path = "k.cold"};
+    assert_int_equal(obj_prepare_set_replicas(st, "k", v, 2, &r), SMP_OK);
+    apply(st, &r);
+    obj_put_params p = {"p", 100, SMP_DATA_KV, "", "t1", 0, 0, NULL};
+    assert_int_equal(obj_put_start(st, &p, 2, NULL), SMP_OK);
+    return st;
+}
+
+/* info must be what obj_object_info fills for the same key. */
+static void assert_same_info(const smp_object_info *a, const smp_object_info *b)
+{
+    assert_string_equal(a->key, b->key);
+    assert_int_equal(a->size, b->size);
+    assert_int_equal(a->data_type, b->data_type);
+    assert_int_equal(a->complete, b->complete);
+    assert_int_equal(a->hard_pinned, b->hard_pinned);
+    assert_int_equal(a->memory_replicas_readable, b->memory_replicas_readable);
+    assert_int_equal(a->cold_replicas_readable, b->cold_replicas_readable);
+    assert_memory_equal(a->checksum, b->checksum, 32);
+}
+
+/* A complete object: its info and both replicas, in the order
+ * obj_object_replicas gives them; a caller with room for one gets one and
+ * the count of two. */
+static void test_complete_object_answers_info_and_replicas(void **state)
+{
+    (void)state;
+    obj_store *st = store_with_objects();
+    smp_object_info want = {.struct_size = sizeof(want)}, got = {.struct_size = sizeof(got)};
+    obj_replica rw[4], rg[4];
+    size_t nw = 0, ng = 99;
+    assert_int_equal(obj_object_info(st, "k", &want), SMP_OK);
+    assert_int_equal(obj_object_replicas(st, "k", rw, 4, &nw), SMP_OK);
+    assert_int_equal(obj_object_info_replicas(st, "k", &got, rg, 4, &ng), SMP_OK);
+    assert_same_info(&got, &want);
+    assert_int_equal(got.complete, 1);
+    assert_int_equal(got.memory_replicas_readable, 1);
+    assert_int_equal(got.cold_replicas_readable, 1);
+    assert_int_equal(ng, 2);
+    assert_int_equal(nw, 2);
+    for (size_t i = 0; i < ng; i++) {
+        assert_int_equal(rg[i].kind, rw[i].kind);
+        assert_int_equal(rg[i].status, rw[i].status);
+        assert_string_equal(rg[i].node, rw[i].node);
+    }
+    ng = 0;
+    assert_int_equal(obj_object_info_replicas(st, "k", &got, rg, 1, &ng), SMP_OK);
+    assert_int_equal(ng, 2);
+    assert_int_equal(rg[0].kind, rw[0].kind);
+    obj_store_destroy(st);
+}
+
+/* A put in flight is the put's info (complete 0) with no replica; an unknown
+ * key is SMP_ENOTFOUND with no replica. */
+static void test_put_in_flight_and_unknown_key(void **state)
+{
+    (void)state;
+    obj_store *st = store_with_objects();
+    smp_object_info want = {.struct_size = sizeof(want)}, got = {.struct_size = sizeof(got)};
+    obj_replica r[4];
+    size_t n = 99;
+    assert_int_equal(obj_object_info(st, "p", &want), SMP_OK);
+    assert_int_equal(obj_object_info_replicas(st, "p", &got, r, 4, &n), SMP_OK);
+    assert_same_info(&got, &want);
+    assert_int_equal(got.complete, 0);
+    assert_int_equal(n, 0);
+    n = 99;
+    assert_int_equal(obj_object_info_replicas(st, "nothing", &got, r, 4, &n), SMP_ENOTFOUND);
+    assert_int_equal(n, 0);
+    obj_store_destroy(st);
+}
+
+/* NULL key, info or count, or no room pointer with room, are refused, and
+ * the store is as it was. */
+static void test_bad_arguments_are_refused(void **state)
+{
+    (void)state;
+    obj_store *st = store_with_objects();
+    smp_object_info info = {.struct_size = sizeof(info)};
+    obj_replica r[2];
+    size_t n = 0;
+    assert_int_equal(obj_object_info_replicas(st, NULL, &info, r, 2, &n), SMP_EINVAL);
+    assert_int_equal(obj_object_info_replicas(st, "k", NULL, r, 2, &n), SMP_EINVAL);
+    assert_int_equal(obj_object_info_replicas(st, "k", &info, NULL, 2, &n), SMP_EINVAL);
+    assert_int_equal(obj_object_info_replicas(st, "k", &info, r, 2, NULL), SMP_EINVAL);
+    assert_true(obj_exists(st, "k"));
+    assert_int_equal(obj_object_replicas(st, "k", r, 2, &n), SMP_OK);
+    assert_int_equal(n, 2);
+    obj_store_destroy(st);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_complete_object_answers_info_and_replicas),
+        cmocka_unit_test(test_put_in_flight_and_unknown_key),
+        cmocka_unit_test(test_bad_arguments_are_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
