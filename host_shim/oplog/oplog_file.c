@@ -1,18 +1,17 @@
 /* oplog_file.c -- the file backend of the OpLog.
  *
  * Records are appended to segment files in opt->dir (named by the sequence of
- * their first record, 000000000000000001.log) and made durable in groups: the
- * writer thread takes whatever was queued while the previous fdatasync ran (up
- * to max_batch_records), writes it with one writev, syncs once, and hands the
- * batch back to the loop thread through a uv_async_t, where the durable
- * callbacks run in sequence order. The loop hands its appends over once per
- * turn of the event loop (a uv_check after the I/O callbacks, a uv_prepare
- * for appends made elsewhere), one lock per turn instead of one per
- * record, and a burst read in one turn shares one sync (at 64 clients,
- * 25-27 records per sync instead of 17-22, for the same rate). A failed
- * write or sync makes the log read-only: every queued record fails with
- * SMP_EDURABILITY and every later append is refused (fail closed, like
- * PostgreSQL after a failed fsync).
+ * their first record, 000000000000000001.log) and made durable in groups
+ * through the OpLog pipeline (oplog_pipe.c): the writer thread takes whatever
+ * was queued while the previous fdatasync ran (up to max_batch_records),
+ * writes it with one writev, syncs once, and the pipeline hands the batch
+ * back to the loop thread, where the durable callbacks run in sequence
+ * order. The loop hands its appends over once per turn of the event loop, so
+ * a burst read in one turn shares one sync (at 64 clients, 25-27 records per
+ * sync instead of 17-22, for the same rate). A failed write or sync makes
+ * the log read-only: every queued record fails with SMP_EDURABILITY and
+ * every later append is refused (fail closed, like PostgreSQL after a failed
+ * fsync).
  *
  * With opt.preallocate a segment is given its full size when it is created
  * (posix_fallocate) and records are written into it at the end of the data,
@@ -60,6 +59,7 @@
 
 #include "oplog.h"
 #include "oplog_le.h"
+#include "oplog_pipe.h"
 #include "wm_errbuf.h"
 
 #define REC_MAGIC 0x314C4F57u /* bytes 'W' 'O' 'L' '1' */
@@ -74,73 +74,24 @@
 #define DEFAULT_MAX_BATCH 1024u
 #define DEFAULT_MAX_RECORD (16u << 20)
 
-/* One appended record on its way to disk and back to its callback. The
- * writer only reads the fields before rec (it writes status only when a
- * write fails), so the loop finds them still in its cache when the
- * callback is due; it fills in the checksum at the record's end. */
-typedef struct entry {
-    struct entry *next;
-    uint64_t seq;
-    uint64_t t_append_ns;
-    oplog_durable_fn cb;
-    void *arg;
-    int status;
-    size_t rec_len;  /* REC_FRAME + payload length */
-    uint8_t rec[];   /* the record as written, checksum filled by the writer */
-} entry;
-
-typedef struct entry_list {
-    entry *head;
-    entry *tail;
-} entry_list;
-
 typedef struct file_log {
     struct oplog base;
+    oplog_pipe pipe;       /* entries' rec: the record as written, its
+                              checksum filled by the writer */
     uv_loop_t *loop;
-    uv_async_t async;
-    uv_check_t after_io;   /* hand over what the I/O callbacks appended */
-    uv_prepare_t before_io; /* and what anything else appended */
-    int handles_open;      /* of the three; fl is freed when none is */
     char *dir;
     oplog_file_options opt; /* defaults applied; opt.dir points at dir */
 
     /* Loop thread only. */
     uint64_t last_seq;     /* last assigned */
-    uint64_t durable_seq;  /* last delivered with status 0 */
-    int closing;
     int appended;          /* replay is no longer allowed */
-    entry_list ready;      /* taken from done, callbacks being delivered */
-    entry_list staged;     /* appended this turn, not yet handed over */
-    size_t n_staged;
-    uint64_t turn_ns;      /* when the first staged record was appended:
-                              durable latency counts from there */
-    int failed_seen;       /* a callback reported a failure: refuse appends */
-    uint64_t owed;         /* callbacks not yet run; the async handle holds
-                              the loop alive only while this is not zero */
-    uint64_t n_appends;
-    uint64_t lat_sum_ns;
-    uint64_t n_durable;
-    uint64_t n_failed;
 
-    /* Shared between the loop and the writer, under mu. */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    entry_list queue;      /* appended, not yet taken by the writer */
-    size_t n_queued;
-    entry_list done;       /* written or failed, callbacks owed */
-    int stop;
-    int failed;            /* read-only after a write or sync failure */
-    uint64_t trunc_req;    /* drop segments entirely below it; 0: none */
+    /* Shared between the loop and the writer, under pipe.mu. */
     uint64_t *segs;        /* first sequence of each segment, ascending */
     size_t nsegs;
     size_t segs_cap;
-    uint64_t n_bytes;
-    uint64_t n_syncs;
-    uint64_t n_batches;
-    uint64_t max_batch;
 
     /* Writer thread only (after open). */
-    pthread_t thread;
     int fd;                /* the last segment, open for writing */
     uint64_t cur_size;     /* its size; everything in it is durable */
     uint64_t zeroed_to;    /* data or zeros are written up to here, or no
@@ -188,41 +139,6 @@ static void log_line(const file_log *fl, const char *fmt, ...)
 static void seg_path(const file_log *fl, uint64_t first, char *buf, size_t len)
 {
     snprintf(buf, len, "%s/%0*" PRIu64 SEG_SUFFIX, fl->dir, SEG_DIGITS, first);
-}
-
-static void list_push(entry_list *l, entry *e)
-{
-    e->next = NULL;
-    if (l->tail != NULL)
-        l->tail->next = e;
-    else
-        l->head = e;
-    l->tail = e;
-}
-
-/* Move all of src to the end of dst. */
-static void list_splice(entry_list *dst, entry_list *src)
-{
-    if (src->head == NULL)
-        return;
-    if (dst->tail != NULL)
-        dst->tail->next = src->head;
-    else
-        dst->head = src->head;
-    dst->tail = src->tail;
-    src->head = src->tail = NULL;
-}
-
-static entry *list_pop(entry_list *l)
-{
-    entry *e = l->head;
-    if (e != NULL) {
-        l->head = e->next;
-        if (l->head == NULL)
-            l->tail = NULL;
-        e->next = NULL;
-    }
-    return e;
 }
 
 /* fsync a directory so that entries created or removed in it are durable.
@@ -739,16 +655,16 @@ static int write_all(int fd, struct iovec *iov, int n, uint64_t off)
 static int roll_segment(file_log *fl, uint64_t first)
 {
     int rc, fd;
-    pthread_mutex_lock(&fl->mu);
+    pthread_mutex_lock(&fl->pipe.mu);
     rc = segs_reserve(fl, fl->nsegs + 1);
-    pthread_mutex_unlock(&fl->mu);
+    pthread_mutex_unlock(&fl->pipe.mu);
     if (rc < 0)
         return -ENOMEM;
     if ((fd = create_segment(fl, first)) < 0)
         return fd;
-    pthread_mutex_lock(&fl->mu);
+    pthread_mutex_lock(&fl->pipe.mu);
     fl->segs[fl->nsegs++] = first;
-    pthread_mutex_unlock(&fl->mu);
+    pthread_mutex_unlock(&fl->pipe.mu);
     close(fl->fd);
     fl->fd = fd;
     fl->cur_size = 0;
@@ -786,9 +702,10 @@ static void zero_ahead(file_log *fl, uint64_t end)
 
 /* Write one group commit and sync it. Writer thread. On failure the bytes
  * that were not made durable are cut off again as far as possible, and the
- * failure is logged. Returns 0 or -errno. */
-static int write_batch(file_log *fl, entry_list *batch, uint64_t *bytes)
+ * failure is logged. Returns 0 or -errno (an oplog_pipe_write_fn). */
+static int write_batch(void *be, oplog_entry_list *batch, size_t n, uint64_t *bytes)
 {
+    file_log *fl = be;
     int rc;
     int i = 0;
     uint64_t total = 0;
@@ -800,7 +717,8 @@ static int write_batch(file_log *fl, entry_list *batch, uint64_t *bytes)
         if ((rc = roll_segment(fl, batch->head->seq)) < 0)
             goto log_failure;
     }
-    for (entry *e = batch->head; e != NULL; e = e->next) {
+    (void)n;
+    for (oplog_entry *e = batch->head; e != NULL; e = e->next) {
         size_t body = e->rec_len - REC_SUM;
         put_le64(e->rec + body, XXH64(e->rec, body, 0));
         fl->iov[i].iov_base = e->rec;
@@ -831,9 +749,9 @@ truncate_back:
     if (ftruncate(fl->fd, (off_t)fl->cur_size) == 0)
         (void)fdatasync(fl->fd);
 log_failure:
-    pthread_mutex_lock(&fl->mu);
+    pthread_mutex_lock(&fl->pipe.mu);
     seg_path(fl, fl->segs[fl->nsegs - 1], path, sizeof(path));
-    pthread_mutex_unlock(&fl->mu);
+    pthread_mutex_unlock(&fl->pipe.mu);
     log_line(fl, "oplog: %s: %s failed at seq %" PRIu64 " (%s): the log is "
              "read-only now", path, what, batch->head->seq, strerror(-rc));
     return rc;
@@ -848,10 +766,10 @@ static void drop_segments(file_log *fl, uint64_t seq)
     char path[PATH_MAX];
     int rc;
 
-    pthread_mutex_lock(&fl->mu);
+    pthread_mutex_lock(&fl->pipe.mu);
     while (k + 1 < fl->nsegs && fl->segs[k + 1] <= seq)
         k++;
-    pthread_mutex_unlock(&fl->mu);
+    pthread_mutex_unlock(&fl->pipe.mu);
     /* Only this thread changes segs, so segs[0..k) stays put unlocked. */
     for (; dropped < k; dropped++) {
         seg_path(fl, fl->segs[dropped], path, sizeof(path));
@@ -868,138 +786,41 @@ static void drop_segments(file_log *fl, uint64_t seq)
     }
     if (dropped == 0)
         return;
-    pthread_mutex_lock(&fl->mu);
+    pthread_mutex_lock(&fl->pipe.mu);
     memmove(fl->segs, fl->segs + dropped, (fl->nsegs - dropped) * sizeof(fl->segs[0]));
     fl->nsegs -= dropped;
-    pthread_mutex_unlock(&fl->mu);
+    pthread_mutex_unlock(&fl->pipe.mu);
 }
 
-/* The writer: group commits until stopped, then drains the queue. */
+/* The writer: group commits until stopped, then drains the queue; between
+ * batches it drops the segments a truncation request no longer needs. */
 static void *writer_main(void *arg)
 {
     file_log *fl = arg;
-    pthread_mutex_lock(&fl->mu);
+    oplog_pipe *p = &fl->pipe;
+    pthread_mutex_lock(&p->mu);
     for (;;) {
-        entry_list batch = {NULL, NULL};
-        size_t n = 0;
-        uint64_t bytes = 0;
-        int rc;
-
-        while (fl->queue.head == NULL && !fl->stop && fl->trunc_req == 0)
-            pthread_cond_wait(&fl->cv, &fl->mu);
-        if (fl->trunc_req != 0) {
-            uint64_t seq = fl->trunc_req;
-            fl->trunc_req = 0;
-            if (!fl->failed) {
-                pthread_mutex_unlock(&fl->mu);
+        while (p->queue.head == NULL && !p->stop && p->trunc_req == 0)
+            pthread_cond_wait(&p->cv, &p->mu);
+        if (p->trunc_req != 0) {
+            uint64_t seq = p->trunc_req;
+            p->trunc_req = 0;
+            if (!p->failed) {
+                pthread_mutex_unlock(&p->mu);
                 drop_segments(fl, seq);
-                pthread_mutex_lock(&fl->mu);
+                pthread_mutex_lock(&p->mu);
             }
             continue;
         }
-        if (fl->queue.head == NULL)
+        if (p->queue.head == NULL)
             break; /* stopped and drained */
-        if (fl->n_queued <= fl->opt.max_batch_records) {
-            n = fl->n_queued; /* whole: no entry is written to */
-            list_splice(&batch, &fl->queue);
-        } else {
-            for (; n < fl->opt.max_batch_records; n++)
-                list_push(&batch, list_pop(&fl->queue));
-        }
-        fl->n_queued -= n;
-        pthread_mutex_unlock(&fl->mu);
-
-        rc = write_batch(fl, &batch, &bytes);
-
-        pthread_mutex_lock(&fl->mu);
-        if (rc < 0) {
-            fl->failed = 1;
-            list_splice(&batch, &fl->queue);
-            fl->n_queued = 0;
-            for (entry *e = batch.head; e != NULL; e = e->next)
-                e->status = SMP_EDURABILITY;
-        } else {
-            fl->n_bytes += bytes;
-            fl->n_syncs++;
-            fl->n_batches++;
-            if (n > fl->max_batch)
-                fl->max_batch = n;
-        }
-        list_splice(&fl->done, &batch);
-        pthread_mutex_unlock(&fl->mu);
-        uv_async_send(&fl->async);
-        pthread_mutex_lock(&fl->mu);
+        oplog_pipe_write_batch_locked(p);
     }
-    pthread_mutex_unlock(&fl->mu);
+    pthread_mutex_unlock(&p->mu);
     return NULL;
 }
 
 /* -- the loop side ---------------------------------------------------------------- */
-
-/* Run the callbacks owed, in sequence order. Loop thread. Re-entrant: a
- * callback that closes the log makes the nested call continue from the same
- * list, so order holds; fl stays allocated until the uv close callback. */
-static void deliver_done(file_log *fl)
-{
-    entry *e;
-    uint64_t now = uv_hrtime();
-    pthread_mutex_lock(&fl->mu);
-    list_splice(&fl->ready, &fl->done);
-    pthread_mutex_unlock(&fl->mu);
-    while ((e = list_pop(&fl->ready)) != NULL) {
-        if (--fl->owed == 0)
-            uv_unref((uv_handle_t *)&fl->async);
-        if (e->status == 0) {
-            fl->durable_seq = e->seq;
-            fl->lat_sum_ns += now - e->t_append_ns;
-            fl->n_durable++;
-        } else {
-            fl->n_failed++;
-            fl->failed_seen = 1;
-        }
-        if (e->cb != NULL)
-            e->cb(e->arg, e->status, e->seq);
-        free(e);
-    }
-}
-
-static void on_async(uv_async_t *h)
-{
-    deliver_done(h->data);
-}
-
-/* Hand the records appended since the last hand-over to the writer. Loop
- * thread. When the log failed meanwhile they fail too, and their callbacks
- * come through the async handle like the writer's failures, never from
- * inside here. */
-static void hand_over(file_log *fl)
-{
-    if (fl->staged.head == NULL)
-        return;
-    pthread_mutex_lock(&fl->mu);
-    if (fl->failed) {
-        for (entry *e = fl->staged.head; e != NULL; e = e->next)
-            e->status = SMP_EDURABILITY;
-        list_splice(&fl->done, &fl->staged);
-        uv_async_send(&fl->async);
-    } else {
-        list_splice(&fl->queue, &fl->staged);
-        fl->n_queued += fl->n_staged;
-        pthread_cond_signal(&fl->cv);
-    }
-    pthread_mutex_unlock(&fl->mu);
-    fl->n_staged = 0;
-}
-
-static void on_after_io(uv_check_t *h)
-{
-    hand_over(h->data);
-}
-
-static void on_before_io(uv_prepare_t *h)
-{
-    hand_over(h->data);
-}
 
 static int file_append(oplog *log,
                        uint16_t type,
@@ -1012,26 +833,17 @@ static int file_append(oplog *log,
 {
     file_log *fl = (file_log *)log;
     uint64_t seq = fl->last_seq + 1;
-    entry *e;
+    oplog_entry *e;
 
-    if (fl->closing)
+    if (fl->pipe.closing)
         return SMP_ESTATE;
-    if (fl->failed_seen)
+    if (fl->pipe.failed_seen)
         return SMP_EDURABILITY;
     if (len > fl->opt.max_record_bytes)
         return SMP_ERANGE;
-    e = malloc(sizeof(*e) + REC_FRAME + len);
+    e = oplog_pipe_entry_new(&fl->pipe, seq, REC_FRAME + len, cb, arg);
     if (e == NULL)
         return SMP_ENOMEM;
-    e->next = NULL;
-    e->seq = seq;
-    if (fl->n_staged++ == 0)
-        fl->turn_ns = uv_hrtime(); /* one clock read per turn of the loop */
-    e->t_append_ns = fl->turn_ns;
-    e->cb = cb;
-    e->arg = arg;
-    e->status = 0;
-    e->rec_len = REC_FRAME + len;
     put_le32(e->rec, REC_MAGIC);
     put_le64(e->rec + 4, seq);
     put_le16(e->rec + 12, type);
@@ -1040,12 +852,9 @@ static int file_append(oplog *log,
     if (len > 0)
         memcpy(e->rec + REC_HDR, payload, len);
 
-    list_push(&fl->staged, e);
-    if (fl->owed++ == 0)
-        uv_ref((uv_handle_t *)&fl->async);
+    oplog_pipe_stage(&fl->pipe, e);
     fl->last_seq = seq;
     fl->appended = 1;
-    fl->n_appends++;
     if (out_seq != NULL)
         *out_seq = seq;
     return 0;
@@ -1064,16 +873,16 @@ static int file_replay(oplog *log,
     size_t nsegs;
     char path[PATH_MAX];
 
-    if (fl->appended || fl->closing) {
+    if (fl->appended || fl->pipe.closing) {
         wm_errbuf(err, errlen, "oplog: replay must come before the first append");
         return SMP_ESTATE;
     }
-    pthread_mutex_lock(&fl->mu);
+    pthread_mutex_lock(&fl->pipe.mu);
     nsegs = fl->nsegs;
     segs = malloc(nsegs * sizeof(*segs));
     if (segs != NULL)
         memcpy(segs, fl->segs, nsegs * sizeof(*segs));
-    pthread_mutex_unlock(&fl->mu);
+    pthread_mutex_unlock(&fl->pipe.mu);
     if (segs == NULL) {
         wm_errbuf(err, errlen, "oplog: out of memory");
         return SMP_ENOMEM;
@@ -1139,42 +948,23 @@ static uint64_t file_last_seq(const oplog *log)
 
 static uint64_t file_durable_seq(const oplog *log)
 {
-    return ((const file_log *)log)->durable_seq;
+    return ((const file_log *)log)->pipe.durable_seq;
 }
 
 static int file_truncate_before(oplog *log, uint64_t seq)
 {
     file_log *fl = (file_log *)log;
-    int rc = 0;
-    if (fl->closing)
+    if (fl->pipe.closing)
         return SMP_ESTATE;
-    pthread_mutex_lock(&fl->mu);
-    if (fl->failed) {
-        rc = SMP_EDURABILITY;
-    } else if (seq > fl->trunc_req) {
-        fl->trunc_req = seq;
-        pthread_cond_signal(&fl->cv);
-    }
-    pthread_mutex_unlock(&fl->mu);
-    return rc;
+    return oplog_pipe_request_truncate(&fl->pipe, seq);
 }
 
 static void file_stats(const oplog *log, oplog_stats *out)
 {
-    file_log *fl = (file_log *)log;
-    pthread_mutex_lock(&fl->mu);
-    out->bytes = fl->n_bytes;
-    out->syncs = fl->n_syncs;
-    out->batches = fl->n_batches;
-    out->max_batch = fl->max_batch;
-    pthread_mutex_unlock(&fl->mu);
-    out->appends = fl->n_appends;
-    out->durable_lat_ns_sum = fl->lat_sum_ns;
-    out->durable_count = fl->n_durable;
-    out->failed = fl->n_failed;
+    oplog_pipe_stats(&((file_log *)log)->pipe, out);
 }
 
-/* Free what open allocated; the mutex and cond only when initialised. */
+/* Free what open allocated (not the pipe's mutex and cond). */
 static void free_log(file_log *fl)
 {
     free(fl->iov);
@@ -1183,35 +973,23 @@ static void free_log(file_log *fl)
     free(fl);
 }
 
-static void on_closed(uv_handle_t *h)
+/* The pipe's handles are closed: free the log. */
+static void release_log(void *be)
 {
-    file_log *fl = h->data;
-    if (--fl->handles_open > 0)
-        return;
-    pthread_cond_destroy(&fl->cv);
-    pthread_mutex_destroy(&fl->mu);
-    free_log(fl);
+    free_log(be);
 }
 
 static void file_close(oplog *log)
 {
     file_log *fl = (file_log *)log;
-    if (fl->closing)
+    if (fl->pipe.closing)
         return;
-    fl->closing = 1;
-    hand_over(fl); /* the writer drains what it has before it stops */
-    pthread_mutex_lock(&fl->mu);
-    fl->stop = 1;
-    pthread_cond_signal(&fl->cv);
-    pthread_mutex_unlock(&fl->mu);
-    pthread_join(fl->thread, NULL);
-    deliver_done(fl);
+    oplog_pipe_stop(&fl->pipe);
+    oplog_pipe_deliver(&fl->pipe);
     if (fl->fd >= 0)
         close(fl->fd);
     fl->fd = -1;
-    uv_close((uv_handle_t *)&fl->async, on_closed);
-    uv_close((uv_handle_t *)&fl->after_io, on_closed);
-    uv_close((uv_handle_t *)&fl->before_io, on_closed);
+    oplog_pipe_close_handles(&fl->pipe);
 }
 
 static const oplog_ops file_ops = {
@@ -1233,6 +1011,7 @@ int oplog_file_open(uv_loop_t *loop,
 {
     int rc;
     file_log *fl;
+    oplog_pipe_conf pc;
 
     if (loop == NULL || opt == NULL || opt->dir == NULL || opt->dir[0] == '\0' ||
         out == NULL) {
@@ -1271,57 +1050,29 @@ int oplog_file_open(uv_loop_t *loop,
         goto free_log;
     if ((rc = recover(fl, err, errlen)) < 0)
         goto free_log;
-    fl->durable_seq = fl->last_seq;
+    fl->pipe.durable_seq = fl->last_seq;
 
-    if (pthread_mutex_init(&fl->mu, NULL) != 0) {
-        wm_errbuf(err, errlen, "oplog: cannot create a mutex");
-        rc = SMP_ENOMEM;
+    pc = (oplog_pipe_conf){.be = fl, .max_batch_records = fl->opt.max_batch_records,
+                           .frame_bytes = REC_FRAME, .write = write_batch,
+                           .release = release_log};
+    if ((rc = oplog_pipe_init(&fl->pipe, &pc, err, errlen)) < 0)
         goto close_fd;
-    }
-    if (pthread_cond_init(&fl->cv, NULL) != 0) {
-        wm_errbuf(err, errlen, "oplog: cannot create a condition variable");
-        rc = SMP_ENOMEM;
-        goto destroy_mutex;
-    }
-    if (pthread_create(&fl->thread, NULL, writer_main, fl) != 0) {
+    if (pthread_create(&fl->pipe.thread, NULL, writer_main, fl) != 0) {
         wm_errbuf(err, errlen, "oplog: cannot start the writer thread");
         rc = SMP_ENOMEM;
-        goto destroy_cond;
+        goto destroy_locks;
     }
     /* The writer sends on the handle only after a batch, and no record can be
-     * appended before open returns, so initialising it now is early enough. */
-    if ((rc = uv_async_init(loop, &fl->async, on_async)) < 0) {
-        wm_errbuf(err, errlen, "oplog: cannot create the async handle: %s",
-                uv_strerror(rc));
-        rc = SMP_EIO;
+     * appended before open returns, so creating it now is early enough. */
+    if ((rc = oplog_pipe_start_handles(&fl->pipe, loop, err, errlen)) < 0)
         goto stop_thread;
-    }
-    fl->async.data = fl;
-    uv_unref((uv_handle_t *)&fl->async);
-    /* Neither fails on a valid loop; they never keep the loop alive (the
-     * async handle does while callbacks are owed). */
-    uv_check_init(loop, &fl->after_io);
-    uv_prepare_init(loop, &fl->before_io);
-    fl->after_io.data = fl;
-    fl->before_io.data = fl;
-    uv_check_start(&fl->after_io, on_after_io);
-    uv_prepare_start(&fl->before_io, on_before_io);
-    uv_unref((uv_handle_t *)&fl->after_io);
-    uv_unref((uv_handle_t *)&fl->before_io);
-    fl->handles_open = 3;
     *out = &fl->base;
     return 0;
 
 stop_thread:
-    pthread_mutex_lock(&fl->mu);
-    fl->stop = 1;
-    pthread_cond_signal(&fl->cv);
-    pthread_mutex_unlock(&fl->mu);
-    pthread_join(fl->thread, NULL);
-destroy_cond:
-    pthread_cond_destroy(&fl->cv);
-destroy_mutex:
-    pthread_mutex_destroy(&fl->mu);
+    oplog_pipe_stop_thread(&fl->pipe);
+destroy_locks:
+    oplog_pipe_destroy_locks(&fl->pipe);
 close_fd:
     close(fl->fd);
 free_log:
