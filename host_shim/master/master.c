@@ -23,6 +23,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
+
 #include "master.h"
 #include "master_internal.h"
 #include "node_runtime.h"
@@ -295,6 +299,30 @@ static void on_signal(uv_signal_t *h, int signum)
     master_stop(m);
 }
 
+/* Without tls.ca the embedded node, dialing this master's TLS port, trusts
+ * tls.cert itself: that verifies only a self-signed certificate. SMP_OK
+ * when cert's first certificate is self-issued, else SMP_EINVAL with err
+ * naming the issuer and the key to set (refused at start, rather than a
+ * node that never registers). */
+static int own_cert_is_anchor(const char *cert, char *err, size_t errlen)
+{
+    FILE *f = fopen(cert, "r");
+    X509 *x = f != NULL ? PEM_read_X509(f, NULL, NULL, NULL) : NULL;
+    int rc = SMP_OK;
+    if (f != NULL) fclose(f);
+    if (x == NULL) return SMP_OK; /* unreadable: the TLS setup names that */
+    if (X509_check_issued(x, x) != X509_V_OK) {
+        char issuer[256];
+        X509_NAME_oneline(X509_get_issuer_name(x), issuer, sizeof(issuer));
+        snprintf(err, errlen, "tls.ca is not set, so the embedded node (which reaches this master "
+                 "over TCP: listen.unix is off) would trust tls.cert %s alone, but it is issued by "
+                 "%s, not self-signed: set tls.ca to the CA that signed it", cert, issuer);
+        rc = SMP_EINVAL;
+    }
+    X509_free(x);
+    return rc;
+}
+
 /* Start the node that lives in this process: it registers with this master
  * over its own RPC endpoint, like any other node. */
 static int start_embedded_node(master *m, char *err, size_t errlen)
@@ -334,6 +362,8 @@ static int start_embedded_node(master *m, char *err, size_t errlen)
      * master's own certificate) and, when clients are verified, presents
      * the master's certificate: it is the same process. */
     if (m->cfg->tls_cert[0] != '\0' && m->cfg->listen_unix[0] == '\0') {
+        if (m->cfg->tls_ca[0] == '\0' && own_cert_is_anchor(m->cfg->tls_cert, err, errlen) < 0)
+            return SMP_EINVAL;
         o.tls_ca = m->cfg->tls_ca[0] ? m->cfg->tls_ca : m->cfg->tls_cert;
         if (m->cfg->tls_verify_clients) {
             o.tls_cert = m->cfg->tls_cert;

@@ -224,6 +224,18 @@ static void test_bad_tls_config_refused_at_start(void **state)
     assert_int_equal(hx_reconfigure(&f->m, "tls:\n  cert: \"/x.pem\"\n"), 0);
     assert_true(hx_run_to_exit(&f->m, 15000) > 0);
     assert_true(hx_log_contains(&f->m, "tls.cert and tls.key are set together"));
+
+    /* No Unix socket: the embedded node dials the TLS port and, without
+     * tls.ca, could trust only a self-signed tls.cert -- this one is the
+     * test CA's: refused naming it, not a node that never registers. */
+    char socket[sizeof(f->m.socket)];
+    snprintf(socket, sizeof(socket), "%s", f->m.socket);
+    f->m.socket[0] = '\0';
+    write_tls_config(f, f->pem[SRV_CERT], f->pem[SRV_KEY], NULL, 0);
+    assert_true(hx_run_to_exit(&f->m, 15000) > 0);
+    assert_true(hx_log_contains(&f->m, "tls.ca is not set, so the embedded node"));
+    assert_true(hx_log_contains(&f->m, "CN=test-ca, not self-signed: set tls.ca"));
+    snprintf(f->m.socket, sizeof(f->m.socket), "%s", socket);
 }
 
 int main(void)
