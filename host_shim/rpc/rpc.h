@@ -7,7 +7,11 @@
  * through rpc_reply(), right away or later (a deferred reply, e.g. once an
  * OpLog record is durable). Many requests may be in flight on one connection
  * and their responses go out in whatever order they complete, each carrying
- * its request's request_id.
+ * its request's request_id. Replies are written in batches: those a loop
+ * iteration makes leave together, one write per connection, after the
+ * iteration's reads and before the loop waits again; a connection has at
+ * most 32 requests dispatched per read or turn, so a pipelining client
+ * takes turns with the others.
  *
  * Everything here runs on the master's loop thread, which owns the server, its
  * connections and every outstanding call: no locks. A call keeps its

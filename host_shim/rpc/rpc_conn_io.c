@@ -1,11 +1,14 @@
-/* rpc_conn_io.c -- one RPC connection's bytes: reading, framing, TLS, output.
+/* rpc_conn_io.c -- one RPC connection's input: reading, framing, TLS, turns.
  *
  * Each connection reads length-prefixed frames into a buffer that grows with
  * the bytes that actually arrive (a header that claims 64 MiB costs nothing
  * until 64 MiB come) and hands each complete frame to rpc_conn_dispatch
- * (rpc_dispatch.c). Responses are encoded here and written: a small one
- * straight to the socket when nothing is queued, otherwise through libuv's
- * write queue.
+ * (rpc_dispatch.c). One read, or one turn, dispatches at most
+ * RPC_BATCH_REQUESTS frames: what a pipelining client sent beyond that waits
+ * in the connection (reading stopped) for its next turn, which the server's
+ * check handle gives it once per loop iteration after every other readable
+ * connection was read, so one client cannot hold the loop from the others.
+ * Replies leave through rpc_output.c.
  *
  * Fatal frame errors (oversized, empty, undecodable) stop reading, queue one
  * error response with request_id 0 and shut the connection down once that is
@@ -29,215 +32,6 @@
 
 #include "rpc_internal.h"
 #include "rpc_envelope.h"
-
-/* -- Output ---------------------------------------------------------------- */
-
-/* Start or stop reading so that a connection reads only while its unsent
- * output and its unanswered calls are within bounds. A failing
- * uv_read_start closes the connection. */
-void rpc_conn_set_reading(rpc_conn *c)
-{
-    rpc_server *s = c->srv;
-    int want;
-    if (c->closing || c->draining)
-        return;
-    want = c->out_bytes <= s->max_output && c->ncalls < s->max_inflight;
-    if (want && !c->reading) {
-        if (uv_read_start(&c->h.stream, rpc_conn_on_alloc, rpc_conn_on_read) == 0) {
-            c->reading = 1;
-        } else {
-            s->st.err_io++;
-            rpc_conn_close(c);
-        }
-    } else if (!want && c->reading) {
-        uv_read_stop(&c->h.stream);
-        c->reading = 0;
-        s->st.backpressure_pauses++;
-    }
-}
-
-/* A queued response left (or failed: that closes the connection). Releases
- * the request's bytes and connection reference; may resume reading. */
-static void on_write(uv_write_t *req, int status)
-{
-    rpc_wreq *w = (rpc_wreq *)req;
-    rpc_conn *c = w->conn;
-    c->out_bytes -= w->len;
-    if (status < 0 && status != UV_ECANCELED) {
-        c->srv->st.err_io++;
-        rpc_conn_close(c);
-    }
-    free(w);
-    rpc_conn_set_reading(c);
-    rpc_conn_unref(c);
-}
-
-/* The 4-byte big-endian length that precedes every frame. */
-void rpc_frame_header(uint8_t *p, size_t size)
-{
-    p[0] = (uint8_t)(size >> 24);
-    p[1] = (uint8_t)(size >> 16);
-    p[2] = (uint8_t)(size >> 8);
-    p[3] = (uint8_t)size;
-}
-
-/* A write request for len bytes of c, or NULL after closing c (out of
- * memory). */
-rpc_wreq *rpc_wreq_new(rpc_conn *c, size_t len)
-{
-    rpc_wreq *w = malloc(sizeof(*w) + len);
-    if (w == NULL) {
-        rpc_conn_close(c);
-        return NULL;
-    }
-    w->conn = c;
-    w->len = len;
-    return w;
-}
-
-/* Queue w's bytes behind c's pending output; on_write releases it. SMP_OK,
- * or SMP_EIO after freeing w and closing c. */
-int rpc_conn_queue(rpc_conn *c, rpc_wreq *w)
-{
-    uv_buf_t buf = uv_buf_init((char *)w->data, (unsigned)w->len);
-    if (uv_write(&w->req, &c->h.stream, &buf, 1, on_write) < 0) {
-        free(w);
-        c->srv->st.err_io++;
-        rpc_conn_close(c);
-        return SMP_EIO;
-    }
-    rpc_conn_ref(c);
-    c->out_bytes += w->len;
-    c->srv->st.bytes_out += w->len;
-    return SMP_OK;
-}
-
-/* Queue the session's pending ciphertext (handshake messages, records).
- * SMP_OK, or SMP_ENOMEM / SMP_EIO after closing c. */
-static int tls_flush(rpc_conn *c)
-{
-    size_t pending;
-    while ((pending = BIO_ctrl_pending(c->tls.wbio)) > 0) {
-        rpc_wreq *w = rpc_wreq_new(c, pending);
-        int rc;
-        if (w == NULL) return SMP_ENOMEM;
-        if (BIO_read(c->tls.wbio, w->data, (int)pending) != (int)pending) {
-            free(w);
-            rpc_conn_close(c);
-            return SMP_EIO;
-        }
-        if ((rc = rpc_conn_queue(c, w)) < 0) return rc;
-    }
-    return SMP_OK;
-}
-
-/* Encrypt len bytes of plaintext and queue the records. Before the
- * handshake is done nothing can be encrypted: the connection is closed
- * (only a refusal would be sent then, and a peer that has not finished its
- * handshake could not read it). */
-static int tls_send(rpc_conn *c, const uint8_t *p, size_t len)
-{
-    char why[256];
-    if (!c->tls.established) {
-        rpc_conn_close(c);
-        return SMP_EIO;
-    }
-    while (len > 0) {
-        int chunk = len > (1u << 30) ? (1 << 30) : (int)len;
-        int n = SSL_write(c->tls.ssl, p, chunk);
-        if (n <= 0) {
-            rpc_tls_error(why, sizeof(why));
-            c->srv->st.err_io++;
-            rpc_conn_close(c);
-            return SMP_EIO;
-        }
-        p += n;
-        len -= (size_t)n;
-    }
-    return tls_flush(c);
-}
-
-/* Encode and send one response: a small one straight to the socket when
- * nothing is queued before it, otherwise (or for what the socket did not
- * take) through a queued write. A reply larger than max_frame_bytes is
- * replaced by an SMP_ERANGE error naming both sizes. Returns SMP_OK, or
- * SMP_ENOMEM / SMP_EIO after closing the connection (a client must never
- * wait for a response that will not come). Nothing is sent on a closing
- * connection (SMP_OK: the reply is dropped by design). */
-int rpc_conn_send(rpc_conn *c,
-                     uint64_t request_id,
-                     int status,
-                     const char *message,
-                     const uint8_t *body,
-                     size_t len)
-{
-    rpc_server *s = c->srv;
-    char toolarge[160];
-    size_t size, mlen;
-    rpc_wreq *w;
-    uv_buf_t buf;
-    size_t sent;
-    int rc;
-
-    if (c->closing) {
-        s->st.replies_dropped++;
-        return SMP_OK;
-    }
-    if (message == NULL) message = "";
-    if (body == NULL) len = 0;
-    mlen = strlen(message);
-    size = rpc_env_response_size(request_id, status, mlen, len);
-    if (size > s->max_frame) {
-        snprintf(toolarge, sizeof(toolarge),
-                 "reply of %zu bytes exceeds max_frame_bytes %" PRIu32,
-                 size, s->max_frame);
-        s->st.err_reply_too_large++;
-        status = SMP_ERANGE;
-        message = toolarge;
-        mlen = strlen(toolarge);
-        len = 0;
-        size = rpc_env_response_size(request_id, status, mlen, len);
-    }
-    if (c->use_tls) {
-        if ((w = rpc_wreq_new(c, 4 + size)) == NULL) return SMP_ENOMEM;
-        rpc_frame_header(w->data, size);
-        rpc_env_encode_response(w->data + 4, request_id, status, message, mlen, body, len);
-        rc = tls_send(c, w->data, w->len);
-        free(w);
-        if (rc < 0) return rc;
-    } else if (c->out_bytes == 0 && 4 + size <= RPC_DIRECT_REPLY_BYTES) {
-        /* Nothing queued: hand a small reply to the socket at once, without
-         * a request of its own; only what it did not take is queued. */
-        uint8_t direct[RPC_DIRECT_REPLY_BYTES];
-        rpc_frame_header(direct, size);
-        rpc_env_encode_response(direct + 4, request_id, status, message, mlen, body, len);
-        buf = uv_buf_init((char *)direct, (unsigned)(4 + size));
-        rc = uv_try_write(&c->h.stream, &buf, 1);
-        if (rc < 0 && rc != UV_EAGAIN) {
-            s->st.err_io++;
-            rpc_conn_close(c);
-            return SMP_EIO;
-        }
-        sent = rc > 0 ? (size_t)rc : 0;
-        s->st.bytes_out += sent;
-        if (sent < 4 + size) {
-            if ((w = rpc_wreq_new(c, 4 + size - sent)) == NULL) return SMP_ENOMEM;
-            memcpy(w->data, direct + sent, w->len);
-            if ((rc = rpc_conn_queue(c, w)) < 0) return rc;
-        }
-    } else {
-        if ((w = rpc_wreq_new(c, 4 + size)) == NULL) return SMP_ENOMEM;
-        rpc_frame_header(w->data, size);
-        rpc_env_encode_response(w->data + 4, request_id, status, message, mlen, body, len);
-        if ((rc = rpc_conn_queue(c, w)) < 0) return rc;
-    }
-    if (status == 0)
-        s->st.responses_ok++;
-    else
-        s->st.responses_error++;
-    rpc_conn_set_reading(c);
-    return SMP_OK;
-}
 
 /* -- Closing --------------------------------------------------------------- */
 
@@ -294,7 +88,7 @@ void rpc_conn_fatal(rpc_conn *c, int status, const char *message)
         uv_read_stop(&c->h.stream);
         c->reading = 0;
     }
-    if (rpc_conn_send(c, 0, status, message, NULL, 0) < 0)
+    if (rpc_conn_send(c, 0, status, message, NULL, 0) < 0 || rpc_conn_flush(c) < 0)
         return; /* already closed */
     if ((sr = malloc(sizeof(*sr))) == NULL) {
         rpc_conn_close(c);
@@ -310,6 +104,33 @@ void rpc_conn_fatal(rpc_conn *c, int status, const char *message)
 }
 
 /* -- Reading --------------------------------------------------------------- */
+
+/* Start or stop reading so that a connection reads only while its unsent
+ * output (pending and queued) and its unanswered calls are within bounds
+ * and no input of an earlier read waits for its turn. A failing
+ * uv_read_start closes the connection. */
+void rpc_conn_set_reading(rpc_conn *c)
+{
+    rpc_server *s = c->srv;
+    int bounded, want;
+    if (c->closing || c->draining)
+        return;
+    bounded = c->out_bytes + c->olen <= s->max_output && c->ncalls < s->max_inflight;
+    want = bounded && c->in_len == 0 && !c->tls_more;
+    if (want && !c->reading) {
+        if (uv_read_start(&c->h.stream, rpc_conn_on_alloc, rpc_conn_on_read) == 0) {
+            c->reading = 1;
+        } else {
+            s->st.err_io++;
+            rpc_conn_close(c);
+        }
+    } else if (!want && c->reading) {
+        uv_read_stop(&c->h.stream);
+        c->reading = 0;
+        if (!bounded) /* not for a turn: that is not backpressure */
+            s->st.backpressure_pauses++;
+    }
+}
 
 void rpc_conn_on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
@@ -341,13 +162,18 @@ static int body_append(rpc_conn *c, const uint8_t *p, size_t n)
 }
 
 /* Cut bytes into frames and dispatch each complete one, stopping as soon as
- * the connection goes fatal or closes. */
-static void conn_feed(rpc_conn *c, const uint8_t *p, size_t n)
+ * the connection goes fatal or closes, or before a frame when c's budget of
+ * frames is spent. Returns how many bytes it consumed (all of them unless
+ * the budget stopped it). */
+static size_t conn_feed(rpc_conn *c, const uint8_t *p, size_t n)
 {
     rpc_server *s = c->srv;
+    const uint8_t *start = p;
     char msg[160];
     while (n > 0 && !c->closing && !c->draining) {
         if (!c->in_body) {
+            if (c->hdr_have == 0 && c->budget == 0)
+                break;
             size_t k = 4 - c->hdr_have;
             if (k > n)
                 k = n;
@@ -363,7 +189,7 @@ static void conn_feed(rpc_conn *c, const uint8_t *p, size_t n)
             if (c->body_len == 0) {
                 s->st.err_empty_frame++;
                 rpc_conn_fatal(c, SMP_EPROTO, "zero-length frame");
-                return;
+                return (size_t)(p - start);
             }
             if (c->body_len > s->max_frame) {
                 s->st.err_oversized_frame++;
@@ -371,7 +197,7 @@ static void conn_feed(rpc_conn *c, const uint8_t *p, size_t n)
                          "frame of %" PRIu32 " bytes exceeds max_frame_bytes %" PRIu32,
                          c->body_len, s->max_frame);
                 rpc_conn_fatal(c, SMP_ERANGE, msg);
-                return;
+                return (size_t)(p - start);
             }
             c->in_body = 1;
             c->body_have = 0;
@@ -386,6 +212,7 @@ static void conn_feed(rpc_conn *c, const uint8_t *p, size_t n)
                 /* the whole body is here: dispatch in place */
                 size_t len = c->body_len;
                 c->in_body = 0;
+                c->budget--;
                 rpc_conn_dispatch(c, p, len);
                 rpc_limits_release_frame(&c->lim);
                 p += len;
@@ -413,6 +240,7 @@ static void conn_feed(rpc_conn *c, const uint8_t *p, size_t n)
                 c->skipping = 0;
                 c->body_have = 0;
                 s->st.requests++;
+                c->budget--;
                 rpc_conn_send(c, rpc_prefix_request_id(c->skip_prefix, c->skip_have), c->skip_status,
                           c->skip_msg, NULL, 0);
             }
@@ -424,12 +252,13 @@ static void conn_feed(rpc_conn *c, const uint8_t *p, size_t n)
                 k = n;
             if (body_append(c, p, k) < 0) {
                 rpc_conn_fatal(c, SMP_ENOMEM, "out of memory for the request frame");
-                return;
+                return (size_t)(p - start);
             }
             p += k;
             n -= k;
             if (c->body_have == c->body_len) {
                 c->in_body = 0;
+                c->budget--;
                 rpc_conn_dispatch(c, c->body, c->body_have);
                 rpc_limits_release_frame(&c->lim);
                 if (!c->closing && c->body_cap > RPC_READ_CHUNK) {
@@ -442,6 +271,111 @@ static void conn_feed(rpc_conn *c, const uint8_t *p, size_t n)
             }
         }
     }
+    return (size_t)(p - start);
+}
+
+/* Put c on its server's resume list (once; the list holds a reference). */
+static void want_resume(rpc_conn *c)
+{
+    rpc_server *s = c->srv;
+    if (c->resume_queued) return;
+    c->resume_queued = 1;
+    c->resume_next = s->resume_head;
+    s->resume_head = c;
+    rpc_conn_ref(c);
+}
+
+/* Feed n bytes of plaintext; what c's budget leaves undispatched is kept
+ * in c->in for c's next turn (reading stops meanwhile). Out of memory for
+ * that is fatal for the connection. */
+static void conn_take(rpc_conn *c, const uint8_t *p, size_t n)
+{
+    size_t k = conn_feed(c, p, n);
+    size_t left = c->in_len - c->in_off;
+    uint8_t *nb;
+    if (k == n || c->closing || c->draining)
+        return;
+    p += k;
+    n -= k;
+    if ((nb = malloc(left + n)) == NULL) {
+        rpc_conn_fatal(c, SMP_ENOMEM, "out of memory for the connection's input");
+        return;
+    }
+    if (left > 0) memcpy(nb, c->in + c->in_off, left);
+    memcpy(nb + left, p, n);
+    free(c->in);
+    c->in = nb;
+    c->in_off = 0;
+    c->in_len = left + n;
+    want_resume(c);
+}
+
+static void tls_pump(rpc_conn *c);
+
+void rpc_server_resume(rpc_server *s)
+{
+    rpc_conn *list = s->resume_head, *c;
+    s->resume_head = NULL; /* a connection with input still left queues itself again */
+    while ((c = list) != NULL) {
+        list = c->resume_next;
+        c->resume_next = NULL;
+        c->resume_queued = 0;
+        rpc_conn_resume(c);
+        rpc_conn_unref(c);
+    }
+}
+
+void rpc_conn_resume(rpc_conn *c)
+{
+    if (c->closing || c->draining)
+        return;
+    rpc_conn_ref(c);
+    c->budget = RPC_BATCH_REQUESTS;
+    if (c->in_len > 0) {
+        c->in_off += conn_feed(c, c->in + c->in_off, c->in_len - c->in_off);
+        if (c->in_off == c->in_len) {
+            free(c->in);
+            c->in = NULL;
+            c->in_off = c->in_len = 0;
+        } else if (!c->closing && !c->draining) {
+            want_resume(c);
+        }
+    }
+    if (c->in_len == 0 && c->tls_more && !c->closing && !c->draining)
+        tls_pump(c);
+    rpc_conn_set_reading(c);
+    rpc_conn_unref(c);
+}
+
+/* Hand the plaintext c's TLS session yields to the frame parser until it
+ * wants more ciphertext or c's budget is spent (c->tls_more: the rest is
+ * read on c's next turn). A close_notify or a broken record closes c. */
+static void tls_pump(rpc_conn *c)
+{
+    rpc_server *s = c->srv;
+    c->tls_more = 0;
+    while (!c->closing && !c->draining) {
+        if (c->budget == 0 || c->in_len > 0) {
+            c->tls_more = 1;
+            want_resume(c);
+            break;
+        }
+        int k = SSL_read(c->tls.ssl, s->tlsbuf, (int)sizeof(s->tlsbuf));
+        if (k > 0) {
+            conn_take(c, (const uint8_t *)s->tlsbuf, (size_t)k);
+            continue;
+        }
+        int e = SSL_get_error(c->tls.ssl, k);
+        if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE)
+            break;
+        if (e != SSL_ERROR_ZERO_RETURN)
+            s->st.err_io++;
+        ERR_clear_error();
+        rpc_conn_close(c); /* close_notify or a broken record */
+        return;
+    }
+    if (!c->closing && BIO_ctrl_pending(c->tls.wbio) > 0)
+        rpc_conn_want_flush(c);
 }
 
 /* A plaintext client on the TLS port: tell it in plaintext, then close. */
@@ -455,8 +389,8 @@ static void tls_refuse_plaintext(rpc_conn *c)
     rpc_conn_fatal(c, SMP_EPROTO, why);
 }
 
-/* Ciphertext arrived: run the handshake, then hand every byte of plaintext
- * to the frame parser; queue whatever the session wants sent. */
+/* Ciphertext arrived: run the handshake (its messages are written at once),
+ * then hand the plaintext to the frame parser (tls_pump). */
 static void tls_feed(rpc_conn *c, const uint8_t *p, size_t n)
 {
     rpc_server *s = c->srv;
@@ -477,14 +411,14 @@ static void tls_feed(rpc_conn *c, const uint8_t *p, size_t n)
         if (r != 1) {
             int e = SSL_get_error(c->tls.ssl, r);
             if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
-                tls_flush(c);
+                rpc_conn_flush(c);
                 return;
             }
             rpc_tls_error(why, sizeof(why));
             s->st.tls_refused++;
             fprintf(stderr, "rpc: TLS handshake refused: %s\n", why[0] ? why : "peer gone");
             /* the alert the session wrote tells the client why */
-            if (tls_flush(c) == SMP_OK) {
+            if (rpc_conn_flush(c) == SMP_OK) {
                 c->draining = 1;
                 if (c->reading) {
                     uv_read_stop(&c->h.stream);
@@ -505,30 +439,18 @@ static void tls_feed(rpc_conn *c, const uint8_t *p, size_t n)
         }
         c->tls.established = 1;
         s->st.tls_handshakes++;
-        if (tls_flush(c) < 0) return;
+        if (rpc_conn_flush(c) < 0) return;
     }
-    while (!c->closing && !c->draining) {
-        int k = SSL_read(c->tls.ssl, s->tlsbuf, (int)sizeof(s->tlsbuf));
-        if (k > 0) {
-            conn_feed(c, (const uint8_t *)s->tlsbuf, (size_t)k);
-            continue;
-        }
-        int e = SSL_get_error(c->tls.ssl, k);
-        if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE)
-            break;
-        if (e != SSL_ERROR_ZERO_RETURN)
-            s->st.err_io++;
-        ERR_clear_error();
-        rpc_conn_close(c); /* close_notify or a broken record */
-        return;
-    }
-    if (!c->closing)
-        tls_flush(c);
+    tls_pump(c);
 }
 
-/* Bytes arrived, or the stream ended. End of stream or a read error closes
- * the connection (counted as truncated when it cut a frame). The connection
- * is held across the feed: a handler may drop the last other reference. */
+/* Bytes arrived, or the stream ended. At most RPC_BATCH_REQUESTS frames
+ * are dispatched now; the rest waits for c's next turn (rpc_conn_resume)
+ * with reading stopped, so one pipelining client cannot hold the loop from
+ * the others. End of stream (after writing the replies still pending: a
+ * peer that only shut its side down reads them) or a read error closes the
+ * connection (counted as truncated when it cut a frame). The connection is
+ * held across the feed: a handler may drop the last other reference. */
 void rpc_conn_on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 {
     rpc_conn *c = st->data;
@@ -538,15 +460,18 @@ void rpc_conn_on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
             s->st.err_io++;
         else if (c->in_body || c->hdr_have > 0)
             s->st.err_truncated_frame++;
+        if (nread == UV_EOF)
+            rpc_conn_flush(c);
         rpc_conn_close(c);
         return;
     }
     s->st.bytes_in += (uint64_t)nread;
     rpc_conn_ref(c);
+    c->budget = RPC_BATCH_REQUESTS;
     if (c->use_tls)
         tls_feed(c, (const uint8_t *)buf->base, (size_t)nread);
     else
-        conn_feed(c, (const uint8_t *)buf->base, (size_t)nread);
+        conn_take(c, (const uint8_t *)buf->base, (size_t)nread);
     rpc_conn_set_reading(c);
     rpc_conn_unref(c);
 }

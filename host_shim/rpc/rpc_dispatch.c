@@ -198,13 +198,15 @@ void rpc_server_set_admission(rpc_server *s, rpc_admit_fn fn, void *arg)
 }
 
 /* Answer a request SMP_ENOTLEADER with the leader's endpoint in field 5 of
- * RpcResponse. Rare (a client that found a standby), so protobuf-c packs it. */
+ * RpcResponse. Rare (a client that found a standby), so protobuf-c packs it,
+ * into the pending output like every reply (in order, through the TLS
+ * session on a TLS connection). */
 static void conn_send_not_leader(rpc_conn *c, uint64_t request_id, const char *leader)
 {
     rpc_server *s = c->srv;
     char msg[320];
     RpcResponse r = RPC_RESPONSE__INIT;
-    rpc_wreq *w;
+    uint8_t *p;
     if (c->closing) {
         s->st.replies_dropped++;
         return;
@@ -217,10 +219,9 @@ static void conn_send_not_leader(rpc_conn *c, uint64_t request_id, const char *l
     r.error = msg;
     r.leader = (char *)leader;
     size_t size = rpc_response__get_packed_size(&r);
-    if ((w = rpc_wreq_new(c, 4 + size)) == NULL) return;
-    rpc_frame_header(w->data, size);
-    rpc_response__pack(&r, w->data + 4);
-    if (rpc_conn_queue(c, w) < 0) return;
+    if (rpc_conn_frame_begin(c, size, &p) < 0) return;
+    rpc_response__pack(&r, p);
+    rpc_conn_frame_end(c, size);
     s->st.not_leader++;
     s->st.responses_error++;
     rpc_conn_set_reading(c);

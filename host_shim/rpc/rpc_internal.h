@@ -1,11 +1,13 @@
 /* rpc_internal.h -- what the RPC server's files share: its objects and the
  * functions one file calls in another. Not for use outside host_shim/rpc.
  *
- * The server is three files: rpc_server.c (reference counts, listeners,
- * accepting, the server's lifecycle), rpc_conn_io.c (a connection's reading,
- * framing, TLS feed, output and closing) and rpc_dispatch.c (the routing
- * table, decoding, authorization, limits and admission of a request, calls
- * and their replies). Everything runs on the master's loop thread.
+ * The server is four files: rpc_server.c (reference counts, listeners,
+ * accepting, the once-per-iteration loop handles, the server's lifecycle),
+ * rpc_conn_io.c (a connection's reading, framing, TLS feed, turns and
+ * closing), rpc_output.c (its replies: pending output and the flush) and
+ * rpc_dispatch.c (the routing table, decoding, authorization, limits and
+ * admission of a request, calls and their replies). Everything runs on the
+ * master's loop thread.
  *
  * Lifetimes are reference counts on the loop thread: a connection is held by
  * its libuv handle (until the close callback), by every write or shutdown
@@ -28,7 +30,7 @@
 #include "rpc_limits.h"
 
 #define RPC_READ_CHUNK (64u * 1024u)
-#define RPC_DIRECT_REPLY_BYTES 4096u /* replies up to this size skip the write queue */
+#define RPC_BATCH_REQUESTS 32u /* frames dispatched per connection per read or turn */
 
 typedef struct rpc_method {
     uint16_t id;
@@ -79,7 +81,18 @@ typedef struct rpc_conn {
     size_t body_have;
     uint8_t *body;
     size_t body_cap;
-    /* output and calls */
+    /* input the last read or turn left undispatched (RPC_BATCH_REQUESTS) */
+    uint8_t *in;              /* plaintext not yet fed to the frame parser */
+    size_t in_off, in_len;
+    unsigned budget;          /* frames this read or turn may still dispatch */
+    int tls_more;             /* the TLS session may hold plaintext not yet read */
+    struct rpc_conn *resume_next; /* srv->resume_head while queued */
+    int resume_queued;
+    /* output (rpc_output.c) and calls */
+    struct rpc_wreq *ob;      /* pending output: replies not yet written, in order */
+    size_t olen, ocap;        /* its bytes and capacity */
+    struct rpc_conn *flush_next; /* srv->flush_head while queued */
+    int flush_queued;
     size_t out_bytes; /* queued in uv_write, not completed */
     uint32_t ncalls;
     int use_tls;      /* a TLS session (TCP on a TLS server) */
@@ -125,6 +138,18 @@ struct rpc_server {
     int auth_on; /* rpc_server_set_auth(s, 1) */
     rpc_limits *limits; /* rpc_server_set_limits, owned; NULL: nothing limited */
     rpc_server_stats st;
+    /* Once per loop iteration (rpc_output.c): the check handle resumes the
+     * connections with input left (resume_head) and flushes every pending
+     * output (flush_head); the prepare handle flushes what callbacks outside
+     * the I/O phase answered before the loop waits; the idle handle keeps it
+     * from waiting while input is left. Each list holds a reference on its
+     * connections. */
+    uv_check_t flush_check;
+    uv_prepare_t flush_prepare;
+    uv_idle_t resume_idle;
+    int loop_handles; /* the three are initialised: must be closed */
+    rpc_conn *flush_head;
+    rpc_conn *resume_head;
     /* One read buffer for all connections: libuv delivers one read at a time
      * on the loop thread and on_read consumes it entirely (partial frames
      * are copied into the connection). */
@@ -144,8 +169,6 @@ typedef struct rpc_sreq {
     rpc_conn *conn;
 } rpc_sreq;
 
-void rpc_conn_close(rpc_conn *c);
-
 /* -- rpc_server.c ---------------------------------------------------------- */
 
 /* A copy of s ("" for NULL), or NULL when out of memory. */
@@ -158,6 +181,18 @@ void rpc_conn_ref(rpc_conn *c);
  * server reference it held (which may free the server). */
 void rpc_conn_unref(rpc_conn *c);
 
+/* Write c's pending output now (its TLS session's too): what the socket
+ * does not take is queued. SMP_OK (nothing to do on a closing connection),
+ * or a negative code after closing c. */
+int rpc_conn_flush(rpc_conn *c);
+
+/* Have c flushed with the next flush of its server (its TLS session holds
+ * ciphertext to send). */
+void rpc_conn_want_flush(rpc_conn *c);
+
+/* Flush every connection on s's flush list. */
+void rpc_server_flush(rpc_server *s);
+
 /* -- rpc_conn_io.c --------------------------------------------------------- */
 
 /* Start or stop reading so that a connection reads only while its unsent
@@ -165,20 +200,19 @@ void rpc_conn_unref(rpc_conn *c);
  * uv_read_start closes the connection. */
 void rpc_conn_set_reading(rpc_conn *c);
 
-/* The 4-byte big-endian length that precedes every frame. */
-void rpc_frame_header(uint8_t *p, size_t size);
+/* -- rpc_output.c ---------------------------------------------------------- */
 
-/* A write request for len bytes of c, or NULL after closing c (out of
- * memory). */
-rpc_wreq *rpc_wreq_new(rpc_conn *c, size_t len);
+/* Start a frame of size body bytes at the end of c's pending output: its
+ * header is written and *body is where the body goes. SMP_OK, or SMP_ENOMEM
+ * / SMP_EIO (a TLS session not established yet) after closing c. */
+int rpc_conn_frame_begin(rpc_conn *c, size_t size, uint8_t **body);
 
-/* Queue w's bytes behind c's pending output; on_write releases it. SMP_OK,
- * or SMP_EIO after freeing w and closing c. */
-int rpc_conn_queue(rpc_conn *c, rpc_wreq *w);
+/* The frame begun with size is complete: it leaves with the next flush. */
+void rpc_conn_frame_end(rpc_conn *c, size_t size);
 
-/* Encode and send one response (see rpc_conn_io.c). SMP_OK, or SMP_ENOMEM /
- * SMP_EIO after closing the connection; a reply on a closing connection is
- * dropped (SMP_OK). */
+/* Encode one response into c's pending output (see rpc_output.c). SMP_OK,
+ * or SMP_ENOMEM / SMP_EIO after closing the connection; a reply on a
+ * closing connection is dropped (SMP_OK). */
 int rpc_conn_send(rpc_conn *c,
                   uint64_t request_id,
                   int status,
@@ -192,6 +226,13 @@ void rpc_conn_close(rpc_conn *c);
 /* Stop reading, send one error response with request_id 0 and close once
  * it has been written. */
 void rpc_conn_fatal(rpc_conn *c, int status, const char *message);
+
+/* Resume every connection on s's resume list (rpc_conn_resume). */
+void rpc_server_resume(rpc_server *s);
+
+/* Dispatch another RPC_BATCH_REQUESTS frames of the input c's last read
+ * left; queue c again when some is still left. */
+void rpc_conn_resume(rpc_conn *c);
 
 /* The libuv read callbacks of a connection. */
 void rpc_conn_on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);

@@ -2,8 +2,10 @@
  *
  * Creating, starting (listening on TCP and/or a Unix socket), accepting
  * connections, the reference counts that keep connections and the server
- * alive while anything still points at them (rpc_internal.h), counters and
- * closing. A connection's bytes are rpc_conn_io.c's; what a request does is
+ * alive while anything still points at them (rpc_internal.h), the loop
+ * handles that give connections their turns and write the replies once per
+ * loop iteration, counters and closing. A connection's input is
+ * rpc_conn_io.c's, its output rpc_output.c's; what a request does is
  * rpc_dispatch.c's. */
 #include <errno.h>
 #include <inttypes.h>
@@ -71,10 +73,98 @@ void rpc_conn_unref(rpc_conn *c)
         return;
     s = c->srv;
     free(c->body);
+    free(c->in);
+    free(c->ob);
     if (c->use_tls)
         rpc_tls_session_free(&c->tls);
     free(c);
     server_unref(s);
+}
+
+/* -- Once per loop iteration ---------------------------------------------- */
+
+/* Nothing: an active idle handle only keeps the loop from waiting for I/O
+ * (the check handle does the work). */
+static void on_idle(uv_idle_t *h)
+{
+    (void)h;
+}
+
+/* After the I/O phase: every connection that was readable has been read.
+ * Give the connections with input left their next turn, write every
+ * pending reply, and keep the loop from waiting while input is left. */
+static void on_check(uv_check_t *h)
+{
+    rpc_server *s = h->data;
+    rpc_server_resume(s);
+    rpc_server_flush(s);
+    if (s->resume_head != NULL)
+        uv_idle_start(&s->resume_idle, on_idle);
+    else
+        uv_idle_stop(&s->resume_idle);
+}
+
+/* Before the loop waits for I/O: replies made outside the I/O phase
+ * (timers, write callbacks, other handles) leave now. */
+static void on_prepare(uv_prepare_t *h)
+{
+    rpc_server_flush(h->data);
+}
+
+static void on_loop_handle_closed(uv_handle_t *h)
+{
+    server_unref(h->data);
+}
+
+/* Start the check and prepare handles (unreferenced: they never keep the
+ * loop alive) and initialise the idle one; each holds a server reference
+ * until it is closed. SMP_EIO when libuv refuses. */
+static int loop_handles_start(rpc_server *s)
+{
+    if (uv_check_init(s->loop, &s->flush_check) < 0) return SMP_EIO;
+    s->flush_check.data = s;
+    if (uv_prepare_init(s->loop, &s->flush_prepare) < 0) goto close_check;
+    s->flush_prepare.data = s;
+    if (uv_idle_init(s->loop, &s->resume_idle) < 0) goto close_prepare;
+    s->resume_idle.data = s;
+    s->loop_handles = 1;
+    s->refs += 3;
+    uv_check_start(&s->flush_check, on_check);
+    uv_prepare_start(&s->flush_prepare, on_prepare);
+    uv_unref((uv_handle_t *)&s->flush_check);
+    uv_unref((uv_handle_t *)&s->flush_prepare);
+    uv_unref((uv_handle_t *)&s->resume_idle);
+    return SMP_OK;
+
+close_prepare:
+    s->refs++;
+    uv_close((uv_handle_t *)&s->flush_prepare, on_loop_handle_closed);
+close_check:
+    s->refs++;
+    uv_close((uv_handle_t *)&s->flush_check, on_loop_handle_closed);
+    return SMP_EIO;
+}
+
+/* Close the three handles and drop what the flush and resume lists hold
+ * (their connections are closed by now: nothing is sent). */
+static void loop_handles_close(rpc_server *s)
+{
+    rpc_conn *c;
+    while ((c = s->flush_head) != NULL) {
+        s->flush_head = c->flush_next;
+        c->flush_queued = 0;
+        rpc_conn_unref(c);
+    }
+    while ((c = s->resume_head) != NULL) {
+        s->resume_head = c->resume_next;
+        c->resume_queued = 0;
+        rpc_conn_unref(c);
+    }
+    if (!s->loop_handles) return;
+    s->loop_handles = 0;
+    uv_close((uv_handle_t *)&s->flush_check, on_loop_handle_closed);
+    uv_close((uv_handle_t *)&s->flush_prepare, on_loop_handle_closed);
+    uv_close((uv_handle_t *)&s->resume_idle, on_loop_handle_closed);
 }
 
 /* -- Accepting ------------------------------------------------------------- */
@@ -320,6 +410,10 @@ int rpc_server_start(rpc_server *s, char *err, size_t errlen)
         goto close_listeners;
     if (s->listen_unix != NULL && (rc = start_unix(s, err, errlen)) < 0)
         goto close_listeners;
+    if ((rc = loop_handles_start(s)) < 0) {
+        wm_errbuf(err, errlen, "rpc: cannot create the loop handles that write the replies");
+        goto close_listeners;
+    }
     return SMP_OK;
 
 close_listeners:
@@ -351,6 +445,7 @@ void rpc_server_close(rpc_server *s)
     }
     while (s->conns != NULL)
         rpc_conn_close(s->conns);
+    loop_handles_close(s);
     server_unref(s);
 }
 
