@@ -477,10 +477,12 @@ int wm_claim_check(const wm_lineage_claim *c, char *msg, size_t cap)
 
 /* The entries a snapshot load creates come from one mapping (wm_bulk.h,
  * huge pages) sized for all of them: no malloc and no 4 KiB page fault per
- * entry (a malloc each was 14% of a restart at 100,000 revisions). An entry
- * of the slab is released on its own like any other (a delete, a failed
- * load); the mapping goes when its last entry and the load that made it
- * (one reference) are gone, so the memory of deleted revisions returns only
+ * entry (a malloc each was 14% of a restart at 100,000 revisions). The
+ * section's revisions are decoded straight into them (wm_section_place):
+ * an array of fixed-size entries, then every entry's keys. An entry of the
+ * slab is released on its own like any other (a delete, a failed load);
+ * the mapping goes when its last entry and the load that made it (one
+ * reference) are gone, so the memory of deleted revisions returns only
  * then. */
 typedef struct wm_slab {
     size_t len;  /* bytes mapped, this header included */
@@ -503,7 +505,8 @@ typedef struct wm_rev_entry {
     struct wm_rev_entry *next_id;
     struct wm_rev_entry *next_group;
     wm_slab *slab; /* the mapping it lives in; NULL: malloc'ed */
-    char keys[];   /* group key, NUL, manifest key, NUL */
+    char keys[];   /* group key, NUL, manifest key, NUL (malloc'ed entries;
+                    * a slab keeps its entries' keys after the entry array) */
 } wm_rev_entry;
 
 /* The bytes of an entry whose keys take keys_len bytes, rounded up so the
@@ -535,24 +538,15 @@ static void wm_slab_unref(wm_slab *sl)
     if (sl != NULL && --sl->refs == 0) wm_bulk_free(sl, sl->len);
 }
 
-/* A new entry holding a copy of rev, its keys in the entry's own storage:
- * from slab while it has room (slab may be NULL), else from malloc. NULL on
- * OOM. */
-static wm_rev_entry *wm_entry_new(const wm_revision *rev, wm_slab *slab)
+/* A new malloc'ed entry holding a copy of rev, its keys in the entry's own
+ * storage. NULL on OOM. */
+static wm_rev_entry *wm_entry_new(const wm_revision *rev)
 {
     size_t g = strlen(rev->group_key) + 1, m = strlen(rev->manifest_key) + 1;
     size_t need = wm_entry_size(g + m);
     wm_rev_entry *e;
-    if (slab != NULL && need <= slab->len - slab->used) {
-        e = (wm_rev_entry *)((char *)slab + slab->used);
-        slab->used += need;
-        slab->refs++;
-    } else {
-        if (need == SIZE_MAX || (e = malloc(need)) == NULL) return NULL;
-        slab = NULL;
-    }
+    if (need == SIZE_MAX || (e = malloc(need)) == NULL) return NULL;
     memset(e, 0, sizeof(*e));
-    e->slab = slab;
     memcpy(e->keys, rev->group_key, g);
     memcpy(e->keys + g, rev->manifest_key, m);
     e->rev = *rev;
@@ -728,7 +722,11 @@ static int wm_entry_insert(wm_store *st, wm_rev_entry *e)
         st->order = no;
         st->cap_revs = nc;
     }
-    size_t at = wm_store_revision_lower_bound(st, &e->rev.id);
+    /* A snapshot's revisions come in identity order: each goes last. */
+    size_t at = st->n_revs > 0 && wm_identity_cmp(&st->order[st->n_revs - 1]->rev.id,
+                                                  &e->rev.id) < 0
+                    ? st->n_revs
+                    : wm_store_revision_lower_bound(st, &e->rev.id);
     memmove(&st->order[at + 1], &st->order[at], (st->n_revs - at) * sizeof(*st->order));
     st->order[at] = e;
     st->n_revs++;
@@ -1068,7 +1066,7 @@ int wm_store_apply_upsert(wm_store *st, const wm_metadata_upsert *u, char *msg, 
         next.last_access_ms = e->rev.last_access_ms;
 
     if (e == NULL) {
-        e = wm_entry_new(&next, NULL);
+        e = wm_entry_new(&next);
         if (e == NULL) {
             rc = SMP_ENOMEM;
             goto free_copy;
@@ -1394,37 +1392,53 @@ static int wm_lineage_entry_cmp(const void *a, const void *b)
     return wm_lineage_cmp(&x->lineage, &y->lineage);
 }
 
+/* wm_section_place's alloc for a load: a slab of n entries and keys_len
+ * bytes of keys; *ctx (a wm_slab **) gets it with the load's reference. */
+static void *wm_load_place(void *ctx, size_t n, size_t keys_len, char **keys)
+{
+    wm_slab **out = ctx;
+    if (n > (SIZE_MAX - keys_len - 2 * WM_SLAB_ALIGN) / sizeof(wm_rev_entry)) return NULL;
+    size_t entries = n * sizeof(wm_rev_entry);
+    wm_slab *sl = wm_slab_new(entries + keys_len);
+    if (sl == NULL) return NULL;
+    char *first = (char *)sl + sl->used;
+    sl->used += entries + keys_len;
+    *keys = first + entries;
+    *out = sl;
+    return first;
+}
+
 int wm_store_load(wm_store *st, const uint8_t *buf, size_t len, char *msg, size_t cap)
 {
     int rc;
     wm_section_image img;
     wm_store *fresh = NULL;
     wm_slab *slab = NULL;
+    size_t i;
+    const wm_section_place place = {wm_load_place, &slab, sizeof(wm_rev_entry),
+                                    offsetof(wm_rev_entry, rev), offsetof(wm_rev_entry, aff)};
 
-    if ((rc = wm_decode_section(buf, len, &img, msg, cap)) < 0) return rc;
+    if ((rc = wm_decode_section_placed(buf, len, &place, &img, msg, cap)) < 0) goto unref_slab;
     if ((rc = wm_store_create(&fresh)) < 0) goto clear_image;
-    size_t slab_bytes = 0;
-    for (size_t i = 0; i < img.n_revisions && slab_bytes != SIZE_MAX; i++) {
-        size_t n = wm_entry_size(strlen(img.revisions[i].group_key) + 1 +
-                                 strlen(img.revisions[i].manifest_key) + 1);
-        slab_bytes = n > SIZE_MAX - slab_bytes ? SIZE_MAX : slab_bytes + n;
-    }
-    slab = slab_bytes != SIZE_MAX ? wm_slab_new(slab_bytes) : NULL;
-    for (size_t i = 0; i < img.n_revisions; i++) {
-        wm_rev_entry *e = wm_entry_new(&img.revisions[i], slab);
-        if (e == NULL) {
-            rc = SMP_ENOMEM;
-            goto free_fresh;
-        }
-        e->aff = img.affinities[i]; /* moved */
-        memset(&img.affinities[i], 0, sizeof(img.affinities[i]));
+    /* Each entry holds its decoded revision and affinity summary: link it.
+     * From here the image's affinities are the entries'. */
+    for (i = 0; i < img.n_revisions; i++) {
+        wm_rev_entry *e = (wm_rev_entry *)((char *)wm_image_revision(&img, i) -
+                                           offsetof(wm_rev_entry, rev));
+        e->id_hash = e->group_hash = 0;
+        e->next_id = e->next_group = NULL;
+        e->slab = slab;
+        slab->refs++;
         if ((rc = wm_entry_insert(fresh, e)) < 0) {
             wm_affinity_clear(&e->aff);
             wm_entry_release(e);
+            for (i++; i < img.n_revisions; i++) wm_affinity_clear(wm_image_affinity(&img, i));
+            img.n_revisions = 0;
             goto free_fresh;
         }
         wm_stats_count(fresh, &e->rev, +1);
     }
+    img.n_revisions = 0;
     for (size_t i = 0; i < img.n_operations; i++)
         if ((rc = wm_op_put(fresh, &img.operations[i])) < 0) goto free_fresh;
     for (size_t i = 0; i < img.n_leases; i++) {
@@ -1471,8 +1485,9 @@ int wm_store_load(wm_store *st, const uint8_t *buf, size_t len, char *msg, size_
     rc = WM_OK;
 free_fresh:
     wm_store_free(fresh);
-    wm_slab_unref(slab); /* the load's reference: the entries hold the rest */
 clear_image:
     wm_section_image_clear(&img);
+unref_slab:
+    wm_slab_unref(slab); /* the load's reference: the entries hold the rest */
     return rc;
 }

@@ -431,9 +431,9 @@ int wm_encode_section(const wm_section_image *in, uint8_t **out, size_t *out_len
     for (size_t i = 0; i < in->n_revisions; i++) {
         wm_pb_rev_entry *e = &revs[i];
         wmrec__revision_entry__init(&e->m);
-        wm_enc_revision(&e->rev, &in->revisions[i]);
+        wm_enc_revision(&e->rev, wm_image_revision(in, i));
         e->m.revision = &e->rev.m;
-        const wm_affinity *a = in->affinities != NULL ? &in->affinities[i] : NULL;
+        const wm_affinity *a = wm_image_affinity(in, i);
         if (a != NULL && a->n_units > 0) {
             if ((rc = wm_enc_affinity(&e->aff, a)) < 0) goto free_affinities;
             n_aff = i + 1;
@@ -811,7 +811,14 @@ void wm_section_image_clear(wm_section_image *img)
 {
     if (img == NULL) return;
     if (img->affinities != NULL)
-        for (size_t i = 0; i < img->n_revisions; i++) wm_affinity_clear(&img->affinities[i]);
+        for (size_t i = 0; i < img->n_revisions; i++) wm_affinity_clear(wm_image_affinity(img, i));
+    if (img->stride > 0) { /* placed: the storage is the caller's */
+        free(img->operations);
+        free(img->leases);
+        free(img->lineages);
+        memset(img, 0, sizeof(*img));
+        return;
+    }
     if (img->revisions_len > 0)
         wm_bulk_free(img->revisions, img->revisions_len);
     else
@@ -998,6 +1005,12 @@ static int wm_dec_lineage_entry(const Wmrec__LineageEntry *m, wm_lineage_entry *
 int wm_decode_section(const uint8_t *buf, size_t len, wm_section_image *out, char *msg,
                       size_t cap)
 {
+    return wm_decode_section_placed(buf, len, NULL, out, msg, cap);
+}
+
+int wm_decode_section_placed(const uint8_t *buf, size_t len, const wm_section_place *place,
+                             wm_section_image *out, char *msg, size_t cap)
+{
     int rc = WM_OK;
     char why[256];
     wm_section_image img;
@@ -1026,18 +1039,27 @@ int wm_decode_section(const uint8_t *buf, size_t len, wm_section_image *out, cha
                      WM_SECTION_NAME, m->format, WM_SECTION_FORMAT);
         goto free_message;
     }
-    /* Not zeroed: each is written whole by its decode before it is read. */
-    img.revisions_len = (m->n_revisions + 1) * sizeof(*img.revisions);
-    img.revisions = wm_bulk_alloc(img.revisions_len);
-    if (img.revisions == NULL) img.revisions_len = 0;
-    img.affinities = calloc(m->n_revisions + 1, sizeof(*img.affinities));
-    img.operations = calloc(m->n_operations + 1, sizeof(*img.operations));
-    img.leases = calloc(m->n_leases + 1, sizeof(*img.leases));
-    img.lineages = calloc(m->n_lineages + 1, sizeof(*img.lineages));
     size_t keys_len = 1;
     for (size_t i = 0; i < m->n_revisions; i++)
         if (m->revisions[i] != NULL) keys_len += wm_dec_keys_len(m->revisions[i]->revision);
-    img.keys = malloc(keys_len);
+    if (place != NULL) {
+        char *first = place->alloc(place->ctx, m->n_revisions, keys_len, &img.keys);
+        if (first != NULL) {
+            img.revisions = (wm_revision *)(first + place->rev_off);
+            img.affinities = (wm_affinity *)(first + place->aff_off);
+            img.stride = place->stride;
+        }
+    } else {
+        /* Not zeroed: each is written whole by its decode before it is read. */
+        img.revisions_len = (m->n_revisions + 1) * sizeof(*img.revisions);
+        img.revisions = wm_bulk_alloc(img.revisions_len);
+        if (img.revisions == NULL) img.revisions_len = 0;
+        img.affinities = calloc(m->n_revisions + 1, sizeof(*img.affinities));
+        img.keys = malloc(keys_len);
+    }
+    img.operations = calloc(m->n_operations + 1, sizeof(*img.operations));
+    img.leases = calloc(m->n_leases + 1, sizeof(*img.leases));
+    img.lineages = calloc(m->n_lineages + 1, sizeof(*img.lineages));
     char *keys = img.keys;
     if (img.revisions == NULL || img.affinities == NULL || img.operations == NULL ||
         img.leases == NULL || img.lineages == NULL || img.keys == NULL) {
@@ -1050,11 +1072,12 @@ int wm_decode_section(const uint8_t *buf, size_t len, wm_section_image *out, cha
             rc = wm_fail(SMP_EPROTO, msg, cap, "revision entry %zu is empty", i);
             goto free_image;
         }
+        wm_affinity *aff = wm_image_affinity(&img, i);
+        memset(aff, 0, sizeof(*aff));
         img.n_revisions = i + 1;
-        if ((rc = wm_dec_revision(e->revision, &img.revisions[i], &keys, msg, cap)) < 0)
+        if ((rc = wm_dec_revision(e->revision, wm_image_revision(&img, i), &keys, msg, cap)) < 0)
             goto free_image;
-        if (e->affinity != NULL &&
-            (rc = wm_dec_affinity(e->affinity, &img.affinities[i], msg, cap)) < 0)
+        if (e->affinity != NULL && (rc = wm_dec_affinity(e->affinity, aff, msg, cap)) < 0)
             goto free_image;
     }
     for (size_t i = 0; i < m->n_operations; i++) {
@@ -1133,17 +1156,30 @@ static int wm_lin_ptr_cmp(const void *a, const void *b)
     return wm_lineage_cmp(&x->lineage, &y->lineage);
 }
 
-/* Pointer indexes over the table's arrays, each sorted by its key. One
- * allocation of n + 1 so an empty table still gets a pointer. */
-#define WM_INDEX(type, arr, n, cmp, out)                  \
-    do {                                                  \
-        (out) = malloc(((n) + 1) * sizeof(const type *)); \
-        if ((out) != NULL) {                              \
-            for (size_t k_ = 0; k_ < (n); k_++)           \
-                (out)[k_] = &(arr)[k_];                   \
-            qsort((out), (n), sizeof(const type *), cmp); \
-        }                                                 \
+/* Pointer indexes over the table's records, each sorted by its key: elem
+ * is the address of record k_. One allocation of n + 1 so an empty table
+ * still gets a pointer. A table is saved in key order, so one pass usually
+ * finds it sorted and the qsort (n log n compares, of four strings each for
+ * revisions) is skipped. */
+#define WM_INDEX(type, elem, n, cmp, out)                                   \
+    do {                                                                    \
+        (out) = malloc(((n) + 1) * sizeof(const type *));                   \
+        if ((out) != NULL) {                                                \
+            size_t k_ = 0;                                                  \
+            for (k_ = 0; k_ < (n); k_++)                                    \
+                (out)[k_] = (elem);                                         \
+            for (k_ = 1; k_ < (n); k_++)                                    \
+                if (cmp(&(out)[k_ - 1], &(out)[k_]) > 0) break;             \
+            if (k_ < (n)) qsort((out), (n), sizeof(const type *), cmp);     \
+        }                                                                   \
     } while (0)
+
+/* The position of revision r in img. */
+static size_t wm_image_index(const wm_section_image *img, const wm_revision *r)
+{
+    if (img->stride == 0) return (size_t)(r - img->revisions);
+    return (size_t)((const char *)r - (const char *)img->revisions) / img->stride;
+}
 
 int wm_section_check(const wm_section_image *img, char *msg, size_t cap)
 {
@@ -1163,8 +1199,8 @@ int wm_section_check(const wm_section_image *img, char *msg, size_t cap)
         return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "table arrays are missing");
 
     for (size_t i = 0; i < img->n_revisions; i++) {
-        const wm_revision *r = &img->revisions[i];
-        const wm_affinity *a = img->affinities != NULL ? &img->affinities[i] : NULL;
+        const wm_revision *r = wm_image_revision(img, i);
+        const wm_affinity *a = wm_image_affinity(img, i);
         if (wm_metadata_check(r, why, sizeof(why)) < 0)
             return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "revision %zu: %s", i, why);
         if (a != NULL && a->n_units > 0) {
@@ -1179,10 +1215,10 @@ int wm_section_check(const wm_section_image *img, char *msg, size_t cap)
         }
     }
 
-    WM_INDEX(wm_revision, img->revisions, img->n_revisions, wm_rev_ptr_cmp, revs);
-    WM_INDEX(wm_operation, img->operations, img->n_operations, wm_op_ptr_cmp, ops);
-    WM_INDEX(wm_lease, img->leases, img->n_leases, wm_lease_ptr_cmp, leases);
-    WM_INDEX(wm_lineage_entry, img->lineages, img->n_lineages, wm_lin_ptr_cmp, lins);
+    WM_INDEX(wm_revision, wm_image_revision(img, k_), img->n_revisions, wm_rev_ptr_cmp, revs);
+    WM_INDEX(wm_operation, &img->operations[k_], img->n_operations, wm_op_ptr_cmp, ops);
+    WM_INDEX(wm_lease, &img->leases[k_], img->n_leases, wm_lease_ptr_cmp, leases);
+    WM_INDEX(wm_lineage_entry, &img->lineages[k_], img->n_lineages, wm_lin_ptr_cmp, lins);
     counts = calloc(img->n_revisions + 1, sizeof(*counts));
     if (revs == NULL || ops == NULL || leases == NULL || lins == NULL || counts == NULL) {
         rc = SMP_ENOMEM;
@@ -1221,7 +1257,7 @@ int wm_section_check(const wm_section_image *img, char *msg, size_t cap)
         goto free_indexes;
     }
     for (size_t i = 0; i < img->n_revisions; i++) {
-        const wm_revision *r = &img->revisions[i];
+        const wm_revision *r = wm_image_revision(img, i);
         if (r->operation_id != 0 &&
             bsearch(&r->operation_id, ops, img->n_operations, sizeof(*ops), wm_op_key_cmp) == NULL) {
             rc = wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
@@ -1254,7 +1290,7 @@ int wm_section_check(const wm_section_image *img, char *msg, size_t cap)
                          "lease %" PRIu64 " is fenced on a generation the revision never had", l->id);
             goto free_indexes;
         }
-        counts[*hit - img->revisions]++;
+        counts[wm_image_index(img, *hit)]++;
     }
     if (img->n_leases > 0 && img->next_lease_id <= leases[img->n_leases - 1]->id) {
         rc = wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
@@ -1263,10 +1299,10 @@ int wm_section_check(const wm_section_image *img, char *msg, size_t cap)
         goto free_indexes;
     }
     for (size_t i = 0; i < img->n_revisions; i++) {
-        if (counts[i] != img->revisions[i].lease_count) {
+        if (counts[i] != wm_image_revision(img, i)->lease_count) {
             rc = wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
                          "revision %zu counts %" PRIu32 " leases, the table holds %" PRIu32, i,
-                         img->revisions[i].lease_count, counts[i]);
+                         wm_image_revision(img, i)->lease_count, counts[i]);
             goto free_indexes;
         }
     }

@@ -70,7 +70,47 @@ typedef struct wm_section_image {
     /* When decoded, revisions is a wm_bulk mapping of this many bytes
      * (wm_bulk.h); 0: malloc'ed (or not owned). */
     size_t revisions_len;
+    /* 0: revisions and affinities are arrays. Otherwise the i-th revision
+     * and the i-th affinity are each stride bytes after the one before: the
+     * decode placed them in the caller's storage (wm_decode_section_placed),
+     * which the image does not own (nor keys). Read them through
+     * wm_image_revision and wm_image_affinity. */
+    size_t stride;
 } wm_section_image;
+
+/* The i-th revision of img (i < n_revisions). */
+static inline wm_revision *wm_image_revision(const wm_section_image *img, size_t i)
+{
+    return img->stride ? (wm_revision *)((char *)img->revisions + i * img->stride)
+                       : &img->revisions[i];
+}
+
+/* The i-th affinity summary of img, NULL when the image has none. */
+static inline wm_affinity *wm_image_affinity(const wm_section_image *img, size_t i)
+{
+    if (img->affinities == NULL) return NULL;
+    return img->stride ? (wm_affinity *)((char *)img->affinities + i * img->stride)
+                       : &img->affinities[i];
+}
+
+/* Where wm_decode_section_placed decodes the revisions: into the caller's
+ * records (a store's entries), so a snapshot load does not decode them into
+ * an array first and copy each into its entry. */
+typedef struct wm_section_place {
+    /* Called once the section's counts are known, before any revision is
+     * decoded: storage for n records of stride bytes, the i-th holding its
+     * wm_revision at rev_off and its wm_affinity at aff_off, and keys_len
+     * bytes where the revisions' group and manifest keys are copied (*keys).
+     * Returns the first record, NULL when it cannot (the decode then fails
+     * with SMP_ENOMEM). The storage stays the caller's on success and on
+     * failure; the decode writes every revision whole and zeroes every
+     * affinity before it fills it. */
+    void *(*alloc)(void *ctx, size_t n, size_t keys_len, char **keys);
+    void *ctx;
+    size_t stride;
+    size_t rev_off;
+    size_t aff_off;
+} wm_section_place;
 
 #define WM_SECTION_FORMAT 1
 
@@ -111,6 +151,13 @@ int wm_decode_lineage_claim(const uint8_t *buf, size_t len, wm_lineage_claim *ou
                             char *msg, size_t cap);
 int wm_decode_section(const uint8_t *buf, size_t len, wm_section_image *out,
                       char *msg, size_t cap);
+/* wm_decode_section with the revisions and their affinity summaries decoded
+ * into place's storage (place NULL: as wm_decode_section). On success *out
+ * owns the affinities until the caller takes them (it then sets
+ * out->n_revisions to 0 before wm_section_image_clear); on failure nothing
+ * is left to release but the caller's storage. */
+int wm_decode_section_placed(const uint8_t *buf, size_t len, const wm_section_place *place,
+                             wm_section_image *out, char *msg, size_t cap);
 
 /* Check the cross-record invariants of a whole table (what a section decode
  * runs after each record passed on its own): unique identities, operation,
