@@ -51,8 +51,9 @@ void obj_object_free(obj_object *o)
 {
     if (!o) return;
     for (size_t i = 0; i < o->nreps; i++) obj_rep_clear(&o->reps[i]);
-    free(o->reps);
-    free(o);
+    if (o->reps_own) free(o->reps);
+    if (o->slab) obj_slab_unref(o->slab);
+    else free(o);
 }
 
 void obj_put_free(obj_put *p)

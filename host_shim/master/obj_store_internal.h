@@ -68,6 +68,17 @@ typedef struct obj_rep {
     char *path;         /* COLD */
 } obj_rep;
 
+/* The objects a snapshot load builds come from one mapping (host_bulk.h,
+ * huge pages) sized from the section: no malloc and no 4 KiB page fault
+ * per object and replica list. An object of the slab is freed on its own
+ * like any other; the mapping goes when its last object and the load that
+ * made it (one reference) are gone. */
+typedef struct obj_slab {
+    size_t len;  /* bytes mapped, this header included */
+    size_t used; /* bytes handed out, this header included */
+    size_t refs; /* objects not freed, plus one while the load runs */
+} obj_slab;
+
 typedef struct obj_object {
     char *key;             /* key, group and tenant are in strings[] below: */
     char *group;           /* one allocation per object, and the key a */
@@ -84,6 +95,8 @@ typedef struct obj_object {
     int in_lru;            /* on the LRU list: has a complete memory replica */
     struct obj_object *lru_prev;
     struct obj_object *lru_next;
+    obj_slab *slab;        /* the load's mapping it lives in; NULL: calloc'ed */
+    int reps_own;          /* reps is its own allocation; 0: after strings[] */
     char strings[];
 } obj_object;
 
@@ -148,6 +161,7 @@ struct obj_store {
     obj_object *lru_head; /* oldest access */
     obj_object *lru_tail;
     int bulk_load;        /* LRU appends unsorted; resorted at the end */
+    obj_slab *load_slab;  /* while a snapshot loads: where its objects go */
     obj_guard_ops guard;
     obj_stats stats;      /* counters; memory fields computed on demand */
     obj_abandon_fn abandon; /* ranges given up with a writer's bytes in them */
@@ -236,6 +250,13 @@ int obj_encode_remove(const char *const *keys,
 int obj_keybatch_flush(obj_keybatch *b, obj_record_list *out);
 int obj_keybatch_add(obj_keybatch *b, const obj_object *o, obj_record_list *out);
 int obj_apply_object(obj_store *st, const Hostrec__ObjectRecord *m);
+/* The bytes an object built from m takes in a load's slab (aligned). */
+size_t obj_object_bytes(const Hostrec__ObjectRecord *m);
+/* A slab of bytes for a load's objects, holding the load's reference; NULL
+ * when it cannot be mapped (objects then come from calloc). */
+obj_slab *obj_slab_new(size_t bytes);
+/* Drop one reference; the last unmaps the slab. NULL is a no-op. */
+void obj_slab_unref(obj_slab *sl);
 int obj_segment_msg_ok(const Hostrec__SegmentRecord *m);
 int obj_apply_segment_mount(obj_store *st, const Hostrec__SegmentRecord *m);
 int obj_set_group_managed(obj_store *st, const char *name, const char *owner);

@@ -5,6 +5,8 @@
  * obj_store (see obj_store.c). */
 #include "obj_store_internal.h"
 
+#include "host_bulk.h"
+
 #include <stdalign.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -314,22 +316,64 @@ static obj_segment *obj_memory_rep_place(obj_store *st,
     return NULL;
 }
 
-/* Build an object from a well-formed record. Memory replicas that cannot
- * exist here (see obj_memory_rep_place) are left out and counted. SMP_ENOMEM.
- * Nothing is reserved or indexed. */
+size_t obj_object_bytes(const Hostrec__ObjectRecord *m)
+{
+    const size_t align = alignof(max_align_t);
+    size_t n = sizeof(obj_object) + strlen(m->key) + strlen(m->group) + strlen(m->tenant) + 3;
+    n = (n + alignof(obj_rep) - 1) & ~(alignof(obj_rep) - 1);
+    n += (m->n_replicas ? m->n_replicas : 1) * sizeof(obj_rep);
+    return (n + align - 1) & ~(align - 1);
+}
+
+obj_slab *obj_slab_new(size_t bytes)
+{
+    const size_t align = alignof(max_align_t);
+    size_t hdr = (sizeof(obj_slab) + align - 1) & ~(align - 1);
+    if (bytes == 0 || bytes > SIZE_MAX - hdr) return NULL;
+    obj_slab *sl = host_bulk_alloc(hdr + bytes);
+    if (sl == NULL) return NULL;
+    sl->len = hdr + bytes;
+    sl->used = hdr;
+    sl->refs = 1;
+    return sl;
+}
+
+void obj_slab_unref(obj_slab *sl)
+{
+    if (sl != NULL && --sl->refs == 0) host_bulk_free(sl, sl->len);
+}
+
+/* Build an object from a well-formed record: in st->load_slab while a
+ * snapshot loads and it has room (its replica list in the same piece),
+ * else from calloc. Memory replicas that cannot exist here (see
+ * obj_memory_rep_place) are left out and counted. SMP_ENOMEM. Nothing is
+ * reserved or indexed. */
 static int obj_object_build(obj_store *st,
                             const Hostrec__ObjectRecord *m,
                             const obj_object *only,
                             obj_object **out)
 {
     size_t kl = strlen(m->key) + 1, gl = strlen(m->group) + 1, tl = strlen(m->tenant) + 1;
-    obj_object *o = calloc(1, sizeof(*o) + kl + gl + tl);
-    if (!o) return SMP_ENOMEM;
+    obj_slab *sl = st->load_slab;
+    size_t need = sl ? obj_object_bytes(m) : 0;
+    obj_object *o;
+    if (sl && need <= sl->len - sl->used) {
+        o = (obj_object *)((char *)sl + sl->used); /* zeroed: fresh mapping */
+        sl->used += need;
+        sl->refs++;
+        o->slab = sl;
+        size_t at = (sizeof(*o) + kl + gl + tl + alignof(obj_rep) - 1) & ~(alignof(obj_rep) - 1);
+        o->reps = (obj_rep *)((char *)o + at);
+    } else {
+        o = calloc(1, sizeof(*o) + kl + gl + tl);
+        if (!o) return SMP_ENOMEM;
+        o->reps = calloc(m->n_replicas ? m->n_replicas : 1, sizeof(obj_rep));
+        o->reps_own = 1;
+        if (!o->reps) goto free_object;
+    }
     o->key = memcpy(o->strings, m->key, kl);
     o->group = memcpy(o->strings + kl, m->group, gl);
     o->tenant = memcpy(o->strings + kl + gl, m->tenant, tl);
-    o->reps = calloc(m->n_replicas ? m->n_replicas : 1, sizeof(obj_rep));
-    if (!o->reps) goto free_object;
     o->size = m->size;
     o->data_type = (smp_data_type)m->data_type;
     memcpy(o->checksum, m->checksum.data, 32);
@@ -403,10 +447,14 @@ static int obj_apply_add_replica(obj_store *st, const Hostrec__ObjectRecord *m)
         ext > s->capacity - a->offset || o->size != a->length || o->nreps >= OBJ_REPLICAS_MAX)
         goto dropped;
 
-    /* Every allocation before the first change. */
-    obj_rep *reps = realloc(o->reps, (o->nreps + 1) * sizeof(*reps));
+    /* Every allocation before the first change. A list in the object's own
+     * piece (a loaded object) moves to an allocation of its own. */
+    obj_rep *reps = o->reps_own ? realloc(o->reps, (o->nreps + 1) * sizeof(*reps))
+                                : malloc((o->nreps + 1) * sizeof(*reps));
     if (!reps) return SMP_ENOMEM;
+    if (!o->reps_own && o->nreps) memcpy(reps, o->reps, o->nreps * sizeof(*reps));
     o->reps = reps;
+    o->reps_own = 1;
     char *node = strdup(a->node);
     if (!node) return SMP_ENOMEM;
     if (obj_seg_ensure(s, 1) < 0) {

@@ -135,6 +135,16 @@ int obj_store_load(obj_store *st, const uint8_t *data, size_t len)
     if (m->format != OBJ_SNAPSHOT_FORMAT) { rc = SMP_EPROTO; goto free_msg; }
     uint64_t dropped = st->stats.replicas_dropped;
     st->bulk_load = 1;
+    /* The objects' slab, sized from the section (a failed size or mapping
+     * leaves them to calloc). */
+    size_t slab_bytes = 0;
+    for (size_t i = 0; i < m->n_objects && slab_bytes != SIZE_MAX; i++) {
+        size_t n = m->objects[i]->key && m->objects[i]->group && m->objects[i]->tenant
+                       ? obj_object_bytes(m->objects[i])
+                       : 0;
+        slab_bytes = n > SIZE_MAX - slab_bytes ? SIZE_MAX : slab_bytes + n;
+    }
+    st->load_slab = slab_bytes != SIZE_MAX ? obj_slab_new(slab_bytes) : NULL;
     for (size_t i = 0; i < m->n_segments; i++) {
         if (!obj_segment_msg_ok(m->segments[i]) ||
             obj_sl_get(&st->segments, m->segments[i]->id)) {
@@ -159,13 +169,16 @@ int obj_store_load(obj_store *st, const uint8_t *data, size_t len)
     st->bulk_load = 0;
     obj_lru_resort(st);
     rc = SMP_OK;
-    goto free_msg;
+    goto unref_slab;
 
 clear:
     rc = obj_load_rc(rc);
     st->stats.replicas_dropped = dropped;
     st->bulk_load = 0;
     obj_store_clear(st);
+unref_slab:
+    obj_slab_unref(st->load_slab); /* the load's reference: the objects hold the rest */
+    st->load_slab = NULL;
 free_msg:
     pb_arena_free_unpacked(&arena, &m->base);
 free_arena:
