@@ -8,19 +8,19 @@
  * lease and was created in our term) and reads the head, the records up to
  * that head are delivered to the caller, and appends continue at head + 1.
  *
- * Writing mirrors the file backend's threading: the loop hands its appends
- * over once per turn (a uv_check after the I/O callbacks, a uv_prepare for
- * the rest), the backend's thread takes whatever queued while the previous
- * txn was in flight (up to max_batch_records and max_batch_bytes) and writes
- * it as ONE txn:
+ * Writing goes through the OpLog pipeline the file backend uses too
+ * (oplog_pipe.c): the loop hands its appends over once per turn, the
+ * backend's thread takes whatever queued while the previous txn was in
+ * flight (up to max_batch_records and max_batch_bytes) and writes it as ONE
+ * txn:
  *   compare  leader key LEASE == lease_id, leader key CREATE == create_revision,
  *            log_head MOD == the mod revision this writer last wrote or read
  *   success  put every record key, put log_head = the batch's last seq
  *   failure  range the leader key (to name who holds it)
- * and the durable callbacks run on the loop thread, in order, through a
- * uv_async_t. A failed compare means another writer (a new leader) exists:
- * the log is fenced -- every owed callback gets SMP_EDURABILITY, the log is
- * read-only, on_fenced runs. A transport error leaves the outcome unknown:
+ * and the durable callbacks run on the loop thread, in order, through the
+ * pipeline's uv_async_t. A failed compare means another writer (a new
+ * leader) exists: the log is fenced -- every owed callback gets
+ * SMP_EDURABILITY, the log is read-only, on_fenced runs. A transport error leaves the outcome unknown:
  * the head and the batch's first key are read back (one txn, no compare) --
  * applied if the head is the batch's last seq and the key holds our bytes,
  * not applied if the head is still ours, fenced otherwise -- and the batch
@@ -163,40 +163,6 @@ int oel_verify_value(uint64_t seq,
     return 0;
 }
 
-static void list_push(entry_list *l, entry *e)
-{
-    e->next = NULL;
-    if (l->tail != NULL)
-        l->tail->next = e;
-    else
-        l->head = e;
-    l->tail = e;
-}
-
-static void list_splice(entry_list *dst, entry_list *src)
-{
-    if (src->head == NULL)
-        return;
-    if (dst->tail != NULL)
-        dst->tail->next = src->head;
-    else
-        dst->head = src->head;
-    dst->tail = src->tail;
-    src->head = src->tail = NULL;
-}
-
-static entry *list_pop(entry_list *l)
-{
-    entry *e = l->head;
-    if (e != NULL) {
-        l->head = e->next;
-        if (l->head == NULL)
-            l->tail = NULL;
-        e->next = NULL;
-    }
-    return e;
-}
-
 static void frec_splice(frec_list *dst, frec_list *src)
 {
     if (src->head == NULL)
@@ -232,7 +198,7 @@ void oel_timed_wait_locked(etcd_log *el, uint32_t ms)
         ts.tv_sec++;
         ts.tv_nsec -= 1000000000L;
     }
-    pthread_cond_timedwait(&el->cv, &el->mu, &ts);
+    pthread_cond_timedwait(&el->pipe.cv, &el->pipe.mu, &ts);
 }
 
 /* Sleep ms on the thread (mu not held); a request from the loop (stop,
@@ -240,17 +206,17 @@ void oel_timed_wait_locked(etcd_log *el, uint32_t ms)
 void oel_nap(etcd_log *el, uint32_t ms, int wake)
 {
     uint64_t until = oel_now_ns() + (uint64_t)ms * 1000000u;
-    pthread_mutex_lock(&el->mu);
+    pthread_mutex_lock(&el->pipe.mu);
     for (;;) {
         uint64_t t = oel_now_ns();
         if (t >= until)
             break;
-        if (wake && (el->stop || el->promote_req || el->follow_req ||
+        if (wake && (el->pipe.stop || el->promote_req || el->follow_req ||
                      (el->cancel_sess != 0 && el->cancel_sess == el->f_sess)))
             break;
         oel_timed_wait_locked(el, (uint32_t)((until - t + 999999u) / 1000000u));
     }
-    pthread_mutex_unlock(&el->mu);
+    pthread_mutex_unlock(&el->pipe.mu);
 }
 
 /* -- the loop side: handing over and delivering ------------------------------ */
@@ -259,25 +225,17 @@ void oel_nap(etcd_log *el, uint32_t ms, int wake)
  * log follows. */
 static void update_ref(etcd_log *el)
 {
-    int want = el->owed > 0 || el->promote_pending || el->following;
-    if (el->closing)
-        want = 0;
-    if (want == el->ref_held)
-        return;
-    el->ref_held = want;
-    if (want)
-        uv_ref((uv_handle_t *)&el->async);
-    else
-        uv_unref((uv_handle_t *)&el->async);
+    el->pipe.hold = el->promote_pending || el->following;
+    oplog_pipe_update_ref(&el->pipe);
 }
 
 /* Stop the thread following session sess. Loop thread. */
 static void cancel_follow(etcd_log *el, uint64_t sess)
 {
-    pthread_mutex_lock(&el->mu);
+    pthread_mutex_lock(&el->pipe.mu);
     el->cancel_sess = sess;
-    pthread_cond_signal(&el->cv);
-    pthread_mutex_unlock(&el->mu);
+    pthread_cond_signal(&el->pipe.cv);
+    pthread_mutex_unlock(&el->pipe.mu);
 }
 
 /* Following ended: tell the caller once. Loop thread. */
@@ -289,7 +247,7 @@ static void end_following(etcd_log *el, int status, const char *why)
     el->following = 0;
     el->on_stop = NULL;
     update_ref(el);
-    if (on_stop != NULL && !el->closing)
+    if (on_stop != NULL && !el->pipe.closing)
         on_stop(el->stop_arg, status, why);
 }
 
@@ -297,22 +255,21 @@ static void end_following(etcd_log *el, int status, const char *why)
  * the promote's outcome, durable callbacks, fencing. Loop thread.
  * Re-entrant: a callback that closes the log makes the nested call continue
  * from the same lists; el stays allocated until the uv close callbacks. */
-static void deliver(etcd_log *el)
+static void deliver(void *be)
 {
+    etcd_log *el = be;
     frec *r;
-    entry *e;
     int stop_evt, prom_evt, fenced_evt;
     int stop_status = 0, prom_status = 0, prom_follow_ended = 0;
     uint64_t stop_sess = 0, prom_sess = 0, prom_head = 0;
     char stop_why[384], fenced_why[512];
-    uint64_t now;
 
-    pthread_mutex_lock(&el->mu);
+    pthread_mutex_lock(&el->pipe.mu);
     frec_splice(&el->ready_recs, &el->recs);
     if (el->n_recs >= FOLLOW_QUEUE_MAX)
-        pthread_cond_signal(&el->cv);
+        pthread_cond_signal(&el->pipe.cv);
     el->n_recs = 0;
-    list_splice(&el->ready, &el->done);
+    oplog_pipe_take_done_locked(&el->pipe);
     stop_evt = el->stop_evt;
     if (stop_evt) {
         stop_status = el->stop_status;
@@ -333,11 +290,11 @@ static void deliver(etcd_log *el)
         memcpy(fenced_why, el->fenced_why, sizeof(fenced_why));
         el->fenced_evt = 0;
     }
-    pthread_mutex_unlock(&el->mu);
+    pthread_mutex_unlock(&el->pipe.mu);
 
     while ((r = frec_pop(&el->ready_recs)) != NULL) {
         int rc;
-        if (el->closing || r->sess != el->sess || r->sess == el->dead_sess) {
+        if (el->pipe.closing || r->sess != el->sess || r->sess == el->dead_sess) {
             free(r);
             continue;
         }
@@ -355,7 +312,7 @@ static void deliver(etcd_log *el)
         }
         el->applied_seq = r->rec.seq;
         if (!el->writable)
-            el->last_seq = el->durable_seq = r->rec.seq;
+            el->last_seq = el->pipe.durable_seq = r->rec.seq;
         if (r->rec.seq > el->head_seen)
             el->head_seen = r->rec.seq;
         free(r);
@@ -367,7 +324,7 @@ static void deliver(etcd_log *el)
         int status = prom_status;
         el->promote_pending = 0;
         el->promote_cb = NULL;
-        if (el->closing)
+        if (el->pipe.closing)
             status = SMP_ECANCELED;
         else if (prom_sess == el->dead_sess)
             status = el->dead_code; /* the caller's fn refused a record */
@@ -375,7 +332,7 @@ static void deliver(etcd_log *el)
             el->writable = 1;
             el->following = 0;
             el->on_stop = NULL;
-            el->last_seq = el->durable_seq = el->applied_seq = prom_head;
+            el->last_seq = el->pipe.durable_seq = el->applied_seq = prom_head;
             if (prom_head > el->head_seen)
                 el->head_seen = prom_head;
         } else if (prom_follow_ended && prom_sess == el->sess) {
@@ -388,78 +345,24 @@ static void deliver(etcd_log *el)
         if (cb != NULL)
             cb(el->promote_arg, status);
     }
-    now = uv_hrtime();
-    while ((e = list_pop(&el->ready)) != NULL) {
-        if (--el->owed == 0)
-            update_ref(el);
-        if (e->status == 0) {
-            el->durable_seq = e->seq;
-            if (e->seq > el->head_seen)
-                el->head_seen = e->seq;
-            el->lat_sum_ns += now - e->t_append_ns;
-            el->n_durable++;
-        } else {
-            el->n_failed++;
-            el->failed_seen = 1;
-        }
-        if (e->cb != NULL)
-            e->cb(e->arg, e->status, e->seq);
-        free(e);
-    }
+    oplog_pipe_run_ready(&el->pipe); /* oplog_etcd_head counts durable_seq */
     if (fenced_evt) {
-        el->failed_seen = 1;
-        if (el->opt.on_fenced != NULL && !el->closing)
+        el->pipe.failed_seen = 1;
+        if (el->opt.on_fenced != NULL && !el->pipe.closing)
             el->opt.on_fenced(el->opt.fenced_arg, fenced_why);
     }
-}
-
-static void on_async(uv_async_t *h)
-{
-    deliver(h->data);
-}
-
-/* Hand the records appended since the last hand-over to the thread. Loop
- * thread. When the log failed meanwhile they fail too, through the async
- * handle, never from inside here. */
-static void hand_over(etcd_log *el)
-{
-    if (el->staged.head == NULL)
-        return;
-    pthread_mutex_lock(&el->mu);
-    if (el->failed) {
-        for (entry *e = el->staged.head; e != NULL; e = e->next)
-            e->status = SMP_EDURABILITY;
-        list_splice(&el->done, &el->staged);
-        uv_async_send(&el->async);
-    } else {
-        list_splice(&el->queue, &el->staged);
-        el->n_queued += el->n_staged;
-        pthread_cond_signal(&el->cv);
-    }
-    pthread_mutex_unlock(&el->mu);
-    el->n_staged = 0;
-}
-
-static void on_after_io(uv_check_t *h)
-{
-    hand_over(h->data);
-}
-
-static void on_before_io(uv_prepare_t *h)
-{
-    hand_over(h->data);
 }
 
 static void *worker_main(void *arg)
 {
     etcd_log *el = arg;
-    pthread_mutex_lock(&el->mu);
+    pthread_mutex_lock(&el->pipe.mu);
     for (;;) {
         if (el->cancel_sess != 0) {
             if (el->cancel_sess == el->f_sess) {
-                pthread_mutex_unlock(&el->mu);
+                pthread_mutex_unlock(&el->pipe.mu);
                 oel_close_watch(el);
-                pthread_mutex_lock(&el->mu);
+                pthread_mutex_lock(&el->pipe.mu);
                 el->f_active = 0;
             }
             el->cancel_sess = 0;
@@ -467,9 +370,9 @@ static void *worker_main(void *arg)
         }
         if (el->follow_req) {
             el->follow_req = 0;
-            pthread_mutex_unlock(&el->mu);
+            pthread_mutex_unlock(&el->pipe.mu);
             oel_close_watch(el);
-            pthread_mutex_lock(&el->mu);
+            pthread_mutex_lock(&el->pipe.mu);
             el->f_active = 1;
             el->f_sess = el->follow_req_sess;
             el->f_next = el->follow_after + 1;
@@ -479,80 +382,42 @@ static void *worker_main(void *arg)
             el->f_backoff_ms = BACKOFF_MIN_MS;
             continue;
         }
-        if (el->queue.head != NULL) {
-            entry_list batch = {NULL, NULL};
-            size_t n = 0, payload = 0;
-            uint64_t bytes = 0;
-            int rc;
-            if (el->failed) {
-                rc = SMP_EDURABILITY;
-                list_splice(&batch, &el->queue);
-                el->n_queued = 0;
-            } else {
-                while (el->queue.head != NULL && n < el->opt.max_batch_records) {
-                    size_t len = el->queue.head->val_len - VAL_FRAME;
-                    if (n > 0 && payload + len > el->opt.max_batch_bytes)
-                        break;
-                    payload += len;
-                    list_push(&batch, list_pop(&el->queue));
-                    n++;
-                }
-                el->n_queued -= n;
-                pthread_mutex_unlock(&el->mu);
-                rc = oel_write_batch(el, &batch, n, &bytes);
-                pthread_mutex_lock(&el->mu);
-            }
-            if (rc < 0) {
-                el->failed = 1;
-                list_splice(&batch, &el->queue);
-                el->n_queued = 0;
-                for (entry *e = batch.head; e != NULL; e = e->next)
-                    e->status = SMP_EDURABILITY;
-            } else {
-                el->n_bytes += bytes;
-                el->n_txns++;
-                el->n_batches++;
-                if (n > el->max_batch)
-                    el->max_batch = n;
-            }
-            list_splice(&el->done, &batch);
-            pthread_mutex_unlock(&el->mu);
-            uv_async_send(&el->async);
-            pthread_mutex_lock(&el->mu);
+        if (el->pipe.queue.head != NULL) {
+            oplog_pipe_write_batch_locked(&el->pipe);
             continue;
         }
-        if (el->promote_req && !el->stop) {
+        if (el->promote_req && !el->pipe.stop) {
             el->promote_req = 0;
-            pthread_mutex_unlock(&el->mu);
+            pthread_mutex_unlock(&el->pipe.mu);
             oel_do_promote(el);
-            pthread_mutex_lock(&el->mu);
+            pthread_mutex_lock(&el->pipe.mu);
             continue;
         }
-        if (el->trunc_req != 0) {
-            uint64_t seq = el->trunc_req;
-            el->trunc_req = 0;
-            if (!el->failed && el->fence_ok) {
-                pthread_mutex_unlock(&el->mu);
+        if (el->pipe.trunc_req != 0) {
+            uint64_t seq = el->pipe.trunc_req;
+            el->pipe.trunc_req = 0;
+            if (!el->pipe.failed && el->fence_ok) {
+                pthread_mutex_unlock(&el->pipe.mu);
                 oel_truncate_records(el, seq);
-                pthread_mutex_lock(&el->mu);
+                pthread_mutex_lock(&el->pipe.mu);
             }
             continue;
         }
-        if (el->stop)
+        if (el->pipe.stop)
             break;
         if (el->f_active) {
             if (el->n_recs >= FOLLOW_QUEUE_MAX) {
                 oel_timed_wait_locked(el, FOLLOW_POLL_MS);
                 continue;
             }
-            pthread_mutex_unlock(&el->mu);
+            pthread_mutex_unlock(&el->pipe.mu);
             oel_follow_step(el);
-            pthread_mutex_lock(&el->mu);
+            pthread_mutex_lock(&el->pipe.mu);
             continue;
         }
-        pthread_cond_wait(&el->cv, &el->mu);
+        pthread_cond_wait(&el->pipe.cv, &el->pipe.mu);
     }
-    pthread_mutex_unlock(&el->mu);
+    pthread_mutex_unlock(&el->pipe.mu);
     oel_close_watch(el);
     return NULL;
 }
@@ -570,42 +435,24 @@ static int etcd_append(oplog *log,
 {
     etcd_log *el = (etcd_log *)log;
     uint64_t seq = el->last_seq + 1;
-    entry *e;
+    oplog_entry *e;
 
-    if (el->closing)
+    if (el->pipe.closing)
         return SMP_ESTATE;
-    if (el->failed_seen)
+    if (el->pipe.failed_seen)
         return SMP_EDURABILITY;
     if (!el->writable || el->demoted)
         return SMP_ENOTLEADER;
     if (len > el->opt.max_batch_bytes)
         return SMP_ERANGE;
-    e = malloc(sizeof(*e) + VAL_FRAME + len);
+    e = oplog_pipe_record_new(&el->pipe, VAL_MAGIC, seq, type, encver, payload, len,
+                              cb, arg);
     if (e == NULL)
         return SMP_ENOMEM;
-    e->next = NULL;
-    e->seq = seq;
-    if (el->n_staged++ == 0)
-        el->turn_ns = uv_hrtime();
-    e->t_append_ns = el->turn_ns;
-    e->cb = cb;
-    e->arg = arg;
-    e->status = 0;
-    e->val_len = VAL_FRAME + len;
-    put_le32(e->val, VAL_MAGIC);
-    put_le64(e->val + 4, seq);
-    put_le16(e->val + 12, type);
-    put_le16(e->val + 14, encver);
-    put_le32(e->val + 16, (uint32_t)len);
-    if (len > 0)
-        memcpy(e->val + VAL_HDR, payload, len);
-    put_le64(e->val + VAL_HDR + len, XXH64(e->val, VAL_HDR + len, 0));
+    put_le64(e->rec + VAL_HDR + len, XXH64(e->rec, VAL_HDR + len, 0));
 
-    list_push(&el->staged, e);
-    el->owed++;
-    update_ref(el);
+    oplog_pipe_stage(&el->pipe, e);
     el->last_seq = seq;
-    el->n_appends++;
     if (out_seq != NULL)
         *out_seq = seq;
     return 0;
@@ -642,7 +489,7 @@ static int etcd_replay(oplog *log,
     int gone = 0;
     int rc;
 
-    if (el->closing || el->writable || el->following || el->promote_pending) {
+    if (el->pipe.closing || el->writable || el->following || el->promote_pending) {
         wm_errbuf(err, errlen, "oplog: replay needs a standby log that neither follows "
                   "nor promotes");
         return SMP_ESTATE;
@@ -658,7 +505,7 @@ static int etcd_replay(oplog *log,
     }
     rc = oel_scan(el, after_seq + 1, head, rev, replay_one, &c, &gone, &first, err, errlen);
     if (c.last > after_seq || rc == 0)
-        el->applied_seq = el->last_seq = el->durable_seq = c.last;
+        el->applied_seq = el->last_seq = el->pipe.durable_seq = c.last;
     return rc;
 }
 
@@ -669,43 +516,24 @@ static uint64_t etcd_last_seq(const oplog *log)
 
 static uint64_t etcd_durable_seq(const oplog *log)
 {
-    return ((const etcd_log *)log)->durable_seq;
+    return ((const etcd_log *)log)->pipe.durable_seq;
 }
 
 static int etcd_truncate_before(oplog *log, uint64_t seq)
 {
     etcd_log *el = (etcd_log *)log;
-    int rc = 0;
-    if (el->closing)
+    if (el->pipe.closing)
         return SMP_ESTATE;
-    if (el->failed_seen)
+    if (el->pipe.failed_seen)
         return SMP_EDURABILITY;
     if (!el->writable || el->demoted)
         return SMP_ESTATE;
-    pthread_mutex_lock(&el->mu);
-    if (el->failed) {
-        rc = SMP_EDURABILITY;
-    } else if (seq > el->trunc_req) {
-        el->trunc_req = seq;
-        pthread_cond_signal(&el->cv);
-    }
-    pthread_mutex_unlock(&el->mu);
-    return rc;
+    return oplog_pipe_request_truncate(&el->pipe, seq);
 }
 
 static void etcd_stats(const oplog *log, oplog_stats *out)
 {
-    etcd_log *el = (etcd_log *)log;
-    pthread_mutex_lock(&el->mu);
-    out->bytes = el->n_bytes;
-    out->syncs = el->n_txns;
-    out->batches = el->n_batches;
-    out->max_batch = el->max_batch;
-    pthread_mutex_unlock(&el->mu);
-    out->appends = el->n_appends;
-    out->durable_lat_ns_sum = el->lat_sum_ns;
-    out->durable_count = el->n_durable;
-    out->failed = el->n_failed;
+    oplog_pipe_stats(&((etcd_log *)log)->pipe, out);
 }
 
 static void free_log(etcd_log *el)
@@ -725,28 +553,18 @@ static void free_log(etcd_log *el)
     free(el);
 }
 
-static void on_closed(uv_handle_t *h)
+/* The pipe's handles are closed: free the log. */
+static void release_log(void *be)
 {
-    etcd_log *el = h->data;
-    if (--el->handles_open > 0)
-        return;
-    pthread_cond_destroy(&el->cv);
-    pthread_mutex_destroy(&el->mu);
-    free_log(el);
+    free_log(be);
 }
 
 static void etcd_close(oplog *log)
 {
     etcd_log *el = (etcd_log *)log;
-    if (el->closing)
+    if (el->pipe.closing)
         return;
-    el->closing = 1;
-    hand_over(el); /* the thread writes what it has before it stops */
-    pthread_mutex_lock(&el->mu);
-    el->stop = 1;
-    pthread_cond_signal(&el->cv);
-    pthread_mutex_unlock(&el->mu);
-    pthread_join(el->thread, NULL);
+    oplog_pipe_stop(&el->pipe); /* the thread writes what it has first */
     deliver(el);
     el->following = 0;
     if (el->promote_pending) {
@@ -756,9 +574,7 @@ static void etcd_close(oplog *log)
         if (cb != NULL)
             cb(el->promote_arg, SMP_ECANCELED);
     }
-    uv_close((uv_handle_t *)&el->async, on_closed);
-    uv_close((uv_handle_t *)&el->after_io, on_closed);
-    uv_close((uv_handle_t *)&el->before_io, on_closed);
+    oplog_pipe_close_handles(&el->pipe);
 }
 
 static const oplog_ops etcd_ops = {
@@ -794,7 +610,7 @@ int oplog_etcd_open(uv_loop_t *loop,
                     size_t errlen)
 {
     etcd_log *el;
-    pthread_condattr_t ca;
+    oplog_pipe_conf pc;
     int64_t mod, rev;
     uint64_t head = 0;
     int rc;
@@ -826,7 +642,6 @@ int oplog_etcd_open(uv_loop_t *loop,
         return SMP_ENOMEM;
     }
     el->base.ops = &etcd_ops;
-    el->loop = loop;
     el->client = o->client;
     el->opt = *o;
     if (el->opt.max_batch_records == 0)
@@ -851,64 +666,32 @@ int oplog_etcd_open(uv_loop_t *loop,
     el->opt.prefix = el->prefix;
     if ((rc = oel_read_head(el, 0, &head, &mod, &rev, err, errlen)) < 0)
         goto free_log;
-    el->last_seq = el->durable_seq = el->applied_seq = el->head_seen = head;
+    el->last_seq = el->pipe.durable_seq = el->applied_seq = el->head_seen = head;
     el->written = head;
     el->head_mod = mod;
 
-    if (pthread_mutex_init(&el->mu, NULL) != 0) {
-        wm_errbuf(err, errlen, "oplog: cannot create a mutex");
-        rc = SMP_ENOMEM;
+    pc = (oplog_pipe_conf){.be = el, .max_batch_records = el->opt.max_batch_records,
+                           .max_batch_bytes = el->opt.max_batch_bytes,
+                           .write = oel_write_batch,
+                           .deliver = deliver, .release = release_log};
+    if ((rc = oplog_pipe_init(&el->pipe, &pc, err, errlen)) < 0)
         goto free_log;
-    }
-    if (pthread_condattr_init(&ca) != 0) {
-        wm_errbuf(err, errlen, "oplog: cannot create a condition variable");
-        rc = SMP_ENOMEM;
-        goto destroy_mutex;
-    }
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    rc = pthread_cond_init(&el->cv, &ca);
-    pthread_condattr_destroy(&ca);
-    if (rc != 0) {
-        wm_errbuf(err, errlen, "oplog: cannot create a condition variable");
-        rc = SMP_ENOMEM;
-        goto destroy_mutex;
-    }
     /* The thread sends on the handle only after a request or an append, and
      * none can come before open returns. */
-    if ((rc = uv_async_init(loop, &el->async, on_async)) < 0) {
-        wm_errbuf(err, errlen, "oplog: cannot create the async handle: %s",
-                  uv_strerror(rc));
-        rc = SMP_EIO;
-        goto destroy_cond;
-    }
-    el->async.data = el;
-    uv_unref((uv_handle_t *)&el->async);
-    if (pthread_create(&el->thread, NULL, worker_main, el) != 0) {
+    if ((rc = oplog_pipe_start_handles(&el->pipe, loop, err, errlen)) < 0)
+        goto destroy_locks;
+    if (pthread_create(&el->pipe.thread, NULL, worker_main, el) != 0) {
         wm_errbuf(err, errlen, "oplog: cannot start the etcd thread");
-        rc = SMP_ENOMEM;
-        goto close_async;
+        /* The handles must be closed through the loop; the memory goes
+         * with them. */
+        oplog_pipe_close_handles(&el->pipe);
+        return SMP_ENOMEM;
     }
-    uv_check_init(loop, &el->after_io);
-    uv_prepare_init(loop, &el->before_io);
-    el->after_io.data = el;
-    el->before_io.data = el;
-    uv_check_start(&el->after_io, on_after_io);
-    uv_prepare_start(&el->before_io, on_before_io);
-    uv_unref((uv_handle_t *)&el->after_io);
-    uv_unref((uv_handle_t *)&el->before_io);
-    el->handles_open = 3;
     *out = &el->base;
     return 0;
 
-close_async:
-    /* The handle must be closed through the loop; the memory goes with it. */
-    el->handles_open = 1;
-    uv_close((uv_handle_t *)&el->async, on_closed);
-    return rc;
-destroy_cond:
-    pthread_cond_destroy(&el->cv);
-destroy_mutex:
-    pthread_mutex_destroy(&el->mu);
+destroy_locks:
+    oplog_pipe_destroy_locks(&el->pipe);
 free_log:
     free_log(el);
     return rc;
@@ -929,7 +712,7 @@ int oplog_etcd_follow(oplog *log,
     etcd_log *el = as_etcd(log);
     if (el == NULL || fn == NULL)
         return SMP_EINVAL;
-    if (el->closing || el->writable || el->following || el->promote_pending)
+    if (el->pipe.closing || el->writable || el->following || el->promote_pending)
         return SMP_ESTATE;
     el->sess = ++el->next_sess;
     el->following = 1;
@@ -937,14 +720,14 @@ int oplog_etcd_follow(oplog *log,
     el->follow_arg = arg;
     el->on_stop = on_stop;
     el->stop_arg = stop_arg;
-    pthread_mutex_lock(&el->mu);
+    pthread_mutex_lock(&el->pipe.mu);
     el->follow_req = 1;
     el->follow_after = after_seq;
     el->follow_req_sess = el->sess;
     el->follow_req_fn = fn;
     el->follow_req_arg = arg;
-    pthread_cond_signal(&el->cv);
-    pthread_mutex_unlock(&el->mu);
+    pthread_cond_signal(&el->pipe.cv);
+    pthread_mutex_unlock(&el->pipe.mu);
     update_ref(el);
     return 0;
 }
@@ -961,7 +744,7 @@ int oplog_etcd_promote(oplog *log,
     if (el == NULL || f == NULL || f->leader_key == NULL || f->leader_key_len == 0 ||
         cb == NULL || (fn == NULL && !el->following))
         return SMP_EINVAL;
-    if (el->closing || el->writable || el->promote_pending)
+    if (el->pipe.closing || el->writable || el->promote_pending)
         return SMP_ESTATE;
     key = malloc(f->leader_key_len);
     if (key == NULL)
@@ -975,7 +758,7 @@ int oplog_etcd_promote(oplog *log,
     el->promote_pending = 1;
     el->promote_cb = cb;
     el->promote_arg = cb_arg;
-    pthread_mutex_lock(&el->mu);
+    pthread_mutex_lock(&el->pipe.mu);
     /* The thread reads the fence only while promoting or writing, and neither
      * runs now (not writable, no promote pending). */
     free(el->fence_key);
@@ -987,8 +770,8 @@ int oplog_etcd_promote(oplog *log,
     el->promote_from = el->applied_seq + 1;
     el->promote_fn = el->follow_fn;
     el->promote_fn_arg = el->follow_arg;
-    pthread_cond_signal(&el->cv);
-    pthread_mutex_unlock(&el->mu);
+    pthread_cond_signal(&el->pipe.cv);
+    pthread_mutex_unlock(&el->pipe.mu);
     update_ref(el);
     return 0;
 }
@@ -1019,8 +802,11 @@ uint64_t oplog_etcd_head(const oplog *log)
     uint64_t head;
     if (el == NULL)
         return 0;
-    pthread_mutex_lock(&el->mu);
+    pthread_mutex_lock(&el->pipe.mu);
     head = el->t_head;
-    pthread_mutex_unlock(&el->mu);
+    pthread_mutex_unlock(&el->pipe.mu);
+    /* The pipe sets durable_seq as callbacks run; head_seen the rest. */
+    if (el->pipe.durable_seq > head)
+        head = el->pipe.durable_seq;
     return head > el->head_seen ? head : el->head_seen;
 }

@@ -151,11 +151,11 @@ static int post_record(etcd_log *el, void *arg, const oplog_record *rec)
     if (rec->len > 0)
         memcpy(r->data, rec->payload, rec->len);
     r->rec.payload = r->data;
-    pthread_mutex_lock(&el->mu);
-    while (el->n_recs >= FOLLOW_QUEUE_MAX && !el->stop && el->cancel_sess != el->f_sess)
+    pthread_mutex_lock(&el->pipe.mu);
+    while (el->n_recs >= FOLLOW_QUEUE_MAX && !el->pipe.stop && el->cancel_sess != el->f_sess)
         oel_timed_wait_locked(el, FOLLOW_POLL_MS);
-    if (el->stop || el->cancel_sess == el->f_sess) {
-        pthread_mutex_unlock(&el->mu);
+    if (el->pipe.stop || el->cancel_sess == el->f_sess) {
+        pthread_mutex_unlock(&el->pipe.mu);
         free(r);
         return SMP_ECANCELED;
     }
@@ -167,8 +167,8 @@ static int post_record(etcd_log *el, void *arg, const oplog_record *rec)
     el->n_recs++;
     if (rec->seq > el->t_head)
         el->t_head = rec->seq;
-    pthread_mutex_unlock(&el->mu);
-    uv_async_send(&el->async);
+    pthread_mutex_unlock(&el->pipe.mu);
+    uv_async_send(&el->pipe.async);
     el->f_next = rec->seq + 1;
     return 0;
 }
@@ -187,13 +187,13 @@ static void post_follow_stop(etcd_log *el, int status, const char *why)
     if (status == SMP_ECANCELED)
         return;
     oel_log_line(el, "oplog: following stopped at seq %" PRIu64 ": %s", el->f_next, why);
-    pthread_mutex_lock(&el->mu);
+    pthread_mutex_lock(&el->pipe.mu);
     el->stop_evt = 1;
     el->stop_status = status;
     el->stop_sess = el->f_sess;
     snprintf(el->stop_why, sizeof(el->stop_why), "%s", why);
-    pthread_mutex_unlock(&el->mu);
-    uv_async_send(&el->async);
+    pthread_mutex_unlock(&el->pipe.mu);
+    uv_async_send(&el->pipe.async);
 }
 
 /* Read what the session misses up to the head and start the watch after it.
@@ -206,10 +206,10 @@ static int follow_sync(etcd_log *el, char *err, size_t errlen)
     int rc = oel_read_head(el, 0, &head, &mod, &rev, err, errlen);
     if (rc < 0)
         return rc;
-    pthread_mutex_lock(&el->mu);
+    pthread_mutex_lock(&el->pipe.mu);
     if (head > el->t_head)
         el->t_head = head;
-    pthread_mutex_unlock(&el->mu);
+    pthread_mutex_unlock(&el->pipe.mu);
     if (head + 1 < el->f_next) {
         wm_errbuf(err, errlen, "oplog: the log's head %" PRIu64 " is behind seq %" PRIu64
                   " already delivered", head, el->f_next - 1);
@@ -320,14 +320,14 @@ void oel_follow_step(etcd_log *el)
 static void post_promote(etcd_log *el, int status, int follow_ended, uint64_t sess,
                          uint64_t head)
 {
-    pthread_mutex_lock(&el->mu);
+    pthread_mutex_lock(&el->pipe.mu);
     el->prom_evt = 1;
     el->prom_status = status;
     el->prom_follow_ended = follow_ended;
     el->prom_sess = sess;
     el->prom_head = head;
-    pthread_mutex_unlock(&el->mu);
-    uv_async_send(&el->async);
+    pthread_mutex_unlock(&el->pipe.mu);
+    uv_async_send(&el->pipe.async);
 }
 
 /* Promote (see oplog_etcd_promote). Thread; mu not held. */
@@ -343,7 +343,7 @@ void oel_do_promote(etcd_log *el)
     int rc;
     const oplog_etcd_fence *f = &el->fence; /* stable while promoting */
 
-    pthread_mutex_lock(&el->mu);
+    pthread_mutex_lock(&el->pipe.mu);
     if (el->promote_sess != el->f_sess) { /* not this session's follow: start one */
         el->f_sess = el->promote_sess;
         el->f_next = el->promote_from;
@@ -351,7 +351,7 @@ void oel_do_promote(etcd_log *el)
         el->f_arg = el->promote_fn_arg;
         el->f_active = 0;
     }
-    pthread_mutex_unlock(&el->mu);
+    pthread_mutex_unlock(&el->pipe.mu);
     if (!el->f_active)
         oel_close_watch(el); /* a follow that ended on an error may have left one */
 

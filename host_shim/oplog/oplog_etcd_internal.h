@@ -1,6 +1,7 @@
 /* oplog_etcd_internal.h -- what the three files of the etcd OpLog share:
- * the log's state (etcd_log), the entries it queues and the records it
- * hands to the loop, and the functions one file calls in another.
+ * the log's state (etcd_log, which embeds the OpLog pipeline of
+ * oplog_pipe.h for its appends), the records it hands to the loop, and the
+ * functions one file calls in another.
  * oplog_etcd.c is the backend itself (open, append, the loop side, the
  * worker thread, close, the public calls); oplog_etcd_write.c writes
  * batches under the fence and truncates; oplog_etcd_follow.c reads, follows
@@ -22,12 +23,13 @@
 #include "etcd_client.h"
 #include "oplog.h"
 #include "oplog_le.h"
+#include "oplog_pipe.h"
 #include "wm_errbuf.h"
 
 #define VAL_MAGIC 0x31454F57u /* bytes 'W' 'O' 'E' '1' */
-#define VAL_HDR 20u
-#define VAL_SUM 8u
-#define VAL_FRAME (VAL_HDR + VAL_SUM)
+#define VAL_HDR OPLOG_REC_HDR /* the layout of oplog_pipe.h */
+#define VAL_SUM OPLOG_REC_SUM
+#define VAL_FRAME OPLOG_REC_FRAME
 #define SEQ_DIGITS 20
 #define MAX_TXN_RECORDS 127u
 #define DEFAULT_BATCH_BYTES (1u << 20)
@@ -38,23 +40,6 @@
 #define BACKOFF_MAX_MS 1000u
 #define DEFAULT_TTL_MS 10000u
 #define DEFAULT_UNREACHABLE_MS 30000u
-
-/* One appended record on its way to etcd and back to its callback. */
-typedef struct entry {
-    struct entry *next;
-    uint64_t seq;
-    uint64_t t_append_ns;
-    oplog_durable_fn cb;
-    void *arg;
-    int status;
-    size_t val_len;  /* VAL_FRAME + payload length */
-    uint8_t val[];   /* the value as written */
-} entry;
-
-typedef struct entry_list {
-    entry *head;
-    entry *tail;
-} entry_list;
 
 /* One record read from etcd on its way to a replay callback on the loop. */
 typedef struct frec {
@@ -73,11 +58,8 @@ typedef struct frec_list {
 
 typedef struct etcd_log {
     struct oplog base;
-    uv_loop_t *loop;
-    uv_async_t async;
-    uv_check_t after_io;    /* hand over what the I/O callbacks appended */
-    uv_prepare_t before_io; /* and what anything else appended */
-    int handles_open;
+    oplog_pipe pipe;        /* appends; an entry's rec is the record value;
+                               pipe.hold while promoting or following */
     etcd_client *client;
     oplog_etcd_options opt; /* defaults applied; opt.prefix points at prefix */
     char *prefix;
@@ -90,14 +72,13 @@ typedef struct etcd_log {
     size_t key_len;         /* of one record key */
 
     /* Loop thread only. */
-    uint64_t last_seq;      /* writer: last assigned; standby: applied_seq */
-    uint64_t durable_seq;   /* writer: last called back with status 0 */
+    uint64_t last_seq;      /* writer: last assigned; standby: applied_seq
+                               (pipe.durable_seq: the writer's last called
+                               back with status 0; a standby's applied_seq) */
     uint64_t applied_seq;   /* last record delivered by replay or follow */
     uint64_t head_seen;
     int writable;
     int demoted;
-    int closing;
-    int failed_seen;        /* a failure was delivered: refuse appends */
     int following;
     oplog_replay_fn follow_fn;
     void *follow_arg;
@@ -110,28 +91,12 @@ typedef struct etcd_log {
     int promote_pending;
     void (*promote_cb)(void *arg, int status);
     void *promote_arg;
-    entry_list ready;       /* taken from done, callbacks being delivered */
     frec_list ready_recs;   /* taken from recs, being delivered */
-    entry_list staged;      /* appended this turn, not yet handed over */
-    size_t n_staged;
-    uint64_t turn_ns;
-    uint64_t owed;          /* durable callbacks not yet run */
-    int ref_held;           /* the async handle keeps the loop alive */
-    uint64_t n_appends;
-    uint64_t lat_sum_ns;
-    uint64_t n_durable;
-    uint64_t n_failed;
 
-    /* Shared between the loop and the thread, under mu. */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;      /* CLOCK_MONOTONIC */
-    entry_list queue;       /* handed over, not yet taken by the thread */
-    size_t n_queued;
-    entry_list done;        /* written or failed, callbacks owed */
+    /* Shared between the loop and the thread, under pipe.mu (pipe.failed:
+     * read-only, fenced or a fatal write error). */
     frec_list recs;         /* records for the loop */
     size_t n_recs;
-    int stop;
-    int failed;             /* read-only: fenced or a fatal write error */
     int follow_req;         /* start following: */
     uint64_t follow_after;
     uint64_t follow_req_sess;
@@ -145,7 +110,6 @@ typedef struct etcd_log {
     uint64_t promote_sess;
     oplog_replay_fn promote_fn;
     void *promote_fn_arg;
-    uint64_t trunc_req;     /* delete the records below it; 0: none */
     uint64_t t_head;        /* the newest head the thread saw (read or
                                received), maybe not delivered yet */
     int stop_evt;           /* following ended (thread side): */
@@ -159,13 +123,8 @@ typedef struct etcd_log {
     uint64_t prom_head;
     int fenced_evt;
     char fenced_why[512];
-    uint64_t n_bytes;
-    uint64_t n_txns;
-    uint64_t n_batches;
-    uint64_t max_batch;
 
     /* The thread only (after open). */
-    pthread_t thread;
     int fence_ok;           /* promoted: head_mod and written are ours */
     int64_t head_mod;       /* log_head's mod revision as we wrote or read it */
     uint64_t written;       /* the head as we wrote or read it */
@@ -210,7 +169,7 @@ void oel_do_promote(etcd_log *el);
 
 /* oplog_etcd_write.c: writing under the fence */
 void oel_fenced_reason(etcd_log *el, const etcd_txn_result *res, char *why, size_t len);
-int oel_write_batch(etcd_log *el, entry_list *batch, size_t n, uint64_t *bytes);
+int oel_write_batch(void *be, oplog_entry_list *batch, size_t n, uint64_t *bytes);
 void oel_truncate_records(etcd_log *el, uint64_t seq);
 
 #endif /* HOST_OPLOG_ETCD_INTERNAL_H */

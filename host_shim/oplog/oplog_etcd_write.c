@@ -11,14 +11,14 @@
 static void post_fenced(etcd_log *el, const char *why)
 {
     oel_log_line(el, "%s: the log is read-only now", why);
-    pthread_mutex_lock(&el->mu);
-    el->failed = 1;
+    pthread_mutex_lock(&el->pipe.mu);
+    el->pipe.failed = 1;
     if (!el->fenced_evt) {
         el->fenced_evt = 1;
         snprintf(el->fenced_why, sizeof(el->fenced_why), "%s", why);
     }
-    pthread_mutex_unlock(&el->mu);
-    uv_async_send(&el->async);
+    pthread_mutex_unlock(&el->pipe.mu);
+    uv_async_send(&el->pipe.async);
 }
 
 /* Name why the fence compare failed, from the failure branch's range of the
@@ -64,7 +64,7 @@ static int still_ours(const etcd_log *el, const etcd_txn_result *res)
  * (head_mod updated), 0 not applied (the head is still ours), SMP_EIO
  * unknown still, or SMP_EDURABILITY (someone else moved the head; why set). */
 static int check_outcome(etcd_log *el,
-                         const entry *first,
+                         const oplog_entry *first,
                          uint64_t last,
                          char *why,
                          size_t whylen)
@@ -105,8 +105,8 @@ static int check_outcome(etcd_log *el,
         mod = res.ranges[0].kvs[0].mod_revision;
     }
     if (head == last && res.ranges[1].n > 0 &&
-        res.ranges[1].kvs[0].value_len == first->val_len &&
-        memcmp(res.ranges[1].kvs[0].value, first->val, first->val_len) == 0) {
+        res.ranges[1].kvs[0].value_len == first->rec_len &&
+        memcmp(res.ranges[1].kvs[0].value, first->rec, first->rec_len) == 0) {
         el->head_mod = mod;
         rc = 1;
     } else if (head == el->written && mod == el->head_mod) {
@@ -121,10 +121,12 @@ free_res:
     return rc;
 }
 
-/* Write one batch as one txn (see the top of the file). Returns 0 when it
- * is durable, SMP_EDURABILITY when fenced (posted) or on a fatal error. */
-int oel_write_batch(etcd_log *el, entry_list *batch, size_t n, uint64_t *bytes)
+/* Write one batch as one txn (see the top of oplog_etcd.c); the pipe's
+ * write function, on the thread. Returns 0 when it is durable,
+ * SMP_EDURABILITY when fenced (posted) or on a fatal error. */
+int oel_write_batch(void *be, oplog_entry_list *batch, size_t n, uint64_t *bytes)
 {
+    etcd_log *el = be;
     etcd_compare cmp[3];
     etcd_op fail_op;
     char head_val[SEQ_DIGITS + 1];
@@ -138,12 +140,12 @@ int oel_write_batch(etcd_log *el, entry_list *batch, size_t n, uint64_t *bytes)
     int rc;
 
     *bytes = 0;
-    for (entry *e = batch->head; e != NULL; e = e->next, i++) {
+    for (oplog_entry *e = batch->head; e != NULL; e = e->next, i++) {
         char *key = el->keys + i * (el->key_len + 1);
         oel_make_key(el, e->seq, key);
         el->ops[i] = (etcd_op){.type = ETCD_OP_PUT, .key = key, .key_len = el->key_len,
-                               .value = e->val, .value_len = e->val_len};
-        *bytes += e->val_len;
+                               .value = e->rec, .value_len = e->rec_len};
+        *bytes += e->rec_len;
     }
     snprintf(head_val, sizeof(head_val), "%" PRIu64, last);
     el->ops[n] = (etcd_op){.type = ETCD_OP_PUT, .key = el->head_key,
@@ -189,9 +191,9 @@ int oel_write_batch(etcd_log *el, entry_list *batch, size_t n, uint64_t *bytes)
             snprintf(why, sizeof(why), "oplog: the write of records %" PRIu64 "..%" PRIu64
                      " failed: %s", batch->head->seq, last, err);
             oel_log_line(el, "%s: the log is read-only now", why);
-            pthread_mutex_lock(&el->mu);
-            el->failed = 1;
-            pthread_mutex_unlock(&el->mu);
+            pthread_mutex_lock(&el->pipe.mu);
+            el->pipe.failed = 1;
+            pthread_mutex_unlock(&el->pipe.mu);
             return SMP_EDURABILITY;
         }
         if (deadline == 0) {

@@ -63,9 +63,9 @@
 #include "wm_errbuf.h"
 
 #define REC_MAGIC 0x314C4F57u /* bytes 'W' 'O' 'L' '1' */
-#define REC_HDR 20u
-#define REC_SUM 8u
-#define REC_FRAME (REC_HDR + REC_SUM)
+#define REC_HDR OPLOG_REC_HDR /* the layout of oplog_pipe.h */
+#define REC_SUM OPLOG_REC_SUM
+#define REC_FRAME OPLOG_REC_FRAME
 #define SEG_DIGITS 18
 #define SEG_SUFFIX ".log"
 
@@ -841,16 +841,11 @@ static int file_append(oplog *log,
         return SMP_EDURABILITY;
     if (len > fl->opt.max_record_bytes)
         return SMP_ERANGE;
-    e = oplog_pipe_entry_new(&fl->pipe, seq, REC_FRAME + len, cb, arg);
+    /* The writer fills the checksum in, off the loop thread. */
+    e = oplog_pipe_record_new(&fl->pipe, REC_MAGIC, seq, type, encver, payload, len,
+                              cb, arg);
     if (e == NULL)
         return SMP_ENOMEM;
-    put_le32(e->rec, REC_MAGIC);
-    put_le64(e->rec + 4, seq);
-    put_le16(e->rec + 12, type);
-    put_le16(e->rec + 14, encver);
-    put_le32(e->rec + 16, (uint32_t)len);
-    if (len > 0)
-        memcpy(e->rec + REC_HDR, payload, len);
 
     oplog_pipe_stage(&fl->pipe, e);
     fl->last_seq = seq;
@@ -1053,7 +1048,7 @@ int oplog_file_open(uv_loop_t *loop,
     fl->pipe.durable_seq = fl->last_seq;
 
     pc = (oplog_pipe_conf){.be = fl, .max_batch_records = fl->opt.max_batch_records,
-                           .frame_bytes = REC_FRAME, .write = write_batch,
+                           .write = write_batch,
                            .release = release_log};
     if ((rc = oplog_pipe_init(&fl->pipe, &pc, err, errlen)) < 0)
         goto close_fd;

@@ -2,9 +2,13 @@
  * staging appends on the loop thread and handing them over once per turn,
  * taking and posting batches on the worker thread around the backend's write
  * function, and delivering the completions back on the loop in order. Nothing
- * here knows a record format or where records are kept. */
+ * here knows where records are kept or what they mean; the record layout
+ * (oplog_pipe.h) is filled in here up to the checksum, which the backend
+ * writes. */
 #include <stdlib.h>
+#include <string.h>
 
+#include "oplog_le.h"
 #include "oplog_pipe.h"
 #include "wm_errbuf.h"
 
@@ -157,11 +161,14 @@ void oplog_pipe_stop(oplog_pipe *p)
 
 /* -- the loop side ------------------------------------------------------------- */
 
-oplog_entry *oplog_pipe_entry_new(oplog_pipe *p,
-                                  uint64_t seq,
-                                  size_t rec_len,
-                                  oplog_durable_fn cb,
-                                  void *arg)
+/* A new entry for seq with rec_len bytes of record (left to the caller),
+ * stamped with the turn's append time. NULL when out of memory (nothing
+ * counted then). */
+static oplog_entry *entry_new(oplog_pipe *p,
+                              uint64_t seq,
+                              size_t rec_len,
+                              oplog_durable_fn cb,
+                              void *arg)
 {
     oplog_entry *e = malloc(sizeof(*e) + rec_len);
     if (e == NULL)
@@ -175,6 +182,29 @@ oplog_entry *oplog_pipe_entry_new(oplog_pipe *p,
     e->arg = arg;
     e->status = 0;
     e->rec_len = rec_len;
+    return e;
+}
+
+oplog_entry *oplog_pipe_record_new(oplog_pipe *p,
+                                   uint32_t magic,
+                                   uint64_t seq,
+                                   uint16_t type,
+                                   uint16_t encver,
+                                   const void *payload,
+                                   size_t len,
+                                   oplog_durable_fn cb,
+                                   void *arg)
+{
+    oplog_entry *e = entry_new(p, seq, OPLOG_REC_FRAME + len, cb, arg);
+    if (e == NULL)
+        return NULL;
+    put_le32(e->rec, magic);
+    put_le64(e->rec + 4, seq);
+    put_le16(e->rec + 12, type);
+    put_le16(e->rec + 14, encver);
+    put_le32(e->rec + 16, (uint32_t)len);
+    if (len > 0)
+        memcpy(e->rec + OPLOG_REC_HDR, payload, len);
     return e;
 }
 
@@ -293,7 +323,7 @@ static size_t take_batch_locked(oplog_pipe *p, oplog_entry_list *batch)
         oplog_entry_list_splice(batch, &p->queue);
     } else {
         while (p->queue.head != NULL && n < p->conf.max_batch_records) {
-            size_t len = p->queue.head->rec_len - p->conf.frame_bytes;
+            size_t len = p->queue.head->rec_len - OPLOG_REC_FRAME;
             if (p->conf.max_batch_bytes != 0 && n > 0 &&
                 payload + len > p->conf.max_batch_bytes)
                 break;

@@ -15,7 +15,7 @@
  * append is refused (failed_seen). The async handle keeps the loop alive only
  * while callbacks are owed or the backend holds it (hold).
  *
- * What stays the backend's: the record format (it fills oplog_entry.rec), how a
+ * What stays the backend's: the record's magic and checksum, how a
  * batch is made durable (segments and fdatasync; an etcd transaction under a
  * fence), the worker's loop around oplog_pipe_write_batch_locked (other
  * requests it serves), truncation, recovery and replay. A backend embeds an
@@ -43,7 +43,7 @@ typedef struct oplog_entry {
     oplog_durable_fn cb;
     void *arg;
     int status;
-    size_t rec_len;  /* conf.frame_bytes + payload length */
+    size_t rec_len;  /* OPLOG_REC_FRAME + payload length */
     uint8_t rec[];   /* the record as the backend writes it */
 } oplog_entry;
 
@@ -64,7 +64,6 @@ typedef struct oplog_pipe_conf {
     uint32_t max_batch_records; /* records per batch, >= 1 */
     uint32_t max_batch_bytes;   /* payload bytes per batch (a first record always
                                    goes); 0: no limit */
-    uint32_t frame_bytes;       /* rec_len minus the payload length */
     oplog_pipe_write_fn write;
     /* Loop thread, when the worker posted something: deliver it. NULL:
      * oplog_pipe_deliver. A backend that posts more than completions (the
@@ -160,14 +159,28 @@ void oplog_pipe_stop(oplog_pipe *p);
 
 /* -- the loop side --------------------------------------------------------------- */
 
-/* A new entry for seq with rec_len bytes of record (left for the caller to
- * fill), stamped with the turn's append time. Stage it with oplog_pipe_stage
- * at once. Returns NULL when out of memory (nothing counted then). */
-oplog_entry *oplog_pipe_entry_new(oplog_pipe *p,
-                                  uint64_t seq,
-                                  size_t rec_len,
-                                  oplog_durable_fn cb,
-                                  void *arg);
+/* The record layout both backends write (little-endian; they differ in the
+ * magic and in when the checksum is filled in):
+ *   u32 magic | u64 seq | u16 type | u16 encver | u32 len | payload[len] |
+ *   u64 XXH64(everything before, seed 0) */
+#define OPLOG_REC_HDR 20u
+#define OPLOG_REC_SUM 8u
+#define OPLOG_REC_FRAME (OPLOG_REC_HDR + OPLOG_REC_SUM)
+
+/* A new entry for seq holding a record in that layout, stamped with the
+ * turn's append time: the header and the payload (len bytes, borrowed; may
+ * be NULL when len is 0) are filled in, the checksum is left to the backend.
+ * Stage it with oplog_pipe_stage at once. NULL when out of memory (nothing
+ * counted then). */
+oplog_entry *oplog_pipe_record_new(oplog_pipe *p,
+                                   uint32_t magic,
+                                   uint64_t seq,
+                                   uint16_t type,
+                                   uint16_t encver,
+                                   const void *payload,
+                                   size_t len,
+                                   oplog_durable_fn cb,
+                                   void *arg);
 
 /* Queue e for the next hand-over and count it as appended and owed. */
 void oplog_pipe_stage(oplog_pipe *p, oplog_entry *e);
