@@ -312,6 +312,21 @@ static void print_reads(const bench *b, const read_fig md[2], const read_fig ex[
                ex[i].master_us, md[i].client_us, ex[i].client_us, md[i].master_cs, ex[i].master_cs);
 }
 
+/* Fill m (not started) for the kept master directory kept; -1 (said on
+ * stderr, naming mode) when it holds no config.yaml. */
+static int kept_master(hx_master *m, const char *kept, const char *mode)
+{
+    memset(m, 0, sizeof(*m));
+    snprintf(m->dir, sizeof(m->dir), "%s", kept);
+    snprintf(m->config, sizeof(m->config), "%s/config.yaml", kept);
+    snprintf(m->socket, sizeof(m->socket), "%s/master.sock", kept);
+    snprintf(m->log, sizeof(m->log), "%s/master.log", kept);
+    if (access(m->config, R_OK) == 0) return 0;
+    fprintf(stderr, "bench: %s holds no config.yaml (%s wants a kept master directory)\n", kept,
+            mode);
+    return -1;
+}
+
 /* WM_BENCH_READS=DIR: the read phase alone on kept data (see the top). */
 static int reads_only(const char *kept, const char *parent, bench *b)
 {
@@ -320,16 +335,7 @@ static int reads_only(const char *kept, const char *parent, bench *b)
     read_fig md[2], ex[2];
     double rd[2];
     int status = 1, have_redis;
-    memset(&m, 0, sizeof(m));
-    snprintf(m.dir, sizeof(m.dir), "%s", kept);
-    snprintf(m.config, sizeof(m.config), "%s/config.yaml", kept);
-    snprintf(m.socket, sizeof(m.socket), "%s/master.sock", kept);
-    snprintf(m.log, sizeof(m.log), "%s/master.log", kept);
-    if (access(m.config, R_OK) != 0) {
-        fprintf(stderr, "bench: %s holds no config.yaml (WM_BENCH_READS wants a kept master directory)\n",
-                kept);
-        return 2;
-    }
+    if (kept_master(&m, kept, "WM_BENCH_READS") < 0) return 2;
     if (hx_start(&m, 600000) < 0) {
         fprintf(stderr, "bench: cannot start the master on %s\n", kept);
         return 1;
@@ -402,16 +408,7 @@ static int restart_only(const char *kept, const char *parent, bench *b)
     hx_master m;
     redis_box rb;
     double cpu = -1, redis_load = -1;
-    memset(&m, 0, sizeof(m));
-    snprintf(m.dir, sizeof(m.dir), "%s", kept);
-    snprintf(m.config, sizeof(m.config), "%s/config.yaml", kept);
-    snprintf(m.socket, sizeof(m.socket), "%s/master.sock", kept);
-    snprintf(m.log, sizeof(m.log), "%s/master.log", kept);
-    if (access(m.config, R_OK) != 0) {
-        fprintf(stderr, "bench: %s holds no config.yaml (WM_BENCH_RESTART wants a kept master directory)\n",
-                kept);
-        return 2;
-    }
+    if (kept_master(&m, kept, "WM_BENCH_RESTART") < 0) return 2;
     b->socket = m.socket;
     double t = first_read_seconds(&m, b, &cpu);
     if (t < 0) {
