@@ -81,6 +81,7 @@ struct rpcc_conn {
     SSL_CTX *tls;           /* TLS to TCP endpoints, or NULL */
     SSL *ssl;               /* the session of the stream (TLS, TCP) */
     short want;             /* the poll event the session waits for */
+    char tls_why[200];      /* OpenSSL's reason for the last failed SSL_read ("": none) */
     int await_reply;        /* a request just left with nothing buffered: poll before
                                the first recv (a plain socket; see read_frame) */
     char *token;            /* presented on each new socket (NULL: none) */
@@ -295,9 +296,36 @@ static ssize_t io_recv(rpcc_conn *c, void *buf, size_t len)
         ERR_clear_error();
         return 0; /* the peer closed without close_notify */
     }
-    ERR_clear_error();
+    wc_tls_why(c->tls_why, sizeof(c->tls_why)); /* e.g. the master's alert */
     errno = EPROTO;
     return -1;
+}
+
+/* A recv failed with errno: set the sentence -- OpenSSL's reason when the
+ * session failed (an alert from the master says why it refused us), else
+ * strerror -- and return the code to break the stream with: SMP_EAUTH when
+ * the master refused our certificate (none given, unknown CA, bad or
+ * expired: another try would be refused the same way, so a call does not
+ * reconnect and retry until its deadline), else SMP_EIO. Clears the kept
+ * reason. */
+static int recv_failed(rpcc_conn *c)
+{
+    int rc = SMP_EIO;
+    if (errno == EPROTO && c->tls_why[0] != '\0') {
+        int no_cert = strstr(c->tls_why, "certificate required") != NULL;
+        if (strstr(c->tls_why, " alert ") != NULL &&
+            (strstr(c->tls_why, "certificate") != NULL || strstr(c->tls_why, "unknown ca") != NULL ||
+             strstr(c->tls_why, "access denied") != NULL))
+            rc = SMP_EAUTH;
+        conn_err(c, "recv: TLS: %s%s", c->tls_why,
+                 no_cert ? " (this master verifies clients: give a client certificate and its "
+                           "key, --tls-cert/--tls-key or WM_TLS_CERT/WM_TLS_KEY)"
+                         : "");
+    } else {
+        conn_err(c, "recv: %s", strerror(errno));
+    }
+    c->tls_why[0] = '\0';
+    return rc;
 }
 
 /* Connect c (no socket now) to the endpoint c->ml is at or, when it does
@@ -691,8 +719,7 @@ static int read_frame(rpcc_conn *c, int64_t deadline, rpcc_pending **out)
                 }
                 errno = -w;
             }
-            conn_err(c, "recv: %s", strerror(errno));
-            return conn_break(c, SMP_EIO);
+            return conn_break(c, recv_failed(c));
         }
     }
 }

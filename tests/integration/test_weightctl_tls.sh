@@ -179,7 +179,8 @@ out=$("$ctl" --master "$tcp" --token-file "$tmp/writer.token" put --namespace ll
   && ok "no TLS flags: refused by the TLS master, nothing changed: $out" || bad "plaintext: $rc $out"
 out=$("$ctl" --master "$tcp" --token-file "$tmp/writer.token" --tls-ca "$tmp/ca.pem" \
   exists llm/tiny/v1@1 2>&1); rc=$?
-[ $rc -eq 1 ] && [ "$(state)" = "$before" ] \
+[ $rc -eq 1 ] && grep -q "certificate required (this master verifies clients" <<<"$out" \
+  && [ "$(state)" = "$before" ] \
   && ok "no client certificate for a master that verifies clients: refused: $out" \
   || bad "no client cert: $rc $out"
 
