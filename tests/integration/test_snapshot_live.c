@@ -360,6 +360,28 @@ static void test_reads_and_writes_answered_while_a_snapshot_is_captured(void **s
     kvc_close(c);
 }
 
+/* After failed snapshots: put key, and the next snapshot (its save() let
+ * go at once) is written at key's sequence; a restart after SIGKILL serves
+ * the keys put before the failures and key (nothing was truncated). Closes
+ * c. */
+static void next_snapshot_and_restart(live *t, kvc *c, const char *key)
+{
+    snap_call s;
+    uint64_t more = put(c, key);
+    snap_begin(&s, &t->m);
+    hold_release(hold_open(t), 'G');
+    snap_end(&s);
+    if (s.rc != 0) fail_msg("snapshot: %s", s.error);
+    assert_int_equal(s.seq, more);
+    assert_true(snapshot_exists(&t->m, more));
+    kvc_close(c);
+
+    c = restart_after_sigkill(t);
+    assert_keys(c, "before", KEYS_BEFORE);
+    assert_object(c, key);
+    kvc_close(c);
+}
+
 /* The writer killed while it captures, then a save() that fails: each
  * snapshot RPC answers an error naming the cause, no snapshot file appears
  * and the master serves on; the next snapshot is written, and a restart
@@ -395,20 +417,7 @@ static void test_a_snapshot_writer_that_dies_fails_closed(void **state)
     assert_false(snapshot_exists(&t->m, last));
     assert_true(hx_log_contains(&t->m, "section 'recorder' of recorder failed to save"));
 
-    /* The next one is written. */
-    uint64_t more = put(c, "after-failures");
-    snap_begin(&s, &t->m);
-    hold_release(hold_open(t), 'G');
-    snap_end(&s);
-    if (s.rc != 0) fail_msg("snapshot: %s", s.error);
-    assert_int_equal(s.seq, more);
-    assert_true(snapshot_exists(&t->m, more));
-    kvc_close(c);
-
-    c = restart_after_sigkill(t);
-    assert_keys(c, "before", KEYS_BEFORE);
-    assert_object(c, "after-failures");
-    kvc_close(c);
+    next_snapshot_and_restart(t, c, "after-failures");
 }
 
 /* A writer that never finishes (its save() held for good) is killed at
@@ -441,20 +450,7 @@ static void test_a_snapshot_writer_past_its_deadline_is_killed(void **state)
     assert_true(hx_alive(&t->m));
     assert_object(c, "before-00");
 
-    /* The next one is written (its save() let go at once). */
-    uint64_t more = put(c, "after-deadline");
-    snap_begin(&s, &t->m);
-    hold_release(hold_open(t), 'G');
-    snap_end(&s);
-    if (s.rc != 0) fail_msg("snapshot: %s", s.error);
-    assert_int_equal(s.seq, more);
-    assert_true(snapshot_exists(&t->m, more));
-    kvc_close(c);
-
-    c = restart_after_sigkill(t);
-    assert_keys(c, "before", KEYS_BEFORE);
-    assert_object(c, "after-deadline");
-    kvc_close(c);
+    next_snapshot_and_restart(t, c, "after-deadline");
 }
 
 int main(void)
