@@ -488,12 +488,6 @@ static int api_object_get(smp_host *h, const char *key, smp_object_info *out)
     return be->object_get != NULL ? be->object_get(be->ctx, key, out) : SMP_ENOTSUP;
 }
 
-static uint64_t api_objects_version(smp_host *h)
-{
-    const host_backend *be = &h->reg->be;
-    return be->objects_version != NULL ? be->objects_version(be->ctx) : 0;
-}
-
 static int api_group_list(smp_host *h, const char *group, const char *after_key, size_t max,
                           smp_object_visit_fn fn, void *arg)
 {
@@ -680,7 +674,6 @@ void hp_api_fill(smp_host *h)
     a->metric_set = api_metric_set;
     a->oplog_append = api_oplog_append;
     a->object_get = api_object_get;
-    a->objects_version = api_objects_version;
     a->group_list = api_group_list;
     a->group_count = api_group_count;
     a->group_set_managed = api_group_set_managed;

@@ -41,11 +41,6 @@
  * a mapping in the plugin's config block with their lines, so a plugin can
  * refuse a key it does not know (the host does not check the block).
  *
- * ABI 1.5 appends the host API member objects_version(), a number that
- * changes whenever what object_get answers of any key may have changed, so
- * a plugin may keep what it derived from object_get (weight_mgmt's
- * is_exist) while the number stays the same.
- *
  * Threading. Every callback into the plugin runs on the master's event-loop
  * thread, which owns all metadata; callbacks must not block and must not call
  * back into a host service that the function's comment says is not re-entrant
@@ -79,7 +74,7 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 
 #define SMP_ABI_MAJOR 1
-#define SMP_ABI_MINOR 5
+#define SMP_ABI_MINOR 4
 
 /* The ABI tag pins what C cannot check across a dlopen: pointer width and byte
  * order. It is 'S' 'M' <pointer bytes> <1 little endian | 2 big endian>. */
@@ -669,19 +664,6 @@ typedef struct smp_host_api {
                        const char *path,
                        int (*visit)(void *arg, const char *key, uint32_t line),
                        void *arg);
-
-    /* ABI 1.5: the version of the complete objects as object_get sees
-     * them. It changes (grows) whenever what object_get answers of a key's
-     * complete object, or of its absence, may have changed: an object
-     * completed, replaced or removed, a replica added, reserved, dropped or
-     * changed, a snapshot loaded, a node up, down, registered or gone.
-     * While it returns the same number, every key that had a complete
-     * object has the same one with the same readable replicas, and every
-     * key that had none still has none, so what a plugin derived from those
-     * answers still holds. (The info of a put still in flight, complete 0,
-     * may change without it.) 0: the host keeps no such number (derive
-     * nothing from it). Cheap (no lookup); loop thread only. */
-    uint64_t (*objects_version)(smp_host *h);
 } smp_host_api;
 
 /* True when the host's table is large enough to contain `member`. */

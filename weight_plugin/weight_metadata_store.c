@@ -502,7 +502,6 @@ typedef struct wm_rev_entry {
     wm_affinity aff;
     uint64_t id_hash;
     uint64_t group_hash;
-    wm_exist_memo exist; /* cleared by every apply (wm_entry_set) */
     struct wm_rev_entry *next_id;
     struct wm_rev_entry *next_group;
     wm_slab *slab; /* the mapping it lives in; NULL: malloc'ed */
@@ -572,7 +571,6 @@ static void wm_entry_set(wm_rev_entry *e, const wm_revision *rev)
     e->rev = *rev;
     e->rev.group_key = g;
     e->rev.manifest_key = m;
-    memset(&e->exist, 0, sizeof(e->exist));
 }
 
 struct wm_store {
@@ -807,12 +805,11 @@ const wm_affinity *wm_store_affinity(const wm_store *st, const wm_identity *id)
     return e ? &e->aff : NULL;
 }
 
-const wm_revision *wm_store_get_affinity(wm_store *st, const wm_identity *id,
-                                         const wm_affinity **aff, wm_exist_memo **memo)
+const wm_revision *wm_store_get_affinity(const wm_store *st, const wm_identity *id,
+                                         const wm_affinity **aff)
 {
-    wm_rev_entry *e = wm_find_entry(st, id);
+    const wm_rev_entry *e = wm_find_entry(st, id);
     *aff = e ? &e->aff : NULL;
-    if (memo != NULL) *memo = e ? &e->exist : NULL;
     return e ? &e->rev : NULL;
 }
 

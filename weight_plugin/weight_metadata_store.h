@@ -49,24 +49,11 @@ const wm_revision *wm_store_get_group(const wm_store *st, const char *group_key)
 int wm_store_touch(wm_store *st, const wm_identity *id, uint64_t access_ms);
 /* The sealed affinity summary (empty while IMPORTING); NULL when absent. */
 const wm_affinity *wm_store_affinity(const wm_store *st, const wm_identity *id);
-/* What weight_is_exist last found of a revision's objects: readable is 1
- * when the manifest and every payload had a readable replica while the
- * host's objects_version was `version` (0: nothing found yet). The store
- * keeps one per revision and clears it whenever a record of the revision
- * applies (its state, keys or affinity may have changed); the caller fills
- * it and trusts it only at the same objects_version. */
-typedef struct wm_exist_memo {
-    uint64_t version;
-    int readable;
-} wm_exist_memo;
-
-/* The revision, in *aff its sealed affinity summary and in *memo (memo may
- * be NULL) its is_exist memo, from one hash lookup (what wm_store_get then
- * wm_store_affinity answer with two); NULL with *aff (and *memo) NULL when
- * absent. Borrowed until the next apply; the memo is the caller's to
- * write. */
-const wm_revision *wm_store_get_affinity(wm_store *st, const wm_identity *id,
-                                         const wm_affinity **aff, wm_exist_memo **memo);
+/* The revision and, in *aff, its sealed affinity summary from one hash
+ * lookup (what wm_store_get then wm_store_affinity answer with two); NULL
+ * with *aff NULL when absent. Both borrowed until the next apply. */
+const wm_revision *wm_store_get_affinity(const wm_store *st, const wm_identity *id,
+                                         const wm_affinity **aff);
 const wm_operation *wm_store_operation(const wm_store *st, uint64_t op_id);
 const wm_lease *wm_store_lease(const wm_store *st, uint64_t lease_id);
 

@@ -67,34 +67,6 @@ static int wm_key_readable(wm_plugin *p, const char *key)
     return info.complete && info.memory_replicas_readable + info.cold_replicas_readable > 0;
 }
 
-/* The host's objects_version (ABI 1.5), 0 from an older host or one that
- * keeps none: then nothing is memoised. */
-static uint64_t wm_objects_version(wm_plugin *p)
-{
-    if (!SMP_HOST_HAS(p->api, objects_version) || p->api->objects_version == NULL) return 0;
-    return p->api->objects_version(p->host);
-}
-
-/* Whether the manifest and every payload of a revision have a readable
- * replica now: one object_get per key, or the revision's memo when the host
- * has changed nothing object_get answers since it was filled (an idle
- * store answers repeated reads without asking the host). */
-static int wm_objects_readable(wm_plugin *p, const wm_revision *rev, const wm_affinity *aff,
-                               wm_exist_memo *memo)
-{
-    uint64_t version = wm_objects_version(p);
-    if (version != 0 && memo != NULL && memo->version == version) return memo->readable;
-    int ok = wm_key_readable(p, rev->manifest_key);
-    for (size_t u = 0; ok && u < aff->n_units; u++)
-        for (size_t j = 0; ok && j < aff->units[u].n_members; j++)
-            ok = wm_key_readable(p, aff->units[u].members[j]);
-    if (version != 0 && memo != NULL) {
-        memo->version = version;
-        memo->readable = ok;
-    }
-    return ok;
-}
-
 /* True only for a READY revision whose manifest and every payload have a
  * readable replica now (whatever the residency, during a migration too). */
 int wm_rpc_is_exist(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len)
@@ -109,10 +81,14 @@ int wm_rpc_is_exist(void *plugin, smp_rpc_call *call, const uint8_t *body, size_
     if (req == NULL) return SMP_OK;
     if (!wm_identity_in(p, call, req->identity, &id)) goto free_req;
     const wm_affinity *aff;
-    wm_exist_memo *memo;
-    const wm_revision *rev = wm_store_get_affinity(p->store, &id, &aff, &memo);
-    if (rev != NULL && rev->availability == WM_AVAIL_READY && aff->n_units > 0)
-        resp.exists = wm_objects_readable(p, rev, aff, memo);
+    const wm_revision *rev = wm_store_get_affinity(p->store, &id, &aff);
+    if (rev != NULL && rev->availability == WM_AVAIL_READY) {
+        int ok = aff != NULL && aff->n_units > 0 && wm_key_readable(p, rev->manifest_key);
+        for (size_t u = 0; ok && u < aff->n_units; u++)
+            for (size_t j = 0; ok && j < aff->units[u].n_members; j++)
+                ok = wm_key_readable(p, aff->units[u].members[j]);
+        resp.exists = ok;
+    }
     wm_reply_packed(p, call, &resp.base);
 free_req:
     wm_arena_free_unpacked(&a, &req->base);

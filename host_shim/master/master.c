@@ -459,7 +459,6 @@ static int open_parts(master *m, char *err, size_t errlen)
     host_plugins_set_timing(m->plugins, &m->m.plugin_timing);
     obj_guard_ops guard = {guard_check, guard_active, m};
     if ((rc = obj_store_create(&m->objs, &guard)) < 0) return rc;
-    m->objects_version = 1; /* 0 would tell plugins the host keeps none */
     obj_store_set_abandon_hook(m->objs, master_scrub_abandoned, m);
     obj_store_set_place_hook(m->objs, master_node_place_ok, m);
 

@@ -58,17 +58,6 @@ static int be_object_get(void *ctx, const char *key, smp_object_info *out)
     return rc;
 }
 
-void master_objects_changed(master *m)
-{
-    m->objects_version++;
-}
-
-static uint64_t be_objects_version(void *ctx)
-{
-    const master *m = ctx;
-    return m->objects_version;
-}
-
 static int be_group_list(void *ctx, const char *group, const char *after_key, size_t max,
                          smp_object_visit_fn fn, void *arg)
 {
@@ -150,7 +139,6 @@ void master_backend_init(master *m)
     b->host_caps = MASTER_HOST_CAPS;
     b->oplog_append = master_append_plugin;
     b->object_get = be_object_get;
-    b->objects_version = be_objects_version;
     b->group_list = be_group_list;
     b->group_count = be_group_count;
     b->group_set_managed = be_group_set_managed;

@@ -86,7 +86,6 @@ static void on_durable(void *arg, int status, uint64_t seq)
         int rc = c->held                               ? obj_apply_held(m->objs, c->held)
                  : c->type == MASTER_REC_GATE_CONFIRM ? master_gates_apply(m, c->buf, c->len)
                  : obj_apply_record(m->objs, c->type, c->encver, c->buf, c->len);
-        master_objects_changed(m);
         if (rc < 0) {
             /* The record was validated against this very state; failing now
              * means the state and the log disagree. Stop before serving more. */

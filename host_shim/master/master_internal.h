@@ -86,7 +86,6 @@ typedef struct master {
     host_plugins *plugins;
     host_backend backend;
     obj_store *objs;
-    uint64_t objects_version;   /* smp_host_api.objects_version: master_objects_changed */
     oplog *log;
     rpc_server *rpc;
     struct rpc_auth *auth;      /* credentials (rpc_auth.h), served on m->rpc */
@@ -556,13 +555,6 @@ void master_backend_init(master *m);
 
 /* Deliver an event to the plugins (live only: never during recovery). */
 void master_emit(master *m, const smp_event *ev);
-
-/* Something object_get answers may have changed (an object or replica
- * applied, reserved or released, a snapshot loaded, a node up, down, added
- * or dropped): move smp_host_api.objects_version on, so a plugin derives
- * nothing from the answers it had. Called after every such change; when in
- * doubt, call it (a spurious call costs one recomputation). */
-void master_objects_changed(master *m);
 
 uint64_t master_now_ms(void);
 uint64_t master_wall_ms(void);

@@ -557,7 +557,6 @@ static void finish_register(master *m, void *arg, int status, uint64_t seq)
         goto free_ctx;
     }
     n->up = 1;
-    master_objects_changed(m);
     n->last_seen_ms = master_now_ms();
     reconcile(m, n, r->req);
     smp_event ev = {.struct_size = sizeof(ev), .type = SMP_EVENT_NODE_UP, .node = n->id};
@@ -682,7 +681,6 @@ static int h_register(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t
         }
         HASH_ADD_KEYPTR(hh, m->nodes, n->id, strlen(n->id), n);
     }
-    master_objects_changed(m);
     /* A node that registers again restarted: what it had in flight is gone;
      * with a new segment file, so are the bytes of puts into the old one and
      * every queued task that would read or write the old file's ranges (a
@@ -881,7 +879,6 @@ void master_nodes_tick(master *m, uint64_t now)
         uint64_t silent = node_silence_ms(m, n);
         if (n->up && silent > m->cfg->node_timeout_ms) {
             n->up = 0;
-            master_objects_changed(m);
             fprintf(stderr, "store_master: node %s down (silent for %llu ms)\n", n->id,
                     (unsigned long long)silent);
             fail_tasks(m, n, 0);
@@ -899,7 +896,6 @@ void master_nodes_free(master *m)
     master_inventory_clear(m);
     HASH_ITER(hh, m->nodes, n, tmp) {
         HASH_DEL(m->nodes, n);
-        master_objects_changed(m);
         if (n->poll) answer_poll(m, n);
         fail_tasks(m, n, 0);
         free(n->id);

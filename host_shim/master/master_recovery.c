@@ -94,7 +94,6 @@ int master_apply_record(master *m, const oplog_record *rec, int carry, char *err
         }
     } else if (rec->type >= 1 && rec->type <= SMP_OPLOG_HOST_TYPE_MAX) {
         rc = obj_apply_record(m->objs, rec->type, rec->encver, rec->payload, rec->len);
-        master_objects_changed(m);
         if (rc < 0) {
             snprintf(err, errlen, "oplog: record %llu of host type %u (%s) does not apply: %s",
                      (unsigned long long)rec->seq, (unsigned)rec->type,
@@ -181,9 +180,7 @@ static int load_sections(master *m, const snap_image *img, char *err, size_t err
                      objs->name, (unsigned)objs->encver, MASTER_SECTION_ENCVER);
             return SMP_ERANGE;
         }
-        rc = obj_store_load(m->objs, objs->data, objs->len);
-        master_objects_changed(m);
-        if (rc < 0) {
+        if ((rc = obj_store_load(m->objs, objs->data, objs->len)) < 0) {
             snprintf(err, errlen, "snapshot %s: section '%s' does not load: %s",
                      snap_image_path(img), objs->name, smp_strerror(rc));
             return rc;
@@ -252,7 +249,6 @@ int master_recover(master *m, char *err, size_t errlen)
     obj_store_bulk_begin(m->objs);
     rc = oplog_replay(m->log, last_seq, replay_one, &c, err, errlen);
     (void)obj_store_bulk_end(m->objs); /* unsorted on ENOMEM: still a valid list */
-    master_objects_changed(m);
     if (rc < 0 && cause[0] != '\0') snprintf(err, errlen, "%s", cause);
     if (rc < 0 && err[0] == '\0') snprintf(err, errlen, "oplog: replay failed: %s", smp_strerror(rc));
     return rc;

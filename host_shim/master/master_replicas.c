@@ -248,7 +248,6 @@ static void on_loaded(master *m, void *arg, int status, const struct TaskResult 
     if (status == SMP_OK && res->status != 0) status = res->status;
     if (status < 0) {
         obj_release_reservation(m->objs, j->key);
-        master_objects_changed(m);
         fprintf(stderr, "store_master: loading %s from %s on %s failed: %s (%s)\n", j->key,
                 j->cold_name, j->node, smp_strerror(status), res && res->error ? res->error : "");
         if (res != NULL && res->status == SMP_EPROTO) {
@@ -285,22 +284,18 @@ int master_ensure_memory(void *ctx, const char *key, smp_done_cb cb, void *arg)
         job_free(j);
         return SMP_ENOMEM;
     }
-    rc = obj_reserve_replica(m->objs, key, src->node, master_now_ms(), &j->where);
-    master_objects_changed(m);
-    if (rc < 0) {
+    if ((rc = obj_reserve_replica(m->objs, key, src->node, master_now_ms(), &j->where)) < 0) {
         job_free(j);
         return rc;
     }
     /* The file is read where it lies: the range must be on the same node. */
     if (strcmp(j->where.node, src->node) != 0) {
         obj_release_reservation(m->objs, key);
-        master_objects_changed(m);
         job_free(j);
         return SMP_ENOSPC;
     }
     if ((j->segment = strdup(j->where.segment)) == NULL) {
         obj_release_reservation(m->objs, key);
-        master_objects_changed(m);
         job_free(j);
         return SMP_ENOMEM;
     }
@@ -310,7 +305,6 @@ int master_ensure_memory(void *ctx, const char *key, smp_done_cb cb, void *arg)
                           r.info.checksum, src->path, on_loaded, j);
     if (rc < 0) {
         obj_release_reservation(m->objs, key);
-        master_objects_changed(m);
         job_free(j);
     }
     return rc;
