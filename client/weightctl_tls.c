@@ -64,12 +64,11 @@ static int no_password(char *buf, int size, int rwflag, void *u)
     return 0;
 }
 
-/* Open s's file and read it as a regular file. A BIO over it (BIO_free it),
- * or NULL with "weightctl: NAME PATH: cause" on stderr. */
+/* Open s's file, which must be a regular file. A BIO over it (BIO_free
+ * it), or NULL with "weightctl: NAME PATH: cause" on stderr. */
 static BIO *open_setting(const tls_source *s)
 {
     struct stat st;
-    char probe;
     BIO *b = NULL;
     int fd = open(s->path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
@@ -80,11 +79,7 @@ static BIO *open_setting(const tls_source *s)
         fprintf(stderr, "weightctl: %s %s: not a regular file\n", s->name, s->path);
         goto close_fd;
     }
-    if (read(fd, &probe, 1) < 0) {
-        fprintf(stderr, "weightctl: %s %s: cannot read: %s\n", s->name, s->path, strerror(errno));
-        goto close_fd;
-    }
-    if (lseek(fd, 0, SEEK_SET) != 0 || (b = BIO_new_fd(fd, BIO_CLOSE)) == NULL) {
+    if ((b = BIO_new_fd(fd, BIO_CLOSE)) == NULL) {
         fprintf(stderr, "weightctl: %s %s: cannot read: %s\n", s->name, s->path, strerror(errno));
         goto close_fd;
     }

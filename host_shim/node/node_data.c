@@ -357,7 +357,6 @@ static void conn_close_handles(data_conn *c)
         uv_close((uv_handle_t *)&c->idle, on_conn_closed);
 }
 
-/* A write that broke before its last byte gives its ticket back. */
 /* Take u off the writing list (its write completed or broke). */
 static void writing_unlink(data_server *s, used_ticket *u)
 {
