@@ -5,7 +5,10 @@
  * publishes N small revisions through libweightclient from 8 threads (one
  * 16-byte tensor each: the metadata is what is measured, not payloads),
  * reports the publish rate and the master's anonymous memory per revision,
- * then runs weight_get_metadata and weight_is_exist on random revisions for
+ * waits until the master is idle (a store just published persists and
+ * snapshots in the background for a while: the reads are measured on a
+ * settled store, as Redis's are; the wait is printed), then runs
+ * weight_get_metadata and weight_is_exist on random revisions for
  * SECONDS with 1 and 50 clients (one thread and one connection each, one
  * request in flight per client, over the master's Unix socket). The
  * baseline is redis-server (in memory) over its Unix socket, filled with as
@@ -327,6 +330,27 @@ static int kept_master(hx_master *m, const char *kept, const char *mode)
     return -1;
 }
 
+/* Wait until the master is idle: its CPU stays below 5% of a core for
+ * 0.5 s (2 minutes at most), and print how long that took (after what
+ * `since` names). The reads are measured on a settled store, as Redis's
+ * are: a store just published still persists revisions and writes
+ * snapshots in the background for a while, and a just started one
+ * registers its node's cold files. */
+static void wait_idle(pid_t pid, const char *since)
+{
+    double t0 = now_s(), idle_s = -1;
+    for (int i = 0; i < 240 && idle_s < 0; i++) {
+        double c0 = proc_cpu_s(pid);
+        usleep(500000);
+        if (proc_cpu_s(pid) - c0 < 0.025) idle_s = now_s() - t0;
+    }
+    if (idle_s >= 0)
+        printf("master idle %.1f s %s\n", idle_s, since);
+    else
+        printf("master still busy %.0f s %s: measuring anyway\n", now_s() - t0, since);
+    fflush(stdout);
+}
+
 /* WM_BENCH_READS=DIR: the read phase alone on kept data (see the top). */
 static int reads_only(const char *kept, const char *parent, bench *b)
 {
@@ -342,18 +366,8 @@ static int reads_only(const char *kept, const char *parent, bench *b)
     }
     b->socket = m.socket;
     /* A master just started on kept data is not idle yet: its embedded node
-     * goes through its cold files to register them. Measure once the
-     * process's CPU stays below 5% of a core for 0.5 s (2 minutes at most). */
-    double t0 = now_s(), idle_s = -1;
-    for (int i = 0; i < 240 && idle_s < 0; i++) {
-        double c0 = proc_cpu_s(m.pid);
-        usleep(500000);
-        if (proc_cpu_s(m.pid) - c0 < 0.025) idle_s = now_s() - t0;
-    }
-    if (idle_s >= 0)
-        printf("master idle %.1f s after it answered\n", idle_s);
-    else
-        printf("master still busy after %.0f s: measuring anyway\n", now_s() - t0);
+     * goes through its cold files to register them. */
+    wait_idle(m.pid, "after it answered");
     memset(&rb, 0, sizeof(rb));
     have_redis = redis_start(&rb, parent, 0) == 0 && redis_populate(&rb, b->n_revisions) == 0;
     if (!have_redis) printf("redis: no redis-server could be started\n");
@@ -635,6 +649,7 @@ int main(int argc, char **argv)
     int have_redis = redis_start(&rb, dir, 0) == 0 && redis_populate(&rb, b.n_revisions) == 0;
     if (!have_redis)
         printf("redis: no redis-server could be started (make bench installs redis-server)\n");
+    wait_idle(m.pid, "after the last publish");
     if (read_phase(&b, m.pid, have_redis ? &rb : NULL, md, ex, rd) < 0) {
         redis_stop(&rb);
         goto stop;

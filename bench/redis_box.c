@@ -1,5 +1,6 @@
 /* redis_box.c -- a redis-server of a benchmark's own and redis-benchmark
  * against it (redis_box.h). */
+#include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <signal.h>
@@ -79,6 +80,7 @@ int redis_start(redis_box *r, const char *parent, int durable)
     r->pid = 0;
     r->durable = durable;
     if (mkdtemp(r->dir) == NULL) {
+        fprintf(stderr, "redis: cannot make a directory under %s: %s\n", parent, strerror(errno));
         r->dir[0] = '\0';
         return -1;
     }
