@@ -466,7 +466,7 @@ typedef struct wm_lineage_entry {
 } wm_lineage_entry;
 
 /* ------------------------------------------------------------------------ */
-/* The state machine (weight_metadata_store.c)                               */
+/* The state machine (weight_metadata_rules.c)                               */
 /* ------------------------------------------------------------------------ */
 
 /* 1 if a revision may move from availability `from` to `to` in one mutation,
@@ -529,6 +529,10 @@ int wm_metadata_mutation_check(const wm_revision *before,
                                const wm_revision *after,
                                char *msg,
                                size_t cap);
+
+/* 1 when the manifest reference and payload summary -- what an import
+ * commit seals -- are the same in a and b. */
+int wm_sealed_equal(const wm_revision *a, const wm_revision *b);
 
 /* 1 if a claim of `mode` may move from phase `from` to `to` in one record:
  * staying put, or the next phase of the mode's sequence (see

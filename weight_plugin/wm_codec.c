@@ -6,7 +6,7 @@
  * that came from disk or a peer and trusts none of it: a missing identity, an
  * out-of-range enum, a string with a NUL or bad UTF-8, a key that is not the
  * canonical one, a digest of the wrong length or a record that breaks an
- * invariant of weight_metadata_store.c is SMP_EPROTO with a sentence, and
+ * invariant of weight_metadata_rules.c is SMP_EPROTO with a sentence, and
  * whatever was allocated on the way is released. */
 #include <inttypes.h>
 #include <stdarg.h>

@@ -5,7 +5,7 @@
  * types 8-12 and the `weight_metadata` snapshot section. Encoding refuses a
  * record that breaks an invariant (nothing invalid is ever written); decoding
  * trusts nothing: every enum, identity, key, digest length, count and the
- * invariants of weight_metadata_store.c are checked, and a failure is
+ * invariants of weight_metadata_rules.c are checked, and a failure is
  * SMP_EPROTO with a sentence naming the fault. No function here calls the
  * host. */
 #ifndef WM_CODEC_H
