@@ -22,6 +22,7 @@
 
 #include "node_cold.h"
 #include "node_data.h"
+#include "node_fsck.h"
 #include "node_rpc.pb-c.h"
 #include "node_runtime.h"
 #include "node_segment.h"
@@ -35,8 +36,6 @@
 #define NODE_SERVICE 3
 #define RESULTS_MAX 256
 #define WRITES_MAX 64 /* running writes reported with one poll */
-#define SCAN_BLOCK 64          /* fsck: OBJ_ALIGN, the master allocates in these */
-#define SCAN_CHUNK (1u << 20)  /* fsck: bytes read at a time */
 #define ROTATE_MARGIN_MS 1000 /* beyond the ticket life, before a key may be forgotten */
 
 struct node_runtime {
@@ -91,7 +90,7 @@ struct node_runtime {
     size_t n_results;
 
     data_write writes[WRITES_MAX];    /* running writes, copied for a poll */
-    uint8_t scan_buf[SCAN_CHUNK];     /* fsck scans read through it */
+    node_fsck *fsck;                  /* SCAN and SCRUB tasks */
 };
 
 static void sleep_ms(int ms)
@@ -165,185 +164,6 @@ static void free_result(TaskResult *r)
     free(r);
 }
 
-/* -- fsck ------------------------------------------------------------------- */
-
-
-/* Append [off, off+len) to r->dirty, joining it to the last range when they
- * touch. SMP_OK or SMP_ENOMEM. */
-static int add_dirty(TaskResult *r, size_t *cap, uint64_t off, uint64_t len)
-{
-    if (r->n_dirty > 0) {
-        SegmentRange *last = r->dirty[r->n_dirty - 1];
-        if (last->offset + last->length == off) {
-            last->length += len;
-            return SMP_OK;
-        }
-    }
-    if (r->n_dirty == *cap) {
-        size_t ncap = *cap ? *cap * 2 : 16;
-        SegmentRange **v = realloc(r->dirty, ncap * sizeof(*v));
-        if (v == NULL) return SMP_ENOMEM;
-        r->dirty = v;
-        *cap = ncap;
-    }
-    SegmentRange *g = malloc(sizeof(*g));
-    if (g == NULL) return SMP_ENOMEM;
-    segment_range__init(g);
-    g->offset = off;
-    g->length = len;
-    r->dirty[r->n_dirty++] = g;
-    return SMP_OK;
-}
-
-/* 1 when the len bytes at p are all zero: eight bytes at a time. */
-static int all_zero(const uint8_t *p, uint64_t len)
-{
-    uint64_t acc = 0, w;
-    uint64_t b = 0;
-    for (; b + 8 <= len; b += 8) {
-        memcpy(&w, p + b, 8);
-        acc |= w;
-    }
-    for (; b < len; b++) acc |= p[b];
-    return acc == 0;
-}
-
-/* Check [off, off+len) (inside one range the master says nothing
- * occupies) block by block, read with pread into the scan buffer -- or
- * straight through the mapping where the segment's pre-fault already
- * touched it (node.segment_prefault: those pages hold data, not holes, and
- * the mapping is what is cheap to read on a shadow-paged guest). */
-static int scan_piece(node_runtime *n, TaskResult *r, size_t *cap, uint64_t off, uint64_t len)
-{
-    uint64_t at = 0;
-    while (at < len) {
-        uint64_t chunk = len - at < SCAN_CHUNK ? len - at : SCAN_CHUNK;
-        const uint8_t *p = n->scan_buf;
-        if (seg_prefaulted(n->seg) >= off + at + chunk) p = seg_ptr(n->seg, off + at, chunk);
-        else if (seg_pread(n->seg, off + at, n->scan_buf, chunk) != SMP_OK) return SMP_EIO;
-        if (p == NULL) return SMP_EIO;
-        for (uint64_t b = 0; b < chunk; b += SCAN_BLOCK) {
-            uint64_t bl = chunk - b < SCAN_BLOCK ? chunk - b : SCAN_BLOCK;
-            if (!all_zero(p + b, bl) && add_dirty(r, cap, off + at + b, bl) < 0)
-                return SMP_ENOMEM;
-        }
-        at += chunk;
-    }
-    return SMP_OK;
-}
-
-#define SCAN_RUNS 4096
-
-/* The non-zero SCAN_BLOCK blocks of each range the master says nothing
- * occupies (ranges outside the segment are refused). Runs the file system
- * reports as holes read as zeros and are skipped, so a segment never written
- * is not read. The runs are listed before anything is read: on tmpfs,
- * reading reserved pages turns the holes after them into data, and a scan
- * that asked as it went would end up reading the whole segment. The scan
- * runs between two polls: it must stay well inside node.timeout_ms. */
-static int scan_ranges(node_runtime *n, const NodeTask *t, TaskResult *r, char *err, size_t errlen)
-{
-    size_t cap = 0, n_runs = 0;
-    uint64_t (*runs)[2] = malloc(SCAN_RUNS * sizeof(*runs));
-    uint64_t pos = 0, ds, de, size = seg_size(n->seg);
-    int rc = SMP_OK;
-    if (runs == NULL) return SMP_ENOMEM;
-    while (pos < size && seg_next_data(n->seg, pos, &ds, &de) == SMP_OK) {
-        if (n_runs == SCAN_RUNS - 1) { /* too fragmented: the rest is one run */
-            de = size;
-        }
-        runs[n_runs][0] = ds;
-        runs[n_runs][1] = de;
-        n_runs++;
-        pos = de;
-    }
-    for (size_t i = 0; rc == SMP_OK && i < t->n_ranges; i++) {
-        const SegmentRange *g = t->ranges[i];
-        if (seg_check_range(n->seg, g->offset, g->length) != SMP_OK) {
-            wm_errbuf(err, errlen, "scan: range %llu+%llu outside the segment",
-                      (unsigned long long)g->offset, (unsigned long long)g->length);
-            rc = SMP_ERANGE;
-            break;
-        }
-        uint64_t end = g->offset + g->length;
-        for (size_t k = 0; rc == SMP_OK && k < n_runs; k++) {
-            /* the run widened to whole blocks of the range, clipped to it */
-            uint64_t a = runs[k][0] > g->offset ? runs[k][0] : g->offset;
-            uint64_t b = runs[k][1] < end ? runs[k][1] : end;
-            if (a >= b) continue;
-            a = g->offset + (a - g->offset) / SCAN_BLOCK * SCAN_BLOCK;
-            b = g->offset + (b - g->offset + SCAN_BLOCK - 1) / SCAN_BLOCK * SCAN_BLOCK;
-            if (b > end) b = end;
-            rc = scan_piece(n, r, &cap, a, b - a);
-            if (rc == SMP_EIO)
-                wm_errbuf(err, errlen, "scan: cannot read %llu bytes at %llu",
-                          (unsigned long long)(b - a), (unsigned long long)a);
-        }
-    }
-    free(runs);
-    return rc;
-}
-
-typedef struct scan_files {
-    TaskResult *r;
-    size_t cap;
-} scan_files;
-
-/* Every .cold file, corrupt ones included (key "", no checksum). */
-static int scan_file(void *arg, const cold_entry *e)
-{
-    scan_files *sf = arg;
-    TaskResult *r = sf->r;
-    if (r->n_files == sf->cap) {
-        size_t cap = sf->cap ? sf->cap * 2 : 64;
-        InventoryFile **v = realloc(r->files, cap * sizeof(*v));
-        if (v == NULL) return SMP_ENOMEM;
-        r->files = v;
-        sf->cap = cap;
-    }
-    InventoryFile *f = calloc(1, sizeof(*f));
-    if (f == NULL) return SMP_ENOMEM;
-    inventory_file__init(f);
-    r->files[r->n_files++] = f;
-    f->name = strdup(e->name);
-    f->key = strdup(e->status == SMP_OK && e->key ? e->key : "");
-    f->length = e->status == SMP_OK ? e->length : e->file_bytes;
-    if (f->name == NULL || f->key == NULL) return SMP_ENOMEM;
-    if (e->status == SMP_OK) {
-        if ((f->sha256.data = malloc(32)) == NULL) return SMP_ENOMEM;
-        memcpy(f->sha256.data, e->sha256, 32);
-        f->sha256.len = 32;
-    }
-    return 0;
-}
-
-static int run_scan(node_runtime *n, const NodeTask *t, TaskResult *r, char *err, size_t errlen)
-{
-    scan_files sf = {r, 0};
-    int rc = cold_inventory(n->cold, 60000, 0, scan_file, &sf, NULL);
-    if (rc != SMP_OK) {
-        wm_errbuf(err, errlen, "scan of %s: %s", n->cold_dir, smp_strerror(rc));
-        return rc < 0 ? rc : SMP_EIO;
-    }
-    return scan_ranges(n, t, r, err, errlen);
-}
-
-/* Zero each range (the master holds them: nothing is written there). */
-static int run_scrub(node_runtime *n, const NodeTask *t, char *err, size_t errlen)
-{
-    for (size_t i = 0; i < t->n_ranges; i++) {
-        uint8_t *p = seg_ptr(n->seg, t->ranges[i]->offset, t->ranges[i]->length);
-        if (p == NULL) {
-            wm_errbuf(err, errlen, "scrub: range %llu+%llu outside the segment",
-                      (unsigned long long)t->ranges[i]->offset,
-                      (unsigned long long)t->ranges[i]->length);
-            return SMP_ERANGE;
-        }
-        memset(p, 0, (size_t)t->ranges[i]->length);
-    }
-    return SMP_OK;
-}
-
 static TaskResult *run_task(node_runtime *n, const NodeTask *t)
 {
     char err[512] = "";
@@ -393,10 +213,10 @@ static TaskResult *run_task(node_runtime *n, const NodeTask *t)
         }
         break;
     case TASK_KIND__TASK_SCAN:
-        rc = run_scan(n, t, r, err, sizeof(err));
+        rc = node_fsck_scan(n->fsck, t, r, err, sizeof(err));
         break;
     case TASK_KIND__TASK_SCRUB:
-        rc = run_scrub(n, t, err, sizeof(err));
+        rc = node_fsck_scrub(n->fsck, t, err, sizeof(err));
         break;
     default:
         rc = SMP_ENOTSUP;
@@ -946,6 +766,7 @@ void node_runtime_stop(node_runtime *n)
         uv_loop_close(&n->loop);
     }
     node_local_stop(n->local); /* before the segment it hands out */
+    node_fsck_free(n->fsck);
     cold_close(n->cold);
     seg_close(n->seg);
     pthread_mutex_destroy(&n->key_lock);
@@ -1035,6 +856,7 @@ int node_runtime_start(const node_runtime_options *opt,
                 "replica kept)\n", n->node_id, (unsigned long long)seg_grown_from(n->seg),
                 (unsigned long long)seg_size(n->seg));
     if ((rc = cold_open(n->cold_dir, &n->cold, err, errlen)) < 0) goto fail;
+    if ((rc = node_fsck_new(n->seg, n->cold, n->cold_dir, &n->fsck)) < 0) goto fail;
     if (n->tenant[0] != '\0') {
         node_local_peers none = {0};
         if ((rc = node_local_start(n->local_socket, n->node_id, n->tenant,
