@@ -3,10 +3,19 @@
  * The master knows which replicas exist and which segment ranges are
  * occupied (memory replicas, in-flight puts, replica reservations); a node
  * knows its cold files and the bytes of its segment. A check sends every
- * up node one SCAN task carrying the unoccupied ranges of its segment; the
- * node answers with every .cold file in its directory and the non-zero
- * 64-byte blocks of those ranges. The master then judges on its current
- * state (the scan took time):
+ * up node a SCAN carrying the unoccupied ranges of its segment; the node
+ * answers with the non-zero 64-byte blocks of those ranges and every .cold
+ * file in its directory -- in pages of FSCK_PAGE_BYTES, a cold tier of a
+ * million files being far more than one frame (listen.max_frame_bytes): each
+ * page holds the names after the last of the page before, in order, and says
+ * whether more follow; the master asks for the next until none do. A page
+ * that does not answer the page asked, is larger than asked, has names out
+ * of order, or comes from a node without pages after the first, ends that
+ * node's check with the cause (nothing repaired there); a node from before
+ * pages answers the first with every file, taken as the whole. Each page's
+ * files are counted as they come, and a file whose object's replica on the
+ * node names it is settled then; the others are judged at the end, on the
+ * master's state then (the scan took time):
  *   - a cold file is an orphan when no replica of the node names it and no
  *     ensure_cold job of its key is between writing the file and recording
  *     it (master_persist_in_flight);
@@ -32,6 +41,11 @@
 #include "master_internal.h"
 #include "node_rpc.pb-c.h"
 
+/* The bound of a SCAN page's encoded answer, well under any frame limit. */
+#define FSCK_PAGE_BYTES (256u << 10)
+/* Replicas of one object looked at to settle a file at once (more: judged at the end). */
+#define FSCK_SETTLE_REPLICAS 16
+
 typedef struct fsck_file {
     char *name;
     char *key;
@@ -47,8 +61,12 @@ typedef struct fsck_node {
     char *segment;
     char *error;
     uint64_t cold_files, cold_bytes;
-    fsck_file *orphans;
-    size_t n_orphans;
+    fsck_file *orphans; /* while the pages come: the files not settled (candidates) */
+    size_t n_orphans, cap_orphans;
+    char *after;        /* the last cold name of the pages so far ("" before the first) */
+    uint32_t pages;     /* pages taken */
+    uint64_t *dirty;    /* the first page's non-zero (offset, length) pairs */
+    size_t n_dirty;
     uint64_t capacity, used;
     uint64_t *ranges; /* orphaned (offset, length) pairs */
     size_t n_ranges;
@@ -90,6 +108,8 @@ static void run_free(fsck_run *r)
         free(n->error);
         free(n->ranges);
         free(n->held);
+        free(n->after);
+        free(n->dirty);
     }
     free(r->nodes);
     free(r);
@@ -191,13 +211,19 @@ static void task_ended(fsck_run *r)
     if (--r->outstanding == 0) run_reply(r);
 }
 
-static void set_error(fsck_node *n, int status, const TaskResult *res)
+/* The node's error (its first): the status, then why ("" or NULL: none). */
+static void set_error_why(fsck_node *n, int status, const char *why)
 {
     char buf[600];
     if (n->error != NULL) return;
-    snprintf(buf, sizeof(buf), "%s%s%s", smp_strerror(status), res && res->error && res->error[0] ? ": " : "",
-             res && res->error ? res->error : "");
+    snprintf(buf, sizeof(buf), "%s%s%s", smp_strerror(status), why && why[0] ? ": " : "",
+             why ? why : "");
     n->error = strdup(buf);
+}
+
+static void set_error(fsck_node *n, int status, const TaskResult *res)
+{
+    set_error_why(n, status, res ? res->error : NULL);
 }
 
 /* -- repair ------------------------------------------------------------------------ */
@@ -282,20 +308,38 @@ static int note_named(void *arg, const char *key, const obj_replica *rep)
     return 0;
 }
 
-static int judge_files(master *m, fsck_node *n, const TaskResult *res)
+/* 1 when a cold replica on node of f's object names f now (settled, not
+ * an orphan). */
+static int settled(master *m, const char *node, const InventoryFile *f)
 {
-    named_path *set = NULL, *p, *tmp;
-    int rc = SMP_OK;
-    if (obj_visit_replicas(m->objs, n->node, note_named, &set) < 0) rc = SMP_ENOMEM;
-    if (rc == SMP_OK && (n->orphans = calloc(res->n_files + 1, sizeof(*n->orphans))) == NULL)
-        rc = SMP_ENOMEM;
-    for (size_t i = 0; rc == SMP_OK && i < res->n_files; i++) {
+    obj_replica reps[FSCK_SETTLE_REPLICAS];
+    size_t total = 0;
+    if (obj_object_replicas(m->objs, f->key, reps, FSCK_SETTLE_REPLICAS, &total) != SMP_OK) return 0;
+    for (size_t i = 0; i < total && i < FSCK_SETTLE_REPLICAS; i++)
+        if (reps[i].kind == SMP_REPLICA_COLD && reps[i].node != NULL && reps[i].path != NULL &&
+            strcmp(reps[i].node, node) == 0 && strcmp(reps[i].path, f->name) == 0)
+            return 1;
+    return 0;
+}
+
+/* Count a page's files and keep those not settled as candidates.
+ * SMP_OK or SMP_ENOMEM. */
+static int take_files(master *m, fsck_node *n, const TaskResult *res)
+{
+    if (n->n_orphans + res->n_files > n->cap_orphans) {
+        size_t cap = n->cap_orphans ? n->cap_orphans : 64;
+        while (cap < n->n_orphans + res->n_files) cap *= 2;
+        fsck_file *v = realloc(n->orphans, cap * sizeof(*v));
+        if (v == NULL) return SMP_ENOMEM;
+        n->orphans = v;
+        n->cap_orphans = cap;
+    }
+    for (size_t i = 0; i < res->n_files; i++) {
         const InventoryFile *f = res->files[i];
         int corrupt = f->sha256.len != 32;
         n->cold_files++;
         if (!corrupt) n->cold_bytes += f->length;
-        HASH_FIND_STR(set, f->name, p);
-        if (p != NULL || (!corrupt && master_persist_in_flight(m, f->key))) continue;
+        if (!corrupt && settled(m, n->node, f)) continue;
         fsck_file *o = &n->orphans[n->n_orphans];
         o->name = strdup(f->name);
         o->key = strdup(f->key);
@@ -304,30 +348,70 @@ static int judge_files(master *m, fsck_node *n, const TaskResult *res)
         if (o->name == NULL || o->key == NULL) {
             free(o->name);
             free(o->key);
-            rc = SMP_ENOMEM;
-            break;
+            return SMP_ENOMEM;
         }
         n->n_orphans++;
     }
+    return SMP_OK;
+}
+
+/* Keep the first page's non-zero ranges for judge_ranges. */
+static int take_dirty(fsck_node *n, const TaskResult *res)
+{
+    if (res->n_dirty == 0) return SMP_OK;
+    if ((n->dirty = malloc(res->n_dirty * 2 * sizeof(uint64_t))) == NULL) return SMP_ENOMEM;
+    for (size_t i = 0; i < res->n_dirty; i++) {
+        n->dirty[2 * i] = res->dirty[i]->offset;
+        n->dirty[2 * i + 1] = res->dirty[i]->length;
+    }
+    n->n_dirty = res->n_dirty;
+    return SMP_OK;
+}
+
+/* Of the candidates, keep as orphans those no replica of the node names now
+ * and whose key has no persist between writing its file and recording it. */
+static int judge_files(master *m, fsck_node *n)
+{
+    named_path *set = NULL, *p, *tmp;
+    size_t kept = 0;
+    if (n->n_orphans == 0) return SMP_OK;
+    if (obj_visit_replicas(m->objs, n->node, note_named, &set) < 0) {
+        HASH_ITER(hh, set, p, tmp) {
+            HASH_DEL(set, p);
+            free(p);
+        }
+        return SMP_ENOMEM;
+    }
+    for (size_t i = 0; i < n->n_orphans; i++) {
+        fsck_file o = n->orphans[i];
+        HASH_FIND_STR(set, o.name, p);
+        if (p != NULL || (!o.corrupt && master_persist_in_flight(m, o.key))) {
+            free(o.name);
+            free(o.key);
+            continue;
+        }
+        n->orphans[kept++] = o;
+    }
+    n->n_orphans = kept;
     HASH_ITER(hh, set, p, tmp) {
         HASH_DEL(set, p);
         free(p);
     }
-    return rc;
+    return SMP_OK;
 }
 
 /* Keep the dirty ranges that are still wholly unoccupied (probed by
  * holding and releasing them at once: nothing runs in between). */
-static int judge_ranges(master *m, fsck_node *n, const TaskResult *res)
+static int judge_ranges(master *m, fsck_node *n)
 {
     uint64_t *free_v = NULL;
     size_t n_free = 0;
     int rc = obj_segment_free_ranges(m->objs, n->segment, &free_v, &n_free, &n->used, &n->capacity);
     free(free_v);
     if (rc < 0) return rc;
-    if ((n->ranges = malloc((res->n_dirty + 1) * 2 * sizeof(uint64_t))) == NULL) return SMP_ENOMEM;
-    for (size_t i = 0; i < res->n_dirty; i++) {
-        uint64_t off = res->dirty[i]->offset, len = res->dirty[i]->length;
+    if ((n->ranges = malloc((n->n_dirty + 1) * 2 * sizeof(uint64_t))) == NULL) return SMP_ENOMEM;
+    for (size_t i = 0; i < n->n_dirty; i++) {
+        uint64_t off = n->dirty[2 * i], len = n->dirty[2 * i + 1];
         if (obj_segment_hold_range(m->objs, n->segment, off, len) != SMP_OK) continue;
         obj_segment_release_range(m->objs, n->segment, off, len);
         n->ranges[2 * n->n_ranges] = off;
@@ -338,14 +422,125 @@ static int judge_ranges(master *m, fsck_node *n, const TaskResult *res)
     return SMP_OK;
 }
 
+/* Whether res is a page n may take (SMP_OK), or why not (SMP_EPROTO or
+ * SMP_ERANGE, why filled): it answers the page asked (its `after`), keeps
+ * the bound asked, its names sort after the cursor and each other, it does
+ * not claim more with no file, and only the first page carries the
+ * segment's blocks. An answer without pages (a node from before them) is
+ * every file: taken as the first and only page. */
+static int page_check(const fsck_node *n, const TaskResult *res, char *why, size_t cap)
+{
+    unsigned page = n->pages + 1;
+    size_t bytes;
+    const char *prev = n->after;
+    if (res->page_bytes == 0) {
+        if (n->pages == 0) return SMP_OK;
+        snprintf(why, cap, "scan page %u came from a node without scan pages (a store_node from "
+                 "before them since page 1?); run fsck again", page);
+        return SMP_EPROTO;
+    }
+    if (res->page_bytes != FSCK_PAGE_BYTES) {
+        snprintf(why, cap, "scan page %u kept pages of %u bytes, not the %u asked", page,
+                 (unsigned)res->page_bytes, FSCK_PAGE_BYTES);
+        return SMP_EPROTO;
+    }
+    if (strcmp(res->after, n->after) != 0) {
+        snprintf(why, cap, "scan page %u answers the page after '%.80s', not the one asked (after "
+                 "'%.80s')", page, res->after, n->after);
+        return SMP_EPROTO;
+    }
+    if ((bytes = task_result__get_packed_size(res)) > FSCK_PAGE_BYTES) {
+        snprintf(why, cap, "scan page %u is %zu bytes, more than the %u asked", page, bytes,
+                 FSCK_PAGE_BYTES);
+        return SMP_ERANGE;
+    }
+    for (size_t i = 0; i < res->n_files; prev = res->files[i++]->name) {
+        if (strcmp(res->files[i]->name, prev) > 0) continue;
+        snprintf(why, cap, "scan page %u: cold file '%.80s' does not sort after '%.80s' (names "
+                 "out of order)", page, res->files[i]->name, prev);
+        return SMP_EPROTO;
+    }
+    if (res->more && res->n_files == 0) {
+        snprintf(why, cap, "scan page %u says more files follow but holds none", page);
+        return SMP_EPROTO;
+    }
+    if (n->pages > 0 && res->n_dirty > 0) {
+        snprintf(why, cap, "scan page %u carries segment ranges (only the first page scans the "
+                 "segment)", page);
+        return SMP_EPROTO;
+    }
+    return SMP_OK;
+}
+
+static void on_scanned(master *m, void *arg, int status, const TaskResult *res);
+
+/* Ask n's node for a SCAN page: the first (ranges, after "") or the one
+ * after n->after. SMP_OK (one more outstanding task), or the error. */
+static int ask_page(master *m, fsck_node *n, const uint64_t *ranges, size_t n_ranges)
+{
+    fsck_run *r = n->run;
+    master_scan_page p = {ranges, n_ranges, n->after, FSCK_PAGE_BYTES, r->segment_only};
+    r->outstanding++;
+    int rc = master_node_task_scan(m, n->node, &p, on_scanned, n);
+    if (rc < 0) r->outstanding--;
+    return rc;
+}
+
+/* Forget the files not settled yet (the node's check ended unfinished:
+ * nothing is judged an orphan on a partial listing). */
+static void drop_candidates(fsck_node *n)
+{
+    for (size_t k = 0; k < n->n_orphans; k++) {
+        free(n->orphans[k].name);
+        free(n->orphans[k].key);
+    }
+    n->n_orphans = 0;
+}
+
+/* A page answered: checked and taken, then the next asked, or (the last)
+ * the node judged and, with repair, repaired. A page refused ends the
+ * node's check with the cause: nothing is repaired there. */
 static void on_scanned(master *m, void *arg, int status, const TaskResult *res)
 {
     fsck_node *n = arg;
+    char why[400];
     int rc = status;
     if (rc == SMP_OK && res->status != 0) rc = res->status;
-    if (rc == SMP_OK && (rc = judge_files(m, n, res)) == SMP_OK) rc = judge_ranges(m, n, res);
-    if (rc < 0) set_error(n, rc, status == SMP_OK ? res : NULL);
-    else if (n->run->repair) repair_node(m, n);
+    if (rc < 0) {
+        set_error(n, rc, status == SMP_OK ? res : NULL);
+        drop_candidates(n);
+        goto ended;
+    }
+    if ((rc = page_check(n, res, why, sizeof(why))) < 0) {
+        fprintf(stderr, "store_master: fsck: node %s: %s\n", n->node, why);
+        set_error_why(n, rc, why);
+        drop_candidates(n);
+        goto ended;
+    }
+    if ((rc = take_files(m, n, res)) == SMP_OK && n->pages == 0) rc = take_dirty(n, res);
+    n->pages++;
+    if (rc == SMP_OK && res->page_bytes != 0 && res->more) {
+        char *after = strdup(res->files[res->n_files - 1]->name);
+        if (after == NULL) {
+            rc = SMP_ENOMEM;
+        } else {
+            free(n->after);
+            n->after = after;
+            rc = ask_page(m, n, NULL, 0);
+        }
+        if (rc == SMP_OK) goto ended;
+    }
+    if (rc == SMP_OK && n->pages > 1)
+        fprintf(stderr, "store_master: fsck: node %s: %llu cold files in %u scan pages\n", n->node,
+                (unsigned long long)n->cold_files, (unsigned)n->pages);
+    if (rc == SMP_OK && (rc = judge_files(m, n)) == SMP_OK) rc = judge_ranges(m, n);
+    if (rc < 0) {
+        set_error(n, rc, NULL);
+        drop_candidates(n);
+    } else if (n->run->repair) {
+        repair_node(m, n);
+    }
+ended:
     task_ended(n->run);
 }
 
@@ -371,11 +566,12 @@ static int add_segment(void *arg, const char *segment, const char *node)
     n->run = r;
     n->node = strdup(node);
     n->segment = strdup(segment);
+    n->after = strdup("");
     r->n_nodes++;
-    return n->node && n->segment ? 0 : SMP_ENOMEM;
+    return n->node && n->segment && n->after ? 0 : SMP_ENOMEM;
 }
 
-/* Send every node of r a SCAN of its unoccupied ranges; the last answer
+/* Send every node of r the first SCAN page with its unoccupied ranges; the last answer
  * (or this call, when there is nothing to wait for) ends the run. */
 static int run_start(fsck_run *r)
 {
@@ -389,12 +585,7 @@ static int run_start(fsck_run *r)
         uint64_t *ranges = NULL;
         size_t n_ranges = 0;
         rc = obj_segment_free_ranges(m->objs, n->segment, &ranges, &n_ranges, NULL, NULL);
-        if (rc == SMP_OK) {
-            r->outstanding++;
-            rc = master_node_task_ranges(m, n->node, TASK_KIND__TASK_SCAN, "", 0, 0, NULL, NULL,
-                                         ranges, n_ranges, on_scanned, n);
-            if (rc < 0) r->outstanding--;
-        }
+        if (rc == SMP_OK) rc = ask_page(m, n, ranges, n_ranges);
         free(ranges);
         if (rc < 0) set_error(n, rc, NULL);
     }

@@ -462,6 +462,20 @@ int master_node_task_ranges(master *m, const char *node_id, int kind, const char
                             uint64_t offset, uint64_t length, const uint8_t sha256[32],
                             const char *cold_name, const uint64_t *ranges, size_t n_ranges,
                             master_task_cb cb, void *arg);
+/* A SCAN page asked of a node (master_fsck.c): ranges (n_ranges offset,
+ * length pairs, copied) of the first page, the name after which the page
+ * starts ("" or NULL: the first), its bound, and whether files are left out. */
+typedef struct master_scan_page {
+    const uint64_t *ranges;
+    size_t n_ranges;
+    const char *after;
+    uint32_t page_bytes;
+    int segment_only;
+} master_scan_page;
+/* Queue that SCAN task (node_rpc.proto's after / page_bytes / segment_only)
+ * like master_node_task_ranges. */
+int master_node_task_scan(master *m, const char *node_id, const master_scan_page *p,
+                          master_task_cb cb, void *arg);
 /* What a ticket is minted for: op (TICKET_OP_WRITE / TICKET_OP_READ), the
  * node, its segment (or for a cold replica the file's bare name), the range,
  * the object key and its tenant (NULL or "": none). */

@@ -60,6 +60,9 @@ typedef struct master_task {
     char *cold_name;
     uint64_t *ranges;     /* SCAN / SCRUB: offset, length pairs */
     size_t n_ranges;
+    char *after;          /* SCAN: the page's cursor (NULL: "") */
+    uint32_t page_bytes;  /* SCAN: the page bound (0: one answer) */
+    int segment_only;     /* SCAN: no cold file */
     master_task_cb cb;
     void *arg;
     struct master_task *next;
@@ -175,6 +178,7 @@ static void task_free(master_task *t)
     free(t->key);
     free(t->cold_name);
     free(t->ranges);
+    free(t->after);
     free(t);
 }
 
@@ -221,18 +225,21 @@ int master_node_task(master *m,
                                    0, cb, arg);
 }
 
-int master_node_task_ranges(master *m,
-                            const char *node_id,
-                            int kind,
-                            const char *key,
-                            uint64_t offset,
-                            uint64_t length,
-                            const uint8_t sha256[32],
-                            const char *cold_name,
-                            const uint64_t *ranges,
-                            size_t n_ranges,
-                            master_task_cb cb,
-                            void *arg)
+/* Queue a task (scan: a SCAN page's fields, else NULL) for node_id and
+ * answer its waiting poll. SMP_OK, SMP_EAGAIN (not up), SMP_ENOMEM. */
+static int queue_task(master *m,
+                      const char *node_id,
+                      int kind,
+                      const char *key,
+                      uint64_t offset,
+                      uint64_t length,
+                      const uint8_t sha256[32],
+                      const char *cold_name,
+                      const uint64_t *ranges,
+                      size_t n_ranges,
+                      const master_scan_page *scan,
+                      master_task_cb cb,
+                      void *arg)
 {
     master_node *n = master_node_find(m, node_id);
     if (n == NULL || !n->up) return SMP_EAGAIN;
@@ -259,11 +266,46 @@ int master_node_task_ranges(master *m,
         memcpy(t->ranges, ranges, n_ranges * 2 * sizeof(uint64_t));
         t->n_ranges = n_ranges;
     }
+    if (scan != NULL) {
+        if ((t->after = strdup(scan->after ? scan->after : "")) == NULL) {
+            task_free(t);
+            return SMP_ENOMEM;
+        }
+        t->page_bytes = scan->page_bytes;
+        t->segment_only = scan->segment_only;
+    }
     if (n->queue_tail) n->queue_tail->next = t;
     else n->queue = t;
     n->queue_tail = t;
     if (n->poll) answer_poll(m, n);
     return SMP_OK;
+}
+
+int master_node_task_ranges(master *m,
+                            const char *node_id,
+                            int kind,
+                            const char *key,
+                            uint64_t offset,
+                            uint64_t length,
+                            const uint8_t sha256[32],
+                            const char *cold_name,
+                            const uint64_t *ranges,
+                            size_t n_ranges,
+                            master_task_cb cb,
+                            void *arg)
+{
+    return queue_task(m, node_id, kind, key, offset, length, sha256, cold_name, ranges, n_ranges,
+                      NULL, cb, arg);
+}
+
+int master_node_task_scan(master *m,
+                          const char *node_id,
+                          const master_scan_page *p,
+                          master_task_cb cb,
+                          void *arg)
+{
+    return queue_task(m, node_id, TASK_KIND__TASK_SCAN, "", 0, 0, NULL, NULL, p->ranges,
+                      p->n_ranges, p, cb, arg);
 }
 
 /* Send the queued tasks (or nothing) as the answer to the deferred poll. */
@@ -288,6 +330,9 @@ static void answer_poll(master *m, master_node *n)
         msgs[k].sha256.data = t->sha256;
         msgs[k].sha256.len = 32;
         msgs[k].cold_name = t->cold_name;
+        if (t->after != NULL) msgs[k].after = t->after;
+        msgs[k].page_bytes = t->page_bytes;
+        msgs[k].segment_only = t->segment_only;
         if (t->n_ranges > 0) {
             rmsgs[k] = calloc(t->n_ranges, sizeof(SegmentRange));
             rptrs[k] = calloc(t->n_ranges, sizeof(SegmentRange *));

@@ -708,37 +708,26 @@ static uint64_t age_ms(const struct stat *st)
     return ms > 0 ? (uint64_t)ms : 0;
 }
 
-int cold_inventory(cold_tier *ct,
-                   uint64_t stale_tmp_ms,
-                   int deep,
-                   cold_visit_fn fn,
-                   void *arg,
-                   cold_inventory_stats *st)
+/* Walk the directory: delete temporary files older than stale_tmp_ms (0:
+ * all), count other entries as ignored, and call fn(arg, name) for each
+ * name of the form <64 hex>.cold until it returns non-zero (returned).
+ * SMP_EIO when the directory cannot be read. */
+static int walk_dir(cold_tier *ct,
+                    uint64_t stale_tmp_ms,
+                    cold_inventory_stats *st,
+                    int (*fn)(void *arg, const char *name),
+                    void *arg)
 {
     int rc = SMP_OK, dfd;
     DIR *d;
     struct dirent *de;
-    cold_inventory_stats local;
-    char *key_buf;
-
-    if (st == NULL)
-        st = &local;
-    memset(st, 0, sizeof(*st));
-    if (ct == NULL)
-        return SMP_EINVAL;
-    key_buf = malloc(COLD_KEY_MAX + 1);
-    if (key_buf == NULL)
-        return SMP_ENOMEM;
     dfd = openat(ct->dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0) {
-        rc = SMP_EIO;
-        goto free_key;
-    }
+    if (dfd < 0)
+        return SMP_EIO;
     d = fdopendir(dfd);
     if (d == NULL) {
         close(dfd);
-        rc = SMP_EIO;
-        goto free_key;
+        return SMP_EIO;
     }
     while ((de = readdir(d)) != NULL) {
         const char *nm = de->d_name;
@@ -760,38 +749,131 @@ int cold_inventory(cold_tier *ct,
                 st->ignored++;
             continue;
         }
-        {
-            cold_entry e;
-            int fd;
-            memset(&e, 0, sizeof(e));
-            e.name = nm;
-            e.status = open_checked(ct, nm, &fd, &e.length, e.sha256, key_buf, &e.file_bytes);
-            if (e.status == SMP_ENOTFOUND)
-                continue; /* deleted meanwhile */
-            if (e.status == SMP_OK) {
-                if (deep) {
-                    uint8_t md[32];
-                    int hr = hash_file_data(fd, e.length, md);
-                    if (hr < 0 || memcmp(md, e.sha256, 32) != 0)
-                        e.status = hr == SMP_EIO || hr == SMP_ENOMEM ? hr : SMP_EPROTO;
-                }
-                close(fd);
-            }
-            if (e.status == SMP_OK) {
-                e.key = key_buf;
-                st->bytes += e.length;
-            } else {
-                st->corrupt++;
-            }
-            st->files++;
-            if (fn != NULL && (rc = fn(arg, &e)) != 0)
-                break;
-        }
+        if ((rc = fn(arg, nm)) != 0)
+            break;
     }
     if (st->tmps_removed > 0)
         (void)fsync(ct->dfd);
     closedir(d);
-free_key:
-    free(key_buf);
     return rc;
+}
+
+typedef struct inventory_walk {
+    cold_tier *ct;
+    int deep;
+    cold_visit_fn fn;
+    void *arg;
+    cold_inventory_stats *st;
+    char *key_buf;
+} inventory_walk;
+
+/* cold_inventory's step: check the header (and with deep the data) of name. */
+static int inventory_file(void *arg, const char *nm)
+{
+    inventory_walk *w = arg;
+    cold_entry e;
+    int fd;
+    memset(&e, 0, sizeof(e));
+    e.name = nm;
+    e.status = open_checked(w->ct, nm, &fd, &e.length, e.sha256, w->key_buf, &e.file_bytes);
+    if (e.status == SMP_ENOTFOUND)
+        return 0; /* deleted meanwhile */
+    if (e.status == SMP_OK) {
+        if (w->deep) {
+            uint8_t md[32];
+            int hr = hash_file_data(fd, e.length, md);
+            if (hr < 0 || memcmp(md, e.sha256, 32) != 0)
+                e.status = hr == SMP_EIO || hr == SMP_ENOMEM ? hr : SMP_EPROTO;
+        }
+        close(fd);
+    }
+    if (e.status == SMP_OK) {
+        e.key = w->key_buf;
+        w->st->bytes += e.length;
+    } else {
+        w->st->corrupt++;
+    }
+    w->st->files++;
+    return w->fn != NULL ? w->fn(w->arg, &e) : 0;
+}
+
+int cold_inventory(cold_tier *ct,
+                   uint64_t stale_tmp_ms,
+                   int deep,
+                   cold_visit_fn fn,
+                   void *arg,
+                   cold_inventory_stats *st)
+{
+    int rc;
+    cold_inventory_stats local;
+    inventory_walk w = {ct, deep, fn, arg, NULL, NULL};
+
+    if (st == NULL)
+        st = &local;
+    memset(st, 0, sizeof(*st));
+    if (ct == NULL)
+        return SMP_EINVAL;
+    w.st = st;
+    w.key_buf = malloc(COLD_KEY_MAX + 1);
+    if (w.key_buf == NULL)
+        return SMP_ENOMEM;
+    rc = walk_dir(ct, stale_tmp_ms, st, inventory_file, &w);
+    free(w.key_buf);
+    return rc;
+}
+
+typedef struct name_list {
+    char **v;
+    size_t n, cap;
+} name_list;
+
+static int collect_name(void *arg, const char *nm)
+{
+    name_list *l = arg;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 1024;
+        char **v = realloc(l->v, cap * sizeof(*v));
+        if (v == NULL)
+            return SMP_ENOMEM;
+        l->v = v;
+        l->cap = cap;
+    }
+    if ((l->v[l->n] = strdup(nm)) == NULL)
+        return SMP_ENOMEM;
+    l->n++;
+    return 0;
+}
+
+static int cmp_names(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int cold_list_names(cold_tier *ct, uint64_t stale_tmp_ms, char ***names, size_t *n)
+{
+    int rc;
+    cold_inventory_stats st;
+    name_list l = {NULL, 0, 0};
+    *names = NULL;
+    *n = 0;
+    if (ct == NULL)
+        return SMP_EINVAL;
+    memset(&st, 0, sizeof(st));
+    rc = walk_dir(ct, stale_tmp_ms, &st, collect_name, &l);
+    if (rc != SMP_OK) {
+        cold_names_free(l.v, l.n);
+        return rc;
+    }
+    if (l.n > 1)
+        qsort(l.v, l.n, sizeof(*l.v), cmp_names);
+    *names = l.v;
+    *n = l.n;
+    return SMP_OK;
+}
+
+void cold_names_free(char **names, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
 }

@@ -170,4 +170,11 @@ int cold_inventory(cold_tier *ct,
                    void *arg,
                    cold_inventory_stats *st);
 
+/* The names of the directory's .cold files, sorted bytewise (strcmp), into
+ * *names (n of them; cold_names_free frees them), headers not read; the
+ * temporary files are treated as cold_inventory treats them. SMP_OK,
+ * SMP_EINVAL, SMP_EIO (the directory cannot be read), SMP_ENOMEM. */
+int cold_list_names(cold_tier *ct, uint64_t stale_tmp_ms, char ***names, size_t *n);
+void cold_names_free(char **names, size_t n);
+
 #endif /* HOST_NODE_COLD_H */

@@ -3,7 +3,17 @@
  * SCAN lists every .cold file of the cold directory, corrupt ones included,
  * and the non-zero 64-byte blocks of the segment ranges the master says
  * nothing occupies; SCRUB zeroes ranges the master holds for it. Both run
- * on the node's task thread, one at a time. */
+ * on the node's task thread, one at a time.
+ *
+ * A cold tier of a million files does not fit one answer, so a master asks
+ * in pages (NodeTask.page_bytes): the first page lists the directory's names
+ * once, sorted, and keeps the listing; each page answers with the names after
+ * the task's `after`, their headers read then, as many as keep the encoded
+ * answer within page_bytes, and says whether more follow. The listing is
+ * dropped with the last page (or replaced by the next first page), so a file
+ * made after the first page is not seen -- as one made after a one-answer
+ * scan's directory read is not. A master from before pages (page_bytes 0)
+ * gets every file in one answer. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,13 +26,24 @@
 
 #define SCAN_BLOCK 64          /* fsck: OBJ_ALIGN, the master allocates in these */
 #define SCAN_CHUNK (1u << 20)  /* fsck: bytes read at a time */
+#define SCAN_STALE_TMP_MS 60000 /* temporary files older than this are a dead persist's */
+#define SCAN_RESULT_SLACK 16    /* a page's bytes for status and more, set after it is measured */
 
 struct node_fsck {
     seg_segment *seg;                 /* borrowed */
     cold_tier *cold;                  /* borrowed */
     const char *cold_dir;             /* borrowed */
+    char **names;                     /* a paged scan's sorted listing (NULL: none held) */
+    size_t n_names;
     uint8_t scan_buf[SCAN_CHUNK];     /* fsck scans read through it */
 };
+
+static void drop_listing(node_fsck *n)
+{
+    cold_names_free(n->names, n->n_names);
+    n->names = NULL;
+    n->n_names = 0;
+}
 
 int node_fsck_new(seg_segment *seg, cold_tier *cold, const char *cold_dir, node_fsck **out)
 {
@@ -38,6 +59,8 @@ int node_fsck_new(seg_segment *seg, cold_tier *cold, const char *cold_dir, node_
 
 void node_fsck_free(node_fsck *n)
 {
+    if (n == NULL) return;
+    drop_listing(n);
     free(n);
 }
 
@@ -190,15 +213,103 @@ static int scan_file(void *arg, const cold_entry *e)
     return 0;
 }
 
-int node_fsck_scan(node_fsck *n, const NodeTask *t, TaskResult *r, char *err, size_t errlen)
+/* Every .cold file and the dirty blocks in one answer (a master from
+ * before pages). */
+static int scan_whole(node_fsck *n, const NodeTask *t, TaskResult *r, char *err, size_t errlen)
 {
     scan_files sf = {r, 0};
-    int rc = cold_inventory(n->cold, 60000, 0, scan_file, &sf, NULL);
+    int rc = cold_inventory(n->cold, SCAN_STALE_TMP_MS, 0, scan_file, &sf, NULL);
     if (rc != SMP_OK) {
         wm_errbuf(err, errlen, "scan of %s: %s", n->cold_dir, smp_strerror(rc));
         return rc < 0 ? rc : SMP_EIO;
     }
     return scan_ranges(n, t, r, err, errlen);
+}
+
+/* Bytes of v as a protobuf varint. */
+static size_t varint_bytes(uint64_t v)
+{
+    size_t k = 1;
+    for (; v >= 128; v >>= 7) k++;
+    return k;
+}
+
+/* Take the last file off r (it did not fit the page). */
+static void drop_last_file(TaskResult *r)
+{
+    InventoryFile *f = r->files[--r->n_files];
+    free(f->name);
+    free(f->key);
+    free(f->sha256.data);
+    free(f);
+}
+
+/* The files of one page: those of the listing after t->after (the listing
+ * made anew on a first page, or when none is held), headers read now, while
+ * r stays within t->page_bytes; r->more when names are left. */
+static int page_files(node_fsck *n, const NodeTask *t, TaskResult *r, char *err, size_t errlen)
+{
+    int rc;
+    char key_buf[COLD_KEY_MAX + 1], name_buf[COLD_NAME_MAX];
+    scan_files sf = {r, 0};
+    size_t used = task_result__get_packed_size(r) + SCAN_RESULT_SLACK;
+    if (used > t->page_bytes) {
+        wm_errbuf(err, errlen, "scan: the non-zero blocks of the free segment ranges make %zu "
+                  "ranges, more than a page of %u bytes carries", r->n_dirty, (unsigned)t->page_bytes);
+        return SMP_ERANGE;
+    }
+    if (t->after[0] == '\0' || n->names == NULL) {
+        drop_listing(n);
+        if ((rc = cold_list_names(n->cold, SCAN_STALE_TMP_MS, &n->names, &n->n_names)) != SMP_OK) {
+            wm_errbuf(err, errlen, "scan of %s: %s", n->cold_dir, smp_strerror(rc));
+            return rc < 0 ? rc : SMP_EIO;
+        }
+    }
+    size_t lo = 0, hi = n->n_names; /* the first name after t->after */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (strcmp(n->names[mid], t->after) <= 0) lo = mid + 1;
+        else hi = mid;
+    }
+    for (size_t i = lo; i < n->n_names; i++) {
+        cold_entry e;
+        rc = cold_stat(n->cold, n->names[i], &e, key_buf, name_buf);
+        if (rc == SMP_ENOTFOUND) continue; /* deleted meanwhile */
+        if (rc == SMP_EINVAL || rc == SMP_ENOMEM) return rc == SMP_EINVAL ? SMP_EIO : rc;
+        if ((rc = scan_file(&sf, &e)) != 0) return rc; /* corrupt ones too (status says) */
+        size_t sz = inventory_file__get_packed_size(r->files[r->n_files - 1]);
+        size_t entry = 1 + varint_bytes(sz) + sz;
+        if (used + entry <= t->page_bytes) {
+            used += entry;
+            continue;
+        }
+        drop_last_file(r);
+        if (r->n_files == 0) {
+            wm_errbuf(err, errlen, "scan: cold file %s needs %zu bytes, more than the page of %u "
+                      "bytes has room for", n->names[i], entry, (unsigned)t->page_bytes);
+            return SMP_ERANGE;
+        }
+        r->more = 1;
+        return SMP_OK;
+    }
+    drop_listing(n); /* the last page */
+    return SMP_OK;
+}
+
+int node_fsck_scan(node_fsck *n, const NodeTask *t, TaskResult *r, char *err, size_t errlen)
+{
+    int rc;
+    if (t->page_bytes == 0 && !t->segment_only) return scan_whole(n, t, r, err, errlen);
+    if (t->page_bytes != 0 && t->page_bytes < NODE_FSCK_PAGE_MIN) {
+        wm_errbuf(err, errlen, "scan: a page of %u bytes is below the %u bytes one cold file may "
+                  "need", (unsigned)t->page_bytes, NODE_FSCK_PAGE_MIN);
+        return SMP_EINVAL;
+    }
+    r->page_bytes = t->page_bytes;
+    if ((r->after = strdup(t->after)) == NULL) return SMP_ENOMEM;
+    if (t->n_ranges > 0 && (rc = scan_ranges(n, t, r, err, errlen)) != SMP_OK) return rc;
+    if (t->segment_only) return SMP_OK;
+    return page_files(n, t, r, err, errlen);
 }
 
 int node_fsck_scrub(node_fsck *n, const NodeTask *t, char *err, size_t errlen)

@@ -156,6 +156,7 @@ static void free_result(TaskResult *r)
     if (r == NULL) return;
     free_string(r->error);
     free_string(r->cold_name);
+    free_string(r->after);
     free(r->sha256.data);
     for (size_t i = 0; i < r->n_files; i++) free_inventory_file(r->files[i]);
     free(r->files);

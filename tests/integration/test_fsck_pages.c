@@ -1,0 +1,454 @@
+/* test_fsck_pages.c -- `weightctl fsck` of a cold tier too large for one
+ * SCAN answer: the node answers in pages, the master sees every file, and
+ * pages that do not fit the protocol are refused with nothing changed.
+ *
+ * A master without its embedded node; node-a's cold directory is a
+ * directory in /dev/shm linked from the test's own (hundreds of persists
+ * cost no disk syncs). Once node-a registered, the test fills it with cold
+ * files of long keys no master knows, more than two pages of them, and
+ * corrupts the header of the one whose name sorts in the middle: fsck
+ * reports every file (the last name included) as an orphan, the corrupt one
+ * as corrupt, changes nothing, and --repair deletes them all. The refusals
+ * come from "ghost", a node played by the test over the node service: it
+ * answers the master's SCAN pages wrongly, and each fsck --repair reports
+ * the cause for ghost and sends it no repair task. */
+#include <dirent.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "harness.h"
+#include "node_cold.h"
+#include "node_rpc.pb-c.h"
+#include "rpc_client.h"
+
+#define NODE_SERVICE 3
+#define SEGMENT (8ull << 20)
+#define KEY_BYTES 900
+#define FILES 700            /* about 1 KiB each: three pages of 256 KiB */
+#define PAGE_BYTES (256u << 10) /* master_fsck.c's FSCK_PAGE_BYTES */
+#define OUT_CAP (4u << 20)
+
+typedef struct fx {
+    hx_master m;
+    hx_node a;
+    char shm_cold[128];
+} fx;
+
+static void remove_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (d == NULL) return;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        char path[400];
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        unlink(path);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+static int setup(void **state)
+{
+    fx *f = calloc(1, sizeof(*f));
+    char link[400];
+    assert_non_null(f);
+    assert_int_equal(hx_init(&f->m, "fsckpages",
+                             "node:\n  embedded: false\n  timeout_ms: 3000\n  poll_ms: 50\n"),
+                     0);
+    assert_int_equal(hx_start(&f->m, 10000), 0);
+    snprintf(f->shm_cold, sizeof(f->shm_cold), "/dev/shm/wm-fsckpages-%d", (int)getpid());
+    remove_dir(f->shm_cold);
+    assert_int_equal(mkdir(f->shm_cold, 0700), 0);
+    snprintf(link, sizeof(link), "%s/cold-node-a", f->m.dir);
+    assert_int_equal(symlink(f->shm_cold, link), 0);
+    assert_int_equal(hx_node_start(&f->m, &f->a, "node-a", SEGMENT), 0);
+    assert_int_equal(hx_wait_nodes(&f->m, 1, 10000), 0);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fx *f = *state;
+    hx_node_kill(&f->a);
+    remove_dir(f->shm_cold);
+    hx_cleanup(&f->m);
+    free(f);
+    return 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The .cold names of dir, sorted (*n of them; free each and the array). */
+static char **cold_names(const char *dir, size_t *n)
+{
+    size_t cap = 1024;
+    char **v = malloc(cap * sizeof(*v));
+    DIR *d = opendir(dir);
+    assert_non_null(v);
+    assert_non_null(d);
+    *n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        size_t len = strlen(e->d_name);
+        if (len <= strlen(COLD_SUFFIX) || strcmp(e->d_name + len - strlen(COLD_SUFFIX), COLD_SUFFIX) != 0)
+            continue;
+        if (*n == cap) assert_non_null(v = realloc(v, (cap *= 2) * sizeof(*v)));
+        assert_non_null(v[(*n)++] = strdup(e->d_name));
+    }
+    closedir(d);
+    qsort(v, *n, sizeof(*v), cmp_str);
+    return v;
+}
+
+static void free_names(char **v, size_t n)
+{
+    for (size_t i = 0; i < n; i++) free(v[i]);
+    free(v);
+}
+
+/* How many .cold files dir holds. */
+static size_t cold_count(const char *dir)
+{
+    size_t n;
+    char **v = cold_names(dir, &n);
+    free_names(v, n);
+    return n;
+}
+
+/* Fill dir with n cold files of long keys no master knows. */
+static void make_orphans(const char *dir, int n)
+{
+    cold_tier *ct = NULL;
+    char err[256], key[KEY_BYTES + 1];
+    uint8_t data[64];
+    unsigned char sha[32];
+    assert_int_equal(cold_open(dir, &ct, err, sizeof(err)), 0);
+    for (int i = 0; i < n; i++) {
+        memset(key, 'k', KEY_BYTES);
+        int len = snprintf(key, sizeof(key), "orphan/%05d/", i);
+        key[len] = 'k';
+        key[KEY_BYTES] = '\0';
+        memset(data, i & 0xff, sizeof(data));
+        hx_sha256(data, sizeof(data), sha);
+        if (cold_persist(ct, key, data, sizeof(data), sha, 0, NULL, err, sizeof(err)) != 0)
+            fail_msg("persist %d: %s", i, err);
+    }
+    cold_close(ct);
+}
+
+/* Run weightctl with args; its output into out (OUT_CAP), its exit code. */
+static int weightctl(const hx_master *m, char *out, const char *args)
+{
+    char cmd[1600];
+    snprintf(cmd, sizeof(cmd), "%s/bin/weightctl --master %s %s 2>&1", BUILD_DIR, m->socket, args);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t n = fread(out, 1, OUT_CAP - 1, p);
+    out[n] = '\0';
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static size_t count(const char *text, const char *needle)
+{
+    size_t k = 0;
+    for (const char *p = text; (p = strstr(p, needle)) != NULL; p += strlen(needle)) k++;
+    return k;
+}
+
+/* A node's cold tier of three pages: every file is seen (the first and
+ * last names, the corrupt one in the middle), nothing changes read-only,
+ * --repair deletes each one, and a second fsck is clean. */
+static void test_fsck_of_a_large_cold_tier_reads_every_page(void **state)
+{
+    fx *f = *state;
+    char *out = malloc(OUT_CAP), want[200], path[400];
+    size_t n;
+    assert_non_null(out);
+    make_orphans(f->shm_cold, FILES);
+    char **names = cold_names(f->shm_cold, &n);
+    assert_int_equal(n, FILES);
+    /* each entry: key, name, length, sha256, tags: more than two pages */
+    assert_true((size_t)FILES * (KEY_BYTES + 69 + 32 + 8) > 2 * (size_t)PAGE_BYTES);
+    /* the header of the middle name no longer matches its checksum */
+    const char *corrupt = names[FILES / 2];
+    snprintf(path, sizeof(path), "%s/%s", f->shm_cold, corrupt);
+    int fd = open(path, O_WRONLY);
+    assert_true(fd >= 0);
+    assert_int_equal(pwrite(fd, "X", 1, 100), 1);
+    close(fd);
+
+    assert_int_equal(weightctl(&f->m, out, "--json fsck"), 1);
+    snprintf(want, sizeof(want), "\"cold_files\":%d,", FILES);
+    if (strstr(out, want) == NULL) fail_msg("fsck did not see %d files: %.2000s", FILES, out);
+    snprintf(want, sizeof(want), "\"orphans\":%d}", FILES);
+    assert_non_null(strstr(out, want));
+    assert_non_null(strstr(out, names[0]));
+    assert_non_null(strstr(out, names[FILES - 1])); /* the last page's last file */
+    assert_int_equal(count(out, "\"corrupt\":true"), 1);
+    snprintf(want, sizeof(want), "{\"name\":\"%s\",\"key\":\"\",", corrupt);
+    assert_non_null(strstr(out, want));
+    snprintf(want, sizeof(want), "node node-a: %d cold files in 3 scan pages", FILES);
+    assert_true(hx_log_contains(&f->m, want));
+    assert_int_equal(cold_count(f->shm_cold), FILES); /* read-only */
+
+    assert_int_equal(weightctl(&f->m, out, "--json fsck --repair"), 0);
+    snprintf(want, sizeof(want), "\"files_removed\":%d,", FILES);
+    if (strstr(out, want) == NULL) fail_msg("fsck --repair: %.2000s", out);
+    assert_int_equal(cold_count(f->shm_cold), 0);
+    assert_int_equal(weightctl(&f->m, out, "fsck"), 0);
+    assert_non_null(strstr(out, "clean"));
+    free_names(names, n);
+    free(out);
+}
+
+/* -- the ghost node ------------------------------------------------------------ */
+
+typedef enum bad_page {
+    BAD_ORDER,    /* page 2's names out of order */
+    BAD_AFTER,    /* page 1 answers the page after another name */
+    BAD_SIZE,     /* page 1 larger than asked */
+    BAD_OLD_NODE, /* page 2 from a node without pages */
+} bad_page;
+
+/* Strings and files a crafted page points to (freed with it). */
+typedef struct page_buf {
+    TaskResult r;
+    InventoryFile files[300], *fp[300];
+    char names[300][80];
+    char after[400];            /* the task's (the poll answer that had it is freed) */
+    char *keys;
+    uint8_t sha[32];
+} page_buf;
+
+/* A page answering task t: files named by the numbers first..first+n-1 (or
+ * as given), after and page_bytes as t asked. */
+static page_buf *page_new(const NodeTask *t, const int *nums, size_t n, size_t key_bytes, int more)
+{
+    page_buf *p = calloc(1, sizeof(*p));
+    assert_non_null(p);
+    assert_true(n <= 300);
+    assert_non_null(p->keys = calloc(n + 1, key_bytes + 1));
+    task_result__init(&p->r);
+    p->r.id = t->id;
+    snprintf(p->after, sizeof(p->after), "%s", t->after);
+    p->r.after = p->after;
+    p->r.page_bytes = t->page_bytes;
+    p->r.more = more;
+    memset(p->sha, 1, sizeof(p->sha));
+    for (size_t i = 0; i < n; i++) {
+        InventoryFile *f = &p->files[i];
+        char *key = p->keys + i * (key_bytes + 1);
+        inventory_file__init(f);
+        snprintf(p->names[i], sizeof(p->names[i]), "%064d.cold", nums[i]);
+        memset(key, 'g', key_bytes);
+        key[key_bytes] = '\0';
+        f->name = p->names[i];
+        f->key = key;
+        f->length = 64;
+        f->sha256.data = p->sha;
+        f->sha256.len = 32;
+        p->fp[i] = f;
+    }
+    p->r.files = p->fp;
+    p->r.n_files = n;
+    return p;
+}
+
+static void page_free(page_buf *p)
+{
+    if (p == NULL) return;
+    free(p->keys);
+    free(p);
+}
+
+/* The answer to page `page` (0: the first) of the fsck's scan for kind. */
+static page_buf *bad_answer(bad_page kind, int page, const NodeTask *t)
+{
+    static const int first[] = {1, 2}, disorder[] = {5, 3};
+    int many[300];
+    for (int i = 0; i < 300; i++) many[i] = 10 + i;
+    switch (kind) {
+    case BAD_ORDER:
+        return page == 0 ? page_new(t, first, 2, 16, 1) : page_new(t, disorder, 2, 16, 0);
+    case BAD_AFTER: {
+        page_buf *p = page_new(t, first, 2, 16, 0);
+        p->r.after = "zzz";
+        return p;
+    }
+    case BAD_SIZE:
+        return page_new(t, many, 300, 1000, 0);
+    case BAD_OLD_NODE: {
+        page_buf *p = page == 0 ? page_new(t, first, 2, 16, 1) : page_new(t, disorder, 1, 16, 0);
+        if (page > 0) {
+            p->r.page_bytes = 0;
+            p->r.after = "";
+        }
+        return p;
+    }
+    }
+    return NULL;
+}
+
+/* One poll of ghost carrying the answers in pages (n of them, freed); the
+ * master's answer (to free). */
+static NodePollResponse *ghost_poll(rpcc_conn *c, page_buf **pages, size_t n)
+{
+    NodePollRequest req = NODE_POLL_REQUEST__INIT;
+    TaskResult *res[8];
+    for (size_t i = 0; i < n; i++) res[i] = &pages[i]->r;
+    req.node_id = "ghost";
+    req.results = res;
+    req.n_results = n;
+    size_t len = node_poll_request__get_packed_size(&req);
+    uint8_t *body = malloc(len + 1), *resp = NULL;
+    size_t rlen = 0;
+    char *err = NULL;
+    int status = 0;
+    assert_non_null(body);
+    node_poll_request__pack(&req, body);
+    assert_int_equal(rpcc_call(c, NODE_SERVICE, NODE_METHOD__NODE_POLL, body, len, &status, &resp,
+                               &rlen, &err), 0);
+    if (status != 0) fail_msg("ghost's poll: %d %s", status, err ? err : "");
+    NodePollResponse *r = node_poll_response__unpack(NULL, rlen, resp);
+    assert_non_null(r);
+    assert_false(r->reregister);
+    for (size_t i = 0; i < n; i++) page_free(pages[i]);
+    free(body);
+    free(resp);
+    free(err);
+    return r;
+}
+
+static void ghost_register(const hx_master *m, rpcc_conn *c)
+{
+    NodeRegisterRequest reg = NODE_REGISTER_REQUEST__INIT;
+    uint8_t secret[32];
+    reg.node_id = "ghost";
+    reg.segment_id = "ghost";
+    reg.data_addr = "127.0.0.1:1";
+    reg.segment_path = "/nonexistent";
+    reg.segment_bytes = SEGMENT;
+    reg.cold_dir = "/nonexistent";
+    memset(secret, 7, sizeof(secret));
+    reg.ticket_secret.data = secret;
+    reg.ticket_secret.len = sizeof(secret);
+    size_t len = node_register_request__get_packed_size(&reg);
+    uint8_t *body = malloc(len), *resp = NULL;
+    size_t rlen = 0;
+    char *err = NULL;
+    int status = 0;
+    assert_non_null(body);
+    node_register_request__pack(&reg, body);
+    assert_int_equal(rpcc_call(c, NODE_SERVICE, NODE_METHOD__NODE_REGISTER, body, len, &status,
+                               &resp, &rlen, &err), 0);
+    if (status != 0) fail_msg("ghost's registration: %d %s", status, err ? err : "");
+    free(body);
+    free(resp);
+    free(err);
+    assert_int_equal(hx_wait_nodes(m, 2, 10000), 0);
+}
+
+/* Run `fsck --repair` while ghost answers its scan with the bad page of
+ * kind: the report names want for ghost, removes nothing, and ghost gets
+ * no repair task (nor a page after the refused one). */
+static void bad_page_refused(fx *f, rpcc_conn *c, bad_page kind, const char *want)
+{
+    char outpath[400], cmd[1600];
+    snprintf(outpath, sizeof(outpath), "%s/fsck-%d.json", f->m.dir, (int)kind);
+    snprintf(cmd, sizeof(cmd), "%s/bin/weightctl --master %s --json fsck --repair >%s 2>&1",
+             BUILD_DIR, f->m.socket, outpath);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    page_buf *answers[8];
+    size_t n_answers = 0;
+    int page = 0, exited = 0, after_exit = 0;
+    for (int i = 0; i < 2000 && after_exit < 10; i++) {
+        NodePollResponse *r = ghost_poll(c, answers, n_answers);
+        n_answers = 0;
+        for (size_t k = 0; k < r->n_tasks; k++) {
+            const NodeTask *t = r->tasks[k];
+            if (t->kind != TASK_KIND__TASK_SCAN)
+                fail_msg("ghost was sent task kind %d after a refused page", (int)t->kind);
+            if (t->segment_only) /* a registration's sweep: an empty page */
+                answers[n_answers++] = page_new(t, NULL, 0, 0, 0);
+            else if (page > 0 && kind != BAD_ORDER && kind != BAD_OLD_NODE)
+                fail_msg("ghost was asked for page %d after a refused one", page + 1);
+            else
+                answers[n_answers++] = bad_answer(kind, page++, t);
+        }
+        node_poll_response__free_unpacked(r, NULL);
+        int st;
+        if (!exited && waitpid(pid, &st, WNOHANG) == pid) exited = 1;
+        if (exited) after_exit++;
+    }
+    if (!exited) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        fail_msg("fsck did not end");
+    }
+    for (size_t k = 0; k < n_answers; k++) page_free(answers[k]);
+    char *out = malloc(OUT_CAP);
+    assert_non_null(out);
+    FILE *fp = fopen(outpath, "r");
+    assert_non_null(fp);
+    size_t len = fread(out, 1, OUT_CAP - 1, fp);
+    out[len] = '\0';
+    fclose(fp);
+    const char *ghost = strstr(out, "{\"node\":\"ghost\"");
+    if (ghost == NULL || strstr(ghost, want) == NULL) fail_msg("want '%s' for ghost in: %s", want, out);
+    assert_non_null(strstr(ghost, "\"orphan_files\":[]"));
+    assert_non_null(strstr(ghost, "\"files_removed\":0,"));
+    assert_true(hx_log_contains(&f->m, want));
+    free(out);
+}
+
+/* Pages that do not answer what was asked: each refused naming the cause,
+ * and nothing is repaired on the node. */
+static void test_bad_scan_pages_are_refused(void **state)
+{
+    fx *f = *state;
+    rpcc_conn *c = NULL;
+    char err[256];
+    if (rpcc_connect(f->m.socket, NULL, &c, err, sizeof(err)) != 0) fail_msg("connect: %s", err);
+    ghost_register(&f->m, c);
+    char want[300];
+    snprintf(want, sizeof(want), "scan page 2: cold file '%064d.cold' does not sort after "
+             "'%064d.cold' (names out of order)", 3, 5);
+    bad_page_refused(f, c, BAD_ORDER, want);
+    bad_page_refused(f, c, BAD_AFTER, "scan page 1 answers the page after 'zzz', not the one asked "
+                                      "(after '')");
+    bad_page_refused(f, c, BAD_SIZE, "more than the 262144 asked");
+    bad_page_refused(f, c, BAD_OLD_NODE, "scan page 2 came from a node without scan pages");
+    rpcc_close(c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_fsck_of_a_large_cold_tier_reads_every_page, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_bad_scan_pages_are_refused, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
