@@ -315,6 +315,57 @@ static void test_inventory_and_crash_leftovers(void **state)
     (void)err;
 }
 
+/* cold_list_names (fsck's paged SCAN): the .cold names only, sorted
+ * bytewise, headers not read (a corrupt file is listed); temporary files
+ * are kept young and removed stale, as by cold_inventory; other entries are
+ * left alone. */
+static void test_list_names_sorted(void **state)
+{
+    char names[3][COLD_NAME_MAX], tmp[512], other[512], path[512];
+    const char *keys[3] = {"k/list/a", "k/list/b", "k/list/c"};
+    uint8_t sha[32];
+    char **v = NULL;
+    size_t n = 0;
+    int fd;
+    (void)state;
+    for (int i = 0; i < 3; i++) {
+        EVP_Digest(g_data, 100 + (size_t)i, sha, NULL, EVP_sha256(), NULL);
+        persist_ok(keys[i], g_data, 100 + (uint64_t)i, sha, names[i]);
+    }
+    assert_int_equal(cold_path_for(g_ct, names[1], path, sizeof(path)), SMP_OK);
+    flip_byte(path, 60); /* a broken header: still listed */
+    snprintf(tmp, sizeof(tmp), "%s/%s.0123456789abcdef%s", g_dir, names[0], COLD_TMP_SUFFIX);
+    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    assert_true(fd >= 0);
+    close(fd);
+    snprintf(other, sizeof(other), "%s/README", g_dir);
+    fd = open(other, O_WRONLY | O_CREAT, 0600);
+    assert_true(fd >= 0);
+    close(fd);
+
+    assert_int_equal(cold_list_names(g_ct, 3600 * 1000, &v, &n), SMP_OK);
+    assert_int_equal(n, 3);
+    for (size_t i = 1; i < n; i++) assert_true(strcmp(v[i - 1], v[i]) < 0);
+    for (int i = 0; i < 3; i++) {
+        int found = 0;
+        for (size_t k = 0; k < n; k++) found |= strcmp(v[k], names[i]) == 0;
+        assert_true(found);
+    }
+    cold_names_free(v, n);
+    assert_int_equal(access(tmp, F_OK), 0);   /* young: kept */
+    assert_int_equal(cold_list_names(g_ct, 0, &v, &n), SMP_OK);
+    assert_int_equal(n, 3);
+    cold_names_free(v, n);
+    assert_int_not_equal(access(tmp, F_OK), 0); /* stale: removed */
+    assert_int_equal(access(other, F_OK), 0);
+
+    for (int i = 0; i < 3; i++) assert_int_equal(cold_delete(g_ct, names[i]), SMP_OK);
+    assert_int_equal(cold_list_names(g_ct, 0, &v, &n), SMP_OK);
+    assert_int_equal(n, 0);
+    cold_names_free(v, n);
+    unlink(other);
+}
+
 /* Names and paths that would leave the directory, or touch a temporary
  * file, are refused; a full path inside the directory is accepted. */
 static void test_names_cannot_escape(void **state)
@@ -364,6 +415,7 @@ int main(void)
         cmocka_unit_test(test_failed_write_leaves_nothing),
         cmocka_unit_test(test_corrupted_file_is_never_served),
         cmocka_unit_test(test_inventory_and_crash_leftovers),
+        cmocka_unit_test(test_list_names_sorted),
         cmocka_unit_test(test_names_cannot_escape),
         cmocka_unit_test(test_empty_object),
     };
