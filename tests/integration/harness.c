@@ -6,6 +6,7 @@
  * key the real weight_mgmt.so is loaded, and when it has no `node:` key the
  * embedded node gets a 64 MiB segment. */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -488,4 +489,18 @@ uint8_t *hx_frame_request(uint64_t request_id, uint32_t service, uint32_t method
     rpc_request__pack(&req, buf + 4);
     *len = 4 + n;
     return buf;
+}
+
+void hx_remove_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (d == NULL) return;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        char path[1024];
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        unlink(path);
+    }
+    closedir(d);
+    rmdir(dir);
 }

@@ -97,6 +97,10 @@ int hx_says(const char *text, const char *needle);
 /* 1 when the file at path (a log, read whole) contains needle. */
 int hx_file_contains(const char *path, const char *needle);
 
+/* Remove dir and the files directly in it (a test's own directory outside
+ * its master's, e.g. cold files in /dev/shm); a missing dir is fine. */
+void hx_remove_dir(const char *dir);
+
 /* Rewrite config.yaml with another `extra` (the base stays). */
 int hx_reconfigure(hx_master *m, const char *extra);
 

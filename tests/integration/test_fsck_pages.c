@@ -32,6 +32,7 @@
 #include "node_cold.h"
 #include "node_rpc.pb-c.h"
 #include "rpc_client.h"
+#include "weight_model.h"
 
 #define NODE_SERVICE 3
 #define SEGMENT (8ull << 20)
@@ -46,20 +47,6 @@ typedef struct fx {
     char shm_cold[128];
 } fx;
 
-static void remove_dir(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (d == NULL) return;
-    for (struct dirent *e; (e = readdir(d)) != NULL;) {
-        char path[400];
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-        unlink(path);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
 static int setup(void **state)
 {
     fx *f = calloc(1, sizeof(*f));
@@ -70,7 +57,7 @@ static int setup(void **state)
                      0);
     assert_int_equal(hx_start(&f->m, 10000), 0);
     snprintf(f->shm_cold, sizeof(f->shm_cold), "/dev/shm/wm-fsckpages-%d", (int)getpid());
-    remove_dir(f->shm_cold);
+    hx_remove_dir(f->shm_cold);
     assert_int_equal(mkdir(f->shm_cold, 0700), 0);
     snprintf(link, sizeof(link), "%s/cold-node-a", f->m.dir);
     assert_int_equal(symlink(f->shm_cold, link), 0);
@@ -84,7 +71,7 @@ static int teardown(void **state)
 {
     fx *f = *state;
     hx_node_kill(&f->a);
-    remove_dir(f->shm_cold);
+    hx_remove_dir(f->shm_cold);
     hx_cleanup(&f->m);
     free(f);
     return 0;
@@ -152,19 +139,6 @@ static void make_orphans(const char *dir, int n)
     cold_close(ct);
 }
 
-/* Run weightctl with args; its output into out (OUT_CAP), its exit code. */
-static int weightctl(const hx_master *m, char *out, const char *args)
-{
-    char cmd[1600];
-    snprintf(cmd, sizeof(cmd), "%s/bin/weightctl --master %s %s 2>&1", BUILD_DIR, m->socket, args);
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
-    size_t n = fread(out, 1, OUT_CAP - 1, p);
-    out[n] = '\0';
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 static size_t count(const char *text, const char *needle)
 {
     size_t k = 0;
@@ -194,7 +168,7 @@ static void test_fsck_of_a_large_cold_tier_reads_every_page(void **state)
     assert_int_equal(pwrite(fd, "X", 1, 100), 1);
     close(fd);
 
-    assert_int_equal(weightctl(&f->m, out, "--json fsck"), 1);
+    assert_int_equal(wx_weightctl(&f->m, out, OUT_CAP, "--json fsck"), 1);
     snprintf(want, sizeof(want), "\"cold_files\":%d,", FILES);
     if (strstr(out, want) == NULL) fail_msg("fsck did not see %d files: %.2000s", FILES, out);
     snprintf(want, sizeof(want), "\"orphans\":%d}", FILES);
@@ -208,11 +182,11 @@ static void test_fsck_of_a_large_cold_tier_reads_every_page(void **state)
     assert_true(hx_log_contains(&f->m, want));
     assert_int_equal(cold_count(f->shm_cold), FILES); /* read-only */
 
-    assert_int_equal(weightctl(&f->m, out, "--json fsck --repair"), 0);
+    assert_int_equal(wx_weightctl(&f->m, out, OUT_CAP, "--json fsck --repair"), 0);
     snprintf(want, sizeof(want), "\"files_removed\":%d,", FILES);
     if (strstr(out, want) == NULL) fail_msg("fsck --repair: %.2000s", out);
     assert_int_equal(cold_count(f->shm_cold), 0);
-    assert_int_equal(weightctl(&f->m, out, "fsck"), 0);
+    assert_int_equal(wx_weightctl(&f->m, out, OUT_CAP, "fsck"), 0);
     assert_non_null(strstr(out, "clean"));
     free_names(names, n);
     free(out);

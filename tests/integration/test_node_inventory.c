@@ -54,26 +54,12 @@ static int setup(void **state)
     return 0;
 }
 
-static void remove_dir(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (d == NULL) return;
-    for (struct dirent *e; (e = readdir(d)) != NULL;) {
-        char path[400];
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-        unlink(path);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
 static int teardown(void **state)
 {
     fx *f = *state;
     hx_node_kill(&f->a);
     hx_node_kill(&f->b);
-    if (f->shm_cold[0] != '\0') remove_dir(f->shm_cold);
+    if (f->shm_cold[0] != '\0') hx_remove_dir(f->shm_cold);
     hx_cleanup(&f->m);
     free(f);
     return 0;
@@ -141,7 +127,7 @@ static void test_large_inventory_registers_in_pages(void **state)
     fx *f = *state;
     char link[400];
     snprintf(f->shm_cold, sizeof(f->shm_cold), "/dev/shm/wm-inventory-%d", (int)getpid());
-    remove_dir(f->shm_cold);
+    hx_remove_dir(f->shm_cold);
     assert_int_equal(mkdir(f->shm_cold, 0700), 0);
     snprintf(link, sizeof(link), "%s/cold-node-b", f->m.dir);
     assert_int_equal(symlink(f->shm_cold, link), 0);
