@@ -199,6 +199,7 @@ typedef enum bad_page {
     BAD_AFTER,    /* page 1 answers the page after another name */
     BAD_SIZE,     /* page 1 larger than asked */
     BAD_OLD_NODE, /* page 2 from a node without pages */
+    OLD_NODE,     /* a node from before pages: every file in its first answer (good) */
 } bad_page;
 
 /* Strings and files a crafted page points to (freed with it). */
@@ -276,6 +277,12 @@ static page_buf *bad_answer(bad_page kind, int page, const NodeTask *t)
         }
         return p;
     }
+    case OLD_NODE: { /* names in no order, no cursor, no bound: as before pages */
+        page_buf *p = page_new(t, disorder, 2, 16, 0);
+        p->r.page_bytes = 0;
+        p->r.after = "";
+        return p;
+    }
     }
     return NULL;
 }
@@ -339,15 +346,15 @@ static void ghost_register(const hx_master *m, rpcc_conn *c)
     assert_int_equal(hx_wait_nodes(m, 2, 10000), 0);
 }
 
-/* Run `fsck --repair` while ghost answers its scan with the bad page of
- * kind: the report names want for ghost, removes nothing, and ghost gets
- * no repair task (nor a page after the refused one). */
-static void bad_page_refused(fx *f, rpcc_conn *c, bad_page kind, const char *want)
+/* Run weightctl's `--json fsck` with args while ghost answers its scan
+ * with the pages of kind; its output (to free). Ghost fails the test on a
+ * task other than SCAN (a repair) or on a page asked after a refused one. */
+static char *ghost_fsck(fx *f, rpcc_conn *c, bad_page kind, const char *args)
 {
     char outpath[400], cmd[1600];
     snprintf(outpath, sizeof(outpath), "%s/fsck-%d.json", f->m.dir, (int)kind);
-    snprintf(cmd, sizeof(cmd), "%s/bin/weightctl --master %s --json fsck --repair >%s 2>&1",
-             BUILD_DIR, f->m.socket, outpath);
+    snprintf(cmd, sizeof(cmd), "%s/bin/weightctl --master %s --json fsck %s >%s 2>&1",
+             BUILD_DIR, f->m.socket, args, outpath);
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
@@ -389,6 +396,15 @@ static void bad_page_refused(fx *f, rpcc_conn *c, bad_page kind, const char *wan
     size_t len = fread(out, 1, OUT_CAP - 1, fp);
     out[len] = '\0';
     fclose(fp);
+    return out;
+}
+
+/* `fsck --repair` while ghost answers its scan with the bad page of kind:
+ * the report names want for ghost, lists no orphan there, removes nothing,
+ * and ghost gets no repair task (nor a page after the refused one). */
+static void bad_page_refused(fx *f, rpcc_conn *c, bad_page kind, const char *want)
+{
+    char *out = ghost_fsck(f, c, kind, "--repair");
     const char *ghost = strstr(out, "{\"node\":\"ghost\"");
     if (ghost == NULL || strstr(ghost, want) == NULL) fail_msg("want '%s' for ghost in: %s", want, out);
     assert_non_null(strstr(ghost, "\"orphan_files\":[]"));
@@ -417,12 +433,35 @@ static void test_bad_scan_pages_are_refused(void **state)
     rpcc_close(c);
 }
 
+/* A node from before scan pages ignores the cursor and the bound and
+ * answers the first page with every file, in no order: taken whole, as
+ * before, its files judged (both orphans here). */
+static void test_a_node_without_pages_answers_whole(void **state)
+{
+    fx *f = *state;
+    rpcc_conn *c = NULL;
+    char err[256], want[200];
+    if (rpcc_connect(f->m.socket, NULL, &c, err, sizeof(err)) != 0) fail_msg("connect: %s", err);
+    ghost_register(&f->m, c);
+    char *out = ghost_fsck(f, c, OLD_NODE, "");
+    const char *ghost = strstr(out, "{\"node\":\"ghost\"");
+    if (ghost == NULL || strstr(ghost, "\"error\":\"\",\"cold_files\":2,") == NULL)
+        fail_msg("ghost's whole answer: %s", out);
+    for (int i = 3; i <= 5; i += 2) {
+        snprintf(want, sizeof(want), "{\"name\":\"%064d.cold\"", i);
+        assert_non_null(strstr(ghost, want));
+    }
+    free(out);
+    rpcc_close(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_fsck_of_a_large_cold_tier_reads_every_page, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_bad_scan_pages_are_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_node_without_pages_answers_whole, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
