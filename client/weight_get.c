@@ -13,10 +13,12 @@
  * Transfer: the copy ops are grouped by payload object and handed to a small
  * pool of threads, one object at a time per thread. For each object the
  * chunks (WC_CHECK_CHUNK bytes) its ops touch are walked in order; each
- * chunk is verified against the manifest's XXH3-64 before any of its bytes
- * is scattered, so an altered payload fails with WEIGHT_EDIGEST_MISMATCH
- * and no unverified byte reaches a buffer (verified bytes of other chunks
- * may have landed: the error says which object and chunk failed). The
+ * chunk is scattered and verified in one pass (scatter_fused: a block
+ * copied, then hashed while in cache, so the source is read from memory
+ * once) and compared with the manifest's XXH3-64 before the next chunk is
+ * touched, so an altered payload fails with WEIGHT_EDIGEST_MISMATCH naming
+ * the object and chunk (the buffers then hold that chunk's unverified
+ * bytes: a failed get's buffers are not to be used). The
  * source of a chunk is, in order of preference: the node's segment file
  * mapped into this process (co-located, HOT: memcpy straight from the
  * mapping, no staging; the mapping is made once per store), a ranged TCP
@@ -53,6 +55,13 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <xxhash.h>
+#if defined(__x86_64__)
+/* XXH3 through libxxhash's run-time dispatch: its AVX2/AVX-512 code where
+ * the CPU has it (about twice the rate of the SSE2 build it exports by
+ * default); the sums are the same on every path. */
+#include <xxh_x86dispatch.h>
+#endif
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -64,6 +73,9 @@
 
 #define M(name) WMRPC__WEIGHT_METHOD__WEIGHT_##name
 #define WC_REMOTE_WINDOW_CHUNKS 8
+/* Bytes of a chunk copied, then hashed, at a time (scatter_fused): small
+ * enough to be still in the core's cache when hashed. */
+#define WC_FUSE_BLOCK (64u << 10)
 /* Fresh READ tickets one object may ask for (refresh_job): with the default
  * node.ticket_ttl_ms of 60 s, an hour of reading one object. */
 #define WC_TICKET_REFRESH_MAX 64
@@ -226,17 +238,18 @@ static void xfer_fail(xfer *x, int rc, const char *fmt, ...)
     va_end(ap);
 }
 
-/* Copy n bytes to memory the caller will not read back soon: large pieces
- * go with non-temporal stores (no read-for-ownership of the destination,
- * as glibc's memcpy does only for copies of hundreds of MiB), the source
- * being in cache right after its chunk was verified. Small pieces and
- * non-x86 builds use memcpy. wc_stream_fence() orders the stores before
- * the worker reports done. */
+/* Copy n bytes to memory the caller will not read back soon. With stream
+ * (the run they belong to is large) they go with non-temporal stores (no
+ * read-for-ownership of the destination, as glibc's memcpy does only for
+ * copies of hundreds of MiB), and the source stays in cache for the
+ * chunk's checksum that follows (scatter_fused). Small runs and non-x86
+ * builds use memcpy. wc_stream_fence() orders the stores before the worker
+ * reports done. */
 #define WC_STREAM_MIN (64u << 10)
-static void copy_stream(uint8_t *dst, const uint8_t *src, size_t n)
+static void copy_stream(uint8_t *dst, const uint8_t *src, size_t n, int stream)
 {
 #if defined(__SSE2__)
-    if (n >= WC_STREAM_MIN) {
+    if (stream && n >= 64) {
         size_t head = (16 - ((uintptr_t)dst & 15)) & 15;
         memcpy(dst, src, head);
         dst += head;
@@ -255,6 +268,8 @@ static void copy_stream(uint8_t *dst, const uint8_t *src, size_t n)
         }
         n -= blocks * 64;
     }
+#else
+    (void)stream;
 #endif
     memcpy(dst, src, n);
 }
@@ -289,7 +304,7 @@ static uint64_t scatter(const wc_copy_op *op, uint8_t *dst, const uint8_t *windo
         uint64_t b = re < we ? re : we;
         if (a >= b) continue;
         copy_stream(dst + op->dst_offset + k * op->dst_stride + (a - rs), window + (a - ws),
-                    (size_t)(b - a));
+                    (size_t)(b - a), op->bytes >= WC_STREAM_MIN);
         copied += b - a;
     }
     return copied;
@@ -334,6 +349,7 @@ typedef struct worker {
     xfer *x;
     uint8_t *window;              /* staging for remote and cold reads */
     uint64_t window_cap;
+    XXH3_state_t *xx;             /* scatter_fused's running checksum, made on first use */
     struct { char addr[128]; ndc_conn *c; } nodes[4];
 } worker;
 
@@ -411,6 +427,81 @@ static int use_cold_instead(job *j)
     return 1;
 }
 
+/* Scatter the ops of j from ops[lo] on that lie in object bytes [a, b),
+ * which are at `src` in memory. Returns the bytes copied. */
+static uint64_t scatter_range(const worker *wk, const job *j, size_t lo, const uint8_t *src,
+                              uint64_t a, uint64_t b)
+{
+    const xfer *x = wk->x;
+    uint64_t copied = 0;
+    for (size_t i = lo; i < j->n_ops; i++) {
+        const wc_copy_op *op = &x->plan->ops[j->ops[i]];
+        if (op->src_offset >= b) break;
+        if (op_src_end(op) <= a) continue;
+        copied += scatter(op, x->bindings[op->dst], src, a, b);
+    }
+    return copied;
+}
+
+/* Verify and scatter object bytes [ws, we) of j (whole chunks, at win in
+ * memory) in one pass: each chunk is walked in blocks of WC_FUSE_BLOCK,
+ * each block's ops copied, then the block folded into the chunk's XXH3-64
+ * while it is still in cache, so the source is read from memory once (a
+ * separate verify pass would read every chunk twice). A chunk is compared
+ * with the manifest's sum before the next is touched. On a mismatch the
+ * bytes of that chunk were already written to the buffers: the get fails,
+ * and the caller must not use them (weightclient.h). Sets *copied (0 on
+ * failure); WEIGHT_OK, WEIGHT_EDIGEST_MISMATCH or WEIGHT_ENOMEM, cause in
+ * err. */
+static int scatter_fused(worker *wk, const job *j, size_t lo, const uint8_t *win, uint64_t ws,
+                         uint64_t we, uint64_t *copied, char *err, size_t errlen)
+{
+    const wc_object *o = &wk->x->m->objects[j->object];
+    uint64_t chunk = o->chunk_bytes, done = 0;
+    *copied = 0;
+    if (wk->xx == NULL && (wk->xx = XXH3_createState()) == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return WEIGHT_ENOMEM;
+    }
+    for (uint64_t a = ws; a < we; a += chunk) {
+        uint64_t b = a + chunk < we ? a + chunk : we, v = a / chunk;
+        XXH3_64bits_reset(wk->xx);
+        for (uint64_t bs = a; bs < b; bs += WC_FUSE_BLOCK) {
+            uint64_t be = bs + WC_FUSE_BLOCK < b ? bs + WC_FUSE_BLOCK : b;
+            done += scatter_range(wk, j, lo, win + (bs - ws), bs, be);
+            XXH3_64bits_update(wk->xx, win + (bs - ws), (size_t)(be - bs));
+        }
+        if (XXH3_64bits_digest(wk->xx) != o->chunk_xxh3[v]) {
+            snprintf(err, errlen, "payload %s: bytes [%" PRIu64 ", %" PRIu64 ") do not match the "
+                     "manifest's checksum (chunk %" PRIu64 "); the get fails and the buffers "
+                     "hold unverified bytes of that chunk", o->key, a, b, v);
+            return WEIGHT_EDIGEST_MISMATCH;
+        }
+    }
+    *copied = done;
+    return WEIGHT_OK;
+}
+
+/* An object without chunk sums (one SHA-256 over it, read as one chunk):
+ * verify [ws, we), then scatter it; nothing is written on a mismatch. Same
+ * contract as scatter_fused otherwise. */
+static int scatter_sha256(worker *wk, const job *j, size_t lo, const uint8_t *win, uint64_t ws,
+                          uint64_t we, uint64_t *copied, char *err, size_t errlen)
+{
+    const wc_object *o = &wk->x->m->objects[j->object];
+    uint8_t sha[32];
+    *copied = 0;
+    SHA256(win, (size_t)(we - ws), sha);
+    if (o->has_sha256 && memcmp(sha, o->sha256, 32) != 0) {
+        snprintf(err, errlen, "payload %s: bytes [%" PRIu64 ", %" PRIu64 ") do not match the "
+                 "manifest's checksum (chunk 0); nothing of that chunk was written", o->key, ws,
+                 we);
+        return WEIGHT_EDIGEST_MISMATCH;
+    }
+    *copied = scatter_range(wk, j, lo, win, ws, we);
+    return WEIGHT_OK;
+}
+
 static int refresh_job(xfer *x, job *j, char *err, size_t errlen);
 
 /* Read, verify and scatter one object. */
@@ -481,24 +572,11 @@ static void run_job(worker *wk, job *j)
             if (rrc == WEIGHT_OK) continue; /* the same window, with the fresh ticket */
             frc = rrc;
         }
-        for (uint64_t v = c; win != NULL && v < c_end; v++) {
-            uint64_t a = v * chunk, b = a + chunk < o->bytes ? a + chunk : o->bytes;
-            int ok;
-            if (o->n_chunks) {
-                ok = wc_xxh3(win + (a - ws), (size_t)(b - a)) == o->chunk_xxh3[v];
-            } else {
-                uint8_t sha[32];
-                SHA256(win + (a - ws), (size_t)(b - a), sha);
-                ok = !o->has_sha256 || memcmp(sha, o->sha256, 32) == 0;
-            }
-            if (!ok) {
-                frc = WEIGHT_EDIGEST_MISMATCH;
-                snprintf(ferr, sizeof ferr,
-                         "payload %s: bytes [%" PRIu64 ", %" PRIu64 ") do not match the "
-                         "manifest's checksum (chunk %" PRIu64 "); nothing of that chunk "
-                         "was written", o->key, a, b, v);
-                break;
-            }
+        uint64_t copied = 0;
+        if (win != NULL) {
+            while (lo < j->n_ops && op_src_end(&plan->ops[j->ops[lo]]) <= ws) lo++;
+            frc = o->n_chunks ? scatter_fused(wk, j, lo, win, ws, we, &copied, ferr, sizeof ferr)
+                              : scatter_sha256(wk, j, lo, win, ws, we, &copied, ferr, sizeof ferr);
         }
         if (frc != 0) {
             if (frc != WEIGHT_ENOMEM && use_cold_instead(j)) continue; /* same window, cold */
@@ -507,14 +585,6 @@ static void run_job(worker *wk, job *j)
         }
         j->refresh_unused = 0;
         atomic_fetch_add(&x->verified, we - ws);
-        uint64_t copied = 0;
-        while (lo < j->n_ops && op_src_end(&plan->ops[j->ops[lo]]) <= ws) lo++;
-        for (size_t i = lo; i < j->n_ops; i++) {
-            const wc_copy_op *op = &plan->ops[j->ops[i]];
-            if (op->src_offset >= we) break;
-            if (op_src_end(op) <= ws) continue;
-            copied += scatter(op, x->bindings[op->dst], win, ws, we);
-        }
         if (x->s->release_pages) release_window(x, j, ws, we, lo);
         atomic_fetch_add(&x->copied, copied);
         if (j->kind == SRC_MAPPED) atomic_fetch_add(&x->local, copied);
@@ -1032,6 +1102,7 @@ int weight_get(weight_store *s, const weight_identity *id, const weight_placemen
     for (unsigned t = 0; t < n_threads; t++) {
         for (int i = 0; i < 4; i++) ndc_close(workers[t].nodes[i].c);
         free(workers[t].window);
+        XXH3_freeState(workers[t].xx);
     }
     rc = atomic_load(&x.failed);
     if (rc == WEIGHT_ECANCELED) atomic_store(&s->cancel, 0);

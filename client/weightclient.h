@@ -419,13 +419,18 @@ typedef struct weight_get_stats {
 /* Load revision id into the caller's buffers under a revision lease
  * (renewed while the load runs; released on every path). The manifest is
  * verified (SHA-256 and identity) before anything is planned: a mismatch is
- * WEIGHT_EDIGEST_MISMATCH with nothing written. Payload bytes are verified
- * per chunk (the manifest's XXH3-64 of each 1 MiB chunk) before they are
- * scattered, so no unverified byte reaches a buffer. A memory replica that
- * fails a read or a checksum is replaced by the object's cold replica when
- * it has one; otherwise a mismatch is WEIGHT_EDIGEST_MISMATCH naming the
- * object and chunk, and then buffers may already hold (verified) bytes of
- * other chunks. A node read whose READ ticket expired (a load slower than
+ * WEIGHT_EDIGEST_MISMATCH with nothing written. Every payload chunk a get
+ * reads is verified (the manifest's XXH3-64 of each 1 MiB chunk, over the
+ * whole chunk, whatever part of it is copied) before the get returns
+ * success. The check is fused into the copy: a chunk's bytes are scattered
+ * block by block and each block is hashed right after, while in cache, so
+ * a chunk's bytes reach the buffers before its sum is compared. A memory
+ * replica that fails a read or a checksum is replaced by the object's cold
+ * replica when it has one (its bytes overwrite the failed chunk's);
+ * otherwise a mismatch is WEIGHT_EDIGEST_MISMATCH naming the object and
+ * chunk, and the buffers must not be used: they may hold unverified bytes
+ * of that chunk besides verified bytes of others. (An object without chunk
+ * sums is checked whole against its SHA-256 before any of it is copied.) A node read whose READ ticket expired (a load slower than
  * the master's node.ticket_ttl_ms) asks the master for fresh tickets and
  * goes on from the refused window, a bounded number of times per object
  * (stats->ticket_refreshes counts them); a forged or wrong-range ticket, or

@@ -438,6 +438,90 @@ static void test_altered_bytes_fail_with_digest_mismatch(void **state)
 }
 
 
+/* Placement of the chunked-object test: TP tp along dim 1 (rank 0), or whole. */
+static int place_dim1_cb(void *ctx, const weight_tensor_info *t, weight_tensor_place *out)
+{
+    const uint32_t *tp = ctx;
+    (void)t;
+    if (*tp > 1) *out = (weight_tensor_place){WEIGHT_PLACE_SPLIT, 1, *tp, 0};
+    else *out = (weight_tensor_place){WEIGHT_PLACE_REPLICATED, 0, 1, 0};
+    return 0;
+}
+
+/* weight_get of rank 0 of a TP tp split along dim 1 of the one tensor of id
+ * into dst (want bytes); returns its code, stats in *st. */
+static int get_chunked(weight_store *s, const weight_identity *id, uint32_t tp, uint8_t *dst,
+                       uint64_t want, weight_get_stats *st)
+{
+    weight_placement pl = {place_dim1_cb, &tp};
+    weight_binding b = {"big", dst, want};
+    weight_bindings bd = {&b, 1, NULL, NULL};
+    return weight_get(s, id, &pl, &bd, st);
+}
+
+/* Verification fused into the scatter (each block of a 1 MiB chunk copied,
+ * then hashed): a byte altered anywhere in a chunk fails the get with
+ * DIGEST_MISMATCH naming that chunk -- in a later block of a middle chunk,
+ * in the short last chunk, and in bytes a TP 2 split along dim 1 does not
+ * copy (the whole chunk is hashed, not only what is scattered). The store
+ * is left as it was: with the byte put back, the same gets succeed and
+ * every byte is exact. */
+static void test_fused_verify_fails_on_any_altered_chunk_byte(void **state)
+{
+    fixture *f = *state;
+    weight_store *s = open_store(f);
+    assert_int_equal(weight_store_set_option(s, WEIGHT_OPT_PAYLOAD_BYTES, 8u << 20), 0);
+    const uint64_t rows = 800, cols = 1024, bytes = rows * cols * 4; /* F32: 3.125 MiB, 4 chunks */
+    uint64_t shape[2] = {rows, cols};
+    uint8_t *data = malloc(bytes), *dst = malloc(bytes), *half = malloc(bytes / 2);
+    assert_non_null(data);
+    assert_non_null(dst);
+    assert_non_null(half);
+    for (uint64_t i = 0; i < bytes; i++) data[i] = (uint8_t)(i * 2654435761u >> 7);
+    for (uint64_t r = 0; r < rows; r++) memcpy(half + r * cols * 2, data + r * cols * 4, cols * 2);
+    weight_identity id;
+    weight_writer *w = NULL;
+    weight_metadata md;
+    assert_int_equal(weight_identity_set(&id, NULL, "llm", "fused", "v1", 1), 0);
+    CHECK(s, weight_put_begin(s, &id, NULL, &w));
+    CHECK(s, weight_writer_add_tensor(w, "big", "F32", 2, shape, data));
+    CHECK(s, weight_writer_commit(w, &md));
+    char key[1100];
+    snprintf(key, sizeof key, "%.*s/payload/0", (int)(strlen(md.manifest_key) - strlen("/manifest")),
+             md.manifest_key);
+    const struct {
+        uint64_t at;
+        uint32_t tp;
+        const char *chunk;
+    } cases[] = {
+        {(2u << 20) - 7, 1, "(chunk 1)"},                  /* last block of a middle chunk */
+        {bytes - 1, 1, "(chunk 3)"},                       /* the short last chunk */
+        {(2u << 20) + 5 * cols * 4 + 3000, 2, "(chunk 2)"}, /* a byte rank 0 does not copy */
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        uint64_t want = cases[c].tp == 1 ? bytes : bytes / 2;
+        weight_get_stats st;
+        assert_int_equal(corrupt_object(f, key, cases[c].at), 1); /* no cold copy to fall back on */
+        assert_int_equal(get_chunked(s, &id, cases[c].tp, dst, want, &st),
+                         WEIGHT_EDIGEST_MISMATCH);
+        const char *err = weight_store_last_error(s);
+        if (strstr(err, "payload/0") == NULL || strstr(err, cases[c].chunk) == NULL)
+            fail_msg("case %zu: %s", c, err);
+        corrupt_object(f, key, cases[c].at); /* the same XOR puts the byte back */
+        memset(dst, 0xEE, bytes);
+        CHECK(s, get_chunked(s, &id, cases[c].tp, dst, want, &st));
+        assert_int_equal(st.verified_bytes, bytes); /* every chunk, copied from or not */
+        assert_int_equal(st.bytes, want);
+        assert_memory_equal(dst, cases[c].tp == 1 ? data : half, want);
+    }
+    CHECK(s, weight_get_metadata(s, &id, &md, NULL));
+    assert_int_equal(md.availability, WEIGHT_READY);
+    free(data);
+    free(dst);
+    free(half);
+    weight_store_close(s);
+}
+
 /* Over the node's TCP data server instead of the mapped segment (as a
  * client on another host): put and get at TP 1, 2 and 4 along dim 0 and 1,
  * and a payload altered in the store is still a DIGEST_MISMATCH. */
@@ -1008,6 +1092,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_reads_while_metadata_changes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_put_tp4_fragments_get_any_tp, setup, teardown),
         cmocka_unit_test_setup_teardown(test_altered_bytes_fail_with_digest_mismatch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fused_verify_fails_on_any_altered_chunk_byte, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_altered_memory_replica_falls_back_to_cold, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_remote_transport_put_and_get, setup, teardown),
