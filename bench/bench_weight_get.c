@@ -11,11 +11,14 @@
  *   put TCP:  weight_put of the fragments of a TP 4 writer over the node's
  *             data server (WEIGHT_OPT_TRANSPORT 2), against the same;
  *   HOT:      weight_get of the whole TP 1 revision through the mapping,
- *             against memcpy of the same bytes (target >= 0.8);
+ *             against memcpy of the same bytes on as many threads as the
+ *             get's transfer threads (target >= 0.8); a one-thread memcpy
+ *             is printed next to it;
  *   TCP:      the same get over the node's data server, against a raw
  *             loopback TCP transfer of the same bytes (target >= 0.7);
  *   TP4->TP2: weight_get of rank 0 of a TP 2 split (dim 0) of the TP 4
- *             revision, against memcpy of that rank's bytes (target >= 0.7);
+ *             revision, against memcpy of that rank's bytes, threads as for
+ *             HOT (target >= 0.7);
  *   COLD:     the TP 1 revision migrated to COLD, its cold files dropped
  *             from the page cache, then weight_get of it (served from the
  *             cold files by the node), against a plain read() of a file of
@@ -24,7 +27,11 @@
  *
  * Each HOT/TCP/TP4->TP2 figure is the best of five runs after one warm-up
  * get (which maps the segment once per store, as a long-lived loader
- * would); the first get is printed too. COLD and the puts are one run each.
+ * would); the first get is printed too, and the CPU time of this process
+ * per GiB got (mean of the five: on a shared machine it moves less than
+ * wall time). The gets use WEIGHT_OPT_THREADS transfer threads: the
+ * default (the cores, at most 4), or $WM_BENCH_THREADS, which sets the
+ * memcpy baseline's threads too. COLD and the puts are one run each.
  * Destination buffers are touched beforehand, so page faults on them count
  * for neither side. weight_get verifies every chunk it reads (XXH3) before
  * scattering it; every get is compared with the source bytes once. The
@@ -33,8 +40,10 @@
  * put): on a shared machine that ratio moves less than wall time.
  * The node runs with node.segment_prefault (WM_BENCH_PREFAULT=0: without).
  * Usage:
- *   bench_weight_get [GIB] [DATA_DIR] [put]
- * (`put`: the two puts only, for a profile or a quick comparison)
+ *   bench_weight_get [GIB] [DATA_DIR] [put|get]
+ * (`put`: the two puts only, for a profile or a quick comparison; `get`:
+ * both revisions put co-located, then the HOT and TP4->TP2 gets only, the
+ * node without node.segment_prefault unless WM_BENCH_PREFAULT=1)
  * (the master's data_dir and the raw file go under DATA_DIR, default /tmp;
  * the segment under $WM_BENCH_SHM, default /dev/shm; memory needed: about
  * 4 x GIB). */
@@ -193,10 +202,38 @@ static double timed_get(weight_store *s, bench *b, const char *rev, uint32_t tp,
     return dt;
 }
 
-static double timed_memcpy(uint8_t *dst, const uint8_t *src, uint64_t bytes)
+/* One thread's share of a memcpy baseline. */
+typedef struct copy_part {
+    uint8_t *dst;
+    const uint8_t *src;
+    uint64_t bytes;
+} copy_part;
+
+static void *copy_part_main(void *arg)
 {
+    copy_part *c = arg;
+    memcpy(c->dst, c->src, c->bytes);
+    return NULL;
+}
+
+/* Seconds of copying bytes from src to dst with memcpy on `threads`
+ * threads (this one and threads - 1 more), each a contiguous share cut at
+ * 1 MiB: the baseline of a weight_get that uses as many transfer threads. */
+static double timed_memcpy(uint8_t *dst, const uint8_t *src, uint64_t bytes, unsigned threads)
+{
+    pthread_t th[64];
+    copy_part parts[64];
+    uint64_t share = (bytes / threads + (1u << 20) - 1) & ~(uint64_t)((1u << 20) - 1);
+    unsigned n = 0;
     double t0 = now_s();
-    memcpy(dst, src, bytes);
+    for (uint64_t off = 0; off < bytes && n < threads && n < 64; n++, off += share)
+        parts[n] = (copy_part){dst + off, src + off, bytes - off < share ? bytes - off : share};
+    unsigned started = 1;
+    for (; started < n; started++)
+        if (pthread_create(&th[started], NULL, copy_part_main, &parts[started]) != 0) break;
+    for (unsigned i = started; i < n; i++) copy_part_main(&parts[i]); /* not started: here */
+    copy_part_main(&parts[0]);
+    for (unsigned i = 1; i < started; i++) pthread_join(th[i], NULL);
     return now_s() - t0;
 }
 
@@ -363,15 +400,21 @@ static void report_put(const char *what, double put_s, usage client, usage maste
                   sha_s / put_s, ">= 0.9x");
 }
 
-static void report_get(const char *what, double get_s, double first_s, const char *base_name,
-                       double base_s, uint64_t bytes, double target)
+/* One get line; cpu (seconds per get, < 0: not measured) is printed per
+ * GiB, base1_s (< 0: none) is the one-thread memcpy next to base_s. */
+static void report_get(const char *what, double get_s, double first_s, double cpu,
+                       const char *base_name, double base_s, double base1_s, uint64_t bytes,
+                       double target)
 {
     double gib = (double)bytes / GIB;
     double ratio = base_s / get_s;
-    printf("%-9s %6.2f GiB  weight_get %6.2f GiB/s (first %5.2f GiB/s)  %s %6.2f GiB/s  "
+    char cpu_txt[48] = "", one_txt[48] = "";
+    if (cpu >= 0) snprintf(cpu_txt, sizeof cpu_txt, " CPU %.3f s/GiB", cpu / gib);
+    if (base1_s > 0) snprintf(one_txt, sizeof one_txt, " (1 thread %.2f GiB/s)", gib / base1_s);
+    printf("%-9s %6.2f GiB  weight_get %6.2f GiB/s (first %5.2f GiB/s)%s  %s %6.2f GiB/s%s  "
            "ratio %.2f (target %.1f) %s\n",
-           what, gib, gib / get_s, gib / first_s, base_name, gib / base_s, ratio, target,
-           ratio >= target ? "ok" : "BELOW");
+           what, gib, gib / get_s, gib / first_s, cpu_txt, base_name, gib / base_s, one_txt, ratio,
+           target, ratio >= target ? "ok" : "BELOW");
     char w[64], f1[48], f2[48], tg[16];
     bench_summary(bench_fmt(w, sizeof w, "weight_get %s, %.2f GiB", what, gib),
                   bench_fmt(f1, sizeof f1, "%.2f GiB/s", gib / get_s),
@@ -379,19 +422,32 @@ static void report_get(const char *what, double get_s, double first_s, const cha
                   bench_fmt(tg, sizeof tg, ">= %.1fx", target));
 }
 
-/* Best of `runs` gets (after the first, returned in *first) and of as many
- * memcpy's of the same bytes; each get's bytes checked once. 0 or -1. */
+/* What best_gets measured. */
+typedef struct gets {
+    double first, best;   /* seconds of the first get and of the best after it */
+    double cpu;           /* CPU seconds of this process per get after the first (mean) */
+    double copy, copy1;   /* best memcpy of the same bytes on `threads` threads, on one */
+    uint64_t bytes;
+} gets;
+
+/* Best of `runs` gets (after the first) and of as many memcpy's of the
+ * same bytes on as many threads as the get's transfer threads, and on one,
+ * taking turns; each get's bytes checked once. 0 or -1. */
 static int best_gets(weight_store *s, bench *b, const char *rev, uint32_t tp, int runs,
-                     double *first, double *best, double *copy, uint64_t *bytes)
+                     unsigned threads, int with_copy, gets *g)
 {
-    *best = 1e9;
-    if (copy != NULL) *copy = 1e9;
-    if ((*first = timed_get(s, b, rev, tp, 0, bytes)) < 0 || check_bytes(b, tp, 0) < 0) return -1;
+    *g = (gets){.best = 1e9, .copy = 1e9, .copy1 = 1e9};
+    if ((g->first = timed_get(s, b, rev, tp, 0, &g->bytes)) < 0 || check_bytes(b, tp, 0) < 0)
+        return -1;
     for (int r = 0; r < runs; r++) {
-        double t = timed_get(s, b, rev, tp, 0, bytes);
+        double c0 = cpu_s();
+        double t = timed_get(s, b, rev, tp, 0, &g->bytes);
         if (t < 0) return -1;
-        if (t < *best) *best = t;
-        if (copy != NULL && (t = timed_memcpy(b->dst, b->src, *bytes)) < *copy) *copy = t;
+        g->cpu += (cpu_s() - c0) / runs;
+        if (t < g->best) g->best = t;
+        if (!with_copy) continue;
+        if ((t = timed_memcpy(b->dst, b->src, g->bytes, threads)) < g->copy) g->copy = t;
+        if ((t = timed_memcpy(b->dst, b->src, g->bytes, 1)) < g->copy1) g->copy1 = t;
     }
     return 0;
 }
@@ -432,14 +488,22 @@ int main(int argc, char **argv)
     double gib = 4.0;
     const char *shm = getenv("WM_BENCH_SHM") ? getenv("WM_BENCH_SHM") : "/dev/shm";
     const char *dir = "/tmp";
-    int puts_only = 0;
+    int puts_only = 0, gets_only = 0;
     /* WM_BENCH_PREFAULT=0: the node without node.segment_prefault (for a before/after) */
     int prefault = getenv("WM_BENCH_PREFAULT") == NULL || atoi(getenv("WM_BENCH_PREFAULT")) != 0;
+    /* the get's transfer threads and the memcpy baseline's: weight_get's
+     * default (the cores, at most 4) unless WM_BENCH_THREADS says */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    unsigned threads = cores > 0 && cores < 4 ? (unsigned)cores : 4;
+    if (getenv("WM_BENCH_THREADS") && atoi(getenv("WM_BENCH_THREADS")) > 0)
+        threads = (unsigned)atoi(getenv("WM_BENCH_THREADS"));
     for (int i = 1; i < argc; i++) {
         char *end = NULL;
+        if (strcmp(argv[i], "get") == 0 && getenv("WM_BENCH_PREFAULT") == NULL) prefault = 0;
         double v = strtod(argv[i], &end);
         if (end != argv[i] && *end == '\0' && v > 0) gib = v;
         else if (strcmp(argv[i], "put") == 0) puts_only = 1;
+        else if (strcmp(argv[i], "get") == 0) gets_only = 1;
         else {
             dir = argv[i];
             setenv("TMPDIR", argv[i], 1); /* run_all.sh's data directory */
@@ -484,13 +548,15 @@ int main(int argc, char **argv)
     memset(b.dst, 1, b.total); /* touched: no page faults in either measurement */
     if (weight_store_open(m.socket, "bench", NULL, &s, err, sizeof err) != 0 ||
         weight_store_open(m.socket, "bench", NULL, &tcp, err, sizeof err) != 0 ||
-        weight_store_set_option(tcp, WEIGHT_OPT_TRANSPORT, 2) != 0) {
+        weight_store_set_option(tcp, WEIGHT_OPT_TRANSPORT, 2) != 0 ||
+        weight_store_set_option(s, WEIGHT_OPT_THREADS, threads) != 0 ||
+        weight_store_set_option(tcp, WEIGHT_OPT_THREADS, threads) != 0) {
         fprintf(stderr, "bench: %s\n", err);
         goto close_store;
     }
-    printf("revision: %zu BF16 tensors [%llu, %llu], %.2f GiB; segment %s; %ld cores\n",
-           b.n_tensors, TENSOR_ROWS, TENSOR_COLS, (double)b.total / GIB, segdir,
-           sysconf(_SC_NPROCESSORS_ONLN));
+    printf("revision: %zu BF16 tensors [%llu, %llu], %.2f GiB; segment %s; %ld cores; "
+           "weight_get and memcpy on %u threads\n",
+           b.n_tensors, TENSOR_ROWS, TENSOR_COLS, (double)b.total / GIB, segdir, cores, threads);
 
     /* With node.segment_prefault the node touches its segment's pages once in
      * the background after its start (node_segment.h: seg_prefaulted): the
@@ -502,7 +568,7 @@ int main(int argc, char **argv)
 
     /* Publishing: co-located (TP 1), then over TCP (TP 4 fragments). */
     double sha_cpu, sha_s = timed_sha256(b.src, b.total, &sha_cpu);
-    double copy_s = timed_memcpy(b.dst, b.src, b.total);
+    double copy_s = timed_memcpy(b.dst, b.src, b.total, 1);
     usage c0 = self_usage(), n0 = proc_usage(m.pid);
     double t0 = now_s();
     int rc = publish(s, &b, "tp1", 1);
@@ -512,7 +578,7 @@ int main(int argc, char **argv)
     c0 = self_usage();
     n0 = proc_usage(m.pid);
     t0 = now_s();
-    if (rc == 0) rc = publish(tcp, &b, "tp4", 4);
+    if (rc == 0) rc = publish(gets_only ? s : tcp, &b, "tp4", 4);
     put_s = now_s() - t0;
     put_c = usage_since(self_usage(), c0);
     put_n = usage_since(proc_usage(m.pid), n0);
@@ -522,40 +588,45 @@ int main(int argc, char **argv)
         goto close_store;
     }
     sha_s = timed_sha256(b.src, b.total, &sha_cpu);
-    report_put("TCP (TP4)", put_s, put_c, put_n, sha_s, sha_cpu, copy_s, b.total);
+    if (!gets_only) report_put("TCP (TP4)", put_s, put_c, put_n, sha_s, sha_cpu, copy_s, b.total);
     if (puts_only) {
         status = 0;
         goto close_store;
     }
 
     const int runs = 5;
-    uint64_t bytes = 0;
-    double first, best, copy, raw = 1e9;
+    double raw = 1e9;
+    gets g;
     /* HOT co-located: the whole revision through the mapping. */
-    if (best_gets(s, &b, "tp1", 1, runs, &first, &best, &copy, &bytes) < 0) goto close_store;
-    report_get("HOT TP1", best, first, "memcpy", copy, bytes, 0.8);
+    if (best_gets(s, &b, "tp1", 1, runs, threads, 1, &g) < 0) goto close_store;
+    report_get("HOT TP1", g.best, g.first, g.cpu, "memcpy", g.copy, g.copy1, g.bytes, 0.8);
+
+    /* TP4 -> TP2: rank 0 reads half of every tensor (two of its four fragments). */
+    if (best_gets(s, &b, "tp4", 2, runs, threads, 1, &g) < 0) goto close_store;
+    report_get("TP4->TP2", g.best, g.first, g.cpu, "memcpy", g.copy, g.copy1, g.bytes, 0.7);
+    if (gets_only) {
+        status = 0;
+        goto close_store;
+    }
 
     /* TCP: the same get from the node's data server. */
-    if (best_gets(tcp, &b, "tp1", 1, runs, &first, &best, NULL, &bytes) < 0) goto close_store;
+    if (best_gets(tcp, &b, "tp1", 1, runs, threads, 0, &g) < 0) goto close_store;
     for (int r = 0; r < runs; r++) {
-        double t = timed_raw_socket(b.src, b.dst, bytes);
+        double t = timed_raw_socket(b.src, b.dst, g.bytes);
         if (t < 0) goto close_store;
         if (t < raw) raw = t;
     }
-    report_get("TCP TP1", best, first, "raw socket", raw, bytes, 0.7);
-
-    /* TP4 -> TP2: rank 0 reads half of every tensor (two of its four fragments). */
-    if (best_gets(s, &b, "tp4", 2, runs, &first, &best, &copy, &bytes) < 0) goto close_store;
-    report_get("TP4->TP2", best, first, "memcpy", copy, bytes, 0.7);
+    report_get("TCP TP1", g.best, g.first, g.cpu, "raw socket", raw, -1, g.bytes, 0.7);
 
     /* COLD: from the node's cold files, page cache dropped, against read(). */
     if (migrate_cold(s, "tp1") < 0) goto close_store;
     raw = timed_raw_read(raw_path, b.src, b.dst, b.total);
     memset(b.dst, 1, b.total);
     drop_dir_cache(cold_dir);
+    uint64_t bytes = 0;
     double cold = timed_get(s, &b, "tp1", 1, 0, &bytes);
     if (raw < 0 || cold < 0 || check_bytes(&b, 1, 0) < 0) goto close_store;
-    report_get("COLD TP1", cold, cold, "raw read", raw, bytes, 0.7);
+    report_get("COLD TP1", cold, cold, -1, "raw read", raw, -1, bytes, 0.7);
     status = 0;
 close_store:
     weight_store_close(tcp);
