@@ -728,7 +728,11 @@ static int read_frame(rpcc_conn *c, int64_t deadline, rpcc_pending **out)
  * service 4 method 1) and wait for the answer until deadline, so that no
  * other request goes before it. SMP_OK (also without a token: nothing is
  * sent), the master's refusal (SMP_EAUTH) or a transport error, with the
- * cause in err. Records the tenant and role the master answered. */
+ * cause in err. Records the tenant and role the master answered. Without a
+ * token but with a client certificate on TLS, HELLO goes with an empty
+ * token, which asks the identity the certificate maps to (auth.certificates);
+ * a refusal of that (no mapping, or an older master) is not an error: the
+ * connection stays as it is and the master's refusals name the cause. */
 static size_t error_text_len(const rpc_env_response *r);
 
 static int conn_hello(rpcc_conn *c, int64_t deadline, char *err, size_t errlen)
@@ -741,10 +745,11 @@ static int conn_hello(rpcc_conn *c, int64_t deadline, char *err, size_t errlen)
     rpcc_pending *p = NULL;
     int rc;
 
+    int whoami = c->token == NULL;
     c->auth_tenant[0] = c->auth_role[0] = '\0';
-    if (c->token == NULL) return SMP_OK;
-    req.token.data = (uint8_t *)c->token;
-    req.token.len = strlen(c->token);
+    if (whoami && (c->ssl == NULL || SSL_get_certificate(c->ssl) == NULL)) return SMP_OK;
+    req.token.data = (uint8_t *)(whoami ? "" : c->token);
+    req.token.len = whoami ? 0 : strlen(c->token);
     len = auth_hello_request__get_packed_size(&req);
     if ((body = malloc(len ? len : 1)) == NULL) {
         wm_errbuf(err, errlen, "out of memory");
@@ -761,6 +766,10 @@ static int conn_hello(rpcc_conn *c, int64_t deadline, char *err, size_t errlen)
         wm_errbuf(err, errlen, "auth.HELLO: %s", c->err);
         c->broken = 0;
         return rc;
+    }
+    if (p->r.status != 0 && whoami) {
+        free(p);
+        return SMP_OK;
     }
     if (p->r.status != 0) {
         rc = p->r.status;

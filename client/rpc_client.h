@@ -62,7 +62,10 @@ typedef struct rpcc_options {
     const char *tls_key;
     /* Added with authentication: the token presented (auth.HELLO) on every
      * connection this rpcc_conn opens, before any other request. NULL: the
-     * environment's WEIGHT_TOKEN when set, else none; "": none. Copied. */
+     * environment's WEIGHT_TOKEN when set, else none; "": none. Copied.
+     * Without a token, a TLS connection with a client certificate asks the
+     * master which identity the certificate maps to (auth.certificates;
+     * rpcc_auth_tenant then says it), and goes on unauthenticated when none. */
     const char *token;
     /* Added with per-store TLS settings: the name the master's certificate
      * must carry instead of each endpoint's host (NULL or "": the host).

@@ -427,6 +427,7 @@ typedef enum field_kind {
     FK_REMOVED,     /* a key that no longer exists: refused with `removed` */
     FK_AUTH_TOKENS, /* auth.tokens: a sequence of {sha256, tenant, role} */
     FK_AUTH_LIMITS, /* auth.limits: a mapping (config_auth.c) */
+    FK_AUTH_CERTS,  /* auth.certificates: a sequence of {cn | san_uri, tenant, role} */
     FK_LOCAL_PEERS  /* node.local_peers: a sequence of "uid:N" / "gid:N" (config_node.c) */
 } field_kind;
 
@@ -543,6 +544,7 @@ static const field_spec auth_fields[] = {
     F_OF("node_token_file", FK_PATH, auth_node_token_file),
     { "tokens", FK_AUTH_TOKENS, 0, 0, 0, NULL, NULL },
     { "limits", FK_AUTH_LIMITS, 0, 0, 0, NULL, NULL },
+    { "certificates", FK_AUTH_CERTS, 0, 0, 0, NULL, NULL },
     F_END
 };
 
@@ -573,7 +575,8 @@ static const char *field_expects(field_kind k)
     case FK_AUTH_LIMITS: return "a mapping";
     case FK_PLUGINS:
     case FK_LOCAL_PEERS:
-    case FK_AUTH_TOKENS: return "a sequence";
+    case FK_AUTH_TOKENS:
+    case FK_AUTH_CERTS: return "a sequence";
     case FK_U32:
     case FK_U64: return "an integer";
     case FK_RATIO: return "a number";
@@ -798,7 +801,7 @@ static int apply_field(cfg_ctx *c, host_config *cfg, host_config_node *n,
 
     if (f->kind == FK_REMOVED) return cfg_fail(c, SMP_EINVAL, n->key_line, path, "%s", f->removed);
     if (f->kind == FK_SECTION || f->kind == FK_PLUGINS || f->kind == FK_AUTH_TOKENS ||
-        f->kind == FK_AUTH_LIMITS || f->kind == FK_LOCAL_PEERS) {
+        f->kind == FK_AUTH_LIMITS || f->kind == FK_AUTH_CERTS || f->kind == FK_LOCAL_PEERS) {
         host_config_node_kind want =
             f->kind == FK_SECTION || f->kind == FK_AUTH_LIMITS ? HOST_CFG_MAP : HOST_CFG_SEQ;
         if (cfg_node_is_null(n)) return 0; /* "listen:" with nothing below: all defaults */
@@ -808,6 +811,7 @@ static int apply_field(cfg_ctx *c, host_config *cfg, host_config_node *n,
         if (f->kind == FK_SECTION) return apply_map(c, cfg, n, path, f->sub);
         if (f->kind == FK_AUTH_TOKENS) return cfg_apply_tokens(c, cfg, n, path);
         if (f->kind == FK_AUTH_LIMITS) return cfg_apply_limits(c, cfg, n, path);
+        if (f->kind == FK_AUTH_CERTS) return cfg_apply_certificates(c, cfg, n, path);
         if (f->kind == FK_LOCAL_PEERS) return cfg_apply_local_peers(c, cfg, n, path);
         return apply_plugins(c, cfg, n, path);
     }
@@ -1224,6 +1228,7 @@ void host_config_free(host_config *cfg)
     free(cfg->auth_node_token_file);
     free(cfg->auth_tokens);
     free(cfg->auth_limits.tenants);
+    free(cfg->auth_certs);
     memset(cfg, 0, sizeof(*cfg));
 }
 

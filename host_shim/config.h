@@ -154,6 +154,8 @@ typedef struct host_config {
     rpc_auth_token *auth_tokens;      /* auth.tokens: SHA-256, tenant, role */
     size_t auth_n_tokens;
     rpc_limits_config auth_limits;    /* auth.limits (rpc_limits.h); all 0: unlimited */
+    rpc_auth_cert *auth_certs;        /* auth.certificates: cn or san_uri, tenant, role */
+    size_t auth_n_certs;
 } host_config;
 
 /* Fill *cfg with every default. Strings are heap copies (freed by

@@ -50,6 +50,9 @@ int cfg_check_uint(cfg_ctx *c, const host_config_node *n, const char *path, uint
 int cfg_apply_tokens(cfg_ctx *c, host_config *cfg, host_config_node *seq, const char *path);
 /* auth.limits into cfg->auth_limits (map is a MAP). 0 or the load's code. */
 int cfg_apply_limits(cfg_ctx *c, host_config *cfg, host_config_node *map, const char *path);
+
+/* auth.certificates into cfg->auth_certs (seq is a SEQ). 0 or the load's code. */
+int cfg_apply_certificates(cfg_ctx *c, host_config *cfg, host_config_node *seq, const char *path);
 /* The rules across auth.* and listen.tcp, once the whole file is applied. */
 int cfg_check_auth(cfg_ctx *c, const host_config *cfg, const host_config_node *root);
 

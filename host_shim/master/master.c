@@ -499,6 +499,35 @@ static int open_parts(master *m, char *err, size_t errlen)
     return master_plugins_route(m, err, errlen);
 }
 
+/* auth.limits on the RPC server, for every tenant a token or a certificate
+ * mapping names (the limits know tenants by the credential entries). */
+static int auth_limits_start(master *m, char *err, size_t errlen)
+{
+    const host_config *cfg = m->cfg;
+    size_t n = cfg->auth_n_tokens + cfg->auth_n_certs;
+    rpc_auth_token *all = calloc(n ? n : 1, sizeof(*all));
+    rpc_limits *lim = NULL;
+    int rc;
+    if (all == NULL) {
+        snprintf(err, errlen, "auth.limits: out of memory");
+        return SMP_ENOMEM;
+    }
+    if (cfg->auth_n_tokens > 0) memcpy(all, cfg->auth_tokens, cfg->auth_n_tokens * sizeof(*all));
+    for (size_t i = 0; i < cfg->auth_n_certs; i++) {
+        memcpy(all[cfg->auth_n_tokens + i].tenant, cfg->auth_certs[i].tenant,
+               sizeof(all->tenant));
+        all[cfg->auth_n_tokens + i].role = cfg->auth_certs[i].role;
+    }
+    rc = rpc_limits_create(&cfg->auth_limits, all, n, &lim);
+    free(all);
+    if (rc < 0) {
+        snprintf(err, errlen, "auth.limits: cannot be set up: %s", smp_strerror(rc));
+        return rc;
+    }
+    rpc_server_set_limits(m->rpc, lim);
+    return SMP_OK;
+}
+
 /* Credentials: the auth service on the RPC server, authorization on when
  * auth.enabled, the embedded node's token read, and one log line saying
  * which (off is the embedded default; config.c refused it on a
@@ -507,7 +536,8 @@ static int master_auth_start(master *m, char *err, size_t errlen)
 {
     const host_config *cfg = m->cfg;
     int rc;
-    if ((rc = rpc_auth_create(cfg->auth_enabled, cfg->auth_tokens, cfg->auth_n_tokens, &m->auth)) < 0) {
+    if ((rc = rpc_auth_create(cfg->auth_enabled, cfg->auth_tokens, cfg->auth_n_tokens, &m->auth)) < 0 ||
+        (rc = rpc_auth_set_certificates(m->auth, cfg->auth_certs, cfg->auth_n_certs)) < 0) {
         snprintf(err, errlen, "auth: the credentials cannot be set up: %s", smp_strerror(rc));
         return rc;
     }
@@ -520,16 +550,12 @@ static int master_auth_start(master *m, char *err, size_t errlen)
         return rc;
     }
     if (cfg->auth_enabled) {
-        rpc_limits *lim = NULL;
-        if ((rc = rpc_limits_create(&cfg->auth_limits, cfg->auth_tokens, cfg->auth_n_tokens,
-                                    &lim)) < 0) {
-            snprintf(err, errlen, "auth.limits: cannot be set up: %s", smp_strerror(rc));
-            return rc;
-        }
-        rpc_server_set_limits(m->rpc, lim);
-        fprintf(stderr, "store_master: auth: on, %zu token%s; every request is authorized by "
-                "the tenant and role of its connection's token\n",
-                cfg->auth_n_tokens, cfg->auth_n_tokens == 1 ? "" : "s");
+        if ((rc = auth_limits_start(m, err, errlen)) < 0) return rc;
+        fprintf(stderr, "store_master: auth: on, %zu token%s, %zu certificate mapping%s; every "
+                "request is authorized by the tenant and role its connection proved (a token, "
+                "or a client certificate of auth.certificates)\n",
+                cfg->auth_n_tokens, cfg->auth_n_tokens == 1 ? "" : "s",
+                cfg->auth_n_certs, cfg->auth_n_certs == 1 ? "" : "s");
     }
     else
         fprintf(stderr, "store_master: auth: OFF -- every client may act as an admin of any "

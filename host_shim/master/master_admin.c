@@ -56,9 +56,10 @@ static const metric_def metric_defs[] = {
     {M(rpc_requests), SMP_METRIC_COUNTER, "rpc_requests_total", "RPC requests decoded", NULL},
     {M(rpc_errors), SMP_METRIC_COUNTER, "rpc_errors_total", "RPC replies with an error status", NULL},
     {M(rpc_connections), SMP_METRIC_GAUGE, "rpc_connections", "Open RPC connections", NULL},
-    {M(rpc_auth_refusals), SMP_METRIC_COUNTER, "store_rpc_auth_refusals_total", "RPC requests refused by authorization (unauthenticated: no accepted token; forbidden: role below the method's rule; no_rule: the method has none)", "reason"},
+    {M(rpc_auth_refusals), SMP_METRIC_COUNTER, "store_rpc_auth_refusals_total", "RPC requests refused by authorization (unauthenticated: no accepted token or mapped client certificate; forbidden: role below the method's rule; no_rule: the method has none)", "reason"},
     {M(admin_refusals), SMP_METRIC_COUNTER, "store_admin_http_refusals_total", "Admin HTTP requests refused, by reason (method: not GET or HEAD; client_cert: no client certificate of tls.ca; unauthenticated: no, malformed or unknown token; forbidden: a token below admin)", "reason"},
-    {M(rpc_auth_hellos), SMP_METRIC_COUNTER, "store_rpc_auth_hellos_total", "Tokens presented with auth.HELLO, by result", "result"},
+    {M(rpc_auth_hellos), SMP_METRIC_COUNTER, "store_rpc_auth_hellos_total", "Tokens presented with auth.HELLO, by result (contradicts_certificate: a token of another identity on a connection its client certificate authenticated)", "result"},
+    {M(rpc_auth_certs), SMP_METRIC_COUNTER, "store_rpc_auth_certificates_total", "Verified TLS client certificates at the handshake, by result (mapped: an auth.certificates entry authenticated the connection; unmapped: none, or entries of different identities, matched)", "result"},
     {M(evictions), SMP_METRIC_COUNTER, "store_eviction_rounds_total", "Eviction plans applied under memory pressure", NULL},
     {M(cold_reclaimed), SMP_METRIC_COUNTER, "store_cold_files_reclaimed_total", "Cold files of replicas the state no longer has, deleted on their nodes", NULL},
     {M(ha_is_leader), SMP_METRIC_GAUGE, "ha_is_leader", "1 while this master leads (always 1 without HA)", NULL},
@@ -186,6 +187,11 @@ void master_metrics_refresh(master *m)
         host_metric_set(m->m.rpc_auth_refusals, norule, (double)rs.auth_no_rule);
         host_metric_set(m->m.rpc_auth_hellos, ok, (double)rs.auth_hello_ok);
         host_metric_set(m->m.rpc_auth_hellos, bad, (double)rs.auth_hello_refused);
+        const char *const mism[] = {"contradicts_certificate"}, *const mapped[] = {"mapped"},
+                          *const unmapped[] = {"unmapped"};
+        host_metric_set(m->m.rpc_auth_hellos, mism, (double)rs.auth_hello_mismatch);
+        host_metric_set(m->m.rpc_auth_certs, mapped, (double)rs.auth_cert_ok);
+        host_metric_set(m->m.rpc_auth_certs, unmapped, (double)rs.auth_cert_unmapped);
         rpc_server_limits_each(m->rpc, refused_series, m->m.rpc_refused);
     }
     if (m->admin) {

@@ -211,6 +211,7 @@ typedef struct master {
         host_metric *rpc_connections;
         host_metric *rpc_auth_refusals;    /* {reason} (rpc_auth.h) */
         host_metric *rpc_auth_hellos;      /* {result} */
+        host_metric *rpc_auth_certs;       /* {result}: client certificates mapped or not */
         host_metric *rpc_refused;          /* {reason, tenant} (rpc_limits.h) */
         host_metric *admin_refusals;       /* {reason} (admin_http.h) */
         host_metric *evictions;

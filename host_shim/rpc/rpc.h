@@ -93,6 +93,9 @@ typedef struct rpc_server_stats {
     uint64_t auth_unauthenticated;   /* requests refused: no accepted token (SMP_EAUTH) */
     uint64_t auth_forbidden;         /* requests refused: role below the rule */
     uint64_t auth_no_rule;           /* requests refused: the method has no rule */
+    uint64_t auth_cert_ok;           /* connections a client certificate authenticated */
+    uint64_t auth_cert_unmapped;     /* verified client certificates mapped to no identity */
+    uint64_t auth_hello_mismatch;    /* HELLO tokens that contradicted the certificate's identity */
 } rpc_server_stats;
 
 /* Create a server on loop (borrowed; must outlive the server's handles).
@@ -161,6 +164,27 @@ void rpc_server_limits_each(const rpc_server *s, rpc_server_refusals_fn fn, void
  * the connection already presented a token (it cannot change identity),
  * SMP_EINVAL for a bad role or a tenant over RPC_AUTH_TENANT_MAX bytes. */
 int rpc_server_authenticate(smp_rpc_call *call, const char *tenant, smp_role role);
+
+/* Client certificates (rpc_auth.h): after every TLS handshake whose client
+ * certificate verified against the server's CA, fn (NULL: none) is asked
+ * for its identity: SMP_OK with *tenant (borrowed for the call) and *role
+ * authenticates the connection; anything else leaves it unauthenticated,
+ * with note (a sentence fn wrote naming the cause) in the refusals of its
+ * requests until a token authenticates it. Runs on the loop thread. */
+struct x509_st;
+typedef int (*rpc_cert_identify_fn)(void *arg, struct x509_st *leaf, const char **tenant,
+                                    smp_role *role, char *note, size_t cap);
+void rpc_server_set_cert_identify(rpc_server *s, rpc_cert_identify_fn fn, void *arg);
+
+/* 1 with the identity in *tenant (borrowed until the call is answered) and
+ * *role when call's connection was authenticated by its client
+ * certificate; 0 otherwise. */
+int rpc_server_cert_identity(const smp_rpc_call *call, const char **tenant, smp_role *role);
+
+/* The connection of call loses its identity (credentials that disagree;
+ * counted in auth_hello_mismatch): its later requests are refused with
+ * SMP_EAUTH naming why (copied). */
+void rpc_server_deauthenticate(smp_rpc_call *call, const char *why);
 
 /* Who made call (smp_host_api.rpc_caller): see smp_caller. The tenant
  * pointer is borrowed until the call is answered. SMP_EINVAL for NULL. */

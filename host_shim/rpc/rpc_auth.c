@@ -1,5 +1,6 @@
 /* rpc_auth.c -- the master's credential table: tokens known by their
- * SHA-256, each proving one tenant and role (rpc_auth.h).
+ * SHA-256, each proving one tenant and role, and the client certificate
+ * mappings (matched in rpc_auth_cert.c) (rpc_auth.h).
  *
  * A presented token is hashed once (OpenSSL's EVP) and compared with every
  * configured hash in constant time (CRYPTO_memcmp, no early exit), so the
@@ -7,7 +8,10 @@
  * small (one entry per credential) and read-only after creation.
  *
  * It also serves the host's auth service (4): HELLO, which sets the identity
- * of the connection it came on, and RULES, the routing table's rules. */
+ * of the connection it came on, and RULES, the routing table's rules; and,
+ * with certificate mappings, identifies each verified client certificate
+ * for the server (rpc_server_set_cert_identify). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,6 +26,8 @@ struct rpc_auth {
     int enabled;
     rpc_auth_token *tokens;
     size_t n;
+    rpc_auth_cert *certs; /* rpc_auth_set_certificates */
+    size_t n_certs;
     rpc_server *srv; /* rpc_auth_serve */
 };
 
@@ -53,7 +59,44 @@ void rpc_auth_free(rpc_auth *a)
 {
     if (a == NULL) return;
     free(a->tokens);
+    free(a->certs);
     free(a);
+}
+
+int rpc_auth_set_certificates(rpc_auth *a, const rpc_auth_cert *certs, size_t n)
+{
+    rpc_auth_cert *copy = NULL;
+    if (a == NULL || (n > 0 && certs == NULL)) return SMP_EINVAL;
+    for (size_t i = 0; i < n; i++) {
+        const rpc_auth_cert *e = &certs[i];
+        if (e->role < SMP_ROLE_READER || e->role > SMP_ROLE_ADMIN || e->tenant[0] == '\0' ||
+            e->value[0] == '\0' || (e->match != RPC_CERT_CN && e->match != RPC_CERT_SAN_URI))
+            return SMP_EINVAL;
+        for (size_t j = 0; j < i; j++)
+            if (certs[j].match == e->match && strcmp(certs[j].value, e->value) == 0)
+                return SMP_EINVAL;
+    }
+    if (n > 0) {
+        if ((copy = malloc(n * sizeof(*copy))) == NULL) return SMP_ENOMEM;
+        memcpy(copy, certs, n * sizeof(*copy));
+    }
+    free(a->certs);
+    a->certs = copy;
+    a->n_certs = n;
+    return SMP_OK;
+}
+
+/* rpc_cert_identify_fn of the server: the entry leaf matches. */
+static int identify_cert(void *arg, struct x509_st *leaf, const char **tenant, smp_role *role,
+                         char *note, size_t cap)
+{
+    const rpc_auth *a = arg;
+    const rpc_auth_cert *e = NULL;
+    int rc = rpc_auth_cert_find(a->certs, a->n_certs, leaf, &e, note, cap);
+    if (rc < 0) return rc;
+    *tenant = e->tenant;
+    *role = e->role;
+    return SMP_OK;
 }
 
 int rpc_auth_check(const rpc_auth *a, const uint8_t *token, size_t len,
@@ -134,15 +177,45 @@ static int reply_msg(smp_rpc_call *call, const ProtobufCMessage *msg)
     return rc;
 }
 
+/* auth.HELLO on a connection its client certificate authenticated as
+ * tenant/role: an empty token, or one proving the same identity, is answered
+ * with it; any other token is refused SMP_EAUTH and the connection loses
+ * its identity (which credential was meant is not guessed). The refusal
+ * names the certificate's identity, never what the token would prove. */
+static int hello_on_cert(rpc_auth *a, smp_rpc_call *call, const AuthHelloRequest *req,
+                         const char *tenant, smp_role role)
+{
+    AuthHelloResponse resp = AUTH_HELLO_RESPONSE__INIT;
+    const rpc_auth_token *t = NULL;
+    char why[RPC_AUTH_TENANT_MAX + 192];
+    if (req->token.len > 0 && (rpc_auth_check(a, req->token.data, req->token.len, &t) < 0 ||
+                               strcmp(t->tenant, tenant) != 0 || t->role != role)) {
+        snprintf(why, sizeof(why), "auth.HELLO: this connection's client certificate proves "
+                 "tenant %s, role %s, and the token presented does not", tenant,
+                 rpc_auth_role_name(role));
+        rpc_server_deauthenticate(call, why);
+        return rpc_reply_error(call, SMP_EAUTH, why);
+    }
+    resp.enabled = 1;
+    resp.tenant = (char *)tenant;
+    resp.role = (char *)rpc_auth_role_name(role);
+    return reply_msg(call, &resp.base);
+}
+
 /* auth.HELLO: check the token and set the connection's identity. A refused
  * token is answered SMP_EAUTH and remembered on the connection (its later
- * requests are refused naming that); a second HELLO is SMP_ESTATE. */
+ * requests are refused naming that); a second HELLO is SMP_ESTATE. On a
+ * connection its client certificate authenticated: hello_on_cert. An empty
+ * token elsewhere asks which identity a certificate maps to: SMP_EAUTH,
+ * and the connection may still present a token. */
 static int h_hello(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len)
 {
     rpc_auth *a = ctx;
     AuthHelloRequest *req = auth_hello_request__unpack(NULL, len, body);
     AuthHelloResponse resp = AUTH_HELLO_RESPONSE__INIT;
     const rpc_auth_token *t = NULL;
+    const char *cert_tenant = NULL;
+    smp_role cert_role = SMP_ROLE_NONE;
     int rc;
     if (req == NULL) return rpc_reply_error(call, SMP_EPROTO, "auth.HELLO: the body does not decode");
     if (!a->enabled) {
@@ -151,6 +224,17 @@ static int h_hello(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t le
         resp.tenant = (char *)"";
         resp.role = (char *)rpc_auth_role_name(SMP_ROLE_ADMIN);
         return reply_msg(call, &resp.base);
+    }
+    if (rpc_server_cert_identity(call, &cert_tenant, &cert_role)) {
+        rc = hello_on_cert(a, call, req, cert_tenant, cert_role);
+        auth_hello_request__free_unpacked(req, NULL);
+        return rc;
+    }
+    if (req->token.len == 0) { /* a question (which identity?), not a credential */
+        auth_hello_request__free_unpacked(req, NULL);
+        return rpc_reply_error(call, SMP_EAUTH, "auth.HELLO: no token, and no client "
+                                                "certificate of this connection maps to an "
+                                                "identity (auth.certificates)");
     }
     rc = rpc_auth_check(a, req->token.data, req->token.len, &t);
     auth_hello_request__free_unpacked(req, NULL);
@@ -240,5 +324,7 @@ int rpc_auth_serve(rpc_auth *a, rpc_server *srv)
     rc = rpc_server_add_service(srv, HOST_SERVICE__HOST_SERVICE_AUTH, "auth", auth_methods,
                                 sizeof(auth_methods) / sizeof(auth_methods[0]), a);
     if (rc == SMP_OK) rpc_server_set_auth(srv, a->enabled);
+    if (rc == SMP_OK && a->enabled && a->n_certs > 0)
+        rpc_server_set_cert_identify(srv, identify_cert, a);
     return rc;
 }

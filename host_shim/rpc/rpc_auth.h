@@ -1,7 +1,7 @@
 /* rpc_auth.h -- who may call what on the master's RPC: credentials, roles and
  * the one table of authorization rules of the host's services.
  *
- * Credentials are tokens. The master's config names each by the SHA-256 of
+ * Credentials are tokens, and client certificates. The master's config names each token by the SHA-256 of
  * its bytes (never the token itself) with the tenant and role it proves
  * (host_shim/config.h, auth.tokens). A client presents its token once per
  * connection with the host's auth service (HOST_SERVICE_AUTH, AUTH_HELLO);
@@ -9,6 +9,17 @@
  * runs, checks the method's rule against it: a connection that has not
  * authenticated gets SMP_EAUTH, a role below the rule SMP_EFORBIDDEN, and a
  * method without a rule (SMP_ROLE_NONE) is refused to everyone.
+ *
+ * A client certificate proves an identity too (auth.certificates): on a TLS
+ * connection whose client certificate was verified against tls.ca, the
+ * first entry it matches (rpc_auth_cert_find, rpc_auth_cert.c) sets the
+ * connection's tenant and role at the end of the handshake, with no HELLO.
+ * A certificate that matches no entry, or entries of different identities,
+ * leaves the connection unauthenticated: a token still works on it. A HELLO
+ * on a connection its certificate authenticated is answered with that
+ * identity when the token proves the same tenant and role (or is empty);
+ * a token of another identity is refused and the connection loses its
+ * identity (credentials that disagree are not guessed between).
  *
  * Every method declares its rule where it is registered, in the same field
  * for the host's services and the plugins' (smp_rpc_method.min_role, ABI
@@ -42,6 +53,22 @@ typedef struct rpc_auth_token {
     smp_role role;
 } rpc_auth_token;
 
+/* How an auth.certificates entry matches a verified leaf certificate. */
+typedef enum rpc_cert_match {
+    RPC_CERT_CN = 1,      /* the subject has exactly one commonName, equal to value */
+    RPC_CERT_SAN_URI = 2  /* one subjectAltName URI equals value */
+} rpc_cert_match;
+
+#define RPC_AUTH_CERT_VALUE_MAX 1024 /* bytes of a cn or san_uri value */
+
+/* One configured certificate mapping: what to match, its tenant and role. */
+typedef struct rpc_auth_cert {
+    rpc_cert_match match;
+    char value[RPC_AUTH_CERT_VALUE_MAX + 1];
+    char tenant[RPC_AUTH_TENANT_MAX + 1];
+    smp_role role;
+} rpc_auth_cert;
+
 /* The credentials of a master. NULL (or enabled 0) is "authentication off". */
 typedef struct rpc_auth rpc_auth;
 
@@ -50,6 +77,23 @@ typedef struct rpc_auth rpc_auth;
  * SMP_EINVAL (a role outside reader..admin, an empty tenant, or two entries
  * with the same hash) or SMP_ENOMEM. */
 int rpc_auth_create(int enabled, const rpc_auth_token *tokens, size_t n, rpc_auth **out);
+
+/* Give a the certificate mappings certs[0, n) (copied), replacing any
+ * before. SMP_OK, SMP_EINVAL (a role outside reader..admin, an empty tenant
+ * or value, an unknown match kind, or two entries matching the same thing)
+ * or SMP_ENOMEM (a keeps its mappings). Before rpc_auth_serve. */
+int rpc_auth_set_certificates(rpc_auth *a, const rpc_auth_cert *certs, size_t n);
+
+/* The mapping of a verified leaf certificate among certs[0, n): SMP_OK with
+ * the first matching entry in *out (borrowed from certs); SMP_ENOTFOUND when
+ * none matches; SMP_EEXIST when entries of different tenants or roles
+ * match (nothing is guessed). For any result but SMP_OK, note (when given)
+ * gets a sentence naming the certificate's subject and the cause -- the
+ * certificate's own names only, never another entry's tenant. leaf is an
+ * OpenSSL X509, borrowed. */
+struct x509_st;
+int rpc_auth_cert_find(const rpc_auth_cert *certs, size_t n, struct x509_st *leaf,
+                       const rpc_auth_cert **out, char *note, size_t cap);
 
 /* Serve the auth service (HOST_SERVICE_AUTH) on srv with a's credentials and
  * turn the server's authorization on when a is enabled. a must outlive the

@@ -21,7 +21,9 @@
  * the session and its ciphertext into the write queue. A client whose first
  * byte is not a TLS handshake record gets one plaintext refusal frame
  * (SMP_EPROTO, request_id 0) naming the cause and is closed; a failed
- * handshake closes the connection. Neither affects other connections. */
+ * handshake closes the connection. Neither affects other connections. A
+ * finished handshake may authenticate the connection by its client
+ * certificate (rpc_conn_identify_cert, rpc_dispatch.c). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -439,6 +441,7 @@ static void tls_feed(rpc_conn *c, const uint8_t *p, size_t n)
         }
         c->tls.established = 1;
         s->st.tls_handshakes++;
+        rpc_conn_identify_cert(c);
         if (rpc_conn_flush(c) < 0) return;
     }
     tls_pump(c);

@@ -7,7 +7,8 @@
  * the call and sends the encoded RpcResponse unless its connection is gone.
  *
  * Authorization (rpc_auth.h): with credentials set (rpc_server_set_auth), a
- * connection proves who it is once, with auth.HELLO, and every request is
+ * connection proves who it is once, with auth.HELLO or (on TLS) with a
+ * client certificate mapped at the handshake, and every request is
  * checked against its method's rule before admission and before its handler:
  * not authenticated SMP_EAUTH, a role below the rule SMP_EFORBIDDEN, a
  * method without a rule refused to everyone. The handler asks who called
@@ -242,8 +243,10 @@ static int authorize(rpc_conn *c, const rpc_service *svc, const rpc_method *m, c
     }
     if (c->auth_state != 1) {
         s->st.auth_unauthenticated++;
-        snprintf(msg, cap, "auth: %s.%s needs an authenticated connection: %s", svc->name, m->name,
-                 c->auth_state < 0 ? "the token this connection presented was refused"
+        snprintf(msg, cap, "auth: %s.%s needs an authenticated connection: %s%s%s", svc->name,
+                 m->name, c->auth_note, c->auth_note[0] && c->auth_state == 0 ? "; " : "",
+                 c->auth_state < 0 ? (c->auth_note[0] ? ""
+                                      : "the token this connection presented was refused")
                                    : "present a token first (auth.HELLO; WEIGHT_TOKEN or "
                                      "--token-file for weightctl)");
         return SMP_EAUTH;
@@ -326,6 +329,58 @@ int rpc_server_authenticate(smp_rpc_call *call, const char *tenant, smp_role rol
     return SMP_OK;
 }
 
+void rpc_server_set_cert_identify(rpc_server *s, rpc_cert_identify_fn fn, void *arg)
+{
+    s->cert_identify = fn;
+    s->cert_identify_arg = arg;
+}
+
+void rpc_conn_identify_cert(rpc_conn *c)
+{
+    rpc_server *s = c->srv;
+    const char *tenant = NULL;
+    smp_role role = SMP_ROLE_NONE;
+    X509 *leaf;
+    if (s->cert_identify == NULL || c->auth_state != 0) return;
+    leaf = SSL_get0_peer_certificate(c->tls.ssl);
+    if (leaf == NULL || SSL_get_verify_result(c->tls.ssl) != X509_V_OK) return;
+    if (s->cert_identify(s->cert_identify_arg, leaf, &tenant, &role, c->auth_note,
+                         sizeof(c->auth_note)) != SMP_OK ||
+        tenant == NULL || strlen(tenant) > RPC_AUTH_TENANT_MAX || role < SMP_ROLE_READER ||
+        role > SMP_ROLE_ADMIN) {
+        s->st.auth_cert_unmapped++;
+        return;
+    }
+    snprintf(c->tenant, sizeof(c->tenant), "%s", tenant);
+    c->role = role;
+    c->auth_state = 1;
+    c->auth_by_cert = 1;
+    c->auth_note[0] = '\0';
+    rpc_limits_identify(s->limits, &c->lim, tenant, role);
+    s->st.auth_cert_ok++;
+}
+
+int rpc_server_cert_identity(const smp_rpc_call *call, const char **tenant, smp_role *role)
+{
+    const rpc_conn *c = call != NULL ? call->conn : NULL;
+    if (c == NULL || c->auth_state != 1 || !c->auth_by_cert) return 0;
+    *tenant = c->tenant;
+    *role = c->role;
+    return 1;
+}
+
+void rpc_server_deauthenticate(smp_rpc_call *call, const char *why)
+{
+    rpc_conn *c = call->conn;
+    c->auth_state = -1;
+    c->auth_by_cert = 0;
+    c->role = SMP_ROLE_NONE;
+    c->tenant[0] = '\0';
+    rpc_limits_identify(c->srv->limits, &c->lim, "", SMP_ROLE_NONE);
+    snprintf(c->auth_note, sizeof(c->auth_note), "%s", why != NULL ? why : "");
+    c->srv->st.auth_hello_mismatch++;
+}
+
 int rpc_server_call_caller(const smp_rpc_call *call, smp_caller *out)
 {
     smp_caller v;
@@ -371,7 +426,7 @@ void rpc_conn_dispatch(rpc_conn *c, const uint8_t *data, size_t len)
     rpc_service *svc;
     const rpc_method *m;
     smp_rpc_call *call;
-    char msg[320];
+    char msg[512]; /* the longest: authorize with a certificate note */
     int rc, replied;
 
     if (rpc_env_decode_request(data, len, &req) < 0) {

@@ -99,6 +99,8 @@ typedef struct rpc_conn {
     rpc_tls_session tls;
     /* authentication (rpc_server_authenticate) */
     int auth_state; /* 0 none yet, 1 authenticated, -1 its token was refused */
+    int auth_by_cert; /* authenticated by its client certificate (rpc_conn_identify_cert) */
+    char auth_note[288]; /* why it is not authenticated, when not the usual ("": usual) */
     smp_role role;
     char tenant[RPC_AUTH_TENANT_MAX + 1];
     rpc_conn_limits lim;       /* rate and in-flight bytes (rpc_limits.h) */
@@ -136,6 +138,8 @@ struct rpc_server {
     void *admit_arg;
     SSL_CTX *tls;     /* TLS on TCP connections, or NULL */
     int auth_on; /* rpc_server_set_auth(s, 1) */
+    rpc_cert_identify_fn cert_identify; /* rpc_server_set_cert_identify, or NULL */
+    void *cert_identify_arg;
     rpc_limits *limits; /* rpc_server_set_limits, owned; NULL: nothing limited */
     rpc_server_stats st;
     /* Once per loop iteration (rpc_output.c): the check handle resumes the
@@ -243,6 +247,11 @@ void rpc_conn_on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf);
 /* Decode one complete frame and route it (see rpc_dispatch.c). The handler
  * borrows the body for the call only. */
 void rpc_conn_dispatch(rpc_conn *c, const uint8_t *data, size_t len);
+
+/* c's TLS handshake is done: when its client certificate verified and the
+ * server maps certificates, authenticate c as the identity it maps to (or
+ * note why it maps to none). */
+void rpc_conn_identify_cert(rpc_conn *c);
 
 /* The request_id of a frame from its first n bytes; 0 when it is not there. */
 uint64_t rpc_prefix_request_id(const uint8_t *p, size_t n);

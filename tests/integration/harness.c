@@ -150,10 +150,12 @@ static int read_admin_port(const hx_master *m)
     return port;
 }
 
-/* hx_http_get over HTTPS, trusting m->admin_ca. */
+/* hx_http_get over HTTPS, trusting m->admin_ca (and presenting m->admin_cert). */
 static int https_get(const hx_master *m, const char *path, char **body)
 {
-    hx_https_opts o = {.ca = m->admin_ca};
+    hx_https_opts o = {.ca = m->admin_ca,
+                       .cert = m->admin_cert[0] ? m->admin_cert : NULL,
+                       .key = m->admin_key[0] ? m->admin_key : NULL};
     hx_reply r = hx_https(m->admin_port, &o, "GET", path, NULL);
     int status = r.status;
     if (status >= 0) {

@@ -42,6 +42,10 @@ typedef struct hx_master {
      * tls.cert: hx_http_get and hx_metric then speak HTTPS verifying against
      * it (admin_https.h). "": plain HTTP. */
     char admin_ca[320];
+    /* A client certificate and key hx_http_get presents over HTTPS (for a
+     * master with tls.verify_clients). "": none. */
+    char admin_cert[320];
+    char admin_key[320];
 } hx_master;
 
 /* Make a directory under /tmp and write config.yaml: the base settings plus

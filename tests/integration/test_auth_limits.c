@@ -244,7 +244,7 @@ static void test_auth_limits_bad_config_refused_at_start(void **state)
     af_auth_yaml("unused.token", "  limits:\n    tenants:\n      c: {rate: 5}\n", yaml, sizeof(yaml));
     assert_int_equal(hx_reconfigure(&f->m, yaml), 0);
     assert_true(hx_run_to_exit(&f->m, WAIT_MS) > 0);
-    assert_true(hx_log_contains(&f->m, "auth.limits.tenants.c: no token of auth.tokens has tenant"));
+    assert_true(hx_log_contains(&f->m, "auth.limits.tenants.c: no token of auth.tokens (nor entry of auth.certificates) has tenant"));
 }
 
 int main(void)

@@ -8,7 +8,9 @@ WeightStore(tls_ca=...) with the remote transport (the payload through the
 node's TLS data port, every tensor compared), the harness reading /metrics
 over HTTPS; a wrong CA and no CA are refused with the library's clear
 error, nothing changed; against a master that verifies clients, the handle's
-client certificate is served and a handle without one is refused.
+client certificate is served and a handle without one is refused; with
+auth.certificates mapping that certificate to a tenant, a put and get go
+through with no token and land in that tenant.
 
 Registered as its own ctest, python_weightstore_tls (python_weightstore runs
 the other files)."""
@@ -107,3 +109,32 @@ def test_tls_client_certificate_served_none_refused(no_tls_environment):
             with ws.WeightStore(m.address, tls_ca=m.certs["ca"]) as bare:
                 bare.weight_is_exist(i)
         assert "store_memory_capacity_bytes" in m.metrics()  # HTTPS with the client certificate
+
+
+def test_tls_client_certificate_maps_to_tenant_without_token(no_tls_environment, tmp_path, monkeypatch):
+    """auth.certificates: the handle's client certificate (CN=client) is
+    tenant team-py's writer, with no token anywhere: a put and a remote get
+    round trip, the revision lands in team-py, and the master counts the
+    mapped certificates. The embedded node, whose certificate maps to
+    nothing, registers with its admin token."""
+    import hashlib
+    monkeypatch.delenv("WEIGHT_TOKEN", raising=False)
+    node_token = "py-node-admin-token"
+    (tmp_path / "node.token").write_text(node_token + "\n")
+    digest = hashlib.sha256(node_token.encode()).hexdigest()
+    extra = ("auth:\n  enabled: true\n"
+             f"  node_token_file: \"{tmp_path / 'node.token'}\"\n"
+             f"  tokens:\n    - {{sha256: {digest}, tenant: ops, role: admin}}\n"
+             "  certificates:\n    - {cn: client, tenant: team-py, role: writer}\n")
+    with Master(tls=True, verify_clients=True, extra=extra) as m:
+        assert "1 certificate mapping" in m.read_log()
+        i = ws.WeightIdentity("llm", unique("cert-id"), "v1", 1)
+        src = model(6)
+        with ws.WeightStore(m.address, transport=ws.TRANSPORT_REMOTE, **m.store_tls()) as s:
+            md = put_model(s, i, src)
+            assert md.identity.tenant_id == "team-py"
+            with s.weight_get(i) as load:
+                for name, (arr, _dt) in src.items():
+                    assert np.array_equal(load[name].array, arr), name
+            assert [x.identity for x in s.weight_list("llm", i.resource_id)] == [md.identity]
+        assert 'store_rpc_auth_certificates_total{result="mapped"}' in m.metrics()

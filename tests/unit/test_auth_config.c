@@ -19,7 +19,26 @@
  * refused naming the key. The running table's token bucket refuses a
  * request when empty and refills at the rate (time given explicitly), a
  * tenant's bucket is shared, and the revision quota refuses at the limit;
- * every refusal is counted per tenant. */
+ * every refusal is counted per tenant.
+ *
+ * auth.certificates: the config that maps client certificates to tenants
+ * and roles (config_auth.c) and the matching of a certificate against it
+ * (rpc/rpc_auth_cert.c).
+ *
+ * A good list loads entry by entry (cn, san_uri, tenant, role) and a config
+ * with certificate mappings but no tokens is allowed. Every bad one is
+ * refused with one message naming the key and the cause, and the config
+ * comes back zeroed: an unknown key, an entry with both cn and san_uri or
+ * neither, a missing tenant or role, a bad tenant, role, commonName or URI,
+ * a duplicate, and mappings without auth.enabled, without
+ * tls.verify_clients (or its cert, key, ca), or without listen.tcp.
+ *
+ * The matcher, on certificates built in memory: a cn entry matches only a
+ * subject with exactly that one commonName (not a prefix, not a different
+ * case, not a subject with two commonNames); a san_uri entry matches any
+ * one of several URIs exactly; entries of different identities matching
+ * one certificate map it to none, and the note names the certificate's
+ * subject and the entries' indexes but no tenant. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -28,6 +47,8 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
 
 #include "config.h"
 #include "rpc_auth.h"
@@ -294,7 +315,7 @@ static void test_auth_limits_refuse_bad_keys_and_values(void **state)
     expect_refused(AUTH_A "  limits:\n    connection: {burst: 10}\n",
                    "auth.limits.connection.burst: is set without a rate");
     expect_refused(AUTH_A "  limits:\n    tenants:\n      c: {rate: 1}\n",
-                   "auth.limits.tenants.c: no token of auth.tokens has tenant \"c\"");
+                   "auth.limits.tenants.c: no token of auth.tokens (nor entry of auth.certificates) has tenant \"c\"");
     expect_refused(AUTH_A "  limits:\n    tenants: [a]\n",
                    "auth.limits.tenants: expected a mapping of tenant names");
     expect_refused(AUTH_A "  limits: 5\n", "auth.limits: expected a mapping");
@@ -380,6 +401,204 @@ static void test_auth_limits_buckets_and_quota(void **state)
     assert_null(l);
 }
 
+/* -- auth.certificates ---------------------------------------------------- */
+
+#define TLS_OK "tls: {cert: s.pem, key: s.key, ca: ca.pem, verify_clients: true}\n" \
+               "listen: {tcp: \"127.0.0.1:7600\"}\n"
+#define AUTH_ON "auth:\n  enabled: true\n  node_token_file: t\n"
+
+static void test_auth_certificates_load(void **state)
+{
+    (void)state;
+    host_config c;
+    load_ok(TLS_OK AUTH_ON "  certificates:\n"
+            "    - {cn: team-a-reader, tenant: a, role: reader}\n"
+            "    - {san_uri: \"spiffe://example.org/ns/a/sa/writer\", tenant: a, role: writer}\n",
+            &c);
+    assert_int_equal(c.auth_n_certs, 2);
+    assert_int_equal(c.auth_n_tokens, 0);
+    assert_int_equal(c.auth_certs[0].match, RPC_CERT_CN);
+    assert_string_equal(c.auth_certs[0].value, "team-a-reader");
+    assert_string_equal(c.auth_certs[0].tenant, "a");
+    assert_int_equal(c.auth_certs[0].role, SMP_ROLE_READER);
+    assert_int_equal(c.auth_certs[1].match, RPC_CERT_SAN_URI);
+    assert_string_equal(c.auth_certs[1].value, "spiffe://example.org/ns/a/sa/writer");
+    assert_int_equal(c.auth_certs[1].role, SMP_ROLE_WRITER);
+    host_config_free(&c);
+}
+
+static void test_auth_certificates_refuse_bad_entries(void **state)
+{
+    (void)state;
+#define CERTS TLS_OK AUTH_ON "  certificates:\n"
+    expect_refused(CERTS "    - {cn: x, tenant: a, role: reader, subject: y}\n",
+                   "auth.certificates[0].subject: unknown key (expected cn or san_uri, tenant, "
+                   "role)");
+    expect_refused(CERTS "    - {cn: x, san_uri: \"spiffe://e/x\", tenant: a, role: reader}\n",
+                   "auth.certificates[0].san_uri: an entry matches one name: give cn or "
+                   "san_uri, not both");
+    expect_refused(CERTS "    - {tenant: a, role: reader}\n",
+                   "auth.certificates[0]: missing cn or san_uri");
+    expect_refused(CERTS "    - {cn: x, role: reader}\n", "auth.certificates[0]: missing tenant");
+    expect_refused(CERTS "    - {cn: x, tenant: a}\n", "auth.certificates[0]: missing role");
+    expect_refused(CERTS "    - {cn: x, tenant: \"a b\", role: reader}\n",
+                   "auth.certificates[0].tenant: \"a b\" is not a tenant");
+    expect_refused(CERTS "    - {cn: x, tenant: a, role: root}\n",
+                   "auth.certificates[0].role: \"root\" is not a role (reader, writer or admin)");
+    expect_refused(CERTS "    - {cn: \"\", tenant: a, role: reader}\n",
+                   "auth.certificates[0].cn: \"\" is not a commonName");
+    expect_refused(CERTS "    - {san_uri: \"not a uri\", tenant: a, role: reader}\n",
+                   "auth.certificates[0].san_uri: \"not a uri\" is not a URI");
+    expect_refused(CERTS "    - {san_uri: \"//no-scheme\", tenant: a, role: reader}\n",
+                   "is not a URI");
+    expect_refused(CERTS "    - {cn: [x], tenant: a, role: reader}\n",
+                   "auth.certificates[0].cn: expected a string");
+    expect_refused(CERTS "    - cn\n", "auth.certificates[0]: expected a mapping {cn or san_uri");
+    expect_refused(CERTS "    - {cn: x, tenant: a, role: reader}\n"
+                         "    - {cn: x, tenant: b, role: writer}\n",
+                   "auth.certificates[1].cn: duplicate: auth.certificates[0] has the same cn");
+    expect_refused(TLS_OK AUTH_ON "  certificates: {cn: x}\n",
+                   "auth.certificates: expected a sequence");
+#undef CERTS
+}
+
+static void test_auth_certificates_need_verified_tls(void **state)
+{
+    (void)state;
+    const char *entry = "  certificates:\n    - {cn: x, tenant: a, role: reader}\n";
+    char yaml[1024];
+    /* auth off */
+    snprintf(yaml, sizeof(yaml), TLS_OK "auth:\n%s", entry);
+    expect_refused(yaml, "auth.certificates: is set but auth.enabled is false");
+    /* no TLS at all */
+    snprintf(yaml, sizeof(yaml), AUTH_ON "%s", entry);
+    expect_refused(yaml, "auth.certificates: needs tls.verify_clients: true (with tls.cert, "
+                         "tls.key and tls.ca)");
+    /* TLS without client verification */
+    snprintf(yaml, sizeof(yaml), "tls: {cert: s.pem, key: s.key, ca: ca.pem}\n" AUTH_ON "%s",
+             entry);
+    expect_refused(yaml, "auth.certificates: needs tls.verify_clients: true");
+    /* verify_clients without its ca is tls.'s own refusal */
+    snprintf(yaml, sizeof(yaml), "tls: {cert: s.pem, key: s.key, verify_clients: true}\n"
+             AUTH_ON "%s", entry);
+    expect_refused(yaml, "tls.verify_clients: true needs tls.cert, tls.key and tls.ca");
+    /* no TCP port: certificates never arrive */
+    snprintf(yaml, sizeof(yaml), "tls: {cert: s.pem, key: s.key, ca: ca.pem, "
+             "verify_clients: true}\nlisten: {tcp: \"\", unix: /tmp/m.sock}\n" AUTH_ON "%s", entry);
+    expect_refused(yaml, "auth.certificates: needs listen.tcp");
+    /* neither tokens nor certificates */
+    expect_refused(TLS_OK AUTH_ON, "auth.tokens: missing: auth.enabled true needs at least one "
+                                   "token (or an auth.certificates entry)");
+    /* auth.limits.tenants may name a tenant only a certificate has */
+    host_config c;
+    snprintf(yaml, sizeof(yaml), TLS_OK AUTH_ON "  tokens:\n    - {sha256: " H_TEST
+             ", tenant: ops, role: admin}\n%s  limits:\n    tenants:\n      a: {rate: 5}\n",
+             entry);
+    load_ok(yaml, &c);
+    host_config_free(&c);
+}
+
+/* A leaf certificate with subject CN=cn[i] for each given cn (NULL ends)
+ * and the SAN URIs uris (NULL: no extension). Unsigned: matching does not
+ * look at signatures. */
+static X509 *leaf(const char *const *cns, const char *uris)
+{
+    X509 *x = X509_new();
+    X509_NAME *n = X509_NAME_new();
+    assert_non_null(x);
+    for (size_t i = 0; cns[i] != NULL; i++)
+        assert_int_equal(X509_NAME_add_entry_by_txt(n, "CN", MBSTRING_UTF8,
+                                                    (const unsigned char *)cns[i], -1, -1, 0),
+                         1);
+    assert_int_equal(X509_set_subject_name(x, n), 1);
+    X509_NAME_free(n);
+    if (uris != NULL) {
+        X509_EXTENSION *e = X509V3_EXT_conf_nid(NULL, NULL, NID_subject_alt_name, uris);
+        assert_non_null(e);
+        assert_int_equal(X509_add_ext(x, e, -1), 1);
+        X509_EXTENSION_free(e);
+    }
+    return x;
+}
+
+static rpc_auth_cert entry(rpc_cert_match m, const char *value, const char *tenant, smp_role role)
+{
+    rpc_auth_cert e;
+    memset(&e, 0, sizeof(e));
+    e.match = m;
+    snprintf(e.value, sizeof(e.value), "%s", value);
+    snprintf(e.tenant, sizeof(e.tenant), "%s", tenant);
+    e.role = role;
+    return e;
+}
+
+static void test_auth_certificates_match_exactly(void **state)
+{
+    (void)state;
+    rpc_auth_cert t[4];
+    const rpc_auth_cert *got = NULL;
+    char note[512];
+    t[0] = entry(RPC_CERT_CN, "team-a", "a", SMP_ROLE_READER);
+    t[1] = entry(RPC_CERT_SAN_URI, "spiffe://e.org/b", "b", SMP_ROLE_WRITER);
+    t[2] = entry(RPC_CERT_CN, "both", "a", SMP_ROLE_READER);
+    t[3] = entry(RPC_CERT_SAN_URI, "spiffe://e.org/both", "b", SMP_ROLE_ADMIN);
+
+    X509 *x = leaf((const char *const[]){"team-a", NULL}, NULL);
+    assert_int_equal(rpc_auth_cert_find(t, 4, x, &got, note, sizeof(note)), SMP_OK);
+    assert_ptr_equal(got, &t[0]);
+    X509_free(x);
+    /* not a prefix, not another case, not one of two commonNames */
+    const char *const misses[][3] = {{"team-a2", NULL}, {"Team-A", NULL}, {"team-", NULL},
+                                     {"team-a", "team-a", NULL}};
+    for (size_t i = 0; i < 4; i++) {
+        x = leaf(misses[i], NULL);
+        assert_int_equal(rpc_auth_cert_find(t, 4, x, &got, note, sizeof(note)), SMP_ENOTFOUND);
+        assert_null(got);
+        assert_non_null(strstr(note, "matches no auth.certificates entry"));
+        X509_free(x);
+    }
+    /* one of several URIs; the CN does not matter for a san_uri entry */
+    x = leaf((const char *const[]){"whatever", NULL},
+             "URI:https://other.example/x,URI:spiffe://e.org/b,DNS:host.example");
+    assert_int_equal(rpc_auth_cert_find(t, 4, x, &got, note, sizeof(note)), SMP_OK);
+    assert_ptr_equal(got, &t[1]);
+    X509_free(x);
+    x = leaf((const char *const[]){"whatever", NULL}, "URI:spiffe://e.org/b/extra");
+    assert_int_equal(rpc_auth_cert_find(t, 4, x, &got, note, sizeof(note)), SMP_ENOTFOUND);
+    assert_non_null(strstr(note, "(subject CN=whatever) matches no auth.certificates entry"));
+    X509_free(x);
+    /* two entries of different identities: none, and no tenant named */
+    x = leaf((const char *const[]){"both", NULL}, "URI:spiffe://e.org/both");
+    assert_int_equal(rpc_auth_cert_find(t, 4, x, &got, note, sizeof(note)), SMP_EEXIST);
+    assert_null(got);
+    assert_non_null(strstr(note, "matches auth.certificates[2] and [3], which give different "
+                                 "tenants or roles, so it maps to none"));
+    assert_null(strstr(note, "tenant b"));
+    /* the same identity twice is that identity */
+    t[3] = entry(RPC_CERT_SAN_URI, "spiffe://e.org/both", "a", SMP_ROLE_READER);
+    assert_int_equal(rpc_auth_cert_find(t, 4, x, &got, NULL, 0), SMP_OK);
+    assert_ptr_equal(got, &t[2]);
+    X509_free(x);
+}
+
+static void test_auth_certificates_table_refuses_bad_entries(void **state)
+{
+    (void)state;
+    rpc_auth *a = NULL;
+    rpc_auth_cert t[2];
+    assert_int_equal(rpc_auth_create(1, NULL, 0, &a), SMP_OK);
+    t[0] = entry(RPC_CERT_CN, "x", "a", SMP_ROLE_READER);
+    t[1] = entry(RPC_CERT_CN, "x", "b", SMP_ROLE_WRITER);
+    assert_int_equal(rpc_auth_set_certificates(a, t, 2), SMP_EINVAL); /* duplicate */
+    t[1] = entry(RPC_CERT_CN, "y", "b", SMP_ROLE_NONE);
+    assert_int_equal(rpc_auth_set_certificates(a, t, 2), SMP_EINVAL); /* no role */
+    t[1] = entry((rpc_cert_match)7, "y", "b", SMP_ROLE_READER);
+    assert_int_equal(rpc_auth_set_certificates(a, t, 2), SMP_EINVAL); /* no match kind */
+    t[1] = entry(RPC_CERT_SAN_URI, "x", "b", SMP_ROLE_READER);
+    assert_int_equal(rpc_auth_set_certificates(a, t, 2), SMP_OK);     /* another kind */
+    rpc_auth_free(a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -395,6 +614,11 @@ int main(void)
         cmocka_unit_test(test_auth_limits_load_with_overrides),
         cmocka_unit_test(test_auth_limits_refuse_bad_keys_and_values),
         cmocka_unit_test(test_auth_limits_buckets_and_quota),
+        cmocka_unit_test(test_auth_certificates_load),
+        cmocka_unit_test(test_auth_certificates_refuse_bad_entries),
+        cmocka_unit_test(test_auth_certificates_need_verified_tls),
+        cmocka_unit_test(test_auth_certificates_match_exactly),
+        cmocka_unit_test(test_auth_certificates_table_refuses_bad_entries),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
