@@ -12,7 +12,9 @@
  * store_memory_used_bytes gauges), so a clean store shows them agree.
  * Exit 0 when nothing is orphaned (or --repair removed everything), 1 when
  * something is (without --repair), a node could not be checked or the call
- * was refused, 2 on a usage error. --json prints one object. */
+ * was refused, 2 on a usage error. --json prints one object. A report
+ * names at most the first 10,000 orphan files of a node and counts them all
+ * (orphan_files_total). */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,15 +22,27 @@
 #include "host_rpc.pb-c.h"
 #include "weightctl.h"
 
+/* The orphan files of n: all of them, of which the report names the first
+ * n_orphan_files (a master before orphan_files_total names every one). */
+static uint64_t orphan_files(const FsckNode *n)
+{
+    return n->orphan_files_total > n->n_orphan_files ? n->orphan_files_total : n->n_orphan_files;
+}
+
 static void node_text(const FsckNode *n)
 {
-    printf("node %s: %llu cold files, %llu bytes; %zu orphaned\n", n->node,
-           (unsigned long long)n->cold_files, (unsigned long long)n->cold_bytes, n->n_orphan_files);
+    uint64_t total = orphan_files(n);
+    printf("node %s: %llu cold files, %llu bytes; %llu orphaned\n", n->node,
+           (unsigned long long)n->cold_files, (unsigned long long)n->cold_bytes,
+           (unsigned long long)total);
     for (size_t i = 0; i < n->n_orphan_files; i++) {
         const FsckColdFile *f = n->orphan_files[i];
         printf("  orphan cold file %s key %s %llu bytes%s\n", f->name, f->key[0] ? f->key : "?",
                (unsigned long long)f->length, f->corrupt ? " (corrupt)" : "");
     }
+    if (total > n->n_orphan_files)
+        printf("  ... and %llu more orphan cold files (a report names the first %zu)\n",
+               (unsigned long long)(total - n->n_orphan_files), n->n_orphan_files);
     printf("segment %s: %llu of %llu bytes occupied; %llu orphaned bytes in %zu ranges\n",
            n->segment, (unsigned long long)n->segment_used, (unsigned long long)n->segment_capacity,
            (unsigned long long)n->orphan_segment_bytes, n->n_orphan_ranges);
@@ -56,7 +70,7 @@ static void node_json(const FsckNode *n)
         printf(",\"bytes\":%llu,\"corrupt\":%s}", (unsigned long long)f->length,
                f->corrupt ? "true" : "false");
     }
-    printf("],\"segment\":");
+    printf("],\"orphan_files_total\":%llu,\"segment\":", (unsigned long long)orphan_files(n));
     wctl_json_str(n->segment);
     printf(",\"segment_capacity\":%llu,\"segment_used\":%llu,\"orphan_segment_bytes\":%llu,"
            "\"orphan_ranges\":[",
@@ -91,7 +105,7 @@ int wctl_cmd_fsck(ctl *x, int argc, char **argv)
     int unchecked = rep->nodes_down > 0;
     for (size_t i = 0; i < rep->n_nodes; i++) {
         const FsckNode *n = rep->nodes[i];
-        orphans += n->n_orphan_files + n->n_orphan_ranges;
+        orphans += orphan_files(n) + n->n_orphan_ranges;
         cold += n->cold_bytes;
         used += n->segment_used;
         unchecked |= n->error[0] != '\0'; /* a failed deletion or zeroing too */

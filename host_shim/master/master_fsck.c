@@ -45,6 +45,10 @@
 #define FSCK_PAGE_BYTES (256u << 10)
 /* Replicas of one object looked at to settle a file at once (more: judged at the end). */
 #define FSCK_SETTLE_REPLICAS 16
+/* Orphan files a report names per node (all are counted, and --repair
+ * deletes all): a cold tier that is nearly all orphans (a wiped master)
+ * would otherwise make a report past listen.max_frame_bytes. */
+#define FSCK_REPORT_FILES_MAX 10000
 
 typedef struct fsck_file {
     char *name;
@@ -163,10 +167,12 @@ static void run_reply(fsck_run *r)
         o->files_removed = n->files_removed;
         o->segment_bytes_zeroed = n->zeroed;
         o->skipped_in_use = n->skipped;
-        o->orphan_files = calloc(n->n_orphans ? n->n_orphans : 1, sizeof(FsckColdFile *));
+        o->orphan_files_total = n->n_orphans;
+        size_t listed = n->n_orphans < FSCK_REPORT_FILES_MAX ? n->n_orphans : FSCK_REPORT_FILES_MAX;
+        o->orphan_files = calloc(listed ? listed : 1, sizeof(FsckColdFile *));
         o->orphan_ranges = calloc(n->n_ranges ? n->n_ranges : 1, sizeof(FsckRange *));
         if (o->orphan_files == NULL || o->orphan_ranges == NULL) continue;
-        for (size_t k = 0; k < n->n_orphans; k++) {
+        for (size_t k = 0; k < listed; k++) {
             FsckColdFile *f = malloc(sizeof(*f));
             if (f == NULL) break;
             fsck_cold_file__init(f);

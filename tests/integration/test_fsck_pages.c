@@ -118,8 +118,9 @@ static size_t cold_count(const char *dir)
     return n;
 }
 
-/* Fill dir with n cold files of long keys no master knows. */
-static void make_orphans(const char *dir, int n)
+/* Fill dir with n cold files of key_bytes-byte keys (at most KEY_BYTES, at
+ * least 16) no master knows. */
+static void make_orphans(const char *dir, int n, int key_bytes)
 {
     cold_tier *ct = NULL;
     char err[256], key[KEY_BYTES + 1];
@@ -127,10 +128,10 @@ static void make_orphans(const char *dir, int n)
     unsigned char sha[32];
     assert_int_equal(cold_open(dir, &ct, err, sizeof(err)), 0);
     for (int i = 0; i < n; i++) {
-        memset(key, 'k', KEY_BYTES);
+        memset(key, 'k', (size_t)key_bytes);
         int len = snprintf(key, sizeof(key), "orphan/%05d/", i);
         key[len] = 'k';
-        key[KEY_BYTES] = '\0';
+        key[key_bytes] = '\0';
         memset(data, i & 0xff, sizeof(data));
         hx_sha256(data, sizeof(data), sha);
         if (cold_persist(ct, key, data, sizeof(data), sha, 0, NULL, err, sizeof(err)) != 0)
@@ -155,7 +156,7 @@ static void test_fsck_of_a_large_cold_tier_reads_every_page(void **state)
     char *out = malloc(OUT_CAP), want[200], path[400];
     size_t n;
     assert_non_null(out);
-    make_orphans(f->shm_cold, FILES);
+    make_orphans(f->shm_cold, FILES, KEY_BYTES);
     char **names = cold_names(f->shm_cold, &n);
     assert_int_equal(n, FILES);
     /* each entry: key, name, length, sha256, tags: more than two pages */
@@ -188,6 +189,47 @@ static void test_fsck_of_a_large_cold_tier_reads_every_page(void **state)
     assert_int_equal(cold_count(f->shm_cold), 0);
     assert_int_equal(wx_weightctl(&f->m, out, OUT_CAP, "fsck"), 0);
     assert_non_null(strstr(out, "clean"));
+    free_names(names, n);
+    free(out);
+}
+
+/* A node that is nearly all orphans (a wiped master): the report counts
+ * every orphan file but names only the first 10,000 (master_fsck.c's
+ * FSCK_REPORT_FILES_MAX), in name order, so it stays far under the frame
+ * limit; --repair deletes them all. */
+static void test_a_report_names_the_first_10000_orphans(void **state)
+{
+    fx *f = *state;
+    enum { MANY = 10050, LISTED = 10000 };
+    char *out = malloc(OUT_CAP), want[200];
+    size_t n;
+    assert_non_null(out);
+    make_orphans(f->shm_cold, MANY, 16);
+    char **names = cold_names(f->shm_cold, &n);
+    assert_int_equal(n, MANY);
+
+    assert_int_equal(wx_weightctl(&f->m, out, OUT_CAP, "--json fsck"), 1);
+    snprintf(want, sizeof(want), "\"orphan_files_total\":%d,", MANY);
+    if (strstr(out, want) == NULL) fail_msg("fsck: %.2000s", out);
+    snprintf(want, sizeof(want), "\"orphans\":%d}", MANY);
+    assert_non_null(strstr(out, want));
+    assert_int_equal(count(out, "{\"name\":"), LISTED);
+    assert_non_null(strstr(out, names[0]));
+    assert_non_null(strstr(out, names[LISTED - 1]));
+    assert_null(strstr(out, names[LISTED])); /* the first one not named */
+    assert_int_equal(wx_weightctl(&f->m, out, OUT_CAP, "fsck"), 1);
+    snprintf(want, sizeof(want), "node node-a: %d cold files, %d bytes; %d orphaned\n", MANY,
+             MANY * 64, MANY);
+    if (strstr(out, want) == NULL) fail_msg("fsck text: %.600s", out);
+    snprintf(want, sizeof(want), "  ... and %d more orphan cold files (a report names the first %d)\n",
+             MANY - LISTED, LISTED);
+    assert_non_null(strstr(out, want));
+    assert_int_equal(cold_count(f->shm_cold), MANY); /* read-only */
+
+    assert_int_equal(wx_weightctl(&f->m, out, OUT_CAP, "--json fsck --repair"), 0);
+    snprintf(want, sizeof(want), "\"files_removed\":%d,", MANY);
+    if (strstr(out, want) == NULL) fail_msg("fsck --repair: %.2000s", out);
+    assert_int_equal(cold_count(f->shm_cold), 0);
     free_names(names, n);
     free(out);
 }
@@ -459,6 +501,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_fsck_of_a_large_cold_tier_reads_every_page, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_a_report_names_the_first_10000_orphans, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_bad_scan_pages_are_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_node_without_pages_answers_whole, setup, teardown),
