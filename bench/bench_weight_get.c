@@ -28,8 +28,8 @@
  * Each HOT/TCP/TP4->TP2 figure is the best of five runs after one warm-up
  * get (which maps the segment once per store, as a long-lived loader
  * would); the first get is printed too, and the CPU time of this process
- * per GiB got (mean of the five: on a shared machine it moves less than
- * wall time). The gets use WEIGHT_OPT_THREADS transfer threads: the
+ * per GiB got (mean of the five, and the first's: on a shared machine it
+ * moves less than wall time). The gets use WEIGHT_OPT_THREADS transfer threads: the
  * default (the cores, at most 4), or $WM_BENCH_THREADS, which sets the
  * memcpy baseline's threads too. COLD and the puts are one run each.
  * Destination buffers are touched beforehand, so page faults on them count
@@ -400,16 +400,19 @@ static void report_put(const char *what, double put_s, usage client, usage maste
                   sha_s / put_s, ">= 0.9x");
 }
 
-/* One get line; cpu (seconds per get, < 0: not measured) is printed per
- * GiB, base1_s (< 0: none) is the one-thread memcpy next to base_s. */
+/* One get line; cpu and first_cpu (seconds per get, < 0: not measured)
+ * are printed per GiB, base1_s (< 0: none) is the one-thread memcpy next to
+ * base_s. */
 static void report_get(const char *what, double get_s, double first_s, double cpu,
-                       const char *base_name, double base_s, double base1_s, uint64_t bytes,
-                       double target)
+                       double first_cpu, const char *base_name, double base_s, double base1_s,
+                       uint64_t bytes, double target)
 {
     double gib = (double)bytes / GIB;
     double ratio = base_s / get_s;
-    char cpu_txt[48] = "", one_txt[48] = "";
-    if (cpu >= 0) snprintf(cpu_txt, sizeof cpu_txt, " CPU %.3f s/GiB", cpu / gib);
+    char cpu_txt[64] = "", one_txt[48] = "";
+    if (cpu >= 0)
+        snprintf(cpu_txt, sizeof cpu_txt, " CPU %.3f s/GiB (first %.3f)", cpu / gib,
+                 first_cpu / gib);
     if (base1_s > 0) snprintf(one_txt, sizeof one_txt, " (1 thread %.2f GiB/s)", gib / base1_s);
     printf("%-9s %6.2f GiB  weight_get %6.2f GiB/s (first %5.2f GiB/s)%s  %s %6.2f GiB/s%s  "
            "ratio %.2f (target %.1f) %s\n",
@@ -426,6 +429,7 @@ static void report_get(const char *what, double get_s, double first_s, double cp
 typedef struct gets {
     double first, best;   /* seconds of the first get and of the best after it */
     double cpu;           /* CPU seconds of this process per get after the first (mean) */
+    double first_cpu;     /* CPU seconds of the first get */
     double copy, copy1;   /* best memcpy of the same bytes on `threads` threads, on one */
     uint64_t bytes;
 } gets;
@@ -437,8 +441,10 @@ static int best_gets(weight_store *s, bench *b, const char *rev, uint32_t tp, in
                      unsigned threads, int with_copy, gets *g)
 {
     *g = (gets){.best = 1e9, .copy = 1e9, .copy1 = 1e9};
-    if ((g->first = timed_get(s, b, rev, tp, 0, &g->bytes)) < 0 || check_bytes(b, tp, 0) < 0)
-        return -1;
+    double c0 = cpu_s();
+    if ((g->first = timed_get(s, b, rev, tp, 0, &g->bytes)) < 0) return -1;
+    g->first_cpu = cpu_s() - c0;
+    if (check_bytes(b, tp, 0) < 0) return -1;
     for (int r = 0; r < runs; r++) {
         double c0 = cpu_s();
         double t = timed_get(s, b, rev, tp, 0, &g->bytes);
@@ -599,11 +605,13 @@ int main(int argc, char **argv)
     gets g;
     /* HOT co-located: the whole revision through the mapping. */
     if (best_gets(s, &b, "tp1", 1, runs, threads, 1, &g) < 0) goto close_store;
-    report_get("HOT TP1", g.best, g.first, g.cpu, "memcpy", g.copy, g.copy1, g.bytes, 0.8);
+    report_get("HOT TP1", g.best, g.first, g.cpu, g.first_cpu, "memcpy", g.copy, g.copy1, g.bytes,
+               0.8);
 
     /* TP4 -> TP2: rank 0 reads half of every tensor (two of its four fragments). */
     if (best_gets(s, &b, "tp4", 2, runs, threads, 1, &g) < 0) goto close_store;
-    report_get("TP4->TP2", g.best, g.first, g.cpu, "memcpy", g.copy, g.copy1, g.bytes, 0.7);
+    report_get("TP4->TP2", g.best, g.first, g.cpu, g.first_cpu, "memcpy", g.copy, g.copy1,
+               g.bytes, 0.7);
     if (gets_only) {
         status = 0;
         goto close_store;
@@ -616,7 +624,7 @@ int main(int argc, char **argv)
         if (t < 0) goto close_store;
         if (t < raw) raw = t;
     }
-    report_get("TCP TP1", g.best, g.first, g.cpu, "raw socket", raw, -1, g.bytes, 0.7);
+    report_get("TCP TP1", g.best, g.first, g.cpu, g.first_cpu, "raw socket", raw, -1, g.bytes, 0.7);
 
     /* COLD: from the node's cold files, page cache dropped, against read(). */
     if (migrate_cold(s, "tp1") < 0) goto close_store;
@@ -626,7 +634,7 @@ int main(int argc, char **argv)
     uint64_t bytes = 0;
     double cold = timed_get(s, &b, "tp1", 1, 0, &bytes);
     if (raw < 0 || cold < 0 || check_bytes(&b, 1, 0) < 0) goto close_store;
-    report_get("COLD TP1", cold, cold, -1, "raw read", raw, -1, bytes, 0.7);
+    report_get("COLD TP1", cold, cold, -1, -1, "raw read", raw, -1, bytes, 0.7);
     status = 0;
 close_store:
     weight_store_close(tcp);
