@@ -7,15 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
-#if defined(__x86_64__)
-/* XXH3 through libxxhash's run-time dispatch: its AVX2/AVX-512 code where
- * the CPU has it (about twice the rate of the SSE2 build it exports by
- * default); the sums are the same on every path. */
-#include <xxh_x86dispatch.h>
-#endif
 
 #include "wc_digest.h"
+#include "wc_xxh3.h"
 
 static int cmp_str_ptr(const void *a, const void *b)
 {

@@ -55,13 +55,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include <xxhash.h>
-#if defined(__x86_64__)
-/* XXH3 through libxxhash's run-time dispatch: its AVX2/AVX-512 code where
- * the CPU has it (about twice the rate of the SSE2 build it exports by
- * default); the sums are the same on every path. */
-#include <xxh_x86dispatch.h>
-#endif
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -70,6 +63,7 @@
 #include "wc_digest.h"
 #include "wc_plan.h"
 #include "wc_store.h"
+#include "wc_xxh3.h"
 
 #define M(name) WMRPC__WEIGHT_METHOD__WEIGHT_##name
 #define WC_REMOTE_WINDOW_CHUNKS 8

@@ -39,12 +39,12 @@
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include "node_data_client.h"
 #include "wc_digest.h"
 #include "wc_pack.h"
 #include "wc_store.h"
+#include "wc_xxh3.h"
 
 #define M(name) WMRPC__WEIGHT_METHOD__WEIGHT_##name
 /* Bytes copied and hashed at a time: small enough that the copy leaves them
