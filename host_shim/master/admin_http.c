@@ -11,13 +11,17 @@
  *
  * TLS is libmicrohttpd's (GnuTLS): the PEM files are read into memory here,
  * the priorities allow TLS 1.3 only, and a client certificate is verified
- * per request against the trust list libmicrohttpd built from the CA. */
+ * per request against the trust list libmicrohttpd built from the CA. Where
+ * a token is asked, a verified client certificate that auth.certificates
+ * maps stands in for it (an admin's is served, any other role's gets 403);
+ * one it does not map leaves the token asked. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <gnutls/gnutls.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <openssl/crypto.h>
+#include <openssl/x509.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -174,6 +178,30 @@ static int client_cert_refused(struct MHD_Connection *conn, admin_req *r)
     return 1;
 }
 
+/* HTTP thread: the identity auth.certificates gives the connection's
+ * client certificate (verified by client_cert_refused): 1 with *tenant and
+ * *role, 0 when there is none or it maps to nothing (a token is then
+ * asked). */
+static int cert_identity(const admin_http *a, struct MHD_Connection *conn, const char **tenant,
+                         smp_role *role)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_GNUTLS_SESSION);
+    const gnutls_datum_t *chain;
+    unsigned n = 0;
+    const unsigned char *der;
+    X509 *leaf;
+    int ok;
+    if (ci == NULL || ci->tls_session == NULL) return 0;
+    chain = gnutls_certificate_get_peers((gnutls_session_t)ci->tls_session, &n);
+    if (chain == NULL || n == 0) return 0;
+    der = chain[0].data;
+    if ((leaf = d2i_X509(NULL, &der, (long)chain[0].size)) == NULL) return 0;
+    ok = rpc_auth_identify_cert(a->auth, leaf, tenant, role, NULL, 0) == SMP_OK;
+    X509_free(leaf);
+    return ok;
+}
+
 /* Loop thread: render everything queued and resume it. */
 static void on_wake(uv_async_t *h)
 {
@@ -228,6 +256,16 @@ static enum MHD_Result on_request(void *cls,
         } else if (a->auth != NULL && strcmp(r->path, "/health") != 0) {
             const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                         MHD_HTTP_HEADER_AUTHORIZATION);
+            const char *tenant = NULL;
+            smp_role role = SMP_ROLE_NONE;
+            if (a->verify_clients && cert_identity(a, conn, &tenant, &role)) {
+                if (role != SMP_ROLE_ADMIN) { /* the certificate speaks: no token asked */
+                    answer(r, 403, "the client certificate of tenant %.128s has role %s; %s needs "
+                           "role admin\n", tenant, rpc_auth_role_name(role), r->path);
+                    count(a, ADMIN_REFUSED_FORBIDDEN);
+                }
+                return MHD_YES;
+            }
             r->needs_token = 1;
             if (h != NULL && (r->authz = strdup(h)) == NULL) return MHD_NO;
         }

@@ -382,8 +382,8 @@ static int start_embedded_node(master *m, char *err, size_t errlen)
 
 /* The admin endpoint, when listen.admin is set: HTTPS with tls.cert and
  * tls.key (client certificates verified as tls.verify_clients says), and,
- * with auth on and a non-loopback address, an admin token asked for every
- * path but /health (config_auth.c refused that without TLS unless
+ * with auth on and a non-loopback address, an admin token (or a client
+ * certificate auth.certificates maps to an admin) asked for every path but /health (config_auth.c refused that without TLS unless
  * auth.allow_insecure). One log line says which. */
 static int start_admin(master *m, char *err, size_t errlen)
 {
@@ -404,7 +404,8 @@ static int start_admin(master *m, char *err, size_t errlen)
     fprintf(stderr, "store_master: admin endpoint: %s%s; %s\n",
             cfg->tls_cert[0] ? "HTTPS (TLS 1.3, tls.cert)" : "plain HTTP",
             cfg->tls_verify_clients ? ", client certificates of tls.ca" : "",
-            token ? "an admin token is asked for every path but /health"
+            token ? "an admin token is asked for every path but /health (or an admin client "
+                    "certificate of auth.certificates)"
                   : "no token asked (auth off, or a loopback address)");
     return SMP_OK;
 }

@@ -86,13 +86,12 @@ int rpc_auth_set_certificates(rpc_auth *a, const rpc_auth_cert *certs, size_t n)
     return SMP_OK;
 }
 
-/* rpc_cert_identify_fn of the server: the entry leaf matches. */
-static int identify_cert(void *arg, struct x509_st *leaf, const char **tenant, smp_role *role,
-                         char *note, size_t cap)
+int rpc_auth_identify_cert(const rpc_auth *a, struct x509_st *leaf, const char **tenant,
+                           smp_role *role, char *note, size_t cap)
 {
-    const rpc_auth *a = arg;
     const rpc_auth_cert *e = NULL;
-    int rc = rpc_auth_cert_find(a->certs, a->n_certs, leaf, &e, note, cap);
+    int rc = a != NULL ? rpc_auth_cert_find(a->certs, a->n_certs, leaf, &e, note, cap)
+                       : SMP_ENOTFOUND;
     if (rc < 0) return rc;
     *tenant = e->tenant;
     *role = e->role;
@@ -309,6 +308,13 @@ free_acc:
     free(acc.rules);
     free(acc.ptrs);
     return rc;
+}
+
+/* rpc_cert_identify_fn of the server: rpc_auth_identify_cert. */
+static int identify_cert(void *arg, struct x509_st *leaf, const char **tenant, smp_role *role,
+                         char *note, size_t cap)
+{
+    return rpc_auth_identify_cert(arg, leaf, tenant, role, note, cap);
 }
 
 static const smp_rpc_method auth_methods[] = {

@@ -95,6 +95,13 @@ struct x509_st;
 int rpc_auth_cert_find(const rpc_auth_cert *certs, size_t n, struct x509_st *leaf,
                        const rpc_auth_cert **out, char *note, size_t cap);
 
+/* The identity a verified leaf certificate maps to among a's mappings
+ * (rpc_auth_cert_find): SMP_OK with *tenant (borrowed from a) and *role,
+ * or its refusal with note. a is read-only once set up, so any thread may
+ * ask (the admin endpoint's HTTP thread does). */
+int rpc_auth_identify_cert(const rpc_auth *a, struct x509_st *leaf, const char **tenant,
+                           smp_role *role, char *note, size_t cap);
+
 /* Serve the auth service (HOST_SERVICE_AUTH) on srv with a's credentials and
  * turn the server's authorization on when a is enabled. a must outlive the
  * service (rpc_server_remove_service, or the server's close). HELLO with

@@ -24,6 +24,9 @@
  * - the other CA's certificate is refused in the handshake, nothing served;
  * - weightctl with --tls-cert/--tls-key and no token lists and reads;
  * - the refusals are counted in /metrics without naming tenants;
+ * - the admin endpoint on a non-loopback address serves the admin
+ *   certificate without a token, refuses a reader's (403) and asks the
+ *   unmapped one for a token (401);
  * - bad auth.certificates configs are refused by --check and at start,
  *   naming the key. */
 #include <setjmp.h>
@@ -47,6 +50,7 @@ typedef struct fx {
     wr_fixture w;
     char tcp[64];
     char ca[300];
+    char yaml[8192]; /* the config's extra YAML */
 } fx;
 
 static int sh(const char *cmd)
@@ -77,7 +81,8 @@ static void make_leaf(const char *dir, const char *name, const char *cn, const c
 static int setup(void **state)
 {
     fx *f = calloc(1, sizeof(*f));
-    char yaml[8192], auth[4096], path[300], certs[1024];
+    char auth[4096], path[300], certs[1024];
+    char *yaml = f->yaml;
     FILE *tf;
     hx_master *m = &f->w.m;
     assert_int_equal(hx_init(m, "auth_certs", NULL), 0);
@@ -100,7 +105,7 @@ static int setup(void **state)
              "    - {cn: ops-admin, tenant: ops, role: admin}\n",
              SPIFFE_A_WRITER);
     af_auth_yaml(path, certs, auth, sizeof(auth));
-    snprintf(yaml, sizeof(yaml),
+    snprintf(yaml, sizeof(f->yaml),
              "tls:\n  cert: \"%s/server.pem\"\n  key: \"%s/server.key\"\n  ca: \"%s\"\n"
              "  verify_clients: true\n%s",
              m->dir, m->dir, f->ca, auth);
@@ -380,6 +385,42 @@ static void test_auth_cert_weightctl_without_token(void **state)
     }
 }
 
+/* The admin endpoint on a non-loopback address (a token asked): the admin
+ * certificate is served /metrics without a token, a reader's certificate
+ * gets 403 naming its role, and the unmapped certificate is asked for a
+ * token (401). */
+static void test_auth_cert_admin_endpoint(void **state)
+{
+    fx *f = *state;
+    hx_master *m = &f->w.m;
+    char *body = NULL;
+    int port = etcd_fixture_free_port();
+    assert_true(port > 0);
+    assert_int_equal(hx_stop(m), 0);
+    snprintf(m->listen_admin, sizeof(m->listen_admin), "0.0.0.0:%d", port);
+    assert_int_equal(hx_reconfigure(m, f->yaml), 0);
+    setenv("WEIGHT_TOKEN", af_token(AF_ADMIN), 1);
+    assert_int_equal(hx_start(m, 15000), 0);
+    unsetenv("WEIGHT_TOKEN");
+    assert_true(hx_log_contains(m, "or an admin client certificate of auth.certificates"));
+    assert_int_equal(hx_http_get(m, "/metrics", &body), 200); /* ops-admin */
+    assert_non_null(strstr(body, "store_rpc_auth_certificates_total"));
+    free(body);
+    snprintf(m->admin_cert, sizeof(m->admin_cert), "%s/a-reader.pem", m->dir);
+    snprintf(m->admin_key, sizeof(m->admin_key), "%s/a-reader.key", m->dir);
+    assert_int_equal(hx_http_get(m, "/metrics", &body), 403);
+    assert_true(hx_says(body, "the client certificate of tenant a has role reader; /metrics needs "
+                              "role admin"));
+    free(body);
+    snprintf(m->admin_cert, sizeof(m->admin_cert), "%s/client.pem", m->dir);
+    snprintf(m->admin_key, sizeof(m->admin_key), "%s/client.key", m->dir);
+    assert_int_equal(hx_http_get(m, "/metrics", &body), 401);
+    assert_true(hx_says(body, "needs an admin token"));
+    free(body);
+    assert_int_equal(hx_http_get(m, "/health", &body), 200);
+    free(body);
+}
+
 /* Each bad auth.certificates config is refused by store_master --check
  * and at start, with its sentence naming the key. */
 static void test_auth_cert_bad_configs_refused_by_check(void **state)
@@ -437,6 +478,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_auth_cert_other_ca_refused_at_handshake, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_auth_cert_weightctl_without_token, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_auth_cert_admin_endpoint, setup, teardown),
         cmocka_unit_test(test_auth_cert_bad_configs_refused_by_check),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
