@@ -28,7 +28,8 @@
  * store is split by role: obj_store_index.c (skip list, names, segment
  * allocator), obj_store_records.c (record encode/decode/apply, holds),
  * obj_store_put.c (puts, pins, replicas, segments, groups),
- * obj_store_remove.c (guard, removal, eviction), obj_store_snapshot.c. */
+ * obj_store_remove.c (guard, removal, eviction), obj_store_snapshot.c (with
+ * obj_snap_decode.c, the section's decoder). */
 #include "obj_store_internal.h"
 
 #include <stddef.h>

@@ -3,7 +3,7 @@
  * visits. Part of obj_store (see obj_store.c). */
 #include "obj_store_internal.h"
 
-#include "host_bulk.h"
+#include "obj_snap_decode.h"
 
 #include <stdlib.h>
 
@@ -105,12 +105,46 @@ static int obj_load_rc(int rc)
     return rc == SMP_ENOMEM ? SMP_ENOMEM : SMP_EPROTO;
 }
 
-/* The arena a section of len bytes decodes in: protobuf-c's pieces of the
- * host's records take about 2.5x their encoded size (9 MB -> 23 MB at 20,000
- * revisions); what does not fit goes to malloc. */
-static size_t obj_load_arena_len(size_t len)
+/* What the passes of a load share. */
+typedef struct obj_load_ctx {
+    obj_store *st;
+    size_t slab_bytes; /* the objects' bytes in a slab; SIZE_MAX: too many */
+    uint64_t dropped;  /* replicas_dropped before the load */
+} obj_load_ctx;
+
+/* First pass (obj_snap_decode callback): the slab's size. */
+static int obj_load_size(void *arg, unsigned what, const ProtobufCMessage *msg)
 {
-    return len > (SIZE_MAX - (64u << 10)) / 4 ? SIZE_MAX : len * 4 + (64u << 10);
+    obj_load_ctx *c = arg;
+    if (what != OBJ_SNAP_OBJECTS || c->slab_bytes == SIZE_MAX) return SMP_OK;
+    size_t n = obj_object_bytes((const Hostrec__ObjectRecord *)msg);
+    c->slab_bytes = n > SIZE_MAX - c->slab_bytes ? SIZE_MAX : c->slab_bytes + n;
+    return SMP_OK;
+}
+
+/* Later passes (obj_snap_decode callback): apply one entry. A negative
+ * return stops the load, which clears the store. */
+static int obj_load_apply(void *arg, unsigned what, const ProtobufCMessage *msg)
+{
+    obj_load_ctx *c = arg;
+    obj_store *st = c->st;
+    if (what == OBJ_SNAP_SEGMENTS) {
+        const Hostrec__SegmentRecord *m = (const Hostrec__SegmentRecord *)msg;
+        if (!obj_segment_msg_ok(m) || obj_sl_get(&st->segments, m->id)) return SMP_EPROTO;
+        return obj_apply_segment_mount(st, m);
+    }
+    if (what == OBJ_SNAP_GROUPS) {
+        const Hostrec__GroupRecord *m = (const Hostrec__GroupRecord *)msg;
+        if (!m->managed) return SMP_EPROTO;
+        return obj_set_group_managed(st, m->name, obj_group_msg_owner(m));
+    }
+    const Hostrec__ObjectRecord *m = (const Hostrec__ObjectRecord *)msg;
+    if (obj_sl_get(&st->objects, m->key)) return SMP_EPROTO;
+    if (m->update_only) return SMP_EPROTO;
+    int rc = obj_apply_object(st, m);
+    if (rc < 0) return rc;
+    /* A snapshot is one consistent image: every replica must fit. */
+    return st->stats.replicas_dropped != c->dropped ? SMP_EPROTO : SMP_OK;
 }
 
 int obj_store_load(obj_store *st, const uint8_t *data, size_t len)
@@ -118,53 +152,30 @@ int obj_store_load(obj_store *st, const uint8_t *data, size_t len)
     int rc = SMP_OK;
     if (!obj_store_is_empty(st)) return SMP_ESTATE;
     if (!data && len) return SMP_EINVAL;
-    static const uint8_t empty[1];
-    /* One arena for the whole decode (host_bulk.h): no malloc and free per
-     * record piece, and its pages fault in 2 MiB at a time. */
-    size_t arena_len = obj_load_arena_len(len);
-    void *arena_mem = host_bulk_alloc(arena_len);
-    if (arena_mem == NULL) return SMP_ENOMEM;
-    pb_arena arena;
-    pb_arena_init(&arena, arena_mem, arena_len);
-    Hostrec__HostSnapshot *m =
-        hostrec__host_snapshot__unpack(&arena.alloc, len, data ? data : empty);
-    if (!m) {
+    /* The section is decoded by hand (obj_snap_decode.c), one record at a
+     * time into scratch storage reused by the next, instead of unpacked
+     * whole by protobuf-c into an arena of some 2.5x its size. The first
+     * pass checks every byte and the format, and sizes the objects' slab,
+     * before anything changes; then segments, managed groups and objects
+     * are applied in that order, each in the order of the bytes (as the
+     * unpacked message's arrays were). */
+    obj_snap_dec dec = {0};
+    obj_load_ctx c = {st, 0, st->stats.replicas_dropped};
+    uint32_t format = 0;
+    rc = obj_snap_decode(&dec, data, len, OBJ_SNAP_ALL, &format, obj_load_size, &c);
+    if (rc < 0) goto free_dec;
+    if (format != OBJ_SNAPSHOT_FORMAT) {
         rc = SMP_EPROTO;
-        goto free_arena;
+        goto free_dec;
     }
-    if (m->format != OBJ_SNAPSHOT_FORMAT) { rc = SMP_EPROTO; goto free_msg; }
-    uint64_t dropped = st->stats.replicas_dropped;
     st->bulk_load = 1;
     /* The objects' slab, sized from the section (a failed size or mapping
      * leaves them to calloc). */
-    size_t slab_bytes = 0;
-    for (size_t i = 0; i < m->n_objects && slab_bytes != SIZE_MAX; i++) {
-        size_t n = m->objects[i]->key && m->objects[i]->group && m->objects[i]->tenant
-                       ? obj_object_bytes(m->objects[i])
-                       : 0;
-        slab_bytes = n > SIZE_MAX - slab_bytes ? SIZE_MAX : slab_bytes + n;
-    }
-    st->load_slab = slab_bytes != SIZE_MAX ? obj_slab_new(slab_bytes) : NULL;
-    for (size_t i = 0; i < m->n_segments; i++) {
-        if (!obj_segment_msg_ok(m->segments[i]) ||
-            obj_sl_get(&st->segments, m->segments[i]->id)) {
-            rc = SMP_EPROTO;
-            goto clear;
-        }
-        if ((rc = obj_apply_segment_mount(st, m->segments[i])) < 0) goto clear;
-    }
-    for (size_t i = 0; i < m->n_groups; i++) {
-        if (!m->groups[i]->managed) { rc = SMP_EPROTO; goto clear; }
-        rc = obj_set_group_managed(st, m->groups[i]->name, obj_group_msg_owner(m->groups[i]));
+    st->load_slab = c.slab_bytes != SIZE_MAX ? obj_slab_new(c.slab_bytes) : NULL;
+    static const unsigned passes[] = {OBJ_SNAP_SEGMENTS, OBJ_SNAP_GROUPS, OBJ_SNAP_OBJECTS};
+    for (size_t i = 0; i < sizeof(passes) / sizeof(passes[0]); i++) {
+        rc = obj_snap_decode(&dec, data, len, passes[i], NULL, obj_load_apply, &c);
         if (rc < 0) goto clear;
-    }
-    for (size_t i = 0; i < m->n_objects; i++) {
-        const char *key = m->objects[i]->key;
-        if (key && obj_sl_get(&st->objects, key)) { rc = SMP_EPROTO; goto clear; }
-        if (m->objects[i]->update_only) { rc = SMP_EPROTO; goto clear; }
-        if ((rc = obj_apply_object(st, m->objects[i])) < 0) goto clear;
-        /* A snapshot is one consistent image: every replica must fit. */
-        if (st->stats.replicas_dropped != dropped) { rc = SMP_EPROTO; goto clear; }
     }
     st->bulk_load = 0;
     obj_lru_resort(st);
@@ -173,16 +184,14 @@ int obj_store_load(obj_store *st, const uint8_t *data, size_t len)
 
 clear:
     rc = obj_load_rc(rc);
-    st->stats.replicas_dropped = dropped;
+    st->stats.replicas_dropped = c.dropped;
     st->bulk_load = 0;
     obj_store_clear(st);
 unref_slab:
     obj_slab_unref(st->load_slab); /* the load's reference: the objects hold the rest */
     st->load_slab = NULL;
-free_msg:
-    pb_arena_free_unpacked(&arena, &m->base);
-free_arena:
-    host_bulk_free(arena_mem, arena_len);
+free_dec:
+    obj_snap_dec_fini(&dec);
     return rc;
 }
 

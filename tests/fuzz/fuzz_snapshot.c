@@ -6,7 +6,9 @@
  *   0  a whole snapshot file, loaded with snap_load_file (header, section
  *      frames, checksums, trailer); an accepted file's sections then go
  *      where recovery sends them, as below;
- *   1  the host's objects section, loaded into a fresh obj_store;
+ *   1  the host's objects section, loaded into a fresh obj_store, and its
+ *      hand-written decoder held against protobuf-c's unpack (same verdict,
+ *      same records: ../unit/obj_snap_same.h);
  *   2  the weight plugin's section, through wm_decode_section and
  *      wm_section_check.
  * Every refusal is fine; a crash, a leak or a sanitizer report is not. An
@@ -29,6 +31,8 @@
 #include "snapshot.h"
 #include "wm_codec.h"
 
+#include "../unit/obj_snap_same.h"
+
 #define WEIGHT_SECTION "weight_metadata"
 
 /* Load the host section into a fresh store; when it loads, save it and load
@@ -37,6 +41,7 @@ static void load_objects(const uint8_t *data, size_t len)
 {
     obj_store *st = NULL, *again = NULL;
     fuzz_buf saved = {0};
+    if (!obj_snap_same(data, len)) abort();
     if (obj_store_create(&st, NULL) < 0) abort();
     if (obj_store_load(st, data, len) == SMP_OK) {
         if (obj_store_save(st, fuzz_buf_write, &saved) < 0 || obj_store_create(&again, NULL) < 0)

@@ -1,0 +1,125 @@
+/* obj_snap_same.h -- the host objects section's hand-written decoder
+ * (host_shim/master/obj_snap_decode.c) held against protobuf-c: for the
+ * same bytes both must accept or both refuse, and give the same format and
+ * the same records in the same order. Records are compared by packing both
+ * with protobuf-c (unknown fields, which the decoder skips, are left out of
+ * protobuf-c's side; add_replica is compared by presence only, see
+ * obj_snap_decode.h). Shared by test_obj_snap_decode and fuzz_snapshot. */
+#ifndef OBJ_SNAP_SAME_H
+#define OBJ_SNAP_SAME_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "host_records.pb-c.h"
+#include "obj_snap_decode.h"
+#include "store_plugin.h"
+
+typedef struct snap_same_ctx {
+    const Hostrec__HostSnapshot *ref;
+    size_t seen[3]; /* segments, groups, objects handed out so far */
+    int same;
+} snap_same_ctx;
+
+/* 1 when a and b pack to the same bytes. */
+static int snap_same_packed(const ProtobufCMessage *a, const ProtobufCMessage *b)
+{
+    size_t na = protobuf_c_message_get_packed_size(a);
+    size_t nb = protobuf_c_message_get_packed_size(b);
+    if (na != nb) return 0;
+    uint8_t *pa = malloc(na ? na : 1), *pb = malloc(nb ? nb : 1);
+    if (pa == NULL || pb == NULL) abort();
+    protobuf_c_message_pack(a, pa);
+    protobuf_c_message_pack(b, pb);
+    int same = memcmp(pa, pb, na) == 0;
+    free(pa);
+    free(pb);
+    return same;
+}
+
+/* Compare a decoded record with protobuf-c's, its unknown fields (and its
+ * replicas') hidden for the packing and put back after. */
+static int snap_same_record(const ProtobufCMessage *got, ProtobufCMessage *ref)
+{
+    if (got->descriptor != &hostrec__object_record__descriptor) {
+        size_t nu = ref->n_unknown_fields;
+        ref->n_unknown_fields = 0;
+        int same = snap_same_packed(got, ref);
+        ref->n_unknown_fields = nu;
+        return same;
+    }
+    Hostrec__ObjectRecord g = *(const Hostrec__ObjectRecord *)got;
+    Hostrec__ObjectRecord *r = (Hostrec__ObjectRecord *)ref;
+    if ((g.add_replica != NULL) != (r->add_replica != NULL) || g.n_replicas != r->n_replicas)
+        return 0;
+    Hostrec__ObjectRecord rc = *r;
+    g.add_replica = rc.add_replica = NULL;
+    rc.base.n_unknown_fields = 0;
+    Hostrec__Replica *reps = calloc(rc.n_replicas + 1, sizeof(*reps));
+    Hostrec__Replica **repp = calloc(rc.n_replicas + 1, sizeof(*repp));
+    if (reps == NULL || repp == NULL) abort();
+    for (size_t i = 0; i < rc.n_replicas; i++) {
+        reps[i] = *r->replicas[i];
+        reps[i].base.n_unknown_fields = 0;
+        repp[i] = &reps[i];
+    }
+    rc.replicas = repp;
+    int same = snap_same_packed(&g.base, &rc.base);
+    free(reps);
+    free(repp);
+    return same;
+}
+
+static int snap_same_fn(void *arg, unsigned what, const ProtobufCMessage *msg)
+{
+    snap_same_ctx *c = arg;
+    size_t k = what == OBJ_SNAP_SEGMENTS ? 0 : what == OBJ_SNAP_GROUPS ? 1 : 2;
+    size_t n = k == 0 ? c->ref->n_segments : k == 1 ? c->ref->n_groups : c->ref->n_objects;
+    ProtobufCMessage *ref = NULL;
+    if (c->seen[k] < n)
+        ref = k == 0 ? &c->ref->segments[c->seen[k]]->base
+              : k == 1 ? &c->ref->groups[c->seen[k]]->base
+                       : &c->ref->objects[c->seen[k]]->base;
+    c->seen[k]++;
+    if (ref == NULL || !snap_same_record(msg, ref)) c->same = 0;
+    return SMP_OK;
+}
+
+/* 1 when obj_snap_decode and hostrec__host_snapshot__unpack agree on
+ * data[0..len) (an out-of-memory decode counts as agreeing); 0 otherwise,
+ * with the difference on stderr. */
+static int obj_snap_same(const uint8_t *data, size_t len)
+{
+    static const uint8_t empty[1];
+    Hostrec__HostSnapshot *ref = hostrec__host_snapshot__unpack(NULL, len, len ? data : empty);
+    obj_snap_dec d = {0};
+    uint32_t format = 0;
+    int rc;
+    int same = 1;
+    if (ref == NULL) {
+        rc = obj_snap_decode(&d, data, len, OBJ_SNAP_ALL, &format, NULL, NULL);
+        if (rc == SMP_OK) {
+            fprintf(stderr, "obj_snap_same: the decoder accepts what protobuf-c refuses\n");
+            same = 0;
+        }
+        obj_snap_dec_fini(&d);
+        return same;
+    }
+    snap_same_ctx c = {ref, {0, 0, 0}, 1};
+    rc = obj_snap_decode(&d, data, len, OBJ_SNAP_ALL, &format, snap_same_fn, &c);
+    if (rc != SMP_OK && rc != SMP_ENOMEM) {
+        fprintf(stderr, "obj_snap_same: the decoder refuses what protobuf-c accepts (%d)\n", rc);
+        same = 0;
+    } else if (rc == SMP_OK && (!c.same || format != ref->format ||
+                                c.seen[0] != ref->n_segments || c.seen[1] != ref->n_groups ||
+                                c.seen[2] != ref->n_objects)) {
+        fprintf(stderr, "obj_snap_same: the decoder's records differ from protobuf-c's\n");
+        same = 0;
+    }
+    obj_snap_dec_fini(&d);
+    hostrec__host_snapshot__free_unpacked(ref, NULL);
+    return same;
+}
+
+#endif /* OBJ_SNAP_SAME_H */
