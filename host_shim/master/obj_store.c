@@ -129,7 +129,6 @@ static void obj_group_free(obj_group *g)
 {
     if (!g) return;
     obj_sl_fini(&g->members);
-    free(g->name);
     free(g->owner);
     free(g);
 }
@@ -147,10 +146,11 @@ obj_group *obj_group_get_or_create(obj_store *st, const char *name, int *created
     *created = 0;
     obj_group *g = obj_sl_get(&st->groups, name);
     if (g) return g;
-    g = calloc(1, sizeof(*g));
+    size_t nl = strlen(name) + 1;
+    g = calloc(1, sizeof(*g) + nl); /* the name in the same piece */
     if (!g) return NULL;
-    g->name = strdup(name);
-    if (!g->name || obj_sl_init_ordered(&g->members) < 0) goto free_group;
+    g->name = memcpy(g->name_buf, name, nl);
+    if (obj_sl_init_ordered(&g->members) < 0) goto free_group;
     if (obj_sl_put(&st->groups, g->name, g) < 0) goto free_group;
     *created = 1;
     return g;

@@ -12,20 +12,47 @@
 /* ------------------------------------------------------------------------ */
 
 /* Initialise an empty list. SMP_ENOMEM. The head has forward links only:
- * the back links (OBJ_SL_PREV) are read from real nodes, never the head. */
+ * the back links (OBJ_SL_PREV) are read from real nodes, never the head. A
+ * hashed list (one of the store's few big ones) gets all OBJ_SL_MAX_LEVEL
+ * links at once, its tail[] after them; an ordered one (a group's members:
+ * one list per revision, most of two members) starts with
+ * OBJ_SL_ORDERED_LEVELS and grows its head when a node rises above it
+ * (obj_sl_grow_head). */
 static int obj_sl_init_as(obj_sl *sl, int hashed)
 {
-    /* A hashed list keeps its tail[] after the head's forward links. */
-    size_t links = (hashed ? 2 : 1) * (size_t)OBJ_SL_MAX_LEVEL;
+    int levels = hashed ? OBJ_SL_MAX_LEVEL : OBJ_SL_ORDERED_LEVELS;
+    size_t links = (hashed ? 2 : 1) * (size_t)levels;
     sl->head = calloc(1, sizeof(obj_sl_node) + links * sizeof(obj_sl_node *));
     if (!sl->head) return SMP_ENOMEM;
-    sl->head->level = OBJ_SL_MAX_LEVEL;
+    sl->head->level = levels;
     sl->level = 1;
     sl->hashed = hashed;
     sl->tail = hashed ? &sl->head->next[OBJ_SL_MAX_LEVEL] : NULL;
     sl->hash = NULL;
     sl->count = 0;
     sl->rng = UINT64_C(0x9E3779B97F4A7C15);
+    return SMP_OK;
+}
+
+/* Give an ordered list's head at least lvl forward links (doubling, at most
+ * OBJ_SL_MAX_LEVEL): a new head takes over the links, and the first node of
+ * each level links back to it. SMP_ENOMEM leaves the list unchanged. */
+static int obj_sl_grow_head(obj_sl *sl, int lvl)
+{
+    obj_sl_node *old = sl->head;
+    if (lvl <= old->level) return SMP_OK;
+    int levels = old->level * 2;
+    if (levels < lvl) levels = lvl;
+    if (levels > OBJ_SL_MAX_LEVEL) levels = OBJ_SL_MAX_LEVEL;
+    obj_sl_node *h = calloc(1, sizeof(obj_sl_node) + (size_t)levels * sizeof(obj_sl_node *));
+    if (!h) return SMP_ENOMEM;
+    h->level = levels;
+    for (int i = 0; i < old->level; i++) {
+        h->next[i] = old->next[i];
+        if (h->next[i]) OBJ_SL_PREV(h->next[i], i) = h;
+    }
+    sl->head = h;
+    free(old);
     return SMP_OK;
 }
 
@@ -124,6 +151,10 @@ int obj_sl_put(obj_sl *sl, const char *key, void *val)
         }
     }
     int lvl = obj_sl_random_level(sl);
+    obj_sl_node *old_head = sl->head;
+    if (obj_sl_grow_head(sl, lvl) < 0) return SMP_ENOMEM;
+    for (int i = 0; i < sl->level; i++)
+        if (upd[i] == old_head) upd[i] = sl->head; /* a grown head replaced it */
     n = malloc(sizeof(*n) + 2 * (size_t)lvl * sizeof(obj_sl_node *));
     if (!n) return SMP_ENOMEM;
     for (int i = sl->level; i < lvl; i++) upd[i] = sl->head;

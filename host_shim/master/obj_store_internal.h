@@ -11,6 +11,9 @@
 #include "pb_arena.h"
 
 #define OBJ_SL_MAX_LEVEL 24
+/* The head of a list without a hash starts with this many levels and grows
+ * (a node reaches level 5 once in 256). */
+#define OBJ_SL_ORDERED_LEVELS 4
 
 typedef struct obj_sl_node {
     const char *key; /* borrowed from val's owner */
@@ -128,9 +131,10 @@ typedef struct obj_reservation {
 } obj_reservation;
 
 typedef struct obj_group {
-    char *name;
+    char *name;     /* name_buf */
     char *owner;    /* plugin owning the managed group; NULL: not managed */
     obj_sl members; /* key -> obj_object */
+    char name_buf[];
 } obj_group;
 
 typedef struct obj_tenant {

@@ -4,7 +4,9 @@
  * per level: how a snapshot's records, saved in order, load); the tails must
  * follow every insert and removal so that the order, the lookups and the
  * walk stay those of a plain skip list, whichever mix of appends, inserts
- * in the middle and removals (of the last key too) came before. */
+ * in the middle and removals (of the last key too) came before. An ordered
+ * list (a group's members) starts with a short head that grows when a node
+ * rises above it; the first nodes then link back to the new head. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -33,7 +35,7 @@ static void check_list(const obj_sl *sl, const char **want, size_t n)
     }
     assert_int_equal(i, n);
     assert_int_equal(sl->count, n);
-    for (int lv = 0; lv < OBJ_SL_MAX_LEVEL; lv++) {
+    for (int lv = 0; lv < sl->head->level; lv++) {
         obj_sl_node *last = NULL;
         for (obj_sl_node *x = sl->head->next[lv]; x; x = x->next[lv]) {
             if (last) assert_true(strcmp(last->key, x->key) < 0);
@@ -126,11 +128,36 @@ static void test_ordered_list_has_no_tails(void **state)
     obj_sl_fini(&sl);
 }
 
+/* An ordered list's head starts short and grows as nodes rise above it;
+ * removing the first keys afterwards (each linked back to the head at its
+ * levels) keeps every level sorted, and so do inserts before them. */
+static void test_ordered_head_grows(void **state)
+{
+    (void)state;
+    obj_sl sl;
+    const char *want[N_KEYS];
+    assert_int_equal(obj_sl_init_ordered(&sl), SMP_OK);
+    assert_int_equal(sl.head->level, OBJ_SL_ORDERED_LEVELS);
+    for (int i = 0; i < N_KEYS; i++) snprintf(keys[i], sizeof(keys[i]), "k%05d", i);
+    for (int i = N_KEYS - 1; i >= 0; i -= 2) assert_int_equal(obj_sl_put(&sl, keys[i], keys[i]), SMP_OK);
+    for (int i = 0; i < N_KEYS; i += 2) assert_int_equal(obj_sl_put(&sl, keys[i], keys[i]), SMP_OK);
+    assert_true(sl.head->level > OBJ_SL_ORDERED_LEVELS);
+    assert_true(sl.level > OBJ_SL_ORDERED_LEVELS);
+    for (int i = 0; i < N_KEYS; i++) want[i] = keys[i];
+    check_list(&sl, want, N_KEYS);
+    for (int i = 0; i < N_KEYS / 2; i++) assert_ptr_equal(obj_sl_del(&sl, keys[i]), keys[i]);
+    check_list(&sl, want + N_KEYS / 2, N_KEYS / 2);
+    for (int i = 0; i < N_KEYS / 2; i++) assert_int_equal(obj_sl_put(&sl, keys[i], keys[i]), SMP_OK);
+    check_list(&sl, want, N_KEYS);
+    obj_sl_fini(&sl);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_appends_inserts_and_removals_keep_order_and_tails),
         cmocka_unit_test(test_ordered_list_has_no_tails),
+        cmocka_unit_test(test_ordered_head_grows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
