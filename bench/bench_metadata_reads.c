@@ -169,11 +169,12 @@ static void *read_thread(void *arg)
     return NULL;
 }
 
-/* CPU seconds a process has used (utime + stime of /proc/PID/stat), -1. */
-static double proc_cpu_s(pid_t pid)
+/* CPU seconds a process has used (utime + stime of /proc/PID/stat), -1;
+ * *minflt (may be NULL) gets its minor page faults. */
+static double proc_cpu_flt(pid_t pid, double *minflt)
 {
     char path[64], buf[1024];
-    unsigned long ut = 0, st = 0;
+    unsigned long ut = 0, st = 0, mf = 0;
     snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
     FILE *f = fopen(path, "r");
     if (f == NULL) return -1;
@@ -181,10 +182,16 @@ static double proc_cpu_s(pid_t pid)
     fclose(f);
     buf[n] = '\0';
     const char *p = strrchr(buf, ')'); /* the command may hold spaces */
-    if (p == NULL || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut,
-                            &st) != 2)
+    if (p == NULL || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %lu %*u %*u %*u %lu %lu", &mf,
+                            &ut, &st) != 3)
         return -1;
+    if (minflt != NULL) *minflt = (double)mf;
     return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+static double proc_cpu_s(pid_t pid)
+{
+    return proc_cpu_flt(pid, NULL);
 }
 
 /* CPU seconds of this process (the benchmark's client threads). */
@@ -382,10 +389,11 @@ static int reads_only(const char *kept, const char *parent, bench *b)
 
 /* Start the master (stopped) and return the seconds from the start until a
  * weight_get_metadata is answered, or -1; *cpu_s (may be NULL) gets the
- * master's CPU seconds at that point. The start does not wait for the
+ * master's CPU seconds at that point and *minflt (may be NULL) its minor
+ * page faults. The start does not wait for the
  * embedded node: it registers its cold files on its own thread once the
  * master serves, and a metadata read does not need it. */
-static double first_read_seconds(hx_master *m, bench *b, double *cpu_s)
+static double first_read_seconds(hx_master *m, bench *b, double *cpu_s, double *minflt)
 {
     double t0 = now_s();
     int expect = m->expect_nodes;
@@ -403,7 +411,7 @@ static double first_read_seconds(hx_master *m, bench *b, double *cpu_s)
         usleep(1000);
     }
     double t = now_s() - t0;
-    if (cpu_s != NULL) *cpu_s = proc_cpu_s(m->pid);
+    if (cpu_s != NULL) *cpu_s = proc_cpu_flt(m->pid, minflt);
     weight_store_close(s);
     return t;
 }
@@ -412,7 +420,7 @@ static double first_read_seconds(hx_master *m, bench *b, double *cpu_s)
 static double restart_seconds(hx_master *m, bench *b, double *cpu_s)
 {
     if (hx_stop(m) != 0) return -1;
-    return first_read_seconds(m, b, cpu_s);
+    return first_read_seconds(m, b, cpu_s, NULL);
 }
 
 /* WM_BENCH_RESTART=DIR: the restart alone on kept data, next to Redis
@@ -421,10 +429,10 @@ static int restart_only(const char *kept, const char *parent, bench *b)
 {
     hx_master m;
     redis_box rb;
-    double cpu = -1, redis_load = -1;
+    double cpu = -1, redis_load = -1, minflt = -1;
     if (kept_master(&m, kept, "WM_BENCH_RESTART") < 0) return 2;
     b->socket = m.socket;
-    double t = first_read_seconds(&m, b, &cpu);
+    double t = first_read_seconds(&m, b, &cpu, &minflt);
     if (t < 0) {
         fprintf(stderr, "bench: the master on %s answered no read\n", kept);
         hx_stop(&m);
@@ -438,9 +446,9 @@ static int restart_only(const char *kept, const char *parent, bench *b)
         redis_load = redis_reload_seconds(&rb);
     redis_stop(&rb);
     printf("restart with %ld revisions (%.0f objects, kept data): serving in %.3f s (master CPU "
-           "%.2f s), %.0f objects/s;   redis RDB of %.0f keys loaded in %.3f s, %.0f keys/s;   "
-           "x%.2f (target >= 1.0x, serving < 2 s)\n",
-           b->n_revisions, objects, t, cpu, objects / t, objects, redis_load,
+           "%.2f s, %.1fk minor faults), %.0f objects/s;   redis RDB of %.0f keys loaded in %.3f s, "
+           "%.0f keys/s;   x%.2f (target >= 1.0x, serving < 2 s)\n",
+           b->n_revisions, objects, t, cpu, minflt / 1000, objects / t, objects, redis_load,
            redis_load > 0 ? objects / redis_load : 0.0,
            redis_load > 0 ? (objects / t) / (objects / redis_load) : 0.0);
     return 0;
