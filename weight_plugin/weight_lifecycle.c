@@ -70,12 +70,12 @@ int wm_guard_check(wm_plugin *p, const smp_guard_request *req)
     if (reason == SMP_GUARD_STALE_PUT_CLEANUP && rev != NULL)
         return SMP_GUARD_ALLOW;
     if (reason == SMP_GUARD_PUT_INTO_GROUP || reason == SMP_GUARD_UPSERT_INTO_GROUP) {
-        wm_identity kid;
+        wm_identity_buf kid;
         wm_key_kind kind;
         if (rev != NULL && rev->availability == WM_AVAIL_IMPORTING &&
             !wm_pending_metadata(p, rev->group_key) && req->key != NULL &&
             wm_key_parse(req->key, &kid, &kind, NULL) == WM_OK && kind != WM_KEY_GROUP &&
-            wm_identity_cmp(&kid, &rev->id) == 0)
+            wm_identity_cmp(&kid.id, &rev->id) == 0)
             return SMP_GUARD_ALLOW;
     }
     if (reason <= SMP_GUARD_REASON_MAX) p->guard_skips[reason]++;
@@ -153,7 +153,8 @@ enum { WM_DEL_REMOVE = 0, WM_DEL_UNMANAGE = 1, WM_DEL_TOMBSTONE = 2 };
 struct wm_job {
     wm_plugin *p;
     wm_job *next;
-    wm_identity id;
+    wm_identity id;            /* points into ids: the job may outlive its revision */
+    wm_identity_buf ids;
     char group_key[WM_KEY_MAX + 1];
     uint64_t op_id;
     int stale;                 /* from another leadership term: discarded */
@@ -623,12 +624,12 @@ static void wm_batch_end(wm_job *j)
         uint64_t removed = 0, rbytes = 0;
         for (size_t i = 0; i < j->n_items; i++)
             if (j->items[i].done && j->items[i].status == 0) {
-                wm_identity cid;
+                wm_identity_buf cid;
                 wm_key_kind kind;
                 removed++;
                 rbytes += j->items[i].bytes;
                 if (wm_key_parse(j->items[i].key, &cid, &kind, NULL) == WM_OK && kind != WM_KEY_GROUP &&
-                    wm_identity_cmp(&cid, &j->id) == 0)
+                    wm_identity_cmp(&cid.id, &j->id) == 0)
                     snprintf(j->op.cursor, sizeof(j->op.cursor), "%s", j->items[i].key);
             }
         j->op.members_done += removed;
@@ -972,10 +973,12 @@ static wm_job *wm_job_new(wm_plugin *p, wm_lc *lc, const wm_revision *rev, const
     wm_job *j = calloc(1, sizeof(*j));
     if (j == NULL) return NULL;
     j->p = p;
-    j->id = rev->id;
+    wm_identity_buf_set(&j->ids, &rev->id);
+    j->id = j->ids.id;
     snprintf(j->group_key, sizeof(j->group_key), "%s", rev->group_key);
     j->op_id = op->id;
     j->op = *op;
+    j->op.id_of = j->id; /* the operation's revision (wm_operation_check) */
     if (op->kind == WM_OPK_DELETING) j->del_phase = WM_DEL_REMOVE;
     j->next = lc->jobs;
     lc->jobs = j;
@@ -1380,10 +1383,10 @@ static void wm_read_miss(wm_plugin *p, const char *group, const char *key)
     if (group != NULL && group[0] != '\0') {
         rev = wm_store_get_group(p->store, group);
     } else if (key != NULL) {
-        wm_identity id;
+        wm_identity_buf id;
         wm_key_kind kind;
         if (wm_key_parse(key, &id, &kind, NULL) == WM_OK && kind != WM_KEY_GROUP)
-            rev = wm_store_get(p->store, &id);
+            rev = wm_store_get(p->store, &id.id);
     }
     if (rev == NULL || rev->availability != WM_AVAIL_READY) return;
     p->read_misses++;

@@ -131,7 +131,9 @@ int wm_lineage_claim_step(wm_lineage_entry *e, const wm_lineage_claim *c, char *
 /* One claim record between append and durability. */
 typedef struct wm_lin_rec {
     wm_plugin *p;
-    wm_lineage_claim claim;
+    wm_lineage_claim claim;       /* base and target point into the bufs below */
+    wm_identity_buf base_ids;
+    wm_identity_buf target_ids;
     smp_rpc_call *call;           /* UPSERT_BEGIN waiting for it, or NULL */
     struct wm_lin_rec *next;
 } wm_lin_rec;
@@ -381,6 +383,10 @@ static int wm_lin_append(wm_plugin *p, const wm_lineage_claim *c, smp_rpc_call *
     }
     rec->p = p;
     rec->claim = *c;
+    wm_identity_buf_set(&rec->base_ids, &c->base);
+    wm_identity_buf_set(&rec->target_ids, &c->target);
+    rec->claim.base = rec->base_ids.id;
+    rec->claim.target = rec->target_ids.id;
     rec->call = call;
     rec->next = p->lin->pending;
     p->lin->pending = rec;
@@ -410,7 +416,7 @@ static int wm_lin_append(wm_plugin *p, const wm_lineage_claim *c, smp_rpc_call *
 /* A wire identity of a lineage, of tenant (wm_tenant_of; NULL: a tenant the
  * caller may not see, refused WM_ENOT_FOUND). */
 static int wm_lin_id_from_pb(const Wmrpc__WeightIdentity *in, const char *tenant, uint64_t gen,
-                             int use_gen, wm_identity *out, char *msg, size_t cap)
+                             int use_gen, wm_identity_buf *out, char *msg, size_t cap)
 {
     if (in == NULL) return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "identity is missing");
     if (tenant == NULL)
@@ -425,13 +431,7 @@ static int wm_lin_id_from_pb(const Wmrpc__WeightIdentity *in, const char *tenant
         return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
                        "an identity component is longer than %d bytes", WM_ID_COMPONENT_MAX);
     if (wm_identity_set(out, tenant, ns, res, rv, use_gen ? gen : in->generation) < 0) {
-        wm_identity tmp;
-        memset(&tmp, 0, sizeof(tmp));
-        snprintf(tmp.tenant_id, sizeof(tmp.tenant_id), "%s", tenant);
-        snprintf(tmp.ns, sizeof(tmp.ns), "%s", ns);
-        snprintf(tmp.resource_id, sizeof(tmp.resource_id), "%s", res);
-        snprintf(tmp.revision, sizeof(tmp.revision), "%s", rv);
-        tmp.weight_generation = use_gen ? gen : in->generation;
+        const wm_identity tmp = {tenant, ns, res, rv, use_gen ? gen : in->generation};
         wm_identity_check(&tmp, msg, cap);
         return WM_EINVALID_ARGUMENT;
     }
@@ -453,6 +453,7 @@ int wm_rpc_upsert_begin(void *plugin, smp_rpc_call *call, const uint8_t *body, s
     char msg[512];
     int rc;
     wm_lineage_claim c;
+    wm_identity_buf base_b, target_b;
     if (p->lin == NULL)
         return wm_reply_error(p, call, SMP_ESTATE, "generation replacement is not initialized");
     Wmrpc__UpsertBeginRequest *req = wmrpc__upsert_begin_request__unpack(NULL, len, body);
@@ -463,16 +464,18 @@ int wm_rpc_upsert_begin(void *plugin, smp_rpc_call *call, const uint8_t *body, s
     memset(&c, 0, sizeof(c));
     const char *tenant =
         wm_tenant_of(p, call, req->base_identity != NULL ? req->base_identity->tenant : NULL);
-    if ((rc = wm_lin_id_from_pb(req->base_identity, tenant, 0, 0, &c.base, msg, sizeof(msg))) < 0) {
+    if ((rc = wm_lin_id_from_pb(req->base_identity, tenant, 0, 0, &base_b, msg, sizeof(msg))) < 0) {
         if (rc == WM_ENOT_FOUND) wm_reply_error(p, call, rc, "%s", msg);
         else wm_reply_error(p, call, WM_EINVALID_ARGUMENT, "invalid base identity: %s", msg);
         goto free_req;
     }
-    if (wm_lin_id_from_pb(req->base_identity, tenant, req->target_generation, 1, &c.target, msg,
+    if (wm_lin_id_from_pb(req->base_identity, tenant, req->target_generation, 1, &target_b, msg,
                           sizeof(msg)) < 0) {
         wm_reply_error(p, call, WM_EINVALID_ARGUMENT, "invalid target identity: %s", msg);
         goto free_req;
     }
+    c.base = base_b.id;
+    c.target = target_b.id;
     if (c.target.weight_generation <= c.base.weight_generation) {
         wm_reply_error(p, call, WM_EINVALID_ARGUMENT,
                        "target generation %" PRIu64 " is not above base generation %" PRIu64,
@@ -596,7 +599,7 @@ int wm_rpc_upsert_status(void *plugin, smp_rpc_call *call, const uint8_t *body, 
 {
     wm_plugin *p = plugin;
     char msg[512];
-    wm_identity id;
+    wm_identity_buf id;
     Wmrpc__UpsertStatusRequest *req = wmrpc__upsert_status_request__unpack(NULL, len, body);
     if (req == NULL)
         return wm_reply_error(p, call, SMP_EPROTO,
@@ -609,7 +612,7 @@ int wm_rpc_upsert_status(void *plugin, smp_rpc_call *call, const uint8_t *body, 
     else if (rc < 0)
         wm_reply_error(p, call, WM_EINVALID_ARGUMENT, "invalid lineage: %s", msg);
     else
-        wm_lin_reply(p, call, wm_lin_entry(p, &id));
+        wm_lin_reply(p, call, wm_lin_entry(p, &id.id));
     wmrpc__upsert_status_request__free_unpacked(req, NULL);
     return SMP_OK;
 }

@@ -91,14 +91,43 @@ typedef struct wm_lineage {
     char revision[WM_ID_COMPONENT_MAX + 1];
 } wm_lineage;
 
-/* The five-part revision identity: the lineage plus its weight generation. */
+/* The five-part revision identity: the lineage plus its weight generation.
+ * The four strings are borrowed, NUL-terminated: an identity points at
+ * storage something else owns -- a wm_identity_buf its caller filled, a
+ * store entry, a decoded record's buffer, a lineage -- and a copy by
+ * assignment shares it. Whatever keeps an identity longer than its source
+ * copies the strings into storage of its own (wm_identity_pack), so a
+ * stored identity takes the bytes its strings need, not four
+ * WM_ID_COMPONENT_MAX buffers. A NULL string is invalid (wm_identity_check)
+ * and compares as the empty string. */
 typedef struct wm_identity {
-    char tenant_id[WM_ID_COMPONENT_MAX + 1];
-    char ns[WM_ID_COMPONENT_MAX + 1];
-    char resource_id[WM_ID_COMPONENT_MAX + 1];
-    char revision[WM_ID_COMPONENT_MAX + 1];
+    const char *tenant_id;
+    const char *ns;
+    const char *resource_id;
+    const char *revision;
     uint64_t weight_generation;
 } wm_identity;
+
+/* An identity with storage of its own, for the stack and for parsers
+ * (wm_identity_set, wm_key_parse): id points into s. Never copy one by
+ * assignment (the copy would point into the original): wm_identity_buf_set. */
+typedef struct wm_identity_buf {
+    wm_identity id;
+    char s[4][WM_ID_COMPONENT_MAX + 1];
+} wm_identity_buf;
+
+/* Copy id's strings (each at most WM_ID_COMPONENT_MAX bytes, longer ones are
+ * cut; a NULL one becomes empty) and generation into *b, and point b->id at
+ * them. */
+void wm_identity_buf_set(wm_identity_buf *b, const wm_identity *id);
+
+/* The bytes wm_identity_pack writes for id: each string and its NUL. */
+size_t wm_identity_packed_len(const wm_identity *id);
+
+/* Copy id's four strings, each followed by its NUL, to dst
+ * (wm_identity_packed_len(id) bytes) and write to *out the identity that
+ * points there (out may be id itself). Returns the byte after the last. */
+char *wm_identity_pack(const wm_identity *id, char *dst, wm_identity *out);
 
 /* Check one identity string given as len bytes (which may hold a NUL, which
  * is refused): 1..WM_ID_COMPONENT_MAX bytes of valid UTF-8 (shortest forms,
@@ -117,10 +146,12 @@ int wm_text_check(const char *s, size_t len);
 int wm_lineage_check(const wm_lineage *lin, char *msg, size_t cap);
 int wm_identity_check(const wm_identity *id, char *msg, size_t cap);
 
-/* Fill an identity from strings (each copied; a NULL one fails). Validates
- * as wm_identity_check does; *out is written only on success. The other two
- * convert between an identity and its lineage (no validation). */
-int wm_identity_set(wm_identity *out,
+/* Fill an identity from strings (each copied into *out; a NULL one fails).
+ * Validates as wm_identity_check does; *out is written only on success. The
+ * other two convert between an identity and its lineage (no validation):
+ * wm_identity_lineage copies the strings (each cut at WM_ID_COMPONENT_MAX
+ * bytes), wm_lineage_identity points *out at lin's (borrowed). */
+int wm_identity_set(wm_identity_buf *out,
                     const char *tenant_id,
                     const char *ns,
                     const char *resource_id,
@@ -171,8 +202,9 @@ typedef enum wm_key_kind {
 
 /* Parse a canonical key back into its identity, kind and (for a payload) its
  * index. Anything that is not exactly what the builders above produce is
- * refused with WM_EINVALID_ARGUMENT; out_n may be NULL. */
-int wm_key_parse(const char *key, wm_identity *out, wm_key_kind *kind, uint64_t *out_n);
+ * refused with WM_EINVALID_ARGUMENT (*out may then be partly written);
+ * out_n may be NULL. */
+int wm_key_parse(const char *key, wm_identity_buf *out, wm_key_kind *kind, uint64_t *out_n);
 
 /* ------------------------------------------------------------------------ */
 /* States and policy                                                         */
@@ -464,6 +496,13 @@ typedef struct wm_lineage_entry {
     int has_claim;
     wm_lineage_claim claim;
 } wm_lineage_entry;
+
+/* Point e's claim's base and target strings at e->lineage (their
+ * generations stay): a stored claim borrows its entry's lineage, so this is
+ * called whenever an entry is written or moved. A claim outside its entry's
+ * lineage must have been refused before (wm_claim_check, the section
+ * check). No-op without a claim. */
+void wm_lineage_entry_bind(wm_lineage_entry *e);
 
 /* ------------------------------------------------------------------------ */
 /* The state machine (weight_metadata_rules.c)                               */

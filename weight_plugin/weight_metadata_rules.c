@@ -293,10 +293,10 @@ int wm_operation_check(const wm_operation *op, const wm_revision *rev, char *msg
         return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
                        "operation %" PRIu64 " cursor or error is unterminated", op->id);
     if (op->cursor[0] != '\0') {
-        wm_identity cid;
+        wm_identity_buf cid;
         wm_key_kind kind;
         if (wm_key_parse(op->cursor, &cid, &kind, NULL) < 0 || kind == WM_KEY_GROUP ||
-            wm_identity_cmp(&cid, &op->id_of) != 0)
+            wm_identity_cmp(&cid.id, &op->id_of) != 0)
             return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
                            "operation %" PRIu64 " cursor is not a member key of its revision",
                            op->id);

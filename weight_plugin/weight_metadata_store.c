@@ -68,9 +68,10 @@ typedef struct wm_slab {
 
 /* One revision and its sealed affinity summary. Linked into two hash chains
  * (by identity, by group key) and referenced from the identity order. The
- * revision's group and manifest keys live in keys[], allocated with the
- * entry at their exact length (an identity's keys never change, so an apply
- * keeps them). */
+ * revision's group and manifest keys and its identity's four strings live
+ * in keys[], allocated with the entry at their exact length (an identity
+ * and its keys never change, so an apply keeps them): an entry takes the
+ * bytes its strings need. */
 typedef struct wm_rev_entry {
     wm_revision rev;
     wm_affinity aff;
@@ -79,8 +80,9 @@ typedef struct wm_rev_entry {
     struct wm_rev_entry *next_id;
     struct wm_rev_entry *next_group;
     wm_slab *slab; /* the mapping it lives in; NULL: malloc'ed */
-    char keys[];   /* group key, NUL, manifest key, NUL (malloc'ed entries;
-                    * a slab keeps its entries' keys after the entry array) */
+    char keys[];   /* group key, NUL, manifest key, NUL, then the identity
+                    * (wm_identity_pack) (malloc'ed entries; a slab keeps its
+                    * entries' keys after the entry array) */
 } wm_rev_entry;
 
 /* The bytes of an entry whose keys take keys_len bytes, rounded up so the
@@ -112,12 +114,12 @@ static void wm_slab_unref(wm_slab *sl)
     if (sl != NULL && --sl->refs == 0) wm_bulk_free(sl, sl->len);
 }
 
-/* A new malloc'ed entry holding a copy of rev, its keys in the entry's own
- * storage. NULL on OOM. */
+/* A new malloc'ed entry holding a copy of rev, its keys and identity in the
+ * entry's own storage. NULL on OOM. */
 static wm_rev_entry *wm_entry_new(const wm_revision *rev)
 {
     size_t g = strlen(rev->group_key) + 1, m = strlen(rev->manifest_key) + 1;
-    size_t need = wm_entry_size(g + m);
+    size_t need = wm_entry_size(g + m + wm_identity_packed_len(&rev->id));
     wm_rev_entry *e;
     if (need == SIZE_MAX || (e = malloc(need)) == NULL) return NULL;
     memset(e, 0, sizeof(*e));
@@ -126,6 +128,7 @@ static wm_rev_entry *wm_entry_new(const wm_revision *rev)
     e->rev = *rev;
     e->rev.group_key = e->keys;
     e->rev.manifest_key = e->keys + g;
+    wm_identity_pack(&rev->id, e->keys + g + m, &e->rev.id);
     return e;
 }
 
@@ -138,13 +141,15 @@ static void wm_entry_release(wm_rev_entry *e)
 }
 
 /* Overwrite the entry's revision with rev (same identity, so same keys),
- * keeping the keys in the entry. */
+ * keeping the keys and the identity's strings in the entry. */
 static void wm_entry_set(wm_rev_entry *e, const wm_revision *rev)
 {
     const char *g = e->rev.group_key, *m = e->rev.manifest_key;
+    wm_identity id = e->rev.id;
     e->rev = *rev;
     e->rev.group_key = g;
     e->rev.manifest_key = m;
+    e->rev.id = id;
 }
 
 struct wm_store {
@@ -153,11 +158,17 @@ struct wm_store {
     size_t n_buckets;          /* power of two */
     wm_rev_entry **order;      /* sorted by identity */
     size_t n_revs, cap_revs;
-    wm_operation *ops;         /* sorted by id */
+    wm_operation *ops;         /* sorted by id; each id_of owns its strings
+                                * (one malloc'ed wm_identity_pack, which
+                                * id_of.tenant_id points at: wm_op_put) */
     size_t n_ops, cap_ops;
-    wm_lease *leases;          /* sorted by id */
+    wm_lease *leases;          /* sorted by id; each id_of borrows the strings
+                                * of its revision's entry, which outlives it
+                                * (a delete drops the leases naming it) */
     size_t n_leases, cap_leases;
-    wm_lineage_entry *lineages; /* sorted by lineage (weight_lineage.c rules) */
+    wm_lineage_entry *lineages; /* sorted by lineage (weight_lineage.c rules);
+                                 * each claim's identities borrow the entry's
+                                 * lineage (wm_lineage_entry_bind after a move) */
     size_t n_lineages, cap_lineages;
     uint64_t next_op_id;
     uint64_t next_lease_id;
@@ -210,6 +221,13 @@ int wm_store_create(wm_store **out)
     return WM_OK;
 }
 
+/* Free the strings a stored operation owns (see struct wm_store). */
+static void wm_op_strings_free(wm_operation *op)
+{
+    free((char *)op->id_of.tenant_id);
+    op->id_of.tenant_id = NULL;
+}
+
 static void wm_lineages_free(wm_lineage_entry *v)
 {
     free(v);
@@ -225,6 +243,7 @@ void wm_store_free(wm_store *st)
     free(st->order);
     free(st->by_id);
     free(st->by_group);
+    for (size_t i = 0; i < st->n_ops; i++) wm_op_strings_free(&st->ops[i]);
     free(st->ops);
     free(st->leases);
     wm_lineages_free(st->lineages);
@@ -439,22 +458,40 @@ static void wm_stats_count(wm_store *st, const wm_revision *r, int sign)
     if (r->operation_id != 0) st->stats.active_operations += d;
 }
 
-/* Insert or replace one operation by id. */
+/* Insert or replace one operation by id. The stored copy owns its
+ * identity's strings: a replacement naming the same identity keeps the
+ * ones held, anything else gets a malloc'ed copy. SMP_ENOMEM (nothing
+ * changed). */
 static int wm_op_put(wm_store *st, const wm_operation *op)
 {
     size_t at = wm_op_lower_bound(st, op->id);
-    if (at < st->n_ops && st->ops[at].id == op->id) {
+    int found = at < st->n_ops && st->ops[at].id == op->id;
+    wm_identity id;
+    if (found && wm_identity_cmp(&st->ops[at].id_of, &op->id_of) == 0) {
+        id = st->ops[at].id_of;
+    } else {
+        char *strs = malloc(wm_identity_packed_len(&op->id_of));
+        if (strs == NULL) return SMP_ENOMEM;
+        wm_identity_pack(&op->id_of, strs, &id);
+    }
+    if (found) {
+        if (id.tenant_id != st->ops[at].id_of.tenant_id) wm_op_strings_free(&st->ops[at]);
         st->ops[at] = *op;
+        st->ops[at].id_of = id;
     } else {
         if (st->n_ops == st->cap_ops) {
             size_t nc = st->cap_ops ? st->cap_ops * 2 : 16;
             wm_operation *no = realloc(st->ops, nc * sizeof(*no));
-            if (no == NULL) return SMP_ENOMEM;
+            if (no == NULL) {
+                free((char *)id.tenant_id);
+                return SMP_ENOMEM;
+            }
             st->ops = no;
             st->cap_ops = nc;
         }
         memmove(&st->ops[at + 1], &st->ops[at], (st->n_ops - at) * sizeof(*st->ops));
         st->ops[at] = *op;
+        st->ops[at].id_of = id;
         st->n_ops++;
     }
     if (op->id >= st->next_op_id) st->next_op_id = op->id + 1;
@@ -465,6 +502,7 @@ static void wm_op_drop(wm_store *st, uint64_t id)
 {
     size_t at = wm_op_lower_bound(st, id);
     if (at < st->n_ops && st->ops[at].id == id) {
+        wm_op_strings_free(&st->ops[at]);
         memmove(&st->ops[at], &st->ops[at + 1], (st->n_ops - at - 1) * sizeof(*st->ops));
         st->n_ops--;
     }
@@ -602,17 +640,20 @@ static int wm_leases_reserve(wm_store *st)
 }
 
 /* Insert lease l of revision e, or replace the lease of that id (checked
- * by the caller; room reserved with wm_leases_reserve). A new lease counts
- * on e and moves e's last access to its grant time: an access is recorded
- * without a new metadata generation. */
+ * by the caller; room reserved with wm_leases_reserve). The stored lease
+ * borrows e's identity strings. A new lease counts on e and moves e's last
+ * access to its grant time: an access is recorded without a new metadata
+ * generation. */
 static void wm_lease_put(wm_store *st, wm_rev_entry *e, const wm_lease *l)
 {
     size_t at = wm_store_lease_lower_bound(st, l->id);
     if (at < st->n_leases && st->leases[at].id == l->id) {
         st->leases[at] = *l;
+        st->leases[at].id_of = e->rev.id;
     } else {
         memmove(&st->leases[at + 1], &st->leases[at], (st->n_leases - at) * sizeof(*st->leases));
         st->leases[at] = *l;
+        st->leases[at].id_of = e->rev.id;
         st->n_leases++;
         e->rev.lease_count++;
         if (l->granted_ms > e->rev.last_access_ms) e->rev.last_access_ms = l->granted_ms;
@@ -866,6 +907,7 @@ int wm_store_apply_claim(wm_store *st, const wm_lineage_claim *c, char *msg, siz
         if (wm_claim_open(&st->lineages[at])) st->stats.open_claims--;
         if (wm_claim_open(&e)) st->stats.open_claims++;
         st->lineages[at] = e;
+        wm_lineage_entry_bind(&st->lineages[at]);
         return WM_OK;
     }
     if (st->n_lineages == st->cap_lineages) {
@@ -879,6 +921,7 @@ int wm_store_apply_claim(wm_store *st, const wm_lineage_claim *c, char *msg, siz
             (st->n_lineages - at) * sizeof(*st->lineages));
     st->lineages[at] = e;
     st->n_lineages++;
+    for (size_t i = 0; i < st->n_lineages; i++) wm_lineage_entry_bind(&st->lineages[i]);
     if (wm_claim_open(&e)) st->stats.open_claims++;
     return WM_OK;
 }
@@ -904,17 +947,20 @@ int wm_store_replay(wm_store *st, uint16_t type, const uint8_t *buf, size_t len,
     }
     case WM_OP_LEASE_UPSERT: {
         wm_lease l;
-        if ((rc = wm_decode_lease_upsert(buf, len, &l, msg, cap)) < 0) return rc;
+        wm_identity_buf ids;
+        if ((rc = wm_decode_lease_upsert(buf, len, &l, &ids, msg, cap)) < 0) return rc;
         return wm_store_apply_lease_upsert(st, &l, msg, cap);
     }
     case WM_OP_LEASE_DELETE: {
         wm_lease_delete d;
-        if ((rc = wm_decode_lease_delete(buf, len, &d, msg, cap)) < 0) return rc;
+        wm_identity_buf ids;
+        if ((rc = wm_decode_lease_delete(buf, len, &d, &ids, msg, cap)) < 0) return rc;
         return wm_store_apply_lease_delete(st, &d, msg, cap);
     }
     case WM_OP_LINEAGE_CLAIM: {
         wm_lineage_claim c;
-        if ((rc = wm_decode_lineage_claim(buf, len, &c, msg, cap)) < 0) return rc;
+        wm_identity_buf ids;
+        if ((rc = wm_decode_lineage_claim(buf, len, &c, &ids, msg, cap)) < 0) return rc;
         return wm_store_apply_claim(st, &c, msg, cap);
     }
     default:
@@ -1027,9 +1073,16 @@ int wm_store_load(wm_store *st, const uint8_t *buf, size_t len, char *msg, size_
             fresh->leases = nl;
             fresh->cap_leases = nc;
         }
+        wm_rev_entry *e = wm_find_entry(fresh, &img.leases[i].id_of);
+        if (e == NULL) { /* wm_section_check refuses it before */
+            rc = wm_fail(SMP_EPROTO, msg, cap, "lease %" PRIu64 " names no revision",
+                         img.leases[i].id);
+            goto free_fresh;
+        }
         memmove(&fresh->leases[at + 1], &fresh->leases[at],
                 (fresh->n_leases - at) * sizeof(*fresh->leases));
         fresh->leases[at] = img.leases[i];
+        fresh->leases[at].id_of = e->rev.id;
         fresh->n_leases++;
     }
     if (img.n_lineages > 0) {
@@ -1042,8 +1095,10 @@ int wm_store_load(wm_store *st, const uint8_t *buf, size_t len, char *msg, size_
         fresh->n_lineages = img.n_lineages;
         fresh->cap_lineages = img.n_lineages;
         qsort(fresh->lineages, fresh->n_lineages, sizeof(*fresh->lineages), wm_lineage_entry_cmp);
-        for (size_t i = 0; i < fresh->n_lineages; i++)
+        for (size_t i = 0; i < fresh->n_lineages; i++) {
+            wm_lineage_entry_bind(&fresh->lineages[i]);
             if (wm_claim_open(&fresh->lineages[i])) fresh->stats.open_claims++;
+        }
     }
     fresh->next_op_id = img.next_operation_id > fresh->next_op_id ? img.next_operation_id
                                                                    : fresh->next_op_id;

@@ -533,18 +533,34 @@ static int wm_dec_strings(const ProtobufCBinaryData *t,
     return wm_dec_component(v, dv, what, "revision", msg, cap);
 }
 
-static int wm_dec_identity(const Wmrec__Identity *m, wm_identity *out, const char *what,
-                           char *msg, size_t cap)
+/* The bytes wm_dec_identity writes for m: its four strings and their NULs
+ * (0 for a missing identity, which it refuses). */
+static size_t wm_dec_id_len(const Wmrec__Identity *m)
+{
+    if (m == NULL) return 0;
+    return m->tenant_id.len + m->namespace_.len + m->resource_id.len + m->revision.len + 4;
+}
+
+/* Decode and check an identity. Its strings are copied to *strs, which is
+ * advanced past them (the caller sized the storage with wm_dec_id_len), and
+ * out's strings point there. */
+static int wm_dec_identity(const Wmrec__Identity *m, wm_identity *out, char **strs,
+                           const char *what, char *msg, size_t cap)
 {
     int rc;
     char why[160];
     if (m == NULL) return wm_fail(SMP_EPROTO, msg, cap, "%s: identity is missing", what);
-    memset(out, 0, sizeof(*out));
-    if ((rc = wm_dec_strings(&m->tenant_id, &m->namespace_, &m->resource_id, &m->revision,
-                             out->tenant_id, out->ns, out->resource_id, out->revision, what,
-                             msg, cap)) < 0)
+    char *t = *strs, *n = t + m->tenant_id.len + 1, *r = n + m->namespace_.len + 1,
+         *v = r + m->resource_id.len + 1;
+    if ((rc = wm_dec_strings(&m->tenant_id, &m->namespace_, &m->resource_id, &m->revision, t, n,
+                             r, v, what, msg, cap)) < 0)
         return rc;
+    out->tenant_id = t;
+    out->ns = n;
+    out->resource_id = r;
+    out->revision = v;
     out->weight_generation = m->weight_generation;
+    *strs = v + m->revision.len + 1;
     if (wm_identity_check(out, why, sizeof(why)) < 0)
         return wm_fail(SMP_EPROTO, msg, cap, "%s: %s", what, why);
     return WM_OK;
@@ -577,18 +593,19 @@ static int wm_dec_digest(const ProtobufCBinaryData *b, uint8_t *out, const char 
     return WM_OK;
 }
 
-/* The bytes the group and manifest keys of m take in a decoder's key
- * storage, NULs included (what wm_dec_revision consumes). */
+/* The bytes the identity strings and the group and manifest keys of m take
+ * in a decoder's key storage, NULs included (what wm_dec_revision
+ * consumes). */
 static size_t wm_dec_keys_len(const Wmrec__Revision *m)
 {
     if (m == NULL) return 0;
-    return strlen(m->group_key ? m->group_key : wm_no_text) + 1 +
+    return wm_dec_id_len(m->identity) + strlen(m->group_key ? m->group_key : wm_no_text) + 1 +
            strlen(m->manifest_key ? m->manifest_key : wm_no_text) + 1;
 }
 
-/* Decode and check a revision into *out. Its keys are copied to *keys, which
- * is advanced past them (the caller sized the storage with
- * wm_dec_keys_len), and out's key pointers point there. */
+/* Decode and check a revision into *out. Its identity strings and keys are
+ * copied to *keys, which is advanced past them (the caller sized the
+ * storage with wm_dec_keys_len), and out's pointers point there. */
 static int wm_dec_revision(const Wmrec__Revision *m, wm_revision *out, char **keys, char *msg,
                            size_t cap)
 {
@@ -598,7 +615,7 @@ static int wm_dec_revision(const Wmrec__Revision *m, wm_revision *out, char **ke
 
     if (m == NULL) return wm_fail(SMP_EPROTO, msg, cap, "revision is missing");
     memset(&r, 0, sizeof(r));
-    if ((rc = wm_dec_identity(m->identity, &r.id, "revision", msg, cap)) < 0) return rc;
+    if ((rc = wm_dec_identity(m->identity, &r.id, keys, "revision", msg, cap)) < 0) return rc;
     if (m->policy == NULL) return wm_fail(SMP_EPROTO, msg, cap, "revision: policy is missing");
     if (wm_dec_enum(m->policy->preferred_residency, wm_residency_valid, &v) < 0)
         return wm_fail(SMP_EPROTO, msg, cap, "revision: preferred residency %" PRIu32 " is unknown",
@@ -657,7 +674,10 @@ static int wm_dec_revision(const Wmrec__Revision *m, wm_revision *out, char **ke
     return WM_OK;
 }
 
-static int wm_dec_operation(const Wmrec__Operation *m, wm_operation *out, char *msg, size_t cap)
+/* Decode and check an operation; its identity strings go to *strs (see
+ * wm_dec_identity). */
+static int wm_dec_operation(const Wmrec__Operation *m, wm_operation *out, char **strs, char *msg,
+                            size_t cap)
 {
     int rc, v;
     char why[256];
@@ -670,7 +690,8 @@ static int wm_dec_operation(const Wmrec__Operation *m, wm_operation *out, char *
         return wm_fail(SMP_EPROTO, msg, cap, "operation %" PRIu64 ": kind %" PRIu32 " is unknown",
                        m->id, m->kind);
     op.kind = (wm_op_kind)v;
-    if ((rc = wm_dec_identity(m->identity, &op.id_of, "operation", msg, cap)) < 0) return rc;
+    if ((rc = wm_dec_identity(m->identity, &op.id_of, strs, "operation", msg, cap)) < 0)
+        return rc;
     if (wm_dec_enum(m->target_residency, wm_residency_valid, &v) < 0)
         return wm_fail(SMP_EPROTO, msg, cap,
                        "operation %" PRIu64 ": target residency %" PRIu32 " is unknown", m->id,
@@ -744,7 +765,9 @@ free_summary:
     return rc;
 }
 
-static int wm_dec_lease(const Wmrec__Lease *m, wm_lease *out, char *msg, size_t cap)
+/* Decode and check a lease; its identity strings go to *strs (see
+ * wm_dec_identity). */
+static int wm_dec_lease(const Wmrec__Lease *m, wm_lease *out, char **strs, char *msg, size_t cap)
 {
     int rc;
     char why[256];
@@ -752,7 +775,7 @@ static int wm_dec_lease(const Wmrec__Lease *m, wm_lease *out, char *msg, size_t 
     if (m == NULL) return wm_fail(SMP_EPROTO, msg, cap, "lease is missing");
     memset(&l, 0, sizeof(l));
     l.id = m->id;
-    if ((rc = wm_dec_identity(m->identity, &l.id_of, "lease", msg, cap)) < 0) return rc;
+    if ((rc = wm_dec_identity(m->identity, &l.id_of, strs, "lease", msg, cap)) < 0) return rc;
     l.metadata_generation = m->metadata_generation;
     l.granted_ms = m->granted_ms;
     l.expiry_ms = m->expiry_ms;
@@ -761,7 +784,16 @@ static int wm_dec_lease(const Wmrec__Lease *m, wm_lease *out, char *msg, size_t 
     return WM_OK;
 }
 
-static int wm_dec_claim(const Wmrec__LineageClaim *m, wm_lineage_claim *out, char *msg, size_t cap)
+/* The bytes wm_dec_claim writes to its string storage. */
+static size_t wm_dec_claim_len(const Wmrec__LineageClaim *m)
+{
+    return m == NULL ? 0 : wm_dec_id_len(m->base_identity) + wm_dec_id_len(m->target_identity);
+}
+
+/* Decode and check a claim; its identities' strings go to *strs (see
+ * wm_dec_identity). */
+static int wm_dec_claim(const Wmrec__LineageClaim *m, wm_lineage_claim *out, char **strs,
+                        char *msg, size_t cap)
 {
     int rc, v;
     char why[256];
@@ -771,8 +803,9 @@ static int wm_dec_claim(const Wmrec__LineageClaim *m, wm_lineage_claim *out, cha
     if ((rc = wm_dec_text(m->request_id, c.request_id, sizeof(c.request_id), "claim request_id",
                           msg, cap)) < 0)
         return rc;
-    if ((rc = wm_dec_identity(m->base_identity, &c.base, "claim base", msg, cap)) < 0) return rc;
-    if ((rc = wm_dec_identity(m->target_identity, &c.target, "claim target", msg, cap)) < 0)
+    if ((rc = wm_dec_identity(m->base_identity, &c.base, strs, "claim base", msg, cap)) < 0)
+        return rc;
+    if ((rc = wm_dec_identity(m->target_identity, &c.target, strs, "claim target", msg, cap)) < 0)
         return rc;
     if (wm_dec_enum(m->mode, wm_upsert_mode_valid, &v) < 0)
         return wm_fail(SMP_EPROTO, msg, cap, "claim: mode %" PRIu32 " is unknown", m->mode);
@@ -804,6 +837,7 @@ void wm_metadata_delete_clear(wm_metadata_delete *d)
 {
     if (d == NULL) return;
     free(d->operation_ids);
+    free(d->strs);
     memset(d, 0, sizeof(*d));
 }
 
@@ -812,6 +846,7 @@ void wm_section_image_clear(wm_section_image *img)
     if (img == NULL) return;
     if (img->affinities != NULL)
         for (size_t i = 0; i < img->n_revisions; i++) wm_affinity_clear(wm_image_affinity(img, i));
+    free(img->strs);
     if (img->stride > 0) { /* placed: the storage is the caller's */
         free(img->operations);
         free(img->leases);
@@ -843,7 +878,11 @@ int wm_decode_metadata_upsert(const uint8_t *buf, size_t len, wm_metadata_upsert
     m = wmrec__metadata_upsert__unpack(NULL, len, buf);
     if (m == NULL) return wm_fail(SMP_EPROTO, msg, cap, "metadata upsert does not decode");
     memset(&u, 0, sizeof(u));
-    u.keys = malloc(wm_dec_keys_len(m->revision) + 1);
+    size_t keys_len = wm_dec_keys_len(m->revision) + 1;
+    for (size_t i = 0; i < m->n_operations; i++)
+        if (m->operations[i] != NULL) keys_len += wm_dec_id_len(m->operations[i]->identity);
+    if (m->lease != NULL) keys_len += wm_dec_id_len(m->lease->identity);
+    u.keys = malloc(keys_len);
     if (u.keys == NULL) {
         rc = SMP_ENOMEM;
         goto free_message;
@@ -857,7 +896,7 @@ int wm_decode_metadata_upsert(const uint8_t *buf, size_t len, wm_metadata_upsert
             goto free_message;
         }
         for (size_t i = 0; i < m->n_operations; i++) {
-            if ((rc = wm_dec_operation(m->operations[i], &u.operations[i], msg, cap)) < 0)
+            if ((rc = wm_dec_operation(m->operations[i], &u.operations[i], &keys, msg, cap)) < 0)
                 goto free_record;
             u.n_operations = i + 1;
         }
@@ -867,7 +906,7 @@ int wm_decode_metadata_upsert(const uint8_t *buf, size_t len, wm_metadata_upsert
         u.has_affinity = 1;
     }
     if (m->lease != NULL) {
-        if ((rc = wm_dec_lease(m->lease, &u.lease, msg, cap)) < 0) goto free_record;
+        if ((rc = wm_dec_lease(m->lease, &u.lease, &keys, msg, cap)) < 0) goto free_record;
         u.has_lease = 1;
     }
     if (wm_upsert_check(&u, why, sizeof(why)) < 0) {
@@ -896,13 +935,19 @@ int wm_decode_metadata_delete(const uint8_t *buf, size_t len, wm_metadata_delete
     m = wmrec__metadata_delete__unpack(NULL, len, buf);
     if (m == NULL) return wm_fail(SMP_EPROTO, msg, cap, "metadata delete does not decode");
     memset(&d, 0, sizeof(d));
-    if ((rc = wm_dec_identity(m->identity, &d.id, "metadata delete", msg, cap)) < 0)
+    d.strs = malloc(wm_dec_id_len(m->identity) + 1);
+    if (d.strs == NULL) {
+        rc = SMP_ENOMEM;
         goto free_message;
+    }
+    char *strs = d.strs;
+    if ((rc = wm_dec_identity(m->identity, &d.id, &strs, "metadata delete", msg, cap)) < 0)
+        goto free_record;
     d.metadata_generation = m->metadata_generation;
     if (m->reason > WM_ENUM_CEILING) {
         rc = wm_fail(SMP_EPROTO, msg, cap, "metadata delete: reason %" PRIu32 " is unknown",
                      m->reason);
-        goto free_message;
+        goto free_record;
     }
     v = (int)m->reason;
     d.reason = (wm_delete_reason)v;
@@ -910,48 +955,65 @@ int wm_decode_metadata_delete(const uint8_t *buf, size_t len, wm_metadata_delete
         d.operation_ids = malloc(m->n_operation_ids * sizeof(*d.operation_ids));
         if (d.operation_ids == NULL) {
             rc = SMP_ENOMEM;
-            goto free_message;
+            goto free_record;
         }
         memcpy(d.operation_ids, m->operation_ids, m->n_operation_ids * sizeof(*d.operation_ids));
         d.n_operation_ids = m->n_operation_ids;
     }
     if (wm_delete_check(&d, why, sizeof(why)) < 0) {
         rc = wm_fail(SMP_EPROTO, msg, cap, "metadata delete: %s", why);
-        wm_metadata_delete_clear(&d);
-        goto free_message;
+        goto free_record;
     }
     *out = d;
     rc = WM_OK;
+    goto free_message;
+free_record:
+    wm_metadata_delete_clear(&d);
 free_message:
     wmrec__metadata_delete__free_unpacked(m, NULL);
     return rc;
 }
 
-int wm_decode_lease_upsert(const uint8_t *buf, size_t len, wm_lease *out, char *msg, size_t cap)
+int wm_decode_lease_upsert(const uint8_t *buf, size_t len, wm_lease *out, wm_identity_buf *ids,
+                           char *msg, size_t cap)
 {
     int rc;
     wm_lease l;
     Wmrec__LeaseUpsert *m;
-    if (out == NULL || (buf == NULL && len > 0)) return WM_EINVALID_ARGUMENT;
+    if (out == NULL || ids == NULL || (buf == NULL && len > 0)) return WM_EINVALID_ARGUMENT;
     m = wmrec__lease_upsert__unpack(NULL, len, buf);
     if (m == NULL) return wm_fail(SMP_EPROTO, msg, cap, "lease upsert does not decode");
-    if ((rc = wm_dec_lease(m->lease, &l, msg, cap)) == WM_OK) *out = l;
+    char *tmp = malloc((m->lease != NULL ? wm_dec_id_len(m->lease->identity) : 0) + 1);
+    char *strs = tmp;
+    if (tmp == NULL) {
+        rc = SMP_ENOMEM;
+    } else if ((rc = wm_dec_lease(m->lease, &l, &strs, msg, cap)) == WM_OK) {
+        wm_identity_buf_set(ids, &l.id_of);
+        l.id_of = ids->id;
+        *out = l;
+    }
+    free(tmp);
     wmrec__lease_upsert__free_unpacked(m, NULL);
     return rc;
 }
 
-int wm_decode_lease_delete(const uint8_t *buf, size_t len, wm_lease_delete *out, char *msg,
-                           size_t cap)
+int wm_decode_lease_delete(const uint8_t *buf, size_t len, wm_lease_delete *out,
+                           wm_identity_buf *ids, char *msg, size_t cap)
 {
     int rc;
     wm_lease_delete d;
+    char *tmp = NULL, *strs;
     Wmrec__LeaseDelete *m;
-    if (out == NULL || (buf == NULL && len > 0)) return WM_EINVALID_ARGUMENT;
+    if (out == NULL || ids == NULL || (buf == NULL && len > 0)) return WM_EINVALID_ARGUMENT;
     m = wmrec__lease_delete__unpack(NULL, len, buf);
     if (m == NULL) return wm_fail(SMP_EPROTO, msg, cap, "lease delete does not decode");
     memset(&d, 0, sizeof(d));
     d.lease_id = m->lease_id;
-    if ((rc = wm_dec_identity(m->identity, &d.id_of, "lease delete", msg, cap)) < 0)
+    if ((strs = tmp = malloc(wm_dec_id_len(m->identity) + 1)) == NULL) {
+        rc = SMP_ENOMEM;
+        goto free_message;
+    }
+    if ((rc = wm_dec_identity(m->identity, &d.id_of, &strs, "lease delete", msg, cap)) < 0)
         goto free_message;
     if (m->lease_id == 0 || m->reason > WM_ENUM_CEILING || !wm_lease_end_valid((int)m->reason)) {
         rc = wm_fail(SMP_EPROTO, msg, cap, "lease delete: lease id %" PRIu64 " or reason %" PRIu32
@@ -959,28 +1021,46 @@ int wm_decode_lease_delete(const uint8_t *buf, size_t len, wm_lease_delete *out,
         goto free_message;
     }
     d.reason = (wm_lease_end)m->reason;
+    wm_identity_buf_set(ids, &d.id_of);
+    d.id_of = ids->id;
     *out = d;
 free_message:
+    free(tmp);
     wmrec__lease_delete__free_unpacked(m, NULL);
     return rc;
 }
 
-int wm_decode_lineage_claim(const uint8_t *buf, size_t len, wm_lineage_claim *out, char *msg,
-                            size_t cap)
+int wm_decode_lineage_claim(const uint8_t *buf, size_t len, wm_lineage_claim *out,
+                            wm_identity_buf *ids, char *msg, size_t cap)
 {
     int rc;
     wm_lineage_claim c;
     Wmrec__LineageClaim *m;
-    if (out == NULL || (buf == NULL && len > 0)) return WM_EINVALID_ARGUMENT;
+    if (out == NULL || ids == NULL || (buf == NULL && len > 0)) return WM_EINVALID_ARGUMENT;
     m = wmrec__lineage_claim__unpack(NULL, len, buf);
     if (m == NULL) return wm_fail(SMP_EPROTO, msg, cap, "lineage claim does not decode");
-    if ((rc = wm_dec_claim(m, &c, msg, cap)) == WM_OK) *out = c;
+    char *tmp = malloc(wm_dec_claim_len(m) + 1), *strs = tmp;
+    if (tmp == NULL)
+        rc = SMP_ENOMEM;
+    else if ((rc = wm_dec_claim(m, &c, &strs, msg, cap)) == WM_OK) {
+        /* wm_claim_check passed: base and target are one lineage. */
+        wm_identity_buf_set(ids, &c.base);
+        c.base = ids->id;
+        uint64_t tgen = c.target.weight_generation;
+        c.target = ids->id;
+        c.target.weight_generation = tgen;
+        *out = c;
+    }
+    free(tmp);
     wmrec__lineage_claim__free_unpacked(m, NULL);
     return rc;
 }
 
-static int wm_dec_lineage_entry(const Wmrec__LineageEntry *m, wm_lineage_entry *out, char *msg,
-                                size_t cap)
+/* Decode a lineage entry; its claim's strings go to *strs (see
+ * wm_dec_identity) until the table is checked and the claim bound to the
+ * entry (wm_lineage_entry_bind). */
+static int wm_dec_lineage_entry(const Wmrec__LineageEntry *m, wm_lineage_entry *out, char **strs,
+                                char *msg, size_t cap)
 {
     int rc;
     char why[256];
@@ -996,7 +1076,7 @@ static int wm_dec_lineage_entry(const Wmrec__LineageEntry *m, wm_lineage_entry *
         return wm_fail(SMP_EPROTO, msg, cap, "lineage: %s", why);
     out->committed_watermark = m->committed_watermark;
     if (m->claim != NULL) {
-        if ((rc = wm_dec_claim(m->claim, &out->claim, msg, cap)) < 0) return rc;
+        if ((rc = wm_dec_claim(m->claim, &out->claim, strs, msg, cap)) < 0) return rc;
         out->has_claim = 1;
     }
     return WM_OK;
@@ -1060,9 +1140,17 @@ int wm_decode_section_placed(const uint8_t *buf, size_t len, const wm_section_pl
     img.operations = calloc(m->n_operations + 1, sizeof(*img.operations));
     img.leases = calloc(m->n_leases + 1, sizeof(*img.leases));
     img.lineages = calloc(m->n_lineages + 1, sizeof(*img.lineages));
-    char *keys = img.keys;
+    size_t strs_len = 1;
+    for (size_t i = 0; i < m->n_operations; i++)
+        if (m->operations[i] != NULL) strs_len += wm_dec_id_len(m->operations[i]->identity);
+    for (size_t i = 0; i < m->n_leases; i++)
+        if (m->leases[i] != NULL) strs_len += wm_dec_id_len(m->leases[i]->identity);
+    for (size_t i = 0; i < m->n_lineages; i++)
+        if (m->lineages[i] != NULL) strs_len += wm_dec_claim_len(m->lineages[i]->claim);
+    img.strs = malloc(strs_len);
+    char *keys = img.keys, *strs = img.strs;
     if (img.revisions == NULL || img.affinities == NULL || img.operations == NULL ||
-        img.leases == NULL || img.lineages == NULL || img.keys == NULL) {
+        img.leases == NULL || img.lineages == NULL || img.keys == NULL || img.strs == NULL) {
         rc = SMP_ENOMEM;
         goto free_image;
     }
@@ -1081,16 +1169,17 @@ int wm_decode_section_placed(const uint8_t *buf, size_t len, const wm_section_pl
             goto free_image;
     }
     for (size_t i = 0; i < m->n_operations; i++) {
-        if ((rc = wm_dec_operation(m->operations[i], &img.operations[i], msg, cap)) < 0)
+        if ((rc = wm_dec_operation(m->operations[i], &img.operations[i], &strs, msg, cap)) < 0)
             goto free_image;
         img.n_operations = i + 1;
     }
     for (size_t i = 0; i < m->n_leases; i++) {
-        if ((rc = wm_dec_lease(m->leases[i], &img.leases[i], msg, cap)) < 0) goto free_image;
+        if ((rc = wm_dec_lease(m->leases[i], &img.leases[i], &strs, msg, cap)) < 0)
+            goto free_image;
         img.n_leases = i + 1;
     }
     for (size_t i = 0; i < m->n_lineages; i++) {
-        if ((rc = wm_dec_lineage_entry(m->lineages[i], &img.lineages[i], msg, cap)) < 0)
+        if ((rc = wm_dec_lineage_entry(m->lineages[i], &img.lineages[i], &strs, msg, cap)) < 0)
             goto free_image;
         img.n_lineages = i + 1;
     }
@@ -1101,6 +1190,8 @@ int wm_decode_section_placed(const uint8_t *buf, size_t len, const wm_section_pl
                                              WM_SECTION_NAME, why);
         goto free_image;
     }
+    /* Checked: each claim is of its entry's lineage, which it now borrows. */
+    for (size_t i = 0; i < img.n_lineages; i++) wm_lineage_entry_bind(&img.lineages[i]);
     *out = img;
     wm_arena_free_unpacked(&arena, &m->base);
     wm_arena_fini(&arena);

@@ -28,8 +28,9 @@ typedef struct wm_metadata_upsert {
      * fenced on the revision's metadata generation in this record. */
     int has_lease;
     wm_lease lease;
-    /* Appended (issue 20): when decoded, the storage revision.group_key and
-     * revision.manifest_key point into (owned; NULL otherwise). */
+    /* Appended (issue 20): when decoded, the storage revision.group_key,
+     * revision.manifest_key and the strings of every identity of the record
+     * point into (owned; NULL otherwise). */
     char *keys;
 } wm_metadata_upsert;
 
@@ -40,6 +41,9 @@ typedef struct wm_metadata_delete {
     wm_delete_reason reason;
     uint64_t *operation_ids;  /* owned when decoded */
     size_t n_operation_ids;
+    /* Appended (issue 20): when decoded, the storage id's strings point
+     * into (owned; NULL otherwise). */
+    char *strs;
 } wm_metadata_delete;
 
 /* Type 11: a lease ends. */
@@ -64,8 +68,8 @@ typedef struct wm_section_image {
     size_t n_lineages;
     uint64_t next_operation_id;
     uint64_t next_lease_id;
-    /* When decoded, the storage every revision's group_key and manifest_key
-     * point into (owned; NULL otherwise). */
+    /* When decoded, the storage every revision's identity strings,
+     * group_key and manifest_key point into (owned; NULL otherwise). */
     char *keys;
     /* When decoded, revisions is a wm_bulk mapping of this many bytes
      * (wm_bulk.h); 0: malloc'ed (or not owned). */
@@ -76,6 +80,10 @@ typedef struct wm_section_image {
      * which the image does not own (nor keys). Read them through
      * wm_image_revision and wm_image_affinity. */
     size_t stride;
+    /* When decoded, the storage the identity strings of the operations and
+     * leases point into (owned; NULL otherwise). Lineage claims borrow their
+     * entry's lineage (wm_lineage_entry_bind). */
+    char *strs;
 } wm_section_image;
 
 /* The i-th revision of img (i < n_revisions). */
@@ -143,12 +151,15 @@ int wm_decode_metadata_upsert(const uint8_t *buf, size_t len, wm_metadata_upsert
                               char *msg, size_t cap);
 int wm_decode_metadata_delete(const uint8_t *buf, size_t len, wm_metadata_delete *out,
                               char *msg, size_t cap);
+/* The next three copy the record's identity strings into *ids, which must
+ * outlive every use of *out (a claim's base and target, one lineage, share
+ * them). */
 int wm_decode_lease_upsert(const uint8_t *buf, size_t len, wm_lease *out,
-                           char *msg, size_t cap);
+                           wm_identity_buf *ids, char *msg, size_t cap);
 int wm_decode_lease_delete(const uint8_t *buf, size_t len, wm_lease_delete *out,
-                           char *msg, size_t cap);
+                           wm_identity_buf *ids, char *msg, size_t cap);
 int wm_decode_lineage_claim(const uint8_t *buf, size_t len, wm_lineage_claim *out,
-                            char *msg, size_t cap);
+                            wm_identity_buf *ids, char *msg, size_t cap);
 int wm_decode_section(const uint8_t *buf, size_t len, wm_section_image *out,
                       char *msg, size_t cap);
 /* wm_decode_section with the revisions and their affinity summaries decoded

@@ -153,8 +153,9 @@ static int wm_import_vleases(wm_plugin *p, const uint8_t *b, size_t len, char *w
         }
         size_t l = (size_t)get_le(b + off, 4);
         wm_lease lease;
+        wm_identity_buf ids;
         char msg[256];
-        if (wm_decode_lease_upsert(b + off + 4, l, &lease, msg, sizeof(msg)) < 0) {
+        if (wm_decode_lease_upsert(b + off + 4, l, &lease, &ids, msg, sizeof(msg)) < 0) {
             snprintf(why, cap, "handoff: volatile lease %" PRIu64 ": %s", i, msg);
             return SMP_EPROTO;
         }

@@ -107,6 +107,7 @@ int wm_text_check(const char *s, size_t len)
  * terminator at all when it came from an unchecked source. */
 static int wm_field_check(const char *field, const char *name, char *msg, size_t cap)
 {
+    if (field == NULL) return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "%s is missing", name);
     size_t len = strnlen(field, WM_ID_COMPONENT_MAX + 1);
     if (len == 0) return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "%s is empty", name);
     if (len > WM_ID_COMPONENT_MAX)
@@ -179,45 +180,108 @@ static int wm_field_set(char *dst, const char *src)
     return WM_OK;
 }
 
-int wm_identity_set(wm_identity *out,
+/* Point b->id's strings at b's own buffers. */
+static void wm_identity_buf_bind(wm_identity_buf *b)
+{
+    b->id.tenant_id = b->s[0];
+    b->id.ns = b->s[1];
+    b->id.resource_id = b->s[2];
+    b->id.revision = b->s[3];
+}
+
+int wm_identity_set(wm_identity_buf *out,
                     const char *tenant_id,
                     const char *ns,
                     const char *resource_id,
                     const char *revision,
                     uint64_t weight_generation)
 {
-    wm_identity id;
-    memset(&id, 0, sizeof(id));
-    if (wm_field_set(id.tenant_id, tenant_id) < 0 || wm_field_set(id.ns, ns) < 0 ||
-        wm_field_set(id.resource_id, resource_id) < 0 || wm_field_set(id.revision, revision) < 0)
+    wm_identity_buf b;
+    if (out == NULL || wm_field_set(b.s[0], tenant_id) < 0 || wm_field_set(b.s[1], ns) < 0 ||
+        wm_field_set(b.s[2], resource_id) < 0 || wm_field_set(b.s[3], revision) < 0)
         return WM_EINVALID_ARGUMENT;
-    id.weight_generation = weight_generation;
-    if (wm_identity_check(&id, NULL, 0) < 0) return WM_EINVALID_ARGUMENT;
-    *out = id;
+    wm_identity_buf_bind(&b);
+    b.id.weight_generation = weight_generation;
+    if (wm_identity_check(&b.id, NULL, 0) < 0) return WM_EINVALID_ARGUMENT;
+    wm_identity_buf_set(out, &b.id);
     return WM_OK;
+}
+
+/* Copy src (NULL: empty) into dst of WM_ID_COMPONENT_MAX + 1 bytes, cut.
+ * src may be dst itself. */
+static void wm_component_copy(char *dst, const char *src)
+{
+    size_t len = src != NULL ? strnlen(src, WM_ID_COMPONENT_MAX) : 0;
+    if (len > 0) memmove(dst, src, len);
+    dst[len] = '\0';
+}
+
+void wm_identity_buf_set(wm_identity_buf *b, const wm_identity *id)
+{
+    uint64_t gen = id->weight_generation;
+    const char *src[4] = {id->tenant_id, id->ns, id->resource_id, id->revision};
+    for (int i = 0; i < 4; i++) wm_component_copy(b->s[i], src[i]);
+    wm_identity_buf_bind(b);
+    b->id.weight_generation = gen;
+}
+
+size_t wm_identity_packed_len(const wm_identity *id)
+{
+    const char *src[4] = {id->tenant_id, id->ns, id->resource_id, id->revision};
+    size_t n = 0;
+    for (int i = 0; i < 4; i++) n += (src[i] != NULL ? strlen(src[i]) : 0) + 1;
+    return n;
+}
+
+char *wm_identity_pack(const wm_identity *id, char *dst, wm_identity *out)
+{
+    const char *src[4] = {id->tenant_id, id->ns, id->resource_id, id->revision};
+    const char *at[4];
+    uint64_t gen = id->weight_generation;
+    for (int i = 0; i < 4; i++) {
+        size_t len = src[i] != NULL ? strlen(src[i]) : 0;
+        if (len > 0) memmove(dst, src[i], len);
+        dst[len] = '\0';
+        at[i] = dst;
+        dst += len + 1;
+    }
+    out->tenant_id = at[0];
+    out->ns = at[1];
+    out->resource_id = at[2];
+    out->revision = at[3];
+    out->weight_generation = gen;
+    return dst;
 }
 
 void wm_identity_lineage(const wm_identity *id, wm_lineage *out)
 {
-    memcpy(out->tenant_id, id->tenant_id, sizeof(out->tenant_id));
-    memcpy(out->ns, id->ns, sizeof(out->ns));
-    memcpy(out->resource_id, id->resource_id, sizeof(out->resource_id));
-    memcpy(out->revision, id->revision, sizeof(out->revision));
+    wm_component_copy(out->tenant_id, id->tenant_id);
+    wm_component_copy(out->ns, id->ns);
+    wm_component_copy(out->resource_id, id->resource_id);
+    wm_component_copy(out->revision, id->revision);
 }
 
 void wm_lineage_identity(const wm_lineage *lin, uint64_t generation, wm_identity *out)
 {
-    memcpy(out->tenant_id, lin->tenant_id, sizeof(out->tenant_id));
-    memcpy(out->ns, lin->ns, sizeof(out->ns));
-    memcpy(out->resource_id, lin->resource_id, sizeof(out->resource_id));
-    memcpy(out->revision, lin->revision, sizeof(out->revision));
+    out->tenant_id = lin->tenant_id;
+    out->ns = lin->ns;
+    out->resource_id = lin->resource_id;
+    out->revision = lin->revision;
     out->weight_generation = generation;
+}
+
+void wm_lineage_entry_bind(wm_lineage_entry *e)
+{
+    if (!e->has_claim) return;
+    wm_lineage_identity(&e->lineage, e->claim.base.weight_generation, &e->claim.base);
+    wm_lineage_identity(&e->lineage, e->claim.target.weight_generation, &e->claim.target);
 }
 
 static int wm_strings_cmp(const char *const a[4], const char *const b[4])
 {
     for (int i = 0; i < 4; i++) {
-        int c = strncmp(a[i], b[i], WM_ID_COMPONENT_MAX + 1);
+        int c = strncmp(a[i] != NULL ? a[i] : "", b[i] != NULL ? b[i] : "",
+                        WM_ID_COMPONENT_MAX + 1);
         if (c != 0) return c < 0 ? -1 : 1;
     }
     return 0;
@@ -243,9 +307,9 @@ int wm_identity_cmp(const wm_identity *a, const wm_identity *b)
 
 int wm_identity_in_lineage(const wm_identity *id, const wm_lineage *lin)
 {
-    wm_lineage l;
-    wm_identity_lineage(id, &l);
-    return wm_lineage_cmp(&l, lin) == 0;
+    const char *const sa[4] = {id->tenant_id, id->ns, id->resource_id, id->revision};
+    const char *const sb[4] = {lin->tenant_id, lin->ns, lin->resource_id, lin->revision};
+    return wm_strings_cmp(sa, sb) == 0;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -399,12 +463,11 @@ static int wm_take_component(const char *s, size_t len, char *dst)
     return WM_OK;
 }
 
-int wm_key_parse(const char *key, wm_identity *out, wm_key_kind *kind, uint64_t *out_n)
+int wm_key_parse(const char *key, wm_identity_buf *out, wm_key_kind *kind, uint64_t *out_n)
 {
     const char *part[8];
     size_t plen[8];
     size_t nparts = 0;
-    wm_identity id;
     uint64_t n = 0;
     wm_key_kind k;
 
@@ -433,15 +496,14 @@ int wm_key_parse(const char *key, wm_identity *out, wm_key_kind *kind, uint64_t 
     } else {
         return WM_EINVALID_ARGUMENT;
     }
-    memset(&id, 0, sizeof(id));
-    if (wm_take_component(part[1], plen[1], id.tenant_id) < 0 ||
-        wm_take_component(part[2], plen[2], id.ns) < 0 ||
-        wm_take_component(part[3], plen[3], id.resource_id) < 0 ||
-        wm_take_component(part[4], plen[4], id.revision) < 0 ||
-        wm_parse_u64(part[5], plen[5], &id.weight_generation) < 0)
+    if (wm_take_component(part[1], plen[1], out->s[0]) < 0 ||
+        wm_take_component(part[2], plen[2], out->s[1]) < 0 ||
+        wm_take_component(part[3], plen[3], out->s[2]) < 0 ||
+        wm_take_component(part[4], plen[4], out->s[3]) < 0 ||
+        wm_parse_u64(part[5], plen[5], &out->id.weight_generation) < 0)
         return WM_EINVALID_ARGUMENT;
-    if (wm_identity_check(&id, NULL, 0) < 0) return WM_EINVALID_ARGUMENT;
-    *out = id;
+    wm_identity_buf_bind(out);
+    if (wm_identity_check(&out->id, NULL, 0) < 0) return WM_EINVALID_ARGUMENT;
     *kind = k;
     if (out_n != NULL) *out_n = n;
     return WM_OK;
@@ -762,10 +824,10 @@ int wm_affinity_check(const wm_affinity *a, const wm_revision *rev, char *msg, s
     for (size_t i = 0; i < a->n_units; i++) {
         for (size_t j = 0; j < a->units[i].n_members; j++) {
             const char *m = a->units[i].members[j];
-            wm_identity mid;
+            wm_identity_buf mid;
             wm_key_kind kind;
             if (m == NULL || wm_key_parse(m, &mid, &kind, NULL) < 0 || kind != WM_KEY_PAYLOAD ||
-                wm_identity_cmp(&mid, &rev->id) != 0) {
+                wm_identity_cmp(&mid.id, &rev->id) != 0) {
                 rc = wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
                              "affinity unit %zu member %zu is not a payload key of the revision",
                              i, j);

@@ -54,6 +54,8 @@ struct wm_txn {
     void *applied_arg;
     wm_txn *next;                /* pending list */
     wm_rev_keys keys;            /* UPSERT: up.revision's keys once appended */
+    char *strs;                  /* owned: the strings of the record's identities
+                                  * once appended (wm_txn_own_ids) */
 };
 
 #define WM_DECODE(var, type, fn, p, call, body, len)                                     \
@@ -83,6 +85,12 @@ typedef struct wm_pb_op {
 void wm_txn_free(wm_txn *t);
 /* A zeroed record of `kind` for the revision of group_key; NULL on OOM. */
 wm_txn *wm_txn_new(wm_plugin *p, wm_txn_kind kind, const char *group_key);
+/* Copy the strings of every identity t's record names into storage t owns
+ * (t->strs), so the record outlives the revision, lease or caller's buffer
+ * they were borrowed from. The append does it; a record held before its
+ * append (an import begin waits for its group flag) does it first.
+ * SMP_ENOMEM (t unchanged). */
+int wm_txn_own_ids(wm_txn *t);
 /* Take t off the pending list (it stays the caller's). */
 void wm_pending_remove(wm_plugin *p, wm_txn *t);
 /* Append t for a waiting call with the reply of kind `reply`; on failure the
@@ -124,11 +132,11 @@ const char *wm_id_text(const wm_identity *id, char *buf, size_t cap);
 /* The checked identity of a request into *id: 1, or 0 with INVALID_ARGUMENT
  * answered. */
 int wm_identity_in(wm_plugin *p, smp_rpc_call *call, const Wmrpc__WeightIdentity *pid,
-                   wm_identity *id);
+                   wm_identity_buf *id);
 /* The revision of a request, or NULL with NOT_FOUND / INVALID_ARGUMENT
  * answered. */
 const wm_revision *wm_lookup(wm_plugin *p, smp_rpc_call *call, const Wmrpc__WeightIdentity *pid,
-                             wm_identity *id);
+                             wm_identity_buf *id);
 /* The host's wall clock, never below rev's updated_ms (rev may be NULL). */
 uint64_t wm_now(wm_plugin *p, const wm_revision *rev);
 /* 1 when no record of rev is in flight, else 0 with BUSY answered. */
@@ -139,7 +147,7 @@ int wm_check_cas(wm_plugin *p, smp_rpc_call *call, const wm_revision *rev, uint6
 /* wm_lookup then wm_check_cas: the revision, or NULL with the refusal
  * answered. */
 const wm_revision *wm_lookup_cas(wm_plugin *p, smp_rpc_call *call,
-                                 const Wmrpc__WeightIdentity *pid, wm_identity *id,
+                                 const Wmrpc__WeightIdentity *pid, wm_identity_buf *id,
                                  uint64_t expected);
 /* wm_check_idle then wm_check_cas. */
 int wm_check_fence(wm_plugin *p, smp_rpc_call *call, const wm_revision *rev, uint64_t expected);

@@ -56,17 +56,17 @@ int wm_rpc_import_begin(void *plugin, smp_rpc_call *call, const uint8_t *body, s
     wm_plugin *p = plugin;
     char msg[512];
     int rc;
-    wm_identity id;
+    wm_identity_buf idb;
     wm_policy pol;
     WM_DECODE(req, Wmrpc__ImportBeginRequest, wmrpc__import_begin_request__unpack, p, call, body,
               len);
 
-    if (!wm_identity_in(p, call, req->identity, &id)) goto free_req;
-    if (wm_policy_from_pb(p, req->policy, wm_lineage_base_policy(p, &id), &pol, msg, sizeof(msg)) < 0) {
+    if (!wm_identity_in(p, call, req->identity, &idb)) goto free_req;
+    if (wm_policy_from_pb(p, req->policy, wm_lineage_base_policy(p, &idb.id), &pol, msg, sizeof(msg)) < 0) {
         wm_reply_error(p, call, WM_EINVALID_ARGUMENT, "invalid policy: %s", msg);
         goto free_req;
     }
-    const wm_revision *rev = wm_store_get(p->store, &id);
+    const wm_revision *rev = wm_store_get(p->store, &idb.id);
     if (rev != NULL) {
         if (rev->availability == WM_AVAIL_IMPORTING && !wm_pending_metadata(p, rev->group_key))
             wm_reply_begin(p, call, rev);
@@ -80,18 +80,23 @@ int wm_rpc_import_begin(void *plugin, smp_rpc_call *call, const uint8_t *body, s
         goto free_req;
     }
 
-    if ((rc = wm_lineage_import_check(p, &id, msg, sizeof(msg))) < 0) {
+    if ((rc = wm_lineage_import_check(p, &idb.id, msg, sizeof(msg))) < 0) {
         wm_reply_error(p, call, rc, "%s", msg);
         goto free_req;
     }
-    if (!wm_tenant_admit_revision(p, call, id.tenant_id)) goto free_req;
+    if (!wm_tenant_admit_revision(p, call, idb.id.tenant_id)) goto free_req;
     wm_txn *t = wm_txn_new(p, WM_TXN_UPSERT, "");
     if (t == NULL) {
         wm_reply_error(p, call, SMP_ENOMEM, "out of memory");
         goto free_req;
     }
     wm_revision *r = &t->up.revision;
-    r->id = id;
+    r->id = idb.id;
+    if (wm_txn_own_ids(t) < 0) { /* it is appended after the group flag, later */
+        wm_txn_free(t);
+        wm_reply_error(p, call, SMP_ENOMEM, "out of memory");
+        goto free_req;
+    }
     r->policy = pol;
     r->availability = WM_AVAIL_IMPORTING;
     r->residency = WM_RES_UNKNOWN;
@@ -285,11 +290,11 @@ static int wm_commit_validate(wm_plugin *p, const Wmrpc__ImportCommitRequest *re
             manifest_seen = 1;
             continue;
         }
-        wm_identity mid;
+        wm_identity_buf mid;
         wm_key_kind kind;
         uint64_t n = 0;
         if (wm_key_parse(m->key, &mid, &kind, &n) < 0 || kind != WM_KEY_PAYLOAD ||
-            wm_identity_cmp(&mid, &r->id) != 0 || n >= count) {
+            wm_identity_cmp(&mid.id, &r->id) != 0 || n >= count) {
             snprintf(msg, cap, "extra object %.200s in group %.200s (not the manifest nor payload 0..%" PRIu64 ")",
                      m->key, r->group_key, count - 1);
             rc = WM_EINVALID_ARGUMENT;
@@ -364,12 +369,12 @@ static int wm_commit_validate(wm_plugin *p, const Wmrpc__ImportCommitRequest *re
         out->n_members = in->n_members;
         out->logical_bytes = in->logical_bytes;
         for (size_t j = 0; j < in->n_members; j++) {
-            wm_identity mid;
+            wm_identity_buf mid;
             wm_key_kind kind;
             uint64_t n = 0;
             const char *mk = in->members[j] ? in->members[j] : "";
             if (wm_key_parse(mk, &mid, &kind, &n) < 0 || kind != WM_KEY_PAYLOAD ||
-                wm_identity_cmp(&mid, &r->id) != 0 || n >= count) {
+                wm_identity_cmp(&mid.id, &r->id) != 0 || n >= count) {
                 snprintf(msg, cap, "affinity unit %zu member \"%.200s\" is not a payload of the revision", u,
                          mk);
                 rc = WM_EINVALID_ARGUMENT;
@@ -430,10 +435,10 @@ int wm_rpc_import_commit(void *plugin, smp_rpc_call *call, const uint8_t *body, 
     wm_plugin *p = plugin;
     char msg[768];
     int rc;
-    wm_identity id;
+    wm_identity_buf idb;
     WM_DECODE(req, Wmrpc__ImportCommitRequest, wmrpc__import_commit_request__unpack, p, call, body,
               len);
-    const wm_revision *rev = wm_lookup(p, call, req->identity, &id);
+    const wm_revision *rev = wm_lookup(p, call, req->identity, &idb);
     if (rev == NULL) goto free_req;
     if (rev->availability != WM_AVAIL_IMPORTING) {
         if ((rev->availability == WM_AVAIL_READY || rev->availability == WM_AVAIL_DEGRADED) &&
@@ -547,6 +552,11 @@ int wm_import_abort_start(wm_plugin *p, const wm_revision *rev, smp_rpc_call *ca
         return SMP_ENOMEM;
     }
     t->del.id = rev->id;
+    if (wm_txn_own_ids(t) < 0) { /* it is appended after the group flag, later */
+        wm_txn_free(t);
+        if (call != NULL) wm_reply_error(p, call, SMP_ENOMEM, "out of memory");
+        return SMP_ENOMEM;
+    }
     t->del.metadata_generation = rev->metadata_generation;
     t->del.reason = WM_DEL_IMPORT_ABORTED;
     t->call = call;
@@ -575,9 +585,9 @@ int wm_rpc_import_abort(void *plugin, smp_rpc_call *call, const uint8_t *body, s
     wm_plugin *p = plugin;
     char msg[512];
     int rc;
-    wm_identity id;
+    wm_identity_buf idb;
     WM_DECODE(req, Wmrpc__IdentityRequest, wmrpc__identity_request__unpack, p, call, body, len);
-    const wm_revision *rev = wm_lookup(p, call, req->identity, &id);
+    const wm_revision *rev = wm_lookup(p, call, req->identity, &idb);
     if (rev == NULL) goto free_req;
     if (rev->availability == WM_AVAIL_DELETING || rev->availability == WM_AVAIL_DELETED) {
         wm_reply_metadata(p, call, rev);
@@ -588,7 +598,7 @@ int wm_rpc_import_abort(void *plugin, smp_rpc_call *call, const uint8_t *body, s
                        rev->group_key, wm_availability_name((int)rev->availability));
         goto free_req;
     }
-    if ((rc = wm_lineage_abort_check(p, &id, msg, sizeof(msg))) < 0) {
+    if ((rc = wm_lineage_abort_check(p, &idb.id, msg, sizeof(msg))) < 0) {
         wm_reply_error(p, call, rc, "%s", msg);
         goto free_req;
     }

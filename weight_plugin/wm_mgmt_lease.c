@@ -57,6 +57,7 @@ static wm_vlease *wm_vlease_find(wm_plugin *p, uint64_t lease_id)
 static void wm_vlease_drop(wm_plugin *p, wm_vlease *v)
 {
     size_t i = (size_t)(v - p->vleases);
+    free(v->strs);
     memmove(v, v + 1, (p->n_vleases - i - 1) * sizeof(*v));
     p->n_vleases--;
 }
@@ -77,8 +78,12 @@ int wm_vlease_add(wm_plugin *p, const wm_lease *l, const char *group_key)
         p->vleases = v;
         p->cap_vleases = cap;
     }
+    char *strs = malloc(wm_identity_packed_len(&l->id_of));
+    if (strs == NULL) return SMP_ENOMEM;
     wm_vlease *v = &p->vleases[p->n_vleases++];
     v->lease = *l;
+    v->strs = strs;
+    wm_identity_pack(&l->id_of, strs, &v->lease.id_of);
     snprintf(v->group_key, sizeof(v->group_key), "%s", group_key);
     return SMP_OK;
 }
@@ -129,6 +134,7 @@ void wm_vleases_tick(wm_plugin *p)
 
 void wm_vleases_free(wm_plugin *p)
 {
+    for (size_t i = 0; i < p->n_vleases; i++) free(p->vleases[i].strs);
     free(p->vleases);
     p->vleases = NULL;
     p->n_vleases = p->cap_vleases = 0;
@@ -149,10 +155,10 @@ int wm_rpc_lease_acquire(void *plugin, smp_rpc_call *call, const uint8_t *body, 
 {
     wm_plugin *p = plugin;
     char msg[512];
-    wm_identity id;
+    wm_identity_buf idb;
     uint64_t ttl;
     WM_DECODE(req, Wmrpc__LeaseRequest, wmrpc__lease_request__unpack, p, call, body, len);
-    const wm_revision *rev = wm_lookup(p, call, req->identity, &id);
+    const wm_revision *rev = wm_lookup(p, call, req->identity, &idb);
     if (rev == NULL) goto free_req;
     if (wm_ttl(req, &ttl, msg, sizeof(msg)) < 0) {
         wm_reply_error(p, call, WM_EINVALID_ARGUMENT, "%s", msg);
@@ -234,10 +240,10 @@ int wm_rpc_lease_renew(void *plugin, smp_rpc_call *call, const uint8_t *body, si
 {
     wm_plugin *p = plugin;
     char msg[512];
-    wm_identity id;
+    wm_identity_buf idb;
     uint64_t ttl;
     WM_DECODE(req, Wmrpc__LeaseRequest, wmrpc__lease_request__unpack, p, call, body, len);
-    if (!wm_identity_in(p, call, req->identity, &id)) goto free_req;
+    if (!wm_identity_in(p, call, req->identity, &idb)) goto free_req;
     if (wm_ttl(req, &ttl, msg, sizeof(msg)) < 0) {
         wm_reply_error(p, call, WM_EINVALID_ARGUMENT, "%s", msg);
         goto free_req;
@@ -246,7 +252,7 @@ int wm_rpc_lease_renew(void *plugin, smp_rpc_call *call, const uint8_t *body, si
     const wm_lease *l = wm_store_lease(p->store, req->lease_id);
     wm_vlease *v = l == NULL ? wm_vlease_find(p, req->lease_id) : NULL;
     if (v != NULL) l = &v->lease;
-    if (l == NULL || wm_identity_cmp(&l->id_of, &id) != 0 || l->expiry_ms <= now ||
+    if (l == NULL || wm_identity_cmp(&l->id_of, &idb.id) != 0 || l->expiry_ms <= now ||
         wm_pending_lease_end(p, l->id)) {
         wm_reply_error(p, call, WM_ELEASE_EXPIRED, "lease %" PRIu64 " is expired or unknown",
                        req->lease_id);
@@ -259,7 +265,7 @@ int wm_rpc_lease_renew(void *plugin, smp_rpc_call *call, const uint8_t *body, si
                        req->lease_id, l->metadata_generation, req->metadata_generation);
         goto free_req;
     }
-    const wm_revision *rev = wm_store_get(p->store, &id);
+    const wm_revision *rev = wm_store_get(p->store, &idb.id);
     if (rev == NULL || wm_revision_fenced(p, rev)) {
         wm_reply_error(p, call, WM_ELEASE_EXPIRED,
                        "lease %" PRIu64 " cannot be renewed: the revision is retired",
@@ -278,8 +284,8 @@ int wm_rpc_lease_renew(void *plugin, smp_rpc_call *call, const uint8_t *body, si
                        rev->metadata_generation, l->metadata_generation);
         goto free_req;
     }
-    wm_access_note(p, &id, now); /* a renewal is an access: persisted by the tick */
-    rev = wm_store_get(p->store, &id);
+    wm_access_note(p, &idb.id, now); /* a renewal is an access: persisted by the tick */
+    rev = wm_store_get(p->store, &idb.id);
     if (v != NULL) {
         v->lease.expiry_ms = now + ttl;
         wm_reply_lease(p, call, &v->lease, rev);
@@ -304,33 +310,33 @@ free_req:
 int wm_rpc_lease_release(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len)
 {
     wm_plugin *p = plugin;
-    wm_identity id;
+    wm_identity_buf idb;
     WM_DECODE(req, Wmrpc__LeaseRequest, wmrpc__lease_request__unpack, p, call, body, len);
-    if (!wm_identity_in(p, call, req->identity, &id)) goto free_req;
+    if (!wm_identity_in(p, call, req->identity, &idb)) goto free_req;
     const wm_lease *l = wm_store_lease(p->store, req->lease_id);
     wm_vlease *v = l == NULL ? wm_vlease_find(p, req->lease_id) : NULL;
     if (v != NULL) {
-        if (wm_identity_cmp(&v->lease.id_of, &id) != 0) {
+        if (wm_identity_cmp(&v->lease.id_of, &idb.id) != 0) {
             wm_reply_error(p, call, WM_EINVALID_ARGUMENT,
                            "lease %" PRIu64 " belongs to another revision", req->lease_id);
             goto free_req;
         }
         wm_vlease_drop(p, v);
-        wm_access_note(p, &id, wm_now(p, NULL)); /* the end of a read is an access */
-        wm_reply_lease(p, call, NULL, wm_store_get(p->store, &id));
+        wm_access_note(p, &idb.id, wm_now(p, NULL)); /* the end of a read is an access */
+        wm_reply_lease(p, call, NULL, wm_store_get(p->store, &idb.id));
         goto free_req;
     }
     if (l == NULL || wm_pending_lease_end(p, l->id)) {
-        wm_reply_lease(p, call, NULL, wm_store_get(p->store, &id));
+        wm_reply_lease(p, call, NULL, wm_store_get(p->store, &idb.id));
         goto free_req;
     }
-    if (wm_identity_cmp(&l->id_of, &id) != 0) {
+    if (wm_identity_cmp(&l->id_of, &idb.id) != 0) {
         wm_reply_error(p, call, WM_EINVALID_ARGUMENT, "lease %" PRIu64 " belongs to another revision",
                        req->lease_id);
         goto free_req;
     }
-    wm_access_note(p, &id, wm_now(p, NULL)); /* the end of a read is an access */
-    const wm_revision *rev = wm_store_get(p->store, &id);
+    wm_access_note(p, &idb.id, wm_now(p, NULL)); /* the end of a read is an access */
+    const wm_revision *rev = wm_store_get(p->store, &idb.id);
     wm_txn *t = wm_txn_new(p, WM_TXN_LEASE_DELETE, rev ? rev->group_key : "");
     if (t == NULL) {
         wm_reply_error(p, call, SMP_ENOMEM, "out of memory");

@@ -48,11 +48,11 @@ int wm_rpc_update_policy(void *plugin, smp_rpc_call *call, const uint8_t *body, 
 {
     wm_plugin *p = plugin;
     char msg[512];
-    wm_identity id;
+    wm_identity_buf idb;
     wm_policy pol;
     WM_DECODE(req, Wmrpc__UpdatePolicyRequest, wmrpc__update_policy_request__unpack, p, call, body,
               len);
-    const wm_revision *rev = wm_lookup(p, call, req->identity, &id);
+    const wm_revision *rev = wm_lookup(p, call, req->identity, &idb);
     if (rev == NULL) goto free_req;
     if (req->policy == NULL) {
         wm_reply_error(p, call, WM_EINVALID_ARGUMENT, "policy is missing");
@@ -104,9 +104,9 @@ int wm_rpc_migrate(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t
 {
     wm_plugin *p = plugin;
     char msg[512];
-    wm_identity id;
+    wm_identity_buf idb;
     WM_DECODE(req, Wmrpc__MigrateRequest, wmrpc__migrate_request__unpack, p, call, body, len);
-    const wm_revision *rev = wm_lookup(p, call, req->identity, &id);
+    const wm_revision *rev = wm_lookup(p, call, req->identity, &idb);
     if (rev == NULL) goto free_req;
     uint64_t ratio_bits;
     memcpy(&ratio_bits, &req->mixed_hot_ratio, sizeof(ratio_bits));
@@ -162,9 +162,9 @@ int wm_rpc_remove(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t 
 {
     wm_plugin *p = plugin;
     char msg[512];
-    wm_identity id;
+    wm_identity_buf idb;
     WM_DECODE(req, Wmrpc__IdentityRequest, wmrpc__identity_request__unpack, p, call, body, len);
-    const wm_revision *rev = wm_lookup(p, call, req->identity, &id);
+    const wm_revision *rev = wm_lookup(p, call, req->identity, &idb);
     if (rev == NULL) goto free_req;
     uint64_t digest = wm_request_digest(WMRPC__WEIGHT_METHOD__WEIGHT_REMOVE, NULL, 0);
     if (wm_request_replayed(p, call, rev, req->request_id, digest,

@@ -46,13 +46,13 @@ static Wmrpc__IdentityRequest *wm_decode_identity_request(wm_plugin *p, smp_rpc_
 int wm_rpc_get_metadata(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len)
 {
     wm_plugin *p = plugin;
-    wm_identity id;
+    wm_identity_buf idb;
     uint8_t mem[WM_READ_ARENA];
     wm_arena a;
     wm_arena_init_mem(&a, mem, sizeof(mem));
     Wmrpc__IdentityRequest *req = wm_decode_identity_request(p, call, &a, body, len);
     if (req == NULL) return SMP_OK;
-    const wm_revision *rev = wm_lookup(p, call, req->identity, &id);
+    const wm_revision *rev = wm_lookup(p, call, req->identity, &idb);
     if (rev != NULL) wm_reply_metadata(p, call, rev);
     wm_arena_free_unpacked(&a, &req->base);
     return SMP_OK;
@@ -72,16 +72,16 @@ static int wm_key_readable(wm_plugin *p, const char *key)
 int wm_rpc_is_exist(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len)
 {
     wm_plugin *p = plugin;
-    wm_identity id;
+    wm_identity_buf idb;
     Wmrpc__IsExistResponse resp = WMRPC__IS_EXIST_RESPONSE__INIT;
     uint8_t mem[WM_READ_ARENA];
     wm_arena a;
     wm_arena_init_mem(&a, mem, sizeof(mem));
     Wmrpc__IdentityRequest *req = wm_decode_identity_request(p, call, &a, body, len);
     if (req == NULL) return SMP_OK;
-    if (!wm_identity_in(p, call, req->identity, &id)) goto free_req;
+    if (!wm_identity_in(p, call, req->identity, &idb)) goto free_req;
     const wm_affinity *aff;
-    const wm_revision *rev = wm_store_get_affinity(p->store, &id, &aff);
+    const wm_revision *rev = wm_store_get_affinity(p->store, &idb.id, &aff);
     if (rev != NULL && rev->availability == WM_AVAIL_READY) {
         int ok = aff != NULL && aff->n_units > 0 && wm_key_readable(p, rev->manifest_key);
         for (size_t u = 0; ok && u < aff->n_units; u++)
@@ -100,14 +100,14 @@ free_req:
 int wm_rpc_get_size(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len)
 {
     wm_plugin *p = plugin;
-    wm_identity id;
+    wm_identity_buf idb;
     Wmrpc__SizeResponse resp = WMRPC__SIZE_RESPONSE__INIT;
     uint8_t mem[WM_READ_ARENA];
     wm_arena a;
     wm_arena_init_mem(&a, mem, sizeof(mem));
     Wmrpc__IdentityRequest *req = wm_decode_identity_request(p, call, &a, body, len);
     if (req == NULL) return SMP_OK;
-    const wm_revision *rev = wm_lookup(p, call, req->identity, &id);
+    const wm_revision *rev = wm_lookup(p, call, req->identity, &idb);
     if (rev != NULL) {
         if (rev->availability == WM_AVAIL_READY || rev->availability == WM_AVAIL_DEGRADED) {
             resp.logical_bytes = rev->logical_bytes;
@@ -164,25 +164,22 @@ int wm_rpc_list(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t le
     uint32_t limit = req->limit ? req->limit : WM_LIST_LIMIT_DEFAULT;
     if (limit > WM_LIST_LIMIT_MAX) limit = WM_LIST_LIMIT_MAX;
 
-    wm_identity start;
-    memset(&start, 0, sizeof(start));
-    snprintf(start.tenant_id, sizeof(start.tenant_id), "%s", tenant);
-    snprintf(start.ns, sizeof(start.ns), "%s", ns);
-    snprintf(start.resource_id, sizeof(start.resource_id), "%s", res);
+    const wm_identity start = {tenant, ns, res, "", 0};
     size_t i;
     if (req->page_token && req->page_token[0]) {
-        wm_identity after;
+        wm_identity_buf ab;
+        const wm_identity *after = &ab.id;
         wm_key_kind kind;
-        if (wm_key_parse(req->page_token, &after, &kind, NULL) < 0 || kind != WM_KEY_GROUP ||
-            strcmp(after.tenant_id, tenant) != 0 || (ns[0] && strcmp(after.ns, ns) != 0) ||
-            (res[0] && strcmp(after.resource_id, res) != 0)) {
+        if (wm_key_parse(req->page_token, &ab, &kind, NULL) < 0 || kind != WM_KEY_GROUP ||
+            strcmp(after->tenant_id, tenant) != 0 || (ns[0] && strcmp(after->ns, ns) != 0) ||
+            (res[0] && strcmp(after->resource_id, res) != 0)) {
             wm_reply_error(p, call, WM_EINVALID_ARGUMENT,
                            "page_token is not a token of this listing");
             goto free_req;
         }
-        i = wm_store_revision_lower_bound(p->store, &after);
+        i = wm_store_revision_lower_bound(p->store, after);
         const wm_revision *at = wm_store_revision_at(p->store, i);
-        if (at != NULL && wm_identity_cmp(&at->id, &after) == 0) i++;
+        if (at != NULL && wm_identity_cmp(&at->id, after) == 0) i++;
     } else {
         i = wm_store_revision_lower_bound(p->store, &start);
     }

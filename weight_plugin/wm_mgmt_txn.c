@@ -31,7 +31,31 @@ void wm_txn_free(wm_txn *t)
 {
     if (t == NULL) return;
     if (t->owns_affinity) wm_affinity_clear(&t->up.affinity);
+    free(t->strs);
     free(t);
+}
+
+int wm_txn_own_ids(wm_txn *t)
+{
+    wm_identity *ids[4];
+    size_t n = 0, len = 0;
+    switch (t->kind) {
+    case WM_TXN_UPSERT:
+        ids[n++] = &t->up.revision.id;
+        for (size_t i = 0; i < t->up.n_operations && i < 2; i++) ids[n++] = &t->ops[i].id_of;
+        if (t->up.has_lease) ids[n++] = &t->up.lease.id_of;
+        break;
+    case WM_TXN_DELETE: ids[n++] = &t->del.id; break;
+    case WM_TXN_LEASE_UPSERT: ids[n++] = &t->lease.id_of; break;
+    case WM_TXN_LEASE_DELETE: ids[n++] = &t->lease_end.id_of; break;
+    }
+    for (size_t i = 0; i < n; i++) len += wm_identity_packed_len(ids[i]);
+    char *strs = malloc(len + 1), *at = strs;
+    if (strs == NULL) return SMP_ENOMEM;
+    for (size_t i = 0; i < n; i++) at = wm_identity_pack(ids[i], at, ids[i]);
+    free(t->strs);
+    t->strs = strs;
+    return SMP_OK;
 }
 
 /* A zeroed record of `kind` for the revision of group_key; NULL on OOM. */
@@ -366,6 +390,8 @@ static int wm_txn_append(wm_plugin *p, wm_txn *t)
     uint16_t type = 0;
     char why[512] = "";
 
+    if (t->kind == WM_TXN_UPSERT && t->up.n_operations > 2) return SMP_EINVAL;
+    if ((rc = wm_txn_own_ids(t)) < 0) return rc;
     switch (t->kind) {
     case WM_TXN_UPSERT:
         t->up.operations = t->up.n_operations ? t->ops : NULL;
@@ -528,17 +554,15 @@ int wm_submit_delete(wm_plugin *p, const wm_metadata_delete *d, wm_applied_fn cb
 /* Request decoding                                                          */
 /* ------------------------------------------------------------------------ */
 
-/* A wire identity as a checked wm_identity, of tenant (wm_tenant_of). */
+/* A wire identity as a checked identity in *out, of tenant (wm_tenant_of). */
 static int wm_identity_from_pb(const Wmrpc__WeightIdentity *in, const char *tenant,
-                               wm_identity *out, char *msg, size_t cap)
+                               wm_identity_buf *out, char *msg, size_t cap)
 {
     if (in == NULL) {
         snprintf(msg, cap, "identity is missing");
         return WM_EINVALID_ARGUMENT;
     }
     const char *parts[4] = {tenant, in->namespace_id, in->resource_id, in->revision};
-    char *dst[4] = {out->tenant_id, out->ns, out->resource_id, out->revision};
-    memset(out, 0, sizeof(*out));
     for (int i = 0; i < 4; i++) {
         size_t n = parts[i] ? strlen(parts[i]) : 0;
         if (n > WM_ID_COMPONENT_MAX) {
@@ -546,10 +570,10 @@ static int wm_identity_from_pb(const Wmrpc__WeightIdentity *in, const char *tena
                      WM_ID_COMPONENT_MAX);
             return WM_EINVALID_ARGUMENT;
         }
-        memcpy(dst[i], parts[i] ? parts[i] : "", n);
     }
-    out->weight_generation = in->generation;
-    return wm_identity_check(out, msg, cap);
+    const wm_identity id = {parts[0], parts[1], parts[2], parts[3], in->generation};
+    wm_identity_buf_set(out, &id); /* NULL parts become empty, refused below */
+    return wm_identity_check(&out->id, msg, cap);
 }
 
 const char *wm_id_text(const wm_identity *id, char *buf, size_t cap)
@@ -563,7 +587,7 @@ const char *wm_id_text(const wm_identity *id, char *buf, size_t cap)
  * ("invalid identity: ...") answered, or NOT_FOUND ("no revision ...") when
  * it names a tenant the caller may not see (wm_tenant.c). */
 int wm_identity_in(wm_plugin *p, smp_rpc_call *call, const Wmrpc__WeightIdentity *pid,
-                          wm_identity *id)
+                          wm_identity_buf *id)
 {
     char msg[256];
     const char *tenant = wm_tenant_of(p, call, pid != NULL ? pid->tenant : NULL);
@@ -583,13 +607,14 @@ int wm_identity_in(wm_plugin *p, smp_rpc_call *call, const Wmrpc__WeightIdentity
 
 /* The revision of a request, or an answered NOT_FOUND / INVALID_ARGUMENT. */
 const wm_revision *wm_lookup(wm_plugin *p, smp_rpc_call *call,
-                                    const Wmrpc__WeightIdentity *pid, wm_identity *id)
+                                    const Wmrpc__WeightIdentity *pid, wm_identity_buf *id)
 {
     char idt[1200];
     if (!wm_identity_in(p, call, pid, id)) return NULL;
-    const wm_revision *rev = wm_store_get(p->store, id);
+    const wm_revision *rev = wm_store_get(p->store, &id->id);
     if (rev == NULL)
-        wm_reply_error(p, call, WM_ENOT_FOUND, "no revision %s", wm_id_text(id, idt, sizeof(idt)));
+        wm_reply_error(p, call, WM_ENOT_FOUND, "no revision %s",
+                       wm_id_text(&id->id, idt, sizeof(idt)));
     return rev;
 }
 
@@ -627,7 +652,7 @@ int wm_check_cas(wm_plugin *p, smp_rpc_call *call, const wm_revision *rev, uint6
 /* wm_lookup, then the CAS on expected (wm_check_cas): the revision, or NULL
  * with the refusal answered. */
 const wm_revision *wm_lookup_cas(wm_plugin *p, smp_rpc_call *call,
-                                        const Wmrpc__WeightIdentity *pid, wm_identity *id,
+                                        const Wmrpc__WeightIdentity *pid, wm_identity_buf *id,
                                         uint64_t expected)
 {
     const wm_revision *rev = wm_lookup(p, call, pid, id);

@@ -42,8 +42,9 @@ typedef struct wm_repair wm_repair; /* validation and repair state (wm_repair.c)
  * upgrade in progress): held in the leader's memory only, never logged
  * (wm_mgmt_lease.c). */
 typedef struct wm_vlease {
-    wm_lease lease;
+    wm_lease lease;               /* id_of points into strs */
     char group_key[WM_KEY_MAX + 1];
+    char *strs;                   /* owned: lease.id_of's strings */
 } wm_vlease;
 
 typedef struct wm_plugin {

@@ -202,10 +202,10 @@ static void wm_mtasks_prune(wm_plugin *p, wm_repair *r)
 {
     for (wm_mtask *t = r->tasks, *next; t != NULL; t = next) {
         next = t->next;
-        wm_identity id;
+        wm_identity_buf id;
         wm_key_kind kind;
         const wm_revision *rev =
-            wm_key_parse(t->key, &id, &kind, NULL) == WM_OK ? wm_store_get(p->store, &id) : NULL;
+            wm_key_parse(t->key, &id, &kind, NULL) == WM_OK ? wm_store_get(p->store, &id.id) : NULL;
         if (!t->in_flight && (rev == NULL || (rev->availability != WM_AVAIL_READY &&
                                               rev->availability != WM_AVAIL_DEGRADED)))
             wm_mtask_forget(r, t);
@@ -544,9 +544,9 @@ int wm_rpc_repair(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t 
 {
     wm_plugin *p = plugin;
     char msg[512];
-    wm_identity id;
+    wm_identity_buf idb;
     WM_DECODE(req, Wmrpc__IdentityRequest, wmrpc__identity_request__unpack, p, call, body, len);
-    const wm_revision *rev = wm_lookup(p, call, req->identity, &id);
+    const wm_revision *rev = wm_lookup(p, call, req->identity, &idb);
     if (rev == NULL) goto free_req;
     uint64_t digest = wm_request_digest(WMRPC__WEIGHT_METHOD__WEIGHT_REPAIR, NULL, 0);
     if (wm_request_replayed(p, call, rev, req->request_id, digest,

@@ -57,10 +57,8 @@ int wm_tenant_visible(wm_plugin *p, smp_rpc_call *call, const char *tenant)
  * this reads only tenant's revisions. */
 static uint64_t live_revisions(wm_plugin *p, const char *tenant)
 {
-    wm_identity lo;
+    const wm_identity lo = {tenant, "", "", "", 0};
     uint64_t n = 0;
-    memset(&lo, 0, sizeof(lo));
-    snprintf(lo.tenant_id, sizeof(lo.tenant_id), "%s", tenant);
     size_t count = wm_store_revision_count(p->store);
     for (size_t i = wm_store_revision_lower_bound(p->store, &lo); i < count; i++) {
         const wm_revision *r = wm_store_revision_at(p->store, i);

@@ -235,7 +235,7 @@ static void fuzz_lease_upsert(const uint8_t *buf, size_t len)
     uint8_t *enc = NULL, *enc2 = NULL;
     size_t enc_len = 0, enc2_len = 0;
 
-    if (wm_decode_lease_upsert(buf, len, &l, msg, sizeof(msg)) != WM_OK) return;
+    if (wm_decode_lease_upsert(buf, len, &l, wmt_ids_next(), msg, sizeof(msg)) != WM_OK) return;
     expect_ok(wm_lease_check(&l, msg, sizeof(msg)), "decoded lease fails wm_lease_check", msg);
 
     wm_store *st = baseline_store();
@@ -243,7 +243,7 @@ static void fuzz_lease_upsert(const uint8_t *buf, size_t len)
 
     expect_ok(wm_encode_lease_upsert(&l, &enc, &enc_len, msg, sizeof(msg)),
               "decoded lease does not re-encode", msg);
-    expect_ok(wm_decode_lease_upsert(enc, enc_len, &l2, msg, sizeof(msg)),
+    expect_ok(wm_decode_lease_upsert(enc, enc_len, &l2, wmt_ids_next(), msg, sizeof(msg)),
               "re-encoded lease does not decode", msg);
     expect_ok(wm_encode_lease_upsert(&l2, &enc2, &enc2_len, msg, sizeof(msg)),
               "lease decoded twice does not encode", msg);
@@ -259,7 +259,7 @@ static void fuzz_lease_delete(const uint8_t *buf, size_t len)
     uint8_t *enc = NULL, *enc2 = NULL;
     size_t enc_len = 0, enc2_len = 0;
 
-    if (wm_decode_lease_delete(buf, len, &d, msg, sizeof(msg)) != WM_OK) return;
+    if (wm_decode_lease_delete(buf, len, &d, wmt_ids_next(), msg, sizeof(msg)) != WM_OK) return;
     expect_ok(wm_identity_check(&d.id_of, msg, sizeof(msg)),
               "decoded lease end fails wm_identity_check", msg);
 
@@ -268,7 +268,7 @@ static void fuzz_lease_delete(const uint8_t *buf, size_t len)
 
     expect_ok(wm_encode_lease_delete(&d, &enc, &enc_len, msg, sizeof(msg)),
               "decoded lease end does not re-encode", msg);
-    expect_ok(wm_decode_lease_delete(enc, enc_len, &d2, msg, sizeof(msg)),
+    expect_ok(wm_decode_lease_delete(enc, enc_len, &d2, wmt_ids_next(), msg, sizeof(msg)),
               "re-encoded lease end does not decode", msg);
     expect_ok(wm_encode_lease_delete(&d2, &enc2, &enc2_len, msg, sizeof(msg)),
               "lease end decoded twice does not encode", msg);
@@ -285,7 +285,7 @@ static void fuzz_lineage_claim(const uint8_t *buf, size_t len)
     uint8_t *enc = NULL, *enc2 = NULL;
     size_t enc_len = 0, enc2_len = 0;
 
-    if (wm_decode_lineage_claim(buf, len, &c, msg, sizeof(msg)) != WM_OK) return;
+    if (wm_decode_lineage_claim(buf, len, &c, wmt_ids_next(), msg, sizeof(msg)) != WM_OK) return;
     expect_ok(wm_claim_check(&c, msg, sizeof(msg)), "decoded claim fails wm_claim_check", msg);
 
     /* The pure step on a lineage with no entry yet: a claim may start it
@@ -299,7 +299,7 @@ static void fuzz_lineage_claim(const uint8_t *buf, size_t len)
 
     expect_ok(wm_encode_lineage_claim(&c, &enc, &enc_len, msg, sizeof(msg)),
               "decoded claim does not re-encode", msg);
-    expect_ok(wm_decode_lineage_claim(enc, enc_len, &c2, msg, sizeof(msg)),
+    expect_ok(wm_decode_lineage_claim(enc, enc_len, &c2, wmt_ids_next(), msg, sizeof(msg)),
               "re-encoded claim does not decode", msg);
     expect_ok(wm_encode_lineage_claim(&c2, &enc2, &enc2_len, msg, sizeof(msg)),
               "claim decoded twice does not encode", msg);
@@ -505,9 +505,9 @@ int fuzz_seeds(const char *dir)
     {
         /* model-c's import is forgotten; then model-a with both its operations. */
         uint64_t ids[] = {1, 2};
-        wm_metadata_delete d = {t.rev[2].id, 4, WM_DEL_IMPORT_ABORTED, NULL, 0};
+        wm_metadata_delete d = {t.rev[2].id, 4, WM_DEL_IMPORT_ABORTED, NULL, 0, NULL};
         SEED("delete-import-aborted", SEL_METADATA_DELETE, wm_encode_metadata_delete, &d);
-        wm_metadata_delete e = {t.rev[0].id, 1, WM_DEL_TOMBSTONE_EXPIRED, ids, 2};
+        wm_metadata_delete e = {t.rev[0].id, 1, WM_DEL_TOMBSTONE_EXPIRED, ids, 2, NULL};
         SEED("delete-tombstone", SEL_METADATA_DELETE, wm_encode_metadata_delete, &e);
     }
 

@@ -65,14 +65,14 @@ static void check_model(const char *tenant, const char *ns, const char *res, con
     const wc_manifest *m = &r.manifest;
 
     /* Group key: the client's is the plugin's. */
-    wm_identity wid;
+    wm_identity_buf wid;
     char key[WM_KEY_MAX + 1];
     assert_int_equal(wm_identity_set(&wid, tenant, ns, res, rev, 7), WM_OK);
-    assert_true(wm_group_key(&wid, key, sizeof key) > 0);
+    assert_true(wm_group_key(&wid.id, key, sizeof key) > 0);
     assert_string_equal(m->group, key);
     for (size_t i = 0; i < m->n_objects; i++) {
         char pk[WM_KEY_MAX + 1];
-        assert_true(wm_payload_key(&wid, i, pk, sizeof pk) > 0);
+        assert_true(wm_payload_key(&wid.id, i, pk, sizeof pk) > 0);
         assert_string_equal(m->objects[i].key, pk);
     }
 
@@ -95,7 +95,7 @@ static void check_model(const char *tenant, const char *ns, const char *res, con
     /* And the plugin's own check of the summary accepts it. */
     wm_revision rev_rec;
     memset(&rev_rec, 0, sizeof rev_rec);
-    rev_rec.id = wid;
+    rev_rec.id = wid.id;
     rev_rec.group_key = key;
     rev_rec.payload_count = m->n_objects;
     for (size_t i = 0; i < m->n_objects; i++) rev_rec.logical_bytes += m->objects[i].bytes;

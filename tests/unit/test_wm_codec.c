@@ -196,7 +196,7 @@ static void test_small_records_round_trip(void **state)
     char msg[256] = "";
 
     uint64_t ids[] = {1, 2};
-    wm_metadata_delete d = {f->rev[2].id, 4, WM_DEL_IMPORT_ABORTED, ids, 2}, dout;
+    wm_metadata_delete d = {f->rev[2].id, 4, WM_DEL_IMPORT_ABORTED, ids, 2, NULL}, dout;
     assert_int_equal(wm_encode_metadata_delete(&d, &buf, &len, msg, sizeof(msg)), WM_OK);
     assert_int_equal(wm_decode_metadata_delete(buf, len, &dout, msg, sizeof(msg)), WM_OK);
     assert_int_equal(wm_identity_cmp(&dout.id, &d.id), 0);
@@ -209,13 +209,13 @@ static void test_small_records_round_trip(void **state)
 
     wm_lease lout;
     assert_int_equal(wm_encode_lease_upsert(&f->lease, &buf, &len, msg, sizeof(msg)), WM_OK);
-    assert_int_equal(wm_decode_lease_upsert(buf, len, &lout, msg, sizeof(msg)), WM_OK);
+    assert_int_equal(wm_decode_lease_upsert(buf, len, &lout, wmt_ids_next(), msg, sizeof(msg)), WM_OK);
     assert_lease_equal(&lout, &f->lease);
     free(buf);
 
     wm_lease_delete ld = {7, f->rev[1].id, WM_LEASE_EXPIRED}, ldout;
     assert_int_equal(wm_encode_lease_delete(&ld, &buf, &len, msg, sizeof(msg)), WM_OK);
-    assert_int_equal(wm_decode_lease_delete(buf, len, &ldout, msg, sizeof(msg)), WM_OK);
+    assert_int_equal(wm_decode_lease_delete(buf, len, &ldout, wmt_ids_next(), msg, sizeof(msg)), WM_OK);
     assert_int_equal(ldout.lease_id, 7);
     assert_int_equal(ldout.reason, WM_LEASE_EXPIRED);
     assert_int_equal(wm_identity_cmp(&ldout.id_of, &ld.id_of), 0);
@@ -223,7 +223,7 @@ static void test_small_records_round_trip(void **state)
 
     wm_lineage_claim cout;
     assert_int_equal(wm_encode_lineage_claim(&f->lin.claim, &buf, &len, msg, sizeof(msg)), WM_OK);
-    assert_int_equal(wm_decode_lineage_claim(buf, len, &cout, msg, sizeof(msg)), WM_OK);
+    assert_int_equal(wm_decode_lineage_claim(buf, len, &cout, wmt_ids_next(), msg, sizeof(msg)), WM_OK);
     assert_claim_equal(&cout, &f->lin.claim);
     free(buf);
 }
@@ -448,7 +448,7 @@ static void test_truncated_records_never_decode_wrongly(void **state)
     assert_int_equal(wm_encode_lineage_claim(&f->lin.claim, &buf, &len, NULL, 0), WM_OK);
     wm_lineage_claim c;
     for (size_t cut = 0; cut < len; cut++) {
-        int rc = wm_decode_lineage_claim(buf, cut, &c, NULL, 0);
+        int rc = wm_decode_lineage_claim(buf, cut, &c, wmt_ids_next(), NULL, 0);
         if (rc != WM_OK) assert_int_equal(rc, SMP_EPROTO);
     }
     free(buf);
@@ -467,17 +467,17 @@ static void test_claim_and_lease_refuse_bad_enums(void **state)
     uint8_t bad[4096];
     size_t n = wmrec__lineage_claim__pack(m, bad);
     wm_lineage_claim c;
-    assert_int_equal(wm_decode_lineage_claim(bad, n, &c, msg, sizeof(msg)), SMP_EPROTO);
+    assert_int_equal(wm_decode_lineage_claim(bad, n, &c, wmt_ids_next(), msg, sizeof(msg)), SMP_EPROTO);
     assert_non_null(strstr(msg, "phase 77"));
     m->phase = WM_PHASE_CLAIMED;
     m->mode = 0;
     n = wmrec__lineage_claim__pack(m, bad);
-    assert_int_equal(wm_decode_lineage_claim(bad, n, &c, msg, sizeof(msg)), SMP_EPROTO);
+    assert_int_equal(wm_decode_lineage_claim(bad, n, &c, wmt_ids_next(), msg, sizeof(msg)), SMP_EPROTO);
     m->mode = WM_UPSERT_PUT_FIRST;
     wmrec__identity__free_unpacked(m->target_identity, NULL);
     m->target_identity = NULL;
     n = wmrec__lineage_claim__pack(m, bad);
-    assert_int_equal(wm_decode_lineage_claim(bad, n, &c, msg, sizeof(msg)), SMP_EPROTO);
+    assert_int_equal(wm_decode_lineage_claim(bad, n, &c, wmt_ids_next(), msg, sizeof(msg)), SMP_EPROTO);
     assert_non_null(strstr(msg, "claim target: identity is missing"));
     wmrec__lineage_claim__free_unpacked(m, NULL);
     free(buf);
@@ -487,7 +487,7 @@ static void test_claim_and_lease_refuse_bad_enums(void **state)
     Wmrec__LeaseDelete *lm = wmrec__lease_delete__unpack(NULL, len, buf);
     lm->reason = 4;
     n = wmrec__lease_delete__pack(lm, bad);
-    assert_int_equal(wm_decode_lease_delete(bad, n, &ldout, msg, sizeof(msg)), SMP_EPROTO);
+    assert_int_equal(wm_decode_lease_delete(bad, n, &ldout, wmt_ids_next(), msg, sizeof(msg)), SMP_EPROTO);
     wmrec__lease_delete__free_unpacked(lm, NULL);
     free(buf);
 
@@ -699,9 +699,9 @@ static void test_random_bytes_never_crash(void **state)
         wm_section_image s;
         if (wm_decode_metadata_upsert(buf, len, &u, NULL, 0) == WM_OK) wm_metadata_upsert_clear(&u);
         if (wm_decode_metadata_delete(buf, len, &d, NULL, 0) == WM_OK) wm_metadata_delete_clear(&d);
-        (void)wm_decode_lease_upsert(buf, len, &l, NULL, 0);
-        (void)wm_decode_lease_delete(buf, len, &ld, NULL, 0);
-        (void)wm_decode_lineage_claim(buf, len, &c, NULL, 0);
+        (void)wm_decode_lease_upsert(buf, len, &l, wmt_ids_next(), NULL, 0);
+        (void)wm_decode_lease_delete(buf, len, &ld, wmt_ids_next(), NULL, 0);
+        (void)wm_decode_lineage_claim(buf, len, &c, wmt_ids_next(), NULL, 0);
         if (wm_decode_section(buf, len, &s, NULL, 0) == WM_OK) wm_section_image_clear(&s);
         /* Flip a few bytes of a valid section too. */
         uint8_t *mut = malloc(vlen);

@@ -188,10 +188,10 @@ static uint64_t lookup_work(long i, int exists)
     snprintf(name, sizeof(name), "model-%07ld", i);
     wmt_identity(&w, name, 1);
     Wmrpc__WeightIdentity id = WMRPC__WEIGHT_IDENTITY__INIT;
-    id.tenant = w.tenant_id;
-    id.namespace_id = w.ns;
-    id.resource_id = w.resource_id;
-    id.revision = w.revision;
+    id.tenant = (char *)w.tenant_id;
+    id.namespace_id = (char *)w.ns;
+    id.resource_id = (char *)w.resource_id;
+    id.revision = (char *)w.revision;
     id.generation = w.weight_generation;
     Wmrpc__IdentityRequest req = WMRPC__IDENTITY_REQUEST__INIT;
     req.identity = &id;

@@ -19,6 +19,32 @@
 #include "weight_management.h"
 #include "wm_test_records.h"
 
+/* wm_identity_set and wm_key_parse into a plain identity whose strings
+ * live as long as the program (wmt_intern), so the tests below read like
+ * the value they check. */
+static int set_id(wm_identity *id, const char *t, const char *n, const char *r, const char *v,
+                  uint64_t gen)
+{
+    wm_identity_buf b;
+    int rc = wm_identity_set(&b, t, n, r, v, gen);
+    if (rc == WM_OK) {
+        *id = b.id;
+        wmt_identity_keep(id);
+    }
+    return rc;
+}
+
+static int parse_key(const char *key, wm_identity *id, wm_key_kind *kind, uint64_t *n)
+{
+    wm_identity_buf b;
+    int rc = wm_key_parse(key, &b, kind, n);
+    if (rc == WM_OK) {
+        *id = b.id;
+        wmt_identity_keep(id);
+    }
+    return rc;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Identity validation                                                       */
 /* ------------------------------------------------------------------------ */
@@ -28,7 +54,7 @@ static void test_identity_accepts_a_plain_identity(void **state)
     (void)state;
     wm_identity id;
     char msg[160];
-    assert_int_equal(wm_identity_set(&id, "default", "llm", "llama-3-8b", "main", 7), WM_OK);
+    assert_int_equal(set_id(&id, "default", "llm", "llama-3-8b", "main", 7), WM_OK);
     assert_int_equal(wm_identity_check(&id, msg, sizeof(msg)), WM_OK);
     assert_string_equal(id.ns, "llm");
     assert_int_equal(id.weight_generation, 7);
@@ -39,13 +65,13 @@ static void test_identity_refuses_empty_components(void **state)
     (void)state;
     wm_identity id;
     char msg[160] = "";
-    assert_int_equal(wm_identity_set(&id, "", "llm", "r", "main", 1), WM_EINVALID_ARGUMENT);
-    assert_int_equal(wm_identity_set(&id, "t", "", "r", "main", 1), WM_EINVALID_ARGUMENT);
-    assert_int_equal(wm_identity_set(&id, "t", "llm", "", "main", 1), WM_EINVALID_ARGUMENT);
-    assert_int_equal(wm_identity_set(&id, "t", "llm", "r", "", 1), WM_EINVALID_ARGUMENT);
-    assert_int_equal(wm_identity_set(&id, "t", NULL, "r", "main", 1), WM_EINVALID_ARGUMENT);
+    assert_int_equal(set_id(&id, "", "llm", "r", "main", 1), WM_EINVALID_ARGUMENT);
+    assert_int_equal(set_id(&id, "t", "", "r", "main", 1), WM_EINVALID_ARGUMENT);
+    assert_int_equal(set_id(&id, "t", "llm", "", "main", 1), WM_EINVALID_ARGUMENT);
+    assert_int_equal(set_id(&id, "t", "llm", "r", "", 1), WM_EINVALID_ARGUMENT);
+    assert_int_equal(set_id(&id, "t", NULL, "r", "main", 1), WM_EINVALID_ARGUMENT);
     wmt_identity(&id, "r", 1);
-    id.ns[0] = '\0';
+    id.ns = "";
     assert_int_equal(wm_identity_check(&id, msg, sizeof(msg)), WM_EINVALID_ARGUMENT);
     assert_non_null(strstr(msg, "namespace"));
 }
@@ -57,21 +83,20 @@ static void test_identity_refuses_too_long_components(void **state)
     wm_identity id;
     memset(big, 'x', sizeof(big));
     big[WM_ID_COMPONENT_MAX + 1] = '\0'; /* 257 bytes */
-    assert_int_equal(wm_identity_set(&id, "t", "n", big, "main", 1), WM_EINVALID_ARGUMENT);
+    assert_int_equal(set_id(&id, "t", "n", big, "main", 1), WM_EINVALID_ARGUMENT);
     big[WM_ID_COMPONENT_MAX] = '\0'; /* 256 bytes: allowed alone */
-    assert_int_equal(wm_identity_set(&id, "t", "n", big, "main", 1), WM_OK);
+    assert_int_equal(set_id(&id, "t", "n", big, "main", 1), WM_OK);
     /* Two components of 256 bytes that each encode to 768 bytes do not fit
      * the host's 1024-byte key limit, though each is valid on its own. */
     char wide[WM_ID_COMPONENT_MAX + 1];
     memset(wide, '@', WM_ID_COMPONENT_MAX);
     wide[WM_ID_COMPONENT_MAX] = '\0';
-    assert_int_equal(wm_identity_set(&id, wide, "n", "r", "main", 1), WM_OK);
-    assert_int_equal(wm_identity_set(&id, wide, wide, "r", "main", 1), WM_EINVALID_ARGUMENT);
+    assert_int_equal(set_id(&id, wide, "n", "r", "main", 1), WM_OK);
+    assert_int_equal(set_id(&id, wide, wide, "r", "main", 1), WM_EINVALID_ARGUMENT);
     char msg[200];
     wmt_identity(&id, "r", 1);
-    memset(id.tenant_id, '@', WM_ID_COMPONENT_MAX);
-    id.tenant_id[WM_ID_COMPONENT_MAX] = '\0';
-    memcpy(id.revision, id.tenant_id, sizeof(id.revision));
+    id.tenant_id = wide;
+    id.revision = wide;
     assert_int_equal(wm_identity_check(&id, msg, sizeof(msg)), WM_EINVALID_ARGUMENT);
     assert_non_null(strstr(msg, "key limit"));
 }
@@ -84,7 +109,7 @@ static void test_identity_refuses_bad_utf8_and_nul(void **state)
      * a truncated sequence. */
     const char *bad[] = {"a\x80", "\xC0\xAF", "\xED\xA0\x80", "\xF4\x90\x80\x80", "ab\xE2\x82"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        assert_int_equal(wm_identity_set(&id, "t", "n", bad[i], "main", 1), WM_EINVALID_ARGUMENT);
+        assert_int_equal(set_id(&id, "t", "n", bad[i], "main", 1), WM_EINVALID_ARGUMENT);
         assert_int_equal(wm_component_check(bad[i], strlen(bad[i])), WM_EINVALID_ARGUMENT);
     }
     assert_int_equal(wm_component_check("a\0b", 3), WM_EINVALID_ARGUMENT);
@@ -152,7 +177,7 @@ static void test_canonical_keys(void **state)
     (void)state;
     wm_identity id;
     char key[WM_KEY_MAX + 1];
-    assert_int_equal(wm_identity_set(&id, "acme", "llm", "llama-3-8b", "main", 42), WM_OK);
+    assert_int_equal(set_id(&id, "acme", "llm", "llama-3-8b", "main", 42), WM_OK);
     assert_true(wm_group_key(&id, key, sizeof(key)) > 0);
     assert_string_equal(key, "weights/acme/llm/llama-3-8b/main/42");
     assert_true(wm_manifest_key(&id, key, sizeof(key)) > 0);
@@ -172,10 +197,10 @@ static void test_key_round_trips_with_special_characters(void **state)
         wm_key_kind kind;
         uint64_t n = 0;
         char key[WM_KEY_MAX + 1];
-        assert_int_equal(wm_identity_set(&id, tenants[i], "ns/x", "r@1", "rev%2", UINT64_MAX), WM_OK);
+        assert_int_equal(set_id(&id, tenants[i], "ns/x", "r@1", "rev%2", UINT64_MAX), WM_OK);
 
         assert_true(wm_group_key(&id, key, sizeof(key)) > 0);
-        assert_int_equal(wm_key_parse(key, &back, &kind, &n), WM_OK);
+        assert_int_equal(parse_key(key, &back, &kind, &n), WM_OK);
         assert_int_equal(kind, WM_KEY_GROUP);
         assert_int_equal(wm_identity_cmp(&id, &back), 0);
         /* Exactly five separators after the prefix: no raw '/' leaks. */
@@ -184,12 +209,12 @@ static void test_key_round_trips_with_special_characters(void **state)
         assert_int_equal(slashes, 5);
 
         assert_true(wm_manifest_key(&id, key, sizeof(key)) > 0);
-        assert_int_equal(wm_key_parse(key, &back, &kind, NULL), WM_OK);
+        assert_int_equal(parse_key(key, &back, &kind, NULL), WM_OK);
         assert_int_equal(kind, WM_KEY_MANIFEST);
         assert_int_equal(wm_identity_cmp(&id, &back), 0);
 
         assert_true(wm_payload_key(&id, 123456, key, sizeof(key)) > 0);
-        assert_int_equal(wm_key_parse(key, &back, &kind, &n), WM_OK);
+        assert_int_equal(parse_key(key, &back, &kind, &n), WM_OK);
         assert_int_equal(kind, WM_KEY_PAYLOAD);
         assert_int_equal(n, 123456);
         assert_int_equal(wm_identity_cmp(&id, &back), 0);
@@ -223,9 +248,9 @@ static void test_key_parse_refuses_non_canonical_keys(void **state)
         "weights/a/b/c/%00/1",
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-        assert_int_equal(wm_key_parse(bad[i], &id, &kind, NULL), WM_EINVALID_ARGUMENT);
-    assert_int_equal(wm_key_parse("weights/a/b/c/d/0", &id, &kind, NULL), WM_OK);
-    assert_int_equal(wm_key_parse(NULL, &id, &kind, NULL), WM_EINVALID_ARGUMENT);
+        assert_int_equal(parse_key(bad[i], &id, &kind, NULL), WM_EINVALID_ARGUMENT);
+    assert_int_equal(parse_key("weights/a/b/c/d/0", &id, &kind, NULL), WM_OK);
+    assert_int_equal(parse_key(NULL, &id, &kind, NULL), WM_EINVALID_ARGUMENT);
 }
 
 /* ------------------------------------------------------------------------ */

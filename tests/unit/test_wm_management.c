@@ -1192,7 +1192,7 @@ static void test_upsert_delete_first_steps_and_gate(void **state)
     Wmrpc__UpsertStatusRequest sreq = WMRPC__UPSERT_STATUS_REQUEST__INIT;
     Wmrpc__WeightIdentity wid;
     wm_identity none = base.id;
-    strcpy(none.resource_id, "nothing");
+    none.resource_id = "nothing";
     wmt_pb_identity(&wid, &none);
     sreq.lineage = &wid;
     invoke(WMRPC__WEIGHT_METHOD__WEIGHT_UPSERT_STATUS, &sreq.base, &c);
@@ -1344,7 +1344,7 @@ static void test_upsert_keeps_the_base_policy(void **state)
 
     /* A plain import (no claim) starts from the cluster default. */
     wm_identity plain = base.id;
-    snprintf(plain.resource_id, sizeof(plain.resource_id), "plain");
+    plain.resource_id = "plain";
     begin(&plain, &c);
     while (!c.answered && H.nq > 0) deliver(SMP_OK);
     assert_int_equal(c.status, SMP_OK);

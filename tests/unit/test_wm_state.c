@@ -243,11 +243,17 @@ static void test_identity_keys_and_generation(void **state)
     r.manifest_key = NULL;
     expect_violation(&r, "manifest key");
     r = f->ready;
-    r.id.resource_id[0] = '\0';
+    r.id.resource_id = "";
     expect_violation(&r, "identity: resource_id is empty");
     r = f->ready;
-    memset(r.id.revision, 'a', sizeof(r.id.revision)); /* no terminator at all */
+    char too_long[WM_ID_COMPONENT_MAX + 2];
+    memset(too_long, 'a', sizeof(too_long) - 1);
+    too_long[sizeof(too_long) - 1] = '\0';
+    r.id.revision = too_long; /* one byte above the limit */
     expect_violation(&r, "identity");
+    r = f->ready;
+    r.id.ns = NULL; /* a zeroed identity's strings */
+    expect_violation(&r, "identity: namespace is missing");
     r = f->ready;
     r.policy.mixed_hot_ratio = 1.0;
     expect_violation(&r, "policy: mixed_hot_ratio");

@@ -447,7 +447,7 @@ static void test_records_that_would_break_the_tables(void **state)
 
     /* A delete of c listing a's operation. */
     uint64_t foreign[1] = {1};
-    wm_metadata_delete d = {c.id, 2, WM_DEL_TOMBSTONE_EXPIRED, foreign, 1};
+    wm_metadata_delete d = {c.id, 2, WM_DEL_TOMBSTONE_EXPIRED, foreign, 1, NULL};
     assert_int_equal(wm_store_check_delete(st, &d, msg, sizeof(msg)), WM_EINVALID_ARGUMENT);
     assert_int_equal(wm_store_apply_delete(st, &d, msg, sizeof(msg)), WM_EINVALID_ARGUMENT);
     assert_non_null(strstr(msg, "belongs to another revision"));
@@ -653,7 +653,7 @@ static void test_loaded_revisions_deleted_one_by_one(void **state)
         wm_identity id;
         snprintf(name, sizeof(name), "m%04d", i);
         wmt_identity(&id, name, 1);
-        wm_metadata_delete d = {id, 1, WM_DEL_IMPORT_ABORTED, NULL, 0};
+        wm_metadata_delete d = {id, 1, WM_DEL_IMPORT_ABORTED, NULL, 0, NULL};
         if (wm_store_apply_delete(copy, &d, msg, sizeof(msg)) != WM_OK) fail_msg("delete: %s", msg);
         assert_null(wm_store_get(copy, &id));
         for (int k = i + 1; k < N; k += 37) {
@@ -678,10 +678,94 @@ static void test_loaded_revisions_deleted_one_by_one(void **state)
     wm_store_free(st);
 }
 
+/* Point id's strings at copies in b (wm_identity_buf_set): a caller's buffer
+ * the test overwrites afterwards. */
+static void id_in(wm_identity *id, wm_identity_buf *b)
+{
+    wm_identity_buf_set(b, id);
+    *id = b->id;
+}
+
+/* An identity's strings are borrowed (weight_management.h): the store keeps
+ * its own copy of every identity it holds. A revision, its operation, a
+ * lease and a lineage claim applied from buffers the caller then overwrites
+ * are found again by their identity and read back unchanged, and so after a
+ * save and load. */
+static void test_store_owns_the_identities_it_keeps(void **state)
+{
+    (void)state;
+    static const uint64_t bytes[2] = {100, 200};
+    wm_store *st = NULL, *copy = NULL;
+    wm_affinity aff = {0};
+    wm_revision rev;
+    wm_operation op;
+    wm_lease l;
+    wm_lineage_claim c;
+    wm_identity_buf rb, ob, lb, cb, tb;
+    char msg[256] = "";
+    assert_int_equal(wm_store_create(&st), WM_OK);
+    wmt_ready_revision(&rev, &aff, "owned", 1, bytes, 2);
+    wmt_migration(&op, &rev, 7);
+    id_in(&rev.id, &rb);
+    id_in(&op.id_of, &ob);
+    wm_metadata_upsert u;
+    memset(&u, 0, sizeof(u));
+    u.revision = rev;
+    u.operations = &op;
+    u.n_operations = 1;
+    u.has_affinity = 1;
+    u.affinity = aff;
+    if (wm_store_apply_upsert(st, &u, msg, sizeof(msg)) != WM_OK) fail_msg("upsert: %s", msg);
+    wmt_lease(&l, &rev, 3);
+    id_in(&l.id_of, &lb);
+    if (wm_store_apply_lease_upsert(st, &l, msg, sizeof(msg)) != WM_OK)
+        fail_msg("lease: %s", msg);
+    wmt_claim(&c, "owned");
+    id_in(&c.base, &cb);
+    id_in(&c.target, &tb);
+    c.phase = WM_PHASE_CLAIMED;
+    c.committed_watermark = 0;
+    if (wm_store_apply_claim(st, &c, msg, sizeof(msg)) != WM_OK) fail_msg("claim: %s", msg);
+    wm_identity_buf *bufs[] = {&rb, &ob, &lb, &cb, &tb};
+    for (size_t i = 0; i < 5; i++) memset(bufs[i]->s, 'X', sizeof(bufs[i]->s) - 1);
+
+    uint8_t *a = NULL;
+    size_t la = 0;
+    section_of(st, &a, &la);
+    assert_int_equal(wm_store_create(&copy), WM_OK);
+    if (wm_store_load(copy, a, la, msg, sizeof(msg)) != WM_OK) fail_msg("load: %s", msg);
+    wm_store *both[] = {st, copy};
+    for (size_t k = 0; k < 2; k++) {
+        wm_identity id;
+        wmt_identity(&id, "owned", 1);
+        const wm_revision *r = wm_store_get(both[k], &id);
+        assert_non_null(r);
+        assert_string_equal(r->id.tenant_id, "tenant-a");
+        assert_string_equal(r->id.resource_id, "owned");
+        assert_string_equal(r->id.revision, "main");
+        const wm_operation *o = wm_store_operation(both[k], 7);
+        assert_non_null(o);
+        assert_int_equal(wm_identity_cmp(&o->id_of, &id), 0);
+        const wm_lease *sl = wm_store_lease(both[k], 3);
+        assert_non_null(sl);
+        assert_int_equal(wm_identity_cmp(&sl->id_of, &id), 0);
+        assert_int_equal(wm_store_lineage_count(both[k]), 1);
+        const wm_lineage_entry *e = wm_store_lineage_at(both[k], 0);
+        assert_int_equal(wm_identity_cmp(&e->claim.base, &id), 0);
+        assert_string_equal(e->claim.target.resource_id, "owned");
+        assert_int_equal(e->claim.target.weight_generation, 2);
+    }
+    free(a);
+    wm_store_free(copy);
+    wm_store_free(st);
+    wm_affinity_clear(&aff);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_replay_is_idempotent),
+        cmocka_unit_test(test_store_owns_the_identities_it_keeps),
         cmocka_unit_test(test_apply_history_and_stale_record),
         cmocka_unit_test(test_section_round_trip_rebuilds_indexes),
         cmocka_unit_test(test_invalid_section_refused),

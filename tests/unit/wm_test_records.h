@@ -15,11 +15,57 @@
 #include "weight_management.h"
 #include "weight_rpc.pb-c.h"
 
+/* A copy of s that lives as long as the test program (an identity's strings
+ * are borrowed, weight_management.h): one node per string, found again,
+ * never freed (still reachable, which valgrind_unit.sh allows). */
+typedef struct wmt_str_node {
+    struct wmt_str_node *next;
+    char s[];
+} wmt_str_node;
+
+static inline const char *wmt_intern(const char *s)
+{
+    static wmt_str_node *buckets[1024];
+    size_t h = 5381;
+    for (const char *c = s; *c; c++) h = h * 33 + (unsigned char)*c;
+    wmt_str_node **b = &buckets[h % 1024], *n = *b;
+    while (n != NULL && strcmp(n->s, s) != 0) n = n->next;
+    if (n == NULL) {
+        n = malloc(sizeof(*n) + strlen(s) + 1);
+        if (n == NULL) abort();
+        strcpy(n->s, s);
+        n->next = *b;
+        *b = n;
+    }
+    return n->s;
+}
+
+/* Storage for the identity strings of one decoded lease, lease end or
+ * claim (wm_decode_lease_upsert and the others): a ring of 16, so a test may
+ * hold that many decoded records at once. */
+static inline wm_identity_buf *wmt_ids_next(void)
+{
+    static wm_identity_buf ring[16];
+    static unsigned at;
+    return &ring[at++ % 16];
+}
+
+/* Point id's strings at interned copies of id's (see wmt_intern). */
+static inline void wmt_identity_keep(wm_identity *id)
+{
+    id->tenant_id = wmt_intern(id->tenant_id);
+    id->ns = wmt_intern(id->ns);
+    id->resource_id = wmt_intern(id->resource_id);
+    id->revision = wmt_intern(id->revision);
+}
+
 static inline void wmt_identity(wm_identity *id, const char *resource, uint64_t gen)
 {
-    memset(id, 0, sizeof(*id));
-    int rc = wm_identity_set(id, "tenant-a", "llm", resource, "main", gen);
+    wm_identity_buf b;
+    int rc = wm_identity_set(&b, "tenant-a", "llm", resource, "main", gen);
     if (rc != WM_OK) abort();
+    *id = b.id;
+    wmt_identity_keep(id);
 }
 
 /* Point r's group and manifest keys at storage that lives as long as the
