@@ -1,8 +1,9 @@
 /* node_segment.c -- a node's memory segment as a mapped, locked file.
  *
- * Opening takes an exclusive non-blocking flock on the file before anything
- * else, so a second node (or a second open in the same node) is refused with
- * SMP_EBUSY instead of sharing the bytes. An existing file smaller than the
+ * Opening takes an exclusive flock on the file before anything else, so a
+ * second node (or a second open in the same node) is refused with SMP_EBUSY
+ * instead of sharing the bytes (after a short wait: a holder that is dying,
+ * such as a killed master's snapshot writer, lets go within it). An existing file smaller than the
  * configured size is grown in place (the new tail reserved like a new file's
  * bytes): every byte it held stays where it was, so every replica the master
  * knows about stays valid, and a mapping a co-located client holds of the
@@ -153,6 +154,26 @@ static int size_file(int fd, const char *path, uint64_t from, uint64_t size, int
     return SMP_OK;
 }
 
+/* How long seg_open waits for the segment's lock before it says another
+ * node holds it. A master killed at the moment it forked its snapshot
+ * writer leaves that child holding the inherited lock until the child
+ * closes its descriptors or dies with its parent (PR_SET_PDEATHSIG), a
+ * matter of milliseconds; a master restarted at once must not fail on it. */
+#define SEG_LOCK_WAIT_MS 2000
+
+/* flock(fd, LOCK_EX | LOCK_NB), tried every 10 ms for up to
+ * SEG_LOCK_WAIT_MS while another holder has it. 0, or -1 with errno
+ * (EWOULDBLOCK: still held at the end). */
+static int seg_lock(int fd)
+{
+    for (int waited = 0;; waited += 10) {
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0) return 0;
+        if (errno != EWOULDBLOCK || waited >= SEG_LOCK_WAIT_MS) return -1;
+        struct timespec ts = {0, 10 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
 int seg_open(const seg_options *opt, seg_segment **out, char *err, size_t errlen)
 {
     int rc;
@@ -208,9 +229,10 @@ int seg_open(const seg_options *opt, seg_segment **out, char *err, size_t errlen
         rc = SMP_EIO;
         goto free_seg;
     }
-    if (flock(s->fd, LOCK_EX | LOCK_NB) < 0) {
+    if (seg_lock(s->fd) < 0) {
         if (errno == EWOULDBLOCK) {
-            wm_errbuf(err, errlen, "%s: the segment is held open by another node", path);
+            wm_errbuf(err, errlen, "%s: the segment is held open by another node (waited %d ms)",
+                      path, SEG_LOCK_WAIT_MS);
             rc = SMP_EBUSY;
         } else {
             wm_errbuf(err, errlen, "%s: flock: %s", path, strerror(errno));

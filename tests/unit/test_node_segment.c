@@ -15,9 +15,11 @@
 #include <signal.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -180,7 +182,6 @@ static void test_larger_file_is_cut_only_by_seg_shrink(void **state)
     seg_destroy(s2);
 }
 
-/* Two openers of one segment: the second is refused while the first holds it. */
 /* Wait until the pre-fault thread has touched the whole served size. */
 static void wait_prefaulted(const seg_segment *s)
 {
@@ -231,6 +232,8 @@ static void test_prefault_stops_at_a_cut_and_at_close(void **state)
     seg_destroy(s); /* joined, whatever it had touched */
 }
 
+/* Two openers of one segment: the second is refused (after seg_open's
+ * wait) while the first holds it. */
 static void test_second_opener_is_refused(void **state)
 {
     seg_options o = { .dir = g_dir, .id = "seg-c", .size = SIZE };
@@ -242,6 +245,40 @@ static void test_second_opener_is_refused(void **state)
     seg_close(s);
     assert_int_equal(seg_open(&o, &s2, err, sizeof(err)), SMP_OK);
     seg_destroy(s2);
+}
+
+/* A holder that lets go within seg_open's wait -- as a killed master's
+ * forked snapshot writer does when it dies with its parent -- does not
+ * make the open fail: a child process holds the lock, then exits. */
+static void test_lock_released_meanwhile_is_taken(void **state)
+{
+    seg_options o = { .dir = g_dir, .id = "seg-w", .size = SIZE };
+    seg_segment *s = open_seg("seg-w", SIZE);
+    char err[512], path[512], go;
+    int ready[2];
+    (void)state;
+    assert_int_equal(seg_path_for(g_dir, "seg-w", path, sizeof(path)), 0);
+    seg_close(s);
+    s = NULL;
+    assert_int_equal(pipe(ready), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int fd = open(path, O_RDWR);
+        if (fd < 0 || flock(fd, LOCK_EX) < 0) _exit(1);
+        if (write(ready[1], "x", 1) != 1) _exit(1);
+        struct timespec ts = {0, 200 * 1000000L};
+        nanosleep(&ts, NULL);
+        _exit(0);
+    }
+    close(ready[1]);
+    assert_int_equal(read(ready[0], &go, 1), 1); /* the child holds the lock */
+    close(ready[0]);
+    if (seg_open(&o, &s, err, sizeof(err)) != SMP_OK) fail_msg("seg_open: %s", err);
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    seg_destroy(s);
 }
 
 /* A segment file readable by others (planted in a shared directory, or
@@ -351,6 +388,7 @@ int main(void)
         cmocka_unit_test(test_prefault_keeps_every_byte),
         cmocka_unit_test(test_prefault_stops_at_a_cut_and_at_close),
         cmocka_unit_test(test_second_opener_is_refused),
+        cmocka_unit_test(test_lock_released_meanwhile_is_taken),
         cmocka_unit_test(test_foreign_or_open_file_is_refused),
         cmocka_unit_test(test_bounds),
         cmocka_unit_test(test_bad_ids),
