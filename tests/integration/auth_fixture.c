@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include <cmocka.h>
 
@@ -115,4 +116,43 @@ int af_hello(rpcc_conn *c, const char *token)
                                &status, NULL, NULL, NULL),
                      0);
     return status;
+}
+
+void af_make_leaf(const char *dir, const char *name, const char *cn, const char *uri,
+                  const char *ca_pem, const char *ca_key)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof(cmd),
+             "cd '%s' && exec >>certs.log 2>&1 && "
+             "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj '/CN=%s' "
+             "  -keyout %s.key -out %s.csr && "
+             "printf '%s%s\\n' > %s.ext && "
+             "openssl x509 -req -in %s.csr -CA %s -CAkey %s -CAcreateserial -days 2 "
+             "  -extfile %s.ext -out %s.pem",
+             dir, cn, name, name, uri != NULL ? "subjectAltName=URI:" : "keyUsage=digitalSignature",
+             uri != NULL ? uri : "", name, name, ca_pem, ca_key, name, name);
+    int rc = system(cmd);
+    assert_true(WIFEXITED(rc) && WEXITSTATUS(rc) == 0);
+}
+
+void af_make_cert_pki(const char *dir)
+{
+    assert_int_equal(hx_make_certs(dir), 0);
+    af_make_leaf(dir, "a-reader", "a-reader", NULL, "ca.pem", "ca.key");
+    af_make_leaf(dir, "a-writer", "workload-7", AF_SPIFFE_A_WRITER, "ca.pem", "ca.key");
+    af_make_leaf(dir, "b-writer", "b-writer", NULL, "ca.pem", "ca.key");
+    af_make_leaf(dir, "ops-admin", "ops-admin", NULL, "ca.pem", "ca.key");
+    af_make_leaf(dir, "rogue", "a-reader", NULL, "other-ca.pem", "other.key");
+}
+
+void af_cert_yaml(char *out, size_t cap)
+{
+    int n = snprintf(out, cap,
+                     "  certificates:\n"
+                     "    - {cn: a-reader, tenant: a, role: reader}\n"
+                     "    - {san_uri: \"%s\", tenant: a, role: writer}\n"
+                     "    - {cn: b-writer, tenant: b, role: writer}\n"
+                     "    - {cn: ops-admin, tenant: ops, role: admin}\n",
+                     AF_SPIFFE_A_WRITER);
+    assert_true(n > 0 && (size_t)n < cap);
 }

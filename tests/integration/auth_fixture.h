@@ -56,4 +56,27 @@ uint64_t af_publish(wr_fixture *f, const char *res);
 /* Send auth.HELLO with token on c: the status the master answered. */
 int af_hello(rpcc_conn *c, const char *token);
 
+/* -- client certificates (auth.certificates) ------------------------------ */
+
+#define AF_SPIFFE_A_WRITER "spiffe://test.example/tenant/a/writer"
+
+/* A key and a certificate dir/name.pem, name.key for subject CN cn (and a
+ * SAN URI when uri is not NULL), signed by the CA whose certificate and key
+ * are dir/ca_pem and dir/ca_key (openssl CLI, output in dir/certs.log;
+ * asserts that it worked). */
+void af_make_leaf(const char *dir, const char *name, const char *cn, const char *uri,
+                  const char *ca_pem, const char *ca_key);
+
+/* hx_make_certs(dir) and one leaf per identity af_cert_yaml maps, all
+ * signed by dir/ca.pem: a-reader (tenant a, reader; by its CN), a-writer
+ * (tenant a, writer; by its SAN URI AF_SPIFFE_A_WRITER under the unrelated
+ * CN workload-7), b-writer (tenant b, writer; CN), ops-admin (tenant ops,
+ * admin; CN); and rogue, the CN a-reader signed by other-ca.pem. The
+ * fixture's client.pem (CN=client) stays unmapped. Asserts. */
+void af_make_cert_pki(const char *dir);
+
+/* The auth.certificates block (indented under auth:) mapping the leaves
+ * af_make_cert_pki makes, into out (asserts that it fits). */
+void af_cert_yaml(char *out, size_t cap);
+
 #endif /* TEST_AUTH_FIXTURE_H */

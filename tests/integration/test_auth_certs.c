@@ -44,8 +44,6 @@
 #include "etcd_fixture.h"
 #include "host_rpc.pb-c.h"
 
-#define SPIFFE_A_WRITER "spiffe://test.example/tenant/a/writer"
-
 typedef struct fx {
     wr_fixture w;
     char tcp[64];
@@ -59,25 +57,6 @@ static int sh(const char *cmd)
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
-/* A key and a certificate dir/name.pem, name.key for subject CN cn (and a
- * SAN URI when uri is not NULL), signed by the CA whose certificate and key
- * are dir/ca_pem and dir/ca_key. */
-static void make_leaf(const char *dir, const char *name, const char *cn, const char *uri,
-                      const char *ca_pem, const char *ca_key)
-{
-    char cmd[2048];
-    snprintf(cmd, sizeof(cmd),
-             "cd '%s' && exec >>certs.log 2>&1 && "
-             "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj '/CN=%s' "
-             "  -keyout %s.key -out %s.csr && "
-             "printf '%s%s\\n' > %s.ext && "
-             "openssl x509 -req -in %s.csr -CA %s -CAkey %s -CAcreateserial -days 2 "
-             "  -extfile %s.ext -out %s.pem",
-             dir, cn, name, name, uri != NULL ? "subjectAltName=URI:" : "keyUsage=digitalSignature",
-             uri != NULL ? uri : "", name, name, ca_pem, ca_key, name, name);
-    assert_int_equal(sh(cmd), 0);
-}
-
 static int setup(void **state)
 {
     fx *f = calloc(1, sizeof(*f));
@@ -86,24 +65,13 @@ static int setup(void **state)
     FILE *tf;
     hx_master *m = &f->w.m;
     assert_int_equal(hx_init(m, "auth_certs", NULL), 0);
-    assert_int_equal(hx_make_certs(m->dir), 0);
-    make_leaf(m->dir, "a-reader", "a-reader", NULL, "ca.pem", "ca.key");
-    make_leaf(m->dir, "a-writer", "workload-7", SPIFFE_A_WRITER, "ca.pem", "ca.key");
-    make_leaf(m->dir, "b-writer", "b-writer", NULL, "ca.pem", "ca.key");
-    make_leaf(m->dir, "ops-admin", "ops-admin", NULL, "ca.pem", "ca.key");
-    make_leaf(m->dir, "rogue", "a-reader", NULL, "other-ca.pem", "other.key");
+    af_make_cert_pki(m->dir);
     snprintf(f->ca, sizeof(f->ca), "%s/ca.pem", m->dir);
     snprintf(path, sizeof(path), "%s/node.token", m->dir);
     assert_non_null(tf = fopen(path, "w"));
     fprintf(tf, "%s\n", af_token(AF_ADMIN));
     assert_int_equal(fclose(tf), 0);
-    snprintf(certs, sizeof(certs),
-             "  certificates:\n"
-             "    - {cn: a-reader, tenant: a, role: reader}\n"
-             "    - {san_uri: \"%s\", tenant: a, role: writer}\n"
-             "    - {cn: b-writer, tenant: b, role: writer}\n"
-             "    - {cn: ops-admin, tenant: ops, role: admin}\n",
-             SPIFFE_A_WRITER);
+    af_cert_yaml(certs, sizeof(certs));
     af_auth_yaml(path, certs, auth, sizeof(auth));
     snprintf(yaml, sizeof(f->yaml),
              "tls:\n  cert: \"%s/server.pem\"\n  key: \"%s/server.key\"\n  ca: \"%s\"\n"
