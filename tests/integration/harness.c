@@ -87,7 +87,8 @@ int hx_ha_yaml(const hx_master *m, const char *id, const char *etcd_endpoints,
                      "ha:\n  enabled: true\n  id: %s\n  etcd_endpoints: \"%s\"\n"
                      "  prefix: \"%s\"\n  lease_ttl_s: %u\n  advertise: \"%s\"\n"
                      "  snapshot_dir: \"%s\"\n",
-                     id, etcd_endpoints, prefix, ttl_s ? ttl_s : 1, m->socket, snapdir);
+                     id, etcd_endpoints, prefix, ttl_s ? ttl_s : 1,
+                     m->listen_tcp[0] != '\0' ? m->listen_tcp : m->socket, snapdir);
     return n > 0 && (size_t)n < cap ? n : -1;
 }
 

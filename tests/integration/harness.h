@@ -71,7 +71,8 @@ void hx_kill(hx_master *m);
 
 /* The YAML that makes m one master of an HA cluster (appended to a config
  * with hx_init / hx_reconfigure): the etcd OpLog under prefix on the etcd
- * members at etcd_endpoints, id as its name, its Unix socket advertised,
+ * members at etcd_endpoints, id as its name, its Unix socket advertised
+ * (its listen_tcp instead when set: clients of a TLS port are sent there),
  * snapshots in snapdir (NULL: <m->dir>/shared-snapshots), a lease of ttl_s
  * seconds (0: 1 s, which the fixture's etcd allows: it runs with a 500 ms
  * election timeout). It ends inside the ha: mapping. Returns the length
