@@ -738,7 +738,8 @@ static int endpoint_ok(const char *s, size_t len)
 }
 
 /* A comma-separated list of "host:port" (etcd's members), or "". The
- * message names the first bad item. */
+ * message names the first bad item; a URL (scheme://...) gets its own
+ * sentence: there is no TLS to etcd. */
 static int check_endpoints(cfg_ctx *c, const host_config_node *n, const char *path)
 {
     char q[CFG_QUOTE_MAX + 16];
@@ -747,6 +748,19 @@ static int check_endpoints(cfg_ctx *c, const host_config_node *n, const char *pa
     for (const char *item = s;;) {
         const char *end = strchr(item, ',');
         size_t len = end != NULL ? (size_t)(end - item) : strlen(item);
+        if (memmem(item, len, "://", 3) != NULL) {
+            /* The masters speak plaintext gRPC to etcd: a URL (https:// in
+             * particular) is refused, never taken as a host name and left
+             * to fail, or to be read as a promise of TLS. */
+            char bad[CFG_QUOTE_MAX];
+            snprintf(bad, sizeof(bad), "%.*s", (int)len, item);
+            quote_text(q, sizeof(q), bad);
+            return cfg_fail(c, SMP_EINVAL, n->line, path,
+                            "item %s is a URL: give etcd's client address as \"host:port\"; "
+                            "the masters reach etcd over plaintext gRPC only (TLS to etcd, "
+                            "https://, is not supported: keep etcd's client port on a private "
+                            "network)", q);
+        }
         if (!endpoint_ok(item, len)) {
             char bad[CFG_QUOTE_MAX];
             snprintf(bad, sizeof(bad), "%.*s", (int)len, item);

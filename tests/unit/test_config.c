@@ -1000,6 +1000,13 @@ static void test_refuses_incomplete_or_idle_ha_keys(void **state)
     expect_refused("ha: {etcd_endpoints: \"a:1,,b:2\"}\n", "item \"\" is not");
     expect_refused("ha: {etcd_endpoints: \"a:0\"}\n", "item \"a:0\" is not");
     expect_refused("ha: {etcd_endpoints: \":5\"}\n", "item \":5\" is not");
+    /* no TLS to etcd: an https:// (or any) URL is refused, not taken as a host */
+    expect_message("ha: {etcd_endpoints: \"127.0.0.1:2379,https://10.0.0.7:2379\"}\n",
+                   "x.yaml:1: ha.etcd_endpoints: item \"https://10.0.0.7:2379\" is a URL: give "
+                   "etcd's client address as \"host:port\"; the masters reach etcd over "
+                   "plaintext gRPC only (TLS to etcd, https://, is not supported: keep etcd's "
+                   "client port on a private network)");
+    expect_refused("ha: {etcd_endpoints: \"http://127.0.0.1:2379\"}\n", "is a URL");
     expect_refused("ha: {prefix: wm/}\n", "ha.prefix: \"wm/\" is not a key prefix");
     expect_refused("ha: {prefix: /wm}\n", "ha.prefix: \"/wm\" is not a key prefix");
     expect_refused("ha: {prefix: \"/w m/\"}\n", "is not a key prefix");
