@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "auth_fixture.h"
+#include "etcd_fixture.h"
 #include "host_rpc.pb-c.h"
 
 static const char *const tokens[] = {
@@ -155,4 +156,59 @@ void af_cert_yaml(char *out, size_t cap)
                      "    - {cn: ops-admin, tenant: ops, role: admin}\n",
                      AF_SPIFFE_A_WRITER);
     assert_true(n > 0 && (size_t)n < cap);
+}
+
+void af_start_certs(wr_fixture *f, const char *name, char *tcp, size_t tcp_cap, char *yaml,
+                    size_t yaml_cap)
+{
+    char auth[4096], path[300], certs[1024];
+    FILE *tf;
+    hx_master *m = &f->m;
+    assert_int_equal(hx_init(m, name, NULL), 0);
+    af_make_cert_pki(m->dir);
+    snprintf(path, sizeof(path), "%s/node.token", m->dir);
+    assert_non_null(tf = fopen(path, "w"));
+    fprintf(tf, "%s\n", af_token(AF_ADMIN));
+    assert_int_equal(fclose(tf), 0);
+    af_cert_yaml(certs, sizeof(certs));
+    af_auth_yaml(path, certs, auth, sizeof(auth));
+    int n = snprintf(yaml, yaml_cap,
+                     "tls:\n  cert: \"%s/server.pem\"\n  key: \"%s/server.key\"\n"
+                     "  ca: \"%s/ca.pem\"\n  verify_clients: true\n%s",
+                     m->dir, m->dir, m->dir, auth);
+    assert_true(n > 0 && (size_t)n < yaml_cap);
+    int port = etcd_fixture_free_port();
+    assert_true(port > 0);
+    snprintf(tcp, tcp_cap, "127.0.0.1:%d", port);
+    snprintf(m->listen_tcp, sizeof(m->listen_tcp), "%s", tcp);
+    snprintf(m->admin_ca, sizeof(m->admin_ca), "%s/ca.pem", m->dir);
+    assert_int_equal(hx_reconfigure(m, yaml), 0);
+    setenv("WEIGHT_TOKEN", af_token(AF_ADMIN), 1); /* hx_start's status call */
+    /* the admin endpoint verifies clients too: hx_http_get presents these */
+    snprintf(m->admin_cert, sizeof(m->admin_cert), "%s/ops-admin.pem", m->dir);
+    snprintf(m->admin_key, sizeof(m->admin_key), "%s/ops-admin.key", m->dir);
+    assert_int_equal(hx_start(m, 15000), 0);
+    if (!hx_log_contains(m, "auth: on, 4 tokens, 4 certificate mappings")) fail_msg("log line");
+    unsetenv("WEIGHT_TOKEN");
+}
+
+void af_use_cert(const wr_fixture *f, const char *name)
+{
+    char p[400];
+    snprintf(p, sizeof(p), "%s/ca.pem", f->m.dir);
+    setenv("WM_TLS_CA", p, 1);
+    snprintf(p, sizeof(p), "%s/%s.pem", f->m.dir, name);
+    setenv("WM_TLS_CERT", p, 1);
+    snprintf(p, sizeof(p), "%s/%s.key", f->m.dir, name);
+    setenv("WM_TLS_KEY", p, 1);
+}
+
+void af_as_cert(wr_fixture *f, const char *tcp, const char *name)
+{
+    char err[512];
+    wr_disconnect(f);
+    unsetenv("WEIGHT_TOKEN");
+    af_use_cert(f, name);
+    if (rpcc_connect(tcp, NULL, &f->rpc, err, sizeof(err)) < 0) fail_msg("rpc: %s", err);
+    if (kvc_connect(tcp, 10000, &f->kv, err, sizeof(err)) < 0) fail_msg("kv: %s", err);
 }

@@ -79,4 +79,22 @@ void af_make_cert_pki(const char *dir);
  * af_make_cert_pki makes, into out (asserts that it fits). */
 void af_cert_yaml(char *out, size_t cap);
 
+/* af_start's master with TLS too (name tags its directory): a free
+ * loopback TCP port with af_make_cert_pki's server certificate (made in
+ * the master's directory), tls.ca, tls.verify_clients, and af_cert_yaml's
+ * auth.certificates beside the four tokens; hx_http_get presents the
+ * ops-admin certificate. The TCP address goes to tcp, the extra YAML
+ * written to yaml (for a later hx_reconfigure); f is not connected and
+ * WEIGHT_TOKEN is unset afterwards. Asserts each step. */
+void af_start_certs(wr_fixture *f, const char *name, char *tcp, size_t tcp_cap, char *yaml,
+                    size_t yaml_cap);
+
+/* Point WM_TLS_CA, WM_TLS_CERT and WM_TLS_KEY at the CA of f's master and
+ * the certificate name of its directory (af_make_cert_pki's). */
+void af_use_cert(const wr_fixture *f, const char *name);
+
+/* Reconnect f->rpc and f->kv to tcp over TLS with certificate name and no
+ * token (asserts that both open). */
+void af_as_cert(wr_fixture *f, const char *tcp, const char *name);
+
 #endif /* TEST_AUTH_FIXTURE_H */

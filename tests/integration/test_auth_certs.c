@@ -60,36 +60,9 @@ static int sh(const char *cmd)
 static int setup(void **state)
 {
     fx *f = calloc(1, sizeof(*f));
-    char auth[4096], path[300], certs[1024];
-    char *yaml = f->yaml;
-    FILE *tf;
-    hx_master *m = &f->w.m;
-    assert_int_equal(hx_init(m, "auth_certs", NULL), 0);
-    af_make_cert_pki(m->dir);
-    snprintf(f->ca, sizeof(f->ca), "%s/ca.pem", m->dir);
-    snprintf(path, sizeof(path), "%s/node.token", m->dir);
-    assert_non_null(tf = fopen(path, "w"));
-    fprintf(tf, "%s\n", af_token(AF_ADMIN));
-    assert_int_equal(fclose(tf), 0);
-    af_cert_yaml(certs, sizeof(certs));
-    af_auth_yaml(path, certs, auth, sizeof(auth));
-    snprintf(yaml, sizeof(f->yaml),
-             "tls:\n  cert: \"%s/server.pem\"\n  key: \"%s/server.key\"\n  ca: \"%s\"\n"
-             "  verify_clients: true\n%s",
-             m->dir, m->dir, f->ca, auth);
-    int port = etcd_fixture_free_port();
-    assert_true(port > 0);
-    snprintf(f->tcp, sizeof(f->tcp), "127.0.0.1:%d", port);
-    snprintf(m->listen_tcp, sizeof(m->listen_tcp), "%s", f->tcp);
-    snprintf(m->admin_ca, sizeof(m->admin_ca), "%s", f->ca);
-    assert_int_equal(hx_reconfigure(m, yaml), 0);
-    setenv("WEIGHT_TOKEN", af_token(AF_ADMIN), 1); /* hx_start's status call */
-    /* the admin endpoint verifies clients too: hx_http_get presents these */
-    snprintf(m->admin_cert, sizeof(m->admin_cert), "%s/ops-admin.pem", m->dir);
-    snprintf(m->admin_key, sizeof(m->admin_key), "%s/ops-admin.key", m->dir);
-    assert_int_equal(hx_start(m, 15000), 0);
-    if (!hx_log_contains(m, "auth: on, 4 tokens, 4 certificate mappings")) fail_msg("log line");
-    unsetenv("WEIGHT_TOKEN");
+    assert_non_null(f);
+    af_start_certs(&f->w, "auth_certs", f->tcp, sizeof(f->tcp), f->yaml, sizeof(f->yaml));
+    snprintf(f->ca, sizeof(f->ca), "%s/ca.pem", f->w.m.dir);
     *state = f;
     return 0;
 }
@@ -107,36 +80,13 @@ static int teardown(void **state)
     return 0;
 }
 
-/* Point the environment's client TLS settings at certificate name. */
-static void use_cert(fx *f, const char *name)
-{
-    char p[400];
-    setenv("WM_TLS_CA", f->ca, 1);
-    snprintf(p, sizeof(p), "%s/%s.pem", f->w.m.dir, name);
-    setenv("WM_TLS_CERT", p, 1);
-    snprintf(p, sizeof(p), "%s/%s.key", f->w.m.dir, name);
-    setenv("WM_TLS_KEY", p, 1);
-}
-
-/* Reconnect f's RPC and plain clients over TLS with certificate name and
- * no token (asserts that both open). */
-static void as_cert(fx *f, const char *name)
-{
-    char err[512];
-    wr_disconnect(&f->w);
-    unsetenv("WEIGHT_TOKEN");
-    use_cert(f, name);
-    if (rpcc_connect(f->tcp, NULL, &f->w.rpc, err, sizeof(err)) < 0) fail_msg("rpc: %s", err);
-    if (kvc_connect(f->tcp, 10000, &f->w.kv, err, sizeof(err)) < 0) fail_msg("kv: %s", err);
-}
-
 /* A bare TLS connection with certificate name and no token. */
 static rpcc_conn *raw_cert(fx *f, const char *name)
 {
     char err[512];
     rpcc_conn *c = NULL;
     rpcc_options o = {.timeout_ms = 10000, .token = ""};
-    use_cert(f, name);
+    af_use_cert(&f->w, name);
     if (rpcc_connect(f->tcp, &o, &c, err, sizeof(err)) < 0) fail_msg("connect: %s", err);
     return c;
 }
@@ -191,9 +141,9 @@ static void test_auth_cert_reader_reads_and_is_refused_writes(void **state)
     Wmrpc__WeightIdentity id;
     Wmrpc__MetadataResponse *md = NULL;
     kvc_object obj;
-    as_cert(f, "a-writer");
+    af_as_cert(&f->w, f->tcp, "a-writer");
     uint64_t gen = af_publish(&f->w, "model");
-    as_cert(f, "a-reader");
+    af_as_cert(&f->w, f->tcp, "a-reader");
     wr_set_identity(&id, "", "ns", "model", 1);
     assert_int_equal(wr_ident_call(&f->w, WMRPC__WEIGHT_METHOD__WEIGHT_GET_METADATA, &id, 0, &md), 0);
     assert_string_equal(md->metadata->identity->tenant, "a");
@@ -219,9 +169,9 @@ static void test_auth_cert_tenant_b_cannot_see_a(void **state)
 {
     fx *f = *state;
     Wmrpc__WeightIdentity theirs, mine;
-    as_cert(f, "a-writer");
+    af_as_cert(&f->w, f->tcp, "a-writer");
     uint64_t gen = af_publish(&f->w, "model");
-    as_cert(f, "b-writer");
+    af_as_cert(&f->w, f->tcp, "b-writer");
     wr_set_identity(&theirs, "a", "ns", "model", 1);
     assert_int_equal(wr_ident_call(&f->w, WMRPC__WEIGHT_METHOD__WEIGHT_GET_METADATA, &theirs, 0, NULL),
                      WR_E_NOT_FOUND);
@@ -243,7 +193,7 @@ static void test_auth_cert_tenant_b_cannot_see_a(void **state)
     assert_string_equal(md->metadata->identity->tenant, "b");
     wmrpc__metadata_response__free_unpacked(md, NULL);
     /* tenant a's revision is untouched */
-    as_cert(f, "a-reader");
+    af_as_cert(&f->w, f->tcp, "a-reader");
     wr_set_identity(&theirs, "", "ns", "model", 1);
     md = wr_get_md(&f->w, &theirs);
     assert_int_equal(md->metadata->metadata_generation, gen);
@@ -306,7 +256,7 @@ static void test_auth_cert_other_ca_refused_at_handshake(void **state)
     char err[512], msg[512];
     rpcc_conn *c = NULL;
     rpcc_options o = {.timeout_ms = 10000, .token = ""};
-    use_cert(f, "rogue");
+    af_use_cert(&f->w, "rogue");
     int rc = rpcc_connect(f->tcp, &o, &c, err, sizeof(err));
     if (rc == 0) { /* TLS 1.3: the alert may come with the first read */
         int status = 0;
@@ -331,7 +281,7 @@ static void test_auth_cert_weightctl_without_token(void **state)
     fx *f = *state;
     char cmd[4096];
     const char *d = f->w.m.dir;
-    as_cert(f, "a-writer");
+    af_as_cert(&f->w, f->tcp, "a-writer");
     af_publish(&f->w, "model");
     wr_disconnect(&f->w);
     unsetenv("WM_TLS_CA");
