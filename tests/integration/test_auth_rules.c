@@ -227,40 +227,60 @@ static int role_rank(const char *role)
          : strcmp(role, "admin") == 0  ? 3 : 0;
 }
 
-/* Every registered method has the rule this table expects, and every method
- * is refused to a caller without a token, with a refused token, with too low
- * a role and (on tenant a's things) with tenant b's token; nothing changes. */
-static void test_auth_every_method_refuses_bad_callers(void **state)
-{
-    wr_fixture *f = *state;
-    target t;
-    wr_upload u;
-    char msg[2048];
-    af_start(f, "auth-rules");
+/* Who calls, for the refusal matrix: one connection per kind of caller,
+ * each proving its identity the same way (tokens, or client certificates). */
+typedef struct callers {
+    const char *how;           /* "token" or "certificate", for messages */
+    rpcc_conn *anon;           /* not authenticated */
+    rpcc_conn *wrong;          /* its credential refused */
+    const char *anon_says, *wrong_says; /* what their refusals must say */
+    rpcc_conn *a_writer, *a_reader, *b_writer;
+} callers;
 
-    /* tenant a publishes a revision and migrates it (an operation) */
-    af_as(f, AF_A_WRITER);
-    memset(&t, 0, sizeof(t));
+static void callers_close(callers *k)
+{
+    rpcc_close(k->anon);
+    rpcc_close(k->wrong);
+    rpcc_close(k->a_writer);
+    rpcc_close(k->a_reader);
+    rpcc_close(k->b_writer);
+}
+
+/* A connection to endpoint presenting token ("": none). */
+static rpcc_conn *connect_token(const char *endpoint, const char *token)
+{
+    char err[512];
+    rpcc_conn *c = NULL;
+    rpcc_options o = {.timeout_ms = 10000, .token = token};
+    if (rpcc_connect(endpoint, &o, &c, err, sizeof(err)) < 0) fail_msg("connect: %s", err);
+    return c;
+}
+
+/* Tenant a (f connected as its writer) publishes a revision and migrates
+ * it (an operation); t names them and a payload object. */
+static void publish_target(wr_fixture *f, target *t)
+{
+    wr_upload u;
+    memset(t, 0, sizeof(*t));
     memset(&u, 0, sizeof(u));
-    wr_set_identity(&t.id, "a", "ns", "model", 1);
+    wr_set_identity(&t->id, "a", "ns", "model", 1);
     u.n = 2;
     u.sizes[0] = 4096;
     u.sizes[1] = 4096;
-    Wmrpc__MetadataResponse *pub = wr_publish(f, &t.id, WR_RS_HOT, WR_MODE_MANUAL, &u);
+    Wmrpc__MetadataResponse *pub = wr_publish(f, &t->id, WR_RS_HOT, WR_MODE_MANUAL, &u);
     Wmrpc__MetadataResponse *mig = NULL;
-    assert_int_equal(wr_migrate(f, &t.id, WR_RS_COLD, pub->metadata->metadata_generation, &mig), 0);
-    t.op_id = mig->metadata->operation_id;
-    assert_true(t.op_id > 0);
-    wmrpc__operation_response__free_unpacked(wr_wait_op(f, t.op_id, 30000), NULL);
-    wr_payload_key(&u, 0, t.payload_key, sizeof(t.payload_key));
+    assert_int_equal(wr_migrate(f, &t->id, WR_RS_COLD, pub->metadata->metadata_generation, &mig), 0);
+    t->op_id = mig->metadata->operation_id;
+    assert_true(t->op_id > 0);
+    wmrpc__operation_response__free_unpacked(wr_wait_op(f, t->op_id, 30000), NULL);
+    wr_payload_key(&u, 0, t->payload_key, sizeof(t->payload_key));
     wmrpc__metadata_response__free_unpacked(pub, NULL);
     wmrpc__metadata_response__free_unpacked(mig, NULL);
+}
 
-    af_as(f, AF_ADMIN);
-    char *before = state_text(f);
-    AuthRulesResponse *rules = fetch_rules(f);
-
-    /* the table and the master agree on every method and its rule */
+/* The table and the master agree on every method and its rule. */
+static void check_table(const AuthRulesResponse *rules)
+{
     size_t seen = 0;
     for (size_t i = 0; i < rules->n_rules; i++) {
         const AuthRule *r = rules->rules[i];
@@ -277,57 +297,63 @@ static void test_auth_every_method_refuses_bad_callers(void **state)
         seen++;
     }
     assert_int_equal(seen, N_RULES);
+}
 
-    rpcc_conn *anon = af_raw(f);   /* no token */
-    rpcc_conn *wrong = af_raw(f);  /* a token the master does not know */
-    assert_int_equal(af_hello(wrong, af_token(AF_WRONG)), SMP_EAUTH);
-    /* a refused connection cannot try another identity */
-    assert_int_equal(af_hello(wrong, af_token(AF_ADMIN)), SMP_ESTATE);
-
+/* Every method refused to k's unauthenticated and refused callers, to every
+ * role below its rule, and (on tenant a's things) to tenant b's writer. */
+static void refusal_matrix(const AuthRulesResponse *rules, const target *t, const callers *k)
+{
+    char msg[2048];
     for (size_t i = 0; i < rules->n_rules; i++) {
         const AuthRule *r = rules->rules[i];
         const rule *want = rule_of(r);
         int st;
         if (strcmp(r->role, "anyone") == 0) continue; /* HELLO itself */
 
-        st = call(anon, r, &t, msg, sizeof(msg), NULL, NULL);
-        if (st != SMP_EAUTH || strstr(msg, "present a token first") == NULL)
-            fail_msg("%s.%s without a token: %d '%s'", r->service_name, r->method_name, st, msg);
-        st = call(wrong, r, &t, msg, sizeof(msg), NULL, NULL);
-        if (st != SMP_EAUTH || strstr(msg, "was refused") == NULL)
-            fail_msg("%s.%s with a refused token: %d '%s'", r->service_name, r->method_name, st, msg);
+        st = call(k->anon, r, t, msg, sizeof(msg), NULL, NULL);
+        if (st != SMP_EAUTH || strstr(msg, k->anon_says) == NULL)
+            fail_msg("%s.%s unauthenticated (%s): %d '%s'", r->service_name, r->method_name, k->how,
+                     st, msg);
+        st = call(k->wrong, r, t, msg, sizeof(msg), NULL, NULL);
+        if (st != SMP_EAUTH || strstr(msg, k->wrong_says) == NULL)
+            fail_msg("%s.%s with a refused %s: %d '%s'", r->service_name, r->method_name, k->how, st,
+                     msg);
 
         /* every role below the rule: a writer's rule is refused to a
          * reader, an admin's to a writer and to a reader */
         for (af_who low = AF_A_WRITER; low <= AF_A_READER; low++) {
             if (role_rank(r->role) <= (low == AF_A_WRITER ? 2 : 1)) continue;
-            af_as(f, low);
-            st = call(f->rpc, r, &t, msg, sizeof(msg), NULL, NULL);
+            st = call(low == AF_A_WRITER ? k->a_writer : k->a_reader, r, t, msg, sizeof(msg), NULL,
+                      NULL);
             if (st != SMP_EFORBIDDEN || strstr(msg, "needs role") == NULL)
-                fail_msg("%s.%s as %s: %d '%s'", r->service_name, r->method_name,
-                         low == AF_A_WRITER ? "a writer" : "a reader", st, msg);
+                fail_msg("%s.%s as %s by %s: %d '%s'", r->service_name, r->method_name,
+                         low == AF_A_WRITER ? "a writer" : "a reader", k->how, st, msg);
         }
 
         /* tenant b's writer on tenant a's things */
         uint8_t *resp = NULL;
         size_t rlen = 0;
-        af_as(f, AF_B_WRITER);
-        st = call(f->rpc, r, &t, msg, sizeof(msg), &resp, &rlen);
+        st = call(k->b_writer, r, t, msg, sizeof(msg), &resp, &rlen);
         switch (want->other_tenant) {
         case OT_NOT_FOUND_WM:
             if (st != WR_E_NOT_FOUND || strstr(msg, "no ") == NULL)
-                fail_msg("%s.%s as tenant b: %d '%s'", r->service_name, r->method_name, st, msg);
+                fail_msg("%s.%s as tenant b (%s): %d '%s'", r->service_name, r->method_name, k->how,
+                         st, msg);
             break;
         case OT_NOT_FOUND:
             if (st != SMP_ENOTFOUND)
-                fail_msg("%s.%s as tenant b: %d '%s'", r->service_name, r->method_name, st, msg);
+                fail_msg("%s.%s as tenant b (%s): %d '%s'", r->service_name, r->method_name, k->how,
+                         st, msg);
             break;
         case OT_FORBIDDEN:
             if (st != SMP_EFORBIDDEN || strstr(msg, "tenant") == NULL)
-                fail_msg("%s.%s as tenant b: %d '%s'", r->service_name, r->method_name, st, msg);
+                fail_msg("%s.%s as tenant b (%s): %d '%s'", r->service_name, r->method_name, k->how,
+                         st, msg);
             break;
         case OT_EMPTY_OK:
-            if (st != 0) fail_msg("%s.%s as tenant b: %d '%s'", r->service_name, r->method_name, st, msg);
+            if (st != 0)
+                fail_msg("%s.%s as tenant b (%s): %d '%s'", r->service_name, r->method_name, k->how,
+                         st, msg);
             if (strcmp(r->method_name, "exists") == 0) {
                 ExistsResponse *e = exists_response__unpack(NULL, rlen, resp);
                 assert_non_null(e);
@@ -350,8 +376,39 @@ static void test_auth_every_method_refuses_bad_callers(void **state)
         }
         free(resp);
     }
-    rpcc_close(anon);
-    rpcc_close(wrong);
+}
+
+/* Every registered method has the rule this table expects, and every method
+ * is refused to a caller without a token, with a refused token, with too low
+ * a role and (on tenant a's things) with tenant b's token; nothing changes. */
+static void test_auth_every_method_refuses_bad_callers(void **state)
+{
+    wr_fixture *f = *state;
+    target t;
+    af_start(f, "auth-rules");
+    af_as(f, AF_A_WRITER);
+    publish_target(f, &t);
+
+    af_as(f, AF_ADMIN);
+    char *before = state_text(f);
+    AuthRulesResponse *rules = fetch_rules(f);
+    check_table(rules);
+
+    callers k = {
+        .how = "token",
+        .anon = af_raw(f),  /* no token */
+        .wrong = af_raw(f), /* a token the master does not know */
+        .anon_says = "present a token first",
+        .wrong_says = "was refused",
+        .a_writer = connect_token(f->m.socket, af_token(AF_A_WRITER)),
+        .a_reader = connect_token(f->m.socket, af_token(AF_A_READER)),
+        .b_writer = connect_token(f->m.socket, af_token(AF_B_WRITER)),
+    };
+    assert_int_equal(af_hello(k.wrong, af_token(AF_WRONG)), SMP_EAUTH);
+    /* a refused connection cannot try another identity */
+    assert_int_equal(af_hello(k.wrong, af_token(AF_ADMIN)), SMP_ESTATE);
+    refusal_matrix(rules, &t, &k);
+    callers_close(&k);
 
     /* each kind of refusal was counted */
     char *metrics = NULL;
@@ -361,6 +418,125 @@ static void test_auth_every_method_refuses_bad_callers(void **state)
     assert_null(strstr(metrics, "store_rpc_auth_refusals_total{reason=\"unauthenticated\"} 0\n"));
     free(metrics);
 
+    af_as(f, AF_ADMIN);
+    char *after = state_text(f);
+    assert_string_equal(before, after);
+    free(before);
+    free(after);
+    auth_rules_response__free_unpacked(rules, NULL);
+}
+
+/* A connection to tcp over TLS with certificate name and no token. */
+static rpcc_conn *connect_cert(wr_fixture *f, const char *tcp, const char *name)
+{
+    char ca[300], pem[300], key[300], err[512];
+    rpcc_conn *c = NULL;
+    snprintf(ca, sizeof(ca), "%s/ca.pem", f->m.dir);
+    snprintf(pem, sizeof(pem), "%s/%s.pem", f->m.dir, name);
+    snprintf(key, sizeof(key), "%s/%s.key", f->m.dir, name);
+    rpcc_options o = {.timeout_ms = 10000, .tls_ca = ca, .tls_cert = pem, .tls_key = key, .token = ""};
+    if (rpcc_connect(tcp, &o, &c, err, sizeof(err)) < 0) fail_msg("connect as %s: %s", name, err);
+    return c;
+}
+
+/* Methods that change nothing, called by identities their rule admits. */
+static int read_only(const AuthRule *r)
+{
+    static const char *const names[] = {
+        "objects.get_replicas", "objects.exists", "objects.list", "admin.status",
+        "admin.plugin_list", "auth.RULES", "weight.GET_METADATA", "weight.IS_EXIST",
+        "weight.GET_SIZE", "weight.LIST", "weight.GET_OPERATION", "weight.UPSERT_STATUS",
+    };
+    char full[128];
+    snprintf(full, sizeof(full), "%s.%s", r->service_name, r->method_name);
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (strcmp(names[i], full) == 0) return 1;
+    return 0;
+}
+
+/* The same matrix with client certificates (auth.certificates, no token)
+ * on the master's TLS port: unauthenticated is the unmapped certificate,
+ * refused is a certificate whose connection presented another identity's
+ * token; the roles and tenant b are certificates. Then every method that
+ * changes nothing, called by each identity its rule admits, answers a
+ * certificate exactly as it answers the same identity's token (status, and
+ * the body but for get_replicas' tickets and status' counters); nothing
+ * changed. */
+static void test_auth_every_method_refuses_bad_certificates(void **state)
+{
+    wr_fixture *f = *state;
+    target t;
+    char tcp[64], yaml[8192], msg[2048], msg2[2048];
+    af_start_certs(f, "auth-rules-certs", tcp, sizeof(tcp), yaml, sizeof(yaml));
+    af_as_cert(f, tcp, "a-writer"); /* tenant a's revision, published by a certificate */
+    publish_target(f, &t);
+    unsetenv("WM_TLS_CA");
+    unsetenv("WM_TLS_CERT");
+    unsetenv("WM_TLS_KEY");
+
+    af_as(f, AF_ADMIN); /* the Unix socket */
+    char *before = state_text(f);
+    AuthRulesResponse *rules = fetch_rules(f);
+    check_table(rules);
+
+    callers k = {
+        .how = "certificate",
+        .anon = connect_cert(f, tcp, "client"), /* verified, mapped to nothing */
+        .wrong = connect_cert(f, tcp, "a-reader"),
+        .anon_says = "(subject CN=client) matches no auth.certificates entry; present a token first",
+        .wrong_says = "client certificate proves tenant a, role reader, and the token presented "
+                      "does not",
+        .a_writer = connect_cert(f, tcp, "a-writer"),
+        .a_reader = connect_cert(f, tcp, "a-reader"),
+        .b_writer = connect_cert(f, tcp, "b-writer"),
+    };
+    assert_string_equal(rpcc_auth_tenant(k.anon), "");
+    assert_string_equal(rpcc_auth_tenant(k.a_writer), "a");
+    assert_string_equal(rpcc_auth_role(k.a_writer), "writer");
+    assert_string_equal(rpcc_auth_tenant(k.b_writer), "b");
+    assert_int_equal(af_hello(k.wrong, af_token(AF_B_WRITER)), SMP_EAUTH);
+    refusal_matrix(rules, &t, &k);
+
+    /* allowed reads: a certificate is answered as its identity's token */
+    struct {
+        const char *cert;
+        af_who token;
+        int rank;
+    } ids[] = {{"a-reader", AF_A_READER, 1}, {"a-writer", AF_A_WRITER, 2},
+               {"b-writer", AF_B_WRITER, 2}, {"ops-admin", AF_ADMIN, 3}};
+    size_t compared = 0;
+    for (size_t j = 0; j < sizeof(ids) / sizeof(ids[0]); j++) {
+        rpcc_conn *by_cert = connect_cert(f, tcp, ids[j].cert);
+        rpcc_conn *by_token = connect_token(f->m.socket, af_token(ids[j].token));
+        for (size_t i = 0; i < rules->n_rules; i++) {
+            const AuthRule *r = rules->rules[i];
+            if (!read_only(r) || role_rank(r->role) > ids[j].rank) continue;
+            uint8_t *b1 = NULL, *b2 = NULL;
+            size_t l1 = 0, l2 = 0;
+            int s1 = call(by_cert, r, &t, msg, sizeof(msg), &b1, &l1);
+            int s2 = call(by_token, r, &t, msg2, sizeof(msg2), &b2, &l2);
+            if (s1 != s2 || strcmp(msg, msg2) != 0)
+                fail_msg("%s.%s as %s: certificate %d '%s', token %d '%s'", r->service_name,
+                         r->method_name, ids[j].cert, s1, msg, s2, msg2);
+            int same_body = strcmp(r->method_name, "get_replicas") == 0 ||
+                            strcmp(r->method_name, "status") == 0 ||
+                            (l1 == l2 && (l1 == 0 || memcmp(b1, b2, l1) == 0));
+            if (!same_body)
+                fail_msg("%s.%s as %s: the certificate's answer (%zu bytes) is not the token's "
+                         "(%zu bytes)", r->service_name, r->method_name, ids[j].cert, l1, l2);
+            free(b1);
+            free(b2);
+            compared++;
+        }
+        rpcc_close(by_cert);
+        rpcc_close(by_token);
+    }
+    assert_true(compared >= 30);
+    callers_close(&k);
+
+    assert_true(hx_metric(&f->m, "store_rpc_auth_certificates_total{result=\"mapped\"}") >= 8);
+    assert_true(hx_metric(&f->m, "store_rpc_auth_hellos_total{result=\"contradicts_certificate\"}") >=
+                1);
     af_as(f, AF_ADMIN);
     char *after = state_text(f);
     assert_string_equal(before, after);
@@ -397,6 +573,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_auth_every_method_refuses_bad_callers, wr_setup,
+                                        wr_teardown),
+        cmocka_unit_test_setup_teardown(test_auth_every_method_refuses_bad_certificates, wr_setup,
                                         wr_teardown),
         cmocka_unit_test_setup_teardown(test_auth_refused_token_fails_connect, wr_setup,
                                         wr_teardown),
