@@ -54,7 +54,7 @@ static const char *const tokens[] = {"fz-a-reader-71", "fz-a-writer-72", "fz-b-w
                                      "fz-admin-74"};
 static const int token_role[] = {1, 2, 2, 3};
 
-static struct { uint32_t service, method; int role; } rules[MAX_RULES];
+static fzm_rule rules[MAX_RULES];
 static size_t n_rules;
 
 static void die(const char *what)
@@ -70,37 +70,6 @@ static void stop_master(void)
         hx_stop(&master);
     }
     hx_cleanup(&master);
-}
-
-static int role_of(const char *name)
-{
-    return strcmp(name, "reader") == 0 ? 1 : strcmp(name, "writer") == 0 ? 2
-         : strcmp(name, "admin") == 0  ? 3 : strcmp(name, "anyone") == 0 ? 0 : 9;
-}
-
-/* The rules the master enforces, asked once as the admin. */
-static void load_rules(void)
-{
-    char err[256];
-    rpcc_conn *c = NULL;
-    rpcc_options o = {.timeout_ms = 10000, .token = tokens[3]};
-    uint8_t *body = NULL;
-    size_t len = 0;
-    int status = -1;
-    if (rpcc_connect(master.socket, &o, &c, err, sizeof(err)) < 0) die(err);
-    if (rpcc_call(c, AUTH_SVC, AUTH_METHOD__AUTH_RULES, NULL, 0, &status, &body, &len, NULL) < 0 ||
-        status != 0)
-        die("auth.RULES failed");
-    AuthRulesResponse *r = auth_rules_response__unpack(NULL, len, body);
-    if (r == NULL) die("auth.RULES does not decode");
-    for (size_t i = 0; i < r->n_rules && n_rules < MAX_RULES; i++, n_rules++) {
-        rules[n_rules].service = r->rules[i]->service;
-        rules[n_rules].method = r->rules[i]->method;
-        rules[n_rules].role = role_of(r->rules[i]->role);
-    }
-    auth_rules_response__free_unpacked(r, NULL);
-    free(body);
-    rpcc_close(c);
 }
 
 static void start_master(void)
@@ -134,7 +103,7 @@ static void start_master(void)
         die("cannot start the master");
     started = 1;
     atexit(stop_master);
-    load_rules();
+    n_rules = fzm_load_rules(&master, "fuzz_auth", tokens[3], rules, MAX_RULES);
 }
 
 /* Append a framed request to out (cap bytes at out + *len). */

@@ -95,7 +95,7 @@ static const char *const near_misses[] = {
 };
 #define N_VALUES (n_table + sizeof(near_misses) / sizeof(near_misses[0]))
 
-static struct { uint32_t service, method; smp_role role; } rules[MAX_RULES];
+static fzm_rule rules[MAX_RULES];
 static size_t n_rules;
 
 static void die(const char *what)
@@ -132,46 +132,13 @@ static void stop_master(void)
     hx_cleanup(&master);
 }
 
-static smp_role role_of(const char *name)
-{
-    return strcmp(name, "reader") == 0  ? SMP_ROLE_READER
-         : strcmp(name, "writer") == 0  ? SMP_ROLE_WRITER
-         : strcmp(name, "admin") == 0   ? SMP_ROLE_ADMIN
-         : strcmp(name, "anyone") == 0  ? SMP_ROLE_NONE
-                                        : (smp_role)99;
-}
-
-/* The rules the master enforces, asked once as the admin (Unix socket). */
-static void load_rules(void)
-{
-    char err[256];
-    rpcc_conn *c = NULL;
-    rpcc_options o = {.timeout_ms = 10000, .token = tokens[3].token};
-    uint8_t *body = NULL;
-    size_t len = 0;
-    int status = -1;
-    if (rpcc_connect(master.socket, &o, &c, err, sizeof(err)) < 0) die(err);
-    if (rpcc_call(c, AUTH_SVC, AUTH_METHOD__AUTH_RULES, NULL, 0, &status, &body, &len, NULL) < 0 ||
-        status != 0)
-        die("auth.RULES failed");
-    AuthRulesResponse *r = auth_rules_response__unpack(NULL, len, body);
-    if (r == NULL) die("auth.RULES does not decode");
-    for (size_t i = 0; i < r->n_rules && n_rules < MAX_RULES; i++, n_rules++) {
-        rules[n_rules].service = r->rules[i]->service;
-        rules[n_rules].method = r->rules[i]->method;
-        rules[n_rules].role = role_of(r->rules[i]->role);
-    }
-    auth_rules_response__free_unpacked(r, NULL);
-    free(body);
-    rpcc_close(c);
-}
-
 static void load_pki(void)
 {
     char path[400];
     FILE *f;
     snprintf(path, sizeof(path), "%s/ca.key", master.dir);
-    if ((f = fopen(path, "r")) == NULL || (ca_key = PEM_read_PrivateKey(f, NULL, NULL, NULL)) == NULL)
+    if ((f = fopen(path, "r")) == NULL ||
+        (ca_key = PEM_read_PrivateKey(f, NULL, NULL, NULL)) == NULL)
         die("cannot read the test CA's key");
     fclose(f);
     if ((f = fopen(ca_path, "r")) == NULL || (ca_cert = PEM_read_X509(f, NULL, NULL, NULL)) == NULL)
@@ -245,7 +212,7 @@ static void start_master(void)
         die("cannot start the master");
     started = 1;
     atexit(stop_master);
-    load_rules();
+    n_rules = fzm_load_rules(&master, TARGET, tokens[3].token, rules, MAX_RULES);
     load_pki();
 }
 
@@ -427,7 +394,8 @@ static unsigned char *cn_utf8(const leaf_desc *d, int i, int *len)
     ASN1_STRING *s = ASN1_STRING_type_new(d->cn_type[i]);
     unsigned char *out = NULL;
     *len = -1;
-    if (s != NULL && ASN1_STRING_set(s, d->cn[i], (int)d->cn_len[i])) *len = ASN1_STRING_to_UTF8(&out, s);
+    if (s != NULL && ASN1_STRING_set(s, d->cn[i], (int)d->cn_len[i]))
+        *len = ASN1_STRING_to_UTF8(&out, s);
     ASN1_STRING_free(s);
     return *len >= 0 ? out : NULL;
 }
@@ -461,7 +429,7 @@ typedef struct conn_model {
     int state;        /* 0 none yet, 1 authenticated, -1 refused */
     int by_cert;
     const char *tenant;
-    smp_role role;
+    int role;         /* SMP_ROLE_* */
 } conn_model;
 
 static int token_index(const uint8_t *t, size_t n)
@@ -476,7 +444,8 @@ static int model_hello(conn_model *m, const uint8_t *t, size_t n)
 {
     int k = token_index(t, n);
     if (m->state == 1 && m->by_cert) {
-        if (n > 0 && (k < 0 || strcmp(tokens[k].tenant, m->tenant) != 0 || tokens[k].role != m->role)) {
+        if (n > 0 && (k < 0 || strcmp(tokens[k].tenant, m->tenant) != 0 ||
+                      (int)tokens[k].role != m->role)) {
             m->state = -1;
             m->by_cert = 0;
             return SMP_EAUTH;
@@ -491,7 +460,7 @@ static int model_hello(conn_model *m, const uint8_t *t, size_t n)
     }
     m->state = 1;
     m->tenant = tokens[k].tenant;
-    m->role = tokens[k].role;
+    m->role = (int)tokens[k].role;
     return 0;
 }
 
@@ -505,7 +474,8 @@ static void check_in_process(const leaf_desc *d, X509 *leaf, int want)
     int idx = got != NULL ? (int)(got - table) : -1;
     int same = want < 0 ? rc != SMP_OK && got == NULL
                         : rc == SMP_OK && got != NULL &&
-                              strcmp(got->tenant, table[want].tenant) == 0 && got->role == table[want].role;
+                              strcmp(got->tenant, table[want].tenant) == 0 &&
+                              got->role == table[want].role;
     if (!same) {
         char msg[256];
         snprintf(msg, sizeof(msg), "rpc_auth_cert_find: rc %d entry %d, the model says entry %d "
@@ -526,7 +496,7 @@ static void write_leaf(X509 *leaf)
 static void request(rpcc_conn *c, const conn_model *m, size_t r, const uint8_t *body, size_t blen)
 {
     uint32_t service = rules[r].service, method = rules[r].method;
-    smp_role need = rules[r].role;
+    int need = rules[r].role;
     int status = 0;
     char msg[200];
     if (need == SMP_ROLE_NONE) return; /* HELLO: the steps send it on purpose */
@@ -549,7 +519,7 @@ static void request(rpcc_conn *c, const conn_model *m, size_t r, const uint8_t *
     free(em);
     if ((want != 0 && status != want) || (want == 0 && ruled)) {
         snprintf(msg, sizeof(msg), "service %u method %u (rule %d): status %d, the model says %d "
-                 "(state %d, role %d)", service, method, (int)need, status, want, m->state, (int)m->role);
+                 "(state %d, role %d)", service, method, need, status, want, m->state, m->role);
         die(msg);
     }
 }
@@ -570,7 +540,8 @@ static void run_steps(cursor *cur, rpcc_conn *c, conn_model *m, int entry)
             for (size_t i = 0; i < tn; i++) tok[i] = (uint8_t)take(cur);
         } else if (kind == 7 && entry >= 0) { /* the certificate's own identity's token */
             for (int k = 0; k < N_TOKENS; k++)
-                if (strcmp(tokens[k].tenant, table[entry].tenant) == 0 && tokens[k].role == table[entry].role) {
+                if (strcmp(tokens[k].tenant, table[entry].tenant) == 0 &&
+                    tokens[k].role == table[entry].role) {
                     tn = strlen(tokens[k].token);
                     memcpy(tok, tokens[k].token, tn);
                 }
@@ -584,9 +555,10 @@ static void run_steps(cursor *cur, rpcc_conn *c, conn_model *m, int entry)
             req.token.len = tn;
             blen = auth_hello_request__pack(&req, body);
             const char *tenant_before = m->tenant;
-            smp_role role_before = m->role;
+            int role_before = m->role;
             int want = model_hello(m, tok, tn);
-            if (rpcc_call(c, AUTH_SVC, AUTH_METHOD__AUTH_HELLO, body, blen, &status, &resp, &rlen, NULL) < 0)
+            if (rpcc_call(c, AUTH_SVC, AUTH_METHOD__AUTH_HELLO, body, blen, &status, &resp, &rlen,
+                          NULL) < 0)
                 return;
             seen.hello_ok += status == 0;
             seen.hello_eauth += status == SMP_EAUTH;
@@ -601,8 +573,9 @@ static void run_steps(cursor *cur, rpcc_conn *c, conn_model *m, int entry)
             if (status == 0) { /* the identity answered is the model's */
                 AuthHelloResponse *r = auth_hello_response__unpack(NULL, rlen, resp);
                 const char *t = m->state == 1 ? m->tenant : tenant_before;
-                smp_role ro = m->state == 1 ? m->role : role_before;
-                if (r == NULL || strcmp(r->tenant, t) != 0 || role_of(r->role) != ro) die("auth.HELLO answered another identity");
+                int ro = m->state == 1 ? m->role : role_before;
+                if (r == NULL || strcmp(r->tenant, t) != 0 || fzm_role_of(r->role) != ro)
+                    die("auth.HELLO answered another identity");
                 auth_hello_response__free_unpacked(r, NULL);
             }
             free(resp);
@@ -636,18 +609,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     rpcc_options o = {.timeout_ms = 10000, .tls_ca = ca_path, .tls_cert = leaf_pem,
                       .tls_key = leaf_key_path, .token = ""};
     if (rpcc_connect(tcp, &o, &c, err, sizeof(err)) == 0) {
-        conn_model m = {0, 0, "", SMP_ROLE_NONE};
+        conn_model m = {0, 0, "", (int)SMP_ROLE_NONE};
         if (entry >= 0) seen.mapped++;
         else seen.unmapped++;
         if (entry >= 0) {
             m.state = 1;
             m.by_cert = 1;
             m.tenant = table[entry].tenant;
-            m.role = table[entry].role;
+            m.role = (int)table[entry].role;
         }
         /* the identity the client asked (an empty HELLO) */
         if (strcmp(rpcc_auth_tenant(c), m.tenant) != 0 ||
-            (entry >= 0 && role_of(rpcc_auth_role(c)) != m.role)) {
+            (entry >= 0 && fzm_role_of(rpcc_auth_role(c)) != m.role)) {
             char msg[300];
             snprintf(msg, sizeof(msg), "the master answered tenant '%s' role '%s', the model says "
                      "entry %d", rpcc_auth_tenant(c), rpcc_auth_role(c), entry);

@@ -8,8 +8,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "host_rpc.pb-c.h"
 #include "kv_client.h"
 #include "master_fuzz.h"
+#include "rpc_client.h"
 
 void fzm_die(const hx_master *m, const char *target, const char *what)
 {
@@ -52,4 +54,40 @@ int fzm_connect(const hx_master *m, const char *target)
     if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
         fzm_die(m, target, "cannot connect");
     return fd;
+}
+
+int fzm_role_of(const char *name)
+{
+    return strcmp(name, "reader") == 0   ? SMP_ROLE_READER
+         : strcmp(name, "writer") == 0   ? SMP_ROLE_WRITER
+         : strcmp(name, "admin") == 0    ? SMP_ROLE_ADMIN
+         : strcmp(name, "anyone") == 0   ? SMP_ROLE_NONE
+                                         : FZM_ROLE_UNKNOWN;
+}
+
+size_t fzm_load_rules(const hx_master *m, const char *target, const char *admin_token,
+                      fzm_rule *out, size_t cap)
+{
+    char err[256];
+    rpcc_conn *c = NULL;
+    rpcc_options o = {.timeout_ms = 10000, .token = admin_token};
+    uint8_t *body = NULL;
+    size_t len = 0, n = 0;
+    int status = -1;
+    if (rpcc_connect(m->socket, &o, &c, err, sizeof(err)) < 0) fzm_die(m, target, err);
+    if (rpcc_call(c, HOST_SERVICE__HOST_SERVICE_AUTH, AUTH_METHOD__AUTH_RULES, NULL, 0, &status,
+                  &body, &len, NULL) < 0 ||
+        status != 0)
+        fzm_die(m, target, "auth.RULES failed");
+    AuthRulesResponse *r = auth_rules_response__unpack(NULL, len, body);
+    if (r == NULL) fzm_die(m, target, "auth.RULES does not decode");
+    for (; n < r->n_rules && n < cap; n++) {
+        out[n].service = r->rules[n]->service;
+        out[n].method = r->rules[n]->method;
+        out[n].role = fzm_role_of(r->rules[n]->role);
+    }
+    auth_rules_response__free_unpacked(r, NULL);
+    free(body);
+    rpcc_close(c);
+    return n;
 }

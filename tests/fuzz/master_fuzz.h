@@ -4,6 +4,9 @@
 #ifndef WM_MASTER_FUZZ_H
 #define WM_MASTER_FUZZ_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 #include "harness.h"
 
 /* Print "TARGET: what" and m's log to stderr, then abort (driver.c keeps
@@ -19,5 +22,22 @@ void fzm_check_serving(const hx_master *m, const char *target);
 
 /* A new connection to m's Unix socket (aborts when it cannot be made). */
 int fzm_connect(const hx_master *m, const char *target);
+
+/* One rule of auth.RULES: a method and the role it needs (fzm_role_of). */
+typedef struct fzm_rule {
+    uint32_t service, method;
+    int role;
+} fzm_rule;
+
+#define FZM_ROLE_UNKNOWN 9
+
+/* The role a rule or HELLO answer names: SMP_ROLE_NONE for "anyone",
+ * SMP_ROLE_READER .. SMP_ROLE_ADMIN, FZM_ROLE_UNKNOWN for anything else. */
+int fzm_role_of(const char *name);
+
+/* The rules m enforces, asked over its Unix socket with admin_token: at
+ * most cap into out; their count. Aborts (fzm_die) when the call fails. */
+size_t fzm_load_rules(const hx_master *m, const char *target, const char *admin_token,
+                      fzm_rule *out, size_t cap);
 
 #endif /* WM_MASTER_FUZZ_H */

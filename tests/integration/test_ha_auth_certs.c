@@ -172,7 +172,8 @@ static int wait_leader_and_node(cluster *c, int skip)
 {
     int leader = hc_wait_leader(&c->hc, skip, WAIT_MS);
     if (leader < 0) fail_msg("no single leader within %d ms", WAIT_MS);
-    if (hc_wait_node(&c->hc, leader, WAIT_MS) < 0) fail_msg("node not registered with master %d", leader);
+    if (hc_wait_node(&c->hc, leader, WAIT_MS) < 0)
+        fail_msg("node not registered with master %d", leader);
     return leader;
 }
 
@@ -229,7 +230,8 @@ static rpcc_conn *connect_as(cluster *c, const char *endpoint, const char *cert,
     cert_paths(c, cert != NULL ? cert : "client", pem, key, sizeof(pem));
     rpcc_options o = {.timeout_ms = 10000, .tls_ca = c->ca, .tls_cert = pem, .tls_key = key,
                       .token = token != NULL ? token : ""};
-    if (rpcc_connect(endpoint, &o, &conn, err, sizeof(err)) < 0) fail_msg("connect %s: %s", endpoint, err);
+    if (rpcc_connect(endpoint, &o, &conn, err, sizeof(err)) < 0)
+        fail_msg("connect %s: %s", endpoint, err);
     return conn;
 }
 
