@@ -44,6 +44,7 @@
 #include "weight_metadata_store.h"
 #include "wm_bulk.h"
 #include "wm_codec.h"
+#include "wm_index.h"
 
 /* ------------------------------------------------------------------------ */
 /* The tables                                                                */
@@ -66,8 +67,8 @@ typedef struct wm_slab {
 
 #define WM_SLAB_ALIGN alignof(max_align_t)
 
-/* One revision and its sealed affinity summary. Linked into two hash chains
- * (by identity, by group key) and referenced from the identity order. The
+/* One revision and its sealed affinity summary. Indexed twice (by identity,
+ * by group key: wm_index.h) and referenced from the identity order. The
  * revision's group and manifest keys and its identity's four strings live
  * in keys[], allocated with the entry at their exact length (an identity
  * and its keys never change, so an apply keeps them): an entry takes the
@@ -75,10 +76,6 @@ typedef struct wm_slab {
 typedef struct wm_rev_entry {
     wm_revision rev;
     wm_affinity aff;
-    uint64_t id_hash;
-    uint64_t group_hash;
-    struct wm_rev_entry *next_id;
-    struct wm_rev_entry *next_group;
     wm_slab *slab; /* the mapping it lives in; NULL: malloc'ed */
     char keys[];   /* group key, NUL, manifest key, NUL, then the identity
                     * (wm_identity_pack) (malloc'ed entries; a slab keeps its
@@ -153,9 +150,8 @@ static void wm_entry_set(wm_rev_entry *e, const wm_revision *rev)
 }
 
 struct wm_store {
-    wm_rev_entry **by_id;      /* buckets */
-    wm_rev_entry **by_group;   /* buckets */
-    size_t n_buckets;          /* power of two */
+    wm_index by_id;            /* entries by wm_identity_hash */
+    wm_index by_group;         /* entries by wm_str_hash of the group key */
     wm_rev_entry **order;      /* sorted by identity */
     size_t n_revs, cap_revs;
     wm_operation *ops;         /* sorted by id; each id_of owns its strings
@@ -206,12 +202,8 @@ int wm_store_create(wm_store **out)
 {
     wm_store *st = calloc(1, sizeof(*st));
     if (st == NULL) return SMP_ENOMEM;
-    st->n_buckets = 64;
-    st->by_id = calloc(st->n_buckets, sizeof(*st->by_id));
-    st->by_group = calloc(st->n_buckets, sizeof(*st->by_group));
-    if (st->by_id == NULL || st->by_group == NULL) {
-        free(st->by_id);
-        free(st->by_group);
+    if (wm_index_init(&st->by_id) < 0 || wm_index_init(&st->by_group) < 0) {
+        wm_index_fini(&st->by_id);
         free(st);
         return SMP_ENOMEM;
     }
@@ -241,8 +233,8 @@ void wm_store_free(wm_store *st)
         wm_entry_release(st->order[i]);
     }
     free(st->order);
-    free(st->by_id);
-    free(st->by_group);
+    wm_index_fini(&st->by_id);
+    wm_index_fini(&st->by_group);
     for (size_t i = 0; i < st->n_ops; i++) wm_op_strings_free(&st->ops[i]);
     free(st->ops);
     free(st->leases);
@@ -250,47 +242,25 @@ void wm_store_free(wm_store *st)
     free(st);
 }
 
+/* wm_index_find's equality of an entry and an identity, a group key. */
+static int wm_entry_is_id(const void *item, const void *key)
+{
+    return wm_identity_cmp(&((const wm_rev_entry *)item)->rev.id, key) == 0;
+}
+
+static int wm_entry_is_group(const void *item, const void *key)
+{
+    return strcmp(((const wm_rev_entry *)item)->rev.group_key, key) == 0;
+}
+
 static wm_rev_entry *wm_find_entry(const wm_store *st, const wm_identity *id)
 {
-    uint64_t h = wm_identity_hash(id);
-    for (wm_rev_entry *e = st->by_id[h & (st->n_buckets - 1)]; e != NULL; e = e->next_id)
-        if (e->id_hash == h && wm_identity_cmp(&e->rev.id, id) == 0) return e;
-    return NULL;
+    return wm_index_find(&st->by_id, wm_identity_hash(id), wm_entry_is_id, id);
 }
 
 static wm_rev_entry *wm_find_group(const wm_store *st, const char *group)
 {
-    uint64_t h = wm_str_hash(group);
-    for (wm_rev_entry *e = st->by_group[h & (st->n_buckets - 1)]; e != NULL; e = e->next_group)
-        if (e->group_hash == h && strcmp(e->rev.group_key, group) == 0) return e;
-    return NULL;
-}
-
-/* Grow the bucket arrays when the load passes 2 (rehash both chains). */
-static int wm_buckets_grow(wm_store *st)
-{
-    if (st->n_revs < st->n_buckets * 2) return WM_OK;
-    size_t nb = st->n_buckets * 2;
-    wm_rev_entry **bi = calloc(nb, sizeof(*bi));
-    wm_rev_entry **bg = calloc(nb, sizeof(*bg));
-    if (bi == NULL || bg == NULL) {
-        free(bi);
-        free(bg);
-        return SMP_ENOMEM;
-    }
-    for (size_t i = 0; i < st->n_revs; i++) {
-        wm_rev_entry *e = st->order[i];
-        e->next_id = bi[e->id_hash & (nb - 1)];
-        bi[e->id_hash & (nb - 1)] = e;
-        e->next_group = bg[e->group_hash & (nb - 1)];
-        bg[e->group_hash & (nb - 1)] = e;
-    }
-    free(st->by_id);
-    free(st->by_group);
-    st->by_id = bi;
-    st->by_group = bg;
-    st->n_buckets = nb;
-    return WM_OK;
+    return wm_index_find(&st->by_group, wm_str_hash(group), wm_entry_is_group, group);
 }
 
 size_t wm_store_revision_lower_bound(const wm_store *st, const wm_identity *id)
@@ -304,17 +274,29 @@ size_t wm_store_revision_lower_bound(const wm_store *st, const wm_identity *id)
     return lo;
 }
 
-/* Link a new entry into both chains and the order. */
-static int wm_entry_insert(wm_store *st, wm_rev_entry *e)
+/* Room for n revisions in the order and both indexes. SMP_ENOMEM (what
+ * was grown stays grown; nothing else changed). */
+static int wm_revs_reserve(wm_store *st, size_t n)
 {
     int rc;
-    if (st->n_revs == st->cap_revs) {
-        size_t nc = st->cap_revs ? st->cap_revs * 2 : 16;
+    if (n > st->cap_revs) {
+        size_t nc = st->cap_revs ? st->cap_revs : 16;
+        while (nc < n) nc *= 2;
         wm_rev_entry **no = realloc(st->order, nc * sizeof(*no));
         if (no == NULL) return SMP_ENOMEM;
         st->order = no;
         st->cap_revs = nc;
     }
+    if ((rc = wm_index_reserve(&st->by_id, n)) < 0) return rc;
+    return wm_index_reserve(&st->by_group, n);
+}
+
+/* Link a new entry into both indexes and the order. SMP_ENOMEM (nothing
+ * linked). */
+static int wm_entry_insert(wm_store *st, wm_rev_entry *e)
+{
+    int rc;
+    if ((rc = wm_revs_reserve(st, st->n_revs + 1)) < 0) return rc;
     /* A snapshot's revisions come in identity order: each goes last. */
     size_t at = st->n_revs > 0 && wm_identity_cmp(&st->order[st->n_revs - 1]->rev.id,
                                                   &e->rev.id) < 0
@@ -323,26 +305,16 @@ static int wm_entry_insert(wm_store *st, wm_rev_entry *e)
     memmove(&st->order[at + 1], &st->order[at], (st->n_revs - at) * sizeof(*st->order));
     st->order[at] = e;
     st->n_revs++;
-    e->id_hash = wm_identity_hash(&e->rev.id);
-    e->group_hash = wm_str_hash(e->rev.group_key);
-    size_t b = e->id_hash & (st->n_buckets - 1);
-    e->next_id = st->by_id[b];
-    st->by_id[b] = e;
-    b = e->group_hash & (st->n_buckets - 1);
-    e->next_group = st->by_group[b];
-    st->by_group[b] = e;
-    if ((rc = wm_buckets_grow(st)) < 0) return rc == SMP_ENOMEM ? WM_OK : rc; /* still correct */
+    /* Reserved above: neither insert can fail. */
+    (void)wm_index_insert(&st->by_id, wm_identity_hash(&e->rev.id), e);
+    (void)wm_index_insert(&st->by_group, wm_str_hash(e->rev.group_key), e);
     return WM_OK;
 }
 
 static void wm_entry_unlink(wm_store *st, wm_rev_entry *e)
 {
-    wm_rev_entry **pp = &st->by_id[e->id_hash & (st->n_buckets - 1)];
-    while (*pp != NULL && *pp != e) pp = &(*pp)->next_id;
-    if (*pp == e) *pp = e->next_id;
-    pp = &st->by_group[e->group_hash & (st->n_buckets - 1)];
-    while (*pp != NULL && *pp != e) pp = &(*pp)->next_group;
-    if (*pp == e) *pp = e->next_group;
+    wm_index_remove(&st->by_id, wm_identity_hash(&e->rev.id), e);
+    wm_index_remove(&st->by_group, wm_str_hash(e->rev.group_key), e);
     size_t at = wm_store_revision_lower_bound(st, &e->rev.id);
     if (at < st->n_revs && st->order[at] == e) {
         memmove(&st->order[at], &st->order[at + 1], (st->n_revs - at - 1) * sizeof(*st->order));
@@ -1040,13 +1012,12 @@ int wm_store_load(wm_store *st, const uint8_t *buf, size_t len, char *msg, size_
 
     if ((rc = wm_decode_section_placed(buf, len, &place, &img, msg, cap)) < 0) goto unref_slab;
     if ((rc = wm_store_create(&fresh)) < 0) goto clear_image;
+    if ((rc = wm_revs_reserve(fresh, img.n_revisions)) < 0) goto free_fresh;
     /* Each entry holds its decoded revision and affinity summary: link it.
      * From here the image's affinities are the entries'. */
     for (i = 0; i < img.n_revisions; i++) {
         wm_rev_entry *e = (wm_rev_entry *)((char *)wm_image_revision(&img, i) -
                                            offsetof(wm_rev_entry, rev));
-        e->id_hash = e->group_hash = 0;
-        e->next_id = e->next_group = NULL;
         e->slab = slab;
         slab->refs++;
         if ((rc = wm_entry_insert(fresh, e)) < 0) {
