@@ -17,7 +17,8 @@
  *   writer publish and read through the leader: a's revision read back byte
  *   for byte by a's reader over the node's TLS data port with tickets, its
  *   remove refused FORBIDDEN (the revision unchanged), b's writer gets
- *   NOT_FOUND for a's revision and sees nothing of a in its list;
+ *   NOT_FOUND for a's revision (no lease, so no ticket for its objects)
+ *   and sees nothing of a in its list;
  * - a standby reached directly with a certificate: the certificate's
  *   identity is answered (auth.HELLO is served by any master), a request
  *   the identity may make is answered SMP_ENOTLEADER and following it lands
@@ -198,6 +199,9 @@ static void check_stores(cluster *c, const weight_identity *id, uint64_t gen)
     assert_int_equal(weight_is_exist(c->b_writer, &theirs, &exists), WEIGHT_ENOT_FOUND);
     assert_false(exists);
     assert_int_equal(weight_remove(c->b_writer, &theirs, gen, NULL), WEIGHT_ENOT_FOUND);
+    weight_mapped *v = NULL; /* no lease, so no ticket for a's objects */
+    assert_int_equal(weight_get_mapped(c->b_writer, &theirs, &v), WEIGHT_ENOT_FOUND);
+    assert_null(v);
     weight_metadata *list = NULL;
     size_t n = 9;
     char next[256];
@@ -331,6 +335,7 @@ static void test_ha_certificates_hold_after_failover(void **state)
     assert_true(hc_wait_leader(&c->hc, -1, WAIT_MS) >= 0);
     start_node(c);
     int leader = wait_leader_and_node(c, -1);
+    assert_true(hx_file_contains(c->hc.node.log, " (TLS), master "));
 
     c->a_writer = open_cert_store(c, "a-writer");
     c->a_reader = open_cert_store(c, "a-reader");
