@@ -51,8 +51,23 @@ static int san_uri_matches(X509 *leaf, const char *value)
     return ok;
 }
 
-/* The subject of leaf, one line (RFC 2253), into buf ("?" when it cannot
- * be printed); long subjects are cut. */
+/* n, less the bytes of a UTF-8 character that s[0, n) ends inside of (a
+ * cut made at a byte count). */
+static size_t utf8_whole(const char *s, size_t n)
+{
+    size_t i = n, cont = 0, want;
+    while (i > 0 && cont < 3 && ((unsigned char)s[i - 1] & 0xC0) == 0x80) i--, cont++;
+    if (i == 0) return n;
+    unsigned char lead = (unsigned char)s[i - 1];
+    if (lead < 0xC0) return n; /* ASCII (or not UTF-8 at all): nothing to mend */
+    want = lead >= 0xF0 ? 3 : lead >= 0xE0 ? 2 : 1;
+    return cont >= want ? n : i - 1;
+}
+
+/* The subject of leaf, one line (RFC 2253, UTF-8), into buf ("?" when it
+ * cannot be printed). A subject longer than buf is cut at a character
+ * boundary and ends in "..." (the sentence it goes into reaches clients,
+ * which decode it as UTF-8). cap is at least 8. */
 static void subject_line(X509 *leaf, char *buf, size_t cap)
 {
     BIO *b = BIO_new(BIO_s_mem());
@@ -61,6 +76,11 @@ static void subject_line(X509 *leaf, char *buf, size_t cap)
     if (b != NULL && X509_NAME_print_ex(b, X509_get_subject_name(leaf), 0,
                                         XN_FLAG_RFC2253 & ~ASN1_STRFLGS_ESC_MSB) >= 0)
         n = BIO_read(b, buf, (int)cap - 1);
+    if (n > 0 && BIO_pending(b) > 0) { /* cut: end at a character, then "..." */
+        size_t k = utf8_whole(buf, (size_t)n - 3);
+        memcpy(buf + k, "...", 3);
+        n = (int)k + 3;
+    }
     BIO_free(b);
     buf[n > 0 ? n : 0] = '\0';
     if (buf[0] == '\0') snprintf(buf, cap, "?");

@@ -581,6 +581,40 @@ static void test_auth_certificates_match_exactly(void **state)
     X509_free(x);
 }
 
+/* 1 when s is well-formed UTF-8 (no sequence cut short, no stray
+ * continuation byte). */
+static int utf8_ok(const char *s)
+{
+    for (const unsigned char *p = (const unsigned char *)s; *p != '\0';) {
+        size_t more = *p < 0x80 ? 0 : (*p & 0xE0) == 0xC0 ? 1 : (*p & 0xF0) == 0xE0 ? 2
+                    : (*p & 0xF8) == 0xF0 ? 3 : 9;
+        if (more == 9) return 0;
+        p++;
+        for (size_t i = 0; i < more; i++, p++)
+            if ((*p & 0xC0) != 0x80) return 0;
+    }
+    return 1;
+}
+
+/* A subject too long for the refusal's sentence is cut at a character,
+ * never inside one, and says it was cut: the sentence reaches clients
+ * (weightctl prints it, Python decodes it). */
+static void test_auth_certificates_long_subject_cut_at_a_character(void **state)
+{
+    (void)state;
+    rpc_auth_cert t[1];
+    const rpc_auth_cert *got = NULL;
+    char note[512], cn[256] = "x";
+    t[0] = entry(RPC_CERT_CN, "team-a", "a", SMP_ROLE_READER);
+    for (int i = 0; i < 63; i++) strcat(cn, "\xe2\x82\xac"); /* 64 characters, 190 bytes */
+    X509 *x = leaf((const char *const[]){cn, NULL}, NULL);
+    assert_int_equal(rpc_auth_cert_find(t, 1, x, &got, note, sizeof(note)), SMP_ENOTFOUND);
+    X509_free(x);
+    if (!utf8_ok(note)) fail_msg("the note is not UTF-8: %s", note);
+    assert_non_null(strstr(note, "(subject CN=x\xe2\x82\xac"));
+    assert_non_null(strstr(note, "\xe2\x82\xac...) matches no auth.certificates entry"));
+}
+
 static void test_auth_certificates_table_refuses_bad_entries(void **state)
 {
     (void)state;
@@ -618,6 +652,7 @@ int main(void)
         cmocka_unit_test(test_auth_certificates_refuse_bad_entries),
         cmocka_unit_test(test_auth_certificates_need_verified_tls),
         cmocka_unit_test(test_auth_certificates_match_exactly),
+        cmocka_unit_test(test_auth_certificates_long_subject_cut_at_a_character),
         cmocka_unit_test(test_auth_certificates_table_refuses_bad_entries),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
