@@ -18,7 +18,8 @@
  *    gives exactly what this file's model says (the entry of exactly one
  *    commonName equal byte for byte to a cn value, or of a URI equal byte
  *    for byte to a san_uri value; entries of different identities
- *    matching: none), with a note naming the subject whenever none;
+ *    matching: none), with a note naming the subject whenever none, in
+ *    UTF-8 without control characters;
  *  - on the master (a connection with that certificate, no token): the
  *    identity it answers is the model's; each HELLO is answered as the
  *    model of the connection's state says (a certificate's identity keeps
@@ -483,6 +484,15 @@ static void check_in_process(const leaf_desc *d, X509 *leaf, int want)
         die(msg);
     }
     if (want < 0 && strstr(note, "its client certificate (subject ") == NULL) die(note);
+    /* the sentence reaches clients: UTF-8, no control characters */
+    for (const unsigned char *p = (const unsigned char *)note; want < 0 && *p != '\0';) {
+        size_t more = *p < 0x80 ? 0 : (*p & 0xE0) == 0xC0 ? 1 : (*p & 0xF0) == 0xE0 ? 2
+                    : (*p & 0xF8) == 0xF0 ? 3 : 9;
+        int bad = more == 9 || *p < 0x20 || *p == 0x7f;
+        p++;
+        for (size_t i = 0; !bad && i < more; i++, p++) bad = (*p & 0xC0) != 0x80;
+        if (bad) die("the refusal's note is not UTF-8 without control characters");
+    }
 }
 
 static void write_leaf(X509 *leaf)
