@@ -41,6 +41,7 @@ void master_emit(master *m, const smp_event *ev)
 static int be_object_get(void *ctx, const char *key, smp_object_info *out)
 {
     master *m = ctx;
+    master_objs_settle(m);
     obj_replica reps[16];
     size_t n = 0;
     int rc = obj_object_info_replicas(m->objs, key, out, reps, 16, &n);
@@ -62,12 +63,14 @@ static int be_group_list(void *ctx, const char *group, const char *after_key, si
                          smp_object_visit_fn fn, void *arg)
 {
     master *m = ctx;
+    master_objs_settle(m);
     return obj_group_list(m->objs, group, after_key, max, fn, arg);
 }
 
 static uint64_t be_group_count(void *ctx, const char *group)
 {
     master *m = ctx;
+    master_objs_settle(m);
     return obj_group_count(m->objs, group);
 }
 
@@ -106,6 +109,7 @@ static int be_group_set_managed(void *ctx, const char *owner, const char *group,
                                 smp_done_cb cb, void *arg)
 {
     master *m = ctx;
+    master_objs_settle(m);
     obj_record rec = {0};
     if (cb == NULL) return SMP_EINVAL;
     int rc = obj_prepare_group_managed(m->objs, group, owner, managed, &rec);
@@ -115,6 +119,7 @@ static int be_group_set_managed(void *ctx, const char *owner, const char *group,
 static int be_remove_object(void *ctx, const char *key, smp_done_cb cb, void *arg)
 {
     master *m = ctx;
+    master_objs_settle(m);
     obj_record rec = {0};
     if (cb == NULL) return SMP_EINVAL;
     int rc = obj_prepare_remove_unguarded(m->objs, key, master_now_ms(), &rec);
@@ -124,6 +129,7 @@ static int be_remove_object(void *ctx, const char *key, smp_done_cb cb, void *ar
 static void be_memory_usage(void *ctx, uint64_t *used, uint64_t *capacity)
 {
     master *m = ctx;
+    master_objs_settle(m);
     obj_memory_usage(m->objs, used, capacity);
 }
 

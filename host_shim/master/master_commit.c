@@ -172,6 +172,7 @@ int master_append_plugin(void *ctx,
                          void *arg)
 {
     master *m = ctx;
+    master_objs_settle(m); /* a plugin asking while objects load */
     int rc;
     if (m->log_failed) return SMP_EDURABILITY;
     plugin_append_ctx *c = calloc(1, sizeof(*c));

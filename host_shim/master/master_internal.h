@@ -86,6 +86,9 @@ typedef struct master {
     host_plugins *plugins;
     host_backend backend;
     obj_store *objs;
+    /* While a snapshot's objects section loads on its own thread
+     * (master_recovery.c); NULL otherwise. */
+    struct master_objs_load *objs_loading;
     oplog *log;
     rpc_server *rpc;
     struct rpc_auth *auth;      /* credentials (rpc_auth.h), served on m->rpc */
@@ -331,6 +334,10 @@ int master_apply_record(master *m, const oplog_record *rec, int carry, char *err
  * encoding version stops recovery (records of unknown types are carried); err
  * names the cause. */
 int master_recover(master *m, char *err, size_t errlen);
+/* Wait for a snapshot's objects section still loading on its own thread
+ * (see master_recovery.c); a no-op otherwise. Every backend call a plugin
+ * can make that reads or changes objects calls it first. */
+void master_objs_settle(master *m);
 
 void master_carried_free(master *m);
 

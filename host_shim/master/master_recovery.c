@@ -2,8 +2,9 @@
  *
  * Recovery is the newest snapshot plus the OpLog after it. The snapshot is
  * validated whole before anything is loaded (snapshot.c); then the host's
- * objects load, each loaded plugin loads its own section (an empty reader when
- * the snapshot has none), sections no plugin claims are kept verbatim for the
+ * objects load (on a thread of their own) while each loaded plugin loads its
+ * own section (an empty reader when the snapshot has none) on this one,
+ * sections no plugin claims are kept verbatim for the
  * next snapshot, and records carried from an earlier run are replayed to a
  * plugin that is back or kept again. The log is replayed record by record: a
  * host record applies to the object store, a plugin record goes to the plugin
@@ -16,6 +17,7 @@
  * protecting the managed groups it owns (obj_store.h, guard rule). An HA
  * standby following a live leader does not carry: it must be able to replay
  * everything the leader writes (see master_ha.c). */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -168,24 +170,40 @@ static int carry_section(master *m, const snap_section *s)
     return SMP_OK;
 }
 
-/* Load every section of the image (or, with no image, give every plugin an
- * empty section). */
-static int load_sections(master *m, const snap_image *img, char *err, size_t errlen)
+/* The host's objects section, loading on a thread of its own while the
+ * plugins load their sections on this one: the two touch disjoint state (the
+ * object store; each plugin's own), read the same image, and allocate
+ * through thread-safe allocators. A plugin that asks the host about objects
+ * meanwhile (every backend call that reads or changes them settles first,
+ * see master_objs_settle) waits for the load to end, so it sees the objects
+ * as it did when they loaded before it. */
+struct master_objs_load {
+    pthread_t thread;
+    obj_store *objs;
+    const snap_section *s;
+    int rc;
+};
+
+static void *objs_load_run(void *arg)
+{
+    struct master_objs_load *l = arg;
+    l->rc = obj_store_load(l->objs, l->s->data, l->s->len);
+    return NULL;
+}
+
+void master_objs_settle(master *m)
+{
+    if (m->objs_loading == NULL) return;
+    (void)pthread_join(m->objs_loading->thread, NULL);
+    m->objs_loading = NULL;
+}
+
+/* Every section but the host's objects: the carried records and the gates
+ * (host state of their own), each plugin's section (an empty reader when the
+ * image has none), and the sections no plugin claims, kept verbatim. */
+static int load_other_sections(master *m, const snap_image *img, char *err, size_t errlen)
 {
     int rc;
-    const snap_section *objs = img ? snap_image_section(img, MASTER_SECTION_OBJECTS) : NULL;
-    if (objs != NULL) {
-        if (objs->encver != MASTER_SECTION_ENCVER) {
-            snprintf(err, errlen, "snapshot: section '%s' has encoding version %u, this host reads %u",
-                     objs->name, (unsigned)objs->encver, MASTER_SECTION_ENCVER);
-            return SMP_ERANGE;
-        }
-        if ((rc = obj_store_load(m->objs, objs->data, objs->len)) < 0) {
-            snprintf(err, errlen, "snapshot %s: section '%s' does not load: %s",
-                     snap_image_path(img), objs->name, smp_strerror(rc));
-            return rc;
-        }
-    }
     const snap_section *carried = img ? snap_image_section(img, MASTER_SECTION_CARRIED) : NULL;
     if (carried != NULL &&
         (rc = master_carried_records_load(m, carried->data, carried->len, err, errlen)) < 0)
@@ -222,6 +240,38 @@ static int load_sections(master *m, const snap_image *img, char *err, size_t err
             continue;
         if ((rc = carry_section(m, s)) < 0) return rc;
     }
+    return SMP_OK;
+}
+
+/* Load every section of the image (or, with no image, give every plugin an
+ * empty section): the objects on their own thread (inline when no thread can
+ * be made) alongside the rest, then the carried records of plugins loaded
+ * again. A refused objects section is the error reported, as when it loaded
+ * first and stopped the rest. */
+static int load_sections(master *m, const snap_image *img, char *err, size_t errlen)
+{
+    int rc;
+    struct master_objs_load ol = {0};
+    const snap_section *objs = img ? snap_image_section(img, MASTER_SECTION_OBJECTS) : NULL;
+    if (objs != NULL) {
+        if (objs->encver != MASTER_SECTION_ENCVER) {
+            snprintf(err, errlen, "snapshot: section '%s' has encoding version %u, this host reads %u",
+                     objs->name, (unsigned)objs->encver, MASTER_SECTION_ENCVER);
+            return SMP_ERANGE;
+        }
+        ol.objs = m->objs;
+        ol.s = objs;
+        if (pthread_create(&ol.thread, NULL, objs_load_run, &ol) == 0) m->objs_loading = &ol;
+        else objs_load_run(&ol);
+    }
+    rc = load_other_sections(m, img, err, errlen);
+    master_objs_settle(m);
+    if (ol.rc < 0) {
+        snprintf(err, errlen, "snapshot %s: section '%s' does not load: %s",
+                 snap_image_path(img), objs->name, smp_strerror(ol.rc));
+        return ol.rc;
+    }
+    if (rc < 0) return rc;
     return settle_carried_records(m, err, errlen);
 }
 

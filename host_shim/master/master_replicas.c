@@ -203,6 +203,7 @@ static void on_persisted(master *m, void *arg, int status, const struct TaskResu
 int master_ensure_cold(void *ctx, const char *key, smp_done_cb cb, void *arg)
 {
     master *m = ctx;
+    master_objs_settle(m); /* a plugin asking while objects load */
     replicas r;
     int rc;
     if (cb == NULL) return SMP_EINVAL;
@@ -266,6 +267,7 @@ static void on_loaded(master *m, void *arg, int status, const struct TaskResult 
 int master_ensure_memory(void *ctx, const char *key, smp_done_cb cb, void *arg)
 {
     master *m = ctx;
+    master_objs_settle(m); /* a plugin asking while objects load */
     replicas r;
     int rc;
     if (cb == NULL) return SMP_EINVAL;
@@ -315,6 +317,7 @@ int master_ensure_memory(void *ctx, const char *key, smp_done_cb cb, void *arg)
 int master_release_memory(void *ctx, const char *key, smp_done_cb cb, void *arg)
 {
     master *m = ctx;
+    master_objs_settle(m); /* a plugin asking while objects load */
     replicas r;
     obj_record rec = {0};
     size_t kept = 0;
