@@ -1,0 +1,332 @@
+/* test_recovery_parallel_load.c -- a restart loads the host's objects section
+ * on a thread of its own while the plugins load theirs (master_recovery.c):
+ * what a plugin sees and what a failure on either side does, on a real
+ * master.
+ *
+ * tests/plugins/objects_probe.so asks the host, as its own section loads,
+ * for the member count of group "probe", every member (group_list) and each
+ * again (object_get), and the memory in use; RPC service 43 `seen` replies
+ * with what it saw. A restart from a snapshot holding 300 members must show
+ * it all of them, exactly as the master serves them afterwards. A snapshot
+ * whose objects section is checksummed but does not decode, a probe that
+ * refuses its section, and both at once each refuse the start with the
+ * cause named (the objects' when both fail), exit status 1, no sanitizer
+ * report, and not a byte of data/oplog or data/snapshots changed. */
+#include <dirent.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "harness.h"
+#include "rpc_client.h"
+#include "snapshot.h"
+
+#define PROBE_PATH BUILD_DIR "/lib/testplugins/objects_probe.so"
+#define PROBE_SERVICE 43
+#define PROBE_SEEN 1
+#define START_MS 10000
+#define MEMBERS 300
+#define OTHERS 20
+#define CONTENT "payload of a probe member"
+
+/* -- files ------------------------------------------------------------------ */
+
+static uint8_t *read_whole(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
+    long n = ftell(f);
+    assert_true(n >= 0);
+    rewind(f);
+    uint8_t *buf = malloc((size_t)n + 1);
+    assert_non_null(buf);
+    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    *len = (size_t)n;
+    return buf;
+}
+
+/* One line per file of data/oplog and data/snapshots: name, size and
+ * SHA-256, in name order. Equal fingerprints: nothing was written, created
+ * or deleted there. Caller frees. */
+static char *fingerprint(const hx_master *m)
+{
+    static const char *const subdirs[] = {"oplog", "snapshots"};
+    size_t cap = 1 << 16, len = 0;
+    char *out = malloc(cap);
+    assert_non_null(out);
+    out[0] = '\0';
+    for (size_t s = 0; s < 2; s++) {
+        char dir[512];
+        struct dirent **names = NULL;
+        snprintf(dir, sizeof(dir), "%s/data/%s", m->dir, subdirs[s]);
+        int n = scandir(dir, &names, NULL, alphasort);
+        assert_true(n >= 0);
+        for (int i = 0; i < n; i++) {
+            char path[1024], hex[65];
+            unsigned char sha[32];
+            size_t flen = 0;
+            if (names[i]->d_name[0] == '.') {
+                free(names[i]);
+                continue;
+            }
+            snprintf(path, sizeof(path), "%s/%s", dir, names[i]->d_name);
+            uint8_t *buf = read_whole(path, &flen);
+            hx_sha256(buf, flen, sha);
+            free(buf);
+            for (int k = 0; k < 32; k++) snprintf(hex + 2 * k, 3, "%02x", sha[k]);
+            int w = snprintf(out + len, cap - len, "%s/%s %zu %s\n", subdirs[s],
+                             names[i]->d_name, flen, hex);
+            assert_true(w > 0 && (size_t)w < cap - len);
+            len += (size_t)w;
+            free(names[i]);
+        }
+        free(names);
+    }
+    return out;
+}
+
+/* The path of the one snapshot in data/snapshots. */
+static void only_snapshot(const hx_master *m, char *path, size_t cap)
+{
+    char dir[512];
+    struct dirent **names = NULL;
+    int found = 0;
+    snprintf(dir, sizeof(dir), "%s/data/snapshots", m->dir);
+    int n = scandir(dir, &names, NULL, alphasort);
+    assert_true(n >= 0);
+    for (int i = 0; i < n; i++) {
+        size_t nl = strlen(names[i]->d_name);
+        if (nl > 5 && strcmp(names[i]->d_name + nl - 5, ".snap") == 0) {
+            snprintf(path, cap, "%s/%s", dir, names[i]->d_name);
+            found++;
+        }
+        free(names[i]);
+    }
+    free(names);
+    assert_int_equal(found, 1);
+}
+
+/* Rewrite the snapshot with the body of its host_objects section replaced
+ * by bytes that are checksummed like any section but do not decode (a field
+ * of wire type 7, which protobuf does not have): the file passes every check
+ * of snapshot.c and only the objects' load refuses it. */
+static void break_objects_section(const hx_master *m)
+{
+    static const uint8_t garbage[] = {0x0f, 0xff, 0xff, 0xff, 0xff};
+    char path[1024], dir[512], err[512];
+    snap_image *img = NULL;
+    only_snapshot(m, path, sizeof(path));
+    if (snap_load_file(path, &img, err, sizeof(err)) != SMP_OK) fail_msg("%s", err);
+    snap_builder *b = snap_builder_new(snap_image_last_seq(img));
+    assert_non_null(b);
+    int replaced = 0;
+    for (size_t i = 0; i < snap_image_count(img); i++) {
+        const snap_section *s = snap_image_section_at(img, i);
+        int objects = strcmp(s->name, "host_objects") == 0;
+        replaced += objects;
+        assert_int_equal(snap_builder_add_raw(b, s->name, s->encver, objects ? garbage : s->data,
+                                              objects ? sizeof(garbage) : s->len),
+                         SMP_OK);
+    }
+    assert_int_equal(replaced, 1);
+    snap_image_free(img);
+    assert_int_equal(unlink(path), 0);
+    snprintf(dir, sizeof(dir), "%s/data/snapshots", m->dir);
+    assert_int_equal(snap_write_file(b, dir, 8, NULL, 0), SMP_OK);
+    snap_builder_free(b);
+}
+
+/* -- the master ---------------------------------------------------------------- */
+
+/* The probe alone (no weight plugin), refusing its section when fail_load. */
+static void configure(hx_master *m, int fail_load)
+{
+    char extra[1024];
+    snprintf(extra, sizeof(extra),
+             "plugins:\n"
+             "  - path: \"%s\"\n"
+             "    config:\n"
+             "      group: \"probe\"\n"
+             "      fail_load: %s\n",
+             PROBE_PATH, fail_load ? "true" : "false");
+    assert_int_equal(hx_reconfigure(m, extra), 0);
+}
+
+/* MEMBERS objects in group "probe" and OTHERS outside it, then a snapshot
+ * (the only one), then a clean stop. */
+static void fill_and_snapshot(hx_master *m)
+{
+    char key[64];
+    uint64_t seq = 0;
+    kvc *c = hx_client(m);
+    assert_non_null(c);
+    for (int i = 0; i < MEMBERS; i++) {
+        snprintf(key, sizeof(key), "probe/member/%04d", i);
+        assert_int_equal(
+            kvc_put_bytes(c, key, CONTENT, strlen(CONTENT), SMP_DATA_KV, "probe", 0, NULL), 0);
+    }
+    for (int i = 0; i < OTHERS; i++) {
+        snprintf(key, sizeof(key), "other/%04d", i);
+        assert_int_equal(
+            kvc_put_bytes(c, key, CONTENT, strlen(CONTENT), SMP_DATA_KV, NULL, 0, NULL), 0);
+    }
+    assert_int_equal(kvc_snapshot(c, &seq), 0);
+    assert_true(seq > 0);
+    kvc_close(c);
+    assert_int_equal(hx_stop(m), 0);
+}
+
+/* What the probe saw at its section load ("" before any). */
+static void probe_seen(const hx_master *m, char *out, size_t cap)
+{
+    char err[256];
+    rpcc_conn *r = NULL;
+    rpcc_options opt = {.timeout_ms = 10000};
+    int st = -1;
+    uint8_t *body = NULL;
+    size_t len = 0;
+    if (rpcc_connect(m->socket, &opt, &r, err, sizeof(err)) != 0) fail_msg("%s", err);
+    assert_int_equal(rpcc_call(r, PROBE_SERVICE, PROBE_SEEN, NULL, 0, &st, &body, &len, NULL), 0);
+    assert_int_equal(st, 0);
+    snprintf(out, cap, "%.*s", (int)len, (const char *)body);
+    free(body);
+    rpcc_close(r);
+}
+
+static void print_log(const hx_master *m)
+{
+    size_t len = 0;
+    uint8_t *buf = read_whole(m->log, &len);
+    fprintf(stderr, "---- %s ----\n%.*s---- end ----\n", m->log, (int)len, (const char *)buf);
+    free(buf);
+}
+
+/* Start must be refused: exit status 1, the needle in the log (and not
+ * absent_needle, if given), no sanitizer report, and not a byte of
+ * data/oplog or data/snapshots changed. */
+static void assert_start_refused(hx_master *m, const char *needle, const char *absent_needle)
+{
+    char *before = fingerprint(m);
+    int status = hx_run_to_exit(m, START_MS);
+    if (status != 1 || !hx_log_contains(m, needle) ||
+        (absent_needle && hx_log_contains(m, absent_needle)) ||
+        hx_log_contains(m, "Sanitizer") || hx_log_contains(m, "runtime error")) {
+        print_log(m);
+        fail_msg("start not refused with \"%s\" (exit status %d)", needle, status);
+    }
+    char *after = fingerprint(m);
+    assert_string_equal(after, before);
+    free(before);
+    free(after);
+}
+
+static int setup(void **state)
+{
+    *state = calloc(1, sizeof(hx_master));
+    return *state ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    hx_cleanup(*state);
+    free(*state);
+    return 0;
+}
+
+/* -- tests ------------------------------------------------------------------------ */
+
+/* The probe asks first thing in its section load, while the objects section
+ * is loading on its own thread: every call waits for it, so it sees all 300
+ * members (and only them), each found again, and the memory they use --
+ * the same the master reports once it serves. */
+static void test_a_plugin_asking_during_its_load_sees_every_object(void **state)
+{
+    hx_master *m = *state;
+    char seen[256], want[256];
+    assert_int_equal(hx_init(m, "parallel-load", NULL), 0);
+    configure(m, 0);
+    assert_int_equal(hx_start(m, START_MS), 0);
+    probe_seen(m, seen, sizeof(seen));
+    assert_string_equal(seen, "count=0 listed=0 found=0 used=0"); /* a fresh start */
+    fill_and_snapshot(m);
+
+    for (int round = 0; round < 3; round++) {
+        assert_int_equal(hx_start(m, START_MS), 0);
+        probe_seen(m, seen, sizeof(seen));
+        double used = hx_metric(m, "store_memory_used_bytes");
+        snprintf(want, sizeof(want), "count=%d listed=%d found=%d used=%.0f", MEMBERS, MEMBERS,
+                 MEMBERS, used);
+        if (strcmp(seen, want) != 0) {
+            print_log(m);
+            fail_msg("restart %d: the probe saw \"%s\", the master holds \"%s\"", round, seen,
+                     want);
+        }
+        assert_true(used >= (double)MEMBERS * strlen(CONTENT));
+        assert_int_equal(hx_stop(m), 0);
+    }
+}
+
+/* The objects section is refused while the probe loads its own: the start
+ * is refused naming the objects section, and nothing on disk changed. */
+static void test_a_refused_objects_section_refuses_the_start_naming_it(void **state)
+{
+    hx_master *m = *state;
+    assert_int_equal(hx_init(m, "parallel-load-objects", NULL), 0);
+    configure(m, 0);
+    assert_int_equal(hx_start(m, START_MS), 0);
+    fill_and_snapshot(m);
+    break_objects_section(m);
+    assert_start_refused(m, "section 'host_objects' does not load", "was refused by");
+}
+
+/* The probe refuses its section while the objects load beside it: the start
+ * is refused naming the probe's section, and nothing on disk changed. */
+static void test_a_refused_plugin_section_refuses_the_start_naming_it(void **state)
+{
+    hx_master *m = *state;
+    assert_int_equal(hx_init(m, "parallel-load-plugin", NULL), 0);
+    configure(m, 0);
+    assert_int_equal(hx_start(m, START_MS), 0);
+    fill_and_snapshot(m);
+    configure(m, 1);
+    assert_start_refused(m, "section 'objects_probe' was refused by objects_probe: SMP_EIO",
+                         "does not load");
+}
+
+/* Both sides refuse: the objects section is the cause named (it is what a
+ * start that loaded the objects first stopped at). */
+static void test_both_refused_name_the_objects_section(void **state)
+{
+    hx_master *m = *state;
+    assert_int_equal(hx_init(m, "parallel-load-both", NULL), 0);
+    configure(m, 0);
+    assert_int_equal(hx_start(m, START_MS), 0);
+    fill_and_snapshot(m);
+    break_objects_section(m);
+    configure(m, 1);
+    assert_start_refused(m, "section 'host_objects' does not load", "was refused by");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_a_plugin_asking_during_its_load_sees_every_object,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_refused_objects_section_refuses_the_start_naming_it,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_refused_plugin_section_refuses_the_start_naming_it,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_both_refused_name_the_objects_section, setup,
+                                        teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
