@@ -239,7 +239,11 @@ typedef void (*smp_durable_cb)(void *arg, int status, uint64_t seq);
  * stdio are safe); of the host API it calls only writer_write and log.
  * load() is given the whole
  * section; a snapshot without the section calls load() with an empty reader,
- * and a load() error fails the recovery closed (nothing half-loaded). */
+ * and a load() error fails the recovery closed (nothing half-loaded).
+ * load() runs on the loop thread while the host may still be loading its own
+ * objects on another; an object or group query (or any other call that reads
+ * or changes objects) made inside load() waits for them, so it sees every
+ * object of the snapshot. */
 typedef struct smp_snapshot_section {
     uint32_t struct_size;
     const char *name;   /* unique, e.g. "weight_metadata" */
