@@ -44,6 +44,7 @@
 #include "weight_residency_planner.h"
 #include "weight_lineage.h"
 #include "wm_plugin.h"
+#include "wm_suspects.h"
 /* The guard. A managed group is a revision's lifecycle boundary:
  *  - a put or overwrite into it is allowed only while its revision is
  *    IMPORTING, no commit of it is in flight, and the key is the manifest or
@@ -120,7 +121,6 @@ static int wm_sweep_leases(wm_plugin *p, const smp_tick_budget *budget, uint64_t
 #define WM_CHECKS_PER_ROUND 2048  /* object_get calls per round for checks */
 #define WM_DEGRADED_RECHECK_MS 500
 #define WM_DEGRADED_MIGRATION_WAIT_MS 30000 /* plugin key degraded_migration_wait_ms */
-#define WM_SUSPECTS_MAX 4096
 #define WM_PRESSURE_HYSTERESIS 0.10
 
 typedef struct wm_job wm_job;
@@ -182,15 +182,9 @@ struct wm_job {
     char batch_error[WM_ERROR_TEXT_MAX + 1];
 };
 
-typedef struct wm_suspect {
-    char *group;
-    char *key;
-} wm_suspect;
-
 struct wm_lc {
     wm_job *jobs;
-    wm_suspect *suspects;
-    size_t n_suspects;
+    wm_suspects suspects;      /* members reported lost, for the next round */
     int recheck;               /* NODE_UP: look at DEGRADED revisions now */
     uint64_t last_recheck_ms;
     size_t recheck_cursor;     /* a pass cut by the deadline goes on here */
@@ -243,11 +237,7 @@ void wm_lifecycle_release(wm_plugin *p)
         lc->jobs = j->next;
         wm_job_free(j);
     }
-    for (size_t i = 0; i < lc->n_suspects; i++) {
-        free(lc->suspects[i].group);
-        free(lc->suspects[i].key);
-    }
-    free(lc->suspects);
+    wm_suspects_clear(&lc->suspects);
     free(lc);
     p->lc = NULL;
 }
@@ -293,24 +283,14 @@ uint64_t wm_backoff(uint32_t attempts)
 
 /* Remember a member of a READY revision that may have no readable replica
  * left; the next tick reads it and marks the revision DEGRADED if so. At
- * most WM_SUSPECTS_MAX are kept (the periodic checks catch the rest). */
+ * most WM_SUSPECTS_MAX are kept (the periodic checks catch the rest); a
+ * report costs a lookup, however many are kept (wm_suspects.c). */
 static void wm_suspect_add(wm_plugin *p, wm_lc *lc, const char *group, const char *key)
 {
+    if (lc->suspects.n >= WM_SUSPECTS_MAX) return;
     const wm_revision *rev = wm_store_get_group(p->store, group);
     if (rev == NULL || rev->availability != WM_AVAIL_READY) return;
-    for (size_t i = 0; i < lc->n_suspects; i++)
-        if (strcmp(lc->suspects[i].key, key) == 0) return;
-    if (lc->n_suspects >= WM_SUSPECTS_MAX) return;
-    wm_suspect *grown = realloc(lc->suspects, (lc->n_suspects + 1) * sizeof(*grown));
-    if (grown == NULL) return;
-    lc->suspects = grown;
-    wm_suspect s = {strdup(group), strdup(key)};
-    if (s.group == NULL || s.key == NULL) {
-        free(s.group);
-        free(s.key);
-        return;
-    }
-    lc->suspects[lc->n_suspects++] = s;
+    (void)wm_suspects_add(&lc->suspects, group, key);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1113,10 +1093,12 @@ int wm_past_deadline(wm_plugin *p, const smp_tick_budget *budget)
 static void wm_run_suspects(wm_plugin *p, wm_lc *lc, const smp_tick_budget *budget)
 {
     size_t kept = 0;
-    for (size_t i = 0; i < lc->n_suspects; i++) {
-        wm_suspect *s = &lc->suspects[i];
+    wm_suspect *v = lc->suspects.v;
+    if (lc->suspects.n == 0) return;
+    for (size_t i = 0; i < lc->suspects.n; i++) {
+        wm_suspect *s = &v[i];
         if (i > 0 && wm_past_deadline(p, budget)) {
-            lc->suspects[kept++] = *s;
+            v[kept++] = *s;
             continue;
         }
         const wm_revision *rev = wm_store_get_group(p->store, s->group);
@@ -1135,13 +1117,13 @@ static void wm_run_suspects(wm_plugin *p, wm_lc *lc, const smp_tick_budget *budg
             }
         }
         if (keep) {
-            lc->suspects[kept++] = *s;
+            v[kept++] = *s;
         } else {
             free(s->group);
             free(s->key);
         }
     }
-    lc->n_suspects = kept;
+    wm_suspects_keep(&lc->suspects, kept);
 }
 
 /* DEGRADED revisions whose manifest and members are all readable again
@@ -1441,7 +1423,7 @@ int wm_lifecycle_tick(wm_plugin *p, const smp_tick_budget *budget, uint64_t *cur
         if (wm_access_tick(p)) active = 1;
         if (!wm_past_deadline(p, budget)) wm_run_auto(p, lc); /* else the next round */
         wm_jobs_gc(p, lc);
-        if (active || lc->n_suspects > 0 || lc->auto_pending || lc->recheck_running)
+        if (active || lc->suspects.n > 0 || lc->auto_pending || lc->recheck_running)
             r = SMP_TICK_MORE;
     }
     if (wm_reclaim_tick(p, budget)) r = SMP_TICK_MORE;

@@ -17,7 +17,10 @@
  * and 100k.) weight_is_exist is also held to the lookups of the revision it
  * names: one hash probe of the store, as weight_get_metadata, and one host
  * object_get per key of the revision (its manifest and its payload), at any
- * count. */
+ * count. A node going down reports every replica it held, one
+ * SMP_EVENT_REPLICA_LOST each in one loop turn: each report is held to a
+ * constant number of string compares, however many are already kept (it
+ * walked the kept ones: 4,096 compares a report once full). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -49,6 +52,15 @@ const wm_revision *__wrap_wm_store_revision_at(const wm_store *st, size_t i)
 {
     g_work++;
     return __real_wm_store_revision_at(st, i);
+}
+
+static uint64_t g_strcmp;
+
+int __real_strcmp(const char *a, const char *b);
+int __wrap_strcmp(const char *a, const char *b)
+{
+    g_strcmp++;
+    return __real_strcmp(a, b);
 }
 
 /* -- a host that only answers RPCs ---------------------------------------- */
@@ -286,12 +298,45 @@ static void test_the_counter_sees_a_linear_walk(void **state)
     assert_int_equal(g_work - before, 1000);
 }
 
+/* String compares of the replica-lost reports of revisions from .. to - 1
+ * (their manifests), as a node going down sends them. */
+static uint64_t lost_reports_work(long from, long to)
+{
+    uint64_t before = g_strcmp;
+    for (long i = from; i < to; i++) {
+        const wm_revision *rev = wm_store_revision_at(P.store, (size_t)i);
+        smp_event ev = {.struct_size = sizeof(ev), .type = SMP_EVENT_REPLICA_LOST,
+                        .key = rev->manifest_key, .group = rev->group_key,
+                        .replica_kind = SMP_REPLICA_MEMORY};
+        wm_lifecycle_event(&P, &ev);
+    }
+    return g_strcmp - before;
+}
+
+/* The first 1,000 reports of a node going down cost what 1,000 reports do
+ * once 9,000 came before them (the set of members to look at is full). */
+static void test_replica_lost_reports_do_not_grow_with_those_kept(void **state)
+{
+    (void)state;
+    seed(0, 10000);
+    uint64_t first = lost_reports_work(0, 1000);
+    (void)lost_reports_work(1000, 9000);
+    uint64_t last = lost_reports_work(9000, 10000);
+    assert_flat("lost reports", first + 1, last + 1);
+    /* a lookup each: no walk of the kept members */
+    if (first > 2 * 1000 || last > 2 * 1000)
+        fail_msg("replica-lost reports: %llu and %llu string compares per 1,000 reports",
+                 (unsigned long long)first, (unsigned long long)last);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_read_paths_do_not_grow_with_the_revision_count, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_the_counter_sees_a_linear_walk, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_replica_lost_reports_do_not_grow_with_those_kept, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
