@@ -325,6 +325,8 @@ static void wm_txn_durable(void *arg, int status, uint64_t seq)
         rc = WM_EDURABILITY_FAILED;
         goto free_txn;
     }
+    const wm_revision *before = t->kind == WM_TXN_UPSERT ? wm_store_get(p->store, &t->up.revision.id) : NULL;
+    int was_ready = before != NULL && before->availability == WM_AVAIL_READY;
     switch (t->kind) {
     case WM_TXN_UPSERT: rc = wm_store_apply_upsert(p->store, &t->up, why, sizeof(why)); break;
     case WM_TXN_DELETE: rc = wm_store_apply_delete(p->store, &t->del, why, sizeof(why)); break;
@@ -343,6 +345,11 @@ static void wm_txn_durable(void *arg, int status, uint64_t seq)
             wm_reply_error(p, t->call, SMP_ESTATE, "durable record for %s does not apply: %s",
                            t->group_key, why);
         goto free_txn;
+    }
+    if (t->kind == WM_TXN_UPSERT && !was_ready) {
+        const wm_revision *after = wm_store_get(p->store, &t->up.revision.id);
+        if (after != NULL && after->availability == WM_AVAIL_READY)
+            wm_repair_ready(p, after->group_key); /* its manifest's cold copy, without a lap */
     }
     if (t->kind == WM_TXN_LEASE_DELETE && t->lease_end.reason == WM_LEASE_EXPIRED)
         p->leases_expired++;

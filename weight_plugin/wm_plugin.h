@@ -305,6 +305,11 @@ int wm_past_deadline(wm_plugin *p, const smp_tick_budget *budget);
  * replica lost, a node up). */
 void wm_repair_manifests_due(wm_plugin *p);
 
+/* The revision of group_key became READY (its record is durable): its
+ * manifest gets the replica it lacks -- the cold copy, after a publish --
+ * in a coming round, without a lap of the store. */
+void wm_repair_ready(wm_plugin *p, const char *group_key);
+
 /* Validate the revision of group_key against its replicas in a coming
  * round (a member of it was reported lost). */
 void wm_repair_note(wm_plugin *p, const char *group_key);

@@ -7,12 +7,16 @@
  *     the loss of memory (a reboot empties /dev/shm) loses no revision; a
  *     manifest that lost its memory replica gets it back from the cold copy
  *     (ensure_memory). The lifecycle releases no payload memory before the
- *     manifest's cold copy exists (wm_manifest_has_cold). The revisions are
- *     looked at in laps from a cursor, WM_MANIFEST_SCAN per round; a lap
- *     that ends with nothing to retry lets the scan rest until something
- *     can have changed a manifest's replicas: a revision record (a publish,
- *     a deletion, DEGRADED), a replica lost, a node up, a start or a role
- *     change (wm_repair_manifests_due). An idle tick looks at no revision;
+ *     manifest's cold copy exists (wm_manifest_has_cold). A revision that
+ *     becomes READY (a publish, the end of a repair) is handed over by its
+ *     durable record (wm_repair_ready) and cared for from a queue, first,
+ *     so publishing costs a lookup per revision and no walk of the store.
+ *     What no record shows -- a replica lost, a node up, a start or a role
+ *     change (wm_repair_manifests_due) -- sends the scan round every
+ *     revision once, in laps from a cursor, WM_MANIFEST_SCAN per round (the
+ *     tick asks for the next round at once while a lap runs); a lap that
+ *     ends with nothing to retry lets the scan rest. An idle tick looks at
+ *     no revision;
  *   - validation: a revision is checked against its actual replicas after a
  *     start or a role change (all revisions, by cursor), and after a
  *     replica-lost report of one of its members or a read that found one
@@ -46,8 +50,9 @@
 #include "weight_residency_planner.h"
 #include "wm_mgmt.h"
 
-#define WM_MANIFEST_SCAN 64      /* manifests looked at per round */
-#define WM_MANIFEST_TASKS 16     /* manifest replica tasks in flight at most */
+#define WM_MANIFEST_SCAN 512     /* manifests a lap looks at per round */
+#define WM_MANIFEST_TASKS 64     /* manifest replica tasks in flight at most */
+#define WM_READY_QUEUE (1u << 20) /* revisions waiting for care at most (then a lap) */
 #define WM_VALIDATE_QUEUE 4096   /* groups waiting for validation at most */
 
 /* A manifest replica task in flight, or one that failed and waits for its
@@ -67,7 +72,8 @@ struct wm_repair {
     size_t n_in_flight;
     size_t manifest_cursor;  /* revision index the next manifest scan starts at */
     size_t manifest_lap;     /* revisions the scan still looks at before it rests (0: resting) */
-    uint64_t manifest_changes; /* the store's revision_changes the scan last saw */
+    char **ready;            /* group keys of revisions that became READY, to care for (owned) */
+    size_t ready_head, n_ready, ready_cap; /* ready[ready_head .. n_ready) wait */
     char **queue;            /* group keys to validate (owned) */
     size_t n_queue;
     int validate_all;        /* after a start or a role change */
@@ -97,6 +103,8 @@ void wm_repair_release(wm_plugin *p)
     }
     for (size_t i = 0; i < r->n_queue; i++) free(r->queue[i]);
     free(r->queue);
+    for (size_t i = r->ready_head; i < r->n_ready; i++) free(r->ready[i]);
+    free(r->ready);
     for (size_t i = 0; i < r->n_gave_up; i++) free(r->gave_up[i]);
     free(r->gave_up);
     free(r);
@@ -226,19 +234,56 @@ static int wm_mtasks_waiting(const wm_repair *r)
     return 0;
 }
 
-/* One round of manifest care from the cursor: READY and DEGRADED revisions
- * only (an IMPORTING manifest is not sealed, a DELETING one is going). A
- * changed revision table starts a lap; a lap ends after every revision was
- * looked at once, and another starts only when a task waits for its retry
- * (else the scan rests: nothing it could find has changed). */
+void wm_repair_ready(wm_plugin *p, const char *group_key)
+{
+    wm_repair *r = wm_repair_get(p);
+    if (r == NULL || group_key == NULL) return;
+    if (r->ready_head > 0 && r->ready_head == r->n_ready) r->ready_head = r->n_ready = 0;
+    if (r->n_ready == r->ready_cap && r->ready_head > 0) { /* reuse the consumed front */
+        memmove(r->ready, r->ready + r->ready_head, (r->n_ready - r->ready_head) * sizeof(*r->ready));
+        r->n_ready -= r->ready_head;
+        r->ready_head = 0;
+    }
+    if (r->n_ready == r->ready_cap) {
+        size_t cap = r->ready_cap ? r->ready_cap * 2 : 64;
+        char **grown = cap <= WM_READY_QUEUE ? realloc(r->ready, cap * sizeof(*grown)) : NULL;
+        if (grown == NULL) {
+            r->manifest_lap = SIZE_MAX; /* too many (or no memory): a lap finds it */
+            return;
+        }
+        r->ready = grown;
+        r->ready_cap = cap;
+    }
+    char *key = strdup(group_key);
+    if (key == NULL) {
+        r->manifest_lap = SIZE_MAX;
+        return;
+    }
+    r->ready[r->n_ready++] = key;
+}
+
+/* Care for the revisions handed over by wm_repair_ready, oldest first,
+ * while tasks may start: a lookup each. */
+static void wm_ready_round(wm_plugin *p, wm_repair *r, uint64_t now)
+{
+    while (r->ready_head < r->n_ready && r->n_in_flight < WM_MANIFEST_TASKS) {
+        char *key = r->ready[r->ready_head++];
+        const wm_revision *rev = wm_store_get_group(p->store, key);
+        if (rev != NULL && (rev->availability == WM_AVAIL_READY || rev->availability == WM_AVAIL_DEGRADED))
+            wm_manifest_care(p, r, rev, now);
+        free(key);
+    }
+}
+
+/* One round of manifest care: the revisions that became READY, then the
+ * lap from the cursor, if one runs: READY and DEGRADED revisions only (an
+ * IMPORTING manifest is not sealed, a DELETING one is going). A lap ends
+ * after every revision was looked at once, and another starts only when a
+ * task waits for its retry (else the scan rests: nothing it could find has
+ * changed). */
 static void wm_manifests_round(wm_plugin *p, wm_repair *r)
 {
-    wm_store_stats stats;
-    wm_store_stats_get(p->store, &stats);
-    if (stats.revision_changes != r->manifest_changes) {
-        r->manifest_changes = stats.revision_changes;
-        r->manifest_lap = SIZE_MAX;
-    }
+    if (r->ready_head < r->n_ready) wm_ready_round(p, r, p->api->now_ms(p->host));
     if (r->manifest_lap == 0) return; /* resting: an idle tick looks at no revision */
     wm_mtasks_prune(p, r);
     size_t n = wm_store_revision_count(p->store);
@@ -506,7 +551,8 @@ int wm_repair_tick(wm_plugin *p, const smp_tick_budget *budget, uint64_t *checks
     if (r == NULL) return 0;
     wm_manifests_round(p, r);
     wm_validate_round(p, r, budget, checks);
-    return r->n_queue > 0 || r->validate_all || r->n_in_flight > 0;
+    return r->n_queue > 0 || r->validate_all || r->n_in_flight > 0 || r->manifest_lap > 0 ||
+           r->ready_head < r->n_ready;
 }
 
 /* ------------------------------------------------------------------------ */

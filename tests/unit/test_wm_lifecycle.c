@@ -58,6 +58,7 @@ static struct {
     uint64_t used, cap;
     uint64_t cooldown;
     int64_t repair_max;  /* plugin key repair_max_attempts; 0: absent */
+    uint64_t object_gets; /* object_get calls so far */
     int unmanaged;
 } H;
 
@@ -180,6 +181,7 @@ static void drain(void)
 static int f_object_get(smp_host *h, const char *key, smp_object_info *out)
 {
     (void)h;
+    H.object_gets++;
     fobj *o = find(key);
     if (o == NULL) return SMP_ENOTFOUND;
     out->key = o->key;
@@ -968,6 +970,57 @@ static void test_cold_survives_the_loss_of_memory(void **state)
     assert_int_equal(P.manifest_memory_restores, 1);
 }
 
+/* A revision that becomes READY by its record gets its manifest's cold
+ * copy asked for in the next round, by a lookup: no lap of the store. A
+ * publish counted as a change of the table that sent the manifest scan
+ * round every revision, 64 a round (and a round a second when nothing was
+ * in flight): at 100,000 revisions most manifests waited minutes. */
+static void test_a_revision_made_ready_gets_its_manifest_copy_without_a_lap(void **state)
+{
+    (void)state;
+    static const uint64_t bytes[1] = {10};
+    char name[32], msg[256];
+    wm_revision rev = seed("zz-fresh", bytes, 1, WM_MODE_MANUAL);
+    run(2); /* the validation and the lap after the start go round and rest */
+    for (int i = 0; i < 2000; i++) { /* in the store only: nothing to care for */
+        wm_affinity aff = {0};
+        wm_metadata_upsert u;
+        memset(&u, 0, sizeof(u));
+        snprintf(name, sizeof(name), "bulk-%05d", i);
+        wmt_ready_revision(&u.revision, &aff, name, 1, bytes, 1);
+        u.has_affinity = 1;
+        u.affinity = aff;
+        if (wm_store_apply_upsert(P.store, &u, msg, sizeof(msg)) != WM_OK) fail_msg("%s", msg);
+        wm_affinity_clear(&aff);
+    }
+    assert_int_equal(count_of(T_COLD), 0);
+    /* It turns DEGRADED, loses its manifest's cold copy, and its record
+     * makes it READY again (as a publish does an IMPORTING one). */
+    wm_metadata_upsert u;
+    memset(&u, 0, sizeof(u));
+    u.revision = *cur(&rev);
+    u.revision.availability = WM_AVAIL_DEGRADED;
+    u.revision.metadata_generation++;
+    if (wm_store_apply_upsert(P.store, &u, msg, sizeof(msg)) != WM_OK) fail_msg("%s", msg);
+    find(rev.manifest_key)->cold = 0;
+    wm_revision ready = *cur(&rev);
+    ready.availability = WM_AVAIL_READY;
+    ready.metadata_generation++;
+    assert_int_equal(wm_submit_upsert(&P, &ready, NULL, 0, NULL, NULL), SMP_OK);
+    drain();
+    assert_int_equal(cur(&rev)->availability, WM_AVAIL_READY);
+    uint64_t gets = H.object_gets;
+    tick();
+    long at = first_of(T_COLD);
+    assert_true(at >= 0);
+    assert_string_equal(H.q[at].key, rev.manifest_key);
+    if (H.object_gets - gets > 4)
+        fail_msg("the round looked at %llu objects to find one manifest",
+                 (unsigned long long)(H.object_gets - gets));
+    drain();
+    assert_int_equal(find(rev.manifest_key)->cold, 1);
+}
+
 /* REPAIRING is real: a HOT revision whose members lost their memory
  * replicas but kept cold copies starts a persisted REPAIRING operation in
  * the record that says what it observes (MIXED), restores memory from cold
@@ -1348,6 +1401,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_repair_retries_are_bounded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ready_revalidated_on_a_read_miss, setup, teardown),
         cmocka_unit_test_setup_teardown(test_auto_demotes_the_least_recently_used, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_revision_made_ready_gets_its_manifest_copy_without_a_lap,
+                                        setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
