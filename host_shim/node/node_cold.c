@@ -15,6 +15,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -424,6 +425,181 @@ destroy_mutex:
     return rc;
 }
 
+/* A batch item's state between the steps of cold_persist_batch. */
+typedef struct persist_slot {
+    cold_item *it;
+    int fd, rfd;
+    int existed;                   /* a final file of that name was there */
+    int renamed;
+    char tmp[COLD_TMP_NAME_MAX];
+    uint8_t md[32];
+} persist_slot;
+
+#define COLD_SYNC_THREADS 4 /* fsyncs of a batch at once */
+
+typedef struct sync_work {
+    persist_slot *slots;
+    size_t n;
+    _Atomic size_t next;
+    const char *dir;
+} sync_work;
+
+/* Fsync the batch's files from the shared cursor until none is left. */
+static void *sync_main(void *arg)
+{
+    sync_work *w = arg;
+    for (size_t i; (i = atomic_fetch_add(&w->next, 1)) < w->n;) {
+        persist_slot *sl = &w->slots[i];
+        if (sl->it->rc != SMP_OK || fsync(sl->fd) == 0)
+            continue;
+        sl->it->rc = errno == ENOSPC || errno == EDQUOT ? SMP_ENOSPC : SMP_EIO;
+        wm_errbuf(sl->it->err, sizeof(sl->it->err), "%s/%s: fsync: %s", w->dir, sl->tmp,
+                  strerror(errno));
+    }
+    return NULL;
+}
+
+/* Step 1 of a persist: create the temporary file, write header and data
+ * while reading them back (write_and_read_back). Sets it->rc on failure. */
+static void persist_write(cold_tier *ct, persist_slot *sl)
+{
+    cold_item *it = sl->it;
+    uint8_t rnd[8];
+    char rhex[17];
+    int rc;
+    sl->fd = sl->rfd = -1;
+    if (!key_ok(it->key) || it->sha256 == NULL || (it->data == NULL && it->len > 0) ||
+        it->len > (uint64_t)INT64_MAX - COLD_HEADER_BYTES) {
+        wm_errbuf(it->err, sizeof(it->err), "cold persist: bad arguments");
+        it->rc = SMP_EINVAL;
+        return;
+    }
+    if ((it->rc = cold_name_for(it->key, it->sha256, it->name)) < 0)
+        return;
+    if (RAND_bytes(rnd, sizeof(rnd)) != 1) {
+        wm_errbuf(it->err, sizeof(it->err), "cold persist: no random bytes for a temporary name");
+        it->rc = SMP_EIO;
+        return;
+    }
+    hex_encode(rnd, sizeof(rnd), rhex);
+    snprintf(sl->tmp, sizeof(sl->tmp), "%s.%s%s", it->name, rhex, COLD_TMP_SUFFIX);
+    sl->fd = openat(ct->dfd, sl->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (sl->fd < 0) {
+        wm_errbuf(it->err, sizeof(it->err), "%s/%s: cannot create: %s", ct->dir, sl->tmp, strerror(errno));
+        it->rc = errno == ENOSPC || errno == EDQUOT ? SMP_ENOSPC : SMP_EIO;
+        return;
+    }
+    sl->rfd = openat(ct->dfd, sl->tmp, O_RDONLY | O_CLOEXEC);
+    if (sl->rfd < 0) {
+        wm_errbuf(it->err, sizeof(it->err), "%s/%s: cannot reopen to read back: %s", ct->dir, sl->tmp,
+                  strerror(errno));
+        it->rc = SMP_EIO;
+        return;
+    }
+    rc = write_and_read_back(sl->fd, sl->rfd, it->key, it->data, it->len, it->sha256, sl->md);
+    if (rc < 0) {
+        wm_errbuf(it->err, sizeof(it->err), "%s/%s: writing %" PRIu64 " bytes failed: %s", ct->dir,
+                  sl->tmp, it->len, smp_strerror(rc));
+        it->rc = rc;
+    }
+}
+
+/* Step 3, after the fsync: the bytes read back match, and (flag) so do
+ * those re-read from the device. Sets it->rc on failure. */
+static void persist_verify(cold_tier *ct, persist_slot *sl, unsigned flags)
+{
+    cold_item *it = sl->it;
+    int rc;
+    if (memcmp(sl->md, it->sha256, 32) != 0) {
+        wm_errbuf(it->err, sizeof(it->err), "%s/%s: the bytes read back do not match the expected "
+                  "SHA-256 (the source replica of %.200s or the disk is bad)", ct->dir, sl->tmp, it->key);
+        it->rc = SMP_EPROTO;
+        return;
+    }
+    if (flags & COLD_VERIFY_FROM_DISK) {
+        (void)posix_fadvise(sl->rfd, 0, 0, POSIX_FADV_DONTNEED);
+        if ((rc = hash_file_data(sl->rfd, it->len, sl->md)) < 0 || memcmp(sl->md, it->sha256, 32) != 0) {
+            wm_errbuf(it->err, sizeof(it->err), "%s/%s: the bytes re-read from the device do not verify",
+                      ct->dir, sl->tmp);
+            it->rc = rc < 0 ? rc : SMP_EPROTO;
+        }
+    }
+}
+
+int cold_persist_batch(cold_tier *ct, cold_item *items, size_t n, unsigned flags)
+{
+    persist_slot slots[COLD_BATCH_MAX];
+    pthread_t th[COLD_SYNC_THREADS];
+    size_t n_th = 0;
+    int rc = SMP_OK;
+    if (ct == NULL || items == NULL || n == 0 || n > COLD_BATCH_MAX)
+        return SMP_EINVAL;
+    for (size_t i = 0; i < n; i++) {
+        memset(&slots[i], 0, sizeof(slots[i]));
+        slots[i].it = &items[i];
+        items[i].rc = SMP_OK;
+        items[i].err[0] = '\0';
+        persist_write(ct, &slots[i]);
+    }
+    /* the fsyncs, a few at once: the device flushes them together */
+    sync_work w = {.slots = slots, .n = n, .dir = ct->dir};
+    atomic_init(&w.next, 0);
+    while (n > 1 && n_th < COLD_SYNC_THREADS && n_th + 1 < n &&
+           pthread_create(&th[n_th], NULL, sync_main, &w) == 0)
+        n_th++;
+    sync_main(&w);
+    for (size_t i = 0; i < n_th; i++)
+        pthread_join(th[i], NULL);
+    for (size_t i = 0; i < n; i++) {
+        persist_slot *sl = &slots[i];
+        if (sl->it->rc == SMP_OK)
+            persist_verify(ct, sl, flags);
+        if (sl->it->rc != SMP_OK)
+            continue;
+        /* an identical, verified file may already be there (persisting the
+           same content twice): it is replaced by an identical one, and must
+           not be taken away below if the directory sync fails */
+        sl->existed = faccessat(ct->dfd, sl->it->name, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+        if (renameat(ct->dfd, sl->tmp, ct->dfd, sl->it->name) < 0) {
+            wm_errbuf(sl->it->err, sizeof(sl->it->err), "%s/%s: rename: %s", ct->dir, sl->it->name,
+                      strerror(errno));
+            sl->it->rc = SMP_EIO;
+            continue;
+        }
+        sl->renamed = 1;
+    }
+    int any_renamed = 0;
+    for (size_t i = 0; i < n; i++)
+        any_renamed |= slots[i].renamed;
+    if (any_renamed && fsync(ct->dfd) < 0) { /* once, for every rename of the batch */
+        /* the renames may not be durable: take the new final files back */
+        int e = errno;
+        for (size_t i = 0; i < n; i++) {
+            persist_slot *sl = &slots[i];
+            if (!sl->renamed)
+                continue;
+            wm_errbuf(sl->it->err, sizeof(sl->it->err), "%s: fsync of the directory: %s", ct->dir,
+                      strerror(e));
+            sl->it->rc = SMP_EIO;
+            if (!sl->existed)
+                unlinkat(ct->dfd, sl->it->name, 0);
+        }
+        (void)fsync(ct->dfd);
+    }
+    for (size_t i = 0; i < n; i++) {
+        persist_slot *sl = &slots[i];
+        if (sl->rfd >= 0)
+            close(sl->rfd);
+        if (sl->fd >= 0)
+            close(sl->fd);
+        if (sl->it->rc != SMP_OK && !sl->renamed && sl->fd >= 0)
+            unlinkat(ct->dfd, sl->tmp, 0);
+        if (sl->it->rc != SMP_OK && rc == SMP_OK)
+            rc = sl->it->rc;
+    }
+    return rc;
+}
+
 int cold_persist(cold_tier *ct,
                  const char *key,
                  const void *data,
@@ -434,94 +610,16 @@ int cold_persist(cold_tier *ct,
                  char *err,
                  size_t errlen)
 {
-    int rc, fd, rfd, existed;
-    uint8_t rnd[8], md[32];
-    char name[COLD_NAME_MAX], tmp[COLD_TMP_NAME_MAX], rhex[17];
-
-    if (ct == NULL || !key_ok(key) || sha256 == NULL || (data == NULL && len > 0) ||
-        len > (uint64_t)INT64_MAX - COLD_HEADER_BYTES) {
+    cold_item it = {.key = key, .data = data, .len = len, .sha256 = sha256};
+    if (ct == NULL) {
         wm_errbuf(err, errlen, "cold persist: bad arguments");
         return SMP_EINVAL;
     }
-    if ((rc = cold_name_for(key, sha256, name)) < 0)
-        return rc;
-    if (RAND_bytes(rnd, sizeof(rnd)) != 1) {
-        wm_errbuf(err, errlen, "cold persist: no random bytes for a temporary name");
-        return SMP_EIO;
-    }
-    hex_encode(rnd, sizeof(rnd), rhex);
-    snprintf(tmp, sizeof(tmp), "%s.%s%s", name, rhex, COLD_TMP_SUFFIX);
-
-    fd = openat(ct->dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        wm_errbuf(err, errlen, "%s/%s: cannot create: %s", ct->dir, tmp, strerror(errno));
-        return errno == ENOSPC || errno == EDQUOT ? SMP_ENOSPC : SMP_EIO;
-    }
-    rfd = openat(ct->dfd, tmp, O_RDONLY | O_CLOEXEC);
-    if (rfd < 0) {
-        wm_errbuf(err, errlen, "%s/%s: cannot reopen to read back: %s", ct->dir, tmp, strerror(errno));
-        rc = SMP_EIO;
-        goto close_fd;
-    }
-    rc = write_and_read_back(fd, rfd, key, data, len, sha256, md);
-    if (rc < 0) {
-        wm_errbuf(err, errlen, "%s/%s: writing %" PRIu64 " bytes failed: %s", ct->dir, tmp, len,
-                smp_strerror(rc));
-        goto close_rfd;
-    }
-    if (fsync(fd) < 0) {
-        rc = errno == ENOSPC || errno == EDQUOT ? SMP_ENOSPC : SMP_EIO;
-        wm_errbuf(err, errlen, "%s/%s: fsync: %s", ct->dir, tmp, strerror(errno));
-        goto close_rfd;
-    }
-    if (memcmp(md, sha256, 32) != 0) {
-        wm_errbuf(err, errlen, "%s/%s: the bytes read back do not match the expected SHA-256 "
-                "(the source replica of %.200s or the disk is bad)", ct->dir, tmp, key);
-        rc = SMP_EPROTO;
-        goto close_rfd;
-    }
-    if (flags & COLD_VERIFY_FROM_DISK) {
-        (void)posix_fadvise(rfd, 0, 0, POSIX_FADV_DONTNEED);
-        if ((rc = hash_file_data(rfd, len, md)) < 0 || memcmp(md, sha256, 32) != 0) {
-            if (rc == SMP_OK)
-                rc = SMP_EPROTO;
-            wm_errbuf(err, errlen, "%s/%s: the bytes re-read from the device do not verify",
-                    ct->dir, tmp);
-            goto close_rfd;
-        }
-    }
-    /* an identical, verified file may already be there (persisting the same
-       content twice): it is replaced by an identical one, and must not be
-       taken away below if the directory sync fails */
-    existed = faccessat(ct->dfd, name, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
-    if (renameat(ct->dfd, tmp, ct->dfd, name) < 0) {
-        wm_errbuf(err, errlen, "%s/%s: rename: %s", ct->dir, name, strerror(errno));
-        rc = SMP_EIO;
-        goto close_rfd;
-    }
-    if (fsync(ct->dfd) < 0) {
-        /* the rename may not be durable: take a new final file back */
-        wm_errbuf(err, errlen, "%s: fsync of the directory: %s", ct->dir, strerror(errno));
-        if (!existed) {
-            unlinkat(ct->dfd, name, 0);
-            (void)fsync(ct->dfd);
-        }
-        rc = SMP_EIO;
-        close(rfd);
-        close(fd);
-        return rc;
-    }
-    if (name_out != NULL)
-        memcpy(name_out, name, COLD_NAME_MAX);
-    close(rfd);
-    close(fd);
-    return SMP_OK;
-
-close_rfd:
-    close(rfd);
-close_fd:
-    close(fd);
-    unlinkat(ct->dfd, tmp, 0);
+    int rc = cold_persist_batch(ct, &it, 1, flags);
+    if (rc == SMP_OK && name_out != NULL)
+        memcpy(name_out, it.name, COLD_NAME_MAX);
+    if (rc < 0)
+        wm_errbuf(err, errlen, "%s", it.err);
     return rc;
 }
 

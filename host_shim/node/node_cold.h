@@ -114,6 +114,29 @@ int cold_persist(cold_tier *ct,
                  char *err,
                  size_t errlen);
 
+/* One persist of a batch (cold_persist_batch): the arguments of
+ * cold_persist, and its result. */
+typedef struct cold_item {
+    const char *key;            /* borrowed */
+    const void *data;           /* borrowed, not changed */
+    uint64_t len;
+    const uint8_t *sha256;      /* 32 bytes, borrowed */
+    int rc;                     /* OUT: what cold_persist would return */
+    char name[COLD_NAME_MAX];   /* OUT: the file's name, on SMP_OK */
+    char err[320];              /* OUT: the cause, on failure */
+} cold_item;
+
+#define COLD_BATCH_MAX 64       /* items of one cold_persist_batch at most */
+
+/* Persist each of items[0..n) as cold_persist would, each item with its own
+ * result, and the durable steps shared: the files are written and read back
+ * one after the other, fsynced by a few threads at once (the device flushes
+ * them together), renamed, and the directory fsynced once for all of them.
+ * An item that fails leaves no file and does not stop the others. Returns
+ * SMP_OK when every item succeeded, else the first failed item's code;
+ * SMP_EINVAL (n 0 or over COLD_BATCH_MAX: nothing done). */
+int cold_persist_batch(cold_tier *ct, cold_item *items, size_t n, unsigned flags);
+
 /* Read and check the header of a cold file (name or path, cold_resolve);
  * e->name and e->key point into buffers the caller provides: key_buf
  * (COLD_KEY_MAX + 1 bytes) and name_buf (COLD_NAME_MAX bytes). Returns

@@ -228,6 +228,49 @@ static TaskResult *run_task(node_runtime *n, const NodeTask *t)
     return r;
 }
 
+#define PERSIST_BATCH_BYTES (1u << 20) /* a persist this small shares its fsyncs */
+
+/* 1 when t is a persist that may join a batch (cold_persist_batch). */
+static int batchable(const NodeTask *t)
+{
+    return t->kind == TASK_KIND__TASK_PERSIST && t->length <= PERSIST_BATCH_BYTES;
+}
+
+/* Run the persists t[0..n) (batchable, n <= COLD_BATCH_MAX) as one batch:
+ * each gets its own result in out[] (NULL when out of memory), as run_task
+ * would give, but their files share the durable steps (one directory
+ * fsync, the file fsyncs at once). */
+static void run_persists(node_runtime *n, NodeTask *const *t, size_t k, TaskResult **out)
+{
+    cold_item items[COLD_BATCH_MAX];
+    size_t at[COLD_BATCH_MAX], m = 0;
+    for (size_t i = 0; i < k; i++) {
+        out[i] = calloc(1, sizeof(*out[i]));
+        if (out[i] == NULL) continue;
+        task_result__init(out[i]);
+        out[i]->id = t[i]->id;
+        uint8_t *ptr = seg_ptr(n->seg, t[i]->offset, t[i]->length);
+        if (ptr == NULL || t[i]->sha256.len != 32) {
+            char err[512];
+            wm_errbuf(err, sizeof(err), "persist %s: range %llu+%llu outside the segment", t[i]->key,
+                      (unsigned long long)t[i]->offset, (unsigned long long)t[i]->length);
+            out[i]->status = SMP_ERANGE;
+            out[i]->error = strdup(err);
+            continue;
+        }
+        items[m] = (cold_item){.key = t[i]->key, .data = ptr, .len = t[i]->length,
+                               .sha256 = t[i]->sha256.data};
+        at[m++] = i;
+    }
+    if (m > 0) (void)cold_persist_batch(n->cold, items, m, n->persist_flags);
+    for (size_t j = 0; j < m; j++) {
+        TaskResult *r = out[at[j]];
+        r->status = items[j].rc;
+        if (items[j].rc == SMP_OK) r->cold_name = strdup(items[j].name);
+        else if (items[j].err[0]) r->error = strdup(items[j].err);
+    }
+}
+
 /* -- the control thread ----------------------------------------------------- */
 
 typedef struct inventory {
@@ -459,8 +502,10 @@ free_inventory:
     return rc;
 }
 
-/* The task thread: run the held answer's tasks in order, one at a time,
- * adding each result for the control thread to report. It waits while
+/* The task thread: run the held answer's tasks in order, one at a time --
+ * but for consecutive small persists, run as one batch that shares its
+ * fsyncs (run_persists) -- adding each result for the control thread to
+ * report. It waits while
  * RESULTS_MAX results are unreported (the control thread polls at once
  * then) and ends at stop. */
 static void *task_main(void *arg)
@@ -474,13 +519,24 @@ static void *task_main(void *arg)
             pthread_cond_wait(&n->task_cv, &n->task_lock);
             continue;
         }
-        const NodeTask *t = h->tasks[n->held_next++];
+        /* consecutive small persists go as one batch (their fsyncs shared),
+           as many as the results have room for */
+        size_t k = 1;
+        if (batchable(h->tasks[n->held_next]))
+            while (k < COLD_BATCH_MAX && n->held_next + k < h->n_tasks &&
+                   n->n_results + k < RESULTS_MAX && batchable(h->tasks[n->held_next + k]))
+                k++;
+        NodeTask *const *t = &h->tasks[n->held_next];
+        n->held_next += k;
         n->task_running = 1;
         pthread_mutex_unlock(&n->task_lock);
-        TaskResult *r = run_task(n, t);
+        TaskResult *r[COLD_BATCH_MAX];
+        if (k > 1) run_persists(n, t, k, r);
+        else r[0] = run_task(n, t[0]);
         pthread_mutex_lock(&n->task_lock);
         n->task_running = 0;
-        if (r) n->results[n->n_results++] = r;
+        for (size_t i = 0; i < k; i++)
+            if (r[i]) n->results[n->n_results++] = r[i];
         /* still held: the control thread drops it only while no task runs */
         if (n->held_next >= h->n_tasks) {
             node_poll_response__free_unpacked(h, NULL);
