@@ -126,7 +126,7 @@ static pid_t spawn(hx_master *m)
     _exit(127);
 }
 
-static void print_log(const hx_master *m)
+void hx_print_log(const hx_master *m)
 {
     char line[1024];
     FILE *f = fopen(m->log, "r");
@@ -228,7 +228,7 @@ int hx_start(hx_master *m, int timeout_ms)
         int status;
         if (waitpid(m->pid, &status, WNOHANG) == m->pid) {
             m->pid = 0;
-            print_log(m);
+            hx_print_log(m);
             return -1;
         }
         kvc *c = NULL;
@@ -245,7 +245,7 @@ int hx_start(hx_master *m, int timeout_ms)
         }
         sleep_ms(10);
     }
-    print_log(m);
+    hx_print_log(m);
     hx_kill(m);
     return -1;
 }

@@ -92,6 +92,9 @@ int hx_http_get(const hx_master *m, const char *path, char **body);
  * of the running master; -1 when the line or the endpoint is missing. */
 double hx_metric(const hx_master *m, const char *series);
 
+/* Copy the master's log to stderr (to explain a failure). */
+void hx_print_log(const hx_master *m);
+
 /* 1 when the master's log contains needle. */
 int hx_log_contains(const hx_master *m, const char *needle);
 

@@ -305,15 +305,6 @@ static void assert_recorder_holds(const hx_master *m, const char *joined)
     assert_string_equal(got, joined);
 }
 
-/* Copy the master's log to stderr (to explain a failure). */
-static void print_log(const hx_master *m)
-{
-    size_t len = 0;
-    uint8_t *buf = read_whole(m->log, &len);
-    fprintf(stderr, "---- %s ----\n%.*s---- end ----\n", m->log, (int)len, (const char *)buf);
-    free(buf);
-}
-
 /* Start must be refused: exit status 1, these needles in the log, and not a
  * byte of data_dir changed. */
 static void assert_start_refused(hx_master *m, const char *needle1, const char *needle2)
@@ -324,7 +315,7 @@ static void assert_start_refused(hx_master *m, const char *needle1, const char *
      * the refusal path itself is broken. */
     if (status != 1 || !hx_log_contains(m, needle1) || (needle2 && !hx_log_contains(m, needle2)) ||
         hx_log_contains(m, "Sanitizer") || hx_log_contains(m, "runtime error")) {
-        print_log(m);
+        hx_print_log(m);
         fail_msg("start not refused with \"%s\"%s%s (exit status %d)", needle1,
                  needle2 ? " and " : "", needle2 ? needle2 : "", status);
     }

@@ -202,14 +202,6 @@ static void probe_seen(const hx_master *m, char *out, size_t cap)
     rpcc_close(r);
 }
 
-static void print_log(const hx_master *m)
-{
-    size_t len = 0;
-    uint8_t *buf = read_whole(m->log, &len);
-    fprintf(stderr, "---- %s ----\n%.*s---- end ----\n", m->log, (int)len, (const char *)buf);
-    free(buf);
-}
-
 /* Start must be refused: exit status 1, the needle in the log (and not
  * absent_needle, if given), no sanitizer report, and not a byte of
  * data/oplog or data/snapshots changed. */
@@ -220,7 +212,7 @@ static void assert_start_refused(hx_master *m, const char *needle, const char *a
     if (status != 1 || !hx_log_contains(m, needle) ||
         (absent_needle && hx_log_contains(m, absent_needle)) ||
         hx_log_contains(m, "Sanitizer") || hx_log_contains(m, "runtime error")) {
-        print_log(m);
+        hx_print_log(m);
         fail_msg("start not refused with \"%s\" (exit status %d)", needle, status);
     }
     char *after = fingerprint(m);
@@ -266,7 +258,7 @@ static void test_a_plugin_asking_during_its_load_sees_every_object(void **state)
         snprintf(want, sizeof(want), "count=%d listed=%d found=%d used=%.0f", MEMBERS, MEMBERS,
                  MEMBERS, used);
         if (strcmp(seen, want) != 0) {
-            print_log(m);
+            hx_print_log(m);
             fail_msg("restart %d: the probe saw \"%s\", the master holds \"%s\"", round, seen,
                      want);
         }
