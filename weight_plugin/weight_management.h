@@ -388,9 +388,14 @@ typedef struct wm_revision {
     uint32_t lease_count;            /* lease records naming this identity */
     /* Appended (issue 17): the last client request that changed the
      * revision (MIGRATE, UPDATE_POLICY, REMOVE with a request id), so that
-     * its retry after a lost reply answers the first result. Empty: none;
-     * the digest of its arguments and the generation it was fenced on. */
-    char request_id[WM_REQUEST_ID_MAX + 1];
+     * its retry after a lost reply answers the first result. NULL or empty:
+     * none; the digest of its arguments and the generation it was fenced on.
+     * At most WM_REQUEST_ID_MAX bytes, borrowed like group_key (issue 20: it
+     * was a fixed buffer of 129 bytes in every stored revision), except that
+     * an apply that changes it moves it: a copy of a stored revision reads
+     * it before the next apply, and a record in flight holds its own copy
+     * (wm_txn_own_ids). */
+    const char *request_id;
     uint64_t request_digest;
     uint64_t request_base_generation;
     uint64_t request_operation_id;   /* the operation it created (0: none) */

@@ -175,8 +175,8 @@ int wm_metadata_check(const wm_revision *rev, char *msg, size_t cap)
         return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
                        "created_ms %" PRIu64 " is after updated_ms %" PRIu64,
                        rev->created_ms, rev->updated_ms);
-    size_t rid = strnlen(rev->request_id, sizeof(rev->request_id));
-    if (rid == sizeof(rev->request_id) || wm_text_check(rev->request_id, rid) < 0)
+    size_t rid = rev->request_id != NULL ? strnlen(rev->request_id, WM_REQUEST_ID_MAX + 1) : 0;
+    if (rid > WM_REQUEST_ID_MAX || wm_text_check(rev->request_id, rid) < 0)
         return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
                        "request id is not 0..%d bytes of UTF-8", WM_REQUEST_ID_MAX);
     if (rid == 0 ? rev->request_digest != 0 || rev->request_base_generation != 0 ||

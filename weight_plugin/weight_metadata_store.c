@@ -76,10 +76,14 @@ typedef struct wm_slab {
 typedef struct wm_rev_entry {
     wm_revision rev;
     wm_affinity aff;
-    wm_slab *slab; /* the mapping it lives in; NULL: malloc'ed */
-    char keys[];   /* group key, NUL, manifest key, NUL, then the identity
-                    * (wm_identity_pack) (malloc'ed entries; a slab keeps its
-                    * entries' keys after the entry array) */
+    wm_slab *slab;
+    char *req;     /* the request id an apply changed it to (owned); NULL:
+                    * the revision's request id is in keys[] or none */ /* the mapping it lives in; NULL: malloc'ed */
+    char keys[];   /* group key, NUL, manifest key, NUL, the identity
+                    * (wm_identity_pack), then the request id and its NUL
+                    * when it has one (malloc'ed entries; a slab keeps its
+                    * entries' keys after the entry array, in the order
+                    * wm_decode_section_placed writes them) */
 } wm_rev_entry;
 
 /* The bytes of an entry whose keys take keys_len bytes, rounded up so the
@@ -116,7 +120,8 @@ static void wm_slab_unref(wm_slab *sl)
 static wm_rev_entry *wm_entry_new(const wm_revision *rev)
 {
     size_t g = strlen(rev->group_key) + 1, m = strlen(rev->manifest_key) + 1;
-    size_t need = wm_entry_size(g + m + wm_identity_packed_len(&rev->id));
+    size_t r = rev->request_id != NULL && rev->request_id[0] ? strlen(rev->request_id) + 1 : 0;
+    size_t need = wm_entry_size(g + m + wm_identity_packed_len(&rev->id) + r);
     wm_rev_entry *e;
     if (need == SIZE_MAX || (e = malloc(need)) == NULL) return NULL;
     memset(e, 0, sizeof(*e));
@@ -125,7 +130,12 @@ static wm_rev_entry *wm_entry_new(const wm_revision *rev)
     e->rev = *rev;
     e->rev.group_key = e->keys;
     e->rev.manifest_key = e->keys + g;
-    wm_identity_pack(&rev->id, e->keys + g + m, &e->rev.id);
+    char *rq = wm_identity_pack(&rev->id, e->keys + g + m, &e->rev.id);
+    e->rev.request_id = NULL;
+    if (r > 0) {
+        memcpy(rq, rev->request_id, r);
+        e->rev.request_id = rq;
+    }
     return e;
 }
 
@@ -133,20 +143,49 @@ static wm_rev_entry *wm_entry_new(const wm_revision *rev)
  * or to malloc. */
 static void wm_entry_release(wm_rev_entry *e)
 {
+    free(e->req);
     if (e->slab != NULL) wm_slab_unref(e->slab);
     else free(e);
 }
 
-/* Overwrite the entry's revision with rev (same identity, so same keys),
- * keeping the keys and the identity's strings in the entry. */
-static void wm_entry_set(wm_rev_entry *e, const wm_revision *rev)
+/* The request id of rev, "" for none. */
+static const char *wm_request_of(const wm_revision *rev)
 {
-    const char *g = e->rev.group_key, *m = e->rev.manifest_key;
+    return rev->request_id != NULL ? rev->request_id : "";
+}
+
+/* What an apply of rev to e needs for its request id, before anything
+ * changes: *req NULL when the entry's can stay (the same, or none is
+ * wanted), else a malloc'ed copy for wm_entry_set. SMP_ENOMEM. */
+static int wm_entry_request_prepare(const wm_rev_entry *e, const wm_revision *rev, char **req)
+{
+    const char *want = wm_request_of(rev);
+    *req = NULL;
+    if (want[0] == '\0' || strcmp(want, wm_request_of(&e->rev)) == 0) return WM_OK;
+    size_t n = strlen(want) + 1;
+    if ((*req = malloc(n)) == NULL) return SMP_ENOMEM;
+    memcpy(*req, want, n);
+    return WM_OK;
+}
+
+/* Overwrite the entry's revision with rev (same identity, so same keys),
+ * keeping the keys and the identity's strings in the entry. The request
+ * id: req when wm_entry_request_prepare made one (the entry takes it),
+ * else the entry's own when rev names the same, else none. */
+static void wm_entry_set(wm_rev_entry *e, const wm_revision *rev, char *req)
+{
+    const char *g = e->rev.group_key, *m = e->rev.manifest_key, *held = e->rev.request_id;
+    int none = wm_request_of(rev)[0] == '\0';
     wm_identity id = e->rev.id;
     e->rev = *rev;
     e->rev.group_key = g;
     e->rev.manifest_key = m;
     e->rev.id = id;
+    e->rev.request_id = none ? NULL : req != NULL ? req : held;
+    if (req != NULL || none) {
+        free(e->req);
+        e->req = req;
+    }
 }
 
 struct wm_store {
@@ -663,8 +702,10 @@ int wm_store_apply_upsert(wm_store *st, const wm_metadata_upsert *u, char *msg, 
             goto free_copy;
         }
     } else {
+        char *req;
+        if ((rc = wm_entry_request_prepare(e, &next, &req)) < 0) goto free_copy;
         wm_stats_count(st, &e->rev, -1);
-        wm_entry_set(e, &next);
+        wm_entry_set(e, &next, req);
     }
     wm_stats_count(st, &e->rev, +1);
     if (have_copy) {
@@ -1019,6 +1060,7 @@ int wm_store_load(wm_store *st, const uint8_t *buf, size_t len, char *msg, size_
         wm_rev_entry *e = (wm_rev_entry *)((char *)wm_image_revision(&img, i) -
                                            offsetof(wm_rev_entry, rev));
         e->slab = slab;
+        e->req = NULL;
         slab->refs++;
         if ((rc = wm_entry_insert(fresh, e)) < 0) {
             wm_affinity_clear(&e->aff);

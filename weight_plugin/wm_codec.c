@@ -86,7 +86,7 @@ static void wm_enc_revision(wm_pb_revision *h, const wm_revision *r)
     h->m.updated_ms = r->updated_ms;
     h->m.last_access_ms = r->last_access_ms;
     h->m.lease_count = r->lease_count;
-    h->m.request_id = (char *)r->request_id;
+    h->m.request_id = (char *)(r->request_id != NULL ? r->request_id : wm_no_text);
     h->m.request_digest = r->request_digest;
     h->m.request_base_generation = r->request_base_generation;
     h->m.request_operation_id = r->request_operation_id;
@@ -593,14 +593,15 @@ static int wm_dec_digest(const ProtobufCBinaryData *b, uint8_t *out, const char 
     return WM_OK;
 }
 
-/* The bytes the identity strings and the group and manifest keys of m take
- * in a decoder's key storage, NULs included (what wm_dec_revision
- * consumes). */
+/* The bytes the identity strings, the group and manifest keys and the
+ * request id of m take in a decoder's key storage, NULs included (what
+ * wm_dec_revision consumes). */
 static size_t wm_dec_keys_len(const Wmrec__Revision *m)
 {
     if (m == NULL) return 0;
     return wm_dec_id_len(m->identity) + strlen(m->group_key ? m->group_key : wm_no_text) + 1 +
-           strlen(m->manifest_key ? m->manifest_key : wm_no_text) + 1;
+           strlen(m->manifest_key ? m->manifest_key : wm_no_text) + 1 +
+           strlen(m->request_id ? m->request_id : wm_no_text) + 1;
 }
 
 /* Decode and check a revision into *out. Its identity strings and keys are
@@ -661,15 +662,17 @@ static int wm_dec_revision(const Wmrec__Revision *m, wm_revision *out, char **ke
     r.updated_ms = m->updated_ms;
     r.last_access_ms = m->last_access_ms;
     r.lease_count = m->lease_count;
-    if ((rc = wm_dec_text(m->request_id, r.request_id, sizeof(r.request_id), "revision request id",
-                          msg, cap)) < 0)
+    char *rq = mk + strlen(mk) + 1;
+    if ((rc = wm_dec_text(m->request_id, rq, WM_REQUEST_ID_MAX + 1, "revision request id", msg,
+                          cap)) < 0)
         return rc;
+    r.request_id = rq;
     r.request_digest = m->request_digest;
     r.request_base_generation = m->request_base_generation;
     r.request_operation_id = m->request_operation_id;
     if (wm_metadata_check(&r, why, sizeof(why)) < 0)
         return wm_fail(SMP_EPROTO, msg, cap, "revision: %s", why);
-    *keys = mk + strlen(mk) + 1;
+    *keys = rq + strlen(rq) + 1;
     *out = r;
     return WM_OK;
 }

@@ -55,7 +55,8 @@ struct wm_txn {
     wm_txn *next;                /* pending list */
     wm_rev_keys keys;            /* UPSERT: up.revision's keys once appended */
     char *strs;                  /* owned: the strings of the record's identities
-                                  * once appended (wm_txn_own_ids) */
+                                  * and an upsert's request id once appended
+                                  * (wm_txn_own_ids) */
 };
 
 #define WM_DECODE(var, type, fn, p, call, body, len)                                     \
@@ -85,7 +86,8 @@ typedef struct wm_pb_op {
 void wm_txn_free(wm_txn *t);
 /* A zeroed record of `kind` for the revision of group_key; NULL on OOM. */
 wm_txn *wm_txn_new(wm_plugin *p, wm_txn_kind kind, const char *group_key);
-/* Copy the strings of every identity t's record names into storage t owns
+/* Copy the strings of every identity t's record names, and an upsert's
+ * request id, into storage t owns
  * (t->strs), so the record outlives the revision, lease or caller's buffer
  * they were borrowed from. The append does it; a record held before its
  * append (an import begin waits for its group flag) does it first.

@@ -50,9 +50,16 @@ int wm_txn_own_ids(wm_txn *t)
     case WM_TXN_LEASE_DELETE: ids[n++] = &t->lease_end.id_of; break;
     }
     for (size_t i = 0; i < n; i++) len += wm_identity_packed_len(ids[i]);
-    char *strs = malloc(len + 1), *at = strs;
+    /* An upsert's revision carries its request id the same way. */
+    const char *rid = t->kind == WM_TXN_UPSERT ? t->up.revision.request_id : NULL;
+    size_t rid_len = rid != NULL ? strlen(rid) + 1 : 0;
+    char *strs = malloc(len + rid_len + 1), *at = strs;
     if (strs == NULL) return SMP_ENOMEM;
     for (size_t i = 0; i < n; i++) at = wm_identity_pack(ids[i], at, ids[i]);
+    if (rid != NULL) {
+        memcpy(at, rid, rid_len);
+        t->up.revision.request_id = at;
+    }
     free(t->strs);
     t->strs = strs;
     return SMP_OK;
@@ -822,7 +829,7 @@ int wm_request_replayed(wm_plugin *p, smp_rpc_call *call, const wm_revision *rev
                        "request_id must be 1..%d bytes of UTF-8 (%zu given)", WM_REQUEST_ID_MAX, n);
         return 1;
     }
-    if (strcmp(rev->request_id, rid) != 0) return 0;
+    if (rev->request_id == NULL || strcmp(rev->request_id, rid) != 0) return 0;
     if (rev->request_digest != digest || rev->request_base_generation != expected) {
         wm_reply_error(p, call, WM_ECONFLICT,
                        "request_id %s already changed %s (from metadata generation %" PRIu64
@@ -847,12 +854,12 @@ int wm_request_replayed(wm_plugin *p, smp_rpc_call *call, const wm_revision *rev
 void wm_txn_request(wm_txn *t, const char *rid, uint64_t digest, uint64_t expected)
 {
     wm_revision *r = &t->up.revision;
-    memset(r->request_id, 0, sizeof(r->request_id));
+    r->request_id = NULL;
     r->request_digest = 0;
     r->request_base_generation = 0;
     r->request_operation_id = 0;
     if (rid == NULL || rid[0] == '\0') return;
-    snprintf(r->request_id, sizeof(r->request_id), "%s", rid);
+    r->request_id = rid; /* borrowed until the submit copies it (wm_txn_own_ids) */
     r->request_digest = digest;
     r->request_base_generation = expected;
     if (t->up.n_operations > 0 && r->operation_id == t->ops[0].id)

@@ -686,6 +686,84 @@ static void id_in(wm_identity *id, wm_identity_buf *b)
     *id = b->id;
 }
 
+/* A stored revision owns its request id at the length it has: one applied
+ * from a caller's buffer that is then overwritten reads back unchanged, a
+ * later record moves it to another id and then to none, and a save and
+ * load keeps it; a record whose request id is one byte over the limit is
+ * refused by name with the store unchanged. */
+static void test_store_owns_the_request_id_it_keeps(void **state)
+{
+    (void)state;
+    wm_store *st = NULL, *loaded = NULL;
+    wm_revision rev;
+    char msg[256] = "", rid[WM_REQUEST_ID_MAX + 2];
+    uint8_t *a = NULL, *b = NULL;
+    size_t alen = 0, blen = 0;
+    assert_int_equal(wm_store_create(&st), WM_OK);
+    wmt_importing_revision(&rev, "rid", 1);
+    wm_metadata_upsert u;
+    memset(&u, 0, sizeof(u));
+    u.revision = rev;
+    if (wm_store_apply_upsert(st, &u, msg, sizeof(msg)) != WM_OK) fail_msg("begin: %s", msg);
+    assert_null(wm_store_get(st, &rev.id)->request_id);
+    /* set by the next record, from a buffer overwritten afterwards */
+    snprintf(rid, sizeof(rid), "req-first");
+    u.revision.metadata_generation = 2;
+    u.revision.request_id = rid;
+    u.revision.request_digest = 11;
+    u.revision.request_base_generation = 1;
+    if (wm_store_apply_upsert(st, &u, msg, sizeof(msg)) != WM_OK) fail_msg("rid: %s", msg);
+    memset(rid, 'x', 20);
+    assert_string_equal(wm_store_get(st, &rev.id)->request_id, "req-first");
+    /* the same record again (equal generation) keeps it */
+    snprintf(rid, sizeof(rid), "req-first");
+    if (wm_store_apply_upsert(st, &u, msg, sizeof(msg)) != WM_OK) fail_msg("again: %s", msg);
+    assert_string_equal(wm_store_get(st, &rev.id)->request_id, "req-first");
+    /* a longer one, the longest allowed */
+    memset(rid, 'r', WM_REQUEST_ID_MAX);
+    rid[WM_REQUEST_ID_MAX] = '\0';
+    u.revision.metadata_generation = 3;
+    u.revision.request_base_generation = 2;
+    if (wm_store_apply_upsert(st, &u, msg, sizeof(msg)) != WM_OK) fail_msg("long: %s", msg);
+    memset(rid, 'y', WM_REQUEST_ID_MAX);
+    assert_int_equal(strlen(wm_store_get(st, &rev.id)->request_id), WM_REQUEST_ID_MAX);
+    assert_int_equal(wm_store_get(st, &rev.id)->request_id[0], 'r');
+    /* one byte over: refused by name, nothing changed */
+    assert_int_equal(wm_store_save(st, &a, &alen, msg, sizeof(msg)), WM_OK);
+    memset(rid, 'o', WM_REQUEST_ID_MAX + 1);
+    rid[WM_REQUEST_ID_MAX + 1] = '\0';
+    u.revision.metadata_generation = 4;
+    u.revision.request_base_generation = 3;
+    assert_int_equal(wm_store_apply_upsert(st, &u, msg, sizeof(msg)), WM_EINVALID_ARGUMENT);
+    assert_non_null(strstr(msg, "request id"));
+    assert_int_equal(wm_store_save(st, &b, &blen, msg, sizeof(msg)), WM_OK);
+    assert_int_equal(alen, blen);
+    assert_memory_equal(a, b, alen);
+    free(b);
+    b = NULL;
+    /* saved and loaded */
+    assert_int_equal(wm_store_create(&loaded), WM_OK);
+    if (wm_store_load(loaded, a, alen, msg, sizeof(msg)) != WM_OK) fail_msg("load: %s", msg);
+    assert_int_equal(strlen(wm_store_get(loaded, &rev.id)->request_id), WM_REQUEST_ID_MAX);
+    assert_int_equal(wm_store_get(loaded, &rev.id)->request_id[0], 'r');
+    /* moved to another id on the loaded (slab) entry, then cleared */
+    snprintf(rid, sizeof(rid), "req-second");
+    u.revision.request_digest = 12;
+    if (wm_store_apply_upsert(loaded, &u, msg, sizeof(msg)) != WM_OK) fail_msg("second: %s", msg);
+    rid[0] = 'Z';
+    assert_string_equal(wm_store_get(loaded, &rev.id)->request_id, "req-second");
+    u.revision.metadata_generation = 5;
+    u.revision.request_id = NULL;
+    u.revision.request_digest = 0;
+    u.revision.request_base_generation = 0;
+    if (wm_store_apply_upsert(loaded, &u, msg, sizeof(msg)) != WM_OK) fail_msg("none: %s", msg);
+    const char *none = wm_store_get(loaded, &rev.id)->request_id;
+    assert_true(none == NULL || none[0] == '\0');
+    free(a);
+    wm_store_free(loaded);
+    wm_store_free(st);
+}
+
 /* An identity's strings are borrowed (weight_management.h): the store keeps
  * its own copy of every identity it holds. A revision, its operation, a
  * lease and a lineage claim applied from buffers the caller then overwrites
@@ -766,6 +844,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_replay_is_idempotent),
         cmocka_unit_test(test_store_owns_the_identities_it_keeps),
+        cmocka_unit_test(test_store_owns_the_request_id_it_keeps),
         cmocka_unit_test(test_apply_history_and_stale_record),
         cmocka_unit_test(test_section_round_trip_rebuilds_indexes),
         cmocka_unit_test(test_invalid_section_refused),
