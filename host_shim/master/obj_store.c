@@ -502,7 +502,7 @@ void obj_store_clear(obj_store *st)
                        &st->reserves};
     for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++) {
         obj_sl_node *h = lists[i]->head;
-        HASH_CLEAR(hh, lists[i]->hash);
+        obj_ix_fini(&lists[i]->ix); /* keeps its hash function */
         for (obj_sl_node *x = h->next[0]; x;) {
             obj_sl_node *nx = x->next[0];
             free(x);

@@ -28,7 +28,7 @@ static int obj_sl_init_as(obj_sl *sl, int hashed)
     sl->level = 1;
     sl->hashed = hashed;
     sl->tail = hashed ? &sl->head->next[OBJ_SL_MAX_LEVEL] : NULL;
-    sl->hash = NULL;
+    obj_ix_init(&sl->ix);
     sl->count = 0;
     sl->rng = UINT64_C(0x9E3779B97F4A7C15);
     return SMP_OK;
@@ -70,7 +70,7 @@ int obj_sl_init_ordered(obj_sl *sl)
 void obj_sl_fini(obj_sl *sl)
 {
     if (!sl->head) return;
-    HASH_CLEAR(hh, sl->hash);
+    obj_ix_fini(&sl->ix);
     obj_sl_node *n = sl->head->next[0];
     while (n) {
         obj_sl_node *nx = n->next[0];
@@ -119,8 +119,7 @@ obj_sl_node *obj_sl_find(const obj_sl *sl, const char *key)
     /* A key above the last one is absent: no hash probe (a cache miss at
      * 200,000 objects) for each record of a snapshot, saved in key order. */
     if (sl->tail[0] == NULL || strcmp(sl->tail[0]->key, key) < 0) return NULL;
-    HASH_FIND(hh, sl->hash, key, strlen(key), n);
-    return n;
+    return obj_ix_find(&sl->ix, key);
 }
 
 void *obj_sl_get(const obj_sl *sl, const char *key)
@@ -135,16 +134,23 @@ int obj_sl_put(obj_sl *sl, const char *key, void *val)
 {
     obj_sl_node *upd[OBJ_SL_MAX_LEVEL];
     obj_sl_node *n = NULL;
-    if (sl->hashed) n = obj_sl_find(sl, key);
-    else if ((n = obj_sl_seek(sl, key, upd)) != NULL && strcmp(n->key, key) != 0) n = NULL;
+    uint64_t h = 0;
+    int above = 0; /* a hashed list's key above its last: not there, no probe */
+    if (sl->hashed) {
+        above = sl->tail[0] == NULL || strcmp(sl->tail[0]->key, key) < 0;
+        h = obj_ix_key_hash(&sl->ix, key);
+        if (!above) n = obj_ix_find_h(&sl->ix, key, h);
+    } else if ((n = obj_sl_seek(sl, key, upd)) != NULL && strcmp(n->key, key) != 0) {
+        n = NULL;
+    }
     if (n) {
-        n->key = key;
-        n->hh.key = key; /* same bytes, same hash: only the pointer moves */
+        n->key = key; /* same bytes, same hash: the index does not change */
         n->val = val;
         return SMP_OK;
     }
+    if (sl->hashed && obj_ix_reserve(&sl->ix) < 0) return SMP_ENOMEM;
     if (sl->hashed) {
-        if (sl->tail[0] == NULL || strcmp(sl->tail[0]->key, key) < 0) {
+        if (above) {
             for (int i = 0; i < sl->level; i++) upd[i] = sl->tail[i] ? sl->tail[i] : sl->head;
         } else {
             obj_sl_seek(sl, key, upd);
@@ -162,7 +168,7 @@ int obj_sl_put(obj_sl *sl, const char *key, void *val)
     n->key = key;
     n->val = val;
     n->level = lvl;
-    if (sl->hashed) HASH_ADD_KEYPTR(hh, sl->hash, n->key, strlen(n->key), n);
+    if (sl->hashed) obj_ix_insert_h(&sl->ix, n, h);
     for (int i = 0; i < lvl; i++) {
         n->next[i] = upd[i]->next[i];
         OBJ_SL_PREV(n, i) = upd[i];
@@ -183,7 +189,7 @@ void *obj_sl_unlink(obj_sl *sl, obj_sl_node *n)
         if (sl->tail && sl->tail[i] == n)
             sl->tail[i] = OBJ_SL_PREV(n, i) == sl->head ? NULL : OBJ_SL_PREV(n, i);
     }
-    if (sl->hashed) HASH_DEL(sl->hash, n);
+    if (sl->hashed) obj_ix_remove(&sl->ix, n);
     while (sl->level > 1 && !sl->head->next[sl->level - 1]) sl->level--;
     void *val = n->val;
     free(n);

@@ -19,7 +19,6 @@ typedef struct obj_sl_node {
     const char *key; /* borrowed from val's owner */
     void *val;
     int level;
-    UT_hash_handle hh; /* exact lookups go through the hash, not the levels */
     /* next[0..level) forward, then level back links (OBJ_SL_PREV): a node
      * found through the hash is unlinked without searching the levels. */
     struct obj_sl_node *next[];
@@ -27,9 +26,31 @@ typedef struct obj_sl_node {
 
 #define OBJ_SL_PREV(n, i) ((n)->next[(n)->level + (i)])
 
+/* The exact-key index of a hashed list (obj_store_hash.c): open addressing,
+ * linear probes, each slot the key's 64-bit hash beside its node; a node
+ * NULL is a free slot. While a grown table fills, the one before it drains
+ * into it (old, see obj_store_hash.c). */
+typedef struct obj_ix_slot {
+    uint64_t hash;
+    obj_sl_node *node;
+} obj_ix_slot;
+
+typedef struct obj_ix {
+    obj_ix_slot *slots; /* cap slots (a power of two; 0: none yet) */
+    size_t cap;
+    size_t count;       /* entries in slots */
+    obj_ix_slot *old;   /* the table before the last growth, draining; NULL: none */
+    size_t old_cap;
+    size_t old_count;   /* entries still in old */
+    size_t old_next;    /* the next old slot to move */
+    /* The key hash: obj_ix_hash_default (XXH3); a test may set another
+     * while the index is empty (to force collisions). */
+    uint64_t (*hash)(const char *key, size_t len);
+} obj_ix;
+
 typedef struct obj_sl {
     obj_sl_node *head;  /* next[] only: nothing links back to the head */
-    obj_sl_node *hash;  /* the same nodes, by key (NULL when !hashed) */
+    obj_ix ix;          /* the same nodes, by key (empty when !hashed) */
     int level;
     int hashed;         /* exact lookups by hash; 0: through the levels */
     /* Hashed lists only (NULL otherwise): tail[i] is the last node at level
@@ -231,6 +252,28 @@ uint64_t obj_seg_tail_used(const obj_segment *s);
 int obj_seg_ensure(obj_segment *s, size_t extra);
 void obj_segment_free(obj_segment *s);
 obj_segment *obj_segment_new(const char *id, const char *node, uint64_t cap);
+/* obj_store_hash.c (the exact-key index of a hashed list) */
+uint64_t obj_ix_hash_default(const char *key, size_t len);
+void obj_ix_init(obj_ix *ix);
+/* Free the tables (not the nodes). */
+void obj_ix_fini(obj_ix *ix);
+/* The hash of key as ix computes it. */
+uint64_t obj_ix_key_hash(const obj_ix *ix, const char *key);
+/* The node of key (h its obj_ix_key_hash), or NULL. */
+obj_sl_node *obj_ix_find_h(const obj_ix *ix, const char *key, uint64_t h);
+obj_sl_node *obj_ix_find(const obj_ix *ix, const char *key);
+/* Make room for one more entry (grows the table, which starts a drain of
+ * the old one). SMP_ENOMEM leaves the index as it was. */
+int obj_ix_reserve(obj_ix *ix);
+/* Size an empty index for n entries at once (a snapshot load). SMP_ENOMEM
+ * or SMP_ESTATE (not empty) leave it as it was. */
+int obj_ix_presize(obj_ix *ix, size_t n);
+/* Index n, whose key (hash h) is not in ix, after obj_ix_reserve succeeded
+ * (never fails). Moves a few slots of a draining table. */
+void obj_ix_insert_h(obj_ix *ix, obj_sl_node *n, uint64_t h);
+/* Unindex n (found by its key's hash and its address; absent: no-op).
+ * Never allocates. */
+void obj_ix_remove(obj_ix *ix, obj_sl_node *n);
 /* obj_store_records.c (records) */
 void obj_record_list_truncate(obj_record_list *l, size_t n);
 int obj_encode(const ProtobufCMessage *msg, uint16_t type, obj_record *out);
