@@ -37,7 +37,8 @@ void master_emit(master *m, const smp_event *ev)
  * counts limited to complete replicas on live nodes: a replica on a node
  * that stopped heartbeating cannot be read, so it does not count. One
  * lookup of the key (weight_is_exist asks this of every key of a
- * revision). */
+ * revision), and one of each node: the store interns its replicas' node
+ * ids, so replicas on the same node carry the same pointer. */
 static int be_object_get(void *ctx, const char *key, smp_object_info *out)
 {
     master *m = ctx;
@@ -47,8 +48,15 @@ static int be_object_get(void *ctx, const char *key, smp_object_info *out)
     int rc = obj_object_info_replicas(m->objs, key, out, reps, 16, &n);
     if (rc < 0 || n > 16) return rc;
     uint32_t mem = 0, cold = 0;
+    const char *node = NULL; /* the last node looked up, and whether it is readable */
+    int node_up = 0;
     for (size_t i = 0; i < n; i++) {
-        if (reps[i].status != OBJ_REPLICA_COMPLETE || !master_node_readable(m, reps[i].node)) continue;
+        if (reps[i].status != OBJ_REPLICA_COMPLETE) continue;
+        if (reps[i].node != node) {
+            node = reps[i].node;
+            node_up = master_node_readable(m, node);
+        }
+        if (!node_up) continue;
         if (reps[i].kind == SMP_REPLICA_MEMORY) mem++;
         else cold++;
     }

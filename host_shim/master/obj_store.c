@@ -42,7 +42,7 @@
 
 void obj_rep_clear(obj_rep *r)
 {
-    free(r->node);
+    obj_node_release(r->node);
     free(r->path);
     r->node = NULL;
     r->path = NULL;

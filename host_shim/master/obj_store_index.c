@@ -4,6 +4,7 @@
  * coalescing on free). Part of obj_store (see obj_store.c). */
 #include "obj_store_internal.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -263,6 +264,36 @@ int obj_name_ok(const char *s, size_t max, int allow_empty)
 int obj_validate_key(const char *key)
 {
     return obj_name_ok(key, OBJ_KEY_MAX, 0) ? SMP_OK : SMP_EINVAL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Node ids, interned                                                        */
+/* ------------------------------------------------------------------------ */
+
+char *obj_node_intern(obj_store *st, const char *id)
+{
+    obj_node_name *e = NULL;
+    size_t len = strlen(id);
+    HASH_FIND(hh, st->node_names, id, len, e);
+    if (e == NULL) {
+        e = malloc(sizeof(*e) + len + 1);
+        if (e == NULL) return NULL;
+        memcpy(e->id, id, len + 1);
+        e->table = &st->node_names;
+        e->refs = 0;
+        HASH_ADD_KEYPTR(hh, st->node_names, e->id, len, e);
+    }
+    e->refs++;
+    return e->id;
+}
+
+void obj_node_release(char *id)
+{
+    if (id == NULL) return;
+    obj_node_name *e = (obj_node_name *)(id - offsetof(obj_node_name, id));
+    if (--e->refs > 0) return;
+    HASH_DEL(*e->table, e);
+    free(e);
 }
 
 const char *obj_str(const char *s)

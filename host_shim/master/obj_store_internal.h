@@ -82,10 +82,21 @@ typedef struct obj_segment {
     size_t capfree;     /* always >= nalloc + 2 */
 } obj_segment;
 
+/* A node id as the replicas hold it: one copy per store and node, shared
+ * by every replica on that node and counted (obj_node_intern), so a read
+ * compares or hands on a pointer to a string that stays in cache rather
+ * than one allocation per replica. */
+typedef struct obj_node_name {
+    struct obj_node_name **table; /* the store's table it is in */
+    size_t refs;
+    UT_hash_handle hh;
+    char id[];
+} obj_node_name;
+
 typedef struct obj_rep {
     smp_replica_kind kind;
     obj_replica_status status;
-    char *node;
+    char *node;         /* interned: obj_node_name.id (obj_node_intern) */
     obj_segment *seg;   /* MEMORY */
     uint64_t offset;    /* MEMORY */
     uint64_t length;
@@ -182,6 +193,7 @@ struct obj_store {
     obj_sl puts;
     obj_sl reserves;      /* key -> obj_reservation */
     obj_hold *holds;      /* by key */
+    obj_node_name *node_names; /* the replicas' node ids, interned */
     uint64_t next_put_id; /* > every incarnation seen */
     obj_object *lru_head; /* oldest access */
     obj_object *lru_tail;
@@ -240,6 +252,12 @@ void *obj_sl_unlink(obj_sl *sl, obj_sl_node *n);
 void *obj_sl_del(obj_sl *sl, const char *key);
 obj_sl_node *obj_sl_after(const obj_sl *sl, const char *key, int inclusive);
 int obj_name_ok(const char *s, size_t max, int allow_empty);
+/* The store's copy of node id `id` with one reference more (made on first
+ * use), for an obj_rep's node; NULL when out of memory. */
+char *obj_node_intern(obj_store *st, const char *id);
+/* Drop a reference taken by obj_node_intern (NULL: no-op); the last one
+ * frees the copy. Never allocates. */
+void obj_node_release(char *id);
 const char *obj_str(const char *s);
 uint64_t obj_ext_len(uint64_t length);
 int obj_has_prefix(const char *s, const char *prefix, size_t plen);

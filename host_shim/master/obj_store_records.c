@@ -391,7 +391,7 @@ static int obj_object_build(obj_store *st,
         d->kind = (smp_replica_kind)r->kind;
         d->status = (obj_replica_status)r->status;
         d->length = r->length;
-        d->node = strdup(r->node);
+        d->node = obj_node_intern(st, r->node);
         if (!d->node) goto free_object;
         if (d->kind == SMP_REPLICA_MEMORY) {
             d->seg = seg;
@@ -455,10 +455,10 @@ static int obj_apply_add_replica(obj_store *st, const Hostrec__ObjectRecord *m)
     if (!o->reps_own && o->nreps) memcpy(reps, o->reps, o->nreps * sizeof(*reps));
     o->reps = reps;
     o->reps_own = 1;
-    char *node = strdup(a->node);
+    char *node = obj_node_intern(st, a->node);
     if (!node) return SMP_ENOMEM;
     if (obj_seg_ensure(s, 1) < 0) {
-        free(node);
+        obj_node_release(node);
         return SMP_ENOMEM;
     }
     if (own) {
@@ -468,7 +468,7 @@ static int obj_apply_add_replica(obj_store *st, const Hostrec__ObjectRecord *m)
     if (obj_seg_reserve(s, a->offset, ext) < 0 &&
         (obj_cancel_puts_in(st, s, a->offset, ext) == 0 ||
          obj_seg_reserve(s, a->offset, ext) < 0)) {
-        free(node);
+        obj_node_release(node);
         goto dropped;
     }
     obj_stats_account(st, o, -1);
