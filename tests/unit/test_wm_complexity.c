@@ -143,19 +143,8 @@ static int teardown(void **state)
 /* Add READY revisions "model-<from>" .. "model-<to - 1>". */
 static void seed(long from, long to)
 {
-    static const uint64_t bytes[1] = {16};
-    char name[32], msg[256];
-    for (long i = from; i < to; i++) {
-        wm_affinity aff = {0};
-        wm_metadata_upsert u;
-        memset(&u, 0, sizeof(u));
-        snprintf(name, sizeof(name), "model-%07ld", i);
-        wmt_ready_revision(&u.revision, &aff, name, 1, bytes, 1);
-        u.has_affinity = 1;
-        u.affinity = aff;
-        if (wm_store_apply_upsert(P.store, &u, msg, sizeof(msg)) != WM_OK) fail_msg("%s", msg);
-        wm_affinity_clear(&aff);
-    }
+    char msg[256];
+    if (wmt_seed_ready(P.store, "model-", from, to, msg, sizeof(msg)) != WM_OK) fail_msg("%s", msg);
 }
 
 typedef int (*handler)(void *, smp_rpc_call *, const uint8_t *, size_t);

@@ -979,20 +979,11 @@ static void test_a_revision_made_ready_gets_its_manifest_copy_without_a_lap(void
 {
     (void)state;
     static const uint64_t bytes[1] = {10};
-    char name[32], msg[256];
+    char msg[256];
     wm_revision rev = seed("zz-fresh", bytes, 1, WM_MODE_MANUAL);
     run(2); /* the validation and the lap after the start go round and rest */
-    for (int i = 0; i < 2000; i++) { /* in the store only: nothing to care for */
-        wm_affinity aff = {0};
-        wm_metadata_upsert u;
-        memset(&u, 0, sizeof(u));
-        snprintf(name, sizeof(name), "bulk-%05d", i);
-        wmt_ready_revision(&u.revision, &aff, name, 1, bytes, 1);
-        u.has_affinity = 1;
-        u.affinity = aff;
-        if (wm_store_apply_upsert(P.store, &u, msg, sizeof(msg)) != WM_OK) fail_msg("%s", msg);
-        wm_affinity_clear(&aff);
-    }
+    /* in the store only: nothing to care for */
+    if (wmt_seed_ready(P.store, "bulk-", 0, 2000, msg, sizeof(msg)) != WM_OK) fail_msg("%s", msg);
     assert_int_equal(count_of(T_COLD), 0);
     /* It turns DEGRADED, loses its manifest's cold copy, and its record
      * makes it READY again (as a publish does an IMPORTING one). */

@@ -9,10 +9,12 @@
 #ifndef WM_TEST_RECORDS_H
 #define WM_TEST_RECORDS_H
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "weight_management.h"
+#include "weight_metadata_store.h"
 #include "weight_rpc.pb-c.h"
 
 /* A copy of s that lives as long as the test program (an identity's strings
@@ -147,6 +149,29 @@ static inline void wmt_ready_revision(wm_revision *r,
     r->updated_ms = 2000;
     r->last_access_ms = 2000;
     free(keys);
+}
+
+/* Apply READY revisions "<prefix><i>" (i from .. to - 1, "%07ld"), one
+ * 16-byte unit each, straight into the store st; WM_OK or the first
+ * refusal (its reason in msg). */
+static inline int wmt_seed_ready(wm_store *st, const char *prefix, long from, long to, char *msg,
+                                 size_t cap)
+{
+    static const uint64_t bytes[1] = {16};
+    char name[64];
+    for (long i = from; i < to; i++) {
+        wm_affinity aff = {0};
+        wm_metadata_upsert u;
+        memset(&u, 0, sizeof(u));
+        snprintf(name, sizeof(name), "%s%07ld", prefix, i);
+        wmt_ready_revision(&u.revision, &aff, name, 1, bytes, 1);
+        u.has_affinity = 1;
+        u.affinity = aff;
+        int rc = wm_store_apply_upsert(st, &u, msg, cap);
+        wm_affinity_clear(&aff);
+        if (rc != WM_OK) return rc;
+    }
+    return WM_OK;
 }
 
 /* An IMPORTING revision: nothing sealed yet. */
