@@ -375,6 +375,115 @@ void hx_sha256(const void *data, size_t len, unsigned char out[32])
     SHA256(data, len, out);
 }
 
+uint8_t *hx_read_file(const char *path, size_t *len)
+{
+    uint8_t *buf = NULL;
+    struct stat st;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return NULL;
+    if (fstat(fd, &st) != 0 || (buf = malloc((size_t)st.st_size + 1)) == NULL) goto fail;
+    size_t got = 0;
+    while (got < (size_t)st.st_size) {
+        ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
+        if (r <= 0) goto fail;
+        got += (size_t)r;
+    }
+    close(fd);
+    *len = got;
+    return buf;
+fail:
+    free(buf);
+    close(fd);
+    return NULL;
+}
+
+/* Append "sub/name size sha256\n" for each file of dir, in name order. */
+static int fingerprint_dir(const char *dir, const char *sub, char **out, size_t *len, size_t *cap)
+{
+    struct dirent **names = NULL;
+    int n = scandir(dir, &names, NULL, alphasort), rc = 0;
+    if (n < 0) return -1;
+    for (int i = 0; i < n; i++) {
+        char path[1024], hex[65];
+        unsigned char sha[32];
+        size_t flen = 0;
+        uint8_t *buf = NULL;
+        if (rc != 0 || names[i]->d_name[0] == '.') goto next;
+        snprintf(path, sizeof(path), "%s/%s", dir, names[i]->d_name);
+        if ((buf = hx_read_file(path, &flen)) == NULL) {
+            rc = -1;
+            goto next;
+        }
+        hx_sha256(buf, flen, sha);
+        for (int k = 0; k < 32; k++) snprintf(hex + 2 * k, 3, "%02x", sha[k]);
+        size_t need = strlen(sub) + strlen(names[i]->d_name) + 100;
+        if (*len + need > *cap) {
+            char *g = realloc(*out, *cap * 2 + need);
+            if (g == NULL) {
+                rc = -1;
+                goto next;
+            }
+            *out = g;
+            *cap = *cap * 2 + need;
+        }
+        *len += (size_t)snprintf(*out + *len, *cap - *len, "%s/%s %zu %s\n", sub,
+                                 names[i]->d_name, flen, hex);
+    next:
+        free(buf);
+        free(names[i]);
+    }
+    free(names);
+    return rc;
+}
+
+char *hx_data_fingerprint(const hx_master *m)
+{
+    static const char *const subdirs[] = {"oplog", "snapshots"};
+    size_t cap = 4096, len = 0;
+    char *out = malloc(cap);
+    if (out == NULL) return NULL;
+    out[0] = '\0';
+    for (size_t s = 0; s < 2; s++) {
+        char dir[512];
+        snprintf(dir, sizeof(dir), "%s/data/%s", m->dir, subdirs[s]);
+        if (fingerprint_dir(dir, subdirs[s], &out, &len, &cap) != 0) {
+            free(out);
+            return NULL;
+        }
+    }
+    return out;
+}
+
+int hx_start_refused(hx_master *m, int timeout_ms, const char *needle, const char *also,
+                     const char *never)
+{
+    char *before = hx_data_fingerprint(m), *after = NULL;
+    int ok = 0, status = hx_run_to_exit(m, timeout_ms);
+    if (before == NULL) {
+        fprintf(stderr, "cannot read %s/data before the start\n", m->dir);
+        goto out;
+    }
+    if (status != 1 || !hx_log_contains(m, needle) || (also && !hx_log_contains(m, also)) ||
+        (never && hx_log_contains(m, never)) || hx_log_contains(m, "Sanitizer") ||
+        hx_log_contains(m, "runtime error")) {
+        hx_print_log(m);
+        fprintf(stderr, "start not refused with \"%s\"%s%s%s%s (exit status %d)\n", needle,
+                also ? " and " : "", also ? also : "", never ? " without " : "",
+                never ? never : "", status);
+        goto out;
+    }
+    if ((after = hx_data_fingerprint(m)) == NULL || strcmp(before, after) != 0) {
+        fprintf(stderr, "the refused start changed %s/data:\nbefore\n%s\nafter\n%s\n", m->dir,
+                before, after ? after : "(unreadable)");
+        goto out;
+    }
+    ok = 1;
+out:
+    free(before);
+    free(after);
+    return ok;
+}
+
 int hx_make_certs(const char *dir)
 {
     char cmd[4096];

@@ -121,6 +121,24 @@ void hx_cleanup(hx_master *m);
 uint8_t *hx_frame_request(uint64_t request_id, uint32_t service, uint32_t method,
                           const uint8_t *body, size_t body_len, size_t *len);
 
+/* The whole file at path, malloc'd with one spare byte (caller frees);
+ * *len its size. NULL when it cannot be read. */
+uint8_t *hx_read_file(const char *path, size_t *len);
+
+/* One line per file of the master's data/oplog and data/snapshots: name,
+ * size and SHA-256, in name order (malloc'd, caller frees; NULL when a
+ * file cannot be read). Equal fingerprints: nothing was written, created
+ * or deleted there. */
+char *hx_data_fingerprint(const hx_master *m);
+
+/* Run the master's start, which must be refused: 1 when it exits with
+ * status 1 within timeout_ms, its log says needle (and also, if given) and
+ * not never (if given), holds no sanitizer report, and not a byte of
+ * data/oplog or data/snapshots changed; otherwise 0 with the log and the
+ * reason printed. */
+int hx_start_refused(hx_master *m, int timeout_ms, const char *needle, const char *also,
+                     const char *never);
+
 /* SHA-256 of a string, for checksums in tests. */
 void hx_sha256(const void *data, size_t len, unsigned char out[32]);
 

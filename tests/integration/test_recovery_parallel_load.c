@@ -38,62 +38,6 @@
 
 /* -- files ------------------------------------------------------------------ */
 
-static uint8_t *read_whole(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    assert_int_equal(fseek(f, 0, SEEK_END), 0);
-    long n = ftell(f);
-    assert_true(n >= 0);
-    rewind(f);
-    uint8_t *buf = malloc((size_t)n + 1);
-    assert_non_null(buf);
-    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    *len = (size_t)n;
-    return buf;
-}
-
-/* One line per file of data/oplog and data/snapshots: name, size and
- * SHA-256, in name order. Equal fingerprints: nothing was written, created
- * or deleted there. Caller frees. */
-static char *fingerprint(const hx_master *m)
-{
-    static const char *const subdirs[] = {"oplog", "snapshots"};
-    size_t cap = 1 << 16, len = 0;
-    char *out = malloc(cap);
-    assert_non_null(out);
-    out[0] = '\0';
-    for (size_t s = 0; s < 2; s++) {
-        char dir[512];
-        struct dirent **names = NULL;
-        snprintf(dir, sizeof(dir), "%s/data/%s", m->dir, subdirs[s]);
-        int n = scandir(dir, &names, NULL, alphasort);
-        assert_true(n >= 0);
-        for (int i = 0; i < n; i++) {
-            char path[1024], hex[65];
-            unsigned char sha[32];
-            size_t flen = 0;
-            if (names[i]->d_name[0] == '.') {
-                free(names[i]);
-                continue;
-            }
-            snprintf(path, sizeof(path), "%s/%s", dir, names[i]->d_name);
-            uint8_t *buf = read_whole(path, &flen);
-            hx_sha256(buf, flen, sha);
-            free(buf);
-            for (int k = 0; k < 32; k++) snprintf(hex + 2 * k, 3, "%02x", sha[k]);
-            int w = snprintf(out + len, cap - len, "%s/%s %zu %s\n", subdirs[s],
-                             names[i]->d_name, flen, hex);
-            assert_true(w > 0 && (size_t)w < cap - len);
-            len += (size_t)w;
-            free(names[i]);
-        }
-        free(names);
-    }
-    return out;
-}
-
 /* The path of the one snapshot in data/snapshots. */
 static void only_snapshot(const hx_master *m, char *path, size_t cap)
 {
@@ -202,25 +146,6 @@ static void probe_seen(const hx_master *m, char *out, size_t cap)
     rpcc_close(r);
 }
 
-/* Start must be refused: exit status 1, the needle in the log (and not
- * absent_needle, if given), no sanitizer report, and not a byte of
- * data/oplog or data/snapshots changed. */
-static void assert_start_refused(hx_master *m, const char *needle, const char *absent_needle)
-{
-    char *before = fingerprint(m);
-    int status = hx_run_to_exit(m, START_MS);
-    if (status != 1 || !hx_log_contains(m, needle) ||
-        (absent_needle && hx_log_contains(m, absent_needle)) ||
-        hx_log_contains(m, "Sanitizer") || hx_log_contains(m, "runtime error")) {
-        hx_print_log(m);
-        fail_msg("start not refused with \"%s\" (exit status %d)", needle, status);
-    }
-    char *after = fingerprint(m);
-    assert_string_equal(after, before);
-    free(before);
-    free(after);
-}
-
 static int setup(void **state)
 {
     *state = calloc(1, sizeof(hx_master));
@@ -277,7 +202,8 @@ static void test_a_refused_objects_section_refuses_the_start_naming_it(void **st
     assert_int_equal(hx_start(m, START_MS), 0);
     fill_and_snapshot(m);
     break_objects_section(m);
-    assert_start_refused(m, "section 'host_objects' does not load", "was refused by");
+    assert_true(hx_start_refused(m, START_MS, "section 'host_objects' does not load", NULL,
+                                 "was refused by"));
 }
 
 /* The probe refuses its section while the objects load beside it: the start
@@ -290,8 +216,9 @@ static void test_a_refused_plugin_section_refuses_the_start_naming_it(void **sta
     assert_int_equal(hx_start(m, START_MS), 0);
     fill_and_snapshot(m);
     configure(m, 1);
-    assert_start_refused(m, "section 'objects_probe' was refused by objects_probe: SMP_EIO",
-                         "does not load");
+    assert_true(hx_start_refused(m, START_MS,
+                                 "section 'objects_probe' was refused by objects_probe: SMP_EIO",
+                                 NULL, "does not load"));
 }
 
 /* Both sides refuse: the objects section is the cause named (it is what a
@@ -305,7 +232,8 @@ static void test_both_refused_name_the_objects_section(void **state)
     fill_and_snapshot(m);
     break_objects_section(m);
     configure(m, 1);
-    assert_start_refused(m, "section 'host_objects' does not load", "was refused by");
+    assert_true(hx_start_refused(m, START_MS, "section 'host_objects' does not load", NULL,
+                                 "was refused by"));
 }
 
 int main(void)
