@@ -64,15 +64,13 @@ static void on_durable(void *arg, int status, uint64_t seq)
 /* Remove the files of dir and dir itself (one level). */
 static void remove_dir(const char *dir)
 {
-    char path[1024];
     struct dirent *de;
     DIR *d = opendir(dir);
     if (d != NULL) {
         while ((de = readdir(d)) != NULL) {
             if (de->d_name[0] == '.')
                 continue;
-            snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
-            unlink(path);
+            unlinkat(dirfd(d), de->d_name, 0);
         }
         closedir(d);
     }

@@ -837,7 +837,7 @@ int wm_store_check_lease_upsert(const wm_store *st, const wm_lease *l, char *msg
 int wm_store_apply_lease_upsert(wm_store *st, const wm_lease *l, char *msg, size_t cap)
 {
     int rc;
-    wm_rev_entry *e;
+    wm_rev_entry *e = NULL;
     if ((rc = wm_lease_plan(st, l, &e, msg, cap)) < 0) return rc;
     if ((rc = wm_leases_reserve(st)) < 0) return rc;
     wm_lease_put(st, e, l);

@@ -191,7 +191,7 @@ static void post_follow_stop(etcd_log *el, int status, const char *why)
     el->stop_evt = 1;
     el->stop_status = status;
     el->stop_sess = el->f_sess;
-    snprintf(el->stop_why, sizeof(el->stop_why), "%s", why);
+    snprintf(el->stop_why, sizeof(el->stop_why), "%.*s", (int)sizeof(el->stop_why) - 1, why);
     pthread_mutex_unlock(&el->pipe.mu);
     uv_async_send(&el->pipe.async);
 }

@@ -237,6 +237,16 @@ static unsigned take(cursor *c)
  * for a run of one byte (two length bytes, modulo LONG_MAX_BYTES, then the
  * byte), anything else for a value exactly; the value is s >> 3 among the
  * table's and the near misses. */
+/* n bytes of the input into out (n <= 255), zeros where the input has ended. */
+static void take_bytes(cursor *c, uint8_t *out, size_t n)
+{
+    size_t have = n < c->n ? n : c->n;
+    memcpy(out, c->p, have);
+    memset(out + have, 0, n - have);
+    c->p += have;
+    c->n -= have;
+}
+
 static size_t take_name(cursor *c, uint8_t *out)
 {
     unsigned s = take(c);
@@ -547,7 +557,7 @@ static void run_steps(cursor *cur, rpcc_conn *c, conn_model *m, int entry)
             memcpy(tok, tokens[kind - 2].token, tn);
         } else if (kind == 6) {
             tn = take(cur);
-            for (size_t i = 0; i < tn; i++) tok[i] = (uint8_t)take(cur);
+            take_bytes(cur, tok, tn);
         } else if (kind == 7 && entry >= 0) { /* the certificate's own identity's token */
             for (int k = 0; k < N_TOKENS; k++)
                 if (strcmp(tokens[k].tenant, table[entry].tenant) == 0 &&

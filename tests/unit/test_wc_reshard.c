@@ -61,7 +61,7 @@ static uint8_t *naive_slice(const gtensor *g, const uint64_t *off, const uint64_
     assert_non_null(out);
     for (uint64_t e = 0; e < n; e++) {
         uint64_t rem = e, gidx = 0;
-        uint64_t coord[WC_MAX_NDIM];
+        uint64_t coord[WC_MAX_NDIM] = {0};
         for (int d = (int)g->ndim - 1; d >= 0; d--) {
             coord[d] = rem % shp[d];
             rem /= shp[d];
