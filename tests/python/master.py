@@ -39,10 +39,11 @@ _seq = itertools.count()
 
 
 def build_dir() -> str:
-    """BUILD_DIR, or the build tree $WEIGHTSTORE_LIB lies in."""
+    """BUILD_DIR (made absolute: the master runs in its own directory),
+    or the build tree $WEIGHTSTORE_LIB lies in."""
     d = os.environ.get("BUILD_DIR")
     if d:
-        return d
+        return os.path.abspath(d)
     lib = os.environ.get("WEIGHTSTORE_LIB")
     if lib:
         return os.path.dirname(os.path.dirname(os.path.abspath(lib)))
