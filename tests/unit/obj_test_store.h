@@ -3,11 +3,11 @@
  * test_obj_records, test_obj_replicas).
  *
  * A guard the test controls, stores created with it, every durable change as
- * prepare + apply (with an optional log of the records applied, for replay),
- * puts run start to end, snapshots saved to memory and states compared by
- * their snapshots (deterministic), memory use and statistics; a malformed
- * record checked to change nothing. Header-only (static functions); the unit
- * test glob picks up test_*.c only. */
+ * prepare + apply (with an optional log of the records applied, replayed
+ * into a new store), puts run start to end, snapshots saved to memory and
+ * states compared by their snapshots (deterministic), memory use and
+ * statistics; a malformed record checked to change nothing. Header-only
+ * (static functions); the unit test glob picks up test_*.c only. */
 #ifndef OBJ_TEST_STORE_H
 #define OBJ_TEST_STORE_H
 
@@ -217,6 +217,27 @@ static inline void free_log(rec_log *log)
 {
     for (size_t i = 0; i < log->n; i++) obj_record_free(&log->recs[i]);
     log->n = 0;
+}
+
+/* Apply records [from, to) of log to st (NULL: a new store), each of which
+ * must succeed; returns st. */
+static inline obj_store *replay_log(const rec_log *log, size_t from, size_t to, obj_store *st)
+{
+    if (!st) st = new_store(NULL);
+    for (size_t i = from; i < to; i++)
+        assert_int_equal(obj_apply_record(st, log->recs[i].type, log->recs[i].encver,
+                                          log->recs[i].buf, log->recs[i].len), SMP_OK);
+    return st;
+}
+
+/* A new store that replays every record of log has st's state; the log is
+ * emptied (free_log). */
+static inline void assert_log_replays(const obj_store *st, rec_log *log)
+{
+    obj_store *a = replay_log(log, 0, log->n, NULL);
+    assert_same_state(st, a);
+    free_log(log);
+    obj_store_destroy(a);
 }
 
 /* Apply a record of type and payload that must be refused with want, and

@@ -205,9 +205,11 @@ static void test_records_malformed(void **state)
 /* Snapshots                                                                 */
 /* ------------------------------------------------------------------------ */
 
-static void test_snapshot_round_trip(void **state)
+/* build_logged_state without its log, returned, and a new store loaded from
+ * its snapshot in *copy, checked to have the same state; the snapshot's
+ * bytes in *snap when snap is not NULL (the caller frees them). */
+static obj_store *build_state_and_load(obj_store **copy, buf *snap)
 {
-    (void)state;
     static rec_log log;
     obj_store *a = build_logged_state(&log);
     free_log(&log);
@@ -215,6 +217,18 @@ static void test_snapshot_round_trip(void **state)
     obj_store *b = new_store(NULL);
     assert_int_equal(obj_store_load(b, s.p, s.n), SMP_OK);
     assert_same_state(a, b);
+    *copy = b;
+    if (snap) *snap = s;
+    else free(s.p);
+    return a;
+}
+
+static void test_snapshot_round_trip(void **state)
+{
+    (void)state;
+    obj_store *b = NULL;
+    buf s = {0};
+    obj_store *a = build_state_and_load(&b, &s);
     assert_int_equal(obj_store_load(b, s.p, s.n), SMP_ESTATE); /* not empty */
     assert_true(obj_group_is_managed(b, "empty-managed"));
     assert_int_equal(obj_group_count(b, "rev"), 6);
@@ -254,14 +268,8 @@ static void test_snapshot_round_trip(void **state)
 static void test_loaded_objects_changed_and_removed_one_by_one(void **state)
 {
     (void)state;
-    static rec_log log;
-    obj_store *a = build_logged_state(&log);
-    free_log(&log);
-    buf s = save(a);
-    obj_store *b = new_store(NULL);
-    assert_int_equal(obj_store_load(b, s.p, s.n), SMP_OK);
-    free(s.p);
-    assert_same_state(a, b);
+    obj_store *b = NULL;
+    obj_store *a = build_state_and_load(&b, NULL);
     test_guard allow = {.veto = 0, .loaded = 1};
     obj_guard_ops ops = {test_guard_check, test_guard_active, &allow};
     obj_store *both[2] = {a, b};
@@ -456,6 +464,31 @@ static void dyn_apply(obj_store *st, dyn_log *log, obj_record *r)
     dyn_apply_held(st, log, r, NULL);
 }
 
+/* The log replays to st's state -- once, and with each record applied twice
+ * -- and so does st's snapshot loaded into a new store; the log's records
+ * are freed. */
+static void assert_dyn_log_replays(const obj_store *st, dyn_log *log)
+{
+    obj_store *a = new_store(NULL), *b = new_store(NULL), *c = new_store(NULL);
+    for (size_t i = 0; i < log->n; i++) {
+        const obj_record *q = &log->recs[i];
+        assert_int_equal(obj_apply_record(a, q->type, q->encver, q->buf, q->len), SMP_OK);
+        assert_int_equal(obj_apply_record(b, q->type, q->encver, q->buf, q->len), SMP_OK);
+        assert_int_equal(obj_apply_record(b, q->type, q->encver, q->buf, q->len), SMP_OK);
+    }
+    assert_same_state(st, a);
+    assert_same_state(st, b);
+    buf snap = save(st);
+    assert_int_equal(obj_store_load(c, snap.p, snap.n), SMP_OK);
+    assert_same_state(st, c);
+    free(snap.p);
+    for (size_t i = 0; i < log->n; i++) obj_record_free(&log->recs[i]);
+    free(log->recs);
+    obj_store_destroy(a);
+    obj_store_destroy(b);
+    obj_store_destroy(c);
+}
+
 static uint64_t rnd(uint64_t *x)
 {
     *x ^= *x << 13;
@@ -567,24 +600,7 @@ static void test_random_ops_consistent(void **state)
 
     /* Drop the puts (soft state) and compare with replays and a snapshot. */
     obj_cleanup_stale_puts(st, now, 0);
-    obj_store *a = new_store(NULL), *b = new_store(NULL), *c = new_store(NULL);
-    for (size_t i = 0; i < log.n; i++) {
-        const obj_record *q = &log.recs[i];
-        assert_int_equal(obj_apply_record(a, q->type, q->encver, q->buf, q->len), SMP_OK);
-        assert_int_equal(obj_apply_record(b, q->type, q->encver, q->buf, q->len), SMP_OK);
-        assert_int_equal(obj_apply_record(b, q->type, q->encver, q->buf, q->len), SMP_OK);
-    }
-    assert_same_state(st, a);
-    assert_same_state(st, b);
-    buf snap = save(st);
-    assert_int_equal(obj_store_load(c, snap.p, snap.n), SMP_OK);
-    assert_same_state(st, c);
-    free(snap.p);
-    for (size_t i = 0; i < log.n; i++) obj_record_free(&log.recs[i]);
-    free(log.recs);
-    obj_store_destroy(a);
-    obj_store_destroy(b);
-    obj_store_destroy(c);
+    assert_dyn_log_replays(st, &log);
     obj_store_destroy(st);
 }
 
@@ -721,13 +737,7 @@ static void test_records_that_lose_races(void **state)
     assert_int_equal(s.puts_in_flight, 0);
     g_log = NULL;
 
-    obj_store *replica = new_store(NULL);
-    for (size_t i = 0; i < log.n; i++)
-        assert_int_equal(obj_apply_record(replica, log.recs[i].type, log.recs[i].encver,
-                                          log.recs[i].buf, log.recs[i].len), SMP_OK);
-    assert_same_state(st, replica);
-    free_log(&log);
-    obj_store_destroy(replica);
+    assert_log_replays(st, &log);
     obj_store_destroy(st);
 }
 
@@ -901,24 +911,7 @@ static void test_random_pipeline_consistent(void **state)
     }
     assert_int_equal(used_of(st), want);
 
-    obj_store *a = new_store(NULL), *b = new_store(NULL), *c = new_store(NULL);
-    for (size_t i = 0; i < log.n; i++) {
-        const obj_record *rr = &log.recs[i];
-        assert_int_equal(obj_apply_record(a, rr->type, rr->encver, rr->buf, rr->len), SMP_OK);
-        assert_int_equal(obj_apply_record(b, rr->type, rr->encver, rr->buf, rr->len), SMP_OK);
-        assert_int_equal(obj_apply_record(b, rr->type, rr->encver, rr->buf, rr->len), SMP_OK);
-    }
-    assert_same_state(st, a);
-    assert_same_state(st, b);
-    buf snap = save(st);
-    assert_int_equal(obj_store_load(c, snap.p, snap.n), SMP_OK);
-    assert_same_state(st, c);
-    free(snap.p);
-    for (size_t i = 0; i < log.n; i++) obj_record_free(&log.recs[i]);
-    free(log.recs);
-    obj_store_destroy(a);
-    obj_store_destroy(b);
-    obj_store_destroy(c);
+    assert_dyn_log_replays(st, &log);
     obj_store_destroy(st);
 }
 

@@ -49,15 +49,6 @@ static void assert_same_bytes(const buf *a, const buf *b)
     assert_memory_equal(a->p, b->p, a->n);
 }
 
-static obj_store *replay_log(const rec_log *log, size_t from, size_t to, obj_store *st)
-{
-    if (!st) st = new_store(NULL);
-    for (size_t i = from; i < to; i++)
-        assert_int_equal(obj_apply_record(st, log->recs[i].type, log->recs[i].encver,
-                                          log->recs[i].buf, log->recs[i].len), SMP_OK);
-    return st;
-}
-
 /* A reservation plus its add-replica record give the object a second memory
  * replica, both counted in memory use; applying the record again changes
  * nothing; replay (fresh, doubled, and snapshot + the log's tail) and a
@@ -309,10 +300,7 @@ static void test_add_replica_after_remove_or_overwrite(void **state)
     assert_int_equal(stats_of(st).reservations_in_flight, 0);
     g_log = NULL;
 
-    obj_store *a = replay_log(&log, 0, log.n, NULL);
-    assert_same_state(st, a);
-    free_log(&log);
-    obj_store_destroy(a);
+    assert_log_replays(st, &log);
     obj_store_destroy(st);
 }
 
@@ -440,10 +428,7 @@ static void test_add_replica_reservations(void **state)
     assert_int_equal(info.memory_replicas_readable, 1);
     g_log = NULL;
 
-    obj_store *a = replay_log(&log, 0, log.n, NULL);
-    assert_same_state(st, a);
-    free_log(&log);
-    obj_store_destroy(a);
+    assert_log_replays(st, &log);
     obj_store_destroy(st);
 }
 
