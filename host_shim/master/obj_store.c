@@ -33,8 +33,34 @@
 #include "obj_store_internal.h"
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+_Thread_local const obj_store *obj_loading_here;
+
+void obj_store_loading_begin(obj_store *st)
+{
+    st->loading = 1;
+}
+
+void obj_store_loading_end(obj_store *st)
+{
+    st->loading = 0;
+}
+
+/* Loud on purpose: a caller that reached the store while a snapshot loads
+ * into it on another thread races that thread, and nothing later would
+ * show it. Not reachable from input: only from a path missing its wait. */
+void obj_check_caller(const obj_store *st, const char *fn)
+{
+    if (st == NULL || !st->loading || obj_loading_here == st) return;
+    fprintf(stderr,
+            "obj_store: %s called while a snapshot loads into the store on another thread "
+            "(master code reaches the store through master_objs, which waits for the load)\n",
+            fn);
+    abort();
+}
 
 /* ------------------------------------------------------------------------ */
 /* Objects, puts, groups, tenants                                            */
@@ -68,18 +94,21 @@ void obj_put_free(obj_put *p)
 
 void obj_store_set_abandon_hook(obj_store *st, obj_abandon_fn fn, void *ctx)
 {
+    OBJ_CHECK_CALLER(st);
     st->abandon = fn;
     st->abandon_ctx = ctx;
 }
 
 void obj_store_set_place_hook(obj_store *st, obj_place_fn fn, void *ctx)
 {
+    OBJ_CHECK_CALLER(st);
     st->place_ok = fn;
     st->place_ctx = ctx;
 }
 
 const char *obj_segment_foreign_key(const obj_store *st, const char *id, const char *tenant)
 {
+    OBJ_CHECK_CALLER(st);
     const obj_segment *s = id ? obj_sl_get(&st->segments, id) : NULL;
     if (s == NULL) return NULL;
     tenant = obj_str(tenant);
@@ -269,11 +298,13 @@ static int obj_lru_cmp(const void *a, const void *b)
 
 void obj_store_bulk_begin(obj_store *st)
 {
+    OBJ_CHECK_CALLER(st);
     st->bulk_load = 1;
 }
 
 int obj_store_bulk_end(obj_store *st)
 {
+    OBJ_CHECK_CALLER(st);
     st->bulk_load = 0;
     return obj_lru_resort(st);
 }
@@ -543,6 +574,7 @@ int obj_store_create(obj_store **out, const obj_guard_ops *guard)
 
 void obj_store_destroy(obj_store *st)
 {
+    OBJ_CHECK_CALLER(st);
     if (!st) return;
     obj_store_clear(st);
     obj_sl_fini(&st->objects);
@@ -556,6 +588,7 @@ void obj_store_destroy(obj_store *st)
 
 void obj_store_set_guard(obj_store *st, const obj_guard_ops *guard)
 {
+    OBJ_CHECK_CALLER(st);
     if (guard) st->guard = *guard;
     else memset(&st->guard, 0, sizeof(st->guard));
 }
@@ -572,6 +605,7 @@ int obj_get_replica_list(obj_store *st,
                          size_t cap,
                          size_t *n_out)
 {
+    OBJ_CHECK_CALLER(st);
     if (obj_validate_key(key) < 0 || (cap && !out)) return SMP_EINVAL;
     obj_object *o = obj_sl_get(&st->objects, key);
     if (!o) return SMP_ENOTFOUND;
@@ -603,6 +637,7 @@ int obj_object_replicas(const obj_store *st,
                         size_t cap,
                         size_t *n_out)
 {
+    OBJ_CHECK_CALLER(st);
     if (obj_validate_key(key) < 0 || (cap && !out)) return SMP_EINVAL;
     const obj_object *o = obj_sl_get(&st->objects, key);
     if (!o) return SMP_ENOTFOUND;
@@ -616,6 +651,7 @@ int obj_visit_replicas(const obj_store *st,
                        int (*fn)(void *arg, const char *key, const obj_replica *rep),
                        void *arg)
 {
+    OBJ_CHECK_CALLER(st);
     if (!fn) return SMP_EINVAL;
     int n = 0;
     for (obj_sl_node *x = obj_sl_after(&st->objects, NULL, 0); x; x = x->next[0]) {
@@ -633,6 +669,7 @@ int obj_visit_replicas(const obj_store *st,
 
 int obj_exists(const obj_store *st, const char *key)
 {
+    OBJ_CHECK_CALLER(st);
     return key && obj_sl_get(&st->objects, key) != NULL;
 }
 
@@ -660,6 +697,7 @@ static void obj_fill_info(const obj_object *o, smp_object_info *info)
 
 int obj_object_info(const obj_store *st, const char *key, smp_object_info *info)
 {
+    OBJ_CHECK_CALLER(st);
     if (!key || !info) return SMP_EINVAL;
     obj_object *o = obj_sl_get(&st->objects, key);
     if (o) {
@@ -687,6 +725,7 @@ int obj_object_info_replicas(const obj_store *st,
                              size_t cap,
                              size_t *n_out)
 {
+    OBJ_CHECK_CALLER(st);
     if (!key || !info || !n_out || (cap && !out)) return SMP_EINVAL;
     const obj_object *o = obj_sl_get(&st->objects, key);
     *n_out = 0;
@@ -699,6 +738,7 @@ int obj_object_info_replicas(const obj_store *st,
 
 const char *obj_object_tenant(const obj_store *st, const char *key)
 {
+    OBJ_CHECK_CALLER(st);
     const obj_object *o = key ? obj_sl_get(&st->objects, key) : NULL;
     return o && o->tenant ? o->tenant : "";
 }
@@ -712,6 +752,7 @@ int obj_list_prefix(const obj_store *st,
                     size_t *n_out,
                     int *more)
 {
+    OBJ_CHECK_CALLER(st);
     if ((max && !keys) || !n_out) return SMP_EINVAL;
     prefix = obj_str(prefix);
     size_t plen = strlen(prefix);
@@ -745,6 +786,7 @@ int obj_group_list(const obj_store *st,
                    smp_object_visit_fn fn,
                    void *arg)
 {
+    OBJ_CHECK_CALLER(st);
     obj_group *g = obj_group_find(st, group);
     if (!g || !fn) return 0;
     int n = 0;
@@ -762,23 +804,27 @@ int obj_group_list(const obj_store *st,
 
 uint64_t obj_group_count(const obj_store *st, const char *group)
 {
+    OBJ_CHECK_CALLER(st);
     obj_group *g = obj_group_find(st, group);
     return g ? g->members.count : 0;
 }
 
 int obj_group_is_managed(const obj_store *st, const char *group)
 {
+    OBJ_CHECK_CALLER(st);
     return obj_group_managed_flag(st, group);
 }
 
 const char *obj_group_owner(const obj_store *st, const char *group)
 {
+    OBJ_CHECK_CALLER(st);
     const obj_group *g = obj_group_find(st, group);
     return g ? g->owner : NULL;
 }
 
 void obj_tenant_usage(const obj_store *st, const char *tenant, uint64_t *objects, uint64_t *bytes)
 {
+    OBJ_CHECK_CALLER(st);
     obj_tenant *t = (tenant && tenant[0]) ? obj_sl_get(&st->tenants, tenant) : NULL;
     if (objects) *objects = t ? t->objects : 0;
     if (bytes) *bytes = t ? t->bytes : 0;
@@ -786,6 +832,7 @@ void obj_tenant_usage(const obj_store *st, const char *tenant, uint64_t *objects
 
 void obj_store_stats(const obj_store *st, obj_stats *out)
 {
+    OBJ_CHECK_CALLER(st);
     *out = st->stats;
     obj_memory_usage(st, &out->memory_used, &out->memory_capacity);
 }

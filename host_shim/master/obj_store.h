@@ -221,6 +221,18 @@ void obj_store_destroy(obj_store *st);
 /* Replace the guard (NULL: none). */
 void obj_store_set_guard(obj_store *st, const obj_guard_ops *guard);
 
+/* A snapshot loading into st on a thread of its own (master_recovery.c):
+ * between loading_begin (called before that thread starts) and loading_end
+ * (after it is joined), st belongs to the thread inside obj_store_load and
+ * nothing else may touch it. In a debug build (no NDEBUG: the sanitizer
+ * build) every entry point below that takes the store checks this
+ * (OBJ_CHECK_CALLER, obj_store_internal.h) and aborts, naming itself, when
+ * another thread calls it meanwhile: a path that reached the store without
+ * waiting for the load. A release build only keeps the flag. Both are
+ * called by the thread that owns the store. */
+void obj_store_loading_begin(obj_store *st);
+void obj_store_loading_end(obj_store *st);
+
 /* Bulk replay (recovery, a standby's bootstrap): between begin and end,
  * objects join the LRU list at its tail instead of at their place by last
  * access, and end sorts the list once -- records arrive in no useful order
@@ -660,7 +672,9 @@ int obj_store_save(const obj_store *st,
                    int (*write)(void *ctx, const void *buf, size_t len),
                    void *ctx);
 
-/* Load a snapshot into an empty store (SMP_ESTATE if it is not empty).
+/* Load a snapshot into an empty store (SMP_ESTATE if it is not empty); the
+ * calling thread is the store's loading thread (obj_store_loading_begin)
+ * until it returns.
  * SMP_EPROTO when it does not decode or validate (duplicates, a replica on a
  * segment the snapshot lacks, overlapping ranges); on any failure the store
  * is left empty. */

@@ -509,6 +509,7 @@ obj_segment *obj_segment_new(const char *id, const char *node, uint64_t cap)
 int obj_segment_free_ranges(const obj_store *st, const char *id, uint64_t **out, size_t *n_out,
                             uint64_t *used, uint64_t *capacity)
 {
+    OBJ_CHECK_CALLER(st);
     obj_segment *s = obj_sl_get((obj_sl *)&st->segments, id);
     if (s == NULL) return SMP_ENOTFOUND;
     uint64_t *v = malloc((s->nfree ? s->nfree : 1) * 2 * sizeof(*v));
@@ -526,6 +527,7 @@ int obj_segment_free_ranges(const obj_store *st, const char *id, uint64_t **out,
 
 int obj_segment_hold_range(obj_store *st, const char *id, uint64_t off, uint64_t len)
 {
+    OBJ_CHECK_CALLER(st);
     obj_segment *s = obj_sl_get(&st->segments, id);
     if (s == NULL) return SMP_ENOTFOUND;
     if (off % OBJ_ALIGN != 0 || len % OBJ_ALIGN != 0) return SMP_EINVAL;
@@ -534,12 +536,14 @@ int obj_segment_hold_range(obj_store *st, const char *id, uint64_t off, uint64_t
 
 void obj_segment_release_range(obj_store *st, const char *id, uint64_t off, uint64_t len)
 {
+    OBJ_CHECK_CALLER(st);
     obj_segment *s = obj_sl_get(&st->segments, id);
     if (s != NULL && off <= s->capacity && len <= s->capacity - off) obj_seg_free(s, off, len);
 }
 
 int obj_segment_tail_used(const obj_store *st, const char *id, uint64_t *end)
 {
+    OBJ_CHECK_CALLER(st);
     obj_segment *s = obj_sl_get(&st->segments, id);
     if (s == NULL) return SMP_ENOTFOUND;
     *end = obj_seg_tail_used(s);
@@ -548,6 +552,7 @@ int obj_segment_tail_used(const obj_store *st, const char *id, uint64_t *end)
 
 uint64_t obj_memory_largest_free(const obj_store *st, const char *tenant)
 {
+    OBJ_CHECK_CALLER(st);
     uint64_t best = 0;
     for (obj_sl_node *x = obj_sl_after(&st->segments, NULL, 0); x != NULL; x = x->next[0]) {
         const obj_segment *s = x->val;

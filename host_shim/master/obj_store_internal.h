@@ -205,7 +205,21 @@ struct obj_store {
     void *abandon_ctx;
     obj_place_fn place_ok;  /* may a segment's node hold a tenant's objects */
     void *place_ctx;
+    int loading;            /* obj_store_loading_begin .. _end */
 };
+
+/* The store obj_store_load is loading on this thread, NULL when none. */
+extern _Thread_local const obj_store *obj_loading_here;
+
+/* First statement of every entry point of obj_store.h that takes the store
+ * (all but create and load): in a debug build, abort naming fn when st is
+ * loading a snapshot on another thread (obj_store_loading_begin). */
+void obj_check_caller(const obj_store *st, const char *fn);
+#ifdef NDEBUG
+#define OBJ_CHECK_CALLER(st) ((void)0)
+#else
+#define OBJ_CHECK_CALLER(st) obj_check_caller((st), __func__)
+#endif
 
 /* Keys collected for REMOVE records of at most OBJ_REMOVE_BATCH keys. */
 typedef struct obj_keybatch {

@@ -85,6 +85,7 @@ int obj_put_start(obj_store *st,
                   uint64_t now,
                   obj_put_ticket *out)
 {
+    OBJ_CHECK_CALLER(st);
     int rc;
     if (!p || obj_validate_key(p->key) < 0 || !obj_name_ok(p->group, OBJ_GROUP_MAX, 1) ||
         !obj_name_ok(p->tenant, OBJ_NAME_MAX, 1) || (unsigned)p->data_type > SMP_DATA_WEIGHT)
@@ -150,6 +151,7 @@ int obj_prepare_put_end(obj_store *st,
                         uint64_t now,
                         obj_record *out)
 {
+    OBJ_CHECK_CALLER(st);
     if (obj_validate_key(key) < 0 || !checksum || !out) return SMP_EINVAL;
     obj_put *p = obj_sl_get(&st->puts, key);
     if (!p) return SMP_ENOTFOUND;
@@ -184,6 +186,7 @@ int obj_prepare_put_end(obj_store *st,
 
 int obj_prepare_put_revoke(obj_store *st, const char *key, obj_record *out)
 {
+    OBJ_CHECK_CALLER(st);
     if (obj_validate_key(key) < 0 || !out) return SMP_EINVAL;
     obj_put *p = obj_sl_get(&st->puts, key);
     if (!p) return SMP_ENOTFOUND;
@@ -198,6 +201,7 @@ int obj_prepare_put_revoke(obj_store *st, const char *key, obj_record *out)
 int obj_put_touch(obj_store *st, const char *key, const char *segment, uint64_t offset,
                   uint64_t now)
 {
+    OBJ_CHECK_CALLER(st);
     obj_put *p = key != NULL ? obj_sl_get(&st->puts, key) : NULL;
     if (p == NULL || p->consuming || segment == NULL || strcmp(p->seg->id, segment) != 0 ||
         p->offset != offset)
@@ -208,6 +212,7 @@ int obj_put_touch(obj_store *st, const char *key, const char *segment, uint64_t 
 
 int obj_cleanup_stale_puts(obj_store *st, uint64_t now, uint64_t timeout_ms)
 {
+    OBJ_CHECK_CALLER(st);
     int n = 0;
     for (obj_sl_node *x = obj_sl_after(&st->puts, NULL, 0); x;) {
         obj_put *p = x->val;
@@ -235,6 +240,7 @@ int obj_cleanup_stale_puts(obj_store *st, uint64_t now, uint64_t timeout_ms)
 
 int obj_prepare_set_pin(obj_store *st, const char *key, int pinned, obj_record *out)
 {
+    OBJ_CHECK_CALLER(st);
     if (obj_validate_key(key) < 0 || !out) return SMP_EINVAL;
     obj_object *o = obj_sl_get(&st->objects, key);
     if (!o) return SMP_ENOTFOUND;
@@ -249,6 +255,7 @@ int obj_prepare_set_replicas(obj_store *st,
                              size_t n,
                              obj_record *out)
 {
+    OBJ_CHECK_CALLER(st);
     if (obj_validate_key(key) < 0 || !out || (n && !reps) || n > OBJ_REPLICAS_MAX)
         return SMP_EINVAL;
     obj_object *o = obj_sl_get(&st->objects, key);
@@ -301,6 +308,7 @@ int obj_reserve_replica(obj_store *st,
                         uint64_t now,
                         obj_put_ticket *out)
 {
+    OBJ_CHECK_CALLER(st);
     int rc;
     if (obj_validate_key(key) < 0) return SMP_EINVAL;
     obj_object *o = obj_sl_get(&st->objects, key);
@@ -339,6 +347,7 @@ int obj_prepare_add_replica(obj_store *st,
                             const obj_put_ticket *where,
                             obj_record *out)
 {
+    OBJ_CHECK_CALLER(st);
     if (obj_validate_key(key) < 0 || !out) return SMP_EINVAL;
     obj_object *o = obj_sl_get(&st->objects, key);
     obj_reservation *r = obj_sl_get(&st->reserves, key);
@@ -365,6 +374,7 @@ int obj_prepare_add_replica(obj_store *st,
 
 int obj_release_reservation(obj_store *st, const char *key)
 {
+    OBJ_CHECK_CALLER(st);
     if (obj_validate_key(key) < 0) return SMP_EINVAL;
     obj_reservation *r = obj_sl_get(&st->reserves, key);
     if (!r) return SMP_ENOTFOUND;
@@ -399,6 +409,7 @@ int obj_prepare_segment_mount(obj_store *st,
                               uint64_t capacity,
                               obj_record *out)
 {
+    OBJ_CHECK_CALLER(st);
     if (!obj_name_ok(id, OBJ_NAME_MAX, 0) || !obj_name_ok(node, OBJ_NAME_MAX, 0) || !out)
         return SMP_EINVAL;
     capacity = capacity / OBJ_ALIGN * OBJ_ALIGN;
@@ -409,12 +420,14 @@ int obj_prepare_segment_mount(obj_store *st,
 
 int obj_segment_cancel_puts(obj_store *st, const char *id)
 {
+    OBJ_CHECK_CALLER(st);
     obj_segment *s = id ? obj_sl_get(&st->segments, id) : NULL;
     return s == NULL ? 0 : obj_cancel_puts_in(st, s, 0, UINT64_MAX);
 }
 
 int obj_prepare_segment_unmount(obj_store *st, const char *id, obj_record *out)
 {
+    OBJ_CHECK_CALLER(st);
     if (!obj_name_ok(id, OBJ_NAME_MAX, 0) || !out) return SMP_EINVAL;
     if (!obj_sl_get(&st->segments, id)) return SMP_ENOTFOUND;
     Hostrec__SegmentUnmountRecord m = HOSTREC__SEGMENT_UNMOUNT_RECORD__INIT;
@@ -427,6 +440,7 @@ int obj_prepare_segment_update(obj_store *st,
                                uint64_t capacity,
                                obj_record *out)
 {
+    OBJ_CHECK_CALLER(st);
     if (!obj_name_ok(id, OBJ_NAME_MAX, 0) || !out) return SMP_EINVAL;
     obj_segment *s = obj_sl_get(&st->segments, id);
     if (!s) return SMP_ENOTFOUND;
@@ -441,6 +455,7 @@ int obj_prepare_group_managed(obj_store *st,
                               int managed,
                               obj_record *out)
 {
+    OBJ_CHECK_CALLER(st);
     if (!obj_name_ok(group, OBJ_GROUP_MAX, 0) || !obj_name_ok(plugin, OBJ_NAME_MAX, 0) || !out)
         return SMP_EINVAL;
     const char *owner = obj_group_owner(st, group);

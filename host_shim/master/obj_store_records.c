@@ -689,6 +689,7 @@ int obj_apply_record(obj_store *st,
                      const uint8_t *payload,
                      size_t len)
 {
+    OBJ_CHECK_CALLER(st);
     int rc;
     if (type < 1 || type > SMP_OPLOG_HOST_TYPE_MAX || type == 4) return SMP_ENOTFOUND;
     if (encver != OBJ_REC_ENCVER || (!payload && len)) return SMP_EPROTO;
@@ -933,6 +934,7 @@ static int obj_held_decode(const obj_record *rec, obj_held **out)
 
 int obj_hold_record(obj_store *st, obj_record *rec, obj_held **held)
 {
+    OBJ_CHECK_CALLER(st);
     obj_held *h;
     char **keys;
     size_t n, i;
@@ -958,6 +960,7 @@ int obj_hold_record(obj_store *st, obj_record *rec, obj_held **held)
 
 int obj_apply_held(obj_store *st, const obj_held *held)
 {
+    OBJ_CHECK_CALLER(st);
     const ProtobufCMessage *m = held->m;
     if (m->descriptor == &hostrec__object_record__descriptor)
         return obj_apply_object(st, (const Hostrec__ObjectRecord *)m);
@@ -966,6 +969,7 @@ int obj_apply_held(obj_store *st, const obj_held *held)
 
 void obj_release_hold(obj_store *st, obj_held *held)
 {
+    OBJ_CHECK_CALLER(st);
     char **keys;
     size_t n;
     if (!held) return;

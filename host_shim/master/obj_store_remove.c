@@ -77,11 +77,13 @@ static int obj_prepare_remove_one(obj_store *st,
 
 int obj_prepare_remove(obj_store *st, const char *key, uint64_t now, obj_record *out)
 {
+    OBJ_CHECK_CALLER(st);
     return obj_prepare_remove_one(st, key, now, 1, out);
 }
 
 int obj_prepare_remove_unguarded(obj_store *st, const char *key, uint64_t now, obj_record *out)
 {
+    OBJ_CHECK_CALLER(st);
     return obj_prepare_remove_one(st, key, now, 0, out);
 }
 
@@ -149,6 +151,7 @@ int obj_prepare_remove_prefix(obj_store *st,
                               obj_record_list *out,
                               obj_remove_report *rep)
 {
+    OBJ_CHECK_CALLER(st);
     int rc = SMP_OK;
     obj_remove_report local;
     if (!out) return SMP_EINVAL;
@@ -200,6 +203,7 @@ free_seen:
 
 void obj_memory_usage(const obj_store *st, uint64_t *used, uint64_t *capacity)
 {
+    OBJ_CHECK_CALLER(st);
     uint64_t u = 0, c = 0;
     for (obj_sl_node *x = obj_sl_after(&st->segments, NULL, 0); x; x = x->next[0]) {
         const obj_segment *s = x->val;
@@ -217,6 +221,7 @@ int obj_plan_eviction(obj_store *st,
                       obj_record_list *out,
                       uint64_t *planned_free)
 {
+    OBJ_CHECK_CALLER(st);
     int rc = SMP_OK;
     if (!out || !(low_watermark >= 0.0) || !(low_watermark <= high_watermark) ||
         !(high_watermark <= 1.0))

@@ -52,6 +52,7 @@ int obj_store_save(const obj_store *st,
                    int (*write)(void *ctx, const void *buf, size_t len),
                    void *ctx)
 {
+    OBJ_CHECK_CALLER(st);
     int rc;
     if (!write) return SMP_EINVAL;
     obj_snap_writer w = {write, ctx, NULL, 0};
@@ -150,7 +151,7 @@ static int obj_load_apply(void *arg, unsigned what, const ProtobufCMessage *msg)
     return st->stats.replicas_dropped != c->dropped ? SMP_EPROTO : SMP_OK;
 }
 
-int obj_store_load(obj_store *st, const uint8_t *data, size_t len)
+static int obj_store_load_here(obj_store *st, const uint8_t *data, size_t len)
 {
     int rc = SMP_OK;
     if (!obj_store_is_empty(st)) return SMP_ESTATE;
@@ -201,10 +202,22 @@ free_dec:
     return rc;
 }
 
+/* The thread inside the load owns the store meanwhile (obj_check_caller):
+ * the entry points it calls pass. */
+int obj_store_load(obj_store *st, const uint8_t *data, size_t len)
+{
+    const obj_store *was = obj_loading_here;
+    obj_loading_here = st;
+    int rc = obj_store_load_here(st, data, len);
+    obj_loading_here = was;
+    return rc;
+}
+
 int obj_visit_segments(const obj_store *st,
                        int (*fn)(void *arg, const char *id, const char *node),
                        void *arg)
 {
+    OBJ_CHECK_CALLER(st);
     for (obj_sl_node *n = st->segments.head->next[0]; n != NULL; n = n->next[0]) {
         const obj_segment *s = n->val;
         int rc = fn(arg, s->id, s->node);
@@ -215,6 +228,7 @@ int obj_visit_segments(const obj_store *st,
 
 int obj_segment_info(const obj_store *st, const char *id, const char **node, uint64_t *capacity)
 {
+    OBJ_CHECK_CALLER(st);
     obj_segment *s = id ? obj_sl_get(&st->segments, id) : NULL;
     if (s == NULL) return SMP_ENOTFOUND;
     if (node) *node = s->node;
