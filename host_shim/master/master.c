@@ -153,7 +153,7 @@ static void on_evicted(master *m, void *arg, int status, uint64_t seq)
 static void relieve_pressure(master *m)
 {
     uint64_t used = 0, cap = 0;
-    obj_memory_usage(m->objs, &used, &cap);
+    obj_memory_usage(master_objs(m), &used, &cap);
     int above = cap > 0 && (double)used > m->cfg->memory_high_watermark * (double)cap;
     if (above && !m->pressure) {
         smp_event ev = {.struct_size = sizeof(ev), .type = SMP_EVENT_MEMORY_PRESSURE,
@@ -164,7 +164,7 @@ static void relieve_pressure(master *m)
     m->pressure = 0;
     if (m->evicting || m->log_failed) return;
     obj_record_list recs = {0};
-    if (obj_plan_eviction(m->objs, m->cfg->memory_high_watermark, m->cfg->memory_low_watermark,
+    if (obj_plan_eviction(master_objs(m), m->cfg->memory_high_watermark, m->cfg->memory_low_watermark,
                           master_now_ms(), &recs, NULL) < 0 || recs.n == 0) {
         obj_record_list_free(&recs);
         m->pressure = above;
@@ -223,7 +223,7 @@ static void on_timer(uv_timer_t *h)
     master_nodes_tick(m, now);
     run_ticks(m, now);
     if (now - m->last_cleanup_ms >= 1000) {
-        obj_cleanup_stale_puts(m->objs, now, m->cfg->node_put_timeout_ms);
+        obj_cleanup_stale_puts(master_objs(m), now, m->cfg->node_put_timeout_ms);
         m->last_cleanup_ms = now;
     }
     relieve_pressure(m);
@@ -459,9 +459,9 @@ static int open_parts(master *m, char *err, size_t errlen)
     if ((rc = host_plugins_load_all(m->plugins, err, errlen)) < 0) return rc;
     host_plugins_set_timing(m->plugins, &m->m.plugin_timing);
     obj_guard_ops guard = {guard_check, guard_active, m};
-    if ((rc = obj_store_create(&m->objs, &guard)) < 0) return rc;
-    obj_store_set_abandon_hook(m->objs, master_scrub_abandoned, m);
-    obj_store_set_place_hook(m->objs, master_node_place_ok, m);
+    if ((rc = obj_store_create(&m->objs_.store, &guard)) < 0) return rc;
+    obj_store_set_abandon_hook(m->objs_.store, master_scrub_abandoned, m);
+    obj_store_set_place_hook(m->objs_.store, master_node_place_ok, m);
 
     oplog_file_options lo = {
         .dir = m->oplog_dir,
@@ -576,7 +576,7 @@ static void close_parts(master *m)
     node_runtime_stop(m->embedded_node); /* its link to us is closed: it lets go */
     host_plugins_destroy(m->plugins);
     master_plugins_free(m);
-    obj_store_destroy(m->objs);
+    obj_store_destroy(m->objs_.store);
     host_metrics_destroy(m->metrics);
     master_pending_free(m);
     master_replicas_free(m);

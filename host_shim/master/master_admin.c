@@ -137,7 +137,7 @@ void master_metrics_refresh(master *m)
     obj_stats os;
     oplog_stats ls;
     rpc_server_stats rs;
-    obj_store_stats(m->objs, &os);
+    obj_store_stats(master_objs(m), &os);
     for (int t = 0; t < 3; t++) {
         const char *l[1] = {data_type_names[t]};
         host_metric_set(m->m.objects, l, (double)os.objects_by_type[t]);
@@ -269,7 +269,7 @@ static int h_status(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t l
     (void)body;
     (void)len;
     obj_stats os;
-    obj_store_stats(m->objs, &os);
+    obj_store_stats(master_objs(m), &os);
     size_t np = host_plugins_count(m->plugins);
     char **names = calloc(np ? np : 1, sizeof(*names));
     if (names == NULL) return SMP_ENOMEM;

@@ -42,10 +42,9 @@ void master_emit(master *m, const smp_event *ev)
 static int be_object_get(void *ctx, const char *key, smp_object_info *out)
 {
     master *m = ctx;
-    master_objs_settle(m);
     obj_replica reps[16];
     size_t n = 0;
-    int rc = obj_object_info_replicas(m->objs, key, out, reps, 16, &n);
+    int rc = obj_object_info_replicas(master_objs(m), key, out, reps, 16, &n);
     if (rc < 0 || n > 16) return rc;
     uint32_t mem = 0, cold = 0;
     const char *node = NULL; /* the last node looked up, and whether it is readable */
@@ -71,15 +70,13 @@ static int be_group_list(void *ctx, const char *group, const char *after_key, si
                          smp_object_visit_fn fn, void *arg)
 {
     master *m = ctx;
-    master_objs_settle(m);
-    return obj_group_list(m->objs, group, after_key, max, fn, arg);
+    return obj_group_list(master_objs(m), group, after_key, max, fn, arg);
 }
 
 static uint64_t be_group_count(void *ctx, const char *group)
 {
     master *m = ctx;
-    master_objs_settle(m);
-    return obj_group_count(m->objs, group);
+    return obj_group_count(master_objs(m), group);
 }
 
 typedef struct done_ctx {
@@ -117,28 +114,25 @@ static int be_group_set_managed(void *ctx, const char *owner, const char *group,
                                 smp_done_cb cb, void *arg)
 {
     master *m = ctx;
-    master_objs_settle(m);
     obj_record rec = {0};
     if (cb == NULL) return SMP_EINVAL;
-    int rc = obj_prepare_group_managed(m->objs, group, owner, managed, &rec);
+    int rc = obj_prepare_group_managed(master_objs(m), group, owner, managed, &rec);
     return rc < 0 ? rc : commit_done(m, &rec, NULL, cb, arg);
 }
 
 static int be_remove_object(void *ctx, const char *key, smp_done_cb cb, void *arg)
 {
     master *m = ctx;
-    master_objs_settle(m);
     obj_record rec = {0};
     if (cb == NULL) return SMP_EINVAL;
-    int rc = obj_prepare_remove_unguarded(m->objs, key, master_now_ms(), &rec);
+    int rc = obj_prepare_remove_unguarded(master_objs(m), key, master_now_ms(), &rec);
     return rc < 0 ? rc : commit_done(m, &rec, key, cb, arg);
 }
 
 static void be_memory_usage(void *ctx, uint64_t *used, uint64_t *capacity)
 {
     master *m = ctx;
-    master_objs_settle(m);
-    obj_memory_usage(m->objs, used, capacity);
+    obj_memory_usage(master_objs(m), used, capacity);
 }
 
 static int be_is_leader(void *ctx)

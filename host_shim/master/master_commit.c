@@ -83,9 +83,9 @@ static void on_durable(void *arg, int status, uint64_t seq)
                                    ? master_reclaim_before(m, c->type, c->buf, c->len)
                                    : NULL;
         /* a held record was decoded for its hold: apply that */
-        int rc = c->held                               ? obj_apply_held(m->objs, c->held)
+        int rc = c->held                               ? obj_apply_held(master_objs(m), c->held)
                  : c->type == MASTER_REC_GATE_CONFIRM ? master_gates_apply(m, c->buf, c->len)
-                 : obj_apply_record(m->objs, c->type, c->encver, c->buf, c->len);
+                 : obj_apply_record(master_objs(m), c->type, c->encver, c->buf, c->len);
         if (rc < 0) {
             /* The record was validated against this very state; failing now
              * means the state and the log disagree. Stop before serving more. */
@@ -99,7 +99,7 @@ static void on_durable(void *arg, int status, uint64_t seq)
     } else {
         m->log_failed = 1;
     }
-    obj_release_hold(m->objs, c->held);
+    obj_release_hold(master_objs(m), c->held);
     if (c->key) pending_del(m, c->key);
     if (c->done) c->done(m, c->arg, status, seq);
     free(c->buf);
@@ -131,14 +131,14 @@ int master_commit(master *m,
     c->len = rec->len;
     c->done = done;
     c->arg = arg;
-    if ((rc = obj_hold_record(m->objs, rec, &c->held)) < 0) goto unmark_key;
+    if ((rc = obj_hold_record(master_objs(m), rec, &c->held)) < 0) goto unmark_key;
     rc = oplog_append(m->log, rec->type, rec->encver, rec->buf, rec->len, on_durable, c, NULL);
     if (rc < 0) goto release_hold;
     rec->buf = NULL; /* owned by c now */
     rec->len = 0;
     return SMP_OK;
 release_hold:
-    obj_release_hold(m->objs, c->held);
+    obj_release_hold(master_objs(m), c->held);
 unmark_key:
     if (c->key) pending_del(m, c->key);
 free_ctx:
@@ -172,7 +172,6 @@ int master_append_plugin(void *ctx,
                          void *arg)
 {
     master *m = ctx;
-    master_objs_settle(m); /* a plugin asking while objects load */
     int rc;
     if (m->log_failed) return SMP_EDURABILITY;
     plugin_append_ctx *c = calloc(1, sizeof(*c));

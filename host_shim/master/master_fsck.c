@@ -192,7 +192,7 @@ static void run_reply(fsck_run *r)
         }
         nptrs[i] = o;
     }
-    obj_store_stats(m->objs, &os);
+    obj_store_stats(master_objs(m), &os);
     rep.n_nodes = r->n_nodes;
     rep.nodes = nptrs;
     rep.repaired = r->repair;
@@ -252,7 +252,7 @@ static void on_scrubbed(master *m, void *arg, int status, const TaskResult *res)
     int ok = status == SMP_OK && res != NULL && res->status == 0;
     for (size_t k = 0; k < n->n_held; k++) {
         if (ok) n->zeroed += n->held[2 * k + 1];
-        obj_segment_release_range(m->objs, n->segment, n->held[2 * k], n->held[2 * k + 1]);
+        obj_segment_release_range(master_objs(m), n->segment, n->held[2 * k], n->held[2 * k + 1]);
     }
     if (!ok) set_error(n, status < 0 ? status : res ? res->status : SMP_EIO, res);
     task_ended(n->run);
@@ -277,7 +277,7 @@ static void repair_node(master *m, fsck_node *n)
     }
     for (size_t k = 0; k < n->n_ranges; k++) {
         uint64_t off = n->ranges[2 * k], len = n->ranges[2 * k + 1];
-        if (obj_segment_hold_range(m->objs, n->segment, off, len) != SMP_OK) {
+        if (obj_segment_hold_range(master_objs(m), n->segment, off, len) != SMP_OK) {
             n->skipped++; /* taken since the scan: its bytes are someone's now */
             continue;
         }
@@ -291,7 +291,7 @@ static void repair_node(master *m, fsck_node *n)
                                 n->n_held, on_scrubbed, n) < 0) {
         r->outstanding--;
         for (size_t k = 0; k < n->n_held; k++)
-            obj_segment_release_range(m->objs, n->segment, n->held[2 * k], n->held[2 * k + 1]);
+            obj_segment_release_range(master_objs(m), n->segment, n->held[2 * k], n->held[2 * k + 1]);
         n->n_held = 0;
         set_error(n, SMP_EAGAIN, NULL);
     }
@@ -320,7 +320,7 @@ static int settled(master *m, const char *node, const InventoryFile *f)
 {
     obj_replica reps[FSCK_SETTLE_REPLICAS];
     size_t total = 0;
-    if (obj_object_replicas(m->objs, f->key, reps, FSCK_SETTLE_REPLICAS, &total) != SMP_OK) return 0;
+    if (obj_object_replicas(master_objs(m), f->key, reps, FSCK_SETTLE_REPLICAS, &total) != SMP_OK) return 0;
     for (size_t i = 0; i < total && i < FSCK_SETTLE_REPLICAS; i++)
         if (reps[i].kind == SMP_REPLICA_COLD && reps[i].node != NULL && reps[i].path != NULL &&
             strcmp(reps[i].node, node) == 0 && strcmp(reps[i].path, f->name) == 0)
@@ -381,7 +381,7 @@ static int judge_files(master *m, fsck_node *n)
     named_path *set = NULL, *p, *tmp;
     size_t kept = 0;
     if (n->n_orphans == 0) return SMP_OK;
-    if (obj_visit_replicas(m->objs, n->node, note_named, &set) < 0) {
+    if (obj_visit_replicas(master_objs(m), n->node, note_named, &set) < 0) {
         HASH_ITER(hh, set, p, tmp) {
             HASH_DEL(set, p);
             free(p);
@@ -412,14 +412,14 @@ static int judge_ranges(master *m, fsck_node *n)
 {
     uint64_t *free_v = NULL;
     size_t n_free = 0;
-    int rc = obj_segment_free_ranges(m->objs, n->segment, &free_v, &n_free, &n->used, &n->capacity);
+    int rc = obj_segment_free_ranges(master_objs(m), n->segment, &free_v, &n_free, &n->used, &n->capacity);
     free(free_v);
     if (rc < 0) return rc;
     if ((n->ranges = malloc((n->n_dirty + 1) * 2 * sizeof(uint64_t))) == NULL) return SMP_ENOMEM;
     for (size_t i = 0; i < n->n_dirty; i++) {
         uint64_t off = n->dirty[2 * i], len = n->dirty[2 * i + 1];
-        if (obj_segment_hold_range(m->objs, n->segment, off, len) != SMP_OK) continue;
-        obj_segment_release_range(m->objs, n->segment, off, len);
+        if (obj_segment_hold_range(master_objs(m), n->segment, off, len) != SMP_OK) continue;
+        obj_segment_release_range(master_objs(m), n->segment, off, len);
         n->ranges[2 * n->n_ranges] = off;
         n->ranges[2 * n->n_ranges + 1] = len;
         n->n_ranges++;
@@ -583,14 +583,14 @@ static int run_start(fsck_run *r)
 {
     master *m = r->m;
     int rc;
-    if ((rc = obj_visit_segments(m->objs, add_segment, r)) != 0) return rc < 0 ? rc : SMP_ENOMEM;
+    if ((rc = obj_visit_segments(master_objs(m), add_segment, r)) != 0) return rc < 0 ? rc : SMP_ENOMEM;
     /* Every node's nodes[] entry is in place before the first callback. */
     r->outstanding = 1;
     for (size_t i = 0; i < r->n_nodes; i++) {
         fsck_node *n = &r->nodes[i];
         uint64_t *ranges = NULL;
         size_t n_ranges = 0;
-        rc = obj_segment_free_ranges(m->objs, n->segment, &ranges, &n_ranges, NULL, NULL);
+        rc = obj_segment_free_ranges(master_objs(m), n->segment, &ranges, &n_ranges, NULL, NULL);
         if (rc == SMP_OK) rc = ask_page(m, n, ranges, n_ranges);
         free(ranges);
         if (rc < 0) set_error(n, rc, NULL);

@@ -85,10 +85,15 @@ typedef struct master {
     host_metrics *metrics;
     host_plugins *plugins;
     host_backend backend;
-    obj_store *objs;
-    /* While a snapshot's objects section loads on its own thread
-     * (master_recovery.c); NULL otherwise. */
-    struct master_objs_load *objs_loading;
+    /* The object store, reached only through master_objs(m): while a
+     * snapshot's objects section loads on a thread of its own
+     * (master_recovery.c), loading is set and the accessor waits for that
+     * thread first. Nothing but master_recovery.c (the load) and master.c
+     * (create, destroy) names these fields. */
+    struct {
+        obj_store *store;
+        struct master_objs_load *loading; /* NULL: no load running */
+    } objs_;
     oplog *log;
     rpc_server *rpc;
     struct rpc_auth *auth;      /* credentials (rpc_auth.h), served on m->rpc */
@@ -334,10 +339,22 @@ int master_apply_record(master *m, const oplog_record *rec, int carry, char *err
  * encoding version stops recovery (records of unknown types are carried); err
  * names the cause. */
 int master_recover(master *m, char *err, size_t errlen);
-/* Wait for a snapshot's objects section still loading on its own thread
- * (see master_recovery.c); a no-op otherwise. Every backend call a plugin
- * can make that reads or changes objects calls it first. */
+/* Wait for (join) the thread loading a snapshot's objects section and
+ * clear m->objs_.loading; called by master_objs only. */
 void master_objs_settle(master *m);
+
+/* The object store, once no snapshot load is running into it: the one way
+ * master code reaches the objects. While the objects section loads on its
+ * own thread (master_recovery.c) the first call waits for that thread, so
+ * every path -- a plugin's host API call, an RPC handler, the tick, the
+ * admin endpoint, a node's RPC -- sees the whole snapshot and never races
+ * the load. Afterwards it costs one predictable branch. Loop thread only;
+ * never from the loading thread (it would wait for itself). */
+static inline obj_store *master_objs(master *m)
+{
+    if (__builtin_expect(m->objs_.loading != NULL, 0)) master_objs_settle(m);
+    return m->objs_.store;
+}
 
 void master_carried_free(master *m);
 
@@ -439,7 +456,7 @@ int master_node_readable(const master *m, const char *id);
 int master_nodes_settled(master *m, uint64_t now);
 /* The same question without settling anything (no events, no latch): 1
  * while the ticks would still wait. For /health. */
-int master_nodes_waiting(const master *m, uint64_t now);
+int master_nodes_waiting(master *m, uint64_t now);
 const char *master_node_data_addr(const master *m, const char *id);
 /* The object store's place hook (obj_store_set_place_hook, ctx the master):
  * 1 when node id may hold objects of tenant -- it is shared, dedicated to

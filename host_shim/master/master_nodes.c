@@ -382,7 +382,7 @@ static void on_replicas_dropped(master *m, void *arg, int status, uint64_t seq)
     (void)seq;
     if (status == SMP_OK) {
         smp_object_info info = {.struct_size = sizeof(info)};
-        const char *group = obj_object_info(m->objs, c->key, &info) == SMP_OK ? info.group : "";
+        const char *group = obj_object_info(master_objs(m), c->key, &info) == SMP_OK ? info.group : "";
         smp_event ev = {.struct_size = sizeof(ev), .type = SMP_EVENT_REPLICA_LOST, .key = c->key,
                         .group = group, .replica_kind = c->kind};
         master_emit(m, &ev);
@@ -400,7 +400,7 @@ int master_drop_replica(master *m, const char *key, const obj_replica *lost,
     obj_replica reps[16];
     size_t n = 0, kept = 0;
     obj_record rec = {0};
-    int rc = obj_object_replicas(m->objs, key, reps, 16, &n);
+    int rc = obj_object_replicas(master_objs(m), key, reps, 16, &n);
     if (rc < 0) return rc;
     if (n > 16) n = 16;
     for (size_t i = 0; i < n; i++) {
@@ -411,7 +411,7 @@ int master_drop_replica(master *m, const char *key, const obj_replica *lost,
         if (!same) reps[kept++] = reps[i];
     }
     if (kept == n) return SMP_ENOTFOUND; /* nothing to drop */
-    if ((rc = obj_prepare_set_replicas(m->objs, key, reps, kept, &rec)) < 0) return rc;
+    if ((rc = obj_prepare_set_replicas(master_objs(m), key, reps, kept, &rec)) < 0) return rc;
     lost_ctx *c = calloc(1, sizeof(*c));
     if (c == NULL || (c->key = strdup(key)) == NULL) {
         free(c);
@@ -493,7 +493,7 @@ static int visit_node_replica(void *arg, const char *key, const obj_replica *rep
 {
     reconcile_ctx *c = arg;
     smp_object_info info = {.struct_size = sizeof(info)};
-    if (obj_object_info(c->m->objs, key, &info) < 0) return 0;
+    if (obj_object_info(master_objs(c->m), key, &info) < 0) return 0;
     int lost = 0;
     if (rep->kind == SMP_REPLICA_COLD) {
         lost = rep->status == OBJ_REPLICA_COMPLETE &&
@@ -544,7 +544,7 @@ static void reconcile(master *m, master_node *node, const NodeRegisterRequest *r
         memcpy(c.by_name, req->cold_files, req->n_cold_files * sizeof(*c.by_name));
         qsort(c.by_name, req->n_cold_files, sizeof(*c.by_name), cmp_file_name);
     }
-    obj_visit_replicas(m->objs, node->id, visit_node_replica, &c);
+    obj_visit_replicas(master_objs(m), node->id, visit_node_replica, &c);
     free(c.by_name);
     for (size_t i = 0; i < c.n_lost; i++) {
         if (c.lost_keys[i]) {
@@ -675,7 +675,7 @@ static int h_register(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t
             goto refuse;
         req->cold_files = master_inventory_files(inv, &req->n_cold_files, NULL);
     }
-    const char *foreign = obj_segment_foreign_key(m->objs, req->segment_id, req->tenant);
+    const char *foreign = obj_segment_foreign_key(master_objs(m), req->segment_id, req->tenant);
     if (req->tenant[0] != '\0' && (req->local_socket[0] == '\0' || foreign != NULL)) {
         if (foreign != NULL)
             snprintf(msg, sizeof(msg), "node register: node %.64s is dedicated to tenant %.64s but "
@@ -689,19 +689,19 @@ static int h_register(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t
     }
     const char *owner = NULL;
     uint64_t have = 0;
-    int known = obj_segment_info(m->objs, req->segment_id, &owner, &have) == SMP_OK;
+    int known = obj_segment_info(master_objs(m), req->segment_id, &owner, &have) == SMP_OK;
     if (known && strcmp(owner, req->node_id) != 0) {
         snprintf(msg, sizeof(msg), "node register: segment %s belongs to node %s", req->segment_id, owner);
         rc = SMP_EEXIST;
         goto refuse;
     }
     uint64_t want = req->segment_bytes / OBJ_ALIGN * OBJ_ALIGN;
-    rc = !known ? obj_prepare_segment_mount(m->objs, req->segment_id, req->node_id, want, &rec)
-         : have != want ? obj_prepare_segment_update(m->objs, req->segment_id, want, &rec)
+    rc = !known ? obj_prepare_segment_mount(master_objs(m), req->segment_id, req->node_id, want, &rec)
+         : have != want ? obj_prepare_segment_update(master_objs(m), req->segment_id, want, &rec)
                         : SMP_OK;
     uint64_t tail = 0;
     if (rc == SMP_ERANGE && known && want < have &&
-        obj_segment_tail_used(m->objs, req->segment_id, &tail) == SMP_OK) {
+        obj_segment_tail_used(master_objs(m), req->segment_id, &tail) == SMP_OK) {
         snprintf(msg, sizeof(msg),
                  "node register: segment %s: node.segment_bytes %llu is below the bytes in use "
                  "(replicas occupy it up to byte %llu of %llu); shrinking would cut them: raise "
@@ -734,7 +734,7 @@ static int h_register(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t
     if (n->poll) answer_poll(m, n);
     fail_tasks(m, n, req->segment_survived);
     if (!req->segment_survived) {
-        int cancelled = obj_segment_cancel_puts(m->objs, req->segment_id);
+        int cancelled = obj_segment_cancel_puts(master_objs(m), req->segment_id);
         if (cancelled > 0)
             fprintf(stderr, "store_master: node %s: new segment file, %d put(s) into the old one "
                     "cancelled\n", req->node_id, cancelled);
@@ -820,7 +820,7 @@ static int h_poll(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len
     /* A put whose bytes the node is still receiving is alive, however slow
      * its client: its range is not taken back while this goes on. */
     for (size_t i = 0; i < req->n_writing; i++)
-        obj_put_touch(m->objs, req->writing[i]->key, req->writing[i]->segment,
+        obj_put_touch(master_objs(m), req->writing[i]->key, req->writing[i]->segment,
                       req->writing[i]->offset, n->last_seen_ms);
     take_results(m, n, req);
     int busy = req->busy;
@@ -862,7 +862,7 @@ static int emit_lost(void *arg, const char *key, const obj_replica *rep)
 {
     down_ctx *c = arg;
     smp_object_info info = {.struct_size = sizeof(info)};
-    const char *group = obj_object_info(c->m->objs, key, &info) == SMP_OK ? info.group : "";
+    const char *group = obj_object_info(master_objs(c->m), key, &info) == SMP_OK ? info.group : "";
     smp_event ev = {.struct_size = sizeof(ev), .type = SMP_EVENT_REPLICA_LOST, .key = key,
                     .group = group, .replica_kind = rep->kind};
     master_emit(c->m, &ev);
@@ -886,26 +886,26 @@ static int node_never_came(void *arg, const char *segment, const char *node)
     smp_event ev = {.struct_size = sizeof(ev), .type = SMP_EVENT_NODE_DOWN, .node = node};
     master_emit(m, &ev);
     down_ctx c = {m};
-    obj_visit_replicas(m->objs, node, emit_lost, &c);
+    obj_visit_replicas(master_objs(m), node, emit_lost, &c);
     return 0;
 }
 
-int master_nodes_waiting(const master *m, uint64_t now)
+int master_nodes_waiting(master *m, uint64_t now)
 {
-    return !m->nodes_settled && obj_visit_segments(m->objs, node_unheard, (void *)m) != 0 &&
+    return !m->nodes_settled && obj_visit_segments(master_objs(m), node_unheard, (void *)m) != 0 &&
            now - m->serving_since_ms < m->cfg->node_timeout_ms;
 }
 
 int master_nodes_settled(master *m, uint64_t now)
 {
     if (m->nodes_settled) return 1;
-    if (obj_visit_segments(m->objs, node_unheard, m) == 0) {
+    if (obj_visit_segments(master_objs(m), node_unheard, m) == 0) {
         fprintf(stderr, "store_master: every node holding a segment has registered; "
                         "reconcile ticks start\n");
         m->nodes_settled = 1;
     } else if (now - m->serving_since_ms >= m->cfg->node_timeout_ms) {
         m->nodes_settled = 1;
-        obj_visit_segments(m->objs, node_never_came, m);
+        obj_visit_segments(master_objs(m), node_never_came, m);
         fprintf(stderr, "store_master: node.timeout_ms passed; reconcile ticks start\n");
     }
     return m->nodes_settled;
@@ -930,7 +930,7 @@ void master_nodes_tick(master *m, uint64_t now)
             smp_event ev = {.struct_size = sizeof(ev), .type = SMP_EVENT_NODE_DOWN, .node = n->id};
             master_emit(m, &ev);
             down_ctx c = {m};
-            obj_visit_replicas(m->objs, n->id, emit_lost, &c);
+            obj_visit_replicas(master_objs(m), n->id, emit_lost, &c);
         }
     }
 }

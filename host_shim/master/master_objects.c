@@ -61,7 +61,7 @@ static void reply_no_room(master *m, smp_rpc_call *call, const char *key, const 
     need = (need + OBJ_ALIGN - 1) / OBJ_ALIGN * OBJ_ALIGN;
     char others[300] = "";
     size_t excluded = master_nodes_closed_to(m, tenant);
-    obj_memory_usage(m->objs, &used, &cap);
+    obj_memory_usage(master_objs(m), &used, &cap);
     if (excluded > 0)
         snprintf(others, sizeof(others), " open to tenant '%.128s' (%zu node(s) dedicated to other "
                  "tenants excluded)", tenant, excluded);
@@ -71,7 +71,7 @@ static void reply_no_room(master *m, smp_rpc_call *call, const char *key, const 
              "node.segment_bytes (the segment grows at the node's next start) or delete or "
              "migrate revisions to COLD",
              key, smp_strerror(SMP_ENOSPC), (unsigned long long)need,
-             (unsigned long long)obj_memory_largest_free(m->objs, tenant), others,
+             (unsigned long long)obj_memory_largest_free(master_objs(m), tenant), others,
              (unsigned long long)(cap - used), (unsigned long long)cap, master_nodes_up(m));
     rpc_reply_error(call, SMP_ENOSPC, msg);
 }
@@ -149,7 +149,7 @@ static int h_put_start(void *ctx, smp_rpc_call *call, const uint8_t *body, size_
     uint8_t ticket[TICKET_MAX_BYTES];
     size_t ticket_len = 0;
     int rc = master_key_pending(m, req->key) ? SMP_EBUSY
-                                             : obj_put_start(m->objs, &p, master_now_ms(), &t);
+                                             : obj_put_start(master_objs(m), &p, master_now_ms(), &t);
     if (rc == SMP_ENOSPC) m->pressure = 1; /* the timer plans an eviction */
     master_ticket_req tr = {.op = TICKET_OP_WRITE, .node = t.node, .segment = t.segment,
                             .offset = t.offset, .length = t.length, .key = req->key,
@@ -157,7 +157,7 @@ static int h_put_start(void *ctx, smp_rpc_call *call, const uint8_t *body, size_
     if (rc == SMP_OK && (rc = master_mint_ticket(m, &tr, ticket, sizeof(ticket), &ticket_len)) < 0) {
         /* The node of the range is not serving: give the range back. */
         obj_record rec = {0};
-        if (obj_prepare_put_revoke(m->objs, req->key, &rec) == SMP_OK)
+        if (obj_prepare_put_revoke(master_objs(m), req->key, &rec) == SMP_OK)
             master_commit(m, &rec, NULL, NULL, NULL);
     }
     if (rc == SMP_ENOSPC) {
@@ -213,7 +213,7 @@ static void on_put_end_applied(master *m, void *arg, int status, uint64_t seq)
     put_end_ctx *c = arg;
     if (status == SMP_OK) {
         smp_object_info info = {.struct_size = sizeof(info)};
-        if (obj_object_info(m->objs, c->key, &info) == SMP_OK) {
+        if (obj_object_info(master_objs(m), c->key, &info) == SMP_OK) {
             smp_event ev = {.struct_size = sizeof(ev),
                             .type = SMP_EVENT_OBJECT_COMPLETED,
                             .key = c->key,
@@ -240,7 +240,7 @@ static int h_put_end(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t 
         rpc_reply_error(call, rc, "put end: sha256 must be 32 bytes");
         goto free_req;
     }
-    if ((rc = obj_prepare_put_end(m->objs, req->key, req->sha256.data, master_wall_ms(), &rec)) < 0)
+    if ((rc = obj_prepare_put_end(master_objs(m), req->key, req->sha256.data, master_wall_ms(), &rec)) < 0)
         goto refuse;
     c = calloc(1, sizeof(*c));
     if (c == NULL || (c->key = strdup(req->key)) == NULL) {
@@ -278,12 +278,12 @@ typedef int (*prepare_key_fn)(master *m, const char *key, obj_record *out);
 
 static int prep_revoke(master *m, const char *key, obj_record *out)
 {
-    return obj_prepare_put_revoke(m->objs, key, out);
+    return obj_prepare_put_revoke(master_objs(m), key, out);
 }
 
 static int prep_remove(master *m, const char *key, obj_record *out)
 {
-    return obj_prepare_remove(m->objs, key, master_now_ms(), out);
+    return obj_prepare_remove(master_objs(m), key, master_now_ms(), out);
 }
 
 /* One key, one record, answered when durable. */
@@ -325,7 +325,7 @@ static int read_ticket(master *m, const char *key, const obj_replica *r, const s
     const char *path = r->path ? r->path : "";
     const char *slash = strrchr(path, '/');
     master_ticket_req tr = {.op = TICKET_OP_READ, .node = r->node, .key = key,
-                            .tenant = obj_object_tenant(m->objs, key)};
+                            .tenant = obj_object_tenant(master_objs(m), key)};
     if (r->kind == SMP_REPLICA_MEMORY) {
         tr.segment = r->segment ? r->segment : "";
         tr.offset = r->offset;
@@ -357,14 +357,14 @@ static int h_get_replicas(void *ctx, smp_rpc_call *call, const uint8_t *body, si
     DECODE(KeyRequest, key_request, req, body, len, call);
     if (!key_visible(call, req->key, "get replicas")) goto free_req;
     uint64_t now = master_now_ms();
-    int rc = obj_get_replica_list(m->objs, req->key, now, MASTER_READ_LEASE_MS, reps, MAX_REPLICAS, &n);
+    int rc = obj_get_replica_list(master_objs(m), req->key, now, MASTER_READ_LEASE_MS, reps, MAX_REPLICAS, &n);
     smp_object_info info = {.struct_size = sizeof(info)};
-    if (rc == SMP_OK) rc = obj_object_info(m->objs, req->key, &info);
+    if (rc == SMP_OK) rc = obj_object_info(master_objs(m), req->key, &info);
     if (rc < 0) {
         if (rc == SMP_ENOTFOUND) {
             emit_read_miss(m, req->key, "");
         } else if (rc == SMP_EAGAIN) { /* known, but no complete replica left */
-            int known = obj_object_info(m->objs, req->key, &info) == SMP_OK && info.group != NULL;
+            int known = obj_object_info(master_objs(m), req->key, &info) == SMP_OK && info.group != NULL;
             emit_read_miss(m, req->key, known ? info.group : "");
         }
         reply_err(call, rc, "get replicas", req->key);
@@ -392,7 +392,7 @@ static int h_get_replicas(void *ctx, smp_rpc_call *call, const uint8_t *body, si
         locs[k].data_addr = (char *)master_node_data_addr(m, reps[i].node);
         locs[k].data_tls = master_node_data_tls(m, reps[i].node);
         if (reps[i].kind == SMP_REPLICA_MEMORY)
-            master_node_locate(m, reps[i].node, obj_object_tenant(m->objs, req->key),
+            master_node_locate(m, reps[i].node, obj_object_tenant(master_objs(m), req->key),
                                m->cfg->auth_enabled, &locs[k]);
         plocs[k] = &locs[k];
         k++;
@@ -425,7 +425,7 @@ static int h_exists(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t l
     ExistsResponse resp = EXISTS_RESPONSE__INIT;
     const char *tenant = confined_tenant(call);
     resp.exists = (tenant == NULL || key_in_tenant(req->key, tenant)) &&
-                  obj_exists(m->objs, req->key) != 0;
+                  obj_exists(master_objs(m), req->key) != 0;
     master_reply_msg(call, &resp.base);
     DECODED_FREE(req);
     return SMP_OK;
@@ -440,7 +440,7 @@ static int h_list(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len
     const char **keys = calloc(limit, sizeof(*keys));
     size_t n = 0;
     int more = 0;
-    int rc = keys ? obj_list_prefix(m->objs, req->prefix, confined_tenant(call),
+    int rc = keys ? obj_list_prefix(master_objs(m), req->prefix, confined_tenant(call),
                                     req->cursor[0] ? req->cursor : NULL, limit, keys, &n, &more)
                   : SMP_ENOMEM;
     if (rc < 0) {
@@ -490,7 +490,7 @@ static int h_remove_prefix(void *ctx, smp_rpc_call *call, const uint8_t *body, s
     obj_record_list recs = {0};
     DECODE(RemovePrefixRequest, remove_prefix_request, req, body, len, call);
     prefix_ctx *c = calloc(1, sizeof(*c));
-    int rc = c ? obj_prepare_remove_prefix(m->objs, req->prefix, master_now_ms(), &recs, &c->rep)
+    int rc = c ? obj_prepare_remove_prefix(master_objs(m), req->prefix, master_now_ms(), &recs, &c->rep)
                : SMP_ENOMEM;
     if (rc < 0) {
         free(c);

@@ -54,7 +54,7 @@ static int note_key(master *m, master_reclaim *r, const char *key)
 {
     obj_replica reps[16];
     size_t n = 0;
-    if (obj_object_replicas(m->objs, key, reps, 16, &n) < 0) return SMP_OK;
+    if (obj_object_replicas(master_objs(m), key, reps, 16, &n) < 0) return SMP_OK;
     if (n > 16) n = 16;
     for (size_t i = 0; i < n; i++) {
         int cold = reps[i].kind == SMP_REPLICA_COLD;
@@ -113,7 +113,7 @@ static int still_mapped(master *m, const reclaim_file *f)
 {
     obj_replica reps[16];
     size_t n = 0;
-    if (obj_object_replicas(m->objs, f->key, reps, 16, &n) < 0) return 0;
+    if (obj_object_replicas(master_objs(m), f->key, reps, 16, &n) < 0) return 0;
     if (n > 16) return 1;
     for (size_t i = 0; i < n; i++)
         if (reps[i].kind == SMP_REPLICA_MEMORY && reps[i].segment &&
@@ -128,8 +128,8 @@ static void scrub_freed(master *m, const reclaim_file *f)
 {
     uint64_t len = (f->length ? f->length : 1);
     len = (len + OBJ_ALIGN - 1) / OBJ_ALIGN * OBJ_ALIGN;
-    if (obj_segment_hold_range(m->objs, f->segment, f->offset, len) != SMP_OK) return;
-    obj_segment_release_range(m->objs, f->segment, f->offset, len);
+    if (obj_segment_hold_range(master_objs(m), f->segment, f->offset, len) != SMP_OK) return;
+    obj_segment_release_range(master_objs(m), f->segment, f->offset, len);
     if (master_node_readable(m, f->node)) master_scrub_range(m, f->node, f->segment, f->offset, len);
 }
 
@@ -138,7 +138,7 @@ static int still_named(master *m, const char *key, const char *node, const char 
 {
     obj_replica reps[16];
     size_t n = 0;
-    if (obj_object_replicas(m->objs, key, reps, 16, &n) < 0) return 0;
+    if (obj_object_replicas(master_objs(m), key, reps, 16, &n) < 0) return 0;
     if (n > 16) return 1; /* cannot see them all: keep the file */
     for (size_t i = 0; i < n; i++)
         if (reps[i].kind == SMP_REPLICA_COLD && reps[i].path && strcmp(reps[i].node, node) == 0 &&

@@ -95,7 +95,7 @@ int master_apply_record(master *m, const oplog_record *rec, int carry, char *err
             return rc;
         }
     } else if (rec->type >= 1 && rec->type <= SMP_OPLOG_HOST_TYPE_MAX) {
-        rc = obj_apply_record(m->objs, rec->type, rec->encver, rec->payload, rec->len);
+        rc = obj_apply_record(master_objs(m), rec->type, rec->encver, rec->payload, rec->len);
         if (rc < 0) {
             snprintf(err, errlen, "oplog: record %llu of host type %u (%s) does not apply: %s",
                      (unsigned long long)rec->seq, (unsigned)rec->type,
@@ -173,10 +173,23 @@ static int carry_section(master *m, const snap_section *s)
 /* The host's objects section, loading on a thread of its own while the
  * plugins load their sections on this one: the two touch disjoint state (the
  * object store; each plugin's own), read the same image, and allocate
- * through thread-safe allocators. A plugin that asks the host about objects
- * meanwhile (every backend call that reads or changes them settles first,
- * see master_objs_settle) waits for the load to end, so it sees the objects
- * as it did when they loaded before it. */
+ * through thread-safe allocators.
+ *
+ * Where the wait is. Only this thread can reach the store while the load
+ * runs: recovery runs before the RPC server exists and before the loop
+ * starts, so no RPC handler, tick, admin request or node RPC can; what can
+ * is a plugin's section load() calling the host API (object and group
+ * queries, the managed flag, removals, replica tasks, memory usage), and the
+ * host's own code around it. Rather than a wait in each host API function
+ * (a new one that forgot it would race the load), the wait is in the one
+ * accessor every piece of master code reaches the store through,
+ * master_objs() (master_internal.h): m->objs_.loading set means a load is
+ * running, and the first master_objs() joins it. So any path, of today or
+ * added later, that touches objects while the load runs waits for it and
+ * sees every object of the snapshot, as when the objects loaded first. The
+ * store itself checks it in debug builds (obj_store_loading_begin): an entry
+ * point called from any thread but the loading one while the load runs
+ * aborts, naming the entry point. */
 struct master_objs_load {
     pthread_t thread;
     obj_store *objs;
@@ -193,9 +206,11 @@ static void *objs_load_run(void *arg)
 
 void master_objs_settle(master *m)
 {
-    if (m->objs_loading == NULL) return;
-    (void)pthread_join(m->objs_loading->thread, NULL);
-    m->objs_loading = NULL;
+    struct master_objs_load *l = m->objs_.loading;
+    if (l == NULL) return;
+    (void)pthread_join(l->thread, NULL);
+    obj_store_loading_end(l->objs);
+    m->objs_.loading = NULL;
 }
 
 /* Every section but the host's objects: the carried records and the gates
@@ -259,13 +274,18 @@ static int load_sections(master *m, const snap_image *img, char *err, size_t err
                      objs->name, (unsigned)objs->encver, MASTER_SECTION_ENCVER);
             return SMP_ERANGE;
         }
-        ol.objs = m->objs;
+        ol.objs = m->objs_.store;
         ol.s = objs;
-        if (pthread_create(&ol.thread, NULL, objs_load_run, &ol) == 0) m->objs_loading = &ol;
-        else objs_load_run(&ol);
+        obj_store_loading_begin(ol.objs);
+        if (pthread_create(&ol.thread, NULL, objs_load_run, &ol) == 0) {
+            m->objs_.loading = &ol;
+        } else {
+            obj_store_loading_end(ol.objs);
+            objs_load_run(&ol);
+        }
     }
     rc = load_other_sections(m, img, err, errlen);
-    master_objs_settle(m);
+    (void)master_objs(m); /* the load is over before ol goes */
     if (ol.rc < 0) {
         snprintf(err, errlen, "snapshot %s: section '%s' does not load: %s",
                  snap_image_path(img), objs->name, smp_strerror(ol.rc));
@@ -296,9 +316,9 @@ int master_recover(master *m, char *err, size_t errlen)
     char cause[1024] = "";
     replay_ctx c = {m, cause, sizeof(cause)};
     err[0] = '\0';
-    obj_store_bulk_begin(m->objs);
+    obj_store_bulk_begin(master_objs(m));
     rc = oplog_replay(m->log, last_seq, replay_one, &c, err, errlen);
-    (void)obj_store_bulk_end(m->objs); /* unsorted on ENOMEM: still a valid list */
+    (void)obj_store_bulk_end(master_objs(m)); /* unsorted on ENOMEM: still a valid list */
     if (rc < 0 && cause[0] != '\0') snprintf(err, errlen, "%s", cause);
     if (rc < 0 && err[0] == '\0') snprintf(err, errlen, "oplog: replay failed: %s", smp_strerror(rc));
     return rc;

@@ -151,11 +151,11 @@ typedef struct replicas {
 
 static int load_replicas(master *m, const char *key, replicas *r)
 {
-    int rc = obj_object_replicas(m->objs, key, r->v, REPS_MAX, &r->n);
+    int rc = obj_object_replicas(master_objs(m), key, r->v, REPS_MAX, &r->n);
     if (rc < 0) return rc;
     if (r->n > REPS_MAX) return SMP_ERANGE;
     r->info = (smp_object_info){.struct_size = sizeof(r->info)};
-    if ((rc = obj_object_info(m->objs, key, &r->info)) < 0) return rc;
+    if ((rc = obj_object_info(master_objs(m), key, &r->info)) < 0) return rc;
     r->memory = r->cold = -1;
     for (size_t i = 0; i < r->n; i++) {
         if (r->v[i].status != OBJ_REPLICA_COMPLETE || !master_node_readable(m, r->v[i].node)) continue;
@@ -195,7 +195,7 @@ static void on_persisted(master *m, void *arg, int status, const struct TaskResu
     }
     r.v[r.n++] = (obj_replica){.kind = SMP_REPLICA_COLD, .status = OBJ_REPLICA_COMPLETE,
                                .node = j->node, .length = r.info.size, .path = res->cold_name};
-    if ((status = obj_prepare_set_replicas(m->objs, j->key, r.v, r.n, &rec)) < 0 ||
+    if ((status = obj_prepare_set_replicas(master_objs(m), j->key, r.v, r.n, &rec)) < 0 ||
         (status = master_commit(m, &rec, NULL, on_committed, j)) < 0)
         job_done(j, status);
 }
@@ -203,7 +203,6 @@ static void on_persisted(master *m, void *arg, int status, const struct TaskResu
 int master_ensure_cold(void *ctx, const char *key, smp_done_cb cb, void *arg)
 {
     master *m = ctx;
-    master_objs_settle(m); /* a plugin asking while objects load */
     replicas r;
     int rc;
     if (cb == NULL) return SMP_EINVAL;
@@ -248,7 +247,7 @@ static void on_loaded(master *m, void *arg, int status, const struct TaskResult 
     obj_record rec = {0};
     if (status == SMP_OK && res->status != 0) status = res->status;
     if (status < 0) {
-        obj_release_reservation(m->objs, j->key);
+        obj_release_reservation(master_objs(m), j->key);
         fprintf(stderr, "store_master: loading %s from %s on %s failed: %s (%s)\n", j->key,
                 j->cold_name, j->node, smp_strerror(status), res && res->error ? res->error : "");
         if (res != NULL && res->status == SMP_EPROTO) {
@@ -259,7 +258,7 @@ static void on_loaded(master *m, void *arg, int status, const struct TaskResult 
         job_done(j, status);
         return;
     }
-    if ((status = obj_prepare_add_replica(m->objs, j->key, &j->where, &rec)) < 0 ||
+    if ((status = obj_prepare_add_replica(master_objs(m), j->key, &j->where, &rec)) < 0 ||
         (status = master_commit(m, &rec, NULL, on_committed, j)) < 0)
         job_done(j, status);
 }
@@ -267,7 +266,6 @@ static void on_loaded(master *m, void *arg, int status, const struct TaskResult 
 int master_ensure_memory(void *ctx, const char *key, smp_done_cb cb, void *arg)
 {
     master *m = ctx;
-    master_objs_settle(m); /* a plugin asking while objects load */
     replicas r;
     int rc;
     if (cb == NULL) return SMP_EINVAL;
@@ -286,18 +284,18 @@ int master_ensure_memory(void *ctx, const char *key, smp_done_cb cb, void *arg)
         job_free(j);
         return SMP_ENOMEM;
     }
-    if ((rc = obj_reserve_replica(m->objs, key, src->node, master_now_ms(), &j->where)) < 0) {
+    if ((rc = obj_reserve_replica(master_objs(m), key, src->node, master_now_ms(), &j->where)) < 0) {
         job_free(j);
         return rc;
     }
     /* The file is read where it lies: the range must be on the same node. */
     if (strcmp(j->where.node, src->node) != 0) {
-        obj_release_reservation(m->objs, key);
+        obj_release_reservation(master_objs(m), key);
         job_free(j);
         return SMP_ENOSPC;
     }
     if ((j->segment = strdup(j->where.segment)) == NULL) {
-        obj_release_reservation(m->objs, key);
+        obj_release_reservation(master_objs(m), key);
         job_free(j);
         return SMP_ENOMEM;
     }
@@ -306,7 +304,7 @@ int master_ensure_memory(void *ctx, const char *key, smp_done_cb cb, void *arg)
     rc = master_node_task(m, src->node, TASK_KIND__TASK_LOAD, key, j->where.offset, r.info.size,
                           r.info.checksum, src->path, on_loaded, j);
     if (rc < 0) {
-        obj_release_reservation(m->objs, key);
+        obj_release_reservation(master_objs(m), key);
         job_free(j);
     }
     return rc;
@@ -317,7 +315,6 @@ int master_ensure_memory(void *ctx, const char *key, smp_done_cb cb, void *arg)
 int master_release_memory(void *ctx, const char *key, smp_done_cb cb, void *arg)
 {
     master *m = ctx;
-    master_objs_settle(m); /* a plugin asking while objects load */
     replicas r;
     obj_record rec = {0};
     size_t kept = 0;
@@ -330,7 +327,7 @@ int master_release_memory(void *ctx, const char *key, smp_done_cb cb, void *arg)
     replica_job *j = job_new(m, key, cb, arg);
     if (j == NULL) return SMP_ENOMEM;
     if (kept == r.n) return job_later(j, SMP_OK);
-    if ((rc = obj_prepare_set_replicas(m->objs, key, r.v, kept, &rec)) < 0 ||
+    if ((rc = obj_prepare_set_replicas(master_objs(m), key, r.v, kept, &rec)) < 0 ||
         (rc = master_commit(m, &rec, key, on_committed, j)) < 0)
         job_free(j);
     return rc;

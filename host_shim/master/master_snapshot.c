@@ -119,7 +119,7 @@ static int build(master *m, snap_builder *b)
     int rc;
     if ((rc = snap_builder_begin_section(b, MASTER_SECTION_OBJECTS, MASTER_SECTION_ENCVER, &w)) < 0)
         return rc;
-    rc = obj_store_save(m->objs, write_objects, w);
+    rc = obj_store_save(master_objs(m), write_objects, w);
     int end = snap_builder_end_section(b);
     if (rc < 0 || end < 0) return rc < 0 ? rc : end;
 
