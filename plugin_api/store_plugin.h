@@ -243,7 +243,12 @@ typedef void (*smp_durable_cb)(void *arg, int status, uint64_t seq);
  * load() runs on the loop thread while the host may still be loading its own
  * objects on another; an object or group query (or any other call that reads
  * or changes objects) made inside load() waits for them, so it sees every
- * object of the snapshot. */
+ * object of the snapshot. The OpLog is replayed after every section loaded,
+ * so nothing can be appended yet: inside load() (and a record's replay) a
+ * call that would append -- oplog_append, group_set_managed, remove_object,
+ * a replica task that would change replicas -- answers SMP_ESTATE and changes
+ * nothing, after the checks that need no append (SMP_ENOTFOUND for a key
+ * that is absent, SMP_EVETO, ...). */
 typedef struct smp_snapshot_section {
     uint32_t struct_size;
     const char *name;   /* unique, e.g. "weight_metadata" */

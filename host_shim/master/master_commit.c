@@ -114,6 +114,10 @@ int master_commit(master *m,
 {
     int rc;
     commit_ctx *c = NULL;
+    if (m->recovering) {
+        rc = SMP_ESTATE; /* before the replay, an append would break it */
+        goto free_record;
+    }
     if (m->log_failed) {
         rc = SMP_EDURABILITY;
         goto free_record;
@@ -173,6 +177,7 @@ int master_append_plugin(void *ctx,
 {
     master *m = ctx;
     int rc;
+    if (m->recovering) return SMP_ESTATE; /* before the replay, an append would break it */
     if (m->log_failed) return SMP_EDURABILITY;
     plugin_append_ctx *c = calloc(1, sizeof(*c));
     if (c == NULL) return SMP_ENOMEM;

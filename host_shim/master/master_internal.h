@@ -118,6 +118,11 @@ typedef struct master {
     /* Durability. */
     uint64_t applied_seq;       /* every record up to it is durable and applied */
     int log_failed;             /* the OpLog turned read-only: refuse mutations */
+    /* master_recover is running: the log is not replayed yet, and nothing
+     * may be appended before it is (a plugin's call inside its section
+     * load() or a replay callback): master_commit and master_append_plugin
+     * answer SMP_ESTATE. */
+    int recovering;
     master_pending_key *pending;
     master_busy_key *persisting; /* keys with a cold file being written and recorded */
     master_scrub *scrub;         /* freed ranges being zeroed, put starts waiting on them */

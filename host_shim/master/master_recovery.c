@@ -295,7 +295,8 @@ static int load_sections(master *m, const snap_image *img, char *err, size_t err
     return settle_carried_records(m, err, errlen);
 }
 
-int master_recover(master *m, char *err, size_t errlen)
+/* The recovery proper; master_recover marks it running around this. */
+static int recover(master *m, char *err, size_t errlen)
 {
     snap_image *img = NULL;
     int rc = snap_load_newest(m->snap_dir, &img, err, errlen);
@@ -321,5 +322,13 @@ int master_recover(master *m, char *err, size_t errlen)
     (void)obj_store_bulk_end(master_objs(m)); /* unsorted on ENOMEM: still a valid list */
     if (rc < 0 && cause[0] != '\0') snprintf(err, errlen, "%s", cause);
     if (rc < 0 && err[0] == '\0') snprintf(err, errlen, "oplog: replay failed: %s", smp_strerror(rc));
+    return rc;
+}
+
+int master_recover(master *m, char *err, size_t errlen)
+{
+    m->recovering = 1;
+    int rc = recover(m, err, errlen);
+    m->recovering = 0;
     return rc;
 }
