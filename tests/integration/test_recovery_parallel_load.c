@@ -3,11 +3,19 @@
  * what a plugin sees and what a failure on either side does, on a real
  * master.
  *
- * tests/plugins/objects_probe.so asks the host, as its own section loads,
- * for the member count of group "probe", every member (group_list) and each
- * again (object_get), and the memory in use; RPC service 43 `seen` replies
- * with what it saw. A restart from a snapshot holding 300 members must show
- * it all of them, exactly as the master serves them afterwards. A snapshot
+ * tests/plugins/objects_probe.so classifies every member of the host API
+ * table it is handed (by offset, up to the host's struct_size) and, as its
+ * own section loads, calls each member that reads or changes objects -- the
+ * one its config names `first` before any other -- then asks for the whole
+ * group "probe": member count, every member (group_list), each again
+ * (object_get), the memory in use. RPC service 43 `seen` replies with what
+ * it saw, `members` with the members it calls. This file's table holds the
+ * answer each member must give on the snapshot and on an empty store: a
+ * member the probe calls without an entry here (or the reverse), or one the
+ * probe has not classified, fails the test. A restart from a snapshot
+ * holding 300 members, once with each member first, must show every one of
+ * them its answer on the whole snapshot, and a write during the load changes
+ * nothing (the log is replayed after the sections: SMP_ESTATE). A snapshot
  * whose objects section is checksummed but does not decode, a probe that
  * refuses its section, and both at once each refuse the start with the
  * cause named (the objects' when both fail), exit status 1, no sanitizer
@@ -25,16 +33,49 @@
 #include <cmocka.h>
 
 #include "harness.h"
+#include "kv_client.h"
 #include "rpc_client.h"
 #include "snapshot.h"
 
 #define PROBE_PATH BUILD_DIR "/lib/testplugins/objects_probe.so"
 #define PROBE_SERVICE 43
 #define PROBE_SEEN 1
+#define PROBE_MEMBERS 2
+#define PROBE_KEY "probe/member/0299" /* the probe's default key: the last member */
 #define START_MS 10000
 #define MEMBERS 300
 #define OTHERS 20
 #define CONTENT "payload of a probe member"
+
+/* Every host API member that reads or changes objects, in the probe's
+ * order, and its answer during the section load on the snapshot (key
+ * PROBE_KEY and group "probe" present; NULL: the memory in use) and on an
+ * empty store. Each write answers from what it finds and changes nothing. */
+typedef struct touching {
+    const char *name;
+    const char *loaded;
+    const char *empty;
+} touching;
+
+static const touching members[] = {
+    {"object_get", "OK", "SMP_ENOTFOUND"},
+    {"group_list", "300", "0"},
+    {"group_count", "300", "0"},
+    /* no append before the replay; the answer depends on the objects only
+     * when another plugin owns the group */
+    {"group_set_managed", "SMP_ESTATE", "SMP_ESTATE"},
+    /* the node holding the memory replica has not registered yet: nothing
+     * readable to copy from */
+    {"ensure_cold", "SMP_EAGAIN", "SMP_ENOTFOUND"},
+    {"ensure_memory", "SMP_EAGAIN", "SMP_ENOTFOUND"},
+    /* the last readable copy stays */
+    {"release_memory", "SMP_ESTATE", "SMP_ENOTFOUND"},
+    /* no append before the replay */
+    {"remove_object", "SMP_ESTATE", "SMP_ENOTFOUND"},
+    {"memory_usage", NULL, "0"},
+};
+
+#define N_TOUCHING (sizeof(members) / sizeof(members[0]))
 
 /* -- files ------------------------------------------------------------------ */
 
@@ -91,18 +132,26 @@ static void break_objects_section(const hx_master *m)
 
 /* -- the master ---------------------------------------------------------------- */
 
-/* The probe alone (no weight plugin), refusing its section when fail_load. */
-static void configure(hx_master *m, int fail_load)
+/* The probe alone (no weight plugin), refusing its section when fail_load,
+ * calling member first before any other (NULL: none named). */
+static void configure_first(hx_master *m, int fail_load, const char *first)
 {
-    char extra[1024];
+    char extra[1024], first_line[128] = "";
+    if (first != NULL) snprintf(first_line, sizeof(first_line), "      first: \"%s\"\n", first);
     snprintf(extra, sizeof(extra),
              "plugins:\n"
              "  - path: \"%s\"\n"
              "    config:\n"
              "      group: \"probe\"\n"
-             "      fail_load: %s\n",
-             PROBE_PATH, fail_load ? "true" : "false");
+             "      fail_load: %s\n"
+             "%s",
+             PROBE_PATH, fail_load ? "true" : "false", first_line);
     assert_int_equal(hx_reconfigure(m, extra), 0);
+}
+
+static void configure(hx_master *m, int fail_load)
+{
+    configure_first(m, fail_load, NULL);
 }
 
 /* MEMBERS objects in group "probe" and OTHERS outside it, then a snapshot
@@ -129,8 +178,9 @@ static void fill_and_snapshot(hx_master *m)
     assert_int_equal(hx_stop(m), 0);
 }
 
-/* What the probe saw at its section load ("" before any). */
-static void probe_seen(const hx_master *m, char *out, size_t cap)
+/* The reply of the probe's method (PROBE_SEEN: what it saw at its section
+ * load, "" before any; PROBE_MEMBERS: the members it calls). */
+static void probe_ask(const hx_master *m, uint32_t method, char *out, size_t cap)
 {
     char err[256];
     rpcc_conn *r = NULL;
@@ -139,11 +189,46 @@ static void probe_seen(const hx_master *m, char *out, size_t cap)
     uint8_t *body = NULL;
     size_t len = 0;
     if (rpcc_connect(m->socket, &opt, &r, err, sizeof(err)) != 0) fail_msg("%s", err);
-    assert_int_equal(rpcc_call(r, PROBE_SERVICE, PROBE_SEEN, NULL, 0, &st, &body, &len, NULL), 0);
+    assert_int_equal(rpcc_call(r, PROBE_SERVICE, method, NULL, 0, &st, &body, &len, NULL), 0);
     assert_int_equal(st, 0);
     snprintf(out, cap, "%.*s", (int)len, (const char *)body);
     free(body);
     rpcc_close(r);
+}
+
+/* What the probe must have seen: every member classified, first called
+ * first, each member's answer on the snapshot (loaded) or an empty store,
+ * and the whole group. */
+static void expected(char *out, size_t cap, const char *first, int loaded, double used)
+{
+    size_t n = (size_t)snprintf(out, cap, "uncovered=none first=%s", first ? first : "none");
+    for (size_t i = 0; i < N_TOUCHING; i++) {
+        const char *a = loaded ? members[i].loaded : members[i].empty;
+        if (a != NULL) n += (size_t)snprintf(out + n, cap - n, " %s=%s", members[i].name, a);
+        else n += (size_t)snprintf(out + n, cap - n, " %s=%.0f", members[i].name, used);
+    }
+    if (loaded)
+        snprintf(out + n, cap - n, " count=%d listed=%d found=%d used=%.0f", MEMBERS, MEMBERS,
+                 MEMBERS, used);
+    else
+        snprintf(out + n, cap - n, " count=0 listed=0 found=0 used=0");
+}
+
+/* PROBE_KEY is there, and the master holds the whole snapshot: MEMBERS
+ * members and OTHERS others, nothing removed by the probe's writes. */
+static void nothing_changed(hx_master *m)
+{
+    char **keys = NULL, *next = NULL;
+    size_t n = 0;
+    int exists = 0;
+    kvc *c = hx_client(m);
+    assert_non_null(c);
+    assert_int_equal(kvc_exists(c, PROBE_KEY, &exists), 0);
+    assert_int_equal(exists, 1);
+    assert_int_equal(kvc_list(c, "", NULL, 1000, &keys, &n, &next), 0);
+    assert_int_equal(n, MEMBERS + OTHERS);
+    kvc_list_free(keys, n, next);
+    kvc_close(c);
 }
 
 static int setup(void **state)
@@ -161,33 +246,56 @@ static int teardown(void **state)
 
 /* -- tests ------------------------------------------------------------------------ */
 
-/* The probe asks first thing in its section load, while the objects section
- * is loading on its own thread: every call waits for it, so it sees all 300
- * members (and only them), each found again, and the memory they use --
- * the same the master reports once it serves. */
+/* The members the probe calls are those this file's table expects, in its
+ * order: a member added to either side alone fails here. */
+static void test_the_probe_calls_every_member_the_table_expects(void **state)
+{
+    hx_master *m = *state;
+    char got[1024], want[1024] = "";
+    size_t n = 0;
+    for (size_t i = 0; i < N_TOUCHING; i++)
+        n += (size_t)snprintf(want + n, sizeof(want) - n, "%s%s", i ? " " : "", members[i].name);
+    assert_int_equal(hx_init(m, "parallel-load-members", NULL), 0);
+    configure(m, 0);
+    assert_int_equal(hx_start(m, START_MS), 0);
+    probe_ask(m, PROBE_MEMBERS, got, sizeof(got));
+    assert_string_equal(got, want);
+    assert_int_equal(hx_stop(m), 0);
+}
+
+/* Each member that touches objects, called first thing in the probe's
+ * section load while the objects section is loading on its own thread,
+ * waits for it and answers from the whole snapshot; so does every member
+ * after it, and the group holds all 300 members (and only them), each found
+ * again, using the memory the master reports once it serves. The writes
+ * among them change nothing. On a fresh start each answers as on an empty
+ * store. */
 static void test_a_plugin_asking_during_its_load_sees_every_object(void **state)
 {
     hx_master *m = *state;
-    char seen[256], want[256];
+    char seen[2048], want[2048];
     assert_int_equal(hx_init(m, "parallel-load", NULL), 0);
     configure(m, 0);
     assert_int_equal(hx_start(m, START_MS), 0);
-    probe_seen(m, seen, sizeof(seen));
-    assert_string_equal(seen, "count=0 listed=0 found=0 used=0"); /* a fresh start */
+    probe_ask(m, PROBE_SEEN, seen, sizeof(seen));
+    expected(want, sizeof(want), NULL, 0, 0);
+    assert_string_equal(seen, want); /* a fresh start */
     fill_and_snapshot(m);
 
-    for (int round = 0; round < 3; round++) {
+    for (size_t round = 0; round <= N_TOUCHING; round++) {
+        const char *first = round < N_TOUCHING ? members[round].name : NULL;
+        configure_first(m, 0, first);
         assert_int_equal(hx_start(m, START_MS), 0);
-        probe_seen(m, seen, sizeof(seen));
+        probe_ask(m, PROBE_SEEN, seen, sizeof(seen));
         double used = hx_metric(m, "store_memory_used_bytes");
-        snprintf(want, sizeof(want), "count=%d listed=%d found=%d used=%.0f", MEMBERS, MEMBERS,
-                 MEMBERS, used);
+        expected(want, sizeof(want), first, 1, used);
         if (strcmp(seen, want) != 0) {
             hx_print_log(m);
-            fail_msg("restart %d: the probe saw \"%s\", the master holds \"%s\"", round, seen,
-                     want);
+            fail_msg("restart with %s first: the probe saw \"%s\", the master holds \"%s\"",
+                     first ? first : "no member", seen, want);
         }
         assert_true(used >= (double)MEMBERS * strlen(CONTENT));
+        nothing_changed(m);
         assert_int_equal(hx_stop(m), 0);
     }
 }
@@ -239,6 +347,8 @@ static void test_both_refused_name_the_objects_section(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_the_probe_calls_every_member_the_table_expects, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_a_plugin_asking_during_its_load_sees_every_object,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_refused_objects_section_refuses_the_start_naming_it,
