@@ -8,7 +8,9 @@
  * point; a release build keeps only the flag (that case is skipped). And
  * every entry point of obj_store.h that takes the store starts with the
  * check, read from the sources: an entry point added without it fails
- * here. */
+ * here; and the master names the store only through master_objs(m) (its
+ * field appears only where the store is made, loaded and destroyed). */
+#include <dirent.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -255,12 +257,43 @@ static void test_every_entry_point_that_takes_the_store_checks_its_caller(void *
     free(h);
 }
 
+/* The master names the store's field (m->objs_) only where the store is
+ * made, destroyed and loaded, and in the accessor: every other file goes
+ * through master_objs(m), which waits for a load. */
+static void test_the_master_reaches_the_store_only_through_its_accessor(void **state)
+{
+    (void)state;
+    static const char *const allowed[] = {"master.c", "master_recovery.c", "master_internal.h"};
+    DIR *d = opendir(MASTER_DIR);
+    assert_non_null(d);
+    size_t checked = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        size_t nl = strlen(e->d_name);
+        if (strncmp(e->d_name, "master", 6) != 0 || nl < 3 ||
+            (strcmp(e->d_name + nl - 2, ".c") != 0 && strcmp(e->d_name + nl - 2, ".h") != 0))
+            continue;
+        int ok = 0;
+        for (size_t k = 0; k < sizeof(allowed) / sizeof(allowed[0]); k++)
+            ok |= strcmp(e->d_name, allowed[k]) == 0;
+        char path[512];
+        snprintf(path, sizeof(path), "%s/%s", MASTER_DIR, e->d_name);
+        char *src = read_all(path);
+        if (!ok && (strstr(src, "objs_.") != NULL || strstr(src, "->objs") != NULL))
+            fail_msg("%s names the store's field: use master_objs(m)", e->d_name);
+        free(src);
+        checked++;
+    }
+    closedir(d);
+    assert_true(checked >= 15);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_the_loading_thread_loads_and_the_owner_sees_it_after_the_join),
         cmocka_unit_test(test_a_call_from_another_thread_during_the_load_aborts),
         cmocka_unit_test(test_every_entry_point_that_takes_the_store_checks_its_caller),
+        cmocka_unit_test(test_the_master_reaches_the_store_only_through_its_accessor),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
