@@ -64,6 +64,9 @@ typedef struct host_backend {
     /* smp_host_api.rpc_revision_quota (ABI 1.3; NULL: no limits). */
     int (*rpc_revision_quota)(const smp_rpc_call *call, const char *tenant, uint64_t live,
                               uint64_t *limit);
+    /* smp_host_api.objects_version (ABI 1.5; NULL: the plugins get 0, no
+     * version, and ask object_get every time). */
+    uint64_t (*objects_version)(void *ctx);
 } host_backend;
 
 typedef struct host_plugins host_plugins;

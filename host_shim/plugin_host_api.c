@@ -488,6 +488,12 @@ static int api_object_get(smp_host *h, const char *key, smp_object_info *out)
     return be->object_get != NULL ? be->object_get(be->ctx, key, out) : SMP_ENOTSUP;
 }
 
+static uint64_t api_objects_version(smp_host *h)
+{
+    const host_backend *be = &h->reg->be;
+    return be->objects_version != NULL ? be->objects_version(be->ctx) : 0;
+}
+
 static int api_group_list(smp_host *h, const char *group, const char *after_key, size_t max,
                           smp_object_visit_fn fn, void *arg)
 {
@@ -691,5 +697,6 @@ void hp_api_fill(smp_host *h)
     a->log = hp_host_log;
     a->alloc = api_alloc;
     a->free = api_free;
+    a->objects_version = api_objects_version;
     hp_api_bind_backend(a, &h->reg->be);
 }

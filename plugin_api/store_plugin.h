@@ -1,4 +1,4 @@
-/* store_plugin.h -- the Store Master plugin ABI, version 1.4.
+/* store_plugin.h -- the Store Master plugin ABI, version 1.5.
  *
  * This header is the whole contract between the Store Master (the host) and a
  * plugin shared library. A plugin exports exactly one symbol,
@@ -41,6 +41,11 @@
  * a mapping in the plugin's config block with their lines, so a plugin can
  * refuse a key it does not know (the host does not check the block).
  *
+ * ABI 1.5 appends the host API member objects_version(), a number that
+ * changes whenever what object_get() says about whether any object is
+ * complete and readable may change, so a plugin can keep such answers (the
+ * weight plugin's weight_is_exist does) and ask again only after it moved.
+ *
  * Threading. Every callback into the plugin runs on the master's event-loop
  * thread, which owns all metadata; callbacks must not block and must not call
  * back into a host service that the function's comment says is not re-entrant
@@ -74,7 +79,7 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 
 #define SMP_ABI_MAJOR 1
-#define SMP_ABI_MINOR 4
+#define SMP_ABI_MINOR 5
 
 /* The ABI tag pins what C cannot check across a dlopen: pointer width and byte
  * order. It is 'S' 'M' <pointer bytes> <1 little endian | 2 big endian>. */
@@ -673,6 +678,17 @@ typedef struct smp_host_api {
                        const char *path,
                        int (*visit)(void *arg, const char *key, uint32_t line),
                        void *arg);
+
+    /* ABI 1.5: the objects' readable version. It moves (grows) whenever an
+     * object is completed, replaced or removed, an object gains, loses or
+     * changes a replica, or a node goes up or down: everything the complete
+     * flag and the readable replica counts of object_get() depend on. While
+     * two calls return the same non-zero value, object_get() answered the
+     * same about every key's completeness and readable replicas in between,
+     * so an answer taken at one version may be reused while the version is
+     * unchanged (never after it moved). 0: this host cannot tell; ask
+     * object_get() every time. Loop thread. */
+    uint64_t (*objects_version)(smp_host *h);
 } smp_host_api;
 
 /* True when the host's table is large enough to contain `member`. */

@@ -66,6 +66,15 @@ static int be_object_get(void *ctx, const char *key, smp_object_info *out)
     return rc;
 }
 
+/* The objects' readable version (obj_readable_version): the object store
+ * moves it on every change of an object or its replicas, master_nodes.c on
+ * every node going up or down -- all that be_object_get's answer depends
+ * on. */
+static uint64_t be_objects_version(void *ctx)
+{
+    return obj_readable_version(master_objs(ctx));
+}
+
 static int be_group_list(void *ctx, const char *group, const char *after_key, size_t max,
                          smp_object_visit_fn fn, void *arg)
 {
@@ -147,6 +156,7 @@ void master_backend_init(master *m)
     b->host_caps = MASTER_HOST_CAPS;
     b->oplog_append = master_append_plugin;
     b->object_get = be_object_get;
+    b->objects_version = be_objects_version;
     b->group_list = be_group_list;
     b->group_count = be_group_count;
     b->group_set_managed = be_group_set_managed;

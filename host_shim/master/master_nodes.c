@@ -96,6 +96,15 @@ master_node *master_node_find(const master *m, const char *id)
     return n;
 }
 
+/* Mark n up or down. What a plugin's object_get counts as readable depends
+ * on it, so a change moves the objects' readable version. */
+static void node_set_up(master *m, master_node *n, int up)
+{
+    if (n->up == up) return;
+    n->up = up;
+    obj_readable_changed(master_objs(m));
+}
+
 int master_node_readable(const master *m, const char *id)
 {
     const master_node *n = master_node_find(m, id);
@@ -601,7 +610,7 @@ static void finish_register(master *m, void *arg, int status, uint64_t seq)
                         "node register: the segment could not be mounted durably");
         goto free_ctx;
     }
-    n->up = 1;
+    node_set_up(m, n, 1);
     n->last_seen_ms = master_now_ms();
     reconcile(m, n, r->req);
     smp_event ev = {.struct_size = sizeof(ev), .type = SMP_EVENT_NODE_UP, .node = n->id};
@@ -748,7 +757,7 @@ static int h_register(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t
     ticket_secret_set(&n->secret, req->ticket_secret.data, req->ticket_secret.len);
     n->key_id = req->ticket_key_id ? req->ticket_key_id : 1;
     n->data_tls = req->data_tls;
-    n->up = 0; /* up once the segment is durable and reconciled */
+    node_set_up(m, n, 0); /* up once the segment is durable and reconciled */
     register_ctx *r = calloc(1, sizeof(*r));
     if (r == NULL) {
         rc = SMP_ENOMEM;
@@ -923,7 +932,7 @@ void master_nodes_tick(master *m, uint64_t now)
         }
         uint64_t silent = node_silence_ms(m, n);
         if (n->up && silent > m->cfg->node_timeout_ms) {
-            n->up = 0;
+            node_set_up(m, n, 0);
             fprintf(stderr, "store_master: node %s down (silent for %llu ms)\n", n->id,
                     (unsigned long long)silent);
             fail_tasks(m, n, 0);

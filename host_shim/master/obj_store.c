@@ -333,10 +333,14 @@ int obj_lru_resort(obj_store *st)
     return SMP_OK;
 }
 
-/* Add (sign +1) or subtract (-1) an object's contribution to the counters. */
+/* Add (sign +1) or subtract (-1) an object's contribution to the counters.
+ * Every change of an object's presence or replicas passes here (the object
+ * leaves the counters, changes, and enters them again), so this is also
+ * where the readable version moves (obj_readable_version). */
 void obj_stats_account(obj_store *st, const obj_object *o, int sign)
 {
     uint64_t one = (uint64_t)(int64_t)sign;
+    st->readable_version++;
     st->stats.objects_by_type[o->data_type] += one;
     st->stats.bytes_by_type[o->data_type] += one * o->size;
     for (size_t i = 0; i < o->nreps; i++) {
@@ -551,6 +555,7 @@ void obj_store_clear(obj_store *st)
     memset(st->stats.replica_bytes_by_kind, 0, sizeof(st->stats.replica_bytes_by_kind));
     st->stats.puts_in_flight = 0;
     st->stats.reservations_in_flight = 0;
+    st->readable_version++;
 }
 
 int obj_store_create(obj_store **out, const obj_guard_ops *guard)
@@ -568,6 +573,7 @@ int obj_store_create(obj_store **out, const obj_guard_ops *guard)
     }
     if (guard) st->guard = *guard;
     st->next_put_id = 1;
+    st->readable_version = 1;
     *out = st;
     return SMP_OK;
 }
@@ -665,6 +671,18 @@ int obj_visit_replicas(const obj_store *st,
         }
     }
     return n;
+}
+
+uint64_t obj_readable_version(const obj_store *st)
+{
+    OBJ_CHECK_CALLER(st);
+    return st->readable_version;
+}
+
+void obj_readable_changed(obj_store *st)
+{
+    OBJ_CHECK_CALLER(st);
+    st->readable_version++;
 }
 
 int obj_exists(const obj_store *st, const char *key)

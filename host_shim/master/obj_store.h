@@ -349,6 +349,15 @@ int obj_visit_replicas(const obj_store *st,
 /* 1 when a complete object of key exists, else 0. */
 int obj_exists(const obj_store *st, const char *key);
 
+/* A number that grows whenever an object is completed, replaced or removed,
+ * or gains, loses or changes a replica (and when the store is cleared); 1 for
+ * a new store. While it stays the same, obj_object_info_replicas answers the
+ * same for every key. The master also moves it with obj_readable_changed
+ * when a node goes up or down: what object_get counts as readable depends on
+ * that too. Behind the plugins' objects_version. */
+uint64_t obj_readable_version(const obj_store *st);
+void obj_readable_changed(obj_store *st);
+
 /* Fill info (struct_size set by the caller; fields it does not cover are left
  * alone) for key: the complete object, else an in-flight put (complete 0).
  * SMP_ENOTFOUND. */

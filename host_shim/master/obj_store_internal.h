@@ -206,6 +206,7 @@ struct obj_store {
     obj_place_fn place_ok;  /* may a segment's node hold a tenant's objects */
     void *place_ctx;
     int loading;            /* obj_store_loading_begin .. _end */
+    uint64_t readable_version; /* obj_readable_version: grows with every change */
 };
 
 /* The store obj_store_load is loading on this thread, NULL when none. */

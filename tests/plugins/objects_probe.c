@@ -92,6 +92,21 @@ static void ask_object_get(probe *p, char *out, size_t cap)
     answer(p->api->object_get(p->host, p->key, &info), out, cap);
 }
 
+/* The objects version, then object_get (which waits for the load), then the
+ * version again: "same" when the first answer was already the loaded
+ * store's (the version waited for the load too), "moved" otherwise, "0"
+ * when the host keeps none. */
+static void ask_objects_version(probe *p, char *out, size_t cap)
+{
+    uint64_t v = p->api->objects_version(p->host);
+    smp_object_info info;
+    memset(&info, 0, sizeof(info));
+    info.struct_size = sizeof(info);
+    (void)p->api->object_get(p->host, p->key, &info);
+    uint64_t again = p->api->objects_version(p->host);
+    snprintf(out, cap, "%s", v == 0 ? "0" : v == again ? "same" : "moved");
+}
+
 static void ask_group_list(probe *p, char *out, size_t cap)
 {
     uint64_t n = 0;
@@ -184,6 +199,7 @@ static const member members[] = {
     M_OTHER(rpc_caller, "a call of the plugin's service"),
     M_OTHER(rpc_revision_quota, "a call of the plugin's service and the tenant limits"),
     M_OTHER(config_keys, "the config"),
+    M_OBJECTS(objects_version),
 };
 
 #define N_MEMBERS (sizeof(members) / sizeof(members[0]))

@@ -6,7 +6,11 @@
  * whatever its status, their count even past the caller's room), for a put
  * in flight (its info with complete 0, no replica), for an unknown key
  * (SMP_ENOTFOUND, nothing), and refuse bad arguments (SMP_EINVAL) without
- * touching the store. */
+ * touching the store. The store's readable version (behind the plugins'
+ * objects_version) stays while only questions are asked, and moves with
+ * every change an answer depends on: a replica dropped, an object
+ * completed or removed, a segment unmounted, a node's state (the master's
+ * obj_readable_changed). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -133,12 +137,68 @@ static void test_bad_arguments_are_refused(void **state)
     obj_store_destroy(st);
 }
 
+/* The readable version moves with every change of an object or its
+ * replicas and with nothing else: questions and a put started (an
+ * in-flight put is not readable before or after) leave it. */
+static void test_readable_version_moves_with_every_change(void **state)
+{
+    (void)state;
+    obj_store *st = store_with_objects();
+    obj_record r = {0};
+    smp_object_info info = {.struct_size = sizeof(info)};
+    obj_replica v[4];
+    size_t n = 0;
+    uint64_t v0 = obj_readable_version(st);
+    assert_true(v0 > 0);
+
+    assert_int_equal(obj_object_info_replicas(st, "k", &info, v, 4, &n), SMP_OK);
+    assert_int_equal(obj_object_replicas(st, "k", v, 4, &n), SMP_OK);
+    obj_put_params q = {"q", 100, SMP_DATA_KV, "", "t1", 0, 0, NULL};
+    assert_int_equal(obj_put_start(st, &q, 3, NULL), SMP_OK);
+    assert_int_equal(obj_readable_version(st), v0);
+
+    /* The cold replica of k dropped: k has one readable replica left. */
+    assert_int_equal(n, 2);
+    assert_int_equal(obj_prepare_set_replicas(st, "k", v, 1, &r), SMP_OK);
+    apply(st, &r);
+    uint64_t v1 = obj_readable_version(st);
+    assert_true(v1 > v0);
+    assert_int_equal(obj_object_info_replicas(st, "k", &info, v, 4, &n), SMP_OK);
+    assert_int_equal(info.cold_replicas_readable, 0);
+
+    /* The put of p ended: p is complete now. */
+    uint8_t sum[32] = {9};
+    assert_int_equal(obj_prepare_put_end(st, "p", sum, 2, &r), SMP_OK);
+    apply(st, &r);
+    uint64_t v2 = obj_readable_version(st);
+    assert_true(v2 > v1);
+
+    /* k removed. */
+    assert_int_equal(obj_prepare_remove_unguarded(st, "k", 1, &r), SMP_OK);
+    apply(st, &r);
+    uint64_t v3 = obj_readable_version(st);
+    assert_true(v3 > v2);
+    assert_int_equal(obj_object_info_replicas(st, "k", &info, v, 4, &n), SMP_ENOTFOUND);
+
+    /* The segment of p's memory replica unmounted. */
+    assert_int_equal(obj_prepare_segment_unmount(st, "s0", &r), SMP_OK);
+    apply(st, &r);
+    uint64_t v4 = obj_readable_version(st);
+    assert_true(v4 > v3);
+
+    /* A node going up or down (the master says so). */
+    obj_readable_changed(st);
+    assert_true(obj_readable_version(st) > v4);
+    obj_store_destroy(st);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_complete_object_answers_info_and_replicas),
         cmocka_unit_test(test_put_in_flight_and_unknown_key),
         cmocka_unit_test(test_bad_arguments_are_refused),
+        cmocka_unit_test(test_readable_version_moves_with_every_change),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -33,6 +33,7 @@ typedef struct rec_backend {
     void *cb_arg;
     int leader;
     int object_gets;
+    uint64_t objects_version;
     int removes;
     smp_done_cb done_cb;        /* of the last remove_object */
     void *done_arg;
@@ -64,6 +65,11 @@ static int rec_object_get(void *ctx, const char *key, smp_object_info *out)
     if (strcmp(key, "k") != 0) return SMP_ENOTFOUND;
     out->size = 42;
     return SMP_OK;
+}
+
+static uint64_t rec_objects_version(void *ctx)
+{
+    return ((rec_backend *)ctx)->objects_version;
 }
 
 static int rec_remove_object(void *ctx, const char *key, smp_done_cb cb, void *arg)
@@ -123,6 +129,7 @@ static int setup(void **state)
     fx->be.oplog_append = rec_oplog_append;
     fx->be.is_leader = rec_is_leader;
     fx->be.object_get = rec_object_get;
+    fx->be.objects_version = rec_objects_version;
     fx->be.remove_object = rec_remove_object;
     fx->be.memory_usage = rec_memory_usage;
     if (host_metrics_create(&fx->metrics) != SMP_OK) return -1;
@@ -637,6 +644,12 @@ static void test_host_api_members(void **state)
     assert_int_equal(info.size, 42);
     assert_int_equal(api->object_get(h, "nope", &info), SMP_ENOTFOUND);
     assert_int_equal(fx->rec.object_gets, 2);
+    /* ABI 1.5: the backend's objects version, as it moves (0: it cannot
+     * tell, ask object_get every time). */
+    assert_true(SMP_HOST_HAS(api, objects_version));
+    assert_int_equal(api->objects_version(h), 0);
+    fx->rec.objects_version = 5;
+    assert_int_equal(api->objects_version(h), 5);
     assert_int_equal(api->remove_object(h, "k", NULL, NULL), SMP_OK);
     assert_int_equal(fx->rec.removes, 1);
     assert_null(fx->rec.done_cb); /* no callback asked for: none is owed */
