@@ -76,6 +76,9 @@ typedef struct wm_slab {
 typedef struct wm_rev_entry {
     wm_revision rev;
     wm_affinity aff;
+    uint64_t readable_at; /* the host's objects version at which weight_is_exist
+                           * last found every key readable; 0: none (every
+                           * apply of the revision resets it) */
     wm_slab *slab;
     char *req;     /* the request id an apply changed it to (owned); NULL:
                     * the revision's request id is in keys[] or none */ /* the mapping it lives in; NULL: malloc'ed */
@@ -178,6 +181,7 @@ static void wm_entry_set(wm_rev_entry *e, const wm_revision *rev, char *req)
     int none = wm_request_of(rev)[0] == '\0';
     wm_identity id = e->rev.id;
     e->rev = *rev;
+    e->readable_at = 0;
     e->rev.group_key = g;
     e->rev.manifest_key = m;
     e->rev.id = id;
@@ -409,11 +413,12 @@ const wm_affinity *wm_store_affinity(const wm_store *st, const wm_identity *id)
     return e ? &e->aff : NULL;
 }
 
-const wm_revision *wm_store_get_affinity(const wm_store *st, const wm_identity *id,
-                                         const wm_affinity **aff)
+const wm_revision *wm_store_get_exist(wm_store *st, const wm_identity *id,
+                                      const wm_affinity **aff, uint64_t **readable_at)
 {
-    const wm_rev_entry *e = wm_find_entry(st, id);
+    wm_rev_entry *e = wm_find_entry(st, id);
     *aff = e ? &e->aff : NULL;
+    *readable_at = e ? &e->readable_at : NULL;
     return e ? &e->rev : NULL;
 }
 
@@ -1061,6 +1066,7 @@ int wm_store_load(wm_store *st, const uint8_t *buf, size_t len, char *msg, size_
                                            offsetof(wm_rev_entry, rev));
         e->slab = slab;
         e->req = NULL;
+        e->readable_at = 0;
         slab->refs++;
         if ((rc = wm_entry_insert(fresh, e)) < 0) {
             wm_affinity_clear(&e->aff);

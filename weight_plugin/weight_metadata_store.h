@@ -50,10 +50,14 @@ int wm_store_touch(wm_store *st, const wm_identity *id, uint64_t access_ms);
 /* The sealed affinity summary (empty while IMPORTING); NULL when absent. */
 const wm_affinity *wm_store_affinity(const wm_store *st, const wm_identity *id);
 /* The revision and, in *aff, its sealed affinity summary from one hash
- * lookup (what wm_store_get then wm_store_affinity answer with two); NULL
- * with *aff NULL when absent. Both borrowed until the next apply. */
-const wm_revision *wm_store_get_affinity(const wm_store *st, const wm_identity *id,
-                                         const wm_affinity **aff);
+ * lookup (what wm_store_get then wm_store_affinity answer with two), and in
+ * *readable_at the revision's slot for the host objects version
+ * (smp_host_api.objects_version) at which weight_is_exist last found every
+ * key of it complete and readable: the caller reads and writes it; 0 means
+ * none, and every apply of the revision sets it back to 0. NULL with *aff
+ * and *readable_at NULL when absent. Borrowed until the next apply. */
+const wm_revision *wm_store_get_exist(wm_store *st, const wm_identity *id,
+                                      const wm_affinity **aff, uint64_t **readable_at);
 const wm_operation *wm_store_operation(const wm_store *st, uint64_t op_id);
 const wm_lease *wm_store_lease(const wm_store *st, uint64_t lease_id);
 

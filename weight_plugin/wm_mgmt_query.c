@@ -2,9 +2,11 @@
  * GET_SIZE, LIST, GET_OPERATION).
  *
  * They answer from the revision store without appending anything: a
- * revision in any state, whether a READY revision is readable right now,
- * its sealed size, a bounded page of a tenant's revisions in identity order,
- * an operation by id (ended ones included). None reads a manifest. */
+ * revision in any state, whether a READY revision is readable right now
+ * (asked of the host key by key, or a true answer kept while the host's
+ * objects version has not moved), its sealed size, a bounded page of a
+ * tenant's revisions in identity order, an operation by id (ended ones
+ * included). None reads a manifest. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
@@ -67,8 +69,31 @@ static int wm_key_readable(wm_plugin *p, const char *key)
     return info.complete && info.memory_replicas_readable + info.cold_replicas_readable > 0;
 }
 
+/* The host's objects version (ABI 1.5), 0 when it has none. */
+static uint64_t wm_objects_version(const wm_plugin *p)
+{
+    if (!SMP_HOST_HAS(p->api, objects_version) || p->api->objects_version == NULL) return 0;
+    return p->api->objects_version(p->host);
+}
+
+/* Whether the manifest and every payload of a READY revision have a
+ * readable replica now: one object_get per key. */
+static int wm_keys_readable(wm_plugin *p, const wm_revision *rev, const wm_affinity *aff)
+{
+    int ok = aff != NULL && aff->n_units > 0 && wm_key_readable(p, rev->manifest_key);
+    for (size_t u = 0; ok && u < aff->n_units; u++)
+        for (size_t j = 0; ok && j < aff->units[u].n_members; j++)
+            ok = wm_key_readable(p, aff->units[u].members[j]);
+    return ok;
+}
+
 /* True only for a READY revision whose manifest and every payload have a
- * readable replica now (whatever the residency, during a migration too). */
+ * readable replica now (whatever the residency, during a migration too).
+ * A true answer is kept with the host's objects version it was found at:
+ * while the version has not moved, no object or node changed, and the
+ * answer is given again without asking the host about each key. A false
+ * answer is never kept, and a host without the version (0) is asked every
+ * time. */
 int wm_rpc_is_exist(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len)
 {
     wm_plugin *p = plugin;
@@ -81,13 +106,16 @@ int wm_rpc_is_exist(void *plugin, smp_rpc_call *call, const uint8_t *body, size_
     if (req == NULL) return SMP_OK;
     if (!wm_identity_in(p, call, req->identity, &idb)) goto free_req;
     const wm_affinity *aff;
-    const wm_revision *rev = wm_store_get_affinity(p->store, &idb.id, &aff);
+    uint64_t *readable_at;
+    const wm_revision *rev = wm_store_get_exist(p->store, &idb.id, &aff, &readable_at);
     if (rev != NULL && rev->availability == WM_AVAIL_READY) {
-        int ok = aff != NULL && aff->n_units > 0 && wm_key_readable(p, rev->manifest_key);
-        for (size_t u = 0; ok && u < aff->n_units; u++)
-            for (size_t j = 0; ok && j < aff->units[u].n_members; j++)
-                ok = wm_key_readable(p, aff->units[u].members[j]);
-        resp.exists = ok;
+        uint64_t version = wm_objects_version(p);
+        if (version != 0 && *readable_at == version) {
+            resp.exists = 1;
+        } else {
+            resp.exists = wm_keys_readable(p, rev, aff);
+            *readable_at = resp.exists ? version : 0;
+        }
     }
     wm_reply_packed(p, call, &resp.base);
 free_req:
