@@ -55,7 +55,7 @@ static void reply_err(smp_rpc_call *call, int rc, const char *what, const char *
 static void reply_no_room(master *m, smp_rpc_call *call, const char *key, const char *tenant,
                           uint64_t size)
 {
-    char msg[1600];
+    char msg[1700];   /* the longest key, tenant and figures: 1677 bytes */
     uint64_t used = 0, cap = 0;
     uint64_t need = (size ? size : 1);
     need = (need + OBJ_ALIGN - 1) / OBJ_ALIGN * OBJ_ALIGN;
