@@ -50,6 +50,8 @@ cluster:
   default_weight_migration_mode: manual
 plugins:
   - path: "$BUILD_DIR/lib/weight_mgmt.so"
+    config:
+      tick_period_ms: 50
 YAML
 . "$(dirname "$0")/weightctl_lib.sh"
 start_master "$tmp/master.yaml"
