@@ -23,7 +23,9 @@
  *             from the page cache, then weight_get of it (served from the
  *             cold files by the node), against a plain read() of a file of
  *             the same bytes, written, synced and dropped from the page
- *             cache the same way (posix_fadvise DONTNEED; target >= 0.7).
+ *             cache the same way (posix_fadvise DONTNEED; target >= 0.7);
+ *             with the CPU per GiB of the client and of the master (its
+ *             embedded node serves the files).
  *
  * Each HOT/TCP/TP4->TP2 figure is the best of five runs after one warm-up
  * get (which maps the segment once per store, as a long-lived loader
@@ -31,7 +33,8 @@
  * per GiB got (mean of the five, and the first's: on a shared machine it
  * moves less than wall time). The gets use WEIGHT_OPT_THREADS transfer threads: the
  * default (the cores, at most 4), or $WM_BENCH_THREADS, which sets the
- * memcpy baseline's threads too. COLD and the puts are one run each.
+ * memcpy baseline's threads too. The puts are one run each, and so is
+ * COLD (`cold`: the best of three, raw read and get taking turns).
  * Destination buffers are touched beforehand, so page faults on them count
  * for neither side. weight_get verifies every chunk it reads (XXH3) before
  * scattering it; every get is compared with the source bytes once. The
@@ -40,10 +43,11 @@
  * put): on a shared machine that ratio moves less than wall time.
  * The node runs with node.segment_prefault (WM_BENCH_PREFAULT=0: without).
  * Usage:
- *   bench_weight_get [GIB] [DATA_DIR] [put|get]
+ *   bench_weight_get [GIB] [DATA_DIR] [put|get|cold]
  * (`put`: the two puts only, for a profile or a quick comparison; `get`:
  * both revisions put co-located, then the HOT and TP4->TP2 gets only, the
- * node without node.segment_prefault unless WM_BENCH_PREFAULT=1)
+ * node without node.segment_prefault unless WM_BENCH_PREFAULT=1; `cold`:
+ * the TP 1 put, then COLD only)
  * (the master's data_dir and the raw file go under DATA_DIR, default /tmp;
  * the segment under $WM_BENCH_SHM, default /dev/shm; memory needed: about
  * 4 x GIB). */
@@ -179,25 +183,33 @@ static int publish(weight_store *s, bench *b, const char *rev, uint32_t tp)
     return rc;
 }
 
-/* Seconds of one weight_get, or -1. */
-static double timed_get(weight_store *s, bench *b, const char *rev, uint32_t tp, uint32_t rank,
-                        uint64_t *bytes)
+/* Seconds of one weight_get, or -1; *st its statistics. */
+static double timed_get_stats(weight_store *s, bench *b, const char *rev, uint32_t tp,
+                              uint32_t rank, weight_get_stats *st)
 {
     weight_identity id;
-    weight_get_stats st;
     weight_identity_set(&id, NULL, "bench", "model", rev, 1);
     b->tp = tp;
     b->rank = rank;
     weight_placement pl = {place, b};
     weight_bindings bd = {NULL, 0, provide, b};
     double t0 = now_s();
-    int rc = weight_get(s, &id, &pl, &bd, &st);
+    int rc = weight_get(s, &id, &pl, &bd, st);
     double dt = now_s() - t0;
     if (rc != 0) {
         fprintf(stderr, "weight_get %s: %s: %s\n", rev, weight_error_name(rc),
                 weight_store_last_error(s));
         return -1;
     }
+    return dt;
+}
+
+/* Seconds of one weight_get, or -1; *bytes the bytes it got. */
+static double timed_get(weight_store *s, bench *b, const char *rev, uint32_t tp, uint32_t rank,
+                        uint64_t *bytes)
+{
+    weight_get_stats st;
+    double dt = timed_get_stats(s, b, rev, tp, rank, &st);
     *bytes = st.bytes;
     return dt;
 }
@@ -348,28 +360,43 @@ static void drop_dir_cache(const char *dir)
     closedir(d);
 }
 
-/* Write src to path, sync it, drop it from the page cache, and return the
- * seconds of reading it back into dst with read() in 8 MiB calls (what a
- * loader reading the same bytes from disk does at the least). -1 on
- * failure; the file is removed. */
-static double timed_raw_read(const char *path, const uint8_t *src, uint8_t *dst, uint64_t bytes)
+/* Write src to path and sync it (the raw read's file). 0 or -1. */
+static int write_raw_file(const char *path, const uint8_t *src, uint64_t bytes)
 {
     const uint64_t piece = 8ull << 20;
-    double t = -1;
-    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     if (fd < 0) {
         fprintf(stderr, "bench: %s: %s\n", path, strerror(errno));
         return -1;
     }
     for (uint64_t off = 0; off < bytes;) {
         ssize_t n = write(fd, src + off, bytes - off < piece ? bytes - off : piece);
-        if (n <= 0) goto close_fd;
+        if (n <= 0) {
+            close(fd);
+            return -1;
+        }
         off += (uint64_t)n;
     }
-    if (fdatasync(fd) < 0 || posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) != 0) goto close_fd;
+    int rc = fdatasync(fd);
+    close(fd);
+    return rc < 0 ? -1 : 0;
+}
+
+/* Drop path (written by write_raw_file) from the page cache and return the
+ * seconds of reading it into dst with read() in 8 MiB calls (what a loader
+ * reading the same bytes from disk does at the least). -1 on failure. */
+static double timed_raw_read(const char *path, uint8_t *dst, uint64_t bytes)
+{
+    const uint64_t piece = 8ull << 20;
+    double t = -1;
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) {
+        fprintf(stderr, "bench: %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    if (posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) != 0) goto close_fd;
     double t0 = now_s();
     uint64_t off = 0;
-    if (lseek(fd, 0, SEEK_SET) < 0) goto close_fd;
     while (off < bytes) {
         ssize_t n = read(fd, dst + off, bytes - off < piece ? bytes - off : piece);
         if (n <= 0) break;
@@ -378,7 +405,6 @@ static double timed_raw_read(const char *path, const uint8_t *src, uint8_t *dst,
     if (off == bytes) t = now_s() - t0;
 close_fd:
     close(fd);
-    unlink(path);
     return t;
 }
 
@@ -489,12 +515,78 @@ static int migrate_cold(weight_store *s, const char *rev)
     return -1;
 }
 
+/* Set rev's migration mode to MANUAL: the master moves it no more by
+ * itself (an AUTO revision got back toward preferred HOT once its cooldown
+ * was over). 0 or -1. */
+static int set_manual(weight_store *s, const char *rev)
+{
+    weight_identity id;
+    weight_metadata md;
+    weight_policy pol = {.mode = WEIGHT_MODE_MANUAL};
+    weight_identity_set(&id, NULL, "bench", "model", rev, 1);
+    int rc = weight_get_metadata(s, &id, &md, NULL);
+    if (rc == 0) rc = weight_update_policy(s, &id, &pol, md.metadata_generation, NULL);
+    if (rc != 0) {
+        fprintf(stderr, "bench: policy of %s: %s: %s\n", rev, weight_error_name(rc),
+                weight_store_last_error(s));
+        return -1;
+    }
+    return 0;
+}
+
+/* COLD: migrate tp1 to COLD, then `rounds` times, taking turns, read the
+ * raw file (written once, the same bytes) with the page cache dropped, and
+ * get tp1 with its cold files dropped from the page cache; the best of
+ * each, and the CPU per GiB of this process (the client) and of the master
+ * (whose embedded node serves the cold files), the mean of the rounds.
+ * 0 or -1. */
+static int cold_gets(weight_store *s, const hx_master *m, bench *b, const char *raw_path,
+                     const char *cold_dir, int rounds)
+{
+    double raw = 1e9, cold = 1e9, client_cpu = 0, node_cpu = 0, raw_cpu = 0;
+    uint64_t bytes = 0;
+    if (migrate_cold(s, "tp1") < 0 || write_raw_file(raw_path, b->src, b->total) < 0) return -1;
+    if (rounds > 1 && set_manual(s, "tp1") < 0) return -1; /* no move back between rounds */
+    for (int r = 0; r < rounds; r++) {
+        double r0 = cpu_s();
+        double raw_t = timed_raw_read(raw_path, b->dst, b->total), t;
+        if (raw_t < 0) return -1;
+        raw_cpu += (cpu_s() - r0) / rounds;
+        if (raw_t < raw) raw = raw_t;
+        memset(b->dst, 1, b->total);
+        drop_dir_cache(cold_dir);
+        usage c0 = self_usage(), n0 = proc_usage(m->pid);
+        weight_get_stats st;
+        t = timed_get_stats(s, b, "tp1", 1, 0, &st);
+        usage c = usage_since(self_usage(), c0), n = usage_since(proc_usage(m->pid), n0);
+        if (t < 0 || check_bytes(b, 1, 0) < 0) return -1;
+        bytes = st.bytes;
+        if (st.local_bytes > 0) {
+            /* a memory replica came back (the master moved the revision) */
+            fprintf(stderr, "bench: the COLD get read %llu bytes from memory\n",
+                    (unsigned long long)st.local_bytes);
+            return -1;
+        }
+        if (t < cold) cold = t;
+        if (rounds > 1)
+            printf("COLD TP1    round %d: raw read %.2f GiB/s, weight_get %.2f GiB/s\n", r + 1,
+                   (double)b->total / GIB / raw_t, (double)bytes / GIB / t);
+        client_cpu += c.cpu / rounds;
+        node_cpu += n.cpu / rounds;
+    }
+    report_get("COLD TP1", cold, cold, -1, -1, "raw read", raw, -1, bytes, 0.7);
+    double gib = (double)bytes / GIB;
+    printf("COLD TP1    CPU per GiB: client %.3f s + master (node) %.3f s; raw read %.3f s "
+           "(mean of %d)\n", client_cpu / gib, node_cpu / gib, raw_cpu / gib, rounds);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     double gib = 4.0;
     const char *shm = getenv("WM_BENCH_SHM") ? getenv("WM_BENCH_SHM") : "/dev/shm";
     const char *dir = "/tmp";
-    int puts_only = 0, gets_only = 0;
+    int puts_only = 0, gets_only = 0, cold_only = 0;
     /* WM_BENCH_PREFAULT=0: the node without node.segment_prefault (for a before/after) */
     int prefault = getenv("WM_BENCH_PREFAULT") == NULL || atoi(getenv("WM_BENCH_PREFAULT")) != 0;
     /* the get's transfer threads and the memcpy baseline's: weight_get's
@@ -510,6 +602,7 @@ int main(int argc, char **argv)
         if (end != argv[i] && *end == '\0' && v > 0) gib = v;
         else if (strcmp(argv[i], "put") == 0) puts_only = 1;
         else if (strcmp(argv[i], "get") == 0) gets_only = 1;
+        else if (strcmp(argv[i], "cold") == 0) cold_only = 1;
         else {
             dir = argv[i];
             setenv("TMPDIR", argv[i], 1); /* run_all.sh's data directory */
@@ -525,7 +618,8 @@ int main(int argc, char **argv)
     b.n_tensors = (size_t)(gib * GIB / (double)b.tensor_bytes);
     if (b.n_tensors < 1) b.n_tensors = 1;
     b.total = b.n_tensors * b.tensor_bytes;
-    uint64_t seg_bytes = 2 * b.total + (512ull << 20);
+    /* room for both revisions (`cold`: the TP 1 one only) */
+    uint64_t seg_bytes = (cold_only ? 1 : 2) * b.total + (512ull << 20);
 
     snprintf(segdir, sizeof segdir, "%s/wm-bench-weight-get-%d", shm, (int)getpid());
     snprintf(raw_path, sizeof raw_path, "%s/wm-bench-weight-get-%d.raw", dir, (int)getpid());
@@ -534,9 +628,13 @@ int main(int argc, char **argv)
              "cluster:\n  default_weight_preferred_residency: hot\n"
              "snapshot:\n  every_records: 0\n",
              segdir, (unsigned long long)seg_bytes, prefault ? "true" : "false");
-    if (hx_init(&m, "bench-get", extra) < 0 || hx_start(&m, 60000) < 0) {
-        fprintf(stderr, "bench: cannot start the master\n");
+    if (hx_init(&m, "bench-get", extra) < 0) {
+        fprintf(stderr, "bench: cannot set up the master\n");
         return 1;
+    }
+    if (hx_start(&m, 60000) < 0) {
+        fprintf(stderr, "bench: cannot start the master\n");
+        goto stop; /* its segment may be there: removed below */
     }
     snprintf(cold_dir, sizeof cold_dir, "%s/data/cold", m.dir);
     b.src = malloc(b.total);
@@ -584,7 +682,7 @@ int main(int argc, char **argv)
     c0 = self_usage();
     n0 = proc_usage(m.pid);
     t0 = now_s();
-    if (rc == 0) rc = publish(gets_only ? s : tcp, &b, "tp4", 4);
+    if (rc == 0 && !cold_only) rc = publish(gets_only ? s : tcp, &b, "tp4", 4);
     put_s = now_s() - t0;
     put_c = usage_since(self_usage(), c0);
     put_n = usage_since(proc_usage(m.pid), n0);
@@ -594,7 +692,8 @@ int main(int argc, char **argv)
         goto close_store;
     }
     sha_s = timed_sha256(b.src, b.total, &sha_cpu);
-    if (!gets_only) report_put("TCP (TP4)", put_s, put_c, put_n, sha_s, sha_cpu, copy_s, b.total);
+    if (!gets_only && !cold_only)
+        report_put("TCP (TP4)", put_s, put_c, put_n, sha_s, sha_cpu, copy_s, b.total);
     if (puts_only) {
         status = 0;
         goto close_store;
@@ -603,6 +702,7 @@ int main(int argc, char **argv)
     const int runs = 5;
     double raw = 1e9;
     gets g;
+    if (cold_only) goto cold;
     /* HOT co-located: the whole revision through the mapping. */
     if (best_gets(s, &b, "tp1", 1, runs, threads, 1, &g) < 0) goto close_store;
     report_get("HOT TP1", g.best, g.first, g.cpu, g.first_cpu, "memcpy", g.copy, g.copy1, g.bytes,
@@ -626,15 +726,9 @@ int main(int argc, char **argv)
     }
     report_get("TCP TP1", g.best, g.first, g.cpu, g.first_cpu, "raw socket", raw, -1, g.bytes, 0.7);
 
+cold:
     /* COLD: from the node's cold files, page cache dropped, against read(). */
-    if (migrate_cold(s, "tp1") < 0) goto close_store;
-    raw = timed_raw_read(raw_path, b.src, b.dst, b.total);
-    memset(b.dst, 1, b.total);
-    drop_dir_cache(cold_dir);
-    uint64_t bytes = 0;
-    double cold = timed_get(s, &b, "tp1", 1, 0, &bytes);
-    if (raw < 0 || cold < 0 || check_bytes(&b, 1, 0) < 0) goto close_store;
-    report_get("COLD TP1", cold, cold, -1, -1, "raw read", raw, -1, bytes, 0.7);
+    if (cold_gets(s, &m, &b, raw_path, cold_dir, cold_only ? 3 : 1) < 0) goto close_store;
     status = 0;
 close_store:
     weight_store_close(tcp);
