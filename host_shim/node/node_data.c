@@ -14,13 +14,26 @@
  * removed while its mapping is being read or written.
  *
  * A READ_COLD cannot stream from a mapping: the file is on disk (or a DFS
- * mount) and blocking I/O must stay off the loop. It is a cold_xfer: the
- * open and header check, then each chunk's pread into one bounded buffer
- * (COLD_XFER_CHUNK), run on libuv's threadpool; after each chunk the loop
- * sends it and queues the next. A transfer is always in exactly one of two
- * places -- a work item or a chunk write -- and the connection's close
- * frees it, unless a work item is still out: then the work's completion
- * does (the work touches only the transfer, never the connection).
+ * mount) and blocking I/O must stay off the loop. It is a cold_xfer whose
+ * steps run on libuv's threadpool: first the open and header check. On a
+ * plaintext connection each later step is a sendfile of up to
+ * COLD_SEND_STEP bytes from the file's cached pages to the socket, through
+ * a dup of the socket that the connection keeps for this (send_fd): no
+ * copy through the node's memory. The socket is non-blocking: a step that
+ * meets a full socket ends there, and the loop waits for it to be writable
+ * (send_poll on send_fd) before queueing the next, so a client that stops
+ * reading holds no thread. The loop touches the socket meanwhile only to
+ * close it; the dup keeps it open until the step returns. A TLS connection
+ * (and a plaintext one whose header is still queued) takes the other way:
+ * each chunk is pread into one bounded buffer (COLD_XFER_CHUNK), which the
+ * loop seals and sends before the next pread is queued. A transfer is
+ * always in exactly one place -- a work item, a chunk write, or the wait
+ * for a writable socket -- and the connection's close frees it, unless a
+ * work item is still out: then the work's completion does (the work touches
+ * only the transfer, never the connection). Either way, a file that fails
+ * half way (shorter than its header said, or unreadable) closes the
+ * connection: the response header promised every byte, so the client sees
+ * a short transfer, never a complete one.
  *
  * TLS (data_server_options.tls): a connection is an OpenSSL session on the
  * loop. libuv reads ciphertext into the connection's buffer, which goes into
@@ -37,6 +50,7 @@
  * is a plaintext client, answered with one plaintext refusal frame naming
  * the cause, then closed; the server keeps serving. */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
@@ -44,6 +58,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/sendfile.h>
 #include <unistd.h>
 
 #include <openssl/crypto.h>
@@ -57,7 +72,8 @@
 #include "rpc_tls.h"
 #include "node_tls_out.h"
 
-#define COLD_XFER_CHUNK (1u << 20) /* bytes of a cold file read and sent at once */
+#define COLD_XFER_CHUNK (1u << 20) /* bytes of a cold file read and sent at once (TLS) */
+#define COLD_SEND_STEP (8u << 20)  /* bytes of a cold file sendfile'd by one work item */
 #define USED_TICKETS_MAX (1u << 20) /* write tickets remembered at once (replay guard) */
 #define USED_PRUNE_MS 1000          /* forget expired write tickets at most this often */
 #define TLS_IN_CHUNK (256u << 10)   /* ciphertext taken from the socket at once */
@@ -102,10 +118,14 @@ typedef struct cold_xfer {
     int opened;                 /* the open step is done */
     int rc;                     /* result of the last work item */
     int fd;                     /* the cold file, or -1 */
+    int sock;                   /* sendfile to this socket (the connection's send_fd), or
+                                   -1: pread into buf */
+    int owns_sock;              /* the connection closed under a work item: close sock */
+    int blocked;                /* the last send step met a full socket */
     uint64_t data_len;          /* the file's data bytes (header says, size agrees) */
     uint64_t pos;               /* data offset of the next chunk */
     uint64_t remaining;         /* bytes still to send */
-    size_t chunk;               /* bytes in buf */
+    size_t chunk;               /* bytes in buf, or sent by the last send step */
     uint8_t *cipher;            /* TLS: the chunk sealed */
     char name[COLD_NAME_MAX];
     uint8_t buf[COLD_XFER_CHUNK];
@@ -126,6 +146,8 @@ typedef struct data_conn {
     uint8_t *dst;               /* PAYLOAD: where the next byte goes */
     uint64_t remaining;         /* PAYLOAD: bytes still to receive */
     cold_xfer *cold;            /* the READ_COLD in progress */
+    int send_fd;                /* a dup of the socket for sendfile, or -1 (not made yet) */
+    uv_poll_t send_poll;        /* waits for send_fd to be writable (open: send_fd >= 0) */
     used_ticket *wticket;       /* PAYLOAD: the write ticket being used */
     rpc_tls_session tls;        /* ssl NULL: a plaintext connection */
     uint8_t *cin;               /* TLS: ciphertext read from the socket */
@@ -317,6 +339,8 @@ static void cold_free(cold_xfer *x)
 {
     if (x->fd >= 0)
         close(x->fd);
+    if (x->owns_sock)
+        close(x->sock);
     free(x->cipher);
     free(x);
 }
@@ -327,12 +351,17 @@ static void on_conn_closed(uv_handle_t *h)
     data_server *s = c->srv;
     if (--c->open_handles > 0)
         return;
-    if (c->cold != NULL) {
-        if (c->cold->in_work)
-            c->cold->conn = NULL; /* the work's completion frees it */
-        else
-            cold_free(c->cold);
+    if (c->cold != NULL && c->cold->in_work) {
+        c->cold->conn = NULL; /* the work's completion frees it */
+        if (c->send_fd >= 0 && c->cold->sock == c->send_fd) {
+            c->cold->owns_sock = 1; /* the work may be sending on it */
+            c->send_fd = -1;
+        }
+    } else if (c->cold != NULL) {
+        cold_free(c->cold);
     }
+    if (c->send_fd >= 0)
+        close(c->send_fd);
     if (c->prev != NULL)
         c->prev->next = c->next;
     else
@@ -355,6 +384,8 @@ static void conn_close_handles(data_conn *c)
     uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
     if (c->srv->idle_ms > 0)
         uv_close((uv_handle_t *)&c->idle, on_conn_closed);
+    if (c->send_fd >= 0)
+        uv_close((uv_handle_t *)&c->send_poll, on_conn_closed);
 }
 
 /* Take u off the writing list (its write completed or broke). */
@@ -758,7 +789,35 @@ static int check_ticket(data_conn *c, const char *segid, uint8_t op)
 
 /* -- READ_COLD ------------------------------------------------------------- */
 
-/* Threadpool: open the file, or pread the next chunk. Touches x only. */
+/* Threadpool, a send step: sendfile up to COLD_SEND_STEP bytes from pos to
+ * x->sock. x->chunk gets what went out; x->blocked is set when the socket
+ * took no more (not an error: the loop waits for it). */
+static void cold_send_step(cold_xfer *x)
+{
+    size_t step = x->remaining < COLD_SEND_STEP ? (size_t)x->remaining : COLD_SEND_STEP;
+    off_t off = (off_t)(COLD_HEADER_BYTES + x->pos);
+    x->chunk = 0;
+    x->blocked = 0;
+    x->rc = SMP_OK;
+    while (x->chunk < step) {
+        ssize_t n = sendfile(x->sock, x->fd, &off, step - x->chunk);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            x->blocked = 1;
+            return;
+        }
+        if (n <= 0) {
+            /* EPROTO: the file got shorter; EIO: it or the socket failed */
+            x->rc = n < 0 ? SMP_EIO : SMP_EPROTO;
+            return;
+        }
+        x->chunk += (size_t)n;
+    }
+}
+
+/* Threadpool: the open step, a send step, or the next chunk's pread.
+ * Touches x only. */
 static void cold_work(uv_work_t *w)
 {
     cold_xfer *x = w->data;
@@ -766,6 +825,10 @@ static void cold_work(uv_work_t *w)
     size_t got = 0;
     if (!x->opened) {
         x->rc = cold_open_data(x->ct, x->name, &x->fd, &x->data_len);
+        return;
+    }
+    if (x->sock >= 0) {
+        cold_send_step(x);
         return;
     }
     x->chunk = x->remaining < COLD_XFER_CHUNK ? (size_t)x->remaining : COLD_XFER_CHUNK;
@@ -839,6 +902,62 @@ static void cold_refuse(data_conn *c, int status, const char *fmt, ...)
     cold_end(c);
 }
 
+/* The socket a send step may sendfile to: the connection's send_fd (made
+ * on first use, with its poll handle), when the connection is plaintext
+ * and nothing it queued is still unsent (the response header went out
+ * whole, so the file's bytes follow it). -1: pread and write instead. */
+static int send_socket(data_conn *c)
+{
+    uv_os_fd_t fd;
+    if (c->tls.ssl != NULL || uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) != 0)
+        return -1;
+    if (c->send_fd >= 0)
+        return c->send_fd;
+    if (uv_fileno((uv_handle_t *)&c->tcp, &fd) < 0)
+        return -1;
+    int d = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (d < 0)
+        return -1;
+    if (uv_poll_init(c->srv->loop, &c->send_poll, d) < 0) {
+        close(d);
+        return -1;
+    }
+    c->send_poll.data = c;
+    c->send_fd = d;
+    c->open_handles++;
+    return d;
+}
+
+/* send_fd is writable again: queue the next send step. */
+static void cold_writable(uv_poll_t *p, int status, int events)
+{
+    data_conn *c = p->data;
+    (void)events;
+    uv_poll_stop(p);
+    if (c->state == CS_CLOSING || c->cold == NULL)
+        return;
+    if (status < 0 || cold_queue(c, c->cold) < 0)
+        conn_close(c);
+}
+
+/* A send step returned without error: count what went out, then end the
+ * transfer, wait for the socket, or queue the next step. */
+static void cold_sent(data_conn *c, cold_xfer *x)
+{
+    c->srv->stats.bytes_read += x->chunk;
+    x->pos += x->chunk;
+    x->remaining -= x->chunk;
+    if (x->remaining == 0) {
+        c->srv->stats.cold_reads++;
+        cold_end(c);
+    } else if (x->blocked) {
+        if (uv_poll_start(&c->send_poll, UV_WRITABLE, cold_writable) < 0)
+            conn_close(c);
+    } else if (cold_queue(c, x) < 0) {
+        conn_close(c);
+    }
+}
+
 static void cold_after_work(uv_work_t *w, int status)
 {
     cold_xfer *x = w->data;
@@ -875,6 +994,7 @@ static void cold_after_work(uv_work_t *w, int status)
             return; /* closing */
         x->pos = off;
         x->remaining = len;
+        x->sock = len > 0 ? send_socket(c) : -1;
         if (len == 0) {
             s->stats.cold_reads++;
             cold_end(c);
@@ -887,6 +1007,10 @@ static void cold_after_work(uv_work_t *w, int status)
         /* The header promised len bytes: closing is the only honest answer. */
         s->stats.cold_read_errors++;
         conn_close(c);
+        return;
+    }
+    if (x->sock >= 0) {
+        cold_sent(c, x);
         return;
     }
     b = uv_buf_init((char *)x->buf, (unsigned)x->chunk);
@@ -926,6 +1050,7 @@ static void cold_start(data_conn *c, const char *name)
     x->conn = c;
     x->ct = s->cold;
     x->fd = -1;
+    x->sock = -1;
     memcpy(x->name, bare, sizeof(bare));
     c->state = CS_BUSY;
     uv_read_stop((uv_stream_t *)&c->tcp);
@@ -1169,6 +1294,7 @@ static void on_connection(uv_stream_t *server, int status)
     if (c == NULL)
         return;
     c->srv = s;
+    c->send_fd = -1;
     uv_tcp_init(s->loop, &c->tcp);
     c->tcp.data = c;
     c->open_handles = 1;

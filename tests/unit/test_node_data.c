@@ -21,6 +21,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 
 #include <cmocka.h>
 #include <openssl/sha.h>
@@ -495,23 +499,29 @@ static uint8_t cold_byte(uint64_t i)
     return (uint8_t)((i * 2654435761u) >> 13);
 }
 
-/* A cold tier under g_dir with one persisted object; its name in name. */
-static cold_tier *cold_fixture(char name[COLD_NAME_MAX], uint8_t **data_out)
+/* A cold tier under g_dir with one persisted object of `bytes` bytes; its
+ * name in name. */
+static cold_tier *cold_fixture_sized(char name[COLD_NAME_MAX], uint8_t **data_out, uint64_t bytes)
 {
     char dir[300], err[256];
     cold_tier *ct = NULL;
     uint8_t sha[32];
-    uint8_t *data = malloc(COLD_OBJ_BYTES);
+    uint8_t *data = malloc(bytes);
     assert_non_null(data);
-    for (uint64_t i = 0; i < COLD_OBJ_BYTES; i++)
+    for (uint64_t i = 0; i < bytes; i++)
         data[i] = cold_byte(i);
     snprintf(dir, sizeof(dir), "%s.cold", g_dir);
     assert_int_equal(cold_open(dir, &ct, err, sizeof(err)), SMP_OK);
-    SHA256(data, COLD_OBJ_BYTES, sha);
-    assert_int_equal(cold_persist(ct, "model/w0", data, COLD_OBJ_BYTES, sha, 0, name, err,
-                                  sizeof(err)), SMP_OK);
+    SHA256(data, bytes, sha);
+    assert_int_equal(cold_persist(ct, "model/w0", data, bytes, sha, 0, name, err, sizeof(err)),
+                     SMP_OK);
     *data_out = data;
     return ct;
+}
+
+static cold_tier *cold_fixture(char name[COLD_NAME_MAX], uint8_t **data_out)
+{
+    return cold_fixture_sized(name, data_out, COLD_OBJ_BYTES);
 }
 
 static void cold_fixture_done(cold_tier *ct, uint8_t *data)
@@ -697,6 +707,136 @@ static void test_cold_read_client_vanishes(void **state)
     cold_fixture_done(ct, data);
 }
 
+#define COLD_BIG_BYTES (40ull << 20) /* far more than loopback socket buffers hold */
+
+/* A plain TCP connection to the harness's server (the tests below read
+ * the payload at their own pace). */
+static int raw_connect(const harness *h)
+{
+    struct sockaddr_in a = { .sin_family = AF_INET };
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    a.sin_port = htons((uint16_t)atoi(strrchr(h->endpoint, ':') + 1));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    struct timeval tv = { .tv_sec = 10 };
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    return fd;
+}
+
+/* Send a READ_COLD of [off, +len) of name and read the response header. */
+static ndw_response raw_cold_request(int fd, const char *name, uint64_t off, uint64_t len)
+{
+    uint8_t frame[NDW_REQ_HDR + COLD_NAME_MAX], hdr[NDW_RESP_HDR];
+    ndw_request r = { .op = NDW_OP_READ_COLD, .seg_len = (uint16_t)strlen(name), .offset = off,
+                      .length = len };
+    ndw_response resp;
+    ndw_encode_request(frame, &r);
+    memcpy(frame + NDW_REQ_HDR, name, strlen(name));
+    assert_int_equal(send(fd, frame, NDW_REQ_HDR + strlen(name), 0),
+                     (ssize_t)(NDW_REQ_HDR + strlen(name)));
+    assert_int_equal(recv(fd, hdr, sizeof(hdr), MSG_WAITALL), (ssize_t)sizeof(hdr));
+    assert_int_equal(ndw_decode_response(hdr, &resp), 0);
+    return resp;
+}
+
+/* Receive up to len bytes into out (NULL: dropped), in pieces of at most
+ * piece bytes; returns what came before the connection ended. */
+static uint64_t raw_recv(int fd, uint8_t *out, uint64_t len, size_t piece)
+{
+    static uint8_t sink[1 << 20];
+    uint64_t got = 0;
+    while (got < len) {
+        size_t want = len - got < piece ? (size_t)(len - got) : piece;
+        if (want > sizeof(sink))
+            want = sizeof(sink);
+        ssize_t n = recv(fd, out != NULL ? out + got : sink, want, 0);
+        if (n <= 0)
+            break;
+        got += (uint64_t)n;
+    }
+    return got;
+}
+
+/* A cold file that gets shorter in the middle of a read is never delivered
+ * as complete: the node has promised every byte in the header, sent what
+ * it could, and then closes the connection, so the client counts fewer
+ * bytes than the length it was promised. Another client is served, and the
+ * shorter file is refused from then on. */
+static void test_cold_read_cut_short_is_never_complete(void **state)
+{
+    char name[COLD_NAME_MAX], path[400];
+    uint8_t *data, buf[64];
+    cold_tier *ct = cold_fixture_sized(name, &data, COLD_BIG_BYTES);
+    harness *h = harness_start_cold("cs", &g_secret, 0, 0, ct);
+    int fd = raw_connect(h);
+    data_server_stats st;
+    (void)state;
+    ndw_response r = raw_cold_request(fd, name, 0, COLD_BIG_BYTES);
+    assert_int_equal(r.status, SMP_OK);
+    assert_int_equal(r.payload, COLD_BIG_BYTES);
+    /* the first MiB, then the file loses all but its first 16 MiB */
+    assert_int_equal(raw_recv(fd, NULL, 1u << 20, 1u << 20), 1u << 20);
+    snprintf(path, sizeof(path), "%s/%s", cold_dir(ct), name);
+    assert_int_equal(truncate(path, COLD_HEADER_BYTES + (16u << 20)), 0);
+    uint64_t got = (1u << 20) + raw_recv(fd, NULL, COLD_BIG_BYTES - (1u << 20), 1u << 20);
+    assert_true(got <= 16u << 20);
+    assert_true(got < COLD_BIG_BYTES);
+    assert_int_equal(recv(fd, buf, 1, 0), 0); /* closed: nothing more comes */
+    close(fd);
+    ndc_conn *c = connect_to(h);
+    assert_int_equal(ndc_read_cold(c, name, 0, sizeof(buf), buf, NULL, 0), SMP_EPROTO);
+    assert_int_equal(ndc_read(c, "cs", 0, 16, buf, NULL, 0), SMP_OK);
+    ndc_close(c);
+    harness_stop_stats(h, &st);
+    assert_int_equal(st.cold_read_errors, 1);
+    assert_int_equal(st.cold_reads, 0);
+    assert_int_equal(st.refused_cold, 1);
+    cold_fixture_done(ct, data);
+}
+
+/* A client that reads slowly fills the socket: the node waits until it is
+ * writable again and goes on where it stopped, so every byte arrives in
+ * order; the connection then serves its next request. */
+static void test_cold_read_waits_for_a_slow_reader(void **state)
+{
+    char name[COLD_NAME_MAX];
+    uint8_t *data, *out = malloc(COLD_BIG_BYTES);
+    cold_tier *ct = cold_fixture_sized(name, &data, COLD_BIG_BYTES);
+    harness *h = harness_start_cold("sr", &g_secret, 0, 0, ct);
+    int fd = raw_connect(h);
+    data_server_stats st;
+    (void)state;
+    assert_non_null(out);
+    ndw_response r = raw_cold_request(fd, name, 0, COLD_BIG_BYTES);
+    assert_int_equal(r.status, SMP_OK);
+    usleep(100 * 1000); /* the node fills the socket and waits */
+    for (uint64_t got = 0; got < COLD_BIG_BYTES;) {
+        uint64_t n = raw_recv(fd, out + got, COLD_BIG_BYTES - got < (4u << 20)
+                                                 ? COLD_BIG_BYTES - got : 4u << 20, 64u << 10);
+        assert_true(n > 0);
+        got += n;
+        if (got < (12u << 20))
+            usleep(20 * 1000);
+    }
+    assert_memory_equal(out, data, COLD_BIG_BYTES);
+    r = raw_cold_request(fd, name, COLD_BIG_BYTES - 100, 100);
+    assert_int_equal(r.status, SMP_OK);
+    assert_int_equal(raw_recv(fd, out, 100, 100), 100);
+    assert_memory_equal(out, data + COLD_BIG_BYTES - 100, 100);
+    /* answered once the node has ended (and booked) the read before it */
+    r = raw_cold_request(fd, name, COLD_BIG_BYTES, 1);
+    assert_int_equal(r.status, SMP_ERANGE);
+    close(fd);
+    harness_stop_stats(h, &st);
+    assert_int_equal(st.cold_reads, 2);
+    assert_int_equal(st.refused_range, 1);
+    assert_int_equal(st.cold_read_errors, 0);
+    assert_int_equal(st.bytes_read, COLD_BIG_BYTES + 100);
+    cold_fixture_done(ct, data);
+    free(out);
+}
+
 /* A node without a cold tier refuses READ_COLD and keeps the connection. */
 static void test_cold_read_without_cold_tier(void **state)
 {
@@ -728,6 +868,8 @@ int main(void)
         cmocka_unit_test(test_cold_read_round_trip),
         cmocka_unit_test(test_cold_read_refusals),
         cmocka_unit_test(test_cold_read_client_vanishes),
+        cmocka_unit_test(test_cold_read_cut_short_is_never_complete),
+        cmocka_unit_test(test_cold_read_waits_for_a_slow_reader),
         cmocka_unit_test(test_cold_read_without_cold_tier),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
