@@ -6,7 +6,8 @@
  *
  * part picks what runs: `all`; `remote` (the remote rows only); `tls` or
  * `tcp` (only the get over TLS, or only the plaintext get, each round and
- * nothing else after the set-up: what a profile of the get wants).
+ * nothing else after the set-up: what a profile of the get wants); `cold`
+ * (the persist rows only).
  * Each get's row is followed by the CPU time the client and the node child
  * spent in it per GiB (clock_getcpuclockid); on a paravirtualised guest that
  * clock counts the process's waits for the hypervisor too, so compare it
@@ -573,9 +574,10 @@ int main(int argc, char **argv)
     b.part = argc > 5 ? argv[5] : "all";
     if (b.total == 0 || b.obj == 0 || b.rounds <= 0 ||
         (strcmp(b.part, "all") != 0 && strcmp(b.part, "remote") != 0 &&
-         strcmp(b.part, "tls") != 0 && strcmp(b.part, "tcp") != 0))
+         strcmp(b.part, "tls") != 0 && strcmp(b.part, "tcp") != 0 &&
+         strcmp(b.part, "cold") != 0))
         die("usage", "bench_data_plane [total_MiB] [cold_parent_dir] [object_MiB] [rounds] "
-                     "[all|remote|tls|tcp]");
+                     "[all|remote|tls|tcp|cold]");
     b.nobj = (b.total + b.obj - 1) / b.obj;
     snprintf(b.seg_dir, sizeof(b.seg_dir), "/dev/shm/wm-bench-%d", (int)getpid());
     so = (seg_options){ .dir = b.seg_dir, .id = "bench", .size = b.total, .preallocate = 1 };
@@ -600,8 +602,9 @@ int main(int argc, char **argv)
         bench_colocated(&b); /* also fills the segment with the object set */
     else
         memcpy(seg_ptr(b.seg, 0, b.total), b.src, b.total);
-    bench_remote(&b);
-    if (strcmp(b.part, "all") == 0)
+    if (strcmp(b.part, "cold") != 0)
+        bench_remote(&b);
+    if (strcmp(b.part, "all") == 0 || strcmp(b.part, "cold") == 0)
         bench_cold(&b, cold_parent);
 
     seg_destroy(b.seg);
