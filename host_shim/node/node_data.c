@@ -122,6 +122,7 @@ typedef struct cold_xfer {
                                    -1: pread into buf */
     int owns_sock;              /* the connection closed under a work item: close sock */
     int blocked;                /* the last send step met a full socket */
+    int peer_gone;              /* the last send step failed on the socket, not the file */
     uint64_t data_len;          /* the file's data bytes (header says, size agrees) */
     uint64_t pos;               /* data offset of the next chunk */
     uint64_t remaining;         /* bytes still to send */
@@ -809,6 +810,7 @@ static void cold_send_step(cold_xfer *x)
         }
         if (n <= 0) {
             /* EPROTO: the file got shorter; EIO: it or the socket failed */
+            x->peer_gone = n < 0 && (errno == EPIPE || errno == ECONNRESET);
             x->rc = n < 0 ? SMP_EIO : SMP_EPROTO;
             return;
         }
@@ -1004,8 +1006,10 @@ static void cold_after_work(uv_work_t *w, int status)
         return;
     }
     if (x->rc < 0) {
-        /* The header promised len bytes: closing is the only honest answer. */
-        s->stats.cold_read_errors++;
+        /* The header promised len bytes: closing is the only honest answer.
+           A client that went away is no error of the file. */
+        if (!x->peer_gone)
+            s->stats.cold_read_errors++;
         conn_close(c);
         return;
     }
