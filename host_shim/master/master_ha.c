@@ -121,8 +121,7 @@ static void on_promoted(void *arg, int status)
         return;
     }
     m->ha_role = MASTER_HA_LEADER;
-    m->serving_since_ms = master_now_ms();
-    m->nodes_settled = 0;
+    master_nodes_unsettle(m);
     fprintf(stderr, "store_master: leader of the cluster (%s), applied seq %" PRIu64 "\n",
             m->cfg->ha_id, m->applied_seq);
     publish_status(m);

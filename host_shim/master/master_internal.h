@@ -177,6 +177,8 @@ typedef struct master {
     int serving;                /* RPC accepting */
     uint64_t serving_since_ms;  /* when serving began (master_now_ms) */
     int nodes_settled;          /* see master_nodes_settled */
+    char **nodes_given_up;      /* marked down since serving began, before they registered */
+    size_t n_nodes_given_up;
     int stopping;
     int exit_status;
 
@@ -432,6 +434,9 @@ int master_inventory_take(master *m, const char *node_id, uint64_t session, uint
 struct InventoryFile **master_inventory_files(const master_inventory *inv, size_t *n,
                                               size_t *pages);
 void master_inventory_free(master_inventory *inv);
+/* When the newest page of node_id's pending inventory arrived
+ * (master_now_ms), or 0 when none is held. */
+uint64_t master_inventory_heard_ms(const master *m, const char *node_id);
 /* Drop pending inventories idle for MASTER_INVENTORY_IDLE_MS (the tick). */
 void master_inventory_expire(master *m, uint64_t now);
 /* Drop every pending inventory (the master stops). */
@@ -451,17 +456,28 @@ master_node *master_node_find(const master *m, const char *id);
 /* 1 when the node is registered and heartbeating: its replicas are served. */
 int master_node_readable(const master *m, const char *id);
 /* Whether every node holding a segment has registered since this start, or
- * node.timeout_ms has passed since serving began -- then the silent ones are
- * down, and the plugins get node-down and replica-lost events for them, as
- * for a node that stopped polling. Until then a replica on a node not yet
- * heard from is unknown, not lost: the plugins' reconcile ticks wait, so that
- * a restart or failover is not mistaken for a loss (a revision marked
- * DEGRADED, a migration judged on replicas nobody has looked at). Latched
- * once true. */
+ * was given up: node.timeout_ms passed without a word from it -- counted
+ * from when serving began, or from its newest inventory page or
+ * registration request (a node sending a large inventory is not silent).
+ * A node given up is down: the plugins get node-down and replica-lost
+ * events for it, as for a node that stopped polling. Until then a replica
+ * on a node not yet heard from is unknown, not lost: the plugins'
+ * reconcile ticks wait, so that a restart or failover is not mistaken for
+ * a loss (a revision marked DEGRADED, a migration judged on replicas
+ * nobody has looked at). Latched once true. */
 int master_nodes_settled(master *m, uint64_t now);
 /* The same question without settling anything (no events, no latch): 1
  * while the ticks would still wait. For /health. */
 int master_nodes_waiting(master *m, uint64_t now);
+/* Wait for the nodes again (a standby promoted): nothing settled, nobody
+ * given up, serving counted from now. */
+void master_nodes_unsettle(master *m);
+/* The end of the wait for a node holding a segment that has not registered
+ * since serving began at serving_since_ms: timeout_ms after serving began,
+ * or after heard_ms when it was heard from later (its newest inventory page
+ * or registration request; 0: never). Pure. */
+uint64_t master_node_wait_ends_ms(uint64_t serving_since_ms, uint64_t heard_ms,
+                                  uint32_t timeout_ms);
 const char *master_node_data_addr(const master *m, const char *id);
 /* The object store's place hook (obj_store_set_place_hook, ctx the master):
  * 1 when node id may hold objects of tenant -- it is shared, dedicated to

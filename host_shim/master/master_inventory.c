@@ -10,6 +10,8 @@
  * broken link or a leader change) is refused, and the node starts over with
  * a new session. A page of a new session drops an older one's; pages
  * nobody registers with are dropped MASTER_INVENTORY_IDLE_MS after the last.
+ * A page is a word from its node: while they arrive, a node that has not
+ * registered since the master's start is not silent (master_nodes.c).
  * Nothing here is persisted: like node liveness it is soft state. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -157,6 +159,13 @@ InventoryFile **master_inventory_files(const master_inventory *inv, size_t *n, s
     if (n != NULL) *n = inv->n_files;
     if (pages != NULL) *pages = inv->n_pages;
     return inv->files;
+}
+
+uint64_t master_inventory_heard_ms(const master *m, const char *node_id)
+{
+    master_inventory *inv = NULL;
+    HASH_FIND_STR(m->inventories, node_id, inv);
+    return inv != NULL ? inv->last_ms : 0;
 }
 
 void master_inventory_expire(master *m, uint64_t now)

@@ -23,7 +23,11 @@
  * when the loop last read its sockets (master_internal.h's I/O clock), so a
  * loop stalled for longer than the timeout (a snapshot captured on it, a
  * long tick) marks no live node down. Liveness is soft state: after a
- * master restart no node is up until it registers again.
+ * master restart no node is up until it registers again, and a node holding
+ * a segment is given up (down, the same events) once it was silent for
+ * node.timeout_ms since serving began -- a node whose inventory pages are
+ * arriving (tens of thousands of cold files take longer than that) or whose
+ * registration is running is not silent.
  *
  * Tenants: a node may be dedicated to a tenant (it registers with the
  * tenant and the Unix socket that hands its segment to that tenant's local
@@ -735,6 +739,9 @@ static int h_register(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t
         }
         HASH_ADD_KEYPTR(hh, m->nodes, n->id, strlen(n->id), n);
     }
+    /* A word from it: a node not registered since the start is waited for
+     * while its registration runs (master_nodes_settled). */
+    n->last_seen_ms = master_now_ms();
     /* A node that registers again restarted: what it had in flight is gone;
      * with a new segment file, so are the bytes of puts into the old one and
      * every queued task that would read or write the old file's ranges (a
@@ -878,46 +885,104 @@ static int emit_lost(void *arg, const char *key, const obj_replica *rep)
     return 0;
 }
 
-static int node_unheard(void *arg, const char *segment, const char *node)
+uint64_t master_node_wait_ends_ms(uint64_t serving_since_ms, uint64_t heard_ms,
+                                  uint32_t timeout_ms)
 {
-    (void)segment;
-    return !master_node_readable(arg, node);
+    uint64_t from = heard_ms > serving_since_ms ? heard_ms : serving_since_ms;
+    return from + timeout_ms;
 }
 
-/* A node holding a segment that stayed silent since the start: down, as if it
- * had stopped polling (node-down and replica-lost events; no tasks to fail). */
-static int node_never_came(void *arg, const char *segment, const char *node)
+/* When the master last heard from node, which has not registered since
+ * serving began: its newest inventory page or registration request (0:
+ * never). A registration in progress has its record already. */
+static uint64_t node_heard_ms(const master *m, const char *node)
 {
-    master *m = arg;
-    (void)segment;
-    if (master_node_readable(m, node)) return 0;
+    const master_node *n = master_node_find(m, node);
+    uint64_t page = master_inventory_heard_ms(m, node);
+    return n != NULL && n->last_seen_ms > page ? n->last_seen_ms : page;
+}
+
+static int node_given_up(const master *m, const char *node)
+{
+    for (size_t i = 0; i < m->n_nodes_given_up; i++)
+        if (strcmp(m->nodes_given_up[i], node) == 0) return 1;
+    return 0;
+}
+
+static void forget_given_up(master *m)
+{
+    for (size_t i = 0; i < m->n_nodes_given_up; i++) free(m->nodes_given_up[i]);
+    free(m->nodes_given_up);
+    m->nodes_given_up = NULL;
+    m->n_nodes_given_up = 0;
+}
+
+/* A node holding a segment, silent since the start for node.timeout_ms:
+ * down, as if it had stopped polling (node-down and replica-lost events; no
+ * tasks to fail). Remembered, so that it is told once; without the memory
+ * to remember it, it is told again at the next round. */
+static void give_up(master *m, const char *node)
+{
+    char **v = realloc(m->nodes_given_up, (m->n_nodes_given_up + 1) * sizeof(*v));
+    if (v != NULL) {
+        m->nodes_given_up = v;
+        if ((v[m->n_nodes_given_up] = strdup(node)) != NULL) m->n_nodes_given_up++;
+    }
     fprintf(stderr, "store_master: node %s down (not heard from since the start)\n", node);
     smp_event ev = {.struct_size = sizeof(ev), .type = SMP_EVENT_NODE_DOWN, .node = node};
     master_emit(m, &ev);
     down_ctx c = {m};
     obj_visit_replicas(master_objs(m), node, emit_lost, &c);
+}
+
+typedef struct settle_walk {
+    master *m;
+    uint64_t heard_until; /* the I/O clock (node_silence_ms), at most now */
+    int act;          /* give up the nodes whose wait ended */
+    size_t waiting;   /* nodes still waited for */
+} settle_walk;
+
+static int settle_segment(void *arg, const char *segment, const char *node)
+{
+    settle_walk *w = arg;
+    (void)segment;
+    if (master_node_readable(w->m, node) || node_given_up(w->m, node)) return 0;
+    uint64_t ends = master_node_wait_ends_ms(w->m->serving_since_ms, node_heard_ms(w->m, node),
+                                             w->m->cfg->node_timeout_ms);
+    if (w->heard_until < ends) w->waiting++;
+    else if (w->act) give_up(w->m, node);
     return 0;
 }
 
 int master_nodes_waiting(master *m, uint64_t now)
 {
-    return !m->nodes_settled && obj_visit_segments(master_objs(m), node_unheard, (void *)m) != 0 &&
-           now - m->serving_since_ms < m->cfg->node_timeout_ms;
+    settle_walk w = {m, now < m->io_heard_ms ? now : m->io_heard_ms, 0, 0};
+    if (m->nodes_settled) return 0;
+    obj_visit_segments(master_objs(m), settle_segment, &w);
+    return w.waiting > 0;
 }
 
 int master_nodes_settled(master *m, uint64_t now)
 {
+    settle_walk w = {m, now < m->io_heard_ms ? now : m->io_heard_ms, 1, 0};
     if (m->nodes_settled) return 1;
-    if (obj_visit_segments(master_objs(m), node_unheard, m) == 0) {
+    obj_visit_segments(master_objs(m), settle_segment, &w);
+    if (w.waiting > 0) return 0;
+    if (m->n_nodes_given_up == 0)
         fprintf(stderr, "store_master: every node holding a segment has registered; "
                         "reconcile ticks start\n");
-        m->nodes_settled = 1;
-    } else if (now - m->serving_since_ms >= m->cfg->node_timeout_ms) {
-        m->nodes_settled = 1;
-        obj_visit_segments(master_objs(m), node_never_came, m);
+    else
         fprintf(stderr, "store_master: node.timeout_ms passed; reconcile ticks start\n");
-    }
-    return m->nodes_settled;
+    forget_given_up(m);
+    m->nodes_settled = 1;
+    return 1;
+}
+
+void master_nodes_unsettle(master *m)
+{
+    forget_given_up(m);
+    m->nodes_settled = 0;
+    m->serving_since_ms = master_now_ms();
 }
 
 void master_nodes_tick(master *m, uint64_t now)
@@ -948,6 +1013,7 @@ void master_nodes_free(master *m)
 {
     master_node *n, *tmp;
     master_inventory_clear(m);
+    forget_given_up(m);
     HASH_ITER(hh, m->nodes, n, tmp) {
         HASH_DEL(m->nodes, n);
         if (n->poll) answer_poll(m, n);
