@@ -273,10 +273,24 @@ static void run_persists(node_runtime *n, NodeTask *const *t, size_t k, TaskResu
 
 /* -- the control thread ----------------------------------------------------- */
 
+/* The cold files being scanned for a registration. Once they pass one
+ * page, they go to the master in NODE_INVENTORY pages while the scan goes
+ * on (send_page): the master hears the node from its first page on, not
+ * only once every file was read. */
 typedef struct inventory {
     InventoryFile **files;
     size_t n, cap;
+    node_runtime *node;
+    rpcc_conn *c;
+    int *lost;
+    uint64_t session;         /* of the pages sent; 0: none sent */
+    size_t sent;              /* files[0..sent) went in pages */
+    size_t pages;
+    size_t unsent_bytes;      /* encoded size of files[sent..n) */
+    int whole;                /* the master takes no pages: all ride in the registration */
 } inventory;
+
+static int send_page(inventory *inv);
 
 static int collect_file(void *arg, const cold_entry *e)
 {
@@ -306,6 +320,9 @@ static int collect_file(void *arg, const cold_entry *e)
     memcpy(f->sha256.data, e->sha256, 32);
     f->sha256.len = 32;
     inv->files[inv->n++] = f;
+    inv->unsent_bytes += inventory_file__get_packed_size(f) + 8; /* + tag and length */
+    if (!inv->whole && inv->unsent_bytes >= NODE_INVENTORY_PAGE_BYTES)
+        return send_page(inv);
     return 0;
 }
 
@@ -348,87 +365,92 @@ uint32_t node_register_call_ms(size_t n_cold_files)
     return (uint32_t)(NODE_CALL_MS + (uint64_t)n_cold_files * NODE_REGISTER_US_PER_FILE / 1000);
 }
 
-/* Send the inventory in NODE_INVENTORY pages of NODE_INVENTORY_PAGE_BYTES
- * under a new session (*session, non-zero), for a registration that names
- * it. SMP_OK; SMP_ENOTFOUND when the master has no such method (an older
- * master: the caller sends the files in the registration); else the
- * master's refusal or the transport's error (*lost set). */
-static int send_pages(node_runtime *n, rpcc_conn *c, const inventory *inv, uint64_t *session,
-                      int *lost)
+uint32_t node_inventory_page_call_ms(size_t n_files_sent)
 {
+    return node_register_call_ms(n_files_sent);
+}
+
+/* Send the files not sent yet (files[sent..n)) as the next NODE_INVENTORY
+ * page of the inventory's session (a new one, non-zero, at the first page),
+ * for a registration that names it. SMP_OK (0); else non-zero, which stops
+ * the scan: SMP_ENOTFOUND when the master has no such method at the first
+ * page (an older master: inv->whole is set, the scan goes on and every file
+ * rides in the registration -- returns 0 then); the master's refusal or the
+ * transport's error (*lost set).
+ *
+ * A page waits for its answer as long as a registration of the files sent
+ * so far would (node_inventory_page_call_ms): the master answers it from
+ * the loop that is still busy with its own start. */
+static int send_page(inventory *inv)
+{
+    node_runtime *n = inv->node;
+    rpcc_conn *c = inv->c;
     char *msg = NULL;
-    size_t pages = 0;
-    int rc = SMP_OK;
-    do {
-        if (RAND_bytes((unsigned char *)session, sizeof(*session)) != 1) return SMP_EIO;
-    } while (*session == 0);
-    for (size_t at = 0; at < inv->n && rc == SMP_OK;) {
-        NodeInventoryRequest req = NODE_INVENTORY_REQUEST__INIT;
-        NodeInventoryResponse *resp = NULL;
-        size_t bytes = 0, k = at;
+    NodeInventoryRequest req = NODE_INVENTORY_REQUEST__INIT;
+    NodeInventoryResponse *resp = NULL;
+    int rc;
+    if (inv->session == 0) {
         do {
-            bytes += inventory_file__get_packed_size(inv->files[k]) + 8; /* + tag and length */
-        } while (++k < inv->n && bytes < NODE_INVENTORY_PAGE_BYTES);
-        req.node_id = n->node_id;
-        req.session = *session;
-        req.cold_files = inv->files + at;
-        req.n_cold_files = k - at;
-        rc = call(c, NODE_METHOD__NODE_INVENTORY, &req.base, &node_inventory_response__descriptor,
-                  (ProtobufCMessage **)&resp, &msg, lost);
-        if (rc == SMP_OK && resp->files != k) {
-            rc = SMP_EPROTO; /* a page lost or counted twice: start over */
-            fprintf(stderr, "store_node %s: inventory page %zu: the master holds %llu files of the "
-                    "session, %zu sent\n", n->node_id, pages + 1, (unsigned long long)resp->files, k);
-        } else if (rc < 0 && !*lost && rc != SMP_ENOTFOUND) {
-            fprintf(stderr, "store_node %s: inventory page %zu refused by %s: %s (%s)\n", n->node_id,
-                    pages + 1, rpcc_endpoint(c), smp_strerror(rc), msg ? msg : "");
-        } else if (rc < 0 && *lost) {
-            fprintf(stderr, "store_node %s: inventory page %zu at %s: %s\n", n->node_id, pages + 1,
-                    rpcc_endpoint(c), rpcc_last_error(c));
-        }
-        if (resp != NULL) node_inventory_response__free_unpacked(resp, NULL);
-        free(msg);
-        msg = NULL;
-        pages++;
-        at = k;
+            if (RAND_bytes((unsigned char *)&inv->session, sizeof(inv->session)) != 1)
+                return SMP_EIO;
+        } while (inv->session == 0);
     }
-    if (rc == SMP_OK)
-        fprintf(stderr, "store_node %s: inventory of %zu cold files sent in %zu pages\n", n->node_id,
-                inv->n, pages);
+    req.node_id = n->node_id;
+    req.session = inv->session;
+    req.cold_files = inv->files + inv->sent;
+    req.n_cold_files = inv->n - inv->sent;
+    rpcc_set_timeout(c, (int)node_inventory_page_call_ms(inv->n));
+    rc = call(c, NODE_METHOD__NODE_INVENTORY, &req.base, &node_inventory_response__descriptor,
+              (ProtobufCMessage **)&resp, &msg, inv->lost);
+    rpcc_set_timeout(c, NODE_CALL_MS);
+    if (rc == SMP_OK && resp->files != inv->n) {
+        rc = SMP_EPROTO; /* a page lost or counted twice: start over */
+        fprintf(stderr, "store_node %s: inventory page %zu: the master holds %llu files of the "
+                "session, %zu sent\n", n->node_id, inv->pages + 1, (unsigned long long)resp->files,
+                inv->n);
+    } else if (rc == SMP_ENOTFOUND && !*inv->lost && inv->pages == 0) {
+        /* A master from before NODE_INVENTORY: all in one message. */
+        fprintf(stderr, "store_node %s: the master at %s takes no inventory pages; its "
+                "registration will carry every cold file\n", n->node_id, rpcc_endpoint(c));
+        inv->whole = 1;
+        inv->session = 0;
+        rc = SMP_OK;
+    } else if (rc < 0 && !*inv->lost) {
+        fprintf(stderr, "store_node %s: inventory page %zu refused by %s: %s (%s)\n", n->node_id,
+                inv->pages + 1, rpcc_endpoint(c), smp_strerror(rc), msg ? msg : "");
+    } else if (rc < 0) {
+        fprintf(stderr, "store_node %s: inventory page %zu at %s: %s\n", n->node_id,
+                inv->pages + 1, rpcc_endpoint(c), rpcc_last_error(c));
+    } else {
+        inv->pages++;
+        inv->sent = inv->n;
+        inv->unsent_bytes = 0;
+    }
+    if (resp != NULL) node_inventory_response__free_unpacked(resp, NULL);
+    free(msg);
     return rc;
 }
 
-/* 1 when the encoded inventory is larger than one page. */
-static int inventory_needs_pages(const inventory *inv)
-{
-    size_t bytes = 0;
-    for (size_t i = 0; i < inv->n; i++) {
-        bytes += inventory_file__get_packed_size(inv->files[i]) + 8;
-        if (bytes > NODE_INVENTORY_PAGE_BYTES) return 1;
-    }
-    return 0;
-}
-
+/* Register with the master: scan the cold tier, sending the inventory in
+ * pages while the scan runs once it passes one page (or in the
+ * registration when it fits one), then the registration itself. SMP_OK,
+ * the master's refusal, or the transport's error with *lost set. */
 static int do_register(node_runtime *n, rpcc_conn *c, int *lost)
 {
-    inventory inv = {0};
+    inventory inv = {.node = n, .c = c, .lost = lost};
     cold_inventory_stats st;
     char *msg = NULL;
     NodeRegisterResponse *resp = NULL;
-    uint64_t session = 0;
+    uint64_t began = mono_ms();
     int rc = cold_inventory(n->cold, 60000, 0, collect_file, &inv, &st);
     if (rc < 0) goto free_inventory;
-    if (inventory_needs_pages(&inv)) {
-        rc = send_pages(n, c, &inv, &session, lost);
-        if (rc == SMP_ENOTFOUND && !*lost) {
-            /* A master from before NODE_INVENTORY: all in one message. */
-            fprintf(stderr, "store_node %s: the master at %s takes no inventory pages; sending %zu "
-                    "cold files in the registration\n", n->node_id, rpcc_endpoint(c), inv.n);
-            session = 0;
-        } else if (rc < 0) {
-            goto free_inventory;
-        }
-    }
+    /* The rest of a paged inventory: one last page, however small. */
+    if (inv.session != 0 && inv.sent < inv.n && (rc = send_page(&inv)) < 0) goto free_inventory;
+    uint64_t session = inv.session;
+    if (session != 0)
+        fprintf(stderr, "store_node %s: inventory of %zu cold files sent in %zu pages (%llu ms "
+                "from the scan's start)\n", n->node_id, inv.n, inv.pages,
+                (unsigned long long)(mono_ms() - began));
     NodeRegisterRequest req = NODE_REGISTER_REQUEST__INIT;
     req.node_id = n->node_id;
     req.data_addr = n->data_addr;

@@ -98,9 +98,16 @@ uint32_t node_runtime_ticket_key_id(node_runtime *n);
 uint32_t node_register_call_ms(size_t n_cold_files);
 
 /* An inventory larger than this (encoded) is sent before the registration
- * in NODE_INVENTORY pages of about this size; a smaller one rides in the
+ * in NODE_INVENTORY pages of about this size, each as soon as the scan of
+ * the cold tier has found its files; a smaller one rides in the
  * registration itself. */
 #define NODE_INVENTORY_PAGE_BYTES (256u << 10)
+
+/* The call timeout of an inventory page once n_files_sent files went in
+ * this and earlier pages: that of a registration naming them
+ * (node_register_call_ms). The master answers pages from a loop that may
+ * still be busy with its own start, more so the larger the store. */
+uint32_t node_inventory_page_call_ms(size_t n_files_sent);
 
 /* Stop the threads, close everything (the segment file stays). NULL ok. */
 void node_runtime_stop(node_runtime *n);
