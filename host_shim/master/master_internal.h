@@ -79,6 +79,12 @@ struct etcd_client;
 struct ha_election;
 struct ha_member;
 
+/* A set of node ids (master_nodes.c), small: searched in order. */
+typedef struct master_node_ids {
+    char **ids;
+    size_t n;
+} master_node_ids;
+
 typedef struct master {
     const host_config *cfg;
     uv_loop_t loop;
@@ -177,8 +183,11 @@ typedef struct master {
     int serving;                /* RPC accepting */
     uint64_t serving_since_ms;  /* when serving began (master_now_ms) */
     int nodes_settled;          /* see master_nodes_settled */
-    char **nodes_given_up;      /* marked down since serving began, before they registered */
-    size_t n_nodes_given_up;
+    /* Until the nodes settle (master_nodes_settled): the nodes given up
+     * (marked down before they registered), and those whose registration
+     * was refused -- what they send no longer lengthens the wait. */
+    master_node_ids nodes_given_up;
+    master_node_ids nodes_refused;
     int stopping;
     int exit_status;
 
@@ -458,7 +467,9 @@ int master_node_readable(const master *m, const char *id);
 /* Whether every node holding a segment has registered since this start, or
  * was given up: node.timeout_ms passed without a word from it -- counted
  * from when serving began, or from its newest inventory page or
- * registration request (a node sending a large inventory is not silent).
+ * registration request (a node sending a large inventory is not silent;
+ * one whose registration was refused for its ids, tenant or segment size
+ * is, whatever it sends after).
  * A node given up is down: the plugins get node-down and replica-lost
  * events for it, as for a node that stopped polling. Until then a replica
  * on a node not yet heard from is unknown, not lost: the plugins'

@@ -27,7 +27,8 @@
  * a segment is given up (down, the same events) once it was silent for
  * node.timeout_ms since serving began -- a node whose inventory pages are
  * arriving (tens of thousands of cold files take longer than that) or whose
- * registration is running is not silent.
+ * registration is running is not silent; one whose registration was refused
+ * for what a retry does not change is, whatever it sends after.
  *
  * Tenants: a node may be dedicated to a tenant (it registers with the
  * tenant and the Unix socket that hands its segment to that tenant's local
@@ -92,6 +93,32 @@ struct master_node {
     master_task *inflight;       /* sent, awaiting a result */
     UT_hash_handle hh;
 };
+
+static int ids_has(const master_node_ids *s, const char *node)
+{
+    for (size_t i = 0; i < s->n; i++)
+        if (strcmp(s->ids[i], node) == 0) return 1;
+    return 0;
+}
+
+/* Add node to s (once). Without memory it is not added: the caller's rule
+ * then holds at a later round, or never. */
+static void ids_add(master_node_ids *s, const char *node)
+{
+    if (ids_has(s, node)) return;
+    char **v = realloc(s->ids, (s->n + 1) * sizeof(*v));
+    if (v == NULL) return;
+    s->ids = v;
+    if ((v[s->n] = strdup(node)) != NULL) s->n++;
+}
+
+static void ids_clear(master_node_ids *s)
+{
+    for (size_t i = 0; i < s->n; i++) free(s->ids[i]);
+    free(s->ids);
+    s->ids = NULL;
+    s->n = 0;
+}
 
 master_node *master_node_find(const master *m, const char *id)
 {
@@ -787,6 +814,14 @@ static int h_register(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t
 refuse:
     obj_record_free(&rec);
 refuse_no_record:
+    /* Refused for what retrying does not change (its ids, tenant or segment
+     * size) before it registered since the start: its pages and retries no
+     * longer keep the master waiting for it (master_nodes_settled). An
+     * inventory that must be sent again (SMP_ESTATE) or a lack of memory
+     * is not such a refusal. */
+    if ((rc == SMP_EINVAL || rc == SMP_EEXIST || rc == SMP_ERANGE) && !m->nodes_settled &&
+        !master_node_readable(m, req->node_id))
+        ids_add(&m->nodes_refused, req->node_id);
     request_free(req, inv);
     return rpc_reply_error(call, rc, msg);
 }
@@ -902,19 +937,10 @@ static uint64_t node_heard_ms(const master *m, const char *node)
     return n != NULL && n->last_seen_ms > page ? n->last_seen_ms : page;
 }
 
-static int node_given_up(const master *m, const char *node)
-{
-    for (size_t i = 0; i < m->n_nodes_given_up; i++)
-        if (strcmp(m->nodes_given_up[i], node) == 0) return 1;
-    return 0;
-}
-
 static void forget_given_up(master *m)
 {
-    for (size_t i = 0; i < m->n_nodes_given_up; i++) free(m->nodes_given_up[i]);
-    free(m->nodes_given_up);
-    m->nodes_given_up = NULL;
-    m->n_nodes_given_up = 0;
+    ids_clear(&m->nodes_given_up);
+    ids_clear(&m->nodes_refused);
 }
 
 /* A node holding a segment, silent since the start for node.timeout_ms:
@@ -923,11 +949,7 @@ static void forget_given_up(master *m)
  * to remember it, it is told again at the next round. */
 static void give_up(master *m, const char *node)
 {
-    char **v = realloc(m->nodes_given_up, (m->n_nodes_given_up + 1) * sizeof(*v));
-    if (v != NULL) {
-        m->nodes_given_up = v;
-        if ((v[m->n_nodes_given_up] = strdup(node)) != NULL) m->n_nodes_given_up++;
-    }
+    ids_add(&m->nodes_given_up, node);
     fprintf(stderr, "store_master: node %s down (not heard from since the start)\n", node);
     smp_event ev = {.struct_size = sizeof(ev), .type = SMP_EVENT_NODE_DOWN, .node = node};
     master_emit(m, &ev);
@@ -946,8 +968,10 @@ static int settle_segment(void *arg, const char *segment, const char *node)
 {
     settle_walk *w = arg;
     (void)segment;
-    if (master_node_readable(w->m, node) || node_given_up(w->m, node)) return 0;
-    uint64_t ends = master_node_wait_ends_ms(w->m->serving_since_ms, node_heard_ms(w->m, node),
+    if (master_node_readable(w->m, node) || ids_has(&w->m->nodes_given_up, node)) return 0;
+    /* A node refused is not coming as it is: its pages do not count. */
+    uint64_t heard = ids_has(&w->m->nodes_refused, node) ? 0 : node_heard_ms(w->m, node);
+    uint64_t ends = master_node_wait_ends_ms(w->m->serving_since_ms, heard,
                                              w->m->cfg->node_timeout_ms);
     if (w->heard_until < ends) w->waiting++;
     else if (w->act) give_up(w->m, node);
@@ -968,7 +992,7 @@ int master_nodes_settled(master *m, uint64_t now)
     if (m->nodes_settled) return 1;
     obj_visit_segments(master_objs(m), settle_segment, &w);
     if (w.waiting > 0) return 0;
-    if (m->n_nodes_given_up == 0)
+    if (m->nodes_given_up.n == 0)
         fprintf(stderr, "store_master: every node holding a segment has registered; "
                         "reconcile ticks start\n");
     else

@@ -1,7 +1,7 @@
 /* test_node_slow_inventory.c -- a node whose cold-file inventory takes
  * longer than node.timeout_ms to reach a restarted master is not given up
- * while its pages arrive; a node that never comes, or stops in the middle
- * of its pages, still is.
+ * while its pages arrive; a node that never comes, stops in the middle of
+ * its pages, or is refused, still is.
  *
  * A master without its embedded node (node.timeout_ms 3000) listens on a
  * loopback TCP port; node-b reaches it through fault_proxy, which the test
@@ -156,11 +156,16 @@ static void print_logs(const fx *f)
     free(node);
 }
 
+/* SIGKILL and start the master again. The link is cut meanwhile, so that
+ * node-b's next connection reaches the new master, not the dying one or a
+ * port nobody listens on yet. */
 static void restart_master(fx *f)
 {
     wr_disconnect(&f->w);
+    fault_proxy_cut(f->proxy, 1);
     hx_kill(&f->w.m);
     assert_int_equal(hx_start(&f->w.m, 20000), 0);
+    fault_proxy_cut(f->proxy, 0);
     wr_connect(&f->w);
 }
 
@@ -249,6 +254,33 @@ static void test_a_node_that_stops_sending_pages_is_given_up(void **state)
     assert_true(hx_log_contains(&f->w.m, "node node-b " GIVEN_UP));
 }
 
+/* node-b comes back dedicated to another tenant than the bytes its segment
+ * holds: each registration is refused, and the node keeps scanning and
+ * sending its pages (the link no longer slow: a round every half second).
+ * A refused node is not coming as it is -- its pages do not keep the
+ * master waiting: given up node.timeout_ms after the start, its revisions
+ * DEGRADED. */
+static void test_a_refused_node_is_given_up_despite_its_pages(void **state)
+{
+    fx *f = *state;
+    char sock[400], peer[32];
+    start_with_slow_node(f, "slowinv-refused");
+    fault_proxy_throttle(f->proxy, 0);
+    hx_node_kill(&f->b);
+    restart_master(f);
+    snprintf(sock, sizeof(sock), "%s/node-b.sock", f->w.m.dir);
+    snprintf(peer, sizeof(peer), "uid:%u", (unsigned)getuid());
+    const char *args[] = {"--master", f->link, "--tenant", "t2", "--local-socket", sock,
+                          "--local-peer", peer, NULL};
+    assert_int_equal(hx_node_start_args(&f->w.m, &f->b, "node-b", SEGMENT, args), 0);
+    for (int i = 0; i < REVISIONS; i++)
+        assert_int_equal(wr_wait_md(&f->w, &f->ids[i], WR_AV_DEGRADED, 20000), 0);
+    assert_true(hx_log_contains(&f->w.m, "node node-b " GIVEN_UP));
+    /* refused after its pages, again and again */
+    assert_true(hx_file_contains(f->b.log, "of another tenant"));
+    assert_true(hx_file_contains(f->b.log, "cold files sent in"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -256,6 +288,8 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_node_that_never_comes_is_given_up, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_node_that_stops_sending_pages_is_given_up, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_a_refused_node_is_given_up_despite_its_pages, setup,
                                         teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
