@@ -1,6 +1,6 @@
 /* obj_test_store.h -- the object store driven the master's way, shared by
  * the unit programs of host_shim/master/obj_store*.c (test_obj_store,
- * test_obj_records, test_obj_replicas).
+ * test_obj_records, test_obj_replicas, test_obj_hold, test_obj_loading).
  *
  * A guard the test controls, stores created with it, every durable change as
  * prepare + apply (with an optional log of the records applied, replayed
@@ -92,6 +92,23 @@ static inline void apply_rec(obj_store *st, obj_record *r)
         memcpy(c->buf, r->buf, r->len);
     }
     obj_record_free(r);
+}
+
+/* A store with one segment "s0" of node "n0" (8,192 bytes) and one
+ * complete 500-byte object "k" (no guard). */
+static inline obj_store *store_with_object(void)
+{
+    obj_store *st = NULL;
+    obj_record r = {0};
+    uint8_t sum[32] = {1};
+    assert_int_equal(obj_store_create(&st, NULL), SMP_OK);
+    assert_int_equal(obj_prepare_segment_mount(st, "s0", "n0", 8192, &r), SMP_OK);
+    apply_rec(st, &r);
+    obj_put_params p = {"k", 500, SMP_DATA_KV, "", "", 0, 0, NULL};
+    assert_int_equal(obj_put_start(st, &p, 1, NULL), SMP_OK);
+    assert_int_equal(obj_prepare_put_end(st, "k", sum, 1, &r), SMP_OK);
+    apply_rec(st, &r);
+    return st;
 }
 
 static inline void apply_list(obj_store *st, obj_record_list *l)

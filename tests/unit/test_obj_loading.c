@@ -25,31 +25,10 @@
 
 #include <cmocka.h>
 
-#include "obj_store.h"
+#include "obj_test_store.h"
 
 #define MASTER_DIR SOURCE_DIR "/host_shim/master"
 
-static void apply(obj_store *st, obj_record *r)
-{
-    assert_int_equal(obj_apply_record(st, r->type, r->encver, r->buf, r->len), SMP_OK);
-    obj_record_free(r);
-}
-
-/* A store with one segment and one complete 500-byte object "k". */
-static obj_store *store_with_object(void)
-{
-    obj_store *st = NULL;
-    obj_record r = {0};
-    uint8_t sum[32] = {1};
-    assert_int_equal(obj_store_create(&st, NULL), SMP_OK);
-    assert_int_equal(obj_prepare_segment_mount(st, "s0", "n0", 8192, &r), SMP_OK);
-    apply(st, &r);
-    obj_put_params p = {"k", 500, SMP_DATA_KV, "", "", 0, 0, NULL};
-    assert_int_equal(obj_put_start(st, &p, 1, NULL), SMP_OK);
-    assert_int_equal(obj_prepare_put_end(st, "k", sum, 1, &r), SMP_OK);
-    apply(st, &r);
-    return st;
-}
 
 typedef struct image {
     uint8_t *buf;
