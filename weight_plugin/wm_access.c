@@ -89,8 +89,7 @@ int wm_access_tick(wm_plugin *p)
                 keep = 1; /* not now: kept, and the others too */
                 stop = 1;
             } else if (rc == WM_OK) {
-                p->access_records++;
-                written++;
+                written++; /* counted in access_records once applied */
             }
         }
         if (keep) a->v[kept++] = *e;

@@ -540,9 +540,17 @@ int wm_submit_upsert(wm_plugin *p, const wm_revision *rev, const wm_operation *o
     return wm_submit_upsert_as(p, rev, ops, n_ops, cb, arg, 1);
 }
 
+/* An access record applied: counted once it is durable, so that
+ * weight_access_records_total never counts a record a crash can lose. */
+static void wm_access_applied(wm_plugin *p, void *arg, int status)
+{
+    (void)arg;
+    if (status == WM_OK) p->access_records++;
+}
+
 int wm_submit_access(wm_plugin *p, const wm_revision *rev)
 {
-    return wm_submit_upsert_as(p, rev, NULL, 0, NULL, NULL, 0);
+    return wm_submit_upsert_as(p, rev, NULL, 0, wm_access_applied, NULL, 0);
 }
 
 int wm_submit_delete(wm_plugin *p, const wm_metadata_delete *d, wm_applied_fn cb, void *arg)

@@ -192,8 +192,8 @@ typedef void (*wm_applied_fn)(wm_plugin *p, void *arg, int status);
  * would refuse it; otherwise SMP_E* from oplog_append (SMP_EGATE in HA mode
  * before the gate is confirmed). On failure cb is never called. */
 /* An access record: wm_submit_upsert of rev unchanged (the caller keeps its
- * metadata generation) with no operation and no callback, which does not
- * hold the revision busy (wm_access.c). */
+ * metadata generation) with no operation, which does not hold the revision
+ * busy (wm_access.c); counted in access_records once applied (durable). */
 int wm_submit_access(wm_plugin *p, const wm_revision *rev);
 int wm_submit_upsert(wm_plugin *p, const wm_revision *rev, const wm_operation *ops, size_t n_ops,
                      wm_applied_fn cb, void *arg);

@@ -1114,6 +1114,7 @@ static void test_lease_accesses_persisted_lazily(void **state)
     uint64_t cursor = 0;
     wm_lifecycle_tick(&P, &TB, &cursor);
     assert_int_equal(H.nq, 1); /* one record for both accesses */
+    assert_int_equal(P.access_records, 0); /* counted once applied, not when queued */
     lease_req(WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_ACQUIRE, &rev.id, 0, &c2);
     assert_int_equal(c2.answered, 0); /* not BUSY: appended behind it */
     assert_int_equal(H.nq, 2);
