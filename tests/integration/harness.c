@@ -24,6 +24,7 @@
 
 #include "admin_https.h"
 #include "harness.h"
+#include "node_cold.h"
 #include "rpc.pb-c.h"
 
 #ifndef BUILD_DIR
@@ -373,6 +374,37 @@ void hx_cleanup(hx_master *m)
 void hx_sha256(const void *data, size_t len, unsigned char out[32])
 {
     SHA256(data, len, out);
+}
+
+int hx_cold_fill(const char *dir, const char *prefix, int n, int key_bytes)
+{
+    cold_tier *ct = NULL;
+    char err[256], key[1025];
+    uint8_t data[64];
+    unsigned char sha[32];
+    int rc = -1;
+    if (key_bytes <= 0 || key_bytes >= (int)sizeof(key)) return -1;
+    if (cold_open(dir, &ct, err, sizeof(err)) != 0) {
+        fprintf(stderr, "harness: cold_open %s: %s\n", dir, err);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        memset(key, 'k', (size_t)key_bytes);
+        int len = snprintf(key, sizeof(key), "%s/%05d/", prefix, i);
+        if (len <= 0 || len >= key_bytes) goto close;
+        key[len] = 'k'; /* keep the padding after the number */
+        key[key_bytes] = '\0';
+        memset(data, i & 0xff, sizeof(data));
+        hx_sha256(data, sizeof(data), sha);
+        if (cold_persist(ct, key, data, sizeof(data), sha, 0, NULL, err, sizeof(err)) != 0) {
+            fprintf(stderr, "harness: cold file %d in %s: %s\n", i, dir, err);
+            goto close;
+        }
+    }
+    rc = 0;
+close:
+    cold_close(ct);
+    return rc;
 }
 
 uint8_t *hx_read_file(const char *path, size_t *len)

@@ -142,6 +142,12 @@ int hx_start_refused(hx_master *m, int timeout_ms, const char *needle, const cha
 /* SHA-256 of a string, for checksums in tests. */
 void hx_sha256(const void *data, size_t len, unsigned char out[32]);
 
+/* Fill the cold directory dir with n files of 64 bytes under keys no
+ * master knows: "<prefix>/<i, 5 digits>/" padded with 'k' to key_bytes
+ * bytes (key_bytes at most 1024 and longer than the prefix and number).
+ * 0, or -1 with the cause on stderr. */
+int hx_cold_fill(const char *dir, const char *prefix, int n, int key_bytes);
+
 /* Make TLS keys and certificates in dir with the openssl CLI (P-256, valid
  * two days): ca.pem (+ ca.key), server.pem / server.key signed by it for
  * IP 127.0.0.1 and DNS localhost, client.pem / client.key signed by it, and

@@ -118,28 +118,6 @@ static size_t cold_count(const char *dir)
     return n;
 }
 
-/* Fill dir with n cold files of key_bytes-byte keys (at most KEY_BYTES, at
- * least 16) no master knows. */
-static void make_orphans(const char *dir, int n, int key_bytes)
-{
-    cold_tier *ct = NULL;
-    char err[256], key[KEY_BYTES + 1];
-    uint8_t data[64];
-    unsigned char sha[32];
-    assert_int_equal(cold_open(dir, &ct, err, sizeof(err)), 0);
-    for (int i = 0; i < n; i++) {
-        memset(key, 'k', (size_t)key_bytes);
-        int len = snprintf(key, sizeof(key), "orphan/%05d/", i);
-        key[len] = 'k';
-        key[key_bytes] = '\0';
-        memset(data, i & 0xff, sizeof(data));
-        hx_sha256(data, sizeof(data), sha);
-        if (cold_persist(ct, key, data, sizeof(data), sha, 0, NULL, err, sizeof(err)) != 0)
-            fail_msg("persist %d: %s", i, err);
-    }
-    cold_close(ct);
-}
-
 static size_t count(const char *text, const char *needle)
 {
     size_t k = 0;
@@ -156,7 +134,7 @@ static void test_fsck_of_a_large_cold_tier_reads_every_page(void **state)
     char *out = malloc(OUT_CAP), want[200], path[400];
     size_t n;
     assert_non_null(out);
-    make_orphans(f->shm_cold, FILES, KEY_BYTES);
+    assert_int_equal(hx_cold_fill(f->shm_cold, "orphan", FILES, KEY_BYTES), 0);
     char **names = cold_names(f->shm_cold, &n);
     assert_int_equal(n, FILES);
     /* each entry: key, name, length, sha256, tags: more than two pages */
@@ -204,7 +182,7 @@ static void test_a_report_names_the_first_10000_orphans(void **state)
     char *out = malloc(OUT_CAP), want[200];
     size_t n;
     assert_non_null(out);
-    make_orphans(f->shm_cold, MANY, 16);
+    assert_int_equal(hx_cold_fill(f->shm_cold, "orphan", MANY, 16), 0);
     char **names = cold_names(f->shm_cold, &n);
     assert_int_equal(n, MANY);
 

@@ -80,27 +80,6 @@ static int cold_files(const char *dir)
     return n;
 }
 
-/* Fill dir with n cold files of long keys no master knows. */
-static void make_orphans(const char *dir, int n)
-{
-    cold_tier *ct = NULL;
-    char err[256], key[KEY_BYTES + 1];
-    uint8_t data[64];
-    unsigned char sha[32];
-    assert_int_equal(cold_open(dir, &ct, err, sizeof(err)), 0);
-    for (int i = 0; i < n; i++) {
-        memset(key, 'k', KEY_BYTES);
-        snprintf(key, sizeof(key), "orphan/%05d/", i);
-        key[strlen(key)] = 'k'; /* keep the padding after the number */
-        key[KEY_BYTES] = '\0';
-        memset(data, i & 0xff, sizeof(data));
-        hx_sha256(data, sizeof(data), sha);
-        if (cold_persist(ct, key, data, sizeof(data), sha, 0, NULL, err, sizeof(err)) != 0)
-            fail_msg("persist %d: %s", i, err);
-    }
-    cold_close(ct);
-}
-
 /* files of about KEY_BYTES each need at least three pages. */
 static void assert_inventory_pages(int files)
 {
@@ -131,7 +110,7 @@ static void test_large_inventory_registers_in_pages(void **state)
     assert_int_equal(mkdir(f->shm_cold, 0700), 0);
     snprintf(link, sizeof(link), "%s/cold-node-b", f->m.dir);
     assert_int_equal(symlink(f->shm_cold, link), 0);
-    make_orphans(f->shm_cold, PAGED_FILES);
+    assert_int_equal(hx_cold_fill(f->shm_cold, "orphan", PAGED_FILES, KEY_BYTES), 0);
     assert_int_equal(cold_files(f->shm_cold), PAGED_FILES);
     assert_inventory_pages(PAGED_FILES);
 

@@ -83,27 +83,6 @@ static uint64_t mono_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-/* Fill dir with n cold files of long keys no master knows. */
-static void make_filler(const char *dir, int n)
-{
-    cold_tier *ct = NULL;
-    char err[256], key[KEY_BYTES + 1];
-    uint8_t data[64];
-    unsigned char sha[32];
-    assert_int_equal(cold_open(dir, &ct, err, sizeof(err)), 0);
-    for (int i = 0; i < n; i++) {
-        memset(key, 'k', KEY_BYTES);
-        int len = snprintf(key, sizeof(key), "filler/%05d/", i);
-        key[len] = 'k'; /* keep the padding after the number */
-        key[KEY_BYTES] = '\0';
-        memset(data, i & 0xff, sizeof(data));
-        hx_sha256(data, sizeof(data), sha);
-        if (cold_persist(ct, key, data, sizeof(data), sha, 0, NULL, err, sizeof(err)) != 0)
-            fail_msg("persist %d: %s", i, err);
-    }
-    cold_close(ct);
-}
-
 /* The master on a TCP port, node-b through the proxy holding REVISIONS
  * HOT revisions, its cold directory filled; the link then throttled. */
 static void start_with_slow_node(fx *f, const char *name)
@@ -138,7 +117,7 @@ static void start_with_slow_node(fx *f, const char *name)
         assert_int_equal(r->metadata->availability, WR_AV_READY);
         wmrpc__metadata_response__free_unpacked(r, NULL);
     }
-    make_filler(f->shm_cold, FILLER_FILES);
+    assert_int_equal(hx_cold_fill(f->shm_cold, "filler", FILLER_FILES, KEY_BYTES), 0);
     /* each entry: key, 64-hex name + ".cold", length, sha256, tags */
     size_t inventory = (size_t)FILLER_FILES * (KEY_BYTES + 69 + 32 + 16);
     assert_true(inventory > 2 * LINK_BYTES_PER_S * TIMEOUT_MS / 1000);        /* > 2 x the timeout */
