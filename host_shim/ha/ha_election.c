@@ -33,6 +33,7 @@
 #define HA_MAX_MEMBERS 64u
 #define HA_CHECK_MS 20u           /* the loop-side validity check */
 #define HA_RENEW_POLL_MS 20u      /* the renewal thread's look at the clock */
+#define HA_START_GRANT_MS 10000u  /* how long a starting master asks for its lease */
 
 struct ha_election {
     uv_loop_t *loop;
@@ -504,6 +505,25 @@ static void on_handle_closed(uv_handle_t *h)
     if (--e->handles_open == 0) free_election(e);
 }
 
+/* The lease a starting master campaigns with. etcd may answer a grant
+ * late (a loaded machine, a member still electing), so a grant that timed
+ * out or found no member is asked again until HA_START_GRANT_MS, each
+ * failure logged. Asking again is safe: a lease whose answer was lost has
+ * no key attached and etcd drops it after ttl_s. Any other error, or the
+ * last one, is returned with err set. */
+static int grant_first_lease(etcd_client *etcd, int64_t ttl_s, int64_t *lease, char *err,
+                             size_t errlen)
+{
+    uint64_t give_up = mono_ms() + HA_START_GRANT_MS;
+    for (;;) {
+        int rc = etcd_lease_grant(etcd, ttl_s, lease, NULL, err, errlen);
+        if (rc == 0 || rc != SMP_EIO || mono_ms() >= give_up) return rc;
+        fprintf(stderr, "store_master: ha: asking etcd for a lease again: %s\n", err);
+        struct timespec pause = {0, HA_CYCLE_MS * 1000000L};
+        nanosleep(&pause, NULL);
+    }
+}
+
 int ha_election_start(uv_loop_t *loop,
                       const ha_election_options *o,
                       ha_election **out,
@@ -538,7 +558,7 @@ int ha_election_start(uv_loop_t *loop,
     etcd_client_options eo = {.endpoints = o->endpoints, .timeout_ms = timeout < 200 ? 200 : timeout};
     if ((rc = etcd_client_open(&eo, &e->etcd, err, errlen)) < 0) goto free_e;
     int64_t lease = 0;
-    if ((rc = etcd_lease_grant(e->etcd, o->ttl_s, &lease, NULL, err, errlen)) < 0) goto free_e;
+    if ((rc = grant_first_lease(e->etcd, o->ttl_s, &lease, err, errlen)) < 0) goto free_e;
     e->lease_id = lease;
     atomic_store(&e->renewed_at_ms, mono_ms());
     if (o->fast_failover && (rc = ha_exit_watch_start(on_leader_exit, e, &e->exit_watch)) < 0) {

@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "etcd_client.h"
 #include "ha_election.h"
@@ -32,6 +33,7 @@
 #include "master_internal.h"
 
 #define MASTER_HA_ETCD_TIMEOUT_MS 2000u
+#define MASTER_HA_ETCD_WAIT_MS 10000u /* how long a starting master waits for etcd */
 
 const char *master_role_name(const master *m)
 {
@@ -217,12 +219,39 @@ void master_ha_advertise(master *m)
 
 /* -- lifecycle ------------------------------------------------------------------ */
 
+/* Wait until etcd answers a read of the OpLog's head key, for at most
+ * MASTER_HA_ETCD_WAIT_MS. A master started beside an etcd that is starting,
+ * electing a leader or too busy to answer in time waits for it, logging
+ * each failed try, instead of exiting on the first deadline. 0, or the
+ * last error (err set); an answer that is an error of etcd's own is not
+ * waited on. */
+static int wait_for_etcd(master *m, char *err, size_t errlen)
+{
+    char key[320];
+    int len = snprintf(key, sizeof(key), "%slog_head", m->cfg->ha_prefix);
+    if (len < 0 || (size_t)len >= sizeof(key)) {
+        snprintf(err, errlen, "ha: the prefix is too long");
+        return SMP_EINVAL;
+    }
+    uint64_t give_up = master_now_ms() + MASTER_HA_ETCD_WAIT_MS;
+    for (;;) {
+        etcd_range_result r;
+        int rc = etcd_range(m->etcd, key, (size_t)len, NULL, 0, 1, 0, 1, &r, err, errlen);
+        if (rc == 0) etcd_range_result_free(&r);
+        if (rc != SMP_EIO || master_now_ms() >= give_up) return rc;
+        fprintf(stderr, "store_master: ha: waiting for etcd to answer: %s\n", err);
+        struct timespec pause = {0, 100 * 1000000L};
+        nanosleep(&pause, NULL);
+    }
+}
+
 int master_ha_open_log(master *m, char *err, size_t errlen)
 {
     int rc;
     etcd_client_options eo = {.endpoints = m->cfg->ha_etcd_endpoints,
                               .timeout_ms = MASTER_HA_ETCD_TIMEOUT_MS};
     if ((rc = etcd_client_open(&eo, &m->etcd, err, errlen)) < 0) return rc;
+    if ((rc = wait_for_etcd(m, err, errlen)) < 0) return rc;
     uint32_t batch = m->cfg->oplog_max_batch_records;
     oplog_etcd_options o = {.client = m->etcd, .prefix = m->cfg->ha_prefix,
                             .max_batch_records = batch < 127 ? batch : 127,

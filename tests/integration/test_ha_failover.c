@@ -13,6 +13,7 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -518,6 +519,86 @@ static void test_ha_etcd_member_sigstop_keeps_the_cluster_writable(void **state)
     assert_all_present_any_leader(c, "kv/b", 0, 20);
 }
 
+/* A master started while etcd does not answer (SIGSTOPped: alive to TCP,
+ * silent to requests, like a member busy or electing) asks for its lease
+ * again, says so, and leads once etcd answers, instead of exiting on the
+ * first deadline. The member is resumed from a child process while the
+ * test waits for the master to start. */
+static void test_ha_master_starts_while_etcd_is_silent(void **state)
+{
+    cluster *c = *state;
+    c->hc.lease_ttl_s = 2; /* the default: a call's deadline is TTL/4 */
+    assert_int_equal(etcd_fixture_pause(&c->hc.etcd, 0), 0);
+    pid_t resumer = fork();
+    assert_true(resumer >= 0);
+    if (resumer == 0) {
+        sleep_ms(1500);
+        _exit(etcd_fixture_resume(&c->hc.etcd, 0) == 0 ? 0 : 1);
+    }
+    start_master(c, 0);
+    int status = 0;
+    assert_int_equal(waitpid(resumer, &status, 0), resumer);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    assert_true(hx_log_contains(&c->hc.m[0], "waiting for etcd to answer"));
+    assert_int_equal(wait_leader(c, -1), 0);
+    start_node(c);
+    wait_node(c, 0);
+    kvc *k = client_of(c, 0);
+    put_n(k, "kv/late", 0, 5);
+    kvc_close(k);
+    assert_all_present_any_leader(c, "kv/late", 0, 5);
+}
+
+/* Holds the relay 1.5 s the first time a client sends a LeaseGrant of a
+ * 2 s TTL: the gRPC message of LeaseGrantRequest{ttl: 2} is the 5-byte
+ * prefix (uncompressed, length 2) and field 1 = 2. gRPC sends every call of
+ * a process to one member on one connection, so the bytes, not the
+ * connection, tell the grant. */
+static void stall_lease_grant(void *ctx, unsigned conn, unsigned long long at, unsigned char *buf,
+                              size_t n)
+{
+    static const unsigned char grant[] = {0, 0, 0, 0, 2, 0x08, 2};
+    (void)conn;
+    (void)at;
+    atomic_int *stalled = ctx;
+    for (size_t i = 0; !atomic_load(stalled) && i + sizeof(grant) <= n; i++)
+        if (memcmp(buf + i, grant, sizeof(grant)) == 0) {
+            atomic_store(stalled, 1);
+            sleep_ms(1500);
+        }
+}
+
+/* etcd answers the lease grant of a starting master after the call's
+ * deadline (a loaded machine: the grant is a raft write with an fsync):
+ * the master asks again, says so, and leads. A grant whose answer was
+ * lost is a lease with no key, which etcd drops after its TTL. The master
+ * reaches etcd through a relay that holds the grant's bytes past the
+ * 500 ms deadline of a 2 s lease. */
+static void test_ha_master_asks_again_for_a_lease_granted_late(void **state)
+{
+    cluster *c = *state;
+    fault_proxy *proxy = NULL;
+    char relay[64];
+    atomic_int stalled = 0;
+    assert_int_equal(fault_proxy_start(etcd_fixture_endpoints(&c->hc.etcd), &proxy, relay,
+                                       sizeof(relay)), 0);
+    fault_proxy_set_filter(proxy, stall_lease_grant, &stalled);
+    c->hc.lease_ttl_s = 2;
+    c->hc.etcd_endpoints[0] = relay;
+    start_master(c, 0);
+    assert_true(atomic_load(&stalled));
+    assert_true(hx_log_contains(&c->hc.m[0], "asking etcd for a lease again"));
+    assert_int_equal(wait_leader(c, -1), 0);
+    start_node(c);
+    wait_node(c, 0);
+    kvc *k = client_of(c, 0);
+    put_n(k, "kv/late", 0, 5);
+    kvc_close(k);
+    assert_all_present_any_leader(c, "kv/late", 0, 5);
+    hx_kill(&c->hc.m[0]);
+    fault_proxy_stop(proxy);
+}
+
 /* Snapshots go to the shared directory and the OpLog below them is
  * deleted; a standby started afterwards from an empty data_dir loads the
  * snapshot, follows the rest, and can lead with everything. */
@@ -726,6 +807,10 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_ha_etcd_member_sigstop_keeps_the_cluster_writable,
                                         setup_three_etcd_members, teardown),
+        cmocka_unit_test_setup_teardown(test_ha_master_starts_while_etcd_is_silent, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_ha_master_asks_again_for_a_lease_granted_late,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_ha_new_standby_after_oplog_gc_bootstraps_from_the_snapshot, setup, teardown),
         cmocka_unit_test_setup_teardown(
