@@ -186,7 +186,24 @@ static int wait_member(etcd_fixture *f, size_t i, long long deadline)
     return rc;
 }
 
-int etcd_fixture_start(etcd_fixture *f, const char *name, size_t n, int timeout_ms)
+/* 1 when member m's log says a port it was given was taken first: the
+ * ports are chosen by binding port 0 and closing, and until etcd binds them
+ * another process's outgoing connection may take one (the same range). */
+static int port_was_taken(const etcd_fixture_member *m)
+{
+    char line[1024];
+    int taken = 0;
+    FILE *f = fopen(m->log, "r");
+    if (f == NULL) return 0;
+    while (!taken && fgets(line, sizeof(line), f) != NULL)
+        taken = strstr(line, "address already in use") != NULL;
+    fclose(f);
+    return taken;
+}
+
+/* One try of etcd_fixture_start; *taken is set when it failed because a
+ * member's port was taken before etcd bound it. */
+static int start_once(etcd_fixture *f, const char *name, size_t n, int timeout_ms, int *taken)
 {
     int fds[2 * ETCD_FIXTURE_MAX_MEMBERS];
     size_t n_fds = 0;
@@ -236,8 +253,19 @@ int etcd_fixture_start(etcd_fixture *f, const char *name, size_t n, int timeout_
     return 0;
 fail:
     for (size_t i = 0; i < n_fds; i++) close(fds[i]);
+    for (size_t i = 0; i < n; i++) *taken |= port_was_taken(&f->m[i]);
     etcd_fixture_cleanup(f);
     return -1;
+}
+
+int etcd_fixture_start(etcd_fixture *f, const char *name, size_t n, int timeout_ms)
+{
+    for (int attempt = 1;; attempt++) {
+        int taken = 0;
+        if (start_once(f, name, n, timeout_ms, &taken) == 0) return 0;
+        if (!taken || attempt == 5) return -1;
+        fprintf(stderr, "etcd fixture: a port was taken before etcd bound it; new ports\n");
+    }
 }
 
 const char *etcd_fixture_endpoints(const etcd_fixture *f)

@@ -38,8 +38,10 @@ typedef struct etcd_fixture {
 
 /* Start an n-member cluster (n is 1 or 3) named after the test and wait
  * up to timeout_ms until every member answers a Status call and sees a
- * leader. Returns 0, or -1 (a member's log tail is printed, everything
- * started is stopped and removed). */
+ * leader; a start that lost a port to another process before etcd bound
+ * it is tried again on new ports (up to 5 times). Returns 0, or -1 (a
+ * member's log tail is printed, everything started is stopped and
+ * removed). */
 int etcd_fixture_start(etcd_fixture *f, const char *name, size_t n, int timeout_ms);
 
 /* Every member's client endpoint, comma-separated. */

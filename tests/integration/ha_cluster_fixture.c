@@ -24,20 +24,23 @@ int hc_init(hc_cluster *c, const char *name, size_t etcd_members)
     memset(c, 0, sizeof(*c));
     if (etcd_fixture_start(&c->etcd, name, etcd_members, 20000) < 0) return -1;
     snprintf(c->snapdir, sizeof(c->snapdir), "%s/snapshots", c->etcd.dir);
-    if (mkdir(c->snapdir, 0755) < 0) return -1;
+    if (mkdir(c->snapdir, 0755) < 0) goto fail;
     static unsigned seq;
     snprintf(c->prefix, sizeof(c->prefix), "/wm-%ld-%u/", (long)getpid(), seq++);
     size_t used = 0;
     for (int i = 0; i < HC_MASTERS; i++) {
         char tag[64];
         snprintf(tag, sizeof(tag), "%.40s-m%d", name, i);
-        if (hx_init(&c->m[i], tag, NULL) < 0) return -1;
+        if (hx_init(&c->m[i], tag, NULL) < 0) goto fail;
         int w = snprintf(c->masters + used, sizeof(c->masters) - used, "%s%s", i ? "," : "",
                          c->m[i].socket);
-        if (w < 0 || (size_t)w >= sizeof(c->masters) - used) return -1;
+        if (w < 0 || (size_t)w >= sizeof(c->masters) - used) goto fail;
         used += (size_t)w;
     }
     return 0;
+fail:
+    hc_cleanup(c);
+    return -1;
 }
 
 int hc_configure(hc_cluster *c, int i, const char *extra)

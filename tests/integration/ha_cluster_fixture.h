@@ -31,7 +31,8 @@ typedef struct hc_cluster {
 } hc_cluster;
 
 /* Start etcd (etcd_members: 1 or 3) and prepare the three masters' dirs
- * (name tags them); nothing of the masters runs yet. */
+ * (name tags them); nothing of the masters runs yet. On failure (-1)
+ * everything it made is stopped and removed. */
 int hc_init(hc_cluster *c, const char *name, size_t etcd_members);
 
 /* Write master i's config: HA on the cluster's etcd (hx_ha_yaml), no

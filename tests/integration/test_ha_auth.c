@@ -40,7 +40,11 @@ static int setup(void **state)
     cluster *c = calloc(1, sizeof(*c));
     if (c == NULL) return -1;
     *state = c;
-    if (hc_init(&c->hc, "ha-auth", 1) < 0) return -1;
+    if (hc_init(&c->hc, "ha-auth", 1) < 0) {
+        free(c);
+        *state = NULL;
+        return -1;
+    }
     return hc_list_view(&c->hc, &c->f.m);
 }
 

@@ -74,7 +74,11 @@ static int setup(void **state)
     cluster *c = calloc(1, sizeof(*c));
     if (c == NULL) return -1;
     *state = c;
-    if (hc_init(&c->hc, "ha-certs", 1) < 0) return -1;
+    if (hc_init(&c->hc, "ha-certs", 1) < 0) {
+        free(c);
+        *state = NULL;
+        return -1;
+    }
     /* a 3 s lease: three ASan masters and TLS handshakes on a loaded machine
      * kept a 1 s lease from settling on one leader (the SIGKILL is noticed at
      * once either way: ha.fast_failover) */

@@ -84,7 +84,12 @@ static int setup_n(void **state, size_t etcd_members)
     if (c == NULL) return -1;
     *state = c;
     for (int i = 0; i < N_MASTERS; i++) c->with_recorder[i] = RECORDER_UNGATED;
-    return hc_init(&c->hc, "ha-failover", etcd_members);
+    if (hc_init(&c->hc, "ha-failover", etcd_members) < 0) {
+        free(c);
+        *state = NULL;
+        return -1;
+    }
+    return 0;
 }
 
 static int setup(void **state)
@@ -520,10 +525,10 @@ static void test_ha_etcd_member_sigstop_keeps_the_cluster_writable(void **state)
 }
 
 /* A master started while etcd does not answer (SIGSTOPped: alive to TCP,
- * silent to requests, like a member busy or electing) asks for its lease
- * again, says so, and leads once etcd answers, instead of exiting on the
- * first deadline. The member is resumed from a child process while the
- * test waits for the master to start. */
+ * silent to requests, like a member busy or electing) waits for it, says
+ * so, and leads once etcd answers, instead of exiting on the first
+ * deadline. A child process resumes the member once the master's log says
+ * it waits, while the test waits for the master to start. */
 static void test_ha_master_starts_while_etcd_is_silent(void **state)
 {
     cluster *c = *state;
@@ -532,7 +537,11 @@ static void test_ha_master_starts_while_etcd_is_silent(void **state)
     pid_t resumer = fork();
     assert_true(resumer >= 0);
     if (resumer == 0) {
-        sleep_ms(1500);
+        for (int waited = 0; !hx_log_contains(&c->hc.m[0], "waiting for etcd to answer");
+             waited += 50) {
+            if (waited > WAIT_MS) break;
+            sleep_ms(50);
+        }
         _exit(etcd_fixture_resume(&c->hc.etcd, 0) == 0 ? 0 : 1);
     }
     start_master(c, 0);
