@@ -26,6 +26,7 @@
 #ifndef WM_SEG_MAP_H
 #define WM_SEG_MAP_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -41,6 +42,10 @@ typedef struct seg_map {
     int fd;            /* the descriptor it handed over, kept to see growth */
     uint64_t sock_dev, sock_ino; /* the socket file that handed it over, and */
     uint64_t sock_ctime_ns;      /* its ctime (a reused inode number differs) */
+    /* One bit per page of this mapping, set once seg_map_prefault made its
+     * page-table entry present (NULL: nothing is remembered). */
+    _Atomic uint64_t *present;
+    uint64_t page;               /* the page size the bits count */
 } seg_map;
 
 struct stat;
@@ -85,6 +90,23 @@ const char *seg_map_where(const char *path, const char *socket);
 #define SEG_MAP_GROWN 1
 #define SEG_MAP_REPLACED 2
 int seg_map_check(const seg_map *m, const char *where);
+
+/* Make the page-table entries of [offset, offset + length) of m present
+ * (MADV_POPULATE_READ), so a copy out of it does not take a fault per page,
+ * skipping the pages this mapping already made present: a reader that reads
+ * the same ranges again (a loader getting a revision once more through the
+ * store's cached mapping) pays the walk once per mapping, not per read. A
+ * new mapping (a replaced or grown segment) starts with nothing present.
+ * Only a hint: a failed populate is not an error (the copy then faults the
+ * pages), and nothing is marked for it. Safe for disjoint or overlapping
+ * ranges from several threads. Returns the bytes (whole pages) populated
+ * by this call. */
+uint64_t seg_map_prefault(const seg_map *m, uint64_t offset, uint64_t length);
+
+/* Give back the page-table entries of the pages that [offset, offset +
+ * length) of m touches (MADV_DONTNEED: the bytes stay in the segment) and
+ * forget that they were present. */
+void seg_map_release(const seg_map *m, uint64_t offset, uint64_t length);
 
 /* Unmap, close a kept descriptor and zero *m. NULL or a closed map is a
  * no-op. */

@@ -21,7 +21,9 @@
  * bytes: a failed get's buffers are not to be used). The
  * source of a chunk is, in order of preference: the node's segment file
  * mapped into this process (co-located, HOT: memcpy straight from the
- * mapping, no staging; the mapping is made once per store), a ranged TCP
+ * mapping, no staging; the mapping is made once per store, and each of its
+ * pages is walked into the page tables once per mapping, not per get:
+ * seg_map_prefault), a ranged TCP
  * read from the node's data server into a per-thread window, or a cold
  * replica's file, read through the node that holds it. When a memory
  * replica fails a read or a chunk's checksum and the object also has a
@@ -208,6 +210,7 @@ typedef struct xfer {
     atomic_uint_fast64_t copied;
     atomic_uint_fast64_t local;
     atomic_uint_fast64_t verified;
+    atomic_uint_fast64_t prefaulted; /* source bytes whose page tables were populated */
     atomic_int failed;            /* first error code */
     atomic_uint_fast64_t refreshes; /* tickets asked for again (weight_get_stats) */
     pthread_mutex_t kv_lock;      /* the store's object-service connection (refresh_job) */
@@ -321,7 +324,7 @@ static void release_range(const uint8_t *p, uint64_t n)
 static void release_window(const xfer *x, const job *j, uint64_t ws, uint64_t we, size_t lo)
 {
     wc_stream_fence(); /* the non-temporal stores are in the pages first */
-    if (j->kind == SRC_MAPPED) release_range(j->map->base + j->base + ws, we - ws);
+    if (j->kind == SRC_MAPPED) seg_map_release(j->map, j->base + ws, we - ws);
     for (size_t i = lo; i < j->n_ops; i++) {
         const wc_copy_op *op = &x->plan->ops[j->ops[i]];
         if (op->src_offset >= we) break;
@@ -523,7 +526,9 @@ static void run_job(worker *wk, job *j)
     }
     if (j->kind == SRC_MAPPED && !x->s->release_pages) {
         /* Prefault the page tables of each run of needed chunks in one call
-         * (not one fault per page), and only of what is read. */
+         * (not one fault per page), and only of what is read; pages the
+         * store's mapping made present on an earlier get are not walked
+         * again. */
         for (uint64_t c = 0; c < n_chunks;) {
             if (!need[c]) {
                 c++;
@@ -532,9 +537,7 @@ static void run_job(worker *wk, job *j)
             uint64_t e = c;
             while (e < n_chunks && need[e]) e++;
             uint64_t a = c * chunk, b = e * chunk < o->bytes ? e * chunk : o->bytes;
-            uintptr_t pa = (uintptr_t)(j->map->base + j->base + a) & ~(uintptr_t)4095;
-            uintptr_t pb = (uintptr_t)(j->map->base + j->base + b);
-            madvise((void *)pa, pb - pa, MADV_POPULATE_READ);
+            atomic_fetch_add(&x->prefaulted, seg_map_prefault(j->map, j->base + a, b - a));
             c = e;
         }
     }
@@ -1114,6 +1117,7 @@ int weight_get(weight_store *s, const weight_identity *id, const weight_placemen
         stats->local_bytes = atomic_load(&x.local);
         stats->verified_bytes = atomic_load(&x.verified);
         stats->ticket_refreshes = atomic_load(&x.refreshes);
+        stats->prefaulted_bytes = atomic_load(&x.prefaulted);
     }
 free_jobs:
     pthread_mutex_destroy(&x.err_lock);
@@ -1408,10 +1412,8 @@ int weight_mapped_data(weight_mapped *v, size_t i, const void **data)
     const wc_object *o = &v->m.objects[f->object];
     pthread_mutex_lock(&v->lock);
     if (mo->state == 0 && mo->seg != NULL) {
-        const uint8_t *base = mo->seg->map.base + mo->offset;
-        uintptr_t pa = (uintptr_t)base & ~(uintptr_t)4095;
-        madvise((void *)pa, (uintptr_t)(base + o->bytes) - pa, MADV_POPULATE_READ);
-        mo->state = verify_object(o, base) ? 1 : -1;
+        seg_map_prefault(&mo->seg->map, mo->offset, o->bytes);
+        mo->state = verify_object(o, mo->seg->map.base + mo->offset) ? 1 : -1;
     }
     if (mo->state == 1) *data = mo->seg->map.base + mo->offset + f->object_offset;
     pthread_mutex_unlock(&v->lock);

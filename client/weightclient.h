@@ -414,6 +414,12 @@ typedef struct weight_get_stats {
     uint64_t ticket_refreshes;  /* fresh READ tickets asked of the master after a node
                                    refused an expired one (a load slower than
                                    node.ticket_ttl_ms) */
+    uint64_t prefaulted_bytes;  /* of local_bytes' sources: bytes (whole pages) whose
+                                   page tables this get populated in the store's
+                                   mapping of a segment; 0 when an earlier get
+                                   through the same mapping already had (the
+                                   store keeps its mappings until it is closed or
+                                   the node's segment file is replaced or grows) */
 } weight_get_stats;
 
 /* Load revision id into the caller's buffers under a revision lease

@@ -143,6 +143,7 @@ class GetStats(ctypes.Structure):
         ("local_bytes", c_u64),
         ("verified_bytes", c_u64),
         ("ticket_refreshes", c_u64),
+        ("prefaulted_bytes", c_u64),
     ]
 
 

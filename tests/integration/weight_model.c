@@ -76,7 +76,8 @@ static int provide_cb(void *ctx, const weight_tensor_info *t, const weight_tenso
     return WEIGHT_EINVALID_ARGUMENT;
 }
 
-uint64_t wx_get_and_compare(weight_store *s, const weight_identity *id, const wx_tensor *t, size_t n)
+void wx_get_and_compare_stats(weight_store *s, const weight_identity *id, const wx_tensor *t,
+                              size_t n, weight_get_stats *st)
 {
     getctx g;
     memset(&g, 0, sizeof(g));
@@ -85,8 +86,7 @@ uint64_t wx_get_and_compare(weight_store *s, const weight_identity *id, const wx
     g.n = n;
     weight_placement pl = {place_cb, &g};
     weight_bindings bd = {NULL, 0, provide_cb, &g};
-    weight_get_stats st;
-    CHECK(s, weight_get(s, id, &pl, &bd, &st));
+    CHECK(s, weight_get(s, id, &pl, &bd, st));
     for (size_t i = 0; i < n; i++) {
         unsigned char want[32], got[32];
         assert_non_null(g.bufs[i]);
@@ -96,6 +96,12 @@ uint64_t wx_get_and_compare(weight_store *s, const weight_identity *id, const wx
         if (memcmp(want, got, 32) != 0) fail_msg("%s: tensor %s differs", id->resource_id, t[i].name);
         free(g.bufs[i]);
     }
+}
+
+uint64_t wx_get_and_compare(weight_store *s, const weight_identity *id, const wx_tensor *t, size_t n)
+{
+    weight_get_stats st;
+    wx_get_and_compare_stats(s, id, t, n, &st);
     return st.local_bytes;
 }
 

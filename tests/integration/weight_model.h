@@ -38,6 +38,10 @@ void wx_put_model(weight_store *s, const weight_identity *id, const wx_tensor *t
  * memory replicas (the rest came from cold files or the network). */
 uint64_t wx_get_and_compare(weight_store *s, const weight_identity *id, const wx_tensor *t, size_t n);
 
+/* wx_get_and_compare, with the get's statistics in *st. */
+void wx_get_and_compare_stats(weight_store *s, const weight_identity *id, const wx_tensor *t,
+                              size_t n, weight_get_stats *st);
+
 /* The value of the /metrics line starting with `series ` (-1: none). */
 long long wx_metric(const hx_master *m, const char *series);
 

@@ -378,6 +378,52 @@ static void test_client_mapping_shares_bytes(void **state)
                      SMP_ENOTFOUND);
 }
 
+/* A client mapping walks each page into its page tables once: a prefault
+ * of pages it already made present populates nothing, a released range is
+ * walked again, and a range outside the mapping populates nothing and
+ * marks nothing. A new mapping of the same file starts with nothing
+ * present. */
+static void test_client_mapping_prefaults_each_page_once(void **state)
+{
+    seg_segment *s = open_seg("seg-p", SIZE);
+    seg_map m, again;
+    uint8_t out[100];
+    char err[256];
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    (void)state;
+    assert_int_equal(seg_write(s, 3 * page + 5, "abc", 3), SMP_OK);
+    assert_int_equal(seg_map_readonly(seg_path(s), 0, &m, err, sizeof(err)), SMP_OK);
+    /* bytes [page + 1, 4 * page + 1) touch pages 1..4 */
+    assert_int_equal(seg_map_prefault(&m, page + 1, 3 * page), 4 * page);
+    assert_int_equal(seg_map_prefault(&m, page + 1, 3 * page), 0);
+    assert_int_equal(seg_map_prefault(&m, 2 * page, page), 0);
+    /* pages 0 and 5 are new at both ends of a wider range */
+    assert_int_equal(seg_map_prefault(&m, 0, 6 * page), 2 * page);
+    assert_int_equal(seg_map_get(&m, 3 * page + 5, out, 3), SMP_OK);
+    assert_memory_equal(out, "abc", 3);
+
+    seg_map_release(&m, 2 * page, 1); /* page 2 only */
+    assert_int_equal(seg_map_prefault(&m, 0, 6 * page), page);
+    assert_int_equal(seg_map_get(&m, 3 * page + 5, out, 3), SMP_OK);
+    assert_memory_equal(out, "abc", 3);
+
+    /* outside the mapping, or empty: nothing walked, nothing marked */
+    assert_int_equal(seg_map_prefault(&m, SIZE - 10, 11), 0);
+    assert_int_equal(seg_map_prefault(&m, UINT64_MAX, 2), 0);
+    assert_int_equal(seg_map_prefault(&m, 7 * page, 0), 0);
+    assert_int_equal(seg_map_prefault(&m, 7 * page, page), page);
+    seg_map_release(&m, SIZE, 1); /* ignored */
+    assert_int_equal(seg_map_prefault(NULL, 0, page), 0);
+
+    assert_int_equal(seg_map_readonly(seg_path(s), 0, &again, err, sizeof(err)), SMP_OK);
+    assert_int_equal(seg_map_prefault(&again, page + 1, 3 * page), 4 * page);
+    seg_map_close(&again);
+    seg_map_close(&m);
+    assert_null(m.present);
+    assert_int_equal(seg_map_prefault(&m, 0, page), 0); /* closed */
+    seg_destroy(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -393,6 +439,7 @@ int main(void)
         cmocka_unit_test(test_bounds),
         cmocka_unit_test(test_bad_ids),
         cmocka_unit_test(test_client_mapping_shares_bytes),
+        cmocka_unit_test(test_client_mapping_prefaults_each_page_once),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

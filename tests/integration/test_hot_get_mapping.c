@@ -1,0 +1,273 @@
+/* test_hot_get_mapping.c -- a loader that gets a HOT revision again and
+ * again through one store, co-located with the node, on a real master.
+ *
+ * The store keeps its mapping of the node's segment file between gets, and
+ * the mapping remembers which pages a get made present in its page tables
+ * (seg_map_prefault): a repeated get walks none of them again
+ * (weight_get_stats.prefaulted_bytes is 0), a second store's mapping walks
+ * them once for itself. When the segment file is replaced while the master
+ * is down (a new file with the same bytes at the same path), the store maps
+ * the new file and walks its pages again, and reads through it: a byte
+ * altered in the new file fails the get with DIGEST_MISMATCH although the
+ * retired mapping of the old file still holds the right bytes. A segment
+ * that grew (node.segment_bytes raised, master restarted) is mapped again
+ * the same way. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "weight_check.h"
+#include "weight_model.h"
+
+#define N_T 8
+#define TOTAL (N_T * 4096ull)
+
+typedef struct fixture {
+    hx_master m;
+    wx_tensor t[N_T];
+    weight_identity id;
+} fixture;
+
+static int setup(void **state)
+{
+    fixture *f = calloc(1, sizeof(*f));
+    if (f == NULL || hx_init(&f->m, "hotmap", NULL) < 0 || hx_start(&f->m, 20000) < 0) return -1;
+    for (size_t i = 0; i < N_T; i++) {
+        static char names[N_T][16];
+        snprintf(names[i], sizeof names[i], "w%zu", i);
+        f->t[i].name = names[i];
+        f->t[i].shape[0] = 32;
+        f->t[i].shape[1] = 32;
+    }
+    wx_model_fill(f->t, N_T, 7);
+    weight_identity_set(&f->id, NULL, "llm", "loader", "v1", 1);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture *f = *state;
+    hx_cleanup(&f->m);
+    free(f);
+    return 0;
+}
+
+/* The path of the embedded node's segment file (the one *.seg under the
+ * test's shm directory) into path. */
+static void segment_file(const fixture *f, char *path, size_t cap)
+{
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/shm", f->m.dir);
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    path[0] = '\0';
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        size_t n = strlen(e->d_name);
+        if (n > 4 && strcmp(e->d_name + n - 4, ".seg") == 0)
+            snprintf(path, cap, "%s/%s", dir, e->d_name);
+    }
+    closedir(d);
+    assert_true(path[0] != '\0');
+}
+
+/* Replace the file at path by a new file (another inode) with the same
+ * bytes, as the one who owns it could while the master is down. */
+static void replace_file(const char *path)
+{
+    size_t len = 0;
+    uint8_t *bytes = hx_read_file(path, &len);
+    assert_non_null(bytes);
+    char tmp[900];
+    snprintf(tmp, sizeof tmp, "%s.new", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, bytes, len), (ssize_t)len);
+    assert_int_equal(close(fd), 0);
+    assert_int_equal(rename(tmp, path), 0);
+    free(bytes);
+}
+
+/* Flip the first byte of the first occurrence of what[0, len) in the file
+ * at path, in place (the node's mapping sees it); its offset. */
+static off_t flip_byte(const char *path, const uint8_t *what, size_t len)
+{
+    size_t n = 0;
+    uint8_t *bytes = hx_read_file(path, &n);
+    assert_non_null(bytes);
+    uint8_t *at = memmem(bytes, n, what, len);
+    assert_non_null(at);
+    uint8_t b = (uint8_t)(at[0] ^ 0x5a);
+    off_t off = at - bytes;
+    free(bytes);
+    int fd = open(path, O_WRONLY);
+    assert_true(fd >= 0);
+    assert_int_equal(pwrite(fd, &b, 1, off), 1);
+    assert_int_equal(close(fd), 0);
+    return off;
+}
+
+static int place_all(void *ctx, const weight_tensor_info *t, weight_tensor_place *out)
+{
+    (void)ctx;
+    (void)t;
+    out->kind = WEIGHT_PLACE_REPLICATED;
+    return 0;
+}
+
+static int provide_scratch(void *ctx, const weight_tensor_info *t, const weight_tensor_place *p,
+                           const uint64_t *shape, uint64_t bytes, void **out)
+{
+    uint8_t *scratch = ctx; /* N_T x 4 KiB: a failing get's bytes are not looked at */
+    (void)p;
+    (void)shape;
+    size_t i = (size_t)atoi(t->name + 1);
+    if (i >= N_T || bytes > 4096) return WEIGHT_EINVALID_ARGUMENT;
+    *out = scratch + i * 4096;
+    return 0;
+}
+
+/* weight_get of the whole revision into scratch buffers; its code. */
+static int try_get(weight_store *s, const weight_identity *id)
+{
+    static uint8_t scratch[N_T * 4096];
+    weight_placement pl = {place_all, NULL};
+    weight_bindings bd = {NULL, 0, provide_scratch, scratch};
+    return weight_get(s, id, &pl, &bd, NULL);
+}
+
+/* Wait (up to 20 s) until a restarted master has the revision's replicas
+ * back from its node's inventory (weight_is_exist: READY and readable). */
+static void wait_readable(weight_store *s, const weight_identity *id)
+{
+    for (int i = 0; i < 400; i++) {
+        int exists = 0;
+        if (weight_is_exist(s, id, &exists) == 0 && exists) return;
+        usleep(50 * 1000);
+    }
+    fail_msg("%s is not readable 20 s after the restart", id->revision);
+}
+
+/* A repeated get through one store walks no page twice: the first get
+ * makes every source page present, the second populates nothing and reads
+ * the same bytes through the same mapping, every byte verified. Another
+ * store has its own mapping and walks the pages once for itself. */
+static void test_repeated_get_walks_the_pages_once(void **state)
+{
+    fixture *f = *state;
+    weight_store *s = wx_open_store(&f->m);
+    weight_get_stats st;
+    wx_put_model(s, &f->id, f->t, N_T);
+
+    wx_get_and_compare_stats(s, &f->id, f->t, N_T, &st);
+    assert_int_equal(st.local_bytes, TOTAL);
+    assert_true(st.prefaulted_bytes >= TOTAL);
+    for (int i = 0; i < 3; i++) {
+        wx_get_and_compare_stats(s, &f->id, f->t, N_T, &st);
+        assert_int_equal(st.local_bytes, TOTAL);
+        assert_int_equal(st.verified_bytes, TOTAL);
+        assert_int_equal(st.prefaulted_bytes, 0);
+    }
+
+    weight_store *other = wx_open_store(&f->m);
+    wx_get_and_compare_stats(other, &f->id, f->t, N_T, &st);
+    assert_true(st.prefaulted_bytes >= TOTAL);
+    wx_get_and_compare_stats(other, &f->id, f->t, N_T, &st);
+    assert_int_equal(st.prefaulted_bytes, 0);
+    weight_store_close(other);
+    weight_store_close(s);
+}
+
+/* A segment file replaced while the master was down (a new file with the
+ * same bytes) is mapped anew: the next get walks its pages once for the new
+ * mapping and reads every byte right, the one after walks none. The reads
+ * then go through the new file: a byte altered in it fails the get with
+ * DIGEST_MISMATCH (the retired mapping of the old file still holds the
+ * right bytes), and restored, the get reads back right again. */
+static void test_replaced_segment_is_mapped_again(void **state)
+{
+    fixture *f = *state;
+    weight_store *s = wx_open_store(&f->m);
+    weight_get_stats st;
+    char path[800];
+    wx_put_model(s, &f->id, f->t, N_T);
+    wx_get_and_compare_stats(s, &f->id, f->t, N_T, &st);
+    wx_get_and_compare_stats(s, &f->id, f->t, N_T, &st);
+    assert_int_equal(st.prefaulted_bytes, 0);
+    segment_file(f, path, sizeof path);
+
+    assert_int_equal(hx_stop(&f->m), 0);
+    replace_file(path);
+    assert_int_equal(hx_start(&f->m, 20000), 0);
+    wait_readable(s, &f->id);
+    wx_get_and_compare_stats(s, &f->id, f->t, N_T, &st);
+    assert_int_equal(st.local_bytes, TOTAL);
+    assert_int_equal(st.verified_bytes, TOTAL);
+    assert_true(st.prefaulted_bytes >= TOTAL);
+    wx_get_and_compare_stats(s, &f->id, f->t, N_T, &st);
+    assert_int_equal(st.prefaulted_bytes, 0);
+
+    off_t at = flip_byte(path, f->t[3].data, sizeof f->t[3].data);
+    int rc = try_get(s, &f->id);
+    if (rc != WEIGHT_EDIGEST_MISMATCH)
+        fail_msg("a get after a byte of the new file changed: %s (%s)", weight_error_name(rc),
+                 weight_store_last_error(s));
+    assert_non_null(strstr(weight_store_last_error(s), "do not match the manifest's checksum"));
+    int fd = open(path, O_WRONLY);
+    assert_true(fd >= 0);
+    assert_int_equal(pwrite(fd, &f->t[3].data[0], 1, at), 1);
+    assert_int_equal(close(fd), 0);
+    wx_get_and_compare_stats(s, &f->id, f->t, N_T, &st);
+    assert_int_equal(st.verified_bytes, TOTAL);
+    weight_store_close(s);
+}
+
+/* A segment grown by a restart with a larger node.segment_bytes is mapped
+ * again (the old mapping ends short of the new tail): the next get walks
+ * its pages once and reads every byte right. */
+static void test_grown_segment_is_mapped_again(void **state)
+{
+    fixture *f = *state;
+    weight_store *s = wx_open_store(&f->m);
+    weight_get_stats st;
+    char cfg[700];
+    wx_put_model(s, &f->id, f->t, N_T);
+    wx_get_and_compare_stats(s, &f->id, f->t, N_T, &st);
+    wx_get_and_compare_stats(s, &f->id, f->t, N_T, &st);
+    assert_int_equal(st.prefaulted_bytes, 0);
+
+    assert_int_equal(hx_stop(&f->m), 0);
+    snprintf(cfg, sizeof cfg, "node:\n  segment_dir: \"%s/shm\"\n  segment_bytes: %llu\n",
+             f->m.dir, 96ull << 20);
+    assert_int_equal(hx_reconfigure(&f->m, cfg), 0);
+    assert_int_equal(hx_start(&f->m, 20000), 0);
+    wait_readable(s, &f->id);
+    wx_get_and_compare_stats(s, &f->id, f->t, N_T, &st);
+    assert_int_equal(st.local_bytes, TOTAL);
+    assert_true(st.prefaulted_bytes >= TOTAL);
+    wx_get_and_compare_stats(s, &f->id, f->t, N_T, &st);
+    assert_int_equal(st.prefaulted_bytes, 0);
+    weight_store_close(s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_repeated_get_walks_the_pages_once, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_replaced_segment_is_mapped_again, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_grown_segment_is_mapped_again, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
