@@ -69,6 +69,10 @@
 
 #define M(name) WMRPC__WEIGHT_METHOD__WEIGHT_##name
 #define WC_REMOTE_WINDOW_CHUNKS 8
+/* Chunks of an object read through a mapping that one job takes at most
+ * (split_mapped_jobs): the transfer threads take jobs one at a time, so the
+ * last job bounds how long one thread works on while the others are done. */
+#define WC_MAPPED_JOB_CHUNKS 16
 /* Bytes of a chunk copied, then hashed, at a time (scatter_fused): small
  * enough to be still in the core's cache when hashed. */
 #define WC_FUSE_BLOCK (64u << 10)
@@ -173,10 +177,11 @@ static void keeper_stop(lease_keeper *k)
 
 typedef enum src_kind { SRC_MAPPED = 1, SRC_REMOTE = 2, SRC_COLD = 3 } src_kind;
 
-/* One payload object to read: where from, and its ops (indices into the
- * plan, sorted by src_offset). */
+/* Chunks [c0, c1) of one payload object to read: where from, and the
+ * object's ops (indices into the plan, sorted by src_offset). */
 typedef struct job {
     uint32_t object;
+    uint64_t c0, c1;
     src_kind kind;
     const seg_map *map;          /* SRC_MAPPED */
     uint64_t base;               /* offset of the object in the segment / file */
@@ -206,6 +211,7 @@ typedef struct xfer {
     uint8_t *const *bindings;
     job *jobs;
     size_t n_jobs;
+    size_t n_objects;             /* objects the jobs read (weight_get_stats) */
     atomic_size_t next;
     atomic_uint_fast64_t copied;
     atomic_uint_fast64_t local;
@@ -501,55 +507,79 @@ static int scatter_sha256(worker *wk, const job *j, size_t lo, const uint8_t *wi
 
 static int refresh_job(xfer *x, job *j, char *err, size_t errlen);
 
-/* Read, verify and scatter one object. */
+/* The chunks of an object read as one (an object without chunk sums is
+ * one chunk), and their size. */
+static uint64_t object_chunks(const wc_object *o, uint64_t *chunk)
+{
+    *chunk = o->n_chunks ? o->chunk_bytes : o->bytes;
+    return o->n_chunks ? o->n_chunks : 1;
+}
+
+/* Mark in need[] (indexed from chunk c0) the chunks in [c0, c1) that op's
+ * runs touch; only the runs that lie in those chunks are visited. */
+static void mark_needed(const wc_copy_op *op, uint64_t chunk, uint64_t c0, uint64_t c1,
+                        uint8_t *need)
+{
+    uint64_t ps = c0 * chunk, pe = c1 * chunk, kmin = 0, kmax = op->count - 1;
+    if (op->bytes == 0 || op->count == 0 || op->src_offset >= pe || op_src_end(op) <= ps) return;
+    if (op->src_stride > 0) {
+        if (op->src_offset + op->bytes <= ps)
+            kmin = (ps - (op->src_offset + op->bytes)) / op->src_stride + 1;
+        uint64_t last = (pe - 1 - op->src_offset) / op->src_stride;
+        if (last < kmax) kmax = last;
+    }
+    for (uint64_t k = kmin; k <= kmax; k++) {
+        uint64_t rs = op->src_offset + k * op->src_stride;
+        uint64_t a = rs / chunk, b = (rs + op->bytes - 1) / chunk + 1;
+        for (uint64_t c = a > c0 ? a : c0; c < b && c < c1; c++) need[c - c0] = 1;
+    }
+}
+
+/* Read, verify and scatter chunks [j->c0, j->c1) of one object. */
 static void run_job(worker *wk, job *j)
 {
     xfer *x = wk->x;
     const wc_object *o = &x->m->objects[j->object];
     const wc_plan *plan = x->plan;
-    uint64_t chunk = o->n_chunks ? o->chunk_bytes : o->bytes;
-    uint64_t n_chunks = o->n_chunks ? o->n_chunks : 1;
+    uint64_t chunk;
+    uint64_t n_chunks = object_chunks(o, &chunk);
     if (o->bytes == 0 || chunk == 0) return; /* nothing can be read from it */
-    uint8_t *need = calloc(n_chunks, 1);
+    if (j->c1 > n_chunks) j->c1 = n_chunks;
+    if (j->c0 >= j->c1) return;
+    uint8_t *need = calloc(j->c1 - j->c0, 1);
     if (need == NULL) {
         xfer_fail(x, WEIGHT_ENOMEM, "out of memory");
         return;
     }
-    /* Mark the chunks the ops touch. */
-    for (size_t i = 0; i < j->n_ops; i++) {
-        const wc_copy_op *op = &plan->ops[j->ops[i]];
-        if (op->bytes == 0) continue;
-        for (uint64_t k = 0; k < op->count; k++) {
-            uint64_t rs = op->src_offset + k * op->src_stride;
-            for (uint64_t c = rs / chunk; c <= (rs + op->bytes - 1) / chunk; c++) need[c] = 1;
-        }
-    }
+    /* Mark the chunks the ops touch (need[c - j->c0]). */
+    for (size_t i = 0; i < j->n_ops; i++)
+        mark_needed(&plan->ops[j->ops[i]], chunk, j->c0, j->c1, need);
     if (j->kind == SRC_MAPPED && !x->s->release_pages) {
         /* Prefault the page tables of each run of needed chunks in one call
          * (not one fault per page), and only of what is read; pages the
          * store's mapping made present on an earlier get are not walked
          * again. */
-        for (uint64_t c = 0; c < n_chunks;) {
-            if (!need[c]) {
+        for (uint64_t c = j->c0; c < j->c1;) {
+            if (!need[c - j->c0]) {
                 c++;
                 continue;
             }
             uint64_t e = c;
-            while (e < n_chunks && need[e]) e++;
+            while (e < j->c1 && need[e - j->c0]) e++;
             uint64_t a = c * chunk, b = e * chunk < o->bytes ? e * chunk : o->bytes;
             atomic_fetch_add(&x->prefaulted, seg_map_prefault(j->map, j->base + a, b - a));
             c = e;
         }
     }
     size_t lo = 0;
-    for (uint64_t c = 0; c < n_chunks && atomic_load(&x->failed) == 0;) {
-        if (!need[c]) {
+    for (uint64_t c = j->c0; c < j->c1 && atomic_load(&x->failed) == 0;) {
+        if (!need[c - j->c0]) {
             c++;
             continue;
         }
         uint64_t window_chunks = j->kind == SRC_MAPPED ? 1 : WC_REMOTE_WINDOW_CHUNKS;
         uint64_t c_end = c + 1;
-        while (c_end < n_chunks && need[c_end] && c_end - c < window_chunks) c_end++;
+        while (c_end < j->c1 && need[c_end - j->c0] && c_end - c < window_chunks) c_end++;
         uint64_t ws = c * chunk;
         uint64_t we = c_end * chunk < o->bytes ? c_end * chunk : o->bytes;
         if (atomic_load(&x->s->cancel)) {
@@ -773,6 +803,8 @@ static int build_jobs(weight_store *s, xfer *x, size_t **op_order)
         j->n_ops = e - i;
         i = e;
         const wc_object *o = &m->objects[j->object];
+        uint64_t chunk;
+        j->c1 = object_chunks(o, &chunk);
         kvc_object obj;
         int rc = kv_get(s, o->key, &obj);
         if (rc == SMP_ENOTFOUND)
@@ -831,6 +863,73 @@ static int build_jobs(weight_store *s, xfer *x, size_t **op_order)
         }
     }
     return WEIGHT_OK;
+}
+
+/* A malloc'd copy of len bytes at p into *out (NULL for none). 0 or -1. */
+static int dup_bytes(const uint8_t *p, size_t len, uint8_t **out)
+{
+    *out = NULL;
+    if (p == NULL || len == 0) return 0;
+    if ((*out = malloc(len)) == NULL) return -1;
+    memcpy(*out, p, len);
+    return 0;
+}
+
+/* The jobs split_mapped_jobs cuts j into. */
+static size_t job_parts(const job *j)
+{
+    if (j->kind != SRC_MAPPED || j->c1 <= j->c0) return 1;
+    return (size_t)((j->c1 - j->c0 + WC_MAPPED_JOB_CHUNKS - 1) / WC_MAPPED_JOB_CHUNKS);
+}
+
+/* Cut each job that reads through a mapping into jobs of at most
+ * WC_MAPPED_JOB_CHUNKS chunks, so the transfer threads end within a short
+ * job of each other instead of one thread copying the rest of a large
+ * object alone. Each part is a job of its own, with its own copies of the
+ * tickets (it may fall back to the object's cold replica alone); parts end
+ * on chunk boundaries, so every chunk is still verified whole by one
+ * thread. Remote and cold jobs stay whole (they read in windows over one
+ * connection per thread). x->n_objects counts the objects before the cut.
+ * WEIGHT_OK, or WEIGHT_ENOMEM with x unchanged. */
+static int split_mapped_jobs(weight_store *s, xfer *x)
+{
+    size_t n = 0, k = 0;
+    x->n_objects = x->n_jobs;
+    for (size_t i = 0; i < x->n_jobs; i++) n += job_parts(&x->jobs[i]);
+    if (n == x->n_jobs) return WEIGHT_OK;
+    job *parts = calloc(n, sizeof *parts);
+    if (parts == NULL) return wc_fail(s, WEIGHT_ENOMEM, "out of memory");
+    for (size_t i = 0; i < x->n_jobs; i++) {
+        const job *j = &x->jobs[i];
+        size_t np = job_parts(j);
+        for (size_t q = 0; q < np; q++) {
+            job *p = &parts[k++];
+            *p = *j;
+            p->ticket = p->alt_ticket = NULL;
+            if (np > 1) {
+                p->c0 = j->c0 + q * WC_MAPPED_JOB_CHUNKS;
+                p->c1 = p->c0 + WC_MAPPED_JOB_CHUNKS < j->c1 ? p->c0 + WC_MAPPED_JOB_CHUNKS : j->c1;
+            }
+            if (dup_bytes(j->ticket, j->ticket_len, &p->ticket) < 0 ||
+                dup_bytes(j->alt_ticket, j->alt_ticket_len, &p->alt_ticket) < 0)
+                goto free_parts;
+        }
+    }
+    for (size_t i = 0; i < x->n_jobs; i++) {
+        free(x->jobs[i].ticket);
+        free(x->jobs[i].alt_ticket);
+    }
+    free(x->jobs);
+    x->jobs = parts;
+    x->n_jobs = k;
+    return WEIGHT_OK;
+free_parts:
+    for (size_t i = 0; i < k; i++) {
+        free(parts[i].ticket);
+        free(parts[i].alt_ticket);
+    }
+    free(parts);
+    return wc_fail(s, WEIGHT_ENOMEM, "out of memory");
 }
 
 void weight_store_cancel(weight_store *s)
@@ -1067,6 +1166,7 @@ int weight_get(weight_store *s, const weight_identity *id, const weight_placemen
     pthread_mutex_init(&x.done_lock, NULL);
     pthread_cond_init(&x.done_cond, NULL);
     if ((rc = build_jobs(s, &x, &order)) < 0) goto free_jobs;
+    if ((rc = split_mapped_jobs(s, &x)) < 0) goto free_jobs;
     n_threads = s->threads < x.n_jobs ? s->threads : (unsigned)x.n_jobs;
     wc_progress(s, 0, plan.total_bytes);
     for (unsigned t = 0; t < n_threads; t++) {
@@ -1113,7 +1213,7 @@ int weight_get(weight_store *s, const weight_identity *id, const weight_placemen
     if (stats) {
         stats->bytes = atomic_load(&x.copied);
         stats->tensors = n_placed;
-        stats->objects = x.n_jobs;
+        stats->objects = x.n_objects;
         stats->local_bytes = atomic_load(&x.local);
         stats->verified_bytes = atomic_load(&x.verified);
         stats->ticket_refreshes = atomic_load(&x.refreshes);

@@ -262,12 +262,125 @@ static void test_grown_segment_is_mapped_again(void **state)
     weight_store_close(s);
 }
 
+/* -- one object larger than a job ------------------------------------------------ */
+
+#define BIG_ROWS 5120ull
+#define BIG_COLS 4096ull                   /* BF16: 40 MiB, one object of 40 chunks */
+#define BIG_BYTES (BIG_ROWS * BIG_COLS * 2)
+
+typedef struct bigget {
+    uint32_t parts, rank;                  /* split along dim 1 */
+    uint8_t *buf;
+    uint64_t bytes;
+} bigget;
+
+static int place_big(void *ctx, const weight_tensor_info *t, weight_tensor_place *out)
+{
+    bigget *g = ctx;
+    (void)t;
+    *out = (weight_tensor_place){g->parts > 1 ? WEIGHT_PLACE_SPLIT : WEIGHT_PLACE_REPLICATED, 1,
+                                 g->parts, g->rank};
+    return 0;
+}
+
+static int provide_big(void *ctx, const weight_tensor_info *t, const weight_tensor_place *p,
+                       const uint64_t *shape, uint64_t bytes, void **out)
+{
+    bigget *g = ctx;
+    (void)t;
+    (void)p;
+    (void)shape;
+    free(g->buf);
+    g->buf = malloc(bytes);
+    g->bytes = bytes;
+    *out = g->buf;
+    return g->buf != NULL ? 0 : WEIGHT_ENOMEM;
+}
+
+/* weight_get of "big" into g (split in g->parts along dim 1, part
+ * g->rank); its code, statistics in *st. */
+static int get_big(weight_store *s, const weight_identity *id, bigget *g, weight_get_stats *st)
+{
+    weight_placement pl = {place_big, g};
+    weight_bindings bd = {NULL, 0, provide_big, g};
+    return weight_get(s, id, &pl, &bd, st);
+}
+
+/* An object of 40 chunks read through the mapping is cut into jobs of at
+ * most 16 chunks that the transfer threads share: read whole and as the
+ * second half of every row (a strided placement across every part), each
+ * byte is where it belongs, counted as one object with every byte
+ * verified; a byte altered in chunk 35 (the third part) fails the get with
+ * DIGEST_MISMATCH naming that chunk, and put back, the get reads right. */
+static void test_object_larger_than_a_job_reads_in_parts(void **state)
+{
+    fixture *f = *state;
+    weight_store *s = NULL;
+    weight_writer *w = NULL;
+    weight_get_stats st;
+    weight_identity id;
+    char err[256], path[800];
+    uint64_t shape[2] = {BIG_ROWS, BIG_COLS};
+    uint8_t *src = malloc(BIG_BYTES);
+    assert_non_null(src);
+    for (uint64_t i = 0; i < BIG_BYTES; i += 8) {
+        uint64_t v = (i + 1) * 0x9E3779B97F4A7C15ull;
+        memcpy(src + i, &v, 8);
+    }
+    assert_int_equal(weight_store_open(f->m.socket, "acme", NULL, &s, err, sizeof err), 0);
+    assert_int_equal(weight_store_set_option(s, WEIGHT_OPT_THREADS, 2), 0);
+    weight_identity_set(&id, NULL, "llm", "big", "v1", 1);
+    /* HOT and MANUAL: no cold copy of the payload for a failed chunk to fall
+     * back to */
+    weight_policy pol = {WEIGHT_RES_HOT, 0.0, WEIGHT_MODE_MANUAL};
+    CHECK(s, weight_put_begin(s, &id, &pol, &w));
+    CHECK(s, weight_writer_add_tensor(w, "big", "BF16", 2, shape, src));
+    CHECK(s, weight_writer_commit(w, NULL));
+
+    bigget g = {1, 0, NULL, 0};
+    CHECK(s, get_big(s, &id, &g, &st));
+    assert_int_equal(g.bytes, BIG_BYTES);
+    assert_memory_equal(g.buf, src, BIG_BYTES);
+    assert_int_equal(st.objects, 1);
+    assert_int_equal(st.local_bytes, BIG_BYTES);
+    assert_int_equal(st.verified_bytes, BIG_BYTES);
+
+    g.parts = 2;
+    g.rank = 1;
+    CHECK(s, get_big(s, &id, &g, &st));
+    assert_int_equal(g.bytes, BIG_BYTES / 2);
+    for (uint64_t r = 0; r < BIG_ROWS; r++)
+        if (memcmp(g.buf + r * BIG_COLS, src + r * BIG_COLS * 2 + BIG_COLS, BIG_COLS) != 0)
+            fail_msg("row %llu of the second half differs", (unsigned long long)r);
+    assert_int_equal(st.objects, 1);
+    assert_int_equal(st.verified_bytes, BIG_BYTES); /* every chunk, whole */
+
+    segment_file(f, path, sizeof path);
+    uint64_t at = (35ull << 20) + 4321;
+    off_t off = flip_byte(path, src + at, 64);
+    g.parts = 1;
+    g.rank = 0;
+    assert_int_equal(get_big(s, &id, &g, &st), WEIGHT_EDIGEST_MISMATCH);
+    assert_non_null(strstr(weight_store_last_error(s), "(chunk 35)"));
+    int fd = open(path, O_WRONLY);
+    assert_true(fd >= 0);
+    assert_int_equal(pwrite(fd, src + at, 1, off), 1);
+    assert_int_equal(close(fd), 0);
+    CHECK(s, get_big(s, &id, &g, &st));
+    assert_memory_equal(g.buf, src, BIG_BYTES);
+    free(g.buf);
+    free(src);
+    weight_store_close(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_repeated_get_walks_the_pages_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_replaced_segment_is_mapped_again, setup, teardown),
         cmocka_unit_test_setup_teardown(test_grown_segment_is_mapped_again, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_object_larger_than_a_job_reads_in_parts, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
