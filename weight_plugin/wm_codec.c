@@ -7,7 +7,9 @@
  * out-of-range enum, a string with a NUL or bad UTF-8, a key that is not the
  * canonical one, a digest of the wrong length or a record that breaks an
  * invariant of weight_metadata_rules.c is SMP_EPROTO with a sentence, and
- * whatever was allocated on the way is released. */
+ * whatever was allocated on the way is released. The snapshot section is
+ * decoded by hand in wm_section_decode.c, through the per-record decoders
+ * here (wm_codec_dec.h). */
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -17,6 +19,7 @@
 #include "weight_records.pb-c.h"
 #include "wm_bulk.h"
 #include "wm_codec.h"
+#include "wm_codec_dec.h"
 
 static char wm_no_text[] = "";
 
@@ -535,7 +538,7 @@ static int wm_dec_strings(const ProtobufCBinaryData *t,
 
 /* The bytes wm_dec_identity writes for m: its four strings and their NULs
  * (0 for a missing identity, which it refuses). */
-static size_t wm_dec_id_len(const Wmrec__Identity *m)
+size_t wm_dec_id_len(const Wmrec__Identity *m)
 {
     if (m == NULL) return 0;
     return m->tenant_id.len + m->namespace_.len + m->resource_id.len + m->revision.len + 4;
@@ -596,7 +599,7 @@ static int wm_dec_digest(const ProtobufCBinaryData *b, uint8_t *out, const char 
 /* The bytes the identity strings, the group and manifest keys and the
  * request id of m take in a decoder's key storage, NULs included (what
  * wm_dec_revision consumes). */
-static size_t wm_dec_keys_len(const Wmrec__Revision *m)
+size_t wm_dec_keys_len(const Wmrec__Revision *m)
 {
     if (m == NULL) return 0;
     return wm_dec_id_len(m->identity) + strlen(m->group_key ? m->group_key : wm_no_text) + 1 +
@@ -607,8 +610,8 @@ static size_t wm_dec_keys_len(const Wmrec__Revision *m)
 /* Decode and check a revision into *out. Its identity strings and keys are
  * copied to *keys, which is advanced past them (the caller sized the
  * storage with wm_dec_keys_len), and out's pointers point there. */
-static int wm_dec_revision(const Wmrec__Revision *m, wm_revision *out, char **keys, char *msg,
-                           size_t cap)
+int wm_dec_revision(const Wmrec__Revision *m, wm_revision *out, char **keys, char *msg,
+                    size_t cap)
 {
     int rc, v;
     char why[256];
@@ -679,8 +682,8 @@ static int wm_dec_revision(const Wmrec__Revision *m, wm_revision *out, char **ke
 
 /* Decode and check an operation; its identity strings go to *strs (see
  * wm_dec_identity). */
-static int wm_dec_operation(const Wmrec__Operation *m, wm_operation *out, char **strs, char *msg,
-                            size_t cap)
+int wm_dec_operation(const Wmrec__Operation *m, wm_operation *out, char **strs, char *msg,
+                     size_t cap)
 {
     int rc, v;
     char why[256];
@@ -724,8 +727,8 @@ static int wm_dec_operation(const Wmrec__Operation *m, wm_operation *out, char *
 
 /* Decode a summary into fresh memory; the caller checks it against its
  * revision. */
-static int wm_dec_affinity(const Wmrec__AffinitySummary *m, wm_affinity *out, char *msg,
-                           size_t cap)
+int wm_dec_affinity(const Wmrec__AffinitySummary *m, wm_affinity *out, char *msg,
+                    size_t cap)
 {
     int rc = WM_OK;
     wm_affinity a = {NULL, 0};
@@ -770,7 +773,7 @@ free_summary:
 
 /* Decode and check a lease; its identity strings go to *strs (see
  * wm_dec_identity). */
-static int wm_dec_lease(const Wmrec__Lease *m, wm_lease *out, char **strs, char *msg, size_t cap)
+int wm_dec_lease(const Wmrec__Lease *m, wm_lease *out, char **strs, char *msg, size_t cap)
 {
     int rc;
     char why[256];
@@ -788,7 +791,7 @@ static int wm_dec_lease(const Wmrec__Lease *m, wm_lease *out, char **strs, char 
 }
 
 /* The bytes wm_dec_claim writes to its string storage. */
-static size_t wm_dec_claim_len(const Wmrec__LineageClaim *m)
+size_t wm_dec_claim_len(const Wmrec__LineageClaim *m)
 {
     return m == NULL ? 0 : wm_dec_id_len(m->base_identity) + wm_dec_id_len(m->target_identity);
 }
@@ -1062,8 +1065,8 @@ int wm_decode_lineage_claim(const uint8_t *buf, size_t len, wm_lineage_claim *ou
 /* Decode a lineage entry; its claim's strings go to *strs (see
  * wm_dec_identity) until the table is checked and the claim bound to the
  * entry (wm_lineage_entry_bind). */
-static int wm_dec_lineage_entry(const Wmrec__LineageEntry *m, wm_lineage_entry *out, char **strs,
-                                char *msg, size_t cap)
+int wm_dec_lineage_entry(const Wmrec__LineageEntry *m, wm_lineage_entry *out, char **strs,
+                         char *msg, size_t cap)
 {
     int rc;
     char why[256];
@@ -1083,129 +1086,6 @@ static int wm_dec_lineage_entry(const Wmrec__LineageEntry *m, wm_lineage_entry *
         out->has_claim = 1;
     }
     return WM_OK;
-}
-
-int wm_decode_section(const uint8_t *buf, size_t len, wm_section_image *out, char *msg,
-                      size_t cap)
-{
-    return wm_decode_section_placed(buf, len, NULL, out, msg, cap);
-}
-
-int wm_decode_section_placed(const uint8_t *buf, size_t len, const wm_section_place *place,
-                             wm_section_image *out, char *msg, size_t cap)
-{
-    int rc = WM_OK;
-    char why[256];
-    wm_section_image img;
-    Wmrec__WeightMetadataSection *m;
-
-    if (out == NULL || (buf == NULL && len > 0)) return WM_EINVALID_ARGUMENT;
-    memset(&img, 0, sizeof(img));
-    if (len == 0) {
-        img.next_operation_id = 1;
-        img.next_lease_id = 1;
-        *out = img;
-        return WM_OK;
-    }
-    /* The decode's pieces come from one arena (wm_bulk.h): they take about
-     * 2x the encoded size; what does not fit in 4x goes to malloc. */
-    wm_arena arena;
-    if (len > (SIZE_MAX - (64u << 10)) / 4 || wm_arena_init(&arena, len * 4 + (64u << 10)) < 0)
-        return SMP_ENOMEM;
-    m = wmrec__weight_metadata_section__unpack(&arena.alloc, len, buf);
-    if (m == NULL) {
-        rc = wm_fail(SMP_EPROTO, msg, cap, "section %s does not decode", WM_SECTION_NAME);
-        goto free_arena;
-    }
-    if (m->format != WM_SECTION_FORMAT) {
-        rc = wm_fail(SMP_EPROTO, msg, cap, "section %s has format %" PRIu32 ", this build reads %d",
-                     WM_SECTION_NAME, m->format, WM_SECTION_FORMAT);
-        goto free_message;
-    }
-    size_t keys_len = 1;
-    for (size_t i = 0; i < m->n_revisions; i++)
-        if (m->revisions[i] != NULL) keys_len += wm_dec_keys_len(m->revisions[i]->revision);
-    if (place != NULL) {
-        char *first = place->alloc(place->ctx, m->n_revisions, keys_len, &img.keys);
-        if (first != NULL) {
-            img.revisions = (wm_revision *)(first + place->rev_off);
-            img.affinities = (wm_affinity *)(first + place->aff_off);
-            img.stride = place->stride;
-        }
-    } else {
-        /* Not zeroed: each is written whole by its decode before it is read. */
-        img.revisions_len = (m->n_revisions + 1) * sizeof(*img.revisions);
-        img.revisions = wm_bulk_alloc(img.revisions_len);
-        if (img.revisions == NULL) img.revisions_len = 0;
-        img.affinities = calloc(m->n_revisions + 1, sizeof(*img.affinities));
-        img.keys = malloc(keys_len);
-    }
-    img.operations = calloc(m->n_operations + 1, sizeof(*img.operations));
-    img.leases = calloc(m->n_leases + 1, sizeof(*img.leases));
-    img.lineages = calloc(m->n_lineages + 1, sizeof(*img.lineages));
-    size_t strs_len = 1;
-    for (size_t i = 0; i < m->n_operations; i++)
-        if (m->operations[i] != NULL) strs_len += wm_dec_id_len(m->operations[i]->identity);
-    for (size_t i = 0; i < m->n_leases; i++)
-        if (m->leases[i] != NULL) strs_len += wm_dec_id_len(m->leases[i]->identity);
-    for (size_t i = 0; i < m->n_lineages; i++)
-        if (m->lineages[i] != NULL) strs_len += wm_dec_claim_len(m->lineages[i]->claim);
-    img.strs = malloc(strs_len);
-    char *keys = img.keys, *strs = img.strs;
-    if (img.revisions == NULL || img.affinities == NULL || img.operations == NULL ||
-        img.leases == NULL || img.lineages == NULL || img.keys == NULL || img.strs == NULL) {
-        rc = SMP_ENOMEM;
-        goto free_image;
-    }
-    for (size_t i = 0; i < m->n_revisions; i++) {
-        const Wmrec__RevisionEntry *e = m->revisions[i];
-        if (e == NULL) {
-            rc = wm_fail(SMP_EPROTO, msg, cap, "revision entry %zu is empty", i);
-            goto free_image;
-        }
-        wm_affinity *aff = wm_image_affinity(&img, i);
-        memset(aff, 0, sizeof(*aff));
-        img.n_revisions = i + 1;
-        if ((rc = wm_dec_revision(e->revision, wm_image_revision(&img, i), &keys, msg, cap)) < 0)
-            goto free_image;
-        if (e->affinity != NULL && (rc = wm_dec_affinity(e->affinity, aff, msg, cap)) < 0)
-            goto free_image;
-    }
-    for (size_t i = 0; i < m->n_operations; i++) {
-        if ((rc = wm_dec_operation(m->operations[i], &img.operations[i], &strs, msg, cap)) < 0)
-            goto free_image;
-        img.n_operations = i + 1;
-    }
-    for (size_t i = 0; i < m->n_leases; i++) {
-        if ((rc = wm_dec_lease(m->leases[i], &img.leases[i], &strs, msg, cap)) < 0)
-            goto free_image;
-        img.n_leases = i + 1;
-    }
-    for (size_t i = 0; i < m->n_lineages; i++) {
-        if ((rc = wm_dec_lineage_entry(m->lineages[i], &img.lineages[i], &strs, msg, cap)) < 0)
-            goto free_image;
-        img.n_lineages = i + 1;
-    }
-    img.next_operation_id = m->next_operation_id;
-    img.next_lease_id = m->next_lease_id;
-    if ((rc = wm_section_check(&img, why, sizeof(why))) < 0) {
-        rc = rc == SMP_ENOMEM ? rc : wm_fail(SMP_EPROTO, msg, cap, "section %s: %s",
-                                             WM_SECTION_NAME, why);
-        goto free_image;
-    }
-    /* Checked: each claim is of its entry's lineage, which it now borrows. */
-    for (size_t i = 0; i < img.n_lineages; i++) wm_lineage_entry_bind(&img.lineages[i]);
-    *out = img;
-    wm_arena_free_unpacked(&arena, &m->base);
-    wm_arena_fini(&arena);
-    return WM_OK;
-free_image:
-    wm_section_image_clear(&img);
-free_message:
-    wm_arena_free_unpacked(&arena, &m->base);
-free_arena:
-    wm_arena_fini(&arena);
-    return rc;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -10,7 +10,9 @@
  *      hand-written decoder held against protobuf-c's unpack (same verdict,
  *      same records: ../unit/obj_snap_same.h);
  *   2  the weight plugin's section, through wm_decode_section and
- *      wm_section_check.
+ *      wm_section_check, and its hand-written decoder held against the
+ *      protobuf-c decode it replaced (same status and sentence, same image:
+ *      ../unit/wm_section_same.h).
  * Every refusal is fine; a crash, a leak or a sanitizer report is not. An
  * objects section that loads must also load again once saved (abort
  * otherwise: recovery would accept a state it cannot snapshot again).
@@ -32,6 +34,7 @@
 #include "wm_codec.h"
 
 #include "../unit/obj_snap_same.h"
+#include "../unit/wm_section_same.h"
 
 #define WEIGHT_SECTION "weight_metadata"
 
@@ -59,7 +62,11 @@ static void load_objects(const uint8_t *data, size_t len)
 static void load_weights(const uint8_t *data, size_t len)
 {
     wm_section_image img;
-    char msg[256];
+    char msg[256], why[1024];
+    if (!wm_section_same(data, len, NULL, why, sizeof(why))) {
+        fprintf(stderr, "fuzz_snapshot: the weight section's decoders differ: %s\n", why);
+        abort();
+    }
     memset(&img, 0, sizeof(img));
     if (wm_decode_section(data, len, &img, msg, sizeof(msg)) == SMP_OK) {
         (void)wm_section_check(&img, msg, sizeof(msg));

@@ -6,6 +6,8 @@
  * metadata delete, lease upsert, lease delete, lineage claim, section -- and
  * the rest of the input is its buffer. Whatever decodes must then keep every
  * promise the plugin builds on:
+ *   - a section decodes by hand as the protobuf-c decode it replaced does
+ *     (same status and sentence, same image: ../unit/wm_section_same.h);
  *   - it passes the pure checks replay and load run after decoding
  *     (wm_metadata_check, wm_operation_check, wm_affinity_check,
  *     wm_lease_check, wm_claim_check, wm_section_check);
@@ -26,6 +28,7 @@
 #include "weight_metadata_store.h"
 #include "wm_codec.h"
 
+#include "../unit/wm_section_same.h"
 #include "../unit/wm_test_table.h"
 
 /* The decoder a selector byte picks. */
@@ -315,7 +318,12 @@ static void fuzz_section(const uint8_t *buf, size_t len)
     uint8_t *enc = NULL, *enc2 = NULL;
     size_t enc_len = 0, enc2_len = 0;
     wm_store *st = NULL;
+    char why[1024];
 
+    if (!wm_section_same(buf, len, NULL, why, sizeof(why))) {
+        fprintf(stderr, "fuzz_wm_records: the section's decoders differ: %s\n", why);
+        abort();
+    }
     if (wm_decode_section(buf, len, &img, msg, sizeof(msg)) != WM_OK) return;
     expect_ok(wm_section_check(&img, msg, sizeof(msg)),
               "decoded section fails wm_section_check", msg);
