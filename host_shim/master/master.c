@@ -272,6 +272,7 @@ void master_stop(master *m)
     master_plugins_close(m);
     admin_http_stop(m->admin);
     m->admin = NULL;
+    if (m->rpc) rpc_server_set_close_hook(m->rpc, NULL, NULL); /* leases go with the master */
     rpc_server_close(m->rpc);
     m->rpc = NULL;
 }
@@ -577,6 +578,7 @@ static void close_parts(master *m)
     host_plugins_destroy(m->plugins);
     master_plugins_free(m);
     obj_store_destroy(m->objs_.store);
+    master_objects_free(m);
     host_metrics_destroy(m->metrics);
     master_pending_free(m);
     master_replicas_free(m);

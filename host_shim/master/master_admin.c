@@ -15,6 +15,7 @@
 #include "host_rpc.pb-c.h"
 #include "ha_election.h"
 #include "master_internal.h"
+#include "read_lease.h"
 
 static const char *const data_type_names[] = {"kv", "metadata", "weight"};
 static const char *const replica_kind_names[] = {"memory", "cold"};
@@ -60,6 +61,9 @@ static const metric_def metric_defs[] = {
     {M(admin_refusals), SMP_METRIC_COUNTER, "store_admin_http_refusals_total", "Admin HTTP requests refused, by reason (method: not GET or HEAD; client_cert: no client certificate of tls.ca; unauthenticated: no, malformed or unknown token; forbidden: a token below admin)", "reason"},
     {M(rpc_auth_hellos), SMP_METRIC_COUNTER, "store_rpc_auth_hellos_total", "Tokens presented with auth.HELLO, by result (contradicts_certificate: a token of another identity on a connection its client certificate authenticated)", "result"},
     {M(rpc_auth_certs), SMP_METRIC_COUNTER, "store_rpc_auth_certificates_total", "Verified TLS client certificates at the handshake, by result (mapped: an auth.certificates entry authenticated the connection; unmapped: none, or entries of different identities, matched)", "result"},
+    {M(read_leases), SMP_METRIC_GAUGE, "store_read_leases", "Unexpired read leases of replica lookups, counted once per connection and object", NULL},
+    {M(read_leases_ended), SMP_METRIC_COUNTER, "store_read_leases_ended_total", "Read leases given back before their expiry, by how (released: one lookup's lease, by its reader; connection_closed: every lease of a connection that closed)", "how"},
+    {M(read_lease_refusals), SMP_METRIC_COUNTER, "store_read_lease_release_refusals_total", "Keys of release_read_leases requests on which the caller's connection held no read lease (nothing released)", NULL},
     {M(evictions), SMP_METRIC_COUNTER, "store_eviction_rounds_total", "Eviction plans applied under memory pressure", NULL},
     {M(cold_reclaimed), SMP_METRIC_COUNTER, "store_cold_files_reclaimed_total", "Cold files of replicas the state no longer has, deleted on their nodes", NULL},
     {M(ha_is_leader), SMP_METRIC_GAUGE, "ha_is_leader", "1 while this master leads (always 1 without HA)", NULL},
@@ -147,6 +151,15 @@ void master_metrics_refresh(master *m)
         const char *l[1] = {replica_kind_names[k]};
         host_metric_set(m->m.replicas, l, (double)os.replicas_by_kind[k]);
         host_metric_set(m->m.replica_bytes, l, (double)os.replica_bytes_by_kind[k]);
+    }
+    if (m->read_leases != NULL) {
+        rlease_stats rl;
+        const char *const rel[] = {"released"}, *const closed[] = {"connection_closed"};
+        rlease_get_stats(m->read_leases, &rl);
+        host_metric_set(m->m.read_leases, NULL, (double)rlease_count(m->read_leases, master_now_ms()));
+        host_metric_set(m->m.read_leases_ended, rel, (double)rl.released);
+        host_metric_set(m->m.read_leases_ended, closed, (double)rl.closed);
+        host_metric_set(m->m.read_lease_refusals, NULL, (double)rl.refused);
     }
     host_metric_set(m->m.memory_used, NULL, (double)os.memory_used);
     host_metric_set(m->m.memory_capacity, NULL, (double)os.memory_capacity);

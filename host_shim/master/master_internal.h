@@ -38,6 +38,7 @@
 #define MASTER_SNAPSHOT_RETRY_MS 5000  /* an automatic snapshot after a failed one */
 #define MASTER_RESWEEP_MS 5000          /* second sweep of a segment after a registration */
 #define MASTER_READ_LEASE_MS 10000      /* read lease of a replica lookup */
+#define MASTER_RELEASE_MAX_KEYS 4096    /* keys per release_read_leases request */
 #define MASTER_LIST_DEFAULT 1000        /* keys per page when the client says 0 */
 #define MASTER_LIST_MAX 10000
 
@@ -102,6 +103,7 @@ typedef struct master {
     } objs_;
     oplog *log;
     rpc_server *rpc;
+    struct rlease_table *read_leases; /* holders of the read leases (master_objects.c) */
     struct rpc_auth *auth;      /* credentials (rpc_auth.h), served on m->rpc */
     char node_token[4097];      /* auth.node_token_file's token, "" without auth */
     admin_http *admin;
@@ -239,6 +241,9 @@ typedef struct master {
         host_metric *rpc_refused;          /* {reason, tenant} (rpc_limits.h) */
         host_metric *admin_refusals;       /* {reason} (admin_http.h) */
         host_metric *evictions;
+        host_metric *read_leases;          /* unexpired read leases (per holder and key) */
+        host_metric *read_leases_ended;    /* {how}: released, connection_closed */
+        host_metric *read_lease_refusals;  /* releases of leases the caller did not hold */
         host_metric *cold_reclaimed;       /* cold files deleted (master_reclaim.c) */
         host_metric *ha_is_leader;         /* 1 on the leader */
         host_metric *ha_ready;             /* 0: cannot replay */
@@ -389,6 +394,8 @@ int master_carried_records_load(master *m, const uint8_t *data, size_t len, char
 /* -- master_objects.c / master_admin.c ----------------------------------------- */
 
 int master_objects_register(master *m);
+/* Free the read-lease table (after the RPC server is closed). */
+void master_objects_free(master *m);
 /* Pack msg and answer the call with it (SMP_ENOMEM reply if it cannot). */
 void master_reply_msg(smp_rpc_call *call, const ProtobufCMessage *msg);
 int master_admin_register(master *m);

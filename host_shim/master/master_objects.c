@@ -5,7 +5,9 @@
  * (each answered only after its OpLog record is durable and applied, through
  * master_commit), replica lookup under a read lease (a lookup that finds
  * nothing to read is reported to plugins as SMP_EVENT_READ_MISS), exists and listing
- * (reads of the applied state). Setting a group's managed flag is refused:
+ * (reads of the applied state). A reader gives its read leases back with
+ * release_read_leases; those of a connection that closes end with it
+ * (read_lease.h). Setting a group's managed flag is refused:
  * only the plugin that owns a group does that (host API group_set_managed). A request that does not
  * decode is answered SMP_EPROTO; every refusal carries a message naming the
  * key and the cause.
@@ -24,6 +26,7 @@
 #include "master_internal.h"
 #include "node_ticket.h"
 #include "pb_arena.h"
+#include "read_lease.h"
 
 /* Replies up to this size are packed on the stack. */
 #define REPLY_STACK_BYTES 512
@@ -359,6 +362,9 @@ static int h_get_replicas(void *ctx, smp_rpc_call *call, const uint8_t *body, si
     uint64_t now = master_now_ms();
     int rc = obj_get_replica_list(master_objs(m), req->key, now, MASTER_READ_LEASE_MS, reps, MAX_REPLICAS, &n);
     smp_object_info info = {.struct_size = sizeof(info)};
+    /* The lease is the connection's, so that it can give it back. */
+    if (rc == SMP_OK)
+        rc = rlease_take(m->read_leases, rpc_server_call_conn(call), req->key, now, MASTER_READ_LEASE_MS);
     if (rc == SMP_OK) rc = obj_object_info(master_objs(m), req->key, &info);
     if (rc < 0) {
         if (rc == SMP_ENOTFOUND) {
@@ -412,10 +418,68 @@ static int h_get_replicas(void *ctx, smp_rpc_call *call, const uint8_t *body, si
     resp.n_replicas = n;
     resp.replicas = plocs;
     resp.lease_expires_ms = master_wall_ms() + MASTER_READ_LEASE_MS;
+    resp.lease_release = 1;
     master_reply_msg(call, &resp.base);
 free_req:
     DECODED_FREE(req);
     return SMP_OK;
+}
+
+/* Give back read leases the caller's connection took (see
+ * ReleaseReadLeasesRequest): every key is checked against the caller's
+ * tenant first (a key it may not name is answered as absent, as its lookup
+ * would be, and nothing is released); then one lookup's lease of this
+ * connection per key listed ends, and the object's lease end drops to the
+ * end of the leases others still hold. Refused with NOT_FOUND, nothing
+ * changed, when the connection held none of them. */
+static int h_release_read_leases(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len)
+{
+    master *m = ctx;
+    char msg[700];
+    DECODE(ReleaseReadLeasesRequest, release_read_leases_request, req, body, len, call);
+    if (req->n_keys > MASTER_RELEASE_MAX_KEYS) {
+        snprintf(msg, sizeof(msg), "release read leases: %zu keys, at most %d per request",
+                 req->n_keys, MASTER_RELEASE_MAX_KEYS);
+        rpc_reply_error(call, SMP_EINVAL, msg);
+        goto free_req;
+    }
+    for (size_t i = 0; i < req->n_keys; i++)
+        if (!key_visible(call, req->keys[i], "release read leases")) goto free_req;
+    uint64_t holder = rpc_server_call_conn(call), now = master_now_ms();
+    ReleaseReadLeasesResponse resp = RELEASE_READ_LEASES_RESPONSE__INIT;
+    for (size_t i = 0; i < req->n_keys; i++) {
+        uint64_t ends = 0;
+        if (rlease_release(m->read_leases, holder, req->keys[i], now, &ends) < 0) {
+            resp.not_held++;
+            continue;
+        }
+        resp.released++;
+        (void)obj_set_lease_end(master_objs(m), req->keys[i], ends); /* gone: nothing to end */
+    }
+    if (req->n_keys > 0 && resp.released == 0) {
+        snprintf(msg, sizeof(msg), "release read leases: this connection holds no read lease "
+                 "on '%.512s'%s (expired, released already, or taken by another connection)",
+                 req->keys[0], req->n_keys > 1 ? " nor on the other keys listed" : "");
+        rpc_reply_error(call, SMP_ENOTFOUND, msg);
+        goto free_req;
+    }
+    master_reply_msg(call, &resp.base);
+free_req:
+    DECODED_FREE(req);
+    return SMP_OK;
+}
+
+/* A connection closed: the read leases it still held end now. */
+static void lease_end_visit(void *arg, const char *key, uint64_t ends)
+{
+    master *m = arg;
+    (void)obj_set_lease_end(master_objs(m), key, ends);
+}
+
+static void on_conn_closed(void *arg, uint64_t conn)
+{
+    master *m = arg;
+    (void)rlease_drop_holder(m->read_leases, conn, master_now_ms(), lease_end_visit, m);
 }
 
 static int h_exists(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len)
@@ -538,11 +602,21 @@ static const smp_rpc_method objects_methods[] = {
     {sizeof(smp_rpc_method), OBJECTS_METHOD__OBJ_LIST, "list", h_list, SMP_ROLE_READER},
     {sizeof(smp_rpc_method), OBJECTS_METHOD__OBJ_GROUP_SET_MANAGED, "group_set_managed",
      h_group_set_managed, SMP_ROLE_ADMIN},
+    {sizeof(smp_rpc_method), OBJECTS_METHOD__OBJ_RELEASE_READ_LEASES, "release_read_leases",
+     h_release_read_leases, SMP_ROLE_READER},
 };
 
 int master_objects_register(master *m)
 {
+    if (m->read_leases == NULL && (m->read_leases = rlease_create()) == NULL) return SMP_ENOMEM;
+    rpc_server_set_close_hook(m->rpc, on_conn_closed, m);
     return rpc_server_add_service(m->rpc, HOST_SERVICE__HOST_SERVICE_OBJECTS, "objects",
                                   objects_methods,
                                   sizeof(objects_methods) / sizeof(objects_methods[0]), m);
+}
+
+void master_objects_free(master *m)
+{
+    rlease_destroy(m->read_leases);
+    m->read_leases = NULL;
 }

@@ -637,6 +637,24 @@ int obj_get_replica_list(obj_store *st,
     return SMP_OK;
 }
 
+int obj_set_lease_end(obj_store *st, const char *key, uint64_t ends)
+{
+    OBJ_CHECK_CALLER(st);
+    if (obj_validate_key(key) < 0) return SMP_EINVAL;
+    obj_object *o = obj_sl_get(&st->objects, key);
+    if (!o) return SMP_ENOTFOUND;
+    if (ends < o->lease_expiry) o->lease_expiry = ends;
+    return SMP_OK;
+}
+
+uint64_t obj_lease_end(const obj_store *st, const char *key, uint64_t now)
+{
+    OBJ_CHECK_CALLER(st);
+    if (obj_validate_key(key) < 0) return 0;
+    const obj_object *o = obj_sl_get(&st->objects, key);
+    return o != NULL && obj_lease_active(o, now) ? o->lease_expiry : 0;
+}
+
 int obj_object_replicas(const obj_store *st,
                         const char *key,
                         obj_replica *out,

@@ -323,6 +323,16 @@ int obj_get_replica_list(obj_store *st,
                          size_t cap,
                          size_t *n_out);
 
+/* Set the end of key's read leases to ends (0: none), once the master's
+ * read-lease table (read_lease.h) says the leases that made it later were
+ * given back or their connection closed. Only ever shortens: a lease of
+ * the object taken meanwhile keeps the later end. SMP_ENOTFOUND when key is
+ * gone (nothing to do). */
+int obj_set_lease_end(obj_store *st, const char *key, uint64_t ends);
+
+/* The end of key's read leases at now (0: none active, or no such key). */
+uint64_t obj_lease_end(const obj_store *st, const char *key, uint64_t now);
+
 /* Every replica of the complete object key whatever its status, in the
  * object's order: up to cap into out (strings borrowed until the next
  * change), *n_out (may be NULL) the total (may exceed cap). Touches neither

@@ -190,6 +190,18 @@ void rpc_server_deauthenticate(smp_rpc_call *call, const char *why);
  * pointer is borrowed until the call is answered. SMP_EINVAL for NULL. */
 int rpc_server_call_caller(const smp_rpc_call *call, smp_caller *out);
 
+/* The connection call came on, as a number no other connection of this
+ * server has had or will have (its serial): what a per-connection resource
+ * (the master's read leases) is keyed by. 0 for NULL. */
+uint64_t rpc_server_call_conn(const smp_rpc_call *call);
+
+/* Called with a connection's serial once it closes, whatever closed it (the
+ * peer, an error, rpc_server_close), before its outstanding calls are
+ * answered (their replies are dropped). Loop thread; fn must not close the
+ * server. NULL fn: none. */
+typedef void (*rpc_close_hook_fn)(void *arg, uint64_t conn);
+void rpc_server_set_close_hook(rpc_server *s, rpc_close_hook_fn fn, void *arg);
+
 /* Visit every registered method with its rule (role, rpc_auth.h); fn returns
  * non-zero to stop. Returns the number visited. */
 typedef int (*rpc_method_visit_fn)(void *arg, uint32_t service, const char *service_name,

@@ -63,6 +63,7 @@ void rpc_conn_close(rpc_conn *c)
         c->next->prev = c->prev;
     c->prev = c->next = NULL;
     s->st.connections_open--;
+    if (s->close_hook != NULL) s->close_hook(s->close_hook_arg, c->serial);
     uv_close(&c->h.handle, on_conn_closed);
 }
 

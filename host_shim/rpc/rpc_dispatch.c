@@ -381,6 +381,17 @@ void rpc_server_deauthenticate(smp_rpc_call *call, const char *why)
     c->srv->st.auth_hello_mismatch++;
 }
 
+uint64_t rpc_server_call_conn(const smp_rpc_call *call)
+{
+    return call != NULL && call->conn != NULL ? call->conn->serial : 0;
+}
+
+void rpc_server_set_close_hook(rpc_server *s, rpc_close_hook_fn fn, void *arg)
+{
+    s->close_hook = fn;
+    s->close_hook_arg = arg;
+}
+
 int rpc_server_call_caller(const smp_rpc_call *call, smp_caller *out)
 {
     smp_caller v;

@@ -141,6 +141,8 @@ struct rpc_server {
     rpc_cert_identify_fn cert_identify; /* rpc_server_set_cert_identify, or NULL */
     void *cert_identify_arg;
     rpc_limits *limits; /* rpc_server_set_limits, owned; NULL: nothing limited */
+    rpc_close_hook_fn close_hook; /* rpc_server_set_close_hook, or NULL */
+    void *close_hook_arg;
     rpc_server_stats st;
     /* Once per loop iteration (rpc_output.c): the check handle resumes the
      * connections with input left (resume_head) and flushes every pending

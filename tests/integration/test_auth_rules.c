@@ -53,6 +53,7 @@ static const rule table[] = {
     {"objects", "remove_prefix", "admin", OT_FORBIDDEN},
     {"objects", "list", "reader", OT_EMPTY_OK},
     {"objects", "group_set_managed", "admin", OT_FORBIDDEN},
+    {"objects", "release_read_leases", "reader", OT_NOT_FOUND},
     {"admin", "status", "admin", OT_FORBIDDEN},
     {"admin", "snapshot", "admin", OT_FORBIDDEN},
     {"admin", "gate_confirm", "admin", OT_FORBIDDEN},
