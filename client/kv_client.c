@@ -29,8 +29,14 @@ struct kvc {
     struct { char addr[128]; ndc_conn *conn; } nodes[KVC_NODES]; /* remote data servers */
     SSL_CTX *node_tls;    /* TLS to nodes (a reference), NULL: the environment's */
     int transport_failed; /* the last call never got the master's answer */
+    int track_leases;     /* kvc_track_read_leases */
+    char **leased;        /* keys looked up, one per lookup, not given back yet */
+    size_t n_leased, cap_leased;
     char err[1024];
 };
+
+/* Read leases given back per request (the master takes up to 4096). */
+#define KVC_RELEASE_BATCH 1024
 
 int kvc_connect(const char *endpoint, int timeout_ms, kvc **out, char *err, size_t errlen)
 {
@@ -71,6 +77,8 @@ void kvc_close(kvc *c)
     for (int i = 0; i < KVC_NODES; i++) ndc_close(c->nodes[i].conn);
     rpcc_close(c->conn);
     SSL_CTX_free(c->node_tls);
+    for (size_t i = 0; i < c->n_leased; i++) free(c->leased[i]);
+    free(c->leased);
     free(c);
 }
 
@@ -212,6 +220,20 @@ int kvc_remove(kvc *c, const char *key)
     return key_call(c, OBJECTS_METHOD__OBJ_REMOVE, key);
 }
 
+/* Note one lookup of key for kvc_release_read_leases; out of memory: not
+ * noted (that lease expires on its own). */
+static void note_lease(kvc *c, const char *key)
+{
+    if (c->n_leased == c->cap_leased) {
+        size_t cap = c->cap_leased ? c->cap_leased * 2 : 64;
+        char **keys = realloc(c->leased, cap * sizeof(*keys));
+        if (keys == NULL) return;
+        c->leased = keys;
+        c->cap_leased = cap;
+    }
+    if ((c->leased[c->n_leased] = strdup(key)) != NULL) c->n_leased++;
+}
+
 int kvc_get(kvc *c, const char *key, kvc_object *out)
 {
     KeyRequest req = KEY_REQUEST__INIT;
@@ -227,8 +249,44 @@ int kvc_get(kvc *c, const char *key, kvc_object *out)
     if (resp->sha256.len == 32) memcpy(out->sha256, resp->sha256.data, 32);
     for (size_t i = 0; i < resp->n_replicas && i < KVC_MAX_REPLICAS; i++)
         copy_replica(&out->replicas[out->n_replicas++], resp->replicas[i]);
+    if (c->track_leases && resp->lease_release) note_lease(c, key);
     get_replicas_response__free_unpacked(resp, NULL);
     return SMP_OK;
+}
+
+void kvc_track_read_leases(kvc *c, int on)
+{
+    c->track_leases = on != 0;
+}
+
+size_t kvc_read_leases_noted(const kvc *c)
+{
+    return c->n_leased;
+}
+
+int kvc_release_read_leases(kvc *c, uint32_t *released)
+{
+    int rc = SMP_OK;
+    uint32_t total = 0;
+    for (size_t at = 0; at < c->n_leased; at += KVC_RELEASE_BATCH) {
+        ReleaseReadLeasesRequest req = RELEASE_READ_LEASES_REQUEST__INIT;
+        ReleaseReadLeasesResponse *resp = NULL;
+        size_t n = c->n_leased - at < KVC_RELEASE_BATCH ? c->n_leased - at : KVC_RELEASE_BATCH;
+        req.keys = &c->leased[at];
+        req.n_keys = n;
+        int r = call(c, OBJ(RELEASE_READ_LEASES), &req.base, &release_read_leases_response__descriptor,
+                     (ProtobufCMessage **)&resp);
+        if (r == SMP_OK) {
+            total += resp->released;
+            release_read_leases_response__free_unpacked(resp, NULL);
+        } else if (r != SMP_ENOTFOUND && rc == SMP_OK) {
+            rc = r; /* NOT_FOUND: none of them was held any more */
+        }
+    }
+    for (size_t i = 0; i < c->n_leased; i++) free(c->leased[i]);
+    c->n_leased = 0;
+    if (released) *released = total;
+    return rc;
 }
 
 int kvc_exists(kvc *c, const char *key, int *exists)

@@ -123,6 +123,22 @@ int kvc_put_start(kvc *c, const char *key, uint64_t size, smp_data_type type, co
 int kvc_put_end(kvc *c, const char *key, const uint8_t sha256[32], uint64_t *seq);
 int kvc_put_revoke(kvc *c, const char *key);
 int kvc_get(kvc *c, const char *key, kvc_object *out);
+/* Read leases. Every kvc_get (and kvc_get_into) that succeeds takes a read
+ * lease on the object for this connection: the master refuses to remove it
+ * until the lease expires (10 s) or is given back. With tracking on, the
+ * client notes each lookup answered by a master that takes releases
+ * (GetReplicasResponse.lease_release; an older master does not, and its
+ * leases only expire), and kvc_release_read_leases gives them all back at
+ * once and forgets them -- call it once the bytes are read (or the read
+ * failed). Off by default: a caller that never releases keeps nothing.
+ * kvc_release_read_leases returns SMP_OK also when the master held none of
+ * them any more (they expired, or the connection was lost and with it its
+ * leases), else the failure (the leases then expire on their own);
+ * *released (may be NULL) counts the leases the master gave back. */
+void kvc_track_read_leases(kvc *c, int on);
+int kvc_release_read_leases(kvc *c, uint32_t *released);
+/* Lookups noted and not given back yet (tracking on). */
+size_t kvc_read_leases_noted(const kvc *c);
 int kvc_exists(kvc *c, const char *key, int *exists);
 int kvc_remove(kvc *c, const char *key);
 int kvc_remove_prefix(kvc *c, const char *prefix, uint64_t *removed, uint64_t *skipped);

@@ -7,8 +7,10 @@
  * the manifest and verify its SHA-256 and identity (a mismatch is
  * WEIGHT_EDIGEST_MISMATCH and nothing is written) -> ask the caller's
  * placement for each tensor's target box and its bindings for the buffers
- * -> wc_plan_build -> transfer -> release the lease (on success, error and
- * cancellation alike; a crashed caller's lease expires by TTL).
+ * -> wc_plan_build -> transfer -> give back the read leases the object
+ * lookups took (kvc_release_read_leases) and release the lease (on success,
+ * error and cancellation alike; a crashed caller's lease expires by TTL, its
+ * read leases end when its connection closes).
  *
  * Transfer: the copy ops are grouped by payload object and handed to a small
  * pool of threads, one object at a time per thread. For each object the
@@ -1244,6 +1246,10 @@ release:
     {
         char saved[sizeof s->err];
         memcpy(saved, s->err, sizeof saved);
+        /* The objects' read leases first, so that a removal waiting for the
+         * revision lease finds nothing leased once that ends. A failure
+         * only leaves them to expire. */
+        (void)kvc_release_read_leases(s->kv, NULL);
         int rr = lease_call(s, &s->rpc, M(LEASE_RELEASE), id, k.lease_id, 0, 0, NULL);
         if (rc == 0 && rr < 0 && rr != WEIGHT_ENOT_FOUND) rc = rr; /* keep its message */
         else memcpy(s->err, saved, sizeof saved);
@@ -1470,12 +1476,16 @@ int weight_get_mapped(weight_store *s, const weight_identity *id, weight_mapped 
         if ((rc = locate_object(s, v, f->object, &v->objs[f->object])) < 0) goto free_view;
     }
     for (size_t o = 0; o < v->m.n_objects; o++) v->objs[o].state = 0;
+    /* The views are protected by the revision lease (renewed); the lookups'
+     * read leases are given back now. */
+    (void)kvc_release_read_leases(s->kv, NULL);
     *out = v;
     return WEIGHT_OK;
 free_view:
     {
         char saved[sizeof s->err];
         memcpy(saved, s->err, sizeof saved);
+        (void)kvc_release_read_leases(s->kv, NULL);
         weight_mapped_release(v);
         memcpy(s->err, saved, sizeof saved);
     }

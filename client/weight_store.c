@@ -331,6 +331,7 @@ int weight_store_open_tls(const char *master, const char *tenant, const char *to
     if ((rc = rpcc_connect(master, &opt, &s->rpc, err, errlen)) < 0) goto free_store;
     if ((rc = kvc_connect_opts(master, &opt, s->tls_ctx, &s->kv, err, errlen)) < 0)
         goto free_store;
+    kvc_track_read_leases(s->kv, 1); /* weight_get gives its read leases back */
     /* with authentication, identities without a tenant are the token's tenant's */
     if ((tenant == NULL || tenant[0] == '\0') && rpcc_auth_tenant(s->rpc)[0] != '\0')
         snprintf(s->tenant, sizeof s->tenant, "%s", rpcc_auth_tenant(s->rpc));
@@ -512,9 +513,10 @@ int wc_kv_reconnect(weight_store *s)
     rpcc_options opt = wc_rpc_options(s);
     int rc = kvc_connect_opts(s->master, &opt, s->tls_ctx, &fresh, NULL, 0);
     if (rc < 0) return rc;
-    kvc_close(s->kv);
+    kvc_close(s->kv); /* the leases it noted ended with its connection */
     s->kv = fresh;
     kvc_set_transport(s->kv, (kvc_transport)s->transport);
+    kvc_track_read_leases(s->kv, 1);
     return SMP_OK;
 }
 

@@ -174,6 +174,7 @@ int wctl_cmd_kv_get(ctl *x, const char *key, const char *path)
         return 2;
     }
     if (wctl_connect_master(x) < 0) return 1;
+    kvc_track_read_leases(x->c, 1);
     if (kvc_get(x->c, key, &obj) < 0) return kv_failed(x, "get", key);
     void *buf = malloc(obj.size ? obj.size : 1);
     if (buf == NULL) {
@@ -186,6 +187,7 @@ int wctl_cmd_kv_get(ctl *x, const char *key, const char *path)
         free(buf);
         return kv_failed(x, "get", key);
     }
+    (void)kvc_release_read_leases(x->c, NULL); /* read: a removal need not wait */
     int rc;
     if (to_stdout) {
         rc = write_all(1, buf, len);
