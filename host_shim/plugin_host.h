@@ -67,6 +67,9 @@ typedef struct host_backend {
     /* smp_host_api.objects_version (ABI 1.5; NULL: the plugins get 0, no
      * version, and ask object_get every time). */
     uint64_t (*objects_version)(void *ctx);
+    /* smp_host_api.object_read_lease_end (ABI 1.6; NULL: the plugins get 0,
+     * no lease known). */
+    uint64_t (*object_read_lease_end)(void *ctx, const char *key);
 } host_backend;
 
 typedef struct host_plugins host_plugins;

@@ -494,6 +494,13 @@ static uint64_t api_objects_version(smp_host *h)
     return be->objects_version != NULL ? be->objects_version(be->ctx) : 0;
 }
 
+static uint64_t api_object_read_lease_end(smp_host *h, const char *key)
+{
+    const host_backend *be = &h->reg->be;
+    if (key == NULL) return 0;
+    return be->object_read_lease_end != NULL ? be->object_read_lease_end(be->ctx, key) : 0;
+}
+
 static int api_group_list(smp_host *h, const char *group, const char *after_key, size_t max,
                           smp_object_visit_fn fn, void *arg)
 {
@@ -698,5 +705,6 @@ void hp_api_fill(smp_host *h)
     a->alloc = api_alloc;
     a->free = api_free;
     a->objects_version = api_objects_version;
+    a->object_read_lease_end = api_object_read_lease_end;
     hp_api_bind_backend(a, &h->reg->be);
 }

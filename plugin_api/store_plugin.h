@@ -1,4 +1,4 @@
-/* store_plugin.h -- the Store Master plugin ABI, version 1.5.
+/* store_plugin.h -- the Store Master plugin ABI, version 1.6.
  *
  * This header is the whole contract between the Store Master (the host) and a
  * plugin shared library. A plugin exports exactly one symbol,
@@ -46,6 +46,10 @@
  * complete and readable may change, so a plugin can keep such answers (the
  * weight plugin's weight_is_exist does) and ask again only after it moved.
  *
+ * ABI 1.6 appends the host API member object_read_lease_end(), when the read
+ * leases readers hold on an object end, so a plugin whose remove_object() was
+ * (or would be) refused for them waits for that instead of guessing.
+ *
  * Threading. Every callback into the plugin runs on the master's event-loop
  * thread, which owns all metadata; callbacks must not block and must not call
  * back into a host service that the function's comment says is not re-entrant
@@ -79,7 +83,7 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 
 #define SMP_ABI_MAJOR 1
-#define SMP_ABI_MINOR 5
+#define SMP_ABI_MINOR 6
 
 /* The ABI tag pins what C cannot check across a dlopen: pointer width and byte
  * order. It is 'S' 'M' <pointer bytes> <1 little endian | 2 big endian>. */
@@ -689,6 +693,16 @@ typedef struct smp_host_api {
      * unchanged (never after it moved). 0: this host cannot tell; ask
      * object_get() every time. Loop thread. */
     uint64_t (*objects_version)(smp_host *h);
+
+    /* ABI 1.6: when the last read lease on key ends, on the now_ms() clock;
+     * 0 when none is active (or key is absent). A replica lookup by a reader
+     * takes one (the host's read lease time at most); the reader gives it
+     * back when its read ends, its connection closing ends it, else it
+     * expires. While one is active remove_object(key) is refused with
+     * SMP_EBUSY. The answer can only move earlier by a release or later by a
+     * new lookup, so a plugin that waits for it looks again now and then.
+     * Loop thread. */
+    uint64_t (*object_read_lease_end)(smp_host *h, const char *key);
 } smp_host_api;
 
 /* True when the host's table is large enough to contain `member`. */

@@ -274,6 +274,20 @@ static int wm_info_readable(const smp_object_info *o)
     return o->complete && o->memory_replicas_readable + o->cold_replicas_readable > 0;
 }
 
+/* When a reader's read lease on key ends (host monotonic ms), 0 when none
+ * is active or the host cannot tell (an ABI 1.5 host: its refusal then
+ * costs a retry on the backoff). The host refuses remove_object while one
+ * is active; a deletion waits for the end instead, looking again at least
+ * every WM_LEASE_WAIT_MS, since a reader that gives its lease back ends it
+ * early. */
+static uint64_t wm_read_leased(wm_plugin *p, const char *key, uint64_t now)
+{
+    if (!SMP_HOST_HAS(p->api, object_read_lease_end) || p->api->object_read_lease_end == NULL)
+        return 0;
+    uint64_t end = p->api->object_read_lease_end(p->host, key);
+    return end > now ? end : 0;
+}
+
 uint64_t wm_backoff(uint32_t attempts)
 {
     uint64_t d = WM_RETRY_BASE_MS;
@@ -910,6 +924,27 @@ static void wm_deletion_step(wm_plugin *p, wm_job *j, const wm_revision *rev, ui
             j->not_before_ms = p->api->now_ms(p->host) + WM_RETRY_BASE_MS;
             goto free_listing;
         }
+    }
+    /* Members a reader still holds a read lease on would be refused: they
+     * wait for it (wm_read_leased), the others go now. */
+    uint64_t now = p->api->now_ms(p->host), lease_end = 0;
+    size_t kept = 0;
+    for (size_t i = 0; i < l.n; i++) {
+        uint64_t end = wm_read_leased(p, l.keys[i], now);
+        if (end == 0) {
+            l.keys[kept] = l.keys[i];
+            l.sizes[kept++] = l.sizes[i];
+            continue;
+        }
+        if (lease_end == 0 || end < lease_end) lease_end = end;
+        free(l.keys[i]);
+    }
+    l.n = kept;
+    if (lease_end != 0) {
+        p->read_lease_waits++;
+        uint64_t wait = lease_end - now < WM_LEASE_WAIT_MS ? lease_end - now : WM_LEASE_WAIT_MS;
+        j->not_before_ms = now + wait;
+        if (l.n == 0) goto free_listing;
     }
     j->items = calloc(l.n, sizeof(*j->items));
     if (j->items == NULL) goto free_listing;

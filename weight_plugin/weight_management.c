@@ -77,6 +77,9 @@ static const wm_metric_spec wm_metric_specs[] = {
      NULL, offsetof(wm_plugin, m_op_failures)},
     {SMP_METRIC_COUNTER, "weight_operation_retries_total", "Weight operation attempts retried", NULL,
      offsetof(wm_plugin, m_op_retries)},
+    {SMP_METRIC_COUNTER, "weight_deletion_read_lease_waits_total",
+     "Deletion rounds that held back members a reader still had a read lease on, to remove them "
+     "once it ended instead of being refused", NULL, offsetof(wm_plugin, m_read_lease_waits)},
     {SMP_METRIC_COUNTER, "weight_migration_processed_bytes_total",
      "Logical bytes moved by weight migrations", NULL, offsetof(wm_plugin, m_mig_processed)},
     {SMP_METRIC_GAUGE, "weight_migration_remaining_bytes",
@@ -146,6 +149,7 @@ void wm_metrics_refresh(wm_plugin *p)
     a->metric_set(p->m_active_ops, NULL, (double)s.active_operations);
     a->metric_set(p->m_op_failures, NULL, (double)p->op_failures);
     a->metric_set(p->m_op_retries, NULL, (double)p->op_retries);
+    a->metric_set(p->m_read_lease_waits, NULL, (double)p->read_lease_waits);
     a->metric_set(p->m_mig_processed, NULL, (double)p->migration_bytes_processed);
     /* Over the operations, not the revisions: this runs after every record
      * (replay included), and the revisions are many more. */

@@ -64,6 +64,7 @@ typedef struct wm_plugin {
     uint64_t leases_expired;
     uint64_t op_failures;
     uint64_t op_retries;
+    uint64_t read_lease_waits;     /* deletion rounds that waited for readers' read leases */
     uint64_t auto_triggers[WM_AUTO_REASONS];
     uint64_t migration_bytes_processed;
     uint64_t migrations_completed;
@@ -77,6 +78,7 @@ typedef struct wm_plugin {
     smp_metric *m_active_ops;      /* gauge */
     smp_metric *m_op_failures;     /* counter */
     smp_metric *m_op_retries;      /* counter */
+    smp_metric *m_read_lease_waits; /* counter */
     smp_metric *m_mig_processed;   /* counter (bytes) */
     smp_metric *m_mig_remaining;   /* gauge (bytes) */
     smp_metric *m_leases_active;   /* gauge */

@@ -138,6 +138,12 @@ static int be_remove_object(void *ctx, const char *key, smp_done_cb cb, void *ar
     return rc < 0 ? rc : commit_done(m, &rec, key, cb, arg);
 }
 
+static uint64_t be_object_read_lease_end(void *ctx, const char *key)
+{
+    master *m = ctx;
+    return obj_lease_end(master_objs(m), key, master_now_ms());
+}
+
 static void be_memory_usage(void *ctx, uint64_t *used, uint64_t *capacity)
 {
     master *m = ctx;
@@ -157,6 +163,7 @@ void master_backend_init(master *m)
     b->oplog_append = master_append_plugin;
     b->object_get = be_object_get;
     b->objects_version = be_objects_version;
+    b->object_read_lease_end = be_object_read_lease_end;
     b->group_list = be_group_list;
     b->group_count = be_group_count;
     b->group_set_managed = be_group_set_managed;

@@ -96,6 +96,13 @@ static void ask_object_get(probe *p, char *out, size_t cap)
  * version again: "same" when the first answer was already the loaded
  * store's (the version waited for the load too), "moved" otherwise, "0"
  * when the host keeps none. */
+/* No lookup has leased anything during a load (the leases are volatile):
+ * "0", else "leased". */
+static void ask_object_read_lease_end(probe *p, char *out, size_t cap)
+{
+    snprintf(out, cap, "%s", p->api->object_read_lease_end(p->host, p->key) == 0 ? "0" : "leased");
+}
+
 static void ask_objects_version(probe *p, char *out, size_t cap)
 {
     uint64_t v = p->api->objects_version(p->host);
@@ -200,6 +207,7 @@ static const member members[] = {
     M_OTHER(rpc_revision_quota, "a call of the plugin's service and the tenant limits"),
     M_OTHER(config_keys, "the config"),
     M_OBJECTS(objects_version),
+    M_OBJECTS(object_read_lease_end),
 };
 
 #define N_MEMBERS (sizeof(members) / sizeof(members[0]))
