@@ -264,24 +264,32 @@ size_t kvc_read_leases_noted(const kvc *c)
     return c->n_leased;
 }
 
+int kvc_release_keys(kvc *c, const char *const *keys, size_t n, uint32_t *released,
+                     uint32_t *not_held)
+{
+    ReleaseReadLeasesRequest req = RELEASE_READ_LEASES_REQUEST__INIT;
+    ReleaseReadLeasesResponse *resp = NULL;
+    req.keys = (char **)keys;
+    req.n_keys = n;
+    int rc = call(c, OBJ(RELEASE_READ_LEASES), &req.base, &release_read_leases_response__descriptor,
+                  (ProtobufCMessage **)&resp);
+    if (rc < 0) return rc;
+    if (released) *released = resp->released;
+    if (not_held) *not_held = resp->not_held;
+    release_read_leases_response__free_unpacked(resp, NULL);
+    return SMP_OK;
+}
+
 int kvc_release_read_leases(kvc *c, uint32_t *released)
 {
     int rc = SMP_OK;
     uint32_t total = 0;
     for (size_t at = 0; at < c->n_leased; at += KVC_RELEASE_BATCH) {
-        ReleaseReadLeasesRequest req = RELEASE_READ_LEASES_REQUEST__INIT;
-        ReleaseReadLeasesResponse *resp = NULL;
+        uint32_t got = 0;
         size_t n = c->n_leased - at < KVC_RELEASE_BATCH ? c->n_leased - at : KVC_RELEASE_BATCH;
-        req.keys = &c->leased[at];
-        req.n_keys = n;
-        int r = call(c, OBJ(RELEASE_READ_LEASES), &req.base, &release_read_leases_response__descriptor,
-                     (ProtobufCMessage **)&resp);
-        if (r == SMP_OK) {
-            total += resp->released;
-            release_read_leases_response__free_unpacked(resp, NULL);
-        } else if (r != SMP_ENOTFOUND && rc == SMP_OK) {
-            rc = r; /* NOT_FOUND: none of them was held any more */
-        }
+        int r = kvc_release_keys(c, (const char *const *)&c->leased[at], n, &got, NULL);
+        if (r == SMP_OK) total += got;
+        else if (r != SMP_ENOTFOUND && rc == SMP_OK) rc = r; /* NOT_FOUND: none was held any more */
     }
     for (size_t i = 0; i < c->n_leased; i++) free(c->leased[i]);
     c->n_leased = 0;

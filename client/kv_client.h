@@ -136,6 +136,13 @@ int kvc_get(kvc *c, const char *key, kvc_object *out);
  * leases), else the failure (the leases then expire on their own);
  * *released (may be NULL) counts the leases the master gave back. */
 void kvc_track_read_leases(kvc *c, int on);
+/* Give back one lookup's read lease of this connection per key listed (at
+ * most 4096), whatever was noted: SMP_OK with *released and *not_held (may
+ * be NULL) as the master counted them, or its refusal -- SMP_ENOTFOUND when
+ * this connection held none of them, or a key is outside the caller's
+ * tenant (kvc_error() says which). */
+int kvc_release_keys(kvc *c, const char *const *keys, size_t n, uint32_t *released,
+                     uint32_t *not_held);
 int kvc_release_read_leases(kvc *c, uint32_t *released);
 /* Lookups noted and not given back yet (tracking on). */
 size_t kvc_read_leases_noted(const kvc *c);

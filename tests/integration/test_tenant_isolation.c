@@ -10,7 +10,7 @@
  * every refused attempt the other tenant's revision is READY at the same
  * metadata generation and its objects read back byte for byte. A reader
  * reads and leases its own tenant's revision but may not remove it; the
- * admin sees both tenants. */
+ * admin sees both tenants. Neither tenant can end the other's read lease. */
 #include <inttypes.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -189,10 +189,40 @@ static void test_tenant_cannot_see_or_touch_another_tenants_weights(void **state
     assert_true(exists);
 }
 
+/* A tenant cannot end another tenant's read lease: tenant b's release of
+ * the key tenant a's connection looked up is answered as absent (the key
+ * is not b's to name) and the lease stays -- a's own removal of the object
+ * is still refused as leased until a gives the lease back itself. */
+static void test_tenant_cannot_release_another_tenants_read_lease(void **state)
+{
+    wr_fixture *f = *state;
+    tenant_view a = {.name = "a", .writer = AF_A_WRITER};
+    kvc_object obj;
+    uint32_t released = 0;
+    af_start(f, "tenant-rlease");
+    publish(f, &a, "a");
+    const char *keys[1] = {a.plain_key};
+    assert_int_equal(kvc_get(f->kv, a.plain_key, &obj), 0);
+    kvc *mine = f->kv; /* a's connection, which holds the lease */
+    f->kv = NULL;
+
+    af_as(f, AF_B_WRITER);
+    assert_int_equal(kvc_release_keys(f->kv, keys, 1, NULL, NULL), SMP_ENOTFOUND);
+    assert_true(hx_says(kvc_error(f->kv), "release read leases 'a/notes.txt'"));
+    assert_int_equal(kvc_remove(mine, a.plain_key), SMP_EBUSY);
+
+    assert_int_equal(kvc_release_keys(mine, keys, 1, &released, NULL), 0);
+    assert_int_equal(released, 1);
+    assert_int_equal(kvc_remove(mine, a.plain_key), 0);
+    kvc_close(mine);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_tenant_cannot_see_or_touch_another_tenants_weights,
+                                        wr_setup, wr_teardown),
+        cmocka_unit_test_setup_teardown(test_tenant_cannot_release_another_tenants_read_lease,
                                         wr_setup, wr_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

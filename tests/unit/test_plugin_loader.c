@@ -34,6 +34,8 @@ typedef struct rec_backend {
     int leader;
     int object_gets;
     uint64_t objects_version;
+    uint64_t lease_end;         /* what object_read_lease_end answers */
+    char lease_key[32];         /* the key it was last asked about */
     int removes;
     smp_done_cb done_cb;        /* of the last remove_object */
     void *done_arg;
@@ -70,6 +72,13 @@ static int rec_object_get(void *ctx, const char *key, smp_object_info *out)
 static uint64_t rec_objects_version(void *ctx)
 {
     return ((rec_backend *)ctx)->objects_version;
+}
+
+static uint64_t rec_object_read_lease_end(void *ctx, const char *key)
+{
+    rec_backend *r = ctx;
+    snprintf(r->lease_key, sizeof(r->lease_key), "%s", key);
+    return r->lease_end;
 }
 
 static int rec_remove_object(void *ctx, const char *key, smp_done_cb cb, void *arg)
@@ -130,6 +139,7 @@ static int setup(void **state)
     fx->be.is_leader = rec_is_leader;
     fx->be.object_get = rec_object_get;
     fx->be.objects_version = rec_objects_version;
+    fx->be.object_read_lease_end = rec_object_read_lease_end;
     fx->be.remove_object = rec_remove_object;
     fx->be.memory_usage = rec_memory_usage;
     if (host_metrics_create(&fx->metrics) != SMP_OK) return -1;
@@ -650,6 +660,13 @@ static void test_host_api_members(void **state)
     assert_int_equal(api->objects_version(h), 0);
     fx->rec.objects_version = 5;
     assert_int_equal(api->objects_version(h), 5);
+    /* ABI 1.6: the end of a key's read leases, as the backend says (a NULL
+     * key is asked nothing and answered 0: no lease). */
+    assert_true(SMP_HOST_HAS(api, object_read_lease_end));
+    fx->rec.lease_end = 12345;
+    assert_int_equal(api->object_read_lease_end(h, "k"), 12345);
+    assert_string_equal(fx->rec.lease_key, "k");
+    assert_int_equal(api->object_read_lease_end(h, NULL), 0);
     assert_int_equal(api->remove_object(h, "k", NULL, NULL), SMP_OK);
     assert_int_equal(fx->rec.removes, 1);
     assert_null(fx->rec.done_cb); /* no callback asked for: none is owed */
