@@ -439,6 +439,45 @@ const wm_revision *wm_store_revision_at(const wm_store *st, size_t i)
 {
     return i < st->n_revs ? &st->order[i]->rev : NULL;
 }
+
+#define WM_LINE 64
+
+/* Prefetch the cache lines of [from, to) for reading. */
+static void wm_prefetch_span(const char *from, const char *to)
+{
+    uintptr_t a = (uintptr_t)from & ~(uintptr_t)(WM_LINE - 1);
+    for (; a < (uintptr_t)to; a += WM_LINE) __builtin_prefetch((const void *)a, 0, 3);
+}
+
+void wm_store_prefetch_fields(const wm_store *st, size_t i)
+{
+    if (i >= st->n_revs) return;
+    const wm_rev_entry *e = st->order[i]; /* the order array is read in sequence */
+    wm_prefetch_span((const char *)&e->rev, (const char *)(&e->rev + 1));
+}
+
+/* The identity's last string (the revision) ends within this many bytes
+ * of its start for every name a list shows in practice; a longer one costs
+ * a miss, never a wrong answer. */
+#define WM_PREFETCH_TAIL 32
+
+void wm_store_prefetch_keys(const wm_store *st, size_t i)
+{
+    if (i >= st->n_revs) return;
+    const wm_revision *r = &st->order[i]->rev;
+    const char *first = r->group_key, *last = r->id.revision;
+    /* Both layouts keep group key, manifest key and identity in this order
+     * (wm_entry_new, wm_decode_section_placed); anything else gets a line
+     * per string. */
+    if (first <= r->manifest_key && r->manifest_key <= r->id.tenant_id && r->id.tenant_id <= last &&
+        last - first < 8 * WM_LINE) {
+        wm_prefetch_span(first, last + WM_PREFETCH_TAIL);
+        return;
+    }
+    const char *s[6] = {r->group_key, r->manifest_key, r->id.tenant_id,
+                        r->id.ns,        r->id.resource_id, r->id.revision};
+    for (int k = 0; k < 6; k++) wm_prefetch_span(s[k], s[k] + WM_PREFETCH_TAIL);
+}
 size_t wm_store_operation_count(const wm_store *st) { return st->n_ops; }
 const wm_operation *wm_store_operation_at(const wm_store *st, size_t i)
 {

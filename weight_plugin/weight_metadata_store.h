@@ -67,6 +67,15 @@ size_t wm_store_revision_count(const wm_store *st);
 const wm_revision *wm_store_revision_at(const wm_store *st, size_t i);
 size_t wm_store_revision_lower_bound(const wm_store *st, const wm_identity *id);
 
+/* Cache hints for a walk of the identity order (LIST reads every field and
+ * key of each row it returns; at 100,000 revisions each row is a cache miss
+ * of its own). wm_store_prefetch_fields asks for the fields of the revision
+ * at i without reading it; wm_store_prefetch_keys reads those fields (ask
+ * for them a few rows earlier) and asks for its keys and identity strings.
+ * Neither waits for memory nor changes anything; i past the end is a no-op. */
+void wm_store_prefetch_fields(const wm_store *st, size_t i);
+void wm_store_prefetch_keys(const wm_store *st, size_t i);
+
 /* Operations (ended ones included) in id order: count, the i-th, first
  * index with id >= op_id. */
 size_t wm_store_operation_count(const wm_store *st);

@@ -158,6 +158,10 @@ static int wm_list_visible(const wm_revision *r, int include_deleted)
     return 1;
 }
 
+/* How many rows ahead of the one it reads LIST asks for keys (and twice as
+ * many for fields): enough misses in flight to cover a row's encoding. */
+#define WM_LIST_AHEAD 4
+
 /* LIST: revisions of a tenant, optionally of one namespace and resource, in
  * identity order. The page token is the group key of the last revision
  * returned (stable across inserts and deletes). A page examines at most
@@ -219,7 +223,16 @@ int wm_rpc_list(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t le
         goto free_req;
     }
     size_t examined = 0, n = 0, total = wm_store_revision_count(p->store);
+    const wm_revision *last = NULL; /* the last revision examined: the token */
+    /* Each row's fields are asked for 2 x WM_LIST_AHEAD rows before it is
+     * read and its keys WM_LIST_AHEAD rows before, so the misses of many
+     * rows overlap instead of each row waiting for its own (the last few
+     * asked for may lie past the page: the next page's first rows). */
+    for (size_t k = i; k < i + 2 * WM_LIST_AHEAD; k++) wm_store_prefetch_fields(p->store, k);
+    for (size_t k = i; k < i + WM_LIST_AHEAD; k++) wm_store_prefetch_keys(p->store, k);
     for (; i < total && n < limit; i++) {
+        wm_store_prefetch_fields(p->store, i + 2 * WM_LIST_AHEAD);
+        wm_store_prefetch_keys(p->store, i + WM_LIST_AHEAD);
         const wm_revision *r = wm_store_revision_at(p->store, i);
         if (strcmp(r->id.tenant_id, tenant) != 0 || (ns[0] && strcmp(r->id.ns, ns) != 0) ||
             (res[0] && strcmp(r->id.resource_id, res) != 0))
@@ -230,7 +243,7 @@ int wm_rpc_list(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t le
             ptrs[n] = &metas[n].m;
             n++;
         }
-        snprintf(token, sizeof(token), "%s", r->group_key);
+        last = r;
         if (examined >= (size_t)limit * 8) {
             i++;
             break;
@@ -243,6 +256,7 @@ int wm_rpc_list(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t le
         more = strcmp(r->id.tenant_id, tenant) == 0 && (!ns[0] || strcmp(r->id.ns, ns) == 0) &&
                (!res[0] || strcmp(r->id.resource_id, res) == 0);
     }
+    if (last != NULL) snprintf(token, sizeof(token), "%s", last->group_key);
     resp.n_revisions = n;
     resp.revisions = ptrs;
     resp.next_page_token = more ? token : (char *)"";

@@ -20,7 +20,14 @@
  * count. A node going down reports every replica it held, one
  * SMP_EVENT_REPLICA_LOST each in one loop turn: each report is held to a
  * constant number of string compares, however many are already kept (it
- * walked the kept ones: 4,096 compares a report once full). */
+ * walked the kept ones: 4,096 compares a report once full).
+ *
+ * A list page is also held to what it touches (the link wraps the store's
+ * two cache hints too): the revisions it returns and the next one, one host
+ * call (its reply), and every row asked of the cache before it is read, so
+ * that at 100,000 revisions, where each row is a cache miss, the misses
+ * overlap; and every page of a walk answers byte for byte what the table
+ * says it must (rows in identity order, the token of the last examined). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -40,6 +47,27 @@
 
 static uint64_t g_work;
 
+/* The distinct revisions a list page reads (positional reads), and the rows
+ * it asked the cache for ahead of reading them (weight_metadata_store.h). */
+#define ROWS_MAX 4096
+static const wm_revision *g_rows[ROWS_MAX];
+static size_t g_n_rows;
+static size_t g_hinted[ROWS_MAX]; /* positions whose keys (after their fields) were asked for */
+static size_t g_n_hinted, g_n_fields, g_n_keys;
+static size_t g_rows_unhinted; /* positional reads of a position not hinted before */
+
+static void note_row(const wm_revision *r)
+{
+    for (size_t k = 0; k < g_n_rows; k++)
+        if (g_rows[k] == r) return;
+    if (g_n_rows < ROWS_MAX) g_rows[g_n_rows++] = r;
+}
+
+static void rows_reset(void)
+{
+    g_n_rows = g_rows_unhinted = g_n_hinted = g_n_fields = g_n_keys = 0;
+}
+
 int __real_wm_identity_cmp(const wm_identity *a, const wm_identity *b);
 int __wrap_wm_identity_cmp(const wm_identity *a, const wm_identity *b)
 {
@@ -51,8 +79,35 @@ const wm_revision *__real_wm_store_revision_at(const wm_store *st, size_t i);
 const wm_revision *__wrap_wm_store_revision_at(const wm_store *st, size_t i)
 {
     g_work++;
-    return __real_wm_store_revision_at(st, i);
+    const wm_revision *r = __real_wm_store_revision_at(st, i);
+    if (r != NULL) {
+        size_t k = 0;
+        while (k < g_n_hinted && g_hinted[k] != i) k++;
+        if (k == g_n_hinted) g_rows_unhinted++;
+        note_row(r);
+    }
+    return r;
 }
+
+void __real_wm_store_prefetch_fields(const wm_store *st, size_t i);
+void __wrap_wm_store_prefetch_fields(const wm_store *st, size_t i)
+{
+    g_n_fields++;
+    __real_wm_store_prefetch_fields(st, i);
+}
+
+/* Keys are asked for after the fields (at a smaller distance): a position
+ * whose keys were asked for is one the walk hinted completely. */
+void __real_wm_store_prefetch_keys(const wm_store *st, size_t i);
+void __wrap_wm_store_prefetch_keys(const wm_store *st, size_t i)
+{
+    g_n_keys++;
+    if (g_n_hinted < ROWS_MAX) g_hinted[g_n_hinted++] = i;
+    __real_wm_store_prefetch_keys(st, i);
+}
+
+/* Every call the plugin makes of the host below (the test's host API). */
+static uint64_t g_host_calls;
 
 static uint64_t g_strcmp;
 
@@ -73,6 +128,7 @@ struct smp_rpc_call {
 
 static int f_rpc_reply(smp_rpc_call *call, int status, const uint8_t *body, size_t len)
 {
+    g_host_calls++;
     call->status = status;
     call->len = len < sizeof(call->body) ? len : sizeof(call->body);
     if (body != NULL) memcpy(call->body, body, call->len);
@@ -84,6 +140,7 @@ static uint64_t g_object_gets;
 static int f_object_get(smp_host *h, const char *key, smp_object_info *out)
 {
     (void)h, (void)key;
+    g_host_calls++;
     g_object_gets++;
     memset(out, 0, sizeof(*out));
     out->struct_size = sizeof(*out);
@@ -96,6 +153,7 @@ static int f_object_get(smp_host *h, const char *key, smp_object_info *out)
 static void f_log(smp_host *h, smp_log_level l, const char *fmt, ...)
 {
     (void)h, (void)l, (void)fmt;
+    g_host_calls++;
 }
 
 static uint64_t g_now = 10000;
@@ -103,12 +161,14 @@ static uint64_t g_now = 10000;
 static uint64_t f_now(smp_host *h)
 {
     (void)h;
+    g_host_calls++;
     return g_now;
 }
 
 static void f_metric_set(smp_metric *m, const char *const *labels, double v)
 {
     (void)m, (void)labels, (void)v;
+    g_host_calls++;
 }
 
 static smp_host_api API;
@@ -164,16 +224,33 @@ static uint64_t work_of(handler h, const ProtobufCMessage *msg)
     return g_work - before;
 }
 
+/* What a list page touched besides its counted steps. */
+typedef struct page_touch {
+    size_t rows;       /* distinct revisions read through positional reads */
+    size_t unhinted;   /* positional reads of rows not asked of the cache before */
+    size_t fields, keys; /* rows whose fields, keys were asked of the cache */
+    uint64_t host_calls;
+} page_touch;
+
 /* A list page of 100 from the token `after` ("" for the first page); checks
- * a full page came back. */
-static uint64_t list_work(const char *after)
+ * a full page came back. *t: what it touched (NULL: not wanted). */
+static uint64_t list_work(const char *after, page_touch *t)
 {
     Wmrpc__ListRequest req = WMRPC__LIST_REQUEST__INIT;
     req.tenant = (char *)"tenant-a";
     req.namespace_id = (char *)"llm";
     req.limit = 100;
     req.page_token = (char *)after;
+    rows_reset();
+    uint64_t calls = g_host_calls;
     uint64_t w = work_of(wm_rpc_list, &req.base);
+    if (t != NULL) {
+        t->rows = g_n_rows;
+        t->unhinted = g_rows_unhinted;
+        t->fields = g_n_fields;
+        t->keys = g_n_keys;
+        t->host_calls = g_host_calls - calls;
+    }
     Wmrpc__ListResponse *resp = wmrpc__list_response__unpack(NULL, CALL.len, CALL.body);
     assert_non_null(resp);
     assert_int_equal(resp->n_revisions, 100);
@@ -221,6 +298,7 @@ static uint64_t tick_work(long n)
 
 typedef struct costs {
     uint64_t first_page, middle_page, get_metadata, is_exist, tick;
+    page_touch first, middle; /* what the two pages touched */
     uint64_t is_exist_object_gets; /* host object_get calls of one is_exist */
 } costs;
 
@@ -231,8 +309,8 @@ static costs measure(long n)
     const wm_revision *mid = wm_store_revision_at(P.store, (size_t)n / 2);
     char token[WM_KEY_MAX + 1];
     snprintf(token, sizeof(token), "%s", mid->group_key);
-    c.first_page = list_work("");
-    c.middle_page = list_work(token);
+    c.first_page = list_work("", &c.first);
+    c.middle_page = list_work(token, &c.middle);
     c.get_metadata = lookup_work(n / 2, 0);
     uint64_t gets = g_object_gets;
     c.is_exist = lookup_work(n / 2, 1);
@@ -250,6 +328,30 @@ static void assert_flat(const char *what, uint64_t small, uint64_t big)
                  (unsigned long long)big, (unsigned long long)small);
 }
 
+/* What a list page of 100 touches: its rows and nothing else of the table
+ * but its binary search (counted by assert_flat), the host once (the reply:
+ * nothing is asked of the host per row), and each row's fields and keys
+ * asked of the cache before the row is read, so that at 100,000 revisions
+ * the misses of many rows overlap (the token's own row, read once to step
+ * past it, excepted). What it asks ahead is bounded by the page, not by the
+ * table: at most one page more. */
+static void assert_page_touch(const char *what, const page_touch *t, int after_token)
+{
+    printf("%-13s rows read %zu (%zu not asked ahead), fields asked %zu, keys asked %zu, "
+           "host calls %llu\n",
+           what, t->rows, t->unhinted, t->fields, t->keys, (unsigned long long)t->host_calls);
+    if (t->host_calls != 1)
+        fail_msg("%s: %llu host calls for a page of 100 (the reply is the only one)", what,
+                 (unsigned long long)t->host_calls);
+    if (t->rows < 100 || t->rows > 100 + 1 + (size_t)after_token)
+        fail_msg("%s: %zu revisions read for a page of 100", what, t->rows);
+    if (t->unhinted != (size_t)after_token)
+        fail_msg("%s: %zu rows read without being asked of the cache first", what, t->unhinted);
+    if (t->fields < 100 || t->fields > 200 || t->keys < 100 || t->keys > 200)
+        fail_msg("%s: fields of %zu rows and keys of %zu asked ahead for a page of 100", what,
+                 t->fields, t->keys);
+}
+
 /* The four read paths and an idle tick do (nearly) the same work at 10x
  * the revisions. */
 static void test_read_paths_do_not_grow_with_the_revision_count(void **state)
@@ -264,6 +366,13 @@ static void test_read_paths_do_not_grow_with_the_revision_count(void **state)
     assert_flat("get_metadata", small.get_metadata + 1, big.get_metadata + 1);
     assert_flat("is_exist", small.is_exist + 1, big.is_exist + 1);
     assert_flat("idle tick", small.tick + 1, big.tick + 1);
+    assert_page_touch("first page", &small.first, 0);
+    assert_page_touch("middle page", &small.middle, 1);
+    assert_page_touch("first page", &big.first, 0);
+    assert_page_touch("middle page", &big.middle, 1);
+    assert_int_equal(small.middle.rows, big.middle.rows);
+    assert_int_equal(small.middle.fields, big.middle.fields);
+    assert_int_equal(small.middle.keys, big.middle.keys);
     /* is_exist probes the store once, as get_metadata (it probed twice: the
      * revision, then its affinity), and asks the host once per key. */
     assert_int_equal(small.get_metadata, 1);
@@ -285,6 +394,86 @@ static void test_the_counter_sees_a_linear_walk(void **state)
     uint64_t before = g_work;
     for (size_t i = 0; i < wm_store_revision_count(P.store); i++) (void)wm_store_revision_at(P.store, i);
     assert_int_equal(g_work - before, 1000);
+}
+
+/* Revisions "model-<i>" READY for i from .. to - 1, each third one with an
+ * IMPORTING revision "model-<i>-next" after it (never listed). */
+static void seed_with_imports(long from, long to)
+{
+    char msg[256], name[64];
+    for (long i = from; i < to; i++) {
+        seed(i, i + 1);
+        if (i % 3 != 1) continue;
+        wm_metadata_upsert u;
+        memset(&u, 0, sizeof(u));
+        snprintf(name, sizeof(name), "model-%07ld-next", i);
+        wmt_importing_revision(&u.revision, name, 1);
+        if (wm_store_apply_upsert(P.store, &u, msg, sizeof(msg)) != WM_OK) fail_msg("%s", msg);
+    }
+}
+
+/* The answer a page of `limit` from position *at must be, built straight
+ * from the table: the visible revisions in identity order, the group key of
+ * the last one examined as the token while more follow. *at moves past the
+ * revisions examined. The packed bytes into out; their length. */
+static size_t expected_page(size_t *at, uint32_t limit, uint8_t *out, size_t cap)
+{
+    static wm_pb_meta metas[100];
+    Wmrpc__WeightMetadata *ptrs[100];
+    Wmrpc__ListResponse resp = WMRPC__LIST_RESPONSE__INIT;
+    size_t n = 0, examined = 0, total = wm_store_revision_count(P.store);
+    const wm_revision *last = NULL;
+    assert_true(limit <= 100);
+    for (; *at < total && n < limit && examined < (size_t)limit * 8; (*at)++, examined++) {
+        last = wm_store_revision_at(P.store, *at);
+        if (last->availability == WM_AVAIL_IMPORTING) continue;
+        wm_pb_meta_set(&metas[n], last);
+        ptrs[n] = &metas[n].m;
+        n++;
+    }
+    resp.n_revisions = n;
+    resp.revisions = ptrs;
+    resp.next_page_token = *at < total && last != NULL ? (char *)last->group_key : (char *)"";
+    size_t len = protobuf_c_message_get_packed_size(&resp.base);
+    assert_true(len <= cap);
+    protobuf_c_message_pack(&resp.base, out);
+    return len;
+}
+
+/* Every page of a walk by token answers, byte for byte, the visible
+ * revisions in identity order and the token of the last one examined: what
+ * the list answered before it asked the cache for rows ahead (an IMPORTING
+ * revision every few rows, pages of 100 and of 7, the last page short). */
+static void test_list_pages_answer_the_rows_in_identity_order(void **state)
+{
+    (void)state;
+    static uint8_t want[1 << 16];
+    seed_with_imports(0, 1000);
+    const uint32_t limits[2] = {100, 7};
+    for (int l = 0; l < 2; l++) {
+        char token[WM_KEY_MAX + 1] = "";
+        size_t at = 0, pages = 0, rows = 0;
+        do {
+            Wmrpc__ListRequest req = WMRPC__LIST_REQUEST__INIT;
+            req.tenant = (char *)"tenant-a";
+            req.namespace_id = (char *)"llm";
+            req.limit = limits[l];
+            req.page_token = token;
+            (void)work_of(wm_rpc_list, &req.base);
+            size_t len = expected_page(&at, limits[l], want, sizeof(want));
+            assert_int_equal(CALL.len, len);
+            assert_memory_equal(CALL.body, want, len);
+            Wmrpc__ListResponse *resp = wmrpc__list_response__unpack(NULL, CALL.len, CALL.body);
+            assert_non_null(resp);
+            rows += resp->n_revisions;
+            snprintf(token, sizeof(token), "%s", resp->next_page_token);
+            wmrpc__list_response__free_unpacked(resp, NULL);
+            pages++;
+        } while (token[0] != '\0');
+        assert_int_equal(rows, 1000);
+        assert_int_equal(at, wm_store_revision_count(P.store));
+        assert_int_equal(pages, (1000 + limits[l] - 1) / limits[l]);
+    }
 }
 
 /* String compares of the replica-lost reports of revisions from .. to - 1
@@ -324,6 +513,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_read_paths_do_not_grow_with_the_revision_count, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_the_counter_sees_a_linear_walk, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_list_pages_answer_the_rows_in_identity_order, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_replica_lost_reports_do_not_grow_with_those_kept, setup,
                                         teardown),
     };
