@@ -5,22 +5,24 @@
  * other allocations after each revision's entry (in the master: the host's
  * objects, replicas and group of that revision), so at 100,000 revisions a
  * page's rows are far apart in memory as they are in the master -- but at
- * an even stride, which the hardware's own prefetcher follows; the master's
- * heap is less regular (bench/README.md). Then pages of 100 are walked by token from the
- * first, as bench_metadata_reads walks them over RPC (back to the first page
- * at the end), and the mean CPU time of a page of the LIST handler is
- * printed for each round of PAGES pages (the next round goes on from the token the
- * last one ended with): no socket, no client, only the plugin's work. It is made to run under
- * callgrind to count what a page touches:
+ * an even stride, which the hardware's own prefetcher follows. With
+ * `shuffled` the revisions are added in a random order (the same every
+ * run), so that neighbours in identity order are nowhere near each other
+ * in memory: a store filled by many publishers of unrelated names. Then
+ * pages of 100 are walked by token from the first, as bench_metadata_reads
+ * walks them over RPC (back to the first page at the end), and the mean CPU
+ * time of a page of the LIST handler is printed for each round of PAGES
+ * pages (a round goes on from the token the last one ended with): no
+ * socket, no client, only the plugin's work. Under callgrind,
  *
  *   valgrind --tool=callgrind --cache-sim=yes --toggle-collect=wm_rpc_list \
  *       build/bench/bench_list_page 100000 200 1
  *
  * gives the instructions and the simulated cache misses of the pages alone
- * (divide by the page count). The digest printed last is over every
- * answer's bytes: two builds walking the same store answer the same pages
- * when it is the same. Not a target of its own: bench/README.md says what
- * it showed. */
+ * (divide by the page count; callgrind does not model prefetches). The
+ * digest printed last is over every answer's bytes: two builds walking the
+ * same store answer the same pages when it is the same. Not a target of
+ * its own: bench/README.md says what it showed. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -102,11 +104,12 @@ int main(int argc, char **argv)
     long n = argc > 1 ? atol(argv[1]) : 100000;
     long pages = argc > 2 ? atol(argv[2]) : 200;
     long rounds = argc > 3 ? atol(argv[3]) : 5;
+    int shuffled = argc > 4 && strcmp(argv[4], "shuffled") == 0;
     static smp_host_api api;
     static wm_plugin p;
     char msg[256], token[WM_KEY_MAX + 1] = "";
-    if (n < PAGE || pages < 1 || rounds < 1) {
-        fprintf(stderr, "usage: %s [REVISIONS >= %d] [PAGES] [ROUNDS]\n", argv[0], PAGE);
+    if (n < PAGE || pages < 1 || rounds < 1 || (argc > 4 && !shuffled)) {
+        fprintf(stderr, "usage: %s [REVISIONS >= %d] [PAGES] [ROUNDS] [shuffled]\n", argv[0], PAGE);
         return 2;
     }
     api.struct_size = sizeof(api);
@@ -115,9 +118,17 @@ int main(int argc, char **argv)
     p.api = &api;
     if (wm_store_create(&p.store) != WM_OK) return 1;
     char **filler = calloc((size_t)n, sizeof(*filler));
-    if (filler == NULL) return 1;
+    long *names = calloc((size_t)n, sizeof(*names));
+    if (filler == NULL || names == NULL) return 1;
+    for (long i = 0; i < n; i++) names[i] = i;
+    uint64_t x = 88172645463325252ull; /* xorshift64: the same order every run */
+    for (long i = n - 1; shuffled && i > 0; i--) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        long j = (long)(x % (uint64_t)(i + 1)), t = names[i];
+        names[i] = names[j], names[j] = t;
+    }
     for (long i = 0; i < n; i++) {
-        if (wmt_seed_ready(p.store, "model-", i, i + 1, msg, sizeof(msg)) != WM_OK) {
+        if (wmt_seed_ready(p.store, "model-", names[i], names[i] + 1, msg, sizeof(msg)) != WM_OK) {
             fprintf(stderr, "bench: seed: %s\n", msg);
             return 1;
         }
@@ -138,6 +149,7 @@ int main(int argc, char **argv)
            n, rounds, best, (unsigned long long)g_digest);
     for (long i = 0; i < n; i++) free(filler[i]);
     free(filler);
+    free(names);
     wm_mgmt_release(&p);
     wm_store_free(p.store);
     return 0;
