@@ -456,28 +456,34 @@ void wm_store_prefetch_fields(const wm_store *st, size_t i)
     wm_prefetch_span((const char *)&e->rev, (const char *)(&e->rev + 1));
 }
 
-/* The identity's last string (the revision) ends within this many bytes
- * of its start for every name a list shows in practice; a longer one costs
- * a miss, never a wrong answer. */
-#define WM_PREFETCH_TAIL 32
+/* The last of a revision's strings in memory ends within this many bytes
+ * of its start for the names a list shows in practice (a manifest key of
+ * up to 64 bytes, a revision name of up to 64); a longer one costs a miss,
+ * never a wrong answer. */
+#define WM_PREFETCH_TAIL 64
 
 void wm_store_prefetch_keys(const wm_store *st, size_t i)
 {
     if (i >= st->n_revs) return;
     const wm_revision *r = &st->order[i]->rev;
-    const char *first = r->group_key, *last = r->id.revision;
-    /* Both layouts keep group key, manifest key and identity in this order
-     * (wm_entry_new, wm_decode_section_placed); anything else gets a line
-     * per string. */
-    if (first <= r->manifest_key && r->manifest_key <= r->id.tenant_id && r->id.tenant_id <= last &&
-        last - first < 8 * WM_LINE) {
-        wm_prefetch_span(first, last + WM_PREFETCH_TAIL);
-        return;
-    }
     const char *s[6] = {r->group_key, r->manifest_key, r->id.tenant_id,
                         r->id.ns,        r->id.resource_id, r->id.revision};
+    uintptr_t lo = (uintptr_t)s[0], hi = lo; /* addresses: the strings may lie apart */
+    for (int k = 1; k < 6; k++) {
+        if ((uintptr_t)s[k] < lo) lo = (uintptr_t)s[k];
+        if ((uintptr_t)s[k] > hi) hi = (uintptr_t)s[k];
+    }
+    /* A malloc'ed entry keeps its strings together behind it (group key,
+     * manifest key, identity: wm_entry_new), a slab's entry in the slab's
+     * key area (identity, group key, manifest key); anything else gets a
+     * line or two per string. */
+    if (hi - lo <= 8 * WM_LINE) {
+        wm_prefetch_span((const char *)lo, (const char *)(hi + WM_PREFETCH_TAIL));
+        return;
+    }
     for (int k = 0; k < 6; k++) wm_prefetch_span(s[k], s[k] + WM_PREFETCH_TAIL);
 }
+
 size_t wm_store_operation_count(const wm_store *st) { return st->n_ops; }
 const wm_operation *wm_store_operation_at(const wm_store *st, size_t i)
 {
