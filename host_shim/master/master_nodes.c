@@ -6,7 +6,9 @@
  * report (or reported with another checksum) is dropped, a memory replica in
  * a segment that did not survive the node's restart is dropped, and memory
  * replicas in a surviving segment are checked with VERIFY tasks; every drop
- * is a durable record and a replica-lost event for the plugins; a cold file
+ * is a durable record and a replica-lost event for the plugins, and the node
+ * is up (counted, served, handed tasks) only once its drops are durable, so
+ * no client is sent to a replica the node is known to lack; a cold file
  * the node reported that no replica names is deleted (master_reclaim.c).
  * A large inventory arrives before its registration, in pages
  * (master_inventory.c).
@@ -83,6 +85,7 @@ struct master_node {
     uint32_t key_id;             /* the id of secret, named in every ticket */
     int data_tls;                /* its data server speaks TLS only */
     int up;
+    uint64_t registrations;      /* registrations received: the newest one wins */
     uint64_t last_seen_ms;       /* its last request */
     uint64_t answered_ms;        /* the master's answer to its last poll */
     uint64_t sweep_due_ms;       /* the second sweep after a registration (0: none) */
@@ -470,6 +473,14 @@ int master_drop_replica(master *m, const char *key, const obj_replica *lost,
 
 /* -- registration ------------------------------------------------------------- */
 
+typedef struct verify_ctx {
+    char *key;
+    obj_replica rep;
+    char *node, *segment;
+    uint8_t sha[32];
+    uint64_t size;
+} verify_ctx;
+
 typedef struct reconcile_ctx {
     master *m;
     master_node *node;
@@ -478,6 +489,8 @@ typedef struct reconcile_ctx {
     size_t n_lost;
     char **lost_keys;
     obj_replica *lost;
+    verify_ctx **verify;       /* memory replicas to VERIFY once the node is up */
+    size_t n_verify, cap_verify;
 } reconcile_ctx;
 
 static int cmp_file_name(const void *a, const void *b)
@@ -506,12 +519,13 @@ static int has_cold_file(const reconcile_ctx *c, const char *key, const char *pa
            memcmp(f->sha256.data, sha, 32) == 0;
 }
 
-typedef struct verify_ctx {
-    char *key;
-    obj_replica rep;
-    char *node, *segment;
-    uint8_t sha[32];
-} verify_ctx;
+static void verify_free(verify_ctx *v)
+{
+    free(v->key);
+    free(v->node);
+    free(v->segment);
+    free(v);
+}
 
 static void on_verified(master *m, void *arg, int status, const TaskResult *res)
 {
@@ -523,10 +537,7 @@ static void on_verified(master *m, void *arg, int status, const TaskResult *res)
                 v->node, v->key);
         master_drop_replica(m, v->key, &v->rep, NULL, NULL);
     }
-    free(v->key);
-    free(v->node);
-    free(v->segment);
-    free(v);
+    verify_free(v);
 }
 
 static int visit_node_replica(void *arg, const char *key, const obj_replica *rep)
@@ -541,6 +552,15 @@ static int visit_node_replica(void *arg, const char *key, const obj_replica *rep
     } else if (!c->req->segment_survived) {
         lost = 1;
     } else if (rep->status == OBJ_REPLICA_COMPLETE) {
+        /* checked by a VERIFY task once the node is up (reconcile_verify);
+           without the memory to note it, it is served unchecked, as before */
+        if (c->n_verify == c->cap_verify) {
+            size_t cap = c->cap_verify ? c->cap_verify * 2 : 64;
+            verify_ctx **vv = realloc(c->verify, cap * sizeof(*vv));
+            if (vv == NULL) return 0;
+            c->verify = vv;
+            c->cap_verify = cap;
+        }
         verify_ctx *v = calloc(1, sizeof(*v));
         if (v == NULL) return 0;
         v->key = strdup(key);
@@ -551,14 +571,12 @@ static int visit_node_replica(void *arg, const char *key, const obj_replica *rep
         v->rep.segment = v->segment;
         v->rep.path = NULL;
         memcpy(v->sha, info.checksum, 32);
-        if (!v->key || !v->node || !v->segment ||
-            master_node_task(c->m, c->node->id, TASK_KIND__TASK_VERIFY, key, rep->offset,
-                             info.size, info.checksum, NULL, on_verified, v) < 0) {
-            free(v->key);
-            free(v->node);
-            free(v->segment);
-            free(v);
+        v->size = info.size;
+        if (!v->key || !v->node || !v->segment) {
+            verify_free(v);
+            return 0;
         }
+        c->verify[c->n_verify++] = v;
     }
     if (!lost) return 0;
     obj_replica *l = realloc(c->lost, (c->n_lost + 1) * sizeof(*l));
@@ -575,10 +593,40 @@ static int visit_node_replica(void *arg, const char *key, const obj_replica *rep
     return 0;
 }
 
-/* Compare what the master persisted about this node with its inventory. */
-static void reconcile(master *m, master_node *node, const NodeRegisterRequest *req)
+typedef struct register_ctx {
+    smp_rpc_call *call;
+    NodeRegisterRequest *req;
+    master_inventory *inv;      /* the pages req->cold_files borrows, or NULL */
+    uint64_t registration;      /* the node's registrations when this one came */
+    size_t drops_pending;       /* drops not yet durable, +1 while they are issued */
+    verify_ctx **verify;        /* the memory replicas to VERIFY once up */
+    size_t n_verify;
+} register_ctx;
+
+static void complete_register(master *m, register_ctx *r);
+
+/* A drop of the registration's reconcile is durable (or failed: the
+ * replica then stays listed, as the verify of a memory replica that fails
+ * to drop does): once the last one is, the node comes up. */
+static void on_register_drop(master *m, void *arg, int status, uint64_t seq)
 {
-    reconcile_ctx c = {m, node, req, NULL, 0, NULL, NULL};
+    register_ctx *r = arg;
+    (void)seq;
+    if (status < 0)
+        fprintf(stderr, "store_master: node %s: a lost replica could not be dropped: %s\n",
+                r->req->node_id, smp_strerror(status));
+    if (--r->drops_pending == 0) complete_register(m, r);
+}
+
+/* Compare what the master persisted about node with its inventory: drop
+ * every replica the node no longer holds (each drop a durable record and a
+ * replica-lost event, r's drops_pending counting them) and note in r the
+ * memory replicas to verify. The node stays down meanwhile: a client is
+ * never sent to a replica the node is known to lack. */
+static void reconcile(master *m, master_node *node, register_ctx *r)
+{
+    const NodeRegisterRequest *req = r->req;
+    reconcile_ctx c = {m, node, req, NULL, 0, NULL, NULL, NULL, 0, 0};
     if (req->n_cold_files > 0 &&
         (c.by_name = malloc(req->n_cold_files * sizeof(*c.by_name))) != NULL) {
         memcpy(c.by_name, req->cold_files, req->n_cold_files * sizeof(*c.by_name));
@@ -586,11 +634,15 @@ static void reconcile(master *m, master_node *node, const NodeRegisterRequest *r
     }
     obj_visit_replicas(master_objs(m), node->id, visit_node_replica, &c);
     free(c.by_name);
+    r->verify = c.verify;
+    r->n_verify = c.n_verify;
     for (size_t i = 0; i < c.n_lost; i++) {
         if (c.lost_keys[i]) {
             fprintf(stderr, "store_master: node %s: %s replica of %s is gone\n", node->id,
                     c.lost[i].kind == SMP_REPLICA_COLD ? "cold" : "memory", c.lost_keys[i]);
-            master_drop_replica(m, c.lost_keys[i], &c.lost[i], NULL, NULL);
+            r->drops_pending++;
+            if (master_drop_replica(m, c.lost_keys[i], &c.lost[i], on_register_drop, r) < 0)
+                r->drops_pending--;
         }
         free(c.lost_keys[i]);
         free((char *)c.lost[i].node);
@@ -599,8 +651,22 @@ static void reconcile(master *m, master_node *node, const NodeRegisterRequest *r
     }
     free(c.lost_keys);
     free(c.lost);
-    /* Files no replica names: their replica was dropped while the node was
-     * away, or the master stopped between the record and the unlink. */
+}
+
+/* The node is up: VERIFY the memory replicas reconcile noted, and delete
+ * the files of its inventory no replica names -- their replica was dropped
+ * while the node was away, or the master stopped between the record and
+ * the unlink. */
+static void reconcile_verify_and_reclaim(master *m, master_node *node, register_ctx *r)
+{
+    const NodeRegisterRequest *req = r->req;
+    for (size_t i = 0; i < r->n_verify; i++) {
+        verify_ctx *v = r->verify[i];
+        r->verify[i] = NULL;
+        if (master_node_task(m, node->id, TASK_KIND__TASK_VERIFY, v->key, v->rep.offset, v->size,
+                             v->sha, NULL, on_verified, v) < 0)
+            verify_free(v);
+    }
     const char **keys = calloc(req->n_cold_files + 1, sizeof(*keys));
     const char **names = calloc(req->n_cold_files + 1, sizeof(*names));
     if (keys != NULL && names != NULL) {
@@ -614,12 +680,6 @@ static void reconcile(master *m, master_node *node, const NodeRegisterRequest *r
     free(names);
 }
 
-typedef struct register_ctx {
-    smp_rpc_call *call;
-    NodeRegisterRequest *req;
-    master_inventory *inv;      /* the pages req->cold_files borrows, or NULL */
-} register_ctx;
-
 /* Free a registration request and the paged inventory it borrows. */
 static void request_free(NodeRegisterRequest *req, master_inventory *inv)
 {
@@ -631,6 +691,17 @@ static void request_free(NodeRegisterRequest *req, master_inventory *inv)
     node_register_request__free_unpacked(req, NULL);
 }
 
+static void register_free(register_ctx *r)
+{
+    for (size_t i = 0; i < r->n_verify; i++)
+        if (r->verify[i] != NULL) verify_free(r->verify[i]);
+    free(r->verify);
+    request_free(r->req, r->inv);
+    free(r);
+}
+
+/* The segment is durable: reconcile, and bring the node up once the drops
+ * that found are durable too (at once when there are none). */
 static void finish_register(master *m, void *arg, int status, uint64_t seq)
 {
     register_ctx *r = arg;
@@ -639,11 +710,29 @@ static void finish_register(master *m, void *arg, int status, uint64_t seq)
     if (status < 0 || n == NULL) {
         rpc_reply_error(r->call, status < 0 ? status : SMP_ENOTFOUND,
                         "node register: the segment could not be mounted durably");
-        goto free_ctx;
+        register_free(r);
+        return;
+    }
+    r->drops_pending = 1; /* held while the drops are issued */
+    reconcile(m, n, r);
+    if (--r->drops_pending == 0) complete_register(m, r);
+}
+
+/* Every drop of the registration is durable: the node is up, answered, and
+ * its kept segment swept. A registration overtaken by a newer one of the
+ * same node (it restarted again meanwhile) is refused instead. */
+static void complete_register(master *m, register_ctx *r)
+{
+    master_node *n = master_node_find(m, r->req->node_id);
+    if (n == NULL || n->registrations != r->registration) {
+        rpc_reply_error(r->call, SMP_ESTATE,
+                        "node register: a newer registration of this node came meanwhile");
+        register_free(r);
+        return;
     }
     node_set_up(m, n, 1);
     n->last_seen_ms = master_now_ms();
-    reconcile(m, n, r->req);
+    reconcile_verify_and_reclaim(m, n, r);
     smp_event ev = {.struct_size = sizeof(ev), .type = SMP_EVENT_NODE_UP, .node = n->id};
     master_emit(m, &ev);
     size_t pages = 0;
@@ -671,9 +760,7 @@ static void finish_register(master *m, void *arg, int status, uint64_t seq)
     if (r->req->segment_survived && master_fsck_sweep_node(m, n->id) < 0)
         fprintf(stderr, "store_master: node %s: no sweep of its segment (out of memory)\n", n->id);
     n->sweep_due_ms = master_now_ms() + MASTER_RESWEEP_MS;
-free_ctx:
-    request_free(r->req, r->inv);
-    free(r);
+    register_free(r);
 }
 
 static int set_str(char **dst, const char *src)
@@ -769,6 +856,7 @@ static int h_register(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t
     /* A word from it: a node not registered since the start is waited for
      * while its registration runs (master_nodes_settled). */
     n->last_seen_ms = master_now_ms();
+    uint64_t registration = ++n->registrations; /* an older one still running loses */
     /* A node that registers again restarted: what it had in flight is gone;
      * with a new segment file, so are the bytes of puts into the old one and
      * every queued task that would read or write the old file's ranges (a
@@ -801,6 +889,7 @@ static int h_register(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t
     r->call = call;
     r->req = req;
     r->inv = inv;
+    r->registration = registration;
     if (rec.buf == NULL) {
         finish_register(m, r, SMP_OK, 0);
         return SMP_OK;

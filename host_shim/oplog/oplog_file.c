@@ -51,6 +51,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -798,6 +799,7 @@ static void *writer_main(void *arg)
 {
     file_log *fl = arg;
     oplog_pipe *p = &fl->pipe;
+    prctl(PR_SET_NAME, "oplog-writer"); /* what an operator (or a test) finds it by */
     pthread_mutex_lock(&p->mu);
     for (;;) {
         while (p->queue.head == NULL && !p->stop && p->trunc_req == 0)

@@ -397,6 +397,7 @@ static void test_restarted_node_without_its_segment_loses_its_replicas(void **st
     char key[32], path[400];
     put_all(f, where);
     hx_node_kill(&f->a);
+    assert_int_equal(hx_wait_nodes(&f->m, 1, 10000), 0); /* else 2 may still be the old one */
     snprintf(path, sizeof(path), "%s/node-a.seg", f->a.segment_dir);
     assert_int_equal(unlink(path), 0);
     assert_int_equal(hx_node_start(&f->m, &f->a, "node-a", SEGMENT), 0);
@@ -405,8 +406,7 @@ static void test_restarted_node_without_its_segment_loses_its_replicas(void **st
         snprintf(key, sizeof(key), "obj/%02d", i);
         kvc_object o;
         if (where[i] == 0) {
-            for (int t = 0; t < 200 && kvc_get(f->c, key, &o) != SMP_EAGAIN; t++) usleep(10000);
-            assert_int_equal(kvc_get(f->c, key, &o), SMP_EAGAIN);
+            assert_int_equal(kvc_get(f->c, key, &o), SMP_EAGAIN); /* dropped before up */
         } else {
             assert_bytes(f->c, i);
         }
@@ -518,6 +518,68 @@ static void test_restarted_node_reconciles_its_cold_files(void **state)
     char want[128];
     snprintf(want, sizeof(want), "cold replica of %s is gone", key);
     assert_true(hx_log_contains(&f->m, want));
+}
+
+/* Stop thread tid of another process with ptrace (that thread only). */
+static void thread_stop(pid_t tid)
+{
+    int st;
+    assert_int_equal(ptrace(PTRACE_SEIZE, tid, NULL, NULL), 0);
+    assert_int_equal(ptrace(PTRACE_INTERRUPT, tid, NULL, NULL), 0);
+    assert_int_equal(waitpid(tid, &st, __WALL), tid);
+    assert_true(WIFSTOPPED(st));
+}
+
+/* A restarted node is counted up only once the replicas its inventory
+ * lacks are durably dropped: a client never gets the missing cold file's
+ * replica of a node that is up (a read there would be refused as not found,
+ * where the object is unreadable). The master's OpLog writer is stopped
+ * with ptrace (a slow fdatasync, on demand) while the node registers: the
+ * drop is logged, the node is not up yet and the object answers
+ * SMP_EAGAIN; once the writer runs, the node is up and the object is still
+ * unreadable. Before, the node was up while the drop waited for its
+ * fsync, and test_restarted_node_reconciles_its_cold_files failed once
+ * under load, reading the object 0 instead of SMP_EAGAIN. */
+static void test_restarted_node_is_up_once_its_lost_replicas_are_dropped(void **state)
+{
+    fx *f = *state;
+    int where[OBJECTS], victim = -1;
+    char key[32], path[700], want[128];
+    put_all(f, where);
+    for (int i = 0; i < OBJECTS && victim < 0; i++) {
+        if (where[i] != 0) continue;
+        victim = i;
+        snprintf(key, sizeof(key), "obj/%02d", i);
+        assert_int_equal(probe(&f->m, 1, key), 0); /* ensure cold */
+        assert_int_equal(probe(&f->m, 3, key), 0); /* release memory */
+    }
+    assert_true(victim >= 0);
+    hx_node_kill(&f->a);
+    assert_int_equal(hx_wait_nodes(&f->m, 1, 10000), 0);
+    cold_file(&f->a, key, victim, path, sizeof(path));
+    assert_int_equal(unlink(path), 0);
+
+    pid_t writer = thread_named(f->m.pid, "oplog-writer");
+    assert_true(writer > 0);
+    thread_stop(writer);
+    assert_int_equal(hx_node_start(&f->m, &f->a, "node-a", SEGMENT), 0);
+    snprintf(want, sizeof(want), "cold replica of %s is gone", key);
+    for (int t = 0; t < 2000 && !hx_log_contains(&f->m, want); t++) usleep(10000);
+    int logged = hx_log_contains(&f->m, want);
+    kvc_status st;
+    int status_rc = kvc_status_get(f->c, &st);
+    kvc_object o;
+    int get_while_stopped = kvc_get(f->c, key, &o);
+    assert_int_equal(ptrace(PTRACE_DETACH, writer, NULL, NULL), 0);
+    assert_true(logged);
+    assert_int_equal(status_rc, 0);
+    assert_int_equal(get_while_stopped, SMP_EAGAIN);
+    assert_int_equal(st.nodes, 1);
+
+    assert_int_equal(hx_wait_nodes(&f->m, 2, 10000), 0);
+    assert_int_equal(kvc_get(f->c, key, &o), SMP_EAGAIN);
+    for (int i = 0; i < OBJECTS; i++)
+        if (i != victim) assert_bytes(f->c, i);
 }
 
 /* A registration's call waits for the master in proportion to the cold
@@ -652,6 +714,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_forged_ticket_writes_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_restarted_node_reconciles_its_cold_files, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_restarted_node_is_up_once_its_lost_replicas_are_dropped,
+                                        setup, teardown),
         cmocka_unit_test(test_registration_call_grows_with_the_inventory),
         cmocka_unit_test_setup_teardown(test_cold_only_object_is_read_from_its_cold_file, setup,
                                         teardown),
