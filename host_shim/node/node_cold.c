@@ -809,7 +809,19 @@ static uint64_t age_ms(const struct stat *st)
 /* Walk the directory: delete temporary files older than stale_tmp_ms (0:
  * all), count other entries as ignored, and call fn(arg, name) for each
  * name of the form <64 hex>.cold until it returns non-zero (returned).
- * SMP_EIO when the directory cannot be read. */
+ * SMP_EIO when the directory cannot be read.
+ *
+ * The walk reads through its own descriptor (openat of ".", a new open file
+ * description: two walks at once, the control thread's inventory and the
+ * task thread's fsck scan, never share a read position), and closedir
+ * closes exactly that descriptor. A ThreadSanitizer build reports this
+ * closedir as racing with libuv's accept4 (or epoll_ctl) on another thread
+ * when the number was a socket of a libuv loop before: libuv closes its
+ * sockets with syscall(SYS_close) and this libtsan does not intercept
+ * openat or fdopendir, so TSan sees the socket's accept, never its close nor
+ * this open, and takes the kernel's reuse of the number for a race. The
+ * kernel hands a number out only once it is closed; nothing here closes a
+ * descriptor another thread owns. */
 static int walk_dir(cold_tier *ct,
                     uint64_t stale_tmp_ms,
                     cold_inventory_stats *st,
