@@ -334,19 +334,25 @@ static int recv_failed(rpcc_conn *c)
  * Several are tried in rounds, each TCP connect for at most
  * RPCC_ATTEMPT_MS, with a pause between rounds (RPCC_BACKOFF_MIN_MS
  * doubling to RPCC_BACKOFF_MAX_MS), until deadline (-1: one round); then
- * SMP_EAGAIN (a connect timed out) or SMP_EIO, with the last cause of each
- * endpoint in err. On success ml is at the endpoint connected. */
+ * SMP_EAGAIN (a connect timed out) or SMP_EIO, with the cause of each
+ * endpoint in err, as the last round the deadline did not cut short found
+ * them: an attempt the deadline ended (a connect to a refusing port still
+ * in progress, a round begun after a late wakeup) learnt nothing about its
+ * endpoint, and "timed out" would turn endpoints that all refused into a
+ * try-again. On success ml is at the endpoint connected. */
 static int conn_hello(rpcc_conn *c, int64_t deadline, char *err, size_t errlen);
 static void drop_stream(rpcc_conn *c);
 
 static int list_connect(rpcc_conn *c, int64_t deadline, char *err, size_t errlen)
 {
     int64_t started = now_ms();
-    int backoff = RPCC_BACKOFF_MIN_MS, rounds = 0, timed_out = 0, rc = SMP_EIO;
-    char causes[1024];
+    int backoff = RPCC_BACKOFF_MIN_MS, rounds = 0, rc = SMP_EIO;
+    int decided = 0, decided_timed_out = 0; /* the last whole round's verdict */
+    char causes[1024], decided_causes[1024] = "";
 
     for (;;) {
         size_t round = master_list_round(&c->ml), used = 0;
+        int timed_out = 0, cut = 0;
         causes[0] = '\0';
         rounds++;
         for (size_t i = 0; i < round; i++) {
@@ -380,7 +386,9 @@ static int list_connect(rpcc_conn *c, int64_t deadline, char *err, size_t errlen
                 wm_errbuf(err, errlen, "%s", one);
                 return rc;
             }
-            if (rc == SMP_EAGAIN)
+            if (rc == SMP_EAGAIN && limit == deadline && decided)
+                cut = 1; /* the call's deadline ended it, not the endpoint */
+            else if (rc == SMP_EAGAIN)
                 timed_out = 1;
             if (used < sizeof(causes)) {
                 int k = snprintf(causes + used, sizeof(causes) - used, "%s%s", used ? "; " : "",
@@ -389,6 +397,11 @@ static int list_connect(rpcc_conn *c, int64_t deadline, char *err, size_t errlen
             }
             master_list_next(&c->ml);
         }
+        if (!cut) {
+            decided = 1;
+            decided_timed_out = timed_out;
+            memcpy(decided_causes, causes, sizeof(causes));
+        }
         if (deadline < 0 || now_ms() + backoff >= deadline)
             break;
         sleep_until(now_ms() + backoff);
@@ -396,8 +409,8 @@ static int list_connect(rpcc_conn *c, int64_t deadline, char *err, size_t errlen
     }
     wm_errbuf(err, errlen, "no master answered (%zu endpoints, %d round%s in %lld ms): %s",
               master_list_round(&c->ml), rounds, rounds == 1 ? "" : "s",
-              (long long)(now_ms() - started), causes);
-    return timed_out ? SMP_EAGAIN : SMP_EIO;
+              (long long)(now_ms() - started), decided_causes);
+    return decided_timed_out ? SMP_EAGAIN : SMP_EIO;
 }
 
 int rpcc_connect(const char *endpoint,

@@ -14,7 +14,10 @@
  *     answer (a leader that died after the request reached it);
  *   - "proxy": passes every frame on to the real master and back, until the
  *     test deposes it: from then on it answers like "standby" (a leader
- *     that lost its lease while a node was attached to it).
+ *     that lost its lease while a node was attached to it);
+ *   - "stalling": closes the connection of its first request, like
+ *     "dropper", and reads every later request and answers none (a master
+ *     whose loop stalls).
  * They are fakes only for the answers they inject; every call that succeeds
  * is served by the real master, which the tests check (the object is
  * there, the connection ended at the real socket, the fake saw the call).
@@ -64,7 +67,13 @@
 
 /* -- the fake masters ------------------------------------------------------ */
 
-typedef enum fake_kind { FAKE_STANDBY, FAKE_ELECTING, FAKE_DROPPER, FAKE_PROXY } fake_kind;
+typedef enum fake_kind {
+    FAKE_STANDBY,
+    FAKE_ELECTING,
+    FAKE_DROPPER,
+    FAKE_PROXY,
+    FAKE_STALLING
+} fake_kind;
 
 typedef struct fake {
     fake_kind kind;
@@ -153,6 +162,13 @@ static int fake_frames(fake *f, int i)
         if (f->kind == FAKE_DROPPER) {
             rpc_request__free_unpacked(req, NULL);
             return -1; /* the request arrived; the answer never comes */
+        }
+        if (f->kind == FAKE_STALLING) {
+            rpc_request__free_unpacked(req, NULL);
+            if (atomic_load(&f->requests) == 1) return -1; /* the first: dropped */
+            memmove(b, b + 4 + n, *len - 4 - n);           /* the others: never answered */
+            *len -= 4 + (size_t)n;
+            continue;
         }
         RpcResponse resp = RPC_RESPONSE__INIT;
         uint8_t out[4096], status_body[2048];
@@ -517,6 +533,33 @@ static void test_only_dead_endpoints_fail_naming_them(void **state)
     free(out);
 }
 
+/* Only dead endpoints, the last round cut short by the call's deadline:
+ * "stalling" closes the connection of the first round's auth.HELLO and
+ * never answers the second's, which the call's deadline ends. The round
+ * that finished decides: SMP_EIO with its causes, not a timeout (the
+ * deadline ended that attempt, not the master). Under -j4 on two cores
+ * test_only_dead_endpoints_fail_naming_them got SMP_EAGAIN so: its last
+ * round's connect to the refused port was still in progress when the
+ * deadline passed. */
+static void test_a_round_the_deadline_cuts_short_decides_nothing(void **state)
+{
+    fixture *f = *state;
+    fake *stalling = fake_start(&f->m, "stalling", FAKE_STALLING);
+    char masters[700], err[1024] = "";
+    kvc *c = NULL;
+    list2(masters, sizeof(masters), f->dead, stalling->path);
+    int rc = kvc_connect_token(masters, 1500, "any-token", &c, err, sizeof(err));
+    int requests = atomic_load(&stalling->requests);
+    fake_stop(stalling);
+    assert_int_equal(rc, SMP_EIO);
+    assert_null(c);
+    assert_true(requests >= 2); /* a second round reached it, and the deadline ended it */
+    assert_non_null(strstr(err, "no master answered"));
+    assert_non_null(strstr(err, f->dead));
+    assert_non_null(strstr(err, "closed by the server"));
+    assert_null(strstr(err, "no response within"));
+}
+
 /* A standby alone that never learns the leader: the call ends with its
  * answer once the timeout is spent. */
 static void test_no_leader_ever_fails_with_not_leader(void **state)
@@ -773,6 +816,7 @@ int main(void)
         cmocka_unit_test(test_no_leader_known_moves_to_the_next_master),
         cmocka_unit_test(test_dead_endpoints_are_skipped),
         cmocka_unit_test(test_only_dead_endpoints_fail_naming_them),
+        cmocka_unit_test(test_a_round_the_deadline_cuts_short_decides_nothing),
         cmocka_unit_test(test_no_leader_ever_fails_with_not_leader),
         cmocka_unit_test(test_lost_mutation_is_not_resent_but_a_query_is),
         cmocka_unit_test(test_weightctl_follows_the_list),
