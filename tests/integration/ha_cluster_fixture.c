@@ -79,7 +79,7 @@ char *hc_role(const hx_master *m)
 
 int hc_wait_leader(hc_cluster *c, int skip, int timeout_ms)
 {
-    for (int waited = 0; waited <= timeout_ms; waited += HC_POLL_MS) {
+    for (long long end = hx_now_ms() + timeout_ms;;) {
         int found = -1, n = 0;
         for (int i = 0; i < HC_MASTERS; i++) {
             if (i == skip) continue;
@@ -91,6 +91,7 @@ int hc_wait_leader(hc_cluster *c, int skip, int timeout_ms)
             free(r);
         }
         if (n == 1) return found;
+        if (hx_now_ms() >= end) break;
         sleep_ms(HC_POLL_MS);
     }
     if (timeout_ms > 0) fprintf(stderr, "ha_cluster: no single leader within %d ms\n", timeout_ms);
@@ -99,11 +100,12 @@ int hc_wait_leader(hc_cluster *c, int skip, int timeout_ms)
 
 int hc_wait_role(hc_cluster *c, int i, const char *want, int timeout_ms)
 {
-    for (int waited = 0; waited <= timeout_ms; waited += HC_POLL_MS) {
+    for (long long end = hx_now_ms() + timeout_ms;;) {
         char *r = hc_role(&c->m[i]);
         int ok = r != NULL && strncmp(r, want, strlen(want)) == 0;
         free(r);
         if (ok) return 0;
+        if (hx_now_ms() >= end) break;
         sleep_ms(HC_POLL_MS);
     }
     char *r = hc_role(&c->m[i]);

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -35,6 +36,27 @@ static void sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
+}
+
+long long hx_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Wait up to HX_STOP_MS for pid, told to stop, to exit: its wait status in
+ * *status and 0, or -1 after killing it (what printed its log is the
+ * caller's). */
+static int reap_stopped(pid_t pid, int *status)
+{
+    for (long long end = hx_now_ms() + HX_STOP_MS; hx_now_ms() < end;) {
+        if (waitpid(pid, status, WNOHANG) == pid) return 0;
+        sleep_ms(10);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, status, 0);
+    return -1;
 }
 
 static int write_config(hx_master *m, const char *extra)
@@ -168,6 +190,19 @@ static int https_get(const hx_master *m, const char *path, char **body)
     return status;
 }
 
+/* A TCP socket whose reads and writes give up after 10 s: a master that
+ * accepts and never answers fails the GET instead of hanging the test. */
+static int http_socket(void)
+{
+    struct timeval tv = {10, 0};
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd >= 0) {
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    }
+    return fd;
+}
+
 int hx_http_get(const hx_master *m, const char *path, char **body)
 {
     if (m->admin_ca[0] != '\0') return https_get(m, path, body);
@@ -175,7 +210,7 @@ int hx_http_get(const hx_master *m, const char *path, char **body)
     char req[512];
     size_t cap = 1 << 16, len = 0;
     char *buf = malloc(cap);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int fd = http_socket();
     inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
     if (buf == NULL || fd < 0) goto fail;
     if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
@@ -185,8 +220,7 @@ int hx_http_get(const hx_master *m, const char *path, char **body)
         if (port <= 0 || port == m->admin_port) goto fail;
         sa.sin_port = htons((uint16_t)port);
         close(fd);
-        if ((fd = socket(AF_INET, SOCK_STREAM, 0)) < 0 ||
-            connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+        if ((fd = http_socket()) < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
             goto fail;
     }
     int n = snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n", path);
@@ -225,7 +259,7 @@ int hx_start(hx_master *m, int timeout_ms)
     char err[256];
     m->pid = spawn(m);
     if (m->pid < 0) return -1;
-    for (int waited = 0; waited < timeout_ms; waited += 10) {
+    for (long long end = hx_now_ms() + timeout_ms; hx_now_ms() < end;) {
         int status;
         if (waitpid(m->pid, &status, WNOHANG) == m->pid) {
             m->pid = 0;
@@ -255,7 +289,7 @@ int hx_run_to_exit(hx_master *m, int timeout_ms)
 {
     pid_t pid = spawn(m);
     int status;
-    for (int waited = 0; waited < timeout_ms; waited += 10) {
+    for (long long end = hx_now_ms() + timeout_ms; hx_now_ms() < end;) {
         if (waitpid(pid, &status, WNOHANG) == pid)
             return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
         sleep_ms(10);
@@ -281,8 +315,13 @@ int hx_stop(hx_master *m)
     int status = 0;
     if (m->pid <= 0) return -1;
     kill(m->pid, SIGTERM);
-    waitpid(m->pid, &status, 0);
+    int rc = reap_stopped(m->pid, &status);
     m->pid = 0;
+    if (rc < 0) {
+        fprintf(stderr, "hx_stop: master did not exit within %d ms of SIGTERM; killed\n", HX_STOP_MS);
+        hx_print_log(m);
+        return -1;
+    }
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
@@ -592,8 +631,13 @@ int hx_node_stop(hx_node *n)
     int status = 0;
     if (n->pid <= 0) return -1;
     kill(n->pid, SIGTERM);
-    waitpid(n->pid, &status, 0);
+    int rc = reap_stopped(n->pid, &status);
     n->pid = 0;
+    if (rc < 0) {
+        fprintf(stderr, "hx_node_stop: node %s did not exit within %d ms of SIGTERM; killed (%s)\n",
+                n->id, HX_STOP_MS, n->log);
+        return -1;
+    }
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
@@ -602,7 +646,7 @@ int hx_wait_nodes(const hx_master *m, unsigned count, int timeout_ms)
     kvc *c = hx_client(m);
     int rc = -1;
     if (c == NULL) return -1;
-    for (int waited = 0; waited < timeout_ms; waited += 10) {
+    for (long long end = hx_now_ms() + timeout_ms; hx_now_ms() < end;) {
         kvc_status st;
         if (kvc_status_get(c, &st) == 0 && st.nodes == count) {
             rc = 0;

@@ -52,6 +52,13 @@ typedef struct hx_master {
  * `extra` (YAML appended verbatim; may be NULL). Returns 0 or -1. */
 int hx_init(hx_master *m, const char *name, const char *extra);
 
+/* The monotonic clock in milliseconds. Every wait of the harness measures
+ * its timeout with it: counting the rounds of a poll instead undercounts,
+ * since each round's calls take time too (a status call to a master that
+ * accepts but does not answer takes its whole call timeout), so a 20 s wait
+ * could run for hours and end as the test's CTest timeout, with no log. */
+long long hx_now_ms(void);
+
 /* Start the master and wait (up to timeout_ms) until it answers. Returns 0,
  * or -1 if it exited or never answered (its log is printed). */
 int hx_start(hx_master *m, int timeout_ms);
@@ -63,7 +70,10 @@ int hx_run_to_exit(hx_master *m, int timeout_ms);
 /* 1 when the started master is still running (not exited, not reaped). */
 int hx_alive(hx_master *m);
 
-/* SIGTERM and wait: returns the exit status (0 after a clean shutdown). */
+/* SIGTERM and wait: returns the exit status (0 after a clean shutdown), or
+ * -1 when it did not exit within HX_STOP_MS (then it is killed and its log
+ * printed, so a master that hangs in its shutdown fails the test). */
+#define HX_STOP_MS 60000
 int hx_stop(hx_master *m);
 
 /* SIGKILL and reap. */
@@ -85,7 +95,7 @@ kvc *hx_client(const hx_master *m);
 
 /* GET path from the running master's admin HTTP endpoint (HTTPS when
  * admin_ca is set). Returns the HTTP status and a malloc'd body (caller
- * frees), or -1 (no HTTP answer). */
+ * frees), or -1 (no HTTP answer, none within 10 s included). */
 int hx_http_get(const hx_master *m, const char *path, char **body);
 
 /* The value of the /metrics line `series` (name and labels, as printed)
@@ -173,6 +183,7 @@ int hx_node_start(const hx_master *m, hx_node *n, const char *id, unsigned long 
 int hx_node_start_args(const hx_master *m, hx_node *n, const char *id,
                        unsigned long long segment_bytes, const char *const *extra);
 void hx_node_kill(hx_node *n);
+/* SIGTERM and wait, as hx_stop (-1 and killed after HX_STOP_MS). */
 int hx_node_stop(hx_node *n);
 
 /* Wait until the master reports exactly `count` nodes up. 0 or -1. */

@@ -21,6 +21,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -172,7 +173,7 @@ static void put_n_any_leader(cluster *c, const char *prefix, int from, int to)
         char key[64], val[64];
         snprintf(key, sizeof(key), "%s/%04d", prefix, i);
         int len = snprintf(val, sizeof(val), "value-%d", i), rc = -1, tried = 0;
-        for (int waited = 0; rc != 0 && waited < WAIT_MS; waited += 100) {
+        for (long long end = hx_now_ms() + WAIT_MS; rc != 0 && hx_now_ms() < end;) {
             int leader = hc_wait_leader(&c->hc, -1, WAIT_MS);
             kvc *w = leader >= 0 && hc_wait_node(&c->hc, leader, WAIT_MS) == 0
                          ? hx_client(&c->hc.m[leader])
@@ -199,7 +200,7 @@ static void assert_all_present_any_leader(cluster *c, const char *prefix, int fr
         uint64_t len = 0;
         snprintf(key, sizeof(key), "%s/%04d", prefix, i);
         int wl = snprintf(want, sizeof(want), "value-%d", i), rc = -1;
-        for (int waited = 0; rc != 0 && waited < WAIT_MS; waited += 100) {
+        for (long long end = hx_now_ms() + WAIT_MS; rc != 0 && hx_now_ms() < end;) {
             int leader = hc_wait_leader(&c->hc, -1, WAIT_MS);
             kvc *r = leader >= 0 ? hx_client(&c->hc.m[leader]) : NULL;
             if (r != NULL) {
@@ -270,6 +271,8 @@ static void raw_call_n(const hx_master *m, uint32_t service, uint32_t method, co
 {
     int fd = socket(AF_UNIX, SOCK_STREAM, 0);
     assert_true(fd >= 0);
+    struct timeval tv = {WAIT_MS / 1000, 0}; /* a master that never answers fails the call */
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     snprintf(sa.sun_path, sizeof(sa.sun_path), "%.107s", m->socket);
     assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
@@ -357,8 +360,8 @@ static void test_ha_leader_sigkill_loses_no_acknowledged_write(void **state)
     start_master(c, leader);
     wait_role(c, leader, "standby");
     uint64_t want = applied_of(c, next);
-    for (int waited = 0; applied_of(c, leader) < want; waited += 50) {
-        if (waited > WAIT_MS) fail_msg("restarted master did not catch up to %llu",
+    for (long long end = hx_now_ms() + WAIT_MS; applied_of(c, leader) < want;) {
+        if (hx_now_ms() > end) fail_msg("restarted master did not catch up to %llu",
                                        (unsigned long long)want);
         sleep_ms(50);
     }
@@ -403,7 +406,7 @@ static void test_ha_stopped_leader_exits_even_when_its_lease_is_revoked(void **s
         put_n_any_leader(c, "kv/b", round * 5, round * 5 + 5);
         assert_int_equal(kill(m->pid, SIGTERM), 0);
         int status = -1, exited = 0;
-        for (int waited = 0; !exited && waited < WAIT_MS; waited += 50) {
+        for (long long end = hx_now_ms() + WAIT_MS; !exited && hx_now_ms() < end;) {
             pid_t r = waitpid(m->pid, &status, WNOHANG);
             if (r == m->pid) exited = 1;
             else sleep_ms(50);
@@ -625,20 +628,20 @@ static void test_ha_new_standby_after_oplog_gc_bootstraps_from_the_snapshot(void
     kvc_close(k);
     /* The log's first records are gone from etcd once a snapshot is durable. */
     char *body = NULL;
-    for (int waited = 0;; waited += 100) {
+    for (long long end = hx_now_ms() + WAIT_MS;;) {
         assert_int_equal(hx_http_get(&c->hc.m[leader], "/metrics", &body), 200);
         int snap = strstr(body, "snapshot_last_seq 0\n") == NULL;
         free(body);
         if (snap) break;
-        if (waited > WAIT_MS) fail_msg("no snapshot was taken");
+        if (hx_now_ms() > end) fail_msg("no snapshot was taken");
         sleep_ms(100);
     }
 
     start_master(c, 2); /* empty data_dir: the snapshot, then the log */
     wait_role(c, 2, "standby");
     uint64_t want = applied_of(c, leader);
-    for (int waited = 0; applied_of(c, 2) < want; waited += 50) {
-        if (waited > WAIT_MS) fail_msg("new standby did not catch up");
+    for (long long end = hx_now_ms() + WAIT_MS; applied_of(c, 2) < want;) {
+        if (hx_now_ms() > end) fail_msg("new standby did not catch up");
         sleep_ms(50);
     }
     assert_true(hx_log_contains(&c->hc.m[2], "applied seq"));
@@ -685,15 +688,15 @@ static void test_ha_standby_left_behind_by_gc_restarts_from_the_snapshot(void **
     }
     fault_proxy_cut(proxy, 0);
 
-    for (int waited = 0; !hx_log_contains(&c->hc.m[1], "garbage-collected past this standby");
-         waited += 100) {
-        if (waited > WAIT_MS) fail_msg("the standby did not find its records gone (%s)",
+    for (long long end = hx_now_ms() + WAIT_MS;
+         !hx_log_contains(&c->hc.m[1], "garbage-collected past this standby");) {
+        if (hx_now_ms() > end) fail_msg("the standby did not find its records gone (%s)",
                                        c->hc.m[1].log);
         sleep_ms(100);
     }
     uint64_t want = applied_of(c, 0);
-    for (int waited = 0; applied_or_0(c, 1) < want; waited += 50) {
-        if (waited > WAIT_MS) fail_msg("the restarted standby did not catch up");
+    for (long long end = hx_now_ms() + WAIT_MS; applied_or_0(c, 1) < want;) {
+        if (hx_now_ms() > end) fail_msg("the restarted standby did not catch up");
         sleep_ms(50);
     }
     wait_role(c, 1, "standby");
@@ -746,7 +749,7 @@ static void test_ha_gate_opens_by_command_once_every_master_replays(void **state
     kvc_status st;
     kvc_gate g;
     int blocked = 0;
-    for (int waited = 0; !blocked && waited < WAIT_MS; waited += 100) {
+    for (long long end = hx_now_ms() + WAIT_MS; !blocked && hx_now_ms() < end;) {
         assert_int_equal(kvc_status_get(k, &st), 0);
         for (size_t i = 0; i < st.n_gates; i++)
             if (strcmp(st.gates[i].name, "recorder_gate") == 0 && !st.gates[i].confirmed &&
@@ -767,7 +770,7 @@ static void test_ha_gate_opens_by_command_once_every_master_replays(void **state
     wait_role(c, 2, "standby");
     k = client_of(c, 0);
     int rc = SMP_EGATE;
-    for (int waited = 0; rc == SMP_EGATE && waited < WAIT_MS; waited += 100) {
+    for (long long end = hx_now_ms() + WAIT_MS; rc == SMP_EGATE && hx_now_ms() < end;) {
         rc = kvc_gate_confirm(k, "recorder_gate", &g);
         if (rc == SMP_EGATE) sleep_ms(100); /* until m2's new entry is read back */
     }
