@@ -725,8 +725,13 @@ static void complete_register(master *m, register_ctx *r)
 {
     master_node *n = master_node_find(m, r->req->node_id);
     if (n == NULL || n->registrations != r->registration) {
+        fprintf(stderr, "store_master: node %s: registration refused: %s\n", r->req->node_id,
+                n == NULL ? "the master forgot the node meanwhile"
+                          : "a newer one came while its drops were made durable");
         rpc_reply_error(r->call, SMP_ESTATE,
-                        "node register: a newer registration of this node came meanwhile");
+                        n == NULL ? "node register: the master forgot the node meanwhile"
+                                  : "node register: a newer registration of this node came "
+                                    "meanwhile");
         register_free(r);
         return;
     }

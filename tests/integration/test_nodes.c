@@ -520,6 +520,17 @@ static void test_restarted_node_reconciles_its_cold_files(void **state)
     assert_true(hx_log_contains(&f->m, want));
 }
 
+/* How many lines of the master's log hold needle. */
+static int log_count(const hx_master *m, const char *needle)
+{
+    char line[1024];
+    int n = 0;
+    FILE *fp = fopen(m->log, "r");
+    while (fp != NULL && fgets(line, sizeof(line), fp) != NULL) n += strstr(line, needle) != NULL;
+    if (fp != NULL) fclose(fp);
+    return n;
+}
+
 /* Stop thread tid of another process with ptrace (that thread only). */
 static void thread_stop(pid_t tid)
 {
@@ -577,6 +588,55 @@ static void test_restarted_node_is_up_once_its_lost_replicas_are_dropped(void **
     assert_int_equal(st.nodes, 1);
 
     assert_int_equal(hx_wait_nodes(&f->m, 2, 10000), 0);
+    assert_int_equal(kvc_get(f->c, key, &o), SMP_EAGAIN);
+    for (int i = 0; i < OBJECTS; i++)
+        if (i != victim) assert_bytes(f->c, i);
+}
+
+/* A node that registers again while its earlier registration still waits
+ * for its drops to be durable (it restarted twice in a row, the master's
+ * disk slow): the earlier one is refused when its drops are done, the
+ * newer one brings the node up, once. The OpLog writer is stopped with
+ * ptrace across both registrations. */
+static void test_a_registration_overtaken_while_its_drops_wait_is_refused(void **state)
+{
+    fx *f = *state;
+    int where[OBJECTS], victim = -1;
+    char key[32], path[700], want[128];
+    put_all(f, where);
+    for (int i = 0; i < OBJECTS && victim < 0; i++) {
+        if (where[i] != 0) continue;
+        victim = i;
+        snprintf(key, sizeof(key), "obj/%02d", i);
+        assert_int_equal(probe(&f->m, 1, key), 0); /* ensure cold */
+        assert_int_equal(probe(&f->m, 3, key), 0); /* release memory */
+    }
+    assert_true(victim >= 0);
+    hx_node_kill(&f->a);
+    assert_int_equal(hx_wait_nodes(&f->m, 1, 10000), 0);
+    cold_file(&f->a, key, victim, path, sizeof(path));
+    assert_int_equal(unlink(path), 0);
+
+    pid_t writer = thread_named(f->m.pid, "oplog-writer");
+    assert_true(writer > 0);
+    thread_stop(writer);
+    snprintf(want, sizeof(want), "cold replica of %s is gone", key);
+    int gone[2] = {0, 0};
+    for (int round = 0; round < 2; round++) {
+        if (round == 1) hx_node_kill(&f->a);
+        assert_int_equal(hx_node_start(&f->m, &f->a, "node-a", SEGMENT), 0);
+        for (int t = 0; t < 2000 && log_count(&f->m, want) <= round; t++) usleep(10000);
+        gone[round] = log_count(&f->m, want);
+    }
+    assert_int_equal(ptrace(PTRACE_DETACH, writer, NULL, NULL), 0);
+    assert_int_equal(gone[0], 1);
+    assert_int_equal(gone[1], 2);
+
+    assert_int_equal(hx_wait_nodes(&f->m, 2, 10000), 0);
+    for (int t = 0; t < 2000 && !hx_log_contains(&f->m, "registration refused: a newer one"); t++)
+        usleep(10000);
+    assert_true(hx_log_contains(&f->m, "node node-a: registration refused: a newer one came"));
+    kvc_object o;
     assert_int_equal(kvc_get(f->c, key, &o), SMP_EAGAIN);
     for (int i = 0; i < OBJECTS; i++)
         if (i != victim) assert_bytes(f->c, i);
@@ -715,6 +775,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_restarted_node_reconciles_its_cold_files, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_restarted_node_is_up_once_its_lost_replicas_are_dropped,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_registration_overtaken_while_its_drops_wait_is_refused,
                                         setup, teardown),
         cmocka_unit_test(test_registration_call_grows_with_the_inventory),
         cmocka_unit_test_setup_teardown(test_cold_only_object_is_read_from_its_cold_file, setup,
