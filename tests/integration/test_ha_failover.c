@@ -48,6 +48,7 @@ typedef struct cluster {
     hc_cluster hc;
     int with_recorder[N_MASTERS];
     int every_records;       /* snapshot.every_records, 0: the default */
+    int paused;              /* the master SIGSTOPped now (-1: none): not asked for its role */
 } cluster;
 
 static void sleep_ms(int ms)
@@ -85,6 +86,7 @@ static int setup_n(void **state, size_t etcd_members)
     if (c == NULL) return -1;
     *state = c;
     for (int i = 0; i < N_MASTERS; i++) c->with_recorder[i] = RECORDER_UNGATED;
+    c->paused = -1;
     if (hc_init(&c->hc, "ha-failover", etcd_members) < 0) {
         free(c);
         *state = NULL;
@@ -174,7 +176,7 @@ static void put_n_any_leader(cluster *c, const char *prefix, int from, int to)
         snprintf(key, sizeof(key), "%s/%04d", prefix, i);
         int len = snprintf(val, sizeof(val), "value-%d", i), rc = -1, tried = 0;
         for (long long end = hx_now_ms() + WAIT_MS; rc != 0 && hx_now_ms() < end;) {
-            int leader = hc_wait_leader(&c->hc, -1, WAIT_MS);
+            int leader = hc_wait_leader(&c->hc, c->paused, WAIT_MS);
             kvc *w = leader >= 0 && hc_wait_node(&c->hc, leader, WAIT_MS) == 0
                          ? hx_client(&c->hc.m[leader])
                          : NULL;
@@ -201,7 +203,7 @@ static void assert_all_present_any_leader(cluster *c, const char *prefix, int fr
         snprintf(key, sizeof(key), "%s/%04d", prefix, i);
         int wl = snprintf(want, sizeof(want), "value-%d", i), rc = -1;
         for (long long end = hx_now_ms() + WAIT_MS; rc != 0 && hx_now_ms() < end;) {
-            int leader = hc_wait_leader(&c->hc, -1, WAIT_MS);
+            int leader = hc_wait_leader(&c->hc, c->paused, WAIT_MS);
             kvc *r = leader >= 0 ? hx_client(&c->hc.m[leader]) : NULL;
             if (r != NULL) {
                 rc = kvc_get_into(r, key, got, sizeof(got), &len, 1);
@@ -429,27 +431,28 @@ static void test_ha_stopped_leader_exits_even_when_its_lease_is_revoked(void **s
 
 /* SIGSTOP of the leader: it is deposed when its lease expires, a standby
  * leads and takes writes; on SIGCONT the old leader writes nothing -- it
- * restarts as a standby -- and every write of the new term stands. */
+ * restarts as a standby -- and every write of the new term stands. The
+ * writes go through whichever master leads: under ASan on a loaded machine
+ * the new leader missed a renewal once and the third master took over
+ * (the node followed it, and a test bound to the first new leader failed
+ * waiting for the node there). */
 static void test_ha_leader_sigstop_is_deposed_and_never_writes_again(void **state)
 {
     cluster *c = *state;
     int old = start_cluster_and_write(c, "kv/a", 20);
     assert_int_equal(kill(c->hc.m[old].pid, SIGSTOP), 0);
-    int next = wait_leader(c, old);
-    wait_node(c, next); /* the node gives up on the paused master and follows */
-    kvc *k = client_of(c, next);
-    put_n(k, "kv/b", 0, 20);
-    kvc_close(k);
+    c->paused = old; /* its admin port takes the GET and never answers */
+    wait_leader(c, old);
+    put_n_any_leader(c, "kv/b", 0, 20); /* the node gives up on the paused master and follows */
 
     assert_int_equal(kill(c->hc.m[old].pid, SIGCONT), 0);
+    c->paused = -1;
     wait_role(c, old, "standby");
     assert_true(hx_log_contains(&c->hc.m[old], "restarting as a standby"));
-    assert_int_equal(wait_leader(c, -1), next);
-    k = client_of(c, next);
-    assert_all_present(k, "kv/a", 0, 20);
-    assert_all_present(k, "kv/b", 0, 20);
-    put_n(k, "kv/c", 0, 5);
-    kvc_close(k);
+    assert_all_present_any_leader(c, "kv/a", 0, 20);
+    assert_all_present_any_leader(c, "kv/b", 0, 20);
+    put_n_any_leader(c, "kv/c", 0, 5);
+    assert_all_present_any_leader(c, "kv/c", 0, 5);
 }
 
 /* A standby without the plugin that owns a record type stops following at
