@@ -552,8 +552,9 @@ static int visit_node_replica(void *arg, const char *key, const obj_replica *rep
     } else if (!c->req->segment_survived) {
         lost = 1;
     } else if (rep->status == OBJ_REPLICA_COMPLETE) {
-        /* checked by a VERIFY task once the node is up (reconcile_verify);
-           without the memory to note it, it is served unchecked, as before */
+        /* A VERIFY task checks it once the node is up
+         * (reconcile_verify_and_reclaim); without the memory to note it, it
+         * is served unchecked, as before. */
         if (c->n_verify == c->cap_verify) {
             size_t cap = c->cap_verify ? c->cap_verify * 2 : 64;
             verify_ctx **vv = realloc(c->verify, cap * sizeof(*vv));
