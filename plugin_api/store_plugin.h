@@ -617,7 +617,9 @@ typedef struct smp_host_api {
     /* Make a memory replica of key exist (loads from cold if needed). */
     int (*ensure_memory)(smp_host *h, const char *key, smp_done_cb cb, void *arg);
     /* Release the memory replica of key. SMP_ESTATE when it is the last
-     * readable replica and no verified cold replica exists. */
+     * readable replica and no verified cold replica exists; SMP_EBUSY while
+     * a reader's read lease on key lasts (object_read_lease_end says until
+     * when). */
     int (*release_memory)(smp_host *h, const char *key, smp_done_cb cb, void *arg);
     /* Remove key and every replica of it, bypassing the guard (the plugin is
      * the one deciding). */

@@ -535,6 +535,19 @@ static int wm_keep_memory(wm_plugin *p, const wm_job *j, const wm_revision *rev)
     return j->op.kind == WM_OPK_REPAIRING || wm_lease_active(p, rev) || !wm_manifest_has_cold(p, rev);
 }
 
+/* Whether a migration releases a member's memory replica now: not when the
+ * revision keeps its memory (keep: wm_keep_memory), and not while a reader
+ * holds a read lease on the member -- the host refuses that release, so it
+ * is put off (counted) and a later pass of the job makes it once the lease
+ * ended. */
+static int wm_may_release(wm_plugin *p, int keep, const char *key)
+{
+    if (keep) return 0;
+    if (wm_read_leased(p, key, p->api->now_ms(p->host)) == 0) return 1;
+    p->release_lease_waits++;
+    return 0;
+}
+
 /* Completion of one replica task of a batch item. */
 static void wm_item_done(void *arg, int status)
 {
@@ -554,10 +567,11 @@ static void wm_item_done(void *arg, int status)
         }
     } else if (it->step == WM_STEP_COLD && !j->stale) {
         /* The cold replica exists and is verified: a migration releases
-         * memory unless a lease protects the existing replicas or the
-         * manifest has no cold copy yet; a repair releases nothing. */
+         * memory unless a lease protects the existing replicas, the
+         * manifest has no cold copy yet or a reader is still reading the
+         * member; a repair releases nothing. */
         const wm_revision *rev = wm_store_get(p->store, &j->id);
-        if (rev != NULL && !wm_keep_memory(p, j, rev)) {
+        if (rev != NULL && wm_may_release(p, wm_keep_memory(p, j, rev), it->key)) {
             it->step = WM_STEP_RELEASE;
             wm_item_issue(it);
         } else {
@@ -658,8 +672,8 @@ static void wm_batch_end(wm_job *j)
  * when nothing else started this round (wm_batch_bound; a unit is never
  * split). Each member is read first and only the missing step is asked for:
  * a memory replica for a HOT member; for a COLD member a verified cold
- * replica, then the release of memory -- skipped while wm_keep_memory says
- * so (a repair runs the same batches and never releases). Adds what it
+ * replica, then the release of memory -- skipped while wm_may_release says
+ * no (a repair runs the same batches and never releases). Adds what it
  * takes to *used_members / *used_bytes. */
 static void wm_migration_batch(wm_plugin *p, wm_job *j, const wm_revision *rev, uint64_t max_members,
                                uint64_t max_bytes, int first_of_round, uint64_t *used_members,
@@ -715,7 +729,7 @@ static void wm_migration_batch(wm_plugin *p, wm_job *j, const wm_revision *rev, 
         } else if (o.cold_replicas_readable == 0) {
             it->step = WM_STEP_COLD;
         } else if (o.memory_replicas_readable > 0) {
-            it->step = keep ? WM_STEP_NONE : WM_STEP_RELEASE; /* wm_keep_memory */
+            it->step = wm_may_release(p, keep, it->key) ? WM_STEP_RELEASE : WM_STEP_NONE;
         } else {
             it->step = WM_STEP_NONE;
         }

@@ -80,6 +80,9 @@ static const wm_metric_spec wm_metric_specs[] = {
     {SMP_METRIC_COUNTER, "weight_deletion_read_lease_waits_total",
      "Deletion rounds that held back members a reader still had a read lease on, to remove them "
      "once it ended instead of being refused", NULL, offsetof(wm_plugin, m_read_lease_waits)},
+    {SMP_METRIC_COUNTER, "weight_migration_read_lease_waits_total",
+     "Memory releases of migrations put off because a reader still had a read lease on the member "
+     "(released by a later pass once it ended)", NULL, offsetof(wm_plugin, m_release_lease_waits)},
     {SMP_METRIC_COUNTER, "weight_migration_processed_bytes_total",
      "Logical bytes moved by weight migrations", NULL, offsetof(wm_plugin, m_mig_processed)},
     {SMP_METRIC_GAUGE, "weight_migration_remaining_bytes",
@@ -150,6 +153,7 @@ void wm_metrics_refresh(wm_plugin *p)
     a->metric_set(p->m_op_failures, NULL, (double)p->op_failures);
     a->metric_set(p->m_op_retries, NULL, (double)p->op_retries);
     a->metric_set(p->m_read_lease_waits, NULL, (double)p->read_lease_waits);
+    a->metric_set(p->m_release_lease_waits, NULL, (double)p->release_lease_waits);
     a->metric_set(p->m_mig_processed, NULL, (double)p->migration_bytes_processed);
     /* Over the operations, not the revisions: this runs after every record
      * (replay included), and the revisions are many more. */

@@ -65,6 +65,7 @@ typedef struct wm_plugin {
     uint64_t op_failures;
     uint64_t op_retries;
     uint64_t read_lease_waits;     /* deletion rounds that waited for readers' read leases */
+    uint64_t release_lease_waits;  /* migration memory releases put off for a read lease */
     uint64_t auto_triggers[WM_AUTO_REASONS];
     uint64_t migration_bytes_processed;
     uint64_t migrations_completed;
@@ -79,6 +80,7 @@ typedef struct wm_plugin {
     smp_metric *m_op_failures;     /* counter */
     smp_metric *m_op_retries;      /* counter */
     smp_metric *m_read_lease_waits; /* counter */
+    smp_metric *m_release_lease_waits; /* counter */
     smp_metric *m_mig_processed;   /* counter (bytes) */
     smp_metric *m_mig_remaining;   /* gauge (bytes) */
     smp_metric *m_leases_active;   /* gauge */

@@ -324,6 +324,9 @@ int master_release_memory(void *ctx, const char *key, smp_done_cb cb, void *arg)
     if (r.cold < 0) return SMP_ESTATE; /* the last readable copy stays */
     for (size_t i = 0; i < r.n; i++)
         if (r.v[i].kind != SMP_REPLICA_MEMORY) r.v[kept++] = r.v[i];
+    /* A reader handed the memory replica copies out of it until its read
+     * lease ends: the bytes stay until then, as for a removal. */
+    if (kept < r.n && obj_lease_end(master_objs(m), key, master_now_ms()) != 0) return SMP_EBUSY;
     replica_job *j = job_new(m, key, cb, arg);
     if (j == NULL) return SMP_ENOMEM;
     if (kept == r.n) return job_later(j, SMP_OK);

@@ -11,7 +11,8 @@
  * is refused naming the key and changes nothing; a reader that dies with
  * its leases ends them when its connection closes; a reader that never
  * gives back (an older client) holds the member until the lease expires,
- * and the deletion then completes without a retry. */
+ * and the deletion then completes without a retry; a migration to COLD
+ * keeps the memory of a member being read until the reader gives it back. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -183,6 +184,71 @@ static void test_read_in_progress_holds_the_member_until_it_ends(void **state)
     kvc_close(reader);
 }
 
+/* 1 when key has a memory replica, looked up on a connection of its own
+ * (closed at once: its read lease ends with it). A lookup while a change
+ * of the key's replicas is being made durable is SMP_EBUSY: asked again. */
+static int in_memory(fixture *f, const char *key)
+{
+    kvc *probe = hx_client(&f->m);
+    kvc_object obj;
+    int memory = 0, rc;
+    assert_non_null(probe);
+    for (int i = 0; (rc = kvc_get(probe, key, &obj)) == SMP_EBUSY && i * 10 < WAIT_MS; i++) sleep_ms(10);
+    assert_int_equal(rc, 0);
+    for (size_t i = 0; i < obj.n_replicas; i++)
+        if (obj.replicas[i].kind == SMP_REPLICA_MEMORY) memory = 1;
+    kvc_close(probe);
+    return memory;
+}
+
+/* A reader that looked payload 0 up keeps its memory replica through a
+ * migration to COLD: payload 1's memory goes, payload 0's release is put
+ * off while the lease lasts (counted, never asked of the host, which
+ * refuses it), and once the reader gives the lease back a later pass
+ * releases it and the migration completes, with no retry. */
+static void test_read_in_progress_keeps_memory_through_a_migration(void **state)
+{
+    fixture *f = *state;
+    kvc *reader = hx_client(&f->m);
+    kvc_object obj;
+    weight_metadata md;
+    weight_operation op;
+    uint32_t released = 0;
+    assert_non_null(reader);
+    kvc_track_read_leases(reader, 1);
+    assert_int_equal(kvc_get(reader, PAYLOAD0, &obj), 0);
+    assert_true(in_memory(f, PAYLOAD0) && in_memory(f, PAYLOAD1));
+
+    CHECK(f->s, weight_get_metadata(f->s, &f->id, &md, NULL));
+    CHECK(f->s, weight_migrate(f->s, &f->id, WEIGHT_RES_COLD, 0.0, md.metadata_generation, &op));
+    for (int i = 0; in_memory(f, PAYLOAD1); i++) {
+        if (i * 20 > WAIT_MS) fail_msg("the migration did not release the memory of %s", PAYLOAD1);
+        sleep_ms(20);
+    }
+    sleep_ms(300); /* three more passes of the job's 100 ms wait */
+    assert_true(in_memory(f, PAYLOAD0));
+    assert_true(wx_metric(&f->m, "weight_migration_read_lease_waits_total") >= 1);
+    CHECK(f->s, weight_get_metadata(f->s, &f->id, &md, NULL));
+    assert_int_equal(md.operation_id, op.id);
+
+    assert_int_equal(kvc_release_read_leases(reader, &released), 0);
+    assert_int_equal(released, 1);
+    for (int i = 0;; i++) {
+        CHECK(f->s, weight_get_metadata(f->s, &f->id, &md, NULL));
+        if (md.operation_id == 0) break;
+        if (i * 20 > WAIT_MS) fail_msg("the migration did not end once the lease was given back");
+        sleep_ms(20);
+    }
+    assert_int_equal(md.availability, WEIGHT_READY);
+    assert_int_equal(md.residency, WEIGHT_RES_COLD);
+    assert_false(in_memory(f, PAYLOAD0));
+    assert_int_equal(wx_metric(&f->m, "weight_operation_retries_total"), 0);
+    assert_int_equal(wx_metric(&f->m, "weight_operation_failures_total"), 0);
+    assert_false(hx_log_contains(&f->m, "SMP_EBUSY"));
+    wx_get_and_compare(f->s, &f->id, model, N_MODEL);
+    kvc_close(reader);
+}
+
 /* Another connection of the same caller cannot end a reader's lease: its
  * release is refused naming the key, the lease stays (a plain removal of
  * the object is still refused), and the refusal is counted; the reader's
@@ -281,6 +347,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_get_then_remove_does_not_wait_for_read_leases, setup, teardown),
         cmocka_unit_test_setup_teardown(test_read_in_progress_holds_the_member_until_it_ends, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_read_in_progress_keeps_memory_through_a_migration, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_release_by_another_connection_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reader_that_dies_ends_its_leases_with_its_connection, setup,
                                         teardown),
