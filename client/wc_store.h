@@ -6,7 +6,8 @@
  * a failing reply into the RFC code plus the plugin's message, and the
  * conversions between the public structs and the wire messages. Used by
  * weight_store.c (handle, queries, mutations), weight_put.c (the writer) and
- * weight_get.c (the lease-protected load). Not installed, not exported. */
+ * the load (weight_get.c and the files of wc_get.h). Not installed, not
+ * exported. */
 #ifndef WC_STORE_H
 #define WC_STORE_H
 

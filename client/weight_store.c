@@ -13,7 +13,7 @@
  * as the RFC's code with the plugin's message in weight_store_last_error().
  * Also the identity helpers (the command-line form NS/RES/REV@GEN) and the
  * names of codes and states. The writer is weight_put.c, the load
- * weight_get.c. */
+ * weight_get.c (its parts: wc_get.h). */
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stddef.h>

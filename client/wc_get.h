@@ -1,0 +1,91 @@
+/* wc_get.h -- what the parts of libweightclient's load share behind
+ * weightclient.h.
+ *
+ * A load is cut in four: weight_get.c (weight_get itself: lease, manifest,
+ * placement and bindings, plan, transfer, release), wc_lease_keeper.c (the
+ * revision lease and the thread that renews it), wc_transfer.c (the plan's
+ * bytes read, verified and scattered by a pool of threads) and
+ * weight_get_mapped.c (views in place, no transfer). This header is the seam
+ * between them. Not installed, not exported. */
+#ifndef WC_GET_H
+#define WC_GET_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "wc_manifest.h"
+#include "wc_plan.h"
+#include "wc_store.h"
+
+/* -- the revision lease and its renewal (wc_lease_keeper.c) ------------------ */
+
+typedef struct wc_lease_keeper {
+    weight_store *s;
+    weight_identity id;
+    uint64_t lease_id;
+    uint64_t lease_gen;       /* the generation it was granted at: the renewal's fence */
+    uint64_t interval_ms;
+    pthread_t thread;
+    int running;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int stop;
+    atomic_int lost;          /* 0, or the code a renewal failed with */
+    char lost_msg[1200];
+} wc_lease_keeper;
+
+/* One call of the weight service's lease methods (LEASE_ACQUIRE, _RENEW,
+ * _RELEASE) for id on *conn; resp NULL ignores the reply. An acquire is
+ * patient (wc_call_patient: BUSY is waited out), the others are one
+ * wc_call. Returns as wc_call does, the cause in s->err. */
+int wc_lease_call(weight_store *s, rpcc_conn **conn, uint32_t method, const weight_identity *id,
+                  uint64_t lease_id, uint64_t lease_gen, uint64_t ttl_ms,
+                  Wmrpc__LeaseResponse **resp);
+
+/* The renew thread (pthread_create's start, arg a wc_lease_keeper with s,
+ * id, lease_id, lease_gen, interval_ms, lock and cond set): renew every
+ * interval on k->s->renew_rpc until told to stop; a failed renewal that the
+ * master answered (the lease is gone) marks the keeper lost, which stops
+ * the transfer. Transport hiccups are retried. */
+void *wc_lease_renew_main(void *arg);
+
+/* How often to renew a lease that expires at expires_ms (wall clock): a
+ * third of what is left of its TTL, at least every 50 ms. */
+uint64_t wc_lease_renew_interval(const weight_store *s, uint64_t expires_ms);
+
+/* Stop and join k's renew thread if it runs (k stays initialized). */
+void wc_lease_keeper_stop(wc_lease_keeper *k);
+
+/* -- shared by weight_get and weight_get_mapped (weight_get.c) ---------------- */
+
+/* kvc_get, once more on a new connection when the first one was lost (a
+ * master restart): a replica lookup may be repeated. */
+int wc_kv_get(weight_store *s, const char *key, kvc_object *obj);
+
+/* Read and verify the manifest named by md into *m: its SHA-256 against
+ * the one sealed at commit, and that it describes id (tenant the resolved
+ * tenant). WEIGHT_OK, or the error with its cause in s->err and *m empty. */
+int wc_load_manifest(weight_store *s, const weight_metadata *md, const char *tenant,
+                     const weight_identity *id, wc_manifest *m);
+
+/* The public description of tensor i of m (strings borrowed from m). */
+void wc_tensor_info(const wc_manifest *m, size_t i, weight_tensor_info *ti);
+
+/* -- the transfer (wc_transfer.c) --------------------------------------------- */
+
+/* Read, verify and scatter every op of plan (over manifest m) into the
+ * buffers bufs (one per tensor) with s->threads threads, while k's renew
+ * thread keeps the lease (a lost lease or weight_store_cancel stops it).
+ * Returns WEIGHT_OK, or the first failure with its cause in s->err. Once
+ * the jobs are built, stats (may be NULL) get what was moved, with
+ * n_placed as its tensors, whatever the outcome. */
+int wc_transfer(weight_store *s,
+                const wc_manifest *m,
+                const wc_plan *plan,
+                uint8_t *const *bufs,
+                wc_lease_keeper *k,
+                uint64_t n_placed,
+                weight_get_stats *stats);
+
+#endif /* WC_GET_H */

@@ -1,0 +1,296 @@
+/* weight_get_mapped.c -- views in place: a revision's tensors as pointers
+ * into this process's read-only mappings of the nodes' segment files.
+ *
+ * weight_get_mapped is the load without a transfer: it acquires the
+ * revision lease and keeps it (renewed on a connection of its own,
+ * wc_lease_keeper.c), reads and verifies the manifest, and hands out
+ * pointers into its own read-only mapping of the segment files, after
+ * verifying each object whole on first use; weight_mapped_release ends it.
+ * The mappings are shared by every view of the process and kept after the
+ * last one goes (shared_seg). */
+#include <openssl/sha.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "wc_digest.h"
+#include "wc_get.h"
+
+#define M(name) WMRPC__WEIGHT_METHOD__WEIGHT_##name
+
+/* The read-only mappings of segment files that views point into, shared by
+ * every view of the process and kept after the last one goes: mapping a
+ * segment anew per view would pay a page-table fill of the whole revision
+ * per load, more than the copy weight_get makes. An unreferenced mapping is
+ * dropped when its file is gone or replaced (a restarted node) -- checked
+ * whenever a view takes one -- or when its slot is needed. */
+typedef struct shared_seg {
+    char path[512];              /* seg_map_where: the file, or the node's socket */
+    seg_map map;
+    unsigned refs;
+} shared_seg;
+
+static pthread_mutex_t g_shared_lock = PTHREAD_MUTEX_INITIALIZER;
+static shared_seg g_shared[WC_SEG_MAPS];
+
+/* A reference on the mapping of replica rep's segment (its file, or what
+ * its dedicated node's socket hands over), mapped if no current mapping of
+ * it is held. NULL when it cannot be mapped (not on this host, refused by
+ * the node, or every slot is referenced). */
+static shared_seg *shared_seg_acquire(const kvc_replica *rep)
+{
+    shared_seg *found = NULL, *slot = NULL;
+    const char *path = seg_map_where(rep->segment_path, rep->local_socket);
+    if (path[0] == '\0') return NULL;
+    pthread_mutex_lock(&g_shared_lock);
+    for (int i = 0; i < WC_SEG_MAPS; i++) {
+        shared_seg *g = &g_shared[i];
+        if (g->map.base == NULL) continue;
+        /* a file replaced, or grown since it was mapped (a node restarted
+         * with a larger segment: the new tail is past this mapping) */
+        int state = seg_map_check(&g->map, g->path);
+        if (g->refs == 0 && state != SEG_MAP_CURRENT) seg_map_close(&g->map);
+        else if (strcmp(g->path, path) == 0 && state == SEG_MAP_CURRENT) found = g;
+    }
+    for (int i = 0; i < WC_SEG_MAPS && found == NULL && slot == NULL; i++)
+        if (g_shared[i].map.base == NULL) slot = &g_shared[i];
+    for (int i = 0; i < WC_SEG_MAPS && found == NULL && slot == NULL; i++)
+        if (g_shared[i].refs == 0) {
+            slot = &g_shared[i];
+            seg_map_close(&slot->map);
+        }
+    if (found == NULL && slot != NULL &&
+        seg_map_open_at(rep->segment_path, rep->local_socket, 0, 0, &slot->map, NULL, 0) == SMP_OK) {
+        snprintf(slot->path, sizeof slot->path, "%s", path);
+        found = slot;
+    }
+    if (found != NULL) found->refs++;
+    pthread_mutex_unlock(&g_shared_lock);
+    return found;
+}
+
+static void shared_seg_release(shared_seg *g)
+{
+    if (g == NULL) return;
+    pthread_mutex_lock(&g_shared_lock);
+    g->refs--;
+    pthread_mutex_unlock(&g_shared_lock);
+}
+
+/* A payload object as a view sees it: where its memory replica on this
+ * host is mapped (seg NULL: nowhere), and whether its bytes were verified. */
+typedef struct mapped_object {
+    shared_seg *seg;
+    uint64_t offset;             /* of the object in the segment */
+    int state;                   /* 0 not verified yet, 1 verified, -1 failed */
+} mapped_object;
+
+struct weight_mapped {
+    /* A private store: master, tenant and lease TTL copied from the
+     * caller's, its own connection for renewals and the release. */
+    weight_store conn;
+    weight_identity id;
+    wc_lease_keeper k;
+    wc_manifest m;
+    mapped_object *objs;         /* per payload object */
+    pthread_mutex_t lock;        /* verification on first use */
+};
+
+/* The storage fragment of tensor i when it is the whole tensor in one
+ * piece (what a view can point at), else NULL. */
+static const wc_fragment *whole_fragment(const wc_manifest *m, size_t i)
+{
+    const wc_tensor *t = &m->tensors[m->tensors[i].storage];
+    if (t->frag_count != 1 || t->bytes == 0) return NULL;
+    const wc_fragment *f = &m->fragments[t->frag_first];
+    return f->bytes == t->bytes ? f : NULL;
+}
+
+/* 1 when every chunk of object o at `bytes` matches the manifest. */
+static int verify_object(const wc_object *o, const uint8_t *bytes)
+{
+    if (o->n_chunks == 0) {
+        uint8_t sha[32];
+        if (!o->has_sha256) return 1;
+        SHA256(bytes, (size_t)o->bytes, sha);
+        return memcmp(sha, o->sha256, 32) == 0;
+    }
+    for (size_t c = 0; c < o->n_chunks; c++) {
+        uint64_t a = c * o->chunk_bytes;
+        uint64_t b = a + o->chunk_bytes < o->bytes ? a + o->chunk_bytes : o->bytes;
+        if (wc_xxh3(bytes + a, (size_t)(b - a)) != o->chunk_xxh3[c]) return 0;
+    }
+    return 1;
+}
+
+/* Find where object `index` has a memory replica this process can map, and
+ * take a reference on that mapping (none found: mo->seg stays NULL). A
+ * failed replica lookup other than "missing" is returned. */
+static int locate_object(weight_store *s, weight_mapped *v, uint32_t index, mapped_object *mo)
+{
+    const wc_object *o = &v->m.objects[index];
+    kvc_object obj;
+    int rc = wc_kv_get(s, o->key, &obj);
+    if (rc == SMP_ENOTFOUND) return WEIGHT_OK;
+    if (rc < 0) return wc_fail(s, rc, "payload %s: %s", o->key, kvc_error(s->kv));
+    if (obj.size != o->bytes || (o->has_sha256 && memcmp(obj.sha256, o->sha256, 32) != 0))
+        return WEIGHT_OK; /* not the manifest's object: weight_get reports it */
+    for (size_t r = 0; r < obj.n_replicas && mo->seg == NULL; r++) {
+        const kvc_replica *rep = &obj.replicas[r];
+        if (rep->kind != SMP_REPLICA_MEMORY) continue;
+        shared_seg *g = shared_seg_acquire(rep);
+        if (g == NULL) continue;
+        if (rep->offset > g->map.size || o->bytes > g->map.size - rep->offset) {
+            shared_seg_release(g);
+            continue;
+        }
+        mo->seg = g;
+        mo->offset = rep->offset;
+    }
+    return WEIGHT_OK;
+}
+
+void weight_mapped_release(weight_mapped *v)
+{
+    if (v == NULL) return;
+    if (v->k.running) wc_lease_keeper_stop(&v->k);
+    pthread_cond_destroy(&v->k.cond);
+    pthread_mutex_destroy(&v->k.lock);
+    pthread_mutex_destroy(&v->lock);
+    if (v->k.lease_id != 0)
+        wc_lease_call(&v->conn, &v->conn.renew_rpc, M(LEASE_RELEASE), &v->id, v->k.lease_id, 0, 0, NULL);
+    for (size_t i = 0; v->objs != NULL && i < v->m.n_objects; i++) shared_seg_release(v->objs[i].seg);
+    rpcc_close(v->conn.renew_rpc);
+    rpcc_close(v->conn.rpc);
+    free(v->objs);
+    wc_manifest_free(&v->m);
+    free(v);
+}
+
+int weight_get_mapped(weight_store *s, const weight_identity *id, weight_mapped **out)
+{
+    weight_mapped *v;
+    weight_metadata md;
+    Wmrpc__LeaseResponse *lr = NULL;
+    char tenant[WEIGHT_ID_MAX + 1];
+    char rpc_err[512];
+    int rc;
+
+    if (s == NULL) return WEIGHT_EINVALID_ARGUMENT;
+    s->err[0] = '\0';
+    if (out == NULL || id == NULL || !id->namespace_id[0] || !id->resource_id[0] || !id->revision[0])
+        return wc_fail(s, WEIGHT_EINVALID_ARGUMENT, "weight_get_mapped: incomplete identity");
+    *out = NULL;
+    snprintf(tenant, sizeof tenant, "%s", id->tenant_id[0] ? id->tenant_id : s->tenant);
+    if ((v = calloc(1, sizeof *v)) == NULL) return wc_fail(s, WEIGHT_ENOMEM, "out of memory");
+    snprintf(v->conn.master, sizeof v->conn.master, "%s", s->master);
+    snprintf(v->conn.tenant, sizeof v->conn.tenant, "%s", s->tenant);
+    v->conn.lease_ttl_ms = s->lease_ttl_ms;
+    v->conn.transport = s->transport;
+    v->id = *id;
+    pthread_mutex_init(&v->k.lock, NULL);
+    pthread_cond_init(&v->k.cond, NULL);
+    pthread_mutex_init(&v->lock, NULL);
+
+    /* The lease, acquired on the caller's connection; renewed and released
+     * on the view's own. */
+    rc = wc_lease_call(s, &s->rpc, M(LEASE_ACQUIRE), id, 0, 0, s->lease_ttl_ms, &lr);
+    if (rc < 0) goto free_view;
+    if (lr->lease == NULL || lr->lease->id == 0 || lr->metadata == NULL) {
+        wmrpc__lease_response__free_unpacked(lr, NULL);
+        rc = wc_fail(s, WEIGHT_EPROTO, "lease reply without lease or metadata");
+        goto free_view;
+    }
+    v->k.s = &v->conn;
+    v->k.id = *id;
+    v->k.lease_id = lr->lease->id;
+    v->k.lease_gen = lr->lease->metadata_generation;
+    v->k.interval_ms = wc_lease_renew_interval(s, lr->lease->expires_ms);
+    wc_from_wire_metadata(lr->metadata, &md);
+    wmrpc__lease_response__free_unpacked(lr, NULL);
+    {
+        rpcc_options opt = wc_rpc_options(s);
+        if (rpcc_connect(s->master, &opt, &v->conn.renew_rpc, rpc_err, sizeof rpc_err) < 0) {
+            rc = wc_fail(s, WEIGHT_EIO, "lease renewal connection: %s", rpc_err);
+            goto free_view;
+        }
+    }
+    if (pthread_create(&v->k.thread, NULL, wc_lease_renew_main, &v->k) != 0) {
+        rc = wc_fail(s, WEIGHT_ENOMEM, "cannot start the lease renewal thread");
+        goto free_view;
+    }
+    v->k.running = 1;
+
+    /* The manifest, verified; then where each object that holds a whole
+     * tensor lies on this host (verified on first use, weight_mapped_data). */
+    if ((rc = wc_load_manifest(s, &md, tenant, id, &v->m)) < 0) goto free_view;
+    if ((v->objs = calloc(v->m.n_objects ? v->m.n_objects : 1, sizeof *v->objs)) == NULL) {
+        rc = wc_fail(s, WEIGHT_ENOMEM, "out of memory");
+        goto free_view;
+    }
+    for (size_t i = 0; i < v->m.n_tensors && s->transport != 2; i++) {
+        const wc_fragment *f = whole_fragment(&v->m, i);
+        if (f == NULL || v->objs[f->object].state != 0) continue;
+        v->objs[f->object].state = -1; /* located (verified later) */
+        if ((rc = locate_object(s, v, f->object, &v->objs[f->object])) < 0) goto free_view;
+    }
+    for (size_t o = 0; o < v->m.n_objects; o++) v->objs[o].state = 0;
+    /* The views are protected by the revision lease (renewed); the lookups'
+     * read leases are given back now. */
+    (void)kvc_release_read_leases(s->kv, NULL);
+    *out = v;
+    return WEIGHT_OK;
+free_view:
+    {
+        char saved[sizeof s->err];
+        memcpy(saved, s->err, sizeof saved);
+        (void)kvc_release_read_leases(s->kv, NULL);
+        weight_mapped_release(v);
+        memcpy(s->err, saved, sizeof saved);
+    }
+    return rc;
+}
+
+size_t weight_mapped_count(const weight_mapped *v)
+{
+    return v ? wc_manifest_n_plain(&v->m) : 0; /* attachments are not listed */
+}
+
+int weight_mapped_get_tensor(const weight_mapped *v, size_t i, weight_mapped_tensor *out)
+{
+    if (v == NULL || out == NULL || i >= wc_manifest_n_plain(&v->m)) return WEIGHT_EINVALID_ARGUMENT;
+    weight_tensor_info ti;
+    wc_tensor_info(&v->m, i, &ti);
+    out->name = ti.name;
+    out->dtype = ti.dtype;
+    out->item_size = ti.item_size;
+    out->ndim = ti.ndim;
+    out->shape = ti.shape;
+    out->alias_of = ti.alias_of;
+    out->bytes = v->m.tensors[i].bytes;
+    return WEIGHT_OK;
+}
+
+int weight_mapped_data(weight_mapped *v, size_t i, const void **data)
+{
+    if (v == NULL || data == NULL || i >= wc_manifest_n_plain(&v->m)) return WEIGHT_EINVALID_ARGUMENT;
+    *data = NULL;
+    const wc_fragment *f = whole_fragment(&v->m, i);
+    if (f == NULL) return WEIGHT_OK;
+    mapped_object *mo = &v->objs[f->object];
+    const wc_object *o = &v->m.objects[f->object];
+    pthread_mutex_lock(&v->lock);
+    if (mo->state == 0 && mo->seg != NULL) {
+        seg_map_prefault(&mo->seg->map, mo->offset, o->bytes);
+        mo->state = verify_object(o, mo->seg->map.base + mo->offset) ? 1 : -1;
+    }
+    if (mo->state == 1) *data = mo->seg->map.base + mo->offset + f->object_offset;
+    pthread_mutex_unlock(&v->lock);
+    return WEIGHT_OK;
+}
+
+int weight_mapped_status(const weight_mapped *v)
+{
+    return v ? atomic_load(&v->k.lost) : WEIGHT_EINVALID_ARGUMENT;
+}
