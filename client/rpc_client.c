@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -120,12 +121,23 @@ static int64_t deadline_of(int timeout_ms)
 
 /* -- Connecting ------------------------------------------------------------ */
 
+/* Connect to the Unix socket at path by deadline (-1: no bound). A Unix
+ * connect does not go on in the background as a TCP one does: while the
+ * listener's backlog is full (a server that does not accept) a blocking
+ * connect sleeps until it accepts, for ever if it never does, and a
+ * nonblocking one fails at once with EAGAIN, which poll cannot wait out
+ * (the socket is not connecting). So the connect blocks with SO_SNDTIMEO
+ * set to what is left of the deadline: Linux waits that long for room in
+ * the backlog, woken as soon as the server accepts, then fails it EAGAIN.
+ * That is SMP_EAGAIN, "timed out", as a TCP connect's timeout is; other
+ * failures (nothing listens: ECONNREFUSED, ENOENT) are SMP_EIO. The socket
+ * is handed back nonblocking, without the send timeout. */
 static int connect_unix(const char *path, int64_t deadline, int *fd_out,
                         char *err, size_t errlen)
 {
     struct sockaddr_un sa;
-    int fd;
-    (void)deadline;
+    struct timeval tv = {0, 0};
+    int fd, r;
 
     if (strlen(path) >= sizeof(sa.sun_path)) {
         wm_errbuf(err, errlen, "unix socket path '%s' is longer than %zu bytes",
@@ -139,19 +151,48 @@ static int connect_unix(const char *path, int64_t deadline, int *fd_out,
         wm_errbuf(err, errlen, "socket: %s", strerror(errno));
         return SMP_EIO;
     }
-    /* A local connect completes or fails at once; it never waits on a peer. */
-    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-        wm_errbuf(err, errlen, "connect to unix:%s: %s", path, strerror(errno));
-        close(fd);
-        return errno == EAGAIN ? SMP_EAGAIN : SMP_EIO;
+    for (;;) {
+        if (deadline >= 0) {
+            int64_t left = deadline - now_ms();
+            if (left < 1)
+                left = 1; /* 0 would be no bound: one short wait past the deadline */
+            tv.tv_sec = (time_t)(left / 1000);
+            tv.tv_usec = (suseconds_t)(left % 1000) * 1000;
+            if (setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0) {
+                wm_errbuf(err, errlen, "setsockopt(SO_SNDTIMEO): %s", strerror(errno));
+                r = SMP_EIO;
+                goto close_fd;
+            }
+        }
+        if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
+            break;
+        /* a signal ended the wait before it connected anything: wait on */
+        if (errno == EINTR && (deadline < 0 || now_ms() < deadline))
+            continue;
+        if (errno == EAGAIN || errno == EINTR) {
+            wm_errbuf(err, errlen, "connect to unix:%s: timed out (the server accepts no "
+                      "connection: its backlog is full)", path);
+            r = SMP_EAGAIN;
+        } else {
+            wm_errbuf(err, errlen, "connect to unix:%s: %s", path, strerror(errno));
+            r = SMP_EIO;
+        }
+        goto close_fd;
     }
-    if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) < 0) {
-        wm_errbuf(err, errlen, "fcntl: %s", strerror(errno));
-        close(fd);
-        return SMP_EIO;
+    tv.tv_sec = 0;
+    tv.tv_usec = 0;
+    if ((deadline >= 0 && setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0) ||
+        fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) < 0) {
+        wm_errbuf(err, errlen, "after connecting to unix:%s: %s", path, strerror(errno));
+        r = SMP_EIO;
+        goto close_fd;
     }
     *fd_out = fd;
     return SMP_OK;
+
+close_fd:
+    close(fd);
+    return r;
 }
 
 /* Connect one address with a deadline. Returns the fd or a negative errno. */

@@ -2,7 +2,8 @@
  * local socket (seg_local.h).
  *
  * One connection per request: connect, one recvmsg of the node's answer
- * (a status byte, a text, and for a grant one SCM_RIGHTS descriptor), close.
+ * (a status byte, a text, and for a grant one SCM_RIGHTS descriptor), close;
+ * the connect and the answer each wait at most SEG_LOCAL_TIMEOUT_S.
  * Refusals are kept in a small process-wide table keyed by the socket
  * file's device and inode and the credentials refused, so a refused
  * process neither asks again nor logs again until that node restarts (or
@@ -21,6 +22,7 @@
 #include "wm_errbuf.h"
 
 #define REFUSALS_MAX 16
+#define SEG_LOCAL_TIMEOUT_S 5 /* the connect, then the answer */
 
 typedef struct refusal {
     dev_t dev;
@@ -99,11 +101,19 @@ int seg_local_fetch(const char *socket_path, int *fd, struct stat *sock, char *e
         wm_errbuf(err, errlen, "local socket %s: %s", socket_path, strerror(errno));
         return SMP_EIO;
     }
-    struct timeval tv = {.tv_sec = 5};
+    /* The connect is bounded as the answer is: a node whose backlog is full
+     * (it accepts nothing) would keep a blocking connect waiting for ever;
+     * with SO_SNDTIMEO it fails EAGAIN once the time is up. */
+    struct timeval tv = {.tv_sec = SEG_LOCAL_TIMEOUT_S};
     setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(c, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
     if (connect(c, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
         rc = errno == ECONNREFUSED || errno == ENOENT ? SMP_ENOTFOUND : SMP_EIO;
-        wm_errbuf(err, errlen, "local socket %s: %s", socket_path, strerror(errno));
+        if (errno == EAGAIN || errno == EINTR)
+            wm_errbuf(err, errlen, "local socket %s: connect timed out after %d s (the node "
+                      "accepts no connection)", socket_path, SEG_LOCAL_TIMEOUT_S);
+        else
+            wm_errbuf(err, errlen, "local socket %s: %s", socket_path, strerror(errno));
         goto close_c;
     }
     union {

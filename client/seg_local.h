@@ -32,7 +32,8 @@
  * node listens on a new one). SMP_EFORBIDDEN: the node refused this
  * process (err is the node's cause; logged once per socket); SMP_ENOTFOUND:
  * nothing listens there; SMP_EPROTO: an answer that is not the node's;
- * SMP_EIO. */
+ * SMP_EIO (also a node that accepts no connection within 5 s, "connect
+ * timed out", or does not answer within 5 s). */
 int seg_local_fetch(const char *socket_path, int *fd, struct stat *sock, char *err, size_t errlen);
 
 #endif /* WM_SEG_LOCAL_H */

@@ -12,9 +12,11 @@
  * peer is refused with the node's cause, and asking again is refused
  * without a new connection. Bad --local-peer specs are refused naming the
  * spec; a stale socket file is replaced, a live one and a non-socket are
- * refused with the file left as it was. */
+ * refused with the file left as it was. A socket that accepts nothing
+ * (backlog full) ends the ask after its 5 s, naming the timed-out connect. */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -27,6 +29,7 @@
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <grp.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -305,6 +308,82 @@ static void test_tenant_local_socket_path_checks(void **state)
     seg_close(s);
 }
 
+typedef struct fetch_call {
+    const char *path;
+    int rc;
+    char err[800];
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int done;
+} fetch_call;
+
+static void *fetch_main(void *arg)
+{
+    fetch_call *fc = arg;
+    int fd = -1;
+    struct stat st;
+    int rc = seg_local_fetch(fc->path, &fd, &st, fc->err, sizeof(fc->err));
+    if (fd >= 0) close(fd);
+    pthread_mutex_lock(&fc->lock);
+    fc->rc = rc;
+    fc->done = 1;
+    pthread_cond_signal(&fc->cond);
+    pthread_mutex_unlock(&fc->lock);
+    return NULL;
+}
+
+/* A node's socket that accepts nothing (listen backlog 0, filled): the ask
+ * ends after seg_local's 5 s with SMP_EIO naming the timed-out connect,
+ * instead of a connect waiting for an accept that never comes. The ask runs
+ * on a thread given 60 s to end; one still waiting then fails the test, and
+ * closing the listener ends it. */
+static void test_tenant_local_socket_that_accepts_nothing_times_out(void **state)
+{
+    char path[300];
+    int queued[64];
+    size_t n_queued = 0;
+    pthread_t th;
+    fetch_call fc = {.path = path};
+    struct timespec until;
+    (void)state;
+    sock_path("n5", path, sizeof(path));
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    memcpy(a.sun_path, path, strlen(path) + 1);
+    int l = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(l >= 0);
+    assert_int_equal(bind(l, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(listen(l, 0), 0);
+    for (int full = 0; !full && n_queued < 64;) { /* until a connect would wait */
+        int c = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        assert_true(c >= 0);
+        if (connect(c, (struct sockaddr *)&a, sizeof(a)) == 0) {
+            queued[n_queued++] = c;
+            continue;
+        }
+        assert_int_equal(errno, EAGAIN);
+        close(c);
+        full = 1;
+    }
+    pthread_mutex_init(&fc.lock, NULL);
+    pthread_cond_init(&fc.cond, NULL);
+    assert_int_equal(pthread_create(&th, NULL, fetch_main, &fc), 0);
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 60;
+    pthread_mutex_lock(&fc.lock);
+    while (!fc.done && pthread_cond_timedwait(&fc.cond, &fc.lock, &until) != ETIMEDOUT) {}
+    int ended = fc.done;
+    pthread_mutex_unlock(&fc.lock);
+    close(l); /* an ask still waiting is refused now */
+    pthread_join(th, NULL);
+    while (n_queued > 0) close(queued[--n_queued]);
+    pthread_cond_destroy(&fc.cond);
+    pthread_mutex_destroy(&fc.lock);
+    if (!ended) fail_msg("seg_local_fetch of a node accepting nothing still waited after 60 s");
+    assert_int_equal(fc.rc, SMP_EIO);
+    assert_non_null(strstr(fc.err, "connect timed out"));
+    assert_non_null(strstr(fc.err, path));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -315,6 +394,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_tenant_local_other_peer_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tenant_local_socket_path_checks, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_tenant_local_socket_that_accepts_nothing_times_out,
+                                        setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
