@@ -122,6 +122,7 @@ int hx_reconfigure(hx_master *m, const char *extra)
 
 static pid_t spawn(hx_master *m)
 {
+    const char *bin = m->binary != NULL ? m->binary : BUILD_DIR "/bin/store_master";
     pid_t pid = fork();
     if (pid != 0) return pid;
     prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
@@ -138,14 +139,14 @@ static pid_t spawn(hx_master *m)
             argv[n] = m->wrap[n];
             n++;
         }
-        argv[n++] = BUILD_DIR "/bin/store_master";
+        argv[n++] = bin;
         argv[n++] = "--config";
         argv[n++] = m->config;
         argv[n] = NULL;
         execvp(argv[0], (char *const *)argv);
         _exit(127);
     }
-    execl(BUILD_DIR "/bin/store_master", "store_master", "--config", m->config, (char *)NULL);
+    execl(bin, "store_master", "--config", m->config, (char *)NULL);
     _exit(127);
 }
 

@@ -32,6 +32,9 @@ typedef struct hx_master {
     /* A command the master runs under (e.g. valgrind and its options),
      * NULL-terminated, set after hx_init. NULL: the master runs directly. */
     const char *const *wrap;
+    /* The store_master program to run, set after hx_init: a variant a test
+     * builds (e.g. the old side of an upgrade). NULL: BUILD_DIR/bin/store_master. */
+    const char *binary;
     /* listen.tcp of the base config ("" when empty: no TCP port); set after
      * hx_init, then hx_reconfigure. */
     char listen_tcp[64];
