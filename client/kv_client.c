@@ -32,6 +32,9 @@ struct kvc {
     int track_leases;     /* kvc_track_read_leases */
     char **leased;        /* keys looked up, one per lookup, not given back yet */
     size_t n_leased, cap_leased;
+    /* The master this connection is at answered release_read_leases as an
+     * unknown method (an older master): rpcc_moves() then, +1 (0: not so). */
+    uint64_t no_release_at;
     char err[1024];
 };
 
@@ -234,6 +237,17 @@ static void note_lease(kvc *c, const char *key)
     if ((c->leased[c->n_leased] = strdup(key)) != NULL) c->n_leased++;
 }
 
+/* 1 when the master this connection is at does not take releases: it
+ * answered one as an unknown method and the connection has not moved since
+ * (a move -- a failover, a redirect, a reconnect -- may reach another
+ * master, which is asked again). */
+static int release_unknown_here(kvc *c)
+{
+    if (c->no_release_at != 0 && c->no_release_at != rpcc_moves(c->conn) + 1)
+        c->no_release_at = 0;
+    return c->no_release_at != 0;
+}
+
 int kvc_get(kvc *c, const char *key, kvc_object *out)
 {
     KeyRequest req = KEY_REQUEST__INIT;
@@ -249,7 +263,7 @@ int kvc_get(kvc *c, const char *key, kvc_object *out)
     if (resp->sha256.len == 32) memcpy(out->sha256, resp->sha256.data, 32);
     for (size_t i = 0; i < resp->n_replicas && i < KVC_MAX_REPLICAS; i++)
         copy_replica(&out->replicas[out->n_replicas++], resp->replicas[i]);
-    if (c->track_leases && resp->lease_release) note_lease(c, key);
+    if (c->track_leases && resp->lease_release && !release_unknown_here(c)) note_lease(c, key);
     get_replicas_response__free_unpacked(resp, NULL);
     return SMP_OK;
 }
@@ -284,12 +298,25 @@ int kvc_release_read_leases(kvc *c, uint32_t *released)
 {
     int rc = SMP_OK;
     uint32_t total = 0;
-    for (size_t at = 0; at < c->n_leased; at += KVC_RELEASE_BATCH) {
+    for (size_t at = 0; at < c->n_leased && !release_unknown_here(c); at += KVC_RELEASE_BATCH) {
         uint32_t got = 0;
         size_t n = c->n_leased - at < KVC_RELEASE_BATCH ? c->n_leased - at : KVC_RELEASE_BATCH;
         int r = kvc_release_keys(c, (const char *const *)&c->leased[at], n, &got, NULL);
-        if (r == SMP_OK) total += got;
-        else if (r != SMP_ENOTFOUND && rc == SMP_OK) rc = r; /* NOT_FOUND: none was held any more */
+        if (r == SMP_OK) {
+            total += got;
+        } else if (r == SMP_ENOTFOUND && strncmp(c->err, "service ", 8) == 0 &&
+                   strstr(c->err, ") has no method ") != NULL) {
+            /* The host's dispatcher answers a method it does not know
+             * NOT_FOUND "service S (objects) has no method M" (the release's
+             * own refusal begins "release read leases:" and names a key,
+             * which may say anything): a master from before releases,
+             * which the connection reached after the lookups (a move).
+             * Not an error -- its leases expire, as an older master's do --
+             * and not asked again while the connection stays there. */
+            c->no_release_at = rpcc_moves(c->conn) + 1;
+        } else if (r != SMP_ENOTFOUND && rc == SMP_OK) {
+            rc = r; /* NOT_FOUND: none was held any more */
+        }
     }
     for (size_t i = 0; i < c->n_leased; i++) free(c->leased[i]);
     c->n_leased = 0;

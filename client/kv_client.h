@@ -133,8 +133,11 @@ int kvc_get(kvc *c, const char *key, kvc_object *out);
  * failed). Off by default: a caller that never releases keeps nothing.
  * kvc_release_read_leases returns SMP_OK also when the master held none of
  * them any more (they expired, or the connection was lost and with it its
- * leases), else the failure (the leases then expire on their own);
- * *released (may be NULL) counts the leases the master gave back. */
+ * leases) and when it does not know the method (a master from before
+ * releases, reached after the lookups: the leases expire; the connection
+ * then notes and sends nothing until it moves to another master), else the
+ * failure (the leases then expire on their own); *released (may be NULL)
+ * counts the leases the master gave back. */
 void kvc_track_read_leases(kvc *c, int on);
 /* Give back one lookup's read lease of this connection per key listed (at
  * most 4096), whatever was noted: SMP_OK with *released and *not_held (may

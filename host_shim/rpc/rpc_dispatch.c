@@ -461,6 +461,9 @@ void rpc_conn_dispatch(rpc_conn *c, const uint8_t *data, size_t len)
         return;
     }
     if ((m = find_method(svc, req.method)) == NULL) {
+        /* A newer client knows this sentence as an older master's answer
+         * to a method it lacks (kv_client.c, release_read_leases): keep its
+         * form. */
         s->st.err_unknown_method++;
         snprintf(msg, sizeof(msg), "service %" PRIu32 " (%s) has no method %" PRIu32,
                  req.service, svc->name, req.method);
