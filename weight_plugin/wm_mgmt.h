@@ -125,6 +125,17 @@ int wm_reply_metadata(wm_plugin *p, smp_rpc_call *call, const wm_revision *rev);
 int wm_reply_metadata_op(wm_plugin *p, smp_rpc_call *call, const wm_revision *rev,
                          const wm_operation *o);
 int wm_reply_begin(wm_plugin *p, smp_rpc_call *call, const wm_revision *rev);
+
+/* -- wm_reply_encode.c: the MetadataResponse packed by hand ----------------- */
+
+/* Pack the MetadataResponse of rev (NULL: the empty response) and its
+ * operation o (may be NULL; left out when rev is NULL) into buf, the bytes
+ * protobuf_c_message_pack gives for the wire views of wm_pb_meta_set and
+ * wm_pb_op_set. Returns the packed size; buf (may be NULL) is written only
+ * when that size is at most cap, so a caller whose buffer was too small
+ * calls again with one of the size returned. */
+size_t wm_pack_metadata_response(const wm_revision *rev, const wm_operation *o, uint8_t *buf,
+                                 size_t cap);
 int wm_reply_lease(wm_plugin *p, smp_rpc_call *call, const wm_lease *l, const wm_revision *rev);
 
 /* -- wm_mgmt_txn.c: request decoding and fences ---------------------------- */

@@ -263,18 +263,18 @@ int wm_reply_metadata(wm_plugin *p, smp_rpc_call *call, const wm_revision *rev)
 int wm_reply_metadata_op(wm_plugin *p, smp_rpc_call *call, const wm_revision *rev,
                          const wm_operation *o)
 {
-    Wmrpc__MetadataResponse resp = WMRPC__METADATA_RESPONSE__INIT;
-    wm_pb_meta meta;
-    wm_pb_op op;
-    if (rev != NULL) {
-        wm_pb_meta_set(&meta, rev);
-        resp.metadata = &meta.m;
-        if (o != NULL) {
-            wm_pb_op_set(&op, o);
-            resp.operation = &op.m;
-        }
+    /* Packed by hand (wm_reply_encode.c): the reply of every metadata read. */
+    uint8_t small[WM_REPLY_SMALL];
+    size_t n = wm_pack_metadata_response(rev, o, small, sizeof(small));
+    uint8_t *buf = small;
+    if (n > sizeof(small)) {
+        if ((buf = malloc(n)) == NULL)
+            return wm_reply_error(p, call, SMP_ENOMEM, "out of memory packing the reply");
+        wm_pack_metadata_response(rev, o, buf, n);
     }
-    return wm_reply_packed(p, call, &resp.base);
+    p->api->rpc_reply(call, SMP_OK, buf, n);
+    if (buf != small) free(buf);
+    return SMP_OK;
 }
 
 int wm_reply_begin(wm_plugin *p, smp_rpc_call *call, const wm_revision *rev)
