@@ -319,7 +319,7 @@ static int recover(master *m, char *err, size_t errlen)
     err[0] = '\0';
     obj_store_bulk_begin(master_objs(m));
     rc = oplog_replay(m->log, last_seq, replay_one, &c, err, errlen);
-    (void)obj_store_bulk_end(master_objs(m)); /* unsorted on ENOMEM: still a valid list */
+    (void)obj_store_bulk_end(master_objs(m)); /* the LRU is sorted when first needed */
     if (rc < 0 && cause[0] != '\0') snprintf(err, errlen, "%s", cause);
     if (rc < 0 && err[0] == '\0') snprintf(err, errlen, "oplog: replay failed: %s", smp_strerror(rc));
     return rc;

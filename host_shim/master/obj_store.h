@@ -235,9 +235,10 @@ void obj_store_loading_end(obj_store *st);
 
 /* Bulk replay (recovery, a standby's bootstrap): between begin and end,
  * objects join the LRU list at its tail instead of at their place by last
- * access, and end sorts the list once -- records arrive in no useful order
- * for the LRU, and placing each one walks the list. end returns SMP_OK, or
- * SMP_ENOMEM with the list left unsorted (eviction order approximate). */
+ * access -- records arrive in no useful order for the LRU, and placing each
+ * one walks the list. A list appended to out of order is sorted once, by
+ * the first eviction plan that reads it (obj_plan_eviction), not before the
+ * master serves. end returns SMP_OK. */
 void obj_store_bulk_begin(obj_store *st);
 int obj_store_bulk_end(obj_store *st);
 

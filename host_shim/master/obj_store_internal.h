@@ -197,7 +197,13 @@ struct obj_store {
     uint64_t next_put_id; /* > every incarnation seen */
     obj_object *lru_head; /* oldest access */
     obj_object *lru_tail;
-    int bulk_load;        /* LRU appends unsorted; resorted at the end */
+    int bulk_load;        /* LRU inserts append (obj_lru_insert) */
+    int lru_unsorted;     /* a bulk append broke the LRU list's (last access,
+                           * key) order: obj_lru_resort sorts it when an
+                           * eviction plan needs it; 0: nothing to sort */
+    obj_group *group_hint; /* the group obj_group_get_or_create found last
+                            * (records of a group come one after another);
+                            * NULL when none, cleared when a group is freed */
     obj_slab *load_slab;  /* while a snapshot loads: where its objects go */
     obj_guard_ops guard;
     obj_stats stats;      /* counters; memory fields computed on demand */

@@ -233,6 +233,7 @@ int obj_plan_eviction(obj_store *st,
     uint64_t target = (uint64_t)(low_watermark * (double)cap);
     uint64_t freed = 0;
     size_t n_entry = out->n;
+    (void)obj_lru_resort(st); /* after a load or replay; unsorted on ENOMEM */
     obj_keybatch *batch = calloc(1, sizeof(*batch));
     if (!batch) return SMP_ENOMEM;
     obj_replica *keep = NULL;

@@ -111,6 +111,7 @@ typedef struct obj_load_ctx {
     obj_store *st;
     size_t slab_bytes; /* the objects' bytes in a slab; SIZE_MAX: too many */
     size_t objects;    /* object entries in the section */
+    size_t groups;     /* managed group entries in the section */
     uint64_t dropped;  /* replicas_dropped before the load */
 } obj_load_ctx;
 
@@ -118,6 +119,7 @@ typedef struct obj_load_ctx {
 static int obj_load_size(void *arg, unsigned what, const ProtobufCMessage *msg)
 {
     obj_load_ctx *c = arg;
+    if (what == OBJ_SNAP_GROUPS) c->groups++;
     if (what != OBJ_SNAP_OBJECTS) return SMP_OK;
     c->objects++;
     if (c->slab_bytes == SIZE_MAX) return SMP_OK;
@@ -164,7 +166,7 @@ static int obj_store_load_here(obj_store *st, const uint8_t *data, size_t len)
      * are applied in that order, each in the order of the bytes (as the
      * unpacked message's arrays were). */
     obj_snap_dec dec = {0};
-    obj_load_ctx c = {st, 0, 0, st->stats.replicas_dropped};
+    obj_load_ctx c = {st, 0, 0, 0, st->stats.replicas_dropped};
     uint32_t format = 0;
     rc = obj_snap_decode(&dec, data, len, OBJ_SNAP_ALL, &format, obj_load_size, &c);
     if (rc < 0) goto free_dec;
@@ -176,16 +178,17 @@ static int obj_store_load_here(obj_store *st, const uint8_t *data, size_t len)
     /* The objects' slab, sized from the section (a failed size or mapping
      * leaves them to calloc). */
     st->load_slab = c.slab_bytes != SIZE_MAX ? obj_slab_new(c.slab_bytes) : NULL;
-    /* The objects' index at its final size: no growth and drain during the
-     * load (when this fails, the inserts grow it as usual). */
+    /* The objects' and groups' indexes at their final size: no growth and
+     * drain during the load (when this fails, the inserts grow them as
+     * usual). */
     (void)obj_ix_presize(&st->objects.ix, c.objects);
+    (void)obj_ix_presize(&st->groups.ix, c.groups);
     static const unsigned passes[] = {OBJ_SNAP_SEGMENTS, OBJ_SNAP_GROUPS, OBJ_SNAP_OBJECTS};
     for (size_t i = 0; i < sizeof(passes) / sizeof(passes[0]); i++) {
         rc = obj_snap_decode(&dec, data, len, passes[i], NULL, obj_load_apply, &c);
         if (rc < 0) goto clear;
     }
-    st->bulk_load = 0;
-    obj_lru_resort(st);
+    st->bulk_load = 0; /* the LRU list is sorted when an eviction plan needs it */
     rc = SMP_OK;
     goto unref_slab;
 

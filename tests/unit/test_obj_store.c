@@ -674,6 +674,58 @@ static void test_eviction_plan(void **state)
     obj_store_destroy(st);
 }
 
+/* Plan the eviction that brings st (21 slots of 64 bytes) to 85%, apply
+ * it, and check that exactly the n keys of gone[] went. */
+static void evict_to_85(obj_store *st, const char *const *gone, size_t n)
+{
+    obj_record_list l = {0};
+    uint64_t planned = 0;
+    assert_int_equal(obj_plan_eviction(st, 0.9, 0.85, 1000, &l, &planned), SMP_OK);
+    assert_int_equal(planned, n * 64);
+    apply_list(st, &l);
+    for (size_t i = 0; i < n; i++) assert_false(obj_exists(st, gone[i]));
+}
+
+/* The LRU order a load or a bulk replay leaves is by last access, then key,
+ * whether or not the list had to be sorted at its end: a snapshot saved in
+ * key order is sorted; a bulk replay that appends nothing out of order
+ * keeps that order, one that does is sorted again. */
+static void test_lru_order_after_load_and_bulk_replay(void **state)
+{
+    (void)state;
+    obj_store *a = new_store(NULL);
+    mount(a, "s", "n", 64 * 21);
+    char key[32];
+    for (int i = 0; i < 18; i++) { /* newest first: key order is not LRU order */
+        snprintf(key, sizeof(key), "k%02d", i);
+        assert_int_equal(put_full(a, key, 64, "", "", (uint64_t)(200 - i)), SMP_OK);
+    }
+    /* The oldest two, a tie, put in the order opposite to their keys. */
+    assert_int_equal(put_full(a, "k19", 64, "", "", 100), SMP_OK);
+    assert_int_equal(put_full(a, "k18", 64, "", "", 100), SMP_OK);
+    buf s = save(a);
+    obj_store_destroy(a);
+
+    obj_store *b = new_store(NULL);
+    assert_int_equal(obj_store_load(b, s.p, s.n), SMP_OK);
+    obj_store_bulk_begin(b); /* a log tail with nothing in it */
+    assert_int_equal(obj_store_bulk_end(b), SMP_OK);
+    static const char *const oldest3[] = {"k18", "k19", "k17"};
+    evict_to_85(b, oldest3, 3);
+    obj_store_destroy(b);
+
+    obj_store *c = new_store(NULL);
+    assert_int_equal(obj_store_load(c, s.p, s.n), SMP_OK);
+    obj_store_bulk_begin(c); /* a log tail whose put is older than every object */
+    assert_int_equal(put_full(c, "k20", 64, "", "", 50), SMP_OK);
+    assert_int_equal(obj_store_bulk_end(c), SMP_OK);
+    static const char *const oldest4[] = {"k20", "k18", "k19", "k17"};
+    evict_to_85(c, oldest4, 4);
+    assert_true(obj_exists(c, "k16"));
+    obj_store_destroy(c);
+    free(s.p);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Stale puts                                                                */
 /* ------------------------------------------------------------------------ */
@@ -1007,6 +1059,7 @@ int main(void)
         cmocka_unit_test(test_put_into_managed_group),
         cmocka_unit_test(test_put_end_into_sealed_group_is_refused),
         cmocka_unit_test(test_eviction_plan),
+        cmocka_unit_test(test_lru_order_after_load_and_bulk_replay),
         cmocka_unit_test(test_stale_put_cleanup),
         cmocka_unit_test(test_put_touched_by_its_write_is_kept),
         cmocka_unit_test(test_list_prefix_pagination),
