@@ -443,6 +443,10 @@ int wm_affinity_copy(const wm_affinity *in, wm_affinity *out);
 int wm_payload_keys_digest(const char *const *keys, size_t n, uint8_t out[WM_SHA256_LEN]);
 int wm_affinity_digest(const wm_affinity *a, uint8_t out[WM_SHA256_LEN]);
 
+/* Release the SHA-256 implementation the digests fetched once and keep
+ * (the plugin's fini; a later digest fetches it again). */
+void wm_digest_release(void);
+
 /* Check an affinity summary against the revision it belongs to: every member
  * is a payload key of the revision's group, no member appears twice, the
  * count, bytes (sum over units) and digest match. WM_OK or

@@ -223,6 +223,7 @@ static void wm_fini(void *plugin)
     wm_vleases_free(p);
     wm_store_free(p->store);
     free(p);
+    wm_digest_release();
 }
 
 #if defined(WM_TEST_REFUSE_HANDOFF)

@@ -10,6 +10,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -709,6 +710,45 @@ static int wm_str_ptr_cmp(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
+/* SHA-256 fetched from the default provider once, not at each digest:
+ * OpenSSL 3 fetches the implementation of EVP_sha256() again at every
+ * EVP_DigestInit_ex (a lookup under a lock), which was some 40% of a
+ * digest of an affinity summary -- a digest each revision a restart loads.
+ * Released by wm_digest_release (the plugin's fini). EVP_sha256() when the
+ * fetch fails (the digests then work as before). */
+static _Atomic(EVP_MD *) wm_sha256_fetched;
+
+static const EVP_MD *wm_sha256(void)
+{
+    EVP_MD *md = atomic_load(&wm_sha256_fetched);
+    if (md != NULL) return md;
+    EVP_MD *f = EVP_MD_fetch(NULL, "SHA256", NULL);
+    if (f == NULL) return EVP_sha256();
+    if (!atomic_compare_exchange_strong(&wm_sha256_fetched, &md, f)) {
+        EVP_MD_free(f); /* another thread's came first: md is it */
+        return md;
+    }
+    return f;
+}
+
+void wm_digest_release(void)
+{
+    EVP_MD_free(atomic_exchange(&wm_sha256_fetched, NULL));
+}
+
+/* Write v in decimal at p (room for 20 digits); returns the digits' end. */
+static char *wm_put_u64(char *p, uint64_t v)
+{
+    char tmp[20];
+    size_t n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+    while (n > 0) *p++ = tmp[--n];
+    return p;
+}
+
 int wm_payload_keys_digest(const char *const *keys, size_t n, uint8_t out[WM_SHA256_LEN])
 {
     int rc = WM_OK;
@@ -729,7 +769,7 @@ int wm_payload_keys_digest(const char *const *keys, size_t n, uint8_t out[WM_SHA
         rc = SMP_ENOMEM;
         goto free_sorted;
     }
-    if (EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
+    if (EVP_DigestInit_ex(ctx, wm_sha256(), NULL) != 1) {
         rc = SMP_ENOMEM;
         goto free_ctx;
     }
@@ -762,15 +802,19 @@ int wm_affinity_digest(const wm_affinity *a, uint8_t out[WM_SHA256_LEN])
             if (a->units[i].members[j] == NULL || strchr(a->units[i].members[j], '\n') != NULL)
                 return WM_EINVALID_ARGUMENT;
     if ((ctx = EVP_MD_CTX_new()) == NULL) return SMP_ENOMEM;
-    if (EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
+    if (EVP_DigestInit_ex(ctx, wm_sha256(), NULL) != 1) {
         rc = SMP_ENOMEM;
         goto free_ctx;
     }
     for (size_t i = 0; i < a->n_units; i++) {
         const wm_affinity_unit *u = &a->units[i];
-        int n = snprintf(line, sizeof(line), "unit %" PRIu64 " %zu\n", u->logical_bytes,
-                         u->n_members);
-        if (EVP_DigestUpdate(ctx, line, (size_t)n) != 1) {
+        /* "unit <logical_bytes> <n_members>\n" */
+        memcpy(line, "unit ", 5);
+        char *e = wm_put_u64(line + 5, u->logical_bytes);
+        *e++ = ' ';
+        e = wm_put_u64(e, (uint64_t)u->n_members);
+        *e++ = '\n';
+        if (EVP_DigestUpdate(ctx, line, (size_t)(e - line)) != 1) {
             rc = SMP_ENOMEM;
             goto free_ctx;
         }
