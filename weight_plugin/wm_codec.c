@@ -1175,7 +1175,7 @@ int wm_section_check(const wm_section_image *img, char *msg, size_t cap)
     for (size_t i = 0; i < img->n_revisions; i++) {
         const wm_revision *r = wm_image_revision(img, i);
         const wm_affinity *a = wm_image_affinity(img, i);
-        if (wm_metadata_check(r, why, sizeof(why)) < 0)
+        if (!img->revisions_checked && wm_metadata_check(r, why, sizeof(why)) < 0)
             return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "revision %zu: %s", i, why);
         if (a != NULL && a->n_units > 0) {
             if ((rc = wm_affinity_check(a, r, why, sizeof(why))) < 0)

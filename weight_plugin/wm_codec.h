@@ -84,6 +84,10 @@ typedef struct wm_section_image {
      * leases point into (owned; NULL otherwise). Lineage claims borrow their
      * entry's lineage (wm_lineage_entry_bind). */
     char *strs;
+    /* 1: every revision passed wm_metadata_check as it was decoded (the
+     * hand decoder, wm_decode_section_placed), so wm_section_check does not
+     * check each again; 0: it does. */
+    int revisions_checked;
 } wm_section_image;
 
 /* The i-th revision of img (i < n_revisions). */

@@ -730,6 +730,7 @@ int wm_decode_section_placed(const uint8_t *buf, size_t len, const wm_section_pl
     }
     img.next_operation_id = fr.next_operation_id;
     img.next_lease_id = fr.next_lease_id;
+    img.revisions_checked = 1; /* each by wm_dec_revision, or the load failed above */
     if ((rc = wm_section_check(&img, why, sizeof(why))) < 0) {
         rc = rc == SMP_ENOMEM ? rc : wm_fail(SMP_EPROTO, msg, cap, "section %s: %s",
                                              WM_SECTION_NAME, why);
