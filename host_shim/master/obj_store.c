@@ -170,15 +170,27 @@ obj_group *obj_group_find(const obj_store *st, const char *name)
 
 /* The group of name, created (unmanaged, empty) when absent. *created tells
  * whether it was. NULL on SMP_ENOMEM. */
+/* The groups' node of name: the hint (the group found last), the one after
+ * it (a snapshot's objects meet their groups in order), or a lookup. The
+ * hint follows. */
+static obj_sl_node *obj_group_node(obj_store *st, const char *name)
+{
+    obj_sl_node *n = st->group_hint;
+    if (n != NULL && strcmp(n->key, name) != 0) {
+        n = n->next[0];
+        if (n != NULL && strcmp(n->key, name) != 0) n = NULL;
+    }
+    if (n == NULL) n = obj_sl_find(&st->groups, name);
+    if (n != NULL) st->group_hint = n;
+    return n;
+}
+
 obj_group *obj_group_get_or_create(obj_store *st, const char *name, int *created)
 {
     *created = 0;
-    obj_group *g = st->group_hint;
-    if (g == NULL || strcmp(g->name, name) != 0) g = obj_sl_get(&st->groups, name);
-    if (g) {
-        st->group_hint = g;
-        return g;
-    }
+    obj_sl_node *at = obj_group_node(st, name);
+    obj_group *g = at ? at->val : NULL;
+    if (g) return g;
     size_t nl = strlen(name) + 1;
     g = calloc(1, sizeof(*g) + nl); /* the name in the same piece */
     if (!g) return NULL;
@@ -186,7 +198,9 @@ obj_group *obj_group_get_or_create(obj_store *st, const char *name, int *created
     if (obj_sl_init_ordered(&g->members) < 0) goto free_group;
     if (obj_sl_put(&st->groups, g->name, g) < 0) goto free_group;
     *created = 1;
-    st->group_hint = g;
+    /* A snapshot's groups come in order: each is the last node. */
+    at = st->groups.tail[0];
+    st->group_hint = at != NULL && at->val == g ? at : obj_sl_find(&st->groups, g->name);
     return g;
 free_group:
     obj_group_free(g);
@@ -197,7 +211,7 @@ free_group:
 void obj_group_gc(obj_store *st, obj_group *g)
 {
     if (g && !g->owner && g->members.count == 0) {
-        if (st->group_hint == g) st->group_hint = NULL;
+        if (st->group_hint != NULL && st->group_hint->val == g) st->group_hint = NULL;
         obj_sl_del(&st->groups, g->name);
         obj_group_free(g);
     }

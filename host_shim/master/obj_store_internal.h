@@ -201,9 +201,11 @@ struct obj_store {
     int lru_unsorted;     /* a bulk append broke the LRU list's (last access,
                            * key) order: obj_lru_resort sorts it when an
                            * eviction plan needs it; 0: nothing to sort */
-    obj_group *group_hint; /* the group obj_group_get_or_create found last
-                            * (records of a group come one after another);
-                            * NULL when none, cleared when a group is freed */
+    obj_sl_node *group_hint; /* the groups' node obj_group_get_or_create
+                              * found last: records of a group come one
+                              * after another, and a snapshot's groups in
+                              * the order of their objects. NULL when none;
+                              * cleared when its group is freed */
     obj_slab *load_slab;  /* while a snapshot loads: where its objects go */
     obj_guard_ops guard;
     obj_stats stats;      /* counters; memory fields computed on demand */
