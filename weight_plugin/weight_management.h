@@ -426,6 +426,10 @@ typedef struct wm_affinity_unit {
 typedef struct wm_affinity {
     wm_affinity_unit *units;
     size_t n_units;
+    /* 1: the units, their member arrays and keys live in storage the
+     * summary does not own (a snapshot load's, which outlives it:
+     * wm_affinity_clear only forgets them); 0: each is malloc'ed and owned. */
+    int borrowed;
 } wm_affinity;
 
 void wm_affinity_clear(wm_affinity *a);

@@ -54,18 +54,33 @@
  * huge pages) sized for all of them: no malloc and no 4 KiB page fault per
  * entry (a malloc each was 14% of a restart at 100,000 revisions). The
  * section's revisions are decoded straight into them (wm_section_place):
- * an array of fixed-size entries, then every entry's keys. An entry of the
- * slab is released on its own like any other (a delete, a failed load);
- * the mapping goes when its last entry and the load that made it (one
- * reference) are gone, so the memory of deleted revisions returns only
- * then. */
+ * an array of fixed-size entries, then every entry's keys; their affinity
+ * summaries go to chunks of the slab as they are decoded (borrowed
+ * summaries: an apply that replaces one puts a malloc'ed copy in its
+ * place). An entry of the slab is released on its own like any other (a
+ * delete, a failed load); the mapping and its chunks go when its last
+ * entry and the load that made it (one reference) are gone, so the memory
+ * of deleted revisions returns only then. */
+typedef struct wm_slab_chunk wm_slab_chunk;
+
 typedef struct wm_slab {
     size_t len;  /* bytes mapped, this header included */
     size_t used; /* bytes handed out, this header included */
     size_t refs; /* entries not released, plus one while the load runs */
+    wm_slab_chunk *summaries; /* the entries' affinity summaries (borrowed) */
 } wm_slab;
 
+/* The entries' affinity summaries are placed as they are decoded (their
+ * sizes are not known before) in chunks of their own, which go with the
+ * slab: no malloc per unit, member array and key. */
+struct wm_slab_chunk {
+    wm_slab_chunk *next;
+    size_t len;  /* bytes mapped, this header included */
+    size_t used; /* bytes handed out, this header included */
+};
+
 #define WM_SLAB_ALIGN alignof(max_align_t)
+#define WM_SLAB_CHUNK ((size_t)2 << 20) /* a huge page */
 
 /* One revision and its sealed affinity summary. Indexed twice (by identity,
  * by group key: wm_index.h) and referenced from the identity order. The
@@ -109,13 +124,42 @@ static wm_slab *wm_slab_new(size_t bytes)
     sl->len = hdr + bytes;
     sl->used = hdr;
     sl->refs = 1;
+    sl->summaries = NULL;
     return sl;
 }
 
-/* Drop one reference; the last unmaps the slab. NULL is a no-op. */
+/* Drop one reference; the last unmaps the slab and its summaries' chunks.
+ * NULL is a no-op. */
 static void wm_slab_unref(wm_slab *sl)
 {
-    if (sl != NULL && --sl->refs == 0) wm_bulk_free(sl, sl->len);
+    if (sl == NULL || --sl->refs != 0) return;
+    while (sl->summaries != NULL) {
+        wm_slab_chunk *c = sl->summaries;
+        sl->summaries = c->next;
+        wm_bulk_free(c, c->len);
+    }
+    wm_bulk_free(sl, sl->len);
+}
+
+/* len bytes for an affinity summary of the slab's entries, aligned as a
+ * slab entry; NULL on ENOMEM. */
+static void *wm_slab_summary(wm_slab *sl, size_t len)
+{
+    size_t hdr = (sizeof(wm_slab_chunk) + WM_SLAB_ALIGN - 1) & ~(size_t)(WM_SLAB_ALIGN - 1);
+    if (len > SIZE_MAX - hdr - WM_SLAB_ALIGN) return NULL;
+    len = (len + WM_SLAB_ALIGN - 1) & ~(size_t)(WM_SLAB_ALIGN - 1);
+    wm_slab_chunk *c = sl->summaries;
+    if (c == NULL || c->len - c->used < len) {
+        size_t want = hdr + len > WM_SLAB_CHUNK ? hdr + len : WM_SLAB_CHUNK;
+        if ((c = wm_bulk_alloc(want)) == NULL) return NULL;
+        c->next = sl->summaries;
+        c->len = want;
+        c->used = hdr;
+        sl->summaries = c;
+    }
+    void *p = (char *)c + c->used;
+    c->used += len;
+    return p;
 }
 
 /* A new malloc'ed entry holding a copy of rev, its keys and identity in the
@@ -1091,6 +1135,14 @@ static void *wm_load_place(void *ctx, size_t n, size_t keys_len, char **keys)
     return first;
 }
 
+/* wm_section_place's aff_alloc for a load: from the slab wm_load_place
+ * made (*ctx), which the summaries' entries keep. */
+static void *wm_load_place_summary(void *ctx, size_t len)
+{
+    wm_slab *sl = *(wm_slab **)ctx;
+    return sl != NULL ? wm_slab_summary(sl, len) : NULL;
+}
+
 int wm_store_load(wm_store *st, const uint8_t *buf, size_t len, char *msg, size_t cap)
 {
     int rc;
@@ -1099,7 +1151,8 @@ int wm_store_load(wm_store *st, const uint8_t *buf, size_t len, char *msg, size_
     wm_slab *slab = NULL;
     size_t i;
     const wm_section_place place = {wm_load_place, &slab, sizeof(wm_rev_entry),
-                                    offsetof(wm_rev_entry, rev), offsetof(wm_rev_entry, aff)};
+                                    offsetof(wm_rev_entry, rev), offsetof(wm_rev_entry, aff),
+                                    wm_load_place_summary};
 
     if ((rc = wm_decode_section_placed(buf, len, &place, &img, msg, cap)) < 0) goto unref_slab;
     if ((rc = wm_store_create(&fresh)) < 0) goto clear_image;

@@ -731,7 +731,7 @@ int wm_dec_affinity(const Wmrec__AffinitySummary *m, wm_affinity *out, char *msg
                     size_t cap)
 {
     int rc = WM_OK;
-    wm_affinity a = {NULL, 0};
+    wm_affinity a = {NULL, 0, 0};
 
     if (m->n_units == 0) return wm_fail(SMP_EPROTO, msg, cap, "affinity summary has no unit");
     a.units = calloc(m->n_units, sizeof(*a.units));
@@ -769,6 +769,52 @@ int wm_dec_affinity(const Wmrec__AffinitySummary *m, wm_affinity *out, char *msg
 free_summary:
     wm_affinity_clear(&a);
     return rc;
+}
+
+int wm_dec_affinity_in(const Wmrec__AffinitySummary *m, wm_affinity *out,
+                       void *(*alloc)(void *ctx, size_t len), void *ctx, char *msg, size_t cap)
+{
+    size_t n_members = 0, key_bytes = 0;
+
+    if (alloc == NULL) return wm_dec_affinity(m, out, msg, cap);
+    /* The checks of wm_dec_affinity, in its order, before anything is
+     * placed: then one block of the exact size. */
+    if (m->n_units == 0) return wm_fail(SMP_EPROTO, msg, cap, "affinity summary has no unit");
+    for (size_t i = 0; i < m->n_units; i++) {
+        const Wmrec__AffinityUnit *u = m->units[i];
+        if (u == NULL || u->n_members == 0)
+            return wm_fail(SMP_EPROTO, msg, cap, "affinity unit %zu has no member", i);
+        for (size_t j = 0; j < u->n_members; j++) {
+            const char *k = u->members[j] != NULL ? u->members[j] : wm_no_text;
+            size_t len = strlen(k);
+            if (len == 0 || len > WM_KEY_MAX || wm_text_check(k, len) < 0)
+                return wm_fail(SMP_EPROTO, msg, cap, "affinity unit %zu member %zu is not a key",
+                               i, j);
+            key_bytes += len + 1;
+        }
+        n_members += u->n_members;
+    }
+    /* Units, then every unit's member array, then the keys: each part's
+     * size keeps the next aligned (a unit is a multiple of a pointer). */
+    wm_affinity_unit *units =
+        alloc(ctx, m->n_units * sizeof(*units) + n_members * sizeof(char *) + key_bytes);
+    if (units == NULL) return SMP_ENOMEM;
+    char **members = (char **)(units + m->n_units);
+    char *keys = (char *)(members + n_members);
+    for (size_t i = 0; i < m->n_units; i++) {
+        const Wmrec__AffinityUnit *u = m->units[i];
+        units[i].logical_bytes = u->logical_bytes;
+        units[i].n_members = u->n_members;
+        units[i].members = members;
+        for (size_t j = 0; j < u->n_members; j++) {
+            const char *k = u->members[j] != NULL ? u->members[j] : wm_no_text;
+            size_t len = strlen(k) + 1;
+            *members++ = memcpy(keys, k, len);
+            keys += len;
+        }
+    }
+    *out = (wm_affinity){units, m->n_units, 1};
+    return WM_OK;
 }
 
 /* Decode and check a lease; its identity strings go to *strs (see

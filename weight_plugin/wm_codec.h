@@ -122,6 +122,12 @@ typedef struct wm_section_place {
     size_t stride;
     size_t rev_off;
     size_t aff_off;
+    /* Called after alloc, once for each affinity summary: len bytes aligned
+     * for a pointer, which stay the caller's (never freed by the decode or
+     * by wm_affinity_clear: the summaries are borrowed) and must outlive
+     * them; NULL when it cannot (the decode then fails with SMP_ENOMEM).
+     * NULL: each summary is malloc'ed and owned by its wm_affinity. */
+    void *(*aff_alloc)(void *ctx, size_t len);
 } wm_section_place;
 
 #define WM_SECTION_FORMAT 1

@@ -30,6 +30,12 @@ int wm_dec_revision(const Wmrec__Revision *m, wm_revision *out, char **keys, cha
 /* Decode a summary into fresh memory (*out, owned on success; nothing is
  * left on failure). SMP_EPROTO, SMP_ENOMEM. */
 int wm_dec_affinity(const Wmrec__AffinitySummary *m, wm_affinity *out, char *msg, size_t cap);
+/* The same checks, the summary placed in one block of the exact size from
+ * alloc(ctx, bytes) (aligned for a pointer; never freed here): *out is then
+ * borrowed (wm_affinity.borrowed). alloc NULL: wm_dec_affinity. SMP_EPROTO,
+ * SMP_ENOMEM (alloc returned NULL). */
+int wm_dec_affinity_in(const Wmrec__AffinitySummary *m, wm_affinity *out,
+                       void *(*alloc)(void *ctx, size_t len), void *ctx, char *msg, size_t cap);
 /* Decode and check an operation, a lease, a lineage entry; their identity
  * strings go to *strs, which is advanced past them. SMP_EPROTO. */
 int wm_dec_operation(const Wmrec__Operation *m, wm_operation *out, char **strs, char *msg,

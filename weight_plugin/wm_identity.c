@@ -668,18 +668,21 @@ int wm_policy_resolve(const wm_policy *call,
 void wm_affinity_clear(wm_affinity *a)
 {
     if (a == NULL) return;
-    for (size_t i = 0; i < a->n_units; i++) {
-        for (size_t j = 0; j < a->units[i].n_members; j++) free(a->units[i].members[j]);
-        free(a->units[i].members);
+    if (!a->borrowed) {
+        for (size_t i = 0; i < a->n_units; i++) {
+            for (size_t j = 0; j < a->units[i].n_members; j++) free(a->units[i].members[j]);
+            free(a->units[i].members);
+        }
+        free(a->units);
     }
-    free(a->units);
     a->units = NULL;
     a->n_units = 0;
+    a->borrowed = 0;
 }
 
 int wm_affinity_copy(const wm_affinity *in, wm_affinity *out)
 {
-    wm_affinity c = {NULL, 0};
+    wm_affinity c = {NULL, 0, 0};
     if (in == NULL || out == NULL) return WM_EINVALID_ARGUMENT;
     if (in->n_units > 0) {
         c.units = calloc(in->n_units, sizeof(*c.units));

@@ -554,6 +554,7 @@ static int wm_sd_frame_scan(const uint8_t *buf, size_t len, wm_sd_frame *fr)
  * sized from the frame), otherwise only read. */
 typedef struct wm_sd_walk {
     wm_sd_scratch s;
+    const wm_section_place *place; /* NULL: the image's own arrays */
     wm_section_image *img;
     char *keys;
     char *strs;
@@ -588,7 +589,8 @@ static int wm_sd_walk_revision(wm_sd_walk *w, const wm_sd_fld *f)
     rc = wm_dec_revision(e.revp, wm_image_revision(img, i), &w->keys, w->why[0],
                          sizeof(w->why[0]));
     if (rc == SMP_OK && e.affp != NULL)
-        rc = wm_dec_affinity(e.affp, aff, w->why[0], sizeof(w->why[0]));
+        rc = wm_dec_affinity_in(e.affp, aff, w->place ? w->place->aff_alloc : NULL,
+                                w->place ? w->place->ctx : NULL, w->why[0], sizeof(w->why[0]));
     if (rc == SMP_ENOMEM) return rc;
     if (rc < 0) w->err[0] = rc;
     return SMP_OK;
@@ -719,6 +721,7 @@ int wm_decode_section_placed(const uint8_t *buf, size_t len, const wm_section_pl
     }
     if ((rc = wm_sd_image_alloc(&fr, place, &img)) < 0) goto free_image;
     w->img = &img;
+    w->place = place;
     w->keys = img.keys;
     w->strs = img.strs;
     if ((rc = wm_sd_walk_all(w, buf, len)) < 0) goto not_decoded;

@@ -45,6 +45,7 @@ static void pack_model(const wc_identity *id, const uint64_t *sizes, size_t n, u
 static void plugin_affinity(const wc_manifest *m, wm_affinity *a)
 {
     a->n_units = m->n_units;
+    a->borrowed = 0;
     a->units = calloc(m->n_units, sizeof *a->units);
     for (size_t u = 0; u < m->n_units; u++) {
         a->units[u].n_members = m->units[u].n;

@@ -419,7 +419,7 @@ static void test_affinity_check_against_revision(void **state)
     (void)state;
     const uint64_t bytes[] = {100, 200, 300};
     wm_revision r;
-    wm_affinity a = {NULL, 0}, c = {NULL, 0};
+    wm_affinity a = {NULL, 0, 0}, c = {NULL, 0, 0};
     char msg[200];
     wmt_ready_revision(&r, &a, "m", 1, bytes, 3);
     assert_int_equal(wm_affinity_check(&a, &r, msg, sizeof(msg)), WM_OK);

@@ -247,7 +247,7 @@ static void test_observe_residency_from_replicas(void **state)
     static char k0[] = "p0", k1[] = "p1", k2[] = "p2", k3[] = "p3";
     char *m0[] = {k0, k1}, *m1[] = {k2}, *m2[] = {k3};
     wm_affinity_unit units[] = {{m0, 2, 60}, {m1, 1, 30}, {m2, 1, 10}};
-    wm_affinity aff = {units, 3};
+    wm_affinity aff = {units, 3, 0};
     wm_observation o;
     wm_member_replicas r[4];
 
@@ -289,7 +289,7 @@ static void test_observe_residency_from_replicas(void **state)
 
     /* Wrong member count, empty summary. */
     assert_int_equal(wm_residency_observe(&aff, r, 3, 1, &o), WM_EINVALID_ARGUMENT);
-    wm_affinity empty = {NULL, 0};
+    wm_affinity empty = {NULL, 0, 0};
     assert_int_equal(wm_residency_observe(&empty, r, 0, 1, &o), WM_EINVALID_ARGUMENT);
 }
 

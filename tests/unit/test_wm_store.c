@@ -839,6 +839,60 @@ static void test_store_owns_the_identities_it_keeps(void **state)
     wm_affinity_clear(&aff);
 }
 
+/* A loaded section's affinity summaries live in its slab (borrowed): an
+ * upsert that brings the summary again (a copy of its own) replaces one
+ * without freeing it,
+ * the others stay readable, and a second load and the free release both
+ * kinds (ASan and valgrind see a borrowed summary freed, or an owned one
+ * leaked). */
+static void test_loaded_summaries_replaced_by_upserts(void **state)
+{
+    (void)state;
+    enum { N = 300 };
+    static const uint64_t bytes16[1] = {16};
+    wm_store *st = NULL, *copy = NULL;
+    char msg[256], name[32];
+    uint8_t *a = NULL;
+    size_t la = 0;
+    assert_int_equal(wm_store_create(&st), WM_OK);
+    if (wmt_seed_ready(st, "s", 0, N, msg, sizeof(msg)) != WM_OK) fail_msg("seed: %s", msg);
+    section_of(st, &a, &la);
+    assert_int_equal(wm_store_create(&copy), WM_OK);
+    if (wm_store_load(copy, a, la, msg, sizeof(msg)) != WM_OK) fail_msg("load: %s", msg);
+    for (int i = 0; i < N; i += 3) {
+        wm_affinity aff = {0};
+        wm_metadata_upsert u;
+        memset(&u, 0, sizeof(u));
+        snprintf(name, sizeof(name), "s%07d", i);
+        wmt_ready_revision(&u.revision, &aff, name, 1, bytes16, 1);
+        u.revision.metadata_generation = 2;
+        u.has_affinity = 1;
+        u.affinity = aff;
+        int rc = wm_store_apply_upsert(copy, &u, msg, sizeof(msg));
+        wm_affinity_clear(&aff);
+        if (rc != WM_OK) fail_msg("upsert: %s", msg);
+    }
+    for (int i = 0; i < N; i++) {
+        wm_identity id;
+        snprintf(name, sizeof(name), "s%07d", i);
+        wmt_identity(&id, name, 1);
+        const wm_affinity *got = wm_store_affinity(copy, &id);
+        assert_non_null(got);
+        assert_int_equal(got->n_units, 1);
+        assert_int_equal(got->units[0].n_members, 1);
+        assert_int_equal(got->units[0].logical_bytes, 16);
+        assert_int_equal(got->borrowed, i % 3 == 0 ? 0 : 1);
+        const wm_revision *r = wm_store_get(copy, &id);
+        assert_non_null(r);
+        assert_int_equal(strncmp(got->units[0].members[0], r->group_key, strlen(r->group_key)), 0);
+    }
+    if (wm_store_load(copy, a, la, msg, sizeof(msg)) != WM_OK) fail_msg("load: %s", msg);
+    assert_int_equal(wm_store_revision_count(copy), N);
+    free(a);
+    wm_store_free(copy);
+    wm_store_free(st);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -853,6 +907,7 @@ int main(void)
         cmocka_unit_test(test_lease_bookkeeping),
         cmocka_unit_test(test_many_revisions),
         cmocka_unit_test(test_loaded_revisions_deleted_one_by_one),
+        cmocka_unit_test(test_loaded_summaries_replaced_by_upserts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -266,20 +266,50 @@ static void wm_same_images(wm_same_ctx *c, const wm_section_image *a, const wm_s
 }
 
 /* A caller's storage for a placed decode: records of a revision and its
- * summary, and the keys, in one malloc'ed block. */
+ * summary, and the keys, in one malloc'ed block; each affinity summary in a
+ * malloc'ed block of its own (borrowed by the image), listed to be freed. */
 typedef struct wm_same_rec {
     wm_revision rev;
     wm_affinity aff;
 } wm_same_rec;
 
+typedef struct wm_same_store {
+    void *block;
+    void **summaries;
+    size_t n_summaries;
+    size_t cap_summaries;
+} wm_same_store;
+
 static void *wm_same_place_alloc(void *ctx, size_t n, size_t keys_len, char **keys)
 {
-    void **block = ctx;
+    wm_same_store *st = ctx;
     char *p = malloc(n * sizeof(wm_same_rec) + keys_len);
     if (p == NULL) return NULL;
-    *block = p;
+    st->block = p;
     *keys = p + n * sizeof(wm_same_rec);
     return p;
+}
+
+static void *wm_same_place_summary(void *ctx, size_t len)
+{
+    wm_same_store *st = ctx;
+    if (st->n_summaries == st->cap_summaries) {
+        size_t nc = st->cap_summaries ? 2 * st->cap_summaries : 16;
+        void **v = realloc(st->summaries, nc * sizeof(*v));
+        if (v == NULL) return NULL;
+        st->summaries = v;
+        st->cap_summaries = nc;
+    }
+    void *p = malloc(len ? len : 1);
+    if (p != NULL) st->summaries[st->n_summaries++] = p;
+    return p;
+}
+
+static void wm_same_store_free(wm_same_store *st)
+{
+    for (size_t i = 0; i < st->n_summaries; i++) free(st->summaries[i]);
+    free(st->summaries);
+    free(st->block);
 }
 
 /* Decode data[0..len) by hand (into arrays, and placed) and with the
@@ -290,10 +320,11 @@ static int wm_section_same(const uint8_t *data, size_t len, int *rc_out, char *w
 {
     wm_section_image ref, hand, placed;
     char mref[512] = "", mhand[512] = "", mplaced[512] = "";
-    void *block = NULL;
+    wm_same_store store = {NULL, NULL, 0, 0};
     wm_same_ctx c = {why, cap, 1};
-    const wm_section_place place = {wm_same_place_alloc, &block, sizeof(wm_same_rec),
-                                    offsetof(wm_same_rec, rev), offsetof(wm_same_rec, aff)};
+    const wm_section_place place = {wm_same_place_alloc, &store, sizeof(wm_same_rec),
+                                    offsetof(wm_same_rec, rev), offsetof(wm_same_rec, aff),
+                                    wm_same_place_summary};
     memset(&ref, 0, sizeof(ref));
     memset(&hand, 0, sizeof(hand));
     memset(&placed, 0, sizeof(placed));
@@ -320,7 +351,7 @@ static int wm_section_same(const uint8_t *data, size_t len, int *rc_out, char *w
     if (rr == WM_OK) wm_section_image_clear(&ref);
     if (rh == WM_OK) wm_section_image_clear(&hand);
     if (rp == WM_OK) wm_section_image_clear(&placed);
-    free(block);
+    wm_same_store_free(&store);
     return c.same;
 }
 

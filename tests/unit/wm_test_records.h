@@ -130,6 +130,7 @@ static inline void wmt_ready_revision(wm_revision *r,
     wmt_bind_keys(r);
     memset(r->manifest_sha256, 0xAB, sizeof(r->manifest_sha256));
     aff->n_units = n;
+    aff->borrowed = 0;
     aff->units = calloc(n, sizeof(*aff->units));
     for (size_t i = 0; i < n; i++) {
         char key[WM_KEY_MAX + 1];
