@@ -4,6 +4,7 @@
 
 #include <string.h>
 
+#include "pb_wire.h"
 #include "store_plugin.h"
 
 /* Field numbers of proto/rpc.proto: a request has four, a response five. */
@@ -19,7 +20,6 @@ enum {
     ENV_RESPONSE_FIELDS = 5
 };
 
-enum { WIRE_VARINT = 0, WIRE_I64 = 1, WIRE_LEN = 2, WIRE_I32 = 5 };
 
 /* One field as read: a number, or bytes inside the frame. */
 typedef struct env_field {
@@ -70,14 +70,14 @@ static inline __attribute__((always_inline)) int env_walk(const uint8_t *frame, 
         uint32_t field = (uint32_t)(key >> 3);
         unsigned wire = (unsigned)(key & 7);
         int known = field >= 1 && field <= nfields;
-        if (known && wire != ((bytes_fields >> field & 1) ? WIRE_LEN : WIRE_VARINT))
+        if (known && wire != ((bytes_fields >> field & 1) ? PBW_LEN : PBW_VARINT))
             return SMP_EPROTO;
         switch (wire) {
-        case WIRE_VARINT:
+        case PBW_VARINT:
             if (get_varint(&p, end, 10, &v) < 0) return SMP_EPROTO;
             if (known) f[field].num = v;
             break;
-        case WIRE_LEN:
+        case PBW_LEN:
             if (get_varint(&p, end, 5, &v) < 0 || v > (uint64_t)(end - p)) return SMP_EPROTO;
             if (known) {
                 f[field].ptr = v ? p : NULL;
@@ -85,9 +85,9 @@ static inline __attribute__((always_inline)) int env_walk(const uint8_t *frame, 
             }
             p += v;
             break;
-        case WIRE_I64:
-        case WIRE_I32: {
-            size_t n = wire == WIRE_I64 ? 8 : 4;
+        case PBW_64BIT:
+        case PBW_32BIT: {
+            size_t n = wire == PBW_64BIT ? 8 : 4;
             if (n > (size_t)(end - p)) return SMP_EPROTO;
             p += n;
             break;
@@ -130,53 +130,32 @@ int rpc_env_decode_response(const uint8_t *frame, size_t len, rpc_env_response *
     return SMP_OK;
 }
 
-/* Bytes of v as a varint. */
-static size_t varint_size(uint64_t v)
-{
-    size_t n = 1;
-    while (v >= 0x80) {
-        v >>= 7;
-        n++;
-    }
-    return n;
-}
-
-static uint8_t *put_varint(uint8_t *p, uint64_t v)
-{
-    while (v >= 0x80) {
-        *p++ = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    *p++ = (uint8_t)v;
-    return p;
-}
-
 /* A varint field, left out at 0 (proto3). */
 static uint8_t *put_number(uint8_t *p, unsigned field, uint64_t v)
 {
     if (v == 0) return p;
-    *p++ = (uint8_t)(field << 3 | WIRE_VARINT);
-    return put_varint(p, v);
+    *p++ = (uint8_t)(field << 3 | PBW_VARINT);
+    return pbw_put_varint(p, v);
 }
 
 /* A length-delimited field, left out when empty (proto3). */
 static uint8_t *put_bytes(uint8_t *p, unsigned field, const void *data, size_t len)
 {
     if (len == 0) return p;
-    *p++ = (uint8_t)(field << 3 | WIRE_LEN);
-    p = put_varint(p, len);
+    *p++ = (uint8_t)(field << 3 | PBW_LEN);
+    p = pbw_put_varint(p, len);
     memcpy(p, data, len);
     return p + len;
 }
 
 static size_t number_size(uint64_t v)
 {
-    return v ? 1 + varint_size(v) : 0;
+    return v ? 1 + pbw_varint_len(v) : 0;
 }
 
 static size_t bytes_size(size_t len)
 {
-    return len ? 1 + varint_size(len) + len : 0;
+    return len ? 1 + pbw_varint_len(len) + len : 0;
 }
 
 static uint32_t zigzag32(int32_t v)

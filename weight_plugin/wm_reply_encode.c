@@ -25,65 +25,31 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "pb_wire.h"
 #include "wm_mgmt.h"
-
-/* Wire types. */
-#define WT_VARINT 0
-#define WT_FIXED64 1
-#define WT_LEN 2
-
-static size_t varint_len(uint64_t v)
-{
-    size_t n = 1;
-    while (v >= 0x80) {
-        v >>= 7;
-        n++;
-    }
-    return n;
-}
-
-static uint8_t *put_varint(uint8_t *p, uint64_t v)
-{
-    while (v >= 0x80) {
-        *p++ = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    *p++ = (uint8_t)v;
-    return p;
-}
-
-static size_t tag_len(unsigned num)
-{
-    return varint_len((uint64_t)num << 3);
-}
-
-static uint8_t *put_tag(uint8_t *p, unsigned num, unsigned wt)
-{
-    return put_varint(p, ((uint64_t)num << 3) | wt);
-}
 
 /* Size of a varint field (0: left out). */
 static size_t sz_u64(unsigned num, uint64_t v)
 {
-    return v != 0 ? tag_len(num) + varint_len(v) : 0;
+    return v != 0 ? pbw_tag_len(num) + pbw_varint_len(v) : 0;
 }
 
 static size_t sz_dbl(unsigned num, double v)
 {
-    return v != 0 ? tag_len(num) + 8 : 0; /* NaN != 0: written */
+    return v != 0 ? pbw_tag_len(num) + 8 : 0; /* NaN != 0: written */
 }
 
 /* A length-delimited field of len bytes (present decides, not len). */
 static size_t sz_len(unsigned num, size_t len)
 {
-    return tag_len(num) + varint_len(len) + len;
+    return pbw_tag_len(num) + pbw_varint_len(len) + len;
 }
 
 static uint8_t *put_u64(uint8_t *p, unsigned num, uint64_t v)
 {
     if (v == 0) return p;
-    p = put_tag(p, num, WT_VARINT);
-    return put_varint(p, v);
+    p = pbw_put_tag(p, num, PBW_VARINT);
+    return pbw_put_varint(p, v);
 }
 
 static uint8_t *put_dbl(uint8_t *p, unsigned num, double v)
@@ -91,15 +57,15 @@ static uint8_t *put_dbl(uint8_t *p, unsigned num, double v)
     uint64_t bits;
     if (v == 0) return p;
     memcpy(&bits, &v, sizeof(bits));
-    p = put_tag(p, num, WT_FIXED64);
+    p = pbw_put_tag(p, num, PBW_64BIT);
     for (int i = 0; i < 8; i++) *p++ = (uint8_t)(bits >> (8 * i));
     return p;
 }
 
 static uint8_t *put_len(uint8_t *p, unsigned num, size_t len)
 {
-    p = put_tag(p, num, WT_LEN);
-    return put_varint(p, len);
+    p = pbw_put_tag(p, num, PBW_LEN);
+    return pbw_put_varint(p, len);
 }
 
 /* A string field: left out when NULL or "". */

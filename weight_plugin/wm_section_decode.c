@@ -43,147 +43,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pb_wire.h"
 #include "weight_records.pb-c.h"
 #include "wm_bulk.h"
 #include "wm_codec.h"
 #include "wm_codec_dec.h"
-
-/* Wire types. */
-enum { WM_WT_VARINT = 0, WM_WT_64BIT = 1, WM_WT_LEN = 2, WM_WT_32BIT = 5 };
-
-/* protobuf-c scans at most this many fields of one message (its slabs of
- * scanned members: 16 << 0 up to 16 << 22 of them). */
-#define WM_SD_MAX_FIELDS ((size_t)16 * ((1u << 23) - 1))
-
-/* A reader over bytes [p, end), counting the fields read. */
-typedef struct wm_sd_rd {
-    const uint8_t *p;
-    const uint8_t *end;
-    size_t n;
-} wm_sd_rd;
-
-/* One field as protobuf-c scans it: its bytes (a length prefix included)
- * and the prefix's length. */
-typedef struct wm_sd_fld {
-    uint32_t tag;
-    unsigned wt;
-    const uint8_t *data;
-    size_t len;
-    size_t pref;
-} wm_sd_fld;
-
-/* Read the next field's tag and value extent (not its meaning). 0, or -1 on
- * bytes protobuf-c refuses. */
-static int wm_sd_next(wm_sd_rd *r, wm_sd_fld *f)
-{
-    size_t rem = (size_t)(r->end - r->p);
-    const uint8_t *p = r->p;
-    if ((p[0] & 0xf8) == 0) return -1; /* 0 is not a field number */
-    if (++r->n > WM_SD_MAX_FIELDS) return -1;
-    f->wt = p[0] & 7;
-    uint32_t tag = (uint32_t)(p[0] & 0x7f) >> 3;
-    size_t used = 1;
-    if (p[0] & 0x80) {
-        size_t max = rem > 5 ? 5 : rem;
-        unsigned shift = 4;
-        for (used = 1; used < max; used++) {
-            if (p[used] & 0x80) {
-                tag |= (uint32_t)(p[used] & 0x7f) << shift;
-                shift += 7;
-            } else {
-                tag |= (uint32_t)p[used] << shift;
-                break;
-            }
-        }
-        if (used == max) return -1;
-        used++;
-    }
-    f->tag = tag;
-    p += used;
-    rem -= used;
-    f->data = p;
-    f->pref = 0;
-    switch (f->wt) {
-    case WM_WT_VARINT: {
-        size_t max = rem < 10 ? rem : 10, i;
-        for (i = 0; i < max && (p[i] & 0x80); i++)
-            ;
-        if (i == max) return -1;
-        f->len = i + 1;
-        break;
-    }
-    case WM_WT_64BIT:
-        if (rem < 8) return -1;
-        f->len = 8;
-        break;
-    case WM_WT_LEN: {
-        size_t max = rem < 5 ? rem : 5, i, val = 0;
-        for (i = 0; i < max; i++) {
-            val |= ((size_t)p[i] & 0x7f) << (7 * i);
-            if ((p[i] & 0x80) == 0) break;
-        }
-        if (i == max) return -1;
-        f->pref = i + 1;
-        if (val > INT_MAX || f->pref + val > rem) return -1;
-        f->len = f->pref + val;
-        break;
-    }
-    case WM_WT_32BIT:
-        if (rem < 4) return -1;
-        f->len = 4;
-        break;
-    default:
-        return -1;
-    }
-    r->p = p + f->len;
-    return 0;
-}
-
-/* A length-delimited field's content. */
-static const uint8_t *wm_sd_body(const wm_sd_fld *f)
-{
-    return f->data + f->pref;
-}
-
-static size_t wm_sd_body_len(const wm_sd_fld *f)
-{
-    return f->len - f->pref;
-}
-
-/* A varint field's value (low 64 bits). -1 when not a varint. */
-static int wm_sd_u64(const wm_sd_fld *f, uint64_t *v)
-{
-    if (f->wt != WM_WT_VARINT) return -1;
-    uint64_t x = 0;
-    for (size_t i = 0; i < f->len; i++) x |= (uint64_t)(f->data[i] & 0x7f) << (7 * i);
-    *v = x;
-    return 0;
-}
-
-static int wm_sd_u32(const wm_sd_fld *f, uint32_t *v)
-{
-    uint64_t x;
-    if (wm_sd_u64(f, &x) < 0) return -1;
-    *v = (uint32_t)x;
-    return 0;
-}
-
-static int wm_sd_double(const wm_sd_fld *f, double *v)
-{
-    if (f->wt != WM_WT_64BIT) return -1;
-    uint64_t x = 0;
-    for (size_t i = 0; i < 8; i++) x |= (uint64_t)f->data[i] << (8 * i);
-    memcpy(v, &x, sizeof(*v));
-    return 0;
-}
-
-static int wm_sd_bytes(const wm_sd_fld *f, ProtobufCBinaryData *out)
-{
-    if (f->wt != WM_WT_LEN) return -1;
-    out->len = wm_sd_body_len(f);
-    out->data = out->len ? (uint8_t *)wm_sd_body(f) : NULL;
-    return 0;
-}
 
 /* Scratch storage reused from one revision entry to the next: its strings
  * (NUL-terminated), its affinity units and their members. Reserved from the
@@ -245,12 +109,12 @@ static void wm_sd_scratch_fini(wm_sd_scratch *s)
 
 /* Copy a string field into the scratch and point *out at it. -1 when not
  * length-delimited. */
-static int wm_sd_str(wm_sd_scratch *s, const wm_sd_fld *f, char **out)
+static int wm_sd_str(wm_sd_scratch *s, const pbw_fld *f, char **out)
 {
-    if (f->wt != WM_WT_LEN) return -1;
-    size_t n = wm_sd_body_len(f);
+    if (f->wt != PBW_LEN) return -1;
+    size_t n = pbw_body_len(f);
     char *d = s->str + s->at;
-    memcpy(d, wm_sd_body(f), n);
+    memcpy(d, pbw_body(f), n);
     d[n] = '\0';
     s->at += n + 1;
     *out = d;
@@ -272,17 +136,17 @@ static int wm_sd_identity(const uint8_t *p, const uint8_t *end, Wmrec__Identity 
 {
     static const Wmrec__Identity init = WMREC__IDENTITY__INIT;
     *m = init;
-    wm_sd_rd r = {p, end, 0};
-    wm_sd_fld f;
+    pbw_rd r = {p, end, 0};
+    pbw_fld f;
     while (r.p < r.end) {
-        if (wm_sd_next(&r, &f) < 0) return -1;
+        if (pbw_next(&r, &f) < 0) return -1;
         int bad = 0;
         switch (f.tag) {
-        case 1: bad = wm_sd_bytes(&f, &m->tenant_id); break;
-        case 2: bad = wm_sd_bytes(&f, &m->namespace_); break;
-        case 3: bad = wm_sd_bytes(&f, &m->resource_id); break;
-        case 4: bad = wm_sd_bytes(&f, &m->revision); break;
-        case 5: bad = wm_sd_u64(&f, &m->weight_generation); break;
+        case 1: bad = pbw_bytes(&f, &m->tenant_id); break;
+        case 2: bad = pbw_bytes(&f, &m->namespace_); break;
+        case 3: bad = pbw_bytes(&f, &m->resource_id); break;
+        case 4: bad = pbw_bytes(&f, &m->revision); break;
+        case 5: bad = pbw_u64(&f, &m->weight_generation); break;
         default: break;
         }
         if (bad) return -1;
@@ -294,15 +158,15 @@ static int wm_sd_policy(const uint8_t *p, const uint8_t *end, Wmrec__Policy *m)
 {
     static const Wmrec__Policy init = WMREC__POLICY__INIT;
     *m = init;
-    wm_sd_rd r = {p, end, 0};
-    wm_sd_fld f;
+    pbw_rd r = {p, end, 0};
+    pbw_fld f;
     while (r.p < r.end) {
-        if (wm_sd_next(&r, &f) < 0) return -1;
+        if (pbw_next(&r, &f) < 0) return -1;
         int bad = 0;
         switch (f.tag) {
-        case 1: bad = wm_sd_u32(&f, &m->preferred_residency); break;
-        case 2: bad = wm_sd_double(&f, &m->mixed_hot_ratio); break;
-        case 3: bad = wm_sd_u32(&f, &m->migration_mode); break;
+        case 1: bad = pbw_u32(&f, &m->preferred_residency); break;
+        case 2: bad = pbw_double(&f, &m->mixed_hot_ratio); break;
+        case 3: bad = pbw_u32(&f, &m->migration_mode); break;
         default: break;
         }
         if (bad) return -1;
@@ -360,17 +224,17 @@ static int wm_sd_revision(wm_sd_scratch *s, const uint8_t *p, const uint8_t *end
     static const Wmrec__Revision init = WMREC__REVISION__INIT;
     wm_sd_rev *o = out;
     o->m = init; /* identity and policy NULL until given */
-    wm_sd_rd r = {p, end, 0};
-    wm_sd_fld f;
+    pbw_rd r = {p, end, 0};
+    pbw_fld f;
     Wmrec__Revision *m = &o->m;
     while (r.p < r.end) {
-        if (wm_sd_next(&r, &f) < 0) return -1;
+        if (pbw_next(&r, &f) < 0) return -1;
         int bad = 0;
         switch (f.tag) {
         case 1: {
             Wmrec__Identity id;
-            if (f.wt != WM_WT_LEN ||
-                wm_sd_identity(wm_sd_body(&f), f.data + f.len, &id) < 0)
+            if (f.wt != PBW_LEN ||
+                wm_sd_identity(pbw_body(&f), f.data + f.len, &id) < 0)
                 return -1;
             if (m->identity != NULL) wm_sd_merge_identity(&o->id, &id);
             o->id = id;
@@ -378,32 +242,32 @@ static int wm_sd_revision(wm_sd_scratch *s, const uint8_t *p, const uint8_t *end
             break;
         }
         case 2: /* a Policy given twice: merged, the later's scalars win */
-            if (f.wt != WM_WT_LEN ||
-                wm_sd_policy(wm_sd_body(&f), f.data + f.len, &o->policy) < 0)
+            if (f.wt != PBW_LEN ||
+                wm_sd_policy(pbw_body(&f), f.data + f.len, &o->policy) < 0)
                 return -1;
             m->policy = &o->policy;
             break;
-        case 3: bad = wm_sd_u32(&f, &m->availability); break;
-        case 4: bad = wm_sd_u32(&f, &m->residency); break;
-        case 5: bad = wm_sd_double(&f, &m->observed_hot_ratio); break;
-        case 6: bad = wm_sd_u64(&f, &m->metadata_generation); break;
-        case 7: bad = wm_sd_u64(&f, &m->operation_id); break;
+        case 3: bad = pbw_u32(&f, &m->availability); break;
+        case 4: bad = pbw_u32(&f, &m->residency); break;
+        case 5: bad = pbw_double(&f, &m->observed_hot_ratio); break;
+        case 6: bad = pbw_u64(&f, &m->metadata_generation); break;
+        case 7: bad = pbw_u64(&f, &m->operation_id); break;
         case 8: bad = wm_sd_str(s, &f, &m->group_key); break;
         case 9: bad = wm_sd_str(s, &f, &m->manifest_key); break;
-        case 10: bad = wm_sd_bytes(&f, &m->manifest_sha256); break;
-        case 11: bad = wm_sd_u64(&f, &m->payload_count); break;
-        case 12: bad = wm_sd_u64(&f, &m->logical_bytes); break;
-        case 13: bad = wm_sd_bytes(&f, &m->payload_keys_sha256); break;
-        case 14: bad = wm_sd_u64(&f, &m->affinity_count); break;
-        case 15: bad = wm_sd_bytes(&f, &m->affinity_sha256); break;
-        case 16: bad = wm_sd_u64(&f, &m->created_ms); break;
-        case 17: bad = wm_sd_u64(&f, &m->updated_ms); break;
-        case 18: bad = wm_sd_u64(&f, &m->last_access_ms); break;
-        case 19: bad = wm_sd_u32(&f, &m->lease_count); break;
+        case 10: bad = pbw_bytes(&f, &m->manifest_sha256); break;
+        case 11: bad = pbw_u64(&f, &m->payload_count); break;
+        case 12: bad = pbw_u64(&f, &m->logical_bytes); break;
+        case 13: bad = pbw_bytes(&f, &m->payload_keys_sha256); break;
+        case 14: bad = pbw_u64(&f, &m->affinity_count); break;
+        case 15: bad = pbw_bytes(&f, &m->affinity_sha256); break;
+        case 16: bad = pbw_u64(&f, &m->created_ms); break;
+        case 17: bad = pbw_u64(&f, &m->updated_ms); break;
+        case 18: bad = pbw_u64(&f, &m->last_access_ms); break;
+        case 19: bad = pbw_u32(&f, &m->lease_count); break;
         case 20: bad = wm_sd_str(s, &f, &m->request_id); break;
-        case 21: bad = wm_sd_u64(&f, &m->request_digest); break;
-        case 22: bad = wm_sd_u64(&f, &m->request_base_generation); break;
-        case 23: bad = wm_sd_u64(&f, &m->request_operation_id); break;
+        case 21: bad = pbw_u64(&f, &m->request_digest); break;
+        case 22: bad = pbw_u64(&f, &m->request_base_generation); break;
+        case 23: bad = pbw_u64(&f, &m->request_operation_id); break;
         default: break;
         }
         if (bad) return -1;
@@ -419,14 +283,14 @@ static int wm_sd_unit(wm_sd_scratch *s, const uint8_t *p, const uint8_t *end)
     Wmrec__AffinityUnit *u = &s->units[s->n_units];
     *u = init;
     size_t first = s->n_members;
-    wm_sd_rd r = {p, end, 0};
-    wm_sd_fld f;
+    pbw_rd r = {p, end, 0};
+    pbw_fld f;
     while (r.p < r.end) {
-        if (wm_sd_next(&r, &f) < 0) return -1;
+        if (pbw_next(&r, &f) < 0) return -1;
         int bad = 0;
         switch (f.tag) {
         case 1: bad = wm_sd_str(s, &f, &s->members[s->n_members]); if (!bad) s->n_members++; break;
-        case 2: bad = wm_sd_u64(&f, &u->logical_bytes); break;
+        case 2: bad = pbw_u64(&f, &u->logical_bytes); break;
         default: break;
         }
         if (bad) return -1;
@@ -442,12 +306,12 @@ static int wm_sd_unit(wm_sd_scratch *s, const uint8_t *p, const uint8_t *end)
  * s's (occurrences merged are their units concatenated). */
 static int wm_sd_summary(wm_sd_scratch *s, const uint8_t *p, const uint8_t *end)
 {
-    wm_sd_rd r = {p, end, 0};
-    wm_sd_fld f;
+    pbw_rd r = {p, end, 0};
+    pbw_fld f;
     while (r.p < r.end) {
-        if (wm_sd_next(&r, &f) < 0) return -1;
+        if (pbw_next(&r, &f) < 0) return -1;
         if (f.tag != 1) continue;
-        if (f.wt != WM_WT_LEN || wm_sd_unit(s, wm_sd_body(&f), f.data + f.len) < 0) return -1;
+        if (f.wt != PBW_LEN || wm_sd_unit(s, pbw_body(&f), f.data + f.len) < 0) return -1;
     }
     return 0;
 }
@@ -469,13 +333,13 @@ static int wm_sd_entry_decode(wm_sd_scratch *s, const uint8_t *p, const uint8_t 
     e->revp = NULL;
     e->affp = NULL;
     e->aff = init;
-    wm_sd_rd r = {p, end, 0};
-    wm_sd_fld f;
+    pbw_rd r = {p, end, 0};
+    pbw_fld f;
     while (r.p < r.end) {
-        if (wm_sd_next(&r, &f) < 0) return -1;
+        if (pbw_next(&r, &f) < 0) return -1;
         if (f.tag == 1) {
             wm_sd_rev later;
-            if (f.wt != WM_WT_LEN || wm_sd_revision(s, wm_sd_body(&f), f.data + f.len, &later) < 0)
+            if (f.wt != PBW_LEN || wm_sd_revision(s, pbw_body(&f), f.data + f.len, &later) < 0)
                 return -1;
             if (e->revp != NULL) wm_sd_merge_revision(&e->rev, &later);
             e->rev = later;
@@ -483,7 +347,7 @@ static int wm_sd_entry_decode(wm_sd_scratch *s, const uint8_t *p, const uint8_t 
             if (e->rev.m.policy != NULL) e->rev.m.policy = &e->rev.policy;
             e->revp = &e->rev.m;
         } else if (f.tag == 2) {
-            if (f.wt != WM_WT_LEN || wm_sd_summary(s, wm_sd_body(&f), f.data + f.len) < 0)
+            if (f.wt != PBW_LEN || wm_sd_summary(s, pbw_body(&f), f.data + f.len) < 0)
                 return -1;
             e->affp = &e->aff;
         }
@@ -515,33 +379,33 @@ static int wm_sd_frame_scan(const uint8_t *buf, size_t len, wm_sd_frame *fr)
     memset(fr, 0, sizeof(*fr));
     fr->keys_len = 1;
     fr->strs_len = 1;
-    wm_sd_rd r = {buf, buf + len, 0};
-    wm_sd_fld f;
+    pbw_rd r = {buf, buf + len, 0};
+    pbw_fld f;
     while (r.p < r.end) {
-        if (wm_sd_next(&r, &f) < 0) return -1;
+        if (pbw_next(&r, &f) < 0) return -1;
         switch (f.tag) {
         case 1:
-            if (wm_sd_u32(&f, &fr->format) < 0) return -1;
+            if (pbw_u32(&f, &fr->format) < 0) return -1;
             break;
         case 2:
         case 3:
         case 4:
         case 5:
-            if (f.wt != WM_WT_LEN) return -1;
+            if (f.wt != PBW_LEN) return -1;
             fr->n[f.tag - 2]++;
             /* A string the decode writes costs its bytes and a NUL, which its
              * framing pays for; a revision's three text fields may be absent
              * (an empty string each). The sums stay below 3x len. */
             if (f.tag == 2)
-                fr->keys_len += wm_sd_body_len(&f) + 3;
+                fr->keys_len += pbw_body_len(&f) + 3;
             else
-                fr->strs_len += wm_sd_body_len(&f);
+                fr->strs_len += pbw_body_len(&f);
             break;
         case 6:
-            if (wm_sd_u64(&f, &fr->next_operation_id) < 0) return -1;
+            if (pbw_u64(&f, &fr->next_operation_id) < 0) return -1;
             break;
         case 7:
-            if (wm_sd_u64(&f, &fr->next_lease_id) < 0) return -1;
+            if (pbw_u64(&f, &fr->next_lease_id) < 0) return -1;
             break;
         default:
             break;
@@ -574,12 +438,12 @@ static int wm_sd_live(const wm_sd_walk *w, int k)
 }
 
 /* A revision entry: decoded, and when live checked into its slot. */
-static int wm_sd_walk_revision(wm_sd_walk *w, const wm_sd_fld *f)
+static int wm_sd_walk_revision(wm_sd_walk *w, const pbw_fld *f)
 {
     int rc;
     wm_sd_entry e;
-    if ((rc = wm_sd_reserve(&w->s, wm_sd_body_len(f))) < 0) return rc;
-    if (wm_sd_entry_decode(&w->s, wm_sd_body(f), f->data + f->len, &e) < 0) return SMP_EPROTO;
+    if ((rc = wm_sd_reserve(&w->s, pbw_body_len(f))) < 0) return rc;
+    if (wm_sd_entry_decode(&w->s, pbw_body(f), f->data + f->len, &e) < 0) return SMP_EPROTO;
     if (!wm_sd_live(w, 0)) return SMP_OK;
     wm_section_image *img = w->img;
     size_t i = img->n_revisions;
@@ -598,14 +462,14 @@ static int wm_sd_walk_revision(wm_sd_walk *w, const wm_sd_fld *f)
 
 /* An operation, a lease or a lineage entry (kind 1, 2, 3): unpacked by
  * protobuf-c, and when live checked into the image. */
-static int wm_sd_walk_other(wm_sd_walk *w, int kind, const wm_sd_fld *f)
+static int wm_sd_walk_other(wm_sd_walk *w, int kind, const pbw_fld *f)
 {
     static const ProtobufCMessageDescriptor *const desc[4] = {
         NULL, &wmrec__operation__descriptor, &wmrec__lease__descriptor,
         &wmrec__lineage_entry__descriptor};
     int rc = SMP_OK;
     ProtobufCMessage *m =
-        protobuf_c_message_unpack(desc[kind], NULL, wm_sd_body_len(f), wm_sd_body(f));
+        protobuf_c_message_unpack(desc[kind], NULL, pbw_body_len(f), pbw_body(f));
     if (m == NULL) return SMP_EPROTO;
     if (wm_sd_live(w, kind)) {
         wm_section_image *img = w->img;
@@ -638,10 +502,10 @@ static int wm_sd_walk_other(wm_sd_walk *w, int kind, const wm_sd_fld *f)
 static int wm_sd_walk_all(wm_sd_walk *w, const uint8_t *buf, size_t len)
 {
     int rc;
-    wm_sd_rd r = {buf, buf + len, 0};
-    wm_sd_fld f;
+    pbw_rd r = {buf, buf + len, 0};
+    pbw_fld f;
     while (r.p < r.end) {
-        if (wm_sd_next(&r, &f) < 0) return SMP_EPROTO; /* read once already */
+        if (pbw_next(&r, &f) < 0) return SMP_EPROTO; /* read once already */
         if (f.tag == 2)
             rc = wm_sd_walk_revision(w, &f);
         else if (f.tag >= 3 && f.tag <= 5)

@@ -4,6 +4,7 @@
 #include "obj_store_internal.h"
 
 #include "obj_snap_decode.h"
+#include "pb_wire.h"
 
 #include <stdlib.h>
 
@@ -18,24 +19,12 @@ typedef struct obj_snap_writer {
     size_t tmpcap;
 } obj_snap_writer;
 
-static size_t obj_put_varint(uint8_t *p, uint64_t v)
-{
-    size_t n = 0;
-    while (v >= 0x80) {
-        p[n++] = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    p[n++] = (uint8_t)v;
-    return n;
-}
-
 /* Write msg as one occurrence of the length-delimited field `field`. */
 static int obj_snap_field(obj_snap_writer *w, uint32_t field, const ProtobufCMessage *msg)
 {
     size_t len = protobuf_c_message_get_packed_size(msg);
     uint8_t hdr[20];
-    size_t h = obj_put_varint(hdr, ((uint64_t)field << 3) | 2);
-    h += obj_put_varint(hdr + h, len);
+    size_t h = (size_t)(pbw_put_varint(pbw_put_tag(hdr, field, PBW_LEN), len) - hdr);
     if (len > w->tmpcap) {
         uint8_t *nt = realloc(w->tmp, len);
         if (!nt) return SMP_ENOMEM;
@@ -57,8 +46,7 @@ int obj_store_save(const obj_store *st,
     if (!write) return SMP_EINVAL;
     obj_snap_writer w = {write, ctx, NULL, 0};
     uint8_t hdr[12];
-    size_t h = obj_put_varint(hdr, (1u << 3) | 0);
-    h += obj_put_varint(hdr + h, OBJ_SNAPSHOT_FORMAT);
+    size_t h = (size_t)(pbw_put_varint(pbw_put_tag(hdr, 1, PBW_VARINT), OBJ_SNAPSHOT_FORMAT) - hdr);
     if ((rc = write(ctx, hdr, h)) < 0) return rc;
     for (obj_sl_node *x = obj_sl_after(&st->segments, NULL, 0); x; x = x->next[0]) {
         const obj_segment *s = x->val;
@@ -81,8 +69,7 @@ int obj_store_save(const obj_store *st,
         obj_record r = {0};
         if ((rc = obj_encode_object(x->val, NULL, 0, 0, &r)) < 0) goto free_tmp;
         uint8_t oh[20];
-        size_t n = obj_put_varint(oh, (4u << 3) | 2);
-        n += obj_put_varint(oh + n, r.len);
+        size_t n = (size_t)(pbw_put_varint(pbw_put_tag(oh, 4, PBW_LEN), r.len) - oh);
         rc = write(ctx, oh, n);
         if (rc >= 0 && r.len) rc = write(ctx, r.buf, r.len);
         obj_record_free(&r);
