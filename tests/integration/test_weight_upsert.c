@@ -63,15 +63,33 @@ static int write_cfg(fixture *f, const char *cluster)
     return hx_reconfigure(&f->m, cfg);
 }
 
+/* Stop and remove what the fixture started (cmocka runs no teardown after
+ * a setup that failed, so setup_cfg calls this itself then). */
+static void fixture_free(fixture *f)
+{
+    weight_store_close(f->s);
+    rpcc_close(f->rpc);
+    hx_cleanup(&f->m);
+    if (f->ha) etcd_fixture_cleanup(&f->etcd);
+    free(f);
+}
+
 static int setup_cfg(void **state, const char *name, const char *cluster, int ha)
 {
     fixture *f = calloc(1, sizeof *f);
-    if (f == NULL || hx_init(&f->m, name, NULL) < 0) return -1;
+    if (f == NULL) return -1;
+    if (hx_init(&f->m, name, NULL) < 0) {
+        free(f);
+        return -1;
+    }
+    if (ha && etcd_fixture_start(&f->etcd, name, 1, 20000) < 0) goto fail;
     f->ha = ha;
-    if (ha && etcd_fixture_start(&f->etcd, name, 1, 20000) < 0) return -1;
-    if (write_cfg(f, cluster) < 0 || hx_start(&f->m, 20000) < 0) return -1;
+    if (write_cfg(f, cluster) < 0 || hx_start(&f->m, 20000) < 0) goto fail;
     *state = f;
     return 0;
+fail:
+    fixture_free(f);
+    return -1;
 }
 
 static int setup(void **state)
@@ -97,11 +115,7 @@ static void close_clients(fixture *f)
 
 static int teardown(void **state)
 {
-    fixture *f = *state;
-    close_clients(f);
-    hx_cleanup(&f->m);
-    if (f->ha) etcd_fixture_cleanup(&f->etcd);
-    free(f);
+    fixture_free(*state);
     return 0;
 }
 
