@@ -47,7 +47,6 @@ static wx_tensor model[] = {
 
 typedef struct fixture {
     hx_master m;
-    char shm[400];
     weight_store *s;
     weight_identity id;
 } fixture;
@@ -57,19 +56,12 @@ typedef struct fixture {
 static int setup(void **state)
 {
     fixture *f = calloc(1, sizeof(*f));
-    char cfg[2048];
     wx_model_fill(model, N_MODEL, 11);
-    if (f == NULL || hx_init(&f->m, "rlease", NULL) < 0) return -1;
-    snprintf(f->shm, sizeof(f->shm), "%s/shm", f->m.dir);
-    snprintf(cfg, sizeof(cfg),
-             "node:\n  segment_dir: \"%s\"\n  segment_bytes: 8388608\n  poll_ms: 10\n"
-             "cluster:\n  default_weight_preferred_residency: hot\n"
-             "plugins:\n  - path: \"%s/lib/weight_mgmt.so\"\n    config:\n      tick_period_ms: 50\n",
-             f->shm, BUILD_DIR);
-    if (hx_reconfigure(&f->m, cfg) < 0 || hx_start(&f->m, 20000) < 0) return -1;
-    f->s = wx_open_store(&f->m);
-    if (weight_identity_set(&f->id, NULL, "llm", "x", "v1", 1) != 0) return -1;
-    wx_put_model(f->s, &f->id, model, N_MODEL);
+    if (f == NULL || wx_start_published(&f->m, "rlease", NULL, "      tick_period_ms: 50\n", model,
+                                        N_MODEL, &f->s, &f->id) < 0) {
+        free(f);
+        return -1;
+    }
     *state = f;
     return 0;
 }

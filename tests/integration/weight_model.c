@@ -128,3 +128,25 @@ int wx_weightctl(const hx_master *m, char *out, size_t cap, const char *args)
     int st = pclose(p);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
+
+int wx_start_published(hx_master *m, const char *name, const char *binary, const char *plugin_cfg,
+                       const wx_tensor *t, size_t n, weight_store **s, weight_identity *id)
+{
+    char cfg[2048];
+    *s = NULL;
+    if (hx_init(m, name, NULL) < 0) return -1;
+    m->binary = binary;
+    snprintf(cfg, sizeof(cfg),
+             "node:\n  segment_dir: \"%s/shm\"\n  segment_bytes: 8388608\n  poll_ms: 10\n"
+             "cluster:\n  default_weight_preferred_residency: hot\n"
+             "plugins:\n  - path: \"%s/lib/weight_mgmt.so\"\n%s%s",
+             m->dir, BUILD_DIR, plugin_cfg ? "    config:\n" : "", plugin_cfg ? plugin_cfg : "");
+    if (hx_reconfigure(m, cfg) < 0 || hx_start(m, 20000) < 0 ||
+        weight_identity_set(id, NULL, "llm", "x", "v1", 1) != 0) {
+        hx_cleanup(m);
+        return -1;
+    }
+    *s = wx_open_store(m);
+    wx_put_model(*s, id, t, n);
+    return 0;
+}

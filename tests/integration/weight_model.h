@@ -33,6 +33,15 @@ weight_store *wx_open_store(const hx_master *m);
  * it), READY at once. */
 void wx_put_model(weight_store *s, const weight_identity *id, const wx_tensor *t, size_t n);
 
+/* Start m (named name for its data dir) on binary (NULL: store_master)
+ * with its embedded node's 8 MiB segment under the data dir, HOT as the
+ * default residency and weight_mgmt.so, whose config block is plugin_cfg
+ * (lines indented by six spaces; NULL: none); open *s on it and publish the
+ * n tensors as llm/x/v1@1 (*id). 0, or -1 with everything it started
+ * stopped and removed: cmocka runs no teardown after a setup that failed. */
+int wx_start_published(hx_master *m, const char *name, const char *binary, const char *plugin_cfg,
+                       const wx_tensor *t, size_t n, weight_store **s, weight_identity *id);
+
 /* weight_get of the whole revision (every tensor replicated); each tensor's
  * SHA-256 must be that of t's bytes. Returns the bytes copied from mapped
  * memory replicas (the rest came from cold files or the network). */
