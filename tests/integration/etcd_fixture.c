@@ -8,19 +8,18 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "etcd_client.h"
+#include "harness.h"
 #include "etcd_fixture.h"
 
 #define ETCD_BIN "/usr/bin/etcd"
@@ -126,13 +125,7 @@ static pid_t spawn_member(const etcd_fixture *f, const etcd_fixture_member *m)
     snprintf(peer_url, sizeof(peer_url), "http://127.0.0.1:%d", m->peer_port);
     pid_t pid = fork();
     if (pid != 0) return pid;
-    prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
-    int fd = open(m->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (fd >= 0) {
-        dup2(fd, 2);
-        dup2(fd, 1);
-        close(fd);
-    }
+    hx_child_setup(m->log);
     execl(ETCD_BIN, "etcd", "--name", m->name, "--data-dir", m->data_dir,
           "--listen-client-urls", client_url, "--advertise-client-urls", client_url,
           "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,

@@ -5,6 +5,7 @@
  * the rate after each). */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -25,7 +26,10 @@ struct fault_proxy {
     int wake[2];
     struct sockaddr_in upstream;
     pthread_mutex_t mu;
+    pthread_cond_t applied_cv;
     int cut;
+    unsigned cut_asked;        /* fault_proxy_cut calls so far */
+    unsigned cut_applied;      /* of them, those the thread has acted on */
     int stop;
     int pair[FP_PAIRS][2];     /* client, upstream; -1: free slot */
     unsigned conn[FP_PAIRS];   /* the pair's connection number (filter) */
@@ -77,7 +81,7 @@ static int relay(fault_proxy *p, int i, int k)
 
 static void accept_one(fault_proxy *p, int cut)
 {
-    int c = accept(p->listen_fd, NULL, NULL);
+    int c = accept4(p->listen_fd, NULL, NULL, SOCK_CLOEXEC);
     if (c < 0) return;
     if (cut) {
         close(c);
@@ -108,10 +112,15 @@ static void *proxy_thread(void *arg)
     for (;;) {
         pthread_mutex_lock(&p->mu);
         int cut = p->cut, stop = p->stop;
+        unsigned asked = p->cut_asked;
         pthread_mutex_unlock(&p->mu);
         if (stop) break;
         if (cut)
             for (int i = 0; i < FP_PAIRS; i++) close_pair(p, i);
+        pthread_mutex_lock(&p->mu);
+        p->cut_applied = asked;
+        pthread_cond_broadcast(&p->applied_cv);
+        pthread_mutex_unlock(&p->mu);
         struct pollfd fds[2 + 2 * FP_PAIRS];
         int idx[2 + 2 * FP_PAIRS], n = 0;
         fds[n] = (struct pollfd){.fd = p->wake[0], .events = POLLIN};
@@ -162,6 +171,7 @@ int fault_proxy_start_at(const char *listen_host, const char *upstream, fault_pr
     if (inet_pton(AF_INET, host, &p->upstream.sin_addr) != 1) goto fail_free;
     for (int i = 0; i < FP_PAIRS; i++) p->pair[i][0] = p->pair[i][1] = -1;
     pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->applied_cv, NULL);
     p->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     struct sockaddr_in sa = {.sin_family = AF_INET};
     socklen_t len = sizeof(sa);
@@ -170,7 +180,7 @@ int fault_proxy_start_at(const char *listen_host, const char *upstream, fault_pr
         listen(p->listen_fd, 64) < 0 || getsockname(p->listen_fd, (struct sockaddr *)&sa, &len) < 0)
         goto fail_sock;
     if (p->upstream.sin_port == 0) p->upstream.sin_port = sa.sin_port; /* the same port */
-    if (pipe(p->wake) < 0) goto fail_sock;
+    if (pipe2(p->wake, O_CLOEXEC) < 0) goto fail_sock;
     if (pthread_create(&p->thread, NULL, proxy_thread, p) != 0) goto fail_pipe;
     snprintf(listen_out, cap, "%s:%u", listen_host, (unsigned)ntohs(sa.sin_port));
     *out = p;
@@ -180,6 +190,7 @@ fail_pipe:
     close(p->wake[1]);
 fail_sock:
     if (p->listen_fd >= 0) close(p->listen_fd);
+    pthread_cond_destroy(&p->applied_cv);
     pthread_mutex_destroy(&p->mu);
 fail_free:
     free(p);
@@ -193,10 +204,19 @@ static void poke(fault_proxy *p)
 
 void fault_proxy_cut(fault_proxy *p, int cut)
 {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 10; /* a relay sleeps 50 ms at most: only a wedged thread waits this out */
     pthread_mutex_lock(&p->mu);
     p->cut = cut;
+    unsigned asked = ++p->cut_asked;
     pthread_mutex_unlock(&p->mu);
     poke(p);
+    pthread_mutex_lock(&p->mu);
+    while ((int)(p->cut_applied - asked) < 0 && !p->stop &&
+           pthread_cond_timedwait(&p->applied_cv, &p->mu, &until) == 0) {
+    }
+    pthread_mutex_unlock(&p->mu);
 }
 
 void fault_proxy_throttle(fault_proxy *p, unsigned long bytes_per_s)
@@ -225,6 +245,7 @@ void fault_proxy_stop(fault_proxy *p)
     close(p->listen_fd);
     close(p->wake[0]);
     close(p->wake[1]);
+    pthread_cond_destroy(&p->applied_cv);
     pthread_mutex_destroy(&p->mu);
     free(p);
 }

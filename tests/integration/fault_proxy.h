@@ -39,7 +39,9 @@ typedef void (*fault_proxy_filter)(void *ctx, unsigned conn, unsigned long long 
 void fault_proxy_set_filter(fault_proxy *p, fault_proxy_filter fn, void *ctx);
 
 /* cut 1: close every relayed connection and close new ones at once; 0:
- * relay again. */
+ * relay again. Returns once the relay's thread has done so: a process the
+ * test starts next cannot be reached through a connection the cut was to
+ * close. */
 void fault_proxy_cut(fault_proxy *p, int cut);
 
 /* Stop the relay thread and close everything. NULL is a no-op. */

@@ -120,18 +120,23 @@ int hx_reconfigure(hx_master *m, const char *extra)
     return write_config(m, extra);
 }
 
+void hx_child_setup(const char *log)
+{
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
+    int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+        dup2(fd, 2); /* dup2 leaves FD_CLOEXEC off on 1 and 2 */
+        dup2(fd, 1);
+    }
+    close_range(3, ~0u, 0);
+}
+
 static pid_t spawn(hx_master *m)
 {
     const char *bin = m->binary != NULL ? m->binary : BUILD_DIR "/bin/store_master";
     pid_t pid = fork();
     if (pid != 0) return pid;
-    prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
-    int fd = open(m->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (fd >= 0) {
-        dup2(fd, 2);
-        dup2(fd, 1);
-        close(fd);
-    }
+    hx_child_setup(m->log);
     if (m->wrap != NULL) {
         const char *argv[32];
         size_t n = 0;
@@ -599,13 +604,7 @@ int hx_node_start_args(const hx_master *m, hx_node *n, const char *id,
     n->pid = fork();
     if (n->pid < 0) return -1;
     if (n->pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        int fd = open(n->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        if (fd >= 0) {
-            dup2(fd, 2);
-            dup2(fd, 1);
-            close(fd);
-        }
+        hx_child_setup(n->log);
         const char *argv[32] = {"store_node", "--master", m->socket, "--id", id, "--segment-dir",
                                 n->segment_dir, "--segment-bytes", bytes, "--cold-dir",
                                 n->cold_dir, "--listen", "127.0.0.1:0"};

@@ -152,6 +152,14 @@ char *hx_data_fingerprint(const hx_master *m);
 int hx_start_refused(hx_master *m, int timeout_ms, const char *needle, const char *also,
                      const char *never);
 
+/* In a child between fork and exec of a server the test starts: killed
+ * when the test dies, stdout and stderr appended to log (kept as they are
+ * when it does not open), and every other descriptor of the test closed. A
+ * socket the test or one of its threads (fault_proxy) holds open would
+ * otherwise live on in the server as long as it runs: a peer of that
+ * socket would never see it closed. */
+void hx_child_setup(const char *log);
+
 /* SHA-256 of a string, for checksums in tests. */
 void hx_sha256(const void *data, size_t len, unsigned char out[32]);
 
