@@ -243,12 +243,14 @@ static void on_io_prepare(uv_prepare_t *h)
 {
     master *m = h->data;
     m->io_looking_ms = master_now_ms();
+    master_scrub_flush(m); /* freed after the last check (close callbacks) */
 }
 
 static void on_io_check(uv_check_t *h)
 {
     master *m = h->data;
     m->io_heard_ms = m->io_looking_ms;
+    master_scrub_flush(m); /* what this turn freed, one task a node */
 }
 
 /* -- startup and shutdown ------------------------------------------------------ */

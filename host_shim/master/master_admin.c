@@ -66,6 +66,8 @@ static const metric_def metric_defs[] = {
     {M(read_lease_refusals), SMP_METRIC_COUNTER, "store_read_lease_release_refusals_total", "Keys of release_read_leases requests on which the caller's connection held no read lease (nothing released)", NULL},
     {M(evictions), SMP_METRIC_COUNTER, "store_eviction_rounds_total", "Eviction plans applied under memory pressure", NULL},
     {M(cold_reclaimed), SMP_METRIC_COUNTER, "store_cold_files_reclaimed_total", "Cold files of replicas the state no longer has, deleted on their nodes", NULL},
+    {M(scrub_tasks), SMP_METRIC_COUNTER, "store_scrub_tasks_total", "SCRUB tasks sent to nodes to zero memory ranges the state freed (the ranges freed in one turn of the loop go in one task a node)", NULL},
+    {M(scrub_ranges), SMP_METRIC_COUNTER, "store_scrub_ranges_total", "Freed memory ranges sent to their nodes in SCRUB tasks", NULL},
     {M(ha_is_leader), SMP_METRIC_GAUGE, "ha_is_leader", "1 while this master leads (always 1 without HA)", NULL},
     {M(ha_ready), SMP_METRIC_GAUGE, "ha_standby_ready", "0 when this master cannot replay the OpLog (out of the election)", NULL},
     {M(ha_replay_stopped), SMP_METRIC_COUNTER, "ha_replay_stopped_total", "Times following the OpLog stopped on a record this master cannot apply", NULL},

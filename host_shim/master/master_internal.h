@@ -245,6 +245,8 @@ typedef struct master {
         host_metric *read_leases_ended;    /* {how}: released, connection_closed */
         host_metric *read_lease_refusals;  /* releases of leases the caller did not hold */
         host_metric *cold_reclaimed;       /* cold files deleted (master_reclaim.c) */
+        host_metric *scrub_tasks;          /* SCRUB tasks sent (master_scrub.c) */
+        host_metric *scrub_ranges;         /* ranges those tasks carried */
         host_metric *ha_is_leader;         /* 1 on the leader */
         host_metric *ha_ready;             /* 0: cannot replay */
         host_metric *ha_replay_stopped;    /* following stopped on a record */
@@ -596,10 +598,16 @@ int master_reclaim_inventory(master *m, const char *node, const char **keys,
 
 /* -- master_scrub.c ---------------------------------------------------------------- */
 
-/* Zero [off, off+len) of segment on node (a range the state just freed) with
- * a SCRUB task; put starts given an overlapping range wait for it
- * (master_scrub_reply). SMP_OK, SMP_EAGAIN (node not up), SMP_ENOMEM. */
+/* Zero [off, off+len) of segment on node (a range the state just freed):
+ * gathered with the other ranges of node freed in this turn of the loop
+ * into one SCRUB task, which master_scrub_flush sends; put starts given an
+ * overlapping range wait for it from now (master_scrub_reply). SMP_OK or
+ * SMP_ENOMEM (the range keeps its bytes). */
 int master_scrub_range(master *m, const char *node, const char *segment, uint64_t off, uint64_t len);
+/* Send the gathered ranges, one SCRUB task per node; a node no longer up
+ * keeps their bytes (fsck --repair). Called at the end of every turn of
+ * the loop (its check phase). */
+void master_scrub_flush(master *m);
 
 /* The object store's abandon hook (obj_store_set_abandon_hook, ctx the
  * master): a put or reservation given up before it became a replica has its

@@ -13,6 +13,12 @@
  *     DELETE_FIRST upsert that frees memory for its import sees no ENOSPC;
  *   - a load into a reserved range: it is a task of the same node, queued
  *     after the SCRUB, and a node runs its tasks in order.
+ * The ranges freed in one turn of the loop (a group commit's removes
+ * arrive together) go to their node as one SCRUB task each node, sent at
+ * the end of the turn (master_scrub_flush, from the loop's check phase):
+ * a task and its result cost the node's poll more than zeroing a range
+ * does. A range waits in the running list from the moment it is freed, so
+ * put starts wait for it while it is gathered as well.
  * A node that is not up when the range is freed, or a master that stops
  * before the SCRUB ran, leaves the bytes; `weightctl fsck --repair` zeroes
  * them. Puts and reservations given up before they became replicas (revoked,
@@ -26,11 +32,23 @@
 #include "master_internal.h"
 #include "node_rpc.pb-c.h"
 
+#define SCRUB_BATCH_MAX 4096 /* ranges in one task (64 KiB of them in its message) */
+
 typedef struct scrub_range {
     char *segment;
     uint64_t off, len;
-    struct scrub_range *next;
+    struct scrub_range *next;      /* the running list */
+    struct scrub_range *next_in;   /* its batch */
 } scrub_range;
+
+/* The ranges of one node gathered in this turn, then one task's. */
+typedef struct scrub_batch {
+    char *node;
+    scrub_range *ranges;
+    size_t n;
+    uint64_t bytes;
+    struct scrub_batch *next;      /* the gathering list */
+} scrub_batch;
 
 typedef struct parked_reply {
     smp_rpc_call *call;
@@ -42,7 +60,8 @@ typedef struct parked_reply {
 } parked_reply;
 
 struct master_scrub {
-    scrub_range *running;
+    scrub_range *running;          /* gathered or being zeroed */
+    scrub_batch *gathering;        /* this turn's, one per node */
     parked_reply *parked;
 };
 
@@ -72,22 +91,77 @@ static void release_parked(master *m)
     }
 }
 
-static void on_scrubbed(master *m, void *arg, int status, const TaskResult *res)
+/* Take range r off the running list (when there is one) and free it. */
+static void range_done(master *m, scrub_range *r)
 {
-    scrub_range *done = arg;
-    if (status < 0 || res == NULL || res->status != 0)
-        fprintf(stderr, "store_master: zeroing %llu bytes at %llu of segment %s failed: %s; "
-                        "the node's next registration (or `weightctl fsck --repair`) zeroes them\n",
-                (unsigned long long)done->len, (unsigned long long)done->off, done->segment,
-                res && res->error && res->error[0] ? res->error : smp_strerror(status));
     if (m->scrub != NULL) {
         scrub_range **pp = &m->scrub->running;
-        while (*pp != NULL && *pp != done) pp = &(*pp)->next;
-        if (*pp == done) *pp = done->next;
+        while (*pp != NULL && *pp != r) pp = &(*pp)->next;
+        if (*pp == r) *pp = r->next;
     }
-    free(done->segment);
-    free(done);
+    free(r->segment);
+    free(r);
+}
+
+/* Free batch b and every range of it; put starts that waited only for
+ * them are answered. */
+static void batch_done(master *m, scrub_batch *b)
+{
+    while (b->ranges != NULL) {
+        scrub_range *r = b->ranges;
+        b->ranges = r->next_in;
+        range_done(m, r);
+    }
+    free(b->node);
+    free(b);
     if (m->scrub != NULL) release_parked(m);
+}
+
+static void on_scrubbed(master *m, void *arg, int status, const TaskResult *res)
+{
+    scrub_batch *b = arg;
+    if (status < 0 || res == NULL || res->status != 0)
+        fprintf(stderr, "store_master: zeroing %zu range(s), %llu bytes, of segment %s failed: %s; "
+                        "the node's next registration (or `weightctl fsck --repair`) zeroes them\n",
+                b->n, (unsigned long long)b->bytes, b->ranges ? b->ranges->segment : "?",
+                res && res->error && res->error[0] ? res->error : smp_strerror(status));
+    batch_done(m, b);
+}
+
+/* Send batch b (taken off the gathering list) as one SCRUB task. A node
+ * that went down since leaves its bytes (fsck --repair): the ranges are
+ * dropped. */
+static void batch_send(master *m, scrub_batch *b)
+{
+    uint64_t *pairs = malloc(b->n * 2 * sizeof(uint64_t));
+    size_t k = 0;
+    int rc = SMP_ENOMEM;
+    if (pairs != NULL) {
+        for (scrub_range *r = b->ranges; r != NULL; r = r->next_in) {
+            pairs[2 * k] = r->off;
+            pairs[2 * k + 1] = r->len;
+            k++;
+        }
+        rc = master_node_task_ranges(m, b->node, TASK_KIND__TASK_SCRUB, "", 0, 0, NULL, NULL,
+                                     pairs, k, on_scrubbed, b);
+        free(pairs);
+    }
+    if (rc < 0) {
+        batch_done(m, b);
+        return;
+    }
+    host_metric_add(m->m.scrub_tasks, NULL, 1);
+    host_metric_add(m->m.scrub_ranges, NULL, (double)k);
+}
+
+void master_scrub_flush(master *m)
+{
+    if (m->scrub == NULL) return;
+    while (m->scrub != NULL && m->scrub->gathering != NULL) {
+        scrub_batch *b = m->scrub->gathering;
+        m->scrub->gathering = b->next;
+        batch_send(m, b);
+    }
 }
 
 static int scrub_state(master *m)
@@ -100,24 +174,42 @@ int master_scrub_range(master *m, const char *node, const char *segment, uint64_
 {
     int rc;
     if ((rc = scrub_state(m)) < 0) return rc;
+    scrub_batch **bp = &m->scrub->gathering;
+    while (*bp != NULL && strcmp((*bp)->node, node) != 0) bp = &(*bp)->next;
+    scrub_batch *b = *bp;
+    if (b == NULL) {
+        if ((b = calloc(1, sizeof(*b))) == NULL || (b->node = strdup(node)) == NULL) {
+            free(b);
+            return SMP_ENOMEM;
+        }
+        *bp = b; /* appended: batches go in the order their nodes came */
+    }
     scrub_range *r = calloc(1, sizeof(*r));
     if (r == NULL || (r->segment = strdup(segment)) == NULL) {
         free(r);
-        return SMP_ENOMEM;
+        rc = SMP_ENOMEM;
+        goto drop_empty;
     }
     r->off = off;
     r->len = len;
-    uint64_t pair[2] = {off, len};
-    rc = master_node_task_ranges(m, node, TASK_KIND__TASK_SCRUB, "", 0, 0, NULL, NULL, pair, 1,
-                                 on_scrubbed, r);
-    if (rc < 0) {
-        free(r->segment);
-        free(r);
-        return rc;
-    }
+    r->next_in = b->ranges;
+    b->ranges = r;
+    b->n++;
+    b->bytes += len;
     r->next = m->scrub->running;
     m->scrub->running = r;
+    if (b->n >= SCRUB_BATCH_MAX) { /* a full one goes now */
+        *bp = b->next;
+        batch_send(m, b);
+    }
     return SMP_OK;
+drop_empty:
+    if (b->n == 0) {
+        *bp = b->next;
+        free(b->node);
+        free(b);
+    }
+    return rc;
 }
 
 void master_scrub_abandoned(void *ctx, const char *node, const char *segment, uint64_t off,
@@ -163,9 +255,15 @@ void master_scrub_free(master *m)
         free(p->body);
         free(p);
     }
-    /* running ranges belong to their tasks (freed by on_scrubbed when the
-     * tasks fail); detach them */
+    /* ranges of batches not sent leave their bytes (fsck --repair); those
+     * sent belong to their tasks (freed by on_scrubbed when the tasks
+     * fail): detach them */
     master_scrub *s = m->scrub;
     m->scrub = NULL;
+    while (s->gathering != NULL) {
+        scrub_batch *b = s->gathering;
+        s->gathering = b->next;
+        batch_done(m, b);
+    }
     free(s);
 }

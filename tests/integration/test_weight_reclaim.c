@@ -464,6 +464,56 @@ static void test_revoked_put_leaves_no_bytes(void **state)
     }
 }
 
+/* Ranges freed together are zeroed together: 32 objects of 64 KiB, each
+ * range written with 0x5c through the segment file before its put end,
+ * removed by one REMOVE_PREFIX. The node is sent one SCRUB task carrying
+ * the 32 ranges (store_scrub_tasks_total 1, store_scrub_ranges_total 32
+ * more than before), not a task each; every byte reads zero after, and
+ * fsck is clean. */
+static void test_ranges_freed_together_are_zeroed_in_one_task(void **state)
+{
+    enum { N = 32, SIZE = 65536 };
+    fixture *f = *state;
+    char out[16384], key[32];
+    kvc_replica where[N];
+    uint8_t junk[SIZE], sum[32];
+    memset(junk, 0x5c, sizeof(junk));
+    hx_sha256(junk, sizeof(junk), sum);
+    for (int i = 0; i < N; i++) {
+        snprintf(key, sizeof(key), "batch/%02d", i);
+        kvc *c = start_put_and_write(f, key, &where[i]);
+        assert_int_equal(kvc_put_end(c, key, sum, NULL), 0);
+        kvc_close(c);
+    }
+    double tasks = hx_metric(&f->m, "store_scrub_tasks_total");
+    double ranges = hx_metric(&f->m, "store_scrub_ranges_total");
+    kvc *c = hx_client(&f->m);
+    assert_non_null(c);
+    uint64_t removed = 0, skipped = 0;
+    assert_int_equal(kvc_remove_prefix(c, "batch/", &removed, &skipped), 0);
+    kvc_close(c);
+    assert_int_equal(removed, N);
+    for (int i = 0;; i++) { /* the task runs at the node's next poll */
+        int rc = wx_weightctl(&f->m, out, sizeof(out), "--json fsck");
+        if (rc == 0 && json_num(out, "orphans") == 0) break;
+        if (i == 200) fail_msg("fsck after the removal: %s", out);
+        usleep(20000);
+    }
+    assert_true(hx_metric(&f->m, "store_scrub_ranges_total") - ranges == N);
+    if (hx_metric(&f->m, "store_scrub_tasks_total") - tasks != 1)
+        fail_msg("%.0f SCRUB tasks for %d ranges freed by one record",
+                 hx_metric(&f->m, "store_scrub_tasks_total") - tasks, N);
+    uint8_t back[SIZE];
+    for (int i = 0; i < N; i++) {
+        int fd = open(where[i].segment_path, O_RDONLY);
+        assert_true(fd >= 0);
+        assert_int_equal(pread(fd, back, sizeof(back), (off_t)where[i].offset), (ssize_t)sizeof(back));
+        close(fd);
+        for (size_t k = 0; k < sizeof(back); k++)
+            if (back[k] != 0) fail_msg("byte %zu of object %d's range is %#x", k, i, back[k]);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -477,6 +527,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_a_put_lost_with_its_master_is_swept_at_restart, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_revoked_put_leaves_no_bytes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ranges_freed_together_are_zeroed_in_one_task, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
