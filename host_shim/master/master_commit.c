@@ -80,7 +80,7 @@ static void on_durable(void *arg, int status, uint64_t seq)
     if (status == SMP_OK) {
         /* cold files the record takes out of the state go once it applied */
         master_reclaim *gone = c->type != MASTER_REC_GATE_CONFIRM
-                                   ? master_reclaim_before(m, c->type, c->buf, c->len)
+                                   ? master_reclaim_before(m, c->type, c->buf, c->len, c->held)
                                    : NULL;
         /* a held record was decoded for its hold: apply that */
         int rc = c->held                               ? obj_apply_held(master_objs(m), c->held)

@@ -581,9 +581,11 @@ void master_replicas_free(master *m);
 /* The cold replicas a host record about to be applied may take out of the
  * state (PUT_END, REMOVE), noted before the apply; NULL when there are none
  * (or no memory to note them: the node's next registration deletes the
- * files then). */
+ * files then). held, when not NULL, is the record's hold: its decoded
+ * record is read instead of decoding buf again. */
 typedef struct master_reclaim master_reclaim;
-master_reclaim *master_reclaim_before(master *m, uint16_t type, const uint8_t *buf, size_t len);
+master_reclaim *master_reclaim_before(master *m, uint16_t type, const uint8_t *buf, size_t len,
+                                      const obj_held *held);
 /* After the apply (applied 0: it failed, nothing is deleted): a DELETE_COLD
  * task for every noted file no replica names any more, on its node when it
  * is up. Frees r (NULL ok). */

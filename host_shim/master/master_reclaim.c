@@ -86,20 +86,32 @@ static int note_key(master *m, master_reclaim *r, const char *key)
     return SMP_OK;
 }
 
-master_reclaim *master_reclaim_before(master *m, uint16_t type, const uint8_t *buf, size_t len)
+master_reclaim *master_reclaim_before(master *m, uint16_t type, const uint8_t *buf, size_t len,
+                                      const obj_held *held)
 {
     master_reclaim *r;
+    const ProtobufCMessage *dec = obj_held_message(held);
     if (type != OBJ_REC_PUT_END && type != OBJ_REC_REMOVE) return NULL;
     if ((r = calloc(1, sizeof(*r))) == NULL) return NULL;
     if (type == OBJ_REC_REMOVE) {
-        Hostrec__RemoveRecord *rm = hostrec__remove_record__unpack(NULL, len, buf);
+        const Hostrec__RemoveRecord *rm = NULL;
+        Hostrec__RemoveRecord *own = NULL;
+        if (dec != NULL && dec->descriptor == &hostrec__remove_record__descriptor)
+            rm = (const Hostrec__RemoveRecord *)dec;
+        else
+            rm = own = hostrec__remove_record__unpack(NULL, len, buf);
         for (size_t i = 0; rm != NULL && i < rm->n_keys; i++) note_key(m, r, rm->keys[i]);
-        if (rm) hostrec__remove_record__free_unpacked(rm, NULL);
+        if (own) hostrec__remove_record__free_unpacked(own, NULL);
     } else {
-        Hostrec__ObjectRecord *o = hostrec__object_record__unpack(NULL, len, buf);
+        const Hostrec__ObjectRecord *o = NULL;
+        Hostrec__ObjectRecord *own = NULL;
+        if (dec != NULL && dec->descriptor == &hostrec__object_record__descriptor)
+            o = (const Hostrec__ObjectRecord *)dec;
+        else
+            o = own = hostrec__object_record__unpack(NULL, len, buf);
         /* an add-replica record only adds a memory replica */
         if (o != NULL && o->add_replica == NULL) note_key(m, r, o->key);
-        if (o) hostrec__object_record__free_unpacked(o, NULL);
+        if (own) hostrec__object_record__free_unpacked(own, NULL);
     }
     if (r->n == 0) {
         reclaim_free(r);

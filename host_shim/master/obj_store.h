@@ -642,6 +642,11 @@ void obj_release_hold(obj_store *st, obj_held *held); /* NULL: nothing */
  * same outcome and errors as obj_apply_record on the record's bytes. The
  * hold itself stays until obj_release_hold. */
 int obj_apply_held(obj_store *st, const obj_held *held);
+/* The record held holds, as decoded for the hold (a
+ * Hostrec__ObjectRecord or a Hostrec__RemoveRecord), valid until
+ * obj_release_hold; NULL for NULL. */
+struct ProtobufCMessage;
+const struct ProtobufCMessage *obj_held_message(const obj_held *held);
 
 /* One line describing a host record for a log dump tool, like snprintf:
  * returns the length it needs (buf may be NULL with cap 0), SMP_ENOTFOUND

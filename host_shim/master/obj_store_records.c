@@ -967,6 +967,11 @@ int obj_apply_held(obj_store *st, const obj_held *held)
     return obj_apply_remove(st, (const Hostrec__RemoveRecord *)m);
 }
 
+const ProtobufCMessage *obj_held_message(const obj_held *held)
+{
+    return held != NULL ? held->m : NULL;
+}
+
 void obj_release_hold(obj_store *st, obj_held *held)
 {
     OBJ_CHECK_CALLER(st);
