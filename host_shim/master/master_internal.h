@@ -610,6 +610,10 @@ int master_scrub_range(master *m, const char *node, const char *segment, uint64_
  * keeps their bytes (fsck --repair). Called at the end of every turn of
  * the loop (its check phase). */
 void master_scrub_flush(master *m);
+/* Send node's gathered ranges now: called before any other task is queued
+ * for node, so that its tasks keep the order in which the master asked
+ * for them (a LOAD into a freed range runs after the range's SCRUB). */
+void master_scrub_flush_node(master *m, const char *node);
 
 /* The object store's abandon hook (obj_store_set_abandon_hook, ctx the
  * master): a put or reservation given up before it became a replica has its

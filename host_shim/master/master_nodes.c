@@ -296,6 +296,8 @@ static int queue_task(master *m,
 {
     master_node *n = master_node_find(m, node_id);
     if (n == NULL || !n->up) return SMP_EAGAIN;
+    /* ranges freed before this task are zeroed before it runs */
+    if (kind != TASK_KIND__TASK_SCRUB) master_scrub_flush_node(m, node_id);
     master_task *t = calloc(1, sizeof(*t));
     if (t == NULL) return SMP_ENOMEM;
     t->id = ++m->next_task_id;

@@ -18,7 +18,11 @@
  * the end of the turn (master_scrub_flush, from the loop's check phase):
  * a task and its result cost the node's poll more than zeroing a range
  * does. A range waits in the running list from the moment it is freed, so
- * put starts wait for it while it is gathered as well.
+ * put starts wait for it while it is gathered as well; and any other task
+ * queued for a node sends that node's gathered ranges first
+ * (master_scrub_flush_node, from the task queue), so a node still zeroes
+ * a freed range before it runs a LOAD into it, or a SCAN of it, that the
+ * master asked for after the range was freed.
  * A node that is not up when the range is freed, or a master that stops
  * before the SCRUB ran, leaves the bytes; `weightctl fsck --repair` zeroes
  * them. Puts and reservations given up before they became replicas (revoked,
@@ -156,11 +160,22 @@ static void batch_send(master *m, scrub_batch *b)
 
 void master_scrub_flush(master *m)
 {
-    if (m->scrub == NULL) return;
     while (m->scrub != NULL && m->scrub->gathering != NULL) {
         scrub_batch *b = m->scrub->gathering;
         m->scrub->gathering = b->next;
         batch_send(m, b);
+    }
+}
+
+void master_scrub_flush_node(master *m, const char *node)
+{
+    if (m->scrub == NULL) return;
+    for (scrub_batch **bp = &m->scrub->gathering; *bp != NULL; bp = &(*bp)->next) {
+        if (strcmp((*bp)->node, node) != 0) continue;
+        scrub_batch *b = *bp;
+        *bp = b->next;
+        batch_send(m, b);
+        return;
     }
 }
 
