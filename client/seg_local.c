@@ -7,7 +7,10 @@
  * Refusals are kept in a small process-wide table keyed by the socket
  * file's device and inode and the credentials refused, so a refused
  * process neither asks again nor logs again until that node restarts (or
- * the process runs as another user). */
+ * the process runs as another user). A node that let a connect or an
+ * answer time out is kept in a second one for SEG_LOCAL_QUIET_S: every
+ * mapping a get or put tries would otherwise wait out the timeout again,
+ * where the data port answers at once. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -16,6 +19,7 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "seg_local.h"
@@ -23,6 +27,8 @@
 
 #define REFUSALS_MAX 16
 #define SEG_LOCAL_TIMEOUT_S 5 /* the connect, then the answer */
+#define SILENT_MAX 16
+#define SEG_LOCAL_QUIET_S 30  /* a silent node is not asked again this long */
 
 typedef struct refusal {
     dev_t dev;
@@ -33,9 +39,69 @@ typedef struct refusal {
     char cause[704];
 } refusal;
 
+/* A socket file whose node let a connect or an answer time out. */
+typedef struct silence {
+    dev_t dev;
+    ino_t ino;
+    struct timespec ctime;
+    time_t since;       /* CLOCK_MONOTONIC seconds of the time-out */
+    char cause[704];
+} silence;
+
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static refusal g_refused[REFUSALS_MAX];
 static size_t g_n_refused;
+static silence g_silent[SILENT_MAX];
+static size_t g_n_silent;
+
+static time_t mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec;
+}
+
+static int same_file(dev_t dev, ino_t ino, const struct timespec *ctime, const struct stat *st)
+{
+    return dev == st->st_dev && ino == st->st_ino && ctime->tv_sec == st->st_ctim.tv_sec &&
+           ctime->tv_nsec == st->st_ctim.tv_nsec;
+}
+
+/* The index of socket file st's time-out, or -1 (under g_lock). A time-out
+ * older than SEG_LOCAL_QUIET_S is forgotten here. */
+static int find_silence(const struct stat *st)
+{
+    for (size_t i = 0; i < g_n_silent; i++) {
+        if (!same_file(g_silent[i].dev, g_silent[i].ino, &g_silent[i].ctime, st)) continue;
+        if (mono_s() - g_silent[i].since < SEG_LOCAL_QUIET_S) return (int)i;
+        g_silent[i] = g_silent[--g_n_silent];
+        return -1;
+    }
+    return -1;
+}
+
+/* Remember that the node on socket file st timed out (cause), replacing an
+ * older time-out of it (the oldest entry gives way when the table is
+ * full). */
+static void note_silence(const struct stat *st, const char *cause)
+{
+    pthread_mutex_lock(&g_lock);
+    int i = find_silence(st);
+    if (i < 0) {
+        if (g_n_silent == SILENT_MAX) {
+            memmove(&g_silent[0], &g_silent[1], (SILENT_MAX - 1) * sizeof(silence));
+            g_n_silent--;
+        }
+        i = (int)g_n_silent++;
+    }
+    silence *s = &g_silent[i];
+    s->dev = st->st_dev;
+    s->ino = st->st_ino;
+    s->ctime = st->st_ctim;
+    s->since = mono_s();
+    snprintf(s->cause, sizeof(s->cause), "%s", cause);
+    pthread_mutex_unlock(&g_lock);
+}
 
 /* The remembered refusal of the socket file st to this process's current
  * credentials, or NULL (under g_lock). */
@@ -44,10 +110,8 @@ static const refusal *find_refusal(const struct stat *st)
     uid_t uid = geteuid();
     gid_t gid = getegid();
     for (size_t i = 0; i < g_n_refused; i++)
-        if (g_refused[i].dev == st->st_dev && g_refused[i].ino == st->st_ino &&
-            g_refused[i].ctime.tv_sec == st->st_ctim.tv_sec &&
-            g_refused[i].ctime.tv_nsec == st->st_ctim.tv_nsec && g_refused[i].uid == uid &&
-            g_refused[i].gid == gid)
+        if (same_file(g_refused[i].dev, g_refused[i].ino, &g_refused[i].ctime, st) &&
+            g_refused[i].uid == uid && g_refused[i].gid == gid)
             return &g_refused[i];
     return NULL;
 }
@@ -91,9 +155,15 @@ int seg_local_fetch(const char *socket_path, int *fd, struct stat *sock, char *e
     }
     pthread_mutex_lock(&g_lock);
     const refusal *r = find_refusal(sock);
+    int quiet = r == NULL ? find_silence(sock) : -1;
     if (r != NULL) wm_errbuf(err, errlen, "%s", r->cause);
+    else if (quiet >= 0)
+        wm_errbuf(err, errlen, "%s %lld s ago; not asked again for %d s after it",
+                  g_silent[quiet].cause, (long long)(mono_s() - g_silent[quiet].since),
+                  SEG_LOCAL_QUIET_S);
     pthread_mutex_unlock(&g_lock);
     if (r != NULL) return SMP_EFORBIDDEN;
+    if (quiet >= 0) return SMP_EIO;
 
     memcpy(addr.sun_path, socket_path, strlen(socket_path) + 1);
     int c = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -109,10 +179,11 @@ int seg_local_fetch(const char *socket_path, int *fd, struct stat *sock, char *e
     setsockopt(c, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
     if (connect(c, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
         rc = errno == ECONNREFUSED || errno == ENOENT ? SMP_ENOTFOUND : SMP_EIO;
-        if (errno == EAGAIN || errno == EINTR)
+        if (errno == EAGAIN || errno == EINTR) {
             wm_errbuf(err, errlen, "local socket %s: connect timed out after %d s (the node "
                       "accepts no connection)", socket_path, SEG_LOCAL_TIMEOUT_S);
-        else
+            note_silence(sock, err);
+        } else
             wm_errbuf(err, errlen, "local socket %s: %s", socket_path, strerror(errno));
         goto close_c;
     }
@@ -125,7 +196,13 @@ int seg_local_fetch(const char *socket_path, int *fd, struct stat *sock, char *e
                          .msg_controllen = sizeof(ctl.space)};
     ssize_t n = recvmsg(c, &msg, MSG_CMSG_CLOEXEC);
     if (n < 0) {
-        wm_errbuf(err, errlen, "local socket %s: no answer: %s", socket_path, strerror(errno));
+        int timed_out = errno == EAGAIN || errno == EWOULDBLOCK;
+        if (timed_out)
+            wm_errbuf(err, errlen, "local socket %s: no answer within %d s", socket_path,
+                      SEG_LOCAL_TIMEOUT_S);
+        else
+            wm_errbuf(err, errlen, "local socket %s: no answer: %s", socket_path, strerror(errno));
+        if (timed_out) note_silence(sock, err);
         rc = SMP_EIO;
         goto close_c;
     }

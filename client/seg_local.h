@@ -12,7 +12,10 @@
  * refused again. The first refusal of each socket is logged on stderr, once
  * -- "libweightclient: node N refused this process its segment ... reading
  * through its data port" -- and every read and write of that node then goes
- * through the data port with the master's tickets. Thread-safe. */
+ * through the data port with the master's tickets. A node that lets the
+ * connect or its answer time out is not asked again for 30 s (or until it
+ * restarts on a new socket file): the data port serves meanwhile, instead
+ * of every mapping waiting 5 s more. Thread-safe. */
 #ifndef WM_SEG_LOCAL_H
 #define WM_SEG_LOCAL_H
 
@@ -33,7 +36,8 @@
  * process (err is the node's cause; logged once per socket); SMP_ENOTFOUND:
  * nothing listens there; SMP_EPROTO: an answer that is not the node's;
  * SMP_EIO (also a node that accepts no connection within 5 s, "connect
- * timed out", or does not answer within 5 s). */
+ * timed out", or does not answer within 5 s; and, for 30 s after such a
+ * time-out of the same socket file, at once: "not asked again"). */
 int seg_local_fetch(const char *socket_path, int *fd, struct stat *sock, char *err, size_t errlen);
 
 #endif /* WM_SEG_LOCAL_H */

@@ -382,6 +382,28 @@ static void test_tenant_local_socket_that_accepts_nothing_times_out(void **state
     assert_int_equal(fc.rc, SMP_EIO);
     assert_non_null(strstr(fc.err, "connect timed out"));
     assert_non_null(strstr(fc.err, path));
+
+    /* Asked again (the listener is closed now, its file still there): not
+     * connected to, the time-out is named -- a get's next mapping goes to
+     * the data port at once instead of waiting 5 s more. */
+    char err[1024] = "";
+    struct stat sst;
+    int fd = -1;
+    assert_int_equal(seg_local_fetch(path, &fd, &sst, err, sizeof(err)), SMP_EIO);
+    assert_int_equal(fd, -1);
+    assert_non_null(strstr(err, "connect timed out"));
+    assert_non_null(strstr(err, "not asked again"));
+    /* a node restarted on a new socket file is asked: nothing listens on
+     * this one, and the connect says so */
+    unlink(path);
+    int l2 = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(l2 >= 0);
+    assert_int_equal(bind(l2, (struct sockaddr *)&a, sizeof(a)), 0);
+    close(l2);
+    err[0] = '\0';
+    assert_int_equal(seg_local_fetch(path, &fd, &sst, err, sizeof(err)), SMP_ENOTFOUND);
+    assert_null(strstr(err, "not asked again"));
+    unlink(path);
 }
 
 int main(void)
