@@ -32,6 +32,7 @@ struct kvc {
     int track_leases;     /* kvc_track_read_leases */
     char **leased;        /* keys looked up, one per lookup, not given back yet */
     size_t n_leased, cap_leased;
+    uint64_t leased_moves; /* rpcc_moves() when they were looked up */
     /* The master this connection is at answered release_read_leases as an
      * unknown method (an older master): rpcc_moves() then, +1 (0: not so). */
     uint64_t no_release_at;
@@ -223,10 +224,23 @@ int kvc_remove(kvc *c, const char *key)
     return key_call(c, OBJECTS_METHOD__OBJ_REMOVE, key);
 }
 
+/* Forget the lookups noted before the connection last moved: their leases
+ * were the old connection's, and ended when it closed; the master the
+ * connection is at now holds none of them (it would refuse each key). */
+static void forget_moved_leases(kvc *c)
+{
+    uint64_t moves = rpcc_moves(c->conn);
+    if (c->leased_moves == moves) return;
+    for (size_t i = 0; i < c->n_leased; i++) free(c->leased[i]);
+    c->n_leased = 0;
+    c->leased_moves = moves;
+}
+
 /* Note one lookup of key for kvc_release_read_leases; out of memory: not
  * noted (that lease expires on its own). */
 static void note_lease(kvc *c, const char *key)
 {
+    forget_moved_leases(c);
     if (c->n_leased == c->cap_leased) {
         size_t cap = c->cap_leased ? c->cap_leased * 2 : 64;
         char **keys = realloc(c->leased, cap * sizeof(*keys));
@@ -275,7 +289,7 @@ void kvc_track_read_leases(kvc *c, int on)
 
 size_t kvc_read_leases_noted(const kvc *c)
 {
-    return c->n_leased;
+    return c->leased_moves == rpcc_moves(c->conn) ? c->n_leased : 0;
 }
 
 int kvc_release_keys(kvc *c, const char *const *keys, size_t n, uint32_t *released,
@@ -298,6 +312,7 @@ int kvc_release_read_leases(kvc *c, uint32_t *released)
 {
     int rc = SMP_OK;
     uint32_t total = 0;
+    forget_moved_leases(c);
     for (size_t at = 0; at < c->n_leased && !release_unknown_here(c); at += KVC_RELEASE_BATCH) {
         uint32_t got = 0;
         size_t n = c->n_leased - at < KVC_RELEASE_BATCH ? c->n_leased - at : KVC_RELEASE_BATCH;

@@ -137,7 +137,10 @@ int kvc_get(kvc *c, const char *key, kvc_object *out);
  * releases, reached after the lookups: the leases expire; the connection
  * then notes and sends nothing until it moves to another master), else the
  * failure (the leases then expire on their own); *released (may be NULL)
- * counts the leases the master gave back. */
+ * counts the leases the master gave back. Lookups noted before the
+ * connection moved (a lost master, a failover, a redirect) are forgotten,
+ * not sent: their leases ended with the connection that took them, and the
+ * master reached since holds none of them. */
 void kvc_track_read_leases(kvc *c, int on);
 /* Give back one lookup's read lease of this connection per key listed (at
  * most 4096), whatever was noted: SMP_OK with *released and *not_held (may
@@ -147,7 +150,8 @@ void kvc_track_read_leases(kvc *c, int on);
 int kvc_release_keys(kvc *c, const char *const *keys, size_t n, uint32_t *released,
                      uint32_t *not_held);
 int kvc_release_read_leases(kvc *c, uint32_t *released);
-/* Lookups noted and not given back yet (tracking on). */
+/* Lookups noted on the connection as it is now and not given back yet
+ * (tracking on). */
 size_t kvc_read_leases_noted(const kvc *c);
 int kvc_exists(kvc *c, const char *key, int *exists);
 int kvc_remove(kvc *c, const char *key);

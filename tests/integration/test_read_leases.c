@@ -275,6 +275,40 @@ static void test_release_by_another_connection_is_refused(void **state)
     kvc_close(other);
 }
 
+/* A reader whose master restarts between its lookup and its release: the
+ * connection moves to the new master, where that lookup's lease never
+ * was (it ended with the old master). The release sends nothing -- the
+ * new master counts no refusal and no release -- and the lookup noted
+ * before the move is forgotten. */
+static void test_leases_of_a_lost_connection_are_not_sent_after_it_moves(void **state)
+{
+    fixture *f = *state;
+    kvc *reader = hx_client(&f->m);
+    kvc_object obj;
+    uint32_t released = 9;
+    int exists = 0;
+    assert_non_null(reader);
+    kvc_track_read_leases(reader, 1);
+    assert_int_equal(kvc_get(reader, PAYLOAD0, &obj), 0);
+    assert_int_equal(kvc_read_leases_noted(reader), 1);
+    hx_kill(&f->m);
+    assert_int_equal(hx_start(&f->m, 20000), 0);
+    assert_int_equal(kvc_exists(reader, PAYLOAD0, &exists), 0); /* sent again: the move */
+    assert_int_equal(exists, 1);
+    assert_int_equal(kvc_read_leases_noted(reader), 0);
+    assert_int_equal(kvc_release_read_leases(reader, &released), 0);
+    assert_int_equal(released, 0);
+    assert_int_equal(wx_metric(&f->m, "store_read_lease_release_refusals_total"), 0);
+    assert_int_equal(wx_metric(&f->m, RELEASED), 0);
+    /* a lookup on the new connection is noted and given back as ever */
+    assert_int_equal(kvc_get(reader, PAYLOAD0, &obj), 0);
+    assert_int_equal(kvc_read_leases_noted(reader), 1);
+    assert_int_equal(kvc_release_read_leases(reader, &released), 0);
+    assert_int_equal(released, 1);
+    assert_int_equal(wx_metric(&f->m, RELEASED), 1);
+    kvc_close(reader);
+}
+
 /* A reader process killed in the middle of its read (both payloads looked
  * up, nothing given back): its connection closes and its leases end with
  * it, and the deletion that waited for them completes without a retry. */
@@ -345,6 +379,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_reader_that_dies_ends_its_leases_with_its_connection, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_lease_never_given_back_ends_at_its_expiry, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_leases_of_a_lost_connection_are_not_sent_after_it_moves,
+                                        setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
