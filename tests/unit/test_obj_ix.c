@@ -226,6 +226,37 @@ static void test_presize_takes_n_without_growth(void **state)
     obj_sl_fini(&sl);
 }
 
+/* Tables of 2 MiB and more are mappings of their own (huge pages), smaller
+ * ones come from calloc: growth across that size (65,536 -> 131,072 ->
+ * 262,144 slots, each old table drained and released by whichever
+ * allocator made it) and a presize straight to a mapped table keep every
+ * key (and ASan and valgrind see every table released as made). */
+static void test_tables_across_the_mapped_size(void **state)
+{
+    (void)state;
+    enum { N = 100000 };
+    static char big[N][16];
+    static int val[N];
+    obj_sl sl;
+    for (size_t k = 0; k < N; k++) snprintf(big[k], sizeof(big[k]), "m/%06zu", k);
+    for (int round = 0; round < 2; round++) {
+        assert_int_equal(obj_sl_init(&sl), SMP_OK);
+        if (round == 1) {
+            assert_int_equal(obj_ix_presize(&sl.ix, N), SMP_OK);
+            assert_int_equal(sl.ix.cap, 262144);
+            for (size_t i = 0; i < sl.ix.cap; i++) assert_null(sl.ix.slots[i].node);
+        }
+        for (size_t k = 0; k < N; k++) assert_int_equal(obj_sl_put(&sl, big[k], &val[k]), SMP_OK);
+        assert_int_equal(sl.ix.cap, 262144);
+        assert_int_equal(sl.ix.count + sl.ix.old_count, N);
+        for (size_t k = 0; k < N; k += 997) assert_ptr_equal(obj_sl_get(&sl, big[k]), &val[k]);
+        for (size_t k = 0; k < N; k += 2) assert_ptr_equal(obj_sl_del(&sl, big[k]), &val[k]);
+        assert_null(obj_ix_find(&sl.ix, big[0]));
+        assert_ptr_equal(obj_ix_find(&sl.ix, big[1])->val, &val[1]);
+        obj_sl_fini(&sl);
+    }
+}
+
 /* A walk in key order that removes as it goes (what a prefix removal does)
  * keeps the index and the list in step. */
 static void test_walk_removing_every_other(void **state)
@@ -258,6 +289,7 @@ int main(void)
         cmocka_unit_test(test_removal_during_a_drain),
         cmocka_unit_test(test_presize_takes_n_without_growth),
         cmocka_unit_test(test_walk_removing_every_other),
+        cmocka_unit_test(test_tables_across_the_mapped_size),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

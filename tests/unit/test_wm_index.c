@@ -99,6 +99,46 @@ static void test_growth_keeps_every_item(void **state)
     free(vals);
 }
 
+/* Tables of 2 MiB and more are mappings of their own (huge pages), smaller
+ * ones come from calloc: growth across that size (65,536 -> 131,072 ->
+ * 262,144 slots, the old table released by whichever allocator made it), a
+ * reservation straight to a mapped table, removals in one and fini keep
+ * every item (and ASan and valgrind see every table released as made). */
+static void test_tables_across_the_mapped_size(void **state)
+{
+    (void)state;
+    enum { N = 100000 };
+    wm_index ix;
+    int *vals = malloc(N * sizeof(*vals));
+    assert_non_null(vals);
+    assert_int_equal(wm_index_init(&ix), WM_OK);
+    for (int i = 0; i < N; i++) {
+        vals[i] = i;
+        assert_int_equal(wm_index_insert(&ix, spread((uint64_t)i), &vals[i]), WM_OK);
+    }
+    assert_int_equal(ix.mask + 1, 262144); /* 100,000 > 3/4 of 131,072 */
+    for (int i = 0; i < N; i += 2)
+        assert_int_equal(wm_index_remove(&ix, spread((uint64_t)i), &vals[i]), 1);
+    for (int i = 0; i < N; i++) {
+        const void *got = wm_index_find(&ix, spread((uint64_t)i), int_eq, &vals[i]);
+        if (i % 2 == 0)
+            assert_null(got);
+        else
+            assert_ptr_equal(got, &vals[i]);
+    }
+    wm_index_fini(&ix);
+    assert_int_equal(wm_index_init(&ix), WM_OK);
+    assert_int_equal(wm_index_reserve(&ix, N), WM_OK);
+    assert_int_equal(ix.mask + 1, 262144);
+    for (size_t i = 0; i <= ix.mask; i++) assert_null(ix.slots[i].item); /* zeroed */
+    for (int i = 0; i < N; i++)
+        assert_int_equal(wm_index_insert(&ix, spread((uint64_t)i), &vals[i]), WM_OK);
+    assert_int_equal(ix.mask + 1, 262144);
+    assert_ptr_equal(wm_index_find(&ix, spread(77), int_eq, &vals[77]), &vals[77]);
+    wm_index_fini(&ix);
+    free(vals);
+}
+
 /* With distinct hashes a hit compares exactly one item and a miss none,
  * however long the runs it walks. */
 static void test_probe_compares_only_matching_hashes(void **state)
@@ -222,6 +262,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_growth_keeps_every_item),
+        cmocka_unit_test(test_tables_across_the_mapped_size),
         cmocka_unit_test(test_probe_compares_only_matching_hashes),
         cmocka_unit_test(test_forced_collisions_and_wrapping_runs),
         cmocka_unit_test(test_random_mix_against_an_array),
