@@ -58,6 +58,16 @@ static int wm_utf8_valid(const unsigned char *s, size_t len)
 {
     size_t i = 0;
     while (i < len) {
+        /* Eight ASCII bytes at once (every key and identity of a restart
+         * is ASCII): each would pass the byte loop below on its own. */
+        uint64_t w;
+        if (len - i >= sizeof(w)) {
+            memcpy(&w, s + i, sizeof(w));
+            if ((w & UINT64_C(0x8080808080808080)) == 0) {
+                i += sizeof(w);
+                continue;
+            }
+        }
         unsigned c = s[i];
         size_t need;
         uint32_t cp;

@@ -229,6 +229,17 @@ static int obj_utf8_valid(const unsigned char *s, size_t len)
 {
     size_t i = 0;
     while (i < len) {
+        /* Eight ASCII bytes at once (every key, group and path of a
+         * snapshot load is ASCII): each would pass the byte loop below on
+         * its own. */
+        uint64_t w;
+        if (len - i >= sizeof(w)) {
+            memcpy(&w, s + i, sizeof(w));
+            if ((w & UINT64_C(0x8080808080808080)) == 0) {
+                i += sizeof(w);
+                continue;
+            }
+        }
         unsigned c = s[i];
         if (c < 0x80) {
             i++;
