@@ -190,6 +190,9 @@ int wm_pct_decode(const char *in, size_t len, char *out, size_t cap);
  * WM_EINVALID_ARGUMENT for an invalid identity or a key longer than
  * WM_KEY_MAX. */
 int wm_group_key(const wm_identity *id, char *out, size_t cap);
+/* wm_group_key of an identity that passed wm_identity_check (not checked
+ * again). */
+int wm_group_key_checked(const wm_identity *id, char *out, size_t cap);
 int wm_manifest_key(const wm_identity *id, char *out, size_t cap);
 int wm_payload_key(const wm_identity *id, uint64_t n, char *out, size_t cap);
 
@@ -456,6 +459,11 @@ void wm_digest_release(void);
  * count, bytes (sum over units) and digest match. WM_OK or
  * WM_EINVALID_ARGUMENT with a sentence. */
 int wm_affinity_check(const wm_affinity *a, const wm_revision *rev, char *msg, size_t cap);
+/* wm_affinity_check of a revision whose canonical group key the caller
+ * holds (group_key: rev->group_key once wm_metadata_check passed on rev):
+ * the same answer and sentence, without computing that key again. */
+int wm_affinity_check_keyed(const wm_affinity *a, const wm_revision *rev, const char *group_key,
+                            char *msg, size_t cap);
 
 /* A background operation. Queryable by id after it ends; the revision then
  * no longer names it. Progress only grows across retries and failovers. */

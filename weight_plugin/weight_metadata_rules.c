@@ -137,7 +137,7 @@ int wm_metadata_check(const wm_revision *rev, char *msg, size_t cap)
     if (rev->metadata_generation == 0)
         return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "metadata_generation is 0 (must be >= 1)");
 
-    int n = wm_group_key(&rev->id, key, sizeof(key));
+    int n = wm_group_key_checked(&rev->id, key, sizeof(key)); /* the identity passed above */
     if (n < 0 || rev->group_key == NULL || strcmp(key, rev->group_key) != 0)
         return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
                        "group key is not the canonical key of the identity");

@@ -1224,7 +1224,9 @@ int wm_section_check(const wm_section_image *img, char *msg, size_t cap)
         if (!img->revisions_checked && wm_metadata_check(r, why, sizeof(why)) < 0)
             return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "revision %zu: %s", i, why);
         if (a != NULL && a->n_units > 0) {
-            if ((rc = wm_affinity_check(a, r, why, sizeof(why))) < 0)
+            /* r passed wm_metadata_check (in the decode or just above): its
+             * group key is the identity's canonical one. */
+            if ((rc = wm_affinity_check_keyed(a, r, r->group_key, why, sizeof(why))) < 0)
                 return rc == SMP_ENOMEM ? rc
                                         : wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "revision %zu: %s",
                                                   i, why);

@@ -399,11 +399,24 @@ static int wm_put_component(char *out, size_t cap, size_t *pos, const char *s)
     return WM_OK;
 }
 
-int wm_group_key(const wm_identity *id, char *out, size_t cap)
+/* Write v in decimal at p (room for 20 digits); returns the digits' end. */
+static char *wm_put_u64(char *p, uint64_t v)
+{
+    char tmp[20];
+    size_t n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+    while (n > 0) *p++ = tmp[--n];
+    return p;
+}
+
+int wm_group_key_checked(const wm_identity *id, char *out, size_t cap)
 {
     char num[24];
     size_t pos = 0;
-    if (out == NULL || cap == 0 || wm_identity_check(id, NULL, 0) < 0) return WM_EINVALID_ARGUMENT;
+    if (out == NULL || cap == 0) return WM_EINVALID_ARGUMENT;
     out[0] = '\0';
     if (wm_put(out, cap, &pos, WM_KEY_PREFIX, strlen(WM_KEY_PREFIX)) < 0 ||
         wm_put_component(out, cap, &pos, id->tenant_id) < 0 ||
@@ -411,10 +424,17 @@ int wm_group_key(const wm_identity *id, char *out, size_t cap)
         wm_put_component(out, cap, &pos, id->resource_id) < 0 ||
         wm_put_component(out, cap, &pos, id->revision) < 0)
         return WM_EINVALID_ARGUMENT;
-    int n = snprintf(num, sizeof(num), "/%" PRIu64, id->weight_generation);
-    if (wm_put(out, cap, &pos, num, (size_t)n) < 0) return WM_EINVALID_ARGUMENT;
+    num[0] = '/';
+    char *end = wm_put_u64(num + 1, id->weight_generation);
+    if (wm_put(out, cap, &pos, num, (size_t)(end - num)) < 0) return WM_EINVALID_ARGUMENT;
     if (pos > WM_KEY_MAX) return WM_EINVALID_ARGUMENT;
     return (int)pos;
+}
+
+int wm_group_key(const wm_identity *id, char *out, size_t cap)
+{
+    if (out == NULL || cap == 0 || wm_identity_check(id, NULL, 0) < 0) return WM_EINVALID_ARGUMENT;
+    return wm_group_key_checked(id, out, cap);
 }
 
 int wm_manifest_key(const wm_identity *id, char *out, size_t cap)
@@ -749,19 +769,6 @@ void wm_digest_release(void)
     EVP_MD_free(atomic_exchange(&wm_sha256_fetched, NULL));
 }
 
-/* Write v in decimal at p (room for 20 digits); returns the digits' end. */
-static char *wm_put_u64(char *p, uint64_t v)
-{
-    char tmp[20];
-    size_t n = 0;
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v != 0);
-    while (n > 0) *p++ = tmp[--n];
-    return p;
-}
-
 int wm_payload_keys_digest(const char *const *keys, size_t n, uint8_t out[WM_SHA256_LEN])
 {
     int rc = WM_OK;
@@ -845,15 +852,42 @@ free_ctx:
     return rc;
 }
 
+/* Whether m is <gk>/payload/<n>, a payload key of the group whose
+ * canonical key is gk (gl bytes): what wm_key_parse accepts as a payload
+ * key whose identity is gk's. A canonical key has one spelling (each
+ * component percent-encoded exactly as wm_pct_decode accepts back, decimal
+ * numbers without leading zeros), so the comparison of the spellings is the
+ * comparison of the parsed identities. */
+static int wm_is_payload_key_of(const char *m, const char *gk, size_t gl)
+{
+    uint64_t n;
+    size_t len = strnlen(m, WM_KEY_MAX + 1);
+    if (len > WM_KEY_MAX || len <= gl + 9 || memcmp(m, gk, gl) != 0 ||
+        memcmp(m + gl, "/payload/", 9) != 0)
+        return 0;
+    return wm_parse_u64(m + gl + 9, len - gl - 9, &n) == WM_OK;
+}
+
 int wm_affinity_check(const wm_affinity *a, const wm_revision *rev, char *msg, size_t cap)
 {
+    char key[WM_KEY_MAX + 1];
+    /* An identity without a group key has no payload key either: the first
+     * member is then refused, as its parse refused it. */
+    if (rev != NULL && wm_group_key(&rev->id, key, sizeof(key)) < 0) key[0] = '\0';
+    return wm_affinity_check_keyed(a, rev, rev != NULL ? key : NULL, msg, cap);
+}
+
+int wm_affinity_check_keyed(const wm_affinity *a, const wm_revision *rev, const char *group_key,
+                            char *msg, size_t cap)
+{
     int rc = WM_OK;
-    const char **all = NULL;
+    const char *few[16];
+    const char **all = few;
     size_t n_all = 0, at = 0;
     uint64_t bytes = 0;
     uint8_t digest[WM_SHA256_LEN];
 
-    if (a == NULL || rev == NULL)
+    if (a == NULL || rev == NULL || group_key == NULL)
         return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "affinity summary is missing");
     if (a->n_units == 0 || a->n_units != rev->affinity_count)
         return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
@@ -876,15 +910,13 @@ int wm_affinity_check(const wm_affinity *a, const wm_revision *rev, char *msg, s
         return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
                        "affinity units hold %" PRIu64 " bytes, the revision has %" PRIu64, bytes,
                        rev->logical_bytes);
-    all = malloc(n_all * sizeof(*all));
-    if (all == NULL) return SMP_ENOMEM;
+    if (n_all > sizeof(few) / sizeof(few[0]) && (all = malloc(n_all * sizeof(*all))) == NULL)
+        return SMP_ENOMEM;
+    size_t gl = strlen(group_key);
     for (size_t i = 0; i < a->n_units; i++) {
         for (size_t j = 0; j < a->units[i].n_members; j++) {
             const char *m = a->units[i].members[j];
-            wm_identity_buf mid;
-            wm_key_kind kind;
-            if (m == NULL || wm_key_parse(m, &mid, &kind, NULL) < 0 || kind != WM_KEY_PAYLOAD ||
-                wm_identity_cmp(&mid.id, &rev->id) != 0) {
+            if (m == NULL || gl == 0 || !wm_is_payload_key_of(m, group_key, gl)) {
                 rc = wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
                              "affinity unit %zu member %zu is not a payload key of the revision",
                              i, j);
@@ -893,7 +925,7 @@ int wm_affinity_check(const wm_affinity *a, const wm_revision *rev, char *msg, s
             all[at++] = m;
         }
     }
-    qsort(all, n_all, sizeof(*all), wm_str_ptr_cmp);
+    if (n_all > 1) qsort(all, n_all, sizeof(*all), wm_str_ptr_cmp);
     for (size_t i = 1; i < n_all; i++) {
         if (strcmp(all[i - 1], all[i]) == 0) {
             rc = wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "payload %s is in two affinity units",
@@ -906,6 +938,6 @@ int wm_affinity_check(const wm_affinity *a, const wm_revision *rev, char *msg, s
         rc = wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
                      "affinity digest does not match the revision's affinity_sha256");
 free_all:
-    free(all);
+    if (all != few) free(all);
     return rc;
 }

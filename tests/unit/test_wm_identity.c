@@ -483,6 +483,58 @@ static void test_affinity_check_against_revision(void **state)
     wm_affinity_clear(&a); /* idempotent */
 }
 
+/* A member is a payload key of the revision exactly when wm_key_parse
+ * reads it as one with the revision's identity; the check compares the
+ * spelling with the canonical group key instead of parsing each member.
+ * Near misses of every part -- the prefix, a component spelled another
+ * way, the generation, the kind, the payload number -- are judged as the
+ * parse judges them, by the plain and the keyed check alike. */
+static void test_affinity_members_judged_as_the_key_parse_does(void **state)
+{
+    (void)state;
+    const uint64_t bytes[] = {100};
+    wm_revision r;
+    wm_affinity a = {NULL, 0, 0};
+    char msg[200], g[WM_KEY_MAX + 1], m[WM_KEY_MAX + 64];
+    wmt_ready_revision(&r, &a, "m x/y", 7, bytes, 1); /* "m%20x%2Fy" in its keys */
+    assert_true(wm_group_key(&r.id, g, sizeof(g)) > 0);
+    assert_non_null(strstr(g, "/m%20x%2Fy/"));
+    const char *tails[] = {
+        "/payload/0", "/payload/9", "/payload/18446744073709551615", "/payload/18446744073709551616",
+        "/payload/01", "/payload/", "/payload/1/2", "/payload/-1", "/payload/1x", "/payload",
+        "/manifest", "", "/payload/0/", "/Payload/0", "/payload/ 1", "/payload/00",
+        "/payload/99999999999999999999"};
+    const char *heads[] = {NULL, "weights/tenant-a/llm/m%20x%2fy/main/7",
+                           "weights/tenant-a/llm/m+x%2Fy/main/7", "weights/tenant-a/llm/m%20x%2Fy/main/07",
+                           "weights/tenant-a/llm/m%20x%2Fy/main/8", "Weights/tenant-a/llm/m%20x%2Fy/main/7",
+                           "weights/tenant-a/llm/m%20x%2Fy/%6Dain/7", "weights/tenant-a/llm/m%20x/y/main/7"};
+    char *was = a.units[0].members[0];
+    size_t accepted = 0;
+    for (size_t h = 0; h < sizeof(heads) / sizeof(heads[0]); h++) {
+        for (size_t t = 0; t < sizeof(tails) / sizeof(tails[0]); t++) {
+            snprintf(m, sizeof(m), "%s%s", heads[h] != NULL ? heads[h] : g, tails[t]);
+            wm_identity_buf mid;
+            wm_key_kind kind;
+            int want = wm_key_parse(m, &mid, &kind, NULL) == WM_OK && kind == WM_KEY_PAYLOAD &&
+                       wm_identity_cmp(&mid.id, &r.id) == 0;
+            a.units[0].members[0] = m;
+            int rc1 = wm_affinity_check(&a, &r, msg, sizeof(msg));
+            int refused1 = rc1 != WM_OK && strstr(msg, "not a payload key") != NULL;
+            int rc2 = wm_affinity_check_keyed(&a, &r, r.group_key, msg, sizeof(msg));
+            int refused2 = rc2 != WM_OK && strstr(msg, "not a payload key") != NULL;
+            if (refused1 != !want || refused2 != !want)
+                fail_msg("member %s: the parse says %d, the checks %d and %d", m, want, !refused1,
+                         !refused2);
+            accepted += (size_t)want;
+        }
+    }
+    assert_int_equal(accepted, 3); /* 0, 9 and UINT64_MAX under the canonical group key */
+    a.units[0].members[0] = was;
+    assert_int_equal(wm_affinity_check(&a, &r, msg, sizeof(msg)), WM_OK);
+    assert_int_equal(wm_affinity_check_keyed(&a, &r, r.group_key, msg, sizeof(msg)), WM_OK);
+    wm_affinity_clear(&a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -505,6 +557,7 @@ int main(void)
         cmocka_unit_test(test_policy_precedence_call_client_cluster),
         cmocka_unit_test(test_payload_digest_ignores_order),
         cmocka_unit_test(test_affinity_check_against_revision),
+        cmocka_unit_test(test_affinity_members_judged_as_the_key_parse_does),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
