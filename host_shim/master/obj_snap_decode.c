@@ -238,6 +238,31 @@ int obj_snap_decode(obj_snap_dec *d,
     return SMP_OK;
 }
 
+int obj_snap_frame_scan(const uint8_t *data, size_t len, obj_snap_frame *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->in_kind_order = 1;
+    if (len == 0) return SMP_OK;
+    if (data == NULL) return SMP_EINVAL;
+    size_t last = 0; /* the kind of the last record (1 segments .. 3 objects) */
+    pbw_rd r = {data, data + len, 0};
+    pbw_fld f;
+    while (r.p < r.end) {
+        if (pbw_next(&r, &f) < 0) return SMP_EPROTO;
+        if (f.tag == 1) {
+            if (pbw_u32(&f, &out->format) < 0) return SMP_EPROTO;
+            continue;
+        }
+        if (f.tag < 2 || f.tag > 4) continue; /* unknown: skipped */
+        if (f.wt != PBW_LEN) return SMP_EPROTO;
+        size_t kind = f.tag - 1;
+        if (kind < last) out->in_kind_order = 0;
+        last = kind;
+        out->n[kind - 1]++;
+    }
+    return SMP_OK;
+}
+
 void obj_snap_dec_fini(obj_snap_dec *d)
 {
     free(d->str);

@@ -57,6 +57,21 @@ int obj_snap_decode(obj_snap_dec *d,
                     obj_snap_fn fn,
                     void *arg);
 
+/* What the top-level framing of a section says, without decoding a record. */
+typedef struct obj_snap_frame {
+    uint32_t format;    /* the last format field (0 when none) */
+    size_t n[3];        /* records of segments, groups, objects */
+    int in_kind_order;  /* 1: every segment before every group, every group
+                         * before every object (as a save writes them): one
+                         * decode with OBJ_SNAP_ALL hands them out in the
+                         * order of three decodes of one field each */
+} obj_snap_frame;
+
+/* Walk the top-level fields of data[0..len) only, with obj_snap_decode's
+ * rules (the same bytes there are refused the same way; a record's own
+ * bytes are not read). SMP_OK or SMP_EPROTO. */
+int obj_snap_frame_scan(const uint8_t *data, size_t len, obj_snap_frame *out);
+
 /* Free the scratch storage (d may then be reused from zero). */
 void obj_snap_dec_fini(obj_snap_dec *d);
 

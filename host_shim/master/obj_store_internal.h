@@ -103,11 +103,13 @@ typedef struct obj_rep {
     char *path;         /* COLD */
 } obj_rep;
 
-/* The objects a snapshot load builds come from one mapping (host_bulk.h,
- * huge pages) sized from the section: no malloc and no 4 KiB page fault
- * per object and replica list. An object of the slab is freed on its own
- * like any other; the mapping goes when its last object and the load that
- * made it (one reference) are gone. */
+/* The objects a snapshot load builds come from mappings (host_bulk.h,
+ * huge pages) of the section's size each, a new one when the last is full:
+ * no malloc and no 4 KiB page fault per object and replica list. An object
+ * of a slab is freed on its own like any other; a mapping goes when its
+ * last object and the load's reference (while it is the load's current
+ * slab) are gone. */
+#define OBJ_LOAD_CHUNK_MIN ((size_t)64 << 10)
 typedef struct obj_slab {
     size_t len;  /* bytes mapped, this header included */
     size_t used; /* bytes handed out, this header included */
@@ -207,6 +209,7 @@ struct obj_store {
                               * the order of their objects. NULL when none;
                               * cleared when its group is freed */
     obj_slab *load_slab;  /* while a snapshot loads: where its objects go */
+    size_t load_chunk;    /* and the bytes of the next slab when it is full */
     obj_guard_ops guard;
     obj_stats stats;      /* counters; memory fields computed on demand */
     obj_abandon_fn abandon; /* ranges given up with a writer's bytes in them */

@@ -343,7 +343,22 @@ void obj_slab_unref(obj_slab *sl)
     if (sl != NULL && --sl->refs == 0) host_bulk_free(sl, sl->len);
 }
 
-/* Build an object from a well-formed record: in st->load_slab while a
+/* The load's slab with room for need bytes: the current one, or a new
+ * one of st->load_chunk bytes in its place (the objects in the full one
+ * keep it). NULL when there is none or none can be mapped. */
+static obj_slab *obj_load_slab_room(obj_store *st, size_t need)
+{
+    obj_slab *sl = st->load_slab;
+    if (sl == NULL || need <= sl->len - sl->used) return sl;
+    if (need > st->load_chunk) return NULL;
+    obj_slab *next = obj_slab_new(st->load_chunk);
+    if (next == NULL) return NULL;
+    obj_slab_unref(sl);
+    st->load_slab = next;
+    return next;
+}
+
+/* Build an object from a well-formed record: in the load's slab while a
  * snapshot loads and it has room (its replica list in the same piece),
  * else from calloc. Memory replicas that cannot exist here (see
  * obj_memory_rep_place) are left out and counted. SMP_ENOMEM. Nothing is
@@ -354,10 +369,10 @@ static int obj_object_build(obj_store *st,
                             obj_object **out)
 {
     size_t kl = strlen(m->key) + 1, gl = strlen(m->group) + 1, tl = strlen(m->tenant) + 1;
-    obj_slab *sl = st->load_slab;
-    size_t need = sl ? obj_object_bytes(m) : 0;
+    size_t need = st->load_slab ? obj_object_bytes(m) : 0;
+    obj_slab *sl = st->load_slab ? obj_load_slab_room(st, need) : NULL;
     obj_object *o;
-    if (sl && need <= sl->len - sl->used) {
+    if (sl) {
         o = (obj_object *)((char *)sl + sl->used); /* zeroed: fresh mapping */
         sl->used += need;
         sl->refs++;

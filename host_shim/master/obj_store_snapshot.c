@@ -96,27 +96,11 @@ static int obj_load_rc(int rc)
 /* What the passes of a load share. */
 typedef struct obj_load_ctx {
     obj_store *st;
-    size_t slab_bytes; /* the objects' bytes in a slab; SIZE_MAX: too many */
-    size_t objects;    /* object entries in the section */
-    size_t groups;     /* managed group entries in the section */
     uint64_t dropped;  /* replicas_dropped before the load */
 } obj_load_ctx;
 
-/* First pass (obj_snap_decode callback): the slab's size. */
-static int obj_load_size(void *arg, unsigned what, const ProtobufCMessage *msg)
-{
-    obj_load_ctx *c = arg;
-    if (what == OBJ_SNAP_GROUPS) c->groups++;
-    if (what != OBJ_SNAP_OBJECTS) return SMP_OK;
-    c->objects++;
-    if (c->slab_bytes == SIZE_MAX) return SMP_OK;
-    size_t n = obj_object_bytes((const Hostrec__ObjectRecord *)msg);
-    c->slab_bytes = n > SIZE_MAX - c->slab_bytes ? SIZE_MAX : c->slab_bytes + n;
-    return SMP_OK;
-}
-
-/* Later passes (obj_snap_decode callback): apply one entry. A negative
- * return stops the load, which clears the store. */
+/* The decode's callback: apply one entry. A negative return stops the
+ * load, which clears the store. */
 static int obj_load_apply(void *arg, unsigned what, const ProtobufCMessage *msg)
 {
     obj_load_ctx *c = arg;
@@ -147,33 +131,40 @@ static int obj_store_load_here(obj_store *st, const uint8_t *data, size_t len)
     if (!data && len) return SMP_EINVAL;
     /* The section is decoded by hand (obj_snap_decode.c), one record at a
      * time into scratch storage reused by the next, instead of unpacked
-     * whole by protobuf-c into an arena of some 2.5x its size. The first
-     * pass checks every byte and the format, and sizes the objects' slab,
-     * before anything changes; then segments, managed groups and objects
-     * are applied in that order, each in the order of the bytes (as the
-     * unpacked message's arrays were). */
+     * whole by protobuf-c into an arena of some 2.5x its size. A walk of
+     * the top-level framing reads the format and the counts (the indexes
+     * are sized from them); then segments, managed groups and objects are
+     * applied in that order, each in the order of the bytes (as the
+     * unpacked message's arrays were): in one decode when the section has
+     * them in that order, as a save writes it, else in one decode each.
+     * Bytes protobuf-c refuses inside a record are found as it is applied:
+     * the load then fails with SMP_EPROTO and clears what it applied, as
+     * for a record that does not apply (the store was empty before). */
     obj_snap_dec dec = {0};
-    obj_load_ctx c = {st, 0, 0, 0, st->stats.replicas_dropped};
-    uint32_t format = 0;
-    rc = obj_snap_decode(&dec, data, len, OBJ_SNAP_ALL, &format, obj_load_size, &c);
-    if (rc < 0) goto free_dec;
-    if (format != OBJ_SNAPSHOT_FORMAT) {
-        rc = SMP_EPROTO;
-        goto free_dec;
-    }
+    obj_snap_frame fr;
+    obj_load_ctx c = {st, st->stats.replicas_dropped};
+    if ((rc = obj_snap_frame_scan(data, len, &fr)) < 0) return rc;
+    if (fr.format != OBJ_SNAPSHOT_FORMAT) return SMP_EPROTO;
     st->bulk_load = 1;
-    /* The objects' slab, sized from the section (a failed size or mapping
-     * leaves them to calloc). */
-    st->load_slab = c.slab_bytes != SIZE_MAX ? obj_slab_new(c.slab_bytes) : NULL;
+    /* The objects' slab, in chunks of the section's size (an object takes
+     * about twice its record's bytes, so two or three chunks); a chunk that
+     * cannot be mapped leaves the objects after it to calloc. */
+    st->load_chunk = len > OBJ_LOAD_CHUNK_MIN ? len : OBJ_LOAD_CHUNK_MIN;
+    st->load_slab = fr.n[2] > 0 ? obj_slab_new(st->load_chunk) : NULL;
     /* The objects' and groups' indexes at their final size: no growth and
      * drain during the load (when this fails, the inserts grow them as
      * usual). */
-    (void)obj_ix_presize(&st->objects.ix, c.objects);
-    (void)obj_ix_presize(&st->groups.ix, c.groups);
+    (void)obj_ix_presize(&st->objects.ix, fr.n[2]);
+    (void)obj_ix_presize(&st->groups.ix, fr.n[1]);
     static const unsigned passes[] = {OBJ_SNAP_SEGMENTS, OBJ_SNAP_GROUPS, OBJ_SNAP_OBJECTS};
-    for (size_t i = 0; i < sizeof(passes) / sizeof(passes[0]); i++) {
-        rc = obj_snap_decode(&dec, data, len, passes[i], NULL, obj_load_apply, &c);
+    if (fr.in_kind_order) {
+        rc = obj_snap_decode(&dec, data, len, OBJ_SNAP_ALL, NULL, obj_load_apply, &c);
         if (rc < 0) goto clear;
+    } else {
+        for (size_t i = 0; i < sizeof(passes) / sizeof(passes[0]); i++) {
+            rc = obj_snap_decode(&dec, data, len, passes[i], NULL, obj_load_apply, &c);
+            if (rc < 0) goto clear;
+        }
     }
     st->bulk_load = 0; /* the LRU list is sorted when an eviction plan needs it */
     rc = SMP_OK;
@@ -187,7 +178,6 @@ clear:
 unref_slab:
     obj_slab_unref(st->load_slab); /* the load's reference: the objects hold the rest */
     st->load_slab = NULL;
-free_dec:
     obj_snap_dec_fini(&dec);
     return rc;
 }
