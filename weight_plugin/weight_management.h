@@ -557,6 +557,10 @@ int wm_availability_transition_ok(int from, int to);
  * bytes of UTF-8, with a base generation below the record's when set and
  * no digest or base without one. */
 int wm_metadata_check(const wm_revision *rev, char *msg, size_t cap);
+/* The rules of wm_metadata_check after the identity's own, for a revision
+ * whose identity passed wm_identity_check (a decode that has just checked
+ * it): the same answer and sentence, without checking it again. */
+int wm_metadata_check_fields(const wm_revision *rev, char *msg, size_t cap);
 
 /* Check an operation record alone (valid enums, id >= 1, progress done <=
  * total, a target only for MIGRATING, a cursor naming one of its revision's

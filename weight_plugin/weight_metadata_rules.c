@@ -119,13 +119,19 @@ static int wm_ratio_check(const wm_revision *rev, char *msg, size_t cap)
 
 int wm_metadata_check(const wm_revision *rev, char *msg, size_t cap)
 {
+    char why[160];
+    if (rev == NULL) return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "revision is missing");
+    if (wm_identity_check(&rev->id, why, sizeof(why)) < 0)
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "identity: %s", why);
+    return wm_metadata_check_fields(rev, msg, cap);
+}
+
+int wm_metadata_check_fields(const wm_revision *rev, char *msg, size_t cap)
+{
     int rc;
     char key[WM_KEY_MAX + 1];
     char why[160];
 
-    if (rev == NULL) return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "revision is missing");
-    if (wm_identity_check(&rev->id, why, sizeof(why)) < 0)
-        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "identity: %s", why);
     if (wm_policy_check(&rev->policy, why, sizeof(why)) < 0)
         return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "policy: %s", why);
     if (!wm_availability_valid((int)rev->availability))

@@ -673,7 +673,8 @@ int wm_dec_revision(const Wmrec__Revision *m, wm_revision *out, char **keys, cha
     r.request_digest = m->request_digest;
     r.request_base_generation = m->request_base_generation;
     r.request_operation_id = m->request_operation_id;
-    if (wm_metadata_check(&r, why, sizeof(why)) < 0)
+    /* The identity passed wm_identity_check in wm_dec_identity above. */
+    if (wm_metadata_check_fields(&r, why, sizeof(why)) < 0)
         return wm_fail(SMP_EPROTO, msg, cap, "revision: %s", why);
     *keys = rq + strlen(rq) + 1;
     *out = r;
