@@ -116,6 +116,13 @@ obj_sl_node *obj_ix_find_h(const obj_ix *ix, const char *key, uint64_t h)
     return n;
 }
 
+void obj_ix_prefetch(const obj_ix *ix, const char *key)
+{
+    if (ix->cap == 0) return;
+    uint64_t h = obj_ix_key_hash(ix, key);
+    __builtin_prefetch(&ix->slots[(size_t)h & (ix->cap - 1)], 1);
+}
+
 obj_sl_node *obj_ix_find(const obj_ix *ix, const char *key)
 {
     if (ix->count + ix->old_count == 0) return NULL;

@@ -312,6 +312,9 @@ int obj_ix_reserve(obj_ix *ix);
 /* Size an empty index for n entries at once (a snapshot load). SMP_ENOMEM
  * or SMP_ESTATE (not empty) leave it as it was. */
 int obj_ix_presize(obj_ix *ix, size_t n);
+/* Ask the CPU to fetch the slot where key's probe starts (a hint: nothing
+ * changes), so that an insert of key a little later does not wait for it. */
+void obj_ix_prefetch(const obj_ix *ix, const char *key);
 /* Index n, whose key (hash h) is not in ix, after obj_ix_reserve succeeded
  * (never fails). Moves a few slots of a draining table. */
 void obj_ix_insert_h(obj_ix *ix, obj_sl_node *n, uint64_t h);

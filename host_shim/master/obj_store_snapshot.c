@@ -116,6 +116,9 @@ static int obj_load_apply(void *arg, unsigned what, const ProtobufCMessage *msg)
         return obj_set_group_managed(st, m->name, obj_group_msg_owner(m));
     }
     const Hostrec__ObjectRecord *m = (const Hostrec__ObjectRecord *)msg;
+    /* Its index slot, a cache miss at a random place of the table, is
+     * fetched while the object is checked and built. */
+    obj_ix_prefetch(&st->objects.ix, m->key);
     if (obj_sl_get(&st->objects, m->key)) return SMP_EPROTO;
     if (m->update_only) return SMP_EPROTO;
     int rc = obj_apply_object(st, m);
