@@ -473,15 +473,21 @@ uint64_t obj_seg_tail_used(const obj_segment *s)
     return s->capacity;
 }
 
-/* Make sure extra more allocations need no growth of the free array. */
+/* Make sure extra more allocations need no growth of the free array. The
+ * array at least doubles when it grows, as obj_seg_grow's does: grown to
+ * the exact need, every object of a snapshot load (each reserving its
+ * memory replica after this) reallocated it by one extent, some 200,000
+ * reallocations of an array of up to 3 MiB, each a copy into fresh pages
+ * whenever the allocator could not grow it in place. */
 int obj_seg_ensure(obj_segment *s, size_t extra)
 {
     size_t need = s->nalloc + 3 + extra;
     if (s->capfree >= need) return SMP_OK;
-    obj_extent *nf = realloc(s->free, need * sizeof(*nf));
+    size_t ncap = s->capfree * 2 > need ? s->capfree * 2 : need;
+    obj_extent *nf = realloc(s->free, ncap * sizeof(*nf));
     if (!nf) return SMP_ENOMEM;
     s->free = nf;
-    s->capfree = need;
+    s->capfree = ncap;
     return SMP_OK;
 }
 
