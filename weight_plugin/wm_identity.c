@@ -18,6 +18,7 @@
 
 #include <openssl/evp.h>
 
+#include "utf8_valid.h"
 #include "weight_management.h"
 
 const char *wm_error_name(int rc)
@@ -52,58 +53,11 @@ int wm_fail(int rc, char *msg, size_t cap, const char *fmt, ...)
 /* Identity strings                                                          */
 /* ------------------------------------------------------------------------ */
 
-/* 1 when s[0..len) is well-formed UTF-8 (RFC 3629: shortest form only, no
- * UTF-16 surrogates, at most U+10FFFF). */
-static int wm_utf8_valid(const unsigned char *s, size_t len)
-{
-    size_t i = 0;
-    while (i < len) {
-        /* Eight ASCII bytes at once (every key and identity of a restart
-         * is ASCII): each would pass the byte loop below on its own. */
-        uint64_t w;
-        if (len - i >= sizeof(w)) {
-            memcpy(&w, s + i, sizeof(w));
-            if ((w & UINT64_C(0x8080808080808080)) == 0) {
-                i += sizeof(w);
-                continue;
-            }
-        }
-        unsigned c = s[i];
-        size_t need;
-        uint32_t cp;
-        if (c < 0x80) {
-            i++;
-            continue;
-        } else if (c >= 0xC2 && c <= 0xDF) {
-            need = 1;
-            cp = c & 0x1F;
-        } else if (c >= 0xE0 && c <= 0xEF) {
-            need = 2;
-            cp = c & 0x0F;
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            need = 3;
-            cp = c & 0x07;
-        } else {
-            return 0;
-        }
-        if (len - i - 1 < need) return 0;
-        for (size_t k = 1; k <= need; k++) {
-            unsigned cc = s[i + k];
-            if ((cc & 0xC0) != 0x80) return 0;
-            cp = (cp << 6) | (cc & 0x3F);
-        }
-        if (need == 2 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) return 0;
-        if (need == 3 && (cp < 0x10000 || cp > 0x10FFFF)) return 0;
-        i += need + 1;
-    }
-    return 1;
-}
-
 int wm_component_check(const char *s, size_t len)
 {
     if (s == NULL || len == 0 || len > WM_ID_COMPONENT_MAX) return WM_EINVALID_ARGUMENT;
     if (memchr(s, '\0', len) != NULL) return WM_EINVALID_ARGUMENT;
-    if (!wm_utf8_valid((const unsigned char *)s, len)) return WM_EINVALID_ARGUMENT;
+    if (!utf8_valid((const unsigned char *)s, len)) return WM_EINVALID_ARGUMENT;
     return WM_OK;
 }
 
@@ -111,7 +65,7 @@ int wm_text_check(const char *s, size_t len)
 {
     if (len == 0) return WM_OK;
     if (s == NULL || memchr(s, '\0', len) != NULL) return WM_EINVALID_ARGUMENT;
-    return wm_utf8_valid((const unsigned char *)s, len) ? WM_OK : WM_EINVALID_ARGUMENT;
+    return utf8_valid((const unsigned char *)s, len) ? WM_OK : WM_EINVALID_ARGUMENT;
 }
 
 /* Check one NUL-terminated member of a fixed buffer; the buffer may hold no
@@ -124,7 +78,7 @@ static int wm_field_check(const char *field, const char *name, char *msg, size_t
     if (len > WM_ID_COMPONENT_MAX)
         return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "%s is longer than %d bytes", name,
                        WM_ID_COMPONENT_MAX);
-    if (!wm_utf8_valid((const unsigned char *)field, len))
+    if (!utf8_valid((const unsigned char *)field, len))
         return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "%s is not valid UTF-8", name);
     return WM_OK;
 }

@@ -4,6 +4,8 @@
  * coalescing on free). Part of obj_store (see obj_store.c). */
 #include "obj_store_internal.h"
 
+#include "utf8_valid.h"
+
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -224,44 +226,6 @@ obj_sl_node *obj_sl_after(const obj_sl *sl, const char *key, int inclusive)
 /* Validation helpers                                                        */
 /* ------------------------------------------------------------------------ */
 
-/* 1 when s[0..len) is valid UTF-8 (no overlongs, surrogates or > U+10FFFF). */
-static int obj_utf8_valid(const unsigned char *s, size_t len)
-{
-    size_t i = 0;
-    while (i < len) {
-        /* Eight ASCII bytes at once (every key, group and path of a
-         * snapshot load is ASCII): each would pass the byte loop below on
-         * its own. */
-        uint64_t w;
-        if (len - i >= sizeof(w)) {
-            memcpy(&w, s + i, sizeof(w));
-            if ((w & UINT64_C(0x8080808080808080)) == 0) {
-                i += sizeof(w);
-                continue;
-            }
-        }
-        unsigned c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        size_t n;
-        unsigned cp, min;
-        if ((c & 0xE0) == 0xC0) { n = 1; cp = c & 0x1F; min = 0x80; }
-        else if ((c & 0xF0) == 0xE0) { n = 2; cp = c & 0x0F; min = 0x800; }
-        else if ((c & 0xF8) == 0xF0) { n = 3; cp = c & 0x07; min = 0x10000; }
-        else return 0;
-        if (len - i <= n) return 0;
-        for (size_t k = 1; k <= n; k++) {
-            if ((s[i + k] & 0xC0) != 0x80) return 0;
-            cp = (cp << 6) | (s[i + k] & 0x3F);
-        }
-        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-        i += n + 1;
-    }
-    return 1;
-}
-
 /* A string of at most max bytes of valid UTF-8, non-empty unless allowed. */
 int obj_name_ok(const char *s, size_t max, int allow_empty)
 {
@@ -269,7 +233,7 @@ int obj_name_ok(const char *s, size_t max, int allow_empty)
     size_t len = strnlen(s, max + 1);
     if (len > max) return 0;
     if (len == 0) return allow_empty;
-    return obj_utf8_valid((const unsigned char *)s, len);
+    return utf8_valid((const unsigned char *)s, len);
 }
 
 int obj_validate_key(const char *key)
