@@ -62,19 +62,6 @@ int wm_arena_init(wm_arena *a, size_t cap)
     return a->base != NULL ? SMP_OK : SMP_ENOMEM;
 }
 
-void wm_arena_init_mem(wm_arena *a, void *mem, size_t cap)
-{
-    uintptr_t start = (uintptr_t)mem;
-    uintptr_t aligned = (start + WM_ARENA_ALIGN - 1) & ~(uintptr_t)(WM_ARENA_ALIGN - 1);
-    a->alloc.alloc = wm_arena_alloc;
-    a->alloc.free = wm_arena_free;
-    a->alloc.allocator_data = a;
-    a->base = (uint8_t *)aligned;
-    a->cap = cap > aligned - start ? cap - (aligned - start) : 0;
-    a->used = 0;
-    a->spilled = 0;
-}
-
 void wm_arena_free_unpacked(wm_arena *a, ProtobufCMessage *msg)
 {
     if (msg != NULL && a->spilled > 0) protobuf_c_message_free_unpacked(msg, &a->alloc);

@@ -37,10 +37,6 @@ typedef struct wm_arena {
 
 /* Map cap bytes for a. SMP_OK or SMP_ENOMEM (a then holds nothing). */
 int wm_arena_init(wm_arena *a, size_t cap);
-/* Hand out mem[0, cap) instead of a mapping (a request decoded on the
- * stack of a handler); the start is rounded up to the arena's alignment.
- * Never wm_arena_fini such an arena: the memory is the caller's. */
-void wm_arena_init_mem(wm_arena *a, void *mem, size_t cap);
 /* Release msg (NULL ok), unpacked with a: walks it only when some pieces
  * went to malloc. */
 void wm_arena_free_unpacked(wm_arena *a, ProtobufCMessage *msg);

@@ -136,7 +136,37 @@ int wm_reply_begin(wm_plugin *p, smp_rpc_call *call, const wm_revision *rev);
  * calls again with one of the size returned. */
 size_t wm_pack_metadata_response(const wm_revision *rev, const wm_operation *o, uint8_t *buf,
                                  size_t cap);
+/* The most bytes an IsExistResponse takes. */
+#define WM_IS_EXIST_RESPONSE_MAX 2
+/* Pack the IsExistResponse of exists (0 or 1) into out, the bytes
+ * protobuf_c_message_pack gives; returns their count (0 for false). */
+size_t wm_pack_is_exist_response(int exists, uint8_t out[WM_IS_EXIST_RESPONSE_MAX]);
 int wm_reply_lease(wm_plugin *p, smp_rpc_call *call, const wm_lease *l, const wm_revision *rev);
+
+/* -- wm_request_decode.c: the IdentityRequest decoded by hand -------------- */
+
+/* Room for the strings of an identity at its limits (4 x 256 bytes) and a
+ * request id of 128, with their NULs: no malloc for a request that can pass
+ * the checks. */
+#define WM_ID_REQUEST_ROOM 1280
+
+/* A decoded IdentityRequest: m (and m.identity, when given, pointing at id)
+ * as wmrpc__identity_request__unpack would give it; its strings live in
+ * room, or in heap when longer. */
+typedef struct wm_id_request {
+    Wmrpc__IdentityRequest m;
+    Wmrpc__WeightIdentity id;
+    char *heap;
+    char room[WM_ID_REQUEST_ROOM];
+} wm_id_request;
+
+/* Decode body[0, len) into *r, accepting and refusing exactly what
+ * wmrpc__identity_request__unpack does. 0; -1 when the bytes do not decode
+ * (nothing to release); SMP_ENOMEM. After 0, release with
+ * wm_id_request_fini. */
+int wm_id_request_decode(wm_id_request *r, const uint8_t *body, size_t len);
+/* Free what a decode took beyond r's room. */
+void wm_id_request_fini(wm_id_request *r);
 
 /* -- wm_mgmt_txn.c: request decoding and fences ---------------------------- */
 

@@ -24,23 +24,27 @@
 /* ------------------------------------------------------------------------ */
 
 /* The identity reads (GET_METADATA, IS_EXIST, GET_SIZE) decode their
- * IdentityRequest into an arena on the handler's stack: the message and
- * its strings take a few hundred bytes, so a read costs no malloc and no
- * free (an identity at its limits spills to malloc and is freed as usual). */
-#define WM_READ_ARENA 2048
+ * IdentityRequest by hand into a wm_id_request on the handler's stack
+ * (wm_request_decode.c): no protobuf-c unpack, no malloc for an identity
+ * within its limits. */
 
-/* Decode an IdentityRequest with a (initialised over the caller's
- * buffer); NULL with SMP_EPROTO answered when the body does not decode.
- * Release with wm_arena_free_unpacked(a, &req->base). */
-static Wmrpc__IdentityRequest *wm_decode_identity_request(wm_plugin *p, smp_rpc_call *call,
-                                                          wm_arena *a, const uint8_t *body,
-                                                          size_t len)
+/* Decode an IdentityRequest into *r; NULL with SMP_EPROTO (or SMP_ENOMEM)
+ * answered when it does not. Release with wm_id_request_fini(r). */
+static const Wmrpc__IdentityRequest *wm_decode_identity_request(wm_plugin *p, smp_rpc_call *call,
+                                                                wm_id_request *r,
+                                                                const uint8_t *body, size_t len)
 {
-    Wmrpc__IdentityRequest *req = wmrpc__identity_request__unpack(&a->alloc, len, body);
-    if (req == NULL)
+    int rc = wm_id_request_decode(r, body, len);
+    if (rc == SMP_ENOMEM) {
+        wm_reply_error(p, call, SMP_ENOMEM, "out of memory decoding the request");
+        return NULL;
+    }
+    if (rc < 0) {
         wm_reply_error(p, call, SMP_EPROTO, "request body does not decode as %s",
                        "Wmrpc__IdentityRequest");
-    return req;
+        return NULL;
+    }
+    return &r->m;
 }
 
 /* The revision in any state (tombstones included) and its active
@@ -49,14 +53,12 @@ int wm_rpc_get_metadata(void *plugin, smp_rpc_call *call, const uint8_t *body, s
 {
     wm_plugin *p = plugin;
     wm_identity_buf idb;
-    uint8_t mem[WM_READ_ARENA];
-    wm_arena a;
-    wm_arena_init_mem(&a, mem, sizeof(mem));
-    Wmrpc__IdentityRequest *req = wm_decode_identity_request(p, call, &a, body, len);
+    wm_id_request r;
+    const Wmrpc__IdentityRequest *req = wm_decode_identity_request(p, call, &r, body, len);
     if (req == NULL) return SMP_OK;
     const wm_revision *rev = wm_lookup(p, call, req->identity, &idb);
     if (rev != NULL) wm_reply_metadata(p, call, rev);
-    wm_arena_free_unpacked(&a, &req->base);
+    wm_id_request_fini(&r);
     return SMP_OK;
 }
 
@@ -98,11 +100,9 @@ int wm_rpc_is_exist(void *plugin, smp_rpc_call *call, const uint8_t *body, size_
 {
     wm_plugin *p = plugin;
     wm_identity_buf idb;
-    Wmrpc__IsExistResponse resp = WMRPC__IS_EXIST_RESPONSE__INIT;
-    uint8_t mem[WM_READ_ARENA];
-    wm_arena a;
-    wm_arena_init_mem(&a, mem, sizeof(mem));
-    Wmrpc__IdentityRequest *req = wm_decode_identity_request(p, call, &a, body, len);
+    int exists = 0;
+    wm_id_request r;
+    const Wmrpc__IdentityRequest *req = wm_decode_identity_request(p, call, &r, body, len);
     if (req == NULL) return SMP_OK;
     if (!wm_identity_in(p, call, req->identity, &idb)) goto free_req;
     const wm_affinity *aff;
@@ -111,15 +111,17 @@ int wm_rpc_is_exist(void *plugin, smp_rpc_call *call, const uint8_t *body, size_
     if (rev != NULL && rev->availability == WM_AVAIL_READY) {
         uint64_t version = wm_objects_version(p);
         if (version != 0 && *readable_at == version) {
-            resp.exists = 1;
+            exists = 1;
         } else {
-            resp.exists = wm_keys_readable(p, rev, aff);
-            *readable_at = resp.exists ? version : 0;
+            exists = wm_keys_readable(p, rev, aff);
+            *readable_at = exists ? version : 0;
         }
     }
-    wm_reply_packed(p, call, &resp.base);
+    /* packed by hand (wm_reply_encode.c): no protobuf-c size and pack */
+    uint8_t out[WM_IS_EXIST_RESPONSE_MAX];
+    p->api->rpc_reply(call, SMP_OK, out, wm_pack_is_exist_response(exists, out));
 free_req:
-    wm_arena_free_unpacked(&a, &req->base);
+    wm_id_request_fini(&r);
     return SMP_OK;
 }
 
@@ -130,10 +132,8 @@ int wm_rpc_get_size(void *plugin, smp_rpc_call *call, const uint8_t *body, size_
     wm_plugin *p = plugin;
     wm_identity_buf idb;
     Wmrpc__SizeResponse resp = WMRPC__SIZE_RESPONSE__INIT;
-    uint8_t mem[WM_READ_ARENA];
-    wm_arena a;
-    wm_arena_init_mem(&a, mem, sizeof(mem));
-    Wmrpc__IdentityRequest *req = wm_decode_identity_request(p, call, &a, body, len);
+    wm_id_request r;
+    const Wmrpc__IdentityRequest *req = wm_decode_identity_request(p, call, &r, body, len);
     if (req == NULL) return SMP_OK;
     const wm_revision *rev = wm_lookup(p, call, req->identity, &idb);
     if (rev != NULL) {
@@ -145,7 +145,7 @@ int wm_rpc_get_size(void *plugin, smp_rpc_call *call, const uint8_t *body, size_
                            rev->group_key, wm_availability_name((int)rev->availability));
         }
     }
-    wm_arena_free_unpacked(&a, &req->base);
+    wm_id_request_fini(&r);
     return SMP_OK;
 }
 

@@ -1,4 +1,5 @@
-/* wm_reply_encode.c -- the MetadataResponse, packed by hand.
+/* wm_reply_encode.c -- the replies of the identity reads, packed by hand:
+ * the MetadataResponse and the IsExistResponse.
  *
  * Every weight_get_metadata, and every mutation that answers with the
  * revision, replies with a MetadataResponse: the revision's WeightMetadata
@@ -250,4 +251,14 @@ size_t wm_pack_metadata_response(const wm_revision *rev, const wm_operation *o, 
     if (o != NULL) p = op_put(p, 2, &op, o);
     (void)p; /* p == buf + n */
     return n;
+}
+
+/* -- IsExistResponse -------------------------------------------------------- */
+
+size_t wm_pack_is_exist_response(int exists, uint8_t out[WM_IS_EXIST_RESPONSE_MAX])
+{
+    if (!exists) return 0; /* false, proto3's zero value, is left out */
+    uint8_t *p = pbw_put_tag(out, 1, PBW_VARINT);
+    *p++ = 1;
+    return (size_t)(p - out);
 }

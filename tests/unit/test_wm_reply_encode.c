@@ -10,7 +10,9 @@
  * and of the longest key, sealed and unsealed revisions (the digests only
  * for the sealed), with and without an operation, and the empty response;
  * a buffer too small is not written and the size it needs is returned; and
- * the bytes decode back with protobuf-c to the revision's values. */
+ * the bytes decode back with protobuf-c to the revision's values. The
+ * IsExistResponse packed by hand (wm_pack_is_exist_response) is
+ * protobuf-c's bytes for both answers. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -251,12 +253,31 @@ static void test_packed_bytes_decode_to_the_revision(void **state)
     wmrpc__metadata_response__free_unpacked(m, NULL);
 }
 
+/* exists false is the empty message, true the one field; both as
+ * protobuf-c packs them. */
+static void test_is_exist_response_is_protobuf_c_s_bytes(void **state)
+{
+    (void)state;
+    for (int exists = 0; exists <= 1; exists++) {
+        Wmrpc__IsExistResponse resp = WMRPC__IS_EXIST_RESPONSE__INIT;
+        uint8_t ref[8], got[WM_IS_EXIST_RESPONSE_MAX];
+        resp.exists = exists;
+        size_t ref_n = protobuf_c_message_get_packed_size(&resp.base);
+        assert_true(ref_n <= sizeof(ref));
+        protobuf_c_message_pack(&resp.base, ref);
+        size_t n = wm_pack_is_exist_response(exists, got);
+        assert_int_equal(n, ref_n);
+        assert_memory_equal(got, ref, n);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_metadata_response_is_protobuf_c_s_bytes),
         cmocka_unit_test(test_zero_revision_and_the_empty_response),
         cmocka_unit_test(test_packed_bytes_decode_to_the_revision),
+        cmocka_unit_test(test_is_exist_response_is_protobuf_c_s_bytes),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
