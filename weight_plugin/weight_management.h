@@ -145,6 +145,10 @@ int wm_text_check(const char *s, size_t len);
  * the offending field into msg (truncated to cap). */
 int wm_lineage_check(const wm_lineage *lin, char *msg, size_t cap);
 int wm_identity_check(const wm_identity *id, char *msg, size_t cap);
+/* wm_identity_check of an identity whose strings' lengths the caller
+ * already has: len[i] is strnlen(string i, WM_ID_COMPONENT_MAX + 1) (0 for
+ * a NULL string); NULL len: taken here. */
+int wm_identity_check_len(const wm_identity *id, const size_t len[4], char *msg, size_t cap);
 
 /* Fill an identity from strings (each copied into *out; a NULL one fails).
  * Validates as wm_identity_check does; *out is written only on success. The

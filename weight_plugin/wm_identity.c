@@ -68,12 +68,33 @@ int wm_text_check(const char *s, size_t len)
     return utf8_valid((const unsigned char *)s, len) ? WM_OK : WM_EINVALID_ARGUMENT;
 }
 
-/* Check one NUL-terminated member of a fixed buffer; the buffer may hold no
- * terminator at all when it came from an unchecked source. */
-static int wm_field_check(const char *field, const char *name, char *msg, size_t cap)
+/* RFC 3986 unreserved bytes, the ones a key component keeps literally
+ * (A-Z a-z 0-9 - . _ ~), as a bit per ASCII byte. */
+static const uint64_t wm_unreserved_bits[2] = {
+    0x03ff600000000000ull, /* '-' '.' '0'-'9' */
+    0x47fffffe87fffffeull  /* 'A'-'Z' '_' 'a'-'z' '~' */
+};
+
+static int wm_unreserved(unsigned char c)
+{
+    return c < 0x80 && (wm_unreserved_bits[c >> 6] >> (c & 63)) & 1;
+}
+
+/* Length of s[0..len) once percent-encoded: an unreserved byte stays one
+ * byte, any other (each byte of a multi-byte character too) becomes three. */
+static size_t wm_pct_len(const unsigned char *s, size_t len)
+{
+    size_t n = len;
+    for (size_t i = 0; i < len; i++) n += wm_unreserved(s[i]) ? 0 : 2;
+    return n;
+}
+
+/* Check one member of len bytes (the caller's strnlen, at most
+ * WM_ID_COMPONENT_MAX + 1: the buffer may hold no terminator at all when it
+ * came from an unchecked source). */
+static int wm_field_check(const char *field, size_t len, const char *name, char *msg, size_t cap)
 {
     if (field == NULL) return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "%s is missing", name);
-    size_t len = strnlen(field, WM_ID_COMPONENT_MAX + 1);
     if (len == 0) return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "%s is empty", name);
     if (len > WM_ID_COMPONENT_MAX)
         return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "%s is longer than %d bytes", name,
@@ -83,38 +104,24 @@ static int wm_field_check(const char *field, const char *name, char *msg, size_t
     return WM_OK;
 }
 
-/* RFC 3986 unreserved bytes: the ones a key component keeps literally. */
-static int wm_unreserved(unsigned char c)
+/* The four strings of an identity or lineage, of the lengths len (NULL:
+ * taken here, each at most WM_ID_COMPONENT_MAX + 1), each checked in
+ * order, then the longest key of any generation: "weights/" + 4 encoded
+ * components with their separators + "/" + 20 digits + "/payload/" + 20
+ * digits. The encoded lengths are counted only when three bytes for every
+ * byte could pass the limit (a component of 256 bytes of '@' is 768). */
+static int wm_strings_check(const char *const str[4], const size_t *len, char *msg, size_t cap)
 {
-    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-           c == '-' || c == '.' || c == '_' || c == '~';
-}
-
-/* Length of a component once percent-encoded. */
-static size_t wm_pct_len(const char *s)
-{
-    size_t n = 0;
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) n += wm_unreserved(*p) ? 1 : 3;
-    return n;
-}
-
-/* The longest key of any generation: "weights/" + 4 encoded components with
- * their separators + "/" + 20 digits + "/payload/" + 20 digits. */
-static int wm_strings_check(const char *tenant,
-                            const char *ns,
-                            const char *resource,
-                            const char *revision,
-                            char *msg,
-                            size_t cap)
-{
-    int rc;
-    if ((rc = wm_field_check(tenant, "tenant_id", msg, cap)) < 0) return rc;
-    if ((rc = wm_field_check(ns, "namespace", msg, cap)) < 0) return rc;
-    if ((rc = wm_field_check(resource, "resource_id", msg, cap)) < 0) return rc;
-    if ((rc = wm_field_check(revision, "revision", msg, cap)) < 0) return rc;
-    size_t longest = strlen(WM_KEY_PREFIX) + 4 + wm_pct_len(tenant) + wm_pct_len(ns) +
-                     wm_pct_len(resource) + wm_pct_len(revision) + 1 + 20 +
-                     strlen("/payload/") + 20;
+    static const char *const names[4] = {"tenant_id", "namespace", "resource_id", "revision"};
+    size_t n[4], raw = 0, longest = strlen(WM_KEY_PREFIX) + 4 + 1 + 20 + strlen("/payload/") + 20;
+    for (int i = 0; i < 4; i++) {
+        n[i] = len != NULL ? len[i] : str[i] != NULL ? strnlen(str[i], WM_ID_COMPONENT_MAX + 1) : 0;
+        int rc = wm_field_check(str[i], n[i], names[i], msg, cap);
+        if (rc < 0) return rc;
+        raw += n[i];
+    }
+    if (longest + 3 * raw <= WM_KEY_MAX) return WM_OK;
+    for (int i = 0; i < 4; i++) longest += wm_pct_len((const unsigned char *)str[i], n[i]);
     if (longest > WM_KEY_MAX)
         return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
                        "identity encodes to keys of up to %zu bytes, above the %d-byte key limit",
@@ -125,13 +132,20 @@ static int wm_strings_check(const char *tenant,
 int wm_lineage_check(const wm_lineage *lin, char *msg, size_t cap)
 {
     if (lin == NULL) return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "lineage is missing");
-    return wm_strings_check(lin->tenant_id, lin->ns, lin->resource_id, lin->revision, msg, cap);
+    const char *const str[4] = {lin->tenant_id, lin->ns, lin->resource_id, lin->revision};
+    return wm_strings_check(str, NULL, msg, cap);
 }
 
 int wm_identity_check(const wm_identity *id, char *msg, size_t cap)
 {
+    return wm_identity_check_len(id, NULL, msg, cap);
+}
+
+int wm_identity_check_len(const wm_identity *id, const size_t len[4], char *msg, size_t cap)
+{
     if (id == NULL) return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "identity is missing");
-    return wm_strings_check(id->tenant_id, id->ns, id->resource_id, id->revision, msg, cap);
+    const char *const str[4] = {id->tenant_id, id->ns, id->resource_id, id->revision};
+    return wm_strings_check(str, len, msg, cap);
 }
 
 /* Copy one string into a member buffer after checking it. */

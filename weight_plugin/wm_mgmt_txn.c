@@ -585,17 +585,23 @@ static int wm_identity_from_pb(const Wmrpc__WeightIdentity *in, const char *tena
         return WM_EINVALID_ARGUMENT;
     }
     const char *parts[4] = {tenant, in->namespace_id, in->resource_id, in->revision};
+    size_t len[4];
     for (int i = 0; i < 4; i++) {
-        size_t n = parts[i] ? strlen(parts[i]) : 0;
-        if (n > WM_ID_COMPONENT_MAX) {
-            snprintf(msg, cap, "identity component %d is %zu bytes (at most %d)", i, n,
+        len[i] = parts[i] ? strlen(parts[i]) : 0;
+        if (len[i] > WM_ID_COMPONENT_MAX) {
+            snprintf(msg, cap, "identity component %d is %zu bytes (at most %d)", i, len[i],
                      WM_ID_COMPONENT_MAX);
             return WM_EINVALID_ARGUMENT;
         }
     }
-    const wm_identity id = {parts[0], parts[1], parts[2], parts[3], in->generation};
-    wm_identity_buf_set(out, &id); /* NULL parts become empty, refused below */
-    return wm_identity_check(&out->id, msg, cap);
+    /* what wm_identity_buf_set does, with the lengths just taken: NULL
+     * parts become empty, refused below */
+    for (int i = 0; i < 4; i++) {
+        if (len[i] > 0) memcpy(out->s[i], parts[i], len[i]);
+        out->s[i][len[i]] = '\0';
+    }
+    out->id = (wm_identity){out->s[0], out->s[1], out->s[2], out->s[3], in->generation};
+    return wm_identity_check_len(&out->id, len, msg, cap);
 }
 
 const char *wm_id_text(const wm_identity *id, char *buf, size_t cap)

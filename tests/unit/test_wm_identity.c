@@ -134,6 +134,49 @@ static void test_utf8_judged_alike_at_every_offset(void **state)
     if (utf8_judged_at_every_offset(text_accepts, why, sizeof(why)) != 0) fail_msg("%s", why);
 }
 
+/* The key-length check counts each byte as percent-encoding writes it:
+ * one for an unreserved ASCII byte (A-Z a-z 0-9 - . _ ~), three for any
+ * other byte, a multi-byte UTF-8 character three per byte. With 256 + 256 +
+ * 200 unreserved bytes in the first three strings, a revision of 100
+ * copies of one byte fits the 1024-byte key limit when that byte encodes to
+ * one byte and not when it encodes to three (and wm_pct_encode agrees). */
+static void test_key_length_counts_every_byte_as_encoded(void **state)
+{
+    (void)state;
+    char a256[257], a200[201], rev[301], enc[1024], msg[200];
+    memset(a256, 'a', 256);
+    a256[256] = '\0';
+    memset(a200, 'a', 200);
+    a200[200] = '\0';
+    for (int c = 1; c < 0x80; c++) {
+        memset(rev, c, 100);
+        rev[100] = '\0';
+        wm_identity id = {a256, a256, a200, rev, 1};
+        int unreserved = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+                         (c >= '0' && c <= '9') || c == '-' || c == '.' || c == '_' || c == '~';
+        assert_int_equal(wm_identity_check(&id, msg, sizeof(msg)),
+                         unreserved ? WM_OK : WM_EINVALID_ARGUMENT);
+        if (!unreserved) assert_non_null(strstr(msg, "key limit"));
+        assert_int_equal(wm_pct_encode(rev, 1, enc, sizeof(enc)), unreserved ? 1 : 3);
+    }
+    /* 50 two-byte characters: 100 bytes, 300 encoded */
+    for (int i = 0; i < 50; i++) memcpy(rev + 2 * i, "\xC3\xA9", 2);
+    rev[100] = '\0';
+    wm_identity id = {a256, a256, a200, rev, 1};
+    assert_int_equal(wm_identity_check(&id, msg, sizeof(msg)), WM_EINVALID_ARGUMENT);
+    assert_non_null(strstr(msg, "key limit"));
+    rev[2] = '\0'; /* one of them: fits */
+    assert_int_equal(wm_identity_check(&id, msg, sizeof(msg)), WM_OK);
+    /* bad UTF-8 after a run of ASCII, and between two good characters */
+    wm_identity bad = {"t", "n", "abc\xC3", "main", 1};
+    assert_int_equal(wm_identity_check(&bad, msg, sizeof(msg)), WM_EINVALID_ARGUMENT);
+    assert_non_null(strstr(msg, "resource_id is not valid UTF-8"));
+    bad.resource_id = "\xC3\xA9x\xA9\xC3\xA9";
+    assert_int_equal(wm_identity_check(&bad, msg, sizeof(msg)), WM_EINVALID_ARGUMENT);
+    bad.resource_id = "\xC3\xA9x\xE2\x82\xAC";
+    assert_int_equal(wm_identity_check(&bad, msg, sizeof(msg)), WM_OK);
+}
+
 static void test_identity_order_and_lineage(void **state)
 {
     (void)state;
@@ -527,6 +570,7 @@ int main(void)
         cmocka_unit_test(test_identity_refuses_too_long_components),
         cmocka_unit_test(test_identity_refuses_bad_utf8_and_nul),
         cmocka_unit_test(test_utf8_judged_alike_at_every_offset),
+        cmocka_unit_test(test_key_length_counts_every_byte_as_encoded),
         cmocka_unit_test(test_identity_order_and_lineage),
         cmocka_unit_test(test_pct_encoding_passes_unreserved_only),
         cmocka_unit_test(test_pct_decoding_is_strict),
