@@ -248,6 +248,18 @@ static void test_every_truncation_is_judged_as_protobuf_c_does(void **state)
     expect_refused(&cut);
 }
 
+/* Field num with wire type wt and a small value of that type. */
+static void put_any(bytes *o, unsigned num, unsigned wt)
+{
+    put_tag(o, num, wt);
+    switch (wt) {
+    case PBW_VARINT: put_varint(o, 1); break;
+    case PBW_64BIT: put_raw(o, "12345678", 8); break;
+    case PBW_LEN: put_varint(o, 0); break;
+    default: put_raw(o, "1234", 4); break;
+    }
+}
+
 /* A known field with another wire type than its own is refused, at both
  * levels; the right wire type decodes. */
 static void test_a_wrong_wire_type_is_refused(void **state)
@@ -257,30 +269,16 @@ static void test_a_wrong_wire_type_is_refused(void **state)
     for (unsigned f = 1; f <= 3; f++) {
         for (size_t w = 0; w < 4; w++) {
             bytes o = {.n = 0};
-            put_tag(&o, f, wts[w]);
-            switch (wts[w]) {
-            case PBW_VARINT: put_varint(&o, 1); break;
-            case PBW_64BIT: put_raw(&o, "12345678", 8); break;
-            case PBW_LEN: put_varint(&o, 0); break;
-            default: put_raw(&o, "1234", 4); break;
-            }
-            int right = wts[w] == (f == 2 ? PBW_VARINT : PBW_LEN);
-            assert_int_equal(same(&o), right);
+            put_any(&o, f, wts[w]);
+            assert_int_equal(same(&o), wts[w] == (f == 2 ? PBW_VARINT : PBW_LEN));
         }
     }
     for (unsigned f = 1; f <= 5; f++) {
         for (size_t w = 0; w < 4; w++) {
             bytes o = {.n = 0}, id = {.n = 0};
-            put_tag(&id, f, wts[w]);
-            switch (wts[w]) {
-            case PBW_VARINT: put_varint(&id, 1); break;
-            case PBW_64BIT: put_raw(&id, "12345678", 8); break;
-            case PBW_LEN: put_varint(&id, 0); break;
-            default: put_raw(&id, "1234", 4); break;
-            }
+            put_any(&id, f, wts[w]);
             put_identity(&o, &id);
-            int right = wts[w] == (f == 5 ? PBW_VARINT : PBW_LEN);
-            assert_int_equal(same(&o), right);
+            assert_int_equal(same(&o), wts[w] == (f == 5 ? PBW_VARINT : PBW_LEN));
         }
     }
 }
