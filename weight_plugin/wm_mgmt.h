@@ -6,9 +6,11 @@
  * wm_mgmt_query.c (metadata, existence, size, list, operation),
  * wm_mgmt_mutate.c (policy updates, migrations, removals), wm_mgmt_lease.c
  * (grant, renew, release) and weight_management.c (the method table,
- * registration and metrics). This header holds the prepared-record type and
- * the helpers they all use; nothing outside the management RPCs includes
- * it. Everything runs on the master's loop thread. */
+ * registration and metrics); wm_reply_encode.c and wm_request_decode.c
+ * pack the identity reads' replies and decode their request by hand. This
+ * header holds the prepared-record type and the helpers they all use;
+ * nothing outside the management RPCs includes it. Everything runs on the
+ * master's loop thread. */
 #ifndef WM_MGMT_H
 #define WM_MGMT_H
 
