@@ -55,13 +55,15 @@ static int wm_rd_string(const pbw_fld *f, wm_rd_str *out)
     return 0;
 }
 
-/* Decode one occurrence of a WeightIdentity from [p, end) into *m (which
- * starts empty). -1 on bytes protobuf-c refuses. */
+/* Decode one occurrence of a WeightIdentity from [p, end) over *m, which
+ * holds what the earlier occurrences gave: merge_messages' result is, for
+ * each string, the last occurrence that gave it, and the generation of
+ * this occurrence (0 when it lacks it). -1 on bytes protobuf-c refuses. */
 static int wm_rd_identity(const uint8_t *p, const uint8_t *end, wm_rd_ident *m)
 {
     pbw_rd r = {p, end, 0};
     pbw_fld f;
-    memset(m, 0, sizeof(*m));
+    m->generation = 0;
     while (r.p < r.end) {
         if (pbw_next(&r, &f) < 0) return -1;
         int bad = 0;
@@ -96,7 +98,7 @@ int wm_id_request_decode(wm_id_request *r, const uint8_t *body, size_t len)
 {
     static const Wmrpc__IdentityRequest req_init = WMRPC__IDENTITY_REQUEST__INIT;
     static const Wmrpc__WeightIdentity id_init = WMRPC__WEIGHT_IDENTITY__INIT;
-    wm_rd_ident ident, next;
+    wm_rd_ident ident = {{{NULL, 0}, {NULL, 0}, {NULL, 0}, {NULL, 0}}, 0};
     wm_rd_str request_id = {NULL, 0};
     int has_identity = 0;
     pbw_rd rd = {body, body + len, 0};
@@ -109,13 +111,9 @@ int wm_id_request_decode(wm_id_request *r, const uint8_t *body, size_t len)
         if (pbw_next(&rd, &f) < 0) return -1;
         int bad = 0;
         switch (f.tag) {
-        case 1:
-            if (f.wt != PBW_LEN || wm_rd_identity(pbw_body(&f), f.data + f.len, &next) < 0)
+        case 1: /* given again: merged (wm_rd_identity) */
+            if (f.wt != PBW_LEN || wm_rd_identity(pbw_body(&f), f.data + f.len, &ident) < 0)
                 return -1;
-            if (has_identity) /* merge_messages: the earlier's strings where the later lacks them */
-                for (int i = 0; i < 4; i++)
-                    if (next.str[i].s == NULL) next.str[i] = ident.str[i];
-            ident = next;
             has_identity = 1;
             break;
         case 2: bad = pbw_u64(&f, &r->m.expected_metadata_generation); break;
