@@ -57,6 +57,7 @@
  *
  * Usage: bench_metadata_reads [DIR (/tmp)] [REVISIONS (100000)] [SECONDS (3)] */
 #include <dirent.h>
+#include <sched.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -87,6 +88,7 @@ typedef struct bench {
     _Atomic long next;        /* publish: the next revision to put */
     _Atomic int failed;
     int exist;                /* read: weight_is_exist instead of get_metadata */
+    int pinned;               /* read: the phase runs pinned (place_reads) */
     _Atomic long ops;
     _Atomic int stop;
 } bench;
@@ -280,13 +282,75 @@ static double median(double *v, int n)
 #define READ_ROUNDS_MAX 9
 static const int read_clients[2] = {1, 50};
 
+/* Every thread of process pid onto the CPUs of set (a thread that comes
+ * later inherits its creator's). 0, or -1 when one could not be moved. */
+static int pin_process(pid_t pid, const cpu_set_t *set)
+{
+    char path[64];
+    int rc = 0;
+    snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+    DIR *d = opendir(path);
+    if (d == NULL) return -1;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        pid_t tid = (pid_t)atoi(e->d_name);
+        if (tid > 0 && sched_setaffinity(tid, sizeof(*set), set) < 0) rc = -1;
+    }
+    closedir(d);
+    return rc;
+}
+
+/* The reads' placement. Unpinned, the scheduler puts a client on the
+ * server's vCPU or on the other one from round to round, and each read of
+ * either server costs four to seven times more CPU on the other one
+ * (bench/README.md, "Reads: the identity request decoded by hand, and
+ * where the kernel time goes"): the ratio then says where the threads
+ * landed. Pinned, both servers (every thread of the master, redis-server)
+ * run on CPU 0 and every client (the benchmark's threads, redis-benchmark)
+ * on CPU 1, the same for both. pin 1 places them so, pin 0 gives every
+ * CPU back. -1 when a placement failed (fewer than two CPUs). */
+static int place_reads(pid_t master, const redis_box *rb, int pin)
+{
+    cpu_set_t all, servers, clients;
+    CPU_ZERO(&all);
+    CPU_ZERO(&servers);
+    CPU_ZERO(&clients);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < 2) return -1;
+    for (long i = 0; i < n && i < CPU_SETSIZE; i++) CPU_SET((int)i, &all);
+    CPU_SET(0, &servers);
+    CPU_SET(1, &clients);
+    int rc = pin_process(master, pin ? &servers : &all);
+    if (rb != NULL && pin_process(rb->pid, pin ? &servers : &all) < 0) rc = -1;
+    if (sched_setaffinity(0, sizeof(clients), pin ? &clients : &all) < 0) rc = -1;
+    return rc;
+}
+
 /* The read phase: WM_BENCH_ROUNDS rounds (default 1, at most 9), each
  * running weight_get_metadata, weight_is_exist and (rb not NULL) Redis GET
  * at 1 and at 50 clients back to back, printing each round; md, ex, rd
- * get the median of every figure (rd -1 without Redis). -1 when a read
- * failed. */
-static int read_phase(bench *b, pid_t master, const redis_box *rb, read_fig md[2], read_fig ex[2],
-                      double rd[2])
+ * get the median of every figure (rd -1 without Redis). pinned: servers on
+ * CPU 0, clients on CPU 1 (place_reads) for the phase. -1 when a read
+ * failed or the placement could not be made. */
+static int read_phase_at(bench *b, pid_t master, const redis_box *rb, read_fig md[2],
+                         read_fig ex[2], double rd[2]);
+
+static int read_phase(bench *b, pid_t master, const redis_box *rb, int pinned, read_fig md[2],
+                      read_fig ex[2], double rd[2])
+{
+    if (pinned && place_reads(master, rb, 1) < 0) {
+        place_reads(master, rb, 0);
+        fprintf(stderr, "bench: the pinned reads need two CPUs and sched_setaffinity\n");
+        return -1;
+    }
+    b->pinned = pinned;
+    int rc = read_phase_at(b, master, rb, md, ex, rd);
+    if (pinned) place_reads(master, rb, 0);
+    b->pinned = 0;
+    return rc;
+}
+
+static int read_phase_at(bench *b, pid_t master, const redis_box *rb, read_fig md[2],
+                         read_fig ex[2], double rd[2])
 {
     const char *env = getenv("WM_BENCH_ROUNDS");
     int rounds = env != NULL ? atoi(env) : 1;
@@ -315,10 +379,10 @@ static int read_phase(bench *b, pid_t master, const redis_box *rb, read_fig md[2
                 v[j][i][2][k] = f[j].client_us;
                 v[j][i][3][k] = f[j].master_cs;
             }
-            printf("round %d, clients %2d: weight_get_metadata %8.0f/s (CPU/read: master %.1f us, client "
+            printf("%sround %d, clients %2d: weight_get_metadata %8.0f/s (CPU/read: master %.1f us, client "
                    "%.1f us; master switches/read %.2f)   weight_is_exist %8.0f/s (%.1f us, %.1f us; "
                    "%.2f)   redis GET %8.0f/s\n",
-                   k + 1, read_clients[i], f[0].rate, f[0].master_us, f[0].client_us, f[0].master_cs,
+                   b->pinned ? "pinned " : "", k + 1, read_clients[i], f[0].rate, f[0].master_us, f[0].client_us, f[0].master_cs,
                    f[1].rate, f[1].master_us, f[1].client_us, f[1].master_cs, r[i][k]);
             fflush(stdout);
         }
@@ -333,14 +397,16 @@ static int read_phase(bench *b, pid_t master, const redis_box *rb, read_fig md[2
     return 0;
 }
 
-/* The read figures' lines (medians of the rounds). */
-static void print_reads(const bench *b, const read_fig md[2], const read_fig ex[2], const double rd[2])
+/* The read figures' lines (medians of the rounds), "pinned " before them
+ * for the pinned phase. */
+static void print_reads(const bench *b, int pinned, const read_fig md[2], const read_fig ex[2],
+                        const double rd[2])
 {
     for (int i = 0; i < 2; i++)
-        printf("clients %2d: weight_get_metadata %8.0f/s   weight_is_exist %8.0f/s   redis GET %8.0f/s"
+        printf("%sclients %2d: weight_get_metadata %8.0f/s   weight_is_exist %8.0f/s   redis GET %8.0f/s"
                "   get_metadata/redis x%.2f   is_exist/redis x%.2f   (%ld revisions; CPU per read: "
                "master %.1f / %.1f us, client %.1f / %.1f us; master switches/read %.2f / %.2f)\n",
-               read_clients[i], md[i].rate, ex[i].rate, rd[i], rd[i] > 0 ? md[i].rate / rd[i] : 0.0,
+               pinned ? "pinned " : "", read_clients[i], md[i].rate, ex[i].rate, rd[i], rd[i] > 0 ? md[i].rate / rd[i] : 0.0,
                rd[i] > 0 ? ex[i].rate / rd[i] : 0.0, b->n_revisions, md[i].master_us,
                ex[i].master_us, md[i].client_us, ex[i].client_us, md[i].master_cs, ex[i].master_cs);
 }
@@ -401,10 +467,12 @@ static int reads_only(const char *kept, const char *parent, bench *b)
     memset(&rb, 0, sizeof(rb));
     have_redis = redis_start(&rb, parent, 0) == 0 && redis_populate(&rb, b->n_revisions) == 0;
     if (!have_redis) printf("redis: no redis-server could be started\n");
-    if (read_phase(b, m.pid, have_redis ? &rb : NULL, md, ex, rd) == 0) {
-        print_reads(b, md, ex, rd);
+    if (read_phase(b, m.pid, have_redis ? &rb : NULL, 0, md, ex, rd) == 0) {
+        print_reads(b, 0, md, ex, rd);
         status = 0;
     }
+    if (status == 0 && read_phase(b, m.pid, have_redis ? &rb : NULL, 1, md, ex, rd) == 0)
+        print_reads(b, 1, md, ex, rd);
     redis_stop(&rb);
     hx_stop(&m);
     return status;
@@ -711,14 +779,15 @@ int main(int argc, char **argv)
 
     /* Redis runs beside the master from here: the reads take turns with it. */
     redis_box rb;
-    read_fig md[2], ex[2];
-    double rd[2], redis_load = -1;
+    read_fig md[2], ex[2], pmd[2], pex[2];
+    double rd[2], prd[2], redis_load = -1;
     memset(&rb, 0, sizeof(rb));
     int have_redis = redis_start(&rb, dir, 0) == 0 && redis_populate(&rb, b.n_revisions) == 0;
     if (!have_redis)
         printf("redis: no redis-server could be started (make bench installs redis-server)\n");
     wait_idle(m.pid, "after the last publish");
-    if (read_phase(&b, m.pid, have_redis ? &rb : NULL, md, ex, rd) < 0) {
+    if (read_phase(&b, m.pid, have_redis ? &rb : NULL, 0, md, ex, rd) < 0 ||
+        read_phase(&b, m.pid, have_redis ? &rb : NULL, 1, pmd, pex, prd) < 0) {
         redis_stop(&rb);
         goto stop;
     }
@@ -741,19 +810,25 @@ int main(int argc, char **argv)
            b.n_revisions, objects, appends, snap_seq, restart, restart_cpu, objects / restart, objects,
            redis_load, redis_load > 0 ? objects / redis_load : 0.0,
            redis_load > 0 ? (objects / restart) / (objects / redis_load) : 0.0);
-    print_reads(&b, md, ex, rd);
+    print_reads(&b, 0, md, ex, rd);
+    print_reads(&b, 1, pmd, pex, prd);
     const int *counts = read_clients;
 
-    for (int i = 0; i < 2; i++) {
-        bench_fmt(f2, sizeof(f2), "redis GET %.0f/s", rd[i]);
-        bench_fmt(what, sizeof(what), "weight_get_metadata, %d client%s, %ld revisions", counts[i],
-                  counts[i] > 1 ? "s" : "", b.n_revisions);
-        bench_summary(what, bench_fmt(f1, sizeof(f1), "%.0f/s", md[i].rate), f2,
-                      rd[i] > 0 ? md[i].rate / rd[i] : -1, ">= 1.0x");
-        bench_fmt(what, sizeof(what), "weight_is_exist, %d client%s, %ld revisions", counts[i],
-                  counts[i] > 1 ? "s" : "", b.n_revisions);
-        bench_summary(what, bench_fmt(f1, sizeof(f1), "%.0f/s", ex[i].rate), f2,
-                      rd[i] > 0 ? ex[i].rate / rd[i] : -1, ">= 1.0x");
+    for (int p = 0; p < 2; p++) {
+        const read_fig *mp = p ? pmd : md, *ep = p ? pex : ex;
+        const double *rp = p ? prd : rd;
+        const char *how = p ? " (pinned: servers on CPU 0, clients on CPU 1)" : "";
+        for (int i = 0; i < 2; i++) {
+            bench_fmt(f2, sizeof(f2), "redis GET %.0f/s", rp[i]);
+            bench_fmt(what, sizeof(what), "weight_get_metadata, %d client%s, %ld revisions%s",
+                      counts[i], counts[i] > 1 ? "s" : "", b.n_revisions, how);
+            bench_summary(what, bench_fmt(f1, sizeof(f1), "%.0f/s", mp[i].rate), f2,
+                          rp[i] > 0 ? mp[i].rate / rp[i] : -1, ">= 1.0x");
+            bench_fmt(what, sizeof(what), "weight_is_exist, %d client%s, %ld revisions%s",
+                      counts[i], counts[i] > 1 ? "s" : "", b.n_revisions, how);
+            bench_summary(what, bench_fmt(f1, sizeof(f1), "%.0f/s", ep[i].rate), f2,
+                          rp[i] > 0 ? ep[i].rate / rp[i] : -1, ">= 1.0x");
+        }
     }
     bench_fmt(what, sizeof(what), "restart, %ld revisions (%.0f objects)", b.n_revisions, objects);
     bench_summary(what, bench_fmt(f1, sizeof(f1), "%.2f s, %.0f objects/s", restart, objects / restart),
