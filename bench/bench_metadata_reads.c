@@ -306,17 +306,18 @@ static int pin_process(pid_t pid, const cpu_set_t *set)
  * where the kernel time goes"): the ratio then says where the threads
  * landed. Pinned, both servers (every thread of the master, redis-server)
  * run on CPU 0 and every client (the benchmark's threads, redis-benchmark)
- * on CPU 1, the same for both. pin 1 places them so, pin 0 gives every
- * CPU back. -1 when a placement failed (fewer than two CPUs). */
+ * on CPU 1, the same for both. pin 1 places them so, pin 0 gives them the
+ * CPUs this process had before (the servers were started with those).
+ * -1 when a placement failed (fewer than two CPUs). */
 static int place_reads(pid_t master, const redis_box *rb, int pin)
 {
-    cpu_set_t all, servers, clients;
-    CPU_ZERO(&all);
+    static cpu_set_t all; /* this process's CPUs before pin 1 */
+    cpu_set_t servers, clients;
     CPU_ZERO(&servers);
     CPU_ZERO(&clients);
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    if (n < 2) return -1;
-    for (long i = 0; i < n && i < CPU_SETSIZE; i++) CPU_SET((int)i, &all);
+    if (pin && (sysconf(_SC_NPROCESSORS_ONLN) < 2 || sched_getaffinity(0, sizeof(all), &all) < 0 ||
+                !CPU_ISSET(0, &all) || !CPU_ISSET(1, &all)))
+        return -1;
     CPU_SET(0, &servers);
     CPU_SET(1, &clients);
     int rc = pin_process(master, pin ? &servers : &all);
@@ -338,8 +339,8 @@ static int read_phase(bench *b, pid_t master, const redis_box *rb, int pinned, r
                       read_fig ex[2], double rd[2])
 {
     if (pinned && place_reads(master, rb, 1) < 0) {
-        place_reads(master, rb, 0);
-        fprintf(stderr, "bench: the pinned reads need two CPUs and sched_setaffinity\n");
+        place_reads(master, rb, 0); /* what was placed before the failure, back */
+        fprintf(stderr, "bench: the pinned reads need CPUs 0 and 1 and sched_setaffinity\n");
         return -1;
     }
     b->pinned = pinned;

@@ -15,6 +15,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "kv_client.h"
 #include "rpc_client.h"
@@ -145,6 +146,9 @@ const seg_map *wc_seg_get(weight_store *s, const kvc_replica *r, int writable);
 
 /* Report progress (rate-limited by the caller). */
 void wc_progress(weight_store *s, uint64_t done, uint64_t total);
+/* *ts := CLOCK_REALTIME now + ms, for pthread_cond_timedwait: the waits
+ * between two progress reports of a transfer's threads. */
+void wc_realtime_in_ms(struct timespec *ts, long ms);
 
 
 #endif /* WC_STORE_H */

@@ -849,12 +849,7 @@ int wc_transfer(weight_store *s, const wc_manifest *m, const wc_plan *plan, uint
     pthread_mutex_lock(&x.done_lock);
     while (x.done_workers < n_threads) {
         struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 100 * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        wc_realtime_in_ms(&ts, 100);
         pthread_cond_timedwait(&x.done_cond, &x.done_lock, &ts);
         if (x.done_workers < n_threads && s->progress) {
             pthread_mutex_unlock(&x.done_lock);

@@ -701,12 +701,7 @@ static int write_objects(commit_ctx *cx)
         pthread_mutex_lock(&cx->lock);
         while (cx->finished < spawned) {
             struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 100 * 1000000L;
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
+            wc_realtime_in_ms(&ts, 100);
             pthread_cond_timedwait(&cx->cond, &cx->lock, &ts);
             pthread_mutex_unlock(&cx->lock);
             wc_progress(s, atomic_load(&cx->done), cx->total);

@@ -230,6 +230,17 @@ void wc_progress(weight_store *s, uint64_t done, uint64_t total)
     if (s->progress) s->progress(s->progress_ctx, done, total);
 }
 
+void wc_realtime_in_ms(struct timespec *ts, long ms)
+{
+    clock_gettime(CLOCK_REALTIME, ts);
+    ts->tv_sec += ms / 1000;
+    ts->tv_nsec += (ms % 1000) * 1000000L;
+    if (ts->tv_nsec >= 1000000000L) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000L;
+    }
+}
+
 int weight_store_open(const char *master, const char *tenant, const weight_policy *default_policy,
                       weight_store **out, char *err, size_t errlen)
 {

@@ -28,6 +28,7 @@
 #include <cmocka.h>
 #include <uv.h>
 
+#include "full_backlog.h"
 #include "rpc.h"
 #include "rpc_limits.h"
 #include "rpc.pb-c.h"
@@ -763,60 +764,20 @@ static void test_client_connect_errors(void **state)
     assert_non_null(strstr(err, "nonexistent"));
 }
 
-/* A Unix socket listening with a backlog of 0 and filled: connects made
- * until one would wait (the server never accepts). The listener and the
- * queued connects are returned; -1 when the backlog could not be filled. */
-#define FULL_BACKLOG_MAX 64
-static int full_unix_listener(const char *path, int *queued, size_t *n_queued)
-{
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    int l = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    *n_queued = 0;
-    if (l < 0) return -1;
-    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-    unlink(path);
-    if (bind(l, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(l, 0) < 0) goto close_l;
-    while (*n_queued < FULL_BACKLOG_MAX) {
-        int c = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-        if (c < 0) goto close_l;
-        if (connect(c, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-            int e = errno;
-            close(c);
-            if (e == EAGAIN) return l; /* full: the next connect has to wait */
-            goto close_l;
-        }
-        queued[(*n_queued)++] = c;
-    }
-close_l:
-    while (*n_queued > 0) close(queued[--*n_queued]);
-    close(l);
-    unlink(path);
-    return -1;
-}
-
 typedef struct connect_call {
     const char *endpoint;
     int timeout_ms;
     int rc;
     char err[512];
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    int done;
 } connect_call;
 
-static void *connect_main(void *arg)
+static void connect_main(void *arg)
 {
     connect_call *cc = arg;
     rpcc_options opt = {.timeout_ms = cc->timeout_ms};
     rpcc_conn *c = NULL;
-    int rc = rpcc_connect(cc->endpoint, &opt, &c, cc->err, sizeof(cc->err));
+    cc->rc = rpcc_connect(cc->endpoint, &opt, &c, cc->err, sizeof(cc->err));
     rpcc_close(c);
-    pthread_mutex_lock(&cc->lock);
-    cc->rc = rc;
-    cc->done = 1;
-    pthread_cond_signal(&cc->cond);
-    pthread_mutex_unlock(&cc->lock);
-    return NULL;
 }
 
 /* A connect to a Unix socket whose server never accepts (its backlog is
@@ -830,29 +791,18 @@ static void test_unix_connect_to_a_full_backlog_ends_at_its_timeout(void **state
     char path[108], ep[128];
     int queued[FULL_BACKLOG_MAX];
     size_t n_queued = 0;
-    pthread_t th;
+    bg_call bg;
     connect_call cc = {.endpoint = ep, .timeout_ms = 300};
-    struct timespec until;
     (void)state;
     snprintf(path, sizeof(path), "/tmp/wm-test-rpc-full-%d.sock", (int)getpid());
     snprintf(ep, sizeof(ep), "unix:%s", path);
     int l = full_unix_listener(path, queued, &n_queued);
     assert_true(l >= 0);
-    pthread_mutex_init(&cc.lock, NULL);
-    pthread_cond_init(&cc.cond, NULL);
-    assert_int_equal(pthread_create(&th, NULL, connect_main, &cc), 0);
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += 30;
-    pthread_mutex_lock(&cc.lock);
-    while (!cc.done && pthread_cond_timedwait(&cc.cond, &cc.lock, &until) != ETIMEDOUT) {}
-    int ended = cc.done;
-    pthread_mutex_unlock(&cc.lock);
-    close(l); /* a connect still waiting is refused now */
-    pthread_join(th, NULL);
-    while (n_queued > 0) close(queued[--n_queued]);
+    assert_int_equal(bg_call_start(&bg, connect_main, &cc), 0);
+    int ended = bg_call_wait(&bg, 30);
+    full_backlog_close(l, queued, &n_queued); /* a connect still waiting is refused now */
+    bg_call_join(&bg);
     unlink(path);
-    pthread_cond_destroy(&cc.cond);
-    pthread_mutex_destroy(&cc.lock);
     if (!ended) fail_msg("rpcc_connect to a full backlog still waited after 30 s (timeout 300 ms)");
     assert_int_equal(cc.rc, SMP_EAGAIN);
     assert_non_null(strstr(cc.err, "timed out"));

@@ -34,6 +34,7 @@
 
 #include <cmocka.h>
 
+#include "full_backlog.h"
 #include "node_local.h"
 #include "node_segment.h"
 #include "seg_local.h"
@@ -312,24 +313,15 @@ typedef struct fetch_call {
     const char *path;
     int rc;
     char err[800];
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    int done;
 } fetch_call;
 
-static void *fetch_main(void *arg)
+static void fetch_main(void *arg)
 {
     fetch_call *fc = arg;
     int fd = -1;
     struct stat st;
-    int rc = seg_local_fetch(fc->path, &fd, &st, fc->err, sizeof(fc->err));
+    fc->rc = seg_local_fetch(fc->path, &fd, &st, fc->err, sizeof(fc->err));
     if (fd >= 0) close(fd);
-    pthread_mutex_lock(&fc->lock);
-    fc->rc = rc;
-    fc->done = 1;
-    pthread_cond_signal(&fc->cond);
-    pthread_mutex_unlock(&fc->lock);
-    return NULL;
 }
 
 /* A node's socket that accepts nothing (listen backlog 0, filled): the ask
@@ -340,44 +332,20 @@ static void *fetch_main(void *arg)
 static void test_tenant_local_socket_that_accepts_nothing_times_out(void **state)
 {
     char path[300];
-    int queued[64];
+    int queued[FULL_BACKLOG_MAX];
     size_t n_queued = 0;
-    pthread_t th;
+    bg_call bg;
     fetch_call fc = {.path = path};
-    struct timespec until;
     (void)state;
     sock_path("n5", path, sizeof(path));
     struct sockaddr_un a = {.sun_family = AF_UNIX};
     memcpy(a.sun_path, path, strlen(path) + 1);
-    int l = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int l = full_unix_listener(path, queued, &n_queued);
     assert_true(l >= 0);
-    assert_int_equal(bind(l, (struct sockaddr *)&a, sizeof(a)), 0);
-    assert_int_equal(listen(l, 0), 0);
-    for (int full = 0; !full && n_queued < 64;) { /* until a connect would wait */
-        int c = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-        assert_true(c >= 0);
-        if (connect(c, (struct sockaddr *)&a, sizeof(a)) == 0) {
-            queued[n_queued++] = c;
-            continue;
-        }
-        assert_int_equal(errno, EAGAIN);
-        close(c);
-        full = 1;
-    }
-    pthread_mutex_init(&fc.lock, NULL);
-    pthread_cond_init(&fc.cond, NULL);
-    assert_int_equal(pthread_create(&th, NULL, fetch_main, &fc), 0);
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += 60;
-    pthread_mutex_lock(&fc.lock);
-    while (!fc.done && pthread_cond_timedwait(&fc.cond, &fc.lock, &until) != ETIMEDOUT) {}
-    int ended = fc.done;
-    pthread_mutex_unlock(&fc.lock);
-    close(l); /* an ask still waiting is refused now */
-    pthread_join(th, NULL);
-    while (n_queued > 0) close(queued[--n_queued]);
-    pthread_cond_destroy(&fc.cond);
-    pthread_mutex_destroy(&fc.lock);
+    assert_int_equal(bg_call_start(&bg, fetch_main, &fc), 0);
+    int ended = bg_call_wait(&bg, 60);
+    full_backlog_close(l, queued, &n_queued); /* an ask still waiting is refused now */
+    bg_call_join(&bg);
     if (!ended) fail_msg("seg_local_fetch of a node accepting nothing still waited after 60 s");
     assert_int_equal(fc.rc, SMP_EIO);
     assert_non_null(strstr(fc.err, "connect timed out"));
