@@ -1,4 +1,5 @@
-/* host_bulk.c -- huge-page-backed buffers for a restart (see host_bulk.h). */
+/* host_bulk.c -- large buffers and index tables in mappings of their own
+ * (see host_bulk.h). */
 #include "host_bulk.h"
 
 #include <sys/mman.h>
@@ -7,9 +8,14 @@ void *host_bulk_alloc(size_t len)
 {
     if (len == 0) return NULL;
     void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return NULL;
+    return p == MAP_FAILED ? NULL : p;
+}
+
+void *host_bulk_alloc_huge(size_t len)
+{
+    void *p = host_bulk_alloc(len);
 #ifdef MADV_HUGEPAGE
-    (void)madvise(p, len, MADV_HUGEPAGE); /* advice only: 4 KiB pages still work */
+    if (p != NULL) (void)madvise(p, len, MADV_HUGEPAGE); /* advice only: 4 KiB pages still work */
 #endif
     return p;
 }

@@ -1,14 +1,21 @@
-/* host_bulk.h -- memory for the few large, short-lived buffers of a restart.
+/* host_bulk.h -- memory for the few large buffers of a restart.
  *
- * A restart reads the snapshot file into one buffer and decodes the object
- * store's section in one arena, each tens of MB at 100,000 revisions. Taken
- * from malloc, such a buffer is faulted in 4 KiB at a time as it is first
- * written, and on a virtual machine each such fault is an exit costing
- * microseconds: a fifth of a restart's CPU was page faults. These buffers are
- * mapped on their own and asked for transparent huge pages (madvise
- * MADV_HUGEPAGE; the kernel may still give 4 KiB pages: nothing depends on
- * it), so they fault in 2 MiB at a time; only what is touched is resident,
- * and the whole mapping goes back to the kernel when it is released. */
+ * A restart reads the snapshot file into one buffer and builds the objects in
+ * a slab, hundreds of MB at 100,000 revisions of 10 objects. Each is a
+ * mapping of its own, so that the whole of it goes back to the kernel when it
+ * is released, and only what is touched is resident.
+ *
+ * Which pages to ask for depends on how the memory is read:
+ *  - host_bulk_alloc: the kernel's default (4 KiB pages where transparent
+ *    huge pages are "madvise", as on Debian). For buffers written once and
+ *    read in order. On the 2-vCPU Firecracker guest the benches run on, the
+ *    first touch of a huge page zeroes 2 MiB of guest memory the host has
+ *    taken back (free page reporting) at about 0.4 GB/s, where 4 KiB pages
+ *    come at about 2 GB/s (bench/README.md, "Restart at 1M objects");
+ *  - host_bulk_alloc_huge: asked for transparent huge pages (MADV_HUGEPAGE;
+ *    the kernel may still give 4 KiB pages: nothing depends on it). For the
+ *    hash tables probed at random places for as long as the master runs,
+ *    where 4 KiB pages miss the TLB on nearly every probe. */
 #ifndef HOST_BULK_H
 #define HOST_BULK_H
 
@@ -18,6 +25,10 @@
  * (errno set) when the mapping fails. Release with host_bulk_free(p, len),
  * the same len. */
 void *host_bulk_alloc(size_t len);
+
+/* host_bulk_alloc with transparent huge pages asked for. Release with
+ * host_bulk_free. */
+void *host_bulk_alloc_huge(size_t len);
 
 /* Release what host_bulk_alloc(len) returned. NULL is a no-op. */
 void host_bulk_free(void *p, size_t len);

@@ -50,11 +50,11 @@
 /* The tables                                                                */
 /* ------------------------------------------------------------------------ */
 
-/* The entries a snapshot load creates come from one mapping (wm_bulk.h,
- * huge pages) sized for all of them: no malloc and no 4 KiB page fault per
- * entry (a malloc each was 14% of a restart at 100,000 revisions). The
- * section's revisions are decoded straight into them (wm_section_place):
- * an array of fixed-size entries, then every entry's keys; their affinity
+/* The entries a snapshot load creates come from one mapping of their own
+ * (wm_bulk.h) sized for all of them: no malloc per entry (a malloc each
+ * was 14% of a restart at 100,000 revisions). The section's revisions are
+ * decoded straight into them (wm_section_place): an array of fixed-size
+ * entries, then every entry's keys; their affinity
  * summaries go to chunks of the slab as they are decoded (borrowed
  * summaries: an apply that replaces one puts a malloc'ed copy in its
  * place). An entry of the slab is released on its own like any other (a
@@ -80,7 +80,7 @@ struct wm_slab_chunk {
 };
 
 #define WM_SLAB_ALIGN alignof(max_align_t)
-#define WM_SLAB_CHUNK ((size_t)2 << 20) /* a huge page */
+#define WM_SLAB_CHUNK ((size_t)2 << 20) /* the summaries' chunks */
 
 /* One revision and its sealed affinity summary. Indexed twice (by identity,
  * by group key: wm_index.h) and referenced from the identity order. The

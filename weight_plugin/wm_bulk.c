@@ -1,4 +1,4 @@
-/* wm_bulk.c -- huge-page buffers and a protobuf-c arena for section loads
+/* wm_bulk.c -- mappings of their own and a protobuf-c arena for section loads
  * (see wm_bulk.h). */
 #include "wm_bulk.h"
 
@@ -14,9 +14,14 @@ void *wm_bulk_alloc(size_t len)
 {
     if (len == 0) return NULL;
     void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return NULL;
+    return p == MAP_FAILED ? NULL : p;
+}
+
+void *wm_bulk_alloc_huge(size_t len)
+{
+    void *p = wm_bulk_alloc(len);
 #ifdef MADV_HUGEPAGE
-    (void)madvise(p, len, MADV_HUGEPAGE); /* advice only: 4 KiB pages still work */
+    if (p != NULL) (void)madvise(p, len, MADV_HUGEPAGE); /* advice only: 4 KiB pages still work */
 #endif
     return p;
 }

@@ -1,15 +1,15 @@
-/* wm_bulk.h -- memory for the large, short-lived buffers of a section load.
+/* wm_bulk.h -- memory for the large buffers of a section load.
  *
  * Loading the weight_metadata section decodes tens of MB at 100,000
- * revisions: protobuf-c's pieces of the message and the array of decoded
- * revisions. From malloc they fault in 4 KiB at a time as they are first
- * written, and on a virtual machine each fault is an exit of microseconds
- * (page faults were a fifth of a restart's CPU). Here they are mapped on
- * their own and asked for transparent huge pages, so they fault in 2 MiB at a
- * time, and the protobuf-c decode takes its pieces from one bump arena
- * instead of a malloc and a free each. The host has the same two tools
- * (host_bulk.h, pb_arena.h); the plugin carries its own copies because it
- * never links against the host. */
+ * revisions: protobuf-c's pieces of the message, the array of decoded
+ * revisions, the revisions' slab. Each is mapped on its own (released whole),
+ * and the protobuf-c decode takes its pieces from one bump arena instead of a
+ * malloc and a free each. wm_bulk_alloc takes the kernel's default pages,
+ * wm_bulk_alloc_huge asks for transparent huge pages, for the index tables
+ * probed at random for as long as the plugin runs; host_bulk.h says why the
+ * buffers written once do not. The host has the same two tools (host_bulk.h,
+ * pb_arena.h); the plugin carries its own copies because it never links
+ * against the host. */
 #ifndef WM_BULK_H
 #define WM_BULK_H
 
@@ -21,6 +21,7 @@
 /* len bytes (len > 0) of zeroed memory, aligned for any object, or NULL.
  * Release with wm_bulk_free(p, len), the same len; NULL is a no-op there. */
 void *wm_bulk_alloc(size_t len);
+void *wm_bulk_alloc_huge(size_t len);
 void wm_bulk_free(void *p, size_t len);
 
 /* A protobuf-c allocator handing out pieces of one wm_bulk mapping, then

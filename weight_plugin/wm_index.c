@@ -27,7 +27,7 @@
 static wm_index_slot *wm_index_table_new(size_t n)
 {
     size_t bytes = n * sizeof(wm_index_slot);
-    if (bytes >= WM_INDEX_BULK_BYTES) return wm_bulk_alloc(bytes);
+    if (bytes >= WM_INDEX_BULK_BYTES) return wm_bulk_alloc_huge(bytes);
     return calloc(n, sizeof(wm_index_slot));
 }
 

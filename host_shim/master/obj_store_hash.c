@@ -47,7 +47,7 @@ static obj_sl_node obj_ix_moved_mark;
 static obj_ix_slot *obj_ix_table_new(size_t cap)
 {
     size_t bytes = cap * sizeof(obj_ix_slot);
-    if (bytes >= OBJ_IX_BULK_BYTES) return host_bulk_alloc(bytes);
+    if (bytes >= OBJ_IX_BULK_BYTES) return host_bulk_alloc_huge(bytes);
     return calloc(cap, sizeof(obj_ix_slot));
 }
 

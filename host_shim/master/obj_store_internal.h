@@ -103,9 +103,9 @@ typedef struct obj_rep {
     char *path;         /* COLD */
 } obj_rep;
 
-/* The objects a snapshot load builds come from mappings (host_bulk.h,
- * huge pages) of the section's size each, a new one when the last is full:
- * no malloc and no 4 KiB page fault per object and replica list. An object
+/* The objects a snapshot load builds come from mappings (host_bulk.h) of
+ * the section's size each, a new one when the last is full: no malloc per
+ * object and replica list. An object
  * of a slab is freed on its own like any other; a mapping goes when its
  * last object and the load's reference (while it is the load's current
  * slab) are gone. */
