@@ -2,8 +2,11 @@
  * revisions, next to Redis GETs on the same machine in the same run.
  *
  * Starts a master (file OpLog, embedded node, segments under /dev/shm),
- * publishes N small revisions through libweightclient from 8 threads (one
- * 16-byte tensor each: the metadata is what is measured, not payloads),
+ * publishes N small revisions through libweightclient from 8 threads, each
+ * of OBJECTS objects (default 10, the issue's 100k revisions and about 1M
+ * objects): OBJECTS - 1 tensors of 4 KiB, each its own payload object at
+ * the smallest payload bound, and the manifest (the metadata is what is
+ * measured, not payloads),
  * reports the publish rate and the master's anonymous memory per revision,
  * waits until the master is idle (a store just published persists and
  * snapshots in the background for a while: the reads are measured on a
@@ -55,7 +58,8 @@
  * the master is idle (its embedded node registers its cold files first),
  * measures, stops it and leaves DIR as it was, to compare builds quickly.
  *
- * Usage: bench_metadata_reads [DIR (/tmp)] [REVISIONS (100000)] [SECONDS (3)] */
+ * Usage: bench_metadata_reads [DIR (/tmp)] [REVISIONS (100000)] [SECONDS (3)]
+ *                             [OBJECTS per revision (10), 2..65] */
 #include <dirent.h>
 #include <sched.h>
 #include <pthread.h>
@@ -79,11 +83,14 @@
 #define LIST_PAGE 100
 #define LIST_PAGES 200
 #define CHECKPOINTS_MAX 3
+#define TENSOR_FLOATS 1024 /* 4 KiB: one payload object at the smallest bound */
+#define OBJECTS_MAX 65
 
 typedef struct bench {
     const char *socket;
     long n_revisions;         /* the count the reads and the restart run at */
     long target;              /* publish: up to this count (a checkpoint) */
+    int objects;              /* publish: objects per revision (tensors + manifest) */
     double seconds;
     _Atomic long next;        /* publish: the next revision to put */
     _Atomic int failed;
@@ -122,20 +129,27 @@ static void *put_thread(void *arg)
 {
     bench *b = arg;
     weight_store *s = open_store(b);
-    float data[4] = {1, 2, 3, 4};
-    uint64_t shape[1] = {4};
-    if (s == NULL) {
+    static const float data[TENSOR_FLOATS];
+    uint64_t shape[1] = {TENSOR_FLOATS};
+    if (s == NULL ||
+        weight_store_set_option(s, WEIGHT_OPT_PAYLOAD_BYTES, sizeof(data)) != WEIGHT_OK) {
         atomic_store(&b->failed, 1);
+        weight_store_close(s);
         return NULL;
     }
     for (long i; (i = atomic_fetch_add(&b->next, 1)) < b->target && !atomic_load(&b->failed);) {
         weight_identity id;
         weight_writer *w = NULL;
         identity_of(&id, i);
-        if (weight_put_begin(s, &id, NULL, &w) != WEIGHT_OK ||
-            weight_writer_add_tensor(w, "w", "F32", 1, shape, data) != WEIGHT_OK ||
-            weight_writer_commit(w, NULL) != WEIGHT_OK) {
-            if (w != NULL && atomic_load(&b->failed) == 0)
+        int rc = weight_put_begin(s, &id, NULL, &w);
+        for (int t = 0; rc == WEIGHT_OK && t < b->objects - 1; t++) {
+            char name[16];
+            snprintf(name, sizeof(name), "w%02d", t);
+            rc = weight_writer_add_tensor(w, name, "F32", 1, shape, data);
+        }
+        if (rc != WEIGHT_OK && w != NULL) weight_writer_abort(w); /* commit frees it otherwise */
+        if (rc != WEIGHT_OK || weight_writer_commit(w, NULL) != WEIGHT_OK) {
+            if (atomic_load(&b->failed) == 0)
                 fprintf(stderr, "bench: put %ld: %s\n", i, weight_store_last_error(s));
             atomic_store(&b->failed, 1);
         }
@@ -731,8 +745,10 @@ int main(int argc, char **argv)
     static bench b;
     b.n_revisions = argc > 2 ? atol(argv[2]) : 100000;
     b.seconds = argc > 3 ? atof(argv[3]) : 3;
-    if (b.n_revisions < 1 || b.seconds <= 0) {
-        fprintf(stderr, "usage: %s [DIR] [REVISIONS] [SECONDS]\n", argv[0]);
+    b.objects = argc > 4 ? atoi(argv[4]) : 10;
+    if (b.n_revisions < 1 || b.seconds <= 0 || b.objects < 2 || b.objects > OBJECTS_MAX) {
+        fprintf(stderr, "usage: %s [DIR] [REVISIONS] [SECONDS] [OBJECTS per revision, 2..%d]\n",
+                argv[0], OBJECTS_MAX);
         return 2;
     }
     if (getenv("WM_BENCH_READS") != NULL) return reads_only(getenv("WM_BENCH_READS"), dir, &b);
@@ -745,7 +761,9 @@ int main(int argc, char **argv)
     snprintf(extra, sizeof(extra),
              "node:\n  segment_dir: \"%s\"\n  segment_bytes: %llu\n"
              "cluster:\n  default_weight_preferred_residency: hot\n",
-             segdir, (unsigned long long)(b.n_revisions * 16384ull + (256ull << 20)));
+             segdir, (unsigned long long)(b.n_revisions * (16384ull + (uint64_t)(b.objects - 1) *
+                                                           TENSOR_FLOATS * sizeof(float)) +
+                                         (256ull << 20)));
     if (hx_init(&m, "bench-md", extra) < 0 || hx_start(&m, 60000) < 0) {
         fprintf(stderr, "bench: cannot start the master\n");
         return 1;
