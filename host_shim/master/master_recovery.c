@@ -1,10 +1,12 @@
 /* master_recovery.c -- rebuilding the state at startup, failing closed.
  *
  * Recovery is the newest snapshot plus the OpLog after it. The snapshot is
- * validated whole before anything is loaded (snapshot.c); then the host's
- * objects load (on a thread of their own) while each loaded plugin loads its
- * own section (an empty reader when the snapshot has none) on this one,
- * sections no plugin claims are kept verbatim for the
+ * validated whole before anything else is loaded (snapshot.c), but for the
+ * host's objects: once their section's bytes are read and checked, they load
+ * on a thread of their own while the file's rest is read and checked (a file
+ * refused then refuses the start all the same), and while each loaded plugin
+ * loads its own section (an empty reader when the snapshot has none) on this
+ * one; sections no plugin claims are kept verbatim for the
  * next snapshot, and records carried from an earlier run are replayed to a
  * plugin that is back or kept again. The log is replayed record by record: a
  * host record applies to the object store, a plugin record goes to the plugin
@@ -193,14 +195,16 @@ static int carry_section(master *m, const snap_section *s)
 struct master_objs_load {
     pthread_t thread;
     obj_store *objs;
-    const snap_section *s;
+    const uint8_t *data;
+    size_t len;
+    int started; /* the load ran or runs (with its result in rc) */
     int rc;
 };
 
 static void *objs_load_run(void *arg)
 {
     struct master_objs_load *l = arg;
-    l->rc = obj_store_load(l->objs, l->s->data, l->s->len);
+    l->rc = obj_store_load(l->objs, l->data, l->len);
     return NULL;
 }
 
@@ -258,15 +262,54 @@ static int load_other_sections(master *m, const snap_image *img, char *err, size
     return SMP_OK;
 }
 
+/* Start loading the objects section s into the store: on a thread of its
+ * own (m->objs_.loading until master_objs settles it), inline when no thread
+ * can be made. A section of another encoding version is left alone
+ * (load_sections refuses it). */
+static void objs_load_start(master *m, struct master_objs_load *ol, const snap_section *s)
+{
+    if (s->encver != MASTER_SECTION_ENCVER) return;
+    ol->objs = m->objs_.store;
+    ol->data = s->data;
+    ol->len = s->len;
+    ol->started = 1;
+    obj_store_loading_begin(ol->objs);
+    if (pthread_create(&ol->thread, NULL, objs_load_run, ol) == 0) {
+        m->objs_.loading = ol;
+    } else {
+        obj_store_loading_end(ol->objs);
+        objs_load_run(ol);
+    }
+}
+
+typedef struct objs_early {
+    master *m;
+    struct master_objs_load *ol;
+} objs_early;
+
+/* snap_early's callback: the objects section is read and checked while the
+ * rest of the file is still read; start its load. NULL: the file was refused
+ * after that -- wait for the load to end (the start fails; nothing of the
+ * store is used). */
+static void objs_early_fn(void *arg, const snap_section *s)
+{
+    objs_early *e = arg;
+    if (s != NULL)
+        objs_load_start(e->m, e->ol, s);
+    else
+        (void)master_objs(e->m);
+}
+
 /* Load every section of the image (or, with no image, give every plugin an
- * empty section): the objects on their own thread (inline when no thread can
- * be made) alongside the rest, then the carried records of plugins loaded
- * again. A refused objects section is the error reported, as when it loaded
- * first and stopped the rest. */
-static int load_sections(master *m, const snap_image *img, char *err, size_t errlen)
+ * empty section): the objects on their own thread, started by now when the
+ * snapshot load handed them out early (ol->started), alongside the rest,
+ * then the carried records of plugins loaded again. A refused objects
+ * section is the error reported, as when it loaded first and stopped the
+ * rest. */
+static int load_sections(master *m, const snap_image *img, struct master_objs_load *ol,
+                         char *err, size_t errlen)
 {
     int rc;
-    struct master_objs_load ol = {0};
     const snap_section *objs = img ? snap_image_section(img, MASTER_SECTION_OBJECTS) : NULL;
     if (objs != NULL) {
         if (objs->encver != MASTER_SECTION_ENCVER) {
@@ -274,22 +317,14 @@ static int load_sections(master *m, const snap_image *img, char *err, size_t err
                      objs->name, (unsigned)objs->encver, MASTER_SECTION_ENCVER);
             return SMP_ERANGE;
         }
-        ol.objs = m->objs_.store;
-        ol.s = objs;
-        obj_store_loading_begin(ol.objs);
-        if (pthread_create(&ol.thread, NULL, objs_load_run, &ol) == 0) {
-            m->objs_.loading = &ol;
-        } else {
-            obj_store_loading_end(ol.objs);
-            objs_load_run(&ol);
-        }
+        if (!ol->started) objs_load_start(m, ol, objs);
     }
     rc = load_other_sections(m, img, err, errlen);
     (void)master_objs(m); /* the load is over before ol goes */
-    if (ol.rc < 0) {
+    if (ol->rc < 0) {
         snprintf(err, errlen, "snapshot %s: section '%s' does not load: %s",
-                 snap_image_path(img), objs->name, smp_strerror(ol.rc));
-        return ol.rc;
+                 snap_image_path(img), objs->name, smp_strerror(ol->rc));
+        return ol->rc;
     }
     if (rc < 0) return rc;
     return settle_carried_records(m, err, errlen);
@@ -299,14 +334,17 @@ static int load_sections(master *m, const snap_image *img, char *err, size_t err
 static int recover(master *m, char *err, size_t errlen)
 {
     snap_image *img = NULL;
-    int rc = snap_load_newest(m->snap_dir, &img, err, errlen);
+    struct master_objs_load ol = {0};
+    objs_early oe = {m, &ol};
+    snap_early early = {.name = MASTER_SECTION_OBJECTS, .fn = objs_early_fn, .arg = &oe};
+    int rc = snap_load_newest_early(m->snap_dir, &early, &img, err, errlen);
     if (rc == SMP_ENOTFOUND) {
         img = NULL;
     } else if (rc < 0) {
         return rc;
     }
     uint64_t last_seq = img ? snap_image_last_seq(img) : 0;
-    rc = load_sections(m, img, err, errlen);
+    rc = load_sections(m, img, &ol, err, errlen);
     snap_image_free(img);
     if (rc < 0) return rc;
     m->snapshot_seq = last_seq;

@@ -682,16 +682,71 @@ static int snap_parse(snap_image *img, const char *path, char *err, size_t errle
     return SMP_OK;
 }
 
+/* The file is read in pieces of this size, so that a section asked for
+ * early (snap_early) can go out as soon as its bytes are in. */
+#define SNAP_READ_CHUNK ((size_t)16 << 20)
+
+/* Try to hand out e's section from the first got bytes of the file at p:
+ * once the header, every frame up to the section's and the section's body
+ * are in and each matches its checksum, e->fn gets it (e->state 1). Bytes
+ * that do not check, or a file without the section, end the attempt (state
+ * -1): the whole-file validation that follows names what is wrong. Returns
+ * with state 0 when more bytes are needed. */
+static void snap_early_try(snap_early *e, const uint8_t *p, size_t got)
+{
+    if (got < SNAP_HEADER_LEN) return;
+    e->state = -1;
+    if (memcmp(p, SNAP_MAGIC, 8) != 0 || snap_get64(p + 24) != XXH64(p, 24, 0)) return;
+    uint32_t count = snap_get32(p + 12);
+    size_t want = strlen(e->name);
+    size_t pos = SNAP_HEADER_LEN;
+    for (uint32_t i = 0; i < count && i < SNAP_SECTIONS_MAX; i++) {
+        const uint8_t *fr = p + pos;
+        size_t nl = got - pos >= SNAP_FRAME_LEN ? snap_get16(fr) : 0;
+        if (got - pos < SNAP_FRAME_LEN || got - pos - SNAP_FRAME_LEN < nl) {
+            e->state = 0; /* the frame is not all in yet */
+            return;
+        }
+        if (nl == 0 || nl > SNAP_NAME_MAX) return;
+        XXH64_state_t fst;
+        (void)XXH64_reset(&fst, 0);
+        (void)XXH64_update(&fst, fr, 24);
+        (void)XXH64_update(&fst, fr + SNAP_FRAME_LEN, nl);
+        if (snap_get64(fr + 24) != XXH64_digest(&fst)) return;
+        pos += SNAP_FRAME_LEN + nl;
+        uint64_t blen = snap_get64(fr + 8);
+        if (blen > got - pos) {
+            e->state = 0; /* the body is not all in yet */
+            return;
+        }
+        if (nl == want && memcmp(fr + SNAP_FRAME_LEN, e->name, nl) == 0) {
+            if (snap_get64(fr + 16) != XXH64(p + pos, (size_t)blen, 0)) return;
+            memcpy(e->s.name, e->name, nl);
+            e->s.name[nl] = '\0';
+            e->s.encver = snap_get16(fr + 2);
+            e->s.data = blen ? p + pos : snap_empty;
+            e->s.len = (size_t)blen;
+            e->state = 1;
+            e->fn(e->arg, &e->s);
+            return;
+        }
+        pos += (size_t)blen;
+    }
+}
+
 /* Read the whole of path into a new image and validate it; when has_seq the
- * header's sequence must equal seq. See snap_load_file for the contract. */
+ * header's sequence must equal seq. See snap_load_file for the contract;
+ * early (may be NULL) as snap_load_newest_early. */
 static int snap_load_path(const char *path, int has_seq, uint64_t seq,
-                          snap_image **out, char *err, size_t errlen)
+                          snap_early *early, snap_image **out, char *err,
+                          size_t errlen)
 {
     int rc;
     struct stat sb;
     snap_image *img = NULL;
 
     *out = NULL;
+    if (early != NULL) early->state = 0;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         int e = errno;
@@ -720,7 +775,9 @@ static int snap_load_path(const char *path, int has_seq, uint64_t seq,
         goto free_image;
     }
     for (size_t got = 0; got < img->size;) {
-        ssize_t k = pread(fd, img->buf + got, img->size - got, (off_t)got);
+        size_t ask = img->size - got;
+        if (early != NULL && early->state == 0 && ask > SNAP_READ_CHUNK) ask = SNAP_READ_CHUNK;
+        ssize_t k = pread(fd, img->buf + got, ask, (off_t)got);
         if (k < 0 && errno == EINTR) continue;
         if (k <= 0) {
             rc = snap_fail(SMP_EIO, err, errlen, "%s: read failed: %s", path,
@@ -728,6 +785,7 @@ static int snap_load_path(const char *path, int has_seq, uint64_t seq,
             goto free_image;
         }
         got += (size_t)k;
+        if (early != NULL && early->state == 0) snap_early_try(early, img->buf, got);
     }
     if ((rc = snap_parse(img, path, err, errlen)) < 0) goto free_image;
     if (has_seq && img->last_seq != seq) {
@@ -741,6 +799,8 @@ static int snap_load_path(const char *path, int has_seq, uint64_t seq,
     rc = SMP_OK;
 
 free_image:
+    if (img != NULL && early != NULL && early->state == 1)
+        early->fn(early->arg, NULL); /* done with the bytes before they go */
     snap_image_free(img);
 close_fd:
     close(fd);
@@ -756,15 +816,22 @@ int snap_load_file(const char *path, snap_image **out, char *err, size_t errlen)
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
     int has_seq = snap_parse_name(base, SNAP_SUFFIX, &seq);
-    return snap_load_path(path, has_seq, seq, out, err, errlen);
+    return snap_load_path(path, has_seq, seq, NULL, out, err, errlen);
 }
 
 int snap_load_newest(const char *dir, snap_image **out, char *err, size_t errlen)
+{
+    return snap_load_newest_early(dir, NULL, out, err, errlen);
+}
+
+int snap_load_newest_early(const char *dir, snap_early *early, snap_image **out, char *err,
+                           size_t errlen)
 {
     int rc;
     snap_list l;
     char *path = NULL;
 
+    if (early != NULL) early->state = 0;
     if (out == NULL) return SMP_EINVAL;
     *out = NULL;
     if (dir == NULL) return SMP_EINVAL;
@@ -795,7 +862,7 @@ int snap_load_newest(const char *dir, snap_image **out, char *err, size_t errlen
         goto free_list;
     }
     snprintf(path, plen, "%s/%s", dir, name);
-    rc = snap_load_path(path, 1, newest, out, err, errlen);
+    rc = snap_load_path(path, 1, newest, early, out, err, errlen);
     /* A newest snapshot that vanished between listing and opening is a
      * damaged directory, not an empty one. */
     if (rc == SMP_ENOTFOUND) rc = SMP_EIO;

@@ -153,6 +153,31 @@ int snap_load_newest(const char *dir,
                      char *err,
                      size_t errlen);
 
+/* One section handed out while snap_load_newest_early still reads and checks
+ * the rest of the file, so that its loading overlaps the reading. Fill name,
+ * fn and arg; the loader keeps state and s. fn(arg, s) is called at most
+ * once, on the loading thread, as soon as the section's bytes are read and
+ * match the checksums of the header, of every frame up to the section's and
+ * of the section itself; s and its bytes are the image's and stay valid
+ * until snap_image_free. When the load fails after that, fn(arg, NULL) is
+ * called before the bytes are freed: fn must return only once nothing uses
+ * s any more (and drop what it built from it, or be sure nothing will use
+ * it: the file is refused). */
+typedef struct snap_early {
+    const char *name;
+    void (*fn)(void *arg, const snap_section *s);
+    void *arg;
+    int state;          /* the loader's: 0 trying, 1 handed out, -1 not */
+    snap_section s;     /* the loader's */
+} snap_early;
+
+/* snap_load_newest, handing out early->name early (early NULL: none). */
+int snap_load_newest_early(const char *dir,
+                           snap_early *early,
+                           snap_image **out,
+                           char *err,
+                           size_t errlen);
+
 /* Load and validate one snapshot file, as above (the name is not required to
  * follow the snapshot-<seq>.snap pattern, and then its sequence is not
  * compared). SMP_ENOTFOUND if the file does not exist. */

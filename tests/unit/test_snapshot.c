@@ -1,6 +1,7 @@
 /* test_snapshot.c -- the snapshot file: round trips, carried sections,
- * damage and truncation detection, retention, stale .tmp files, the async
- * write on a libuv loop, and the builder's refusals.
+ * damage and truncation detection, a section handed out early, retention,
+ * stale .tmp files, the async write on a libuv loop, and the builder's
+ * refusals.
  *
  * Every test works on real files in its own mkdtemp() directory with real
  * fsyncs; damage is made by rewriting bytes of a file the module wrote. */
@@ -908,6 +909,153 @@ static void test_section_count_is_bounded(void **state)
     snap_image_free(img);
 }
 
+/* ------------------------------------------------------------------------ */
+/* A section handed out early                                                */
+/* ------------------------------------------------------------------------ */
+
+/* What the early callback saw, in order. */
+typedef struct early_seen {
+    int calls;
+    int nulls;                   /* calls with NULL (the file refused after) */
+    int null_after_section;      /* the NULL came after the section */
+    snap_section got;            /* a copy of what the first call gave */
+    const char *damage_path;     /* when set, flip damage_off in that file at the first call */
+    off_t damage_off;
+} early_seen;
+
+static void early_record(void *arg, const snap_section *s)
+{
+    early_seen *e = arg;
+    e->calls++;
+    if (s == NULL) {
+        e->nulls++;
+        e->null_after_section = e->calls > 1 && e->got.data != NULL;
+        return;
+    }
+    e->got = *s;
+    if (e->damage_path != NULL) {
+        int fd = open(e->damage_path, O_RDWR);
+        assert_true(fd >= 0);
+        uint8_t b;
+        assert_int_equal(pread(fd, &b, 1, e->damage_off), 1);
+        b ^= 0x10;
+        assert_int_equal(pwrite(fd, &b, 1, e->damage_off), 1);
+        close(fd);
+    }
+}
+
+/* The named section goes out once, with the bytes, name and encoding the
+ * loaded image then holds (the same bytes, not a copy); a section the file
+ * does not have goes out never, and the load is as without it. */
+static void test_early_section_goes_out_once_with_its_bytes(void **state)
+{
+    fixture *f = *state;
+    char path[512], err[256] = "";
+    write_sample(f, 77, 1, path, sizeof(path));
+    early_seen seen = {0};
+    snap_early early = {.name = "weight_metadata", .fn = early_record, .arg = &seen};
+    snap_image *img = NULL;
+    assert_int_equal(snap_load_newest_early(f->dir, &early, &img, err, sizeof(err)), SMP_OK);
+    assert_sample(img, 77);
+    assert_int_equal(seen.calls, 1);
+    assert_int_equal(seen.nulls, 0);
+    assert_string_equal(seen.got.name, "weight_metadata");
+    assert_int_equal(seen.got.encver, 2);
+    assert_int_equal(seen.got.len, BIG_LEN);
+    assert_ptr_equal(seen.got.data, snap_image_section(img, "weight_metadata")->data);
+    snap_image_free(img);
+
+    early_seen none = {0};
+    snap_early absent = {.name = "not_there", .fn = early_record, .arg = &none};
+    assert_int_equal(snap_load_newest_early(f->dir, &absent, &img, err, sizeof(err)), SMP_OK);
+    assert_sample(img, 77);
+    assert_int_equal(none.calls, 0);
+    snap_image_free(img);
+}
+
+/* A section that does not match its checksum, or behind a damaged header or
+ * frame, is never handed out; the refusal is the one snap_load_newest gives. */
+static void test_early_section_that_does_not_check_is_not_handed_out(void **state)
+{
+    fixture *f = *state;
+    char path[512], name[64], err[512];
+    write_sample(f, 78, 1, path, sizeof(path));
+    snap_name(78, ".snap", name, sizeof(name));
+    size_t len;
+    uint8_t *orig = slurp(path, &len);
+    struct {
+        size_t off;
+        const char *what;
+    } cases[] = {
+        {17, "header"},
+        {frame_offset(1) + 9, "section #1 frame"},
+        {frame_offset(1) + 32 + 12 + 5, "section 'host_objects' checksum"},
+    };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        uint8_t *bad = malloc(len);
+        assert_non_null(bad);
+        memcpy(bad, orig, len);
+        bad[cases[c].off] ^= 0x04;
+        spill(path, bad, len);
+        free(bad);
+        early_seen seen = {0};
+        snap_early early = {.name = "host_objects", .fn = early_record, .arg = &seen};
+        snap_image *img = (snap_image *)&seen;
+        err[0] = '\0';
+        assert_int_equal(snap_load_newest_early(f->dir, &early, &img, err, sizeof(err)),
+                         SMP_EPROTO);
+        assert_null(img);
+        assert_int_equal(seen.calls, 0);
+        if (strstr(err, name) == NULL || strstr(err, cases[c].what) == NULL)
+            fail_msg("message \"%s\" does not name \"%s\"", err, cases[c].what);
+    }
+    free(orig);
+}
+
+/* The section goes out as soon as its bytes are in, before the rest of a
+ * large file is read: damage made to a later section from inside the
+ * callback is found by the rest of the load, which refuses the file and
+ * calls back with NULL before it returns (the section's user must be done
+ * with the bytes by then). */
+static void test_early_section_goes_out_before_the_rest_is_read(void **state)
+{
+    fixture *f = *state;
+    char path[512], err[512] = "";
+    const size_t big = (size_t)40 << 20; /* more than the loader reads at once */
+    uint8_t *bytes = malloc(big);
+    assert_non_null(bytes);
+    for (size_t i = 0; i < big; i++) bytes[i] = (uint8_t)(i * 13 + (i >> 12));
+    snap_builder *b = snap_builder_new(79);
+    assert_int_equal(snap_builder_add_raw(b, "host_objects", 1, bytes, 1000), SMP_OK);
+    assert_int_equal(snap_builder_add_raw(b, "later", 1, bytes, big), SMP_OK);
+    assert_int_equal(snap_write_file(b, f->dir, 1, path, sizeof(path)), SMP_OK);
+    snap_builder_free(b);
+    free(bytes);
+
+    /* Unharmed, it loads, the section handed out once. */
+    early_seen seen = {0};
+    snap_early early = {.name = "host_objects", .fn = early_record, .arg = &seen};
+    snap_image *img = NULL;
+    assert_int_equal(snap_load_newest_early(f->dir, &early, &img, err, sizeof(err)), SMP_OK);
+    assert_int_equal(seen.calls, 1);
+    assert_int_equal(seen.got.len, 1000);
+    snap_image_free(img);
+
+    /* A byte near the end of "later", flipped by the callback. */
+    early_seen hurt = {0};
+    hurt.damage_path = path;
+    hurt.damage_off = (off_t)(32 + 32 + strlen("host_objects") + 1000 + 32 + strlen("later") +
+                              big - 100);
+    snap_early early2 = {.name = "host_objects", .fn = early_record, .arg = &hurt};
+    img = (snap_image *)&hurt;
+    assert_int_equal(snap_load_newest_early(f->dir, &early2, &img, err, sizeof(err)), SMP_EPROTO);
+    assert_null(img);
+    assert_non_null(strstr(err, "section 'later' checksum"));
+    assert_int_equal(hurt.calls, 2);
+    assert_int_equal(hurt.nulls, 1);
+    assert_true(hurt.null_after_section);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -933,6 +1081,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_duplicate_section_names_are_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_names_and_misuse_are_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_section_count_is_bounded, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_early_section_goes_out_once_with_its_bytes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_early_section_that_does_not_check_is_not_handed_out, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_early_section_goes_out_before_the_rest_is_read, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
