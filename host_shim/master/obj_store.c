@@ -595,7 +595,7 @@ void obj_store_clear(obj_store *st)
             x = nx;
         }
         memset(h->next, 0, OBJ_SL_MAX_LEVEL * sizeof(obj_sl_node *));
-        if (lists[i]->tail) memset(lists[i]->tail, 0, OBJ_SL_MAX_LEVEL * sizeof(obj_sl_node *));
+        memset(lists[i]->tail, 0, OBJ_SL_MAX_LEVEL * sizeof(obj_sl_node *));
         lists[i]->level = 1;
         lists[i]->count = 0;
     }

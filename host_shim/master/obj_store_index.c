@@ -15,22 +15,20 @@
 /* ------------------------------------------------------------------------ */
 
 /* Initialise an empty list. SMP_ENOMEM. The head has forward links only:
- * the back links (OBJ_SL_PREV) are read from real nodes, never the head. A
- * hashed list (one of the store's few big ones) gets all OBJ_SL_MAX_LEVEL
- * links at once, its tail[] after them; an ordered one (a group's members:
- * one list per revision, most of two members) starts with
- * OBJ_SL_ORDERED_LEVELS and grows its head when a node rises above it
- * (obj_sl_grow_head). */
+ * the back links (OBJ_SL_PREV) are read from real nodes, never the head; its
+ * tail[] follows them. A hashed list (one of the store's few big ones) gets
+ * all OBJ_SL_MAX_LEVEL links at once; an ordered one (a group's members: one
+ * list per revision, of its objects) starts with OBJ_SL_ORDERED_LEVELS and
+ * grows its head when a node rises above it (obj_sl_grow_head). */
 static int obj_sl_init_as(obj_sl *sl, int hashed)
 {
     int levels = hashed ? OBJ_SL_MAX_LEVEL : OBJ_SL_ORDERED_LEVELS;
-    size_t links = (hashed ? 2 : 1) * (size_t)levels;
-    sl->head = calloc(1, sizeof(obj_sl_node) + links * sizeof(obj_sl_node *));
+    sl->head = calloc(1, sizeof(obj_sl_node) + 2 * (size_t)levels * sizeof(obj_sl_node *));
     if (!sl->head) return SMP_ENOMEM;
     sl->head->level = levels;
     sl->level = 1;
     sl->hashed = hashed;
-    sl->tail = hashed ? &sl->head->next[OBJ_SL_MAX_LEVEL] : NULL;
+    sl->tail = &sl->head->next[levels];
     obj_ix_init(&sl->ix);
     sl->count = 0;
     sl->rng = UINT64_C(0x9E3779B97F4A7C15);
@@ -47,14 +45,17 @@ static int obj_sl_grow_head(obj_sl *sl, int lvl)
     int levels = old->level * 2;
     if (levels < lvl) levels = lvl;
     if (levels > OBJ_SL_MAX_LEVEL) levels = OBJ_SL_MAX_LEVEL;
-    obj_sl_node *h = calloc(1, sizeof(obj_sl_node) + (size_t)levels * sizeof(obj_sl_node *));
+    obj_sl_node *h = calloc(1, sizeof(obj_sl_node) + 2 * (size_t)levels * sizeof(obj_sl_node *));
     if (!h) return SMP_ENOMEM;
     h->level = levels;
+    obj_sl_node **tail = &h->next[levels];
     for (int i = 0; i < old->level; i++) {
         h->next[i] = old->next[i];
         if (h->next[i]) OBJ_SL_PREV(h->next[i], i) = h;
+        tail[i] = sl->tail[i];
     }
     sl->head = h;
+    sl->tail = tail;
     free(old);
     return SMP_OK;
 }
@@ -138,12 +139,13 @@ int obj_sl_put(obj_sl *sl, const char *key, void *val)
     obj_sl_node *upd[OBJ_SL_MAX_LEVEL];
     obj_sl_node *n = NULL;
     uint64_t h = 0;
-    int above = 0; /* a hashed list's key above its last: not there, no probe */
+    /* A key above the last one (each key of a snapshot, saved in order) is
+     * not there, and goes after the tails: no probe, no search. */
+    int above = sl->tail[0] == NULL || strcmp(sl->tail[0]->key, key) < 0;
     if (sl->hashed) {
-        above = sl->tail[0] == NULL || strcmp(sl->tail[0]->key, key) < 0;
         h = obj_ix_key_hash(&sl->ix, key);
         if (!above) n = obj_ix_find_h(&sl->ix, key, h);
-    } else if ((n = obj_sl_seek(sl, key, upd)) != NULL && strcmp(n->key, key) != 0) {
+    } else if (!above && (n = obj_sl_seek(sl, key, upd)) != NULL && strcmp(n->key, key) != 0) {
         n = NULL;
     }
     if (n) {
@@ -152,12 +154,10 @@ int obj_sl_put(obj_sl *sl, const char *key, void *val)
         return SMP_OK;
     }
     if (sl->hashed && obj_ix_reserve(&sl->ix) < 0) return SMP_ENOMEM;
-    if (sl->hashed) {
-        if (above) {
-            for (int i = 0; i < sl->level; i++) upd[i] = sl->tail[i] ? sl->tail[i] : sl->head;
-        } else {
-            obj_sl_seek(sl, key, upd);
-        }
+    if (above) {
+        for (int i = 0; i < sl->level; i++) upd[i] = sl->tail[i] ? sl->tail[i] : sl->head;
+    } else if (sl->hashed) {
+        obj_sl_seek(sl, key, upd);
     }
     int lvl = obj_sl_random_level(sl);
     obj_sl_node *old_head = sl->head;
@@ -177,7 +177,7 @@ int obj_sl_put(obj_sl *sl, const char *key, void *val)
         OBJ_SL_PREV(n, i) = upd[i];
         if (n->next[i]) OBJ_SL_PREV(n->next[i], i) = n;
         upd[i]->next[i] = n;
-        if (sl->tail && !n->next[i]) sl->tail[i] = n;
+        if (!n->next[i]) sl->tail[i] = n;
     }
     sl->count++;
     return SMP_OK;
@@ -189,7 +189,7 @@ void *obj_sl_unlink(obj_sl *sl, obj_sl_node *n)
     for (int i = 0; i < n->level; i++) {
         OBJ_SL_PREV(n, i)->next[i] = n->next[i];
         if (n->next[i]) OBJ_SL_PREV(n->next[i], i) = OBJ_SL_PREV(n, i);
-        if (sl->tail && sl->tail[i] == n)
+        if (sl->tail[i] == n)
             sl->tail[i] = OBJ_SL_PREV(n, i) == sl->head ? NULL : OBJ_SL_PREV(n, i);
     }
     if (sl->hashed) obj_ix_remove(&sl->ix, n);

@@ -53,9 +53,10 @@ typedef struct obj_sl {
     obj_ix ix;          /* the same nodes, by key (empty when !hashed) */
     int level;
     int hashed;         /* exact lookups by hash; 0: through the levels */
-    /* Hashed lists only (NULL otherwise): tail[i] is the last node at level
-     * i, NULL when the level is empty. A key above every key -- each record
-     * of a snapshot, saved in order -- is appended without a search. */
+    /* tail[i] is the last node at level i, NULL when the level is empty
+     * (in the head's allocation, after its links). A key above every key --
+     * each record of a snapshot, saved in order -- is appended without a
+     * search. */
     obj_sl_node **tail;
     size_t count;
     uint64_t rng;

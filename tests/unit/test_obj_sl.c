@@ -1,12 +1,13 @@
 /* test_obj_sl.c -- the object store's string-keyed skip list.
  *
- * A hashed list appends a key above every key without searching (its tail
- * per level: how a snapshot's records, saved in order, load); the tails must
- * follow every insert and removal so that the order, the lookups and the
- * walk stay those of a plain skip list, whichever mix of appends, inserts
- * in the middle and removals (of the last key too) came before. An ordered
- * list (a group's members) starts with a short head that grows when a node
- * rises above it; the first nodes then link back to the new head. */
+ * A list appends a key above every key without searching (its tail per
+ * level: how a snapshot's records, saved in order, load, into the objects'
+ * hashed list and each group's ordered member list); the tails must follow
+ * every insert and removal so that the order, the lookups and the walk stay
+ * those of a plain skip list, whichever mix of appends, inserts in the
+ * middle and removals (of the last key too) came before. An ordered list
+ * starts with a short head that grows when a node rises above it; the first
+ * nodes then link back to the new head, and the tails move with it. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -41,7 +42,7 @@ static void check_list(const obj_sl *sl, const char **want, size_t n)
             if (last) assert_true(strcmp(last->key, x->key) < 0);
             last = x;
         }
-        if (sl->tail) assert_ptr_equal(sl->tail[lv], last);
+        assert_ptr_equal(sl->tail[lv], last);
     }
 }
 
@@ -51,14 +52,14 @@ static int cmp_str(const void *a, const void *b)
 }
 
 /* Appends, then keys in the middle, then removals of the last key and of
- * others, then appends again: after each step the list is the sorted set. */
-static void test_appends_inserts_and_removals_keep_order_and_tails(void **state)
+ * others, then appends again: after each step the list is the sorted set.
+ * For a hashed list (init: obj_sl_init) or an ordered one. */
+static void appends_inserts_and_removals(int (*init)(obj_sl *))
 {
-    (void)state;
     obj_sl sl;
     const char *want[N_KEYS];
     size_t n = 0;
-    assert_int_equal(obj_sl_init(&sl), SMP_OK);
+    assert_int_equal(init(&sl), SMP_OK);
     for (int i = 0; i < N_KEYS; i++) snprintf(keys[i], sizeof(keys[i]), "k%05d", i * 2);
 
     for (int i = 0; i < N_KEYS / 2; i++) { /* ascending: the append path */
@@ -112,15 +113,26 @@ static void test_appends_inserts_and_removals_keep_order_and_tails(void **state)
     obj_sl_fini(&sl);
 }
 
-/* A list without the hash (a group's members) has no tails and keeps its
- * order the same way. */
-static void test_ordered_list_has_no_tails(void **state)
+static void test_appends_inserts_and_removals_keep_order_and_tails(void **state)
+{
+    (void)state;
+    appends_inserts_and_removals(obj_sl_init);
+}
+
+static void test_ordered_appends_inserts_and_removals_keep_order_and_tails(void **state)
+{
+    (void)state;
+    appends_inserts_and_removals(obj_sl_init_ordered);
+}
+
+/* A list without the hash (a group's members) keeps its order and its
+ * tails the same way, keys given in any order. */
+static void test_ordered_list_keeps_order_and_tails(void **state)
 {
     (void)state;
     obj_sl sl;
     const char *want[3] = {"a", "b", "c"};
     assert_int_equal(obj_sl_init_ordered(&sl), SMP_OK);
-    assert_null(sl.tail);
     assert_int_equal(obj_sl_put(&sl, "c", "c"), SMP_OK);
     assert_int_equal(obj_sl_put(&sl, "a", "a"), SMP_OK);
     assert_int_equal(obj_sl_put(&sl, "b", "b"), SMP_OK);
@@ -156,7 +168,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_appends_inserts_and_removals_keep_order_and_tails),
-        cmocka_unit_test(test_ordered_list_has_no_tails),
+        cmocka_unit_test(test_ordered_appends_inserts_and_removals_keep_order_and_tails),
+        cmocka_unit_test(test_ordered_list_keeps_order_and_tails),
         cmocka_unit_test(test_ordered_head_grows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
