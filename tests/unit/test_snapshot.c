@@ -103,6 +103,23 @@ static void spill(const char *path, const void *buf, size_t len)
     assert_int_equal(fclose(fp), 0);
 }
 
+/* Write orig (len bytes) to path with bit 2 of byte off flipped. */
+static void spill_flipped(const char *path, const uint8_t *orig, size_t len, size_t off)
+{
+    uint8_t *bad = malloc(len);
+    assert_non_null(bad);
+    memcpy(bad, orig, len);
+    bad[off] ^= 0x04;
+    spill(path, bad, len);
+    free(bad);
+}
+
+/* A byte to damage and what the refusal must then name. */
+typedef struct damage_case {
+    size_t off;
+    const char *what;
+} damage_case;
+
 static int file_exists(const char *path)
 {
     struct stat sb;
@@ -379,10 +396,7 @@ static void test_flipped_byte_in_each_region_is_refused(void **state)
     size_t len;
     uint8_t *orig = slurp(path, &len);
 
-    struct {
-        size_t off;
-        const char *what;
-    } cases[] = {
+    damage_case cases[] = {
         {0, "header"},                                   /* magic */
         {9, "header"},                                   /* format version */
         {17, "header"},                                  /* last seq */
@@ -395,13 +409,8 @@ static void test_flipped_byte_in_each_region_is_refused(void **state)
         {len - 3, "trailer"},                            /* whole-file checksum */
     };
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
-        uint8_t *bad = malloc(len);
-        assert_non_null(bad);
-        memcpy(bad, orig, len);
-        bad[cases[c].off] ^= 0x04;
-        spill(path, bad, len);
+        spill_flipped(path, orig, len, cases[c].off);
         assert_refused(f, name, cases[c].what);
-        free(bad);
     }
     spill(path, orig, len);
     snap_image *img = NULL;
@@ -983,21 +992,13 @@ static void test_early_section_that_does_not_check_is_not_handed_out(void **stat
     snap_name(78, ".snap", name, sizeof(name));
     size_t len;
     uint8_t *orig = slurp(path, &len);
-    struct {
-        size_t off;
-        const char *what;
-    } cases[] = {
+    damage_case cases[] = {
         {17, "header"},
         {frame_offset(1) + 9, "section #1 frame"},
         {frame_offset(1) + 32 + 12 + 5, "section 'host_objects' checksum"},
     };
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
-        uint8_t *bad = malloc(len);
-        assert_non_null(bad);
-        memcpy(bad, orig, len);
-        bad[cases[c].off] ^= 0x04;
-        spill(path, bad, len);
-        free(bad);
+        spill_flipped(path, orig, len, cases[c].off);
         early_seen seen = {0};
         snap_early early = {.name = "host_objects", .fn = early_record, .arg = &seen};
         snap_image *img = (snap_image *)&seen;
