@@ -7,11 +7,13 @@
  *
  * Which pages to ask for depends on how the memory is read:
  *  - host_bulk_alloc: the kernel's default (4 KiB pages where transparent
- *    huge pages are "madvise", as on Debian). For buffers written once and
- *    read in order. On the 2-vCPU Firecracker guest the benches run on, the
- *    first touch of a huge page zeroes 2 MiB of guest memory the host has
- *    taken back (free page reporting) at about 0.4 GB/s, where 4 KiB pages
- *    come at about 2 GB/s (bench/README.md, "Restart at 1M objects");
+ *    huge pages are "madvise", as on Debian). For the snapshot buffer and
+ *    the slabs a load fills in order (the reads of the objects afterwards
+ *    showed no difference either way). On the 2-vCPU Firecracker guest the
+ *    benches run on, the first touch of a huge page zeroes 2 MiB of guest
+ *    memory the host has taken back (free page reporting) at about
+ *    0.4 GB/s, where 4 KiB pages come at about 2 GB/s (bench/README.md,
+ *    "Restart at 1M objects");
  *  - host_bulk_alloc_huge: asked for transparent huge pages (MADV_HUGEPAGE;
  *    the kernel may still give 4 KiB pages: nothing depends on it). For the
  *    hash tables probed at random places for as long as the master runs,
