@@ -17,10 +17,12 @@
  * Every byte is under some checksum, every length is checked against the bytes
  * that are really there before it is used, and a truncated file always fails
  * (the trailer must sit exactly at the end and agree with the file length).
- * Loading reads the file whole and validates it all before it hands anything
- * out. Writing goes .tmp (O_EXCL) -> fsync -> rename without replace -> fsync
- * of the directory, under an flock() of the directory so that two writers
- * never race on the same files. */
+ * Loading reads the file whole and validates it all before it returns the
+ * image; the one section a caller may ask for early (snap_early) goes out
+ * before that, once the header, its frame and its own bytes have checked.
+ * Writing goes .tmp (O_EXCL) -> fsync -> rename without replace -> fsync of
+ * the directory, under an flock() of the directory so that two writers never
+ * race on the same files. */
 #define XXH_STATIC_LINKING_ONLY /* XXH64_state_t on the stack */
 
 #include "snapshot.h"
