@@ -99,7 +99,7 @@ static void note_silence(const struct stat *st, const char *cause)
     s->ino = st->st_ino;
     s->ctime = st->st_ctim;
     s->since = mono_s();
-    snprintf(s->cause, sizeof(s->cause), "%s", cause);
+    snprintf(s->cause, sizeof(s->cause), "%s", cause != NULL ? cause : "timed out");
     pthread_mutex_unlock(&g_lock);
 }
 

@@ -86,33 +86,36 @@ static int note_key(master *m, master_reclaim *r, const char *key)
     return SMP_OK;
 }
 
+/* The record as its hold decoded it when that is a message of d, else
+ * buf[0..len) unpacked into *own (the caller frees it); NULL when it does
+ * not decode. */
+static const ProtobufCMessage *held_or_unpacked(const ProtobufCMessage *held,
+                                                const ProtobufCMessageDescriptor *d,
+                                                const uint8_t *buf, size_t len,
+                                                ProtobufCMessage **own)
+{
+    if (held != NULL && held->descriptor == d) return held;
+    return *own = protobuf_c_message_unpack(d, NULL, len, buf);
+}
+
 master_reclaim *master_reclaim_before(master *m, uint16_t type, const uint8_t *buf, size_t len,
                                       const obj_held *held)
 {
     master_reclaim *r;
-    const ProtobufCMessage *dec = obj_held_message(held);
+    ProtobufCMessage *own = NULL;
     if (type != OBJ_REC_PUT_END && type != OBJ_REC_REMOVE) return NULL;
     if ((r = calloc(1, sizeof(*r))) == NULL) return NULL;
     if (type == OBJ_REC_REMOVE) {
-        const Hostrec__RemoveRecord *rm = NULL;
-        Hostrec__RemoveRecord *own = NULL;
-        if (dec != NULL && dec->descriptor == &hostrec__remove_record__descriptor)
-            rm = (const Hostrec__RemoveRecord *)dec;
-        else
-            rm = own = hostrec__remove_record__unpack(NULL, len, buf);
+        const Hostrec__RemoveRecord *rm = (const Hostrec__RemoveRecord *)held_or_unpacked(
+            obj_held_message(held), &hostrec__remove_record__descriptor, buf, len, &own);
         for (size_t i = 0; rm != NULL && i < rm->n_keys; i++) note_key(m, r, rm->keys[i]);
-        if (own) hostrec__remove_record__free_unpacked(own, NULL);
     } else {
-        const Hostrec__ObjectRecord *o = NULL;
-        Hostrec__ObjectRecord *own = NULL;
-        if (dec != NULL && dec->descriptor == &hostrec__object_record__descriptor)
-            o = (const Hostrec__ObjectRecord *)dec;
-        else
-            o = own = hostrec__object_record__unpack(NULL, len, buf);
+        const Hostrec__ObjectRecord *o = (const Hostrec__ObjectRecord *)held_or_unpacked(
+            obj_held_message(held), &hostrec__object_record__descriptor, buf, len, &own);
         /* an add-replica record only adds a memory replica */
         if (o != NULL && o->add_replica == NULL) note_key(m, r, o->key);
-        if (own) hostrec__object_record__free_unpacked(own, NULL);
     }
+    if (own != NULL) protobuf_c_message_free_unpacked(own, NULL);
     if (r->n == 0) {
         reclaim_free(r);
         return NULL;
