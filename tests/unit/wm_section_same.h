@@ -1,7 +1,7 @@
 /* wm_section_same.h -- the weight plugin's `weight_metadata` section decoded
  * by hand (weight_plugin/wm_section_decode.c) held against the protobuf-c
  * decode it replaced, kept here as the reference: the whole section unpacked
- * by wmrec__weight_metadata_section__unpack into an arena, then the same
+ * by wmrec__weight_metadata_section__unpack, then the same
  * per-record checks (wm_codec_dec.h) in the same order. For the same bytes
  * both must give the same status and sentence, and on success the same
  * image, field by field -- the hand decoder both into its own arrays
@@ -39,16 +39,8 @@ static int wm_pb_decode_section(const uint8_t *buf, size_t len, const wm_section
         *out = img;
         return WM_OK;
     }
-    /* The decode's pieces come from one arena (wm_bulk.h): they take about
-     * 2x the encoded size; what does not fit in 4x goes to malloc. */
-    wm_arena arena;
-    if (len > (SIZE_MAX - (64u << 10)) / 4 || wm_arena_init(&arena, len * 4 + (64u << 10)) < 0)
-        return SMP_ENOMEM;
-    m = wmrec__weight_metadata_section__unpack(&arena.alloc, len, buf);
-    if (m == NULL) {
-        rc = wm_fail(SMP_EPROTO, msg, cap, "section %s does not decode", WM_SECTION_NAME);
-        goto free_arena;
-    }
+    m = wmrec__weight_metadata_section__unpack(NULL, len, buf);
+    if (m == NULL) return wm_fail(SMP_EPROTO, msg, cap, "section %s does not decode", WM_SECTION_NAME);
     if (m->format != WM_SECTION_FORMAT) {
         rc = wm_fail(SMP_EPROTO, msg, cap, "section %s has format %" PRIu32 ", this build reads %d",
                      WM_SECTION_NAME, m->format, WM_SECTION_FORMAT);
@@ -128,15 +120,12 @@ static int wm_pb_decode_section(const uint8_t *buf, size_t len, const wm_section
     /* Checked: each claim is of its entry's lineage, which it now borrows. */
     for (size_t i = 0; i < img.n_lineages; i++) wm_lineage_entry_bind(&img.lineages[i]);
     *out = img;
-    wm_arena_free_unpacked(&arena, &m->base);
-    wm_arena_fini(&arena);
+    wmrec__weight_metadata_section__free_unpacked(m, NULL);
     return WM_OK;
 free_image:
     wm_section_image_clear(&img);
 free_message:
-    wm_arena_free_unpacked(&arena, &m->base);
-free_arena:
-    wm_arena_fini(&arena);
+    wmrec__weight_metadata_section__free_unpacked(m, NULL);
     return rc;
 }
 
