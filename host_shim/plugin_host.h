@@ -70,6 +70,9 @@ typedef struct host_backend {
     /* smp_host_api.object_read_lease_end (ABI 1.6; NULL: the plugins get 0,
      * no lease known). */
     uint64_t (*object_read_lease_end)(void *ctx, const char *key);
+    /* smp_host_api.objects_loss_version (ABI 1.7; NULL: the plugins get 0,
+     * no version, and ask object_get every time). */
+    uint64_t (*objects_loss_version)(void *ctx);
 } host_backend;
 
 typedef struct host_plugins host_plugins;

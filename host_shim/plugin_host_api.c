@@ -494,6 +494,12 @@ static uint64_t api_objects_version(smp_host *h)
     return be->objects_version != NULL ? be->objects_version(be->ctx) : 0;
 }
 
+static uint64_t api_objects_loss_version(smp_host *h)
+{
+    const host_backend *be = &h->reg->be;
+    return be->objects_loss_version != NULL ? be->objects_loss_version(be->ctx) : 0;
+}
+
 static uint64_t api_object_read_lease_end(smp_host *h, const char *key)
 {
     const host_backend *be = &h->reg->be;
@@ -706,5 +712,6 @@ void hp_api_fill(smp_host *h)
     a->free = api_free;
     a->objects_version = api_objects_version;
     a->object_read_lease_end = api_object_read_lease_end;
+    a->objects_loss_version = api_objects_loss_version;
     hp_api_bind_backend(a, &h->reg->be);
 }

@@ -50,6 +50,12 @@
  * leases readers hold on an object end, so a plugin whose remove_object() was
  * (or would be) refused for them waits for that instead of guessing.
  *
+ * ABI 1.7 appends the host API member objects_loss_version(), the part of
+ * objects_version() that can take a readable replica away: a plugin that
+ * keeps "complete and readable" answers (weight_is_exist) keeps them while
+ * objects are only added or gain replicas, as when other revisions are
+ * published or copied to the cold tier.
+ *
  * Threading. Every callback into the plugin runs on the master's event-loop
  * thread, which owns all metadata; callbacks must not block and must not call
  * back into a host service that the function's comment says is not re-entrant
@@ -83,7 +89,7 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 
 #define SMP_ABI_MAJOR 1
-#define SMP_ABI_MINOR 6
+#define SMP_ABI_MINOR 7
 
 /* The ABI tag pins what C cannot check across a dlopen: pointer width and byte
  * order. It is 'S' 'M' <pointer bytes> <1 little endian | 2 big endian>. */
@@ -705,6 +711,21 @@ typedef struct smp_host_api {
      * new lookup, so a plugin that waits for it looks again now and then.
      * Loop thread. */
     uint64_t (*object_read_lease_end)(smp_host *h, const char *key);
+
+    /* ABI 1.7: the objects' loss version. It moves (grows) whenever an
+     * object might lose a complete replica object_get() counts as readable:
+     * the object is removed, or replaced by one that lacks a complete
+     * replica of the same kind on the same node for some complete replica
+     * it had (a replica dropped, failed or moved to another node); a
+     * segment is unmounted; a node goes down. It stays when objects are
+     * completed, gain replicas or nodes come up. While two calls return the
+     * same non-zero value, every object object_get() found complete in
+     * between kept at least the readable replicas it was found with, so an
+     * answer "complete, with a readable replica" may be reused while the
+     * loss version is unchanged; any other answer may not (objects_version()
+     * is for those). 0: this host cannot tell; ask object_get() every time.
+     * Loop thread. */
+    uint64_t (*objects_loss_version)(smp_host *h);
 } smp_host_api;
 
 /* True when the host's table is large enough to contain `member`. */

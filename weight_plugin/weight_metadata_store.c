@@ -91,7 +91,7 @@ struct wm_slab_chunk {
 typedef struct wm_rev_entry {
     wm_revision rev;
     wm_affinity aff;
-    uint64_t readable_at; /* the host's objects version at which weight_is_exist
+    uint64_t readable_at; /* the host's (loss) version at which weight_is_exist
                            * last found every key readable; 0: none (every
                            * apply of the revision resets it) */
     wm_slab *slab;

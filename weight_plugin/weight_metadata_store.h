@@ -51,8 +51,9 @@ int wm_store_touch(wm_store *st, const wm_identity *id, uint64_t access_ms);
 const wm_affinity *wm_store_affinity(const wm_store *st, const wm_identity *id);
 /* The revision and, in *aff, its sealed affinity summary from one hash
  * lookup (what wm_store_get then wm_store_affinity answer with two), and in
- * *readable_at the revision's slot for the host objects version
- * (smp_host_api.objects_version) at which weight_is_exist last found every
+ * *readable_at the revision's slot for the host version
+ * (smp_host_api.objects_loss_version, else objects_version) at which
+ * weight_is_exist last found every
  * key of it complete and readable: the caller reads and writes it; 0 means
  * none, and every apply of the revision sets it back to 0. NULL with *aff
  * and *readable_at NULL when absent. Borrowed until the next apply. */

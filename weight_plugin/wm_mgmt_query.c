@@ -4,7 +4,7 @@
  * They answer from the revision store without appending anything: a
  * revision in any state, whether a READY revision is readable right now
  * (asked of the host key by key, or a true answer kept while the host's
- * objects version has not moved), its sealed size, a bounded page of a
+ * objects loss version has not moved), its sealed size, a bounded page of a
  * tenant's revisions in identity order, an operation by id (ended ones
  * included). None reads a manifest. */
 #include <inttypes.h>
@@ -71,9 +71,14 @@ static int wm_key_readable(wm_plugin *p, const char *key)
     return info.complete && info.memory_replicas_readable + info.cold_replicas_readable > 0;
 }
 
-/* The host's objects version (ABI 1.5), 0 when it has none. */
-static uint64_t wm_objects_version(const wm_plugin *p)
+/* The host's version that a true weight_is_exist answer is kept with: its
+ * objects' loss version (ABI 1.7), which only moves when a complete replica
+ * may be gone, else its objects version (ABI 1.5), which moves with every
+ * change; 0 when it has neither. */
+static uint64_t wm_exist_version(const wm_plugin *p)
 {
+    if (SMP_HOST_HAS(p->api, objects_loss_version) && p->api->objects_loss_version != NULL)
+        return p->api->objects_loss_version(p->host);
     if (!SMP_HOST_HAS(p->api, objects_version) || p->api->objects_version == NULL) return 0;
     return p->api->objects_version(p->host);
 }
@@ -91,11 +96,12 @@ static int wm_keys_readable(wm_plugin *p, const wm_revision *rev, const wm_affin
 
 /* True only for a READY revision whose manifest and every payload have a
  * readable replica now (whatever the residency, during a migration too).
- * A true answer is kept with the host's objects version it was found at:
- * while the version has not moved, no object or node changed, and the
- * answer is given again without asking the host about each key. A false
- * answer is never kept, and a host without the version (0) is asked every
- * time. */
+ * A true answer is kept with the host's version it was found at
+ * (wm_exist_version): while it has not moved, no object lost a readable
+ * replica and no node went down, and the answer is given again without
+ * asking the host about each key, however many other revisions were
+ * published meanwhile. A false answer is never kept, and a host without
+ * either version (0) is asked every time. */
 int wm_rpc_is_exist(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len)
 {
     wm_plugin *p = plugin;
@@ -109,7 +115,7 @@ int wm_rpc_is_exist(void *plugin, smp_rpc_call *call, const uint8_t *body, size_
     uint64_t *readable_at;
     const wm_revision *rev = wm_store_get_exist(p->store, &idb.id, &aff, &readable_at);
     if (rev != NULL && rev->availability == WM_AVAIL_READY) {
-        uint64_t version = wm_objects_version(p);
+        uint64_t version = wm_exist_version(p);
         if (version != 0 && *readable_at == version) {
             exists = 1;
         } else {

@@ -75,6 +75,14 @@ static uint64_t be_objects_version(void *ctx)
     return obj_readable_version(master_objs(ctx));
 }
 
+/* The objects' loss version (obj_loss_version): the object store moves it
+ * on every change that may take a complete replica away, master_nodes.c on
+ * every node going down. */
+static uint64_t be_objects_loss_version(void *ctx)
+{
+    return obj_loss_version(master_objs(ctx));
+}
+
 static int be_group_list(void *ctx, const char *group, const char *after_key, size_t max,
                          smp_object_visit_fn fn, void *arg)
 {
@@ -164,6 +172,7 @@ void master_backend_init(master *m)
     b->object_get = be_object_get;
     b->objects_version = be_objects_version;
     b->object_read_lease_end = be_object_read_lease_end;
+    b->objects_loss_version = be_objects_loss_version;
     b->group_list = be_group_list;
     b->group_count = be_group_count;
     b->group_set_managed = be_group_set_managed;

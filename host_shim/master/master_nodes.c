@@ -131,12 +131,13 @@ master_node *master_node_find(const master *m, const char *id)
 }
 
 /* Mark n up or down. What a plugin's object_get counts as readable depends
- * on it, so a change moves the objects' readable version. */
+ * on it, so a change moves the objects' readable version (and going down
+ * their loss version). */
 static void node_set_up(master *m, master_node *n, int up)
 {
     if (n->up == up) return;
     n->up = up;
-    obj_readable_changed(master_objs(m));
+    obj_readable_changed(master_objs(m), !up);
 }
 
 int master_node_readable(const master *m, const char *id)

@@ -387,7 +387,7 @@ int obj_lru_resort(obj_store *st)
  * Every change of an object's presence or replicas passes here (the object
  * leaves the counters, changes, and enters them again), so this is also
  * where the readable version moves (obj_readable_version). */
-void obj_stats_account(obj_store *st, const obj_object *o, int sign)
+static void obj_stats_add(obj_store *st, const obj_object *o, int sign)
 {
     uint64_t one = (uint64_t)(int64_t)sign;
     st->readable_version++;
@@ -398,6 +398,40 @@ void obj_stats_account(obj_store *st, const obj_object *o, int sign)
         st->stats.replicas_by_kind[o->reps[i].kind] += one;
         st->stats.replica_bytes_by_kind[o->reps[i].kind] += one * o->reps[i].length;
     }
+}
+
+/* obj_stats_add; an object leaving (-1) may be losing a readable replica or
+ * going away, so the loss version moves too (obj_loss_version). A change
+ * that only adds passes through obj_stats_leave_keeping instead: whatever
+ * does not say so counts as a loss. */
+void obj_stats_account(obj_store *st, const obj_object *o, int sign)
+{
+    if (sign < 0) st->loss_version++;
+    obj_stats_add(st, o, sign);
+}
+
+/* The object leaves the counters to enter them again with every complete
+ * replica it has now (and maybe more): no loss. */
+void obj_stats_leave_keeping(obj_store *st, const obj_object *o)
+{
+    obj_stats_add(st, o, -1);
+}
+
+/* 1 when n has a complete replica of the same kind on the same node for
+ * every complete replica of old: whatever object_get could read of old it
+ * can read of n. */
+int obj_reps_cover(const obj_object *n, const obj_object *old)
+{
+    for (size_t i = 0; i < old->nreps; i++) {
+        const obj_rep *r = &old->reps[i];
+        if (r->status != OBJ_REPLICA_COMPLETE) continue;
+        size_t k = 0;
+        while (k < n->nreps && (n->reps[k].status != OBJ_REPLICA_COMPLETE ||
+                                n->reps[k].kind != r->kind || strcmp(n->reps[k].node, r->node) != 0))
+            k++;
+        if (k == n->nreps) return 0;
+    }
+    return 1;
 }
 
 
@@ -530,7 +564,8 @@ int obj_object_index(obj_store *st, obj_object *n, obj_object *old)
                 ot->bytes -= old->size;
             }
         }
-        obj_stats_account(st, old, -1);
+        if (obj_reps_cover(n, old)) obj_stats_leave_keeping(st, old);
+        else obj_stats_account(st, old, -1);
     }
     if (t) {
         t->objects++;
@@ -608,6 +643,7 @@ void obj_store_clear(obj_store *st)
     st->stats.puts_in_flight = 0;
     st->stats.reservations_in_flight = 0;
     st->readable_version++;
+    st->loss_version++;
 }
 
 int obj_store_create(obj_store **out, const obj_guard_ops *guard)
@@ -626,6 +662,7 @@ int obj_store_create(obj_store **out, const obj_guard_ops *guard)
     if (guard) st->guard = *guard;
     st->next_put_id = 1;
     st->readable_version = 1;
+    st->loss_version = 1;
     *out = st;
     return SMP_OK;
 }
@@ -749,10 +786,17 @@ uint64_t obj_readable_version(const obj_store *st)
     return st->readable_version;
 }
 
-void obj_readable_changed(obj_store *st)
+void obj_readable_changed(obj_store *st, int lost)
 {
     OBJ_CHECK_CALLER(st);
     st->readable_version++;
+    if (lost) st->loss_version++;
+}
+
+uint64_t obj_loss_version(const obj_store *st)
+{
+    OBJ_CHECK_CALLER(st);
+    return st->loss_version;
 }
 
 int obj_exists(const obj_store *st, const char *key)

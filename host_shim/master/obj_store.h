@@ -364,10 +364,21 @@ int obj_exists(const obj_store *st, const char *key);
  * or gains, loses or changes a replica (and when the store is cleared); 1 for
  * a new store. While it stays the same, obj_object_info_replicas answers the
  * same for every key. The master also moves it with obj_readable_changed
- * when a node goes up or down: what object_get counts as readable depends on
- * that too. Behind the plugins' objects_version. */
+ * when a node goes up or down (lost: down): what object_get counts as
+ * readable depends on that too. Behind the plugins' objects_version. */
 uint64_t obj_readable_version(const obj_store *st);
-void obj_readable_changed(obj_store *st);
+void obj_readable_changed(obj_store *st, int lost);
+
+/* The part of the readable version that can take something away: it grows
+ * when an object is removed, when one is replaced by one without a complete
+ * replica of the same kind on the same node for each complete replica it had
+ * (a replica dropped, failed or moved to another node),
+ * when a segment is unmounted or the store cleared, and with
+ * obj_readable_changed(st, 1) (a node went down); not when an object is
+ * completed or gains a replica. While it stays the same, every complete
+ * object still has at least the complete replicas it had. 1 for a new
+ * store. Behind the plugins' objects_loss_version. */
+uint64_t obj_loss_version(const obj_store *st);
 
 /* Fill info (struct_size set by the caller; fields it does not cover are left
  * alone) for key: the complete object, else an in-flight put (complete 0).

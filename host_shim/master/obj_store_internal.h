@@ -219,6 +219,7 @@ struct obj_store {
     void *place_ctx;
     int loading;            /* obj_store_loading_begin .. _end */
     uint64_t readable_version; /* obj_readable_version: grows with every change */
+    uint64_t loss_version;     /* obj_loss_version: grows with every possible loss */
 };
 
 /* The store obj_store_load is loading on this thread, NULL when none. */
@@ -259,6 +260,8 @@ void obj_lru_unlink(obj_store *st, obj_object *o);
 void obj_lru_insert(obj_store *st, obj_object *o);
 int obj_lru_resort(obj_store *st);
 void obj_stats_account(obj_store *st, const obj_object *o, int sign);
+void obj_stats_leave_keeping(obj_store *st, const obj_object *o);
+int obj_reps_cover(const obj_object *n, const obj_object *old);
 int obj_cancel_puts_in(obj_store *st, const obj_segment *seg, uint64_t off, uint64_t len);
 int obj_object_reserve(obj_store *st, obj_object *o);
 void obj_object_release(obj_object *o);

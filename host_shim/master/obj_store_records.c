@@ -486,7 +486,7 @@ static int obj_apply_add_replica(obj_store *st, const Hostrec__ObjectRecord *m)
         obj_node_release(node);
         goto dropped;
     }
-    obj_stats_account(st, o, -1);
+    obj_stats_leave_keeping(st, o); /* a replica more, none less */
     obj_rep *d = &o->reps[o->nreps++];
     memset(d, 0, sizeof(*d));
     d->kind = SMP_REPLICA_MEMORY;

@@ -77,6 +77,8 @@ static const touching members[] = {
     {"objects_version", "same", "same"},
     /* read leases are volatile: none during a load */
     {"object_read_lease_end", "0", "0"},
+    /* as objects_version */
+    {"objects_loss_version", "same", "same"},
 };
 
 #define N_TOUCHING (sizeof(members) / sizeof(members[0]))

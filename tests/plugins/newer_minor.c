@@ -1,4 +1,5 @@
-/* newer_minor.c -- a test plugin the host must refuse because it was built against ABI minor 7, newer than the host's 1.
+/* newer_minor.c -- a test plugin the host must refuse because it claims an
+ * ABI minor one past the host's (SMP_ABI_MINOR + 1).
  *
  * Its init() must never run: if it did, it would register an OpLog type and
  * the test would see it. */
@@ -15,7 +16,7 @@ static int init(smp_host *h, const smp_host_api *api, void **plugin)
 }
 
 static const smp_plugin_desc desc = {
-    sizeof(smp_plugin_desc), SMP_ABI_MAJOR, 7, SMP_ABI_TAG,
+    sizeof(smp_plugin_desc), SMP_ABI_MAJOR, SMP_ABI_MINOR + 1, SMP_ABI_TAG,
     "newer_minor", "1.0", 0, 0, 0, init, NULL,
     SMP_PLUGIN_NO_RELOAD,
 };

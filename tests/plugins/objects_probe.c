@@ -92,10 +92,6 @@ static void ask_object_get(probe *p, char *out, size_t cap)
     answer(p->api->object_get(p->host, p->key, &info), out, cap);
 }
 
-/* The objects version, then object_get (which waits for the load), then the
- * version again: "same" when the first answer was already the loaded
- * store's (the version waited for the load too), "moved" otherwise, "0"
- * when the host keeps none. */
 /* No lookup has leased anything during a load (the leases are volatile):
  * "0", else "leased". */
 static void ask_object_read_lease_end(probe *p, char *out, size_t cap)
@@ -103,15 +99,29 @@ static void ask_object_read_lease_end(probe *p, char *out, size_t cap)
     snprintf(out, cap, "%s", p->api->object_read_lease_end(p->host, p->key) == 0 ? "0" : "leased");
 }
 
-static void ask_objects_version(probe *p, char *out, size_t cap)
+/* A version (version()), then object_get (which waits for the load), then
+ * the version again: "same" when the first answer was already the loaded
+ * store's (the version waited for the load too), "moved" otherwise, "0"
+ * when the host keeps none. */
+static void ask_a_version(probe *p, uint64_t (*version)(smp_host *), char *out, size_t cap)
 {
-    uint64_t v = p->api->objects_version(p->host);
+    uint64_t v = version(p->host);
     smp_object_info info;
     memset(&info, 0, sizeof(info));
     info.struct_size = sizeof(info);
     (void)p->api->object_get(p->host, p->key, &info);
-    uint64_t again = p->api->objects_version(p->host);
+    uint64_t again = version(p->host);
     snprintf(out, cap, "%s", v == 0 ? "0" : v == again ? "same" : "moved");
+}
+
+static void ask_objects_version(probe *p, char *out, size_t cap)
+{
+    ask_a_version(p, p->api->objects_version, out, cap);
+}
+
+static void ask_objects_loss_version(probe *p, char *out, size_t cap)
+{
+    ask_a_version(p, p->api->objects_loss_version, out, cap);
 }
 
 static void ask_group_list(probe *p, char *out, size_t cap)
@@ -208,6 +218,7 @@ static const member members[] = {
     M_OTHER(config_keys, "the config"),
     M_OBJECTS(objects_version),
     M_OBJECTS(object_read_lease_end),
+    M_OBJECTS(objects_loss_version),
 };
 
 #define N_MEMBERS (sizeof(members) / sizeof(members[0]))

@@ -10,7 +10,9 @@
  * objects_version) stays while only questions are asked, and moves with
  * every change an answer depends on: a replica dropped, an object
  * completed or removed, a segment unmounted, a node's state (the master's
- * obj_readable_changed). */
+ * obj_readable_changed). Its loss version (behind objects_loss_version)
+ * moves only with the changes that can take a complete replica away, and
+ * stays when objects are completed or gain replicas. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -187,8 +189,85 @@ static void test_readable_version_moves_with_every_change(void **state)
     assert_true(v4 > v3);
 
     /* A node going up or down (the master says so). */
-    obj_readable_changed(st);
+    obj_readable_changed(st, 1);
     assert_true(obj_readable_version(st) > v4);
+    obj_store_destroy(st);
+}
+
+/* The loss version stays while objects are completed and gain replicas
+ * (a cold copy added to the list, a memory replica added, the same
+ * replicas written again, a node coming up), and moves when a complete
+ * replica may be gone: dropped, failed, moved to another node, the object
+ * removed, its segment unmounted, a node down. */
+static void test_loss_version_moves_only_with_a_loss(void **state)
+{
+    (void)state;
+    obj_store *st = store_with_objects();
+    obj_record r = {0};
+    obj_replica v[4];
+    size_t n = 0;
+    uint64_t l0 = obj_loss_version(st);
+    assert_true(l0 > 0);
+
+    /* Gains: p completed, a second memory replica of k on n1, k's list
+     * written again as it is, a node up. The readable version moves. */
+    uint64_t rv = obj_readable_version(st);
+    uint8_t sum[32] = {9};
+    assert_int_equal(obj_prepare_put_end(st, "p", sum, 2, &r), SMP_OK);
+    apply(st, &r);
+    assert_int_equal(obj_prepare_segment_mount(st, "s1", "n1", 8192, &r), SMP_OK);
+    apply(st, &r);
+    assert_int_equal(obj_reserve_replica(st, "k", "n1", 3, NULL), SMP_OK);
+    assert_int_equal(obj_prepare_add_replica(st, "k", NULL, &r), SMP_OK);
+    apply(st, &r);
+    assert_int_equal(obj_object_replicas(st, "k", v, 4, &n), SMP_OK);
+    assert_int_equal(n, 3);
+    assert_int_equal(obj_prepare_set_replicas(st, "k", v, 3, &r), SMP_OK);
+    apply(st, &r);
+    obj_readable_changed(st, 0);
+    assert_true(obj_readable_version(st) > rv);
+    assert_int_equal(obj_loss_version(st), l0);
+
+    /* A cold copy of p added (p's memory replica kept): no loss. */
+    assert_int_equal(obj_object_replicas(st, "p", v, 4, &n), SMP_OK);
+    assert_int_equal(n, 1);
+    v[1] = (obj_replica){.kind = SMP_REPLICA_COLD, .status = OBJ_REPLICA_COMPLETE, .node = "n1",
+                         .length = 100, .path = "p.cold"};
+    assert_int_equal(obj_prepare_set_replicas(st, "p", v, 2, &r), SMP_OK);
+    apply(st, &r);
+    assert_int_equal(obj_loss_version(st), l0);
+
+    /* p's cold copy failed: a loss. */
+    v[1].status = OBJ_REPLICA_FAILED;
+    assert_int_equal(obj_prepare_set_replicas(st, "p", v, 2, &r), SMP_OK);
+    apply(st, &r);
+    uint64_t l1 = obj_loss_version(st);
+    assert_true(l1 > l0);
+
+    /* k's cold replica (on n1) named on n0 instead: moved, a loss. */
+    assert_int_equal(obj_object_replicas(st, "k", v, 4, &n), SMP_OK);
+    for (size_t i = 0; i < n; i++)
+        if (v[i].kind == SMP_REPLICA_COLD) v[i].node = "n0";
+    assert_int_equal(obj_prepare_set_replicas(st, "k", v, n, &r), SMP_OK);
+    apply(st, &r);
+    uint64_t l2 = obj_loss_version(st);
+    assert_true(l2 > l1);
+
+    /* A node down. */
+    obj_readable_changed(st, 1);
+    uint64_t l3 = obj_loss_version(st);
+    assert_true(l3 > l2);
+
+    /* k removed. */
+    assert_int_equal(obj_prepare_remove_unguarded(st, "k", 1, &r), SMP_OK);
+    apply(st, &r);
+    uint64_t l4 = obj_loss_version(st);
+    assert_true(l4 > l3);
+
+    /* The segment of p's memory replica unmounted. */
+    assert_int_equal(obj_prepare_segment_unmount(st, "s0", &r), SMP_OK);
+    apply(st, &r);
+    assert_true(obj_loss_version(st) > l4);
     obj_store_destroy(st);
 }
 
@@ -199,6 +278,7 @@ int main(void)
         cmocka_unit_test(test_put_in_flight_and_unknown_key),
         cmocka_unit_test(test_bad_arguments_are_refused),
         cmocka_unit_test(test_readable_version_moves_with_every_change),
+        cmocka_unit_test(test_loss_version_moves_only_with_a_loss),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

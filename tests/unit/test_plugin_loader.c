@@ -34,6 +34,7 @@ typedef struct rec_backend {
     int leader;
     int object_gets;
     uint64_t objects_version;
+    uint64_t objects_loss_version;
     uint64_t lease_end;         /* what object_read_lease_end answers */
     char lease_key[32];         /* the key it was last asked about */
     int removes;
@@ -72,6 +73,11 @@ static int rec_object_get(void *ctx, const char *key, smp_object_info *out)
 static uint64_t rec_objects_version(void *ctx)
 {
     return ((rec_backend *)ctx)->objects_version;
+}
+
+static uint64_t rec_objects_loss_version(void *ctx)
+{
+    return ((rec_backend *)ctx)->objects_loss_version;
 }
 
 static uint64_t rec_object_read_lease_end(void *ctx, const char *key)
@@ -139,6 +145,7 @@ static int setup(void **state)
     fx->be.is_leader = rec_is_leader;
     fx->be.object_get = rec_object_get;
     fx->be.objects_version = rec_objects_version;
+    fx->be.objects_loss_version = rec_objects_loss_version;
     fx->be.object_read_lease_end = rec_object_read_lease_end;
     fx->be.remove_object = rec_remove_object;
     fx->be.memory_usage = rec_memory_usage;
@@ -251,8 +258,8 @@ static void test_bad_major_is_refused(void **state)
 static void test_newer_minor_is_refused(void **state)
 {
     char msg[128];
-    snprintf(msg, sizeof(msg), "newer_minor.so: ABI minor 7 is newer than host ABI minor %d",
-             SMP_ABI_MINOR);
+    snprintf(msg, sizeof(msg), "newer_minor.so: ABI minor %d is newer than host ABI minor %d",
+             SMP_ABI_MINOR + 1, SMP_ABI_MINOR);
     expect_refusal(*state, "newer_minor", SMP_ENOTSUP, msg);
 }
 
@@ -667,6 +674,13 @@ static void test_host_api_members(void **state)
     assert_int_equal(api->object_read_lease_end(h, "k"), 12345);
     assert_string_equal(fx->rec.lease_key, "k");
     assert_int_equal(api->object_read_lease_end(h, NULL), 0);
+    /* ABI 1.7: the backend's objects loss version, on its own (0 until it
+     * says otherwise). */
+    assert_true(SMP_HOST_HAS(api, objects_loss_version));
+    assert_int_equal(api->objects_loss_version(h), 0);
+    fx->rec.objects_loss_version = 3;
+    assert_int_equal(api->objects_loss_version(h), 3);
+    assert_int_equal(api->objects_version(h), 5);
     assert_int_equal(api->remove_object(h, "k", NULL, NULL), SMP_OK);
     assert_int_equal(fx->rec.removes, 1);
     assert_null(fx->rec.done_cb); /* no callback asked for: none is owed */

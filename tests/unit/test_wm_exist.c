@@ -10,7 +10,10 @@
  * again once it is back; a false answer is never kept; the revision applied
  * again (DEGRADED, then READY) is asked about again even at the same
  * version; and a host without the version (0, a NULL member, or a table of
- * ABI 1.4 that ends before it) is asked about every key on every read. */
+ * ABI 1.4 that ends before it) is asked about every key on every read. A
+ * host with the objects loss version (ABI 1.7) has a true answer kept while
+ * only the objects version moves, and asked again once the loss version
+ * moved. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -30,6 +33,7 @@
 
 static struct {
     uint64_t version;      /* what objects_version answers */
+    uint64_t loss;         /* what objects_loss_version answers */
     uint64_t object_gets;  /* object_get calls so far */
     char unreadable[1100]; /* a key with no readable replica ("" none) */
     int node_down;         /* every replica is on the one node, which is down */
@@ -50,6 +54,12 @@ static uint64_t f_objects_version(smp_host *h)
 {
     (void)h;
     return H.version;
+}
+
+static uint64_t f_objects_loss_version(smp_host *h)
+{
+    (void)h;
+    return H.loss;
 }
 
 struct smp_rpc_call {
@@ -272,6 +282,44 @@ static void test_without_a_version_every_read_asks(void **state)
     }
 }
 
+/* A host with the loss version (ABI 1.7) keeps a true answer while only
+ * the objects version moves (other revisions published, cold copies made)
+ * and asks about every key again once the loss version moved. A table that
+ * ends before the member is read by the objects version, as before. */
+static void test_a_true_answer_outlives_gains_and_not_a_loss(void **state)
+{
+    (void)state;
+    uint64_t gets;
+    API.objects_loss_version = f_objects_loss_version;
+    H.loss = 3;
+    apply_model(WM_AVAIL_READY, 1);
+    assert_int_equal(is_exist(&gets), 1);
+    assert_int_equal(gets, 1 + N_PAYLOADS);
+    for (int i = 0; i < 3; i++) {
+        H.version++;
+        assert_int_equal(is_exist(&gets), 1);
+        assert_int_equal(gets, 0);
+    }
+
+    H.loss++;
+    payload_key(2, H.unreadable, sizeof(H.unreadable));
+    assert_int_equal(is_exist(&gets), 0);
+    assert_int_equal(gets, 1 + N_PAYLOADS);
+    H.unreadable[0] = '\0';
+    assert_int_equal(is_exist(&gets), 1); /* the false answer was not kept */
+    assert_int_equal(gets, 1 + N_PAYLOADS);
+
+    API.struct_size = (uint32_t)offsetof(smp_host_api, objects_loss_version);
+    assert_int_equal(is_exist(&gets), 1);
+    assert_int_equal(gets, 1 + N_PAYLOADS); /* kept at the loss version, read by the other */
+    H.loss++;
+    assert_int_equal(is_exist(&gets), 1);
+    assert_int_equal(gets, 0); /* the objects version stayed */
+    H.version++;
+    assert_int_equal(is_exist(&gets), 1);
+    assert_int_equal(gets, 1 + N_PAYLOADS);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -283,6 +331,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_a_revision_applied_again_is_asked_about_again, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_without_a_version_every_read_asks, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_true_answer_outlives_gains_and_not_a_loss, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
