@@ -614,6 +614,7 @@ void obj_store_clear(obj_store *st)
     }
     for (obj_sl_node *x = obj_sl_after(&st->segments, NULL, 0); x; x = x->next[0])
         obj_segment_free(x->val);
+    st->seg_hint = NULL;
     obj_hold *h, *tmp;
     HASH_ITER(hh, st->holds, h, tmp) {
         HASH_DEL(st->holds, h);

@@ -154,19 +154,25 @@ int obj_sl_put(obj_sl *sl, const char *key, void *val)
         return SMP_OK;
     }
     if (sl->hashed && obj_ix_reserve(&sl->ix) < 0) return SMP_ENOMEM;
-    if (above) {
-        for (int i = 0; i < sl->level; i++) upd[i] = sl->tail[i] ? sl->tail[i] : sl->head;
-    } else if (sl->hashed) {
-        obj_sl_seek(sl, key, upd);
-    }
     int lvl = obj_sl_random_level(sl);
     obj_sl_node *old_head = sl->head;
     if (obj_sl_grow_head(sl, lvl) < 0) return SMP_ENOMEM;
-    for (int i = 0; i < sl->level; i++)
-        if (upd[i] == old_head) upd[i] = sl->head; /* a grown head replaced it */
     n = malloc(sizeof(*n) + 2 * (size_t)lvl * sizeof(obj_sl_node *));
     if (!n) return SMP_ENOMEM;
-    for (int i = sl->level; i < lvl; i++) upd[i] = sl->head;
+    /* Only the node's own lvl levels are linked, so only they need their
+     * predecessor: the tails when it goes last (a snapshot's keys, most at
+     * one level), else the search's (done above for an unhashed list, from
+     * a head that may since have grown into a new one). */
+    if (above) {
+        for (int i = 0; i < lvl; i++) upd[i] = sl->tail[i] ? sl->tail[i] : sl->head;
+    } else {
+        if (sl->hashed)
+            obj_sl_seek(sl, key, upd);
+        else
+            for (int i = 0; i < lvl && i < sl->level; i++)
+                if (upd[i] == old_head) upd[i] = sl->head;
+        for (int i = sl->level; i < lvl; i++) upd[i] = sl->head;
+    }
     if (lvl > sl->level) sl->level = lvl;
     n->key = key;
     n->val = val;
@@ -247,7 +253,11 @@ int obj_validate_key(const char *key)
 
 char *obj_node_intern(obj_store *st, const char *id)
 {
-    obj_node_name *e = NULL;
+    obj_node_name *e = st->node_hint;
+    if (e != NULL && strcmp(e->id, id) == 0) {
+        e->refs++;
+        return e->id;
+    }
     size_t len = strlen(id);
     HASH_FIND(hh, st->node_names, id, len, e);
     if (e == NULL) {
@@ -255,10 +265,12 @@ char *obj_node_intern(obj_store *st, const char *id)
         if (e == NULL) return NULL;
         memcpy(e->id, id, len + 1);
         e->table = &st->node_names;
+        e->hint = &st->node_hint;
         e->refs = 0;
         HASH_ADD_KEYPTR(hh, st->node_names, e->id, len, e);
     }
     e->refs++;
+    st->node_hint = e;
     return e->id;
 }
 
@@ -267,8 +279,21 @@ void obj_node_release(char *id)
     if (id == NULL) return;
     obj_node_name *e = (obj_node_name *)(id - offsetof(obj_node_name, id));
     if (--e->refs > 0) return;
+    if (*e->hint == e) *e->hint = NULL;
     HASH_DEL(*e->table, e);
     free(e);
+}
+
+/* The segment id names (mounted), from the hint when it is the one found
+ * last -- the memory replicas of a run of records are in one segment --
+ * else from the index. NULL when none is. */
+obj_segment *obj_segment_get(obj_store *st, const char *id)
+{
+    obj_segment *s = st->seg_hint;
+    if (s != NULL && strcmp(s->id, id) == 0) return s;
+    s = obj_sl_get(&st->segments, id);
+    if (s != NULL) st->seg_hint = s;
+    return s;
 }
 
 const char *obj_str(const char *s)

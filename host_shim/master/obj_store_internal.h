@@ -89,6 +89,7 @@ typedef struct obj_segment {
  * than one allocation per replica. */
 typedef struct obj_node_name {
     struct obj_node_name **table; /* the store's table it is in */
+    struct obj_node_name **hint;  /* the store's node_hint (cleared with it) */
     size_t refs;
     UT_hash_handle hh;
     char id[];
@@ -197,6 +198,11 @@ struct obj_store {
     obj_sl reserves;      /* key -> obj_reservation */
     obj_hold *holds;      /* by key */
     obj_node_name *node_names; /* the replicas' node ids, interned */
+    obj_node_name *node_hint;  /* the one obj_node_intern gave last (the
+                                * replicas of a run of records are on the
+                                * same nodes); NULL once it is freed */
+    obj_segment *seg_hint;     /* the one obj_segment_get found last; NULL
+                                * once it is unmounted */
     uint64_t next_put_id; /* > every incarnation seen */
     obj_object *lru_head; /* oldest access */
     obj_object *lru_tail;
@@ -299,6 +305,7 @@ void obj_seg_set_capacity(obj_segment *s, uint64_t cap);
 uint64_t obj_seg_tail_used(const obj_segment *s);
 int obj_seg_ensure(obj_segment *s, size_t extra);
 void obj_segment_free(obj_segment *s);
+obj_segment *obj_segment_get(obj_store *st, const char *id);
 obj_segment *obj_segment_new(const char *id, const char *node, uint64_t cap);
 /* obj_store_hash.c (the exact-key index of a hashed list) */
 uint64_t obj_ix_hash_default(const char *key, size_t len);

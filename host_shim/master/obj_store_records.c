@@ -272,21 +272,33 @@ int obj_keybatch_add(obj_keybatch *b, const obj_object *o, obj_record_list *out)
 /* Records: decoding and apply                                               */
 /* ------------------------------------------------------------------------ */
 
-/* 1 when every field of an object record is well formed. */
-static int obj_object_msg_ok(const Hostrec__ObjectRecord *m)
+/* 1 when s is known, a name the store already holds (it passed the same
+ * check when it came in): the hints, which a run of records names again
+ * and again, are compared instead of checked. */
+static int obj_known(const char *known, const char *s)
 {
-    if (!obj_name_ok(m->key, OBJ_KEY_MAX, 0) || !obj_name_ok(m->group, OBJ_GROUP_MAX, 1) ||
+    return known != NULL && strcmp(known, s) == 0;
+}
+
+/* 1 when every field of an object record is well formed. */
+static int obj_object_msg_ok(const obj_store *st, const Hostrec__ObjectRecord *m)
+{
+    const char *group = st->group_hint != NULL ? st->group_hint->key : NULL;
+    const char *node = st->node_hint != NULL ? st->node_hint->id : NULL;
+    const char *seg = st->seg_hint != NULL ? st->seg_hint->id : NULL;
+    if (!obj_name_ok(m->key, OBJ_KEY_MAX, 0) ||
+        !(obj_known(group, m->group) || obj_name_ok(m->group, OBJ_GROUP_MAX, 1)) ||
         !obj_name_ok(m->tenant, OBJ_NAME_MAX, 1) || m->data_type > SMP_DATA_WEIGHT ||
         m->checksum.len != 32 || m->n_replicas > OBJ_REPLICAS_MAX)
         return 0;
     for (size_t i = 0; i < m->n_replicas; i++) {
         const Hostrec__Replica *r = m->replicas[i];
         if (r->kind > SMP_REPLICA_COLD || r->status > OBJ_REPLICA_FAILED ||
-            !obj_name_ok(r->node, OBJ_NAME_MAX, 0))
+            !(obj_known(node, r->node) || obj_name_ok(r->node, OBJ_NAME_MAX, 0)))
             return 0;
         if (r->kind == SMP_REPLICA_MEMORY) {
-            if (!obj_name_ok(r->segment, OBJ_NAME_MAX, 0) || obj_ext_len(r->length) == 0 ||
-                r->offset % OBJ_ALIGN != 0)
+            if (!(obj_known(seg, r->segment) || obj_name_ok(r->segment, OBJ_NAME_MAX, 0)) ||
+                obj_ext_len(r->length) == 0 || r->offset % OBJ_ALIGN != 0)
                 return 0;
         } else if (!obj_name_ok(r->path, OBJ_PATH_MAX, 0)) {
             return 0;
@@ -302,7 +314,7 @@ static obj_segment *obj_memory_rep_place(obj_store *st,
                                          const Hostrec__Replica *r,
                                          const obj_object *only)
 {
-    obj_segment *s = obj_sl_get(&st->segments, r->segment);
+    obj_segment *s = obj_segment_get(st, r->segment);
     if (!s || strcmp(s->node, r->node) != 0 || r->offset > s->capacity ||
         obj_ext_len(r->length) > s->capacity - r->offset)
         return NULL;
@@ -514,7 +526,7 @@ consume:
 int obj_apply_object(obj_store *st, const Hostrec__ObjectRecord *m)
 {
     int rc;
-    if (!obj_object_msg_ok(m) || (m->add_replica && !obj_add_msg_ok(m))) return SMP_EPROTO;
+    if (!obj_object_msg_ok(st, m) || (m->add_replica && !obj_add_msg_ok(m))) return SMP_EPROTO;
     if (m->put_id >= st->next_put_id)
         st->next_put_id = m->put_id == UINT64_MAX ? UINT64_MAX : m->put_id + 1;
     if (m->add_replica) return obj_apply_add_replica(st, m);
@@ -644,6 +656,7 @@ static int obj_apply_segment_unmount(obj_store *st, const Hostrec__SegmentUnmoun
         x = x->next[0];
         if (r->seg == s) obj_reservation_forget(st, r, 0);
     }
+    if (st->seg_hint == s) st->seg_hint = NULL;
     obj_sl_del(&st->segments, s->id);
     obj_segment_free(s);
     return SMP_OK;

@@ -119,11 +119,14 @@ static int obj_load_apply(void *arg, unsigned what, const ProtobufCMessage *msg)
     /* Its index slot, a cache miss at a random place of the table, is
      * fetched while the object is checked and built. */
     obj_ix_prefetch(&st->objects.ix, m->key);
-    if (obj_sl_get(&st->objects, m->key)) return SMP_EPROTO;
     if (m->update_only) return SMP_EPROTO;
+    size_t before = st->objects.count;
     int rc = obj_apply_object(st, m);
     if (rc < 0) return rc;
-    /* A snapshot is one consistent image: every replica must fit. */
+    /* A snapshot is one consistent image: every object is new (a key seen
+     * before leaves the count as it was, whichever incarnation won) and
+     * every replica fits. */
+    if (st->objects.count != before + 1) return SMP_EPROTO;
     return st->stats.replicas_dropped != c->dropped ? SMP_EPROTO : SMP_OK;
 }
 
