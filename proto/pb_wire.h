@@ -46,13 +46,14 @@ typedef struct pbw_rd {
 } pbw_rd;
 
 /* One field as protobuf-c scans it: its bytes (a length prefix included)
- * and the prefix's length. */
+ * and the prefix's length; a varint's value (low 64 bits) read on the way. */
 typedef struct pbw_fld {
     uint32_t tag;
     unsigned wt;
     const uint8_t *data;
     size_t len;
     size_t pref;
+    uint64_t v;
 } pbw_fld;
 
 /* Read the next field's tag and value extent (not its meaning); r->p must
@@ -96,10 +97,15 @@ static inline int pbw_next(pbw_rd *r, pbw_fld *f)
     f->pref = 0;
     switch (f->wt) {
     case PBW_VARINT: {
+        /* The value is gathered as the end is looked for (one pass). */
         size_t max = rem < 10 ? rem : 10, i;
-        for (i = 0; i < max && (p[i] & 0x80); i++)
-            ;
+        uint64_t v = 0;
+        for (i = 0; i < max; i++) {
+            v |= (uint64_t)(p[i] & 0x7f) << (7 * i);
+            if ((p[i] & 0x80) == 0) break;
+        }
         if (i == max) return -1;
+        f->v = v;
         f->len = i + 1;
         break;
     }
@@ -156,9 +162,7 @@ static inline size_t pbw_body_len(const pbw_fld *f)
 static inline int pbw_u64(const pbw_fld *f, uint64_t *v)
 {
     if (f->wt != PBW_VARINT) return -1;
-    uint64_t x = 0;
-    for (size_t i = 0; i < f->len; i++) x |= (uint64_t)(f->data[i] & 0x7f) << (7 * i);
-    *v = x;
+    *v = f->v;
     return 0;
 }
 
