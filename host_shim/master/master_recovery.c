@@ -197,14 +197,21 @@ struct master_objs_load {
     obj_store *objs;
     const uint8_t *data;
     size_t len;
+    snap_feed *feed; /* the bytes still arriving (NULL: all in) */
     int started; /* the load ran or runs (with its result in rc) */
     int rc;
 };
 
+static size_t objs_feed_wait(void *arg, size_t upto)
+{
+    return snap_feed_wait(arg, upto);
+}
+
 static void *objs_load_run(void *arg)
 {
     struct master_objs_load *l = arg;
-    l->rc = obj_store_load(l->objs, l->data, l->len);
+    l->rc = obj_store_load_fed(l->objs, l->data, l->len, l->feed ? objs_feed_wait : NULL,
+                               l->feed);
     return NULL;
 }
 
@@ -264,18 +271,23 @@ static int load_other_sections(master *m, const snap_image *img, char *err, size
 
 /* Start loading the objects section s into the store: on a thread of its
  * own (m->objs_.loading until master_objs settles it), inline when no thread
- * can be made. A section of another encoding version is left alone
- * (load_sections refuses it). */
+ * can be made -- but not a section whose bytes are still read by this very
+ * thread (s->feed): that one is left for load_sections, whole. A section of
+ * another encoding version is left alone (load_sections refuses it). */
 static void objs_load_start(master *m, struct master_objs_load *ol, const snap_section *s)
 {
     if (s->encver != MASTER_SECTION_ENCVER) return;
     ol->objs = m->objs_.store;
     ol->data = s->data;
     ol->len = s->len;
+    ol->feed = s->feed;
     ol->started = 1;
     obj_store_loading_begin(ol->objs);
     if (pthread_create(&ol->thread, NULL, objs_load_run, ol) == 0) {
         m->objs_.loading = ol;
+    } else if (ol->feed != NULL) {
+        obj_store_loading_end(ol->objs);
+        ol->started = 0;
     } else {
         obj_store_loading_end(ol->objs);
         objs_load_run(ol);
@@ -287,10 +299,11 @@ typedef struct objs_early {
     struct master_objs_load *ol;
 } objs_early;
 
-/* snap_early's callback: the objects section is read and checked while the
- * rest of the file is still read; start its load. NULL: the file was refused
- * after that -- wait for the load to end (the start fails; nothing of the
- * store is used). */
+/* snap_early's callback: the objects section's frame is read and checked
+ * while its bytes and the rest of the file are still read (s->feed); start
+ * its load, which takes the records as they come. NULL: the file was
+ * refused after that -- wait for the load to end (the start fails; nothing
+ * of the store, built from bytes never found good, is used). */
 static void objs_early_fn(void *arg, const snap_section *s)
 {
     objs_early *e = arg;
@@ -336,15 +349,18 @@ static int recover(master *m, char *err, size_t errlen)
     snap_image *img = NULL;
     struct master_objs_load ol = {0};
     objs_early oe = {m, &ol};
-    snap_early early = {.name = MASTER_SECTION_OBJECTS, .fn = objs_early_fn, .arg = &oe};
+    snap_early early = {
+        .name = MASTER_SECTION_OBJECTS, .fn = objs_early_fn, .arg = &oe, .stream = 1};
     int rc = snap_load_newest_early(m->snap_dir, &early, &img, err, errlen);
     if (rc == SMP_ENOTFOUND) {
         img = NULL;
     } else if (rc < 0) {
+        snap_early_fini(&early); /* the load was joined (objs_early_fn) */
         return rc;
     }
     uint64_t last_seq = img ? snap_image_last_seq(img) : 0;
     rc = load_sections(m, img, &ol, err, errlen);
+    snap_early_fini(&early); /* load_sections joined the load */
     snap_image_free(img);
     if (rc < 0) return rc;
     m->snapshot_seq = last_seq;

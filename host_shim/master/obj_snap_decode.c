@@ -190,6 +190,83 @@ static int snap_str_reserve(obj_snap_dec *d, size_t len)
     return SMP_OK;
 }
 
+/* Decode one top-level record of kind what from [p, end) and hand it to fn. */
+static int snap_record(obj_snap_dec *d, unsigned what, const uint8_t *p, const uint8_t *end,
+                       obj_snap_fn fn, void *arg)
+{
+    int rc;
+    if ((rc = snap_str_reserve(d, (size_t)(end - p))) < 0) return rc;
+    if (what == OBJ_SNAP_OBJECTS) {
+        Hostrec__ObjectRecord m;
+        if ((rc = snap_object(d, p, end, &m)) < 0) return rc;
+        return fn ? fn(arg, what, &m.base) : SMP_OK;
+    }
+    if (what == OBJ_SNAP_SEGMENTS) {
+        Hostrec__SegmentRecord m;
+        if ((rc = snap_segment(d, p, end, &m)) < 0) return rc;
+        return fn ? fn(arg, what, &m.base) : SMP_OK;
+    }
+    Hostrec__GroupRecord m;
+    if ((rc = snap_group(d, p, end, &m)) < 0) return rc;
+    return fn ? fn(arg, what, &m.base) : SMP_OK;
+}
+
+/* The OBJ_SNAP_* bit of a top-level field number; 0 for another. */
+static unsigned snap_kind(uint32_t tag)
+{
+    return tag == 2 ? OBJ_SNAP_SEGMENTS : tag == 3 ? OBJ_SNAP_GROUPS : tag == 4 ? OBJ_SNAP_OBJECTS : 0;
+}
+
+/* A top-level field's tag and length (or varint) lie in its first bytes:
+ * a tag of at most 5, a value of at most 10. */
+#define SNAP_FIELD_HEAD 16
+
+/* The walk of obj_snap_decode and obj_snap_decode_fed: wait NULL means
+ * every byte is in (and fields selects the records); else the bytes are
+ * waited for and every record is decoded, in kind order. */
+static int snap_decode_walk(obj_snap_dec *d, const uint8_t *data, size_t len, unsigned fields,
+                            uint32_t *format, obj_snap_wait wait, void *warg, obj_snap_fn fn,
+                            void *arg)
+{
+    int rc;
+    if (format) *format = 0;
+    if (len == 0) return SMP_OK;
+    if (data == NULL) return SMP_EINVAL;
+    size_t avail = len;
+    unsigned last = 0;
+    if (wait != NULL) avail = 0;
+    pbw_rd r = {data, data + len, 0};
+    pbw_fld f;
+    while (r.p < r.end) {
+        if (wait != NULL) {
+            size_t at = (size_t)(r.p - data);
+            size_t head = len - at < SNAP_FIELD_HEAD ? len : at + SNAP_FIELD_HEAD;
+            if (avail < head && (avail = wait(warg, head)) < head) return SMP_EPROTO;
+        }
+        if (pbw_next(&r, &f) < 0) return SMP_EPROTO;
+        if (wait != NULL) {
+            size_t end = (size_t)(r.p - data);
+            if (avail < end && (avail = wait(warg, end)) < end) return SMP_EPROTO;
+        }
+        if (f.tag == 1) {
+            uint32_t v;
+            if (pbw_u32(&f, &v) < 0) return SMP_EPROTO;
+            if (format) *format = v;
+            continue;
+        }
+        unsigned what = snap_kind(f.tag);
+        if (what == 0) continue; /* unknown: skipped */
+        if (f.wt != PBW_LEN) return SMP_EPROTO;
+        if (!(fields & what)) continue;
+        if (wait != NULL) {
+            if (what < last) return OBJ_SNAP_OUT_OF_ORDER;
+            last = what;
+        }
+        if ((rc = snap_record(d, what, f.data + f.pref, f.data + f.len, fn, arg)) < 0) return rc;
+    }
+    return SMP_OK;
+}
+
 int obj_snap_decode(obj_snap_dec *d,
                     const uint8_t *data,
                     size_t len,
@@ -198,59 +275,40 @@ int obj_snap_decode(obj_snap_dec *d,
                     obj_snap_fn fn,
                     void *arg)
 {
-    int rc;
-    if (format) *format = 0;
-    if (len == 0) return SMP_OK;
-    if (data == NULL) return SMP_EINVAL;
-    pbw_rd r = {data, data + len, 0};
-    pbw_fld f;
-    while (r.p < r.end) {
-        if (pbw_next(&r, &f) < 0) return SMP_EPROTO;
-        if (f.tag == 1) {
-            uint32_t v;
-            if (pbw_u32(&f, &v) < 0) return SMP_EPROTO;
-            if (format) *format = v;
-            continue;
-        }
-        unsigned what = f.tag == 2 ? OBJ_SNAP_SEGMENTS
-                        : f.tag == 3 ? OBJ_SNAP_GROUPS
-                        : f.tag == 4 ? OBJ_SNAP_OBJECTS
-                                     : 0;
-        if (what == 0) continue; /* unknown: skipped */
-        if (f.wt != PBW_LEN) return SMP_EPROTO;
-        if (!(fields & what)) continue;
-        const uint8_t *p = f.data + f.pref, *end = f.data + f.len;
-        if ((rc = snap_str_reserve(d, (size_t)(end - p))) < 0) return rc;
-        if (what == OBJ_SNAP_OBJECTS) {
-            Hostrec__ObjectRecord m;
-            if ((rc = snap_object(d, p, end, &m)) < 0) return rc;
-            if (fn && (rc = fn(arg, what, &m.base)) < 0) return rc;
-        } else if (what == OBJ_SNAP_SEGMENTS) {
-            Hostrec__SegmentRecord m;
-            if ((rc = snap_segment(d, p, end, &m)) < 0) return rc;
-            if (fn && (rc = fn(arg, what, &m.base)) < 0) return rc;
-        } else {
-            Hostrec__GroupRecord m;
-            if ((rc = snap_group(d, p, end, &m)) < 0) return rc;
-            if (fn && (rc = fn(arg, what, &m.base)) < 0) return rc;
-        }
-    }
-    return SMP_OK;
+    return snap_decode_walk(d, data, len, fields, format, NULL, NULL, fn, arg);
+}
+
+int obj_snap_decode_fed(obj_snap_dec *d,
+                        const uint8_t *data,
+                        size_t len,
+                        uint32_t *format,
+                        obj_snap_wait wait,
+                        void *warg,
+                        obj_snap_fn fn,
+                        void *arg)
+{
+    if (wait == NULL) return SMP_EINVAL;
+    return snap_decode_walk(d, data, len, OBJ_SNAP_ALL, format, wait, warg, fn, arg);
 }
 
 /* How far ahead of the framing walk its bytes are fetched. */
 #define OBJ_SNAP_AHEAD 4096
 
-int obj_snap_frame_scan(const uint8_t *data, size_t len, obj_snap_frame *out)
+/* obj_snap_frame_scan over the fields lying whole in data[0..avail). */
+static int snap_frame_walk(const uint8_t *data, size_t len, size_t avail, obj_snap_frame *out,
+                           size_t *used)
 {
     memset(out, 0, sizeof(*out));
     out->in_kind_order = 1;
+    *used = 0;
     if (len == 0) return SMP_OK;
     if (data == NULL) return SMP_EINVAL;
     size_t last = 0; /* the kind of the last record (1 segments .. 3 objects) */
     pbw_rd r = {data, data + len, 0};
     pbw_fld f;
     while (r.p < r.end) {
+        size_t at = (size_t)(r.p - data);
+        if (avail < len && avail - at < SNAP_FIELD_HEAD) break; /* its head is not in */
         /* Each field's framing is read where the one before ends: at some
          * 150 bytes a record, a cache miss each on a section just read
          * into memory, one after another. The lines some 4 KiB ahead are
@@ -261,6 +319,8 @@ int obj_snap_frame_scan(const uint8_t *data, size_t len, obj_snap_frame *out)
             __builtin_prefetch(r.p + OBJ_SNAP_AHEAD + 128);
         }
         if (pbw_next(&r, &f) < 0) return SMP_EPROTO;
+        if ((size_t)(r.p - data) > avail) break; /* its body is not all in */
+        *used = (size_t)(r.p - data);
         if (f.tag == 1) {
             if (pbw_u32(&f, &out->format) < 0) return SMP_EPROTO;
             continue;
@@ -273,6 +333,22 @@ int obj_snap_frame_scan(const uint8_t *data, size_t len, obj_snap_frame *out)
         out->n[kind - 1]++;
     }
     return SMP_OK;
+}
+
+int obj_snap_frame_scan(const uint8_t *data, size_t len, obj_snap_frame *out)
+{
+    size_t used;
+    return snap_frame_walk(data, len, len, out, &used);
+}
+
+int obj_snap_frame_scan_prefix(const uint8_t *data,
+                               size_t len,
+                               size_t avail,
+                               obj_snap_frame *out,
+                               size_t *used)
+{
+    if (avail > len) return SMP_EINVAL;
+    return snap_frame_walk(data, len, avail, out, used);
 }
 
 void obj_snap_dec_fini(obj_snap_dec *d)

@@ -57,6 +57,26 @@ int obj_snap_decode(obj_snap_dec *d,
                     obj_snap_fn fn,
                     void *arg);
 
+/* Blocks until the first upto bytes of a section are in, or no more will
+ * come; returns how many are in (fewer than upto: the bytes stopped). */
+typedef size_t (*obj_snap_wait)(void *arg, size_t upto);
+
+/* obj_snap_decode of a section whose bytes are still arriving: before each
+ * top-level field is read, wait(warg, ...) is asked for its bytes. Every
+ * field is decoded (OBJ_SNAP_ALL), in one pass; a record of a kind before
+ * the last one's (a group after an object, ...) stops the decode with
+ * OBJ_SNAP_OUT_OF_ORDER before it is handed out, bytes that stopped coming
+ * before the end with SMP_EPROTO. Otherwise as obj_snap_decode. */
+#define OBJ_SNAP_OUT_OF_ORDER 1
+int obj_snap_decode_fed(obj_snap_dec *d,
+                        const uint8_t *data,
+                        size_t len,
+                        uint32_t *format,
+                        obj_snap_wait wait,
+                        void *warg,
+                        obj_snap_fn fn,
+                        void *arg);
+
 /* What the top-level framing of a section says, without decoding a record. */
 typedef struct obj_snap_frame {
     uint32_t format;    /* the last format field (0 when none) */
@@ -71,6 +91,16 @@ typedef struct obj_snap_frame {
  * rules (the same bytes there are refused the same way; a record's own
  * bytes are not read). SMP_OK or SMP_EPROTO. */
 int obj_snap_frame_scan(const uint8_t *data, size_t len, obj_snap_frame *out);
+
+/* obj_snap_frame_scan of the fields that lie whole in the first avail bytes
+ * of data[0..len) (avail <= len), stopping before the first that does not;
+ * *used gets the bytes of those fields. A sample of a section still
+ * arriving. SMP_OK or SMP_EPROTO. */
+int obj_snap_frame_scan_prefix(const uint8_t *data,
+                               size_t len,
+                               size_t avail,
+                               obj_snap_frame *out,
+                               size_t *used);
 
 /* Free the scratch storage (d may then be reused from zero). */
 void obj_snap_dec_fini(obj_snap_dec *d);

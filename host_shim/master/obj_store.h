@@ -716,4 +716,20 @@ int obj_store_save(const obj_store *st,
  * is left empty. */
 int obj_store_load(obj_store *st, const uint8_t *data, size_t len);
 
+/* obj_store_load of a section whose bytes are still arriving in data:
+ * wait(arg, upto) blocks until its first upto bytes are in (or no more will
+ * come) and returns how many are. The records are applied as their bytes
+ * come; the indexes are sized from the first MiB. A section that does not
+ * load so -- records not in a save's order (segments, groups, objects), or
+ * refused -- is loaded again whole once all of it is in, which gives the
+ * answer (as obj_store_load's); bytes that stop before the end are
+ * SMP_EPROTO. The bytes are not checked against any checksum here: the
+ * caller drops the store when the section turns out damaged. wait NULL:
+ * obj_store_load. */
+int obj_store_load_fed(obj_store *st,
+                       const uint8_t *data,
+                       size_t len,
+                       size_t (*wait)(void *arg, size_t upto),
+                       void *arg);
+
 #endif /* HOST_OBJ_STORE_H */

@@ -130,6 +130,40 @@ static int obj_load_apply(void *arg, unsigned what, const ProtobufCMessage *msg)
     return st->stats.replicas_dropped != c->dropped ? SMP_EPROTO : SMP_OK;
 }
 
+/* Ready st for a load of a section of len bytes holding about n_groups
+ * managed groups and n_objects objects: bulk mode, the objects' slab, the
+ * indexes at their size. */
+static void obj_load_prepare(obj_store *st, size_t len, size_t n_groups, size_t n_objects)
+{
+    st->bulk_load = 1;
+    /* The objects' slab, in chunks of the section's size (an object takes
+     * about twice its record's bytes, so two or three chunks); a chunk that
+     * cannot be mapped leaves the objects after it to calloc. */
+    st->load_chunk = len > OBJ_LOAD_CHUNK_MIN ? len : OBJ_LOAD_CHUNK_MIN;
+    st->load_slab = n_objects > 0 ? obj_slab_new(st->load_chunk) : NULL;
+    /* The objects' and groups' indexes at their final size: no growth and
+     * drain during the load (when this fails, or the size was guessed
+     * short, the inserts grow them as usual). */
+    (void)obj_ix_presize(&st->objects.ix, n_objects);
+    (void)obj_ix_presize(&st->groups.ix, n_groups);
+}
+
+/* End a load that returned rc: on failure the store is cleared (it was
+ * empty before) and rc becomes the load's answer. */
+static int obj_load_end(obj_store *st, obj_load_ctx *c, obj_snap_dec *dec, int rc)
+{
+    st->bulk_load = 0; /* the LRU list is sorted when an eviction plan needs it */
+    if (rc < 0) {
+        rc = obj_load_rc(rc);
+        st->stats.replicas_dropped = c->dropped;
+        obj_store_clear(st);
+    }
+    obj_slab_unref(st->load_slab); /* the load's reference: the objects hold the rest */
+    st->load_slab = NULL;
+    obj_snap_dec_fini(dec);
+    return rc < 0 ? rc : SMP_OK;
+}
+
 static int obj_store_load_here(obj_store *st, const uint8_t *data, size_t len)
 {
     int rc = SMP_OK;
@@ -151,50 +185,71 @@ static int obj_store_load_here(obj_store *st, const uint8_t *data, size_t len)
     obj_load_ctx c = {st, st->stats.replicas_dropped};
     if ((rc = obj_snap_frame_scan(data, len, &fr)) < 0) return rc;
     if (fr.format != OBJ_SNAPSHOT_FORMAT) return SMP_EPROTO;
-    st->bulk_load = 1;
-    /* The objects' slab, in chunks of the section's size (an object takes
-     * about twice its record's bytes, so two or three chunks); a chunk that
-     * cannot be mapped leaves the objects after it to calloc. */
-    st->load_chunk = len > OBJ_LOAD_CHUNK_MIN ? len : OBJ_LOAD_CHUNK_MIN;
-    st->load_slab = fr.n[2] > 0 ? obj_slab_new(st->load_chunk) : NULL;
-    /* The objects' and groups' indexes at their final size: no growth and
-     * drain during the load (when this fails, the inserts grow them as
-     * usual). */
-    (void)obj_ix_presize(&st->objects.ix, fr.n[2]);
-    (void)obj_ix_presize(&st->groups.ix, fr.n[1]);
+    obj_load_prepare(st, len, fr.n[1], fr.n[2]);
     static const unsigned passes[] = {OBJ_SNAP_SEGMENTS, OBJ_SNAP_GROUPS, OBJ_SNAP_OBJECTS};
     if (fr.in_kind_order) {
         rc = obj_snap_decode(&dec, data, len, OBJ_SNAP_ALL, NULL, obj_load_apply, &c);
-        if (rc < 0) goto clear;
     } else {
-        for (size_t i = 0; i < sizeof(passes) / sizeof(passes[0]); i++) {
+        for (size_t i = 0; rc >= 0 && i < sizeof(passes) / sizeof(passes[0]); i++)
             rc = obj_snap_decode(&dec, data, len, passes[i], NULL, obj_load_apply, &c);
-            if (rc < 0) goto clear;
-        }
     }
-    st->bulk_load = 0; /* the LRU list is sorted when an eviction plan needs it */
-    rc = SMP_OK;
-    goto unref_slab;
+    return obj_load_end(st, &c, &dec, rc);
+}
 
-clear:
-    rc = obj_load_rc(rc);
-    st->stats.replicas_dropped = c.dropped;
-    st->bulk_load = 0;
-    obj_store_clear(st);
-unref_slab:
-    obj_slab_unref(st->load_slab); /* the load's reference: the objects hold the rest */
-    st->load_slab = NULL;
-    obj_snap_dec_fini(&dec);
-    return rc;
+/* The bytes a fed load waits for first, to size the indexes from. */
+#define OBJ_LOAD_SAMPLE ((size_t)1 << 20)
+
+/* obj_store_load_fed's load. The first MiB sizes the indexes (its counts
+ * scaled to the section's length: a guess, which the inserts correct by
+ * growing); the records are then applied in one decode as they come, which
+ * needs them in a save's order. Whatever does not end well -- another
+ * order, a record refused, a format other than the store's (found at the
+ * end; a save writes it first) -- clears the store and leaves the answer to
+ * the whole load, once every byte is in. */
+static int obj_store_load_fed_here(obj_store *st, const uint8_t *data, size_t len,
+                                   size_t (*wait)(void *arg, size_t upto), void *arg)
+{
+    if (!obj_store_is_empty(st)) return SMP_ESTATE;
+    if (!data && len) return SMP_EINVAL;
+    size_t sample = len < OBJ_LOAD_SAMPLE ? len : OBJ_LOAD_SAMPLE;
+    size_t avail = wait(arg, sample);
+    if (avail < sample) return SMP_EPROTO; /* the bytes stopped */
+    if (avail >= len) return obj_store_load_here(st, data, len);
+    obj_snap_frame fr;
+    size_t used;
+    if (obj_snap_frame_scan_prefix(data, len, avail, &fr, &used) < 0) return SMP_EPROTO;
+    double scale = used > 0 ? (double)len / (double)used : 0;
+    obj_snap_dec dec = {0};
+    obj_load_ctx c = {st, st->stats.replicas_dropped};
+    obj_load_prepare(st, len, (size_t)((double)fr.n[1] * scale), (size_t)((double)fr.n[2] * scale));
+    uint32_t format = 0;
+    int rc = obj_snap_decode_fed(&dec, data, len, &format, wait, arg, obj_load_apply, &c);
+    if (rc == SMP_OK && format == OBJ_SNAPSHOT_FORMAT) return obj_load_end(st, &c, &dec, rc);
+    /* Anything else is decided by the whole load, as if the bytes had all
+     * been in at the start: it gives the same answer as one pass for a
+     * section in a save's order, and loads another order kind by kind. */
+    (void)obj_load_end(st, &c, &dec, SMP_EPROTO);
+    if (wait(arg, len) < len) return SMP_EPROTO; /* the bytes stopped */
+    return obj_store_load_here(st, data, len);
+}
+
+int obj_store_load(obj_store *st, const uint8_t *data, size_t len)
+{
+    return obj_store_load_fed(st, data, len, NULL, NULL);
 }
 
 /* The thread inside the load owns the store meanwhile (obj_check_caller):
  * the entry points it calls pass. */
-int obj_store_load(obj_store *st, const uint8_t *data, size_t len)
+int obj_store_load_fed(obj_store *st,
+                       const uint8_t *data,
+                       size_t len,
+                       size_t (*wait)(void *arg, size_t upto),
+                       void *arg)
 {
     const obj_store *was = obj_loading_here;
     obj_loading_here = st;
-    int rc = obj_store_load_here(st, data, len);
+    int rc = wait != NULL ? obj_store_load_fed_here(st, data, len, wait, arg)
+                          : obj_store_load_here(st, data, len);
     obj_loading_here = was;
     return rc;
 }

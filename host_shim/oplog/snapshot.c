@@ -688,12 +688,66 @@ static int snap_parse(snap_image *img, const char *path, char *err, size_t errle
  * early (snap_early) can go out as soon as its bytes are in. */
 #define SNAP_READ_CHUNK ((size_t)16 << 20)
 
+size_t snap_feed_wait(snap_feed *f, size_t upto)
+{
+    pthread_mutex_lock(&f->mu);
+    while (f->avail < upto && !f->ended) pthread_cond_wait(&f->cv, &f->mu);
+    size_t n = f->avail;
+    pthread_mutex_unlock(&f->mu);
+    return n;
+}
+
+/* Say that the first avail bytes of the streamed section are in (ended: and
+ * no more will come), waking whoever waits. */
+static void snap_feed_set(snap_feed *f, size_t avail, int ended)
+{
+    pthread_mutex_lock(&f->mu);
+    f->avail = avail;
+    if (ended) f->ended = 1;
+    pthread_cond_broadcast(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+}
+
+void snap_early_fini(snap_early *e)
+{
+    if (e == NULL || e->s.feed == NULL) return;
+    pthread_cond_destroy(&e->feed.cv);
+    pthread_mutex_destroy(&e->feed.mu);
+    e->s.feed = NULL;
+}
+
+/* The streamed section of e (handed out) after the first got bytes of the
+ * file are in: its feed follows. */
+static void snap_early_fed(snap_early *e, size_t got)
+{
+    size_t in = got - e->at < e->s.len ? got - e->at : e->s.len;
+    snap_feed_set(&e->feed, in, in == e->s.len);
+}
+
+/* Hand out e's section from bytes not all in yet: s.feed says how many of
+ * its len are (got - at). SMP_ENOMEM when its feed cannot be made. */
+static int snap_early_stream(snap_early *e, size_t got)
+{
+    if (pthread_mutex_init(&e->feed.mu, NULL) != 0) return SMP_ENOMEM;
+    if (pthread_cond_init(&e->feed.cv, NULL) != 0) {
+        pthread_mutex_destroy(&e->feed.mu);
+        return SMP_ENOMEM;
+    }
+    e->feed.avail = got - e->at;
+    e->feed.ended = 0;
+    e->s.feed = &e->feed;
+    e->state = 1;
+    e->fn(e->arg, &e->s);
+    return SMP_OK;
+}
+
 /* Try to hand out e's section from the first got bytes of the file at p:
  * once the header, every frame up to the section's and the section's body
- * are in and each matches its checksum, e->fn gets it (e->state 1). Bytes
- * that do not check, or a file without the section, end the attempt (state
- * -1): the whole-file validation that follows names what is wrong. Returns
- * with state 0 when more bytes are needed. */
+ * are in and each matches its checksum, e->fn gets it (e->state 1); with
+ * e->stream, once the frames are in and match (the body's bytes follow on
+ * s.feed). Bytes that do not check, or a file without the section, end the
+ * attempt (state -1): the whole-file validation that follows names what is
+ * wrong. Returns with state 0 when more bytes are needed. */
 static void snap_early_try(snap_early *e, const uint8_t *p, size_t got)
 {
     if (got < SNAP_HEADER_LEN) return;
@@ -717,17 +771,29 @@ static void snap_early_try(snap_early *e, const uint8_t *p, size_t got)
         if (snap_get64(fr + 24) != XXH64_digest(&fst)) return;
         pos += SNAP_FRAME_LEN + nl;
         uint64_t blen = snap_get64(fr + 8);
+        int mine = nl == want && memcmp(fr + SNAP_FRAME_LEN, e->name, nl) == 0;
+        if (mine && e->stream && blen > got - pos && blen <= SIZE_MAX) {
+            memcpy(e->s.name, e->name, nl);
+            e->s.name[nl] = '\0';
+            e->s.encver = snap_get16(fr + 2);
+            e->s.data = p + pos; /* the buffer holds the whole file: it stays */
+            e->s.len = (size_t)blen;
+            e->at = pos;
+            if (snap_early_stream(e, got) < 0) e->state = -1;
+            return;
+        }
         if (blen > got - pos) {
             e->state = 0; /* the body is not all in yet */
             return;
         }
-        if (nl == want && memcmp(fr + SNAP_FRAME_LEN, e->name, nl) == 0) {
+        if (mine) {
             if (snap_get64(fr + 16) != XXH64(p + pos, (size_t)blen, 0)) return;
             memcpy(e->s.name, e->name, nl);
             e->s.name[nl] = '\0';
             e->s.encver = snap_get16(fr + 2);
             e->s.data = blen ? p + pos : snap_empty;
             e->s.len = (size_t)blen;
+            e->s.feed = NULL;
             e->state = 1;
             e->fn(e->arg, &e->s);
             return;
@@ -748,7 +814,10 @@ static int snap_load_path(const char *path, int has_seq, uint64_t seq,
     snap_image *img = NULL;
 
     *out = NULL;
-    if (early != NULL) early->state = 0;
+    if (early != NULL) {
+        early->state = 0;
+        early->s.feed = NULL;
+    }
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         int e = errno;
@@ -778,7 +847,9 @@ static int snap_load_path(const char *path, int has_seq, uint64_t seq,
     }
     for (size_t got = 0; got < img->size;) {
         size_t ask = img->size - got;
-        if (early != NULL && early->state == 0 && ask > SNAP_READ_CHUNK) ask = SNAP_READ_CHUNK;
+        int piecemeal = early != NULL && (early->state == 0 ||
+                                          (early->s.feed != NULL && !early->feed.ended));
+        if (piecemeal && ask > SNAP_READ_CHUNK) ask = SNAP_READ_CHUNK;
         ssize_t k = pread(fd, img->buf + got, ask, (off_t)got);
         if (k < 0 && errno == EINTR) continue;
         if (k <= 0) {
@@ -787,7 +858,10 @@ static int snap_load_path(const char *path, int has_seq, uint64_t seq,
             goto free_image;
         }
         got += (size_t)k;
-        if (early != NULL && early->state == 0) snap_early_try(early, img->buf, got);
+        if (early != NULL && early->state == 0)
+            snap_early_try(early, img->buf, got);
+        else if (early != NULL && early->s.feed != NULL)
+            snap_early_fed(early, got);
     }
     if ((rc = snap_parse(img, path, err, errlen)) < 0) goto free_image;
     if (has_seq && img->last_seq != seq) {
@@ -801,8 +875,11 @@ static int snap_load_path(const char *path, int has_seq, uint64_t seq,
     rc = SMP_OK;
 
 free_image:
-    if (img != NULL && early != NULL && early->state == 1)
+    if (img != NULL && early != NULL && early->state == 1) {
+        /* a streamed section's loader stops waiting for bytes */
+        if (early->s.feed != NULL) snap_feed_set(&early->feed, early->feed.avail, 1);
         early->fn(early->arg, NULL); /* done with the bytes before they go */
+    }
     snap_image_free(img);
 close_fd:
     close(fd);

@@ -23,6 +23,7 @@
 #ifndef HOST_SNAPSHOT_H
 #define HOST_SNAPSHOT_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -37,11 +38,17 @@
 /* One section as a loaded image holds it. data points into the image and is
  * valid until snap_image_free(); it is never NULL (an empty section points to
  * a zero-length buffer). */
+typedef struct snap_feed snap_feed;
+
 typedef struct snap_section {
     char name[SNAP_NAME_MAX + 1];   /* NUL-terminated */
     uint16_t encver;                /* as the section's writer stored it */
     const uint8_t *data;
     size_t len;
+    snap_feed *feed;                /* a section handed out while its bytes
+                                     * are still read (snap_early.stream):
+                                     * snap_feed_wait says how many are in;
+                                     * NULL: all of them are */
 } snap_section;
 
 typedef struct snap_builder snap_builder;
@@ -163,13 +170,44 @@ int snap_load_newest(const char *dir,
  * called before the bytes are freed: fn must return only once nothing uses
  * s any more (and drop what it built from it, or be sure nothing will use
  * it: the file is refused). */
+/* How many bytes of a streamed section are in. The loader's; read it with
+ * snap_feed_wait. */
+struct snap_feed {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    size_t avail;       /* bytes of the section read so far */
+    int ended;          /* no more will come: all are in, or the read stopped */
+};
+
+/* Wait until the first upto bytes of the section are in, or until no more
+ * will come; returns how many are in -- fewer than upto only when the read
+ * of the file stopped (it is then refused: fn(arg, NULL) follows). Any
+ * thread. */
+size_t snap_feed_wait(snap_feed *f, size_t upto);
+
+/* With stream set, the section goes out as soon as the header and the frames
+ * up to its own are in and match their checksums -- before its body is all
+ * read, with s->feed telling how much is: its loading overlaps its own
+ * reading. Its bytes are checked against their checksum only once the whole
+ * file is in (a mismatch refuses the file: fn(arg, NULL)), so what the
+ * section's loader builds meanwhile is from bytes not yet checked, and must
+ * stand any bytes and be dropped when the file is refused. A section whose
+ * bytes are already all in when its frame is goes out as without stream.
+ * snap_early_fini once fn and whatever it started are done with s. */
 typedef struct snap_early {
     const char *name;
     void (*fn)(void *arg, const snap_section *s);
     void *arg;
+    int stream;         /* hand out before the body is in (s.feed) */
     int state;          /* the loader's: 0 trying, 1 handed out, -1 not */
     snap_section s;     /* the loader's */
+    snap_feed feed;     /* the loader's, for s.feed */
+    size_t at;          /* the loader's: where s's body starts in the file */
 } snap_early;
+
+/* Free what snap_load_newest_early kept in e (the feed of a streamed
+ * section). */
+void snap_early_fini(snap_early *e);
 
 /* snap_load_newest, handing out early->name early (early NULL: none). */
 int snap_load_newest_early(const char *dir,

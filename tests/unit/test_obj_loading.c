@@ -167,6 +167,7 @@ static size_t entry_points(const char *h, char names[][64], size_t cap)
         params[pl] = '\0';
         if (strstr(params, "obj_store *") == NULL) continue;
         static const char *const owner_only[] = {"obj_store_create", "obj_store_load",
+                                                 "obj_store_load_fed",
                                                  "obj_store_loading_begin",
                                                  "obj_store_loading_end"};
         int skip_it = 0;

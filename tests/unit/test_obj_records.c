@@ -439,6 +439,139 @@ static void test_snapshot_invalid(void **state)
 /* Describing records                                                        */
 /* ------------------------------------------------------------------------ */
 
+/* Bytes arriving for obj_store_load_fed: each wait lets in what it asks for
+ * and `step` more (as a reader ahead of the decoder), up to `stop`. */
+typedef struct feeder {
+    size_t avail, step, stop;
+    int waits;
+} feeder;
+
+static size_t feed_wait(void *arg, size_t upto)
+{
+    feeder *f = arg;
+    f->waits++;
+    if (upto > f->avail) f->avail = upto + f->step;
+    if (f->avail > f->stop) f->avail = f->stop;
+    return f->avail;
+}
+
+/* A store of 16,000 objects in 1,000 groups (some managed): a section of
+ * some 2 MB, more than the fed load samples before it starts. */
+static obj_store *big_state(void)
+{
+    obj_store *st = new_store(NULL);
+    mount(st, "s0", "n0", (uint64_t)16000 * 64);
+    char key[64], group[32];
+    for (int g = 0; g < 1000; g++) {
+        snprintf(group, sizeof(group), "model/rev-%04d", g);
+        for (int t = 0; t < 16; t++) {
+            snprintf(key, sizeof(key), "%s/tensor-%03d", group, t);
+            assert_int_equal(put_full(st, key, 1, group, "", (uint64_t)(g * 16 + t)), SMP_OK);
+        }
+        if (g % 7 == 0) set_managed(st, group, 1);
+    }
+    return st;
+}
+
+/* obj_store_load_fed takes a section as its bytes arrive and builds the
+ * store the whole load builds: in a save's order, in one pass while the
+ * bytes come (it waited many times, never for all of them at once); a
+ * group record after the objects, or the segment after the objects whose
+ * replicas it holds (other orders), is loaded again whole once all is in; bytes that stop short, a format other than the store's at the
+ * end, and a field that does not decode are refused (SMP_EPROTO) with the
+ * store left empty, as the whole load refuses them. */
+static void test_snapshot_loads_as_its_bytes_arrive(void **state)
+{
+    (void)state;
+    obj_store *a = big_state();
+    buf s = save(a);
+    assert_true(s.n > ((size_t)3 << 19));
+
+    obj_store *b = new_store(NULL);
+    feeder f = {0, 4096, s.n, 0};
+    assert_int_equal(obj_store_load_fed(b, s.p, s.n, feed_wait, &f), SMP_OK);
+    assert_same_state(a, b);
+    assert_true(f.waits > 100);
+    obj_store_destroy(b);
+
+    /* A managed group after the objects. */
+    obj_store *g = new_store(NULL);
+    set_managed(g, "zzz-late", 1);
+    buf gs = save(g);
+    buf late = {0};
+    buf_write(&late, s.p, s.n);
+    buf_write(&late, gs.p + 2, gs.n - 2); /* without its format field */
+    obj_store *whole = new_store(NULL);
+    assert_int_equal(obj_store_load(whole, late.p, late.n), SMP_OK);
+    assert_true(obj_group_is_managed(whole, "zzz-late"));
+    b = new_store(NULL);
+    f = (feeder){0, 4096, late.n, 0};
+    assert_int_equal(obj_store_load_fed(b, late.p, late.n, feed_wait, &f), SMP_OK);
+    assert_same_state(whole, b);
+    obj_store_destroy(b);
+    obj_store_destroy(whole);
+
+    /* The segment after the objects whose replicas are in it: one pass in
+     * the order of the bytes would drop every replica. */
+    assert_int_equal(s.p[2], 0x12); /* the segment, right after the format */
+    size_t seg_len = 2 + (size_t)s.p[3];
+    assert_true(s.p[3] < 0x80);
+    buf moved = {0};
+    buf_write(&moved, s.p, 2);
+    buf_write(&moved, s.p + 2 + seg_len, s.n - 2 - seg_len);
+    buf_write(&moved, s.p + 2, seg_len);
+    b = new_store(NULL);
+    f = (feeder){0, 4096, moved.n, 0};
+    assert_int_equal(obj_store_load_fed(b, moved.p, moved.n, feed_wait, &f), SMP_OK);
+    assert_same_state(a, b);
+    obj_store_destroy(b);
+
+    /* The bytes stop halfway. */
+    b = new_store(NULL);
+    f = (feeder){0, 4096, s.n / 2, 0};
+    assert_int_equal(obj_store_load_fed(b, s.p, s.n, feed_wait, &f), SMP_EPROTO);
+    assert_empty(b);
+
+    /* A second format field at the end, of another format: the last wins. */
+    buf fmt = {0};
+    buf_write(&fmt, s.p, s.n);
+    const uint8_t other[2] = {0x08, 0x02};
+    buf_write(&fmt, other, 2);
+    assert_int_equal(obj_store_load(b, fmt.p, fmt.n), SMP_EPROTO);
+    assert_empty(b);
+    f = (feeder){0, 4096, fmt.n, 0};
+    assert_int_equal(obj_store_load_fed(b, fmt.p, fmt.n, feed_wait, &f), SMP_EPROTO);
+    assert_empty(b);
+
+    /* A field after the last record of a wire type protobuf-c refuses (a
+     * tag of wire type 7): found by the whole load before anything is
+     * applied, by the fed one after everything was. */
+    buf bad = {0};
+    buf_write(&bad, s.p, s.n);
+    const uint8_t wt7[2] = {0x0f, 0x00};
+    buf_write(&bad, wt7, 2);
+    int whole_rc = obj_store_load(b, bad.p, bad.n);
+    assert_int_equal(whole_rc, SMP_EPROTO);
+    assert_empty(b);
+    f = (feeder){0, 4096, bad.n, 0};
+    assert_int_equal(obj_store_load_fed(b, bad.p, bad.n, feed_wait, &f), whole_rc);
+    assert_empty(b);
+
+    /* Then the store still loads. */
+    f = (feeder){0, 1 << 16, s.n, 0};
+    assert_int_equal(obj_store_load_fed(b, s.p, s.n, feed_wait, &f), SMP_OK);
+    assert_same_state(a, b);
+    free(s.p);
+    free(gs.p);
+    free(late.p);
+    free(moved.p);
+    free(fmt.p);
+    free(bad.p);
+    obj_store_destroy(a);
+    obj_store_destroy(b);
+    obj_store_destroy(g);
+}
+
 /* Every host record describes itself in one line naming its type. */
 static void test_describe_records(void **state)
 {
@@ -961,6 +1094,7 @@ int main(void)
         cmocka_unit_test(test_snapshot_round_trip),
         cmocka_unit_test(test_loaded_objects_changed_and_removed_one_by_one),
         cmocka_unit_test(test_snapshot_invalid),
+        cmocka_unit_test(test_snapshot_loads_as_its_bytes_arrive),
         cmocka_unit_test(test_describe_records),
         cmocka_unit_test(test_random_ops_consistent),
         cmocka_unit_test(test_records_that_lose_races),

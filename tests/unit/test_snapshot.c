@@ -1,5 +1,6 @@
 /* test_snapshot.c -- the snapshot file: round trips, carried sections,
- * damage and truncation detection, a section handed out early, retention,
+ * damage and truncation detection, a section handed out early (whole, or
+ * streamed before its bytes are all read), retention,
  * stale .tmp files, the async write on a libuv loop, and the builder's
  * refusals.
  *
@@ -9,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -1057,6 +1059,143 @@ static void test_early_section_goes_out_before_the_rest_is_read(void **state)
     assert_true(hurt.null_after_section);
 }
 
+/* A streamed section's user: a thread started from the callback that waits
+ * for the bytes a MiB at a time, as a decoder would, and checks them. */
+typedef struct stream_user {
+    pthread_t t;
+    int running;
+    snap_section s;
+    size_t first;            /* bytes in when the section went out */
+    size_t got;              /* bytes in when its waiting ended */
+    int same;                /* those bytes are the written ones */
+    int calls, nulls;
+    const char *path;        /* when set, the callback damages this file: */
+    off_t flip_at;           /* flips this byte (-1 none) */
+    off_t cut_at;            /* or cuts the file here (0 none) */
+} stream_user;
+
+static uint8_t stream_byte(size_t i)
+{
+    return (uint8_t)(i * 13 + (i >> 12));
+}
+
+static void *stream_use(void *arg)
+{
+    stream_user *u = arg;
+    const size_t step = (size_t)1 << 20;
+    size_t upto = 0;
+    while (upto < u->s.len) {
+        upto = u->s.len - upto < step ? u->s.len : upto + step;
+        size_t n = snap_feed_wait(u->s.feed, upto);
+        if (n < upto) {
+            u->got = n;
+            return NULL;
+        }
+    }
+    u->got = u->s.len;
+    u->same = 1;
+    for (size_t i = 0; i < u->s.len && u->same; i++) u->same = u->s.data[i] == stream_byte(i);
+    return NULL;
+}
+
+static void stream_start(void *arg, const snap_section *s)
+{
+    stream_user *u = arg;
+    u->calls++;
+    if (s == NULL) {
+        u->nulls++;
+        if (u->running) assert_int_equal(pthread_join(u->t, NULL), 0);
+        u->running = 0;
+        return;
+    }
+    u->s = *s;
+    assert_non_null(s->feed);
+    u->first = snap_feed_wait(s->feed, 0);
+    if (u->path != NULL) {
+        int fd = open(u->path, O_RDWR);
+        assert_true(fd >= 0);
+        if (u->cut_at > 0) assert_int_equal(ftruncate(fd, u->cut_at), 0);
+        if (u->flip_at >= 0) {
+            uint8_t b;
+            assert_int_equal(pread(fd, &b, 1, u->flip_at), 1);
+            b ^= 0x10;
+            assert_int_equal(pwrite(fd, &b, 1, u->flip_at), 1);
+        }
+        close(fd);
+    }
+    assert_int_equal(pthread_create(&u->t, NULL, stream_use, u), 0);
+    u->running = 1;
+}
+
+/* With stream, a section larger than one read goes out once its frame is in,
+ * before its body is: its user waits on the feed and gets every byte. A
+ * byte of it flipped meanwhile is found once the file is in (the file is
+ * refused, naming the section's checksum; the callback is called with NULL
+ * after the user got all the bytes); a file cut short meanwhile ends the
+ * feed short (the user's wait returns what came), is refused, and the
+ * callback is called with NULL. */
+static void test_streamed_section_goes_out_before_its_bytes(void **state)
+{
+    fixture *f = *state;
+    char path[512], err[512] = "";
+    const size_t big = (size_t)40 << 20; /* more than the loader reads at once */
+    uint8_t *bytes = malloc(big);
+    assert_non_null(bytes);
+    for (size_t i = 0; i < big; i++) bytes[i] = stream_byte(i);
+    snap_builder *b = snap_builder_new(80);
+    assert_int_equal(snap_builder_add_raw(b, "host_objects", 1, bytes, big), SMP_OK);
+    assert_int_equal(snap_builder_add_raw(b, "later", 1, bytes, 1000), SMP_OK);
+    assert_int_equal(snap_write_file(b, f->dir, 1, path, sizeof(path)), SMP_OK);
+    snap_builder_free(b);
+    free(bytes);
+    const off_t body = 32 + 32 + (off_t)strlen("host_objects");
+
+    stream_user u = {.flip_at = -1};
+    snap_early early = {.name = "host_objects", .fn = stream_start, .arg = &u, .stream = 1};
+    snap_image *img = NULL;
+    assert_int_equal(snap_load_newest_early(f->dir, &early, &img, err, sizeof(err)), SMP_OK);
+    assert_int_equal(pthread_join(u.t, NULL), 0);
+    assert_int_equal(u.calls, 1);
+    assert_true(u.first < big);
+    assert_int_equal(u.got, big);
+    assert_true(u.same);
+    assert_ptr_equal(u.s.data, snap_image_section(img, "host_objects")->data);
+    assert_null(snap_image_section(img, "host_objects")->feed);
+    snap_early_fini(&early);
+    snap_image_free(img);
+
+    stream_user hurt = {.path = path, .flip_at = body + (off_t)big - 100};
+    snap_early early2 = {.name = "host_objects", .fn = stream_start, .arg = &hurt, .stream = 1};
+    img = (snap_image *)&hurt;
+    assert_int_equal(snap_load_newest_early(f->dir, &early2, &img, err, sizeof(err)), SMP_EPROTO);
+    assert_null(img);
+    assert_non_null(strstr(err, "section 'host_objects' checksum"));
+    assert_int_equal(hurt.calls, 2);
+    assert_int_equal(hurt.nulls, 1);
+    assert_int_equal(hurt.got, big);
+    assert_false(hurt.same); /* the user saw the flipped byte: only the checksum stops it */
+    snap_early_fini(&early2);
+
+    b = snap_builder_new(82); /* the newest now, its objects section to be cut */
+    bytes = calloc(1, big);
+    assert_non_null(bytes);
+    for (size_t i = 0; i < big; i++) bytes[i] = stream_byte(i);
+    assert_int_equal(snap_builder_add_raw(b, "host_objects", 1, bytes, big), SMP_OK);
+    assert_int_equal(snap_write_file(b, f->dir, 1, path, sizeof(path)), SMP_OK);
+    snap_builder_free(b);
+    free(bytes);
+    stream_user cut = {.path = path, .flip_at = -1, .cut_at = body + (off_t)big / 2};
+    snap_early early3 = {.name = "host_objects", .fn = stream_start, .arg = &cut, .stream = 1};
+    img = (snap_image *)&cut;
+    assert_int_equal(snap_load_newest_early(f->dir, &early3, &img, err, sizeof(err)), SMP_EIO);
+    assert_null(img);
+    assert_non_null(strstr(err, "file shrank"));
+    assert_int_equal(cut.nulls, 1);
+    assert_true(cut.got < big);
+    assert_false(cut.same);
+    snap_early_fini(&early3);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1085,6 +1224,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_early_section_goes_out_once_with_its_bytes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_early_section_that_does_not_check_is_not_handed_out, setup, teardown),
         cmocka_unit_test_setup_teardown(test_early_section_goes_out_before_the_rest_is_read, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_streamed_section_goes_out_before_its_bytes, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
