@@ -248,6 +248,11 @@ int wm_rpc_import_commit(void *plugin, smp_rpc_call *call, const uint8_t *body, 
 int wm_rpc_import_abort(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len);
 int wm_rpc_get_metadata(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len);
 int wm_rpc_is_exist(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len);
+/* What weight_is_exist would find of the revision id now, asked of the host
+ * and kept when true (a revision that just turned READY: the first
+ * weight_is_exist after a publish is then answered without asking). 1 when
+ * READY with every key readable, else 0. */
+int wm_exist_refresh(wm_plugin *p, const wm_identity *id);
 int wm_rpc_get_size(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len);
 int wm_rpc_list(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len);
 int wm_rpc_get_operation(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len);

@@ -101,7 +101,27 @@ static int wm_keys_readable(wm_plugin *p, const wm_revision *rev, const wm_affin
  * replica and no node went down, and the answer is given again without
  * asking the host about each key, however many other revisions were
  * published meanwhile. A false answer is never kept, and a host without
- * either version (0) is asked every time. */
+ * either version (0) is asked every time. fresh: ask the host even while
+ * the version stays (wm_exist_refresh, when the revision turns READY). */
+static int wm_exist_answer(wm_plugin *p, const wm_identity *id, int fresh)
+{
+    const wm_affinity *aff;
+    uint64_t *readable_at;
+    const wm_revision *rev = wm_store_get_exist(p->store, id, &aff, &readable_at);
+    if (rev == NULL || rev->availability != WM_AVAIL_READY) return 0;
+    uint64_t version = wm_exist_version(p);
+    if (!fresh && version != 0 && *readable_at == version) return 1;
+    int exists = wm_keys_readable(p, rev, aff);
+    *readable_at = exists ? version : 0;
+    return exists;
+}
+
+int wm_exist_refresh(wm_plugin *p, const wm_identity *id)
+{
+    return wm_exist_answer(p, id, 1);
+}
+
+/* weight_is_exist: wm_exist_answer's. */
 int wm_rpc_is_exist(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len)
 {
     wm_plugin *p = plugin;
@@ -111,18 +131,7 @@ int wm_rpc_is_exist(void *plugin, smp_rpc_call *call, const uint8_t *body, size_
     const Wmrpc__IdentityRequest *req = wm_decode_identity_request(p, call, &r, body, len);
     if (req == NULL) return SMP_OK;
     if (!wm_identity_in(p, call, req->identity, &idb)) goto free_req;
-    const wm_affinity *aff;
-    uint64_t *readable_at;
-    const wm_revision *rev = wm_store_get_exist(p->store, &idb.id, &aff, &readable_at);
-    if (rev != NULL && rev->availability == WM_AVAIL_READY) {
-        uint64_t version = wm_exist_version(p);
-        if (version != 0 && *readable_at == version) {
-            exists = 1;
-        } else {
-            exists = wm_keys_readable(p, rev, aff);
-            *readable_at = exists ? version : 0;
-        }
-    }
+    exists = wm_exist_answer(p, &idb.id, 0);
     /* packed by hand (wm_reply_encode.c): no protobuf-c size and pack */
     uint8_t out[WM_IS_EXIST_RESPONSE_MAX];
     p->api->rpc_reply(call, SMP_OK, out, wm_pack_is_exist_response(exists, out));

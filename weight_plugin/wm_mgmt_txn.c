@@ -355,8 +355,10 @@ static void wm_txn_durable(void *arg, int status, uint64_t seq)
     }
     if (t->kind == WM_TXN_UPSERT && !was_ready) {
         const wm_revision *after = wm_store_get(p->store, &t->up.revision.id);
-        if (after != NULL && after->availability == WM_AVAIL_READY)
+        if (after != NULL && after->availability == WM_AVAIL_READY) {
             wm_repair_ready(p, after->group_key); /* its manifest's cold copy, without a lap */
+            (void)wm_exist_refresh(p, &t->up.revision.id); /* weight_is_exist's answer, kept */
+        }
     }
     if (t->kind == WM_TXN_LEASE_DELETE && t->lease_end.reason == WM_LEASE_EXPIRED)
         p->leases_expired++;

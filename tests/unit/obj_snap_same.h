@@ -4,7 +4,11 @@
  * the same records in the same order. Records are compared by packing both
  * with protobuf-c (unknown fields, which the decoder skips, are left out of
  * protobuf-c's side; add_replica is compared by presence only, see
- * obj_snap_decode.h). Shared by test_obj_snap_decode and fuzz_snapshot. */
+ * obj_snap_decode.h). The fed decoder (obj_snap_decode_fed), given the
+ * bytes a few at a time, must agree too: refuse what protobuf-c refuses,
+ * and hand out the same records, stopping with OBJ_SNAP_OUT_OF_ORDER only
+ * where the records are not in kind order. Shared by test_obj_snap_decode
+ * and fuzz_snapshot. */
 #ifndef OBJ_SNAP_SAME_H
 #define OBJ_SNAP_SAME_H
 
@@ -86,9 +90,54 @@ static int snap_same_fn(void *arg, unsigned what, const ProtobufCMessage *msg)
     return SMP_OK;
 }
 
+/* Bytes for obj_snap_decode_fed: what is asked and 7 more, up to len. */
+typedef struct snap_same_feed {
+    size_t avail, len;
+} snap_same_feed;
+
+static size_t snap_same_wait(void *arg, size_t upto)
+{
+    snap_same_feed *f = arg;
+    if (upto > f->avail) f->avail = upto + 7;
+    if (f->avail > f->len) f->avail = f->len;
+    return f->avail;
+}
+
+/* The fed decode of data[0..len) against protobuf-c's ref (NULL: refused). */
+static int snap_same_fed(const uint8_t *data, size_t len, const Hostrec__HostSnapshot *ref)
+{
+    obj_snap_dec d = {0};
+    obj_snap_frame fr;
+    snap_same_feed f = {0, len};
+    uint32_t format = 0;
+    snap_same_ctx c = {ref, {0, 0, 0}, 1};
+    int rc = obj_snap_decode_fed(&d, data, len, &format, snap_same_wait, &f,
+                                 ref ? snap_same_fn : NULL, &c);
+    int in_order = obj_snap_frame_scan(data, len, &fr) == SMP_OK && fr.in_kind_order;
+    int same = 1;
+    if (ref == NULL && rc == SMP_OK) {
+        fprintf(stderr, "obj_snap_same: the fed decoder accepts what protobuf-c refuses\n");
+        same = 0;
+    } else if (ref != NULL && rc == OBJ_SNAP_OUT_OF_ORDER && in_order) {
+        fprintf(stderr, "obj_snap_same: the fed decoder finds records in kind order out of it\n");
+        same = 0;
+    } else if (ref != NULL && rc != SMP_OK && rc != SMP_ENOMEM && rc != OBJ_SNAP_OUT_OF_ORDER) {
+        fprintf(stderr, "obj_snap_same: the fed decoder refuses what protobuf-c accepts (%d)\n", rc);
+        same = 0;
+    } else if (ref != NULL && (!c.same || (rc == SMP_OK && (format != ref->format ||
+                                                           c.seen[0] != ref->n_segments ||
+                                                           c.seen[1] != ref->n_groups ||
+                                                           c.seen[2] != ref->n_objects)))) {
+        fprintf(stderr, "obj_snap_same: the fed decoder's records differ from protobuf-c's\n");
+        same = 0;
+    }
+    obj_snap_dec_fini(&d);
+    return same;
+}
+
 /* 1 when obj_snap_decode and hostrec__host_snapshot__unpack agree on
- * data[0..len) (an out-of-memory decode counts as agreeing); 0 otherwise,
- * with the difference on stderr. */
+ * data[0..len) (an out-of-memory decode counts as agreeing), and the fed
+ * decode with them; 0 otherwise, with the difference on stderr. */
 static int obj_snap_same(const uint8_t *data, size_t len)
 {
     static const uint8_t empty[1];
@@ -104,7 +153,7 @@ static int obj_snap_same(const uint8_t *data, size_t len)
             same = 0;
         }
         obj_snap_dec_fini(&d);
-        return same;
+        return same && snap_same_fed(data, len, NULL);
     }
     snap_same_ctx c = {ref, {0, 0, 0}, 1};
     rc = obj_snap_decode(&d, data, len, OBJ_SNAP_ALL, &format, snap_same_fn, &c);
@@ -118,6 +167,7 @@ static int obj_snap_same(const uint8_t *data, size_t len)
         same = 0;
     }
     obj_snap_dec_fini(&d);
+    same = same && snap_same_fed(data, len, ref);
     hostrec__host_snapshot__free_unpacked(ref, NULL);
     return same;
 }

@@ -13,7 +13,8 @@
  * ABI 1.4 that ends before it) is asked about every key on every read. A
  * host with the objects loss version (ABI 1.7) has a true answer kept while
  * only the objects version moves, and asked again once the loss version
- * moved. */
+ * moved. wm_exist_refresh, called when a revision turns READY, keeps the
+ * answer for the first read. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -320,6 +321,37 @@ static void test_a_true_answer_outlives_gains_and_not_a_loss(void **state)
     assert_int_equal(gets, 1 + N_PAYLOADS);
 }
 
+/* wm_exist_refresh (called when a revision turns READY) asks the host about
+ * every key even at an unchanged version and keeps a true answer: the
+ * first weight_is_exist after it asks nothing. A revision not readable
+ * then keeps nothing, and one not READY is not asked about. */
+static void test_a_refresh_keeps_the_answer_for_the_first_read(void **state)
+{
+    (void)state;
+    uint64_t gets;
+    wm_identity id;
+    wmt_identity(&id, "model", 1);
+    apply_model(WM_AVAIL_DEGRADED, 1);
+    uint64_t before = H.object_gets;
+    assert_int_equal(wm_exist_refresh(&P, &id), 0);
+    assert_int_equal(H.object_gets, before);
+
+    apply_model(WM_AVAIL_READY, 2);
+    assert_int_equal(wm_exist_refresh(&P, &id), 1);
+    assert_int_equal(H.object_gets - before, 1 + N_PAYLOADS);
+    assert_int_equal(is_exist(&gets), 1);
+    assert_int_equal(gets, 0);
+    before = H.object_gets;
+    assert_int_equal(wm_exist_refresh(&P, &id), 1); /* fresh: asked again */
+    assert_int_equal(H.object_gets - before, 1 + N_PAYLOADS);
+
+    payload_key(0, H.unreadable, sizeof(H.unreadable));
+    assert_int_equal(wm_exist_refresh(&P, &id), 0);
+    H.unreadable[0] = '\0';
+    assert_int_equal(is_exist(&gets), 1); /* nothing was kept: asked */
+    assert_int_equal(gets, 1 + N_PAYLOADS);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -332,6 +364,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_without_a_version_every_read_asks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_true_answer_outlives_gains_and_not_a_loss, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_a_refresh_keeps_the_answer_for_the_first_read, setup,
                                         teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
