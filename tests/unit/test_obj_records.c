@@ -455,6 +455,21 @@ static size_t feed_wait(void *arg, size_t upto)
     return f->avail;
 }
 
+/* s with the two bytes tail after it is refused (SMP_EPROTO) by the whole
+ * load and by the fed one, each leaving the empty store b empty. */
+static void assert_refused_with_tail(obj_store *b, const buf *s, const uint8_t tail[2])
+{
+    buf x = {0};
+    buf_write(&x, s->p, s->n);
+    buf_write(&x, tail, 2);
+    assert_int_equal(obj_store_load(b, x.p, x.n), SMP_EPROTO);
+    assert_empty(b);
+    feeder f = {0, 4096, x.n, 0};
+    assert_int_equal(obj_store_load_fed(b, x.p, x.n, feed_wait, &f), SMP_EPROTO);
+    assert_empty(b);
+    free(x.p);
+}
+
 /* A store of 16,000 objects in 1,000 groups (some managed): a section of
  * some 2 MB, more than the fed load samples before it starts. */
 static obj_store *big_state(void)
@@ -532,30 +547,13 @@ static void test_snapshot_loads_as_its_bytes_arrive(void **state)
     assert_int_equal(obj_store_load_fed(b, s.p, s.n, feed_wait, &f), SMP_EPROTO);
     assert_empty(b);
 
-    /* A second format field at the end, of another format: the last wins. */
-    buf fmt = {0};
-    buf_write(&fmt, s.p, s.n);
-    const uint8_t other[2] = {0x08, 0x02};
-    buf_write(&fmt, other, 2);
-    assert_int_equal(obj_store_load(b, fmt.p, fmt.n), SMP_EPROTO);
-    assert_empty(b);
-    f = (feeder){0, 4096, fmt.n, 0};
-    assert_int_equal(obj_store_load_fed(b, fmt.p, fmt.n, feed_wait, &f), SMP_EPROTO);
-    assert_empty(b);
-
-    /* A field after the last record of a wire type protobuf-c refuses (a
-     * tag of wire type 7): found by the whole load before anything is
-     * applied, by the fed one after everything was. */
-    buf bad = {0};
-    buf_write(&bad, s.p, s.n);
-    const uint8_t wt7[2] = {0x0f, 0x00};
-    buf_write(&bad, wt7, 2);
-    int whole_rc = obj_store_load(b, bad.p, bad.n);
-    assert_int_equal(whole_rc, SMP_EPROTO);
-    assert_empty(b);
-    f = (feeder){0, 4096, bad.n, 0};
-    assert_int_equal(obj_store_load_fed(b, bad.p, bad.n, feed_wait, &f), whole_rc);
-    assert_empty(b);
+    /* A second format field at the end, of another format (the last
+     * wins); a field after the last record of a wire type protobuf-c
+     * refuses (a tag of wire type 7). The whole load finds either before
+     * it applies anything, the fed one after it applied everything. */
+    const uint8_t other_format[2] = {0x08, 0x02}, wire_type_7[2] = {0x0f, 0x00};
+    assert_refused_with_tail(b, &s, other_format);
+    assert_refused_with_tail(b, &s, wire_type_7);
 
     /* Then the store still loads. */
     f = (feeder){0, 1 << 16, s.n, 0};
@@ -565,8 +563,6 @@ static void test_snapshot_loads_as_its_bytes_arrive(void **state)
     free(gs.p);
     free(late.p);
     free(moved.p);
-    free(fmt.p);
-    free(bad.p);
     obj_store_destroy(a);
     obj_store_destroy(b);
     obj_store_destroy(g);
