@@ -2,11 +2,13 @@
  *
  * Recovery is the newest snapshot plus the OpLog after it. The snapshot is
  * validated whole before anything else is loaded (snapshot.c), but for the
- * host's objects: once their section's bytes are read and checked, they load
- * on a thread of their own while the file's rest is read and checked (a file
- * refused then refuses the start all the same), and while each loaded plugin
- * loads its own section (an empty reader when the snapshot has none) on this
- * one; sections no plugin claims are kept verbatim for the
+ * host's objects: once their section's frame is read and checked, they load
+ * on a thread of their own as their bytes arrive, while the file's rest is
+ * read and every checksum checked (a file refused then refuses the start
+ * all the same, and the objects built from its bytes are dropped), and
+ * while each loaded plugin loads its own section (an empty reader when the
+ * snapshot has none) on this one; sections no plugin claims are kept
+ * verbatim for the
  * next snapshot, and records carried from an earlier run are replayed to a
  * plugin that is back or kept again. The log is replayed record by record: a
  * host record applies to the object store, a plugin record goes to the plugin

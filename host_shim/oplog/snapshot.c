@@ -19,7 +19,9 @@
  * (the trailer must sit exactly at the end and agree with the file length).
  * Loading reads the file whole and validates it all before it returns the
  * image; the one section a caller may ask for early (snap_early) goes out
- * before that, once the header, its frame and its own bytes have checked.
+ * before that, once the header, its frame and its own bytes have checked --
+ * or, streamed, once its frame has, its bytes following on a feed and
+ * checked with the rest of the file.
  * Writing goes .tmp (O_EXCL) -> fsync -> rename without replace -> fsync of
  * the directory, under an flock() of the directory so that two writers never
  * race on the same files. */

@@ -35,11 +35,11 @@
 #define SNAP_NAME_MAX 64        /* bytes of a section name, printable ASCII */
 #define SNAP_SECTIONS_MAX 1024  /* sections in one snapshot */
 
+typedef struct snap_feed snap_feed;
+
 /* One section as a loaded image holds it. data points into the image and is
  * valid until snap_image_free(); it is never NULL (an empty section points to
  * a zero-length buffer). */
-typedef struct snap_feed snap_feed;
-
 typedef struct snap_section {
     char name[SNAP_NAME_MAX + 1];   /* NUL-terminated */
     uint16_t encver;                /* as the section's writer stored it */
@@ -160,16 +160,6 @@ int snap_load_newest(const char *dir,
                      char *err,
                      size_t errlen);
 
-/* One section handed out while snap_load_newest_early still reads and checks
- * the rest of the file, so that its loading overlaps the reading. Fill name,
- * fn and arg; the loader keeps state and s. fn(arg, s) is called at most
- * once, on the loading thread, as soon as the section's bytes are read and
- * match the checksums of the header, of every frame up to the section's and
- * of the section itself; s and its bytes are the image's and stay valid
- * until snap_image_free. When the load fails after that, fn(arg, NULL) is
- * called before the bytes are freed: fn must return only once nothing uses
- * s any more (and drop what it built from it, or be sure nothing will use
- * it: the file is refused). */
 /* How many bytes of a streamed section are in. The loader's; read it with
  * snap_feed_wait. */
 struct snap_feed {
@@ -185,7 +175,18 @@ struct snap_feed {
  * thread. */
 size_t snap_feed_wait(snap_feed *f, size_t upto);
 
-/* With stream set, the section goes out as soon as the header and the frames
+/* One section handed out while snap_load_newest_early still reads and checks
+ * the rest of the file, so that its loading overlaps the reading. Fill name,
+ * fn and arg; the loader keeps state and s. fn(arg, s) is called at most
+ * once, on the loading thread, as soon as the section's bytes are read and
+ * match the checksums of the header, of every frame up to the section's and
+ * of the section itself; s and its bytes are the image's and stay valid
+ * until snap_image_free. When the load fails after that, fn(arg, NULL) is
+ * called before the bytes are freed: fn must return only once nothing uses
+ * s any more (and drop what it built from it, or be sure nothing will use
+ * it: the file is refused).
+ *
+ * With stream set, the section goes out as soon as the header and the frames
  * up to its own are in and match their checksums -- before its body is all
  * read, with s->feed telling how much is: its loading overlaps its own
  * reading. Its bytes are checked against their checksum only once the whole
