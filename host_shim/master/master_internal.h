@@ -500,17 +500,20 @@ uint64_t master_node_wait_ends_ms(uint64_t serving_since_ms, uint64_t heard_ms,
                                   uint32_t timeout_ms);
 const char *master_node_data_addr(const master *m, const char *id);
 /* The object store's place hook (obj_store_set_place_hook, ctx the master):
- * 1 when node id may hold objects of tenant -- it is shared, dedicated to
- * tenant, or not registered since this start (it serves nothing yet). */
+ * 1 when node id may hold objects of tenant -- it is up and shared or
+ * dedicated to tenant, or not registered since this start (it serves
+ * nothing yet); 0 for a node that went down and has not registered again. */
 int master_node_place_ok(void *ctx, const char *id, const char *tenant);
+/* How many registered nodes are dedicated to a tenant other than tenant. */
+size_t master_nodes_closed_to(const master *m, const char *tenant);
+/* How many nodes registered since this start are down now. */
+size_t master_nodes_down(const master *m);
 /* Fill loc's co-located fields for a memory replica of an object of tenant
  * on node id: a node dedicated to that tenant gives its local socket (the
  * node checks the peer's uid); a shared node gives its segment path only
  * with authentication off (the file's owner is then trusted with every
  * tenant's bytes); otherwise both stay "" and the client reads through the
  * data port with its ticket. The strings are the registry's. */
-/* How many registered nodes are dedicated to a tenant other than tenant. */
-size_t master_nodes_closed_to(const master *m, const char *tenant);
 struct ReplicaLocation;
 void master_node_locate(const master *m, const char *id, const char *tenant, int auth_enabled,
                         struct ReplicaLocation *loc);

@@ -75,6 +75,24 @@ typedef struct master_task {
     struct master_task *next;
 } master_task;
 
+/* The memory replicas of a kept segment that a registration found to
+ * VERIFY, sent to the node VERIFY_WINDOW tasks at a time: at a million
+ * replicas, tasks made all at once took some 190 MB more of the master's
+ * memory (a task and its strings each) and put every later task of the
+ * node (a persist, a scrub) behind a million checks. Dropped (gen moves)
+ * when the node goes down or registers again; that registration notes its
+ * own. */
+#define VERIFY_WINDOW 1024
+typedef struct verify_ctx verify_ctx;
+typedef struct verify_queue {
+    verify_ctx **v;   /* v[next..n) still to send (owned) */
+    size_t n, next;
+    size_t inflight;  /* sent, not yet answered */
+    size_t lost;      /* answered: the bytes were not the replica's */
+    size_t unchecked; /* not sent, or the task failed: served unchecked */
+    uint64_t gen;     /* moves whenever the queue is dropped or replaced */
+} verify_queue;
+
 struct master_node {
     char *id;
     char *data_addr;
@@ -94,6 +112,7 @@ struct master_node {
     master_task *queue;          /* to send, in order */
     master_task *queue_tail;
     master_task *inflight;       /* sent, awaiting a result */
+    verify_queue verify;         /* its kept segment's replicas still to check */
     UT_hash_handle hh;
 };
 
@@ -163,8 +182,19 @@ int master_node_place_ok(void *ctx, const char *node, const char *tenant)
     const master_node *n = master_node_find(ctx, node);
     /* a node not heard from since this start serves nothing yet: what is
      * placed there fails its ticket or task, as before */
-    if (n == NULL || n->tenant == NULL || n->tenant[0] == '\0') return 1;
+    if (n == NULL) return 1;
+    /* one that went down takes nothing until it registers again: its
+     * segment, emptier than the rest, would take every put and fail it */
+    if (!n->up) return 0;
+    if (n->tenant == NULL || n->tenant[0] == '\0') return 1;
     return tenant != NULL && strcmp(n->tenant, tenant) == 0;
+}
+
+size_t master_nodes_down(const master *m)
+{
+    size_t k = 0;
+    for (const master_node *n = m->nodes; n != NULL; n = n->hh.next) k += !n->up;
+    return k;
 }
 
 size_t master_nodes_closed_to(const master *m, const char *tenant)
@@ -486,13 +516,14 @@ int master_drop_replica(master *m, const char *key, const obj_replica *lost,
 
 /* -- registration ------------------------------------------------------------- */
 
-typedef struct verify_ctx {
+struct verify_ctx {
     char *key;
     obj_replica rep;
     char *node, *segment;
     uint8_t sha[32];
     uint64_t size;
-} verify_ctx;
+    uint64_t gen;     /* the node's verify_queue.gen when it was sent */
+};
 
 typedef struct reconcile_ctx {
     master *m;
@@ -540,6 +571,45 @@ static void verify_free(verify_ctx *v)
     free(v);
 }
 
+/* Free what n's verify queue has not sent and start a new one (gen moves:
+ * the answers of what it sent are no longer counted). */
+static void verify_queue_drop(master_node *n)
+{
+    verify_queue *q = &n->verify;
+    for (size_t i = q->next; i < q->n; i++) verify_free(q->v[i]);
+    free(q->v);
+    uint64_t gen = q->gen + 1;
+    memset(q, 0, sizeof(*q));
+    q->gen = gen;
+}
+
+static void on_verified(master *m, void *arg, int status, const TaskResult *res);
+
+/* Send n's queued verifications until VERIFY_WINDOW are out; once the last
+ * is answered, say how it went and free the queue. */
+static void verify_pump(master *m, master_node *n)
+{
+    verify_queue *q = &n->verify;
+    while (q->inflight < VERIFY_WINDOW && q->next < q->n) {
+        verify_ctx *v = q->v[q->next];
+        q->v[q->next++] = NULL;
+        v->gen = q->gen;
+        if (master_node_task(m, n->id, TASK_KIND__TASK_VERIFY, v->key, v->rep.offset, v->size,
+                             v->sha, NULL, on_verified, v) < 0) {
+            verify_free(v); /* served unchecked, as when it could not be noted */
+            q->unchecked++;
+            continue;
+        }
+        q->inflight++;
+    }
+    if (q->v != NULL && q->inflight == 0 && q->next == q->n) {
+        fprintf(stderr, "store_master: node %s: %zu memory replicas of its kept segment checked: "
+                "%zu held their bytes, %zu did not, %zu could not be checked\n", n->id, q->n,
+                q->n - q->lost - q->unchecked, q->lost, q->unchecked);
+        verify_queue_drop(n);
+    }
+}
+
 static void on_verified(master *m, void *arg, int status, const TaskResult *res)
 {
     verify_ctx *v = arg;
@@ -550,7 +620,14 @@ static void on_verified(master *m, void *arg, int status, const TaskResult *res)
                 v->node, v->key);
         master_drop_replica(m, v->key, &v->rep, NULL, NULL);
     }
+    master_node *n = master_node_find(m, v->node);
+    int counted = n != NULL && n->verify.gen == v->gen && n->verify.inflight > 0;
     verify_free(v);
+    if (!counted) return; /* its queue was dropped meanwhile */
+    n->verify.inflight--;
+    n->verify.lost += lost;
+    n->verify.unchecked += status != SMP_OK;
+    verify_pump(m, n);
 }
 
 static int visit_node_replica(void *arg, const char *key, const obj_replica *rep)
@@ -674,13 +751,12 @@ static void reconcile(master *m, master_node *node, register_ctx *r)
 static void reconcile_verify_and_reclaim(master *m, master_node *node, register_ctx *r)
 {
     const NodeRegisterRequest *req = r->req;
-    for (size_t i = 0; i < r->n_verify; i++) {
-        verify_ctx *v = r->verify[i];
-        r->verify[i] = NULL;
-        if (master_node_task(m, node->id, TASK_KIND__TASK_VERIFY, v->key, v->rep.offset, v->size,
-                             v->sha, NULL, on_verified, v) < 0)
-            verify_free(v);
-    }
+    verify_queue_drop(node);
+    node->verify.v = r->verify;
+    node->verify.n = r->n_verify;
+    r->verify = NULL;
+    r->n_verify = 0;
+    verify_pump(m, node);
     const char **keys = calloc(req->n_cold_files + 1, sizeof(*keys));
     const char **names = calloc(req->n_cold_files + 1, sizeof(*names));
     if (keys != NULL && names != NULL) {
@@ -876,6 +952,7 @@ static int h_register(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t
      * while its registration runs (master_nodes_settled). */
     n->last_seen_ms = master_now_ms();
     uint64_t registration = ++n->registrations; /* an older one still running loses */
+    verify_queue_drop(n); /* this registration notes what to verify anew */
     /* A node that registers again restarted: what it had in flight is gone;
      * with a new segment file, so are the bytes of puts into the old one and
      * every queued task that would read or write the old file's ranges (a
@@ -1132,6 +1209,7 @@ void master_nodes_tick(master *m, uint64_t now)
             node_set_up(m, n, 0);
             fprintf(stderr, "store_master: node %s down (silent for %llu ms)\n", n->id,
                     (unsigned long long)silent);
+            verify_queue_drop(n);
             fail_tasks(m, n, 0);
             smp_event ev = {.struct_size = sizeof(ev), .type = SMP_EVENT_NODE_DOWN, .node = n->id};
             master_emit(m, &ev);
@@ -1149,6 +1227,7 @@ void master_nodes_free(master *m)
     HASH_ITER(hh, m->nodes, n, tmp) {
         HASH_DEL(m->nodes, n);
         if (n->poll) answer_poll(m, n);
+        verify_queue_drop(n);
         fail_tasks(m, n, 0);
         free(n->id);
         free(n->data_addr);

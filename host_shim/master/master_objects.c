@@ -53,8 +53,8 @@ static void reply_err(smp_rpc_call *call, int rc, const char *what, const char *
 }
 
 /* A put start refused for room: what was needed, what is free (for the
- * tenant: nodes dedicated to others do not count), and which setting to
- * raise. */
+ * tenant: nodes dedicated to others and nodes down do not count), and which
+ * setting to raise; EAGAIN instead when every node that registered is down. */
 static void reply_no_room(master *m, smp_rpc_call *call, const char *key, const char *tenant,
                           uint64_t size)
 {
@@ -62,18 +62,29 @@ static void reply_no_room(master *m, smp_rpc_call *call, const char *key, const 
     uint64_t used = 0, cap = 0;
     uint64_t need = (size ? size : 1);
     need = (need + OBJ_ALIGN - 1) / OBJ_ALIGN * OBJ_ALIGN;
-    char others[300] = "";
-    size_t excluded = master_nodes_closed_to(m, tenant);
+    char others[300] = "", down[80] = "";
+    size_t excluded = master_nodes_closed_to(m, tenant), n_down = master_nodes_down(m);
+    if (n_down > 0 && master_nodes_up(m) == 0) {
+        /* not a lack of room: nothing is up to place it on (segments of
+         * nodes that are down take nothing) */
+        snprintf(msg, sizeof(msg), "put start '%.1024s': %s: no node is up to place it on (%zu "
+                 "node(s) down); retry once one registers again", key, smp_strerror(SMP_EAGAIN),
+                 n_down);
+        rpc_reply_error(call, SMP_EAGAIN, msg);
+        return;
+    }
     obj_memory_usage(master_objs(m), &used, &cap);
     if (excluded > 0)
         snprintf(others, sizeof(others), " open to tenant '%.128s' (%zu node(s) dedicated to other "
                  "tenants excluded)", tenant, excluded);
+    if (n_down > 0)
+        snprintf(down, sizeof(down), " on a node that is up (%zu node(s) down excluded)", n_down);
     snprintf(msg, sizeof(msg),
              "put start '%.1024s': %s: no memory segment has room: %llu bytes needed, the largest "
-             "free range is %llu bytes%s (%llu bytes free in all, of %llu bytes on %zu nodes); raise "
-             "node.segment_bytes (the segment grows at the node's next start) or delete or "
+             "free range%s is %llu bytes%s (%llu bytes free in all, of %llu bytes on %zu nodes); "
+             "raise node.segment_bytes (the segment grows at the node's next start) or delete or "
              "migrate revisions to COLD",
-             key, smp_strerror(SMP_ENOSPC), (unsigned long long)need,
+             key, smp_strerror(SMP_ENOSPC), (unsigned long long)need, down,
              (unsigned long long)obj_memory_largest_free(master_objs(m), tenant), others,
              (unsigned long long)(cap - used), (unsigned long long)cap, master_nodes_up(m));
     rpc_reply_error(call, SMP_ENOSPC, msg);

@@ -1,5 +1,6 @@
 /* test_nodes.c -- a master and two store_node processes: bytes across nodes,
- * a node killed and restarted, a stalled master, a node busy with a long
+ * a node killed and restarted (every replica of its kept segment checked,
+ * a changed one dropped), a stalled master, a node busy with a long
  * batch of tasks and a node stuck in one task (none to be taken for dead),
  * cold replicas (loaded back, and read straight from a node's cold file),
  * forged tickets.
@@ -197,6 +198,103 @@ static void test_killed_node_then_restarted_with_its_segment(void **state)
     assert_int_equal(hx_node_start(&f->m, &f->a, "node-a", SEGMENT), 0);
     assert_int_equal(hx_wait_nodes(&f->m, 2, 10000), 0);
     for (int i = 0; i < OBJECTS; i++) assert_bytes(f->c, i);
+}
+
+#define MANY 2100 /* more than two of the master's verify windows (1024) */
+
+/* Wait (10 s at most) until the master's log holds needle; 1 when it does. */
+static int wait_log(const hx_master *m, const char *needle)
+{
+    for (int i = 0; i < 1000; i++) {
+        if (hx_log_contains(m, needle)) return 1;
+        usleep(10 * 1000);
+    }
+    return 0;
+}
+
+/* A node restarted on its surviving segment has every complete memory
+ * replica there checked against its checksum, a window of VERIFY tasks at
+ * a time (the test has more replicas than two windows): the one whose bytes
+ * changed while the node was away is dropped and reported lost once more,
+ * every other one is checked, kept and read back, and the master says how
+ * the check went when the last answer is in. */
+static void test_restarted_node_checks_every_replica_of_its_segment(void **state)
+{
+    fx *f = *state;
+    char key[32], msg[160];
+    char *buf = malloc(64);
+    kvc_object bad;
+    uint32_t released = 0;
+    /* Node B away: every object lands on node A (B's segment, the emptier,
+     * is not chosen while B is down: each put placed there failed). */
+    hx_node_kill(&f->b);
+    assert_int_equal(hx_wait_nodes(&f->m, 1, 10000), 0);
+    kvc_track_read_leases(f->c, 1);
+    for (int i = 0; i < MANY; i++) {
+        snprintf(key, sizeof(key), "many/%04d", i);
+        fill(buf, 64, i);
+        assert_int_equal(kvc_put_bytes(f->c, key, buf, 64, SMP_DATA_KV, NULL, 0, NULL), 0);
+    }
+    /* More than node A can hold: no room on a node that is up, and the
+     * answer counts B out rather than offering its free bytes. */
+    char *big = calloc(1, SEGMENT + (1u << 20));
+    assert_non_null(big);
+    assert_int_equal(kvc_put_bytes(f->c, "many/big", big, SEGMENT + (1u << 20), SMP_DATA_KV, NULL,
+                                   0, NULL),
+                     SMP_ENOSPC);
+    assert_true(hx_says(kvc_error(f->c), "the largest free range on a node that is up (1 node(s) "
+                                         "down excluded) is "));
+    free(big);
+    kvc_object absent;
+    assert_int_equal(kvc_get(f->c, "many/big", &absent), SMP_ENOTFOUND);
+    assert_int_equal(kvc_get(f->c, "many/2099", &bad), 0);
+    assert_int_equal(bad.n_replicas, 1);
+    assert_string_equal(bad.replicas[0].node, "node-a");
+    assert_int_equal(kvc_release_read_leases(f->c, &released), 0);
+    kvc_track_read_leases(f->c, 0);
+
+    hx_node_kill(&f->a);
+    assert_int_equal(hx_wait_nodes(&f->m, 0, 10000), 0);
+    unsigned lost_bad = lost_events(&f->m, "many/2099"), lost_good = lost_events(&f->m, "many/0000");
+    assert_true(lost_bad >= 1 && lost_good >= 1); /* the node going down */
+    /* With both nodes down a put has nowhere to go: refused as one to try
+     * again (not as a lack of room), saying why; nothing is stored. */
+    kvc_object none;
+    assert_int_equal(kvc_put_bytes(f->c, "many/none", buf, 64, SMP_DATA_KV, NULL, 0, NULL),
+                     SMP_EAGAIN);
+    assert_true(hx_says(kvc_error(f->c), "no node is up to place it on (2 node(s) down); retry "
+                                         "once one registers again"));
+    assert_int_equal(kvc_get(f->c, "many/none", &none), SMP_ENOTFOUND);
+    /* One byte of the last object changed in the segment file meanwhile. */
+    int fd = open(bad.replicas[0].segment_path, O_RDWR);
+    assert_true(fd >= 0);
+    uint8_t b = 0;
+    assert_int_equal(pread(fd, &b, 1, (off_t)bad.replicas[0].offset + 10), 1);
+    b ^= 0xff;
+    assert_int_equal(pwrite(fd, &b, 1, (off_t)bad.replicas[0].offset + 10), 1);
+    close(fd);
+
+    assert_int_equal(hx_node_start(&f->m, &f->a, "node-a", SEGMENT), 0);
+    assert_int_equal(hx_wait_nodes(&f->m, 1, 10000), 0);
+    snprintf(msg, sizeof(msg), "node node-a: %d memory replicas of its kept segment checked: "
+             "%d held their bytes, 1 did not, 0 could not be checked", MANY, MANY - 1);
+    assert_true(wait_log(&f->m, msg));
+    assert_true(hx_log_contains(&f->m, "memory replica of many/2099 does not hold its bytes"));
+    for (int i = 0; i < 1000 && lost_events(&f->m, "many/2099") == lost_bad; i++) usleep(10 * 1000);
+    assert_int_equal(lost_events(&f->m, "many/2099"), lost_bad + 1); /* the drop, once durable */
+    assert_int_equal(lost_events(&f->m, "many/0000"), lost_good);
+    kvc_object o;
+    assert_int_not_equal(kvc_get(f->c, "many/2099", &o), 0); /* no replica left to read */
+    for (int i = 0; i < MANY - 1; i++) {
+        char got[64];
+        uint64_t n = 0;
+        snprintf(key, sizeof(key), "many/%04d", i);
+        fill(buf, 64, i);
+        assert_int_equal(kvc_get_into(f->c, key, got, sizeof(got), &n, 1), 0);
+        assert_int_equal(n, 64);
+        assert_memory_equal(got, buf, 64);
+    }
+    free(buf);
 }
 
 /* A master whose loop stalls for longer than node.timeout_ms (here the
@@ -777,6 +875,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_standalone_node_prefaults_its_segment, setup, teardown),
         cmocka_unit_test_setup_teardown(test_restarted_node_without_its_segment_loses_its_replicas, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_restarted_node_checks_every_replica_of_its_segment,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_cold_round_trip_and_corrupted_cold_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_forged_ticket_writes_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_restarted_node_reconciles_its_cold_files, setup,

@@ -1,7 +1,7 @@
 /* replica_probe.c -- a test plugin that drives the host's replica tasks.
  *
  * RPC service 42: method 1 ensure_cold, 2 ensure_memory, 3 release_memory,
- * 4 count of replica-lost events seen for a key (first 256 keys); the body
+ * 4 count of replica-lost events seen for a key (first 4096 keys); the body
  * is the object key.
  * Methods 1-3 answer once the host's completion callback ran, with its
  * status (or at once with the call's own error). */
@@ -15,7 +15,7 @@ __attribute__((visibility("default"))) const smp_plugin_desc *smp_plugin_entry(v
 
 static smp_host *H;
 static const smp_host_api *API;
-#define LOST_KEYS 256
+#define LOST_KEYS 4096
 static struct {
     char key[128];
     unsigned count;
