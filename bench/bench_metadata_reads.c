@@ -639,19 +639,22 @@ static double tick_mean_us(const hx_master *m, double *ticks_per_s, int *idle)
 }
 
 /* Mean microseconds of a weight_list page of LIST_PAGE revisions, over
- * LIST_PAGES pages walked with their tokens (from the first page again at
- * the end), -1 on failure; *loop_us the master loop's CPU per page (-1:
+ * LIST_PAGES pages (WM_BENCH_LIST_PAGES when set: more pages to profile
+ * the loop thread over) walked with their tokens (from the first page again
+ * at the end), -1 on failure; *loop_us the master loop's CPU per page (-1:
  * not known). */
 static double list_page_us(const bench *b, pid_t master, double *loop_us)
 {
     weight_store *s = open_store(b);
     weight_list_query q = {.namespace_id = "bench", .limit = LIST_PAGE};
     char token[1024] = "", next[1024];
+    const char *env = getenv("WM_BENCH_LIST_PAGES");
+    int pages = env != NULL && atoi(env) > 0 ? atoi(env) : LIST_PAGES;
     double t0 = now_s(), us = -1, c0 = loop_cpu_s(master);
     *loop_us = -1;
     if (s == NULL) return -1;
     int i;
-    for (i = 0; i < LIST_PAGES; i++) {
+    for (i = 0; i < pages; i++) {
         weight_metadata *page = NULL;
         size_t n = 0;
         if (weight_list(s, &q, token, &page, &n, next, sizeof(next)) != WEIGHT_OK || n == 0) {
@@ -662,10 +665,10 @@ static double list_page_us(const bench *b, pid_t master, double *loop_us)
         weight_list_free(page);
         memcpy(token, next, sizeof(token));
     }
-    if (i == LIST_PAGES) {
-        us = (now_s() - t0) / LIST_PAGES * 1e6;
+    if (i == pages) {
+        us = (now_s() - t0) / pages * 1e6;
         double c1 = loop_cpu_s(master);
-        if (c0 >= 0 && c1 >= 0) *loop_us = (c1 - c0) / LIST_PAGES * 1e6;
+        if (c0 >= 0 && c1 >= 0) *loop_us = (c1 - c0) / pages * 1e6;
     }
     weight_store_close(s);
     return us;

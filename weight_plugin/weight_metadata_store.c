@@ -236,6 +236,10 @@ static void wm_entry_set(wm_rev_entry *e, const wm_revision *rev, char *req)
     }
 }
 
+/* How many walks of the identity order (LIST clients paging through) are
+ * remembered at once: more than that at a time fall back to the search. */
+#define WM_WALKS 8
+
 struct wm_store {
     wm_index by_id;            /* entries by wm_identity_hash */
     wm_index by_group;         /* entries by wm_str_hash of the group key */
@@ -256,6 +260,12 @@ struct wm_store {
     uint64_t next_op_id;
     uint64_t next_lease_id;
     wm_store_stats stats;
+    struct {                   /* where recent walks stopped (wm_store_walk_note) */
+        size_t i;
+        const wm_rev_entry *e; /* order[i] then; compared, read only while still there */
+        uint64_t hash;         /* wm_identity_hash of its identity: the slot to read */
+    } walks[WM_WALKS];
+    unsigned walk_next;        /* the slot the next note takes */
 };
 
 static uint64_t wm_fnv(uint64_t h, const void *p, size_t n)
@@ -359,6 +369,35 @@ size_t wm_store_revision_lower_bound(const wm_store *st, const wm_identity *id)
         else hi = mid;
     }
     return lo;
+}
+
+size_t wm_store_revision_after(const wm_store *st, const wm_identity *id, int *walk)
+{
+    *walk = -1;
+    uint64_t h = wm_identity_hash(id);
+    for (unsigned k = 0; k < WM_WALKS; k++) {
+        size_t i = st->walks[k].i;
+        /* the hash and the pointer first: only the walk's own entry, still
+         * at its place, is read */
+        if (st->walks[k].e != NULL && st->walks[k].hash == h && i < st->n_revs &&
+            st->order[i] == st->walks[k].e && wm_identity_cmp(&st->order[i]->rev.id, id) == 0) {
+            *walk = (int)k;
+            return i + 1;
+        }
+    }
+    size_t i = wm_store_revision_lower_bound(st, id);
+    if (i < st->n_revs && wm_identity_cmp(&st->order[i]->rev.id, id) == 0) i++;
+    return i;
+}
+
+void wm_store_walk_note(wm_store *st, size_t i, int walk)
+{
+    if (i >= st->n_revs) return;
+    unsigned k = walk >= 0 && walk < WM_WALKS ? (unsigned)walk : st->walk_next;
+    if (k == st->walk_next) st->walk_next = (st->walk_next + 1) % WM_WALKS;
+    st->walks[k].i = i;
+    st->walks[k].e = st->order[i];
+    st->walks[k].hash = wm_identity_hash(&st->order[i]->rev.id);
 }
 
 /* Room for n revisions in the order and both indexes. SMP_ENOMEM (what

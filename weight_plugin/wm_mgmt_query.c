@@ -213,6 +213,7 @@ int wm_rpc_list(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t le
 
     const wm_identity start = {tenant, ns, res, "", 0};
     size_t i;
+    int walk = -1; /* the walk this page goes on with (wm_store_revision_after) */
     if (req->page_token && req->page_token[0]) {
         wm_identity_buf ab;
         const wm_identity *after = &ab.id;
@@ -224,9 +225,7 @@ int wm_rpc_list(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t le
                            "page_token is not a token of this listing");
             goto free_req;
         }
-        i = wm_store_revision_lower_bound(p->store, after);
-        const wm_revision *at = wm_store_revision_at(p->store, i);
-        if (at != NULL && wm_identity_cmp(&at->id, after) == 0) i++;
+        i = wm_store_revision_after(p->store, after, &walk);
     } else {
         i = wm_store_revision_lower_bound(p->store, &start);
     }
@@ -271,7 +270,10 @@ int wm_rpc_list(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t le
         more = strcmp(r->id.tenant_id, tenant) == 0 && (!ns[0] || strcmp(r->id.ns, ns) == 0) &&
                (!res[0] || strcmp(r->id.resource_id, res) == 0);
     }
-    if (last != NULL) snprintf(token, sizeof(token), "%s", last->group_key);
+    if (last != NULL) {
+        snprintf(token, sizeof(token), "%s", last->group_key);
+        wm_store_walk_note(p->store, i - 1, walk); /* last: the next page goes on after it */
+    }
     resp.n_revisions = n;
     resp.revisions = ptrs;
     resp.next_page_token = more ? token : (char *)"";
