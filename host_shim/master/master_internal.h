@@ -501,8 +501,9 @@ uint64_t master_node_wait_ends_ms(uint64_t serving_since_ms, uint64_t heard_ms,
 const char *master_node_data_addr(const master *m, const char *id);
 /* The object store's place hook (obj_store_set_place_hook, ctx the master):
  * 1 when node id may hold objects of tenant -- it is up and shared or
- * dedicated to tenant, or not registered since this start (it serves
- * nothing yet); 0 for a node that went down and has not registered again. */
+ * dedicated to tenant, or not registered since this start while the nodes
+ * are still waited for (master_nodes_settled); 0 for a node that went down
+ * and has not registered again, and for one the nodes settled without. */
 int master_node_place_ok(void *ctx, const char *id, const char *tenant);
 /* How many registered nodes are dedicated to a tenant other than tenant. */
 size_t master_nodes_closed_to(const master *m, const char *tenant);

@@ -179,10 +179,12 @@ int master_node_data_tls(const master *m, const char *id)
 
 int master_node_place_ok(void *ctx, const char *node, const char *tenant)
 {
-    const master_node *n = master_node_find(ctx, node);
-    /* a node not heard from since this start serves nothing yet: what is
-     * placed there fails its ticket or task, as before */
-    if (n == NULL) return 1;
+    const master *m = ctx;
+    const master_node *n = master_node_find(m, node);
+    /* a node not heard from since this start: while it is waited for, what
+     * is placed there fails its ticket or task (it may come any moment);
+     * once the nodes settled without it, it is down and takes nothing */
+    if (n == NULL) return !m->nodes_settled;
     /* one that went down takes nothing until it registers again: its
      * segment, emptier than the rest, would take every put and fail it */
     if (!n->up) return 0;

@@ -54,7 +54,7 @@ static void reply_err(smp_rpc_call *call, int rc, const char *what, const char *
 
 /* A put start refused for room: what was needed, what is free (for the
  * tenant: nodes dedicated to others and nodes down do not count), and which
- * setting to raise; EAGAIN instead when every node that registered is down. */
+ * setting to raise; EAGAIN instead when no node is up at all. */
 static void reply_no_room(master *m, smp_rpc_call *call, const char *key, const char *tenant,
                           uint64_t size)
 {
@@ -64,12 +64,13 @@ static void reply_no_room(master *m, smp_rpc_call *call, const char *key, const 
     need = (need + OBJ_ALIGN - 1) / OBJ_ALIGN * OBJ_ALIGN;
     char others[300] = "", down[80] = "";
     size_t excluded = master_nodes_closed_to(m, tenant), n_down = master_nodes_down(m);
-    if (n_down > 0 && master_nodes_up(m) == 0) {
+    if (master_nodes_up(m) == 0) {
         /* not a lack of room: nothing is up to place it on (segments of
-         * nodes that are down take nothing) */
-        snprintf(msg, sizeof(msg), "put start '%.1024s': %s: no node is up to place it on (%zu "
-                 "node(s) down); retry once one registers again", key, smp_strerror(SMP_EAGAIN),
-                 n_down);
+         * nodes that are down, or not back since the start, take nothing) */
+        if (n_down > 0)
+            snprintf(down, sizeof(down), " (%zu node(s) down)", n_down);
+        snprintf(msg, sizeof(msg), "put start '%.1024s': %s: no node is up to place it on%s; "
+                 "retry once one registers again", key, smp_strerror(SMP_EAGAIN), down);
         rpc_reply_error(call, SMP_EAGAIN, msg);
         return;
     }

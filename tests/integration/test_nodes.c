@@ -297,6 +297,35 @@ static void test_restarted_node_checks_every_replica_of_its_segment(void **state
     free(buf);
 }
 
+/* A master restarted while node B is gone for good: once node.timeout_ms
+ * passed without B (given up, the ticks start), every put lands on node A
+ * -- B's segment, the emptier, took them and failed each before. */
+static void test_node_gone_since_the_restart_takes_no_new_objects(void **state)
+{
+    fx *f = *state;
+    char key[32], buf[64];
+    hx_node_kill(&f->b);
+    kvc_close(f->c);
+    assert_int_equal(hx_stop(&f->m), 0);
+    assert_int_equal(hx_start(&f->m, 10000), 0);
+    f->c = hx_client(&f->m);
+    assert_int_equal(hx_wait_nodes(&f->m, 1, 10000), 0); /* A registers again */
+    assert_true(wait_log(&f->m, "node node-b down (not heard from since the start)"));
+    assert_true(wait_log(&f->m, "reconcile ticks start"));
+    kvc_track_read_leases(f->c, 1);
+    for (int i = 0; i < 40; i++) {
+        kvc_object o;
+        snprintf(key, sizeof(key), "after/%02d", i);
+        fill(buf, sizeof(buf), i);
+        assert_int_equal(kvc_put_bytes(f->c, key, buf, sizeof(buf), SMP_DATA_KV, NULL, 0, NULL), 0);
+        assert_int_equal(kvc_get(f->c, key, &o), 0);
+        assert_string_equal(o.replicas[0].node, "node-a");
+    }
+    uint32_t released = 0;
+    assert_int_equal(kvc_release_read_leases(f->c, &released), 0);
+    kvc_track_read_leases(f->c, 0);
+}
+
 /* A master whose loop stalls for longer than node.timeout_ms (here the
  * whole process stopped for three timeouts, as a snapshot of 100,000
  * revisions captured on the loop stalls it for seconds) takes no live node
@@ -877,6 +906,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_restarted_node_checks_every_replica_of_its_segment,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(test_node_gone_since_the_restart_takes_no_new_objects, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_cold_round_trip_and_corrupted_cold_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_forged_ticket_writes_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_restarted_node_reconciles_its_cold_files, setup,
