@@ -743,6 +743,17 @@ static int snap_early_stream(snap_early *e, size_t got)
     return SMP_OK;
 }
 
+/* Fill e->s from its frame fr (its name is e->name) and body data[0..len). */
+static void snap_early_section(snap_early *e, const uint8_t *fr, const uint8_t *data, size_t len)
+{
+    size_t nl = strlen(e->name);
+    memcpy(e->s.name, e->name, nl);
+    e->s.name[nl] = '\0';
+    e->s.encver = snap_get16(fr + 2);
+    e->s.data = data;
+    e->s.len = len;
+}
+
 /* Try to hand out e's section from the first got bytes of the file at p:
  * once the header, every frame up to the section's and the section's body
  * are in and each matches its checksum, e->fn gets it (e->state 1); with
@@ -775,11 +786,8 @@ static void snap_early_try(snap_early *e, const uint8_t *p, size_t got)
         uint64_t blen = snap_get64(fr + 8);
         int mine = nl == want && memcmp(fr + SNAP_FRAME_LEN, e->name, nl) == 0;
         if (mine && e->stream && blen > got - pos && blen <= SIZE_MAX) {
-            memcpy(e->s.name, e->name, nl);
-            e->s.name[nl] = '\0';
-            e->s.encver = snap_get16(fr + 2);
-            e->s.data = p + pos; /* the buffer holds the whole file: it stays */
-            e->s.len = (size_t)blen;
+            /* the buffer holds the whole file: the bytes stay where they come */
+            snap_early_section(e, fr, p + pos, (size_t)blen);
             e->at = pos;
             if (snap_early_stream(e, got) < 0) e->state = -1;
             return;
@@ -790,11 +798,7 @@ static void snap_early_try(snap_early *e, const uint8_t *p, size_t got)
         }
         if (mine) {
             if (snap_get64(fr + 16) != XXH64(p + pos, (size_t)blen, 0)) return;
-            memcpy(e->s.name, e->name, nl);
-            e->s.name[nl] = '\0';
-            e->s.encver = snap_get16(fr + 2);
-            e->s.data = blen ? p + pos : snap_empty;
-            e->s.len = (size_t)blen;
+            snap_early_section(e, fr, blen ? p + pos : snap_empty, (size_t)blen);
             e->s.feed = NULL;
             e->state = 1;
             e->fn(e->arg, &e->s);
