@@ -205,8 +205,15 @@ static int start_once(etcd_fixture *f, const char *name, size_t n, int timeout_m
     memset(f, 0, sizeof(*f));
     if (n != 1 && n != 3) return -1;
     snprintf(f->dir, sizeof(f->dir), "%s/wm-etcd-%s-XXXXXX", tmp, name);
+    hx_sweep_leftovers();
     if (mkdtemp(f->dir) == NULL) {
         fprintf(stderr, "etcd fixture: mkdtemp: %s\n", strerror(errno));
+        f->dir[0] = '\0';
+        return -1;
+    }
+    if (hx_own_dir(f->dir) < 0) {
+        fprintf(stderr, "etcd fixture: cannot mark %s as this test's\n", f->dir);
+        rmdir(f->dir);
         f->dir[0] = '\0';
         return -1;
     }

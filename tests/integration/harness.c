@@ -90,7 +90,13 @@ int hx_init(hx_master *m, const char *name, const char *extra)
     memset(m, 0, sizeof(*m));
     const char *tmp = getenv("TMPDIR");
     snprintf(m->dir, sizeof(m->dir), "%s/wm-%s-XXXXXX", tmp && tmp[0] ? tmp : "/tmp", name);
+    hx_sweep_leftovers();
     if (mkdtemp(m->dir) == NULL) return -1;
+    if (hx_own_dir(m->dir) < 0) {
+        fprintf(stderr, "harness: cannot mark %s as this test's\n", m->dir);
+        hx_remove_dir(m->dir);
+        return -1;
+    }
     snprintf(m->config, sizeof(m->config), "%s/config.yaml", m->dir);
     snprintf(m->socket, sizeof(m->socket), "%s/master.sock", m->dir);
     snprintf(m->log, sizeof(m->log), "%s/master.log", m->dir);

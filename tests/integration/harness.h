@@ -122,6 +122,17 @@ int hx_file_contains(const char *path, const char *needle);
  * its master's, e.g. cold files in /dev/shm); a missing dir is fine. */
 void hx_remove_dir(const char *dir);
 
+/* Leftovers of test processes killed before their cleanup (hx_leftovers.c).
+ * hx_own_dir marks dir (made by this process) as this process's: once the
+ * process is gone, the next hx_sweep_leftovers removes it. 0 or -1.
+ * hx_disown_dir takes the mark away (data kept on purpose, e.g. a
+ * benchmark's WM_BENCH_KEEP). hx_sweep_leftovers removes the marked wm-*
+ * directories of TMPDIR (/tmp) and /dev/shm whose process is gone; it runs
+ * once per process, from the first hx_init (and the etcd fixture). */
+int hx_own_dir(const char *dir);
+void hx_disown_dir(const char *dir);
+void hx_sweep_leftovers(void);
+
 /* Rewrite config.yaml with another `extra` (the base stays). */
 int hx_reconfigure(hx_master *m, const char *extra);
 

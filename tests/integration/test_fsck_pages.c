@@ -59,6 +59,7 @@ static int setup(void **state)
     snprintf(f->shm_cold, sizeof(f->shm_cold), "/dev/shm/wm-fsckpages-%d", (int)getpid());
     hx_remove_dir(f->shm_cold);
     assert_int_equal(mkdir(f->shm_cold, 0700), 0);
+    assert_int_equal(hx_own_dir(f->shm_cold), 0);
     snprintf(link, sizeof(link), "%s/cold-node-a", f->m.dir);
     assert_int_equal(symlink(f->shm_cold, link), 0);
     assert_int_equal(hx_node_start(&f->m, &f->a, "node-a", SEGMENT), 0);

@@ -108,6 +108,7 @@ static void test_large_inventory_registers_in_pages(void **state)
     snprintf(f->shm_cold, sizeof(f->shm_cold), "/dev/shm/wm-inventory-%d", (int)getpid());
     hx_remove_dir(f->shm_cold);
     assert_int_equal(mkdir(f->shm_cold, 0700), 0);
+    assert_int_equal(hx_own_dir(f->shm_cold), 0);
     snprintf(link, sizeof(link), "%s/cold-node-b", f->m.dir);
     assert_int_equal(symlink(f->shm_cold, link), 0);
     assert_int_equal(hx_cold_fill(f->shm_cold, "orphan", PAGED_FILES, KEY_BYTES), 0);

@@ -102,6 +102,7 @@ static void start_with_slow_node(fx *f, const char *name)
     snprintf(f->shm_cold, sizeof(f->shm_cold), "/dev/shm/wm-slowinv-%d", (int)getpid());
     hx_remove_dir(f->shm_cold);
     assert_int_equal(mkdir(f->shm_cold, 0700), 0);
+    assert_int_equal(hx_own_dir(f->shm_cold), 0);
     snprintf(link, sizeof(link), "%s/cold-node-b", f->w.m.dir);
     assert_int_equal(symlink(f->shm_cold, link), 0);
     const char *args[] = {"--master", f->link, NULL};

@@ -94,6 +94,19 @@ def _die_with_parent():
     libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
+def own_dir(path: str) -> None:
+    """Mark a directory this process made as its own, as the C harness does
+    (tests/integration/hx_leftovers.c): an owner file naming the pid and the
+    process's start time, so that the next C test process removes the
+    directory should this one be killed before stop()."""
+    with open("/proc/self/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    tmp = os.path.join(path, ".owner.tmp")
+    with open(tmp, "w") as f:
+        f.write(f"{os.getpid()} {fields[19]}\n")
+    os.rename(tmp, os.path.join(path, ".owner"))
+
+
 class Master:
     """One store_master with an embedded node (see the module comment).
     segment_bytes: the node's memory segment. residency: the cluster's
@@ -104,6 +117,8 @@ class Master:
         self.build = build_dir()
         self.dir = tempfile.mkdtemp(prefix="wm-py-")
         self.shm_dir = tempfile.mkdtemp(prefix="wm-py-seg-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+        own_dir(self.dir)
+        own_dir(self.shm_dir)
         self.node_id = f"py{os.getpid()}-{next(_seq)}"
         self.segment_path = os.path.join(self.shm_dir, self.node_id + ".seg")
         self.config = os.path.join(self.dir, "config.yaml")
