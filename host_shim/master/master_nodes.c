@@ -75,18 +75,23 @@ typedef struct master_task {
     struct master_task *next;
 } master_task;
 
-/* The memory replicas of a kept segment that a registration found to
- * VERIFY, sent to the node VERIFY_WINDOW tasks at a time: at a million
- * replicas, tasks made all at once took some 190 MB more of the master's
- * memory (a task and its strings each) and put every later task of the
- * node (a persist, a scrub) behind a million checks. Dropped (gen moves)
- * when the node goes down or registers again; that registration notes its
- * own. */
+/* The check of a kept segment's memory replicas after a registration: a
+ * walk of the node's complete memory replicas in key order, sent to the
+ * node as VERIFY tasks VERIFY_WINDOW at a time, the next ones as answers
+ * come in. The queue holds where the walk is, not the replicas: at a
+ * million replicas, noting each at the registration took some 160 MB of
+ * the master's memory, and tasks made all at once 190 MB more and put
+ * every later task of the node (a persist, a scrub) behind a million
+ * checks. A replica put on the node after the registration is met by the
+ * walk as well and checked like the others. Dropped (gen moves) when the
+ * node goes down or registers again; that registration starts its own. */
 #define VERIFY_WINDOW 1024
 typedef struct verify_ctx verify_ctx;
 typedef struct verify_queue {
-    verify_ctx **v;   /* v[next..n) still to send (owned) */
-    size_t n, next;
+    char *after;      /* the walk goes on after this key (NULL: from the first) */
+    int walking;      /* the walk may meet replicas still */
+    int active;       /* a walk runs or waits for answers: its outcome is said */
+    size_t met;       /* replicas the walk met: sent, or not checkable */
     size_t inflight;  /* sent, not yet answered */
     size_t lost;      /* answered: the bytes were not the replica's */
     size_t unchecked; /* not sent, or the task failed: served unchecked */
@@ -535,8 +540,6 @@ typedef struct reconcile_ctx {
     size_t n_lost;
     char **lost_keys;
     obj_replica *lost;
-    verify_ctx **verify;       /* memory replicas to VERIFY once the node is up */
-    size_t n_verify, cap_verify;
 } reconcile_ctx;
 
 static int cmp_file_name(const void *a, const void *b)
@@ -573,41 +576,120 @@ static void verify_free(verify_ctx *v)
     free(v);
 }
 
-/* Free what n's verify queue has not sent and start a new one (gen moves:
- * the answers of what it sent are no longer counted). */
+/* End n's walk and start none (gen moves: the answers of what it sent are
+ * no longer counted). */
 static void verify_queue_drop(master_node *n)
 {
     verify_queue *q = &n->verify;
-    for (size_t i = q->next; i < q->n; i++) verify_free(q->v[i]);
-    free(q->v);
+    free(q->after);
     uint64_t gen = q->gen + 1;
     memset(q, 0, sizeof(*q));
     q->gen = gen;
 }
 
+/* One step of a verify walk: the replicas it collects to send. */
+typedef struct verify_step {
+    master *m;
+    size_t want;     /* replicas to collect (an object is never split) */
+    verify_ctx **v;
+    size_t n, cap;
+    size_t unchecked; /* met, but no context could be made: served unchecked */
+    const char *last; /* the key of the last replica met (the store's) */
+    int stopped;      /* the visit stopped before the last object */
+} verify_step;
+
+/* A VERIFY context of key's replica rep, or NULL (out of memory). */
+static verify_ctx *verify_new(const char *key, const obj_replica *rep, const smp_object_info *info)
+{
+    verify_ctx *v = calloc(1, sizeof(*v));
+    if (v == NULL) return NULL;
+    v->key = strdup(key);
+    v->node = strdup(rep->node);
+    v->segment = strdup(rep->segment ? rep->segment : "");
+    v->rep = *rep;
+    v->rep.node = v->node;
+    v->rep.segment = v->segment;
+    v->rep.path = NULL;
+    memcpy(v->sha, info->checksum, 32);
+    v->size = info->size;
+    if (!v->key || !v->node || !v->segment) {
+        verify_free(v);
+        return NULL;
+    }
+    return v;
+}
+
+static int collect_verify(void *arg, const char *key, const obj_replica *rep)
+{
+    verify_step *w = arg;
+    if (rep->kind != SMP_REPLICA_MEMORY || rep->status != OBJ_REPLICA_COMPLETE) return 0;
+    if (w->n + w->unchecked >= w->want && strcmp(w->last, key) != 0) {
+        w->stopped = 1; /* the next step starts at this object */
+        return 1;
+    }
+    w->last = key;
+    smp_object_info info = {.struct_size = sizeof(info)};
+    verify_ctx *v = NULL;
+    if (w->n == w->cap) {
+        size_t cap = w->cap ? w->cap * 2 : 64;
+        verify_ctx **vv = realloc(w->v, cap * sizeof(*vv));
+        if (vv != NULL) {
+            w->v = vv;
+            w->cap = cap;
+        }
+    }
+    if (w->n < w->cap && obj_object_info(master_objs(w->m), key, &info) == SMP_OK)
+        v = verify_new(key, rep, &info);
+    if (v == NULL) w->unchecked++;
+    else w->v[w->n++] = v;
+    return 0;
+}
+
 static void on_verified(master *m, void *arg, int status, const TaskResult *res);
 
-/* Send n's queued verifications until VERIFY_WINDOW are out; once the last
- * is answered, say how it went and free the queue. */
+/* Once no more than half of VERIFY_WINDOW are out, walk n's replicas on
+ * from where the walk stopped and send their VERIFY tasks until
+ * VERIFY_WINDOW are out (a step seeks its cursor in the key order: half a
+ * window a step, not one per answer); once the walk is over and the last is
+ * answered, say how it went. */
 static void verify_pump(master *m, master_node *n)
 {
     verify_queue *q = &n->verify;
-    while (q->inflight < VERIFY_WINDOW && q->next < q->n) {
-        verify_ctx *v = q->v[q->next];
-        q->v[q->next++] = NULL;
-        v->gen = q->gen;
-        if (master_node_task(m, n->id, TASK_KIND__TASK_VERIFY, v->key, v->rep.offset, v->size,
-                             v->sha, NULL, on_verified, v) < 0) {
-            verify_free(v); /* served unchecked, as when it could not be noted */
-            q->unchecked++;
-            continue;
+    int refill = q->inflight <= VERIFY_WINDOW / 2;
+    while (refill && q->walking && q->inflight < VERIFY_WINDOW) {
+        verify_step w = {.m = m, .want = VERIFY_WINDOW - q->inflight};
+        obj_visit_replicas_after(master_objs(m), n->id, q->after, collect_verify, &w);
+        char *after = w.last != NULL ? strdup(w.last) : NULL;
+        if (w.last != NULL && after == NULL) {
+            /* Nowhere to go on from: what is left is served unchecked, as a
+             * replica whose context could not be made. */
+            fprintf(stderr, "store_master: node %s: out of memory: the check of its kept "
+                    "segment's replicas ends after %zu\n", n->id, q->met + w.n + w.unchecked);
+            w.stopped = 0;
+        } else if (after != NULL) {
+            free(q->after);
+            q->after = after;
         }
-        q->inflight++;
+        q->walking = w.stopped;
+        q->met += w.n + w.unchecked;
+        q->unchecked += w.unchecked;
+        for (size_t i = 0; i < w.n; i++) {
+            verify_ctx *v = w.v[i];
+            v->gen = q->gen;
+            if (master_node_task(m, n->id, TASK_KIND__TASK_VERIFY, v->key, v->rep.offset, v->size,
+                                 v->sha, NULL, on_verified, v) < 0) {
+                verify_free(v); /* served unchecked, as when it could not be noted */
+                q->unchecked++;
+                continue;
+            }
+            q->inflight++;
+        }
+        free(w.v);
     }
-    if (q->v != NULL && q->inflight == 0 && q->next == q->n) {
+    if (q->active && !q->walking && q->inflight == 0) {
         fprintf(stderr, "store_master: node %s: %zu memory replicas of its kept segment checked: "
-                "%zu held their bytes, %zu did not, %zu could not be checked\n", n->id, q->n,
-                q->n - q->lost - q->unchecked, q->lost, q->unchecked);
+                "%zu held their bytes, %zu did not, %zu could not be checked\n", n->id, q->met,
+                q->met - q->lost - q->unchecked, q->lost, q->unchecked);
         verify_queue_drop(n);
     }
 }
@@ -635,41 +717,17 @@ static void on_verified(master *m, void *arg, int status, const TaskResult *res)
 static int visit_node_replica(void *arg, const char *key, const obj_replica *rep)
 {
     reconcile_ctx *c = arg;
-    smp_object_info info = {.struct_size = sizeof(info)};
-    if (obj_object_info(master_objs(c->m), key, &info) < 0) return 0;
-    int lost = 0;
+    int lost;
     if (rep->kind == SMP_REPLICA_COLD) {
+        smp_object_info info = {.struct_size = sizeof(info)};
+        if (obj_object_info(master_objs(c->m), key, &info) < 0) return 0;
         lost = rep->status == OBJ_REPLICA_COMPLETE &&
                !has_cold_file(c, key, rep->path, info.checksum);
-    } else if (!c->req->segment_survived) {
-        lost = 1;
-    } else if (rep->status == OBJ_REPLICA_COMPLETE) {
-        /* A VERIFY task checks it once the node is up
-         * (reconcile_verify_and_reclaim); without the memory to note it, it
-         * is served unchecked, as before. */
-        if (c->n_verify == c->cap_verify) {
-            size_t cap = c->cap_verify ? c->cap_verify * 2 : 64;
-            verify_ctx **vv = realloc(c->verify, cap * sizeof(*vv));
-            if (vv == NULL) return 0;
-            c->verify = vv;
-            c->cap_verify = cap;
-        }
-        verify_ctx *v = calloc(1, sizeof(*v));
-        if (v == NULL) return 0;
-        v->key = strdup(key);
-        v->node = strdup(rep->node);
-        v->segment = strdup(rep->segment);
-        v->rep = *rep;
-        v->rep.node = v->node;
-        v->rep.segment = v->segment;
-        v->rep.path = NULL;
-        memcpy(v->sha, info.checksum, 32);
-        v->size = info.size;
-        if (!v->key || !v->node || !v->segment) {
-            verify_free(v);
-            return 0;
-        }
-        c->verify[c->n_verify++] = v;
+    } else {
+        /* Gone with its segment; on a kept one, a complete replica is
+         * checked by a VERIFY task once the node is up
+         * (reconcile_verify_and_reclaim). */
+        lost = !c->req->segment_survived;
     }
     if (!lost) return 0;
     obj_replica *l = realloc(c->lost, (c->n_lost + 1) * sizeof(*l));
@@ -692,8 +750,6 @@ typedef struct register_ctx {
     master_inventory *inv;      /* the pages req->cold_files borrows, or NULL */
     uint64_t registration;      /* the node's registrations when this one came */
     size_t drops_pending;       /* drops not yet durable, +1 while they are issued */
-    verify_ctx **verify;        /* the memory replicas to VERIFY once up */
-    size_t n_verify;
 } register_ctx;
 
 static void complete_register(master *m, register_ctx *r);
@@ -719,7 +775,7 @@ static void on_register_drop(master *m, void *arg, int status, uint64_t seq)
 static void reconcile(master *m, master_node *node, register_ctx *r)
 {
     const NodeRegisterRequest *req = r->req;
-    reconcile_ctx c = {m, node, req, NULL, 0, NULL, NULL, NULL, 0, 0};
+    reconcile_ctx c = {m, node, req, NULL, 0, NULL, NULL};
     if (req->n_cold_files > 0 &&
         (c.by_name = malloc(req->n_cold_files * sizeof(*c.by_name))) != NULL) {
         memcpy(c.by_name, req->cold_files, req->n_cold_files * sizeof(*c.by_name));
@@ -727,8 +783,6 @@ static void reconcile(master *m, master_node *node, register_ctx *r)
     }
     obj_visit_replicas(master_objs(m), node->id, visit_node_replica, &c);
     free(c.by_name);
-    r->verify = c.verify;
-    r->n_verify = c.n_verify;
     for (size_t i = 0; i < c.n_lost; i++) {
         if (c.lost_keys[i]) {
             fprintf(stderr, "store_master: node %s: %s replica of %s is gone\n", node->id,
@@ -746,18 +800,15 @@ static void reconcile(master *m, master_node *node, register_ctx *r)
     free(c.lost);
 }
 
-/* The node is up: VERIFY the memory replicas reconcile noted, and delete
- * the files of its inventory no replica names -- their replica was dropped
- * while the node was away, or the master stopped between the record and
- * the unlink. */
+/* The node is up: VERIFY the complete memory replicas of a kept segment
+ * (verify_pump's walk), and delete the files of its inventory no replica
+ * names -- their replica was dropped while the node was away, or the master
+ * stopped between the record and the unlink. */
 static void reconcile_verify_and_reclaim(master *m, master_node *node, register_ctx *r)
 {
     const NodeRegisterRequest *req = r->req;
     verify_queue_drop(node);
-    node->verify.v = r->verify;
-    node->verify.n = r->n_verify;
-    r->verify = NULL;
-    r->n_verify = 0;
+    node->verify.walking = node->verify.active = req->segment_survived;
     verify_pump(m, node);
     const char **keys = calloc(req->n_cold_files + 1, sizeof(*keys));
     const char **names = calloc(req->n_cold_files + 1, sizeof(*names));
@@ -785,9 +836,6 @@ static void request_free(NodeRegisterRequest *req, master_inventory *inv)
 
 static void register_free(register_ctx *r)
 {
-    for (size_t i = 0; i < r->n_verify; i++)
-        if (r->verify[i] != NULL) verify_free(r->verify[i]);
-    free(r->verify);
     request_free(r->req, r->inv);
     free(r);
 }

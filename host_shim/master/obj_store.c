@@ -766,9 +766,19 @@ int obj_visit_replicas(const obj_store *st,
                        void *arg)
 {
     OBJ_CHECK_CALLER(st);
+    return obj_visit_replicas_after(st, node, NULL, fn, arg);
+}
+
+int obj_visit_replicas_after(const obj_store *st,
+                             const char *node,
+                             const char *after,
+                             int (*fn)(void *arg, const char *key, const obj_replica *rep),
+                             void *arg)
+{
+    OBJ_CHECK_CALLER(st);
     if (!fn) return SMP_EINVAL;
     int n = 0;
-    for (obj_sl_node *x = obj_sl_after(&st->objects, NULL, 0); x; x = x->next[0]) {
+    for (obj_sl_node *x = obj_sl_after(&st->objects, after, 0); x; x = x->next[0]) {
         const obj_object *o = x->val;
         for (size_t i = 0; i < o->nreps; i++) {
             if (node && strcmp(o->reps[i].node, node) != 0) continue;

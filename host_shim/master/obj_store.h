@@ -357,6 +357,16 @@ int obj_visit_replicas(const obj_store *st,
                        int (*fn)(void *arg, const char *key, const obj_replica *rep),
                        void *arg);
 
+/* obj_visit_replicas from the first object whose key sorts after `after`
+ * (NULL: from the first object): a visit stopped by fn goes on from the
+ * last key it saw, however the store changed in between (an object removed
+ * meanwhile is not met, one added after the cursor is). */
+int obj_visit_replicas_after(const obj_store *st,
+                             const char *node,
+                             const char *after,
+                             int (*fn)(void *arg, const char *key, const obj_replica *rep),
+                             void *arg);
+
 /* 1 when a complete object of key exists, else 0. */
 int obj_exists(const obj_store *st, const char *key);
 

@@ -578,6 +578,25 @@ static void test_visit_and_object_replicas(void **state)
     assert_int_equal(obj_visit_replicas(st, "n9", collect_replica, &l), 0);
     assert_int_equal(obj_visit_replicas(st, NULL, NULL, NULL), SMP_EINVAL);
 
+    /* A visit goes on after a key: from the next object in key order,
+     * whether the key is an object's ("a") or lies between two ("bb");
+     * nothing after the last; NULL from the first. */
+    memset(&l, 0, sizeof(l));
+    assert_int_equal(obj_visit_replicas_after(st, "n0", "a", collect_replica, &l), 2);
+    assert_string_equal(l.v[0].key, "c");
+    assert_string_equal(l.v[1].key, "c");
+    memset(&l, 0, sizeof(l));
+    assert_int_equal(obj_visit_replicas_after(st, "n1", "a", collect_replica, &l), 2);
+    assert_string_equal(l.v[0].key, "b");
+    assert_string_equal(l.v[1].key, "c");
+    memset(&l, 0, sizeof(l));
+    assert_int_equal(obj_visit_replicas_after(st, NULL, "bb", collect_replica, &l), 3);
+    for (size_t i = 0; i < l.n; i++) assert_string_equal(l.v[i].key, "c");
+    memset(&l, 0, sizeof(l));
+    assert_int_equal(obj_visit_replicas_after(st, NULL, "c", collect_replica, &l), 0);
+    assert_int_equal(obj_visit_replicas_after(st, NULL, NULL, collect_replica, &l), 6);
+    assert_int_equal(obj_visit_replicas_after(st, NULL, "a", NULL, NULL), SMP_EINVAL);
+
     /* Every status, a short buffer, no lease, no access refresh, no hold. */
     buf before = save(st);
     assert_int_equal(obj_object_replicas(st, "c", reps, 2, &n), SMP_OK);
