@@ -55,6 +55,7 @@
 #include <openssl/ssl.h>
 #include <uv.h>
 
+#include "bench_clock.h"
 #include "bench_summary.h"
 #include "node_cold.h"
 #include "node_data.h"
@@ -76,13 +77,6 @@ typedef struct bench {
     char seg_dir[256];
     char cold_dir[512];
 } bench;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static double gibps(uint64_t bytes, double secs)
 {
@@ -151,29 +145,29 @@ static void bench_colocated(bench *b)
     char err[256];
     double t0, best_cp = 1e30, best_put = 1e30, best_get = 1e30, map_s;
 
-    t0 = now_s();
+    t0 = bench_now_s();
     if (seg_map_writable(seg_path(b->seg), 1, &m, err, sizeof(err)) < 0)
         die("seg_map_writable", err);
-    map_s = now_s() - t0;
+    map_s = bench_now_s() - t0;
     for (int r = 0; r < b->rounds; r++) {
-        t0 = now_s();
+        t0 = bench_now_s();
         for (uint64_t i = 0; i < b->nobj; i++)
             memcpy(b->dst + i * b->obj, b->src + i * b->obj, obj_len(b, i));
-        if (now_s() - t0 < best_cp)
-            best_cp = now_s() - t0;
-        t0 = now_s();
+        if (bench_now_s() - t0 < best_cp)
+            best_cp = bench_now_s() - t0;
+        t0 = bench_now_s();
         for (uint64_t i = 0; i < b->nobj; i++)
             if (seg_map_put(&m, i * b->obj, b->src + i * b->obj, obj_len(b, i)) < 0)
                 die("seg_map_put", "out of range");
-        if (now_s() - t0 < best_put)
-            best_put = now_s() - t0;
+        if (bench_now_s() - t0 < best_put)
+            best_put = bench_now_s() - t0;
         memset(b->dst, 0, b->total);
-        t0 = now_s();
+        t0 = bench_now_s();
         for (uint64_t i = 0; i < b->nobj; i++)
             if (seg_map_get(&m, i * b->obj, b->dst + i * b->obj, obj_len(b, i)) < 0)
                 die("seg_map_get", "out of range");
-        if (now_s() - t0 < best_get)
-            best_get = now_s() - t0;
+        if (bench_now_s() - t0 < best_get)
+            best_get = bench_now_s() - t0;
         if (memcmp(b->dst, b->src, b->total) != 0)
             die("co-located get", "bytes differ");
     }
@@ -275,11 +269,11 @@ static double raw_transfer(bench *b)
         die("raw child", "did not get ready");
     close(fds[0]);
     c = socket(AF_INET, SOCK_STREAM, 0);
-    t0 = now_s();
+    t0 = bench_now_s();
     if (connect(c, (struct sockaddr *)&a, sizeof(a)) < 0)
         die("raw connect", strerror(errno));
     recv_exact(c, b->dst, b->total);
-    t = now_s() - t0;
+    t = bench_now_s() - t0;
     close(c);
     waitpid(pid, &st, 0);
     return t;
@@ -332,12 +326,12 @@ static double read_all(bench *b, ndc_conn *c, pid_t pid, cpu_use *cpu, const uin
     memset(b->dst, 0, b->total);
     c0 = cpu_s(0);
     n0 = cpu_s(pid);
-    t0 = now_s();
+    t0 = bench_now_s();
     for (uint64_t i = 0; i < b->nobj; i++)
         if (ndc_read(c, "bench", i * b->obj, obj_len(b, i), b->dst + i * b->obj, ticket,
                      ticket_len) < 0)
             die("ndc_read", ndc_last_error(c));
-    t = now_s() - t0;
+    t = bench_now_s() - t0;
     cpu->client += cpu_s(0) - c0;
     cpu->node += cpu_s(pid) - n0;
     cpu->rounds++;
@@ -388,7 +382,7 @@ static double aead_seconds(bench *b, const EVP_CIPHER *cipher)
     static uint8_t out[(1u << 20) + 64];
     uint8_t key[32] = {1}, iv[12] = {2}, tag[16];
     int n;
-    double t0 = now_s();
+    double t0 = bench_now_s();
     if (x == NULL || EVP_EncryptInit_ex(x, cipher, NULL, key, iv) != 1)
         die("EVP", "cannot set up the cipher");
     for (uint64_t off = 0; off < b->total; off += 1u << 20) {
@@ -399,7 +393,7 @@ static double aead_seconds(bench *b, const EVP_CIPHER *cipher)
     EVP_EncryptFinal_ex(x, out, &n);
     EVP_CIPHER_CTX_ctrl(x, EVP_CTRL_AEAD_GET_TAG, 16, tag);
     EVP_CIPHER_CTX_free(x);
-    return now_s() - t0;
+    return bench_now_s() - t0;
 }
 
 /* The CPU time per GiB moved of a get, client and node (see the file
@@ -488,7 +482,7 @@ static void bench_remote(bench *b)
 static double write_fdatasync_all(bench *b)
 {
     char path[1024];
-    double t0 = now_s(), t;
+    double t0 = bench_now_s(), t;
     for (uint64_t i = 0; i < b->nobj; i++) {
         const uint8_t *p = seg_ptr(b->seg, i * b->obj, obj_len(b, i));
         uint64_t left = obj_len(b, i);
@@ -508,7 +502,7 @@ static double write_fdatasync_all(bench *b)
             die("fdatasync", strerror(errno));
         close(fd);
     }
-    t = now_s() - t0;
+    t = bench_now_s() - t0;
     for (uint64_t i = 0; i < b->nobj; i++) {
         snprintf(path, sizeof(path), "%s/baseline-%" PRIu64, b->cold_dir, i);
         unlink(path);
@@ -523,14 +517,14 @@ static double persist_all(bench *b, cold_tier *ct, unsigned flags)
     double t0, t;
     if (names == NULL)
         die("persist", "out of memory");
-    t0 = now_s();
+    t0 = bench_now_s();
     for (uint64_t i = 0; i < b->nobj; i++) {
         snprintf(key, sizeof(key), "bench/object/%" PRIu64, i);
         if (cold_persist(ct, key, seg_ptr(b->seg, i * b->obj, obj_len(b, i)), obj_len(b, i),
                          b->sha[i], flags, names[i], err, sizeof(err)) < 0)
             die("cold_persist", err);
     }
-    t = now_s() - t0;
+    t = bench_now_s() - t0;
     for (uint64_t i = 0; i < b->nobj; i++)
         cold_delete(ct, names[i]);
     free(names);

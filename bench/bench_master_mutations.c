@@ -64,6 +64,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_clock.h"
 #include "etcd_client.h"
 #include "etcd_fixture.h"
 #include "harness.h"
@@ -77,13 +78,6 @@
 #define EVENT_THREADS 2
 #define REMOVE_ROUNDS_MAX 9
 #define INSTRUCTION_KEYS 20000 /* removes counted under callgrind */
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 /* CPU seconds used so far by process pid, all its threads. */
 static double process_cpu(pid_t pid)
@@ -126,15 +120,15 @@ static double baseline(const char *dir, double seconds)
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     if (fd < 0) return 0;
     long n = 0;
-    double t0 = now_s(), t;
+    double t0 = bench_now_s(), t;
     do {
         if (write(fd, buf, sizeof(buf)) != (ssize_t)sizeof(buf) || fdatasync(fd) != 0) break;
         n++;
-        t = now_s();
+        t = bench_now_s();
     } while (t - t0 < seconds);
     close(fd);
     unlink(path);
-    return (double)n / (now_s() - t0);
+    return (double)n / (bench_now_s() - t0);
 }
 
 typedef enum workload { W_PUT, W_REMOVE } workload;
@@ -255,7 +249,7 @@ static void *event_driver(void *arg)
             goto out;
         active += d->cs[open].next < d->cs[open].end;
     }
-    while (active > 0 && now_s() < d->until) {
+    while (active > 0 && bench_now_s() < d->until) {
         int k = epoll_wait(ep, evs, 64, 100);
         if (k < 0) goto out;
         for (int j = 0; j < k; j++) {
@@ -281,7 +275,7 @@ static void *thread_driver(void *arg)
     int r = 0;
     d->failed = 1;
     if (client_open(d, cl) == 0) {
-        while (cl->next < cl->end && now_s() < d->until && (r = client_step(d, cl)) >= 0)
+        while (cl->next < cl->end && bench_now_s() < d->until && (r = client_step(d, cl)) >= 0)
             d->done += r;
         d->failed = r < 0;
     }
@@ -332,7 +326,7 @@ static int run(const target *t, const run_spec *rs, run_result *out)
         }
     }
     memset(out, 0, sizeof(*out));
-    double t0 = now_s(), m0 = process_cpu(t->pid), c0 = process_cpu(getpid()), b0 = machine_busy();
+    double t0 = bench_now_s(), m0 = process_cpu(t->pid), c0 = process_cpu(getpid()), b0 = machine_busy();
     for (int i = 0, first = 0; i < nthreads; i++) {
         ds[i].t = t;
         ds[i].w = rs->w;
@@ -349,7 +343,7 @@ static int run(const target *t, const run_spec *rs, run_result *out)
         out->total += ds[i].done;
         failed |= ds[i].failed;
     }
-    out->dt = now_s() - t0;
+    out->dt = bench_now_s() - t0;
     out->master_cpu = process_cpu(t->pid) - m0;
     out->client_cpu = process_cpu(getpid()) - c0;
     out->busy = machine_busy() - b0;

@@ -77,6 +77,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_clock.h"
 #include "harness.h"
 #include "kv_client.h"
 #include "bench_summary.h"
@@ -105,13 +106,6 @@ typedef struct bench {
     _Atomic long ops;
     _Atomic int stop;
 } bench;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static void identity_of(weight_identity *id, long i)
 {
@@ -239,15 +233,6 @@ static double loop_cpu_s(pid_t pid)
     return ok ? (double)ns / 1e9 : -1;
 }
 
-/* CPU seconds of this process (the benchmark's client threads). */
-static double self_cpu_s(void)
-{
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
-           (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
-}
-
 /* One figure of the read phase: reads per second and the CPU the master
  * and the benchmark's client threads spent per read. */
 typedef struct read_fig {
@@ -281,7 +266,7 @@ static int measure_reads(bench *b, pid_t master, int clients, int kind, read_fig
     b->exist = kind == READ_EX || kind == READ_EX_EV;
     atomic_store(&b->ops, 0);
     atomic_store(&b->stop, 0);
-    double m0 = proc_cpu_s(master), c0 = self_cpu_s(), s0 = proc_switches(master), t0 = now_s();
+    double m0 = proc_cpu_s(master), c0 = bench_rusage_s(RUSAGE_SELF), s0 = proc_switches(master), t0 = bench_now_s();
     if (kind == READ_MD_EV || kind == READ_EX_EV) {
         rpc_load_opts o = {b->socket, clients, b->seconds,
                            b->exist ? WMRPC__WEIGHT_METHOD__WEIGHT_IS_EXIST
@@ -294,18 +279,18 @@ static int measure_reads(bench *b, pid_t master, int clients, int kind, read_fig
             return -1;
         }
         atomic_store(&b->ops, res.replies);
-        t0 = now_s() - res.seconds; /* the rate over the requests' own window */
+        t0 = bench_now_s() - res.seconds; /* the rate over the requests' own window */
     } else {
         for (int i = 0; i < clients; i++) pthread_create(&t[i], NULL, read_thread, b);
         usleep((useconds_t)(b->seconds * 1e6));
         atomic_store(&b->stop, 1);
         for (int i = 0; i < clients; i++) pthread_join(t[i], NULL);
     }
-    double dt = now_s() - t0, ops = (double)atomic_load(&b->ops);
+    double dt = bench_now_s() - t0, ops = (double)atomic_load(&b->ops);
     if (atomic_load(&b->failed) || ops <= 0) return -1;
     f->rate = ops / dt;
     f->master_us = (proc_cpu_s(master) - m0) / ops * 1e6;
-    f->client_us = (self_cpu_s() - c0) / ops * 1e6;
+    f->client_us = (bench_rusage_s(RUSAGE_SELF) - c0) / ops * 1e6;
     f->master_cs = (proc_switches(master) - s0) / ops;
     return 0;
 }
@@ -525,7 +510,7 @@ static int machine_jiffies(unsigned long long *busy, unsigned long long *total)
 
 static void wait_idle(pid_t pid, const char *since)
 {
-    double t0 = now_s(), idle_s = -1;
+    double t0 = bench_now_s(), idle_s = -1;
     /* Idle is the master under 5% of a core and the whole machine under 10%
      * of its CPUs for half a second: the embedded node (its own process)
      * and the kernel's writeback keep working after a publish (the cold
@@ -538,12 +523,12 @@ static void wait_idle(pid_t pid, const char *since)
         usleep(500000);
         have = have && machine_jiffies(&b1, &t1j) == 0 && t1j > t0j;
         int machine_idle = !have || (double)(b1 - b0) < 0.10 * (double)(t1j - t0j);
-        if (proc_cpu_s(pid) - c0 < 0.025 && machine_idle) idle_s = now_s() - t0;
+        if (proc_cpu_s(pid) - c0 < 0.025 && machine_idle) idle_s = bench_now_s() - t0;
     }
     if (idle_s >= 0)
         printf("master idle %.1f s %s\n", idle_s, since);
     else
-        printf("master still busy %.0f s %s: measuring anyway\n", now_s() - t0, since);
+        printf("master still busy %.0f s %s: measuring anyway\n", bench_now_s() - t0, since);
     fflush(stdout);
 }
 
@@ -586,7 +571,7 @@ static int reads_only(const char *kept, const char *parent, bench *b)
  * master serves, and a metadata read does not need it. */
 static double first_read_seconds(hx_master *m, bench *b, double *cpu_s, double *minflt)
 {
-    double t0 = now_s();
+    double t0 = bench_now_s();
     int expect = m->expect_nodes;
     m->expect_nodes = 0;
     int rc = hx_start(m, 600000);
@@ -601,7 +586,7 @@ static double first_read_seconds(hx_master *m, bench *b, double *cpu_s, double *
         if (s != NULL && weight_get_metadata(s, &id, &md, NULL) == WEIGHT_OK) break;
         usleep(1000);
     }
-    double t = now_s() - t0;
+    double t = bench_now_s() - t0;
     if (cpu_s != NULL) *cpu_s = proc_cpu_flt(m->pid, minflt);
     weight_store_close(s);
     return t;
@@ -665,10 +650,10 @@ static double tick_window_us(const hx_master *m, double *ticks_per_s)
 {
     const char *sum = "host_plugin_tick_seconds_sum{plugin=\"weight_mgmt\"}";
     const char *count = "host_plugin_tick_seconds_count{plugin=\"weight_mgmt\"}";
-    double s0 = hx_metric(m, sum), c0 = hx_metric(m, count), t0 = now_s();
+    double s0 = hx_metric(m, sum), c0 = hx_metric(m, count), t0 = bench_now_s();
     usleep(2000000);
     double s1 = hx_metric(m, sum), c1 = hx_metric(m, count);
-    *ticks_per_s = (c1 - c0) / (now_s() - t0);
+    *ticks_per_s = (c1 - c0) / (bench_now_s() - t0);
     if (s0 < 0 || c0 < 0 || c1 <= c0) return -1;
     return (s1 - s0) / (c1 - c0) * 1e6;
 }
@@ -683,11 +668,11 @@ static double tick_window_us(const hx_master *m, double *ticks_per_s)
 
 static double tick_mean_us(const hx_master *m, double *ticks_per_s, int *idle)
 {
-    double us = -1, t0 = now_s(), win[TICK_WINDOWS];
+    double us = -1, t0 = bench_now_s(), win[TICK_WINDOWS];
     do {
         us = tick_window_us(m, ticks_per_s);
         *idle = us >= 0 && *ticks_per_s <= TICK_IDLE_PER_S;
-    } while (!*idle && now_s() - t0 < 120);
+    } while (!*idle && bench_now_s() - t0 < 120);
     if (!*idle) return us;
     win[0] = us;
     int n = 1;
@@ -710,7 +695,7 @@ static double list_page_us(const bench *b, pid_t master, double *loop_us)
     char token[1024] = "", next[1024];
     const char *env = getenv("WM_BENCH_LIST_PAGES");
     int pages = env != NULL && atoi(env) > 0 ? atoi(env) : LIST_PAGES;
-    double t0 = now_s(), us = -1, c0 = loop_cpu_s(master);
+    double t0 = bench_now_s(), us = -1, c0 = loop_cpu_s(master);
     *loop_us = -1;
     if (s == NULL) return -1;
     int i;
@@ -726,7 +711,7 @@ static double list_page_us(const bench *b, pid_t master, double *loop_us)
         memcpy(token, next, sizeof(token));
     }
     if (i == pages) {
-        us = (now_s() - t0) / pages * 1e6;
+        us = (bench_now_s() - t0) / pages * 1e6;
         double c1 = loop_cpu_s(master);
         if (c0 >= 0 && c1 >= 0) *loop_us = (c1 - c0) / pages * 1e6;
     }
@@ -747,9 +732,9 @@ static int snapshot_cost(const hx_master *m, double *seconds, double *mb)
         fprintf(stderr, "bench: snapshot: %s\n", err);
         return -1;
     }
-    double t0 = now_s();
+    double t0 = bench_now_s();
     int rc = kvc_snapshot(c, &seq);
-    *seconds = now_s() - t0;
+    *seconds = bench_now_s() - t0;
     kvc_close(c);
     if (rc < 0) {
         fprintf(stderr, "bench: the snapshot RPC failed after %.1f s (rc %d)\n", *seconds, rc);
@@ -785,10 +770,10 @@ static int publish_to(bench *b, double *seconds)
 {
     pthread_t t[PUT_THREADS];
     long from = atomic_load(&b->next);
-    double t0 = now_s();
+    double t0 = bench_now_s();
     for (int i = 0; i < PUT_THREADS; i++) pthread_create(&t[i], NULL, put_thread, b);
     for (int i = 0; i < PUT_THREADS; i++) pthread_join(t[i], NULL);
-    *seconds = now_s() - t0;
+    *seconds = bench_now_s() - t0;
     atomic_store(&b->next, b->target); /* each thread took one index past it */
     if (atomic_load(&b->failed)) return -1;
     printf("published revisions %ld..%ld in %.1f s (%.0f revisions/s, %d clients)\n", from,

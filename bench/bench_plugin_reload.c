@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_clock.h"
 #include "bench_summary.h"
 #include "harness.h"
 #include "host_rpc.pb-c.h"
@@ -39,13 +40,6 @@
 static uint8_t model[N_TENSORS][TENSOR_BYTES];
 static const char *names[N_TENSORS] = {"t0", "t1", "t2",  "t3",  "t4",  "t5",  "t6",  "t7",
                                        "t8", "t9", "t10", "t11", "t12", "t13", "t14", "t15"};
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 typedef struct sample {
     double start, end;
@@ -82,9 +76,9 @@ static void *worker_main(void *arg)
         return NULL;
     }
     while (!*w->stop && w->n < w->cap) {
-        double t0 = now_s();
+        double t0 = bench_now_s();
         int rc = read_all(s, buf);
-        double t1 = now_s();
+        double t1 = bench_now_s();
         if (rc != 0) {
             w->failed++;
             snprintf(w->error, sizeof(w->error), "%s: %s", weight_error_name(rc),
@@ -238,9 +232,9 @@ int main(int argc, char **argv)
     usleep(300000);
     int failed = 0;
     for (int r = 0; r < reloads && !failed; r++) {
-        win0[r] = now_s();
+        win0[r] = bench_now_s();
         failed = reload(c, &mwall[r], &mpause[r]) < 0;
-        win1[r] = now_s();
+        win1[r] = bench_now_s();
         usleep(300000);
     }
     stop = 1;

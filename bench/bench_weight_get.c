@@ -66,6 +66,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_clock.h"
 #include "bench_summary.h"
 #include "harness.h"
 #include "weightclient.h"
@@ -73,22 +74,6 @@
 #define TENSOR_ROWS 4096ull
 #define TENSOR_COLS 8192ull /* BF16: 64 MiB per tensor */
 #define GIB ((double)(1ull << 30))
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-/* CPU seconds (user + system) of this process, all threads. */
-static double cpu_s(void)
-{
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
-           (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
-}
 
 /* CPU seconds (user + system) and minor page faults of a process. */
 typedef struct usage {
@@ -101,7 +86,7 @@ static usage self_usage(void)
 {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    return (usage){cpu_s(), (double)ru.ru_minflt};
+    return (usage){bench_rusage_s(RUSAGE_SELF), (double)ru.ru_minflt};
 }
 
 /* Process pid's usage, from /proc ({-1, -1} when unknown). */
@@ -193,9 +178,9 @@ static double timed_get_stats(weight_store *s, bench *b, const char *rev, uint32
     b->rank = rank;
     weight_placement pl = {place, b};
     weight_bindings bd = {NULL, 0, provide, b};
-    double t0 = now_s();
+    double t0 = bench_now_s();
     int rc = weight_get(s, &id, &pl, &bd, st);
-    double dt = now_s() - t0;
+    double dt = bench_now_s() - t0;
     if (rc != 0) {
         fprintf(stderr, "weight_get %s: %s: %s\n", rev, weight_error_name(rc),
                 weight_store_last_error(s));
@@ -237,7 +222,7 @@ static double timed_memcpy(uint8_t *dst, const uint8_t *src, uint64_t bytes, uns
     copy_part parts[64];
     uint64_t share = (bytes / threads + (1u << 20) - 1) & ~(uint64_t)((1u << 20) - 1);
     unsigned n = 0;
-    double t0 = now_s();
+    double t0 = bench_now_s();
     for (uint64_t off = 0; off < bytes && n < threads && n < 64; n++, off += share)
         parts[n] = (copy_part){dst + off, src + off, bytes - off < share ? bytes - off : share};
     unsigned started = 1;
@@ -246,7 +231,7 @@ static double timed_memcpy(uint8_t *dst, const uint8_t *src, uint64_t bytes, uns
     for (unsigned i = started; i < n; i++) copy_part_main(&parts[i]); /* not started: here */
     copy_part_main(&parts[0]);
     for (unsigned i = 1; i < started; i++) pthread_join(th[i], NULL);
-    return now_s() - t0;
+    return bench_now_s() - t0;
 }
 
 /* 0 when dst holds rank `rank` of a TP `tp` split (dim 0) of every tensor. */
@@ -268,10 +253,10 @@ static int check_bytes(const bench *b, uint32_t tp, uint32_t rank)
 static double timed_sha256(const uint8_t *src, uint64_t bytes, double *cpu)
 {
     unsigned char md[32];
-    double c0 = cpu_s(), t0 = now_s();
+    double c0 = bench_rusage_s(RUSAGE_SELF), t0 = bench_now_s();
     hx_sha256(src, bytes, md);
-    double dt = now_s() - t0;
-    *cpu = cpu_s() - c0;
+    double dt = bench_now_s() - t0;
+    *cpu = bench_rusage_s(RUSAGE_SELF) - c0;
     return dt;
 }
 
@@ -317,7 +302,7 @@ static double timed_raw_socket(const uint8_t *src, uint8_t *dst, uint64_t bytes)
         if (r.ls >= 0) close(r.ls);
         return -1;
     }
-    double t0 = now_s();
+    double t0 = bench_now_s();
     if ((c = socket(AF_INET, SOCK_STREAM, 0)) >= 0 &&
         connect(c, (struct sockaddr *)&a, sizeof a) == 0) {
         uint64_t off = 0;
@@ -326,7 +311,7 @@ static double timed_raw_socket(const uint8_t *src, uint8_t *dst, uint64_t bytes)
             if (n <= 0) break;
             off += (uint64_t)n;
         }
-        if (off == bytes) t = now_s() - t0;
+        if (off == bytes) t = bench_now_s() - t0;
     }
     if (c >= 0) close(c);
     else shutdown(r.ls, SHUT_RDWR); /* the sender's accept returns */
@@ -395,14 +380,14 @@ static double timed_raw_read(const char *path, uint8_t *dst, uint64_t bytes)
         return -1;
     }
     if (posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) != 0) goto close_fd;
-    double t0 = now_s();
+    double t0 = bench_now_s();
     uint64_t off = 0;
     while (off < bytes) {
         ssize_t n = read(fd, dst + off, bytes - off < piece ? bytes - off : piece);
         if (n <= 0) break;
         off += (uint64_t)n;
     }
-    if (off == bytes) t = now_s() - t0;
+    if (off == bytes) t = bench_now_s() - t0;
 close_fd:
     close(fd);
     return t;
@@ -467,15 +452,15 @@ static int best_gets(weight_store *s, bench *b, const char *rev, uint32_t tp, in
                      unsigned threads, int with_copy, gets *g)
 {
     *g = (gets){.best = 1e9, .copy = 1e9, .copy1 = 1e9};
-    double c0 = cpu_s();
+    double c0 = bench_rusage_s(RUSAGE_SELF);
     if ((g->first = timed_get(s, b, rev, tp, 0, &g->bytes)) < 0) return -1;
-    g->first_cpu = cpu_s() - c0;
+    g->first_cpu = bench_rusage_s(RUSAGE_SELF) - c0;
     if (check_bytes(b, tp, 0) < 0) return -1;
     for (int r = 0; r < runs; r++) {
-        double c0 = cpu_s();
+        double c0 = bench_rusage_s(RUSAGE_SELF);
         double t = timed_get(s, b, rev, tp, 0, &g->bytes);
         if (t < 0) return -1;
-        g->cpu += (cpu_s() - c0) / runs;
+        g->cpu += (bench_rusage_s(RUSAGE_SELF) - c0) / runs;
         if (t < g->best) g->best = t;
         if (!with_copy) continue;
         if ((t = timed_memcpy(b->dst, b->src, g->bytes, threads)) < g->copy) g->copy = t;
@@ -548,10 +533,10 @@ static int cold_gets(weight_store *s, const hx_master *m, bench *b, const char *
     if (migrate_cold(s, "tp1") < 0 || write_raw_file(raw_path, b->src, b->total) < 0) return -1;
     if (rounds > 1 && set_manual(s, "tp1") < 0) return -1; /* no move back between rounds */
     for (int r = 0; r < rounds; r++) {
-        double r0 = cpu_s();
+        double r0 = bench_rusage_s(RUSAGE_SELF);
         double raw_t = timed_raw_read(raw_path, b->dst, b->total), t;
         if (raw_t < 0) return -1;
-        raw_cpu += (cpu_s() - r0) / rounds;
+        raw_cpu += (bench_rusage_s(RUSAGE_SELF) - r0) / rounds;
         if (raw_t < raw) raw = raw_t;
         memset(b->dst, 1, b->total);
         drop_dir_cache(cold_dir);
@@ -674,16 +659,16 @@ int main(int argc, char **argv)
     double sha_cpu, sha_s = timed_sha256(b.src, b.total, &sha_cpu);
     double copy_s = timed_memcpy(b.dst, b.src, b.total, 1);
     usage c0 = self_usage(), n0 = proc_usage(m.pid);
-    double t0 = now_s();
+    double t0 = bench_now_s();
     int rc = publish(s, &b, "tp1", 1);
-    double put_s = now_s() - t0;
+    double put_s = bench_now_s() - t0;
     usage put_c = usage_since(self_usage(), c0), put_n = usage_since(proc_usage(m.pid), n0);
     if (rc == 0) report_put("co-located", put_s, put_c, put_n, sha_s, sha_cpu, copy_s, b.total);
     c0 = self_usage();
     n0 = proc_usage(m.pid);
-    t0 = now_s();
+    t0 = bench_now_s();
     if (rc == 0 && !cold_only) rc = publish(gets_only ? s : tcp, &b, "tp4", 4);
-    put_s = now_s() - t0;
+    put_s = bench_now_s() - t0;
     put_c = usage_since(self_usage(), c0);
     put_n = usage_since(proc_usage(m.pid), n0);
     if (rc != 0) {

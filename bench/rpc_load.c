@@ -11,6 +11,7 @@
  * string and its value. */
 #include "rpc_load.h"
 
+#include "bench_clock.h"
 #include "rpc_envelope.h"
 #include "wc_store.h"
 #include "weight_rpc.pb-c.h"
@@ -51,21 +52,6 @@ typedef struct load_run {
     char *err;
     size_t errlen;
 } load_run;
-
-static double load_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static double load_thread_cpu(void)
-{
-    struct rusage ru;
-    getrusage(RUSAGE_THREAD, &ru);
-    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
-           (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
-}
 
 static int load_fail(load_run *r, const char *fmt, ...)
 {
@@ -259,7 +245,7 @@ int rpc_load_run(const rpc_load_opts *o, rpc_load_result *out, char *err, size_t
             goto free_all;
         }
     }
-    double cpu0 = load_thread_cpu(), t0 = load_now(), end = t0 + o->seconds, t = t0;
+    double cpu0 = bench_rusage_s(RUSAGE_THREAD), t0 = bench_now_s(), end = t0 + o->seconds, t = t0;
     long replies = 0;
     for (int i = 0; i < o->conns; i++)
         if (load_send(r, &conns[i]) < 0) goto free_all;
@@ -277,12 +263,12 @@ int rpc_load_run(const rpc_load_opts *o, rpc_load_result *out, char *err, size_t
             replies += done;
             if (done > 0 && load_send(r, c) < 0) goto free_all;
         }
-        t = load_now();
+        t = bench_now_s();
     }
     /* The requests still in flight are left unanswered: closing drops them. */
     out->replies = replies;
     out->seconds = t - t0;
-    out->cpu_s = load_thread_cpu() - cpu0;
+    out->cpu_s = bench_rusage_s(RUSAGE_THREAD) - cpu0;
     rc = replies > 0 ? 0 : load_fail(r, "no reply in %.1f s", o->seconds);
 free_all:
     for (int i = 0; conns != NULL && i < o->conns; i++)
