@@ -253,25 +253,27 @@ static double proc_switches(pid_t pid)
 /* The kinds of read figure: weight_get_metadata and weight_is_exist through
  * libweightclient (a blocking thread per client), then the same two RPCs
  * from one epoll thread over as many connections (rpc_load.h: the client
- * model of redis-benchmark). */
-enum { READ_MD, READ_EX, READ_MD_EV, READ_EX_EV, READ_KINDS };
+ * model of redis-benchmark), with the host's object lookup (OBJ_EXISTS of
+ * a revision's manifest key) beside them. */
+enum { READ_MD, READ_EX, READ_MD_EV, READ_EX_EV, READ_OBJ_EV, READ_KINDS };
 static const char *const read_kind_name[READ_KINDS] = {
-    "weight_get_metadata", "weight_is_exist", "get_metadata RPC", "is_exist RPC"};
+    "weight_get_metadata", "weight_is_exist", "get_metadata RPC", "is_exist RPC",
+    "object exists RPC"};
+static const uint32_t read_kind_method[READ_KINDS] = {
+    0, 0, WMRPC__WEIGHT_METHOD__WEIGHT_GET_METADATA, WMRPC__WEIGHT_METHOD__WEIGHT_IS_EXIST,
+    RPC_LOAD_OBJ_EXISTS};
 
 /* Reads of kind (READ_*) with `clients` clients for b->seconds into *f;
  * -1 on failure. */
 static int measure_reads(bench *b, pid_t master, int clients, int kind, read_fig *f)
 {
     pthread_t t[64];
-    b->exist = kind == READ_EX || kind == READ_EX_EV;
+    b->exist = kind == READ_EX;
     atomic_store(&b->ops, 0);
     atomic_store(&b->stop, 0);
     double m0 = proc_cpu_s(master), c0 = bench_rusage_s(RUSAGE_SELF), s0 = proc_switches(master), t0 = bench_now_s();
-    if (kind == READ_MD_EV || kind == READ_EX_EV) {
-        rpc_load_opts o = {b->socket, clients, b->seconds,
-                           b->exist ? WMRPC__WEIGHT_METHOD__WEIGHT_IS_EXIST
-                                    : WMRPC__WEIGHT_METHOD__WEIGHT_GET_METADATA,
-                           b->n_revisions};
+    if (kind >= READ_MD_EV) {
+        rpc_load_opts o = {b->socket, clients, b->seconds, read_kind_method[kind], b->n_revisions};
         rpc_load_result res;
         char err[256];
         if (rpc_load_run(&o, &res, err, sizeof(err)) < 0) {
@@ -452,22 +454,24 @@ static int read_phase_at(bench *b, pid_t master, const redis_box *rb, read_fig f
 }
 
 /* The read figures' lines (medians of the rounds), "pinned " before them
- * for the pinned phase: libweightclient's threads, then the same RPCs from
- * one thread (redis-benchmark's model). */
+ * for the pinned phase: libweightclient's threads against redis-benchmark,
+ * then the RPCs from one thread against Redis GET from the same driver
+ * (redis-benchmark's model). */
 static void print_reads(const bench *b, int pinned, read_fig fig[READ_KINDS][2], double rd[2][2])
 {
     for (int i = 0; i < 2; i++)
         for (int e = 0; e < 2; e++) {
-            const read_fig *md = &fig[READ_MD + 2 * e][i], *ex = &fig[READ_EX + 2 * e][i];
-            printf("%sclients %2d%s: %s %8.0f/s   %s %8.0f/s   redis GET %8.0f/s (%s)   x%.2f / x%.2f of "
-                   "redis   (%ld revisions; CPU per read: master %.1f / %.1f us, client %.1f / %.1f "
-                   "us; master switches/read %.2f / %.2f)\n",
-                   pinned ? "pinned " : "", read_clients[i],
+            printf("%sclients %2d%s (%ld revisions):", pinned ? "pinned " : "", read_clients[i],
                    e ? " on one thread (redis-benchmark's model)" : " through libweightclient",
-                   read_kind_name[READ_MD + 2 * e], md->rate, read_kind_name[READ_EX + 2 * e], ex->rate,
-                   rd[e][i], e ? "the same driver" : "redis-benchmark", rd[e][i] > 0 ? md->rate / rd[e][i] : 0.0, rd[e][i] > 0 ? ex->rate / rd[e][i] : 0.0,
-                   b->n_revisions, md->master_us, ex->master_us, md->client_us, ex->client_us,
-                   md->master_cs, ex->master_cs);
+                   b->n_revisions);
+            for (int j = e ? READ_MD_EV : READ_MD; j < (e ? READ_KINDS : READ_MD_EV); j++) {
+                const read_fig *f = &fig[j][i];
+                printf("  %s %.0f/s x%.2f (CPU/read: master %.1f us, client %.1f us; master "
+                       "switches/read %.2f);", read_kind_name[j], f->rate,
+                       rd[e][i] > 0 ? f->rate / rd[e][i] : 0.0, f->master_us, f->client_us,
+                       f->master_cs);
+            }
+            printf("  redis GET %.0f/s (%s)\n", rd[e][i], e ? "the same driver" : "redis-benchmark");
         }
 }
 

@@ -4,8 +4,9 @@
  *
  * The requests of RPC_LOAD_IDS random identities or keys are built once, as
  * redis-benchmark builds its command once and only swaps the key: for the
- * master the IdentityRequest body, wrapped at each send in the RPC envelope
- * and its 4-byte length; for Redis the whole RESP command. Each reply is
+ * master the IdentityRequest body (a KeyRequest for an object lookup),
+ * wrapped at each send in the RPC envelope and its 4-byte length; for Redis
+ * the whole RESP command. Each reply is
  * decoded and checked before the next request goes out: the envelope and
  * the body (protobuf-c's unpack, as libweightclient does), or the bulk
  * string and its value. */
@@ -13,6 +14,7 @@
 
 #include "bench_clock.h"
 #include "rpc_envelope.h"
+#include "host_rpc.pb-c.h"
 #include "wc_store.h"
 #include "weight_rpc.pb-c.h"
 
@@ -93,6 +95,16 @@ static int load_bodies(load_run *r)
         }
         char res[32];
         snprintf(res, sizeof(res), "model-%07ld", k);
+        if (r->o->method == RPC_LOAD_OBJ_EXISTS) {
+            char key[96];
+            snprintf(key, sizeof(key), "weights/default/bench/%s/r1/1/manifest", res);
+            KeyRequest kr = KEY_REQUEST__INIT;
+            kr.key = key;
+            size_t len = key_request__get_packed_size(&kr);
+            if ((r->bodies[i].p = malloc(len)) == NULL) return load_fail(r, "out of memory");
+            r->bodies[i].len = key_request__pack(&kr, r->bodies[i].p);
+            continue;
+        }
         Wmrpc__WeightIdentity id = WMRPC__WEIGHT_IDENTITY__INIT;
         id.tenant = "default";
         id.namespace_id = "bench";
@@ -117,9 +129,12 @@ static int load_send(load_run *r, load_conn *c)
         ssize_t w = send(c->fd, b->p, b->len, MSG_NOSIGNAL);
         return w == (ssize_t)b->len ? 0 : load_fail(r, "send: %s", w < 0 ? strerror(errno) : "short");
     }
-    size_t len = rpc_env_request_size(++c->next_id, WC_WEIGHT_SERVICE, r->o->method, b->len);
+    int obj = r->o->method == RPC_LOAD_OBJ_EXISTS;
+    uint32_t service = obj ? HOST_SERVICE__HOST_SERVICE_OBJECTS : WC_WEIGHT_SERVICE;
+    uint32_t method = obj ? OBJECTS_METHOD__OBJ_EXISTS : r->o->method;
+    size_t len = rpc_env_request_size(++c->next_id, service, method, b->len);
     if (len + 4 > sizeof(frame)) return load_fail(r, "a request of %zu bytes", len);
-    rpc_env_encode_request(frame + 4, c->next_id, WC_WEIGHT_SERVICE, r->o->method, b->p, b->len);
+    rpc_env_encode_request(frame + 4, c->next_id, service, method, b->p, b->len);
     frame[0] = (uint8_t)(len >> 24);
     frame[1] = (uint8_t)(len >> 16);
     frame[2] = (uint8_t)(len >> 8);
@@ -141,6 +156,12 @@ static int load_reply(load_run *r, load_conn *c, const uint8_t *frame, size_t le
     if (env.status != 0)
         return load_fail(r, "a read answered status %d: %.*s", (int)env.status,
                          (int)env.body_len, env.body ? (const char *)env.body : "");
+    if (r->o->method == RPC_LOAD_OBJ_EXISTS) {
+        ExistsResponse *m = exists_response__unpack(NULL, env.body_len, env.body);
+        int ok = m != NULL && m->exists;
+        if (m) exists_response__free_unpacked(m, NULL);
+        return ok ? 0 : load_fail(r, "an object lookup did not answer true");
+    }
     if (r->o->method == WMRPC__WEIGHT_METHOD__WEIGHT_IS_EXIST) {
         Wmrpc__IsExistResponse *m = wmrpc__is_exist_response__unpack(NULL, env.body_len, env.body);
         int ok = m != NULL && m->exists;

@@ -21,6 +21,8 @@ typedef struct rpc_load_opts {
     double seconds;     /* how long requests are sent */
     /* WMRPC__WEIGHT_METHOD__WEIGHT_GET_METADATA or _IS_EXIST to a master,
      * on identities default/bench/model-%07ld (0..n-1)/r1, generation 1;
+     * RPC_LOAD_OBJ_EXISTS: the host's object lookup (objects service,
+     * OBJ_EXISTS) of those revisions' manifest keys, each answered true;
      * RPC_LOAD_REDIS_GET: GET key:N (0..n-1) of redis_populate's keys, each
      * answered with its value. */
     uint32_t method;
@@ -28,6 +30,7 @@ typedef struct rpc_load_opts {
 } rpc_load_opts;
 
 #define RPC_LOAD_REDIS_GET 0xFFFFFFFFu
+#define RPC_LOAD_OBJ_EXISTS 0xFFFFFFFEu
 
 /* What a run did: the replies checked in `seconds` from the first request
  * out, and the CPU seconds this thread spent meanwhile (sending, waiting,
