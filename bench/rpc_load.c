@@ -6,10 +6,9 @@
  * redis-benchmark builds its command once and only swaps the key: for the
  * master the IdentityRequest body (a KeyRequest for an object lookup),
  * wrapped at each send in the RPC envelope and its 4-byte length; for Redis
- * the whole RESP command. Each reply is
- * decoded and checked before the next request goes out: the envelope and
- * the body (protobuf-c's unpack, as libweightclient does), or the bulk
- * string and its value. */
+ * the whole RESP command. Each reply is decoded and checked before the next
+ * request goes out: the envelope and the body (protobuf-c's unpack, as
+ * libweightclient does), or the bulk string and its value. */
 #include "rpc_load.h"
 
 #include "bench_clock.h"
