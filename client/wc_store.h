@@ -98,6 +98,17 @@ int wc_call(weight_store *s,
             const ProtobufCMessageDescriptor *desc,
             ProtobufCMessage **resp);
 
+/* wc_call with the reply's pieces from alloc (NULL: malloc), e.g. a
+ * pb_arena on the caller's stack for a reply read and dropped within the
+ * call (pb_arena.h); the caller releases *resp through the same allocator. */
+int wc_call_with(weight_store *s,
+                 rpcc_conn **conn,
+                 uint32_t method,
+                 const ProtobufCMessage *req,
+                 const ProtobufCMessageDescriptor *desc,
+                 ProtobufCAllocator *alloc,
+                 ProtobufCMessage **resp);
+
 /* wc_call, but BUSY -- a change of the same revision or lineage is being
  * made durable, which is over within a sync or two -- is retried for a call
  * that is safe to repeat, with a doubling pause (1 ms, capped at 64 ms),

@@ -26,6 +26,7 @@
 
 #include <openssl/ssl.h>
 
+#include "pb_arena.h"
 #include "wc_store.h"
 #include "wc_tls.h"
 
@@ -536,6 +537,13 @@ int wc_kv_reconnect(weight_store *s)
 int wc_call(weight_store *s, rpcc_conn **conn, uint32_t method, const ProtobufCMessage *req,
             const ProtobufCMessageDescriptor *desc, ProtobufCMessage **resp)
 {
+    return wc_call_with(s, conn, method, req, desc, NULL, resp);
+}
+
+int wc_call_with(weight_store *s, rpcc_conn **conn, uint32_t method, const ProtobufCMessage *req,
+                 const ProtobufCMessageDescriptor *desc, ProtobufCAllocator *alloc,
+                 ProtobufCMessage **resp)
+{
     size_t len = protobuf_c_message_get_packed_size(req);
     uint8_t small[WC_CALL_SMALL]; /* an identity request fits: no malloc per call */
     uint8_t *buf = len <= sizeof(small) ? small : malloc(len);
@@ -581,7 +589,7 @@ int wc_call(weight_store *s, rpcc_conn **conn, uint32_t method, const ProtobufCM
         }
         rc = wc_fail(s, status, "%s", text ? text : weight_error_name(status));
     } else if (desc != NULL) {
-        *resp = protobuf_c_message_unpack(desc, NULL, rlen, rbody);
+        *resp = protobuf_c_message_unpack(desc, alloc, rlen, rbody);
         if (*resp == NULL) rc = wc_fail(s, WEIGHT_EPROTO, "reply does not decode as %s", desc->name);
     }
     free(rbody);
@@ -607,11 +615,20 @@ int wc_call_patient(weight_store *s, rpcc_conn **conn, uint32_t method,
     return rc;
 }
 
+/* src (NULL: "") into dst[cap], cut to cap - 1 bytes as snprintf's "%s"
+ * would, without its format machinery (a metadata reply copies six). */
+static void copy_s(char *dst, size_t cap, const char *src)
+{
+    size_t n = src != NULL ? strnlen(src, cap - 1) : 0;
+    if (n > 0) memcpy(dst, src, n);
+    dst[n] = '\0';
+}
+
 void wc_wire_identity(const weight_store *s, const weight_identity *id, Wmrpc__WeightIdentity *w,
                       char *tenant_buf)
 {
     wmrpc__weight_identity__init(w);
-    snprintf(tenant_buf, WEIGHT_ID_MAX + 1, "%s", id->tenant_id[0] ? id->tenant_id : s->tenant);
+    copy_s(tenant_buf, WEIGHT_ID_MAX + 1, id->tenant_id[0] ? id->tenant_id : s->tenant);
     w->tenant = tenant_buf;
     w->namespace_id = (char *)id->namespace_id;
     w->resource_id = (char *)id->resource_id;
@@ -619,10 +636,6 @@ void wc_wire_identity(const weight_store *s, const weight_identity *id, Wmrpc__W
     w->generation = id->generation;
 }
 
-static void copy_s(char *dst, size_t cap, const char *src)
-{
-    snprintf(dst, cap, "%s", src ? src : "");
-}
 
 void wc_from_wire_identity(const Wmrpc__WeightIdentity *w, weight_identity *out)
 {
@@ -722,8 +735,10 @@ static int id_call_request(weight_store *s, uint32_t method, const weight_identi
     return wc_call(s, &s->rpc, method, &req.base, desc, resp);
 }
 
+/* An identity call whose reply's pieces come from alloc (NULL: malloc). */
 static int id_call(weight_store *s, uint32_t method, const weight_identity *id, uint64_t expected,
-                   const ProtobufCMessageDescriptor *desc, ProtobufCMessage **resp)
+                   const ProtobufCMessageDescriptor *desc, ProtobufCAllocator *alloc,
+                   ProtobufCMessage **resp)
 {
     Wmrpc__IdentityRequest req = WMRPC__IDENTITY_REQUEST__INIT;
     Wmrpc__WeightIdentity wid;
@@ -733,19 +748,26 @@ static int id_call(weight_store *s, uint32_t method, const weight_identity *id, 
     wc_wire_identity(s, id, &wid, tenant);
     req.identity = &wid;
     req.expected_metadata_generation = expected;
-    return wc_call(s, &s->rpc, method, &req.base, desc, resp);
+    return wc_call_with(s, &s->rpc, method, &req.base, desc, alloc, resp);
 }
+
+/* Room for a metadata reply's pieces on the stack: its messages, strings
+ * and an operation's error (what does not fit goes to malloc). */
+#define WC_REPLY_ARENA 4096
 
 int weight_is_exist(weight_store *s, const weight_identity *id, int *exists)
 {
     Wmrpc__IsExistResponse *r = NULL;
+    uint8_t mem[PB_ARENA_SMALL];
+    pb_arena a;
     if (exists == NULL) return s ? wc_fail(s, WEIGHT_EINVALID_ARGUMENT, "no output") : WEIGHT_EINVALID_ARGUMENT;
     *exists = 0;
-    int rc = id_call(s, M(IS_EXIST), id, 0, &wmrpc__is_exist_response__descriptor,
+    pb_arena_init(&a, mem, sizeof(mem));
+    int rc = id_call(s, M(IS_EXIST), id, 0, &wmrpc__is_exist_response__descriptor, &a.alloc,
                      (ProtobufCMessage **)&r);
     if (rc < 0) return rc;
     *exists = r->exists ? 1 : 0;
-    wmrpc__is_exist_response__free_unpacked(r, NULL);
+    pb_arena_free_unpacked(&a, &r->base);
     return WEIGHT_OK;
 }
 
@@ -753,28 +775,34 @@ int weight_get_metadata(weight_store *s, const weight_identity *id, weight_metad
                         weight_operation *op)
 {
     Wmrpc__MetadataResponse *r = NULL;
-    int rc = id_call(s, M(GET_METADATA), id, 0, &wmrpc__metadata_response__descriptor,
+    uint8_t mem[WC_REPLY_ARENA];
+    pb_arena a;
+    pb_arena_init(&a, mem, sizeof(mem));
+    int rc = id_call(s, M(GET_METADATA), id, 0, &wmrpc__metadata_response__descriptor, &a.alloc,
                      (ProtobufCMessage **)&r);
     if (rc < 0) return rc;
     if (r->metadata == NULL) {
-        wmrpc__metadata_response__free_unpacked(r, NULL);
+        pb_arena_free_unpacked(&a, &r->base);
         return wc_fail(s, WEIGHT_EPROTO, "metadata reply without metadata");
     }
     if (out) wc_from_wire_metadata(r->metadata, out);
     if (op) wc_from_wire_operation(r->operation, op);
-    wmrpc__metadata_response__free_unpacked(r, NULL);
+    pb_arena_free_unpacked(&a, &r->base);
     return WEIGHT_OK;
 }
 
 int weight_get_size(weight_store *s, const weight_identity *id, uint64_t *bytes)
 {
     Wmrpc__SizeResponse *r = NULL;
+    uint8_t mem[PB_ARENA_SMALL];
+    pb_arena a;
     if (bytes == NULL) return s ? wc_fail(s, WEIGHT_EINVALID_ARGUMENT, "no output") : WEIGHT_EINVALID_ARGUMENT;
-    int rc = id_call(s, M(GET_SIZE), id, 0, &wmrpc__size_response__descriptor,
+    pb_arena_init(&a, mem, sizeof(mem));
+    int rc = id_call(s, M(GET_SIZE), id, 0, &wmrpc__size_response__descriptor, &a.alloc,
                      (ProtobufCMessage **)&r);
     if (rc < 0) return rc;
     *bytes = r->logical_bytes;
-    wmrpc__size_response__free_unpacked(r, NULL);
+    pb_arena_free_unpacked(&a, &r->base);
     return WEIGHT_OK;
 }
 
