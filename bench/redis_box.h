@@ -21,7 +21,8 @@ typedef struct redis_box {
  * 0: in memory only. 0, or -1 (nothing left running). */
 int redis_start(redis_box *r, const char *parent, int durable);
 
-/* Fill the server with n keys of 64-byte values (DEBUG POPULATE). 0 or -1. */
+/* Fill the server with n keys, key:0 .. key:N-1, each valued value:N (DEBUG
+ * POPULATE). 0 or -1. */
 int redis_populate(const redis_box *r, long n);
 
 /* Write an RDB (SAVE), restart the server on it, and return the seconds it

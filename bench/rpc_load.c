@@ -191,32 +191,33 @@ static long load_redis_reply(load_run *r, const uint8_t *p, size_t n)
     return (long)(head + (size_t)len + 2);
 }
 
+/* The bytes of the whole RPC reply frame at the start of p[0, n), checked
+ * (load_reply); 0 while it is not all in, -1 (said in r) for a bad one. */
+static long load_rpc_reply(load_run *r, load_conn *c, const uint8_t *p, size_t n)
+{
+    if (n < 4) return 0;
+    size_t len = (size_t)p[0] << 24 | (size_t)p[1] << 16 | (size_t)p[2] << 8 | p[3];
+    if (len == 0 || len + 4 > sizeof(c->in)) return load_fail(r, "a reply frame of %zu bytes", len);
+    if (n < len + 4) return 0;
+    return load_reply(r, c, p + 4, len) < 0 ? -1 : (long)(len + 4);
+}
+
 /* Read what c has and check every whole reply in it; *done gets their
  * count. 0 or -1. */
 static int load_recv(load_run *r, load_conn *c, long *done)
 {
     ssize_t n = recv(c->fd, c->in + c->in_len, sizeof(c->in) - c->in_len, 0);
-    if (n == 0) return load_fail(r, "the master closed a connection");
+    if (n == 0) return load_fail(r, "the server closed a connection");
     if (n < 0) return errno == EAGAIN || errno == EINTR ? 0 : load_fail(r, "recv: %s", strerror(errno));
     c->in_len += (size_t)n;
     size_t at = 0;
     *done = 0;
-    while (load_redis(r) && c->in_len > at) {
-        long whole = load_redis_reply(r, c->in + at, c->in_len - at);
-        if (whole <= 0) {
-            if (whole < 0) return -1;
-            break;
-        }
+    while (c->in_len > at) {
+        long whole = load_redis(r) ? load_redis_reply(r, c->in + at, c->in_len - at)
+                                   : load_rpc_reply(r, c, c->in + at, c->in_len - at);
+        if (whole < 0) return -1;
+        if (whole == 0) break;
         at += (size_t)whole;
-        (*done)++;
-    }
-    while (!load_redis(r) && c->in_len - at >= 4) {
-        const uint8_t *h = c->in + at;
-        size_t len = (size_t)h[0] << 24 | (size_t)h[1] << 16 | (size_t)h[2] << 8 | h[3];
-        if (len == 0 || len + 4 > sizeof(c->in)) return load_fail(r, "a reply frame of %zu bytes", len);
-        if (c->in_len - at < len + 4) break;
-        if (load_reply(r, c, h + 4, len) < 0) return -1;
-        at += len + 4;
         (*done)++;
     }
     memmove(c->in, c->in + at, c->in_len - at);

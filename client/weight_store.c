@@ -636,7 +636,6 @@ void wc_wire_identity(const weight_store *s, const weight_identity *id, Wmrpc__W
     w->generation = id->generation;
 }
 
-
 void wc_from_wire_identity(const Wmrpc__WeightIdentity *w, weight_identity *out)
 {
     memset(out, 0, sizeof *out);

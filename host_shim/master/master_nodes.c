@@ -1002,7 +1002,7 @@ static int h_register(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t
      * while its registration runs (master_nodes_settled). */
     n->last_seen_ms = master_now_ms();
     uint64_t registration = ++n->registrations; /* an older one still running loses */
-    verify_queue_drop(n); /* this registration notes what to verify anew */
+    verify_queue_drop(n); /* this registration starts its own check once the node is up */
     /* A node that registers again restarted: what it had in flight is gone;
      * with a new segment file, so are the bytes of puts into the old one and
      * every queued task that would read or write the old file's ranges (a
