@@ -17,8 +17,10 @@
  * Every byte is under some checksum, every length is checked against the bytes
  * that are really there before it is used, and a truncated file always fails
  * (the trailer must sit exactly at the end and agree with the file length).
- * Loading reads the file whole and validates it all before it returns the
- * image; the one section a caller may ask for early (snap_early) goes out
+ * Loading maps the file read-only (no copy of it, no fresh memory for it:
+ * the pages are the page cache's), brings its pages in a piece at a time and
+ * validates it all before it returns the image; the one section a caller may
+ * ask for early (snap_early) goes out
  * before that, once the header, its frame and its own bytes have checked --
  * or, streamed, once its frame has, its bytes following on a feed and
  * checked with the rest of the file.
@@ -29,8 +31,6 @@
 
 #include "snapshot.h"
 
-#include "host_bulk.h"
-
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -40,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -559,9 +560,10 @@ int snap_file_path(const char *dir, uint64_t last_seq, char *out, size_t cap)
 /* ------------------------------------------------------------------------ */
 
 struct snap_image {
-    uint8_t *buf;           /* the whole file (host_bulk_alloc of buf_len) */
+    const uint8_t *buf;     /* the whole file, mapped read-only (snap_empty
+                             * for an empty one) */
     size_t size;
-    size_t buf_len;
+    size_t map_len;         /* what was mapped: 0 when nothing was */
     uint64_t last_seq;
     snap_section *secs;
     size_t n;
@@ -571,7 +573,7 @@ struct snap_image {
 void snap_image_free(snap_image *img)
 {
     if (img == NULL) return;
-    host_bulk_free(img->buf, img->buf_len);
+    if (img->map_len) (void)munmap((void *)img->buf, img->map_len);
     free(img->secs);
     free(img->path);
     free(img);
@@ -686,8 +688,8 @@ static int snap_parse(snap_image *img, const char *path, char *err, size_t errle
     return SMP_OK;
 }
 
-/* The file is read in pieces of this size, so that a section asked for
- * early (snap_early) can go out as soon as its bytes are in. */
+/* The file is brought in in pieces of this size, so that a section asked
+ * for early (snap_early) can go out as soon as its bytes are in. */
 #define SNAP_READ_CHUNK ((size_t)16 << 20)
 
 size_t snap_feed_wait(snap_feed *f, size_t upto)
@@ -786,7 +788,7 @@ static void snap_early_try(snap_early *e, const uint8_t *p, size_t got)
         uint64_t blen = snap_get64(fr + 8);
         int mine = nl == want && memcmp(fr + SNAP_FRAME_LEN, e->name, nl) == 0;
         if (mine && e->stream && blen > got - pos && blen <= SIZE_MAX) {
-            /* the buffer holds the whole file: the bytes stay where they come */
+            /* the mapping holds the whole file: the bytes stay where they come */
             snap_early_section(e, fr, p + pos, (size_t)blen);
             e->at = pos;
             if (snap_early_stream(e, got) < 0) e->state = -1;
@@ -808,9 +810,40 @@ static void snap_early_try(snap_early *e, const uint8_t *p, size_t got)
     }
 }
 
-/* Read the whole of path into a new image and validate it; when has_seq the
+/* Bring the len bytes of img's mapping at off (a multiple of the page
+ * size) into memory: read from the file where the page cache lacks them and
+ * mapped, so that using them later neither waits for the disk nor faults in
+ * each page. A read that fails -- an I/O error, or bytes the file no longer
+ * has -- is an error here rather than a SIGBUS where the bytes are used.
+ * SMP_OK or SMP_EIO with err set. */
+static int snap_populate(snap_image *img, int fd, size_t off, size_t len, char *err,
+                         size_t errlen)
+{
+    for (;;) {
+        if (madvise((void *)(img->buf + off), len, MADV_POPULATE_READ) == 0) return SMP_OK;
+        int e = errno;
+        if (e == EINTR || e == EAGAIN) continue;
+        if (e == EINVAL) return SMP_OK; /* a kernel before 5.14: the pages come as used */
+        struct stat sb;
+        if (e == EFAULT && fstat(fd, &sb) == 0 && (uint64_t)sb.st_size < off + len)
+            return snap_fail(SMP_EIO, err, errlen,
+                             "%s: read failed: file shrank while being read (%zu bytes,"
+                             " %jd now)", img->path, img->size, (intmax_t)sb.st_size);
+        return snap_fail(SMP_EIO, err, errlen, "%s: read failed: %s", img->path,
+                         e == EFAULT ? "I/O error" : strerror(e));
+    }
+}
+
+/* Map the whole of path into a new image and validate it; when has_seq the
  * header's sequence must equal seq. See snap_load_file for the contract;
- * early (may be NULL) as snap_load_newest_early. */
+ * early (may be NULL) as snap_load_newest_early.
+ *
+ * The file is mapped, not read into a buffer: a snapshot of a large store
+ * is hundreds of MB, which a read copies into as much fresh memory -- on a
+ * virtual machine, where the first touch of a page is dear, most of a
+ * restart's time. Snapshot files are written once and never changed in
+ * place (snap_write_file), so the bytes stay put; a file cut short by
+ * someone else while it is mapped is found by the populate that reads it. */
 static int snap_load_path(const char *path, int has_seq, uint64_t seq,
                           snap_early *early, snap_image **out, char *err,
                           size_t errlen)
@@ -844,26 +877,24 @@ static int snap_load_path(const char *path, int has_seq, uint64_t seq,
         goto free_image;
     }
     img->size = (size_t)sb.st_size;
-    img->buf_len = img->size ? img->size : 1;
-    img->buf = host_bulk_alloc(img->buf_len);
-    if (img->buf == NULL) {
-        rc = snap_fail(SMP_ENOMEM, err, errlen, "%s: out of memory for %zu bytes", path,
-                       img->size);
-        goto free_image;
+    img->buf = snap_empty;
+    if (img->size > 0) {
+        void *map = mmap(NULL, img->size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (map == MAP_FAILED) {
+            rc = snap_fail(errno == ENOMEM ? SMP_ENOMEM : SMP_EIO, err, errlen,
+                           "%s: cannot map %zu bytes: %s", path, img->size, strerror(errno));
+            goto free_image;
+        }
+        img->buf = map;
+        img->map_len = img->size;
     }
     for (size_t got = 0; got < img->size;) {
         size_t ask = img->size - got;
         int piecemeal = early != NULL && (early->state == 0 ||
                                           (early->s.feed != NULL && !early->feed.ended));
         if (piecemeal && ask > SNAP_READ_CHUNK) ask = SNAP_READ_CHUNK;
-        ssize_t k = pread(fd, img->buf + got, ask, (off_t)got);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) {
-            rc = snap_fail(SMP_EIO, err, errlen, "%s: read failed: %s", path,
-                           k < 0 ? strerror(errno) : "file shrank while being read");
-            goto free_image;
-        }
-        got += (size_t)k;
+        if ((rc = snap_populate(img, fd, got, ask, err, errlen)) < 0) goto free_image;
+        got += ask;
         if (early != NULL && early->state == 0)
             snap_early_try(early, img->buf, got);
         else if (early != NULL && early->s.feed != NULL)

@@ -144,7 +144,8 @@ int snap_file_path(const char *dir, uint64_t last_seq, char *out, size_t cap);
 /* -- Loading --------------------------------------------------------------- */
 
 /* Load the newest snapshot-*.snap of dir (the highest sequence in the name).
- * The whole file is read and checked -- magic, format version, header,
+ * The whole file is mapped read-only, brought in and checked -- magic,
+ * format version, header,
  * every section's frame and checksum, lengths, the trailer and the checksum
  * of the whole file, and that the header's sequence matches the file name --
  * before anything is returned. Leftover .tmp files are ignored, and removed

@@ -791,6 +791,55 @@ static void test_file_path_is_the_written_file(void **state)
     snap_builder_free(b);
 }
 
+/* The file /proc/self/maps names for the mapping holding addr, into path
+ * ("" when none or it is anonymous). */
+static void mapping_of(const void *addr, char *path, size_t cap)
+{
+    char line[1024];
+    uintptr_t a = (uintptr_t)addr;
+    path[0] = '\0';
+    FILE *m = fopen("/proc/self/maps", "r");
+    assert_non_null(m);
+    while (fgets(line, sizeof(line), m)) {
+        uintptr_t lo, hi;
+        int at = 0;
+        if (sscanf(line, "%" SCNxPTR "-%" SCNxPTR " %*s %*s %*s %*s %n", &lo, &hi, &at) < 2 ||
+            a < lo || a >= hi)
+            continue;
+        snprintf(path, cap, "%s", at ? line + at : "");
+        path[strcspn(path, "\n")] = '\0';
+        break;
+    }
+    fclose(m);
+}
+
+/* A loaded image's sections are the file's own pages, mapped read-only:
+ * no copy of the file in memory of the process's own (a snapshot of a
+ * large store is hundreds of MB), the bytes the same as written, and the
+ * pages gone with the image. */
+static void test_loaded_sections_are_the_file_mapped(void **state)
+{
+    fixture *f = *state;
+    char written[512], where[1024];
+    snap_builder *b = build_sample(4);
+    assert_int_equal(snap_write_file(b, f->dir, 1, written, sizeof(written)), SMP_OK);
+    snap_builder_free(b);
+    snap_image *img = NULL;
+    char err[512] = "";
+    assert_int_equal(snap_load_file(written, &img, err, sizeof(err)), SMP_OK);
+    assert_true(snap_image_count(img) > 0);
+    for (size_t i = 0; i < snap_image_count(img); i++) {
+        const snap_section *s = snap_image_section_at(img, i);
+        if (s->len == 0) continue;
+        mapping_of(s->data, where, sizeof(where));
+        assert_string_equal(where, written);
+    }
+    const uint8_t *first = snap_image_section_at(img, 0)->data;
+    snap_image_free(img);
+    mapping_of(first, where, sizeof(where));
+    assert_string_not_equal(where, written);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Builder refusals                                                          */
 /* ------------------------------------------------------------------------ */
@@ -1217,6 +1266,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_failed_write_leaves_no_trace, setup, teardown),
         cmocka_unit_test_setup_teardown(test_small_path_buffer_writes_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_file_path_is_the_written_file, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_loaded_sections_are_the_file_mapped, setup, teardown),
         cmocka_unit_test_setup_teardown(test_writer_and_reader_fit_the_host_api, setup, teardown),
         cmocka_unit_test_setup_teardown(test_duplicate_section_names_are_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_names_and_misuse_are_refused, setup, teardown),
