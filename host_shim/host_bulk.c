@@ -20,6 +20,16 @@ void *host_bulk_alloc_huge(size_t len)
     return p;
 }
 
+void host_bulk_populate(void *p, size_t len)
+{
+#ifdef MADV_POPULATE_WRITE
+    if (p != NULL && len > 0) (void)madvise(p, len, MADV_POPULATE_WRITE);
+#else
+    (void)p;
+    (void)len;
+#endif
+}
+
 void host_bulk_free(void *p, size_t len)
 {
     if (p != NULL) (void)munmap(p, len);

@@ -1,19 +1,22 @@
 /* host_bulk.h -- memory for the few large buffers of a restart.
  *
- * A restart reads the snapshot file into one buffer and builds the objects in
- * a slab, hundreds of MB at 100,000 revisions of 10 objects. Each is a
- * mapping of its own, so that the whole of it goes back to the kernel when it
- * is released, and only what is touched is resident.
+ * A restart builds the objects in slabs, hundreds of MB at 100,000 revisions
+ * of 10 objects, and the index tables at their final size. Each is a mapping
+ * of its own, so that the whole of it goes back to the kernel when it is
+ * released, and only what is touched is resident.
  *
  * Which pages to ask for depends on how the memory is read:
  *  - host_bulk_alloc: the kernel's default (4 KiB pages where transparent
- *    huge pages are "madvise", as on Debian). For the snapshot buffer and
- *    the slabs a load fills in order (the reads of the objects afterwards
- *    showed no difference either way). On the 2-vCPU Firecracker guest the
- *    benches run on, the first touch of a huge page zeroes 2 MiB of guest
- *    memory the host has taken back (free page reporting) at about
- *    0.4 GB/s, where 4 KiB pages come at about 2 GB/s (bench/README.md,
- *    "Restart at 1M objects");
+ *    huge pages are "madvise", as on Debian). For the slabs a load fills
+ *    in order (the reads of the objects afterwards showed no difference
+ *    either way), with host_bulk_populate mapping them a window ahead of
+ *    the writes. Huge pages are no better there on the guests the benches
+ *    ran on: on a Firecracker guest the first touch of a huge page zeroes
+ *    2 MiB the host has taken back (free page reporting) at about 0.4 GB/s,
+ *    where 4 KiB pages came at about 2 GB/s; on a PVM guest 4 KiB pages
+ *    faulted one by one came at 0.3 GB/s, huge pages at 0.5-0.6, and the
+ *    restart was no faster with them, while pages mapped a window at a time
+ *    were (bench/README.md, "Restart at 1M objects");
  *  - host_bulk_alloc_huge: asked for transparent huge pages (MADV_HUGEPAGE;
  *    the kernel may still give 4 KiB pages: nothing depends on it). For the
  *    hash tables probed at random places for as long as the master runs,
@@ -31,6 +34,13 @@ void *host_bulk_alloc(size_t len);
 /* host_bulk_alloc with transparent huge pages asked for. Release with
  * host_bulk_free. */
 void *host_bulk_alloc_huge(size_t len);
+
+/* Map the pages of [p, p+len) (within one host_bulk mapping, p at a page
+ * boundary) now, writable, in one call (MADV_POPULATE_WRITE), rather than
+ * one fault per page as they are first written: for memory about to be
+ * filled in order. Advice: where the kernel cannot (before Linux 5.14, or
+ * short of memory) the pages come as they are touched, as without it. */
+void host_bulk_populate(void *p, size_t len);
 
 /* Release what host_bulk_alloc(len) returned. NULL is a no-op. */
 void host_bulk_free(void *p, size_t len);
