@@ -22,8 +22,11 @@
  * libweightclient figure is set against redis-benchmark's, an RPC figure
  * against the same driver's. Then it restarts the master (clean stop,
  * start, until a weight_get_metadata is answered: snapshot plus OpLog tail)
- * next to Redis loading an RDB of as many keys as the master has objects.
- * Prints each figure and the ratio.
+ * next to Redis loading an RDB of as many keys as the master has objects,
+ * twice: keys valued value:N (a few bytes each), and values as large as the
+ * master's snapshot holds per object, so that Redis loads as many bytes as
+ * the master does (rdbcompression off: DEBUG POPULATE's values are padded
+ * with zeros). Prints each figure and the ratio.
  *
  * On the way up it stops at 1,000 and 10,000 revisions (those below N) and
  * at N, waits until the master and the machine are idle (the cold copies of the manifests
@@ -53,7 +56,7 @@
  * WM_BENCH_RESTART=DIR (same DIR and REVISIONS) runs the restart alone on
  * kept data: starts a master on DIR, times it to the first answered read
  * (with its CPU), stops it, then loads Redis with as many keys as the
- * master holds objects and times its RDB load. The restarts append a few
+ * master holds objects and times its two RDB loads. The restarts append a few
  * records each (DIR is not restored).
  *
  * WM_BENCH_READS=DIR runs the read phase alone on data a run with
@@ -603,13 +606,66 @@ static double restart_seconds(hx_master *m, bench *b, double *cpu_s)
     return first_read_seconds(m, b, cpu_s, NULL);
 }
 
+/* The bytes of the newest snapshot under a master's directory, -1 if none
+ * (snapshot-<seq>.snap, the sequence zero-padded: the greatest name). */
+static double newest_snapshot_bytes(const char *master_dir)
+{
+    char dir[600], path[900], best[300] = "";
+    struct stat st;
+    snprintf(dir, sizeof(dir), "%s/data/snapshots", master_dir);
+    DIR *d = opendir(dir);
+    if (d == NULL) return -1;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        size_t n = strlen(e->d_name);
+        if (strncmp(e->d_name, "snapshot-", 9) == 0 && n > 5 && n < sizeof(best) &&
+            strcmp(e->d_name + n - 5, ".snap") == 0 && strcmp(e->d_name, best) > 0)
+            memcpy(best, e->d_name, n + 1);
+    }
+    closedir(d);
+    snprintf(path, sizeof(path), "%s/%s", dir, best);
+    return best[0] && stat(path, &st) == 0 ? (double)st.st_size : -1;
+}
+
+/* The Redis side of a restart: the seconds redis-server takes to load an
+ * RDB of as many keys as the master holds objects, twice -- load[0] with
+ * key:N = value:N (a few bytes a key), load[1] with each value as large as
+ * the master's snapshot holds per object (snap_bytes / objects, less 16 for
+ * the key and its framing), so that both load as many bytes; rdb[1] that
+ * RDB's size. -1 where not measured. rb is running, empty or holding some
+ * of the keys key:N = value:N. */
+static void redis_loads(redis_box *rb, double objects, double snap_bytes, double load[2],
+                        double rdb[2])
+{
+    load[0] = load[1] = rdb[0] = rdb[1] = -1;
+    if (objects <= 0) return;
+    if (redis_populate(rb, (long)objects) == 0 && (load[0] = redis_reload_seconds(rb)) > 0)
+        rdb[0] = redis_rdb_bytes(rb);
+    long value = snap_bytes > 0 ? (long)(snap_bytes / objects) - 16 : -1;
+    if (value > 0 && redis_populate_sized(rb, (long)objects, value) == 0 &&
+        (load[1] = redis_reload_seconds(rb)) > 0)
+        rdb[1] = redis_rdb_bytes(rb);
+}
+
+/* The restart line: the master's figure and both Redis loads. */
+static void print_restart(double objects, double t, double snap_bytes, const double load[2],
+                          const double rdb[2])
+{
+    printf("  snapshot %.1f MB; redis RDB of %.0f keys: key:N = value:N (%.1f MB) loaded in "
+           "%.3f s, %.0f keys/s, x%.2f;   values as large as the snapshot's per object "
+           "(%.1f MB) loaded in %.3f s, %.0f keys/s, x%.2f   (target >= 1.0x, serving < 2 s)\n",
+           snap_bytes / 1e6, objects, rdb[0] / 1e6, load[0],
+           load[0] > 0 ? objects / load[0] : 0.0, load[0] > 0 ? load[0] / t : 0.0,
+           rdb[1] / 1e6, load[1], load[1] > 0 ? objects / load[1] : 0.0,
+           load[1] > 0 ? load[1] / t : 0.0);
+}
+
 /* WM_BENCH_RESTART=DIR: the restart alone on kept data, next to Redis
- * loading an RDB of as many keys (see the top). */
+ * loading RDBs of as many keys (see the top). */
 static int restart_only(const char *kept, const char *parent, bench *b)
 {
     hx_master m;
     redis_box rb;
-    double cpu = -1, redis_load = -1, minflt = -1;
+    double cpu = -1, minflt = -1, load[2] = {-1, -1}, rdb[2] = {-1, -1};
     if (kept_master(&m, kept, "WM_BENCH_RESTART") < 0) return 2;
     b->socket = m.socket;
     double t = first_read_seconds(&m, b, &cpu, &minflt);
@@ -621,16 +677,14 @@ static int restart_only(const char *kept, const char *parent, bench *b)
     double objects = hx_metric(&m, "store_objects{data_type=\"weight\"}") +
                      hx_metric(&m, "store_objects{data_type=\"metadata\"}");
     hx_stop(&m);
+    double snap = newest_snapshot_bytes(m.dir);
     memset(&rb, 0, sizeof(rb));
-    if (objects > 0 && redis_start(&rb, parent, 0) == 0 && redis_populate(&rb, (long)objects) == 0)
-        redis_load = redis_reload_seconds(&rb);
+    if (redis_start(&rb, parent, 0) == 0) redis_loads(&rb, objects, snap, load, rdb);
     redis_stop(&rb);
     printf("restart with %ld revisions (%.0f objects, kept data): serving in %.3f s (master CPU "
-           "%.2f s, %.1fk minor faults), %.0f objects/s;   redis RDB of %.0f keys loaded in %.3f s, "
-           "%.0f keys/s;   x%.2f (target >= 1.0x, serving < 2 s)\n",
-           b->n_revisions, objects, t, cpu, minflt / 1000, objects / t, objects, redis_load,
-           redis_load > 0 ? objects / redis_load : 0.0,
-           redis_load > 0 ? (objects / t) / (objects / redis_load) : 0.0);
+           "%.2f s, %.1fk minor faults), %.0f objects/s\n",
+           b->n_revisions, objects, t, cpu, minflt / 1000, objects / t);
+    print_restart(objects, t, snap, load, rdb);
     return 0;
 }
 
@@ -876,7 +930,8 @@ int main(int argc, char **argv)
     /* Redis runs beside the master from here: the reads take turns with it. */
     redis_box rb;
     read_fig fig[2][READ_KINDS][2]; /* [pinned][kind][clients] */
-    double rd[2][2][2], redis_load = -1; /* [pinned][source][clients] */
+    double rd[2][2][2]; /* [pinned][source][clients] */
+    double redis_load[2] = {-1, -1}, rdb[2] = {-1, -1};
     memset(&rb, 0, sizeof(rb));
     int have_redis = redis_start(&rb, dir, 0) == 0 && redis_populate(&rb, b.n_revisions) == 0;
     if (!have_redis)
@@ -897,15 +952,14 @@ int main(int argc, char **argv)
         redis_stop(&rb);
         goto stop;
     }
-    if (have_redis && objects > 0 && redis_populate(&rb, (long)objects) == 0)
-        redis_load = redis_reload_seconds(&rb);
+    double snap_bytes = newest_snapshot_bytes(m.dir);
+    if (have_redis) /* the read phase's keys are among key:0 .. */
+        redis_loads(&rb, objects, snap_bytes, redis_load, rdb);
     redis_stop(&rb);
     printf("restart with %ld revisions (%.0f objects; %.0f records appended this run, newest "
-           "snapshot at seq %.0f): serving in %.3f s (master CPU %.2f s), %.0f objects/s;   redis "
-           "RDB of %.0f keys loaded in %.3f s, %.0f keys/s;   x%.2f (target >= 1.0x, serving < 2 s)\n",
-           b.n_revisions, objects, appends, snap_seq, restart, restart_cpu, objects / restart, objects,
-           redis_load, redis_load > 0 ? objects / redis_load : 0.0,
-           redis_load > 0 ? (objects / restart) / (objects / redis_load) : 0.0);
+           "snapshot at seq %.0f): serving in %.3f s (master CPU %.2f s), %.0f objects/s\n",
+           b.n_revisions, objects, appends, snap_seq, restart, restart_cpu, objects / restart);
+    print_restart(objects, restart, snap_bytes, redis_load, rdb);
     print_reads(&b, 0, fig[0], rd[0]);
     print_reads(&b, 1, fig[1], rd[1]);
     const int *counts = read_clients;
@@ -928,8 +982,14 @@ int main(int argc, char **argv)
     }
     bench_fmt(what, sizeof(what), "restart, %ld revisions (%.0f objects)", b.n_revisions, objects);
     bench_summary(what, bench_fmt(f1, sizeof(f1), "%.2f s, %.0f objects/s", restart, objects / restart),
-                  bench_fmt(f2, sizeof(f2), "redis RDB load %.0f keys/s", redis_load > 0 ? objects / redis_load : 0.0),
-                  redis_load > 0 ? (objects / restart) / (objects / redis_load) : -1, ">= 1.0x, < 2 s");
+                  bench_fmt(f2, sizeof(f2), "redis RDB load, key:N = value:N, %.0f keys/s",
+                            redis_load[0] > 0 ? objects / redis_load[0] : 0.0),
+                  redis_load[0] > 0 ? redis_load[0] / restart : -1, ">= 1.0x, < 2 s");
+    bench_fmt(what, sizeof(what), "restart, %ld revisions, against as many bytes", b.n_revisions);
+    bench_summary(what, bench_fmt(f1, sizeof(f1), "%.2f s (snapshot %.0f MB)", restart, snap_bytes / 1e6),
+                  bench_fmt(f2, sizeof(f2), "redis RDB load, %.0f MB, %.0f keys/s", rdb[1] / 1e6,
+                            redis_load[1] > 0 ? objects / redis_load[1] : 0.0),
+                  redis_load[1] > 0 ? redis_load[1] / restart : -1, ">= 1.0x");
     bench_fmt(what, sizeof(what), "reconcile tick, %ld vs %ld revisions", hi->revisions, lo->revisions);
     bench_summary(what, bench_fmt(f1, sizeof(f1), "%.1f us", hi->tick_us),
                   bench_fmt(f2, sizeof(f2), "%.1f us", lo->tick_us), hi->tick_us / lo->tick_us, "<= 1.3x");

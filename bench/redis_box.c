@@ -60,7 +60,8 @@ static int redis_spawn(redis_box *r)
         execlp("redis-server", "redis-server", "--port", "0", "--unixsocket", r->sock, "--dir",
                r->dir, "--appendonly", r->durable ? "yes" : "no", "--appendfsync", "always",
                "--save", "", "--logfile", log, "--enable-debug-command", "local",
-               (char *)NULL);
+               /* an RDB holds the bytes it was given (redis_populate_sized) */
+               "--rdbcompression", "no", (char *)NULL);
         _exit(127);
     }
     for (int i = 0; i < 400; i++) {
@@ -88,15 +89,22 @@ int redis_start(redis_box *r, const char *parent, int durable)
     return redis_spawn(r);
 }
 
-/* redis-cli on r's socket with the given arguments; its exit status. */
-static int redis_cli(const redis_box *r, const char *a1, const char *a2, const char *a3,
-                     const char *a4)
+/* redis-cli on r's socket with the given arguments (up to a NULL); 0, or -1
+ * when it failed or answered an error. */
+static int redis_cli5(const redis_box *r, const char *a1, const char *a2, const char *a3,
+                      const char *a4, const char *a5)
 {
     char out[4096];
     char *argv[] = {"redis-cli", "-s", (char *)r->sock, (char *)a1, (char *)a2, (char *)a3,
-                    (char *)a4, NULL};
+                    (char *)a4, (char *)a5, NULL};
     int rc = bench_run_capture(argv, out, sizeof(out));
     return rc != 0 || strstr(out, "ERR") != NULL ? -1 : 0;
+}
+
+static int redis_cli(const redis_box *r, const char *a1, const char *a2, const char *a3,
+                     const char *a4)
+{
+    return redis_cli5(r, a1, a2, a3, a4, NULL);
 }
 
 int redis_populate(const redis_box *r, long n)
@@ -104,6 +112,16 @@ int redis_populate(const redis_box *r, long n)
     char count[32];
     snprintf(count, sizeof(count), "%ld", n);
     return redis_cli(r, "DEBUG", "POPULATE", count, "key");
+}
+
+int redis_populate_sized(const redis_box *r, long n, long value_bytes)
+{
+    char count[32], size[32];
+    snprintf(count, sizeof(count), "%ld", n);
+    snprintf(size, sizeof(size), "%ld", value_bytes);
+    return redis_cli(r, "FLUSHALL", NULL, NULL, NULL) < 0
+               ? -1
+               : redis_cli5(r, "DEBUG", "POPULATE", count, "key", size);
 }
 
 double redis_reload_seconds(redis_box *r)
@@ -126,6 +144,14 @@ double redis_reload_seconds(redis_box *r)
         if (secs < 0) usleep(25000);
     }
     return secs;
+}
+
+double redis_rdb_bytes(const redis_box *r)
+{
+    char path[700];
+    struct stat st;
+    snprintf(path, sizeof(path), "%s/dump.rdb", r->dir);
+    return stat(path, &st) == 0 ? (double)st.st_size : -1;
 }
 
 static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)

@@ -25,9 +25,17 @@ int redis_start(redis_box *r, const char *parent, int durable);
  * POPULATE). 0 or -1. */
 int redis_populate(const redis_box *r, long n);
 
+/* The same with values of value_bytes each (DEBUG POPULATE's size: the
+ * value padded with zero bytes, written to the RDB as they are, since the
+ * server runs with rdbcompression off). 0 or -1. */
+int redis_populate_sized(const redis_box *r, long n, long value_bytes);
+
 /* Write an RDB (SAVE), restart the server on it, and return the seconds it
  * took to load it as the server reports ("DB loaded from disk"), or -1. */
 double redis_reload_seconds(redis_box *r);
+
+/* The size of the server's RDB file (dump.rdb) in bytes, -1 if none. */
+double redis_rdb_bytes(const redis_box *r);
 
 /* Stop the server (SIGTERM) and remove its directory. */
 void redis_stop(redis_box *r);
