@@ -31,6 +31,8 @@
 
 #include "snapshot.h"
 
+#include "host_bulk.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -182,7 +184,57 @@ typedef struct snap_bsec {
     uint16_t encver;
     uint8_t *data;      /* owned; NULL when len is 0 */
     size_t len;
+    size_t cap;         /* data's room: a mapping when >= SNAP_MAP_MIN
+                         * (snap_buf_free), else malloc's */
 } snap_bsec;
+
+/* A section's bytes grow in a buffer of their own: from malloc while
+ * small, then, from SNAP_MAP_MIN on, in a mapping of its own that mremap
+ * grows without copying (in place, or by moving its pages), its pages
+ * mapped a window (SNAP_MAP_AHEAD) ahead of the writes in one call each
+ * (host_bulk_populate). The section of a large store is hundreds of MB:
+ * grown by realloc it was copied at each doubling, into memory touched for
+ * the first time, then faulted in a page at a time as it was written. A
+ * buffer of cap >= SNAP_MAP_MIN is a mapping, one below it malloc's: the
+ * growth keeps that true, and snap_buf_free relies on it. */
+#define SNAP_MAP_MIN ((size_t)1 << 20)
+#define SNAP_MAP_AHEAD ((size_t)4 << 20)
+
+static void snap_buf_free(uint8_t *buf, size_t cap)
+{
+    if (cap >= SNAP_MAP_MIN)
+        host_bulk_free(buf, cap);
+    else
+        free(buf);
+}
+
+/* Room for need bytes in w (need > w->cap): the capacity doubled until it
+ * holds them -- by realloc below SNAP_MAP_MIN, by a new mapping the bytes
+ * are copied into when it reaches it, by mremap above. SMP_OK or
+ * SMP_ENOMEM (w unchanged). */
+static int snap_writer_grow(smp_writer *w, size_t need)
+{
+    size_t ncap = w->cap ? w->cap : 256;
+    while (ncap < need) ncap = (ncap > SIZE_MAX / 2) ? need : ncap * 2;
+    if (ncap >= SNAP_MAP_MIN) /* a whole number of windows' pages */
+        ncap = (ncap + SNAP_MAP_MIN - 1) / SNAP_MAP_MIN * SNAP_MAP_MIN;
+    uint8_t *nb;
+    if (ncap < SNAP_MAP_MIN) {
+        if ((nb = realloc(w->buf, ncap)) == NULL) return SMP_ENOMEM;
+    } else if (w->cap < SNAP_MAP_MIN) {
+        if ((nb = host_bulk_alloc(ncap)) == NULL) return SMP_ENOMEM;
+        if (w->len) memcpy(nb, w->buf, w->len);
+        free(w->buf);
+        w->ready = 0;
+    } else {
+        void *m = mremap(w->buf, w->cap, ncap, MREMAP_MAYMOVE);
+        if (m == MAP_FAILED) return SMP_ENOMEM;
+        nb = m;
+    }
+    w->buf = nb;
+    w->cap = ncap;
+    return SMP_OK;
+}
 
 struct snap_builder {
     uint64_t last_seq;
@@ -206,9 +258,9 @@ snap_builder *snap_builder_new(uint64_t last_seq)
 void snap_builder_free(snap_builder *b)
 {
     if (b == NULL) return;
-    for (size_t i = 0; i < b->n; i++) free(b->secs[i].data);
+    for (size_t i = 0; i < b->n; i++) snap_buf_free(b->secs[i].data, b->secs[i].cap);
     free(b->secs);
-    free(b->w.buf);
+    snap_buf_free(b->w.buf, b->w.cap);
     free(b);
 }
 
@@ -232,9 +284,10 @@ static int snap_builder_admit(snap_builder *b, const char *name)
     return SMP_OK;
 }
 
-/* Append a section to the (already admitted) builder; takes data. */
+/* Append a section to the (already admitted) builder; takes data, of cap
+ * bytes' room (snap_buf_free). */
 static void snap_builder_push(snap_builder *b, const char *name, uint16_t encver,
-                              uint8_t *data, size_t len)
+                              uint8_t *data, size_t len, size_t cap)
 {
     snap_bsec *s = &b->secs[b->n++];
     memset(s, 0, sizeof(*s));
@@ -242,6 +295,15 @@ static void snap_builder_push(snap_builder *b, const char *name, uint16_t encver
     s->encver = encver;
     s->data = data;
     s->len = len;
+    s->cap = cap;
+}
+
+/* Drop w's buffer: empty, ready for a section. */
+static void snap_writer_reset(smp_writer *w)
+{
+    snap_buf_free(w->buf, w->cap);
+    w->buf = NULL;
+    w->len = w->cap = w->ready = 0;
 }
 
 int snap_builder_begin_section(snap_builder *b, const char *name, uint16_t encver,
@@ -250,10 +312,7 @@ int snap_builder_begin_section(snap_builder *b, const char *name, uint16_t encve
     int rc;
     if (b == NULL || w == NULL) return SMP_EINVAL;
     if ((rc = snap_builder_admit(b, name)) < 0) return rc;
-    free(b->w.buf);
-    b->w.buf = NULL;
-    b->w.len = 0;
-    b->w.cap = 0;
+    snap_writer_reset(&b->w);
     b->w.err = 0;
     b->w.open = 1;
     memcpy(b->open_name, name, strlen(name) + 1);
@@ -269,14 +328,12 @@ int snap_builder_end_section(snap_builder *b)
     b->w.open = 0;
     if (b->w.err < 0) {
         int rc = b->w.err;
-        free(b->w.buf);
-        b->w.buf = NULL;
-        b->w.len = b->w.cap = 0;
+        snap_writer_reset(&b->w);
         return rc;
     }
-    snap_builder_push(b, b->open_name, b->open_encver, b->w.buf, b->w.len);
-    b->w.buf = NULL;
-    b->w.len = b->w.cap = 0;
+    snap_builder_push(b, b->open_name, b->open_encver, b->w.buf, b->w.len, b->w.cap);
+    b->w.buf = NULL; /* the section's now */
+    b->w.len = b->w.cap = b->w.ready = 0;
     return SMP_OK;
 }
 
@@ -289,13 +346,14 @@ int snap_writer_write(smp_writer *w, const void *buf, size_t len)
     if (buf == NULL) return w->err = SMP_EINVAL;
     if (len > SIZE_MAX - w->len) return w->err = SMP_ERANGE;
     size_t need = w->len + len;
-    if (need > w->cap) {
-        size_t ncap = w->cap ? w->cap : 256;
-        while (ncap < need) ncap = (ncap > SIZE_MAX / 2) ? need : ncap * 2;
-        uint8_t *nb = realloc(w->buf, ncap);
-        if (nb == NULL) return w->err = SMP_ENOMEM;
-        w->buf = nb;
-        w->cap = ncap;
+    if (need > w->cap && snap_writer_grow(w, need) < 0) return w->err = SMP_ENOMEM;
+    if (w->cap >= SNAP_MAP_MIN && need > w->ready) {
+        /* ready stays a multiple of the window (or the capacity, a whole
+         * number of MiB): the page boundary madvise asks for */
+        size_t to = (need + SNAP_MAP_AHEAD - 1) / SNAP_MAP_AHEAD * SNAP_MAP_AHEAD;
+        if (to > w->cap) to = w->cap;
+        host_bulk_populate(w->buf + w->ready, to - w->ready);
+        w->ready = to;
     }
     memcpy(w->buf + w->len, buf, len);
     w->len = need;
@@ -313,7 +371,8 @@ int snap_builder_add_raw(snap_builder *b, const char *name, uint16_t encver,
         if ((copy = malloc(len)) == NULL) return SMP_ENOMEM;
         memcpy(copy, data, len);
     }
-    snap_builder_push(b, name, encver, copy, len);
+    /* malloc's whatever its size: a room below SNAP_MAP_MIN says so */
+    snap_builder_push(b, name, encver, copy, len, 0);
     return SMP_OK;
 }
 

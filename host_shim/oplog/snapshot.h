@@ -61,6 +61,7 @@ struct smp_writer {
     uint8_t *buf;
     size_t len;
     size_t cap;
+    size_t ready;   /* bytes of buf whose pages are mapped (a large buffer's) */
     int open;   /* 1 between begin_section and end_section */
     int err;    /* first failure of a write (sticky), 0 if none */
 };

@@ -840,6 +840,73 @@ static void test_loaded_sections_are_the_file_mapped(void **state)
     assert_string_not_equal(where, written);
 }
 
+/* The byte at i of the large sections below. */
+static uint8_t big_byte(size_t i, uint8_t salt)
+{
+    return (uint8_t)(i * 31 + (i >> 11) + salt);
+}
+
+/* Sections written through the writer in pieces of many sizes grow past
+ * the point where their buffer becomes a mapping (1 MiB) and on through
+ * mremap (26 MiB here), one after another through the same writer, with a
+ * small one between them: the file holds every byte in order, each section
+ * loads back byte for byte. A section that failed (a write refused after
+ * some 3 MiB) leaves nothing behind and the next one is written. */
+static void test_large_sections_written_in_pieces_round_trip(void **state)
+{
+    fixture *f = *state;
+    char path[512], err[512] = "";
+    const size_t big[2] = {((size_t)26 << 20) + 123, ((size_t)5 << 20) + 7};
+    const char *names[2] = {"big_one", "big_two"};
+    snap_builder *b = snap_builder_new(9);
+    assert_non_null(b);
+    smp_writer *w = NULL;
+    uint8_t *piece = malloc(70001);
+    assert_non_null(piece);
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(snap_builder_begin_section(b, names[k], 1, &w), SMP_OK);
+        for (size_t at = 0, step = 1; at < big[k]; step = step * 7 % 70001 + 1) {
+            size_t n = big[k] - at < step ? big[k] - at : step;
+            for (size_t i = 0; i < n; i++) piece[i] = big_byte(at + i, (uint8_t)k);
+            assert_int_equal(snap_writer_write(w, piece, n), SMP_OK);
+            at += n;
+        }
+        assert_int_equal(snap_builder_end_section(b), SMP_OK);
+        if (k == 0) {
+            assert_int_equal(snap_builder_begin_section(b, "small", 1, &w), SMP_OK);
+            assert_int_equal(snap_writer_write(w, "between", 7), SMP_OK);
+            assert_int_equal(snap_builder_end_section(b), SMP_OK);
+            assert_int_equal(snap_builder_begin_section(b, "failed", 1, &w), SMP_OK);
+            for (int i = 0; i < 48; i++) assert_int_equal(snap_writer_write(w, piece, 65536), SMP_OK);
+            assert_int_equal(snap_writer_write(w, NULL, 1), SMP_EINVAL);
+            assert_int_equal(snap_builder_end_section(b), SMP_EINVAL);
+        }
+    }
+    free(piece);
+    assert_int_equal(snap_write_file(b, f->dir, 1, path, sizeof(path)), SMP_OK);
+    snap_builder_free(b);
+
+    snap_image *img = NULL;
+    assert_int_equal(snap_load_file(path, &img, err, sizeof(err)), SMP_OK);
+    assert_int_equal(snap_image_count(img), 3);
+    assert_null(snap_image_section(img, "failed"));
+    const snap_section *small = snap_image_section(img, "small");
+    assert_non_null(small);
+    assert_int_equal(small->len, 7);
+    assert_memory_equal(small->data, "between", 7);
+    for (int k = 0; k < 2; k++) {
+        const snap_section *s = snap_image_section(img, names[k]);
+        assert_non_null(s);
+        assert_int_equal(s->len, big[k]);
+        size_t bad = 0;
+        for (size_t i = 0; i < s->len; i++) bad += s->data[i] != big_byte(i, (uint8_t)k);
+        assert_int_equal(bad, 0);
+    }
+    assert_string_equal(snap_image_section_at(img, 0)->name, "big_one");
+    assert_string_equal(snap_image_section_at(img, 2)->name, "big_two");
+    snap_image_free(img);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Builder refusals                                                          */
 /* ------------------------------------------------------------------------ */
@@ -1267,6 +1334,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_small_path_buffer_writes_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_file_path_is_the_written_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_loaded_sections_are_the_file_mapped, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_large_sections_written_in_pieces_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_writer_and_reader_fit_the_host_api, setup, teardown),
         cmocka_unit_test_setup_teardown(test_duplicate_section_names_are_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_names_and_misuse_are_refused, setup, teardown),
