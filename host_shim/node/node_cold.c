@@ -281,7 +281,8 @@ static int hash_file_data(int fd, uint64_t len, uint8_t md[32])
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
     if (ctx == NULL)
         return SMP_ENOMEM;
-    buf = malloc(COLD_CHUNK);
+    size_t cap = len < COLD_CHUNK ? (size_t)len : COLD_CHUNK; /* as readback_main's */
+    buf = malloc(cap ? cap : 1);
     if (buf == NULL) {
         rc = SMP_ENOMEM;
         goto free_ctx;
@@ -291,7 +292,7 @@ static int hash_file_data(int fd, uint64_t len, uint8_t md[32])
         goto free_buf;
     }
     while (done < len) {
-        size_t n = len - done < COLD_CHUNK ? (size_t)(len - done) : COLD_CHUNK;
+        size_t n = len - done < cap ? (size_t)(len - done) : cap;
         if ((rc = pread_all(fd, buf, n, COLD_HEADER_BYTES + done)) < 0)
             goto free_buf;
         EVP_DigestUpdate(ctx, buf, n);
@@ -327,7 +328,10 @@ static void *readback_main(void *arg)
 {
     readback *r = arg;
     uint64_t done = 0;
-    uint8_t *buf = malloc(COLD_CHUNK);
+    /* no more than the object: a small one (a manifest) needs no 4 MiB
+     * buffer, a fresh mapping per persist where malloc maps large blocks */
+    size_t cap = r->len < COLD_CHUNK ? (size_t)r->len : COLD_CHUNK;
+    uint8_t *buf = malloc(cap ? cap : 1);
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
     r->rc = SMP_OK;
     if (buf == NULL || ctx == NULL || !EVP_DigestInit_ex(ctx, EVP_sha256(), NULL)) {
@@ -348,7 +352,7 @@ static void *readback_main(void *arg)
             r->rc = SMP_ECANCELED;
             goto free_all;
         }
-        n = avail < COLD_CHUNK ? (size_t)avail : COLD_CHUNK;
+        n = avail < cap ? (size_t)avail : cap;
         if ((r->rc = pread_all(r->rfd, buf, n, COLD_HEADER_BYTES + done)) < 0)
             goto free_all;
         EVP_DigestUpdate(ctx, buf, n);
