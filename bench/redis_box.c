@@ -91,8 +91,8 @@ int redis_start(redis_box *r, const char *parent, int durable)
 
 /* redis-cli on r's socket with the given arguments (up to a NULL); 0, or -1
  * when it failed or answered an error. */
-static int redis_cli5(const redis_box *r, const char *a1, const char *a2, const char *a3,
-                      const char *a4, const char *a5)
+static int redis_cli(const redis_box *r, const char *a1, const char *a2, const char *a3,
+                     const char *a4, const char *a5)
 {
     char out[4096];
     char *argv[] = {"redis-cli", "-s", (char *)r->sock, (char *)a1, (char *)a2, (char *)a3,
@@ -101,17 +101,11 @@ static int redis_cli5(const redis_box *r, const char *a1, const char *a2, const 
     return rc != 0 || strstr(out, "ERR") != NULL ? -1 : 0;
 }
 
-static int redis_cli(const redis_box *r, const char *a1, const char *a2, const char *a3,
-                     const char *a4)
-{
-    return redis_cli5(r, a1, a2, a3, a4, NULL);
-}
-
 int redis_populate(const redis_box *r, long n)
 {
     char count[32];
     snprintf(count, sizeof(count), "%ld", n);
-    return redis_cli(r, "DEBUG", "POPULATE", count, "key");
+    return redis_cli(r, "DEBUG", "POPULATE", count, "key", NULL);
 }
 
 int redis_populate_sized(const redis_box *r, long n, long value_bytes)
@@ -119,16 +113,16 @@ int redis_populate_sized(const redis_box *r, long n, long value_bytes)
     char count[32], size[32];
     snprintf(count, sizeof(count), "%ld", n);
     snprintf(size, sizeof(size), "%ld", value_bytes);
-    return redis_cli(r, "FLUSHALL", NULL, NULL, NULL) < 0
+    return redis_cli(r, "FLUSHALL", NULL, NULL, NULL, NULL) < 0
                ? -1
-               : redis_cli5(r, "DEBUG", "POPULATE", count, "key", size);
+               : redis_cli(r, "DEBUG", "POPULATE", count, "key", size);
 }
 
 double redis_reload_seconds(redis_box *r)
 {
     char path[700], line[512];
     double secs = -1;
-    if (redis_cli(r, "SAVE", NULL, NULL, NULL) < 0) return -1;
+    if (redis_cli(r, "SAVE", NULL, NULL, NULL, NULL) < 0) return -1;
     kill(r->pid, SIGTERM);
     waitpid(r->pid, NULL, 0);
     r->pid = 0;

@@ -20,14 +20,18 @@ void *host_bulk_alloc_huge(size_t len)
     return p;
 }
 
-void host_bulk_populate(void *p, size_t len)
+size_t host_bulk_ready(void *base, size_t ready, size_t upto, size_t len)
 {
+    if (upto <= ready) return ready;
+    /* a multiple of the window: the page boundary madvise asks for */
+    size_t to = (upto + HOST_BULK_AHEAD - 1) / HOST_BULK_AHEAD * HOST_BULK_AHEAD;
+    if (to > len) to = len;
 #ifdef MADV_POPULATE_WRITE
-    if (p != NULL && len > 0) (void)madvise(p, len, MADV_POPULATE_WRITE);
+    (void)madvise((char *)base + ready, to - ready, MADV_POPULATE_WRITE);
 #else
-    (void)p;
-    (void)len;
+    (void)base;
 #endif
+    return to;
 }
 
 void host_bulk_free(void *p, size_t len)

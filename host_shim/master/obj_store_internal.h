@@ -116,8 +116,7 @@ typedef struct obj_slab {
     size_t len;   /* bytes mapped, this header included */
     size_t used;  /* bytes handed out, this header included */
     size_t refs;  /* objects not freed, plus one while the load runs */
-    size_t ready; /* bytes whose pages are mapped: a multiple of
-                   * OBJ_SLAB_AHEAD, or len (obj_slab_take) */
+    size_t ready; /* bytes whose pages are mapped (host_bulk_ready) */
 } obj_slab;
 
 typedef struct obj_object {
@@ -364,12 +363,9 @@ size_t obj_object_bytes(const Hostrec__ObjectRecord *m);
 obj_slab *obj_slab_new(size_t bytes);
 /* Drop one reference; the last unmaps the slab. NULL is a no-op. */
 void obj_slab_unref(obj_slab *sl);
-/* How far ahead of the objects a slab's pages are mapped: one call per
- * window (host_bulk_populate) instead of a fault per 4 KiB page. */
-#define OBJ_SLAB_AHEAD ((size_t)4 << 20)
 /* Hand out need bytes of sl (the caller checked there is room; zeroed),
- * one reference more, mapping the pages up to the end of the window they
- * reach into first when they reach past what is mapped. */
+ * one reference more, its pages mapped a window ahead first
+ * (host_bulk_ready). */
 void *obj_slab_take(obj_slab *sl, size_t need);
 int obj_segment_msg_ok(const Hostrec__SegmentRecord *m);
 int obj_apply_segment_mount(obj_store *st, const Hostrec__SegmentRecord *m);

@@ -356,20 +356,10 @@ void obj_slab_unref(obj_slab *sl)
     if (sl != NULL && --sl->refs == 0) host_bulk_free(sl, sl->len);
 }
 
-/* On the benches' PVM guest a page faulted on its own costs some 13 us, and
- * about half that mapped a window at a time (bench/README.md); the window
- * keeps the mapped but unused tail of the last slab small. */
 void *obj_slab_take(obj_slab *sl, size_t need)
 {
     size_t end = sl->used + need;
-    if (end > sl->ready) {
-        /* ready stays a multiple of the window: the page boundary madvise
-         * asks for (the slab itself starts at one) */
-        size_t to = (end + OBJ_SLAB_AHEAD - 1) / OBJ_SLAB_AHEAD * OBJ_SLAB_AHEAD;
-        if (to > sl->len) to = sl->len;
-        host_bulk_populate((char *)sl + sl->ready, to - sl->ready);
-        sl->ready = to;
-    }
+    sl->ready = host_bulk_ready(sl, sl->ready, end, sl->len);
     void *p = (char *)sl + sl->used;
     sl->used = end;
     sl->refs++;

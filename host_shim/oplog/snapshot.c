@@ -191,14 +191,12 @@ typedef struct snap_bsec {
 /* A section's bytes grow in a buffer of their own: from malloc while
  * small, then, from SNAP_MAP_MIN on, in a mapping of its own that mremap
  * grows without copying (in place, or by moving its pages), its pages
- * mapped a window (SNAP_MAP_AHEAD) ahead of the writes in one call each
- * (host_bulk_populate). The section of a large store is hundreds of MB:
+ * mapped a window ahead of the writes (host_bulk_ready). The section of a large store is hundreds of MB:
  * grown by realloc it was copied at each doubling, into memory touched for
  * the first time, then faulted in a page at a time as it was written. A
  * buffer of cap >= SNAP_MAP_MIN is a mapping, one below it malloc's: the
  * growth keeps that true, and snap_buf_free relies on it. */
 #define SNAP_MAP_MIN ((size_t)1 << 20)
-#define SNAP_MAP_AHEAD ((size_t)4 << 20)
 
 static void snap_buf_free(uint8_t *buf, size_t cap)
 {
@@ -216,7 +214,7 @@ static int snap_writer_grow(smp_writer *w, size_t need)
 {
     size_t ncap = w->cap ? w->cap : 256;
     while (ncap < need) ncap = (ncap > SIZE_MAX / 2) ? need : ncap * 2;
-    if (ncap >= SNAP_MAP_MIN) /* a whole number of windows' pages */
+    if (ncap >= SNAP_MAP_MIN) /* whole pages: host_bulk_ready may map to the end */
         ncap = (ncap + SNAP_MAP_MIN - 1) / SNAP_MAP_MIN * SNAP_MAP_MIN;
     uint8_t *nb;
     if (ncap < SNAP_MAP_MIN) {
@@ -347,14 +345,7 @@ int snap_writer_write(smp_writer *w, const void *buf, size_t len)
     if (len > SIZE_MAX - w->len) return w->err = SMP_ERANGE;
     size_t need = w->len + len;
     if (need > w->cap && snap_writer_grow(w, need) < 0) return w->err = SMP_ENOMEM;
-    if (w->cap >= SNAP_MAP_MIN && need > w->ready) {
-        /* ready stays a multiple of the window (or the capacity, a whole
-         * number of MiB): the page boundary madvise asks for */
-        size_t to = (need + SNAP_MAP_AHEAD - 1) / SNAP_MAP_AHEAD * SNAP_MAP_AHEAD;
-        if (to > w->cap) to = w->cap;
-        host_bulk_populate(w->buf + w->ready, to - w->ready);
-        w->ready = to;
-    }
+    if (w->cap >= SNAP_MAP_MIN) w->ready = host_bulk_ready(w->buf, w->ready, need, w->cap);
     memcpy(w->buf + w->len, buf, len);
     w->len = need;
     return SMP_OK;
@@ -621,8 +612,7 @@ int snap_file_path(const char *dir, uint64_t last_seq, char *out, size_t cap)
 struct snap_image {
     const uint8_t *buf;     /* the whole file, mapped read-only (snap_empty
                              * for an empty one) */
-    size_t size;
-    size_t map_len;         /* what was mapped: 0 when nothing was */
+    size_t size;            /* mapped whole unless buf is snap_empty */
     uint64_t last_seq;
     snap_section *secs;
     size_t n;
@@ -632,7 +622,7 @@ struct snap_image {
 void snap_image_free(snap_image *img)
 {
     if (img == NULL) return;
-    if (img->map_len) (void)munmap((void *)img->buf, img->map_len);
+    if (img->buf != NULL && img->buf != snap_empty) (void)munmap((void *)img->buf, img->size);
     free(img->secs);
     free(img->path);
     free(img);
@@ -945,7 +935,6 @@ static int snap_load_path(const char *path, int has_seq, uint64_t seq,
             goto free_image;
         }
         img->buf = map;
-        img->map_len = img->size;
     }
     for (size_t got = 0; got < img->size;) {
         size_t ask = img->size - got;

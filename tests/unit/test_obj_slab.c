@@ -16,6 +16,7 @@
 
 #include <cmocka.h>
 
+#include "host_bulk.h"
 #include "obj_store_internal.h"
 
 /* How many of the pages of [off, off+len) of sl are resident. */
@@ -40,7 +41,7 @@ static void test_take_maps_a_window_ahead(void **state)
 {
     (void)state;
     const size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    const size_t w = OBJ_SLAB_AHEAD;
+    const size_t w = HOST_BULK_AHEAD;
     obj_slab *sl = obj_slab_new(2 * w + w / 2);
     assert_non_null(sl);
     assert_int_equal(sl->refs, 1);
@@ -85,7 +86,7 @@ static void test_take_maps_a_window_ahead(void **state)
 static void test_takes_fill_the_slab(void **state)
 {
     (void)state;
-    obj_slab *sl = obj_slab_new(OBJ_SLAB_AHEAD + 4096);
+    obj_slab *sl = obj_slab_new(HOST_BULK_AHEAD + 4096);
     assert_non_null(sl);
     size_t n = 0;
     while (sl->len - sl->used >= 4096) {
