@@ -5,22 +5,21 @@
  * of its own, so that the whole of it goes back to the kernel when it is
  * released, and only what is touched is resident.
  *
- * Which pages to ask for depends on how the memory is read:
+ * Which pages to ask for depends on how the memory is filled and read:
  *  - host_bulk_alloc: the kernel's default (4 KiB pages where transparent
- *    huge pages are "madvise", as on Debian). For the slabs a load fills
- *    in order (the reads of the objects afterwards showed no difference
- *    either way), with host_bulk_ready mapping them a window ahead of
- *    the writes. Huge pages are no better there on the guests the benches
- *    ran on: on a Firecracker guest the first touch of a huge page zeroes
- *    2 MiB the host has taken back (free page reporting) at about 0.4 GB/s,
- *    where 4 KiB pages came at about 2 GB/s; on a PVM guest 4 KiB pages
- *    faulted one by one came at 0.3 GB/s, huge pages at 0.5-0.6, and the
- *    restart was no faster with them, while pages mapped a window at a time
- *    were (bench/README.md, "Restart at 1M objects");
+ *    huge pages are "madvise", as on Debian), mapped a window ahead of the
+ *    writes by host_bulk_ready: a snapshot's section buffers, and a slab
+ *    filled without a feed;
  *  - host_bulk_alloc_huge: asked for transparent huge pages (MADV_HUGEPAGE;
  *    the kernel may still give 4 KiB pages: nothing depends on it). For the
  *    hash tables probed at random places for as long as the master runs,
- *    where 4 KiB pages miss the TLB on nearly every probe. */
+ *    where 4 KiB pages miss the TLB on nearly every probe, and for the slabs
+ *    a load's objects are built in, readied by a feed (below): on the PVM
+ *    guest of the benches a huge page mapped by MADV_POPULATE_WRITE costs
+ *    nothing more at its first touch, where a 4 KiB page still costs some
+ *    6 us (bench/README.md, "Restart with a feed"). Faulted in by a touch
+ *    instead, huge pages were no faster than 4 KiB ones there ("Restart on
+ *    a PVM guest"). */
 #ifndef HOST_BULK_H
 #define HOST_BULK_H
 
@@ -50,6 +49,39 @@ void *host_bulk_alloc_huge(size_t len);
  * Advice: where the kernel cannot (before Linux 5.14, or short of memory)
  * the pages come as they are touched, as without it. */
 size_t host_bulk_ready(void *base, size_t ready, size_t upto, size_t len);
+
+/* A thread that makes a buffer's pages ready ahead of the one thread
+ * filling it in order, so that the filler does not wait for them.
+ *
+ * On the PVM guest of the benches a page the kernel has mapped (a fault,
+ * MADV_POPULATE_WRITE) still costs some 6 us at its first touch from user
+ * space, whichever thread makes it, and nothing after: the hypervisor fills
+ * its shadow page table then. host_bulk_ready only halves the cost of a
+ * page; the feed's thread maps a window and reads a byte of each of its
+ * pages, on another core when there is one, and hands it over.
+ *
+ * The thread stays at most HOST_BULK_FEED_LEAD bytes ahead of where the
+ * filler said it is (what is ready but never filled is resident: at most
+ * that much), and never touches a byte it has handed over: the filler owns
+ * [0, what host_bulk_feed_wait returned), the thread the rest. */
+typedef struct host_bulk_feed host_bulk_feed;
+
+#define HOST_BULK_FEED_LEAD ((size_t)16 << 20)
+
+/* Start a feed over base[0, len) (a page boundary, none of it touched
+ * yet). NULL when the thread cannot start (errno set): fill the buffer
+ * with host_bulk_ready then. */
+host_bulk_feed *host_bulk_feed_start(void *base, size_t len);
+
+/* The filler is about to write below upto (<= the buffer's len): wait until
+ * the feed has readied that far, and return how far it may write before it
+ * calls again: a value >= upto, at most the buffer's len (it calls again
+ * before the feed's lead runs out, so the thread keeps working ahead). */
+size_t host_bulk_feed_wait(host_bulk_feed *f, size_t upto);
+
+/* Stop the feed's thread, wait for it, and free the feed. The buffer stays
+ * as it is. NULL is a no-op. */
+void host_bulk_feed_stop(host_bulk_feed *f);
 
 /* Release what host_bulk_alloc(len) returned. NULL is a no-op. */
 void host_bulk_free(void *p, size_t len);

@@ -541,11 +541,13 @@ int obj_object_index(obj_store *st, obj_object *n, obj_object *old)
         g = obj_group_get_or_create(st, n->group, &g_created);
         if (!g) { rc = SMP_ENOMEM; goto drop_tenant; }
         if (!same_group) {
-            if ((rc = obj_sl_put(&g->members, n->key, n)) < 0) goto drop_group;
+            if ((rc = obj_sl_put_from(&g->members, n->key, n, st->load_slab)) < 0)
+                goto drop_group;
             member_added = 1;
         }
     }
-    if (!old && (rc = obj_sl_put(&st->objects, n->key, n)) < 0) goto drop_member;
+    if (!old && (rc = obj_sl_put_from(&st->objects, n->key, n, st->load_slab)) < 0)
+        goto drop_member;
 
     /* From here on nothing fails. */
     if (old) {
@@ -627,7 +629,7 @@ void obj_store_clear(obj_store *st)
         obj_ix_fini(&lists[i]->ix); /* keeps its hash function */
         for (obj_sl_node *x = h->next[0]; x;) {
             obj_sl_node *nx = x->next[0];
-            free(x);
+            obj_sl_node_free(x);
             x = nx;
         }
         memset(h->next, 0, OBJ_SL_MAX_LEVEL * sizeof(obj_sl_node *));

@@ -196,6 +196,10 @@ int obj_ix_presize(obj_ix *ix, size_t n)
     if (cap == ix->cap) return SMP_OK;
     obj_ix_slot *t = obj_ix_table_new(cap);
     if (t == NULL) return SMP_ENOMEM;
+    /* The inserts that follow write all over it from the first one: its
+     * pages mapped now in one call rather than a fault each. */
+    size_t bytes = cap * sizeof(obj_ix_slot);
+    if (bytes >= OBJ_IX_BULK_BYTES) (void)host_bulk_ready(t, 0, bytes, bytes);
     obj_ix_table_free(ix->slots, ix->cap);
     obj_ix_table_free(ix->old, ix->old_cap);
     ix->slots = t;

@@ -6,6 +6,7 @@
 
 #include "utf8_valid.h"
 
+#include <stdalign.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +71,14 @@ int obj_sl_init_ordered(obj_sl *sl)
     return obj_sl_init_as(sl, 0);
 }
 
+void obj_sl_node_free(obj_sl_node *n)
+{
+    if (n->slab != NULL)
+        obj_slab_unref(n->slab);
+    else
+        free(n);
+}
+
 /* Free the nodes (not keys or values). */
 void obj_sl_fini(obj_sl *sl)
 {
@@ -78,7 +87,7 @@ void obj_sl_fini(obj_sl *sl)
     obj_sl_node *n = sl->head->next[0];
     while (n) {
         obj_sl_node *nx = n->next[0];
-        free(n);
+        obj_sl_node_free(n);
         n = nx;
     }
     free(sl->head);
@@ -132,9 +141,14 @@ void *obj_sl_get(const obj_sl *sl, const char *key)
     return n ? n->val : NULL;
 }
 
+int obj_sl_put(obj_sl *sl, const char *key, void *val)
+{
+    return obj_sl_put_from(sl, key, val, NULL);
+}
+
 /* Insert key -> val, or replace key pointer and value when the key exists
  * (replacement never allocates). SMP_ENOMEM leaves the list unchanged. */
-int obj_sl_put(obj_sl *sl, const char *key, void *val)
+int obj_sl_put_from(obj_sl *sl, const char *key, void *val, struct obj_slab *slab)
 {
     obj_sl_node *upd[OBJ_SL_MAX_LEVEL];
     obj_sl_node *n = NULL;
@@ -157,8 +171,17 @@ int obj_sl_put(obj_sl *sl, const char *key, void *val)
     int lvl = obj_sl_random_level(sl);
     obj_sl_node *old_head = sl->head;
     if (obj_sl_grow_head(sl, lvl) < 0) return SMP_ENOMEM;
-    n = malloc(sizeof(*n) + 2 * (size_t)lvl * sizeof(obj_sl_node *));
-    if (!n) return SMP_ENOMEM;
+    size_t bytes = sizeof(*n) + 2 * (size_t)lvl * sizeof(obj_sl_node *);
+    size_t taken = (bytes + alignof(max_align_t) - 1) & ~(alignof(max_align_t) - 1);
+    if (slab != NULL && obj_slab_room(slab) >= taken) {
+        /* A load's: the slab's pages are readied ahead (obj_slab_take), and
+         * the node lies next to its object. */
+        n = obj_slab_take(slab, taken);
+        n->slab = slab;
+    } else {
+        if ((n = malloc(bytes)) == NULL) return SMP_ENOMEM;
+        n->slab = NULL;
+    }
     /* Only the node's own lvl levels are linked, so only they need their
      * predecessor: the tails when it goes last (a snapshot's keys, most at
      * one level), else the search's (done above for an unhashed list, from
@@ -201,7 +224,7 @@ void *obj_sl_unlink(obj_sl *sl, obj_sl_node *n)
     if (sl->hashed) obj_ix_remove(&sl->ix, n);
     while (sl->level > 1 && !sl->head->next[sl->level - 1]) sl->level--;
     void *val = n->val;
-    free(n);
+    obj_sl_node_free(n);
     sl->count--;
     return val;
 }

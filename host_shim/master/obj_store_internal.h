@@ -6,6 +6,7 @@
 
 #include "obj_store.h"
 
+#include "host_bulk.h"
 #include "host_uthash.h"
 #include "host_records.pb-c.h"
 #include "pb_arena.h"
@@ -15,9 +16,13 @@
  * (a node reaches level 5 once in 256). */
 #define OBJ_SL_ORDERED_LEVELS 4
 
+struct obj_slab;
+
 typedef struct obj_sl_node {
     const char *key; /* borrowed from val's owner */
     void *val;
+    struct obj_slab *slab; /* the load's slab it was taken from (one
+                            * reference); NULL: malloc'ed */
     int level;
     /* next[0..level) forward, then level back links (OBJ_SL_PREV): a node
      * found through the hash is unlinked without searching the levels. */
@@ -105,18 +110,23 @@ typedef struct obj_rep {
     char *path;         /* COLD */
 } obj_rep;
 
-/* The objects a snapshot load builds come from mappings (host_bulk.h) of
- * the section's size each, a new one when the last is full: no malloc per
- * object and replica list. An object
- * of a slab is freed on its own like any other; a mapping goes when its
- * last object and the load's reference (while it is the load's current
- * slab) are gone. */
+/* The objects a snapshot load builds, and their nodes in the objects' and
+ * their group's lists, come from mappings (host_bulk.h) of the section's
+ * size each, a new one when the last is full: no malloc per object, replica
+ * list and node, and pages a feed's thread readies ahead of the load. An
+ * object or node of a slab is freed on its own like any other; a mapping
+ * goes when its last object and node and the load's reference (while it is
+ * the load's current slab) are gone. */
 #define OBJ_LOAD_CHUNK_MIN ((size_t)64 << 10)
 typedef struct obj_slab {
     size_t len;   /* bytes mapped, this header included */
     size_t used;  /* bytes handed out, this header included */
-    size_t refs;  /* objects not freed, plus one while the load runs */
-    size_t ready; /* bytes whose pages are mapped (host_bulk_ready) */
+    size_t refs;  /* objects and nodes not freed, plus one while the load
+                   * runs */
+    size_t ready; /* bytes whose pages are ready: host_bulk_ready's, or as
+                   * far as the feed said to go before asking again */
+    host_bulk_feed *feed; /* readies the pages while the load fills the
+                           * slab; NULL: host_bulk_ready does, or filled */
 } obj_slab;
 
 typedef struct obj_object {
@@ -285,7 +295,12 @@ void obj_sl_fini(obj_sl *sl);
 obj_sl_node *obj_sl_find(const obj_sl *sl, const char *key);
 void *obj_sl_get(const obj_sl *sl, const char *key);
 int obj_sl_put(obj_sl *sl, const char *key, void *val);
+/* obj_sl_put, a new node taken from slab (a load's, NULL: none) while it
+ * has room, else malloc'ed. */
+int obj_sl_put_from(obj_sl *sl, const char *key, void *val, struct obj_slab *slab);
 void *obj_sl_unlink(obj_sl *sl, obj_sl_node *n);
+/* Free a node that is in no list: back to its slab or to malloc. */
+void obj_sl_node_free(obj_sl_node *n);
 void *obj_sl_del(obj_sl *sl, const char *key);
 obj_sl_node *obj_sl_after(const obj_sl *sl, const char *key, int inclusive);
 int obj_name_ok(const char *s, size_t max, int allow_empty);
@@ -359,13 +374,23 @@ int obj_apply_object(obj_store *st, const Hostrec__ObjectRecord *m);
 /* The bytes an object built from m takes in a load's slab (aligned). */
 size_t obj_object_bytes(const Hostrec__ObjectRecord *m);
 /* A slab of bytes for a load's objects, holding the load's reference; NULL
- * when it cannot be mapped (objects then come from calloc). */
-obj_slab *obj_slab_new(size_t bytes);
+ * when it cannot be mapped (objects then come from calloc). fed: its pages
+ * are readied by a feed's thread ahead of the takes (host_bulk_feed_start;
+ * host_bulk_ready when the thread cannot start); 0: by host_bulk_ready. */
+obj_slab *obj_slab_new(size_t bytes, int fed);
 /* Drop one reference; the last unmaps the slab. NULL is a no-op. */
 void obj_slab_unref(obj_slab *sl);
+/* The bytes sl has left to hand out. */
+static inline size_t obj_slab_room(const obj_slab *sl)
+{
+    return sl->len - sl->used;
+}
+/* The load is done with sl: stop its feed and drop the load's reference.
+ * NULL is a no-op. */
+void obj_slab_filled(obj_slab *sl);
 /* Hand out need bytes of sl (the caller checked there is room; zeroed),
- * one reference more, its pages mapped a window ahead first
- * (host_bulk_ready). */
+ * one reference more, its pages ready first (from the feed, or mapped a
+ * window ahead by host_bulk_ready). */
 void *obj_slab_take(obj_slab *sl, size_t need);
 int obj_segment_msg_ok(const Hostrec__SegmentRecord *m);
 int obj_apply_segment_mount(obj_store *st, const Hostrec__SegmentRecord *m);

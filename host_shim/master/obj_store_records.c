@@ -337,17 +337,23 @@ size_t obj_object_bytes(const Hostrec__ObjectRecord *m)
     return (n + align - 1) & ~(align - 1);
 }
 
-obj_slab *obj_slab_new(size_t bytes)
+obj_slab *obj_slab_new(size_t bytes, int fed)
 {
     const size_t align = alignof(max_align_t);
     size_t hdr = (sizeof(obj_slab) + align - 1) & ~(align - 1);
     if (bytes == 0 || bytes > SIZE_MAX - hdr) return NULL;
-    obj_slab *sl = host_bulk_alloc(hdr + bytes);
-    if (sl == NULL) return NULL;
+    void *base = fed ? host_bulk_alloc_huge(hdr + bytes) : host_bulk_alloc(hdr + bytes);
+    if (base == NULL) return NULL;
+    /* The header's page is the feed's until its first wait hands it over. */
+    host_bulk_feed *feed = fed ? host_bulk_feed_start(base, hdr + bytes) : NULL;
+    size_t ready = feed != NULL ? host_bulk_feed_wait(feed, hdr)
+                                : host_bulk_ready(base, 0, hdr, hdr + bytes);
+    obj_slab *sl = base;
     sl->len = hdr + bytes;
     sl->used = hdr;
-    sl->ready = 0;
+    sl->ready = ready;
     sl->refs = 1;
+    sl->feed = feed;
     return sl;
 }
 
@@ -356,10 +362,20 @@ void obj_slab_unref(obj_slab *sl)
     if (sl != NULL && --sl->refs == 0) host_bulk_free(sl, sl->len);
 }
 
+void obj_slab_filled(obj_slab *sl)
+{
+    if (sl == NULL) return;
+    host_bulk_feed_stop(sl->feed);
+    sl->feed = NULL;
+    obj_slab_unref(sl);
+}
+
 void *obj_slab_take(obj_slab *sl, size_t need)
 {
     size_t end = sl->used + need;
-    sl->ready = host_bulk_ready(sl, sl->ready, end, sl->len);
+    if (end > sl->ready)
+        sl->ready = sl->feed ? host_bulk_feed_wait(sl->feed, end)
+                             : host_bulk_ready(sl, sl->ready, end, sl->len);
     void *p = (char *)sl + sl->used;
     sl->used = end;
     sl->refs++;
@@ -372,11 +388,11 @@ void *obj_slab_take(obj_slab *sl, size_t need)
 static obj_slab *obj_load_slab_room(obj_store *st, size_t need)
 {
     obj_slab *sl = st->load_slab;
-    if (sl == NULL || need <= sl->len - sl->used) return sl;
+    if (sl == NULL || need <= obj_slab_room(sl)) return sl;
     if (need > st->load_chunk) return NULL;
-    obj_slab *next = obj_slab_new(st->load_chunk);
+    obj_slab *next = obj_slab_new(st->load_chunk, 1);
     if (next == NULL) return NULL;
-    obj_slab_unref(sl);
+    obj_slab_filled(sl);
     st->load_slab = next;
     return next;
 }

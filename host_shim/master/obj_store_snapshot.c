@@ -140,7 +140,7 @@ static void obj_load_prepare(obj_store *st, size_t len, size_t n_groups, size_t 
      * about twice its record's bytes, so two or three chunks); a chunk that
      * cannot be mapped leaves the objects after it to calloc. */
     st->load_chunk = len > OBJ_LOAD_CHUNK_MIN ? len : OBJ_LOAD_CHUNK_MIN;
-    st->load_slab = n_objects > 0 ? obj_slab_new(st->load_chunk) : NULL;
+    st->load_slab = n_objects > 0 ? obj_slab_new(st->load_chunk, 1) : NULL;
     /* The objects' and groups' indexes at their final size: no growth and
      * drain during the load (when this fails, or the size was guessed
      * short, the inserts grow them as usual). */
@@ -158,7 +158,7 @@ static int obj_load_end(obj_store *st, obj_load_ctx *c, obj_snap_dec *dec, int r
         st->stats.replicas_dropped = c->dropped;
         obj_store_clear(st);
     }
-    obj_slab_unref(st->load_slab); /* the load's reference: the objects hold the rest */
+    obj_slab_filled(st->load_slab); /* the load's reference: the objects hold the rest */
     st->load_slab = NULL;
     obj_snap_dec_fini(dec);
     return rc < 0 ? rc : SMP_OK;

@@ -23,6 +23,7 @@
 #include "host_records.pb-c.h"
 #include "obj_snap_same.h"
 #include "obj_store.h"
+#include "obj_store_internal.h"
 
 /* ------------------------------------------------------------------------ */
 /* Building sections                                                         */
@@ -355,6 +356,24 @@ static void test_load_objects_across_slab_chunks(void **state)
     obj_store *x = new_store(), *y = new_store();
     assert_int_equal(obj_store_load(x, a->p, a->n), SMP_OK);
     assert_int_equal(obj_group_count(x, "w/rev1"), N);
+    /* The skip-list nodes of the objects and of their group's members are
+     * taken from the slab of their object, but where it had no room left. */
+    obj_group *g = obj_sl_get(&x->groups, "w/rev1");
+    assert_non_null(g);
+    const obj_sl *lists[] = {&x->objects, &g->members};
+    for (size_t l = 0; l < 2; l++) {
+        size_t in_slab = 0;
+        for (obj_sl_node *n = lists[l]->head->next[0]; n != NULL; n = n->next[0]) {
+            const obj_object *o = n->val;
+            assert_non_null(o->slab);
+            if (n->slab == NULL) continue;
+            assert_ptr_equal(n->slab, o->slab);
+            assert_true((const char *)n > (const char *)n->slab &&
+                        (const char *)n < (const char *)n->slab + n->slab->used);
+            in_slab++;
+        }
+        assert_true(in_slab + 8 >= (size_t)N);
+    }
     assert_int_equal(obj_store_load(y, b->p, b->n), SMP_OK);
     save_buf sx = saved(x), sy = saved(y);
     assert_int_equal(sx.n, sy.n);
