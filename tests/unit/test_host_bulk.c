@@ -17,27 +17,7 @@
 #include <cmocka.h>
 
 #include "host_bulk.h"
-
-/* How many of the pages of [off, off+len) of base are resident. */
-static size_t resident_pages(const void *base, size_t off, size_t len)
-{
-    size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    size_t n = (len + page - 1) / page;
-    if (n == 0) return 0;
-    unsigned char *vec = calloc(n, 1);
-    assert_non_null(vec);
-    assert_int_equal(mincore((char *)base + off, len, vec), 0);
-    size_t in = 0;
-    for (size_t i = 0; i < n; i++) in += vec[i] & 1;
-    free(vec);
-    return in;
-}
-
-static size_t pages_of(size_t len)
-{
-    size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    return (len + page - 1) / page;
-}
+#include "resident_pages.h"
 
 /* A filler going through a buffer of 2.5 leads in steps: each wait returns
  * at least what was asked, never past the end, at most half a lead past what
@@ -62,7 +42,7 @@ static void test_feed_hands_over_ready_pages_in_order(void **state)
         assert_true(got >= want);
         assert_true(got <= len);
         assert_true(got <= want + lead / 2);
-        size_t page = (size_t)sysconf(_SC_PAGESIZE);
+        size_t page = page_bytes();
         size_t from = filled / page * page;
         assert_int_equal(resident_pages(buf, from, got - from), pages_of(got - from));
         for (size_t i = filled; i < got; i += 1024) assert_int_equal(buf[i], 0);
@@ -97,7 +77,7 @@ static void test_feed_stays_within_its_lead(void **state)
      * figure depends on it: a thread within its lead waits all along). */
     usleep(300 * 1000);
     host_bulk_feed_stop(f);
-    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t page = page_bytes();
     size_t most = (want + lead + HOST_BULK_AHEAD + page - 1) / page * page;
     assert_int_equal(resident_pages(buf, 0, got), pages_of(got));
     assert_int_equal(resident_pages(buf, most, len - most), 0);

@@ -21,20 +21,7 @@
 
 #include "host_bulk.h"
 #include "obj_store_internal.h"
-
-/* How many of the pages of [off, off+len) of sl are resident. */
-static size_t resident_pages(const obj_slab *sl, size_t off, size_t len)
-{
-    size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    size_t n = (len + page - 1) / page;
-    unsigned char *vec = calloc(n, 1);
-    assert_non_null(vec);
-    assert_int_equal(mincore((char *)sl + off, len, vec), 0);
-    size_t in = 0;
-    for (size_t i = 0; i < n; i++) in += vec[i] & 1;
-    free(vec);
-    return in;
-}
+#include "resident_pages.h"
 
 /* A slab of 2.5 windows: the first take maps the first window whole and
  * nothing after it; a take reaching into the second maps the second; one
@@ -43,7 +30,7 @@ static size_t resident_pages(const obj_slab *sl, size_t off, size_t len)
 static void test_take_maps_a_window_ahead(void **state)
 {
     (void)state;
-    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    const size_t page = page_bytes();
     const size_t w = HOST_BULK_AHEAD;
     obj_slab *sl = obj_slab_new(2 * w + w / 2, 0);
     assert_non_null(sl);
@@ -78,7 +65,7 @@ static void test_take_maps_a_window_ahead(void **state)
     (void)obj_slab_take(sl, 2 * w - sl->used + 64);
     assert_int_equal(sl->ready, sl->len);
     assert_int_equal(resident_pages(sl, 2 * w, sl->len - 2 * w),
-                     (sl->len - 2 * w + page - 1) / page);
+                     pages_of(sl->len - 2 * w));
     assert_int_equal(sl->refs, 5);
     for (size_t i = 0; i < 256; i++) assert_int_equal((unsigned char)a[i], 0xab);
 
@@ -110,7 +97,7 @@ static void test_takes_fill_the_slab(void **state)
 static void test_fed_slab_takes_ready_pages(void **state)
 {
     (void)state;
-    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    const size_t page = page_bytes();
     const size_t piece = 3 * 1024 + 64;
     obj_slab *sl = obj_slab_new(3 * HOST_BULK_FEED_LEAD + 5000, 1);
     assert_non_null(sl);
@@ -124,7 +111,7 @@ static void test_fed_slab_takes_ready_pages(void **state)
         assert_true(sl->ready >= sl->used && sl->ready <= sl->len);
         size_t from = at / page * page;
         assert_int_equal(resident_pages(sl, from, sl->used - from),
-                         (sl->used - from + page - 1) / page);
+                         pages_of(sl->used - from));
         assert_int_equal(p[0], 0);
         assert_int_equal(p[piece - 1], 0);
         memset(p, (int)(n % 251) + 1, piece);
