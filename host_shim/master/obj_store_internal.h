@@ -375,8 +375,9 @@ int obj_apply_object(obj_store *st, const Hostrec__ObjectRecord *m);
 size_t obj_object_bytes(const Hostrec__ObjectRecord *m);
 /* A slab of bytes for a load's objects, holding the load's reference; NULL
  * when it cannot be mapped (objects then come from calloc). fed: its pages
- * are readied by a feed's thread ahead of the takes (host_bulk_feed_start;
- * host_bulk_ready when the thread cannot start); 0: by host_bulk_ready. */
+ * are readied by a feed's thread ahead of the takes (host_bulk_feed_start),
+ * as a load's are; 0: by host_bulk_ready, which is also what a fed slab
+ * falls back to when the thread cannot start (the tests ask for it). */
 obj_slab *obj_slab_new(size_t bytes, int fed);
 /* Drop one reference; the last unmaps the slab. NULL is a no-op. */
 void obj_slab_unref(obj_slab *sl);

@@ -191,11 +191,12 @@ typedef struct snap_bsec {
 /* A section's bytes grow in a buffer of their own: from malloc while
  * small, then, from SNAP_MAP_MIN on, in a mapping of its own that mremap
  * grows without copying (in place, or by moving its pages), its pages
- * mapped a window ahead of the writes (host_bulk_ready). The section of a large store is hundreds of MB:
- * grown by realloc it was copied at each doubling, into memory touched for
- * the first time, then faulted in a page at a time as it was written. A
- * buffer of cap >= SNAP_MAP_MIN is a mapping, one below it malloc's: the
- * growth keeps that true, and snap_buf_free relies on it. */
+ * mapped a window ahead of the writes (host_bulk_ready). The section of a
+ * large store is hundreds of MB: grown by realloc it was copied at each
+ * doubling, into memory touched for the first time, then faulted in a page
+ * at a time as it was written. A buffer of cap >= SNAP_MAP_MIN is a
+ * mapping, one below it malloc's: the growth keeps that true, and
+ * snap_buf_free relies on it. */
 #define SNAP_MAP_MIN ((size_t)1 << 20)
 
 static void snap_buf_free(uint8_t *buf, size_t cap)
