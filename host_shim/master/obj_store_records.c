@@ -384,17 +384,18 @@ void *obj_slab_take(obj_slab *sl, size_t need)
 
 /* The load's slab with room for need bytes: the current one, or a new
  * one of st->load_chunk bytes in its place (the objects in the full one
- * keep it). NULL when there is none or none can be mapped. */
+ * keep it). The full slab's feed stops before the new one's starts, so
+ * the load never has two feed threads on the cores it shares with them.
+ * NULL when there is none or none can be mapped; the load then has no
+ * slab and its remaining objects come from calloc. */
 static obj_slab *obj_load_slab_room(obj_store *st, size_t need)
 {
     obj_slab *sl = st->load_slab;
     if (sl == NULL || need <= obj_slab_room(sl)) return sl;
     if (need > st->load_chunk) return NULL;
-    obj_slab *next = obj_slab_new(st->load_chunk, 1);
-    if (next == NULL) return NULL;
     obj_slab_filled(sl);
-    st->load_slab = next;
-    return next;
+    st->load_slab = obj_slab_new(st->load_chunk, 1);
+    return st->load_slab;
 }
 
 /* Build an object from a well-formed record: in the load's slab while a
