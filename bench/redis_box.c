@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "guest_memory.h"
 #include "redis_box.h"
 
 /* Run argv to its end with its standard output into out (cap bytes, NUL
@@ -108,17 +109,20 @@ int redis_populate(const redis_box *r, long n)
     return redis_cli(r, "DEBUG", "POPULATE", count, "key", NULL);
 }
 
+int redis_flush(const redis_box *r)
+{
+    return redis_cli(r, "FLUSHALL", NULL, NULL, NULL, NULL);
+}
+
 int redis_populate_sized(const redis_box *r, long n, long value_bytes)
 {
     char count[32], size[32];
     snprintf(count, sizeof(count), "%ld", n);
     snprintf(size, sizeof(size), "%ld", value_bytes);
-    return redis_cli(r, "FLUSHALL", NULL, NULL, NULL, NULL) < 0
-               ? -1
-               : redis_cli(r, "DEBUG", "POPULATE", count, "key", size);
+    return redis_flush(r) < 0 ? -1 : redis_cli(r, "DEBUG", "POPULATE", count, "key", size);
 }
 
-double redis_reload_seconds(redis_box *r)
+double redis_reload_seconds(redis_box *r, size_t back)
 {
     char path[700], line[512];
     double secs = -1;
@@ -126,6 +130,7 @@ double redis_reload_seconds(redis_box *r)
     kill(r->pid, SIGTERM);
     waitpid(r->pid, NULL, 0);
     r->pid = 0;
+    if (back > 0) (void)bench_back_memory(back);
     snprintf(path, sizeof(path), "%s/redis.log", r->dir);
     if (truncate(path, 0) < 0 || redis_spawn(r) < 0) return -1;
     for (int i = 0; i < 2400 && secs < 0; i++) {

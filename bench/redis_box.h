@@ -25,14 +25,19 @@ int redis_start(redis_box *r, const char *parent, int durable);
  * POPULATE). 0 or -1. */
 int redis_populate(const redis_box *r, long n);
 
+/* Remove every key (FLUSHALL). 0 or -1. */
+int redis_flush(const redis_box *r);
+
 /* The same with values of value_bytes each (DEBUG POPULATE's size: the
  * value padded with zero bytes, written to the RDB as they are, since the
  * server runs with rdbcompression off). 0 or -1. */
 int redis_populate_sized(const redis_box *r, long n, long value_bytes);
 
 /* Write an RDB (SAVE), restart the server on it, and return the seconds it
- * took to load it as the server reports ("DB loaded from disk"), or -1. */
-double redis_reload_seconds(redis_box *r);
+ * took to load it as the server reports ("DB loaded from disk"), or -1.
+ * back > 0: between the stop and the start, that many bytes of the
+ * machine's free memory are backed (bench_back_memory, guest_memory.h). */
+double redis_reload_seconds(redis_box *r, size_t back);
 
 /* The size of the server's RDB file (dump.rdb) in bytes, -1 if none. */
 double redis_rdb_bytes(const redis_box *r);
