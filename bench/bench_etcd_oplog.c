@@ -28,59 +28,29 @@
 #include "etcd_client.h"
 #include "etcd_fixture.h"
 #include "oplog.h"
+#include "oplog_drive.h"
 #include "raw_etcd.h"
 
 #define PAYLOAD RAW_ETCD_PAYLOAD
+_Static_assert(RAW_ETCD_PAYLOAD == OPLOG_DRIVE_PAYLOAD,
+               "the raw puts and the OpLog's records carry as many bytes");
 #define RUNS 3
 
 static etcd_client *cli;
 
 /* -- the etcd OpLog --------------------------------------------------------- */
 
-typedef struct bench {
-    oplog *log;
-    uint64_t deadline_ns;
-    uint64_t done;
-    int outstanding;
-    int failed;
-    int promoted;
-    int promote_status;
-    uint8_t payload[PAYLOAD];
-} bench;
-
-static void on_durable(void *arg, int status, uint64_t seq);
-
-static void issue(bench *b)
-{
-    int rc = oplog_append(b->log, 1, 1, b->payload, PAYLOAD, on_durable, b, NULL);
-    if (rc < 0) {
-        fprintf(stderr, "bench_etcd_oplog: append failed: %s\n", smp_strerror(rc));
-        b->failed = 1;
-        b->outstanding--;
-    }
-}
-
-static void on_durable(void *arg, int status, uint64_t seq)
-{
-    bench *b = arg;
-    (void)seq;
-    if (status != 0) {
-        b->failed = 1;
-        b->outstanding--;
-        return;
-    }
-    b->done++;
-    if (uv_hrtime() < b->deadline_ns && !b->failed)
-        issue(b);
-    else
-        b->outstanding--;
-}
+/* The promote's answer. */
+typedef struct promoted {
+    int done;
+    int status;
+} promoted;
 
 static void on_promoted(void *arg, int status)
 {
-    bench *b = arg;
-    b->promoted = 1;
-    b->promote_status = status;
+    promoted *p = arg;
+    p->done = 1;
+    p->status = status;
 }
 
 static int no_records(void *arg, const oplog_record *rec)
@@ -106,14 +76,14 @@ static double run_oplog(int clients, double seconds, int run, double *per_txn)
     oplog_etcd_fence f = {0};
     oplog_stats st;
     uv_loop_t loop;
-    bench b;
+    oplog *log;
+    oplog_drive b;
+    promoted pr = {0, 0};
     int64_t lease = 0;
     etcd_txn_result res;
-    uint64_t t0, elapsed;
+    uint64_t elapsed;
     double rate = -1;
 
-    memset(&b, 0, sizeof(b));
-    memset(b.payload, 0x5c, sizeof(b.payload));
     snprintf(prefix, sizeof(prefix), "/bench/oplog/c%d-r%d/", clients, run);
     snprintf(leader, sizeof(leader), "%sleader", prefix);
     if (uv_loop_init(&loop) != 0)
@@ -121,7 +91,7 @@ static double run_oplog(int clients, double seconds, int run, double *per_txn)
     o.client = cli;
     o.prefix = prefix;
     o.log_line = quiet;
-    if (oplog_etcd_open(&loop, &o, &b.log, err, sizeof(err)) < 0) {
+    if (oplog_etcd_open(&loop, &o, &log, err, sizeof(err)) < 0) {
         fprintf(stderr, "bench_etcd_oplog: %s\n", err);
         uv_loop_close(&loop);
         return -1;
@@ -139,23 +109,16 @@ static double run_oplog(int clients, double seconds, int run, double *per_txn)
     f.create_revision = res.revision;
     f.lease_ttl_ms = 30000;
     etcd_txn_result_free(&res);
-    if (oplog_etcd_promote(b.log, &f, no_records, NULL, on_promoted, &b) < 0)
+    if (oplog_etcd_promote(log, &f, no_records, NULL, on_promoted, &pr) < 0)
         goto revoke;
-    while (!b.promoted)
+    while (!pr.done)
         uv_run(&loop, UV_RUN_ONCE);
-    if (b.promote_status != 0) {
-        fprintf(stderr, "bench_etcd_oplog: promote: %s\n", smp_strerror(b.promote_status));
+    if (pr.status != 0) {
+        fprintf(stderr, "bench_etcd_oplog: promote: %s\n", smp_strerror(pr.status));
         goto revoke;
     }
-    t0 = uv_hrtime();
-    b.deadline_ns = t0 + (uint64_t)(seconds * 1e9);
-    b.outstanding = clients;
-    for (int i = 0; i < clients && !b.failed; i++)
-        issue(&b);
-    while (b.outstanding > 0)
-        uv_run(&loop, UV_RUN_ONCE);
-    elapsed = uv_hrtime() - t0;
-    oplog_stats_get(b.log, &st);
+    elapsed = oplog_drive_run(&b, log, "bench_etcd_oplog", &loop, clients, seconds);
+    oplog_stats_get(log, &st);
     *per_txn = st.syncs ? (double)st.durable_count / (double)st.syncs : 0.0;
     if (!b.failed)
         rate = (double)b.done / ((double)elapsed / 1e9);
@@ -164,7 +127,7 @@ revoke:
         fprintf(stderr, "bench_etcd_oplog: %s\n", err);
     (void)etcd_lease_revoke(cli, lease, NULL, 0);
 close_log:
-    oplog_close(b.log);
+    oplog_close(log);
     uv_run(&loop, UV_RUN_DEFAULT);
     uv_loop_close(&loop);
     return rate;

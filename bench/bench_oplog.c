@@ -19,47 +19,9 @@
 
 #include "bench_summary.h"
 #include "oplog.h"
+#include "oplog_drive.h"
 
-#define PAYLOAD 256
-
-typedef struct bench {
-    uv_loop_t *loop;
-    oplog *log;
-    uint64_t deadline_ns;
-    uint64_t done;
-    int outstanding;
-    int failed;
-    uint8_t payload[PAYLOAD];
-} bench;
-
-static void on_durable(void *arg, int status, uint64_t seq);
-
-/* Issue one append for a client; on failure the client stops. */
-static void issue(bench *b)
-{
-    int rc = oplog_append(b->log, 1, 1, b->payload, PAYLOAD, on_durable, b, NULL);
-    if (rc < 0) {
-        fprintf(stderr, "bench_oplog: append failed: %s\n", smp_strerror(rc));
-        b->failed = 1;
-        b->outstanding--;
-    }
-}
-
-static void on_durable(void *arg, int status, uint64_t seq)
-{
-    bench *b = arg;
-    (void)seq;
-    if (status != 0) {
-        b->failed = 1;
-        b->outstanding--;
-        return;
-    }
-    b->done++;
-    if (uv_hrtime() < b->deadline_ns && !b->failed)
-        issue(b);
-    else
-        b->outstanding--;
-}
+#define PAYLOAD OPLOG_DRIVE_PAYLOAD
 
 /* Remove the files of dir and dir itself (one level). */
 static void remove_dir(const char *dir)
@@ -114,33 +76,24 @@ static int run_setting(const char *scratch, int clients, double seconds, double 
     oplog_file_options opt = {0};
     oplog_stats st;
     uv_loop_t loop;
-    bench b;
-    uint64_t t0, elapsed;
+    oplog *log;
+    oplog_drive b;
+    uint64_t elapsed;
     double secs, rps;
     int rc;
 
-    memset(&b, 0, sizeof(b));
-    memset(b.payload, 0x5c, sizeof(b.payload));
     snprintf(dir, sizeof(dir), "%s/oplog_c%d", scratch, clients);
     opt.dir = dir;
     if (uv_loop_init(&loop) != 0)
         return -1;
-    if ((rc = oplog_file_open(&loop, &opt, &b.log, err, sizeof(err))) < 0) {
+    if ((rc = oplog_file_open(&loop, &opt, &log, err, sizeof(err))) < 0) {
         fprintf(stderr, "bench_oplog: %s\n", err);
         uv_loop_close(&loop);
         return rc;
     }
-    b.loop = &loop;
-    t0 = uv_hrtime();
-    b.deadline_ns = t0 + (uint64_t)(seconds * 1e9);
-    b.outstanding = clients;
-    for (int i = 0; i < clients && !b.failed; i++)
-        issue(&b);
-    while (b.outstanding > 0)
-        uv_run(&loop, UV_RUN_ONCE);
-    elapsed = uv_hrtime() - t0;
-    oplog_stats_get(b.log, &st);
-    oplog_close(b.log);
+    elapsed = oplog_drive_run(&b, log, "bench_oplog", &loop, clients, seconds);
+    oplog_stats_get(log, &st);
+    oplog_close(log);
     uv_run(&loop, UV_RUN_DEFAULT);
     uv_loop_close(&loop);
     remove_dir(dir);
