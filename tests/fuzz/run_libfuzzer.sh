@@ -21,6 +21,12 @@ else
   for f in "$src"/fuzz_*.c; do targets+=("$(basename "$f" .c)"); done
 fi
 cmake --build "$fuzz_build" -j "$(nproc)" --target "${targets[@]}"
+# The targets' scratch files (fuzz_scratch) in a directory of this run's,
+# removed at its end: libFuzzer ends a crashed or timed-out target without
+# the atexit handler that removes them.
+scratch=$(mktemp -d "${TMPDIR:-/tmp}/wm-fuzz-run-XXXXXX")
+trap 'rm -rf "$scratch"' EXIT
+export TMPDIR=$scratch
 mkdir -p "$fuzz_build/artifacts"
 failed=()
 for t in "${targets[@]}"; do
