@@ -2,9 +2,10 @@
  * host.
  *
  * The management RPCs, the lineage driver and the reconcile tick run on a
- * fake host API (the same scripted host as test_wm_management.c: OpLog
- * appends and group-flag changes stay queued until the test delivers them,
- * the wall clock is the test's) so each rule is checked at the record
+ * fake host API (wm_scripted_host.h, shared with test_wm_management.c:
+ * OpLog appends, group-flag changes and object removals stay queued until
+ * the test delivers them, the wall clock is the test's) so each rule is
+ * checked at the record
  * level: a plain import at or below a lineage's committed watermark is
  * STALE_GENERATION; a lease grant records the access without a new metadata
  * generation and a promotion on access is one record carrying the lease;

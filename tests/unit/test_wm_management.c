@@ -1,14 +1,14 @@
 /* test_wm_management.c -- the management RPCs against a scripted host.
  *
- * weight_management.c and weight_lifecycle.c run on a fake host API whose
- * OpLog appends and group-flag changes stay queued until the test delivers
- * their completion, so the order of effects is visible: nothing is answered
- * or visible before its record is durable, a failed append changes nothing
- * and answers DURABILITY_FAILED, the HA gate's refusal names the flag, a
- * second mutation of a revision in flight is BUSY, a lease on an AUTO
- * revision observed COLD is granted only after its promotion record, the
- * guard answers from the revision's state, and bodies that do not decode
- * never crash a handler. */
+ * weight_management.c and weight_lifecycle.c run on a fake host API
+ * (wm_scripted_host.h) whose OpLog appends and group-flag changes stay
+ * queued until the test delivers their completion, so the order of effects
+ * is visible: nothing is answered or visible before its record is
+ * durable, a failed append changes nothing and answers DURABILITY_FAILED,
+ * the HA gate's refusal names the flag, a second mutation of a revision in
+ * flight is BUSY, a lease on an AUTO revision observed COLD is granted only
+ * after its promotion record, the guard answers from the revision's state,
+ * and bodies that do not decode never crash a handler. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
