@@ -548,7 +548,7 @@ static void test_torn_tail_is_cut_at_every_point_of_the_last_record(void **state
         } else if (v == ncut) {           /* checksum of the last record flipped */
             len = full_len;
             damaged[full_len - 1] ^= 0x5a;
-        } else if (v == ncut + 1) {       /* garbage after the last record */
+        } else {                          /* v == ncut + 1: garbage after the last record */
             len = full_len + 13;
             for (size_t i = 0; i < 13; i++)
                 damaged[full_len + i] = (uint8_t)(0xa5 ^ i);

@@ -113,7 +113,7 @@ static void assert_lease_equal(const wm_lease *a, const wm_lease *b)
 
 static void assert_claim_equal(const wm_lineage_claim *a, const wm_lineage_claim *b)
 {
-    assert_string_equal(a->request_id ? a->request_id : "", b->request_id ? b->request_id : "");
+    assert_string_equal(a->request_id, b->request_id);
     assert_int_equal(wm_identity_cmp(&a->base, &b->base), 0);
     assert_int_equal(wm_identity_cmp(&a->target, &b->target), 0);
     assert_int_equal(a->mode, b->mode);
