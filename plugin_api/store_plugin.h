@@ -362,7 +362,8 @@ typedef struct smp_tick {
  * keeping `call` and replying from a durable callback is how a reply waits for
  * durability. Every call must be answered exactly once; if the client has gone
  * the host drops the reply but still frees the call. A handler that returns a
- * negative code without replying gets that code sent as the reply. */
+ * negative code without replying gets that code sent as the reply. body is
+ * never NULL: an empty body is len 0 at a valid address. */
 typedef int (*smp_rpc_handler)(void *plugin,
                                smp_rpc_call *call,
                                const uint8_t *body,

@@ -45,6 +45,15 @@ typedef struct pbw_rd {
     size_t n;
 } pbw_rd;
 
+/* A reader over the len bytes at p. p may be NULL when len is 0 (an empty
+ * body or section, as the host and protobuf-c hand them over): no
+ * arithmetic is done on it then, since even NULL + 0 is undefined. */
+static inline pbw_rd pbw_reader(const uint8_t *p, size_t len)
+{
+    pbw_rd r = {p, len > 0 ? p + len : p, 0};
+    return r;
+}
+
 /* One field as protobuf-c scans it: its bytes (a length prefix included)
  * and the prefix's length; a varint's value (low 64 bits) read on the way. */
 typedef struct pbw_fld {

@@ -101,7 +101,7 @@ int wm_id_request_decode(wm_id_request *r, const uint8_t *body, size_t len)
     wm_rd_ident ident = {{{NULL, 0}, {NULL, 0}, {NULL, 0}, {NULL, 0}}, 0};
     wm_rd_str request_id = {NULL, 0};
     int has_identity = 0;
-    pbw_rd rd = {body, body + len, 0};
+    pbw_rd rd = pbw_reader(body, len);
     pbw_fld f;
 
     r->m = req_init;

@@ -379,7 +379,7 @@ static int wm_sd_frame_scan(const uint8_t *buf, size_t len, wm_sd_frame *fr)
     memset(fr, 0, sizeof(*fr));
     fr->keys_len = 1;
     fr->strs_len = 1;
-    pbw_rd r = {buf, buf + len, 0};
+    pbw_rd r = pbw_reader(buf, len);
     pbw_fld f;
     while (r.p < r.end) {
         if (pbw_next(&r, &f) < 0) return -1;
@@ -502,7 +502,7 @@ static int wm_sd_walk_other(wm_sd_walk *w, int kind, const pbw_fld *f)
 static int wm_sd_walk_all(wm_sd_walk *w, const uint8_t *buf, size_t len)
 {
     int rc;
-    pbw_rd r = {buf, buf + len, 0};
+    pbw_rd r = pbw_reader(buf, len);
     pbw_fld f;
     while (r.p < r.end) {
         if (pbw_next(&r, &f) < 0) return SMP_EPROTO; /* read once already */

@@ -235,7 +235,7 @@ static int snap_decode_walk(obj_snap_dec *d, const uint8_t *data, size_t len, un
     size_t avail = len;
     unsigned last = 0;
     if (wait != NULL) avail = 0;
-    pbw_rd r = {data, data + len, 0};
+    pbw_rd r = pbw_reader(data, len);
     pbw_fld f;
     while (r.p < r.end) {
         if (wait != NULL) {
@@ -304,7 +304,7 @@ static int snap_frame_walk(const uint8_t *data, size_t len, size_t avail, obj_sn
     if (len == 0) return SMP_OK;
     if (data == NULL) return SMP_EINVAL;
     size_t last = 0; /* the kind of the last record (1 segments .. 3 objects) */
-    pbw_rd r = {data, data + len, 0};
+    pbw_rd r = pbw_reader(data, len);
     pbw_fld f;
     while (r.p < r.end) {
         size_t at = (size_t)(r.p - data);
