@@ -61,7 +61,7 @@ static inline __attribute__((always_inline)) int env_walk(const uint8_t *frame, 
                                                           uint32_t nfields,
                                                           unsigned bytes_fields, env_field *f)
 {
-    const uint8_t *p = frame, *end = frame + len;
+    const uint8_t *p = frame, *end = len > 0 ? frame + len : frame; /* frame may be NULL */
     memset(f, 0, (nfields + 1) * sizeof(*f));
     while (p < end) {
         uint64_t key, v;
