@@ -386,8 +386,9 @@ void *obj_slab_take(obj_slab *sl, size_t need)
  * one of st->load_chunk bytes in its place (the objects in the full one
  * keep it). The full slab's feed stops before the new one's starts, so
  * the load never has two feed threads on the cores it shares with them.
- * NULL when there is none or none can be mapped; the load then has no
- * slab and its remaining objects come from calloc. */
+ * NULL when the load has no slab; when need is more than a slab holds (that
+ * object comes from calloc, the slab stays); or when the next slab cannot
+ * be mapped (the load goes on without one, its objects from calloc). */
 static obj_slab *obj_load_slab_room(obj_store *st, size_t need)
 {
     obj_slab *sl = st->load_slab;

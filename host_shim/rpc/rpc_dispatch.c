@@ -536,7 +536,7 @@ void rpc_server_redispatch(rpc_server *s, smp_rpc_call *call, const uint8_t *bod
     }
     s->cur_call = call;
     s->cur_replied = 0;
-    rc = m->handler(svc->ctx, call, body, len);
+    rc = m->handler(svc->ctx, call, rpc_body(body), len);
     replied = s->cur_replied;
     s->cur_call = NULL;
     if (rc < 0 && !replied) {

@@ -45,6 +45,7 @@
 #define M_HOLD 6        /* keeps the call unanswered (one at a time) */
 #define M_RELEASE 7     /* answers the held call, then itself */
 #define M_LOGIN 8       /* the connection becomes tenant "t", a writer (rpc_server_authenticate) */
+#define M_REROUTE 9     /* routes itself again with an empty body at NULL, then echoes */
 #define M_DEFER 1       /* body: uint32 delay_ms + payload; replies payload later */
 
 #define TEST_MAX_FRAME (1u << 20)
@@ -202,6 +203,20 @@ static int defer_handler(void *ctx, smp_rpc_call *call, const uint8_t *body, siz
     return SMP_OK;
 }
 
+/* Routes its call again through rpc_server_redispatch, as the host does
+ * with a call parked while a plugin reloads, with an empty body at NULL;
+ * the second pass echoes it (echo_handler notes a NULL body). */
+static int reroute_handler(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len)
+{
+    fixture *fx = ctx;
+    static int again; /* loop thread */
+    if (again) return echo_handler(ctx, call, body, len);
+    again = 1;
+    rpc_server_redispatch(fx->srv, call, NULL, 0);
+    again = 0;
+    return SMP_OK;
+}
+
 static const smp_rpc_method echo_methods[] = {
     {sizeof(smp_rpc_method), M_ECHO, "echo", echo_handler, SMP_ROLE_ADMIN},
     {sizeof(smp_rpc_method), M_FAIL, "fail", fail_handler, SMP_ROLE_ADMIN},
@@ -211,6 +226,7 @@ static const smp_rpc_method echo_methods[] = {
     {sizeof(smp_rpc_method), M_HOLD, "hold", hold_handler, SMP_ROLE_ADMIN},
     {sizeof(smp_rpc_method), M_RELEASE, "release", release_handler, SMP_ROLE_ADMIN},
     {sizeof(smp_rpc_method), M_LOGIN, "login", login_handler, SMP_ROLE_ADMIN},
+    {sizeof(smp_rpc_method), M_REROUTE, "reroute", reroute_handler, SMP_ROLE_ADMIN},
 };
 
 static const smp_rpc_method defer_methods[] = {
@@ -513,7 +529,8 @@ static void test_round_trip_over_unix_socket(void **state)
 }
 
 /* An empty request body is legal and comes back empty; the handler gets
- * it at an address, not NULL. */
+ * it at an address, not NULL, also when the call is routed again
+ * (rpc_server_redispatch). */
 static void test_empty_body_round_trip(void **state)
 {
     fixture *fx = *state;
@@ -523,6 +540,13 @@ static void test_empty_body_round_trip(void **state)
     size_t len = 99;
     atomic_store(&echo_null_body, 0);
     assert_int_equal(rpcc_call(c, SVC_ECHO, M_ECHO, NULL, 0, &status, &body, &len, NULL), SMP_OK);
+    assert_int_equal(atomic_load(&echo_null_body), 0);
+    assert_int_equal(status, 0);
+    assert_null(body);
+    assert_int_equal(len, 0);
+    status = 1;
+    assert_int_equal(rpcc_call(c, SVC_ECHO, M_REROUTE, NULL, 0, &status, &body, &len, NULL),
+                     SMP_OK);
     assert_int_equal(atomic_load(&echo_null_body), 0);
     assert_int_equal(status, 0);
     assert_null(body);
