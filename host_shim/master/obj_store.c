@@ -524,7 +524,9 @@ void obj_object_drop(obj_store *st, obj_sl_node *at)
 
 /* Put n (ranges already reserved) into the indexes in place of old (NULL:
  * none; its ranges already released). Every allocation happens before the
- * first change: on SMP_ENOMEM nothing changed. old is not freed. */
+ * first change: on SMP_ENOMEM nothing changed. old is not freed. Once
+ * indexed, n's group is its group's own name; old's group may be gone with
+ * the group it leaves, so old's group is not read again. */
 int obj_object_index(obj_store *st, obj_object *n, obj_object *old)
 {
     int rc = SMP_OK;
@@ -569,6 +571,7 @@ int obj_object_index(obj_store *st, obj_object *n, obj_object *old)
         if (obj_reps_cover(n, old)) obj_stats_leave_keeping(st, old);
         else obj_stats_account(st, old, -1);
     }
+    if (g) n->group = g->name;
     if (t) {
         t->objects++;
         t->bytes += n->size;

@@ -199,7 +199,7 @@ int obj_encode_object_add(const obj_object *o,
     m.key = o->key;
     m.size = o->size;
     m.data_type = (uint32_t)o->data_type;
-    m.group = o->group;
+    m.group = (char *)o->group; /* read only, like the key */
     m.tenant = o->tenant;
     m.checksum.data = (uint8_t *)o->checksum;
     m.checksum.len = sizeof(o->checksum);
@@ -331,7 +331,7 @@ static obj_segment *obj_memory_rep_place(obj_store *st,
 size_t obj_object_bytes(const Hostrec__ObjectRecord *m)
 {
     const size_t align = alignof(max_align_t);
-    size_t n = sizeof(obj_object) + strlen(m->key) + strlen(m->group) + strlen(m->tenant) + 3;
+    size_t n = sizeof(obj_object) + strlen(m->key) + strlen(m->tenant) + 2;
     n = (n + alignof(obj_rep) - 1) & ~(alignof(obj_rep) - 1);
     n += (m->n_replicas ? m->n_replicas : 1) * sizeof(obj_rep);
     return (n + align - 1) & ~(align - 1);
@@ -403,31 +403,32 @@ static obj_slab *obj_load_slab_room(obj_store *st, size_t need)
  * snapshot loads and it has room (its replica list in the same piece),
  * else from calloc. Memory replicas that cannot exist here (see
  * obj_memory_rep_place) are left out and counted. SMP_ENOMEM. Nothing is
- * reserved or indexed. */
+ * reserved or indexed; its group is m's name until obj_object_index, so it
+ * is indexed or freed while m lives. */
 static int obj_object_build(obj_store *st,
                             const Hostrec__ObjectRecord *m,
                             const obj_object *only,
                             obj_object **out)
 {
-    size_t kl = strlen(m->key) + 1, gl = strlen(m->group) + 1, tl = strlen(m->tenant) + 1;
+    size_t kl = strlen(m->key) + 1, tl = strlen(m->tenant) + 1;
     size_t need = st->load_slab ? obj_object_bytes(m) : 0;
     obj_slab *sl = st->load_slab ? obj_load_slab_room(st, need) : NULL;
     obj_object *o;
     if (sl) {
         o = obj_slab_take(sl, need); /* zeroed: fresh mapping */
         o->slab = sl;
-        size_t at = (sizeof(*o) + kl + gl + tl + alignof(obj_rep) - 1) & ~(alignof(obj_rep) - 1);
+        size_t at = (sizeof(*o) + kl + tl + alignof(obj_rep) - 1) & ~(alignof(obj_rep) - 1);
         o->reps = (obj_rep *)((char *)o + at);
     } else {
-        o = calloc(1, sizeof(*o) + kl + gl + tl);
+        o = calloc(1, sizeof(*o) + kl + tl);
         if (!o) return SMP_ENOMEM;
         o->reps = calloc(m->n_replicas ? m->n_replicas : 1, sizeof(obj_rep));
         o->reps_own = 1;
         if (!o->reps) goto free_object;
     }
     o->key = memcpy(o->strings, m->key, kl);
-    o->group = memcpy(o->strings + kl, m->group, gl);
-    o->tenant = memcpy(o->strings + kl + gl, m->tenant, tl);
+    o->tenant = memcpy(o->strings + kl, m->tenant, tl);
+    o->group = m->group[0] ? m->group : ""; /* the group's own once indexed */
     o->size = m->size;
     o->data_type = (smp_data_type)m->data_type;
     memcpy(o->checksum, m->checksum.data, 32);

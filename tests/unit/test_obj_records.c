@@ -313,6 +313,78 @@ static void test_loaded_objects_changed_and_removed_one_by_one(void **state)
     obj_store_destroy(b);
 }
 
+/* The group an object reads, of a name the group holds once for all its
+ * members. key's group is want (NULL: none) and, when same is given, the
+ * very string same's group is. */
+static void assert_group_of(const obj_store *st, const char *key, const char *want, const char *same)
+{
+    smp_object_info ik = {.struct_size = sizeof(ik)}, is = {.struct_size = sizeof(is)};
+    assert_int_equal(obj_object_info(st, key, &ik), SMP_OK);
+    assert_string_equal(ik.group, want ? want : "");
+    if (!same) return;
+    assert_int_equal(obj_object_info(st, same, &is), SMP_OK);
+    assert_ptr_equal(ik.group, is.group);
+}
+
+/* Put key again (an upsert) into group at now, prepare + apply. */
+static void upsert_into(obj_store *st, const char *key, const char *group, uint64_t now)
+{
+    obj_put_params p = {key, 100, SMP_DATA_KV, group, "tA", 0, 1, NULL};
+    assert_int_equal(obj_put_start(st, &p, now, NULL), SMP_OK);
+    uint8_t sum[32] = {1};
+    obj_record r = {0};
+    assert_int_equal(obj_prepare_put_end(st, key, sum, now, &r), SMP_OK);
+    apply_rec(st, &r);
+}
+
+/* Objects share their group's name (one copy per group, not per object;
+ * issue 20): it is never the record's they were applied from (freed after
+ * the apply), it follows an object into another group and stays right for
+ * the members left when a group goes with its last member, and a snapshot
+ * load shares it the same way. Run under ASan and valgrind, a read of a
+ * freed name fails it. */
+static void test_objects_share_their_groups_name(void **state)
+{
+    (void)state;
+    obj_store *st = new_store(NULL);
+    mount(st, "s0", "n0", 1 << 16);
+    assert_int_equal(put_full(st, "a", 100, "g1", "tA", 1), SMP_OK);
+    assert_int_equal(put_full(st, "b", 100, "g1", "tA", 2), SMP_OK);
+    assert_int_equal(put_full(st, "c", 100, "", "tA", 3), SMP_OK);
+    assert_group_of(st, "a", "g1", "b");
+    assert_group_of(st, "c", NULL, NULL);
+
+    /* a moves to g2; b to g3, which leaves g1 without members. */
+    upsert_into(st, "a", "g2", 4);
+    assert_int_equal(obj_group_count(st, "g1"), 1);
+    upsert_into(st, "b", "g3", 5);
+    assert_int_equal(obj_group_count(st, "g1"), 0);
+    assert_group_of(st, "a", "g2", NULL);
+    assert_group_of(st, "b", "g3", NULL);
+    assert_int_equal(put_full(st, "d", 100, "g3", "tA", 6), SMP_OK);
+    upsert_into(st, "c", "g3", 7); /* joins one */
+    assert_group_of(st, "d", "g3", "b");
+    assert_group_of(st, "c", "g3", "b");
+
+    /* g2 goes with a; the members of g3 do not move when b leaves. */
+    remove_key(st, "a", 8);
+    assert_int_equal(obj_group_count(st, "g2"), 0);
+    remove_key(st, "b", 9);
+    assert_group_of(st, "d", "g3", "c");
+
+    buf s = save(st);
+    obj_store *l = new_store(NULL);
+    assert_int_equal(obj_store_load(l, s.p, s.n), SMP_OK);
+    free(s.p);
+    assert_same_state(st, l);
+    assert_group_of(l, "d", "g3", "c");
+    upsert_into(l, "c", "", 10); /* leaves it */
+    assert_group_of(l, "c", NULL, NULL);
+    assert_group_of(l, "d", "g3", NULL);
+    obj_store_destroy(l);
+    obj_store_destroy(st);
+}
+
 static void assert_empty(obj_store *st)
 {
     obj_store *e = new_store(NULL);
@@ -1089,6 +1161,7 @@ int main(void)
         cmocka_unit_test(test_records_malformed),
         cmocka_unit_test(test_snapshot_round_trip),
         cmocka_unit_test(test_loaded_objects_changed_and_removed_one_by_one),
+        cmocka_unit_test(test_objects_share_their_groups_name),
         cmocka_unit_test(test_snapshot_invalid),
         cmocka_unit_test(test_snapshot_loads_as_its_bytes_arrive),
         cmocka_unit_test(test_describe_records),
