@@ -94,9 +94,9 @@ typedef struct wm_rev_entry {
     uint64_t readable_at; /* the host's (loss) version at which weight_is_exist
                            * last found every key readable; 0: none (every
                            * apply of the revision resets it) */
-    wm_slab *slab;
+    wm_slab *slab; /* the mapping it lives in; NULL: malloc'ed */
     char *req;     /* the request id an apply changed it to (owned); NULL:
-                    * the revision's request id is in keys[] or none */ /* the mapping it lives in; NULL: malloc'ed */
+                    * the revision's request id is in keys[] or none */
     char keys[];   /* group key, NUL, manifest key, NUL, the identity
                     * (wm_identity_pack), then the request id and its NUL
                     * when it has one (malloc'ed entries; a slab keeps its
