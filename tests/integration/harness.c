@@ -155,9 +155,11 @@ static pid_t spawn(hx_master *m)
         argv[n++] = m->config;
         argv[n] = NULL;
         execvp(argv[0], (char *const *)argv);
+        fprintf(stderr, "harness: cannot run %s: %s\n", argv[0], strerror(errno));
         _exit(127);
     }
     execl(bin, "store_master", "--config", m->config, (char *)NULL);
+    fprintf(stderr, "harness: cannot run %s: %s\n", bin, strerror(errno)); /* into the log */
     _exit(127);
 }
 
@@ -276,6 +278,12 @@ int hx_start(hx_master *m, int timeout_ms)
         if (waitpid(m->pid, &status, WNOHANG) == m->pid) {
             m->pid = 0;
             hx_print_log(m);
+            if (WIFEXITED(status))
+                fprintf(stderr, "harness: store_master exited with status %d before serving\n",
+                        WEXITSTATUS(status));
+            else
+                fprintf(stderr, "harness: store_master died of signal %d before serving\n",
+                        WTERMSIG(status));
             return -1;
         }
         kvc *c = NULL;
@@ -293,6 +301,7 @@ int hx_start(hx_master *m, int timeout_ms)
         sleep_ms(10);
     }
     hx_print_log(m);
+    fprintf(stderr, "harness: store_master did not serve within %d ms; killed\n", timeout_ms);
     hx_kill(m);
     return -1;
 }
