@@ -73,6 +73,7 @@
  * Usage: bench_metadata_reads [DIR (/tmp)] [REVISIONS (100000)] [SECONDS (3)]
  *                             [OBJECTS per revision (10), 2..65] */
 #include <dirent.h>
+#include <errno.h>
 #include <sched.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -953,6 +954,13 @@ int main(int argc, char **argv)
              segdir, (unsigned long long)(b.n_revisions * (16384ull + (uint64_t)(b.objects - 1) *
                                                            TENSOR_FLOATS * sizeof(float)) +
                                          (256ull << 20)));
+    /* The segment's directory is marked as this run's, so that a run killed
+     * before its end leaves no segment of gigabytes in /dev/shm: the next
+     * test or bench sweeps it (hx_sweep_leftovers). */
+    if (mkdir(segdir, 0700) < 0 || hx_own_dir(segdir) < 0) {
+        fprintf(stderr, "bench: cannot make %s: %s\n", segdir, strerror(errno));
+        return 1;
+    }
     if (hx_init(&m, "bench-md", extra) < 0 || hx_start(&m, 60000) < 0) {
         fprintf(stderr, "bench: cannot start the master\n");
         return 1;
@@ -1081,6 +1089,7 @@ stop:
     hx_stop(&m);
     if (getenv("WM_BENCH_KEEP")) { /* to restart the same data by hand (bench/README.md) */
         hx_disown_dir(m.dir); /* not a leftover for the next test to sweep */
+        hx_disown_dir(segdir);
         printf("kept %s and %s\n", m.dir, segdir);
         return status;
     }
