@@ -957,7 +957,7 @@ int main(int argc, char **argv)
     /* The segment's directory is marked as this run's, so that a run killed
      * before its end leaves no segment of gigabytes in /dev/shm: the next
      * test or bench sweeps it (hx_sweep_leftovers). */
-    if (mkdir(segdir, 0700) < 0 || hx_own_dir(segdir) < 0) {
+    if (hx_own_new_dir(segdir) < 0) {
         fprintf(stderr, "bench: cannot make %s: %s\n", segdir, strerror(errno));
         return 1;
     }

@@ -570,7 +570,6 @@ int main(int argc, char **argv)
 {
     double gib = 4.0;
     const char *shm = getenv("WM_BENCH_SHM") ? getenv("WM_BENCH_SHM") : "/dev/shm";
-    const char *dir = "/tmp";
     int puts_only = 0, gets_only = 0, cold_only = 0;
     /* WM_BENCH_PREFAULT=0: the node without node.segment_prefault (for a before/after) */
     int prefault = getenv("WM_BENCH_PREFAULT") == NULL || atoi(getenv("WM_BENCH_PREFAULT")) != 0;
@@ -588,10 +587,8 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "put") == 0) puts_only = 1;
         else if (strcmp(argv[i], "get") == 0) gets_only = 1;
         else if (strcmp(argv[i], "cold") == 0) cold_only = 1;
-        else {
-            dir = argv[i];
-            setenv("TMPDIR", argv[i], 1); /* run_all.sh's data directory */
-        }
+        else
+            setenv("TMPDIR", argv[i], 1); /* run_all.sh's data directory: the master's and the raw file's */
     }
     bench b;
     hx_master m;
@@ -607,16 +604,24 @@ int main(int argc, char **argv)
     uint64_t seg_bytes = (cold_only ? 1 : 2) * b.total + (512ull << 20);
 
     snprintf(segdir, sizeof segdir, "%s/wm-bench-weight-get-%d", shm, (int)getpid());
-    snprintf(raw_path, sizeof raw_path, "%s/wm-bench-weight-get-%d.raw", dir, (int)getpid());
     snprintf(extra, sizeof extra,
              "node:\n  segment_dir: \"%s\"\n  segment_bytes: %llu\n  segment_prefault: %s\n"
              "cluster:\n  default_weight_preferred_residency: hot\n"
              "snapshot:\n  every_records: 0\n",
              segdir, (unsigned long long)seg_bytes, prefault ? "true" : "false");
-    if (hx_init(&m, "bench-get", extra) < 0) {
-        fprintf(stderr, "bench: cannot set up the master\n");
+    /* The segment's directory and the raw file (in the master's directory)
+     * are the run's: a run killed before its end leaves them to the next
+     * test or bench's sweep (hx_sweep_leftovers), not gigabytes for good. */
+    if (hx_own_new_dir(segdir) < 0) {
+        fprintf(stderr, "bench: cannot make %s: %s\n", segdir, strerror(errno));
         return 1;
     }
+    if (hx_init(&m, "bench-get", extra) < 0) {
+        fprintf(stderr, "bench: cannot set up the master\n");
+        rmdir(segdir);
+        return 1;
+    }
+    snprintf(raw_path, sizeof raw_path, "%s/raw-read.bin", m.dir);
     if (hx_start(&m, 60000) < 0) {
         fprintf(stderr, "bench: cannot start the master\n");
         goto stop; /* its segment may be there: removed below */

@@ -130,6 +130,11 @@ void hx_remove_dir(const char *dir);
  * directories of TMPDIR (/tmp) and /dev/shm whose process is gone; it runs
  * once per process, from the first hx_init (and the etcd fixture). */
 int hx_own_dir(const char *dir);
+/* Make dir (0700; it must not exist) and hx_own_dir it: a directory of
+ * this process's outside its master's (a benchmark's segment in /dev/shm)
+ * that a kill before its cleanup leaves to the next sweep. 0, or -1 with
+ * errno set. */
+int hx_own_new_dir(const char *dir);
 void hx_disown_dir(const char *dir);
 void hx_sweep_leftovers(void);
 

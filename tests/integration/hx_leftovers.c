@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -62,6 +63,18 @@ int hx_own_dir(const char *dir)
     int ok = fprintf(f, "%ld %llu\n", (long)getpid(), start) > 0;
     if (fclose(f) != 0 || !ok || rename(tmp, path) != 0) {
         unlink(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+int hx_own_new_dir(const char *dir)
+{
+    if (mkdir(dir, 0700) < 0) return -1;
+    if (hx_own_dir(dir) < 0) {
+        int e = errno ? errno : EIO;
+        rmdir(dir);
+        errno = e;
         return -1;
     }
     return 0;

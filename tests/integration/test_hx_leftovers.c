@@ -42,7 +42,7 @@ static void child_dies(int fd, const char *shm)
 {
     hx_master m;
     char link[512];
-    if (hx_init(&m, "leftover", NULL) != 0 || mkdir(shm, 0700) != 0 || hx_own_dir(shm) != 0)
+    if (hx_init(&m, "leftover", NULL) != 0 || hx_own_new_dir(shm) != 0)
         _exit(2);
     snprintf(link, sizeof(link), "%s/cold-link", m.dir);
     if (symlink(shm, link) != 0) _exit(2);
