@@ -500,12 +500,6 @@ static int kept_master(hx_master *m, const char *kept, const char *mode)
     return -1;
 }
 
-/* Wait until the master is idle: its CPU stays below 5% of a core for
- * 0.5 s (2 minutes at most), and print how long that took (after what
- * `since` names). The reads are measured on a settled store, as Redis's
- * are: a store just published still persists revisions and writes
- * snapshots in the background for a while, and a just started one
- * registers its node's cold files. */
 /* Busy and total jiffies of every CPU (/proc/stat's first line); -1 when
  * unreadable. */
 static int machine_jiffies(unsigned long long *busy, unsigned long long *total)
@@ -522,6 +516,14 @@ static int machine_jiffies(unsigned long long *busy, unsigned long long *total)
     return 0;
 }
 
+/* Wait until the master is idle: its CPU stays below 5% of a core for
+ * 0.5 s (2 minutes at most), and print how long that took (after what
+ * `since` names). The reads are measured on a settled store, as Redis's
+ * are: a store just published still persists revisions and writes
+ * snapshots in the background for a while, and a just started one
+ * registers its node's cold files and checks the bytes of every memory
+ * replica its node kept (a SHA-256 of each: some 20 s of CPU at 1M
+ * objects). */
 static void wait_idle(pid_t pid, const char *since)
 {
     double t0 = bench_now_s(), idle_s = -1;
