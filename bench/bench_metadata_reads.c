@@ -947,7 +947,7 @@ int main(int argc, char **argv)
     if (getenv("WM_BENCH_RESTART") != NULL)
         return restart_only(getenv("WM_BENCH_RESTART"), dir, &b);
     hx_master m;
-    char extra[1024], segdir[128], cmd[256], f1[128], f2[128], what[128];
+    char extra[1024], segdir[128], f1[128], f2[128], what[128];
     int status = 1;
     snprintf(segdir, sizeof(segdir), "/dev/shm/wm-bench-md-%d", (int)getpid());
     snprintf(extra, sizeof(extra),
@@ -965,6 +965,8 @@ int main(int argc, char **argv)
     }
     if (hx_init(&m, "bench-md", extra) < 0 || hx_start(&m, 60000) < 0) {
         fprintf(stderr, "bench: cannot start the master\n");
+        hx_cleanup(&m);
+        hx_remove_dir(segdir);
         return 1;
     }
     b.socket = m.socket;
@@ -1096,7 +1098,6 @@ stop:
         return status;
     }
     hx_cleanup(&m);
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", segdir); /* the segment, outside the master's dir */
-    if (system(cmd) != 0) fprintf(stderr, "bench: could not remove %s\n", segdir);
+    hx_remove_dir(segdir); /* the segment, outside the master's dir */
     return status;
 }

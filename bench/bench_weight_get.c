@@ -618,7 +618,7 @@ int main(int argc, char **argv)
     }
     if (hx_init(&m, "bench-get", extra) < 0) {
         fprintf(stderr, "bench: cannot set up the master\n");
-        rmdir(segdir);
+        hx_remove_dir(segdir); /* and the mark in it */
         return 1;
     }
     snprintf(raw_path, sizeof raw_path, "%s/raw-read.bin", m.dir);
@@ -725,11 +725,8 @@ close_store:
     weight_store_close(s);
 stop:
     hx_stop(&m);
-    hx_cleanup(&m);
-    unlink(raw_path);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", segdir);
-    if (system(cmd) != 0) fprintf(stderr, "bench: could not remove %s\n", segdir);
+    hx_cleanup(&m); /* the raw file with the master's directory */
+    hx_remove_dir(segdir);
     free(b.src);
     free(b.dst);
     free(b.names);
