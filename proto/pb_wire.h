@@ -104,6 +104,7 @@ static inline int pbw_next(pbw_rd *r, pbw_fld *f)
     rem -= used;
     f->data = p;
     f->pref = 0;
+    f->v = 0; /* read only for a varint; set anyway, as GCC -O3 cannot tell */
     switch (f->wt) {
     case PBW_VARINT: {
         /* The value is gathered as the end is looked for (one pass). */

@@ -77,7 +77,7 @@ static void segment_file(const fixture *f, char *path, size_t cap)
     for (struct dirent *e; (e = readdir(d)) != NULL;) {
         size_t n = strlen(e->d_name);
         if (n > 4 && strcmp(e->d_name + n - 4, ".seg") == 0)
-            snprintf(path, cap, "%s/%s", dir, e->d_name);
+            assert_true(snprintf(path, cap, "%s/%s", dir, e->d_name) < (int)cap);
     }
     closedir(d);
     assert_true(path[0] != '\0');

@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
@@ -28,10 +29,12 @@
 static int full_unix_listener(const char *path, int *queued, size_t *n_queued)
 {
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    int l = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    size_t len = strlen(path);
+    int l;
     *n_queued = 0;
-    if (l < 0) return -1;
-    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+    if (len >= sizeof(sa.sun_path)) return -1; /* would not fit: never cut short */
+    memcpy(sa.sun_path, path, len + 1);
+    if ((l = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0) return -1;
     unlink(path);
     if (bind(l, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(l, 0) < 0) goto close_l;
     while (*n_queued < FULL_BACKLOG_MAX) {

@@ -322,14 +322,16 @@ static int wm_section_same(const uint8_t *data, size_t len, int *rc_out, char *w
     int rp = wm_decode_section_placed(data, len, &place, &placed, mplaced, sizeof(mplaced));
     if (rc_out != NULL) *rc_out = rr;
     if (rr != rh || rr != rp) {
-        if (why != NULL)
-            snprintf(why, cap, "status: reference %d (%s), by hand %d (%s), placed %d (%s)", rr,
+        if (why != NULL) /* each sentence up to 300 bytes: the three fit a why of 1 KiB */
+            snprintf(why, cap,
+                     "status: reference %d (%.300s), by hand %d (%.300s), placed %d (%.300s)", rr,
                      mref, rh, mhand, rp, mplaced);
         c.same = 0;
     } else if (rr != WM_OK) {
         if (strcmp(mref, mhand) != 0 || strcmp(mref, mplaced) != 0) {
             if (why != NULL)
-                snprintf(why, cap, "sentence: reference '%s', by hand '%s', placed '%s'", mref,
+                snprintf(why, cap,
+                         "sentence: reference '%.300s', by hand '%.300s', placed '%.300s'", mref,
                          mhand, mplaced);
             c.same = 0;
         }
