@@ -47,6 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -269,6 +270,7 @@ static pid_t raw_start(bench *b, struct sockaddr_in *a)
         die("pipe", strerror(errno));
     pid = fork();
     if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* a bench that dies leaves no server */
         close(fds[0]);
         raw_child(b, ls, fds[1]);
     }
@@ -303,6 +305,7 @@ static pid_t start_node(bench *b, SSL_CTX *tls, char *ep, size_t cap)
         die("pipe", strerror(errno));
     pid = fork();
     if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* a bench that dies leaves no server */
         close(fds[0]);
         node_child(b, fds[1], tls);
     }
