@@ -70,40 +70,12 @@
 #include "bench_clock.h"
 #include "bench_summary.h"
 #include "harness.h"
+#include "node_segment.h"
 #include "weightclient.h"
 
 #define TENSOR_ROWS 4096ull
 #define TENSOR_COLS 8192ull /* BF16: 64 MiB per tensor */
 #define GIB ((double)(1ull << 30))
-
-/* The pages a file under dir gets, as its mount says: "tmpfs, huge=always"
- * and the like, "tmpfs without huge= (4 KiB pages)", or the file system's
- * type; "?" when /proc/self/mounts does not tell. A co-located put faults
- * every page of its range in its own mapping (bench/README.md, "One make
- * bench from a clean clone"), so the page size bounds its figure where a
- * fault is dear. */
-static const char *mount_pages(const char *dir, char *out, size_t cap)
-{
-    char line[1024], mnt[512], type[64], opts[512];
-    size_t best = 0;
-    FILE *f = fopen("/proc/self/mounts", "r");
-    snprintf(out, cap, "?");
-    if (f == NULL) return out;
-    while (fgets(line, sizeof line, f) != NULL) {
-        if (sscanf(line, "%*s %511s %63s %511s", mnt, type, opts) != 3) continue;
-        size_t n = strlen(mnt);
-        int under = strncmp(dir, mnt, n) == 0 && (dir[n] == '/' || dir[n] == '\0' || n == 1);
-        if (!under || n < best) continue;
-        best = n;
-        const char *h = strstr(opts, "huge=");
-        if (strcmp(type, "tmpfs") != 0) snprintf(out, cap, "%s", type);
-        else if (h == NULL || strncmp(h, "huge=never", 10) == 0)
-            snprintf(out, cap, "tmpfs without huge= (4 KiB pages)");
-        else snprintf(out, cap, "tmpfs, %.*s", (int)strcspn(h, ","), h);
-    }
-    fclose(f);
-    return out;
-}
 
 /* CPU seconds (user + system) and minor page faults of a process. */
 typedef struct usage {
@@ -695,11 +667,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench: %s\n", err);
         goto close_store;
     }
+    /* what bounds the co-located put where a fault is dear (node_segment.h) */
     char pages[96];
+    (void)seg_mount_pages(NULL, segdir, pages, sizeof pages);
     printf("revision: %zu BF16 tensors [%llu, %llu], %.2f GiB; segment %s (%s); %ld cores; "
            "weight_get and memcpy on %u threads\n",
-           b.n_tensors, TENSOR_ROWS, TENSOR_COLS, (double)b.total / GIB, segdir,
-           mount_pages(segdir, pages, sizeof pages), cores, threads);
+           b.n_tensors, TENSOR_ROWS, TENSOR_COLS, (double)b.total / GIB, segdir, pages, cores,
+           threads);
 
     /* With node.segment_prefault the node touches its segment's pages once in
      * the background after its start (node_segment.h: seg_prefaulted): the

@@ -930,6 +930,11 @@ int node_runtime_start(const node_runtime_options *opt,
     seg_options so = {.dir = n->segment_dir, .id = n->node_id, .size = n->segment_bytes,
                       .preallocate = 1, .prefault = opt->segment_prefault};
     if ((rc = seg_open(&so, &n->seg, err, errlen)) < 0) goto fail;
+    char pages[96];
+    if (seg_mount_pages(NULL, n->segment_dir, pages, sizeof(pages)) == 1)
+        fprintf(stderr, "store_node %s: segment %s is on a tmpfs of 4 KiB pages: every process "
+                "that maps it faults each page once; a tmpfs mounted with huge=always gives it "
+                "2 MiB pages (node.segment_dir)\n", n->node_id, seg_path(n->seg));
     if (seg_grown_from(n->seg) > 0)
         fprintf(stderr, "store_node %s: segment grown in place from %llu to %llu bytes (every "
                 "replica kept)\n", n->node_id, (unsigned long long)seg_grown_from(n->seg),

@@ -24,6 +24,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,6 +110,57 @@ int seg_validate_id(const char *id)
             return SMP_EINVAL;
     }
     return SMP_OK;
+}
+
+/* One line of a mounts text ("dev mount-point type options ..."): whether
+ * its mount point holds path (a prefix at a '/' boundary), and its length
+ * then (0 otherwise). */
+static size_t mount_holds(const char *mnt, const char *path)
+{
+    size_t n = strlen(mnt);
+    if (strncmp(path, mnt, n) != 0) return 0;
+    if (path[n] == '/' || path[n] == '\0') return n;
+    return n == 1 && mnt[0] == '/' ? 1 : 0; /* the root holds every path */
+}
+
+int seg_mount_pages(const char *mounts, const char *dir, char *out, size_t cap)
+{
+    char *text = NULL, *line, *save = NULL, abs[PATH_MAX];
+    size_t best = 0;
+    int rc = SMP_ENOTFOUND;
+    snprintf(out, cap, "?");
+    if (dir == NULL || realpath(dir, abs) == NULL) return SMP_ENOTFOUND;
+    if (mounts == NULL) {
+        FILE *f = fopen("/proc/self/mounts", "r");
+        size_t len = 0;
+        if (f == NULL) return SMP_ENOTFOUND;
+        ssize_t got = getdelim(&text, &len, '\0', f); /* the whole file */
+        fclose(f);
+        if (got <= 0) goto done;
+    } else if ((text = strdup(mounts)) == NULL) {
+        return SMP_ENOMEM;
+    }
+    for (line = strtok_r(text, "\n", &save); line != NULL; line = strtok_r(NULL, "\n", &save)) {
+        char mnt[PATH_MAX], type[64], opts[1024];
+        if (sscanf(line, "%*s %4095s %63s %1023s", mnt, type, opts) != 3) continue;
+        size_t n = mount_holds(mnt, abs);
+        if (n == 0 || n < best) continue;
+        best = n;
+        const char *h = strstr(opts, "huge=");
+        if (strcmp(type, "tmpfs") != 0) {
+            snprintf(out, cap, "%s", type);
+            rc = 0;
+        } else if (h == NULL || strncmp(h, "huge=never", 10) == 0) {
+            snprintf(out, cap, "tmpfs, 4 KiB pages");
+            rc = 1;
+        } else {
+            snprintf(out, cap, "tmpfs, %.*s", (int)strcspn(h, ","), h);
+            rc = 0;
+        }
+    }
+done:
+    free(text);
+    return rc;
 }
 
 int seg_path_for(const char *dir, const char *id, char *buf, size_t cap)

@@ -47,6 +47,17 @@ int seg_validate_id(const char *id);
  * it does not fit in cap. */
 int seg_path_for(const char *dir, const char *id, char *buf, size_t cap);
 
+/* The pages a file under dir gets, by the mount that holds it (the longest
+ * mount point above it in mounts, the text of /proc/self/mounts; NULL:
+ * read that file): into out, "tmpfs, 4 KiB pages" for a tmpfs without a
+ * huge= option or with huge=never, "tmpfs, huge=always" (or the option it
+ * has), or the file system's type. Returns 1 for a tmpfs of 4 KiB pages,
+ * where every process that maps a segment faults each 4 KiB page of it
+ * once; 0 for any other; SMP_ENOTFOUND when no mount is found ("?" in
+ * out). A relative dir is taken from the working directory; a mount point
+ * the kernel escapes (a space in it) is not matched. */
+int seg_mount_pages(const char *mounts, const char *dir, char *out, size_t cap);
+
 /* Create the segment file, or reopen it when it exists. The directory is
  * created (one level) when missing. A reopened file keeps its bytes
  * (seg_reopened() says 1); a new file is zero-filled (seg_reopened() says

@@ -3,8 +3,10 @@
  * Real files in a scratch directory under /tmp: create, reopen after a
  * "restart" with the bytes intact, grow a smaller file in place and cut a
  * larger one only on seg_shrink, refuse a second
- * opener, bounds checks, destroy, and the co-located client path (a client
- * mapping sees what the node writes and the reverse). */
+ * opener, bounds checks, destroy, the co-located client path (a client
+ * mapping sees what the node writes and the reverse), and the pages a
+ * segment directory's mount gives. */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -424,6 +426,49 @@ static void test_client_mapping_prefaults_each_page_once(void **state)
     seg_destroy(s);
 }
 
+/* The pages a segment directory gets, by the mount that holds it: the
+ * longest mount point above it wins, a mount point is matched at a '/'
+ * boundary only, and a tmpfs without huge= (or huge=never) is the 4 KiB
+ * case the node warns about. The directories are real (the path is
+ * resolved); the mounts text is given. */
+static void test_mount_pages(void **state)
+{
+    char a[300], ab[300], sib[300], mounts[2048], out[96];
+    (void)state;
+    snprintf(a, sizeof(a), "%s/m", g_dir);
+    snprintf(ab, sizeof(ab), "%s/m/b", g_dir);
+    snprintf(sib, sizeof(sib), "%s/mx", g_dir);
+    assert_true(mkdir(g_dir, 0700) == 0 || errno == EEXIST); /* the group's scratch */
+    assert_int_equal(mkdir(a, 0700), 0);
+    assert_int_equal(mkdir(ab, 0700), 0);
+    assert_int_equal(mkdir(sib, 0700), 0);
+
+    snprintf(mounts, sizeof(mounts),
+             "/dev/vda1 / ext4 rw,relatime 0 0\n"
+             "tmpfs %s tmpfs rw,nosuid,size=1048576k 0 0\n"
+             "tmpfs %s tmpfs rw,size=4g,huge=within_size,mode=700 0 0\n",
+             a, ab);
+    assert_int_equal(seg_mount_pages(mounts, a, out, sizeof(out)), 1);
+    assert_string_equal(out, "tmpfs, 4 KiB pages");
+    assert_int_equal(seg_mount_pages(mounts, ab, out, sizeof(out)), 0); /* the nearer mount */
+    assert_string_equal(out, "tmpfs, huge=within_size");
+    assert_int_equal(seg_mount_pages(mounts, sib, out, sizeof(out)), 0); /* m is not above mx */
+    assert_string_equal(out, "ext4");
+
+    snprintf(mounts, sizeof(mounts), "tmpfs / tmpfs rw,huge=never 0 0\n");
+    assert_int_equal(seg_mount_pages(mounts, sib, out, sizeof(out)), 1);
+    assert_string_equal(out, "tmpfs, 4 KiB pages");
+    snprintf(mounts, sizeof(mounts), "tmpfs /elsewhere tmpfs rw 0 0\nnot a mount line\n");
+    assert_int_equal(seg_mount_pages(mounts, a, out, sizeof(out)), SMP_ENOTFOUND);
+    assert_string_equal(out, "?");
+    assert_int_equal(seg_mount_pages(mounts, "/nonexistent/wm-seg", out, sizeof(out)),
+                     SMP_ENOTFOUND);
+
+    /* this machine's own mounts: some mount holds the directory */
+    assert_true(seg_mount_pages(NULL, a, out, sizeof(out)) >= 0);
+    assert_string_not_equal(out, "?");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -440,6 +485,7 @@ int main(void)
         cmocka_unit_test(test_bad_ids),
         cmocka_unit_test(test_client_mapping_shares_bytes),
         cmocka_unit_test(test_client_mapping_prefaults_each_page_once),
+        cmocka_unit_test(test_mount_pages),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
