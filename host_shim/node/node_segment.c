@@ -112,9 +112,8 @@ int seg_validate_id(const char *id)
     return SMP_OK;
 }
 
-/* One line of a mounts text ("dev mount-point type options ..."): whether
- * its mount point holds path (a prefix at a '/' boundary), and its length
- * then (0 otherwise). */
+/* Whether the mount point mnt holds the absolute path (a prefix of it at a
+ * '/' boundary): mnt's length then, 0 otherwise. */
 static size_t mount_holds(const char *mnt, const char *path)
 {
     size_t n = strlen(mnt);
