@@ -566,16 +566,15 @@ static int cold_gets(weight_store *s, const hx_master *m, bench *b, const char *
         client_cpu += c.cpu / rounds;
         node_cpu += n.cpu / rounds;
     }
-    /* the median round: as many rounds with a lower ratio as with a higher one */
+    /* the median round: rounds / 2 of the others below it (ties by order) */
     int med = 0;
     for (int r = 0; r < rounds; r++) {
-        int below = 0, above = 0;
+        int below = 0;
         for (int q = 0; q < rounds; q++) {
             double rq = raw_t[q] / get_t[q], rr = raw_t[r] / get_t[r];
-            below += q != r && (rq < rr || (rq == rr && q < r));
-            above += q != r && (rq > rr || (rq == rr && q > r));
+            below += rq < rr || (rq == rr && q < r);
         }
-        if (below == above) med = r;
+        if (below == rounds / 2) med = r;
     }
     printf("COLD TP1    the median round of %d: round %d\n", rounds, med + 1);
     report_get("COLD TP1", get_t[med], get_t[med], -1, -1, "raw read", raw_t[med], -1, bytes, 0.7);

@@ -522,8 +522,8 @@ static int fill_mapped(wslot *sl, uint8_t *base, uint64_t bytes)
  * every block into the socket from the same WC_COPY_BLOCK bytes, never
  * from the caller's gigabytes. On the benches' PVM guest, sending straight
  * from a caller's buffer of 4 KiB pages cost the client 2.78 s of CPU per
- * GiB (0.52 GiB/s for 2 GiB, TP 4) against 0.92-0.97 s (1.51-1.58 GiB/s)
- * with the copy, a memcpy within cache (bench/README.md, "One make bench
+ * GiB (0.52 GiB/s for 2 GiB, TP 4) against 0.97 s (1.51-1.54 GiB/s) with
+ * the copy, a memcpy within cache (bench/README.md, "One make bench
  * from a clean clone"). */
 typedef struct remote_src {
     wslot *sl;
