@@ -94,7 +94,15 @@ int hc_wait_leader(hc_cluster *c, int skip, int timeout_ms)
         if (hx_now_ms() >= end) break;
         sleep_ms(HC_POLL_MS);
     }
-    if (timeout_ms > 0) fprintf(stderr, "ha_cluster: no single leader within %d ms\n", timeout_ms);
+    if (timeout_ms <= 0) return -1;
+    fprintf(stderr, "ha_cluster: no single leader within %d ms\n", timeout_ms);
+    for (int i = 0; i < HC_MASTERS; i++) {
+        if (i == skip || c->m[i].pid <= 0) continue;
+        char *r = hc_role(&c->m[i]);
+        fprintf(stderr, "ha_cluster: master %d: role \"%s\"\n", i, r ? r : "(none)");
+        free(r);
+        hc_print_tail(c->m[i].log);
+    }
     return -1;
 }
 

@@ -173,8 +173,9 @@ static int elect(env *e, const char *who, int64_t ttl_s, term *t)
 
 static void revoke_term(term *t)
 {
-    char err[256];
-    assert_int_equal(etcd_lease_revoke(cli, t->lease, err, sizeof(err)), 0);
+    char err[256] = "";
+    int rc = etcd_lease_revoke(cli, t->lease, err, sizeof(err));
+    if (rc != 0) fail_msg("etcd_lease_revoke: %s: %s", smp_strerror(rc), err);
 }
 
 /* -- records ------------------------------------------------------------------ */
