@@ -1,7 +1,14 @@
 /* rpc_client.c -- blocking RPC transport over plain sockets and poll(2).
  *
- * The socket is non-blocking; every wait is a poll bounded by the deadline of
- * the current call. Incoming bytes collect in one buffer that grows with what
+ * Every wait is bounded by the deadline of the current call. A call's
+ * answer, when nothing of it is buffered yet, is waited for before the first
+ * recv. On a plain TCP socket that wait is the recv itself: the socket is
+ * blocking, the recv bounded by SO_RCVTIMEO (the connection's timeout), and
+ * every other send and recv says MSG_DONTWAIT -- a call costs a send and a
+ * recv. A Unix socket and a TLS one are non-blocking and wait in poll (on a
+ * Unix socket a recv that blocked cost the master, whose reply wakes it, more
+ * than the client saved: bench/README.md, "The client's wait for an answer").
+ * The rest of an answer that came in parts is waited for in poll on all. Incoming bytes collect in one buffer that grows with what
  * arrives (never past 4 + max_frame_bytes), so a timeout in the middle of a
  * response loses nothing and the next rpcc_recv goes on where it stopped.
  * Decoded responses for other request ids wait in a FIFO until claimed.
@@ -53,6 +60,7 @@
                                   * reaches the new leader within 0.1 s of it */
 #define RPCC_ATTEMPT_MS 2000     /* one TCP connect of a list of several */
 #define RPCC_FOLLOW_MS 30000     /* how long a call without a timeout moves on */
+#define RPCC_AWAIT_SLACK_MS 20   /* how far past its deadline a call's blocking recv may end */
 
 /* A response taken off the stream: its frame, and the fields decoded from
  * it (pointing into frame). */
@@ -83,8 +91,10 @@ struct rpcc_conn {
     SSL *ssl;               /* the session of the stream (TLS, TCP) */
     short want;             /* the poll event the session waits for */
     char tls_why[200];      /* OpenSSL's reason for the last failed SSL_read ("": none) */
-    int await_reply;        /* a request just left with nothing buffered: poll before
+    int await_reply;        /* a request just left with nothing buffered: wait before
                                the first recv (a plain socket; see read_frame) */
+    int recv_blocks;        /* plain TCP: that wait is a blocking recv */
+    int rcvtimeo_ms;        /* the blocking socket's SO_RCVTIMEO (0: none) */
     char *token;            /* presented on each new socket (NULL: none) */
     char tls_name[256];     /* the master certificate's name ("": each endpoint's host) */
     char auth_tenant[136];  /* what HELLO answered on the current socket */
@@ -305,7 +315,7 @@ static ssize_t io_send(rpcc_conn *c, const void *buf, size_t len)
 {
     c->want = POLLOUT;
     if (c->ssl == NULL)
-        return send(c->fd, buf, len, MSG_NOSIGNAL);
+        return send(c->fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
     int n = SSL_write(c->ssl, buf, len > INT32_MAX ? INT32_MAX : (int)len);
     if (n > 0) return n;
     int e = SSL_get_error(c->ssl, n);
@@ -323,7 +333,7 @@ static ssize_t io_recv(rpcc_conn *c, void *buf, size_t len)
 {
     c->want = POLLIN;
     if (c->ssl == NULL)
-        return recv(c->fd, buf, len, 0);
+        return recv(c->fd, buf, len, MSG_DONTWAIT);
     int n = SSL_read(c->ssl, buf, len > INT32_MAX ? INT32_MAX : (int)len);
     if (n > 0) return n;
     int e = SSL_get_error(c->ssl, n);
@@ -340,6 +350,32 @@ static ssize_t io_recv(rpcc_conn *c, void *buf, size_t len)
     wc_tls_why(c->tls_why, sizeof(c->tls_why)); /* e.g. the master's alert */
     errno = EPROTO;
     return -1;
+}
+
+/* The first recv of a call's answer on a plain TCP socket, blocking for at most
+ * the connection's timeout (SO_RCVTIMEO, set here when it changed; none for
+ * a timeout of 0). That bound is the deadline's when the deadline is the
+ * timeout from about now, as for a call; when the deadline is nearer (a
+ * connect's attempt at one endpoint of several) the recv is not made.
+ * Returns as io_recv; EAGAIN when the timeout passed, or when no such recv
+ * was made (the caller then waits in poll up to the deadline). */
+static ssize_t io_recv_awaited(rpcc_conn *c, void *buf, size_t len, int64_t deadline)
+{
+    int ms = c->timeout_ms > 0 ? c->timeout_ms : 0;
+    c->want = POLLIN;
+    if (deadline >= 0 && (ms == 0 || ms > deadline - now_ms() + RPCC_AWAIT_SLACK_MS)) {
+        errno = EAGAIN;
+        return -1;
+    }
+    if (ms != c->rcvtimeo_ms) {
+        struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+        if (setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0) {
+            errno = EAGAIN;
+            return -1;
+        }
+        c->rcvtimeo_ms = ms;
+    }
+    return recv(c->fd, buf, len, 0);
 }
 
 /* A recv failed with errno: set the sentence -- OpenSSL's reason when the
@@ -413,6 +449,12 @@ static int list_connect(rpcc_conn *c, int64_t deadline, char *err, size_t errlen
             }
             if (rc == SMP_OK) {
                 c->fd = fd;
+                c->rcvtimeo_ms = 0;
+                /* A plain TCP socket blocks only in io_recv_awaited (the top
+                 * of this file). */
+                c->recv_blocks = c->ssl == NULL && strncmp(ep, "unix:", 5) != 0 &&
+                                 ep[0] != '/' &&
+                                 fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) == 0;
                 snprintf(c->endpoint, sizeof(c->endpoint), "%s", ep);
                 if ((rc = conn_hello(c, limit, one, sizeof(one))) == SMP_OK)
                     return SMP_OK;
@@ -740,14 +782,20 @@ static int read_frame(rpcc_conn *c, int64_t deadline, rpcc_pending **out)
                 c->in_cap = cap;
             }
             if (c->await_reply && c->ssl == NULL && deadline != 0) {
-                /* Its answer cannot be here yet in the common case: wait
-                 * first instead of a recv that would only say EAGAIN (one
-                 * syscall fewer per call; the path below does the wait).
-                 * Not for a look without waiting (deadline 0). */
+                /* Its answer cannot be here yet in the common case: on TCP
+                 * a recv that blocks for it, on a Unix socket a wait before
+                 * the recv, rather than a recv that would only say EAGAIN.
+                 * What the blocking recv leaves -- a part of a frame, EINTR,
+                 * the timeout -- goes on as below, whose wait ends at the
+                 * deadline. Not for a look without waiting (deadline 0). */
                 c->await_reply = 0;
-                c->want = POLLIN;
-                r = -1;
-                errno = EAGAIN;
+                if (c->recv_blocks) {
+                    r = io_recv_awaited(c, c->in + c->in_len, c->in_cap - c->in_len, deadline);
+                } else {
+                    c->want = POLLIN;
+                    r = -1;
+                    errno = EAGAIN;
+                }
             } else {
                 c->await_reply = 0;
                 r = io_recv(c, c->in + c->in_len, c->in_cap - c->in_len);

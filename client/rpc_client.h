@@ -7,8 +7,10 @@
  * framing and an RpcResponse back. rpcc_call() is the synchronous form;
  * rpcc_send() / rpcc_recv() pipeline many requests on one connection, with
  * responses matched by request_id (responses that arrive for other ids while
- * waiting are kept for their own rpcc_recv). Plain sockets and poll(2), no
- * event loop. A connection is used by one thread at a time.
+ * waiting are kept for their own rpcc_recv). Plain sockets, no event loop:
+ * a call waits for its answer in a recv bounded by the timeout (plain TCP)
+ * or in poll(2) (a Unix socket, TLS, and the rest of an answer that came in
+ * parts). A connection is used by one thread at a time.
  *
  * Every function returns SMP_OK or a negative SMP_E* code for the transport
  * (the server's own status for a request is returned through *status), and
@@ -214,7 +216,9 @@ int rpcc_recv(rpcc_conn *c,
 
 /* The connection's socket, for a caller that multiplexes many connections
  * with poll(2): readable means rpcc_recv() has a response to read (it may
- * still wait for the rest of a frame). Never close it; rpcc_close() does. */
+ * still wait for the rest of a frame). Never read, write, close or change
+ * its flags (a plain TCP socket is blocking; the client says MSG_DONTWAIT where
+ * it must not block); rpcc_close() closes it. */
 int rpcc_fd(const rpcc_conn *c);
 
 /* Send raw bytes as they are (tests and fuzzing of the server's framing). */
