@@ -8,9 +8,10 @@
  * recv. A Unix socket and a TLS one are non-blocking and wait in poll (on a
  * Unix socket a recv that blocked cost the master, whose reply wakes it, more
  * than the client saved: bench/README.md, "The client's wait for an answer").
- * The rest of an answer that came in parts is waited for in poll on all. Incoming bytes collect in one buffer that grows with what
- * arrives (never past 4 + max_frame_bytes), so a timeout in the middle of a
- * response loses nothing and the next rpcc_recv goes on where it stopped.
+ * The rest of an answer that came in parts is waited for in poll on all.
+ * Incoming bytes collect in one buffer that grows with what arrives (never
+ * past 4 + max_frame_bytes), so a timeout in the middle of a response loses
+ * nothing and the next rpcc_recv goes on where it stopped.
  * Decoded responses for other request ids wait in a FIFO until claimed.
  * A connection becomes "broken" once its byte stream can no longer be trusted
  * (peer closed, partial send, undecodable or oversized frame); from then on
@@ -352,9 +353,9 @@ static ssize_t io_recv(rpcc_conn *c, void *buf, size_t len)
     return -1;
 }
 
-/* The first recv of a call's answer on a plain TCP socket, blocking for at most
- * the connection's timeout (SO_RCVTIMEO, set here when it changed; none for
- * a timeout of 0). That bound is the deadline's when the deadline is the
+/* The first recv of a call's answer on a plain TCP socket, blocking for at
+ * most the connection's timeout (SO_RCVTIMEO, set here when it changed; none
+ * for a timeout of 0). That bound is the deadline's when the deadline is the
  * timeout from about now, as for a call; when the deadline is nearer (a
  * connect's attempt at one endpoint of several) the recv is not made.
  * Returns as io_recv; EAGAIN when the timeout passed, or when no such recv
