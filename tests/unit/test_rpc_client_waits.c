@@ -243,6 +243,37 @@ static void expect_echo(rpcc_conn *c, const char *text)
     free(body);
 }
 
+/* Send text and expect the call to end at the connection's timeout
+ * (timeout_ms) with SMP_EAGAIN naming it, nothing delivered. Returns the
+ * request's id, whose answer is still owed. */
+static uint64_t send_timed_out(rpcc_conn *c, const char *text, int timeout_ms)
+{
+    uint64_t id = 0;
+    uint8_t *body = NULL;
+    size_t len = 0;
+    char want[64];
+    assert_int_equal(rpcc_send(c, SVC, M_ECHO, (const uint8_t *)text, strlen(text), &id), SMP_OK);
+    assert_int_equal(rpcc_recv(c, id, NULL, NULL, &body, &len, NULL), SMP_EAGAIN);
+    snprintf(want, sizeof(want), "no response within %d ms", timeout_ms);
+    assert_non_null(strstr(rpcc_last_error(c), want));
+    assert_null(body);
+    return id;
+}
+
+/* The answer owed to id, text back, waited for up to 10 s. */
+static void expect_owed_answer(rpcc_conn *c, uint64_t id, const char *text)
+{
+    uint8_t *body = NULL;
+    size_t len = 0;
+    int status = 1;
+    rpcc_set_timeout(c, 10000);
+    assert_int_equal(rpcc_recv(c, id, NULL, &status, &body, &len, NULL), SMP_OK);
+    assert_int_equal(status, 0);
+    assert_int_equal(len, strlen(text));
+    assert_memory_equal(body, text, len);
+    free(body);
+}
+
 /* An answer that comes whole is waited for by the recv itself on plain
  * TCP: 50 calls, no poll. On a Unix socket each call waits in one poll
  * before its one recv. */
@@ -286,23 +317,11 @@ static void test_half_answer_ends_at_the_timeout_and_loses_nothing(void **state)
 {
     server *s = *state;
     rpcc_conn *c = open_client(s->tcp_ep, 200);
-    uint64_t id = 0;
-    uint8_t *body = NULL;
-    size_t len = 0;
-    int status = 1;
     atomic_store(&g_script, ANSWER_HALF);
-    assert_int_equal(rpcc_send(c, SVC, M_ECHO, (const uint8_t *)"half", 4, &id), SMP_OK);
-    assert_int_equal(rpcc_recv(c, id, NULL, &status, &body, &len, NULL), SMP_EAGAIN);
-    assert_non_null(strstr(rpcc_last_error(c), "no response within 200 ms"));
-    assert_null(body);
+    uint64_t id = send_timed_out(c, "half", 200);
     atomic_store(&g_script, ANSWER_WHOLE);
     atomic_store(&g_release, 1);
-    rpcc_set_timeout(c, 5000);
-    assert_int_equal(rpcc_recv(c, id, NULL, &status, &body, &len, NULL), SMP_OK);
-    assert_int_equal(status, 0);
-    assert_int_equal(len, 4);
-    assert_memory_equal(body, "half", 4);
-    free(body);
+    expect_owed_answer(c, id, "half");
     expect_echo(c, "after the half");
     rpcc_close(c);
 }
@@ -316,20 +335,9 @@ static void test_changed_timeout_bounds_the_next_wait(void **state)
 {
     server *s = *state;
     rpcc_conn *c = open_client(s->tcp_ep, 1000);
-    int status = 1;
-    uint64_t id = 0;
-    uint8_t *body = NULL;
-    size_t len = 0;
     atomic_store(&g_script, ANSWER_LATE);
-    assert_int_equal(rpcc_send(c, SVC, M_ECHO, (const uint8_t *)"late", 4, &id), SMP_OK);
-    assert_int_equal(rpcc_recv(c, id, NULL, &status, &body, &len, NULL), SMP_EAGAIN);
-    assert_non_null(strstr(rpcc_last_error(c), "no response within 1000 ms"));
-    assert_null(body);
-    rpcc_set_timeout(c, 10000); /* its answer, still coming, is taken before going on */
-    assert_int_equal(rpcc_recv(c, id, NULL, &status, &body, &len, NULL), SMP_OK);
-    assert_int_equal(len, 4);
-    assert_memory_equal(body, "late", 4);
-    free(body);
+    uint64_t id = send_timed_out(c, "late", 1000);
+    expect_owed_answer(c, id, "late"); /* taken before going on */
 
     int later[] = {0, 10000};
     for (size_t t = 0; t < 2; t++) {
