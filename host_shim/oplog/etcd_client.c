@@ -17,6 +17,8 @@
  * changes the store (put, delete, txn, compact, lease grant) only when the
  * request never left (no connection to the member), since otherwise it may
  * have been applied -- and the calls after it start on that next member.
+ * A call to the only member waits for a connection up to its deadline,
+ * through as many connect attempts as fit (ecl_channel_wait_ready).
  * gRPC statuses map to SMP_E* codes in ecl_status_to_rc.
  *
  * This file is the transport: channels, one exchange, member failover, open
@@ -187,22 +189,28 @@ const char *ecl_state_name(grpc_connectivity_state st)
 /* Bring ch to READY before a call, driving the connection attempts on cq
  * (gRPC core makes progress on a connection only while some completion
  * queue interested in it is polled, so a channel left alone between calls
- * would never finish reconnecting). Gives up at deadline, after
- * ETCD_CONNECT_WAIT_MS (a member in backoff gets one more attempt: the
- * longest backoff is 1 s), or as soon as an attempt made here failed.
- * Returns 0 when READY, else -1 with *state the last state seen. */
+ * would never finish reconnecting). With other members to try, gives up at
+ * deadline, after ETCD_CONNECT_WAIT_MS (a member in backoff gets one more
+ * attempt: the longest backoff is 1 s), or as soon as an attempt made here
+ * failed -- the call moves on. The only member (only != 0) is given every
+ * attempt up to the deadline: an attempt fails after gRPC's connect timeout
+ * of 1 s (GRPC_ARG_MIN_RECONNECT_BACKOFF_MS), which a member slow to answer
+ * its handshake (just resumed, loaded, far away) can take, and there is
+ * nowhere else to go. Returns 0 when READY, else -1 with *state the last
+ * state seen. */
 int ecl_channel_wait_ready(grpc_channel *ch,
                               grpc_completion_queue *cq,
                               gpr_timespec deadline,
+                              int only,
                               grpc_connectivity_state *state)
 {
     gpr_timespec bound = ecl_deadline_in(ETCD_CONNECT_WAIT_MS);
     int attempted = 0;
-    if (gpr_time_cmp(bound, deadline) > 0) bound = deadline;
+    if (only || gpr_time_cmp(bound, deadline) > 0) bound = deadline;
     grpc_connectivity_state st = grpc_channel_check_connectivity_state(ch, 1);
     while (st != GRPC_CHANNEL_READY) {
         if (st == GRPC_CHANNEL_SHUTDOWN) break;
-        if (st == GRPC_CHANNEL_TRANSIENT_FAILURE && attempted) break;
+        if (st == GRPC_CHANNEL_TRANSIENT_FAILURE && attempted && !only) break;
         if (st == GRPC_CHANNEL_CONNECTING) attempted = 1;
         grpc_channel_watch_connectivity_state(ch, st, bound, cq, TAG_STATE);
         grpc_event ev = grpc_completion_queue_pluck(cq, TAG_STATE,
@@ -337,7 +345,7 @@ int ecl_exchange(etcd_client *c,
     }
     gpr_timespec deadline = ecl_deadline_in(c->timeout_ms);
     grpc_connectivity_state state;
-    if (ecl_channel_wait_ready(ch, cq, deadline, &state) < 0) {
+    if (ecl_channel_wait_ready(ch, cq, deadline, c->n_ep == 1, &state) < 0) {
         ecl_set_err(err, errlen, "etcd %s %s: no connection to the member (channel %s)", ep, method,
                 ecl_state_name(state));
         *fail = FAIL_UNSENT;

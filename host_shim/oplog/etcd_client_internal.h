@@ -90,6 +90,7 @@ grpc_channel *ecl_channel_open(const char *ep);
 int ecl_channel_wait_ready(grpc_channel *ch,
                               grpc_completion_queue *cq,
                               gpr_timespec deadline,
+                              int only,
                               grpc_connectivity_state *state);
 
 gpr_timespec ecl_deadline_in(uint32_t ms);

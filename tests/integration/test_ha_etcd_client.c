@@ -26,6 +26,7 @@
 
 #include "etcd_client.h"
 #include "etcd_fixture.h"
+#include "fault_proxy.h"
 #include "store_plugin.h"
 
 #define START_MS 20000
@@ -648,6 +649,48 @@ static void test_paused_member_fails_in_time(void **state)
     etcd_client_close(c);
 }
 
+/* Holds the relay HANDSHAKE_STALL_MS at the first bytes of the first
+ * connection it relays: the HTTP/2 preface of a client's first connection
+ * to the member, the handshake of a member that is slow to answer (just
+ * resumed, a loaded machine, a long way off). */
+#define HANDSHAKE_STALL_MS 1300
+static void stall_first_handshake(void *ctx, unsigned conn, unsigned long long at,
+                                  unsigned char *buf, size_t n)
+{
+    int *stalled = ctx;
+    (void)buf;
+    (void)n;
+    if (conn == 1 && at == 0 && !*stalled) {
+        *stalled = 1;
+        sleep_ms(HANDSHAKE_STALL_MS);
+    }
+}
+
+/* The only member answers its first connection's handshake after gRPC's
+ * connect timeout (1 s): the connection attempt fails, and with no other
+ * member to try the client attempts again within the call's deadline (3 s)
+ * -- the call is served instead of failing with "no connection". */
+static void test_slow_handshake_of_the_only_member_is_waited_for(void **state)
+{
+    suite *s = *state;
+    fault_proxy *proxy = NULL;
+    char relay[64];
+    int stalled = 0;
+    etcd_client *c = NULL;
+    etcd_range_result r;
+    assert_int_equal(fault_proxy_start(etcd_fixture_endpoints(&s->f), &proxy, relay,
+                                       sizeof(relay)), 0);
+    fault_proxy_set_filter(proxy, stall_first_handshake, &stalled);
+    etcd_client_options o = {relay, 3000};
+    assert_int_equal(etcd_client_open(&o, &c, err, sizeof(err)), 0);
+    int rc = etcd_range(c, "/slow", 5, NULL, 0, 0, 0, 0, &r, err, sizeof(err));
+    if (rc != 0) fail_msg("etcd_range through a slow handshake: %s: %s", smp_strerror(rc), err);
+    etcd_range_result_free(&r);
+    assert_true(stalled);
+    etcd_client_close(c);
+    fault_proxy_stop(proxy);
+}
+
 /* A watch on a member that stops answering (SIGSTOP) is broken by the
  * transport's keepalive: etcd_watch_next returns SMP_EIO (bounded wait)
  * instead of reporting "nothing new" forever; a new watch from the last
@@ -1237,6 +1280,7 @@ int main(void)
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_paused_member_fails_in_time),
         cmocka_unit_test(test_watch_on_paused_member_breaks),
+        cmocka_unit_test(test_slow_handshake_of_the_only_member_is_waited_for),
     };
     const struct CMUnitTest no_etcd[] = {
         cmocka_unit_test(test_bad_answers),
