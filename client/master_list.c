@@ -26,6 +26,12 @@ static int port_ok(const char *s)
     return v >= 1;
 }
 
+const char *master_list_unix_path(const char *endpoint)
+{
+    if (strncmp(endpoint, "unix:", 5) == 0) return endpoint + 5;
+    return endpoint[0] == '/' ? endpoint : NULL;
+}
+
 int master_list_check(const char *ep, char *err, size_t errlen)
 {
     size_t len = strlen(ep);
@@ -46,9 +52,7 @@ int master_list_check(const char *ep, char *err, size_t errlen)
             return SMP_EINVAL;
         }
     }
-    if (strncmp(ep, "unix:", 5) == 0) path = ep + 5;
-    else if (ep[0] == '/') path = ep;
-    if (path != NULL) {
+    if ((path = master_list_unix_path(ep)) != NULL) {
         if (path[0] != '/' || strlen(path) >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
             wm_errbuf(err, errlen, "endpoint '%s': a Unix socket path must be absolute and "
                       "shorter than %zu bytes", ep, sizeof(((struct sockaddr_un *)0)->sun_path));

@@ -38,6 +38,10 @@ int master_list_parse(const char *spec, master_list *out, char *err, size_t errl
  * SMP_EINVAL with err naming it. */
 int master_list_check(const char *endpoint, char *err, size_t errlen);
 
+/* The socket path of a Unix endpoint ("unix:/path" or "/path"), or NULL
+ * for host:port. */
+const char *master_list_unix_path(const char *endpoint);
+
 /* The endpoint in use. */
 const char *master_list_current(const master_list *ml);
 

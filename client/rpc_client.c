@@ -293,10 +293,9 @@ bad:
 static int connect_endpoint(const char *endpoint, int64_t deadline, int *fd,
                             char *err, size_t errlen)
 {
-    if (strncmp(endpoint, "unix:", 5) == 0)
-        return connect_unix(endpoint + 5, deadline, fd, err, errlen);
-    if (endpoint[0] == '/')
-        return connect_unix(endpoint, deadline, fd, err, errlen);
+    const char *path = master_list_unix_path(endpoint);
+    if (path != NULL)
+        return connect_unix(path, deadline, fd, err, errlen);
     return connect_tcp(endpoint, deadline, fd, err, errlen);
 }
 
@@ -437,12 +436,12 @@ static int list_connect(rpcc_conn *c, int64_t deadline, char *err, size_t errlen
             char one[320];
             const char *ep = master_list_current(&c->ml);
             int64_t limit = deadline;
-            int fd = -1;
+            int fd = -1, tcp = master_list_unix_path(ep) == NULL;
             if (round > 1 && (limit < 0 || limit > now_ms() + RPCC_ATTEMPT_MS))
                 limit = now_ms() + RPCC_ATTEMPT_MS;
             one[0] = '\0';
             rc = connect_endpoint(ep, limit, &fd, one, sizeof(one));
-            if (rc == SMP_OK && c->tls != NULL && strncmp(ep, "unix:", 5) != 0 && ep[0] != '/' &&
+            if (rc == SMP_OK && c->tls != NULL && tcp &&
                 (rc = wc_tls_connect_as(c->tls, fd, ep, c->tls_name, limit, "master", &c->ssl, one,
                                        sizeof(one))) < 0) {
                 close(fd);
@@ -453,8 +452,7 @@ static int list_connect(rpcc_conn *c, int64_t deadline, char *err, size_t errlen
                 c->rcvtimeo_ms = 0;
                 /* A plain TCP socket blocks only in io_recv_awaited (the top
                  * of this file). */
-                c->recv_blocks = c->ssl == NULL && strncmp(ep, "unix:", 5) != 0 &&
-                                 ep[0] != '/' &&
+                c->recv_blocks = c->ssl == NULL && tcp &&
                                  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) == 0;
                 snprintf(c->endpoint, sizeof(c->endpoint), "%s", ep);
                 if ((rc = conn_hello(c, limit, one, sizeof(one))) == SMP_OK)

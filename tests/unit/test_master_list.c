@@ -61,6 +61,17 @@ static void test_lists_of_every_form_parse_in_order(void **state)
     assert_int_equal(ml.n, ML_MAX_ENDPOINTS);
 }
 
+/* A Unix endpoint's socket path, in both spellings; host:port has none. */
+static void test_unix_path_of_an_endpoint(void **state)
+{
+    (void)state;
+    assert_string_equal(master_list_unix_path("unix:/run/wm.sock"), "/run/wm.sock");
+    assert_string_equal(master_list_unix_path("/run/wm.sock"), "/run/wm.sock");
+    assert_null(master_list_unix_path("127.0.0.1:7600"));
+    assert_null(master_list_unix_path("[::1]:7600"));
+    assert_null(master_list_unix_path("unixhost:7600"));
+}
+
 static void test_bad_lists_name_the_bad_item(void **state)
 {
     (void)state;
@@ -173,6 +184,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lists_of_every_form_parse_in_order),
+        cmocka_unit_test(test_unix_path_of_an_endpoint),
         cmocka_unit_test(test_bad_lists_name_the_bad_item),
         cmocka_unit_test(test_named_leader_becomes_current),
         cmocka_unit_test(test_a_round_visits_every_endpoint_once),
