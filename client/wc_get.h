@@ -59,6 +59,12 @@ void wc_lease_keeper_stop(wc_lease_keeper *k);
 
 /* -- shared by weight_get and weight_get_mapped (weight_get.c) ---------------- */
 
+/* Chunks of an object read through a mapping that one job takes at most
+ * (split_mapped_jobs, weight_mapped_verify): threads take jobs one at a
+ * time, so the last job bounds how long one thread works on while the
+ * others are done. */
+#define WC_MAPPED_JOB_CHUNKS 16
+
 /* kvc_get, once more on a new connection when the first one was lost (a
  * master restart): a replica lookup may be repeated. */
 int wc_kv_get(weight_store *s, const char *key, kvc_object *obj);

@@ -50,10 +50,6 @@
 #include "wc_xxh3.h"
 
 #define WC_REMOTE_WINDOW_CHUNKS 8
-/* Chunks of an object read through a mapping that one job takes at most
- * (split_mapped_jobs): the transfer threads take jobs one at a time, so the
- * last job bounds how long one thread works on while the others are done. */
-#define WC_MAPPED_JOB_CHUNKS 16
 /* Bytes of a chunk copied, then hashed, at a time (scatter_fused): small
  * enough to be still in the core's cache when hashed. */
 #define WC_FUSE_BLOCK (64u << 10)

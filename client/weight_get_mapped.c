@@ -5,10 +5,12 @@
  * revision lease and keeps it (renewed on a connection of its own,
  * wc_lease_keeper.c), reads and verifies the manifest, and hands out
  * pointers into its own read-only mapping of the segment files, after
- * verifying each object whole on first use; weight_mapped_release ends it.
- * The mappings are shared by every view of the process and kept after the
- * last one goes (shared_seg). */
+ * verifying each object whole on first use (or ahead of use, on several
+ * threads, weight_mapped_verify); weight_mapped_release ends it. The
+ * mappings are shared by every view of the process and kept after the last
+ * one goes (shared_seg). */
 #include <openssl/sha.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,7 +96,8 @@ struct weight_mapped {
     wc_lease_keeper k;
     wc_manifest m;
     mapped_object *objs;         /* per payload object */
-    pthread_mutex_t lock;        /* verification on first use */
+    pthread_mutex_t lock;        /* verification: objs[].state */
+    unsigned threads;            /* the store's WEIGHT_OPT_THREADS */
 };
 
 /* The storage fragment of tensor i when it is the whole tensor in one
@@ -107,8 +110,9 @@ static const wc_fragment *whole_fragment(const wc_manifest *m, size_t i)
     return f->bytes == t->bytes ? f : NULL;
 }
 
-/* 1 when every chunk of object o at `bytes` matches the manifest. */
-static int verify_object(const wc_object *o, const uint8_t *bytes)
+/* 1 when chunks [c0, c1) of object o at `bytes` match the manifest; an
+ * object without chunk sums is checked whole against its SHA-256 (c0 0). */
+static int verify_chunks(const wc_object *o, const uint8_t *bytes, size_t c0, size_t c1)
 {
     if (o->n_chunks == 0) {
         uint8_t sha[32];
@@ -116,7 +120,7 @@ static int verify_object(const wc_object *o, const uint8_t *bytes)
         SHA256(bytes, (size_t)o->bytes, sha);
         return memcmp(sha, o->sha256, 32) == 0;
     }
-    for (size_t c = 0; c < o->n_chunks; c++) {
+    for (size_t c = c0; c < c1; c++) {
         uint64_t a = c * o->chunk_bytes;
         uint64_t b = a + o->chunk_bytes < o->bytes ? a + o->chunk_bytes : o->bytes;
         if (wc_xxh3(bytes + a, (size_t)(b - a)) != o->chunk_xxh3[c]) return 0;
@@ -188,6 +192,7 @@ int weight_get_mapped(weight_store *s, const weight_identity *id, weight_mapped 
     snprintf(v->conn.tenant, sizeof v->conn.tenant, "%s", s->tenant);
     v->conn.lease_ttl_ms = s->lease_ttl_ms;
     v->conn.transport = s->transport;
+    v->threads = s->threads;
     v->id = *id;
     pthread_mutex_init(&v->k.lock, NULL);
     pthread_cond_init(&v->k.cond, NULL);
@@ -283,11 +288,132 @@ int weight_mapped_data(weight_mapped *v, size_t i, const void **data)
     pthread_mutex_lock(&v->lock);
     if (mo->state == 0 && mo->seg != NULL) {
         seg_map_prefault(&mo->seg->map, mo->offset, o->bytes);
-        mo->state = verify_object(o, mo->seg->map.base + mo->offset) ? 1 : -1;
+        mo->state = verify_chunks(o, mo->seg->map.base + mo->offset, 0, o->n_chunks) ? 1 : -1;
     }
     if (mo->state == 1) *data = mo->seg->map.base + mo->offset + f->object_offset;
     pthread_mutex_unlock(&v->lock);
     return WEIGHT_OK;
+}
+
+/* -- verification ahead of use, on several threads ---------------------------- */
+
+/* A part of an object to verify: chunks [c0, c1); an object without chunk
+ * sums is one part, checked whole against its SHA-256. */
+typedef struct verify_part {
+    uint32_t object;
+    size_t c0, c1;
+} verify_part;
+
+typedef struct verify_pool {
+    weight_mapped *v;
+    const verify_part *parts;
+    size_t n_parts;
+    atomic_size_t next;          /* the next part a thread takes */
+    atomic_uchar *failed;        /* per object: one of its parts did not match */
+} verify_pool;
+
+/* A verifying thread (the caller's too): takes parts until none is left,
+ * populating each part's pages before hashing them. */
+static void *verify_main(void *arg)
+{
+    verify_pool *p = arg;
+    for (;;) {
+        size_t i = atomic_fetch_add(&p->next, 1);
+        if (i >= p->n_parts) break;
+        const verify_part *vp = &p->parts[i];
+        if (atomic_load_explicit(&p->failed[vp->object], memory_order_relaxed)) continue;
+        const mapped_object *mo = &p->v->objs[vp->object];
+        const wc_object *o = &p->v->m.objects[vp->object];
+        uint64_t a = vp->c0 * o->chunk_bytes;
+        uint64_t b = o->n_chunks == 0 || vp->c1 * o->chunk_bytes > o->bytes ? o->bytes
+                                                                           : vp->c1 * o->chunk_bytes;
+        seg_map_prefault(&mo->seg->map, mo->offset + a, b - a);
+        if (!verify_chunks(o, mo->seg->map.base + mo->offset, vp->c0, vp->c1))
+            atomic_store(&p->failed[vp->object], 1);
+    }
+    return NULL;
+}
+
+/* The parts of the objects marked in want, in object order, each of at most
+ * WC_MAPPED_JOB_CHUNKS chunks. *n: how many; NULL when out of memory. */
+static verify_part *cut_parts(const wc_manifest *m, const unsigned char *want, size_t *n)
+{
+    size_t count = 0, k = 0;
+    for (size_t o = 0; o < m->n_objects; o++)
+        if (want[o])
+            count += m->objects[o].n_chunks == 0
+                         ? 1
+                         : (m->objects[o].n_chunks + WC_MAPPED_JOB_CHUNKS - 1) / WC_MAPPED_JOB_CHUNKS;
+    verify_part *parts = calloc(count ? count : 1, sizeof *parts);
+    if (parts == NULL) return NULL;
+    for (size_t o = 0; o < m->n_objects; o++) {
+        if (!want[o]) continue;
+        size_t n_chunks = m->objects[o].n_chunks;
+        if (n_chunks == 0) parts[k++] = (verify_part){(uint32_t)o, 0, 0};
+        for (size_t c = 0; c < n_chunks; c += WC_MAPPED_JOB_CHUNKS)
+            parts[k++] = (verify_part){(uint32_t)o, c,
+                                       c + WC_MAPPED_JOB_CHUNKS < n_chunks ? c + WC_MAPPED_JOB_CHUNKS
+                                                                           : n_chunks};
+    }
+    *n = count;
+    return parts;
+}
+
+int weight_mapped_verify(weight_mapped *v, const size_t *tensors, size_t n)
+{
+    unsigned char *want = NULL;
+    atomic_uchar *failed = NULL;
+    verify_part *parts = NULL;
+    verify_pool pool = {.v = v};
+    pthread_t threads[WC_MAX_THREADS];
+    size_t n_parts = 0, n_plain;
+    unsigned started = 0;
+    int rc = WEIGHT_OK;
+
+    if (v == NULL) return WEIGHT_EINVALID_ARGUMENT;
+    n_plain = wc_manifest_n_plain(&v->m);
+    if (tensors == NULL) n = n_plain;
+    for (size_t i = 0; tensors != NULL && i < n; i++)
+        if (tensors[i] >= n_plain) return WEIGHT_EINVALID_ARGUMENT;
+
+    pthread_mutex_lock(&v->lock);
+    want = calloc(v->m.n_objects ? v->m.n_objects : 1, 1);
+    failed = calloc(v->m.n_objects ? v->m.n_objects : 1, sizeof *failed);
+    if (want == NULL || failed == NULL) {
+        rc = WEIGHT_ENOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const wc_fragment *f = whole_fragment(&v->m, tensors != NULL ? tensors[i] : i);
+        if (f != NULL && v->objs[f->object].state == 0 && v->objs[f->object].seg != NULL)
+            want[f->object] = 1;
+    }
+    if ((parts = cut_parts(&v->m, want, &n_parts)) == NULL) {
+        rc = WEIGHT_ENOMEM;
+        goto out;
+    }
+    if (n_parts == 0) goto out;
+
+    /* The caller verifies too; a thread that cannot be started leaves its
+     * share to the others. */
+    pool.parts = parts;
+    pool.n_parts = n_parts;
+    pool.failed = failed;
+    atomic_init(&pool.next, 0);
+    for (unsigned t = 1; t < v->threads && t < n_parts && t <= WC_MAX_THREADS; t++) {
+        if (pthread_create(&threads[started], NULL, verify_main, &pool) != 0) break;
+        started++;
+    }
+    verify_main(&pool);
+    for (unsigned t = 0; t < started; t++) pthread_join(threads[t], NULL);
+    for (size_t o = 0; o < v->m.n_objects; o++)
+        if (want[o]) v->objs[o].state = atomic_load(&failed[o]) ? -1 : 1;
+out:
+    pthread_mutex_unlock(&v->lock);
+    free(parts);
+    free(failed);
+    free(want);
+    return rc;
 }
 
 int weight_mapped_status(const weight_mapped *v)

@@ -508,6 +508,19 @@ WEIGHT_API int weight_mapped_get_tensor(const weight_mapped *v, size_t i, weight
  * out. Thread-safe. WEIGHT_OK or WEIGHT_EINVALID_ARGUMENT. */
 WEIGHT_API int weight_mapped_data(weight_mapped *v, size_t i, const void **data);
 
+/* Verify now the payload objects behind tensors[0..n) of v (every tensor
+ * when tensors is NULL) that are readable in place and not verified yet,
+ * on up to the store's WEIGHT_OPT_THREADS threads, the caller's among
+ * them: a loader about to take many tensors in place calls it once, and
+ * the weight_mapped_data calls that follow find their objects verified
+ * instead of hashing them one after another on the caller's thread. An
+ * object that fails is recorded as weight_mapped_data records it (its
+ * tensors' data is NULL). Thread-safe; weight_mapped_data waits for it.
+ * WEIGHT_OK; WEIGHT_EINVALID_ARGUMENT (v NULL, or an index not below
+ * weight_mapped_count: nothing is verified); WEIGHT_ENOMEM (nothing is
+ * verified, weight_mapped_data still verifies on first use). */
+WEIGHT_API int weight_mapped_verify(weight_mapped *v, const size_t *tensors, size_t n);
+
 /* WEIGHT_OK while the lease holds; the code its renewal failed with
  * (LEASE_EXPIRED, ...) once the master dropped it -- the mapped bytes may
  * then be reused by other objects and must not be trusted. */

@@ -11,7 +11,8 @@
  * altered in the new file fails the get with DIGEST_MISMATCH although the
  * retired mapping of the old file still holds the right bytes. A segment
  * that grew (node.segment_bytes raised, master restarted) is mapped again
- * the same way. */
+ * the same way. A zero-copy view (weight_get_mapped) has its objects
+ * verified ahead of use on the store's threads (weight_mapped_verify). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -373,6 +374,90 @@ static void test_object_larger_than_a_job_reads_in_parts(void **state)
     weight_store_close(s);
 }
 
+/* The index of tensor `name` in view v. */
+static size_t view_index(const weight_mapped *v, const char *name)
+{
+    weight_mapped_tensor t;
+    for (size_t i = 0; i < weight_mapped_count(v); i++)
+        if (weight_mapped_get_tensor(v, i, &t) == WEIGHT_OK && strcmp(t.name, name) == 0) return i;
+    fail_msg("no tensor %s in the view", name);
+    return 0;
+}
+
+/* A view's objects (two: "big" of 40 chunks, "small") verified ahead of
+ * use, on the store's two threads, in parts of at most 16 chunks. A refused call (an index out of range)
+ * verifies nothing: a byte altered after it, in chunk 35 of the 40-chunk
+ * object (its third part), is found by the next call, and that object's
+ * tensor is not handed out while the other's is, byte for byte. The
+ * verdict is the view's: put back, the byte does not make that view hand
+ * the tensor out. A new view verifies the large object ahead and reads it
+ * right, and the small one, not asked for, on first use. */
+static void test_views_are_verified_ahead_of_use(void **state)
+{
+    fixture *f = *state;
+    weight_store *s = NULL;
+    weight_writer *w = NULL;
+    weight_mapped *v = NULL;
+    weight_identity id;
+    const void *data;
+    char err[256], path[800];
+    uint64_t shape[2] = {BIG_ROWS, BIG_COLS}, small_shape[1] = {2048};
+    uint8_t *src = malloc(BIG_BYTES), small[4096];
+    assert_non_null(src);
+    for (uint64_t i = 0; i < BIG_BYTES; i += 8) {
+        uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull;
+        memcpy(src + i, &x, 8);
+    }
+    for (size_t i = 0; i < sizeof small; i++) small[i] = (uint8_t)(i * 7 + 3);
+    assert_int_equal(weight_store_open(f->m.socket, "acme", NULL, &s, err, sizeof err), 0);
+    assert_int_equal(weight_store_set_option(s, WEIGHT_OPT_THREADS, 2), 0);
+    /* one object of "big" alone, another of "small" */
+    assert_int_equal(weight_store_set_option(s, WEIGHT_OPT_PAYLOAD_BYTES, BIG_BYTES), 0);
+    weight_identity_set(&id, NULL, "llm", "viewed", "v1", 1);
+    weight_policy pol = {WEIGHT_RES_HOT, 0.0, WEIGHT_MODE_MANUAL};
+    CHECK(s, weight_put_begin(s, &id, &pol, &w));
+    CHECK(s, weight_writer_add_tensor(w, "big", "BF16", 2, shape, src));
+    CHECK(s, weight_writer_add_tensor(w, "small", "BF16", 1, small_shape, small));
+    CHECK(s, weight_writer_commit(w, NULL));
+
+    CHECK(s, weight_get_mapped(s, &id, &v));
+    size_t big = view_index(v, "big"), tiny = view_index(v, "small");
+    size_t out_of_range[2] = {big, weight_mapped_count(v)};
+    assert_int_equal(weight_mapped_verify(v, out_of_range, 2), WEIGHT_EINVALID_ARGUMENT);
+    assert_int_equal(weight_mapped_verify(NULL, NULL, 0), WEIGHT_EINVALID_ARGUMENT);
+
+    segment_file(f, path, sizeof path);
+    uint64_t at = (35ull << 20) + 4321;
+    off_t off = flip_byte(path, src + at, 64);
+    assert_int_equal(weight_mapped_verify(v, NULL, 0), WEIGHT_OK);
+    assert_int_equal(weight_mapped_data(v, big, &data), WEIGHT_OK);
+    assert_null(data);
+    assert_int_equal(weight_mapped_data(v, tiny, &data), WEIGHT_OK);
+    assert_non_null(data);
+    assert_memory_equal(data, small, sizeof small);
+
+    int fd = open(path, O_WRONLY);
+    assert_true(fd >= 0);
+    assert_int_equal(pwrite(fd, src + at, 1, off), 1);
+    assert_int_equal(close(fd), 0);
+    assert_int_equal(weight_mapped_verify(v, &big, 1), WEIGHT_OK);
+    assert_int_equal(weight_mapped_data(v, big, &data), WEIGHT_OK);
+    assert_null(data);
+    weight_mapped_release(v);
+
+    CHECK(s, weight_get_mapped(s, &id, &v));
+    assert_int_equal(weight_mapped_verify(v, &big, 1), WEIGHT_OK);
+    assert_int_equal(weight_mapped_data(v, big, &data), WEIGHT_OK);
+    assert_non_null(data);
+    assert_memory_equal(data, src, BIG_BYTES);
+    assert_int_equal(weight_mapped_data(v, tiny, &data), WEIGHT_OK);
+    assert_non_null(data);
+    assert_memory_equal(data, small, sizeof small);
+    weight_mapped_release(v);
+    free(src);
+    weight_store_close(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -381,6 +466,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_grown_segment_is_mapped_again, setup, teardown),
         cmocka_unit_test_setup_teardown(test_object_larger_than_a_job_reads_in_parts, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_views_are_verified_ahead_of_use, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
