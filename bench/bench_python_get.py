@@ -15,8 +15,9 @@ five runs after one warm-up:
                 no Python callback: placement NULL, bindings an array) --
                 what bench_weight_get measures;
   zero-copy     WeightStore.weight_get (the default): numpy views of the
-                segment, every object verified first, lease released at the
-                end of the timing;
+                segment, every object verified first (on the store's
+                threads, as many as the C client's get uses), lease
+                released at the end of the timing;
   bindings      WeightStore.weight_get(bindings=...) into pre-touched numpy
                 arrays (the same copy the C client does);
   new arrays    WeightStore.weight_get(zero_copy=False): the library copies

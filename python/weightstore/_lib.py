@@ -247,6 +247,12 @@ _OPTIONAL_PROTOTYPES = {
     "weight_mapped_release": (None, [c_void_p]),
 }
 
+# Verification of a view's objects ahead of use on several threads; absent
+# from an older library, in which case each object is verified on first use.
+_MAPPED_VERIFY_PROTOTYPES = {
+    "weight_mapped_verify": (c_int, [c_void_p, _P(c_size_t), c_size_t]),
+}
+
 
 def _candidates():
     """Paths to try, in order (see the module comment)."""
@@ -268,6 +274,20 @@ def _candidates():
 
 _lock = threading.Lock()
 _lib = None
+
+
+def _bind_optional(lib, prototypes) -> bool:
+    """Set the prototypes of a group of functions a library may lack; True
+    when it has every one of them."""
+    has_all = True
+    for name, (res, args) in prototypes.items():
+        fn = getattr(lib, name, None)
+        if fn is None:
+            has_all = False
+            continue
+        fn.restype = res
+        fn.argtypes = args
+    return has_all
 
 
 def load():
@@ -292,22 +312,9 @@ def load():
             fn = getattr(lib, name)
             fn.restype = res
             fn.argtypes = args
-        lib.has_mapped = True
-        for name, (res, args) in _OPTIONAL_PROTOTYPES.items():
-            fn = getattr(lib, name, None)
-            if fn is None:
-                lib.has_mapped = False
-                continue
-            fn.restype = res
-            fn.argtypes = args
-        lib.has_request_ids = True
-        for name, (res, args) in _REQUEST_PROTOTYPES.items():
-            fn = getattr(lib, name, None)
-            if fn is None:
-                lib.has_request_ids = False
-                continue
-            fn.restype = res
-            fn.argtypes = args
+        lib.has_mapped = _bind_optional(lib, _OPTIONAL_PROTOTYPES)
+        lib.has_mapped_verify = _bind_optional(lib, _MAPPED_VERIFY_PROTOTYPES)
+        lib.has_request_ids = _bind_optional(lib, _REQUEST_PROTOTYPES)
         lib.path = p
         _lib = lib
         return lib

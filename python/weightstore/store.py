@@ -234,15 +234,21 @@ class WeightStore:
         if zero_copy and self._lib.has_mapped and self._transport != TRANSPORT_REMOTE:
             mapped = self._get_mapped(cid)
             copy_names = set()
+            views = []  # (index, spec, placement) to read in place
             for index, spec, nbytes in mapped.tensors():
                 p = resolve_placement(placement, spec)
                 if p.kind == PLACE_SKIP:
                     continue
-                if nbytes == 0 and spec.name not in bindings:  # nothing to view or copy
+                if spec.name in bindings:
+                    copy_names.add(spec.name)
+                elif nbytes == 0:  # nothing to view or copy
                     tensors[spec.name] = LoadedTensor(spec.name, spec.dtype, mapped.array(spec, None, p),
                                                       False, p, spec.shape)
-                    continue
-                data = None if spec.name in bindings else mapped.data(index)
+                else:
+                    views.append((index, spec, p))
+            mapped.verify([index for index, _, _ in views])
+            for index, spec, p in views:
+                data = mapped.data(index)
                 if data is None:
                     copy_names.add(spec.name)
                     continue
@@ -792,6 +798,14 @@ class _MappedRevision:
             spec = TensorSpec(t.name.decode(), t.dtype.decode(), tuple(t.shape[k] for k in range(t.ndim)),
                               t.alias_of.decode() if t.alias_of else None)
             yield i, spec, int(t.bytes)
+
+    def verify(self, indices: List[int]) -> None:
+        """Verify the payload objects behind tensors `indices` now, on the
+        library's threads (the store's thread count), so that data() finds
+        them verified. A library without weight_mapped_verify, or one out of
+        memory, leaves each object to data()'s check on first use."""
+        if indices and self._lib.has_mapped_verify:
+            self._lib.weight_mapped_verify(self._ptr, (ctypes.c_size_t * len(indices))(*indices), len(indices))
 
     def data(self, index: int) -> Optional[int]:
         """The address of tensor `index` in the mapping (its payload object

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import weightstore as ws
+from weightstore import store as store_module
 from helpers import inside, mapped_ranges, model, put_model, unique, wait_for
 
 
@@ -80,6 +81,44 @@ def test_tensor_parallel_loads_match_the_source(store, revision, tp, zero_copy):
                 assert load["layers.0.o_proj.weight"].placement == ws.Split(1, tp, rank)
                 assert load["embed.weight"].placement == ws.Split(0, tp, rank)
                 assert load["layers.0.norm.weight"].placement == ws.REPLICATED
+
+
+def test_views_are_verified_in_one_call_before_they_are_taken(store, revision, monkeypatch):
+    """weight_get asks the library once, before taking any view, to verify
+    the objects behind exactly the tensors it will view (on the store's
+    threads): not the ones it copies into bindings or skips."""
+    i, src = revision
+    calls = []
+    verify = store_module._MappedRevision.verify
+
+    def spy(self, indices):
+        calls.append([spec.name for index, spec, _ in self.tensors() if index in indices])
+        return verify(self, indices)
+
+    monkeypatch.setattr(store_module._MappedRevision, "verify", spy)
+    out = np.empty_like(src["embed.weight"][0])
+    skip = {"step"}
+    placement = lambda spec: None if spec.name in skip else ws.REPLICATED  # noqa: E731
+    with store.weight_get(i, placement, bindings={"embed.weight": out}) as load:
+        assert np.array_equal(out, src["embed.weight"][0])
+        viewed = sorted(n for n, t in load.items() if t.zero_copy)
+        for name in viewed:
+            assert np.array_equal(load[name].array, src[name][0]), name
+    assert len(calls) == 1
+    assert sorted(calls[0]) == viewed
+    assert "embed.weight" not in viewed and "step" not in viewed and viewed
+
+
+def test_an_older_library_verifies_each_view_on_first_use(store, revision, monkeypatch):
+    """A libweightclient without weight_mapped_verify (older than this
+    package): each object is verified as its tensor is viewed, and the same
+    bytes are handed out."""
+    i, src = revision
+    monkeypatch.setattr(store._lib, "has_mapped_verify", False)
+    with store.weight_get(i) as load:
+        assert load.zero_copy
+        for name, t in load.items():
+            assert t.zero_copy and np.array_equal(t.array, src[name][0]), name
 
 
 def test_presharded_revision_loads_by_copy_and_matches(store, master):
