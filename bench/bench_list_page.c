@@ -22,7 +22,7 @@
  * (divide by the page count; callgrind does not model prefetches). The
  * digest printed last is over every answer's bytes: two builds walking the
  * same store answer the same pages when it is the same. Not a target of
- * its own: bench/README.md says what it showed. */
+ * its own: bench/JOURNAL.md says what it showed. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

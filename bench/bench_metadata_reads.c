@@ -343,7 +343,7 @@ static int pin_process(pid_t pid, const cpu_set_t *set)
 /* The reads' placement. Unpinned, the scheduler puts a client on the
  * server's vCPU or on the other one from round to round, and each read of
  * either server costs four to seven times more CPU on the other one
- * (bench/README.md, "Reads: the identity request decoded by hand, and
+ * (bench/JOURNAL.md, "Reads: the identity request decoded by hand, and
  * where the kernel time goes"): the ratio then says where the threads
  * landed. Pinned, both servers (every thread of the master, redis-server)
  * run on CPU 0 and every client (the benchmark's threads, redis-benchmark)
@@ -1091,7 +1091,7 @@ int main(int argc, char **argv)
     status = 0;
 stop:
     hx_stop(&m);
-    if (getenv("WM_BENCH_KEEP")) { /* to restart the same data by hand (bench/README.md) */
+    if (getenv("WM_BENCH_KEEP")) { /* to restart the same data by hand (bench/JOURNAL.md) */
         hx_disown_dir(m.dir); /* not a leftover for the next test to sweep */
         hx_disown_dir(segdir);
         printf("kept %s and %s\n", m.dir, segdir);

@@ -3,7 +3,7 @@
  * memory to the host (virtio-balloon free page reporting), a free 2 MiB
  * block unused for about two seconds is handed back to the host, and its
  * next first use waits for the host to back it again (about 2.5 ms per MiB
- * on the guest of bench/README.md, against 0.05 ms for memory still
+ * on the guest of bench/JOURNAL.md, against 0.05 ms for memory still
  * backed). A process that starts on a quiet machine pays that for all the
  * memory it builds; bench_back_memory puts the machine in the other state,
  * the one a host without reporting is always in, so that a figure can be

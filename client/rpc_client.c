@@ -7,7 +7,7 @@
  * every other send and recv says MSG_DONTWAIT -- a call costs a send and a
  * recv. A Unix socket and a TLS one are non-blocking and wait in poll (on a
  * Unix socket a recv that blocked cost the master, whose reply wakes it, more
- * than the client saved: bench/README.md, "The client's wait for an answer").
+ * than the client saved: bench/JOURNAL.md, "The client's wait for an answer").
  * The rest of an answer that came in parts is waited for in poll on all.
  * Incoming bytes collect in one buffer that grows with what arrives (never
  * past 4 + max_frame_bytes), so a timeout in the middle of a response loses

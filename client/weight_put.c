@@ -523,7 +523,7 @@ static int fill_mapped(wslot *sl, uint8_t *base, uint64_t bytes)
  * from the caller's gigabytes. On the benches' PVM guest, sending straight
  * from a caller's buffer of 4 KiB pages cost the client 2.78 s of CPU per
  * GiB (0.52 GiB/s for 2 GiB, TP 4) against 0.97 s (1.51-1.54 GiB/s) with
- * the copy, a memcpy within cache (bench/README.md, "One make bench
+ * the copy, a memcpy within cache (bench/JOURNAL.md, "One make bench
  * from a clean clone"). */
 typedef struct remote_src {
     wslot *sl;

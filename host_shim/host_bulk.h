@@ -17,7 +17,7 @@
  *    a load's objects are built in, readied by a feed (below): on the PVM
  *    guest of the benches a huge page mapped by MADV_POPULATE_WRITE costs
  *    nothing more at its first touch, where a 4 KiB page still costs some
- *    6 us (bench/README.md, "Restart with a feed"). Faulted in by a touch
+ *    6 us (bench/JOURNAL.md, "Restart with a feed"). Faulted in by a touch
  *    instead, huge pages were no faster than 4 KiB ones there ("Restart on
  *    a PVM guest"). */
 #ifndef HOST_BULK_H
@@ -37,7 +37,7 @@ void *host_bulk_alloc_huge(size_t len);
 /* How far ahead of the writes host_bulk_ready maps a buffer filled in
  * order: one call per window instead of a fault per 4 KiB page. On the
  * benches' PVM guest a page faulted on its own costs some 13 us, about half
- * that mapped a window at a time (bench/README.md); the window keeps what
+ * that mapped a window at a time (bench/JOURNAL.md); the window keeps what
  * is mapped but never written at the end of a buffer small. */
 #define HOST_BULK_AHEAD ((size_t)4 << 20)
 

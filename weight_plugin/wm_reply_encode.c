@@ -8,7 +8,7 @@
  * sizes each nested message again for each length prefix it writes (the
  * identity three times, the metadata twice): that was some 5,700 of the
  * 11,800 instructions the master's loop spent on a read (callgrind, in
- * bench/README.md's "Reads: did the master's CPU per read rise since
+ * bench/JOURNAL.md's "Reads: did the master's CPU per read rise since
  * 3bac787?"). Here the lengths of the strings are taken once, the nested
  * sizes computed from them and the bytes written in one pass: each message
  * has a *_measure function that fills its plan (lengths and sizes) and a

@@ -5,7 +5,7 @@
  * for the request and again for the nested WeightIdentity, allocating each
  * message and string from the handler's arena: some 1,700 of the 7,300
  * instructions the master's loop spent on a weight_get_metadata (callgrind,
- * bench/README.md "Reads: the identity request decoded by hand"). Here the
+ * bench/JOURNAL.md "Reads: the identity request decoded by hand"). Here the
  * fields are scanned with the wire primitives of proto/pb_wire.h into views
  * of the body, and the strings that win are copied once, NUL-terminated,
  * into the caller's wm_id_request: the same Wmrpc__IdentityRequest and

@@ -116,7 +116,7 @@ int data_server_create(uv_loop_t *loop,
  * client certificates; errors name the settings with key_prefix, e.g.
  * "--data-tls-"), preferring TLS_AES_128_GCM_SHA256 -- the cheapest AEAD
  * of TLS 1.3 on a CPU with AES instructions, and a stream of payload bytes
- * is bound by it (bench/README.md). SMP_OK or rpc_tls_server_ctx's error.
+ * is bound by it (bench/JOURNAL.md). SMP_OK or rpc_tls_server_ctx's error.
  * Free with SSL_CTX_free. */
 int data_server_tls_ctx(const char *cert,
                         const char *key,

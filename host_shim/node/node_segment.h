@@ -114,7 +114,7 @@ int seg_reopened(const seg_segment *s);
  * a locked add of zero per page through the node's own mapping, so no byte
  * changes, whoever writes the segment meanwhile. On this kind of guest the
  * first touch of a page through a mapping costs the hypervisor far more than
- * the copy into it (bench/README.md); a node is long-lived, so it pays that
+ * the copy into it (bench/JOURNAL.md); a node is long-lived, so it pays that
  * once, off the receive path. It also turns the file's reserved holes into
  * zeroed data (seg_next_data then reports the whole segment). */
 uint64_t seg_prefaulted(const seg_segment *s);
