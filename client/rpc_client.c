@@ -57,8 +57,9 @@
 
 #define RPCC_READ_CHUNK (64u * 1024u)
 #define RPCC_BACKOFF_MIN_MS 20   /* pause before a second round or a second move */
-#define RPCC_BACKOFF_MAX_MS 100  /* doubling up to this: a client waiting out an election
-                                  * reaches the new leader within 0.1 s of it */
+#define RPCC_BACKOFF_MAX_MS 100  /* doubling up to this (or the connection's
+                                  * follow_pause_max_ms): a client waiting out an
+                                  * election reaches the new leader within 0.1 s of it */
 #define RPCC_ATTEMPT_MS 2000     /* one TCP connect of a list of several */
 #define RPCC_FOLLOW_MS 30000     /* how long a call without a timeout moves on */
 #define RPCC_AWAIT_SLACK_MS 20   /* how far past its deadline a call's blocking recv may end */
@@ -96,6 +97,7 @@ struct rpcc_conn {
                                the first recv (a plain socket; see read_frame) */
     int recv_blocks;        /* plain TCP: that wait is a blocking recv */
     int rcvtimeo_ms;        /* the blocking socket's SO_RCVTIMEO (0: none) */
+    int pause_max_ms;       /* the longest pause between two rounds or moves */
     char *token;            /* presented on each new socket (NULL: none) */
     char tls_name[256];     /* the master certificate's name ("": each endpoint's host) */
     char auth_tenant[136];  /* what HELLO answered on the current socket */
@@ -410,7 +412,7 @@ static int recv_failed(rpcc_conn *c)
  * before there were lists: its code and message are returned as they are.
  * Several are tried in rounds, each TCP connect for at most
  * RPCC_ATTEMPT_MS, with a pause between rounds (RPCC_BACKOFF_MIN_MS
- * doubling to RPCC_BACKOFF_MAX_MS), until deadline (-1: one round); then
+ * doubling to c->pause_max_ms), until deadline (-1: one round); then
  * SMP_EAGAIN (a connect timed out) or SMP_EIO, with the cause of each
  * endpoint in err, as the last round the deadline did not cut short found
  * them: an attempt the deadline ended (a connect to a refusing port still
@@ -419,6 +421,14 @@ static int recv_failed(rpcc_conn *c)
  * try-again. On success ml is at the endpoint connected. */
 static int conn_hello(rpcc_conn *c, int64_t deadline, char *err, size_t errlen);
 static void drop_stream(rpcc_conn *c);
+
+/* The pause after one of `pause` ms (0: none yet): RPCC_BACKOFF_MIN_MS, then
+ * doubling up to c's longest. */
+static int next_pause(const rpcc_conn *c, int pause)
+{
+    if (pause == 0) return RPCC_BACKOFF_MIN_MS;
+    return pause * 2 < c->pause_max_ms ? pause * 2 : c->pause_max_ms;
+}
 
 static int list_connect(rpcc_conn *c, int64_t deadline, char *err, size_t errlen)
 {
@@ -487,7 +497,7 @@ static int list_connect(rpcc_conn *c, int64_t deadline, char *err, size_t errlen
         if (deadline < 0 || now_ms() + backoff >= deadline)
             break;
         sleep_until(now_ms() + backoff);
-        backoff = backoff * 2 < RPCC_BACKOFF_MAX_MS ? backoff * 2 : RPCC_BACKOFF_MAX_MS;
+        backoff = next_pause(c, backoff);
     }
     wm_errbuf(err, errlen, "no master answered (%zu endpoints, %d round%s in %lld ms): %s",
               master_list_round(&c->ml), rounds, rounds == 1 ? "" : "s",
@@ -515,6 +525,9 @@ int rpcc_connect(const char *endpoint,
     }
     c->fd = -1;
     c->timeout_ms = opt != NULL ? opt->timeout_ms : 0;
+    c->pause_max_ms = opt == NULL || opt->follow_pause_max_ms <= 0 ? RPCC_BACKOFF_MAX_MS
+                      : opt->follow_pause_max_ms < RPCC_BACKOFF_MIN_MS ? RPCC_BACKOFF_MIN_MS
+                                                                      : opt->follow_pause_max_ms;
     c->max_frame = opt != NULL && opt->max_frame_bytes ? opt->max_frame_bytes
                                                        : RPCC_DEFAULT_MAX_FRAME_BYTES;
     c->next_id = 1;
@@ -1117,8 +1130,7 @@ int rpcc_call_ex(rpcc_conn *c,
     move:
         if (backoff > 0)
             sleep_until(now_ms() + backoff < deadline ? now_ms() + backoff : deadline);
-        backoff = backoff == 0 ? RPCC_BACKOFF_MIN_MS
-                               : backoff * 2 < RPCC_BACKOFF_MAX_MS ? backoff * 2 : RPCC_BACKOFF_MAX_MS;
+        backoff = next_pause(c, backoff);
         if ((rc = conn_move(c, deadline)) < 0)
             return rc;
     }

@@ -356,6 +356,11 @@ static int call(rpcc_conn *c, uint32_t method, const ProtobufCMessage *req,
  * node_register_call_ms). */
 #define NODE_CONNECT_MS 2000
 #define NODE_CALL_MS 10000
+/* The longest pause of the node's search for a new leader (through
+ * standbys that answer NOT_LEADER): every write after a failover waits for
+ * the node to register with the new leader, and a cluster has few nodes,
+ * so they ask every 20 ms where a client doubles to 100. */
+#define NODE_FOLLOW_PAUSE_MS 20
 
 uint32_t node_register_call_ms(size_t n_cold_files)
 {
@@ -731,7 +736,8 @@ static int link_up(node_runtime *n, rpcc_conn **c)
     int rc;
     if (*c == NULL) {
         rpcc_options o = {.timeout_ms = NODE_CONNECT_MS, .tls_ca = n->tls_ca,
-                          .tls_cert = n->tls_cert, .tls_key = n->tls_key, .token = n->token};
+                          .tls_cert = n->tls_cert, .tls_key = n->tls_key, .token = n->token,
+                          .follow_pause_max_ms = NODE_FOLLOW_PAUSE_MS};
         rc = rpcc_connect(n->master, &o, c, err, sizeof(err));
     } else {
         rpcc_set_timeout(*c, NODE_CONNECT_MS);

@@ -35,6 +35,8 @@
  * with the real master, and again, without a restart, after the master
  * went away and came back; a node registered through "proxy" registers
  * with the real master by itself once its poll is answered NOT_LEADER;
+ * while no leader is known, the pauses between attempts double from 20 ms
+ * to 100 ms, or to a connection's follow_pause_max_ms (a node's 20 ms);
  * bad lists are refused naming the item. */
 #include <errno.h>
 #include <fcntl.h>
@@ -575,6 +577,70 @@ static void test_no_leader_ever_fails_with_not_leader(void **state)
     kvc_close(c);
 }
 
+/* nanosleep(2) as asked for by the thread g_pauses_of while g_pauses_on:
+ * the pauses the client makes between its attempts (--wrap, see
+ * tests/CMakeLists.txt). What was asked, not a time measured. */
+#define MAX_PAUSES 64
+static pthread_t g_pauses_of;
+static atomic_int g_pauses_on, g_n_pauses;
+static long g_pauses_ms[MAX_PAUSES];
+int __real_nanosleep(const struct timespec *req, struct timespec *rem);
+int __wrap_nanosleep(const struct timespec *req, struct timespec *rem)
+{
+    if (atomic_load(&g_pauses_on) && pthread_equal(pthread_self(), g_pauses_of)) {
+        int i = atomic_fetch_add(&g_n_pauses, 1);
+        if (i < MAX_PAUSES) g_pauses_ms[i] = (long)req->tv_sec * 1000 + req->tv_nsec / 1000000;
+    }
+    return __real_nanosleep(req, rem);
+}
+
+/* A call to a standby that never learns the leader, on a connection opened
+ * with follow_pause_max_ms cap (0: the default); the pauses it asked for
+ * into g_pauses_ms, their number returned. */
+static int pauses_of_a_call(const fixture *f, int cap)
+{
+    rpcc_options o = {.timeout_ms = 700, .follow_pause_max_ms = cap};
+    rpcc_conn *c = NULL;
+    char err[256];
+    int st = 0;
+    assert_int_equal(rpcc_connect(f->electing->path, &o, &c, err, sizeof(err)), SMP_OK);
+    g_pauses_of = pthread_self();
+    atomic_store(&g_n_pauses, 0);
+    atomic_store(&g_pauses_on, 1);
+    int rc = rpcc_call(c, HOST_SERVICE__HOST_SERVICE_ADMIN, ADMIN_METHOD__ADMIN_STATUS, NULL, 0,
+                       &st, NULL, NULL, NULL);
+    atomic_store(&g_pauses_on, 0);
+    rpcc_close(c);
+    assert_int_equal(rc, SMP_OK);
+    assert_int_equal(st, SMP_ENOTLEADER);
+    int n = atomic_load(&g_n_pauses);
+    return n < MAX_PAUSES ? n : MAX_PAUSES;
+}
+
+/* While no leader is known a call tries again after 20, 40 and 80 ms, then
+ * every 100 ms; a connection opened with follow_pause_max_ms 20 (a node's)
+ * every 20 ms, and one below 20 is taken as 20. The last pause, which the
+ * call's deadline may cut short, is not compared. */
+static void test_pauses_while_no_leader_is_known(void **state)
+{
+    static const long doubling[] = {20, 40, 80, 100, 100};
+    fixture *f = *state;
+    int n = pauses_of_a_call(f, 0);
+    assert_true(n >= 5);
+    for (int i = 0; i < n - 1; i++) {
+        long want = doubling[i < 4 ? i : 4];
+        if (g_pauses_ms[i] > want || g_pauses_ms[i] < want - 1)
+            fail_msg("pause %d of the default: %ld ms, not %ld", i, g_pauses_ms[i], want);
+    }
+    for (int cap = 1; cap <= 20; cap += 19) {
+        n = pauses_of_a_call(f, cap);
+        assert_true(n >= 10);
+        for (int i = 0; i < n - 1; i++)
+            if (g_pauses_ms[i] > 20 || g_pauses_ms[i] < 19)
+                fail_msg("pause %d with the cap at %d ms: %ld ms, not 20", i, cap, g_pauses_ms[i]);
+    }
+}
+
 /* A leader that dies after a request reached it: a mutation is not sent
  * again (it may have been applied; here it was not, and stays so), a query
  * is sent to the next master. */
@@ -818,6 +884,7 @@ int main(void)
         cmocka_unit_test(test_only_dead_endpoints_fail_naming_them),
         cmocka_unit_test(test_a_round_the_deadline_cuts_short_decides_nothing),
         cmocka_unit_test(test_no_leader_ever_fails_with_not_leader),
+        cmocka_unit_test(test_pauses_while_no_leader_is_known),
         cmocka_unit_test(test_lost_mutation_is_not_resent_but_a_query_is),
         cmocka_unit_test(test_weightctl_follows_the_list),
         cmocka_unit_test(test_status_lists_every_master),
