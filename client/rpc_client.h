@@ -84,14 +84,14 @@ typedef struct rpcc_options {
  * the connection. A single endpoint is tried once; a list of several is
  * tried in turn, in rounds with a short pause between them (20 ms doubling
  * to 0.1 s, or to opt's follow_pause_max_ms; each TCP connect for at most
- * 2 s) until opt's timeout (none:
- * one round). opt may be NULL (defaults). On success *out is a new
- * connection (rpcc_close frees it). On failure returns SMP_EINVAL (a bad
- * list or endpoint, its item named), SMP_EIO (refused, unreachable),
- * SMP_EAGAIN (timed out), SMP_EPROTO (a TLS handshake refused: the
- * master's certificate not trusted or not naming the host, not a TLS port,
- * a client certificate wanted) or SMP_ENOMEM, and writes the cause into err
- * (may be NULL): for a list, each endpoint's last cause. */
+ * 2 s) until opt's timeout (none: one round). opt may be NULL (defaults).
+ * On success *out is a new connection (rpcc_close frees it). On failure
+ * returns SMP_EINVAL (a bad list or endpoint, its item named), SMP_EIO
+ * (refused, unreachable), SMP_EAGAIN (timed out), SMP_EPROTO (a TLS
+ * handshake refused: the master's certificate not trusted or not naming the
+ * host, not a TLS port, a client certificate wanted) or SMP_ENOMEM, and
+ * writes the cause into err (may be NULL): for a list, each endpoint's last
+ * cause. */
 int rpcc_connect(const char *endpoint,
                  const rpcc_options *opt,
                  rpcc_conn **out,
