@@ -76,7 +76,8 @@ typedef struct rpcc_options {
     /* Added for nodes, whose registration gates every write after a
      * failover: the longest pause between two attempts at finding a master
      * that serves -- the rounds of a list, the moves after a NOT_LEADER --
-     * which otherwise double from 20 ms to 100 ms. 0: 100 ms; below 20: 20. */
+     * which otherwise double from 20 ms to 100 ms. 0 or less: 100 ms; 1 to
+     * 19: 20 ms. */
     int follow_pause_max_ms;
 } rpcc_options;
 

@@ -395,12 +395,13 @@ int weight_mapped_verify(weight_mapped *v, const size_t *tensors, size_t n)
     if (n_parts == 0) goto out;
 
     /* The caller verifies too; a thread that cannot be started leaves its
-     * share to the others. */
+     * share to the others. v->threads is at most WC_MAX_THREADS
+     * (weight_store_set_option). */
     pool.parts = parts;
     pool.n_parts = n_parts;
     pool.failed = failed;
     atomic_init(&pool.next, 0);
-    for (unsigned t = 1; t < v->threads && t < n_parts && t <= WC_MAX_THREADS; t++) {
+    for (unsigned t = 1; t < v->threads && t < n_parts; t++) {
         if (pthread_create(&threads[started], NULL, verify_main, &pool) != 0) break;
         started++;
     }
