@@ -78,10 +78,8 @@ static void on_durable(void *arg, int status, uint64_t seq)
     commit_ctx *c = arg;
     master *m = c->m;
     if (status == SMP_OK) {
-        /* cold files the record takes out of the state go once it applied */
-        master_reclaim *gone = c->type != MASTER_REC_GATE_CONFIRM
-                                   ? master_reclaim_before(m, c->type, c->buf, c->len, c->held)
-                                   : NULL;
+        /* what the record takes out of the state is cleaned up once it applied */
+        if (c->type != MASTER_REC_GATE_CONFIRM) master_reclaim_before(m, c->type);
         /* a held record was decoded for its hold: apply that */
         int rc = c->held                               ? obj_apply_held(master_objs(m), c->held)
                  : c->type == MASTER_REC_GATE_CONFIRM ? master_gates_apply(m, c->buf, c->len)
@@ -94,7 +92,7 @@ static void on_durable(void *arg, int status, uint64_t seq)
             m->log_failed = 1;
             status = rc;
         }
-        master_reclaim_after(m, gone, rc == SMP_OK);
+        master_reclaim_after(m, rc == SMP_OK);
         m->applied_seq = seq;
     } else {
         m->log_failed = 1;

@@ -582,18 +582,15 @@ void master_replicas_free(master *m);
 
 /* -- master_reclaim.c ------------------------------------------------------------ */
 
-/* The cold replicas a host record about to be applied may take out of the
- * state (PUT_END, REMOVE), noted before the apply; NULL when there are none
- * (or no memory to note them: the node's next registration deletes the
- * files then). held, when not NULL, is the record's hold: its decoded
- * record is read instead of decoding buf again. */
-typedef struct master_reclaim master_reclaim;
-master_reclaim *master_reclaim_before(master *m, uint16_t type, const uint8_t *buf, size_t len,
-                                      const obj_held *held);
-/* After the apply (applied 0: it failed, nothing is deleted): a DELETE_COLD
- * task for every noted file no replica names any more, on its node when it
- * is up. Frees r (NULL ok). */
-void master_reclaim_after(master *m, master_reclaim *r, int applied);
+/* Before applying a host record of type: a PUT_END or REMOVE may take
+ * replicas out of the state, so the store is asked to note them
+ * (obj_store_track_released); other types take none. */
+void master_reclaim_before(master *m, uint16_t type);
+/* After that apply (applied 0: it failed, nothing is done): every memory
+ * range it freed is zeroed on its node (master_scrub_range) when the node
+ * is up, and every cold file no replica names any more gets a DELETE_COLD
+ * task on its node. */
+void master_reclaim_after(master *m, int applied);
 /* Queue a DELETE_COLD task for the cold file name of key on node. SMP_OK,
  * SMP_EAGAIN (the node is not up), SMP_ENOMEM. */
 int master_reclaim_cold_file(master *m, const char *node, const char *key, const char *name);

@@ -489,8 +489,9 @@ int obj_object_reserve(obj_store *st, obj_object *o)
     return SMP_OK;
 }
 
-void obj_object_release(obj_object *o)
+void obj_object_release(obj_store *st, obj_object *o)
 {
+    obj_released_note(st, o);
     for (size_t i = 0; i < o->nreps; i++) {
         obj_rep *r = &o->reps[i];
         if (r->kind == SMP_REPLICA_MEMORY)
@@ -518,7 +519,7 @@ void obj_object_drop(obj_store *st, obj_sl_node *at)
     }
     obj_stats_account(st, o, -1);
     obj_lru_unlink(st, o);
-    obj_object_release(o);
+    obj_object_release(st, o);
     obj_object_free(o);
 }
 
@@ -684,6 +685,7 @@ void obj_store_destroy(obj_store *st)
     obj_sl_fini(&st->tenants);
     obj_sl_fini(&st->segments);
     obj_sl_fini(&st->reserves);
+    obj_released_fini(&st->released);
     free(st);
 }
 

@@ -663,11 +663,38 @@ void obj_release_hold(obj_store *st, obj_held *held); /* NULL: nothing */
  * same outcome and errors as obj_apply_record on the record's bytes. The
  * hold itself stays until obj_release_hold. */
 int obj_apply_held(obj_store *st, const obj_held *held);
-/* The record held holds, as decoded for the hold (a
- * Hostrec__ObjectRecord or a Hostrec__RemoveRecord), valid until
- * obj_release_hold; NULL for NULL. */
-struct ProtobufCMessage;
-const struct ProtobufCMessage *obj_held_message(const obj_held *held);
+
+/* -- What an apply lets go of -------------------------------------------------- */
+
+/* A replica leaves the state when a record removes its object (REMOVE) or
+ * replaces the object with an incarnation or a replica list without it
+ * (PUT_END). Its memory range goes back to the allocator still holding the
+ * object's bytes, and its cold file stays on its node's disk: the master
+ * zeroes the one and deletes the other. So that it need not look every key
+ * of a record up before and after applying it, the store tells it.
+ *
+ * obj_store_track_released turns tracking on for the next apply: every
+ * replica an applied record takes out of the state is noted, in the order
+ * it goes. obj_store_take_released then tells ops of each (when applied is
+ * nonzero; a failed apply put everything back) and turns tracking off:
+ *   - a memory range (its whole extent) only when the allocator has all of
+ *     it free after the apply -- a range the new incarnation kept, or that
+ *     another record's range now overlaps, is not told;
+ *   - a cold file (with its object's key) only when no replica of that
+ *     key names it on that node after the apply -- a replica list
+ *     rewritten keeps the files it lists.
+ * Names passed to ops are valid during the call only. A replica that
+ * cannot be noted (out of memory) is not told: its bytes stay until
+ * `weightctl fsck --repair`, its file until the node's next registration.
+ * Live work only: recovery and a standby's replay never turn it on. */
+typedef struct obj_released_ops {
+    void (*range)(void *ctx, const char *node, const char *segment, uint64_t offset,
+                  uint64_t length);
+    void (*file)(void *ctx, const char *key, const char *node, const char *path);
+    void *ctx;
+} obj_released_ops;
+void obj_store_track_released(obj_store *st);
+void obj_store_take_released(obj_store *st, int applied, const obj_released_ops *ops);
 
 /* One line describing a host record for a log dump tool, like snprintf:
  * returns the length it needs (buf may be NULL with cap 0), SMP_ENOTFOUND

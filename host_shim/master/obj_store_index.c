@@ -448,6 +448,18 @@ void obj_seg_free(obj_segment *s, uint64_t off, uint64_t len)
     s->nalloc--;
 }
 
+int obj_seg_is_free(const obj_segment *s, uint64_t off, uint64_t len)
+{
+    if (len == 0 || off > s->capacity || len > s->capacity - off) return 0;
+    size_t lo = 0, hi = s->nfree; /* first extent with off > off */
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (s->free[mid].off <= off) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo > 0 && off + len <= s->free[lo - 1].off + s->free[lo - 1].len;
+}
+
 /* Grow the capacity to cap; a smaller cap leaves the segment as it is (a
  * remount never shrinks; obj_seg_set_capacity does, when the tail is free).
  * Never allocates (capfree >= nalloc + 2 >= nfree + 1). */

@@ -110,6 +110,27 @@ typedef struct obj_rep {
     char *path;         /* COLD */
 } obj_rep;
 
+/* What a tracked apply took out of the state (obj_store_released.c): the
+ * memory ranges as they were freed, the cold files with copies of their
+ * names (the object is gone by the time they are told). The arrays are
+ * kept from one apply to the next. */
+typedef struct obj_released_range {
+    obj_segment *seg; /* segments outlive the apply of REMOVE and PUT_END */
+    uint64_t offset, length;
+} obj_released_range;
+
+typedef struct obj_released_file {
+    char *key, *node, *path;
+} obj_released_file;
+
+typedef struct obj_released {
+    int on;
+    obj_released_range *ranges;
+    size_t nranges, capranges;
+    obj_released_file *files;
+    size_t nfiles, capfiles;
+} obj_released;
+
 /* The objects a snapshot load builds, and their nodes in the objects' and
  * their group's lists, come from mappings (host_bulk.h) of the section's
  * size each, a new one when the last is full: no malloc per object, replica
@@ -247,6 +268,7 @@ struct obj_store {
     void *abandon_ctx;
     obj_place_fn place_ok;  /* may a segment's node hold a tenant's objects */
     void *place_ctx;
+    obj_released released;  /* what the tracked apply let go of */
     int loading;            /* obj_store_loading_begin .. _end */
     uint64_t readable_version; /* obj_readable_version: grows with every change */
     uint64_t loss_version;     /* obj_loss_version: grows with every possible loss */
@@ -272,6 +294,12 @@ typedef struct obj_keybatch {
     size_t n;
 } obj_keybatch;
 
+/* obj_store_released.c */
+/* Note every replica of o, which is leaving the state, when tracking is on. */
+void obj_released_note(obj_store *st, const obj_object *o);
+/* Free what tracking keeps (obj_store_destroy). */
+void obj_released_fini(obj_released *r);
+
 /* obj_store.c (objects, groups, tenants, life, reads) */
 void obj_rep_clear(obj_rep *r);
 void obj_object_free(obj_object *o);
@@ -294,7 +322,9 @@ void obj_stats_leave_keeping(obj_store *st, const obj_object *o);
 int obj_reps_cover(const obj_object *n, const obj_object *old);
 int obj_cancel_puts_in(obj_store *st, const obj_segment *seg, uint64_t off, uint64_t len);
 int obj_object_reserve(obj_store *st, obj_object *o);
-void obj_object_release(obj_object *o);
+/* Return o's memory ranges to their segments (noting them and its cold
+ * files while tracking is on: obj_released_note). */
+void obj_object_release(obj_store *st, obj_object *o);
 void obj_object_drop(obj_store *st, obj_sl_node *at);
 int obj_object_index(obj_store *st, obj_object *n, obj_object *old);
 void obj_store_clear(obj_store *st);
@@ -329,6 +359,8 @@ int obj_has_prefix(const char *s, const char *prefix, size_t plen);
 int obj_seg_alloc(obj_segment *s, uint64_t len, uint64_t *off);
 int obj_seg_reserve(obj_segment *s, uint64_t off, uint64_t len);
 void obj_seg_free(obj_segment *s, uint64_t off, uint64_t len);
+/* 1 when [off, off+len) is wholly free in s, else 0. */
+int obj_seg_is_free(const obj_segment *s, uint64_t off, uint64_t len);
 void obj_seg_grow_capacity(obj_segment *s, uint64_t cap);
 void obj_seg_set_capacity(obj_segment *s, uint64_t cap);
 uint64_t obj_seg_tail_used(const obj_segment *s);

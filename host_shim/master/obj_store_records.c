@@ -573,7 +573,7 @@ int obj_apply_object(obj_store *st, const Hostrec__ObjectRecord *m)
     }
     if (old) {
         n->lease_expiry = old->lease_expiry;
-        obj_object_release(old);
+        obj_object_release(st, old);
     }
     if (consume) {
         obj_seg_free(put->seg, put->offset, put->alloc);
@@ -590,7 +590,7 @@ int obj_apply_object(obj_store *st, const Hostrec__ObjectRecord *m)
     return SMP_OK;
 
 release_new:
-    obj_object_release(n);
+    obj_object_release(st, n);
 restore_ranges:
     if (consume) {
         put->consuming = 0;
@@ -1021,11 +1021,6 @@ int obj_apply_held(obj_store *st, const obj_held *held)
     if (m->descriptor == &hostrec__object_record__descriptor)
         return obj_apply_object(st, (const Hostrec__ObjectRecord *)m);
     return obj_apply_remove(st, (const Hostrec__RemoveRecord *)m);
-}
-
-const ProtobufCMessage *obj_held_message(const obj_held *held)
-{
-    return held != NULL ? held->m : NULL;
 }
 
 void obj_release_hold(obj_store *st, obj_held *held)
