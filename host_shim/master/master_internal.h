@@ -616,6 +616,12 @@ void master_scrub_flush(master *m);
  * for them (a LOAD into a freed range runs after the range's SCRUB). */
 void master_scrub_flush_node(master *m, const char *node);
 
+/* Sort the n (offset, length) pairs of pairs[2n] by offset and join each
+ * range that ends where the next begins, in place; returns how many pairs
+ * are left. A SCRUB task carries its ranges joined: the objects of a
+ * revision are placed one after another, so its removal frees one run. */
+size_t master_scrub_join(uint64_t *pairs, size_t n);
+
 /* The object store's abandon hook (obj_store_set_abandon_hook, ctx the
  * master): a put or reservation given up before it became a replica has its
  * range scrubbed like a freed replica's (a node that is not up keeps the

@@ -133,9 +133,32 @@ static void on_scrubbed(master *m, void *arg, int status, const TaskResult *res)
     batch_done(m, b);
 }
 
-/* Send batch b (taken off the gathering list) as one SCRUB task. A node
- * that went down since leaves its bytes (fsck --repair): the ranges are
- * dropped. */
+static int pair_cmp(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+size_t master_scrub_join(uint64_t *pairs, size_t n)
+{
+    size_t k = 0;
+    if (n == 0) return 0;
+    qsort(pairs, n, 2 * sizeof(uint64_t), pair_cmp);
+    for (size_t i = 1; i < n; i++) {
+        if (pairs[2 * k] + pairs[2 * k + 1] == pairs[2 * i]) {
+            pairs[2 * k + 1] += pairs[2 * i + 1];
+            continue;
+        }
+        k++;
+        pairs[2 * k] = pairs[2 * i];
+        pairs[2 * k + 1] = pairs[2 * i + 1];
+    }
+    return k + 1;
+}
+
+/* Send batch b (taken off the gathering list) as one SCRUB task, its
+ * adjacent ranges joined. A node that went down since leaves its bytes
+ * (fsck --repair): the ranges are dropped. */
 static void batch_send(master *m, scrub_batch *b)
 {
     uint64_t *pairs = malloc(b->n * 2 * sizeof(uint64_t));
@@ -147,6 +170,7 @@ static void batch_send(master *m, scrub_batch *b)
             pairs[2 * k + 1] = r->len;
             k++;
         }
+        k = master_scrub_join(pairs, k);
         rc = master_node_task_ranges(m, b->node, TASK_KIND__TASK_SCRUB, "", 0, 0, NULL, NULL,
                                      pairs, k, on_scrubbed, b);
         free(pairs);
@@ -156,7 +180,7 @@ static void batch_send(master *m, scrub_batch *b)
         return;
     }
     host_metric_add(m->m.scrub_tasks, NULL, 1);
-    host_metric_add(m->m.scrub_ranges, NULL, (double)k);
+    host_metric_add(m->m.scrub_ranges, NULL, (double)b->n); /* as freed, before the joins */
 }
 
 void master_scrub_flush(master *m)

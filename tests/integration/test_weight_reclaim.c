@@ -466,10 +466,11 @@ static void test_revoked_put_leaves_no_bytes(void **state)
 
 /* Ranges freed together are zeroed together: 32 objects of 64 KiB, each
  * range written with 0x5c through the segment file before its put end,
- * removed by one REMOVE_PREFIX. The node is sent one SCRUB task carrying
- * the 32 ranges (store_scrub_tasks_total 1, store_scrub_ranges_total 32
- * more than before), not a task each; every byte reads zero after, and
- * fsck is clean. */
+ * removed by one REMOVE_PREFIX. The node is sent one SCRUB task for the
+ * 32 ranges (store_scrub_tasks_total 1, store_scrub_ranges_total 32 more
+ * than before: the ranges freed, which the task carries joined where they
+ * touch), not a task each; every byte reads zero after, and fsck is
+ * clean. */
 static void test_ranges_freed_together_are_zeroed_in_one_task(void **state)
 {
     enum { N = 32, SIZE = 65536 };
