@@ -407,6 +407,21 @@ void master_admin_render(void *ctx, const char *path, int *status, char **body,
 int master_metrics_register(master *m);
 void master_metrics_refresh(master *m);
 
+/* -- master_key_request.c ------------------------------------------------------- */
+
+/* A KeyRequest decoded by hand, as key_request__unpack would give it: key
+ * points into room (or heap, for a key that does not fit), "" when the
+ * body has none. */
+typedef struct master_key_req {
+    const char *key;
+    char *heap;
+    char room[256];
+} master_key_req;
+/* Decode body[0..len) into r: 0, -1 for a body protobuf-c refuses,
+ * SMP_ENOMEM. master_key_req_free releases it (after any outcome). */
+int master_key_req_decode(master_key_req *r, const uint8_t *body, size_t len);
+void master_key_req_free(master_key_req *r);
+
 /* -- master_plugins.c ------------------------------------------------------------- */
 
 /* The idle handle (init with the loop; close in master_stop) and the

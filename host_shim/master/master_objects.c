@@ -104,6 +104,21 @@ static void reply_no_room(master *m, smp_rpc_call *call, const char *key, const 
     }
 #define DECODED_FREE(var) pb_arena_free_unpacked(&var##_arena, &(var)->base)
 
+/* Decode a KeyRequest body into *var, by hand (master_key_request.c);
+ * DECODED_KEY_FREE releases it. */
+#define DECODE_KEY(var, body, len, call)                                 \
+    master_key_req var##_dec;                                            \
+    master_key_req *var = &var##_dec;                                    \
+    int var##_rc = master_key_req_decode(var, body, len);                \
+    if (var##_rc != 0) {                                                 \
+        master_key_req_free(var);                                        \
+        rpc_reply_error(call, var##_rc == SMP_ENOMEM ? SMP_ENOMEM : SMP_EPROTO, \
+                        var##_rc == SMP_ENOMEM ? "out of memory decoding the request" \
+                                               : "request body does not decode as KeyRequest"); \
+        return SMP_OK;                                                   \
+    }
+#define DECODED_KEY_FREE(var) master_key_req_free(var)
+
 /* -- tenants ---------------------------------------------------------------- */
 
 /* The tenant the caller of call is confined to; NULL for an admin, and for
@@ -306,15 +321,15 @@ static int commit_key_request(master *m, smp_rpc_call *call, const uint8_t *body
                               prepare_key_fn prepare, const char *what)
 {
     obj_record rec = {0};
-    DECODE(KeyRequest, key_request, req, body, len, call);
+    DECODE_KEY(req, body, len, call);
     if (!key_visible(call, req->key, what)) {
-        DECODED_FREE(req);
+        DECODED_KEY_FREE(req);
         return SMP_OK;
     }
     int rc = master_key_pending(m, req->key) ? SMP_EBUSY : prepare(m, req->key, &rec);
     if (rc == SMP_OK) rc = master_commit(m, &rec, req->key, on_empty_durable, call);
     if (rc < 0) reply_err(call, rc, what, req->key);
-    DECODED_FREE(req);
+    DECODED_KEY_FREE(req);
     return SMP_OK;
 }
 
@@ -369,7 +384,7 @@ static int h_get_replicas(void *ctx, smp_rpc_call *call, const uint8_t *body, si
     ReplicaLocation *plocs[MAX_REPLICAS];
     uint8_t tickets[MAX_REPLICAS][TICKET_MAX_BYTES];
     size_t n = 0;
-    DECODE(KeyRequest, key_request, req, body, len, call);
+    DECODE_KEY(req, body, len, call);
     if (!key_visible(call, req->key, "get replicas")) goto free_req;
     uint64_t now = master_now_ms();
     int rc = obj_get_replica_list(master_objs(m), req->key, now, MASTER_READ_LEASE_MS, reps, MAX_REPLICAS, &n);
@@ -433,7 +448,7 @@ static int h_get_replicas(void *ctx, smp_rpc_call *call, const uint8_t *body, si
     resp.lease_release = 1;
     master_reply_msg(call, &resp.base);
 free_req:
-    DECODED_FREE(req);
+    DECODED_KEY_FREE(req);
     return SMP_OK;
 }
 
@@ -499,13 +514,13 @@ static void on_conn_closed(void *arg, uint64_t conn)
 static int h_exists(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len)
 {
     master *m = ctx;
-    DECODE(KeyRequest, key_request, req, body, len, call);
+    DECODE_KEY(req, body, len, call);
     ExistsResponse resp = EXISTS_RESPONSE__INIT;
     const char *tenant = confined_tenant(call);
     resp.exists = (tenant == NULL || key_in_tenant(req->key, tenant)) &&
                   obj_exists(master_objs(m), req->key) != 0;
     master_reply_msg(call, &resp.base);
-    DECODED_FREE(req);
+    DECODED_KEY_FREE(req);
     return SMP_OK;
 }
 

@@ -374,6 +374,56 @@ static void test_undecodable_method_body_is_eproto_and_connection_stays_open(voi
     assert_a_served(f, before);
 }
 
+/* The one-key object RPCs (their KeyRequest is decoded by hand) answer a
+ * body that does not decode SMP_EPROTO naming the message, and a key past
+ * the decoder's inline room whole: a remove of an absent 300-byte key is
+ * SMP_ENOTFOUND naming all of it. Nothing changes, each connection stays
+ * usable, A is served. */
+static void test_key_requests_refuse_bad_bodies_and_stay_open(void **state)
+{
+    fixture *f = *state;
+    uint64_t before = object_count(f);
+    const uint32_t methods[4] = {OBJECTS_METHOD__OBJ_REMOVE, OBJECTS_METHOD__OBJ_PUT_REVOKE,
+                                 OBJECTS_METHOD__OBJ_GET_REPLICAS, OBJECTS_METHOD__OBJ_EXISTS};
+    const uint8_t bad[3][4] = {{0x08, 0x05}, {0x0a, 0x05, 'a', 'b'}, {0xff, 0xff, 0xff, 0xff}};
+    const size_t bad_len[3] = {2, 4, 4}; /* the key as a varint, past the end, a bad tag */
+    int status = 0;
+    char *msg = NULL;
+    rpcc_conn *b = NULL;
+    for (int i = 0; i < 4; i++) {
+        for (int k = 0; k < 3; k++) {
+            send_envelope(f->m.socket, HOST_SERVICE__HOST_SERVICE_OBJECTS, methods[i], bad[k],
+                          bad_len[k], &status, &msg, &b);
+            assert_int_equal(status, SMP_EPROTO);
+            assert_non_null(msg);
+            if (strstr(msg, "does not decode as KeyRequest") == NULL)
+                fail_msg("method %u, body %d: %s", methods[i], k, msg);
+            free(msg);
+            msg = NULL;
+            assert_b_usable(b);
+            rpcc_close(b);
+        }
+    }
+    char key[301];
+    memset(key, 'k', 300);
+    key[300] = '\0';
+    KeyRequest req = KEY_REQUEST__INIT;
+    req.key = key;
+    uint8_t body[320];
+    size_t len = key_request__get_packed_size(&req);
+    assert_true(len <= sizeof(body));
+    key_request__pack(&req, body);
+    send_envelope(f->m.socket, HOST_SERVICE__HOST_SERVICE_OBJECTS, OBJECTS_METHOD__OBJ_REMOVE, body,
+                  len, &status, &msg, &b);
+    assert_int_equal(status, SMP_ENOTFOUND);
+    assert_non_null(msg);
+    assert_non_null(strstr(msg, key));
+    free(msg);
+    assert_b_usable(b);
+    rpcc_close(b);
+    assert_a_served(f, before);
+}
+
 /* One request of the weight service (16) on B with a raw body: the status
  * and the plugin's message (its reply body, NUL-terminated; caller frees). */
 static void weight_call(rpcc_conn *b, uint64_t id, uint32_t method, const uint8_t *body,
@@ -456,6 +506,7 @@ int main(void)
         cmocka_unit_test(test_unknown_service_is_not_found_and_connection_stays_open),
         cmocka_unit_test(test_undecodable_method_body_is_eproto_and_connection_stays_open),
         cmocka_unit_test(test_identity_reads_refuse_bad_bodies_and_stay_open),
+        cmocka_unit_test(test_key_requests_refuse_bad_bodies_and_stay_open),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
