@@ -21,6 +21,7 @@
 
 #include "host_records.pb-c.h"
 #include "obj_store.h"
+#include "obj_store_internal.h"
 #include "obj_test_store.h"
 
 /* ------------------------------------------------------------------------ */
@@ -1154,10 +1155,56 @@ static void test_random_pipeline_consistent(void **state)
     obj_store_destroy(st);
 }
 
+/* The REMOVE record written by hand is protobuf-c's bytes for the same
+ * RemoveRecord: no key, one, keys and put ids of every varint length (a key
+ * of 200 bytes, ids up to UINT64_MAX), and a batch long enough that the
+ * packed ids' length takes two bytes. */
+static void test_remove_record_is_protobuf_c_s_bytes(void **state)
+{
+    (void)state;
+    enum { MANY = 300 };
+    static char long_key[201];
+    static char many_keys[MANY][16];
+    const char *keys[MANY];
+    uint64_t ids[MANY];
+    memset(long_key, 'L', 200);
+    const char *k3[] = {"a", long_key, "weights/ns/r/1/t.bin"};
+    const uint64_t i3[] = {0, 128, UINT64_MAX};
+    for (size_t i = 0; i < MANY; i++) {
+        snprintf(many_keys[i], sizeof(many_keys[i]), "k/%zu", i);
+        keys[i] = many_keys[i];
+        ids[i] = (uint64_t)1 << (i % 64);
+    }
+    const struct {
+        const char *const *keys;
+        const uint64_t *ids;
+        size_t n;
+    } cases[] = {{NULL, NULL, 0}, {k3, i3, 1}, {k3, i3, 3}, {keys, ids, MANY}};
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        obj_record r = {0};
+        assert_int_equal(obj_encode_remove(cases[c].keys, cases[c].ids, cases[c].n, &r), SMP_OK);
+        Hostrec__RemoveRecord m = HOSTREC__REMOVE_RECORD__INIT;
+        m.n_keys = m.n_put_ids = cases[c].n;
+        m.keys = (char **)cases[c].keys;
+        m.put_ids = (uint64_t *)cases[c].ids;
+        size_t len = hostrec__remove_record__get_packed_size(&m);
+        uint8_t *want = malloc(len ? len : 1);
+        assert_non_null(want);
+        hostrec__remove_record__pack(&m, want);
+        assert_int_equal(r.type, OBJ_REC_REMOVE);
+        assert_int_equal(r.encver, OBJ_REC_ENCVER);
+        assert_int_equal(r.len, len);
+        assert_memory_equal(r.buf, want, len);
+        free(want);
+        obj_record_free(&r);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_records_replay_and_idempotence),
+        cmocka_unit_test(test_remove_record_is_protobuf_c_s_bytes),
         cmocka_unit_test(test_records_malformed),
         cmocka_unit_test(test_snapshot_round_trip),
         cmocka_unit_test(test_loaded_objects_changed_and_removed_one_by_one),
