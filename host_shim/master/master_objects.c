@@ -300,8 +300,7 @@ static void on_empty_durable(master *m, void *arg, int status, uint64_t seq)
         rpc_reply_error(call, status, "the OpLog record did not become durable");
         return;
     }
-    EmptyResponse resp = EMPTY_RESPONSE__INIT;
-    master_reply_msg(call, &resp.base);
+    rpc_reply(call, SMP_OK, NULL, 0); /* an EmptyResponse packs to no bytes */
 }
 
 typedef int (*prepare_key_fn)(master *m, const char *key, obj_record *out);
