@@ -36,7 +36,8 @@
  *           valgrind's callgrind: user-space instructions per durable
  *           remove of 20,000 keys from 64 clients, and the master's per
  *           put of those keys (start + end) -- figures the VM's drift
- *           does not move, for changes to the hot path.
+ *           does not move, for changes to the hot path
+ *           (WM_BENCH_CALLGRIND=DIR keeps the master's dumps in DIR).
  * put and remove drive their connections from two threads waiting on epoll
  * (one per core here), the way redis-benchmark and memtier drive many
  * clients; thread is how independent processes behave, and on a small
@@ -420,7 +421,10 @@ static int instructions(const char *dir, long keys)
     double im = -1, ir = -1, iput = -1;
     run_result r;
     if (hx_init(&m, "bench-instr", "snapshot:\n  every_records: 0\n") < 0) return -1;
-    snprintf(mfile, sizeof(mfile), "%s/callgrind.out", m.dir);
+    /* WM_BENCH_CALLGRIND=DIR keeps the master's dumps there, for
+     * callgrind_annotate: .1 the puts, .2 the removes */
+    const char *keep = getenv("WM_BENCH_CALLGRIND");
+    snprintf(mfile, sizeof(mfile), "%s/callgrind.out", keep && keep[0] ? keep : m.dir);
     snprintf(mopt, sizeof(mopt), "--callgrind-out-file=%s", mfile);
     const char *mwrap[] = {"valgrind", "-q", "--tool=callgrind", mopt, NULL};
     m.wrap = mwrap;
