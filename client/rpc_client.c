@@ -1076,7 +1076,7 @@ int rpcc_call_ex(rpcc_conn *c,
                  char **errmsg)
 {
     int64_t deadline = -1; /* set at the first move: a call that stays costs no clock read */
-    int backoff = 0, rc, st = 0;
+    int backoff = 0, rc, st = 0, hinted_last = 0;
     uint64_t id;
 
     if (c == NULL)
@@ -1128,8 +1128,12 @@ int rpcc_call_ex(rpcc_conn *c,
         return rc;
 
     move:
-        if (backoff > 0)
+        /* A standby that named the leader is followed at once; a name that
+         * led to another refusal (a stale one) is not trusted twice in a
+         * row without a pause. */
+        if (backoff > 0 && (!c->hinted || hinted_last))
             sleep_until(now_ms() + backoff < deadline ? now_ms() + backoff : deadline);
+        hinted_last = c->hinted;
         backoff = next_pause(c, backoff);
         if ((rc = conn_move(c, deadline)) < 0)
             return rc;

@@ -21,9 +21,10 @@
  *
  * HA: a standby answers every request but status with SMP_ENOTLEADER and
  * the leader's endpoint. rpcc_call and rpcc_call_msg follow such an answer
- * by themselves -- reconnect to the named leader (or, with no leader
+ * by themselves -- reconnect to the named leader at once (after a pause
+ * only when the leader named last time refused too), or, with no leader
  * named, to the other endpoints of the list in turn, pausing between
- * rounds) and send the same request again, for up to the connection's
+ * rounds -- and send the same request again, for up to the connection's
  * timeout from the first move (30 s without one) -- unless other requests
  * are in flight on the connection (rpcc_send), whose answers a reconnect
  * would lose: then the

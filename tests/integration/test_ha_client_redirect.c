@@ -36,7 +36,9 @@
  * went away and came back; a node registered through "proxy" registers
  * with the real master by itself once its poll is answered NOT_LEADER;
  * while no leader is known, the pauses between attempts double from 20 ms
- * to 100 ms, or to a connection's follow_pause_max_ms (a node's 20 ms);
+ * to 100 ms, or to a connection's follow_pause_max_ms (a node's 20 ms); a
+ * named leader is followed without a pause, unless the name before led to
+ * another NOT_LEADER;
  * bad lists are refused naming the item. */
 #include <errno.h>
 #include <fcntl.h>
@@ -641,6 +643,53 @@ static void test_pauses_while_no_leader_is_known(void **state)
     }
 }
 
+/* The pauses a query through the list `masters` asked for (into
+ * g_pauses_ms), their number returned; the query must reach the real
+ * master. */
+static int pauses_through(const fixture *f, const char *masters)
+{
+    char err[1024] = "";
+    kvc *c = NULL;
+    int exists = 1;
+    if (kvc_connect(masters, WAIT_MS, &c, err, sizeof(err)) < 0) fail_msg("connect %s: %s", masters, err);
+    g_pauses_of = pthread_self();
+    atomic_store(&g_n_pauses, 0);
+    atomic_store(&g_pauses_on, 1);
+    int rc = kvc_exists(c, "redirect/nothing-here", &exists);
+    atomic_store(&g_pauses_on, 0);
+    assert_int_equal(rc, 0);
+    assert_int_equal(exists, 0);
+    assert_string_equal(kvc_endpoint(c), f->m.socket);
+    kvc_close(c);
+    int n = atomic_load(&g_n_pauses);
+    return n < MAX_PAUSES ? n : MAX_PAUSES;
+}
+
+/* A standby that names the leader is followed at once, even after moves
+ * that paused; a name that leads to another NOT_LEADER is not trusted twice
+ * in a row without a pause. "electing, standby, real": electing names no
+ * one (the first move never pauses), standby names the real master: no
+ * pause (20 ms before). "electing, standby2, ...": standby2 names standby,
+ * which names the real master: the second name in a row pauses, once. */
+static void test_a_named_leader_is_followed_without_a_pause(void **state)
+{
+    fixture *f = *state;
+    char masters[1400];
+    snprintf(masters, sizeof(masters), "%s,%s,%s", f->electing->path, f->standby->path, f->m.socket);
+    int n = pauses_through(f, masters);
+    if (n != 0) fail_msg("%d pause(s) on the way to a named leader, the first %ld ms", n, g_pauses_ms[0]);
+    fake *standby2 = fake_start(&f->m, "standby2", FAKE_STANDBY);
+    snprintf(standby2->leader, sizeof(standby2->leader), "%s", f->standby->path);
+    snprintf(masters, sizeof(masters), "%s,%s,%s,%s", f->electing->path, standby2->path,
+             f->standby->path, f->m.socket);
+    int before = atomic_load(&standby2->redirects);
+    n = pauses_through(f, masters);
+    assert_int_equal(atomic_load(&standby2->redirects), before + 1); /* it was asked */
+    assert_int_equal(n, 1);
+    assert_true(g_pauses_ms[0] >= 39 && g_pauses_ms[0] <= 40); /* the third move's */
+    fake_stop(standby2);
+}
+
 /* A leader that dies after a request reached it: a mutation is not sent
  * again (it may have been applied; here it was not, and stays so), a query
  * is sent to the next master. */
@@ -885,6 +934,7 @@ int main(void)
         cmocka_unit_test(test_a_round_the_deadline_cuts_short_decides_nothing),
         cmocka_unit_test(test_no_leader_ever_fails_with_not_leader),
         cmocka_unit_test(test_pauses_while_no_leader_is_known),
+        cmocka_unit_test(test_a_named_leader_is_followed_without_a_pause),
         cmocka_unit_test(test_lost_mutation_is_not_resent_but_a_query_is),
         cmocka_unit_test(test_weightctl_follows_the_list),
         cmocka_unit_test(test_status_lists_every_master),
