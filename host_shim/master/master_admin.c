@@ -74,6 +74,7 @@ static const metric_def metric_defs[] = {
     {M(ha_applied_seq), SMP_METRIC_GAUGE, "ha_applied_seq", "Last OpLog record applied here", NULL},
     {M(ha_lag), SMP_METRIC_GAUGE, "ha_replay_lag_records", "Records between the durable head of the OpLog and the last one applied here", NULL},
     {M(rpc_not_leader), SMP_METRIC_COUNTER, "rpc_not_leader_total", "Requests a standby answered with the leader's endpoint", NULL},
+    {M(rpc_not_leader_held), SMP_METRIC_COUNTER, "rpc_not_leader_held_total", "Requests a standby held while no leader was known, to answer them with its endpoint once one was", NULL},
     {M(loop_lag), SMP_METRIC_GAUGE, "host_loop_lag_seconds", "Largest delay of the housekeeping timer behind its schedule over the last 10 to 20 s", NULL},
     {M(plugin_timing.tick_overruns), SMP_METRIC_COUNTER, "host_plugin_tick_overrun_total", "Reconcile ticks that returned after their deadline, by plugin", "plugin"},
     {M(plugin_timing.guard_overruns), SMP_METRIC_COUNTER, "host_plugin_guard_overrun_total", "Object guard calls that took longer than 1 ms, by plugin", "plugin"},
@@ -194,6 +195,7 @@ void master_metrics_refresh(master *m)
         host_metric_set(m->m.rpc_errors, NULL, (double)rs.responses_error);
         host_metric_set(m->m.rpc_connections, NULL, (double)rs.connections_open);
         host_metric_set(m->m.rpc_not_leader, NULL, (double)rs.not_leader);
+        host_metric_set(m->m.rpc_not_leader_held, NULL, (double)rs.not_leader_held);
         const char *const unauth[] = {"unauthenticated"}, *const forbid[] = {"forbidden"},
                           *const norule[] = {"no_rule"}, *const ok[] = {"accepted"},
                           *const bad[] = {"refused"};

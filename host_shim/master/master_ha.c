@@ -34,6 +34,11 @@
 
 #define MASTER_HA_ETCD_TIMEOUT_MS 2000u
 #define MASTER_HA_ETCD_WAIT_MS 10000u /* how long a starting master waits for etcd */
+/* How long a standby holds a request while no leader is known, to answer
+ * it with the leader's endpoint the moment one is (rpc_hold.c): about an
+ * election with fast_failover, well under every client's call timeout
+ * (2 s and up). */
+#define MASTER_HA_HOLD_MS 500u
 
 const char *master_role_name(const master *m)
 {
@@ -123,6 +128,7 @@ static void on_promoted(void *arg, int status)
         return;
     }
     m->ha_role = MASTER_HA_LEADER;
+    rpc_server_leader_known(m->rpc, advertised(m)); /* held requests come back here */
     master_nodes_unsettle(m);
     fprintf(stderr, "store_master: leader of the cluster (%s), applied seq %" PRIu64 "\n",
             m->cfg->ha_id, m->applied_seq);
@@ -162,6 +168,9 @@ static void on_leader(void *arg, const char *id, const char *endpoint)
     snprintf(m->ha_leader, sizeof(m->ha_leader), "%s", endpoint);
     fprintf(stderr, "store_master: the leader is %s%s%s\n", id[0] ? id : "(none)",
             endpoint[0] ? " at " : "", endpoint);
+    /* requests held while no leader was known go there now (this master,
+     * elected, sends them to itself once it serves: on_promoted) */
+    if (endpoint[0] && strcmp(endpoint, advertised(m)) != 0) rpc_server_leader_known(m->rpc, endpoint);
 }
 
 static void on_fenced(void *arg, const char *why)
@@ -265,6 +274,7 @@ int master_ha_start(master *m, char *err, size_t errlen)
     m->ha_role = MASTER_HA_STANDBY;
     m->ha_ready = 1;
     rpc_server_set_admission(m->rpc, admit, m);
+    rpc_server_set_not_leader_hold(m->rpc, MASTER_HA_HOLD_MS);
     ha_election_options o = {
         .endpoints = m->cfg->ha_etcd_endpoints,
         .prefix = m->cfg->ha_prefix,

@@ -253,6 +253,7 @@ typedef struct master {
         host_metric *ha_applied_seq;
         host_metric *ha_lag;               /* records behind the durable head */
         host_metric *rpc_not_leader;       /* requests sent to the leader */
+        host_metric *rpc_not_leader_held;  /* of them, held until the leader was known */
         host_metric *loop_lag;             /* seconds, see master_loop_lag_s */
         host_plugin_timing plugin_timing;  /* host_plugin_{tick,guard}_{seconds,overrun_total} */
     } m;

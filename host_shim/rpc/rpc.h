@@ -96,6 +96,8 @@ typedef struct rpc_server_stats {
     uint64_t auth_cert_ok;           /* connections a client certificate authenticated */
     uint64_t auth_cert_unmapped;     /* verified client certificates mapped to no identity */
     uint64_t auth_hello_mismatch;    /* HELLO tokens that contradicted the certificate's identity */
+    uint64_t not_leader_held;        /* NOT_LEADER answers held until the leader was known */
+    uint64_t not_leader_held_now;    /* gauge: held at this moment */
 } rpc_server_stats;
 
 /* Create a server on loop (borrowed; must outlive the server's handles).
@@ -137,6 +139,20 @@ int rpc_server_start(rpc_server *s, char *err, size_t errlen);
 
 /* Ask fn (NULL: none, every request runs) before each request's handler. */
 void rpc_server_set_admission(rpc_server *s, rpc_admit_fn fn, void *arg);
+
+/* While an election runs, a standby knows no leader to name. With a hold of
+ * hold_ms (> 0; 0, the default, answers at once), a request the admission
+ * function turns away without naming a leader is not answered right away:
+ * its NOT_LEADER answer waits until rpc_server_leader_known names the leader
+ * (then it carries that endpoint, and the client goes there at once instead
+ * of asking the list again after a pause), or until it has waited hold_ms
+ * (then it says that no leader is known, as without a hold). A held request
+ * counts as one in flight on its connection. Keep hold_ms well under the
+ * clients' call timeouts. Loop thread only. */
+void rpc_server_set_not_leader_hold(rpc_server *s, uint32_t hold_ms);
+/* The leader is known to be at endpoint (not empty): every held request is
+ * answered NOT_LEADER naming it. Loop thread only. */
+void rpc_server_leader_known(rpc_server *s, const char *endpoint);
 
 /* Authentication (rpc_auth.h). on 1: every request is authorized against its
  * method's rule and the identity its connection proved; 0 (the default):

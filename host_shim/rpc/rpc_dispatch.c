@@ -210,7 +210,7 @@ void rpc_server_set_admission(rpc_server *s, rpc_admit_fn fn, void *arg)
  * RpcResponse. Rare (a client that found a standby), so protobuf-c packs it,
  * into the pending output like every reply (in order, through the TLS
  * session on a TLS connection). */
-static void conn_send_not_leader(rpc_conn *c, uint64_t request_id, const char *leader)
+void rpc_conn_send_not_leader(rpc_conn *c, uint64_t request_id, const char *leader)
 {
     rpc_server *s = c->srv;
     char msg[320];
@@ -485,7 +485,11 @@ void rpc_conn_dispatch(rpc_conn *c, const uint8_t *data, size_t len)
     if (s->admit != NULL) {
         const char *leader = NULL;
         if (s->admit(s->admit_arg, req.service, req.method, &leader) == SMP_ENOTLEADER) {
-            conn_send_not_leader(c, req.request_id, leader);
+            /* no leader to name yet: wait for one (rpc_hold.c) */
+            if ((leader == NULL || leader[0] == '\0') && s->hold_ms > 0 &&
+                rpc_hold_add(c, req.request_id) == SMP_OK)
+                return;
+            rpc_conn_send_not_leader(c, req.request_id, leader);
             return;
         }
     }

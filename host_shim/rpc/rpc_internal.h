@@ -156,6 +156,11 @@ struct rpc_server {
     int loop_handles; /* the three are initialised: must be closed */
     rpc_conn *flush_head;
     rpc_conn *resume_head;
+    /* NOT_LEADER answers held while no leader is known (rpc_hold.c): oldest
+     * first, so deadlines only grow; the timer fires at the first one's. */
+    uint32_t hold_ms;
+    struct rpc_held *held_head, *held_tail;
+    uv_timer_t hold_timer;
     /* One read buffer for all connections: libuv delivers one read at a time
      * on the loop thread and on_read consumes it entirely (partial frames
      * are copied into the connection). */
@@ -257,5 +262,21 @@ void rpc_conn_identify_cert(rpc_conn *c);
 
 /* The request_id of a frame from its first n bytes; 0 when it is not there. */
 uint64_t rpc_prefix_request_id(const uint8_t *p, size_t n);
+
+/* Answer request_id on c SMP_ENOTLEADER naming leader ("" or NULL: none
+ * known yet). */
+void rpc_conn_send_not_leader(rpc_conn *c, uint64_t request_id, const char *leader);
+
+/* -- rpc_hold.c ------------------------------------------------------------ */
+
+/* Hold the NOT_LEADER answer of request_id on c (a hold is set): SMP_OK,
+ * or SMP_ENOMEM (answer it now). */
+int rpc_hold_add(rpc_conn *c, uint64_t request_id);
+/* Initialise the hold timer (rpc_server_start; unreferenced, it never keeps
+ * the loop alive): SMP_OK or SMP_EIO. */
+int rpc_hold_start(rpc_server *s);
+/* Drop every held request unanswered (their connections are closed by
+ * now) and close the timer (rpc_server_close). */
+void rpc_hold_close(rpc_server *s);
 
 #endif /* HOST_RPC_INTERNAL_H */

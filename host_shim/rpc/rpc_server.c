@@ -117,8 +117,9 @@ static void on_loop_handle_closed(uv_handle_t *h)
 }
 
 /* Start the check and prepare handles (unreferenced: they never keep the
- * loop alive) and initialise the idle one; each holds a server reference
- * until it is closed. SMP_EIO when libuv refuses. */
+ * loop alive) and initialise the idle one and the hold timer (rpc_hold.c);
+ * each holds a server reference until it is closed. SMP_EIO when libuv
+ * refuses. */
 static int loop_handles_start(rpc_server *s)
 {
     if (uv_check_init(s->loop, &s->flush_check) < 0) return SMP_EIO;
@@ -127,8 +128,9 @@ static int loop_handles_start(rpc_server *s)
     s->flush_prepare.data = s;
     if (uv_idle_init(s->loop, &s->resume_idle) < 0) goto close_prepare;
     s->resume_idle.data = s;
+    if (rpc_hold_start(s) < 0) goto close_idle;
     s->loop_handles = 1;
-    s->refs += 3;
+    s->refs += 4;
     uv_check_start(&s->flush_check, on_check);
     uv_prepare_start(&s->flush_prepare, on_prepare);
     uv_unref((uv_handle_t *)&s->flush_check);
@@ -136,6 +138,9 @@ static int loop_handles_start(rpc_server *s)
     uv_unref((uv_handle_t *)&s->resume_idle);
     return SMP_OK;
 
+close_idle:
+    s->refs++;
+    uv_close((uv_handle_t *)&s->resume_idle, on_loop_handle_closed);
 close_prepare:
     s->refs++;
     uv_close((uv_handle_t *)&s->flush_prepare, on_loop_handle_closed);
@@ -145,11 +150,12 @@ close_check:
     return SMP_EIO;
 }
 
-/* Close the three handles and drop what the flush and resume lists hold
- * (their connections are closed by now: nothing is sent). */
+/* Close the four handles and drop what the flush, resume and hold lists
+ * hold (their connections are closed by now: nothing is sent). */
 static void loop_handles_close(rpc_server *s)
 {
     rpc_conn *c;
+    rpc_hold_close(s);
     while ((c = s->flush_head) != NULL) {
         s->flush_head = c->flush_next;
         c->flush_queued = 0;
@@ -165,6 +171,7 @@ static void loop_handles_close(rpc_server *s)
     uv_close((uv_handle_t *)&s->flush_check, on_loop_handle_closed);
     uv_close((uv_handle_t *)&s->flush_prepare, on_loop_handle_closed);
     uv_close((uv_handle_t *)&s->resume_idle, on_loop_handle_closed);
+    uv_close((uv_handle_t *)&s->hold_timer, on_loop_handle_closed);
 }
 
 /* -- Accepting ------------------------------------------------------------- */

@@ -1,0 +1,167 @@
+/* test_rpc_hold.c -- a standby's NOT_LEADER answers held while no leader is
+ * known (rpc_hold.c), on the real server of rpc_test_server.h playing a
+ * standby: its admission function turns away every echo request but the
+ * counters without naming a leader, and a control service tells it the
+ * leader (rpc_server_leader_known on the loop thread, as the master's
+ * election report does).
+ *
+ * Pins: a held request is answered the moment the leader is known, naming
+ * it, and the connection goes on; one held for the whole hold is answered
+ * that no leader is known; several held on one connection count in flight
+ * there; a connection closed while its requests are held loses only their
+ * answers; the counters say what was held. */
+#include "rpc_test_server.h"
+
+#define SVC_CTL 102
+#define M_LEADER 1 /* body: the leader's endpoint; rpc_server_leader_known */
+#define HOLD_MS 300
+
+static int leader_handler(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len)
+{
+    fixture *fx = ctx;
+    char ep[128];
+    snprintf(ep, sizeof(ep), "%.*s", (int)len, (const char *)body);
+    rpc_server_leader_known(fx->srv, ep);
+    return rpc_reply(call, SMP_OK, NULL, 0);
+}
+
+static const smp_rpc_method ctl_methods[] = {
+    {sizeof(smp_rpc_method), M_LEADER, "leader", leader_handler, SMP_ROLE_ADMIN},
+};
+
+/* A standby that knows no leader: echo requests are turned away, but for
+ * the counters. */
+static int standby_admit(void *arg, uint32_t service, uint32_t method, const char **leader)
+{
+    (void)arg;
+    if (service != SVC_ECHO || method == M_STATS) return 0;
+    *leader = "";
+    return SMP_ENOTLEADER;
+}
+
+static void as_standby(fixture *fx)
+{
+    assert_int_equal(rpc_server_add_service(fx->srv, SVC_CTL, "ctl", ctl_methods, 1, fx), SMP_OK);
+    rpc_server_set_admission(fx->srv, standby_admit, fx);
+    rpc_server_set_not_leader_hold(fx->srv, HOLD_MS);
+}
+
+static int setup_standby(void **state)
+{
+    g_before_run = as_standby;
+    int rc = fixture_start(state, NULL);
+    g_before_run = NULL;
+    return rc;
+}
+
+/* Send echo request id on the raw connection fd. */
+static void send_echo(int fd, uint64_t id)
+{
+    RpcRequest req = RPC_REQUEST__INIT;
+    uint8_t buf[64];
+    req.request_id = id;
+    req.service = SVC_ECHO;
+    req.method = M_ECHO;
+    req.body.data = (uint8_t *)"hi";
+    req.body.len = 2;
+    size_t n = rpc_request__get_packed_size(&req);
+    assert_true(n < sizeof(buf) - 4);
+    buf[0] = buf[1] = buf[2] = 0;
+    buf[3] = (uint8_t)n;
+    rpc_request__pack(&req, buf + 4);
+    raw_send(fd, buf, 4 + n);
+}
+
+/* Tell the server the leader is at ep, over a connection of its own. */
+static void leader_known(fixture *fx, const char *ep)
+{
+    rpcc_conn *c = open_client(fx->tcp_ep);
+    int status = 1;
+    assert_int_equal(rpcc_call(c, SVC_CTL, M_LEADER, (const uint8_t *)ep, strlen(ep), &status, NULL,
+                               NULL, NULL),
+                     SMP_OK);
+    assert_int_equal(status, 0);
+    rpcc_close(c);
+}
+
+/* The next answer on fd: NOT_LEADER for request id, naming leader. */
+static void expect_not_leader(int fd, uint64_t id, const char *leader)
+{
+    RpcResponse *m = raw_read_response(fd);
+    assert_int_equal(m->request_id, id);
+    assert_int_equal(m->status, SMP_ENOTLEADER);
+    assert_string_equal(m->leader, leader);
+    if (leader[0] == '\0') assert_non_null(strstr(m->error, "no leader is known yet"));
+    else assert_non_null(strstr(m->error, leader));
+    rpc_response__free_unpacked(m, NULL);
+}
+
+static void test_a_held_answer_names_the_leader_once_known(void **state)
+{
+    fixture *fx = *state;
+    int fd = raw_connect(fx);
+    for (uint64_t id = 11; id <= 12; id++) { /* the connection goes on after an answer */
+        send_echo(fd, id);
+        wait_stat(fx, STAT(not_leader_held_now), 1);
+        leader_known(fx, "10.0.0.9:7600");
+        expect_not_leader(fd, id, "10.0.0.9:7600");
+    }
+    rpc_server_stats st = get_stats(fx);
+    assert_int_equal(st.not_leader_held, 2);
+    assert_int_equal(st.not_leader_held_now, 0);
+    assert_int_equal(st.not_leader, 2);
+    close(fd);
+}
+
+static void test_a_request_held_the_whole_hold_hears_no_leader(void **state)
+{
+    fixture *fx = *state;
+    int fd = raw_connect(fx);
+    send_echo(fd, 21);
+    expect_not_leader(fd, 21, ""); /* after HOLD_MS, nobody having named a leader */
+    rpc_server_stats st = get_stats(fx);
+    assert_int_equal(st.not_leader_held, 1);
+    assert_int_equal(st.not_leader_held_now, 0);
+    /* a leader known later has nothing left to answer */
+    leader_known(fx, "10.0.0.9:7600");
+    send_echo(fd, 22);
+    wait_stat(fx, STAT(not_leader_held_now), 1);
+    leader_known(fx, "10.0.0.8:7600");
+    expect_not_leader(fd, 22, "10.0.0.8:7600");
+    close(fd);
+}
+
+/* Requests held on a connection that closes lose their answers and
+ * nothing else: the server still holds and answers others. */
+static void test_a_closed_connection_loses_only_its_held_answers(void **state)
+{
+    fixture *fx = *state;
+    int gone = raw_connect(fx), fd = raw_connect(fx);
+    send_echo(gone, 31);
+    send_echo(gone, 32);
+    wait_stat(fx, STAT(not_leader_held_now), 2);
+    close(gone);
+    send_echo(fd, 33);
+    wait_stat(fx, STAT(not_leader_held_now), 3);
+    rpc_server_stats before = get_stats(fx);
+    leader_known(fx, "10.0.0.7:7600");
+    expect_not_leader(fd, 33, "10.0.0.7:7600");
+    rpc_server_stats st = get_stats(fx);
+    assert_int_equal(st.not_leader_held_now, 0);
+    assert_int_equal(st.not_leader_held, 3);
+    assert_true(st.replies_dropped >= before.replies_dropped + 2);
+    close(fd);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_a_held_answer_names_the_leader_once_known,
+                                        setup_standby, teardown),
+        cmocka_unit_test_setup_teardown(test_a_request_held_the_whole_hold_hears_no_leader,
+                                        setup_standby, teardown),
+        cmocka_unit_test_setup_teardown(test_a_closed_connection_loses_only_its_held_answers,
+                                        setup_standby, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
