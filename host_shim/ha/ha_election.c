@@ -193,6 +193,19 @@ static void on_leader_exit(void *arg, const char *endpoint, int64_t lease)
 {
     ha_election *e = arg;
     char err[256];
+    /* From now on nobody leads as far as this master knows: it stops naming
+     * the dead leader to the clients that ask it (they wait for the next
+     * one instead of trying the dead one's endpoint). The key's deletion,
+     * when the watch reports it, changes nothing more. */
+    pthread_mutex_lock(&e->mu);
+    if (e->leader_lease == lease && e->leader_endpoint[0] != '\0') {
+        e->leader_id[0] = '\0';
+        e->leader_endpoint[0] = '\0';
+        e->leader_lease = 0;
+        e->leader_pending = 1;
+        wake_loop(e);
+    }
+    pthread_mutex_unlock(&e->mu);
     int rc = etcd_lease_revoke(e->etcd, lease, err, sizeof(err));
     if (rc == 0 || rc == SMP_ENOTFOUND)
         fprintf(stderr, "store_master: ha: the leader at %s closed its connection (its process "

@@ -87,7 +87,7 @@ void rpc_server_set_not_leader_hold(rpc_server *s, uint32_t hold_ms)
 
 void rpc_server_leader_known(rpc_server *s, const char *endpoint)
 {
-    if (s == NULL || endpoint == NULL || endpoint[0] == '\0') return;
+    if (s == NULL || s->closing || endpoint == NULL || endpoint[0] == '\0') return;
     while (s->held_head != NULL) answer_first(s, endpoint);
     arm(s);
 }

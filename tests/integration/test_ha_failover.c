@@ -32,6 +32,7 @@
 #include "fault_proxy.h"
 #include "ha_cluster_fixture.h"
 #include "harness.h"
+#include "host_rpc.pb-c.h"
 #include "rpc.pb-c.h"
 
 #define N_MASTERS HC_MASTERS
@@ -372,21 +373,33 @@ static void test_ha_leader_sigkill_loses_no_acknowledged_write(void **state)
 /* A SIGKILLed leader is replaced through the standbys' connections to it,
  * not by its lease's expiry: with a 10 s lease, a standby reads end-of-file
  * from the dead leader, revokes its lease (its log says so), and the new
- * leader has every acknowledged write. */
+ * leader has every acknowledged write. From the moment a standby noticed,
+ * it never names the dead leader to a client: a request it turns away is
+ * held until it knows the new leader, and names that one. */
 static void test_ha_leader_exit_is_noticed_through_its_connection(void **state)
 {
+    static const char noticed[] = "closed its connection (its process is gone); its lease";
+    static const char exists_k[] = "\x0a\x01k"; /* KeyRequest{key: "k"} */
     cluster *c = *state;
     c->hc.lease_ttl_s = 10;
     int leader = start_cluster_and_write(c, "kv/a", 20);
     hx_kill(&c->hc.m[leader]);
-    int next = wait_leader(c, leader);
     int revoked = 0;
-    for (int i = 0; i < N_MASTERS; i++)
-        if (i != leader &&
-            hx_log_contains(&c->hc.m[i], "closed its connection (its process is gone); its "
-                                         "lease"))
+    for (long long end = hx_now_ms() + WAIT_MS; !revoked && hx_now_ms() < end;) {
+        for (int i = 0; i < N_MASTERS && !revoked; i++) {
+            if (i == leader || !hx_log_contains(&c->hc.m[i], noticed)) continue;
             revoked = 1;
+            RpcResponse *resp = NULL;
+            raw_call_n(&c->hc.m[i], HOST_SERVICE__HOST_SERVICE_OBJECTS, OBJECTS_METHOD__OBJ_EXISTS,
+                       exists_k, sizeof(exists_k) - 1, &resp);
+            if (resp->status == SMP_ENOTLEADER && strcmp(resp->leader, c->hc.m[leader].socket) == 0)
+                fail_msg("m%d named the dead leader after it noticed its exit: %s", i, resp->error);
+            rpc_response__free_unpacked(resp, NULL);
+        }
+        if (!revoked) sleep_ms(2);
+    }
     assert_true(revoked);
+    int next = wait_leader(c, leader);
     wait_node(c, next);
     assert_all_present_any_leader(c, "kv/a", 0, 20);
 }
