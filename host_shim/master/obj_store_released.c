@@ -26,6 +26,7 @@ static int grow(void **v, size_t *cap, size_t n, size_t el)
     return SMP_OK;
 }
 
+/* Free a noted file's names. */
 static void file_free(obj_released_file *f)
 {
     free(f->key);
@@ -33,6 +34,8 @@ static void file_free(obj_released_file *f)
     free(f->path);
 }
 
+/* Note the cold file of rep (a replica of key) with copies of its names;
+ * out of memory, it is not noted (the node's next registration deletes it). */
 static void note_file(obj_released *r, const char *key, const obj_rep *rep)
 {
     if (grow((void **)&r->files, &r->capfiles, r->nfiles, sizeof(*r->files)) < 0) return;
