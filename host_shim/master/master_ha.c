@@ -36,8 +36,8 @@
 #define MASTER_HA_ETCD_WAIT_MS 10000u /* how long a starting master waits for etcd */
 /* How long a standby holds a request while no leader is known, to answer
  * it with the leader's endpoint the moment one is (rpc_hold.c): about an
- * election with fast_failover, well under every client's call timeout
- * (2 s and up). */
+ * election with fast_failover, well under the call timeouts of the
+ * project's clients (a node's 10 s, libweightclient's 60 s). */
 #define MASTER_HA_HOLD_MS 500u
 
 const char *master_role_name(const master *m)
