@@ -13,17 +13,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Grow *v (of elements of size el, *cap of them) to hold one more than n.
- * SMP_ENOMEM leaves it as it was. */
-static int grow(void **v, size_t *cap, size_t n, size_t el)
+/* v (of elements of size el, *cap of them) grown, when full at n, to hold
+ * one more: the array to use from now on (v itself when it had room), or
+ * NULL when out of memory (v is left as it was). */
+static void *grow(void *v, size_t *cap, size_t n, size_t el)
 {
-    if (n < *cap) return SMP_OK;
+    if (n < *cap) return v;
     size_t ncap = *cap ? *cap * 2 : 16;
-    void *nv = realloc(*v, ncap * el);
-    if (nv == NULL) return SMP_ENOMEM;
-    *v = nv;
-    *cap = ncap;
-    return SMP_OK;
+    void *nv = realloc(v, ncap * el);
+    if (nv != NULL) *cap = ncap;
+    return nv;
 }
 
 /* Free a noted file's names. */
@@ -38,7 +37,9 @@ static void file_free(obj_released_file *f)
  * out of memory, it is not noted (the node's next registration deletes it). */
 static void note_file(obj_released *r, const char *key, const obj_rep *rep)
 {
-    if (grow((void **)&r->files, &r->capfiles, r->nfiles, sizeof(*r->files)) < 0) return;
+    obj_released_file *files = grow(r->files, &r->capfiles, r->nfiles, sizeof(*r->files));
+    if (files == NULL) return;
+    r->files = files;
     obj_released_file *f = &r->files[r->nfiles];
     f->key = strdup(key);
     f->node = strdup(rep->node);
@@ -60,9 +61,10 @@ void obj_released_note(obj_store *st, const obj_object *o)
             if (rep->path != NULL && rep->node != NULL) note_file(r, o->key, rep);
             continue;
         }
-        if (rep->seg == NULL ||
-            grow((void **)&r->ranges, &r->capranges, r->nranges, sizeof(*r->ranges)) < 0)
-            continue;
+        obj_released_range *ranges =
+            rep->seg ? grow(r->ranges, &r->capranges, r->nranges, sizeof(*r->ranges)) : NULL;
+        if (ranges == NULL) continue;
+        r->ranges = ranges;
         r->ranges[r->nranges++] = (obj_released_range){
             .seg = rep->seg, .offset = rep->offset, .length = obj_ext_len(rep->length)};
     }
