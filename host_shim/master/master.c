@@ -221,6 +221,7 @@ static void on_timer(uv_timer_t *h)
     if (m->cfg->ha_enabled) master_ha_tick(m);
     if (!master_is_leader(m)) return; /* a standby only follows the log */
     master_nodes_tick(m, now);
+    master_node_wait_tick(m, now);
     run_ticks(m, now);
     if (now - m->last_cleanup_ms >= 1000) {
         obj_cleanup_stale_puts(master_objs(m), now, m->cfg->node_put_timeout_ms);
@@ -250,6 +251,7 @@ static void on_io_check(uv_check_t *h)
 {
     master *m = h->data;
     m->io_heard_ms = m->io_looking_ms;
+    master_node_wait_check(m); /* calls waiting for a node that registered */
     master_scrub_flush(m); /* what this turn freed, one task a node */
 }
 
@@ -573,6 +575,7 @@ static void close_parts(master *m)
     master_stop(m);
     oplog_close(m->log); /* flushes; owed callbacks run now */
     m->log = NULL;
+    master_node_wait_free(m);
     master_scrub_free(m);
     master_nodes_free(m);
     uv_run(&m->loop, UV_RUN_DEFAULT);

@@ -65,6 +65,7 @@ typedef struct master_node master_node;               /* a registered node (mast
 typedef struct master_inventory master_inventory;     /* inventory pages (master_inventory.c) */
 typedef struct master_busy_key master_busy_key;       /* keys being persisted (master_replicas.c) */
 typedef struct master_scrub master_scrub;             /* ranges being zeroed (master_scrub.c) */
+typedef struct master_node_wait master_node_wait;     /* calls waiting for a node (master_node_wait.c) */
 
 #define MASTER_SERVICE_NODES 3
 
@@ -134,6 +135,7 @@ typedef struct master {
     master_pending_key *pending;
     master_busy_key *persisting; /* keys with a cold file being written and recorded */
     master_scrub *scrub;         /* freed ranges being zeroed, put starts waiting on them */
+    master_node_wait *node_wait; /* calls waiting for a node to register */
 
     /* Snapshots. */
     int snapshot_running;
@@ -185,6 +187,7 @@ typedef struct master {
     int serving;                /* RPC accepting */
     uint64_t serving_since_ms;  /* when serving began (master_now_ms) */
     int nodes_settled;          /* see master_nodes_settled */
+    int placing_put;            /* a put start places: registered nodes only */
     /* Until the nodes settle (master_nodes_settled): the nodes given up
      * (marked down before they registered), and those whose registration
      * was refused -- what they send no longer lengthens the wait. */
@@ -247,6 +250,8 @@ typedef struct master {
         host_metric *cold_reclaimed;       /* cold files deleted (master_reclaim.c) */
         host_metric *scrub_tasks;          /* SCRUB tasks sent (master_scrub.c) */
         host_metric *scrub_ranges;         /* ranges those tasks carried */
+        host_metric *node_wait_calls;      /* calls that waited for a node (master_node_wait.c) */
+        host_metric *node_wait_now;        /* of them, waiting now */
         host_metric *ha_is_leader;         /* 1 on the leader */
         host_metric *ha_ready;             /* 0: cannot replay */
         host_metric *ha_replay_stopped;    /* following stopped on a record */
@@ -505,6 +510,10 @@ int master_nodes_settled(master *m, uint64_t now);
 /* The same question without settling anything (no events, no latch): 1
  * while the ticks would still wait. For /health. */
 int master_nodes_waiting(master *m, uint64_t now);
+/* 1 while node, which has not registered since serving began, is still
+ * waited for (as master_nodes_waiting counts it); 0 for a node that is up,
+ * given up, or once the nodes settled. */
+int master_node_awaited(const master *m, const char *node, uint64_t now);
 /* Wait for the nodes again (a standby promoted): nothing settled, nobody
  * given up, serving counted from now. */
 void master_nodes_unsettle(master *m);
@@ -518,8 +527,9 @@ const char *master_node_data_addr(const master *m, const char *id);
 /* The object store's place hook (obj_store_set_place_hook, ctx the master):
  * 1 when node id may hold objects of tenant -- it is up and shared or
  * dedicated to tenant, or not registered since this start while the nodes
- * are still waited for (master_nodes_settled); 0 for a node that went down
- * and has not registered again, and for one the nodes settled without. */
+ * are still waited for (master_nodes_settled), except for a put start
+ * (placing_put); 0 for a node that went down and has not registered
+ * again, and for one the nodes settled without. */
 int master_node_place_ok(void *ctx, const char *id, const char *tenant);
 /* How many registered nodes are dedicated to a tenant other than tenant. */
 size_t master_nodes_closed_to(const master *m, const char *tenant);
@@ -651,6 +661,26 @@ int master_scrub_reply(master *m, smp_rpc_call *call, const char *segment, uint6
                        uint64_t len, const ProtobufCMessage *msg);
 /* At exit: parked replies are refused (SMP_EAGAIN). */
 void master_scrub_free(master *m);
+
+/* -- master_node_wait.c ------------------------------------------------------------ */
+
+/* From a handler whose call needs a node that the master still waits for
+ * (master_node_awaited, master_nodes_waiting): hold call, its body copied,
+ * and run its handler again once a node registered, once no node is waited
+ * for, or once node.timeout_ms passed since it arrived. 1: held (the
+ * handler answers nothing and returns SMP_OK); 0: not (its wait ended,
+ * too many wait, out of memory, the master stops): answer it now. */
+int master_node_wait_park(master *m, smp_rpc_call *call, const uint8_t *body, size_t len);
+/* A node registered: the waiting calls run again at the loop's check. */
+void master_node_wait_wake(master *m);
+/* The loop's check phase: run them, if a node registered. */
+void master_node_wait_check(master *m);
+/* The timer: run them once no node is waited for, or one's wait ended. */
+void master_node_wait_tick(master *m, uint64_t now);
+/* Calls waiting now. */
+size_t master_node_wait_count(const master *m);
+/* At exit: the calls still waiting are answered SMP_EAGAIN. */
+void master_node_wait_free(master *m);
 
 /* -- master_fsck.c ---------------------------------------------------------------- */
 

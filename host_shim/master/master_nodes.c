@@ -186,10 +186,12 @@ int master_node_place_ok(void *ctx, const char *node, const char *tenant)
 {
     const master *m = ctx;
     const master_node *n = master_node_find(m, node);
-    /* a node not heard from since this start: while it is waited for, what
-     * is placed there fails its ticket or task (it may come any moment);
-     * once the nodes settled without it, it is down and takes nothing */
-    if (n == NULL) return !m->nodes_settled;
+    /* a node not heard from since this start: while it is waited for, a
+     * reservation placed there fails its task unless it comes (it may come
+     * any moment); a put start, whose ticket it could not have, is placed
+     * on a registered node or waits (master_node_wait.c); once the nodes
+     * settled without it, it is down and takes nothing */
+    if (n == NULL) return !m->nodes_settled && !m->placing_put;
     /* one that went down takes nothing until it registers again: its
      * segment, emptier than the rest, would take every put and fail it */
     if (!n->up) return 0;
@@ -877,6 +879,7 @@ static void complete_register(master *m, register_ctx *r)
     }
     node_set_up(m, n, 1);
     n->last_seen_ms = master_now_ms();
+    master_node_wait_wake(m); /* lookups and puts waiting for a node */
     reconcile_verify_and_reclaim(m, n, r);
     smp_event ev = {.struct_size = sizeof(ev), .type = SMP_EVENT_NODE_UP, .node = n->id};
     master_emit(m, &ev);
@@ -1199,18 +1202,32 @@ typedef struct settle_walk {
     size_t waiting;   /* nodes still waited for */
 } settle_walk;
 
+/* The end of the wait for node, not up and not given up since serving
+ * began. */
+static uint64_t wait_ends(const master *m, const char *node)
+{
+    /* A node refused is not coming as it is: its pages do not count. */
+    uint64_t heard = ids_has(&m->nodes_refused, node) ? 0 : node_heard_ms(m, node);
+    return master_node_wait_ends_ms(m->serving_since_ms, heard, m->cfg->node_timeout_ms);
+}
+
 static int settle_segment(void *arg, const char *segment, const char *node)
 {
     settle_walk *w = arg;
     (void)segment;
     if (master_node_readable(w->m, node) || ids_has(&w->m->nodes_given_up, node)) return 0;
-    /* A node refused is not coming as it is: its pages do not count. */
-    uint64_t heard = ids_has(&w->m->nodes_refused, node) ? 0 : node_heard_ms(w->m, node);
-    uint64_t ends = master_node_wait_ends_ms(w->m->serving_since_ms, heard,
-                                             w->m->cfg->node_timeout_ms);
-    if (w->heard_until < ends) w->waiting++;
+    if (w->heard_until < wait_ends(w->m, node)) w->waiting++;
     else if (w->act) give_up(w->m, node);
     return 0;
+}
+
+int master_node_awaited(const master *m, const char *node, uint64_t now)
+{
+    if (m->nodes_settled || node == NULL || master_node_readable(m, node) ||
+        ids_has(&m->nodes_given_up, node))
+        return 0;
+    uint64_t heard_until = now < m->io_heard_ms ? now : m->io_heard_ms;
+    return heard_until < wait_ends(m, node);
 }
 
 int master_nodes_waiting(master *m, uint64_t now)

@@ -178,8 +178,20 @@ static int h_put_start(void *ctx, smp_rpc_call *call, const uint8_t *body, size_
     obj_put_ticket t;
     uint8_t ticket[TICKET_MAX_BYTES];
     size_t ticket_len = 0;
-    int rc = master_key_pending(m, req->key) ? SMP_EBUSY
-                                             : obj_put_start(master_objs(m), &p, master_now_ms(), &t);
+    uint64_t now = master_now_ms();
+    int rc = SMP_EBUSY;
+    if (!master_key_pending(m, req->key)) {
+        /* placed on a node that registered: one still waited for would
+         * fail its ticket (master_node_place_ok) */
+        m->placing_put = 1;
+        rc = obj_put_start(master_objs(m), &p, now, &t);
+        m->placing_put = 0;
+    }
+    if (rc == SMP_ENOSPC && master_nodes_waiting(m, now) &&
+        master_node_wait_park(m, call, body, len)) {
+        DECODED_FREE(req); /* run again when a node registers */
+        return SMP_OK;
+    }
     if (rc == SMP_ENOSPC) m->pressure = 1; /* the timer plans an eviction */
     master_ticket_req tr = {.op = TICKET_OP_WRITE, .node = t.node, .segment = t.segment,
                             .offset = t.offset, .length = t.length, .key = req->key,
@@ -375,6 +387,18 @@ static void emit_read_miss(master *m, const char *key, const char *group)
     master_emit(m, &ev);
 }
 
+/* 1 when none of the n replicas is on a node that is up and one is on a
+ * node the master still waits for: the lookup waits for it. */
+static int replicas_awaited(const master *m, const obj_replica *reps, size_t n, uint64_t now)
+{
+    int awaited = 0;
+    for (size_t i = 0; i < n && i < MAX_REPLICAS; i++) {
+        if (master_node_readable(m, reps[i].node)) return 0;
+        awaited |= master_node_awaited(m, reps[i].node, now);
+    }
+    return awaited;
+}
+
 static int h_get_replicas(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len)
 {
     master *m = ctx;
@@ -388,6 +412,8 @@ static int h_get_replicas(void *ctx, smp_rpc_call *call, const uint8_t *body, si
     uint64_t now = master_now_ms();
     int rc = obj_get_replica_list(master_objs(m), req->key, now, MASTER_READ_LEASE_MS, reps, MAX_REPLICAS, &n);
     smp_object_info info = {.struct_size = sizeof(info)};
+    if (rc == SMP_OK && replicas_awaited(m, reps, n, now) && master_node_wait_park(m, call, body, len))
+        goto free_req; /* run again when a node registers */
     /* The lease is the connection's, so that it can give it back. */
     if (rc == SMP_OK)
         rc = rlease_take(m->read_leases, rpc_server_call_conn(call), req->key, now, MASTER_READ_LEASE_MS);

@@ -42,16 +42,22 @@ typedef struct fx {
     kvc *c;
 } fx;
 
-static char *config(void)
+/* The fixture's config, the nodes given up after node_timeout_ms. */
+static char *config_waiting(int node_timeout_ms)
 {
     static char buf[1024];
     snprintf(buf, sizeof(buf),
-             "node:\n  embedded: false\n  timeout_ms: 600\n  poll_ms: 50\n"
+             "node:\n  embedded: false\n  timeout_ms: %d\n  poll_ms: 50\n"
              "plugins:\n"
              "  - path: \"%s/lib/weight_mgmt.so\"\n"
              "  - path: \"%s/lib/testplugins/replica_probe.so\"\n",
-             BUILD_DIR, BUILD_DIR);
+             node_timeout_ms, BUILD_DIR, BUILD_DIR);
     return buf;
+}
+
+static char *config(void)
+{
+    return config_waiting(600);
 }
 
 static int setup(void **state)
@@ -324,6 +330,123 @@ static void test_node_gone_since_the_restart_takes_no_new_objects(void **state)
     uint32_t released = 0;
     assert_int_equal(kvc_release_read_leases(f->c, &released), 0);
     kvc_track_read_leases(f->c, 0);
+}
+
+/* A request made on its own connection and thread, as a reader or writer
+ * that arrives while the master waits for its nodes: a lookup of key
+ * (put 0) or a put of 64 bytes under it (put 1). */
+typedef struct side_call {
+    const hx_master *m;
+    char key[32];
+    int put;
+    int rc;
+    char node[64];  /* the lookup's first replica */
+    char err[512];
+    int done;       /* set (atomically) once answered */
+    pthread_t thread;
+} side_call;
+
+static void *run_side_call(void *arg)
+{
+    side_call *sc = arg;
+    kvc *c = hx_client(sc->m);
+    char buf[64];
+    kvc_object o;
+    fill(buf, sizeof(buf), 99);
+    if (c == NULL) sc->rc = -1000;
+    else if (sc->put) sc->rc = kvc_put_bytes(c, sc->key, buf, sizeof(buf), SMP_DATA_KV, NULL, 0, NULL);
+    else if ((sc->rc = kvc_get(c, sc->key, &o)) == 0 && o.n_replicas > 0)
+        snprintf(sc->node, sizeof(sc->node), "%s", o.replicas[0].node);
+    if (c != NULL && sc->rc != 0) snprintf(sc->err, sizeof(sc->err), "%s", kvc_error(c));
+    kvc_close(c);
+    __atomic_store_n(&sc->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+static void side_call_start(side_call *sc, const hx_master *m, const char *key, int put)
+{
+    memset(sc, 0, sizeof(*sc));
+    sc->m = m;
+    snprintf(sc->key, sizeof(sc->key), "%s", key);
+    sc->put = put;
+    assert_int_equal(pthread_create(&sc->thread, NULL, run_side_call, sc), 0);
+}
+
+static int side_call_done(side_call *sc)
+{
+    return __atomic_load_n(&sc->done, __ATOMIC_ACQUIRE);
+}
+
+/* Wait (20 s at most) until the master's metric series reads want. */
+static int wait_metric(const hx_master *m, const char *series, double want)
+{
+    for (int i = 0; i < 2000; i++) {
+        if (hx_metric(m, series) == want) return 1;
+        usleep(10 * 1000);
+    }
+    return 0;
+}
+
+/* Restarted while both nodes are stopped, the master holds what needs a
+ * node -- the lookups of objects on A and on B, a put start with no
+ * registered node to place it on -- instead of refusing it, until a node
+ * registers or its wait for the nodes ends (node.timeout_ms). B comes
+ * back: the lookup of B's object is answered from B and the put is placed
+ * on B and ends, although A's emptier segment is not registered. A does not
+ * come back: the lookup of A's object is refused once the master stopped
+ * waiting for A, saying why, and A's object is served again once A is. */
+static void test_requests_wait_for_the_nodes_after_a_restart(void **state)
+{
+    fx *f = *state;
+    int where[OBJECTS], on_a = -1, on_b = -1;
+    char key_a[32], key_b[32];
+    put_all(f, where);
+    for (int i = 0; i < OBJECTS; i++) {
+        if (where[i] == 0 && on_a < 0) on_a = i;
+        if (where[i] == 1 && on_b < 0) on_b = i;
+    }
+    assert_true(on_a >= 0 && on_b >= 0);
+    snprintf(key_a, sizeof(key_a), "obj/%02d", on_a);
+    snprintf(key_b, sizeof(key_b), "obj/%02d", on_b);
+    kvc_close(f->c);
+    f->c = NULL;
+    assert_int_equal(kill(f->a.pid, SIGSTOP), 0);
+    assert_int_equal(kill(f->b.pid, SIGSTOP), 0);
+    assert_int_equal(hx_stop(&f->m), 0);
+    /* a wait long enough for the three calls to arrive within it */
+    assert_int_equal(hx_reconfigure(&f->m, config_waiting(4000)), 0);
+    assert_int_equal(hx_start(&f->m, 10000), 0);
+
+    side_call la, lb, put;
+    side_call_start(&la, &f->m, key_a, 0);
+    side_call_start(&lb, &f->m, key_b, 0);
+    side_call_start(&put, &f->m, "waited/put", 1);
+    assert_true(wait_metric(&f->m, "store_node_wait_calls", 3));
+    assert_false(side_call_done(&la) || side_call_done(&lb) || side_call_done(&put));
+
+    assert_int_equal(kill(f->b.pid, SIGCONT), 0);
+    assert_int_equal(pthread_join(lb.thread, NULL), 0);
+    assert_int_equal(pthread_join(put.thread, NULL), 0);
+    if (lb.rc != 0 || put.rc != 0) hx_print_log(&f->m);
+    assert_int_equal(lb.rc, 0);
+    assert_string_equal(lb.node, "node-b");
+    assert_int_equal(put.rc, 0);
+    f->c = hx_client(&f->m);
+    kvc_object o;
+    assert_int_equal(kvc_get(f->c, "waited/put", &o), 0);
+    assert_string_equal(o.replicas[0].node, "node-b");
+    assert_false(side_call_done(&la)); /* A is still waited for */
+
+    assert_int_equal(pthread_join(la.thread, NULL), 0);
+    assert_int_equal(la.rc, SMP_EAGAIN);
+    assert_true(hx_says(la.err, "no replica on a live node"));
+    assert_true(wait_log(&f->m, "node node-a down (not heard from since the start)"));
+    assert_true(hx_metric(&f->m, "store_node_wait_calls_total") >= 3);
+    assert_true(hx_metric(&f->m, "store_node_wait_calls") == 0);
+
+    assert_int_equal(kill(f->a.pid, SIGCONT), 0);
+    assert_int_equal(hx_wait_nodes(&f->m, 2, 10000), 0);
+    assert_bytes(f->c, on_a);
 }
 
 /* A master whose loop stalls for longer than node.timeout_ms (here the
@@ -906,6 +1029,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_restarted_node_checks_every_replica_of_its_segment,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(test_requests_wait_for_the_nodes_after_a_restart, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_node_gone_since_the_restart_takes_no_new_objects, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_cold_round_trip_and_corrupted_cold_file, setup, teardown),
