@@ -24,9 +24,11 @@
  * master_node_awaited): a node given up, or refused, is not waited for.
  *
  * At most MASTER_NODE_WAIT_MAX calls wait at once; beyond that, or out of
- * memory, a call is answered at once as before. A connection closed while
- * its call waits loses only the answer (rpc_reply drops it). At exit the
- * calls still waiting are answered SMP_EAGAIN. Loop thread only. */
+ * memory, a call is answered at once as before. A call whose connection
+ * closed while it waited is not run again (no put is placed, no read lease
+ * taken, for a client that left). At exit the calls still waiting are
+ * answered SMP_EAGAIN (dropped, as every answer is once the RPC server
+ * closed its connections). Loop thread only. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,6 +108,14 @@ static void run_all(master *m)
     w->woken = 0;
     while (c != NULL) {
         waiting_call *next = c->next;
+        if (!rpc_server_call_open(c->call)) {
+            /* its client left: nothing to run it for (the answer frees it) */
+            rpc_reply_error(c->call, SMP_ECANCELED, "the connection closed");
+            free(c->body);
+            free(c);
+            c = next;
+            continue;
+        }
         w->running = c;
         w->parked_again = 0;
         rpc_server_redispatch(m->rpc, c->call, c->body, c->len);

@@ -211,6 +211,10 @@ int rpc_server_call_caller(const smp_rpc_call *call, smp_caller *out);
  * (the master's read leases) is keyed by. 0 for NULL. */
 uint64_t rpc_server_call_conn(const smp_rpc_call *call);
 
+/* 1 while the connection call came on is open (an answer would be sent);
+ * 0 once it is closing or closed, or for NULL. */
+int rpc_server_call_open(const smp_rpc_call *call);
+
 /* Called with a connection's serial once it closes, whatever closed it (the
  * peer, an error, rpc_server_close), before its outstanding calls are
  * answered (their replies are dropped). Loop thread; fn must not close the

@@ -394,6 +394,11 @@ uint64_t rpc_server_call_conn(const smp_rpc_call *call)
     return call != NULL && call->conn != NULL ? call->conn->serial : 0;
 }
 
+int rpc_server_call_open(const smp_rpc_call *call)
+{
+    return call != NULL && call->conn != NULL && !call->conn->closing;
+}
+
 void rpc_server_set_close_hook(rpc_server *s, rpc_close_hook_fn fn, void *arg)
 {
     s->close_hook = fn;

@@ -28,6 +28,7 @@
 #include <cmocka.h>
 
 #include "harness.h"
+#include "host_rpc.pb-c.h"
 #include "node_cold.h"
 #include "node_data_client.h"
 #include "node_runtime.h"
@@ -392,7 +393,8 @@ static int wait_metric(const hx_master *m, const char *series, double want)
  * registered node to place it on -- instead of refusing it, until a node
  * registers or its wait for the nodes ends (node.timeout_ms). B comes
  * back: the lookup of B's object is answered from B and the put is placed
- * on B and ends, although A's emptier segment is not registered. A does not
+ * on B and ends, although A's emptier segment is not registered; a put
+ * start whose client left meanwhile is dropped, not placed. A does not
  * come back: the lookup of A's object is refused once the master stopped
  * waiting for A, saying why, and A's object is served again once A is. */
 static void test_requests_wait_for_the_nodes_after_a_restart(void **state)
@@ -423,6 +425,25 @@ static void test_requests_wait_for_the_nodes_after_a_restart(void **state)
     side_call_start(&put, &f->m, "waited/put", 1);
     assert_true(wait_metric(&f->m, "store_node_wait_calls", 3));
     assert_false(side_call_done(&la) || side_call_done(&lb) || side_call_done(&put));
+    /* a fourth, a put start whose client leaves while it waits: it is not
+     * run again, so no put is placed for it */
+    PutStartRequest req = PUT_START_REQUEST__INIT;
+    req.key = (char *)"waited/left";
+    req.size = 64;
+    req.data_type = DATA_TYPE__DATA_KV;
+    uint8_t body[128];
+    size_t body_len = put_start_request__pack(&req, body), frame_len = 0;
+    uint8_t *frame = hx_frame_request(77, HOST_SERVICE__HOST_SERVICE_OBJECTS,
+                                      OBJECTS_METHOD__OBJ_PUT_START, body, body_len, &frame_len);
+    rpcc_conn *left = NULL;
+    rpcc_options opt = {.timeout_ms = 10000};
+    char err[256];
+    assert_non_null(frame);
+    assert_int_equal(rpcc_connect(f->m.socket, &opt, &left, err, sizeof(err)), 0);
+    assert_int_equal(rpcc_send_raw(left, frame, frame_len), 0);
+    free(frame);
+    assert_true(wait_metric(&f->m, "store_node_wait_calls", 4));
+    rpcc_close(left);
 
     assert_int_equal(kill(f->b.pid, SIGCONT), 0);
     assert_int_equal(pthread_join(lb.thread, NULL), 0);
@@ -435,18 +456,44 @@ static void test_requests_wait_for_the_nodes_after_a_restart(void **state)
     kvc_object o;
     assert_int_equal(kvc_get(f->c, "waited/put", &o), 0);
     assert_string_equal(o.replicas[0].node, "node-b");
+    assert_true(hx_metric(&f->m, "store_puts_in_flight") == 0); /* none for the one that left */
     assert_false(side_call_done(&la)); /* A is still waited for */
 
     assert_int_equal(pthread_join(la.thread, NULL), 0);
     assert_int_equal(la.rc, SMP_EAGAIN);
     assert_true(hx_says(la.err, "no replica on a live node"));
     assert_true(wait_log(&f->m, "node node-a down (not heard from since the start)"));
-    assert_true(hx_metric(&f->m, "store_node_wait_calls_total") >= 3);
+    assert_true(hx_metric(&f->m, "store_node_wait_calls_total") >= 4);
     assert_true(hx_metric(&f->m, "store_node_wait_calls") == 0);
 
     assert_int_equal(kill(f->a.pid, SIGCONT), 0);
     assert_int_equal(hx_wait_nodes(&f->m, 2, 10000), 0);
     assert_bytes(f->c, on_a);
+}
+
+/* A master stopped while a lookup waits for a node exits cleanly (what
+ * waited is freed with it) and the lookup ends in an error, not a hang:
+ * like every call in flight at a stop, its connection closes unanswered. */
+static void test_a_stop_ends_the_requests_waiting_for_a_node(void **state)
+{
+    fx *f = *state;
+    int where[OBJECTS];
+    char key[32];
+    put_all(f, where);
+    snprintf(key, sizeof(key), "obj/%02d", 0);
+    assert_int_equal(kill(f->a.pid, SIGSTOP), 0);
+    assert_int_equal(kill(f->b.pid, SIGSTOP), 0);
+    assert_int_equal(hx_stop(&f->m), 0);
+    assert_int_equal(hx_reconfigure(&f->m, config_waiting(4000)), 0);
+    assert_int_equal(hx_start(&f->m, 10000), 0);
+    side_call l;
+    side_call_start(&l, &f->m, key, 0);
+    assert_true(wait_metric(&f->m, "store_node_wait_calls", 1));
+    assert_int_equal(hx_stop(&f->m), 0);
+    assert_int_equal(pthread_join(l.thread, NULL), 0);
+    assert_true(l.rc < 0);
+    assert_int_equal(kill(f->a.pid, SIGCONT), 0);
+    assert_int_equal(kill(f->b.pid, SIGCONT), 0);
 }
 
 /* A master whose loop stalls for longer than node.timeout_ms (here the
@@ -1030,6 +1077,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_restarted_node_checks_every_replica_of_its_segment,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_requests_wait_for_the_nodes_after_a_restart, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_a_stop_ends_the_requests_waiting_for_a_node, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_node_gone_since_the_restart_takes_no_new_objects, setup,
                                         teardown),
