@@ -19,7 +19,8 @@
  * stream, NOT_LEADER answers naming the leader or no one). So each run also
  * has such a client (kvc, connected to the list before the kill) write from
  * its own thread, every 10 ms until one write is acknowledged, and reports
- * that time too.
+ * that time too, with how many of its writes failed before (and the first
+ * failure's message).
  *
  * Usage: bench_ha_failover [RUNS (5)] [TTL_S (2)] */
 #include <pthread.h>
@@ -67,6 +68,8 @@ typedef struct list_writer {
     int n;             /* key numbers of its own */
     uint64_t t0;       /* the kill */
     uint64_t took_us;  /* 0 while none was acknowledged */
+    int refused;       /* writes before it that failed */
+    char first_refusal[160]; /* the first one's message */
 } list_writer;
 
 static void *list_write(void *arg)
@@ -79,6 +82,8 @@ static void *list_write(void *arg)
             w->took_us = now_us() - w->t0;
             break;
         }
+        if (w->refused++ == 0)
+            snprintf(w->first_refusal, sizeof(w->first_refusal), "%s", kvc_error(w->c));
         usleep(10000);
     }
     return NULL;
@@ -136,6 +141,8 @@ static int measure(int fast, int runs, unsigned ttl, uint64_t *median_us, uint64
         hx_kill(&c.m[leader]);
         w.t0 = t0;
         w.took_us = 0;
+        w.refused = 0;
+        w.first_refusal[0] = '\0';
         if (pthread_create(&writer, NULL, list_write, &w) != 0) goto out;
         uint64_t t1 = 0, t_lead = 0;
         while (t1 == 0 && now_us() - t0 < 30000000u) {
@@ -157,9 +164,11 @@ static int measure(int fast, int runs, unsigned ttl, uint64_t *median_us, uint64
         took[r] = t1 - t0;
         list_took[r] = w.took_us;
         printf("%s, run %d: leader m%d SIGKILLed -> first write acknowledged by the new leader "
-               "in %.0f ms (it said leader after %.0f ms); by a client of the list in %.0f ms\n",
+               "in %.0f ms (it said leader after %.0f ms); by a client of the list in %.0f ms "
+               "(%d writes failed before it%s%s)\n",
                mode, r, leader, (double)took[r] / 1000.0, (double)(t_lead - t0) / 1000.0,
-               (double)list_took[r] / 1000.0);
+               (double)list_took[r] / 1000.0, w.refused, w.refused ? ", the first: " : "",
+               w.first_refusal);
         fflush(stdout);
         if (hx_start(&c.m[leader], 20000) < 0) goto out; /* back as a standby */
     }
