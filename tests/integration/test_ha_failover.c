@@ -10,6 +10,7 @@
  * standby that cannot replay a record says so and never leads, and a
  * standby started after the OpLog was garbage-collected catches up from the
  * snapshot. */
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -368,6 +369,60 @@ static void test_ha_leader_sigkill_loses_no_acknowledged_write(void **state)
                                        (unsigned long long)want);
         sleep_ms(50);
     }
+}
+
+/* A lookup through a client of the master list, on its own thread. */
+typedef struct list_lookup {
+    const char *masters;
+    const char *key;
+    int rc;
+    char node[64];
+    atomic_int done;
+} list_lookup;
+
+static void *run_list_lookup(void *arg)
+{
+    list_lookup *l = arg;
+    char err[256];
+    kvc *k = NULL;
+    kvc_object o;
+    l->rc = kvc_connect(l->masters, WAIT_MS, &k, err, sizeof(err));
+    if (l->rc == 0 && (l->rc = kvc_get(k, l->key, &o)) == 0 && o.n_replicas > 0)
+        snprintf(l->node, sizeof(l->node), "%s", o.replicas[0].node);
+    if (k != NULL) kvc_close(k);
+    atomic_store(&l->done, 1);
+    return NULL;
+}
+
+/* A standby promoted to leader waits for the node to register with it, and
+ * so does a lookup that needs the node: with the node stopped through the
+ * failover, a lookup of an object on it, sent through the master list, is
+ * held by the new leader (its store_node_wait_calls reads 1), not refused
+ * "no replica on a live node"; once the node continues and registers with
+ * the new leader, the lookup is answered from it. */
+static void test_ha_new_leader_holds_a_lookup_until_the_node_registers(void **state)
+{
+    cluster *c = *state;
+    int leader = start_cluster_and_write(c, "kv/a", 5);
+    assert_int_equal(kill(c->hc.node.pid, SIGSTOP), 0);
+    hx_kill(&c->hc.m[leader]);
+    (void)wait_leader(c, leader);
+    list_lookup l = {.masters = c->hc.masters, .key = "kv/a/0003"};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, run_list_lookup, &l), 0);
+    int held = 0;
+    for (long long end = hx_now_ms() + WAIT_MS; !held && hx_now_ms() < end;) {
+        for (int i = 0; i < N_MASTERS && !held; i++)
+            held = i != leader && hx_metric(&c->hc.m[i], "store_node_wait_calls") == 1;
+        if (!held) sleep_ms(10);
+    }
+    int early = atomic_load(&l.done);
+    assert_int_equal(kill(c->hc.node.pid, SIGCONT), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_true(held);
+    assert_false(early);
+    assert_int_equal(l.rc, 0);
+    assert_string_equal(l.node, "n1");
 }
 
 /* A SIGKILLed leader is replaced through the standbys' connections to it,
@@ -821,6 +876,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_ha_standby_redirects_to_the_leader, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ha_leader_sigkill_loses_no_acknowledged_write, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_ha_new_leader_holds_a_lookup_until_the_node_registers,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_ha_leader_exit_is_noticed_through_its_connection,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_ha_stopped_leader_exits_even_when_its_lease_is_revoked,
