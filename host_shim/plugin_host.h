@@ -73,6 +73,10 @@ typedef struct host_backend {
     /* smp_host_api.objects_loss_version (ABI 1.7; NULL: the plugins get 0,
      * no version, and ask object_get every time). */
     uint64_t (*objects_loss_version)(void *ctx);
+    /* smp_host_api.rpc_wait_for_nodes (ABI 1.8; NULL: the plugins get 0,
+     * nothing is held). */
+    int (*rpc_wait_for_nodes)(void *ctx, smp_rpc_call *call, const char *key,
+                              const uint8_t *body, size_t len);
 } host_backend;
 
 typedef struct host_plugins host_plugins;

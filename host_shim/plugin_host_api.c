@@ -500,6 +500,15 @@ static uint64_t api_objects_loss_version(smp_host *h)
     return be->objects_loss_version != NULL ? be->objects_loss_version(be->ctx) : 0;
 }
 
+static int api_rpc_wait_for_nodes(smp_host *h, smp_rpc_call *call, const char *key,
+                                  const uint8_t *body, size_t len)
+{
+    const host_backend *be = &h->reg->be;
+    if (call == NULL || key == NULL || (body == NULL && len > 0)) return 0;
+    return be->rpc_wait_for_nodes != NULL ? be->rpc_wait_for_nodes(be->ctx, call, key, body, len)
+                                          : 0;
+}
+
 static uint64_t api_object_read_lease_end(smp_host *h, const char *key)
 {
     const host_backend *be = &h->reg->be;
@@ -713,5 +722,6 @@ void hp_api_fill(smp_host *h)
     a->objects_version = api_objects_version;
     a->object_read_lease_end = api_object_read_lease_end;
     a->objects_loss_version = api_objects_loss_version;
+    a->rpc_wait_for_nodes = api_rpc_wait_for_nodes;
     hp_api_bind_backend(a, &h->reg->be);
 }

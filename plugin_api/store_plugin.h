@@ -56,6 +56,12 @@
  * objects are only added or gain replicas, as when other revisions are
  * published or copied to the cold tier.
  *
+ * ABI 1.8 appends the host API member rpc_wait_for_nodes(): right after a
+ * master starts or is promoted, its nodes register again one by one, and a
+ * call that needs an object only a node still away holds (weight_is_exist)
+ * can be held by the host until that node registers, instead of being
+ * answered as if the object were unreadable.
+ *
  * Threading. Every callback into the plugin runs on the master's event-loop
  * thread, which owns all metadata; callbacks must not block and must not call
  * back into a host service that the function's comment says is not re-entrant
@@ -89,7 +95,7 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 
 #define SMP_ABI_MAJOR 1
-#define SMP_ABI_MINOR 7
+#define SMP_ABI_MINOR 8
 
 /* The ABI tag pins what C cannot check across a dlopen: pointer width and byte
  * order. It is 'S' 'M' <pointer bytes> <1 little endian | 2 big endian>. */
@@ -727,6 +733,25 @@ typedef struct smp_host_api {
      * is for those). 0: this host cannot tell; ask object_get() every time.
      * Loop thread. */
     uint64_t (*objects_loss_version)(smp_host *h);
+
+    /* ABI 1.8: call, not answered yet and whose request body is
+     * body[0..len), cannot be answered as it should because key has no
+     * readable replica now, and key may be waiting for a node: one that
+     * holds a complete replica of it and has not registered since this
+     * master began serving (it starts or was promoted, and waits for its
+     * nodes for node.timeout_ms). Returns 1 when the host holds call: the
+     * handler answers nothing and returns SMP_OK, and the host routes call
+     * to the method's handler again, with a copy of the same body, once a
+     * node registered or the wait ended (the handler may then hold it once
+     * more, up to node.timeout_ms after it arrived). Returns 0 when it does
+     * not (no such node is waited for, the call's own wait ended, too many
+     * calls wait, or the host stops): the handler answers now. Loop thread,
+     * from inside the call's handler. */
+    int (*rpc_wait_for_nodes)(smp_host *h,
+                              smp_rpc_call *call,
+                              const char *key,
+                              const uint8_t *body,
+                              size_t len);
 } smp_host_api;
 
 /* True when the host's table is large enough to contain `member`. */

@@ -84,13 +84,19 @@ static uint64_t wm_exist_version(const wm_plugin *p)
 }
 
 /* Whether the manifest and every payload of a READY revision have a
- * readable replica now: one object_get per key. */
-static int wm_keys_readable(wm_plugin *p, const wm_revision *rev, const wm_affinity *aff)
+ * readable replica now: one object_get per key. When not, *unreadable (may
+ * be NULL) is the first key found without one (NULL: the revision has no
+ * members). */
+static int wm_keys_readable(wm_plugin *p, const wm_revision *rev, const wm_affinity *aff,
+                            const char **unreadable)
 {
-    int ok = aff != NULL && aff->n_units > 0 && wm_key_readable(p, rev->manifest_key);
+    const char *key = NULL;
+    int ok = aff != NULL && aff->n_units > 0;
+    if (ok && !(ok = wm_key_readable(p, rev->manifest_key))) key = rev->manifest_key;
     for (size_t u = 0; ok && u < aff->n_units; u++)
         for (size_t j = 0; ok && j < aff->units[u].n_members; j++)
-            ok = wm_key_readable(p, aff->units[u].members[j]);
+            if (!(ok = wm_key_readable(p, aff->units[u].members[j]))) key = aff->units[u].members[j];
+    if (unreadable != NULL) *unreadable = ok ? NULL : key;
     return ok;
 }
 
@@ -103,35 +109,51 @@ static int wm_keys_readable(wm_plugin *p, const wm_revision *rev, const wm_affin
  * published meanwhile. A false answer is never kept, and a host without
  * either version (0) is asked every time. fresh: ask the host even while
  * the version stays (wm_exist_refresh, when the revision turns READY). */
-static int wm_exist_answer(wm_plugin *p, const wm_identity *id, int fresh)
+static int wm_exist_answer(wm_plugin *p, const wm_identity *id, int fresh, const char **unreadable)
 {
     const wm_affinity *aff;
     uint64_t *readable_at;
     const wm_revision *rev = wm_store_get_exist(p->store, id, &aff, &readable_at);
+    if (unreadable != NULL) *unreadable = NULL;
     if (rev == NULL || rev->availability != WM_AVAIL_READY) return 0;
     uint64_t version = wm_exist_version(p);
     if (!fresh && version != 0 && *readable_at == version) return 1;
-    int exists = wm_keys_readable(p, rev, aff);
+    int exists = wm_keys_readable(p, rev, aff, unreadable);
     *readable_at = exists ? version : 0;
     return exists;
 }
 
 int wm_exist_refresh(wm_plugin *p, const wm_identity *id)
 {
-    return wm_exist_answer(p, id, 1);
+    return wm_exist_answer(p, id, 1, NULL);
 }
 
-/* weight_is_exist: wm_exist_answer's. */
+/* A READY revision found unreadable for want of key's replica: 1 when the
+ * host holds the call until the node holding it registers (ABI 1.8,
+ * rpc_wait_for_nodes: right after a start or a failover), to be asked
+ * again then; 0 to answer now. */
+static int wm_exist_waits(wm_plugin *p, smp_rpc_call *call, const char *key, const uint8_t *body,
+                          size_t len)
+{
+    return key != NULL && SMP_HOST_HAS(p->api, rpc_wait_for_nodes) &&
+           p->api->rpc_wait_for_nodes != NULL &&
+           p->api->rpc_wait_for_nodes(p->host, call, key, body, len) == 1;
+}
+
+/* weight_is_exist: wm_exist_answer's; a READY revision unreadable only
+ * because a node has not registered again yet is answered once it has. */
 int wm_rpc_is_exist(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len)
 {
     wm_plugin *p = plugin;
     wm_identity_buf idb;
     int exists = 0;
+    const char *unreadable = NULL;
     wm_id_request r;
     const Wmrpc__IdentityRequest *req = wm_decode_identity_request(p, call, &r, body, len);
     if (req == NULL) return SMP_OK;
     if (!wm_identity_in(p, call, req->identity, &idb)) goto free_req;
-    exists = wm_exist_answer(p, &idb.id, 0);
+    exists = wm_exist_answer(p, &idb.id, 0, &unreadable);
+    if (!exists && wm_exist_waits(p, call, unreadable, body, len)) goto free_req;
     /* packed by hand (wm_reply_encode.c): no protobuf-c size and pack */
     uint8_t out[WM_IS_EXIST_RESPONSE_MAX];
     p->api->rpc_reply(call, SMP_OK, out, wm_pack_is_exist_response(exists, out));

@@ -83,6 +83,20 @@ static uint64_t be_objects_loss_version(void *ctx)
     return obj_loss_version(master_objs(ctx));
 }
 
+/* Hold a plugin's call while key waits for a node (master_node_wait.c):
+ * none of its complete replicas is on a node that is up, and one is on a
+ * node the master still waits for. */
+static int be_rpc_wait_for_nodes(void *ctx, smp_rpc_call *call, const char *key,
+                                 const uint8_t *body, size_t len)
+{
+    master *m = ctx;
+    obj_replica reps[16];
+    size_t n = 0;
+    if (obj_object_replicas(master_objs(m), key, reps, 16, &n) < 0) return 0;
+    return master_replicas_awaited(m, reps, n < 16 ? n : 16, master_now_ms()) &&
+           master_node_wait_park(m, call, body, len);
+}
+
 static int be_group_list(void *ctx, const char *group, const char *after_key, size_t max,
                          smp_object_visit_fn fn, void *arg)
 {
@@ -173,6 +187,7 @@ void master_backend_init(master *m)
     b->objects_version = be_objects_version;
     b->object_read_lease_end = be_object_read_lease_end;
     b->objects_loss_version = be_objects_loss_version;
+    b->rpc_wait_for_nodes = be_rpc_wait_for_nodes;
     b->group_list = be_group_list;
     b->group_count = be_group_count;
     b->group_set_managed = be_group_set_managed;

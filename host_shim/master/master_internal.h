@@ -671,6 +671,11 @@ void master_scrub_free(master *m);
  * handler answers nothing and returns SMP_OK); 0: not (its wait ended,
  * too many wait, out of memory, the master stops): answer it now. */
 int master_node_wait_park(master *m, smp_rpc_call *call, const uint8_t *body, size_t len);
+/* 1 when none of the n complete replicas in reps is on a node that is up
+ * and one is on a node the master still waits for (master_node_awaited):
+ * a call that needs one of them waits. Replicas of other statuses do not
+ * count. */
+int master_replicas_awaited(const master *m, const obj_replica *reps, size_t n, uint64_t now);
 /* A node registered: the waiting calls run again at the loop's check. */
 void master_node_wait_wake(master *m);
 /* The loop's check phase: run them, if a node registered. */

@@ -11,7 +11,9 @@
  * node is up"), and every client would have to retry a restart or a
  * failover it should not see.
  *
- * Instead the handler parks the call here (master_node_wait_park): its body
+ * Instead the handler parks the call here (master_node_wait_park, when
+ * master_replicas_awaited says a replica it needs is on such a node; a
+ * plugin's handler through smp_host_api.rpc_wait_for_nodes): its body
  * is copied and the call is held unanswered. It runs again from the start
  * -- the handler decodes and checks it anew (rpc_server_redispatch) --
  * after the next node registered (master_node_wait_wake, run in the loop's
@@ -59,6 +61,17 @@ static void append(master_node_wait *w, waiting_call *c)
     *w->tail = c;
     w->tail = &c->next;
     w->n++;
+}
+
+int master_replicas_awaited(const master *m, const obj_replica *reps, size_t n, uint64_t now)
+{
+    int awaited = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (reps[i].status != OBJ_REPLICA_COMPLETE) continue;
+        if (master_node_readable(m, reps[i].node)) return 0;
+        awaited |= master_node_awaited(m, reps[i].node, now);
+    }
+    return awaited;
 }
 
 int master_node_wait_park(master *m, smp_rpc_call *call, const uint8_t *body, size_t len)

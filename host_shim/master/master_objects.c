@@ -387,18 +387,6 @@ static void emit_read_miss(master *m, const char *key, const char *group)
     master_emit(m, &ev);
 }
 
-/* 1 when none of the n replicas is on a node that is up and one is on a
- * node the master still waits for: the lookup waits for it. */
-static int replicas_awaited(const master *m, const obj_replica *reps, size_t n, uint64_t now)
-{
-    int awaited = 0;
-    for (size_t i = 0; i < n && i < MAX_REPLICAS; i++) {
-        if (master_node_readable(m, reps[i].node)) return 0;
-        awaited |= master_node_awaited(m, reps[i].node, now);
-    }
-    return awaited;
-}
-
 static int h_get_replicas(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len)
 {
     master *m = ctx;
@@ -412,7 +400,8 @@ static int h_get_replicas(void *ctx, smp_rpc_call *call, const uint8_t *body, si
     uint64_t now = master_now_ms();
     int rc = obj_get_replica_list(master_objs(m), req->key, now, MASTER_READ_LEASE_MS, reps, MAX_REPLICAS, &n);
     smp_object_info info = {.struct_size = sizeof(info)};
-    if (rc == SMP_OK && replicas_awaited(m, reps, n, now) && master_node_wait_park(m, call, body, len))
+    if (rc == SMP_OK && master_replicas_awaited(m, reps, n < MAX_REPLICAS ? n : MAX_REPLICAS, now) &&
+        master_node_wait_park(m, call, body, len))
         goto free_req; /* run again when a node registers */
     /* The lease is the connection's, so that it can give it back. */
     if (rc == SMP_OK)

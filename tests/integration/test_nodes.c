@@ -15,6 +15,7 @@
 #include <signal.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -32,6 +33,7 @@
 #include "node_cold.h"
 #include "node_data_client.h"
 #include "node_runtime.h"
+#include "weight_model.h"
 #include "rpc_client.h"
 
 #define OBJECTS 16
@@ -469,6 +471,69 @@ static void test_requests_wait_for_the_nodes_after_a_restart(void **state)
     assert_int_equal(kill(f->a.pid, SIGCONT), 0);
     assert_int_equal(hx_wait_nodes(&f->m, 2, 10000), 0);
     assert_bytes(f->c, on_a);
+}
+
+/* weight_is_exist on its own thread (the store is used by it alone). */
+typedef struct exist_call {
+    weight_store *s;
+    const weight_identity *id;
+    int rc, exists;
+    atomic_int done;
+} exist_call;
+
+static void *run_exist_call(void *arg)
+{
+    exist_call *e = arg;
+    e->rc = weight_is_exist(e->s, e->id, &e->exists);
+    atomic_store(&e->done, 1);
+    return NULL;
+}
+
+/* The weight plugin's weight_is_exist waits with the master too (ABI 1.8,
+ * rpc_wait_for_nodes): a READY revision whose replicas are on nodes not
+ * registered since the restart is not answered "does not exist"; the call
+ * is held and answered true once the nodes are back. */
+static void test_weight_is_exist_waits_for_the_nodes_after_a_restart(void **state)
+{
+    fx *f = *state;
+    static const char *names[4] = {"embed.weight", "layers.0.attn.weight", "layers.0.mlp.weight",
+                                   "lm_head.weight"};
+    wx_tensor t[4];
+    weight_identity id;
+    for (int i = 0; i < 4; i++) {
+        t[i].name = names[i];
+        t[i].shape[0] = 16;
+        t[i].shape[1] = 64;
+    }
+    wx_model_fill(t, 4, 11);
+    assert_int_equal(weight_identity_set(&id, NULL, "llm", "x", "v1", 1), 0);
+    weight_store *s = wx_open_store(&f->m);
+    wx_put_model(s, &id, t, 4);
+    int exists = 0;
+    assert_int_equal(weight_is_exist(s, &id, &exists), 0);
+    assert_int_equal(exists, 1);
+    weight_store_close(s);
+
+    kvc_close(f->c);
+    f->c = NULL;
+    assert_int_equal(kill(f->a.pid, SIGSTOP), 0);
+    assert_int_equal(kill(f->b.pid, SIGSTOP), 0);
+    assert_int_equal(hx_stop(&f->m), 0);
+    assert_int_equal(hx_reconfigure(&f->m, config_waiting(4000)), 0);
+    assert_int_equal(hx_start(&f->m, 10000), 0);
+    exist_call e = {.s = wx_open_store(&f->m), .id = &id, .rc = -1};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, run_exist_call, &e), 0);
+    int held = wait_metric(&f->m, "store_node_wait_calls", 1);
+    int early = atomic_load(&e.done);
+    assert_int_equal(kill(f->a.pid, SIGCONT), 0);
+    assert_int_equal(kill(f->b.pid, SIGCONT), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_true(held);
+    assert_false(early);
+    assert_int_equal(e.rc, 0);
+    assert_int_equal(e.exists, 1);
+    weight_store_close(e.s);
 }
 
 /* A master stopped while a lookup waits for a node exits cleanly (what
@@ -1078,6 +1143,8 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_requests_wait_for_the_nodes_after_a_restart, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_weight_is_exist_waits_for_the_nodes_after_a_restart,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_stop_ends_the_requests_waiting_for_a_node, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_node_gone_since_the_restart_takes_no_new_objects, setup,

@@ -37,6 +37,9 @@ typedef struct rec_backend {
     uint64_t objects_loss_version;
     uint64_t lease_end;         /* what object_read_lease_end answers */
     char lease_key[32];         /* the key it was last asked about */
+    int waits;                  /* rpc_wait_for_nodes calls */
+    char wait_key[32];          /* the key of the last one */
+    size_t wait_len;            /* and its body's length */
     int removes;
     smp_done_cb done_cb;        /* of the last remove_object */
     void *done_arg;
@@ -78,6 +81,17 @@ static uint64_t rec_objects_version(void *ctx)
 static uint64_t rec_objects_loss_version(void *ctx)
 {
     return ((rec_backend *)ctx)->objects_loss_version;
+}
+
+static int rec_rpc_wait_for_nodes(void *ctx, smp_rpc_call *call, const char *key,
+                                  const uint8_t *body, size_t len)
+{
+    rec_backend *r = ctx;
+    (void)call, (void)body;
+    r->waits++;
+    snprintf(r->wait_key, sizeof(r->wait_key), "%s", key);
+    r->wait_len = len;
+    return 1;
 }
 
 static uint64_t rec_object_read_lease_end(void *ctx, const char *key)
@@ -147,6 +161,7 @@ static int setup(void **state)
     fx->be.objects_version = rec_objects_version;
     fx->be.objects_loss_version = rec_objects_loss_version;
     fx->be.object_read_lease_end = rec_object_read_lease_end;
+    fx->be.rpc_wait_for_nodes = rec_rpc_wait_for_nodes;
     fx->be.remove_object = rec_remove_object;
     fx->be.memory_usage = rec_memory_usage;
     if (host_metrics_create(&fx->metrics) != SMP_OK) return -1;
@@ -681,6 +696,20 @@ static void test_host_api_members(void **state)
     fx->rec.objects_loss_version = 3;
     assert_int_equal(api->objects_loss_version(h), 3);
     assert_int_equal(api->objects_version(h), 5);
+    /* ABI 1.8: a call held for a key's node is the backend's to hold; a
+     * NULL call or key, or a NULL body with a length, is not held and never
+     * reaches it. */
+    assert_true(SMP_HOST_HAS(api, rpc_wait_for_nodes));
+    smp_rpc_call *held = (smp_rpc_call *)&fx->rec; /* opaque to the host: never read */
+    static const uint8_t req_body[3] = {1, 2, 3};
+    assert_int_equal(api->rpc_wait_for_nodes(h, held, "k", req_body, 3), 1);
+    assert_int_equal(fx->rec.waits, 1);
+    assert_string_equal(fx->rec.wait_key, "k");
+    assert_int_equal(fx->rec.wait_len, 3);
+    assert_int_equal(api->rpc_wait_for_nodes(h, NULL, "k", req_body, 3), 0);
+    assert_int_equal(api->rpc_wait_for_nodes(h, held, NULL, req_body, 3), 0);
+    assert_int_equal(api->rpc_wait_for_nodes(h, held, "k", NULL, 3), 0);
+    assert_int_equal(fx->rec.waits, 1);
     assert_int_equal(api->remove_object(h, "k", NULL, NULL), SMP_OK);
     assert_int_equal(fx->rec.removes, 1);
     assert_null(fx->rec.done_cb); /* no callback asked for: none is owed */

@@ -38,7 +38,21 @@ static struct {
     uint64_t object_gets;  /* object_get calls so far */
     char unreadable[1100]; /* a key with no readable replica ("" none) */
     int node_down;         /* every replica is on the one node, which is down */
+    int hold;              /* what rpc_wait_for_nodes answers */
+    int waits;             /* rpc_wait_for_nodes calls so far */
+    char wait_key[1100];   /* the key of the last one */
+    size_t wait_len;       /* and its body's length */
 } H;
+
+static int f_rpc_wait_for_nodes(smp_host *h, smp_rpc_call *call, const char *key,
+                                const uint8_t *body, size_t len)
+{
+    (void)h, (void)call, (void)body;
+    H.waits++;
+    snprintf(H.wait_key, sizeof(H.wait_key), "%s", key);
+    H.wait_len = len;
+    return H.hold;
+}
 
 static int f_object_get(smp_host *h, const char *key, smp_object_info *out)
 {
@@ -103,6 +117,7 @@ static int setup(void **state)
     API.rpc_reply = f_rpc_reply;
     API.object_get = f_object_get;
     API.objects_version = f_objects_version;
+    API.rpc_wait_for_nodes = f_rpc_wait_for_nodes;
     API.log = f_log;
     API.now_ms = f_now;
     API.wall_ms = f_now;
@@ -145,8 +160,8 @@ static void payload_key(size_t i, char *out, size_t cap)
     assert_true(wm_payload_key(&id, i, out, cap) >= 0);
 }
 
-/* weight_is_exist of "model": the answer; *gets the object_get calls it made. */
-static int is_exist(uint64_t *gets)
+/* weight_is_exist of "model" on call, its body's length in *len. */
+static void ask_is_exist(smp_rpc_call *call, size_t *len)
 {
     wm_identity w;
     wmt_identity(&w, "model", 1);
@@ -162,9 +177,17 @@ static int is_exist(uint64_t *gets)
     size_t n = protobuf_c_message_get_packed_size(&req.base);
     assert_true(n <= sizeof(buf));
     protobuf_c_message_pack(&req.base, buf);
+    *len = n;
+    assert_int_equal(wm_rpc_is_exist(&P, call, buf, n), SMP_OK);
+}
+
+/* weight_is_exist of "model": the answer; *gets the object_get calls it made. */
+static int is_exist(uint64_t *gets)
+{
     smp_rpc_call call = {.status = 1};
+    size_t len = 0;
     uint64_t before = H.object_gets;
-    assert_int_equal(wm_rpc_is_exist(&P, &call, buf, n), SMP_OK);
+    ask_is_exist(&call, &len);
     *gets = H.object_gets - before;
     assert_int_equal(call.status, SMP_OK);
     Wmrpc__IsExistResponse *r = wmrpc__is_exist_response__unpack(NULL, call.len, call.body);
@@ -352,12 +375,67 @@ static void test_a_refresh_keeps_the_answer_for_the_first_read(void **state)
     assert_int_equal(gets, 1 + N_PAYLOADS);
 }
 
+/* Right after a start or a failover a payload is unreadable because its
+ * node has not registered again: the host is asked to hold the call
+ * (rpc_wait_for_nodes, ABI 1.8) for that payload's key, with the request's
+ * body, and a held call is not answered. One the host does not hold is
+ * answered false; a readable revision, and one not READY, never ask; a host
+ * of ABI 1.7 has nothing to ask and answers false. */
+static void test_an_unreadable_payload_may_wait_for_its_node(void **state)
+{
+    (void)state;
+    uint64_t gets;
+    size_t len = 0;
+    char key[1100];
+    apply_model(WM_AVAIL_READY, 1);
+    assert_int_equal(is_exist(&gets), 1);
+    assert_int_equal(H.waits, 0);
+
+    payload_key(2, H.unreadable, sizeof(H.unreadable));
+    H.version++;
+    H.hold = 1;
+    smp_rpc_call call = {.status = 1};
+    ask_is_exist(&call, &len);
+    assert_int_equal(call.status, 1); /* held: not answered */
+    assert_int_equal(H.waits, 1);
+    payload_key(2, key, sizeof(key));
+    assert_string_equal(H.wait_key, key);
+    assert_int_equal(H.wait_len, len);
+
+    H.hold = 0;
+    assert_int_equal(is_exist(&gets), 0); /* not held: answered false */
+    assert_int_equal(H.waits, 2);
+
+    H.node_down = 1; /* the manifest is the first key found unreadable */
+    assert_int_equal(is_exist(&gets), 0);
+    assert_int_equal(H.waits, 3);
+    assert_non_null(strstr(H.wait_key, "manifest"));
+    H.node_down = 0;
+
+    API.struct_size = (uint32_t)offsetof(smp_host_api, rpc_wait_for_nodes);
+    H.hold = 1;
+    assert_int_equal(is_exist(&gets), 0); /* ABI 1.7: nothing to ask */
+    assert_int_equal(H.waits, 3);
+    API.struct_size = sizeof(API);
+
+    apply_model(WM_AVAIL_DEGRADED, 2);
+    assert_int_equal(is_exist(&gets), 0);
+    assert_int_equal(H.waits, 3); /* not READY: nothing to wait for */
+    H.unreadable[0] = '\0';
+    apply_model(WM_AVAIL_READY, 3);
+    H.version++;
+    assert_int_equal(is_exist(&gets), 1);
+    assert_int_equal(H.waits, 3);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_a_true_answer_is_kept_while_the_version_stays, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_a_payload_not_readable_answers_false, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_an_unreadable_payload_may_wait_for_its_node, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_a_node_down_answers_false_and_back_up_true, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_a_revision_applied_again_is_asked_about_again, setup,
