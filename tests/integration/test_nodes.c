@@ -335,6 +335,21 @@ static void test_node_gone_since_the_restart_takes_no_new_objects(void **state)
     kvc_track_read_leases(f->c, 0);
 }
 
+/* Restart the master while both nodes are stopped (SIGSTOP: the test
+ * continues them), waiting for them up to 4 s after it serves: long enough
+ * for a test's calls to arrive within the wait. The fixture's client is
+ * closed. */
+static void restart_with_nodes_stopped(fx *f)
+{
+    kvc_close(f->c);
+    f->c = NULL;
+    assert_int_equal(kill(f->a.pid, SIGSTOP), 0);
+    assert_int_equal(kill(f->b.pid, SIGSTOP), 0);
+    assert_int_equal(hx_stop(&f->m), 0);
+    assert_int_equal(hx_reconfigure(&f->m, config_waiting(4000)), 0);
+    assert_int_equal(hx_start(&f->m, 10000), 0);
+}
+
 /* A request made on its own connection and thread, as a reader or writer
  * that arrives while the master waits for its nodes: a lookup of key
  * (put 0) or a put of 64 bytes under it (put 1). */
@@ -412,14 +427,7 @@ static void test_requests_wait_for_the_nodes_after_a_restart(void **state)
     assert_true(on_a >= 0 && on_b >= 0);
     snprintf(key_a, sizeof(key_a), "obj/%02d", on_a);
     snprintf(key_b, sizeof(key_b), "obj/%02d", on_b);
-    kvc_close(f->c);
-    f->c = NULL;
-    assert_int_equal(kill(f->a.pid, SIGSTOP), 0);
-    assert_int_equal(kill(f->b.pid, SIGSTOP), 0);
-    assert_int_equal(hx_stop(&f->m), 0);
-    /* a wait long enough for the three calls to arrive within it */
-    assert_int_equal(hx_reconfigure(&f->m, config_waiting(4000)), 0);
-    assert_int_equal(hx_start(&f->m, 10000), 0);
+    restart_with_nodes_stopped(f);
 
     side_call la, lb, put;
     side_call_start(&la, &f->m, key_a, 0);
@@ -514,13 +522,7 @@ static void test_weight_is_exist_waits_for_the_nodes_after_a_restart(void **stat
     assert_int_equal(exists, 1);
     weight_store_close(s);
 
-    kvc_close(f->c);
-    f->c = NULL;
-    assert_int_equal(kill(f->a.pid, SIGSTOP), 0);
-    assert_int_equal(kill(f->b.pid, SIGSTOP), 0);
-    assert_int_equal(hx_stop(&f->m), 0);
-    assert_int_equal(hx_reconfigure(&f->m, config_waiting(4000)), 0);
-    assert_int_equal(hx_start(&f->m, 10000), 0);
+    restart_with_nodes_stopped(f);
     exist_call e = {.s = wx_open_store(&f->m), .id = &id, .rc = -1};
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, run_exist_call, &e), 0);
@@ -546,11 +548,7 @@ static void test_a_stop_ends_the_requests_waiting_for_a_node(void **state)
     char key[32];
     put_all(f, where);
     snprintf(key, sizeof(key), "obj/%02d", 0);
-    assert_int_equal(kill(f->a.pid, SIGSTOP), 0);
-    assert_int_equal(kill(f->b.pid, SIGSTOP), 0);
-    assert_int_equal(hx_stop(&f->m), 0);
-    assert_int_equal(hx_reconfigure(&f->m, config_waiting(4000)), 0);
-    assert_int_equal(hx_start(&f->m, 10000), 0);
+    restart_with_nodes_stopped(f);
     side_call l;
     side_call_start(&l, &f->m, key, 0);
     assert_true(wait_metric(&f->m, "store_node_wait_calls", 1));
