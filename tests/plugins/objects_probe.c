@@ -219,6 +219,8 @@ static const member members[] = {
     M_OBJECTS(objects_version),
     M_OBJECTS(object_read_lease_end),
     M_OBJECTS(objects_loss_version),
+    M_OTHER(rpc_wait_for_nodes, "a call of the plugin's service (the key's replicas decide only "
+                                "whether that call is held)"),
 };
 
 #define N_MEMBERS (sizeof(members) / sizeof(members[0]))
