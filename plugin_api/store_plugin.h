@@ -743,7 +743,8 @@ typedef struct smp_host_api {
      * handler answers nothing and returns SMP_OK, and the host routes call
      * to the method's handler again, with a copy of the same body, once a
      * node registered or the wait ended (the handler may then hold it once
-     * more, up to node.timeout_ms after it arrived). Returns 0 when it does
+     * more, up to node.timeout_ms after it arrived); an answer to a held
+     * call is refused with SMP_EBUSY and the call stays held. Returns 0 when it does
      * not (no such node is waited for, the call's own wait ended, too many
      * calls wait, or the host stops): the handler answers now. Loop thread,
      * from inside the call's handler. */

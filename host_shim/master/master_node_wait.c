@@ -26,7 +26,10 @@
  * master_node_awaited): a node given up, or refused, is not waited for.
  *
  * At most MASTER_NODE_WAIT_MAX calls wait at once; beyond that, or out of
- * memory, a call is answered at once as before. A call whose connection
+ * memory, a call is answered at once as before. A held call is marked so
+ * (rpc_server_call_hold): a handler -- a plugin's -- that asked for it to
+ * be held and answered it anyway is refused SMP_EBUSY, and the call stays
+ * with this list instead of being freed under it. A call whose connection
  * closed while it waited is not run again (no put is placed, no read lease
  * taken, for a client that left). At exit the calls still waiting are
  * answered SMP_EAGAIN (dropped, as every answer is once the RPC server
@@ -82,6 +85,7 @@ int master_node_wait_park(master *m, smp_rpc_call *call, const uint8_t *body, si
         /* run again and still short of a node: back in line, same wait */
         if (now >= w->running->until_ms || m->stopping) return 0;
         w->parked_again = 1;
+        rpc_server_call_hold(call, 1);
         return 1;
     }
     if (m->stopping || (w != NULL && w->n >= MASTER_NODE_WAIT_MAX)) return 0;
@@ -99,6 +103,7 @@ int master_node_wait_park(master *m, smp_rpc_call *call, const uint8_t *body, si
     c->len = len;
     c->call = call;
     c->until_ms = now + m->cfg->node_timeout_ms;
+    rpc_server_call_hold(call, 1); /* its handler may not answer it now */
     append(w, c);
     host_metric_add(m->m.node_wait_calls, NULL, 1);
     return 1;
@@ -121,6 +126,7 @@ static void run_all(master *m)
     w->woken = 0;
     while (c != NULL) {
         waiting_call *next = c->next;
+        rpc_server_call_hold(c->call, 0);
         if (!rpc_server_call_open(c->call)) {
             /* its client left: nothing to run it for (the answer frees it) */
             rpc_reply_error(c->call, SMP_ECANCELED, "the connection closed");
@@ -170,6 +176,7 @@ void master_node_wait_free(master *m)
     while (w->head != NULL) {
         waiting_call *c = w->head;
         w->head = c->next;
+        rpc_server_call_hold(c->call, 0);
         rpc_reply_error(c->call, SMP_EAGAIN, "the master stopped while the request waited "
                                              "for a node to register; retry");
         free(c->body);

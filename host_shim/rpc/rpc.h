@@ -253,14 +253,23 @@ struct smp_rpc_call {
     uint32_t method;
     uint32_t charged;                       /* in-flight bytes of its frame (rpc_limits.h) */
     struct rpc_tenant_state *charged_tenant; /* the tenant they were charged to, or NULL */
+    int held;                               /* rpc_server_call_hold: answers refused */
 };
+
+/* Mark call held (on 1) or not (0): while held, rpc_reply and
+ * rpc_reply_error refuse to answer it (SMP_EBUSY, the call kept), so a
+ * handler that asked for it to be held and then answered it anyway cannot
+ * free it under its holder. The holder clears the mark before it answers
+ * the call or routes it again. */
+void rpc_server_call_hold(smp_rpc_call *call, int on);
 
 /* Answer a call (smp_host_api.rpc_reply): status 0 with a body, or a negative
  * code (the body, if any, is sent as well). body is copied. Exactly once per
- * call; the call is freed whatever happens. If the connection is gone the
- * reply is dropped and SMP_OK returned. SMP_ENOMEM when the response could
- * not be built (the connection is then closed, the client never waits
- * forever); SMP_EINVAL for a NULL call. */
+ * call; the call is freed whatever happens, except that a held call
+ * (rpc_server_call_hold) is refused SMP_EBUSY and kept. If the connection
+ * is gone the reply is dropped and SMP_OK returned. SMP_ENOMEM when the
+ * response could not be built (the connection is then closed, the client
+ * never waits forever); SMP_EINVAL for a NULL call. */
 int rpc_reply(smp_rpc_call *call, int status, const uint8_t *body, size_t len);
 
 /* Route a call again that a handler held back instead of answering (the

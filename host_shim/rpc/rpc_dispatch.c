@@ -164,6 +164,12 @@ static int call_finish(smp_rpc_call *call,
 
     if (call == NULL)
         return SMP_EINVAL;
+    if (call->held) {
+        fprintf(stderr, "rpc: an answer to held service %" PRIu32 " method %" PRIu32
+                " request %" PRIu64 " refused: the call waits for its holder\n",
+                call->service, call->method, call->request_id);
+        return SMP_EBUSY;
+    }
     c = call->conn;
     s = c->srv;
     if (call == s->cur_call)
@@ -394,6 +400,11 @@ uint64_t rpc_server_call_conn(const smp_rpc_call *call)
     return call != NULL && call->conn != NULL ? call->conn->serial : 0;
 }
 
+void rpc_server_call_hold(smp_rpc_call *call, int on)
+{
+    if (call != NULL) call->held = on != 0;
+}
+
 int rpc_server_call_open(const smp_rpc_call *call)
 {
     return call != NULL && call->conn != NULL && !call->conn->closing;
@@ -508,6 +519,7 @@ void rpc_conn_dispatch(rpc_conn *c, const uint8_t *data, size_t len)
     call->method = req.method;
     call->charged = c->lim.frame_charged;
     call->charged_tenant = c->lim.frame_tenant;
+    call->held = 0;
     c->lim.frame_charged = 0;
     c->lim.frame_tenant = NULL;
     rpc_conn_ref(c);

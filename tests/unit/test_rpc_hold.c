@@ -1,15 +1,20 @@
-/* test_rpc_hold.c -- a standby's NOT_LEADER answers held while no leader is
- * known (rpc_hold.c), on the real server of rpc_test_server.h playing a
- * standby: its admission function turns away every echo request but the
- * counters without naming a leader, and a control service tells it the
- * leader (rpc_server_leader_known on the loop thread, as the master's
- * election report does).
+/* test_rpc_hold.c -- answers held back, on the real server of
+ * rpc_test_server.h.
  *
- * Pins: a held request is answered the moment the leader is known, naming
- * it, and the connection goes on; one held for the whole hold is answered
- * that no leader is known; several held on one connection count in flight
- * there; a connection closed while its requests are held loses only their
- * answers; the counters say what was held. */
+ * A standby's NOT_LEADER answers held while no leader is known
+ * (rpc_hold.c), the server playing a standby: its admission function turns
+ * away every echo request but the counters without naming a leader, and a
+ * control service tells it the leader (rpc_server_leader_known on the loop
+ * thread, as the master's election report does). Pins: a held request is
+ * answered the moment the leader is known, naming it, and the connection
+ * goes on; one held for the whole hold is answered that no leader is known;
+ * several held on one connection count in flight there; a connection
+ * closed while its requests are held loses only their answers; the
+ * counters say what was held.
+ *
+ * A call marked held by its holder (rpc_server_call_hold, as the master
+ * marks what waits for a node): an answer to it is refused and the call
+ * kept, until the holder clears the mark and answers it. */
 #include "rpc_test_server.h"
 
 #define SVC_CTL 102
@@ -153,6 +158,90 @@ static void test_a_closed_connection_loses_only_its_held_answers(void **state)
     close(fd);
 }
 
+/* -- a call marked held ---------------------------------------------------- */
+
+#define SVC_MARK 103
+#define M_MARK 1    /* marks the call held, answers it anyway, keeps it */
+#define M_UNMARK 2  /* clears the mark of the kept call, answers it, then itself */
+
+static atomic_int mark_reply_rc; /* what M_MARK's answer got */
+
+static int mark_handler(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len)
+{
+    fixture *fx = ctx;
+    (void)body, (void)len;
+    rpc_server_call_hold(call, 1);
+    atomic_store(&mark_reply_rc, rpc_reply(call, SMP_OK, (const uint8_t *)"early", 5));
+    fx->held = call;
+    return SMP_OK;
+}
+
+static int unmark_handler(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len)
+{
+    fixture *fx = ctx;
+    (void)body, (void)len;
+    if (fx->held == NULL) return SMP_ENOTFOUND;
+    rpc_server_call_hold(fx->held, 0);
+    rpc_reply(fx->held, SMP_OK, (const uint8_t *)"released", 8);
+    fx->held = NULL;
+    return rpc_reply(call, SMP_OK, NULL, 0);
+}
+
+static const smp_rpc_method mark_methods[] = {
+    {sizeof(smp_rpc_method), M_MARK, "mark", mark_handler, SMP_ROLE_ADMIN},
+    {sizeof(smp_rpc_method), M_UNMARK, "unmark", unmark_handler, SMP_ROLE_ADMIN},
+};
+
+static void with_marks(fixture *fx)
+{
+    assert_int_equal(rpc_server_add_service(fx->srv, SVC_MARK, "mark", mark_methods, 2, fx), SMP_OK);
+}
+
+static int setup_marks(void **state)
+{
+    g_before_run = with_marks;
+    int rc = fixture_start(state, NULL);
+    g_before_run = NULL;
+    return rc;
+}
+
+/* A handler that marks its call held and answers it anyway is refused
+ * (SMP_EBUSY) and the call stays: nothing reaches the client, the call
+ * still counts outstanding, and once the mark is cleared the holder's
+ * answer is the one the client gets. */
+static void test_an_answer_to_a_held_call_is_refused_and_the_call_kept(void **state)
+{
+    fixture *fx = *state;
+    atomic_store(&mark_reply_rc, 1);
+    int fd = raw_connect(fx);
+    RpcRequest req = RPC_REQUEST__INIT;
+    uint8_t buf[64];
+    req.request_id = 41;
+    req.service = SVC_MARK;
+    req.method = M_MARK;
+    size_t n = rpc_request__get_packed_size(&req);
+    buf[0] = buf[1] = buf[2] = 0;
+    buf[3] = (uint8_t)n;
+    rpc_request__pack(&req, buf + 4);
+    raw_send(fd, buf, 4 + n);
+    wait_stat(fx, STAT(calls_outstanding), 1);
+    assert_int_equal(atomic_load(&mark_reply_rc), SMP_EBUSY);
+
+    rpcc_conn *c = open_client(fx->tcp_ep);
+    int status = 1;
+    assert_int_equal(rpcc_call(c, SVC_MARK, M_UNMARK, NULL, 0, &status, NULL, NULL, NULL), SMP_OK);
+    assert_int_equal(status, 0);
+    rpcc_close(c);
+    RpcResponse *m = raw_read_response(fd);
+    assert_int_equal(m->request_id, 41);
+    assert_int_equal(m->status, 0);
+    assert_int_equal(m->body.len, 8);
+    assert_memory_equal(m->body.data, "released", 8);
+    rpc_response__free_unpacked(m, NULL);
+    wait_stat(fx, STAT(calls_outstanding), 0);
+    close(fd);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -162,6 +251,8 @@ int main(void)
                                         setup_standby, teardown),
         cmocka_unit_test_setup_teardown(test_a_closed_connection_loses_only_its_held_answers,
                                         setup_standby, teardown),
+        cmocka_unit_test_setup_teardown(test_an_answer_to_a_held_call_is_refused_and_the_call_kept,
+                                        setup_marks, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
