@@ -69,6 +69,7 @@ static void append(master_node_wait *w, waiting_call *c)
 int master_replicas_awaited(const master *m, const obj_replica *reps, size_t n, uint64_t now)
 {
     int awaited = 0;
+    if (m->nodes_settled) return 0; /* no node is waited for: every lookup after the start */
     for (size_t i = 0; i < n; i++) {
         if (reps[i].status != OBJ_REPLICA_COMPLETE) continue;
         if (master_node_readable(m, reps[i].node)) return 0;
