@@ -68,7 +68,7 @@ static const metric_def metric_defs[] = {
     {M(cold_reclaimed), SMP_METRIC_COUNTER, "store_cold_files_reclaimed_total", "Cold files of replicas the state no longer has, deleted on their nodes", NULL},
     {M(scrub_tasks), SMP_METRIC_COUNTER, "store_scrub_tasks_total", "SCRUB tasks sent to nodes to zero memory ranges the state freed (the ranges freed in one turn of the loop go in one task a node)", NULL},
     {M(scrub_ranges), SMP_METRIC_COUNTER, "store_scrub_ranges_total", "Freed memory ranges sent to their nodes in SCRUB tasks", NULL},
-    {M(node_wait_calls), SMP_METRIC_COUNTER, "store_node_wait_calls_total", "Replica lookups and put starts held, after the master began serving, until a node they needed registered (or the wait for it ended) instead of being refused", NULL},
+    {M(node_wait_calls), SMP_METRIC_COUNTER, "store_node_wait_calls_total", "Requests held, after the master began serving, until a node they needed registered (or the wait for it ended) instead of being refused: replica lookups, put starts, and plugin calls that asked (weight_is_exist)", NULL},
     {M(node_wait_now), SMP_METRIC_GAUGE, "store_node_wait_calls", "Of them, held at this moment", NULL},
     {M(ha_is_leader), SMP_METRIC_GAUGE, "ha_is_leader", "1 while this master leads (always 1 without HA)", NULL},
     {M(ha_ready), SMP_METRIC_GAUGE, "ha_standby_ready", "0 when this master cannot replay the OpLog (out of the election)", NULL},

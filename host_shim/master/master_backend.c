@@ -92,7 +92,9 @@ static int be_rpc_wait_for_nodes(void *ctx, smp_rpc_call *call, const char *key,
     master *m = ctx;
     obj_replica reps[16];
     size_t n = 0;
-    if (obj_object_replicas(master_objs(m), key, reps, 16, &n) < 0) return 0;
+    /* once the nodes settled nothing waits: a false weight_is_exist polled
+     * on a DEGRADED revision looks no key up */
+    if (m->nodes_settled || obj_object_replicas(master_objs(m), key, reps, 16, &n) < 0) return 0;
     return master_replicas_awaited(m, reps, n < 16 ? n : 16, master_now_ms()) &&
            master_node_wait_park(m, call, body, len);
 }
