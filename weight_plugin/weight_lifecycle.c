@@ -600,7 +600,11 @@ static void wm_item_issue(wm_item *it)
         it->status = rc;
         if (!j->batch_failed) {
             j->batch_failed = 1;
-            snprintf(j->batch_error, sizeof(j->batch_error), "%.180s refused by the host: %s", it->key,
+            /* EAGAIN from a copy: the host found no readable replica of
+               it to copy from (every one lost, or on nodes that are down). */
+            int no_source = rc == SMP_EAGAIN && (it->step == WM_STEP_MEMORY || it->step == WM_STEP_COLD);
+            snprintf(j->batch_error, sizeof(j->batch_error), "%.180s %s: %s", it->key,
+                     no_source ? "has no readable replica to copy from" : "refused by the host",
                      smp_strerror(rc));
         }
         return;
@@ -1156,8 +1160,12 @@ static void wm_run_suspects(wm_plugin *p, wm_lc *lc, const smp_tick_budget *budg
             smp_object_info o;
             wm_replicas_of(p, s->key, &o);
             if (!wm_info_readable(&o)) {
+                /* The residency as the replicas left show it (ABSENT when
+                   none is readable), not the one recorded before the loss. */
+                wm_observation ob;
+                int seen = wm_repair_observe(p, rev, &ob) == WM_OK;
                 if (wm_pending_metadata(p, rev->group_key) ||
-                    wm_submit_availability(p, rev, WM_AVAIL_DEGRADED, NULL) < 0)
+                    wm_submit_availability(p, rev, WM_AVAIL_DEGRADED, seen ? &ob : NULL) < 0)
                     keep = 1;
             } else {
                 /* Still readable, but maybe not where its residency needs
@@ -1209,23 +1217,12 @@ static void wm_run_recheck(wm_plugin *p, wm_lc *lc, const smp_tick_budget *budge
         if (aff == NULL || aff->n_units == 0) continue;
         size_t total = 0;
         for (size_t u = 0; u < aff->n_units; u++) total += aff->units[u].n_members;
-        wm_member_replicas *m = calloc(total ? total : 1, sizeof(*m));
-        if (m == NULL) return;
-        smp_object_info o;
-        size_t k = 0;
-        for (size_t u = 0; u < aff->n_units; u++)
-            for (size_t x = 0; x < aff->units[u].n_members; x++, k++) {
-                wm_replicas_of(p, aff->units[u].members[x], &o);
-                m[k].memory = o.complete && o.memory_replicas_readable > 0;
-                m[k].cold = o.complete && o.cold_replicas_readable > 0;
-            }
         *checks = *checks > total ? *checks - total : 0;
-        wm_replicas_of(p, rev->manifest_key, &o);
         wm_observation ob;
-        if (wm_residency_observe(aff, m, total, wm_info_readable(&o), &ob) == WM_OK &&
-            ob.availability == WM_AVAIL_READY)
+        int rc = wm_repair_observe(p, rev, &ob);
+        if (rc == SMP_ENOMEM) return;
+        if (rc == WM_OK && ob.availability == WM_AVAIL_READY)
             wm_submit_availability(p, rev, WM_AVAIL_READY, &ob);
-        free(m);
     }
     lc->recheck_cursor = i;
     if (i >= n) lc->recheck_running = 0;

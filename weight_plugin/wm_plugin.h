@@ -15,6 +15,7 @@
 
 #include "weight_management.h"
 #include "weight_metadata_store.h"
+#include "weight_residency_planner.h"
 #include "wm_codec.h"
 
 #define WM_RPC_SERVICE_ID 16
@@ -322,6 +323,11 @@ void wm_repair_note(wm_plugin *p, const char *group_key);
  * repair_max_attempts: its next validation records the residency its
  * replicas have and starts no repair by itself. */
 void wm_repair_gave_up(wm_plugin *p, const char *group_key);
+
+/* What rev's replicas show now: the availability and residency they make
+ * (wm_residency_observe over every member and the manifest). WM_OK,
+ * WM_EINVALID_ARGUMENT (no affinity units), SMP_ENOMEM. */
+int wm_repair_observe(wm_plugin *p, const wm_revision *rev, wm_observation *out);
 
 /* Validate every revision again (a role change, a resume; a start does it by
  * itself). */

@@ -434,6 +434,14 @@ free_tmp:
     return rc;
 }
 
+int wm_repair_observe(wm_plugin *p, const wm_revision *rev, wm_observation *out)
+{
+    wm_facts f;
+    int rc = wm_repair_facts(p, rev, WM_RES_UNKNOWN, 0.0, &f);
+    if (rc == WM_OK) *out = f.ob;
+    return rc;
+}
+
 static void wm_repair_logged(wm_plugin *p, void *arg, int status)
 {
     (void)arg;

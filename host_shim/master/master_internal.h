@@ -605,6 +605,12 @@ int master_release_memory(void *ctx, const char *key, smp_done_cb cb, void *arg)
  * named by a durable replica (fsck leaves such a file alone). */
 int master_persist_in_flight(const master *m, const char *key);
 void master_replicas_free(master *m);
+/* Node node reported the cold files names[0..n) (bare names) corrupt, found
+ * so by a client's read: each replica of node naming one is durably
+ * dropped (replica-lost goes to the plugins, which see the object
+ * unreadable there and repair it from another replica if one exists). A
+ * name no replica names, or a failure, is logged; nothing is answered. */
+void master_cold_corrupt(master *m, const char *node, char *const *names, size_t n);
 
 /* -- master_reclaim.c ------------------------------------------------------------ */
 

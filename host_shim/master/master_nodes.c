@@ -1112,6 +1112,7 @@ static int h_poll(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len
         obj_put_touch(master_objs(m), req->writing[i]->key, req->writing[i]->segment,
                       req->writing[i]->offset, n->last_seen_ms);
     take_results(m, n, req);
+    master_cold_corrupt(m, n->id, req->corrupt_cold, req->n_corrupt_cold);
     int busy = req->busy;
     node_poll_request__free_unpacked(req, NULL);
     if (busy) {

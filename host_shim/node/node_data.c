@@ -192,6 +192,7 @@ struct data_server {
     uint64_t idle_ms;
     data_seg *segs;
     const cold_tier *cold;      /* borrowed; NULL: READ_COLD refused */
+    cold_faults *cold_faults;   /* borrowed; files found corrupt go here (may be NULL) */
     data_conn *conns;
     SSL_CTX *tls;               /* a reference of the options' context; NULL: plaintext */
     data_server_stats stats;
@@ -328,10 +329,12 @@ int data_server_add_segment(data_server *s, seg_segment *seg)
     return SMP_OK;
 }
 
-void data_server_set_cold(data_server *s, const cold_tier *ct)
+void data_server_set_cold(data_server *s, const cold_tier *ct, cold_faults *faults)
 {
-    if (s != NULL)
-        s->cold = ct;
+    if (s == NULL)
+        return;
+    s->cold = ct;
+    s->cold_faults = faults;
 }
 
 /* -- connections ----------------------------------------------------------- */
@@ -960,6 +963,17 @@ static void cold_sent(data_conn *c, cold_xfer *x)
     }
 }
 
+/* A cold file a read found corrupt (its header or size): noted once for
+ * the node's next poll, which tells the master (node_cold_faults.h). */
+static void note_corrupt(data_server *s, const char *name_or_path)
+{
+    char name[COLD_NAME_MAX];
+    if (s->cold_faults == NULL || cold_resolve(s->cold, name_or_path, name) < 0) return;
+    if (cold_faults_note(s->cold_faults, name))
+        fprintf(stderr, "store_node: cold file %s: bad header or size (corrupted): reported to "
+                "the master\n", name);
+}
+
 static void cold_after_work(uv_work_t *w, int status)
 {
     cold_xfer *x = w->data;
@@ -980,6 +994,8 @@ static void cold_after_work(uv_work_t *w, int status)
         x->opened = 1;
         if (x->rc < 0) {
             s->stats.refused_cold++;
+            if (x->rc == SMP_EPROTO)
+                note_corrupt(s, x->name);
             cold_refuse(c, x->rc, "cold file %s: %s", x->name,
                         x->rc == SMP_ENOTFOUND ? "no such file on this node"
                         : x->rc == SMP_EPROTO  ? "bad header or size (corrupted cold file)"

@@ -57,6 +57,7 @@
 #include <uv.h>
 
 #include "node_cold.h"
+#include "node_cold_faults.h"
 #include "node_segment.h"
 #include "node_ticket.h"
 #include "store_plugin.h"
@@ -136,8 +137,10 @@ int data_server_add_segment(data_server *s, seg_segment *seg);
 
 /* Serve READ_COLD from ct (borrowed; NULL: refuse them with SMP_ENOTSUP).
  * ct must stay open until the server is closed and its loop has run to the
- * end (a chunk read may be out on the threadpool until then). */
-void data_server_set_cold(data_server *s, const cold_tier *ct);
+ * end (a chunk read may be out on the threadpool until then). A cold file
+ * refused for a bad header or size is noted in faults (borrowed, may be
+ * NULL), for the node to tell its master (node_cold_faults.h). */
+void data_server_set_cold(data_server *s, const cold_tier *ct, cold_faults *faults);
 
 /* Bind and listen. SIGPIPE is set to ignored if it still has its default
  * action. SMP_OK, SMP_EINVAL (bad address), SMP_EIO (bind / listen failed),

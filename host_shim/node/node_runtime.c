@@ -51,6 +51,7 @@ struct node_runtime {
     char *local_socket;       /* dedicated: node_local's path */
     node_local *local;        /* dedicated: serving local_socket */
     cold_tier *cold;
+    cold_faults *faults;      /* cold files the data server found corrupt, for the master */
     char data_addr[160];
 
     /* Ticket keys, under key_lock: keys is what the data server checks
@@ -674,6 +675,13 @@ static int poll_loop(node_runtime *n, rpcc_conn *c, int *lost)
         }
         req.n_writing = nw;
         req.writing = wptr;
+        /* Cold files a read found corrupt: the master drops their replicas.
+           Noted again when the poll does not reach it. */
+        char corrupt[COLD_FAULTS_MAX][COLD_NAME_MAX], *cptr[COLD_FAULTS_MAX];
+        size_t nc = cold_faults_take(n->faults, corrupt, COLD_FAULTS_MAX);
+        for (size_t i = 0; i < nc; i++) cptr[i] = corrupt[i];
+        req.n_corrupt_cold = nc;
+        req.corrupt_cold = cptr;
         /* A key the master has not acknowledged goes with every poll until
          * it is (the data server already checks tickets with it). */
         pthread_mutex_lock(&n->key_lock);
@@ -688,6 +696,7 @@ static int poll_loop(node_runtime *n, rpcc_conn *c, int *lost)
                   (ProtobufCMessage **)&resp, &msg, lost);
         OPENSSL_cleanse(&key, sizeof(key));
         free(msg);
+        for (size_t i = 0; rc != SMP_OK && i < nc; i++) cold_faults_note(n->faults, corrupt[i]);
         if (rc == SMP_OK) {
             pthread_mutex_lock(&n->key_lock);
             if (resp->ticket_key_id == n->keys.current_id && n->acked_id != resp->ticket_key_id) {
@@ -852,6 +861,7 @@ void node_runtime_stop(node_runtime *n)
     }
     node_local_stop(n->local); /* before the segment it hands out */
     node_fsck_free(n->fsck);
+    cold_faults_free(n->faults); /* after the data server that notes them */
     cold_close(n->cold);
     seg_close(n->seg);
     pthread_mutex_destroy(&n->key_lock);
@@ -947,6 +957,11 @@ int node_runtime_start(const node_runtime_options *opt,
                 (unsigned long long)seg_size(n->seg));
     if ((rc = cold_open(n->cold_dir, &n->cold, err, errlen)) < 0) goto fail;
     if ((rc = node_fsck_new(n->seg, n->cold, n->cold_dir, &n->fsck)) < 0) goto fail;
+    if ((n->faults = cold_faults_new()) == NULL) {
+        rc = SMP_ENOMEM;
+        wm_errbuf(err, errlen, "node %s: out of memory", n->node_id);
+        goto fail;
+    }
     if (n->tenant[0] != '\0') {
         node_local_peers none = {0};
         if ((rc = node_local_start(n->local_socket, n->node_id, n->tenant,
@@ -974,7 +989,9 @@ int node_runtime_start(const node_runtime_options *opt,
     rc = data_server_create(&n->loop, &dso, &n->data, err, errlen);
     SSL_CTX_free(dso.tls); /* the server holds its own reference */
     if (rc == SMP_OK) {
-        data_server_set_cold(n->data, n->cold); /* clients read cold-only objects here */
+        /* Clients read cold-only objects here; a file they find corrupt
+           goes to the master with a poll (node_cold_faults.h). */
+        data_server_set_cold(n->data, n->cold, n->faults);
         if ((rc = data_server_add_segment(n->data, n->seg)) == SMP_OK)
             rc = data_server_start(n->data, err, errlen);
     }

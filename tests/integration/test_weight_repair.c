@@ -164,7 +164,7 @@ static void test_cold_survives_the_loss_of_memory(void **state)
     reboot_without_memory(f);
     s = wx_open_store(&f->m);
     /* The hot revision without cold payloads shows the loss was seen. */
-    wait_state(s, &hot, WEIGHT_DEGRADED, -1);
+    wait_state(s, &hot, WEIGHT_DEGRADED, WEIGHT_RES_ABSENT); /* nothing of it is readable */
     for (int i = 0; wx_metric(&f->m, "weight_repairs_total{result=\"succeeded\"}") < 1; i++) {
         if (i * 20 > WAIT_MS) fail_msg("no repair succeeded");
         sleep_ms(20);
@@ -244,12 +244,110 @@ static void test_a_new_segment_file_is_mapped_again(void **state)
     weight_store_close(fresh);
 }
 
+/* The .cold files of the cold directory of size bytes (bare names, at
+ * most max into names, each of cap bytes); how many there are. */
+static size_t cold_files_of_size(fixture *f, long size, char names[][128], size_t max)
+{
+    char dir[400], path[700];
+    size_t n = 0;
+    snprintf(dir, sizeof(dir), "%s/cold", f->m.dir);
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        size_t len = strlen(e->d_name);
+        if (len < 5 || len >= 128 || strcmp(e->d_name + len - 5, ".cold") != 0) continue;
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        FILE *fp = fopen(path, "rb");
+        assert_non_null(fp);
+        fseek(fp, 0, SEEK_END);
+        long got = ftell(fp);
+        fclose(fp);
+        if (got != size) continue;
+        if (n < max) snprintf(names[n], 128, "%s", e->d_name);
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
+/* A cold file that a client's read finds corrupt (its header overwritten
+ * while the master runs) is reported by the node and its replica dropped:
+ * the COLD revision it belonged to becomes DEGRADED, weight_is_exist says
+ * no, another COLD revision stays READY and readable, and the file, no
+ * replica's now, is deleted (fsck finds nothing). Before, the revision
+ * stayed READY and is_exist said yes until a restart. */
+static void test_a_cold_file_a_read_finds_corrupt_is_dropped(void **state)
+{
+    fixture *f = *state;
+    weight_store *s = wx_open_store(&f->m);
+    weight_identity bad, good;
+    char before[8][128], after[8][128], path[700], out[8192];
+    const char *name = NULL;
+    const long payload_file = 4096 + 4096; /* the header, then one 4 KiB payload */
+    assert_int_equal(weight_identity_set(&good, NULL, "llm", "good", "v1", 1), 0);
+    assert_int_equal(weight_identity_set(&bad, NULL, "llm", "bad", "v1", 1), 0);
+    wx_put_model(s, &good, model, N_MODEL);
+    migrate_and_wait(s, &good, WEIGHT_RES_COLD);
+    size_t nb = cold_files_of_size(f, payload_file, before, 8);
+    assert_int_equal(nb, N_MODEL);
+    wx_put_model(s, &bad, model, N_MODEL);
+    migrate_and_wait(s, &bad, WEIGHT_RES_COLD);
+    size_t na = cold_files_of_size(f, payload_file, after, 8);
+    assert_int_equal(na, 2 * N_MODEL);
+    for (size_t i = 0; i < na && name == NULL; i++) {
+        int old = 0;
+        for (size_t k = 0; k < nb; k++) old |= strcmp(after[i], before[k]) == 0;
+        if (!old) name = after[i]; /* a payload file of bad's */
+    }
+    assert_non_null(name);
+
+    snprintf(path, sizeof(path), "%s/cold/%s", f->m.dir, name);
+    FILE *fp = fopen(path, "r+b");
+    assert_non_null(fp);
+    assert_int_equal(fseek(fp, 100, SEEK_SET), 0);
+    assert_int_equal(fwrite("XXXX", 1, 4, fp), 4);
+    assert_int_equal(fclose(fp), 0);
+
+    /* Every payload is read: the corrupt one fails the get. */
+    weight_metadata md;
+    CHECK(s, weight_get_metadata(s, &bad, &md, NULL));
+    assert_int_equal((int)md.availability, WEIGHT_READY);
+    char arg[900];
+    snprintf(arg, sizeof(arg), "--tenant acme get llm/bad/v1@1 --out %s/out", f->m.dir);
+    assert_int_equal(wx_weightctl(&f->m, out, sizeof(out), arg), 1);
+    if (strstr(out, "corrupted cold file") == NULL) fail_msg("weightctl get said: %s", out);
+    md = wait_state(s, &bad, WEIGHT_DEGRADED, -1);
+    int exists = 1;
+    CHECK(s, weight_is_exist(s, &bad, &exists));
+    assert_int_equal(exists, 0);
+    if (!hx_log_contains(&f->m, "found corrupt by a read: its replica is dropped")) {
+        hx_print_log(&f->m);
+        fail_msg("the master did not say it dropped the replica of %s", name);
+    }
+
+    wait_state(s, &good, WEIGHT_READY, WEIGHT_RES_COLD);
+    CHECK(s, weight_is_exist(s, &good, &exists));
+    assert_int_equal(exists, 1);
+    wx_get_and_compare(s, &good, model, N_MODEL);
+
+    /* The file no replica names any more is deleted, as any such file is;
+       nothing is left for fsck. */
+    for (int i = 0; access(path, F_OK) == 0; i++) {
+        if (i * 20 > WAIT_MS) fail_msg("%s was not deleted", name);
+        sleep_ms(20);
+    }
+    if (wx_weightctl(&f->m, out, sizeof(out), "fsck") != 0) fail_msg("fsck said: %s", out);
+    weight_store_close(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_cold_survives_the_loss_of_memory, setup, teardown),
         cmocka_unit_test_setup_teardown(test_weightctl_repair, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_new_segment_file_is_mapped_again, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_cold_file_a_read_finds_corrupt_is_dropped, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -87,7 +87,7 @@ static harness *harness_start_cold(const char *seg_id, const ticket_secret *secr
     assert_int_equal(data_server_create(&h->loop, &o, &h->srv, err, sizeof(err)), SMP_OK);
     assert_int_equal(data_server_add_segment(h->srv, h->seg), SMP_OK);
     assert_int_equal(data_server_add_segment(h->srv, h->seg), SMP_EEXIST);
-    data_server_set_cold(h->srv, ct);
+    data_server_set_cold(h->srv, ct, NULL);
     assert_int_equal(data_server_start(h->srv, err, sizeof(err)), SMP_OK);
     snprintf(h->endpoint, sizeof(h->endpoint), "127.0.0.1:%d", data_server_tcp_port(h->srv));
     uv_async_init(&h->loop, &h->stop, on_stop);

@@ -82,7 +82,7 @@ static void node_main(int fd)
     if (uv_loop_init(&loop) != 0 || data_server_create(&loop, &o, &srv, err, sizeof(err)) < 0 ||
         data_server_add_segment(srv, seg) < 0 || data_server_start(srv, err, sizeof(err)) < 0)
         _exit(3);
-    data_server_set_cold(srv, ct);
+    data_server_set_cold(srv, ct, NULL);
     port = data_server_tcp_port(srv);
     if (write(fd, &port, sizeof(port)) != sizeof(port))
         _exit(4);
