@@ -236,7 +236,11 @@ class WeightStore:
             copy_names = set()
             views = []  # (index, spec, placement) to read in place
             for index, spec, nbytes in mapped.tensors():
-                p = resolve_placement(placement, spec)
+                try:
+                    p = resolve_placement(placement, spec)
+                except BaseException:
+                    mapped.release()  # the traceback would keep the lease alive
+                    raise
                 if p.kind == PLACE_SKIP:
                     continue
                 if spec.name in bindings:

@@ -326,6 +326,23 @@ def test_bad_placement_and_binding_are_invalid_argument(store):
         store.weight_get(i, bindings={"w": np.empty(5, np.float32)})
 
 
+@pytest.mark.parametrize("zero_copy", [True, False])
+def test_a_placement_that_raises_leaves_no_lease(store, zero_copy):
+    """A placement callable's exception comes out of weight_get as it was
+    raised, and the revision's lease is gone at once -- not only once the
+    exception (whose traceback holds weight_get's frame) is freed."""
+    i = ident(unique("raises"))
+    put_model(store, i, {"w": (np.arange(12, dtype=np.float32).reshape(3, 4), None)})
+
+    def placement(spec):
+        raise KeyError(spec.name)
+
+    with pytest.raises(KeyError) as e:
+        store.weight_get(i, placement, zero_copy=zero_copy)
+    assert store.weight_get_metadata(i).metadata.active_leases == 0
+    del e
+
+
 def test_store_context_closes(master):
     with ws.WeightStore(master.address) as s:
         pass
