@@ -10,7 +10,9 @@ A placement says, per tensor, what this process loads: the whole tensor
 (Replicated), part `rank` of `parts` along `dim` (Split: a dimension of size
 S gives part r S // N elements, plus one for the first S % N parts -- the C
 library's rule), or nothing (SKIP). tensor_parallel() builds the placement
-weightctl's `--tp N --rank R --split PATTERN=DIM` uses.
+weightctl's `--tp N --rank R --split PATTERN=DIM` uses, and like `weightctl
+get --tp` refuses a split of a dimension N does not divide unless told
+(allow_uneven=True, weightctl's --allow-uneven).
 
 read_safetensors() maps a .safetensors file read-only and returns numpy
 views of its tensors without reading them, so weight_put of a file copies
@@ -146,25 +148,44 @@ def resolve_placement(placement: PlacementLike, spec: TensorSpec) -> TensorPlace
 
 
 def tensor_parallel(world_size: int, rank: int, split: Optional[Mapping[str, int]] = None,
-                    replicate: Sequence[str] = ()) -> Callable[[TensorSpec], TensorPlacement]:
-    """The placement of TP rank `rank` of `world_size`, by weightctl's rules:
-    the first of `split` (glob -> dim, used only when the tensor has that
-    dim) or `replicate` (globs) matching the name decides, the split rules
-    first; otherwise a tensor of two or more dimensions is split along 0
-    and the rest replicated."""
+                    replicate: Sequence[str] = (), *,
+                    allow_uneven: bool = False) -> Callable[[TensorSpec], TensorPlacement]:
+    """The placement of TP rank `rank` of `world_size`, by the rules of
+    `weightctl get --tp N --rank R`: the first of `split` (glob -> dim, used
+    only when the tensor has that dim) or `replicate` (globs) matching the
+    name decides, the split rules first; otherwise a tensor of two or more
+    dimensions is split along 0 and the rest replicated.
+
+    A split of a dimension world_size does not divide is refused, as
+    weightctl refuses it without --allow-uneven: the placement raises
+    InvalidArgumentError naming the tensor, the dimension (and its size) and
+    world_size -- so weight_get raises it before anything is loaded. With
+    allow_uneven=True such a dimension is split anyway, the first
+    size % world_size ranks holding one more element (the C library's rule,
+    see box())."""
     if world_size < 1 or not 0 <= rank < world_size:
         raise InvalidArgumentError(f"rank {rank} of {world_size}")
     split = dict(split or {})
 
+    def cut(spec: TensorSpec, dim: int) -> TensorPlacement:
+        size = spec.shape[dim]
+        rem = size % world_size
+        if rem and not allow_uneven:
+            raise InvalidArgumentError(
+                f"tensor {spec.name}: dimension {dim} ({size}) does not split evenly into "
+                f"{world_size} parts; allow_uneven=True gives the first {rem} rank(s) one more, "
+                f"or replicate it or split it along another dimension")
+        return Split(dim, world_size, rank)
+
     def place(spec: TensorSpec) -> TensorPlacement:
         for pat, dim in split.items():
             if fnmatch.fnmatchcase(spec.name, pat) and dim < len(spec.shape):
-                return Split(dim, world_size, rank)
+                return cut(spec, dim)
         for pat in replicate:
             if fnmatch.fnmatchcase(spec.name, pat):
                 return REPLICATED
         if len(spec.shape) >= 2 and world_size > 1:
-            return Split(0, world_size, rank)
+            return cut(spec, 0)
         return REPLICATED
 
     return place

@@ -69,7 +69,8 @@ def test_tensor_parallel_loads_match_the_source(store, revision, tp, zero_copy):
     i, src = revision
     rules = {"*.o_proj.weight": 1}
     for rank in range(tp):
-        placement = ws.tensor_parallel(tp, rank, split=rules)
+        # model() has sizes 2 and 4 do not divide: uneven splits, asked for.
+        placement = ws.tensor_parallel(tp, rank, split=rules, allow_uneven=True)
         with store.weight_get(i, placement, zero_copy=zero_copy) as load:
             assert set(load) == set(src)
             for name, t in load.items():
@@ -81,6 +82,56 @@ def test_tensor_parallel_loads_match_the_source(store, revision, tp, zero_copy):
                 assert load["layers.0.o_proj.weight"].placement == ws.Split(1, tp, rank)
                 assert load["embed.weight"].placement == ws.Split(0, tp, rank)
                 assert load["layers.0.norm.weight"].placement == ws.REPLICATED
+
+
+def test_tensor_parallel_refuses_an_uneven_split_unless_allowed():
+    """tensor_parallel refuses, as `weightctl get --tp` without
+    --allow-uneven does, to split a dimension world_size does not divide,
+    naming the tensor, the dimension and world_size; allow_uneven=True
+    splits it. Tensors it replicates, and dimensions it divides, are never
+    refused."""
+    embed = ws.TensorSpec("embed.weight", "F32", (64, 32))
+    with pytest.raises(ws.InvalidArgumentError) as e:
+        ws.tensor_parallel(3, 0)(embed)
+    msg = str(e.value)
+    assert "embed.weight" in msg and "dimension 0 (64)" in msg and "3 parts" in msg, msg
+    assert "allow_uneven=True" in msg, msg
+    with pytest.raises(ws.InvalidArgumentError, match=r"o\.weight: dimension 1 \(5\)"):
+        ws.tensor_parallel(2, 1, split={"o.*": 1})(ws.TensorSpec("o.weight", "F32", (4, 5)))
+    assert ws.tensor_parallel(3, 2, allow_uneven=True)(embed) == ws.Split(0, 3, 2)
+    assert ws.tensor_parallel(4, 1)(embed) == ws.Split(0, 4, 1)
+    assert ws.tensor_parallel(3, 0, replicate=["embed.*"])(embed) == ws.REPLICATED
+    assert ws.tensor_parallel(3, 0)(ws.TensorSpec("norm", "F32", (64,))) == ws.REPLICATED
+    assert ws.tensor_parallel(1, 0, split={"*": 1})(ws.TensorSpec("o", "F32", (4, 5))) == ws.Split(1, 1, 0)
+
+
+@pytest.mark.parametrize("zero_copy", [True, False])
+def test_an_uneven_split_is_refused_before_a_load_and_holds_no_lease(store, zero_copy):
+    """weight_get with tensor_parallel(3, r) of a 64-row tensor raises
+    InvalidArgumentError naming it and hands nothing out; no lease is left
+    even while the exception is still referenced. With allow_uneven=True
+    the first 64 % 3 ranks get one row more (22, 21, 21), the bytes those of
+    the source."""
+    i = ident(unique("uneven"))
+    src = {"embed.weight": (np.arange(64 * 32, dtype=np.float32).reshape(64, 32), None),
+           "layers.0.q_proj.weight": (np.ones((48, 32), dtype=np.float32), None)}
+    put_model(store, i, src)
+    with pytest.raises(ws.InvalidArgumentError) as e:
+        store.weight_get(i, ws.tensor_parallel(3, 0), zero_copy=zero_copy)
+    assert "tensor embed.weight: dimension 0 (64) does not split evenly into 3 parts" in str(e.value)
+    assert store.weight_get_metadata(i).metadata.active_leases == 0
+    del e
+    rows = []
+    for rank in range(3):
+        with store.weight_get(i, ws.tensor_parallel(3, rank, allow_uneven=True), zero_copy=zero_copy) as load:
+            a = load["embed.weight"].array
+            rows.append(a.shape[0])
+            assert a.tobytes() == np.array_split(src["embed.weight"][0], 3)[rank].tobytes()
+            assert load["layers.0.q_proj.weight"].shape == (16, 32)
+    assert rows == [22, 21, 21]
+    del a, load  # a view keeps the lease of its load
+    gc.collect()
+    assert store.weight_get_metadata(i).metadata.active_leases == 0
 
 
 def test_views_are_verified_in_one_call_before_they_are_taken(store, revision, monkeypatch):
@@ -238,7 +289,7 @@ def test_one_store_shared_by_threads(store, revision):
     def worker(rank):
         try:
             for _ in range(3):
-                with store.weight_get(i, ws.tensor_parallel(4, rank)) as load:
+                with store.weight_get(i, ws.tensor_parallel(4, rank, allow_uneven=True)) as load:
                     for name, t in load.items():
                         if t.array.tobytes() != split_source(src[name][0], t.placement).tobytes():
                             errors.append(f"{name} rank {rank}")
