@@ -3,20 +3,27 @@
 # one etcd (Debian's etcd-server), three store_master processes sharing an
 # OpLog in etcd and a snapshot directory, and one store_node following them.
 #
-# Usage: scripts/ha_cluster.sh [BUILD_DIR]   (default: build; run `make build` first)
-# Everything lives under var/ha/ (configs, data dirs, logs, etcd's data) and
-# is stopped by Ctrl-C. Ports: etcd 2479 (client) and 2480 (peer), masters
-# RPC 7601-7603 and admin 7681-7683, node data 7691; set HA_ETCD_PORT,
-# HA_RPC_BASE, HA_ADMIN_BASE to move them. Then, from another terminal:
+# Usage: scripts/ha_cluster.sh [BUILD_DIR]   (default: build, relative to the
+# checkout; run `make build` first)
+# Everything lives under HA_DIR (default var/ha/ in the checkout; a relative
+# HA_DIR is taken from the directory the script is started in): configs, data
+# dirs, logs, etcd's data, the node's segment file. Ctrl-C stops everything it
+# started. Ports, all on 127.0.0.1: etcd 2479 (client) and 2480 (peer),
+# masters RPC 7601-7603 and admin 7681-7683, node data 7691; HA_ETCD_PORT
+# (the peer port is the next one), HA_RPC_BASE and HA_ADMIN_BASE (master i
+# gets BASE + i) and HA_NODE_PORT move them. Then, from another terminal:
 #   build/bin/weightctl --master 127.0.0.1:7601,127.0.0.1:7602,127.0.0.1:7603 status
 #   curl 127.0.0.1:7681/role
 set -euo pipefail
+top=${HA_DIR:-}
+[ -z "$top" ] || [ "${top#/}" != "$top" ] || top=$PWD/$top
 cd "$(dirname "$0")/.."
 build=$(cd "${1:-build}" 2>/dev/null && pwd) || { echo "ha_cluster: no build directory ${1:-build}: make build" >&2; exit 1; }
 etcd_port=${HA_ETCD_PORT:-2479}
 rpc_base=${HA_RPC_BASE:-7600}
 admin_base=${HA_ADMIN_BASE:-7680}
-top=$PWD/var/ha
+node_port=${HA_NODE_PORT:-7691}
+top=${top:-$PWD/var/ha}
 [ -x "$build/bin/store_master" ] || { echo "ha_cluster: $build/bin/store_master missing: make build" >&2; exit 1; }
 command -v etcd >/dev/null || { echo "ha_cluster: etcd missing: make deps" >&2; exit 1; }
 mkdir -p "$top/snapshots"
@@ -69,11 +76,11 @@ done
 
 mkdir -p "$top/node/cold"
 "$build/bin/store_node" --master "$masters" --id n1 --segment-dir "$top/node" \
-  --segment-bytes 1073741824 --cold-dir "$top/node/cold" --listen 127.0.0.1:7691 \
+  --segment-bytes 1073741824 --cold-dir "$top/node/cold" --listen "127.0.0.1:$node_port" \
   >"$top/node/node.log" 2>&1 &
 pids+=($!)
 
-echo "ha_cluster: etcd 127.0.0.1:$etcd_port; masters $masters; logs under $top"
+echo "ha_cluster: etcd 127.0.0.1:$etcd_port; masters $masters; node 127.0.0.1:$node_port; logs under $top"
 echo "ha_cluster: build/bin/weightctl --master $masters status    (Ctrl-C stops everything)"
 # Runs until Ctrl-C (or etcd dies). Kill a master meanwhile to watch a
 # failover: `kill -9 $(pgrep -f m1/config.yaml)`.
