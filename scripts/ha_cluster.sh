@@ -7,11 +7,12 @@
 # checkout; run `make build` first)
 # Everything lives under HA_DIR (default var/ha/ in the checkout; a relative
 # HA_DIR is taken from the directory the script is started in): configs, data
-# dirs, logs, etcd's data, the node's segment file. Ctrl-C stops everything it
-# started. Ports, all on 127.0.0.1: etcd 2479 (client) and 2480 (peer),
-# masters RPC 7601-7603 and admin 7681-7683, node data 7691; HA_ETCD_PORT
-# (the peer port is the next one), HA_RPC_BASE and HA_ADMIN_BASE (master i
-# gets BASE + i) and HA_NODE_PORT move them. Then, from another terminal:
+# dirs, logs, etcd's data, the node's segment file. Ctrl-C (or SIGTERM to the
+# script) stops everything it started. Ports, all on 127.0.0.1: etcd 2479
+# (client) and 2480 (peer), masters RPC 7601-7603 and admin 7681-7683, node
+# data 7691; HA_ETCD_PORT (the peer port is the next one), HA_RPC_BASE and
+# HA_ADMIN_BASE (master i gets BASE + i) and HA_NODE_PORT move them. Then,
+# from another terminal:
 #   build/bin/weightctl --master 127.0.0.1:7601,127.0.0.1:7602,127.0.0.1:7603 status
 #   curl 127.0.0.1:7681/role
 set -euo pipefail
@@ -33,7 +34,9 @@ cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+trap 'exit 130' INT   # leave at once: cleanup runs on EXIT, and the
+trap 'exit 143' TERM  # loop below would take its end for etcd's death
 
 etcd --name ha0 --data-dir "$top/etcd" \
   --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
