@@ -43,7 +43,7 @@ def test_readme_quickstart_runs(fresh_master, tmp_path, readme):
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     out = r.stdout
-    assert "llm/tiny/v1@1 READY HOT" in out
+    assert "llm/tiny/py@1 READY HOT" in out
     assert "layers.0.o_proj.weight F32 (256, 64) zero-copy" in out
     assert "embed.weight F32 (256, 256) zero-copy" in out
     assert "migration SUCCEEDED" in out
