@@ -46,6 +46,7 @@ def test_readme_quickstart_runs(fresh_master, tmp_path, readme):
     assert "llm/tiny/py@1 READY HOT" in out
     assert "layers.0.o_proj.weight F32 (256, 64) zero-copy" in out
     assert "embed.weight F32 (256, 256) zero-copy" in out
+    assert "layers.0.norm.weight F32 (256,) zero-copy" in out
     assert "migration SUCCEEDED" in out
     assert "refused: STALE_GENERATION" in out
     assert out.rstrip().splitlines()[-1] in ("DELETING", "DELETED")
