@@ -26,6 +26,7 @@
 
 #include "config.h"
 #include "config_internal.h"
+#include "net_addr.h"
 
 #define CFG_MAX_DEPTH 64                   /* deepest nesting accepted */
 #define CFG_MAX_FILE_BYTES (16u << 20)     /* larger files are refused */
@@ -705,7 +706,9 @@ static int check_enum(cfg_ctx *c, const host_config_node *n, const char *path,
     return cfg_fail(c, SMP_EINVAL, n->line, path, "%s is not one of %s", q, list);
 }
 
-/* "host:port" with a non-empty host and a port 0..65535, or "" (off). */
+/* "host:port" with a non-empty host net_parse_listen takes (what every
+ * listener parses: a numeric address, localhost or *) and a port 0..65535,
+ * or "" (off). */
 static int check_addr(cfg_ctx *c, const host_config_node *n, const char *path)
 {
     char q[CFG_QUOTE_MAX + 16];
@@ -713,12 +716,14 @@ static int check_addr(cfg_ctx *c, const host_config_node *n, const char *path)
     const char *colon = strrchr(s, ':');
     uint64_t port = 0;
     if (s[0] == '\0') return 0;
+    struct sockaddr_storage ss;
     if (colon != NULL && colon != s && colon[1] != '\0' && strlen(colon + 1) <= 5 &&
-        parse_decimal(colon + 1, &port) == 0 && port <= 65535)
+        parse_decimal(colon + 1, &port) == 0 && port <= 65535 && net_parse_listen(s, &ss) == SMP_OK)
         return 0;
     quote_text(q, sizeof(q), s);
     return cfg_fail(c, SMP_EINVAL, n->line, path,
-                    "%s is not \"host:port\" (port 0..65535) or \"\" (off)", q);
+                    "%s is not \"host:port\" (port 0..65535; host a numeric IPv4 or [IPv6] "
+                    "address, localhost, or * for any) or \"\" (off)", q);
 }
 
 /* One "host:port" of a list: a non-empty host without ',' and a port

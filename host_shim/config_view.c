@@ -71,6 +71,7 @@ int host_config_node_get(const host_config_node *block,
     }
     if (n == NULL || n->kind != HOST_CFG_SCALAR || n->scalar == NULL) return SMP_ENOTFOUND;
     scalar_value(n->scalar, out);
+    if (n->quoted) out->type = SMP_CONFIG_STRING; /* "100" is a string, as for the host's keys */
     return SMP_OK;
 }
 

@@ -643,7 +643,10 @@ typedef struct smp_host_api {
     /* Memory segments in use and their total capacity, in bytes. */
     void (*memory_usage)(smp_host *h, uint64_t *used, uint64_t *capacity);
     /* Look up a key of the plugin's own config block or of the cluster
-     * defaults. SMP_ENOTFOUND when absent. Read-only. */
+     * defaults. SMP_ENOTFOUND when absent. Read-only. A scalar of the
+     * plugin's block is typed by its text -- true/false BOOL, a decimal
+     * integer INT, a number DOUBLE -- unless it is quoted: a quoted scalar
+     * ("100") is a STRING, as YAML and the host's own keys have it. */
     int (*config_get)(smp_host *h,
                       smp_config_scope scope,
                       const char *key,

@@ -29,7 +29,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "admin_http.h"
 #include "net_addr.h"
@@ -319,12 +321,20 @@ static void on_completed(void *cls,
 }
 
 /* "host:port" into an IPv4 socket address (the admin endpoint is IPv4). */
-static int parse_addr(const char *addr, struct sockaddr_in *sa)
+/* Bind a socket of ss's family to ss and close it again: 0, or -errno of
+ * the bind (libmicrohttpd's own failure line names "port 0" for an address
+ * it is handed, so the cause is found here first). */
+static int probe_bind(const struct sockaddr_storage *ss)
 {
-    struct sockaddr_storage ss;
-    if (net_parse_listen(addr, &ss) < 0 || ss.ss_family != AF_INET) return SMP_EINVAL;
-    memcpy(sa, &ss, sizeof(*sa));
-    return SMP_OK;
+    int one = 1, rc = 0;
+    int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -errno;
+    (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)); /* as libmicrohttpd does */
+    if (bind(fd, (const struct sockaddr *)ss, ss->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                                                      : sizeof(struct sockaddr_in)) < 0)
+        rc = -errno;
+    close(fd);
+    return rc;
 }
 
 /* Free a and what it holds (the key's copy wiped first). */
@@ -420,7 +430,7 @@ int admin_http_start(uv_loop_t *loop,
                      char *err,
                      size_t errlen)
 {
-    struct sockaddr_in sa;
+    struct sockaddr_storage sa;
     struct MHD_OptionItem ops[8];
     size_t n = 0;
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_ALLOW_SUSPEND_RESUME |
@@ -428,10 +438,15 @@ int admin_http_start(uv_loop_t *loop,
     int tls = o->tls_cert != NULL && o->tls_cert[0] != '\0';
     int rc;
     admin_http *a = NULL;
-    if ((rc = parse_addr(o->addr, &sa)) < 0) {
-        snprintf(err, errlen, "admin http: '%s' is not an IPv4 host:port", o->addr);
-        return rc;
+    if (net_parse_listen(o->addr, &sa) < 0) {
+        snprintf(err, errlen, "admin http: '%s' is not host:port with a numeric address", o->addr);
+        return SMP_EINVAL;
     }
+    if ((rc = probe_bind(&sa)) < 0) {
+        snprintf(err, errlen, "admin http: cannot listen on %s: %s", o->addr, strerror(-rc));
+        return SMP_EIO;
+    }
+    if (sa.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
     a = calloc(1, sizeof(*a));
     if (a == NULL) return SMP_ENOMEM;
     a->loop = loop;
@@ -469,7 +484,9 @@ int admin_http_start(uv_loop_t *loop,
         goto close_wake;
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(a->mhd, MHD_DAEMON_INFO_BIND_PORT);
-    a->port = info ? info->port : ntohs(sa.sin_port);
+    a->port = info ? info->port
+                   : ntohs(sa.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&sa)->sin6_port
+                                                    : ((struct sockaddr_in *)&sa)->sin_port);
     *out = a;
     return SMP_OK;
 close_wake:

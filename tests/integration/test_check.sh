@@ -79,12 +79,44 @@ out=$("$bin" --config "$tmp/pk.yaml" --check 2>&1); rc=$?
   && grep -qF "weight_mgmt.so: init failed" <<<"$out" \
   && ok "unknown weight_mgmt key refused, named with its line" || bad "unknown plugin key: exit $rc: $out"
 for bad_value in 'tick_period_ms: 5' 'repair_max_attempts: 0' 'import_ttl_ms: "soon"' 'record_retention_ms: -1' \
-                 'degraded_migration_wait_ms: 1.5'; do
+                 'degraded_migration_wait_ms: 1.5' 'tick_period_ms: "100"'; do
   plugin_block "      $bad_value\n" >"$tmp/pk.yaml"
   out=$("$bin" --config "$tmp/pk.yaml" --check 2>&1); rc=$?
   [ $rc -ne 0 ] && grep -qF "config key ${bad_value%%:*} (line 4): " <<<"$out" && grep -qF "is not an integer in" <<<"$out" \
     && ok "refused: $bad_value" || bad "accepted or unnamed: $bad_value: exit $rc: $out"
 done
+
+# A quoted number is a string, in weight_mgmt's block as in the host's keys.
+plugin_block '      tick_period_ms: "100"\n' >"$tmp/pk.yaml"
+out=$("$bin" --config "$tmp/pk.yaml" --check 2>&1)
+grep -qF '"100" is not an integer in 10..60000 (a string: quoted, or not a number)' <<<"$out" \
+  && ok "a quoted integer is named a string" || bad "quoted: $out"
+
+# A listen address no listener takes (names are not resolved) is refused by
+# --check, naming the key and line, as the start would refuse it.
+printf 'listen:\n  tcp: "127.0.0.1:0"\n  admin: "example.com:7680"\n' >"$tmp/addr.yaml"
+out=$("$bin" --config "$tmp/addr.yaml" --check 2>&1); rc=$?
+[ $rc -ne 0 ] && grep -qF 'addr.yaml:3: listen.admin: "example.com:7680" is not "host:port"' <<<"$out" \
+  && ok "a host name as listen address refused by --check" || bad "address: exit $rc: $out"
+
+# An admin port another process holds: the start stops, naming the address
+# and the cause (not libmicrohttpd's "port 0").
+exec {holder}< <(python3 -c 'import socket, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(1)
+print(s.getsockname()[1], flush=True); time.sleep(60)')
+holder_pid=$!
+read -r -t 10 port <&"$holder" || port=""
+if [ -n "$port" ]; then
+  printf 'listen:\n  tcp: "127.0.0.1:0"\n  admin: "127.0.0.1:%s"\ndata_dir: %s/busy\nnode:\n  embedded: false\n' \
+    "$port" "$tmp" >"$tmp/busy.yaml"
+  out=$(timeout 20 "$bin" --config "$tmp/busy.yaml" 2>&1); rc=$?
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -qF "admin http: cannot listen on 127.0.0.1:$port: Address already in use" <<<"$out" \
+    && ok "a taken admin port stops the start, named" || bad "busy admin port: exit $rc: $out"
+else
+  bad "no port to hold"
+fi
+kill "$holder_pid" 2>/dev/null; wait "$holder_pid" 2>/dev/null
+exec {holder}<&-
 
 # weightctl's default master address is the one the embedded config listens on.
 tcp=$(sed -n 's/^ *tcp: *"\{0,1\}\([^" #]*\)"\{0,1\}.*/\1/p' "$SOURCE_DIR/config/embedded.yaml" | head -1)

@@ -617,10 +617,18 @@ static void test_refuses_bad_addresses(void **state)
     expect_refused("listen: {tcp: \":7600\"}\n", "listen.tcp: \":7600\" is not");
     expect_refused("listen: {tcp: \"h:65536\"}\n", "listen.tcp: \"h:65536\" is not");
     expect_refused("listen: {tcp: \"h:http\"}\n", "listen.tcp: \"h:http\" is not");
+    /* Names are not resolved by any listener: refused here, not at the start. */
+    expect_refused("listen: {admin: \"example.com:7680\"}\n",
+                   "x.yaml:1: listen.admin: \"example.com:7680\" is not \"host:port\" (port 0..65535; "
+                   "host a numeric IPv4 or [IPv6] address, localhost, or * for any)");
+    expect_refused("node: {data_listen: \"[::1:7691\"}\n", "node.data_listen: \"[::1:7691\" is not");
     host_config c;
     load_ok("listen: {tcp: \"[::1]:0\", admin: \"localhost:65535\"}\n", &c);
     assert_string_equal(c.listen_tcp, "[::1]:0");
     assert_string_equal(c.listen_admin, "localhost:65535");
+    host_config_free(&c);
+    load_ok("listen: {tcp: \"127.0.0.2:0\", admin: \"[::1]:7680\"}\nnode: {data_listen: \"[::1]:0\"}\n", &c);
+    assert_string_equal(c.listen_admin, "[::1]:7680");
     host_config_free(&c);
 }
 
