@@ -80,13 +80,17 @@ static void reply_no_room(master *m, smp_rpc_call *call, const char *key, const 
                  "tenants excluded)", tenant, excluded);
     if (n_down > 0)
         snprintf(down, sizeof(down), " on a node that is up (%zu node(s) down excluded)", n_down);
+    /* The shortfall too: rounded for a person, need and largest may read
+       alike ("96.0 MiB needed, the largest free range is 96.0 MiB"). */
+    uint64_t largest = obj_memory_largest_free(master_objs(m), tenant);
     snprintf(msg, sizeof(msg),
              "put start '%.1024s': %s: no memory segment has room: %llu bytes needed, the largest "
-             "free range%s is %llu bytes%s (%llu bytes free in all, of %llu bytes on %zu nodes); "
-             "raise node.segment_bytes (the segment grows at the node's next start) or delete or "
-             "migrate revisions to COLD",
+             "free range%s is %llu bytes%s, %llu bytes short (%llu bytes free in all, of %llu bytes "
+             "on %zu nodes); raise node.segment_bytes (the segment grows at the node's next "
+             "start) or delete or migrate revisions to COLD",
              key, smp_strerror(SMP_ENOSPC), (unsigned long long)need, down,
-             (unsigned long long)obj_memory_largest_free(master_objs(m), tenant), others,
+             (unsigned long long)largest, others,
+             (unsigned long long)(need > largest ? need - largest : 0),
              (unsigned long long)(cap - used), (unsigned long long)cap, master_nodes_up(m));
     rpc_reply_error(call, SMP_ENOSPC, msg);
 }
