@@ -52,6 +52,28 @@ static void reply_err(smp_rpc_call *call, int rc, const char *what, const char *
     rpc_reply_error(call, rc, msg);
 }
 
+/* reply_err for a call on key; a refusal of a plugin's guard (SMP_EVETO)
+ * also names the group and the plugin that manages the object, so the
+ * caller knows to go through that plugin (a weight revision is removed
+ * with weight_delete, not object by object). */
+static void reply_key_err(master *m, smp_rpc_call *call, int rc, const char *what, const char *key)
+{
+    char msg[1700];
+    smp_object_info info = {.struct_size = sizeof(info)};
+    const char *owner = NULL;
+    if (rc == SMP_EVETO && key != NULL && obj_object_info(master_objs(m), key, &info) == SMP_OK &&
+        info.group != NULL && info.group[0] != '\0')
+        owner = obj_group_owner(master_objs(m), info.group);
+    if (owner == NULL) {
+        reply_err(call, rc, what, key);
+        return;
+    }
+    snprintf(msg, sizeof(msg), "%s '%.1024s': %s: the object belongs to group '%.300s', which "
+             "plugin %.64s manages: change it through that plugin's calls", what, key,
+             smp_strerror(rc), info.group, owner);
+    rpc_reply_error(call, rc, msg);
+}
+
 /* A put start refused for room: what was needed, what is free (for the
  * tenant: nodes dedicated to others and nodes down do not count), and which
  * setting to raise; EAGAIN instead when no node is up at all. */
@@ -209,7 +231,7 @@ static int h_put_start(void *ctx, smp_rpc_call *call, const uint8_t *body, size_
     if (rc == SMP_ENOSPC) {
         reply_no_room(m, call, req->key, p.tenant, req->size);
     } else if (rc < 0) {
-        reply_err(call, rc, "put start", req->key);
+        reply_key_err(m, call, rc, "put start", req->key);
     } else {
         ReplicaLocation loc = REPLICA_LOCATION__INIT;
         ReplicaLocation *locs[1] = {&loc};
@@ -301,7 +323,7 @@ static int h_put_end(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t 
 refuse:
     if (c) free(c->key);
     free(c);
-    reply_err(call, rc, "put end", req->key);
+    reply_key_err(m, call, rc, "put end", req->key);
 free_req:
     DECODED_FREE(req);
     return SMP_OK;
@@ -343,7 +365,7 @@ static int commit_key_request(master *m, smp_rpc_call *call, const uint8_t *body
     }
     int rc = master_key_pending(m, req->key) ? SMP_EBUSY : prepare(m, req->key, &rec);
     if (rc == SMP_OK) rc = master_commit(m, &rec, req->key, on_empty_durable, call);
-    if (rc < 0) reply_err(call, rc, what, req->key);
+    if (rc < 0) reply_key_err(m, call, rc, what, req->key);
     DECODED_KEY_FREE(req);
     return SMP_OK;
 }

@@ -252,8 +252,13 @@ static void assert_groups_protected(story *s, plugins_mode mode)
 
     assert_plain_kv_works(c, "kv/plain");
 
-    /* Remove of a member, by key. */
+    /* Remove of a member, by key: the refusal names the group and the
+       plugin that manages it. */
     assert_veto(c, kvc_remove(c, member), member);
+    char owned[1400];
+    snprintf(owned, sizeof(owned), "the object belongs to group '%s', which plugin weight_mgmt manages",
+             group);
+    if (strstr(kvc_error(c), owned) == NULL) fail_msg("the refusal said: %s", kvc_error(c));
     /* The group's own prefix: the whole group, still refused. */
     snprintf(prefix, sizeof(prefix), "%s/", group);
     assert_int_equal(kvc_remove_prefix(c, prefix, &removed, &skipped), 0);
