@@ -6,12 +6,16 @@
  * of its unoccupied segment ranges, and reports the cold files no replica
  * names and those segment bytes (master_fsck.c). Read-only unless --repair:
  * then the orphan files are deleted and the ranges zeroed, and the report
- * says what was done. Also printed: the cold bytes found on disk and the
+ * says what was done. Cold files whose header or size is bad but which a
+ * replica names are reported as corrupt replicas, with the replica's key;
+ * --repair drops those replicas (the file is then deleted, and a weight
+ * revision that held one turns DEGRADED, repaired from another replica
+ * where there is one). Also printed: the cold bytes found on disk and the
  * segment's occupied bytes beside the master's cold replica bytes and
  * memory used (the store_replica_bytes{kind="cold"} and
  * store_memory_used_bytes gauges), so a clean store shows them agree.
- * Exit 0 when nothing is orphaned (or --repair removed everything), 1 when
- * something is (without --repair), a node could not be checked or the call
+ * Exit 0 when nothing is orphaned or corrupt (or --repair removed
+ * everything), 1 when something is (without --repair), a node could not be checked or the call
  * was refused, 2 on a usage error. --json prints one object. A report
  * names at most the first 10,000 orphan files of a node and counts them all
  * (orphan_files_total). */
@@ -43,6 +47,12 @@ static void node_text(const FsckNode *n)
     if (total > n->n_orphan_files)
         printf("  ... and %llu more orphan cold files (a report names the first %zu)\n",
                (unsigned long long)(total - n->n_orphan_files), n->n_orphan_files);
+    for (size_t i = 0; i < n->n_corrupt_replicas; i++) {
+        const FsckColdFile *f = n->corrupt_replicas[i];
+        printf("  corrupt cold file %s (bad header or size): replica of %s\n", f->name, f->key);
+    }
+    if (n->replicas_dropped > 0)
+        printf("  %llu corrupt replicas dropped\n", (unsigned long long)n->replicas_dropped);
     printf("segment %s: %llu of %llu bytes occupied; %llu orphaned bytes in %zu ranges\n",
            n->segment, (unsigned long long)n->segment_used, (unsigned long long)n->segment_capacity,
            (unsigned long long)n->orphan_segment_bytes, n->n_orphan_ranges);
@@ -80,9 +90,18 @@ static void node_json(const FsckNode *n)
         printf("%s{\"offset\":%llu,\"bytes\":%llu}", i ? "," : "",
                (unsigned long long)n->orphan_ranges[i]->offset,
                (unsigned long long)n->orphan_ranges[i]->length);
-    printf("],\"files_removed\":%llu,\"segment_bytes_zeroed\":%llu,\"skipped_in_use\":%llu}",
+    printf("],\"corrupt_replicas\":[");
+    for (size_t i = 0; i < n->n_corrupt_replicas; i++) {
+        printf("%s{\"name\":", i ? "," : "");
+        wctl_json_str(n->corrupt_replicas[i]->name);
+        printf(",\"key\":");
+        wctl_json_str(n->corrupt_replicas[i]->key);
+        putchar('}');
+    }
+    printf("],\"files_removed\":%llu,\"segment_bytes_zeroed\":%llu,\"skipped_in_use\":%llu,"
+           "\"replicas_dropped\":%llu}",
            (unsigned long long)n->files_removed, (unsigned long long)n->segment_bytes_zeroed,
-           (unsigned long long)n->skipped_in_use);
+           (unsigned long long)n->skipped_in_use, (unsigned long long)n->replicas_dropped);
 }
 
 int wctl_cmd_fsck(ctl *x, int argc, char **argv)
@@ -101,11 +120,12 @@ int wctl_cmd_fsck(ctl *x, int argc, char **argv)
     if (wctl_admin_call(x, "fsck", ADMIN_METHOD__ADMIN_FSCK, &req.base, &fsck_report__descriptor,
                         (ProtobufCMessage **)&rep) != 0)
         return 1;
-    uint64_t orphans = 0, cold = 0, used = 0;
+    uint64_t orphans = 0, corrupt = 0, cold = 0, used = 0;
     int unchecked = rep->nodes_down > 0;
     for (size_t i = 0; i < rep->n_nodes; i++) {
         const FsckNode *n = rep->nodes[i];
         orphans += orphan_files(n) + n->n_orphan_ranges;
+        corrupt += n->n_corrupt_replicas;
         cold += n->cold_bytes;
         used += n->segment_used;
         unchecked |= n->error[0] != '\0'; /* a failed deletion or zeroing too */
@@ -117,10 +137,11 @@ int wctl_cmd_fsck(ctl *x, int argc, char **argv)
             node_json(rep->nodes[i]);
         }
         printf("],\"nodes_down\":%u,\"cold_bytes_on_disk\":%llu,\"cold_replica_bytes\":%llu,"
-               "\"segment_used_bytes\":%llu,\"memory_used_bytes\":%llu,\"orphans\":%llu}\n",
+               "\"segment_used_bytes\":%llu,\"memory_used_bytes\":%llu,\"orphans\":%llu,"
+               "\"corrupt_replicas\":%llu}\n",
                rep->nodes_down, (unsigned long long)cold, (unsigned long long)rep->cold_replica_bytes,
                (unsigned long long)used, (unsigned long long)rep->memory_used,
-               (unsigned long long)orphans);
+               (unsigned long long)orphans, (unsigned long long)corrupt);
     } else {
         for (size_t i = 0; i < rep->n_nodes; i++) node_text(rep->nodes[i]);
         if (rep->nodes_down > 0)
@@ -129,12 +150,18 @@ int wctl_cmd_fsck(ctl *x, int argc, char **argv)
                "memory used %llu\n",
                (unsigned long long)cold, (unsigned long long)rep->cold_replica_bytes,
                (unsigned long long)used, (unsigned long long)rep->memory_used);
-        if (orphans == 0) printf("clean\n");
-        else if (!repair) printf("%llu orphans; `weightctl fsck --repair` removes them\n",
-                                 (unsigned long long)orphans);
-        else if (!unchecked) printf("repaired: %llu orphans removed\n", (unsigned long long)orphans);
+        if (orphans == 0 && corrupt == 0) printf("clean\n");
+        else if (!repair && corrupt == 0) printf("%llu orphans; `weightctl fsck --repair` removes them\n",
+                                                 (unsigned long long)orphans);
+        else if (!repair) printf("%llu orphans, %llu corrupt replicas; `weightctl fsck --repair` "
+                                 "removes the orphans and drops the corrupt replicas\n",
+                                 (unsigned long long)orphans, (unsigned long long)corrupt);
+        else if (!unchecked && corrupt == 0) printf("repaired: %llu orphans removed\n",
+                                                    (unsigned long long)orphans);
+        else if (!unchecked) printf("repaired: %llu orphans removed, %llu corrupt replicas dropped\n",
+                                    (unsigned long long)orphans, (unsigned long long)corrupt);
     }
     fsck_report__free_unpacked(rep, NULL);
     if (unchecked) return 1;
-    return orphans == 0 || repair ? 0 : 1;
+    return (orphans == 0 && corrupt == 0) || repair ? 0 : 1;
 }

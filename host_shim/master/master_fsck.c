@@ -21,9 +21,13 @@
  *     it (master_persist_in_flight);
  *   - a non-zero block is orphaned segment bytes when its range is still
  *     wholly unoccupied (bytes a put wrote before the master lost it, or an
- *     object's bytes left when it went: data no object owns).
+ *     object's bytes left when it went: data no object owns);
+ *   - a cold file whose header or size is bad but which a replica of the
+ *     node names is a corrupt replica: reported with the replica's key.
  * Read-only by default. With repair, every orphan file gets a DELETE_COLD
- * task, and the orphaned ranges are first held in the allocator (so no put
+ * task, every corrupt replica is dropped durably (master_drop_replica: the
+ * plugins hear of the loss, and the file, no replica's any more, is
+ * deleted by the reclaim that follows every record), and the orphaned ranges are first held in the allocator (so no put
  * or load is given them meanwhile; a range taken since the scan is left
  * alone and counted) and then zeroed by one SCRUB task, after which the
  * holds are released. The reply waits for every task. Nodes that are not up
@@ -67,6 +71,9 @@ typedef struct fsck_node {
     uint64_t cold_files, cold_bytes;
     fsck_file *orphans; /* while the pages come: the files not settled (candidates) */
     size_t n_orphans, cap_orphans;
+    fsck_file *corrupt; /* judged: corrupt files a replica names (key: its object) */
+    size_t n_corrupt;
+    uint64_t replicas_dropped;
     char *after;        /* the last cold name of the pages so far ("" before the first) */
     uint32_t pages;     /* pages taken */
     uint64_t *dirty;    /* the first page's non-zero (offset, length) pairs */
@@ -92,21 +99,29 @@ struct fsck_run {
     const char *only_node; /* a sweep's node */
 };
 
-/* A cold path named by a replica of the node being judged. */
+/* A cold path named by a replica of the node being judged, and the key of
+ * the first object whose replica names it. */
 typedef struct named_path {
     UT_hash_handle hh;
+    char *key;     /* in the same allocation, after path */
     char path[];
 } named_path;
+
+static void free_files(fsck_file *v, size_t n)
+{
+    for (size_t k = 0; k < n; k++) {
+        free(v[k].name);
+        free(v[k].key);
+    }
+    free(v);
+}
 
 static void run_free(fsck_run *r)
 {
     for (size_t i = 0; i < r->n_nodes; i++) {
         fsck_node *n = &r->nodes[i];
-        for (size_t k = 0; k < n->n_orphans; k++) {
-            free(n->orphans[k].name);
-            free(n->orphans[k].key);
-        }
-        free(n->orphans);
+        free_files(n->orphans, n->n_orphans);
+        free_files(n->corrupt, n->n_corrupt);
         free(n->node);
         free(n->segment);
         free(n->error);
@@ -168,10 +183,23 @@ static void run_reply(fsck_run *r)
         o->segment_bytes_zeroed = n->zeroed;
         o->skipped_in_use = n->skipped;
         o->orphan_files_total = n->n_orphans;
+        o->replicas_dropped = n->replicas_dropped;
         size_t listed = n->n_orphans < FSCK_REPORT_FILES_MAX ? n->n_orphans : FSCK_REPORT_FILES_MAX;
         o->orphan_files = calloc(listed ? listed : 1, sizeof(FsckColdFile *));
         o->orphan_ranges = calloc(n->n_ranges ? n->n_ranges : 1, sizeof(FsckRange *));
-        if (o->orphan_files == NULL || o->orphan_ranges == NULL) continue;
+        size_t n_bad = n->n_corrupt < FSCK_REPORT_FILES_MAX ? n->n_corrupt : FSCK_REPORT_FILES_MAX;
+        o->corrupt_replicas = calloc(n_bad ? n_bad : 1, sizeof(FsckColdFile *));
+        if (o->orphan_files == NULL || o->orphan_ranges == NULL || o->corrupt_replicas == NULL) continue;
+        for (size_t k = 0; k < n_bad; k++) {
+            FsckColdFile *f = malloc(sizeof(*f));
+            if (f == NULL) break;
+            fsck_cold_file__init(f);
+            f->name = n->corrupt[k].name;
+            f->key = n->corrupt[k].key;
+            f->length = n->corrupt[k].length;
+            f->corrupt = 1;
+            o->corrupt_replicas[o->n_corrupt_replicas++] = f;
+        }
         for (size_t k = 0; k < listed; k++) {
             FsckColdFile *f = malloc(sizeof(*f));
             if (f == NULL) break;
@@ -204,6 +232,8 @@ free_all:
     for (size_t i = 0; nodes != NULL && i < r->n_nodes; i++) {
         for (size_t k = 0; k < nodes[i].n_orphan_files; k++) free(nodes[i].orphan_files[k]);
         for (size_t k = 0; k < nodes[i].n_orphan_ranges; k++) free(nodes[i].orphan_ranges[k]);
+        for (size_t k = 0; k < nodes[i].n_corrupt_replicas; k++) free(nodes[i].corrupt_replicas[k]);
+        free(nodes[i].corrupt_replicas);
         free(nodes[i].orphan_files);
         free(nodes[i].orphan_ranges);
     }
@@ -258,10 +288,30 @@ static void on_scrubbed(master *m, void *arg, int status, const TaskResult *res)
     task_ended(n->run);
 }
 
-/* Delete the orphan files and zero the orphaned ranges still unoccupied. */
+static void on_replica_dropped(master *m, void *arg, int status, uint64_t seq)
+{
+    fsck_node *n = arg;
+    (void)m;
+    (void)seq;
+    if (status == SMP_OK) n->replicas_dropped++;
+    else set_error_why(n, status, "dropping a corrupt replica");
+    task_ended(n->run);
+}
+
+/* Drop the corrupt replicas, delete the orphan files and zero the orphaned
+ * ranges still unoccupied. */
 static void repair_node(master *m, fsck_node *n)
 {
     fsck_run *r = n->run;
+    for (size_t k = 0; k < n->n_corrupt && !r->segment_only; k++) {
+        obj_replica bad = {.kind = SMP_REPLICA_COLD, .node = n->node, .path = n->corrupt[k].name};
+        r->outstanding++;
+        int rc = master_drop_replica(m, n->corrupt[k].key, &bad, on_replica_dropped, n);
+        if (rc < 0) {
+            r->outstanding--;
+            if (rc != SMP_ENOTFOUND) set_error_why(n, rc, "dropping a corrupt replica"); /* gone meanwhile */
+        }
+    }
     for (size_t k = 0; k < n->n_orphans && !r->segment_only; k++) {
         r->outstanding++;
         if (master_node_task(m, n->node, TASK_KIND__TASK_DELETE_COLD, n->orphans[k].key, 0, 0, NULL,
@@ -303,13 +353,14 @@ static int note_named(void *arg, const char *key, const obj_replica *rep)
 {
     named_path **set = arg;
     named_path *p = NULL;
-    (void)key;
     if (rep->kind != SMP_REPLICA_COLD || rep->path == NULL) return 0;
     HASH_FIND_STR(*set, rep->path, p);
     if (p != NULL) return 0;
-    size_t len = strlen(rep->path);
-    if ((p = calloc(1, sizeof(*p) + len + 1)) == NULL) return 1;
+    size_t len = strlen(rep->path), klen = strlen(key);
+    if ((p = calloc(1, sizeof(*p) + len + 1 + klen + 1)) == NULL) return 1;
     memcpy(p->path, rep->path, len + 1);
+    p->key = p->path + len + 1;
+    memcpy(p->key, key, klen + 1);
     HASH_ADD_KEYPTR(hh, *set, p->path, len, p);
     return 0;
 }
@@ -375,12 +426,15 @@ static int take_dirty(fsck_node *n, const TaskResult *res)
 }
 
 /* Of the candidates, keep as orphans those no replica of the node names now
- * and whose key has no persist between writing its file and recording it. */
+ * and whose key has no persist between writing its file and recording it;
+ * a corrupt one a replica names goes to the corrupt replicas, with that
+ * replica's key. */
 static int judge_files(master *m, fsck_node *n)
 {
     named_path *set = NULL, *p, *tmp;
     size_t kept = 0;
     if (n->n_orphans == 0) return SMP_OK;
+    if ((n->corrupt = calloc(n->n_orphans, sizeof(*n->corrupt))) == NULL) return SMP_ENOMEM;
     if (obj_visit_replicas(master_objs(m), n->node, note_named, &set) < 0) {
         HASH_ITER(hh, set, p, tmp) {
             HASH_DEL(set, p);
@@ -391,6 +445,13 @@ static int judge_files(master *m, fsck_node *n)
     for (size_t i = 0; i < n->n_orphans; i++) {
         fsck_file o = n->orphans[i];
         HASH_FIND_STR(set, o.name, p);
+        char *owner = p != NULL && o.corrupt ? strdup(p->key) : NULL;
+        if (owner != NULL) {
+            free(o.key);
+            o.key = owner;
+            n->corrupt[n->n_corrupt++] = o;
+            continue;
+        }
         if (p != NULL || (!o.corrupt && master_persist_in_flight(m, o.key))) {
             free(o.name);
             free(o.key);

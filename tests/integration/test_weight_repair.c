@@ -270,6 +270,78 @@ static size_t cold_files_of_size(fixture *f, long size, char names[][128], size_
     return n;
 }
 
+/* Overwrite 4 bytes of the header of the cold file at path (its key). */
+static void overwrite_header(const char *path)
+{
+    FILE *fp = fopen(path, "r+b");
+    assert_non_null(fp);
+    assert_int_equal(fseek(fp, 100, SEEK_SET), 0);
+    assert_int_equal(fwrite("XXXX", 1, 4, fp), 4);
+    assert_int_equal(fclose(fp), 0);
+}
+
+/* Publish id as COLD; the name of one of its payload files into name
+ * (payload files: the header, then one 4 KiB payload). */
+static void put_cold_and_pick_a_payload_file(fixture *f, weight_store *s, const weight_identity *id,
+                                             char name[128])
+{
+    char before[16][128], after[16][128];
+    const long payload_file = 4096 + 4096;
+    size_t nb = cold_files_of_size(f, payload_file, before, 16);
+    wx_put_model(s, id, model, N_MODEL);
+    migrate_and_wait(s, id, WEIGHT_RES_COLD);
+    size_t na = cold_files_of_size(f, payload_file, after, 16);
+    assert_int_equal(na, nb + N_MODEL);
+    for (size_t i = 0; i < na; i++) {
+        int old = 0;
+        for (size_t k = 0; k < nb; k++) old |= strcmp(after[i], before[k]) == 0;
+        if (!old) {
+            memcpy(name, after[i], 128);
+            return;
+        }
+    }
+    fail_msg("no new payload file");
+}
+
+/* weightctl fsck reports a cold file whose header is bad but which a
+ * replica names -- read-only: the revision stays READY -- and exits 1;
+ * --repair drops the replica: the revision turns DEGRADED (nothing else to
+ * read that payload from), the file is deleted, and fsck is clean again.
+ * Before, fsck counted such a file and said "clean". */
+static void test_fsck_reports_and_drops_a_corrupt_replica(void **state)
+{
+    fixture *f = *state;
+    weight_store *s = wx_open_store(&f->m);
+    weight_identity id;
+    char name[128], path[700], out[8192], want[400];
+    assert_int_equal(weight_identity_set(&id, NULL, "llm", "rot", "v1", 1), 0);
+    put_cold_and_pick_a_payload_file(f, s, &id, name);
+    snprintf(path, sizeof(path), "%s/cold/%s", f->m.dir, name);
+    overwrite_header(path);
+
+    assert_int_equal(wx_weightctl(&f->m, out, sizeof(out), "fsck"), 1);
+    snprintf(want, sizeof(want), "corrupt cold file %s (bad header or size): replica of "
+             "weights/acme/llm/rot/v1/1/payload/", name);
+    if (strstr(out, want) == NULL || strstr(out, "0 orphans, 1 corrupt replicas") == NULL)
+        fail_msg("fsck said: %s", out);
+    weight_metadata md;
+    CHECK(s, weight_get_metadata(s, &id, &md, NULL));
+    assert_int_equal((int)md.availability, WEIGHT_READY); /* read-only */
+    assert_int_equal(access(path, F_OK), 0);
+
+    assert_int_equal(wx_weightctl(&f->m, out, sizeof(out), "fsck --repair"), 0);
+    if (strstr(out, "1 corrupt replicas dropped") == NULL) fail_msg("fsck --repair said: %s", out);
+    wait_state(s, &id, WEIGHT_DEGRADED, -1);
+    for (int i = 0; access(path, F_OK) == 0; i++) {
+        if (i * 20 > WAIT_MS) fail_msg("%s was not deleted", name);
+        sleep_ms(20);
+    }
+    if (wx_weightctl(&f->m, out, sizeof(out), "fsck --json") != 0 ||
+        strstr(out, "\"corrupt_replicas\":0}") == NULL)
+        fail_msg("fsck --json said: %s", out);
+    weight_store_close(s);
+}
+
 /* A cold file that a client's read finds corrupt (its header overwritten
  * while the master runs) is reported by the node and its replica dropped:
  * the COLD revision it belonged to becomes DEGRADED, weight_is_exist says
@@ -281,32 +353,14 @@ static void test_a_cold_file_a_read_finds_corrupt_is_dropped(void **state)
     fixture *f = *state;
     weight_store *s = wx_open_store(&f->m);
     weight_identity bad, good;
-    char before[8][128], after[8][128], path[700], out[8192];
-    const char *name = NULL;
-    const long payload_file = 4096 + 4096; /* the header, then one 4 KiB payload */
+    char name[128], path[700], out[8192];
     assert_int_equal(weight_identity_set(&good, NULL, "llm", "good", "v1", 1), 0);
     assert_int_equal(weight_identity_set(&bad, NULL, "llm", "bad", "v1", 1), 0);
-    wx_put_model(s, &good, model, N_MODEL);
-    migrate_and_wait(s, &good, WEIGHT_RES_COLD);
-    size_t nb = cold_files_of_size(f, payload_file, before, 8);
-    assert_int_equal(nb, N_MODEL);
-    wx_put_model(s, &bad, model, N_MODEL);
-    migrate_and_wait(s, &bad, WEIGHT_RES_COLD);
-    size_t na = cold_files_of_size(f, payload_file, after, 8);
-    assert_int_equal(na, 2 * N_MODEL);
-    for (size_t i = 0; i < na && name == NULL; i++) {
-        int old = 0;
-        for (size_t k = 0; k < nb; k++) old |= strcmp(after[i], before[k]) == 0;
-        if (!old) name = after[i]; /* a payload file of bad's */
-    }
-    assert_non_null(name);
+    put_cold_and_pick_a_payload_file(f, s, &good, name);
+    put_cold_and_pick_a_payload_file(f, s, &bad, name); /* a payload file of bad's */
 
     snprintf(path, sizeof(path), "%s/cold/%s", f->m.dir, name);
-    FILE *fp = fopen(path, "r+b");
-    assert_non_null(fp);
-    assert_int_equal(fseek(fp, 100, SEEK_SET), 0);
-    assert_int_equal(fwrite("XXXX", 1, 4, fp), 4);
-    assert_int_equal(fclose(fp), 0);
+    overwrite_header(path);
 
     /* Every payload is read: the corrupt one fails the get. */
     weight_metadata md;
@@ -347,6 +401,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_weightctl_repair, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_new_segment_file_is_mapped_again, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_cold_file_a_read_finds_corrupt_is_dropped, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_fsck_reports_and_drops_a_corrupt_replica, setup,
                                         teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
