@@ -167,11 +167,14 @@ int wctl_rules_decide(const wctl_rules *rs, const char *name, uint32_t ndim, uin
 }
 
 /* One --tie NAME=TARGET into ties[*n_ties] (at most 64; arg is split in
- * place). 0, or -1 for a usage error. */
+ * place). 0, or -1 for a usage error (also an empty NAME or TARGET, or a
+ * tensor tied to itself). */
 int wctl_parse_tie(char *arg, wctl_tie *ties, size_t *n_ties)
 {
     char *eq = strchr(arg, '=');
-    if (eq == NULL || *n_ties == 64) return -1;
+    if (eq == NULL || *n_ties == 64 || eq == arg || eq[1] == '\0' ||
+        (strncmp(arg, eq + 1, (size_t)(eq - arg)) == 0 && strlen(eq + 1) == (size_t)(eq - arg)))
+        return -1;
     *eq = '\0';
     ties[*n_ties].name = arg;
     ties[(*n_ties)++].target = eq + 1;

@@ -8,6 +8,7 @@
  * waited for). The files' own __metadata__ goes with the revision. */
 #include <getopt.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,9 +22,102 @@
 /* -- put ------------------------------------------------------------------- */
 
 
+/* The tensor called name in files[0..n) (the first one holding it; *file
+ * set to its index), or NULL. */
+static const wc_st_tensor *find_in_files(const wc_st_file *files, size_t n, const char *name,
+                                         size_t *file)
+{
+    for (size_t i = 0; i < n; i++) {
+        long k = wc_st_find(&files[i].header, name);
+        if (k >= 0) {
+            *file = i;
+            return &files[i].header.tensors[k];
+        }
+    }
+    return NULL;
+}
+
+/* t's dtype and shape as "F32 [2, 3]" into out[cap]. */
+static void tensor_kind(const wc_st_tensor *t, char *out, size_t cap)
+{
+    size_t n = (size_t)snprintf(out, cap, "%s [", wc_dtype_name(t->dtype));
+    for (uint32_t d = 0; d < t->ndim && n < cap; d++)
+        n += (size_t)snprintf(out + n, cap - n, "%s%" PRIu64, d ? ", " : "", t->shape[d]);
+    if (n < cap) snprintf(out + n, cap - n, "]");
+}
+
+/* Print "weightctl: CMD: INVALID_ARGUMENT: --tie NAME=TARGET: cause" and
+ * return WEIGHT_EINVALID_ARGUMENT. */
+static int tie_error(const char *cmd, const wctl_tie *t, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int tie_error(const char *cmd, const wctl_tie *t, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "weightctl: %s: INVALID_ARGUMENT: --tie %s=%s: ", cmd, t->name, t->target);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return WEIGHT_EINVALID_ARGUMENT;
+}
+
+/* One --tie against the tensors of files[0..n) (paths alike): a tie asserts
+ * that NAME and TARGET are the same storage, so both must be tensors there,
+ * TARGET not tied itself, and the two of one dtype, shape and bytes. 0, or
+ * WEIGHT_EINVALID_ARGUMENT printed naming the tie and the cause. */
+static int check_tie(const char *cmd, char **paths, const wc_st_file *files, size_t n,
+                     const wctl_tie *ties, size_t n_ties, size_t j)
+{
+    const wctl_tie *tie = &ties[j];
+    size_t fn = 0, ft = 0;
+    const wc_st_tensor *name = find_in_files(files, n, tie->name, &fn);
+    const wc_st_tensor *target = find_in_files(files, n, tie->target, &ft);
+    const char *where = n == 1 ? paths[0] : "the files";
+    for (size_t k = 0; k < j; k++)
+        if (strcmp(ties[k].name, tie->name) == 0)
+            return tie_error(cmd, tie, "%s is tied twice (also to %s)", tie->name, ties[k].target);
+    if (name == NULL) return tie_error(cmd, tie, "%s is not a tensor of %s", tie->name, where);
+    if (target == NULL) return tie_error(cmd, tie, "%s is not a tensor of %s", tie->target, where);
+    for (size_t k = 0; k < n_ties; k++)
+        if (strcmp(ties[k].name, tie->target) == 0)
+            return tie_error(cmd, tie, "%s is itself tied (to %s): tie %s to %s", tie->target,
+                             ties[k].target, tie->name, ties[k].target);
+    if (name->dtype != target->dtype || name->ndim != target->ndim ||
+        memcmp(name->shape, target->shape, name->ndim * sizeof *name->shape) != 0) {
+        char a[256], b[256];
+        tensor_kind(name, a, sizeof a);
+        tensor_kind(target, b, sizeof b);
+        return tie_error(cmd, tie, "%s is %s (in %s), %s is %s (in %s): a tie is one storage",
+                         tie->name, a, paths[fn], tie->target, b, paths[ft]);
+    }
+    if (memcmp(files[fn].base + name->offset, files[ft].base + target->offset, name->bytes) != 0)
+        return tie_error(cmd, tie, "the bytes of %s (in %s) differ from those of %s (in %s): a tie "
+                         "is one storage", tie->name, paths[fn], tie->target, paths[ft]);
+    return 0;
+}
+
+/* Everything about the tensors of the input files put and upsert check
+ * before an import begins: every --tie (with tp > 1 in each rank's file):
+ * check_tie. 0, or
+ * WEIGHT_EINVALID_ARGUMENT printed as "weightctl: CMD: INVALID_ARGUMENT: ...". */
+static int check_tensors(const char *cmd, char **paths, const wc_st_file *files, size_t n_files,
+                         uint32_t tp, const wctl_tie *ties, size_t n_ties)
+{
+    for (size_t j = 0; j < n_ties; j++) {
+        for (uint32_t r = 0; r < (tp > 1 ? tp : 1); r++) {
+            int rc = tp > 1 ? check_tie(cmd, paths + r, files + r, 1, ties, n_ties, j)
+                            : check_tie(cmd, paths, files, n_files, ties, n_ties, j);
+            if (rc < 0) return rc;
+        }
+    }
+    return 0;
+}
+
 /* Add every tensor of the files to w. Explicit ties become aliases; a
  * tensor byte-identical to an earlier one of the same dtype and shape is
- * stored once (an alias). 0 or the writer's error. */
+ * stored once (an alias), unless a tie names it as its target (an alias
+ * cannot be a target). The ties were checked (check_tensors). 0 or the
+ * writer's error. */
 static int add_files(weight_writer *w, const wc_st_file *files, size_t n_files, const wctl_tie *ties,
                      size_t n_ties)
 {
@@ -33,9 +127,12 @@ static int add_files(weight_writer *w, const wc_st_file *files, size_t n_files, 
         for (size_t k = 0; k < h->n_tensors; k++) {
             const wc_st_tensor *t = &h->tensors[k];
             const char *target = NULL;
+            int is_target = 0;
             for (size_t j = 0; j < n_ties && !target; j++)
                 if (strcmp(ties[j].name, t->name) == 0) target = ties[j].target;
-            for (size_t fi = 0; fi <= i && !target && t->bytes > 0; fi++) {
+            for (size_t j = 0; j < n_ties; j++)
+                if (strcmp(ties[j].target, t->name) == 0) is_target = 1;
+            for (size_t fi = 0; fi <= i && !target && !is_target && t->bytes > 0; fi++) {
                 const wc_st_header *h2 = &files[fi].header;
                 for (size_t k2 = 0; k2 < h2->n_tensors && !target; k2++) {
                     const wc_st_tensor *u = &h2->tensors[k2];
@@ -198,7 +295,8 @@ int wctl_cmd_put(ctl *x, int argc, char **argv)
             break;
         case 't':
             if (wctl_parse_tie(optarg, ties, &n_ties) < 0)
-                return wctl_bad_value("put", "--tie", optarg, "NAME=TARGET (at most 64)");
+                return wctl_bad_value("put", "--tie", optarg,
+                                      "NAME=TARGET of two tensors (at most 64)");
             break;
         case 'b':
             if (wctl_parse_u64(optarg, &payload) < 0)
@@ -254,7 +352,9 @@ int wctl_cmd_put(ctl *x, int argc, char **argv)
     if (tp > 1 ? wctl_tp_check_ranks(paths, files, (uint32_t)tp, &rs, ties, n_ties) < 0
                : wctl_tp_check_whole("put", paths, files, n_files) < 0)
         goto close_files; /* refused before anything exists on the master */
-    if (add_file_metadata(NULL, "put", paths, files, n_files) < 0) goto close_files;
+    if (check_tensors("put", paths, files, n_files, (uint32_t)tp, ties, n_ties) < 0 ||
+        add_file_metadata(NULL, "put", paths, files, n_files) < 0)
+        goto close_files;
     wctl_id_text(&id, text, sizeof text);
     if ((rc = weight_put_begin(x->ws, &id, has_policy ? &pol : NULL, &w)) < 0) {
         char what[2100];
@@ -400,7 +500,8 @@ int wctl_cmd_upsert(ctl *x, int argc, char **argv)
             break;
         case 't':
             if (wctl_parse_tie(optarg, ties, &n_ties) < 0)
-                return wctl_bad_value("upsert", "--tie", optarg, "NAME=TARGET (at most 64)");
+                return wctl_bad_value("upsert", "--tie", optarg,
+                                      "NAME=TARGET of two tensors (at most 64)");
             break;
         case 'w': wait = 1; break;
         case 'b':
@@ -435,6 +536,7 @@ int wctl_cmd_upsert(ctl *x, int argc, char **argv)
     if (open_inputs(x, "upsert", paths, n_files, files, payload) != 0 ||
         (from_dir != NULL && wctl_hfdir_check(from_dir, &hf, files) != 0) ||
         wctl_tp_check_whole("upsert", paths, files, n_files) < 0 ||
+        check_tensors("upsert", paths, files, n_files, 1, ties, n_ties) < 0 ||
         add_file_metadata(NULL, "upsert", paths, files, n_files) < 0)
         goto close_files;
     if ((status = wctl_fence(x, "upsert", &base, &expect)) != 0) goto close_files;

@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# test_weightctl_errors.sh -- what weightctl says when an input or a call
+# goes wrong, and that it then changed nothing, against a real store_master
+# with the real weight_mgmt.so (Unix socket, own data and /dev/shm
+# directories, removed on exit); the findings of a user trial, one section
+# each:
+#  - put_tie_must_be_one_storage: put / upsert --tie NAME=TARGET refused
+#    before any import, naming the tie and the cause (NAME or TARGET not a
+#    tensor of the files, TARGET itself tied, dtype or shape differ, bytes
+#    differ), no revision made; a good tie stored as an alias.
+# (More sections below as they are added.)
+set -uo pipefail
+: "${BUILD_DIR:?}" "${SOURCE_DIR:?}"
+ctl="$BUILD_DIR/bin/weightctl"
+py=/usr/bin/python3
+tmp=$(mktemp -d /tmp/wm-err-XXXXXX)
+shm=$(mktemp -d /dev/shm/wm-err-XXXXXX)
+pass=0 fail=0
+ok()  { echo "ok: $1"; pass=$((pass + 1)); }
+bad() { echo "FAIL: $1"; fail=$((fail + 1)); }
+pid=""
+cleanup() {
+  [ -n "$pid" ] && { kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; }
+  rm -rf "$tmp" "$shm"
+}
+trap cleanup EXIT
+cat >"$tmp/master.yaml" <<YAML
+listen:
+  tcp: ""
+  unix: "$tmp/master.sock"
+  admin: ""
+data_dir: "$tmp/data"
+node:
+  embedded: true
+  id: "err$$"
+  segment_dir: "$shm"
+  segment_bytes: 67108864
+cluster:
+  default_weight_preferred_residency: hot
+  default_weight_migration_mode: manual
+plugins:
+  - path: "$BUILD_DIR/lib/weight_mgmt.so"
+    config:
+      tick_period_ms: 50
+YAML
+. "$(dirname "$0")/weightctl_lib.sh"
+start_master "$tmp/master.yaml"
+
+# state: what the master holds (every revision, tombstones too, and the keys).
+state() { "$ctl" --json ls --all; "$ctl" kv ls; }
+# refused NAME RC EXPECTED_LINE ARGS...: exit RC, exactly that one line on
+# stderr, nothing on stdout, nothing changed on the master.
+refused() {
+  local name=$1 want_rc=$2 want=$3
+  shift 3
+  local before after out err rc
+  before=$(state)
+  out=$("$ctl" "$@" 2>"$tmp/err"); rc=$?
+  err=$(cat "$tmp/err")
+  after=$(state)
+  if [ $rc -eq "$want_rc" ] && [ "$err" = "$want" ] && [ -z "$out" ] && [ "$before" = "$after" ]; then
+    ok "$name: '$err'"
+  else
+    bad "$name: rc $rc, stderr [$err], stdout [$out], want $want_rc [$want]"
+  fi
+}
+# absent ID: info answers NOT_FOUND (no revision, no tombstone).
+absent() {
+  local out
+  out=$("$ctl" info "$1" 2>&1)
+  [ $? -eq 1 ] && grep -q "NOT_FOUND" <<<"$out"
+}
+# mk_tensors PATH NAME:DTYPE:D0xD1:FILL...: a safetensors file whose tensors
+# hold FILL (a byte value, or "r" for random bytes).
+mk_tensors() {
+  "$py" - "$@" <<'PY'
+import json, os, struct, sys
+sizes = {"F32": 4, "F16": 2, "U8": 1}
+path, header, blobs, at = sys.argv[1], {}, [], 0
+for spec in sorted(sys.argv[2:]):
+    name, dtype, dims, fill = spec.split(":")
+    shape = [int(d) for d in dims.split("x")]
+    n = sizes[dtype]
+    for d in shape: n *= d
+    header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [at, at + n]}
+    blobs.append(os.urandom(n) if fill == "r" else bytes([int(fill)]) * n)
+    at += n
+h = json.dumps(header, separators=(",", ":")).encode()
+h += b" " * (-len(h) % 8)
+with open(path, "wb") as f:
+    f.write(struct.pack("<Q", len(h)) + h)
+    for b in blobs: f.write(b)
+PY
+}
+
+# -- put_tie_must_be_one_storage ------------------------------------------------------
+m="$tmp/tie.safetensors"
+mk_tensors "$m" emb:F32:4x8:7 head:F32:4x8:7 other:F32:4x8:9 wide:F32:8x4:7 half:F16:4x8:7
+P=(put --namespace err --resource tie --revision v1)
+refused "tie: NAME not a tensor" 1 \
+  "weightctl: put: INVALID_ARGUMENT: --tie nope=emb: nope is not a tensor of $m" \
+  "${P[@]}" --tie nope=emb "$m"
+refused "tie: TARGET not a tensor" 1 \
+  "weightctl: put: INVALID_ARGUMENT: --tie head=nope: nope is not a tensor of $m" \
+  "${P[@]}" --tie head=nope "$m"
+refused "tie: TARGET itself tied" 1 \
+  "weightctl: put: INVALID_ARGUMENT: --tie head=emb: emb is itself tied (to other): tie head to other" \
+  "${P[@]}" --tie head=emb --tie emb=other "$m"
+refused "tie: shape differs" 1 \
+  "weightctl: put: INVALID_ARGUMENT: --tie wide=emb: wide is F32 [8, 4] (in $m), emb is F32 [4, 8] (in $m): a tie is one storage" \
+  "${P[@]}" --tie wide=emb "$m"
+refused "tie: dtype differs" 1 \
+  "weightctl: put: INVALID_ARGUMENT: --tie half=emb: half is F16 [4, 8] (in $m), emb is F32 [4, 8] (in $m): a tie is one storage" \
+  "${P[@]}" --tie half=emb "$m"
+refused "tie: bytes differ" 1 \
+  "weightctl: put: INVALID_ARGUMENT: --tie other=emb: the bytes of other (in $m) differ from those of emb (in $m): a tie is one storage" \
+  "${P[@]}" --tie other=emb "$m"
+refused "tie: NAME tied twice" 1 \
+  "weightctl: put: INVALID_ARGUMENT: --tie head=other: head is tied twice (also to emb)" \
+  "${P[@]}" --tie head=emb --tie head=other "$m"
+refused "tie: to itself" 2 \
+  "weightctl: put: --tie: 'emb=emb' is not NAME=TARGET of two tensors (at most 64)" \
+  "${P[@]}" --tie emb=emb "$m"
+absent err/tie/v1@1 && ok "no refused tie made a revision (info: NOT_FOUND)" || bad "a refused tie left err/tie/v1"
+# the base of an upsert, then its refused ties (the base stays, no generation 2)
+mk_tensors "$tmp/base.safetensors" emb:F32:4x8:1
+"$ctl" put --namespace err --resource tie --revision up "$tmp/base.safetensors" >/dev/null || bad "put of the upsert base"
+refused "upsert --tie: dtype differs" 1 \
+  "weightctl: upsert: INVALID_ARGUMENT: --tie half=emb: half is F16 [4, 8] (in $m), emb is F32 [4, 8] (in $m): a tie is one storage" \
+  upsert err/tie/up@1 --generation 2 --tie half=emb "$m"
+refused "upsert --tie: NAME not a tensor" 1 \
+  "weightctl: upsert: INVALID_ARGUMENT: --tie nope=emb: nope is not a tensor of $m" \
+  upsert err/tie/up@1 --generation 2 --tie nope=emb "$m"
+absent err/tie/up@2 && ok "no refused upsert tie made generation 2" || bad "upsert tie made err/tie/up@2"
+# a tie that holds: stored once (head an alias of emb); a tie target that is
+# byte-identical to an earlier tensor is stored, not made an alias itself
+# (an alias cannot be a target)
+mk_tensors "$tmp/good.safetensors" a:F32:4x8:7 emb:F32:4x8:7 head:F32:4x8:7 x:F32:2x2:r
+out=$("$ctl" put --namespace err --resource tie --revision ok --tie head=emb "$tmp/good.safetensors" 2>&1); rc=$?
+"$ctl" get err/tie/ok --out "$tmp/tieback" >/dev/null 2>&1 \
+  && st_same "$tmp/good.safetensors" "$tmp/tieback/rank0-of-1.safetensors"; back=$?
+[ $rc -eq 0 ] && [ $back -eq 0 ] && ok "a true tie is published and reads back whole: $out" \
+  || bad "good tie: $rc $out (read back $back)"
+
+kill -9 $pid; wait $pid 2>/dev/null; pid=""
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
