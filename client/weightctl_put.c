@@ -97,12 +97,24 @@ static int check_tie(const char *cmd, char **paths, const wc_st_file *files, siz
 }
 
 /* Everything about the tensors of the input files put and upsert check
- * before an import begins: every --tie (with tp > 1 in each rank's file):
- * check_tie. 0, or
+ * before an import begins. Whole files (tp 1): no tensor name in two files.
+ * Every --tie (with tp > 1 in each rank's file): check_tie. 0, or
  * WEIGHT_EINVALID_ARGUMENT printed as "weightctl: CMD: INVALID_ARGUMENT: ...". */
 static int check_tensors(const char *cmd, char **paths, const wc_st_file *files, size_t n_files,
                          uint32_t tp, const wctl_tie *ties, size_t n_ties)
 {
+    /* each file's names are sorted: look each one up in the files before it */
+    for (size_t i = 1; tp == 1 && i < n_files; i++) {
+        const wc_st_header *h = &files[i].header;
+        for (size_t k = 0; k < h->n_tensors; k++) {
+            size_t first = 0;
+            if (find_in_files(files, i, h->tensors[k].name, &first) == NULL) continue;
+            fprintf(stderr, "weightctl: %s: INVALID_ARGUMENT: tensor %s is in both %s and %s: a "
+                    "revision holds each name once\n", cmd, h->tensors[k].name, paths[first],
+                    paths[i]);
+            return WEIGHT_EINVALID_ARGUMENT;
+        }
+    }
     for (size_t j = 0; j < n_ties; j++) {
         for (uint32_t r = 0; r < (tp > 1 ? tp : 1); r++) {
             int rc = tp > 1 ? check_tie(cmd, paths + r, files + r, 1, ties, n_ties, j)

@@ -8,6 +8,7 @@
 #    before any import, naming the tie and the cause (NAME or TARGET not a
 #    tensor of the files, TARGET itself tied, dtype or shape differ, bytes
 #    differ), no revision made; a good tie stored as an alias.
+#  - put_same_tensor_in_two_files: refused naming the tensor and both files.
 # (More sections below as they are added.)
 set -uo pipefail
 : "${BUILD_DIR:?}" "${SOURCE_DIR:?}"
@@ -141,6 +142,18 @@ out=$("$ctl" put --namespace err --resource tie --revision ok --tie head=emb "$t
   && st_same "$tmp/good.safetensors" "$tmp/tieback/rank0-of-1.safetensors"; back=$?
 [ $rc -eq 0 ] && [ $back -eq 0 ] && ok "a true tie is published and reads back whole: $out" \
   || bad "good tie: $rc $out (read back $back)"
+
+# -- put_same_tensor_in_two_files ---------------------------------------------------------
+mk_tensors "$tmp/one.safetensors" w:F32:2x2:3 u:F32:2x2:r
+mk_tensors "$tmp/two.safetensors" w:F32:2x2:3 v:F32:2x2:r
+mk_tensors "$tmp/three.safetensors" w:F32:2x2:4
+refused "same tensor, same bytes, in two files" 1 \
+  "weightctl: put: INVALID_ARGUMENT: tensor w is in both $tmp/one.safetensors and $tmp/two.safetensors: a revision holds each name once" \
+  put --namespace err --resource dup --revision v1 "$tmp/one.safetensors" "$tmp/two.safetensors"
+refused "same tensor, other bytes, in two files" 1 \
+  "weightctl: put: INVALID_ARGUMENT: tensor w is in both $tmp/one.safetensors and $tmp/three.safetensors: a revision holds each name once" \
+  put --namespace err --resource dup --revision v1 "$tmp/one.safetensors" "$tmp/three.safetensors"
+absent err/dup/v1@1 && ok "no revision from the files with a tensor twice" || bad "dup made err/dup/v1"
 
 kill -9 $pid; wait $pid 2>/dev/null; pid=""
 echo "$pass passed, $fail failed"
