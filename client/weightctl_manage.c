@@ -308,18 +308,43 @@ static void holders_text(ctl *x, const weight_metadata *md, char *out, size_t ca
 }
 
 /* rm --wait: ask weight_remove until it is not BUSY (the revision's leases
- * and operation have ended; follow: fence each retry on the generation read
- * after the wait, as when the user gave no --expect), then follow the
- * deletion to DELETED; at most
- * until the deadline, then a TIMEOUT line saying what is still there. 0, or
- * the exit status with the cause printed. *md is the last metadata. */
+ * and operation have ended), then follow the deletion to DELETED; at most
+ * until the deadline, then a TIMEOUT line saying what is still there.
+ * follow (the user gave no --expect): each retry is fenced on the generation
+ * read after the wait, and a STALE_GENERATION answer (the operation waited
+ * for ended, or another change came, between that read and the call) reads
+ * it again and retries; with an --expect, STALE_GENERATION is the answer.
+ * 0, or the exit status with the cause printed. *md is the last metadata. */
 static int remove_and_wait(ctl *x, const weight_identity *id, uint64_t expect, int follow,
                            uint64_t timeout_s, const char *what, weight_metadata *md)
 {
     double deadline = wctl_now() + (double)timeout_s;
     char holders[256];
     int rc, said = 0;
-    while ((rc = weight_remove(x->ws, id, expect, md)) == WEIGHT_EBUSY) {
+    for (;;) {
+        rc = weight_remove(x->ws, id, expect, md);
+        if (rc == WEIGHT_ESTALE_GENERATION && follow) {
+            uint64_t was = expect;
+            char stale[512];
+            snprintf(stale, sizeof stale, "%s", weight_store_last_error(x->ws));
+            if ((rc = weight_get_metadata(x->ws, id, md, NULL)) < 0) return wctl_failed(x, what, rc);
+            if (md->metadata_generation == was) { /* not moved: no retry would differ */
+                fprintf(stderr, "weightctl: %s: STALE_GENERATION: %s\n", what, stale);
+                return 1;
+            }
+            expect = md->metadata_generation;
+            if (wctl_now() >= deadline) {
+                fprintf(stderr, "weightctl: %s: TIMEOUT: after %" PRIu64 " s (--timeout) the "
+                        "metadata generation still moves (%" PRIu64 " -> %" PRIu64 "); nothing "
+                        "was removed\n", what, timeout_s, was, expect);
+                return 1;
+            }
+            if (!x->json)
+                fprintf(stderr, "weightctl: %s: metadata generation %" PRIu64 " moved to %" PRIu64
+                        "; removing at %" PRIu64 "\n", what, was, expect, expect);
+            continue;
+        }
+        if (rc != WEIGHT_EBUSY) break;
         if ((rc = weight_get_metadata(x->ws, id, md, NULL)) < 0) return wctl_failed(x, what, rc);
         if (follow) expect = md->metadata_generation; /* an operation's end moves it */
         holders_text(x, md, holders, sizeof holders);

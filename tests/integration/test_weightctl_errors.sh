@@ -9,6 +9,9 @@
 #    tensor of the files, TARGET itself tied, dtype or shape differ, bytes
 #    differ), no revision made; a good tie stored as an alias.
 #  - put_same_tensor_in_two_files: refused naming the tensor and both files.
+#  - rm_wait_after_an_operation: rm --wait without --expect right after a
+#    migration removes the revision (the operation's end moved the
+#    generation it read); with a stale --expect, STALE_GENERATION.
 # (More sections below as they are added.)
 set -uo pipefail
 : "${BUILD_DIR:?}" "${SOURCE_DIR:?}"
@@ -154,6 +157,34 @@ refused "same tensor, other bytes, in two files" 1 \
   "weightctl: put: INVALID_ARGUMENT: tensor w is in both $tmp/one.safetensors and $tmp/three.safetensors: a revision holds each name once" \
   put --namespace err --resource dup --revision v1 "$tmp/one.safetensors" "$tmp/three.safetensors"
 absent err/dup/v1@1 && ok "no revision from the files with a tensor twice" || bad "dup made err/dup/v1"
+
+# -- rm_wait_after_an_operation -----------------------------------------------------------
+# rm --wait right after a migration: it waits for the operation, whose end
+# moves the metadata generation it had read; without --expect it reads it
+# again and removes (DELETED); with an --expect of a generation that moved,
+# STALE_GENERATION as before.
+mk_st "$tmp/big.safetensors" w0:2048:1024 w1:2048:1024 w2:2048:1024
+for v in v1 v2; do
+  "$ctl" put --namespace err --resource rm --revision $v "$tmp/big.safetensors" >/dev/null || bad "put rm $v"
+done
+"$ctl" migrate err/rm/v1@1 --to cold >/dev/null 2>&1 || bad "migrate err/rm/v1@1"
+out=$("$ctl" rm err/rm/v1@1 --wait --timeout 60 2>"$tmp/rm.err"); rc=$?
+info=$("$ctl" --json info err/rm/v1@1 2>&1)
+if [ $rc -eq 0 ] && [[ "$out" == "err/rm/v1@1: DELETED "* ]] && grep -q '"availability":"DELETED"' <<<"$info"; then
+  ok "migrate, then rm --wait at once: '$out' ($(tr '\n' ' ' <"$tmp/rm.err"))"
+else
+  bad "rm --wait after migrate: $rc [$out] [$(cat "$tmp/rm.err")] $info"
+fi
+gen=$("$ctl" --json info err/rm/v2@1 | sed -n 's/.*"metadata_generation":\([0-9]*\).*/\1/p')
+"$ctl" migrate err/rm/v2@1 --to cold >/dev/null 2>&1 || bad "migrate err/rm/v2@1"
+err=$("$ctl" rm err/rm/v2@1 --wait --expect "$gen" --timeout 30 2>&1 >/dev/null); rc=$?
+info=$("$ctl" --json info err/rm/v2@1 2>&1)
+if [ $rc -eq 1 ] && grep -q "^weightctl: rm err/rm/v2@1: STALE_GENERATION: " <<<"$(tail -n 1 <<<"$err")" \
+   && ! grep -q '"availability":"DELET' <<<"$info"; then
+  ok "rm --wait --expect $gen after the generation moved: '$(tail -n 1 <<<"$err")', not removed"
+else
+  bad "rm --wait --expect stale: $rc [$err] $info"
+fi
 
 kill -9 $pid; wait $pid 2>/dev/null; pid=""
 echo "$pass passed, $fail failed"
