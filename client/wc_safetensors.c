@@ -556,23 +556,29 @@ int wc_st_open(const char *path, wc_st_file *out, char *err, size_t errlen)
     memset(out, 0, sizeof *out);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        wm_errbuf(err, errlen, "%s: %s", path, strerror(errno));
+        wm_errbuf(err, errlen, "%s", strerror(errno));
         return SMP_EIO;
     }
     if (fstat(fd, &st) < 0) {
-        wm_errbuf(err, errlen, "%s: %s", path, strerror(errno));
+        wm_errbuf(err, errlen, "%s", strerror(errno));
+        rc = SMP_EIO;
+        goto close_fd;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        wm_errbuf(err, errlen, "%s", S_ISDIR(st.st_mode) ? strerror(EISDIR)
+                                                          : "not a regular file");
         rc = SMP_EIO;
         goto close_fd;
     }
     if (st.st_size < 8) {
-        wm_errbuf(err, errlen, "%s: %lld bytes is too short for a safetensors file", path,
+        wm_errbuf(err, errlen, "%lld bytes is too short for a safetensors file",
                 (long long)st.st_size);
         rc = SMP_EPROTO;
         goto close_fd;
     }
     void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {
-        wm_errbuf(err, errlen, "%s: mmap: %s", path, strerror(errno));
+        wm_errbuf(err, errlen, "mmap: %s", strerror(errno));
         rc = SMP_EIO;
         goto close_fd;
     }

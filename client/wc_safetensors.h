@@ -131,7 +131,9 @@ typedef struct wc_st_file {
 } wc_st_file;
 
 /* Map path and parse its header. SMP_OK, SMP_EIO (open, stat or mmap
- * failed), SMP_EPROTO (bad header), SMP_ENOMEM; errors leave nothing open. */
+ * failed, or not a regular file: "Is a directory"), SMP_EPROTO (bad
+ * header), SMP_ENOMEM; errors leave nothing open. err says the cause, not
+ * the path (the caller names it). */
 int wc_st_open(const char *path,
                wc_st_file *out,
                char *err,

@@ -129,6 +129,11 @@ int wctl_cmd_kv_put(ctl *x, const char *key, const char *path)
             if (fd >= 0) close(fd);
             return 1;
         }
+        if (S_ISDIR(st.st_mode)) { /* mmap would say "No such device" */
+            fprintf(stderr, "weightctl: kv put %s: %s: %s\n", key, path, strerror(EISDIR));
+            close(fd);
+            return 1;
+        }
         len = (size_t)st.st_size;
         data = len ? mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0) : (void *)"";
         close(fd);

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -204,8 +205,8 @@ static int add_file_metadata(weight_writer *w, const char *cmd, char **paths,
 
 /* Open the safetensors files paths[0..n) into files[] (zeroed by the
  * caller), then apply --payload-bytes (0: the default). 0, or 1 with the
- * cause printed as "weightctl: CMD: ..."; what was opened stays for the
- * caller to close. */
+ * cause printed as "weightctl: CMD: PATH: cause" (a directory pointed to
+ * --from-dir); what was opened stays for the caller to close. */
 static int open_inputs(ctl *x, const char *cmd, char **paths, size_t n, wc_st_file *files,
                        uint64_t payload)
 {
@@ -213,7 +214,10 @@ static int open_inputs(ctl *x, const char *cmd, char **paths, size_t n, wc_st_fi
     int rc;
     for (size_t i = 0; i < n; i++) {
         if (wc_st_open(paths[i], &files[i], err, sizeof err) < 0) {
-            fprintf(stderr, "weightctl: %s: %s: %s\n", cmd, paths[i], err);
+            struct stat st;
+            int dir = stat(paths[i], &st) == 0 && S_ISDIR(st.st_mode);
+            fprintf(stderr, "weightctl: %s: %s: %s%s\n", cmd, paths[i], err,
+                    dir ? " (a model directory is read with --from-dir DIR)" : "");
             return 1;
         }
     }

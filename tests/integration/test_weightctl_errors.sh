@@ -9,6 +9,8 @@
 #    tensor of the files, TARGET itself tied, dtype or shape differ, bytes
 #    differ), no revision made; a good tie stored as an alias.
 #  - put_same_tensor_in_two_files: refused naming the tensor and both files.
+#  - put_of_a_directory_or_missing_file: put and kv put say "Is a
+#    directory" (put: pointing to --from-dir), a missing file's name once.
 #  - rm_wait_after_an_operation: rm --wait without --expect right after a
 #    migration removes the revision (the operation's end moved the
 #    generation it read); with a stale --expect, STALE_GENERATION.
@@ -157,6 +159,18 @@ refused "same tensor, other bytes, in two files" 1 \
   "weightctl: put: INVALID_ARGUMENT: tensor w is in both $tmp/one.safetensors and $tmp/three.safetensors: a revision holds each name once" \
   put --namespace err --resource dup --revision v1 "$tmp/one.safetensors" "$tmp/three.safetensors"
 absent err/dup/v1@1 && ok "no revision from the files with a tensor twice" || bad "dup made err/dup/v1"
+
+# -- put_of_a_directory_or_missing_file ----------------------------------------------------
+mkdir -p "$tmp/adir"
+refused "put of a directory" 1 \
+  "weightctl: put: $tmp/adir: Is a directory (a model directory is read with --from-dir DIR)" \
+  put --namespace err --resource files --revision v1 "$tmp/adir"
+refused "kv put of a directory" 1 "weightctl: kv put k: $tmp/adir: Is a directory" kv put k "$tmp/adir"
+refused "put of a missing file: its name once" 1 \
+  "weightctl: put: $tmp/missing.safetensors: No such file or directory" \
+  put --namespace err --resource files --revision v1 "$tmp/missing.safetensors"
+refused "kv put of a missing file" 1 \
+  "weightctl: kv put k: $tmp/missing.bin: No such file or directory" kv put k "$tmp/missing.bin"
 
 # -- rm_wait_after_an_operation -----------------------------------------------------------
 # rm --wait right after a migration: it waits for the operation, whose end
