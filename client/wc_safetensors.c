@@ -1,9 +1,10 @@
 /* wc_safetensors.c -- the safetensors header parser and writer (jansson for
  * the JSON), and the read-only mapping of a file.
  *
- * The parser checks in this order: the prefix (present, length bounded and
- * inside the file), the JSON (parses, no duplicate keys, an object), each
- * entry (dtype, shape, offsets, size), then overlaps across entries. All
+ * The parser checks in this order: the prefix (present, length inside the
+ * file and bounded), the JSON (parses, no duplicate keys, an object), each
+ * entry (dtype, shape, offsets, size), then overlaps across entries and
+ * that the data ends with the last tensor's. All
  * arithmetic on numbers from the file is overflow-checked. See
  * wc_safetensors.h for the format and the rules. */
 #include "wc_safetensors.h"
@@ -43,14 +44,16 @@ int wc_st_header_len(const uint8_t prefix[8], uint64_t file_size, uint64_t *out,
         return SMP_EPROTO;
     }
     for (int i = 7; i >= 0; i--) n = (n << 8) | prefix[i];
+    /* past the end first: what a file of another kind (text, ...) shows */
+    if (n > file_size - 8) {
+        wm_errbuf(err, errlen, "safetensors: not a safetensors file: its first 8 bytes give a "
+                "header length of %llu, which runs past the end of the %llu-byte file",
+                (unsigned long long)n, (unsigned long long)file_size);
+        return SMP_EPROTO;
+    }
     if (n > WC_ST_MAX_HEADER) {
         wm_errbuf(err, errlen, "safetensors: header length %llu is over the %llu-byte limit",
                 (unsigned long long)n, (unsigned long long)WC_ST_MAX_HEADER);
-        return SMP_EPROTO;
-    }
-    if (n > file_size - 8) {
-        wm_errbuf(err, errlen, "safetensors: header length %llu runs past the end of the "
-                "%llu-byte file", (unsigned long long)n, (unsigned long long)file_size);
         return SMP_EPROTO;
     }
     if (n < 2) {
@@ -226,8 +229,8 @@ int wc_st_parse(const uint8_t *buf, size_t len, uint64_t file_size, wc_st_header
     out->data_start = 8 + hlen;
     root = json_loadb((const char *)buf + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
     if (root == NULL) {
-        wm_errbuf(err, errlen, "safetensors: header JSON: %s (line %d, column %d)", jerr.text,
-                jerr.line, jerr.column);
+        wm_errbuf(err, errlen, "safetensors: not a safetensors file: its header is not JSON: "
+                "%s (line %d, column %d)", jerr.text, jerr.line, jerr.column);
         return SMP_EPROTO;
     }
     if (!json_is_object(root)) {
@@ -284,6 +287,22 @@ int wc_st_parse(const uint8_t *buf, size_t len, uint64_t file_size, wc_st_header
             }
             if (reach == NULL || b->offset + b->bytes > reach->offset + reach->bytes) reach = b;
         }
+    }
+    /* The data ends where the last tensor's does, as the reference reader
+     * wants (MetadataIncompleteBuffer): bytes after it are no tensor's, a
+     * sign of a file cut from or appended to another. */
+    uint64_t end = out->data_start;
+    for (size_t i = 0; i < out->n_tensors; i++)
+        if (out->tensors[i].offset + out->tensors[i].bytes > end)
+            end = out->tensors[i].offset + out->tensors[i].bytes;
+    if (end != file_size) {
+        wm_errbuf(err, errlen, "safetensors: %llu bytes after the last tensor's data (the "
+                "tensors end at byte %llu of the %llu data bytes): a safetensors file ends "
+                "with its data", (unsigned long long)(file_size - end),
+                (unsigned long long)(end - out->data_start),
+                (unsigned long long)(file_size - out->data_start));
+        rc = SMP_EPROTO;
+        goto free_order;
     }
     qsort(out->tensors, out->n_tensors, sizeof *out->tensors, cmp_by_name);
     rc = SMP_OK;

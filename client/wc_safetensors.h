@@ -8,9 +8,11 @@
  * The parser trusts nothing: every way a header can be wrong (truncated, a
  * length over WC_ST_MAX_HEADER or past the end of the file, bad JSON,
  * duplicate keys, an unknown dtype, a shape whose size is not end - begin,
- * offsets outside the file, overlapping tensors) is an SMP_EPROTO with a
- * message naming the tensor, never a crash. Holes between tensors are
- * tolerated. The writer emits names in sorted order, data packed in that
+ * offsets outside the file, overlapping tensors, bytes after the last
+ * tensor's data) is an SMP_EPROTO with a message naming the tensor, never a
+ * crash; a file of another kind is said to be "not a safetensors file" (its
+ * header length past the end, or its header not JSON). Holes between
+ * tensors are still tolerated (the reference reader refuses them). The writer emits names in sorted order, data packed in that
  * order, and the JSON padded with spaces so the data starts 8-byte aligned.
  * Dtypes: every name of wc_dtype.h (F64 F32 F16 BF16 I64 I32 I16 I8 U64 U32
  * U16 U8 BOOL F8_E4M3 F8_E5M2). */

@@ -11,6 +11,9 @@
 #  - put_same_tensor_in_two_files: refused naming the tensor and both files.
 #  - put_of_a_directory_or_missing_file: put and kv put say "Is a
 #    directory" (put: pointing to --from-dir), a missing file's name once.
+#  - put_of_a_file_of_another_kind: a text file, a header that is not JSON:
+#    "not a safetensors file"; bytes after the last tensor's data refused
+#    (as the reference reader does).
 #  - rm_wait_after_an_operation: rm --wait without --expect right after a
 #    migration removes the revision (the operation's end moved the
 #    generation it read); with a stale --expect, STALE_GENERATION.
@@ -171,6 +174,24 @@ refused "put of a missing file: its name once" 1 \
   put --namespace err --resource files --revision v1 "$tmp/missing.safetensors"
 refused "kv put of a missing file" 1 \
   "weightctl: kv put k: $tmp/missing.bin: No such file or directory" kv put k "$tmp/missing.bin"
+
+# -- put_of_a_file_of_another_kind ----------------------------------------------------------
+printf '# notes\nnot tensors at all, just text\n' >"$tmp/notes.txt"
+size=$(stat -c %s "$tmp/notes.txt")
+hl=$("$py" -c 'import struct,sys; print(struct.unpack("<Q", open(sys.argv[1],"rb").read(8))[0])' "$tmp/notes.txt")
+refused "put of a text file" 1 \
+  "weightctl: put: $tmp/notes.txt: safetensors: not a safetensors file: its first 8 bytes give a header length of $hl, which runs past the end of the $size-byte file" \
+  put --namespace err --resource files --revision v1 "$tmp/notes.txt"
+"$py" -c 'import struct,sys; open(sys.argv[1],"wb").write(struct.pack("<Q", 12) + b"hello, world")' "$tmp/notjson"
+err=$("$ctl" put --namespace err --resource files --revision v1 "$tmp/notjson" 2>&1); rc=$?
+[ $rc -eq 1 ] && [[ "$err" == "weightctl: put: $tmp/notjson: safetensors: not a safetensors file: its header is not JSON: "* ]] \
+  && ok "put of a file whose header is not JSON: '$err'" || bad "not JSON: $rc $err"
+mk_tensors "$tmp/trailing.safetensors" w:F32:2x2:5
+printf 'XYZ' >>"$tmp/trailing.safetensors"
+refused "put of a file with bytes after its data" 1 \
+  "weightctl: put: $tmp/trailing.safetensors: safetensors: 3 bytes after the last tensor's data (the tensors end at byte 16 of the 19 data bytes): a safetensors file ends with its data" \
+  put --namespace err --resource files --revision v1 "$tmp/trailing.safetensors"
+absent err/files/v1@1 && ok "no revision from the files refused" || bad "err/files/v1 exists"
 
 # -- rm_wait_after_an_operation -----------------------------------------------------------
 # rm --wait right after a migration: it waits for the operation, whose end

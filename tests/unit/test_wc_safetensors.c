@@ -149,9 +149,16 @@ static void test_truncated_and_huge_headers_are_refused(void **state)
     /* the header is cut: the reader has fewer bytes than the length says */
     assert_int_equal(wc_st_parse(buf, 20, len, &h, err, sizeof err), SMP_EPROTO);
     assert_non_null(strstr(err, "truncated header"));
-    /* the length runs past the end of the file */
+    /* the length runs past the end of the file: a file of another kind */
     assert_int_equal(wc_st_parse(buf, len, 30, &h, err, sizeof err), SMP_EPROTO);
-    assert_non_null(strstr(err, "past the end"));
+    assert_non_null(strstr(err, "not a safetensors file"));
+    assert_non_null(strstr(err, "past the end of the 30-byte file"));
+    /* text: its first 8 bytes make a length far past the end, said so (not
+     * "over the limit") */
+    const char *text = "# weight_mgmt\nA Store Master\n";
+    assert_int_equal(wc_st_parse((const uint8_t *)text, strlen(text), strlen(text), &h, err,
+                                 sizeof err), SMP_EPROTO);
+    assert_non_null(strstr(err, "not a safetensors file"));
     /* a huge length */
     uint8_t huge[16] = {0, 0, 0, 0, 0, 1, 0, 0, '{', '}'};
     assert_int_equal(wc_st_parse(huge, sizeof huge, UINT64_MAX, &h, err, sizeof err),
@@ -226,11 +233,16 @@ static void test_bad_tensor_entries_are_refused(void **state)
     expect_bad("{\"a\":{\"dtype\":\"F64\",\"shape\":[4294967296,4294967296],"
                "\"data_offsets\":[0,8]}}", 8, "2^64");
 
+    /* bytes after the last tensor's data: not one whole file */
+    expect_bad("{\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]}}", 3,
+               "1 bytes after the last tensor's data (the tensors end at byte 2 of the 3");
+    expect_bad("{}", 1, "1 bytes after the last tensor's data");
+
     /* holes are tolerated; an empty tensor anywhere is fine */
     size_t len;
     uint8_t *buf = make_file("{\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[4,6]},"
                              "\"z\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[5,5]}}",
-                             8, &len);
+                             6, &len);
     wc_st_header h;
     char err[256];
     assert_int_equal(wc_st_parse(buf, len, len, &h, err, sizeof err), SMP_OK);
