@@ -17,6 +17,8 @@
 #  - rm_wait_after_an_operation: rm --wait without --expect right after a
 #    migration removes the revision (the operation's end moved the
 #    generation it read); with a stale --expect, STALE_GENERATION.
+#  - help_says_what_is_there: put --help's wording and --payload-bytes,
+#    migrate --wait in the main --help.
 # (More sections below as they are added.)
 set -uo pipefail
 : "${BUILD_DIR:?}" "${SOURCE_DIR:?}"
@@ -220,6 +222,17 @@ if [ $rc -eq 1 ] && grep -q "^weightctl: rm err/rm/v2@1: STALE_GENERATION: " <<<
 else
   bad "rm --wait --expect stale: $rc [$err] $info"
 fi
+
+# -- help_says_what_is_there ----------------------------------------------------------------
+out=$("$ctl" put --help)
+grep -q "get wrote" <<<"$out" && bad "put --help: 'get wrote' is still there" \
+  || ok "put --help: no 'The files get wrote'"
+grep -q "^--payload-bytes N packs the tensors into payload objects of at most N bytes" <<<"$out" \
+  && ok "put --help explains --payload-bytes" || bad "put --help: no --payload-bytes sentence"
+grep -q "payload-bytes are put's" <<<"$("$ctl" upsert --help)" && ok "upsert --help points to put's --payload-bytes" \
+  || bad "upsert --help: --payload-bytes"
+grep -q "^  migrate ID --to hot|cold|mixed\[:RATIO\] \[--expect GEN\] \[--wait\]" <<<"$("$ctl" --help)" \
+  && ok "--help lists migrate --wait" || bad "--help: migrate without --wait"
 
 kill -9 $pid; wait $pid 2>/dev/null; pid=""
 echo "$pass passed, $fail failed"
