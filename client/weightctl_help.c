@@ -46,7 +46,7 @@ void wctl_usage(FILE *out)
             "  op OPID [--wait]       an operation's progress (--wait: until it ends)\n"
             "  rm ID [--expect GEN] [--wait [--timeout S]]\n"
             "                         delete the revision, keep a tombstone (--wait: for its\n"
-            "                         leases and operation first, then until DELETED)\n"
+            "                         revision leases and operation first, then until DELETED)\n"
             "  upsert BASE_ID --generation G [--mode put-first|delete-first] [--request-id X]\n"
             "      [--expect-generation M] [--policy P] [--tie N=T]... [--wait] FILE...|--from-dir DIR\n"
             "                         replace BASE_ID by generation G of its lineage (one claim\n"
@@ -200,8 +200,12 @@ static const cmd_help helps[] = {
     {"rm",
      "usage: weightctl rm ID [--expect GEN] [--wait [--timeout SECONDS]]\n"
      "Delete the revision (payloads in batches, the manifest last) and keep a tombstone.\n"
-     "Refused (BUSY) while a lease or an operation is active; --wait waits for them to end,\n"
-     "then for DELETED, at most --timeout seconds (default 300; then TIMEOUT, exit 1).\n"
+     "Refused (BUSY) while a revision lease (a weight_get loading it, until it ends) or an\n"
+     "operation is active. A reader's read leases on the payload objects do not refuse it:\n"
+     "the deletion holds those members back until the leases end (a get that ended holds\n"
+     "nothing). --wait waits for the lease and the operation to end, then for DELETED, at\n"
+     "most --timeout seconds (default 300; then TIMEOUT, exit 1); without --expect it\n"
+     "fences on the metadata generation read after each wait (an operation's end moves it).\n"
      "examples:\n"
      "  weightctl rm llm/tiny/v1@1\n"
      "  weightctl rm llm/tiny/v1 --wait --timeout 60\n"},

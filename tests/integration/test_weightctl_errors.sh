@@ -18,7 +18,7 @@
 #    migration removes the revision (the operation's end moved the
 #    generation it read); with a stale --expect, STALE_GENERATION.
 #  - help_says_what_is_there: put --help's wording and --payload-bytes,
-#    migrate --wait in the main --help.
+#    migrate --wait in the main --help, rm --help on what refuses a removal.
 # (More sections below as they are added.)
 set -uo pipefail
 : "${BUILD_DIR:?}" "${SOURCE_DIR:?}"
@@ -233,6 +233,11 @@ grep -q "payload-bytes are put's" <<<"$("$ctl" upsert --help)" && ok "upsert --h
   || bad "upsert --help: --payload-bytes"
 grep -q "^  migrate ID --to hot|cold|mixed\[:RATIO\] \[--expect GEN\] \[--wait\]" <<<"$("$ctl" --help)" \
   && ok "--help lists migrate --wait" || bad "--help: migrate without --wait"
+# rm --help as the plugin's remove path is (wm_rpc_remove: BUSY for revision
+# leases and operations; read leases hold members back, test_read_leases)
+out=$("$ctl" rm --help)
+grep -q "Refused (BUSY) while a revision lease" <<<"$out" && grep -q "read leases on the payload objects do not refuse it" <<<"$out" \
+  && ok "rm --help: BUSY for a revision lease or an operation, not for read leases" || bad "rm --help: $out"
 
 kill -9 $pid; wait $pid 2>/dev/null; pid=""
 echo "$pass passed, $fail failed"
