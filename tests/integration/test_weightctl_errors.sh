@@ -213,7 +213,7 @@ else
   bad "rm --wait after migrate: $rc [$out] [$(cat "$tmp/rm.err")] $info"
 fi
 gen=$("$ctl" --json info err/rm/v2@1 | sed -n 's/.*"metadata_generation":\([0-9]*\).*/\1/p')
-"$ctl" migrate err/rm/v2@1 --to cold >/dev/null 2>&1 || bad "migrate err/rm/v2@1"
+"$ctl" migrate err/rm/v2@1 --to cold --wait >/dev/null 2>&1 || bad "migrate err/rm/v2@1"
 err=$("$ctl" rm err/rm/v2@1 --wait --expect "$gen" --timeout 30 2>&1 >/dev/null); rc=$?
 info=$("$ctl" --json info err/rm/v2@1 2>&1)
 if [ $rc -eq 1 ] && grep -q "^weightctl: rm err/rm/v2@1: STALE_GENERATION: " <<<"$(tail -n 1 <<<"$err")" \
