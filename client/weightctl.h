@@ -70,6 +70,20 @@ int wctl_failed(ctl *x, const char *what, int rc);
 /* Parse an ID; without "@GEN" take the newest live generation of it. 0, or
  * the exit code with the cause already printed. */
 int wctl_parse_id(ctl *x, const char *text, weight_identity *id);
+/* Parse an ID only (*has_gen: whether "@GEN" was given; generation 0 is
+ * refused). 0, or 2 with "weightctl: 'TEXT' is not NAMESPACE/...: WHY"
+ * printed (the component that is empty or over WEIGHT_ID_MAX, a bad
+ * escape, the generation, ...). */
+int wctl_parse_id_text(ctl *x, const char *text, weight_identity *id, int *has_gen);
+/* The newest live (listed) generation of id's revision into id->generation:
+ * 0, WEIGHT_ENOT_FOUND when there is none, or weight_list's error (nothing
+ * printed). */
+int wctl_newest_generation(ctl *x, weight_identity *id);
+/* The components put is given (--tenant, --namespace, --resource,
+ * --revision): 0, or 2 with "weightctl: CMD: INVALID_ARGUMENT: the revision
+ * (--revision) is N bytes, over the 256-byte limit ..." (or empty) printed. */
+int wctl_check_components(const char *cmd, const char *tenant, const char *ns, const char *res,
+                          const char *rev);
 /* wctl_parse_id of arg, then its text into text[tcap] and "CMD TEXT" (what a
  * failure names) into what[wcap]. Returns wctl_parse_id's status. */
 int wctl_resolve_id(ctl *x, const char *arg, const char *cmd, weight_identity *id, char *text,

@@ -3,6 +3,7 @@
  * (NAMESPACE/RESOURCE/REVISION[@GENERATION], the newest live generation when
  * "@GENERATION" is left out), residencies, modes, numbers, the TP placement
  * rules (--split / --replicate) and --tie. */
+#include <ctype.h>
 #include <fnmatch.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -38,15 +39,99 @@ int wctl_failed(ctl *x, const char *what, int rc)
 
 /* -- identities ------------------------------------------------------------ */
 
-/* Parse an ID; without "@GEN" take the newest live generation of it. */
-int wctl_parse_id(ctl *x, const char *text, weight_identity *id)
+/* An identity component over WEIGHT_ID_MAX bytes, or empty, as "the
+ * revision (--revision) is 300 bytes, over the 256-byte limit of an
+ * identity component" into why[cap]; "" when it is neither. flag may be
+ * NULL. len is its length (decoded, for a command-line ID). */
+static void component_why(const char *name, const char *flag, size_t len, char *why, size_t cap)
 {
-    int has_gen = 0;
-    if (weight_identity_parse(text, x->tenant, id, &has_gen) < 0) {
-        fprintf(stderr, "weightctl: '%s' is not NAMESPACE/RESOURCE/REVISION[@GENERATION]\n", text);
-        return 2;
+    char who[64];
+    snprintf(who, sizeof who, "the %s%s%s%s", name, flag ? " (" : "", flag ? flag : "",
+             flag ? ")" : "");
+    why[0] = '\0';
+    if (len == 0) snprintf(why, cap, "%s is empty", who);
+    else if (len > WEIGHT_ID_MAX)
+        snprintf(why, cap, "%s is %zu bytes, over the %d-byte limit of an identity component", who,
+                 len, WEIGHT_ID_MAX);
+}
+
+/* Why weight_identity_parse refused text (or, when it took it, why
+ * weightctl does not: generation 0) into why[cap]; "" when it cannot tell. */
+static void id_why(const char *text, const char *tenant, char *why, size_t cap)
+{
+    static const char *const names[3] = {"namespace", "resource", "revision"};
+    const char *at = strchr(text, '@');
+    size_t body = at ? (size_t)(at - text) : strlen(text), slashes = 0;
+    uint64_t gen;
+    why[0] = '\0';
+    if (tenant != NULL) {
+        component_why("tenant", "--tenant", strlen(tenant) ? strlen(tenant) : 1, why, cap);
+        if (why[0]) return;
     }
-    if (has_gen) return 0;
+    if (at != NULL && (wctl_parse_u64(at + 1, &gen) < 0 || gen == UINT64_MAX)) {
+        snprintf(why, cap, "the generation '%s' is not a positive integer", at + 1);
+        return;
+    }
+    if (at != NULL && gen == 0) {
+        snprintf(why, cap, "generation 0 is not a generation (they start at 1)");
+        return;
+    }
+    for (size_t i = 0; i < body; i++) slashes += text[i] == '/';
+    if (slashes != 2) {
+        snprintf(why, cap, "%zu components, not 3 (a '/' in one is written %%2F)", slashes + 1);
+        return;
+    }
+    const char *p = text;
+    for (int k = 0; k < 3; k++) {
+        const char *end = k < 2 ? strchr(p, '/') : text + body;
+        size_t len = 0;
+        for (const char *c = p; c < end; c++, len++) {
+            if (*c != '%') continue;
+            if (end - c < 3 || !isxdigit((unsigned char)c[1]) || !isxdigit((unsigned char)c[2]) ||
+                (c[1] == '0' && c[2] == '0')) {
+                snprintf(why, cap, "the %s has a bad %%-escape (%%XX, two hex digits, not %%00)",
+                         names[k]);
+                return;
+            }
+            c += 2;
+        }
+        component_why(names[k], NULL, len, why, cap);
+        if (why[0]) return;
+        p = end + 1;
+    }
+}
+
+int wctl_parse_id_text(ctl *x, const char *text, weight_identity *id, int *has_gen)
+{
+    char why[160];
+    if (weight_identity_parse(text, x->tenant, id, has_gen) == 0 && (!*has_gen || id->generation))
+        return 0;
+    id_why(text, x->tenant, why, sizeof why);
+    fprintf(stderr, "weightctl: '%s' is not NAMESPACE/RESOURCE/REVISION[@GENERATION]%s%s\n", text,
+            why[0] ? ": " : "", why);
+    return 2;
+}
+
+int wctl_check_components(const char *cmd, const char *tenant, const char *ns, const char *res,
+                          const char *rev)
+{
+    const char *const names[4] = {"tenant", "namespace", "resource", "revision"};
+    const char *const flags[4] = {"--tenant", "--namespace", "--resource", "--revision"};
+    const char *const v[4] = {tenant, ns, res, rev};
+    char why[160];
+    for (int k = 0; k < 4; k++) {
+        size_t len = v[k] ? strlen(v[k]) : 0;
+        component_why(names[k], flags[k], k == 0 && len == 0 ? 1 : len, why, sizeof why);
+        if (why[0]) {
+            fprintf(stderr, "weightctl: %s: INVALID_ARGUMENT: %s\n", cmd, why);
+            return 2;
+        }
+    }
+    return 0;
+}
+
+int wctl_newest_generation(ctl *x, weight_identity *id)
+{
     weight_list_query q = {id->namespace_id, id->resource_id, 0, 0};
     char token[1024] = "", next[1024];
     uint64_t best = 0;
@@ -54,7 +139,7 @@ int wctl_parse_id(ctl *x, const char *text, weight_identity *id)
         weight_metadata *list = NULL;
         size_t n = 0;
         int rc = weight_list(x->ws, &q, token, &list, &n, next, sizeof next);
-        if (rc < 0) return wctl_failed(x, "resolving the generation", rc);
+        if (rc < 0) return rc;
         for (size_t i = 0; i < n; i++)
             if (strcmp(list[i].identity.revision, id->revision) == 0 &&
                 list[i].identity.generation > best)
@@ -62,11 +147,22 @@ int wctl_parse_id(ctl *x, const char *text, weight_identity *id)
         weight_list_free(list);
         snprintf(token, sizeof token, "%s", next);
     } while (token[0]);
-    if (best == 0) {
+    if (best == 0) return WEIGHT_ENOT_FOUND;
+    id->generation = best;
+    return 0;
+}
+
+/* Parse an ID; without "@GEN" take the newest live generation of it. */
+int wctl_parse_id(ctl *x, const char *text, weight_identity *id)
+{
+    int has_gen = 0, rc;
+    if ((rc = wctl_parse_id_text(x, text, id, &has_gen)) != 0) return rc;
+    if (has_gen) return 0;
+    if ((rc = wctl_newest_generation(x, id)) == WEIGHT_ENOT_FOUND) {
         fprintf(stderr, "weightctl: %s: NOT_FOUND: no live generation of that revision\n", text);
         return 1;
     }
-    id->generation = best;
+    if (rc < 0) return wctl_failed(x, "resolving the generation", rc);
     return 0;
 }
 

@@ -69,13 +69,14 @@ void wctl_usage(FILE *out)
             "  kv get KEY FILE|-      write object KEY's bytes (checked) to FILE (-: stdout)\n"
             "  kv ls [PREFIX]         list object keys\n"
             "  kv rm KEY              remove an object\n"
-            "ID is NAMESPACE/RESOURCE/REVISION[@GENERATION], components percent-encoded where\n"
-            "they hold '/', '@' or '%%'. ADDR is host:port or a Unix socket path, or the\n"
-            "masters of an HA cluster as a list a,b,c (the leader is found and followed)\n"
-            "(default %s, or $WEIGHTCTL_MASTER). Global options may also follow the\n"
-            "command. --token-file FILE: the token to present to a master with auth on\n"
-            "(default $WEIGHT_TOKEN; the token decides the tenant unless --tenant names\n"
-            "one). --bytes: raw byte counts instead of KiB, MiB, ...; --progress auto (a\n"
+            "ID is NAMESPACE/RESOURCE/REVISION[@GENERATION] (GENERATION from 1; without it the\n"
+            "newest live one), components percent-encoded where they hold '/', '@' or '%%'.\n"
+            "ADDR is host:port or a Unix socket path, or the masters of an HA cluster as a list\n"
+            "a,b,c (the leader is found and followed) (default %s, or\n"
+            "$WEIGHTCTL_MASTER). Global options may also follow the command.\n"
+            "--token-file FILE: the token to present to a master with auth on (default\n"
+            "$WEIGHT_TOKEN; the token decides the tenant unless --tenant names one).\n"
+            "--bytes: raw byte counts instead of KiB, MiB, ...; --progress auto (a\n"
             "bar on a terminal, else none), plain (one line per 5 %%) or none.\n"
             "--tls-ca FILE: TLS 1.3 to a TCP master and to node data ports that speak TLS,\n"
             "whose certificates must chain to FILE (default $WM_TLS_CA); --tls-cert FILE\n"
@@ -140,10 +141,12 @@ static const cmd_help helps[] = {
      "  weightctl info llm/tiny/v1\n"
      "  weightctl info llm/tiny/v1@1 --json\n"},
     {"exists",
-     "usage: weightctl exists NAMESPACE/RESOURCE/REVISION@GENERATION\n"
-     "Exit 0 when the revision is READY and readable, 1 when not.\n"
+     "usage: weightctl exists ID\n"
+     "Exit 0 when the revision is READY and readable, 1 when not. Without @GENERATION the\n"
+     "newest live generation (none: not).\n"
      "examples:\n"
-     "  weightctl exists llm/tiny/v1@1 && echo ready\n"},
+     "  weightctl exists llm/tiny/v1@1 && echo ready\n"
+     "  weightctl exists llm/tiny/v1\n"},
     {"size",
      "usage: weightctl size ID\n"
      "The revision's logical payload bytes, as a number.\n"

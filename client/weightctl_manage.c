@@ -133,16 +133,17 @@ int wctl_cmd_info(ctl *x, const char *arg)
     return 0;
 }
 
+/* exists ID: as info, without @GENERATION the newest live generation (none:
+ * "no", exit 1, as for a generation that is not READY). */
 int wctl_cmd_exists(ctl *x, const char *arg)
 {
     weight_identity id;
-    int exists = 0, has_gen = 0;
-    if (weight_identity_parse(arg, x->tenant, &id, &has_gen) < 0 || !has_gen) {
-        fprintf(stderr, "weightctl: '%s' is not NAMESPACE/RESOURCE/REVISION@GENERATION\n", arg);
-        return 2;
-    }
+    int exists = 0, has_gen = 0, rc;
+    if ((rc = wctl_parse_id_text(x, arg, &id, &has_gen)) != 0) return rc;
     if (wctl_open_weights(x) < 0) return 1;
-    int rc = weight_is_exist(x->ws, &id, &exists);
+    rc = has_gen ? 0 : wctl_newest_generation(x, &id);
+    if (rc == 0) rc = weight_is_exist(x->ws, &id, &exists);
+    else if (rc == WEIGHT_ENOT_FOUND) rc = 0; /* no live generation: it does not exist */
     if (rc < 0) return wctl_failed(x, "exists", rc);
     if (x->json) printf("{\"exists\":%s}\n", exists ? "true" : "false");
     else printf("%s\n", exists ? "yes" : "no");

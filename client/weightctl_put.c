@@ -346,8 +346,9 @@ int wctl_cmd_put(ctl *x, int argc, char **argv)
         return 2;
     }
     weight_identity id;
+    if (wctl_check_components("put", x->tenant, ns, res, rev) != 0) return 2;
     if (weight_identity_set(&id, x->tenant, ns, res, rev, gen) < 0) {
-        fprintf(stderr, "weightctl: put: INVALID_ARGUMENT: empty or over-long identity component\n");
+        fprintf(stderr, "weightctl: put: INVALID_ARGUMENT: not an identity\n");
         return 2;
     }
     wctl_hfdir hf;
@@ -466,8 +467,7 @@ static int upsert_status(ctl *x, int argc, char **argv)
     weight_upsert_claim claim;
     int has_gen = 0, rc;
     if (argc != 3) return wctl_bad_usage("upsert", "the form is: upsert status ID");
-    if (weight_identity_parse(argv[2], x->tenant, &id, &has_gen) < 0)
-        return wctl_bad_value("upsert status", "ID", argv[2], "NAMESPACE/RESOURCE/REVISION[@GENERATION]");
+    if ((rc = wctl_parse_id_text(x, argv[2], &id, &has_gen)) != 0) return rc;
     if (!has_gen) id.generation = 1;
     if (wctl_open_weights(x) < 0) return 1;
     char what[1200];

@@ -17,6 +17,10 @@
 #  - rm_wait_after_an_operation: rm --wait without --expect right after a
 #    migration removes the revision (the operation's end moved the
 #    generation it read); with a stale --expect, STALE_GENERATION.
+#  - identities: exists without @GENERATION takes the newest live one, as
+#    info does (none: "no"); NAME@0 refused as a usage error by every
+#    command that takes an ID; an empty or over-long component named, with
+#    the limit.
 #  - help_says_what_is_there: put --help's wording and --payload-bytes,
 #    migrate --wait in the main --help, rm --help on what refuses a removal.
 # (More sections below as they are added.)
@@ -222,6 +226,36 @@ if [ $rc -eq 1 ] && grep -q "^weightctl: rm err/rm/v2@1: STALE_GENERATION: " <<<
 else
   bad "rm --wait --expect stale: $rc [$err] $info"
 fi
+
+# -- identities: exists takes info's forms, generation 0 and long components refused ---------
+out=$("$ctl" exists err/tie/ok); rc=$?
+[ $rc -eq 0 ] && [ "$out" = "yes" ] && ok "exists without @GENERATION: the newest live one, '$out'" \
+  || bad "exists without gen: $rc $out"
+out=$("$ctl" exists err/tie/never 2>&1); rc=$?
+[ $rc -eq 1 ] && [ "$out" = "no" ] && ok "exists of a revision with no live generation: '$out', exit 1" \
+  || bad "exists none: $rc $out"
+zero="weightctl: 'err/tie/ok@0' is not NAMESPACE/RESOURCE/REVISION[@GENERATION]: generation 0 is not a generation (they start at 1)"
+for form in "info ID" "exists ID" "size ID" "get ID --out $tmp/never0" "rm ID" "migrate ID --to cold" \
+            "policy ID --mode auto" "repair ID" "upsert status ID" \
+            "upsert ID --generation 2 $tmp/good.safetensors"; do
+  read -r -a a <<<"${form/ID/err/tie/ok@0}"
+  refused "${form%% ID*} NAME@0" 2 "$zero" "${a[@]}"
+done
+long=$(printf 'r%.0s' $(seq 300))
+refused "put: over-long --revision" 2 \
+  "weightctl: put: INVALID_ARGUMENT: the revision (--revision) is 300 bytes, over the 256-byte limit of an identity component" \
+  put --namespace err --resource files --revision "$long" "$tmp/good.safetensors"
+refused "put: over-long --tenant" 2 \
+  "weightctl: put: INVALID_ARGUMENT: the tenant (--tenant) is 300 bytes, over the 256-byte limit of an identity component" \
+  put --tenant "$long" --namespace err --resource files --revision v1 "$tmp/good.safetensors"
+refused "put: empty --namespace" 2 "weightctl: put: INVALID_ARGUMENT: the namespace (--namespace) is empty" \
+  put --namespace "" --resource files --revision v1 "$tmp/good.safetensors"
+refused "info: over-long resource in the ID" 2 \
+  "weightctl: 'err/$long/v1' is not NAMESPACE/RESOURCE/REVISION[@GENERATION]: the resource is 300 bytes, over the 256-byte limit of an identity component" \
+  info "err/$long/v1"
+refused "info: two components" 2 \
+  "weightctl: 'err/v1' is not NAMESPACE/RESOURCE/REVISION[@GENERATION]: 2 components, not 3 (a '/' in one is written %2F)" \
+  info err/v1
 
 # -- help_says_what_is_there ----------------------------------------------------------------
 out=$("$ctl" put --help)
