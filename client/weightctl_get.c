@@ -2,8 +2,9 @@
  * from whatever layout was written by the --split / --replicate rules, each
  * written as DIR/rank<R>-of-<N>.safetensors.
  *
- * DIR (with its parents) is created and checked writable before the load
- * asks for a lease. The file is written as the bytes arrive: once the
+ * DIR (with its parents) is created and checked writable once the ID is
+ * resolved, before the load asks for a lease; the directories it made are
+ * removed again when the get fails with nothing written in them. The file is written as the bytes arrive: once the
  * placement of every tensor is known (weight_get asks for all placements
  * before the first buffer), the safetensors header is laid out, the
  * temporary file DIR/.rank<R>-of-<N>.safetensors.tmp sized and mapped
@@ -297,22 +298,34 @@ static void getcli_reset(getcli *g)
 }
 
 /* mkdir -p dir, then check that it is a directory this process can write
- * into. 0, or -1 with the cause printed as "weightctl: get: --out DIR: ...". */
-static int prepare_dir(const char *dir)
+ * into. The first directory it made (the top of those it made, each
+ * under the one before) goes to made[4096], "" when all were there, for
+ * unmake_dir. 0, or -1 with the cause printed as "weightctl: get: --out
+ * DIR: ...". */
+static int prepare_dir(const char *dir, char *made)
 {
     char path[4096];
     struct stat st;
+    made[0] = '\0';
     if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) {
         fprintf(stderr, "weightctl: get: --out %s: path too long\n", dir);
         return -1;
     }
     for (char *s = path + 1; *s; s++) {
-        if (*s != '/') continue;
+        if (*s != '/' || s[-1] == '/') continue;
         *s = '\0';
-        if (mkdir(path, 0755) != 0 && errno != EEXIST) goto failed;
+        if (mkdir(path, 0755) == 0) {
+            if (made[0] == '\0') snprintf(made, 4096, "%s", path);
+        } else if (errno != EEXIST) {
+            goto failed;
+        }
         *s = '/';
     }
-    if (mkdir(path, 0755) != 0 && errno != EEXIST) goto failed;
+    if (mkdir(path, 0755) == 0) {
+        if (made[0] == '\0') snprintf(made, 4096, "%s", path);
+    } else if (errno != EEXIST) {
+        goto failed;
+    }
     if (stat(path, &st) != 0) goto failed;
     if (!S_ISDIR(st.st_mode)) {
         errno = ENOTDIR;
@@ -324,6 +337,24 @@ failed:
     fprintf(stderr, "weightctl: get: --out %s: %s%s%s\n", dir, strerror(errno),
             strcmp(path, dir) ? " at " : "", strcmp(path, dir) ? path : "");
     return -1;
+}
+
+/* A get that failed before writing anything: remove the directories
+ * prepare_dir made for dir (made: the top one), deepest first; rmdir
+ * leaves any that holds something (a rank file written before). */
+static void unmake_dir(const char *dir, const char *made)
+{
+    char path[4096];
+    if (made[0] == '\0') return;
+    snprintf(path, sizeof path, "%s", dir);
+    for (;;) {
+        size_t n = strlen(path);
+        while (n > 1 && path[n - 1] == '/') path[--n] = '\0';
+        if (rmdir(path) != 0 || strcmp(path, made) == 0) return;
+        char *slash = strrchr(path, '/');
+        if (slash == NULL || slash == path) return;
+        *slash = '\0';
+    }
 }
 
 /* Write len bytes of data as DIR/name durably (a temporary file, fsync,
@@ -491,15 +522,15 @@ int wctl_cmd_get(ctl *x, int argc, char **argv)
         snprintf(want, sizeof want, "a rank below --tp %" PRIu64, tp);
         return wctl_bad_value("get", "--rank", rank_arg, want);
     }
-    if (prepare_dir(dir) < 0) return 1;
     if (wctl_open_weights(x) < 0) return 1;
     weight_identity id;
-    char text[2048], what[2100];
+    char text[2048], what[2100], made[4096];
     if ((rc = wctl_resolve_id(x, argv[optind], "get", &id, text, sizeof text, what, sizeof what)) != 0)
         return rc;
     if ((rc = weight_store_set_option(x->ws, WEIGHT_OPT_RELEASE_PAGES, 1)) < 0 ||
         (rc = weight_store_set_option(x->ws, WEIGHT_OPT_ATTACHMENTS, 1)) < 0)
         return wctl_failed(x, what, rc);
+    if (prepare_dir(dir, made) < 0) return 1; /* before the lease; removed if nothing comes */
     wctl_sigint_arm(x->ws); /* Ctrl-C: cancel the load (its lease is released), exit 130 */
     for (uint64_t r = all ? 0 : rank; r < (all ? tp : rank + 1) && status == 0; r++) {
         getcli g;
@@ -514,5 +545,6 @@ int wctl_cmd_get(ctl *x, int argc, char **argv)
         getcli_reset(&g);
     }
     wctl_sigint_disarm();
+    if (status != 0) unmake_dir(dir, made);
     return status;
 }

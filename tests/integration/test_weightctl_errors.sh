@@ -21,6 +21,8 @@
 #    info does (none: "no"); NAME@0 refused as a usage error by every
 #    command that takes an ID; an empty or over-long component named, with
 #    the limit.
+#  - get_of_a_missing_revision_makes_no_directory: --out DIR made only for
+#    a revision that is there (removed again when nothing was written).
 #  - help_says_what_is_there: put --help's wording and --payload-bytes,
 #    migrate --wait in the main --help, rm --help on what refuses a removal.
 # (More sections below as they are added.)
@@ -256,6 +258,20 @@ refused "info: over-long resource in the ID" 2 \
 refused "info: two components" 2 \
   "weightctl: 'err/v1' is not NAMESPACE/RESOURCE/REVISION[@GENERATION]: 2 components, not 3 (a '/' in one is written %2F)" \
   info err/v1
+
+# -- get_of_a_missing_revision_makes_no_directory --------------------------------------------
+err=$("$ctl" get err/none/v1@1 --out "$tmp/nf/deep/er" 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -q "NOT_FOUND" <<<"$err" && [ ! -e "$tmp/nf" ] \
+  && ok "get of a missing generation: '$err', no --out directory left" || bad "get missing @1: $rc $err $(ls -d "$tmp/nf" 2>&1)"
+err=$("$ctl" get err/none/v1 --out "$tmp/nf2" 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -q "NOT_FOUND" <<<"$err" && [ ! -e "$tmp/nf2" ] \
+  && ok "get of a revision with no live generation: no --out directory" || bad "get missing: $rc $err"
+mkdir -p "$tmp/keep/sub"
+"$ctl" get err/none/v1@1 --out "$tmp/keep/sub" >/dev/null 2>&1
+"$ctl" get err/none/v1@1 --out "$tmp/keep/new/er" >/dev/null 2>&1
+[ -d "$tmp/keep/sub" ] && [ ! -e "$tmp/keep/new" ] \
+  && ok "a failed get keeps the directories that were there, removes those it made" || bad "keep: $(ls -R "$tmp/keep")"
+[ ! -e "$tmp/never0" ] && ok "get NAME@0 made no --out directory" || bad "get @0 made $tmp/never0"
 
 # -- help_says_what_is_there ----------------------------------------------------------------
 out=$("$ctl" put --help)
