@@ -28,7 +28,9 @@ static void print_row(const weight_metadata *m)
 /* ls: every revision (page by page), at most --limit N rows, or the page
  * that starts at --page-token (with --limit: N rows from it). When rows
  * were left because of the limit (or after a --page-token page), the token
- * to go on from is printed ("next page: ..." / next_page_token). */
+ * to go on from is printed ("next page: ..." / next_page_token). The
+ * header (or the JSON's start) comes with the first page's answer: a
+ * refused first page prints nothing on stdout. */
 int wctl_cmd_ls(ctl *x, int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -57,17 +59,21 @@ int wctl_cmd_ls(ctl *x, int argc, char **argv)
     if (q.resource_id && !q.namespace_id) return wctl_bad_usage("ls", "--resource needs --namespace");
     if (wctl_open_weights(x) < 0) return 1;
     char token[1024], next[1024];
+    int opened = 0; /* the header is printed with the first page's answer, not before */
     snprintf(token, sizeof token, "%s", page ? page : "");
-    if (x->json) printf("{\"revisions\":[");
-    else printf("%-48s %-9s %-7s %10s  %s\n", "REVISION", "STATE", "RES", "SIZE", "POLICY");
     for (;;) {
         weight_metadata *list = NULL;
         size_t n = 0;
         q.limit = limit ? (uint32_t)(limit - shown) : 0;
         if ((rc = weight_list(x->ws, &q, token, &list, &n, next, sizeof next)) < 0) {
-            if (x->json) printf("]}\n");
+            if (x->json && opened) printf("]}\n");
             return wctl_failed(x, "ls", rc);
         }
+        if (!opened && x->json)
+            printf("{\"revisions\":[");
+        else if (!opened)
+            printf("%-48s %-9s %-7s %10s  %s\n", "REVISION", "STATE", "RES", "SIZE", "POLICY");
+        opened = 1;
         for (size_t i = 0; i < n && (!limit || shown < limit); i++, shown++) {
             if (x->json) {
                 if (shown) putchar(',');

@@ -23,6 +23,8 @@
 #    the limit.
 #  - get_of_a_missing_revision_makes_no_directory: --out DIR made only for
 #    a revision that is there (removed again when nothing was written).
+#  - ls_header_only_with_an_answer: a refused first page prints no header
+#    (text or JSON) on stdout (the plugin disabled: test_weightctl_kv.sh).
 #  - help_says_what_is_there: put --help's wording and --payload-bytes,
 #    migrate --wait in the main --help, rm --help on what refuses a removal.
 # (More sections below as they are added.)
@@ -272,6 +274,13 @@ mkdir -p "$tmp/keep/sub"
 [ -d "$tmp/keep/sub" ] && [ ! -e "$tmp/keep/new" ] \
   && ok "a failed get keeps the directories that were there, removes those it made" || bad "keep: $(ls -R "$tmp/keep")"
 [ ! -e "$tmp/never0" ] && ok "get NAME@0 made no --out directory" || bad "get @0 made $tmp/never0"
+
+# -- ls_header_only_with_an_answer ------------------------------------------------------------
+for j in "" --json; do
+  out=$("$ctl" $j ls --page-token not-a-token 2>"$tmp/ls.err"); rc=$?
+  [ $rc -eq 1 ] && [ -z "$out" ] && [ "$(wc -l <"$tmp/ls.err")" -eq 1 ] && grep -q "^weightctl: ls: " "$tmp/ls.err" \
+    && ok "ls $j with a bad page token: nothing on stdout, '$(cat "$tmp/ls.err")'" || bad "ls $j bad token: $rc [$out] $(cat "$tmp/ls.err")"
+done
 
 # -- help_says_what_is_there ----------------------------------------------------------------
 out=$("$ctl" put --help)

@@ -55,6 +55,9 @@ err=$("$ctl" kv put k "$tmp/does-not-exist" 2>&1); rc=$?
 [ $rc -eq 1 ] && ok "put of a missing file: exit 1" || bad "put missing file: $rc"
 "$ctl" kv rm other/x && ! "$ctl" kv get other/x "$tmp/x" 2>/dev/null && ok "kv rm" || bad "kv rm"
 "$ctl" kv frobnicate >/dev/null 2>&1; [ $? -eq 2 ] && ok "unknown command: usage, exit 2" || bad "usage"
+out=$("$ctl" ls 2>"$tmp/ls.err"); rc=$?
+[ $rc -eq 1 ] && [ -z "$out" ] && [ "$(wc -l <"$tmp/ls.err")" -eq 1 ] \
+  && ok "ls with the weight plugin disabled: no table header, '$(cat "$tmp/ls.err")'" || bad "ls disabled: $rc [$out] $(cat "$tmp/ls.err")"
 
 kill -9 $pid; wait $pid 2>/dev/null
 err=$("$ctl" status 2>&1); rc=$?
