@@ -742,8 +742,21 @@ int rpcc_send(rpcc_conn *c,
 
 /* -- Receiving ------------------------------------------------------------- */
 
+/* 1 when the 4 bytes b, read as a frame length, are text: a peer of
+ * another protocol answering (an HTTP status line, an SSH banner, ...). */
+static int text_bytes(const uint8_t *b)
+{
+    for (int i = 0; i < 4; i++)
+        if (b[i] < 0x20 || b[i] > 0x7e)
+            return 0;
+    return 1;
+}
+
 /* Read and decode the next response frame. SMP_EAGAIN on timeout (the
- * partial frame stays buffered); the other errors break the stream. */
+ * partial frame stays buffered); the other errors break the stream. A
+ * length that reads "HTTP" is said to be an HTTP answer (the master's
+ * admin/metrics port given as its RPC address), one over max_frame_bytes
+ * that is text is said to be text. */
 static int read_frame(rpcc_conn *c, int64_t deadline, rpcc_pending **out)
 {
     for (;;) {
@@ -754,9 +767,17 @@ static int read_frame(rpcc_conn *c, int64_t deadline, rpcc_pending **out)
                 conn_err(c, "server sent a zero-length frame");
                 return conn_break(c, SMP_EPROTO);
             }
+            if (memcmp(c->in, "HTTP", 4) == 0) {
+                conn_err(c, "the peer answered HTTP, not the master's RPC protocol (is this the "
+                            "admin/metrics port?)");
+                return conn_break(c, SMP_EPROTO);
+            }
             if (len > c->max_frame) {
-                conn_err(c, "response frame of %" PRIu32 " bytes exceeds max_frame_bytes %" PRIu32,
-                         len, c->max_frame);
+                conn_err(c, "response frame of %" PRIu32 " bytes exceeds max_frame_bytes %" PRIu32
+                            "%s%.4s%s",
+                         len, c->max_frame, text_bytes(c->in) ? " (its length reads as text '" : "",
+                         text_bytes(c->in) ? (const char *)c->in : "",
+                         text_bytes(c->in) ? "': a peer of another protocol?)" : "");
                 return conn_break(c, SMP_ERANGE);
             }
             if (c->in_len >= 4 + (size_t)len) {

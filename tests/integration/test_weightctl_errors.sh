@@ -25,6 +25,8 @@
 #    a revision that is there (removed again when nothing was written).
 #  - ls_header_only_with_an_answer: a refused first page prints no header
 #    (text or JSON) on stdout (the plugin disabled: test_weightctl_kv.sh).
+#  - a_peer_that_answers_http: ls, status and kv ls against it say the peer
+#    answered HTTP (a unit test keeps the size check: test_rpc).
 #  - help_says_what_is_there: put --help's wording and --payload-bytes,
 #    migrate --wait in the main --help, rm --help on what refuses a removal.
 # (More sections below as they are added.)
@@ -38,7 +40,9 @@ pass=0 fail=0
 ok()  { echo "ok: $1"; pass=$((pass + 1)); }
 bad() { echo "FAIL: $1"; fail=$((fail + 1)); }
 pid=""
+http=""
 cleanup() {
+  [ -n "$http" ] && kill "$http" 2>/dev/null
   [ -n "$pid" ] && { kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; }
   rm -rf "$tmp" "$shm"
 }
@@ -281,6 +285,36 @@ for j in "" --json; do
   [ $rc -eq 1 ] && [ -z "$out" ] && [ "$(wc -l <"$tmp/ls.err")" -eq 1 ] && grep -q "^weightctl: ls: " "$tmp/ls.err" \
     && ok "ls $j with a bad page token: nothing on stdout, '$(cat "$tmp/ls.err")'" || bad "ls $j bad token: $rc [$out] $(cat "$tmp/ls.err")"
 done
+
+# -- a_peer_that_answers_http ------------------------------------------------------------------
+# A peer that answers HTTP to anything (as an admin/metrics endpoint or a
+# proxy does), on a Unix socket: weightctl says so instead of taking
+# "HTTP" for a frame length of 1213486160 bytes.
+"$py" - "$tmp/http.sock" <<'PY' &
+import socket, sys, threading
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind(sys.argv[1]); s.listen(8)
+def serve(c):
+    try:
+        c.settimeout(2)
+        try: c.recv(65536)
+        except socket.timeout: pass
+        c.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+    except OSError: pass
+    finally: c.close()
+while True:
+    c, _ = s.accept()
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+PY
+http=$!
+for _ in $(seq 100); do [ -S "$tmp/http.sock" ] && break; sleep 0.05; done
+said="the peer answered HTTP, not the master's RPC protocol (is this the admin/metrics port?)"
+for cmd in ls status "kv ls"; do
+  err=$(env -u WEIGHTCTL_MASTER timeout 30 "$ctl" --master "$tmp/http.sock" $cmd 2>&1 >/dev/null); rc=$?
+  [ $rc -eq 1 ] && [[ "$err" == "weightctl: "*": $said" ]] && [ "$(wc -l <<<"$err")" -eq 1 ] \
+    && ok "$cmd against an HTTP peer: '$err'" || bad "$cmd against HTTP: $rc [$err]"
+done
+kill "$http"; wait "$http" 2>/dev/null; http=""
 
 # -- help_says_what_is_there ----------------------------------------------------------------
 out=$("$ctl" put --help)

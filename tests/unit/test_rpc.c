@@ -1,6 +1,7 @@
 /* test_rpc.c -- the RPC server and its blocking client, end to end, on the
  * real server of rpc_test_server.h: round trips over TCP and a Unix socket,
- * pipelining, deferred and held replies, malformed and oversized frames,
+ * pipelining, deferred and held replies, malformed and oversized frames
+ * (and a client's answer from a peer of another protocol),
  * connection and in-flight limits, rates, authentication states, reroutes. */
 #include "full_backlog.h"
 #include "rpc_test_server.h"
@@ -401,6 +402,74 @@ static void test_client_sees_oversized_refusal_as_erange(void **state)
     assert_int_equal(rpcc_call(c, SVC_ECHO, M_ECHO, NULL, 0, &status, NULL, NULL, NULL), SMP_ERANGE);
     free(big);
     rpcc_close(c);
+}
+
+/* A peer of another protocol: listens on a Unix socket, takes one
+ * connection, reads what comes and answers `answer`, then waits for the
+ * client to close. */
+typedef struct foreign_peer {
+    int fd;
+    const char *answer;
+    pthread_t thread;
+} foreign_peer;
+
+static void *foreign_peer_run(void *arg)
+{
+    foreign_peer *p = arg;
+    uint8_t buf[4096];
+    int c = accept(p->fd, NULL, NULL);
+    if (c < 0) return NULL;
+    if (read(c, buf, sizeof(buf)) > 0 && write(c, p->answer, strlen(p->answer)) < 0) {
+        /* the client went away: its error is what the test looks at */
+    }
+    while (read(c, buf, sizeof(buf)) > 0) {
+    }
+    close(c);
+    return NULL;
+}
+
+/* One call to a peer that answers `answer`: the code and message. */
+static int call_foreign_peer(const char *answer, char *msg, size_t cap)
+{
+    foreign_peer p = {.answer = answer};
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "/tmp/wm-test-rpc-foreign-%d.sock", (int)getpid());
+    unlink(sa.sun_path);
+    p.fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    assert_true(p.fd >= 0);
+    assert_int_equal(bind(p.fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(listen(p.fd, 1), 0);
+    assert_int_equal(pthread_create(&p.thread, NULL, foreign_peer_run, &p), 0);
+    rpcc_options o = {.timeout_ms = 5000};
+    rpcc_conn *c = NULL;
+    char err[256], ep[128];
+    snprintf(ep, sizeof(ep), "unix:%s", sa.sun_path);
+    assert_int_equal(rpcc_connect(ep, &o, &c, err, sizeof(err)), SMP_OK);
+    int status = 0;
+    int rc = rpcc_call(c, SVC_ECHO, M_ECHO, (const uint8_t *)"hi\n", 3, &status, NULL, NULL, NULL);
+    snprintf(msg, cap, "%s", rpcc_last_error(c));
+    rpcc_close(c);
+    pthread_join(p.thread, NULL);
+    close(p.fd);
+    unlink(sa.sun_path);
+    return rc;
+}
+
+/* A peer that answers HTTP (an admin or metrics port given as the
+ * master's address) is said to be one, not read as a frame of 1213486160
+ * bytes; another text answer over max_frame_bytes keeps the size refusal
+ * and says the length reads as text. */
+static void test_client_names_a_peer_of_another_protocol(void **state)
+{
+    (void)state;
+    char msg[512];
+    assert_int_equal(call_foreign_peer("HTTP/1.1 400 Bad Request\r\n\r\n", msg, sizeof(msg)),
+                     SMP_EPROTO);
+    assert_string_equal(msg, "the peer answered HTTP, not the master's RPC protocol (is this the "
+                             "admin/metrics port?)");
+    assert_int_equal(call_foreign_peer("SSH-2.0-OpenSSH_9.2\r\n", msg, sizeof(msg)), SMP_ERANGE);
+    assert_non_null(strstr(msg, "response frame of 1397966893 bytes exceeds max_frame_bytes"));
+    assert_non_null(strstr(msg, "its length reads as text 'SSH-'"));
 }
 
 /* A body that does not decode as RpcRequest: SMP_EPROTO, then closed. */
@@ -900,6 +969,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_reply_over_max_frame_becomes_erange, setup, teardown),
         cmocka_unit_test_setup_teardown(test_client_refuses_oversized_request, setup, teardown),
         cmocka_unit_test(test_client_connect_errors),
+        cmocka_unit_test(test_client_names_a_peer_of_another_protocol),
         cmocka_unit_test(test_unix_connect_to_a_full_backlog_ends_at_its_timeout),
         cmocka_unit_test_setup_teardown(test_truncated_frame_closes_only_that_connection, setup,
                                         teardown),
