@@ -29,7 +29,6 @@
 #    answered HTTP (a unit test keeps the size check: test_rpc).
 #  - help_says_what_is_there: put --help's wording and --payload-bytes,
 #    migrate --wait in the main --help, rm --help on what refuses a removal.
-# (More sections below as they are added.)
 set -uo pipefail
 : "${BUILD_DIR:?}" "${SOURCE_DIR:?}"
 ctl="$BUILD_DIR/bin/weightctl"
