@@ -398,7 +398,12 @@ int wctl_cmd_put(ctl *x, int argc, char **argv)
     if (rc < 0) {
         char what[2100];
         snprintf(what, sizeof what, "put %s", text);
+        int no_room = strstr(weight_store_last_error(x->ws), "no memory segment has room") != NULL;
         status = wctl_failed(x, what, rc);
+        if (no_room)
+            fprintf(stderr, "weightctl: put: --payload-bytes N (at least 4096) cuts the revision "
+                    "into smaller payload objects, which may fit the free ranges the segments "
+                    "have left\n");
         if (rc == WEIGHT_ECANCELED && wctl_interrupted()) status = 130;
         goto close_files;
     }

@@ -27,6 +27,9 @@
 #    (text or JSON) on stdout (the plugin disabled: test_weightctl_kv.sh).
 #  - a_peer_that_answers_http: ls, status and kv ls against it say the peer
 #    answered HTTP (a unit test keeps the size check: test_rpc).
+#  - put_that_does_not_fit_names_payload_bytes: a put that finds no free
+#    range large enough names the shortfall and points to --payload-bytes;
+#    nothing is made, and the same put in smaller objects fits.
 #  - help_says_what_is_there: put --help's wording and --payload-bytes,
 #    migrate --wait in the main --help, rm --help on what refuses a removal.
 set -uo pipefail
@@ -114,6 +117,27 @@ with open(path, "wb") as f:
     for b in blobs: f.write(b)
 PY
 }
+
+# -- put_that_does_not_fit_names_payload_bytes ----------------------------------------------
+# First, while the segment is empty: three 20 MiB revisions fill the 64 MiB
+# segment; the middle one removed
+# leaves a 20 MiB hole and some 4 MiB at the end. A 22 MiB tensor in one
+# payload object fits neither: refused with the shortfall and a pointer to
+# --payload-bytes, nothing made; cut into 4 MiB objects it fits.
+mk_tensors "$tmp/20m.safetensors" w:U8:5120x4096:r
+for r in a b c; do
+  "$ctl" put --namespace err --resource room --revision $r "$tmp/20m.safetensors" >/dev/null || bad "put of room/$r"
+done
+"$ctl" rm err/room/b@1 --wait --timeout 30 >/dev/null || bad "rm of room/b"
+mk_tensors "$tmp/22m.safetensors" w:U8:5632x4096:r
+out=$("$ctl" put --namespace err --resource room --revision d "$tmp/22m.safetensors" 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -q "no memory segment has room: 22.0 MiB needed, the largest free range is .* MiB, .* short" <<<"$out" \
+  && grep -qx "weightctl: put: --payload-bytes N (at least 4096) cuts the revision into smaller payload objects, which may fit the free ranges the segments have left" <<<"$out" \
+  && absent err/room/d@1 && ok "a put that does not fit: the shortfall and --payload-bytes named, nothing made" \
+  || bad "no room: $rc [$out]"
+out=$("$ctl" put --namespace err --resource room --revision d --payload-bytes 4194304 "$tmp/22m.safetensors" 2>&1) \
+  && ok "the same in 4 MiB payload objects fits" || bad "with --payload-bytes: $out"
+for r in a c d; do "$ctl" rm err/room/$r@1 --wait --timeout 30 >/dev/null || bad "rm of room/$r"; done
 
 # -- put_tie_must_be_one_storage ------------------------------------------------------
 m="$tmp/tie.safetensors"
