@@ -34,30 +34,10 @@ cleanup() {
   rm -rf "$tmp" "$shm"
 }
 trap cleanup EXIT
-cat >"$tmp/master.yaml" <<YAML
-listen:
-  tcp: ""
-  unix: "$tmp/master.sock"
-  admin: ""
-data_dir: "$tmp/data"
-node:
-  embedded: true
-  id: "cli$$"
-  segment_dir: "$shm"
-  segment_bytes: 100663296
-cluster:
-  default_weight_preferred_residency: hot
-  default_weight_migration_mode: manual
-plugins:
-  - path: "$BUILD_DIR/lib/weight_mgmt.so"
-    config:
-      tick_period_ms: 50
-YAML
 . "$(dirname "$0")/weightctl_lib.sh"
+weight_master_yaml "$tmp/master.yaml" "cli$$" 100663296
 start_master "$tmp/master.yaml"
 
-# state: what the master holds (every revision, tombstones too, and the keys).
-state() { "$ctl" --json ls --all; "$ctl" kv ls; }
 # one_line_refusal NAME EXPECTED_LINE ARGS...: exit 2, exactly that one line
 # on stderr, nothing on stdout, nothing changed.
 one_line_refusal() {

@@ -1,8 +1,39 @@
 # weightctl_lib.sh -- what the weightctl scripts share (sourced, not run):
-# start a store_master on a config and wait until its embedded node serves;
+# the weight scripts' master config; start a store_master on a config and
+# wait until its embedded node serves; what the master holds;
 # write safetensors files and compare them (mk_st and st_same need $py, a
 # Python 3).
 #
+# weight_master_yaml FILE NODE_ID SEGMENT_BYTES: the config the weight
+# scripts run on -- a Unix socket in $tmp, no TCP or admin port, data in
+# $tmp/data, the embedded node's segment in $shm, weight_mgmt.so with a
+# 50 ms tick, revisions HOT and MANUAL by default (nothing moves by itself).
+weight_master_yaml() {
+  cat >"$1" <<YAML
+listen:
+  tcp: ""
+  unix: "$tmp/master.sock"
+  admin: ""
+data_dir: "$tmp/data"
+node:
+  embedded: true
+  id: "$2"
+  segment_dir: "$shm"
+  segment_bytes: $3
+cluster:
+  default_weight_preferred_residency: hot
+  default_weight_migration_mode: manual
+plugins:
+  - path: "$BUILD_DIR/lib/weight_mgmt.so"
+    config:
+      tick_period_ms: 50
+YAML
+}
+
+# state: what the master holds (every revision, tombstones too, and the
+# keys), to compare before and after a refused command.
+state() { "$ctl" --json ls --all; "$ctl" kv ls; }
+
 # start_master CONFIG: starts $BUILD_DIR/bin/store_master --config CONFIG in
 # the background with its stderr in $tmp/master.log, sets pid, points
 # weightctl at $tmp/master.sock (WEIGHTCTL_MASTER) and waits up to 15 s for
