@@ -85,10 +85,15 @@ struct ha_election {
     _Atomic uint64_t valid_until_ms;
     /* Send time of the lease's last grant or renewal; 0: no lease. */
     _Atomic uint64_t renewed_at_ms;
+    /* Leader exits the watcher noticed (it clears the leader at once); the
+     * loop learns of each at its next turn (exits_applied). Between the two
+     * the loop's view still names the dead leader: ha_election_leader_gone. */
+    _Atomic uint64_t exits_noticed;
 
     /* Loop thread only. */
     int loop_leader;               /* elected reported, not yet deposed */
     char seen_endpoint[256];
+    uint64_t exits_applied;        /* exits_noticed as of the last leader change applied */
 };
 
 static uint64_t mono_ms(void)
@@ -203,6 +208,7 @@ static void on_leader_exit(void *arg, const char *endpoint, int64_t lease)
         e->leader_endpoint[0] = '\0';
         e->leader_lease = 0;
         e->leader_pending = 1;
+        atomic_fetch_add(&e->exits_noticed, 1);
         wake_loop(e);
     }
     pthread_mutex_unlock(&e->mu);
@@ -466,6 +472,7 @@ static void on_async(uv_async_t *a)
         leader_changed = 1;
         snprintf(id, sizeof(id), "%s", e->leader_id);
         snprintf(endpoint, sizeof(endpoint), "%s", e->leader_endpoint);
+        e->exits_applied = atomic_load(&e->exits_noticed); /* under mu: what this change saw */
     }
     pthread_mutex_unlock(&e->mu);
 
@@ -650,6 +657,11 @@ int ha_election_is_leader(const ha_election *e)
 const char *ha_election_leader_endpoint(const ha_election *e)
 {
     return e->seen_endpoint;
+}
+
+int ha_election_leader_gone(const ha_election *e)
+{
+    return atomic_load(&((ha_election *)e)->exits_noticed) != e->exits_applied;
 }
 
 size_t ha_election_members(ha_election *e, ha_member *out, size_t cap)

@@ -111,6 +111,12 @@ int ha_election_is_leader(const ha_election *e);
  * pointer stays valid until the next loop turn. */
 const char *ha_election_leader_endpoint(const ha_election *e);
 
+/* 1 when the watcher noticed the leader's exit (ha_exit_watch.h) and this
+ * loop has not yet taken the change: the leader the loop last saw (and
+ * told on_leader) is dead, so no client should be sent to it. Loop thread;
+ * one atomic read. */
+int ha_election_leader_gone(const ha_election *e);
+
 /* Copy up to cap registry entries into out (sorted by id); returns how many
  * there are. Loop thread. */
 size_t ha_election_members(ha_election *e, ha_member *out, size_t cap);

@@ -195,7 +195,11 @@ static int admit(void *arg, uint32_t service, uint32_t method, const char **lead
     if (service == HOST_SERVICE__HOST_SERVICE_ADMIN && method >= ADMIN_METHOD__ADMIN_PLUGIN_LIST &&
         method <= ADMIN_METHOD__ADMIN_PLUGIN_ENABLE)
         return 0;
-    *leader = strcmp(m->ha_leader, advertised(m)) == 0 ? "" : m->ha_leader;
+    /* A leader whose exit the watcher noticed is named to nobody, even
+       before this loop turn took the change: the request waits for the next
+       leader instead. */
+    int gone = m->election != NULL && ha_election_leader_gone(m->election);
+    *leader = gone || strcmp(m->ha_leader, advertised(m)) == 0 ? "" : m->ha_leader;
     return SMP_ENOTLEADER;
 }
 
