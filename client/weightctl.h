@@ -48,7 +48,7 @@ int wctl_admin_call(ctl *x, const char *what, uint32_t method, const struct Prot
 
 /* -- weightctl_fsck.c ------------------------------------------------------- */
 
-/* `fsck [--repair]`: the exit status (0 clean or repaired, 1 orphans found
+/* `fsck [--deep] [--repair]`: the exit status (0 clean or repaired, 1 orphans found
  * without --repair, a node not checked, or refused; 2 usage). */
 int wctl_cmd_fsck(ctl *x, int argc, char **argv);
 

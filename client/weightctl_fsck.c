@@ -1,5 +1,5 @@
-/* weightctl_fsck.c -- `weightctl fsck [--repair]`: what the nodes hold that
- * nothing owns.
+/* weightctl_fsck.c -- `weightctl fsck [--deep] [--repair]`: what the nodes
+ * hold that nothing owns, and replicas whose file is corrupt.
  *
  * One admin RPC (service 2, ADMIN_FSCK) to the master given by --master.
  * The master has every up node list its cold files and the non-zero bytes
@@ -10,7 +10,9 @@
  * replica names are reported as corrupt replicas, with the replica's key;
  * --repair drops those replicas (the file is then deleted, and a weight
  * revision that held one turns DEGRADED, repaired from another replica
- * where there is one). Also printed: the cold bytes found on disk and the
+ * where there is one). Headers and sizes are read; --deep also reads every
+ * cold file's data and checks its SHA-256 (a mismatch is corrupt). Also
+ * printed: the cold bytes found on disk and the
  * segment's occupied bytes beside the master's cold replica bytes and
  * memory used (the store_replica_bytes{kind="cold"} and
  * store_memory_used_bytes gauges), so a clean store shows them agree.
@@ -49,7 +51,7 @@ static void node_text(const FsckNode *n)
                (unsigned long long)(total - n->n_orphan_files), n->n_orphan_files);
     for (size_t i = 0; i < n->n_corrupt_replicas; i++) {
         const FsckColdFile *f = n->corrupt_replicas[i];
-        printf("  corrupt cold file %s (bad header or size): replica of %s\n", f->name, f->key);
+        printf("  corrupt cold file %s: replica of %s\n", f->name, f->key);
     }
     if (n->replicas_dropped > 0)
         printf("  %llu corrupt replicas dropped\n", (unsigned long long)n->replicas_dropped);
@@ -106,17 +108,21 @@ static void node_json(const FsckNode *n)
 
 int wctl_cmd_fsck(ctl *x, int argc, char **argv)
 {
-    static const struct option opts[] = {{"repair", no_argument, NULL, 'r'}, {NULL, 0, NULL, 0}};
-    int c, repair = 0;
+    static const struct option opts[] = {{"repair", no_argument, NULL, 'r'},
+                                         {"deep", no_argument, NULL, 'd'},
+                                         {NULL, 0, NULL, 0}};
+    int c, repair = 0, deep = 0;
     optind = 0;
     while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
-        if (c != 'r') return wctl_opt_error("fsck", c, argv);
-        repair = 1;
+        if (c == 'r') repair = 1;
+        else if (c == 'd') deep = 1;
+        else return wctl_opt_error("fsck", c, argv);
     }
     if (optind != argc) return wctl_bad_usage("fsck", "takes no operand");
     FsckRequest req = FSCK_REQUEST__INIT;
     FsckReport *rep = NULL;
     req.repair = repair;
+    req.deep = deep;
     if (wctl_admin_call(x, "fsck", ADMIN_METHOD__ADMIN_FSCK, &req.base, &fsck_report__descriptor,
                         (ProtobufCMessage **)&rep) != 0)
         return 1;

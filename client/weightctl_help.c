@@ -63,7 +63,8 @@ void wctl_usage(FILE *out)
             "                         refusal leaves the old one serving and says why\n"
             "  plugin disable NAME    quiesce a plugin and refuse its RPCs (plain KV store)\n"
             "  plugin enable NAME     serve a disabled plugin again\n"
-            "  fsck [--repair]        report (and with --repair remove) cold files and segment\n"
+            "  fsck [--deep] [--repair]\n"
+            "                         report (and with --repair remove) cold files and segment\n"
             "                         bytes that nothing owns, and replicas whose file is corrupt\n"
             "  kv put KEY FILE|-      store FILE's bytes (-: stdin) as object KEY\n"
             "  kv get KEY FILE|-      write object KEY's bytes (checked) to FILE (-: stdout)\n"
@@ -241,7 +242,7 @@ static const cmd_help helps[] = {
      "examples:\n"
      "  weightctl gate confirm weight_management_oplog_capability_confirmed\n"},
     {"fsck",
-     "usage: weightctl fsck [--repair]\n"
+     "usage: weightctl fsck [--deep] [--repair]\n"
      "Check what the up nodes hold against what the master's state names: cold files no\n"
      "replica names (orphans, corrupt ones included) and non-zero bytes in segment ranges\n"
      "no object, put or reservation occupies. Read-only unless --repair: then the orphan\n"
@@ -249,13 +250,16 @@ static const cmd_help helps[] = {
      "there). A cold file a replica names whose header or size is bad is reported as a\n"
      "corrupt replica with its object's key; --repair drops that replica (the file then\n"
      "goes as an orphan; a weight revision turns DEGRADED and is repaired from another\n"
-     "replica where there is one). Prints the cold bytes on disk and the occupied segment\n"
-     "bytes beside the master's cold replica bytes and memory used. Exit 0 clean or\n"
-     "repaired, 1 orphans or corrupt replicas found (without --repair) or a node not\n"
-     "checked.\n"
+     "replica where there is one). --deep also reads every cold file's data and checks it\n"
+     "against its SHA-256, reporting a mismatch the same way (it reads the whole cold\n"
+     "tier; a node from before --deep ends its check with the cause). Prints the cold\n"
+     "bytes on disk and the occupied segment bytes beside the master's cold replica\n"
+     "bytes and memory used. Exit 0 clean or repaired, 1 orphans or corrupt replicas\n"
+     "found (without --repair) or a node not checked.\n"
      "examples:\n"
      "  weightctl fsck\n"
-     "  weightctl --json fsck --repair\n"},
+     "  weightctl --json fsck --repair\n"
+     "  weightctl fsck --deep\n"},
     {"plugin",
      "usage: weightctl plugin list\n"
      "       weightctl plugin reload NAME [--path LIBRARY.so]\n"

@@ -91,6 +91,7 @@ struct fsck_run {
     master *m;
     smp_rpc_call *call; /* NULL: a sweep (master_fsck_sweep_node), logged */
     int repair;
+    int deep;           /* fsck --deep: the nodes hash every cold file's data */
     int segment_only;   /* a sweep leaves files to the registration's reclaim */
     fsck_node *nodes;
     size_t n_nodes, cap_nodes;
@@ -500,6 +501,12 @@ static int page_check(const fsck_node *n, const TaskResult *res, char *why, size
     unsigned page = n->pages + 1;
     size_t bytes;
     const char *prev = n->after;
+    if (n->run->deep && !n->run->segment_only && !res->deep) {
+        /* A node from before deep checks reads headers only: not a deep check. */
+        snprintf(why, cap, "scan page %u: the node did not hash its cold files' data (a "
+                 "store_node from before fsck --deep?); nothing of it is judged", page);
+        return SMP_ENOTSUP;
+    }
     if (res->page_bytes == 0) {
         if (n->pages == 0) return SMP_OK;
         snprintf(why, cap, "scan page %u came from a node without scan pages (a store_node from "
@@ -546,7 +553,7 @@ static void on_scanned(master *m, void *arg, int status, const TaskResult *res);
 static int ask_page(master *m, fsck_node *n, const uint64_t *ranges, size_t n_ranges)
 {
     fsck_run *r = n->run;
-    master_scan_page p = {ranges, n_ranges, n->after, FSCK_PAGE_BYTES, r->segment_only};
+    master_scan_page p = {ranges, n_ranges, n->after, FSCK_PAGE_BYTES, r->segment_only, r->deep};
     r->outstanding++;
     int rc = master_node_task_scan(m, n->node, &p, on_scanned, n);
     if (rc < 0) r->outstanding--;
@@ -666,7 +673,7 @@ int master_fsck_h(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len
     int rc;
     FsckRequest *req = fsck_request__unpack(NULL, len, body);
     if (req == NULL) return rpc_reply_error(call, SMP_EPROTO, "body does not decode as FsckRequest");
-    int repair = req->repair;
+    int repair = req->repair, deep = req->deep;
     fsck_request__free_unpacked(req, NULL);
     if (!master_is_leader(m))
         return rpc_reply_error(call, SMP_ESTATE, "fsck: this master is not the leader");
@@ -675,6 +682,7 @@ int master_fsck_h(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len
     r->m = m;
     r->call = call;
     r->repair = repair;
+    r->deep = deep;
     if ((rc = run_start(r)) < 0) {
         run_free(r);
         return rpc_reply_error(call, rc, "fsck: out of memory");

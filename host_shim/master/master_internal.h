@@ -567,6 +567,7 @@ typedef struct master_scan_page {
     const char *after;
     uint32_t page_bytes;
     int segment_only;
+    int deep;           /* hash each cold file's data too (fsck --deep) */
 } master_scan_page;
 /* Queue that SCAN task (node_rpc.proto's after / page_bytes / segment_only)
  * like master_node_task_ranges. */

@@ -70,6 +70,7 @@ typedef struct master_task {
     char *after;          /* SCAN: the page's cursor (NULL: "") */
     uint32_t page_bytes;  /* SCAN: the page bound (0: one answer) */
     int segment_only;     /* SCAN: no cold file */
+    int deep;             /* SCAN: hash the cold files' data too */
     master_task_cb cb;
     void *arg;
     struct master_task *next;
@@ -368,6 +369,7 @@ static int queue_task(master *m,
         }
         t->page_bytes = scan->page_bytes;
         t->segment_only = scan->segment_only;
+        t->deep = scan->deep;
     }
     if (n->queue_tail) n->queue_tail->next = t;
     else n->queue = t;
@@ -428,6 +430,7 @@ static void answer_poll(master *m, master_node *n)
         if (t->after != NULL) msgs[k].after = t->after;
         msgs[k].page_bytes = t->page_bytes;
         msgs[k].segment_only = t->segment_only;
+        msgs[k].deep = t->deep;
         if (t->n_ranges > 0) {
             rmsgs[k] = calloc(t->n_ranges, sizeof(SegmentRange));
             rptrs[k] = calloc(t->n_ranges, sizeof(SegmentRange *));

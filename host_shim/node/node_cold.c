@@ -665,13 +665,15 @@ close_fd:
     return rc;
 }
 
-int cold_stat(const cold_tier *ct,
-              const char *name_or_path,
-              cold_entry *e,
-              char *key_buf,
-              char *name_buf)
+int cold_check(const cold_tier *ct,
+               const char *name_or_path,
+               int deep,
+               cold_entry *e,
+               char *key_buf,
+               char *name_buf)
 {
     int rc, fd;
+    uint8_t md[32];
     if (e == NULL || key_buf == NULL || name_buf == NULL)
         return SMP_EINVAL;
     memset(e, 0, sizeof(*e));
@@ -679,12 +681,28 @@ int cold_stat(const cold_tier *ct,
         return SMP_EINVAL;
     e->name = name_buf;
     rc = open_checked(ct, name_buf, &fd, &e->length, e->sha256, key_buf, &e->file_bytes);
+    if (rc == SMP_OK && deep) {
+        rc = hash_file_data(fd, e->length, md);
+        if (rc == SMP_OK && memcmp(md, e->sha256, 32) != 0)
+            rc = SMP_EPROTO; /* the data is not what the header says it is */
+        close(fd);
+    } else if (rc == SMP_OK) {
+        close(fd);
+    }
     e->status = rc;
     if (rc < 0)
         return rc;
     e->key = key_buf;
-    close(fd);
     return SMP_OK;
+}
+
+int cold_stat(const cold_tier *ct,
+              const char *name_or_path,
+              cold_entry *e,
+              char *key_buf,
+              char *name_buf)
+{
+    return cold_check(ct, name_or_path, 0, e, key_buf, name_buf);
 }
 
 int cold_load(const cold_tier *ct,

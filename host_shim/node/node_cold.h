@@ -137,6 +137,17 @@ typedef struct cold_item {
  * SMP_EINVAL (n 0 or over COLD_BATCH_MAX: nothing done). */
 int cold_persist_batch(cold_tier *ct, cold_item *items, size_t n, unsigned flags);
 
+/* cold_stat, and with deep != 0 the data hashed too: a file whose data does
+ * not match its header's SHA-256 is SMP_EPROTO (e->status too), as a bad
+ * header is; SMP_EIO when it cannot be read. e->length is then the data
+ * length either way (what was read). */
+int cold_check(const cold_tier *ct,
+               const char *name_or_path,
+               int deep,
+               cold_entry *e,
+               char *key_buf,
+               char *name_buf);
+
 /* Read and check the header of a cold file (name or path, cold_resolve);
  * e->name and e->key point into buffers the caller provides: key_buf
  * (COLD_KEY_MAX + 1 bytes) and name_buf (COLD_NAME_MAX bytes). Returns

@@ -13,7 +13,12 @@
  * dropped with the last page (or replaced by the next first page), so a file
  * made after the first page is not seen -- as one made after a one-answer
  * scan's directory read is not. A master from before pages (page_bytes 0)
- * gets every file in one answer. */
+ * gets every file in one answer.
+ *
+ * A deep SCAN (NodeTask.deep, fsck --deep) also hashes each file's data
+ * against its header's SHA-256 and reports a mismatch as corrupt; its
+ * pages also end once some SCAN_DEEP_BYTES were read, so one task stays
+ * seconds long, and its answer says it was deep (TaskResult.deep). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +33,7 @@
 #define SCAN_CHUNK (1u << 20)  /* fsck: bytes read at a time */
 #define SCAN_STALE_TMP_MS 60000 /* temporary files older than this are a dead persist's */
 #define SCAN_RESULT_SLACK 16    /* a page's bytes for status and more, set after it is measured */
+#define SCAN_DEEP_BYTES (1ull << 30) /* a deep page ends once it hashed this much data */
 
 struct node_fsck {
     seg_segment *seg;                 /* borrowed */
@@ -218,7 +224,8 @@ static int scan_file(void *arg, const cold_entry *e)
 static int scan_whole(node_fsck *n, const NodeTask *t, TaskResult *r, char *err, size_t errlen)
 {
     scan_files sf = {r, 0};
-    int rc = cold_inventory(n->cold, SCAN_STALE_TMP_MS, 0, scan_file, &sf, NULL);
+    int rc = cold_inventory(n->cold, SCAN_STALE_TMP_MS, t->deep, scan_file, &sf, NULL);
+    r->deep = t->deep;
     if (rc != SMP_OK) {
         wm_errbuf(err, errlen, "scan of %s: %s", n->cold_dir, smp_strerror(rc));
         return rc < 0 ? rc : SMP_EIO;
@@ -271,9 +278,14 @@ static int page_files(node_fsck *n, const NodeTask *t, TaskResult *r, char *err,
         if (strcmp(n->names[mid], t->after) <= 0) lo = mid + 1;
         else hi = mid;
     }
+    uint64_t hashed = 0;
     for (size_t i = lo; i < n->n_names; i++) {
         cold_entry e;
-        rc = cold_stat(n->cold, n->names[i], &e, key_buf, name_buf);
+        if (t->deep && hashed >= SCAN_DEEP_BYTES && r->n_files > 0) {
+            r->more = 1; /* a page of deep checks stays some 1 GiB of reading long */
+            return SMP_OK;
+        }
+        rc = cold_check(n->cold, n->names[i], t->deep, &e, key_buf, name_buf);
         if (rc == SMP_ENOTFOUND) continue; /* deleted meanwhile */
         if (rc == SMP_EINVAL || rc == SMP_ENOMEM) return rc == SMP_EINVAL ? SMP_EIO : rc;
         if ((rc = scan_file(&sf, &e)) != 0) return rc; /* corrupt ones too (status says) */
@@ -281,6 +293,7 @@ static int page_files(node_fsck *n, const NodeTask *t, TaskResult *r, char *err,
         size_t entry = 1 + varint_bytes(sz) + sz;
         if (used + entry <= t->page_bytes) {
             used += entry;
+            hashed += e.length;
             continue;
         }
         drop_last_file(r);
@@ -306,6 +319,7 @@ int node_fsck_scan(node_fsck *n, const NodeTask *t, TaskResult *r, char *err, si
         return SMP_EINVAL;
     }
     r->page_bytes = t->page_bytes;
+    r->deep = t->deep && !t->segment_only;
     if ((r->after = strdup(t->after)) == NULL) return SMP_ENOMEM;
     if (t->n_ranges > 0 && (rc = scan_ranges(n, t, r, err, errlen)) != SMP_OK) return rc;
     if (t->segment_only) return SMP_OK;

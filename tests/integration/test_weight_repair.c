@@ -320,7 +320,7 @@ static void test_fsck_reports_and_drops_a_corrupt_replica(void **state)
     overwrite_header(path);
 
     assert_int_equal(wx_weightctl(&f->m, out, sizeof(out), "fsck"), 1);
-    snprintf(want, sizeof(want), "corrupt cold file %s (bad header or size): replica of "
+    snprintf(want, sizeof(want), "corrupt cold file %s: replica of "
              "weights/acme/llm/rot/v1/1/payload/", name);
     if (strstr(out, want) == NULL || strstr(out, "0 orphans, 1 corrupt replicas") == NULL)
         fail_msg("fsck said: %s", out);
@@ -339,6 +339,48 @@ static void test_fsck_reports_and_drops_a_corrupt_replica(void **state)
     if (wx_weightctl(&f->m, out, sizeof(out), "fsck --json") != 0 ||
         strstr(out, "\"corrupt_replicas\":0}") == NULL)
         fail_msg("fsck --json said: %s", out);
+    weight_store_close(s);
+}
+
+/* A cold file whose data rotted (one byte of the payload flipped, the
+ * header intact) passes the plain fsck, which reads headers only; fsck
+ * --deep reads the data, reports the file as a corrupt replica (exit 1,
+ * read-only), and --deep --repair drops it: the revision turns DEGRADED
+ * and the file is deleted. */
+static void test_fsck_deep_finds_data_that_rotted(void **state)
+{
+    fixture *f = *state;
+    weight_store *s = wx_open_store(&f->m);
+    weight_identity id;
+    char name[128], path[700], out[8192], want[400];
+    assert_int_equal(weight_identity_set(&id, NULL, "llm", "rot", "v2", 1), 0);
+    put_cold_and_pick_a_payload_file(f, s, &id, name);
+    snprintf(path, sizeof(path), "%s/cold/%s", f->m.dir, name);
+    FILE *fp = fopen(path, "r+b");
+    assert_non_null(fp);
+    assert_int_equal(fseek(fp, 4096 + 1000, SEEK_SET), 0); /* past the header: the data */
+    int was = fgetc(fp);
+    assert_int_equal(fseek(fp, 4096 + 1000, SEEK_SET), 0);
+    assert_int_equal(fputc(was ^ 0xff, fp), was ^ 0xff);
+    assert_int_equal(fclose(fp), 0);
+
+    if (wx_weightctl(&f->m, out, sizeof(out), "fsck") != 0) fail_msg("plain fsck said: %s", out);
+    assert_int_equal(wx_weightctl(&f->m, out, sizeof(out), "fsck --deep"), 1);
+    snprintf(want, sizeof(want), "corrupt cold file %s: replica of "
+             "weights/acme/llm/rot/v2/1/payload/", name);
+    if (strstr(out, want) == NULL) fail_msg("fsck --deep said: %s", out);
+    weight_metadata md;
+    CHECK(s, weight_get_metadata(s, &id, &md, NULL));
+    assert_int_equal((int)md.availability, WEIGHT_READY); /* read-only */
+
+    assert_int_equal(wx_weightctl(&f->m, out, sizeof(out), "fsck --deep --repair"), 0);
+    if (strstr(out, "1 corrupt replicas dropped") == NULL) fail_msg("fsck --deep --repair said: %s", out);
+    wait_state(s, &id, WEIGHT_DEGRADED, -1);
+    for (int i = 0; access(path, F_OK) == 0; i++) {
+        if (i * 20 > WAIT_MS) fail_msg("%s was not deleted", name);
+        sleep_ms(20);
+    }
+    if (wx_weightctl(&f->m, out, sizeof(out), "fsck --deep") != 0) fail_msg("fsck --deep after: %s", out);
     weight_store_close(s);
 }
 
@@ -404,6 +446,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_fsck_reports_and_drops_a_corrupt_replica, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_fsck_deep_finds_data_that_rotted, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -224,6 +224,14 @@ static void test_corrupted_file_is_never_served(void **state)
     assert_int_equal(cold_load(g_ct, name, "k/corrupt", back, BIG, g_sha, err, sizeof(err)),
                      SMP_EPROTO);
     assert_non_null(strstr(err, "corrupted"));
+    /* The header still reads right: only a deep check (fsck --deep) finds it. */
+    cold_entry e;
+    char key_buf[COLD_KEY_MAX + 1], name_buf[COLD_NAME_MAX];
+    assert_int_equal(cold_check(g_ct, name, 0, &e, key_buf, name_buf), SMP_OK);
+    assert_string_equal(e.key, "k/corrupt");
+    assert_int_equal(cold_check(g_ct, name, 1, &e, key_buf, name_buf), SMP_EPROTO);
+    assert_int_equal(e.status, SMP_EPROTO);
+    assert_null(e.key);
     assert_int_equal(cold_load(g_ct, name, NULL, back, BIG, NULL, err, sizeof(err)), SMP_EPROTO);
     flip_byte(path, COLD_HEADER_BYTES + BIG / 2);
     assert_int_equal(cold_load(g_ct, name, "k/corrupt", back, BIG, g_sha, err, sizeof(err)), SMP_OK);
