@@ -221,6 +221,7 @@ typedef enum bad_page {
     BAD_SIZE,     /* page 1 larger than asked */
     BAD_OLD_NODE, /* page 2 from a node without pages */
     OLD_NODE,     /* a node from before pages: every file in its first answer (good) */
+    NOT_DEEP,     /* a deep scan answered by a node that did not hash (before --deep) */
 } bad_page;
 
 /* Strings and files a crafted page points to (freed with it). */
@@ -298,6 +299,8 @@ static page_buf *bad_answer(bad_page kind, int page, const NodeTask *t)
         }
         return p;
     }
+    case NOT_DEEP: /* a right page, but TaskResult.deep unset */
+        return page_new(t, first, 2, 16, 0);
     case OLD_NODE: { /* names in no order, no cursor, no bound: as before pages */
         page_buf *p = page_new(t, disorder, 2, 16, 0);
         p->r.page_bytes = 0;
@@ -420,12 +423,15 @@ static char *ghost_fsck(fx *f, rpcc_conn *c, bad_page kind, const char *args)
     return out;
 }
 
-/* `fsck --repair` while ghost answers its scan with the bad page of kind:
- * the report names want for ghost, lists no orphan there, removes nothing,
- * and ghost gets no repair task (nor a page after the refused one). */
-static void bad_page_refused(fx *f, rpcc_conn *c, bad_page kind, const char *want)
+/* `fsck --repair` (and args) while ghost answers its scan with the bad
+ * page of kind: the report names want for ghost, lists no orphan there,
+ * removes nothing, and ghost gets no repair task (nor a page after the
+ * refused one). */
+static void bad_page_refused(fx *f, rpcc_conn *c, bad_page kind, const char *args, const char *want)
 {
-    char *out = ghost_fsck(f, c, kind, "--repair");
+    char all[64];
+    snprintf(all, sizeof(all), "--repair %s", args);
+    char *out = ghost_fsck(f, c, kind, all);
     const char *ghost = strstr(out, "{\"node\":\"ghost\"");
     if (ghost == NULL || strstr(ghost, want) == NULL) fail_msg("want '%s' for ghost in: %s", want, out);
     assert_non_null(strstr(ghost, "\"orphan_files\":[]"));
@@ -434,8 +440,9 @@ static void bad_page_refused(fx *f, rpcc_conn *c, bad_page kind, const char *wan
     free(out);
 }
 
-/* Pages that do not answer what was asked: each refused naming the cause,
- * and nothing is repaired on the node. */
+/* Pages that do not answer what was asked -- or a deep scan answered by a
+ * node that did not hash -- each refused naming the cause, and nothing is
+ * repaired on the node. */
 static void test_bad_scan_pages_are_refused(void **state)
 {
     fx *f = *state;
@@ -446,11 +453,14 @@ static void test_bad_scan_pages_are_refused(void **state)
     char want[300];
     snprintf(want, sizeof(want), "scan page 2: cold file '%064d.cold' does not sort after "
              "'%064d.cold' (names out of order)", 3, 5);
-    bad_page_refused(f, c, BAD_ORDER, want);
-    bad_page_refused(f, c, BAD_AFTER, "scan page 1 answers the page after 'zzz', not the one asked "
-                                      "(after '')");
-    bad_page_refused(f, c, BAD_SIZE, "more than the 262144 asked");
-    bad_page_refused(f, c, BAD_OLD_NODE, "scan page 2 came from a node without scan pages");
+    bad_page_refused(f, c, BAD_ORDER, "", want);
+    bad_page_refused(f, c, BAD_AFTER, "", "scan page 1 answers the page after 'zzz', not the one "
+                                          "asked (after '')");
+    bad_page_refused(f, c, BAD_SIZE, "", "more than the 262144 asked");
+    bad_page_refused(f, c, BAD_OLD_NODE, "", "scan page 2 came from a node without scan pages");
+    /* A deep check a node did not make is not taken for one. */
+    bad_page_refused(f, c, NOT_DEEP, "--deep", "scan page 1: the node did not hash its cold files' "
+                                               "data (a store_node from before fsck --deep?)");
     rpcc_close(c);
 }
 
