@@ -303,56 +303,67 @@ static void put_cold_and_pick_a_payload_file(fixture *f, weight_store *s, const 
     fail_msg("no new payload file");
 }
 
+/* `weightctl fsck ARGS` reports the cold file name (at path) as a corrupt
+ * replica of a payload of revision rev ("llm/rot/v1") and exits 1, read-only:
+ * the revision stays READY, the file stays. `fsck ARGS --repair` drops the
+ * replica: the revision turns DEGRADED (nothing else to read that payload
+ * from), the file is deleted, and `fsck ARGS` is clean again. */
+static void assert_fsck_drops_the_replica(fixture *f, weight_store *s, const weight_identity *id,
+                                          const char *rev, const char *name, const char *path,
+                                          const char *args)
+{
+    char cmd[64], out[8192], want[400];
+    snprintf(cmd, sizeof(cmd), "fsck %s", args);
+    assert_int_equal(wx_weightctl(&f->m, out, sizeof(out), cmd), 1);
+    snprintf(want, sizeof(want), "corrupt cold file %s: replica of weights/acme/%s/1/payload/", name,
+             rev);
+    if (strstr(out, want) == NULL || strstr(out, "0 orphans, 1 corrupt replicas") == NULL)
+        fail_msg("%s said: %s", cmd, out);
+    weight_metadata md;
+    CHECK(s, weight_get_metadata(s, id, &md, NULL));
+    assert_int_equal((int)md.availability, WEIGHT_READY); /* read-only */
+    assert_int_equal(access(path, F_OK), 0);
+
+    snprintf(cmd, sizeof(cmd), "fsck %s --repair", args);
+    assert_int_equal(wx_weightctl(&f->m, out, sizeof(out), cmd), 0);
+    if (strstr(out, "1 corrupt replicas dropped") == NULL) fail_msg("%s said: %s", cmd, out);
+    wait_state(s, id, WEIGHT_DEGRADED, -1);
+    for (int i = 0; access(path, F_OK) == 0; i++) {
+        if (i * 20 > WAIT_MS) fail_msg("%s was not deleted", name);
+        sleep_ms(20);
+    }
+    snprintf(cmd, sizeof(cmd), "fsck %s --json", args);
+    if (wx_weightctl(&f->m, out, sizeof(out), cmd) != 0 || strstr(out, "\"corrupt_replicas\":0}") == NULL)
+        fail_msg("%s said: %s", cmd, out);
+}
+
 /* weightctl fsck reports a cold file whose header is bad but which a
- * replica names -- read-only: the revision stays READY -- and exits 1;
- * --repair drops the replica: the revision turns DEGRADED (nothing else to
- * read that payload from), the file is deleted, and fsck is clean again.
+ * replica names, and --repair drops the replica (assert_fsck_drops_the_replica).
  * Before, fsck counted such a file and said "clean". */
 static void test_fsck_reports_and_drops_a_corrupt_replica(void **state)
 {
     fixture *f = *state;
     weight_store *s = wx_open_store(&f->m);
     weight_identity id;
-    char name[128], path[700], out[8192], want[400];
+    char name[128], path[700];
     assert_int_equal(weight_identity_set(&id, NULL, "llm", "rot", "v1", 1), 0);
     put_cold_and_pick_a_payload_file(f, s, &id, name);
     snprintf(path, sizeof(path), "%s/cold/%s", f->m.dir, name);
     overwrite_header(path);
-
-    assert_int_equal(wx_weightctl(&f->m, out, sizeof(out), "fsck"), 1);
-    snprintf(want, sizeof(want), "corrupt cold file %s: replica of "
-             "weights/acme/llm/rot/v1/1/payload/", name);
-    if (strstr(out, want) == NULL || strstr(out, "0 orphans, 1 corrupt replicas") == NULL)
-        fail_msg("fsck said: %s", out);
-    weight_metadata md;
-    CHECK(s, weight_get_metadata(s, &id, &md, NULL));
-    assert_int_equal((int)md.availability, WEIGHT_READY); /* read-only */
-    assert_int_equal(access(path, F_OK), 0);
-
-    assert_int_equal(wx_weightctl(&f->m, out, sizeof(out), "fsck --repair"), 0);
-    if (strstr(out, "1 corrupt replicas dropped") == NULL) fail_msg("fsck --repair said: %s", out);
-    wait_state(s, &id, WEIGHT_DEGRADED, -1);
-    for (int i = 0; access(path, F_OK) == 0; i++) {
-        if (i * 20 > WAIT_MS) fail_msg("%s was not deleted", name);
-        sleep_ms(20);
-    }
-    if (wx_weightctl(&f->m, out, sizeof(out), "fsck --json") != 0 ||
-        strstr(out, "\"corrupt_replicas\":0}") == NULL)
-        fail_msg("fsck --json said: %s", out);
+    assert_fsck_drops_the_replica(f, s, &id, "llm/rot/v1", name, path, "");
     weight_store_close(s);
 }
 
 /* A cold file whose data rotted (one byte of the payload flipped, the
  * header intact) passes the plain fsck, which reads headers only; fsck
- * --deep reads the data, reports the file as a corrupt replica (exit 1,
- * read-only), and --deep --repair drops it: the revision turns DEGRADED
- * and the file is deleted. */
+ * --deep reads the data, reports the file as a corrupt replica, and
+ * --deep --repair drops it (assert_fsck_drops_the_replica). */
 static void test_fsck_deep_finds_data_that_rotted(void **state)
 {
     fixture *f = *state;
     weight_store *s = wx_open_store(&f->m);
     weight_identity id;
-    char name[128], path[700], out[8192], want[400];
+    char name[128], path[700], out[8192];
     assert_int_equal(weight_identity_set(&id, NULL, "llm", "rot", "v2", 1), 0);
     put_cold_and_pick_a_payload_file(f, s, &id, name);
     snprintf(path, sizeof(path), "%s/cold/%s", f->m.dir, name);
@@ -365,22 +376,7 @@ static void test_fsck_deep_finds_data_that_rotted(void **state)
     assert_int_equal(fclose(fp), 0);
 
     if (wx_weightctl(&f->m, out, sizeof(out), "fsck") != 0) fail_msg("plain fsck said: %s", out);
-    assert_int_equal(wx_weightctl(&f->m, out, sizeof(out), "fsck --deep"), 1);
-    snprintf(want, sizeof(want), "corrupt cold file %s: replica of "
-             "weights/acme/llm/rot/v2/1/payload/", name);
-    if (strstr(out, want) == NULL) fail_msg("fsck --deep said: %s", out);
-    weight_metadata md;
-    CHECK(s, weight_get_metadata(s, &id, &md, NULL));
-    assert_int_equal((int)md.availability, WEIGHT_READY); /* read-only */
-
-    assert_int_equal(wx_weightctl(&f->m, out, sizeof(out), "fsck --deep --repair"), 0);
-    if (strstr(out, "1 corrupt replicas dropped") == NULL) fail_msg("fsck --deep --repair said: %s", out);
-    wait_state(s, &id, WEIGHT_DEGRADED, -1);
-    for (int i = 0; access(path, F_OK) == 0; i++) {
-        if (i * 20 > WAIT_MS) fail_msg("%s was not deleted", name);
-        sleep_ms(20);
-    }
-    if (wx_weightctl(&f->m, out, sizeof(out), "fsck --deep") != 0) fail_msg("fsck --deep after: %s", out);
+    assert_fsck_drops_the_replica(f, s, &id, "llm/rot/v2", name, path, "--deep");
     weight_store_close(s);
 }
 
