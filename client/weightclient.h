@@ -49,6 +49,7 @@ enum {
     WEIGHT_EIO = -8,
     WEIGHT_EAGAIN = -10,
     WEIGHT_EPROTO = -13,
+    WEIGHT_ENOSPC = -15,      /* no memory segment has room for an object of the import */
     WEIGHT_ECANCELED = -17,
     WEIGHT_EAUTH = -18,       /* no token, or a token the master does not know */
     WEIGHT_EFORBIDDEN = -19,  /* the token's role does not allow the call */

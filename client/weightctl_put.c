@@ -203,6 +203,18 @@ static int add_file_metadata(weight_writer *w, const char *cmd, char **paths,
     return 0;
 }
 
+/* wctl_failed for the commit of an import (what: the failed step); a
+ * refusal for room also points to --payload-bytes of cmd. Returns 1. */
+static int import_failed(ctl *x, const char *cmd, const char *what, int rc)
+{
+    int status = wctl_failed(x, what, rc);
+    if (rc == WEIGHT_ENOSPC)
+        fprintf(stderr, "weightctl: %s: --payload-bytes N (at least 4096) cuts the revision into "
+                "smaller payload objects, which may fit the free ranges the segments have left\n",
+                cmd);
+    return status;
+}
+
 /* Open the safetensors files paths[0..n) into files[] (zeroed by the
  * caller), then apply --payload-bytes (0: the default). 0, or 1 with the
  * cause printed as "weightctl: CMD: PATH: cause" (a directory pointed to
@@ -398,12 +410,7 @@ int wctl_cmd_put(ctl *x, int argc, char **argv)
     if (rc < 0) {
         char what[2100];
         snprintf(what, sizeof what, "put %s", text);
-        int no_room = strstr(weight_store_last_error(x->ws), "no memory segment has room") != NULL;
-        status = wctl_failed(x, what, rc);
-        if (no_room)
-            fprintf(stderr, "weightctl: put: --payload-bytes N (at least 4096) cuts the revision "
-                    "into smaller payload objects, which may fit the free ranges the segments "
-                    "have left\n");
+        status = import_failed(x, "put", what, rc);
         if (rc == WEIGHT_ECANCELED && wctl_interrupted()) status = 130;
         goto close_files;
     }
@@ -584,7 +591,7 @@ int wctl_cmd_upsert(ctl *x, int argc, char **argv)
         wctl_sigint_disarm();
         wctl_progress_end(&pr);
         if (rc < 0) {
-            status = wctl_failed(x, "upsert (target import)", rc);
+            status = import_failed(x, "upsert", "upsert (target import)", rc);
             if (rc == WEIGHT_ECANCELED && wctl_interrupted()) status = 130;
             goto close_files;
         }

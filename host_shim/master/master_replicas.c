@@ -341,24 +341,17 @@ int master_release_memory(void *ctx, const char *key, smp_done_cb cb, void *arg)
 /* -- cold files found corrupt by a read ------------------------------------------ */
 
 typedef struct corrupt_scan {
-    char *const *names;  /* the node's report */
+    char *const *names;  /* the node's report (bare names, as replicas record them) */
     size_t n_names;
     char **keys;         /* found: the key whose replica names names[i], or NULL */
 } corrupt_scan;
-
-/* The part of a recorded cold path after its last '/' (a bare name as is). */
-static const char *bare_name(const char *path)
-{
-    const char *slash = strrchr(path, '/');
-    return slash != NULL ? slash + 1 : path;
-}
 
 static int note_corrupt_owner(void *arg, const char *key, const obj_replica *rep)
 {
     corrupt_scan *cs = arg;
     if (rep->kind != SMP_REPLICA_COLD || rep->path == NULL) return 0;
     for (size_t i = 0; i < cs->n_names; i++)
-        if (cs->keys[i] == NULL && strcmp(bare_name(rep->path), cs->names[i]) == 0)
+        if (cs->keys[i] == NULL && strcmp(rep->path, cs->names[i]) == 0)
             return (cs->keys[i] = strdup(key)) == NULL; /* out of memory stops the visit */
     return 0;
 }
@@ -379,21 +372,10 @@ void master_cold_corrupt(master *m, const char *node, char *const *names, size_t
                     "no replica's (weightctl fsck lists it)\n", node, names[i]);
             continue;
         }
-        /* The path as recorded: master_drop_replica matches it exactly. */
-        obj_replica reps[REPS_MAX];
-        size_t total = 0;
-        int rc = obj_object_replicas(master_objs(m), cs.keys[i], reps, REPS_MAX, &total);
-        for (size_t k = 0; rc == SMP_OK && k < total && k < REPS_MAX; k++) {
-            if (reps[k].kind != SMP_REPLICA_COLD || strcmp(reps[k].node, node) != 0 ||
-                strcmp(bare_name(reps[k].path), names[i]) != 0)
-                continue;
-            obj_replica bad = {.kind = SMP_REPLICA_COLD, .node = node, .path = reps[k].path};
-            rc = master_drop_replica(m, cs.keys[i], &bad, NULL, NULL);
-            fprintf(stderr, "store_master: node %s: cold file %s of %s found corrupt by a read: "
-                    "%s\n", node, names[i], cs.keys[i],
-                    rc == SMP_OK ? "its replica is dropped" : smp_strerror(rc));
-            break;
-        }
+        obj_replica bad = {.kind = SMP_REPLICA_COLD, .node = node, .path = names[i]};
+        int rc = master_drop_replica(m, cs.keys[i], &bad, NULL, NULL);
+        fprintf(stderr, "store_master: node %s: cold file %s of %s found corrupt by a read: %s\n",
+                node, names[i], cs.keys[i], rc == SMP_OK ? "its replica is dropped" : smp_strerror(rc));
     }
 cleanup:
     for (size_t i = 0; cs.keys != NULL && i < n; i++) free(cs.keys[i]);
