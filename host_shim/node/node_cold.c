@@ -636,7 +636,9 @@ static int open_checked(const cold_tier *ct, const char *name, int *fd_out, uint
     int rc;
     struct stat st;
     uint8_t hdr[COLD_HEADER_BYTES];
-    int fd = openat(ct->dfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    /* O_NONBLOCK: a FIFO (or device) under a cold name must not hold the
+     * thread in its open; it is refused below as not a regular file. */
+    int fd = openat(ct->dfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     *fd_out = -1;
     *file_bytes = 0;
     if (fd < 0)
@@ -645,8 +647,8 @@ static int open_checked(const cold_tier *ct, const char *name, int *fd_out, uint
         rc = SMP_EIO;
         goto close_fd;
     }
-    if (!S_ISREG(st.st_mode)) {
-        rc = SMP_EPROTO;
+    if (!S_ISREG(st.st_mode) || fcntl(fd, F_SETFL, 0) < 0) { /* a file: blocking again */
+        rc = S_ISREG(st.st_mode) ? SMP_EIO : SMP_EPROTO;
         goto close_fd;
     }
     *file_bytes = (uint64_t)st.st_size;

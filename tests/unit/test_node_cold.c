@@ -268,6 +268,39 @@ static int visit(void *arg, const cold_entry *e)
     return 0;
 }
 
+/* Something in the cold directory that is not a regular file but has a
+ * cold file's name (here a FIFO, whose open would wait for a writer) is
+ * refused at once as corrupt, by the check a reader's complaint, fsck and
+ * the inventory run, and by a read: it never holds the thread that asked.
+ * SIGALRM fails the test if any of them waits. */
+static void test_a_fifo_is_not_a_cold_file(void **state)
+{
+    char name[COLD_NAME_MAX], path[512], key_buf[COLD_KEY_MAX + 1], name_buf[COLD_NAME_MAX];
+    char err[256];
+    uint8_t sha[32] = { 0 }, buf[16];
+    cold_entry e;
+    cold_inventory_stats st;
+    seen s;
+    uint64_t len;
+    int fd = -1;
+    (void)state;
+    assert_int_equal(cold_name_for("k/fifo", sha, name), SMP_OK);
+    assert_int_equal(cold_path_for(g_ct, name, path, sizeof(path)), SMP_OK);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    alarm(20);
+    assert_int_equal(cold_check(g_ct, name, 0, &e, key_buf, name_buf), SMP_EPROTO);
+    assert_int_equal(cold_check(g_ct, name, 1, &e, key_buf, name_buf), SMP_EPROTO);
+    assert_int_equal(cold_open_data(g_ct, name, &fd, &len), SMP_EPROTO);
+    assert_int_equal(fd, -1);
+    assert_int_equal(cold_load(g_ct, name, NULL, buf, sizeof(buf), NULL, err, sizeof(err)),
+                     SMP_EPROTO);
+    memset(&s, 0, sizeof(s));
+    assert_int_equal(cold_inventory(g_ct, 0, 1, visit, &s, &st), SMP_OK);
+    assert_int_equal(s.corrupt, 1);
+    alarm(0);
+    assert_int_equal(unlink(path), 0);
+}
+
 /* The inventory lists cold files with their checksums, removes crash
  * leftovers (temporary files) older than the threshold, leaves other files
  * alone, and with a deep check finds corrupted data. */
@@ -483,6 +516,7 @@ int main(void)
         cmocka_unit_test(test_failed_write_leaves_nothing),
         cmocka_unit_test(test_corrupted_file_is_never_served),
         cmocka_unit_test(test_inventory_and_crash_leftovers),
+        cmocka_unit_test(test_a_fifo_is_not_a_cold_file),
         cmocka_unit_test(test_list_names_sorted),
         cmocka_unit_test(test_names_cannot_escape),
         cmocka_unit_test(test_empty_object),
