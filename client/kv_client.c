@@ -619,6 +619,29 @@ static int read_cold(kvc *c, const kvc_replica *r, void *buf, uint64_t len)
     return rc;
 }
 
+/* The bytes read from cold replica r did not verify: have its node hash the
+ * whole file (a node that finds it corrupt reports it to the master, which
+ * drops the replica), and add what it answered to c->err. */
+static void check_cold(kvc *c, const kvc_replica *r)
+{
+    char saved[sizeof(c->err)];
+    memcpy(saved, c->err, sizeof(saved));
+    ndc_conn *nc = node_conn(c, r->data_addr, r->data_tls); /* sets c->err when it fails */
+    memcpy(c->err, saved, sizeof(saved));
+    size_t n = strlen(c->err);
+    if (nc == NULL || n + 1 >= sizeof(c->err)) return;
+    const char *slash = strrchr(r->path, '/');
+    const char *name = slash != NULL ? slash + 1 : r->path;
+    int rc = ndc_check_cold(nc, name, r->ticket, r->ticket_len);
+    if (rc == SMP_OK)
+        snprintf(c->err + n, sizeof(c->err) - n, "; node %s hashed cold file %s and found it "
+                 "intact: the bytes went bad on their way", r->data_addr, name);
+    else
+        snprintf(c->err + n, sizeof(c->err) - n, "; node %s, asked to check cold file %s: %s",
+                 r->data_addr, name, ndc_last_error(nc));
+    if (rc < 0) drop_node_conn(c, nc);
+}
+
 int kvc_get_into(kvc *c, const char *key, void *dst, uint64_t cap, uint64_t *len, int verify)
 {
     kvc_object obj;
@@ -631,6 +654,7 @@ int kvc_get_into(kvc *c, const char *key, void *dst, uint64_t cap, uint64_t *len
         return SMP_ERANGE;
     }
     rc = SMP_EAGAIN;
+    const kvc_replica *cold = NULL; /* the cold replica read, if one was */
     for (size_t i = 0; i < obj.n_replicas; i++) {
         if (obj.replicas[i].kind != SMP_REPLICA_MEMORY) continue;
         if ((rc = move_range(c, &obj.replicas[i], dst, obj.size, 0)) == SMP_OK) break;
@@ -640,7 +664,10 @@ int kvc_get_into(kvc *c, const char *key, void *dst, uint64_t cap, uint64_t *len
         for (size_t i = 0; i < obj.n_replicas; i++) {
             const kvc_replica *r = &obj.replicas[i];
             if (r->kind != SMP_REPLICA_COLD || r->status != KVC_REPLICA_COMPLETE) continue;
-            if ((rc = read_cold(c, r, dst, obj.size)) == SMP_OK) break; /* else: the next */
+            if ((rc = read_cold(c, r, dst, obj.size)) == SMP_OK) { /* else: the next */
+                cold = r;
+                break;
+            }
         }
     }
     if (rc == SMP_EAGAIN && c->err[0] == '\0')
@@ -650,6 +677,7 @@ int kvc_get_into(kvc *c, const char *key, void *dst, uint64_t cap, uint64_t *len
         SHA256(dst, obj.size, sha);
         if (memcmp(sha, obj.sha256, 32) != 0) {
             snprintf(c->err, sizeof(c->err), "%s: the bytes read do not match its SHA-256", key);
+            if (cold != NULL) check_cold(c, cold);
             rc = SMP_EPROTO;
         }
     }

@@ -315,7 +315,8 @@ static int send_request(ndc_conn *c, uint8_t op, const char *segment, uint64_t o
 }
 
 /* A READ or READ_COLD: the request, then a FINAL with exactly length bytes
- * straight into dst, or a refusal without payload. */
+ * straight into dst, or a refusal without payload. A CHECK_COLD is one of
+ * no bytes (its answer never has any). */
 static int read_op(ndc_conn *c,
                    uint8_t op,
                    const char *name,
@@ -338,7 +339,8 @@ static int read_op(ndc_conn *c,
         return rc;
     if (r.kind != NDW_KIND_FINAL || (r.status == 0 && r.payload != length) ||
         (r.status != 0 && r.payload != 0)) {
-        conn_err(c, "node data: unexpected answer to a %s", op == NDW_OP_READ ? "read" : "cold read");
+        conn_err(c, "node data: unexpected answer to a %s",
+                 op == NDW_OP_READ ? "read" : op == NDW_OP_READ_COLD ? "cold read" : "cold check");
         return conn_break(c, SMP_EPROTO);
     }
     if (r.status != 0)
@@ -366,6 +368,11 @@ int ndc_read_cold(ndc_conn *c,
                   size_t ticket_len)
 {
     return read_op(c, NDW_OP_READ_COLD, cold_name, offset, length, dst, ticket, ticket_len);
+}
+
+int ndc_check_cold(ndc_conn *c, const char *cold_name, const uint8_t *ticket, size_t ticket_len)
+{
+    return read_op(c, NDW_OP_CHECK_COLD, cold_name, 0, 0, NULL, ticket, ticket_len);
 }
 
 int ndc_write_stream(ndc_conn *c,

@@ -87,6 +87,18 @@ int ndc_read_cold(ndc_conn *c,
                   const uint8_t *ticket,
                   size_t ticket_len);
 
+/* Ask the node to hash the whole of its cold file cold_name against the
+ * SHA-256 its header records (CHECK_COLD), with a READ ticket of the file
+ * (as for ndc_read_cold): what a reader does when bytes it read from the
+ * file did not verify. Blocks while the node reads the file. SMP_OK: the
+ * file is intact (the bytes went bad on their way, or in the reader);
+ * SMP_EPROTO: the file is corrupt and the node reports it to its master,
+ * which drops the replica; SMP_EBUSY: the node checks other files, try
+ * again; the refusals of ndc_read_cold otherwise. ndc_last_error() has the
+ * node's words. A node that predates the check answers SMP_EPROTO and
+ * closes the connection: its message says it did not parse the request. */
+int ndc_check_cold(ndc_conn *c, const char *cold_name, const uint8_t *ticket, size_t ticket_len);
+
 /* Write length bytes of src into [offset, offset + length) of segment with
  * the ticket for exactly that range. The node checks the ticket before it
  * takes a byte: a refusal means nothing was written. */

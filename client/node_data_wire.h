@@ -9,7 +9,8 @@
  * Request: NDW_REQ_HDR bytes, then S bytes of segment id, then T bytes of
  * ticket (opaque to the client, node_ticket.h):
  *   0  4B  magic "WMD1"
- *   4  u8  op: NDW_OP_READ 1, NDW_OP_WRITE 2, NDW_OP_READ_COLD 3
+ *   4  u8  op: NDW_OP_READ 1, NDW_OP_WRITE 2, NDW_OP_READ_COLD 3,
+ *              NDW_OP_CHECK_COLD 4
  *   5  u8  flags (0)
  *   6  u16 S (1..NDW_SEGMENT_MAX)
  *   8  u64 offset
@@ -42,7 +43,16 @@
  * bytes, or FINAL with an error and none. The node checks the file's
  * header and size but does not hash the range: the reader verifies the
  * bytes (the object's SHA-256). If the file fails mid-transfer the node
- * closes the connection, so a short payload is never taken for a whole one. */
+ * closes the connection, so a short payload is never taken for a whole one.
+ *
+ * CHECK_COLD (added after READ_COLD; an older node answers FINAL SMP_EPROTO
+ * and closes, as above): a client whose READ_COLD did not verify asks the
+ * node to hash the whole file against its header. Named and ticketed as a
+ * READ_COLD (the ticket is checked for the range the request names, e.g.
+ * [0, +0)); no payload either way. FINAL status 0: the file is intact;
+ * SMP_EPROTO: it is corrupt, and the node reports it to the master with its
+ * next poll; SMP_EBUSY: the node is checking as many files as it allows, so
+ * try again; refusals as for READ_COLD otherwise. The message says which. */
 #ifndef WM_NODE_DATA_WIRE_H
 #define WM_NODE_DATA_WIRE_H
 
@@ -56,6 +66,7 @@
 #define NDW_OP_READ 1
 #define NDW_OP_WRITE 2
 #define NDW_OP_READ_COLD 3
+#define NDW_OP_CHECK_COLD 4
 #define NDW_KIND_FINAL 0
 #define NDW_KIND_CONTINUE 1
 #define NDW_SEGMENT_MAX 256
@@ -119,7 +130,8 @@ static inline int ndw_decode_request(const uint8_t h[NDW_REQ_HDR], ndw_request *
     r->offset = ndw_get_u64(h + 8);
     r->length = ndw_get_u64(h + 16);
     r->ticket_len = ndw_get_u32(h + 24);
-    if ((r->op != NDW_OP_READ && r->op != NDW_OP_WRITE && r->op != NDW_OP_READ_COLD) ||
+    if ((r->op != NDW_OP_READ && r->op != NDW_OP_WRITE && r->op != NDW_OP_READ_COLD &&
+         r->op != NDW_OP_CHECK_COLD) ||
         r->seg_len == 0 ||
         r->seg_len > NDW_SEGMENT_MAX || r->ticket_len > NDW_TICKET_MAX)
         return -1;

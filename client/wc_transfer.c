@@ -48,6 +48,7 @@
 #include "node_data_client.h"
 #include "wc_get.h"
 #include "wc_xxh3.h"
+#include "wm_errbuf.h"
 
 #define WC_REMOTE_WINDOW_CHUNKS 8
 /* Bytes of a chunk copied, then hashed, at a time (scatter_fused): small
@@ -293,6 +294,24 @@ static const uint8_t *fetch(worker *wk, const job *j, uint64_t ws, uint64_t we, 
     return wk->window;
 }
 
+/* Bytes of j's cold file did not verify: have its node hash the whole file
+ * (a node that finds it corrupt reports it to the master, which drops the
+ * replica), and add what the node answered to err. */
+static void check_cold_source(worker *wk, const job *j, char *err, size_t errlen)
+{
+    char cause[512];
+    size_t n = strlen(err);
+    if (n >= errlen) return;
+    ndc_conn *c = worker_node(wk, j->data_addr, j->data_tls, cause, sizeof cause);
+    int rc = c != NULL ? ndc_check_cold(c, j->cold_name, j->ticket, j->ticket_len) : SMP_EIO;
+    if (rc == SMP_OK)
+        wm_errbuf(err + n, errlen - n, "; node %s hashed cold file %s and found it intact: the "
+                 "bytes went bad on their way", j->data_addr, j->cold_name);
+    else
+        wm_errbuf(err + n, errlen - n, "; node %s, asked to check cold file %s: %s", j->data_addr,
+                 j->cold_name, c != NULL ? ndc_last_error(c) : cause);
+}
+
 /* Switch j to its cold replica after its memory one failed. 1 when there
  * was one to switch to (the failed window is read again from it). */
 static int use_cold_instead(job *j)
@@ -489,6 +508,8 @@ static void run_job(worker *wk, job *j)
         }
         if (frc != 0) {
             if (frc != WEIGHT_ENOMEM && use_cold_instead(j)) continue; /* same window, cold */
+            if (frc == WEIGHT_EDIGEST_MISMATCH && j->kind == SRC_COLD)
+                check_cold_source(wk, j, ferr, sizeof ferr);
             xfer_fail(x, frc, "%s", ferr);
             break;
         }

@@ -2,7 +2,9 @@
  * until the node has told its master.
  *
  * The data server reads cold files for clients (READ_COLD); when a file's
- * header or size turns out bad there, the node notes its name here and the
+ * header or size turns out bad there, or a client whose read did not verify
+ * has the node hash the file and it does not match (CHECK_COLD), the node
+ * notes its name here and the
  * poll thread hands the names to the master with its next poll
  * (NodePollRequest.corrupt_cold), which drops the replica naming the file
  * so that the object is no longer offered from it (the weight plugin then

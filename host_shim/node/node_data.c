@@ -13,27 +13,8 @@
  * A segment carries a count of transfers in progress, so it cannot be
  * removed while its mapping is being read or written.
  *
- * A READ_COLD cannot stream from a mapping: the file is on disk (or a DFS
- * mount) and blocking I/O must stay off the loop. It is a cold_xfer whose
- * steps run on libuv's threadpool: first the open and header check. On a
- * plaintext connection each later step is a sendfile of up to
- * COLD_SEND_STEP bytes from the file's cached pages to the socket, through
- * a dup of the socket that the connection keeps for this (send_fd): no
- * copy through the node's memory. The socket is non-blocking: a step that
- * meets a full socket ends there, and the loop waits for it to be writable
- * (send_poll on send_fd) before queueing the next, so a client that stops
- * reading holds no thread. The loop touches the socket meanwhile only to
- * close it; the dup keeps it open until the step returns. A TLS connection
- * (and a plaintext one whose header is still queued) takes the other way:
- * each chunk is pread into one bounded buffer (COLD_XFER_CHUNK), which the
- * loop seals and sends before the next pread is queued. A transfer is
- * always in exactly one place -- a work item, a chunk write, or the wait
- * for a writable socket -- and the connection's close frees it, unless a
- * work item is still out: then the work's completion does (the work touches
- * only the transfer, never the connection). Either way, a file that fails
- * half way (shorter than its header said, or unreadable) closes the
- * connection: the response header promised every byte, so the client sees
- * a short transfer, never a complete one.
+ * Cold files (READ_COLD, CHECK_COLD) are served by node_data_cold.c, on
+ * libuv's threadpool; a connection holds at most one such transfer.
  *
  * TLS (data_server_options.tls): a connection is an OpenSSL session on the
  * loop. libuv reads ciphertext into the connection's buffer, which goes into
@@ -64,139 +45,10 @@
 #include <openssl/crypto.h>
 #include <openssl/err.h>
 
-#include "host_uthash.h"
-#include "node_data.h"
-#include "node_data_wire.h"
+#include "node_data_internal.h"
 #include "wm_errbuf.h"
 #include "net_addr.h"
-#include "rpc_tls.h"
-#include "node_tls_out.h"
 
-#define COLD_XFER_CHUNK (1u << 20) /* bytes of a cold file read and sent at once (TLS) */
-#define COLD_SEND_STEP (8u << 20)  /* bytes of a cold file sendfile'd by one work item */
-#define USED_TICKETS_MAX (1u << 20) /* write tickets remembered at once (replay guard) */
-#define USED_PRUNE_MS 1000          /* forget expired write tickets at most this often */
-#define TLS_IN_CHUNK (256u << 10)   /* ciphertext taken from the socket at once */
-#define TLS_OUT_CHUNK (1u << 20)    /* plaintext of a read sealed per turn of the loop */
-#define TLS_SEAL_STEP (256u << 10)  /* plaintext sealed, then sent, at once (16 records) */
-#define DRAIN_MAX (64u << 10)       /* bytes taken from a refused plaintext client */
-
-/* A write ticket that wrote (or is writing): refused if presented again
- * before it expires. */
-typedef struct used_ticket {
-    uint8_t nonce[16];
-    uint64_t expiry_ms;
-    int in_progress;            /* its write runs; given back if it breaks */
-    char *key, *segment;        /* in progress: what it writes (data_server_writing) */
-    uint64_t offset;
-    struct used_ticket *wprev, *wnext; /* in progress: the server's writing list */
-    UT_hash_handle hh;
-} used_ticket;
-
-_Static_assert(NDW_TICKET_MAX >= TICKET_MAX_BYTES, "wire ticket bound below ticket size");
-_Static_assert(NDW_SEGMENT_MAX >= SEG_ID_MAX, "wire segment bound below segment id size");
-
-/* CS_DRAIN: a plaintext client on a TLS port was refused; what it still
- * sends is read and dropped (up to DRAIN_MAX) until it closes, so the close
- * does not reset the connection before the refusal is read. */
-typedef enum conn_state { CS_HDR, CS_VAR, CS_PAYLOAD, CS_BUSY, CS_DRAIN, CS_CLOSING } conn_state;
-
-typedef struct data_seg {
-    struct data_seg *next;
-    seg_segment *seg;
-} data_seg;
-
-struct data_conn;
-
-/* One READ_COLD in progress (see the file comment). */
-typedef struct cold_xfer {
-    uv_work_t work;             /* the open, or one chunk's pread, on the threadpool */
-    uv_write_t wreq;            /* the chunk being sent */
-    struct data_conn *conn;     /* NULL once the connection closed under a work item */
-    const cold_tier *ct;
-    int in_work;                /* a work item is out */
-    int opened;                 /* the open step is done */
-    int rc;                     /* result of the last work item */
-    int fd;                     /* the cold file, or -1 */
-    int sock;                   /* sendfile to this socket (the connection's send_fd), or
-                                   -1: pread into buf */
-    int owns_sock;              /* the connection closed under a work item: close sock */
-    int blocked;                /* the last send step met a full socket */
-    int peer_gone;              /* the last send step failed on the socket, not the file */
-    uint64_t data_len;          /* the file's data bytes (header says, size agrees) */
-    uint64_t pos;               /* data offset of the next chunk */
-    uint64_t remaining;         /* bytes still to send */
-    size_t chunk;               /* bytes in buf, or sent by the last send step */
-    uint8_t *cipher;            /* TLS: the chunk sealed */
-    char name[COLD_NAME_MAX];
-    uint8_t buf[COLD_XFER_CHUNK];
-} cold_xfer;
-
-typedef struct data_conn {
-    uv_tcp_t tcp;
-    uv_timer_t idle;            /* closes a connection that stalls (idle_ms > 0) */
-    int open_handles;           /* tcp, and idle when armed: freed at 0 */
-    struct data_conn *prev, *next;
-    data_server *srv;
-    conn_state state;
-    size_t got;                 /* bytes of the current header / var part */
-    uint8_t hdr[NDW_REQ_HDR];
-    ndw_request req;
-    uint8_t var[NDW_SEGMENT_MAX + NDW_TICKET_MAX];
-    uint8_t scratch[64];        /* absorbs bytes that arrive when none are expected */
-    uint8_t *dst;               /* PAYLOAD: where the next byte goes */
-    uint64_t remaining;         /* PAYLOAD: bytes still to receive */
-    cold_xfer *cold;            /* the READ_COLD in progress */
-    int send_fd;                /* a dup of the socket for sendfile, or -1 (not made yet) */
-    uv_poll_t send_poll;        /* waits for send_fd to be writable (open: send_fd >= 0) */
-    used_ticket *wticket;       /* PAYLOAD: the write ticket being used */
-    rpc_tls_session tls;        /* ssl NULL: a plaintext connection */
-    uint8_t *cin;               /* TLS: ciphertext read from the socket */
-    tls_out out;                /* TLS: where the session's records go (the socket) */
-    uv_shutdown_t shutdown;     /* CS_DRAIN: our side of the stream ends */
-} data_conn;
-
-typedef struct data_reply {
-    uv_write_t req;
-    data_conn *conn;
-    int close_after;            /* close the connection once sent */
-    int resume_after;           /* a READ: resume reading once sent */
-    uint64_t payload;
-    const uint8_t *src;         /* TLS: payload bytes not sealed yet */
-    uint64_t src_left;
-    uint8_t *cipher;            /* TLS: what this request writes (sealed, the socket
-                                   did not take it at once) */
-    uint8_t buf[NDW_RESP_HDR + NDW_MESSAGE_MAX];
-} data_reply;
-
-struct data_server {
-    uv_loop_t *loop;
-    uv_tcp_t listener;
-    int listening;
-    int started;
-    int closing;
-    int handles;                /* open uv handles (listener + conns) */
-    char *listen_tcp;
-    ticket_keyring keys;
-    int have_keys;
-    int allow_unticketed_reads;
-    used_ticket *used;          /* write tickets that wrote, by nonce */
-    pthread_mutex_t writing_lock; /* guards writing: read by the node's poll thread */
-    used_ticket *writing;       /* the tickets whose write runs */
-    uint32_t n_used;
-    uint64_t next_prune_ms;
-    uint64_t clock_skew_ms;
-    int sockbuf;
-    uint32_t max_connections;
-    int backlog;
-    uint64_t idle_ms;
-    data_seg *segs;
-    const cold_tier *cold;      /* borrowed; NULL: READ_COLD refused */
-    cold_faults *cold_faults;   /* borrowed; files found corrupt go here (may be NULL) */
-    data_conn *conns;
-    SSL_CTX *tls;               /* a reference of the options' context; NULL: plaintext */
-    data_server_stats stats;
-};
 
 static void server_maybe_free(data_server *s)
 {
@@ -339,16 +191,6 @@ void data_server_set_cold(data_server *s, const cold_tier *ct, cold_faults *faul
 
 /* -- connections ----------------------------------------------------------- */
 
-static void cold_free(cold_xfer *x)
-{
-    if (x->fd >= 0)
-        close(x->fd);
-    if (x->owns_sock)
-        close(x->sock);
-    free(x->cipher);
-    free(x);
-}
-
 static void on_conn_closed(uv_handle_t *h)
 {
     data_conn *c = h->data;
@@ -357,12 +199,14 @@ static void on_conn_closed(uv_handle_t *h)
         return;
     if (c->cold != NULL && c->cold->in_work) {
         c->cold->conn = NULL; /* the work's completion frees it */
+        if (c->cold->check)
+            s->cold_checks--; /* no answer is owed: its hash no longer counts */
         if (c->send_fd >= 0 && c->cold->sock == c->send_fd) {
             c->cold->owns_sock = 1; /* the work may be sending on it */
             c->send_fd = -1;
         }
     } else if (c->cold != NULL) {
-        cold_free(c->cold);
+        data_cold_free(c->cold);
     }
     if (c->send_fd >= 0)
         close(c->send_fd);
@@ -433,7 +277,7 @@ static void write_done(data_conn *c)
     c->srv->stats.writes++;
 }
 
-static void conn_close(data_conn *c)
+void data_conn_close(data_conn *c)
 {
     if (c->state == CS_CLOSING)
         return;
@@ -449,18 +293,18 @@ static void on_idle(uv_timer_t *t)
 {
     data_conn *c = t->data;
     c->srv->stats.idle_closed++;
-    conn_close(c);
+    data_conn_close(c);
 }
 
 /* (Re)arm the idle timer: the peer owes us bytes from now on. */
-static void idle_arm(data_conn *c)
+void data_idle_arm(data_conn *c)
 {
     if (c->srv->idle_ms > 0 && c->state != CS_CLOSING)
         uv_timer_start(&c->idle, on_idle, c->srv->idle_ms, 0);
 }
 
 /* Stop the idle timer: we owe the peer bytes (a read being sent). */
-static void idle_disarm(data_conn *c)
+void data_idle_disarm(data_conn *c)
 {
     if (c->srv->idle_ms > 0 && c->state != CS_CLOSING)
         uv_timer_stop(&c->idle);
@@ -502,7 +346,7 @@ static int tls_seal(data_conn *c, const void *p, size_t len)
 /* Queue bufs on c's stream with w and cb: as they are, or (TLS) sealed
  * (*cipher then holds what the socket did not take, until cb). 0, or < 0
  * when nothing was queued (the caller closes the connection). */
-static int conn_write(data_conn *c, uv_write_t *w, const uv_buf_t *bufs, unsigned nbufs,
+int data_conn_write(data_conn *c, uv_write_t *w, const uv_buf_t *bufs, unsigned nbufs,
                       uint8_t **cipher, uv_write_cb cb)
 {
     if (c->tls.ssl == NULL)
@@ -516,10 +360,10 @@ static int conn_write(data_conn *c, uv_write_t *w, const uv_buf_t *bufs, unsigne
 /* Take requests again after a response: read the socket, and (TLS) act on
  * what the session already holds -- bytes that arrived with the last
  * request would otherwise wait for the next packet. */
-static void conn_resume(data_conn *c)
+void data_conn_resume(data_conn *c)
 {
     if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) < 0) {
-        conn_close(c);
+        data_conn_close(c);
         return;
     }
     if (c->tls.ssl != NULL && c->tls.established &&
@@ -533,14 +377,14 @@ static void on_reply_sent(uv_write_t *w, int status)
     data_conn *c = r->conn;
     if (c->state != CS_CLOSING) {
         if (status < 0 || r->close_after) {
-            conn_close(c);
+            data_conn_close(c);
         } else if (r->resume_after) {
             c->srv->stats.reads++;
             c->srv->stats.bytes_read += r->payload;
             c->state = CS_HDR;
             c->got = 0;
-            idle_arm(c);
-            conn_resume(c);
+            data_idle_arm(c);
+            data_conn_resume(c);
         }
     }
     free(r->cipher);
@@ -594,16 +438,16 @@ static void tls_flush(data_conn *c, int close_after)
     if (c->state == CS_CLOSING)
         return;
     if (tls_out_flush(&c->out) < 0) {
-        conn_close(c);
+        data_conn_close(c);
         return;
     }
     if (c->out.len == 0) {
         if (close_after)
-            conn_close(c); /* what was sealed is in the socket already */
+            data_conn_close(c); /* what was sealed is in the socket already */
         return;
     }
     if ((r = calloc(1, sizeof(*r))) == NULL) {
-        conn_close(c);
+        data_conn_close(c);
         return;
     }
     r->conn = c;
@@ -611,14 +455,14 @@ static void tls_flush(data_conn *c, int close_after)
     if (tls_queue(c, &r->req, &r->cipher, on_reply_sent) < 0) {
         free(r->cipher);
         free(r);
-        conn_close(c);
+        data_conn_close(c);
     }
 }
 
 /* Send a response: header, message, and (for a READ) payload bytes straight
  * from the mapping. Flags as in data_reply. Returns 0, or -1 when it could
  * not be queued: the connection is then closing. */
-static int send_reply(data_conn *c, int status, uint8_t kind, const char *msg,
+int data_send_reply(data_conn *c, int status, uint8_t kind, const char *msg,
                        const uint8_t *payload, uint64_t plen, int close_after)
 {
     ndw_response resp;
@@ -626,7 +470,7 @@ static int send_reply(data_conn *c, int status, uint8_t kind, const char *msg,
     size_t mlen = msg != NULL ? strlen(msg) : 0;
     data_reply *r = calloc(1, sizeof(*r));
     if (r == NULL) {
-        conn_close(c);
+        data_conn_close(c);
         return -1;
     }
     if (mlen > NDW_MESSAGE_MAX)
@@ -663,12 +507,12 @@ static int send_reply(data_conn *c, int status, uint8_t kind, const char *msg,
     }
     free(r->cipher);
     free(r);
-    conn_close(c);
+    data_conn_close(c);
     return -1;
 }
 
 /* Answer a refusal (the connection stays) and wait for the next request. */
-static void refuse(data_conn *c, int status, const char *fmt, ...)
+void data_refuse(data_conn *c, int status, const char *fmt, ...)
 {
     char msg[NDW_MESSAGE_MAX];
     va_list ap;
@@ -677,7 +521,7 @@ static void refuse(data_conn *c, int status, const char *fmt, ...)
     va_end(ap);
     c->state = CS_HDR;
     c->got = 0;
-    send_reply(c, status, NDW_KIND_FINAL, msg, NULL, 0, 0);
+    data_send_reply(c, status, NDW_KIND_FINAL, msg, NULL, 0, 0);
 }
 
 /* A frame that does not parse: answer SMP_EPROTO and close. */
@@ -686,7 +530,7 @@ static void protocol_error(data_conn *c, const char *why)
     c->srv->stats.bad_frames++;
     uv_read_stop((uv_stream_t *)&c->tcp);
     c->state = CS_BUSY; /* not CLOSING yet: the reply must go out first */
-    send_reply(c, SMP_EPROTO, NDW_KIND_FINAL, why, NULL, 0, 1);
+    data_send_reply(c, SMP_EPROTO, NDW_KIND_FINAL, why, NULL, 0, 1);
 }
 
 /* Forget the write tickets that expired (not the ones still writing). */
@@ -746,7 +590,7 @@ static int claim_write_ticket(data_conn *c, const ticket_claims *cl, uint64_t no
 /* Verify the request's ticket for its op and range (and, for a write, that
  * it has not written before). SMP_OK or the refusal code (the refusal has
  * been sent). */
-static int check_ticket(data_conn *c, const char *segid, uint8_t op)
+int data_check_ticket(data_conn *c, const char *segid, uint8_t op)
 {
     data_server *s = c->srv;
     ticket_claims *cl;
@@ -756,17 +600,17 @@ static int check_ticket(data_conn *c, const char *segid, uint8_t op)
     const char *what = op == TICKET_OP_WRITE ? "write" : "read";
 
     if (!s->have_keys) {
-        refuse(c, SMP_ENOTSUP, "this node has no ticket key: it accepts no ticketed %ss", what);
+        data_refuse(c, SMP_ENOTSUP, "this node has no ticket key: it accepts no ticketed %ss", what);
         return SMP_ENOTSUP;
     }
     if (c->req.ticket_len == 0) {
         s->stats.refused_ticket++;
-        refuse(c, SMP_EINVAL, "a %s of segment %s needs a ticket from the master", what, segid);
+        data_refuse(c, SMP_EINVAL, "a %s of segment %s needs a ticket from the master", what, segid);
         return SMP_EINVAL;
     }
     cl = malloc(sizeof(*cl));
     if (cl == NULL) {
-        refuse(c, SMP_ENOMEM, "out of memory");
+        data_refuse(c, SMP_ENOMEM, "out of memory");
         return SMP_ENOMEM;
     }
     now = now > s->clock_skew_ms ? now - s->clock_skew_ms : 0;
@@ -778,7 +622,7 @@ static int check_ticket(data_conn *c, const char *segid, uint8_t op)
     free(cl);
     if (rc < 0) {
         s->stats.refused_ticket++;
-        refuse(c, rc, "%s ticket refused: %s", what,
+        data_refuse(c, rc, "%s ticket refused: %s", what,
                rc == SMP_EINVAL   ? "bad signature (forged, tampered, or signed by a key this "
                                     "node no longer holds) or not for this operation and segment"
                : rc == SMP_ESTATE ? "expired"
@@ -791,294 +635,6 @@ static int check_ticket(data_conn *c, const char *segid, uint8_t op)
     return rc;
 }
 
-/* -- READ_COLD ------------------------------------------------------------- */
-
-/* Threadpool, a send step: sendfile up to COLD_SEND_STEP bytes from pos to
- * x->sock. x->chunk gets what went out; x->blocked is set when the socket
- * took no more (not an error: the loop waits for it). */
-static void cold_send_step(cold_xfer *x)
-{
-    size_t step = x->remaining < COLD_SEND_STEP ? (size_t)x->remaining : COLD_SEND_STEP;
-    off_t off = (off_t)(COLD_HEADER_BYTES + x->pos);
-    x->chunk = 0;
-    x->blocked = 0;
-    x->rc = SMP_OK;
-    while (x->chunk < step) {
-        ssize_t n = sendfile(x->sock, x->fd, &off, step - x->chunk);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            x->blocked = 1;
-            return;
-        }
-        if (n <= 0) {
-            /* EPROTO: the file got shorter; EIO: it or the socket failed */
-            x->peer_gone = n < 0 && (errno == EPIPE || errno == ECONNRESET);
-            x->rc = n < 0 ? SMP_EIO : SMP_EPROTO;
-            return;
-        }
-        x->chunk += (size_t)n;
-    }
-}
-
-/* Threadpool: the open step, a send step, or the next chunk's pread.
- * Touches x only. */
-static void cold_work(uv_work_t *w)
-{
-    cold_xfer *x = w->data;
-    uint64_t off;
-    size_t got = 0;
-    if (!x->opened) {
-        x->rc = cold_open_data(x->ct, x->name, &x->fd, &x->data_len);
-        return;
-    }
-    if (x->sock >= 0) {
-        cold_send_step(x);
-        return;
-    }
-    x->chunk = x->remaining < COLD_XFER_CHUNK ? (size_t)x->remaining : COLD_XFER_CHUNK;
-    off = COLD_HEADER_BYTES + x->pos;
-    x->rc = SMP_OK;
-    while (got < x->chunk) {
-        ssize_t n = pread(x->fd, x->buf + got, x->chunk - got, (off_t)(off + got));
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            x->rc = n < 0 ? SMP_EIO : SMP_EPROTO; /* EPROTO: the file got shorter */
-            return;
-        }
-        got += (size_t)n;
-    }
-}
-
-static void cold_after_work(uv_work_t *w, int status);
-
-/* Queue x's next work item. SMP_OK, or SMP_EIO (nothing queued). */
-static int cold_queue(data_conn *c, cold_xfer *x)
-{
-    if (uv_queue_work(c->srv->loop, &x->work, cold_work, cold_after_work) < 0)
-        return SMP_EIO;
-    x->in_work = 1;
-    return SMP_OK;
-}
-
-/* The transfer is over (served or refused): drop it and take the next
- * request. */
-static void cold_end(data_conn *c)
-{
-    cold_free(c->cold);
-    c->cold = NULL;
-    c->state = CS_HDR;
-    c->got = 0;
-    idle_arm(c);
-    conn_resume(c);
-}
-
-static void cold_chunk_sent(uv_write_t *w, int status)
-{
-    cold_xfer *x = w->data;
-    data_conn *c = x->conn;
-    if (status < 0 || c->state == CS_CLOSING) {
-        conn_close(c); /* the close frees x */
-        return;
-    }
-    c->srv->stats.bytes_read += x->chunk;
-    x->pos += x->chunk;
-    x->remaining -= x->chunk;
-    if (x->remaining > 0) {
-        if (cold_queue(c, x) < 0)
-            conn_close(c);
-        return;
-    }
-    c->srv->stats.cold_reads++;
-    cold_end(c);
-}
-
-/* Refuse the READ_COLD of c: answer, drop the transfer, resume reading. */
-static void cold_refuse(data_conn *c, int status, const char *fmt, ...)
-{
-    char msg[NDW_MESSAGE_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    if (send_reply(c, status, NDW_KIND_FINAL, msg, NULL, 0, 0) < 0)
-        return; /* closing: the close frees the transfer */
-    cold_end(c);
-}
-
-/* The socket a send step may sendfile to: the connection's send_fd (made
- * on first use, with its poll handle), when the connection is plaintext
- * and nothing it queued is still unsent (the response header went out
- * whole, so the file's bytes follow it). -1: pread and write instead. */
-static int send_socket(data_conn *c)
-{
-    uv_os_fd_t fd;
-    if (c->tls.ssl != NULL || uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) != 0)
-        return -1;
-    if (c->send_fd >= 0)
-        return c->send_fd;
-    if (uv_fileno((uv_handle_t *)&c->tcp, &fd) < 0)
-        return -1;
-    int d = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-    if (d < 0)
-        return -1;
-    if (uv_poll_init(c->srv->loop, &c->send_poll, d) < 0) {
-        close(d);
-        return -1;
-    }
-    c->send_poll.data = c;
-    c->send_fd = d;
-    c->open_handles++;
-    return d;
-}
-
-/* send_fd is writable again: queue the next send step. */
-static void cold_writable(uv_poll_t *p, int status, int events)
-{
-    data_conn *c = p->data;
-    (void)events;
-    uv_poll_stop(p);
-    if (c->state == CS_CLOSING || c->cold == NULL)
-        return;
-    if (status < 0 || cold_queue(c, c->cold) < 0)
-        conn_close(c);
-}
-
-/* A send step returned without error: count what went out, then end the
- * transfer, wait for the socket, or queue the next step. */
-static void cold_sent(data_conn *c, cold_xfer *x)
-{
-    c->srv->stats.bytes_read += x->chunk;
-    x->pos += x->chunk;
-    x->remaining -= x->chunk;
-    if (x->remaining == 0) {
-        c->srv->stats.cold_reads++;
-        cold_end(c);
-    } else if (x->blocked) {
-        if (uv_poll_start(&c->send_poll, UV_WRITABLE, cold_writable) < 0)
-            conn_close(c);
-    } else if (cold_queue(c, x) < 0) {
-        conn_close(c);
-    }
-}
-
-/* A cold file a read found corrupt (its header or size): noted once for
- * the node's next poll, which tells the master (node_cold_faults.h). */
-static void note_corrupt(data_server *s, const char *name_or_path)
-{
-    char name[COLD_NAME_MAX];
-    if (s->cold_faults == NULL || cold_resolve(s->cold, name_or_path, name) < 0) return;
-    if (cold_faults_note(s->cold_faults, name))
-        fprintf(stderr, "store_node: cold file %s: bad header or size (corrupted): reported to "
-                "the master\n", name);
-}
-
-static void cold_after_work(uv_work_t *w, int status)
-{
-    cold_xfer *x = w->data;
-    data_conn *c = x->conn;
-    data_server *s;
-    uint64_t off, len;
-    uv_buf_t b;
-    (void)status; /* never cancelled */
-    x->in_work = 0;
-    if (c == NULL) {
-        cold_free(x); /* the connection is gone */
-        return;
-    }
-    s = c->srv;
-    off = c->req.offset;
-    len = c->req.length;
-    if (!x->opened) {
-        x->opened = 1;
-        if (x->rc < 0) {
-            s->stats.refused_cold++;
-            if (x->rc == SMP_EPROTO)
-                note_corrupt(s, x->name);
-            cold_refuse(c, x->rc, "cold file %s: %s", x->name,
-                        x->rc == SMP_ENOTFOUND ? "no such file on this node"
-                        : x->rc == SMP_EPROTO  ? "bad header or size (corrupted cold file)"
-                                               : smp_strerror(x->rc));
-            return;
-        }
-        if (off > x->data_len || len > x->data_len - off) {
-            s->stats.refused_range++;
-            cold_refuse(c, SMP_ERANGE, "[%" PRIu64 ", +%" PRIu64 ") is outside cold file %s of %"
-                        PRIu64 " bytes", off, len, x->name, x->data_len);
-            return;
-        }
-        if (send_reply(c, SMP_OK, NDW_KIND_FINAL, NULL, NULL, len, 0) < 0)
-            return; /* closing */
-        x->pos = off;
-        x->remaining = len;
-        x->sock = len > 0 ? send_socket(c) : -1;
-        if (len == 0) {
-            s->stats.cold_reads++;
-            cold_end(c);
-        } else if (cold_queue(c, x) < 0) {
-            conn_close(c);
-        }
-        return;
-    }
-    if (x->rc < 0) {
-        /* The header promised len bytes: closing is the only honest answer.
-           A client that went away is no error of the file. */
-        if (!x->peer_gone)
-            s->stats.cold_read_errors++;
-        conn_close(c);
-        return;
-    }
-    if (x->sock >= 0) {
-        cold_sent(c, x);
-        return;
-    }
-    b = uv_buf_init((char *)x->buf, (unsigned)x->chunk);
-    if (conn_write(c, &x->wreq, &b, 1, &x->cipher, cold_chunk_sent) < 0)
-        conn_close(c);
-}
-
-/* A READ_COLD of the file name (the request's "segment id"): check the
- * name and the ticket on the loop, then open the file on the threadpool. */
-static void cold_start(data_conn *c, const char *name)
-{
-    data_server *s = c->srv;
-    char bare[COLD_NAME_MAX];
-    cold_xfer *x;
-    if (s->cold == NULL) {
-        refuse(c, SMP_ENOTSUP, "this node serves no cold files");
-        return;
-    }
-    /* A bare name only: no directory, no NUL inside, the form cold_resolve
-     * accepts -- so nothing outside the cold directory can be named. */
-    if (strlen(name) != c->req.seg_len || strchr(name, '/') != NULL ||
-        cold_resolve(s->cold, name, bare) < 0) {
-        s->stats.refused_cold++;
-        refuse(c, SMP_EINVAL, "'%.80s' is not the name of a cold file", name);
-        return;
-    }
-    if ((!s->allow_unticketed_reads || c->req.ticket_len > 0) &&
-        check_ticket(c, bare, TICKET_OP_READ) < 0)
-        return;
-    x = calloc(1, sizeof(*x));
-    if (x == NULL) {
-        refuse(c, SMP_ENOMEM, "out of memory");
-        return;
-    }
-    x->work.data = x;
-    x->wreq.data = x;
-    x->conn = c;
-    x->ct = s->cold;
-    x->fd = -1;
-    x->sock = -1;
-    memcpy(x->name, bare, sizeof(bare));
-    c->state = CS_BUSY;
-    uv_read_stop((uv_stream_t *)&c->tcp);
-    idle_disarm(c);
-    c->cold = x;
-    if (cold_queue(c, x) < 0)
-        cold_refuse(c, SMP_EIO, "cannot queue the read of cold file %s", bare);
-}
 
 /* The header and variable part of a request are in: act on it. */
 static void handle_request(data_conn *c)
@@ -1090,8 +646,8 @@ static void handle_request(data_conn *c)
 
     memcpy(segid, c->var, c->req.seg_len);
     segid[c->req.seg_len] = '\0';
-    if (c->req.op == NDW_OP_READ_COLD) {
-        cold_start(c, segid);
+    if (c->req.op == NDW_OP_READ_COLD || c->req.op == NDW_OP_CHECK_COLD) {
+        data_cold_start(c, segid, c->req.op == NDW_OP_CHECK_COLD);
         return;
     }
     if (seg_validate_id(segid) < 0) {
@@ -1101,37 +657,37 @@ static void handle_request(data_conn *c)
     d = find_seg(s, segid);
     if (d == NULL) {
         s->stats.refused_segment++;
-        refuse(c, SMP_ENOTFOUND, "no segment %s on this node", segid);
+        data_refuse(c, SMP_ENOTFOUND, "no segment %s on this node", segid);
         return;
     }
     if (seg_check_range(d->seg, c->req.offset, c->req.length) < 0) {
         s->stats.refused_range++;
-        refuse(c, SMP_ERANGE, "[%" PRIu64 ", +%" PRIu64 ") is outside segment %s of %" PRIu64
+        data_refuse(c, SMP_ERANGE, "[%" PRIu64 ", +%" PRIu64 ") is outside segment %s of %" PRIu64
                " bytes", c->req.offset, c->req.length, segid, seg_size(d->seg));
         return;
     }
     if (c->req.op == NDW_OP_READ) {
         if ((!s->allow_unticketed_reads || c->req.ticket_len > 0) &&
-            check_ticket(c, segid, TICKET_OP_READ) < 0)
+            data_check_ticket(c, segid, TICKET_OP_READ) < 0)
             return;
         p = seg_ptr(d->seg, c->req.offset, c->req.length);
         c->state = CS_BUSY;
         uv_read_stop((uv_stream_t *)&c->tcp);
-        idle_disarm(c);
-        send_reply(c, SMP_OK, NDW_KIND_FINAL, NULL, p, c->req.length, 0);
+        data_idle_disarm(c);
+        data_send_reply(c, SMP_OK, NDW_KIND_FINAL, NULL, p, c->req.length, 0);
         return;
     }
-    if (check_ticket(c, segid, TICKET_OP_WRITE) < 0)
+    if (data_check_ticket(c, segid, TICKET_OP_WRITE) < 0)
         return; /* refused: nothing was written */
     c->dst = seg_ptr(d->seg, c->req.offset, c->req.length);
     c->remaining = c->req.length;
-    if (send_reply(c, SMP_OK, NDW_KIND_CONTINUE, NULL, NULL, 0, 0) < 0)
+    if (data_send_reply(c, SMP_OK, NDW_KIND_CONTINUE, NULL, NULL, 0, 0) < 0)
         return; /* closing */
     if (c->remaining == 0) {
         write_done(c);
         c->state = CS_HDR;
         c->got = 0;
-        send_reply(c, SMP_OK, NDW_KIND_FINAL, NULL, NULL, 0, 0);
+        data_send_reply(c, SMP_OK, NDW_KIND_FINAL, NULL, NULL, 0, 0);
         return;
     }
     c->state = CS_PAYLOAD;
@@ -1201,12 +757,12 @@ static void consume(data_conn *c, size_t nread)
         write_done(c);
         c->state = CS_HDR;
         c->got = 0;
-        send_reply(c, SMP_OK, NDW_KIND_FINAL, NULL, NULL, 0, 0);
+        data_send_reply(c, SMP_OK, NDW_KIND_FINAL, NULL, NULL, 0, 0);
         return;
     case CS_DRAIN:
         c->got += nread;
         if (c->got > DRAIN_MAX)
-            conn_close(c);
+            data_conn_close(c);
         return;
     default:
         /* bytes while a response is owed: the peer does not follow the protocol */
@@ -1222,14 +778,14 @@ static void refuse_plaintext(data_conn *c)
     c->srv->stats.refused_plaintext++;
     c->state = CS_DRAIN;
     c->got = 0;
-    if (send_reply(c, SMP_EPROTO, NDW_KIND_FINAL,
+    if (data_send_reply(c, SMP_EPROTO, NDW_KIND_FINAL,
                    "this node's data port speaks TLS: connect with TLS, trusting the CA that "
                    "signed the node's certificate (WM_TLS_CA, weightctl --tls-ca)", NULL, 0,
                    0) < 0)
         return; /* closing */
     /* FIN after the refusal; the client's close (or DRAIN_MAX) ends it */
     if (uv_shutdown(&c->shutdown, (uv_stream_t *)&c->tcp, NULL) < 0)
-        conn_close(c);
+        data_conn_close(c);
 }
 
 /* TLS: ciphertext arrived in the session. Look at the first byte, drive
@@ -1274,7 +830,7 @@ static void tls_pump(data_conn *c)
             ERR_clear_error();
             if (e == SSL_ERROR_WANT_READ)
                 break;
-            conn_close(c); /* close_notify, or a record that does not decrypt */
+            data_conn_close(c); /* close_notify, or a record that does not decrypt */
             return;
         }
         consume(c, (size_t)n);
@@ -1289,16 +845,16 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
     if (nread == 0 || c->state == CS_CLOSING)
         return;
     if (nread < 0) {
-        conn_close(c);
+        data_conn_close(c);
         return;
     }
-    idle_arm(c);
+    data_idle_arm(c);
     if (c->tls.ssl == NULL) {
         consume(c, (size_t)nread);
         return;
     }
     if (BIO_write(c->tls.rbio, c->cin, (int)nread) != (int)nread) {
-        conn_close(c);
+        data_conn_close(c);
         return;
     }
     tls_pump(c);
@@ -1330,25 +886,25 @@ static void on_connection(uv_stream_t *server, int status)
     s->handles++;
     s->stats.connections_open++;
     if (uv_accept(server, (uv_stream_t *)&c->tcp) < 0) {
-        conn_close(c);
+        data_conn_close(c);
         return;
     }
     if (s->max_connections > 0 && s->stats.connections_open > s->max_connections) {
         s->stats.connections_rejected++;
         c->state = CS_BUSY;
-        send_reply(c, SMP_EAGAIN, NDW_KIND_FINAL, "too many connections", NULL, 0, 1);
+        data_send_reply(c, SMP_EAGAIN, NDW_KIND_FINAL, "too many connections", NULL, 0, 1);
         return;
     }
     s->stats.connections_accepted++;
     if (s->tls != NULL) {
         BIO *out;
         if (rpc_tls_session_init(&c->tls, s->tls) < 0 || (c->cin = malloc(TLS_IN_CHUNK)) == NULL) {
-            conn_close(c);
+            data_conn_close(c);
             return;
         }
         c->out.tcp = &c->tcp;
         if ((out = tls_out_bio(&c->out)) == NULL) {
-            conn_close(c);
+            data_conn_close(c);
             return;
         }
         SSL_set0_wbio(c->tls.ssl, out); /* frees the memory BIO it replaces */
@@ -1356,7 +912,7 @@ static void on_connection(uv_stream_t *server, int status)
         /* a stream keeps its buffers: releasing them between records costs */
         SSL_clear_mode(c->tls.ssl, SSL_MODE_RELEASE_BUFFERS);
     }
-    idle_arm(c);
+    data_idle_arm(c);
     uv_tcp_nodelay(&c->tcp, 1);
     if (s->sockbuf > 0) {
         int v = s->sockbuf;
@@ -1365,7 +921,7 @@ static void on_connection(uv_stream_t *server, int status)
         uv_recv_buffer_size((uv_handle_t *)&c->tcp, &v);
     }
     if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) < 0)
-        conn_close(c);
+        data_conn_close(c);
 }
 
 /* -- listening ------------------------------------------------------------- */

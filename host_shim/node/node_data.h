@@ -35,7 +35,10 @@
  * and a load into memory verifies it again, but a range read is only as
  * good as the disk -- a client must verify the bytes (the object's SHA-256,
  * or digests of its ranges it knows). A file deleted while it is being read
- * is still read to the end (the descriptor stays valid).
+ * is still read to the end (the descriptor stays valid). CHECK_COLD: a
+ * client whose read did not verify has the node hash the whole file (same
+ * name and ticket rules); a file found corrupt is noted in the server's
+ * cold_faults for the master, as a bad header a READ_COLD meets is.
  *
  * TLS (opt.tls): every connection is TLS 1.3 with the context's certificate;
  * a client whose first bytes are not a TLS handshake is answered with one
@@ -99,6 +102,8 @@ typedef struct data_server_stats {
     uint64_t refused_cold;           /* bad cold name, missing or malformed cold file */
     uint64_t cold_read_errors;       /* cold files that failed in the middle of a read
                                         (the connection was closed) */
+    uint64_t cold_checks;            /* CHECK_COLD requests answered */
+    uint64_t cold_checks_corrupt;    /* ... that found the file corrupt */
     uint64_t tls_handshakes;         /* TLS sessions established */
     uint64_t tls_refused;            /* TLS handshakes that failed (closed) */
     uint64_t refused_plaintext;      /* plaintext clients on a TLS port */

@@ -333,6 +333,7 @@ static int data_seeds(const char *dir, int *n)
         seed_data(dir, n, "data-read-cold", NDW_OP_READ_COLD, cold, 0, 16, "") < 0 ||
         seed_data(dir, n, "data-read-cold-escape", NDW_OP_READ_COLD, "../../etc/passwd", 0, 16,
                   "") < 0 ||
+        seed_data(dir, n, "data-check-cold", NDW_OP_CHECK_COLD, cold, 0, 0, "not-a-ticket") < 0 ||
         seed_data(dir, n, "data-read-huge", NDW_OP_READ, "embedded", UINT64_MAX - 8, 64, "") < 0)
         return -1;
     return 0;

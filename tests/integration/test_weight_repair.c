@@ -282,6 +282,19 @@ static void overwrite_header(const char *path)
 
 /* Publish id as COLD; the name of one of its payload files into name
  * (payload files: the header, then one 4 KiB payload). */
+/* Flip a byte of the data of the cold file at path (past its header, which
+ * stays intact): rot only a hash of the data finds. */
+static void rot_data(const char *path)
+{
+    FILE *fp = fopen(path, "r+b");
+    assert_non_null(fp);
+    assert_int_equal(fseek(fp, 4096 + 1000, SEEK_SET), 0);
+    int was = fgetc(fp);
+    assert_int_equal(fseek(fp, 4096 + 1000, SEEK_SET), 0);
+    assert_int_equal(fputc(was ^ 0xff, fp), was ^ 0xff);
+    assert_int_equal(fclose(fp), 0);
+}
+
 static void put_cold_and_pick_a_payload_file(fixture *f, weight_store *s, const weight_identity *id,
                                              char name[128])
 {
@@ -367,13 +380,7 @@ static void test_fsck_deep_finds_data_that_rotted(void **state)
     assert_int_equal(weight_identity_set(&id, NULL, "llm", "rot", "v2", 1), 0);
     put_cold_and_pick_a_payload_file(f, s, &id, name);
     snprintf(path, sizeof(path), "%s/cold/%s", f->m.dir, name);
-    FILE *fp = fopen(path, "r+b");
-    assert_non_null(fp);
-    assert_int_equal(fseek(fp, 4096 + 1000, SEEK_SET), 0); /* past the header: the data */
-    int was = fgetc(fp);
-    assert_int_equal(fseek(fp, 4096 + 1000, SEEK_SET), 0);
-    assert_int_equal(fputc(was ^ 0xff, fp), was ^ 0xff);
-    assert_int_equal(fclose(fp), 0);
+    rot_data(path);
 
     if (wx_weightctl(&f->m, out, sizeof(out), "fsck") != 0) fail_msg("plain fsck said: %s", out);
     assert_fsck_drops_the_replica(f, s, &id, "llm/rot/v2", name, path, "--deep");
@@ -432,6 +439,72 @@ static void test_a_cold_file_a_read_finds_corrupt_is_dropped(void **state)
     weight_store_close(s);
 }
 
+/* weightctl ARGS fails (exit 1) on the rotted cold file name, at path, of
+ * revision id: it says the bytes did not verify and what the node said when
+ * asked to hash the file (corrupt, reported); the revision then turns
+ * DEGRADED as the master drops the replica, and the file is deleted. */
+static void assert_reader_reports_rot(fixture *f, weight_store *s, const weight_identity *id,
+                                      const char *name, const char *path, const char *args,
+                                      const char *mismatch)
+{
+    char out[8192], want[200];
+    assert_int_equal(wx_weightctl(&f->m, out, sizeof(out), args), 1);
+    snprintf(want, sizeof(want), "asked to check cold file %s: node: cold file %s: corrupt", name,
+             name);
+    if (strstr(out, mismatch) == NULL || strstr(out, want) == NULL ||
+        strstr(out, "reported to the master") == NULL)
+        fail_msg("weightctl %s said: %s", args, out);
+    wait_state(s, id, WEIGHT_DEGRADED, -1);
+    for (int i = 0; access(path, F_OK) == 0; i++) {
+        if (i * 20 > WAIT_MS) fail_msg("%s was not deleted", name);
+        sleep_ms(20);
+    }
+}
+
+/* Data that rotted under an intact header passes the node's checks of a
+ * read (header and size); the reader's checksum fails. The reader then has
+ * the node hash the file, the node finds it corrupt and reports it, and the
+ * master drops the replica -- as when a read meets a bad header -- for a
+ * `weightctl get` (chunk checksums) and a `kv get` (the object's SHA-256)
+ * alike. Before, the revision stayed READY, and every reader failed the same
+ * way, until an fsck --deep. */
+static void test_data_rot_a_reader_meets_is_checked_and_dropped(void **state)
+{
+    fixture *f = *state;
+    weight_store *s = wx_open_store(&f->m);
+    weight_identity a, b;
+    char name[128], path[700], out[8192], arg[900], key[300];
+    assert_int_equal(weight_identity_set(&a, NULL, "llm", "rot", "v3", 1), 0);
+    assert_int_equal(weight_identity_set(&b, NULL, "llm", "rot", "v4", 1), 0);
+
+    put_cold_and_pick_a_payload_file(f, s, &a, name);
+    snprintf(path, sizeof(path), "%s/cold/%s", f->m.dir, name);
+    rot_data(path);
+    snprintf(arg, sizeof(arg), "--tenant acme get llm/rot/v3@1 --out %s/out-a", f->m.dir);
+    assert_reader_reports_rot(f, s, &a, name, path, arg, "do not match the manifest's checksum");
+    if (!hx_log_contains(&f->m, "found corrupt by a read: its replica is dropped")) {
+        hx_print_log(&f->m);
+        fail_msg("the master did not say it dropped the replica of %s", name);
+    }
+
+    /* a kv get of the payload object the rotted file holds: its key from
+       fsck --deep, which reports without repairing */
+    put_cold_and_pick_a_payload_file(f, s, &b, name);
+    snprintf(path, sizeof(path), "%s/cold/%s", f->m.dir, name);
+    rot_data(path);
+    assert_int_equal(wx_weightctl(&f->m, out, sizeof(out), "fsck --deep"), 1);
+    const char *k = strstr(out, "replica of weights/acme/llm/rot/v4/1/payload/");
+    if (k == NULL) fail_msg("fsck --deep said: %s", out);
+    k += strlen("replica of ");
+    size_t kl = strcspn(k, " \n,;");
+    assert_true(kl < sizeof(key));
+    memcpy(key, k, kl);
+    key[kl] = '\0';
+    snprintf(arg, sizeof(arg), "--tenant acme kv get %s %s/out-b", key, f->m.dir);
+    assert_reader_reports_rot(f, s, &b, name, path, arg, "do not match its SHA-256");
+    weight_store_close(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -443,6 +516,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_fsck_reports_and_drops_a_corrupt_replica, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_fsck_deep_finds_data_that_rotted, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_data_rot_a_reader_meets_is_checked_and_dropped, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,6 +13,7 @@
  * names that leave the cold directory, unknown and malformed files, and
  * ranges past the data are refused with the connection kept, while a
  * second client is served; a node without a cold tier refuses them. */
+#include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -66,9 +67,11 @@ static void loop_thread(void *arg)
 }
 
 /* Start a server on a fresh segment filled with PATTERN, serving the cold
- * files of ct (NULL: none). */
-static harness *harness_start_cold(const char *seg_id, const ticket_secret *secret,
-                                   int read_tickets, uint64_t idle_ms, const cold_tier *ct)
+ * files of ct (NULL: none) and noting the corrupt ones in faults (NULL:
+ * nowhere). */
+static harness *harness_start_with(const char *seg_id, const ticket_secret *secret,
+                                   int read_tickets, uint64_t idle_ms, const cold_tier *ct,
+                                   cold_faults *faults)
 {
     harness *h = calloc(1, sizeof(*h));
     seg_options so = { .dir = g_dir, .id = seg_id, .size = SEG_BYTES };
@@ -87,13 +90,19 @@ static harness *harness_start_cold(const char *seg_id, const ticket_secret *secr
     assert_int_equal(data_server_create(&h->loop, &o, &h->srv, err, sizeof(err)), SMP_OK);
     assert_int_equal(data_server_add_segment(h->srv, h->seg), SMP_OK);
     assert_int_equal(data_server_add_segment(h->srv, h->seg), SMP_EEXIST);
-    data_server_set_cold(h->srv, ct, NULL);
+    data_server_set_cold(h->srv, ct, faults);
     assert_int_equal(data_server_start(h->srv, err, sizeof(err)), SMP_OK);
     snprintf(h->endpoint, sizeof(h->endpoint), "127.0.0.1:%d", data_server_tcp_port(h->srv));
     uv_async_init(&h->loop, &h->stop, on_stop);
     h->stop.data = h;
     assert_int_equal(uv_thread_create(&h->th, loop_thread, h), 0);
     return h;
+}
+
+static harness *harness_start_cold(const char *seg_id, const ticket_secret *secret,
+                                   int read_tickets, uint64_t idle_ms, const cold_tier *ct)
+{
+    return harness_start_with(seg_id, secret, read_tickets, idle_ms, ct, NULL);
 }
 
 static harness *harness_start_idle(const char *seg_id, const ticket_secret *secret,
@@ -840,6 +849,72 @@ static void test_cold_read_waits_for_a_slow_reader(void **state)
     free(out);
 }
 
+/* Flip every bit of the byte at off of the file at path. */
+static void flip_file_byte(const char *path, off_t off)
+{
+    uint8_t b;
+    int fd = open(path, O_RDWR);
+    assert_true(fd >= 0);
+    assert_int_equal(pread(fd, &b, 1, off), 1);
+    b ^= 0xff;
+    assert_int_equal(pwrite(fd, &b, 1, off), 1);
+    close(fd);
+}
+
+/* CHECK_COLD: a client whose read did not verify has the node hash the
+ * whole file. A good file is answered intact, nothing noted; a file whose
+ * data rotted under an intact header -- still served by READ_COLD, which
+ * checks only the header -- is answered corrupt and noted once for the
+ * master. The check needs the file's READ ticket like a read, names
+ * outside the cold form are refused, a missing file is named, and the
+ * connection serves on after each answer. */
+static void test_cold_check_hashes_the_whole_file(void **state)
+{
+    char name[COLD_NAME_MAX], missing[COLD_NAME_MAX], path[400], taken[2][COLD_NAME_MAX];
+    uint8_t *data, buf[64], tk[TICKET_MAX_BYTES], sha[32] = { 0 };
+    cold_tier *ct = cold_fixture(name, &data);
+    cold_faults *faults = cold_faults_new();
+    harness *h = harness_start_with("cc", &g_secret, 1, 0, ct, faults);
+    ndc_conn *c = connect_to(h);
+    data_server_stats st;
+    size_t n;
+    (void)state;
+    assert_non_null(faults);
+    assert_int_equal(cold_name_for("model/gone", sha, missing), SMP_OK);
+    /* refused before anything is read: no ticket, another file's, a bad name */
+    assert_int_equal(ndc_check_cold(c, name, NULL, 0), SMP_EINVAL);
+    assert_non_null(strstr(ndc_last_error(c), "needs a ticket"));
+    n = mint(&g_secret, TICKET_OP_READ, missing, 0, COLD_OBJ_BYTES, 60000, tk);
+    assert_int_equal(ndc_check_cold(c, name, tk, n), SMP_EINVAL);
+    assert_int_equal(ndc_check_cold(c, "../x.cold", tk, n), SMP_EINVAL);
+    assert_non_null(strstr(ndc_last_error(c), "not the name of a cold file"));
+    assert_int_equal(ndc_check_cold(c, missing, tk, n), SMP_ENOTFOUND);
+    assert_non_null(strstr(ndc_last_error(c), "no such file"));
+
+    n = mint(&g_secret, TICKET_OP_READ, name, 0, COLD_OBJ_BYTES, 60000, tk);
+    assert_int_equal(ndc_check_cold(c, name, tk, n), SMP_OK);
+    assert_int_equal(cold_faults_take(faults, taken, 2), 0);
+
+    snprintf(path, sizeof(path), "%s/%s", cold_dir(ct), name);
+    flip_file_byte(path, COLD_HEADER_BYTES + COLD_OBJ_BYTES / 2);
+    assert_int_equal(ndc_read_cold(c, name, 0, sizeof(buf), buf, tk, n), SMP_OK);
+    assert_int_equal(ndc_check_cold(c, name, tk, n), SMP_EPROTO);
+    assert_non_null(strstr(ndc_last_error(c), "corrupt"));
+    assert_non_null(strstr(ndc_last_error(c), "reported to the master"));
+    assert_int_equal(ndc_check_cold(c, name, tk, n), SMP_EPROTO); /* noted once */
+    assert_int_equal(cold_faults_take(faults, taken, 2), 1);
+    assert_string_equal(taken[0], name);
+    /* the same connection goes on serving */
+    assert_int_equal(ndc_read_cold(c, name, 0, sizeof(buf), buf, tk, n), SMP_OK);
+    assert_memory_equal(buf, data, sizeof(buf));
+    ndc_close(c);
+    harness_stop_stats(h, &st);
+    assert_int_equal(st.cold_checks, 4);
+    assert_int_equal(st.cold_checks_corrupt, 2);
+    cold_faults_free(faults);
+    cold_fixture_done(ct, data);
+}
+
 /* A node without a cold tier refuses READ_COLD and keeps the connection. */
 static void test_cold_read_without_cold_tier(void **state)
 {
@@ -874,6 +949,7 @@ int main(void)
         cmocka_unit_test(test_cold_read_cut_short_is_never_complete),
         cmocka_unit_test(test_cold_read_waits_for_a_slow_reader),
         cmocka_unit_test(test_cold_read_without_cold_tier),
+        cmocka_unit_test(test_cold_check_hashes_the_whole_file),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
