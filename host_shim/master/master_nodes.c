@@ -1225,6 +1225,18 @@ static int settle_segment(void *arg, const char *segment, const char *node)
     return 0;
 }
 
+/* The node embedded in this master (node.embedded, without HA) is awaited
+ * as a node holding a segment is, even on the first start, when the state
+ * knows no segment of it yet: it registers a few milliseconds after the
+ * master serves, and a put that came first would otherwise be refused
+ * "no node is up". Counted twice when it holds a segment: only whether any
+ * is waited for counts, and a node is given up once. */
+static void settle_embedded(settle_walk *w)
+{
+    if (w->m->cfg->node_embedded && !w->m->cfg->ha_enabled)
+        settle_segment(w, NULL, w->m->cfg->node_id);
+}
+
 int master_node_awaited(const master *m, const char *node, uint64_t now)
 {
     if (m->nodes_settled || node == NULL || master_node_readable(m, node) ||
@@ -1239,6 +1251,7 @@ int master_nodes_waiting(master *m, uint64_t now)
     settle_walk w = {m, now < m->io_heard_ms ? now : m->io_heard_ms, 0, 0};
     if (m->nodes_settled) return 0;
     obj_visit_segments(master_objs(m), settle_segment, &w);
+    settle_embedded(&w);
     return w.waiting > 0;
 }
 
@@ -1247,6 +1260,7 @@ int master_nodes_settled(master *m, uint64_t now)
     settle_walk w = {m, now < m->io_heard_ms ? now : m->io_heard_ms, 1, 0};
     if (m->nodes_settled) return 1;
     obj_visit_segments(master_objs(m), settle_segment, &w);
+    settle_embedded(&w);
     if (w.waiting > 0) return 0;
     if (m->nodes_given_up.n == 0)
         fprintf(stderr, "store_master: every node holding a segment has registered; "
