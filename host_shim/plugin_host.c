@@ -210,12 +210,15 @@ void hp_undo_registrations(host_plugin *p)
     p->n_metrics = 0;
     p->has_guard = 0;
     p->has_tick = 0;
+    for (size_t i = 0; i < p->n_key_spaces; i++) free(p->key_spaces[i]);
+    p->n_key_spaces = 0;
 }
 
 void hp_plugin_free(host_plugin *p)
 {
     if (p == NULL) return;
     free(p->metrics);
+    for (size_t i = 0; i < p->n_key_spaces; i++) free(p->key_spaces[i]);
     hp_vec_free(&p->s_types);
     hp_vec_free(&p->s_sections);
     hp_vec_free(&p->s_rpcs);
@@ -571,6 +574,50 @@ size_t host_plugins_n_ticks(const host_plugins *reg)
 host_tick_reg *host_plugins_tick_at(host_plugins *reg, size_t i)
 {
     return reg != NULL && i < reg->ticks.n ? reg->ticks.v[i] : NULL;
+}
+
+/* The plugins' claims in load order, each plugin's in claim order. */
+size_t host_plugins_n_key_spaces(const host_plugins *reg)
+{
+    size_t n = 0;
+    for (size_t i = 0; reg != NULL && i < reg->plugins.n; i++)
+        n += ((const host_plugin *)reg->plugins.v[i])->n_key_spaces;
+    return n;
+}
+
+static void key_space_fill(const host_plugin *p, size_t k, host_key_space *out)
+{
+    out->prefix = p->key_spaces[k];
+    out->plugin = hp_str_or(p->desc.name, p->file);
+    out->disabled = p->run == HOST_PLUGIN_DISABLED;
+}
+
+int host_plugins_key_space_at(const host_plugins *reg, size_t i, host_key_space *out)
+{
+    for (size_t j = 0; reg != NULL && out != NULL && j < reg->plugins.n; j++) {
+        const host_plugin *p = reg->plugins.v[j];
+        if (i < p->n_key_spaces) {
+            key_space_fill(p, i, out);
+            return 1;
+        }
+        i -= p->n_key_spaces;
+    }
+    return 0;
+}
+
+/* Claims do not overlap (claim_key_space refuses it), so the first claim
+ * whose prefix key begins with is the only one. */
+int host_plugins_key_space_of(const host_plugins *reg, const char *key, host_key_space *out)
+{
+    for (size_t j = 0; reg != NULL && key != NULL && out != NULL && j < reg->plugins.n; j++) {
+        const host_plugin *p = reg->plugins.v[j];
+        for (size_t k = 0; k < p->n_key_spaces; k++) {
+            if (strncmp(key, p->key_spaces[k], strlen(p->key_spaces[k])) != 0) continue;
+            key_space_fill(p, k, out);
+            return 1;
+        }
+    }
+    return 0;
 }
 
 /* A disabled plugin's guard does not count (its groups fall under the

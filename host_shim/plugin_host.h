@@ -2,10 +2,11 @@
  *
  * host_plugins is the registry of every loaded plugin and of everything it
  * registered during init(): OpLog types, snapshot sections, its guard, tick,
- * RPC services, event handlers and metrics. The loader opens a library with
- * dlopen(RTLD_NOW | RTLD_LOCAL), resolves the one entry symbol, checks the
- * descriptor (struct size, ABI major exactly, minor not newer than the host's,
- * ABI tag, required capabilities), builds the host API table and calls init().
+ * RPC services, event handlers, metrics and the key spaces it claimed. The
+ * loader opens a library with dlopen(RTLD_NOW | RTLD_LOCAL), resolves the one
+ * entry symbol, checks the descriptor (struct size, ABI major exactly, minor
+ * not newer than the host's, ABI tag, required capabilities), builds the host
+ * API table and calls init().
  * A registration outside init() is refused with SMP_ESTATE. Any refused
  * registration, or a failing init(), unloads the plugin: everything it
  * registered is removed and the library is closed. Every refusal produces one
@@ -189,6 +190,30 @@ int host_plugins_guard_check_owner(host_plugins *reg,
                                    const char *owner,
                                    const smp_guard_request *req,
                                    int *asked);
+
+/* -- Key spaces (ABI 1.9, claim_key_space) ------------------------------------- */
+
+#define HOST_KEY_SPACE_MAX_BYTES 1024 /* the longest prefix: a key's limit */
+#define HOST_KEY_SPACES_MAX 16        /* claims of one plugin */
+
+/* A key prefix a loaded plugin claimed in its init. Claims of different
+ * plugins never overlap (neither begins with the other), so a key lies in
+ * at most one. The strings are borrowed until the plugin is unloaded or a
+ * reload replaces it. */
+typedef struct host_key_space {
+    const char *prefix;
+    const char *plugin;   /* the claiming plugin's descriptor name */
+    int disabled;         /* 1 while the plugin is disabled: still claimed */
+} host_key_space;
+
+/* Every claim of every loaded plugin (a reload's staged instance's not yet),
+ * in load order, then claim order: the count, and the i-th in *out (1; 0
+ * when i is past the end). */
+size_t host_plugins_n_key_spaces(const host_plugins *reg);
+int host_plugins_key_space_at(const host_plugins *reg, size_t i, host_key_space *out);
+
+/* The claim key lies in: 1 with *out filled, else 0 (NULL arguments: 0). */
+int host_plugins_key_space_of(const host_plugins *reg, const char *key, host_key_space *out);
 
 /* -- Timing plugin callbacks --------------------------------------------------- */
 

@@ -1,12 +1,13 @@
 /* plugin_host_api.c -- the host API table each plugin gets.
  *
- * The register_* members validate what a plugin registers inside init() and
- * copy it into the registry tagged with its owner; the first refusal is
- * remembered and fails the load (plugin_host.c undoes it). The rest of the
- * table forwards to the master through host_backend, except what the plugin
- * host owns itself: metrics, config lookups, clocks, the gate and leader
- * checks in front of oplog_append, logging and allocation. A backend member
- * left NULL makes the matching call answer SMP_ENOTSUP. Loop thread only. */
+ * The register_* members (and claim_key_space) validate what a plugin
+ * registers inside init() and copy it into the registry tagged with its
+ * owner; the first refusal is remembered and fails the load (plugin_host.c
+ * undoes it). The rest of the table forwards to the master through
+ * host_backend, except what the plugin host owns itself: metrics, config
+ * lookups, clocks, the gate and leader checks in front of oplog_append,
+ * logging and allocation. A backend member left NULL makes the matching call
+ * answer SMP_ENOTSUP. Loop thread only. */
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -15,6 +16,7 @@
 #include <time.h>
 
 #include "plugin_host_internal.h"
+#include "utf8_valid.h"
 
 /* Remember the first refused registration of a plugin in init (its message
  * becomes the load's, later ones are only returned), and return rc for the
@@ -343,6 +345,71 @@ static int reg_metric(smp_host *h, const smp_metric_desc *d, smp_metric **out)
     h->metrics[h->n_metrics] = (host_plugin_metric){f, c.name, 0};
     h->n_metrics++;
     *out = f;
+    return SMP_OK;
+}
+
+/* 1 when a key could begin with both prefixes: one begins with the other. */
+static int prefixes_overlap(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    return memcmp(a, b, la < lb ? la : lb) == 0;
+}
+
+/* Claim prefix as h's key space (ABI 1.9; store_plugin.h says what the host
+ * then refuses). Only inside init: after it SMP_ESTATE, logged naming the
+ * plugin and the prefix, nothing claimed. Refused (refuse(): the load
+ * fails): NULL or empty, not valid UTF-8 (SMP_EINVAL), longer than
+ * HOST_KEY_SPACE_MAX_BYTES or a claim past HOST_KEY_SPACES_MAX (SMP_ERANGE),
+ * overlapping a claim of h itself or of another loaded plugin (SMP_EEXIST;
+ * a reload's new instance does not meet the claims of the instance it
+ * replaces). The copy is h's, dropped with its other registrations. */
+static int reg_key_space(smp_host *h, const char *prefix)
+{
+    host_plugins *reg = h->reg;
+    const char *me = hp_str_or(h->desc.name, h->file);
+    size_t len;
+    char *copy;
+
+    if (!h->in_init) {
+        hp_host_log(h, SMP_LOG_WARN, "%s: claim_key_space('%.256s') called outside init: refused "
+                    "(SMP_ESTATE), plugin %s claims no new key space", h->file,
+                    hp_str_or(prefix, "(null)"), me);
+        return SMP_ESTATE;
+    }
+    if (prefix == NULL || prefix[0] == '\0')
+        return refuse(h, SMP_EINVAL, "%s: plugin %s claims a key space with %s prefix (it would "
+                      "hold every key)", h->file, me, prefix == NULL ? "no" : "an empty");
+    len = strlen(prefix);
+    if (len > HOST_KEY_SPACE_MAX_BYTES)
+        return refuse(h, SMP_ERANGE, "%s: plugin %s claims key space '%.64s...' of %zu bytes, "
+                      "longer than a key may be (%d bytes)", h->file, me, prefix, len,
+                      HOST_KEY_SPACE_MAX_BYTES);
+    if (!utf8_valid((const unsigned char *)prefix, len))
+        return refuse(h, SMP_EINVAL, "%s: plugin %s claims key space '%.256s', which is not valid "
+                      "UTF-8 (no key is)", h->file, me, prefix);
+    for (size_t i = 0; i < h->n_key_spaces; i++)
+        if (prefixes_overlap(h->key_spaces[i], prefix))
+            return refuse(h, SMP_EEXIST, "%s: plugin %s claims key space '%.256s', which overlaps "
+                          "its own key space '%.256s' (one begins with the other)", h->file, me,
+                          prefix, h->key_spaces[i]);
+    for (size_t i = 0; i < reg->plugins.n; i++) {
+        const smp_host *o = reg->plugins.v[i];
+        if (o == h || o == h->replaces) continue;
+        for (size_t k = 0; k < o->n_key_spaces; k++)
+            if (prefixes_overlap(o->key_spaces[k], prefix))
+                return refuse(h, SMP_EEXIST, "%s: plugin %s claims key space '%.256s', which "
+                              "overlaps key space '%.256s' of plugin %s (one begins with the "
+                              "other)", h->file, me, prefix, o->key_spaces[k],
+                              hp_str_or(o->desc.name, o->file));
+    }
+    if (h->n_key_spaces == HOST_KEY_SPACES_MAX)
+        return refuse(h, SMP_ERANGE, "%s: plugin %s claims key space '%.256s' beyond its %d key "
+                      "spaces", h->file, me, prefix, HOST_KEY_SPACES_MAX);
+    if ((copy = malloc(len + 1)) == NULL)
+        return refuse(h, SMP_ENOMEM, "%s: out of memory claiming key space '%.256s'", h->file,
+                      prefix);
+    memcpy(copy, prefix, len + 1);
+    h->key_spaces[h->n_key_spaces++] = copy;
     return SMP_OK;
 }
 
@@ -723,5 +790,6 @@ void hp_api_fill(smp_host *h)
     a->object_read_lease_end = api_object_read_lease_end;
     a->objects_loss_version = api_objects_loss_version;
     a->rpc_wait_for_nodes = api_rpc_wait_for_nodes;
+    a->claim_key_space = reg_key_space;
     hp_api_bind_backend(a, &h->reg->be);
 }

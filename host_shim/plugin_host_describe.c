@@ -2,7 +2,7 @@
  *
  * host_plugins_describe prints the host's ABI and capabilities, one block
  * per plugin (ABI, capabilities, OpLog types with gates, sections, guard,
- * tick, RPC services, events, metrics) and the capability gates: what
+ * tick, RPC services, events, metrics, key spaces) and the capability gates: what
  * `store_master --check` shows. The format is pinned by test_plugin_loader
  * and test_check; change it only by appending lines. */
 #include <inttypes.h>
@@ -37,7 +37,8 @@ static void print_bits(FILE *out, uint64_t bits, const char *const *names, size_
 
 /* One plugin: name and version, path, ABI and tag, capabilities in hex and
  * by name, then its OpLog types, sections, guard, tick, RPC services, event
- * mask and metric families, each on its own line in registration order. */
+ * mask, metric families and claimed key spaces (ABI 1.9), each on its own
+ * line in registration order. */
 static void describe_plugin(const host_plugins *reg, const host_plugin *p, FILE *out)
 {
     uint32_t mask = 0;
@@ -91,6 +92,8 @@ static void describe_plugin(const host_plugins *reg, const host_plugin *p, FILE 
     fputs("\n", out);
     for (size_t i = 0; i < p->n_metrics; i++)
         fprintf(out, "  metric %s\n", p->metrics[i].name);
+    for (size_t i = 0; i < p->n_key_spaces; i++)
+        fprintf(out, "  key space %s\n", p->key_spaces[i]);
 }
 
 /* A header line with the host's ABI and capabilities, then one block per

@@ -79,6 +79,8 @@ struct smp_host {
     host_overrun_log tick_log;       /* its tick overrun lines */
     host_overrun_log guard_log;      /* its guard overrun lines */
     smp_host_api api;                /* the table handed to init() */
+    char *key_spaces[HOST_KEY_SPACES_MAX]; /* prefixes it claimed (ABI 1.9), copies */
+    size_t n_key_spaces;
 
     /* Hot reload, disable and enable (plugin_reload.c). */
     host_plugin_run run;             /* active, quiescing or disabled */

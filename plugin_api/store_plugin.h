@@ -1,4 +1,4 @@
-/* store_plugin.h -- the Store Master plugin ABI, version 1.6.
+/* store_plugin.h -- the Store Master plugin ABI, version 1.9.
  *
  * This header is the whole contract between the Store Master (the host) and a
  * plugin shared library. A plugin exports exactly one symbol,
@@ -62,6 +62,11 @@
  * can be held by the host until that node registers, instead of being
  * answered as if the object were unreadable.
  *
+ * ABI 1.9 appends the host API member claim_key_space(): inside init() a
+ * plugin reserves a key prefix as its own key space, and the host refuses
+ * clients' object puts and removals there (see the member for exactly
+ * what), so keys the plugin lays out can only change through its calls.
+ *
  * Threading. Every callback into the plugin runs on the master's event-loop
  * thread, which owns all metadata; callbacks must not block and must not call
  * back into a host service that the function's comment says is not re-entrant
@@ -95,7 +100,7 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 
 #define SMP_ABI_MAJOR 1
-#define SMP_ABI_MINOR 8
+#define SMP_ABI_MINOR 9
 
 /* The ABI tag pins what C cannot check across a dlopen: pointer width and byte
  * order. It is 'S' 'M' <pointer bytes> <1 little endian | 2 big endian>. */
@@ -756,6 +761,50 @@ typedef struct smp_host_api {
                               const char *key,
                               const uint8_t *body,
                               size_t len);
+
+    /* ABI 1.9: claim every key that begins with prefix (copied; compared
+     * byte for byte) as this plugin's key space. Only inside init(), like
+     * the register_* members: SMP_ESTATE after it (logged, naming the
+     * plugin and the prefix). From then on the host refuses, with
+     * SMP_EVETO and a message naming the key (or the prefix asked), the
+     * claimed prefix and the plugin, every change a client asks of the
+     * host's object service (service 1) in that key space:
+     *   - put start, of a new key or an overwrite (upsert), unless the
+     *     request names a group this plugin owns (marked managed through
+     *     group_set_managed); such a put goes on to the plugin's guard
+     *     (SMP_GUARD_PUT_INTO_GROUP / SMP_GUARD_UPSERT_INTO_GROUP) as
+     *     before, which decides which keys may join the group;
+     *   - put end, unless the put is into such a group (a put started
+     *     before the claim existed, across a reload, cannot complete);
+     *   - remove of one key, whether it exists or not;
+     *   - remove by prefix, and remove-all (the prefix ""), when the keys
+     *     it reaches meet the key space (its prefix begins with the
+     *     claimed one, or the claimed one begins with it) and an object
+     *     lies where they meet: refused whole, nothing removed.
+     * Not refused: reads (replica lookups, exists, listing), put revoke
+     * (it frees an upload's range and removes nothing stored), and all
+     * that is not a client's object request: this plugin's own host
+     * services (remove_object, the replica tasks, group_set_managed),
+     * OpLog replay, snapshots, the nodes' registrations and replica
+     * reports, the host's eviction (asked of the guard as before) and
+     * fsck's repairs. A client's tenant rule comes first (another
+     * tenant's key is answered as absent, as before).
+     * While the plugin is disabled its key space stays refused, the
+     * message saying it is disabled; a plugin that is not loaded claims
+     * nothing (its managed groups stay under the host's own protection).
+     * Claims are not persisted: every start and every reload's new
+     * instance makes them again in init (the new instance's replace the
+     * old one's).
+     * Refusals, each failing the load with a message naming the plugin
+     * and the prefix: a NULL or empty prefix or one that is not valid
+     * UTF-8 (SMP_EINVAL), one longer than 1024 bytes (a key's limit) or a
+     * plugin's 17th claim (SMP_ERANGE), a prefix that overlaps a claim of
+     * another plugin or of this one -- either begins with the other
+     * (SMP_EEXIST). A host of ABI 1.8 or older has no such member
+     * (SMP_HOST_HAS(api, claim_key_space) is false): it cannot reserve a
+     * key space and the plugin's keys stay as open as before. */
+    int (*claim_key_space)(smp_host *h, const char *prefix);
+    /* Fields above: ABI 1.9. */
 } smp_host_api;
 
 /* True when the host's table is large enough to contain `member`. */

@@ -1,8 +1,9 @@
 /* good_other.c -- a second good test plugin, to check what belongs to whom.
  *
  * It registers OpLog type 13 (ungated) and a guard that vetoes keys under
- * "other/", and exports good_other_append() so a test can try to append a type
- * that another plugin registered. */
+ * "other/", claims "other/" as its key space (ABI 1.9), and exports
+ * good_other_append() so a test can try to append a type that another plugin
+ * registered. */
 #include <stddef.h>
 #include <string.h>
 
@@ -28,6 +29,7 @@ static int init(smp_host *h, const smp_host_api *api, void **plugin)
     g_host = h, g_api = api;
     if ((rc = api->register_oplog_type(h, &record_type)) < 0) return rc;
     if ((rc = api->register_guard(h, &guard)) < 0) return rc;
+    if ((rc = api->claim_key_space(h, "other/")) < 0) return rc;
     *plugin = &g_state_word;
     return SMP_OK;
 }

@@ -221,6 +221,7 @@ static const member members[] = {
     M_OBJECTS(objects_loss_version),
     M_OTHER(rpc_wait_for_nodes, "a call of the plugin's service (the key's replicas decide only "
                                 "whether that call is held)"),
+    M_OTHER(claim_key_space, "registration, init() only (what clients may change, not objects)"),
 };
 
 #define N_MEMBERS (sizeof(members) / sizeof(members[0]))

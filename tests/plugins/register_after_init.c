@@ -1,8 +1,8 @@
 /* register_after_init.c -- a test plugin that registers nothing in init()
  * but keeps the host handle and API table, and exports
- * register_after_init_try_all(), which calls every register_* member after
- * init. Each must answer SMP_ESTATE and add nothing; the function returns how
- * many did. */
+ * register_after_init_try_all(), which calls every register_* member and
+ * claim_key_space after init. Each must answer SMP_ESTATE and add nothing;
+ * the function returns how many did. */
 #include <stddef.h>
 
 #include "store_plugin.h"
@@ -42,6 +42,7 @@ int register_after_init_try_all(void)
     n += g_api->register_rpc_service(g_host, &r) == SMP_ESTATE;
     n += g_api->register_event_handler(g_host, &e) == SMP_ESTATE;
     n += g_api->register_metric(g_host, &m, &out) == SMP_ESTATE;
+    n += g_api->claim_key_space(g_host, "late/") == SMP_ESTATE;
     return n;
 }
 

@@ -2,7 +2,9 @@
  * every step can be made to refuse (tests/unit/test_plugin_loader.c).
  *
  * It registers OpLog type 30 (PROBE_RECORD), section probe_section, RPC
- * service 41 (method 1) and the counter reload_probe_total. Its state
+ * service 41 (method 1) and the counter reload_probe_total, and claims the
+ * key space "probe/" (ABI 1.9: the new instance claims it while the old one
+ * still holds it). Its state
  * (reload_probe_state, mirrored by the test) holds a value handed over by
  * export/import, and counts resumes with the last reason. The string `fail`
  * of its config block, read at each call, makes one step refuse: "quiesce"
@@ -57,7 +59,8 @@ static int init(smp_host *h, const smp_host_api *api, void **plugin)
     if ((!failing(st, "type") && (rc = api->register_oplog_type(h, &record_type)) < 0) ||
         (rc = api->register_snapshot_section(h, &section)) < 0 ||
         (rc = api->register_rpc_service(h, &service)) < 0 ||
-        (rc = api->register_metric(h, &counter, &m)) < 0) {
+        (rc = api->register_metric(h, &counter, &m)) < 0 ||
+        (rc = api->claim_key_space(h, "probe/")) < 0) {
         free(st);
         return rc;
     }

@@ -247,6 +247,7 @@ static void assert_registry_empty(fixture *fx)
     assert_int_equal(host_plugins_n_sections(fx->reg), 0);
     assert_int_equal(host_plugins_n_ticks(fx->reg), 0);
     assert_false(host_plugins_has_guard(fx->reg));
+    assert_int_equal(host_plugins_n_key_spaces(fx->reg), 0);
     for (unsigned id = 0; id < 100; id++) assert_null(host_plugins_rpc_service(fx->reg, (uint16_t)id));
     assert_int_equal(n_families(fx->metrics), 1);
     assert_non_null(host_metrics_find(fx->metrics, "host_guard_vetoes_total"));
@@ -534,7 +535,8 @@ static void test_register_after_init_is_refused(void **state)
 
     assert_int_equal(load(fx, "register_after_init"), SMP_OK);
     *(void **)&try_all = plugin_sym("register_after_init", "register_after_init_try_all");
-    assert_int_equal(try_all(), 7);
+    assert_int_equal(try_all(), 8);
+    assert_int_equal(host_plugins_n_key_spaces(fx->reg), 0);
     assert_int_equal(host_plugins_count(fx->reg), 1);
     assert_int_equal(host_plugins_n_oplog_types(fx->reg), 0);
     assert_int_equal(host_plugins_n_sections(fx->reg), 0);
@@ -1041,6 +1043,10 @@ static void test_reload_steps_and_rollbacks(void **state)
     assert_ptr_equal(host_plugins_oplog_type(fx->reg, 30)->owner, old);
     assert_int_equal(host_plugins_n_oplog_types(fx->reg), 1);
     assert_ptr_equal(host_metrics_find(fx->metrics, "reload_probe_total"), family);
+    host_key_space ks;
+    assert_int_equal(host_plugins_n_key_spaces(fx->reg), 1); /* the new instances' went with them */
+    assert_true(host_plugins_key_space_of(fx->reg, "probe/x", &ks));
+    assert_string_equal(ks.plugin, "reload_probe");
 
     /* Busy: the change waits, calls are parked; then it goes through. */
     fail.scalar = "busy";
@@ -1072,6 +1078,12 @@ static void test_reload_steps_and_rollbacks(void **state)
     assert_ptr_equal(host_plugins_rpc_service(fx->reg, 41)->owner, now);
     assert_ptr_equal(host_plugins_section(fx->reg, "probe_section")->owner, now);
     assert_ptr_equal(host_metrics_find(fx->metrics, "reload_probe_total"), family);
+    /* The new instance claimed "probe/" while the old one held it: its own
+     * claim now, the only one. */
+    assert_int_equal(host_plugins_n_key_spaces(fx->reg), 1);
+    assert_true(host_plugins_key_space_of(fx->reg, "probe/x", &ks));
+    assert_string_equal(ks.prefix, "probe/");
+    assert_string_equal(ks.plugin, "reload_probe");
 }
 
 /* A change still in progress when the registry goes (shutdown) ends as
@@ -1136,7 +1148,8 @@ static void test_describe_output(void **state)
                            "  type 13 OTHER_RECORD encver 1..1 gate -\n"
                            "  guard yes\n"
                            "  tick no\n"
-                           "  events 0x0 (-)\n"));
+                           "  events 0x0 (-)\n"
+                           "  key space other/\n"));
     free(text);
 }
 
@@ -1305,6 +1318,183 @@ static int probe_handler_without_callback(smp_host *h, const smp_host_api *api)
     return SMP_OK;
 }
 
+/* -- Key spaces (ABI 1.9) ----------------------------------------------------------------------- */
+
+static const char *probe_claims[HOST_KEY_SPACES_MAX + 2];
+
+/* Claim every prefix of probe_claims (up to a NULL), each answer in
+ * probe_rc (the first four). */
+static int probe_claim(smp_host *h, const smp_host_api *api)
+{
+    for (size_t i = 0; probe_claims[i] != NULL; i++) {
+        int rc = api->claim_key_space(h, probe_claims[i]);
+        if (i < 4) probe_rc[i] = rc;
+    }
+    return SMP_OK;
+}
+
+static int probe_claim_null(smp_host *h, const smp_host_api *api)
+{
+    probe_rc[0] = api->claim_key_space(h, NULL);
+    return SMP_OK;
+}
+
+/* run_probe beside the plugins already loaded: a refusal leaves their
+ * claims as they were and the library closed. */
+static int run_probe_beside(fixture *fx, int (*fn)(smp_host *, const smp_host_api *))
+{
+    char path[512];
+    size_t before = host_plugins_n_key_spaces(fx->reg), loaded = host_plugins_count(fx->reg);
+    void *lib = dlopen(plugin_path(path, sizeof(path), "register_probe"), RTLD_NOW | RTLD_LOCAL);
+    int rc;
+    assert_non_null(lib);
+    *(int (**)(smp_host *, const smp_host_api *))dlsym(lib, "register_probe_hook") = fn;
+    memset(probe_rc, 0, sizeof(probe_rc));
+    rc = load(fx, "register_probe");
+    dlclose(lib);
+    if (rc < 0) {
+        assert_int_equal(host_plugins_count(fx->reg), loaded);
+        assert_int_equal(host_plugins_n_key_spaces(fx->reg), before);
+        assert_closed("register_probe");
+    }
+    return rc;
+}
+
+/* Load register_probe claiming the prefixes given (NULL-terminated). */
+static int run_claims(fixture *fx, ...)
+{
+    va_list ap;
+    size_t n = 0;
+    va_start(ap, fx);
+    for (const char *c; (c = va_arg(ap, const char *)) != NULL && n < HOST_KEY_SPACES_MAX + 1;)
+        probe_claims[n++] = c;
+    va_end(ap);
+    probe_claims[n] = NULL;
+    return run_probe_beside(fx, probe_claim);
+}
+
+/* A plugin claims key prefixes in init: refused (the load fails, nothing
+ * left, the message naming the plugin and the prefix) when empty or NULL,
+ * too long, not UTF-8, overlapping its own or another plugin's claim either
+ * way, or past its 16 claims; accepted claims are listed and looked up by
+ * key, the prefix copied; a plugin that claims nothing (every one built
+ * before ABI 1.9) loads as before. */
+static void test_key_space_claims(void **state)
+{
+    fixture *fx = *state;
+    host_key_space ks;
+    char long_prefix[HOST_KEY_SPACE_MAX_BYTES + 2];
+    char names[HOST_KEY_SPACES_MAX + 1][8];
+    char msg[512];
+
+    assert_int_equal(load(fx, "good_minimal"), SMP_OK); /* claims nothing */
+    assert_int_equal(host_plugins_n_key_spaces(fx->reg), 0);
+    assert_false(host_plugins_key_space_of(fx->reg, "other/x", &ks));
+    assert_int_equal(load(fx, "good_other"), SMP_OK);
+    assert_int_equal(host_plugins_n_key_spaces(fx->reg), 1);
+
+    assert_int_equal(run_claims(fx, "", NULL), SMP_EINVAL);
+    assert_int_equal(probe_rc[0], SMP_EINVAL);
+    assert_string_equal(fx->err, "register_probe.so: plugin register_probe claims a key space with "
+                                 "an empty prefix (it would hold every key)");
+    assert_int_equal(run_probe_beside(fx, probe_claim_null), SMP_EINVAL);
+    assert_string_equal(fx->err, "register_probe.so: plugin register_probe claims a key space with "
+                                 "no prefix (it would hold every key)");
+
+    memset(long_prefix, 'k', sizeof(long_prefix) - 1);
+    long_prefix[sizeof(long_prefix) - 1] = '\0'; /* 1025 bytes */
+    assert_int_equal(run_claims(fx, long_prefix, NULL), SMP_ERANGE);
+    snprintf(msg, sizeof(msg), "register_probe.so: plugin register_probe claims key space '%.64s...' "
+             "of 1025 bytes, longer than a key may be (1024 bytes)", long_prefix);
+    assert_string_equal(fx->err, msg);
+    long_prefix[HOST_KEY_SPACE_MAX_BYTES] = '\0'; /* 1024: a key's limit, accepted */
+    assert_int_equal(run_claims(fx, long_prefix, NULL), SMP_OK);
+    assert_int_equal(host_plugins_n_key_spaces(fx->reg), 2);
+    assert_true(host_plugins_key_space_of(fx->reg, long_prefix, &ks));
+    assert_string_equal(ks.plugin, "register_probe");
+    assert_ptr_not_equal(ks.prefix, long_prefix); /* copied */
+    host_plugins_destroy(fx->reg); /* register_probe loads once per registry */
+    assert_int_equal(host_plugins_create(&fx->reg, &fx->cfg, fx->metrics, &fx->be), SMP_OK);
+    assert_int_equal(load(fx, "good_other"), SMP_OK);
+
+    assert_int_equal(run_claims(fx, "bad\xff/", NULL), SMP_EINVAL);
+    assert_string_equal(fx->err, "register_probe.so: plugin register_probe claims key space "
+                                 "'bad\xff/', which is not valid UTF-8 (no key is)");
+
+    /* Overlaps, either way, with another plugin's claim or its own. */
+    assert_int_equal(run_claims(fx, "other/deeper/", NULL), SMP_EEXIST);
+    assert_string_equal(fx->err, "register_probe.so: plugin register_probe claims key space "
+                                 "'other/deeper/', which overlaps key space 'other/' of plugin "
+                                 "good_other (one begins with the other)");
+    assert_int_equal(run_claims(fx, "oth", NULL), SMP_EEXIST);
+    assert_string_equal(fx->err, "register_probe.so: plugin register_probe claims key space 'oth', "
+                                 "which overlaps key space 'other/' of plugin good_other (one "
+                                 "begins with the other)");
+    assert_int_equal(run_claims(fx, "mine/", "mine/sub/", NULL), SMP_EEXIST);
+    assert_int_equal(probe_rc[0], SMP_OK);
+    assert_int_equal(probe_rc[1], SMP_EEXIST);
+    assert_string_equal(fx->err, "register_probe.so: plugin register_probe claims key space "
+                                 "'mine/sub/', which overlaps its own key space 'mine/' (one begins "
+                                 "with the other)");
+    assert_int_equal(run_claims(fx, "mine/", "mine/", NULL), SMP_EEXIST);
+    assert_int_equal(host_plugins_n_key_spaces(fx->reg), 1); /* good_other's alone: undone */
+
+    /* At most 16 claims per plugin. */
+    for (size_t i = 0; i <= HOST_KEY_SPACES_MAX; i++) {
+        snprintf(names[i], sizeof(names[i]), "k%02zu/", i);
+        probe_claims[i] = names[i];
+    }
+    probe_claims[HOST_KEY_SPACES_MAX + 1] = NULL;
+    assert_int_equal(run_probe_beside(fx, probe_claim), SMP_ERANGE);
+    assert_string_equal(fx->err, "register_probe.so: plugin register_probe claims key space 'k16/' "
+                                 "beyond its 16 key spaces");
+    assert_int_equal(host_plugins_n_key_spaces(fx->reg), 1);
+
+    /* Accepted: listed in load order, looked up by key (a key equal to the
+     * prefix is in it; a key the prefix begins with only partly is not). */
+    assert_int_equal(run_claims(fx, "probe/", "other", NULL), SMP_EEXIST);
+    assert_int_equal(run_claims(fx, "probe/", "p2/", NULL), SMP_OK);
+    assert_int_equal(host_plugins_n_key_spaces(fx->reg), 3);
+    assert_true(host_plugins_key_space_at(fx->reg, 0, &ks));
+    assert_string_equal(ks.prefix, "other/");
+    assert_string_equal(ks.plugin, "good_other");
+    assert_false(ks.disabled);
+    assert_true(host_plugins_key_space_at(fx->reg, 2, &ks));
+    assert_string_equal(ks.prefix, "p2/");
+    assert_string_equal(ks.plugin, "register_probe");
+    assert_false(host_plugins_key_space_at(fx->reg, 3, &ks));
+    assert_true(host_plugins_key_space_of(fx->reg, "probe/", &ks));
+    assert_string_equal(ks.prefix, "probe/");
+    assert_true(host_plugins_key_space_of(fx->reg, "other/a/b", &ks));
+    assert_string_equal(ks.plugin, "good_other");
+    assert_false(host_plugins_key_space_of(fx->reg, "probe", &ks));
+    assert_false(host_plugins_key_space_of(fx->reg, "p2", &ks));
+    assert_false(host_plugins_key_space_of(NULL, "p2/", &ks));
+    assert_false(host_plugins_key_space_of(fx->reg, NULL, &ks));
+}
+
+/* A disabled plugin keeps its key space, marked disabled; enabled again,
+ * the mark goes. */
+static void test_key_space_of_a_disabled_plugin(void **state)
+{
+    fixture *fx = *state;
+    change_seen seen = {0};
+    host_key_space ks;
+    assert_int_equal(load(fx, "good_other"), SMP_OK);
+    assert_int_equal(host_plugins_disable(fx->reg, "good_other", on_change, &seen, fx->err,
+                                          sizeof(fx->err)), SMP_OK);
+    host_plugins_poll(fx->reg);
+    assert_int_equal(seen.res.status, SMP_OK);
+    assert_true(host_plugins_key_space_of(fx->reg, "other/x", &ks));
+    assert_string_equal(ks.plugin, "good_other");
+    assert_true(ks.disabled);
+    assert_true(host_plugins_key_space_at(fx->reg, 0, &ks));
+    assert_true(ks.disabled);
+    assert_int_equal(host_plugins_enable(fx->reg, "good_other", fx->err, sizeof(fx->err)), SMP_OK);
+    assert_true(host_plugins_key_space_of(fx->reg, "other/x", &ks));
+    assert_false(ks.disabled);
+}
+
 static void test_registration_rules(void **state)
 {
     fixture *fx = *state;
@@ -1405,6 +1595,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_load_all_skips_disabled, setup, teardown),
         cmocka_unit_test_setup_teardown(test_load_all_unloads_on_failure, setup, teardown),
         cmocka_unit_test_setup_teardown(test_registration_rules, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_key_space_claims, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_key_space_of_a_disabled_plugin, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
