@@ -17,7 +17,16 @@
  * plugin's "weights/<tenant>/..."; any other key is answered as absent
  * (NOT_FOUND, exists false), a put outside it is refused naming the rule,
  * its puts carry its tenant whatever the request says, and its listing
- * shows only objects of its tenant. An admin names any key. */
+ * shows only objects of its tenant. An admin names any key.
+ *
+ * Key spaces (ABI 1.9, claim_key_space): after the tenant rule, a change in
+ * a prefix a plugin claimed is refused for every caller, an admin too, with
+ * SMP_EVETO naming the key, the prefix and the plugin -- a put start or put
+ * end unless the put is into a group that plugin owns (its guard decides
+ * those, as before), a remove of one key, a remove by prefix (or all) that
+ * reaches an object in the claimed prefix (refused whole). Reads and put
+ * revoke are not refused. While the plugin is disabled its key space stays
+ * refused, saying so. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -176,6 +185,79 @@ static int key_visible(smp_rpc_call *call, const char *key, const char *what)
     return 0;
 }
 
+/* -- key spaces (ABI 1.9) ---------------------------------------------------- */
+
+/* Answer call SMP_EVETO: the change `what` of key is refused because key
+ * lies in the key space ks (its prefix and plugin named, and that the
+ * plugin is disabled when it is). */
+static void reply_key_space(smp_rpc_call *call, const char *what, const char *key,
+                            const host_key_space *ks)
+{
+    char msg[2700];
+    if (ks->disabled)
+        snprintf(msg, sizeof(msg), "%s: %s: key '%.1024s' is in the key space '%.1024s' of plugin "
+                 "%.64s, which is disabled: refused until `weightctl plugin enable %.64s`, then "
+                 "change it through that plugin's calls", what, smp_strerror(SMP_EVETO), key,
+                 ks->prefix, ks->plugin, ks->plugin);
+    else
+        snprintf(msg, sizeof(msg), "%s: %s: key '%.1024s' is in the key space '%.1024s' of plugin "
+                 "%.64s: change it through that plugin's calls", what, smp_strerror(SMP_EVETO),
+                 key, ks->prefix, ks->plugin);
+    rpc_reply_error(call, SMP_EVETO, msg);
+}
+
+/* Whether a client's change `what` of key is refused for a key space: 1
+ * when key lies in a prefix a plugin claimed (the refusal answered on
+ * call), 0 when the request goes on. group is the group a put names (or its
+ * in-flight put named); NULL or "" for a removal. A put into a group the
+ * claiming plugin owns goes on while that plugin is not disabled: its guard
+ * decides which keys may join the group (SMP_GUARD_PUT_INTO_GROUP,
+ * SMP_GUARD_UPSERT_INTO_GROUP). */
+static int key_space_refused(master *m, smp_rpc_call *call, const char *what, const char *key,
+                             const char *group)
+{
+    host_key_space ks;
+    if (!host_plugins_key_space_of(m->plugins, key, &ks)) return 0;
+    if (!ks.disabled && group != NULL && group[0] != '\0') {
+        const char *owner = obj_group_owner(master_objs(m), group);
+        if (owner != NULL && strcmp(owner, ks.plugin) == 0) return 0;
+    }
+    reply_key_space(call, what, key, &ks);
+    return 1;
+}
+
+/* Whether a remove by prefix (all: "") is refused for a key space: 1 when
+ * the keys it reaches meet a claimed prefix (one begins with the other) and
+ * an object lies where they meet -- the refusal, naming the prefix asked,
+ * the first such key, the claim and its plugin, answered on call; nothing
+ * is removed then. 0 when it goes on (no claim met, or none holds an object
+ * there). */
+static int prefix_key_space_refused(master *m, smp_rpc_call *call, const char *prefix)
+{
+    char msg[3800];
+    size_t n = host_plugins_n_key_spaces(m->plugins), lp = strlen(prefix);
+    for (size_t i = 0; i < n; i++) {
+        host_key_space ks;
+        const char *first[1] = {NULL};
+        size_t found = 0;
+        int more = 0;
+        if (!host_plugins_key_space_at(m->plugins, i, &ks)) break;
+        size_t lk = strlen(ks.prefix);
+        if (memcmp(prefix, ks.prefix, lp < lk ? lp : lk) != 0) continue; /* they do not meet */
+        /* where they meet: under the longer of the two */
+        (void)obj_list_prefix(master_objs(m), lp > lk ? prefix : ks.prefix, NULL, NULL, 1, first,
+                              &found, &more);
+        if (found == 0) continue; /* nothing of the key space is reached */
+        snprintf(msg, sizeof(msg), "remove by prefix '%.1024s': %s: it reaches key '%.1024s' in the "
+                 "key space '%.1024s' of plugin %.64s%s: change those keys through that plugin's "
+                 "calls; nothing was removed", prefix, smp_strerror(SMP_EVETO), first[0],
+                 ks.prefix, ks.plugin, ks.disabled ? ", which is disabled" : "");
+        rpc_reply_error(call, SMP_EVETO, msg);
+        return 1;
+    }
+    return 0;
+}
+
 /* -- put -------------------------------------------------------------------- */
 
 static int h_put_start(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len)
@@ -190,6 +272,10 @@ static int h_put_start(void *ctx, smp_rpc_call *call, const uint8_t *body, size_
                  "beginning with '%.128s/' or 'weights/%.128s/', of its own tenant", req->key,
                  tenant, tenant, tenant);
         rpc_reply_error(call, SMP_EFORBIDDEN, msg);
+        DECODED_FREE(req);
+        return SMP_OK;
+    }
+    if (key_space_refused(m, call, "put start", req->key, req->group)) {
         DECODED_FREE(req);
         return SMP_OK;
     }
@@ -303,6 +389,9 @@ static int h_put_end(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t 
     int rc;
     DECODE(PutEndRequest, put_end_request, req, body, len, call);
     if (!key_visible(call, req->key, "put end")) goto free_req;
+    const char *put_group = obj_put_group(master_objs(m), req->key);
+    if (put_group != NULL && key_space_refused(m, call, "put end", req->key, put_group))
+        goto free_req;
     if (req->sha256.len != 32) {
         rc = SMP_EINVAL;
         rpc_reply_error(call, rc, "put end: sha256 must be 32 bytes");
@@ -353,13 +442,15 @@ static int prep_remove(master *m, const char *key, obj_record *out)
     return obj_prepare_remove(master_objs(m), key, master_now_ms(), out);
 }
 
-/* One key, one record, answered when durable. */
+/* One key, one record, answered when durable. key_spaces: refuse a key in
+ * a claimed key space (a removal) before anything else is asked. */
 static int commit_key_request(master *m, smp_rpc_call *call, const uint8_t *body, size_t len,
-                              prepare_key_fn prepare, const char *what)
+                              prepare_key_fn prepare, const char *what, int key_spaces)
 {
     obj_record rec = {0};
     DECODE_KEY(req, body, len, call);
-    if (!key_visible(call, req->key, what)) {
+    if (!key_visible(call, req->key, what) ||
+        (key_spaces && key_space_refused(m, call, what, req->key, NULL))) {
         DECODED_KEY_FREE(req);
         return SMP_OK;
     }
@@ -372,12 +463,12 @@ static int commit_key_request(master *m, smp_rpc_call *call, const uint8_t *body
 
 static int h_put_revoke(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len)
 {
-    return commit_key_request(ctx, call, body, len, prep_revoke, "put revoke");
+    return commit_key_request(ctx, call, body, len, prep_revoke, "put revoke", 0);
 }
 
 static int h_remove(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len)
 {
-    return commit_key_request(ctx, call, body, len, prep_remove, "remove");
+    return commit_key_request(ctx, call, body, len, prep_remove, "remove", 1);
 }
 
 /* -- reads ------------------------------------------------------------------ */
@@ -622,6 +713,10 @@ static int h_remove_prefix(void *ctx, smp_rpc_call *call, const uint8_t *body, s
     master *m = ctx;
     obj_record_list recs = {0};
     DECODE(RemovePrefixRequest, remove_prefix_request, req, body, len, call);
+    if (prefix_key_space_refused(m, call, req->prefix)) {
+        DECODED_FREE(req);
+        return SMP_OK;
+    }
     prefix_ctx *c = calloc(1, sizeof(*c));
     int rc = c ? obj_prepare_remove_prefix(master_objs(m), req->prefix, master_now_ms(), &recs, &c->rep)
                : SMP_ENOMEM;

@@ -868,6 +868,13 @@ int obj_object_info(const obj_store *st, const char *key, smp_object_info *info)
     return SMP_OK;
 }
 
+const char *obj_put_group(const obj_store *st, const char *key)
+{
+    OBJ_CHECK_CALLER(st);
+    const obj_put *p = key != NULL ? obj_sl_get(&st->puts, key) : NULL;
+    return p != NULL ? p->group : NULL;
+}
+
 int obj_object_info_replicas(const obj_store *st,
                              const char *key,
                              smp_object_info *info,

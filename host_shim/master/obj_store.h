@@ -292,6 +292,10 @@ int obj_prepare_put_end(obj_store *st,
                         uint64_t now,
                         obj_record *out);
 
+/* The group the in-flight put of key names ("" for none; borrowed until the
+ * next change), or NULL when no put of key is in flight. */
+const char *obj_put_group(const obj_store *st, const char *key);
+
 /* Encode the PUT_REVOKE record of the in-flight put of key. SMP_ENOTFOUND. */
 int obj_prepare_put_revoke(obj_store *st, const char *key, obj_record *out);
 
