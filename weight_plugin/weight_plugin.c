@@ -3,7 +3,8 @@
  * This file only connects the plugin to the host: it exports the descriptor,
  * and in init() creates the revision store and registers the plugin's OpLog
  * types (8-12, with their gates), its snapshot section, its object guard, its
- * reconcile tick, its RPC service and metrics; and it wires the ABI 1.1
+ * key space "weights/" (ABI 1.9), its reconcile tick, its RPC service and
+ * metrics; and it wires the ABI 1.1
  * hot-reload hooks (quiesce, export/import through wm_handoff.c, the
  * self-check, resume). Built with WM_TEST_REFUSE_HANDOFF it is the test
  * variant weight_mgmt_refuse_handoff.so, whose import refuses every
@@ -126,6 +127,25 @@ static const smp_event_handler wm_events = {
     wm_on_event,
 };
 
+/* Claim the plugin's key space, WM_KEY_PREFIX "/" (every key it lays out:
+ * weights/<tenant>/<namespace>/<resource>/<revision>/<generation>/...; the
+ * prefix is fixed, not configurable), so that the host refuses clients'
+ * plain puts and removals there (ABI 1.9, claim_key_space): a revision's
+ * objects are put only into its managed group, which the guard watches,
+ * and removed only through this plugin. A host older than 1.9 cannot
+ * reserve it: logged, and the plugin runs as before (its managed groups
+ * still guarded). Returns what the host answered (SMP_OK without it). */
+static int wm_claim_key_space(smp_host *h, const smp_host_api *api)
+{
+    if (!SMP_HOST_HAS(api, claim_key_space) || api->claim_key_space == NULL) {
+        api->log(h, SMP_LOG_INFO, "host ABI %u.%u cannot reserve the key space '%s/': clients' "
+                 "plain puts and removals there are not refused (managed groups still are)",
+                 (unsigned)api->abi_major, (unsigned)api->abi_minor, WM_KEY_PREFIX);
+        return SMP_OK;
+    }
+    return api->claim_key_space(h, WM_KEY_PREFIX "/");
+}
+
 #define WM_TICK_PERIOD_MS 1000
 
 /* The tick period: the plugin block's tick_period_ms (10..60000), else
@@ -159,6 +179,7 @@ static int wm_init(smp_host *h, const smp_host_api *api, void **out)
     }
     if ((rc = api->register_snapshot_section(h, &wm_section)) < 0) goto free_plugin;
     if ((rc = api->register_guard(h, &wm_guard_reg)) < 0) goto free_plugin;
+    if ((rc = wm_claim_key_space(h, api)) < 0) goto free_plugin;
     p->tick_reg = (smp_tick){sizeof(smp_tick), wm_tick_period(h, api), 1, wm_tick};
     if ((rc = api->register_tick(h, &p->tick_reg)) < 0) goto free_plugin;
     if ((rc = api->register_event_handler(h, &wm_events)) < 0) goto free_plugin;

@@ -25,7 +25,8 @@ for line in \
   "type 12 WEIGHT_LINEAGE_CLAIM encver 1..1 gate weight_lineage_oplog_capability_confirmed" \
   "section weight_metadata encver 1" \
   "guard yes" \
-  "tick period 1000 ms leader_only yes"; do
+  "tick period 1000 ms leader_only yes" \
+  "key space weights/"; do
   grep -qF -- "$line" <<<"$out" && ok "lists: $line" || bad "missing: $line"
 done
 
