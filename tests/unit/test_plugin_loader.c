@@ -1495,6 +1495,59 @@ static void test_key_space_of_a_disabled_plugin(void **state)
     assert_false(ks.disabled);
 }
 
+/* weight_mgmt.so's own init, run from inside register_probe's (so that what
+ * it registers lands in a real registry) with a host table of wm_table_size
+ * bytes; static, as the plugin keeps the table. */
+static smp_host_api wm_table;
+static size_t wm_table_size;
+static const smp_plugin_desc *wm_desc;
+static void *wm_state;
+
+static int probe_weight_mgmt(smp_host *h, const smp_host_api *api)
+{
+    wm_table = *api;
+    wm_table.struct_size = (uint32_t)wm_table_size;
+    probe_rc[0] = wm_desc->init(h, &wm_table, &wm_state);
+    return SMP_OK;
+}
+
+/* weight_mgmt.so claims "weights/" from a host of ABI 1.9; from a host
+ * whose table ends before claim_key_space (ABI 1.8) it claims nothing and
+ * its init succeeds all the same. */
+static void test_weight_mgmt_claims_its_key_space_when_the_host_can(void **state)
+{
+    fixture *fx = *state;
+    host_key_space ks;
+    void *lib = dlopen(WM_PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL);
+    smp_plugin_entry_fn entry;
+    assert_non_null(lib);
+    fx->cfg.cluster.default_weight_preferred_residency = HOST_RESIDENCY_MIXED; /* its defaults */
+    fx->cfg.cluster.default_weight_migration_mode = HOST_MODE_AUTO;
+    fx->cfg.cluster.weight_migration_cooldown_ms = 30000;
+    fx->cfg.cluster.weight_migration_max_members_per_round = 64;
+    fx->cfg.cluster.weight_migration_max_bytes_per_round = 1073741824u;
+    *(void **)&entry = dlsym(lib, SMP_PLUGIN_ENTRY_SYMBOL);
+    assert_non_null(entry);
+    wm_desc = entry();
+    const size_t sizes[2] = {sizeof(smp_host_api), offsetof(smp_host_api, claim_key_space)};
+    for (int i = 0; i < 2; i++) {
+        wm_table_size = sizes[i];
+        wm_state = NULL;
+        assert_int_equal(run_probe_beside(fx, probe_weight_mgmt), SMP_OK);
+        assert_int_equal(probe_rc[0], SMP_OK);
+        assert_non_null(wm_state);
+        assert_int_equal(host_plugins_n_key_spaces(fx->reg), i == 0 ? 1 : 0);
+        assert_int_equal(host_plugins_key_space_of(fx->reg, "weights/t/ns/r/v/1/manifest", &ks),
+                         i == 0);
+        if (i == 0) assert_string_equal(ks.prefix, "weights/");
+        assert_true(host_plugins_oplog_type(fx->reg, 8) != NULL); /* the rest is registered */
+        wm_desc->fini(wm_state);
+        host_plugins_destroy(fx->reg); /* its registrations go, never called again */
+        assert_int_equal(host_plugins_create(&fx->reg, &fx->cfg, fx->metrics, &fx->be), SMP_OK);
+    }
+    dlclose(lib);
+}
+
 static void test_registration_rules(void **state)
 {
     fixture *fx = *state;
@@ -1597,6 +1650,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_registration_rules, setup, teardown),
         cmocka_unit_test_setup_teardown(test_key_space_claims, setup, teardown),
         cmocka_unit_test_setup_teardown(test_key_space_of_a_disabled_plugin, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_weight_mgmt_claims_its_key_space_when_the_host_can,
+                                        setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
