@@ -7,8 +7,8 @@
  * it calls anything else, then calls init() with the host API table. Inside
  * init() -- and only there -- the plugin registers what it extends: OpLog record
  * types, snapshot sections, the object guard, the reconcile tick, RPC services,
- * event handlers and metrics. After init() returns every register_* call fails
- * with SMP_ESTATE.
+ * event handlers and metrics, and (ABI 1.9) claims its key spaces. After init()
+ * returns every register_* call, and claim_key_space, fails with SMP_ESTATE.
  *
  * Versioning. SMP_ABI_MAJOR changes only when an existing struct, field,
  * function or meaning changes; the host refuses a plugin whose major differs.
