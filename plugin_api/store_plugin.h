@@ -776,11 +776,10 @@ typedef struct smp_host_api {
      *     before, which decides which keys may join the group;
      *   - put end, unless the put is into such a group (a put started
      *     before the claim existed, across a reload, cannot complete);
-     *   - remove of one key, whether it exists or not;
-     *   - remove by prefix, and remove-all (the prefix ""), when the keys
-     *     it reaches meet the key space (its prefix begins with the
-     *     claimed one, or the claimed one begins with it) and an object
-     *     lies where they meet: refused whole, nothing removed.
+     *   - remove of one key, whether it exists or not.
+     * A remove by prefix, and remove-all (the prefix ""), skips the objects
+     * in the key space (counted as vetoed), as it skips managed groups'
+     * members, and removes the others it reaches.
      * Not refused: reads (replica lookups, exists, listing), put revoke
      * (it frees an upload's range and removes nothing stored), and all
      * that is not a client's object request: this plugin's own host

@@ -23,9 +23,10 @@
  * a prefix a plugin claimed is refused for every caller, an admin too, with
  * SMP_EVETO naming the key, the prefix and the plugin -- a put start or put
  * end unless the put is into a group that plugin owns (its guard decides
- * those, as before), a remove of one key, a remove by prefix (or all) that
- * reaches an object in the claimed prefix (refused whole). Reads and put
- * revoke are not refused. While the plugin is disabled its key space stays
+ * those, as before), a remove of one key. A remove by prefix (or all) skips
+ * the objects in a claimed prefix, counted as vetoed, as it skips a managed
+ * group's members (master_key_claimed). Reads and put revoke are not
+ * refused. While the plugin is disabled its key space stays
  * refused, saying so. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -226,36 +227,13 @@ static int key_space_refused(master *m, smp_rpc_call *call, const char *what, co
     return 1;
 }
 
-/* Whether a remove by prefix (all: "") is refused for a key space: 1 when
- * the keys it reaches meet a claimed prefix (one begins with the other) and
- * an object lies where they meet -- the refusal, naming the prefix asked,
- * the first such key, the claim and its plugin, answered on call; nothing
- * is removed then. 0 when it goes on (no claim met, or none holds an object
- * there). */
-static int prefix_key_space_refused(master *m, smp_rpc_call *call, const char *prefix)
+/* obj_store's claim hook (ctx the master): 1 when key lies in a key space
+ * a plugin claimed, which a remove by prefix (or all) then skips as vetoed,
+ * as it skips a managed group's members. */
+int master_key_claimed(void *ctx, const char *key)
 {
-    char msg[3800];
-    size_t n = host_plugins_n_key_spaces(m->plugins), lp = strlen(prefix);
-    for (size_t i = 0; i < n; i++) {
-        host_key_space ks;
-        const char *first[1] = {NULL};
-        size_t found = 0;
-        int more = 0;
-        if (!host_plugins_key_space_at(m->plugins, i, &ks)) break;
-        size_t lk = strlen(ks.prefix);
-        if (memcmp(prefix, ks.prefix, lp < lk ? lp : lk) != 0) continue; /* they do not meet */
-        /* where they meet: under the longer of the two */
-        (void)obj_list_prefix(master_objs(m), lp > lk ? prefix : ks.prefix, NULL, NULL, 1, first,
-                              &found, &more);
-        if (found == 0) continue; /* nothing of the key space is reached */
-        snprintf(msg, sizeof(msg), "remove by prefix '%.1024s': %s: it reaches key '%.1024s' in the "
-                 "key space '%.1024s' of plugin %.64s%s: change those keys through that plugin's "
-                 "calls; nothing was removed", prefix, smp_strerror(SMP_EVETO), first[0],
-                 ks.prefix, ks.plugin, ks.disabled ? ", which is disabled" : "");
-        rpc_reply_error(call, SMP_EVETO, msg);
-        return 1;
-    }
-    return 0;
+    host_key_space ks;
+    return host_plugins_key_space_of(((master *)ctx)->plugins, key, &ks);
 }
 
 /* -- put -------------------------------------------------------------------- */
@@ -713,10 +691,6 @@ static int h_remove_prefix(void *ctx, smp_rpc_call *call, const uint8_t *body, s
     master *m = ctx;
     obj_record_list recs = {0};
     DECODE(RemovePrefixRequest, remove_prefix_request, req, body, len, call);
-    if (prefix_key_space_refused(m, call, req->prefix)) {
-        DECODED_FREE(req);
-        return SMP_OK;
-    }
     prefix_ctx *c = calloc(1, sizeof(*c));
     int rc = c ? obj_prepare_remove_prefix(master_objs(m), req->prefix, master_now_ms(), &recs, &c->rep)
                : SMP_ENOMEM;

@@ -73,8 +73,8 @@ static void start_with(story *s, plugins_mode mode)
                  "plugins:\n  - path: \"%s/lib/weight_mgmt.so\"\n"
                  "    config:\n      tick_period_ms: 50\n", BUILD_DIR);
         break;
-    case WEIGHTS_ABSENT:
-        plugins[0] = '\0';
+    case WEIGHTS_ABSENT: /* no plugins key would have the harness load weight_mgmt */
+        snprintf(plugins, sizeof(plugins), "plugins: []\n");
         break;
     case WEIGHTS_OFF_ALLOW_ALL:
         snprintf(plugins, sizeof(plugins),
