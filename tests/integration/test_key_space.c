@@ -50,33 +50,19 @@ static wx_tensor model[] = {
 #define SPACE_OF(key) "key '" key "' is in the key space 'weights/' of plugin weight_mgmt"
 #define CHANGE_THROUGH ": change it through that plugin's calls"
 
-typedef struct fixture {
-    hx_master m;
-    weight_store *s;
-    weight_identity id;
-} fixture;
+typedef wx_published fixture;
 
 /* A master ticking every 50 ms with llm/x/v1@1 of tenant acme published
  * HOT (two payload objects and the manifest). */
 static int setup(void **state)
 {
-    fixture *f = calloc(1, sizeof(*f));
-    wx_model_fill(model, N_MODEL, 23);
-    if (f == NULL || wx_start_published(&f->m, "keyspace", NULL, "      tick_period_ms: 50\n", model,
-                                        N_MODEL, &f->s, &f->id) < 0) {
-        free(f);
-        return -1;
-    }
-    *state = f;
-    return 0;
+    *state = wx_published_new("keyspace", NULL, "      tick_period_ms: 50\n", model, N_MODEL, 23);
+    return *state != NULL ? 0 : -1;
 }
 
 static int teardown(void **state)
 {
-    fixture *f = *state;
-    weight_store_close(f->s);
-    hx_cleanup(&f->m);
-    free(f);
+    wx_published_free(*state);
     return 0;
 }
 

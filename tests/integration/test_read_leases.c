@@ -45,33 +45,19 @@ static wx_tensor model[] = {
 #define RELEASED "store_read_leases_ended_total{how=\"released\"}"
 #define CLOSED "store_read_leases_ended_total{how=\"connection_closed\"}"
 
-typedef struct fixture {
-    hx_master m;
-    weight_store *s;
-    weight_identity id;
-} fixture;
+typedef wx_published fixture;
 
 /* A master ticking every 50 ms with revision llm/x/v1@1 of tenant acme
  * published HOT (two payload objects and the manifest). */
 static int setup(void **state)
 {
-    fixture *f = calloc(1, sizeof(*f));
-    wx_model_fill(model, N_MODEL, 11);
-    if (f == NULL || wx_start_published(&f->m, "rlease", NULL, "      tick_period_ms: 50\n", model,
-                                        N_MODEL, &f->s, &f->id) < 0) {
-        free(f);
-        return -1;
-    }
-    *state = f;
-    return 0;
+    *state = wx_published_new("rlease", NULL, "      tick_period_ms: 50\n", model, N_MODEL, 11);
+    return *state != NULL ? 0 : -1;
 }
 
 static int teardown(void **state)
 {
-    fixture *f = *state;
-    weight_store_close(f->s);
-    hx_cleanup(&f->m);
-    free(f);
+    wx_published_free(*state);
     return 0;
 }
 

@@ -41,33 +41,19 @@ static wx_tensor model[] = {
 #define PAYLOAD1 "weights/acme/llm/x/v1/1/payload/1"
 #define ERRORS "rpc_errors_total"
 
-typedef struct fixture {
-    hx_master m;
-    weight_store *s;
-    weight_identity id;
-} fixture;
+typedef wx_published fixture;
 
 /* The master without the method, with revision llm/x/v1@1 of tenant acme
  * published HOT (two payload objects and the manifest). */
 static int setup(void **state)
 {
-    fixture *f = calloc(1, sizeof(*f));
-    wx_model_fill(model, N_MODEL, 23);
-    if (f == NULL || wx_start_published(&f->m, "upg-release", BUILD_DIR "/tests/store_master_no_lease_release",
-                                        NULL, model, N_MODEL, &f->s, &f->id) < 0) {
-        free(f);
-        return -1;
-    }
-    *state = f;
-    return 0;
+    *state = wx_published_new("upg-release", BUILD_DIR "/tests/store_master_no_lease_release", NULL, model, N_MODEL, 23);
+    return *state != NULL ? 0 : -1;
 }
 
 static int teardown(void **state)
 {
-    fixture *f = *state;
-    weight_store_close(f->s);
-    hx_cleanup(&f->m);
-    free(f);
+    wx_published_free(*state);
     return 0;
 }
 

@@ -150,3 +150,24 @@ int wx_start_published(hx_master *m, const char *name, const char *binary, const
     wx_put_model(*s, id, t, n);
     return 0;
 }
+
+wx_published *wx_published_new(const char *name, const char *binary, const char *plugin_cfg,
+                               wx_tensor *t, size_t n, unsigned seed)
+{
+    wx_published *f = calloc(1, sizeof(*f));
+    if (f == NULL) return NULL;
+    wx_model_fill(t, n, seed);
+    if (wx_start_published(&f->m, name, binary, plugin_cfg, t, n, &f->s, &f->id) < 0) {
+        free(f);
+        return NULL;
+    }
+    return f;
+}
+
+void wx_published_free(wx_published *f)
+{
+    if (f == NULL) return;
+    weight_store_close(f->s);
+    hx_cleanup(&f->m);
+    free(f);
+}

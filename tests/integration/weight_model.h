@@ -42,6 +42,23 @@ void wx_put_model(weight_store *s, const weight_identity *id, const wx_tensor *t
 int wx_start_published(hx_master *m, const char *name, const char *binary, const char *plugin_cfg,
                        const wx_tensor *t, size_t n, weight_store **s, weight_identity *id);
 
+/* A master with one revision published (wx_start_published): the fixture
+ * of the tests that act on it. */
+typedef struct wx_published {
+    hx_master m;
+    weight_store *s;
+    weight_identity id;
+} wx_published;
+
+/* A cmocka setup's fixture: the n tensors filled from seed
+ * (wx_model_fill) and published by wx_start_published (same arguments) into
+ * a new wx_published. NULL when it could not be started (nothing left). */
+wx_published *wx_published_new(const char *name, const char *binary, const char *plugin_cfg,
+                               wx_tensor *t, size_t n, unsigned seed);
+
+/* Close the store, stop and remove the master, free f (NULL: nothing). */
+void wx_published_free(wx_published *f);
+
 /* weight_get of the whole revision (every tensor replicated); each tensor's
  * SHA-256 must be that of t's bytes. Returns the bytes copied from mapped
  * memory replicas (the rest came from cold files or the network). */
