@@ -1025,8 +1025,10 @@ static void test_registration_call_grows_with_the_inventory(void **state)
 /* A cold-only object (its memory replica released) is read from its node's
  * cold file through the node's data server, with the local-first and the
  * remote transport alike; no memory replica is created for it. A byte
- * flipped in the file's data is not caught by the node (it does not hash
- * ranges it serves) but by the client's SHA-256 check: SMP_EPROTO. */
+ * flipped in the file's data is not caught by the node as it serves a
+ * range (it does not hash them) but by the client's SHA-256 check:
+ * SMP_EPROTO. The client then has the node hash the whole file; the node
+ * finds it corrupt and reports it, and the master drops the replica. */
 static void test_cold_only_object_is_read_from_its_cold_file(void **state)
 {
     fx *f = *state;
@@ -1063,15 +1065,30 @@ static void test_cold_only_object_is_read_from_its_cold_file(void **state)
     byte ^= 0x01;
     assert_int_equal(pwrite(fd, &byte, 1, 4096 + 33), 1);
     close(fd);
-    assert_int_equal(kvc_get_into(f->c, key, got, len, &n, 1), SMP_EPROTO);
-    kvc_set_transport(f->c, KVC_REMOTE);
-    assert_int_equal(kvc_get_into(f->c, key, got, len, &n, 1), SMP_EPROTO);
-    /* unverified, the flipped byte comes through: verifying is the reader's job */
-    assert_int_equal(kvc_get_into(f->c, key, got, len, &n, 0), SMP_OK);
+    /* unverified, the flipped byte comes through, with either transport:
+       verifying is the reader's job */
     char *want = malloc(len);
     fill(want, len, 7);
+    assert_int_equal(kvc_get_into(f->c, key, got, len, &n, 0), SMP_OK);
     assert_int_equal((unsigned char)(got[33] ^ want[33]), 0x01);
+    kvc_set_transport(f->c, KVC_REMOTE);
+    assert_int_equal(kvc_get_into(f->c, key, got, len, &n, 0), SMP_OK);
+    assert_int_equal((unsigned char)(got[33] ^ want[33]), 0x01);
+    /* verified, the read fails; the reader has the node hash the file,
+       which finds it corrupt and reports it, and the master drops the
+       replica: nothing is left to read the object from */
+    assert_int_equal(kvc_get_into(f->c, key, got, len, &n, 1), SMP_EPROTO);
+    if (!hx_says(kvc_error(f->c), "do not match its SHA-256") ||
+        !hx_says(kvc_error(f->c), "corrupt") || !hx_says(kvc_error(f->c), "reported to the master"))
+        fail_msg("the verified get said: %s", kvc_error(f->c));
     kvc_set_transport(f->c, KVC_AUTO);
+    for (long long end = hx_now_ms() + 20000;; usleep(20 * 1000)) {
+        int rc = kvc_get(f->c, key, &o); /* SMP_EAGAIN: no replica to read */
+        if (rc == SMP_EAGAIN) break;
+        assert_int_equal(rc, 0);
+        if (hx_now_ms() > end) fail_msg("the corrupt cold replica of %s was not dropped", key);
+    }
+    assert_int_equal(kvc_get_into(f->c, key, got, len, &n, 1), SMP_EAGAIN);
     free(want);
     free(got);
 }
