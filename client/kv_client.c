@@ -637,8 +637,8 @@ static void check_cold(kvc *c, const kvc_replica *r)
         snprintf(c->err + n, sizeof(c->err) - n, "; node %s hashed cold file %s and found it "
                  "intact: the bytes went bad on their way", r->data_addr, name);
     else
-        snprintf(c->err + n, sizeof(c->err) - n, "; node %s, asked to check cold file %s: %s",
-                 r->data_addr, name, ndc_last_error(nc));
+        snprintf(c->err + n, sizeof(c->err) - n, "; node %s, asked to check cold file %s: %s%s",
+                 r->data_addr, name, ndc_last_error(nc), rc == SMP_ENOTFOUND ? NDC_CHECK_GONE : "");
     if (rc < 0) drop_node_conn(c, nc);
 }
 

@@ -370,9 +370,31 @@ int ndc_read_cold(ndc_conn *c,
     return read_op(c, NDW_OP_READ_COLD, cold_name, offset, length, dst, ticket, ticket_len);
 }
 
+/* Milliseconds on the monotonic clock. */
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* A node hashes one file at a time for its clients (SMP_EBUSY while it
+ * hashes another): readers of one rotten file, which all ask at once, take
+ * turns instead of being refused. Asked again after 10 ms, the pause
+ * doubling up to 200 ms, until NDC_CHECK_BUSY_WAIT_MS passed in all. */
 int ndc_check_cold(ndc_conn *c, const char *cold_name, const uint8_t *ticket, size_t ticket_len)
 {
-    return read_op(c, NDW_OP_CHECK_COLD, cold_name, 0, 0, NULL, ticket, ticket_len);
+    int64_t give_up = mono_ms() + NDC_CHECK_BUSY_WAIT_MS;
+    long pause_ms = 10;
+    for (;;) {
+        int rc = read_op(c, NDW_OP_CHECK_COLD, cold_name, 0, 0, NULL, ticket, ticket_len);
+        if (rc != SMP_EBUSY || c->broken || mono_ms() + pause_ms > give_up)
+            return rc;
+        struct timespec ts = { .tv_sec = 0, .tv_nsec = pause_ms * 1000000L };
+        while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {
+        }
+        pause_ms = pause_ms * 2 > 200 ? 200 : pause_ms * 2;
+    }
 }
 
 int ndc_write_stream(ndc_conn *c,

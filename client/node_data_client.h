@@ -90,13 +90,24 @@ int ndc_read_cold(ndc_conn *c,
 /* Ask the node to hash the whole of its cold file cold_name against the
  * SHA-256 its header records (CHECK_COLD), with a READ ticket of the file
  * (as for ndc_read_cold): what a reader does when bytes it read from the
- * file did not verify. Blocks while the node reads the file. SMP_OK: the
- * file is intact (the bytes went bad on their way, or in the reader);
- * SMP_EPROTO: the file is corrupt and the node reports it to its master,
- * which drops the replica; SMP_EBUSY: the node checks other files, try
- * again; the refusals of ndc_read_cold otherwise. ndc_last_error() has the
- * node's words. A node that predates the check answers SMP_EPROTO and
- * closes the connection: its message says it did not parse the request. */
+ * file did not verify. Blocks while the node reads the file, and while the
+ * node answers that it checks another file (it hashes one at a time), asks
+ * again, pausing 10 ms doubling to 200 ms, for up to
+ * NDC_CHECK_BUSY_WAIT_MS in all. SMP_OK: the file is intact (the bytes went
+ * bad on their way, or in the reader); SMP_EPROTO: the file is corrupt and
+ * the node reports it to its master, which drops the replica; SMP_EBUSY:
+ * the node was still checking other files when the wait ended; the
+ * refusals of ndc_read_cold otherwise (SMP_ENOTFOUND: the file is gone,
+ * e.g. deleted since the read once another reader's check found it
+ * corrupt). ndc_last_error() has the node's words. A node that predates
+ * the check answers SMP_EPROTO and closes the connection: its message says
+ * it did not parse the request. */
+#define NDC_CHECK_BUSY_WAIT_MS 30000
+/* What a reader adds to the node's "no such file" when its check of a file
+ * it has just read answers SMP_ENOTFOUND: its read lease keeps the object
+ * from being removed, so the replica was dropped as corrupt. */
+#define NDC_CHECK_GONE "; deleted since this read: its replica was dropped as corrupt, found so " \
+                       "first by another reader's check, fsck --repair or a load"
 int ndc_check_cold(ndc_conn *c, const char *cold_name, const uint8_t *ticket, size_t ticket_len);
 
 /* Write length bytes of src into [offset, offset + length) of segment with

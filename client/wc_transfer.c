@@ -308,8 +308,9 @@ static void check_cold_source(worker *wk, const job *j, char *err, size_t errlen
         wm_errbuf(err + n, errlen - n, "; node %s hashed cold file %s and found it intact: the "
                  "bytes went bad on their way", j->data_addr, j->cold_name);
     else
-        wm_errbuf(err + n, errlen - n, "; node %s, asked to check cold file %s: %s", j->data_addr,
-                 j->cold_name, c != NULL ? ndc_last_error(c) : cause);
+        wm_errbuf(err + n, errlen - n, "; node %s, asked to check cold file %s: %s%s",
+                 j->data_addr, j->cold_name, c != NULL ? ndc_last_error(c) : cause,
+                 rc == SMP_ENOTFOUND ? NDC_CHECK_GONE : "");
 }
 
 /* Switch j to its cold replica after its memory one failed. 1 when there

@@ -12,7 +12,9 @@
  * persisted by node_cold.c come back byte for byte across chunk bounds;
  * names that leave the cold directory, unknown and malformed files, and
  * ranges past the data are refused with the connection kept, while a
- * second client is served; a node without a cold tier refuses them. */
+ * second client is served; a node without a cold tier refuses them.
+ * CHECK_COLD: the node hashes a whole file for a reader whose bytes did not
+ * verify, and a client that finds it busy with another check asks again. */
 #include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -915,6 +917,99 @@ static void test_cold_check_hashes_the_whole_file(void **state)
     cold_fixture_done(ct, data);
 }
 
+/* A stand-in node for the client's side of CHECK_COLD: it accepts one
+ * connection and answers its requests, in order, with the statuses of
+ * answers (FINAL, no payload), counting them in asked; then it closes. */
+typedef struct scripted_node {
+    int lfd;
+    char endpoint[64];
+    const int *answers;
+    size_t n_answers;
+    size_t asked;
+    uv_thread_t th;
+} scripted_node;
+
+static void scripted_node_main(void *arg)
+{
+    scripted_node *b = arg;
+    uint8_t h[NDW_REQ_HDR], rest[NDW_SEGMENT_MAX + NDW_TICKET_MAX], rh[NDW_RESP_HDR];
+    ndw_request r;
+    int fd = accept(b->lfd, NULL, NULL);
+    while (fd >= 0 && b->asked < b->n_answers &&
+           recv(fd, h, sizeof(h), MSG_WAITALL) == (ssize_t)sizeof(h) &&
+           ndw_decode_request(h, &r) == 0 && r.op == NDW_OP_CHECK_COLD &&
+           recv(fd, rest, r.seg_len + r.ticket_len, MSG_WAITALL) ==
+               (ssize_t)(r.seg_len + r.ticket_len)) {
+        int status = b->answers[b->asked++];
+        const char *msg = status == SMP_EBUSY   ? "1 check(s) of cold files already run; try again"
+                          : status == SMP_EPROTO ? "corrupt; reported to the master"
+                                                 : "its data matches";
+        ndw_response resp = { .status = status, .payload = 0, .msg_len = (uint16_t)strlen(msg),
+                              .kind = NDW_KIND_FINAL };
+        ndw_encode_response(rh, &resp);
+        if (send(fd, rh, sizeof(rh), MSG_NOSIGNAL) != (ssize_t)sizeof(rh) ||
+            send(fd, msg, resp.msg_len, MSG_NOSIGNAL) != (ssize_t)resp.msg_len)
+            break;
+    }
+    if (fd >= 0)
+        close(fd);
+}
+
+static void scripted_node_start(scripted_node *b, const int *answers, size_t n)
+{
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t al = sizeof(a);
+    memset(b, 0, sizeof(*b));
+    b->answers = answers;
+    b->n_answers = n;
+    b->lfd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(b->lfd >= 0);
+    assert_int_equal(bind(b->lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(listen(b->lfd, 1), 0);
+    assert_int_equal(getsockname(b->lfd, (struct sockaddr *)&a, &al), 0);
+    snprintf(b->endpoint, sizeof(b->endpoint), "127.0.0.1:%d", ntohs(a.sin_port));
+    assert_int_equal(uv_thread_create(&b->th, scripted_node_main, b), 0);
+}
+
+static void scripted_node_join(scripted_node *b)
+{
+    uv_thread_join(&b->th);
+    close(b->lfd);
+}
+
+/* A node hashes one file at a time for its clients and answers a check
+ * that comes meanwhile SMP_EBUSY ("try again"): readers of one rotten file
+ * all ask at once. The client asks again until the node answers, so each
+ * reader gets the node's verdict -- corrupt or intact -- instead of the
+ * refusal. */
+static void test_cold_check_asks_again_while_the_node_is_busy(void **state)
+{
+    static const int corrupt[] = { SMP_EBUSY, SMP_EBUSY, SMP_EPROTO };
+    static const int intact[] = { SMP_EBUSY, SMP_OK };
+    const uint8_t ticket[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
+    const char *name = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff.cold";
+    scripted_node b;
+    ndc_conn *c = NULL;
+    ndc_options o = { .timeout_ms = 5000 };
+    char err[256];
+    (void)state;
+
+    scripted_node_start(&b, corrupt, 3);
+    assert_int_equal(ndc_connect(b.endpoint, &o, &c, err, sizeof(err)), SMP_OK);
+    assert_int_equal(ndc_check_cold(c, name, ticket, sizeof(ticket)), SMP_EPROTO);
+    assert_int_equal(b.asked, 3);
+    assert_non_null(strstr(ndc_last_error(c), "corrupt; reported to the master"));
+    ndc_close(c);
+    scripted_node_join(&b);
+
+    scripted_node_start(&b, intact, 2);
+    assert_int_equal(ndc_connect(b.endpoint, &o, &c, err, sizeof(err)), SMP_OK);
+    assert_int_equal(ndc_check_cold(c, name, ticket, sizeof(ticket)), SMP_OK);
+    assert_int_equal(b.asked, 2);
+    ndc_close(c);
+    scripted_node_join(&b);
+}
+
 /* A node without a cold tier refuses READ_COLD and keeps the connection. */
 static void test_cold_read_without_cold_tier(void **state)
 {
@@ -950,6 +1045,7 @@ int main(void)
         cmocka_unit_test(test_cold_read_waits_for_a_slow_reader),
         cmocka_unit_test(test_cold_read_without_cold_tier),
         cmocka_unit_test(test_cold_check_hashes_the_whole_file),
+        cmocka_unit_test(test_cold_check_asks_again_while_the_node_is_busy),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
