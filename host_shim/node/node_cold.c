@@ -830,9 +830,23 @@ static uint64_t age_ms(const struct stat *st)
     return ms > 0 ? (uint64_t)ms : 0;
 }
 
+/* 1 when the directory entry de of ct's directory is itself a directory
+ * (not following a symlink; its type read when readdir did not give it). */
+static int is_directory(const cold_tier *ct, const struct dirent *de)
+{
+    struct stat sb;
+    if (de->d_type != DT_UNKNOWN)
+        return de->d_type == DT_DIR;
+    return fstatat(ct->dfd, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(sb.st_mode);
+}
+
 /* Walk the directory: delete temporary files older than stale_tmp_ms (0:
- * all), count other entries as ignored, and call fn(arg, name) for each
- * name of the form <64 hex>.cold until it returns non-zero (returned).
+ * all), count other entries as ignored -- a directory under a cold name
+ * too: it is no cold file and unlinkat cannot delete it, so reporting it
+ * as an orphan would ask fsck --repair for what it cannot do -- and call
+ * fn(arg, name) for each other name of the form <64 hex>.cold (a file, a
+ * FIFO, a symlink: what is not a regular file is then found corrupt, and
+ * deletable) until it returns non-zero (returned).
  * SMP_EIO when the directory cannot be read.
  *
  * The walk reads through its own descriptor (openat of ".", a new open file
@@ -881,6 +895,10 @@ static int walk_dir(cold_tier *ct,
         if (n != 64 + strlen(COLD_SUFFIX) || !is_hex_name(nm, COLD_SUFFIX)) {
             if (strcmp(nm, ".") != 0 && strcmp(nm, "..") != 0)
                 st->ignored++;
+            continue;
+        }
+        if (is_directory(ct, de)) {
+            st->ignored++; /* no cold file, and not one a delete could remove */
             continue;
         }
         if ((rc = fn(arg, nm)) != 0)

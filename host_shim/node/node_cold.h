@@ -194,8 +194,10 @@ int cold_delete(cold_tier *ct, const char *name_or_path);
 /* Scan the directory: visit every .cold file (header checked; with deep != 0
  * the data is hashed too, which reads every byte), delete temporary files
  * older than stale_tmp_ms (0: all of them -- right for a node that just
- * started and so has no persist in progress), leave anything else alone.
- * Fills *st (may be NULL). Returns SMP_OK, the visitor's non-zero value, or
+ * started and so has no persist in progress), leave anything else alone
+ * (counted ignored), a directory under a cold file's name included; an
+ * entry under a cold name that is not a regular file (a FIFO, a symlink) is
+ * visited as corrupt. Fills *st (may be NULL). Returns SMP_OK, the visitor's non-zero value, or
  * SMP_EIO when the directory cannot be read. */
 int cold_inventory(cold_tier *ct,
                    uint64_t stale_tmp_ms,
@@ -206,7 +208,8 @@ int cold_inventory(cold_tier *ct,
 
 /* The names of the directory's .cold files, sorted bytewise (strcmp), into
  * *names (n of them; cold_names_free frees them), headers not read; the
- * temporary files are treated as cold_inventory treats them. SMP_OK,
+ * temporary files and directories are treated as cold_inventory treats
+ * them. SMP_OK,
  * SMP_EINVAL, SMP_EIO (the directory cannot be read), SMP_ENOMEM. */
 int cold_list_names(cold_tier *ct, uint64_t stale_tmp_ms, char ***names, size_t *n);
 void cold_names_free(char **names, size_t n);

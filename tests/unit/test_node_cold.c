@@ -5,7 +5,8 @@
  * leaves nothing behind; a corrupted file (data, header, truncation) is
  * detected on load and never served; crash leftovers (temporary files) are
  * removed by the inventory; names from the network cannot leave the
- * directory. A batch of persists gives each its own result and fsyncs the
+ * directory; a FIFO under a cold name is refused at once, a directory left
+ * alone. A batch of persists gives each its own result and fsyncs the
  * directory once (fsync is wrapped to count the directory's). */
 #include <dirent.h>
 #include <fcntl.h>
@@ -301,6 +302,45 @@ static void test_a_fifo_is_not_a_cold_file(void **state)
     assert_int_equal(unlink(path), 0);
 }
 
+/* A directory under a cold file's name (made by hand: the tier never makes
+ * one) is no cold file: the inventory and the name listing fsck pages
+ * through leave it alone, counted ignored -- neither an orphan nor a
+ * corrupt replica, since no delete could remove it and fsck --repair would
+ * fail on it every time -- and what it holds stays. */
+static void test_a_directory_is_not_a_cold_file(void **state)
+{
+    char name[COLD_NAME_MAX], path[512], inner[600];
+    uint8_t sha[32] = { 0 };
+    cold_inventory_stats before, after;
+    seen s0, s1;
+    char **v = NULL;
+    size_t n = 0;
+    (void)state;
+    memset(&s0, 0, sizeof(s0));
+    assert_int_equal(cold_inventory(g_ct, 3600 * 1000, 1, visit, &s0, &before), SMP_OK);
+    assert_int_equal(cold_name_for("k/directory", sha, name), SMP_OK);
+    assert_int_equal(cold_path_for(g_ct, name, path, sizeof(path)), SMP_OK);
+    assert_int_equal(mkdir(path, 0700), 0);
+    snprintf(inner, sizeof(inner), "%s/keep", path);
+    FILE *fp = fopen(inner, "w");
+    assert_non_null(fp);
+    assert_int_equal(fclose(fp), 0);
+
+    memset(&s1, 0, sizeof(s1));
+    assert_int_equal(cold_inventory(g_ct, 3600 * 1000, 1, visit, &s1, &after), SMP_OK);
+    assert_int_equal(after.files, before.files);
+    assert_int_equal(after.corrupt, before.corrupt);
+    assert_int_equal(after.ignored, before.ignored + 1);
+    assert_int_equal(s1.corrupt, s0.corrupt);
+    assert_int_equal(s1.ok, s0.ok);
+    assert_int_equal(cold_list_names(g_ct, 3600 * 1000, &v, &n), SMP_OK);
+    for (size_t i = 0; i < n; i++) assert_string_not_equal(v[i], name);
+    cold_names_free(v, n);
+    assert_int_equal(access(inner, F_OK), 0);
+    assert_int_equal(unlink(inner), 0);
+    assert_int_equal(rmdir(path), 0);
+}
+
 /* The inventory lists cold files with their checksums, removes crash
  * leftovers (temporary files) older than the threshold, leaves other files
  * alone, and with a deep check finds corrupted data. */
@@ -517,6 +557,7 @@ int main(void)
         cmocka_unit_test(test_corrupted_file_is_never_served),
         cmocka_unit_test(test_inventory_and_crash_leftovers),
         cmocka_unit_test(test_a_fifo_is_not_a_cold_file),
+        cmocka_unit_test(test_a_directory_is_not_a_cold_file),
         cmocka_unit_test(test_list_names_sorted),
         cmocka_unit_test(test_names_cannot_escape),
         cmocka_unit_test(test_empty_object),
