@@ -28,7 +28,8 @@
  * frees the writer; nothing is ever published half-way. A writer that died
  * without aborting leaves an open import: weight_put_begin on the same
  * identity resumes it (same group and fence), and the objects are written
- * with overwrite, replacing whatever the dead writer left. */
+ * with overwrite, replacing whatever the dead writer left -- a put it left
+ * in flight (SMP_EBUSY at put start) is revoked and started again. */
 #include <inttypes.h>
 #include <openssl/evp.h>
 #include <pthread.h>
@@ -632,6 +633,19 @@ static void *fill_main(void *arg)
     return NULL;
 }
 
+/* Whether a put start refused SMP_EBUSY met a put of the same key still in
+ * flight -- left by a writer of this import that died in the middle of the
+ * object (a SIGKILL: nothing revoked it, and the master would take it back
+ * only node.put_timeout_ms after its bytes stopped) -- and revoked it: 1
+ * when the caller should start its put again (once), 0 otherwise (the put
+ * start's refusal stands: no put was in flight, the key is busy for
+ * another reason). A resumed import replaces whatever the dead writer
+ * left, its unfinished puts too. */
+static int revoked_dead_put(weight_store *s, int rc, const char *key)
+{
+    return rc == SMP_EBUSY && !kvc_transport_failed(s->kv) && kvc_put_revoke(s->kv, key) == SMP_OK;
+}
+
 /* Revoke the puts of the slots started and not ended (the error that led
  * here stays the store's message). */
 static void revoke_started(commit_ctx *cx, wslot *slots, size_t n)
@@ -681,6 +695,9 @@ static int write_objects(commit_ctx *cx)
              * (the plugin's guard allows it only while IMPORTING). */
             rc = kvc_put_start(s->kv, m->objects[oi].key, m->objects[oi].bytes, SMP_DATA_WEIGHT,
                                cx->w->group, 1, &sl->where);
+            if (revoked_dead_put(s, rc, m->objects[oi].key))
+                rc = kvc_put_start(s->kv, m->objects[oi].key, m->objects[oi].bytes,
+                                   SMP_DATA_WEIGHT, cx->w->group, 1, &sl->where);
             if (rc < 0) {
                 rc = wc_fail(s, rc, "put start %s: %s", m->objects[oi].key, kvc_error(s->kv));
                 break;
@@ -933,6 +950,9 @@ int weight_writer_commit(weight_writer *w, weight_metadata *out)
     }
     wc_manifest_sha256(mbytes, mlen, msha);
     rc = kvc_put_bytes(s->kv, w->manifest_key, mbytes, mlen, SMP_DATA_METADATA, w->group, 1, NULL);
+    if (revoked_dead_put(s, rc, w->manifest_key))
+        rc = kvc_put_bytes(s->kv, w->manifest_key, mbytes, mlen, SMP_DATA_METADATA, w->group, 1,
+                           NULL);
     if (rc < 0) {
         rc = wc_fail(s, rc, "manifest %s: %s", w->manifest_key,
                      kvc_error(s->kv));

@@ -607,6 +607,48 @@ static void test_put_resumes_an_import_left_by_a_dead_writer(void **state)
     weight_store_close(s);
 }
 
+/* A writer that died in the middle of a payload object (SIGKILL: its put
+ * started, never ended nor revoked): a new weight_put of the same identity
+ * revokes that put, puts the object again and publishes a revision that
+ * reads back exactly -- at once, not after node.put_timeout_ms (before,
+ * the put start was refused SMP_EBUSY, the retry aborted the import, and
+ * every retry failed the same way until the master took the put back). */
+static void test_put_resumes_an_import_whose_writer_died_mid_object(void **state)
+{
+    fixture *f = *state;
+    weight_identity id;
+    assert_int_equal(weight_identity_set(&id, NULL, "llm", "tiny", "midput", 1), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        weight_store *s = NULL;
+        weight_writer *w = NULL;
+        kvc_replica where;
+        char err[256];
+        if (weight_store_open(f->m.socket, "acme", NULL, &s, err, sizeof err) != 0 ||
+            weight_put_begin(s, &id, NULL, &w) != 0)
+            _exit(1);
+        g_dead_writer = w;
+        kvc *c = hx_client(&f->m);
+        if (c == NULL || kvc_put_start(c, "weights/acme/llm/tiny/midput/1/payload/0", 5000,
+                                       SMP_DATA_WEIGHT, "weights/acme/llm/tiny/midput/1", 1,
+                                       &where) != 0)
+            _exit(2);
+        _exit(0); /* dies with the put in flight: no put end, no revoke, no abort */
+    }
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    weight_store *s = open_store(f);
+    weight_metadata md;
+    CHECK(s, weight_get_metadata(s, &id, &md, NULL));
+    assert_int_equal(md.availability, WEIGHT_IMPORTING);
+    put_model(s, &id, 1);
+    get_and_compare(s, &id, 2, 1);
+    weight_store_close(s);
+}
+
 /* A canceled commit (what weightctl put does on Ctrl-C) aborts its import:
  * WEIGHT_ECANCELED, the revision is not left IMPORTING (nothing held until
  * the import TTL), and the same identity is published again at once. The
@@ -1098,6 +1140,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_remote_transport_put_and_get, setup, teardown),
         cmocka_unit_test_setup_teardown(test_put_resumes_an_import_left_by_a_dead_writer, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_put_resumes_an_import_whose_writer_died_mid_object,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_survives_master_restart, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lease_is_renewed_during_a_long_load, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel_releases_the_lease, setup, teardown),
