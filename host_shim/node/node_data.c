@@ -50,9 +50,10 @@
 #include "net_addr.h"
 
 
-static void server_maybe_free(data_server *s)
+/* See node_data_internal.h. */
+void data_server_maybe_free(data_server *s)
 {
-    if (s->closing && s->handles == 0) {
+    if (s->closing && s->handles == 0 && s->cold_checks == 0) {
         data_seg *d = s->segs, *nx;
         for (; d != NULL; d = nx) {
             nx = d->next;
@@ -198,9 +199,8 @@ static void on_conn_closed(uv_handle_t *h)
     if (--c->open_handles > 0)
         return;
     if (c->cold != NULL && c->cold->in_work) {
-        c->cold->conn = NULL; /* the work's completion frees it */
-        if (c->cold->check)
-            s->cold_checks--; /* no answer is owed: its hash no longer counts */
+        c->cold->conn = NULL; /* the work's completion frees it (a check: and
+                                 gives its slot back, noting a corrupt file) */
         if (c->send_fd >= 0 && c->cold->sock == c->send_fd) {
             c->cold->owns_sock = 1; /* the work may be sending on it */
             c->send_fd = -1;
@@ -222,7 +222,7 @@ static void on_conn_closed(uv_handle_t *h)
     free(c);
     s->stats.connections_open--;
     s->handles--;
-    server_maybe_free(s);
+    data_server_maybe_free(s);
 }
 
 /* Close both handles of a connection; it is freed when both have closed. */
@@ -931,7 +931,7 @@ static void on_listener_closed(uv_handle_t *h)
 {
     data_server *s = h->data;
     s->handles--;
-    server_maybe_free(s);
+    data_server_maybe_free(s);
 }
 
 /* libuv writes with write(2): a vanished peer must not kill the node. */
@@ -999,7 +999,7 @@ void data_server_close(data_server *s)
         s->listening = 0;
         uv_close((uv_handle_t *)&s->listener, on_listener_closed);
     }
-    server_maybe_free(s);
+    data_server_maybe_free(s);
 }
 
 void data_server_get_stats(const data_server *s, data_server_stats *out)

@@ -29,7 +29,10 @@
  * next poll (node_cold_faults.h), which has the master drop its replica, as
  * a READ_COLD that finds a bad header does. The node judges the file by its
  * own reading, never by the client's word; at most COLD_CHECKS_MAX run at
- * once, so clients cannot fill the threadpool with hashing. */
+ * once, so clients cannot fill the threadpool with hashing. A check whose
+ * reader left ends all the same: it keeps its slot until its hash is done
+ * and notes a corrupt file (it holds the server meanwhile:
+ * data_server_maybe_free waits for it). */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -245,17 +248,23 @@ static void note_corrupt(data_server *s, const char *name_or_path, const char *w
 
 /* -- CHECK_COLD ------------------------------------------------------------ */
 
-/* The hash of x's file is done (x->rc): answer the check and take the next
- * request. */
-static void check_done(data_conn *c, cold_xfer *x)
+/* The hash of x's file is done (x->rc), its reader there or not: give the
+ * slot back, count it, and note the file when it is corrupt. */
+static void check_ended(data_server *s, const cold_xfer *x)
 {
-    data_server *s = c->srv;
     s->cold_checks--;
     s->stats.cold_checks++;
     if (x->rc == SMP_EPROTO) {
         s->stats.cold_checks_corrupt++;
         note_corrupt(s, x->name, "corrupt (checked at a client's request)");
     }
+}
+
+/* The hash of x's file is done (x->rc): end it, answer the check and take
+ * the next request. */
+static void check_done(data_conn *c, cold_xfer *x)
+{
+    check_ended(c->srv, x);
     cold_answer(c, x->rc, "cold file %s: %s", x->name,
                 x->rc == SMP_OK       ? "its data matches the SHA-256 its header records"
                 : x->rc == SMP_EPROTO ? "corrupt (its header, its size, or its data against the "
@@ -277,7 +286,13 @@ static void cold_after_work(uv_work_t *w, int status)
     (void)status; /* never cancelled */
     x->in_work = 0;
     if (c == NULL) {
-        data_cold_free(x); /* the connection is gone */
+        /* the connection is gone; a check still ends as if its reader had
+           stayed (its slot given back, a corrupt file noted) */
+        data_server *srv = x->srv;
+        int check = x->check;
+        if (check) check_ended(srv, x);
+        data_cold_free(x);
+        if (check) data_server_maybe_free(srv);
         return;
     }
     if (x->check) {
@@ -372,6 +387,7 @@ void data_cold_start(data_conn *c, const char *name, int check)
     x->wreq.data = x;
     x->conn = c;
     x->ct = s->cold;
+    x->srv = s;
     x->check = check;
     x->fd = -1;
     x->sock = -1;

@@ -61,6 +61,7 @@ typedef struct cold_xfer {
     uv_write_t wreq;            /* the chunk being sent */
     struct data_conn *conn;     /* NULL once the connection closed under a work item */
     const cold_tier *ct;
+    data_server *srv;           /* the server (a check holds it until its hash ends) */
     int check;                  /* a CHECK_COLD: the one work item hashes the file */
     int in_work;                /* a work item is out */
     int opened;                 /* the open step is done */
@@ -142,7 +143,8 @@ struct data_server {
     data_seg *segs;
     const cold_tier *cold;      /* borrowed; NULL: READ_COLD refused */
     cold_faults *cold_faults;   /* borrowed; files found corrupt go here (may be NULL) */
-    int cold_checks;            /* CHECK_COLD requests hashing now (<= COLD_CHECKS_MAX) */
+    int cold_checks;            /* CHECK_COLD requests hashing now (<= COLD_CHECKS_MAX),
+                                   their readers there or gone */
     data_conn *conns;
     SSL_CTX *tls;               /* a reference of the options' context; NULL: plaintext */
     data_server_stats stats;
@@ -176,6 +178,10 @@ int data_send_reply(data_conn *c, int status, uint8_t kind, const char *msg,
 /* Answer a refusal (the connection stays) and wait for the next request. */
 void data_refuse(data_conn *c, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* Free s once it is closing and nothing holds it: no handle open, no
+ * CHECK_COLD hashing (a check whose reader left still ends on the loop). */
+void data_server_maybe_free(data_server *s);
 
 /* Verify the request's ticket for op (TICKET_OP_READ / _WRITE) on segid and
  * the request's range. SMP_OK or the refusal's code (the refusal was sent). */

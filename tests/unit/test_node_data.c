@@ -15,7 +15,9 @@
  * second client is served; a node without a cold tier refuses them.
  * CHECK_COLD: the node hashes a whole file for a reader whose bytes did not
  * verify, and a client that finds it busy with another check asks again. */
+#include <dirent.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -1025,6 +1027,62 @@ static void test_cold_read_without_cold_tier(void **state)
     harness_stop(h);
 }
 
+/* 1 when this process has the file at path open (a descriptor in
+ * /proc/self/fd links to it). */
+static int file_is_open(const char *path)
+{
+    char link[300], target[512];
+    int found = 0;
+    DIR *d = opendir("/proc/self/fd");
+    assert_non_null(d);
+    for (struct dirent *e; !found && (e = readdir(d)) != NULL;) {
+        snprintf(link, sizeof(link), "/proc/self/fd/%s", e->d_name);
+        ssize_t n = readlink(link, target, sizeof(target) - 1);
+        if (n > 0) {
+            target[n] = '\0';
+            found = strcmp(target, path) == 0;
+        }
+    }
+    closedir(d);
+    return found;
+}
+
+/* A check whose connection is closed while the node hashes its file (the
+ * server closing) still ends: the corrupt file is noted, and the server is
+ * freed only after (it waits for the hash). The file being open is how the
+ * test knows the hash runs. */
+static void test_cold_check_cut_off_still_notes_the_file(void **state)
+{
+    char name[COLD_NAME_MAX], path[400], taken[2][COLD_NAME_MAX];
+    uint8_t *data, frame[NDW_REQ_HDR + COLD_NAME_MAX];
+    cold_tier *ct = cold_fixture_sized(name, &data, COLD_BIG_BYTES);
+    cold_faults *faults = cold_faults_new();
+    harness *h = harness_start_with("cl", &g_secret, 0, 0, ct, faults);
+    (void)state;
+    assert_non_null(faults);
+    char real[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/%s", cold_dir(ct), name);
+    assert_non_null(realpath(path, real));
+    flip_file_byte(path, COLD_HEADER_BYTES + COLD_BIG_BYTES - 1);
+
+    int fd = raw_connect(h);
+    ndw_request r = { .op = NDW_OP_CHECK_COLD, .seg_len = (uint16_t)strlen(name) };
+    ndw_encode_request(frame, &r);
+    memcpy(frame + NDW_REQ_HDR, name, strlen(name));
+    assert_int_equal(send(fd, frame, NDW_REQ_HDR + strlen(name), 0),
+                     (ssize_t)(NDW_REQ_HDR + strlen(name)));
+    int open_seen = 0;
+    for (int i = 0; i < 200000 && !(open_seen = file_is_open(real)); i++) {
+    }
+    assert_true(open_seen);
+    harness_stop(h); /* closes the connection under the hash; returns once all ended */
+    close(fd);
+    assert_int_equal(cold_faults_take(faults, taken, 2), 1);
+    assert_string_equal(taken[0], name);
+    cold_faults_free(faults);
+    cold_fixture_done(ct, data);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1046,6 +1104,7 @@ int main(void)
         cmocka_unit_test(test_cold_read_without_cold_tier),
         cmocka_unit_test(test_cold_check_hashes_the_whole_file),
         cmocka_unit_test(test_cold_check_asks_again_while_the_node_is_busy),
+        cmocka_unit_test(test_cold_check_cut_off_still_notes_the_file),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
