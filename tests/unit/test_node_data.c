@@ -181,9 +181,10 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-    char cmd[512];
+    char cmd[600];
     (void)state;
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", g_dir);
+    /* the cold fixtures' directory too: a test that failed left it */
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s.cold'", g_dir, g_dir);
     return system(cmd) == 0 ? 0 : -1;
 }
 
