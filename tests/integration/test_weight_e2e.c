@@ -566,6 +566,23 @@ static void test_remote_transport_put_and_get(void **state)
     weight_store_close(s);
 }
 
+/* The dead writer pid exited 0, leaving id IMPORTING; a new put of the
+ * same identity publishes a revision that reads back exactly. */
+static void assert_resumed(fixture *f, const weight_identity *id, pid_t pid)
+{
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    weight_store *s = open_store(f);
+    weight_metadata md;
+    CHECK(s, weight_get_metadata(s, id, &md, NULL));
+    assert_int_equal(md.availability, WEIGHT_IMPORTING);
+    put_model(s, id, 1);
+    get_and_compare(s, id, 2, 1);
+    weight_store_close(s);
+}
+
 /* A writer that died after writing part of an import (no abort): a new
  * weight_put of the same identity resumes the open import, replaces what
  * was left, and publishes a revision that reads back exactly. */
@@ -594,17 +611,7 @@ static void test_put_resumes_an_import_left_by_a_dead_writer(void **state)
         kvc_close(c);
         _exit(0); /* dies: no abort, no commit */
     }
-    int st = 0;
-    assert_int_equal(waitpid(pid, &st, 0), pid);
-    assert_true(WIFEXITED(st));
-    assert_int_equal(WEXITSTATUS(st), 0);
-    weight_store *s = open_store(f);
-    weight_metadata md;
-    CHECK(s, weight_get_metadata(s, &id, &md, NULL));
-    assert_int_equal(md.availability, WEIGHT_IMPORTING);
-    put_model(s, &id, 1);
-    get_and_compare(s, &id, 2, 1);
-    weight_store_close(s);
+    assert_resumed(f, &id, pid);
 }
 
 /* A writer that died in the middle of a payload object (SIGKILL: its put
@@ -636,17 +643,7 @@ static void test_put_resumes_an_import_whose_writer_died_mid_object(void **state
             _exit(2);
         _exit(0); /* dies with the put in flight: no put end, no revoke, no abort */
     }
-    int st = 0;
-    assert_int_equal(waitpid(pid, &st, 0), pid);
-    assert_true(WIFEXITED(st));
-    assert_int_equal(WEXITSTATUS(st), 0);
-    weight_store *s = open_store(f);
-    weight_metadata md;
-    CHECK(s, weight_get_metadata(s, &id, &md, NULL));
-    assert_int_equal(md.availability, WEIGHT_IMPORTING);
-    put_model(s, &id, 1);
-    get_and_compare(s, &id, 2, 1);
-    weight_store_close(s);
+    assert_resumed(f, &id, pid);
 }
 
 /* A canceled commit (what weightctl put does on Ctrl-C) aborts its import:
