@@ -628,17 +628,10 @@ static void check_cold(kvc *c, const kvc_replica *r)
     memcpy(saved, c->err, sizeof(saved));
     ndc_conn *nc = node_conn(c, r->data_addr, r->data_tls); /* sets c->err when it fails */
     memcpy(c->err, saved, sizeof(saved));
-    size_t n = strlen(c->err);
-    if (nc == NULL || n + 1 >= sizeof(c->err)) return;
+    if (nc == NULL) return;
     const char *slash = strrchr(r->path, '/');
-    const char *name = slash != NULL ? slash + 1 : r->path;
-    int rc = ndc_check_cold(nc, name, r->ticket, r->ticket_len);
-    if (rc == SMP_OK)
-        snprintf(c->err + n, sizeof(c->err) - n, "; node %s hashed cold file %s and found it "
-                 "intact: the bytes went bad on their way", r->data_addr, name);
-    else
-        snprintf(c->err + n, sizeof(c->err) - n, "; node %s, asked to check cold file %s: %s%s",
-                 r->data_addr, name, ndc_last_error(nc), rc == SMP_ENOTFOUND ? NDC_CHECK_GONE : "");
+    int rc = ndc_check_cold_verdict(nc, r->data_addr, slash != NULL ? slash + 1 : r->path,
+                                    r->ticket, r->ticket_len, "", c->err, sizeof(c->err));
     if (rc < 0) drop_node_conn(c, nc);
 }
 

@@ -397,6 +397,26 @@ int ndc_check_cold(ndc_conn *c, const char *cold_name, const uint8_t *ticket, si
     }
 }
 
+int ndc_check_cold_verdict(ndc_conn *c, const char *addr, const char *cold_name,
+                           const uint8_t *ticket, size_t ticket_len, const char *cause, char *err,
+                           size_t errlen)
+{
+    size_t n = strlen(err);
+    int rc = c != NULL ? ndc_check_cold(c, cold_name, ticket, ticket_len) : SMP_EIO;
+    if (n + 1 >= errlen)
+        return rc;
+    if (rc == SMP_OK)
+        wm_errbuf(err + n, errlen - n, "; node %s hashed cold file %s and found it intact: the "
+                  "bytes went bad on their way", addr, cold_name);
+    else
+        wm_errbuf(err + n, errlen - n, "; node %s, asked to check cold file %s: %s%s", addr,
+                  cold_name, c != NULL ? ndc_last_error(c) : cause,
+                  rc == SMP_ENOTFOUND ? "; deleted since this read: its replica was dropped as "
+                                        "corrupt, found so first by another reader's check, fsck "
+                                        "--repair or a load" : "");
+    return rc;
+}
+
 int ndc_write_stream(ndc_conn *c,
                      const char *segment,
                      uint64_t offset,

@@ -103,12 +103,18 @@ int ndc_read_cold(ndc_conn *c,
  * the check answers SMP_EPROTO and closes the connection: its message says
  * it did not parse the request. */
 #define NDC_CHECK_BUSY_WAIT_MS 30000
-/* What a reader adds to the node's "no such file" when its check of a file
- * it has just read answers SMP_ENOTFOUND: its read lease keeps the object
- * from being removed, so the replica was dropped as corrupt. */
-#define NDC_CHECK_GONE "; deleted since this read: its replica was dropped as corrupt, found so " \
-                       "first by another reader's check, fsck --repair or a load"
 int ndc_check_cold(ndc_conn *c, const char *cold_name, const uint8_t *ticket, size_t ticket_len);
+
+/* ndc_check_cold of a file whose bytes a reader just read from the node at
+ * addr did not verify, its verdict appended to err (a message of errlen
+ * bytes): intact ("the bytes went bad on their way"), or what the node
+ * answered -- for SMP_ENOTFOUND also that the file was deleted since the
+ * read (the reader's read lease keeps the object, so its replica was
+ * dropped as corrupt). c NULL (no connection): why, from cause. Returns
+ * ndc_check_cold's code (SMP_EIO for c NULL). */
+int ndc_check_cold_verdict(ndc_conn *c, const char *addr, const char *cold_name,
+                           const uint8_t *ticket, size_t ticket_len, const char *cause, char *err,
+                           size_t errlen);
 
 /* Write length bytes of src into [offset, offset + length) of segment with
  * the ticket for exactly that range. The node checks the ticket before it

@@ -48,7 +48,6 @@
 #include "node_data_client.h"
 #include "wc_get.h"
 #include "wc_xxh3.h"
-#include "wm_errbuf.h"
 
 #define WC_REMOTE_WINDOW_CHUNKS 8
 /* Bytes of a chunk copied, then hashed, at a time (scatter_fused): small
@@ -299,18 +298,10 @@ static const uint8_t *fetch(worker *wk, const job *j, uint64_t ws, uint64_t we, 
  * replica), and add what the node answered to err. */
 static void check_cold_source(worker *wk, const job *j, char *err, size_t errlen)
 {
-    char cause[512];
-    size_t n = strlen(err);
-    if (n >= errlen) return;
+    char cause[512] = "";
     ndc_conn *c = worker_node(wk, j->data_addr, j->data_tls, cause, sizeof cause);
-    int rc = c != NULL ? ndc_check_cold(c, j->cold_name, j->ticket, j->ticket_len) : SMP_EIO;
-    if (rc == SMP_OK)
-        wm_errbuf(err + n, errlen - n, "; node %s hashed cold file %s and found it intact: the "
-                 "bytes went bad on their way", j->data_addr, j->cold_name);
-    else
-        wm_errbuf(err + n, errlen - n, "; node %s, asked to check cold file %s: %s%s",
-                 j->data_addr, j->cold_name, c != NULL ? ndc_last_error(c) : cause,
-                 rc == SMP_ENOTFOUND ? NDC_CHECK_GONE : "");
+    (void)ndc_check_cold_verdict(c, j->data_addr, j->cold_name, j->ticket, j->ticket_len, cause,
+                                 err, errlen);
 }
 
 /* Switch j to its cold replica after its memory one failed. 1 when there

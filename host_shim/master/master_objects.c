@@ -367,9 +367,11 @@ static int h_put_end(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t 
     int rc;
     DECODE(PutEndRequest, put_end_request, req, body, len, call);
     if (!key_visible(call, req->key, "put end")) goto free_req;
-    const char *put_group = obj_put_group(master_objs(m), req->key);
-    if (put_group != NULL && key_space_refused(m, call, "put end", req->key, put_group))
-        goto free_req;
+    if (master_key_claimed(m, req->key)) { /* the put's group, looked up only then */
+        const char *put_group = obj_put_group(master_objs(m), req->key);
+        if (put_group != NULL && key_space_refused(m, call, "put end", req->key, put_group))
+            goto free_req;
+    }
     if (req->sha256.len != 32) {
         rc = SMP_EINVAL;
         rpc_reply_error(call, rc, "put end: sha256 must be 32 bytes");
