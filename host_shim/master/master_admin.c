@@ -66,6 +66,7 @@ static const metric_def metric_defs[] = {
     {M(read_lease_refusals), SMP_METRIC_COUNTER, "store_read_lease_release_refusals_total", "Keys of release_read_leases requests on which the caller's connection held no read lease (nothing released)", NULL},
     {M(evictions), SMP_METRIC_COUNTER, "store_eviction_rounds_total", "Eviction plans applied under memory pressure", NULL},
     {M(cold_reclaimed), SMP_METRIC_COUNTER, "store_cold_files_reclaimed_total", "Cold files of replicas the state no longer has, deleted on their nodes", NULL},
+    {M(release_checks), SMP_METRIC_COUNTER, "store_release_cold_checks_total", "Cold files hashed whole on their node before the memory replicas of their object were released, by result (intact: released; corrupt: the file did not hold the object's bytes, its replica was dropped and memory kept; failed: not checked -- node down or from before the check -- and memory kept)", "result"},
     {M(scrub_tasks), SMP_METRIC_COUNTER, "store_scrub_tasks_total", "SCRUB tasks sent to nodes to zero memory ranges the state freed (the ranges freed in one turn of the loop go in one task a node)", NULL},
     {M(scrub_ranges), SMP_METRIC_COUNTER, "store_scrub_ranges_total", "Freed memory ranges sent to their nodes in SCRUB tasks", NULL},
     {M(node_wait_calls), SMP_METRIC_COUNTER, "store_node_wait_calls_total", "Requests held, after the master began serving, until a node they needed registered (or the wait for it ended) instead of being refused: replica lookups, put starts, and plugin calls that asked (weight_is_exist)", NULL},
@@ -165,6 +166,11 @@ void master_metrics_refresh(master *m)
         host_metric_set(m->m.read_leases_ended, rel, (double)rl.released);
         host_metric_set(m->m.read_leases_ended, closed, (double)rl.closed);
         host_metric_set(m->m.read_lease_refusals, NULL, (double)rl.refused);
+    }
+    static const char *const check_results[MASTER_RELEASE_CHECK_RESULTS] = {"intact", "corrupt", "failed"};
+    for (int r = 0; r < MASTER_RELEASE_CHECK_RESULTS; r++) {
+        const char *l[1] = {check_results[r]};
+        host_metric_set(m->m.release_checks, l, (double)m->release_checks[r]);
     }
     host_metric_set(m->m.memory_used, NULL, (double)os.memory_used);
     host_metric_set(m->m.memory_capacity, NULL, (double)os.memory_capacity);

@@ -64,6 +64,15 @@ typedef struct master_pending_key master_pending_key; /* keys with a mutation in
 typedef struct master_node master_node;               /* a registered node (master_nodes.c) */
 typedef struct master_inventory master_inventory;     /* inventory pages (master_inventory.c) */
 typedef struct master_busy_key master_busy_key;       /* keys being persisted (master_replicas.c) */
+typedef struct master_fresh_cold master_fresh_cold;   /* cold files just written (master_replicas.c) */
+/* How a check of a cold file before a release of memory ended
+ * (store_release_cold_checks_total{result}). */
+typedef enum master_release_check_result {
+    MASTER_RELEASE_CHECK_INTACT,
+    MASTER_RELEASE_CHECK_CORRUPT,
+    MASTER_RELEASE_CHECK_FAILED,
+    MASTER_RELEASE_CHECK_RESULTS
+} master_release_check_result;
 typedef struct master_scrub master_scrub;             /* ranges being zeroed (master_scrub.c) */
 typedef struct master_node_wait master_node_wait;     /* calls waiting for a node (master_node_wait.c) */
 
@@ -134,6 +143,8 @@ typedef struct master {
     int recovering;
     master_pending_key *pending;
     master_busy_key *persisting; /* keys with a cold file being written and recorded */
+    master_fresh_cold *fresh_cold; /* cold files written and read back in the last minute */
+    uint64_t release_checks[MASTER_RELEASE_CHECK_RESULTS]; /* by master_release_check_result */
     master_scrub *scrub;         /* freed ranges being zeroed, put starts waiting on them */
     master_node_wait *node_wait; /* calls waiting for a node to register */
 
@@ -248,6 +259,7 @@ typedef struct master {
         host_metric *read_leases_ended;    /* {how}: released, connection_closed */
         host_metric *read_lease_refusals;  /* releases of leases the caller did not hold */
         host_metric *cold_reclaimed;       /* cold files deleted (master_reclaim.c) */
+        host_metric *release_checks;       /* {result}: cold files hashed before a release */
         host_metric *scrub_tasks;          /* SCRUB tasks sent (master_scrub.c) */
         host_metric *scrub_ranges;         /* ranges those tasks carried */
         host_metric *node_wait_calls;      /* calls that waited for a node (master_node_wait.c) */

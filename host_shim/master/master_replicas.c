@@ -13,7 +13,14 @@
  *                  lost cold replica (dropped durably, replica-lost emitted)
  *                  and is never served.
  *   release_memory drops the memory replicas -- refused (SMP_ESTATE) unless
- *                  a COMPLETE cold replica exists on a live node.
+ *                  a COMPLETE cold replica exists on a live node, and only
+ *                  once its node hashed that file whole and found the
+ *                  object's bytes (CHECK_COLD) -- unless this master wrote
+ *                  and read it back in the last MASTER_FRESH_COLD_MS. A file
+ *                  that rotted since it was written is dropped as a corrupt
+ *                  replica and the memory kept: releasing it would lose the
+ *                  only good copy. The caller's next ensure_cold persists
+ *                  anew.
  * A cold file a client's read found corrupt (the node reports it with a
  * poll) is dropped as a failed load's is (master_cold_corrupt).
  * A goal that already holds completes on the next loop turn: callbacks never
@@ -67,13 +74,81 @@ int master_persist_in_flight(const master *m, const char *key)
     return b != NULL;
 }
 
+/* A cold file this master's persist wrote, read back and verified: a
+ * release of memory within MASTER_FRESH_COLD_MS relies on it without having
+ * it hashed again (the hash would read the bytes the persist just checked).
+ * One entry per key, the newest; uthash keeps insertion order, which is time
+ * order, so the expired ones are at the head. */
+#define MASTER_FRESH_COLD_MS 60000
+
+struct master_fresh_cold {
+    UT_hash_handle hh;
+    uint64_t at_ms;
+    char *node;
+    char *name;
+    char key[]; /* one allocation with the entry */
+};
+
+static void fresh_del(master *m, master_fresh_cold *f)
+{
+    HASH_DEL(m->fresh_cold, f);
+    free(f->node);
+    free(f->name);
+    free(f);
+}
+
+static void fresh_expire(master *m, uint64_t now)
+{
+    while (m->fresh_cold != NULL && m->fresh_cold->at_ms + MASTER_FRESH_COLD_MS <= now)
+        fresh_del(m, m->fresh_cold);
+}
+
+/* Note that node's cold file name holds key's bytes, verified now. Out of
+ * memory only costs a check later. */
+static void fresh_note(master *m, const char *key, const char *node, const char *name)
+{
+    master_fresh_cold *f = NULL;
+    uint64_t now = master_now_ms();
+    fresh_expire(m, now);
+    HASH_FIND_STR(m->fresh_cold, key, f);
+    if (f != NULL) fresh_del(m, f);
+    size_t len = strlen(key);
+    if ((f = calloc(1, sizeof(*f) + len + 1)) == NULL) return;
+    memcpy(f->key, key, len + 1);
+    f->node = strdup(node);
+    f->name = strdup(name);
+    f->at_ms = now;
+    if (f->node == NULL || f->name == NULL) {
+        free(f->node);
+        free(f->name);
+        free(f);
+        return;
+    }
+    HASH_ADD_KEYPTR(hh, m->fresh_cold, f->key, len, f);
+}
+
+/* 1 (and forgotten) when rep is the file fresh_note noted for key less than
+ * MASTER_FRESH_COLD_MS ago. */
+static int fresh_take(master *m, const char *key, const obj_replica *rep)
+{
+    master_fresh_cold *f = NULL;
+    fresh_expire(m, master_now_ms());
+    HASH_FIND_STR(m->fresh_cold, key, f);
+    if (f == NULL || rep->path == NULL || strcmp(f->node, rep->node) != 0 || strcmp(f->name, rep->path) != 0)
+        return 0;
+    fresh_del(m, f);
+    return 1;
+}
+
 void master_replicas_free(master *m)
 {
     master_busy_key *b, *tmp;
+    master_fresh_cold *f, *ftmp;
     HASH_ITER(hh, m->persisting, b, tmp) {
         HASH_DEL(m->persisting, b);
         free(b);
     }
+    HASH_ITER(hh, m->fresh_cold, f, ftmp) fresh_del(m, f);
 }
 
 typedef struct replica_job {
@@ -197,6 +272,7 @@ static void on_persisted(master *m, void *arg, int status, const struct TaskResu
     }
     r.v[r.n++] = (obj_replica){.kind = SMP_REPLICA_COLD, .status = OBJ_REPLICA_COMPLETE,
                                .node = j->node, .length = r.info.size, .path = res->cold_name};
+    fresh_note(m, j->key, j->node, res->cold_name);
     if ((status = obj_prepare_set_replicas(master_objs(m), j->key, r.v, r.n, &rec)) < 0 ||
         (status = master_commit(m, &rec, NULL, on_committed, j)) < 0)
         job_done(j, status);
@@ -314,27 +390,115 @@ int master_ensure_memory(void *ctx, const char *key, smp_done_cb cb, void *arg)
 
 /* -- release memory ------------------------------------------------------------ */
 
+/* Load key's replicas for a release: r without its memory replicas (*kept
+ * of them left, *kept == r->n: nothing to release). SMP_ESTATE when no
+ * complete cold replica is on a live node (the last readable copy stays),
+ * SMP_EBUSY while a reader's read lease on key runs (it copies out of the
+ * memory replica until then, as for a removal). */
+static int release_plan(master *m, const char *key, replicas *r, size_t *kept)
+{
+    int rc;
+    if ((rc = load_replicas(m, key, r)) < 0) return rc;
+    if (r->cold < 0) return SMP_ESTATE;
+    *kept = 0;
+    for (size_t i = 0; i < r->n; i++)
+        if (r->v[i].kind != SMP_REPLICA_MEMORY) r->v[(*kept)++] = r->v[i];
+    if (*kept < r->n && obj_lease_end(master_objs(m), key, master_now_ms()) != 0) return SMP_EBUSY;
+    return SMP_OK;
+}
+
+/* Commit the replica list without the memory replicas; j completes with
+ * the commit. */
+static int release_commit(master *m, replica_job *j, const replicas *r, size_t kept)
+{
+    obj_record rec = {0};
+    int rc = obj_prepare_set_replicas(master_objs(m), j->key, r->v, kept, &rec);
+    if (rc == SMP_OK) rc = master_commit(m, &rec, j->key, on_committed, j);
+    return rc;
+}
+
+/* The node hashed the cold file the release relies on. Intact: release, if
+ * the file is still a complete replica and no read lease began meanwhile.
+ * Not the object's bytes (or gone): drop the replica durably and keep the
+ * memory (SMP_EPROTO). Not checked (node down, a node from before
+ * CHECK_COLD, a read error): keep the memory, with the cause. */
+static void on_release_checked(master *m, void *arg, int status, const struct TaskResult *res)
+{
+    replica_job *j = arg;
+    replicas r;
+    size_t kept = 0;
+    if (status == SMP_OK && res->status != 0) status = res->status;
+    const char *why = res != NULL && res->error != NULL && res->error[0] ? res->error : smp_strerror(status);
+    if (status == SMP_EPROTO || status == SMP_ENOTFOUND || status == SMP_ERANGE || status == SMP_EINVAL) {
+        m->release_checks[MASTER_RELEASE_CHECK_CORRUPT]++;
+        fprintf(stderr, "store_master: node %s: cold file %s of %s does not hold its bytes (%s): its "
+                "replica is dropped and the memory replicas kept\n", j->node, j->cold_name, j->key, why);
+        obj_replica bad = {.kind = SMP_REPLICA_COLD, .node = j->node, .path = j->cold_name};
+        if (master_drop_replica(m, j->key, &bad, on_corrupt_dropped, j) != SMP_OK) job_done(j, SMP_EPROTO);
+        return;
+    }
+    if (status < 0) {
+        m->release_checks[MASTER_RELEASE_CHECK_FAILED]++;
+        fprintf(stderr, "store_master: node %s: cold file %s of %s could not be checked before its "
+                "memory replicas are released (%s%s): they are kept\n", j->node, j->cold_name, j->key,
+                why, status == SMP_ENOTSUP ? "; the node predates CHECK_COLD: upgrade it" : "");
+        job_done(j, status);
+        return;
+    }
+    m->release_checks[MASTER_RELEASE_CHECK_INTACT]++;
+    if ((status = release_plan(m, j->key, &r, &kept)) < 0) {
+        job_done(j, status);
+        return;
+    }
+    int still = 0;
+    for (size_t i = 0; i < kept; i++)
+        still |= r.v[i].kind == SMP_REPLICA_COLD && r.v[i].status == OBJ_REPLICA_COMPLETE &&
+                 r.v[i].path != NULL && strcmp(r.v[i].node, j->node) == 0 &&
+                 strcmp(r.v[i].path, j->cold_name) == 0;
+    if (!still) { /* replaced meanwhile: what was checked is not what stays */
+        job_done(j, SMP_ESTATE);
+        return;
+    }
+    if (kept == r.n) {
+        job_done(j, SMP_OK);
+        return;
+    }
+    if ((status = release_commit(m, j, &r, kept)) < 0) job_done(j, status);
+}
+
 int master_release_memory(void *ctx, const char *key, smp_done_cb cb, void *arg)
 {
     master *m = ctx;
     replicas r;
-    obj_record rec = {0};
     size_t kept = 0;
     int rc;
     if (cb == NULL) return SMP_EINVAL;
-    if ((rc = load_replicas(m, key, &r)) < 0) return rc;
-    if (r.cold < 0) return SMP_ESTATE; /* the last readable copy stays */
-    for (size_t i = 0; i < r.n; i++)
-        if (r.v[i].kind != SMP_REPLICA_MEMORY) r.v[kept++] = r.v[i];
-    /* A reader handed the memory replica copies out of it until its read
-     * lease ends: the bytes stay until then, as for a removal. */
-    if (kept < r.n && obj_lease_end(master_objs(m), key, master_now_ms()) != 0) return SMP_EBUSY;
+    if ((rc = release_plan(m, key, &r, &kept)) < 0) return rc;
     replica_job *j = job_new(m, key, cb, arg);
     if (j == NULL) return SMP_ENOMEM;
     if (kept == r.n) return job_later(j, SMP_OK);
-    if ((rc = obj_prepare_set_replicas(master_objs(m), key, r.v, kept, &rec)) < 0 ||
-        (rc = master_commit(m, &rec, key, on_committed, j)) < 0)
+    const obj_replica *cold = &r.v[0];
+    for (size_t i = 0; i < kept; i++)
+        if (r.v[i].kind == SMP_REPLICA_COLD && r.v[i].status == OBJ_REPLICA_COMPLETE &&
+            master_node_readable(m, r.v[i].node)) {
+            cold = &r.v[i];
+            break;
+        }
+    if (fresh_take(m, key, cold)) {
+        if ((rc = release_commit(m, j, &r, kept)) < 0) job_free(j);
+        return rc;
+    }
+    /* The file may have rotted since it was written: have its node hash it
+       before the last memory copy goes. */
+    j->node = strdup(cold->node);
+    j->cold_name = strdup(cold->path ? cold->path : "");
+    if (j->node == NULL || j->cold_name == NULL) {
         job_free(j);
+        return SMP_ENOMEM;
+    }
+    rc = master_node_task(m, j->node, TASK_KIND__TASK_CHECK_COLD, key, 0, r.info.size, r.info.checksum,
+                          j->cold_name, on_release_checked, j);
+    if (rc < 0) job_free(j);
     return rc;
 }
 

@@ -707,24 +707,23 @@ int cold_stat(const cold_tier *ct,
     return cold_check(ct, name_or_path, 0, e, key_buf, name_buf);
 }
 
-int cold_load(const cold_tier *ct,
-              const char *name_or_path,
-              const char *key,
-              void *dst,
-              uint64_t len,
-              const uint8_t sha256[32],
-              char *err,
-              size_t errlen)
+/* Open the cold file name_or_path that should hold len bytes of key (NULL:
+ * any key) whose SHA-256 is sha256 (NULL: any), for what (the caller's
+ * verb, for err): resolve the name, check the header and size, then that
+ * key, length and recorded SHA-256 are the ones expected. On SMP_OK *fd_out
+ * is open (the caller closes it), name holds the file's bare name and fsha
+ * the header's SHA-256 (that is sha256 when given). Errors as cold_load's,
+ * err naming the file. */
+static int open_expected(const cold_tier *ct, const char *name_or_path, const char *key, uint64_t len,
+                         const uint8_t sha256[32], const char *what, int *fd_out, uint8_t fsha[32],
+                         char name[COLD_NAME_MAX], char *err, size_t errlen)
 {
     int rc, fd;
-    uint64_t flen, fbytes, done = 0;
-    uint8_t fsha[32], md[32];
-    char name[COLD_NAME_MAX];
+    uint64_t flen, fbytes;
     char *fkey;
-    EVP_MD_CTX *ctx;
-
-    if (cold_resolve(ct, name_or_path, name) < 0 || (dst == NULL && len > 0)) {
-        wm_errbuf(err, errlen, "cold load: \"%.200s\" is not a cold file of %s",
+    *fd_out = -1;
+    if (cold_resolve(ct, name_or_path, name) < 0) {
+        wm_errbuf(err, errlen, "cold %s: \"%.200s\" is not a cold file of %s", what,
                 name_or_path != NULL ? name_or_path : "", ct != NULL ? ct->dir : "?");
         return SMP_EINVAL;
     }
@@ -740,19 +739,44 @@ int cold_load(const cold_tier *ct,
     if (key != NULL && strcmp(key, fkey) != 0) {
         wm_errbuf(err, errlen, "%s/%s: holds key %.200s, not %.200s", ct->dir, name, fkey, key);
         rc = SMP_EINVAL;
-        goto close_fd;
-    }
-    if (flen != len) {
+    } else if (flen != len) {
         wm_errbuf(err, errlen, "%s/%s: holds %" PRIu64 " bytes, %" PRIu64 " expected", ct->dir,
                 name, flen, len);
         rc = SMP_ERANGE;
-        goto close_fd;
-    }
-    if (sha256 != NULL && memcmp(sha256, fsha, 32) != 0) {
+    } else if (sha256 != NULL && memcmp(sha256, fsha, 32) != 0) {
         wm_errbuf(err, errlen, "%s/%s: recorded SHA-256 differs from the expected one", ct->dir, name);
         rc = SMP_EPROTO;
-        goto close_fd;
     }
+    if (rc < 0)
+        close(fd);
+    else
+        *fd_out = fd;
+free_key:
+    free(fkey);
+    return rc;
+}
+
+int cold_load(const cold_tier *ct,
+              const char *name_or_path,
+              const char *key,
+              void *dst,
+              uint64_t len,
+              const uint8_t sha256[32],
+              char *err,
+              size_t errlen)
+{
+    int rc, fd;
+    uint64_t done = 0;
+    uint8_t fsha[32], md[32];
+    char name[COLD_NAME_MAX];
+    EVP_MD_CTX *ctx;
+
+    if (dst == NULL && len > 0) {
+        wm_errbuf(err, errlen, "cold load: nowhere to load to");
+        return SMP_EINVAL;
+    }
+    if ((rc = open_expected(ct, name_or_path, key, len, sha256, "load", &fd, fsha, name, err, errlen)) < 0)
+        return rc;
     ctx = EVP_MD_CTX_new();
     if (ctx == NULL || !EVP_DigestInit_ex(ctx, EVP_sha256(), NULL)) {
         rc = SMP_ENOMEM;
@@ -780,11 +804,39 @@ int cold_load(const cold_tier *ct,
     rc = SMP_OK;
 free_ctx:
     EVP_MD_CTX_free(ctx);
-close_fd:
     close(fd);
-free_key:
-    free(fkey);
     return rc;
+}
+
+int cold_verify(const cold_tier *ct,
+                const char *name_or_path,
+                const char *key,
+                uint64_t len,
+                const uint8_t sha256[32],
+                char *err,
+                size_t errlen)
+{
+    int rc, fd;
+    uint8_t fsha[32], md[32];
+    char name[COLD_NAME_MAX];
+    if (key == NULL || sha256 == NULL) {
+        wm_errbuf(err, errlen, "cold check: no key or SHA-256 to check against");
+        return SMP_EINVAL;
+    }
+    if ((rc = open_expected(ct, name_or_path, key, len, sha256, "check", &fd, fsha, name, err, errlen)) < 0)
+        return rc;
+    rc = hash_file_data(fd, len, md);
+    close(fd);
+    if (rc < 0) {
+        wm_errbuf(err, errlen, "%s/%s: read: %s", ct->dir, name, smp_strerror(rc));
+        return rc;
+    }
+    if (memcmp(md, fsha, 32) != 0) {
+        wm_errbuf(err, errlen, "%s/%s: data does not match its SHA-256 (corrupted cold file)",
+                ct->dir, name);
+        return SMP_EPROTO;
+    }
+    return SMP_OK;
 }
 
 int cold_open_data(const cold_tier *ct,

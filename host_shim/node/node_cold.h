@@ -175,6 +175,21 @@ int cold_load(const cold_tier *ct,
               char *err,
               size_t errlen);
 
+/* Check that the cold file name_or_path holds exactly the len bytes of key
+ * whose SHA-256 is sha256 (both required): header, size, key, length and
+ * recorded SHA-256 as cold_load checks them, then every data byte hashed
+ * (read in chunks, nothing loaded). Returns SMP_OK or cold_load's errors:
+ * SMP_ENOTFOUND, SMP_EINVAL (bad name, other key), SMP_ERANGE (other
+ * length), SMP_EPROTO (bad header, other SHA-256, or data not matching it),
+ * SMP_EIO, SMP_ENOMEM; err names the file and the cause. */
+int cold_verify(const cold_tier *ct,
+                const char *name_or_path,
+                const char *key,
+                uint64_t len,
+                const uint8_t sha256[32],
+                char *err,
+                size_t errlen);
+
 /* Open a cold file (name or path, cold_resolve) for ranged reads of its
  * data: the header and the file size are checked, the data is NOT hashed
  * (that is cold_load's job, or the reader's). On SMP_OK *fd_out is open

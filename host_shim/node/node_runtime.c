@@ -199,6 +199,14 @@ static TaskResult *run_task(node_runtime *n, const NodeTask *t)
         rc = cold_load(n->cold, t->cold_name, t->key, ptr, t->length, t->sha256.data, err,
                        sizeof(err));
         break;
+    case TASK_KIND__TASK_CHECK_COLD:
+        if (!sha_ok) {
+            rc = SMP_EINVAL;
+            wm_errbuf(err, sizeof(err), "check %s: no SHA-256 to check against", t->cold_name);
+            break;
+        }
+        rc = cold_verify(n->cold, t->cold_name, t->key, t->length, t->sha256.data, err, sizeof(err));
+        break;
     case TASK_KIND__TASK_DELETE_COLD:
         rc = cold_delete(n->cold, t->cold_name);
         if (rc == SMP_ENOTFOUND) rc = SMP_OK; /* already gone: the goal holds */

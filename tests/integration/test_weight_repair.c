@@ -505,6 +505,52 @@ static void test_data_rot_a_reader_meets_is_checked_and_dropped(void **state)
     weight_store_close(s);
 }
 
+/* A migration to COLD relies on cold files an earlier migration wrote and
+ * a later one to HOT kept; before the memory goes, the node hashes each file
+ * whole. Intact files are released on (counted intact). A file that rotted
+ * since (one data byte flipped) is dropped as a corrupt replica, the memory
+ * kept, and the migration persists the member anew from memory and then
+ * releases: the revision ends READY + COLD and reads back exactly, and a
+ * deep fsck is clean. Before, the migration released the only good copy and
+ * the revision turned DEGRADED. A first migration's own fresh files are not
+ * hashed again. */
+static void test_a_release_checks_the_cold_file_it_relies_on(void **state)
+{
+    fixture *f = *state;
+    weight_store *s = wx_open_store(&f->m);
+    weight_identity a, b;
+    char name[128], path[700], out[8192];
+    const char *intact = "store_release_cold_checks_total{result=\"intact\"}";
+    const char *corrupt = "store_release_cold_checks_total{result=\"corrupt\"}";
+    assert_int_equal(weight_identity_set(&a, NULL, "llm", "back", "v1", 1), 0);
+    assert_int_equal(weight_identity_set(&b, NULL, "llm", "back", "v2", 1), 0);
+
+    put_cold_and_pick_a_payload_file(f, s, &a, name);
+    if (hx_metric(&f->m, intact) != 0 || hx_metric(&f->m, corrupt) != 0)
+        fail_msg("a first migration hashed its own files again: %g intact, %g corrupt",
+                 hx_metric(&f->m, intact), hx_metric(&f->m, corrupt));
+    migrate_and_wait(s, &a, WEIGHT_RES_HOT);
+    migrate_and_wait(s, &a, WEIGHT_RES_COLD);
+    assert_true(hx_metric(&f->m, intact) >= N_MODEL); /* every payload, the manifest maybe */
+    assert_int_equal(hx_metric(&f->m, corrupt), 0);
+    wx_get_and_compare(s, &a, model, N_MODEL);
+
+    put_cold_and_pick_a_payload_file(f, s, &b, name);
+    snprintf(path, sizeof(path), "%s/cold/%s", f->m.dir, name);
+    migrate_and_wait(s, &b, WEIGHT_RES_HOT);
+    rot_data(path);
+    migrate_and_wait(s, &b, WEIGHT_RES_COLD);
+    assert_int_equal(hx_metric(&f->m, corrupt), 1);
+    if (!hx_log_contains(&f->m, "does not hold its bytes")) {
+        hx_print_log(&f->m);
+        fail_msg("the master did not say the file %s was corrupt", name);
+    }
+    assert_int_equal(wx_get_and_compare(s, &b, model, N_MODEL), 0); /* every byte from cold files */
+    wx_get_and_compare(s, &a, model, N_MODEL);
+    if (wx_weightctl(&f->m, out, sizeof(out), "fsck --deep") != 0) fail_msg("fsck --deep said: %s", out);
+    weight_store_close(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -517,6 +563,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_fsck_deep_finds_data_that_rotted, setup, teardown),
         cmocka_unit_test_setup_teardown(test_data_rot_a_reader_meets_is_checked_and_dropped, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_a_release_checks_the_cold_file_it_relies_on, setup,
                                         teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

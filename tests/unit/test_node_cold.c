@@ -251,6 +251,45 @@ static void test_corrupted_file_is_never_served(void **state)
     free(back);
 }
 
+/* cold_verify, what a node runs before the master releases the memory a
+ * cold file stands in for: an intact file of the key, length and SHA-256
+ * asked passes; another key, length or SHA-256, a data byte rotted under
+ * an intact header, a missing file, a bad name and no key or SHA-256 each
+ * fail with the code the master tells apart and a message naming the file;
+ * nothing is changed (the file loads again once the byte is put back). */
+static void test_verify_hashes_the_whole_file(void **state)
+{
+    char name[COLD_NAME_MAX], path[512], err[512], missing[COLD_NAME_MAX];
+    uint8_t other[32];
+    (void)state;
+    persist_ok("k/verify", g_data, BIG, g_sha, name);
+    assert_int_equal(cold_path_for(g_ct, name, path, sizeof(path)), SMP_OK);
+    assert_int_equal(cold_verify(g_ct, name, "k/verify", BIG, g_sha, err, sizeof(err)), SMP_OK);
+    assert_int_equal(cold_verify(g_ct, path, "k/verify", BIG, g_sha, err, sizeof(err)), SMP_OK);
+
+    assert_int_equal(cold_verify(g_ct, name, "k/other", BIG, g_sha, err, sizeof(err)), SMP_EINVAL);
+    assert_non_null(strstr(err, "holds key k/verify, not k/other"));
+    assert_int_equal(cold_verify(g_ct, name, "k/verify", BIG + 1, g_sha, err, sizeof(err)), SMP_ERANGE);
+    memcpy(other, g_sha, 32);
+    other[0] ^= 1;
+    assert_int_equal(cold_verify(g_ct, name, "k/verify", BIG, other, err, sizeof(err)), SMP_EPROTO);
+    assert_non_null(strstr(err, "recorded SHA-256 differs"));
+    assert_int_equal(cold_verify(g_ct, name, NULL, BIG, g_sha, err, sizeof(err)), SMP_EINVAL);
+    assert_int_equal(cold_verify(g_ct, name, "k/verify", BIG, NULL, err, sizeof(err)), SMP_EINVAL);
+    assert_int_equal(cold_verify(g_ct, "../passwd", "k/verify", BIG, g_sha, err, sizeof(err)), SMP_EINVAL);
+    assert_non_null(strstr(err, "is not a cold file of"));
+    assert_int_equal(cold_name_for("k/missing", g_sha, missing), SMP_OK);
+    assert_int_equal(cold_verify(g_ct, missing, "k/missing", BIG, g_sha, err, sizeof(err)), SMP_ENOTFOUND);
+
+    flip_byte(path, COLD_HEADER_BYTES + BIG - 1); /* the last byte: every byte is read */
+    assert_int_equal(cold_verify(g_ct, name, "k/verify", BIG, g_sha, err, sizeof(err)), SMP_EPROTO);
+    assert_non_null(strstr(err, name));
+    assert_non_null(strstr(err, "data does not match its SHA-256"));
+    flip_byte(path, COLD_HEADER_BYTES + BIG - 1);
+    assert_int_equal(cold_verify(g_ct, name, "k/verify", BIG, g_sha, err, sizeof(err)), SMP_OK);
+    assert_int_equal(cold_delete(g_ct, name), SMP_OK);
+}
+
 typedef struct seen {
     int ok;
     int corrupt;
@@ -555,6 +594,7 @@ int main(void)
         cmocka_unit_test(test_persist_mismatch_leaves_nothing),
         cmocka_unit_test(test_failed_write_leaves_nothing),
         cmocka_unit_test(test_corrupted_file_is_never_served),
+        cmocka_unit_test(test_verify_hashes_the_whole_file),
         cmocka_unit_test(test_inventory_and_crash_leftovers),
         cmocka_unit_test(test_a_fifo_is_not_a_cold_file),
         cmocka_unit_test(test_a_directory_is_not_a_cold_file),
