@@ -26,16 +26,10 @@ static int apply_identity_key(cfg_ctx *c, host_config_node *n, const char *v, co
                               char tenant[RPC_AUTH_TENANT_MAX + 1], smp_role *role)
 {
     if (strcmp(n->key, "tenant") == 0) {
-        size_t len = strlen(v);
-        int ok = len >= 1 && len <= RPC_AUTH_TENANT_MAX;
-        for (size_t j = 0; ok && j < len; j++)
-            ok = (v[j] >= 'a' && v[j] <= 'z') || (v[j] >= 'A' && v[j] <= 'Z') ||
-                 (v[j] >= '0' && v[j] <= '9') || v[j] == '.' || v[j] == '_' || v[j] == '-';
-        if (!ok || v[0] == '.')
-            return cfg_fail(c, SMP_EINVAL, n->line, kp, "\"%s\" is not a tenant (1 to %d "
-                            "of A-Z a-z 0-9 . _ -, not starting with .)", v,
-                            RPC_AUTH_TENANT_MAX);
-        memcpy(tenant, v, len + 1);
+        char why[300];
+        if (rpc_auth_tenant_check(v, why, sizeof(why)) < 0)
+            return cfg_fail(c, SMP_EINVAL, n->line, kp, "%s", why);
+        memcpy(tenant, v, strlen(v) + 1);
         return 0;
     }
     if (strcmp(n->key, "role") == 0) {

@@ -11,6 +11,7 @@
 
 #include "config_internal.h"
 #include "node_local.h"
+#include "rpc_auth.h"
 
 /* The line of node.<key>, or 0 when the file does not set it. */
 static unsigned line_of(const host_config_node *root, const char *key)
@@ -78,10 +79,9 @@ int cfg_check_node(cfg_ctx *c, const host_config *cfg, const host_config_node *r
         return cfg_fail(c, SMP_EINVAL, line_of(root, "tenant"), "node.tenant",
                         "dedicates the embedded node, and node.embedded is false (a store_node "
                         "is dedicated with --tenant)");
-    if (node_local_check_tenant(cfg->node_tenant) < 0)
-        return cfg_fail(c, SMP_EINVAL, line_of(root, "tenant"), "node.tenant",
-                        "'%s' is not a tenant name (1..%d of [A-Za-z0-9._-], not starting "
-                        "with '.')", cfg->node_tenant, NODE_LOCAL_TENANT_MAX);
+    char why[300];
+    if (rpc_auth_tenant_check(cfg->node_tenant, why, sizeof(why)) < 0)
+        return cfg_fail(c, SMP_EINVAL, line_of(root, "tenant"), "node.tenant", "%s", why);
     if (cfg->node_local_socket == NULL || cfg->node_local_socket[0] == '\0')
         return cfg_fail(c, SMP_EINVAL, line_of(root, "tenant"), "node.tenant",
                         "needs node.local_socket (the Unix socket the segment is handed out "

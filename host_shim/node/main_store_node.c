@@ -25,6 +25,7 @@
 
 #include "master_list.h"
 #include "node_runtime.h"
+#include "rpc_auth.h"
 #include "store_plugin.h"
 #include "wc_token.h"
 
@@ -113,9 +114,9 @@ int main(int argc, char **argv)
             o.token = token;
             break;
         case 'T':
-            if (node_local_check_tenant(optarg) < 0) {
-                fprintf(stderr, "store_node: --tenant \"%s\" is not a tenant (1 to %d of A-Z a-z "
-                        "0-9 . _ -, not starting with .)\n", optarg, NODE_LOCAL_TENANT_MAX);
+            char why[300];
+            if (rpc_auth_tenant_check(optarg, why, sizeof(why)) < 0) {
+                fprintf(stderr, "store_node: --tenant: %s\n", why);
                 return 2;
             }
             o.tenant = optarg;

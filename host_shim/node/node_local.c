@@ -22,24 +22,19 @@
 #include <unistd.h>
 
 #include "node_local.h"
+#include "rpc_auth.h"
 #include "wm_errbuf.h"
 
 struct node_local {
     char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
     char node_id[SEG_ID_MAX + 1];
-    char tenant[NODE_LOCAL_TENANT_MAX + 1];
+    char tenant[RPC_AUTH_TENANT_MAX + 1];
     node_local_peers peers;
     seg_segment *seg;
     int listen_fd;
     int stop_pipe[2];
     pthread_t thread;
 };
-
-int node_local_check_tenant(const char *name)
-{
-    if (name == NULL || strlen(name) > NODE_LOCAL_TENANT_MAX) return SMP_EINVAL;
-    return seg_validate_id(name); /* the same characters as a segment id */
-}
 
 int node_local_add_peer(node_local_peers *p, const char *spec, char *err, size_t errlen)
 {
@@ -221,7 +216,7 @@ int node_local_start(const char *socket_path,
     int rc;
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
     if (socket_path == NULL || socket_path[0] == '\0' ||
-        strlen(socket_path) >= sizeof(addr.sun_path) || node_local_check_tenant(tenant) < 0) {
+        strlen(socket_path) >= sizeof(addr.sun_path) || rpc_auth_tenant_check(tenant, NULL, 0) < 0) {
         wm_errbuf(err, errlen, "local socket %s: empty, or longer than %zu bytes", socket_path,
                   sizeof(addr.sun_path) - 1);
         return SMP_EINVAL;

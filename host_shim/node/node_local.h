@@ -35,7 +35,6 @@
 #include "node_segment.h"
 #include "seg_local.h" /* the answer's status bytes */
 #define NODE_LOCAL_PEERS_MAX 64
-#define NODE_LOCAL_TENANT_MAX 128 /* RPC_AUTH_TENANT_MAX */
 
 typedef struct node_local node_local;
 
@@ -47,10 +46,6 @@ typedef struct node_local_peers {
     gid_t gids[NODE_LOCAL_PEERS_MAX];
     size_t n_gids;
 } node_local_peers;
-
-/* SMP_OK when name is a tenant name (1..128 of A-Z a-z 0-9 . _ -, not
- * starting with '.'), else SMP_EINVAL. */
-int node_local_check_tenant(const char *name);
 
 /* Add one --local-peer spec, "uid:N" or "gid:N" (N a decimal id below
  * 2^32 - 1), to p. SMP_OK, or SMP_EINVAL (not of that form), SMP_ERANGE

@@ -21,6 +21,7 @@
 #include "host_rpc.pb-c.h"
 #include "rpc.h"
 #include "rpc_auth.h"
+#include "wm_errbuf.h"
 
 struct rpc_auth {
     int enabled;
@@ -123,6 +124,29 @@ const char *rpc_auth_role_name(smp_role r)
     case RPC_ROLE_ANYONE: return "anyone";
     default: return "none";
     }
+}
+
+int rpc_auth_tenant_check(const char *name, char *why, size_t cap)
+{
+    size_t len = name != NULL ? strlen(name) : 0;
+    int ok = len >= 1 && len <= RPC_AUTH_TENANT_MAX && name[0] != '.';
+    for (size_t i = 0; ok && i < len; i++) {
+        char c = name[i];
+        ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+             c == '_' || c == '-';
+    }
+    if (!ok) {
+        wm_errbuf(why, cap, "\"%.200s\" is not a tenant (1 to %d of A-Z a-z 0-9 . _ -, not starting "
+                  "with .)", name != NULL ? name : "", RPC_AUTH_TENANT_MAX);
+        return SMP_EINVAL;
+    }
+    if (strcmp(name, "weights") == 0) {
+        wm_errbuf(why, cap, "\"weights\" cannot be a tenant: a tenant's objects are named "
+                  "'<tenant>/...' and every tenant's weight revisions 'weights/<tenant>/...', so its "
+                  "objects would lie among the revisions");
+        return SMP_EINVAL;
+    }
+    return SMP_OK;
 }
 
 int rpc_auth_role_parse(const char *name, smp_role *out)

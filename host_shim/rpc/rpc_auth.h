@@ -124,6 +124,14 @@ int rpc_auth_check(const rpc_auth *a, const uint8_t *token, size_t len,
 /* "reader", "writer", "admin", "anyone", "none". */
 const char *rpc_auth_role_name(smp_role r);
 
+/* Whether name may be a tenant (an auth credential's, a dedicated node's):
+ * 1 to RPC_AUTH_TENANT_MAX of A-Z a-z 0-9 . _ -, not starting with '.', and
+ * not "weights" -- a tenant's objects are named "<tenant>/...", every
+ * tenant's weight revisions "weights/<tenant>/...", and that tenant's
+ * objects would lie among them. SMP_OK, or SMP_EINVAL with why (may be
+ * NULL) saying which rule name breaks. */
+int rpc_auth_tenant_check(const char *name, char *why, size_t cap);
+
 /* The role a name stands for (reader, writer, admin): SMP_OK, or SMP_EINVAL. */
 int rpc_auth_role_parse(const char *name, smp_role *out);
 

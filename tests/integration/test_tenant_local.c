@@ -381,7 +381,7 @@ static void test_tenant_node_flags_refused_naming_the_cause(void **state)
         const char *says;
     } cases[] = {
         {"bad1", {"--tenant", "../x", "--local-socket", sock, "--local-peer", "uid:0", NULL},
-         "--tenant \"../x\" is not a tenant"},
+         "--tenant: \"../x\" is not a tenant"},
         {"bad2", {"--tenant", "a", "--local-socket", sock, "--local-peer", "user:0", NULL},
          "--local-peer user:0: expected uid:N or gid:N"},
         {"bad3", {"--tenant", "a", "--local-socket", sock, "--local-peer", "uid:12x", NULL},

@@ -117,6 +117,10 @@ static void test_auth_refuses_unknown_role_and_bad_tenant(void **state)
                    "    - {sha256: " H_TEST ", tenant: \"a/b\", role: reader}\n",
                    "auth.tokens[0].tenant: \"a/b\" is not a tenant");
     expect_refused("auth:\n  enabled: true\n  node_token_file: t\n  tokens:\n"
+                   "    - {sha256: " H_TEST ", tenant: weights, role: writer}\n",
+                   "auth.tokens[0].tenant: \"weights\" cannot be a tenant: a tenant's objects are "
+                   "named '<tenant>/...' and every tenant's weight revisions 'weights/<tenant>/...'");
+    expect_refused("auth:\n  enabled: true\n  node_token_file: t\n  tokens:\n"
                    "    - {sha256: " H_TEST ", role: reader}\n",
                    "auth.tokens[0]: missing tenant");
     expect_refused("auth:\n  enabled: true\n  node_token_file: t\n  tokens:\n"

@@ -481,7 +481,9 @@ static void test_node_dedicated_to_a_tenant(void **state)
     expect_refused("node:\n  tenant: a\n  local_socket: a.sock\n  local_peers: \"uid:1\"\n",
                    "node.local_peers: expected a sequence");
     expect_refused("node:\n  tenant: a/b\n  local_socket: a.sock\n  local_peers: [\"uid:1\"]\n",
-                   "node.tenant: 'a/b' is not a tenant name");
+                   "node.tenant: \"a/b\" is not a tenant (1 to 128 of A-Z a-z 0-9 . _ -");
+    expect_refused("node:\n  tenant: weights\n  local_socket: a.sock\n  local_peers: [\"uid:1\"]\n",
+                   "node.tenant: \"weights\" cannot be a tenant");
     expect_refused("node:\n  embedded: false\n  tenant: a\n  local_socket: a.sock\n"
                    "  local_peers: [\"uid:1\"]\n",
                    "node.tenant: dedicates the embedded node, and node.embedded is false");

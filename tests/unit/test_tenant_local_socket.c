@@ -36,6 +36,7 @@
 
 #include "full_backlog.h"
 #include "node_local.h"
+#include "rpc_auth.h"
 #include "node_segment.h"
 #include "seg_local.h"
 #include "seg_map.h"
@@ -112,10 +113,25 @@ static void test_tenant_local_peer_specs(void **state)
     }
     assert_int_equal(node_local_add_peer(&p, "uid:9999", err, sizeof(err)), SMP_ERANGE);
     assert_int_equal(p.n_uids, NODE_LOCAL_PEERS_MAX);
-    assert_int_equal(node_local_check_tenant("team-a.1"), SMP_OK);
-    assert_int_equal(node_local_check_tenant(".x"), SMP_EINVAL);
-    assert_int_equal(node_local_check_tenant("a/b"), SMP_EINVAL);
-    assert_int_equal(node_local_check_tenant(""), SMP_EINVAL);
+    char why[300], longest[130];
+    memset(longest, 'a', 128);
+    longest[128] = '\0';
+    assert_int_equal(rpc_auth_tenant_check("team-a.1", why, sizeof(why)), SMP_OK);
+    assert_int_equal(rpc_auth_tenant_check(longest, why, sizeof(why)), SMP_OK);
+    assert_int_equal(rpc_auth_tenant_check("Weights", why, sizeof(why)), SMP_OK);
+    assert_int_equal(rpc_auth_tenant_check("weights-a", why, sizeof(why)), SMP_OK);
+    const char *not_names[] = {".x", "a/b", "", "a b", NULL};
+    for (size_t i = 0; i < sizeof(not_names) / sizeof(not_names[0]); i++) {
+        assert_int_equal(rpc_auth_tenant_check(not_names[i], why, sizeof(why)), SMP_EINVAL);
+        assert_non_null(strstr(why, "is not a tenant (1 to 128 of"));
+    }
+    longest[128] = 'a';
+    longest[129] = '\0';
+    assert_int_equal(rpc_auth_tenant_check(longest, why, sizeof(why)), SMP_EINVAL);
+    /* the weight revisions' prefix: that tenant's objects would lie among them */
+    assert_int_equal(rpc_auth_tenant_check("weights", why, sizeof(why)), SMP_EINVAL);
+    assert_non_null(strstr(why, "\"weights\" cannot be a tenant"));
+    assert_int_equal(rpc_auth_tenant_check("weights", NULL, 0), SMP_EINVAL);
 }
 
 /* A listed uid maps the node's bytes, and may write them; the descriptor
