@@ -423,14 +423,17 @@ static int prep_remove(master *m, const char *key, obj_record *out)
 }
 
 /* One key, one record, answered when durable. key_spaces: refuse a key in
- * a claimed key space (a removal) before anything else is asked. */
+ * a claimed key space (a removal) before anything else is asked -- unless
+ * no object of that key exists, which is answered SMP_ENOTFOUND as
+ * anywhere (a removal only ever touches complete objects). */
 static int commit_key_request(master *m, smp_rpc_call *call, const uint8_t *body, size_t len,
                               prepare_key_fn prepare, const char *what, int key_spaces)
 {
     obj_record rec = {0};
     DECODE_KEY(req, body, len, call);
     if (!key_visible(call, req->key, what) ||
-        (key_spaces && key_space_refused(m, call, what, req->key, NULL))) {
+        (key_spaces && obj_exists(master_objs(m), req->key) &&
+         key_space_refused(m, call, what, req->key, NULL))) {
         DECODED_KEY_FREE(req);
         return SMP_OK;
     }

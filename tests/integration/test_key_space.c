@@ -156,11 +156,12 @@ static void test_plain_changes_in_the_key_space_are_refused(void **state)
     assert_true(hx_says(kvc_error(c), SPACE_OF(PAYLOAD0) CHANGE_THROUGH));
     assert_int_equal(kvc_put_bytes(c, PAYLOAD0, "x", 1, SMP_DATA_WEIGHT, GROUP, 1, NULL), SMP_EVETO);
     assert_true(hx_says(kvc_error(c), "belongs to group '" GROUP "', which plugin weight_mgmt manages"));
-    /* remove of a member, of a key that is not there */
+    /* remove of a member; of a key that is not there: not found, as
+       anywhere (nothing could be removed) */
     assert_int_equal(kvc_remove(c, PAYLOAD0), SMP_EVETO);
     assert_true(hx_says(kvc_error(c), "remove: SMP_EVETO: " SPACE_OF(PAYLOAD0) CHANGE_THROUGH));
-    assert_int_equal(kvc_remove(c, "weights/acme/nothing"), SMP_EVETO);
-    assert_true(hx_says(kvc_error(c), SPACE_OF("weights/acme/nothing")));
+    assert_int_equal(kvc_remove(c, "weights/acme/nothing"), SMP_ENOTFOUND);
+    assert_false(hx_says(kvc_error(c), "key space"));
     /* remove by a prefix inside it, above it, and remove-all: the key
      * space's objects are skipped (as vetoed), nothing removed */
     const char *prefixes[] = {"weights/acme/", "w", ""};
