@@ -1204,6 +1204,7 @@ typedef struct settle_walk {
     uint64_t heard_until; /* the I/O clock (node_silence_ms), at most now */
     int act;          /* give up the nodes whose wait ended */
     size_t waiting;   /* nodes still waited for */
+    size_t seen;      /* nodes looked at (a segment's, the embedded one) */
 } settle_walk;
 
 /* The end of the wait for node, not up and not given up since serving
@@ -1219,6 +1220,7 @@ static int settle_segment(void *arg, const char *segment, const char *node)
 {
     settle_walk *w = arg;
     (void)segment;
+    w->seen++;
     if (master_node_readable(w->m, node) || ids_has(&w->m->nodes_given_up, node)) return 0;
     if (w->heard_until < wait_ends(w->m, node)) w->waiting++;
     else if (w->act) give_up(w->m, node);
@@ -1248,7 +1250,7 @@ int master_node_awaited(const master *m, const char *node, uint64_t now)
 
 int master_nodes_waiting(master *m, uint64_t now)
 {
-    settle_walk w = {m, now < m->io_heard_ms ? now : m->io_heard_ms, 0, 0};
+    settle_walk w = {m, now < m->io_heard_ms ? now : m->io_heard_ms, 0, 0, 0};
     if (m->nodes_settled) return 0;
     obj_visit_segments(master_objs(m), settle_segment, &w);
     settle_embedded(&w);
@@ -1257,12 +1259,15 @@ int master_nodes_waiting(master *m, uint64_t now)
 
 int master_nodes_settled(master *m, uint64_t now)
 {
-    settle_walk w = {m, now < m->io_heard_ms ? now : m->io_heard_ms, 1, 0};
+    settle_walk w = {m, now < m->io_heard_ms ? now : m->io_heard_ms, 1, 0, 0};
     if (m->nodes_settled) return 1;
     obj_visit_segments(master_objs(m), settle_segment, &w);
     settle_embedded(&w);
     if (w.waiting > 0) return 0;
-    if (m->nodes_given_up.n == 0)
+    if (w.seen == 0)
+        fprintf(stderr, "store_master: no node holds a segment yet (none to wait for); "
+                        "reconcile ticks start\n");
+    else if (m->nodes_given_up.n == 0)
         fprintf(stderr, "store_master: every node holding a segment has registered; "
                         "reconcile ticks start\n");
     else

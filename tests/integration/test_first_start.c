@@ -101,11 +101,43 @@ static void test_a_put_at_the_first_start_waits_for_the_embedded_node(void **sta
     assert_int_equal(hx_stop(&f->m), 0);
 }
 
+/* The first start without an embedded node and before any store_node
+ * registered: nothing is waited for -- the log says no node holds a
+ * segment (before, it said every node holding one had registered) -- and
+ * a put is refused at once, naming the cause. */
+static void test_a_first_start_without_nodes_waits_for_none(void **state)
+{
+    fx *f = *state;
+    char err[256];
+    kvc *c = NULL;
+    assert_int_equal(hx_init(&f->m, "firstnone", NULL), 0);
+    assert_int_equal(hx_reconfigure(&f->m, "node:\n  embedded: false\n"), 0);
+    f->m.expect_nodes = 0;
+    assert_int_equal(hx_start(&f->m, 20000), 0);
+    for (int i = 0; !hx_log_contains(&f->m, "reconcile ticks start"); i++) {
+        if (i > 1000) fail_msg("the ticks did not start");
+        usleep(10000);
+    }
+    if (!hx_log_contains(&f->m, "no node holds a segment yet (none to wait for); reconcile ticks start") ||
+        hx_log_contains(&f->m, "every node holding a segment has registered")) {
+        hx_print_log(&f->m);
+        fail_msg("the log does not say that no node was waited for");
+    }
+    assert_int_equal(kvc_connect(f->m.socket, 30000, &c, err, sizeof(err)), 0);
+    assert_int_equal(kvc_put_bytes(c, "first/none", "x", 1, SMP_DATA_KV, "", 0, NULL), SMP_EAGAIN);
+    assert_true(hx_says(kvc_error(c), "no node is up to place it on"));
+    assert_int_equal(hx_metric(&f->m, "store_node_wait_calls_total"), 0);
+    kvc_close(c);
+    assert_int_equal(hx_stop(&f->m), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_a_put_at_the_first_start_waits_for_the_embedded_node,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_first_start_without_nodes_waits_for_none, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
