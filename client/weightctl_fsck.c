@@ -62,7 +62,7 @@ static void node_text(const FsckNode *n)
         printf("  orphan segment bytes at %llu, %llu bytes\n",
                (unsigned long long)n->orphan_ranges[i]->offset,
                (unsigned long long)n->orphan_ranges[i]->length);
-    if (n->error[0]) printf("  not checked: %s\n", n->error);
+    if (n->error[0]) printf("  not %s: %s\n", n->repair_error[0] ? "repaired" : "checked", n->error);
 }
 
 static void node_json(const FsckNode *n)
@@ -71,6 +71,7 @@ static void node_json(const FsckNode *n)
     wctl_json_str(n->node);
     printf(",\"error\":");
     wctl_json_str(n->error);
+    printf(",\"in_repair\":%s", n->repair_error[0] ? "true" : "false");
     printf(",\"cold_files\":%llu,\"cold_bytes\":%llu,\"orphan_files\":[",
            (unsigned long long)n->cold_files, (unsigned long long)n->cold_bytes);
     for (size_t i = 0; i < n->n_orphan_files; i++) {

@@ -68,6 +68,7 @@ typedef struct fsck_node {
     char *node;
     char *segment;
     char *error;
+    int error_in_repair; /* error arose while repairing (the check went through) */
     uint64_t cold_files, cold_bytes;
     fsck_file *orphans; /* while the pages come: the files not settled (candidates) */
     size_t n_orphans, cap_orphans;
@@ -174,6 +175,7 @@ static void run_reply(fsck_run *r)
         fsck_node__init(o);
         o->node = n->node;
         o->error = n->error ? n->error : "";
+        o->repair_error = n->error && n->error_in_repair ? n->error : "";
         o->cold_files = n->cold_files;
         o->cold_bytes = n->cold_bytes;
         o->segment = n->segment;
@@ -263,6 +265,14 @@ static void set_error(fsck_node *n, int status, const TaskResult *res)
     set_error_why(n, status, res ? res->error : NULL);
 }
 
+/* set_error_why for a step of the repair. */
+static void set_repair_error(fsck_node *n, int status, const char *why)
+{
+    if (n->error != NULL) return;
+    set_error_why(n, status, why);
+    n->error_in_repair = 1;
+}
+
 /* -- repair ------------------------------------------------------------------------ */
 
 static void on_file_deleted(master *m, void *arg, int status, const TaskResult *res)
@@ -272,7 +282,7 @@ static void on_file_deleted(master *m, void *arg, int status, const TaskResult *
         n->files_removed++;
         host_metric_add(m->m.cold_reclaimed, NULL, 1);
     } else {
-        set_error(n, status < 0 ? status : res ? res->status : SMP_EIO, res);
+        set_repair_error(n, status < 0 ? status : res ? res->status : SMP_EIO, res ? res->error : NULL);
     }
     task_ended(n->run);
 }
@@ -285,7 +295,7 @@ static void on_scrubbed(master *m, void *arg, int status, const TaskResult *res)
         if (ok) n->zeroed += n->held[2 * k + 1];
         obj_segment_release_range(master_objs(m), n->segment, n->held[2 * k], n->held[2 * k + 1]);
     }
-    if (!ok) set_error(n, status < 0 ? status : res ? res->status : SMP_EIO, res);
+    if (!ok) set_repair_error(n, status < 0 ? status : res ? res->status : SMP_EIO, res ? res->error : NULL);
     task_ended(n->run);
 }
 
@@ -295,7 +305,7 @@ static void on_replica_dropped(master *m, void *arg, int status, uint64_t seq)
     (void)m;
     (void)seq;
     if (status == SMP_OK) n->replicas_dropped++;
-    else set_error_why(n, status, "dropping a corrupt replica");
+    else set_repair_error(n, status, "dropping a corrupt replica");
     task_ended(n->run);
 }
 
@@ -310,20 +320,21 @@ static void repair_node(master *m, fsck_node *n)
         int rc = master_drop_replica(m, n->corrupt[k].key, &bad, on_replica_dropped, n);
         if (rc < 0) {
             r->outstanding--;
-            if (rc != SMP_ENOTFOUND) set_error_why(n, rc, "dropping a corrupt replica"); /* gone meanwhile */
+            if (rc != SMP_ENOTFOUND) set_repair_error(n, rc, "dropping a corrupt replica"); /* gone meanwhile */
         }
     }
     for (size_t k = 0; k < n->n_orphans && !r->segment_only; k++) {
         r->outstanding++;
-        if (master_node_task(m, n->node, TASK_KIND__TASK_DELETE_COLD, n->orphans[k].key, 0, 0, NULL,
-                             n->orphans[k].name, on_file_deleted, n) < 0) {
+        int rc = master_node_task(m, n->node, TASK_KIND__TASK_DELETE_COLD, n->orphans[k].key, 0, 0,
+                                  NULL, n->orphans[k].name, on_file_deleted, n);
+        if (rc < 0) {
             r->outstanding--;
-            set_error(n, SMP_EAGAIN, NULL);
+            set_repair_error(n, rc, "deleting an orphan cold file");
         }
     }
     if (n->n_ranges == 0) return;
     if ((n->held = malloc(n->n_ranges * 2 * sizeof(uint64_t))) == NULL) {
-        set_error(n, SMP_ENOMEM, NULL);
+        set_repair_error(n, SMP_ENOMEM, "zeroing orphaned segment bytes");
         return;
     }
     for (size_t k = 0; k < n->n_ranges; k++) {
@@ -338,13 +349,14 @@ static void repair_node(master *m, fsck_node *n)
     }
     if (n->n_held == 0) return;
     r->outstanding++;
-    if (master_node_task_ranges(m, n->node, TASK_KIND__TASK_SCRUB, "", 0, 0, NULL, NULL, n->held,
-                                n->n_held, on_scrubbed, n) < 0) {
+    int rc = master_node_task_ranges(m, n->node, TASK_KIND__TASK_SCRUB, "", 0, 0, NULL, NULL, n->held,
+                                     n->n_held, on_scrubbed, n);
+    if (rc < 0) {
         r->outstanding--;
         for (size_t k = 0; k < n->n_held; k++)
             obj_segment_release_range(master_objs(m), n->segment, n->held[2 * k], n->held[2 * k + 1]);
         n->n_held = 0;
-        set_error(n, SMP_EAGAIN, NULL);
+        set_repair_error(n, rc, "zeroing orphaned segment bytes");
     }
 }
 

@@ -222,6 +222,7 @@ typedef enum bad_page {
     BAD_OLD_NODE, /* page 2 from a node without pages */
     OLD_NODE,     /* a node from before pages: every file in its first answer (good) */
     NOT_DEEP,     /* a deep scan answered by a node that did not hash (before --deep) */
+    DELETE_FAILS, /* a right page of two orphans, whose deletions the node fails */
 } bad_page;
 
 /* Strings and files a crafted page points to (freed with it). */
@@ -300,6 +301,7 @@ static page_buf *bad_answer(bad_page kind, int page, const NodeTask *t)
         return p;
     }
     case NOT_DEEP: /* a right page, but TaskResult.deep unset */
+    case DELETE_FAILS:
         return page_new(t, first, 2, 16, 0);
     case OLD_NODE: { /* names in no order, no cursor, no bound: as before pages */
         page_buf *p = page_new(t, disorder, 2, 16, 0);
@@ -370,15 +372,30 @@ static void ghost_register(const hx_master *m, rpcc_conn *c)
     assert_int_equal(hx_wait_nodes(m, 2, 10000), 0);
 }
 
-/* Run weightctl's `--json fsck` with args while ghost answers its scan
- * with the pages of kind; its output (to free). Ghost fails the test on a
- * task other than SCAN (a repair) or on a page asked after a refused one. */
-static char *ghost_fsck(fx *f, rpcc_conn *c, bad_page kind, const char *args)
+/* The answer of a node whose deletion of t's file fails (EACCES). */
+static page_buf *delete_refused(const NodeTask *t)
+{
+    page_buf *p = calloc(1, sizeof(*p));
+    assert_non_null(p);
+    task_result__init(&p->r);
+    p->r.id = t->id;
+    p->r.status = SMP_EIO;
+    snprintf(p->after, sizeof(p->after), "delete %.300s: Permission denied", t->cold_name);
+    p->r.error = p->after;
+    return p;
+}
+
+/* Run weightctl's `fsck` with args (`--json` first with json) while ghost
+ * answers its scan with the pages of kind; its output (to free). Ghost
+ * fails the test on a task other than SCAN (a repair) -- but for
+ * DELETE_FAILS, whose deletions it answers failed -- or on a page asked
+ * after a refused one. The output ends with weightctl's "exit=N". */
+static char *ghost_fsck_as(fx *f, rpcc_conn *c, bad_page kind, int json, const char *args)
 {
     char outpath[400], cmd[1600];
     snprintf(outpath, sizeof(outpath), "%s/fsck-%d.json", f->m.dir, (int)kind);
-    snprintf(cmd, sizeof(cmd), "%s/bin/weightctl --master %s --json fsck %s >%s 2>&1",
-             BUILD_DIR, f->m.socket, args, outpath);
+    snprintf(cmd, sizeof(cmd), "%s/bin/weightctl --master %s %s fsck %s >%s 2>&1; echo exit=$? >>%s",
+             BUILD_DIR, f->m.socket, json ? "--json" : "", args, outpath, outpath);
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
@@ -393,6 +410,10 @@ static char *ghost_fsck(fx *f, rpcc_conn *c, bad_page kind, const char *args)
         n_answers = 0;
         for (size_t k = 0; k < r->n_tasks; k++) {
             const NodeTask *t = r->tasks[k];
+            if (kind == DELETE_FAILS && t->kind == TASK_KIND__TASK_DELETE_COLD) {
+                answers[n_answers++] = delete_refused(t);
+                continue;
+            }
             if (t->kind != TASK_KIND__TASK_SCAN)
                 fail_msg("ghost was sent task kind %d after a refused page", (int)t->kind);
             if (t->segment_only) /* a registration's sweep: an empty page */
@@ -421,6 +442,11 @@ static char *ghost_fsck(fx *f, rpcc_conn *c, bad_page kind, const char *args)
     out[len] = '\0';
     fclose(fp);
     return out;
+}
+
+static char *ghost_fsck(fx *f, rpcc_conn *c, bad_page kind, const char *args)
+{
+    return ghost_fsck_as(f, c, kind, 1, args);
 }
 
 /* `fsck --repair` (and args) while ghost answers its scan with the bad
@@ -476,12 +502,38 @@ static void test_a_node_without_pages_answers_whole(void **state)
     ghost_register(&f->m, c);
     char *out = ghost_fsck(f, c, OLD_NODE, "");
     const char *ghost = strstr(out, "{\"node\":\"ghost\"");
-    if (ghost == NULL || strstr(ghost, "\"error\":\"\",\"cold_files\":2,") == NULL)
+    if (ghost == NULL || strstr(ghost, "\"error\":\"\",\"in_repair\":false,\"cold_files\":2,") == NULL)
         fail_msg("ghost's whole answer: %s", out);
     for (int i = 3; i <= 5; i += 2) {
         snprintf(want, sizeof(want), "{\"name\":\"%064d.cold\"", i);
         assert_non_null(strstr(ghost, want));
     }
+    free(out);
+    rpcc_close(c);
+}
+
+/* Deletions the node fails in `fsck --repair` are reported as a repair
+ * that did not go through -- "not repaired", the node's cause, exit 1 --
+ * not as a node that could not be checked: the check found both orphans. */
+static void test_a_failed_deletion_is_not_repaired_not_unchecked(void **state)
+{
+    fx *f = *state;
+    rpcc_conn *c = NULL;
+    char err[256], want[300];
+    if (rpcc_connect(f->m.socket, NULL, &c, err, sizeof(err)) != 0) fail_msg("connect: %s", err);
+    ghost_register(&f->m, c);
+    char *out = ghost_fsck_as(f, c, DELETE_FAILS, 0, "--repair");
+    const char *ghost = strstr(out, "node ghost: 2 cold files");
+    snprintf(want, sizeof(want), "  not repaired: SMP_EIO: delete %064d.cold: Permission denied", 1);
+    if (ghost == NULL || strstr(ghost, want) == NULL || strstr(out, "not checked") != NULL ||
+        strstr(out, "\nrepaired:") != NULL || strstr(out, "\nexit=1\n") == NULL)
+        fail_msg("fsck --repair said: %s", out);
+    free(out);
+    out = ghost_fsck(f, c, DELETE_FAILS, "--repair");
+    ghost = strstr(out, "{\"node\":\"ghost\"");
+    if (ghost == NULL || strstr(ghost, "\"in_repair\":true,\"cold_files\":2,") == NULL ||
+        strstr(ghost, "\"files_removed\":0,") == NULL)
+        fail_msg("fsck --repair --json said: %s", out);
     free(out);
     rpcc_close(c);
 }
@@ -495,6 +547,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_bad_scan_pages_are_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_node_without_pages_answers_whole, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_failed_deletion_is_not_repaired_not_unchecked, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
