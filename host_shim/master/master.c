@@ -467,7 +467,6 @@ static int open_parts(master *m, char *err, size_t errlen)
     if ((rc = obj_store_create(&m->objs_.store, &guard)) < 0) return rc;
     obj_store_set_abandon_hook(m->objs_.store, master_scrub_abandoned, m);
     obj_store_set_place_hook(m->objs_.store, master_node_place_ok, m);
-    obj_store_set_claim_hook(m->objs_.store, master_key_claimed, m);
 
     oplog_file_options lo = {
         .dir = m->oplog_dir,

@@ -414,9 +414,6 @@ int master_carried_records_load(master *m, const uint8_t *data, size_t len, char
 /* -- master_objects.c / master_admin.c ----------------------------------------- */
 
 int master_objects_register(master *m);
-/* The object store's claim hook (obj_store_set_claim_hook, ctx the master):
- * 1 when key lies in a key space a plugin claimed (ABI 1.9). */
-int master_key_claimed(void *ctx, const char *key);
 /* Free the read-lease table (after the RPC server is closed). */
 void master_objects_free(master *m);
 /* Pack msg and answer the call with it (SMP_ENOMEM reply if it cannot). */

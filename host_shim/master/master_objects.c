@@ -23,10 +23,12 @@
  * a prefix a plugin claimed is refused for every caller, an admin too, with
  * SMP_EVETO naming the key, the prefix and the plugin -- a put start or put
  * end unless the put is into a group that plugin owns (its guard decides
- * those, as before), a remove of one key. A remove by prefix (or all) skips
- * the objects in a claimed prefix, counted as vetoed, as it skips a managed
- * group's members (master_key_claimed). Reads and put revoke are not
- * refused. While the plugin is disabled its key space stays
+ * those, as before), and a remove of one key of such a group (the group's
+ * own protection would refuse it too; this names the key space). An object
+ * there in no group of the plugin's -- put before the claim, or while the
+ * plugin was not loaded -- is nobody's: it is removed as any other, one key
+ * or by prefix, which is how an operator clears it. Reads and put revoke
+ * are not refused. While the plugin is disabled its key space stays
  * refused, saying so. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -210,7 +212,7 @@ static void reply_key_space(smp_rpc_call *call, const char *what, const char *ke
 /* Whether a client's change `what` of key is refused for a key space: 1
  * when key lies in a prefix a plugin claimed (the refusal answered on
  * call), 0 when the request goes on. group is the group a put names (or its
- * in-flight put named); NULL or "" for a removal. A put into a group the
+ * in-flight put named; NULL or "": none). A put into a group the
  * claiming plugin owns goes on while that plugin is not disabled: its guard
  * decides which keys may join the group (SMP_GUARD_PUT_INTO_GROUP,
  * SMP_GUARD_UPSERT_INTO_GROUP). */
@@ -227,13 +229,11 @@ static int key_space_refused(master *m, smp_rpc_call *call, const char *what, co
     return 1;
 }
 
-/* obj_store's claim hook (ctx the master): 1 when key lies in a key space
- * a plugin claimed, which a remove by prefix (or all) then skips as vetoed,
- * as it skips a managed group's members. */
-int master_key_claimed(void *ctx, const char *key)
+/* 1 when key lies in a key space a plugin claimed. */
+static int key_claimed(master *m, const char *key)
 {
     host_key_space ks;
-    return host_plugins_key_space_of(((master *)ctx)->plugins, key, &ks);
+    return host_plugins_key_space_of(m->plugins, key, &ks);
 }
 
 /* -- put -------------------------------------------------------------------- */
@@ -367,7 +367,7 @@ static int h_put_end(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t 
     int rc;
     DECODE(PutEndRequest, put_end_request, req, body, len, call);
     if (!key_visible(call, req->key, "put end")) goto free_req;
-    if (master_key_claimed(m, req->key)) { /* the put's group, looked up only then */
+    if (key_claimed(m, req->key)) { /* the put's group, looked up only then */
         const char *put_group = obj_put_group(master_objs(m), req->key);
         if (put_group != NULL && key_space_refused(m, call, "put end", req->key, put_group))
             goto free_req;
@@ -422,18 +422,32 @@ static int prep_remove(master *m, const char *key, obj_record *out)
     return obj_prepare_remove(master_objs(m), key, master_now_ms(), out);
 }
 
-/* One key, one record, answered when durable. key_spaces: refuse a key in
- * a claimed key space (a removal) before anything else is asked -- unless
- * no object of that key exists, which is answered SMP_ENOTFOUND as
- * anywhere (a removal only ever touches complete objects). */
+/* Whether a client's removal of key is refused for a key space (answered
+ * on call): only a member of a group the claiming plugin owns is; an
+ * object there in no such group is nobody's, and a key with no object is
+ * answered SMP_ENOTFOUND, as anywhere. */
+static int key_space_refuses_removal(master *m, smp_rpc_call *call, const char *key)
+{
+    host_key_space ks;
+    smp_object_info info = {.struct_size = sizeof(info)};
+    if (!host_plugins_key_space_of(m->plugins, key, &ks) ||
+        obj_object_info(master_objs(m), key, &info) < 0 || info.group == NULL || info.group[0] == '\0')
+        return 0;
+    const char *owner = obj_group_owner(master_objs(m), info.group);
+    if (owner == NULL || strcmp(owner, ks.plugin) != 0) return 0;
+    reply_key_space(call, "remove", key, &ks);
+    return 1;
+}
+
+/* One key, one record, answered when durable. key_spaces: a removal, which
+ * a key space may refuse first (key_space_refuses_removal). */
 static int commit_key_request(master *m, smp_rpc_call *call, const uint8_t *body, size_t len,
                               prepare_key_fn prepare, const char *what, int key_spaces)
 {
     obj_record rec = {0};
     DECODE_KEY(req, body, len, call);
     if (!key_visible(call, req->key, what) ||
-        (key_spaces && obj_exists(master_objs(m), req->key) &&
-         key_space_refused(m, call, what, req->key, NULL))) {
+        (key_spaces && key_space_refuses_removal(m, call, req->key))) {
         DECODED_KEY_FREE(req);
         return SMP_OK;
     }

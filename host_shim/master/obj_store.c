@@ -106,13 +106,6 @@ void obj_store_set_place_hook(obj_store *st, obj_place_fn fn, void *ctx)
     st->place_ctx = ctx;
 }
 
-void obj_store_set_claim_hook(obj_store *st, obj_claimed_fn fn, void *ctx)
-{
-    OBJ_CHECK_CALLER(st);
-    st->claimed = fn;
-    st->claimed_ctx = ctx;
-}
-
 const char *obj_segment_foreign_key(const obj_store *st, const char *id, const char *tenant)
 {
     OBJ_CHECK_CALLER(st);

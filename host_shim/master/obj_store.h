@@ -447,8 +447,7 @@ int obj_prepare_remove_unguarded(obj_store *st,
 typedef struct obj_remove_report {
     uint64_t removed;         /* keys put into records */
     uint64_t skipped_leased;  /* leased, or in a managed group with a lease */
-    uint64_t skipped_vetoed;  /* refused by the guard, the host rule, or in a
-                                 plugin's key space (obj_store_set_claim_hook) */
+    uint64_t skipped_vetoed;  /* refused by the guard or the host rule */
     uint64_t skipped_partial; /* managed group not wholly under the prefix */
 } obj_remove_report;
 
@@ -456,8 +455,7 @@ typedef struct obj_remove_report {
  * REMOVE_ALL; otherwise REMOVE_PATTERN). A managed group is removed whole or
  * not at all: only when every member is under the prefix, unleased and
  * allowed; its keys go into one REMOVE record of their own. Other keys are
- * skipped when a plugin claimed them (the claim hook), else batched
- * OBJ_REMOVE_BATCH per record. Appends to *out; fills *rep (may be
+ * batched OBJ_REMOVE_BATCH per record. Appends to *out; fills *rep (may be
  * NULL). SMP_OK, SMP_EINVAL, SMP_ENOMEM (out left as it was on entry). */
 int obj_prepare_remove_prefix(obj_store *st,
                               const char *prefix,
@@ -575,12 +573,6 @@ void obj_store_set_abandon_hook(obj_store *st, obj_abandon_fn fn, void *ctx);
 typedef int (*obj_place_fn)(void *ctx, const char *node, const char *tenant);
 void obj_store_set_place_hook(obj_store *st, obj_place_fn fn, void *ctx);
 
-/* Asked by a remove by prefix (or all) for each object outside a managed
- * group: 1 when key lies in a key space a plugin claimed (the master's
- * plugin registry answers), and the object is then skipped as vetoed.
- * Not set: nothing is claimed. */
-typedef int (*obj_claimed_fn)(void *ctx, const char *key);
-void obj_store_set_claim_hook(obj_store *st, obj_claimed_fn fn, void *ctx);
 
 /* The key of an object of a tenant other than tenant with a memory replica,
  * a put or a reservation in segment id (a node now dedicated to tenant that

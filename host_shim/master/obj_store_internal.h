@@ -268,8 +268,6 @@ struct obj_store {
     void *abandon_ctx;
     obj_place_fn place_ok;  /* may a segment's node hold a tenant's objects */
     void *place_ctx;
-    obj_claimed_fn claimed; /* is a key in a plugin's key space (remove by prefix skips it) */
-    void *claimed_ctx;
     obj_released released;  /* what the tracked apply let go of */
     int loading;            /* obj_store_loading_begin .. _end */
     uint64_t readable_version; /* obj_readable_version: grows with every change */

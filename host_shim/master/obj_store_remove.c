@@ -177,10 +177,6 @@ int obj_prepare_remove_prefix(obj_store *st,
                 goto undo;
             continue;
         }
-        if (st->claimed != NULL && st->claimed(st->claimed_ctx, o->key)) {
-            rep->skipped_vetoed++; /* a plugin's key space: changed through its calls only */
-            continue;
-        }
         if (obj_lease_active(o, now)) {
             rep->skipped_leased++;
             continue;

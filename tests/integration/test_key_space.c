@@ -4,10 +4,11 @@
  *
  * With revision llm/x/v1@1 of tenant acme published: a put of a key no
  * revision has (no group, or a group the plugin does not own), an upsert of
- * a member, and a remove of a member or of a key that does not exist are
- * refused with SMP_EVETO naming the key, "weights/" and weight_mgmt, and a
- * remove by prefix or remove-all skips the key space's objects (counted
- * skipped, none removed); nothing on the master changes (every key, size and SHA-256
+ * a member, and a remove of a member are refused with SMP_EVETO naming the
+ * key, "weights/" and weight_mgmt (a remove of a key that holds nothing is
+ * not found, as anywhere), and a remove by prefix or remove-all skips the
+ * revision's objects (counted skipped, none removed); nothing on the master
+ * changes (every key, size and SHA-256
  * as before), the revision reads back byte for byte. Reads of the key space
  * (get, exists, ls), keys outside it ("weights" itself, "weightsX/...") and
  * a prefix removal that meets it where it holds nothing work as before;
@@ -16,10 +17,10 @@
  * decided by the plugin's guard), get, upsert, migrate, repair, fsck and rm
  * of a revision succeed. Disabled (weightctl plugin disable), the plugin
  * keeps its key space closed, the refusal saying it is disabled; enabled
- * again, the revision reads back. An object put under weights/ while the
- * plugin was not loaded (no claim then) is kept, readable and not
- * removable (one key refused, a prefix skipping it), once the plugin
- * runs. */
+ * again, the revision reads back. Objects put under weights/ while the
+ * plugin was not loaded (no claim then) stay readable once the plugin runs
+ * and cannot be overwritten, but they are nobody's: an operator removes
+ * them, one key or by prefix, while the revision's objects stay. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -311,10 +312,13 @@ static void start_plain(hx_master *m, int plugin)
     assert_int_equal(hx_start(m, 20000), 0);
 }
 
-/* Without the plugin nothing is claimed: a plain key under weights/ is put
- * as before. Once the plugin runs, that object stays readable and can no
- * longer be removed, one key or by prefix. */
-static void test_an_object_from_before_the_claim_is_kept(void **state)
+/* Without the plugin nothing is claimed: plain keys under weights/ are put
+ * as before. Once the plugin runs, those objects stay readable and cannot
+ * be overwritten; but they belong to no revision, so an operator can clear
+ * them -- one key, or by a prefix that also meets a published revision,
+ * whose objects stay (skipped) and read back. Before, nothing could ever
+ * remove them. */
+static void test_objects_from_before_the_claim_can_be_cleared(void **state)
 {
     hx_master *mp = *state;
     uint64_t removed = 7, skipped = 7;
@@ -324,10 +328,16 @@ static void test_an_object_from_before_the_claim_is_kept(void **state)
     kvc *c = hx_client(mp);
     assert_non_null(c);
     assert_int_equal(kvc_put_bytes(c, "weights/legacy/a", "old", 3, SMP_DATA_KV, NULL, 0, NULL), 0);
+    assert_int_equal(kvc_put_bytes(c, "weights/legacy/b", "bb", 2, SMP_DATA_KV, NULL, 0, NULL), 0);
+    assert_int_equal(kvc_put_bytes(c, "weights/legacy/c", "c", 1, SMP_DATA_KV, NULL, 0, NULL), 0);
     kvc_close(c);
     assert_int_equal(hx_stop(mp), 0);
 
     start_plain(mp, 1);
+    weight_store *s = wx_open_store(mp);
+    weight_identity id;
+    assert_int_equal(weight_identity_set(&id, "legacy", "llm", "x", "v1", 1), 0);
+    wx_put_model(s, &id, model, N_MODEL); /* its keys: weights/legacy/llm/x/v1/1/... */
     c = hx_client(mp);
     assert_non_null(c);
     kvc_track_read_leases(c, 1);
@@ -335,15 +345,19 @@ static void test_an_object_from_before_the_claim_is_kept(void **state)
     assert_int_equal(len, 3);
     assert_memory_equal(back, "old", 3);
     assert_int_equal(kvc_release_read_leases(c, NULL), 0); /* no lease holds a removal back */
-    assert_int_equal(kvc_remove(c, "weights/legacy/a"), SMP_EVETO);
-    assert_true(hx_says(kvc_error(c), SPACE_OF("weights/legacy/a") CHANGE_THROUGH));
-    assert_int_equal(kvc_remove_prefix(c, "weights/legacy/", &removed, &skipped), 0);
-    assert_int_equal(removed, 0);
-    assert_int_equal(skipped, 1); /* not in a managed group: skipped for the key space alone */
     assert_int_equal(kvc_put_bytes(c, "weights/legacy/a", "new", 3, SMP_DATA_KV, NULL, 1, NULL),
                      SMP_EVETO);
-    assert_true(exists(c, "weights/legacy/a"));
+    assert_true(hx_says(kvc_error(c), SPACE_OF("weights/legacy/a") CHANGE_THROUGH));
+    assert_int_equal(kvc_remove(c, "weights/legacy/a"), 0);
+    assert_false(exists(c, "weights/legacy/a"));
+    assert_int_equal(kvc_remove_prefix(c, "weights/legacy/", &removed, &skipped), 0);
+    assert_int_equal(removed, 2);
+    assert_int_equal(skipped, 3); /* the revision's two payloads and manifest */
+    assert_false(exists(c, "weights/legacy/b"));
+    assert_false(exists(c, "weights/legacy/c"));
+    wx_get_and_compare(s, &id, model, N_MODEL);
     kvc_close(c);
+    weight_store_close(s);
 }
 
 static int setup_plain(void **state)
@@ -372,7 +386,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_weight_flows_still_work, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_disabled_plugin_keeps_its_key_space_closed, setup,
                                         teardown),
-        cmocka_unit_test_setup_teardown(test_an_object_from_before_the_claim_is_kept, setup_plain,
+        cmocka_unit_test_setup_teardown(test_objects_from_before_the_claim_can_be_cleared, setup_plain,
                                         teardown_plain),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
