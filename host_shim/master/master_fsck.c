@@ -43,6 +43,7 @@
 #include "host_rpc.pb-c.h"
 #include "host_uthash.h"
 #include "master_internal.h"
+#include "node_cold.h" /* COLD_HEADER_BYTES */
 #include "node_rpc.pb-c.h"
 
 /* The bound of a SCAN page's encoded answer, well under any frame limit. */
@@ -408,7 +409,11 @@ static int take_files(master *m, fsck_node *n, const TaskResult *res)
         const InventoryFile *f = res->files[i];
         int corrupt = f->sha256.len != 32;
         n->cold_files++;
+        /* A corrupt file's length is its size: its data bytes follow the
+           header, as a sound one's do (a rotted replica still counts, so the
+           bytes on disk keep agreeing with the replicas' bytes). */
         if (!corrupt) n->cold_bytes += f->length;
+        else if (f->length > COLD_HEADER_BYTES) n->cold_bytes += f->length - COLD_HEADER_BYTES;
         if (!corrupt && settled(m, n->node, f)) continue;
         fsck_file *o = &n->orphans[n->n_orphans];
         o->name = strdup(f->name);

@@ -332,6 +332,12 @@ static void assert_fsck_drops_the_replica(fixture *f, weight_store *s, const wei
              rev);
     if (strstr(out, want) == NULL || strstr(out, "0 orphans, 1 corrupt replicas") == NULL)
         fail_msg("%s said: %s", cmd, out);
+    /* the corrupt file's bytes still count on disk, as its replica's do */
+    unsigned long long disk = 0, reps = 1;
+    const char *line = strstr(out, "cold bytes on disk ");
+    if (line == NULL || sscanf(line, "cold bytes on disk %llu, cold replica bytes %llu", &disk, &reps) != 2 ||
+        disk != reps)
+        fail_msg("%s: the bytes on disk and the replicas' disagree: %s", cmd, out);
     weight_metadata md;
     CHECK(s, weight_get_metadata(s, id, &md, NULL));
     assert_int_equal((int)md.availability, WEIGHT_READY); /* read-only */
