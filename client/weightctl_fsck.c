@@ -11,7 +11,9 @@
  * --repair drops those replicas (the file is then deleted, and a weight
  * revision that held one turns DEGRADED, repaired from another replica
  * where there is one). Headers and sizes are read; --deep also reads every
- * cold file's data and checks its SHA-256 (a mismatch is corrupt). Also
+ * cold file's data and checks its SHA-256 (a mismatch is corrupt), and has
+ * every memory replica hashed against its object's SHA-256 (a mismatch is
+ * a corrupt memory replica, which --repair drops). Also
  * printed: the cold bytes found on disk and the
  * segment's occupied bytes beside the master's cold replica bytes and
  * memory used (the store_replica_bytes{kind="cold"} and
@@ -55,6 +57,15 @@ static void node_text(const FsckNode *n)
     }
     if (n->replicas_dropped > 0)
         printf("  %llu corrupt replicas dropped\n", (unsigned long long)n->replicas_dropped);
+    if (n->memory_replicas_checked > 0)
+        printf("  %llu memory replicas hashed\n", (unsigned long long)n->memory_replicas_checked);
+    for (size_t i = 0; i < n->n_corrupt_memory_replicas; i++) {
+        const FsckMemoryReplica *g = n->corrupt_memory_replicas[i];
+        printf("  corrupt memory replica of %s at %s+%llu, %llu bytes\n", g->key, n->segment,
+               (unsigned long long)g->offset, (unsigned long long)g->length);
+    }
+    if (n->memory_replicas_dropped > 0)
+        printf("  %llu corrupt memory replicas dropped\n", (unsigned long long)n->memory_replicas_dropped);
     printf("segment %s: %llu of %llu bytes occupied; %llu orphaned bytes in %zu ranges\n",
            n->segment, (unsigned long long)n->segment_used, (unsigned long long)n->segment_capacity,
            (unsigned long long)n->orphan_segment_bytes, n->n_orphan_ranges);
@@ -101,10 +112,18 @@ static void node_json(const FsckNode *n)
         wctl_json_str(n->corrupt_replicas[i]->key);
         putchar('}');
     }
-    printf("],\"files_removed\":%llu,\"segment_bytes_zeroed\":%llu,\"skipped_in_use\":%llu,"
-           "\"replicas_dropped\":%llu}",
-           (unsigned long long)n->files_removed, (unsigned long long)n->segment_bytes_zeroed,
-           (unsigned long long)n->skipped_in_use, (unsigned long long)n->replicas_dropped);
+    printf("],\"corrupt_memory_replicas\":[");
+    for (size_t i = 0; i < n->n_corrupt_memory_replicas; i++) {
+        printf("%s{\"key\":", i ? "," : "");
+        wctl_json_str(n->corrupt_memory_replicas[i]->key);
+        printf(",\"offset\":%llu,\"bytes\":%llu}", (unsigned long long)n->corrupt_memory_replicas[i]->offset,
+               (unsigned long long)n->corrupt_memory_replicas[i]->length);
+    }
+    printf("],\"memory_replicas_checked\":%llu,\"files_removed\":%llu,\"segment_bytes_zeroed\":%llu,"
+           "\"skipped_in_use\":%llu,\"replicas_dropped\":%llu,\"memory_replicas_dropped\":%llu}",
+           (unsigned long long)n->memory_replicas_checked, (unsigned long long)n->files_removed,
+           (unsigned long long)n->segment_bytes_zeroed, (unsigned long long)n->skipped_in_use,
+           (unsigned long long)n->replicas_dropped, (unsigned long long)n->memory_replicas_dropped);
 }
 
 int wctl_cmd_fsck(ctl *x, int argc, char **argv)
@@ -132,7 +151,7 @@ int wctl_cmd_fsck(ctl *x, int argc, char **argv)
     for (size_t i = 0; i < rep->n_nodes; i++) {
         const FsckNode *n = rep->nodes[i];
         orphans += orphan_files(n) + n->n_orphan_ranges;
-        corrupt += n->n_corrupt_replicas;
+        corrupt += n->n_corrupt_replicas + n->n_corrupt_memory_replicas;
         cold += n->cold_bytes;
         used += n->segment_used;
         unchecked |= n->error[0] != '\0'; /* a failed deletion or zeroing too */

@@ -23,9 +23,14 @@
  *     wholly unoccupied (bytes a put wrote before the master lost it, or an
  *     object's bytes left when it went: data no object owns);
  *   - a cold file whose header or size is bad but which a replica of the
- *     node names is a corrupt replica: reported with the replica's key.
+ *     node names is a corrupt replica: reported with the replica's key;
+ *   - with deep, once its pages are judged, each memory replica in the
+ *     node's segment is hashed there (VERIFY, FSCK_VERIFY_WINDOW out at a
+ *     time): one whose bytes do not hash to its object's SHA-256, and that
+ *     is still the object's replica when the answer comes, is a corrupt
+ *     memory replica.
  * Read-only by default. With repair, every orphan file gets a DELETE_COLD
- * task, every corrupt replica is dropped durably (master_drop_replica: the
+ * task, every corrupt replica (cold or memory) is dropped durably (master_drop_replica: the
  * plugins hear of the loss, and the file, no replica's any more, is
  * deleted by the reclaim that follows every record), and the orphaned ranges are first held in the allocator (so no put
  * or load is given them meanwhile; a range taken since the scan is left
@@ -62,6 +67,13 @@ typedef struct fsck_file {
     int corrupt;
 } fsck_file;
 
+/* fsck --deep: a memory replica of the node whose bytes did not hash to
+ * its object's SHA-256 (a stray write into the mapped segment). */
+typedef struct fsck_mem {
+    char *key;
+    uint64_t offset, length;
+} fsck_mem;
+
 typedef struct fsck_run fsck_run;
 
 typedef struct fsck_node {
@@ -87,6 +99,15 @@ typedef struct fsck_node {
     uint64_t *held;   /* repair: pairs held in the allocator */
     size_t n_held;
     uint64_t files_removed, zeroed, skipped;
+    /* --deep: the memory replicas, hashed on the node FSCK_VERIFY_WINDOW at a time */
+    char *mem_after;    /* the walk goes on after this key (NULL: from the first) */
+    int mem_walking;    /* replicas left to send */
+    int mem_done;       /* the walk ended and every answer came */
+    size_t mem_inflight;
+    uint64_t mem_checked;
+    fsck_mem *mem_bad;  /* those that did not hold their bytes */
+    size_t n_mem_bad, cap_mem_bad;
+    uint64_t mem_dropped;
 } fsck_node;
 
 struct fsck_run {
@@ -132,6 +153,9 @@ static void run_free(fsck_run *r)
         free(n->held);
         free(n->after);
         free(n->dirty);
+        free(n->mem_after);
+        for (size_t k = 0; k < n->n_mem_bad; k++) free(n->mem_bad[k].key);
+        free(n->mem_bad);
     }
     free(r->nodes);
     free(r);
@@ -188,6 +212,19 @@ static void run_reply(fsck_run *r)
         o->skipped_in_use = n->skipped;
         o->orphan_files_total = n->n_orphans;
         o->replicas_dropped = n->replicas_dropped;
+        o->memory_replicas_checked = n->mem_checked;
+        o->memory_replicas_dropped = n->mem_dropped;
+        o->corrupt_memory_replicas = calloc(n->n_mem_bad ? n->n_mem_bad : 1, sizeof(FsckMemoryReplica *));
+        for (size_t k = 0; o->corrupt_memory_replicas != NULL && k < n->n_mem_bad &&
+                           k < FSCK_REPORT_FILES_MAX; k++) {
+            FsckMemoryReplica *g = malloc(sizeof(*g));
+            if (g == NULL) break;
+            fsck_memory_replica__init(g);
+            g->key = n->mem_bad[k].key;
+            g->offset = n->mem_bad[k].offset;
+            g->length = n->mem_bad[k].length;
+            o->corrupt_memory_replicas[o->n_corrupt_memory_replicas++] = g;
+        }
         size_t listed = n->n_orphans < FSCK_REPORT_FILES_MAX ? n->n_orphans : FSCK_REPORT_FILES_MAX;
         o->orphan_files = calloc(listed ? listed : 1, sizeof(FsckColdFile *));
         o->orphan_ranges = calloc(n->n_ranges ? n->n_ranges : 1, sizeof(FsckRange *));
@@ -237,6 +274,9 @@ free_all:
         for (size_t k = 0; k < nodes[i].n_orphan_files; k++) free(nodes[i].orphan_files[k]);
         for (size_t k = 0; k < nodes[i].n_orphan_ranges; k++) free(nodes[i].orphan_ranges[k]);
         for (size_t k = 0; k < nodes[i].n_corrupt_replicas; k++) free(nodes[i].corrupt_replicas[k]);
+        for (size_t k = 0; k < nodes[i].n_corrupt_memory_replicas; k++)
+            free(nodes[i].corrupt_memory_replicas[k]);
+        free(nodes[i].corrupt_memory_replicas);
         free(nodes[i].corrupt_replicas);
         free(nodes[i].orphan_files);
         free(nodes[i].orphan_ranges);
@@ -310,11 +350,32 @@ static void on_replica_dropped(master *m, void *arg, int status, uint64_t seq)
     task_ended(n->run);
 }
 
-/* Drop the corrupt replicas, delete the orphan files and zero the orphaned
- * ranges still unoccupied. */
+static void on_memory_dropped(master *m, void *arg, int status, uint64_t seq)
+{
+    fsck_node *n = arg;
+    (void)m;
+    (void)seq;
+    if (status == SMP_OK) n->mem_dropped++;
+    else set_repair_error(n, status, "dropping a memory replica that did not hold its bytes");
+    task_ended(n->run);
+}
+
+/* Drop the corrupt replicas (cold files and, after --deep, memory ranges),
+ * delete the orphan files and zero the orphaned ranges still unoccupied. */
 static void repair_node(master *m, fsck_node *n)
 {
     fsck_run *r = n->run;
+    for (size_t k = 0; k < n->n_mem_bad; k++) {
+        obj_replica bad = {.kind = SMP_REPLICA_MEMORY, .node = n->node, .segment = n->segment,
+                           .offset = n->mem_bad[k].offset, .length = n->mem_bad[k].length};
+        r->outstanding++;
+        int rc = master_drop_replica(m, n->mem_bad[k].key, &bad, on_memory_dropped, n);
+        if (rc < 0) {
+            r->outstanding--;
+            if (rc != SMP_ENOTFOUND) /* gone meanwhile */
+                set_repair_error(n, rc, "dropping a memory replica that did not hold its bytes");
+        }
+    }
     for (size_t k = 0; k < n->n_corrupt && !r->segment_only; k++) {
         obj_replica bad = {.kind = SMP_REPLICA_COLD, .node = n->node, .path = n->corrupt[k].name};
         r->outstanding++;
@@ -563,6 +624,157 @@ static int page_check(const fsck_node *n, const TaskResult *res, char *why, size
     return SMP_OK;
 }
 
+/* -- --deep: the memory replicas ---------------------------------------------------- */
+
+/* VERIFY tasks out per node at most; the walk sends more once half came back. */
+#define FSCK_VERIFY_WINDOW 256
+
+/* One VERIFY out: a memory replica of key and what it must hash to. */
+typedef struct mem_check {
+    fsck_node *n;
+    char *key;
+    uint64_t offset, length;
+    uint8_t sha[32];
+} mem_check;
+
+typedef struct mem_walk {
+    master *m;
+    fsck_node *n;
+    mem_check **v;
+    size_t count, want;
+    const char *last;   /* the key of the last object taken (the store's) */
+    int stopped;        /* more objects follow */
+    int failed;         /* out of memory */
+} mem_walk;
+
+/* Take rep when it is a complete memory replica in n's segment, until want
+ * objects were taken; stops at the next object's first replica then. */
+static int mem_collect(void *arg, const char *key, const obj_replica *rep)
+{
+    mem_walk *w = arg;
+    if (rep->kind != SMP_REPLICA_MEMORY || rep->status != OBJ_REPLICA_COMPLETE || rep->segment == NULL ||
+        strcmp(rep->segment, w->n->segment) != 0)
+        return 0;
+    if (w->count >= w->want) { /* the next object starts the next step */
+        w->stopped = strcmp(w->last, key) != 0;
+        return w->stopped;
+    }
+    smp_object_info info = {.struct_size = sizeof(info)};
+    mem_check *c = calloc(1, sizeof(*c));
+    if (c == NULL || obj_object_info(master_objs(w->m), key, &info) < 0 || (c->key = strdup(key)) == NULL) {
+        free(c);
+        w->failed = 1;
+        return 1;
+    }
+    c->n = w->n;
+    c->offset = rep->offset;
+    c->length = info.size;
+    memcpy(c->sha, info.checksum, 32);
+    w->v[w->count++] = c;
+    w->last = key;
+    return 0;
+}
+
+/* 1 when key still has that memory replica on n and still hashes to sha:
+ * an answer that disagrees is judged only then (a replica removed or
+ * replaced while the node hashed it is nobody's fault). */
+static int mem_still_there(master *m, const fsck_node *n, const mem_check *c)
+{
+    obj_replica reps[FSCK_SETTLE_REPLICAS];
+    size_t k = 0;
+    smp_object_info info = {.struct_size = sizeof(info)};
+    if (obj_object_info(master_objs(m), c->key, &info) < 0 || memcmp(info.checksum, c->sha, 32) != 0 ||
+        obj_object_replicas(master_objs(m), c->key, reps, FSCK_SETTLE_REPLICAS, &k) < 0)
+        return 0;
+    for (size_t i = 0; i < k && i < FSCK_SETTLE_REPLICAS; i++)
+        if (reps[i].kind == SMP_REPLICA_MEMORY && reps[i].offset == c->offset &&
+            strcmp(reps[i].node, n->node) == 0 && strcmp(reps[i].segment, n->segment) == 0)
+            return 1;
+    return 0;
+}
+
+static void mem_pump(master *m, fsck_node *n);
+
+static void on_mem_verified(master *m, void *arg, int status, const TaskResult *res)
+{
+    mem_check *c = arg;
+    fsck_node *n = c->n;
+    int rc = status == SMP_OK ? res->status : status;
+    n->mem_inflight--;
+    if (rc < 0) {
+        char why[400];
+        snprintf(why, sizeof(why), "hashing the memory replica of %.200s: %s", c->key,
+                 status == SMP_OK && res->error && res->error[0] ? res->error : smp_strerror(rc));
+        set_error_why(n, rc, why);
+    } else if (res->sha256.len == 32 && memcmp(res->sha256.data, c->sha, 32) == 0) {
+        n->mem_checked++;
+    } else if (mem_still_there(m, n, c)) {
+        n->mem_checked++;
+        if (n->n_mem_bad == n->cap_mem_bad) {
+            size_t cap = n->cap_mem_bad ? n->cap_mem_bad * 2 : 8;
+            fsck_mem *v = realloc(n->mem_bad, cap * sizeof(*v));
+            if (v == NULL) {
+                set_error(n, SMP_ENOMEM, NULL);
+                goto done;
+            }
+            n->mem_bad = v;
+            n->cap_mem_bad = cap;
+        }
+        fprintf(stderr, "store_master: fsck: node %s: memory replica of %s at %s+%llu does not hold "
+                "its bytes\n", n->node, c->key, n->segment, (unsigned long long)c->offset);
+        n->mem_bad[n->n_mem_bad++] = (fsck_mem){.key = c->key, .offset = c->offset, .length = c->length};
+        c->key = NULL;
+    }
+done:
+    free(c->key);
+    free(c);
+    mem_pump(m, n);
+    task_ended(n->run);
+}
+
+/* Send the node VERIFY tasks for its memory replicas on from where the walk
+ * stopped, until FSCK_VERIFY_WINDOW are out (once no more than half are);
+ * once the walk is over and every answer came, repair the node (--repair)
+ * -- not after an error: nothing is repaired on a partial check. */
+static void mem_pump(master *m, fsck_node *n)
+{
+    fsck_run *r = n->run;
+    if (n->error != NULL) n->mem_walking = 0;
+    while (n->mem_walking && n->mem_inflight <= FSCK_VERIFY_WINDOW / 2) {
+        mem_walk w = {.m = m, .n = n, .want = FSCK_VERIFY_WINDOW - n->mem_inflight};
+        char *after = NULL;
+        if ((w.v = calloc(w.want, sizeof(*w.v))) == NULL) w.failed = 1;
+        else obj_visit_replicas_after(master_objs(m), n->node, n->mem_after, mem_collect, &w);
+        if (!w.failed && w.last != NULL && (after = strdup(w.last)) == NULL) w.failed = 1;
+        if (after != NULL) {
+            free(n->mem_after);
+            n->mem_after = after;
+        }
+        n->mem_walking = w.stopped && !w.failed;
+        if (w.failed) set_error(n, SMP_ENOMEM, NULL);
+        for (size_t i = 0; i < w.count; i++) {
+            mem_check *c = w.v[i];
+            r->outstanding++;
+            int rc = w.failed ? SMP_ENOMEM
+                              : master_node_task(m, n->node, TASK_KIND__TASK_VERIFY, c->key, c->offset,
+                                                 c->length, c->sha, NULL, on_mem_verified, c);
+            if (rc < 0) {
+                r->outstanding--;
+                if (!w.failed) set_error_why(n, rc, "hashing the memory replicas");
+                n->mem_walking = 0;
+                free(c->key);
+                free(c);
+                continue;
+            }
+            n->mem_inflight++;
+        }
+        free(w.v);
+    }
+    if (n->mem_walking || n->mem_inflight > 0 || n->mem_done) return;
+    n->mem_done = 1;
+    if (r->repair && n->error == NULL) repair_node(m, n);
+}
+
 static void on_scanned(master *m, void *arg, int status, const TaskResult *res);
 
 /* Ask n's node for a SCAN page: the first (ranges, after "") or the one
@@ -628,6 +840,9 @@ static void on_scanned(master *m, void *arg, int status, const TaskResult *res)
     if (rc < 0) {
         set_error(n, rc, NULL);
         drop_candidates(n);
+    } else if (n->run->deep && !n->run->segment_only) {
+        n->mem_walking = 1; /* then the memory replicas are hashed; repaired after */
+        mem_pump(m, n);
     } else if (n->run->repair) {
         repair_node(m, n);
     }

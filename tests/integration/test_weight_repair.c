@@ -22,6 +22,7 @@
 #include <cmocka.h>
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -557,6 +558,66 @@ static void test_a_release_checks_the_cold_file_it_relies_on(void **state)
     weight_store_close(s);
 }
 
+/* fsck --deep hashes the memory replicas too. One byte of a payload's
+ * memory replica flipped in the segment file (a stray write by a process
+ * that maps it) passes the plain fsck, which hashes nothing in memory;
+ * fsck --deep reports it with its key and place, read-only (exit 1, the
+ * revision READY); --deep --repair drops the replica, the plugin repairs
+ * the revision from its cold files (it was COLD once), and it reads back
+ * exactly from memory again; a last fsck --deep is clean. Before, nothing
+ * but a restart of the node found it. */
+static void test_fsck_deep_finds_a_memory_replica_that_lost_its_bytes(void **state)
+{
+    fixture *f = *state;
+    weight_store *s = wx_open_store(&f->m);
+    weight_identity id;
+    const char *key = "weights/acme/llm/mem/v1/1/payload/0";
+    char out[8192], want[300];
+    assert_int_equal(weight_identity_set(&id, NULL, "llm", "mem", "v1", 1), 0);
+    wx_put_model(s, &id, model, N_MODEL);
+    migrate_and_wait(s, &id, WEIGHT_RES_COLD);
+    migrate_and_wait(s, &id, WEIGHT_RES_HOT); /* its cold files stay */
+
+    kvc *c = hx_client(&f->m);
+    kvc_object o;
+    assert_non_null(c);
+    assert_int_equal(kvc_get(c, key, &o), 0);
+    kvc_close(c); /* its read lease goes with the connection */
+    const kvc_replica *mem = NULL;
+    for (size_t i = 0; i < o.n_replicas; i++)
+        if (o.replicas[i].kind == SMP_REPLICA_MEMORY) mem = &o.replicas[i];
+    assert_non_null(mem);
+    int fd = open(mem->segment_path, O_RDWR);
+    assert_true(fd >= 0);
+    unsigned char b = 0;
+    assert_int_equal(pread(fd, &b, 1, (off_t)(mem->offset + 100)), 1);
+    b ^= 0x5a;
+    assert_int_equal(pwrite(fd, &b, 1, (off_t)(mem->offset + 100)), 1);
+    close(fd);
+
+    if (wx_weightctl(&f->m, out, sizeof(out), "fsck") != 0) fail_msg("plain fsck said: %s", out);
+    assert_int_equal(wx_weightctl(&f->m, out, sizeof(out), "fsck --deep"), 1);
+    snprintf(want, sizeof(want), "corrupt memory replica of %s at %s+%llu, 4096 bytes", key,
+             mem->segment, (unsigned long long)mem->offset);
+    if (strstr(out, want) == NULL || strstr(out, "0 orphans, 1 corrupt replicas") == NULL ||
+        strstr(out, " memory replicas hashed") == NULL)
+        fail_msg("fsck --deep said: %s", out);
+    weight_metadata md;
+    CHECK(s, weight_get_metadata(s, &id, &md, NULL));
+    assert_int_equal((int)md.availability, WEIGHT_READY); /* read-only */
+
+    assert_int_equal(wx_weightctl(&f->m, out, sizeof(out), "fsck --deep --repair"), 0);
+    if (strstr(out, "1 corrupt memory replicas dropped") == NULL) fail_msg("fsck --deep --repair said: %s", out);
+    for (int i = 0; wx_metric(&f->m, "weight_repairs_total{result=\"succeeded\"}") < 1; i++) {
+        if (i * 20 > WAIT_MS) fail_msg("no repair succeeded");
+        sleep_ms(20);
+    }
+    wait_state(s, &id, WEIGHT_READY, WEIGHT_RES_HOT);
+    assert_int_equal(wx_get_and_compare(s, &id, model, N_MODEL), N_MODEL * 4096); /* all from memory */
+    if (wx_weightctl(&f->m, out, sizeof(out), "fsck --deep") != 0) fail_msg("the last fsck --deep said: %s", out);
+    weight_store_close(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -572,6 +633,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_a_release_checks_the_cold_file_it_relies_on, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_fsck_deep_finds_a_memory_replica_that_lost_its_bytes,
+                                        setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
