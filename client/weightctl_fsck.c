@@ -43,6 +43,7 @@ static void node_text(const FsckNode *n)
     printf("node %s: %llu cold files, %llu bytes; %llu orphaned\n", n->node,
            (unsigned long long)n->cold_files, (unsigned long long)n->cold_bytes,
            (unsigned long long)total);
+    if (n->error[0]) printf("  not %s: %s\n", n->repair_error[0] ? "repaired" : "checked", n->error);
     for (size_t i = 0; i < n->n_orphan_files; i++) {
         const FsckColdFile *f = n->orphan_files[i];
         printf("  orphan cold file %s key %s %llu bytes%s\n", f->name, f->key[0] ? f->key : "?",
@@ -73,7 +74,6 @@ static void node_text(const FsckNode *n)
         printf("  orphan segment bytes at %llu, %llu bytes\n",
                (unsigned long long)n->orphan_ranges[i]->offset,
                (unsigned long long)n->orphan_ranges[i]->length);
-    if (n->error[0]) printf("  not %s: %s\n", n->repair_error[0] ? "repaired" : "checked", n->error);
 }
 
 static void node_json(const FsckNode *n)

@@ -203,7 +203,8 @@ int cold_open_data(const cold_tier *ct,
                    uint64_t *len_out);
 
 /* Delete a cold file and fsync the directory. SMP_OK, SMP_ENOTFOUND (already
- * gone), SMP_EINVAL (not a cold name of this tier), SMP_EIO. */
+ * gone), SMP_EINVAL (not a cold name of this tier), SMP_EIO (errno then
+ * holds the cause the unlink or the fsync met). */
 int cold_delete(cold_tier *ct, const char *name_or_path);
 
 /* Scan the directory: visit every .cold file (header checked; with deep != 0

@@ -210,7 +210,9 @@ static TaskResult *run_task(node_runtime *n, const NodeTask *t)
     case TASK_KIND__TASK_DELETE_COLD:
         rc = cold_delete(n->cold, t->cold_name);
         if (rc == SMP_ENOTFOUND) rc = SMP_OK; /* already gone: the goal holds */
-        if (rc < 0) wm_errbuf(err, sizeof(err), "delete %s: %s", t->cold_name, smp_strerror(rc));
+        if (rc < 0)
+            wm_errbuf(err, sizeof(err), "delete %s: %s", t->cold_name,
+                      rc == SMP_EIO ? strerror(errno) : smp_strerror(rc));
         break;
     case TASK_KIND__TASK_VERIFY:
         rc = seg_sha256(n->seg, t->offset, t->length, sha);
