@@ -62,8 +62,10 @@ static void node_text(const FsckNode *n)
         printf("  %llu memory replicas hashed\n", (unsigned long long)n->memory_replicas_checked);
     for (size_t i = 0; i < n->n_corrupt_memory_replicas; i++) {
         const FsckMemoryReplica *g = n->corrupt_memory_replicas[i];
-        printf("  corrupt memory replica of %s at %s+%llu, %llu bytes\n", g->key, n->segment,
-               (unsigned long long)g->offset, (unsigned long long)g->length);
+        printf("  corrupt memory replica of %s at %s+%llu, %llu bytes%s\n", g->key, n->segment,
+               (unsigned long long)g->offset, (unsigned long long)g->length,
+               g->only_replica ? " (its only replica: once dropped, the object is unreadable until "
+                                 "its plugin repairs it or it is removed)" : "");
     }
     if (n->memory_replicas_dropped > 0)
         printf("  %llu corrupt memory replicas dropped\n", (unsigned long long)n->memory_replicas_dropped);
@@ -116,8 +118,10 @@ static void node_json(const FsckNode *n)
     for (size_t i = 0; i < n->n_corrupt_memory_replicas; i++) {
         printf("%s{\"key\":", i ? "," : "");
         wctl_json_str(n->corrupt_memory_replicas[i]->key);
-        printf(",\"offset\":%llu,\"bytes\":%llu}", (unsigned long long)n->corrupt_memory_replicas[i]->offset,
-               (unsigned long long)n->corrupt_memory_replicas[i]->length);
+        printf(",\"offset\":%llu,\"bytes\":%llu,\"only_replica\":%s}",
+               (unsigned long long)n->corrupt_memory_replicas[i]->offset,
+               (unsigned long long)n->corrupt_memory_replicas[i]->length,
+               n->corrupt_memory_replicas[i]->only_replica ? "true" : "false");
     }
     printf("],\"memory_replicas_checked\":%llu,\"files_removed\":%llu,\"segment_bytes_zeroed\":%llu,"
            "\"skipped_in_use\":%llu,\"replicas_dropped\":%llu,\"memory_replicas_dropped\":%llu}",

@@ -72,6 +72,8 @@ typedef struct fsck_file {
 typedef struct fsck_mem {
     char *key;
     uint64_t offset, length;
+    uint8_t sha[32];    /* the object's when it was judged */
+    int only;           /* the object's only complete replica then */
 } fsck_mem;
 
 typedef struct fsck_run fsck_run;
@@ -223,6 +225,7 @@ static void run_reply(fsck_run *r)
             g->key = n->mem_bad[k].key;
             g->offset = n->mem_bad[k].offset;
             g->length = n->mem_bad[k].length;
+            g->only_replica = n->mem_bad[k].only;
             o->corrupt_memory_replicas[o->n_corrupt_memory_replicas++] = g;
         }
         size_t listed = n->n_orphans < FSCK_REPORT_FILES_MAX ? n->n_orphans : FSCK_REPORT_FILES_MAX;
@@ -360,22 +363,15 @@ static void on_memory_dropped(master *m, void *arg, int status, uint64_t seq)
     task_ended(n->run);
 }
 
-/* Drop the corrupt replicas (cold files and, after --deep, memory ranges),
- * delete the orphan files and zero the orphaned ranges still unoccupied. */
+static void mem_repair(master *m, fsck_node *n);
+
+/* Drop the corrupt replicas (cold files and, after --deep, memory ranges:
+ * mem_repair), delete the orphan files and zero the orphaned ranges still
+ * unoccupied. */
 static void repair_node(master *m, fsck_node *n)
 {
     fsck_run *r = n->run;
-    for (size_t k = 0; k < n->n_mem_bad; k++) {
-        obj_replica bad = {.kind = SMP_REPLICA_MEMORY, .node = n->node, .segment = n->segment,
-                           .offset = n->mem_bad[k].offset, .length = n->mem_bad[k].length};
-        r->outstanding++;
-        int rc = master_drop_replica(m, n->mem_bad[k].key, &bad, on_memory_dropped, n);
-        if (rc < 0) {
-            r->outstanding--;
-            if (rc != SMP_ENOTFOUND) /* gone meanwhile */
-                set_repair_error(n, rc, "dropping a memory replica that did not hold its bytes");
-        }
-    }
+    mem_repair(m, n);
     for (size_t k = 0; k < n->n_corrupt && !r->segment_only; k++) {
         obj_replica bad = {.kind = SMP_REPLICA_COLD, .node = n->node, .path = n->corrupt[k].name};
         r->outstanding++;
@@ -677,20 +673,25 @@ static int mem_collect(void *arg, const char *key, const obj_replica *rep)
 
 /* 1 when key still has that memory replica on n and still hashes to sha:
  * an answer that disagrees is judged only then (a replica removed or
- * replaced while the node hashed it is nobody's fault). */
-static int mem_still_there(master *m, const fsck_node *n, const mem_check *c)
+ * replaced while the node hashed it is nobody's fault). *only (may be NULL)
+ * is then whether it is the object's only complete replica. */
+static int mem_still_there(master *m, const fsck_node *n, const mem_check *c, int *only)
 {
     obj_replica reps[FSCK_SETTLE_REPLICAS];
-    size_t k = 0;
+    size_t k = 0, complete = 0;
+    int found = 0;
     smp_object_info info = {.struct_size = sizeof(info)};
     if (obj_object_info(master_objs(m), c->key, &info) < 0 || memcmp(info.checksum, c->sha, 32) != 0 ||
         obj_object_replicas(master_objs(m), c->key, reps, FSCK_SETTLE_REPLICAS, &k) < 0)
         return 0;
-    for (size_t i = 0; i < k && i < FSCK_SETTLE_REPLICAS; i++)
+    for (size_t i = 0; i < k && i < FSCK_SETTLE_REPLICAS; i++) {
+        complete += reps[i].status == OBJ_REPLICA_COMPLETE;
         if (reps[i].kind == SMP_REPLICA_MEMORY && reps[i].offset == c->offset &&
             strcmp(reps[i].node, n->node) == 0 && strcmp(reps[i].segment, n->segment) == 0)
-            return 1;
-    return 0;
+            found = 1;
+    }
+    if (only != NULL) *only = complete <= 1;
+    return found;
 }
 
 static void mem_pump(master *m, fsck_node *n);
@@ -699,7 +700,7 @@ static void on_mem_verified(master *m, void *arg, int status, const TaskResult *
 {
     mem_check *c = arg;
     fsck_node *n = c->n;
-    int rc = status == SMP_OK ? res->status : status;
+    int rc = status == SMP_OK ? res->status : status, only = 0;
     n->mem_inflight--;
     if (rc < 0) {
         char why[400];
@@ -708,7 +709,7 @@ static void on_mem_verified(master *m, void *arg, int status, const TaskResult *
         set_error_why(n, rc, why);
     } else if (res->sha256.len == 32 && memcmp(res->sha256.data, c->sha, 32) == 0) {
         n->mem_checked++;
-    } else if (mem_still_there(m, n, c)) {
+    } else if (mem_still_there(m, n, c, &only)) {
         n->mem_checked++;
         if (n->n_mem_bad == n->cap_mem_bad) {
             size_t cap = n->cap_mem_bad ? n->cap_mem_bad * 2 : 8;
@@ -722,7 +723,10 @@ static void on_mem_verified(master *m, void *arg, int status, const TaskResult *
         }
         fprintf(stderr, "store_master: fsck: node %s: memory replica of %s at %s+%llu does not hold "
                 "its bytes\n", n->node, c->key, n->segment, (unsigned long long)c->offset);
-        n->mem_bad[n->n_mem_bad++] = (fsck_mem){.key = c->key, .offset = c->offset, .length = c->length};
+        fsck_mem *bad = &n->mem_bad[n->n_mem_bad++];
+        *bad = (fsck_mem){.key = c->key, .offset = c->offset, .length = c->length};
+        memcpy(bad->sha, c->sha, 32);
+        bad->only = only;
         c->key = NULL;
     }
 done:
@@ -773,6 +777,67 @@ static void mem_pump(master *m, fsck_node *n)
     if (n->mem_walking || n->mem_inflight > 0 || n->mem_done) return;
     n->mem_done = 1;
     if (r->repair && n->error == NULL) repair_node(m, n);
+}
+
+/* A corrupt memory replica hashed again right before its drop: the walk
+ * took time, and the object may have been removed and put again since, its
+ * new replica at the same place (the allocator reuses the lowest hole).
+ * Dropped only when it still does not hold the bytes of the object judged
+ * and is still that object's replica -- in this loop turn, so nothing can
+ * change in between; otherwise left alone, logged. */
+static void on_mem_rehashed(master *m, void *arg, int status, const TaskResult *res)
+{
+    mem_check *c = arg;
+    fsck_node *n = c->n;
+    int rc = status == SMP_OK ? res->status : status;
+    if (rc < 0) {
+        set_repair_error(n, rc, "hashing a corrupt memory replica again before dropping it");
+    } else if ((res->sha256.len != 32 || memcmp(res->sha256.data, c->sha, 32) != 0) &&
+               mem_still_there(m, n, c, NULL)) {
+        obj_replica bad = {.kind = SMP_REPLICA_MEMORY, .node = n->node, .segment = n->segment,
+                           .offset = c->offset, .length = c->length};
+        n->run->outstanding++;
+        rc = master_drop_replica(m, c->key, &bad, on_memory_dropped, n);
+        if (rc < 0) {
+            n->run->outstanding--;
+            if (rc != SMP_ENOTFOUND) /* gone meanwhile */
+                set_repair_error(n, rc, "dropping a memory replica that did not hold its bytes");
+        }
+    } else {
+        fprintf(stderr, "store_master: fsck: node %s: memory replica of %s at %s+%llu was rewritten "
+                "or replaced since it was checked: left alone\n", n->node, c->key, n->segment,
+                (unsigned long long)c->offset);
+    }
+    free(c->key);
+    free(c);
+    task_ended(n->run);
+}
+
+/* Hash each corrupt memory replica again (on_mem_rehashed drops it). */
+static void mem_repair(master *m, fsck_node *n)
+{
+    for (size_t k = 0; k < n->n_mem_bad; k++) {
+        const fsck_mem *b = &n->mem_bad[k];
+        mem_check *c = calloc(1, sizeof(*c));
+        if (c == NULL || (c->key = strdup(b->key)) == NULL) {
+            free(c);
+            set_repair_error(n, SMP_ENOMEM, "dropping a memory replica that did not hold its bytes");
+            return;
+        }
+        c->n = n;
+        c->offset = b->offset;
+        c->length = b->length;
+        memcpy(c->sha, b->sha, 32);
+        n->run->outstanding++;
+        int rc = master_node_task(m, n->node, TASK_KIND__TASK_VERIFY, c->key, c->offset, c->length,
+                                  c->sha, NULL, on_mem_rehashed, c);
+        if (rc < 0) {
+            n->run->outstanding--;
+            set_repair_error(n, rc, "hashing a corrupt memory replica again before dropping it");
+            free(c->key);
+            free(c);
+        }
+    }
 }
 
 static void on_scanned(master *m, void *arg, int status, const TaskResult *res);

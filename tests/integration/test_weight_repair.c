@@ -597,8 +597,8 @@ static void test_fsck_deep_finds_a_memory_replica_that_lost_its_bytes(void **sta
 
     if (wx_weightctl(&f->m, out, sizeof(out), "fsck") != 0) fail_msg("plain fsck said: %s", out);
     assert_int_equal(wx_weightctl(&f->m, out, sizeof(out), "fsck --deep"), 1);
-    snprintf(want, sizeof(want), "corrupt memory replica of %s at %s+%llu, 4096 bytes", key,
-             mem->segment, (unsigned long long)mem->offset);
+    snprintf(want, sizeof(want), "corrupt memory replica of %s at %s+%llu, 4096 bytes\n", key,
+             mem->segment, (unsigned long long)mem->offset); /* not its only replica: no warning */
     if (strstr(out, want) == NULL || strstr(out, "0 orphans, 1 corrupt replicas") == NULL ||
         strstr(out, " memory replicas hashed") == NULL)
         fail_msg("fsck --deep said: %s", out);
@@ -618,6 +618,68 @@ static void test_fsck_deep_finds_a_memory_replica_that_lost_its_bytes(void **sta
     weight_store_close(s);
 }
 
+/* `fsck --deep --repair` drops a corrupt memory replica only after hashing
+ * it again: the walk of every other replica takes a while (16,000 small
+ * objects after it), and the object may be removed and put again meanwhile,
+ * its new replica at the very place of the old one (the allocator reuses
+ * the lowest hole). That new, sound replica is kept, logged as rewritten
+ * since; the object reads back. Before, the repair dropped it by its place
+ * alone and the object was left with no replica (found by a trial). */
+static void test_a_memory_replica_put_again_before_the_repair_is_kept(void **state)
+{
+    fixture *f = *state;
+    kvc *c = hx_client(&f->m);
+    uint8_t good[1024], back[1024];
+    char key[32], out[8192];
+    uint64_t len = 0;
+    assert_non_null(c);
+    kvc_track_read_leases(c, 1);
+    for (size_t i = 0; i < sizeof(good); i++) good[i] = (uint8_t)(i * 13 + 5);
+    assert_int_equal(kvc_put_bytes(c, "mem/bad", good, sizeof(good), SMP_DATA_KV, NULL, 0, NULL), 0);
+    for (int i = 0; i < 16000; i++) {
+        snprintf(key, sizeof(key), "mem/filler/%05d", i);
+        assert_int_equal(kvc_put_bytes(c, key, good, 256, SMP_DATA_KV, NULL, 0, NULL), 0);
+    }
+    kvc_object o;
+    assert_int_equal(kvc_get(c, "mem/bad", &o), 0);
+    assert_int_equal(kvc_release_read_leases(c, NULL), 0); /* no lease holds the removal back */
+    assert_int_equal(o.replicas[0].kind, SMP_REPLICA_MEMORY);
+    int fd = open(o.replicas[0].segment_path, O_RDWR);
+    assert_true(fd >= 0);
+    unsigned char b = good[10] ^ 0x81;
+    assert_int_equal(pwrite(fd, &b, 1, (off_t)(o.replicas[0].offset + 10)), 1);
+    close(fd);
+
+    char cmd[1200], found[200];
+    snprintf(cmd, sizeof(cmd), "%s/bin/weightctl --master %s fsck --deep --repair 2>&1", BUILD_DIR,
+             f->m.socket);
+    snprintf(found, sizeof(found), "memory replica of mem/bad at %s+%llu does not hold its bytes",
+             o.replicas[0].segment, (unsigned long long)o.replicas[0].offset);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    for (int i = 0; !hx_log_contains(&f->m, found); i++) {
+        if (i > 30000) fail_msg("fsck --deep did not find the replica");
+        usleep(1000);
+    }
+    assert_int_equal(kvc_remove(c, "mem/bad"), 0);
+    assert_int_equal(kvc_put_bytes(c, "mem/bad", good, sizeof(good), SMP_DATA_KV, NULL, 0, NULL), 0);
+    size_t n = fread(out, 1, sizeof(out) - 1, p);
+    out[n] = '\0';
+    pclose(p);
+    if (strstr(out, "1024 bytes (its only replica: once dropped, the object is unreadable") == NULL)
+        fail_msg("the report did not say it was the object's only replica: %s", out);
+    assert_int_equal(kvc_get_into(c, "mem/bad", back, sizeof(back), &len, 1), 0);
+    assert_int_equal(len, sizeof(good));
+    assert_memory_equal(back, good, sizeof(good));
+    if (!hx_log_contains(&f->m, "memory replica of mem/bad at ") ||
+        !hx_log_contains(&f->m, "was rewritten or replaced since it was checked: left alone")) {
+        hx_print_log(&f->m);
+        fail_msg("the repair did not say it left the new replica alone (the walk ended before the "
+                 "object was put again?): %s", out);
+    }
+    kvc_close(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -634,6 +696,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_a_release_checks_the_cold_file_it_relies_on, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_fsck_deep_finds_a_memory_replica_that_lost_its_bytes,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_memory_replica_put_again_before_the_repair_is_kept,
                                         setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
