@@ -37,7 +37,9 @@ static uint64_t orphan_files(const FsckNode *n)
     return n->orphan_files_total > n->n_orphan_files ? n->orphan_files_total : n->n_orphan_files;
 }
 
-static void node_text(const FsckNode *n)
+/* n's part of the report; deep: --deep was asked (its memory count shows,
+ * 0 included). */
+static void node_text(const FsckNode *n, int deep)
 {
     uint64_t total = orphan_files(n);
     printf("node %s: %llu cold files, %llu bytes; %llu orphaned\n", n->node,
@@ -58,7 +60,7 @@ static void node_text(const FsckNode *n)
     }
     if (n->replicas_dropped > 0)
         printf("  %llu corrupt replicas dropped\n", (unsigned long long)n->replicas_dropped);
-    if (n->memory_replicas_checked > 0)
+    if (deep || n->memory_replicas_checked > 0)
         printf("  %llu memory replicas hashed\n", (unsigned long long)n->memory_replicas_checked);
     for (size_t i = 0; i < n->n_corrupt_memory_replicas; i++) {
         const FsckMemoryReplica *g = n->corrupt_memory_replicas[i];
@@ -173,7 +175,7 @@ int wctl_cmd_fsck(ctl *x, int argc, char **argv)
                (unsigned long long)used, (unsigned long long)rep->memory_used,
                (unsigned long long)orphans, (unsigned long long)corrupt);
     } else {
-        for (size_t i = 0; i < rep->n_nodes; i++) node_text(rep->nodes[i]);
+        for (size_t i = 0; i < rep->n_nodes; i++) node_text(rep->nodes[i], deep);
         if (rep->nodes_down > 0)
             printf("%u nodes holding a segment are not up: not checked\n", rep->nodes_down);
         printf("cold bytes on disk %llu, cold replica bytes %llu; segment bytes occupied %llu, "
