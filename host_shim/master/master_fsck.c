@@ -353,13 +353,17 @@ static void on_replica_dropped(master *m, void *arg, int status, uint64_t seq)
     task_ended(n->run);
 }
 
+/* What a repair of a corrupt memory replica was doing when it failed. */
+#define MEM_DROPPING "dropping a memory replica that did not hold its bytes"
+#define MEM_REHASHING "hashing a corrupt memory replica again before dropping it"
+
 static void on_memory_dropped(master *m, void *arg, int status, uint64_t seq)
 {
     fsck_node *n = arg;
     (void)m;
     (void)seq;
     if (status == SMP_OK) n->mem_dropped++;
-    else set_repair_error(n, status, "dropping a memory replica that did not hold its bytes");
+    else set_repair_error(n, status, MEM_DROPPING);
     task_ended(n->run);
 }
 
@@ -791,7 +795,7 @@ static void on_mem_rehashed(master *m, void *arg, int status, const TaskResult *
     fsck_node *n = c->n;
     int rc = status == SMP_OK ? res->status : status;
     if (rc < 0) {
-        set_repair_error(n, rc, "hashing a corrupt memory replica again before dropping it");
+        set_repair_error(n, rc, MEM_REHASHING);
     } else if ((res->sha256.len != 32 || memcmp(res->sha256.data, c->sha, 32) != 0) &&
                mem_still_there(m, n, c, NULL)) {
         obj_replica bad = {.kind = SMP_REPLICA_MEMORY, .node = n->node, .segment = n->segment,
@@ -801,7 +805,7 @@ static void on_mem_rehashed(master *m, void *arg, int status, const TaskResult *
         if (rc < 0) {
             n->run->outstanding--;
             if (rc != SMP_ENOTFOUND) /* gone meanwhile */
-                set_repair_error(n, rc, "dropping a memory replica that did not hold its bytes");
+                set_repair_error(n, rc, MEM_DROPPING);
         }
     } else {
         fprintf(stderr, "store_master: fsck: node %s: memory replica of %s at %s+%llu was rewritten "
@@ -821,7 +825,7 @@ static void mem_repair(master *m, fsck_node *n)
         mem_check *c = calloc(1, sizeof(*c));
         if (c == NULL || (c->key = strdup(b->key)) == NULL) {
             free(c);
-            set_repair_error(n, SMP_ENOMEM, "dropping a memory replica that did not hold its bytes");
+            set_repair_error(n, SMP_ENOMEM, MEM_DROPPING);
             return;
         }
         c->n = n;
@@ -833,7 +837,7 @@ static void mem_repair(master *m, fsck_node *n)
                                   c->sha, NULL, on_mem_rehashed, c);
         if (rc < 0) {
             n->run->outstanding--;
-            set_repair_error(n, rc, "hashing a corrupt memory replica again before dropping it");
+            set_repair_error(n, rc, MEM_REHASHING);
             free(c->key);
             free(c);
         }
