@@ -99,10 +99,10 @@ static int kv_put_failed(ctl *x, const char *key, uint64_t len)
     if (strstr(msg, "SMP_ENOSPC") && kvc_status_get(x->c, &st) == 0) {
         wctl_size_text((double)st.memory_capacity, x->bytes, cap, sizeof cap);
         wctl_size_text((double)st.memory_used, x->bytes, used, sizeof used);
-        fprintf(stderr, "weightctl: kv put %s: %s (an object of %s; memory: %s, %s used)\n", key,
+        fprintf(stderr, "weightctl: kv put %s: %s (putting %s; memory: %s, %s used)\n", key,
                 msg, size, cap, used);
     } else {
-        fprintf(stderr, "weightctl: kv put %s: %s (an object of %s)\n", key, msg, size);
+        fprintf(stderr, "weightctl: kv put %s: %s (putting %s)\n", key, msg, size);
     }
     return 1;
 }

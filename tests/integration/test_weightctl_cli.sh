@@ -149,8 +149,8 @@ errb=$("$ctl" kv put huge/x "$tmp/huge" --bytes 2>&1)
 # setting to raise; weightctl adds the object's size and the memory in use
 used=$(grep -o '[0-9.]* [KM]iB of' <<<"$("$ctl" status)" | cut -d' ' -f1-2)
 usedb=$("$ctl" status --bytes | sed -n 's/^memory *\([0-9]*\) of.*/\1/p')
-if [ $rc -eq 1 ] && [[ "$err" == "weightctl: kv put huge/x: put start 'huge/x': SMP_ENOSPC: no memory segment has room: 114.4 MiB needed, the largest free range is "*" MiB, "*" MiB short ("*" free in all, of 96.0 MiB on 1 nodes); raise node.segment_bytes"*" (an object of 114.4 MiB; memory: 96.0 MiB, $used used)" ]] \
-   && [[ "$errb" == "weightctl: kv put huge/x: put start 'huge/x': SMP_ENOSPC: no memory segment has room: 120000000 bytes needed, the largest free range is "*" bytes, "*" bytes short ("*" bytes free in all, of 100663296 bytes on 1 nodes); raise node.segment_bytes"*" (an object of 120000000 bytes; memory: 100663296 bytes, $usedb bytes used)" ]]; then
+if [ $rc -eq 1 ] && [[ "$err" == "weightctl: kv put huge/x: put start 'huge/x': SMP_ENOSPC: no memory segment has room: 114.4 MiB needed, the largest free range is "*" MiB, "*" MiB short ("*" free in all, of 96.0 MiB on 1 nodes); raise node.segment_bytes"*" (putting 114.4 MiB; memory: 96.0 MiB, $used used)" ]] \
+   && [[ "$errb" == "weightctl: kv put huge/x: put start 'huge/x': SMP_ENOSPC: no memory segment has room: 120000000 bytes needed, the largest free range is "*" bytes, "*" bytes short ("*" bytes free in all, of 100663296 bytes on 1 nodes); raise node.segment_bytes"*" (putting 120000000 bytes; memory: 100663296 bytes, $usedb bytes used)" ]]; then
   ok "error sizes: '$err' / --bytes: '$errb'"
 else
   bad "error sizes: $rc [$err] [$errb]"
