@@ -1056,33 +1056,6 @@ static void test_a_revision_back_from_absent_is_repaired_to_its_policy(void **st
     assert_int_equal(find(pkey(&autom, 0))->mem, 0);
 }
 
-/* A MANUAL revision recorded DEGRADED + ABSENT while a migration of it runs
- * is made READY by the recheck as its replicas are, and the migration goes
- * on to COLD: the repair's validation leaves a revision with a running
- * operation alone, so it is not handed there (it would stay DEGRADED, the
- * migration waiting for it). */
-static void test_a_migration_waiting_on_absent_goes_on(void **state)
-{
-    (void)state;
-    static const uint64_t bytes[2] = {100, 100};
-    char msg[256];
-    wm_revision rev = seed("absent-op", bytes, 2, WM_MODE_MANUAL);
-    uint64_t op_id = start_op(&rev, WM_OPK_MIGRATING, WM_RES_COLD, 0);
-    wm_metadata_upsert u;
-    memset(&u, 0, sizeof(u));
-    u.revision = *cur(&rev);
-    u.revision.availability = WM_AVAIL_DEGRADED;
-    u.revision.residency = WM_RES_ABSENT;
-    u.revision.observed_hot_ratio = 0.0;
-    u.revision.metadata_generation++;
-    if (wm_store_apply_upsert(P.store, &u, msg, sizeof(msg)) != WM_OK) fail_msg("%s", msg);
-    assert_int_equal(cur(&rev)->operation_id, op_id);
-    run(10);
-    assert_int_equal(cur(&rev)->availability, WM_AVAIL_READY);
-    assert_int_equal(wm_store_operation(P.store, op_id)->state, WM_OPS_SUCCEEDED);
-    assert_int_equal(cur(&rev)->residency, WM_RES_COLD);
-}
-
 /* REPAIRING is real: a HOT revision whose members lost their memory
  * replicas but kept cold copies starts a persisted REPAIRING operation in
  * the record that says what it observes (MIXED), restores memory from cold
@@ -1459,7 +1432,6 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_repairing_is_real, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_revision_back_from_absent_is_repaired_to_its_policy,
                                         setup, teardown),
-        cmocka_unit_test_setup_teardown(test_a_migration_waiting_on_absent_goes_on, setup, teardown),
         cmocka_unit_test_setup_teardown(test_repair_degraded_then_ready_without_user_action, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_ready_revalidated_after_start, setup, teardown),
