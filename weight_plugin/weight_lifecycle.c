@@ -1184,11 +1184,7 @@ static void wm_run_suspects(wm_plugin *p, wm_lc *lc, const smp_tick_budget *budg
 }
 
 /* DEGRADED revisions whose manifest and members are all readable again
- * become READY with their observed residency -- but one recorded ABSENT
- * (nothing was readable) whose residency follows its policy (PINNED,
- * MANUAL) goes to the repair's validation instead, which makes it READY
- * and restores what its preferred residency needs (a memory replica its
- * node dropped meanwhile). A pass over the revisions
+ * become READY with their observed residency. A pass over the revisions
  * starts every WM_DEGRADED_RECHECK_MS (or at once after NODE_UP) and goes
  * on from its cursor in later rounds when the checks or the deadline run
  * out, so revisions late in the identity order are rechecked too. No pass
@@ -1225,10 +1221,7 @@ static void wm_run_recheck(wm_plugin *p, wm_lc *lc, const smp_tick_budget *budge
         wm_observation ob;
         int rc = wm_repair_observe(p, rev, &ob);
         if (rc == SMP_ENOMEM) return;
-        if (rc != WM_OK || ob.availability != WM_AVAIL_READY) continue;
-        if (rev->residency == WM_RES_ABSENT && rev->policy.mode != WM_MODE_AUTO)
-            wm_repair_note(p, rev->group_key); /* READY where its policy puts it: validated, repaired */
-        else
+        if (rc == WM_OK && ob.availability == WM_AVAIL_READY)
             wm_submit_availability(p, rev, WM_AVAIL_READY, &ob);
     }
     lc->recheck_cursor = i;

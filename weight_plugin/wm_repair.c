@@ -368,23 +368,12 @@ void wm_repair_validate_all(wm_plugin *p)
 }
 
 /* The residency a repair of rev restores, and its ratio: what the record
- * says it is. A revision that turned DEGRADED with nothing readable is
- * recorded ABSENT (its residency as its replicas then showed it), which
- * says nothing of where it belongs: one whose residency follows its policy
- * (PINNED, MANUAL) is restored to the policy's preferred residency; an AUTO
- * one settles where its replicas are (WM_RES_UNKNOWN: no repair), its
- * reads promote it. */
+ * says it is (WM_RES_UNKNOWN when that is no payload residency). */
 static wm_residency wm_repair_target(const wm_revision *rev, double *ratio)
 {
     *ratio = 0.0;
-    if (rev->residency != WM_RES_HOT && rev->residency != WM_RES_COLD && rev->residency != WM_RES_MIXED) {
-        wm_residency want = rev->policy.preferred;
-        if (rev->policy.mode == WM_MODE_AUTO ||
-            (want != WM_RES_HOT && want != WM_RES_COLD && want != WM_RES_MIXED))
-            return WM_RES_UNKNOWN;
-        if (want == WM_RES_MIXED) *ratio = rev->policy.mixed_hot_ratio;
-        return want;
-    }
+    if (rev->residency != WM_RES_HOT && rev->residency != WM_RES_COLD && rev->residency != WM_RES_MIXED)
+        return WM_RES_UNKNOWN;
     if (rev->residency == WM_RES_MIXED) {
         double x = rev->observed_hot_ratio;
         *ratio = isfinite(x) && x > 0.0 && x < 1.0 ? x : rev->policy.mixed_hot_ratio;

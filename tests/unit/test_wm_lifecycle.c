@@ -1012,50 +1012,6 @@ static void test_a_revision_made_ready_gets_its_manifest_copy_without_a_lap(void
     assert_int_equal(find(rev.manifest_key)->cold, 1);
 }
 
-/* A revision that lost everything for a while is recorded DEGRADED +
- * ABSENT. When its replicas return without one member's memory replica
- * (its node's kept-segment check dropped it), a MANUAL one is repaired
- * toward its policy's preferred HOT -- before, the target was the recorded
- * ABSENT, so none started and it stayed READY + MIXED (found on a real
- * master); an AUTO one settles READY + MIXED as its replicas are. */
-static void test_a_revision_back_from_absent_is_repaired_to_its_policy(void **state)
-{
-    (void)state;
-    static const uint64_t bytes[2] = {100, 100};
-    char msg[256];
-    wm_revision manual = seed("back-manual", bytes, 2, WM_MODE_MANUAL);
-    wm_revision autom = seed("back-auto", bytes, 2, WM_MODE_AUTO);
-    with_cold_copies(&manual);
-    with_cold_copies(&autom);
-    run(1);
-    const wm_revision *revs[2] = {&manual, &autom};
-    for (int i = 0; i < 2; i++) {
-        wm_metadata_upsert u;
-        memset(&u, 0, sizeof(u));
-        u.revision = *cur(revs[i]);
-        u.revision.availability = WM_AVAIL_DEGRADED;
-        u.revision.residency = WM_RES_ABSENT;
-        u.revision.observed_hot_ratio = 0.0;
-        u.revision.metadata_generation++;
-        if (wm_store_apply_upsert(P.store, &u, msg, sizeof(msg)) != WM_OK) fail_msg("%s", msg);
-        lose_memory(revs[i], 0); /* back, but member 0 only on cold */
-    }
-    run(3);
-    const wm_revision *r = cur(&manual);
-    assert_int_equal(r->availability, WM_AVAIL_READY);
-    assert_int_equal(P.repairs_started, 1);
-    r = cur(&autom);
-    assert_int_equal(r->availability, WM_AVAIL_READY);
-    assert_int_equal(r->residency, WM_RES_MIXED);
-    assert_int_equal(r->operation_id, 0);
-    for (int i = 0; i < 8 && cur(&manual)->operation_id != 0; i++) run(1);
-    r = cur(&manual);
-    assert_int_equal(r->operation_id, 0);
-    assert_int_equal(r->residency, WM_RES_HOT);
-    assert_int_equal(find(pkey(&manual, 0))->mem, 1);
-    assert_int_equal(find(pkey(&autom, 0))->mem, 0);
-}
-
 /* REPAIRING is real: a HOT revision whose members lost their memory
  * replicas but kept cold copies starts a persisted REPAIRING operation in
  * the record that says what it observes (MIXED), restores memory from cold
@@ -1430,8 +1386,6 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_auto_relief_keeps_headroom, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cold_survives_the_loss_of_memory, setup, teardown),
         cmocka_unit_test_setup_teardown(test_repairing_is_real, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_a_revision_back_from_absent_is_repaired_to_its_policy,
-                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_repair_degraded_then_ready_without_user_action, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_ready_revalidated_after_start, setup, teardown),
