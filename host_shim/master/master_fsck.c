@@ -309,6 +309,16 @@ static void set_error(fsck_node *n, int status, const TaskResult *res)
     set_error_why(n, status, res ? res->error : NULL);
 }
 
+/* Why a node task ended in error, for the report: the node's words when it
+ * answered; when it did not (status SMP_EIO, no result: it stopped polling
+ * and was marked down, or went away), that; else NULL (the code alone). */
+static const char *task_why(int status, const TaskResult *res)
+{
+    if (status == SMP_OK && res != NULL && res->error != NULL && res->error[0] != '\0') return res->error;
+    if (status == SMP_EIO && res == NULL) return "the node stopped answering during the check (marked down)";
+    return NULL;
+}
+
 /* set_error_why for a step of the repair. */
 static void set_repair_error(fsck_node *n, int status, const char *why)
 {
@@ -326,7 +336,7 @@ static void on_file_deleted(master *m, void *arg, int status, const TaskResult *
         n->files_removed++;
         host_metric_add(m->m.cold_reclaimed, NULL, 1);
     } else {
-        set_repair_error(n, status < 0 ? status : res ? res->status : SMP_EIO, res ? res->error : NULL);
+        set_repair_error(n, status < 0 ? status : res ? res->status : SMP_EIO, task_why(status, res));
     }
     task_ended(n->run);
 }
@@ -339,7 +349,7 @@ static void on_scrubbed(master *m, void *arg, int status, const TaskResult *res)
         if (ok) n->zeroed += n->held[2 * k + 1];
         obj_segment_release_range(master_objs(m), n->segment, n->held[2 * k], n->held[2 * k + 1]);
     }
-    if (!ok) set_repair_error(n, status < 0 ? status : res ? res->status : SMP_EIO, res ? res->error : NULL);
+    if (!ok) set_repair_error(n, status < 0 ? status : res ? res->status : SMP_EIO, task_why(status, res));
     task_ended(n->run);
 }
 
@@ -709,7 +719,7 @@ static void on_mem_verified(master *m, void *arg, int status, const TaskResult *
     if (rc < 0) {
         char why[400];
         snprintf(why, sizeof(why), "hashing the memory replica of %.200s: %s", c->key,
-                 status == SMP_OK && res->error && res->error[0] ? res->error : smp_strerror(rc));
+                 task_why(status, res) ? task_why(status, res) : smp_strerror(rc));
         set_error_why(n, rc, why);
     } else if (res->sha256.len == 32 && memcmp(res->sha256.data, c->sha, 32) == 0) {
         n->mem_checked++;
@@ -879,7 +889,7 @@ static void on_scanned(master *m, void *arg, int status, const TaskResult *res)
     int rc = status;
     if (rc == SMP_OK && res->status != 0) rc = res->status;
     if (rc < 0) {
-        set_error(n, rc, status == SMP_OK ? res : NULL);
+        set_error_why(n, rc, task_why(status, res));
         drop_candidates(n);
         goto ended;
     }

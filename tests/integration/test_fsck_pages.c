@@ -223,6 +223,7 @@ typedef enum bad_page {
     OLD_NODE,     /* a node from before pages: every file in its first answer (good) */
     NOT_DEEP,     /* a deep scan answered by a node that did not hash (before --deep) */
     DELETE_FAILS, /* a right page of two orphans, whose deletions the node fails */
+    SILENT,       /* asked for its first page, the node stops polling */
 } bad_page;
 
 /* Strings and files a crafted page points to (freed with it). */
@@ -302,6 +303,7 @@ static page_buf *bad_answer(bad_page kind, int page, const NodeTask *t)
     }
     case NOT_DEEP: /* a right page, but TaskResult.deep unset */
     case DELETE_FAILS:
+    case SILENT:      /* not asked: it answers nothing */
         return page_new(t, first, 2, 16, 0);
     case OLD_NODE: { /* names in no order, no cursor, no bound: as before pages */
         page_buf *p = page_new(t, disorder, 2, 16, 0);
@@ -404,12 +406,16 @@ static char *ghost_fsck_as(fx *f, rpcc_conn *c, bad_page kind, int json, const c
     }
     page_buf *answers[8];
     size_t n_answers = 0;
-    int page = 0, exited = 0, after_exit = 0;
-    for (int i = 0; i < 2000 && after_exit < 10; i++) {
+    int page = 0, exited = 0, after_exit = 0, silent = 0;
+    for (int i = 0; i < 2000 && after_exit < 10 && !silent; i++) {
         NodePollResponse *r = ghost_poll(c, answers, n_answers);
         n_answers = 0;
-        for (size_t k = 0; k < r->n_tasks; k++) {
+        for (size_t k = 0; k < r->n_tasks && !silent; k++) {
             const NodeTask *t = r->tasks[k];
+            if (kind == SILENT && t->kind == TASK_KIND__TASK_SCAN && !t->segment_only) {
+                silent = 1; /* no answer, no poll: the master marks it down */
+                continue;
+            }
             if (kind == DELETE_FAILS && t->kind == TASK_KIND__TASK_DELETE_COLD) {
                 answers[n_answers++] = delete_refused(t);
                 continue;
@@ -427,6 +433,10 @@ static char *ghost_fsck_as(fx *f, rpcc_conn *c, bad_page kind, int json, const c
         int st;
         if (!exited && waitpid(pid, &st, WNOHANG) == pid) exited = 1;
         if (exited) after_exit++;
+    }
+    for (int i = 0; silent && !exited && i < 400; i++) { /* 20 s */
+        if (waitpid(pid, NULL, WNOHANG) == pid) exited = 1;
+        else usleep(50000);
     }
     if (!exited) {
         kill(pid, SIGKILL);
@@ -538,6 +548,28 @@ static void test_a_failed_deletion_is_not_repaired_not_unchecked(void **state)
     rpcc_close(c);
 }
 
+/* A node that stops answering in the middle of fsck (asked for its first
+ * page, it stops polling) is marked down after node.timeout_ms and fsck
+ * ends: the report says it was not checked because it stopped answering,
+ * not a bare SMP_EIO, and exits 1. */
+static void test_a_node_that_stops_answering_is_reported_so(void **state)
+{
+    fx *f = *state;
+    rpcc_conn *c = NULL;
+    char err[256];
+    if (rpcc_connect(f->m.socket, NULL, &c, err, sizeof(err)) != 0) fail_msg("connect: %s", err);
+    ghost_register(&f->m, c);
+    char *out = ghost_fsck_as(f, c, SILENT, 0, "");
+    const char *ghost = strstr(out, "node ghost: ");
+    if (ghost == NULL ||
+        strstr(ghost, "  not checked: SMP_EIO: the node stopped answering during the check (marked "
+                      "down)") == NULL ||
+        strstr(out, "\nexit=1\n") == NULL)
+        fail_msg("fsck said: %s", out);
+    free(out);
+    rpcc_close(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -548,6 +580,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bad_scan_pages_are_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_node_without_pages_answers_whole, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_failed_deletion_is_not_repaired_not_unchecked, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_a_node_that_stops_answering_is_reported_so, setup,
                                         teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
