@@ -79,6 +79,7 @@ struct ha_election {
     char leader_id[65];
     char leader_endpoint[256];
     int64_t leader_lease;          /* the lease of the leader key seen, 0: none */
+    int64_t exited_lease;          /* the lease of the last leader whose exit was noticed */
     ha_member members[HA_MAX_MEMBERS];
     size_t n_members;
     /* Monotonic ms up to which the term's lease is certainly valid. */
@@ -168,10 +169,14 @@ static void wake_loop(ha_election *e)
 }
 
 /* Record who leads as read from the leader key (kv NULL: nobody), and watch
- * for the exit of any leader but this master. mu held. */
+ * for the exit of any leader but this master. A key of the lease of a
+ * leader whose exit was noticed is nobody's: read before the revoke
+ * deleted it (a campaign's read, a watch event in flight), it would name
+ * the dead leader to clients again. mu held. */
 static void see_leader(ha_election *e, const etcd_kv *kv)
 {
     ha_member m;
+    if (kv != NULL && kv->lease != 0 && kv->lease == e->exited_lease) kv = NULL;
     memset(&m, 0, sizeof(m));
     if (kv != NULL && unpack_info(kv->value, kv->value_len, &m) < 0) {
         snprintf(m.id, sizeof(m.id), "?");
@@ -206,6 +211,7 @@ static void on_leader_exit(void *arg, const char *endpoint, int64_t lease)
     if (e->leader_lease == lease && e->leader_endpoint[0] != '\0') {
         e->leader_id[0] = '\0';
         e->leader_endpoint[0] = '\0';
+        e->exited_lease = lease;
         e->leader_lease = 0;
         e->leader_pending = 1;
         atomic_fetch_add(&e->exits_noticed, 1);
@@ -213,6 +219,14 @@ static void on_leader_exit(void *arg, const char *endpoint, int64_t lease)
     }
     pthread_mutex_unlock(&e->mu);
     int rc = etcd_lease_revoke(e->etcd, lease, err, sizeof(err));
+    if (rc != 0 && rc != SMP_ENOTFOUND) {
+        /* Not revoked: its key stays until the lease expires, and a leader
+         * that is alive after all may renew it -- read again, it names
+         * the leader. */
+        pthread_mutex_lock(&e->mu);
+        if (e->exited_lease == lease) e->exited_lease = 0;
+        pthread_mutex_unlock(&e->mu);
+    }
     if (rc == 0 || rc == SMP_ENOTFOUND)
         fprintf(stderr, "store_master: ha: the leader at %s closed its connection (its process "
                 "is gone); its lease %" PRIx64 " is revoked\n", endpoint, (uint64_t)lease);
