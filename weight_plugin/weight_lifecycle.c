@@ -414,7 +414,7 @@ static int wm_submit_availability(wm_plugin *p, const wm_revision *rev, wm_avail
     wm_revision next = *rev;
     wm_operation op;
     size_t n_ops = 0;
-    next.availability = a;
+    wm_revision_set_availability(&next, rev, a);
     if (obs != NULL) {
         next.residency = obs->residency;
         next.observed_hot_ratio = obs->observed_hot_ratio;
@@ -434,7 +434,13 @@ static int wm_submit_availability(wm_plugin *p, const wm_revision *rev, wm_avail
         n_ops = 1;
     }
     rc = wm_submit_upsert(p, &next, n_ops ? &op : NULL, n_ops, NULL, NULL);
-    if (rc == WM_OK)
+    if (rc == WM_OK && next.degraded_from != WM_RES_UNKNOWN && rev->availability != WM_AVAIL_DEGRADED)
+        p->api->log(p->host, SMP_LOG_INFO,
+                    "%s becomes %s (%s before the loss: repaired back there once its members are "
+                    "readable)",
+                    rev->group_key, wm_availability_name((int)a),
+                    wm_residency_name((int)next.degraded_from));
+    else if (rc == WM_OK)
         p->api->log(p->host, SMP_LOG_INFO, "%s becomes %s", rev->group_key, wm_availability_name((int)a));
     return rc;
 }
@@ -776,7 +782,7 @@ static void wm_migration_check(wm_plugin *p, wm_job *j, const wm_revision *rev, 
         /* A member with no readable replica left: nothing to restore it
          * from. The repair ends FAILED, the revision DEGRADED. */
         wm_revision next = *rev;
-        next.availability = WM_AVAIL_DEGRADED;
+        wm_revision_set_availability(&next, rev, WM_AVAIL_DEGRADED);
         snprintf(j->op.error, sizeof(j->op.error),
                  "%" PRIu64 " member(s)%s have no readable replica to restore from",
                  ob.unreadable_members, manifest_ok ? "" : " and the manifest");
@@ -794,7 +800,7 @@ static void wm_migration_check(wm_plugin *p, wm_job *j, const wm_revision *rev, 
     if (converged) {
         if (wm_pending_metadata(p, rev->group_key)) return;
         wm_revision next = *rev;
-        next.availability = WM_AVAIL_READY; /* a repair ends DEGRADED */
+        wm_revision_set_availability(&next, rev, WM_AVAIL_READY); /* a repair ends DEGRADED */
         next.residency = ob.residency;
         next.observed_hot_ratio = ob.observed_hot_ratio;
         wm_job_finish(p, j, rev, &next);
@@ -903,7 +909,7 @@ static void wm_deletion_step(wm_plugin *p, wm_job *j, const wm_revision *rev, ui
             return;
         }
         wm_revision next = *rev;
-        next.availability = WM_AVAIL_DELETED;
+        wm_revision_set_availability(&next, rev, WM_AVAIL_DELETED);
         next.residency = WM_RES_ABSENT;
         next.observed_hot_ratio = 0.0;
         next.lease_count = 0;
@@ -1184,7 +1190,13 @@ static void wm_run_suspects(wm_plugin *p, wm_lc *lc, const smp_tick_budget *budg
 }
 
 /* DEGRADED revisions whose manifest and members are all readable again
- * become READY with their observed residency. A pass over the revisions
+ * become READY. One that records where it was before the loss
+ * (degraded_from) and has no operation is handed to the validation
+ * (wm_repair_note), which makes it READY and, when a member lacks the
+ * replica that residency needs (memory lost while its node was away, a
+ * replica the node's check dropped on its return), repairs it back there
+ * in the same record; one with an operation becomes READY as observed and
+ * its operation goes on toward its own target. A pass over the revisions
  * starts every WM_DEGRADED_RECHECK_MS (or at once after NODE_UP) and goes
  * on from its cursor in later rounds when the checks or the deadline run
  * out, so revisions late in the identity order are rechecked too. No pass
@@ -1221,7 +1233,10 @@ static void wm_run_recheck(wm_plugin *p, wm_lc *lc, const smp_tick_budget *budge
         wm_observation ob;
         int rc = wm_repair_observe(p, rev, &ob);
         if (rc == SMP_ENOMEM) return;
-        if (rc == WM_OK && ob.availability == WM_AVAIL_READY)
+        if (rc != WM_OK || ob.availability != WM_AVAIL_READY) continue;
+        if (rev->degraded_from != WM_RES_UNKNOWN && rev->operation_id == 0)
+            wm_repair_note(p, rev->group_key); /* READY, repaired back where it was */
+        else
             wm_submit_availability(p, rev, WM_AVAIL_READY, &ob);
     }
     lc->recheck_cursor = i;

@@ -406,6 +406,16 @@ typedef struct wm_revision {
     uint64_t request_digest;
     uint64_t request_base_generation;
     uint64_t request_operation_id;   /* the operation it created (0: none) */
+    /* Appended: where a DEGRADED revision was before the loss -- the
+     * payload residency (HOT, COLD, MIXED) and hot ratio recorded when it
+     * left READY -- so that once its members are readable again it is
+     * repaired back there, not recorded where the surviving replicas
+     * happen to be (residency is the observation, ABSENT while nothing is
+     * readable). UNKNOWN and 0 on every other availability, and on a
+     * DEGRADED record written before this field (then the observation
+     * decides, as before). Set and cleared by wm_revision_set_availability. */
+    wm_residency degraded_from;
+    double degraded_from_hot_ratio;
 } wm_revision;
 
 /* Storage for the canonical keys of a revision built outside the store. */
@@ -547,13 +557,22 @@ void wm_lineage_entry_bind(wm_lineage_entry *e);
  * generation. Out-of-range values are never allowed. */
 int wm_availability_transition_ok(int from, int to);
 
+/* Make next, a copy of rev about to be persisted, availability a, keeping
+ * degraded_from right: entering DEGRADED from another availability records
+ * rev's residency and hot ratio there when rev's residency is HOT, COLD or
+ * MIXED (else UNKNOWN); staying DEGRADED keeps rev's; any other
+ * availability clears it. Every change of availability goes through here. */
+void wm_revision_set_availability(wm_revision *next, const wm_revision *rev, wm_availability a);
+
 /* Check the invariants one revision record must hold on its own. Returns
  * WM_OK, or WM_EINVALID_ARGUMENT and a sentence naming the invariant in msg
  * (may be NULL). Among them: a valid identity and policy; group and manifest
  * keys canonical for the identity; metadata_generation >= 1;
  * IMPORTING <-> UNKNOWN residency (DELETING may also be UNKNOWN, after an
  * aborted import); READY only with HOT, COLD or MIXED; ABSENT only with
- * DEGRADED, DELETING or DELETED; DELETED only with ABSENT, no lease and no
+ * DEGRADED, DELETING or DELETED; degraded_from UNKNOWN (ratio 0) unless
+ * DEGRADED, where it is UNKNOWN, HOT, COLD or MIXED with a ratio that
+ * residency allows; DELETED only with ABSENT, no lease and no
  * operation; IMPORTING and DELETING hold no lease; observed_hot_ratio 1 for
  * HOT, 0 for COLD/ABSENT/UNKNOWN, strictly between for MIXED; READY and
  * DEGRADED carry a sealed summary (payload_count >= 1, 1 <= affinity_count

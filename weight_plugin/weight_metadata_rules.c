@@ -90,31 +90,65 @@ static int wm_summary_check(const wm_revision *rev, char *msg, size_t cap)
 }
 
 /* The observed ratio must agree with the observed residency. */
-static int wm_ratio_check(const wm_revision *rev, char *msg, size_t cap)
+static int wm_ratio_check(wm_residency res, double r, const char *what, char *msg, size_t cap)
 {
-    double r = rev->observed_hot_ratio;
     if (!isfinite(r) || r < 0.0 || r > 1.0)
-        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
-                       "observed_hot_ratio %g is outside [0, 1]", r);
-    switch (rev->residency) {
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "%s %g is outside [0, 1]", what, r);
+    switch (res) {
     case WM_RES_HOT:
         if (r != 1.0)
-            return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
-                           "HOT residency with observed_hot_ratio %g (must be 1)", r);
+            return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "HOT residency with %s %g (must be 1)",
+                           what, r);
         break;
     case WM_RES_MIXED:
         if (!(r > 0.0 && r < 1.0))
             return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
-                           "MIXED residency with observed_hot_ratio %g (must be in (0, 1))", r);
+                           "MIXED residency with %s %g (must be in (0, 1))", what, r);
         break;
     default:
         if (r != 0.0)
-            return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
-                           "%s residency with observed_hot_ratio %g (must be 0)",
-                           wm_residency_name((int)rev->residency), r);
+            return wm_fail(WM_EINVALID_ARGUMENT, msg, cap, "%s residency with %s %g (must be 0)",
+                           wm_residency_name((int)res), what, r);
         break;
     }
     return WM_OK;
+}
+
+/* degraded_from: set only while DEGRADED, to a payload residency. */
+static int wm_degraded_from_check(const wm_revision *rev, char *msg, size_t cap)
+{
+    wm_residency d = rev->degraded_from;
+    if (rev->availability != WM_AVAIL_DEGRADED) {
+        if (d != WM_RES_UNKNOWN || rev->degraded_from_hot_ratio != 0.0)
+            return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                           "%s revision records a residency before a loss (%s; only DEGRADED does)",
+                           wm_availability_name((int)rev->availability), wm_residency_name((int)d));
+        return WM_OK;
+    }
+    if (d != WM_RES_UNKNOWN && d != WM_RES_HOT && d != WM_RES_COLD && d != WM_RES_MIXED)
+        return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
+                       "DEGRADED revision was %s before the loss (HOT, COLD or MIXED only)",
+                       wm_residency_name((int)d));
+    return wm_ratio_check(d, rev->degraded_from_hot_ratio, "degraded_from_hot_ratio", msg, cap);
+}
+
+void wm_revision_set_availability(wm_revision *next, const wm_revision *rev, wm_availability a)
+{
+    next->availability = a;
+    if (a != WM_AVAIL_DEGRADED) {
+        next->degraded_from = WM_RES_UNKNOWN;
+        next->degraded_from_hot_ratio = 0.0;
+    } else if (rev->availability == WM_AVAIL_DEGRADED) {
+        next->degraded_from = rev->degraded_from;
+        next->degraded_from_hot_ratio = rev->degraded_from_hot_ratio;
+    } else if (rev->residency == WM_RES_HOT || rev->residency == WM_RES_COLD ||
+               rev->residency == WM_RES_MIXED) {
+        next->degraded_from = rev->residency;
+        next->degraded_from_hot_ratio = rev->observed_hot_ratio;
+    } else {
+        next->degraded_from = WM_RES_UNKNOWN;
+        next->degraded_from_hot_ratio = 0.0;
+    }
 }
 
 int wm_metadata_check(const wm_revision *rev, char *msg, size_t cap)
@@ -159,7 +193,10 @@ int wm_metadata_check_fields(const wm_revision *rev, char *msg, size_t cap)
     if ((wm_residency_allowed(rev->availability) & (1u << rev->residency)) == 0)
         return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,
                        "availability %s cannot have residency %s", av, rs);
-    if ((rc = wm_ratio_check(rev, msg, cap)) < 0) return rc;
+    if ((rc = wm_ratio_check(rev->residency, rev->observed_hot_ratio, "observed_hot_ratio", msg,
+                             cap)) < 0 ||
+        (rc = wm_degraded_from_check(rev, msg, cap)) < 0)
+        return rc;
 
     if (rev->availability == WM_AVAIL_DELETED && rev->lease_count != 0)
         return wm_fail(WM_EINVALID_ARGUMENT, msg, cap,

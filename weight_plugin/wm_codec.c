@@ -93,6 +93,8 @@ static void wm_enc_revision(wm_pb_revision *h, const wm_revision *r)
     h->m.request_digest = r->request_digest;
     h->m.request_base_generation = r->request_base_generation;
     h->m.request_operation_id = r->request_operation_id;
+    h->m.degraded_from = (uint32_t)r->degraded_from;
+    h->m.degraded_from_hot_ratio = r->degraded_from_hot_ratio;
 }
 
 typedef struct wm_pb_operation {
@@ -673,6 +675,11 @@ int wm_dec_revision(const Wmrec__Revision *m, wm_revision *out, char **keys, cha
     r.request_digest = m->request_digest;
     r.request_base_generation = m->request_base_generation;
     r.request_operation_id = m->request_operation_id;
+    if (wm_dec_enum(m->degraded_from, wm_residency_valid, &v) < 0)
+        return wm_fail(SMP_EPROTO, msg, cap, "revision: residency before the loss %" PRIu32 " is unknown",
+                       m->degraded_from);
+    r.degraded_from = (wm_residency)v;
+    r.degraded_from_hot_ratio = m->degraded_from_hot_ratio;
     /* The identity passed wm_identity_check in wm_dec_identity above. */
     if (wm_metadata_check_fields(&r, why, sizeof(why)) < 0)
         return wm_fail(SMP_EPROTO, msg, cap, "revision: %s", why);

@@ -778,7 +778,7 @@ void wm_txn_deleting(wm_plugin *p, wm_txn *t, uint64_t members, uint64_t bytes)
 {
     wm_revision *r = &t->up.revision;
     wm_operation *op = &t->ops[0];
-    r->availability = WM_AVAIL_DELETING;
+    wm_revision_set_availability(r, r, WM_AVAIL_DELETING);
     memset(op, 0, sizeof(*op));
     op->id = wm_store_reserve_operation_id(p->store);
     op->kind = WM_OPK_DELETING;

@@ -367,18 +367,22 @@ void wm_repair_validate_all(wm_plugin *p)
     r->manifest_lap = SIZE_MAX;
 }
 
-/* The residency a repair of rev restores, and its ratio: what the record
- * says it is (WM_RES_UNKNOWN when that is no payload residency). */
+/* The residency a repair of rev restores, and its ratio: where a DEGRADED
+ * revision was before the loss when its record says (degraded_from), else
+ * what the record says it is (WM_RES_UNKNOWN when that is no payload
+ * residency: a DEGRADED record from before degraded_from, ABSENT). */
 static wm_residency wm_repair_target(const wm_revision *rev, double *ratio)
 {
-    *ratio = 0.0;
-    if (rev->residency != WM_RES_HOT && rev->residency != WM_RES_COLD && rev->residency != WM_RES_MIXED)
-        return WM_RES_UNKNOWN;
-    if (rev->residency == WM_RES_MIXED) {
-        double x = rev->observed_hot_ratio;
-        *ratio = isfinite(x) && x > 0.0 && x < 1.0 ? x : rev->policy.mixed_hot_ratio;
+    wm_residency res = rev->residency;
+    double x = rev->observed_hot_ratio;
+    if (rev->availability == WM_AVAIL_DEGRADED && rev->degraded_from != WM_RES_UNKNOWN) {
+        res = rev->degraded_from;
+        x = rev->degraded_from_hot_ratio;
     }
-    return rev->residency;
+    *ratio = 0.0;
+    if (res != WM_RES_HOT && res != WM_RES_COLD && res != WM_RES_MIXED) return WM_RES_UNKNOWN;
+    if (res == WM_RES_MIXED) *ratio = isfinite(x) && x > 0.0 && x < 1.0 ? x : rev->policy.mixed_hot_ratio;
+    return res;
 }
 
 /* The facts of one revision: every member's replicas, the manifest's
@@ -476,13 +480,13 @@ static int wm_validate(wm_plugin *p, const wm_revision *rev, uint64_t *checks)
          * it back when a replica returns). */
         if (rev->availability == WM_AVAIL_DEGRADED) return 1;
         wm_revision next = *rev;
-        next.availability = WM_AVAIL_DEGRADED;
+        wm_revision_set_availability(&next, rev, WM_AVAIL_DEGRADED);
         next.metadata_generation = rev->metadata_generation + 1;
         next.updated_ms = wm_now(p, rev);
         return wm_submit_upsert(p, &next, NULL, 0, NULL, NULL) == WM_OK;
     }
     wm_revision next = *rev;
-    next.availability = WM_AVAIL_READY;
+    wm_revision_set_availability(&next, rev, WM_AVAIL_READY);
     next.residency = f.ob.residency;
     next.observed_hot_ratio = f.ob.observed_hot_ratio;
     next.metadata_generation = rev->metadata_generation + 1;

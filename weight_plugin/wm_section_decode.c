@@ -268,6 +268,8 @@ static int wm_sd_revision(wm_sd_scratch *s, const uint8_t *p, const uint8_t *end
         case 21: bad = pbw_u64(&f, &m->request_digest); break;
         case 22: bad = pbw_u64(&f, &m->request_base_generation); break;
         case 23: bad = pbw_u64(&f, &m->request_operation_id); break;
+        case 24: bad = pbw_u32(&f, &m->degraded_from); break;
+        case 25: bad = pbw_double(&f, &m->degraded_from_hot_ratio); break;
         default: break;
         }
         if (bad) return -1;

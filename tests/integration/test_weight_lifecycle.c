@@ -604,6 +604,66 @@ static void test_migration_of_a_revision_that_lost_its_memory_fails(void **state
     hx_node_kill(&a);
 }
 
+/* Kill node *a (the revision id turns DEGRADED + ABSENT: nothing is
+ * readable), then start it again on a new segment file: its memory is
+ * gone, its cold files are back. */
+static void lose_the_node_and_its_memory(wr_fixture *f, hx_node *a, const Wmrpc__WeightIdentity *id)
+{
+    char seg[700];
+    hx_node_kill(a);
+    Wmrpc__MetadataResponse *r = wait_state(f, id, WR_AV_DEGRADED, WR_RS_ABSENT);
+    wmrpc__metadata_response__free_unpacked(r, NULL);
+    snprintf(seg, sizeof(seg), "%s/node-a.seg", a->segment_dir);
+    assert_int_equal(unlink(seg), 0);
+    assert_int_equal(hx_node_start(&f->m, a, "node-a", 16u << 20), 0);
+    assert_int_equal(hx_wait_nodes(&f->m, 1, 10000), 0);
+}
+
+/* A revision lost with its node comes back where it was before the loss,
+ * not where the surviving replicas happen to be. HOT (MANUAL), COLD once
+ * so its payloads keep cold files: its node dies (DEGRADED + ABSENT, the
+ * record keeps HOT as where it was) and returns with its memory emptied;
+ * only cold replicas remain, and the revision is repaired back to HOT
+ * (before, it was recorded READY + COLD and stayed there). Then migrated
+ * to COLD explicitly (the policy still prefers HOT): the same loss brings
+ * it back COLD -- where it was, not what the policy prefers. */
+static void test_a_lost_revision_comes_back_where_it_was(void **state)
+{
+    wr_fixture *f = *state;
+    start_without_node(f, "wl-back", 600, NULL);
+    hx_node a;
+    assert_int_equal(hx_node_start(&f->m, &a, "node-a", 16u << 20), 0);
+    assert_int_equal(hx_wait_nodes(&f->m, 1, 10000), 0);
+    wr_connect(f);
+
+    Wmrpc__WeightIdentity id;
+    wr_set_identity(&id, "t1", "back", "v", 1);
+    wr_upload u = {.per_unit = 1};
+    sizes_fill(&u, 4, 1000);
+    Wmrpc__MetadataResponse *r = wr_publish(f, &id, WR_RS_HOT, WR_MODE_MANUAL, &u);
+    wmrpc__metadata_response__free_unpacked(r, NULL);
+    wmrpc__metadata_response__free_unpacked(migrate_and_wait(f, &id, WR_RS_COLD), NULL);
+    wmrpc__metadata_response__free_unpacked(migrate_and_wait(f, &id, WR_RS_HOT), NULL);
+
+    lose_the_node_and_its_memory(f, &a, &id);
+    if (!hx_log_contains(&f->m, "becomes DEGRADED (HOT before the loss")) {
+        hx_print_log(&f->m);
+        fail_msg("the master did not say where the revision was before the loss");
+    }
+    r = wait_state(f, &id, WR_AV_READY, WR_RS_HOT);
+    assert_int_equal(r->metadata->policy->preferred_residency, WR_RS_HOT);
+    wmrpc__metadata_response__free_unpacked(r, NULL);
+    check_replicas(f, &u, WR_RS_HOT);
+
+    wmrpc__metadata_response__free_unpacked(migrate_and_wait(f, &id, WR_RS_COLD), NULL);
+    lose_the_node_and_its_memory(f, &a, &id);
+    r = wait_state(f, &id, WR_AV_READY, WR_RS_COLD);
+    wmrpc__metadata_response__free_unpacked(r, NULL);
+    check_replicas(f, &u, WR_RS_COLD);
+    wr_disconnect(f);
+    hx_node_kill(&a);
+}
+
 static void restart_master(wr_fixture *f)
 {
     wr_disconnect(f);
@@ -929,6 +989,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_killed_node_degrades_then_recovers, wr_setup, wr_teardown),
         cmocka_unit_test_setup_teardown(test_migration_of_a_revision_that_lost_its_memory_fails, wr_setup,
                                         wr_teardown),
+        cmocka_unit_test_setup_teardown(test_a_lost_revision_comes_back_where_it_was, wr_setup, wr_teardown),
         cmocka_unit_test_setup_teardown(test_master_killed_mid_migration_and_deletion, wr_setup, wr_teardown),
         cmocka_unit_test_setup_teardown(test_restart_waits_for_the_nodes, wr_setup, wr_teardown),
         cmocka_unit_test_setup_teardown(test_master_killed_during_import_never_publishes, wr_setup,

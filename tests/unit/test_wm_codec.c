@@ -81,6 +81,8 @@ static void assert_revision_equal(const wm_revision *a, const wm_revision *b)
     assert_int_equal(a->updated_ms, b->updated_ms);
     assert_int_equal(a->last_access_ms, b->last_access_ms);
     assert_int_equal(a->lease_count, b->lease_count);
+    assert_int_equal(a->degraded_from, b->degraded_from);
+    assert_true(a->degraded_from_hot_ratio == b->degraded_from_hot_ratio);
 }
 
 static void assert_operation_equal(const wm_operation *a, const wm_operation *b)
@@ -350,6 +352,12 @@ static void edit_group_key(Wmrec__MetadataUpsert *m)
 static void edit_digest_len(Wmrec__MetadataUpsert *m) { m->revision->manifest_sha256.len = 31; }
 static void edit_ready_unknown(Wmrec__MetadataUpsert *m) { m->revision->residency = 0; }
 static void edit_generation(Wmrec__MetadataUpsert *m) { m->revision->metadata_generation = 0; }
+static void edit_degraded_from_enum(Wmrec__MetadataUpsert *m) { m->revision->degraded_from = 7; }
+static void edit_ready_degraded_from(Wmrec__MetadataUpsert *m)
+{
+    m->revision->degraded_from = WM_RES_HOT;
+    m->revision->degraded_from_hot_ratio = 1.0;
+}
 
 static void test_upsert_refuses_damaged_fields(void **state)
 {
@@ -366,6 +374,9 @@ static void test_upsert_refuses_damaged_fields(void **state)
     expect_refused_after(buf, len, edit_digest_len, "31 bytes");
     expect_refused_after(buf, len, edit_ready_unknown, "READY cannot have residency UNKNOWN");
     expect_refused_after(buf, len, edit_generation, "metadata_generation");
+    expect_refused_after(buf, len, edit_degraded_from_enum, "residency before the loss 7 is unknown");
+    expect_refused_after(buf, len, edit_ready_degraded_from,
+                         "READY revision records a residency before a loss (HOT");
     free(buf);
 }
 

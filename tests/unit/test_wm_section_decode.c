@@ -263,9 +263,9 @@ static void check_in_at(const fixture *f, int where, const sb *extra, int rc, in
 #define check_in(f, where, extra, rc) check_in_at((f), (where), (extra), (rc), __LINE__)
 
 /* The wire type of each known field of each message (index: field). */
-static const unsigned wire_of[6][24] = {
+static const unsigned wire_of[6][26] = {
     [IN_ENTRY] = {9, 2, 2, 9},
-    [IN_REVISION] = {9, 2, 2, 0, 0, 1, 0, 0, 2, 2, 2, 0, 0, 2, 0, 2, 0, 0, 0, 0, 2, 0, 0, 0},
+    [IN_REVISION] = {9, 2, 2, 0, 0, 1, 0, 0, 2, 2, 2, 0, 0, 2, 0, 2, 0, 0, 0, 0, 2, 0, 0, 0, 0, 1},
     [IN_IDENTITY] = {9, 2, 2, 2, 2, 0, 9},
     [IN_POLICY] = {9, 0, 1, 0, 9},
     [IN_SUMMARY] = {9, 2, 9},
@@ -519,7 +519,7 @@ static void test_a_revision_given_twice_is_merged(void **state)
 static void test_wrong_wire_types_do_not_decode(void **state)
 {
     fixture *f = *state;
-    static const uint32_t n_fields[6] = {2, 23, 5, 3, 1, 2};
+    static const uint32_t n_fields[6] = {2, 25, 5, 3, 1, 2};
     for (int where = IN_ENTRY; where <= IN_UNIT; where++) {
         for (uint32_t field = 1; field <= n_fields[where]; field++) {
             for (unsigned wt = 0; wt <= 5; wt++) {

@@ -221,6 +221,64 @@ static void test_ratio_matches_residency(void **state)
     expect_violation(&r, "outside [0, 1]");
 }
 
+/* degraded_from: only a DEGRADED record keeps where it was before the loss,
+ * a payload residency with the ratio that residency allows; every change
+ * of availability goes through wm_revision_set_availability, which records
+ * it on the way in, keeps it while DEGRADED and clears it on the way out. */
+static void test_degraded_from_belongs_to_degraded(void **state)
+{
+    fixture *f = *state;
+    char msg[256] = "";
+    wm_revision ready = f->ready, r;
+    ready.residency = WM_RES_MIXED;
+    ready.observed_hot_ratio = 0.25;
+
+    r = ready;
+    wm_revision_set_availability(&r, &ready, WM_AVAIL_DEGRADED);
+    r.residency = WM_RES_ABSENT; /* what survived: nothing */
+    r.observed_hot_ratio = 0.0;
+    assert_int_equal(r.degraded_from, WM_RES_MIXED);
+    assert_true(r.degraded_from_hot_ratio == 0.25);
+    assert_int_equal(wm_metadata_check(&r, msg, sizeof(msg)), WM_OK);
+
+    wm_revision again = r; /* still DEGRADED, some replica back: kept */
+    wm_revision_set_availability(&again, &r, WM_AVAIL_DEGRADED);
+    again.residency = WM_RES_COLD;
+    assert_int_equal(again.degraded_from, WM_RES_MIXED);
+    assert_true(again.degraded_from_hot_ratio == 0.25);
+
+    wm_revision back = r;
+    wm_revision_set_availability(&back, &r, WM_AVAIL_READY);
+    assert_int_equal(back.degraded_from, WM_RES_UNKNOWN);
+    assert_true(back.degraded_from_hot_ratio == 0.0);
+    wm_revision gone = r;
+    wm_revision_set_availability(&gone, &r, WM_AVAIL_DELETING);
+    assert_int_equal(gone.degraded_from, WM_RES_UNKNOWN);
+
+    /* A DEGRADED record from before the field: nothing recorded, valid. */
+    r.degraded_from = WM_RES_UNKNOWN;
+    r.degraded_from_hot_ratio = 0.0;
+    assert_int_equal(wm_metadata_check(&r, msg, sizeof(msg)), WM_OK);
+
+    r.degraded_from = WM_RES_ABSENT;
+    expect_violation(&r, "DEGRADED revision was ABSENT before the loss");
+    r.degraded_from = WM_RES_HOT;
+    r.degraded_from_hot_ratio = 0.5;
+    expect_violation(&r, "HOT residency with degraded_from_hot_ratio 0.5");
+    r.degraded_from = WM_RES_MIXED;
+    r.degraded_from_hot_ratio = 1.0;
+    expect_violation(&r, "MIXED residency with degraded_from_hot_ratio 1");
+    r.degraded_from_hot_ratio = NAN;
+    expect_violation(&r, "degraded_from_hot_ratio nan is outside [0, 1]");
+
+    r = ready;
+    r.degraded_from = WM_RES_COLD;
+    expect_violation(&r, "READY revision records a residency before a loss (COLD");
+    r = ready;
+    r.degraded_from_hot_ratio = 0.5;
+    expect_violation(&r, "READY revision records a residency before a loss");
+}
+
 static void test_identity_keys_and_generation(void **state)
 {
     fixture *f = *state;
@@ -548,6 +606,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_deleted_is_absent_without_lease_or_operation, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_ratio_matches_residency, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_degraded_from_belongs_to_degraded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_identity_keys_and_generation, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mutation_check, setup, teardown),
         cmocka_unit_test_setup_teardown(test_operation_fits_its_revision, setup, teardown),

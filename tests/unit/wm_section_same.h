@@ -181,7 +181,9 @@ static int wm_same_revision(const wm_revision *a, const wm_revision *b)
            wm_same_str(a->request_id, b->request_id) &&
            a->request_digest == b->request_digest &&
            a->request_base_generation == b->request_base_generation &&
-           a->request_operation_id == b->request_operation_id;
+           a->request_operation_id == b->request_operation_id &&
+           a->degraded_from == b->degraded_from &&
+           wm_same_dbl(a->degraded_from_hot_ratio, b->degraded_from_hot_ratio);
 }
 
 static int wm_same_affinity(const wm_affinity *a, const wm_affinity *b)

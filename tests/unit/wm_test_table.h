@@ -15,7 +15,7 @@
 #include "wm_test_records.h"
 
 typedef struct wmt_table {
-    wm_revision rev[3];  /* READY+migrating, READY leased, IMPORTING */
+    wm_revision rev[3];  /* READY+migrating, DEGRADED leased, IMPORTING */
     wm_affinity aff[3];
     wm_operation ops[2]; /* 1: ended import of rev[0]; 2: running migration */
     wm_lease lease;
@@ -52,6 +52,10 @@ static inline void wmt_table_build(wmt_table *t)
 
     wmt_lease(&t->lease, &t->rev[1], 7);
     t->rev[1].lease_count = 1;
+    /* DEGRADED, with what survived and where it was before the loss. */
+    t->rev[1].availability = WM_AVAIL_DEGRADED;
+    t->rev[1].degraded_from = WM_RES_MIXED;
+    t->rev[1].degraded_from_hot_ratio = 0.25;
 
     wm_identity_lineage(&t->rev[1].id, &t->lin.lineage);
     t->lin.committed_watermark = 4;
