@@ -22,11 +22,8 @@
  *   - persists last accesses noted in memory (wm_access.c);
  *   - reclaims (wm_reclaim.c): aborts imports idle past their TTL, forgets
  *     tombstones and ended operations past their retention;
- *   - moves AUTO revisions by itself, one operation at a time: under
- *     memory pressure one step colder (HOT -> MIXED -> COLD, in
- *     wm_auto_order's order), and once usage is well below where the
- *     pressure ended, back toward preferred when that keeps the headroom;
- *     each revision waits its cooldown between moves.
+ *   - has wm_auto.c move AUTO revisions by themselves (one step colder
+ *     under memory pressure, back toward preferred after it).
  * Every completed batch persists the operation's cursor and progress in a
  * type-8 record that repeats the revision's generation; an operation ends in
  * one record that carries it SUCCEEDED and clears the revision's
@@ -34,7 +31,7 @@
  * re-read with object_get before each step and before completion, so after a
  * restart or failover the same operation resumes from its cursor and whatever
  * the replicas really are decides what is left. The working state (jobs,
- * suspects, the pressure flag) lives in memory only and is rebuilt from the
+ * suspects) lives in memory only and is rebuilt from the
  * store. */
 #include <inttypes.h>
 #include <stdio.h>
@@ -121,7 +118,6 @@ static int wm_sweep_leases(wm_plugin *p, const smp_tick_budget *budget, uint64_t
 #define WM_CHECKS_PER_ROUND 2048  /* object_get calls per round for checks */
 #define WM_DEGRADED_RECHECK_MS 500
 #define WM_DEGRADED_MIGRATION_WAIT_MS 30000 /* plugin key degraded_migration_wait_ms */
-#define WM_PRESSURE_HYSTERESIS 0.10
 
 typedef struct wm_job wm_job;
 
@@ -189,11 +185,6 @@ struct wm_lc {
     uint64_t last_recheck_ms;
     size_t recheck_cursor;     /* a pass cut by the deadline goes on here */
     int recheck_running;       /* a pass is under way (across ticks) */
-    int pressure;              /* MEMORY_PRESSURE seen, usage not down yet */
-    double pressure_clear;     /* usage ratio below which it ends (0: never seen) */
-    wm_auto_reason auto_reason; /* of the AUTO operation in flight */
-    uint64_t auto_op;          /* the AUTO demotion in flight (0: none) */
-    int auto_pending;          /* its record is in flight */
 };
 
 static wm_lc *wm_lc_get(wm_plugin *p)
@@ -231,6 +222,7 @@ static void wm_job_free(wm_job *j)
 void wm_lifecycle_release(wm_plugin *p)
 {
     wm_lc *lc = p->lc;
+    wm_auto_release(p);
     if (lc == NULL) return;
     while (lc->jobs != NULL) {
         wm_job *j = lc->jobs;
@@ -240,13 +232,6 @@ void wm_lifecycle_release(wm_plugin *p)
     wm_suspects_clear(&lc->suspects);
     free(lc);
     p->lc = NULL;
-}
-
-/* Wall-clock time for records: never before the revision's last update. */
-static uint64_t wm_wall(wm_plugin *p, const wm_revision *rev)
-{
-    uint64_t now = p->api->wall_ms(p->host);
-    return rev != NULL && rev->updated_ms > now ? rev->updated_ms : now;
 }
 
 /* A lease on the revision is held or being granted: nothing may be
@@ -319,7 +304,7 @@ static void wm_job_written(wm_plugin *p, void *arg, int status);
 static int wm_job_write_progress(wm_plugin *p, wm_job *j, const wm_revision *rev)
 {
     if (wm_pending_metadata(p, rev->group_key)) return 0;
-    j->op.updated_ms = wm_wall(p, NULL) > j->op.updated_ms ? wm_wall(p, NULL) : j->op.updated_ms;
+    j->op.updated_ms = wm_now(p, NULL) > j->op.updated_ms ? wm_now(p, NULL) : j->op.updated_ms;
     j->refs++;
     int rc = wm_submit_upsert(p, rev, &j->op, 1, wm_job_written, j);
     if (rc < 0) {
@@ -353,7 +338,7 @@ static void wm_job_final_written(wm_plugin *p, void *arg, int status)
     }
     if (j->op.kind == WM_OPK_MIGRATING) {
         p->migrations_completed++;
-        uint64_t now = wm_wall(p, NULL);
+        uint64_t now = wm_now(p, NULL);
         p->migration_ms_total += now > j->op.created_ms ? now - j->op.created_ms : 0;
     } else if (j->op.kind == WM_OPK_REPAIRING) {
         if (j->op.state == WM_OPS_SUCCEEDED) {
@@ -377,7 +362,7 @@ static void wm_job_end(wm_plugin *p, wm_job *j, const wm_revision *rev, wm_revis
     int rc;
     next->metadata_generation = rev->metadata_generation + 1;
     next->operation_id = 0;
-    next->updated_ms = wm_wall(p, rev);
+    next->updated_ms = wm_now(p, rev);
     j->op.state = end;
     if (end == WM_OPS_SUCCEEDED) {
         j->op.members_done = j->op.members_total;
@@ -420,7 +405,7 @@ static int wm_submit_availability(wm_plugin *p, const wm_revision *rev, wm_avail
         next.observed_hot_ratio = obs->observed_hot_ratio;
     }
     next.metadata_generation = rev->metadata_generation + 1;
-    next.updated_ms = wm_wall(p, rev);
+    next.updated_ms = wm_now(p, rev);
     int rc = wm_metadata_mutation_check(rev, &next, why, sizeof(why));
     if (rc < 0) {
         p->api->log(p->host, SMP_LOG_ERROR, "%s cannot become %s: %s", rev->group_key,
@@ -1251,161 +1236,9 @@ void wm_lifecycle_revalidate(wm_plugin *p)
      * working copies are dropped and rebuilt from the store (tasks still in
      * flight finish into a stale job, which is then freed). */
     for (wm_job *j = lc->jobs; j != NULL; j = j->next) j->stale = 1;
-    lc->auto_op = 0;
+    wm_auto_forget_op(p);
     lc->recheck = 1;
     wm_repair_validate_all(p);
-}
-
-/* ------------------------------------------------------------------------ */
-/* AUTO                                                                      */
-/* ------------------------------------------------------------------------ */
-
-static void wm_auto_applied(wm_plugin *p, void *arg, int status)
-{
-    (void)arg;
-    if (p->lc == NULL) return;
-    p->lc->auto_pending = 0;
-    if (status == WM_OK) p->auto_triggers[p->lc->auto_reason]++;
-    else p->lc->auto_op = 0;
-}
-
-static uint64_t wm_cluster_u64(wm_plugin *p, const char *key, uint64_t dflt)
-{
-    smp_config_value v;
-    memset(&v, 0, sizeof(v));
-    v.struct_size = sizeof(v);
-    if (p->api->config_get == NULL ||
-        p->api->config_get(p->host, SMP_CONFIG_CLUSTER, key, &v) < 0 || v.type != SMP_CONFIG_INT ||
-        v.i < 0)
-        return dflt;
-    return (uint64_t)v.i;
-}
-
-/* Append an AUTO MIGRATING operation of r toward `to` (one at a time).
- * Returns 1 when its record is in flight. */
-static int wm_auto_start(wm_plugin *p, wm_lc *lc, const wm_revision *r, wm_residency to,
-                         wm_auto_reason reason)
-{
-    wm_revision next = *r;
-    wm_operation op;
-    char why[512] = "";
-    uint64_t now = wm_wall(p, r);
-    memset(&op, 0, sizeof(op));
-    op.id = wm_store_reserve_operation_id(p->store);
-    op.kind = WM_OPK_MIGRATING;
-    op.id_of = r->id;
-    op.target = to;
-    op.target_hot_ratio = to == WM_RES_MIXED ? r->policy.mixed_hot_ratio : 0.0;
-    op.state = WM_OPS_RUNNING;
-    op.members_total = r->payload_count;
-    op.bytes_total = r->logical_bytes;
-    op.created_ms = op.updated_ms = now;
-    next.metadata_generation = r->metadata_generation + 1;
-    next.updated_ms = now;
-    next.operation_id = op.id;
-    if (wm_metadata_mutation_check(r, &next, why, sizeof(why)) < 0) return 0;
-    lc->auto_pending = 1;
-    lc->auto_reason = reason;
-    if (wm_submit_upsert(p, &next, &op, 1, wm_auto_applied, NULL) < 0) {
-        lc->auto_pending = 0;
-        return 0;
-    }
-    lc->auto_op = op.id;
-    p->api->log(p->host, SMP_LOG_INFO, "%s: %s moves toward %s (operation %" PRIu64 ")",
-                reason == WM_AUTO_DEMOTE_ON_PRESSURE ? "memory pressure" : "pressure relieved",
-                r->group_key, wm_residency_name((int)to), op.id);
-    return 1;
-}
-
-/* An AUTO revision may move by itself now: READY, no operation, no lease,
- * nothing in flight, cooldown over. */
-static int wm_auto_movable(wm_plugin *p, const wm_revision *r, uint64_t cooldown, uint64_t wall)
-{
-    return r->availability == WM_AVAIL_READY && r->policy.mode == WM_MODE_AUTO &&
-           r->operation_id == 0 && r->lease_count == 0 && !wm_pending_metadata(p, r->group_key) &&
-           !wm_pending_lease_grants(p, r->group_key) && r->updated_ms + cooldown <= wall;
-}
-
-/* Pressure is over and usage is well below where it ended: bring back
- * toward preferred the AUTO revision accessed last whose promotion keeps
- * usage below that mark (so it cannot start the pressure again). */
-static void wm_auto_relief(wm_plugin *p, wm_lc *lc, uint64_t used, uint64_t cap, uint64_t cooldown)
-{
-    double mark = (lc->pressure_clear - WM_PRESSURE_HYSTERESIS) * (double)cap;
-    if (lc->pressure_clear <= 0.0 || (double)used >= mark) return;
-    uint64_t wall = p->api->wall_ms(p->host);
-    const wm_revision *best = NULL;
-    wm_residency best_to = WM_RES_UNKNOWN;
-    size_t n = wm_store_revision_count(p->store);
-    for (size_t i = 0; i < n; i++) {
-        const wm_revision *r = wm_store_revision_at(p->store, i);
-        if (!wm_auto_movable(p, r, cooldown, wall)) continue;
-        wm_residency to = wm_auto_promotion_target(r->residency, r->policy.preferred);
-        if (to == WM_RES_UNKNOWN) continue;
-        double ratio = to == WM_RES_HOT ? 1.0 : r->policy.mixed_hot_ratio;
-        double added = (ratio - r->observed_hot_ratio) * (double)r->logical_bytes;
-        if ((double)used + added >= mark) continue;
-        /* Last accessed first; identity order breaks ties (first wins). */
-        if (best == NULL || r->last_access_ms > best->last_access_ms) {
-            best = r;
-            best_to = to;
-        }
-    }
-    if (best != NULL) wm_auto_start(p, lc, best, best_to, WM_AUTO_PROMOTE_ON_RELIEF);
-}
-
-/* AUTO residency, one operation at a time so memory moves incrementally.
- * Under memory pressure: demote (one step colder) the first eligible AUTO
- * revision in wm_auto_order's order whose cooldown has passed. After the
- * pressure: promote back toward preferred (wm_auto_relief). */
-static void wm_run_auto(wm_plugin *p, wm_lc *lc)
-{
-    if (lc->auto_pending || p->api->memory_usage == NULL) return;
-    if (lc->auto_op != 0) {
-        const wm_operation *op = wm_store_operation(p->store, lc->auto_op);
-        if (op != NULL && op->state == WM_OPS_RUNNING) return;
-        lc->auto_op = 0;
-    }
-    if (!lc->pressure && lc->pressure_clear <= 0.0) return; /* never under pressure */
-    uint64_t used = 0, cap = 0;
-    p->api->memory_usage(p->host, &used, &cap);
-    if (cap == 0) return;
-    uint64_t cooldown = wm_cluster_u64(p, "weight_migration_cooldown_ms", 30000);
-    if (lc->pressure && (double)used < lc->pressure_clear * (double)cap) lc->pressure = 0;
-    if (!lc->pressure) {
-        wm_auto_relief(p, lc, used, cap, cooldown);
-        return;
-    }
-    size_t n = wm_store_revision_count(p->store);
-    if (n == 0) return;
-    wm_auto_candidate *c = calloc(n, sizeof(*c));
-    size_t *order = calloc(n, sizeof(*order));
-    size_t n_order = 0;
-    if (c == NULL || order == NULL) goto free_tmp;
-    for (size_t i = 0; i < n; i++) {
-        const wm_revision *r = wm_store_revision_at(p->store, i);
-        c[i].id = &r->id;
-        c[i].last_access_ms = r->last_access_ms;
-        c[i].availability = r->availability;
-        c[i].mode = r->policy.mode;
-        c[i].residency = r->residency;
-        c[i].operation_id = r->operation_id;
-        c[i].lease_count = r->lease_count;
-        double frees = r->residency == WM_RES_HOT ? 1.0 - r->policy.mixed_hot_ratio : r->observed_hot_ratio;
-        c[i].releasable_hot_bytes = (uint64_t)(frees * (double)r->logical_bytes);
-    }
-    if (wm_auto_order(c, n, order, &n_order) < 0) goto free_tmp;
-    uint64_t wall = p->api->wall_ms(p->host);
-    for (size_t k = 0; k < n_order; k++) {
-        const wm_revision *r = wm_store_revision_at(p->store, order[k]);
-        if (!wm_auto_movable(p, r, cooldown, wall)) continue;
-        wm_residency to = wm_auto_next_demotion(r->residency);
-        if (to == WM_RES_UNKNOWN) continue;
-        if (wm_auto_start(p, lc, r, to, WM_AUTO_DEMOTE_ON_PRESSURE)) break;
-    }
-free_tmp:
-    free(c);
-    free(order);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1457,11 +1290,7 @@ void wm_lifecycle_event(wm_plugin *p, const smp_event *ev)
         wm_lifecycle_revalidate(p);
         return;
     case SMP_EVENT_MEMORY_PRESSURE:
-        if (ev->capacity > 0) {
-            double ratio = (double)ev->used / (double)ev->capacity;
-            lc->pressure = 1;
-            lc->pressure_clear = ratio > WM_PRESSURE_HYSTERESIS ? ratio - WM_PRESSURE_HYSTERESIS : 0.0;
-        }
+        wm_auto_pressure(p, ev->used, ev->capacity);
         return;
     default:
         return;
@@ -1482,9 +1311,9 @@ int wm_lifecycle_tick(wm_plugin *p, const smp_tick_budget *budget, uint64_t *cur
         int active = wm_run_operations(p, lc, budget, &checks);
         if (wm_repair_tick(p, budget, &checks)) active = 1;
         if (wm_access_tick(p)) active = 1;
-        if (!wm_past_deadline(p, budget)) wm_run_auto(p, lc); /* else the next round */
+        if (!wm_past_deadline(p, budget) && wm_auto_tick(p)) active = 1; /* else the next round */
         wm_jobs_gc(p, lc);
-        if (active || lc->suspects.n > 0 || lc->auto_pending || lc->recheck_running)
+        if (active || lc->suspects.n > 0 || lc->recheck_running)
             r = SMP_TICK_MORE;
     }
     if (wm_reclaim_tick(p, budget)) r = SMP_TICK_MORE;

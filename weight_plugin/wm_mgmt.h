@@ -182,8 +182,6 @@ int wm_identity_in(wm_plugin *p, smp_rpc_call *call, const Wmrpc__WeightIdentity
  * answered. */
 const wm_revision *wm_lookup(wm_plugin *p, smp_rpc_call *call, const Wmrpc__WeightIdentity *pid,
                              wm_identity_buf *id);
-/* The host's wall clock, never below rev's updated_ms (rev may be NULL). */
-uint64_t wm_now(wm_plugin *p, const wm_revision *rev);
 /* 1 when no record of rev is in flight, else 0 with BUSY answered. */
 int wm_check_idle(wm_plugin *p, smp_rpc_call *call, const wm_revision *rev);
 /* 1 when expected is rev's metadata generation, else 0 with

@@ -38,6 +38,7 @@ typedef struct wm_txn wm_txn;
 typedef struct wm_lc wm_lc; /* the lifecycle's working state (weight_lifecycle.c) */
 typedef struct wm_lin wm_lin; /* generation replacement's state (weight_lineage.c) */
 typedef struct wm_repair wm_repair; /* validation and repair state (wm_repair.c) */
+typedef struct wm_auto wm_auto; /* AUTO moves' state (wm_auto.c) */
 
 /* A lease granted while the lease record type's gate is closed (an HA
  * upgrade in progress): held in the leader's memory only, never logged
@@ -73,6 +74,7 @@ typedef struct wm_plugin {
     uint64_t migration_ms_total;   /* creation to completion, summed */
 
     wm_lc *lc;                 /* created by the first tick or event */
+    wm_auto *auto_state;       /* the same (wm_auto.c) */
     smp_tick tick_reg;         /* registered with the host (period from config) */
 
     smp_metric *m_revisions;       /* gauge {availability} */
@@ -246,6 +248,22 @@ uint64_t wm_backoff(uint32_t attempts);
  * recheck DEGRADED revisions and re-validate every revision against its
  * replicas (wm_repair_validate_all). */
 void wm_lifecycle_revalidate(wm_plugin *p);
+
+/* -- wm_auto.c: AUTO revisions moving by themselves ------------------------ */
+
+/* Memory pressure reported: used of capacity bytes (capacity 0: ignored). */
+void wm_auto_pressure(wm_plugin *p, uint64_t used, uint64_t capacity);
+/* Forget the AUTO operation in flight (another term may have ended it;
+ * the next tick looks at the store again). */
+void wm_auto_forget_op(wm_plugin *p);
+/* Start at most one AUTO migration, when none runs and the pressure (or
+ * its end) calls for one. 1 while its record is in flight. */
+int wm_auto_tick(wm_plugin *p);
+/* Free the state (wm_lifecycle_release calls it). */
+void wm_auto_release(wm_plugin *p);
+
+/* The host's wall clock, never below rev's updated_ms (rev may be NULL). */
+uint64_t wm_now(wm_plugin *p, const wm_revision *rev);
 
 /* -- wm_handoff.c ---------------------------------------------------------- */
 
