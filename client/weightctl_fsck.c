@@ -18,9 +18,13 @@
  * segment's occupied bytes beside the master's cold replica bytes and
  * memory used (the store_replica_bytes{kind="cold"} and
  * store_memory_used_bytes gauges), so a clean store shows them agree.
+ * Objects left with no replica at all (a corrupt only replica dropped) are
+ * counted and the first 1,000 named: still listed, unreadable until their
+ * plugin restores them or they are removed.
  * Exit 0 when nothing is orphaned or corrupt (or --repair removed
- * everything), 1 when something is (without --repair), a node could not be checked or the call
- * was refused, 2 on a usage error. --json prints one object. A report
+ * everything) and no object lacks a replica, 1 when something is (without
+ * --repair), an object has no replica, a node could not be checked or the
+ * call was refused, 2 on a usage error. --json prints one object. A report
  * names at most the first 10,000 orphan files of a node and counts them all
  * (orphan_files_total). */
 #include <getopt.h>
@@ -132,6 +136,22 @@ static void node_json(const FsckNode *n)
            (unsigned long long)n->replicas_dropped, (unsigned long long)n->memory_replicas_dropped);
 }
 
+/* The objects with no replica left: counted, the first named. */
+static void lost_text(const FsckReport *rep)
+{
+    uint64_t lost = rep->objects_without_replica;
+    if (lost == 0) return;
+    printf("%llu objects have no replica left: unreadable until their plugin restores them or "
+           "they are removed (`weightctl kv rm KEY`)\n",
+           (unsigned long long)lost);
+    for (size_t i = 0; i < rep->n_objects_without_replica_keys; i++)
+        printf("  no replica: %s\n", rep->objects_without_replica_keys[i]);
+    if (lost > rep->n_objects_without_replica_keys)
+        printf("  ... and %llu more (a report names the first %zu)\n",
+               (unsigned long long)(lost - rep->n_objects_without_replica_keys),
+               rep->n_objects_without_replica_keys);
+}
+
 int wctl_cmd_fsck(ctl *x, int argc, char **argv)
 {
     static const struct option opts[] = {{"repair", no_argument, NULL, 'r'},
@@ -153,6 +173,7 @@ int wctl_cmd_fsck(ctl *x, int argc, char **argv)
                         (ProtobufCMessage **)&rep) != 0)
         return 1;
     uint64_t orphans = 0, corrupt = 0, cold = 0, used = 0;
+    uint64_t lost = rep->objects_without_replica;
     int unchecked = rep->nodes_down > 0;
     for (size_t i = 0; i < rep->n_nodes; i++) {
         const FsckNode *n = rep->nodes[i];
@@ -170,10 +191,16 @@ int wctl_cmd_fsck(ctl *x, int argc, char **argv)
         }
         printf("],\"nodes_down\":%u,\"cold_bytes_on_disk\":%llu,\"cold_replica_bytes\":%llu,"
                "\"segment_used_bytes\":%llu,\"memory_used_bytes\":%llu,\"orphans\":%llu,"
-               "\"corrupt_replicas\":%llu}\n",
+               "\"corrupt_replicas\":%llu,\"objects_without_replica\":%llu,"
+               "\"objects_without_replica_keys\":[",
                rep->nodes_down, (unsigned long long)cold, (unsigned long long)rep->cold_replica_bytes,
                (unsigned long long)used, (unsigned long long)rep->memory_used,
-               (unsigned long long)orphans, (unsigned long long)corrupt);
+               (unsigned long long)orphans, (unsigned long long)corrupt, (unsigned long long)lost);
+        for (size_t i = 0; i < rep->n_objects_without_replica_keys; i++) {
+            if (i) putchar(',');
+            wctl_json_str(rep->objects_without_replica_keys[i]);
+        }
+        printf("]}\n");
     } else {
         for (size_t i = 0; i < rep->n_nodes; i++) node_text(rep->nodes[i], deep);
         if (rep->nodes_down > 0)
@@ -182,7 +209,10 @@ int wctl_cmd_fsck(ctl *x, int argc, char **argv)
                "memory used %llu\n",
                (unsigned long long)cold, (unsigned long long)rep->cold_replica_bytes,
                (unsigned long long)used, (unsigned long long)rep->memory_used);
-        if (orphans == 0 && corrupt == 0) printf("clean\n");
+        lost_text(rep);
+        if (orphans == 0 && corrupt == 0) {
+            if (lost == 0) printf("clean\n"); /* else said by lost_text */
+        }
         else if (!repair && corrupt == 0) printf("%llu orphans; `weightctl fsck --repair` removes them\n",
                                                  (unsigned long long)orphans);
         else if (!repair) printf("%llu orphans, %llu corrupt replicas; `weightctl fsck --repair` "
@@ -194,6 +224,6 @@ int wctl_cmd_fsck(ctl *x, int argc, char **argv)
                                     (unsigned long long)orphans, (unsigned long long)corrupt);
     }
     fsck_report__free_unpacked(rep, NULL);
-    if (unchecked) return 1;
+    if (unchecked || lost > 0) return 1;
     return (orphans == 0 && corrupt == 0) || repair ? 0 : 1;
 }

@@ -36,7 +36,10 @@
  * or load is given them meanwhile; a range taken since the scan is left
  * alone and counted) and then zeroed by one SCRUB task, after which the
  * holds are released. The reply waits for every task. Nodes that are not up
- * are counted, not checked. Runs on the leader only.
+ * are counted, not checked. The report also counts the objects left with no
+ * complete replica on any node (a dropped only replica; repair cannot
+ * bring those back, a plugin or a removal must), naming the first
+ * FSCK_REPORT_LOST_MAX. Runs on the leader only.
  * The same run, with repair and for segment bytes only, sweeps a node when
  * it registers and again 5 s later (master_fsck_sweep_node): what a
  * master's crash, a node's stop or a writer of a put they lost left in its
@@ -59,6 +62,8 @@
  * deletes all): a cold tier that is nearly all orphans (a wiped master)
  * would otherwise make a report past listen.max_frame_bytes. */
 #define FSCK_REPORT_FILES_MAX 10000
+/* Keys of objects with no replica left a report names (all are counted). */
+#define FSCK_REPORT_LOST_MAX 1000
 
 typedef struct fsck_file {
     char *name;
@@ -179,6 +184,21 @@ static void sweep_log(const fsck_run *r)
     }
 }
 
+/* The keys of objects without a replica a report names (borrowed from
+ * the store until the reply is encoded: nothing changes it meanwhile). */
+typedef struct lost_keys {
+    char *keys[FSCK_REPORT_LOST_MAX];
+    size_t n;
+} lost_keys;
+
+static int note_lost(void *arg, const char *key, uint64_t size)
+{
+    lost_keys *l = arg;
+    (void)size;
+    if (l->n < FSCK_REPORT_LOST_MAX) l->keys[l->n++] = (char *)key;
+    return 0;
+}
+
 /* Answer the call with the report (a sweep: log it) and free the run. */
 static void run_reply(fsck_run *r)
 {
@@ -192,7 +212,8 @@ static void run_reply(fsck_run *r)
     FsckReport rep = FSCK_REPORT__INIT;
     FsckNode *nodes = calloc(r->n_nodes ? r->n_nodes : 1, sizeof(*nodes));
     FsckNode **nptrs = calloc(r->n_nodes ? r->n_nodes : 1, sizeof(*nptrs));
-    if (nodes == NULL || nptrs == NULL) {
+    lost_keys *lost = calloc(1, sizeof(*lost));
+    if (nodes == NULL || nptrs == NULL || lost == NULL) {
         rpc_reply_error(r->call, SMP_ENOMEM, "fsck: out of memory for the report");
         goto free_all;
     }
@@ -271,8 +292,12 @@ static void run_reply(fsck_run *r)
     rep.cold_replica_bytes = os.replica_bytes_by_kind[SMP_REPLICA_COLD];
     rep.memory_used = os.memory_used;
     rep.nodes_down = r->nodes_down;
+    rep.objects_without_replica = obj_visit_unreplicated(master_objs(m), note_lost, lost);
+    rep.n_objects_without_replica_keys = lost->n;
+    rep.objects_without_replica_keys = lost->keys;
     master_reply_msg(r->call, &rep.base);
 free_all:
+    free(lost);
     for (size_t i = 0; nodes != NULL && i < r->n_nodes; i++) {
         for (size_t k = 0; k < nodes[i].n_orphan_files; k++) free(nodes[i].orphan_files[k]);
         for (size_t k = 0; k < nodes[i].n_orphan_ranges; k++) free(nodes[i].orphan_ranges[k]);

@@ -798,6 +798,23 @@ int obj_visit_replicas_after(const obj_store *st,
     return n;
 }
 
+uint64_t obj_visit_unreplicated(const obj_store *st,
+                                int (*fn)(void *arg, const char *key, uint64_t size),
+                                void *arg)
+{
+    OBJ_CHECK_CALLER(st);
+    uint64_t n = 0;
+    for (obj_sl_node *x = obj_sl_after(&st->objects, NULL, 0); x; x = x->next[0]) {
+        const obj_object *o = x->val;
+        size_t i = 0;
+        while (i < o->nreps && o->reps[i].status != OBJ_REPLICA_COMPLETE) i++;
+        if (i < o->nreps) continue;
+        n++;
+        if (fn != NULL && fn(arg, o->key, o->size) != 0) break;
+    }
+    return n;
+}
+
 uint64_t obj_readable_version(const obj_store *st)
 {
     OBJ_CHECK_CALLER(st);

@@ -151,7 +151,7 @@ static void test_fsck_of_a_large_cold_tier_reads_every_page(void **state)
     assert_int_equal(wx_weightctl(&f->m, out, OUT_CAP, "--json fsck"), 1);
     snprintf(want, sizeof(want), "\"cold_files\":%d,", FILES);
     if (strstr(out, want) == NULL) fail_msg("fsck did not see %d files: %.2000s", FILES, out);
-    snprintf(want, sizeof(want), "\"orphans\":%d,\"corrupt_replicas\":0}", FILES);
+    snprintf(want, sizeof(want), "\"orphans\":%d,\"corrupt_replicas\":0,\"objects_without_replica\":0,", FILES);
     assert_non_null(strstr(out, want));
     assert_non_null(strstr(out, names[0]));
     assert_non_null(strstr(out, names[FILES - 1])); /* the last page's last file */
@@ -190,7 +190,7 @@ static void test_a_report_names_the_first_10000_orphans(void **state)
     assert_int_equal(wx_weightctl(&f->m, out, OUT_CAP, "--json fsck"), 1);
     snprintf(want, sizeof(want), "\"orphan_files_total\":%d,", MANY);
     if (strstr(out, want) == NULL) fail_msg("fsck: %.2000s", out);
-    snprintf(want, sizeof(want), "\"orphans\":%d,\"corrupt_replicas\":0}", MANY);
+    snprintf(want, sizeof(want), "\"orphans\":%d,\"corrupt_replicas\":0,\"objects_without_replica\":0,", MANY);
     assert_non_null(strstr(out, want));
     assert_int_equal(count(out, "{\"name\":"), LISTED);
     assert_non_null(strstr(out, names[0]));

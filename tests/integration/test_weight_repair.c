@@ -317,11 +317,26 @@ static void put_cold_and_pick_a_payload_file(fixture *f, weight_store *s, const 
     fail_msg("no new payload file");
 }
 
+/* The revision id is removed (it is DEGRADED: a payload has nothing to be
+ * restored from) and `weightctl fsck` is clean again. */
+static void remove_and_check_clean(fixture *f, weight_store *s, const weight_identity *id)
+{
+    char out[8192];
+    weight_metadata md;
+    CHECK(s, weight_get_metadata(s, id, &md, NULL));
+    CHECK(s, weight_remove(s, id, md.metadata_generation, NULL));
+    wait_state(s, id, WEIGHT_DELETED, WEIGHT_RES_ABSENT);
+    if (wx_weightctl(&f->m, out, sizeof(out), "fsck") != 0 || strstr(out, "clean\n") == NULL)
+        fail_msg("fsck after the removal said: %s", out);
+}
+
 /* `weightctl fsck ARGS` reports the cold file name (at path) as a corrupt
  * replica of a payload of revision rev ("llm/rot/v1") and exits 1, read-only:
  * the revision stays READY, the file stays. `fsck ARGS --repair` drops the
  * replica: the revision turns DEGRADED (nothing else to read that payload
- * from), the file is deleted, and `fsck ARGS` is clean again. */
+ * from), the file is deleted, and fsck -- that one and the next -- reports
+ * the payload as an object with no replica left (exit 1: the store is not
+ * whole) until the revision is removed; then fsck is clean. */
 static void assert_fsck_drops_the_replica(fixture *f, weight_store *s, const weight_identity *id,
                                           const char *rev, const char *name, const char *path,
                                           const char *args)
@@ -345,16 +360,23 @@ static void assert_fsck_drops_the_replica(fixture *f, weight_store *s, const wei
     assert_int_equal(access(path, F_OK), 0);
 
     snprintf(cmd, sizeof(cmd), "fsck %s --repair", args);
-    assert_int_equal(wx_weightctl(&f->m, out, sizeof(out), cmd), 0);
-    if (strstr(out, "1 corrupt replicas dropped") == NULL) fail_msg("%s said: %s", cmd, out);
+    assert_int_equal(wx_weightctl(&f->m, out, sizeof(out), cmd), 1);
+    snprintf(want, sizeof(want), "  no replica: weights/acme/%s/1/payload/", rev);
+    if (strstr(out, "1 corrupt replicas dropped") == NULL ||
+        strstr(out, "1 objects have no replica left") == NULL || strstr(out, want) == NULL)
+        fail_msg("%s said: %s", cmd, out);
     wait_state(s, id, WEIGHT_DEGRADED, -1);
     for (int i = 0; access(path, F_OK) == 0; i++) {
         if (i * 20 > WAIT_MS) fail_msg("%s was not deleted", name);
         sleep_ms(20);
     }
     snprintf(cmd, sizeof(cmd), "fsck %s --json", args);
-    if (wx_weightctl(&f->m, out, sizeof(out), cmd) != 0 || strstr(out, "\"corrupt_replicas\":0}") == NULL)
+    snprintf(want, sizeof(want),
+             "\"corrupt_replicas\":0,\"objects_without_replica\":1,"
+             "\"objects_without_replica_keys\":[\"weights/acme/%s/1/payload/", rev);
+    if (wx_weightctl(&f->m, out, sizeof(out), cmd) != 1 || strstr(out, want) == NULL)
         fail_msg("%s said: %s", cmd, out);
+    remove_and_check_clean(f, s, id);
 }
 
 /* weightctl fsck reports a cold file whose header is bad but which a
@@ -437,12 +459,17 @@ static void test_a_cold_file_a_read_finds_corrupt_is_dropped(void **state)
     wx_get_and_compare(s, &good, model, N_MODEL);
 
     /* The file no replica names any more is deleted, as any such file is;
-       nothing is left for fsck. */
+       fsck finds no file to judge, and names the payload left with no
+       replica until the revision is removed. */
     for (int i = 0; access(path, F_OK) == 0; i++) {
         if (i * 20 > WAIT_MS) fail_msg("%s was not deleted", name);
         sleep_ms(20);
     }
-    if (wx_weightctl(&f->m, out, sizeof(out), "fsck") != 0) fail_msg("fsck said: %s", out);
+    if (wx_weightctl(&f->m, out, sizeof(out), "fsck") != 1 ||
+        strstr(out, "0 orphaned") == NULL || strstr(out, "1 objects have no replica left") == NULL ||
+        strstr(out, "  no replica: weights/acme/llm/bad/v1/1/payload/") == NULL)
+        fail_msg("fsck said: %s", out);
+    remove_and_check_clean(f, s, &bad);
     weight_store_close(s);
 }
 
@@ -680,6 +707,83 @@ static void test_a_memory_replica_put_again_before_the_repair_is_kept(void **sta
     kvc_close(c);
 }
 
+/* The last n bytes of text (a long report's end, where its totals are). */
+static const char *tail_of(const char *text, size_t n)
+{
+    size_t len = strlen(text);
+    return len > n ? text + len - n : text;
+}
+
+/* Objects left with no replica at all are reported by fsck, not called
+ * clean. 1,001 plain objects (and one more that stays sound) each have a
+ * byte of their only replica -- memory -- flipped; `fsck --deep --repair`
+ * drops those replicas and says the store is not whole: exit 1, "1001
+ * objects have no replica left", the first 1,000 named in key order and
+ * the rest counted; the next plain fsck says the same (--json too). The
+ * objects are still listed and unreadable; `weightctl kv rm` of one takes
+ * it off the report, and once the rest are removed fsck is clean and the
+ * sound object reads back. (Before, fsck said clean over them.) */
+static void test_objects_left_with_no_replica_are_reported(void **state)
+{
+    enum { LOST = 1001 };
+    fixture *f = *state;
+    kvc *c = hx_client(&f->m);
+    uint8_t bytes[256], back[256];
+    char key[64], want[200];
+    char *out = malloc(1 << 20);
+    uint64_t len = 0;
+    assert_non_null(c);
+    assert_non_null(out);
+    kvc_track_read_leases(c, 1);
+    for (size_t i = 0; i < sizeof(bytes); i++) bytes[i] = (uint8_t)(i * 7 + 3);
+    assert_int_equal(kvc_put_bytes(c, "plain/ok", bytes, sizeof(bytes), SMP_DATA_KV, NULL, 0, NULL), 0);
+    for (int i = 0; i < LOST; i++) {
+        snprintf(key, sizeof(key), "plain/lost/%04d", i);
+        assert_int_equal(kvc_put_bytes(c, key, bytes, sizeof(bytes), SMP_DATA_KV, NULL, 0, NULL), 0);
+        kvc_object o;
+        assert_int_equal(kvc_get(c, key, &o), 0);
+        assert_int_equal(o.n_replicas, 1);
+        assert_int_equal(o.replicas[0].kind, SMP_REPLICA_MEMORY);
+        int fd = open(o.replicas[0].segment_path, O_RDWR);
+        assert_true(fd >= 0);
+        unsigned char b = bytes[5] ^ 0x42;
+        assert_int_equal(pwrite(fd, &b, 1, (off_t)(o.replicas[0].offset + 5)), 1);
+        close(fd);
+    }
+    assert_int_equal(kvc_release_read_leases(c, NULL), 0);
+
+    assert_int_equal(wx_weightctl(&f->m, out, 1 << 20, "fsck --deep --repair"), 1);
+    if (strstr(out, "1001 corrupt memory replicas dropped") == NULL ||
+        strstr(out, "1001 objects have no replica left") == NULL ||
+        strstr(out, "  no replica: plain/lost/0000\n") == NULL ||
+        strstr(out, "  no replica: plain/lost/0999\n") == NULL ||
+        strstr(out, "  no replica: plain/lost/1000") != NULL ||
+        strstr(out, "  ... and 1 more (a report names the first 1000)") == NULL)
+        fail_msg("fsck --deep --repair said: ...%s", tail_of(out, 400));
+    assert_int_equal(wx_weightctl(&f->m, out, 1 << 20, "--json fsck"), 1);
+    if (strstr(out, "\"objects_without_replica\":1001,\"objects_without_replica_keys\":[\"plain/lost/0000\",") ==
+        NULL)
+        fail_msg("fsck --json said: ...%s", tail_of(out, 400));
+    assert_true(kvc_get_into(c, "plain/lost/0000", back, sizeof(back), &len, 1) < 0);
+
+    assert_int_equal(wx_weightctl(&f->m, out, 1 << 20, "kv rm plain/lost/0000"), 0);
+    assert_int_equal(wx_weightctl(&f->m, out, 1 << 20, "fsck"), 1);
+    if (strstr(out, "1000 objects have no replica left") == NULL ||
+        strstr(out, "  no replica: plain/lost/0000\n") != NULL ||
+        strstr(out, "  no replica: plain/lost/1000\n") == NULL || strstr(out, "... and") != NULL)
+        fail_msg("fsck after kv rm said: ...%s", tail_of(out, 400));
+    uint64_t removed = 0, skipped = 0;
+    assert_int_equal(kvc_remove_prefix(c, "plain/lost/", &removed, &skipped), 0);
+    assert_int_equal(removed, LOST - 1);
+    snprintf(want, sizeof(want), "clean\n");
+    if (wx_weightctl(&f->m, out, 1 << 20, "fsck") != 0 || strstr(out, want) == NULL)
+        fail_msg("the last fsck said: ...%s", tail_of(out, 400));
+    assert_int_equal(kvc_get_into(c, "plain/ok", back, sizeof(back), &len, 1), 0);
+    assert_memory_equal(back, bytes, sizeof(bytes));
+    kvc_close(c);
+    free(out);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -699,6 +803,8 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_memory_replica_put_again_before_the_repair_is_kept,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(test_objects_left_with_no_replica_are_reported, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -271,6 +271,78 @@ static void test_loss_version_moves_only_with_a_loss(void **state)
     obj_store_destroy(st);
 }
 
+typedef struct seen {
+    char keys[4][16];
+    uint64_t sizes[4];
+    size_t n;
+    size_t stop_after; /* 0: never stop */
+} seen;
+
+static int note_seen(void *arg, const char *key, uint64_t size)
+{
+    seen *s = arg;
+    if (s->n < 4) {
+        strncpy(s->keys[s->n], key, sizeof(s->keys[0]) - 1);
+        s->sizes[s->n] = size;
+    }
+    s->n++;
+    return s->stop_after != 0 && s->n >= s->stop_after;
+}
+
+/* obj_visit_unreplicated meets the complete objects that have no complete
+ * replica left, in key order, and nothing else: not an object with a
+ * replica (complete, on any node), not a put in flight. An object whose
+ * last replica is dropped, or whose only replica is FAILED or still
+ * PENDING, is met; fn's non-zero stops the visit. */
+static void test_objects_without_a_replica_are_visited(void **state)
+{
+    (void)state;
+    obj_store *st = store_with_objects(); /* k: memory + cold; p: a put in flight */
+    obj_record r = {0};
+    obj_replica v[2];
+    size_t n = 0;
+    seen s;
+    memset(&s, 0, sizeof(s));
+    assert_int_equal(obj_visit_unreplicated(st, note_seen, &s), 0);
+    assert_int_equal(s.n, 0);
+
+    /* p completes with its memory replica, then loses it: met. */
+    uint8_t sum[32] = {9};
+    assert_int_equal(obj_prepare_put_end(st, "p", sum, 2, &r), SMP_OK);
+    apply(st, &r);
+    assert_int_equal(obj_visit_unreplicated(st, note_seen, &s), 0);
+    assert_int_equal(obj_prepare_set_replicas(st, "p", v, 0, &r), SMP_OK);
+    apply(st, &r);
+    /* k keeps only its cold replica, marked FAILED: met too, before p. */
+    assert_int_equal(obj_object_replicas(st, "k", v, 2, &n), SMP_OK);
+    assert_int_equal(n, 2);
+    assert_int_equal(v[1].kind, SMP_REPLICA_COLD);
+    v[0] = (obj_replica){.kind = SMP_REPLICA_COLD, .status = OBJ_REPLICA_FAILED, .node = "n1",
+                         .length = 500, .path = "k.cold"}; /* the store's strings go with the change */
+    assert_int_equal(obj_prepare_set_replicas(st, "k", v, 1, &r), SMP_OK);
+    apply(st, &r);
+    memset(&s, 0, sizeof(s));
+    assert_int_equal(obj_visit_unreplicated(st, note_seen, &s), 2);
+    assert_int_equal(s.n, 2);
+    assert_string_equal(s.keys[0], "k");
+    assert_int_equal(s.sizes[0], 500);
+    assert_string_equal(s.keys[1], "p");
+    assert_int_equal(s.sizes[1], 100);
+    memset(&s, 0, sizeof(s));
+    s.stop_after = 1;
+    assert_int_equal(obj_visit_unreplicated(st, note_seen, &s), 1);
+    assert_int_equal(obj_visit_unreplicated(st, NULL, NULL), 2); /* counted only */
+
+    /* k's cold replica complete again: k is no longer met. */
+    v[0].status = OBJ_REPLICA_COMPLETE;
+    assert_int_equal(obj_prepare_set_replicas(st, "k", v, 1, &r), SMP_OK);
+    apply(st, &r);
+    memset(&s, 0, sizeof(s));
+    assert_int_equal(obj_visit_unreplicated(st, note_seen, &s), 1);
+    assert_string_equal(s.keys[0], "p");
+    obj_store_destroy(st);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -279,6 +351,7 @@ int main(void)
         cmocka_unit_test(test_bad_arguments_are_refused),
         cmocka_unit_test(test_readable_version_moves_with_every_change),
         cmocka_unit_test(test_loss_version_moves_only_with_a_loss),
+        cmocka_unit_test(test_objects_without_a_replica_are_visited),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
