@@ -509,6 +509,24 @@ static void start_without_node(wr_fixture *f, const char *name, int timeout_ms, 
     assert_int_equal(hx_start(&f->m, 10000), 0);
 }
 
+/* start_without_node with one store_node, "node-a", registered (*a), and a
+ * client connected; then a revision t1/ns/v@1 of 4 payloads (1,000 bytes
+ * and up, a unit each) published HOT, MANUAL, into *id and *u. */
+static void one_node_and_a_hot_revision(wr_fixture *f, const char *name, const char *plugin_extra,
+                                        hx_node *a, const char *ns, Wmrpc__WeightIdentity *id,
+                                        wr_upload *u)
+{
+    start_without_node(f, name, 600, plugin_extra);
+    assert_int_equal(hx_node_start(&f->m, a, "node-a", 16u << 20), 0);
+    assert_int_equal(hx_wait_nodes(&f->m, 1, 10000), 0);
+    wr_connect(f);
+    wr_set_identity(id, "t1", ns, "v", 1);
+    memset(u, 0, sizeof(*u));
+    u->per_unit = 1;
+    sizes_fill(u, 4, 1000);
+    wmrpc__metadata_response__free_unpacked(wr_publish(f, id, WR_RS_HOT, WR_MODE_MANUAL, u), NULL);
+}
+
 /* Two store_node processes: killing the node that holds a payload makes the
  * READY revision DEGRADED (not is_exist); restarting it on its segment makes
  * the revision READY again. */
@@ -563,18 +581,12 @@ static void test_migration_of_a_revision_that_lost_its_memory_fails(void **state
 {
     wr_fixture *f = *state;
     char seg[700];
-    start_without_node(f, "wl-lostmig", 600, "      degraded_migration_wait_ms: 500\n");
     hx_node a;
-    assert_int_equal(hx_node_start(&f->m, &a, "node-a", 16u << 20), 0);
-    assert_int_equal(hx_wait_nodes(&f->m, 1, 10000), 0);
-    wr_connect(f);
-
     Wmrpc__WeightIdentity id;
-    wr_set_identity(&id, "t1", "lostmig", "v", 1);
-    wr_upload u = {.per_unit = 1};
-    sizes_fill(&u, 4, 1000);
-    Wmrpc__MetadataResponse *r = wr_publish(f, &id, WR_RS_HOT, WR_MODE_MANUAL, &u);
-    wmrpc__metadata_response__free_unpacked(r, NULL);
+    wr_upload u;
+    Wmrpc__MetadataResponse *r;
+    one_node_and_a_hot_revision(f, "wl-lostmig", "      degraded_migration_wait_ms: 500\n", &a, "lostmig",
+                                &id, &u);
 
     assert_int_equal(kill(a.pid, SIGSTOP), 0);
     r = NULL;
@@ -630,18 +642,11 @@ static void lose_the_node_and_its_memory(wr_fixture *f, hx_node *a, const Wmrpc_
 static void test_a_lost_revision_comes_back_where_it_was(void **state)
 {
     wr_fixture *f = *state;
-    start_without_node(f, "wl-back", 600, NULL);
     hx_node a;
-    assert_int_equal(hx_node_start(&f->m, &a, "node-a", 16u << 20), 0);
-    assert_int_equal(hx_wait_nodes(&f->m, 1, 10000), 0);
-    wr_connect(f);
-
     Wmrpc__WeightIdentity id;
-    wr_set_identity(&id, "t1", "back", "v", 1);
-    wr_upload u = {.per_unit = 1};
-    sizes_fill(&u, 4, 1000);
-    Wmrpc__MetadataResponse *r = wr_publish(f, &id, WR_RS_HOT, WR_MODE_MANUAL, &u);
-    wmrpc__metadata_response__free_unpacked(r, NULL);
+    wr_upload u;
+    Wmrpc__MetadataResponse *r;
+    one_node_and_a_hot_revision(f, "wl-back", NULL, &a, "back", &id, &u);
     wmrpc__metadata_response__free_unpacked(migrate_and_wait(f, &id, WR_RS_COLD), NULL);
     wmrpc__metadata_response__free_unpacked(migrate_and_wait(f, &id, WR_RS_HOT), NULL);
 

@@ -281,21 +281,28 @@ static void overwrite_header(const char *path)
     assert_int_equal(fclose(fp), 0);
 }
 
-/* Publish id as COLD; the name of one of its payload files into name
- * (payload files: the header, then one 4 KiB payload). */
+/* Flip the bits of mask in the byte at `at` of the file at path (a cold
+ * file, or a memory replica's place in its segment file). */
+static void flip_byte(const char *path, uint64_t at, unsigned char mask)
+{
+    int fd = open(path, O_RDWR);
+    assert_true(fd >= 0);
+    unsigned char b = 0;
+    assert_int_equal(pread(fd, &b, 1, (off_t)at), 1);
+    b ^= mask;
+    assert_int_equal(pwrite(fd, &b, 1, (off_t)at), 1);
+    close(fd);
+}
+
 /* Flip a byte of the data of the cold file at path (past its header, which
  * stays intact): rot only a hash of the data finds. */
 static void rot_data(const char *path)
 {
-    FILE *fp = fopen(path, "r+b");
-    assert_non_null(fp);
-    assert_int_equal(fseek(fp, 4096 + 1000, SEEK_SET), 0);
-    int was = fgetc(fp);
-    assert_int_equal(fseek(fp, 4096 + 1000, SEEK_SET), 0);
-    assert_int_equal(fputc(was ^ 0xff, fp), was ^ 0xff);
-    assert_int_equal(fclose(fp), 0);
+    flip_byte(path, 4096 + 1000, 0xff);
 }
 
+/* Publish id as COLD; the name of one of its payload files into name
+ * (payload files: the header, then one 4 KiB payload). */
 static void put_cold_and_pick_a_payload_file(fixture *f, weight_store *s, const weight_identity *id,
                                              char name[128])
 {
@@ -614,13 +621,7 @@ static void test_fsck_deep_finds_a_memory_replica_that_lost_its_bytes(void **sta
     for (size_t i = 0; i < o.n_replicas; i++)
         if (o.replicas[i].kind == SMP_REPLICA_MEMORY) mem = &o.replicas[i];
     assert_non_null(mem);
-    int fd = open(mem->segment_path, O_RDWR);
-    assert_true(fd >= 0);
-    unsigned char b = 0;
-    assert_int_equal(pread(fd, &b, 1, (off_t)(mem->offset + 100)), 1);
-    b ^= 0x5a;
-    assert_int_equal(pwrite(fd, &b, 1, (off_t)(mem->offset + 100)), 1);
-    close(fd);
+    flip_byte(mem->segment_path, mem->offset + 100, 0x5a);
 
     if (wx_weightctl(&f->m, out, sizeof(out), "fsck") != 0) fail_msg("plain fsck said: %s", out);
     assert_int_equal(wx_weightctl(&f->m, out, sizeof(out), "fsck --deep"), 1);
@@ -671,11 +672,7 @@ static void test_a_memory_replica_put_again_before_the_repair_is_kept(void **sta
     assert_int_equal(kvc_get(c, "mem/bad", &o), 0);
     assert_int_equal(kvc_release_read_leases(c, NULL), 0); /* no lease holds the removal back */
     assert_int_equal(o.replicas[0].kind, SMP_REPLICA_MEMORY);
-    int fd = open(o.replicas[0].segment_path, O_RDWR);
-    assert_true(fd >= 0);
-    unsigned char b = good[10] ^ 0x81;
-    assert_int_equal(pwrite(fd, &b, 1, (off_t)(o.replicas[0].offset + 10)), 1);
-    close(fd);
+    flip_byte(o.replicas[0].segment_path, o.replicas[0].offset + 10, 0x81);
 
     char cmd[1200], found[200];
     snprintf(cmd, sizeof(cmd), "%s/bin/weightctl --master %s fsck --deep --repair 2>&1", BUILD_DIR,
@@ -744,11 +741,7 @@ static void test_objects_left_with_no_replica_are_reported(void **state)
         assert_int_equal(kvc_get(c, key, &o), 0);
         assert_int_equal(o.n_replicas, 1);
         assert_int_equal(o.replicas[0].kind, SMP_REPLICA_MEMORY);
-        int fd = open(o.replicas[0].segment_path, O_RDWR);
-        assert_true(fd >= 0);
-        unsigned char b = bytes[5] ^ 0x42;
-        assert_int_equal(pwrite(fd, &b, 1, (off_t)(o.replicas[0].offset + 5)), 1);
-        close(fd);
+        flip_byte(o.replicas[0].segment_path, o.replicas[0].offset + 5, 0x42);
     }
     assert_int_equal(kvc_release_read_leases(c, NULL), 0);
 
