@@ -142,7 +142,8 @@ static void lost_text(const FsckReport *rep)
     uint64_t lost = rep->objects_without_replica;
     if (lost == 0) return;
     printf("%llu objects have no replica left: unreadable until their plugin restores them or "
-           "they are removed (`weightctl kv rm KEY`)\n",
+           "they are removed (`weightctl kv rm KEY`; a weight revision's members with `weightctl rm` "
+           "of the revision)\n",
            (unsigned long long)lost);
     for (size_t i = 0; i < rep->n_objects_without_replica_keys; i++)
         printf("  no replica: %s\n", rep->objects_without_replica_keys[i]);

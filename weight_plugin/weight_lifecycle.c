@@ -399,7 +399,9 @@ static int wm_submit_availability(wm_plugin *p, const wm_revision *rev, wm_avail
     wm_revision next = *rev;
     wm_operation op;
     size_t n_ops = 0;
-    wm_revision_set_availability(&next, rev, a);
+    /* The active operation travels along unchanged (same state). */
+    const wm_operation *cur = rev->operation_id ? wm_store_operation(p->store, rev->operation_id) : NULL;
+    wm_revision_set_availability(&next, rev, cur, a);
     if (obs != NULL) {
         next.residency = obs->residency;
         next.observed_hot_ratio = obs->observed_hot_ratio;
@@ -412,8 +414,6 @@ static int wm_submit_availability(wm_plugin *p, const wm_revision *rev, wm_avail
                     wm_availability_name((int)a), why);
         return rc;
     }
-    /* The active operation travels along unchanged (same state). */
-    const wm_operation *cur = rev->operation_id ? wm_store_operation(p->store, rev->operation_id) : NULL;
     if (cur != NULL) {
         op = *cur;
         n_ops = 1;
@@ -767,7 +767,7 @@ static void wm_migration_check(wm_plugin *p, wm_job *j, const wm_revision *rev, 
         /* A member with no readable replica left: nothing to restore it
          * from. The repair ends FAILED, the revision DEGRADED. */
         wm_revision next = *rev;
-        wm_revision_set_availability(&next, rev, WM_AVAIL_DEGRADED);
+        wm_revision_set_availability(&next, rev, &j->op, WM_AVAIL_DEGRADED);
         snprintf(j->op.error, sizeof(j->op.error),
                  "%" PRIu64 " member(s)%s have no readable replica to restore from",
                  ob.unreadable_members, manifest_ok ? "" : " and the manifest");
@@ -785,7 +785,7 @@ static void wm_migration_check(wm_plugin *p, wm_job *j, const wm_revision *rev, 
     if (converged) {
         if (wm_pending_metadata(p, rev->group_key)) return;
         wm_revision next = *rev;
-        wm_revision_set_availability(&next, rev, WM_AVAIL_READY); /* a repair ends DEGRADED */
+        wm_revision_set_availability(&next, rev, NULL, WM_AVAIL_READY); /* a repair ends DEGRADED */
         next.residency = ob.residency;
         next.observed_hot_ratio = ob.observed_hot_ratio;
         wm_job_finish(p, j, rev, &next);
@@ -894,7 +894,7 @@ static void wm_deletion_step(wm_plugin *p, wm_job *j, const wm_revision *rev, ui
             return;
         }
         wm_revision next = *rev;
-        wm_revision_set_availability(&next, rev, WM_AVAIL_DELETED);
+        wm_revision_set_availability(&next, rev, NULL, WM_AVAIL_DELETED);
         next.residency = WM_RES_ABSENT;
         next.observed_hot_ratio = 0.0;
         next.lease_count = 0;

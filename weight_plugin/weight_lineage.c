@@ -648,7 +648,7 @@ static void wm_lin_delete_base(wm_plugin *p, const wm_revision *base)
     wm_operation op;
     uint64_t now = p->api->wall_ms(p->host);
     if (now < base->updated_ms) now = base->updated_ms;
-    wm_revision_set_availability(&r, base, WM_AVAIL_DELETING);
+    wm_revision_set_availability(&r, base, NULL, WM_AVAIL_DELETING);
     r.metadata_generation = base->metadata_generation + 1;
     r.updated_ms = now;
     memset(&op, 0, sizeof(op));

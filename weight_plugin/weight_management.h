@@ -559,10 +559,20 @@ int wm_availability_transition_ok(int from, int to);
 
 /* Make next, a copy of rev about to be persisted, availability a, keeping
  * degraded_from right: entering DEGRADED from another availability records
- * rev's residency and hot ratio there when rev's residency is HOT, COLD or
- * MIXED (else UNKNOWN); staying DEGRADED keeps rev's; any other
- * availability clears it. Every change of availability goes through here. */
-void wm_revision_set_availability(wm_revision *next, const wm_revision *rev, wm_availability a);
+ * where rev belongs -- the target of its active MIGRATING or REPAIRING
+ * operation `active` when there is one (NULL: none; the revision was on its
+ * way there, and a repair's residency as recorded is what it had not yet
+ * restored), else rev's residency and hot ratio when HOT, COLD or MIXED
+ * (else UNKNOWN); staying DEGRADED keeps rev's; any other availability
+ * clears it. Every change of availability goes through here. */
+void wm_revision_set_availability(wm_revision *next, const wm_revision *rev,
+                                  const wm_operation *active, wm_availability a);
+
+/* Record in next, a DEGRADED revision, that it belongs at `to` (HOT, COLD
+ * or MIXED; mixed_ratio is the ratio for MIXED, its policy's when not in
+ * (0, 1)): a policy update that moves a DEGRADED revision's preferred
+ * residency, which can start no migration until the revision is READY. */
+void wm_revision_degraded_toward(wm_revision *next, wm_residency to, double mixed_ratio);
 
 /* Check the invariants one revision record must hold on its own. Returns
  * WM_OK, or WM_EINVALID_ARGUMENT and a sentence naming the invariant in msg

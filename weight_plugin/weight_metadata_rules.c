@@ -132,7 +132,22 @@ static int wm_degraded_from_check(const wm_revision *rev, char *msg, size_t cap)
     return wm_ratio_check(d, rev->degraded_from_hot_ratio, "degraded_from_hot_ratio", msg, cap);
 }
 
-void wm_revision_set_availability(wm_revision *next, const wm_revision *rev, wm_availability a)
+void wm_revision_degraded_toward(wm_revision *next, wm_residency to, double mixed_ratio)
+{
+    next->degraded_from = to;
+    switch (to) {
+    case WM_RES_HOT: next->degraded_from_hot_ratio = 1.0; break;
+    case WM_RES_MIXED:
+        next->degraded_from_hot_ratio = isfinite(mixed_ratio) && mixed_ratio > 0.0 && mixed_ratio < 1.0
+                                            ? mixed_ratio
+                                            : next->policy.mixed_hot_ratio;
+        break;
+    default: next->degraded_from_hot_ratio = 0.0; break;
+    }
+}
+
+void wm_revision_set_availability(wm_revision *next, const wm_revision *rev,
+                                  const wm_operation *active, wm_availability a)
 {
     next->availability = a;
     if (a != WM_AVAIL_DEGRADED) {
@@ -141,6 +156,10 @@ void wm_revision_set_availability(wm_revision *next, const wm_revision *rev, wm_
     } else if (rev->availability == WM_AVAIL_DEGRADED) {
         next->degraded_from = rev->degraded_from;
         next->degraded_from_hot_ratio = rev->degraded_from_hot_ratio;
+    } else if (active != NULL && (active->kind == WM_OPK_MIGRATING || active->kind == WM_OPK_REPAIRING) &&
+               (active->target == WM_RES_HOT || active->target == WM_RES_COLD ||
+                active->target == WM_RES_MIXED)) {
+        wm_revision_degraded_toward(next, active->target, active->target_hot_ratio);
     } else if (rev->residency == WM_RES_HOT || rev->residency == WM_RES_COLD ||
                rev->residency == WM_RES_MIXED) {
         next->degraded_from = rev->residency;

@@ -87,8 +87,6 @@ static int wm_auto_start(wm_plugin *p, wm_auto *a, const wm_revision *r, wm_resi
     char why[512] = "";
     uint64_t now = wm_now(p, r);
     wm_op_migrating(p, &op, r, to, r->policy.mixed_hot_ratio, now);
-    op.members_total = r->payload_count;
-    op.bytes_total = r->logical_bytes;
     next.metadata_generation = r->metadata_generation + 1;
     next.updated_ms = now;
     next.operation_id = op.id;

@@ -201,7 +201,8 @@ int wm_policy_from_pb(const wm_plugin *p, const Wmrpc__WeightPolicy *in, const w
 
 /* -- wm_mgmt_txn.c: preparing records -------------------------------------- */
 
-/* Fill a new MIGRATING operation toward `target` (fresh id, RUNNING). */
+/* Fill a new MIGRATING operation of r toward `target` over all its
+ * payloads (fresh id, RUNNING, created now). */
 void wm_op_migrating(wm_plugin *p, wm_operation *op, const wm_revision *r, wm_residency target,
                      double ratio, uint64_t now);
 /* A new UPSERT record of rev: a copy one metadata generation on, updated

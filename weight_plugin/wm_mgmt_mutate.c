@@ -23,18 +23,31 @@
 /* UPDATE_POLICY, MIGRATE, REMOVE                                            */
 /* ------------------------------------------------------------------------ */
 
-/* 1 when the new policy of rev asks for another residency than the old one
- * (another preferred, or for MIXED another ratio) of an AUTO or MANUAL
- * revision that is READY and not already there: the update then starts
- * converging toward it (wm_rpc_update_policy). */
-static int wm_policy_converges(const wm_revision *rev, const wm_policy *pol)
+/* 1 when the new policy of an AUTO or MANUAL revision rev asks for another
+ * residency than the old one (another preferred, or for MIXED another
+ * ratio). */
+static int wm_policy_moves(const wm_revision *rev, const wm_policy *pol)
 {
     if (pol->mode != WM_MODE_AUTO && pol->mode != WM_MODE_MANUAL) return 0;
-    if (rev->availability != WM_AVAIL_READY) return 0;
-    int changed = pol->preferred != rev->policy.preferred ||
-                  (pol->preferred == WM_RES_MIXED && pol->mixed_hot_ratio != rev->policy.mixed_hot_ratio);
-    if (!changed) return 0;
+    return pol->preferred != rev->policy.preferred ||
+           (pol->preferred == WM_RES_MIXED && pol->mixed_hot_ratio != rev->policy.mixed_hot_ratio);
+}
+
+/* 1 when the new policy moves a READY revision that is not already there:
+ * the update then starts converging toward it (wm_rpc_update_policy). */
+static int wm_policy_converges(const wm_revision *rev, const wm_policy *pol)
+{
+    if (rev->availability != WM_AVAIL_READY || !wm_policy_moves(rev, pol)) return 0;
     return pol->preferred == WM_RES_MIXED || pol->preferred != rev->residency;
+}
+
+/* 1 when the new policy moves a DEGRADED revision: no migration can start
+ * while it is DEGRADED, so the record says it belongs there now
+ * (degraded_from), and it goes there once its members are readable again
+ * (wm_repair.c). */
+static int wm_policy_moves_degraded(const wm_revision *rev, const wm_policy *pol)
+{
+    return rev->availability == WM_AVAIL_DEGRADED && wm_policy_moves(rev, pol);
 }
 
 /* Replace the policy of one revision (absent fields keep the revision's
@@ -43,7 +56,8 @@ static int wm_policy_converges(const wm_revision *rev, const wm_policy *pol)
  * toward it: the record carries a MIGRATING operation toward it, as
  * weight_migrate would (wm_policy_converges); while another operation is
  * active that is BUSY, nothing changed. (An IMPORTING revision converges
- * at its commit anyway; a DEGRADED one is migrated once READY, explicitly.) */
+ * at its commit anyway; a DEGRADED one goes there once its members are
+ * readable again: wm_policy_moves_degraded.) */
 int wm_rpc_update_policy(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len)
 {
     wm_plugin *p = plugin;
@@ -89,6 +103,8 @@ int wm_rpc_update_policy(void *plugin, smp_rpc_call *call, const uint8_t *body, 
     if (t == NULL) goto free_req;
     t->up.revision.policy = pol;
     if (converge) wm_txn_migrating(p, t, pol.preferred, pol.mixed_hot_ratio);
+    if (wm_policy_moves_degraded(rev, &pol))
+        wm_revision_degraded_toward(&t->up.revision, pol.preferred, pol.mixed_hot_ratio);
     wm_txn_request(t, req->request_id, digest, req->expected_metadata_generation);
     wm_check_submit(p, call, rev, t, "policy update", "policy update", msg, sizeof(msg));
 free_req:

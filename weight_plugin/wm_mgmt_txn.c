@@ -741,6 +741,8 @@ void wm_op_migrating(wm_plugin *p, wm_operation *op, const wm_revision *r, wm_re
     op->target = target;
     op->target_hot_ratio = target == WM_RES_MIXED ? ratio : 0.0;
     op->state = WM_OPS_RUNNING;
+    op->members_total = r->payload_count;
+    op->bytes_total = r->logical_bytes;
     op->created_ms = op->updated_ms = now;
 }
 
@@ -766,8 +768,6 @@ void wm_txn_migrating(wm_plugin *p, wm_txn *t, wm_residency target, double ratio
 {
     wm_revision *r = &t->up.revision;
     wm_op_migrating(p, &t->ops[0], r, target, ratio, r->updated_ms);
-    t->ops[0].members_total = r->payload_count;
-    t->ops[0].bytes_total = r->logical_bytes;
     r->operation_id = t->ops[0].id;
     t->up.n_operations = 1;
 }
@@ -778,7 +778,7 @@ void wm_txn_deleting(wm_plugin *p, wm_txn *t, uint64_t members, uint64_t bytes)
 {
     wm_revision *r = &t->up.revision;
     wm_operation *op = &t->ops[0];
-    wm_revision_set_availability(r, r, WM_AVAIL_DELETING);
+    wm_revision_set_availability(r, r, NULL, WM_AVAIL_DELETING);
     memset(op, 0, sizeof(*op));
     op->id = wm_store_reserve_operation_id(p->store);
     op->kind = WM_OPK_DELETING;

@@ -54,6 +54,7 @@
 #define WM_MANIFEST_TASKS 64     /* manifest replica tasks in flight at most */
 #define WM_READY_QUEUE (1u << 20) /* revisions waiting for care at most (then a lap) */
 #define WM_VALIDATE_QUEUE 4096   /* groups waiting for validation at most */
+#define WM_RATIO_SLACK 1e-9      /* hot ratios this close are the same */
 
 /* A manifest replica task in flight, or one that failed and waits for its
  * retry. Allocated one by one: the task callback holds the pointer. */
@@ -389,7 +390,7 @@ static wm_residency wm_repair_target(const wm_revision *rev, double *ratio)
  * readability, the observation, and how many members lack the replica the
  * target residency needs -- for HOT memory, for COLD a cold replica; for
  * MIXED, whose HOT units are whichever the migration chose, the loss shows
- * as an observed ratio below the recorded one (missing is then 1). */
+ * as an observed ratio below the target's (missing is then 1). */
 typedef struct wm_facts {
     wm_observation ob;
     int manifest_readable;
@@ -429,7 +430,7 @@ static int wm_repair_facts(wm_plugin *p, const wm_revision *rev, wm_residency ta
     wm_replicas_of(p, rev->manifest_key, &o);
     out->manifest_readable = o.complete && o.memory_replicas_readable + o.cold_replicas_readable > 0;
     rc = wm_residency_observe(aff, m, total, out->manifest_readable, &out->ob);
-    if (rc == WM_OK && target == WM_RES_MIXED && out->ob.observed_hot_ratio < rev->observed_hot_ratio)
+    if (rc == WM_OK && target == WM_RES_MIXED && out->ob.observed_hot_ratio < ratio - WM_RATIO_SLACK)
         out->missing = 1;
 free_tmp:
     free(m);
@@ -458,8 +459,6 @@ static void wm_op_repairing(wm_plugin *p, wm_operation *op, const wm_revision *r
 {
     wm_op_migrating(p, op, rev, target, ratio, now);
     op->kind = WM_OPK_REPAIRING;
-    op->members_total = rev->payload_count;
-    op->bytes_total = rev->logical_bytes;
 }
 
 /* Check rev against its replicas and act (see the file comment). Returns 1
@@ -480,26 +479,45 @@ static int wm_validate(wm_plugin *p, const wm_revision *rev, uint64_t *checks)
          * it back when a replica returns). */
         if (rev->availability == WM_AVAIL_DEGRADED) return 1;
         wm_revision next = *rev;
-        wm_revision_set_availability(&next, rev, WM_AVAIL_DEGRADED);
+        wm_revision_set_availability(&next, rev, NULL, WM_AVAIL_DEGRADED);
         next.metadata_generation = rev->metadata_generation + 1;
         next.updated_ms = wm_now(p, rev);
         return wm_submit_upsert(p, &next, NULL, 0, NULL, NULL) == WM_OK;
     }
     wm_revision next = *rev;
-    wm_revision_set_availability(&next, rev, WM_AVAIL_READY);
+    wm_revision_set_availability(&next, rev, NULL, WM_AVAIL_READY);
     next.residency = f.ob.residency;
     next.observed_hot_ratio = f.ob.observed_hot_ratio;
     next.metadata_generation = rev->metadata_generation + 1;
     next.updated_ms = wm_now(p, rev);
     /* After a repair that gave up: the residency is recorded as it is and
-     * no new repair starts by itself (an explicit REPAIR still does). */
-    int gave_up = p->repair != NULL && wm_gave_up_take(p->repair, rev->group_key);
-    if (f.missing > 0 && target != WM_RES_UNKNOWN && !gave_up) {
+     * no new repair starts by itself (an explicit REPAIR still does) --
+     * unless the revision comes back from DEGRADED: members readable
+     * again are a change, and it goes back where it belongs. */
+    int gave_up = p->repair != NULL && wm_gave_up_take(p->repair, rev->group_key) &&
+                  rev->availability != WM_AVAIL_DEGRADED;
+    /* Back from DEGRADED with more in memory than where it belongs (a
+     * policy update or a migration toward less memory came while it was
+     * DEGRADED): a migration takes it there, releasing what a repair
+     * would keep. */
+    double goal = target == WM_RES_HOT ? 1.0 : target == WM_RES_MIXED ? ratio : 0.0;
+    int excess = rev->availability == WM_AVAIL_DEGRADED && target != WM_RES_UNKNOWN &&
+                 f.ob.observed_hot_ratio > goal + WM_RATIO_SLACK;
+    if ((f.missing > 0 || excess) && target != WM_RES_UNKNOWN && !gave_up) {
         wm_operation op;
-        wm_op_repairing(p, &op, rev, target, ratio, next.updated_ms);
+        if (excess) wm_op_migrating(p, &op, rev, target, ratio, next.updated_ms);
+        else wm_op_repairing(p, &op, rev, target, ratio, next.updated_ms);
         next.operation_id = op.id;
-        int rc = wm_submit_upsert(p, &next, &op, 1, wm_repair_logged, NULL);
+        int rc = wm_submit_upsert(p, &next, &op, 1, excess ? NULL : wm_repair_logged, NULL);
         if (rc != WM_OK) return 0;
+        if (excess) {
+            p->api->log(p->host, SMP_LOG_INFO,
+                        "%s is READY again and %s (ratio %.3f); it belongs %s: migrating "
+                        "(operation %" PRIu64 ")",
+                        rev->group_key, wm_residency_name((int)f.ob.residency), f.ob.observed_hot_ratio,
+                        wm_residency_name((int)target), op.id);
+            return 1;
+        }
         p->repairs_started++;
         p->api->log(p->host, SMP_LOG_INFO,
                     "%s: %" PRIu64 " member(s) lost the replica %s needs; repairing "
@@ -595,7 +613,9 @@ static wm_residency wm_explicit_target(wm_plugin *p, const wm_revision *rev, dou
 /* Start a REPAIRING operation on a READY or DEGRADED revision now, toward
  * its recorded residency (or the target of its last repair when that one
  * FAILED: wm_explicit_target), whatever its members look like (a repair
- * with nothing to restore ends at its first check). CAS-fenced and idempotent by
+ * with nothing to restore ends at its first check) -- except a DEGRADED
+ * revision with a member that has no readable replica, which has nothing
+ * to repair from (NOT_READY). CAS-fenced and idempotent by
  * request id like MIGRATE; BUSY while an operation is active; NOT_READY for
  * another availability. Answered with the metadata once durable. */
 int wm_rpc_repair(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len)
@@ -628,6 +648,20 @@ int wm_rpc_repair(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t 
         wm_reply_error(p, call, WM_ECONFLICT,
                        "revision %s records residency %s: there is no residency to restore",
                        rev->group_key, wm_residency_name((int)rev->residency));
+        goto free_req;
+    }
+    wm_facts f;
+    if (rev->availability == WM_AVAIL_DEGRADED && wm_repair_facts(p, rev, target, ratio, &f) == WM_OK &&
+        f.ob.availability != WM_AVAIL_READY) {
+        /* A repair copies from a readable replica; there is none (the
+         * members' node is down, or lost them). It would only fail its
+         * attempts, holding the revision BUSY meanwhile. */
+        wm_reply_error(p, call, WM_ENOT_READY,
+                       "revision %s is DEGRADED: %" PRIu64 " member(s)%s have no readable replica to "
+                       "repair from (their node is down, or lost them); it is repaired by itself "
+                       "once they are readable again, or it can be removed",
+                       rev->group_key, f.ob.unreadable_members,
+                       f.manifest_readable ? "" : " and the manifest");
         goto free_req;
     }
     wm_txn *t = wm_txn_next(p, call, rev);

@@ -669,6 +669,74 @@ static void test_a_lost_revision_comes_back_where_it_was(void **state)
     hx_node_kill(&a);
 }
 
+/* A MIXED revision lost with its node comes back MIXED at the ratio it had
+ * (before, the repair compared the ratio it found with the DEGRADED
+ * record's, 0, and recorded it READY + COLD). */
+static void test_a_mixed_revision_comes_back_mixed(void **state)
+{
+    wr_fixture *f = *state;
+    hx_node a;
+    Wmrpc__WeightIdentity id;
+    wr_upload u;
+    one_node_and_a_hot_revision(f, "wl-mixed", NULL, &a, "mixed", &id, &u);
+    wmrpc__metadata_response__free_unpacked(migrate_and_wait(f, &id, WR_RS_COLD), NULL);
+    Wmrpc__MetadataResponse *r = migrate_and_wait(f, &id, WR_RS_MIXED);
+    double ratio = r->metadata->observed_hot_ratio;
+    wmrpc__metadata_response__free_unpacked(r, NULL);
+    assert_true(ratio > 0.0 && ratio < 1.0);
+
+    lose_the_node_and_its_memory(f, &a, &id);
+    r = wait_state(f, &id, WR_AV_READY, WR_RS_MIXED);
+    if (r->metadata->observed_hot_ratio != ratio)
+        fail_msg("back at ratio %g, not %g", r->metadata->observed_hot_ratio, ratio);
+    wmrpc__metadata_response__free_unpacked(r, NULL);
+    check_replicas(f, &u, WR_RS_MIXED);
+    wr_disconnect(f);
+    hx_node_kill(&a);
+}
+
+/* While a revision is DEGRADED with its node away: an explicit repair,
+ * which has nothing to copy from, is refused NOT_READY with the reason and
+ * nothing changes (before, it was accepted, failed its attempts for some
+ * 25 s holding the revision BUSY, and its giving up then kept the revision
+ * from coming back where it was); a policy update to COLD is accepted, and
+ * when the node returns with its memory intact the revision goes where the
+ * policy now says -- a migration releases the memory a repair would keep
+ * (before, it came back HOT, preferred COLD, and stayed so). */
+static void test_a_degraded_revision_follows_a_new_policy(void **state)
+{
+    wr_fixture *f = *state;
+    hx_node a;
+    Wmrpc__WeightIdentity id;
+    wr_upload u;
+    one_node_and_a_hot_revision(f, "wl-degpol", NULL, &a, "degpol", &id, &u);
+    wmrpc__metadata_response__free_unpacked(migrate_and_wait(f, &id, WR_RS_COLD), NULL);
+    wmrpc__metadata_response__free_unpacked(migrate_and_wait(f, &id, WR_RS_HOT), NULL);
+    hx_node_kill(&a);
+    Wmrpc__MetadataResponse *r = wait_state(f, &id, WR_AV_DEGRADED, WR_RS_ABSENT);
+    wmrpc__metadata_response__free_unpacked(r, NULL);
+
+    uint64_t gen = generation_of(f, &id);
+    assert_int_equal(wr_ident_call(f, WMRPC__WEIGHT_METHOD__WEIGHT_REPAIR, &id, gen, NULL), WR_E_NOT_READY);
+    if (strstr(f->last_error, "4 member(s) and the manifest have no readable replica to repair from") == NULL)
+        fail_msg("the repair was refused with: %s", f->last_error);
+    assert_int_equal(generation_of(f, &id), gen);
+
+    assert_int_equal(wr_update_policy(f, &id, WR_RS_COLD, WR_MODE_MANUAL, gen, NULL), 0);
+    assert_int_equal(hx_node_start(&f->m, &a, "node-a", 16u << 20), 0); /* its segment kept */
+    assert_int_equal(hx_wait_nodes(&f->m, 1, 10000), 0);
+    r = wait_state(f, &id, WR_AV_READY, WR_RS_COLD);
+    assert_int_equal(r->metadata->policy->preferred_residency, WR_RS_COLD);
+    wmrpc__metadata_response__free_unpacked(r, NULL);
+    check_replicas(f, &u, WR_RS_COLD);
+    if (!hx_log_contains(&f->m, "it belongs COLD: migrating")) {
+        hx_print_log(&f->m);
+        fail_msg("the master did not say it migrates the revision where it belongs");
+    }
+    wr_disconnect(f);
+    hx_node_kill(&a);
+}
+
 static void restart_master(wr_fixture *f)
 {
     wr_disconnect(f);
@@ -995,6 +1063,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_migration_of_a_revision_that_lost_its_memory_fails, wr_setup,
                                         wr_teardown),
         cmocka_unit_test_setup_teardown(test_a_lost_revision_comes_back_where_it_was, wr_setup, wr_teardown),
+        cmocka_unit_test_setup_teardown(test_a_mixed_revision_comes_back_mixed, wr_setup, wr_teardown),
+        cmocka_unit_test_setup_teardown(test_a_degraded_revision_follows_a_new_policy, wr_setup, wr_teardown),
         cmocka_unit_test_setup_teardown(test_master_killed_mid_migration_and_deletion, wr_setup, wr_teardown),
         cmocka_unit_test_setup_teardown(test_restart_waits_for_the_nodes, wr_setup, wr_teardown),
         cmocka_unit_test_setup_teardown(test_master_killed_during_import_never_publishes, wr_setup,

@@ -234,7 +234,7 @@ static void test_degraded_from_belongs_to_degraded(void **state)
     ready.observed_hot_ratio = 0.25;
 
     r = ready;
-    wm_revision_set_availability(&r, &ready, WM_AVAIL_DEGRADED);
+    wm_revision_set_availability(&r, &ready, NULL, WM_AVAIL_DEGRADED);
     r.residency = WM_RES_ABSENT; /* what survived: nothing */
     r.observed_hot_ratio = 0.0;
     assert_int_equal(r.degraded_from, WM_RES_MIXED);
@@ -242,18 +242,52 @@ static void test_degraded_from_belongs_to_degraded(void **state)
     assert_int_equal(wm_metadata_check(&r, msg, sizeof(msg)), WM_OK);
 
     wm_revision again = r; /* still DEGRADED, some replica back: kept */
-    wm_revision_set_availability(&again, &r, WM_AVAIL_DEGRADED);
+    wm_revision_set_availability(&again, &r, NULL, WM_AVAIL_DEGRADED);
     again.residency = WM_RES_COLD;
     assert_int_equal(again.degraded_from, WM_RES_MIXED);
     assert_true(again.degraded_from_hot_ratio == 0.25);
 
     wm_revision back = r;
-    wm_revision_set_availability(&back, &r, WM_AVAIL_READY);
+    wm_revision_set_availability(&back, &r, NULL, WM_AVAIL_READY);
     assert_int_equal(back.degraded_from, WM_RES_UNKNOWN);
     assert_true(back.degraded_from_hot_ratio == 0.0);
     wm_revision gone = r;
-    wm_revision_set_availability(&gone, &r, WM_AVAIL_DELETING);
+    wm_revision_set_availability(&gone, &r, NULL, WM_AVAIL_DELETING);
     assert_int_equal(gone.degraded_from, WM_RES_UNKNOWN);
+
+    /* Lost on the way somewhere: where its operation was taking it (a
+     * repair back to HOT that had restored nothing yet, with the READY
+     * record saying COLD; a migration toward MIXED 0.3), not where the
+     * record says; a DELETING operation is no residency. */
+    wm_revision cold = f->ready;
+    cold.residency = WM_RES_COLD;
+    cold.observed_hot_ratio = 0.0;
+    wm_operation op;
+    memset(&op, 0, sizeof(op));
+    op.kind = WM_OPK_REPAIRING;
+    op.target = WM_RES_HOT;
+    wm_revision lost = cold;
+    wm_revision_set_availability(&lost, &cold, &op, WM_AVAIL_DEGRADED);
+    assert_int_equal(lost.degraded_from, WM_RES_HOT);
+    assert_true(lost.degraded_from_hot_ratio == 1.0);
+    op.kind = WM_OPK_MIGRATING;
+    op.target = WM_RES_MIXED;
+    op.target_hot_ratio = 0.3;
+    wm_revision_set_availability(&lost, &cold, &op, WM_AVAIL_DEGRADED);
+    assert_int_equal(lost.degraded_from, WM_RES_MIXED);
+    assert_true(lost.degraded_from_hot_ratio == 0.3);
+    op.kind = WM_OPK_DELETING;
+    wm_revision_set_availability(&lost, &cold, &op, WM_AVAIL_DEGRADED);
+    assert_int_equal(lost.degraded_from, WM_RES_COLD);
+    assert_true(lost.degraded_from_hot_ratio == 0.0);
+    /* A policy update while DEGRADED: MIXED without a usable ratio takes
+     * the policy's. */
+    lost.policy.mixed_hot_ratio = 0.6;
+    wm_revision_degraded_toward(&lost, WM_RES_MIXED, 0.0);
+    assert_int_equal(lost.degraded_from, WM_RES_MIXED);
+    assert_true(lost.degraded_from_hot_ratio == 0.6);
+    wm_revision_degraded_toward(&lost, WM_RES_COLD, 0.6);
+    assert_true(lost.degraded_from_hot_ratio == 0.0);
 
     /* A DEGRADED record from before the field: nothing recorded, valid. */
     r.degraded_from = WM_RES_UNKNOWN;
