@@ -212,7 +212,8 @@ int wctl_cmd_fsck(ctl *x, int argc, char **argv)
                (unsigned long long)used, (unsigned long long)rep->memory_used);
         lost_text(rep);
         if (orphans == 0 && corrupt == 0) {
-            if (lost == 0) printf("clean\n"); /* else said by lost_text */
+            /* else said by lost_text; a node not checked keeps it from being clean */
+            if (lost == 0) printf(unchecked ? "clean where checked (exit 1: not everything was)\n" : "clean\n");
         }
         else if (!repair && corrupt == 0) printf("%llu orphans; `weightctl fsck --repair` removes them\n",
                                                  (unsigned long long)orphans);

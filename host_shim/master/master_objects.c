@@ -472,6 +472,29 @@ static int h_remove(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t l
 
 #define MAX_REPLICAS 16
 
+/* SMP_EAGAIN for a get of key, a complete object with no complete replica:
+ * one still being written or loaded may end it (retry), but with none
+ * under way its data is gone until its plugin restores it or it is
+ * removed, and the reply says so rather than a bare "try again". */
+static void reply_no_replica(master *m, smp_rpc_call *call, const char *key)
+{
+    obj_replica reps[MAX_REPLICAS];
+    size_t n = 0;
+    int pending = 0;
+    if (obj_object_replicas(master_objs(m), key, reps, MAX_REPLICAS, &n) == SMP_OK)
+        for (size_t i = 0; i < n && i < MAX_REPLICAS; i++) pending |= reps[i].status == OBJ_REPLICA_PENDING;
+    if (pending) {
+        reply_err(call, SMP_EAGAIN, "get replicas: a replica is still being written or loaded", key);
+        return;
+    }
+    char msg[1400];
+    snprintf(msg, sizeof(msg),
+             "get replicas '%.1024s': %s: it has no replica left (its data is lost: `weightctl fsck` "
+             "lists such objects); remove it, or its plugin restores it",
+             key, smp_strerror(SMP_EAGAIN));
+    rpc_reply_error(call, SMP_EAGAIN, msg);
+}
+
 /* The READ ticket of replica r of key: its memory range, or its cold
  * file's data (named by the file's bare name, as READ_COLD names it). */
 static int read_ticket(master *m, const char *key, const obj_replica *r, const smp_object_info *info,
@@ -527,6 +550,8 @@ static int h_get_replicas(void *ctx, smp_rpc_call *call, const uint8_t *body, si
         } else if (rc == SMP_EAGAIN) { /* known, but no complete replica left */
             int known = obj_object_info(master_objs(m), req->key, &info) == SMP_OK && info.group != NULL;
             emit_read_miss(m, req->key, known ? info.group : "");
+            reply_no_replica(m, call, req->key);
+            goto free_req;
         }
         reply_err(call, rc, "get replicas", req->key);
         goto free_req;

@@ -33,6 +33,7 @@
 
 #include "harness.h"
 #include "node_cold.h"
+#include "weight_model.h" /* wx_weightctl */
 #include "weight_rpc.h"
 
 /* ------------------------------------------------------------------------ */
@@ -721,6 +722,14 @@ static void test_a_degraded_revision_follows_a_new_policy(void **state)
     if (strstr(f->last_error, "4 member(s) and the manifest have no readable replica to repair from") == NULL)
         fail_msg("the repair was refused with: %s", f->last_error);
     assert_int_equal(generation_of(f, &id), gen);
+    /* Its objects are on a node that is down, not lost: fsck says the node
+     * was not checked (exit 1), and neither "clean" nor "no replica left". */
+    char out[8192];
+    assert_int_equal(wx_weightctl(&f->m, out, sizeof(out), "fsck"), 1);
+    if (strstr(out, "1 nodes holding a segment are not up: not checked\n") == NULL ||
+        strstr(out, "no replica left") != NULL || strstr(out, "\nclean\n") != NULL ||
+        strstr(out, "clean where checked (exit 1: not everything was)\n") == NULL)
+        fail_msg("fsck with the node down said: %s", out);
 
     assert_int_equal(wr_update_policy(f, &id, WR_RS_COLD, WR_MODE_MANUAL, gen, NULL), 0);
     assert_int_equal(hx_node_start(&f->m, &a, "node-a", 16u << 20), 0); /* its segment kept */

@@ -717,7 +717,8 @@ static const char *tail_of(const char *text, size_t n)
  * drops those replicas and says the store is not whole: exit 1, "1001
  * objects have no replica left", the first 1,000 named in key order and
  * the rest counted; the next plain fsck says the same (--json too). The
- * objects are still listed and unreadable; `weightctl kv rm` of one takes
+ * objects are still listed and unreadable (a get says the data is lost,
+ * not just "try again"); `weightctl kv rm` of one takes
  * it off the report, and once the rest are removed fsck is clean and the
  * sound object reads back. (Before, fsck said clean over them.) */
 static void test_objects_left_with_no_replica_are_reported(void **state)
@@ -758,6 +759,9 @@ static void test_objects_left_with_no_replica_are_reported(void **state)
         NULL)
         fail_msg("fsck --json said: ...%s", tail_of(out, 400));
     assert_true(kvc_get_into(c, "plain/lost/0000", back, sizeof(back), &len, 1) < 0);
+    assert_int_equal(wx_weightctl(&f->m, out, 1 << 20, "kv get plain/lost/0000 -"), 1);
+    if (strstr(out, "it has no replica left (its data is lost") == NULL) /* not a bare "try again" */
+        fail_msg("kv get of a lost object said: %s", out);
 
     assert_int_equal(wx_weightctl(&f->m, out, 1 << 20, "kv rm plain/lost/0000"), 0);
     assert_int_equal(wx_weightctl(&f->m, out, 1 << 20, "fsck"), 1);
