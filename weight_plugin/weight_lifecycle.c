@@ -391,9 +391,8 @@ static void wm_job_finish(wm_plugin *p, wm_job *j, const wm_revision *rev, wm_re
     wm_job_end(p, j, rev, next, WM_OPS_SUCCEEDED);
 }
 
-/* A change of availability alone (READY <-> DEGRADED), generation + 1. */
-static int wm_submit_availability(wm_plugin *p, const wm_revision *rev, wm_availability a,
-                                  const wm_observation *obs)
+int wm_submit_availability(wm_plugin *p, const wm_revision *rev, wm_availability a,
+                           const wm_observation *obs)
 {
     char why[512] = "";
     wm_revision next = *rev;
@@ -761,13 +760,15 @@ static void wm_migration_check(wm_plugin *p, wm_job *j, const wm_revision *rev, 
     if (ob.availability != WM_AVAIL_READY) {
         if (wm_pending_metadata(p, rev->group_key)) return;
         if (!repair) {
-            wm_submit_availability(p, rev, WM_AVAIL_DEGRADED, NULL);
+            wm_submit_availability(p, rev, WM_AVAIL_DEGRADED, &ob);
             return;
         }
         /* A member with no readable replica left: nothing to restore it
          * from. The repair ends FAILED, the revision DEGRADED. */
         wm_revision next = *rev;
         wm_revision_set_availability(&next, rev, &j->op, WM_AVAIL_DEGRADED);
+        next.residency = ob.residency; /* what its replicas left */
+        next.observed_hot_ratio = ob.observed_hot_ratio;
         snprintf(j->op.error, sizeof(j->op.error),
                  "%" PRIu64 " member(s)%s have no readable replica to restore from",
                  ob.unreadable_members, manifest_ok ? "" : " and the manifest");
@@ -1030,7 +1031,8 @@ static void wm_jobs_gc(wm_plugin *p, wm_lc *lc)
  * replica is gone never will, and the operation would keep the revision
  * from being deleted: after the plugin key degraded_migration_wait_ms
  * (default 30 s) the migration ends FAILED, naming why, and the revision
- * stays DEGRADED. Migrating it again works once it is READY. */
+ * stays DEGRADED, recording the migration's target as where it belongs
+ * (degraded_from): it goes there once its members are readable again. */
 static void wm_migration_wait_degraded(wm_plugin *p, wm_job *j, const wm_revision *rev, uint64_t now)
 {
     uint64_t wait = wm_plugin_u64(p, "degraded_migration_wait_ms", WM_DEGRADED_MIGRATION_WAIT_MS);
@@ -1041,7 +1043,8 @@ static void wm_migration_wait_degraded(wm_plugin *p, wm_job *j, const wm_revisio
     if (now - j->degraded_since_ms < wait || wm_pending_metadata(p, rev->group_key)) return;
     snprintf(j->op.error, sizeof(j->op.error),
              "the revision stayed DEGRADED for %" PRIu64 " ms (degraded_migration_wait_ms; a member "
-             "has no readable replica); migrate it again once it is READY", wait);
+             "has no readable replica); it goes to %s by itself once its members are readable",
+             wait, wm_residency_name((int)j->op.target));
     p->api->log(p->host, SMP_LOG_WARN, "operation %" PRIu64 " on %s: %s", j->op_id, rev->group_key, j->op.error);
     wm_revision next = *rev;
     wm_job_end(p, j, rev, &next, WM_OPS_FAILED);

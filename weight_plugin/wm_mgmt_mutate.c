@@ -92,7 +92,10 @@ int wm_rpc_update_policy(void *plugin, smp_rpc_call *call, const uint8_t *body, 
     }
     if (!wm_check_idle(p, call, rev)) goto free_req;
     int converge = wm_policy_converges(rev, &pol);
-    if (converge && rev->operation_id != 0) {
+    int moves_degraded = wm_policy_moves_degraded(rev, &pol);
+    if ((converge || moves_degraded) && rev->operation_id != 0) {
+        /* A DEGRADED revision's operation would take it to its own target
+         * when its members return, and the new residency would be lost. */
         wm_reply_error(p, call, WM_EBUSY,
                        "revision %s has active operation %" PRIu64 "; a new preferred residency "
                        "starts a migration, so retry once it has ended",
@@ -103,8 +106,7 @@ int wm_rpc_update_policy(void *plugin, smp_rpc_call *call, const uint8_t *body, 
     if (t == NULL) goto free_req;
     t->up.revision.policy = pol;
     if (converge) wm_txn_migrating(p, t, pol.preferred, pol.mixed_hot_ratio);
-    if (wm_policy_moves_degraded(rev, &pol))
-        wm_revision_degraded_toward(&t->up.revision, pol.preferred, pol.mixed_hot_ratio);
+    if (moves_degraded) wm_revision_degraded_toward(&t->up.revision, pol.preferred, pol.mixed_hot_ratio);
     wm_txn_request(t, req->request_id, digest, req->expected_metadata_generation);
     wm_check_submit(p, call, rev, t, "policy update", "policy update", msg, sizeof(msg));
 free_req:

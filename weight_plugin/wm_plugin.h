@@ -249,6 +249,14 @@ uint64_t wm_backoff(uint32_t attempts);
  * replicas (wm_repair_validate_all). */
 void wm_lifecycle_revalidate(wm_plugin *p);
 
+/* A change of availability alone (READY <-> DEGRADED), generation + 1, the
+ * active operation carried along; with obs, the residency and hot ratio
+ * observed (a DEGRADED one shows what its replicas left, ABSENT when
+ * none). Logged, with where a revision turning DEGRADED belongs. WM_OK
+ * once appended, or the refusal (logged). */
+int wm_submit_availability(wm_plugin *p, const wm_revision *rev, wm_availability a,
+                           const wm_observation *obs);
+
 /* -- wm_auto.c: AUTO revisions moving by themselves ------------------------ */
 
 /* Memory pressure reported: used of capacity bytes (capacity 0: ignored). */

@@ -478,11 +478,7 @@ static int wm_validate(wm_plugin *p, const wm_revision *rev, uint64_t *checks)
         /* Nothing readable for some member: DEGRADED (the recheck brings
          * it back when a replica returns). */
         if (rev->availability == WM_AVAIL_DEGRADED) return 1;
-        wm_revision next = *rev;
-        wm_revision_set_availability(&next, rev, NULL, WM_AVAIL_DEGRADED);
-        next.metadata_generation = rev->metadata_generation + 1;
-        next.updated_ms = wm_now(p, rev);
-        return wm_submit_upsert(p, &next, NULL, 0, NULL, NULL) == WM_OK;
+        return wm_submit_availability(p, rev, WM_AVAIL_DEGRADED, &f.ob) == WM_OK;
     }
     wm_revision next = *rev;
     wm_revision_set_availability(&next, rev, NULL, WM_AVAIL_READY);
@@ -512,18 +508,25 @@ static int wm_validate(wm_plugin *p, const wm_revision *rev, uint64_t *checks)
         if (rc != WM_OK) return 0;
         if (excess) {
             p->api->log(p->host, SMP_LOG_INFO,
-                        "%s is READY again and %s (ratio %.3f); it belongs %s: migrating "
+                        "%s is READY again and %s (ratio %.3f); it belongs %s (ratio %.3f): migrating "
                         "(operation %" PRIu64 ")",
                         rev->group_key, wm_residency_name((int)f.ob.residency), f.ob.observed_hot_ratio,
-                        wm_residency_name((int)target), op.id);
+                        wm_residency_name((int)target), goal, op.id);
             return 1;
         }
         p->repairs_started++;
-        p->api->log(p->host, SMP_LOG_INFO,
-                    "%s: %" PRIu64 " member(s) lost the replica %s needs; repairing "
-                    "(operation %" PRIu64 ", observed %s)",
-                    rev->group_key, f.missing, wm_residency_name((int)target), op.id,
-                    wm_residency_name((int)f.ob.residency));
+        if (target == WM_RES_MIXED)
+            p->api->log(p->host, SMP_LOG_INFO,
+                        "%s: its hot ratio %.3f is below MIXED's %.3f; repairing (operation %" PRIu64
+                        ", observed %s)",
+                        rev->group_key, f.ob.observed_hot_ratio, ratio, op.id,
+                        wm_residency_name((int)f.ob.residency));
+        else
+            p->api->log(p->host, SMP_LOG_INFO,
+                        "%s: %" PRIu64 " member(s) lost the replica %s needs; repairing "
+                        "(operation %" PRIu64 ", observed %s)",
+                        rev->group_key, f.missing, wm_residency_name((int)target), op.id,
+                        wm_residency_name((int)f.ob.residency));
         return 1;
     }
     if (rev->availability == WM_AVAIL_READY && next.residency == rev->residency &&

@@ -738,12 +738,47 @@ static void test_a_degraded_revision_follows_a_new_policy(void **state)
     assert_int_equal(r->metadata->policy->preferred_residency, WR_RS_COLD);
     wmrpc__metadata_response__free_unpacked(r, NULL);
     check_replicas(f, &u, WR_RS_COLD);
-    if (!hx_log_contains(&f->m, "it belongs COLD: migrating")) {
+    if (!hx_log_contains(&f->m, "it belongs COLD (ratio 0.000): migrating")) {
         hx_print_log(&f->m);
         fail_msg("the master did not say it migrates the revision where it belongs");
     }
     wr_disconnect(f);
     hx_node_kill(&a);
+}
+
+/* A DEGRADED revision whose migration still runs refuses a new preferred
+ * residency BUSY, as a READY one does: its migration would take it to its
+ * own target when the members return, and the update would be lost (a
+ * trial found it accepted and then ignored). A change of mode alone, which
+ * moves nothing, is accepted. */
+static void test_a_degraded_revision_with_an_operation_refuses_a_new_residency(void **state)
+{
+    wr_fixture *f = *state;
+    hx_node a;
+    Wmrpc__WeightIdentity id;
+    wr_upload u;
+    Wmrpc__MetadataResponse *r = NULL;
+    one_node_and_a_hot_revision(f, "wl-degbusy", NULL, &a, "degbusy", &id, &u);
+    assert_int_equal(kill(a.pid, SIGSTOP), 0); /* no cold copy can be made */
+    assert_int_equal(wr_migrate(f, &id, WR_RS_COLD, generation_of(f, &id), &r), 0);
+    uint64_t op_id = r->metadata->operation_id;
+    wmrpc__metadata_response__free_unpacked(r, NULL);
+    for (uint64_t end = mono_ms() + WAIT_MS;;) {
+        r = wr_get_md(f, &id);
+        int degraded = r->metadata->availability == WR_AV_DEGRADED;
+        assert_int_equal(r->metadata->operation_id, op_id);
+        wmrpc__metadata_response__free_unpacked(r, NULL);
+        if (degraded) break;
+        if (mono_ms() > end) fail_msg("the revision did not turn DEGRADED with its node stopped");
+        sleep_ms(20);
+    }
+    uint64_t gen = generation_of(f, &id);
+    assert_int_equal(wr_update_policy(f, &id, WR_RS_MIXED, WR_MODE_MANUAL, gen, NULL), WR_E_BUSY);
+    if (strstr(f->last_error, "has active operation") == NULL) fail_msg("refused with: %s", f->last_error);
+    assert_int_equal(generation_of(f, &id), gen);
+    assert_int_equal(wr_update_policy(f, &id, WR_RS_HOT, WR_MODE_AUTO, gen, NULL), 0);
+    wr_disconnect(f);
+    hx_node_kill(&a); /* SIGKILL ends a stopped process too */
 }
 
 static void restart_master(wr_fixture *f)
@@ -1074,6 +1109,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_a_lost_revision_comes_back_where_it_was, wr_setup, wr_teardown),
         cmocka_unit_test_setup_teardown(test_a_mixed_revision_comes_back_mixed, wr_setup, wr_teardown),
         cmocka_unit_test_setup_teardown(test_a_degraded_revision_follows_a_new_policy, wr_setup, wr_teardown),
+        cmocka_unit_test_setup_teardown(test_a_degraded_revision_with_an_operation_refuses_a_new_residency,
+                                        wr_setup, wr_teardown),
         cmocka_unit_test_setup_teardown(test_master_killed_mid_migration_and_deletion, wr_setup, wr_teardown),
         cmocka_unit_test_setup_teardown(test_restart_waits_for_the_nodes, wr_setup, wr_teardown),
         cmocka_unit_test_setup_teardown(test_master_killed_during_import_never_publishes, wr_setup,
