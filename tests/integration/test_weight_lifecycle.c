@@ -172,6 +172,22 @@ static uint64_t check_replicas(wr_fixture *f, const wr_upload *u, int res)
     return hot;
 }
 
+/* check_replicas of a revision that came back after its node lost its
+ * memory: the manifest's memory replica is restored from its cold copy by
+ * the plugin's manifest care, apart from the payloads' repair and possibly
+ * after the revision is READY again (readable meanwhile from the cold
+ * copy), so it is waited for first. */
+static uint64_t check_replicas_after_a_loss(wr_fixture *f, const wr_upload *u, int res)
+{
+    int mem, cold;
+    uint64_t end = mono_ms() + WAIT_MS;
+    for (replicas(f, u->manifest, &mem, &cold); mem == 0; replicas(f, u->manifest, &mem, &cold)) {
+        if (mono_ms() > end) fail_msg("the manifest %s got no memory replica back", u->manifest);
+        sleep_ms(20);
+    }
+    return check_replicas(f, u, res);
+}
+
 static uint64_t generation_of(wr_fixture *f, const Wmrpc__WeightIdentity *id)
 {
     Wmrpc__MetadataResponse *md = wr_get_md(f, id);
@@ -617,6 +633,14 @@ static void test_migration_of_a_revision_that_lost_its_memory_fails(void **state
     hx_node_kill(&a);
 }
 
+/* Migrate the HOT revision id to COLD and back: HOT again, its payloads'
+ * cold files kept (what a repair of its memory copies from). */
+static void hot_with_cold_copies(wr_fixture *f, const Wmrpc__WeightIdentity *id)
+{
+    wmrpc__metadata_response__free_unpacked(migrate_and_wait(f, id, WR_RS_COLD), NULL);
+    wmrpc__metadata_response__free_unpacked(migrate_and_wait(f, id, WR_RS_HOT), NULL);
+}
+
 /* Kill node *a (the revision id turns DEGRADED + ABSENT: nothing is
  * readable), then start it again on a new segment file: its memory is
  * gone, its cold files are back. */
@@ -648,8 +672,7 @@ static void test_a_lost_revision_comes_back_where_it_was(void **state)
     wr_upload u;
     Wmrpc__MetadataResponse *r;
     one_node_and_a_hot_revision(f, "wl-back", NULL, &a, "back", &id, &u);
-    wmrpc__metadata_response__free_unpacked(migrate_and_wait(f, &id, WR_RS_COLD), NULL);
-    wmrpc__metadata_response__free_unpacked(migrate_and_wait(f, &id, WR_RS_HOT), NULL);
+    hot_with_cold_copies(f, &id);
 
     lose_the_node_and_its_memory(f, &a, &id);
     if (!hx_log_contains(&f->m, "becomes DEGRADED (HOT before the loss")) {
@@ -659,13 +682,13 @@ static void test_a_lost_revision_comes_back_where_it_was(void **state)
     r = wait_state(f, &id, WR_AV_READY, WR_RS_HOT);
     assert_int_equal(r->metadata->policy->preferred_residency, WR_RS_HOT);
     wmrpc__metadata_response__free_unpacked(r, NULL);
-    check_replicas(f, &u, WR_RS_HOT);
+    check_replicas_after_a_loss(f, &u, WR_RS_HOT);
 
     wmrpc__metadata_response__free_unpacked(migrate_and_wait(f, &id, WR_RS_COLD), NULL);
     lose_the_node_and_its_memory(f, &a, &id);
     r = wait_state(f, &id, WR_AV_READY, WR_RS_COLD);
     wmrpc__metadata_response__free_unpacked(r, NULL);
-    check_replicas(f, &u, WR_RS_COLD);
+    check_replicas_after_a_loss(f, &u, WR_RS_COLD);
     wr_disconnect(f);
     hx_node_kill(&a);
 }
@@ -691,7 +714,7 @@ static void test_a_mixed_revision_comes_back_mixed(void **state)
     if (r->metadata->observed_hot_ratio != ratio)
         fail_msg("back at ratio %g, not %g", r->metadata->observed_hot_ratio, ratio);
     wmrpc__metadata_response__free_unpacked(r, NULL);
-    check_replicas(f, &u, WR_RS_MIXED);
+    check_replicas_after_a_loss(f, &u, WR_RS_MIXED);
     wr_disconnect(f);
     hx_node_kill(&a);
 }
@@ -711,8 +734,7 @@ static void test_a_degraded_revision_follows_a_new_policy(void **state)
     Wmrpc__WeightIdentity id;
     wr_upload u;
     one_node_and_a_hot_revision(f, "wl-degpol", NULL, &a, "degpol", &id, &u);
-    wmrpc__metadata_response__free_unpacked(migrate_and_wait(f, &id, WR_RS_COLD), NULL);
-    wmrpc__metadata_response__free_unpacked(migrate_and_wait(f, &id, WR_RS_HOT), NULL);
+    hot_with_cold_copies(f, &id);
     hx_node_kill(&a);
     Wmrpc__MetadataResponse *r = wait_state(f, &id, WR_AV_DEGRADED, WR_RS_ABSENT);
     wmrpc__metadata_response__free_unpacked(r, NULL);
@@ -737,7 +759,7 @@ static void test_a_degraded_revision_follows_a_new_policy(void **state)
     r = wait_state(f, &id, WR_AV_READY, WR_RS_COLD);
     assert_int_equal(r->metadata->policy->preferred_residency, WR_RS_COLD);
     wmrpc__metadata_response__free_unpacked(r, NULL);
-    check_replicas(f, &u, WR_RS_COLD);
+    check_replicas_after_a_loss(f, &u, WR_RS_COLD);
     if (!hx_log_contains(&f->m, "it belongs COLD (ratio 0.000): migrating")) {
         hx_print_log(&f->m);
         fail_msg("the master did not say it migrates the revision where it belongs");
