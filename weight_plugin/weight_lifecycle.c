@@ -420,8 +420,7 @@ int wm_submit_availability(wm_plugin *p, const wm_revision *rev, wm_availability
     rc = wm_submit_upsert(p, &next, n_ops ? &op : NULL, n_ops, NULL, NULL);
     if (rc == WM_OK && next.degraded_from != WM_RES_UNKNOWN && rev->availability != WM_AVAIL_DEGRADED)
         p->api->log(p->host, SMP_LOG_INFO,
-                    "%s becomes %s (%s before the loss: repaired back there once its members are "
-                    "readable)",
+                    "%s becomes %s (it belongs %s: it goes there once its members are readable)",
                     rev->group_key, wm_availability_name((int)a),
                     wm_residency_name((int)next.degraded_from));
     else if (rc == WM_OK)
@@ -1178,12 +1177,12 @@ static void wm_run_suspects(wm_plugin *p, wm_lc *lc, const smp_tick_budget *budg
 }
 
 /* DEGRADED revisions whose manifest and members are all readable again
- * become READY. One that records where it was before the loss
- * (degraded_from) and has no operation is handed to the validation
- * (wm_repair_note), which makes it READY and, when a member lacks the
- * replica that residency needs (memory lost while its node was away, a
- * replica the node's check dropped on its return), repairs it back there
- * in the same record; one with an operation becomes READY as observed and
+ * become READY. One that records where it belongs (degraded_from) and has
+ * no operation is handed to the validation (wm_repair_note), which makes
+ * it READY and, in the same record, repairs it there when a member lacks
+ * the replica that residency needs (memory lost while its node was away, a
+ * replica the node's check dropped on its return) or migrates it there
+ * when it holds more memory than that; one with an operation becomes READY as observed and
  * its operation goes on toward its own target. A pass over the revisions
  * starts every WM_DEGRADED_RECHECK_MS (or at once after NODE_UP) and goes
  * on from its cursor in later rounds when the checks or the deadline run

@@ -406,14 +406,16 @@ typedef struct wm_revision {
     uint64_t request_digest;
     uint64_t request_base_generation;
     uint64_t request_operation_id;   /* the operation it created (0: none) */
-    /* Appended: where a DEGRADED revision was before the loss -- the
-     * payload residency (HOT, COLD, MIXED) and hot ratio recorded when it
-     * left READY -- so that once its members are readable again it is
-     * repaired back there, not recorded where the surviving replicas
-     * happen to be (residency is the observation, ABSENT while nothing is
-     * readable). UNKNOWN and 0 on every other availability, and on a
-     * DEGRADED record written before this field (then the observation
-     * decides, as before). Set and cleared by wm_revision_set_availability. */
+    /* Appended: where a DEGRADED revision belongs -- the payload residency
+     * (HOT, COLD, MIXED) and hot ratio it had when it left READY, or the
+     * target of the operation it was lost in, or what a policy update
+     * since asked for -- so that once its members are readable again it
+     * goes there, not recorded where the surviving replicas happen to be
+     * (residency is the observation, ABSENT while nothing is readable).
+     * UNKNOWN and 0 on every other availability, and on a DEGRADED record
+     * written before this field (then the observation decides, as before).
+     * Set and cleared by wm_revision_set_availability, moved by
+     * wm_revision_degraded_toward. */
     wm_residency degraded_from;
     double degraded_from_hot_ratio;
 } wm_revision;
@@ -573,6 +575,10 @@ void wm_revision_set_availability(wm_revision *next, const wm_revision *rev,
  * (0, 1)): a policy update that moves a DEGRADED revision's preferred
  * residency, which can start no migration until the revision is READY. */
 void wm_revision_degraded_toward(wm_revision *next, wm_residency to, double mixed_ratio);
+
+/* The hot ratio residency `to` stands for: 1 for HOT, mixed_ratio for
+ * MIXED, 0 otherwise. */
+double wm_residency_hot_ratio(wm_residency to, double mixed_ratio);
 
 /* Check the invariants one revision record must hold on its own. Returns
  * WM_OK, or WM_EINVALID_ARGUMENT and a sentence naming the invariant in msg

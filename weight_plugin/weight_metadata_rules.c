@@ -132,18 +132,17 @@ static int wm_degraded_from_check(const wm_revision *rev, char *msg, size_t cap)
     return wm_ratio_check(d, rev->degraded_from_hot_ratio, "degraded_from_hot_ratio", msg, cap);
 }
 
+double wm_residency_hot_ratio(wm_residency to, double mixed_ratio)
+{
+    return to == WM_RES_HOT ? 1.0 : to == WM_RES_MIXED ? mixed_ratio : 0.0;
+}
+
 void wm_revision_degraded_toward(wm_revision *next, wm_residency to, double mixed_ratio)
 {
+    int usable = isfinite(mixed_ratio) && mixed_ratio > 0.0 && mixed_ratio < 1.0;
     next->degraded_from = to;
-    switch (to) {
-    case WM_RES_HOT: next->degraded_from_hot_ratio = 1.0; break;
-    case WM_RES_MIXED:
-        next->degraded_from_hot_ratio = isfinite(mixed_ratio) && mixed_ratio > 0.0 && mixed_ratio < 1.0
-                                            ? mixed_ratio
-                                            : next->policy.mixed_hot_ratio;
-        break;
-    default: next->degraded_from_hot_ratio = 0.0; break;
-    }
+    next->degraded_from_hot_ratio =
+        wm_residency_hot_ratio(to, usable ? mixed_ratio : next->policy.mixed_hot_ratio);
 }
 
 void wm_revision_set_availability(wm_revision *next, const wm_revision *rev,

@@ -369,7 +369,7 @@ void wm_repair_validate_all(wm_plugin *p)
 }
 
 /* The residency a repair of rev restores, and its ratio: where a DEGRADED
- * revision was before the loss when its record says (degraded_from), else
+ * revision belongs when its record says (degraded_from), else
  * what the record says it is (WM_RES_UNKNOWN when that is no payload
  * residency: a DEGRADED record from before degraded_from, ABSENT). */
 static wm_residency wm_repair_target(const wm_revision *rev, double *ratio)
@@ -496,9 +496,8 @@ static int wm_validate(wm_plugin *p, const wm_revision *rev, uint64_t *checks)
      * policy update or a migration toward less memory came while it was
      * DEGRADED): a migration takes it there, releasing what a repair
      * would keep. */
-    double goal = target == WM_RES_HOT ? 1.0 : target == WM_RES_MIXED ? ratio : 0.0;
-    int excess = rev->availability == WM_AVAIL_DEGRADED && target != WM_RES_UNKNOWN &&
-                 f.ob.observed_hot_ratio > goal + WM_RATIO_SLACK;
+    double goal = wm_residency_hot_ratio(target, ratio);
+    int excess = rev->availability == WM_AVAIL_DEGRADED && f.ob.observed_hot_ratio > goal + WM_RATIO_SLACK;
     if ((f.missing > 0 || excess) && target != WM_RES_UNKNOWN && !gave_up) {
         wm_operation op;
         if (excess) wm_op_migrating(p, &op, rev, target, ratio, next.updated_ms);

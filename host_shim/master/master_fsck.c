@@ -191,10 +191,9 @@ typedef struct lost_keys {
     size_t n;
 } lost_keys;
 
-static int note_lost(void *arg, const char *key, uint64_t size)
+static int note_lost(void *arg, const char *key)
 {
     lost_keys *l = arg;
-    (void)size;
     if (l->n < FSCK_REPORT_LOST_MAX) l->keys[l->n++] = (char *)key;
     return 0;
 }

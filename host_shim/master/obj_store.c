@@ -798,9 +798,7 @@ int obj_visit_replicas_after(const obj_store *st,
     return n;
 }
 
-uint64_t obj_visit_unreplicated(const obj_store *st,
-                                int (*fn)(void *arg, const char *key, uint64_t size),
-                                void *arg)
+uint64_t obj_visit_unreplicated(const obj_store *st, int (*fn)(void *arg, const char *key), void *arg)
 {
     OBJ_CHECK_CALLER(st);
     uint64_t n = 0;
@@ -810,7 +808,7 @@ uint64_t obj_visit_unreplicated(const obj_store *st,
         while (i < o->nreps && o->reps[i].status != OBJ_REPLICA_COMPLETE) i++;
         if (i < o->nreps) continue;
         n++;
-        if (fn != NULL && fn(arg, o->key, o->size) != 0) break;
+        if (fn != NULL && fn(arg, o->key) != 0) break;
     }
     return n;
 }

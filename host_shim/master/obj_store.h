@@ -371,15 +371,13 @@ int obj_visit_replicas_after(const obj_store *st,
                              int (*fn)(void *arg, const char *key, const obj_replica *rep),
                              void *arg);
 
-/* Call fn for every complete object with no complete replica left (its
- * replicas dropped, failed or still loading: nothing a reader could be
- * given, whatever node is up), in key order; key is borrowed for the call,
- * size is its logical size, and fn must not change the store. fn returning
+/* Call fn (NULL: none, count only) for every complete object with no
+ * complete replica left (its replicas dropped, failed or still loading:
+ * nothing a reader could be given, whatever node is up), in key order; key
+ * is borrowed for the call, and fn must not change the store. fn returning
  * non-zero stops the visit. Returns how many such objects were met. Scans
  * every object: for fsck, not for a request path. */
-uint64_t obj_visit_unreplicated(const obj_store *st,
-                                int (*fn)(void *arg, const char *key, uint64_t size),
-                                void *arg);
+uint64_t obj_visit_unreplicated(const obj_store *st, int (*fn)(void *arg, const char *key), void *arg);
 
 /* 1 when a complete object of key exists, else 0. */
 int obj_exists(const obj_store *st, const char *key);

@@ -675,9 +675,9 @@ static void test_a_lost_revision_comes_back_where_it_was(void **state)
     hot_with_cold_copies(f, &id);
 
     lose_the_node_and_its_memory(f, &a, &id);
-    if (!hx_log_contains(&f->m, "becomes DEGRADED (HOT before the loss")) {
+    if (!hx_log_contains(&f->m, "becomes DEGRADED (it belongs HOT: it goes there")) {
         hx_print_log(&f->m);
-        fail_msg("the master did not say where the revision was before the loss");
+        fail_msg("the master did not say where the revision belongs");
     }
     r = wait_state(f, &id, WR_AV_READY, WR_RS_HOT);
     assert_int_equal(r->metadata->policy->preferred_residency, WR_RS_HOT);
