@@ -164,8 +164,9 @@ static void relieve_pressure(master *m)
     m->pressure = 0;
     if (m->evicting || m->log_failed) return;
     obj_record_list recs = {0};
+    uint64_t planned = 0;
     if (obj_plan_eviction(master_objs(m), m->cfg->memory_high_watermark, m->cfg->memory_low_watermark,
-                          master_now_ms(), &recs, NULL) < 0 || recs.n == 0) {
+                          master_now_ms(), &recs, &planned) < 0 || recs.n == 0) {
         obj_record_list_free(&recs);
         m->pressure = above;
         return;
@@ -175,6 +176,12 @@ static void relieve_pressure(master *m)
         obj_record_list_free(&recs);
         return;
     }
+    /* An eviction removes data (an object with no cold copy goes whole):
+     * never silently. */
+    fprintf(stderr, "store_master: memory: %llu of %llu bytes in use, above memory.high_watermark "
+            "%.2f: evicting %llu bytes, least recently used first (objects with a cold copy keep "
+            "it; the others are removed)\n", (unsigned long long)used, (unsigned long long)cap,
+            m->cfg->memory_high_watermark, (unsigned long long)planned);
     m->evicting = 1;
     c->outstanding = 1;
     for (size_t i = 0; i < recs.n; i++) {

@@ -610,9 +610,10 @@ uint64_t obj_memory_largest_free(const obj_store *st, const char *tenant);
  * occupied bytes and capacity (may be NULL). SMP_ENOTFOUND, SMP_ENOMEM. */
 int obj_segment_free_ranges(const obj_store *st, const char *id, uint64_t **out, size_t *n_out,
                             uint64_t *used, uint64_t *capacity);
-/* fsck repair: occupy [off, off+len) of segment id (soft state, no record,
- * counted as used) so nothing is allocated there while a node zeroes it;
- * obj_segment_release_range gives it back. off and len are multiples of
+/* fsck repair: occupy [off, off+len) of segment id (soft state, no record;
+ * nothing is allocated there, but obj_memory_usage does not count it) while
+ * a node zeroes it; obj_segment_release_range gives it back (a release the
+ * segment holds no such bytes for is ignored). off and len are multiples of
  * OBJ_ALIGN (SMP_EINVAL). SMP_ESTATE when the range is not wholly
  * unoccupied now, SMP_ENOTFOUND, SMP_ENOMEM. */
 int obj_segment_hold_range(obj_store *st, const char *id, uint64_t off, uint64_t len);
@@ -739,6 +740,12 @@ int obj_group_is_managed(const obj_store *st, const char *group);
  * (borrowed). */
 const char *obj_group_owner(const obj_store *st, const char *group);
 
+/* The memory segments' capacity and the bytes of it that objects, puts in
+ * flight and replica reservations occupy -- what eviction and the plugins'
+ * pressure measure. Ranges fsck holds while a node zeroes them are not in
+ * used: they are free again once zeroed, and no eviction could free them
+ * sooner (counting them, a sweep of a nearly full segment once evicted the
+ * objects beside it). Either pointer may be NULL. */
 void obj_memory_usage(const obj_store *st, uint64_t *used, uint64_t *capacity);
 /* Complete objects and their bytes of a tenant (0, 0 when unknown). */
 void obj_tenant_usage(const obj_store *st,

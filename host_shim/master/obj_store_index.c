@@ -572,14 +572,21 @@ int obj_segment_hold_range(obj_store *st, const char *id, uint64_t off, uint64_t
     obj_segment *s = obj_sl_get(&st->segments, id);
     if (s == NULL) return SMP_ENOTFOUND;
     if (off % OBJ_ALIGN != 0 || len % OBJ_ALIGN != 0) return SMP_EINVAL;
-    return obj_seg_reserve(s, off, len);
+    int rc = obj_seg_reserve(s, off, len);
+    if (rc == SMP_OK) s->held += len;
+    return rc;
 }
 
 void obj_segment_release_range(obj_store *st, const char *id, uint64_t off, uint64_t len)
 {
     OBJ_CHECK_CALLER(st);
     obj_segment *s = obj_sl_get(&st->segments, id);
-    if (s != NULL && off <= s->capacity && len <= s->capacity - off) obj_seg_free(s, off, len);
+    /* A segment unmounted and mounted again since the hold holds nothing of
+     * it: its range may be a replica's now. */
+    if (s == NULL || len > s->held || off > s->capacity || len > s->capacity - off) return;
+    uint64_t before = s->used;
+    obj_seg_free(s, off, len);
+    s->held -= before - s->used;
 }
 
 int obj_segment_tail_used(const obj_store *st, const char *id, uint64_t *end)

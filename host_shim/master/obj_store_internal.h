@@ -81,7 +81,8 @@ typedef struct obj_segment {
     char *id;
     char *node;
     uint64_t capacity;
-    uint64_t used;
+    uint64_t used;      /* allocated bytes, held ones included */
+    uint64_t held;      /* of used: ranges fsck holds while the node zeroes them */
     size_t nalloc;      /* allocated ranges */
     obj_extent *free;   /* sorted by offset, never adjacent */
     size_t nfree;

@@ -207,7 +207,7 @@ void obj_memory_usage(const obj_store *st, uint64_t *used, uint64_t *capacity)
     uint64_t u = 0, c = 0;
     for (obj_sl_node *x = obj_sl_after(&st->segments, NULL, 0); x; x = x->next[0]) {
         const obj_segment *s = x->val;
-        u += s->used;
+        u += s->used - s->held;
         c += s->capacity;
     }
     if (used) *used = u;

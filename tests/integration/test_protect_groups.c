@@ -213,6 +213,12 @@ static void assert_eviction_spares_members(story *s)
                      evicted, filled);
         sleep_ms(20);
     }
+    /* an eviction removes data: the master says so */
+    for (int waited = 0; !hx_log_contains(&s->f.m, "above memory.high_watermark 0.50: evicting");
+         waited += 20) {
+        if (waited >= WAIT_MS) fail_msg("the master's log does not name the eviction");
+        sleep_ms(20);
+    }
     for (size_t i = 0; i < s->n_members; i++) {
         kvc_object o;
         assert_int_equal(kvc_get(c, s->members[i], &o), 0);

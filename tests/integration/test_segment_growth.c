@@ -74,7 +74,10 @@ static void assert_object(fixture *f, const char *key, const char *want)
     char out[4096], got[600], args[1400], cmd[1400];
     snprintf(got, sizeof(got), "%s/got.bin", f->m.dir);
     snprintf(args, sizeof(args), "kv get %s %s", key, got);
-    if (wx_weightctl(&f->m, out, sizeof(out), args) != 0) fail_msg("kv get %s: %s", key, out);
+    if (wx_weightctl(&f->m, out, sizeof(out), args) != 0) {
+        hx_print_log(&f->m);
+        fail_msg("kv get %s: %s", key, out);
+    }
     snprintf(cmd, sizeof(cmd), "cmp -s %s %s", want, got);
     if (system(cmd) != 0) fail_msg("%s does not read back byte for byte", key);
     unlink(got);

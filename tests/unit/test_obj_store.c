@@ -104,8 +104,9 @@ static void test_put_start_end_revoke(void **state)
 }
 
 /* fsck's view of a segment: the unoccupied ranges in offset order; a hold
- * takes only a wholly unoccupied, aligned range (counted as used, nothing
- * is allocated there) until it is released. */
+ * takes only a wholly unoccupied, aligned range (nothing is allocated
+ * there) until it is released, and is not memory in use: eviction does not
+ * free objects for it. */
 static void test_fsck_free_ranges_and_holds(void **state)
 {
     (void)state;
@@ -133,13 +134,28 @@ static void test_fsck_free_ranges_and_holds(void **state)
     assert_int_equal(obj_segment_hold_range(st, "s", 64, 128), SMP_ESTATE); /* runs into k2 */
     assert_int_equal(obj_segment_hold_range(st, "s", 70, 64), SMP_EINVAL);
     assert_int_equal(obj_segment_hold_range(st, "s", 64, 64), SMP_OK);
-    assert_int_equal(used_of(st), 256);
+    assert_int_equal(used_of(st), 192);
     obj_put_params p = {"x", 64, SMP_DATA_KV, "", "", 0, 0, NULL};
     obj_put_ticket t;
     assert_int_equal(obj_put_start(st, &p, 6, &t), SMP_OK);
     assert_true(t.offset >= 256); /* not in the held range */
+    assert_int_equal(used_of(st), 256);
+    /* Held to the end: 256 of 640 bytes in use, 40%, with 100% allocated;
+     * an eviction above 90% finds nothing to do. */
+    assert_int_equal(obj_segment_hold_range(st, "s", 320, 320), SMP_OK);
+    assert_int_equal(used_of(st), 256);
+    obj_record_list l = {0};
+    assert_int_equal(obj_plan_eviction(st, 0.9, 0.5, 7, &l, NULL), SMP_OK);
+    assert_int_equal(l.n, 0);
+    obj_segment_release_range(st, "s", 320, 320);
     obj_segment_release_range(st, "s", 64, 64);
     assert_int_equal(used_of(st), 256);
+    /* A release of bytes the segment does not hold (once more, or a range
+     * the put took) frees nothing. */
+    obj_segment_release_range(st, "s", 64, 64);
+    obj_segment_release_range(st, "s", t.offset, 64);
+    assert_int_equal(used_of(st), 256);
+    assert_int_equal(obj_segment_hold_range(st, "s", t.offset, 64), SMP_ESTATE);
     obj_store_destroy(st);
 }
 
