@@ -770,12 +770,27 @@ int weight_is_exist(weight_store *s, const weight_identity *id, int *exists)
     return WEIGHT_OK;
 }
 
+/* The first version of weight_metadata_more ends after its hot ratio. */
+#define WC_MORE_V1 (offsetof(weight_metadata_more, degraded_from_hot_ratio) + sizeof(double))
+
 int weight_get_metadata(weight_store *s, const weight_identity *id, weight_metadata *out,
                         weight_operation *op)
+{
+    return weight_get_metadata_more(s, id, out, op, NULL);
+}
+
+int weight_get_metadata_more(weight_store *s, const weight_identity *id, weight_metadata *out,
+                             weight_operation *op, weight_metadata_more *more)
 {
     Wmrpc__MetadataResponse *r = NULL;
     uint8_t mem[WC_REPLY_ARENA];
     pb_arena a;
+    if (more != NULL && more->struct_size < WC_MORE_V1) {
+        uint32_t size = more->struct_size;
+        return s ? wc_fail(s, WEIGHT_EINVALID_ARGUMENT, "weight_metadata_more: struct_size %u is "
+                           "below the first version's %zu", size, WC_MORE_V1)
+                 : WEIGHT_EINVALID_ARGUMENT;
+    }
     pb_arena_init(&a, mem, sizeof(mem));
     int rc = id_call(s, M(GET_METADATA), id, 0, &wmrpc__metadata_response__descriptor, &a.alloc,
                      (ProtobufCMessage **)&r);
@@ -786,6 +801,14 @@ int weight_get_metadata(weight_store *s, const weight_identity *id, weight_metad
     }
     if (out) wc_from_wire_metadata(r->metadata, out);
     if (op) wc_from_wire_operation(r->operation, op);
+    if (more) {
+        uint32_t size = more->struct_size;
+        weight_metadata_more known = {.struct_size = size};
+        known.degraded_from = (weight_residency)r->metadata->degraded_from;
+        known.degraded_from_hot_ratio = r->metadata->degraded_from_hot_ratio;
+        memcpy(more, &known, size < sizeof known ? size : sizeof known);
+        if (size > sizeof known) memset((char *)more + sizeof known, 0, size - sizeof known);
+    }
     pb_arena_free_unpacked(&a, &r->base);
     return WEIGHT_OK;
 }

@@ -543,6 +543,32 @@ WEIGHT_API int weight_get_metadata(weight_store *s,
                                    weight_metadata *out,
                                    weight_operation *op);
 
+/* What a revision's metadata says beyond weight_metadata, which is
+ * allocated by callers and so cannot grow. The caller sets struct_size to
+ * sizeof(weight_metadata_more) as it was built; fields are only appended,
+ * and the library writes those it knows within struct_size (zeroing any
+ * newer ones it does not). */
+typedef struct weight_metadata_more {
+    uint32_t struct_size;
+    /* A DEGRADED revision's place: where it goes back (HOT, COLD or MIXED
+     * and MIXED's hot ratio) once its members are readable again -- the
+     * target of the operation it was lost in, or its residency then, or
+     * the preferred residency of a policy changed since. UNKNOWN and 0 for
+     * any other availability, and from a master that does not keep it. */
+    weight_residency degraded_from;
+    double degraded_from_hot_ratio;
+    /* Fields above: the first version. New fields go below this line. */
+} weight_metadata_more;
+
+/* weight_get_metadata, and into more (may be NULL) what weight_metadata has
+ * no room for. A more whose struct_size is below the first version's is
+ * WEIGHT_EINVALID_ARGUMENT and nothing is asked. */
+WEIGHT_API int weight_get_metadata_more(weight_store *s,
+                                        const weight_identity *id,
+                                        weight_metadata *out,
+                                        weight_operation *op,
+                                        weight_metadata_more *more);
+
 /* The logical payload bytes validated at commit. */
 WEIGHT_API int weight_get_size(weight_store *s, const weight_identity *id, uint64_t *bytes);
 

@@ -222,6 +222,9 @@ void wctl_json_hex(const uint8_t *b, size_t n);
 void wctl_json_identity(const weight_identity *id);
 void wctl_json_operation(const weight_operation *op);
 void wctl_json_metadata(const weight_metadata *m, const weight_operation *op);
+/* wctl_json_metadata with what info shows beyond it (more: NULL for none). */
+void wctl_json_metadata_more(const weight_metadata *m, const weight_operation *op,
+                             const weight_metadata_more *more);
 /* An operation as text on stdout. */
 void wctl_print_operation(const weight_operation *op);
 /* Show an operation (a JSON line with --json, else text) and return the

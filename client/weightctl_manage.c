@@ -101,13 +101,14 @@ int wctl_cmd_info(ctl *x, const char *arg)
     weight_identity id;
     weight_metadata m;
     weight_operation op;
+    weight_metadata_more more = {.struct_size = sizeof(more)};
     char text[2048], b[32], what[2100];
     if (wctl_open_weights(x) < 0) return 1;
     int rc = wctl_resolve_id(x, arg, "info", &id, text, sizeof text, what, sizeof what);
     if (rc) return rc;
-    if ((rc = weight_get_metadata(x->ws, &id, &m, &op)) < 0) return wctl_failed(x, what, rc);
+    if ((rc = weight_get_metadata_more(x->ws, &id, &m, &op, &more)) < 0) return wctl_failed(x, what, rc);
     if (x->json) {
-        wctl_json_metadata(&m, &op);
+        wctl_json_metadata_more(&m, &op, &more);
         putchar('\n');
         return 0;
     }
@@ -117,6 +118,12 @@ int wctl_cmd_info(ctl *x, const char *arg)
     printf("availability  %s\n", weight_availability_name(m.availability));
     printf("residency     %s (observed hot ratio %.3f)\n", weight_residency_name(m.residency),
            m.observed_hot_ratio);
+    if (more.degraded_from != WEIGHT_RES_UNKNOWN) {
+        printf("goes back to  %s", weight_residency_name(more.degraded_from));
+        if (more.degraded_from == WEIGHT_RES_MIXED)
+            printf(" (hot ratio %.3f)", more.degraded_from_hot_ratio);
+        printf(" once its members are readable\n");
+    }
     printf("policy        preferred %s", weight_residency_name(m.policy.preferred));
     if (m.policy.preferred == WEIGHT_RES_MIXED) printf(" (hot ratio %.3f)", m.policy.mixed_hot_ratio);
     printf(", mode %s\n", weight_mode_name(m.policy.mode));

@@ -164,6 +164,12 @@ void wctl_json_operation(const weight_operation *op)
 
 void wctl_json_metadata(const weight_metadata *m, const weight_operation *op)
 {
+    wctl_json_metadata_more(m, op, NULL);
+}
+
+void wctl_json_metadata_more(const weight_metadata *m, const weight_operation *op,
+                             const weight_metadata_more *more)
+{
     printf("{\"identity\":");
     wctl_json_identity(&m->identity);
     printf(",\"availability\":\"%s\",\"residency\":\"%s\",\"observed_hot_ratio\":%g,"
@@ -181,6 +187,9 @@ void wctl_json_metadata(const weight_metadata *m, const weight_operation *op)
     wctl_json_hex(m->manifest_sha256, 32);
     printf(",\"created_ms\":%" PRIu64 ",\"updated_ms\":%" PRIu64 ",\"last_access_ms\":%" PRIu64,
            m->created_ms, m->updated_ms, m->last_access_ms);
+    if (more && more->degraded_from != WEIGHT_RES_UNKNOWN)
+        printf(",\"degraded_from\":{\"residency\":\"%s\",\"hot_ratio\":%g}",
+               weight_residency_name(more->degraded_from), more->degraded_from_hot_ratio);
     if (op && op->id) {
         printf(",\"operation\":");
         wctl_json_operation(op);

@@ -227,6 +227,8 @@ void wm_pb_meta_set(wm_pb_meta *v, const wm_revision *r)
     v->m.updated_ms = r->updated_ms;
     v->m.last_access_ms = r->last_access_ms;
     v->m.active_leases = r->lease_count;
+    v->m.degraded_from = (uint32_t)r->degraded_from;
+    v->m.degraded_from_hot_ratio = r->degraded_from_hot_ratio;
 }
 
 void wm_pb_op_set(wm_pb_op *v, const wm_operation *op)

@@ -147,7 +147,8 @@ static void meta_measure(meta_plan *mp, const wm_revision *r)
                sz_u64(11, r->payload_count) + sz_u64(12, r->logical_bytes) +
                sz_u64(14, r->affinity_count) + sz_u64(16, r->created_ms) +
                sz_u64(17, r->updated_ms) + sz_u64(18, r->last_access_ms) +
-               sz_u64(19, r->lease_count);
+               sz_u64(19, r->lease_count) + sz_u64(20, (uint32_t)r->degraded_from) +
+               sz_dbl(21, r->degraded_from_hot_ratio);
     if (mp->sha) mp->size += sz_len(10, mp->sha) + sz_len(13, mp->sha) + sz_len(15, mp->sha);
 }
 
@@ -185,7 +186,9 @@ static uint8_t *meta_put(uint8_t *p, unsigned num, const meta_plan *mp, const wm
     p = put_u64(p, 16, r->created_ms);
     p = put_u64(p, 17, r->updated_ms);
     p = put_u64(p, 18, r->last_access_ms);
-    return put_u64(p, 19, r->lease_count);
+    p = put_u64(p, 19, r->lease_count);
+    p = put_u64(p, 20, (uint32_t)r->degraded_from);
+    return put_dbl(p, 21, r->degraded_from_hot_ratio);
 }
 
 /* -- WeightOperation -------------------------------------------------------- */

@@ -78,6 +78,14 @@ class Metadata(ctypes.Structure):
     ]
 
 
+class MetadataMore(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", c_u32),
+        ("degraded_from", c_int),
+        ("degraded_from_hot_ratio", ctypes.c_double),
+    ]
+
+
 class Operation(ctypes.Structure):
     _fields_ = [
         ("id", c_u64),
@@ -212,6 +220,8 @@ _PROTOTYPES = {
     "weight_get": (c_int, [c_void_p, _P(Identity), _P(Placement), _P(Bindings), _P(GetStats)]),
     "weight_is_exist": (c_int, [c_void_p, _P(Identity), _P(c_int)]),
     "weight_get_metadata": (c_int, [c_void_p, _P(Identity), _P(Metadata), _P(Operation)]),
+    "weight_get_metadata_more": (c_int, [c_void_p, _P(Identity), _P(Metadata), _P(Operation),
+                                         _P(MetadataMore)]),
     "weight_get_size": (c_int, [c_void_p, _P(Identity), _P(c_u64)]),
     "weight_list": (c_int, [c_void_p, _P(ListQuery), c_char_p, _P(_P(Metadata)), _P(c_size_t),
                             c_char_p, c_size_t]),

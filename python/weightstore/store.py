@@ -38,8 +38,8 @@ from .tensors import (PLACE_REPLICATED, PLACE_SKIP, HuggingFaceCheckpoint, Loade
                       iter_tensor_source, numpy_dtype, resolve_placement)
 from .types import (IdentityLike, WeightIdentity, WeightMetadata, WeightMetadataView, WeightOperation,
                     WeightResidencyState, WeightStoragePolicy, WeightUpsertClaim, WeightUpsertMode,
-                    _as_identity, _claim_from_c, _identity_to_c, _metadata_from_c, _operation_from_c,
-                    _policy_to_c)
+                    _as_identity, _claim_from_c, _degraded_from_c, _identity_to_c, _metadata_from_c,
+                    _operation_from_c, _policy_to_c)
 
 TRANSPORT_AUTO, TRANSPORT_LOCAL, TRANSPORT_REMOTE = 0, 1, 2
 _OPT_PAYLOAD_BYTES, _OPT_THREADS, _OPT_TRANSPORT, _OPT_LEASE_TTL_MS = 1, 2, 3, 4
@@ -334,9 +334,12 @@ class WeightStore:
         operation, if any. NotFoundError when it never existed."""
         cid = _identity_to_c(identity)
         md, op = _lib.Metadata(), _lib.Operation()
+        more = _lib.MetadataMore(struct_size=ctypes.sizeof(_lib.MetadataMore))
         with self._h.lock:
-            self._check(self._lib.weight_get_metadata(self._ptr(), cid, ctypes.byref(md), ctypes.byref(op)))
-        return WeightMetadataView(_metadata_from_c(md), _operation_from_c(op) if op.id else None)
+            self._check(self._lib.weight_get_metadata_more(self._ptr(), cid, ctypes.byref(md),
+                                                           ctypes.byref(op), ctypes.byref(more)))
+        return WeightMetadataView(_metadata_from_c(md), _operation_from_c(op) if op.id else None,
+                                  *_degraded_from_c(more))
 
     def weight_get_size(self, identity: IdentityLike) -> int:
         """The logical payload bytes validated when the revision was committed."""

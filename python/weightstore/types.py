@@ -262,10 +262,21 @@ def _operation_from_c(c) -> WeightOperation:
 @dataclass(frozen=True)
 class WeightMetadataView:
     """What weight_get_metadata returns: the metadata and, when one is
-    active, the revision's operation (else None)."""
+    active, the revision's operation (else None). A DEGRADED revision also
+    says where it goes back once its members are readable (HOT, COLD or
+    MIXED, and MIXED's hot ratio); None for any other availability."""
 
     metadata: WeightMetadata
     operation: Optional[WeightOperation]
+    degraded_from: Optional[WeightResidencyState] = None
+    degraded_from_hot_ratio: float = 0.0
+
+
+def _degraded_from_c(c):
+    """(degraded_from, its hot ratio) of a weight_metadata_more."""
+    if c.degraded_from == 0:
+        return None, 0.0
+    return _enum_or_int(WeightResidencyState, c.degraded_from), c.degraded_from_hot_ratio
 
 
 @dataclass(frozen=True)

@@ -294,6 +294,28 @@ static void test_put_tp1_get_resharded_across_restart(void **state)
     CHECK(s, weight_get_metadata(s, &id, &md, &op));
     assert_int_equal(md.availability, WEIGHT_READY);
     assert_string_equal(md.identity.tenant_id, "acme");
+    /* weight_metadata_more: a READY revision goes back nowhere; a caller
+     * built with a larger struct gets the fields this library does not know
+     * zeroed; one below the first version is refused, nothing written. */
+    struct {
+        weight_metadata_more more;
+        uint64_t newer;
+    } big;
+    memset(&big, 0xa5, sizeof big);
+    big.more.struct_size = sizeof big;
+    weight_metadata md2;
+    CHECK(s, weight_get_metadata_more(s, &id, &md2, NULL, &big.more));
+    assert_int_equal(md2.metadata_generation, md.metadata_generation);
+    assert_int_equal(big.more.degraded_from, WEIGHT_RES_UNKNOWN);
+    assert_true(big.more.degraded_from_hot_ratio == 0.0);
+    assert_int_equal(big.newer, 0);
+    weight_metadata_more small;
+    memset(&small, 0xa5, sizeof small);
+    small.struct_size = 4;
+    assert_int_equal(weight_get_metadata_more(s, &id, &md2, NULL, &small), WEIGHT_EINVALID_ARGUMENT);
+    assert_non_null(strstr(weight_store_last_error(s), "weight_metadata_more: struct_size 4 is below "
+                                                       "the first version's 16"));
+    assert_int_equal(small.degraded_from, (weight_residency)0xa5a5a5a5);
     uint64_t total = 0, size = 0;
     for (size_t i = 0; i < N_MODEL; i++)
         if (!model[i].alias_of) total += model[i].bytes;

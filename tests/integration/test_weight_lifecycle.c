@@ -719,6 +719,14 @@ static void test_a_mixed_revision_comes_back_mixed(void **state)
     hx_node_kill(&a);
 }
 
+/* weightctl ARGS exits 0 and its output holds want. */
+static void info_says(wr_fixture *f, const char *args, const char *want)
+{
+    char out[8192];
+    if (wx_weightctl(&f->m, out, sizeof(out), args) != 0 || strstr(out, want) == NULL)
+        fail_msg("weightctl %s said: %s (wanted: %s)", args, out, want);
+}
+
 /* While a revision is DEGRADED with its node away: an explicit repair,
  * which has nothing to copy from, is refused NOT_READY with the reason and
  * nothing changes (before, it was accepted, failed its attempts for some
@@ -726,7 +734,9 @@ static void test_a_mixed_revision_comes_back_mixed(void **state)
  * from coming back where it was); a policy update to COLD is accepted, and
  * when the node returns with its memory intact the revision goes where the
  * policy now says -- a migration releases the memory a repair would keep
- * (before, it came back HOT, preferred COLD, and stayed so). */
+ * (before, it came back HOT, preferred COLD, and stayed so). `weightctl
+ * info` says where the revision goes back, before and after the update,
+ * and nothing of it once the revision is READY. */
 static void test_a_degraded_revision_follows_a_new_policy(void **state)
 {
     wr_fixture *f = *state;
@@ -737,7 +747,9 @@ static void test_a_degraded_revision_follows_a_new_policy(void **state)
     hot_with_cold_copies(f, &id);
     hx_node_kill(&a);
     Wmrpc__MetadataResponse *r = wait_state(f, &id, WR_AV_DEGRADED, WR_RS_ABSENT);
+    assert_int_equal(r->metadata->degraded_from, WR_RS_HOT);
     wmrpc__metadata_response__free_unpacked(r, NULL);
+    info_says(f, "--tenant t1 info degpol/v/main@1", "goes back to  HOT once its members are readable\n");
 
     uint64_t gen = generation_of(f, &id);
     assert_int_equal(wr_ident_call(f, WMRPC__WEIGHT_METHOD__WEIGHT_REPAIR, &id, gen, NULL), WR_E_NOT_READY);
@@ -754,11 +766,17 @@ static void test_a_degraded_revision_follows_a_new_policy(void **state)
         fail_msg("fsck with the node down said: %s", out);
 
     assert_int_equal(wr_update_policy(f, &id, WR_RS_COLD, WR_MODE_MANUAL, gen, NULL), 0);
+    info_says(f, "--tenant t1 info degpol/v/main@1", "goes back to  COLD once its members are readable\n");
+    info_says(f, "--tenant t1 --json info degpol/v/main@1",
+              ",\"degraded_from\":{\"residency\":\"COLD\",\"hot_ratio\":0}");
     assert_int_equal(hx_node_start(&f->m, &a, "node-a", 16u << 20), 0); /* its segment kept */
     assert_int_equal(hx_wait_nodes(&f->m, 1, 10000), 0);
     r = wait_state(f, &id, WR_AV_READY, WR_RS_COLD);
     assert_int_equal(r->metadata->policy->preferred_residency, WR_RS_COLD);
+    assert_int_equal(r->metadata->degraded_from, 0);
     wmrpc__metadata_response__free_unpacked(r, NULL);
+    assert_int_equal(wx_weightctl(&f->m, out, sizeof(out), "--tenant t1 info degpol/v/main@1"), 0);
+    if (strstr(out, "goes back to") != NULL) fail_msg("a READY revision's info says: %s", out);
     check_replicas_after_a_loss(f, &u, WR_RS_COLD);
     if (!hx_log_contains(&f->m, "it belongs COLD (ratio 0.000): migrating")) {
         hx_print_log(&f->m);

@@ -46,6 +46,7 @@ def test_put_metadata_get_remove_path(store):
     assert view.metadata.metadata_generation == md.metadata_generation
     assert view.metadata.manifest_sha256 == md.manifest_sha256
     assert view.operation is None
+    assert view.degraded_from is None and view.degraded_from_hot_ratio == 0.0  # READY
     assert store.weight_is_exist(i) is True
     assert store.weight_get_size(i) == md.logical_bytes
 

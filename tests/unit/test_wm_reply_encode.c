@@ -138,6 +138,8 @@ static void revision_of(wm_revision *r, unsigned k)
     r->updated_ms = u64s[(k + 6) % N_U64];
     r->last_access_ms = u64s[(k + 7) % N_U64];
     r->lease_count = u32s[k % N_U32];
+    r->degraded_from = (wm_residency)(k / 5 % 5);
+    r->degraded_from_hot_ratio = dbl_at(k / 2 + 1);
 }
 
 static void operation_of(wm_operation *o, unsigned k)
@@ -234,6 +236,8 @@ static void test_packed_bytes_decode_to_the_revision(void **state)
     r.created_ms = 1764700000000ull;
     r.updated_ms = r.created_ms + 5;
     r.lease_count = 2;
+    r.degraded_from = WM_RES_MIXED;
+    r.degraded_from_hot_ratio = 0.5;
     uint8_t b[1024];
     size_t n = wm_pack_metadata_response(&r, NULL, b, sizeof(b));
     Wmrpc__MetadataResponse *m = wmrpc__metadata_response__unpack(NULL, n, b);
@@ -250,6 +254,8 @@ static void test_packed_bytes_decode_to_the_revision(void **state)
     assert_int_equal(m->metadata->logical_bytes, 1 << 20);
     assert_int_equal(m->metadata->updated_ms, r.updated_ms);
     assert_int_equal(m->metadata->active_leases, 2);
+    assert_int_equal(m->metadata->degraded_from, WM_RES_MIXED);
+    assert_true(m->metadata->degraded_from_hot_ratio == 0.5);
     wmrpc__metadata_response__free_unpacked(m, NULL);
 }
 
