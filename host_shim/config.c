@@ -474,6 +474,12 @@ static const field_spec snapshot_fields[] = {
     F_END
 };
 
+static const field_spec fsck_fields[] = {
+    F_U32("every_s", fsck_every_s, 0, UINT32_MAX),
+    F_U64("bytes_per_s", fsck_bytes_per_s, 1048576, UINT64_MAX),
+    F_END
+};
+
 static const field_spec memory_fields[] = {
     F_OF("high_watermark", FK_RATIO, memory_high_watermark),
     F_OF("low_watermark", FK_RATIO, memory_low_watermark),
@@ -554,6 +560,7 @@ static const field_spec top_fields[] = {
     F_OF("data_dir", FK_PATH, data_dir),
     F_SEC("oplog", oplog_fields),
     F_SEC("snapshot", snapshot_fields),
+    F_SEC("fsck", fsck_fields),
     F_SEC("memory", memory_fields),
     F_SEC("ha", ha_fields),
     F_SEC("node", node_fields),
@@ -1171,6 +1178,8 @@ int host_config_defaults(host_config *cfg)
     cfg->snapshot_every_records = 100000;
     cfg->snapshot_keep = 2;
     cfg->snapshot_write_timeout_s = 900;
+    cfg->fsck_every_s = 604800;
+    cfg->fsck_bytes_per_s = 67108864;
     cfg->memory_high_watermark = 0.95;
     cfg->memory_low_watermark = 0.85;
     cfg->ha_enabled = 0;

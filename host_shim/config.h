@@ -102,6 +102,10 @@ typedef struct host_config {
     uint32_t snapshot_keep;           /* newest snapshots kept, >= 1 */
     uint32_t snapshot_write_timeout_s; /* a writer still running this long is killed */
 
+    /* fsck: the background deep check of every node's cold files */
+    uint32_t fsck_every_s;            /* one starts this long after the last began, 0 = never */
+    uint64_t fsck_bytes_per_s;        /* how fast it reads each node's cold files */
+
     /* memory: eviction watermarks as ratios of capacity */
     double memory_high_watermark;     /* (0, 1) */
     double memory_low_watermark;      /* (0, high) */

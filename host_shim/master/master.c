@@ -228,6 +228,7 @@ static void on_timer(uv_timer_t *h)
     if (m->cfg->ha_enabled) master_ha_tick(m);
     if (!master_is_leader(m)) return; /* a standby only follows the log */
     master_nodes_tick(m, now);
+    master_fsck_schedule_tick(m, now);
     master_node_wait_tick(m, now);
     run_ticks(m, now);
     if (now - m->last_cleanup_ms >= 1000) {
@@ -584,6 +585,7 @@ static void close_parts(master *m)
     m->log = NULL;
     master_node_wait_free(m);
     master_scrub_free(m);
+    master_fsck_background_stop(m);
     master_nodes_free(m);
     uv_run(&m->loop, UV_RUN_DEFAULT);
     node_runtime_stop(m->embedded_node); /* its link to us is closed: it lets go */

@@ -65,6 +65,9 @@ static const metric_def metric_defs[] = {
     {M(read_leases_ended), SMP_METRIC_COUNTER, "store_read_leases_ended_total", "Read leases given back before their expiry, by how (released: one lookup's lease, by its reader; connection_closed: every lease of a connection that closed)", "how"},
     {M(read_lease_refusals), SMP_METRIC_COUNTER, "store_read_lease_release_refusals_total", "Keys of release_read_leases requests on which the caller's connection held no read lease (nothing released)", NULL},
     {M(evictions), SMP_METRIC_COUNTER, "store_eviction_rounds_total", "Eviction plans applied under memory pressure", NULL},
+    {M(fsck_runs), SMP_METRIC_COUNTER, "store_fsck_background_runs_total", "Background fsck runs (fsck.every_s) ended since this master started", NULL},
+    {M(fsck_corrupt), SMP_METRIC_COUNTER, "store_fsck_background_corrupt_total", "Corrupt cold files the background fsck runs found since this master started (their replicas are dropped and copied again)", NULL},
+    {M(fsck_running), SMP_METRIC_GAUGE, "store_fsck_background_running", "1 while a background fsck runs", NULL},
     {M(cold_reclaimed), SMP_METRIC_COUNTER, "store_cold_files_reclaimed_total", "Cold files of replicas the state no longer has, deleted on their nodes", NULL},
     {M(release_checks), SMP_METRIC_COUNTER, "store_release_cold_checks_total", "Cold files hashed whole on their node before the memory replicas of their object were released, by result (intact: released; corrupt: the file did not hold the object's bytes, its replica was dropped and memory kept; failed: not checked -- node down or from before the check -- and memory kept)", "result"},
     {M(scrub_tasks), SMP_METRIC_COUNTER, "store_scrub_tasks_total", "SCRUB tasks sent to nodes to zero memory ranges the state freed (the ranges freed in one turn of the loop go in one task a node)", NULL},
@@ -193,6 +196,9 @@ void master_metrics_refresh(master *m)
     host_metric_set(m->m.snapshot_age, NULL,
                     m->snapshot_wall_ms ? (double)(master_wall_ms() - m->snapshot_wall_ms) / 1e3 : -1.0);
     host_metric_set(m->m.snapshot_seq, NULL, (double)m->snapshot_seq);
+    host_metric_set(m->m.fsck_runs, NULL, (double)m->fsck_background_runs);
+    host_metric_set(m->m.fsck_corrupt, NULL, (double)m->fsck_background_corrupt);
+    host_metric_set(m->m.fsck_running, NULL, m->fsck_background != NULL ? 1.0 : 0.0);
     host_metric_set(m->m.snapshot_capture, NULL, m->snapshot_capture_s);
     host_metric_set(m->m.snapshot_encode, NULL, m->snapshot_encode_s);
     host_metric_set(m->m.snapshot_write, NULL, m->snapshot_write_s);

@@ -43,7 +43,16 @@
  * The same run, with repair and for segment bytes only, sweeps a node when
  * it registers and again 5 s later (master_fsck_sweep_node): what a
  * master's crash, a node's stop or a writer of a put they lost left in its
- * free ranges is zeroed without an operator, and logged. */
+ * free ranges is zeroed without an operator, and logged.
+ * A background run (master_fsck_background_start, on fsck.every_s) is the
+ * deep check of the cold files alone, paced: after each page the next is
+ * asked only once the page's bytes over fsck.bytes_per_s have passed
+ * (master_fsck_background_tick), so rot in a cold copy is found while the
+ * memory copy it would be repaired from still exists. It repairs only what
+ * it must -- a corrupt replica is dropped, and its plugin copies it again
+ * -- and leaves orphan files and segment bytes to the registration's
+ * reclaim, the sweeps and `weightctl fsck --repair`; it logs what it found
+ * and hands the totals to its caller. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,6 +103,7 @@ typedef struct fsck_node {
     size_t n_orphans, cap_orphans;
     fsck_file *corrupt; /* judged: corrupt files a replica names (key: its object) */
     size_t n_corrupt;
+    size_t corrupt_asked; /* of them, the first ones whose replica's drop was asked */
     uint64_t replicas_dropped;
     char *after;        /* the last cold name of the pages so far ("" before the first) */
     uint32_t pages;     /* pages taken */
@@ -106,6 +116,7 @@ typedef struct fsck_node {
     uint64_t *held;   /* repair: pairs held in the allocator */
     size_t n_held;
     uint64_t files_removed, zeroed, skipped;
+    uint64_t page_due_ms; /* background: the next page is asked then (0: not waiting) */
     /* --deep: the memory replicas, hashed on the node FSCK_VERIFY_WINDOW at a time */
     char *mem_after;    /* the walk goes on after this key (NULL: from the first) */
     int mem_walking;    /* replicas left to send */
@@ -126,8 +137,14 @@ struct fsck_run {
     fsck_node *nodes;
     size_t n_nodes, cap_nodes;
     uint32_t nodes_down;
-    size_t outstanding; /* tasks not yet answered */
+    size_t outstanding; /* tasks not yet answered (and background pages waiting) */
     const char *only_node; /* a sweep's node */
+    /* A background run: paced by bytes_per_s, the cold files alone, only
+     * corrupt replicas repaired; done is told the totals (not when it was
+     * abandoned: the master is stopping). */
+    int background, abandoned;
+    uint64_t bytes_per_s;
+    master_fsck_done_fn done;
 };
 
 /* A cold path named by a replica of the node being judged, and the key of
@@ -198,11 +215,50 @@ static int note_lost(void *arg, const char *key)
     return 0;
 }
 
+/* A background run's outcome: a line per node, and the totals to done. */
+static void background_end(fsck_run *r)
+{
+    master *m = r->m;
+    master_fsck_summary sum = {.nodes_down = r->nodes_down};
+    for (size_t i = 0; i < r->n_nodes; i++) {
+        const fsck_node *n = &r->nodes[i];
+        sum.nodes++;
+        sum.cold_files += n->cold_files;
+        sum.cold_bytes += n->cold_bytes;
+        sum.corrupt += n->n_corrupt;
+        sum.dropped += n->replicas_dropped;
+        sum.orphans += n->n_orphans;
+        if (n->error != NULL) {
+            sum.nodes_failed++;
+            fprintf(stderr, "store_master: background fsck: node %s: %s%s\n", n->node, n->error,
+                    n->error_in_repair ? "" : " (its check ended there: nothing judged)");
+        }
+        if (n->n_corrupt > 0 || n->n_orphans > 0 || (n->error == NULL && n->pages > 1))
+            fprintf(stderr, "store_master: background fsck: node %s: %llu cold files, %llu bytes "
+                    "read in %u pages: %zu corrupt (%llu replicas dropped: their plugins copy them "
+                    "again), %zu files no replica names (`weightctl fsck --repair` deletes them)\n",
+                    n->node, (unsigned long long)n->cold_files, (unsigned long long)n->cold_bytes,
+                    (unsigned)n->pages, n->n_corrupt, (unsigned long long)n->replicas_dropped,
+                    n->n_orphans);
+        for (size_t k = 0; k < n->n_corrupt && k < 16; k++)
+            fprintf(stderr, "store_master: background fsck: node %s: cold file %s of %s is corrupt\n",
+                    n->node, n->corrupt[k].name, n->corrupt[k].key);
+    }
+    sum.objects_without_replica = obj_visit_unreplicated(master_objs(m), NULL, NULL);
+    r->done(m, &sum);
+}
+
 /* Answer the call with the report (a sweep: log it) and free the run. */
 static void run_reply(fsck_run *r)
 {
     master *m = r->m;
     obj_stats os;
+    if (r->background) {
+        if (m->fsck_background == r) m->fsck_background = NULL;
+        if (!r->abandoned) background_end(r);
+        run_free(r);
+        return;
+    }
     if (r->call == NULL) {
         sweep_log(r);
         run_free(r);
@@ -387,6 +443,22 @@ static void on_replica_dropped(master *m, void *arg, int status, uint64_t seq)
     task_ended(n->run);
 }
 
+/* Drop the replicas of n's corrupt files not asked yet (one gone
+ * meanwhile is not an error). */
+static void drop_corrupt(master *m, fsck_node *n)
+{
+    for (; n->corrupt_asked < n->n_corrupt; n->corrupt_asked++) {
+        fsck_file *c = &n->corrupt[n->corrupt_asked];
+        obj_replica bad = {.kind = SMP_REPLICA_COLD, .node = n->node, .path = c->name};
+        n->run->outstanding++;
+        int rc = master_drop_replica(m, c->key, &bad, on_replica_dropped, n);
+        if (rc < 0) {
+            n->run->outstanding--;
+            if (rc != SMP_ENOTFOUND) set_repair_error(n, rc, "dropping a corrupt replica");
+        }
+    }
+}
+
 /* What a repair of a corrupt memory replica was doing when it failed. */
 #define MEM_DROPPING "dropping a memory replica that did not hold its bytes"
 #define MEM_REHASHING "hashing a corrupt memory replica again before dropping it"
@@ -410,16 +482,8 @@ static void repair_node(master *m, fsck_node *n)
 {
     fsck_run *r = n->run;
     mem_repair(m, n);
-    for (size_t k = 0; k < n->n_corrupt && !r->segment_only; k++) {
-        obj_replica bad = {.kind = SMP_REPLICA_COLD, .node = n->node, .path = n->corrupt[k].name};
-        r->outstanding++;
-        int rc = master_drop_replica(m, n->corrupt[k].key, &bad, on_replica_dropped, n);
-        if (rc < 0) {
-            r->outstanding--;
-            if (rc != SMP_ENOTFOUND) set_repair_error(n, rc, "dropping a corrupt replica"); /* gone meanwhile */
-        }
-    }
-    for (size_t k = 0; k < n->n_orphans && !r->segment_only; k++) {
+    if (!r->segment_only) drop_corrupt(m, n);
+    for (size_t k = 0; k < n->n_orphans && !r->segment_only && !r->background; k++) {
         r->outstanding++;
         int rc = master_node_task(m, n->node, TASK_KIND__TASK_DELETE_COLD, n->orphans[k].key, 0, 0,
                                   NULL, n->orphans[k].name, on_file_deleted, n);
@@ -542,19 +606,33 @@ static int take_dirty(fsck_node *n, const TaskResult *res)
  * and whose key has no persist between writing its file and recording it;
  * a corrupt one a replica names goes to the corrupt replicas, with that
  * replica's key. */
+static void named_free(named_path **set)
+{
+    named_path *p, *tmp;
+    HASH_ITER(hh, *set, p, tmp) {
+        HASH_DEL(*set, p);
+        free(p);
+    }
+}
+
+/* The cold paths the replicas of node name now, into *set (NULL before).
+ * SMP_OK, or SMP_ENOMEM with *set freed. */
+static int named_of(master *m, const char *node, named_path **set)
+{
+    if (obj_visit_replicas(master_objs(m), node, note_named, set) >= 0) return SMP_OK;
+    named_free(set);
+    return SMP_ENOMEM;
+}
+
 static int judge_files(master *m, fsck_node *n)
 {
-    named_path *set = NULL, *p, *tmp;
+    named_path *set = NULL, *p;
     size_t kept = 0;
     if (n->n_orphans == 0) return SMP_OK;
-    if ((n->corrupt = calloc(n->n_orphans, sizeof(*n->corrupt))) == NULL) return SMP_ENOMEM;
-    if (obj_visit_replicas(master_objs(m), n->node, note_named, &set) < 0) {
-        HASH_ITER(hh, set, p, tmp) {
-            HASH_DEL(set, p);
-            free(p);
-        }
-        return SMP_ENOMEM;
-    }
+    fsck_file *v = realloc(n->corrupt, (n->n_corrupt + n->n_orphans) * sizeof(*v));
+    if (v == NULL) return SMP_ENOMEM;
+    n->corrupt = v;
+    if (named_of(m, n->node, &set) < 0) return SMP_ENOMEM;
     for (size_t i = 0; i < n->n_orphans; i++) {
         fsck_file o = n->orphans[i];
         HASH_FIND_STR(set, o.name, p);
@@ -573,10 +651,41 @@ static int judge_files(master *m, fsck_node *n)
         n->orphans[kept++] = o;
     }
     n->n_orphans = kept;
-    HASH_ITER(hh, set, p, tmp) {
-        HASH_DEL(set, p);
-        free(p);
+    named_free(&set);
+    return SMP_OK;
+}
+
+/* A background run drops the replicas of the corrupt files of a page as it
+ * comes (candidates from index from on): a check of a large tier takes
+ * hours, and the revision is repaired or marked meanwhile. A corrupt file
+ * names no key, so the replicas of the node are walked to find whose it is
+ * -- only for a page that holds one. A corrupt file no replica names stays
+ * a candidate (an orphan). SMP_OK or SMP_ENOMEM. */
+static int judge_corrupt_now(master *m, fsck_node *n, size_t from)
+{
+    named_path *set = NULL, *p;
+    size_t kept = from, bad = 0;
+    for (size_t i = from; i < n->n_orphans; i++) bad += n->orphans[i].corrupt;
+    if (bad == 0) return SMP_OK;
+    fsck_file *v = realloc(n->corrupt, (n->n_corrupt + bad) * sizeof(*v));
+    if (v == NULL) return SMP_ENOMEM;
+    n->corrupt = v;
+    if (named_of(m, n->node, &set) < 0) return SMP_ENOMEM;
+    for (size_t i = from; i < n->n_orphans; i++) {
+        fsck_file o = n->orphans[i];
+        HASH_FIND_STR(set, o.name, p);
+        char *owner = p != NULL && o.corrupt ? strdup(p->key) : NULL;
+        if (owner == NULL) {
+            n->orphans[kept++] = o;
+            continue;
+        }
+        free(o.key);
+        o.key = owner;
+        n->corrupt[n->n_corrupt++] = o;
     }
+    n->n_orphans = kept;
+    named_free(&set);
+    drop_corrupt(m, n); /* after the walk: a drop changes the replicas it walked */
     return SMP_OK;
 }
 
@@ -885,7 +994,10 @@ static void on_scanned(master *m, void *arg, int status, const TaskResult *res);
 static int ask_page(master *m, fsck_node *n, const uint64_t *ranges, size_t n_ranges)
 {
     fsck_run *r = n->run;
-    master_scan_page p = {ranges, n_ranges, n->after, FSCK_PAGE_BYTES, r->segment_only, r->deep};
+    /* A background run's page is a second of its pace: the node reads in
+     * short bursts, not 1 GiB at full speed. */
+    master_scan_page p = {ranges, n_ranges, n->after, FSCK_PAGE_BYTES, r->segment_only, r->deep,
+                          r->background ? r->bytes_per_s : 0};
     r->outstanding++;
     int rc = master_node_task_scan(m, n->node, &p, on_scanned, n);
     if (rc < 0) r->outstanding--;
@@ -911,6 +1023,7 @@ static void on_scanned(master *m, void *arg, int status, const TaskResult *res)
     fsck_node *n = arg;
     char why[400];
     int rc = status;
+    if (n->run->abandoned) goto ended; /* the master is stopping: nothing more is asked or judged */
     if (rc == SMP_OK && res->status != 0) rc = res->status;
     if (rc < 0) {
         set_error_why(n, rc, task_why(status, res));
@@ -923,7 +1036,10 @@ static void on_scanned(master *m, void *arg, int status, const TaskResult *res)
         drop_candidates(n);
         goto ended;
     }
+    uint64_t bytes_before = n->cold_bytes;
+    size_t candidates_before = n->n_orphans;
     if ((rc = take_files(m, n, res)) == SMP_OK && n->pages == 0) rc = take_dirty(n, res);
+    if (rc == SMP_OK && n->run->background) rc = judge_corrupt_now(m, n, candidates_before);
     n->pages++;
     if (rc == SMP_OK && res->page_bytes != 0 && res->more) {
         char *after = strdup(res->files[res->n_files - 1]->name);
@@ -932,7 +1048,14 @@ static void on_scanned(master *m, void *arg, int status, const TaskResult *res)
         } else {
             free(n->after);
             n->after = after;
-            rc = ask_page(m, n, NULL, 0);
+            if (n->run->background) {
+                /* paced: the page's bytes at bytes_per_s (at least a turn of the timer) */
+                uint64_t ms = (n->cold_bytes - bytes_before) * 1000 / n->run->bytes_per_s;
+                n->page_due_ms = master_now_ms() + (ms > 0 ? ms : 1);
+                n->run->outstanding++;
+            } else {
+                rc = ask_page(m, n, NULL, 0);
+            }
         }
         if (rc == SMP_OK) goto ended;
     }
@@ -943,7 +1066,7 @@ static void on_scanned(master *m, void *arg, int status, const TaskResult *res)
     if (rc < 0) {
         set_error(n, rc, NULL);
         drop_candidates(n);
-    } else if (n->run->deep && !n->run->segment_only) {
+    } else if (n->run->deep && !n->run->segment_only && !n->run->background) {
         n->mem_walking = 1; /* then the memory replicas are hashed; repaired after */
         mem_pump(m, n);
     } else if (n->run->repair) {
@@ -958,7 +1081,7 @@ ended:
 static int add_segment(void *arg, const char *segment, const char *node)
 {
     fsck_run *r = arg;
-    if (r->call == NULL && strcmp(node, r->only_node) != 0) return 0;
+    if (r->only_node != NULL && strcmp(node, r->only_node) != 0) return 0;
     if (!master_node_readable(r->m, node)) {
         r->nodes_down++;
         return 0;
@@ -993,7 +1116,10 @@ static int run_start(fsck_run *r)
         fsck_node *n = &r->nodes[i];
         uint64_t *ranges = NULL;
         size_t n_ranges = 0;
-        rc = obj_segment_free_ranges(master_objs(m), n->segment, &ranges, &n_ranges, NULL, NULL);
+        /* a background run reads the cold files alone: no segment range */
+        rc = r->background ? SMP_OK
+                           : obj_segment_free_ranges(master_objs(m), n->segment, &ranges, &n_ranges,
+                                                     NULL, NULL);
         if (rc == SMP_OK) rc = ask_page(m, n, ranges, n_ranges);
         free(ranges);
         if (rc < 0) set_error(n, rc, NULL);
@@ -1036,4 +1162,61 @@ int master_fsck_sweep_node(master *m, const char *node)
     r->only_node = node;
     if ((rc = run_start(r)) < 0) run_free(r);
     return rc;
+}
+
+/* -- the background run ------------------------------------------------------------- */
+
+int master_fsck_background_start(master *m, uint64_t bytes_per_s, master_fsck_done_fn done)
+{
+    int rc;
+    if (m->fsck_background != NULL) return SMP_EBUSY;
+    if (bytes_per_s == 0 || done == NULL) return SMP_EINVAL;
+    fsck_run *r = calloc(1, sizeof(*r));
+    if (r == NULL) return SMP_ENOMEM;
+    r->m = m;
+    r->repair = 1;
+    r->deep = 1;
+    r->background = 1;
+    r->bytes_per_s = bytes_per_s;
+    r->done = done;
+    m->fsck_background = r;
+    if ((rc = run_start(r)) < 0) {
+        m->fsck_background = NULL;
+        run_free(r);
+    }
+    return rc;
+}
+
+void master_fsck_background_tick(master *m, uint64_t now)
+{
+    fsck_run *r = m->fsck_background;
+    if (r == NULL) return;
+    r->outstanding++; /* the run outlives the loop: a node's wait ends in it */
+    for (size_t i = 0; i < r->n_nodes; i++) {
+        fsck_node *n = &r->nodes[i];
+        if (n->page_due_ms == 0 || now < n->page_due_ms) continue;
+        n->page_due_ms = 0;
+        r->outstanding--; /* its wait */
+        int rc = master_node_readable(m, n->node) ? ask_page(m, n, NULL, 0) : SMP_EIO;
+        if (rc < 0) {
+            set_error_why(n, rc, rc == SMP_EIO ? "the node went down during the check" : NULL);
+            drop_candidates(n);
+        }
+    }
+    task_ended(r);
+}
+
+void master_fsck_background_stop(master *m)
+{
+    fsck_run *r = m->fsck_background;
+    if (r == NULL) return;
+    m->fsck_background = NULL;
+    r->abandoned = 1;
+    for (size_t i = 0; i < r->n_nodes; i++)
+        if (r->nodes[i].page_due_ms != 0) {
+            r->nodes[i].page_due_ms = 0;
+            r->outstanding--;
+        }
+    /* Tasks still out end it when the nodes' queues are failed. */
+    if (r->outstanding == 0) run_free(r);
 }

@@ -179,6 +179,10 @@ typedef struct master {
     int evicting;               /* an eviction plan is being applied */
     int pressure;               /* above the high watermark at the last look */
     uint64_t last_cleanup_ms;
+    struct fsck_run *fsck_background; /* the background fsck running, NULL */
+    uint64_t fsck_last_wall_ms;   /* when the last background fsck began (0: not read yet) */
+    uint64_t fsck_background_runs;     /* ended this run (metrics) */
+    uint64_t fsck_background_corrupt;  /* corrupt cold files they found (metrics) */
     /* Loop lag: how late the housekeeping timer fires. libuv reschedules a
      * repeating timer at loop time + period before running it, so the next
      * round is due at uv_now() + MASTER_TIMER_MS as read in this round; the
@@ -255,6 +259,9 @@ typedef struct master {
         host_metric *rpc_refused;          /* {reason, tenant} (rpc_limits.h) */
         host_metric *admin_refusals;       /* {reason} (admin_http.h) */
         host_metric *evictions;
+        host_metric *fsck_runs;
+        host_metric *fsck_corrupt;
+        host_metric *fsck_running;
         host_metric *read_leases;          /* unexpired read leases (per holder and key) */
         host_metric *read_leases_ended;    /* {how}: released, connection_closed */
         host_metric *read_lease_refusals;  /* releases of leases the caller did not hold */
@@ -580,6 +587,7 @@ typedef struct master_scan_page {
     uint32_t page_bytes;
     int segment_only;
     int deep;           /* hash each cold file's data too (fsck --deep) */
+    uint64_t deep_bytes; /* deep: a page's reading at most (0: the node's 1 GiB) */
 } master_scan_page;
 /* Queue that SCAN task (node_rpc.proto's after / page_bytes / segment_only)
  * like master_node_task_ranges. */
@@ -716,6 +724,38 @@ int master_fsck_h(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len
  * run when a node registers (and 5 s later), it zeroes what no
  * object, put or reservation occupies and logs what it found. */
 int master_fsck_sweep_node(master *m, const char *node);
+
+/* What a background fsck found, in all its nodes. */
+typedef struct master_fsck_summary {
+    size_t nodes;              /* checked (up when it started) */
+    size_t nodes_failed;       /* of them, those whose check ended in an error */
+    uint32_t nodes_down;       /* holding a segment, not up: not checked */
+    uint64_t cold_files, cold_bytes;
+    uint64_t corrupt;          /* cold files a replica names whose data did not hash */
+    uint64_t dropped;          /* of their replicas, dropped (their plugins copy them again) */
+    uint64_t orphans;          /* cold files no replica names (left for fsck --repair) */
+    uint64_t objects_without_replica; /* at the end, as fsck counts them */
+} master_fsck_summary;
+typedef void (*master_fsck_done_fn)(master *m, const master_fsck_summary *sum);
+
+/* Start the background deep check of every up node's cold files, reading
+ * each at bytes_per_s (paced by master_fsck_background_tick) and dropping
+ * the replicas it finds corrupt; done gets the totals once every node's
+ * check ended (the nodes' findings are logged). SMP_EBUSY while one runs,
+ * SMP_EINVAL, SMP_ENOMEM. */
+int master_fsck_background_start(master *m, uint64_t bytes_per_s, master_fsck_done_fn done);
+/* The timer: ask the pages of the background run whose pace allows them. */
+void master_fsck_background_tick(master *m, uint64_t now);
+/* At exit, before the nodes' tasks are failed: end the background run
+ * without judging, repairing or telling done. */
+void master_fsck_background_stop(master *m);
+
+/* -- master_fsck_schedule.c ---------------------------------------------------- */
+
+/* The timer, on the leader: start the background fsck when fsck.every_s
+ * has passed since the last one began (<data_dir>/fsck.last keeps when,
+ * across restarts), once the nodes registered after the start. */
+void master_fsck_schedule_tick(master *m, uint64_t now);
 
 /* -- master_backend.c ----------------------------------------------------------- */
 

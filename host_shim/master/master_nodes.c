@@ -70,6 +70,7 @@ typedef struct master_task {
     char *after;          /* SCAN: the page's cursor (NULL: "") */
     uint32_t page_bytes;  /* SCAN: the page bound (0: one answer) */
     int segment_only;     /* SCAN: no cold file */
+    uint64_t deep_bytes;  /* SCAN deep: a page's reading (0: the node's default) */
     int deep;             /* SCAN: hash the cold files' data too */
     master_task_cb cb;
     void *arg;
@@ -370,6 +371,7 @@ static int queue_task(master *m,
         t->page_bytes = scan->page_bytes;
         t->segment_only = scan->segment_only;
         t->deep = scan->deep;
+        t->deep_bytes = scan->deep_bytes;
     }
     if (n->queue_tail) n->queue_tail->next = t;
     else n->queue = t;
@@ -431,6 +433,7 @@ static void answer_poll(master *m, master_node *n)
         msgs[k].page_bytes = t->page_bytes;
         msgs[k].segment_only = t->segment_only;
         msgs[k].deep = t->deep;
+        msgs[k].deep_bytes = t->deep_bytes;
         if (t->n_ranges > 0) {
             rmsgs[k] = calloc(t->n_ranges, sizeof(SegmentRange));
             rptrs[k] = calloc(t->n_ranges, sizeof(SegmentRange *));

@@ -17,8 +17,9 @@
  *
  * A deep SCAN (NodeTask.deep, fsck --deep) also hashes each file's data
  * against its header's SHA-256 and reports a mismatch as corrupt; its
- * pages also end once some SCAN_DEEP_BYTES were read, so one task stays
- * seconds long, and its answer says it was deep (TaskResult.deep). */
+ * pages also end once some SCAN_DEEP_BYTES were read (NodeTask.deep_bytes
+ * when smaller: the background fsck's pace), so one task stays seconds
+ * long, and its answer says it was deep (TaskResult.deep). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -279,10 +280,12 @@ static int page_files(node_fsck *n, const NodeTask *t, TaskResult *r, char *err,
         else hi = mid;
     }
     uint64_t hashed = 0;
+    uint64_t deep_bytes = t->deep_bytes > 0 && t->deep_bytes < SCAN_DEEP_BYTES ? t->deep_bytes
+                                                                              : SCAN_DEEP_BYTES;
     for (size_t i = lo; i < n->n_names; i++) {
         cold_entry e;
-        if (t->deep && hashed >= SCAN_DEEP_BYTES && r->n_files > 0) {
-            r->more = 1; /* a page of deep checks stays some 1 GiB of reading long */
+        if (t->deep && hashed >= deep_bytes && r->n_files > 0) {
+            r->more = 1; /* a page of deep checks stays some 1 GiB (or as asked) of reading long */
             return SMP_OK;
         }
         rc = cold_check(n->cold, n->names[i], t->deep, &e, key_buf, name_buf);

@@ -24,6 +24,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -48,20 +49,26 @@ typedef struct fixture {
     hx_master m;
 } fixture;
 
-static int setup(void **state)
+/* The tests' config, then extra (YAML, "" for none). 0 or -1. */
+static int configure(fixture *f, const char *extra)
 {
-    fixture *f = calloc(1, sizeof(*f));
-    char cfg[1024];
-    wx_model_fill(model, N_MODEL, 131);
-    if (f == NULL || hx_init(&f->m, "repair", NULL) < 0) return -1;
+    char cfg[1400];
     snprintf(cfg, sizeof(cfg),
              "node:\n  segment_dir: \"%s/shm\"\n  segment_bytes: 33554432\n"
              "  cold_dir: \"%s/cold\"\n  poll_ms: 10\n"
              "cluster:\n  default_weight_preferred_residency: hot\n"
              "  weight_migration_cooldown_ms: 100\n"
-             "plugins:\n  - path: \"%s/lib/weight_mgmt.so\"\n    config:\n      tick_period_ms: 50\n",
-             f->m.dir, f->m.dir, BUILD_DIR);
-    if (hx_reconfigure(&f->m, cfg) < 0 || hx_start(&f->m, 20000) < 0) return -1;
+             "plugins:\n  - path: \"%s/lib/weight_mgmt.so\"\n    config:\n      tick_period_ms: 50\n%s",
+             f->m.dir, f->m.dir, BUILD_DIR, extra);
+    return hx_reconfigure(&f->m, cfg);
+}
+
+static int setup(void **state)
+{
+    fixture *f = calloc(1, sizeof(*f));
+    wx_model_fill(model, N_MODEL, 131);
+    if (f == NULL || hx_init(&f->m, "repair", NULL) < 0) return -1;
+    if (configure(f, "") < 0 || hx_start(&f->m, 20000) < 0) return -1;
     *state = f;
     return 0;
 }
@@ -781,6 +788,138 @@ static void test_objects_left_with_no_replica_are_reported(void **state)
     free(out);
 }
 
+/* Write text over the file at path. */
+static void set_fsck_last(const char *path, const char *text)
+{
+    FILE *fp = fopen(path, "w");
+    assert_non_null(fp);
+    fputs(text, fp);
+    fclose(fp);
+}
+
+/* Lines of the master's log holding needle; with pages, the page count of
+ * the last line of a background fsck's node report. */
+static unsigned scan_log(fixture *f, const char *needle, unsigned *pages)
+{
+    char *line = NULL;
+    size_t cap = 0;
+    unsigned n = 0;
+    FILE *lf = fopen(f->m.log, "r");
+    assert_non_null(lf);
+    while (getline(&line, &cap, lf) > 0) {
+        const char *at = strstr(line, " bytes read in ");
+        if (needle != NULL && strstr(line, needle) != NULL) n++;
+        if (pages != NULL && strstr(line, "background fsck: node embedded: ") != NULL && at != NULL)
+            *pages = (unsigned)strtoul(at + strlen(" bytes read in "), NULL, 10);
+    }
+    free(line);
+    fclose(lf);
+    return n;
+}
+
+static unsigned log_count(fixture *f, const char *needle)
+{
+    return scan_log(f, needle, NULL);
+}
+
+static void log_count_pages(fixture *f, unsigned *pages)
+{
+    (void)scan_log(f, NULL, pages);
+}
+
+/* A model of 320 tensors of 4 KiB: 1.25 MiB of data in cold files. */
+#define N_MANY 320
+static wx_tensor many[N_MANY];
+static char many_names[N_MANY][16];
+
+/* The background fsck (fsck.every_s) finds data rot nobody read. Its last
+ * start kept in data_dir/fsck.last is long past, so one starts once the
+ * node registered after the restart; it reads the cold files in pages of a
+ * second of its pace (1 MiB/s: two pages or more for the 1.25 MiB of a 320
+ * tensor revision), drops the replica of the rotted file -- the COLD
+ * revision turns DEGRADED now, not when a load needs the copy -- and logs
+ * the file, its key and the totals; the other revision stays READY and
+ * reads back; /metrics counts the run and the corrupt file, and fsck.last
+ * holds the new start, so the next waits fsck.every_s. */
+static void test_the_background_fsck_finds_rot_nobody_read(void **state)
+{
+    fixture *f = *state;
+    weight_store *s = wx_open_store(&f->m);
+    weight_identity rot, fine;
+    char name[128], path[700], want[600], last[700];
+    for (size_t i = 0; i < N_MANY; i++) {
+        snprintf(many_names[i], sizeof(many_names[i]), "t.%03zu", i);
+        many[i] = (wx_tensor){.name = many_names[i], .shape = {16, 64}};
+    }
+    wx_model_fill(many, N_MANY, 7);
+    assert_int_equal(weight_identity_set(&rot, NULL, "llm", "rot", "v9", 1), 0);
+    assert_int_equal(weight_identity_set(&fine, NULL, "llm", "many", "v1", 1), 0);
+    put_cold_and_pick_a_payload_file(f, s, &rot, name);
+    wx_put_model(s, &fine, many, N_MANY);
+    migrate_and_wait(s, &fine, WEIGHT_RES_COLD);
+    weight_store_close(s);
+    snprintf(path, sizeof(path), "%s/cold/%s", f->m.dir, name);
+    rot_data(path);
+
+    assert_int_equal(hx_stop(&f->m), 0);
+    snprintf(last, sizeof(last), "%s/data/fsck.last", f->m.dir);
+    set_fsck_last(last, "1000\n"); /* 1970: the next run is due */
+    assert_int_equal(configure(f, "fsck:\n  every_s: 86400\n  bytes_per_s: 1048576\n"), 0);
+    uint64_t restarted = (uint64_t)time(NULL) * 1000u;
+    assert_int_equal(hx_start(&f->m, 20000), 0);
+    for (int i = 0; !hx_log_contains(&f->m, "background fsck: ended:"); i++) {
+        if (i * 20 > 2 * WAIT_MS) {
+            hx_print_log(&f->m);
+            fail_msg("no background fsck ended");
+        }
+        sleep_ms(20);
+    }
+    snprintf(want, sizeof(want), "background fsck: node embedded: cold file %s of "
+             "weights/acme/llm/rot/v9/1/payload/", name);
+    if (!hx_log_contains(&f->m, "background fsck: started: the cold files of every node that is "
+                                "up, at 1048576 bytes/s each (fsck.every_s 86400)") ||
+        !hx_log_contains(&f->m, want) ||
+        !hx_log_contains(&f->m, "background fsck: ended: 1 nodes checked (0 ended in an error, 0 "
+                                "not up)") ||
+        !hx_log_contains(&f->m, " 1 corrupt, 1 of their replicas dropped, 0 files no replica names; "
+                                "1 objects have no replica left")) {
+        hx_print_log(&f->m);
+        fail_msg("the log does not tell the background fsck's findings");
+    }
+    /* paced: more than one page of a second's reading */
+    unsigned pages = 0;
+    log_count_pages(f, &pages);
+    if (pages < 2) fail_msg("the background fsck read the cold files in %u page(s)", pages);
+
+    FILE *fp;
+    s = wx_open_store(&f->m);
+    wait_state(s, &rot, WEIGHT_DEGRADED, -1);
+    wait_state(s, &fine, WEIGHT_READY, WEIGHT_RES_COLD);
+    wx_get_and_compare(s, &fine, many, N_MANY);
+    assert_int_equal(wx_metric(&f->m, "store_fsck_background_runs_total"), 1);
+    assert_int_equal(wx_metric(&f->m, "store_fsck_background_corrupt_total"), 1);
+    assert_int_equal(wx_metric(&f->m, "store_fsck_background_running"), 0);
+    fp = fopen(last, "r");
+    assert_non_null(fp);
+    unsigned long long began = 0;
+    assert_int_equal(fscanf(fp, "%llu", &began), 1);
+    fclose(fp);
+    if (began < restarted) fail_msg("fsck.last holds %llu, before the restart", began);
+    remove_and_check_clean(f, s, &rot);
+    weight_store_close(s);
+
+    /* A stop while a run waits for its next page ends the run unjudged and
+     * the master exits 0 (in the sanitizer build: nothing leaked). */
+    assert_int_equal(hx_stop(&f->m), 0);
+    set_fsck_last(last, "1000\n");
+    assert_int_equal(hx_start(&f->m, 20000), 0);
+    for (int i = 0; log_count(f, "background fsck: started:") < 2; i++) {
+        if (i * 10 > 2 * WAIT_MS) fail_msg("no second background fsck started");
+        sleep_ms(10);
+    }
+    assert_int_equal(hx_stop(&f->m), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -801,6 +940,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_a_memory_replica_put_again_before_the_repair_is_kept,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_objects_left_with_no_replica_are_reported, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_the_background_fsck_finds_rot_nobody_read, setup,
                                         teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

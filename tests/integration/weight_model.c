@@ -43,7 +43,7 @@ void wx_put_model(weight_store *s, const weight_identity *id, const wx_tensor *t
     assert_int_equal(md.availability, WEIGHT_READY);
 }
 
-#define WX_MAX 16
+#define WX_MAX 512 /* tensors of a model read back */
 
 typedef struct getctx {
     const wx_tensor *t;

@@ -78,6 +78,8 @@ static void assert_default_values(const host_config *c)
     assert_int_equal(c->snapshot_every_records, 100000);
     assert_int_equal(c->snapshot_keep, 2);
     assert_int_equal(c->snapshot_write_timeout_s, 900);
+    assert_int_equal(c->fsck_every_s, 604800);
+    assert_int_equal(c->fsck_bytes_per_s, 67108864);
     assert_true(c->memory_high_watermark == 0.95);
     assert_true(c->memory_low_watermark == 0.85);
     assert_int_equal(c->ha_enabled, 0);
@@ -225,6 +227,9 @@ static void test_every_key_is_read(void **state)
             "  every_records: 0\n"
             "  keep: 1\n"
             "  write_timeout_s: 30\n"
+            "fsck:\n"
+            "  every_s: 0\n"
+            "  bytes_per_s: 1048576\n"
             "memory:\n"
             "  high_watermark: 0.9\n"
             "  low_watermark: 0.1\n"
@@ -284,6 +289,8 @@ static void test_every_key_is_read(void **state)
     assert_int_equal(c.snapshot_every_records, 0);
     assert_int_equal(c.snapshot_keep, 1);
     assert_int_equal(c.snapshot_write_timeout_s, 30);
+    assert_int_equal(c.fsck_every_s, 0);
+    assert_int_equal(c.fsck_bytes_per_s, 1048576);
     assert_true(c.memory_high_watermark == 0.9);
     assert_true(c.memory_low_watermark == 0.1);
     assert_int_equal(c.ha_enabled, 1);
@@ -557,6 +564,10 @@ static void test_refuses_bad_integers(void **state)
                    "snapshot.write_timeout_s: 604801 is outside");
     expect_refused("snapshot: {write_timeout_s: soon}\n",
                    "snapshot.write_timeout_s: \"soon\" is not an integer");
+    expect_refused("fsck: {bytes_per_s: 1048575}\n", "fsck.bytes_per_s: 1048575 must be at least 1048576");
+    expect_refused("fsck: {every_s: -1}\n", "fsck.every_s: -1 must not be negative");
+    expect_refused("fsck: {every_s: 4294967296}\n", "fsck.every_s: 4294967296 is too large");
+    expect_refused("fsck: {interval_s: 60}\n", "fsck.interval_s: unknown key");
     /* overflow of the field (u32) and of any integer (u64) */
     expect_refused("oplog: {max_batch_records: 4294967296}\n",
                    "x.yaml:1: oplog.max_batch_records: 4294967296 is too large");
