@@ -586,6 +586,7 @@ static void close_parts(master *m)
     master_node_wait_free(m);
     master_scrub_free(m);
     master_fsck_background_stop(m);
+    master_fsck_schedule_free(m);
     master_nodes_free(m);
     uv_run(&m->loop, UV_RUN_DEFAULT);
     node_runtime_stop(m->embedded_node); /* its link to us is closed: it lets go */

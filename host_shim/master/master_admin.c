@@ -196,8 +196,8 @@ void master_metrics_refresh(master *m)
     host_metric_set(m->m.snapshot_age, NULL,
                     m->snapshot_wall_ms ? (double)(master_wall_ms() - m->snapshot_wall_ms) / 1e3 : -1.0);
     host_metric_set(m->m.snapshot_seq, NULL, (double)m->snapshot_seq);
-    host_metric_set(m->m.fsck_runs, NULL, (double)m->fsck_background_runs);
-    host_metric_set(m->m.fsck_corrupt, NULL, (double)m->fsck_background_corrupt);
+    host_metric_set(m->m.fsck_runs, NULL, (double)master_fsck_schedule_runs(m));
+    host_metric_set(m->m.fsck_corrupt, NULL, (double)master_fsck_schedule_corrupt(m));
     host_metric_set(m->m.fsck_running, NULL, m->fsck_background != NULL ? 1.0 : 0.0);
     host_metric_set(m->m.snapshot_capture, NULL, m->snapshot_capture_s);
     host_metric_set(m->m.snapshot_encode, NULL, m->snapshot_encode_s);

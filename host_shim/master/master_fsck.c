@@ -49,8 +49,9 @@
  * asked only once the page's bytes over fsck.bytes_per_s have passed
  * (master_fsck_background_tick), so rot in a cold copy is found while the
  * memory copy it would be repaired from still exists. It repairs only what
- * it must -- a corrupt replica is dropped, and its plugin copies it again
- * -- and leaves orphan files and segment bytes to the registration's
+ * it must -- a corrupt replica is dropped, as its page comes, and the
+ * plugin that owns it hears of the loss -- and leaves orphan files and
+ * segment bytes to the registration's
  * reclaim, the sweeps and `weightctl fsck --repair`; it logs what it found
  * and hands the totals to its caller. */
 #include <stdio.h>
@@ -117,6 +118,7 @@ typedef struct fsck_node {
     size_t n_held;
     uint64_t files_removed, zeroed, skipped;
     uint64_t page_due_ms; /* background: the next page is asked then (0: not waiting) */
+    int finished;         /* background: its pages are over (or its check ended) */
     /* --deep: the memory replicas, hashed on the node FSCK_VERIFY_WINDOW at a time */
     char *mem_after;    /* the walk goes on after this key (NULL: from the first) */
     int mem_walking;    /* replicas left to send */
@@ -145,6 +147,9 @@ struct fsck_run {
     int background, abandoned;
     uint64_t bytes_per_s;
     master_fsck_done_fn done;
+    master_fsck_progress_fn progress; /* after each page: the cursors of the nodes paging */
+    const master_fsck_cursor *from;   /* at the start: where each node resumes (borrowed) */
+    size_t n_from;
 };
 
 /* A cold path named by a replica of the node being judged, and the key of
@@ -235,8 +240,8 @@ static void background_end(fsck_run *r)
         }
         if (n->n_corrupt > 0 || n->n_orphans > 0 || (n->error == NULL && n->pages > 1))
             fprintf(stderr, "store_master: background fsck: node %s: %llu cold files, %llu bytes "
-                    "read in %u pages: %zu corrupt (%llu replicas dropped: their plugins copy them "
-                    "again), %zu files no replica names (`weightctl fsck --repair` deletes them)\n",
+                    "read in %u pages: %zu corrupt (%llu replicas dropped), %zu files no replica "
+                    "names (`weightctl fsck --repair` deletes them)\n",
                     n->node, (unsigned long long)n->cold_files, (unsigned long long)n->cold_bytes,
                     (unsigned)n->pages, n->n_corrupt, (unsigned long long)n->replicas_dropped,
                     n->n_orphans);
@@ -989,6 +994,18 @@ static void mem_repair(master *m, fsck_node *n)
 
 static void on_scanned(master *m, void *arg, int status, const TaskResult *res);
 
+/* Tell a background run's progress hook where each node is: the last file
+ * of its last page (what a resumed run asks after), or done. */
+static void report_progress(fsck_run *r)
+{
+    master_fsck_cursor *c = calloc(r->n_nodes ? r->n_nodes : 1, sizeof(*c));
+    if (c == NULL) return; /* a resume after a stop starts those nodes over */
+    for (size_t i = 0; i < r->n_nodes; i++)
+        c[i] = (master_fsck_cursor){r->nodes[i].node, r->nodes[i].after, r->nodes[i].finished};
+    r->progress(r->m, c, r->n_nodes);
+    free(c);
+}
+
 /* Ask n's node for a SCAN page: the first (ranges, after "") or the one
  * after n->after. SMP_OK (one more outstanding task), or the error. */
 static int ask_page(master *m, fsck_node *n, const uint64_t *ranges, size_t n_ranges)
@@ -1028,12 +1045,14 @@ static void on_scanned(master *m, void *arg, int status, const TaskResult *res)
     if (rc < 0) {
         set_error_why(n, rc, task_why(status, res));
         drop_candidates(n);
+        n->finished = 1;
         goto ended;
     }
     if ((rc = page_check(n, res, why, sizeof(why))) < 0) {
         fprintf(stderr, "store_master: fsck: node %s: %s\n", n->node, why);
         set_error_why(n, rc, why);
         drop_candidates(n);
+        n->finished = 1;
         goto ended;
     }
     uint64_t bytes_before = n->cold_bytes;
@@ -1053,12 +1072,14 @@ static void on_scanned(master *m, void *arg, int status, const TaskResult *res)
                 uint64_t ms = (n->cold_bytes - bytes_before) * 1000 / n->run->bytes_per_s;
                 n->page_due_ms = master_now_ms() + (ms > 0 ? ms : 1);
                 n->run->outstanding++;
+                report_progress(n->run);
             } else {
                 rc = ask_page(m, n, NULL, 0);
             }
         }
         if (rc == SMP_OK) goto ended;
     }
+    n->finished = 1;
     if (rc == SMP_OK && n->pages > 1)
         fprintf(stderr, "store_master: fsck: node %s: %llu cold files in %u scan pages\n", n->node,
                 (unsigned long long)n->cold_files, (unsigned)n->pages);
@@ -1082,6 +1103,12 @@ static int add_segment(void *arg, const char *segment, const char *node)
 {
     fsck_run *r = arg;
     if (r->only_node != NULL && strcmp(node, r->only_node) != 0) return 0;
+    const char *after = ""; /* a resumed background run's cursor */
+    for (size_t i = 0; i < r->n_from; i++) {
+        if (strcmp(r->from[i].node, node) != 0) continue;
+        if (r->from[i].done) return 0; /* checked before the stop */
+        after = r->from[i].after;
+    }
     if (!master_node_readable(r->m, node)) {
         r->nodes_down++;
         return 0;
@@ -1098,7 +1125,7 @@ static int add_segment(void *arg, const char *segment, const char *node)
     n->run = r;
     n->node = strdup(node);
     n->segment = strdup(segment);
-    n->after = strdup("");
+    n->after = strdup(after);
     r->n_nodes++;
     return n->node && n->segment && n->after ? 0 : SMP_ENOMEM;
 }
@@ -1166,11 +1193,13 @@ int master_fsck_sweep_node(master *m, const char *node)
 
 /* -- the background run ------------------------------------------------------------- */
 
-int master_fsck_background_start(master *m, uint64_t bytes_per_s, master_fsck_done_fn done)
+int master_fsck_background_start(master *m, uint64_t bytes_per_s, const master_fsck_cursor *from,
+                                 size_t n_from, master_fsck_progress_fn progress,
+                                 master_fsck_done_fn done)
 {
     int rc;
     if (m->fsck_background != NULL) return SMP_EBUSY;
-    if (bytes_per_s == 0 || done == NULL) return SMP_EINVAL;
+    if (bytes_per_s == 0 || done == NULL || progress == NULL) return SMP_EINVAL;
     fsck_run *r = calloc(1, sizeof(*r));
     if (r == NULL) return SMP_ENOMEM;
     r->m = m;
@@ -1179,8 +1208,13 @@ int master_fsck_background_start(master *m, uint64_t bytes_per_s, master_fsck_do
     r->background = 1;
     r->bytes_per_s = bytes_per_s;
     r->done = done;
+    r->progress = progress;
+    r->from = from;
+    r->n_from = n_from;
     m->fsck_background = r;
-    if ((rc = run_start(r)) < 0) {
+    rc = run_start(r);
+    if (rc == SMP_OK && m->fsck_background == r) r->from = NULL; /* borrowed for the start only */
+    if (rc < 0) {
         m->fsck_background = NULL;
         run_free(r);
     }
@@ -1201,6 +1235,7 @@ void master_fsck_background_tick(master *m, uint64_t now)
         if (rc < 0) {
             set_error_why(n, rc, rc == SMP_EIO ? "the node went down during the check" : NULL);
             drop_candidates(n);
+            n->finished = 1;
         }
     }
     task_ended(r);
@@ -1211,6 +1246,7 @@ void master_fsck_background_stop(master *m)
     fsck_run *r = m->fsck_background;
     if (r == NULL) return;
     m->fsck_background = NULL;
+    report_progress(r); /* where a resumed run goes on */
     r->abandoned = 1;
     for (size_t i = 0; i < r->n_nodes; i++)
         if (r->nodes[i].page_due_ms != 0) {

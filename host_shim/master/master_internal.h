@@ -180,9 +180,7 @@ typedef struct master {
     int pressure;               /* above the high watermark at the last look */
     uint64_t last_cleanup_ms;
     struct fsck_run *fsck_background; /* the background fsck running, NULL */
-    uint64_t fsck_last_wall_ms;   /* when the last background fsck began (0: not read yet) */
-    uint64_t fsck_background_runs;     /* ended this run (metrics) */
-    uint64_t fsck_background_corrupt;  /* corrupt cold files they found (metrics) */
+    struct master_fsck_schedule *fsck_schedule; /* when it runs (master_fsck_schedule.c) */
     /* Loop lag: how late the housekeeping timer fires. libuv reschedules a
      * repeating timer at loop time + period before running it, so the next
      * round is due at uv_now() + MASTER_TIMER_MS as read in this round; the
@@ -737,13 +735,26 @@ typedef struct master_fsck_summary {
     uint64_t objects_without_replica; /* at the end, as fsck counts them */
 } master_fsck_summary;
 typedef void (*master_fsck_done_fn)(master *m, const master_fsck_summary *sum);
+/* Where a node's background check is: after the cold file named after
+ * ("" : from the first), or done. */
+typedef struct master_fsck_cursor {
+    const char *node;
+    const char *after;
+    int done;
+} master_fsck_cursor;
+typedef void (*master_fsck_progress_fn)(master *m, const master_fsck_cursor *c, size_t n);
 
-/* Start the background deep check of every up node's cold files, reading
- * each at bytes_per_s (paced by master_fsck_background_tick) and dropping
- * the replicas it finds corrupt; done gets the totals once every node's
- * check ended (the nodes' findings are logged). SMP_EBUSY while one runs,
- * SMP_EINVAL, SMP_ENOMEM. */
-int master_fsck_background_start(master *m, uint64_t bytes_per_s, master_fsck_done_fn done);
+/* Start the background deep check of every up node's cold files, each
+ * node after its cursor in from[n_from] (one done is left out, one not
+ * named starts from the first; read at the start only), reading each at
+ * bytes_per_s (paced by master_fsck_background_tick) and dropping the
+ * replicas it finds corrupt; after each page, and at a stop, progress gets
+ * every node's cursor (borrowed for the call), and done the totals once
+ * every node's check ended (the nodes' findings are logged). SMP_EBUSY
+ * while one runs, SMP_EINVAL, SMP_ENOMEM. */
+int master_fsck_background_start(master *m, uint64_t bytes_per_s, const master_fsck_cursor *from,
+                                 size_t n_from, master_fsck_progress_fn progress,
+                                 master_fsck_done_fn done);
 /* The timer: ask the pages of the background run whose pace allows them. */
 void master_fsck_background_tick(master *m, uint64_t now);
 /* At exit, before the nodes' tasks are failed: end the background run
@@ -756,6 +767,11 @@ void master_fsck_background_stop(master *m);
  * has passed since the last one began (<data_dir>/fsck.last keeps when,
  * across restarts), once the nodes registered after the start. */
 void master_fsck_schedule_tick(master *m, uint64_t now);
+/* Background runs ended since the start, and the corrupt files they found. */
+uint64_t master_fsck_schedule_runs(const master *m);
+uint64_t master_fsck_schedule_corrupt(const master *m);
+/* At exit. */
+void master_fsck_schedule_free(master *m);
 
 /* -- master_backend.c ----------------------------------------------------------- */
 
