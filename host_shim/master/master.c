@@ -28,6 +28,7 @@
 #include <openssl/x509v3.h>
 
 #include "master.h"
+#include "host_records.pb-c.h"
 #include "master_internal.h"
 #include "node_runtime.h"
 #include "net_addr.h"
@@ -148,6 +149,39 @@ static void on_evicted(master *m, void *arg, int status, uint64_t seq)
     free(c);
 }
 
+#define EVICT_NAMED 8 /* removed objects an eviction's log line names */
+
+/* An eviction removes data (an object with no cold copy goes whole): never
+ * silently. Log what the plan recs does -- the objects it removes (the
+ * first EVICT_NAMED named), and those that keep only their cold copy --
+ * before it is committed. */
+static void log_eviction(const master *m, const obj_record_list *recs, uint64_t used, uint64_t cap,
+                         uint64_t planned)
+{
+    char named[EVICT_NAMED * 140 + 32] = "";
+    size_t removed = 0, to_cold = 0, len = 0;
+    for (size_t i = 0; i < recs->n; i++) {
+        const obj_record *r = &recs->recs[i];
+        if (r->type != OBJ_REC_REMOVE) {
+            to_cold++; /* its memory replicas dropped, its cold one kept */
+            continue;
+        }
+        Hostrec__RemoveRecord *rm = hostrec__remove_record__unpack(NULL, r->len, r->buf);
+        for (size_t k = 0; rm != NULL && k < rm->n_keys; k++, removed++)
+            if (removed < EVICT_NAMED && len < sizeof(named))
+                len += (size_t)snprintf(named + len, sizeof(named) - len, "%s%.128s",
+                                        removed ? ", " : "", rm->keys[k]);
+        if (rm != NULL) hostrec__remove_record__free_unpacked(rm, NULL);
+    }
+    if (removed > EVICT_NAMED && len < sizeof(named))
+        snprintf(named + len, sizeof(named) - len, " and %zu more", removed - EVICT_NAMED);
+    fprintf(stderr, "store_master: memory: %llu of %llu bytes in use, above memory.high_watermark "
+            "%.2f: evicting %llu bytes, least recently used first: %zu objects removed (they had "
+            "no cold copy)%s%s, %zu keep only their cold copy\n", (unsigned long long)used,
+            (unsigned long long)cap, m->cfg->memory_high_watermark, (unsigned long long)planned,
+            removed, removed ? ": " : "", named, to_cold);
+}
+
 /* Above the high watermark: tell the plugins, and plan and commit an
  * eviction that brings use down to the low watermark. */
 static void relieve_pressure(master *m)
@@ -176,12 +210,7 @@ static void relieve_pressure(master *m)
         obj_record_list_free(&recs);
         return;
     }
-    /* An eviction removes data (an object with no cold copy goes whole):
-     * never silently. */
-    fprintf(stderr, "store_master: memory: %llu of %llu bytes in use, above memory.high_watermark "
-            "%.2f: evicting %llu bytes, least recently used first (objects with a cold copy keep "
-            "it; the others are removed)\n", (unsigned long long)used, (unsigned long long)cap,
-            m->cfg->memory_high_watermark, (unsigned long long)planned);
+    log_eviction(m, &recs, used, cap, planned);
     m->evicting = 1;
     c->outstanding = 1;
     for (size_t i = 0; i < recs.n; i++) {

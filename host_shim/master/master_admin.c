@@ -66,7 +66,7 @@ static const metric_def metric_defs[] = {
     {M(read_lease_refusals), SMP_METRIC_COUNTER, "store_read_lease_release_refusals_total", "Keys of release_read_leases requests on which the caller's connection held no read lease (nothing released)", NULL},
     {M(evictions), SMP_METRIC_COUNTER, "store_eviction_rounds_total", "Eviction plans applied under memory pressure", NULL},
     {M(fsck_runs), SMP_METRIC_COUNTER, "store_fsck_background_runs_total", "Background fsck runs (fsck.every_s) ended since this master started", NULL},
-    {M(fsck_corrupt), SMP_METRIC_COUNTER, "store_fsck_background_corrupt_total", "Corrupt cold files the background fsck runs found since this master started (their replicas are dropped and copied again)", NULL},
+    {M(fsck_corrupt), SMP_METRIC_COUNTER, "store_fsck_background_corrupt_total", "Corrupt cold files the background fsck runs found since this master started (their replicas are dropped)", NULL},
     {M(fsck_running), SMP_METRIC_GAUGE, "store_fsck_background_running", "1 while a background fsck runs", NULL},
     {M(cold_reclaimed), SMP_METRIC_COUNTER, "store_cold_files_reclaimed_total", "Cold files of replicas the state no longer has, deleted on their nodes", NULL},
     {M(release_checks), SMP_METRIC_COUNTER, "store_release_cold_checks_total", "Cold files hashed whole on their node before the memory replicas of their object were released, by result (intact: released; corrupt: the file did not hold the object's bytes, its replica was dropped and memory kept; failed: not checked -- node down or from before the check -- and memory kept)", "result"},

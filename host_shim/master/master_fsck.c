@@ -245,9 +245,6 @@ static void background_end(fsck_run *r)
                     n->node, (unsigned long long)n->cold_files, (unsigned long long)n->cold_bytes,
                     (unsigned)n->pages, n->n_corrupt, (unsigned long long)n->replicas_dropped,
                     n->n_orphans);
-        for (size_t k = 0; k < n->n_corrupt && k < 16; k++)
-            fprintf(stderr, "store_master: background fsck: node %s: cold file %s of %s is corrupt\n",
-                    n->node, n->corrupt[k].name, n->corrupt[k].key);
     }
     sum.objects_without_replica = obj_visit_unreplicated(master_objs(m), NULL, NULL);
     r->done(m, &sum);
@@ -449,11 +446,14 @@ static void on_replica_dropped(master *m, void *arg, int status, uint64_t seq)
 }
 
 /* Drop the replicas of n's corrupt files not asked yet (one gone
- * meanwhile is not an error). */
+ * meanwhile is not an error); a background run logs each as it goes. */
 static void drop_corrupt(master *m, fsck_node *n)
 {
     for (; n->corrupt_asked < n->n_corrupt; n->corrupt_asked++) {
         fsck_file *c = &n->corrupt[n->corrupt_asked];
+        if (n->run->background)
+            fprintf(stderr, "store_master: background fsck: node %s: cold file %s of %s is "
+                    "corrupt: its replica is dropped\n", n->node, c->name, c->key);
         obj_replica bad = {.kind = SMP_REPLICA_COLD, .node = n->node, .path = c->name};
         n->run->outstanding++;
         int rc = master_drop_replica(m, c->key, &bad, on_replica_dropped, n);
@@ -995,13 +995,17 @@ static void mem_repair(master *m, fsck_node *n)
 static void on_scanned(master *m, void *arg, int status, const TaskResult *res);
 
 /* Tell a background run's progress hook where each node is: the last file
- * of its last page (what a resumed run asks after), or done. */
+ * of its last page (what a resumed run asks after), or done -- unless its
+ * check ended in an error (the node went down): a resumed run goes on
+ * after its last page. */
 static void report_progress(fsck_run *r)
 {
     master_fsck_cursor *c = calloc(r->n_nodes ? r->n_nodes : 1, sizeof(*c));
     if (c == NULL) return; /* a resume after a stop starts those nodes over */
-    for (size_t i = 0; i < r->n_nodes; i++)
-        c[i] = (master_fsck_cursor){r->nodes[i].node, r->nodes[i].after, r->nodes[i].finished};
+    for (size_t i = 0; i < r->n_nodes; i++) {
+        const fsck_node *n = &r->nodes[i];
+        c[i] = (master_fsck_cursor){n->node, n->after, n->finished && n->error == NULL};
+    }
     r->progress(r->m, c, r->n_nodes);
     free(c);
 }

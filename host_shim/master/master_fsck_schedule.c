@@ -108,26 +108,28 @@ static void save(const master *m, uint64_t began, const master_fsck_cursor *c, s
 }
 
 /* Take one "at NODE AFTER" or "done NODE" line (its newline cut) into
- * s->resume; a line that does not parse is skipped. */
-static void take_cursor(master_fsck_schedule *s, char *line)
+ * s->resume. 0, or -1 for a line that does not parse (skipped; out of
+ * memory counts as one). */
+static int take_cursor(master_fsck_schedule *s, char *line)
 {
     int done = strncmp(line, "done ", 5) == 0;
-    if (!done && strncmp(line, "at ", 3) != 0) return;
+    if (!done && strncmp(line, "at ", 3) != 0) return -1;
     char *node = line + (done ? 5 : 3), *sp = strchr(node, ' ');
-    if (done != (sp == NULL)) return;
+    if (done != (sp == NULL)) return -1;
     if (sp != NULL) *sp = '\0';
     const char *after = sp != NULL ? sp + 1 : "";
-    if (!cursor_word_ok(node, 0) || !cursor_word_ok(after, 1)) return;
+    if (!cursor_word_ok(node, 0) || !cursor_word_ok(after, 1)) return -1;
     master_fsck_cursor *v = realloc(s->resume, (s->n_resume + 1) * sizeof(*v));
-    if (v == NULL) return;
+    if (v == NULL) return -1;
     s->resume = v;
     char *n = strdup(node), *a = strdup(after);
     if (n == NULL || a == NULL) {
         free(n);
         free(a);
-        return;
+        return -1;
     }
     v[s->n_resume++] = (master_fsck_cursor){n, a, done};
+    return 0;
 }
 
 /* Read fsck.last into s: when the last run began and, if it was cut by a
@@ -135,7 +137,9 @@ static void take_cursor(master_fsck_schedule *s, char *line)
  * now, and write it. */
 static void load(master *m, master_fsck_schedule *s, uint64_t now)
 {
-    char path[4200], line[FSCK_CURSOR_MAX * 2 + 8], *end = NULL;
+    char path[4200], *line = NULL, *end = NULL;
+    size_t cap = 0, ignored = 0;
+    ssize_t got;
     last_path(m, path, sizeof(path));
     s->loaded = 1;
     FILE *f = fopen(path, "r");
@@ -148,7 +152,7 @@ static void load(master *m, master_fsck_schedule *s, uint64_t now)
         return;
     }
     int first = 1;
-    while (fgets(line, sizeof(line), f) != NULL) {
+    while ((got = getline(&line, &cap, f)) > 0) { /* whole lines, however long */
         line[strcspn(line, "\n")] = '\0';
         if (first) {
             errno = 0;
@@ -158,9 +162,13 @@ static void load(master *m, master_fsck_schedule *s, uint64_t now)
             first = 0;
             continue;
         }
-        take_cursor(s, line);
+        ignored += take_cursor(s, line) < 0;
     }
+    free(line);
     fclose(f);
+    if (ignored > 0)
+        fprintf(stderr, "store_master: background fsck: %s: %zu line(s) that are neither \"at "
+                "NODE FILE\" nor \"done NODE\" ignored (those nodes start over)\n", path, ignored);
     if (first) {
         fprintf(stderr, "store_master: background fsck: %s does not begin with a time before "
                 "now; counting fsck.every_s from now\n", path);

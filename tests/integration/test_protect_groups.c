@@ -214,7 +214,7 @@ static void assert_eviction_spares_members(story *s)
         sleep_ms(20);
     }
     /* an eviction removes data: the master says so */
-    for (int waited = 0; !hx_log_contains(&s->f.m, "above memory.high_watermark 0.50: evicting");
+    for (int waited = 0; !hx_log_contains(&s->f.m, "objects removed (they had no cold copy): fill/");
          waited += 20) {
         if (waited >= WAIT_MS) fail_msg("the master's log does not name the eviction");
         sleep_ms(20);

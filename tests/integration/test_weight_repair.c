@@ -952,12 +952,22 @@ static void test_the_background_fsck_finds_rot_nobody_read(void **state)
     assert_int_equal(hx_stop(&f->m), 0);
     read_text(last, text, sizeof(text));
     if (strstr(text, "\nat embedded ") == NULL) fail_msg("the stop left fsck.last: %s", text);
+    /* Lines that do not parse are ignored and said so -- a long one whole:
+     * read in pieces, its tail would have read "done embedded" */
+    FILE *ap = fopen(last, "a");
+    assert_non_null(ap);
+    fprintf(ap, "nonsense\nat embedded %01019d", 0);
+    fputs("done embedded\n", ap);
+    fclose(ap);
     assert_int_equal(hx_start(&f->m, 20000), 0);
     for (int i = 0; log_count(f, "background fsck: ended:") < 2; i++) {
         if (i * 20 > 2 * WAIT_MS) fail_msg("the resumed background fsck did not end");
         sleep_ms(20);
     }
     if (log_count(f, "background fsck: resumed: ") != 1) fail_msg("the check was not resumed");
+    if (log_count(f, "/data/fsck.last: 2 line(s) that are neither \"at NODE FILE\" nor \"done "
+                     "NODE\" ignored (those nodes start over)") != 1)
+        fail_msg("the lines of fsck.last that do not parse were not told");
     unsigned long long resumed = ended_cold_files(f, 2), all = cold_files_of_size(f, -1, NULL, 0);
     if (resumed == 0 || resumed >= all)
         fail_msg("the resumed check read %llu cold files of the %llu there are", resumed, all);
