@@ -801,13 +801,12 @@ int weight_get_metadata_more(weight_store *s, const weight_identity *id, weight_
     }
     if (out) wc_from_wire_metadata(r->metadata, out);
     if (op) wc_from_wire_operation(r->operation, op);
-    if (more) {
+    if (more) { /* struct_size >= WC_MORE_V1, checked above: the fields known, newer ones zeroed */
         uint32_t size = more->struct_size;
-        weight_metadata_more known = {.struct_size = size};
-        known.degraded_from = (weight_residency)r->metadata->degraded_from;
-        known.degraded_from_hot_ratio = r->metadata->degraded_from_hot_ratio;
-        memcpy(more, &known, size < sizeof known ? size : sizeof known);
-        if (size > sizeof known) memset((char *)more + sizeof known, 0, size - sizeof known);
+        memset(more, 0, size);
+        more->struct_size = size;
+        more->degraded_from = (weight_residency)r->metadata->degraded_from;
+        more->degraded_from_hot_ratio = r->metadata->degraded_from_hot_ratio;
     }
     pb_arena_free_unpacked(&a, &r->base);
     return WEIGHT_OK;

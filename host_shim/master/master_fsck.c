@@ -607,10 +607,6 @@ static int take_dirty(fsck_node *n, const TaskResult *res)
     return SMP_OK;
 }
 
-/* Of the candidates, keep as orphans those no replica of the node names now
- * and whose key has no persist between writing its file and recording it;
- * a corrupt one a replica names goes to the corrupt replicas, with that
- * replica's key. */
 static void named_free(named_path **set)
 {
     named_path *p, *tmp;
@@ -629,6 +625,10 @@ static int named_of(master *m, const char *node, named_path **set)
     return SMP_ENOMEM;
 }
 
+/* Of the candidates, keep as orphans those no replica of the node names now
+ * and whose key has no persist between writing its file and recording it;
+ * a corrupt one a replica names goes to the corrupt replicas, with that
+ * replica's key. */
 static int judge_files(master *m, fsck_node *n)
 {
     named_path *set = NULL, *p;

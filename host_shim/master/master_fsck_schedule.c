@@ -172,7 +172,6 @@ static void load(master *m, master_fsck_schedule *s, uint64_t now)
     if (first) {
         fprintf(stderr, "store_master: background fsck: %s does not begin with a time before "
                 "now; counting fsck.every_s from now\n", path);
-        drop_resume(s);
         s->began_ms = now;
         save(m, now, NULL, 0);
     }

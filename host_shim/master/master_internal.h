@@ -757,8 +757,9 @@ int master_fsck_background_start(master *m, uint64_t bytes_per_s, const master_f
                                  master_fsck_done_fn done);
 /* The timer: ask the pages of the background run whose pace allows them. */
 void master_fsck_background_tick(master *m, uint64_t now);
-/* At exit, before the nodes' tasks are failed: end the background run
- * without judging, repairing or telling done. */
+/* At exit, before the nodes' tasks are failed: tell progress where each
+ * node is (a later start resumes there) and end the background run without
+ * judging, repairing or telling done. */
 void master_fsck_background_stop(master *m);
 
 /* -- master_fsck_schedule.c ---------------------------------------------------- */
