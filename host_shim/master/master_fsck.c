@@ -53,7 +53,9 @@
  * plugin that owns it hears of the loss -- and leaves orphan files and
  * segment bytes to the registration's
  * reclaim, the sweeps and `weightctl fsck --repair`; it logs what it found
- * and hands the totals to its caller. */
+ * and hands its caller the totals and the nodes it still owes a check:
+ * down at its start, or whose check ended in an error, each with the last
+ * file read (a later run over those alone goes on there). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -147,9 +149,11 @@ struct fsck_run {
     int background, abandoned;
     uint64_t bytes_per_s;
     master_fsck_done_fn done;
-    master_fsck_progress_fn progress; /* after each page: the cursors of the nodes paging */
-    const master_fsck_cursor *from;   /* at the start: where each node resumes (borrowed) */
-    size_t n_from;
+    master_fsck_progress_fn progress; /* after each page: the nodes it still owes */
+    const master_fsck_cursor *only;   /* at the start: the nodes it checks (borrowed; NULL: all) */
+    size_t n_only;
+    master_fsck_cursor *down; /* nodes owed, down at the start (owned strings) */
+    size_t n_down;
 };
 
 /* A cold path named by a replica of the node being judged, and the key of
@@ -186,6 +190,7 @@ static void run_free(fsck_run *r)
         for (size_t k = 0; k < n->n_mem_bad; k++) free(n->mem_bad[k].key);
         free(n->mem_bad);
     }
+    master_fsck_owed_free(r->down, r->n_down);
     free(r->nodes);
     free(r);
 }
@@ -220,6 +225,26 @@ static int note_lost(void *arg, const char *key)
     return 0;
 }
 
+/* The nodes a background run still owes a check, each after the last file
+ * of its last page (where a later run over them goes on): those paging,
+ * those whose check ended in an error before they were judged (the node
+ * went down, a page was refused), and those down at the start. NULL when
+ * out of memory; the strings are borrowed from r. */
+static master_fsck_cursor *owed_of(const fsck_run *r, size_t *n_owed)
+{
+    master_fsck_cursor *c = calloc(r->n_nodes + r->n_down + 1, sizeof(*c));
+    size_t k = 0;
+    if (c == NULL) return NULL;
+    for (size_t i = 0; i < r->n_nodes; i++) {
+        const fsck_node *n = &r->nodes[i];
+        if (!n->finished || (n->error != NULL && !n->error_in_repair))
+            c[k++] = (master_fsck_cursor){n->node, n->after, n->error != NULL};
+    }
+    for (size_t i = 0; i < r->n_down; i++) c[k++] = r->down[i];
+    *n_owed = k;
+    return c;
+}
+
 /* A background run's outcome: a line per node, and the totals to done. */
 static void background_end(fsck_run *r)
 {
@@ -247,7 +272,10 @@ static void background_end(fsck_run *r)
                     n->n_orphans);
     }
     sum.objects_without_replica = obj_visit_unreplicated(master_objs(m), NULL, NULL);
+    master_fsck_cursor *owed = owed_of(r, &sum.n_owed); /* NULL: none kept (out of memory) */
+    sum.owed = owed;
     r->done(m, &sum);
+    free(owed);
 }
 
 /* Answer the call with the report (a sweep: log it) and free the run. */
@@ -994,19 +1022,13 @@ static void mem_repair(master *m, fsck_node *n)
 
 static void on_scanned(master *m, void *arg, int status, const TaskResult *res);
 
-/* Tell a background run's progress hook where each node is: the last file
- * of its last page (what a resumed run asks after), or done -- unless its
- * check ended in an error (the node went down): a resumed run goes on
- * after its last page. */
+/* Tell a background run's progress hook the nodes it still owes. */
 static void report_progress(fsck_run *r)
 {
-    master_fsck_cursor *c = calloc(r->n_nodes ? r->n_nodes : 1, sizeof(*c));
-    if (c == NULL) return; /* a resume after a stop starts those nodes over */
-    for (size_t i = 0; i < r->n_nodes; i++) {
-        const fsck_node *n = &r->nodes[i];
-        c[i] = (master_fsck_cursor){n->node, n->after, n->finished && n->error == NULL};
-    }
-    r->progress(r->m, c, r->n_nodes);
+    size_t n = 0;
+    master_fsck_cursor *c = owed_of(r, &n);
+    if (c == NULL) return; /* the place is written at the next page or the end */
+    r->progress(r->m, c, n);
     free(c);
 }
 
@@ -1107,15 +1129,16 @@ static int add_segment(void *arg, const char *segment, const char *node)
 {
     fsck_run *r = arg;
     if (r->only_node != NULL && strcmp(node, r->only_node) != 0) return 0;
-    const char *after = ""; /* a resumed background run's cursor */
-    for (size_t i = 0; i < r->n_from; i++) {
-        if (strcmp(r->from[i].node, node) != 0) continue;
-        if (r->from[i].done) return 0; /* checked before the stop */
-        after = r->from[i].after;
+    const char *after = ""; /* a background run over the nodes it owed: the cursor */
+    if (r->only != NULL) {
+        size_t i = 0;
+        while (i < r->n_only && strcmp(r->only[i].node, node) != 0) i++;
+        if (i == r->n_only) return 0; /* not owed a check */
+        after = r->only[i].after;
     }
     if (!master_node_readable(r->m, node)) {
         r->nodes_down++;
-        return 0;
+        return r->background ? master_fsck_owe(&r->down, &r->n_down, node, after, 0) : 0;
     }
     if (r->n_nodes == r->cap_nodes) {
         size_t cap = r->cap_nodes ? r->cap_nodes * 2 : 4;
@@ -1197,8 +1220,33 @@ int master_fsck_sweep_node(master *m, const char *node)
 
 /* -- the background run ------------------------------------------------------------- */
 
-int master_fsck_background_start(master *m, uint64_t bytes_per_s, const master_fsck_cursor *from,
-                                 size_t n_from, master_fsck_progress_fn progress,
+int master_fsck_owe(master_fsck_cursor **v, size_t *n, const char *node, const char *after,
+                    int failed)
+{
+    master_fsck_cursor *nv = realloc(*v, (*n + 1) * sizeof(*nv));
+    if (nv == NULL) return SMP_ENOMEM;
+    *v = nv;
+    char *nd = strdup(node), *af = strdup(after);
+    if (nd == NULL || af == NULL) {
+        free(nd);
+        free(af);
+        return SMP_ENOMEM;
+    }
+    nv[(*n)++] = (master_fsck_cursor){nd, af, failed};
+    return SMP_OK;
+}
+
+void master_fsck_owed_free(master_fsck_cursor *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        free((char *)v[i].node);
+        free((char *)v[i].after);
+    }
+    free(v);
+}
+
+int master_fsck_background_start(master *m, uint64_t bytes_per_s, const master_fsck_cursor *only,
+                                 size_t n_only, master_fsck_progress_fn progress,
                                  master_fsck_done_fn done)
 {
     int rc;
@@ -1213,11 +1261,11 @@ int master_fsck_background_start(master *m, uint64_t bytes_per_s, const master_f
     r->bytes_per_s = bytes_per_s;
     r->done = done;
     r->progress = progress;
-    r->from = from;
-    r->n_from = n_from;
+    r->only = only;
+    r->n_only = n_only;
     m->fsck_background = r;
     rc = run_start(r);
-    if (rc == SMP_OK && m->fsck_background == r) r->from = NULL; /* borrowed for the start only */
+    if (rc == SMP_OK && m->fsck_background == r) r->only = NULL; /* borrowed for the start only */
     if (rc < 0) {
         m->fsck_background = NULL;
         run_free(r);

@@ -1,28 +1,36 @@
-/* master_fsck_schedule.c -- when the background fsck runs, and where it
- * goes on after a stop.
+/* master_fsck_schedule.c -- when the background fsck runs, where it goes
+ * on after a stop, and when the nodes it could not check are checked.
  *
  * A cold copy that rots on disk is found by nothing until it is read: by a
  * load after its memory copy went, when it is too late to copy it again.
  * So every fsck.every_s (0: never) after the last one began, the leader
- * starts a background fsck: the deep check of every up node's cold files at
+ * starts a background fsck: the deep check of every node's cold files at
  * fsck.bytes_per_s each, which drops the replicas it finds corrupt: the
  * plugin that owns one hears of the loss now, and a revision that needed
  * that copy is repaired from another replica or turns DEGRADED while a
  * copy may still exist (master_fsck.c runs it).
  *
- * <data_dir>/fsck.last keeps when the last one began (milliseconds since
- * the epoch) and, while it runs, where each node's check is -- a line "at
- * NODE AFTER" (the last cold file it read) or "done NODE" -- written
- * through a synced temporary file and renamed, at most every
- * FSCK_PROGRESS_MS and at a stop. So restarts -- more
- * frequent than a week in a rolling upgrade, shorter than the days a large
- * tier takes -- neither postpone the check nor repeat it: a master that
- * finds a run in the file resumes it where it was (once the nodes
- * registered), one that finds none counts fsck.every_s from its start, and
- * one that finds no file writes the time it first looked and counts from
- * there. The file is advice, not state: one that cannot be read or written
- * is logged and the schedule goes on in memory; a line that does not parse
- * is ignored (that node starts over); a standby that takes over counts from
+ * A run owes a check to the nodes that were down at its start and to those
+ * whose check ended in an error (one went down mid-run), each from the
+ * last file it read. Those are not left for the next run, a week later: a
+ * run over them alone starts as soon as one of them is up after it was
+ * seen down, and one whose check failed while it stayed up is tried again
+ * after FSCK_RETRY_MS, doubling to FSCK_RETRY_MAX_MS. A run that falls due
+ * meanwhile checks every node and forgets what was owed.
+ *
+ * <data_dir>/fsck.last keeps when the last run began (milliseconds since
+ * the epoch) and the nodes owed, a line "at NODE AFTER" each (the last cold
+ * file read; empty: from the first) -- written through a synced temporary
+ * file and renamed, at a start, at most every FSCK_PROGRESS_MS while a run
+ * pages, at a stop and at the end. So restarts -- more frequent than a week
+ * in a rolling upgrade, shorter than the days a large tier takes -- neither
+ * postpone the check nor repeat it: a master that finds nodes owed goes on
+ * with them (once the nodes registered), one that finds none counts
+ * fsck.every_s from the time in the file, and one that finds no file
+ * writes the time it first looked and counts from there. The file is
+ * advice, not state: one that cannot be read or written is logged and the
+ * schedule goes on in memory; a line that does not parse is ignored (that
+ * node is checked at the next run); a standby that takes over counts from
  * its own file. A run starts only once the nodes that hold segments
  * registered after the start (master_nodes_settled), never while another
  * runs. */
@@ -36,15 +44,21 @@
 #include "master_internal.h"
 
 #define FSCK_LAST_FILE "fsck.last"
-#define FSCK_RETRY_MS 60000    /* a run that could not start is tried again this much later */
-#define FSCK_PROGRESS_MS 30000 /* a running check's place is written at most this often */
-#define FSCK_CURSOR_MAX 512    /* the longest node id or file name a cursor line keeps */
+#define FSCK_RETRY_MS 60000        /* a run that could not start, or a failed node, tried again */
+#define FSCK_RETRY_MAX_MS 3600000  /* a node that keeps failing: at least this often */
+#define FSCK_PROGRESS_MS 30000     /* a running check's place is written at most this often */
+#define FSCK_CURSOR_MAX 512        /* the longest node id or file name a cursor line keeps */
 
 typedef struct master_fsck_schedule {
     int loaded;              /* fsck.last was read */
     uint64_t began_ms;       /* when the last run began (wall clock) */
-    master_fsck_cursor *resume; /* a run cut by a stop: where its nodes were (owned strings) */
-    size_t n_resume;
+    /* The nodes the last run (or one cut by a stop) owes, strings owned;
+     * failed: its check failed while it stayed up, so it waits for
+     * retry_at_ms (cleared once it is seen down: it is checked when up). */
+    master_fsck_cursor *owed;
+    size_t n_owed;
+    uint64_t retry_at_ms;    /* wall */
+    uint64_t retry_ms;       /* the last wait after a failed check (doubles) */
     uint64_t progress_ms;    /* when the place was last written (master_now_ms) */
     uint64_t runs, corrupt;  /* ended since the start, and what they found (metrics) */
 } master_fsck_schedule;
@@ -55,15 +69,11 @@ static master_fsck_schedule *schedule_of(master *m)
     return m->fsck_schedule;
 }
 
-static void drop_resume(master_fsck_schedule *s)
+static void drop_owed(master_fsck_schedule *s)
 {
-    for (size_t i = 0; i < s->n_resume; i++) {
-        free((char *)s->resume[i].node);
-        free((char *)s->resume[i].after);
-    }
-    free(s->resume);
-    s->resume = NULL;
-    s->n_resume = 0;
+    master_fsck_owed_free(s->owed, s->n_owed);
+    s->owed = NULL;
+    s->n_owed = 0;
 }
 
 /* <data_dir>/fsck.last into path[cap]. */
@@ -83,9 +93,9 @@ static int cursor_word_ok(const char *s, int may_be_empty)
     return 1;
 }
 
-/* Write fsck.last: began, then a line per cursor of c[n] (one that could
- * not be read back is left out: that node starts over). A failure is
- * logged. */
+/* Write fsck.last: began, then an "at" line per node owed in c[n] (one
+ * that could not be read back is left out: that node waits for the next
+ * run). A failure is logged. */
 static void save(const master *m, uint64_t began, const master_fsck_cursor *c, size_t n)
 {
     char path[4200], tmp[4300];
@@ -94,9 +104,7 @@ static void save(const master *m, uint64_t began, const master_fsck_cursor *c, s
     FILE *f = fopen(tmp, "w");
     int ok = f != NULL && fprintf(f, "%" PRIu64 "\n", began) > 0;
     for (size_t i = 0; ok && i < n; i++) {
-        if (!cursor_word_ok(c[i].node, 0)) continue;
-        if (c[i].done) ok = fprintf(f, "done %s\n", c[i].node) > 0;
-        else if (cursor_word_ok(c[i].after, 1))
+        if (cursor_word_ok(c[i].node, 0) && cursor_word_ok(c[i].after, 1))
             ok = fprintf(f, "at %s %s\n", c[i].node, c[i].after) > 0;
     }
     ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
@@ -107,34 +115,24 @@ static void save(const master *m, uint64_t began, const master_fsck_cursor *c, s
     (void)unlink(tmp);
 }
 
-/* Take one "at NODE AFTER" or "done NODE" line (its newline cut) into
- * s->resume. 0, or -1 for a line that does not parse (skipped; out of
- * memory counts as one). */
+/* Take one "at NODE AFTER" line (its newline cut) into s->owed; a "done
+ * NODE" line, which a master before the owed nodes wrote, owes nothing.
+ * 0, or -1 for a line that does not parse (skipped; out of memory counts
+ * as one). */
 static int take_cursor(master_fsck_schedule *s, char *line)
 {
-    int done = strncmp(line, "done ", 5) == 0;
-    if (!done && strncmp(line, "at ", 3) != 0) return -1;
-    char *node = line + (done ? 5 : 3), *sp = strchr(node, ' ');
-    if (done != (sp == NULL)) return -1;
-    if (sp != NULL) *sp = '\0';
-    const char *after = sp != NULL ? sp + 1 : "";
-    if (!cursor_word_ok(node, 0) || !cursor_word_ok(after, 1)) return -1;
-    master_fsck_cursor *v = realloc(s->resume, (s->n_resume + 1) * sizeof(*v));
-    if (v == NULL) return -1;
-    s->resume = v;
-    char *n = strdup(node), *a = strdup(after);
-    if (n == NULL || a == NULL) {
-        free(n);
-        free(a);
-        return -1;
-    }
-    v[s->n_resume++] = (master_fsck_cursor){n, a, done};
-    return 0;
+    if (strncmp(line, "done ", 5) == 0) return cursor_word_ok(line + 5, 0) ? 0 : -1;
+    if (strncmp(line, "at ", 3) != 0) return -1;
+    char *node = line + 3, *sp = strchr(node, ' ');
+    if (sp == NULL) return -1;
+    *sp = '\0';
+    if (!cursor_word_ok(node, 0) || !cursor_word_ok(sp + 1, 1)) return -1;
+    /* a run cut by a stop goes on at once */
+    return master_fsck_owe(&s->owed, &s->n_owed, node, sp + 1, 0) < 0 ? -1 : 0;
 }
 
-/* Read fsck.last into s: when the last run began and, if it was cut by a
- * stop, where its nodes were. No file (or none that reads): count from
- * now, and write it. */
+/* Read fsck.last into s: when the last run began and the nodes it owes.
+ * No file (or none that reads): count from now, and write it. */
 static void load(master *m, master_fsck_schedule *s, uint64_t now)
 {
     char path[4200], *line = NULL, *end = NULL;
@@ -167,8 +165,8 @@ static void load(master *m, master_fsck_schedule *s, uint64_t now)
     free(line);
     fclose(f);
     if (ignored > 0)
-        fprintf(stderr, "store_master: background fsck: %s: %zu line(s) that are neither \"at "
-                "NODE FILE\" nor \"done NODE\" ignored (those nodes start over)\n", path, ignored);
+        fprintf(stderr, "store_master: background fsck: %s: %zu line(s) that are not \"at NODE "
+                "FILE\" ignored (those nodes wait for the next run)\n", path, ignored);
     if (first) {
         fprintf(stderr, "store_master: background fsck: %s does not begin with a time before "
                 "now; counting fsck.every_s from now\n", path);
@@ -188,21 +186,72 @@ static void on_progress(master *m, const master_fsck_cursor *c, size_t n)
     save(m, s->began_ms, c, n);
 }
 
+/* The run ended: keep the nodes it owes (and write them), and when those
+ * that stayed up are tried again. */
 static void on_done(master *m, const master_fsck_summary *sum)
 {
     master_fsck_schedule *s = m->fsck_schedule;
+    size_t failed = 0;
     if (s != NULL) {
         s->runs++;
         s->corrupt += sum->corrupt;
-        save(m, s->began_ms, NULL, 0); /* over: nothing to resume */
+        drop_owed(s);
+        for (size_t i = 0; i < sum->n_owed; i++) {
+            const master_fsck_cursor *c = &sum->owed[i];
+            failed += c->failed != 0;
+            if (master_fsck_owe(&s->owed, &s->n_owed, c->node, c->after, c->failed) < 0) break;
+        }
+        s->retry_ms = failed == 0            ? 0
+                      : s->retry_ms == 0     ? FSCK_RETRY_MS
+                      : 2 * s->retry_ms > FSCK_RETRY_MAX_MS ? FSCK_RETRY_MAX_MS
+                                                            : 2 * s->retry_ms;
+        s->retry_at_ms = master_wall_ms() + s->retry_ms;
+        save(m, s->began_ms, sum->owed, sum->n_owed);
     }
+    char owed[160] = "";
+    if (sum->n_owed > 0)
+        snprintf(owed, sizeof(owed), "; %zu node(s) still owed their check, from where it stopped: "
+                 "each as soon as it is up%s", sum->n_owed,
+                 failed > 0 ? " (one that failed while up, after a wait)" : "");
     fprintf(stderr, "store_master: background fsck: ended: %zu nodes checked (%zu ended in an "
             "error, %u not up), %" PRIu64 " cold files, %" PRIu64 " bytes: %" PRIu64 " corrupt, "
             "%" PRIu64 " of their replicas dropped, %" PRIu64 " files no replica names; %" PRIu64
-            " objects have no replica left%s\n", sum->nodes, sum->nodes_failed, sum->nodes_down,
+            " objects have no replica left%s%s\n", sum->nodes, sum->nodes_failed, sum->nodes_down,
             sum->cold_files, sum->cold_bytes, sum->corrupt, sum->dropped, sum->orphans,
             sum->objects_without_replica,
-            sum->objects_without_replica > 0 ? " (`weightctl fsck` names them)" : "");
+            sum->objects_without_replica > 0 ? " (`weightctl fsck` names them)" : "", owed);
+}
+
+/* 1 when a node owed a check may be checked now: up, and either seen down
+ * since (it came back) or past the wait after a failed check. Notes the
+ * owed nodes that are down. */
+static int owed_ready(master *m, master_fsck_schedule *s, uint64_t wall)
+{
+    int ready = 0;
+    for (size_t i = 0; i < s->n_owed; i++) {
+        master_fsck_cursor *o = &s->owed[i];
+        if (!master_node_readable(m, o->node)) o->failed = 0; /* checked once it is back */
+        else if (!o->failed || wall >= s->retry_at_ms) ready = 1;
+    }
+    return ready;
+}
+
+/* "NODE after FILE, NODE from the first, ..." of the nodes owed, into
+ * buf[cap] (cut with "..." when it does not fit). */
+static void owed_names(const master_fsck_schedule *s, char *buf, size_t cap)
+{
+    size_t at = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < s->n_owed && at < cap; i++) {
+        const master_fsck_cursor *o = &s->owed[i];
+        int w = snprintf(buf + at, cap - at, "%s%s %s%s", i ? ", " : "", o->node,
+                         o->after[0] ? "after " : "from the first file", o->after);
+        if (w < 0 || (size_t)w >= cap - at) {
+            snprintf(buf + (at < cap - 4 ? at : cap - 4), 4, "...");
+            return;
+        }
+        at += (size_t)w;
+    }
 }
 
 void master_fsck_schedule_tick(master *m, uint64_t now)
@@ -215,24 +264,44 @@ void master_fsck_schedule_tick(master *m, uint64_t now)
     uint64_t wall = master_wall_ms();
     if (!s->loaded) load(m, s, wall);
     if (wall < s->began_ms) s->began_ms = wall; /* the clock went back */
-    int resume = s->n_resume > 0;
-    if (!resume && wall - s->began_ms < every_ms) return;
-    if (!resume) {
+    int due = wall - s->began_ms >= every_ms;
+    if (!due && !owed_ready(m, s, wall)) return;
+    char names[600] = "";
+    if (due) {
+        drop_owed(s); /* every node is checked */
         s->began_ms = wall;
         save(m, wall, NULL, 0);
+        fprintf(stderr, "store_master: background fsck: started: the cold files of every node "
+                "that is up, at %" PRIu64 " bytes/s each (fsck.every_s %u)\n",
+                m->cfg->fsck_bytes_per_s, m->cfg->fsck_every_s);
+    } else {
+        owed_names(s, names, sizeof(names));
+        fprintf(stderr, "store_master: background fsck: resumed: the %zu node(s) the last run "
+                "still owes, those up at %" PRIu64 " bytes/s each: %s\n", s->n_owed,
+                m->cfg->fsck_bytes_per_s, names);
     }
+    /* The run's end replaces the nodes owed: the start borrows them, taken
+     * out of s (a run with nothing to wait for ends within the call). */
+    master_fsck_cursor *owed = s->owed;
+    size_t n_owed = s->n_owed;
+    s->owed = NULL;
+    s->n_owed = 0;
     s->progress_ms = 0;
-    fprintf(stderr, "store_master: background fsck: %s: the cold files of every node that is "
-            "up, at %" PRIu64 " bytes/s each (fsck.every_s %u)%s\n", resume ? "resumed" : "started",
-            m->cfg->fsck_bytes_per_s, m->cfg->fsck_every_s,
-            resume ? ", each node after the file its check reached before the stop" : "");
-    int rc = master_fsck_background_start(m, m->cfg->fsck_bytes_per_s, s->resume, s->n_resume,
+    int rc = master_fsck_background_start(m, m->cfg->fsck_bytes_per_s, due ? NULL : owed, n_owed,
                                           on_progress, on_done);
-    drop_resume(s); /* read at the start only */
+    if (rc < 0 && s->owed == NULL) { /* not started: still owed */
+        s->owed = owed;
+        s->n_owed = n_owed;
+        owed = NULL;
+        n_owed = 0;
+    }
+    master_fsck_owed_free(owed, n_owed);
     if (rc < 0) {
         fprintf(stderr, "store_master: background fsck: cannot start: %s; tried again in %d s\n",
                 smp_strerror(rc), FSCK_RETRY_MS / 1000);
-        s->began_ms = wall - every_ms + FSCK_RETRY_MS;
+        if (due) s->began_ms = wall - every_ms + FSCK_RETRY_MS;
+        s->retry_at_ms = wall + FSCK_RETRY_MS;
+        for (size_t i = 0; i < s->n_owed; i++) s->owed[i].failed = 1; /* wait, even if up */
     }
 }
 
@@ -249,7 +318,7 @@ uint64_t master_fsck_schedule_corrupt(const master *m)
 void master_fsck_schedule_free(master *m)
 {
     if (m->fsck_schedule == NULL) return;
-    drop_resume(m->fsck_schedule);
+    drop_owed(m->fsck_schedule);
     free(m->fsck_schedule);
     m->fsck_schedule = NULL;
 }

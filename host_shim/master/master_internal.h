@@ -723,6 +723,14 @@ int master_fsck_h(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len
  * object, put or reservation occupies and logs what it found. */
 int master_fsck_sweep_node(master *m, const char *node);
 
+/* A node a background fsck owes a check: the cold files after the one
+ * named after ("": all of them). */
+typedef struct master_fsck_cursor {
+    const char *node;
+    const char *after;
+    int failed; /* its check ended in an error (else it was down at the start, or is paging) */
+} master_fsck_cursor;
+
 /* What a background fsck found, in all its nodes. */
 typedef struct master_fsck_summary {
     size_t nodes;              /* checked (up when it started) */
@@ -733,40 +741,43 @@ typedef struct master_fsck_summary {
     uint64_t dropped;          /* of their replicas, dropped (their plugins copy them again) */
     uint64_t orphans;          /* cold files no replica names (left for fsck --repair) */
     uint64_t objects_without_replica; /* at the end, as fsck counts them */
+    const master_fsck_cursor *owed; /* the nodes still owed a check (borrowed for the call): */
+    size_t n_owed;                  /* down at the start, or whose check ended in an error */
 } master_fsck_summary;
 typedef void (*master_fsck_done_fn)(master *m, const master_fsck_summary *sum);
-/* Where a node's background check is: after the cold file named after
- * ("" : from the first), or done. */
-typedef struct master_fsck_cursor {
-    const char *node;
-    const char *after;
-    int done;
-} master_fsck_cursor;
 typedef void (*master_fsck_progress_fn)(master *m, const master_fsck_cursor *c, size_t n);
+/* Append (node, after, failed), the strings copied, to the list *v[*n]
+ * (SMP_ENOMEM leaves it as it was); free such a list. */
+int master_fsck_owe(master_fsck_cursor **v, size_t *n, const char *node, const char *after,
+                    int failed);
+void master_fsck_owed_free(master_fsck_cursor *v, size_t n);
 
-/* Start the background deep check of every up node's cold files, each
- * node after its cursor in from[n_from] (one done is left out, one not
- * named starts from the first; read at the start only), reading each at
- * bytes_per_s (paced by master_fsck_background_tick) and dropping the
- * replicas it finds corrupt; after each page, and at a stop, progress gets
- * every node's cursor (borrowed for the call), and done the totals once
- * every node's check ended (the nodes' findings are logged). SMP_EBUSY
- * while one runs, SMP_EINVAL, SMP_ENOMEM. */
-int master_fsck_background_start(master *m, uint64_t bytes_per_s, const master_fsck_cursor *from,
-                                 size_t n_from, master_fsck_progress_fn progress,
+/* Start the background deep check of the cold files of every node holding
+ * a segment (only NULL), or of the nodes named in only[n_only] alone, each
+ * after its cursor (read at the start only; a node named there that holds
+ * no segment any more is forgotten), reading each at bytes_per_s (paced by
+ * master_fsck_background_tick) and dropping the replicas it finds corrupt.
+ * After each page, and at a stop, progress gets the nodes it still owes a
+ * check (borrowed for the call), and done the totals and those nodes once
+ * every node's check ended (the nodes' findings are logged). A node that
+ * is down is owed, not checked. SMP_EBUSY while one runs, SMP_EINVAL,
+ * SMP_ENOMEM. */
+int master_fsck_background_start(master *m, uint64_t bytes_per_s, const master_fsck_cursor *only,
+                                 size_t n_only, master_fsck_progress_fn progress,
                                  master_fsck_done_fn done);
 /* The timer: ask the pages of the background run whose pace allows them. */
 void master_fsck_background_tick(master *m, uint64_t now);
-/* At exit, before the nodes' tasks are failed: tell progress where each
- * node is (a later start resumes there) and end the background run without
- * judging, repairing or telling done. */
+/* At exit, before the nodes' tasks are failed: tell progress the nodes
+ * still owed (a later start goes on there) and end the background run
+ * without judging, repairing or telling done. */
 void master_fsck_background_stop(master *m);
 
 /* -- master_fsck_schedule.c ---------------------------------------------------- */
 
 /* The timer, on the leader: start the background fsck when fsck.every_s
  * has passed since the last one began (<data_dir>/fsck.last keeps when,
- * across restarts), once the nodes registered after the start. */
+ * across restarts), once the nodes registered after the start; between
+ * two, check the nodes a run still owes once they are up. */
 void master_fsck_schedule_tick(master *m, uint64_t now);
 /* Background runs ended since the start, and the corrupt files they found. */
 uint64_t master_fsck_schedule_runs(const master *m);

@@ -422,6 +422,32 @@ int hx_log_contains(const hx_master *m, const char *needle)
     return hx_file_contains(m->log, needle);
 }
 
+void hx_read_text(const char *path, char *text, size_t cap)
+{
+    FILE *fp = fopen(path, "r");
+    size_t n = fp != NULL ? fread(text, 1, cap - 1, fp) : 0;
+    text[n] = '\0';
+    if (fp != NULL) fclose(fp);
+}
+
+unsigned long long hx_background_fsck_files(const hx_master *m, unsigned k)
+{
+    char *line = NULL;
+    size_t cap = 0;
+    unsigned seen = 0;
+    unsigned long long files = 0;
+    FILE *lf = fopen(m->log, "r");
+    if (lf == NULL) return 0;
+    while (getline(&line, &cap, lf) > 0) {
+        const char *at = strstr(line, "background fsck: ended: ");
+        const char *tail = at != NULL ? strstr(at, " not up), ") : NULL;
+        if (tail != NULL && ++seen == k) files = strtoull(tail + strlen(" not up), "), NULL, 10);
+    }
+    free(line);
+    fclose(lf);
+    return files;
+}
+
 void hx_cleanup(hx_master *m)
 {
     char cmd[400];

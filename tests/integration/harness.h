@@ -110,6 +110,12 @@ void hx_print_log(const hx_master *m);
 
 /* 1 when the master's log contains needle. */
 int hx_log_contains(const hx_master *m, const char *needle);
+/* The text of the file at path into text[cap] ("" when it cannot be
+ * read; cut at cap - 1 bytes). */
+void hx_read_text(const char *path, char *text, size_t cap);
+/* The cold files the k-th (from 1) background fsck that ended in the
+ * master's log read (0: no such run). */
+unsigned long long hx_background_fsck_files(const hx_master *m, unsigned k);
 
 /* 1 when text contains needle; otherwise 0 and both are printed (for
  * assert_true(hx_says(error_message, "expected cause"))). */

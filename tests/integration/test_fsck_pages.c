@@ -11,7 +11,9 @@
  * as corrupt, changes nothing, and --repair deletes them all. The refusals
  * come from "ghost", a node played by the test over the node service: it
  * answers the master's SCAN pages wrongly, and each fsck --repair reports
- * the cause for ghost and sends it no repair task. */
+ * the cause for ghost and sends it no repair task. The background fsck
+ * owes node-a, down at a run's start or killed in its middle, the rest of
+ * its check, and runs it as soon as node-a is back. */
 #include <dirent.h>
 #include <fcntl.h>
 #include <setjmp.h>
@@ -570,6 +572,138 @@ static void test_a_node_that_stops_answering_is_reported_so(void **state)
     rpcc_close(c);
 }
 
+/* How many times the master's log holds needle. */
+static size_t log_count(fx *f, const char *needle)
+{
+    char *log = NULL;
+    size_t n = 0;
+    FILE *lf = fopen(f->m.log, "r");
+    assert_non_null(lf);
+    assert_true(getdelim(&log, &n, '\0', lf) >= 0);
+    fclose(lf);
+    size_t seen = count(log, needle);
+    free(log);
+    return seen;
+}
+
+/* Wait until the master's log holds needle k times (it says so, with the
+ * log, when it does not). */
+static void wait_log_count(fx *f, const char *needle, size_t k)
+{
+    for (int i = 0;; i++) {
+        if (log_count(f, needle) >= k) return;
+        if (i * 20 > 60000) {
+            hx_print_log(&f->m);
+            fail_msg("the log never said \"%s\" %zu time(s)", needle, k);
+        }
+        usleep(20000);
+    }
+}
+
+#define OWED_TENSORS 400 /* of 4 KiB: two revisions are some 3 MiB of cold files */
+static wx_tensor owed_model[OWED_TENSORS];
+static char owed_names[OWED_TENSORS][16];
+
+/* Restart the master with a background fsck due (fsck.last says 1970),
+ * paced at 1 MiB/s. */
+static void restart_with_a_run_due(fx *f, const char *last)
+{
+    assert_int_equal(hx_stop(&f->m), 0);
+    FILE *fp = fopen(last, "w");
+    assert_non_null(fp);
+    fputs("1000\n", fp);
+    fclose(fp);
+    assert_int_equal(hx_reconfigure(&f->m, "node:\n  embedded: false\n  timeout_ms: 3000\n"
+                                           "  poll_ms: 50\nfsck:\n  every_s: 86400\n"
+                                           "  bytes_per_s: 1048576\n"),
+                     0);
+    assert_int_equal(hx_start(&f->m, 10000), 0);
+}
+
+/* The background fsck owes a node that was down at its start, or went down
+ * during its check, the rest of it: once the node is up again a run over
+ * it alone goes on from where it stopped -- not at the next fsck.every_s
+ * -- and fsck.last keeps what is owed across the master's restarts. */
+static void test_the_background_fsck_checks_a_node_when_it_is_back(void **state)
+{
+    fx *f = *state;
+    char last[400], text[8192];
+    weight_identity a, b;
+    for (size_t i = 0; i < OWED_TENSORS; i++) {
+        snprintf(owed_names[i], sizeof(owed_names[i]), "t.%03zu", i);
+        owed_model[i] = (wx_tensor){.name = owed_names[i], .shape = {16, 64}};
+    }
+    weight_store *s = wx_open_store(&f->m);
+    assert_int_equal(weight_identity_set(&a, NULL, "llm", "owed", "a", 1), 0);
+    assert_int_equal(weight_identity_set(&b, NULL, "llm", "owed", "b", 1), 0);
+    wx_model_fill(owed_model, OWED_TENSORS, 3);
+    wx_put_model(s, &a, owed_model, OWED_TENSORS);
+    wx_migrate_and_wait(s, &a, WEIGHT_RES_COLD);
+    wx_model_fill(owed_model, OWED_TENSORS, 5);
+    wx_put_model(s, &b, owed_model, OWED_TENSORS);
+    wx_migrate_and_wait(s, &b, WEIGHT_RES_COLD);
+    weight_store_close(s);
+    size_t files = cold_count(f->shm_cold);
+    assert_true(files > 2 * OWED_TENSORS);
+    snprintf(last, sizeof(last), "%s/data/fsck.last", f->m.dir);
+
+    /* down at the start: owed from the first file */
+    hx_node_kill(&f->a);
+    restart_with_a_run_due(f, last);
+    wait_log_count(f, "background fsck: ended: 0 nodes checked (0 ended in an error, 1 not up)", 1);
+    if (!hx_log_contains(&f->m, "1 node(s) still owed their check, from where it stopped: each as "
+                                "soon as it is up\n"))
+        fail_msg("the end of the run does not say what it owes");
+    hx_read_text(last, text, sizeof(text));
+    if (strstr(text, "\nat node-a \n") == NULL) fail_msg("fsck.last: %s", text);
+    assert_int_equal(hx_node_start(&f->m, &f->a, "node-a", SEGMENT), 0);
+    wait_log_count(f, "background fsck: resumed: the 1 node(s) the last run still owes, those up "
+                      "at 1048576 bytes/s each: node-a from the first file", 1);
+    wait_log_count(f, "background fsck: ended: ", 2);
+    if (hx_background_fsck_files(&f->m, 2) != files) {
+        hx_print_log(&f->m);
+        fail_msg("the node owed its check was read %llu files of %zu", hx_background_fsck_files(&f->m, 2),
+                 files);
+    }
+    hx_read_text(last, text, sizeof(text));
+    if (strchr(text, '\n') != text + strlen(text) - 1) fail_msg("fsck.last after: %s", text);
+
+    /* down during its check: owed the files after its last page, across a
+     * restart of the master */
+    restart_with_a_run_due(f, last);
+    text[0] = '\0';
+    for (int i = 0; strstr(text, "\nat node-a ") == NULL || strstr(text, ".cold\n") == NULL; i++) {
+        if (i * 5 > 60000) fail_msg("fsck.last never said where the check is: %s", text);
+        usleep(5000);
+        hx_read_text(last, text, sizeof(text));
+    }
+    hx_node_kill(&f->a);
+    wait_log_count(f, "background fsck: ended: 1 nodes checked (1 ended in an error, 0 not up)", 1);
+    hx_read_text(last, text, sizeof(text));
+    if (strstr(text, "\nat node-a ") == NULL || strstr(text, ".cold\n") == NULL)
+        fail_msg("fsck.last after the node went down: %s", text);
+    unsigned long long before = hx_background_fsck_files(&f->m, 3);
+    assert_int_equal(hx_stop(&f->m), 0);
+    assert_int_equal(hx_start(&f->m, 10000), 0);
+    assert_int_equal(hx_node_start(&f->m, &f->a, "node-a", SEGMENT), 0);
+    wait_log_count(f, "background fsck: resumed: the 1 node(s) the last run still owes, those up "
+                      "at 1048576 bytes/s each: node-a after ", 1);
+    wait_log_count(f, "background fsck: ended: ", 4);
+    unsigned long long rest = hx_background_fsck_files(&f->m, 4);
+    if (rest == 0 || rest >= files || before + rest < files) {
+        hx_print_log(&f->m);
+        fail_msg("the check read %llu files before the node went down and %llu after, of %zu",
+                 before, rest, files);
+    }
+    assert_int_equal(log_count(f, "background fsck: started: "), 2); /* the two that were due */
+    hx_read_text(last, text, sizeof(text));
+    if (strchr(text, '\n') != text + strlen(text) - 1) fail_msg("fsck.last at the end: %s", text);
+    s = wx_open_store(&f->m);
+    wx_wait_state(s, &b, WEIGHT_READY, WEIGHT_RES_COLD);
+    wx_get_and_compare(s, &b, owed_model, OWED_TENSORS);
+    weight_store_close(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -583,6 +717,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_a_node_that_stops_answering_is_reported_so, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_the_background_fsck_checks_a_node_when_it_is_back,
+                                        setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

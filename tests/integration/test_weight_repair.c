@@ -86,37 +86,6 @@ static void sleep_ms(long ms)
     usleep((useconds_t)ms * 1000);
 }
 
-/* Poll until id is in availability av (and residency res when >= 0) with no
- * active operation; returns its metadata. */
-static weight_metadata wait_state(weight_store *s, const weight_identity *id, int av, int res)
-{
-    weight_metadata md;
-    for (int i = 0; i * 20 < WAIT_MS; i++) {
-        CHECK(s, weight_get_metadata(s, id, &md, NULL));
-        if ((int)md.availability == av && (res < 0 || (int)md.residency == res) && md.operation_id == 0)
-            return md;
-        sleep_ms(20);
-    }
-    fail_msg("%s: %s %s operation %llu after %d ms (wanted %s %s)", id->resource_id,
-             weight_availability_name((int)md.availability), weight_residency_name((int)md.residency),
-             (unsigned long long)md.operation_id, WAIT_MS, weight_availability_name(av),
-             res < 0 ? "" : weight_residency_name(res));
-    return md;
-}
-
-static void migrate_and_wait(weight_store *s, const weight_identity *id, weight_residency target)
-{
-    weight_operation op;
-    weight_metadata md = wait_state(s, id, WEIGHT_READY, -1);
-    CHECK(s, weight_migrate(s, id, target, 0, md.metadata_generation, &op));
-    for (int i = 0; i * 20 < WAIT_MS && op.state == 1; i++) {
-        sleep_ms(20);
-        CHECK(s, weight_get_operation(s, op.id, &op));
-    }
-    assert_int_equal(op.state, 2);
-    wait_state(s, id, WEIGHT_READY, (int)target);
-}
-
 /* Stop the master and its embedded node, delete the segment files (what a
  * reboot does to /dev/shm), start again on the same data and cold files. */
 static void reboot_without_memory(fixture *f)
@@ -157,9 +126,9 @@ static void test_cold_survives_the_loss_of_memory(void **state)
     wx_put_model(s, &cold, model, N_MODEL);
     wx_put_model(s, &back, model, N_MODEL);
     wx_put_model(s, &hot, model, N_MODEL);
-    migrate_and_wait(s, &cold, WEIGHT_RES_COLD);
-    migrate_and_wait(s, &back, WEIGHT_RES_COLD);
-    migrate_and_wait(s, &back, WEIGHT_RES_HOT);
+    wx_migrate_and_wait(s, &cold, WEIGHT_RES_COLD);
+    wx_migrate_and_wait(s, &back, WEIGHT_RES_COLD);
+    wx_migrate_and_wait(s, &back, WEIGHT_RES_HOT);
     wx_get_and_compare(s, &cold, model, N_MODEL);
     wx_get_and_compare(s, &back, model, N_MODEL);
     /* Every manifest has its cold copy (the hot one's too, from the tick). */
@@ -172,15 +141,15 @@ static void test_cold_survives_the_loss_of_memory(void **state)
     reboot_without_memory(f);
     s = wx_open_store(&f->m);
     /* The hot revision without cold payloads shows the loss was seen. */
-    wait_state(s, &hot, WEIGHT_DEGRADED, WEIGHT_RES_ABSENT); /* nothing of it is readable */
+    wx_wait_state(s, &hot, WEIGHT_DEGRADED, WEIGHT_RES_ABSENT); /* nothing of it is readable */
     for (int i = 0; wx_metric(&f->m, "weight_repairs_total{result=\"succeeded\"}") < 1; i++) {
         if (i * 20 > WAIT_MS) fail_msg("no repair succeeded");
         sleep_ms(20);
     }
     assert_true(wx_metric(&f->m, "weight_repairs_total{result=\"started\"}") >= 1);
-    weight_metadata md = wait_state(s, &cold, WEIGHT_READY, WEIGHT_RES_COLD);
+    weight_metadata md = wx_wait_state(s, &cold, WEIGHT_READY, WEIGHT_RES_COLD);
     assert_int_equal(wx_get_and_compare(s, &cold, model, N_MODEL), 0); /* from the cold files */
-    md = wait_state(s, &back, WEIGHT_READY, WEIGHT_RES_HOT);
+    md = wx_wait_state(s, &back, WEIGHT_READY, WEIGHT_RES_HOT);
     assert_true(md.observed_hot_ratio == 1.0);
     assert_int_equal(wx_get_and_compare(s, &back, model, N_MODEL), 3 * 4096); /* memory again */
     int exists = 1;
@@ -200,7 +169,7 @@ static void test_weightctl_repair(void **state)
     char out[4096];
     assert_int_equal(weight_identity_set(&id, NULL, "llm", "cli", "v1", 1), 0);
     wx_put_model(s, &id, model, N_MODEL);
-    weight_metadata md = wait_state(s, &id, WEIGHT_READY, WEIGHT_RES_HOT);
+    weight_metadata md = wx_wait_state(s, &id, WEIGHT_READY, WEIGHT_RES_HOT);
     char arg[256];
     snprintf(arg, sizeof(arg), "--tenant acme repair llm/cli/v1@1 --expect %llu",
              (unsigned long long)(md.metadata_generation + 5));
@@ -215,7 +184,7 @@ static void test_weightctl_repair(void **state)
     snprintf(used, sizeof(used), "generation %llu", (unsigned long long)md.metadata_generation);
     if (strstr(out, used) == NULL || strstr(out, "REPAIRING") == NULL)
         fail_msg("weightctl repair said: %s", out);
-    md = wait_state(s, &id, WEIGHT_READY, WEIGHT_RES_HOT);
+    md = wx_wait_state(s, &id, WEIGHT_READY, WEIGHT_RES_HOT);
     assert_int_equal(md.metadata_generation, same.metadata_generation + 2);
     wx_get_and_compare(s, &id, model, N_MODEL);
     weight_store_close(s);
@@ -247,7 +216,7 @@ static void test_a_new_segment_file_is_mapped_again(void **state)
     wx_put_model(s, &b, model, N_MODEL);
     weight_store_close(s);
     weight_store *fresh = wx_open_store(&f->m);
-    wait_state(fresh, &b, WEIGHT_READY, WEIGHT_RES_HOT);
+    wx_wait_state(fresh, &b, WEIGHT_READY, WEIGHT_RES_HOT);
     wx_get_and_compare(fresh, &b, model, N_MODEL);
     weight_store_close(fresh);
 }
@@ -317,7 +286,7 @@ static void put_cold_and_pick_a_payload_file(fixture *f, weight_store *s, const 
     const long payload_file = 4096 + 4096;
     size_t nb = cold_files_of_size(f, payload_file, before, 16);
     wx_put_model(s, id, model, N_MODEL);
-    migrate_and_wait(s, id, WEIGHT_RES_COLD);
+    wx_migrate_and_wait(s, id, WEIGHT_RES_COLD);
     size_t na = cold_files_of_size(f, payload_file, after, 16);
     assert_int_equal(na, nb + N_MODEL);
     for (size_t i = 0; i < na; i++) {
@@ -339,7 +308,7 @@ static void remove_and_check_clean(fixture *f, weight_store *s, const weight_ide
     weight_metadata md;
     CHECK(s, weight_get_metadata(s, id, &md, NULL));
     CHECK(s, weight_remove(s, id, md.metadata_generation, NULL));
-    wait_state(s, id, WEIGHT_DELETED, WEIGHT_RES_ABSENT);
+    wx_wait_state(s, id, WEIGHT_DELETED, WEIGHT_RES_ABSENT);
     if (wx_weightctl(&f->m, out, sizeof(out), "fsck") != 0 || strstr(out, "clean\n") == NULL)
         fail_msg("fsck after the removal said: %s", out);
 }
@@ -379,7 +348,7 @@ static void assert_fsck_drops_the_replica(fixture *f, weight_store *s, const wei
     if (strstr(out, "1 corrupt replicas dropped") == NULL ||
         strstr(out, "1 objects have no replica left") == NULL || strstr(out, want) == NULL)
         fail_msg("%s said: %s", cmd, out);
-    wait_state(s, id, WEIGHT_DEGRADED, -1);
+    wx_wait_state(s, id, WEIGHT_DEGRADED, -1);
     for (int i = 0; access(path, F_OK) == 0; i++) {
         if (i * 20 > WAIT_MS) fail_msg("%s was not deleted", name);
         sleep_ms(20);
@@ -458,7 +427,7 @@ static void test_a_cold_file_a_read_finds_corrupt_is_dropped(void **state)
     snprintf(arg, sizeof(arg), "--tenant acme get llm/bad/v1@1 --out %s/out", f->m.dir);
     assert_int_equal(wx_weightctl(&f->m, out, sizeof(out), arg), 1);
     if (strstr(out, "corrupted cold file") == NULL) fail_msg("weightctl get said: %s", out);
-    md = wait_state(s, &bad, WEIGHT_DEGRADED, -1);
+    md = wx_wait_state(s, &bad, WEIGHT_DEGRADED, -1);
     int exists = 1;
     CHECK(s, weight_is_exist(s, &bad, &exists));
     assert_int_equal(exists, 0);
@@ -467,7 +436,7 @@ static void test_a_cold_file_a_read_finds_corrupt_is_dropped(void **state)
         fail_msg("the master did not say it dropped the replica of %s", name);
     }
 
-    wait_state(s, &good, WEIGHT_READY, WEIGHT_RES_COLD);
+    wx_wait_state(s, &good, WEIGHT_READY, WEIGHT_RES_COLD);
     CHECK(s, weight_is_exist(s, &good, &exists));
     assert_int_equal(exists, 1);
     wx_get_and_compare(s, &good, model, N_MODEL);
@@ -502,7 +471,7 @@ static void assert_reader_reports_rot(fixture *f, weight_store *s, const weight_
     if (strstr(out, mismatch) == NULL || strstr(out, want) == NULL ||
         strstr(out, "reported to the master") == NULL)
         fail_msg("weightctl %s said: %s", args, out);
-    wait_state(s, id, WEIGHT_DEGRADED, -1);
+    wx_wait_state(s, id, WEIGHT_DEGRADED, -1);
     for (int i = 0; access(path, F_OK) == 0; i++) {
         if (i * 20 > WAIT_MS) fail_msg("%s was not deleted", name);
         sleep_ms(20);
@@ -577,17 +546,17 @@ static void test_a_release_checks_the_cold_file_it_relies_on(void **state)
     if (hx_metric(&f->m, intact) != 0 || hx_metric(&f->m, corrupt) != 0)
         fail_msg("a first migration hashed its own files again: %g intact, %g corrupt",
                  hx_metric(&f->m, intact), hx_metric(&f->m, corrupt));
-    migrate_and_wait(s, &a, WEIGHT_RES_HOT);
-    migrate_and_wait(s, &a, WEIGHT_RES_COLD);
+    wx_migrate_and_wait(s, &a, WEIGHT_RES_HOT);
+    wx_migrate_and_wait(s, &a, WEIGHT_RES_COLD);
     assert_true(hx_metric(&f->m, intact) >= N_MODEL); /* every payload, the manifest maybe */
     assert_int_equal(hx_metric(&f->m, corrupt), 0);
     wx_get_and_compare(s, &a, model, N_MODEL);
 
     put_cold_and_pick_a_payload_file(f, s, &b, name);
     snprintf(path, sizeof(path), "%s/cold/%s", f->m.dir, name);
-    migrate_and_wait(s, &b, WEIGHT_RES_HOT);
+    wx_migrate_and_wait(s, &b, WEIGHT_RES_HOT);
     rot_data(path);
-    migrate_and_wait(s, &b, WEIGHT_RES_COLD);
+    wx_migrate_and_wait(s, &b, WEIGHT_RES_COLD);
     assert_int_equal(hx_metric(&f->m, corrupt), 1);
     if (!hx_log_contains(&f->m, "does not hold its bytes")) {
         hx_print_log(&f->m);
@@ -616,8 +585,8 @@ static void test_fsck_deep_finds_a_memory_replica_that_lost_its_bytes(void **sta
     char out[8192], want[300];
     assert_int_equal(weight_identity_set(&id, NULL, "llm", "mem", "v1", 1), 0);
     wx_put_model(s, &id, model, N_MODEL);
-    migrate_and_wait(s, &id, WEIGHT_RES_COLD);
-    migrate_and_wait(s, &id, WEIGHT_RES_HOT); /* its cold files stay */
+    wx_migrate_and_wait(s, &id, WEIGHT_RES_COLD);
+    wx_migrate_and_wait(s, &id, WEIGHT_RES_HOT); /* its cold files stay */
 
     kvc *c = hx_client(&f->m);
     kvc_object o;
@@ -647,7 +616,7 @@ static void test_fsck_deep_finds_a_memory_replica_that_lost_its_bytes(void **sta
         if (i * 20 > WAIT_MS) fail_msg("no repair succeeded");
         sleep_ms(20);
     }
-    wait_state(s, &id, WEIGHT_READY, WEIGHT_RES_HOT);
+    wx_wait_state(s, &id, WEIGHT_READY, WEIGHT_RES_HOT);
     assert_int_equal(wx_get_and_compare(s, &id, model, N_MODEL), N_MODEL * 4096); /* all from memory */
     if (wx_weightctl(&f->m, out, sizeof(out), "fsck --deep") != 0) fail_msg("the last fsck --deep said: %s", out);
     weight_store_close(s);
@@ -817,34 +786,6 @@ static unsigned scan_log(fixture *f, const char *needle, unsigned *pages)
     return n;
 }
 
-/* The file at path into text[cap] ("" when it cannot be read). */
-static void read_text(const char *path, char *text, size_t cap)
-{
-    FILE *fp = fopen(path, "r");
-    size_t n = fp != NULL ? fread(text, 1, cap - 1, fp) : 0;
-    text[n] = '\0';
-    if (fp != NULL) fclose(fp);
-}
-
-/* The cold files the k-th (from 1) background fsck of the log read. */
-static unsigned long long ended_cold_files(fixture *f, unsigned k)
-{
-    char *line = NULL;
-    size_t cap = 0;
-    unsigned seen = 0;
-    unsigned long long files = 0;
-    FILE *lf = fopen(f->m.log, "r");
-    assert_non_null(lf);
-    while (getline(&line, &cap, lf) > 0) {
-        const char *at = strstr(line, "background fsck: ended: ");
-        const char *tail = at != NULL ? strstr(at, " not up), ") : NULL;
-        if (tail != NULL && ++seen == k) files = strtoull(tail + strlen(" not up), "), NULL, 10);
-    }
-    free(line);
-    fclose(lf);
-    return files;
-}
-
 static unsigned log_count(fixture *f, const char *needle)
 {
     return scan_log(f, needle, NULL);
@@ -884,7 +825,7 @@ static void test_the_background_fsck_finds_rot_nobody_read(void **state)
     assert_int_equal(weight_identity_set(&fine, NULL, "llm", "many", "v1", 1), 0);
     put_cold_and_pick_a_payload_file(f, s, &rot, name);
     wx_put_model(s, &fine, many, N_MANY);
-    migrate_and_wait(s, &fine, WEIGHT_RES_COLD);
+    wx_migrate_and_wait(s, &fine, WEIGHT_RES_COLD);
     weight_store_close(s);
     snprintf(path, sizeof(path), "%s/cold/%s", f->m.dir, name);
     rot_data(path);
@@ -921,8 +862,8 @@ static void test_the_background_fsck_finds_rot_nobody_read(void **state)
 
     FILE *fp;
     s = wx_open_store(&f->m);
-    wait_state(s, &rot, WEIGHT_DEGRADED, -1);
-    wait_state(s, &fine, WEIGHT_READY, WEIGHT_RES_COLD);
+    wx_wait_state(s, &rot, WEIGHT_DEGRADED, -1);
+    wx_wait_state(s, &fine, WEIGHT_READY, WEIGHT_RES_COLD);
     wx_get_and_compare(s, &fine, many, N_MANY);
     assert_int_equal(wx_metric(&f->m, "store_fsck_background_runs_total"), 1);
     assert_int_equal(wx_metric(&f->m, "store_fsck_background_corrupt_total"), 1);
@@ -947,10 +888,10 @@ static void test_the_background_fsck_finds_rot_nobody_read(void **state)
     for (int i = 0; strstr(text, "\nat embedded ") == NULL || strstr(text, ".cold\n") == NULL; i++) {
         if (i * 10 > 2 * WAIT_MS) fail_msg("fsck.last never said where the check is: %s", text);
         sleep_ms(10);
-        read_text(last, text, sizeof(text));
+        hx_read_text(last, text, sizeof(text));
     }
     assert_int_equal(hx_stop(&f->m), 0);
-    read_text(last, text, sizeof(text));
+    hx_read_text(last, text, sizeof(text));
     if (strstr(text, "\nat embedded ") == NULL) fail_msg("the stop left fsck.last: %s", text);
     /* Lines that do not parse are ignored and said so -- a long one whole:
      * read in pieces, its tail would have read "done embedded" */
@@ -965,13 +906,13 @@ static void test_the_background_fsck_finds_rot_nobody_read(void **state)
         sleep_ms(20);
     }
     if (log_count(f, "background fsck: resumed: ") != 1) fail_msg("the check was not resumed");
-    if (log_count(f, "/data/fsck.last: 2 line(s) that are neither \"at NODE FILE\" nor \"done "
-                     "NODE\" ignored (those nodes start over)") != 1)
+    if (log_count(f, "/data/fsck.last: 2 line(s) that are not \"at NODE FILE\" ignored (those "
+                     "nodes wait for the next run)") != 1)
         fail_msg("the lines of fsck.last that do not parse were not told");
-    unsigned long long resumed = ended_cold_files(f, 2), all = cold_files_of_size(f, -1, NULL, 0);
+    unsigned long long resumed = hx_background_fsck_files(&f->m, 2), all = cold_files_of_size(f, -1, NULL, 0);
     if (resumed == 0 || resumed >= all)
         fail_msg("the resumed check read %llu cold files of the %llu there are", resumed, all);
-    read_text(last, text, sizeof(text));
+    hx_read_text(last, text, sizeof(text));
     if (strchr(text, '\n') != text + strlen(text) - 1) fail_msg("fsck.last after the end: %s", text);
     assert_int_equal(hx_stop(&f->m), 0);
 }

@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "weight_check.h"
 #include "weight_model.h"
@@ -96,6 +97,37 @@ void wx_get_and_compare_stats(weight_store *s, const weight_identity *id, const 
         if (memcmp(want, got, 32) != 0) fail_msg("%s: tensor %s differs", id->resource_id, t[i].name);
         free(g.bufs[i]);
     }
+}
+
+#define WX_WAIT_MS 30000 /* generous: the machine is shared */
+
+weight_metadata wx_wait_state(weight_store *s, const weight_identity *id, int av, int res)
+{
+    weight_metadata md;
+    for (int i = 0; i * 20 < WX_WAIT_MS; i++) {
+        CHECK(s, weight_get_metadata(s, id, &md, NULL));
+        if ((int)md.availability == av && (res < 0 || (int)md.residency == res) && md.operation_id == 0)
+            return md;
+        usleep(20000);
+    }
+    fail_msg("%s: %s %s operation %llu after %d ms (wanted %s %s)", id->resource_id,
+             weight_availability_name((int)md.availability), weight_residency_name((int)md.residency),
+             (unsigned long long)md.operation_id, WX_WAIT_MS, weight_availability_name(av),
+             res < 0 ? "" : weight_residency_name(res));
+    return md;
+}
+
+void wx_migrate_and_wait(weight_store *s, const weight_identity *id, weight_residency target)
+{
+    weight_operation op;
+    weight_metadata md = wx_wait_state(s, id, WEIGHT_READY, -1);
+    CHECK(s, weight_migrate(s, id, target, 0, md.metadata_generation, &op));
+    for (int i = 0; i * 20 < WX_WAIT_MS && op.state == 1; i++) {
+        usleep(20000);
+        CHECK(s, weight_get_operation(s, op.id, &op));
+    }
+    assert_int_equal(op.state, 2);
+    wx_wait_state(s, id, WEIGHT_READY, (int)target);
 }
 
 uint64_t wx_get_and_compare(weight_store *s, const weight_identity *id, const wx_tensor *t, size_t n)

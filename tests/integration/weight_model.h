@@ -33,6 +33,15 @@ weight_store *wx_open_store(const hx_master *m);
  * it), READY at once. */
 void wx_put_model(weight_store *s, const weight_identity *id, const wx_tensor *t, size_t n);
 
+/* Poll (up to 30 s) until id is in availability av (and residency res
+ * when >= 0) with no active operation; returns its metadata (fails the
+ * test naming what it is instead). */
+weight_metadata wx_wait_state(weight_store *s, const weight_identity *id, int av, int res);
+
+/* Migrate id (READY first) to target and wait until the operation ended
+ * SUCCEEDED and the revision is READY there. */
+void wx_migrate_and_wait(weight_store *s, const weight_identity *id, weight_residency target);
+
 /* Start m (named name for its data dir) on binary (NULL: store_master)
  * with its embedded node's 8 MiB segment under the data dir, HOT as the
  * default residency and weight_mgmt.so, whose config block is plugin_cfg
