@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -14,6 +15,10 @@
 #include "master.h"
 #include "metrics.h"
 #include "plugin_host.h"
+
+/* Marks a start as the re-execution of a master that asked to start over
+ * (MASTER_EXIT_RESTART); removed from the environment at once. */
+#define RESTART_ENV "STORE_MASTER_RESTARTED"
 
 static void usage(FILE *out, const char *prog)
 {
@@ -74,18 +79,22 @@ int main(int argc, char **argv)
         return 2;
     }
 
+    /* Set by the re-execution below, for that one start only. */
+    int restarted = getenv(RESTART_ENV) != NULL;
+    unsetenv(RESTART_ENV);
     host_config cfg;
     char err[1024];
     if (host_config_load(config_path, &cfg, err, sizeof(err)) < 0) {
         fprintf(stderr, "store_master: %s\n", err);
         return 1;
     }
-    int status = check_only ? check(&cfg) : master_main(&cfg);
+    int status = check_only ? check(&cfg) : master_main(&cfg, restarted);
     host_config_free(&cfg);
     if (status == MASTER_EXIT_RESTART) {
         /* Deposed HA leader, or a standby the log left behind: start over
          * from the newest snapshot with the same arguments (and pid). */
         fflush(NULL);
+        setenv(RESTART_ENV, "1", 1);
         execv("/proc/self/exe", argv);
         fprintf(stderr, "store_master: cannot restart: %s\n", strerror(errno));
         return 1;

@@ -634,12 +634,13 @@ static void close_parts(master *m)
     if (m->data_lock_fd >= 0) close(m->data_lock_fd); /* the lock goes with it */
 }
 
-int master_main(const host_config *cfg)
+int master_main(const host_config *cfg, int restarted)
 {
     char err[1024] = "";
     master *m = calloc(1, sizeof(*m));
     if (m == NULL) return 1;
     m->cfg = cfg;
+    m->restarted = restarted;
     m->data_lock_fd = -1;
     if (uv_loop_init(&m->loop) != 0) {
         free(m);

@@ -21,9 +21,12 @@
  * re-executes itself with the same arguments. */
 #define MASTER_EXIT_RESTART 75
 
-/* Run a master on cfg (borrowed for the call). Returns the process exit
- * status: 0 after a clean shutdown, 1 when startup or recovery failed (the
- * cause is printed on stderr), MASTER_EXIT_RESTART. */
-int master_main(const host_config *cfg);
+/* Run a master on cfg (borrowed for the call); restarted: this process
+ * re-executed itself after MASTER_EXIT_RESTART (an HA master then waits
+ * for etcd as long as it takes: it was a member of the cluster, etcd is
+ * what went away). Returns the process exit status: 0 after a clean
+ * shutdown, 1 when startup or recovery failed (the cause is printed on
+ * stderr), MASTER_EXIT_RESTART. */
+int master_main(const host_config *cfg, int restarted);
 
 #endif /* HOST_MASTER_H */

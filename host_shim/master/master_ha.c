@@ -20,7 +20,12 @@
  * serving at once and restarts as a standby from the newest snapshot: the
  * process re-executes itself (MASTER_EXIT_RESTART), which drops every piece
  * of leader-only state without a special path. A standby whose log was
- * garbage-collected past it restarts the same way. */
+ * garbage-collected past it, or that could not reach etcd for the
+ * follower's unreachable_ms, restarts the same way. A restarted master
+ * waits for etcd without bound (a first start gives up after
+ * MASTER_HA_ETCD_WAIT_MS: its endpoints may be wrong), so an etcd outage
+ * of any length ends with the masters back as standbys and a leader
+ * elected, without an operator. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,7 +38,8 @@
 #include "master_internal.h"
 
 #define MASTER_HA_ETCD_TIMEOUT_MS 2000u
-#define MASTER_HA_ETCD_WAIT_MS 10000u /* how long a starting master waits for etcd */
+#define MASTER_HA_ETCD_WAIT_MS 10000u /* how long a first start waits for etcd */
+#define MASTER_HA_ETCD_SAY_MS 5000u   /* a wait for etcd is logged this often */
 /* How long a standby holds a request while no leader is known, to answer
  * it with the leader's endpoint the moment one is (rpc_hold.c): about an
  * election with fast_failover, well under the call timeouts of the
@@ -98,9 +104,14 @@ static void on_follow_stop(void *arg, int status, const char *why)
 {
     master *m = arg;
     if (m->stopping) return;
-    if (status == SMP_ERANGE) {
-        char line[512];
-        snprintf(line, sizeof(line), "the OpLog was garbage-collected past this standby (%s)",
+    if (!m->ha_apply_failed && (status == SMP_ERANGE || status == SMP_EIO)) {
+        /* Left behind by garbage collection, or etcd gone longer than the
+         * follower retries: start over from the newest snapshot, waiting
+         * for etcd as long as it takes. */
+        char line[600];
+        snprintf(line, sizeof(line), "%s (%s)",
+                 status == SMP_EIO ? "the OpLog cannot be followed"
+                                   : "the OpLog was garbage-collected past this standby",
                  why ? why : "");
         restart_as_standby(m, line);
         return;
@@ -232,12 +243,15 @@ void master_ha_advertise(master *m)
 
 /* -- lifecycle ------------------------------------------------------------------ */
 
-/* Wait until etcd answers a read of the OpLog's head key, for at most
- * MASTER_HA_ETCD_WAIT_MS. A master started beside an etcd that is starting,
- * electing a leader or too busy to answer in time waits for it, logging
- * each failed try, instead of exiting on the first deadline. 0, or the
- * last error (err set); an answer that is an error of etcd's own is not
- * waited on. */
+/* Wait until etcd answers a read of the OpLog's head key: for at most
+ * MASTER_HA_ETCD_WAIT_MS at a first start, as long as it takes when this
+ * process restarted itself (deposed, or a standby etcd left too long: the
+ * endpoints worked, etcd is what went away, and it is back when it is
+ * back). A master started beside an etcd that is starting, electing a
+ * leader or too busy to answer in time waits for it, logging the first
+ * failed try and then one every MASTER_HA_ETCD_SAY_MS, instead of exiting
+ * on the first deadline. 0, or the last error (err says it gave up); an
+ * answer that is an error of etcd's own is not waited on. */
 static int wait_for_etcd(master *m, char *err, size_t errlen)
 {
     char key[320];
@@ -246,13 +260,26 @@ static int wait_for_etcd(master *m, char *err, size_t errlen)
         snprintf(err, errlen, "ha: the prefix is too long");
         return SMP_EINVAL;
     }
-    uint64_t give_up = master_now_ms() + MASTER_HA_ETCD_WAIT_MS;
+    uint64_t began = master_now_ms(), said = 0;
     for (;;) {
         etcd_range_result r;
         int rc = etcd_range(m->etcd, key, (size_t)len, NULL, 0, 1, 0, 1, &r, err, errlen);
         if (rc == 0) etcd_range_result_free(&r);
-        if (rc != SMP_EIO || master_now_ms() >= give_up) return rc;
-        fprintf(stderr, "store_master: ha: waiting for etcd to answer: %s\n", err);
+        if (rc != SMP_EIO) return rc;
+        uint64_t now = master_now_ms();
+        if (!m->restarted && now - began >= MASTER_HA_ETCD_WAIT_MS) {
+            char last[512];
+            snprintf(last, sizeof(last), "%s", err);
+            snprintf(err, errlen, "ha: etcd (ha.etcd_endpoints %s) did not answer within %u s; "
+                     "giving up: %s", m->cfg->ha_etcd_endpoints, MASTER_HA_ETCD_WAIT_MS / 1000,
+                     last);
+            return rc;
+        }
+        if (said == 0 || now - said >= MASTER_HA_ETCD_SAY_MS) {
+            fprintf(stderr, "store_master: ha: waiting for etcd to answer (%" PRIu64 " s%s): %s\n",
+                    (now - began) / 1000, m->restarted ? ", as long as it takes" : "", err);
+            said = now;
+        }
         struct timespec pause = {0, 100 * 1000000L};
         nanosleep(&pause, NULL);
     }

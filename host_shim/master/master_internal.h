@@ -219,6 +219,7 @@ typedef struct master {
     char ha_reason[512];
     char ha_leader[256];        /* the leader's endpoint as last seen, "" */
     int restart_requested;      /* exit with MASTER_EXIT_RESTART */
+    int restarted;              /* this start re-executed such an exit */
 
     /* Capability gates confirmed durably at runtime (master_gates.c). */
     char **gates;

@@ -44,6 +44,16 @@ grep -qF "gate weight_management_oplog_capability_confirmed types 8 9 10 11: con
 grep -qF "gate weight_lineage_oplog_capability_confirmed types 12: closed in config" <<<"$out" \
   && ok "a gate closed in config" || bad "gate line: $out"
 
+# A first start whose etcd never answers gives up after 10 s, saying so and
+# naming the endpoints (a restarted member of a cluster waits instead:
+# test_ha_failover).
+printf 'listen:\n  tcp: "127.0.0.1:0"\n  unix: ""\n  admin: "127.0.0.1:0"\ndata_dir: %s/data\nnode:\n  embedded: false\noplog:\n  backend: etcd\nha:\n  enabled: true\n  id: m1\n  etcd_endpoints: "127.0.0.1:1"\n  advertise: "127.0.0.1:7"\n  snapshot_dir: %s/snaps\n' "$tmp" "$tmp" >"$tmp/noetcd.yaml"
+out=$("$bin" --config "$tmp/noetcd.yaml" 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -qF "ha: etcd (ha.etcd_endpoints 127.0.0.1:1) did not answer within 10 s; giving up: " <<<"$out" \
+  && [ "$(grep -c "waiting for etcd to answer" <<<"$out")" -le 3 ] \
+  && ok "a first start without etcd gives up, says so, and logs its wait sparingly" \
+  || bad "no etcd: exit $rc: $out"
+
 # An unknown key: non-zero exit, the key path and line named, nothing started.
 printf 'listen:\n  tcp: "127.0.0.1:0"\ncluster:\n  weight_migration_cooldwn_ms: 5\n' >"$tmp/bad.yaml"
 out=$("$bin" --config "$tmp/bad.yaml" --check 2>&1); rc=$?

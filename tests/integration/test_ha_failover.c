@@ -35,6 +35,7 @@
 #include "harness.h"
 #include "host_rpc.pb-c.h"
 #include "rpc.pb-c.h"
+#include "weight_model.h"
 
 #define N_MASTERS HC_MASTERS
 #define WAIT_MS 20000
@@ -630,6 +631,39 @@ static void test_ha_master_starts_while_etcd_is_silent(void **state)
     put_n(k, "kv/late", 0, 5);
     kvc_close(k);
     assert_all_present_any_leader(c, "kv/late", 0, 5);
+}
+
+/* etcd gone for longer than a standby's follower retries (30 s), every
+ * master of the cluster with it: the leader cannot renew and is deposed,
+ * the standbys stop following -- and each restarts as a standby that waits
+ * for etcd as long as it takes (a first start gives up after 10 s), so when
+ * etcd is back a leader is elected and the node registers without an
+ * operator, with every acknowledged write there and the cluster writable. */
+static void test_ha_cluster_comes_back_after_a_long_etcd_outage(void **state)
+{
+    cluster *c = *state;
+    c->hc.lease_ttl_s = 2;
+    start_cluster_and_write(c, "kv/a", 20);
+    assert_int_equal(etcd_fixture_kill(&c->hc.etcd, 0), 0);
+    for (int i = 0; i < N_MASTERS; i++) {
+        for (long long end = hx_now_ms() + 60000;
+             !hx_log_contains(&c->hc.m[i], " s, as long as it takes): ");) {
+            if (hx_now_ms() > end) {
+                hx_print_log(&c->hc.m[i]);
+                fail_msg("master %d did not restart to wait for etcd", i);
+            }
+            sleep_ms(200);
+        }
+    }
+    /* by now the first to restart has waited far longer than a first start would */
+    for (int i = 0; i < N_MASTERS; i++)
+        if (!hx_alive(&c->hc.m[i])) fail_msg("master %d exited while etcd was away", i);
+    assert_int_equal(etcd_fixture_restart(&c->hc.etcd, 0, 20000), 0);
+    int leader = wait_leader(c, -1);
+    wait_node(c, leader);
+    assert_all_present_any_leader(c, "kv/a", 0, 20);
+    put_n_any_leader(c, "kv/b", 0, 20);
+    assert_all_present_any_leader(c, "kv/b", 0, 20);
 }
 
 /* Holds the relay 1.5 s the first time a client sends a LeaseGrant of a
