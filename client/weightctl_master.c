@@ -2,8 +2,9 @@
  * main_weightctl.c; the commands that talk to libweightclient stay there.
  * --master and $WEIGHTCTL_MASTER take one master or the list of an HA
  * cluster's masters, checked before any command runs; status asks whichever
- * master answers first (a standby answers status too) and, of an HA
- * cluster, lists every master after its own block. --tls-ca, --tls-cert,
+ * master answers first (a standby answers status too; given a list, the
+ * leader it names is asked instead, since nodes register with the leader
+ * alone) and, of an HA cluster, lists every master after its own block. --tls-ca, --tls-cert,
  * --tls-key and --tls-server-name are kept here and resolved against the
  * environment by weightctl_tls.c before any command runs. */
 #include "weightctl_master.h"
@@ -242,14 +243,42 @@ int wctl_cmd_gate_confirm(ctl *x, const char *name)
     return g.confirmed ? 0 : 1;
 }
 
+/* A standby answered status for a list of masters: nodes register with
+ * the leader alone, so ask the leader it names (over the same transport)
+ * and show its answer instead; on failure the standby's stands, noted.
+ * 1 when *st is now the leader's (its endpoint in *from). */
+static int status_of_leader(ctl *x, kvc_status *st, char *from, size_t cap)
+{
+    master_list ml;
+    char err[512];
+    kvc *leader = NULL;
+    if (master_list_parse(x->master, &ml, err, sizeof(err)) < 0 || ml.n < 2 ||
+        strcmp(st->role, "leader") == 0 || st->leader[0] == '\0')
+        return 0;
+    rpcc_options opt = wctl_rpc_options(x, 10000);
+    kvc_status ls;
+    int ok = kvc_connect_opts(st->leader, &opt, x->tls_ctx, &leader, err, sizeof(err)) == 0 &&
+             kvc_status_get(leader, &ls) == 0 && strcmp(ls.role, "leader") == 0;
+    if (ok) {
+        *st = ls;
+        snprintf(from, cap, "%s", kvc_endpoint(leader));
+    }
+    kvc_close(leader);
+    return ok;
+}
+
 int wctl_cmd_status(ctl *x)
 {
     kvc_status st;
+    char from[256];
     if (kvc_status_get(x->c, &st) < 0) {
         fprintf(stderr, "weightctl: status: %s\n", kvc_error(x->c));
         return 1;
     }
+    snprintf(from, sizeof(from), "%s", kvc_endpoint(x->c));
     int ha = st.n_masters_total > 0 || st.master_id[0] != '\0';
+    int standby = ha && !status_of_leader(x, &st, from, sizeof(from)) &&
+                  strcmp(st.role, "leader") != 0;
     if (x->json) {
         printf("{\"role\":");
         wctl_json_str(st.role);
@@ -260,7 +289,7 @@ int wctl_cmd_status(ctl *x)
                (unsigned long long)st.oplog_last_seq, (unsigned long long)st.snapshot_seq);
         if (ha) {
             printf(",\"endpoint\":");
-            wctl_json_str(kvc_endpoint(x->c));
+            wctl_json_str(from);
             status_ha_json(&st);
         }
         printf("}\n");
@@ -268,12 +297,19 @@ int wctl_cmd_status(ctl *x)
     }
     double pct = st.memory_capacity ? 100.0 * (double)st.memory_used / (double)st.memory_capacity : 0;
     if (ha)
-        printf("master    %s (%s, id %s, applied seq %llu)\n", kvc_endpoint(x->c), st.role,
+        printf("master    %s (%s, id %s, applied seq %llu)\n", from, st.role,
                st.master_id[0] ? st.master_id : "?", (unsigned long long)st.applied_seq);
     else
-        printf("master    %s (%s)\n", kvc_endpoint(x->c), st.role);
-    printf("nodes     %u\n", st.nodes);
-    printf("segments  %u\n", st.segments);
+        printf("master    %s (%s)\n", from, st.role);
+    if (standby) {
+        /* nodes register with the leader: a standby knows none */
+        printf("nodes     - (they register with the leader%s%s)\n", st.leader[0] ? ", " : "",
+               st.leader);
+        printf("segments  - (the leader's)\n");
+    } else {
+        printf("nodes     %u\n", st.nodes);
+        printf("segments  %u\n", st.segments);
+    }
     if (x->bytes) {
         printf("memory    %llu of %llu bytes used (%.1f%%)\n", (unsigned long long)st.memory_used,
                (unsigned long long)st.memory_capacity, pct);

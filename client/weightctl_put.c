@@ -468,8 +468,10 @@ static int print_claim(ctl *x, const weight_upsert_claim *c)
  *        [--request-id X] [--expect-generation M] [--policy ..] [--wait]
  *        FILE... | --from-dir DIR (a model directory, as put --from-dir)
  * Without --expect-generation the base's current metadata generation is
- * read first (weight_upsert does it). --wait: until the claim is COMMITTED
- * or ABORTED. Exit 0 on success. */
+ * read first -- unless --request-id names the lineage's claim: a retry
+ * then passes the generation that claim was made at (the base may be
+ * gone). --wait: until the claim is COMMITTED or ABORTED. Exit 0 on
+ * success. */
 /* `upsert status ID`: the claim of ID's lineage (its generation, if given,
  * is ignored: a lineage has one claim at a time). Exit 0 when there is one,
  * 1 on NOT_FOUND or another failure. */
@@ -567,6 +569,17 @@ int wctl_cmd_upsert(ctl *x, int argc, char **argv)
         check_tensors("upsert", paths, files, n_files, 1, ties, n_ties) < 0 ||
         add_file_metadata(NULL, "upsert", paths, files, n_files) < 0)
         goto close_files;
+    if (expect == 0 && request_id != NULL) {
+        /* A retry of the lineage's claim: the generation the first call
+         * used, not the base's now (a committed claim deleted the base). */
+        weight_upsert_claim prior;
+        if (weight_upsert_status(x->ws, &base, &prior) == 0 &&
+            strcmp(prior.request_id, request_id) == 0) {
+            expect = prior.expected_metadata_generation;
+            fprintf(stderr, "weightctl: upsert: request %s is the lineage's claim (phase %s): "
+                    "retried with its arguments\n", request_id, weight_upsert_phase_name(prior.phase));
+        }
+    }
     if ((status = wctl_fence(x, "upsert", &base, &expect)) != 0) goto close_files;
     status = 1;
     rc = weight_upsert(x->ws, &base, gen, mode, request_id, expect, has_policy ? &pol : NULL, 0,

@@ -806,6 +806,10 @@ static void test_status_lists_every_master(void **state)
     assert_non_null(strstr(out, "leader "));
     assert_non_null(strstr(out, "no: record 18 has type 12"));
     assert_non_null(strstr(out, "10.0.0.3:7600"));
+    /* the leader it names is no HA leader (the real master is "active"):
+     * the standby's view stays, saying whose the nodes are */
+    snprintf(line, sizeof(line), "nodes     - (they register with the leader, %s)", f->m.socket);
+    assert_non_null(strstr(out, line));
     free(out);
 
     const char *json[] = {"--master", masters, "--json", "status", NULL};

@@ -342,6 +342,24 @@ static void test_ha_standby_redirects_to_the_leader(void **state)
     assert_int_equal(resp->status, 0);
     rpc_response__free_unpacked(resp, NULL);
     assert_int_equal(applied_of(c, leader), before + 1);
+
+    /* `weightctl status` given the masters' list shows the leader's view
+     * (nodes register with it alone), though a standby answered first;
+     * given that standby alone, its own view, saying whose the nodes are */
+    start_node(c);
+    wait_node(c, leader);
+    char args[1200], out[8192], want[400];
+    snprintf(args, sizeof(args), "--master %s,%s status", c->hc.m[standby].socket,
+             c->hc.m[leader].socket);
+    assert_int_equal(wx_weightctl(&c->hc.m[standby], out, sizeof(out), args), 0);
+    snprintf(want, sizeof(want), "master    %s (leader, id m%d, ", c->hc.m[leader].socket, leader);
+    if (strstr(out, want) == NULL || strstr(out, "\nnodes     1\n") == NULL)
+        fail_msg("status of the list: %s", out);
+    assert_int_equal(wx_weightctl(&c->hc.m[standby], out, sizeof(out), "status"), 0);
+    snprintf(want, sizeof(want), "\nnodes     - (they register with the leader, %s)\n",
+             c->hc.m[leader].socket);
+    if (strstr(out, "(standby, id ") == NULL || strstr(out, want) == NULL)
+        fail_msg("status of a standby: %s", out);
 }
 
 /* SIGKILL of the leader under writes: a standby takes over within the
@@ -926,6 +944,8 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_ha_etcd_member_sigstop_keeps_the_cluster_writable,
                                         setup_three_etcd_members, teardown),
+        cmocka_unit_test_setup_teardown(test_ha_cluster_comes_back_after_a_long_etcd_outage, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_ha_master_starts_while_etcd_is_silent, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_ha_master_asks_again_for_a_lease_granted_late,

@@ -179,10 +179,19 @@ out=$("$ctl" --json ls --namespace cli --limit 1)
   && ok "ls --json --limit 1: one revision and a token" || bad "ls --json --limit 1: $out"
 
 # -- upsert status ----------------------------------------------------------------------
-"$ctl" upsert cli/tiny/v2@1 --generation 2 --wait "$tmp/model.safetensors" >/dev/null || bad "upsert"
+"$ctl" upsert cli/tiny/v2@1 --generation 2 --wait --request-id roll-v2 "$tmp/model.safetensors" >/dev/null || bad "upsert"
 out=$("$ctl" upsert status cli/tiny/v2); rc=$?
 [ $rc -eq 0 ] && grep -q "cli/tiny/v2@1 -> cli/tiny/v2@2 (put-first) phase COMMITTED" <<<"$out" \
   && ok "upsert status: $out" || bad "upsert status: $rc $out"
+# The same command again (its answer lost, say): the claim, not a CONFLICT --
+# though the base it was made at is deleted by now
+out=$("$ctl" upsert cli/tiny/v2@1 --generation 2 --wait --request-id roll-v2 "$tmp/model.safetensors" 2>&1); rc=$?
+[ $rc -eq 0 ] && grep -qF "weightctl: upsert: request roll-v2 is the lineage's claim (phase COMMITTED): retried with its arguments" <<<"$out" \
+  && grep -q "phase COMMITTED" <<<"$out" && [ "$("$ctl" ls --namespace cli --all | grep -c "cli/tiny/v2@")" -eq 2 ] \
+  && ok "upsert retried with its request id answers the committed claim" || bad "upsert retry: $rc $out"
+out=$("$ctl" upsert cli/tiny/v2@1 --generation 2 --request-id other "$tmp/model.safetensors" 2>&1); rc=$?
+[ $rc -ne 0 ] && grep -q "STALE_GENERATION\|CONFLICT\|NOT_FOUND" <<<"$out" \
+  && ok "upsert with another request id over a committed claim is refused" || bad "upsert other id: $rc $out"
 out=$("$ctl" upsert status cli/tiny/v3 2>&1); rc=$?
 [ $rc -eq 1 ] && grep -q "NOT_FOUND" <<<"$out" && ok "upsert status without a claim: NOT_FOUND" \
   || bad "upsert status none: $rc $out"
