@@ -78,7 +78,7 @@ struct rpcc_conn {
     uint32_t max_frame;
     uint64_t next_id;
     int broken;             /* 0, or the code that broke the stream */
-    char err[256];
+    char err[512];
     uint8_t *in;            /* received, not yet decoded */
     size_t in_len;
     size_t in_cap;
@@ -101,6 +101,7 @@ struct rpcc_conn {
     char *token;            /* presented on each new socket (NULL: none) */
     char tls_name[256];     /* the master certificate's name ("": each endpoint's host) */
     char auth_tenant[136];  /* what HELLO answered on the current socket */
+    int answered;           /* a frame came on the current socket */
     char auth_role[16];
 };
 
@@ -459,6 +460,7 @@ static int list_connect(rpcc_conn *c, int64_t deadline, char *err, size_t errlen
             }
             if (rc == SMP_OK) {
                 c->fd = fd;
+                c->answered = 0;
                 c->rcvtimeo_ms = 0;
                 /* A plain TCP socket blocks only in io_recv_awaited (the top
                  * of this file). */
@@ -794,6 +796,7 @@ static int read_frame(rpcc_conn *c, int64_t deadline, rpcc_pending **out)
                 }
                 memmove(c->in, c->in + 4 + len, c->in_len - 4 - len);
                 c->in_len -= 4 + (size_t)len;
+                c->answered = 1;
                 *out = p;
                 return SMP_OK;
             }
@@ -838,8 +841,14 @@ static int read_frame(rpcc_conn *c, int64_t deadline, rpcc_pending **out)
                 continue;
             }
             if (r == 0) {
-                conn_err(c, "connection closed by the server%s",
-                         c->in_len > 0 ? " in the middle of a frame" : "");
+                if (!c->answered && c->in_len == 0)
+                    /* e.g. an HTTP server waiting for a request line, then timing out */
+                    conn_err(c, "connection closed by the server before it answered anything "
+                             "(is %s the master's RPC endpoint, its listen.tcp or listen.unix, "
+                             "and not another service such as its admin endpoint?)", c->endpoint);
+                else
+                    conn_err(c, "connection closed by the server%s",
+                             c->in_len > 0 ? " in the middle of a frame" : "");
                 return conn_break(c, SMP_EIO);
             }
             if (errno == EINTR)

@@ -406,7 +406,8 @@ static void test_client_sees_oversized_refusal_as_erange(void **state)
 
 /* A peer of another protocol: listens on a Unix socket, takes one
  * connection, reads what comes and answers `answer`, then waits for the
- * client to close. */
+ * client to close -- or, for answer NULL, closes without a word (an HTTP
+ * server whose request line never came, at its timeout). */
 typedef struct foreign_peer {
     int fd;
     const char *answer;
@@ -419,9 +420,11 @@ static void *foreign_peer_run(void *arg)
     uint8_t buf[4096];
     int c = accept(p->fd, NULL, NULL);
     if (c < 0) return NULL;
-    if (read(c, buf, sizeof(buf)) > 0 && write(c, p->answer, strlen(p->answer)) < 0) {
+    if (read(c, buf, sizeof(buf)) > 0 && p->answer != NULL &&
+        write(c, p->answer, strlen(p->answer)) < 0) {
         /* the client went away: its error is what the test looks at */
     }
+    if (p->answer == NULL) shutdown(c, SHUT_RDWR);
     while (read(c, buf, sizeof(buf)) > 0) {
     }
     close(c);
@@ -470,6 +473,12 @@ static void test_client_names_a_peer_of_another_protocol(void **state)
     assert_int_equal(call_foreign_peer("SSH-2.0-OpenSSH_9.2\r\n", msg, sizeof(msg)), SMP_ERANGE);
     assert_non_null(strstr(msg, "response frame of 1397966893 bytes exceeds max_frame_bytes"));
     assert_non_null(strstr(msg, "its length reads as text 'SSH-'"));
+    /* closed before a word: said so, naming the endpoint and what it should be */
+    assert_int_equal(call_foreign_peer(NULL, msg, sizeof(msg)), SMP_EIO);
+    assert_non_null(strstr(msg, "connection closed by the server before it answered anything (is "
+                                "unix:/tmp/wm-test-rpc-foreign-"));
+    assert_non_null(strstr(msg, ".sock the master's RPC endpoint, its listen.tcp or listen.unix, "
+                                "and not another service such as its admin endpoint?)"));
 }
 
 /* A body that does not decode as RpcRequest: SMP_EPROTO, then closed. */
