@@ -10,7 +10,12 @@
  * and names that master. A confirmation is itself a host record (type 4,
  * GATE_CONFIRM), so every master learns it by replay and a failover keeps
  * it; snapshots carry the confirmed names in the "host_gates" section. A gate
- * is never unconfirmed. */
+ * is never unconfirmed. A leader records the gates its own config confirms
+ * the same way when it takes office (master_gates_record_config), so a
+ * confirmation is the cluster's, not one config's: a later leader whose
+ * config says otherwise (a rolling config change, a master added with the
+ * default) keeps the gate open instead of refusing, say, the next phase of
+ * an upsert claim the last leader began. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -223,6 +228,61 @@ static void reply_info(master *m, smp_rpc_call *call, const char *gate)
     master_reply_msg(call, &g.base);
 }
 
+/* Append a GATE_CONFIRM record of gate; done(m, arg, status, seq) once it
+ * is durable or failed (not called when this returns an error). */
+static int commit_confirmation(master *m, const char *gate,
+                               void (*done)(master *, void *, int, uint64_t), void *arg)
+{
+    Hostrec__GateRecord g = HOSTREC__GATE_RECORD__INIT;
+    g.gate = (char *)gate;
+    obj_record rec = {.type = MASTER_REC_GATE_CONFIRM, .encver = OBJ_REC_ENCVER};
+    rec.len = hostrec__gate_record__get_packed_size(&g);
+    if ((rec.buf = malloc(rec.len ? rec.len : 1)) == NULL) return SMP_ENOMEM;
+    hostrec__gate_record__pack(&g, rec.buf);
+    return master_commit(m, &rec, NULL, done, arg);
+}
+
+static void on_recorded(master *m, void *arg, int status, uint64_t seq)
+{
+    char *gate = arg;
+    (void)m;
+    if (status < 0)
+        fprintf(stderr, "store_master: gate %s: its confirmation in this leader's config could "
+                "not be recorded (%s); a leader whose config does not confirm it keeps it closed\n",
+                gate, smp_strerror(status));
+    else
+        fprintf(stderr, "store_master: gate %s: confirmed in this leader's config, recorded "
+                "(record %llu): every later leader keeps it open\n", gate,
+                (unsigned long long)seq);
+    free(gate);
+}
+
+void master_gates_record_config(master *m)
+{
+    size_t n = host_plugins_n_oplog_types(m->plugins);
+    for (size_t i = 0; i < n; i++) {
+        const host_oplog_type_reg *t = host_plugins_oplog_type_at(m->plugins, i);
+        const char *gate = t->t.gate;
+        if (gate == NULL || strlen(gate) > GATE_NAME_MAX || master_gate_confirmed(m, gate) ||
+            !host_plugins_gate_confirmed(m->plugins, t->owner, gate))
+            continue;
+        int seen = 0; /* once per gate, however many types it guards */
+        for (size_t j = 0; j < i && !seen; j++) {
+            const host_oplog_type_reg *u = host_plugins_oplog_type_at(m->plugins, j);
+            seen = u->t.gate != NULL && strcmp(u->t.gate, gate) == 0 &&
+                   host_plugins_gate_confirmed(m->plugins, u->owner, gate);
+        }
+        if (seen) continue;
+        char *arg = strdup(gate);
+        int rc = arg != NULL ? commit_confirmation(m, gate, on_recorded, arg) : SMP_ENOMEM;
+        if (rc < 0) {
+            free(arg);
+            fprintf(stderr, "store_master: gate %s: cannot record its confirmation in this "
+                    "leader's config: %s\n", gate, smp_strerror(rc));
+        }
+    }
+}
+
 static void on_confirmed(master *m, void *arg, int status, uint64_t seq)
 {
     confirm_ctx *c = arg;
@@ -263,21 +323,14 @@ int master_gates_h_confirm(void *ctx, smp_rpc_call *call, const uint8_t *body, s
         rc = rpc_reply_error(call, SMP_EGATE, msg);
         goto out;
     }
-    Hostrec__GateRecord g = HOSTREC__GATE_RECORD__INIT;
-    g.gate = req->name;
-    obj_record rec = {.type = MASTER_REC_GATE_CONFIRM, .encver = OBJ_REC_ENCVER};
-    rec.len = hostrec__gate_record__get_packed_size(&g);
     confirm_ctx *c = calloc(1, sizeof(*c));
-    if ((rec.buf = malloc(rec.len ? rec.len : 1)) == NULL || c == NULL) {
-        free(rec.buf);
-        free(c);
+    if (c == NULL) {
         rc = rpc_reply_error(call, SMP_ENOMEM, "gate confirm: out of memory");
         goto out;
     }
-    hostrec__gate_record__pack(&g, rec.buf);
     c->call = call;
     snprintf(c->gate, sizeof(c->gate), "%s", req->name);
-    if ((rc = master_commit(m, &rec, NULL, on_confirmed, c)) < 0) {
+    if ((rc = commit_confirmation(m, req->name, on_confirmed, c)) < 0) {
         free(c);
         rc = rpc_reply_error(call, rc, "gate confirm: the record was refused");
     }

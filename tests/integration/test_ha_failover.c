@@ -44,8 +44,8 @@
 #define RECORDER_LIST 2
 
 /* with_recorder: the recorder test plugin (OpLog type 20), ungated or behind
- * the capability gate "recorder_gate" (closed in config). */
-enum { RECORDER_NONE = 0, RECORDER_UNGATED = 1, RECORDER_GATED = 2 };
+ * the capability gate "recorder_gate" (closed in config, or confirmed). */
+enum { RECORDER_NONE = 0, RECORDER_UNGATED = 1, RECORDER_GATED = 2, RECORDER_GATE_OPEN = 3 };
 
 typedef struct cluster {
     hc_cluster hc;
@@ -79,6 +79,8 @@ static int write_config(cluster *c, int i)
                  "  - path: \"%s/lib/testplugins/recorder.so\"\n%s", BUILD_DIR,
                  c->with_recorder[i] == RECORDER_GATED
                      ? "    config:\n      gate: recorder_gate\n      recorder_gate: false\n"
+                 : c->with_recorder[i] == RECORDER_GATE_OPEN
+                     ? "    config:\n      gate: recorder_gate\n      recorder_gate: true\n"
                      : "");
     return hc_configure(&c->hc, i, extra);
 }
@@ -684,6 +686,48 @@ static void test_ha_cluster_comes_back_after_a_long_etcd_outage(void **state)
     assert_all_present_any_leader(c, "kv/b", 0, 20);
 }
 
+/* A gate confirmed in the leader's config is recorded when it takes office,
+ * so a later leader whose config leaves it closed (a rolling config change,
+ * a master added with the default) keeps it open: the record types it
+ * guards go on being written after the failover, not refused. */
+static void test_ha_gate_confirmed_in_a_leaders_config_outlives_it(void **state)
+{
+    cluster *c = *state;
+    c->with_recorder[0] = RECORDER_GATE_OPEN;
+    c->with_recorder[1] = RECORDER_GATED;
+    start_master(c, 0);
+    assert_int_equal(wait_leader(c, -1), 0);
+    for (long long end = hx_now_ms() + WAIT_MS;
+         !hx_log_contains(&c->hc.m[0], "gate recorder_gate: confirmed in this leader's config, "
+                                       "recorded (record ");) {
+        if (hx_now_ms() > end) {
+            hx_print_log(&c->hc.m[0]);
+            fail_msg("the leader did not record the gate its config confirms");
+        }
+        sleep_ms(50);
+    }
+    RpcResponse *resp = NULL;
+    raw_call(&c->hc.m[0], RECORDER_SERVICE, RECORDER_SET_NEXT, "under m0", &resp);
+    assert_int_equal(resp->status, 0);
+    rpc_response__free_unpacked(resp, NULL);
+    start_master(c, 1);
+    wait_role(c, 1, "standby");
+    hx_kill(&c->hc.m[0]);
+    assert_int_equal(wait_leader(c, 0), 1);
+    raw_call(&c->hc.m[1], RECORDER_SERVICE, RECORDER_SET_NEXT, "under m1", &resp);
+    assert_int_equal(resp->status, 0);
+    rpc_response__free_unpacked(resp, NULL);
+    kvc *k = client_of(c, 1);
+    kvc_status st;
+    assert_int_equal(kvc_status_get(k, &st), 0);
+    int open = 0;
+    for (size_t i = 0; i < st.n_gates; i++)
+        open |= strcmp(st.gates[i].name, "recorder_gate") == 0 && st.gates[i].confirmed &&
+                strcmp(st.gates[i].how, "record") == 0;
+    assert_true(open);
+    kvc_close(k);
+}
+
 /* Holds the relay 1.5 s the first time a client sends a LeaseGrant of a
  * 2 s TTL: the gRPC message of LeaseGrantRequest{ttl: 2} is the 5-byte
  * prefix (uncompressed, length 2) and field 1 = 2. gRPC sends every call of
@@ -946,6 +990,8 @@ int main(void)
                                         setup_three_etcd_members, teardown),
         cmocka_unit_test_setup_teardown(test_ha_cluster_comes_back_after_a_long_etcd_outage, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_ha_gate_confirmed_in_a_leaders_config_outlives_it,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_ha_master_starts_while_etcd_is_silent, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_ha_master_asks_again_for_a_lease_granted_late,
