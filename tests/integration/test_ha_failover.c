@@ -686,6 +686,25 @@ static void test_ha_cluster_comes_back_after_a_long_etcd_outage(void **state)
     assert_all_present_any_leader(c, "kv/b", 0, 20);
 }
 
+/* On the new leader: a recorder record is written (the gate is open) and
+ * status says recorder_gate is confirmed by a record. */
+static void assert_recorder_gate_open_after_failover(cluster *c, int leader, const char *body)
+{
+    RpcResponse *resp = NULL;
+    raw_call(&c->hc.m[leader], RECORDER_SERVICE, RECORDER_SET_NEXT, body, &resp);
+    assert_int_equal(resp->status, 0);
+    rpc_response__free_unpacked(resp, NULL);
+    kvc *k = client_of(c, leader);
+    kvc_status st;
+    assert_int_equal(kvc_status_get(k, &st), 0);
+    int open = 0;
+    for (size_t i = 0; i < st.n_gates; i++)
+        open |= strcmp(st.gates[i].name, "recorder_gate") == 0 && st.gates[i].confirmed &&
+                strcmp(st.gates[i].how, "record") == 0;
+    assert_true(open);
+    kvc_close(k);
+}
+
 /* A gate confirmed in the leader's config is recorded when it takes office,
  * so a later leader whose config leaves it closed (a rolling config change,
  * a master added with the default) keeps it open: the record types it
@@ -714,18 +733,7 @@ static void test_ha_gate_confirmed_in_a_leaders_config_outlives_it(void **state)
     wait_role(c, 1, "standby");
     hx_kill(&c->hc.m[0]);
     assert_int_equal(wait_leader(c, 0), 1);
-    raw_call(&c->hc.m[1], RECORDER_SERVICE, RECORDER_SET_NEXT, "under m1", &resp);
-    assert_int_equal(resp->status, 0);
-    rpc_response__free_unpacked(resp, NULL);
-    kvc *k = client_of(c, 1);
-    kvc_status st;
-    assert_int_equal(kvc_status_get(k, &st), 0);
-    int open = 0;
-    for (size_t i = 0; i < st.n_gates; i++)
-        open |= strcmp(st.gates[i].name, "recorder_gate") == 0 && st.gates[i].confirmed &&
-                strcmp(st.gates[i].how, "record") == 0;
-    assert_true(open);
-    kvc_close(k);
+    assert_recorder_gate_open_after_failover(c, 1, "under m1");
 }
 
 /* Holds the relay 1.5 s the first time a client sends a LeaseGrant of a
@@ -951,17 +959,7 @@ static void test_ha_gate_opens_by_command_once_every_master_replays(void **state
 
     hx_kill(&c->hc.m[0]);
     int next = wait_leader(c, 0);
-    raw_call(&c->hc.m[next], RECORDER_SERVICE, RECORDER_SET_NEXT, "after failover", &resp);
-    assert_int_equal(resp->status, 0);
-    rpc_response__free_unpacked(resp, NULL);
-    k = client_of(c, next);
-    assert_int_equal(kvc_status_get(k, &st), 0);
-    int open = 0;
-    for (size_t i = 0; i < st.n_gates; i++)
-        open |= strcmp(st.gates[i].name, "recorder_gate") == 0 && st.gates[i].confirmed &&
-                strcmp(st.gates[i].how, "record") == 0;
-    assert_true(open);
-    kvc_close(k);
+    assert_recorder_gate_open_after_failover(c, next, "after failover");
 }
 
 int main(void)
