@@ -662,7 +662,7 @@ int master_main(const host_config *cfg, int restarted)
     if (rc == SMP_OK) rc = start_serving(m, err, sizeof(err));
     if (rc < 0) {
         fprintf(stderr, "store_master: %s\n", err[0] ? err : smp_strerror(rc));
-        m->exit_status = 1;
+        m->exit_status = rc == SMP_ECANCELED ? 0 : 1; /* told to stop before it served */
     } else {
         uv_signal_start(&m->sig_int, on_signal, SIGINT);
         uv_signal_start(&m->sig_term, on_signal, SIGTERM);

@@ -27,6 +27,7 @@
  * of any length ends with the masters back as standbys and a leader
  * elected, without an operator. */
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -244,6 +245,15 @@ void master_ha_advertise(master *m)
 
 /* -- lifecycle ------------------------------------------------------------------ */
 
+/* SIGINT or SIGTERM came while the master waited for etcd. */
+static volatile sig_atomic_t stop_while_waiting;
+
+static void on_stop_while_waiting(int sig)
+{
+    (void)sig;
+    stop_while_waiting = 1;
+}
+
 /* Wait until etcd answers a read of the OpLog's head key: for at most
  * MASTER_HA_ETCD_WAIT_MS at a first start, as long as it takes when this
  * process restarted itself (deposed, or a standby etcd left too long: the
@@ -252,8 +262,9 @@ void master_ha_advertise(master *m)
  * leader or too busy to answer in time waits for it, logging the first
  * failed try and then one every MASTER_HA_ETCD_SAY_MS, instead of exiting
  * on the first deadline. 0, or the last error (err says it gave up); an
- * answer that is an error of etcd's own is not waited on. */
-static int wait_for_etcd(master *m, char *err, size_t errlen)
+ * answer that is an error of etcd's own is not waited on; SMP_ECANCELED
+ * once a SIGINT or SIGTERM came (wait_for_etcd catches them). */
+static int wait_for_etcd_until_stopped(master *m, char *err, size_t errlen)
 {
     char key[320];
     int len = snprintf(key, sizeof(key), "%slog_head", m->cfg->ha_prefix);
@@ -267,6 +278,10 @@ static int wait_for_etcd(master *m, char *err, size_t errlen)
         int rc = etcd_range(m->etcd, key, (size_t)len, NULL, 0, 1, 0, 1, &r, err, errlen);
         if (rc == 0) etcd_range_result_free(&r);
         if (rc != SMP_EIO) return rc;
+        if (stop_while_waiting) {
+            snprintf(err, errlen, "ha: stopped while waiting for etcd");
+            return SMP_ECANCELED;
+        }
         uint64_t now = master_now_ms();
         if (!m->restarted && now - began >= MASTER_HA_ETCD_WAIT_MS) {
             char last[512];
@@ -284,6 +299,22 @@ static int wait_for_etcd(master *m, char *err, size_t errlen)
         struct timespec pause = {0, 100 * 1000000L};
         nanosleep(&pause, NULL);
     }
+}
+
+/* wait_for_etcd_until_stopped with SIGINT and SIGTERM caught meanwhile
+ * (the loop's handlers come later): a master told to stop while it waits
+ * for etcd -- without bound, after a restart -- ends the wait within a
+ * try's deadline and exits 0 instead of being killed by the signal. */
+static int wait_for_etcd(master *m, char *err, size_t errlen)
+{
+    struct sigaction stop = {.sa_handler = on_stop_while_waiting}, was_int, was_term;
+    sigemptyset(&stop.sa_mask);
+    sigaction(SIGINT, &stop, &was_int);
+    sigaction(SIGTERM, &stop, &was_term);
+    int rc = wait_for_etcd_until_stopped(m, err, errlen);
+    sigaction(SIGINT, &was_int, NULL);
+    sigaction(SIGTERM, &was_term, NULL);
+    return rc;
 }
 
 int master_ha_open_log(master *m, char *err, size_t errlen)

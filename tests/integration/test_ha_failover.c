@@ -658,7 +658,8 @@ static void test_ha_master_starts_while_etcd_is_silent(void **state)
  * the standbys stop following -- and each restarts as a standby that waits
  * for etcd as long as it takes (a first start gives up after 10 s), so when
  * etcd is back a leader is elected and the node registers without an
- * operator, with every acknowledged write there and the cluster writable. */
+ * operator, with every acknowledged write there and the cluster writable.
+ * A master stopped while it waits exits 0. */
 static void test_ha_cluster_comes_back_after_a_long_etcd_outage(void **state)
 {
     cluster *c = *state;
@@ -678,7 +679,11 @@ static void test_ha_cluster_comes_back_after_a_long_etcd_outage(void **state)
     /* by now the first to restart has waited far longer than a first start would */
     for (int i = 0; i < N_MASTERS; i++)
         if (!hx_alive(&c->hc.m[i])) fail_msg("master %d exited while etcd was away", i);
+    /* one told to stop meanwhile stops, cleanly */
+    assert_int_equal(hx_stop(&c->hc.m[2]), 0);
+    assert_true(hx_log_contains(&c->hc.m[2], "store_master: ha: stopped while waiting for etcd"));
     assert_int_equal(etcd_fixture_restart(&c->hc.etcd, 0, 20000), 0);
+    start_master(c, 2);
     int leader = wait_leader(c, -1);
     wait_node(c, leader);
     assert_all_present_any_leader(c, "kv/a", 0, 20);
