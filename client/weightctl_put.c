@@ -464,6 +464,38 @@ static int print_claim(ctl *x, const weight_upsert_claim *c)
     return 0;
 }
 
+/* What upsert --wait has told of the claim it waits for. */
+typedef struct upsert_wait_note {
+    int phase;     /* the phase last told (0: none yet) */
+    double since;  /* when it was first seen in that phase (wctl_now) */
+    double said;   /* when that was last told */
+} upsert_wait_note;
+
+#define UPSERT_WAIT_SAY_S 30.0 /* a phase that lasts is told again this often */
+
+/* Tell on stderr each phase the claim --wait waits for enters, and again
+ * every UPSERT_WAIT_SAY_S it stays there with what it waits for, so a
+ * wait that lasts (leases on the base, a leader that cannot append the
+ * next phase) is never silent. */
+static void upsert_wait_say(upsert_wait_note *n, const weight_upsert_claim *c)
+{
+    double now = wctl_now();
+    if (c->phase != n->phase) {
+        n->phase = c->phase;
+        n->since = n->said = now;
+        fprintf(stderr, "weightctl: upsert: claim %s: %s\n", c->request_id,
+                weight_upsert_phase_name(c->phase));
+        return;
+    }
+    if (now - n->said < UPSERT_WAIT_SAY_S) return;
+    n->said = now;
+    const char *why = c->phase == WEIGHT_PHASE_DRAINING_BASE
+                          ? ": the base's leases must end first (weightctl info shows them)"
+                          : ": the leader's log says why";
+    fprintf(stderr, "weightctl: upsert: claim %s: still %s after %llu s%s\n", c->request_id,
+            weight_upsert_phase_name(c->phase), (unsigned long long)(now - n->since), why);
+}
+
 /* upsert BASE_ID --generation G [--mode put-first|delete-first]
  *        [--request-id X] [--expect-generation M] [--policy ..] [--wait]
  *        FILE... | --from-dir DIR (a model directory, as put --from-dir)
@@ -613,7 +645,9 @@ int wctl_cmd_upsert(ctl *x, int argc, char **argv)
         status = wctl_failed(x, "upsert status", rc);
         goto close_files;
     }
+    upsert_wait_note note = {0};
     while (wait && claim.phase != WEIGHT_PHASE_COMMITTED && claim.phase != WEIGHT_PHASE_ABORTED) {
+        upsert_wait_say(&note, &claim);
         struct timespec ts = {0, 50 * 1000000L};
         nanosleep(&ts, NULL);
         if ((rc = weight_upsert_status(x->ws, &base, &claim)) < 0) {

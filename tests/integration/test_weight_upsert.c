@@ -531,13 +531,16 @@ static void test_retry_competitor_and_watermark(void **state)
 }
 
 /* weightctl upsert: reads the base's metadata generation, writes the target
- * from safetensors files and waits for the commit. */
+ * from safetensors files and waits for the commit, telling on stderr each
+ * phase it waits in (a reader's lease holds the base in DRAINING_BASE until
+ * the test releases it). */
 static void test_weightctl_upsert(void **state)
 {
     fixture *f = *state;
     open_clients(f);
     put(f, "ctl", 1);
-    char path[400], cmd[2048], out[4096];
+    uint64_t lease = lease_acquire(f, "ctl", 1);
+    char path[400], cmd[2048], out[4096], said[400];
     snprintf(path, sizeof path, "%s/m.safetensors", f->m.dir);
     /* A minimal safetensors file: one BF16 tensor [2,2]. */
     const char *hdr = "{\"w\":{\"dtype\":\"BF16\",\"shape\":[2,2],\"data_offsets\":[0,8]}}";
@@ -550,21 +553,38 @@ static void test_weightctl_upsert(void **state)
     fclose(fp);
     snprintf(cmd, sizeof cmd,
              "%s/bin/weightctl --master %s --tenant acme --json upsert llm/ctl/main@1 --generation 2 "
-             "--wait %s",
+             "--wait --request-id ctl-2 %s",
+             BUILD_DIR, f->m.socket, path);
+    snprintf(said, sizeof said, "%s/upsert.err", f->m.dir);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        hx_child_setup(said);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; !hx_file_contains(said, "weightctl: upsert: claim ctl-2: DRAINING_BASE\n"); i++) {
+        if (i * 20 > 20000) fail_msg("weightctl did not tell it waits for the base's leases");
+        sleep_ms(20);
+    }
+    assert_int_equal(lease_call(f, WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_RELEASE, "ctl", 1, lease, NULL), 0);
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    hx_read_text(said, out, sizeof out);
+    assert_non_null(strstr(out, "\"phase\":\"COMMITTED\""));
+    assert_non_null(strstr(out, "\"committed_watermark\":2"));
+    assert_int_equal(availability(f, "ctl", 1), WEIGHT_DELETED);
+    assert_int_equal(availability(f, "ctl", 2), WEIGHT_READY);
+    /* Again with another request: it cannot start (the base is gone). */
+    snprintf(cmd, sizeof cmd,
+             "%s/bin/weightctl --master %s --tenant acme upsert llm/ctl/main@1 --generation 2 %s "
+             "2>&1",
              BUILD_DIR, f->m.socket, path);
     FILE *p = popen(cmd, "r");
     assert_non_null(p);
     size_t n = fread(out, 1, sizeof out - 1, p);
     out[n] = '\0';
-    int st = pclose(p);
-    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    assert_non_null(strstr(out, "\"phase\":\"COMMITTED\""));
-    assert_non_null(strstr(out, "\"committed_watermark\":2"));
-    assert_int_equal(availability(f, "ctl", 1), WEIGHT_DELETED);
-    assert_int_equal(availability(f, "ctl", 2), WEIGHT_READY);
-    /* Again: the same derived request cannot start (the base is gone). */
-    p = popen(cmd, "r");
-    n = fread(out, 1, sizeof out - 1, p);
     st = pclose(p);
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) != 0);
 }
