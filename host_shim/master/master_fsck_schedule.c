@@ -18,7 +18,8 @@
  * after FSCK_RETRY_MS, doubling to FSCK_RETRY_MAX_MS. A run that falls due
  * meanwhile checks every node and forgets what was owed.
  *
- * <data_dir>/fsck.last keeps when the last run began (milliseconds since
+ * fsck.last -- in data_dir, or with HA in ha.snapshot_dir, which every
+ * master shares -- keeps when the last run began (milliseconds since
  * the epoch) and the nodes owed, a line "at NODE AFTER" each (the last cold
  * file read; empty: from the first) -- written through a synced temporary
  * file and renamed, at a start, at most every FSCK_PROGRESS_MS while a run
@@ -30,8 +31,9 @@
  * writes the time it first looked and counts from there. The file is
  * advice, not state: one that cannot be read or written is logged and the
  * schedule goes on in memory; a line that does not parse is ignored (that
- * node is checked at the next run); a standby that takes over counts from
- * its own file. A run starts only once the nodes that hold segments
+ * node is checked at the next run); a standby that takes over reads the
+ * same file, so it neither repeats nor skips the last leader's run and goes
+ * on with the nodes it owed. A run starts only once the nodes that hold segments
  * registered after the start (master_nodes_settled), never while another
  * runs. */
 #include <errno.h>
@@ -76,10 +78,16 @@ static void drop_owed(master_fsck_schedule *s)
     s->n_owed = 0;
 }
 
-/* <data_dir>/fsck.last into path[cap]. */
+/* fsck.last into path[cap]: in ha.snapshot_dir with HA (every master
+ * reads it, so a new leader goes on where the last one was), else in
+ * data_dir. */
 static void last_path(const master *m, char *path, size_t cap)
 {
-    snprintf(path, cap, "%s/%s", m->cfg->data_dir, FSCK_LAST_FILE);
+    const char *dir = m->cfg->ha_enabled && m->cfg->ha_snapshot_dir != NULL &&
+                              m->cfg->ha_snapshot_dir[0] != '\0'
+                          ? m->cfg->ha_snapshot_dir
+                          : m->cfg->data_dir;
+    snprintf(path, cap, "%s/%s", dir, FSCK_LAST_FILE);
 }
 
 /* 1 when s can stand in a cursor line: 1..FSCK_CURSOR_MAX bytes, no space
@@ -100,7 +108,9 @@ static void save(const master *m, uint64_t began, const master_fsck_cursor *c, s
 {
     char path[4200], tmp[4300];
     last_path(m, path, sizeof(path));
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    /* this master's own temporary: a deposed leader that has not noticed
+     * yet may write beside the new one (the last rename wins whole) */
+    snprintf(tmp, sizeof(tmp), "%s.%ld.tmp", path, (long)getpid());
     FILE *f = fopen(tmp, "w");
     int ok = f != NULL && fprintf(f, "%" PRIu64 "\n", began) > 0;
     for (size_t i = 0; ok && i < n; i++) {

@@ -51,6 +51,7 @@ typedef struct cluster {
     hc_cluster hc;
     int with_recorder[N_MASTERS];
     int every_records;       /* snapshot.every_records, 0: the default */
+    int fsck_every_s;        /* fsck.every_s (at 1 MiB/s), 0: the default */
     int paused;              /* the master SIGSTOPped now (-1: none): not asked for its role */
 } cluster;
 
@@ -72,6 +73,9 @@ static int write_config(cluster *c, int i)
     if (c->every_records > 0)
         n += snprintf(extra + n, sizeof(extra) - (size_t)n, "snapshot:\n  every_records: %d\n",
                       c->every_records);
+    if (c->fsck_every_s > 0)
+        n += snprintf(extra + n, sizeof(extra) - (size_t)n,
+                      "fsck:\n  every_s: %d\n  bytes_per_s: 1048576\n", c->fsck_every_s);
     n += snprintf(extra + n, sizeof(extra) - (size_t)n,
                   "plugins:\n  - path: \"%s/lib/weight_mgmt.so\"\n", BUILD_DIR);
     if (c->with_recorder[i])
@@ -741,6 +745,49 @@ static void test_ha_gate_confirmed_in_a_leaders_config_outlives_it(void **state)
     assert_recorder_gate_open_after_failover(c, 1, "under m1");
 }
 
+/* Wait until master i's log holds needle (fails the test after WAIT_MS). */
+static void wait_log(cluster *c, int i, const char *needle)
+{
+    for (long long end = hx_now_ms() + WAIT_MS; !hx_log_contains(&c->hc.m[i], needle);) {
+        if (hx_now_ms() > end) {
+            hx_print_log(&c->hc.m[i]);
+            fail_msg("master %d never logged \"%s\"", i, needle);
+        }
+        sleep_ms(50);
+    }
+}
+
+/* The background fsck's schedule is the cluster's: fsck.last lives in the
+ * shared ha.snapshot_dir, not in a master's data_dir, so the leader after a
+ * failover goes on from what the last one wrote -- here a run due (the
+ * test writes a 1970 start there), which it starts. */
+static void test_ha_background_fsck_schedule_survives_a_failover(void **state)
+{
+    cluster *c = *state;
+    char last[400], text[4096], own[400];
+    snprintf(last, sizeof(last), "%s/fsck.last", c->hc.snapdir);
+    FILE *fp = fopen(last, "w");
+    assert_non_null(fp);
+    fputs("1000\n", fp);
+    fclose(fp);
+    c->fsck_every_s = 86400;
+    int leader = start_cluster_and_write(c, "kv/a", 5);
+    wait_log(c, leader, "background fsck: ended: ");
+    hx_read_text(last, text, sizeof(text));
+    if (strtoull(text, NULL, 10) <= 1000) fail_msg("the shared fsck.last: %s", text);
+    snprintf(own, sizeof(own), "%s/data/fsck.last", c->hc.m[leader].dir);
+    assert_int_equal(access(own, F_OK), -1);
+
+    fp = fopen(last, "w");
+    assert_non_null(fp);
+    fputs("1000\n", fp);
+    fclose(fp);
+    hx_kill(&c->hc.m[leader]);
+    int next = wait_leader(c, leader);
+    wait_log(c, next, "background fsck: started: ");
+    wait_log(c, next, "background fsck: ended: ");
+}
+
 /* Holds the relay 1.5 s the first time a client sends a LeaseGrant of a
  * 2 s TTL: the gRPC message of LeaseGrantRequest{ttl: 2} is the 5-byte
  * prefix (uncompressed, length 2) and field 1 = 2. gRPC sends every call of
@@ -994,6 +1041,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_ha_cluster_comes_back_after_a_long_etcd_outage, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_ha_gate_confirmed_in_a_leaders_config_outlives_it,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ha_background_fsck_schedule_survives_a_failover,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_ha_master_starts_while_etcd_is_silent, setup,
                                         teardown),
