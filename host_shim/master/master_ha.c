@@ -277,11 +277,11 @@ static int wait_for_etcd_until_stopped(master *m, char *err, size_t errlen)
         etcd_range_result r;
         int rc = etcd_range(m->etcd, key, (size_t)len, NULL, 0, 1, 0, 1, &r, err, errlen);
         if (rc == 0) etcd_range_result_free(&r);
-        if (rc != SMP_EIO) return rc;
-        if (stop_while_waiting) {
+        if (stop_while_waiting) { /* also when etcd answered that very try */
             snprintf(err, errlen, "ha: stopped while waiting for etcd");
             return SMP_ECANCELED;
         }
+        if (rc != SMP_EIO) return rc;
         uint64_t now = master_now_ms();
         if (!m->restarted && now - began >= MASTER_HA_ETCD_WAIT_MS) {
             char last[512];
