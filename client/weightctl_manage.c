@@ -122,7 +122,7 @@ int wctl_cmd_info(ctl *x, const char *arg)
         printf("goes back to  %s", weight_residency_name(more.degraded_from));
         if (more.degraded_from == WEIGHT_RES_MIXED)
             printf(" (hot ratio %.3f)", more.degraded_from_hot_ratio);
-        printf(" once its members are readable\n");
+        printf(" once its manifest and members are readable\n");
     }
     printf("policy        preferred %s", weight_residency_name(m.policy.preferred));
     if (m.policy.preferred == WEIGHT_RES_MIXED) printf(" (hot ratio %.3f)", m.policy.mixed_hot_ratio);

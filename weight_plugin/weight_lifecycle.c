@@ -420,7 +420,7 @@ int wm_submit_availability(wm_plugin *p, const wm_revision *rev, wm_availability
     rc = wm_submit_upsert(p, &next, n_ops ? &op : NULL, n_ops, NULL, NULL);
     if (rc == WM_OK && next.degraded_from != WM_RES_UNKNOWN && rev->availability != WM_AVAIL_DEGRADED)
         p->api->log(p->host, SMP_LOG_INFO,
-                    "%s becomes %s (it belongs %s: it goes there once its members are readable)",
+                    "%s becomes %s (it belongs %s: it goes there once its manifest and members are readable)",
                     rev->group_key, wm_availability_name((int)a),
                     wm_residency_name((int)next.degraded_from));
     else if (rc == WM_OK)
@@ -1031,7 +1031,7 @@ static void wm_jobs_gc(wm_plugin *p, wm_lc *lc)
  * from being deleted: after the plugin key degraded_migration_wait_ms
  * (default 30 s) the migration ends FAILED, naming why, and the revision
  * stays DEGRADED, recording the migration's target as where it belongs
- * (degraded_from): it goes there once its members are readable again. */
+ * (degraded_from): it goes there once its manifest and members are readable again. */
 static void wm_migration_wait_degraded(wm_plugin *p, wm_job *j, const wm_revision *rev, uint64_t now)
 {
     uint64_t wait = wm_plugin_u64(p, "degraded_migration_wait_ms", WM_DEGRADED_MIGRATION_WAIT_MS);
@@ -1042,7 +1042,7 @@ static void wm_migration_wait_degraded(wm_plugin *p, wm_job *j, const wm_revisio
     if (now - j->degraded_since_ms < wait || wm_pending_metadata(p, rev->group_key)) return;
     snprintf(j->op.error, sizeof(j->op.error),
              "the revision stayed DEGRADED for %" PRIu64 " ms (degraded_migration_wait_ms; a member "
-             "has no readable replica); it goes to %s by itself once its members are readable",
+             "has no readable replica); it goes to %s by itself once its manifest and members are readable",
              wait, wm_residency_name((int)j->op.target));
     p->api->log(p->host, SMP_LOG_WARN, "operation %" PRIu64 " on %s: %s", j->op_id, rev->group_key, j->op.error);
     wm_revision next = *rev;

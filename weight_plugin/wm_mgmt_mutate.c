@@ -43,7 +43,7 @@ static int wm_policy_converges(const wm_revision *rev, const wm_policy *pol)
 
 /* 1 when the new policy moves a DEGRADED revision: no migration can start
  * while it is DEGRADED, so the record says it belongs there now
- * (degraded_from), and it goes there once its members are readable again
+ * (degraded_from), and it goes there once its manifest and members are readable again
  * (wm_repair.c). */
 static int wm_policy_moves_degraded(const wm_revision *rev, const wm_policy *pol)
 {

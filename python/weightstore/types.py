@@ -263,7 +263,7 @@ def _operation_from_c(c) -> WeightOperation:
 class WeightMetadataView:
     """What weight_get_metadata returns: the metadata and, when one is
     active, the revision's operation (else None). A DEGRADED revision also
-    says where it goes back once its members are readable (HOT, COLD or
+    says where it goes back once its manifest and members are readable (HOT, COLD or
     MIXED, and MIXED's hot ratio); None for any other availability."""
 
     metadata: WeightMetadata

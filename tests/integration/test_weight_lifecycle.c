@@ -753,7 +753,7 @@ static void test_a_degraded_revision_follows_a_new_policy(void **state)
     Wmrpc__MetadataResponse *r = wait_state(f, &id, WR_AV_DEGRADED, WR_RS_ABSENT);
     assert_int_equal(r->metadata->degraded_from, WR_RS_HOT);
     wmrpc__metadata_response__free_unpacked(r, NULL);
-    info_says(f, "--tenant t1 info degpol/v/main@1", "goes back to  HOT once its members are readable\n");
+    info_says(f, "--tenant t1 info degpol/v/main@1", "goes back to  HOT once its manifest and members are readable\n");
 
     uint64_t gen = generation_of(f, &id);
     assert_int_equal(wr_ident_call(f, WMRPC__WEIGHT_METHOD__WEIGHT_REPAIR, &id, gen, NULL), WR_E_NOT_READY);
@@ -770,7 +770,7 @@ static void test_a_degraded_revision_follows_a_new_policy(void **state)
         fail_msg("fsck with the node down said: %s", out);
 
     assert_int_equal(wr_update_policy(f, &id, WR_RS_COLD, WR_MODE_MANUAL, gen, NULL), 0);
-    info_says(f, "--tenant t1 info degpol/v/main@1", "goes back to  COLD once its members are readable\n");
+    info_says(f, "--tenant t1 info degpol/v/main@1", "goes back to  COLD once its manifest and members are readable\n");
     info_says(f, "--tenant t1 --json info degpol/v/main@1",
               ",\"degraded_from\":{\"residency\":\"COLD\",\"hot_ratio\":0}");
     assert_int_equal(hx_node_start(&f->m, &a, "node-a", 16u << 20), 0); /* its segment kept */
