@@ -10,12 +10,7 @@
  * and names that master. A confirmation is itself a host record (type 4,
  * GATE_CONFIRM), so every master learns it by replay and a failover keeps
  * it; snapshots carry the confirmed names in the "host_gates" section. A gate
- * is never unconfirmed. A leader records the gates its own config confirms
- * the same way when it takes office (master_gates_record_config), so a
- * confirmation is the cluster's, not one config's: a later leader whose
- * config says otherwise (a rolling config change, a master added with the
- * default) keeps the gate open instead of refusing, say, the next phase of
- * an upsert claim the last leader began. */
+ * is never unconfirmed. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -240,47 +235,6 @@ static int commit_confirmation(master *m, const char *gate,
     if ((rec.buf = malloc(rec.len ? rec.len : 1)) == NULL) return SMP_ENOMEM;
     hostrec__gate_record__pack(&g, rec.buf);
     return master_commit(m, &rec, NULL, done, arg);
-}
-
-static void on_recorded(master *m, void *arg, int status, uint64_t seq)
-{
-    char *gate = arg;
-    (void)m;
-    if (status < 0)
-        fprintf(stderr, "store_master: gate %s: its confirmation in this leader's config could "
-                "not be recorded (%s); a leader whose config does not confirm it keeps it closed\n",
-                gate, smp_strerror(status));
-    else
-        fprintf(stderr, "store_master: gate %s: confirmed in this leader's config, recorded "
-                "(record %llu): every later leader keeps it open\n", gate,
-                (unsigned long long)seq);
-    free(gate);
-}
-
-void master_gates_record_config(master *m)
-{
-    size_t n = host_plugins_n_oplog_types(m->plugins);
-    for (size_t i = 0; i < n; i++) {
-        const host_oplog_type_reg *t = host_plugins_oplog_type_at(m->plugins, i);
-        const char *gate = t->t.gate;
-        if (gate == NULL || strlen(gate) > GATE_NAME_MAX || master_gate_confirmed(m, gate) ||
-            !host_plugins_gate_confirmed(m->plugins, t->owner, gate))
-            continue;
-        int seen = 0; /* once per gate, however many types it guards */
-        for (size_t j = 0; j < i && !seen; j++) {
-            const host_oplog_type_reg *u = host_plugins_oplog_type_at(m->plugins, j);
-            seen = u->t.gate != NULL && strcmp(u->t.gate, gate) == 0 &&
-                   host_plugins_gate_confirmed(m->plugins, u->owner, gate);
-        }
-        if (seen) continue;
-        char *arg = strdup(gate);
-        int rc = arg != NULL ? commit_confirmation(m, gate, on_recorded, arg) : SMP_ENOMEM;
-        if (rc < 0) {
-            free(arg);
-            fprintf(stderr, "store_master: gate %s: cannot record its confirmation in this "
-                    "leader's config: %s\n", gate, smp_strerror(rc));
-        }
-    }
 }
 
 static void on_confirmed(master *m, void *arg, int status, uint64_t seq)

@@ -363,10 +363,6 @@ int master_gates_save(const master *m, smp_writer *w);
 int master_gates_load(master *m, const uint8_t *data, size_t len, char *err, size_t errlen);
 /* ADMIN_GATE_CONFIRM: GateRequest -> GateInfo, once the record is durable. */
 int master_gates_h_confirm(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len);
-/* On a new leader: append a GATE_CONFIRM record of every gate its config
- * (a cluster key or the owner plugin's block) confirms and no record does
- * yet, logging each as it is durable. */
-void master_gates_record_config(master *m);
 /* Every gate the loaded plugins name, for StatusResponse.gates: fills a view
  * (*out, freed with free()) and returns how many; the pointers to hand out
  * are master_gates_view_ptrs(*out). */

@@ -44,8 +44,8 @@
 #define RECORDER_LIST 2
 
 /* with_recorder: the recorder test plugin (OpLog type 20), ungated or behind
- * the capability gate "recorder_gate" (closed in config, or confirmed). */
-enum { RECORDER_NONE = 0, RECORDER_UNGATED = 1, RECORDER_GATED = 2, RECORDER_GATE_OPEN = 3 };
+ * the capability gate "recorder_gate" (closed in config). */
+enum { RECORDER_NONE = 0, RECORDER_UNGATED = 1, RECORDER_GATED = 2 };
 
 typedef struct cluster {
     hc_cluster hc;
@@ -83,8 +83,6 @@ static int write_config(cluster *c, int i)
                  "  - path: \"%s/lib/testplugins/recorder.so\"\n%s", BUILD_DIR,
                  c->with_recorder[i] == RECORDER_GATED
                      ? "    config:\n      gate: recorder_gate\n      recorder_gate: false\n"
-                 : c->with_recorder[i] == RECORDER_GATE_OPEN
-                     ? "    config:\n      gate: recorder_gate\n      recorder_gate: true\n"
                      : "");
     return hc_configure(&c->hc, i, extra);
 }
@@ -714,37 +712,6 @@ static void assert_recorder_gate_open_after_failover(cluster *c, int leader, con
     kvc_close(k);
 }
 
-/* A gate confirmed in the leader's config is recorded when it takes office,
- * so a later leader whose config leaves it closed (a rolling config change,
- * a master added with the default) keeps it open: the record types it
- * guards go on being written after the failover, not refused. */
-static void test_ha_gate_confirmed_in_a_leaders_config_outlives_it(void **state)
-{
-    cluster *c = *state;
-    c->with_recorder[0] = RECORDER_GATE_OPEN;
-    c->with_recorder[1] = RECORDER_GATED;
-    start_master(c, 0);
-    assert_int_equal(wait_leader(c, -1), 0);
-    for (long long end = hx_now_ms() + WAIT_MS;
-         !hx_log_contains(&c->hc.m[0], "gate recorder_gate: confirmed in this leader's config, "
-                                       "recorded (record ");) {
-        if (hx_now_ms() > end) {
-            hx_print_log(&c->hc.m[0]);
-            fail_msg("the leader did not record the gate its config confirms");
-        }
-        sleep_ms(50);
-    }
-    RpcResponse *resp = NULL;
-    raw_call(&c->hc.m[0], RECORDER_SERVICE, RECORDER_SET_NEXT, "under m0", &resp);
-    assert_int_equal(resp->status, 0);
-    rpc_response__free_unpacked(resp, NULL);
-    start_master(c, 1);
-    wait_role(c, 1, "standby");
-    hx_kill(&c->hc.m[0]);
-    assert_int_equal(wait_leader(c, 0), 1);
-    assert_recorder_gate_open_after_failover(c, 1, "under m1");
-}
-
 /* Wait until master i's log holds needle (fails the test after WAIT_MS). */
 static void wait_log(cluster *c, int i, const char *needle)
 {
@@ -1040,8 +1007,6 @@ int main(void)
                                         setup_three_etcd_members, teardown),
         cmocka_unit_test_setup_teardown(test_ha_cluster_comes_back_after_a_long_etcd_outage, setup,
                                         teardown),
-        cmocka_unit_test_setup_teardown(test_ha_gate_confirmed_in_a_leaders_config_outlives_it,
-                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_ha_background_fsck_schedule_survives_a_failover,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_ha_master_starts_while_etcd_is_silent, setup,
