@@ -517,6 +517,7 @@ static int open_parts(master *m, char *err, size_t errlen)
         rc = oplog_file_open(&m->loop, &lo, &m->log, err, errlen);
     if (rc < 0) return rc;
     if ((rc = master_recover(m, err, errlen)) < 0) return rc;
+    if (m->cfg->ha_enabled && (rc = master_ha_check_log(m, err, errlen)) < 0) return rc;
 
     SSL_CTX *tls = NULL;
     if (m->cfg->tls_cert[0] != '\0') {

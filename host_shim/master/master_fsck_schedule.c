@@ -287,7 +287,7 @@ void master_fsck_schedule_tick(master *m, uint64_t now)
     } else {
         owed_names(s, names, sizeof(names));
         fprintf(stderr, "store_master: background fsck: resumed: the %zu node(s) the last run "
-                "still owes, those up at %" PRIu64 " bytes/s each: %s\n", s->n_owed,
+                "still owes (those not up wait), at %" PRIu64 " bytes/s each: %s\n", s->n_owed,
                 m->cfg->fsck_bytes_per_s, names);
     }
     /* The run's end replaces the nodes owed: the start borrows them, taken

@@ -25,13 +25,19 @@
  * waits for etcd without bound (a first start gives up after
  * MASTER_HA_ETCD_WAIT_MS: its endpoints may be wrong), so an etcd outage
  * of any length ends with the masters back as standbys and a leader
- * elected, without an operator. */
+ * elected, without an operator. Each master remembers the last seq it
+ * applied in data_dir/ha.applied (at most every second, and at a stop) and
+ * refuses to start on a log that ends before it: an etcd that came back
+ * wiped, or from an older backup, must not become an empty cluster whose
+ * registration sweeps delete the nodes' data as orphans. */
+#include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "etcd_client.h"
 #include "ha_election.h"
@@ -41,6 +47,8 @@
 #define MASTER_HA_ETCD_TIMEOUT_MS 2000u
 #define MASTER_HA_ETCD_WAIT_MS 10000u /* how long a first start waits for etcd */
 #define MASTER_HA_ETCD_SAY_MS 5000u   /* a wait for etcd is logged this often */
+#define MASTER_HA_APPLIED_FILE "ha.applied" /* in data_dir: the last seq applied, and the prefix */
+#define MASTER_HA_APPLIED_MS 1000u          /* it is written at most this often */
 /* How long a standby holds a request while no leader is known, to answer
  * it with the leader's endpoint the moment one is (rpc_hold.c): about an
  * election with fast_failover, well under the call timeouts of the
@@ -359,14 +367,80 @@ int master_ha_start(master *m, char *err, size_t errlen)
     return SMP_OK;
 }
 
+/* -- what this master applied, remembered in data_dir ----------------------------- */
+
+/* data_dir/ha.applied into path[cap]. */
+static void applied_path(const master *m, char *path, size_t cap)
+{
+    snprintf(path, cap, "%s/%s", m->cfg->data_dir, MASTER_HA_APPLIED_FILE);
+}
+
+/* The seq data_dir/ha.applied says this master applied of the log under
+ * this ha.prefix (0: none, or another prefix's, or no file). */
+static uint64_t applied_remembered(const master *m)
+{
+    char path[4200], line[1200], prefix[1100];
+    unsigned long long seq = 0;
+    applied_path(m, path, sizeof(path));
+    FILE *f = fopen(path, "r");
+    if (f == NULL) return 0;
+    int ok = fgets(line, sizeof(line), f) != NULL && sscanf(line, "%llu %1099s", &seq, prefix) == 2 &&
+             strcmp(prefix, m->cfg->ha_prefix) == 0;
+    fclose(f);
+    return ok ? (uint64_t)seq : 0;
+}
+
+/* Write "SEQ PREFIX" of applied_seq through a synced temporary file. A
+ * failure is logged; the next tick tries again. */
+static void applied_remember(master *m)
+{
+    char path[4200], tmp[4300];
+    applied_path(m, path, sizeof(path));
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    int ok = f != NULL &&
+             fprintf(f, "%" PRIu64 " %s\n", m->applied_seq, m->cfg->ha_prefix) > 0 &&
+             fflush(f) == 0 && fsync(fileno(f)) == 0;
+    if (f != NULL && fclose(f) != 0) ok = 0;
+    if (ok && rename(tmp, path) == 0) {
+        m->ha_applied_saved = m->applied_seq;
+        return;
+    }
+    fprintf(stderr, "store_master: ha: cannot write %s (%s)\n", path, strerror(errno));
+    (void)unlink(tmp);
+}
+
+int master_ha_check_log(master *m, char *err, size_t errlen)
+{
+    uint64_t had = applied_remembered(m);
+    if (had > m->applied_seq) {
+        char path[4200];
+        applied_path(m, path, sizeof(path));
+        snprintf(err, errlen, "ha: the OpLog under %s ends at seq %" PRIu64 ", but this master "
+                 "applied up to seq %" PRIu64 " (%s): etcd lost records (wiped, or restored from "
+                 "an older backup). Starting would begin a cluster without them, and the nodes' "
+                 "data would be deleted as orphans: restore etcd, or remove %s to start on what "
+                 "etcd holds", m->cfg->ha_prefix, m->applied_seq, had, path, path);
+        return SMP_ESTATE;
+    }
+    m->ha_applied_saved = had;
+    return SMP_OK;
+}
+
 void master_ha_tick(master *m)
 {
     publish_status(m);
+    uint64_t now = master_now_ms();
+    if (m->applied_seq > m->ha_applied_saved && now - m->ha_applied_saved_ms >= MASTER_HA_APPLIED_MS) {
+        m->ha_applied_saved_ms = now;
+        applied_remember(m);
+    }
 }
 
 void master_ha_stop(master *m)
 {
     if (!m->cfg->ha_enabled) return;
+    if (m->applied_seq > m->ha_applied_saved) applied_remember(m);
     oplog_etcd_stop_following(m->log); /* else it keeps the loop running */
     ha_election_stop(m->election);
     m->election = NULL;

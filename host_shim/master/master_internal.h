@@ -217,6 +217,8 @@ typedef struct master {
     int ha_apply_failed;        /* the stop came from applying a record */
     uint64_t ha_replay_stopped; /* times following stopped on a record (metric) */
     char ha_reason[512];
+    uint64_t ha_applied_saved;    /* the seq data_dir/ha.applied holds (master_ha.c) */
+    uint64_t ha_applied_saved_ms; /* when it was written */
     char ha_leader[256];        /* the leader's endpoint as last seen, "" */
     int restart_requested;      /* exit with MASTER_EXIT_RESTART */
     int restarted;              /* this start re-executed such an exit */
@@ -333,6 +335,12 @@ const char *master_role_name(const master *m);
 int master_is_leader(const master *m);
 /* Open the etcd OpLog read-only into m->log. */
 int master_ha_open_log(master *m, char *err, size_t errlen);
+/* After recovery: SMP_ESTATE (err says why and what to do) when the OpLog
+ * ends before the seq this master remembers applying in data_dir/ha.applied
+ * -- etcd lost records (wiped, or restored from an older backup): starting
+ * would begin a cluster without them and the nodes' data would go as
+ * orphans. 0 otherwise. */
+int master_ha_check_log(master *m, char *err, size_t errlen);
 /* After recovery, with the RPC server created: turn away what a standby
  * must not serve, start the election and follow the log. */
 int master_ha_start(master *m, char *err, size_t errlen);

@@ -657,8 +657,8 @@ static void test_the_background_fsck_checks_a_node_when_it_is_back(void **state)
     hx_read_text(last, text, sizeof(text));
     if (strstr(text, "\nat node-a \n") == NULL) fail_msg("fsck.last: %s", text);
     assert_int_equal(hx_node_start(&f->m, &f->a, "node-a", SEGMENT), 0);
-    wait_log_count(f, "background fsck: resumed: the 1 node(s) the last run still owes, those up "
-                      "at 1048576 bytes/s each: node-a from the first file", 1);
+    wait_log_count(f, "background fsck: resumed: the 1 node(s) the last run still owes (those not "
+                      "up wait), at 1048576 bytes/s each: node-a from the first file", 1);
     wait_log_count(f, "background fsck: ended: ", 2);
     if (hx_background_fsck_files(&f->m, 2) != files) {
         hx_print_log(&f->m);
@@ -686,8 +686,8 @@ static void test_the_background_fsck_checks_a_node_when_it_is_back(void **state)
     assert_int_equal(hx_stop(&f->m), 0);
     assert_int_equal(hx_start(&f->m, 10000), 0);
     assert_int_equal(hx_node_start(&f->m, &f->a, "node-a", SEGMENT), 0);
-    wait_log_count(f, "background fsck: resumed: the 1 node(s) the last run still owes, those up "
-                      "at 1048576 bytes/s each: node-a after ", 1);
+    wait_log_count(f, "background fsck: resumed: the 1 node(s) the last run still owes (those not "
+                      "up wait), at 1048576 bytes/s each: node-a after ", 1);
     wait_log_count(f, "background fsck: ended: ", 4);
     unsigned long long rest = hx_background_fsck_files(&f->m, 4);
     if (rest == 0 || rest >= files || before + rest < files) {

@@ -755,6 +755,52 @@ static void test_ha_background_fsck_schedule_survives_a_failover(void **state)
     wait_log(c, next, "background fsck: ended: ");
 }
 
+/* etcd back with its data wiped and no snapshot yet: the master that
+ * applied the lost records refuses to start on the empty log (it would
+ * begin an empty cluster, and the node's registration would delete its
+ * data as orphans), naming data_dir/ha.applied; nothing of the node is
+ * touched. Removing that file is the operator's way to start anew. */
+static void test_ha_a_wiped_etcd_is_refused(void **state)
+{
+    cluster *c = *state;
+    char applied[400], text[256], cmd[700];
+    start_master(c, 0);
+    assert_int_equal(wait_leader(c, -1), 0);
+    start_node(c);
+    wait_node(c, 0);
+    kvc *k = client_of(c, 0);
+    put_n(k, "kv/w", 0, 5);
+    kvc_close(k);
+    uint64_t want = applied_of(c, 0);
+    snprintf(applied, sizeof(applied), "%s/data/ha.applied", c->hc.m[0].dir);
+    for (long long end = hx_now_ms() + WAIT_MS;; sleep_ms(50)) {
+        hx_read_text(applied, text, sizeof(text));
+        if (strtoull(text, NULL, 10) >= want) break;
+        if (hx_now_ms() > end) fail_msg("%s holds \"%s\", not seq %llu", applied, text,
+                                        (unsigned long long)want);
+    }
+    assert_int_equal(hx_stop(&c->hc.m[0]), 0);
+    assert_int_equal(etcd_fixture_kill(&c->hc.etcd, 0), 0);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", c->hc.etcd.m[0].data_dir);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(etcd_fixture_restart(&c->hc.etcd, 0, 20000), 0);
+    assert_int_equal(write_config(c, 0), 0);
+    int status = hx_run_to_exit(&c->hc.m[0], WAIT_MS);
+    if (status != 1 ||
+        !hx_log_contains(&c->hc.m[0], "etcd lost records (wiped, or restored from an older "
+                                      "backup)") ||
+        !hx_log_contains(&c->hc.m[0], "ha.applied to start on what etcd holds")) {
+        hx_print_log(&c->hc.m[0]);
+        fail_msg("a master on a wiped etcd: exit %d", status);
+    }
+    hx_read_text(applied, text, sizeof(text));
+    if (strtoull(text, NULL, 10) < want) fail_msg("the refusal changed %s: %s", applied, text);
+    /* the operator's choice: a new cluster */
+    assert_int_equal(unlink(applied), 0);
+    start_master(c, 0);
+    assert_int_equal(wait_leader(c, -1), 0);
+}
+
 /* Holds the relay 1.5 s the first time a client sends a LeaseGrant of a
  * 2 s TTL: the gRPC message of LeaseGrantRequest{ttl: 2} is the 5-byte
  * prefix (uncompressed, length 2) and field 1 = 2. gRPC sends every call of
@@ -1009,6 +1055,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_ha_background_fsck_schedule_survives_a_failover,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ha_a_wiped_etcd_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ha_master_starts_while_etcd_is_silent, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_ha_master_asks_again_for_a_lease_granted_late,
