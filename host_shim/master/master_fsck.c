@@ -1157,6 +1157,22 @@ static int add_segment(void *arg, const char *segment, const char *node)
     return n->node && n->segment && n->after ? 0 : SMP_ENOMEM;
 }
 
+/* A background run over the nodes owed: say which of them hold no segment
+ * any more (removed from the cluster, or a name fsck.last made up), and
+ * are forgotten. */
+static void forget_gone(const fsck_run *r)
+{
+    for (size_t i = 0; r->only != NULL && i < r->n_only; i++) {
+        const char *node = r->only[i].node;
+        int known = 0;
+        for (size_t k = 0; k < r->n_nodes && !known; k++) known = strcmp(r->nodes[k].node, node) == 0;
+        for (size_t k = 0; k < r->n_down && !known; k++) known = strcmp(r->down[k].node, node) == 0;
+        if (!known)
+            fprintf(stderr, "store_master: background fsck: node %s, owed a check, holds no "
+                    "segment: forgotten\n", node);
+    }
+}
+
 /* Send every node of r the first SCAN page with its unoccupied ranges; the last answer
  * (or this call, when there is nothing to wait for) ends the run. */
 static int run_start(fsck_run *r)
@@ -1164,6 +1180,7 @@ static int run_start(fsck_run *r)
     master *m = r->m;
     int rc;
     if ((rc = obj_visit_segments(master_objs(m), add_segment, r)) != 0) return rc < 0 ? rc : SMP_ENOMEM;
+    forget_gone(r);
     /* Every node's nodes[] entry is in place before the first callback. */
     r->outstanding = 1;
     for (size_t i = 0; i < r->n_nodes; i++) {

@@ -684,10 +684,17 @@ static void test_the_background_fsck_checks_a_node_when_it_is_back(void **state)
         fail_msg("fsck.last after the node went down: %s", text);
     unsigned long long before = hx_background_fsck_files(&f->m, 3);
     assert_int_equal(hx_stop(&f->m), 0);
+    /* a node owed that holds no segment (gone from the cluster) is forgotten, said so */
+    FILE *fp = fopen(last, "a");
+    assert_non_null(fp);
+    fputs("at node-gone 0.cold\n", fp);
+    fclose(fp);
     assert_int_equal(hx_start(&f->m, 10000), 0);
     assert_int_equal(hx_node_start(&f->m, &f->a, "node-a", SEGMENT), 0);
-    wait_log_count(f, "background fsck: resumed: the 1 node(s) the last run still owes (those not "
+    wait_log_count(f, "background fsck: resumed: the 2 node(s) the last run still owes (those not "
                       "up wait), at 1048576 bytes/s each: node-a after ", 1);
+    wait_log_count(f, "background fsck: node node-gone, owed a check, holds no segment: forgotten",
+                   1);
     wait_log_count(f, "background fsck: ended: ", 4);
     unsigned long long rest = hx_background_fsck_files(&f->m, 4);
     if (rest == 0 || rest >= files || before + rest < files) {
