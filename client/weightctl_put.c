@@ -623,7 +623,7 @@ int wctl_cmd_upsert(ctl *x, int argc, char **argv)
     if (w == NULL)
         /* a retry past the import: the target is what the first call wrote */
         fprintf(stderr, "weightctl: upsert: the target of request %s is written already: the "
-                "files given now are not read (nor compared with it)\n", claim.request_id);
+                "files given now are not sent (nor compared with it)\n", claim.request_id);
     if (w != NULL) {
         rc = add_files(w, files, n_files, ties, n_ties);
         if (rc == 0) rc = add_file_metadata(w, "upsert", paths, files, n_files);

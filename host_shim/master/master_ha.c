@@ -26,7 +26,7 @@
  * MASTER_HA_ETCD_WAIT_MS: its endpoints may be wrong), so an etcd outage
  * of any length ends with the masters back as standbys and a leader
  * elected, without an operator. Each master remembers the last seq it
- * applied in data_dir/ha.applied (at most every second, and at a stop) and
+ * applied in data_dir/ha.applied (at most every second, synced at a stop) and
  * refuses to start on a log that ends before it: an etcd that came back
  * wiped, or from an older backup, must not become an empty cluster whose
  * registration sweeps delete the nodes' data as orphans. */
@@ -267,7 +267,8 @@ static void on_stop_while_waiting(int sig)
  * endpoints worked, etcd is what went away, and it is back when it is
  * back). A master started beside an etcd that is starting, electing a
  * leader or too busy to answer in time waits for it, logging the first
- * failed try and then one every MASTER_HA_ETCD_SAY_MS, instead of exiting
+ * failed try and then the first one MASTER_HA_ETCD_SAY_MS after the last
+ * line (a try takes up to its deadline: about every 6 s), instead of exiting
  * on the first deadline. 0, or the last error (err says it gave up); an
  * answer that is an error of etcd's own is not waited on; SMP_ECANCELED
  * once a SIGINT or SIGTERM came (wait_for_etcd catches them). */
@@ -390,9 +391,13 @@ static uint64_t applied_remembered(const master *m)
     return ok ? (uint64_t)seq : 0;
 }
 
-/* Write "SEQ PREFIX" of applied_seq through a synced temporary file. A
+/* Write "SEQ PREFIX" of applied_seq through a temporary file and a rename;
+ * sync: fsync it first (at a stop). The tick's writes are not synced: an
+ * fsync a second on the loop thread would stall every request behind it,
+ * and a crash that loses the latest value leaves an older one (the rename
+ * replaces the file whole), which the check still holds the log to. A
  * failure is logged; the next tick tries again. */
-static void applied_remember(master *m)
+static void applied_remember(master *m, int sync)
 {
     char path[4200], tmp[4300];
     applied_path(m, path, sizeof(path));
@@ -400,7 +405,7 @@ static void applied_remember(master *m)
     FILE *f = fopen(tmp, "w");
     int ok = f != NULL &&
              fprintf(f, "%" PRIu64 " %s\n", m->applied_seq, m->cfg->ha_prefix) > 0 &&
-             fflush(f) == 0 && fsync(fileno(f)) == 0;
+             fflush(f) == 0 && (!sync || fsync(fileno(f)) == 0);
     if (f != NULL && fclose(f) != 0) ok = 0;
     if (ok && rename(tmp, path) == 0) {
         m->ha_applied_saved = m->applied_seq;
@@ -433,14 +438,14 @@ void master_ha_tick(master *m)
     uint64_t now = master_now_ms();
     if (m->applied_seq > m->ha_applied_saved && now - m->ha_applied_saved_ms >= MASTER_HA_APPLIED_MS) {
         m->ha_applied_saved_ms = now;
-        applied_remember(m);
+        applied_remember(m, 0);
     }
 }
 
 void master_ha_stop(master *m)
 {
     if (!m->cfg->ha_enabled) return;
-    if (m->applied_seq > m->ha_applied_saved) applied_remember(m);
+    if (m->applied_seq > m->ha_applied_saved) applied_remember(m, 1);
     oplog_etcd_stop_following(m->log); /* else it keeps the loop running */
     ha_election_stop(m->election);
     m->election = NULL;

@@ -239,17 +239,24 @@ static void assert_all_present(kvc *k, const char *prefix, int from, int to)
     }
 }
 
+/* Start the node, wait until the leader has it, and write n keys under
+ * prefix through the leader (acknowledged). */
+static void node_and_write(cluster *c, int leader, const char *prefix, int n)
+{
+    start_node(c);
+    wait_node(c, leader);
+    kvc *k = client_of(c, leader);
+    put_n(k, prefix, 0, n);
+    kvc_close(k);
+}
+
 /* The whole cluster with its node, and n writes under prefix acknowledged by
  * the leader; returns the leader. */
 static int start_cluster_and_write(cluster *c, const char *prefix, int n)
 {
     start_cluster(c);
     int leader = wait_leader(c, -1);
-    start_node(c);
-    wait_node(c, leader);
-    kvc *k = client_of(c, leader);
-    put_n(k, prefix, 0, n);
-    kvc_close(k);
+    node_and_write(c, leader, prefix, n);
     return leader;
 }
 
@@ -647,11 +654,7 @@ static void test_ha_master_starts_while_etcd_is_silent(void **state)
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     assert_true(hx_log_contains(&c->hc.m[0], "waiting for etcd to answer"));
     assert_int_equal(wait_leader(c, -1), 0);
-    start_node(c);
-    wait_node(c, 0);
-    kvc *k = client_of(c, 0);
-    put_n(k, "kv/late", 0, 5);
-    kvc_close(k);
+    node_and_write(c, 0, "kv/late", 5);
     assert_all_present_any_leader(c, "kv/late", 0, 5);
 }
 
@@ -766,11 +769,7 @@ static void test_ha_a_wiped_etcd_is_refused(void **state)
     char applied[400], text[256], cmd[700];
     start_master(c, 0);
     assert_int_equal(wait_leader(c, -1), 0);
-    start_node(c);
-    wait_node(c, 0);
-    kvc *k = client_of(c, 0);
-    put_n(k, "kv/w", 0, 5);
-    kvc_close(k);
+    node_and_write(c, 0, "kv/w", 5);
     uint64_t want = applied_of(c, 0);
     snprintf(applied, sizeof(applied), "%s/data/ha.applied", c->hc.m[0].dir);
     for (long long end = hx_now_ms() + WAIT_MS;; sleep_ms(50)) {
@@ -841,11 +840,7 @@ static void test_ha_master_asks_again_for_a_lease_granted_late(void **state)
     assert_true(atomic_load(&stalled));
     assert_true(hx_log_contains(&c->hc.m[0], "asking etcd for a lease again"));
     assert_int_equal(wait_leader(c, -1), 0);
-    start_node(c);
-    wait_node(c, 0);
-    kvc *k = client_of(c, 0);
-    put_n(k, "kv/late", 0, 5);
-    kvc_close(k);
+    node_and_write(c, 0, "kv/late", 5);
     assert_all_present_any_leader(c, "kv/late", 0, 5);
     hx_kill(&c->hc.m[0]);
     fault_proxy_stop(proxy);
@@ -861,11 +856,7 @@ static void test_ha_new_standby_after_oplog_gc_bootstraps_from_the_snapshot(void
     start_master(c, 0);
     start_master(c, 1);
     int leader = wait_leader(c, 2);
-    start_node(c);
-    wait_node(c, leader);
-    kvc *k = client_of(c, leader);
-    put_n(k, "kv/a", 0, 150);
-    kvc_close(k);
+    node_and_write(c, leader, "kv/a", 150);
     /* The log's first records are gone from etcd once a snapshot is durable. */
     char *body = NULL;
     for (long long end = hx_now_ms() + WAIT_MS;;) {
@@ -889,7 +880,7 @@ static void test_ha_new_standby_after_oplog_gc_bootstraps_from_the_snapshot(void
     hx_kill(&c->hc.m[1 - leader]);
     assert_int_equal(wait_leader(c, -1), 2);
     wait_node(c, 2);
-    k = client_of(c, 2);
+    kvc *k = client_of(c, 2);
     assert_all_present(k, "kv/a", 0, 150);
     kvc_close(k);
 }

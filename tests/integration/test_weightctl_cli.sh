@@ -188,7 +188,7 @@ out=$("$ctl" upsert status cli/tiny/v2); rc=$?
 out=$("$ctl" upsert cli/tiny/v2@1 --generation 2 --wait --request-id roll-v2 "$tmp/model.safetensors" 2>&1); rc=$?
 [ $rc -eq 0 ] && grep -qF "weightctl: upsert: request roll-v2 is the lineage's claim (phase COMMITTED): retried with its arguments" <<<"$out" \
   && grep -q "phase COMMITTED" <<<"$out" && [ "$("$ctl" ls --namespace cli --all | grep -c "cli/tiny/v2@")" -eq 2 ] \
-  && grep -qF "weightctl: upsert: the target of request roll-v2 is written already: the files given now are not read (nor compared with it)" <<<"$out" \
+  && grep -qF "weightctl: upsert: the target of request roll-v2 is written already: the files given now are not sent (nor compared with it)" <<<"$out" \
   && ok "upsert retried with its request id answers the committed claim" || bad "upsert retry: $rc $out"
 out=$("$ctl" upsert cli/tiny/v2@1 --generation 2 --request-id other "$tmp/model.safetensors" 2>&1); rc=$?
 [ $rc -ne 0 ] && grep -q "STALE_GENERATION\|CONFLICT\|NOT_FOUND" <<<"$out" \
