@@ -66,6 +66,18 @@ int cfg_check_node(cfg_ctx *c, const host_config *cfg, const host_config_node *r
                         "expires, and the range must not be taken back before the node reports "
                         "it", cfg->node_put_timeout_ms, (unsigned long long)least);
     }
+    /* The master holds a node's poll up to poll_ms, and counts the node
+     * silent from the poll's arrival: a timeout not well above it would
+     * mark every idle node down while its poll is held. */
+    if ((uint64_t)cfg->node_timeout_ms < 2ull * cfg->node_poll_ms) {
+        unsigned line = line_of(root, "timeout_ms");
+        return cfg_fail(c, SMP_ERANGE, line ? line : line_of(root, "poll_ms"),
+                        line ? "node.timeout_ms" : "node.poll_ms",
+                        "node.timeout_ms (%u) must be at least 2 x node.poll_ms (%llu): the "
+                        "master holds a poll up to node.poll_ms, and a node it did not hear "
+                        "from for node.timeout_ms is marked down", cfg->node_timeout_ms,
+                        2ull * cfg->node_poll_ms);
+    }
     if (!dedicated) {
         if (cfg->node_local_socket != NULL && cfg->node_local_socket[0] != '\0')
             return cfg_fail(c, SMP_EINVAL, line_of(root, "local_socket"), "node.local_socket",

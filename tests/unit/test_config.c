@@ -451,6 +451,15 @@ static void test_refuses_unticketed_reads_without_insecure_key(void **state)
     expect_refused("node: {ticket_ttl_ms: 64000}\n",
                    "node.ticket_ttl_ms: node.put_timeout_ms (65000) must be at least");
     expect_refused("node: {ticket_ttl_ms: 3600001}\n", "node.ticket_ttl_ms");
+    /* a node whose poll is held is not silent */
+    expect_message("node:\n  poll_ms: 2000\n  timeout_ms: 3999\n",
+                   "x.yaml:3: node.timeout_ms: node.timeout_ms (3999) must be at least 2 x "
+                   "node.poll_ms (4000): the master holds a poll up to node.poll_ms, and a node "
+                   "it did not hear from for node.timeout_ms is marked down");
+    expect_refused("node:\n  poll_ms: 1600\n", "x.yaml:2: node.poll_ms: node.timeout_ms (3000)");
+    host_config ok;
+    load_ok("node:\n  poll_ms: 2000\n  timeout_ms: 4000\n", &ok);
+    host_config_free(&ok);
 }
 
 /* node.tenant dedicates the embedded node: with local_socket and
