@@ -282,11 +282,17 @@ int wctl_cmd_status(ctl *x)
     if (x->json) {
         printf("{\"role\":");
         wctl_json_str(st.role);
-        printf(",\"nodes\":%u,\"segments\":%u,\"memory_capacity\":%llu,\"memory_used\":%llu,"
-               "\"objects\":%llu,\"oplog_last_seq\":%llu,\"snapshot_seq\":%llu",
-               st.nodes, st.segments, (unsigned long long)st.memory_capacity,
-               (unsigned long long)st.memory_used, (unsigned long long)st.objects,
-               (unsigned long long)st.oplog_last_seq, (unsigned long long)st.snapshot_seq);
+        if (standby) /* nodes register with the leader: a standby knows none */
+            printf(",\"nodes\":null,\"segments\":null,\"memory_capacity\":null,"
+                   "\"memory_used\":null");
+        else
+            printf(",\"nodes\":%u,\"segments\":%u,\"memory_capacity\":%llu,"
+                   "\"memory_used\":%llu",
+                   st.nodes, st.segments, (unsigned long long)st.memory_capacity,
+                   (unsigned long long)st.memory_used);
+        printf(",\"objects\":%llu,\"oplog_last_seq\":%llu,\"snapshot_seq\":%llu",
+               (unsigned long long)st.objects, (unsigned long long)st.oplog_last_seq,
+               (unsigned long long)st.snapshot_seq);
         if (ha) {
             printf(",\"endpoint\":");
             wctl_json_str(from);
@@ -306,14 +312,15 @@ int wctl_cmd_status(ctl *x)
         printf("nodes     - (they register with the leader%s%s)\n", st.leader[0] ? ", " : "",
                st.leader);
         printf("segments  - (the leader's)\n");
+        printf("memory    - (the leader's nodes')\n");
     } else {
         printf("nodes     %u\n", st.nodes);
         printf("segments  %u\n", st.segments);
     }
-    if (x->bytes) {
+    if (!standby && x->bytes) {
         printf("memory    %llu of %llu bytes used (%.1f%%)\n", (unsigned long long)st.memory_used,
                (unsigned long long)st.memory_capacity, pct);
-    } else {
+    } else if (!standby) {
         char used[32], cap[32];
         wctl_human((double)st.memory_used, used, sizeof used);
         wctl_human((double)st.memory_capacity, cap, sizeof cap);
