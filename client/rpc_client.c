@@ -25,7 +25,11 @@
  * nothing, so the same request is always sent again), and, for calls made
  * with RPCC_FAILOVER, when the stream is lost before the request left
  * (always safe) or, with RPCC_IDEMPOTENT, after it left. A move never
- * happens with other requests in flight: their answers would be lost. */
+ * happens with other requests in flight: their answers would be lost.
+ * A paused or hung master still has its connections accepted by the
+ * kernel, so on a list a new socket must answer a first request (an empty
+ * auth.HELLO) within RPCC_ATTEMPT_MS before a call uses it, and an
+ * RPCC_FAILOVER call that timed out gives the stream up for the next. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -60,7 +64,7 @@
 #define RPCC_BACKOFF_MAX_MS 100  /* doubling up to this (or the connection's
                                   * follow_pause_max_ms): a client waiting out an
                                   * election reaches the new leader within 0.1 s of it */
-#define RPCC_ATTEMPT_MS 2000     /* one TCP connect of a list of several */
+#define RPCC_ATTEMPT_MS 2000     /* one connect of a list of several, with its first answer */
 #define RPCC_FOLLOW_MS 30000     /* how long a call without a timeout moves on */
 #define RPCC_AWAIT_SLACK_MS 20   /* how far past its deadline a call's blocking recv may end */
 
@@ -103,6 +107,9 @@ struct rpcc_conn {
     char auth_tenant[136];  /* what HELLO answered on the current socket */
     int answered;           /* a frame came on the current socket */
     char auth_role[16];
+    int relocate;           /* the stream was left for a silent master: the next
+                               request moves to another before it leaves */
+    size_t hedge_at;        /* the endpoint the next hedge asks first (hedge()) */
 };
 
 static void conn_err(rpcc_conn *c, const char *fmt, ...)
@@ -420,7 +427,7 @@ static int recv_failed(rpcc_conn *c)
  * in progress, a round begun after a late wakeup) learnt nothing about its
  * endpoint, and "timed out" would turn endpoints that all refused into a
  * try-again. On success ml is at the endpoint connected. */
-static int conn_hello(rpcc_conn *c, int64_t deadline, char *err, size_t errlen);
+static int conn_hello(rpcc_conn *c, int64_t deadline, int probe, char *err, size_t errlen);
 static void drop_stream(rpcc_conn *c);
 
 /* The pause after one of `pause` ms (0: none yet): RPCC_BACKOFF_MIN_MS, then
@@ -467,7 +474,7 @@ static int list_connect(rpcc_conn *c, int64_t deadline, char *err, size_t errlen
                 c->recv_blocks = c->ssl == NULL && tcp &&
                                  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) == 0;
                 snprintf(c->endpoint, sizeof(c->endpoint), "%s", ep);
-                if ((rc = conn_hello(c, limit, one, sizeof(one))) == SMP_OK)
+                if ((rc = conn_hello(c, limit, round > 1, one, sizeof(one))) == SMP_OK)
                     return SMP_OK;
                 drop_stream(c);
                 if (rc == SMP_EAUTH || rc == SMP_EFORBIDDEN || round == 1) {
@@ -590,6 +597,7 @@ static int conn_move(rpcc_conn *c, int64_t deadline)
     char why[sizeof(c->err)];
     int rc;
     drop_stream(c);
+    c->relocate = 0;
     if (!c->hinted)
         master_list_next(&c->ml);
     c->hinted = 0;
@@ -600,6 +608,14 @@ static int conn_move(rpcc_conn *c, int64_t deadline)
     }
     c->moves++;
     return SMP_OK;
+}
+
+/* Move the stream left for a silent master (c->relocate) before a request
+ * leaves: to the leader a hedge named, else to the next endpoint. SMP_OK,
+ * or the connect's error with the connection broken. */
+static int relocate(rpcc_conn *c)
+{
+    return conn_move(c, deadline_of(c->timeout_ms));
 }
 
 int rpcc_reconnect(rpcc_conn *c)
@@ -627,6 +643,11 @@ const char *rpcc_endpoint(const rpcc_conn *c)
 uint64_t rpcc_moves(const rpcc_conn *c)
 {
     return c != NULL ? c->moves : 0;
+}
+
+size_t rpcc_masters(const rpcc_conn *c)
+{
+    return c != NULL ? c->ml.n : 0;
 }
 
 void rpcc_close(rpcc_conn *c)
@@ -690,6 +711,8 @@ int rpcc_send_raw(rpcc_conn *c, const uint8_t *bytes, size_t len)
     int rc, r;
     if (c == NULL || (bytes == NULL && len > 0))
         return SMP_EINVAL;
+    if (c->relocate && (rc = relocate(c)) < 0)
+        return rc;
     if (c->broken)
         return c->broken;
     rc = write_all(c, bytes, len, deadline_of(c->timeout_ms));
@@ -711,6 +734,8 @@ int rpcc_send(rpcc_conn *c,
 
     if (c == NULL || (req_body == NULL && req_len > 0))
         return SMP_EINVAL;
+    if (c->relocate && (rc = relocate(c)) < 0)
+        return rc;
     if (c->broken)
         return c->broken;
     size = rpc_env_request_size(c->next_id, service, method, req_len);
@@ -876,10 +901,16 @@ static int read_frame(rpcc_conn *c, int64_t deadline, rpcc_pending **out)
  * token but with a client certificate on TLS, HELLO goes with an empty
  * token, which asks the identity the certificate maps to (auth.certificates);
  * a refusal of that (no mapping, or an older master) is not an error: the
- * connection stays as it is and the master's refusals name the cause. */
+ * connection stays as it is and the master's refusals name the cause.
+ *
+ * With probe set (a list of several masters) that empty HELLO goes on
+ * every socket: a kernel accepts a connection for a process that is paused
+ * or hung, and without an answer here the first call would wait its whole
+ * timeout there instead of trying the next master. A HELLO not answered by
+ * deadline is SMP_EAGAIN, said so in err. */
 static size_t error_text_len(const rpc_env_response *r);
 
-static int conn_hello(rpcc_conn *c, int64_t deadline, char *err, size_t errlen)
+static int conn_hello(rpcc_conn *c, int64_t deadline, int probe, char *err, size_t errlen)
 {
     AuthHelloRequest req = AUTH_HELLO_REQUEST__INIT;
     AuthHelloResponse *resp;
@@ -891,7 +922,9 @@ static int conn_hello(rpcc_conn *c, int64_t deadline, char *err, size_t errlen)
 
     int whoami = c->token == NULL;
     c->auth_tenant[0] = c->auth_role[0] = '\0';
-    if (whoami && (c->ssl == NULL || SSL_get_certificate(c->ssl) == NULL)) return SMP_OK;
+    if (whoami && !probe && (c->ssl == NULL || SSL_get_certificate(c->ssl) == NULL))
+        return SMP_OK;
+    int64_t started = now_ms();
     req.token.data = (uint8_t *)(whoami ? "" : c->token);
     req.token.len = whoami ? 0 : strlen(c->token);
     len = auth_hello_request__get_packed_size(&req);
@@ -906,8 +939,13 @@ static int conn_hello(rpcc_conn *c, int64_t deadline, char *err, size_t errlen)
         rc = read_frame(c, deadline, &p);
         c->in_flight = 0;
     }
-    if (rc < 0) {
+    if (rc == SMP_EAGAIN && probe)
+        wm_errbuf(err, errlen, "%s accepted the connection but did not answer its first "
+                  "request within %lld ms (a paused, hung or overloaded master)", c->endpoint,
+                  (long long)(now_ms() - started));
+    else if (rc < 0)
         wm_errbuf(err, errlen, "auth.HELLO: %s", c->err);
+    if (rc < 0) {
         c->broken = 0;
         return rc;
     }
@@ -1043,20 +1081,19 @@ no_memory:
     return SMP_ENOMEM;
 }
 
-int rpcc_recv(rpcc_conn *c,
-              uint64_t request_id,
-              uint64_t *got_id,
-              int *status,
-              uint8_t **resp_body,
-              size_t *resp_len,
-              char **errmsg)
+/* rpcc_recv waiting until deadline (-1: no bound). */
+static int recv_by(rpcc_conn *c,
+                   uint64_t request_id,
+                   int64_t deadline,
+                   uint64_t *got_id,
+                   int *status,
+                   uint8_t **resp_body,
+                   size_t *resp_len,
+                   char **errmsg)
 {
     rpcc_pending *p, *prev = NULL;
-    int64_t deadline;
     int rc;
 
-    if (c == NULL)
-        return SMP_EINVAL;
     for (p = c->head; p != NULL; prev = p, p = p->next) {
         if (request_id == 0 || p->r.request_id == request_id) {
             if (prev != NULL)
@@ -1070,7 +1107,6 @@ int rpcc_recv(rpcc_conn *c,
     }
     if (c->broken)
         return c->broken;
-    deadline = deadline_of(c->timeout_ms);
     for (;;) {
         if ((rc = read_frame(c, deadline, &p)) < 0)
             return rc;
@@ -1080,6 +1116,20 @@ int rpcc_recv(rpcc_conn *c,
             return deliver(c, p, got_id, status, resp_body, resp_len, errmsg);
         stash_push(c, p);
     }
+}
+
+int rpcc_recv(rpcc_conn *c,
+              uint64_t request_id,
+              uint64_t *got_id,
+              int *status,
+              uint8_t **resp_body,
+              size_t *resp_len,
+              char **errmsg)
+{
+    if (c == NULL)
+        return SMP_EINVAL;
+    return recv_by(c, request_id, deadline_of(c->timeout_ms), got_id, status, resp_body, resp_len,
+                   errmsg);
 }
 
 int rpcc_fd(const rpcc_conn *c)
@@ -1092,6 +1142,175 @@ int rpcc_fd(const rpcc_conn *c)
 static int64_t follow_deadline(const rpcc_conn *c)
 {
     return now_ms() + (c->timeout_ms > 0 ? c->timeout_ms : RPCC_FOLLOW_MS);
+}
+
+/* A call on a list of several masters went unanswered for its whole
+ * timeout: the master may be paused or hung (a paused leader is replaced
+ * within its lease), and every later call on this stream would wait there
+ * too. The stream is left: the next request moves to the next master, whose
+ * connect checks that it answers, before it leaves; the call itself still
+ * returns its SMP_EAGAIN, with this cause. Nothing else was in flight. */
+static void leave_silent_master(rpcc_conn *c)
+{
+    char why[sizeof(c->err)], ep[sizeof(c->endpoint)];
+    memcpy(why, c->err, sizeof(why));
+    memcpy(ep, c->endpoint, sizeof(ep));
+    drop_stream(c);
+    c->hinted = 0;
+    c->relocate = 1;
+    conn_err(c, "%s: %s (the next call tries the other masters)", ep, why);
+}
+
+/* -- A call that waits in silence: asking another master ------------------- */
+
+/* A connection of c's kind (TLS, token, frame limit) to the one endpoint
+ * ep, connected by deadline; NULL when none could be made. */
+static rpcc_conn *side_connect(const rpcc_conn *c, const char *ep, int64_t deadline)
+{
+    rpcc_conn *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return NULL;
+    s->fd = -1;
+    s->timeout_ms = c->timeout_ms;
+    s->max_frame = c->max_frame;
+    s->next_id = 1;
+    s->pause_max_ms = c->pause_max_ms;
+    memcpy(s->tls_name, c->tls_name, sizeof(s->tls_name));
+    if (c->tls != NULL && SSL_CTX_up_ref(c->tls) == 1)
+        s->tls = c->tls;
+    if ((c->tls != NULL && s->tls == NULL) ||
+        (c->token != NULL && (s->token = strdup(c->token)) == NULL) ||
+        master_list_parse(ep, &s->ml, NULL, 0) < 0 || list_connect(s, deadline, NULL, 0) < 0) {
+        rpcc_close(s);
+        return NULL;
+    }
+    return s;
+}
+
+/* c takes the stream of s, a side connection that answered (a request's
+ * read leases belong to the connection that asked): c's list is positioned
+ * at s's endpoint, and s is left without a stream. */
+static void stream_adopt(rpcc_conn *c, rpcc_conn *s)
+{
+    uint8_t *in = c->in;
+    size_t in_cap = c->in_cap;
+    drop_stream(c);
+    c->fd = s->fd;
+    c->ssl = s->ssl;
+    c->want = s->want;
+    c->in = s->in;
+    c->in_len = s->in_len;
+    c->in_cap = s->in_cap;
+    c->head = s->head;
+    c->tail = s->tail;
+    c->in_flight = s->in_flight;
+    c->recv_blocks = s->recv_blocks;
+    c->rcvtimeo_ms = s->rcvtimeo_ms;
+    c->answered = s->answered;
+    c->await_reply = 0;
+    memcpy(c->endpoint, s->endpoint, sizeof(c->endpoint));
+    memcpy(c->auth_tenant, s->auth_tenant, sizeof(c->auth_tenant));
+    memcpy(c->auth_role, s->auth_role, sizeof(c->auth_role));
+    master_list_set_leader(&c->ml, s->endpoint, strlen(s->endpoint));
+    c->hinted = 0;
+    c->moves++;
+    s->fd = -1;
+    s->ssl = NULL;
+    s->in = in;
+    s->in_cap = in_cap;
+    s->in_len = 0;
+    s->head = s->tail = NULL;
+    s->in_flight = 0;
+}
+
+/* What asking another master said of a call that waits (hedge). */
+enum { HEDGE_WAIT = 0, HEDGE_ANSWERED = 1, HEDGE_MOVE = 2 };
+
+/* An idempotent call on a list has waited RPCC_ATTEMPT_MS for the master
+ * it was sent to (c->endpoint). The same request goes to another master of
+ * the list on a connection of its own, answered by deadline:
+ *  - a master that answers it leads now (the one waited on was deposed, or
+ *    is a standby that stopped): HEDGE_ANSWERED, the answer in *st, *body,
+ *    *len, *msg, and c takes that connection;
+ *  - a standby that names another leader: HEDGE_MOVE, c->ml at that leader
+ *    (the call is sent there again);
+ *  - a standby that names the master waited on (it leads and is slow) or
+ *    nobody yet (an election), or no master that answers: HEDGE_WAIT.
+ * The endpoints take turns from one hedge to the next (c->hedge_at). */
+static int hedge(rpcc_conn *c, uint32_t service, uint32_t method, const uint8_t *req,
+                 size_t req_len, int64_t deadline, int *st, uint8_t **body, size_t *len,
+                 char **msg)
+{
+    size_t round = master_list_round(&c->ml);
+    for (size_t k = 0; k < round && now_ms() < deadline; k++) {
+        size_t i = (c->hedge_at + k) % round;
+        const char *ep = i < c->ml.n ? c->ml.ep[i] : c->ml.leader;
+        rpcc_conn *s;
+        uint64_t id;
+        int rc, verdict = HEDGE_WAIT;
+        if (strcmp(ep, c->endpoint) == 0 || (s = side_connect(c, ep, deadline)) == NULL)
+            continue;
+        c->hedge_at = i + 1;
+        rc = rpcc_send(s, service, method, req, req_len, &id);
+        if (rc == SMP_OK)
+            rc = recv_by(s, id, deadline, NULL, st, body, len, msg);
+        if (rc == SMP_OK && *st != SMP_ENOTLEADER) {
+            stream_adopt(c, s);
+            rpcc_close(s);
+            return HEDGE_ANSWERED;
+        }
+        if (rc == SMP_OK) {
+            const char *named = s->hinted ? master_list_current(&s->ml) : "";
+            if (named[0] != '\0' && strcmp(named, c->endpoint) != 0) {
+                c->hinted = master_list_set_leader(&c->ml, named, strlen(named));
+                verdict = HEDGE_MOVE;
+            }
+            if (body != NULL) {
+                free(*body);
+                *body = NULL;
+            }
+            if (msg != NULL) {
+                free(*msg);
+                *msg = NULL;
+            }
+        }
+        rpcc_close(s);
+        if (rc == SMP_OK)
+            return verdict; /* a standby's word is enough */
+    }
+    return HEDGE_WAIT;
+}
+
+/* The answer to request id, just sent by a call: rpcc_recv's, except that
+ * an idempotent call on a list of several masters, with nothing else in
+ * flight, asks another master (hedge) each time it has waited
+ * RPCC_ATTEMPT_MS without a byte of its answer. Returns as rpcc_recv, or
+ * HEDGE_MOVE (positive) when the call is to be sent to the leader a standby
+ * named. */
+static int recv_watched(rpcc_conn *c, unsigned flags, uint32_t service, uint32_t method,
+                        const uint8_t *req, size_t req_len, uint64_t id, int *st, uint8_t **body,
+                        size_t *len, char **msg)
+{
+    int64_t end = deadline_of(c->timeout_ms);
+    if (!(flags & RPCC_IDEMPOTENT) || master_list_round(&c->ml) < 2 || c->in_flight != 1 ||
+        c->head != NULL)
+        return recv_by(c, id, end, NULL, st, body, len, msg);
+    for (;;) {
+        int64_t slice = now_ms() + RPCC_ATTEMPT_MS;
+        int rc, v;
+        if (end >= 0 && slice >= end)
+            return recv_by(c, id, end, NULL, st, body, len, msg);
+        if ((rc = recv_by(c, id, slice, NULL, st, body, len, msg)) != SMP_EAGAIN)
+            return rc;
+        if (c->in_len > 0)
+            continue; /* its answer is arriving */
+        slice = now_ms() + RPCC_ATTEMPT_MS;
+        if ((v = hedge(c, service, method, req, req_len, end >= 0 && end < slice ? end : slice, st,
+                       body, len, msg)) == HEDGE_ANSWERED)
+            return SMP_OK;
+        if (v == HEDGE_MOVE)
+            return HEDGE_MOVE;
+    }
 }
 
 int rpcc_call_ex(rpcc_conn *c,
@@ -1121,8 +1340,14 @@ int rpcc_call_ex(rpcc_conn *c,
         rc = rpcc_send(c, service, method, req_body, req_len, &id);
         if (rc == SMP_OK) {
             sent = 1;
-            rc = rpcc_recv(c, id, NULL, &st, resp_body ? &body : NULL, &len,
-                           errmsg ? &msg : NULL);
+            rc = recv_watched(c, flags, service, method, req_body, req_len, id, &st,
+                              resp_body ? &body : NULL, &len, errmsg ? &msg : NULL);
+        }
+        if (rc == HEDGE_MOVE) {
+            /* A standby named another leader while the one asked was silent. */
+            if (deadline < 0)
+                deadline = follow_deadline(c);
+            goto move;
         }
         if (sent && rc < 0 && c->in_flight > 0)
             c->in_flight--; /* nobody claims its answer (stashed if it still comes) */
@@ -1145,6 +1370,8 @@ int rpcc_call_ex(rpcc_conn *c,
             c->hinted = 0;
             goto move;
         }
+        if (rc == SMP_EAGAIN && sent && c->in_flight == 0 && master_list_round(&c->ml) > 1)
+            leave_silent_master(c);
         if (rc == SMP_OK) {
             if (status != NULL)
                 *status = st;

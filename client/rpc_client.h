@@ -156,7 +156,10 @@ int rpcc_call_msg(rpcc_conn *c,
  * leader before the connection broke: only RPCC_IDEMPOTENT calls (queries,
  * and mutations whose repetition cannot change the outcome) are sent
  * again then; the others return the transport error, and the connection
- * stays broken (the next RPCC_FAILOVER call reconnects it). */
+ * stays broken (the next RPCC_FAILOVER call reconnects it). On a list of
+ * several masters, an RPCC_FAILOVER call that timed out returns its
+ * SMP_EAGAIN and leaves the stream broken as well: the master did not
+ * answer (paused, hung), and the next call goes to the others. */
 #define RPCC_FAILOVER 1u
 #define RPCC_IDEMPOTENT 2u /* implies RPCC_FAILOVER */
 
@@ -201,6 +204,10 @@ const char *rpcc_endpoint(const rpcc_conn *c);
 /* How many times the connection moved (a followed redirect, a failover, a
  * reconnect): when it changed, the master answering may be another. */
 uint64_t rpcc_moves(const rpcc_conn *c);
+
+/* How many masters the connection may move between: its list's endpoints
+ * (1 for a single endpoint; 0 for NULL). */
+size_t rpcc_masters(const rpcc_conn *c);
 
 /* Send one request without waiting; *request_id (may be NULL) receives its
  * id (never 0). Errors as rpcc_call's sending half. */

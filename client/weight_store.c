@@ -554,7 +554,11 @@ int wc_call_with(weight_store *s, rpcc_conn **conn, uint32_t method, const Proto
     int rc;
     if (buf == NULL) return wc_fail(s, WEIGHT_ENOMEM, "out of memory");
     protobuf_c_message_pack(req, buf);
-    rc = *conn ? rpcc_call(*conn, WC_WEIGHT_SERVICE, method, buf, len, &status, &rbody, &rlen, &msg)
+    /* A query or an idempotent step is hedged by the transport when its
+     * master goes silent on a list (a paused leader), and followed there. */
+    unsigned flags = retry_safe(method) ? RPCC_IDEMPOTENT : 0;
+    rc = *conn ? rpcc_call_ex(*conn, flags, WC_WEIGHT_SERVICE, method, buf, len, &status, &rbody,
+                              &rlen, &msg)
                : SMP_EIO;
     if (rc < 0 && rc != SMP_ENOMEM && rc != SMP_ERANGE) {
         /* The connection is gone (a master restart, a failover): reconnect
@@ -562,7 +566,8 @@ int wc_call_with(weight_store *s, rpcc_conn **conn, uint32_t method, const Proto
         char first[512];
         snprintf(first, sizeof first, "%s", *conn ? rpcc_last_error(*conn) : "not connected");
         if (reconnect_rpc(s, conn) == SMP_OK && retry_safe(method)) {
-            rc = rpcc_call(*conn, WC_WEIGHT_SERVICE, method, buf, len, &status, &rbody, &rlen, &msg);
+            rc = rpcc_call_ex(*conn, flags, WC_WEIGHT_SERVICE, method, buf, len, &status, &rbody,
+                              &rlen, &msg);
         } else {
             wc_fail(s, WEIGHT_EIO, "master %s: %s", s->master, first);
             if (buf != small) free(buf);

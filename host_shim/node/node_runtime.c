@@ -372,6 +372,23 @@ static int call(rpcc_conn *c, uint32_t method, const ProtobufCMessage *req,
  * the node to register with the new leader, and a cluster has few nodes,
  * so they ask every 20 ms where a client doubles to 100. */
 #define NODE_FOLLOW_PAUSE_MS 20
+/* How long past node.poll_ms (the longest the master holds a poll) a poll
+ * waits for its answer when the node has a list of masters. A paused or
+ * hung leader still has its connection accepted by the kernel; the others
+ * replace it within its lease (ha.lease_ttl_s, 2 s by default), and a node
+ * that waited NODE_CALL_MS there would leave the new leader without it,
+ * and its replicas unreadable, for most of ten seconds. The leader's loop
+ * answers a poll within milliseconds; a node that leaves one stalled this
+ * long finds it again through the standbys and registers again. */
+#define NODE_POLL_LIST_SLACK_MS 2500
+
+/* The timeout of the node's polls: the master holds one up to poll_ms, then
+ * NODE_CALL_MS with a single master (leaving it would not help), or
+ * NODE_POLL_LIST_SLACK_MS on a list. */
+static int poll_call_ms(const node_runtime *n, const rpcc_conn *c)
+{
+    return (int)n->poll_ms + (rpcc_masters(c) > 1 ? NODE_POLL_LIST_SLACK_MS : NODE_CALL_MS);
+}
 
 uint32_t node_register_call_ms(size_t n_cold_files)
 {
@@ -702,8 +719,10 @@ static int poll_loop(node_runtime *n, rpcc_conn *c, int *lost)
             req.ticket_secret.len = key.len;
         }
         pthread_mutex_unlock(&n->key_lock);
+        rpcc_set_timeout(c, poll_call_ms(n, c));
         rc = call(c, NODE_METHOD__NODE_POLL, &req.base, &node_poll_response__descriptor,
                   (ProtobufCMessage **)&resp, &msg, lost);
+        rpcc_set_timeout(c, NODE_CALL_MS);
         OPENSSL_cleanse(&key, sizeof(key));
         free(msg);
         for (size_t i = 0; rc != SMP_OK && i < nc; i++) cold_faults_note(n->faults, corrupt[i]);

@@ -12,9 +12,14 @@
  *     (a standby while no leader is known);
  *   - "dropper": reads one request and closes the connection without an
  *     answer (a leader that died after the request reached it);
+ *   every one of these but "stalling" answers the question a client asks
+ *   first on each socket of a list (auth.HELLO without a token), as any
+ *   live master does;
  *   - "proxy": passes every frame on to the real master and back, until the
  *     test deposes it: from then on it answers like "standby" (a leader
  *     that lost its lease while a node was attached to it);
+ *     Made silent, it reads every request and neither passes it on nor
+ *     answers (a leader paused or hung, its connections kept);
  *   - "stalling": closes the connection of its first request, like
  *     "dropper", and reads every later request and answers none (a master
  *     whose loop stalls).
@@ -89,6 +94,7 @@ typedef struct fake {
     atomic_int requests;     /* whole requests read */
     atomic_int redirects;    /* NOT_LEADER answers given */
     atomic_int deposed;      /* PROXY: answers as a standby from now on */
+    atomic_int silent;       /* PROXY: reads requests and answers none (paused) */
     struct {
         int fd;
         uint8_t buf[1 << 16];
@@ -144,6 +150,18 @@ static size_t fake_status(const fake *f, uint8_t *out)
     return status_response__pack(&st, out);
 }
 
+/* An auth.HELLO without a token: a client asking whether the master is
+ * there (and who it is), which every master answers. */
+static int is_question(const RpcRequest *req)
+{
+    if (req->service != HOST_SERVICE__HOST_SERVICE_AUTH || req->method != AUTH_METHOD__AUTH_HELLO)
+        return 0;
+    AuthHelloRequest *h = auth_hello_request__unpack(NULL, req->body.len, req->body.data);
+    int empty = h != NULL && h->token.len == 0;
+    auth_hello_request__free_unpacked(h, NULL);
+    return empty;
+}
+
 /* Take the whole frames buffered on connection i; 0, or -1 to close it. */
 static int fake_frames(fake *f, int i)
 {
@@ -158,27 +176,29 @@ static int fake_frames(fake *f, int i)
         atomic_fetch_add(&f->requests, 1);
         if (f->kind == FAKE_PROXY && !atomic_load(&f->deposed)) {
             rpc_request__free_unpacked(req, NULL);
-            if (write_all(f->conns[i].up, b, 4 + (size_t)n) < 0) return -1;
+            if (!atomic_load(&f->silent) && write_all(f->conns[i].up, b, 4 + (size_t)n) < 0)
+                return -1;
             memmove(b, b + 4 + n, *len - 4 - n);
-            *len -= 4 + (size_t)n;
-            continue;
-        }
-        if (f->kind == FAKE_DROPPER) {
-            rpc_request__free_unpacked(req, NULL);
-            return -1; /* the request arrived; the answer never comes */
-        }
-        if (f->kind == FAKE_STALLING) {
-            rpc_request__free_unpacked(req, NULL);
-            if (atomic_load(&f->requests) == 1) return -1; /* the first: dropped */
-            memmove(b, b + 4 + n, *len - 4 - n);           /* the others: never answered */
             *len -= 4 + (size_t)n;
             continue;
         }
         RpcResponse resp = RPC_RESPONSE__INIT;
         uint8_t out[4096], status_body[2048];
         resp.request_id = req->request_id;
-        if (f->kind == FAKE_STANDBY && req->service == HOST_SERVICE__HOST_SERVICE_ADMIN &&
-            req->method == ADMIN_METHOD__ADMIN_STATUS) {
+        if (f->kind != FAKE_STALLING && is_question(req)) {
+            /* Any live master answers the first request a client sends on
+             * a socket of a list (auth.HELLO without a token) itself. */
+        } else if (f->kind == FAKE_DROPPER) {
+            rpc_request__free_unpacked(req, NULL);
+            return -1; /* the request arrived; the answer never comes */
+        } else if (f->kind == FAKE_STALLING) {
+            rpc_request__free_unpacked(req, NULL);
+            if (atomic_load(&f->requests) == 1) return -1; /* the first: dropped */
+            memmove(b, b + 4 + n, *len - 4 - n);           /* the others: never answered */
+            *len -= 4 + (size_t)n;
+            continue;
+        } else if (f->kind == FAKE_STANDBY && req->service == HOST_SERVICE__HOST_SERVICE_ADMIN &&
+                   req->method == ADMIN_METHOD__ADMIN_STATUS) {
             /* A standby answers status itself, with the cluster it sees. */
             resp.body.len = fake_status(f, status_body);
             resp.body.data = status_body;
@@ -722,6 +742,77 @@ static void test_lost_mutation_is_not_resent_but_a_query_is(void **state)
     kvc_close(c);
 }
 
+/* A connection through "proxy", which then goes silent (a paused leader). */
+static kvc *through_then_silent(fixture *f, fake *proxy, const char *other, int timeout_ms,
+                                const char *key)
+{
+    char masters[700], err[512] = "";
+    kvc *c = NULL;
+    int exists = 0;
+    atomic_store(&proxy->silent, 0);
+    list2(masters, sizeof(masters), proxy->path, other);
+    if (kvc_connect(masters, timeout_ms, &c, err, sizeof(err)) < 0) fail_msg("connect: %s", err);
+    assert_int_equal(kvc_exists(c, key, &exists), 0);
+    assert_int_equal(exists, 1);
+    assert_string_equal(kvc_endpoint(c), proxy->path);
+    (void)f;
+    atomic_store(&proxy->silent, 1);
+    return c;
+}
+
+/* A leader that goes silent under a call, its connection kept (paused,
+ * hung). A query that waited 2 s is asked of another master of the list
+ * too: "proxy, real": the real master answers it, and the client stays
+ * there; "proxy, standby" (naming the real master): the query goes to the
+ * master named; "proxy, loyal" (a standby naming the proxy: the leader is
+ * slow, not gone): it waits for the proxy to its timeout, and then leaves
+ * it. A put start, not sent twice, waits to its timeout; the next call goes
+ * to the real master, and the put was not applied. */
+static void test_a_silent_master_is_passed_over(void **state)
+{
+    fixture *f = *state;
+    fake *proxy = fake_start(&f->m, "proxy", FAKE_PROXY);
+    fake *loyal = fake_start(&f->m, "loyal", FAKE_STANDBY);
+    snprintf(loyal->leader, sizeof(loyal->leader), "%s", proxy->path);
+    const char *key = put_through(f, f->m.socket);
+    int exists = 0;
+
+    kvc *c = through_then_silent(f, proxy, f->m.socket, WAIT_MS, key);
+    assert_int_equal(kvc_exists(c, key, &exists), 0);
+    assert_int_equal(exists, 1);
+    assert_string_equal(kvc_endpoint(c), f->m.socket);
+    kvc_close(c);
+
+    c = through_then_silent(f, proxy, f->standby->path, WAIT_MS, key);
+    int before = atomic_load(&f->standby->redirects);
+    exists = 0;
+    assert_int_equal(kvc_exists(c, key, &exists), 0);
+    assert_int_equal(exists, 1);
+    assert_string_equal(kvc_endpoint(c), f->m.socket);
+    assert_true(atomic_load(&f->standby->redirects) > before);
+    kvc_close(c);
+
+    c = through_then_silent(f, proxy, loyal->path, 5000, key);
+    before = atomic_load(&loyal->redirects);
+    int rc = kvc_exists(c, key, &exists);
+    if (rc != SMP_EAGAIN || strstr(kvc_error(c), "(the next call tries the other masters)") == NULL)
+        fail_msg("a query at a slow leader: %d (%s)", rc, kvc_error(c));
+    assert_true(atomic_load(&loyal->redirects) > before); /* it was asked */
+    kvc_close(c);
+
+    c = through_then_silent(f, proxy, f->m.socket, 3000, key);
+    rc = kvc_put_bytes(c, "redirect/silent-put", "x", 1, SMP_DATA_KV, NULL, 0, NULL);
+    if (rc != SMP_EAGAIN || strstr(kvc_error(c), "(the next call tries the other masters)") == NULL)
+        fail_msg("a put at a silent leader: %d (%s)", rc, kvc_error(c));
+    exists = 1;
+    assert_int_equal(kvc_exists(c, "redirect/silent-put", &exists), 0);
+    assert_int_equal(exists, 0);
+    assert_string_equal(kvc_endpoint(c), f->m.socket);
+    kvc_close(c);
+    fake_stop(loyal);
+    fake_stop(proxy);
+}
+
 /* weightctl: --master lists for kv and status; bad lists name the item. */
 static void test_weightctl_follows_the_list(void **state)
 {
@@ -810,11 +901,13 @@ static void test_status_lists_every_master(void **state)
      * the standby's view stays, saying whose the nodes are */
     snprintf(line, sizeof(line), "nodes     - (they register with the leader, %s)", f->m.socket);
     assert_non_null(strstr(out, line));
+    assert_non_null(strstr(out, "\nmemory    - (the leader's nodes')\n"));
     free(out);
 
     const char *json[] = {"--master", masters, "--json", "status", NULL};
     assert_int_equal(run_weightctl(f, &out, json), 0);
-    assert_non_null(strstr(out, "\"role\":\"standby\""));
+    assert_non_null(strstr(out, "\"role\":\"standby\",\"nodes\":null,\"segments\":null,"
+                                "\"memory_capacity\":null,\"memory_used\":null,"));
     assert_non_null(strstr(out, "\"master_id\":\"m2\",\"applied_seq\":40"));
     assert_non_null(strstr(out, "\"masters\":[{\"id\":\"m1\",\"role\":\"leader\""));
     assert_non_null(strstr(out, "\"id\":\"m3\",\"role\":\"standby\",\"endpoint\":\"10.0.0.3:7600\","
@@ -940,6 +1033,7 @@ int main(void)
         cmocka_unit_test(test_pauses_while_no_leader_is_known),
         cmocka_unit_test(test_a_named_leader_is_followed_without_a_pause),
         cmocka_unit_test(test_lost_mutation_is_not_resent_but_a_query_is),
+        cmocka_unit_test(test_a_silent_master_is_passed_over),
         cmocka_unit_test(test_weightctl_follows_the_list),
         cmocka_unit_test(test_status_lists_every_master),
         cmocka_unit_test(test_weight_store_opens_a_list),

@@ -553,6 +553,87 @@ static void test_ha_leader_sigstop_is_deposed_and_never_writes_again(void **stat
     assert_all_present_any_leader(c, "kv/c", 0, 5);
 }
 
+/* One read of kv/a/<i> through k: 0 with the bytes checked, or the code. */
+static int read_one(kvc *k, int i)
+{
+    char key[64], want[64], got[64];
+    uint64_t len = 0;
+    snprintf(key, sizeof(key), "kv/a/%04d", i);
+    int wl = snprintf(want, sizeof(want), "value-%d", i);
+    int rc = kvc_get_into(k, key, got, sizeof(got), &len, 1);
+    if (rc == 0 && (len != (uint64_t)wl || memcmp(got, want, (size_t)wl) != 0))
+        fail_msg("%s read back other bytes", key);
+    return rc;
+}
+
+/* A paused master (SIGSTOP) still has its connections accepted by the
+ * kernel. Clients given the list pass it over:
+ *  - a new connection must answer a first request, so a paused standby
+ *    first in the list costs a moment, not the call;
+ *  - a read waiting on a leader that was paused asks another master after
+ *    2 s, and is answered by the new leader once the standbys name it (the
+ *    node left the paused leader too, so the new one serves its replicas);
+ *  - a mutation, which is not sent twice, fails when its timeout ends at a
+ *    paused leader, and the next call goes to the others. */
+static void test_ha_a_paused_master_is_passed_over_by_clients(void **state)
+{
+    cluster *c = *state;
+    int leader = start_cluster_and_write(c, "kv/a", 5);
+    int standby = (leader + 1) % N_MASTERS, third = (leader + 2) % N_MASTERS;
+    const hx_master *m = c->hc.m;
+    char list[1200], err[512];
+    kvc *k = NULL;
+
+    wait_role(c, standby, "standby");
+    assert_int_equal(kill(m[standby].pid, SIGSTOP), 0);
+    c->paused = standby;
+    snprintf(list, sizeof(list), "%s,%s,%s", m[standby].socket, m[third].socket,
+             m[leader].socket);
+    if (kvc_connect(list, 5000, &k, err, sizeof(err)) < 0)
+        fail_msg("connect through %s: %s", list, err);
+    int rc = read_one(k, 0);
+    if (rc != 0) fail_msg("a read through a list led by a paused standby: %d (%s)", rc, kvc_error(k));
+    assert_string_equal(kvc_endpoint(k), m[leader].socket);
+    kvc_close(k);
+    assert_int_equal(kill(m[standby].pid, SIGCONT), 0);
+    c->paused = -1;
+    wait_role(c, standby, "standby");
+
+    snprintf(list, sizeof(list), "%s,%s,%s", m[leader].socket, m[standby].socket,
+             m[third].socket);
+    if (kvc_connect(list, 12000, &k, err, sizeof(err)) < 0)
+        fail_msg("connect through %s: %s", list, err);
+    assert_int_equal(read_one(k, 1), 0);
+    assert_int_equal(kill(m[leader].pid, SIGSTOP), 0);
+    c->paused = leader;
+    rc = read_one(k, 2);
+    if (rc != 0) fail_msg("a read sent to a leader then paused: %d (%s)", rc, kvc_error(k));
+    int next = wait_leader(c, leader);
+    assert_string_equal(kvc_endpoint(k), m[next].socket);
+    if (!hx_file_contains(c->hc.node.log, "lost the master at "))
+        fail_msg("the node did not leave the paused leader");
+    assert_int_equal(kill(m[leader].pid, SIGCONT), 0);
+    c->paused = -1;
+    wait_role(c, leader, "standby");
+
+    /* The new leader paused under a put start (not sent twice). */
+    assert_int_equal(read_one(k, 3), 0);
+    assert_int_equal(kill(m[next].pid, SIGSTOP), 0);
+    c->paused = next;
+    rc = kvc_put_bytes(k, "kv/b/0000", "b", 1, SMP_DATA_KV, NULL, 0, NULL);
+    if (rc != SMP_EAGAIN || strstr(kvc_error(k), "(the next call tries the other masters)") == NULL)
+        fail_msg("a put sent to a leader then paused: %d (%s)", rc, kvc_error(k));
+    int last = wait_leader(c, next);
+    rc = kvc_put_bytes(k, "kv/b/0001", "b", 1, SMP_DATA_KV, NULL, 0, NULL);
+    if (rc != 0) fail_msg("the put after: %d (%s)", rc, kvc_error(k));
+    assert_string_equal(kvc_endpoint(k), m[last].socket);
+    assert_int_equal(read_one(k, 4), 0);
+    kvc_close(k);
+    assert_int_equal(kill(m[next].pid, SIGCONT), 0);
+    c->paused = -1;
+    wait_role(c, next, "standby");
+}
+
 /* A standby without the plugin that owns a record type stops following at
  * that record: /health is 503 naming the cause, /role says not-ready, and it
  * never leads -- when the leader dies, the other standby takes over. */
@@ -1034,6 +1115,8 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_ha_leader_sigstop_is_deposed_and_never_writes_again,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ha_a_paused_master_is_passed_over_by_clients, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_ha_standby_stops_visibly_on_an_unknown_record_type,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_ha_etcd_member_sigkill_keeps_the_cluster_writable,
