@@ -483,6 +483,7 @@ static const field_spec fsck_fields[] = {
 static const field_spec memory_fields[] = {
     F_OF("high_watermark", FK_RATIO, memory_high_watermark),
     F_OF("low_watermark", FK_RATIO, memory_low_watermark),
+    F_OF("evict_without_cold_copy", FK_BOOL, memory_evict_without_cold_copy),
     F_END
 };
 
@@ -1182,6 +1183,7 @@ int host_config_defaults(host_config *cfg)
     cfg->fsck_bytes_per_s = 67108864;
     cfg->memory_high_watermark = 0.95;
     cfg->memory_low_watermark = 0.85;
+    cfg->memory_evict_without_cold_copy = 1;
     cfg->ha_enabled = 0;
     cfg->ha_id = strdup("");
     cfg->ha_etcd_endpoints = strdup("");

@@ -194,14 +194,28 @@ static void relieve_pressure(master *m)
                         .used = used, .capacity = cap};
         master_emit(m, &ev);
     }
+    if (!above) m->pressure_told = 0;
     if (!above && !m->pressure) return;
     m->pressure = 0;
     if (m->evicting || m->log_failed) return;
     obj_record_list recs = {0};
     uint64_t planned = 0;
-    if (obj_plan_eviction(master_objs(m), m->cfg->memory_high_watermark, m->cfg->memory_low_watermark,
-                          master_now_ms(), &recs, &planned) < 0 || recs.n == 0) {
+    int rc = obj_plan_eviction(master_objs(m), m->cfg->memory_high_watermark,
+                               m->cfg->memory_low_watermark, master_now_ms(), &recs, &planned);
+    if (rc < 0 || recs.n == 0) {
         obj_record_list_free(&recs);
+        if (rc == SMP_OK && above && !m->pressure_told) {
+            /* once, until use is back under the watermark */
+            m->pressure_told = 1;
+            fprintf(stderr, "store_master: memory: %llu of %llu bytes in use, above "
+                    "memory.high_watermark %.2f, and nothing may be evicted (pinned, leased, "
+                    "kept by a plugin%s): puts that do not fit fail with SMP_ENOSPC\n",
+                    (unsigned long long)used, (unsigned long long)cap,
+                    m->cfg->memory_high_watermark,
+                    m->cfg->memory_evict_without_cold_copy
+                        ? ""
+                        : ", or without a cold copy (memory.evict_without_cold_copy: false)");
+        }
         m->pressure = above;
         return;
     }
@@ -504,6 +518,7 @@ static int open_parts(master *m, char *err, size_t errlen)
     if ((rc = obj_store_create(&m->objs_.store, &guard)) < 0) return rc;
     obj_store_set_abandon_hook(m->objs_.store, master_scrub_abandoned, m);
     obj_store_set_place_hook(m->objs_.store, master_node_place_ok, m);
+    obj_store_keep_uncopied(m->objs_.store, !m->cfg->memory_evict_without_cold_copy);
 
     oplog_file_options lo = {
         .dir = m->oplog_dir,

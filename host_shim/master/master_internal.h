@@ -178,6 +178,8 @@ typedef struct master {
     /* Housekeeping. */
     int evicting;               /* an eviction plan is being applied */
     int pressure;               /* above the high watermark at the last look */
+    int pressure_told;          /* "nothing may be evicted" logged since use was last
+                                   under the high watermark */
     uint64_t last_cleanup_ms;
     struct fsck_run *fsck_background; /* the background fsck running, NULL */
     struct master_fsck_schedule *fsck_schedule; /* when it runs (master_fsck_schedule.c) */

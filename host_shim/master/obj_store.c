@@ -106,6 +106,12 @@ void obj_store_set_place_hook(obj_store *st, obj_place_fn fn, void *ctx)
     st->place_ctx = ctx;
 }
 
+void obj_store_keep_uncopied(obj_store *st, int keep)
+{
+    OBJ_CHECK_CALLER(st);
+    st->evict_keep_uncopied = keep != 0;
+}
+
 const char *obj_segment_foreign_key(const obj_store *st, const char *id, const char *tenant)
 {
     OBJ_CHECK_CALLER(st);

@@ -476,7 +476,8 @@ int obj_prepare_remove_prefix(obj_store *st,
  * unleased objects with a memory replica, asking the guard (BATCH_EVICT; with
  * no guard loaded members of managed groups are skipped). An object with a
  * complete cold replica loses its memory replicas (a PUT_END record); others
- * are removed (REMOVE records). Appends to *out; *planned_free (may be NULL)
+ * are removed (REMOVE records), unless obj_store_keep_uncopied said not to:
+ * then they are passed over. Appends to *out; *planned_free (may be NULL)
  * gets the bytes the records free. Run one plan at a time: apply its records
  * before planning again. SMP_EINVAL for watermarks outside 0 <= low <= high
  * <= 1, SMP_ENOMEM. */
@@ -580,6 +581,11 @@ void obj_store_set_abandon_hook(obj_store *st, obj_abandon_fn fn, void *ctx);
  * Not set: every segment may hold every tenant's objects. */
 typedef int (*obj_place_fn)(void *ctx, const char *node, const char *tenant);
 void obj_store_set_place_hook(obj_store *st, obj_place_fn fn, void *ctx);
+
+/* keep 1: eviction never removes an object that has no complete cold
+ * replica (memory.evict_without_cold_copy: false); 0 (the default): it does,
+ * least recently used first, as a cache would. */
+void obj_store_keep_uncopied(obj_store *st, int keep);
 
 
 /* The key of an object of a tenant other than tenant with a memory replica,

@@ -267,6 +267,7 @@ struct obj_store {
     obj_stats stats;      /* counters; memory fields computed on demand */
     obj_abandon_fn abandon; /* ranges given up with a writer's bytes in them */
     void *abandon_ctx;
+    int evict_keep_uncopied; /* eviction leaves objects without a cold copy alone */
     obj_place_fn place_ok;  /* may a segment's node hold a tenant's objects */
     void *place_ctx;
     obj_released released;  /* what the tracked apply let go of */

@@ -252,7 +252,7 @@ int obj_plan_eviction(obj_store *st,
                 cold_complete |= r->status == OBJ_REPLICA_COMPLETE;
             }
         }
-        if (!mem_complete) continue;
+        if (!mem_complete || (!cold_complete && st->evict_keep_uncopied)) continue;
         if (obj_guard_decide(st, SMP_GUARD_BATCH_EVICT, o->key, o->group, o->data_type,
                              SMP_REPLICA_MEMORY, obj_group_managed_flag(st, o->group)) < 0)
             continue;

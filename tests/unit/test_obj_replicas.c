@@ -226,6 +226,52 @@ static void test_add_replica_cold_to_hot(void **state)
     obj_store_destroy(st);
 }
 
+/* memory.evict_without_cold_copy: false -- an eviction drops the memory
+ * replica of an object with a cold copy and leaves one without alone, even
+ * when that leaves use above the watermark; by default it removes it. */
+static void test_eviction_can_keep_objects_without_a_cold_copy(void **state)
+{
+    (void)state;
+    obj_store *st = new_store(NULL);
+    mount(st, "s0", "n0", 1024);
+    assert_int_equal(put_full(st, "plain", 300, "", "", 1), SMP_OK);
+    assert_int_equal(put_full(st, "copied", 300, "", "", 2), SMP_OK);
+    obj_replica reps[3];
+    size_t n;
+    assert_int_equal(obj_object_replicas(st, "copied", reps, 3, &n), SMP_OK);
+    reps[n] = (obj_replica){SMP_REPLICA_COLD, OBJ_REPLICA_COMPLETE, "n0", NULL, 0, 300, "/c/c"};
+    obj_record r = {0};
+    assert_int_equal(obj_prepare_set_replicas(st, "copied", reps, n + 1, &r), SMP_OK);
+    apply_rec(st, &r);
+    uint64_t before = used_of(st);
+
+    obj_store_keep_uncopied(st, 1);
+    obj_record_list l = {0};
+    uint64_t planned = 0;
+    assert_int_equal(obj_plan_eviction(st, 0.0, 0.0, 3, &l, &planned), SMP_OK);
+    assert_int_equal(l.n, 1);
+    apply_list(st, &l);
+    assert_true(used_of(st) < before && used_of(st) > 0);
+    smp_object_info info = {.struct_size = sizeof(info)};
+    assert_int_equal(obj_object_info(st, "plain", &info), SMP_OK);
+    assert_int_equal(info.memory_replicas_readable, 1);
+    assert_int_equal(obj_object_info(st, "copied", &info), SMP_OK);
+    assert_int_equal(info.memory_replicas_readable, 0);
+    assert_int_equal(info.cold_replicas_readable, 1);
+    /* nothing more it may evict: no plan */
+    assert_int_equal(obj_plan_eviction(st, 0.0, 0.0, 4, &l, &planned), SMP_OK);
+    assert_int_equal(l.n, 0);
+    assert_int_equal(planned, 0);
+
+    obj_store_keep_uncopied(st, 0);
+    assert_int_equal(obj_plan_eviction(st, 0.0, 0.0, 5, &l, NULL), SMP_OK);
+    assert_int_equal(l.n, 1);
+    apply_list(st, &l);
+    assert_int_equal(obj_object_info(st, "plain", &info), SMP_ENOTFOUND);
+    assert_int_equal(used_of(st), 0);
+    obj_store_destroy(st);
+}
+
 /* An add-replica record about a removed or replaced incarnation is a no-op:
  * it adds nothing, frees its own reservation, and frees no reservation of
  * the new incarnation even when that one holds the very same range. */
@@ -663,6 +709,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_add_replica_reserve_and_add),
         cmocka_unit_test(test_add_replica_cold_to_hot),
+        cmocka_unit_test(test_eviction_can_keep_objects_without_a_cold_copy),
         cmocka_unit_test(test_add_replica_after_remove_or_overwrite),
         cmocka_unit_test(test_add_replica_reservations),
         cmocka_unit_test(test_add_replica_malformed),
