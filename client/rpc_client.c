@@ -28,8 +28,10 @@
  * happens with other requests in flight: their answers would be lost.
  * A paused or hung master still has its connections accepted by the
  * kernel, so on a list a new socket must answer a first request (an empty
- * auth.HELLO) within RPCC_ATTEMPT_MS before a call uses it, and an
- * RPCC_FAILOVER call that timed out gives the stream up for the next. */
+ * auth.HELLO, whose answer also says whether that master leads) within
+ * RPCC_ATTEMPT_MS before a call uses it; a call that waits in silence asks
+ * another master whether the one it waits on still leads, and a call that
+ * timed out gives the stream up for the next (rpc_client_watch.c). */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -59,60 +61,10 @@
 #include "wc_tls.h"
 #include "wm_errbuf.h"
 
-#define RPCC_READ_CHUNK (64u * 1024u)
-#define RPCC_BACKOFF_MIN_MS 20   /* pause before a second round or a second move */
-#define RPCC_BACKOFF_MAX_MS 100  /* doubling up to this (or the connection's
-                                  * follow_pause_max_ms): a client waiting out an
-                                  * election reaches the new leader within 0.1 s of it */
-#define RPCC_ATTEMPT_MS 2000     /* one connect of a list of several, with its first answer */
-#define RPCC_FOLLOW_MS 30000     /* how long a call without a timeout moves on */
-#define RPCC_AWAIT_SLACK_MS 20   /* how far past its deadline a call's blocking recv may end */
+#include "rpc_client_internal.h"
 
-/* A response taken off the stream: its frame, and the fields decoded from
- * it (pointing into frame). */
-typedef struct rpcc_pending {
-    struct rpcc_pending *next;
-    rpc_env_response r;
-    uint8_t frame[];
-} rpcc_pending;
 
-struct rpcc_conn {
-    int fd;
-    int timeout_ms;
-    uint32_t max_frame;
-    uint64_t next_id;
-    int broken;             /* 0, or the code that broke the stream */
-    char err[512];
-    uint8_t *in;            /* received, not yet decoded */
-    size_t in_len;
-    size_t in_cap;
-    rpcc_pending *head;     /* decoded responses not yet claimed */
-    rpcc_pending *tail;
-    size_t in_flight;       /* requests sent whose responses were not delivered */
-    master_list ml;         /* the endpoints; ml's position may run ahead of */
-    char endpoint[ML_ENDPOINT_MAX]; /* the one connected now ("" after a failed move) */
-    int hinted;             /* ml is at the leader the last NOT_LEADER named */
-    uint64_t moves;
-    SSL_CTX *tls;           /* TLS to TCP endpoints, or NULL */
-    SSL *ssl;               /* the session of the stream (TLS, TCP) */
-    short want;             /* the poll event the session waits for */
-    char tls_why[200];      /* OpenSSL's reason for the last failed SSL_read ("": none) */
-    int await_reply;        /* a request just left with nothing buffered: wait before
-                               the first recv (a plain socket; see read_frame) */
-    int recv_blocks;        /* plain TCP: that wait is a blocking recv */
-    int rcvtimeo_ms;        /* the blocking socket's SO_RCVTIMEO (0: none) */
-    int pause_max_ms;       /* the longest pause between two rounds or moves */
-    char *token;            /* presented on each new socket (NULL: none) */
-    char tls_name[256];     /* the master certificate's name ("": each endpoint's host) */
-    char auth_tenant[136];  /* what HELLO answered on the current socket */
-    int answered;           /* a frame came on the current socket */
-    char auth_role[16];
-    int relocate;           /* the stream was left for a silent master: the next
-                               request moves to another before it leaves */
-    size_t hedge_at;        /* the endpoint the next hedge asks first (hedge()) */
-};
-
-static void conn_err(rpcc_conn *c, const char *fmt, ...)
+void rpcc_conn_err(rpcc_conn *c, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -128,16 +80,16 @@ static int conn_break(rpcc_conn *c, int rc)
     return rc;
 }
 
-static int64_t now_ms(void)
+int64_t rpcc_now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static int64_t deadline_of(int timeout_ms)
+int64_t rpcc_deadline_of(int timeout_ms)
 {
-    return timeout_ms > 0 ? now_ms() + timeout_ms : -1;
+    return timeout_ms > 0 ? rpcc_now_ms() + timeout_ms : -1;
 }
 
 /* -- Connecting ------------------------------------------------------------ */
@@ -174,7 +126,7 @@ static int connect_unix(const char *path, int64_t deadline, int *fd_out,
     }
     for (;;) {
         if (deadline >= 0) {
-            int64_t left = deadline - now_ms();
+            int64_t left = deadline - rpcc_now_ms();
             if (left < 1)
                 left = 1; /* 0 would be no bound: one short wait past the deadline */
             tv.tv_sec = (time_t)(left / 1000);
@@ -188,7 +140,7 @@ static int connect_unix(const char *path, int64_t deadline, int *fd_out,
         if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
             break;
         /* a signal ended the wait before it connected anything: wait on */
-        if (errno == EINTR && (deadline < 0 || now_ms() < deadline))
+        if (errno == EINTR && (deadline < 0 || rpcc_now_ms() < deadline))
             continue;
         if (errno == EAGAIN || errno == EINTR) {
             wm_errbuf(err, errlen, "connect to unix:%s: timed out (the server accepts no "
@@ -311,7 +263,7 @@ static int connect_endpoint(const char *endpoint, int64_t deadline, int *fd,
 
 static void sleep_until(int64_t until)
 {
-    int64_t left = until - now_ms();
+    int64_t left = until - rpcc_now_ms();
     if (left > 0) {
         struct timespec ts = {(time_t)(left / 1000), (long)(left % 1000) * 1000000L};
         nanosleep(&ts, NULL);
@@ -373,7 +325,7 @@ static ssize_t io_recv_awaited(rpcc_conn *c, void *buf, size_t len, int64_t dead
 {
     int ms = c->timeout_ms > 0 ? c->timeout_ms : 0;
     c->want = POLLIN;
-    if (deadline >= 0 && (ms == 0 || ms > deadline - now_ms() + RPCC_AWAIT_SLACK_MS)) {
+    if (deadline >= 0 && (ms == 0 || ms > deadline - rpcc_now_ms() + RPCC_AWAIT_SLACK_MS)) {
         errno = EAGAIN;
         return -1;
     }
@@ -404,12 +356,12 @@ static int recv_failed(rpcc_conn *c)
             (strstr(c->tls_why, "certificate") != NULL || strstr(c->tls_why, "unknown ca") != NULL ||
              strstr(c->tls_why, "access denied") != NULL))
             rc = SMP_EAUTH;
-        conn_err(c, "recv: TLS: %s%s", c->tls_why,
+        rpcc_conn_err(c, "recv: TLS: %s%s", c->tls_why,
                  no_cert ? " (this master verifies clients: give a client certificate and its "
                            "key, --tls-cert/--tls-key or WM_TLS_CERT/WM_TLS_KEY)"
                          : "");
     } else {
-        conn_err(c, "recv: %s", strerror(errno));
+        rpcc_conn_err(c, "recv: %s", strerror(errno));
     }
     c->tls_why[0] = '\0';
     return rc;
@@ -428,7 +380,6 @@ static int recv_failed(rpcc_conn *c)
  * endpoint, and "timed out" would turn endpoints that all refused into a
  * try-again. On success ml is at the endpoint connected. */
 static int conn_hello(rpcc_conn *c, int64_t deadline, int probe, char *err, size_t errlen);
-static void drop_stream(rpcc_conn *c);
 
 /* The pause after one of `pause` ms (0: none yet): RPCC_BACKOFF_MIN_MS, then
  * doubling up to c's longest. */
@@ -438,9 +389,9 @@ static int next_pause(const rpcc_conn *c, int pause)
     return pause * 2 < c->pause_max_ms ? pause * 2 : c->pause_max_ms;
 }
 
-static int list_connect(rpcc_conn *c, int64_t deadline, char *err, size_t errlen)
+int rpcc_list_connect(rpcc_conn *c, int64_t deadline, char *err, size_t errlen)
 {
-    int64_t started = now_ms();
+    int64_t started = rpcc_now_ms();
     int backoff = RPCC_BACKOFF_MIN_MS, rounds = 0, rc = SMP_EIO;
     int decided = 0, decided_timed_out = 0; /* the last whole round's verdict */
     char causes[1024], decided_causes[1024] = "";
@@ -455,8 +406,8 @@ static int list_connect(rpcc_conn *c, int64_t deadline, char *err, size_t errlen
             const char *ep = master_list_current(&c->ml);
             int64_t limit = deadline;
             int fd = -1, tcp = master_list_unix_path(ep) == NULL;
-            if (round > 1 && (limit < 0 || limit > now_ms() + RPCC_ATTEMPT_MS))
-                limit = now_ms() + RPCC_ATTEMPT_MS;
+            if (round > 1 && (limit < 0 || limit > rpcc_now_ms() + RPCC_ATTEMPT_MS))
+                limit = rpcc_now_ms() + RPCC_ATTEMPT_MS;
             one[0] = '\0';
             rc = connect_endpoint(ep, limit, &fd, one, sizeof(one));
             if (rc == SMP_OK && c->tls != NULL && tcp &&
@@ -474,9 +425,14 @@ static int list_connect(rpcc_conn *c, int64_t deadline, char *err, size_t errlen
                 c->recv_blocks = c->ssl == NULL && tcp &&
                                  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) == 0;
                 snprintf(c->endpoint, sizeof(c->endpoint), "%s", ep);
-                if ((rc = conn_hello(c, limit, round > 1, one, sizeof(one))) == SMP_OK)
+                if ((rc = conn_hello(c, limit, round > 1, one, sizeof(one))) == SMP_OK) {
+                    if (round > 1)
+                        rpcc_silent_note(ep, 0);
                     return SMP_OK;
-                drop_stream(c);
+                }
+                if (rc == SMP_EAGAIN && round > 1)
+                    rpcc_silent_note(ep, 1);
+                rpcc_drop_stream(c);
                 if (rc == SMP_EAUTH || rc == SMP_EFORBIDDEN || round == 1) {
                     /* a refused credential is not a reason to try elsewhere */
                     wm_errbuf(err, errlen, "%s: %s", ep, one);
@@ -503,14 +459,14 @@ static int list_connect(rpcc_conn *c, int64_t deadline, char *err, size_t errlen
             decided_timed_out = timed_out;
             memcpy(decided_causes, causes, sizeof(causes));
         }
-        if (deadline < 0 || now_ms() + backoff >= deadline)
+        if (deadline < 0 || rpcc_now_ms() + backoff >= deadline)
             break;
-        sleep_until(now_ms() + backoff);
+        sleep_until(rpcc_now_ms() + backoff);
         backoff = next_pause(c, backoff);
     }
     wm_errbuf(err, errlen, "no master answered (%zu endpoints, %d round%s in %lld ms): %s",
               master_list_round(&c->ml), rounds, rounds == 1 ? "" : "s",
-              (long long)(now_ms() - started), decided_causes);
+              (long long)(rpcc_now_ms() - started), decided_causes);
     return decided_timed_out ? SMP_EAGAIN : SMP_EIO;
 }
 
@@ -555,7 +511,8 @@ int rpcc_connect(const char *endpoint,
         snprintf(c->tls_name, sizeof(c->tls_name), "%s", opt->tls_server_name);
     if ((rc = master_list_parse(endpoint, &c->ml, err, errlen)) < 0)
         goto free_conn;
-    if ((rc = list_connect(c, deadline_of(c->timeout_ms), err, errlen)) < 0)
+    rpcc_skip_silent(c);
+    if ((rc = rpcc_list_connect(c, rpcc_deadline_of(c->timeout_ms), err, errlen)) < 0)
         goto free_conn;
     *out = c;
     return SMP_OK;
@@ -569,7 +526,7 @@ free_conn:
 }
 
 /* Forget the stream: the socket, buffered bytes, unclaimed responses. */
-static void drop_stream(rpcc_conn *c)
+void rpcc_drop_stream(rpcc_conn *c)
 {
     rpcc_pending *p, *next;
     for (p = c->head; p != NULL; p = next) {
@@ -596,13 +553,15 @@ static int conn_move(rpcc_conn *c, int64_t deadline)
 {
     char why[sizeof(c->err)];
     int rc;
-    drop_stream(c);
+    rpcc_drop_stream(c);
     c->relocate = 0;
-    if (!c->hinted)
+    if (!c->hinted) {
         master_list_next(&c->ml);
+        rpcc_skip_silent(c);
+    }
     c->hinted = 0;
-    if ((rc = list_connect(c, deadline, why, sizeof(why))) < 0) {
-        conn_err(c, "%s", why);
+    if ((rc = rpcc_list_connect(c, deadline, why, sizeof(why))) < 0) {
+        rpcc_conn_err(c, "%s", why);
         c->broken = rc;
         return rc;
     }
@@ -615,14 +574,14 @@ static int conn_move(rpcc_conn *c, int64_t deadline)
  * or the connect's error with the connection broken. */
 static int relocate(rpcc_conn *c)
 {
-    return conn_move(c, deadline_of(c->timeout_ms));
+    return conn_move(c, rpcc_deadline_of(c->timeout_ms));
 }
 
 int rpcc_reconnect(rpcc_conn *c)
 {
     if (c == NULL)
         return SMP_EINVAL;
-    return conn_move(c, deadline_of(c->timeout_ms));
+    return conn_move(c, rpcc_deadline_of(c->timeout_ms));
 }
 
 const char *rpcc_auth_tenant(const rpcc_conn *c)
@@ -650,11 +609,17 @@ size_t rpcc_masters(const rpcc_conn *c)
     return c != NULL ? c->ml.n : 0;
 }
 
+void rpcc_set_quiet(rpcc_conn *c, int quiet_ms)
+{
+    if (c != NULL)
+        c->quiet_ms = quiet_ms > 0 ? quiet_ms : 0;
+}
+
 void rpcc_close(rpcc_conn *c)
 {
     if (c == NULL)
         return;
-    drop_stream(c);
+    rpcc_drop_stream(c);
     SSL_CTX_free(c->tls);
     free(c->in);
     free(c->token);
@@ -694,13 +659,13 @@ static int write_all(rpcc_conn *c, const uint8_t *buf, size_t len, int64_t deadl
             if (r > 0)
                 continue;
             if (r == 0) {
-                conn_err(c, "send timed out after %d ms (%zu of %zu bytes sent)",
+                rpcc_conn_err(c, "send timed out after %d ms (%zu of %zu bytes sent)",
                          c->timeout_ms, done, len);
                 return done > 0 ? conn_break(c, SMP_EAGAIN) : SMP_EAGAIN;
             }
             errno = -r;
         }
-        conn_err(c, "send: %s", w < 0 ? strerror(errno) : "no progress");
+        rpcc_conn_err(c, "send: %s", w < 0 ? strerror(errno) : "no progress");
         return conn_break(c, SMP_EIO);
     }
     return SMP_OK;
@@ -711,11 +676,11 @@ int rpcc_send_raw(rpcc_conn *c, const uint8_t *bytes, size_t len)
     int rc, r;
     if (c == NULL || (bytes == NULL && len > 0))
         return SMP_EINVAL;
-    if (c->relocate && (rc = relocate(c)) < 0)
+    if ((c->relocate || rpcc_at_silent_master(c)) && (rc = relocate(c)) < 0)
         return rc;
     if (c->broken)
         return c->broken;
-    rc = write_all(c, bytes, len, deadline_of(c->timeout_ms));
+    rc = write_all(c, bytes, len, rpcc_deadline_of(c->timeout_ms));
     if (rc == SMP_EIO && (r = salvage_refusal(c)) < 0)
         return r;
     return rc;
@@ -734,17 +699,17 @@ int rpcc_send(rpcc_conn *c,
 
     if (c == NULL || (req_body == NULL && req_len > 0))
         return SMP_EINVAL;
-    if (c->relocate && (rc = relocate(c)) < 0)
+    if ((c->relocate || rpcc_at_silent_master(c)) && (rc = relocate(c)) < 0)
         return rc;
     if (c->broken)
         return c->broken;
     size = rpc_env_request_size(c->next_id, service, method, req_len);
     if (size > c->max_frame) {
-        conn_err(c, "request of %zu bytes exceeds max_frame_bytes %" PRIu32, size, c->max_frame);
+        rpcc_conn_err(c, "request of %zu bytes exceeds max_frame_bytes %" PRIu32, size, c->max_frame);
         return SMP_ERANGE;
     }
     if (4 + size > sizeof(small) && (frame = malloc(4 + size)) == NULL) {
-        conn_err(c, "out of memory for a request of %zu bytes", size);
+        rpcc_conn_err(c, "out of memory for a request of %zu bytes", size);
         return SMP_ENOMEM;
     }
     frame[0] = (uint8_t)(size >> 24);
@@ -752,7 +717,7 @@ int rpcc_send(rpcc_conn *c,
     frame[2] = (uint8_t)(size >> 8);
     frame[3] = (uint8_t)size;
     rpc_env_encode_request(frame + 4, c->next_id, service, method, req_body, req_len);
-    rc = write_all(c, frame, 4 + size, deadline_of(c->timeout_ms));
+    rc = write_all(c, frame, 4 + size, rpcc_deadline_of(c->timeout_ms));
     if (frame != small)
         free(frame);
     if (rc == SMP_EIO && (r = salvage_refusal(c)) < 0)
@@ -791,16 +756,16 @@ static int read_frame(rpcc_conn *c, int64_t deadline, rpcc_pending **out)
             uint32_t len = (uint32_t)c->in[0] << 24 | (uint32_t)c->in[1] << 16 |
                            (uint32_t)c->in[2] << 8 | (uint32_t)c->in[3];
             if (len == 0) {
-                conn_err(c, "server sent a zero-length frame");
+                rpcc_conn_err(c, "server sent a zero-length frame");
                 return conn_break(c, SMP_EPROTO);
             }
             if (memcmp(c->in, "HTTP", 4) == 0) {
-                conn_err(c, "the peer answered HTTP, not the master's RPC protocol (is this the "
+                rpcc_conn_err(c, "the peer answered HTTP, not the master's RPC protocol (is this the "
                             "admin/metrics port?)");
                 return conn_break(c, SMP_EPROTO);
             }
             if (len > c->max_frame) {
-                conn_err(c, "response frame of %" PRIu32 " bytes exceeds max_frame_bytes %" PRIu32
+                rpcc_conn_err(c, "response frame of %" PRIu32 " bytes exceeds max_frame_bytes %" PRIu32
                             "%s%.4s%s",
                          len, c->max_frame, text_bytes(c->in) ? " (its length reads as text '" : "",
                          text_bytes(c->in) ? (const char *)c->in : "",
@@ -810,13 +775,13 @@ static int read_frame(rpcc_conn *c, int64_t deadline, rpcc_pending **out)
             if (c->in_len >= 4 + (size_t)len) {
                 rpcc_pending *p = malloc(sizeof(*p) + len);
                 if (p == NULL) {
-                    conn_err(c, "out of memory for a response of %" PRIu32 " bytes", len);
+                    rpcc_conn_err(c, "out of memory for a response of %" PRIu32 " bytes", len);
                     return SMP_ENOMEM; /* the frame stays buffered */
                 }
                 memcpy(p->frame, c->in + 4, len);
                 if (rpc_env_decode_response(p->frame, len, &p->r) < 0) {
                     free(p);
-                    conn_err(c, "response frame of %" PRIu32 " bytes does not decode", len);
+                    rpcc_conn_err(c, "response frame of %" PRIu32 " bytes does not decode", len);
                     return conn_break(c, SMP_EPROTO);
                 }
                 memmove(c->in, c->in + 4 + len, c->in_len - 4 - len);
@@ -836,7 +801,7 @@ static int read_frame(rpcc_conn *c, int64_t deadline, rpcc_pending **out)
                 while (cap < want)
                     cap *= 2;
                 if ((nb = realloc(c->in, cap)) == NULL) {
-                    conn_err(c, "out of memory for a response");
+                    rpcc_conn_err(c, "out of memory for a response");
                     return SMP_ENOMEM;
                 }
                 c->in = nb;
@@ -868,11 +833,11 @@ static int read_frame(rpcc_conn *c, int64_t deadline, rpcc_pending **out)
             if (r == 0) {
                 if (!c->answered && c->in_len == 0)
                     /* e.g. an HTTP server waiting for a request line, then timing out */
-                    conn_err(c, "connection closed by the server before it answered anything "
+                    rpcc_conn_err(c, "connection closed by the server before it answered anything "
                              "(is %s the master's RPC endpoint, its listen.tcp or listen.unix, "
                              "and not another service such as its admin endpoint?)", c->endpoint);
                 else
-                    conn_err(c, "connection closed by the server%s",
+                    rpcc_conn_err(c, "connection closed by the server%s",
                              c->in_len > 0 ? " in the middle of a frame" : "");
                 return conn_break(c, SMP_EIO);
             }
@@ -883,7 +848,7 @@ static int read_frame(rpcc_conn *c, int64_t deadline, rpcc_pending **out)
                 if (w > 0)
                     continue;
                 if (w == 0) {
-                    conn_err(c, "no response within %d ms", c->timeout_ms);
+                    rpcc_conn_err(c, "no response within %d ms", c->timeout_ms);
                     return SMP_EAGAIN;
                 }
                 errno = -w;
@@ -922,9 +887,12 @@ static int conn_hello(rpcc_conn *c, int64_t deadline, int probe, char *err, size
 
     int whoami = c->token == NULL;
     c->auth_tenant[0] = c->auth_role[0] = '\0';
-    if (whoami && !probe && (c->ssl == NULL || SSL_get_certificate(c->ssl) == NULL))
+    c->leadership = 0;
+    c->hello_leader[0] = '\0';
+    if (whoami && !probe && !c->always_hello &&
+        (c->ssl == NULL || SSL_get_certificate(c->ssl) == NULL))
         return SMP_OK;
-    int64_t started = now_ms();
+    int64_t started = rpcc_now_ms();
     req.token.data = (uint8_t *)(whoami ? "" : c->token);
     req.token.len = whoami ? 0 : strlen(c->token);
     len = auth_hello_request__get_packed_size(&req);
@@ -942,7 +910,7 @@ static int conn_hello(rpcc_conn *c, int64_t deadline, int probe, char *err, size
     if (rc == SMP_EAGAIN && probe)
         wm_errbuf(err, errlen, "%s accepted the connection but did not answer its first "
                   "request within %lld ms (a paused, hung or overloaded master)", c->endpoint,
-                  (long long)(now_ms() - started));
+                  (long long)(rpcc_now_ms() - started));
     else if (rc < 0)
         wm_errbuf(err, errlen, "auth.HELLO: %s", c->err);
     if (rc < 0) {
@@ -969,6 +937,12 @@ static int conn_hello(rpcc_conn *c, int64_t deadline, int probe, char *err, size
     }
     snprintf(c->auth_tenant, sizeof(c->auth_tenant), "%s", resp->tenant ? resp->tenant : "");
     snprintf(c->auth_role, sizeof(c->auth_role), "%s", resp->enabled && resp->role ? resp->role : "");
+    c->leadership = resp->leadership == RPCC_LEADS || resp->leadership == RPCC_STANDBY
+                        ? (int)resp->leadership
+                        : 0;
+    if (c->leadership == RPCC_STANDBY && resp->leader != NULL &&
+        master_list_check(resp->leader, NULL, 0) == SMP_OK)
+        snprintf(c->hello_leader, sizeof(c->hello_leader), "%s", resp->leader);
     auth_hello_response__free_unpacked(resp, NULL);
     free(p);
     return SMP_OK;
@@ -999,9 +973,9 @@ static int take_refusal(rpcc_conn *c, rpcc_pending *p)
     int rc = p->r.status < 0 ? p->r.status : SMP_EPROTO;
     int elen = (int)error_text_len(&p->r);
     if (elen > 0)
-        conn_err(c, "server: %.*s", elen, p->r.error);
+        rpcc_conn_err(c, "server: %.*s", elen, p->r.error);
     else
-        conn_err(c, "server: %s", smp_strerror(rc));
+        rpcc_conn_err(c, "server: %s", smp_strerror(rc));
     free(p);
     c->broken = rc;
     return rc;
@@ -1076,13 +1050,13 @@ static int deliver(rpcc_conn *c,
 free_body:
     free(body);
 no_memory:
-    conn_err(c, "out of memory for a response of %zu bytes", m->body_len);
+    rpcc_conn_err(c, "out of memory for a response of %zu bytes", m->body_len);
     free(p);
     return SMP_ENOMEM;
 }
 
 /* rpcc_recv waiting until deadline (-1: no bound). */
-static int recv_by(rpcc_conn *c,
+int rpcc_recv_by(rpcc_conn *c,
                    uint64_t request_id,
                    int64_t deadline,
                    uint64_t *got_id,
@@ -1128,7 +1102,7 @@ int rpcc_recv(rpcc_conn *c,
 {
     if (c == NULL)
         return SMP_EINVAL;
-    return recv_by(c, request_id, deadline_of(c->timeout_ms), got_id, status, resp_body, resp_len,
+    return rpcc_recv_by(c, request_id, rpcc_deadline_of(c->timeout_ms), got_id, status, resp_body, resp_len,
                    errmsg);
 }
 
@@ -1141,176 +1115,7 @@ int rpcc_fd(const rpcc_conn *c)
  * or RPCC_FOLLOW_MS when it waits forever. */
 static int64_t follow_deadline(const rpcc_conn *c)
 {
-    return now_ms() + (c->timeout_ms > 0 ? c->timeout_ms : RPCC_FOLLOW_MS);
-}
-
-/* A call on a list of several masters went unanswered for its whole
- * timeout: the master may be paused or hung (a paused leader is replaced
- * within its lease), and every later call on this stream would wait there
- * too. The stream is left: the next request moves to the next master, whose
- * connect checks that it answers, before it leaves; the call itself still
- * returns its SMP_EAGAIN, with this cause. Nothing else was in flight. */
-static void leave_silent_master(rpcc_conn *c)
-{
-    char why[sizeof(c->err)], ep[sizeof(c->endpoint)];
-    memcpy(why, c->err, sizeof(why));
-    memcpy(ep, c->endpoint, sizeof(ep));
-    drop_stream(c);
-    c->hinted = 0;
-    c->relocate = 1;
-    conn_err(c, "%s: %s (the next call tries the other masters)", ep, why);
-}
-
-/* -- A call that waits in silence: asking another master ------------------- */
-
-/* A connection of c's kind (TLS, token, frame limit) to the one endpoint
- * ep, connected by deadline; NULL when none could be made. */
-static rpcc_conn *side_connect(const rpcc_conn *c, const char *ep, int64_t deadline)
-{
-    rpcc_conn *s = calloc(1, sizeof(*s));
-    if (s == NULL)
-        return NULL;
-    s->fd = -1;
-    s->timeout_ms = c->timeout_ms;
-    s->max_frame = c->max_frame;
-    s->next_id = 1;
-    s->pause_max_ms = c->pause_max_ms;
-    memcpy(s->tls_name, c->tls_name, sizeof(s->tls_name));
-    if (c->tls != NULL && SSL_CTX_up_ref(c->tls) == 1)
-        s->tls = c->tls;
-    if ((c->tls != NULL && s->tls == NULL) ||
-        (c->token != NULL && (s->token = strdup(c->token)) == NULL) ||
-        master_list_parse(ep, &s->ml, NULL, 0) < 0 || list_connect(s, deadline, NULL, 0) < 0) {
-        rpcc_close(s);
-        return NULL;
-    }
-    return s;
-}
-
-/* c takes the stream of s, a side connection that answered (a request's
- * read leases belong to the connection that asked): c's list is positioned
- * at s's endpoint, and s is left without a stream. */
-static void stream_adopt(rpcc_conn *c, rpcc_conn *s)
-{
-    uint8_t *in = c->in;
-    size_t in_cap = c->in_cap;
-    drop_stream(c);
-    c->fd = s->fd;
-    c->ssl = s->ssl;
-    c->want = s->want;
-    c->in = s->in;
-    c->in_len = s->in_len;
-    c->in_cap = s->in_cap;
-    c->head = s->head;
-    c->tail = s->tail;
-    c->in_flight = s->in_flight;
-    c->recv_blocks = s->recv_blocks;
-    c->rcvtimeo_ms = s->rcvtimeo_ms;
-    c->answered = s->answered;
-    c->await_reply = 0;
-    memcpy(c->endpoint, s->endpoint, sizeof(c->endpoint));
-    memcpy(c->auth_tenant, s->auth_tenant, sizeof(c->auth_tenant));
-    memcpy(c->auth_role, s->auth_role, sizeof(c->auth_role));
-    master_list_set_leader(&c->ml, s->endpoint, strlen(s->endpoint));
-    c->hinted = 0;
-    c->moves++;
-    s->fd = -1;
-    s->ssl = NULL;
-    s->in = in;
-    s->in_cap = in_cap;
-    s->in_len = 0;
-    s->head = s->tail = NULL;
-    s->in_flight = 0;
-}
-
-/* What asking another master said of a call that waits (hedge). */
-enum { HEDGE_WAIT = 0, HEDGE_ANSWERED = 1, HEDGE_MOVE = 2 };
-
-/* An idempotent call on a list has waited RPCC_ATTEMPT_MS for the master
- * it was sent to (c->endpoint). The same request goes to another master of
- * the list on a connection of its own, answered by deadline:
- *  - a master that answers it leads now (the one waited on was deposed, or
- *    is a standby that stopped): HEDGE_ANSWERED, the answer in *st, *body,
- *    *len, *msg, and c takes that connection;
- *  - a standby that names another leader: HEDGE_MOVE, c->ml at that leader
- *    (the call is sent there again);
- *  - a standby that names the master waited on (it leads and is slow) or
- *    nobody yet (an election), or no master that answers: HEDGE_WAIT.
- * The endpoints take turns from one hedge to the next (c->hedge_at). */
-static int hedge(rpcc_conn *c, uint32_t service, uint32_t method, const uint8_t *req,
-                 size_t req_len, int64_t deadline, int *st, uint8_t **body, size_t *len,
-                 char **msg)
-{
-    size_t round = master_list_round(&c->ml);
-    for (size_t k = 0; k < round && now_ms() < deadline; k++) {
-        size_t i = (c->hedge_at + k) % round;
-        const char *ep = i < c->ml.n ? c->ml.ep[i] : c->ml.leader;
-        rpcc_conn *s;
-        uint64_t id;
-        int rc, verdict = HEDGE_WAIT;
-        if (strcmp(ep, c->endpoint) == 0 || (s = side_connect(c, ep, deadline)) == NULL)
-            continue;
-        c->hedge_at = i + 1;
-        rc = rpcc_send(s, service, method, req, req_len, &id);
-        if (rc == SMP_OK)
-            rc = recv_by(s, id, deadline, NULL, st, body, len, msg);
-        if (rc == SMP_OK && *st != SMP_ENOTLEADER) {
-            stream_adopt(c, s);
-            rpcc_close(s);
-            return HEDGE_ANSWERED;
-        }
-        if (rc == SMP_OK) {
-            const char *named = s->hinted ? master_list_current(&s->ml) : "";
-            if (named[0] != '\0' && strcmp(named, c->endpoint) != 0) {
-                c->hinted = master_list_set_leader(&c->ml, named, strlen(named));
-                verdict = HEDGE_MOVE;
-            }
-            if (body != NULL) {
-                free(*body);
-                *body = NULL;
-            }
-            if (msg != NULL) {
-                free(*msg);
-                *msg = NULL;
-            }
-        }
-        rpcc_close(s);
-        if (rc == SMP_OK)
-            return verdict; /* a standby's word is enough */
-    }
-    return HEDGE_WAIT;
-}
-
-/* The answer to request id, just sent by a call: rpcc_recv's, except that
- * an idempotent call on a list of several masters, with nothing else in
- * flight, asks another master (hedge) each time it has waited
- * RPCC_ATTEMPT_MS without a byte of its answer. Returns as rpcc_recv, or
- * HEDGE_MOVE (positive) when the call is to be sent to the leader a standby
- * named. */
-static int recv_watched(rpcc_conn *c, unsigned flags, uint32_t service, uint32_t method,
-                        const uint8_t *req, size_t req_len, uint64_t id, int *st, uint8_t **body,
-                        size_t *len, char **msg)
-{
-    int64_t end = deadline_of(c->timeout_ms);
-    if (!(flags & RPCC_IDEMPOTENT) || master_list_round(&c->ml) < 2 || c->in_flight != 1 ||
-        c->head != NULL)
-        return recv_by(c, id, end, NULL, st, body, len, msg);
-    for (;;) {
-        int64_t slice = now_ms() + RPCC_ATTEMPT_MS;
-        int rc, v;
-        if (end >= 0 && slice >= end)
-            return recv_by(c, id, end, NULL, st, body, len, msg);
-        if ((rc = recv_by(c, id, slice, NULL, st, body, len, msg)) != SMP_EAGAIN)
-            return rc;
-        if (c->in_len > 0)
-            continue; /* its answer is arriving */
-        slice = now_ms() + RPCC_ATTEMPT_MS;
-        if ((v = hedge(c, service, method, req, req_len, end >= 0 && end < slice ? end : slice, st,
-                       body, len, msg)) == HEDGE_ANSWERED)
-            return SMP_OK;
-        if (v == HEDGE_MOVE)
-            return HEDGE_MOVE;
-    }
+    return rpcc_now_ms() + (c->timeout_ms > 0 ? c->timeout_ms : RPCC_FOLLOW_MS);
 }
 
 int rpcc_call_ex(rpcc_conn *c,
@@ -1340,20 +1145,30 @@ int rpcc_call_ex(rpcc_conn *c,
         rc = rpcc_send(c, service, method, req_body, req_len, &id);
         if (rc == SMP_OK) {
             sent = 1;
-            rc = recv_watched(c, flags, service, method, req_body, req_len, id, &st,
+            rc = rpcc_recv_watched(c, flags, service, method, req_body, req_len, id, &st,
                               resp_body ? &body : NULL, &len, errmsg ? &msg : NULL);
         }
-        if (rc == HEDGE_MOVE) {
-            /* A standby named another leader while the one asked was silent. */
+        if (rc == RPCC_HEDGE_MOVE && (flags & RPCC_IDEMPOTENT)) {
+            /* Another master leads while the one asked is silent. */
             if (deadline < 0)
                 deadline = follow_deadline(c);
             goto move;
+        }
+        if (rc == RPCC_HEDGE_MOVE) {
+            /* Not sent twice: the stream goes, the next call goes there. */
+            char ep[sizeof(c->endpoint)];
+            memcpy(ep, c->endpoint, sizeof(ep));
+            rpcc_drop_stream(c);
+            c->relocate = 1;
+            rpcc_conn_err(c, "%s stopped answering and %s leads now: whether the request was "
+                     "applied is not known (it is not sent again)", ep, c->moved_to);
+            return SMP_EIO;
         }
         if (sent && rc < 0 && c->in_flight > 0)
             c->in_flight--; /* nobody claims its answer (stashed if it still comes) */
         if (rc == SMP_OK && st == SMP_ENOTLEADER && deadline < 0)
             deadline = follow_deadline(c);
-        if (rc == SMP_OK && st == SMP_ENOTLEADER && c->in_flight == 0 && now_ms() < deadline) {
+        if (rc == SMP_OK && st == SMP_ENOTLEADER && c->in_flight == 0 && rpcc_now_ms() < deadline) {
             /* A standby: it applied nothing, the request goes to the leader. */
             free(body);
             free(msg);
@@ -1366,12 +1181,12 @@ int rpcc_call_ex(rpcc_conn *c,
                (flags & RPCC_FAILOVER) && (!sent || (flags & RPCC_IDEMPOTENT));
         if (lost && deadline < 0)
             deadline = follow_deadline(c);
-        if (lost && now_ms() < deadline) {
+        if (lost && rpcc_now_ms() < deadline) {
             c->hinted = 0;
             goto move;
         }
         if (rc == SMP_EAGAIN && sent && c->in_flight == 0 && master_list_round(&c->ml) > 1)
-            leave_silent_master(c);
+            rpcc_leave_silent_master(c);
         if (rc == SMP_OK) {
             if (status != NULL)
                 *status = st;
@@ -1389,7 +1204,7 @@ int rpcc_call_ex(rpcc_conn *c,
          * led to another refusal (a stale one) is not trusted twice in a
          * row without a pause. */
         if (backoff > 0 && (!c->hinted || hinted_last))
-            sleep_until(now_ms() + backoff < deadline ? now_ms() + backoff : deadline);
+            sleep_until(rpcc_now_ms() + backoff < deadline ? rpcc_now_ms() + backoff : deadline);
         hinted_last = c->hinted;
         backoff = next_pause(c, backoff);
         if ((rc = conn_move(c, deadline)) < 0)
@@ -1451,7 +1266,7 @@ int rpcc_call_msg_ex(rpcc_conn *c,
     } else if (desc != NULL && resp != NULL) {
         *resp = protobuf_c_message_unpack(desc, NULL, rlen, rbody);
         if (*resp == NULL) {
-            conn_err(c, "reply does not decode as %s", desc->name);
+            rpcc_conn_err(c, "reply does not decode as %s", desc->name);
             rc = SMP_EPROTO;
         }
     }

@@ -156,10 +156,15 @@ int rpcc_call_msg(rpcc_conn *c,
  * leader before the connection broke: only RPCC_IDEMPOTENT calls (queries,
  * and mutations whose repetition cannot change the outcome) are sent
  * again then; the others return the transport error, and the connection
- * stays broken (the next RPCC_FAILOVER call reconnects it). On a list of
- * several masters, an RPCC_FAILOVER call that timed out returns its
- * SMP_EAGAIN and leaves the stream broken as well: the master did not
- * answer (paused, hung), and the next call goes to the others. */
+ * stays broken (the next RPCC_FAILOVER call reconnects it).
+ *
+ * On a list of several masters, a call that waits 2 s (rpcc_set_quiet)
+ * without a byte of its answer asks another master, over a connection of
+ * its own, whether the one it waits on still leads. When another leads, an
+ * RPCC_IDEMPOTENT call is sent there (and the connection stays with the
+ * master that answered), and any other call fails SMP_EIO without being
+ * sent again, the next call going to that leader. A call that timed out
+ * returns its SMP_EAGAIN and leaves that master for the next call. */
 #define RPCC_FAILOVER 1u
 #define RPCC_IDEMPOTENT 2u /* implies RPCC_FAILOVER */
 
@@ -208,6 +213,12 @@ uint64_t rpcc_moves(const rpcc_conn *c);
 /* How many masters the connection may move between: its list's endpoints
  * (1 for a single endpoint; 0 for NULL). */
 size_t rpcc_masters(const rpcc_conn *c);
+
+/* How long a call on a list waits without a byte of its answer before it
+ * asks another master whether the one it waits on still leads (0: 2 s). A
+ * request the master may rightly hold longer (a node's poll, held up to
+ * node.poll_ms) sets more for its calls. */
+void rpcc_set_quiet(rpcc_conn *c, int quiet_ms);
 
 /* Send one request without waiting; *request_id (may be NULL) receives its
  * id (never 0). Errors as rpcc_call's sending half. */

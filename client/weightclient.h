@@ -192,10 +192,11 @@ typedef struct weight_store weight_store;
  * of the list, and sends a call again only when it may be repeated (a
  * query, an idempotent step; the others fail with WEIGHT_EIO). A master
  * that stops answering (paused, hung) is passed over: a new connection
- * must answer within 2 s, a call that may be repeated and has waited 2 s
- * is asked of another master too (the leader now answers it, or a standby
- * sends it to the new leader), and a call that timed out leaves that
- * master for the next one. A bad list
+ * must answer within 2 s, and a call that has waited 2 s asks another
+ * master whether it still leads -- when another does, a call that may be
+ * repeated goes there and the others fail WEIGHT_EIO (whether they were
+ * applied is not known); a call that timed out leaves that master for the
+ * next one. A bad list
  * is WEIGHT_EINVALID_ARGUMENT with err naming the bad item. tenant: the tenant of identities that leave theirs empty (NULL or "":
  * "default"). default_policy: the store's default (NULL: none; the cluster
  * default applies). On failure *out is NULL and err (may be NULL) names the

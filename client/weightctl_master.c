@@ -243,25 +243,37 @@ int wctl_cmd_gate_confirm(ctl *x, const char *name)
     return g.confirmed ? 0 : 1;
 }
 
+/* How long status waits for the leader a standby names: a leader that is
+ * paused or hung is being replaced, and the standby's view is shown then. */
+#define STATUS_LEADER_MS 3000
+
 /* A standby answered status for a list of masters: nodes register with
- * the leader alone, so ask the leader it names (over the same transport)
- * and show its answer instead; on failure the standby's stands, noted.
- * 1 when *st is now the leader's (its endpoint in *from). */
-static int status_of_leader(ctl *x, kvc_status *st, char *from, size_t cap)
+ * the leader alone, so ask the leader it names (over the same transport,
+ * for at most STATUS_LEADER_MS) and show its answer instead; on failure
+ * the standby's stands, and why[] (else "") says why the leader's does
+ * not. 1 when *st is now the leader's (its endpoint in *from). */
+static int status_of_leader(ctl *x, kvc_status *st, char *from, size_t cap, char *why,
+                            size_t why_cap)
 {
     master_list ml;
-    char err[512];
+    char err[512] = "";
     kvc *leader = NULL;
+    why[0] = '\0';
     if (master_list_parse(x->master, &ml, err, sizeof(err)) < 0 || ml.n < 2 ||
         strcmp(st->role, "leader") == 0 || st->leader[0] == '\0')
         return 0;
-    rpcc_options opt = wctl_rpc_options(x, 10000);
+    rpcc_options opt = wctl_rpc_options(x, STATUS_LEADER_MS);
     kvc_status ls;
     int ok = kvc_connect_opts(st->leader, &opt, x->tls_ctx, &leader, err, sizeof(err)) == 0 &&
-             kvc_status_get(leader, &ls) == 0 && strcmp(ls.role, "leader") == 0;
-    if (ok) {
+             kvc_status_get(leader, &ls) == 0;
+    if (ok && strcmp(ls.role, "leader") == 0) {
         *st = ls;
         snprintf(from, cap, "%s", kvc_endpoint(leader));
+    } else {
+        snprintf(why, why_cap, "the leader it names, %s, %s%s", st->leader,
+                 ok ? "says it is " : "did not answer: ",
+                 ok ? ls.role : leader != NULL ? kvc_error(leader) : err);
+        ok = 0;
     }
     kvc_close(leader);
     return ok;
@@ -277,7 +289,8 @@ int wctl_cmd_status(ctl *x)
     }
     snprintf(from, sizeof(from), "%s", kvc_endpoint(x->c));
     int ha = st.n_masters_total > 0 || st.master_id[0] != '\0';
-    int standby = ha && !status_of_leader(x, &st, from, sizeof(from)) &&
+    char why[700] = "";
+    int standby = ha && !status_of_leader(x, &st, from, sizeof(from), why, sizeof(why)) &&
                   strcmp(st.role, "leader") != 0;
     if (x->json) {
         printf("{\"role\":");
@@ -298,6 +311,10 @@ int wctl_cmd_status(ctl *x)
             wctl_json_str(from);
             status_ha_json(&st);
         }
+        if (ha && why[0] != '\0') {
+            printf(",\"leader_view\":");
+            wctl_json_str(why);
+        }
         printf("}\n");
         return 0;
     }
@@ -313,6 +330,7 @@ int wctl_cmd_status(ctl *x)
                st.leader);
         printf("segments  - (the leader's)\n");
         printf("memory    - (the leader's nodes')\n");
+        if (why[0] != '\0') printf("note      this is a standby's view: %s\n", why);
     } else {
         printf("nodes     %u\n", st.nodes);
         printf("segments  %u\n", st.segments);

@@ -54,18 +54,6 @@ int cfg_check_node(cfg_ctx *c, const host_config *cfg, const host_config_node *r
                         "node.require_read_tickets",
                         "false lets anyone who reaches the node's data port read any range; "
                         "it needs node.allow_insecure_reads: true as well");
-    /* A write may start until its ticket expires and is reported with the
-     * node's next poll: the master must not take the range back before. */
-    uint64_t least = (uint64_t)cfg->node_ticket_ttl_ms + 2ull * cfg->node_poll_ms + 1000u;
-    if (cfg->node_put_timeout_ms < least) {
-        unsigned line = line_of(root, "put_timeout_ms");
-        return cfg_fail(c, SMP_ERANGE, line ? line : line_of(root, "ticket_ttl_ms"),
-                        line ? "node.put_timeout_ms" : "node.ticket_ttl_ms",
-                        "node.put_timeout_ms (%u) must be at least node.ticket_ttl_ms + 2 x "
-                        "node.poll_ms + 1000 (%llu): a write may start until its ticket "
-                        "expires, and the range must not be taken back before the node reports "
-                        "it", cfg->node_put_timeout_ms, (unsigned long long)least);
-    }
     /* The master holds a node's poll up to poll_ms, and counts the node
      * silent from the poll's arrival: a timeout not well above it would
      * mark every idle node down while its poll is held. */
@@ -77,6 +65,22 @@ int cfg_check_node(cfg_ctx *c, const host_config *cfg, const host_config_node *r
                         "master holds a poll up to node.poll_ms, and a node it did not hear "
                         "from for node.timeout_ms is marked down", cfg->node_timeout_ms,
                         2ull * cfg->node_poll_ms);
+    }
+    /* A write may start until its ticket expires and is reported with the
+     * node's next poll: the master must not take the range back before. */
+    uint64_t least = (uint64_t)cfg->node_ticket_ttl_ms + 2ull * cfg->node_poll_ms + 1000u;
+    if (cfg->node_put_timeout_ms < least) {
+        /* blame what was written: put_timeout_ms, else ticket_ttl_ms, else poll_ms */
+        const char *key = "put_timeout_ms";
+        if (line_of(root, key) == 0) key = "ticket_ttl_ms";
+        if (line_of(root, key) == 0) key = "poll_ms";
+        char path[40];
+        snprintf(path, sizeof(path), "node.%s", key);
+        return cfg_fail(c, SMP_ERANGE, line_of(root, key), path,
+                        "node.put_timeout_ms (%u) must be at least node.ticket_ttl_ms + 2 x "
+                        "node.poll_ms + 1000 (%llu): a write may start until its ticket "
+                        "expires, and the range must not be taken back before the node reports "
+                        "it", cfg->node_put_timeout_ms, (unsigned long long)least);
     }
     if (!dedicated) {
         if (cfg->node_local_socket != NULL && cfg->node_local_socket[0] != '\0')

@@ -201,7 +201,9 @@ static void on_fenced(void *arg, const char *why)
     restart_as_standby(m, line);
 }
 
-/* A standby serves status only; the rest goes to the leader. */
+/* A standby serves status only; the rest goes to the leader. Route (0, 0)
+ * is no request's: rpc_server_leadership asks with it whether this master
+ * leads, and which one does. */
 static int admit(void *arg, uint32_t service, uint32_t method, const char **leader)
 {
     master *m = arg;

@@ -373,22 +373,15 @@ static int call(rpcc_conn *c, uint32_t method, const ProtobufCMessage *req,
  * so they ask every 20 ms where a client doubles to 100. */
 #define NODE_FOLLOW_PAUSE_MS 20
 /* How long past node.poll_ms (the longest the master holds a poll) a poll
- * waits for its answer when the node has a list of masters. A paused or
- * hung leader still has its connection accepted by the kernel; the others
- * replace it within its lease (ha.lease_ttl_s, 2 s by default), and a node
- * that waited NODE_CALL_MS there would leave the new leader without it,
- * and its replicas unreadable, for most of ten seconds. The leader's loop
- * answers a poll within milliseconds; a node that leaves one stalled this
- * long finds it again through the standbys and registers again. */
-#define NODE_POLL_LIST_SLACK_MS 2500
-
-/* The timeout of the node's polls: the master holds one up to poll_ms, then
- * NODE_CALL_MS with a single master (leaving it would not help), or
- * NODE_POLL_LIST_SLACK_MS on a list. */
-static int poll_call_ms(const node_runtime *n, const rpcc_conn *c)
-{
-    return (int)n->poll_ms + (rpcc_masters(c) > 1 ? NODE_POLL_LIST_SLACK_MS : NODE_CALL_MS);
-}
+ * on a list of masters waits in silence before the transport asks another
+ * master whether the one polled still leads. A paused or hung leader still
+ * has its connection accepted by the kernel; the others replace it within
+ * its lease (ha.lease_ttl_s, 2 s by default), and a node that waited its
+ * whole poll there would leave the new leader without it, and its replicas
+ * unreadable, for most of ten seconds. A leader that is only slow is still
+ * named by the standbys: the poll waits on, and the node does not register
+ * again. */
+#define NODE_POLL_QUIET_SLACK_MS 2000
 
 uint32_t node_register_call_ms(size_t n_cold_files)
 {
@@ -719,10 +712,15 @@ static int poll_loop(node_runtime *n, rpcc_conn *c, int *lost)
             req.ticket_secret.len = key.len;
         }
         pthread_mutex_unlock(&n->key_lock);
-        rpcc_set_timeout(c, poll_call_ms(n, c));
+        /* the master holds a poll up to poll_ms */
+        char polled[256];
+        snprintf(polled, sizeof(polled), "%s", rpcc_endpoint(c)[0] ? rpcc_endpoint(c) : "?");
+        rpcc_set_timeout(c, (int)n->poll_ms + NODE_CALL_MS);
+        rpcc_set_quiet(c, (int)n->poll_ms + NODE_POLL_QUIET_SLACK_MS);
         rc = call(c, NODE_METHOD__NODE_POLL, &req.base, &node_poll_response__descriptor,
                   (ProtobufCMessage **)&resp, &msg, lost);
         rpcc_set_timeout(c, NODE_CALL_MS);
+        rpcc_set_quiet(c, 0);
         OPENSSL_cleanse(&key, sizeof(key));
         free(msg);
         for (size_t i = 0; rc != SMP_OK && i < nc; i++) cold_faults_note(n->faults, corrupt[i]);
@@ -738,7 +736,7 @@ static int poll_loop(node_runtime *n, rpcc_conn *c, int *lost)
         }
         if (rc < 0 && *lost)
             fprintf(stderr, "store_node %s: lost the master at %s (%s); registering again\n",
-                    n->node_id, rpcc_endpoint(c)[0] ? rpcc_endpoint(c) : "?", rpcc_last_error(c));
+                    n->node_id, polled, rpcc_last_error(c));
         if (rc < 0) break;
         uint64_t answered_ms = mono_ms();
         /* The results went to whoever answered; a new leader ignores the

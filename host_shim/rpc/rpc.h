@@ -140,6 +140,14 @@ int rpc_server_start(rpc_server *s, char *err, size_t errlen);
 /* Ask fn (NULL: none, every request runs) before each request's handler. */
 void rpc_server_set_admission(rpc_server *s, rpc_admit_fn fn, void *arg);
 
+/* Whether the master serving call leads, as its admission function answers
+ * for a route that only a leader serves (service 0, method 0):
+ * RPC_LEADS (also with no admission function: a master alone), or
+ * RPC_STANDBY with *leader the leader it names ("" when none is known; the
+ * string lives until the loop turns). auth.HELLO tells a client so. */
+enum { RPC_LEADS = 1, RPC_STANDBY = 2 };
+int rpc_server_leadership(const smp_rpc_call *call, const char **leader);
+
 /* While an election runs, a standby knows no leader to name. With a hold of
  * hold_ms (> 0; 0, the default, answers at once), a request the admission
  * function turns away without naming a leader is not answered right away:

@@ -200,6 +200,17 @@ static int reply_msg(smp_rpc_call *call, const ProtobufCMessage *msg)
     return rc;
 }
 
+/* Every answer of auth.HELLO says whether this master leads, and a
+ * standby which master does: a client given a list learns it from the
+ * first request it makes on a socket (rpc_client.c asks it of another
+ * master while a call waits in silence). */
+static void say_leadership(const smp_rpc_call *call, AuthHelloResponse *resp)
+{
+    const char *leader = "";
+    resp->leadership = (uint32_t)rpc_server_leadership(call, &leader);
+    resp->leader = (char *)leader;
+}
+
 /* auth.HELLO on a connection its client certificate authenticated as
  * tenant/role: an empty token, or one proving the same identity, is answered
  * with it; any other token is refused SMP_EAUTH and the connection loses
@@ -222,6 +233,7 @@ static int hello_on_cert(rpc_auth *a, smp_rpc_call *call, const AuthHelloRequest
     resp.enabled = 1;
     resp.tenant = (char *)tenant;
     resp.role = (char *)rpc_auth_role_name(role);
+    say_leadership(call, &resp);
     return reply_msg(call, &resp.base);
 }
 
@@ -246,6 +258,7 @@ static int h_hello(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t le
         resp.enabled = 0;
         resp.tenant = (char *)"";
         resp.role = (char *)rpc_auth_role_name(SMP_ROLE_ADMIN);
+        say_leadership(call, &resp);
         return reply_msg(call, &resp.base);
     }
     if (rpc_server_cert_identity(call, &cert_tenant, &cert_role)) {
@@ -275,6 +288,7 @@ static int h_hello(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t le
     resp.enabled = 1;
     resp.tenant = (char *)t->tenant;
     resp.role = (char *)rpc_auth_role_name(t->role);
+    say_leadership(call, &resp);
     return reply_msg(call, &resp.base);
 }
 

@@ -322,6 +322,17 @@ uint64_t rpc_prefix_request_id(const uint8_t *p, size_t n)
     return 0;
 }
 
+int rpc_server_leadership(const smp_rpc_call *call, const char **leader)
+{
+    const rpc_server *s = call->conn->srv;
+    const char *named = NULL;
+    *leader = "";
+    if (s->admit == NULL || s->admit(s->admit_arg, 0, 0, &named) != SMP_ENOTLEADER)
+        return RPC_LEADS;
+    *leader = named != NULL ? named : "";
+    return RPC_STANDBY;
+}
+
 int rpc_server_authenticate(smp_rpc_call *call, const char *tenant, smp_role role)
 {
     rpc_conn *c;

@@ -14,7 +14,8 @@
  *     answer (a leader that died after the request reached it);
  *   every one of these but "stalling" answers the question a client asks
  *   first on each socket of a list (auth.HELLO without a token), as any
- *   live master does;
+ *   live master does, saying whether it leads (the standbys: no, naming
+ *   their leader);
  *   - "proxy": passes every frame on to the real master and back, until the
  *     test deposes it: from then on it answers like "standby" (a leader
  *     that lost its lease while a node was attached to it);
@@ -187,7 +188,14 @@ static int fake_frames(fake *f, int i)
         resp.request_id = req->request_id;
         if (f->kind != FAKE_STALLING && is_question(req)) {
             /* Any live master answers the first request a client sends on
-             * a socket of a list (auth.HELLO without a token) itself. */
+             * a socket of a list (auth.HELLO without a token) itself, and
+             * says whether it leads: the standbys name their leader. */
+            AuthHelloResponse hello = AUTH_HELLO_RESPONSE__INIT;
+            int standby = f->kind == FAKE_STANDBY || f->kind == FAKE_ELECTING;
+            hello.leadership = standby ? 2 : 1;
+            hello.leader = f->kind == FAKE_STANDBY ? f->leader : "";
+            resp.body.len = auth_hello_response__pack(&hello, status_body);
+            resp.body.data = status_body;
         } else if (f->kind == FAKE_DROPPER) {
             rpc_request__free_unpacked(req, NULL);
             return -1; /* the request arrived; the answer never comes */
@@ -742,75 +750,91 @@ static void test_lost_mutation_is_not_resent_but_a_query_is(void **state)
     kvc_close(c);
 }
 
-/* A connection through "proxy", which then goes silent (a paused leader). */
-static kvc *through_then_silent(fixture *f, fake *proxy, const char *other, int timeout_ms,
-                                const char *key)
+/* A fake "proxy" of its own (name), and a connection through the list
+ * "proxy, other" that is at the proxy; then the proxy goes silent (a
+ * paused leader). */
+static kvc *through_then_silent(fixture *f, const char *name, const char *other, int timeout_ms,
+                                const char *key, fake **proxy)
 {
     char masters[700], err[512] = "";
     kvc *c = NULL;
     int exists = 0;
-    atomic_store(&proxy->silent, 0);
-    list2(masters, sizeof(masters), proxy->path, other);
+    *proxy = fake_start(&f->m, name, FAKE_PROXY);
+    list2(masters, sizeof(masters), (*proxy)->path, other);
     if (kvc_connect(masters, timeout_ms, &c, err, sizeof(err)) < 0) fail_msg("connect: %s", err);
-    assert_int_equal(kvc_exists(c, key, &exists), 0);
+    int rc = kvc_exists(c, key, &exists);
+    if (rc != 0) fail_msg("exists through %s: %d (%s)", masters, rc, kvc_error(c));
     assert_int_equal(exists, 1);
-    assert_string_equal(kvc_endpoint(c), proxy->path);
-    (void)f;
-    atomic_store(&proxy->silent, 1);
+    assert_string_equal(kvc_endpoint(c), (*proxy)->path);
+    atomic_store(&(*proxy)->silent, 1);
     return c;
 }
 
 /* A leader that goes silent under a call, its connection kept (paused,
- * hung). A query that waited 2 s is asked of another master of the list
- * too: "proxy, real": the real master answers it, and the client stays
- * there; "proxy, standby" (naming the real master): the query goes to the
- * master named; "proxy, loyal" (a standby naming the proxy: the leader is
- * slow, not gone): it waits for the proxy to its timeout, and then leaves
- * it. A put start, not sent twice, waits to its timeout; the next call goes
- * to the real master, and the put was not applied. */
+ * hung). A call that waited 2 s asks another master of the list whether it
+ * still leads: "proxy, real": the real master leads, answers the query,
+ * and the client stays there -- and a new connection of the process given
+ * that list does not try the silent proxy first; "proxy, standby" (naming
+ * the real master): the query goes to the master named; "proxy, loyal" (a
+ * standby naming the proxy: the leader is slow, not gone): it waits for the
+ * proxy to its timeout, and then leaves it. A put start, not sent twice,
+ * fails once the real master is found to lead, without waiting for its
+ * timeout; the next call goes to the real master, and the put was not
+ * applied. */
 static void test_a_silent_master_is_passed_over(void **state)
 {
     fixture *f = *state;
-    fake *proxy = fake_start(&f->m, "proxy", FAKE_PROXY);
-    fake *loyal = fake_start(&f->m, "loyal", FAKE_STANDBY);
-    snprintf(loyal->leader, sizeof(loyal->leader), "%s", proxy->path);
+    fake *loyal = fake_start(&f->m, "loyal", FAKE_STANDBY), *proxy;
     const char *key = put_through(f, f->m.socket);
+    char masters[700], err[512] = "";
     int exists = 0;
 
-    kvc *c = through_then_silent(f, proxy, f->m.socket, WAIT_MS, key);
+    kvc *c = through_then_silent(f, "silent1", f->m.socket, WAIT_MS, key, &proxy);
     assert_int_equal(kvc_exists(c, key, &exists), 0);
     assert_int_equal(exists, 1);
     assert_string_equal(kvc_endpoint(c), f->m.socket);
     kvc_close(c);
+    int before = atomic_load(&proxy->requests);
+    list2(masters, sizeof(masters), proxy->path, f->m.socket);
+    if (kvc_connect(masters, WAIT_MS, &c, err, sizeof(err)) < 0) fail_msg("connect: %s", err);
+    assert_int_equal(kvc_exists(c, key, &exists), 0);
+    assert_string_equal(kvc_endpoint(c), f->m.socket);
+    assert_int_equal(atomic_load(&proxy->requests), before); /* not asked first */
+    kvc_close(c);
+    fake_stop(proxy);
 
-    c = through_then_silent(f, proxy, f->standby->path, WAIT_MS, key);
-    int before = atomic_load(&f->standby->redirects);
+    c = through_then_silent(f, "silent2", f->standby->path, WAIT_MS, key, &proxy);
+    before = atomic_load(&f->standby->requests);
     exists = 0;
     assert_int_equal(kvc_exists(c, key, &exists), 0);
     assert_int_equal(exists, 1);
     assert_string_equal(kvc_endpoint(c), f->m.socket);
-    assert_true(atomic_load(&f->standby->redirects) > before);
+    assert_true(atomic_load(&f->standby->requests) > before);
     kvc_close(c);
+    fake_stop(proxy);
 
-    c = through_then_silent(f, proxy, loyal->path, 5000, key);
-    before = atomic_load(&loyal->redirects);
+    snprintf(loyal->leader, sizeof(loyal->leader), "%s/silent3.sock", f->m.dir);
+    c = through_then_silent(f, "silent3", loyal->path, 5000, key, &proxy);
+    before = atomic_load(&loyal->requests);
     int rc = kvc_exists(c, key, &exists);
     if (rc != SMP_EAGAIN || strstr(kvc_error(c), "(the next call tries the other masters)") == NULL)
         fail_msg("a query at a slow leader: %d (%s)", rc, kvc_error(c));
-    assert_true(atomic_load(&loyal->redirects) > before); /* it was asked */
+    assert_true(atomic_load(&loyal->requests) > before); /* it was asked */
     kvc_close(c);
+    fake_stop(proxy);
 
-    c = through_then_silent(f, proxy, f->m.socket, 3000, key);
+    c = through_then_silent(f, "silent4", f->m.socket, WAIT_MS, key, &proxy);
     rc = kvc_put_bytes(c, "redirect/silent-put", "x", 1, SMP_DATA_KV, NULL, 0, NULL);
-    if (rc != SMP_EAGAIN || strstr(kvc_error(c), "(the next call tries the other masters)") == NULL)
+    if (rc != SMP_EIO || strstr(kvc_error(c), " leads now: whether the request was applied is "
+                                              "not known (it is not sent again)") == NULL)
         fail_msg("a put at a silent leader: %d (%s)", rc, kvc_error(c));
     exists = 1;
     assert_int_equal(kvc_exists(c, "redirect/silent-put", &exists), 0);
     assert_int_equal(exists, 0);
     assert_string_equal(kvc_endpoint(c), f->m.socket);
     kvc_close(c);
-    fake_stop(loyal);
     fake_stop(proxy);
+    fake_stop(loyal);
 }
 
 /* weightctl: --master lists for kv and status; bad lists name the item. */
@@ -902,6 +926,9 @@ static void test_status_lists_every_master(void **state)
     snprintf(line, sizeof(line), "nodes     - (they register with the leader, %s)", f->m.socket);
     assert_non_null(strstr(out, line));
     assert_non_null(strstr(out, "\nmemory    - (the leader's nodes')\n"));
+    snprintf(line, sizeof(line), "\nnote      this is a standby's view: the leader it names, %s, "
+             "says it is active\n", f->m.socket);
+    assert_non_null(strstr(out, line));
     free(out);
 
     const char *json[] = {"--master", masters, "--json", "status", NULL};

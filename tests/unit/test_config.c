@@ -462,6 +462,11 @@ static void test_refuses_unticketed_reads_without_insecure_key(void **state)
                    "node.poll_ms (4000): the master holds a poll up to node.poll_ms, and a node "
                    "it did not hear from for node.timeout_ms is marked down");
     expect_refused("node:\n  poll_ms: 1600\n", "x.yaml:2: node.poll_ms: node.timeout_ms (3000)");
+    /* the first rule broken by what was written is named, at its line */
+    expect_refused("node:\n  poll_ms: 5000\n", "x.yaml:2: node.poll_ms: node.timeout_ms (3000)");
+    expect_refused("node:\n  timeout_ms: 60000\n  poll_ms: 3000\n",
+                   "x.yaml:3: node.poll_ms: node.put_timeout_ms (65000) must be at least "
+                   "node.ticket_ttl_ms + 2 x node.poll_ms + 1000 (67000)");
     host_config ok;
     load_ok("node:\n  poll_ms: 2000\n  timeout_ms: 4000\n", &ok);
     host_config_free(&ok);
