@@ -31,9 +31,13 @@
  * others first when it connects, and one at that master moves before its
  * next request leaves (a client's connections -- its queries', its
  * transfers', its leases' -- do not each wait to learn it). A connect that
- * it answers clears the note. */
+ * it answers clears the note: one a standby names as the leader is still
+ * tried first (the hint is newer news), so a note can only cost a master
+ * that came back its place at the head of walks, and it lasts long enough
+ * that a master that stays silent costs a 2 s probe every few minutes, not
+ * every few seconds. */
 #define RPCC_SILENT_MAX 16
-#define RPCC_SILENT_MS 10000
+#define RPCC_SILENT_MS 300000
 
 static pthread_mutex_t silent_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {

@@ -208,6 +208,12 @@ static int add_file_metadata(weight_writer *w, const char *cmd, char **paths,
 static int import_failed(ctl *x, const char *cmd, const char *what, int rc)
 {
     int status = wctl_failed(x, what, rc);
+    if (rc == WEIGHT_EIO)
+        fprintf(stderr, "weightctl: %s: the master was lost on the way (a failover, a restart): "
+                "the same command again %s\n", cmd,
+                strcmp(cmd, "put") == 0
+                    ? "goes on with the import, or publishes the revision anew"
+                    : "goes on with the claim, or starts a new one when it was aborted");
     if (rc == WEIGHT_ENOSPC)
         fprintf(stderr, "weightctl: %s: --payload-bytes N (at least 4096) cuts the revision into "
                 "smaller payload objects, which may fit the free ranges the segments have left\n",
@@ -616,6 +622,22 @@ int wctl_cmd_upsert(ctl *x, int argc, char **argv)
     status = 1;
     rc = weight_upsert(x->ws, &base, gen, mode, request_id, expect, has_policy ? &pol : NULL, 0,
                        &claim, &w);
+    char fresh[160];
+    if (rc == WEIGHT_ECONFLICT && request_id == NULL && claim.phase == WEIGHT_PHASE_ABORTED) {
+        /* The claim these arguments name (their derived id) ended ABORTED,
+         * e.g. its import was lost with the master: nothing to go on with,
+         * so this run is a new attempt, under an id of its own. */
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        snprintf(fresh, sizeof(fresh), "%.100s-%llx", claim.request_id,
+                 (unsigned long long)now.tv_sec * 1000000000ull + (unsigned long long)now.tv_nsec);
+        fprintf(stderr, "weightctl: upsert: claim %s of these arguments was aborted (%s): a new "
+                "claim %s starts (--request-id %s goes on with it)\n", claim.request_id,
+                claim.error[0] ? claim.error : "no reason recorded", fresh, fresh);
+        request_id = fresh;
+        rc = weight_upsert(x->ws, &base, gen, mode, request_id, expect, has_policy ? &pol : NULL,
+                           0, &claim, &w);
+    }
     if (rc < 0) {
         status = wctl_failed(x, "upsert", rc);
         goto close_files;

@@ -534,15 +534,9 @@ static void test_retry_competitor_and_watermark(void **state)
  * from safetensors files and waits for the commit, telling on stderr each
  * phase it waits in (a reader's lease holds the base in DRAINING_BASE until
  * the test releases it). */
-static void test_weightctl_upsert(void **state)
+/* A minimal safetensors file, one BF16 tensor [2,2], at path. */
+static void tiny_safetensors(const char *path)
 {
-    fixture *f = *state;
-    open_clients(f);
-    put(f, "ctl", 1);
-    uint64_t lease = lease_acquire(f, "ctl", 1);
-    char path[400], cmd[2048], out[4096], said[400];
-    snprintf(path, sizeof path, "%s/m.safetensors", f->m.dir);
-    /* A minimal safetensors file: one BF16 tensor [2,2]. */
     const char *hdr = "{\"w\":{\"dtype\":\"BF16\",\"shape\":[2,2],\"data_offsets\":[0,8]}}";
     uint64_t hl = strlen(hdr);
     FILE *fp = fopen(path, "wb");
@@ -551,6 +545,17 @@ static void test_weightctl_upsert(void **state)
     fwrite(hdr, 1, hl, fp);
     fwrite("abcdefgh", 1, 8, fp);
     fclose(fp);
+}
+
+static void test_weightctl_upsert(void **state)
+{
+    fixture *f = *state;
+    open_clients(f);
+    put(f, "ctl", 1);
+    uint64_t lease = lease_acquire(f, "ctl", 1);
+    char path[400], cmd[2048], out[4096], said[400];
+    snprintf(path, sizeof path, "%s/m.safetensors", f->m.dir);
+    tiny_safetensors(path);
     snprintf(cmd, sizeof cmd,
              "%s/bin/weightctl --master %s --tenant acme --json upsert llm/ctl/main@1 --generation 2 "
              "--wait --request-id ctl-2 %s",
@@ -587,6 +592,51 @@ static void test_weightctl_upsert(void **state)
     out[n] = '\0';
     st = pclose(p);
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) != 0);
+}
+
+/* The claim a weightctl upsert's arguments name (no --request-id) ended
+ * ABORTED -- its target import was lost, as with a master gone mid-way:
+ * the same command again says so and starts a new claim, which commits;
+ * it is not refused as a conflict. */
+static void test_weightctl_upsert_starts_over_after_an_aborted_claim(void **state)
+{
+    fixture *f = *state;
+    open_clients(f);
+    weight_store *s = f->s;
+    put(f, "ab", 1);
+    weight_identity base = ident("ab", 1);
+    weight_upsert_claim c;
+    weight_writer *w = NULL;
+    CHECK(s, weight_upsert(s, &base, 2, WEIGHT_UPSERT_PUT_FIRST, NULL, fence_of(f, "ab", 1), NULL,
+                           0, &c, &w));
+    char aborted[160];
+    snprintf(aborted, sizeof aborted, "%s", c.request_id);
+    add_model(s, w, 2);
+    weight_writer_abort(w); /* as a put lost with its master: the import aborted */
+    assert_int_equal(wait_phase(f, "ab", WEIGHT_PHASE_ABORTED, 5000).phase, WEIGHT_PHASE_ABORTED);
+    for (int i = 0; availability(f, "ab", 2) != WEIGHT_ENOT_FOUND; i++) { /* its objects go */
+        if (i * 20 > 20000) fail_msg("the aborted target ab@2 is still there");
+        sleep_ms(20);
+    }
+
+    char path[400], cmd[2048], out[4096], want[300];
+    snprintf(path, sizeof path, "%s/ab.safetensors", f->m.dir);
+    tiny_safetensors(path);
+    snprintf(cmd, sizeof cmd,
+             "%s/bin/weightctl --master %s --tenant acme upsert llm/ab/main@1 --generation 2 "
+             "--wait %s 2>&1",
+             BUILD_DIR, f->m.socket, path);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = '\0';
+    int st = pclose(p);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) fail_msg("weightctl upsert again (status %d): %s", st, out);
+    snprintf(want, sizeof want, "weightctl: upsert: claim %s of these arguments was aborted (", aborted);
+    if (strstr(out, want) == NULL || strstr(out, "): a new claim ") == NULL)
+        fail_msg("weightctl upsert again: %s", out);
+    assert_int_equal(availability(f, "ab", 2), WEIGHT_READY);
+    assert_int_equal(availability(f, "ab", 1), WEIGHT_DELETED);
 }
 
 /* HA mode without the lineage flag: upsert fails closed naming it, every
@@ -852,6 +902,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_put_first_target_failure_leaves_the_base, setup, teardown),
         cmocka_unit_test_setup_teardown(test_delete_first_target_failure_resumes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_retry_competitor_and_watermark, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_weightctl_upsert_starts_over_after_an_aborted_claim,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_weightctl_upsert, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ha_gate_refuses_upsert_only, setup_ha, teardown),
         cmocka_unit_test_setup_teardown(test_sigkill_in_every_put_first_phase, setup, teardown),
