@@ -89,7 +89,8 @@ static int fill_until_full(kvc *c)
 }
 
 /* How many of fill/000 .. n-1 read back whole (the others must be gone,
- * never changed). */
+ * never changed; one whose eviction is being committed, SMP_EBUSY, is
+ * asked again). */
 static int readable(kvc *c, int n)
 {
     uint8_t *want = malloc(FILL_BYTES), *got = malloc(FILL_BYTES);
@@ -101,6 +102,10 @@ static int readable(kvc *c, int n)
         uint64_t len = 0;
         snprintf(key, sizeof(key), "fill/%03d", i);
         int rc = kvc_get_into(c, key, got, FILL_BYTES, &len, 1);
+        for (int tries = 0; rc == SMP_EBUSY && tries < WAIT_MS / 20; tries++) {
+            sleep_ms(20); /* its eviction is being committed */
+            rc = kvc_get_into(c, key, got, FILL_BYTES, &len, 1);
+        }
         if (rc == SMP_ENOTFOUND) continue;
         if (rc != 0) fail_msg("get %s: %d (%s)", key, rc, kvc_error(c));
         fill_bytes(want, i);
