@@ -63,7 +63,6 @@
 
 #include "rpc_client_internal.h"
 
-
 void rpcc_conn_err(rpcc_conn *c, const char *fmt, ...)
 {
     va_list ap;
@@ -357,9 +356,9 @@ static int recv_failed(rpcc_conn *c)
              strstr(c->tls_why, "access denied") != NULL))
             rc = SMP_EAUTH;
         rpcc_conn_err(c, "recv: TLS: %s%s", c->tls_why,
-                 no_cert ? " (this master verifies clients: give a client certificate and its "
-                           "key, --tls-cert/--tls-key or WM_TLS_CERT/WM_TLS_KEY)"
-                         : "");
+                      no_cert ? " (this master verifies clients: give a client certificate and its "
+                                "key, --tls-cert/--tls-key or WM_TLS_CERT/WM_TLS_KEY)"
+                              : "");
     } else {
         rpcc_conn_err(c, "recv: %s", strerror(errno));
     }
@@ -604,11 +603,6 @@ uint64_t rpcc_moves(const rpcc_conn *c)
     return c != NULL ? c->moves : 0;
 }
 
-size_t rpcc_masters(const rpcc_conn *c)
-{
-    return c != NULL ? c->ml.n : 0;
-}
-
 void rpcc_set_quiet(rpcc_conn *c, int quiet_ms)
 {
     if (c != NULL)
@@ -660,7 +654,7 @@ static int write_all(rpcc_conn *c, const uint8_t *buf, size_t len, int64_t deadl
                 continue;
             if (r == 0) {
                 rpcc_conn_err(c, "send timed out after %d ms (%zu of %zu bytes sent)",
-                         c->timeout_ms, done, len);
+                              c->timeout_ms, done, len);
                 return done > 0 ? conn_break(c, SMP_EAGAIN) : SMP_EAGAIN;
             }
             errno = -r;
@@ -705,7 +699,8 @@ int rpcc_send(rpcc_conn *c,
         return c->broken;
     size = rpc_env_request_size(c->next_id, service, method, req_len);
     if (size > c->max_frame) {
-        rpcc_conn_err(c, "request of %zu bytes exceeds max_frame_bytes %" PRIu32, size, c->max_frame);
+        rpcc_conn_err(c, "request of %zu bytes exceeds max_frame_bytes %" PRIu32, size,
+                      c->max_frame);
         return SMP_ERANGE;
     }
     if (4 + size > sizeof(small) && (frame = malloc(4 + size)) == NULL) {
@@ -760,16 +755,17 @@ static int read_frame(rpcc_conn *c, int64_t deadline, rpcc_pending **out)
                 return conn_break(c, SMP_EPROTO);
             }
             if (memcmp(c->in, "HTTP", 4) == 0) {
-                rpcc_conn_err(c, "the peer answered HTTP, not the master's RPC protocol (is this the "
-                            "admin/metrics port?)");
+                rpcc_conn_err(c, "the peer answered HTTP, not the master's RPC protocol (is this "
+                                 "the admin/metrics port?)");
                 return conn_break(c, SMP_EPROTO);
             }
             if (len > c->max_frame) {
-                rpcc_conn_err(c, "response frame of %" PRIu32 " bytes exceeds max_frame_bytes %" PRIu32
-                            "%s%.4s%s",
-                         len, c->max_frame, text_bytes(c->in) ? " (its length reads as text '" : "",
-                         text_bytes(c->in) ? (const char *)c->in : "",
-                         text_bytes(c->in) ? "': a peer of another protocol?)" : "");
+                rpcc_conn_err(c, "response frame of %" PRIu32 " bytes exceeds max_frame_bytes "
+                                 "%" PRIu32 "%s%.4s%s",
+                              len, c->max_frame,
+                              text_bytes(c->in) ? " (its length reads as text '" : "",
+                              text_bytes(c->in) ? (const char *)c->in : "",
+                              text_bytes(c->in) ? "': a peer of another protocol?)" : "");
                 return conn_break(c, SMP_ERANGE);
             }
             if (c->in_len >= 4 + (size_t)len) {
@@ -833,12 +829,13 @@ static int read_frame(rpcc_conn *c, int64_t deadline, rpcc_pending **out)
             if (r == 0) {
                 if (!c->answered && c->in_len == 0)
                     /* e.g. an HTTP server waiting for a request line, then timing out */
-                    rpcc_conn_err(c, "connection closed by the server before it answered anything "
-                             "(is %s the master's RPC endpoint, its listen.tcp or listen.unix, "
-                             "and not another service such as its admin endpoint?)", c->endpoint);
+                    rpcc_conn_err(c, "connection closed by the server before it answered "
+                                  "anything (is %s the master's RPC endpoint, its listen.tcp or "
+                                  "listen.unix, and not another service such as its admin "
+                                  "endpoint?)", c->endpoint);
                 else
                     rpcc_conn_err(c, "connection closed by the server%s",
-                             c->in_len > 0 ? " in the middle of a frame" : "");
+                                  c->in_len > 0 ? " in the middle of a frame" : "");
                 return conn_break(c, SMP_EIO);
             }
             if (errno == EINTR)
@@ -1057,13 +1054,13 @@ no_memory:
 
 /* rpcc_recv waiting until deadline (-1: no bound). */
 int rpcc_recv_by(rpcc_conn *c,
-                   uint64_t request_id,
-                   int64_t deadline,
-                   uint64_t *got_id,
-                   int *status,
-                   uint8_t **resp_body,
-                   size_t *resp_len,
-                   char **errmsg)
+                 uint64_t request_id,
+                 int64_t deadline,
+                 uint64_t *got_id,
+                 int *status,
+                 uint8_t **resp_body,
+                 size_t *resp_len,
+                 char **errmsg)
 {
     rpcc_pending *p, *prev = NULL;
     int rc;
@@ -1102,8 +1099,8 @@ int rpcc_recv(rpcc_conn *c,
 {
     if (c == NULL)
         return SMP_EINVAL;
-    return rpcc_recv_by(c, request_id, rpcc_deadline_of(c->timeout_ms), got_id, status, resp_body, resp_len,
-                   errmsg);
+    return rpcc_recv_by(c, request_id, rpcc_deadline_of(c->timeout_ms), got_id, status, resp_body,
+                        resp_len, errmsg);
 }
 
 int rpcc_fd(const rpcc_conn *c)
@@ -1146,7 +1143,7 @@ int rpcc_call_ex(rpcc_conn *c,
         if (rc == SMP_OK) {
             sent = 1;
             rc = rpcc_recv_watched(c, flags, service, method, req_body, req_len, id, &st,
-                              resp_body ? &body : NULL, &len, errmsg ? &msg : NULL);
+                                   resp_body ? &body : NULL, &len, errmsg ? &msg : NULL);
         }
         if (rc == RPCC_HEDGE_MOVE && (flags & RPCC_IDEMPOTENT)) {
             /* Another master leads while the one asked is silent. */
@@ -1161,7 +1158,8 @@ int rpcc_call_ex(rpcc_conn *c,
             rpcc_drop_stream(c);
             c->relocate = 1;
             rpcc_conn_err(c, "%s stopped answering and %s leads now: whether the request was "
-                     "applied is not known (it is not sent again)", ep, c->moved_to);
+                          "applied is not known (it is not sent again)",
+                          ep, master_list_current(&c->ml));
             return SMP_EIO;
         }
         if (sent && rc < 0 && c->in_flight > 0)

@@ -210,10 +210,6 @@ const char *rpcc_endpoint(const rpcc_conn *c);
  * reconnect): when it changed, the master answering may be another. */
 uint64_t rpcc_moves(const rpcc_conn *c);
 
-/* How many masters the connection may move between: its list's endpoints
- * (1 for a single endpoint; 0 for NULL). */
-size_t rpcc_masters(const rpcc_conn *c);
-
 /* How long a call on a list waits without a byte of its answer before it
  * asks another master whether the one it waits on still leads (0: 2 s). A
  * request the master may rightly hold longer (a node's poll, held up to

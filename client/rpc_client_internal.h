@@ -72,7 +72,6 @@ struct rpcc_conn {
     size_t hedge_at;        /* the endpoint the next hedge asks first (hedge()) */
     int quiet_ms;           /* how long a call waits in silence before a hedge
                                (0: RPCC_ATTEMPT_MS; rpcc_set_quiet) */
-    char moved_to[ML_ENDPOINT_MAX]; /* the leader the last HEDGE_MOVE found */
     unsigned silent_seen;   /* silent_gen when the connection last looked */
 };
 

@@ -90,7 +90,6 @@ void rpcc_skip_silent(rpcc_conn *c)
     c->ml.cur = start;
 }
 
-
 /* 1 when c's stream is at a master another connection of the process has
  * since found silent (rpcc_silent_note), and nothing is in flight on it: the
  * request goes elsewhere first. */
@@ -102,7 +101,6 @@ int rpcc_at_silent_master(rpcc_conn *c)
     c->silent_seen = gen;
     return silent_now(c->endpoint);
 }
-
 
 /* A call on a list of several masters went unanswered for its whole
  * timeout: the master may be paused or hung (a paused leader is replaced
@@ -190,15 +188,15 @@ static void stream_adopt(rpcc_conn *c, rpcc_conn *s)
 /* What asking another master said of a call that waits (hedge). */
 enum { HEDGE_WAIT = 0, HEDGE_ANSWERED = 1, HEDGE_MOVE = RPCC_HEDGE_MOVE };
 
-/* The verdict when the side connection s (to ep) says that a master other
- * than the one waited on leads: c->ml is set at it. */
+/* The verdict when another master says leader leads ("": none known):
+ * HEDGE_MOVE with c->ml at it when that is not the master waited on (noted
+ * silent), else HEDGE_WAIT. */
 static int hedge_move(rpcc_conn *c, const char *leader)
 {
     if (leader[0] == '\0' || strcmp(leader, c->endpoint) == 0)
         return HEDGE_WAIT;
     rpcc_silent_note(c->endpoint, 1);
     c->hinted = master_list_set_leader(&c->ml, leader, strlen(leader));
-    snprintf(c->moved_to, sizeof(c->moved_to), "%s", leader);
     return HEDGE_MOVE;
 }
 
@@ -279,8 +277,8 @@ static int hedge(rpcc_conn *c, unsigned flags, uint32_t service, uint32_t method
  * (positive) when another master leads now: an idempotent call is sent
  * there, any other fails without being sent again. */
 int rpcc_recv_watched(rpcc_conn *c, unsigned flags, uint32_t service, uint32_t method,
-                        const uint8_t *req, size_t req_len, uint64_t id, int *st, uint8_t **body,
-                        size_t *len, char **msg)
+                      const uint8_t *req, size_t req_len, uint64_t id, int *st, uint8_t **body,
+                      size_t *len, char **msg)
 {
     int64_t end = rpcc_deadline_of(c->timeout_ms);
     int quiet = c->quiet_ms > 0 ? c->quiet_ms : RPCC_ATTEMPT_MS;
