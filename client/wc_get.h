@@ -3,7 +3,7 @@
  *
  * A load is cut in four: weight_get.c (weight_get itself: lease, manifest,
  * placement and bindings, plan, transfer, release), wc_lease_keeper.c (the
- * revision lease and the thread that renews it), wc_transfer.c (the plan's
+ * revision leases and the store's thread that renews them), wc_transfer.c (the plan's
  * bytes read, verified and scattered by a pool of threads) and
  * weight_get_mapped.c (views in place, no transfer). This header is the seam
  * between them. Not installed, not exported. */
@@ -20,17 +20,18 @@
 
 /* -- the revision lease and its renewal (wc_lease_keeper.c) ------------------ */
 
+/* A revision lease kept alive by its store's renewer: set id, lease_id,
+ * lease_gen, ttl_ms and interval_ms, then wc_lease_keeper_start. lost and
+ * lost_msg are the renewer's to write (lost last), anyone's to read. */
 typedef struct wc_lease_keeper {
-    weight_store *s;
+    wc_renewer *r;            /* the renewer keeping it; NULL when not kept */
+    struct wc_lease_keeper *next;
     weight_identity id;
     uint64_t lease_id;
     uint64_t lease_gen;       /* the generation it was granted at: the renewal's fence */
+    uint64_t ttl_ms;          /* asked at each renewal */
     uint64_t interval_ms;
-    pthread_t thread;
-    int running;
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    int stop;
+    uint64_t due_ms;          /* the next renewal (CLOCK_MONOTONIC) */
     atomic_int lost;          /* 0, or the code a renewal failed with */
     char lost_msg[1200];
 } wc_lease_keeper;
@@ -43,19 +44,23 @@ int wc_lease_call(weight_store *s, rpcc_conn **conn, uint32_t method, const weig
                   uint64_t lease_id, uint64_t lease_gen, uint64_t ttl_ms,
                   Wmrpc__LeaseResponse **resp);
 
-/* The renew thread (pthread_create's start, arg a wc_lease_keeper with s,
- * id, lease_id, lease_gen, interval_ms, lock and cond set): renew every
- * interval on k->s->renew_rpc until told to stop; a failed renewal that the
- * master answered (the lease is gone) marks the keeper lost, which stops
- * the transfer. Transport hiccups are retried. */
-void *wc_lease_renew_main(void *arg);
+/* Have s's renewer (made with its connection and thread on s's first
+ * lease) renew k's lease every k->interval_ms from now until
+ * wc_lease_keeper_stop; k holds a reference on the renewer meanwhile, so k
+ * may outlive s. A renewal the master refuses sets k->lost and ends the
+ * renewals; a transport failure is retried at the next interval. WEIGHT_OK,
+ * or WEIGHT_EIO (the renewer's connection) / WEIGHT_ENOMEM with the cause in
+ * s->err and k not kept. */
+int wc_lease_keeper_start(weight_store *s, wc_lease_keeper *k);
+
+/* Stop renewing k (waiting for a renewal of it in flight); with release,
+ * give the lease back on the renewer's connection (a failure leaves it to
+ * expire). Drops k's reference on the renewer. A k not kept is left. */
+void wc_lease_keeper_stop(wc_lease_keeper *k, int release);
 
 /* How often to renew a lease that expires at expires_ms (wall clock): a
  * third of what is left of its TTL, at least every 50 ms. */
 uint64_t wc_lease_renew_interval(const weight_store *s, uint64_t expires_ms);
-
-/* Stop and join k's renew thread if it runs (k stays initialized). */
-void wc_lease_keeper_stop(wc_lease_keeper *k);
 
 /* -- shared by weight_get and weight_get_mapped (weight_get.c) ---------------- */
 
@@ -81,8 +86,8 @@ void wc_tensor_info(const wc_manifest *m, size_t i, weight_tensor_info *ti);
 /* -- the transfer (wc_transfer.c) --------------------------------------------- */
 
 /* Read, verify and scatter every op of plan (over manifest m) into the
- * buffers bufs (one per tensor) with s->threads threads, while k's renew
- * thread keeps the lease (a lost lease or weight_store_cancel stops it).
+ * buffers bufs (one per tensor) with s->threads threads, while the
+ * store's renewer keeps k's lease (a lost lease or weight_store_cancel stops it).
  * Returns WEIGHT_OK, or the first failure with its cause in s->err. Once
  * the jobs are built, stats (may be NULL) get what was moved, with
  * n_placed as its tensors, whatever the outcome. */

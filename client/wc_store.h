@@ -32,6 +32,14 @@
 #define WC_RPC_TIMEOUT_MS 60000
 #define WC_KEY_BUF 1025 /* a store key (1024 bytes) and its NUL */
 
+/* The thread and connection that renew a store's revision leases
+ * (wc_lease_keeper.c, wc_get.h). */
+typedef struct wc_renewer wc_renewer;
+
+/* Drop a reference on r (the store's, at weight_store_close); the last one
+ * stops its thread and closes its connection. NULL is ignored. */
+void wc_renewer_put(wc_renewer *r);
+
 /* A mapped segment file, shared by the threads of a get (read-only) or the
  * writer (read-write). */
 typedef struct wc_seg {
@@ -45,7 +53,7 @@ struct weight_store {
     int has_default_policy;
     weight_policy default_policy;
     rpcc_conn *rpc;                  /* the weight service (this thread) */
-    rpcc_conn *renew_rpc;            /* lease renewals (the renew thread) */
+    wc_renewer *renewer;             /* lease renewals (wc_lease_keeper.c), or NULL */
     kvc *kv;                         /* object service */
     uint64_t payload_bytes;
     unsigned threads;

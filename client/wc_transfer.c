@@ -30,8 +30,8 @@
  * WEIGHT_OPT_RELEASE_PAGES the pages of each window are given back once it
  * is scattered (source and destination), so that a caller writing into
  * file mappings holds about a window per thread, not the model. The lease
- * is the caller's: its renew thread (wc_lease_keeper.c) runs meanwhile, and
- * a lost lease stops the transfer. */
+ * is the caller's: the store's renewer (wc_lease_keeper.c) keeps it
+ * meanwhile, and a lost lease stops the transfer. */
 #include <inttypes.h>
 #include <openssl/sha.h>
 #include <stdarg.h>

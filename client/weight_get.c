@@ -191,7 +191,6 @@ int weight_get(weight_store *s, const weight_identity *id, const weight_placemen
     uint8_t **bufs = NULL;
     uint64_t n_placed = 0;
     char tenant[WEIGHT_ID_MAX + 1];
-    char rpc_err[512];
     Wmrpc__LeaseResponse *lr = NULL;
     int rc;
 
@@ -212,29 +211,16 @@ int weight_get(weight_store *s, const weight_identity *id, const weight_placemen
         wmrpc__lease_response__free_unpacked(lr, NULL);
         return wc_fail(s, WEIGHT_EPROTO, "lease reply without lease or metadata");
     }
-    k.s = s;
     k.id = *id;
     k.lease_id = lr->lease->id;
     k.lease_gen = lr->lease->metadata_generation;
-    wc_from_wire_metadata(lr->metadata, &md);
+    k.ttl_ms = s->lease_ttl_ms;
     k.interval_ms = wc_lease_renew_interval(s, lr->lease->expires_ms);
+    wc_from_wire_metadata(lr->metadata, &md);
     wmrpc__lease_response__free_unpacked(lr, NULL);
 
-    /* 2. The renew thread, with its own connection. */
-    if (s->renew_rpc == NULL) {
-        rpcc_options opt = wc_rpc_options(s);
-        if (rpcc_connect(s->master, &opt, &s->renew_rpc, rpc_err, sizeof rpc_err) < 0) {
-            rc = wc_fail(s, WEIGHT_EIO, "lease renewal connection: %s", rpc_err);
-            goto release;
-        }
-    }
-    pthread_mutex_init(&k.lock, NULL);
-    pthread_cond_init(&k.cond, NULL);
-    if (pthread_create(&k.thread, NULL, wc_lease_renew_main, &k) != 0) {
-        rc = wc_fail(s, WEIGHT_ENOMEM, "cannot start the lease renewal thread");
-        goto destroy_keeper;
-    }
-    k.running = 1;
+    /* 2. The store's renewer keeps it while the load runs. */
+    if ((rc = wc_lease_keeper_start(s, &k)) < 0) goto release;
 
     /* 3. The manifest, verified. */
     if ((rc = wc_load_manifest(s, &md, tenant, id, &m)) < 0) goto stop_keeper;
@@ -262,10 +248,7 @@ free_plan:
     wc_plan_free(&plan);
     wc_manifest_free(&m);
 stop_keeper:
-    wc_lease_keeper_stop(&k);
-destroy_keeper:
-    pthread_cond_destroy(&k.cond);
-    pthread_mutex_destroy(&k.lock);
+    wc_lease_keeper_stop(&k, 0); /* released below, on the caller's connection */
 release:
     {
         char saved[sizeof s->err];

@@ -2,8 +2,8 @@
  * into this process's read-only mappings of the nodes' segment files.
  *
  * weight_get_mapped is the load without a transfer: it acquires the
- * revision lease and keeps it (renewed on a connection of its own,
- * wc_lease_keeper.c), reads and verifies the manifest, and hands out
+ * revision lease and has its store's renewer keep it (wc_lease_keeper.c,
+ * which the view may outlive the store with), reads and verifies the manifest, and hands out
  * pointers into its own read-only mapping of the segment files, after
  * verifying each object whole on first use (or ahead of use, on several
  * threads, weight_mapped_verify); weight_mapped_release ends it. The
@@ -89,11 +89,7 @@ typedef struct mapped_object {
 } mapped_object;
 
 struct weight_mapped {
-    /* A private store: master, tenant and lease TTL copied from the
-     * caller's, its own connection for renewals and the release. */
-    weight_store conn;
-    weight_identity id;
-    wc_lease_keeper k;
+    wc_lease_keeper k;           /* the revision lease; released with the view */
     wc_manifest m;
     mapped_object *objs;         /* per payload object */
     pthread_mutex_t lock;        /* verification: objs[].state */
@@ -158,15 +154,9 @@ static int locate_object(weight_store *s, weight_mapped *v, uint32_t index, mapp
 void weight_mapped_release(weight_mapped *v)
 {
     if (v == NULL) return;
-    if (v->k.running) wc_lease_keeper_stop(&v->k);
-    pthread_cond_destroy(&v->k.cond);
-    pthread_mutex_destroy(&v->k.lock);
+    wc_lease_keeper_stop(&v->k, 1);
     pthread_mutex_destroy(&v->lock);
-    if (v->k.lease_id != 0)
-        wc_lease_call(&v->conn, &v->conn.renew_rpc, M(LEASE_RELEASE), &v->id, v->k.lease_id, 0, 0, NULL);
     for (size_t i = 0; v->objs != NULL && i < v->m.n_objects; i++) shared_seg_release(v->objs[i].seg);
-    rpcc_close(v->conn.renew_rpc);
-    rpcc_close(v->conn.rpc);
     free(v->objs);
     wc_manifest_free(&v->m);
     free(v);
@@ -178,7 +168,6 @@ int weight_get_mapped(weight_store *s, const weight_identity *id, weight_mapped 
     weight_metadata md;
     Wmrpc__LeaseResponse *lr = NULL;
     char tenant[WEIGHT_ID_MAX + 1];
-    char rpc_err[512];
     int rc;
 
     if (s == NULL) return WEIGHT_EINVALID_ARGUMENT;
@@ -188,18 +177,11 @@ int weight_get_mapped(weight_store *s, const weight_identity *id, weight_mapped 
     *out = NULL;
     snprintf(tenant, sizeof tenant, "%s", id->tenant_id[0] ? id->tenant_id : s->tenant);
     if ((v = calloc(1, sizeof *v)) == NULL) return wc_fail(s, WEIGHT_ENOMEM, "out of memory");
-    snprintf(v->conn.master, sizeof v->conn.master, "%s", s->master);
-    snprintf(v->conn.tenant, sizeof v->conn.tenant, "%s", s->tenant);
-    v->conn.lease_ttl_ms = s->lease_ttl_ms;
-    v->conn.transport = s->transport;
     v->threads = s->threads;
-    v->id = *id;
-    pthread_mutex_init(&v->k.lock, NULL);
-    pthread_cond_init(&v->k.cond, NULL);
     pthread_mutex_init(&v->lock, NULL);
 
     /* The lease, acquired on the caller's connection; renewed and released
-     * on the view's own. */
+     * on the store's renewer's. */
     rc = wc_lease_call(s, &s->rpc, M(LEASE_ACQUIRE), id, 0, 0, s->lease_ttl_ms, &lr);
     if (rc < 0) goto free_view;
     if (lr->lease == NULL || lr->lease->id == 0 || lr->metadata == NULL) {
@@ -207,25 +189,20 @@ int weight_get_mapped(weight_store *s, const weight_identity *id, weight_mapped 
         rc = wc_fail(s, WEIGHT_EPROTO, "lease reply without lease or metadata");
         goto free_view;
     }
-    v->k.s = &v->conn;
     v->k.id = *id;
     v->k.lease_id = lr->lease->id;
     v->k.lease_gen = lr->lease->metadata_generation;
+    v->k.ttl_ms = s->lease_ttl_ms;
     v->k.interval_ms = wc_lease_renew_interval(s, lr->lease->expires_ms);
     wc_from_wire_metadata(lr->metadata, &md);
     wmrpc__lease_response__free_unpacked(lr, NULL);
-    {
-        rpcc_options opt = wc_rpc_options(s);
-        if (rpcc_connect(s->master, &opt, &v->conn.renew_rpc, rpc_err, sizeof rpc_err) < 0) {
-            rc = wc_fail(s, WEIGHT_EIO, "lease renewal connection: %s", rpc_err);
-            goto free_view;
-        }
-    }
-    if (pthread_create(&v->k.thread, NULL, wc_lease_renew_main, &v->k) != 0) {
-        rc = wc_fail(s, WEIGHT_ENOMEM, "cannot start the lease renewal thread");
+    if ((rc = wc_lease_keeper_start(s, &v->k)) < 0) {
+        char saved[sizeof s->err];
+        memcpy(saved, s->err, sizeof saved);
+        (void)wc_lease_call(s, &s->rpc, M(LEASE_RELEASE), id, v->k.lease_id, 0, 0, NULL);
+        memcpy(s->err, saved, sizeof saved);
         goto free_view;
     }
-    v->k.running = 1;
 
     /* The manifest, verified; then where each object that holds a whole
      * tensor lies on this host (verified on first use, weight_mapped_data). */

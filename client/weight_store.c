@@ -361,7 +361,7 @@ void weight_store_close(weight_store *s)
     for (int i = 0; i < WC_SEG_MAPS; i++) seg_map_close(&s->segs[i].map);
     pthread_mutex_destroy(&s->seg_lock);
     rpcc_close(s->rpc);
-    rpcc_close(s->renew_rpc);
+    wc_renewer_put(s->renewer); /* views still held keep it */
     kvc_close(s->kv);
     free(s->token);
     free(s->tls_ca);

@@ -469,12 +469,15 @@ WEIGHT_API void weight_store_cancel(weight_store *s);
 
 /* -- weight_get_mapped: zero-copy views of a co-located HOT revision ---------- */
 
-/* A revision held for reading in place: its lease (renewed by a thread of
- * the view, on the view's own connection) and, per tensor, a pointer to the
- * whole tensor, row-major, inside a read-only mapping of the segment file
- * that holds it on this host. Nothing is copied. The view does not use its
- * store after weight_get_mapped returns: the store may be closed, or used
- * by its thread for other calls, while the view lives. The mappings are
+/* A revision held for reading in place: its lease and, per tensor, a
+ * pointer to the whole tensor, row-major, inside a read-only mapping of the
+ * segment file that holds it on this host. Nothing is copied. The leases of
+ * a store's views and gets are renewed by one thread of the store on one
+ * connection of its own, however many views are held or taken in turn. The
+ * view does not use its store after weight_get_mapped returns: the store
+ * may be closed (the renewing thread and connection stay until the last
+ * view is released), or used by its thread for other calls, while the view
+ * lives. The mappings are
  * shared by the views of the process and kept mapped after the last view
  * is released (mapping a segment again would cost a page-table fill per
  * load); one whose file is removed or replaced is unmapped when the next

@@ -12,7 +12,9 @@
  * retired mapping of the old file still holds the right bytes. A segment
  * that grew (node.segment_bytes raised, master restarted) is mapped again
  * the same way. A zero-copy view (weight_get_mapped) has its objects
- * verified ahead of use on the store's threads (weight_mapped_verify). */
+ * verified ahead of use on the store's threads (weight_mapped_verify). The
+ * leases of a store's views and gets are renewed by one connection and
+ * thread of the store, which a view held past weight_store_close keeps. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -458,6 +460,86 @@ static void test_views_are_verified_ahead_of_use(void **state)
     weight_store_close(s);
 }
 
+/* The sockets (Unix and TCP alike) and threads this process has now. */
+static int count_fds_linking(const char *prefix)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    assert_non_null(d);
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        char p[300], link[300];
+        snprintf(p, sizeof p, "/proc/self/fd/%s", e->d_name);
+        ssize_t len = readlink(p, link, sizeof link - 1);
+        if (len <= 0) continue;
+        link[len] = '\0';
+        n += strncmp(link, prefix, strlen(prefix)) == 0;
+    }
+    closedir(d);
+    return n;
+}
+
+static int count_threads(void)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/task");
+    assert_non_null(d);
+    for (struct dirent *e; (e = readdir(d)) != NULL;) n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* Every lease of a store -- views held together, views taken and released
+ * in turn, a weight_get -- is renewed by one connection and one thread of
+ * the store (a serving loop that takes a view per request opened a
+ * connection and started a thread for each), and a view outlives its
+ * store: after weight_store_close its lease is still renewed (with a TTL
+ * of 300 ms, 1.5 s later the revision is still leased and cannot be
+ * removed) and its bytes still read; its release ends the thread. */
+static void test_views_share_one_renewer_and_outlive_their_store(void **state)
+{
+    fixture *f = *state;
+    weight_store *s = wx_open_store(&f->m), *other = wx_open_store(&f->m);
+    weight_mapped *v[8];
+    weight_metadata md;
+    const void *data;
+    CHECK(s, weight_store_set_option(s, WEIGHT_OPT_LEASE_TTL_MS, 300));
+    wx_put_model(s, &f->id, f->t, N_T);
+    int sockets = count_fds_linking("socket:"), threads = count_threads();
+
+    CHECK(s, weight_get_mapped(s, &f->id, &v[0]));
+    assert_int_equal(count_fds_linking("socket:"), sockets + 1);
+    assert_int_equal(count_threads(), threads + 1);
+    for (int i = 1; i < 8; i++) CHECK(s, weight_get_mapped(s, &f->id, &v[i]));
+    for (int round = 0; round < 20; round++) {
+        weight_mapped *w = NULL;
+        CHECK(s, weight_get_mapped(s, &f->id, &w));
+        weight_mapped_release(w);
+    }
+    CHECK(s, try_get(s, &f->id));
+    assert_int_equal(count_fds_linking("socket:"), sockets + 1);
+    assert_int_equal(count_threads(), threads + 1);
+    usleep(1000 * 1000); /* > 3 TTLs */
+    CHECK(other, weight_get_metadata(other, &f->id, &md, NULL));
+    assert_int_equal(md.active_leases, 8);
+    for (int i = 0; i < 8; i++) assert_int_equal(weight_mapped_status(v[i]), WEIGHT_OK);
+    for (int i = 1; i < 8; i++) weight_mapped_release(v[i]);
+
+    weight_store_close(s);
+    usleep(1500 * 1000);
+    assert_int_equal(weight_mapped_status(v[0]), WEIGHT_OK);
+    CHECK(other, weight_get_metadata(other, &f->id, &md, NULL));
+    assert_int_equal(md.active_leases, 1);
+    assert_int_equal(weight_remove(other, &f->id, md.metadata_generation, NULL), WEIGHT_EBUSY);
+    assert_int_equal(weight_mapped_data(v[0], 0, &data), WEIGHT_OK);
+    assert_non_null(data);
+    assert_memory_equal(data, f->t[0].data, sizeof f->t[0].data);
+    weight_mapped_release(v[0]);
+    assert_int_equal(count_threads(), threads);
+    CHECK(other, weight_get_metadata(other, &f->id, &md, NULL));
+    assert_int_equal(md.active_leases, 0);
+    weight_store_close(other);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -467,6 +549,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_object_larger_than_a_job_reads_in_parts, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_views_are_verified_ahead_of_use, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_views_share_one_renewer_and_outlive_their_store,
+                                        setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
