@@ -33,14 +33,19 @@
  * schedule goes on in memory; a line that does not parse is ignored (that
  * node is checked at the next run); a standby that takes over reads the
  * same file, so it neither repeats nor skips the last leader's run and goes
- * on with the nodes it owed. A run starts only once the nodes that hold segments
+ * on with the nodes it owed. A temporary a master left when it died while
+ * writing (fsck.last.PID.tmp, older than FSCK_TMP_STALE_S: a write takes
+ * milliseconds) is removed at the next start. A run starts only once the nodes that hold segments
  * registered after the start (master_nodes_settled), never while another
  * runs. */
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "master_internal.h"
@@ -50,6 +55,7 @@
 #define FSCK_RETRY_MAX_MS 3600000  /* a node that keeps failing: at least this often */
 #define FSCK_PROGRESS_MS 30000     /* a running check's place is written at most this often */
 #define FSCK_CURSOR_MAX 512        /* the longest node id or file name a cursor line keeps */
+#define FSCK_TMP_STALE_S 600       /* a temporary of fsck.last this old was abandoned */
 
 typedef struct master_fsck_schedule {
     int loaded;              /* fsck.last was read */
@@ -141,6 +147,38 @@ static int take_cursor(master_fsck_schedule *s, char *line)
     return master_fsck_owe(&s->owed, &s->n_owed, node, sp + 1, 0) < 0 ? -1 : 0;
 }
 
+/* Remove the temporaries of fsck.last (path) that masters which died while
+ * writing left in its directory: fsck.last.PID.tmp files older than
+ * FSCK_TMP_STALE_S (a live writer renames its own within milliseconds, and
+ * with HA the directory is shared, so the PID alone says nothing). Each
+ * removal is logged; a failure leaves the file. */
+static void remove_abandoned_temporaries(const char *path)
+{
+    char dir[4200], file[4400];
+    snprintf(dir, sizeof(dir), "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash == NULL) return;
+    *slash = '\0';
+    DIR *d = opendir(dir);
+    if (d == NULL) return;
+    time_t now = time(NULL);
+    const char *prefix = FSCK_LAST_FILE ".";
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        const char *name = e->d_name, *digits = name + strlen(prefix);
+        size_t n = strlen(name), nd = strspn(digits, "0123456789");
+        struct stat st;
+        if (strncmp(name, prefix, strlen(prefix)) != 0 || nd == 0 || strcmp(digits + nd, ".tmp") != 0)
+            continue;
+        snprintf(file, sizeof(file), "%s/%.*s", dir, (int)n, name);
+        if (lstat(file, &st) != 0 || !S_ISREG(st.st_mode) || now - st.st_mtime < FSCK_TMP_STALE_S)
+            continue;
+        if (unlink(file) == 0)
+            fprintf(stderr, "store_master: background fsck: removed %s, left by a master that "
+                    "stopped while writing it\n", file);
+    }
+    closedir(d);
+}
+
 /* Read fsck.last into s: when the last run began and the nodes it owes.
  * No file (or none that reads): count from now, and write it. */
 static void load(master *m, master_fsck_schedule *s, uint64_t now)
@@ -150,6 +188,7 @@ static void load(master *m, master_fsck_schedule *s, uint64_t now)
     ssize_t got;
     last_path(m, path, sizeof(path));
     s->loaded = 1;
+    remove_abandoned_temporaries(path);
     FILE *f = fopen(path, "r");
     if (f == NULL) {
         if (errno != ENOENT)

@@ -23,6 +23,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -815,7 +816,7 @@ static void test_the_background_fsck_finds_rot_nobody_read(void **state)
     fixture *f = *state;
     weight_store *s = wx_open_store(&f->m);
     weight_identity rot, fine;
-    char name[128], path[700], want[600], last[700];
+    char name[128], path[700], want[1000], last[700];
     for (size_t i = 0; i < N_MANY; i++) {
         snprintf(many_names[i], sizeof(many_names[i]), "t.%03zu", i);
         many[i] = (wx_tensor){.name = many_names[i], .shape = {16, 64}};
@@ -833,6 +834,15 @@ static void test_the_background_fsck_finds_rot_nobody_read(void **state)
     assert_int_equal(hx_stop(&f->m), 0);
     snprintf(last, sizeof(last), "%s/data/fsck.last", f->m.dir);
     set_fsck_last(last, "1000\n"); /* 1970: the next run is due */
+    /* what a master that died while writing fsck.last leaves (an hour
+     * old), and one being written right now (kept) */
+    char stale[800], fresh[800];
+    snprintf(stale, sizeof(stale), "%s.4242.tmp", last);
+    snprintf(fresh, sizeof(fresh), "%s.4243.tmp", last);
+    set_fsck_last(stale, "1000\n");
+    set_fsck_last(fresh, "1000\n");
+    struct timeval hour_ago[2] = {{time(NULL) - 3600, 0}, {time(NULL) - 3600, 0}};
+    assert_int_equal(utimes(stale, hour_ago), 0);
     assert_int_equal(configure(f, "fsck:\n  every_s: 86400\n  bytes_per_s: 1048576\n"), 0);
     uint64_t restarted = (uint64_t)time(NULL) * 1000u;
     assert_int_equal(hx_start(&f->m, 20000), 0);
@@ -859,6 +869,12 @@ static void test_the_background_fsck_finds_rot_nobody_read(void **state)
     unsigned pages = 0;
     log_count_pages(f, &pages);
     if (pages < 2) fail_msg("the background fsck read the cold files in %u page(s)", pages);
+    assert_int_equal(access(stale, F_OK), -1);
+    assert_int_equal(access(fresh, F_OK), 0);
+    snprintf(want, sizeof(want), "background fsck: removed %s, left by a master that stopped "
+             "while writing it", stale);
+    if (!hx_log_contains(&f->m, want)) fail_msg("no line says %s was removed", stale);
+    assert_int_equal(unlink(fresh), 0);
 
     FILE *fp;
     s = wx_open_store(&f->m);
