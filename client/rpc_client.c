@@ -1028,6 +1028,7 @@ static int deliver(rpcc_conn *c,
     }
     if (m->status == SMP_ENOTLEADER)
         c->hinted = master_list_set_leader(&c->ml, m->leader, m->leader_len);
+    c->retry_after_ms = m->retry_after_ms;
     if (c->in_flight > 0)
         c->in_flight--;
     if (got_id != NULL)
@@ -1127,6 +1128,7 @@ int rpcc_call_ex(rpcc_conn *c,
                  char **errmsg)
 {
     int64_t deadline = -1; /* set at the first move: a call that stays costs no clock read */
+    int64_t limited_until = -1; /* set at the first refusal of auth.limits */
     int backoff = 0, rc, st = 0, hinted_last = 0;
     uint64_t id;
 
@@ -1164,6 +1166,20 @@ int rpcc_call_ex(rpcc_conn *c,
         }
         if (sent && rc < 0 && c->in_flight > 0)
             c->in_flight--; /* nobody claims its answer (stashed if it still comes) */
+        if (rc == SMP_OK && st == SMP_EAGAIN && c->retry_after_ms > 0) {
+            /* Refused by auth.limits before any service saw it: the same
+             * request is sent again when the master says it may pass, for
+             * as long as the call's timeout (the refusal is returned then). */
+            int64_t at = rpcc_now_ms() + c->retry_after_ms;
+            if (limited_until < 0)
+                limited_until = rpcc_now_ms() + (c->timeout_ms > 0 ? c->timeout_ms : RPCC_FOLLOW_MS);
+            if (at < limited_until) {
+                free(body);
+                free(msg);
+                sleep_until(at);
+                continue;
+            }
+        }
         if (rc == SMP_OK && st == SMP_ENOTLEADER && deadline < 0)
             deadline = follow_deadline(c);
         if (rc == SMP_OK && st == SMP_ENOTLEADER && c->in_flight == 0 && rpcc_now_ms() < deadline) {

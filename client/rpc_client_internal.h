@@ -73,6 +73,8 @@ struct rpcc_conn {
     int quiet_ms;           /* how long a call waits in silence before a hedge
                                (0: RPCC_ATTEMPT_MS; rpcc_set_quiet) */
     unsigned silent_seen;   /* silent_gen when the connection last looked */
+    uint32_t retry_after_ms; /* the last response's: a refusal of auth.limits, when
+                                the same request may pass (0: none said) */
 };
 
 /* Set c's last error (printf-style). */

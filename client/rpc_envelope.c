@@ -7,7 +7,7 @@
 #include "pb_wire.h"
 #include "store_plugin.h"
 
-/* Field numbers of proto/rpc.proto: a request has four, a response five. */
+/* Field numbers of proto/rpc.proto: a request has four, a response six. */
 enum {
     ENV_REQUEST_ID = 1,
     ENV_SERVICE = 2, /* request */
@@ -16,8 +16,9 @@ enum {
     ENV_ERROR = 3,   /* response */
     ENV_BODY = 4,
     ENV_LEADER = 5,  /* response */
+    ENV_RETRY_AFTER = 6, /* response */
     ENV_REQUEST_FIELDS = 4,
-    ENV_RESPONSE_FIELDS = 5
+    ENV_RESPONSE_FIELDS = 6
 };
 
 
@@ -127,6 +128,7 @@ int rpc_env_decode_response(const uint8_t *frame, size_t len, rpc_env_response *
     out->body_len = f[ENV_BODY].len;
     out->leader = (const char *)f[ENV_LEADER].ptr;
     out->leader_len = f[ENV_LEADER].len;
+    out->retry_after_ms = (uint32_t)f[ENV_RETRY_AFTER].num;
     return SMP_OK;
 }
 
@@ -224,4 +226,21 @@ size_t rpc_env_encode_response_leader(uint8_t *out,
 {
     size_t n = rpc_env_encode_response(out, request_id, status, error, error_len, body, body_len);
     return (size_t)(put_bytes(out + n, ENV_LEADER, leader, leader_len) - out);
+}
+
+size_t rpc_env_response_size_retry(uint64_t request_id, int32_t status, size_t error_len,
+                                   uint32_t retry_after_ms)
+{
+    return rpc_env_response_size(request_id, status, error_len, 0) + number_size(retry_after_ms);
+}
+
+size_t rpc_env_encode_response_retry(uint8_t *out,
+                                     uint64_t request_id,
+                                     int32_t status,
+                                     const char *error,
+                                     size_t error_len,
+                                     uint32_t retry_after_ms)
+{
+    size_t n = rpc_env_encode_response(out, request_id, status, error, error_len, NULL, 0);
+    return (size_t)(put_number(out + n, ENV_RETRY_AFTER, retry_after_ms) - out);
 }

@@ -9,7 +9,8 @@
  * durable remove, plus three allocations per response on the client. The
  * envelope barely changes shape (the services' bodies are the messages that
  * evolve, and they stay with protobuf-c; the envelope only gained the
- * response's leader, field 5, for HA), so it is read and written here: a
+ * response's leader, field 5, for HA, and its retry_after_ms, field 6, for
+ * auth.limits), so it is read and written here: a
  * decoded body, error or leader points into the frame, nothing is
  * allocated, and a message is written in one pass.
  *
@@ -47,6 +48,7 @@ typedef struct rpc_env_response {
     size_t body_len;
     const char *leader; /* NULL when leader_len is 0 */
     size_t leader_len;
+    uint32_t retry_after_ms; /* a refusal by auth.limits: when to send it again (0: none) */
 } rpc_env_response;
 
 /* Decode frame[0, len) into *out. SMP_OK, or SMP_EPROTO when protobuf-c
@@ -93,5 +95,17 @@ size_t rpc_env_encode_response_leader(uint8_t *out,
                                       size_t body_len,
                                       const char *leader,
                                       size_t leader_len);
+
+/* A refusal that says when the same request may pass (field 6, with
+ * SMP_EAGAIN from auth.limits; no body): the bytes of the response above,
+ * then retry_after_ms when it is not 0, as protobuf-c writes it. */
+size_t rpc_env_response_size_retry(uint64_t request_id, int32_t status, size_t error_len,
+                                   uint32_t retry_after_ms);
+size_t rpc_env_encode_response_retry(uint8_t *out,
+                                     uint64_t request_id,
+                                     int32_t status,
+                                     const char *error,
+                                     size_t error_len,
+                                     uint32_t retry_after_ms);
 
 #endif /* WM_RPC_ENVELOPE_H */

@@ -207,6 +207,9 @@ static size_t conn_feed(rpc_conn *c, const uint8_t *p, size_t n)
             if (s->limits != NULL &&
                 (c->skip_status = rpc_limits_charge_frame(s->limits, &c->lim, c->body_len,
                                                           c->skip_msg, sizeof(c->skip_msg))) < 0) {
+                /* over the in-flight bytes: it may pass once earlier
+                 * requests are answered (a size over the cap never will) */
+                c->skip_retry_ms = c->skip_status == SMP_EAGAIN ? RPC_INFLIGHT_RETRY_MS : 0;
                 c->skipping = 1;
                 c->skip_have = 0;
                 continue;
@@ -244,8 +247,8 @@ static size_t conn_feed(rpc_conn *c, const uint8_t *p, size_t n)
                 c->body_have = 0;
                 s->st.requests++;
                 c->budget--;
-                rpc_conn_send(c, rpc_prefix_request_id(c->skip_prefix, c->skip_have), c->skip_status,
-                          c->skip_msg, NULL, 0);
+                rpc_conn_send_retry(c, rpc_prefix_request_id(c->skip_prefix, c->skip_have),
+                                    c->skip_status, c->skip_msg, c->skip_retry_ms);
             }
             continue;
         }

@@ -483,10 +483,13 @@ void rpc_conn_dispatch(rpc_conn *c, const uint8_t *data, size_t len)
         return;
     }
     s->st.requests++;
-    if (s->limits != NULL &&
-        (rc = rpc_limits_take_rate(s->limits, &c->lim, uv_now(s->loop), msg, sizeof(msg))) < 0) {
-        rpc_conn_send(c, req.request_id, rc, msg, NULL, 0);
-        return;
+    if (s->limits != NULL) {
+        uint32_t retry_ms = 0;
+        if ((rc = rpc_limits_take_rate(s->limits, &c->lim, uv_now(s->loop), msg, sizeof(msg),
+                                       &retry_ms)) < 0) {
+            rpc_conn_send_retry(c, req.request_id, rc, msg, retry_ms);
+            return;
+        }
     }
     if ((svc = find_service(s, req.service)) == NULL) {
         s->st.err_unknown_service++;

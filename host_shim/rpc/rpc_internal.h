@@ -31,6 +31,7 @@
 
 #define RPC_READ_CHUNK (64u * 1024u)
 #define RPC_BATCH_REQUESTS 32u /* frames dispatched per connection per read or turn */
+#define RPC_INFLIGHT_RETRY_MS 20u /* a request over the in-flight bytes is asked again after */
 
 typedef struct rpc_method {
     uint16_t id;
@@ -109,6 +110,7 @@ typedef struct rpc_conn {
     uint8_t skip_prefix[16];   /* its first bytes, for its request_id */
     size_t skip_have;
     char skip_msg[320];        /* its refusal's sentence */
+    uint32_t skip_retry_ms;    /* when it may pass (SMP_EAGAIN), sent with it */
 } rpc_conn;
 
 struct rpc_server {
@@ -230,6 +232,12 @@ int rpc_conn_send(rpc_conn *c,
                   const char *message,
                   const uint8_t *body,
                   size_t len);
+
+/* A refusal of auth.limits that no service saw (status SMP_EAGAIN): the
+ * response carries retry_after_ms, when the same request may pass, which a
+ * client of this project waits and sends it again after. As rpc_conn_send. */
+int rpc_conn_send_retry(rpc_conn *c, uint64_t request_id, int status, const char *message,
+                        uint32_t retry_after_ms);
 
 /* Close a connection now (idempotent); outstanding calls keep its memory. */
 void rpc_conn_close(rpc_conn *c);

@@ -196,12 +196,20 @@ void rpc_limits_release_frame(rpc_conn_limits *cl)
 }
 
 int rpc_limits_take_rate(rpc_limits *l, rpc_conn_limits *cl, uint64_t now_ms, char *msg,
-                         size_t cap)
+                         size_t cap, uint32_t *retry_ms)
 {
     rpc_tenant_state *t = cl->exempt ? NULL : cl->tenant;
     int which = 0;
     if (cl->exempt || rpc_bucket_take2(&cl->bucket, &l->conn, t, now_ms, &which)) return SMP_OK;
     rpc_limits_count(l, t, RPC_REFUSED_RATE);
+    {
+        /* a request is 1000 thousandths; rate of them come in a millisecond */
+        const rpc_bucket *b = which == 0 ? &cl->bucket : &t->bucket;
+        uint32_t rate = which == 0 ? l->conn.rate : t->v.rate;
+        uint64_t need = b->milli < 1000 ? 1000 - b->milli : 0;
+        *retry_ms = (uint32_t)((need + rate - 1) / rate);
+        if (*retry_ms == 0) *retry_ms = 1;
+    }
     if (which == 0)
         snprintf(msg, cap, "rate limit: this connection may send %" PRIu32 " requests a second "
                  "(burst %" PRIu32 ", auth.limits.connection); retry later", l->conn.rate,

@@ -143,9 +143,11 @@ void rpc_limits_uncharge(rpc_conn_limits *cl, rpc_tenant_state *t, uint32_t len)
 void rpc_limits_release_frame(rpc_conn_limits *cl);
 
 /* Take one request from cl's bucket and its tenant's at now_ms: SMP_OK, or
- * SMP_EAGAIN with a sentence in msg (counted; neither bucket taken from). */
+ * SMP_EAGAIN with a sentence in msg and in *retry_ms how long until the
+ * bucket that refused holds a request again (counted; neither bucket taken
+ * from). */
 int rpc_limits_take_rate(rpc_limits *l, rpc_conn_limits *cl, uint64_t now_ms, char *msg,
-                         size_t cap);
+                         size_t cap, uint32_t *retry_ms);
 
 /* Visit every tenant's refusal counts (and, first, those of connections of no
  * tenant, with tenant ""). */

@@ -3,12 +3,14 @@
  *
  * Each test starts its own master (auth_fixture.c) with one kind of limit
  * and drives it through the ordinary client transport:
- *  - request rate: tenant b's bucket (1 request a second, burst 2) runs dry,
- *    its next requests -- a put among them -- are refused SMP_EAGAIN naming
- *    the limit, the connection stays usable, and once the bucket refills
- *    (polled, no wall-clock threshold) requests succeed again; the refused
- *    put created nothing and tenant a, without a rate limit, is never
- *    refused;
+ *  - request rate: tenant b's bucket (4 requests a second, burst 2) runs
+ *    dry, and its next requests -- a put among them -- are refused SMP_EAGAIN
+ *    naming the limit and saying when the same request may pass; a call
+ *    whose timeout is shorter gets the refusal (the put created nothing),
+ *    one with time to spare is sent again by the transport and succeeds, so
+ *    a publish of many objects through libweightclient goes through a
+ *    limit far below its request count; tenant a, without a rate limit, is
+ *    never refused;
  *  - in-flight bytes: a put request larger than tenant a's cap is refused
  *    SMP_ERANGE before its bytes are buffered, nothing is created, and the
  *    same connection then puts an ordinary revision;
@@ -36,6 +38,7 @@
 #include <cmocka.h>
 
 #include "auth_fixture.h"
+#include "weight_model.h"
 
 #define WAIT_MS 15000
 
@@ -82,22 +85,26 @@ static double refused(wr_fixture *f, const char *reason, const char *tenant)
     return hx_metric(&f->m, series);
 }
 
-/* Tenant b's requests run its bucket dry and are refused SMP_EAGAIN, a put
- * among them creating nothing; the connection stays usable and succeeds
- * again once the bucket refills. Tenant a has no rate limit. */
+/* Tenant b's requests run its bucket dry and are refused SMP_EAGAIN with
+ * when the same request may pass: a call whose timeout is shorter than that
+ * gets the refusal (a put among them creating nothing), while a call of
+ * this project's transport with time to spare waits and sends it again, so
+ * a burst of them all succeed, each refusal counted. Tenant a has no rate
+ * limit. */
 static void test_auth_limits_rate_refused_then_recovered(void **state)
 {
     wr_fixture *f = *state;
-    af_start_with(f, "auth-limits-rate", "  limits:\n    tenants:\n      b: {rate: 1, burst: 2}\n");
+    af_start_with(f, "auth-limits-rate", "  limits:\n    tenants:\n      b: {rate: 4, burst: 2}\n");
     assert_int_equal(refused(f, "rate", "b"), 0);
     af_as(f, AF_B_WRITER);
+    rpcc_set_timeout(f->rpc, 100); /* below the 250 ms a request of 4 a second takes */
     int rc = 0, sent = 0;
     while (rc == 0 && sent < 50) {
         rc = try_list(f, NULL);
         sent++;
     }
     assert_int_equal(rc, SMP_EAGAIN);
-    assert_true(hx_says(f->last_error, "rate limit: tenant b may send 1 requests a second (burst 2"));
+    assert_true(hx_says(f->last_error, "rate limit: tenant b may send 4 requests a second (burst 2"));
     /* a put while the bucket is dry: refused, nothing begun */
     Wmrpc__ImportBeginRequest req = WMRPC__IMPORT_BEGIN_REQUEST__INIT;
     Wmrpc__WeightIdentity id;
@@ -105,13 +112,50 @@ static void test_auth_limits_rate_refused_then_recovered(void **state)
     req.identity = &id;
     assert_int_equal(wr_call(f, WMRPC__WEIGHT_METHOD__WEIGHT_IMPORT_BEGIN, &req.base, NULL, NULL),
                      SMP_EAGAIN);
-    /* the same connection succeeds once the bucket refills */
-    assert_int_equal(listed(f), 0);
-    assert_true(refused(f, "rate", "b") >= 2);
+    double before = refused(f, "rate", "b");
+    assert_true(before >= 2);
+    /* with the usual timeout the transport waits as told: 12 lists in a
+     * row (6 times the burst) all succeed, and nothing was begun */
+    rpcc_set_timeout(f->rpc, 10000);
+    for (int i = 0; i < 12; i++) {
+        size_t n = 99;
+        assert_int_equal(try_list(f, &n), 0);
+        assert_int_equal(n, 0);
+    }
+    assert_true(refused(f, "rate", "b") > before);
     /* tenant a is not limited: a burst of its requests all succeed */
     af_as(f, AF_A_WRITER);
     for (int i = 0; i < 20; i++) assert_int_equal(try_list(f, NULL), 0);
     assert_int_equal(refused(f, "rate", "a"), 0);
+}
+
+/* A put of many payload objects -- far more requests than the tenant's
+ * burst -- through libweightclient succeeds under a rate limit (a user's
+ * weightctl put failed at the first refusal and its import was dropped),
+ * and reads back whole; its refusals are counted. */
+static void test_auth_limits_rate_paces_a_put(void **state)
+{
+    wr_fixture *f = *state;
+    af_start_with(f, "auth-limits-put", "  limits:\n    tenants:\n      b: {rate: 50, burst: 10}\n");
+    af_as(f, AF_B_WRITER); /* sets WEIGHT_TOKEN, which the store presents */
+    enum { N = 24 };
+    static wx_tensor t[N];
+    static char names[N][16];
+    for (int i = 0; i < N; i++) {
+        snprintf(names[i], sizeof(names[i]), "t%02d", i);
+        t[i] = (wx_tensor){.name = names[i], .shape = {32, 32}};
+    }
+    wx_model_fill(t, N, 5);
+    weight_store *s = NULL;
+    weight_identity wid;
+    char err[256];
+    assert_int_equal(weight_store_open(f->m.socket, NULL, NULL, &s, err, sizeof(err)), 0);
+    assert_int_equal(weight_store_set_option(s, WEIGHT_OPT_PAYLOAD_BYTES, 4096), 0);
+    assert_int_equal(weight_identity_set(&wid, NULL, "llm", "paced", "v1", 1), 0);
+    wx_put_model(s, &wid, t, N); /* one payload object per tensor */
+    assert_true(refused(f, "rate", "b") >= 1);
+    wx_get_and_compare(s, &wid, t, N);
+    weight_store_close(s);
 }
 
 /* A put request larger than tenant a's in-flight cap is refused SMP_ERANGE
@@ -211,6 +255,7 @@ static void test_auth_limits_unauthenticated_connection_rate(void **state)
     wr_fixture *f = *state;
     af_start_with(f, "auth-limits-anon", "  limits:\n    connection: {rate: 1, burst: 2}\n");
     rpcc_conn *c = af_raw(f);
+    rpcc_set_timeout(c, 100); /* the refusal itself, not the request sent again a second later */
     int status = 0, sent = 0;
     char *msg = NULL;
     do {
@@ -250,6 +295,7 @@ static void test_auth_limits_bad_config_refused_at_start(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_auth_limits_rate_paces_a_put, wr_setup, wr_teardown),
         cmocka_unit_test_setup_teardown(test_auth_limits_rate_refused_then_recovered, wr_setup,
                                         wr_teardown),
         cmocka_unit_test_setup_teardown(test_auth_limits_inflight_large_put_refused, wr_setup,

@@ -92,6 +92,7 @@ static void agree_response(const uint8_t *data, size_t len)
     assert_int_equal(mine.status, ref->status);
     agree_string(mine.error, mine.error_len, ref->error);
     agree_string(mine.leader, mine.leader_len, ref->leader);
+    assert_int_equal(mine.retry_after_ms, ref->retry_after_ms);
     assert_int_equal(mine.body_len, ref->body.len);
     if (ref->body.len > 0) assert_memory_equal(mine.body, ref->body.data, ref->body.len);
     else assert_null(mine.body);
@@ -131,7 +132,8 @@ static void packed_request(frame *f)
     f->n = rpc_request__pack(&req, f->b);
 }
 
-/* A response packed by protobuf-c; a third of them name a leader. */
+/* A response packed by protobuf-c; a third of them name a leader, a
+ * quarter say when to retry. */
 static void packed_response(frame *f)
 {
     uint8_t body[300];
@@ -150,6 +152,7 @@ static void packed_response(frame *f)
     for (size_t i = 0; i < llen; i++) leader[i] = (char)(1 + next() % 255);
     leader[llen] = '\0';
     resp.leader = leader;
+    resp.retry_after_ms = next() % 4 ? 0 : (uint32_t)some_number();
     f->n = rpc_response__pack(&resp, f->b);
 }
 
@@ -314,6 +317,9 @@ static void test_named_malformations_are_refused(void **state)
     assert_int_equal(rpc_env_decode_response(cut_leader, 4, &resp), SMP_EPROTO);
     agree_response(leader_as_number, 2);
     agree_response(cut_leader, 4);
+    const uint8_t retry_as_bytes[] = {0x32, 0x01, 'x'}; /* field 6 length-delimited */
+    assert_int_equal(rpc_env_decode_response(retry_as_bytes, 3, &resp), SMP_EPROTO);
+    agree_response(retry_as_bytes, 3);
     /* A request has no field 5: the same bytes are an unknown field there. */
     assert_int_equal(rpc_env_decode_request(leader_as_number, 2, &r), SMP_OK);
     agree(leader_as_number, 2);
@@ -335,6 +341,13 @@ static void test_named_malformations_are_refused(void **state)
     assert_memory_equal(resp.error, "no", 2);
     assert_null(resp.leader);
     assert_int_equal(resp.leader_len, 0);
+    assert_int_equal(resp.retry_after_ms, 0);
+    /* a rate limit's refusal: status SMP_EAGAIN, retry after 250 ms */
+    const uint8_t retry[] = {0x10, 0x13, 0x1a, 0x02, 'n', 'o', 0x30, 0xfa, 0x01};
+    assert_int_equal(rpc_env_decode_response(retry, sizeof(retry), &resp), SMP_OK);
+    assert_int_equal(resp.status, SMP_EAGAIN);
+    assert_int_equal(resp.retry_after_ms, 250);
+    agree_response(retry, sizeof(retry));
 
     /* The last of a repeated field wins; unknown fields are skipped. */
     const uint8_t repeated[] = {0x08, 0x01, 0x2a, 0x01, 'x', 0x08, 0x02,
@@ -404,6 +417,22 @@ static void test_messages_are_written_as_protobuf_c_packs_them(void **state)
         assert_int_equal(rpc_env_decode_response(mine, got, &back), SMP_OK);
         assert_int_equal(back.leader_len, llen);
         if (llen) assert_memory_equal(back.leader, leader, llen);
+
+        /* a refusal saying when to retry (no body, no leader) */
+        RpcResponse refusal = RPC_RESPONSE__INIT;
+        refusal.request_id = resp.request_id;
+        refusal.status = status;
+        refusal.error = error;
+        refusal.retry_after_ms = next() % 5 == 0 ? 0 : (uint32_t)some_number();
+        want = rpc_response__pack(&refusal, ref);
+        size = rpc_env_response_size_retry(resp.request_id, status, elen, refusal.retry_after_ms);
+        got = rpc_env_encode_response_retry(mine, resp.request_id, status, error, elen,
+                                            refusal.retry_after_ms);
+        assert_int_equal(size, want);
+        assert_int_equal(got, want);
+        assert_memory_equal(mine, ref, want);
+        assert_int_equal(rpc_env_decode_response(mine, got, &back), SMP_OK);
+        assert_int_equal(back.retry_after_ms, refusal.retry_after_ms);
 
         RpcRequest req = RPC_REQUEST__INIT;
         req.request_id = some_number();
