@@ -47,7 +47,8 @@ static void wm_begin_managed(void *arg, int status)
  * policy fields override, field by field, the cluster default -- or, for
  * the target of an open replacement claim (weight_upsert), the base
  * revision's policy (wm_lineage_base_policy): an upsert keeps the base's
- * policy unless the request gives one. A retry for an identity already
+ * policy unless the request gives one. Generation 0 is refused
+ * INVALID_ARGUMENT (an older master took it). A retry for an identity already
  * IMPORTING answers that revision; any other state is CONFLICT. A new
  * revision past its tenant's max_revisions (auth.limits) is SMP_ENOSPC,
  * before anything is written (wm_tenant_admit_revision). */
@@ -62,6 +63,13 @@ int wm_rpc_import_begin(void *plugin, smp_rpc_call *call, const uint8_t *body, s
               len);
 
     if (!wm_identity_in(p, call, req->identity, &idb)) goto free_req;
+    if (idb.id.weight_generation == 0) {
+        /* a lineage's watermark 0 means "none committed": a revision of
+         * generation 0 could never be told from no revision */
+        wm_reply_error(p, call, WM_EINVALID_ARGUMENT,
+                       "weight_generation 0: generations start at 1");
+        goto free_req;
+    }
     if (wm_policy_from_pb(p, req->policy, wm_lineage_base_policy(p, &idb.id), &pol, msg, sizeof(msg)) < 0) {
         wm_reply_error(p, call, WM_EINVALID_ARGUMENT, "invalid policy: %s", msg);
         goto free_req;

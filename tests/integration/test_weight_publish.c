@@ -252,6 +252,13 @@ static void test_commit_refuses_mismatches(void **state)
     assert_int_equal(wr_begin(f, &bad, WR_RS_MIXED, 1.5, WR_MODE_AUTO, NULL), WR_E_INVALID_ARGUMENT);
     assert_non_null(strstr(f->last_error, "policy"));
     assert_int_equal(wr_begin(f, &bad, 9, 0, WR_MODE_AUTO, NULL), WR_E_INVALID_ARGUMENT);
+    /* Generation 0 (generations start at 1; a client library took it and
+     * weightctl could list the revision but not name it): nothing begun. */
+    wr_set_identity(&bad, "t", "n", "g0", 0);
+    assert_int_equal(wr_begin(f, &bad, WR_RS_HOT, 0, WR_MODE_AUTO, NULL), WR_E_INVALID_ARGUMENT);
+    assert_non_null(strstr(f->last_error, "weight_generation 0: generations start at 1"));
+    assert_int_equal(wr_ident_call(f, WMRPC__WEIGHT_METHOD__WEIGHT_GET_METADATA, &bad, 0, NULL),
+                     WR_E_NOT_FOUND);
 }
 
 /* LIST pages through a tenant in identity order with a stable token, filters

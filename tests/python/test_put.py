@@ -95,6 +95,13 @@ def test_dtypes_numpy_lacks_need_a_name(store):
     assert not store.weight_is_exist(i)
 
 
+def test_generation_zero_is_refused_and_publishes_nothing(store):
+    i = ident(unique("g0")).with_generation(0)
+    with pytest.raises(ws.InvalidArgumentError, match="generations start at 1"):
+        store.weight_put(i, {"w": np.ones(4, np.float32)}).commit()
+    assert not [r for r in store.weight_list(i.namespace).revisions() if r.identity.resource_id == i.resource_id]
+
+
 def test_non_contiguous_input_is_stored_in_logical_order(store):
     i = ident(unique("strided"))
     base = np.arange(6 * 8, dtype=np.float64).reshape(6, 8)
