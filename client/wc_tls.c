@@ -319,8 +319,14 @@ int wc_tls_connect_as(SSL_CTX *ctx,
             return w == 0 ? SMP_EAGAIN : SMP_EIO;
         }
         long vr = SSL_get_verify_result(ssl);
+        int plaintext = ERR_GET_REASON(ERR_peek_error()) == SSL_R_WRONG_VERSION_NUMBER;
         wc_tls_why(why, sizeof(why));
-        if (vr != X509_V_OK)
+        if (plaintext)
+            /* its first bytes are no TLS record: a port that speaks plaintext */
+            wm_errbuf(err, errlen, "TLS handshake with %s refused: the %s answered in plaintext: "
+                      "that port does not speak TLS (a CA is set, by --tls-ca or WM_TLS_CA, so "
+                      "this client speaks TLS to every TCP endpoint; %s)", endpoint, peer, why);
+        else if (vr != X509_V_OK)
             wm_errbuf(err, errlen, "TLS handshake with %s refused: the %s's certificate is not "
                       "trusted (%s%s%s)", endpoint, peer, X509_verify_cert_error_string(vr),
                       vr == X509_V_ERR_HOSTNAME_MISMATCH || vr == X509_V_ERR_IP_ADDRESS_MISMATCH

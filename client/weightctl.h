@@ -57,6 +57,12 @@ int wctl_cmd_fsck(ctl *x, int argc, char **argv);
 /* Open x->ws on x->master for x->tenant. 0, or -1 with the cause on stderr. */
 int wctl_open_weights(ctl *x);
 
+/* Say on stderr that x->master could not be used, with err: "the master at
+ * M refused this client" when one answered and refused it (refused: a
+ * token or certificate it does not accept), "cannot reach the master at M"
+ * otherwise (code, when not NULL, is the error's name). */
+void wctl_say_unconnected(const ctl *x, int refused, const char *code, const char *err);
+
 /* Ctrl-C: while armed, SIGINT cancels the weight_get or weight_writer_commit
  * running on s (weight_store_cancel: a get releases its lease, a commit
  * aborts its import) instead of killing weightctl; disarm restores the

@@ -21,11 +21,17 @@ int wctl_open_weights(ctl *x)
     int rc = weight_store_open_tls(x->master, x->tenant, NULL, x->tls_ctx != NULL ? &x->tls : NULL,
                                    NULL, &x->ws, err, sizeof err);
     if (rc < 0) {
-        fprintf(stderr, "weightctl: cannot reach the master at %s: %s: %s\n", x->master,
-                weight_error_name(rc), err);
+        wctl_say_unconnected(x, rc == WEIGHT_EAUTH, weight_error_name(rc), err);
         return -1;
     }
     return 0;
+}
+
+void wctl_say_unconnected(const ctl *x, int refused, const char *code, const char *err)
+{
+    fprintf(stderr, refused ? "weightctl: the master at %s refused this client: %s%s%s\n"
+                            : "weightctl: cannot reach the master at %s: %s%s%s\n",
+            x->master, code != NULL ? code : "", code != NULL ? ": " : "", err);
 }
 
 /* Print "weightctl: WHAT: NAME: cause" and return 1. */

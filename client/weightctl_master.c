@@ -131,8 +131,9 @@ int wctl_connect_master(ctl *x)
 {
     char err[512];
     rpcc_options opt = wctl_rpc_options(x, 10000);
-    if (kvc_connect_opts(x->master, &opt, x->tls_ctx, &x->c, err, sizeof(err)) < 0) {
-        fprintf(stderr, "weightctl: cannot reach the master at %s: %s\n", x->master, err);
+    int rc = kvc_connect_opts(x->master, &opt, x->tls_ctx, &x->c, err, sizeof(err));
+    if (rc < 0) {
+        wctl_say_unconnected(x, rc == SMP_EAUTH, NULL, err);
         return -1;
     }
     return 0;

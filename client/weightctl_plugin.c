@@ -51,8 +51,9 @@ int wctl_admin_call(ctl *x, const char *what, uint32_t method, const ProtobufCMe
     char *msg = NULL;
     uint8_t *body = NULL;
     size_t body_len = 0;
-    if (rpcc_connect(x->master, &opt, &c, err, sizeof(err)) < 0) {
-        fprintf(stderr, "weightctl: cannot reach the master at %s: %s\n", x->master, err);
+    int crc = rpcc_connect(x->master, &opt, &c, err, sizeof(err));
+    if (crc < 0) {
+        wctl_say_unconnected(x, crc == SMP_EAUTH, NULL, err);
         return 1;
     }
     int rc = rpcc_call_msg(c, HOST_SERVICE__HOST_SERVICE_ADMIN, method, req, desc, resp,

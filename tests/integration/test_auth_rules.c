@@ -29,6 +29,7 @@
 #include <cmocka.h>
 
 #include "auth_fixture.h"
+#include "weight_model.h"
 #include "host_rpc.pb-c.h"
 
 #define AUTH_SVC HOST_SERVICE__HOST_SERVICE_AUTH
@@ -549,7 +550,8 @@ static void test_auth_every_method_refuses_bad_certificates(void **state)
 }
 
 /* A token the master does not know fails the client's connect with the
- * master's reason; the same client with the right token is served. */
+ * master's reason; the same client with the right token is served; and
+ * weightctl says the master refused it (it said it could not reach it). */
 static void test_auth_refused_token_fails_connect(void **state)
 {
     wr_fixture *f = *state;
@@ -570,6 +572,18 @@ static void test_auth_refused_token_fails_connect(void **state)
     assert_int_equal(hx_http_get(&f->m, "/metrics", &metrics), 200);
     assert_non_null(strstr(metrics, "store_rpc_auth_hellos_total{result=\"refused\"} 1"));
     free(metrics);
+    /* weightctl says the master refused it, not that it could not reach it
+     * (kv goes through the object service, ls through the weight service) */
+    char out[2048];
+    setenv("WEIGHT_TOKEN", af_token(AF_WRONG), 1);
+    const char *cmds[] = {"kv ls", "ls", "plugin list"};
+    for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+        assert_int_not_equal(wx_weightctl(&f->m, out, sizeof(out), cmds[i]), 0);
+        if (strstr(out, "refused this client") == NULL || strstr(out, "not known") == NULL ||
+            strstr(out, "cannot reach") != NULL)
+            fail_msg("weightctl %s with an unknown token: %s", cmds[i], out);
+    }
+    unsetenv("WEIGHT_TOKEN");
 }
 
 int main(void)

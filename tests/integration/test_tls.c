@@ -5,7 +5,8 @@
  *
  * A put and a get round trip over TLS (libweightclient's transport, and
  * weightctl with --tls-ca); a plaintext client on the TLS port is refused
- * with a sentence saying the port speaks TLS, and the master keeps serving;
+ * with a sentence saying the port speaks TLS, and the master keeps serving
+ * (and a TLS client at a plaintext port is told that port speaks plaintext);
  * a client that does not trust the master's CA is refused in the handshake;
  * with tls.verify_clients a client without a certificate is refused and one
  * with a certificate of tls.ca is served; a missing certificate file and a
@@ -160,6 +161,31 @@ static void test_plaintext_client_refused(void **state)
     assert_int_equal(sh(cmd), 0);
 }
 
+/* A client set up for TLS (a CA) at a port that speaks plaintext is told
+ * so, not given OpenSSL's "wrong version number" alone; the master serves
+ * on, and the same client without the CA is served. */
+static void test_tls_client_at_a_plaintext_port_is_told_so(void **state)
+{
+    fx *f = *state;
+    char err[512], cmd[1024];
+    assert_int_equal(hx_reconfigure(&f->m, ""), 0); /* the TCP port, without tls: */
+    assert_int_equal(hx_start(&f->m, 15000), 0);
+    setenv("WM_TLS_CA", f->pem[CA], 1);
+    assert_null(tcp_client(f, err, sizeof(err)));
+    if (!hx_says(err, "answered in plaintext: that port does not speak TLS"))
+        fail_msg("the refusal does not say the port speaks plaintext: %s", err);
+    assert_true(hx_alive(&f->m));
+    snprintf(cmd, sizeof(cmd), "'%s/bin/weightctl' --master %s kv ls > '%s/tp.out' 2>&1; "
+             "test $? -ne 0 && grep -q 'does not speak TLS' '%s/tp.out'",
+             BUILD_DIR, f->tcp, f->m.dir, f->m.dir);
+    assert_int_equal(sh(cmd), 0);
+    unsetenv("WM_TLS_CA");
+    kvc *c = tcp_client(f, err, sizeof(err));
+    assert_non_null(c);
+    round_trip(c, "plain/after-tls");
+    kvc_close(c);
+}
+
 /* A client trusting another CA is refused in the handshake, naming why. */
 static void test_client_without_the_ca_refused(void **state)
 {
@@ -248,6 +274,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_tls_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_plaintext_client_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_client_without_the_ca_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_tls_client_at_a_plaintext_port_is_told_so, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_client_certificates_when_verified, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_tls_config_refused_at_start, setup, teardown),
     };
