@@ -699,7 +699,12 @@ static int write_objects(commit_ctx *cx)
                 rc = kvc_put_start(s->kv, m->objects[oi].key, m->objects[oi].bytes,
                                    SMP_DATA_WEIGHT, cx->w->group, 1, &sl->where);
             if (rc < 0) {
-                rc = wc_fail(s, rc, "put start %s: %s", m->objects[oi].key, kvc_error(s->kv));
+                /* the master's refusal may name the step and key itself */
+                const char *why = kvc_error(s->kv);
+                if (strncmp(why, "put start '", 11) == 0)
+                    rc = wc_fail(s, rc, "%s", why);
+                else
+                    rc = wc_fail(s, rc, "put start %s: %s", m->objects[oi].key, why);
                 break;
             }
             sl->started = 1;

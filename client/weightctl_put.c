@@ -204,7 +204,8 @@ static int add_file_metadata(weight_writer *w, const char *cmd, char **paths,
 }
 
 /* wctl_failed for the commit of an import (what: the failed step); a
- * refusal for room also points to --payload-bytes of cmd. Returns 1. */
+ * refusal for room in the segments also points to --payload-bytes of cmd.
+ * Returns 1. */
 static int import_failed(ctl *x, const char *cmd, const char *what, int rc)
 {
     int status = wctl_failed(x, what, rc);
@@ -214,7 +215,7 @@ static int import_failed(ctl *x, const char *cmd, const char *what, int rc)
                 strcmp(cmd, "put") == 0
                     ? "goes on with the import, or publishes the revision anew"
                     : "goes on with the claim, or starts a new one when it was aborted");
-    if (rc == WEIGHT_ENOSPC)
+    if (rc == WEIGHT_ENOSPC && strstr(weight_store_last_error(x->ws), "no memory segment has room"))
         fprintf(stderr, "weightctl: %s: --payload-bytes N (at least 4096) cuts the revision into "
                 "smaller payload objects, which may fit the free ranges the segments have left\n",
                 cmd);

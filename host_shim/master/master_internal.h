@@ -561,6 +561,9 @@ const char *master_node_data_addr(const master *m, const char *id);
 int master_node_place_ok(void *ctx, const char *id, const char *tenant);
 /* How many registered nodes are dedicated to a tenant other than tenant. */
 size_t master_nodes_closed_to(const master *m, const char *tenant);
+/* How many nodes are up and may hold tenant's objects (shared, or
+ * dedicated to tenant). */
+size_t master_nodes_open_up(const master *m, const char *tenant);
 /* How many nodes registered since this start are down now. */
 size_t master_nodes_down(const master *m);
 /* Fill loc's co-located fields for a memory replica of an object of tenant

@@ -232,6 +232,15 @@ void master_node_locate(const master *m, const char *id, const char *tenant, int
     }
 }
 
+size_t master_nodes_open_up(const master *m, const char *tenant)
+{
+    size_t k = 0;
+    for (const master_node *n = m->nodes; n != NULL; n = n->hh.next)
+        k += n->up && (n->tenant == NULL || n->tenant[0] == '\0' ||
+                       (tenant != NULL && strcmp(n->tenant, tenant) == 0));
+    return k;
+}
+
 size_t master_nodes_up(const master *m)
 {
     size_t k = 0;

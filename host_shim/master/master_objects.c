@@ -88,7 +88,8 @@ static void reply_key_err(master *m, smp_rpc_call *call, int rc, const char *wha
 
 /* A put start refused for room: what was needed, what is free (for the
  * tenant: nodes dedicated to others and nodes down do not count), and which
- * setting to raise; EAGAIN instead when no node is up at all. */
+ * setting to raise; when every node up is dedicated to other tenants, that
+ * (no setting helps); EAGAIN instead when no node is up at all. */
 static void reply_no_room(master *m, smp_rpc_call *call, const char *key, const char *tenant,
                           uint64_t size)
 {
@@ -106,6 +107,15 @@ static void reply_no_room(master *m, smp_rpc_call *call, const char *key, const 
         snprintf(msg, sizeof(msg), "put start '%.1024s': %s: no node is up to place it on%s; "
                  "retry once one registers again", key, smp_strerror(SMP_EAGAIN), down);
         rpc_reply_error(call, SMP_EAGAIN, msg);
+        return;
+    }
+    if (excluded > 0 && master_nodes_open_up(m, tenant) == 0) {
+        /* no room will help: every node up is another tenant's */
+        snprintf(msg, sizeof(msg), "put start '%.1024s': %s: no node that is up takes objects of "
+                 "tenant '%.128s': the %zu node(s) up are dedicated to other tenants; start a "
+                 "shared node, or one dedicated to '%.128s' (store_node --tenant)", key,
+                 smp_strerror(SMP_ENOSPC), tenant, master_nodes_up(m), tenant);
+        rpc_reply_error(call, SMP_ENOSPC, msg);
         return;
     }
     obj_memory_usage(master_objs(m), &used, &cap);
