@@ -624,7 +624,11 @@ int wm_identity_in(wm_plugin *p, smp_rpc_call *call, const Wmrpc__WeightIdentity
     char msg[256];
     const char *tenant = wm_tenant_of(p, call, pid != NULL ? pid->tenant : NULL);
     if (tenant == NULL) {
-        wm_reply_error(p, call, WM_ENOT_FOUND, "no revision %s/%s/%s/%s@%" PRIu64, pid->tenant,
+        /* the same whether it exists or not: that the caller named
+         * another tenant is all it says */
+        wm_reply_error(p, call, WM_ENOT_FOUND,
+                       "no revision %s/%s/%s/%s@%" PRIu64 " for this connection: it acts for "
+                       "its own tenant only (an admin's may name another)", pid->tenant,
                        pid->namespace_id ? pid->namespace_id : "",
                        pid->resource_id ? pid->resource_id : "",
                        pid->revision ? pid->revision : "", pid->generation);

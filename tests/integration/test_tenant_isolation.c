@@ -86,6 +86,18 @@ static void cannot_touch(wr_fixture *f, tenant_view *me, tenant_view *other)
     assert_int_equal(wr_ident_call(f, WMRPC__WEIGHT_METHOD__WEIGHT_GET_METADATA, &theirs, 0, NULL),
                      WR_E_NOT_FOUND);
     assert_non_null(strstr(f->last_error, "no revision"));
+    /* it says the connection acts for its own tenant only, and says the
+     * same of a revision of the other tenant that does not exist */
+    char said[sizeof(f->last_error)], *gen_at;
+    snprintf(said, sizeof(said), "%s", f->last_error);
+    assert_non_null(strstr(said, "it acts for its own tenant only"));
+    Wmrpc__WeightIdentity none;
+    wr_set_identity(&none, other->name, "ns", "model", 9);
+    assert_int_equal(wr_ident_call(f, WMRPC__WEIGHT_METHOD__WEIGHT_GET_METADATA, &none, 0, NULL),
+                     WR_E_NOT_FOUND);
+    assert_non_null(gen_at = strstr(said, "@1 "));
+    gen_at[1] = '9';
+    assert_string_equal(f->last_error, said);
     assert_int_equal(wr_ident_call(f, WMRPC__WEIGHT_METHOD__WEIGHT_IS_EXIST, &theirs, 0, NULL),
                      WR_E_NOT_FOUND);
     assert_int_equal(wr_ident_call(f, WMRPC__WEIGHT_METHOD__WEIGHT_GET_SIZE, &theirs, 0, NULL),
