@@ -151,9 +151,36 @@ void wctl_json_str(const char *s)
     putchar('"');
 }
 
-/* The masters of an HA cluster as JSON members (after the current block's). */
-static void status_ha_json(const kvc_status *st)
+/* Whether endpoints a and b name the same master ("unix:/p" and "/p" alike). */
+static int same_endpoint(const char *a, const char *b)
 {
+    const char *ua = master_list_unix_path(a), *ub = master_list_unix_path(b);
+    return ua != NULL && ub != NULL ? strcmp(ua, ub) == 0 : strcmp(a, b) == 0;
+}
+
+/* Mark in out[i] (1) each endpoint of ml that none of st's masters
+ * registered: a master that is down, or was paused past its lease, is no
+ * longer in the cluster's list, and an endpoint that is no master of it
+ * never was. How many were marked (0 for a list of one, or when st does
+ * not show every master). */
+static size_t unregistered(const master_list *ml, const kvc_status *st, int *out)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < ml->n; i++) {
+        out[i] = ml->n >= 2 && st->n_masters > 0 && st->n_masters == st->n_masters_total;
+        for (size_t j = 0; out[i] && j < st->n_masters; j++)
+            if (same_endpoint(ml->ep[i], st->masters[j].endpoint)) out[i] = 0;
+        k += (size_t)out[i];
+    }
+    return k;
+}
+
+/* The masters of an HA cluster as JSON members (after the current block's);
+ * "unregistered" lists the endpoints of ml no master registered. */
+static void status_ha_json(const kvc_status *st, const master_list *ml)
+{
+    int gone[ML_MAX_ENDPOINTS];
+    size_t n_gone = unregistered(ml, st, gone), shown = 0;
     printf(",\"master_id\":");
     wctl_json_str(st->master_id);
     printf(",\"applied_seq\":%llu,\"leader\":", (unsigned long long)st->applied_seq);
@@ -172,6 +199,13 @@ static void status_ha_json(const kvc_status *st)
                m->ready ? "true" : "false");
         wctl_json_str(m->reason);
         putchar('}');
+    }
+    putchar(']');
+    printf(",\"unregistered\":[");
+    for (size_t i = 0; i < ml->n && n_gone > 0; i++) {
+        if (!gone[i]) continue;
+        if (shown++ > 0) putchar(',');
+        wctl_json_str(ml->ep[i]);
     }
     putchar(']');
     printf(",\"gates\":[");
@@ -200,9 +234,11 @@ static void gate_line(const kvc_gate *g)
                g->name);
 }
 
-/* The masters of an HA cluster as a table. */
-static void status_ha_table(const kvc_status *st)
+/* The masters of an HA cluster as a table, then the endpoints of ml no
+ * master registered. */
+static void status_ha_table(const kvc_status *st, const master_list *ml)
 {
+    int gone[ML_MAX_ENDPOINTS];
     int idw = 2, epw = 8;
     for (size_t i = 0; i < st->n_masters; i++) {
         int a = (int)strlen(st->masters[i].id), b = (int)strlen(st->masters[i].endpoint);
@@ -221,6 +257,12 @@ static void status_ha_table(const kvc_status *st)
     }
     if (st->n_masters_total > st->n_masters)
         printf("  (%zu more not shown)\n", st->n_masters_total - st->n_masters);
+    if (unregistered(ml, st, gone) > 0)
+        for (size_t i = 0; i < ml->n; i++)
+            if (gone[i])
+                printf("  %s of --master: no master registered it (down, paused past its "
+                       "lease, not a master of this cluster, or registered by another "
+                       "name)\n", ml->ep[i]);
     printf("gates     %zu\n", st->n_gates);
     for (size_t i = 0; i < st->n_gates; i++) gate_line(&st->gates[i]);
 }
@@ -290,6 +332,8 @@ int wctl_cmd_status(ctl *x)
     }
     snprintf(from, sizeof(from), "%s", kvc_endpoint(x->c));
     int ha = st.n_masters_total > 0 || st.master_id[0] != '\0';
+    master_list ml; /* parsed before the connection: it parses */
+    if (master_list_parse(x->master, &ml, NULL, 0) < 0) ml.n = 0;
     char why[700] = "";
     int standby = ha && !status_of_leader(x, &st, from, sizeof(from), why, sizeof(why)) &&
                   strcmp(st.role, "leader") != 0;
@@ -310,7 +354,7 @@ int wctl_cmd_status(ctl *x)
         if (ha) {
             printf(",\"endpoint\":");
             wctl_json_str(from);
-            status_ha_json(&st);
+            status_ha_json(&st, &ml);
         }
         if (ha && why[0] != '\0') {
             printf(",\"leader_view\":");
@@ -348,6 +392,6 @@ int wctl_cmd_status(ctl *x)
     printf("objects   %llu\n", (unsigned long long)st.objects);
     printf("oplog     seq %llu, snapshot at %llu\n", (unsigned long long)st.oplog_last_seq,
            (unsigned long long)st.snapshot_seq);
-    if (ha) status_ha_table(&st);
+    if (ha) status_ha_table(&st, &ml);
     return 0;
 }

@@ -929,10 +929,30 @@ static void test_status_lists_every_master(void **state)
     snprintf(line, sizeof(line), "\nnote      this is a standby's view: the leader it names, %s, "
              "says it is active\n", f->m.socket);
     assert_non_null(strstr(out, line));
+    /* every endpoint of the list is a registered master */
+    assert_null(strstr(out, "no master registered it"));
+    free(out);
+
+    /* an endpoint of the list no master registered (a master gone, paused
+     * past its lease) is named after the table, and in the JSON */
+    char gone[700], with_gone[1500];
+    snprintf(gone, sizeof(gone), "%s/gone.sock", f->m.dir);
+    snprintf(with_gone, sizeof(with_gone), "%s,%s", masters, gone);
+    const char *status_gone[] = {"--master", with_gone, "status", NULL};
+    assert_int_equal(run_weightctl(f, &out, status_gone), 0);
+    snprintf(line, sizeof(line), "  %s of --master: no master registered it (down, paused past "
+             "its lease", gone);
+    if (strstr(out, line) == NULL) fail_msg("status does not name %s: %s", gone, out);
+    free(out);
+    const char *json_gone[] = {"--master", with_gone, "--json", "status", NULL};
+    assert_int_equal(run_weightctl(f, &out, json_gone), 0);
+    snprintf(line, sizeof(line), "\"unregistered\":[\"%s\"]", gone);
+    if (strstr(out, line) == NULL) fail_msg("status --json does not name %s: %s", gone, out);
     free(out);
 
     const char *json[] = {"--master", masters, "--json", "status", NULL};
     assert_int_equal(run_weightctl(f, &out, json), 0);
+    assert_non_null(strstr(out, "\"unregistered\":[]"));
     assert_non_null(strstr(out, "\"role\":\"standby\",\"nodes\":null,\"segments\":null,"
                                 "\"memory_capacity\":null,\"memory_used\":null,"));
     assert_non_null(strstr(out, "\"master_id\":\"m2\",\"applied_seq\":40"));
