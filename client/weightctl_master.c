@@ -281,7 +281,11 @@ int wctl_cmd_gate_confirm(ctl *x, const char *name)
         wctl_json_str(g.how);
         printf("}\n");
     } else {
+        kvc_status st;
         gate_line(&g);
+        if (g.confirmed && kvc_status_get(x->c, &st) == 0 && st.n_masters_total == 0 &&
+            st.master_id[0] == '\0')
+            printf("  (no effect on this master: gates are enforced with ha.enabled only)\n");
     }
     return g.confirmed ? 0 : 1;
 }

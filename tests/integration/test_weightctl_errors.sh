@@ -335,6 +335,12 @@ out=$("$ctl" rm --help)
 grep -q "Refused (BUSY) while a revision lease" <<<"$out" && grep -q "read leases on the payload objects do not refuse it" <<<"$out" \
   && ok "rm --help: BUSY for a revision lease or an operation, not for read leases" || bad "rm --help: $out"
 
+# -- gate_confirm_without_ha ----------------------------------------------------------------
+out=$("$ctl" gate confirm weight_management_oplog_capability_confirmed 2>&1); rc=$?
+[ $rc -eq 0 ] && grep -q "confirmed" <<<"$out" && grep -q "no effect on this master: gates are enforced with ha.enabled only" <<<"$out" \
+  && ok "gate confirm without HA says it has no effect" || bad "gate confirm without HA: $rc $out"
+
+
 kill -9 $pid; wait $pid 2>/dev/null; pid=""
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
