@@ -8,14 +8,16 @@
  * unless --allow-insecure is given as well. --data-tls-cert and
  * --data-tls-key make the data port speak TLS 1.3 only (the master tells
  * clients so); bad files stop the node at start, naming the flag and the
- * cause. SIGHUP rotates the ticket key
- * (refused, and logged, while the previous key may still sign live
- * tickets). --tenant dedicates the node to one tenant: the master places
- * only that tenant's objects on it, and the node hands its segment to that
- * tenant's co-located processes on --local-socket, to the uids and gids
- * --local-peer lists (node_local.h). Runs until SIGINT or SIGTERM; the segment file stays, so a node
- * restarted on the same directory comes back with its data and the master
- * reconciles it. */
+ * cause, and one without the other is refused with the other bad
+ * arguments (exit 2, before anything is created). SIGHUP rotates the
+ * ticket key (refused, and logged, while the previous key may still sign
+ * live tickets).
+ * --tenant dedicates the node to one tenant: the master places only that
+ * tenant's objects on it, and the node hands its segment to that tenant's
+ * co-located processes on --local-socket, to the uids and gids
+ * --local-peer lists (node_local.h). Runs until SIGINT or SIGTERM; the
+ * segment file stays, so a node restarted on the same directory comes
+ * back with its data and the master reconciles it. */
 #include <getopt.h>
 #include <pthread.h>
 #include <signal.h>
@@ -152,6 +154,13 @@ int main(int argc, char **argv)
     if (o.tenant != NULL && (o.local_socket == NULL || o.local_peers == NULL)) {
         fprintf(stderr, "store_node: --tenant %s needs --local-socket PATH and at least one "
                 "--local-peer uid:N or gid:N (who may map the segment)\n", o.tenant);
+        return 2;
+    }
+    int have_cert = o.data_tls_cert != NULL && o.data_tls_cert[0] != '\0';
+    int have_key = o.data_tls_key != NULL && o.data_tls_key[0] != '\0';
+    if (have_cert != have_key) {
+        fprintf(stderr, "store_node: --data-tls-cert needs --data-tls-key (and the other way "
+                "round)\n");
         return 2;
     }
     char bad[512];

@@ -922,8 +922,8 @@ static int data_tls_ctx(const node_runtime_options *opt, SSL_CTX **out, char *er
     if (!have_cert && !have_key)
         return SMP_OK;
     if (have_cert != have_key) {
-        wm_errbuf(err, errlen, "node %s: %scert and %skey are given together", opt->node_id, kp,
-                  kp);
+        wm_errbuf(err, errlen, "node %s: %scert needs %skey (and the other way round)",
+                  opt->node_id, kp, kp);
         return SMP_EINVAL;
     }
     return data_server_tls_ctx(opt->data_tls_cert, opt->data_tls_key, kp, out, err, errlen);

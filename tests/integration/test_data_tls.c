@@ -9,8 +9,9 @@
  * a TLS data port is refused with a sentence saying so, and the node serves
  * TLS clients afterwards; a client trusting another CA is refused in the
  * handshake, naming why; bad data-port TLS files (missing, a key that does
- * not match the certificate, a certificate without its key) stop store_node
- * at start, naming the flag and the cause. */
+ * not match the certificate) stop store_node at start, naming the flag and
+ * the cause; a certificate without its key (or the reverse) is refused
+ * with the other bad arguments: exit 2, and no segment file made. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -222,7 +224,8 @@ static int bad_node(fx *f, const char *cert, const char *key, const char *needle
     return WEXITSTATUS(rc);
 }
 
-/* Bad data-port TLS settings stop store_node at start, naming the cause. */
+/* Bad data-port TLS settings stop store_node at start, naming the cause;
+ * one of the pair without the other is an argument error (exit 2). */
 static void test_bad_node_tls_config_refused_at_start(void **state)
 {
     fx *f = *state;
@@ -232,7 +235,15 @@ static void test_bad_node_tls_config_refused_at_start(void **state)
     assert_int_equal(bad_node(f, f->cert, f->other_key, "--data-tls-key",
                               "does not match the certificate"), 1);
     assert_int_equal(bad_node(f, f->key, f->key, "--data-tls-cert", "is not a PEM certificate"), 1);
-    assert_int_equal(bad_node(f, f->cert, NULL, "--data-tls-key", "given together"), 1);
+    /* one without the other: an argument error, before the segment is made */
+    char seg[512];
+    snprintf(seg, sizeof(seg), "%s/bad.seg", f->m.dir);
+    unlink(seg);
+    assert_int_equal(bad_node(f, f->cert, NULL, "--data-tls-cert needs --data-tls-key",
+                              "(and the other way round)"), 2);
+    assert_int_equal(bad_node(f, NULL, f->key, "--data-tls-cert needs --data-tls-key",
+                              "(and the other way round)"), 2);
+    assert_int_not_equal(access(seg, F_OK), 0);
 }
 
 int main(void)
