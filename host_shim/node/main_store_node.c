@@ -10,8 +10,8 @@
  * clients so); bad files stop the node at start, naming the flag and the
  * cause, and one without the other is refused with the other bad
  * arguments (exit 2, before anything is created). SIGHUP rotates the
- * ticket key (refused, and logged, while the previous key may still sign
- * live tickets).
+ * ticket key (after the first rotation, refused and logged while the
+ * previous key, which a rotation forgets, may still sign live tickets).
  * --tenant dedicates the node to one tenant: the master places only that
  * tenant's objects on it, and the node hands its segment to that tenant's
  * co-located processes on --local-socket, to the uids and gids

@@ -55,10 +55,13 @@ struct node_runtime {
     char data_addr[160];
 
     /* Ticket keys, under key_lock: keys is what the data server checks
-     * (installed on its loop by keys_async); acked_id is the key the master
-     * said it signs with, since acked_at_ms (monotonic). */
+     * once keys_async installed it on its loop (served_id: the current key
+     * id it checks, keys.current_id or, until then, keys.previous_id; the
+     * master hears only of a key the data server checks); acked_id is the
+     * key the master said it signs with, since acked_at_ms (monotonic). */
     pthread_mutex_t key_lock;
     ticket_keyring keys;
+    uint32_t served_id;
     uint32_t acked_id;
     uint64_t acked_at_ms;
     uint64_t ticket_ttl_ms;
@@ -119,12 +122,13 @@ static void on_stop(uv_async_t *h)
 }
 
 /* A rotated keyring is installed in the data server before the master hears
- * of it (the control thread reports keys only after this ran). */
+ * of it (the control thread reports a key only once served_id names it). */
 static void on_keys(uv_async_t *h)
 {
     node_runtime *n = h->data;
     pthread_mutex_lock(&n->key_lock);
-    if (n->data != NULL) data_server_set_keys(n->data, &n->keys);
+    if (n->data != NULL && data_server_set_keys(n->data, &n->keys) == SMP_OK)
+        n->served_id = n->keys.current_id;
     pthread_mutex_unlock(&n->key_lock);
 }
 
@@ -498,8 +502,11 @@ static int do_register(node_runtime *n, rpcc_conn *c, int *lost)
     req.local_socket = n->local_socket;
     ticket_secret key;
     pthread_mutex_lock(&n->key_lock);
-    key = n->keys.current;
-    req.ticket_key_id = n->keys.current_id;
+    /* the key the data server checks: a key rotated a moment ago is
+       reported by a poll once it is installed */
+    int fresh = n->served_id == n->keys.current_id;
+    key = fresh ? n->keys.current : n->keys.previous;
+    req.ticket_key_id = fresh ? n->keys.current_id : n->keys.previous_id;
     pthread_mutex_unlock(&n->key_lock);
     req.ticket_secret.data = key.bytes;
     req.ticket_secret.len = key.len;
@@ -703,9 +710,9 @@ static int poll_loop(node_runtime *n, rpcc_conn *c, int *lost)
         req.n_corrupt_cold = nc;
         req.corrupt_cold = cptr;
         /* A key the master has not acknowledged goes with every poll until
-         * it is (the data server already checks tickets with it). */
+         * it is, once the data server checks tickets with it. */
         pthread_mutex_lock(&n->key_lock);
-        if (n->keys.current_id != n->acked_id) {
+        if (n->keys.current_id != n->acked_id && n->served_id == n->keys.current_id) {
             key = n->keys.current;
             req.ticket_key_id = n->keys.current_id;
             req.ticket_secret.data = key.bytes;
@@ -835,15 +842,21 @@ int node_runtime_rotate_ticket_key(node_runtime *n, char *err, size_t errlen)
     uint64_t now = mono_ms(), ready;
     pthread_mutex_lock(&n->key_lock);
     ready = n->acked_at_ms + n->ticket_ttl_ms + ROTATE_MARGIN_MS;
-    if (n->acked_id != n->keys.current_id) {
+    /* A rotation forgets the previous key, so it waits while that key may
+     * still sign live tickets: the master signs with it until it takes the
+     * current one, and its tickets live ticket_ttl_ms after that. With no
+     * previous key (none rotated since the start) nothing is forgotten: the
+     * current key stays accepted as the previous one. */
+    if (n->keys.previous.len > 0 && n->acked_id != n->keys.current_id) {
         rc = SMP_EBUSY;
-        wm_errbuf(err, errlen, "node %s: ticket key %u is not yet in use by the master", n->node_id,
-                  (unsigned)n->keys.current_id);
-    } else if (now < ready) {
+        wm_errbuf(err, errlen, "node %s: ticket key %u is not yet confirmed by the master, "
+                  "which may still sign with key %u; a rotation now would forget that key",
+                  n->node_id, (unsigned)n->keys.current_id, (unsigned)n->keys.previous_id);
+    } else if (n->keys.previous.len > 0 && now < ready) {
         rc = SMP_EBUSY;
-        wm_errbuf(err, errlen, "node %s: tickets signed with key %u may live %llu ms more; "
-                  "rotate after that", n->node_id, (unsigned)n->keys.previous_id,
-                  (unsigned long long)(ready - now));
+        wm_errbuf(err, errlen, "node %s: tickets signed with key %u may live %llu ms more and a "
+                  "rotation forgets that key; rotate after that", n->node_id,
+                  (unsigned)n->keys.previous_id, (unsigned long long)(ready - now));
     } else if ((rc = ticket_keyring_rotate(&n->keys)) < 0) {
         wm_errbuf(err, errlen, "node %s: no random bytes for a ticket key", n->node_id);
     }
@@ -1000,6 +1013,7 @@ int node_runtime_start(const node_runtime_options *opt,
         wm_errbuf(err, errlen, "node %s: cannot generate a ticket key", n->node_id);
         goto fail;
     }
+    n->served_id = n->keys.current_id; /* the data server starts with it */
     if (uv_loop_init(&n->loop) != 0) {
         rc = SMP_EIO;
         goto fail;

@@ -75,13 +75,15 @@ int node_runtime_data_port(const node_runtime *n);
 void node_runtime_signal_stop(node_runtime *n);
 
 /* Rotate the node's ticket key: a fresh key with the next id becomes
- * current, the current one stays accepted as the previous one, and the
- * master is told in the next poll (it signs with the new key from then on).
- * Refused with SMP_EBUSY and err naming the wait while the master has not
- * acknowledged the current key, or less than the master's ticket life (plus
- * a second of margin) has passed since it did: tickets signed with the
- * previous key may still be live, and a rotation would forget that key.
- * Any thread. SMP_OK, SMP_EBUSY, SMP_EIO (no random bytes). */
+ * current, the current one stays accepted as the previous one (the key
+ * previous before is forgotten), and the master is told in the next poll
+ * once the data server checks the new key (it signs with it from then on).
+ * The first rotation since the start forgets nothing and is always
+ * allowed. A later one is refused with SMP_EBUSY and err naming the wait
+ * while the previous key may still sign live tickets: the master has not
+ * acknowledged the current key (it still signs with the previous one), or
+ * less than the master's ticket life (plus a second of margin) has passed
+ * since it did. Any thread. SMP_OK, SMP_EBUSY, SMP_EIO (no random bytes). */
 int node_runtime_rotate_ticket_key(node_runtime *n, char *err, size_t errlen);
 
 /* The id of the key the master acknowledged (0 before the first
