@@ -11,6 +11,7 @@
  * same bytes at once. */
 #include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,6 +96,17 @@ struct node_runtime {
 
     data_write writes[WRITES_MAX];    /* running writes, copied for a poll */
     node_fsck *fsck;                  /* SCAN and SCRUB tasks */
+
+    /* The control thread's alone: why the node is not registered (ctl_note)
+     * -- the step and code of the cause logged last (0: none since the
+     * last registration), when, how often it came again since -- and the
+     * pause before the next attempt after a refusal that will not change by
+     * itself (ctl_back_off). */
+    int note_step;
+    int note_rc;
+    uint64_t note_ms;
+    unsigned note_repeats;
+    uint32_t retry_ms;
 };
 
 static void sleep_ms(int ms)
@@ -288,6 +300,83 @@ static void run_persists(node_runtime *n, NodeTask *const *t, size_t k, TaskResu
 
 /* -- the control thread ----------------------------------------------------- */
 
+/* What the control thread was doing when it failed (ctl_note). */
+enum { STEP_CONNECT = 1, STEP_INVENTORY, STEP_REGISTER };
+
+#define NOTE_REMIND_MS 60000 /* a cause that persists is logged again this often */
+#define RETRY_FIRST_MS 200   /* the first pause after a refusal, doubling ... */
+#define RETRY_MAX_MS 10000   /* ... up to this */
+
+/* Log why the node is not registered -- "store_node ID: " and the sentence
+ * fmt makes -- when the cause is news: another step or code than the one
+ * logged last. The same cause again is counted, not logged, but for a
+ * reminder with the count once NOTE_REMIND_MS passed since its last line: a
+ * node refused for its token retries for as long as it runs, and a line
+ * per attempt flooded the log. ctl_note_clear (a registration) makes the
+ * next failure news again. Control thread only. */
+static void ctl_note(node_runtime *n, int step, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void ctl_note(node_runtime *n, int step, int rc, const char *fmt, ...)
+{
+    char line[1024];
+    uint64_t now = mono_ms();
+    int again = n->note_step == step && n->note_rc == rc;
+    if (again) {
+        n->note_repeats++;
+        if (now - n->note_ms < NOTE_REMIND_MS) return;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    if (again)
+        fprintf(stderr, "store_node %s: %s (the same %u more times in %llu s; retrying)\n",
+                n->node_id, line, n->note_repeats, (unsigned long long)((now - n->note_ms) / 1000));
+    else
+        fprintf(stderr, "store_node %s: %s\n", n->node_id, line);
+    n->note_step = step;
+    n->note_rc = rc;
+    n->note_ms = now;
+    n->note_repeats = 0;
+}
+
+static void ctl_note_clear(node_runtime *n)
+{
+    n->note_step = 0;
+    n->note_rc = 0;
+    n->note_repeats = 0;
+    n->retry_ms = RETRY_FIRST_MS;
+}
+
+/* Sleep ms, in steps of at most 100 ms, or until a stop. */
+static void pause_unless_stopping(node_runtime *n, uint32_t ms)
+{
+    while (ms > 0 && !atomic_load(&n->stopping)) {
+        uint32_t step = ms < 100 ? ms : 100;
+        sleep_ms((int)step);
+        ms -= step;
+    }
+}
+
+/* After a failure that will not go away by itself -- the master refused
+ * the node's credentials, or speaks another protocol (a plaintext node on
+ * a TLS port, a TLS handshake refused) -- wait before the next attempt:
+ * RETRY_FIRST_MS, doubling with each such failure in a row up to
+ * RETRY_MAX_MS (it may still change: a master restarted with the token
+ * added). Anything else is retried at once as before (ctl_main): a lost
+ * master is looked for without delay, and a failover stays fast. */
+static int settled_failure(int rc, int lost)
+{
+    return rc == SMP_EAUTH || rc == SMP_EFORBIDDEN || (lost && rc == SMP_EPROTO);
+}
+
+static void ctl_back_off(node_runtime *n)
+{
+    if (n->retry_ms < RETRY_FIRST_MS) n->retry_ms = RETRY_FIRST_MS;
+    pause_unless_stopping(n, n->retry_ms);
+    n->retry_ms = n->retry_ms >= RETRY_MAX_MS / 2 ? RETRY_MAX_MS : n->retry_ms * 2;
+}
+
 /* The cold files being scanned for a registration. Once they pass one
  * page, they go to the master in NODE_INVENTORY pages while the scan goes
  * on (send_page): the master hears the node from its first page on, not
@@ -446,11 +535,11 @@ static int send_page(inventory *inv)
         inv->session = 0;
         rc = SMP_OK;
     } else if (rc < 0 && !*inv->lost) {
-        fprintf(stderr, "store_node %s: inventory page %zu refused by %s: %s (%s)\n", n->node_id,
-                inv->pages + 1, rpcc_endpoint(c), smp_strerror(rc), msg ? msg : "");
+        ctl_note(n, STEP_INVENTORY, rc, "inventory page %zu refused by %s: %s (%s)",
+                 inv->pages + 1, rpcc_endpoint(c), smp_strerror(rc), msg ? msg : "");
     } else if (rc < 0) {
-        fprintf(stderr, "store_node %s: inventory page %zu at %s: %s\n", n->node_id,
-                inv->pages + 1, rpcc_endpoint(c), rpcc_last_error(c));
+        ctl_note(n, STEP_INVENTORY, rc, "inventory page %zu at %s: %s", inv->pages + 1,
+                 rpcc_endpoint(c), rpcc_last_error(c));
     } else {
         inv->pages++;
         inv->sent = inv->n;
@@ -521,6 +610,7 @@ static int do_register(node_runtime *n, rpcc_conn *c, int *lost)
     if (rc == SMP_OK) {
         fprintf(stderr, "store_node %s: registered with the master at %s\n", n->node_id,
                 rpcc_endpoint(c));
+        ctl_note_clear(n);
         n->poll_ms = resp->poll_ms ? resp->poll_ms : 200;
         pthread_mutex_lock(&n->key_lock);
         n->ticket_ttl_ms = resp->ticket_ttl_ms ? resp->ticket_ttl_ms : 60000;
@@ -543,13 +633,11 @@ static int do_register(node_runtime *n, rpcc_conn *c, int *lost)
         /* From now on the segment's contents are the master's to judge. */
         n->seg_survived = 1;
     } else if (*lost) {
-        fprintf(stderr, "store_node %s: register at %s: %s\n", n->node_id, rpcc_endpoint(c),
-                rpcc_last_error(c));
+        ctl_note(n, STEP_REGISTER, rc, "register at %s: %s", rpcc_endpoint(c),
+                 rpcc_last_error(c));
     } else {
-        fprintf(stderr, "store_node %s: register refused by %s: %s (%s)\n", n->node_id,
-                rpcc_endpoint(c), smp_strerror(rc), msg ? msg : "");
-        /* a refused shrink waits for the operator: do not flood the log */
-        if (rc == SMP_ERANGE) sleep_ms(2000);
+        ctl_note(n, STEP_REGISTER, rc, "register refused by %s: %s (%s)", rpcc_endpoint(c),
+                 smp_strerror(rc), msg ? msg : "");
     }
     free(msg);
 free_inventory:
@@ -773,9 +861,12 @@ static int poll_loop(node_runtime *n, rpcc_conn *c, int *lost)
 }
 
 
+/* Connect (the first time) or reconnect *c. SMP_OK, or the transport's
+ * error -- also the master's refusal of the token (auth.HELLO) or of the
+ * protocol (a TLS port without a CA) -- noted with its cause (ctl_note). */
 static int link_up(node_runtime *n, rpcc_conn **c)
 {
-    char err[512];
+    char err[512] = "";
     int rc;
     if (*c == NULL) {
         rpcc_options o = {.timeout_ms = NODE_CONNECT_MS, .tls_ca = n->tls_ca,
@@ -785,29 +876,51 @@ static int link_up(node_runtime *n, rpcc_conn **c)
     } else {
         rpcc_set_timeout(*c, NODE_CONNECT_MS);
         rc = rpcc_reconnect(*c);
+        if (rc < 0) snprintf(err, sizeof(err), "%s", rpcc_last_error(*c));
     }
-    if (rc == SMP_OK) rpcc_set_timeout(*c, NODE_CALL_MS);
+    if (rc == SMP_OK) {
+        rpcc_set_timeout(*c, NODE_CALL_MS);
+        return rc;
+    }
+    /* the transport's sentence names the endpoint as a rule */
+    const char *at = strstr(err, n->master) != NULL ? "" : n->master;
+    ctl_note(n, STEP_CONNECT, rc, "cannot connect to the master%s%s: %s (%s)", at[0] ? " at " : "",
+             at, err[0] ? err : "no cause given", smp_strerror(rc));
     return rc;
 }
 
 /* Register, poll, and register again after a lost link, a master's request
  * or a change of leader -- one connection for the node's life, which the
- * transport moves between the masters of the list. */
+ * transport moves between the masters of the list. Why it cannot is
+ * logged once per cause (ctl_note); a refusal that will not change by
+ * itself is retried ever more slowly (ctl_back_off), the rest as before: a
+ * connect every 50 ms, a refused registration after 200 ms (2 s for a
+ * refused shrink, which waits for the operator), a lost link at once. */
 static void *ctl_main(void *arg)
 {
     node_runtime *n = arg;
     rpcc_conn *c = NULL;
     int lost = 1;
+    ctl_note_clear(n);
     while (!atomic_load(&n->stopping)) {
-        if (lost && link_up(n, &c) < 0) {
-            sleep_ms(50);
+        int rc;
+        if (lost && (rc = link_up(n, &c)) < 0) {
+            if (settled_failure(rc, 1)) {
+                ctl_back_off(n);
+            } else {
+                n->retry_ms = RETRY_FIRST_MS;
+                sleep_ms(50);
+            }
             continue;
         }
         lost = 0;
-        if (do_register(n, c, &lost) == SMP_OK) {
+        if ((rc = do_register(n, c, &lost)) == SMP_OK) {
             poll_loop(n, c, &lost);
+        } else if (settled_failure(rc, lost)) {
+            ctl_back_off(n);
         } else if (!lost) {
-            sleep_ms(200);
+            n->retry_ms = RETRY_FIRST_MS;
+            pause_unless_stopping(n, rc == SMP_ERANGE ? 2000 : 200);
         }
     }
     rpcc_close(c);

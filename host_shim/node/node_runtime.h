@@ -15,9 +15,14 @@
  * segment ranges the master says nothing occupies, and zero such ranges).
  * A segment configured larger than its file is grown at start; one
  * configured smaller is registered at the smaller size and cut only once
- * the master agreed that nothing lies past it (a refusal names the bytes in
- * use and is retried every 2 s). When the master goes away the control thread reconnects and
- * registers again. Of an HA cluster the node is given every master (a
+ * the master agreed that nothing lies past it (a refusal names the bytes
+ * in use and is retried every 2 s). When the master goes away the control
+ * thread reconnects and registers again. Why it cannot connect or
+ * register -- a refused token or role, a TLS port reached without TLS, a
+ * master that is down -- is logged once per cause (with a reminder and a
+ * count every minute while it lasts); a refusal that will not change by
+ * itself (credentials, protocol) is retried ever more slowly, up to every
+ * 10 s. Of an HA cluster the node is given every master (a
  * list, master_list.h): it registers with the leader, following a
  * standby's NOT_LEADER answer, and registers again with the new leader when
  * its poll is answered by another master or its connection drops -- no
