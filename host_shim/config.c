@@ -1058,22 +1058,37 @@ static int check_ha(cfg_ctx *c, const host_config *cfg, const host_config_node *
     return 0;
 }
 
+/* The line of a value the file set (0 when it did not). */
+static int value_line(const host_config_node *n)
+{
+    return n != NULL ? n->line : 0;
+}
+
 /* tls: cert and key come together; ca and verify_clients only with them;
- * verify_clients needs the ca that signs the clients' certificates. (Whether
- * the files exist, parse and match is checked when the master starts.) */
+ * verify_clients needs the ca that signs the clients' certificates. Each
+ * message is on the line of the value it is about: the one set (cert or key
+ * when the other is missing, ca, verify_clients), else the tls: section's.
+ * (Whether the files exist, parse and match is checked when the master starts.) */
 static int check_tls(cfg_ctx *c, const host_config *cfg, const host_config_node *root)
 {
     const host_config_node *tls = cfg_node_child(root, "tls");
+    int section = value_line(tls);
     int on = cfg->tls_cert[0] != '\0';
-    if (on != (cfg->tls_key[0] != '\0'))
-        return cfg_fail(c, SMP_EINVAL, tls != NULL ? tls->line : 0, on ? "tls.key" : "tls.cert",
+    if (on != (cfg->tls_key[0] != '\0')) {
+        int set = value_line(cfg_node_child(tls, on ? "cert" : "key"));
+        return cfg_fail(c, SMP_EINVAL, set ? set : section, on ? "tls.key" : "tls.cert",
                         "tls.cert and tls.key are set together (or neither: no TLS)");
-    if (!on && cfg->tls_ca[0] != '\0')
-        return cfg_fail(c, SMP_EINVAL, tls != NULL ? tls->line : 0, "tls.ca",
+    }
+    if (!on && cfg->tls_ca[0] != '\0') {
+        int ca = value_line(cfg_node_child(tls, "ca"));
+        return cfg_fail(c, SMP_EINVAL, ca ? ca : section, "tls.ca",
                         "is used only with tls.cert and tls.key (TLS is off without them)");
-    if (cfg->tls_verify_clients && (!on || cfg->tls_ca[0] == '\0'))
-        return cfg_fail(c, SMP_EINVAL, tls != NULL ? tls->line : 0, "tls.verify_clients",
+    }
+    if (cfg->tls_verify_clients && (!on || cfg->tls_ca[0] == '\0')) {
+        int verify = value_line(cfg_node_child(tls, "verify_clients"));
+        return cfg_fail(c, SMP_EINVAL, verify ? verify : section, "tls.verify_clients",
                         "true needs tls.cert, tls.key and tls.ca (the CA of the client certificates)");
+    }
     return 0;
 }
 

@@ -527,6 +527,16 @@ static void test_tls_keys(void **state)
     expect_refused("tls:\n  cert: a.pem\n  key: a.key\n  verify_clients: true\n",
                    "tls.verify_clients: true needs tls.cert, tls.key and tls.ca");
     expect_refused("tls:\n  cipher: fast\n", "tls.cipher");
+    /* Each on the line of the value it is about, not the section's. */
+    expect_message("tls:\n  cert: a.pem\n  key: a.key\n\n  verify_clients: true\n",
+                   "x.yaml:5: tls.verify_clients: true needs tls.cert, tls.key and tls.ca "
+                   "(the CA of the client certificates)");
+    expect_message("tls:\n  verify_clients: false\n  ca: ca.pem\n",
+                   "x.yaml:3: tls.ca: is used only with tls.cert and tls.key (TLS is off "
+                   "without them)");
+    expect_message("tls:\n  verify_clients: false\n  key: a.key\n",
+                   "x.yaml:3: tls.cert: tls.cert and tls.key are set together (or neither: "
+                   "no TLS)");
     load_ok("tls:\n  cert: a.pem\n  key: /k/a.key\n  ca: ca.pem\n  verify_clients: true\n", &c);
     assert_string_equal(c.tls_cert, "/etc/wm/a.pem");
     assert_string_equal(c.tls_key, "/k/a.key");
