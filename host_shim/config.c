@@ -968,6 +968,9 @@ static int apply_plugin(cfg_ctx *c, host_config_node *entry, const char *path,
     cfg_path_key(child_path, path, "path");
     if (path_node == NULL) return cfg_fail(c, SMP_EINVAL, entry->line, child_path, "missing");
     if ((rc = set_string(c, &p->path, path_node->scalar)) < 0) return rc;
+    p->path_line = path_node->line;
+    p->config_line = cfg_node_child(entry, "config") != NULL
+                         ? cfg_node_child(entry, "config")->key_line : 0;
 
     for (size_t i = 0; i < entry->n_items; i++) {
         host_config_node *n = entry->items[i];
@@ -1068,7 +1071,7 @@ static int value_line(const host_config_node *n)
  * verify_clients needs the ca that signs the clients' certificates. Each
  * message is on the line of the value it is about: the one set (cert or key
  * when the other is missing, ca, verify_clients), else the tls: section's.
- * (Whether the files exist, parse and match is checked when the master starts.) */
+ * (Whether the files exist, parse and match is host_config_load_files'.) */
 static int check_tls(cfg_ctx *c, const host_config *cfg, const host_config_node *root)
 {
     const host_config_node *tls = cfg_node_child(root, "tls");
@@ -1090,6 +1093,18 @@ static int check_tls(cfg_ctx *c, const host_config *cfg, const host_config_node 
                         "true needs tls.cert, tls.key and tls.ca (the CA of the client certificates)");
     }
     return 0;
+}
+
+/* Keep the lines of the values that name files, for the messages of
+ * host_config_load_files (the tree is gone by then). */
+static void keep_file_lines(host_config *cfg, const host_config_node *root)
+{
+    const host_config_node *tls = cfg_node_child(root, "tls");
+    cfg->tls_cert_line = value_line(cfg_node_child(tls, "cert"));
+    cfg->tls_key_line = value_line(cfg_node_child(tls, "key"));
+    cfg->tls_ca_line = value_line(cfg_node_child(tls, "ca"));
+    cfg->auth_node_token_file_line =
+        value_line(cfg_node_child(cfg_node_child(root, "auth"), "node_token_file"));
 }
 
 /* The rules that span fields: low_watermark < high_watermark (reported on the
@@ -1314,6 +1329,7 @@ static int load_buffer(cfg_ctx *c, const char *yaml, size_t len, const char *bas
         }
         if ((rc = apply_map(c, &tmp, root, "", top_fields)) < 0) goto free_root;
         if ((rc = check_cross(c, &tmp, root)) < 0) goto free_root;
+        keep_file_lines(&tmp, root);
     }
     if ((rc = resolve_paths(c, &tmp, root)) < 0) goto free_root;
     node_free(root);

@@ -5,7 +5,9 @@
  * its range or an unknown enumeration name fails the whole load with one
  * message of the form "FILE:LINE: key.path: what is wrong". Every key has a
  * default, so an empty file is a valid config. Relative paths are resolved
- * against the directory of the config file.
+ * against the directory of the config file. The files it names (TLS, the
+ * embedded node's token) are read by host_config_load_files (config_files.c),
+ * the one check --check and the master's start share.
  *
  * Each plugin entry carries its own block ("config:") verbatim as a tree of
  * host_config_node; the host never interprets it and hands it to the plugin
@@ -47,6 +49,8 @@ typedef struct host_config_plugin {
     int enabled;             /* default 1 */
     host_config_node *block; /* the "config:" map; never NULL (empty map) */
     int line;                /* line of the entry, for messages */
+    int path_line;           /* line of its path's value (0: not from a file) */
+    int config_line;         /* line of its "config:" key (0: none written) */
 } host_config_plugin;
 
 /* Residency and migration-mode names of the RFC. */
@@ -161,6 +165,10 @@ typedef struct host_config {
     rpc_limits_config auth_limits;    /* auth.limits (rpc_limits.h); all 0: unlimited */
     rpc_auth_cert *auth_certs;        /* auth.certificates: cn or san_uri, tenant, role */
     size_t auth_n_certs;
+
+    /* The lines of the values that name files (0: not set in the file), for
+     * the messages of host_config_load_files (config_files.c). */
+    int tls_cert_line, tls_key_line, tls_ca_line, auth_node_token_file_line;
 } host_config;
 
 /* Fill *cfg with every default. Strings are heap copies (freed by
@@ -215,5 +223,34 @@ int host_config_cluster_get(const host_config *cfg,
 
 const char *host_residency_name(host_residency r);
 const char *host_migration_mode_name(host_migration_mode m);
+
+/* -- config_files.c: the files a config names ------------------------------ */
+
+/* What host_config_load_files read. */
+struct ssl_ctx_st;
+typedef struct host_config_files {
+    struct ssl_ctx_st *tls;                   /* the RPC port's TLS context (OpenSSL
+                                                 SSL_CTX) of tls.cert, tls.key and
+                                                 tls.ca; NULL: TLS off */
+    char node_token[RPC_AUTH_TOKEN_MAX + 1];  /* auth.node_token_file's token, "" when
+                                                 not read (auth off, no embedded node) */
+} host_config_files;
+
+/* Read and check the files cfg names, as the master's start needs them --
+ * the one check `store_master --check` and the start share: with tls.cert,
+ * the TLS context of tls.cert, tls.key and tls.ca (each present, regular and
+ * PEM, the key matching the certificate) and, when the embedded node would
+ * trust tls.cert alone (an embedded node, no tls.ca, listen.unix off), that
+ * it is self-signed; with auth on and an embedded node, the token of
+ * auth.node_token_file, which must be one of auth.tokens with role admin
+ * (the node registers with it). SMP_OK with *out filled (release with
+ * host_config_files_free), or a negative SMP_E* code (SMP_EINVAL refused,
+ * SMP_EIO unreadable) with *out zeroed and err "FILE:LINE: key: cause", LINE
+ * that of the value naming the file. */
+int host_config_load_files(const host_config *cfg, host_config_files *out, char *err,
+                           size_t errlen);
+
+/* Free what *f holds (the token wiped) and zero it; safe on a zeroed one. */
+void host_config_files_free(host_config_files *f);
 
 #endif /* HOST_CONFIG_H */

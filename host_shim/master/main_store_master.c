@@ -1,7 +1,8 @@
 /* main_store_master.c -- the store_master program.
  *
- * Parses the command line, loads the config strictly, loads the enabled
- * plugins, and either reports what was negotiated (--check) or runs the
+ * Parses the command line, loads the config strictly, and either checks it
+ * as a start would -- the files it names, the enabled plugins -- and
+ * reports what was negotiated (--check) or runs the
  * master until SIGINT or SIGTERM. Every failure prints its cause on stderr
  * and exits non-zero; nothing starts half-configured. */
 #include <errno.h>
@@ -25,25 +26,27 @@ static void usage(FILE *out, const char *prog)
     fprintf(out,
             "usage: %s --config FILE [--check]\n"
             "  --config FILE  the master's YAML config (see config/README.md)\n"
-            "  --check        parse the config, load the enabled plugins, print\n"
-            "                 what was negotiated, and exit\n",
+            "  --check        parse the config, read the files it names (TLS, the\n"
+            "                 node's token) as a start would, load the enabled\n"
+            "                 plugins, print what was negotiated, and exit\n",
             prog);
 }
 
-/* --check: the config parsed; load the plugins, describe them, unload. */
+/* --check: the config parsed; read the files it names as the start does
+ * (host_config_load_files), load the plugins, describe them, unload. */
 static int check(const host_config *cfg)
 {
     char err[1024] = "";
+    host_config_files files = {0};
     host_metrics *metrics = NULL;
     host_plugins *plugins = NULL;
-    int rc = host_metrics_create(&metrics);
+    int rc = host_config_load_files(cfg, &files, err, sizeof(err));
     if (rc < 0) goto out;
+    host_config_files_free(&files); /* read and checked: nothing here serves */
+    if ((rc = host_metrics_create(&metrics)) < 0) goto out;
     host_backend caps_only = {.host_caps = MASTER_HOST_CAPS};
     if ((rc = host_plugins_create(&plugins, cfg, metrics, &caps_only)) < 0) goto free_metrics;
-    if ((rc = host_plugins_load_all(plugins, err, sizeof(err))) < 0) {
-        fprintf(stderr, "store_master: %s\n", err);
-        goto free_plugins;
-    }
+    if ((rc = host_plugins_load_all(plugins, err, sizeof(err))) < 0) goto free_plugins;
     printf("config %s: ok\n", cfg->source);
     host_plugins_describe(plugins, stdout);
 free_plugins:
@@ -51,7 +54,7 @@ free_plugins:
 free_metrics:
     host_metrics_destroy(metrics);
 out:
-    if (rc < 0 && err[0] == '\0') fprintf(stderr, "store_master: %s\n", smp_strerror(rc));
+    if (rc < 0) fprintf(stderr, "store_master: %s\n", err[0] != '\0' ? err : smp_strerror(rc));
     return rc < 0 ? 1 : 0;
 }
 

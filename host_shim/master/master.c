@@ -1,6 +1,8 @@
 /* master.c -- one Store Master process from start to clean exit.
  *
- * Startup order matters and is fail-closed: plugins load first (their OpLog
+ * Startup order matters and is fail-closed: the files the config names are
+ * read first (TLS, the embedded node's token: host_config_load_files, the
+ * check --check runs too), plugins load next (their OpLog
  * types and sections must be known before recovery), then the OpLog opens
  * (a torn tail is cut, corruption refuses), recovery rebuilds the state, and
  * only then do the RPC and admin endpoints accept anyone -- the embedded
@@ -23,18 +25,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <openssl/pem.h>
-#include <openssl/x509.h>
-#include <openssl/x509v3.h>
-
 #include "master.h"
 #include "host_records.pb-c.h"
 #include "master_internal.h"
 #include "node_runtime.h"
 #include "net_addr.h"
-#include "rpc_tls.h"
 #include "rpc_auth.h"
-#include "wc_token.h"
 
 static int master_auth_start(master *m, char *err, size_t errlen);
 
@@ -355,30 +351,6 @@ static void on_signal(uv_signal_t *h, int signum)
     master_stop(m);
 }
 
-/* Without tls.ca the embedded node, dialing this master's TLS port, trusts
- * tls.cert itself: that verifies only a self-signed certificate. SMP_OK
- * when cert's first certificate is self-issued, else SMP_EINVAL with err
- * naming the issuer and the key to set (refused at start, rather than a
- * node that never registers). */
-static int own_cert_is_anchor(const char *cert, char *err, size_t errlen)
-{
-    FILE *f = fopen(cert, "r");
-    X509 *x = f != NULL ? PEM_read_X509(f, NULL, NULL, NULL) : NULL;
-    int rc = SMP_OK;
-    if (f != NULL) fclose(f);
-    if (x == NULL) return SMP_OK; /* unreadable: the TLS setup names that */
-    if (X509_check_issued(x, x) != X509_V_OK) {
-        char issuer[256];
-        X509_NAME_oneline(X509_get_issuer_name(x), issuer, sizeof(issuer));
-        snprintf(err, errlen, "tls.ca is not set, so the embedded node (which reaches this master "
-                 "over TCP: listen.unix is off) would trust tls.cert %s alone, but it is issued by "
-                 "%s, not self-signed: set tls.ca to the CA that signed it", cert, issuer);
-        rc = SMP_EINVAL;
-    }
-    X509_free(x);
-    return rc;
-}
-
 /* Start the node that lives in this process: it registers with this master
  * over its own RPC endpoint, like any other node. */
 static int start_embedded_node(master *m, char *err, size_t errlen)
@@ -396,7 +368,7 @@ static int start_embedded_node(master *m, char *err, size_t errlen)
     snprintf(tcp, sizeof(tcp), "%.*s:%d", hl > 0 ? hl : 9, hl > 0 ? m->cfg->listen_tcp : "127.0.0.1",
              rpc_server_tcp_port(m->rpc));
     node_runtime_options o = {
-        .token = m->node_token[0] ? m->node_token : NULL,
+        .token = m->files.node_token[0] ? m->files.node_token : NULL,
         .master = m->cfg->listen_unix[0] ? m->cfg->listen_unix : tcp,
         .node_id = m->cfg->node_id,
         .segment_dir = m->cfg->node_segment_dir,
@@ -415,11 +387,10 @@ static int start_embedded_node(master *m, char *err, size_t errlen)
         o.local_peers = &m->cfg->node_local_peers;
     }
     /* Over TCP to a TLS port the node trusts the configured CA (or the
-     * master's own certificate) and, when clients are verified, presents
-     * the master's certificate: it is the same process. */
+     * master's own certificate, which host_config_load_files found
+     * self-signed) and, when clients are verified, presents the master's
+     * certificate: it is the same process. */
     if (m->cfg->tls_cert[0] != '\0' && m->cfg->listen_unix[0] == '\0') {
-        if (m->cfg->tls_ca[0] == '\0' && own_cert_is_anchor(m->cfg->tls_cert, err, errlen) < 0)
-            return SMP_EINVAL;
         o.tls_ca = m->cfg->tls_ca[0] ? m->cfg->tls_ca : m->cfg->tls_cert;
         if (m->cfg->tls_verify_clients) {
             o.tls_cert = m->cfg->tls_cert;
@@ -493,6 +464,9 @@ static int start_serving(master *m, char *err, size_t errlen)
 static int open_parts(master *m, char *err, size_t errlen)
 {
     int rc;
+    /* The files the config names first, as --check reads them: a config
+     * --check accepts is not refused here for one, nor the reverse. */
+    if ((rc = host_config_load_files(m->cfg, &m->files, err, errlen)) < 0) return rc;
     snprintf(m->oplog_dir, sizeof(m->oplog_dir), "%s/oplog", m->cfg->data_dir);
     if (m->cfg->ha_enabled)
         snprintf(m->snap_dir, sizeof(m->snap_dir), "%s", m->cfg->ha_snapshot_dir);
@@ -534,21 +508,13 @@ static int open_parts(master *m, char *err, size_t errlen)
     if ((rc = master_recover(m, err, errlen)) < 0) return rc;
     if (m->cfg->ha_enabled && (rc = master_ha_check_log(m, err, errlen)) < 0) return rc;
 
-    SSL_CTX *tls = NULL;
-    if (m->cfg->tls_cert[0] != '\0') {
-        rpc_tls_config tc = {.cert = m->cfg->tls_cert, .key = m->cfg->tls_key,
-                             .ca = m->cfg->tls_ca, .verify_clients = m->cfg->tls_verify_clients};
-        if ((rc = rpc_tls_server_ctx(&tc, &tls, err, errlen)) < 0) return rc;
-    }
     rpc_server_options ro = {
         .listen_tcp = m->cfg->listen_tcp,
         .listen_unix = m->cfg->listen_unix,
         .max_frame_bytes = m->cfg->max_frame_bytes,
-        .tls = tls,
+        .tls = m->files.tls, /* NULL without tls.cert; the server takes its own reference */
     };
-    rc = rpc_server_create(&m->loop, &ro, &m->rpc, err, errlen);
-    SSL_CTX_free(tls); /* the server holds its own reference */
-    if (rc < 0) return rc;
+    if ((rc = rpc_server_create(&m->loop, &ro, &m->rpc, err, errlen)) < 0) return rc;
     if ((rc = master_auth_start(m, err, errlen)) < 0) return rc;
     if ((rc = master_objects_register(m)) < 0 || (rc = master_admin_register(m)) < 0 ||
         (rc = master_nodes_register(m)) < 0) {
@@ -588,7 +554,7 @@ static int auth_limits_start(master *m, char *err, size_t errlen)
 }
 
 /* Credentials: the auth service on the RPC server, authorization on when
- * auth.enabled, the embedded node's token read, and one log line saying
+ * auth.enabled (the embedded node's token was read with the files), and one log line saying
  * which (off is the embedded default; config.c refused it on a
  * non-loopback listen.tcp unless auth.allow_insecure). */
 static int master_auth_start(master *m, char *err, size_t errlen)
@@ -600,10 +566,6 @@ static int master_auth_start(master *m, char *err, size_t errlen)
         snprintf(err, errlen, "auth: the credentials cannot be set up: %s", smp_strerror(rc));
         return rc;
     }
-    if (cfg->auth_enabled && cfg->node_embedded &&
-        (rc = wc_token_read_file(cfg->auth_node_token_file, m->node_token, sizeof(m->node_token),
-                                 err, errlen)) < 0)
-        return rc;
     if ((rc = rpc_auth_serve(m->auth, m->rpc)) < 0) {
         snprintf(err, errlen, "rpc: cannot register the auth service: %s", smp_strerror(rc));
         return rc;
@@ -648,6 +610,7 @@ static void close_parts(master *m)
     rpc_auth_free(m->auth); /* after the server: its auth service is gone with it */
     m->auth = NULL;
     if (m->data_lock_fd >= 0) close(m->data_lock_fd); /* the lock goes with it */
+    host_config_files_free(&m->files);
 }
 
 int master_main(const host_config *cfg, int restarted)

@@ -115,7 +115,8 @@ typedef struct master {
     rpc_server *rpc;
     struct rlease_table *read_leases; /* holders of the read leases (master_objects.c) */
     struct rpc_auth *auth;      /* credentials (rpc_auth.h), served on m->rpc */
-    char node_token[4097];      /* auth.node_token_file's token, "" without auth */
+    host_config_files files;    /* the TLS context and the embedded node's token
+                                   (config.h, host_config_load_files), read first */
     admin_http *admin;
     uv_signal_t sig_int;
     uv_signal_t sig_term;

@@ -542,6 +542,11 @@ static void test_tls_keys(void **state)
     assert_string_equal(c.tls_key, "/k/a.key");
     assert_string_equal(c.tls_ca, "/etc/wm/ca.pem");
     assert_int_equal(c.tls_verify_clients, 1);
+    /* The lines of the values naming files, for host_config_load_files. */
+    assert_int_equal(c.tls_cert_line, 2);
+    assert_int_equal(c.tls_key_line, 3);
+    assert_int_equal(c.tls_ca_line, 4);
+    assert_int_equal(c.auth_node_token_file_line, 0);
     host_config_free(&c);
 }
 
@@ -858,6 +863,8 @@ static void test_plugin_block_kept(void **state)
     assert_string_equal(p->path, "/etc/wm/w.so");
     assert_int_equal(p->enabled, 0);
     assert_int_equal(p->line, 2);
+    assert_int_equal(p->path_line, 2);   /* for the host's messages about loading it */
+    assert_int_equal(p->config_line, 4); /* and about its init refusing its block */
     assert_non_null(p->block);
     assert_int_equal(p->block->kind, HOST_CFG_MAP);
     assert_null(p->block->key);
@@ -932,6 +939,8 @@ static void test_plugin_block_kept(void **state)
     assert_string_equal(p->path, "/etc/wm/other.so");
     assert_int_equal(p->enabled, 1);
     assert_int_equal(p->line, 15);
+    assert_int_equal(p->path_line, 15);
+    assert_int_equal(p->config_line, 0);
     assert_non_null(p->block);
     assert_int_equal(p->block->kind, HOST_CFG_MAP);
     assert_int_equal(p->block->n_items, 0);
