@@ -345,6 +345,7 @@ int hp_plugin_open(host_plugins *reg, const host_config_plugin *pc, const char *
         return SMP_ENOMEM;
     }
     memcpy(p->path, path, path_len);
+    reg->init_failed = 0;
     p->file = hp_file_name(p->path);
     p->reg = reg;
     p->pc = pc;
@@ -387,6 +388,7 @@ int hp_plugin_open(host_plugins *reg, const host_config_plugin *pc, const char *
     }
     if (rc != SMP_OK) {
         wm_errbuf(err, errlen, "%s: init failed: %s (%d)", p->file, smp_strerror(rc), rc);
+        reg->init_failed = 1;
         if (rc > 0) rc = SMP_EINVAL;
         goto undo_init;
     }
@@ -438,20 +440,50 @@ static void unload_after(host_plugins *reg, size_t keep)
     }
 }
 
+/* err = why, prefixed with where in the config file entry i is, when the
+ * config came from a file: "FILE:LINE: plugins[i].path: " for a library
+ * that did not load (or was refused), "FILE:LINE: plugins[i].config: " when
+ * the plugin's init failed -- the plugin said why in its own log line just
+ * before, whose line numbers (config_keys) are lines of the same file. */
+static void entry_message(const host_plugins *reg, size_t i, const char *why, char *err,
+                          size_t errlen)
+{
+    const host_config_plugin *pc = &reg->cfg->plugins[i];
+    const char *src = reg->cfg->source;
+    int in_init = reg->init_failed;
+    int line = in_init && pc->config_line > 0 ? pc->config_line : pc->path_line;
+    char where[32] = "";
+    if (src == NULL) {
+        wm_errbuf(err, errlen, "%s", why);
+        return;
+    }
+    if (line > 0) snprintf(where, sizeof(where), ":%d", line);
+    if (in_init)
+        wm_errbuf(err, errlen, "%s%s: plugins[%zu].config: %s; the plugin's own line above "
+                  "says why (a line number there is a line of %s)", src, where, i, why, src);
+    else
+        wm_errbuf(err, errlen, "%s%s: plugins[%zu].path: %s", src, where, i, why);
+}
+
 /* Load every enabled entry of the config in order. On the first failure the
  * plugins this call loaded are unloaded again (newest first, with fini);
- * plugins loaded before the call stay. */
+ * plugins loaded before the call stay. The message names the entry
+ * (entry_message). */
 int host_plugins_load_all(host_plugins *reg, char *err, size_t errlen)
 {
     size_t before;
+    char why[1024];
     if (reg == NULL) return SMP_EINVAL;
     before = reg->plugins.n;
     for (size_t i = 0; i < reg->cfg->n_plugins; i++) {
         const host_config_plugin *pc = &reg->cfg->plugins[i];
         int rc;
         if (!pc->enabled) continue;
-        rc = host_plugins_load(reg, pc, err, errlen);
+        why[0] = '\0';
+        reg->init_failed = 0;
+        rc = host_plugins_load(reg, pc, why, sizeof(why));
         if (rc < 0) {
+            entry_message(reg, i, why, err, errlen);
             unload_after(reg, before);
             return rc;
         }

@@ -133,7 +133,11 @@ int host_plugins_load(host_plugins *reg,
                       size_t errlen);
 
 /* Load every enabled plugin of cfg in order; on the first failure unload the
- * ones already loaded and return its code and message. */
+ * ones already loaded and return its code and message. With a config read
+ * from a file (cfg->source set) the message names the entry as the
+ * loader's do: "FILE:LINE: plugins[i].path: ..." for a library that did not
+ * load or was refused, "FILE:LINE: plugins[i].config: ..." (the line of its
+ * config: key, else of its path) when the plugin's init failed. */
 int host_plugins_load_all(host_plugins *reg, char *err, size_t errlen);
 
 /* Call fini() of every plugin (last loaded first), close the libraries and

@@ -124,6 +124,8 @@ struct host_plugins {
     hp_change *change;               /* a reload or disable in progress, or NULL */
     hp_parked *parked;               /* calls parked meanwhile, oldest first */
     hp_parked **parked_tail;
+    int init_failed;                 /* the last hp_plugin_open failed in the
+                                        plugin's init (not a refused registration) */
 };
 
 /* -- plugin_host.c ------------------------------------------------------------ */

@@ -73,8 +73,15 @@ static int wm_check_key(void *arg, const char *key, uint32_t line)
     }
     memset(&v, 0, sizeof(v));
     v.struct_size = sizeof(v);
-    if (c->api->config_get(c->h, SMP_CONFIG_PLUGIN, key, &v) != SMP_OK || v.type != SMP_CONFIG_INT ||
-        v.i < k->min || v.i > k->max) {
+    if (c->api->config_get(c->h, SMP_CONFIG_PLUGIN, key, &v) == SMP_OK && v.type == SMP_CONFIG_INT &&
+        (v.i < k->min || v.i > k->max)) {
+        c->api->log(c->h, SMP_LOG_ERROR,
+                    "config key %s (line %" PRIu32 "): %" PRId64 " is outside %" PRId64 "..%" PRId64,
+                    key, line, v.i, k->min, k->max);
+        c->rc = SMP_EINVAL;
+        return 1;
+    }
+    if (v.type != SMP_CONFIG_INT) {
         c->api->log(c->h, SMP_LOG_ERROR,
                     "config key %s (line %" PRIu32 "): \"%s\" is not an integer in %" PRId64 "..%" PRId64 "%s",
                     key, line, v.s != NULL ? v.s : "(not a scalar)", k->min, k->max,

@@ -73,10 +73,11 @@ out=$("$bin" --config "$tmp/major.yaml" --check 2>&1); rc=$?
 [ $rc -ne 0 ] && grep -qF "bad_major.so: ABI major 2 does not match host ABI major 1" <<<"$out" \
   && ok "ABI mismatch refused" || bad "abi: exit $rc: $out"
 
-# A plugin that does not exist.
-printf 'plugins:\n  - path: "%s/nope.so"\n' "$tmp" >"$tmp/missing.yaml"
+# A plugin that does not exist: the host names the file, the line and the key.
+printf 'plugins:\n  - enabled: true\n    path: "%s/nope.so"\n' "$tmp" >"$tmp/missing.yaml"
 out=$("$bin" --config "$tmp/missing.yaml" --check 2>&1); rc=$?
-[ $rc -ne 0 ] && grep -qF "nope.so: cannot load" <<<"$out" && ok "missing plugin refused" || bad "missing: exit $rc: $out"
+[ $rc -ne 0 ] && grep -qF "store_master: $tmp/missing.yaml:3: plugins[0].path: nope.so: cannot load: $tmp/nope.so: " <<<"$out" \
+  && ok "missing plugin refused, named with file, line and key" || bad "missing: exit $rc: $out"
 
 # weight_mgmt's own block: every key known, every value in range (the host
 # hands the block over unchecked; the plugin lists it, ABI 1.4).
@@ -87,14 +88,17 @@ out=$("$bin" --config "$tmp/pk.yaml" --check 2>&1); rc=$?
 plugin_block '      tick_period_ms: 50\n      import_tll_ms: 5000\n' >"$tmp/pk.yaml"
 out=$("$bin" --config "$tmp/pk.yaml" --check 2>&1); rc=$?
 [ $rc -ne 0 ] && grep -qF "config key import_tll_ms (line 5): unknown; weight_mgmt reads tick_period_ms, import_ttl_ms" <<<"$out" \
-  && grep -qF "weight_mgmt.so: init failed" <<<"$out" \
-  && ok "unknown weight_mgmt key refused, named with its line" || bad "unknown plugin key: exit $rc: $out"
-for bad_value in 'tick_period_ms: 5' 'repair_max_attempts: 0' 'import_ttl_ms: "soon"' 'record_retention_ms: -1' \
-                 'degraded_migration_wait_ms: 1.5' 'tick_period_ms: "100"'; do
+  && grep -qF "store_master: $tmp/pk.yaml:3: plugins[0].config: weight_mgmt.so: init failed: SMP_EINVAL (-1); the plugin's own line above says why (a line number there is a line of $tmp/pk.yaml)" <<<"$out" \
+  && ok "unknown weight_mgmt key refused, named with its line; the host names file, line and key" \
+  || bad "unknown plugin key: exit $rc: $out"
+for case in 'tick_period_ms: 5|5 is outside 10..60000' 'repair_max_attempts: 0|0 is outside 1..1000' \
+            'import_ttl_ms: "soon"|"soon" is not an integer in' 'record_retention_ms: -1|-1 is outside 0..' \
+            'degraded_migration_wait_ms: 1.5|"1.5" is not an integer in' 'tick_period_ms: "100"|"100" is not an integer in'; do
+  bad_value=${case%%|*} want=${case#*|}
   plugin_block "      $bad_value\n" >"$tmp/pk.yaml"
   out=$("$bin" --config "$tmp/pk.yaml" --check 2>&1); rc=$?
-  [ $rc -ne 0 ] && grep -qF "config key ${bad_value%%:*} (line 4): " <<<"$out" && grep -qF "is not an integer in" <<<"$out" \
-    && ok "refused: $bad_value" || bad "accepted or unnamed: $bad_value: exit $rc: $out"
+  [ $rc -ne 0 ] && grep -qF "config key ${bad_value%%:*} (line 4): $want" <<<"$out" \
+    && ok "refused: $bad_value ($want)" || bad "accepted or unnamed: $bad_value: exit $rc: $out"
 done
 
 # A quoted number is a string, in weight_mgmt's block as in the host's keys.

@@ -1611,6 +1611,43 @@ static void test_registration_rules(void **state)
     assert_closed("register_probe");
 }
 
+/* With a config read from a file, the failure names the entry as the
+ * loader's messages do: plugins[i].path on its path's line for a library
+ * refused, plugins[i].config on its config: line when the plugin's init
+ * failed (its own message, whose lines are the file's, came just before). */
+static void test_load_all_names_the_entry(void **state)
+{
+    fixture *fx = *state;
+    host_config_plugin *a = entry_for(fx, "good_minimal", NULL);
+    host_config_plugin *b = entry_for(fx, "bad_major", NULL);
+    char source[] = "x.yaml";
+    fx->cfg.source = source;
+    fx->cfg.plugins = a;
+    fx->cfg.n_plugins = 2;
+    b->line = 6;
+    b->path_line = 7;
+    b->config_line = 8;
+    assert_int_equal(host_plugins_load_all(fx->reg, fx->err, sizeof(fx->err)), SMP_ENOTSUP);
+    assert_string_equal(fx->err, "x.yaml:7: plugins[1].path: bad_major.so: ABI major 2 does not "
+                                 "match host ABI major 1");
+    assert_registry_empty(fx);
+
+    host_config_plugin *c = entry_for(fx, "init_fails_after_registering", NULL);
+    c->path_line = 3;
+    c->config_line = 9;
+    fx->cfg.plugins = c;
+    fx->cfg.n_plugins = 1;
+    assert_int_equal(host_plugins_load_all(fx->reg, fx->err, sizeof(fx->err)), SMP_EIO);
+    assert_string_equal(fx->err, "x.yaml:9: plugins[0].config: init_fails_after_registering.so: "
+                                 "init failed: SMP_EIO (-8); the plugin's own line above says why "
+                                 "(a line number there is a line of x.yaml)");
+    c->config_line = 0; /* no config: written: the path's line */
+    assert_int_equal(host_plugins_load_all(fx->reg, fx->err, sizeof(fx->err)), SMP_EIO);
+    assert_non_null(strstr(fx->err, "x.yaml:3: plugins[0].config: "));
+    assert_registry_empty(fx);
+    fx->cfg.source = NULL;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1647,6 +1684,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_describe_output, setup, teardown),
         cmocka_unit_test_setup_teardown(test_load_all_skips_disabled, setup, teardown),
         cmocka_unit_test_setup_teardown(test_load_all_unloads_on_failure, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_load_all_names_the_entry, setup, teardown),
         cmocka_unit_test_setup_teardown(test_registration_rules, setup, teardown),
         cmocka_unit_test_setup_teardown(test_key_space_claims, setup, teardown),
         cmocka_unit_test_setup_teardown(test_key_space_of_a_disabled_plugin, setup, teardown),
