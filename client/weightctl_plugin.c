@@ -5,13 +5,21 @@
  *   plugin reload NAME [--path SO]   reload NAME in place (from SO, else the
  *                                    library it was loaded from); waits for
  *                                    the end: the new version, the master's
- *                                    wall time and how long calls were held
+ *                                    wall time and how long calls were held.
+ *                                    SO is opened by the master: an absolute
+ *                                    path is sent as given (it names a file
+ *                                    on the master's host, which may be
+ *                                    another); a relative one is resolved
+ *                                    here, against weightctl's working
+ *                                    directory, and must exist here
  *   plugin disable NAME              quiesce NAME, then refuse its RPCs (plain KV)
  *   plugin enable NAME               serve NAME again
  *
  * Each is one admin RPC (service 2, ADMIN_PLUGIN_*) to the master given by
  * --master; a refusal prints the master's reason on stderr and exits 1,
  * a usage error exits 2. --json prints one object. */
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,6 +131,32 @@ static int cmd_change(ctl *x, const char *what, uint32_t method, const char *nam
     return 0;
 }
 
+/* The --path the master is sent: an absolute path as given (the master's
+ * own, on its host: not looked at here); a relative one made absolute
+ * against weightctl's working directory (realpath), as a shell user means
+ * it -- the master would otherwise resolve it against its own. 0 with out
+ * filled, or 2 (usage) with the cause on stderr when a relative path names
+ * nothing here. */
+static int reload_path(const char *path, char *out, size_t cap)
+{
+    char resolved[PATH_MAX];
+    if (path[0] == '\0') return wctl_bad_usage("plugin", "--path is empty");
+    if (path[0] == '/') {
+        snprintf(out, cap, "%s", path);
+        return 0;
+    }
+    if (realpath(path, resolved) == NULL) {
+        fprintf(stderr, "weightctl: plugin reload: --path %s: %s (a relative --path is taken "
+                "against weightctl's working directory and must exist here; for a library "
+                "only the master's host has, give its absolute path there)\n", path,
+                strerror(errno));
+        return 2;
+    }
+    if (strlen(resolved) >= cap) return wctl_bad_usage("plugin", "--path is too long");
+    snprintf(out, cap, "%s", resolved);
+    return 0;
+}
+
 int wctl_cmd_plugin(ctl *x, int nargs, char **args)
 {
     if (nargs < 2) return wctl_bad_usage("plugin", "give list, reload NAME, disable NAME or enable NAME");
@@ -136,6 +170,12 @@ int wctl_cmd_plugin(ctl *x, int nargs, char **args)
         if (nargs == 5 && strcmp(args[3], "--path") == 0) path = args[4];
         else if (nargs == 4 && strncmp(args[3], "--path=", 7) == 0) path = args[3] + 7;
         else if (nargs != 3) return wctl_bad_usage("plugin", "the form is: plugin reload NAME [--path LIBRARY.so]");
+        char abs_path[PATH_MAX];
+        if (path != NULL) {
+            int rc = reload_path(path, abs_path, sizeof(abs_path));
+            if (rc != 0) return rc;
+            path = abs_path;
+        }
         return cmd_change(x, "reload", ADMIN_METHOD__ADMIN_PLUGIN_RELOAD, args[2], path);
     }
     return wctl_bad_usage("plugin", "the forms are: plugin list | reload NAME [--path LIBRARY.so] | "

@@ -32,6 +32,10 @@
 #    nothing is made, and the same put in smaller objects fits.
 #  - help_says_what_is_there: put --help's wording and --payload-bytes,
 #    migrate --wait in the main --help, rm --help on what refuses a removal.
+#  - plugin_reload_relative_path: plugin reload --path with a relative path
+#    resolves it against weightctl's working directory (not the master's);
+#    one that names nothing here is refused (exit 2) before any call, the
+#    plugin untouched; plugin --help says whose path it is.
 set -uo pipefail
 : "${BUILD_DIR:?}" "${SOURCE_DIR:?}"
 ctl="$BUILD_DIR/bin/weightctl"
@@ -340,6 +344,25 @@ out=$("$ctl" gate confirm weight_management_oplog_capability_confirmed 2>&1); rc
 [ $rc -eq 0 ] && grep -q "confirmed" <<<"$out" && grep -q "no effect on this master: gates are enforced with ha.enabled only" <<<"$out" \
   && ok "gate confirm without HA says it has no effect" || bad "gate confirm without HA: $rc $out"
 
+# -- plugin_reload_relative_path -----------------------------------------------------------
+# weightctl runs in $tmp/here, where here/plugins/wm.so is the library; the
+# master runs elsewhere (this script's directory), where a relative path
+# sent as given would name nothing.
+mkdir -p "$tmp/here/plugins" && ln -s "$BUILD_DIR/lib/weight_mgmt.so" "$tmp/here/plugins/wm.so"
+real=$(realpath "$BUILD_DIR/lib/weight_mgmt.so")
+reloads() { "$ctl" plugin list | sed -n 's/^weight_mgmt .* reloads \([0-9]*\) .*/\1/p'; }
+before=$(reloads)
+out=$(cd "$tmp/here" && "$ctl" plugin reload weight_mgmt --path plugins/wm.so 2>&1); rc=$?
+after=$(reloads)
+[ $rc -eq 0 ] && [ "$after" = "$((before + 1))" ] && grep -q "path $real\$" <<<"$out" \
+  && ok "plugin reload --path plugins/wm.so: resolved against weightctl's directory, reloaded" \
+  || bad "relative --path: rc $rc, reloads $before -> $after: $out"
+out=$(cd "$tmp" && "$ctl" plugin reload weight_mgmt --path=lib/weight_mgmt.so 2>&1); rc=$?
+[ $rc -eq 2 ] && [ "$out" = "weightctl: plugin reload: --path lib/weight_mgmt.so: No such file or directory (a relative --path is taken against weightctl's working directory and must exist here; for a library only the master's host has, give its absolute path there)" ] \
+  && [ "$(reloads)" = "$after" ] && ok "a relative --path naming nothing here: exit 2, nothing sent" \
+  || bad "missing relative --path: rc $rc: $out"
+grep -q "^--path is opened by the master, on the master's host" <<<"$("$ctl" plugin --help)" \
+  && ok "plugin --help says whose path --path is" || bad "plugin --help: --path"
 
 kill -9 $pid; wait $pid 2>/dev/null; pid=""
 echo "$pass passed, $fail failed"
