@@ -14,7 +14,14 @@
  * per request against the trust list libmicrohttpd built from the CA. Where
  * a token is asked, a verified client certificate that auth.certificates
  * maps stands in for it (an admin's is served, any other role's gets 403);
- * one it does not map leaves the token asked. */
+ * one it does not map leaves the token asked.
+ *
+ * libmicrohttpd's own messages (a plaintext request or a TLS 1.2 client on
+ * the HTTPS port: "Error: received handshake message out of context.") go
+ * through on_mhd_log: prefixed "store_master: admin: " and at most
+ * ADMIN_LOG_BURST a minute, the rest counted and summed up in one line when
+ * the minute is over (at the next message) and at the stop -- anyone who
+ * reaches the port must not be able to fill the master's log. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <gnutls/gnutls.h>
@@ -31,6 +38,7 @@
 #include <strings.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "admin_http.h"
@@ -40,6 +48,8 @@
 /* TLS 1.3 only: GnuTLS's defaults with every version removed but 1.3. */
 #define ADMIN_TLS_PRIORITIES "NORMAL:-VERS-ALL:+VERS-TLS1.3"
 #define ADMIN_PEM_MAX (1u << 20) /* bytes of a certificate, key or CA file */
+#define ADMIN_LOG_BURST 5        /* libmicrohttpd lines logged per window */
+#define ADMIN_LOG_WINDOW_MS 60000
 
 typedef struct admin_req {
     struct MHD_Connection *conn;
@@ -72,6 +82,11 @@ struct admin_http {
     admin_req *head, *tail; /* suspended, waiting for the loop */
     int port;
     int stopping;
+    /* on_mhd_log's rate limit (either thread: under log_lock) */
+    pthread_mutex_t log_lock;
+    uint64_t log_window_ms;   /* when the current window began; 0: none yet */
+    unsigned log_in_window;   /* lines logged in it */
+    uint64_t log_suppressed;  /* lines not logged since the last summary */
 };
 
 /* Set r's answer to a plain-text body made from fmt. */
@@ -338,9 +353,58 @@ static int probe_bind(const struct sockaddr_storage *ss)
 }
 
 /* Free a and what it holds (the key's copy wiped first). */
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* The summary of the lines on_mhd_log left out, if any (log_lock held). */
+static void log_summary_locked(admin_http *a)
+{
+    if (a->log_suppressed == 0) return;
+    fprintf(stderr, "store_master: admin: %llu more message%s of libmicrohttpd not logged (at "
+            "most %d a minute are)\n", (unsigned long long)a->log_suppressed,
+            a->log_suppressed == 1 ? "" : "s", ADMIN_LOG_BURST);
+    a->log_suppressed = 0;
+}
+
+/* libmicrohttpd's logger (MHD_OPTION_EXTERNAL_LOGGER), on its thread or in
+ * MHD_start_daemon: the message on one line prefixed "store_master: admin:
+ * ", at most ADMIN_LOG_BURST per ADMIN_LOG_WINDOW_MS; the others are
+ * counted and summed up when the window is over (at the next message) and
+ * at the stop. */
+static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    admin_http *a = cls;
+    char msg[512];
+    size_t n;
+    uint64_t now = mono_ms();
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    n = strlen(msg);
+    while (n > 0 && (msg[n - 1] == '\n' || msg[n - 1] == '\r')) msg[--n] = '\0';
+    for (size_t i = 0; i < n; i++)
+        if (msg[i] == '\n' || msg[i] == '\r') msg[i] = ' ';
+    pthread_mutex_lock(&a->log_lock);
+    if (a->log_window_ms == 0 || now - a->log_window_ms >= ADMIN_LOG_WINDOW_MS) {
+        log_summary_locked(a);
+        a->log_window_ms = now;
+        a->log_in_window = 0;
+    }
+    if (a->log_in_window < ADMIN_LOG_BURST) {
+        a->log_in_window++;
+        fprintf(stderr, "store_master: admin: %s\n", msg);
+    } else {
+        a->log_suppressed++;
+    }
+    pthread_mutex_unlock(&a->log_lock);
+}
+
 static void admin_free(admin_http *a)
 {
     pthread_mutex_destroy(&a->lock);
+    pthread_mutex_destroy(&a->log_lock);
     free(a->cert_pem);
     if (a->key_pem != NULL) OPENSSL_cleanse(a->key_pem, a->key_len);
     free(a->key_pem);
@@ -455,6 +519,7 @@ int admin_http_start(uv_loop_t *loop,
     a->auth = o->auth;
     a->verify_clients = tls && o->verify_clients;
     pthread_mutex_init(&a->lock, NULL);
+    pthread_mutex_init(&a->log_lock, NULL);
     if (tls) {
         if ((rc = tls_options(a, o, ops, &n, err, errlen)) < 0) goto free_admin;
         flags |= MHD_USE_TLS;
@@ -467,6 +532,8 @@ int admin_http_start(uv_loop_t *loop,
     }
     a->wake.data = a;
     a->mhd = MHD_start_daemon(flags, 0, NULL, NULL, on_request, a,
+                              /* first, or libmicrohttpd logs the options before it itself */
+                              MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, a,
                               MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
                               MHD_OPTION_NOTIFY_COMPLETED, on_completed, a,
                               MHD_OPTION_CONNECTION_LIMIT, 64u,
@@ -510,5 +577,8 @@ void admin_http_stop(admin_http *a)
     MHD_quiesce_daemon(a->mhd);
     on_wake(&a->wake); /* answer whatever is queued with 503 */
     MHD_stop_daemon(a->mhd);
+    pthread_mutex_lock(&a->log_lock); /* its thread is gone: what it left out */
+    log_summary_locked(a);
+    pthread_mutex_unlock(&a->log_lock);
     uv_close((uv_handle_t *)&a->wake, on_wake_closed);
 }

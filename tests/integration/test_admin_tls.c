@@ -8,7 +8,9 @@
  *   client trusting another CA is refused in the handshake;
  * - a plaintext HTTP request to the HTTPS port gets no HTTP answer, a client
  *   that speaks at most TLS 1.2 is refused in the handshake, and the master
- *   serves HTTPS on after each;
+ *   serves HTTPS on after each; libmicrohttpd's messages about them reach
+ *   the master's log prefixed "store_master: admin: " and at most 5 a
+ *   minute, the rest summed up in one line (at the stop at the latest);
  * - auth on and the endpoint on a non-loopback address (0.0.0.0): every
  *   path but /health needs an admin's token -- none, another scheme, an
  *   unknown token (401) and a reader's or a writer's token (403) are each
@@ -199,26 +201,80 @@ static void test_admin_tls_round_trip(void **state)
     assert_true(hx_alive(&f->m));
 }
 
+/* What the master's log says of libmicrohttpd's messages: the lines logged
+ * ("store_master: admin: " but not a summary), the summaries and the lines
+ * they say were left out, and lines that came unprefixed (libmicrohttpd's
+ * own "Error: ..."). */
+typedef struct mhd_lines {
+    int logged, summaries, unprefixed;
+    unsigned long long left_out;
+} mhd_lines;
+
+static mhd_lines mhd_lines_of(const fx *f)
+{
+    static const char prefix[] = "store_master: admin: ";
+    mhd_lines n = {0, 0, 0, 0};
+    char line[2048];
+    FILE *l = fopen(f->m.log, "r");
+    assert_non_null(l);
+    while (fgets(line, sizeof(line), l) != NULL) {
+        unsigned long long k;
+        if (strncmp(line, "Error", 5) == 0) n.unprefixed++;
+        if (strncmp(line, prefix, sizeof(prefix) - 1) != 0) continue;
+        if (sscanf(line + sizeof(prefix) - 1, "%llu more message", &k) == 1 &&
+            strstr(line, "of libmicrohttpd not logged (at most 5 a minute are)") != NULL) {
+            n.summaries++;
+            n.left_out += k;
+        } else {
+            n.logged++;
+        }
+    }
+    fclose(l);
+    return n;
+}
+
 /* A plaintext request and a TLS 1.2 client get nothing served; the master
- * serves HTTPS on after each. */
+ * serves HTTPS on after each. What libmicrohttpd says of them is prefixed
+ * and rate-limited: at most 5 lines a minute (however long the test took:
+ * 5 per window, a window ending with its summary), every other one counted
+ * in a summary, the last at the stop. */
 static void test_admin_tls_plaintext_and_tls12_refused(void **state)
 {
     fx *f = *state;
     char *body = NULL;
+    enum { PLAINTEXT = 12, TLS12 = 4 };
     start(f, f->cert, f->key, 0, 0, NULL);
     snapshot before = state_of(f);
+    fresh_log(f);
 
     f->m.admin_ca[0] = '\0'; /* hx_http_get speaks plain HTTP */
-    assert_int_equal(hx_http_get(&f->m, "/metrics", &body), -1); /* the port speaks TLS */
-    free(body);
+    for (int i = 0; i < PLAINTEXT; i++) {
+        assert_int_equal(hx_http_get(&f->m, "/metrics", &body), -1); /* the port speaks TLS */
+        free(body);
+        body = NULL;
+    }
     assert_true(hx_alive(&f->m));
 
     hx_https_opts o = {.ca = f->ca, .max_version = TLS1_2_VERSION};
-    expect(hx_https(f->m.admin_port, &o, "GET", "/metrics", NULL), -1, "handshake");
+    for (int i = 0; i < TLS12; i++)
+        expect(hx_https(f->m.admin_port, &o, "GET", "/metrics", NULL), -1, "handshake");
     assert_true(hx_alive(&f->m));
 
     expect(get_as(f, "/health", NULL), 200, "ok");
     assert_unchanged(f, before);
+
+    mhd_lines n = mhd_lines_of(f);
+    assert_int_equal(n.unprefixed, 0);
+    assert_false(hx_log_contains(&f->m, "EXTERNAL_LOGGER")); /* installed first, as it must */
+    assert_true(n.logged >= 1);
+    assert_true(n.logged <= 5 * (n.summaries + 1));
+    assert_int_equal(hx_stop(&f->m), 0);
+    n = mhd_lines_of(f);
+    assert_int_equal(n.unprefixed, 0);
+    assert_true(n.summaries >= 1);
+    assert_true(n.logged <= 5 * n.summaries);
+    /* every refused client left at least one message, logged or counted */
+    assert_true((unsigned long long)n.logged + n.left_out >= PLAINTEXT + TLS12);
 }
 
 /* Auth on, the endpoint on 0.0.0.0: /health is open, every other path
