@@ -123,6 +123,17 @@ static void *renewer_main(void *arg)
     return NULL;
 }
 
+/* Close r's connection and free it (its thread is joined or never ran). */
+static void renewer_free(wc_renewer *r)
+{
+    rpcc_close(r->conn);
+    pthread_cond_destroy(&r->done);
+    pthread_cond_destroy(&r->wake);
+    pthread_mutex_destroy(&r->call_lock);
+    pthread_mutex_destroy(&r->lock);
+    free(r);
+}
+
 /* s's renewer, made with its connection and thread on first use; a new
  * reference on it in *out. WEIGHT_OK, WEIGHT_EIO (the connection) or
  * WEIGHT_ENOMEM, the cause in s->err. */
@@ -149,13 +160,7 @@ static int renewer_of(weight_store *s, wc_renewer **out)
         pthread_cond_init(&r->done, NULL);
         r->refs = 1; /* the store's */
         if (pthread_create(&r->thread, NULL, renewer_main, r) != 0) {
-            r->refs = 0;
-            rpcc_close(r->conn);
-            pthread_cond_destroy(&r->done);
-            pthread_cond_destroy(&r->wake);
-            pthread_mutex_destroy(&r->call_lock);
-            pthread_mutex_destroy(&r->lock);
-            free(r);
+            renewer_free(r);
             return wc_fail(s, WEIGHT_ENOMEM, "cannot start the lease renewal thread");
         }
         s->renewer = r;
@@ -179,12 +184,7 @@ void wc_renewer_put(wc_renewer *r)
     pthread_mutex_unlock(&r->lock);
     if (left > 0) return;
     pthread_join(r->thread, NULL);
-    rpcc_close(r->conn);
-    pthread_cond_destroy(&r->done);
-    pthread_cond_destroy(&r->wake);
-    pthread_mutex_destroy(&r->call_lock);
-    pthread_mutex_destroy(&r->lock);
-    free(r);
+    renewer_free(r);
 }
 
 int wc_lease_keeper_start(weight_store *s, wc_lease_keeper *k)

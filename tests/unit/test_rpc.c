@@ -850,6 +850,9 @@ static void test_tenant_inflight_shared_by_its_connections(void **state)
     assert_int_equal(rpcc_call(b, SVC_ECHO, M_LOGIN, NULL, 0, &status, NULL, NULL, NULL), SMP_OK);
     assert_int_equal(status, 0);
     assert_int_equal(rpcc_send(a, SVC_ECHO, M_HOLD, part, sizeof(part), &hold_id), SMP_OK);
+    /* the refusal itself: the transport would send a refused request again
+     * after the 20 ms it is told, for as long as the call's timeout */
+    rpcc_set_timeout(b, 10);
     /* wait until the server holds a's call (its bytes are charged then) */
     for (int i = 0; i < 500; i++) {
         assert_int_equal(rpcc_call(b, SVC_ECHO, M_ECHO, part, sizeof(part), &status, NULL, NULL, &msg),
@@ -861,6 +864,7 @@ static void test_tenant_inflight_shared_by_its_connections(void **state)
     assert_int_equal(status, SMP_EAGAIN);
     assert_non_null(strstr(msg, "this tenant's connections"));
     free(msg);
+    rpcc_set_timeout(b, 5000);
     assert_int_equal(rpcc_call(b, SVC_ECHO, M_RELEASE, NULL, 0, &status, NULL, NULL, NULL), SMP_OK);
     assert_int_equal(status, 0);
     assert_int_equal(rpcc_recv(a, hold_id, NULL, &status, NULL, NULL, NULL), SMP_OK);
@@ -873,12 +877,16 @@ static void test_tenant_inflight_shared_by_its_connections(void **state)
 }
 
 /* The bucket runs dry after its burst: the next request is refused
- * SMP_EAGAIN and the connection stays usable; once the bucket refills
- * (polled, no time threshold) requests succeed again. */
+ * SMP_EAGAIN (a call whose timeout is shorter than the wait the refusal
+ * names gets it) and the connection stays usable; once the bucket refills
+ * (polled, no time threshold) requests succeed again; and a call with time
+ * to spare is sent again when the refusal says, so a run of them past the
+ * burst all succeed. */
 static void test_rate_limit_refuses_then_recovers(void **state)
 {
     fixture *fx = *state;
     rpcc_conn *c = open_client(fx->tcp_ep);
+    rpcc_set_timeout(c, 50); /* below the second a request of 1 a second waits */
     int status = 0, sent = 0;
     char *msg = NULL;
     while (status == 0 && sent < 100) {
@@ -902,6 +910,13 @@ static void test_rate_limit_refuses_then_recovers(void **state)
         usleep(20 * 1000);
     }
     assert_int_equal(status, 0);
+    rpcc_set_timeout(c, 10000);
+    for (int i = 0; i < 5; i++) { /* the burst, then two that wait their turn */
+        assert_int_equal(rpcc_call(c, SVC_ECHO, M_ECHO, (const uint8_t *)"z", 1, &status, NULL, NULL,
+                                   NULL),
+                         SMP_OK);
+        assert_int_equal(status, 0);
+    }
     rpcc_close(c);
 }
 
