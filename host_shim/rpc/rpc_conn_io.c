@@ -390,6 +390,7 @@ static void tls_refuse_plaintext(rpc_conn *c)
     static const char why[] = "this master's TCP port speaks TLS: connect with TLS (weightctl "
                               "--tls-ca FILE, or WM_TLS_CA) or through its Unix socket";
     c->srv->st.tls_plaintext_refused++;
+    rpc_conn_log_refusal(c, "refused: it spoke plaintext on the TLS port");
     c->use_tls = 0; /* the refusal goes out as it is */
     rpc_tls_session_free(&c->tls);
     rpc_conn_fatal(c, SMP_EPROTO, why);
@@ -420,9 +421,11 @@ static void tls_feed(rpc_conn *c, const uint8_t *p, size_t n)
                 rpc_conn_flush(c);
                 return;
             }
+            char line[320];
             rpc_tls_error(why, sizeof(why));
             s->st.tls_refused++;
-            fprintf(stderr, "rpc: TLS handshake refused: %s\n", why[0] ? why : "peer gone");
+            snprintf(line, sizeof(line), "TLS handshake refused: %s", why[0] ? why : "peer gone");
+            rpc_conn_log_refusal(c, line);
             /* the alert the session wrote tells the client why */
             if (rpc_conn_flush(c) == SMP_OK) {
                 c->draining = 1;

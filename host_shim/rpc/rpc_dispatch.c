@@ -342,6 +342,7 @@ int rpc_server_authenticate(smp_rpc_call *call, const char *tenant, smp_role rol
     if (tenant == NULL) {
         c->auth_state = -1;
         c->srv->st.auth_hello_refused++;
+        rpc_conn_log_refusal(c, "auth.HELLO refused: its token is not known to this master");
         return SMP_OK;
     }
     if (strlen(tenant) > RPC_AUTH_TENANT_MAX || role < SMP_ROLE_READER || role > SMP_ROLE_ADMIN)
@@ -404,6 +405,7 @@ void rpc_server_deauthenticate(smp_rpc_call *call, const char *why)
     rpc_limits_identify(c->srv->limits, &c->lim, "", SMP_ROLE_NONE);
     snprintf(c->auth_note, sizeof(c->auth_note), "%s", why != NULL ? why : "");
     c->srv->st.auth_hello_mismatch++;
+    rpc_conn_log_refusal(c, why != NULL ? why : "its token contradicts its client certificate");
 }
 
 uint64_t rpc_server_call_conn(const smp_rpc_call *call)

@@ -146,6 +146,10 @@ struct rpc_server {
     rpc_close_hook_fn close_hook; /* rpc_server_set_close_hook, or NULL */
     void *close_hook_arg;
     rpc_server_stats st;
+    /* rpc_refusal_log.c: the minute's window of refusal lines */
+    uint64_t refusals_window_ms;  /* when it began (uv_now; 0: none yet) */
+    unsigned refusals_logged;     /* lines written in it */
+    uint64_t refusals_unlogged;   /* refusals counted, not written, since the last summary */
     /* Once per loop iteration (rpc_output.c): the check handle resumes the
      * connections with input left (resume_head) and flushes every pending
      * output (flush_head); the prepare handle flushes what callbacks outside
@@ -238,6 +242,14 @@ int rpc_conn_send(rpc_conn *c,
  * client of this project waits and sends it again after. As rpc_conn_send. */
 int rpc_conn_send_retry(rpc_conn *c, uint64_t request_id, int status, const char *message,
                         uint32_t retry_after_ms);
+
+/* Log that c was refused for its credentials or protocol ("store_master:
+ * rpc: client ADDR: WHY", WHY saying what was refused and why), at most a few lines a minute, the rest
+ * counted and summed up (rpc_refusal_log.c). Loop thread. */
+void rpc_conn_log_refusal(rpc_conn *c, const char *why);
+
+/* The server closes: sum up the refusals not logged yet. */
+void rpc_server_log_refusals_end(rpc_server *s);
 
 /* Close a connection now (idempotent); outstanding calls keep its memory. */
 void rpc_conn_close(rpc_conn *c);

@@ -444,6 +444,7 @@ void rpc_server_close(rpc_server *s)
     if (s == NULL || s->closing)
         return;
     s->closing = 1;
+    rpc_server_log_refusals_end(s);
     listener_close(&s->tcp);
     listener_close(&s->unix_l);
     if (s->unix_created) {

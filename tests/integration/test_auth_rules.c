@@ -550,8 +550,10 @@ static void test_auth_every_method_refuses_bad_certificates(void **state)
 }
 
 /* A token the master does not know fails the client's connect with the
- * master's reason; the same client with the right token is served; and
- * weightctl says the master refused it (it said it could not reach it). */
+ * master's reason; the same client with the right token is served;
+ * weightctl says the master refused it (it said it could not reach it); and
+ * the master's log names the client, a few lines a minute, the rest
+ * counted. */
 static void test_auth_refused_token_fails_connect(void **state)
 {
     wr_fixture *f = *state;
@@ -584,6 +586,39 @@ static void test_auth_refused_token_fails_connect(void **state)
             fail_msg("weightctl %s with an unknown token: %s", cmds[i], out);
     }
     unsetenv("WEIGHT_TOKEN");
+
+    /* the master's log names the client: every refusal is a line, or is
+     * counted in a line summing up those not logged (a few a minute are:
+     * anyone who reaches the port can cause them) -- 12 more to be sure */
+    for (int i = 0; i < 12; i++) {
+        o.token = af_token(AF_WRONG);
+        assert_int_equal(rpcc_connect(f->m.socket, &o, &c, err, sizeof(err)), SMP_EAUTH);
+    }
+    long long refusals = wx_metric(&f->m, "store_rpc_auth_hellos_total{result=\"refused\"}");
+    wr_disconnect(f);
+    assert_int_equal(hx_stop(&f->m), 0); /* the last sum is written at the stop */
+    size_t len = 0;
+    char *log = (char *)hx_read_file(f->m.log, &len), *at;
+    long long lines = 0, counted = 0;
+    assert_non_null(log);
+    for (at = log; (at = strstr(at, "store_master: rpc: ")) != NULL; at++) {
+        char line[512];
+        long long n = 0;
+        size_t k = strcspn(at, "\n");
+        snprintf(line, sizeof(line), "%.*s", (int)k, at);
+        if (sscanf(line, "store_master: rpc: %lld more client", &n) == 1) {
+            counted += n;
+        } else if (strstr(line, "store_master: rpc: client uid ") == line &&
+                   strstr(line, " (Unix socket): auth.HELLO refused: its token is not known to "
+                                "this master") != NULL) {
+            lines++;
+        } else {
+            fail_msg("a line of the master's log: %s", line);
+        }
+    }
+    free(log);
+    if (lines < 1 || lines > 10 || lines + counted != refusals)
+        fail_msg("%lld refusal lines and %lld counted for %lld refusals", lines, counted, refusals);
 }
 
 int main(void)

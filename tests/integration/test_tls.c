@@ -147,6 +147,9 @@ static void test_plaintext_client_refused(void **state)
     assert_true(hx_says(kvc_error(c), "speaks TLS"));
     kvc_close(c);
     assert_true(hx_alive(&f->m));
+    /* the master's log names the client and why */
+    assert_true(hx_log_contains(&f->m, "store_master: rpc: client 127.0.0.1:"));
+    assert_true(hx_log_contains(&f->m, ": refused: it spoke plaintext on the TLS port"));
     setenv("WM_TLS_CA", f->pem[CA], 1);
     c = tcp_client(f, err, sizeof(err));
     assert_non_null(c);
