@@ -598,9 +598,12 @@ static void test_auth_refused_token_fails_connect(void **state)
     wr_disconnect(f);
     assert_int_equal(hx_stop(&f->m), 0); /* the last sum is written at the stop */
     size_t len = 0;
-    char *log = (char *)hx_read_file(f->m.log, &len), *at;
+    uint8_t *bytes = hx_read_file(f->m.log, &len);
+    char *log = bytes != NULL ? calloc(1, len + 1) : NULL, *at; /* as a string */
     long long lines = 0, counted = 0;
     assert_non_null(log);
+    memcpy(log, bytes, len);
+    free(bytes);
     for (at = log; (at = strstr(at, "store_master: rpc: ")) != NULL; at++) {
         char line[512];
         long long n = 0;
