@@ -247,13 +247,24 @@ int master_plugins_h_list(void *ctx, smp_rpc_call *call, const uint8_t *body, si
     return SMP_OK;
 }
 
-/* RELOAD and DISABLE: refused at once (the reason is the reply), or
- * answered once the change ended. */
+/* RELOAD and DISABLE: refused at once (the reason is the reply; a reload
+ * path that is not absolute among them), or answered once the change
+ * ended. */
 static int start_change(master *m, smp_rpc_call *call, const uint8_t *body, size_t len, int reload)
 {
     char err[1200];
     PluginRequest *req = decode_request(call, body, len, 1);
     if (req == NULL) return SMP_OK;
+    if (reload && req->path != NULL && req->path[0] != '\0' && req->path[0] != '/') {
+        /* it would name a file of this process's working directory, which
+         * the caller knows nothing of (weightctl makes its own absolute) */
+        snprintf(err, sizeof(err), "plugin reload %.64s: path '%.512s' is relative: the master "
+                 "opens it on its own host, so give it absolute", req->name, req->path);
+        fprintf(stderr, "store_master: %s\n", err);
+        rpc_reply_error(call, SMP_EINVAL, err);
+        plugin_request__free_unpacked(req, NULL);
+        return SMP_OK;
+    }
     admin_change *a = calloc(1, sizeof(*a));
     if (a == NULL) {
         plugin_request__free_unpacked(req, NULL);

@@ -44,6 +44,8 @@
 
 #include "ha_cluster_fixture.h"
 #include "harness.h"
+#include "host_rpc.pb-c.h"
+#include "rpc_client.h"
 #include "weightclient.h"
 
 #define N_TENSORS 4
@@ -368,6 +370,28 @@ static void test_abi_and_negotiation_mismatches_are_refused(void **state)
     assert_int_equal(ctl(&m, out, sizeof(out), "plugin", "reload", "no_such_plugin", NULL), 1);
     assert_non_null(strstr(out, "no plugin named 'no_such_plugin' is loaded (loaded: weight_mgmt)"));
     assert_int_equal(ctl(&m, out, sizeof(out), "plugin", "reload", NULL), 2); /* usage */
+    /* a relative path sent as is (weightctl makes its own absolute) would
+     * name a file of the master's working directory: refused, nothing loaded */
+    {
+        char err[256], *msg = NULL;
+        rpcc_conn *c = NULL;
+        rpcc_options o = {.timeout_ms = 10000};
+        int status = 0;
+        PluginRequest req = PLUGIN_REQUEST__INIT;
+        req.name = (char *)"weight_mgmt";
+        req.path = (char *)"build/lib/weight_mgmt.so";
+        assert_int_equal(rpcc_connect(m.socket, &o, &c, err, sizeof(err)), 0);
+        assert_int_equal(rpcc_call_msg(c, HOST_SERVICE__HOST_SERVICE_ADMIN,
+                                       ADMIN_METHOD__ADMIN_PLUGIN_RELOAD, &req.base, NULL, NULL,
+                                       &status, NULL, NULL, &msg),
+                         0);
+        assert_int_equal(status, SMP_EINVAL);
+        assert_non_null(msg);
+        assert_non_null(strstr(msg, "path 'build/lib/weight_mgmt.so' is relative: the master "
+                                    "opens it on its own host, so give it absolute"));
+        free(msg);
+        rpcc_close(c);
+    }
     assert_serving(&m, s, "0.1.0", "0");
     assert_true(hx_alive(&m));
     finish(&m, &s);
