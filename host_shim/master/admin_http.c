@@ -42,6 +42,7 @@
 #include <unistd.h>
 
 #include "admin_http.h"
+#include "log_limit.h"
 #include "net_addr.h"
 #include "store_plugin.h"
 
@@ -84,9 +85,7 @@ struct admin_http {
     int stopping;
     /* on_mhd_log's rate limit (either thread: under log_lock) */
     pthread_mutex_t log_lock;
-    uint64_t log_window_ms;   /* when the current window began; 0: none yet */
-    unsigned log_in_window;   /* lines logged in it */
-    uint64_t log_suppressed;  /* lines not logged since the last summary */
+    log_limit log;
 };
 
 /* Set r's answer to a plain-text body made from fmt. */
@@ -352,7 +351,6 @@ static int probe_bind(const struct sockaddr_storage *ss)
     return rc;
 }
 
-/* Free a and what it holds (the key's copy wiped first). */
 static uint64_t mono_ms(void)
 {
     struct timespec ts;
@@ -360,47 +358,39 @@ static uint64_t mono_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-/* The summary of the lines on_mhd_log left out, if any (log_lock held). */
-static void log_summary_locked(admin_http *a)
+/* The line summing up n messages on_mhd_log left out (none when n is 0). */
+static void say_left_out(uint64_t n)
 {
-    if (a->log_suppressed == 0) return;
+    if (n == 0) return;
     fprintf(stderr, "store_master: admin: %llu more message%s of libmicrohttpd not logged (at "
-            "most %d a minute are)\n", (unsigned long long)a->log_suppressed,
-            a->log_suppressed == 1 ? "" : "s", ADMIN_LOG_BURST);
-    a->log_suppressed = 0;
+            "most %d a minute are)\n", (unsigned long long)n, n == 1 ? "" : "s",
+            ADMIN_LOG_BURST);
 }
 
 /* libmicrohttpd's logger (MHD_OPTION_EXTERNAL_LOGGER), on its thread or in
  * MHD_start_daemon: the message on one line prefixed "store_master: admin:
- * ", at most ADMIN_LOG_BURST per ADMIN_LOG_WINDOW_MS; the others are
- * counted and summed up when the window is over (at the next message) and
- * at the stop. */
+ * ", at most ADMIN_LOG_BURST per ADMIN_LOG_WINDOW_MS (log_limit.h); the
+ * others are counted and summed up when the window is over (at the next
+ * message) and at the stop. */
 static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 {
     admin_http *a = cls;
     char msg[512];
     size_t n;
-    uint64_t now = mono_ms();
+    uint64_t left_out;
     vsnprintf(msg, sizeof(msg), fmt, ap);
     n = strlen(msg);
     while (n > 0 && (msg[n - 1] == '\n' || msg[n - 1] == '\r')) msg[--n] = '\0';
     for (size_t i = 0; i < n; i++)
         if (msg[i] == '\n' || msg[i] == '\r') msg[i] = ' ';
     pthread_mutex_lock(&a->log_lock);
-    if (a->log_window_ms == 0 || now - a->log_window_ms >= ADMIN_LOG_WINDOW_MS) {
-        log_summary_locked(a);
-        a->log_window_ms = now;
-        a->log_in_window = 0;
-    }
-    if (a->log_in_window < ADMIN_LOG_BURST) {
-        a->log_in_window++;
-        fprintf(stderr, "store_master: admin: %s\n", msg);
-    } else {
-        a->log_suppressed++;
-    }
+    int say = log_limit_admit(&a->log, mono_ms(), &left_out);
+    say_left_out(left_out);
+    if (say) fprintf(stderr, "store_master: admin: %s\n", msg);
     pthread_mutex_unlock(&a->log_lock);
 }
 
+/* Free a and what it holds (the key's copy wiped first). */
 static void admin_free(admin_http *a)
 {
     pthread_mutex_destroy(&a->lock);
@@ -520,6 +510,7 @@ int admin_http_start(uv_loop_t *loop,
     a->verify_clients = tls && o->verify_clients;
     pthread_mutex_init(&a->lock, NULL);
     pthread_mutex_init(&a->log_lock, NULL);
+    a->log = (log_limit){.burst = ADMIN_LOG_BURST, .window_ms = ADMIN_LOG_WINDOW_MS};
     if (tls) {
         if ((rc = tls_options(a, o, ops, &n, err, errlen)) < 0) goto free_admin;
         flags |= MHD_USE_TLS;
@@ -578,7 +569,7 @@ void admin_http_stop(admin_http *a)
     on_wake(&a->wake); /* answer whatever is queued with 503 */
     MHD_stop_daemon(a->mhd);
     pthread_mutex_lock(&a->log_lock); /* its thread is gone: what it left out */
-    log_summary_locked(a);
+    say_left_out(log_limit_flush(&a->log));
     pthread_mutex_unlock(&a->log_lock);
     uv_close((uv_handle_t *)&a->wake, on_wake_closed);
 }

@@ -27,11 +27,13 @@
 #include "rpc.h"
 #include "rpc_tls.h"
 #include "rpc_auth.h"
+#include "log_limit.h"
 #include "rpc_limits.h"
 
 #define RPC_READ_CHUNK (64u * 1024u)
 #define RPC_BATCH_REQUESTS 32u /* frames dispatched per connection per read or turn */
-#define RPC_INFLIGHT_RETRY_MS 20u /* a request over the in-flight bytes is asked again after */
+#define RPC_INFLIGHT_RETRY_MS 20u
+#define RPC_REFUSAL_LOG_BURST 5 /* refusal lines a minute (rpc_refusal_log.c) */ /* a request over the in-flight bytes is asked again after */
 
 typedef struct rpc_method {
     uint16_t id;
@@ -146,10 +148,7 @@ struct rpc_server {
     rpc_close_hook_fn close_hook; /* rpc_server_set_close_hook, or NULL */
     void *close_hook_arg;
     rpc_server_stats st;
-    /* rpc_refusal_log.c: the minute's window of refusal lines */
-    uint64_t refusals_window_ms;  /* when it began (uv_now; 0: none yet) */
-    unsigned refusals_logged;     /* lines written in it */
-    uint64_t refusals_unlogged;   /* refusals counted, not written, since the last summary */
+    log_limit refusal_log; /* rpc_refusal_log.c: a few lines a minute */
     /* Once per loop iteration (rpc_output.c): the check handle resumes the
      * connections with input left (resume_head) and flushes every pending
      * output (flush_head); the prepare handle flushes what callbacks outside

@@ -7,8 +7,9 @@
  * store_rpc_auth_* and store_rpc_tls_*; an operator looking for the
  * misconfigured client also needs its address, in the log. But anyone who
  * reaches the port can cause these, so at most RPC_REFUSAL_LOG_BURST lines
- * are written a minute; the rest are counted and summed up in one line with
- * the first refusal logged after the minute, and at the server's close. */
+ * are written a minute (log_limit.h, set up by rpc_server_create); the rest
+ * are counted and summed up in one line when the next minute opens, and at
+ * the server's close. */
 #include <arpa/inet.h>
 #include <inttypes.h>
 #include <netinet/in.h>
@@ -17,9 +18,6 @@
 #include <sys/socket.h>
 
 #include "rpc_internal.h"
-
-#define RPC_REFUSAL_LOG_BURST 5
-#define RPC_REFUSAL_LOG_WINDOW_MS 60000
 
 /* "client ADDR:PORT" of a TCP connection, "client uid U pid P (Unix
  * socket)" of a local one, or "a client" when the kernel does not say. */
@@ -51,36 +49,28 @@ static void peer_text(rpc_conn *c, char *out, size_t cap)
                  (int)cred.pid);
 }
 
-/* The line summing up the refusals not logged, if any. */
-static void say_unlogged(rpc_server *s)
+/* The line summing up n refusals not logged (none when n is 0). */
+static void say_unlogged(uint64_t n)
 {
-    if (s->refusals_unlogged == 0) return;
+    if (n == 0) return;
     fprintf(stderr, "store_master: rpc: %" PRIu64 " more client%s refused for credentials or "
-            "protocol, not logged (at most %d a minute are)\n", s->refusals_unlogged,
-            s->refusals_unlogged == 1 ? "" : "s", RPC_REFUSAL_LOG_BURST);
-    s->refusals_unlogged = 0;
+            "protocol, not logged (at most %d a minute are)\n", n, n == 1 ? "" : "s",
+            RPC_REFUSAL_LOG_BURST);
 }
 
 void rpc_conn_log_refusal(rpc_conn *c, const char *why)
 {
     rpc_server *s = c->srv;
-    uint64_t now = uv_now(s->loop);
+    uint64_t left_out;
     char peer[96];
-    if (s->refusals_window_ms == 0 || now - s->refusals_window_ms >= RPC_REFUSAL_LOG_WINDOW_MS) {
-        say_unlogged(s);
-        s->refusals_window_ms = now ? now : 1;
-        s->refusals_logged = 0;
-    }
-    if (s->refusals_logged >= RPC_REFUSAL_LOG_BURST) {
-        s->refusals_unlogged++;
-        return;
-    }
-    s->refusals_logged++;
+    int say = log_limit_admit(&s->refusal_log, uv_now(s->loop), &left_out);
+    say_unlogged(left_out);
+    if (!say) return;
     peer_text(c, peer, sizeof(peer));
     fprintf(stderr, "store_master: rpc: %s: %s\n", peer, why);
 }
 
 void rpc_server_log_refusals_end(rpc_server *s)
 {
-    say_unlogged(s);
+    say_unlogged(log_limit_flush(&s->refusal_log));
 }

@@ -276,6 +276,7 @@ int rpc_server_create(uv_loop_t *loop,
     s->max_conns = opt->max_connections;
     s->max_output = opt->max_output_bytes ? opt->max_output_bytes : RPC_DEFAULT_MAX_OUTPUT_BYTES;
     s->max_inflight = opt->max_inflight ? opt->max_inflight : RPC_DEFAULT_MAX_INFLIGHT;
+    s->refusal_log = (log_limit){.burst = RPC_REFUSAL_LOG_BURST, .window_ms = 60000};
     s->backlog = opt->backlog > 0 ? opt->backlog : RPC_DEFAULT_BACKLOG;
     if (opt->tls != NULL && SSL_CTX_up_ref(opt->tls) == 1)
         s->tls = opt->tls;

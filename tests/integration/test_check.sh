@@ -126,12 +126,13 @@ out=$("$bin" --config "$tmp/addr.yaml" --check 2>&1); rc=$?
   openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=self \
     -keyout self.key -out self.pem ) || bad "openssl could not make the test's certificates"
 files_check() { # NAME YAML EXPECTED: --check exits 1 saying EXPECTED
-  printf 'listen:\n  tcp: "127.0.0.1:0"\n  admin: ""\ndata_dir: %s/files-data\n%b' "$tmp" "$2" >"$tmp/files.yaml"
+  printf 'listen:\n  tcp: "127.0.0.1:0"\n  admin: ""\ndata_dir: %s/files-data\n%bnode:\n  segment_dir: %s/files-shm\n' \
+    "$tmp" "$2" "$tmp" >"$tmp/files.yaml" # its own segment dir, should a start get that far
   out=$("$bin" --config "$tmp/files.yaml" --check 2>&1); rc=$?
   [ $rc -eq 1 ] && grep -qF -- "$3" <<<"$out" && ok "--check refuses $1" || bad "$1: exit $rc: $out"
 }
-files_check "a missing tls.cert" 'tls:\n  cert: /tmp/nonexistent-wm-check.pem\n  key: server.key\n' \
-  "files.yaml:6: tls.cert: /tmp/nonexistent-wm-check.pem: No such file or directory"
+files_check "a missing tls.cert" 'tls:\n  cert: gone.pem\n  key: server.key\n' \
+  "files.yaml:6: tls.cert: $tmp/gone.pem: No such file or directory"
 files_check "a key not matching tls.cert" 'tls:\n  cert: server.pem\n\n  key: self.key\n' \
   "files.yaml:8: tls.key: $tmp/self.key does not match the certificate of tls.cert $tmp/server.pem"
 files_check "a missing tls.ca" 'tls:\n  cert: self.pem\n  key: self.key\n  ca: ca-gone.pem\n' \
@@ -142,8 +143,8 @@ printf 'node-token-of-check' >"$tmp/node.token"
 node_hash=$(printf 'node-token-of-check' | sha256sum | cut -c1-64)
 other_hash=$(printf 'another-token' | sha256sum | cut -c1-64)
 auth_yaml() { printf 'auth:\n  enabled: true\n  node_token_file: %s\n  tokens:\n    - {sha256: %s, tenant: ops, role: %s}\n' "$1" "$2" "$3"; }
-files_check "a missing auth.node_token_file" "$(auth_yaml /nonexistent "$node_hash" admin)\n" \
-  "files.yaml:7: auth.node_token_file: token file /nonexistent: No such file or directory"
+files_check "a missing auth.node_token_file" "$(auth_yaml gone.token "$node_hash" admin)\n" \
+  "files.yaml:7: auth.node_token_file: token file $tmp/gone.token: No such file or directory"
 files_check "a node token of role writer" "$(auth_yaml node.token "$node_hash" writer)\n" \
   "files.yaml:7: auth.node_token_file: the token in $tmp/node.token is auth.tokens[0] (tenant ops, role writer), so the embedded node's registration would be refused (nodes.register needs role admin)"
 files_check "a node token of no auth.tokens entry" "$(auth_yaml node.token "$other_hash" admin)\n" \
@@ -151,11 +152,11 @@ files_check "a node token of no auth.tokens entry" "$(auth_yaml node.token "$oth
 # ... and the start refuses it with the same line, before making anything.
 want=$out
 out=$(timeout 20 "$bin" --config "$tmp/files.yaml" 2>&1); rc=$?
-[ $rc -eq 1 ] && [ "$out" = "$want" ] && [ ! -e "$tmp/files-data" ] \
+[ $rc -eq 1 ] && [ "$out" = "$want" ] && [ ! -e "$tmp/files-data" ] && [ ! -e "$tmp/files-shm" ] \
   && ok "the start refuses it with the same line, making nothing" || bad "start: exit $rc: [$out] vs [$want]"
 # Good files pass: a self-signed cert without tls.ca, an admin node token.
-printf 'listen:\n  tcp: "127.0.0.1:0"\n  admin: ""\ntls:\n  cert: self.pem\n  key: self.key\n%s\n' \
-  "$(auth_yaml node.token "$node_hash" admin)" >"$tmp/files.yaml"
+printf 'listen:\n  tcp: "127.0.0.1:0"\n  admin: ""\ntls:\n  cert: self.pem\n  key: self.key\n%s\nnode:\n  segment_dir: %s/files-shm\n' \
+  "$(auth_yaml node.token "$node_hash" admin)" "$tmp" >"$tmp/files.yaml"
 out=$("$bin" --config "$tmp/files.yaml" --check 2>&1); rc=$?
 [ $rc -eq 0 ] && ok "good TLS files and an admin node token pass --check" || bad "good files: exit $rc: $out"
 
