@@ -829,7 +829,7 @@ static int poll_loop(node_runtime *n, rpcc_conn *c, int *lost)
             }
             pthread_mutex_unlock(&n->key_lock);
         }
-        if (rc < 0 && *lost)
+        if (rc < 0 && *lost && !atomic_load(&n->stopping)) /* not our own stop's close */
             fprintf(stderr, "store_node %s: lost the master at %s (%s); registering again\n",
                     n->node_id, polled, rpcc_last_error(c));
         if (rc < 0) break;

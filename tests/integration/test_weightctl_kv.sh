@@ -59,7 +59,12 @@ out=$("$ctl" ls 2>"$tmp/ls.err"); rc=$?
 [ $rc -eq 1 ] && [ -z "$out" ] && [ "$(wc -l <"$tmp/ls.err")" -eq 1 ] \
   && ok "ls with the weight plugin disabled: no table header, '$(cat "$tmp/ls.err")'" || bad "ls disabled: $rc [$out] $(cat "$tmp/ls.err")"
 
-kill -9 $pid; wait $pid 2>/dev/null
+kill -TERM $pid; wait $pid; rc=$?
+[ $rc -eq 0 ] && grep -q "signal 15, shutting down" "$tmp/master.log" \
+  && ! grep -q "lost the master\|registering again" "$tmp/master.log" \
+  && ok "SIGTERM: exit 0, the embedded node says nothing of losing its master" \
+  || bad "SIGTERM stop: $rc $(tail -3 "$tmp/master.log")"
+pid=""
 err=$("$ctl" status 2>&1); rc=$?
 [ $rc -eq 1 ] && grep -q "cannot reach the master" <<<"$err" && ok "status without a master exits 1" || bad "dead master: $rc"
 
