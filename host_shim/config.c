@@ -1213,7 +1213,7 @@ int host_config_defaults(host_config *cfg)
     cfg->fsck_bytes_per_s = 67108864;
     cfg->memory_high_watermark = 0.95;
     cfg->memory_low_watermark = 0.85;
-    cfg->memory_evict_without_cold_copy = 1;
+    cfg->memory_evict_without_cold_copy = 0;
     cfg->ha_enabled = 0;
     cfg->ha_id = strdup("");
     cfg->ha_etcd_endpoints = strdup("");

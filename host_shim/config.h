@@ -113,7 +113,7 @@ typedef struct host_config {
     /* memory: eviction watermarks as ratios of capacity */
     double memory_high_watermark;     /* (0, 1) */
     double memory_low_watermark;      /* (0, high) */
-    int memory_evict_without_cold_copy; /* 0: eviction keeps objects with no cold copy */
+    int memory_evict_without_cold_copy; /* 0 (default): eviction keeps objects with no cold copy */
 
     /* ha: one of several masters sharing an OpLog in etcd */
     int ha_enabled;

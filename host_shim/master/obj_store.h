@@ -583,8 +583,9 @@ typedef int (*obj_place_fn)(void *ctx, const char *node, const char *tenant);
 void obj_store_set_place_hook(obj_store *st, obj_place_fn fn, void *ctx);
 
 /* keep 1: eviction never removes an object that has no complete cold
- * replica (memory.evict_without_cold_copy: false); 0 (the default): it does,
- * least recently used first, as a cache would. */
+ * replica (memory.evict_without_cold_copy: false, the config's default);
+ * 0 (a store's own default): it does, least recently used first, as a
+ * cache would. */
 void obj_store_keep_uncopied(obj_store *st, int keep);
 
 

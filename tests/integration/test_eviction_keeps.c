@@ -1,14 +1,14 @@
-/* test_eviction_keeps.c -- memory.evict_without_cold_copy: false keeps
- * every object that has no cold copy through memory pressure.
+/* test_eviction_keeps.c -- memory.evict_without_cold_copy: false, the
+ * default, keeps every object that has no cold copy through memory pressure.
  *
  * A real store_master (embedded node, a 2 MiB segment, watermarks 0.5 /
  * 0.2, no plugin) is filled with plain objects past the high watermark
- * until a put no longer fits. With the key false, every acknowledged object
+ * until a put no longer fits. By default, every acknowledged object
  * reads back byte for byte after the master had time to evict, the put that
  * did not fit was refused SMP_ENOSPC, and the master says once that nothing
  * may be evicted and why; once the objects are removed, puts fit again.
- * With the default (true), the same fill is evicted least recently used
- * first, as a cache would be: the objects the master names are gone. */
+ * With the key true, the same fill is evicted least recently used first, as
+ * a cache would be: the objects the master names are gone. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -132,7 +132,7 @@ static void wait_log(hx_master *m, const char *needle)
 static void test_objects_without_a_cold_copy_are_kept(void **state)
 {
     hx_master *m = *state;
-    start(m, "  evict_without_cold_copy: false\n");
+    start(m, ""); /* the default: false */
     kvc *c = hx_client(m);
     assert_non_null(c);
     int n = fill_until_full(c);
@@ -165,10 +165,10 @@ static void test_objects_without_a_cold_copy_are_kept(void **state)
     kvc_close(c);
 }
 
-static void test_by_default_the_least_recently_used_are_evicted(void **state)
+static void test_as_a_cache_the_least_recently_used_are_evicted(void **state)
 {
     hx_master *m = *state;
-    start(m, "");
+    start(m, "  evict_without_cold_copy: true\n");
     kvc *c = hx_client(m);
     assert_non_null(c);
     int n = fill_until_full(c);
@@ -183,7 +183,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_objects_without_a_cold_copy_are_kept, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_by_default_the_least_recently_used_are_evicted, setup,
+        cmocka_unit_test_setup_teardown(test_as_a_cache_the_least_recently_used_are_evicted, setup,
                                         teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -10,7 +10,8 @@
  * on a revision's members is refused with SMP_EVETO naming the key: remove,
  * remove by the group's prefix (the whole group), remove-all, put into the
  * group, overwrite, and eviction under memory pressure (plain objects are
- * evicted, members keep their memory replicas). A client cannot clear the
+ * evicted, as memory.evict_without_cold_copy: true asks; members keep their
+ * memory replicas). A client cannot clear the
  * managed flag (SMP_ENOTSUP), nor can the other plugin (SMP_EVETO: the group
  * is weight_mgmt's), whose guard is never asked about the managed groups.
  * Every member is still listed afterwards. Started with the weight plugin
@@ -84,7 +85,7 @@ static void start_with(story *s, plugins_mode mode)
     }
     snprintf(cfg, sizeof(cfg),
              "node:\n  segment_dir: \"%s/shm\"\n  segment_bytes: %d\n  cold_dir: \"%s/cold\"\n"
-             "memory:\n  high_watermark: %.1f\n  low_watermark: 0.2\n%s",
+             "memory:\n  high_watermark: %.1f\n  low_watermark: 0.2\n  evict_without_cold_copy: true\n%s",
              s->f.m.dir, SEGMENT_BYTES, s->f.m.dir, HIGH_WATERMARK, plugins);
     assert_int_equal(hx_reconfigure(&s->f.m, cfg), 0);
     assert_int_equal(hx_start(&s->f.m, 10000), 0);

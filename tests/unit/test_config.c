@@ -82,7 +82,7 @@ static void assert_default_values(const host_config *c)
     assert_int_equal(c->fsck_bytes_per_s, 67108864);
     assert_true(c->memory_high_watermark == 0.95);
     assert_true(c->memory_low_watermark == 0.85);
-    assert_int_equal(c->memory_evict_without_cold_copy, 1);
+    assert_int_equal(c->memory_evict_without_cold_copy, 0);
     assert_int_equal(c->ha_enabled, 0);
     assert_string_equal(c->ha_id, "");
     assert_string_equal(c->ha_etcd_endpoints, "");
@@ -234,7 +234,7 @@ static void test_every_key_is_read(void **state)
             "memory:\n"
             "  high_watermark: 0.9\n"
             "  low_watermark: 0.1\n"
-            "  evict_without_cold_copy: false\n"
+            "  evict_without_cold_copy: true\n"
             "ha:\n"
             "  enabled: true\n"
             "  id: m-1\n"
@@ -295,7 +295,7 @@ static void test_every_key_is_read(void **state)
     assert_int_equal(c.fsck_bytes_per_s, 1048576);
     assert_true(c.memory_high_watermark == 0.9);
     assert_true(c.memory_low_watermark == 0.1);
-    assert_int_equal(c.memory_evict_without_cold_copy, 0);
+    assert_int_equal(c.memory_evict_without_cold_copy, 1);
     assert_int_equal(c.ha_enabled, 1);
     assert_string_equal(c.ha_id, "m-1");
     assert_string_equal(c.ha_etcd_endpoints, "127.0.0.1:2379,[::1]:2380");
