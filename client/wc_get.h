@@ -21,8 +21,9 @@
 /* -- the revision lease and its renewal (wc_lease_keeper.c) ------------------ */
 
 /* A revision lease kept alive by its store's renewer: set id, lease_id,
- * lease_gen, ttl_ms and interval_ms, then wc_lease_keeper_start. lost and
- * lost_msg are the renewer's to write (lost last), anyone's to read. */
+ * lease_gen, ttl_ms and interval_ms (and, for a view, asked_ms and
+ * on_lost), then wc_lease_keeper_start. lost and lost_msg are the
+ * renewer's to write (lost last), anyone's to read. */
 typedef struct wc_lease_keeper {
     wc_renewer *r;            /* the renewer keeping it; NULL when not kept */
     struct wc_lease_keeper *next;
@@ -34,7 +35,32 @@ typedef struct wc_lease_keeper {
     uint64_t due_ms;          /* the next renewal (CLOCK_MONOTONIC) */
     atomic_int lost;          /* 0, or the code a renewal failed with */
     char lost_msg[1200];
+    /* Fail closed (a view): called once, on the renewer's threads, as soon
+     * as the lease is known lost -- a refused renewal, or no renewal by
+     * deadline_ms (the master may end the lease at the TTL and reuse what
+     * it protected) -- after lost is set and before anything else of k is
+     * done; k stays valid for the call (wc_lease_keeper_stop waits for it).
+     * NULL: nothing to fence (a copy, which stops at lost). It must not
+     * call back into the renewer. Needs a non-zero ttl_ms. */
+    void (*on_lost)(struct wc_lease_keeper *k);
+    uint64_t asked_ms;        /* when the acquire was sent (wc_mono_ms); 0: at start */
+    uint64_t deadline_ms;     /* the renewer's: the last renewal's send + TTL - margin */
 } wc_lease_keeper;
+
+/* The TTL a view asks for when its store sets none (WEIGHT_OPT_LEASE_TTL_MS
+ * 0): the weight plugin's default (WM_LEASE_TTL_DEFAULT_MS), asked
+ * explicitly so that the view's fence deadline knows it. */
+#define WC_VIEW_LEASE_TTL_MS 30000
+
+/* CLOCK_MONOTONIC in milliseconds: the clock of due_ms, asked_ms and
+ * deadline_ms. */
+uint64_t wc_mono_ms(void);
+
+/* How long before the TTL runs out (counted from the last renewal's send)
+ * a kept lease with on_lost is given up and fenced: a fifth of the TTL, at
+ * least 20 ms (the TTL's own length when it is shorter). Two renewals in a
+ * row must fail for it to come (they are due every third of the TTL). */
+uint64_t wc_lease_fence_margin(uint64_t ttl_ms);
 
 /* One call of the weight service's lease methods (LEASE_ACQUIRE, _RENEW,
  * _RELEASE) for id on *conn; resp NULL ignores the reply. An acquire is
@@ -53,7 +79,7 @@ int wc_lease_call(weight_store *s, rpcc_conn **conn, uint32_t method, const weig
  * s->err and k not kept. */
 int wc_lease_keeper_start(weight_store *s, wc_lease_keeper *k);
 
-/* Stop renewing k (waiting for a renewal of it in flight); with release,
+/* Stop renewing k (waiting for a renewal or a fence of it in flight); with release,
  * give the lease back on the renewer's connection (a failure leaves it to
  * expire). Drops k's reference on the renewer. A k not kept is left. */
 void wc_lease_keeper_stop(wc_lease_keeper *k, int release);

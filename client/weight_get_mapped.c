@@ -8,13 +8,27 @@
  * verifying each object whole on first use (or ahead of use, on several
  * threads, weight_mapped_verify); weight_mapped_release ends it. The
  * mappings are shared by every view of the process and kept after the last
- * one goes (shared_seg). */
+ * one goes (shared_seg).
+ *
+ * A view fails closed. Once its lease is lost -- a renewal refused, or none
+ * got through by the lease's deadline (wc_lease_keeper.c) -- the master may
+ * delete the revision and put other objects in its ranges, so the renewer
+ * fences the view (view_fence) before that can happen: the pages of its
+ * objects are replaced by inaccessible anonymous memory (PROT_NONE,
+ * MAP_FIXED) in the shared mapping, and a stale read faults (SIGSEGV)
+ * instead of returning another revision's bytes. A page that also holds an
+ * object of another view of the process whose lease is still live stays
+ * readable (that view may read it); the mapping is retired (no new view is
+ * given it; it is unmapped with its last view), so a later view of the same
+ * bytes maps the segment anew. */
+#include <errno.h>
 #include <openssl/sha.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "wc_digest.h"
 #include "wc_get.h"
@@ -26,11 +40,14 @@
  * segment anew per view would pay a page-table fill of the whole revision
  * per load, more than the copy weight_get makes. An unreferenced mapping is
  * dropped when its file is gone or replaced (a restarted node) -- checked
- * whenever a view takes one -- or when its slot is needed. */
+ * whenever a view takes one -- or when its slot is needed. A mapping a
+ * fence made holes in is retired: never handed to a new view, unmapped
+ * with its last reference. */
 typedef struct shared_seg {
     char path[512];              /* seg_map_where: the file, or the node's socket */
     seg_map map;
     unsigned refs;
+    int retired;                 /* a view was fenced in it (view_fence) */
 } shared_seg;
 
 static pthread_mutex_t g_shared_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -48,7 +65,7 @@ static shared_seg *shared_seg_acquire(const kvc_replica *rep)
     pthread_mutex_lock(&g_shared_lock);
     for (int i = 0; i < WC_SEG_MAPS; i++) {
         shared_seg *g = &g_shared[i];
-        if (g->map.base == NULL) continue;
+        if (g->map.base == NULL || g->retired) continue;
         /* a file replaced, or grown since it was mapped (a node restarted
          * with a larger segment: the new tail is past this mapping) */
         int state = seg_map_check(&g->map, g->path);
@@ -72,11 +89,22 @@ static shared_seg *shared_seg_acquire(const kvc_replica *rep)
     return found;
 }
 
+/* Drop a reference (g_shared_lock held); a retired mapping goes with its
+ * last one. */
+static void shared_seg_put(shared_seg *g)
+{
+    if (g == NULL) return;
+    if (--g->refs == 0 && g->retired) {
+        seg_map_close(&g->map);
+        g->retired = 0;
+    }
+}
+
 static void shared_seg_release(shared_seg *g)
 {
     if (g == NULL) return;
     pthread_mutex_lock(&g_shared_lock);
-    g->refs--;
+    shared_seg_put(g);
     pthread_mutex_unlock(&g_shared_lock);
 }
 
@@ -89,12 +117,23 @@ typedef struct mapped_object {
 } mapped_object;
 
 struct weight_mapped {
-    wc_lease_keeper k;           /* the revision lease; released with the view */
+    wc_lease_keeper k;           /* the revision lease; released with the view (first:
+                                    view_fence is handed &k) */
     wc_manifest m;
-    mapped_object *objs;         /* per payload object */
+    mapped_object *objs;         /* per payload object; objs[].seg and .offset are
+                                    set under g_shared_lock (view_fence reads them) */
     pthread_mutex_t lock;        /* verification: objs[].state */
     unsigned threads;            /* the store's WEIGHT_OPT_THREADS */
+    /* g_shared_lock's: */
+    struct weight_mapped *next;  /* in g_views once its objects may be located */
+    int listed;
+    int fenced;                  /* its lease is lost: its pages are (being) fenced */
+    int fence_errno;             /* a fence mmap and mprotect both failed: their errno */
 };
+
+/* Every view of the process whose objects may point into g_shared
+ * (g_shared_lock): a fence leaves the pages the live ones cover readable. */
+static weight_mapped *g_views;
 
 /* The storage fragment of tensor i when it is the whole tensor in one
  * piece (what a view can point at), else NULL. */
@@ -125,8 +164,9 @@ static int verify_chunks(const wc_object *o, const uint8_t *bytes, size_t c0, si
 }
 
 /* Find where object `index` has a memory replica this process can map, and
- * take a reference on that mapping (none found: mo->seg stays NULL). A
- * failed replica lookup other than "missing" is returned. */
+ * take a reference on that mapping (none found: mo->seg stays NULL). A view
+ * fenced meanwhile gets none. A failed replica lookup other than "missing"
+ * is returned. */
 static int locate_object(weight_store *s, weight_mapped *v, uint32_t index, mapped_object *mo)
 {
     const wc_object *o = &v->m.objects[index];
@@ -141,20 +181,127 @@ static int locate_object(weight_store *s, weight_mapped *v, uint32_t index, mapp
         if (rep->kind != SMP_REPLICA_MEMORY) continue;
         shared_seg *g = shared_seg_acquire(rep);
         if (g == NULL) continue;
-        if (rep->offset > g->map.size || o->bytes > g->map.size - rep->offset) {
-            shared_seg_release(g);
+        pthread_mutex_lock(&g_shared_lock);
+        /* a mapping retired since it was taken has holes: map it anew */
+        for (int tries = 0; g != NULL && g->retired && tries < 2; tries++) {
+            shared_seg_put(g);
+            pthread_mutex_unlock(&g_shared_lock);
+            g = shared_seg_acquire(rep);
+            pthread_mutex_lock(&g_shared_lock);
+        }
+        if (g == NULL || g->retired || v->fenced || rep->offset > g->map.size ||
+            o->bytes > g->map.size - rep->offset) {
+            if (g != NULL) shared_seg_put(g);
+            pthread_mutex_unlock(&g_shared_lock);
             continue;
         }
         mo->seg = g;
         mo->offset = rep->offset;
+        pthread_mutex_unlock(&g_shared_lock);
     }
     return WEIGHT_OK;
+}
+
+/* -- the fence ---------------------------------------------------------------- */
+
+/* Pages [*p0, *p1) of object mo (of o's bytes) in its mapping. */
+static void object_pages(const mapped_object *mo, uint64_t bytes, uint64_t *p0, uint64_t *p1)
+{
+    uint64_t page = mo->seg->map.page;
+    *p0 = mo->offset / page;
+    *p1 = (mo->offset + bytes + page - 1) / page;
+}
+
+/* Make pages [p0, p1) of g inaccessible, but for those an object of a live
+ * view other than `self` lies on (g_shared_lock held): those are cut out
+ * and the rest fenced piece by piece. 0, or the errno of a piece that could
+ * be fenced neither by mmap nor by mprotect. */
+static int fence_pages(shared_seg *g, uint64_t p0, uint64_t p1, const weight_mapped *self)
+{
+    if (p0 >= p1) return 0;
+    for (const weight_mapped *w = g_views; w != NULL; w = w->next) {
+        if (w == self || w->fenced) continue;
+        for (size_t o = 0; o < w->m.n_objects; o++) {
+            const mapped_object *mo = &w->objs[o];
+            uint64_t q0, q1;
+            if (mo->seg != g) continue;
+            object_pages(mo, w->m.objects[o].bytes, &q0, &q1);
+            if (q1 <= p0 || q0 >= p1) continue;
+            int a = fence_pages(g, p0, q0 > p0 ? q0 : p0, self);
+            int b = fence_pages(g, q1 < p1 ? q1 : p1, p1, self);
+            return a ? a : b;
+        }
+    }
+    uint8_t *at = g->map.base + p0 * g->map.page;
+    size_t len = (size_t)((p1 - p0) * g->map.page);
+    if (mmap(at, len, PROT_NONE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0) !=
+        MAP_FAILED)
+        return 0;
+    return mprotect(at, len, PROT_NONE) == 0 ? 0 : errno;
+}
+
+/* The keeper's on_lost (the renewer's threads): fence view k's objects in
+ * their mappings -- every page they touch that no live view of the process
+ * reads too -- and retire those mappings. A view still being made is marked
+ * fenced (it gets no more objects, and weight_get_mapped fails). */
+static void view_fence(wc_lease_keeper *k)
+{
+    weight_mapped *v = (weight_mapped *)k;
+    pthread_mutex_lock(&g_shared_lock);
+    v->fenced = 1;
+    for (size_t o = 0; v->listed && o < v->m.n_objects; o++) {
+        mapped_object *mo = &v->objs[o];
+        uint64_t p0, p1;
+        if (mo->seg == NULL) continue;
+        object_pages(mo, v->m.objects[o].bytes, &p0, &p1);
+        int e = fence_pages(mo->seg, p0, p1, v);
+        if (e != 0 && v->fence_errno == 0) v->fence_errno = e;
+        mo->seg->retired = 1;
+    }
+    pthread_mutex_unlock(&g_shared_lock);
+}
+
+/* A live view v being released gives up, in retired mappings, the pages
+ * it kept readable for itself: a lost view fenced earlier left out the
+ * pages v covers, and once v is gone no live view may read them (its own
+ * pointers are invalid after the release anyway). */
+static void view_fence_on_release(weight_mapped *v)
+{
+    pthread_mutex_lock(&g_shared_lock);
+    for (size_t o = 0; v->listed && !v->fenced && o < v->m.n_objects; o++) {
+        mapped_object *mo = &v->objs[o];
+        uint64_t p0, p1;
+        if (mo->seg == NULL || !mo->seg->retired) continue;
+        object_pages(mo, v->m.objects[o].bytes, &p0, &p1);
+        (void)fence_pages(mo->seg, p0, p1, v);
+    }
+    pthread_mutex_unlock(&g_shared_lock);
+}
+
+/* Take v into (listed) or out of g_views. */
+static void view_list(weight_mapped *v, int listed)
+{
+    pthread_mutex_lock(&g_shared_lock);
+    if (listed && !v->listed) {
+        v->next = g_views;
+        g_views = v;
+    } else if (!listed && v->listed) {
+        for (weight_mapped **p = &g_views; *p != NULL; p = &(*p)->next)
+            if (*p == v) {
+                *p = v->next;
+                break;
+            }
+    }
+    v->listed = listed;
+    pthread_mutex_unlock(&g_shared_lock);
 }
 
 void weight_mapped_release(weight_mapped *v)
 {
     if (v == NULL) return;
-    wc_lease_keeper_stop(&v->k, 1);
+    wc_lease_keeper_stop(&v->k, 1); /* waits for a fence of v in flight */
+    view_fence_on_release(v);
+    view_list(v, 0);
     pthread_mutex_destroy(&v->lock);
     for (size_t i = 0; v->objs != NULL && i < v->m.n_objects; i++) shared_seg_release(v->objs[i].seg);
     free(v->objs);
@@ -181,8 +328,12 @@ int weight_get_mapped(weight_store *s, const weight_identity *id, weight_mapped 
     pthread_mutex_init(&v->lock, NULL);
 
     /* The lease, acquired on the caller's connection; renewed and released
-     * on the store's renewer's. */
-    rc = wc_lease_call(s, &s->rpc, M(LEASE_ACQUIRE), id, 0, 0, s->lease_ttl_ms, &lr);
+     * on the store's renewer's, which fences the view once the lease is
+     * lost. Its TTL is asked explicitly (the server's default otherwise):
+     * the fence's deadline counts it from the acquire's send. */
+    uint64_t ttl = s->lease_ttl_ms ? s->lease_ttl_ms : WC_VIEW_LEASE_TTL_MS;
+    v->k.asked_ms = wc_mono_ms();
+    rc = wc_lease_call(s, &s->rpc, M(LEASE_ACQUIRE), id, 0, 0, ttl, &lr);
     if (rc < 0) goto free_view;
     if (lr->lease == NULL || lr->lease->id == 0 || lr->metadata == NULL) {
         wmrpc__lease_response__free_unpacked(lr, NULL);
@@ -192,8 +343,9 @@ int weight_get_mapped(weight_store *s, const weight_identity *id, weight_mapped 
     v->k.id = *id;
     v->k.lease_id = lr->lease->id;
     v->k.lease_gen = lr->lease->metadata_generation;
-    v->k.ttl_ms = s->lease_ttl_ms;
+    v->k.ttl_ms = ttl;
     v->k.interval_ms = wc_lease_renew_interval(s, lr->lease->expires_ms);
+    v->k.on_lost = view_fence;
     wc_from_wire_metadata(lr->metadata, &md);
     wmrpc__lease_response__free_unpacked(lr, NULL);
     if ((rc = wc_lease_keeper_start(s, &v->k)) < 0) {
@@ -211,6 +363,7 @@ int weight_get_mapped(weight_store *s, const weight_identity *id, weight_mapped 
         rc = wc_fail(s, WEIGHT_ENOMEM, "out of memory");
         goto free_view;
     }
+    view_list(v, 1); /* a fence from now on sees the objects it locates */
     for (size_t i = 0; i < v->m.n_tensors && s->transport != 2; i++) {
         const wc_fragment *f = whole_fragment(&v->m, i);
         if (f == NULL || v->objs[f->object].state != 0) continue;
@@ -221,6 +374,10 @@ int weight_get_mapped(weight_store *s, const weight_identity *id, weight_mapped 
     /* The views are protected by the revision lease (renewed); the lookups'
      * read leases are given back now. */
     (void)kvc_release_read_leases(s->kv, NULL);
+    if ((rc = atomic_load(&v->k.lost)) < 0) { /* fenced while being made */
+        rc = wc_fail(s, rc, "%s", v->k.lost_msg);
+        goto free_view;
+    }
     *out = v;
     return WEIGHT_OK;
 free_view:
@@ -262,6 +419,8 @@ int weight_mapped_data(weight_mapped *v, size_t i, const void **data)
     if (f == NULL) return WEIGHT_OK;
     mapped_object *mo = &v->objs[f->object];
     const wc_object *o = &v->m.objects[f->object];
+    int lost = atomic_load(&v->k.lost);
+    if (lost < 0) return lost; /* fenced, or about to be: nothing to hand out */
     pthread_mutex_lock(&v->lock);
     if (mo->state == 0 && mo->seg != NULL) {
         seg_map_prefault(&mo->seg->map, mo->offset, o->bytes);
@@ -348,6 +507,7 @@ int weight_mapped_verify(weight_mapped *v, const size_t *tensors, size_t n)
     int rc = WEIGHT_OK;
 
     if (v == NULL) return WEIGHT_EINVALID_ARGUMENT;
+    if ((rc = atomic_load(&v->k.lost)) < 0) return rc; /* fenced: nothing to read */
     n_plain = wc_manifest_n_plain(&v->m);
     if (tensors == NULL) n = n_plain;
     for (size_t i = 0; tensors != NULL && i < n; i++)

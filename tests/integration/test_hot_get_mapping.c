@@ -508,7 +508,7 @@ static void test_views_share_one_renewer_and_outlive_their_store(void **state)
 
     CHECK(s, weight_get_mapped(s, &f->id, &v[0]));
     assert_int_equal(count_fds_linking("socket:"), sockets + 1);
-    assert_int_equal(count_threads(), threads + 1);
+    assert_int_equal(count_threads(), threads + 2);
     for (int i = 1; i < 8; i++) CHECK(s, weight_get_mapped(s, &f->id, &v[i]));
     for (int round = 0; round < 20; round++) {
         weight_mapped *w = NULL;
@@ -517,7 +517,7 @@ static void test_views_share_one_renewer_and_outlive_their_store(void **state)
     }
     CHECK(s, try_get(s, &f->id));
     assert_int_equal(count_fds_linking("socket:"), sockets + 1);
-    assert_int_equal(count_threads(), threads + 1);
+    assert_int_equal(count_threads(), threads + 2);
     usleep(1000 * 1000); /* > 3 TTLs */
     CHECK(other, weight_get_metadata(other, &f->id, &md, NULL));
     assert_int_equal(md.active_leases, 8);
