@@ -788,7 +788,16 @@ class _MappedRevision:
     """A weight_get_mapped view: a held (and renewed) revision lease and per
     tensor a verified pointer into a read-only mapping of the segment holding
     it. Released when garbage-collected -- arrays made by array() keep it
-    alive through their base."""
+    alive through their base.
+
+    Fail closed: once the lease is lost (a renewal refused, or none got
+    through before the TTL ran out) the library makes the view's pages
+    inaccessible before the master can reuse them, so an array made by
+    array() that is read afterwards kills the process with SIGSEGV rather
+    than return another revision's bytes. Python cannot turn that fault into
+    an exception (numpy reads the memory directly); the binding's own
+    accessors check the lease first (WeightLoad.__getitem__, arrays(),
+    check_lease()), and data() answers None."""
 
     def __init__(self, lib, ptr):
         self._lib = lib
@@ -859,7 +868,21 @@ class WeightLoad(Mapping):
     """What weight_get returns: name -> LoadedTensor for every placed
     tensor. For a zero-copy load it holds the revision lease; close() (or
     the end of a `with` block) drops this object's hold, and the lease is
-    released once no array of the load is alive either."""
+    released once no array of the load is alive either.
+
+    A zero-copy load fails closed. If its lease is lost -- the revision was
+    replaced (a PUT_FIRST upsert) or deleted, or this process could not
+    renew it before its TTL ran out -- the master may put later generations'
+    bytes where the arrays point, so the library makes those pages
+    inaccessible first: reading a zero-copy array afterwards crashes the
+    process with SIGSEGV (enable `faulthandler` to see where) instead of
+    silently serving a mix of generations. Looking a tensor up through the
+    load (`load[name]`, `arrays()`, `check_lease()`) raises
+    LeaseExpiredError instead; a server that keeps arrays across requests
+    calls check_lease() (or looks the tensors up again) per request and
+    loads the revision anew when it raises. Pages a live zero-copy load of
+    the process also reads stay readable (their bytes are still protected
+    by that load's lease)."""
 
     def __init__(self, identity: WeightIdentity, tensors: Dict[str, LoadedTensor], mapped):
         self.identity = identity
@@ -867,6 +890,7 @@ class WeightLoad(Mapping):
         self._mapped = mapped
 
     def __getitem__(self, name: str) -> LoadedTensor:
+        self.check_lease()  # a fenced array read would crash the process
         return self._tensors[name]
 
     def __iter__(self):
@@ -881,12 +905,16 @@ class WeightLoad(Mapping):
         return bool(self._tensors) and all(t.zero_copy for t in self._tensors.values())
 
     def arrays(self) -> Dict[str, np.ndarray]:
+        """name -> numpy array. Raises LeaseExpiredError (...) when the
+        lease of a zero-copy load was lost (see the class)."""
+        self.check_lease()
         return {n: t.array for n, t in self._tensors.items()}
 
     def check_lease(self) -> None:
         """Raise the error the lease's renewal failed with (LeaseExpiredError,
-        ...) if the master dropped it: the zero-copy arrays must then not be
-        trusted. A load without zero-copy arrays holds no lease: no-op."""
+        ...) if the master dropped it: the zero-copy arrays are then fenced
+        (reading one crashes the process with SIGSEGV). A load without
+        zero-copy arrays holds no lease: no-op."""
         if self._mapped is not None:
             rc = self._mapped.lease_status()
             if rc < 0:

@@ -324,3 +324,47 @@ def test_a_view_of_a_replaced_base_reports_its_lost_lease(master):
         with pytest.raises(ws.LeaseExpiredError):
             load.check_lease()
         assert other.weight_get_metadata(base).metadata.availability == ws.WeightAvailability.DELETED
+
+
+def test_a_lost_view_fails_closed(master):
+    """Once the lease of a zero-copy load is lost (PUT_FIRST replaced its
+    base, later generations were published) the load fails closed: looking
+    a tensor up through it raises LeaseExpiredError, and an array kept from
+    before is fenced -- a child process that reads it dies of SIGSEGV
+    instead of reading a later generation's bytes (the trial's holder read
+    markers 3, 5, 7 through it)."""
+    import faulthandler
+    import os
+    import signal
+
+    with ws.WeightStore(master.address, lease_ttl_ms=500) as s, ws.WeightStore(master.address) as other:
+        base = ident(unique("fenced"))
+        md = put_model(s, base, {"gen_marker": (np.full(64 * 1024, 1, dtype=np.uint8), None)})
+        load = s.weight_get(base)
+        kept = load["gen_marker"].array
+        assert load.zero_copy and int(kept[0]) == 1
+        replacing = base
+        for gen in (2, 3, 4):
+            with other.weight_upsert(gen, replacing=replacing,
+                                     expected_metadata_generation=md.metadata_generation) as up:
+                up.weight_put_tensor("gen_marker", np.full(64 * 1024, gen, dtype=np.uint8))
+            assert wait_for(lambda: up.status().phase == ws.WeightUpsertPhase.COMMITTED)
+            replacing = ident(base.resource_id, gen)
+            md = other.weight_get_metadata(replacing).metadata
+        with pytest.raises(ws.LeaseExpiredError):
+            load.check_lease()
+        with pytest.raises(ws.LeaseExpiredError):
+            load["gen_marker"]
+        with pytest.raises(ws.LeaseExpiredError):
+            load.arrays()
+        pid = os.fork()
+        if pid == 0:
+            faulthandler.disable()  # the fault is expected: no traceback
+            try:
+                os._exit(0 if int(kept[kept.size // 2]) >= 0 else 1)
+            finally:
+                os._exit(2)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGSEGV, status
+        assert master.proc.poll() is None  # the master is alive
+        assert other.weight_get_metadata(replacing).metadata.availability == ws.WeightAvailability.READY
