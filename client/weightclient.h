@@ -481,7 +481,22 @@ WEIGHT_API void weight_store_cancel(weight_store *s);
  * shared by the views of the process and kept mapped after the last view
  * is released (mapping a segment again would cost a page-table fill per
  * load); one whose file is removed or replaced is unmapped when the next
- * view is made. */
+ * view is made.
+ *
+ * A view fails closed. Once its lease is lost -- a renewal refused (the
+ * revision was replaced or deleted), or none got through by four fifths of
+ * the TTL after the last one was sent (the master may end the lease at the
+ * TTL and put other objects in its ranges) -- the renewer makes the pages
+ * of the view's objects inaccessible in this process before the master can
+ * reuse them: a read through a pointer the view handed out then faults
+ * (SIGSEGV) instead of returning another revision's bytes, and
+ * weight_mapped_status, _data and _verify return the lost code. Pages that
+ * an object of another live view of the process also lies on (a view of
+ * the same revision through another store, a neighbouring revision's object
+ * sharing the page: objects are placed at 64-byte granularity) stay
+ * readable while that view lives, so the last page or two of a lost view's
+ * object may still read through; a view taken later maps the segment anew.
+ * Without WEIGHT_OPT_LEASE_TTL_MS a view asks for a 30 s TTL. */
 typedef struct weight_mapped weight_mapped;
 
 typedef struct weight_mapped_tensor {
@@ -515,7 +530,9 @@ WEIGHT_API int weight_mapped_get_tensor(const weight_mapped *v, size_t i, weight
  * transport), or its payload object failed verification -- read those with
  * weight_get. The first call for a payload object verifies the whole object
  * against the manifest's chunk checksums, so no unverified byte is handed
- * out. Thread-safe. WEIGHT_OK or WEIGHT_EINVALID_ARGUMENT. */
+ * out. Thread-safe. WEIGHT_OK, WEIGHT_EINVALID_ARGUMENT, or the code the
+ * lease was lost with (LEASE_EXPIRED, ...: the view is fenced, *data NULL;
+ * a loss while the first call verifies the object faults it). */
 WEIGHT_API int weight_mapped_data(weight_mapped *v, size_t i, const void **data);
 
 /* Verify now the payload objects behind tensors[0..n) of v (every tensor
@@ -528,12 +545,14 @@ WEIGHT_API int weight_mapped_data(weight_mapped *v, size_t i, const void **data)
  * tensors' data is NULL). Thread-safe; weight_mapped_data waits for it.
  * WEIGHT_OK; WEIGHT_EINVALID_ARGUMENT (v NULL, or an index not below
  * weight_mapped_count: nothing is verified); WEIGHT_ENOMEM (nothing is
- * verified, weight_mapped_data still verifies on first use). */
+ * verified, weight_mapped_data still verifies on first use); the code the
+ * lease was lost with (the view is fenced: nothing is verified). */
 WEIGHT_API int weight_mapped_verify(weight_mapped *v, const size_t *tensors, size_t n);
 
 /* WEIGHT_OK while the lease holds; the code its renewal failed with
- * (LEASE_EXPIRED, ...) once the master dropped it -- the mapped bytes may
- * then be reused by other objects and must not be trusted. */
+ * (LEASE_EXPIRED, ...) once the master dropped it or it could not be
+ * renewed in time -- the view is then fenced (see weight_mapped): its
+ * pointers fault, and a caller that keeps them polls this per request. */
 WEIGHT_API int weight_mapped_status(const weight_mapped *v);
 
 /* Release the lease and free v: every pointer it handed out is invalid
