@@ -211,8 +211,8 @@ static void *fencer_main(void *arg)
         }
         char cause[sizeof k->lost_msg];
         snprintf(cause, sizeof cause,
-                 "lease renewal: lease %" PRIu64 " not renewed within %" PRIu64 " ms of its %" PRIu64
-                 " ms TTL (%.600s); the master may end it and reuse the revision's memory, so its "
+                 "lease renewal: lease %" PRIu64 " not renewed within %" PRIu64
+                 " ms of its %" PRIu64 " ms TTL (%.600s); the master may end it and reuse the revision's memory, so its "
                  "view was made inaccessible",
                  k->lease_id, k->ttl_ms - wc_lease_fence_margin(k->ttl_ms), k->ttl_ms,
                  r->last_fail[0] ? r->last_fail : "the renewal did not answer in time");

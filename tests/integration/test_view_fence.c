@@ -35,7 +35,11 @@
 #include "weight_check.h"
 #include "weightclient.h"
 
-#define TTL_MS 600
+/* The TTL of a store whose views lose their lease (short: the deadline
+ * comes soon), and of one whose views must keep it (long enough that a
+ * loaded machine renews in time). */
+#define SHORT_TTL_MS 600
+#define LONG_TTL_MS 5000
 #define BIG_BYTES (256u * 1024u)   /* "big": 64 pages, most wholly its own */
 #define MARK_BYTES 200u            /* "gen_marker": shares a page with what follows */
 #define NEIGH_BYTES 3000u
@@ -84,13 +88,13 @@ static void sleep_ms(unsigned ms)
     nanosleep(&ts, NULL);
 }
 
-static weight_store *open_store(const char *master)
+static weight_store *open_store(const char *master, uint64_t ttl_ms)
 {
     weight_store *s = NULL;
     char err[256];
     int rc = weight_store_open(master, "acme", NULL, &s, err, sizeof err);
     if (rc != 0) fail_msg("weight_store_open %s: %s", master, err);
-    assert_int_equal(weight_store_set_option(s, WEIGHT_OPT_LEASE_TTL_MS, TTL_MS), 0);
+    assert_int_equal(weight_store_set_option(s, WEIGHT_OPT_LEASE_TTL_MS, ttl_ms), 0);
     return s;
 }
 
@@ -206,13 +210,14 @@ static uintptr_t page_of(const void *p)
 static void test_view_fenced_when_renewal_refused(void **state)
 {
     fixture *f = *state;
-    weight_store *s = open_store(f->m.socket);
+    weight_store *s = open_store(f->m.socket, SHORT_TTL_MS);
+    weight_store *keep = open_store(f->m.socket, LONG_TTL_MS);
     weight_mapped *v = NULL, *vn = NULL;
     weight_identity base = ident("trial", 1), neigh = ident("neigh", 1);
     put_model(s, "trial", 1);
     put_neighbour(s, "neigh");
     CHECK(s, weight_get_mapped(s, &base, &v));
-    CHECK(s, weight_get_mapped(s, &neigh, &vn));
+    CHECK(keep, weight_get_mapped(keep, &neigh, &vn));
     const uint8_t *big = view_data(v, "big"), *mark = view_data(v, "gen_marker");
     const uint8_t *n = view_data(vn, "n");
     assert_int_equal(mark[0], 1);
@@ -252,6 +257,7 @@ static void test_view_fenced_when_renewal_refused(void **state)
     CHECK(s, weight_get_metadata(s, &last, &md, NULL));
     weight_mapped_release(v);
     weight_mapped_release(vn);
+    weight_store_close(keep);
     weight_store_close(s);
 }
 
@@ -267,7 +273,8 @@ static void test_view_fenced_when_renewal_refused(void **state)
 static void test_view_fenced_when_renewals_cannot_get_through(void **state)
 {
     fixture *f = *state;
-    weight_store *cut = open_store(f->link), *s = open_store(f->m.socket);
+    weight_store *cut = open_store(f->link, SHORT_TTL_MS);
+    weight_store *s = open_store(f->m.socket, LONG_TTL_MS);
     weight_mapped *lost = NULL, *live = NULL, *vn = NULL, *after = NULL;
     weight_identity id = ident("served", 1), neigh = ident("neigh2", 1);
     put_model(s, "served", 1);
@@ -281,7 +288,7 @@ static void test_view_fenced_when_renewals_cannot_get_through(void **state)
     fault_proxy_cut(f->proxy, 1);
     assert_int_equal(wait_lost(lost), WEIGHT_ELEASE_EXPIRED);
     assert_int_equal(weight_mapped_status(live), WEIGHT_OK);
-    sleep_ms(2 * TTL_MS); /* the lost lease ends at the master meanwhile */
+    sleep_ms(2 * SHORT_TTL_MS); /* the lost lease ends at the master meanwhile */
     assert_int_equal(weight_mapped_status(live), WEIGHT_OK);
     assert_memory_equal(view_data(live, "big"), g_big, BIG_BYTES);
     assert_memory_equal(view_data(live, "gen_marker"), g_mark, MARK_BYTES);
