@@ -16,11 +16,15 @@
  * fences the view (view_fence) before that can happen: the pages of its
  * objects are replaced by inaccessible anonymous memory (PROT_NONE,
  * MAP_FIXED) in the shared mapping, and a stale read faults (SIGSEGV)
- * instead of returning another revision's bytes. A page that also holds an
- * object of another view of the process whose lease is still live stays
- * readable (that view may read it); the mapping is retired (no new view is
- * given it; it is unmapped with its last view), so a later view of the same
- * bytes maps the segment anew. */
+ * instead of returning another revision's bytes. A page that an object of
+ * a live view of the process also lies on stays readable: the live view's
+ * lease keeps it when that object is the same one (another store's view of
+ * the revision); when it is another object sharing the page at an end
+ * (objects are placed at 64-byte granularity), the page is frozen --
+ * replaced by a private copy -- so the lost view's part keeps its own
+ * bytes. The mapping is retired (no new view is given it; it is unmapped
+ * with its last view), so a later view of the same bytes maps the segment
+ * anew, and a live view released in it fences its pages in turn. */
 #include <errno.h>
 #include <openssl/sha.h>
 #include <pthread.h>
@@ -212,11 +216,36 @@ static void object_pages(const mapped_object *mo, uint64_t bytes, uint64_t *p0, 
     *p1 = (mo->offset + bytes + page - 1) / page;
 }
 
-/* Make pages [p0, p1) of g inaccessible, but for those an object of a live
- * view other than `self` lies on (g_shared_lock held): those are cut out
- * and the rest fenced piece by piece. 0, or the errno of a piece that could
- * be fenced neither by mmap nor by mprotect. */
-static int fence_pages(shared_seg *g, uint64_t p0, uint64_t p1, const weight_mapped *self)
+/* Replace pages [p0, p1) of g by a private read-only copy of what they
+ * hold now, in one step (mremap over them: a reader never finds a hole).
+ * 0, or the errno (the pages are left as they were). */
+static int freeze_pages(shared_seg *g, uint64_t p0, uint64_t p1)
+{
+    uint8_t *at = g->map.base + p0 * g->map.page;
+    size_t len = (size_t)((p1 - p0) * g->map.page);
+    void *copy = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (copy == MAP_FAILED) return errno;
+    memcpy(copy, at, len);
+    if (mprotect(copy, len, PROT_READ) != 0 ||
+        mremap(copy, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, at) == MAP_FAILED) {
+        int e = errno;
+        munmap(copy, len);
+        return e;
+    }
+    return 0;
+}
+
+/* Make pages [p0, p1) of g, which object (offset, bytes) of the lost view
+ * `self` lies on, inaccessible (g_shared_lock held) -- but for the pages
+ * an object of a live view lies on too. Those of the same object stay as
+ * they are (the live view's lease keeps the bytes there); those of another
+ * object (a page the two share at an end) are frozen: replaced by a private
+ * copy, so the live view reads on and self's part of the page keeps its
+ * own bytes, never those of what the master puts in its range later. 0,
+ * or the errno of a piece that could be fenced neither by mmap nor by
+ * mprotect, or not frozen. */
+static int fence_pages(shared_seg *g, uint64_t p0, uint64_t p1, uint64_t offset, uint64_t bytes,
+                       const weight_mapped *self)
 {
     if (p0 >= p1) return 0;
     for (const weight_mapped *w = g_views; w != NULL; w = w->next) {
@@ -227,9 +256,13 @@ static int fence_pages(shared_seg *g, uint64_t p0, uint64_t p1, const weight_map
             if (mo->seg != g) continue;
             object_pages(mo, w->m.objects[o].bytes, &q0, &q1);
             if (q1 <= p0 || q0 >= p1) continue;
-            int a = fence_pages(g, p0, q0 > p0 ? q0 : p0, self);
-            int b = fence_pages(g, q1 < p1 ? q1 : p1, p1, self);
-            return a ? a : b;
+            uint64_t m0 = q0 > p0 ? q0 : p0, m1 = q1 < p1 ? q1 : p1;
+            int a = fence_pages(g, p0, m0, offset, bytes, self);
+            int b = fence_pages(g, m1, p1, offset, bytes, self);
+            int c = mo->offset == offset && w->m.objects[o].bytes == bytes
+                        ? 0
+                        : freeze_pages(g, m0, m1);
+            return a ? a : b ? b : c;
         }
     }
     uint8_t *at = g->map.base + p0 * g->map.page;
@@ -254,7 +287,7 @@ static void view_fence(wc_lease_keeper *k)
         uint64_t p0, p1;
         if (mo->seg == NULL) continue;
         object_pages(mo, v->m.objects[o].bytes, &p0, &p1);
-        int e = fence_pages(mo->seg, p0, p1, v);
+        int e = fence_pages(mo->seg, p0, p1, mo->offset, v->m.objects[o].bytes, v);
         if (e != 0 && v->fence_errno == 0) v->fence_errno = e;
         mo->seg->retired = 1;
     }
@@ -273,7 +306,7 @@ static void view_fence_on_release(weight_mapped *v)
         uint64_t p0, p1;
         if (mo->seg == NULL || !mo->seg->retired) continue;
         object_pages(mo, v->m.objects[o].bytes, &p0, &p1);
-        (void)fence_pages(mo->seg, p0, p1, v);
+        (void)fence_pages(mo->seg, p0, p1, mo->offset, v->m.objects[o].bytes, v);
     }
     pthread_mutex_unlock(&g_shared_lock);
 }

@@ -491,11 +491,12 @@ WEIGHT_API void weight_store_cancel(weight_store *s);
  * reuse them: a read through a pointer the view handed out then faults
  * (SIGSEGV) instead of returning another revision's bytes, and
  * weight_mapped_status, _data and _verify return the lost code. Pages that
- * an object of another live view of the process also lies on (a view of
- * the same revision through another store, a neighbouring revision's object
- * sharing the page: objects are placed at 64-byte granularity) stay
- * readable while that view lives, so the last page or two of a lost view's
- * object may still read through; a view taken later maps the segment anew.
+ * an object of another live view of the process also lies on stay readable
+ * while that view lives: a view of the same revision through another store
+ * keeps them with its lease; a page a neighbouring revision's object shares
+ * at an end (objects are placed at 64-byte granularity) is replaced by a
+ * private copy, so the lost view still reads its own bytes there (never
+ * another revision's). A view taken later maps the segment anew.
  * Without WEIGHT_OPT_LEASE_TTL_MS a view asks for a 30 s TTL. */
 typedef struct weight_mapped weight_mapped;
 

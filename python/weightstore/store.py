@@ -881,8 +881,10 @@ class WeightLoad(Mapping):
     LeaseExpiredError instead; a server that keeps arrays across requests
     calls check_lease() (or looks the tensors up again) per request and
     loads the revision anew when it raises. Pages a live zero-copy load of
-    the process also reads stay readable (their bytes are still protected
-    by that load's lease)."""
+    the process also reads stay readable (another store's load of the same
+    revision protects them with its lease; a page shared at an end with
+    another revision's tensor becomes a private copy, which still holds
+    this load's own bytes)."""
 
     def __init__(self, identity: WeightIdentity, tensors: Dict[str, LoadedTensor], mapped):
         self.identity = identity

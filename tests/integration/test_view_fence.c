@@ -206,7 +206,9 @@ static uintptr_t page_of(const void *p)
  * pointer taken before faults (a child touching it dies of SIGSEGV) instead
  * of showing a later generation's bytes. The view of a neighbouring
  * revision, whose object begins on the page "gen_marker" ends on, still
- * reads every byte, and the master is alive and answers. */
+ * reads every byte; that page was frozen (a private copy), so "gen_marker"
+ * still reads generation 1 -- the trial read the later generations there --
+ * and the master is alive and answers. */
 static void test_view_fenced_when_renewal_refused(void **state)
 {
     fixture *f = *state;
@@ -249,6 +251,10 @@ static void test_view_fenced_when_renewal_refused(void **state)
     assert_int_equal(weight_mapped_data(v, 0, &data), WEIGHT_ELEASE_EXPIRED);
     assert_int_equal(child_touch(big + BIG_BYTES / 2), SIGSEGV);
     assert_int_equal(child_touch(big), SIGSEGV);
+    /* the page "gen_marker" shares with the live neighbour was frozen: it
+     * reads its own generation, never a later one put in its range */
+    for (size_t i = 0; i < MARK_BYTES; i++)
+        if (mark[i] != 1) fail_msg("gen_marker byte %zu reads %u, not 1", i, mark[i]);
     assert_memory_equal(n, g_neigh, NEIGH_BYTES);
     assert_int_equal(child_touch(n), 0);
     assert_true(hx_alive(&f->m));
