@@ -24,6 +24,12 @@
  *     object's bytes left when it went: data no object owns);
  *   - a cold file whose header or size is bad but which a replica of the
  *     node names is a corrupt replica: reported with the replica's key;
+ *   - a complete cold replica of the node (at the check's start, and still
+ *     at its end) whose file no page listed is a missing replica -- its
+ *     file was deleted under it -- reported with the corrupt ones (a
+ *     FsckColdFile of length 0; the master's log says "missing") and
+ *     dropped by repair as they are (judge_missing; not in a sweep or a
+ *     background run);
  *   - with deep, once its pages are judged, each memory replica in the
  *     node's segment is hashed there (VERIFY, FSCK_VERIFY_WINDOW out at a
  *     time): one whose bytes do not hash to its object's SHA-256, and that
@@ -82,6 +88,7 @@ typedef struct fsck_file {
     char *key;
     uint64_t length;
     int corrupt;
+    int missing;        /* a replica names it, but the node listed no such file */
 } fsck_file;
 
 /* fsck --deep: a memory replica of the node whose bytes did not hash to
@@ -104,12 +111,17 @@ typedef struct fsck_node {
     uint64_t cold_files, cold_bytes;
     fsck_file *orphans; /* while the pages come: the files not settled (candidates) */
     size_t n_orphans, cap_orphans;
-    fsck_file *corrupt; /* judged: corrupt files a replica names (key: its object) */
+    fsck_file *corrupt; /* judged: corrupt files a replica names (key: its object), and
+                           the files replicas name that the node does not have (missing) */
     size_t n_corrupt;
     size_t corrupt_asked; /* of them, the first ones whose replica's drop was asked */
     uint64_t replicas_dropped;
     char *after;        /* the last cold name of the pages so far ("" before the first) */
     uint32_t pages;     /* pages taken */
+    /* A check (not a sweep, not a background run): the paths the node's
+     * complete cold replicas named at its start, each crossed off as the
+     * pages list its file; those left at the end are judged missing. */
+    struct named_path *expect;
     uint64_t *dirty;    /* the first page's non-zero (offset, length) pairs */
     size_t n_dirty;
     uint64_t capacity, used;
@@ -173,6 +185,8 @@ static void free_files(fsck_file *v, size_t n)
     free(v);
 }
 
+static void named_free(named_path **set);
+
 static void run_free(fsck_run *r)
 {
     for (size_t i = 0; i < r->n_nodes; i++) {
@@ -187,6 +201,7 @@ static void run_free(fsck_run *r)
         free(n->after);
         free(n->dirty);
         free(n->mem_after);
+        named_free(&n->expect);
         for (size_t k = 0; k < n->n_mem_bad; k++) free(n->mem_bad[k].key);
         free(n->mem_bad);
     }
@@ -600,7 +615,13 @@ static int take_files(master *m, fsck_node *n, const TaskResult *res)
     for (size_t i = 0; i < res->n_files; i++) {
         const InventoryFile *f = res->files[i];
         int corrupt = f->sha256.len != 32;
+        named_path *p = NULL;
         n->cold_files++;
+        HASH_FIND_STR(n->expect, f->name, p);
+        if (p != NULL) { /* its file is there: not missing */
+            HASH_DEL(n->expect, p);
+            free(p);
+        }
         /* A corrupt file's length is its size: its data bytes follow the
            header, as a sound one's do (a rotted replica still counts, so the
            bytes on disk keep agreeing with the replicas' bytes). */
@@ -612,6 +633,7 @@ static int take_files(master *m, fsck_node *n, const TaskResult *res)
         o->key = strdup(f->key);
         o->length = f->length;
         o->corrupt = corrupt;
+        o->missing = 0;
         if (o->name == NULL || o->key == NULL) {
             free(o->name);
             free(o->key);
@@ -685,6 +707,63 @@ static int judge_files(master *m, fsck_node *n)
     }
     n->n_orphans = kept;
     named_free(&set);
+    return SMP_OK;
+}
+
+/* note_named for the complete cold replicas alone (one being written has
+ * no file to find yet). */
+static int note_expected(void *arg, const char *key, const obj_replica *rep)
+{
+    if (rep->status != OBJ_REPLICA_COMPLETE) return 0;
+    return note_named(arg, key, rep);
+}
+
+/* 1 when key still has a complete cold replica on node naming path, and no
+ * persist of key is between writing a file and recording it. */
+static int still_expected(master *m, const char *node, const char *key, const char *path)
+{
+    obj_replica reps[FSCK_SETTLE_REPLICAS];
+    size_t total = 0;
+    if (master_persist_in_flight(m, key) ||
+        obj_object_replicas(master_objs(m), key, reps, FSCK_SETTLE_REPLICAS, &total) != SMP_OK)
+        return 0;
+    for (size_t i = 0; i < total && i < FSCK_SETTLE_REPLICAS; i++)
+        if (reps[i].kind == SMP_REPLICA_COLD && reps[i].status == OBJ_REPLICA_COMPLETE &&
+            reps[i].node != NULL && reps[i].path != NULL && strcmp(reps[i].node, node) == 0 &&
+            strcmp(reps[i].path, path) == 0)
+            return 1;
+    return 0;
+}
+
+/* The replicas whose file no page listed (n->expect, every page taken):
+ * those that still name it now are missing replicas -- the file was
+ * deleted under them -- judged with the corrupt ones (--repair drops them,
+ * and the plugins hear of the loss). A replica dropped or a persist begun
+ * since the start is left alone. SMP_OK or SMP_ENOMEM. */
+static int judge_missing(master *m, fsck_node *n)
+{
+    named_path *p, *tmp;
+    size_t left = HASH_COUNT(n->expect);
+    if (left == 0) return SMP_OK;
+    fsck_file *v = realloc(n->corrupt, (n->n_corrupt + left) * sizeof(*v));
+    if (v == NULL) return SMP_ENOMEM;
+    n->corrupt = v;
+    HASH_ITER(hh, n->expect, p, tmp) {
+        if (still_expected(m, n->node, p->key, p->path)) {
+            fsck_file *o = &n->corrupt[n->n_corrupt];
+            *o = (fsck_file){.name = strdup(p->path), .key = strdup(p->key), .corrupt = 1, .missing = 1};
+            if (o->name == NULL || o->key == NULL) {
+                free(o->name);
+                free(o->key);
+                return SMP_ENOMEM;
+            }
+            n->n_corrupt++;
+            fprintf(stderr, "store_master: fsck: node %s: cold replica of %s names file %s, which "
+                    "the node does not have (missing)\n", n->node, p->key, p->path);
+        }
+        HASH_DEL(n->expect, p);
+        free(p);
+    }
     return SMP_OK;
 }
 
@@ -1051,6 +1130,7 @@ static int ask_page(master *m, fsck_node *n, const uint64_t *ranges, size_t n_ra
  * nothing is judged an orphan on a partial listing). */
 static void drop_candidates(fsck_node *n)
 {
+    named_free(&n->expect);
     for (size_t k = 0; k < n->n_orphans; k++) {
         free(n->orphans[k].name);
         free(n->orphans[k].key);
@@ -1109,7 +1189,8 @@ static void on_scanned(master *m, void *arg, int status, const TaskResult *res)
     if (rc == SMP_OK && n->pages > 1)
         fprintf(stderr, "store_master: fsck: node %s: %llu cold files in %u scan pages\n", n->node,
                 (unsigned long long)n->cold_files, (unsigned)n->pages);
-    if (rc == SMP_OK && (rc = judge_files(m, n)) == SMP_OK) rc = judge_ranges(m, n);
+    if (rc == SMP_OK && (rc = judge_files(m, n)) == SMP_OK && (rc = judge_missing(m, n)) == SMP_OK)
+        rc = judge_ranges(m, n);
     if (rc < 0) {
         set_error(n, rc, NULL);
         drop_candidates(n);
@@ -1191,6 +1272,12 @@ static int run_start(fsck_run *r)
         rc = r->background ? SMP_OK
                            : obj_segment_free_ranges(master_objs(m), n->segment, &ranges, &n_ranges,
                                                      NULL, NULL);
+        /* a check also finds the replicas whose file is gone (judge_missing) */
+        if (rc == SMP_OK && !r->background && !r->segment_only &&
+            obj_visit_replicas(master_objs(m), n->node, note_expected, &n->expect) < 0) {
+            named_free(&n->expect);
+            rc = SMP_ENOMEM;
+        }
         if (rc == SMP_OK) rc = ask_page(m, n, ranges, n_ranges);
         free(ranges);
         if (rc < 0) set_error(n, rc, NULL);

@@ -17,6 +17,7 @@
 
 #include "admin_http.h"
 #include "config.h"
+#include "log_limit.h"
 #include "metrics.h"
 #include "obj_store.h"
 #include "oplog.h"
@@ -146,6 +147,9 @@ typedef struct master {
     master_busy_key *persisting; /* keys with a cold file being written and recorded */
     master_fresh_cold *fresh_cold; /* cold files written and read back in the last minute */
     uint64_t release_checks[MASTER_RELEASE_CHECK_RESULTS]; /* by master_release_check_result */
+    /* Lines naming a cold file a node reported unreadable that is no
+     * replica's (any client can name one to a node): a few a minute. */
+    log_limit cold_fault_log;
     master_scrub *scrub;         /* freed ranges being zeroed, put starts waiting on them */
     master_node_wait *node_wait; /* calls waiting for a node to register */
 
@@ -639,11 +643,12 @@ int master_release_memory(void *ctx, const char *key, smp_done_cb cb, void *arg)
  * named by a durable replica (fsck leaves such a file alone). */
 int master_persist_in_flight(const master *m, const char *key);
 void master_replicas_free(master *m);
-/* Node node reported the cold files names[0..n) (bare names) corrupt, found
+/* Node node reported the cold files names[0..n) (bare names) corrupt or missing, found
  * so by a client's read: each replica of node naming one is durably
  * dropped (replica-lost goes to the plugins, which see the object
  * unreadable there and repair it from another replica if one exists). A
- * name no replica names, or a failure, is logged; nothing is answered. */
+ * name no replica names is logged (a few a minute: MASTER_COLD_FAULT_LOG_BURST), a failure
+ * always; nothing is answered. */
 void master_cold_corrupt(master *m, const char *node, char *const *names, size_t n);
 
 /* -- master_reclaim.c ------------------------------------------------------------ */

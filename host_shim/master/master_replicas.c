@@ -21,8 +21,8 @@
  *                  replica and the memory kept: releasing it would lose the
  *                  only good copy. The caller's next ensure_cold persists
  *                  anew.
- * A cold file a client's read found corrupt (the node reports it with a
- * poll) is dropped as a failed load's is (master_cold_corrupt).
+ * A cold file a client's read found corrupt or missing (the node reports it
+ * with a poll) is dropped as a failed load's is (master_cold_corrupt).
  * A goal that already holds completes on the next loop turn: callbacks never
  * run inside the call. */
 #include <stdio.h>
@@ -502,7 +502,10 @@ int master_release_memory(void *ctx, const char *key, smp_done_cb cb, void *arg)
     return rc;
 }
 
-/* -- cold files found corrupt by a read ------------------------------------------ */
+/* Lines a minute on cold files reported unreadable that are no replica's. */
+#define MASTER_COLD_FAULT_LOG_BURST 5
+
+/* -- cold files found corrupt (or missing) by a read ------------------------------------------ */
 
 typedef struct corrupt_scan {
     char *const *names;  /* the node's report (bare names, as replicas record them) */
@@ -523,23 +526,32 @@ static int note_corrupt_owner(void *arg, const char *key, const obj_replica *rep
 void master_cold_corrupt(master *m, const char *node, char *const *names, size_t n)
 {
     corrupt_scan cs = {names, n, NULL};
+    uint64_t left_out = 0;
     if (n == 0) return;
     if ((cs.keys = calloc(n, sizeof(*cs.keys))) == NULL ||
         obj_visit_replicas(master_objs(m), node, note_corrupt_owner, &cs) < 0) {
-        fprintf(stderr, "store_master: node %s reported %zu corrupt cold files; out of memory "
+        fprintf(stderr, "store_master: node %s reported %zu unreadable cold files; out of memory "
                 "finding their replicas (the next read reports them again)\n", node, n);
         goto cleanup;
     }
+    if (m->cold_fault_log.burst == 0)
+        m->cold_fault_log = (log_limit){.burst = MASTER_COLD_FAULT_LOG_BURST, .window_ms = 60000};
     for (size_t i = 0; i < n; i++) {
         if (cs.keys[i] == NULL) {
-            fprintf(stderr, "store_master: node %s: cold file %s, found corrupt by a read, is "
-                    "no replica's (weightctl fsck lists it)\n", node, names[i]);
+            /* a replica dropped meanwhile, or a name a client made up */
+            if (log_limit_admit(&m->cold_fault_log, master_now_ms(), &left_out))
+                fprintf(stderr, "store_master: node %s: cold file %s, found corrupt or missing by "
+                        "a read, is no replica's: nothing to drop\n", node, names[i]);
+            if (left_out > 0)
+                fprintf(stderr, "store_master: %llu more lines on cold files no replica names were "
+                        "left out\n", (unsigned long long)left_out);
             continue;
         }
         obj_replica bad = {.kind = SMP_REPLICA_COLD, .node = node, .path = names[i]};
         int rc = master_drop_replica(m, cs.keys[i], &bad, NULL, NULL);
-        fprintf(stderr, "store_master: node %s: cold file %s of %s found corrupt by a read: %s\n",
-                node, names[i], cs.keys[i], rc == SMP_OK ? "its replica is dropped" : smp_strerror(rc));
+        fprintf(stderr, "store_master: node %s: cold file %s of %s found corrupt or missing by a "
+                "read (the node's log says which): %s\n", node, names[i], cs.keys[i],
+                rc == SMP_OK ? "its replica is dropped" : smp_strerror(rc));
     }
 cleanup:
     for (size_t i = 0; cs.keys != NULL && i < n; i++) free(cs.keys[i]);

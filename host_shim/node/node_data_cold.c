@@ -27,7 +27,9 @@
  * A CHECK_COLD is one work item: cold_check with the data hashed, which
  * reads the whole file. A file it finds corrupt is noted for the node's
  * next poll (node_cold_faults.h), which has the master drop its replica, as
- * a READ_COLD that finds a bad header does. The node judges the file by its
+ * a READ_COLD that finds a bad header does -- or finds no file at all (one
+ * deleted under its replica is as lost as a rotted one: left alone, every
+ * read would fail on it while the master kept offering it). The node judges the file by its
  * own reading, never by the client's word; at most COLD_CHECKS_MAX run at
  * once, so clients cannot fill the threadpool with hashing. A check whose
  * reader left ends all the same: it keeps its slot until its hash is done
@@ -257,6 +259,8 @@ static void check_ended(data_server *s, const cold_xfer *x)
     if (x->rc == SMP_EPROTO) {
         s->stats.cold_checks_corrupt++;
         note_corrupt(s, x->name, "corrupt (checked at a client's request)");
+    } else if (x->rc == SMP_ENOTFOUND) {
+        note_corrupt(s, x->name, "no such file on this node (missing; checked at a client's request)");
     }
 }
 
@@ -270,7 +274,8 @@ static void check_done(data_conn *c, cold_xfer *x)
                 : x->rc == SMP_EPROTO ? "corrupt (its header, its size, or its data against the "
                                         "header's SHA-256); reported to the master, which "
                                         "drops the replica"
-                : x->rc == SMP_ENOTFOUND ? "no such file on this node"
+                : x->rc == SMP_ENOTFOUND ? "no such file on this node; reported to the master, "
+                                           "which drops the replica"
                                          : smp_strerror(x->rc));
 }
 
@@ -308,8 +313,11 @@ static void cold_after_work(uv_work_t *w, int status)
             s->stats.refused_cold++;
             if (x->rc == SMP_EPROTO)
                 note_corrupt(s, x->name, "bad header or size (corrupted)");
+            else if (x->rc == SMP_ENOTFOUND) /* deleted under a replica: as lost as a rotted one */
+                note_corrupt(s, x->name, "no such file on this node (missing)");
             cold_answer(c, x->rc, "cold file %s: %s", x->name,
-                        x->rc == SMP_ENOTFOUND ? "no such file on this node"
+                        x->rc == SMP_ENOTFOUND ? "no such file on this node; reported to the "
+                                                 "master, which drops the replica"
                         : x->rc == SMP_EPROTO  ? "bad header or size (corrupted cold file)"
                                                : smp_strerror(x->rc));
             return;

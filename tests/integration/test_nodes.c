@@ -1093,6 +1093,100 @@ static void test_cold_only_object_is_read_from_its_cold_file(void **state)
     free(got);
 }
 
+/* A cold-only object whose cold file was deleted on its node while node
+ * and master ran: the read fails naming the missing file, and the node
+ * reports it as it reports a corrupt one, so the master drops the replica
+ * (the plugin hears replica-lost; nothing is left to read the object from)
+ * -- before, the master kept offering the replica to every read until it
+ * restarted. */
+static void test_a_cold_file_deleted_under_a_live_master_is_dropped_when_read(void **state)
+{
+    fx *f = *state;
+    int where[OBJECTS];
+    char path[700], want[300];
+    put_all(f, where);
+    const char *key = "obj/06";
+    assert_int_equal(probe(&f->m, 1, key), 0); /* ensure cold */
+    assert_int_equal(probe(&f->m, 3, key), 0); /* release memory */
+    unsigned lost_before = lost_events(&f->m, key);
+    cold_file(where[6] == 0 ? &f->a : &f->b, key, 6, path, sizeof(path));
+    assert_int_equal(unlink(path), 0);
+
+    size_t len = obj_len(6);
+    char *got = malloc(len);
+    uint64_t n = 0;
+    assert_true(kvc_get_into(f->c, key, got, len, &n, 1) < 0);
+    if (!hx_says(kvc_error(f->c), "no such file on this node"))
+        fail_msg("the get said: %s", kvc_error(f->c));
+    kvc_object o;
+    for (long long end = hx_now_ms() + 20000;; usleep(20 * 1000)) {
+        int rc = kvc_get(f->c, key, &o); /* SMP_EAGAIN: no replica to read */
+        if (rc == SMP_EAGAIN) break;
+        assert_int_equal(rc, 0);
+        if (hx_now_ms() > end) fail_msg("the cold replica of %s, its file gone, was not dropped", key);
+    }
+    assert_true(lost_events(&f->m, key) > lost_before);
+    snprintf(want, sizeof(want), "of %s found corrupt or missing by a read (the node's log says "
+             "which): its replica is dropped", key);
+    assert_true(hx_log_contains(&f->m, want));
+    for (int i = 0; i < OBJECTS; i++)
+        if (i != 6) assert_bytes(f->c, i);
+    free(got);
+}
+
+/* fsck reports a cold replica whose file its node does not have (deleted
+ * under a live master) with the corrupt replicas, read-only changing
+ * nothing; --repair drops it (the plugin hears replica-lost), and the next
+ * fsck is clean. One object keeps its memory replica (it stays readable
+ * from there), the other was cold only (nothing is left of it). */
+static void test_fsck_reports_and_repair_drops_a_cold_replica_without_its_file(void **state)
+{
+    fx *f = *state;
+    int where[OBJECTS];
+    char path[700], want[300], *out = malloc(1 << 16);
+    const char *both = "obj/04", *cold_only = "obj/05";
+    put_all(f, where);
+    assert_int_equal(probe(&f->m, 1, both), 0);      /* ensure cold, memory kept */
+    assert_int_equal(probe(&f->m, 1, cold_only), 0); /* ensure cold */
+    assert_int_equal(probe(&f->m, 3, cold_only), 0); /* release memory */
+    assert_int_equal(wx_weightctl(&f->m, out, 1 << 16, "fsck"), 0); /* clean before */
+    cold_file(where[4] == 0 ? &f->a : &f->b, both, 4, path, sizeof(path));
+    assert_int_equal(unlink(path), 0);
+    cold_file(where[5] == 0 ? &f->a : &f->b, cold_only, 5, path, sizeof(path));
+    assert_int_equal(unlink(path), 0);
+    unsigned lost_before = lost_events(&f->m, both) + lost_events(&f->m, cold_only);
+
+    assert_int_equal(wx_weightctl(&f->m, out, 1 << 16, "--json fsck"), 1);
+    if (!hx_says(out, "\"corrupt_replicas\":2,")) fail_msg("fsck: %s", out);
+    snprintf(want, sizeof(want), "\"key\":\"%s\"}", both);
+    assert_true(hx_says(out, want));
+    snprintf(want, sizeof(want), "\"key\":\"%s\"}", cold_only);
+    assert_true(hx_says(out, want));
+    snprintf(want, sizeof(want), "cold replica of %s names file ", cold_only);
+    assert_true(hx_log_contains(&f->m, want));
+    assert_true(hx_log_contains(&f->m, "which the node does not have (missing)"));
+    /* read-only: both replicas are still there */
+    kvc_object o;
+    assert_int_equal(kvc_get(f->c, both, &o), 0);
+    assert_int_equal(o.n_replicas, 2);
+    assert_int_equal(kvc_get(f->c, cold_only, &o), 0);
+    assert_int_equal(o.n_replicas, 1);
+    assert_int_equal(lost_events(&f->m, both) + lost_events(&f->m, cold_only), lost_before);
+
+    /* exit 1: the cold-only object is left with no replica (said, not hidden) */
+    assert_int_equal(wx_weightctl(&f->m, out, 1 << 16, "--json fsck --repair"), 1);
+    if (!hx_says(out, "\"objects_without_replica\":1,")) fail_msg("fsck --repair: %s", out);
+    assert_int_equal(kvc_get(f->c, both, &o), 0);
+    assert_int_equal(o.n_replicas, 1);
+    assert_int_equal(o.replicas[0].kind, SMP_REPLICA_MEMORY);
+    assert_bytes(f->c, 4);
+    assert_int_equal(kvc_get(f->c, cold_only, &o), SMP_EAGAIN);
+    assert_true(lost_events(&f->m, both) + lost_events(&f->m, cold_only) >= lost_before + 2);
+    assert_int_equal(wx_weightctl(&f->m, out, 1 << 16, "--json fsck"), 1); /* one object without a replica */
+    if (!hx_says(out, "\"corrupt_replicas\":0,\"objects_without_replica\":1,")) fail_msg("fsck after: %s", out);
+    free(out);
+}
+
 /* The bytes of where's range in the node's segment file (a pending range
  * has no read ticket yet). */
 static void replica_pread(const kvc_replica *where, uint8_t *out, size_t len)
@@ -1173,6 +1267,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_a_registration_overtaken_while_its_drops_wait_is_refused,
                                         setup, teardown),
         cmocka_unit_test(test_registration_call_grows_with_the_inventory),
+        cmocka_unit_test_setup_teardown(test_a_cold_file_deleted_under_a_live_master_is_dropped_when_read,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fsck_reports_and_repair_drops_a_cold_replica_without_its_file,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_cold_only_object_is_read_from_its_cold_file, setup,
                                         teardown),
     };
