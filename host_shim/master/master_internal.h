@@ -665,10 +665,12 @@ void master_reclaim_after(master *m, int applied);
 /* Queue a DELETE_COLD task for the cold file name of key on node. SMP_OK,
  * SMP_EAGAIN (the node is not up), SMP_ENOMEM. */
 int master_reclaim_cold_file(master *m, const char *node, const char *key, const char *name);
-/* A registering node's inventory (n files: keys[i], names[i]): every file
- * no replica names is deleted. Returns how many deletions were queued. */
+/* A registering node's inventory (n files: keys[i], names[i], lengths[i]
+ * data bytes; lengths may be NULL): every file no replica names is deleted,
+ * and one line says how many, their bytes and the first few names. Returns
+ * how many deletions were queued. */
 int master_reclaim_inventory(master *m, const char *node, const char **keys,
-                             const char **names, size_t n);
+                             const char **names, const uint64_t *lengths, size_t n);
 
 /* -- master_scrub.c ---------------------------------------------------------------- */
 

@@ -829,15 +829,18 @@ static void reconcile_verify_and_reclaim(master *m, master_node *node, register_
     verify_pump(m, node);
     const char **keys = calloc(req->n_cold_files + 1, sizeof(*keys));
     const char **names = calloc(req->n_cold_files + 1, sizeof(*names));
-    if (keys != NULL && names != NULL) {
+    uint64_t *lengths = calloc(req->n_cold_files + 1, sizeof(*lengths));
+    if (keys != NULL && names != NULL && lengths != NULL) {
         for (size_t i = 0; i < req->n_cold_files; i++) {
             keys[i] = req->cold_files[i]->key;
             names[i] = req->cold_files[i]->name;
+            lengths[i] = req->cold_files[i]->length;
         }
-        master_reclaim_inventory(m, node->id, keys, names, req->n_cold_files);
+        master_reclaim_inventory(m, node->id, keys, names, lengths, req->n_cold_files);
     }
     free(keys);
     free(names);
+    free(lengths);
 }
 
 /* Free a registration request and the paged inventory it borrows. */

@@ -104,15 +104,31 @@ void master_reclaim_after(master *m, int applied)
     obj_store_take_released(master_objs(m), applied, &ops);
 }
 
+/* Files a registration's reclaim names in its one log line (all are counted). */
+#define RECLAIM_LOG_NAMES 3
+
 int master_reclaim_inventory(master *m, const char *node, const char **keys,
-                             const char **names, size_t n)
+                             const char **names, const uint64_t *lengths, size_t n)
 {
     int queued = 0;
+    size_t orphans = 0;
+    uint64_t bytes = 0;
+    char named[RECLAIM_LOG_NAMES * 400] = "";
+    size_t at = 0;
     for (size_t i = 0; i < n; i++) {
         if (still_named(m, keys[i], node, names[i]) || master_persist_in_flight(m, keys[i])) continue;
-        fprintf(stderr, "store_master: node %s: cold file %s (%s) belongs to no replica; deleting it\n",
-                node, names[i], keys[i]);
+        if (orphans < RECLAIM_LOG_NAMES && at < sizeof(named)) {
+            int w = snprintf(named + at, sizeof(named) - at, "%s%s (%.200s)", orphans ? ", " : "",
+                             names[i], keys[i]);
+            if (w > 0) at += (size_t)w;
+        }
+        orphans++;
+        bytes += lengths != NULL ? lengths[i] : 0;
         if (master_reclaim_cold_file(m, node, keys[i], names[i]) == SMP_OK) queued++;
     }
+    if (orphans > 0)
+        fprintf(stderr, "store_master: node %s: %zu cold file(s), %llu data bytes, belong to no replica; "
+                "deleting them (%d queued): %s%s\n", node, orphans, (unsigned long long)bytes, queued,
+                named, orphans > RECLAIM_LOG_NAMES ? ", ..." : "");
     return queued;
 }
