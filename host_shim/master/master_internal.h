@@ -164,6 +164,10 @@ typedef struct master {
     double snapshot_capture_s;
     uint64_t snapshot_failed_ms; /* master_now_ms of the last failure (0: none) */
     char snapshot_why[512];      /* why the last snapshot failed, "" */
+    /* The log lines of failed snapshots (an automatic one is retried every
+     * MASTER_SNAPSHOT_RETRY_MS): a few a window, the rest summed up;
+     * reset by a snapshot written (master_snapshot.c). */
+    log_limit snapshot_fail_log;
     double snapshot_encode_s;
     double snapshot_write_s;
     uint64_t snapshot_bytes;

@@ -280,6 +280,39 @@ static void describe_exit(const snap_job *job, char *buf, size_t cap)
         snprintf(buf, cap, "it exited with status %d", WEXITSTATUS(st));
 }
 
+/* Failed snapshots logged a window (the rest are counted and summed up). */
+#define SNAPSHOT_FAIL_LOG_BURST 3
+#define SNAPSHOT_FAIL_LOG_WINDOW_MS (10 * 60 * 1000)
+
+/* Log m->snapshot_why, a failed snapshot: the first SNAPSHOT_FAIL_LOG_BURST
+ * of a window, then a count when the next window opens (a full disk fails
+ * the retry every MASTER_SNAPSHOT_RETRY_MS; the RPC still names each). */
+static void say_failed(master *m)
+{
+    uint64_t left_out = 0;
+    log_limit *l = &m->snapshot_fail_log;
+    if (l->burst == 0) *l = (log_limit){.burst = SNAPSHOT_FAIL_LOG_BURST, .window_ms = SNAPSHOT_FAIL_LOG_WINDOW_MS};
+    int say = log_limit_admit(l, master_now_ms(), &left_out);
+    if (left_out > 0)
+        fprintf(stderr, "store_master: %llu more failed snapshots were not logged\n",
+                (unsigned long long)left_out);
+    if (say)
+        fprintf(stderr, "store_master: %s%s\n", m->snapshot_why,
+                l->logged == l->burst ? " (more failures are counted, logged once every 10 minutes, "
+                                        "until a snapshot is written)" : "");
+}
+
+/* A snapshot at seq was written: say how many failures before it went
+ * unlogged, and log the next failure at once. */
+static void say_written(master *m, uint64_t seq)
+{
+    uint64_t left_out = log_limit_flush(&m->snapshot_fail_log);
+    if (left_out > 0)
+        fprintf(stderr, "store_master: snapshot at %llu written; %llu failed snapshots before it "
+                "were not logged\n", (unsigned long long)seq, (unsigned long long)left_out);
+    m->snapshot_fail_log = (log_limit){0};
+}
+
 /* The child is gone and reaped (or cannot be): settle the snapshot. Only a
  * whole report saying SMP_OK makes it durable; anything else -- the child
  * killed, crashed, or silent -- fails it closed: nothing is truncated, and
@@ -322,6 +355,7 @@ static void job_settle(snap_job *job)
          * little behind goes on following instead of starting over. */
         uint64_t keep = m->cfg->ha_enabled ? m->cfg->ha_gc_keep_records : 0;
         if (!m->log_failed && job->seq + 1 > keep) oplog_truncate_before(m->log, job->seq + 1 - keep);
+        say_written(m, job->seq);
         finish(m, SMP_OK, job->seq, path);
     } else {
         if (status == SMP_OK) {
@@ -329,7 +363,7 @@ static void job_settle(snap_job *job)
             snprintf(m->snapshot_why, sizeof(m->snapshot_why),
                      "snapshot at %llu: its path does not fit", (unsigned long long)job->seq);
         }
-        fprintf(stderr, "store_master: %s\n", m->snapshot_why);
+        say_failed(m);
         finish(m, status, job->seq, NULL);
     }
 }
@@ -437,7 +471,7 @@ static int job_fork(master *m, snap_job *job)
         snprintf(m->snapshot_why, sizeof(m->snapshot_why),
                  "snapshot at %llu not taken: cannot fork its writer: %s",
                  (unsigned long long)job->seq, strerror(e));
-        fprintf(stderr, "store_master: %s\n", m->snapshot_why);
+        say_failed(m);
         return e == ENOMEM ? SMP_ENOMEM : SMP_EAGAIN;
     }
     job->pid = pid;

@@ -420,6 +420,60 @@ static void test_a_snapshot_writer_that_dies_fails_closed(void **state)
     next_snapshot_and_restart(t, c, "after-failures");
 }
 
+/* How many lines of the master's log hold needle. */
+static int log_lines(const hx_master *m, const char *needle)
+{
+    char line[2048];
+    int n = 0;
+    FILE *fp = fopen(m->log, "r");
+    while (fp != NULL && fgets(line, sizeof(line), fp) != NULL) n += strstr(line, needle) != NULL;
+    if (fp != NULL) fclose(fp);
+    return n;
+}
+
+/* One snapshot whose save() fails ('F'): the RPC names the cause. */
+static void failed_snapshot(live *t)
+{
+    snap_call s;
+    snap_begin(&s, &t->m);
+    hold_release(hold_open(t), 'F');
+    snap_end(&s);
+    assert_true(s.rc < 0);
+    if (!hx_says(s.error, "its writer failed: SMP_EIO")) fail_msg("snapshot error: %s", s.error);
+}
+
+/* Snapshots failing again and again (a full disk fails the automatic retry
+ * every 5 s) do not flood the log: the first three are logged, the third
+ * saying that more are counted; the others are not, though each RPC still
+ * names its cause; the snapshot written next says how many went unlogged,
+ * and a failure after it is logged at once. */
+static void test_failed_snapshots_are_logged_a_few_a_window(void **state)
+{
+    live *t = *state;
+    kvc *c = hx_client(&t->m);
+    assert_non_null(c);
+    put_keys(c, "before", KEYS_BEFORE);
+    for (int i = 0; i < 6; i++) failed_snapshot(t);
+    assert_int_equal(log_lines(&t->m, "its writer failed: SMP_EIO"), 3);
+    assert_int_equal(log_lines(&t->m, "more failures are counted, logged once every 10 minutes"), 1);
+
+    snap_call s;
+    uint64_t seq = put(c, "after-failures");
+    snap_begin(&s, &t->m);
+    hold_release(hold_open(t), 'G');
+    snap_end(&s);
+    if (s.rc != 0) fail_msg("snapshot: %s", s.error);
+    char want[160];
+    snprintf(want, sizeof(want), "snapshot at %llu written; 3 failed snapshots before it were not logged",
+             (unsigned long long)seq);
+    assert_int_equal(log_lines(&t->m, want), 1);
+
+    put(c, "after-success");
+    failed_snapshot(t);
+    assert_int_equal(log_lines(&t->m, "its writer failed: SMP_EIO"), 4);
+    kvc_close(c);
+}
+
 /* A writer that never finishes (its save() held for good) is killed at
  * snapshot.write_timeout_s: the RPC names the deadline, the child is gone,
  * no file appears and nothing is truncated; the next snapshot is written
@@ -459,6 +513,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_reads_and_writes_answered_while_a_snapshot_is_captured,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_snapshot_writer_that_dies_fails_closed, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_failed_snapshots_are_logged_a_few_a_window, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_a_snapshot_writer_past_its_deadline_is_killed,
                                         setup_short_deadline, teardown),
