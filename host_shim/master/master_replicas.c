@@ -251,6 +251,19 @@ static void on_committed(master *m, void *arg, int status, uint64_t seq)
 
 /* -- ensure cold -------------------------------------------------------------- */
 
+/* Why a persist failed, for its log line: the node's words, or what is
+ * known when it gave none (no answer at all: it went down or stopped
+ * polling before it answered -- SMP_EIO with no result). */
+static const char *persist_why(int status, const struct TaskResult *res)
+{
+    if (res != NULL && res->error != NULL && res->error[0] != '\0') return res->error;
+    if (res == NULL)
+        return status == SMP_EIO ? "the node did not answer (it went down or stopped polling, and was "
+                                   "marked down)"
+                                 : "the task never reached the node";
+    return "the node gave no cause";
+}
+
 static void on_persisted(master *m, void *arg, int status, const struct TaskResult *res)
 {
     replica_job *j = arg;
@@ -258,8 +271,8 @@ static void on_persisted(master *m, void *arg, int status, const struct TaskResu
     obj_record rec = {0};
     if (status == SMP_OK && res->status != 0) status = res->status;
     if (status < 0) {
-        fprintf(stderr, "store_master: persisting %s on %s failed: %s (%s)\n", j->key, j->node,
-                smp_strerror(status), res && res->error ? res->error : "");
+        fprintf(stderr, "store_master: persisting %s on %s failed: %s: %s\n", j->key, j->node,
+                smp_strerror(status), persist_why(status, res));
         job_done(j, status);
         return;
     }

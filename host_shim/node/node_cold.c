@@ -478,8 +478,11 @@ static void persist_write(cold_tier *ct, persist_slot *sl)
         it->rc = SMP_EINVAL;
         return;
     }
-    if ((it->rc = cold_name_for(it->key, it->sha256, it->name)) < 0)
+    if ((it->rc = cold_name_for(it->key, it->sha256, it->name)) < 0) {
+        wm_errbuf(it->err, sizeof(it->err), "cold persist: no file name for key %.200s: %s", it->key,
+                  smp_strerror(it->rc));
         return;
+    }
     if (RAND_bytes(rnd, sizeof(rnd)) != 1) {
         wm_errbuf(it->err, sizeof(it->err), "cold persist: no random bytes for a temporary name");
         it->rc = SMP_EIO;

@@ -1187,6 +1187,33 @@ static void test_fsck_reports_and_repair_drops_a_cold_replica_without_its_file(v
     free(out);
 }
 
+/* A persist whose node stops answering (SIGSTOP right after the ask: the
+ * master sends the task, then marks the node down after timeout_ms) fails,
+ * and the master's log line says why instead of "SMP_EIO ()". */
+static void test_a_persist_without_an_answer_says_why(void **state)
+{
+    fx *f = *state;
+    int where[OBJECTS], status = 0;
+    unsigned answer = 0;
+    char want[300];
+    put_all(f, where);
+    int i = where[3] == 0 ? 3 : -1;
+    for (int k = 0; k < OBJECTS && i < 0; k++)
+        if (where[k] == 0) i = k;
+    assert_true(i >= 0);
+    char key[32];
+    snprintf(key, sizeof(key), "obj/%02d", i);
+    assert_int_equal(kill(f->a.pid, SIGSTOP), 0);
+    int rc = probe_call(&f->m, 1, key, &status, &answer); /* ensure cold, on node A */
+    assert_int_equal(kill(f->a.pid, SIGCONT), 0);
+    assert_int_equal(rc, 0);
+    assert_true(status < 0);
+    snprintf(want, sizeof(want), "persisting %s on node-a failed: SMP_EIO: the node did not answer "
+             "(it went down or stopped polling, and was marked down)", key);
+    if (!hx_log_contains(&f->m, want)) fail_msg("the master's log lacks: %s", want);
+    assert_false(hx_log_contains(&f->m, "SMP_EIO ()"));
+}
+
 /* The bytes of where's range in the node's segment file (a pending range
  * has no read ticket yet). */
 static void replica_pread(const kvc_replica *where, uint8_t *out, size_t len)
@@ -1271,6 +1298,7 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_fsck_reports_and_repair_drops_a_cold_replica_without_its_file,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_persist_without_an_answer_says_why, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cold_only_object_is_read_from_its_cold_file, setup,
                                         teardown),
     };
