@@ -940,8 +940,10 @@ static int walk_dir(cold_tier *ct,
             if (fstatat(ct->dfd, nm, &sb, AT_SYMLINK_NOFOLLOW) < 0)
                 continue;
             if (stale_tmp_ms == 0 || age_ms(&sb) >= stale_tmp_ms) {
-                if (unlinkat(ct->dfd, nm, 0) == 0)
+                if (unlinkat(ct->dfd, nm, 0) == 0) {
                     st->tmps_removed++;
+                    st->tmp_bytes_removed += (uint64_t)sb.st_size;
+                }
             } else {
                 st->tmps_kept++;
             }

@@ -73,6 +73,7 @@ typedef struct cold_inventory_stats {
     uint64_t bytes;        /* their data bytes (valid ones) */
     uint64_t corrupt;      /* visited with status != SMP_OK */
     uint64_t tmps_removed; /* stale temporary files deleted */
+    uint64_t tmp_bytes_removed; /* their sizes */
     uint64_t tmps_kept;    /* temporary files younger than the threshold */
     uint64_t ignored;      /* other entries (left alone) */
 } cold_inventory_stats;

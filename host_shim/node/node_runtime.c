@@ -563,6 +563,11 @@ static int do_register(node_runtime *n, rpcc_conn *c, int *lost)
     uint64_t began = mono_ms();
     int rc = cold_inventory(n->cold, 60000, 0, collect_file, &inv, &st);
     if (rc < 0) goto free_inventory;
+    if (st.tmps_removed > 0) /* one line, however many a crash left */
+        fprintf(stderr, "store_node %s: removed %llu temporary cold file(s), %llu bytes, left by "
+                "writes that did not finish (older than 60 s) in %s\n", n->node_id,
+                (unsigned long long)st.tmps_removed, (unsigned long long)st.tmp_bytes_removed,
+                cold_dir(n->cold));
     /* The rest of a paged inventory: one last page, however small. */
     if (inv.session != 0 && inv.sent < inv.n && (rc = send_page(&inv)) < 0) goto free_inventory;
     uint64_t session = inv.session;

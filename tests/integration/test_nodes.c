@@ -1214,6 +1214,50 @@ static void test_a_persist_without_an_answer_says_why(void **state)
     assert_false(hx_log_contains(&f->m, "SMP_EIO ()"));
 }
 
+/* A temporary cold file as a persist names it, of len bytes, last written
+ * age_s seconds ago, in dir; its path into path. */
+static void tmp_cold_file(const char *dir, int i, size_t len, int age_s, char *path, size_t cap)
+{
+    snprintf(path, cap, "%s/%064d.cold.%016d.tmp", dir, i, i);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, (off_t)len), 0);
+    struct timespec t[2];
+    assert_int_equal(clock_gettime(CLOCK_REALTIME, &t[0]), 0);
+    t[0].tv_sec -= age_s;
+    t[1] = t[0];
+    assert_int_equal(futimens(fd, t), 0);
+    close(fd);
+}
+
+/* Temporaries that writes interrupted by a crash left in the cold
+ * directory: a node starting removes those older than a minute and says so
+ * in one line (how many, their bytes), and keeps a younger one (a write
+ * may still be under way). Before, they went silently. */
+static void test_node_start_removes_stale_temporaries_in_one_line(void **state)
+{
+    fx *f = *state;
+    char path[700], fresh[700], want[700];
+    hx_node_kill(&f->a);
+    assert_int_equal(hx_wait_nodes(&f->m, 1, 10000), 0);
+    for (int i = 1; i <= 3; i++) tmp_cold_file(f->a.cold_dir, i, 1000u * (unsigned)i, 120, path, sizeof(path));
+    tmp_cold_file(f->a.cold_dir, 4, 500, 0, fresh, sizeof(fresh));
+    assert_int_equal(hx_node_start(&f->m, &f->a, "node-a", SEGMENT), 0);
+    assert_int_equal(hx_wait_nodes(&f->m, 2, 10000), 0);
+    snprintf(want, sizeof(want), "store_node node-a: removed 3 temporary cold file(s), 6000 bytes, left "
+             "by writes that did not finish (older than 60 s) in %s", f->a.cold_dir);
+    char line[1024];
+    int lines = 0;
+    FILE *fp = fopen(f->a.log, "r");
+    assert_non_null(fp);
+    while (fgets(line, sizeof(line), fp) != NULL) lines += strstr(line, "temporary cold file") != NULL;
+    fclose(fp);
+    assert_int_equal(lines, 1);
+    if (!hx_file_contains(f->a.log, want)) fail_msg("node log lacks: %s", want);
+    assert_int_equal(access(path, F_OK), -1);
+    assert_int_equal(access(fresh, F_OK), 0);
+}
+
 /* The bytes of where's range in the node's segment file (a pending range
  * has no read ticket yet). */
 static void replica_pread(const kvc_replica *where, uint8_t *out, size_t len)
@@ -1299,6 +1343,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_fsck_reports_and_repair_drops_a_cold_replica_without_its_file,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_persist_without_an_answer_says_why, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_node_start_removes_stale_temporaries_in_one_line, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_cold_only_object_is_read_from_its_cold_file, setup,
                                         teardown),
     };
