@@ -308,6 +308,7 @@ static int h_status(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t l
     for (size_t i = 0; i < np; i++)
         names[i] = (char *)host_plugin_desc(host_plugins_at(m->plugins, i))->name;
     StatusResponse resp = STATUS_RESPONSE__INIT;
+    char failed_why[sizeof(((oplog_stats *)0)->failed_why) + 128];
     resp.role = (char *)master_role_name(m);
     resp.master_id = m->cfg->ha_id;
     resp.applied_seq = m->applied_seq;
@@ -347,6 +348,15 @@ static int h_status(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t l
         oplog_stats_get(m->log, &ls);
         resp.oplog_appends = ls.appends;
         resp.oplog_fsyncs = ls.syncs;
+        if (m->log_failed) {
+            resp.oplog_read_only = 1;
+            resp.oplog_failed_seq = ls.failed_seq;
+            snprintf(failed_why, sizeof(failed_why), "%s",
+                     ls.failed_why[0] ? ls.failed_why
+                                      : "a record did not apply or could not be made durable (the "
+                                        "master's log says which)");
+            resp.oplog_failed_why = failed_why;
+        }
     }
     resp.n_plugins = np;
     resp.plugins = names;

@@ -57,6 +57,9 @@ typedef struct oplog_stats {
     uint64_t durable_lat_ns_sum; /* append -> durable callback, summed (ns) */
     uint64_t durable_count;      /* callbacks delivered with status 0 */
     uint64_t failed;             /* callbacks delivered with SMP_EDURABILITY */
+    int read_only;               /* a write failed: the log takes no more (until reopened) */
+    uint64_t failed_seq;         /* the first record of the batch that failed (0: none) */
+    char failed_why[320];        /* the backend's cause ("" when none was said) */
 } oplog_stats;
 
 /* -- generic calls -------------------------------------------------------- */

@@ -13,6 +13,8 @@ static void post_fenced(etcd_log *el, const char *why)
     oel_log_line(el, "%s: the log is read-only now", why);
     pthread_mutex_lock(&el->pipe.mu);
     el->pipe.failed = 1;
+    if (el->pipe.failed_why[0] == '\0')
+        snprintf(el->pipe.failed_why, sizeof(el->pipe.failed_why), "%.300s", why);
     if (!el->fenced_evt) {
         el->fenced_evt = 1;
         snprintf(el->fenced_why, sizeof(el->fenced_why), "%s", why);
@@ -193,6 +195,8 @@ int oel_write_batch(void *be, oplog_entry_list *batch, size_t n, uint64_t *bytes
             oel_log_line(el, "%s: the log is read-only now", why);
             pthread_mutex_lock(&el->pipe.mu);
             el->pipe.failed = 1;
+            if (el->pipe.failed_why[0] == '\0')
+                snprintf(el->pipe.failed_why, sizeof(el->pipe.failed_why), "%.300s", why);
             pthread_mutex_unlock(&el->pipe.mu);
             return SMP_EDURABILITY;
         }

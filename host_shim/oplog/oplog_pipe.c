@@ -5,6 +5,7 @@
  * here knows where records are kept or what they mean; the record layout
  * (oplog_pipe.h) is filled in here up to the checksum, which the backend
  * writes. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -302,6 +303,9 @@ void oplog_pipe_stats(oplog_pipe *p, oplog_stats *out)
     out->syncs = p->n_syncs;
     out->batches = p->n_batches;
     out->max_batch = p->max_batch;
+    out->read_only = p->failed;
+    out->failed_seq = p->failed_seq;
+    snprintf(out->failed_why, sizeof(out->failed_why), "%s", p->failed_why);
     pthread_mutex_unlock(&p->mu);
     out->appends = p->n_appends;
     out->durable_lat_ns_sum = p->lat_sum_ns;
@@ -352,6 +356,11 @@ void oplog_pipe_write_batch_locked(oplog_pipe *p)
         pthread_mutex_lock(&p->mu);
     }
     if (rc < 0) {
+        if (!p->failed && p->failed_seq == 0 && batch.head != NULL)
+            p->failed_seq = batch.head->seq;
+        if (p->failed_why[0] == '\0')
+            snprintf(p->failed_why, sizeof(p->failed_why), "the write of the batch from seq %llu "
+                     "failed (code %d)", (unsigned long long)p->failed_seq, rc);
         p->failed = 1;
         oplog_entry_list_splice(&batch, &p->queue);
         p->n_queued = 0;

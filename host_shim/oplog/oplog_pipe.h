@@ -110,6 +110,8 @@ typedef struct oplog_pipe {
     int stop;
     int failed;             /* read-only after a failed batch (or as the
                                backend decides, under mu) */
+    uint64_t failed_seq;    /* the first record of the batch that failed (0: none) */
+    char failed_why[320];   /* why, as the backend said it ("": it did not) */
     uint64_t trunc_req;     /* the backend's truncation request; 0: none */
     uint64_t n_bytes;
     uint64_t n_syncs;
