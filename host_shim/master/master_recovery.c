@@ -345,6 +345,30 @@ static int load_sections(master *m, const snap_image *img, struct master_objs_lo
     return settle_carried_records(m, err, errlen);
 }
 
+/* The newest snapshot was refused as damaged (err says how): when an older
+ * one is there and the OpLog still holds every record after it, add to err
+ * that moving the damaged one aside lets the master start from the older one
+ * plus the log. Never falls back by itself: which copy is right is the
+ * operator's call (the damaged one may be the only one holding some state
+ * if the log was cut past the older one -- then no hint is given). */
+static void hint_older_snapshot(master *m, char *err, size_t errlen)
+{
+    uint64_t newest = 0, older = 0;
+    char bad[sizeof(m->snap_dir) + 64], good[sizeof(m->snap_dir) + 64];
+    if (snap_newest_two(m->snap_dir, &newest, &older) != SMP_OK || older == 0) return;
+    uint64_t first = oplog_first_seq(m->log);
+    if (first == 0 || first > older + 1) return; /* the log does not cover from it (or cannot tell) */
+    if (snap_file_path(m->snap_dir, newest, bad, sizeof(bad)) != SMP_OK ||
+        snap_file_path(m->snap_dir, older, good, sizeof(good)) != SMP_OK)
+        return;
+    size_t used = strlen(err);
+    snprintf(err + used, errlen - used,
+             "; hint: the older snapshot %s (seq %llu) is there and the OpLog holds every record "
+             "after it (from seq %llu): moving %s aside (keep it) lets the master start from the "
+             "older snapshot plus the log; it does not fall back by itself",
+             good, (unsigned long long)older, (unsigned long long)first, bad);
+}
+
 /* The recovery proper; master_recover marks it running around this. */
 static int recover(master *m, char *err, size_t errlen)
 {
@@ -358,6 +382,7 @@ static int recover(master *m, char *err, size_t errlen)
         img = NULL;
     } else if (rc < 0) {
         snap_early_fini(&early); /* the load was joined (objs_early_fn) */
+        if (rc == SMP_EPROTO) hint_older_snapshot(m, err, errlen);
         return rc;
     }
     uint64_t last_seq = img ? snap_image_last_seq(img) : 0;

@@ -53,6 +53,11 @@ int oplog_truncate_before(oplog *log, uint64_t seq)
     return log->ops->truncate_before(log, seq);
 }
 
+uint64_t oplog_first_seq(const oplog *log)
+{
+    return log != NULL && log->ops->first_seq != NULL ? log->ops->first_seq(log) : 0;
+}
+
 void oplog_stats_get(const oplog *log, oplog_stats *out)
 {
     if (out == NULL)

@@ -111,6 +111,11 @@ uint64_t oplog_durable_seq(const oplog *log);
  * callback run by oplog_close. Must not overlap a running oplog_replay. */
 int oplog_truncate_before(oplog *log, uint64_t seq);
 
+/* The first sequence the log still holds (records below it were truncated
+ * away): replay from a snapshot at S needs first <= S + 1. 0 when the log
+ * is empty or its backend does not tell (the etcd one). */
+uint64_t oplog_first_seq(const oplog *log);
+
 /* Copy the counters into *out. */
 void oplog_stats_get(const oplog *log, oplog_stats *out);
 
@@ -139,6 +144,7 @@ typedef struct oplog_ops {
     int (*truncate_before)(oplog *log, uint64_t seq);
     void (*stats)(const oplog *log, oplog_stats *out);
     void (*close)(oplog *log);
+    uint64_t (*first_seq)(const oplog *log); /* NULL: the backend does not know */
 } oplog_ops;
 
 struct oplog {

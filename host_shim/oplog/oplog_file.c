@@ -951,6 +951,16 @@ static uint64_t file_durable_seq(const oplog *log)
     return ((const file_log *)log)->pipe.durable_seq;
 }
 
+/* The first sequence of the oldest segment (0: no segment). */
+static uint64_t file_first_seq(const oplog *log)
+{
+    file_log *fl = (file_log *)log;
+    pthread_mutex_lock(&fl->pipe.mu);
+    uint64_t first = fl->nsegs > 0 ? fl->segs[0] : 0;
+    pthread_mutex_unlock(&fl->pipe.mu);
+    return first;
+}
+
 static int file_truncate_before(oplog *log, uint64_t seq)
 {
     file_log *fl = (file_log *)log;
@@ -1001,6 +1011,7 @@ static const oplog_ops file_ops = {
     .truncate_before = file_truncate_before,
     .stats = file_stats,
     .close = file_close,
+    .first_seq = file_first_seq,
 };
 
 int oplog_file_open(uv_loop_t *loop,

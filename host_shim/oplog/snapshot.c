@@ -989,6 +989,24 @@ int snap_load_newest(const char *dir, snap_image **out, char *err, size_t errlen
     return snap_load_newest_early(dir, NULL, out, err, errlen);
 }
 
+int snap_newest_two(const char *dir, uint64_t *newest, uint64_t *older)
+{
+    snap_list l;
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) return SMP_EIO;
+    int rc = snap_scan(dfd, 0, &l);
+    close(dfd);
+    if (rc < 0) return rc;
+    *newest = *older = 0;
+    if (l.n > 0) {
+        qsort(l.seqs, l.n, sizeof(*l.seqs), snap_seq_desc);
+        *newest = l.seqs[0];
+        if (l.n > 1) *older = l.seqs[1];
+    }
+    free(l.seqs);
+    return l.n > 0 ? SMP_OK : SMP_ENOTFOUND;
+}
+
 int snap_load_newest_early(const char *dir, snap_early *early, snap_image **out, char *err,
                            size_t errlen)
 {

@@ -219,6 +219,11 @@ int snap_load_newest_early(const char *dir,
                            char *err,
                            size_t errlen);
 
+/* The sequences of dir's newest snapshot and of the one before it (0: none),
+ * from the names alone (nothing is read or removed). SMP_OK, SMP_ENOTFOUND
+ * (no snapshot), SMP_EIO, SMP_ENOMEM. */
+int snap_newest_two(const char *dir, uint64_t *newest, uint64_t *older);
+
 /* Load and validate one snapshot file, as above (the name is not required to
  * follow the snapshot-<seq>.snap pattern, and then its sequence is not
  * compared). SMP_ENOTFOUND if the file does not exist. */

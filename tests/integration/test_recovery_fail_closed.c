@@ -462,6 +462,95 @@ static void test_flipped_byte_in_snapshot_refuses_start_and_touches_nothing(void
     assert_int_equal(hx_stop(m), 0);
 }
 
+/* Flip a byte in the middle of the host's objects section of snapshot
+ * seq (its path into path). */
+static void flip_objects_byte(const hx_master *m, uint64_t seq, char *path, size_t cap)
+{
+    snapshot_path(m, seq, path, cap);
+    snap_image *img = load_snapshot(path);
+    const snap_section *objs = snap_image_section(img, "host_objects");
+    assert_non_null(objs);
+    size_t len = 0;
+    uint8_t *buf = read_whole(path, &len);
+    uint8_t *at = memmem(buf, len, objs->data, objs->len);
+    assert_non_null(at);
+    at[objs->len / 2] ^= 0x40;
+    snap_image_free(img);
+    write_whole(path, buf, len);
+    free(buf);
+}
+
+/* A damaged newest snapshot, an older one there and the OpLog holding every
+ * record after the older one: the refusal names the older snapshot and
+ * says the damaged one may be moved aside (the master does not fall back
+ * by itself: the start is refused, nothing changed); moved aside, the
+ * master starts from the older snapshot plus the log and serves every
+ * object -- those put before, between and after the two snapshots. */
+static void test_a_damaged_newest_snapshot_hints_at_the_older_one(void **state)
+{
+    hx_master *m = *state;
+    char path[1024], older[1024], aside[1100], want[2600];
+    assert_int_equal(hx_init(m, "snap-hint", NULL), 0);
+    assert_int_equal(hx_start(m, START_MS), 0);
+    kvc *c = hx_client(m);
+    put(c, "h/1", "before both", NULL);
+    kvc_close(c);
+    uint64_t first = take_snapshot(m);
+    c = hx_client(m);
+    put(c, "h/2", "between them", NULL);
+    kvc_close(c);
+    uint64_t second = take_snapshot(m);
+    c = hx_client(m);
+    put(c, "h/3", "after both", NULL);
+    kvc_close(c);
+    assert_int_equal(hx_stop(m), 0);
+
+    flip_objects_byte(m, second, path, sizeof(path));
+    snapshot_path(m, first, older, sizeof(older));
+    snprintf(want, sizeof(want), "hint: the older snapshot %s (seq %llu) is there and the OpLog holds "
+             "every record after it (from seq 1): moving %s aside (keep it) lets the master start "
+             "from the older snapshot plus the log; it does not fall back by itself",
+             older, (unsigned long long)first, path);
+    assert_true(hx_start_refused(m, START_MS, "section 'host_objects' checksum mismatch", want, NULL));
+
+    snprintf(aside, sizeof(aside), "%s/damaged.snap", m->dir);
+    assert_int_equal(rename(path, aside), 0);
+    assert_int_equal(hx_start(m, START_MS), 0);
+    c = hx_client(m);
+    assert_object(c, "h/1", "before both");
+    assert_object(c, "h/2", "between them");
+    assert_object(c, "h/3", "after both");
+    kvc_close(c);
+    assert_int_equal(hx_stop(m), 0);
+}
+
+/* ... but when the OpLog no longer holds the records after the older
+ * snapshot (its segments were dropped once the newer one was durable),
+ * starting from the older one would lose them: no hint, the refusal as
+ * before. */
+static void test_no_hint_when_the_log_does_not_cover_the_older_snapshot(void **state)
+{
+    hx_master *m = *state;
+    char path[1024], key[32];
+    assert_int_equal(hx_init(m, "snap-nohint", "oplog:\n  segment_bytes: 4096\n  preallocate: false\n"), 0);
+    assert_int_equal(hx_start(m, START_MS), 0);
+    kvc *c = hx_client(m);
+    put(c, "n/0", "before both", NULL);
+    kvc_close(c);
+    take_snapshot(m);
+    c = hx_client(m);
+    for (int i = 1; i <= 200; i++) { /* several 4 KiB segments */
+        snprintf(key, sizeof(key), "n/%d", i);
+        put(c, key, "between them, a record of some length to roll segments", NULL);
+    }
+    kvc_close(c);
+    uint64_t second = take_snapshot(m); /* drops the segments below it */
+    assert_int_equal(hx_stop(m), 0);
+
+    flip_objects_byte(m, second, path, sizeof(path));
+    assert_true(hx_start_refused(m, START_MS, "section 'host_objects' checksum mismatch", NULL, "hint:"));
+}
+
 /* -- records and sections of a disabled plugin ---------------------------------- */
 
 /* Records of the carried-records section: (seq, type) pairs, *n of them. */
@@ -670,6 +759,10 @@ int main(void)
             test_record_cut_mid_payload_is_cut_and_intact_objects_served, setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_flipped_byte_in_snapshot_refuses_start_and_touches_nothing, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_damaged_newest_snapshot_hints_at_the_older_one, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_no_hint_when_the_log_does_not_cover_the_older_snapshot,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_records_of_a_disabled_plugin_are_carried_then_replayed, setup, teardown),
         cmocka_unit_test_setup_teardown(
