@@ -147,9 +147,6 @@ typedef struct master {
     master_busy_key *persisting; /* keys with a cold file being written and recorded */
     master_fresh_cold *fresh_cold; /* cold files written and read back in the last minute */
     uint64_t release_checks[MASTER_RELEASE_CHECK_RESULTS]; /* by master_release_check_result */
-    /* Lines naming a cold file a node reported unreadable that is no
-     * replica's (any client can name one to a node): a few a minute. */
-    log_limit cold_fault_log;
     master_scrub *scrub;         /* freed ranges being zeroed, put starts waiting on them */
     master_node_wait *node_wait; /* calls waiting for a node to register */
 
@@ -651,8 +648,7 @@ void master_replicas_free(master *m);
  * so by a client's read: each replica of node naming one is durably
  * dropped (replica-lost goes to the plugins, which see the object
  * unreadable there and repair it from another replica if one exists). A
- * name no replica names is logged (a few a minute: MASTER_COLD_FAULT_LOG_BURST), a failure
- * always; nothing is answered. */
+ * name no replica names, or a failure, is logged; nothing is answered. */
 void master_cold_corrupt(master *m, const char *node, char *const *names, size_t n);
 
 /* -- master_reclaim.c ------------------------------------------------------------ */

@@ -515,9 +515,6 @@ int master_release_memory(void *ctx, const char *key, smp_done_cb cb, void *arg)
     return rc;
 }
 
-/* Lines a minute on cold files reported unreadable that are no replica's. */
-#define MASTER_COLD_FAULT_LOG_BURST 5
-
 /* -- cold files found corrupt (or missing) by a read ------------------------------------------ */
 
 typedef struct corrupt_scan {
@@ -539,7 +536,6 @@ static int note_corrupt_owner(void *arg, const char *key, const obj_replica *rep
 void master_cold_corrupt(master *m, const char *node, char *const *names, size_t n)
 {
     corrupt_scan cs = {names, n, NULL};
-    uint64_t left_out = 0;
     if (n == 0) return;
     if ((cs.keys = calloc(n, sizeof(*cs.keys))) == NULL ||
         obj_visit_replicas(master_objs(m), node, note_corrupt_owner, &cs) < 0) {
@@ -547,17 +543,12 @@ void master_cold_corrupt(master *m, const char *node, char *const *names, size_t
                 "finding their replicas (the next read reports them again)\n", node, n);
         goto cleanup;
     }
-    if (m->cold_fault_log.burst == 0)
-        m->cold_fault_log = (log_limit){.burst = MASTER_COLD_FAULT_LOG_BURST, .window_ms = 60000};
     for (size_t i = 0; i < n; i++) {
         if (cs.keys[i] == NULL) {
-            /* a replica dropped meanwhile, or a name a client made up */
-            if (log_limit_admit(&m->cold_fault_log, master_now_ms(), &left_out))
-                fprintf(stderr, "store_master: node %s: cold file %s, found corrupt or missing by "
-                        "a read, is no replica's: nothing to drop\n", node, names[i]);
-            if (left_out > 0)
-                fprintf(stderr, "store_master: %llu more lines on cold files no replica names were "
-                        "left out\n", (unsigned long long)left_out);
+            /* a replica dropped meanwhile (a node serves a read of a
+               name only with the master's ticket for it) */
+            fprintf(stderr, "store_master: node %s: cold file %s, found corrupt or missing by a "
+                    "read, is no replica's: nothing to drop\n", node, names[i]);
             continue;
         }
         obj_replica bad = {.kind = SMP_REPLICA_COLD, .node = node, .path = names[i]};
