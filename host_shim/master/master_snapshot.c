@@ -291,7 +291,8 @@ static void say_failed(master *m)
 {
     uint64_t left_out = 0;
     log_limit *l = &m->snapshot_fail_log;
-    if (l->burst == 0) *l = (log_limit){.burst = SNAPSHOT_FAIL_LOG_BURST, .window_ms = SNAPSHOT_FAIL_LOG_WINDOW_MS};
+    if (l->burst == 0)
+        *l = (log_limit){.burst = SNAPSHOT_FAIL_LOG_BURST, .window_ms = SNAPSHOT_FAIL_LOG_WINDOW_MS};
     int say = log_limit_admit(l, master_now_ms(), &left_out);
     if (left_out > 0)
         fprintf(stderr, "store_master: %llu more failed snapshots were not logged\n",

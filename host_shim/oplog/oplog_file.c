@@ -753,8 +753,9 @@ log_failure:
     pthread_mutex_lock(&fl->pipe.mu);
     seg_path(fl, fl->segs[fl->nsegs - 1], path, sizeof(path));
     if (fl->pipe.failed_why[0] == '\0')
-        snprintf(fl->pipe.failed_why, sizeof(fl->pipe.failed_why), "%s failed at seq %" PRIu64 " (%s) in %.200s",
-                 what, batch->head->seq, strerror(-rc), path);
+        snprintf(fl->pipe.failed_why, sizeof(fl->pipe.failed_why),
+                 "%s failed at seq %" PRIu64 " (%s) in %.200s", what, batch->head->seq, strerror(-rc),
+                 path);
     pthread_mutex_unlock(&fl->pipe.mu);
     log_line(fl, "oplog: %s: %s failed at seq %" PRIu64 " (%s): the log is "
              "read-only now", path, what, batch->head->seq, strerror(-rc));

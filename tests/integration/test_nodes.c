@@ -1183,7 +1183,8 @@ static void test_fsck_reports_and_repair_drops_a_cold_replica_without_its_file(v
     assert_int_equal(kvc_get(f->c, cold_only, &o), SMP_EAGAIN);
     assert_true(lost_events(&f->m, both) + lost_events(&f->m, cold_only) >= lost_before + 2);
     assert_int_equal(wx_weightctl(&f->m, out, 1 << 16, "--json fsck"), 1); /* one object without a replica */
-    if (!hx_says(out, "\"corrupt_replicas\":0,\"objects_without_replica\":1,")) fail_msg("fsck after: %s", out);
+    if (!hx_says(out, "\"corrupt_replicas\":0,\"objects_without_replica\":1,"))
+        fail_msg("fsck after: %s", out);
     free(out);
 }
 
@@ -1240,7 +1241,8 @@ static void test_node_start_removes_stale_temporaries_in_one_line(void **state)
     char path[700], fresh[700], want[700];
     hx_node_kill(&f->a);
     assert_int_equal(hx_wait_nodes(&f->m, 1, 10000), 0);
-    for (int i = 1; i <= 3; i++) tmp_cold_file(f->a.cold_dir, i, 1000u * (unsigned)i, 120, path, sizeof(path));
+    for (int i = 1; i <= 3; i++)
+        tmp_cold_file(f->a.cold_dir, i, 1000u * (unsigned)i, 120, path, sizeof(path));
     tmp_cold_file(f->a.cold_dir, 4, 500, 0, fresh, sizeof(fresh));
     assert_int_equal(hx_node_start(&f->m, &f->a, "node-a", SEGMENT), 0);
     assert_int_equal(hx_wait_nodes(&f->m, 2, 10000), 0);

@@ -432,7 +432,8 @@ static void test_a_cold_file_a_read_finds_corrupt_is_dropped(void **state)
     int exists = 1;
     CHECK(s, weight_is_exist(s, &bad, &exists));
     assert_int_equal(exists, 0);
-    if (!hx_log_contains(&f->m, "found corrupt or missing by a read (the node's log says which): its replica is dropped")) {
+    if (!hx_log_contains(&f->m, "found corrupt or missing by a read (the node's log says which): "
+                                "its replica is dropped")) {
         hx_print_log(&f->m);
         fail_msg("the master did not say it dropped the replica of %s", name);
     }
@@ -500,7 +501,8 @@ static void test_data_rot_a_reader_meets_is_checked_and_dropped(void **state)
     rot_data(path);
     snprintf(arg, sizeof(arg), "--tenant acme get llm/rot/v3@1 --out %s/out-a", f->m.dir);
     assert_reader_reports_rot(f, s, &a, name, path, arg, "do not match the manifest's checksum");
-    if (!hx_log_contains(&f->m, "found corrupt or missing by a read (the node's log says which): its replica is dropped")) {
+    if (!hx_log_contains(&f->m, "found corrupt or missing by a read (the node's log says which): "
+                                "its replica is dropped")) {
         hx_print_log(&f->m);
         fail_msg("the master did not say it dropped the replica of %s", name);
     }
