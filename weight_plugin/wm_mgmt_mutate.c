@@ -33,6 +33,16 @@ static int wm_policy_moves(const wm_revision *rev, const wm_policy *pol)
            (pol->preferred == WM_RES_MIXED && pol->mixed_hot_ratio != rev->policy.mixed_hot_ratio);
 }
 
+/* 1 when the new policy names another preferred residency (or, for MIXED,
+ * another ratio) than the revision's, whatever its mode: an operation
+ * active on the revision ends at its own target, so a new preferred
+ * residency accepted meanwhile would never be converged to. */
+static int wm_policy_retargets(const wm_revision *rev, const wm_policy *pol)
+{
+    return pol->preferred != rev->policy.preferred ||
+           (pol->preferred == WM_RES_MIXED && pol->mixed_hot_ratio != rev->policy.mixed_hot_ratio);
+}
+
 /* 1 when the new policy moves a READY revision that is not already there:
  * the update then starts converging toward it (wm_rpc_update_policy). */
 static int wm_policy_converges(const wm_revision *rev, const wm_policy *pol)
@@ -54,8 +64,11 @@ static int wm_policy_moves_degraded(const wm_revision *rev, const wm_policy *pol
  * current value). Allowed while IMPORTING, READY or DEGRADED. A new
  * preferred residency of a READY AUTO or MANUAL revision starts converging
  * toward it: the record carries a MIGRATING operation toward it, as
- * weight_migrate would (wm_policy_converges); while another operation is
- * active that is BUSY, nothing changed. (An IMPORTING revision converges
+ * weight_migrate would (wm_policy_converges). While an operation is active,
+ * any new preferred residency (or MIXED ratio) is BUSY naming the operation,
+ * nothing changed -- even one the revision seems to have already, as its
+ * residency moves with the operation (wm_policy_retargets); a change of
+ * mode alone is taken. (An IMPORTING revision converges
  * at its commit anyway; a DEGRADED one goes there once its members are
  * readable again: wm_policy_moves_degraded.) */
 int wm_rpc_update_policy(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t len)
@@ -93,13 +106,22 @@ int wm_rpc_update_policy(void *plugin, smp_rpc_call *call, const uint8_t *body, 
     if (!wm_check_idle(p, call, rev)) goto free_req;
     int converge = wm_policy_converges(rev, &pol);
     int moves_degraded = wm_policy_moves_degraded(rev, &pol);
-    if ((converge || moves_degraded) && rev->operation_id != 0) {
-        /* A DEGRADED revision's operation would take it to its own target
-         * when its members return, and the new residency would be lost. */
+    if (rev->operation_id != 0 && wm_policy_retargets(rev, &pol)) {
+        /* The operation ends at its own target (a DEGRADED revision's when
+         * its members return): the new residency would be recorded and
+         * then never converged to, whether or not the revision already
+         * looks like it (its residency moves with the operation). */
+        const wm_operation *op = wm_store_operation(p->store, rev->operation_id);
+        char what[64] = "";
+        if (op != NULL && op->kind == WM_OPK_MIGRATING)
+            snprintf(what, sizeof(what), " (%s to %s)", wm_op_kind_name((int)op->kind),
+                     wm_residency_name((int)op->target));
+        else if (op != NULL)
+            snprintf(what, sizeof(what), " (%s)", wm_op_kind_name((int)op->kind));
         wm_reply_error(p, call, WM_EBUSY,
-                       "revision %s has active operation %" PRIu64 "; a new preferred residency "
-                       "starts a migration, so retry once it has ended",
-                       rev->group_key, rev->operation_id);
+                       "revision %s has active operation %" PRIu64 "%s; a new preferred residency "
+                       "would not be converged to once it ends, so retry then; nothing was changed",
+                       rev->group_key, rev->operation_id, what);
         goto free_req;
     }
     wm_txn *t = wm_txn_next(p, call, rev);

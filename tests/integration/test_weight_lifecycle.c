@@ -12,7 +12,8 @@
  * keeps the revision READY and the operation retrying until the disk is usable
  * again; a killed node makes a revision DEGRADED and its return makes it
  * READY; a migration whose revision lost its only replicas ends FAILED (the
- * revision DEGRADED, removable); SIGKILL of the master in the middle of a migration, of a deletion and
+ * revision DEGRADED, removable); a new preferred residency while an
+ * operation runs is BUSY, nothing changed; SIGKILL of the master in the middle of a migration, of a deletion and
  * of an import; AUTO demotion under memory pressure, least recently used
  * first (renewals and releases count, and survive a SIGKILL). Rounds are small (2 members) and ticks fast (50 ms) so large
  * operations take several rounds. */
@@ -825,6 +826,74 @@ static void test_a_degraded_revision_with_an_operation_refuses_a_new_residency(v
     hx_node_kill(&a); /* SIGKILL ends a stopped process too */
 }
 
+/* Update the policy of id at its current generation (retried while another
+ * mutation of it is being made durable); 0 or the refusal's status. */
+static int update_policy_now(wr_fixture *f, const Wmrpc__WeightIdentity *id, int preferred, int mode)
+{
+    int st = WR_E_BUSY;
+    for (int i = 0; i < 200; i++) {
+        st = wr_update_policy(f, id, preferred, mode, generation_of(f, id), NULL);
+        if (!(st == WR_E_STALE_GENERATION ||
+              (st == WR_E_BUSY && strstr(f->last_error, "being made durable") != NULL)))
+            break;
+        sleep_ms(20);
+    }
+    return st;
+}
+
+/* A new preferred residency while an operation is active is BUSY naming the
+ * operation (id, kind, target), nothing changed -- also when the revision
+ * already shows that residency: a revision preferring COLD, now HOT, with a
+ * migration to COLD held RUNNING by a lease, refuses preferred HOT (it was
+ * taken, and the migration then left it COLD with preferred HOT for ever;
+ * trial). A change of mode alone is taken; once the operation ended the
+ * same update is accepted and converged to. */
+static void test_a_new_residency_during_an_operation_is_busy(void **state)
+{
+    wr_fixture *f = *state;
+    start_lc(f, "wl-polbusy", 2, NULL);
+    Wmrpc__WeightIdentity id;
+    wr_set_identity(&id, "t1", "polbusy", "r", 1);
+    wr_upload u = {.per_unit = 1};
+    sizes_fill(&u, 3, 700);
+    wmrpc__metadata_response__free_unpacked(wr_publish(f, &id, WR_RS_COLD, WR_MODE_MANUAL, &u), NULL);
+    wmrpc__metadata_response__free_unpacked(wait_state(f, &id, WR_AV_READY, WR_RS_COLD), NULL);
+    wmrpc__metadata_response__free_unpacked(migrate_and_wait(f, &id, WR_RS_HOT), NULL);
+
+    uint64_t lease = acquire_lease(f, &id);
+    Wmrpc__MetadataResponse *r = NULL;
+    assert_int_equal(wr_migrate(f, &id, WR_RS_COLD, generation_of(f, &id), &r), 0);
+    uint64_t op_id = r->metadata->operation_id;
+    wmrpc__metadata_response__free_unpacked(r, NULL);
+    wait_cold_copies(f, &u); /* the lease now holds the operation RUNNING */
+
+    uint64_t gen = generation_of(f, &id);
+    assert_int_equal(wr_update_policy(f, &id, WR_RS_HOT, WR_MODE_MANUAL, gen, NULL), WR_E_BUSY);
+    char want[64];
+    snprintf(want, sizeof(want), "active operation %llu (MIGRATING to COLD)", (unsigned long long)op_id);
+    if (strstr(f->last_error, want) == NULL || strstr(f->last_error, "nothing was changed") == NULL)
+        fail_msg("refused with: %s", f->last_error);
+    assert_int_equal(wr_update_policy(f, &id, WR_RS_MIXED, WR_MODE_MANUAL, gen, NULL), WR_E_BUSY);
+    r = wr_get_md(f, &id);
+    assert_int_equal(r->metadata->metadata_generation, gen);
+    assert_int_equal(r->metadata->policy->preferred_residency, WR_RS_COLD);
+    assert_int_equal(r->metadata->operation_id, op_id);
+    wmrpc__metadata_response__free_unpacked(r, NULL);
+    assert_int_equal(update_policy_now(f, &id, WR_RS_COLD, WR_MODE_AUTO), 0); /* mode only */
+
+    release_lease(f, &id, lease);
+    Wmrpc__OperationResponse *op = wr_wait_op(f, op_id, WAIT_MS);
+    assert_int_equal(op->operation->state, 2);
+    wmrpc__operation_response__free_unpacked(op, NULL);
+    r = wait_state(f, &id, WR_AV_READY, WR_RS_COLD);
+    assert_int_equal(r->metadata->policy->preferred_residency, WR_RS_COLD);
+    assert_int_equal(r->metadata->policy->migration_mode, WR_MODE_AUTO);
+    wmrpc__metadata_response__free_unpacked(r, NULL);
+    assert_int_equal(update_policy_now(f, &id, WR_RS_HOT, WR_MODE_MANUAL), 0);
+    wmrpc__metadata_response__free_unpacked(wait_state(f, &id, WR_AV_READY, WR_RS_HOT), NULL);
+    check_replicas(f, &u, WR_RS_HOT);
+}
+
 static void restart_master(wr_fixture *f)
 {
     wr_disconnect(f);
@@ -1140,6 +1209,7 @@ static void test_auto_demotes_the_least_recently_used(void **state)
 
 int main(void)
 {
+    if (getenv("WL_TEST") != NULL) cmocka_set_test_filter(getenv("WL_TEST")); /* one test by name */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_publish_converges_to_preferred, wr_setup, wr_teardown),
         cmocka_unit_test_setup_teardown(test_every_explicit_path, wr_setup, wr_teardown),
@@ -1155,6 +1225,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_a_degraded_revision_follows_a_new_policy, wr_setup, wr_teardown),
         cmocka_unit_test_setup_teardown(test_a_degraded_revision_with_an_operation_refuses_a_new_residency,
                                         wr_setup, wr_teardown),
+        cmocka_unit_test_setup_teardown(test_a_new_residency_during_an_operation_is_busy, wr_setup,
+                                        wr_teardown),
         cmocka_unit_test_setup_teardown(test_master_killed_mid_migration_and_deletion, wr_setup, wr_teardown),
         cmocka_unit_test_setup_teardown(test_restart_waits_for_the_nodes, wr_setup, wr_teardown),
         cmocka_unit_test_setup_teardown(test_master_killed_during_import_never_publishes, wr_setup,
