@@ -26,8 +26,9 @@
  *     under memory pressure, back toward preferred after it).
  * Every completed batch persists the operation's cursor and progress in a
  * type-8 record that repeats the revision's generation; an operation ends in
- * one record that carries it SUCCEEDED and clears the revision's
- * operation_id. Nothing here trusts remembered progress alone: members are
+ * one record that carries it SUCCEEDED (or FAILED: a migration or repair
+ * whose batches failed repair_max_attempts times, wm_job_give_up) and
+ * clears the revision's operation_id. Nothing here trusts remembered progress alone: members are
  * re-read with object_get before each step and before completion, so after a
  * restart or failover the same operation resumes from its cursor and whatever
  * the replicas really are decides what is left. The working state (jobs,
@@ -432,28 +433,49 @@ int wm_submit_availability(wm_plugin *p, const wm_revision *rev, wm_availability
 /* Migration                                                                 */
 /* ------------------------------------------------------------------------ */
 
-/* A repair whose batches failed repair_max_attempts times ends FAILED with
- * the last error, the revision's availability unchanged (READY while its
- * data is readable, DEGRADED when it was); wm_repair_gave_up keeps the tick
- * from starting the same repair again by itself. */
-static void wm_repair_give_up(wm_plugin *p, wm_job *j, const wm_revision *rev)
+/* A repair or a migration whose batches failed repair_max_attempts times
+ * ends FAILED with the last error. The revision keeps its availability
+ * (READY while its data is readable, DEGRADED when it was); a migration's
+ * revision records the residency its replicas have now (no replica is
+ * dropped: a member moving to COLD releases its memory only once its cold
+ * copy is verified), so a removal or another migration is accepted again.
+ * wm_repair_gave_up keeps the tick from starting the same repair again by
+ * itself. */
+static void wm_job_give_up(wm_plugin *p, wm_job *j, const wm_revision *rev)
 {
     if (wm_pending_metadata(p, rev->group_key)) return;
+    int repair = j->op.kind == WM_OPK_REPAIRING;
+    wm_revision next = *rev;
+    if (!repair && rev->availability == WM_AVAIL_READY) {
+        wm_observation ob;
+        if (wm_repair_observe(p, rev, &ob) < 0) {
+            j->not_before_ms = p->api->now_ms(p->host) + WM_RETRY_MAX_MS;
+            return;
+        }
+        if (ob.availability != WM_AVAIL_READY) return; /* wm_migration_check makes it DEGRADED */
+        next.residency = ob.residency;
+        next.observed_hot_ratio = ob.observed_hot_ratio;
+    }
     static const char prefix[] = "gave up after ";
     char last[WM_ERROR_TEXT_MAX + 1];
     snprintf(last, sizeof(last), "%s", j->op.error);
     if (strncmp(last, prefix, sizeof(prefix) - 1) != 0) /* not when ending again */
         snprintf(j->op.error, sizeof(j->op.error), "%s%" PRIu32 " attempts (repair_max_attempts): %.190s",
                  prefix, j->op.attempts, last);
-    wm_revision next = *rev;
     wm_job_end(p, j, rev, &next, WM_OPS_FAILED);
     if (!j->final_sent) {
         snprintf(j->op.error, sizeof(j->op.error), "%s", last); /* tried again next round */
         return;
     }
-    j->gave_up = 1;
-    p->api->log(p->host, SMP_LOG_WARN, "repair %" PRIu64 " of %s %s; the revision stays %s",
-                j->op_id, rev->group_key, j->op.error, wm_availability_name((int)rev->availability));
+    j->gave_up = repair;
+    if (repair)
+        p->api->log(p->host, SMP_LOG_WARN, "repair %" PRIu64 " of %s %s; the revision stays %s",
+                    j->op_id, rev->group_key, j->op.error, wm_availability_name((int)rev->availability));
+    else
+        p->api->log(p->host, SMP_LOG_WARN,
+                    "migration %" PRIu64 " of %s to %s %s; the revision stays %s %s", j->op_id,
+                    rev->group_key, wm_residency_name((int)j->op.target), j->op.error,
+                    wm_availability_name((int)next.availability), wm_residency_name((int)next.residency));
 }
 
 /* Build the plan: every payload in affinity order, with its goal. */
@@ -1083,8 +1105,9 @@ static int wm_run_operations(wm_plugin *p, wm_lc *lc, const smp_tick_budget *bud
             wm_job_write_progress(p, j, rev);
             continue;
         }
-        if (op->kind == WM_OPK_REPAIRING && j->op.attempts >= wm_repair_max_attempts(p)) {
-            wm_repair_give_up(p, j, rev);
+        if ((op->kind == WM_OPK_REPAIRING || op->kind == WM_OPK_MIGRATING) &&
+            j->op.attempts >= wm_repair_max_attempts(p)) {
+            wm_job_give_up(p, j, rev);
             continue;
         }
         uint64_t mleft = used_members < max_members ? max_members - used_members : 0;

@@ -366,7 +366,8 @@ void wm_repair_release(wm_plugin *p);
 #define WM_REPAIR_MAX_ATTEMPTS_LIMIT 1000u
 
 /* The plugin key repair_max_attempts: how many failed batches a REPAIRING
- * operation retries (with wm_backoff between them) before it ends FAILED.
+ * or MIGRATING operation retries (with wm_backoff between them) before it
+ * ends FAILED (weight_lifecycle.c: wm_job_give_up).
  * 1 .. WM_REPAIR_MAX_ATTEMPTS_LIMIT; outside that, the default. */
 uint32_t wm_repair_max_attempts(wm_plugin *p);
 

@@ -10,7 +10,8 @@
  * keeps memory replicas during a migration to COLD and blocks removal; removal
  * runs to a queryable tombstone with an empty group; a cold write that fails
  * keeps the revision READY and the operation retrying until the disk is usable
- * again; a killed node makes a revision DEGRADED and its return makes it
+ * again, and ends FAILED after repair_max_attempts (the revision READY at
+ * the residency its replicas have, removable); a killed node makes a revision DEGRADED and its return makes it
  * READY; a migration whose revision lost its only replicas ends FAILED (the
  * revision DEGRADED, removable); a new preferred residency while an
  * operation runs is BUSY, nothing changed; SIGKILL of the master in the middle of a migration, of a deletion and
@@ -438,6 +439,30 @@ static void test_remove_runs_to_tombstone(void **state)
     assert_int_equal(mem, -1);
 }
 
+/* Make the cold write of payload i of u fail: a directory (holding a file,
+ * in path and inner) sits where the node must rename its verified cold
+ * file. key gets the payload's key. */
+static void block_cold_file(wr_fixture *f, const wr_upload *u, size_t i, char key[1200], char path[1600],
+                            char inner[1700])
+{
+    /* The bytes of payload i as put_some wrote them, and its cold name. */
+    char name[COLD_NAME_MAX];
+    unsigned char sha[32];
+    unsigned char *data = malloc(u->sizes[i]);
+    assert_non_null(data);
+    for (uint64_t b = 0; b < u->sizes[i]; b++) data[b] = (unsigned char)(i * 31 + b);
+    hx_sha256(data, u->sizes[i], sha);
+    free(data);
+    wr_payload_key(u, i, key, 1200);
+    assert_int_equal(cold_name_for(key, sha, name), 0);
+    snprintf(path, 1600, "%s/cold/%s", f->m.dir, name);
+    snprintf(inner, 1700, "%s/blocker", path);
+    assert_int_equal(mkdir(path, 0700), 0);
+    FILE *bf = fopen(inner, "w");
+    assert_non_null(bf);
+    fclose(bf);
+}
+
 /* A cold write that fails (a directory sits where the node must rename the
  * verified cold file of payload 1) leaves the READY revision readable and
  * the operation RUNNING with the error and growing attempts; once the
@@ -453,21 +478,8 @@ static void test_cold_write_failure_retries(void **state)
     Wmrpc__MetadataResponse *r = wr_publish(f, &id, WR_RS_HOT, WR_MODE_MANUAL, &u);
     wmrpc__metadata_response__free_unpacked(r, NULL);
 
-    /* The bytes of payload 1 as put_some wrote them, and its cold name. */
-    char key[1200], name[COLD_NAME_MAX], path[1600], inner[1700];
-    unsigned char sha[32];
-    unsigned char *data = malloc(u.sizes[1]);
-    for (uint64_t b = 0; b < u.sizes[1]; b++) data[b] = (unsigned char)(1 * 31 + b);
-    hx_sha256(data, u.sizes[1], sha);
-    free(data);
-    wr_payload_key(&u, 1, key, sizeof(key));
-    assert_int_equal(cold_name_for(key, sha, name), 0);
-    snprintf(path, sizeof(path), "%s/cold/%s", f->m.dir, name);
-    snprintf(inner, sizeof(inner), "%s/blocker", path);
-    assert_int_equal(mkdir(path, 0700), 0);
-    FILE *bf = fopen(inner, "w");
-    assert_non_null(bf);
-    fclose(bf);
+    char key[1200], path[1600], inner[1700];
+    block_cold_file(f, &u, 1, key, path, inner);
 
     r = NULL;
     assert_int_equal(wr_migrate(f, &id, WR_RS_COLD, generation_of(f, &id), &r), 0);
@@ -510,6 +522,83 @@ static void test_cold_write_failure_retries(void **state)
     r = wait_state(f, &id, WR_AV_READY, WR_RS_COLD);
     wmrpc__metadata_response__free_unpacked(r, NULL);
     check_replicas(f, &u, WR_RS_COLD);
+}
+
+/* The lines of the master's log holding both a and b. */
+static int log_lines(wr_fixture *f, const char *a, const char *b)
+{
+    char *line = NULL;
+    size_t cap = 0;
+    int n = 0;
+    FILE *lf = fopen(f->m.log, "r");
+    assert_non_null(lf);
+    while (getline(&line, &cap, lf) > 0) n += strstr(line, a) != NULL && strstr(line, b) != NULL;
+    free(line);
+    fclose(lf);
+    return n;
+}
+
+/* A migration to COLD whose cold write keeps failing ends FAILED after
+ * repair_max_attempts (3 here) failed batches, with the last error: the
+ * revision stays READY with no operation at the residency its replicas
+ * have (payload 0 went COLD, payload 1 kept its memory: MIXED) and nothing
+ * dropped; another migration and then the removal are accepted (it retried
+ * for ever and held the revision BUSY; trial). */
+static void test_failing_migration_gives_up(void **state)
+{
+    wr_fixture *f = *state;
+    start_lc(f, "wl-giveup", 2, "      repair_max_attempts: 3\n");
+    Wmrpc__WeightIdentity id;
+    wr_set_identity(&id, "t1", "giveup", "disk", 1);
+    wr_upload u = {.per_unit = 1};
+    sizes_fill(&u, 3, 700);
+    wmrpc__metadata_response__free_unpacked(wr_publish(f, &id, WR_RS_HOT, WR_MODE_MANUAL, &u), NULL);
+    char key[1200], path[1600], inner[1700];
+    block_cold_file(f, &u, 1, key, path, inner);
+
+    Wmrpc__MetadataResponse *r = NULL;
+    assert_int_equal(wr_migrate(f, &id, WR_RS_COLD, generation_of(f, &id), &r), 0);
+    const uint64_t mig_id = r->metadata->operation_id;
+    wmrpc__metadata_response__free_unpacked(r, NULL);
+    Wmrpc__OperationResponse *op = wr_wait_op(f, mig_id, WAIT_MS);
+    assert_int_equal(op->operation->state, 3); /* FAILED */
+    assert_int_equal(op->operation->attempts, 3);
+    if (strstr(op->operation->error, "gave up after 3 attempts (repair_max_attempts)") == NULL ||
+        strstr(op->operation->error, "cold replica") == NULL)
+        fail_msg("ended with: %s", op->operation->error);
+    wmrpc__operation_response__free_unpacked(op, NULL);
+    r = wait_state(f, &id, WR_AV_READY, WR_RS_MIXED);
+    assert_true(r->metadata->observed_hot_ratio > 0.0 && r->metadata->observed_hot_ratio < 1.0);
+    wmrpc__metadata_response__free_unpacked(r, NULL);
+    assert_int_equal(wr_is_exist(f, &id), 1);
+    check_replicas(f, &u, WR_RS_MIXED); /* every payload readable, the manifest in memory */
+    int mem, cold, hot = 0;
+    for (size_t i = 0; i < u.n; i++) {
+        wr_payload_key(&u, i, key, sizeof(key));
+        replicas(f, key, &mem, &cold);
+        if (i == 1) assert_true(mem > 0 && cold == 0); /* its cold write never succeeded */
+        hot += mem > 0 && cold == 0;
+    }
+    assert_true(hot < 3); /* another payload went COLD: the residency is MIXED */
+
+    wmrpc__metadata_response__free_unpacked(migrate_and_wait(f, &id, WR_RS_HOT), NULL);
+    check_replicas(f, &u, WR_RS_HOT);
+    r = NULL;
+    assert_int_equal(wr_ident_call(f, WMRPC__WEIGHT_METHOD__WEIGHT_REMOVE, &id, generation_of(f, &id), &r), 0);
+    uint64_t op_id = r->metadata->operation_id;
+    wmrpc__metadata_response__free_unpacked(r, NULL);
+    op = wr_wait_op(f, op_id, WAIT_MS);
+    assert_int_equal(op->operation->state, 2);
+    wmrpc__operation_response__free_unpacked(op, NULL);
+    wmrpc__metadata_response__free_unpacked(wait_state(f, &id, WR_AV_DELETED, WR_RS_ABSENT), NULL);
+    /* One line per failed attempt, one for the end, none after it. */
+    char want[128];
+    snprintf(want, sizeof(want), "operation %llu on ", (unsigned long long)mig_id);
+    assert_int_equal(log_lines(f, want, "(attempt "), 3);
+    snprintf(want, sizeof(want), "migration %llu of ", (unsigned long long)mig_id);
+    assert_int_equal(log_lines(f, want, "gave up after 3 attempts"), 1);
+    assert_int_equal(unlink(inner), 0);
+    assert_int_equal(rmdir(path), 0);
 }
 
 /* A master with the weight plugin and no embedded node (the test starts its
@@ -1217,6 +1306,7 @@ int main(void)
                                         wr_teardown),
         cmocka_unit_test_setup_teardown(test_remove_runs_to_tombstone, wr_setup, wr_teardown),
         cmocka_unit_test_setup_teardown(test_cold_write_failure_retries, wr_setup, wr_teardown),
+        cmocka_unit_test_setup_teardown(test_failing_migration_gives_up, wr_setup, wr_teardown),
         cmocka_unit_test_setup_teardown(test_killed_node_degrades_then_recovers, wr_setup, wr_teardown),
         cmocka_unit_test_setup_teardown(test_migration_of_a_revision_that_lost_its_memory_fails, wr_setup,
                                         wr_teardown),
