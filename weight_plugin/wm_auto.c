@@ -8,7 +8,8 @@
  * (WM_PRESSURE_HYSTERESIS under it), the AUTO revision accessed last whose
  * promotion keeps usage below that mark goes back toward its preferred
  * residency. Eligible: READY, no operation, no lease, nothing in flight,
- * its cooldown (weight_migration_cooldown_ms) over. The operation is an
+ * its cooldown (weight_migration_cooldown_ms) over -- the cooldown holds a
+ * promotion on access too (wm_mgmt_lease.c). The operation is an
  * ordinary MIGRATING one, executed by weight_lifecycle.c; what is kept
  * here (the pressure seen, the operation in flight) lives in memory only
  * and is rebuilt from events and the store. */
@@ -65,15 +66,15 @@ static void wm_auto_applied(wm_plugin *p, void *arg, int status)
     else a->op = 0;
 }
 
-static uint64_t wm_cluster_u64(wm_plugin *p, const char *key, uint64_t dflt)
+uint64_t wm_migration_cooldown_ms(wm_plugin *p)
 {
     smp_config_value v;
     memset(&v, 0, sizeof(v));
     v.struct_size = sizeof(v);
     if (p->api->config_get == NULL ||
-        p->api->config_get(p->host, SMP_CONFIG_CLUSTER, key, &v) < 0 || v.type != SMP_CONFIG_INT ||
-        v.i < 0)
-        return dflt;
+        p->api->config_get(p->host, SMP_CONFIG_CLUSTER, "weight_migration_cooldown_ms", &v) < 0 ||
+        v.type != SMP_CONFIG_INT || v.i < 0)
+        return 30000;
     return (uint64_t)v.i;
 }
 
@@ -157,7 +158,7 @@ static void wm_auto_run(wm_plugin *p, wm_auto *a)
     uint64_t used = 0, cap = 0;
     p->api->memory_usage(p->host, &used, &cap);
     if (cap == 0) return;
-    uint64_t cooldown = wm_cluster_u64(p, "weight_migration_cooldown_ms", 30000);
+    uint64_t cooldown = wm_migration_cooldown_ms(p);
     if (a->pressure && (double)used < a->pressure_clear * (double)cap) a->pressure = 0;
     if (!a->pressure) {
         wm_auto_relief(p, a, used, cap, cooldown);

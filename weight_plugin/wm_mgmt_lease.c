@@ -3,7 +3,8 @@
  *
  * A lease protects a READY revision from deletion and its readable replicas
  * from release until it expires. A grant on an AUTO revision that is not
- * HOT first makes a promotion durable; renewals extend a live lease; a
+ * HOT first makes a promotion durable (unless its migration cooldown still
+ * runs: wm_in_cooldown); renewals extend a live lease; a
  * release of a lease already gone succeeds. The tick (weight_lifecycle.c)
  * ends expired leases. Every grant, renewal and release is an access of the
  * revision for AUTO's least-recently-used order: a grant's record carries
@@ -142,8 +143,19 @@ void wm_vleases_free(wm_plugin *p)
 
 /* -- RPCs --------------------------------------------------------------------- */
 
+/* 1 while rev's migration cooldown (weight_migration_cooldown_ms, counted
+ * from its last update: a demotion's end, say) runs at wall clock now. An
+ * access then promotes nothing: a revision demoted under memory pressure
+ * and read right after went straight back HOT, freeing nothing (trial). */
+static int wm_in_cooldown(wm_plugin *p, const wm_revision *rev, uint64_t now)
+{
+    uint64_t cooldown = wm_migration_cooldown_ms(p);
+    return rev->updated_ms + cooldown > now;
+}
+
 /* Grant a lease on a READY revision, fenced on its metadata generation. For
- * an AUTO revision observed COLD or MIXED without an active operation, the
+ * an AUTO revision observed COLD or MIXED without an active operation, whose
+ * cooldown is over (wm_in_cooldown), the
  * promotion (MIGRATING toward the preferred residency) and the lease are one
  * type-8 record, the lease fenced on the generation the promotion makes;
  * otherwise the grant is a type-10 record alone and the revision keeps its
@@ -190,7 +202,8 @@ int wm_rpc_lease_acquire(void *plugin, smp_rpc_call *call, const uint8_t *body, 
 
     wm_residency promote = WM_RES_UNKNOWN;
     if (rev->policy.mode == WM_MODE_AUTO && rev->operation_id == 0 &&
-        (rev->residency == WM_RES_COLD || rev->residency == WM_RES_MIXED))
+        (rev->residency == WM_RES_COLD || rev->residency == WM_RES_MIXED) &&
+        !wm_in_cooldown(p, rev, now))
         promote = wm_auto_promotion_target(rev->residency, rev->policy.preferred);
     wm_lease granted = lt->lease;
     int rc;

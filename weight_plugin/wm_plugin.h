@@ -264,6 +264,11 @@ void wm_auto_pressure(wm_plugin *p, uint64_t used, uint64_t capacity);
 /* Forget the AUTO operation in flight (another term may have ended it;
  * the next tick looks at the store again). */
 void wm_auto_forget_op(wm_plugin *p);
+
+/* The cluster's weight_migration_cooldown_ms (30000 when unset): how long
+ * after its last update an AUTO revision moves by itself -- demoted,
+ * promoted after pressure, or promoted by an access (wm_mgmt_lease.c). */
+uint64_t wm_migration_cooldown_ms(wm_plugin *p);
 /* Start at most one AUTO migration, when none runs and the pressure (or
  * its end) calls for one. 1 while its record is in flight. */
 int wm_auto_tick(wm_plugin *p);

@@ -16,7 +16,8 @@
  * revision DEGRADED, removable); a new preferred residency while an
  * operation runs is BUSY, nothing changed; SIGKILL of the master in the middle of a migration, of a deletion and
  * of an import; AUTO demotion under memory pressure, least recently used
- * first (renewals and releases count, and survive a SIGKILL). Rounds are small (2 members) and ticks fast (50 ms) so large
+ * first (renewals and releases count, and survive a SIGKILL); no promotion
+ * on access within the migration cooldown. Rounds are small (2 members) and ticks fast (50 ms) so large
  * operations take several rounds. */
 #include <setjmp.h>
 #include <signal.h>
@@ -57,21 +58,29 @@ static uint64_t mono_ms(void)
 
 #define WAIT_MS 30000 /* generous: the machine is shared */
 
-/* The embedded node with its cold files in <dir>/cold, fast polls, rounds of
- * `members` members and a 50 ms tick; `extra` is appended. */
-static void start_lc(wr_fixture *f, const char *name, unsigned members, const char *extra)
+/* Write the config start_lc describes, with weight_migration_cooldown_ms
+ * `cooldown` (hx_init done). */
+static void config_lc(wr_fixture *f, unsigned members, unsigned cooldown, const char *extra)
 {
     char cfg[2048];
-    assert_int_equal(hx_init(&f->m, name, NULL), 0);
     snprintf(cfg, sizeof(cfg),
              "node:\n  segment_dir: \"%s/shm\"\n  segment_bytes: 33554432\n"
              "  cold_dir: \"%s/cold\"\n  poll_ms: 10\n"
-             "cluster:\n  weight_migration_cooldown_ms: 100\n"
+             "cluster:\n  weight_migration_cooldown_ms: %u\n"
              "  weight_migration_max_members_per_round: %u\n"
              "  weight_migration_max_bytes_per_round: 1048576\n"
              "plugins:\n  - path: \"%s/lib/weight_mgmt.so\"\n    config:\n      tick_period_ms: 50\n%s",
-             f->m.dir, f->m.dir, members, BUILD_DIR, extra ? extra : "");
+             f->m.dir, f->m.dir, cooldown, members, BUILD_DIR, extra ? extra : "");
     assert_int_equal(hx_reconfigure(&f->m, cfg), 0);
+}
+
+/* The embedded node with its cold files in <dir>/cold, fast polls, rounds of
+ * `members` members, a 100 ms migration cooldown and a 50 ms tick; `extra`
+ * is appended. */
+static void start_lc(wr_fixture *f, const char *name, unsigned members, const char *extra)
+{
+    assert_int_equal(hx_init(&f->m, name, NULL), 0);
+    config_lc(f, members, 100, extra);
     assert_int_equal(hx_start(&f->m, 10000), 0);
     wr_connect(f);
 }
@@ -991,6 +1000,61 @@ static void restart_master(wr_fixture *f)
     wr_connect(f);
 }
 
+/* The value of the metric line starting with `line` (-1: absent). */
+static double metric_value(wr_fixture *f, const char *line)
+{
+    char *metrics = NULL;
+    assert_int_equal(hx_http_get(&f->m, "/metrics", &metrics), 200);
+    const char *at = strstr(metrics, line);
+    double v = at != NULL ? strtod(at + strlen(line), NULL) : -1.0;
+    free(metrics);
+    return v;
+}
+
+/* The migration cooldown holds an access promotion: an AUTO revision
+ * preferring HOT, moved COLD, is read (a lease) within its 10-minute
+ * cooldown: the lease is granted alone -- no operation, no new generation,
+ * COLD, promote/access 0 (a revision demoted under memory pressure went
+ * straight back HOT on the next read, freeing nothing; trial). The same
+ * master restarted with a cooldown of 0 promotes it on the next read. */
+static void test_access_promotion_waits_for_the_cooldown(void **state)
+{
+    wr_fixture *f = *state;
+    assert_int_equal(hx_init(&f->m, "wl-cool", NULL), 0);
+    config_lc(f, 2, 600000, NULL);
+    assert_int_equal(hx_start(&f->m, 10000), 0);
+    wr_connect(f);
+    Wmrpc__WeightIdentity id;
+    wr_set_identity(&id, "t1", "cool", "r", 1);
+    wr_upload u = {.per_unit = 1};
+    sizes_fill(&u, 3, 700);
+    wmrpc__metadata_response__free_unpacked(wr_publish(f, &id, WR_RS_HOT, WR_MODE_AUTO, &u), NULL);
+    wmrpc__metadata_response__free_unpacked(migrate_and_wait(f, &id, WR_RS_COLD), NULL);
+
+    const char *promoted = "weight_auto_migrations_total{direction=\"promote\",reason=\"access\"} ";
+    uint64_t gen = generation_of(f, &id);
+    uint64_t lease = acquire_lease(f, &id);
+    Wmrpc__MetadataResponse *r = wr_get_md(f, &id);
+    assert_int_equal(r->metadata->operation_id, 0);
+    assert_int_equal(r->metadata->metadata_generation, gen);
+    assert_int_equal(r->metadata->residency, WR_RS_COLD);
+    wmrpc__metadata_response__free_unpacked(r, NULL);
+    assert_true(metric_value(f, promoted) == 0.0);
+    release_lease(f, &id, lease);
+    check_replicas(f, &u, WR_RS_COLD);
+
+    config_lc(f, 2, 0, NULL);
+    restart_master(f);
+    lease = acquire_lease(f, &id);
+    r = wr_get_md(f, &id);
+    assert_true(r->metadata->operation_id != 0);
+    assert_true(r->metadata->metadata_generation > gen);
+    wmrpc__metadata_response__free_unpacked(r, NULL);
+    assert_true(metric_value(f, promoted) == 1.0);
+    release_lease(f, &id, lease);
+    wmrpc__metadata_response__free_unpacked(wait_state(f, &id, WR_AV_READY, WR_RS_HOT), NULL);
+}
+
 /* SIGKILL of the master in the middle of a migration to COLD and then of a
  * deletion: after the restart the same operation (same id, progress not
  * below what was persisted) resumes from its cursor and completes. */
@@ -1323,6 +1387,7 @@ int main(void)
                                         wr_teardown),
         cmocka_unit_test_setup_teardown(test_auto_demotes_under_memory_pressure, wr_setup, wr_teardown),
         cmocka_unit_test_setup_teardown(test_auto_demotes_the_least_recently_used, wr_setup, wr_teardown),
+        cmocka_unit_test_setup_teardown(test_access_promotion_waits_for_the_cooldown, wr_setup, wr_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

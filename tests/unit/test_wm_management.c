@@ -166,6 +166,48 @@ static void test_lease_on_cold_auto_revision_promotes_first(void **state)
     assert_int_equal(c.status, SMP_OK);
 }
 
+/* The migration cooldown holds an access promotion: an AUTO revision
+ * updated (demoted) less than weight_migration_cooldown_ms ago gets its
+ * lease alone -- a lease record, no new generation, no operation -- and
+ * the first grant after the cooldown promotes it (a revision demoted under
+ * memory pressure went straight back HOT on the next read; trial). */
+static void test_access_promotion_waits_for_the_cooldown(void **state)
+{
+    (void)state;
+    wm_revision rev;
+    smp_rpc_call c;
+    H.cooldown_ms = 5000;
+    seed_ready("cool", WM_RES_COLD, WM_MODE_AUTO, &rev);
+    H.wall = rev.updated_ms + 4999;
+    Wmrpc__LeaseRequest req = WMRPC__LEASE_REQUEST__INIT;
+    Wmrpc__WeightIdentity id;
+    wmt_pb_identity(&id, &rev.id);
+    req.identity = &id;
+    invoke(WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_ACQUIRE, &req.base, &c);
+    assert_int_equal(H.nq, 1);
+    assert_int_equal(H.q[0].type, WM_OP_LEASE_UPSERT);
+    deliver(SMP_OK);
+    assert_int_equal(c.status, SMP_OK);
+    const wm_revision *r = wm_store_get(P.store, &rev.id);
+    assert_int_equal(r->metadata_generation, rev.metadata_generation);
+    assert_int_equal(r->operation_id, 0);
+    assert_int_equal(r->residency, WM_RES_COLD);
+    assert_int_equal(P.auto_triggers[WM_AUTO_PROMOTE_ON_ACCESS], 0);
+
+    H.wall = rev.updated_ms + 5000; /* the cooldown is over */
+    invoke(WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_ACQUIRE, &req.base, &c);
+    assert_int_equal(H.nq, 1);
+    assert_int_equal(H.q[0].type, WM_OP_METADATA_UPSERT);
+    deliver(SMP_OK);
+    assert_int_equal(c.status, SMP_OK);
+    r = wm_store_get(P.store, &rev.id);
+    assert_int_equal(r->metadata_generation, rev.metadata_generation + 1);
+    const wm_operation *op = wm_store_operation(P.store, r->operation_id);
+    assert_non_null(op);
+    assert_int_equal(op->target, WM_RES_HOT);
+    assert_int_equal(P.auto_triggers[WM_AUTO_PROMOTE_ON_ACCESS], 1);
+}
+
 /* While a record of a revision is in flight, other mutations of it are BUSY
  * and a removal waits for in-flight lease grants; the lease sweep ends an
  * expired lease with a durable record. */
@@ -1118,6 +1160,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_begin_answers_after_durable_record, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failed_appends_change_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lease_on_cold_auto_revision_promotes_first, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_access_promotion_waits_for_the_cooldown, setup, teardown),
         cmocka_unit_test_setup_teardown(test_in_flight_mutations_and_lease_sweep, setup, teardown),
         cmocka_unit_test_setup_teardown(test_volatile_leases_while_the_gate_is_closed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_volatile_leases_survive_a_reload_handoff, setup,

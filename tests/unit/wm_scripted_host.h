@@ -70,6 +70,7 @@ static struct {
     size_t nq;
     int64_t import_ttl_ms; /* plugin keys; -1: absent */
     int64_t retention_ms;
+    int64_t cooldown_ms;   /* cluster weight_migration_cooldown_ms; -1: absent */
     int append_rc;         /* returned by oplog_append when non-zero */
     int logging;           /* keep the records made durable in log[] */
     struct {
@@ -216,6 +217,7 @@ static int f_config_get(smp_host *h, smp_config_scope s, const char *k, smp_conf
     int64_t v = -1;
     if (s == SMP_CONFIG_PLUGIN && strcmp(k, "import_ttl_ms") == 0) v = H.import_ttl_ms;
     if (s == SMP_CONFIG_PLUGIN && strcmp(k, "record_retention_ms") == 0) v = H.retention_ms;
+    if (s == SMP_CONFIG_CLUSTER && strcmp(k, "weight_migration_cooldown_ms") == 0) v = H.cooldown_ms;
     if (v < 0) return SMP_ENOTFOUND;
     out->type = SMP_CONFIG_INT;
     out->i = v;
@@ -301,6 +303,7 @@ static inline void wmh_setup(int queue_removes)
     H.wall = 10000;
     H.import_ttl_ms = -1;
     H.retention_ms = -1;
+    H.cooldown_ms = 0; /* an access promotes at once unless a test sets one */
     memset(&P, 0, sizeof(P));
     P.api = &API;
     assert_int_equal(wm_store_create(&P.store), WM_OK);
