@@ -299,15 +299,27 @@ static void wm_suspect_add(wm_plugin *p, wm_lc *lc, const char *group, const cha
 
 static void wm_job_written(wm_plugin *p, void *arg, int status);
 
-/* Persist the job's operation (progress only: the revision repeats its
- * generation). Returns 1 when the record is in flight, 0 when it has to wait
- * (another mutation of the revision is in flight, or the append failed). */
+/* Persist the job's operation (progress: the revision repeats its
+ * generation). A migration's or repair's READY revision carries the
+ * residency and hot ratio its replicas have now, so ls and info show how
+ * far the move is (a migration to COLD that released 5 of 8 members read
+ * HOT 1.000 until it ended; trial); a member with no readable replica
+ * left is wm_migration_check's. Returns 1 when the record is in flight, 0
+ * when it has to wait (another mutation of the revision is in flight, or
+ * the append failed). */
 static int wm_job_write_progress(wm_plugin *p, wm_job *j, const wm_revision *rev)
 {
     if (wm_pending_metadata(p, rev->group_key)) return 0;
     j->op.updated_ms = wm_now(p, NULL) > j->op.updated_ms ? wm_now(p, NULL) : j->op.updated_ms;
+    wm_revision next = *rev;
+    wm_observation ob;
+    if (j->op.kind != WM_OPK_DELETING && rev->availability == WM_AVAIL_READY &&
+        wm_repair_observe(p, rev, &ob) == WM_OK && ob.availability == WM_AVAIL_READY) {
+        next.residency = ob.residency;
+        next.observed_hot_ratio = ob.observed_hot_ratio;
+    }
     j->refs++;
-    int rc = wm_submit_upsert(p, rev, &j->op, 1, wm_job_written, j);
+    int rc = wm_submit_upsert(p, &next, &j->op, 1, wm_job_written, j);
     if (rc < 0) {
         j->refs--;
         p->api->log(p->host, SMP_LOG_WARN, "progress of operation %" PRIu64 " on %s not persisted: %s",

@@ -11,7 +11,8 @@
  * runs to a queryable tombstone with an empty group; a cold write that fails
  * keeps the revision READY and the operation retrying until the disk is usable
  * again, and ends FAILED after repair_max_attempts (the revision READY at
- * the residency its replicas have, removable); a killed node makes a revision DEGRADED and its return makes it
+ * the residency its replicas have, removable), the residency following the
+ * replicas meanwhile; a killed node makes a revision DEGRADED and its return makes it
  * READY; a migration whose revision lost its only replicas ends FAILED (the
  * revision DEGRADED, removable); a new preferred residency while an
  * operation runs is BUSY, nothing changed; SIGKILL of the master in the middle of a migration, of a deletion and
@@ -608,6 +609,57 @@ static void test_failing_migration_gives_up(void **state)
     assert_int_equal(log_lines(f, want, "gave up after 3 attempts"), 1);
     assert_int_equal(unlink(inner), 0);
     assert_int_equal(rmdir(path), 0);
+}
+
+/* While a migration to COLD is held by a failing cold write (payload 4 of
+ * 6), the revision's residency follows its replicas: MIXED with a hot ratio
+ * in (0, 1) once members went COLD, with the operation still active (it
+ * read HOT 1.000 until the operation ended; trial); once the obstacle is
+ * gone it ends COLD. */
+static void test_residency_follows_a_migration_in_progress(void **state)
+{
+    wr_fixture *f = *state;
+    start_lc(f, "wl-partial", 2, NULL);
+    Wmrpc__WeightIdentity id;
+    wr_set_identity(&id, "t1", "partial", "disk", 1);
+    wr_upload u = {.per_unit = 1};
+    sizes_fill(&u, 6, 700);
+    wmrpc__metadata_response__free_unpacked(wr_publish(f, &id, WR_RS_HOT, WR_MODE_MANUAL, &u), NULL);
+    char key[1200], path[1600], inner[1700];
+    block_cold_file(f, &u, 4, key, path, inner);
+
+    Wmrpc__MetadataResponse *r = NULL;
+    assert_int_equal(wr_migrate(f, &id, WR_RS_COLD, generation_of(f, &id), &r), 0);
+    uint64_t op_id = r->metadata->operation_id;
+    wmrpc__metadata_response__free_unpacked(r, NULL);
+    for (uint64_t end = mono_ms() + WAIT_MS;;) {
+        r = wr_get_md(f, &id);
+        assert_int_equal(r->metadata->operation_id, op_id); /* still RUNNING */
+        int mixed = r->metadata->residency == WR_RS_MIXED;
+        double ratio = r->metadata->observed_hot_ratio;
+        if (!mixed && r->metadata->residency != WR_RS_HOT)
+            fail_msg("residency %u during the migration", r->metadata->residency);
+        wmrpc__metadata_response__free_unpacked(r, NULL);
+        if (mixed) {
+            assert_true(ratio > 0.0 && ratio < 1.0);
+            break;
+        }
+        if (mono_ms() > end) fail_msg("the revision still reads HOT with members released");
+        sleep_ms(20);
+    }
+    int mem, cold;
+    replicas(f, key, &mem, &cold);
+    assert_true(mem > 0 && cold == 0);
+
+    assert_int_equal(unlink(inner), 0);
+    assert_int_equal(rmdir(path), 0);
+    Wmrpc__OperationResponse *op = wr_wait_op(f, op_id, WAIT_MS);
+    assert_int_equal(op->operation->state, 2);
+    wmrpc__operation_response__free_unpacked(op, NULL);
+    r = wait_state(f, &id, WR_AV_READY, WR_RS_COLD);
+    assert_true(r->metadata->observed_hot_ratio == 0.0);
+    wmrpc__metadata_response__free_unpacked(r, NULL);
+    check_replicas(f, &u, WR_RS_COLD);
 }
 
 /* A master with the weight plugin and no embedded node (the test starts its
@@ -1371,6 +1423,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_remove_runs_to_tombstone, wr_setup, wr_teardown),
         cmocka_unit_test_setup_teardown(test_cold_write_failure_retries, wr_setup, wr_teardown),
         cmocka_unit_test_setup_teardown(test_failing_migration_gives_up, wr_setup, wr_teardown),
+        cmocka_unit_test_setup_teardown(test_residency_follows_a_migration_in_progress, wr_setup,
+                                        wr_teardown),
         cmocka_unit_test_setup_teardown(test_killed_node_degrades_then_recovers, wr_setup, wr_teardown),
         cmocka_unit_test_setup_teardown(test_migration_of_a_revision_that_lost_its_memory_fails, wr_setup,
                                         wr_teardown),
