@@ -346,10 +346,12 @@ static void wm_lin_durable(void *arg, int status, uint64_t seq)
         goto free_rec;
     }
     if (c->phase == WM_PHASE_CLAIMED) L->claims[c->mode]++;
-    p->api->log(p->host, SMP_LOG_INFO, "replacement claim %s (%s, %s@%" PRIu64 " -> %" PRIu64
-                "): %s%s%s", c->request_id, wm_upsert_mode_name((int)c->mode), c->base.resource_id,
-                c->base.weight_generation, c->target.weight_generation,
-                wm_phase_name((int)c->phase), c->error[0] ? ": " : "", c->error);
+    p->api->log(p->host, SMP_LOG_INFO,
+                "replacement claim %s (%s, %s/%s/%s/%s@%" PRIu64 " -> @%" PRIu64 "): %s%s%s",
+                c->request_id, wm_upsert_mode_name((int)c->mode), c->base.tenant_id, c->base.ns,
+                c->base.resource_id, c->base.revision, c->base.weight_generation,
+                c->target.weight_generation, wm_phase_name((int)c->phase), c->error[0] ? ": " : "",
+                c->error);
     if (rec->call != NULL) wm_lin_reply(p, rec->call, wm_lin_entry(p, &c->base));
     rec->call = NULL;
     wm_lineage_metrics(p);
@@ -571,10 +573,15 @@ int wm_rpc_upsert_begin(void *plugin, smp_rpc_call *call, const uint8_t *body, s
     if (c.mode == WM_UPSERT_DELETE_FIRST &&
         (base->lease_count > 0 || wm_pending_lease_grants(p, base->group_key) ||
          base->operation_id != 0 || wm_pending_metadata(p, base->group_key))) {
+        char op[48] = "no operation";
+        if (base->operation_id != 0)
+            snprintf(op, sizeof(op), "operation %" PRIu64, base->operation_id);
+        else if (wm_pending_metadata(p, base->group_key))
+            snprintf(op, sizeof(op), "a mutation being made durable");
         wm_reply_error(p, call, WM_EBUSY,
                        "DELETE_FIRST needs a base without leases or operations: %s has %" PRIu32
-                       " lease(s) and operation %" PRIu64 "; nothing was changed",
-                       base->group_key, base->lease_count, base->operation_id);
+                       " lease(s) and %s; nothing was changed",
+                       base->group_key, base->lease_count, op);
         goto free_req;
     }
     /* PUT_FIRST holds the base and the target at once: one more revision */

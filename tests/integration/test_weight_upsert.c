@@ -329,6 +329,8 @@ static void test_put_first_waits_for_readers_of_the_base(void **state)
     assert_null(w);
     assert_int_equal(again.phase, WEIGHT_PHASE_COMMITTED);
     assert_true(hx_log_contains(&f->m, "COMMITTED"));
+    /* The log names the base revision whole. */
+    assert_true(hx_log_contains(&f->m, "(PUT_FIRST, acme/llm/pf/main@1 -> @2): COMMITTED"));
 }
 
 /* An upsert without a policy keeps the base's, even from a store opened
@@ -389,6 +391,8 @@ static void test_delete_first_deletes_the_base_before_the_import(void **state)
     assert_int_equal(weight_upsert(s, &base, 2, WEIGHT_UPSERT_DELETE_FIRST, NULL, fence_of(f, "df", 1),
                                    NULL, 0, &c, &w),
                      WEIGHT_EBUSY);
+    if (strstr(weight_store_last_error(s), "has 1 lease(s) and no operation; nothing was changed") == NULL)
+        fail_msg("refused with: %s", weight_store_last_error(s));
     assert_null(w);
     assert_int_equal(weight_upsert_status(s, &base, &c), WEIGHT_ENOT_FOUND);
     assert_int_equal(availability(f, "df", 1), WEIGHT_READY);
