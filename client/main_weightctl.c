@@ -76,7 +76,7 @@ static const struct {
     {"policy", wctl_cmd_policy}, {"migrate", wctl_cmd_migrate}, {"op", wctl_cmd_op},
     {"rm", wctl_cmd_rm},         {"upsert", wctl_cmd_upsert},   {"status", cmd_status},
     {"gate", cmd_gate},          {"kv", wctl_cmd_kv},           {"repair", wctl_cmd_repair},
-    {"plugin", wctl_cmd_plugin},  {"fsck", wctl_cmd_fsck},
+    {"plugin", wctl_cmd_plugin},  {"fsck", wctl_cmd_fsck},       {"abort", wctl_cmd_abort},
 };
 
 int main(int argc, char **argv)

@@ -850,6 +850,7 @@ int weight_list(weight_store *s, const weight_list_query *q, const char *page_to
     req.page_token = (char *)(page_token ? page_token : "");
     req.limit = q ? q->limit : 0;
     req.include_deleted = q && q->include_deleted;
+    req.include_importing = q && q->include_importing;
     int rc = wc_call(s, &s->rpc, M(LIST), &req.base, &wmrpc__list_response__descriptor,
                      (ProtobufCMessage **)&r);
     if (rc < 0) return rc;
@@ -1006,6 +1007,24 @@ int weight_remove(weight_store *s, const weight_identity *id, uint64_t expected_
                   weight_metadata *out)
 {
     return weight_remove_request(s, id, expected_metadata_generation, NULL, out);
+}
+
+/* IMPORT_ABORT of the revision: see weightclient.h. The reply's metadata is
+ * absent when the master forgot the revision at once (nothing uploaded). */
+int weight_abort_import(weight_store *s, const weight_identity *id,
+                        uint64_t expected_metadata_generation, weight_metadata *out)
+{
+    Wmrpc__MetadataResponse *r = NULL;
+    int rc = check_id(s, id);
+    if (rc < 0) return rc;
+    if ((rc = wc_require_generation(s, "weight_abort_import", expected_metadata_generation)) < 0)
+        return rc;
+    rc = id_call_request(s, M(IMPORT_ABORT), id, expected_metadata_generation, NULL,
+                         &wmrpc__metadata_response__descriptor, (ProtobufCMessage **)&r);
+    if (rc < 0) return rc;
+    if (out) wc_from_wire_metadata(r->metadata, out); /* NULL: all zero */
+    wmrpc__metadata_response__free_unpacked(r, NULL);
+    return WEIGHT_OK;
 }
 
 int weight_remove_request(weight_store *s, const weight_identity *id,

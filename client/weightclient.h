@@ -610,6 +610,9 @@ typedef struct weight_list_query {
     const char *resource_id;        /* NULL or "": any (needs namespace_id) */
     uint32_t limit;
     int include_deleted;            /* tombstones too */
+    int include_importing;          /* IMPORTING revisions too (imports not
+                                       committed: a put in progress, or one
+                                       that died; weight_abort_import) */
 } weight_list_query;
 WEIGHT_API int weight_list(weight_store *s,
                            const weight_list_query *q,
@@ -663,6 +666,21 @@ WEIGHT_API int weight_remove(weight_store *s,
                              const weight_identity *id,
                              uint64_t expected_metadata_generation,
                              weight_metadata *out);
+
+/* Abort an import that was never committed (a put whose writer died: kill,
+ * crash, ENOSPC) and free what it wrote. IMPORTING revisions only: CONFLICT
+ * otherwise (a DELETING or DELETED one is answered as it is, a retry of an
+ * abort); CONFLICT too for the target of an open upsert claim the master
+ * cannot abort safely (the message says why). Fenced like weight_remove on
+ * the IMPORTING revision's metadata generation (0 is INVALID_ARGUMENT); a
+ * live writer of that import fails at its next call. *out (may be NULL) gets
+ * the metadata after the call: DELETING while its objects are removed (then
+ * the revision is forgotten), or all zero when it had written nothing and is
+ * forgotten at once. The identity is free for a new put once forgotten. */
+WEIGHT_API int weight_abort_import(weight_store *s,
+                                   const weight_identity *id,
+                                   uint64_t expected_metadata_generation,
+                                   weight_metadata *out);
 
 /* -- weight_upsert: generation replacement ----------------------------------- */
 

@@ -76,6 +76,9 @@ int wctl_failed(ctl *x, const char *what, int rc);
 /* Parse an ID; without "@GEN" take the newest live generation of it. 0, or
  * the exit code with the cause already printed. */
 int wctl_parse_id(ctl *x, const char *text, weight_identity *id);
+/* Parse an ID; without "@GEN" take the newest IMPORTING generation of it
+ * (abort). 0, or the exit code with the cause already printed. */
+int wctl_parse_importing_id(ctl *x, const char *text, weight_identity *id);
 /* Parse an ID only (*has_gen: whether "@GEN" was given; generation 0 is
  * refused). 0, or 2 with "weightctl: 'TEXT' is not NAMESPACE/...: WHY"
  * printed (the component that is empty or over WEIGHT_ID_MAX, a bad
@@ -287,5 +290,6 @@ int wctl_cmd_policy(ctl *x, int argc, char **argv);
 int wctl_cmd_migrate(ctl *x, int argc, char **argv);
 int wctl_cmd_op(ctl *x, int argc, char **argv);
 int wctl_cmd_rm(ctl *x, int argc, char **argv);
+int wctl_cmd_abort(ctl *x, int argc, char **argv);
 
 #endif /* WM_WEIGHTCTL_H */

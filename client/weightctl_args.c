@@ -136,9 +136,12 @@ int wctl_check_components(const char *cmd, const char *tenant, const char *ns, c
     return 0;
 }
 
-int wctl_newest_generation(ctl *x, weight_identity *id)
+/* The newest generation of id's revision that LIST shows: a live one, or
+ * with importing an IMPORTING one (only those). Sets id->generation; 0, or
+ * WEIGHT_ENOT_FOUND, or the listing's error. */
+static int newest_listed(ctl *x, weight_identity *id, int importing)
 {
-    weight_list_query q = {id->namespace_id, id->resource_id, 0, 0};
+    weight_list_query q = {id->namespace_id, id->resource_id, 0, 0, importing};
     char token[1024] = "", next[1024];
     uint64_t best = 0;
     do {
@@ -148,6 +151,7 @@ int wctl_newest_generation(ctl *x, weight_identity *id)
         if (rc < 0) return rc;
         for (size_t i = 0; i < n; i++)
             if (strcmp(list[i].identity.revision, id->revision) == 0 &&
+                (!importing || list[i].availability == WEIGHT_IMPORTING) &&
                 list[i].identity.generation > best)
                 best = list[i].identity.generation;
         weight_list_free(list);
@@ -155,6 +159,23 @@ int wctl_newest_generation(ctl *x, weight_identity *id)
     } while (token[0]);
     if (best == 0) return WEIGHT_ENOT_FOUND;
     id->generation = best;
+    return 0;
+}
+
+int wctl_newest_generation(ctl *x, weight_identity *id) { return newest_listed(x, id, 0); }
+
+/* Parse an ID; without "@GEN" take the newest IMPORTING generation of it. */
+int wctl_parse_importing_id(ctl *x, const char *text, weight_identity *id)
+{
+    int has_gen = 0, rc;
+    if ((rc = wctl_parse_id_text(x, text, id, &has_gen)) != 0) return rc;
+    if (has_gen) return 0;
+    if ((rc = newest_listed(x, id, 1)) == WEIGHT_ENOT_FOUND) {
+        fprintf(stderr, "weightctl: %s: NOT_FOUND: no IMPORTING generation of that revision "
+                "(weightctl ls --all lists them)\n", text);
+        return 1;
+    }
+    if (rc < 0) return wctl_failed(x, "resolving the generation", rc);
     return 0;
 }
 

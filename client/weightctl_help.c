@@ -29,7 +29,8 @@ void wctl_usage(FILE *out)
             "      --from-dir MODEL_DIR  or a Hugging Face model directory: its shards and, as\n"
             "                         attachments, its other files (config, tokenizer, ...)\n"
             "  ls [--namespace NS [--resource R]] [--limit N] [--page-token T] [--all]\n"
-            "                         list revisions (--all: tombstones too)\n"
+            "                         list revisions (--all: tombstones and uncommitted\n"
+            "                         imports, IMPORTING, too)\n"
             "  info ID                identity, state, policy, operation, bytes, manifest\n"
             "  exists ID              exit 0 only when READY and readable\n"
             "  size ID                logical payload bytes\n"
@@ -47,6 +48,9 @@ void wctl_usage(FILE *out)
             "  rm ID [--expect GEN] [--wait [--timeout S]]\n"
             "                         delete the revision, keep a tombstone (--wait: for its\n"
             "                         revision leases and operation first, then until DELETED)\n"
+            "  abort ID [--expect GEN]  abort an import never committed (IMPORTING: a put that\n"
+            "                         died) and free what it wrote (without @GEN the newest\n"
+            "                         IMPORTING generation)\n"
             "  upsert BASE_ID --generation G [--mode put-first|delete-first] [--request-id X]\n"
             "      [--expect-generation M] [--policy P] [--tie N=T]... [--wait] FILE...|--from-dir DIR\n"
             "                         replace BASE_ID by generation G of its lineage (one claim\n"
@@ -131,7 +135,8 @@ static const cmd_help helps[] = {
     {"ls",
      "usage: weightctl ls [--namespace NS [--resource R]] [--limit N] [--page-token T] [--all]\n"
      "List revisions: at most N rows with --limit (then the token to go on from); one page\n"
-     "from --page-token; --all shows tombstones (DELETED) too.\n"
+     "from --page-token; --all shows tombstones (DELETED) and imports never committed\n"
+     "(IMPORTING: a put in progress, or one that died; weightctl abort frees one) too.\n"
      "examples:\n"
      "  weightctl ls\n"
      "  weightctl ls --namespace llm --limit 10\n"
@@ -215,6 +220,17 @@ static const cmd_help helps[] = {
      "examples:\n"
      "  weightctl rm llm/tiny/v1@1\n"
      "  weightctl rm llm/tiny/v1 --wait --timeout 60\n"},
+    {"abort",
+     "usage: weightctl abort ID [--expect GEN]\n"
+     "Abort an import never committed (IMPORTING: a put whose writer was killed, crashed\n"
+     "or ran out of space; weightctl ls --all lists them) and free what it wrote: its\n"
+     "objects are removed (DELETING), then the revision is forgotten and its name is free\n"
+     "for a new put. Without @GENERATION the newest IMPORTING generation. Any other state\n"
+     "is refused (CONFLICT, nothing changed; weightctl rm deletes a committed revision); a\n"
+     "put still running fails at its next call.\n"
+     "examples:\n"
+     "  weightctl abort llm/tiny/v1@1\n"
+     "  weightctl abort llm/tiny/v1 --expect 1\n"},
     {"upsert",
      "usage: weightctl upsert BASE_ID --generation G [--mode put-first|delete-first]\n"
      "         [--request-id X] [--expect-generation M] [--policy P] [--tie N=T]...\n"

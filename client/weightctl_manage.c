@@ -1,6 +1,7 @@
 /* weightctl_manage.c -- the commands that read and manage revisions that
  * exist: `ls` (pages of revisions), `info`, `exists`, `size`, `policy`,
- * `migrate`, `op` (an operation, optionally waited for) and `rm`. */
+ * `migrate`, `op` (an operation, optionally waited for), `rm` and `abort`
+ * (of an import never committed). */
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdint.h>
@@ -37,7 +38,7 @@ int wctl_cmd_ls(ctl *x, int argc, char **argv)
         {"namespace", required_argument, NULL, 'n'}, {"resource", required_argument, NULL, 'r'},
         {"limit", required_argument, NULL, 'l'},     {"page-token", required_argument, NULL, 'p'},
         {"all", no_argument, NULL, 'a'},             {NULL, 0, NULL, 0}};
-    weight_list_query q = {NULL, NULL, 0, 0};
+    weight_list_query q = {NULL, NULL, 0, 0, 0};
     const char *page = NULL;
     uint64_t limit = 0, shown = 0;
     int c, rc;
@@ -51,7 +52,7 @@ int wctl_cmd_ls(ctl *x, int argc, char **argv)
                 return wctl_bad_value("ls", "--limit", optarg, "a positive number of rows");
             break;
         case 'p': page = optarg; break;
-        case 'a': q.include_deleted = 1; break;
+        case 'a': q.include_deleted = q.include_importing = 1; break;
         default: return wctl_opt_error("ls", c, argv);
         }
     }
@@ -426,7 +427,12 @@ int wctl_cmd_rm(ctl *x, int argc, char **argv)
     if (wait) {
         if ((rc = remove_and_wait(x, &id, expect, follow, timeout_s, what, &md)) != 0) return rc;
     } else if ((rc = weight_remove(x->ws, &id, expect, &md)) < 0) {
-        return wctl_failed(x, what, rc);
+        wctl_failed(x, what, rc);
+        if (rc == WEIGHT_ECONFLICT && weight_get_metadata(x->ws, &id, &md, NULL) == 0 &&
+            md.availability == WEIGHT_IMPORTING)
+            fprintf(stderr, "weightctl: %s: `weightctl abort %s` aborts that import and frees "
+                    "what it wrote\n", what, text);
+        return 1;
     }
     if (x->json) {
         wctl_json_metadata(&md, NULL);
@@ -434,6 +440,44 @@ int wctl_cmd_rm(ctl *x, int argc, char **argv)
     } else {
         printf("%s: %s %s\n", text, weight_availability_name(md.availability),
                weight_residency_name(md.residency));
+    }
+    return 0;
+}
+
+/* abort ID [--expect GEN]: abort an import never committed (IMPORTING: a put
+ * whose writer died) so the master frees what it wrote; without @GEN the
+ * newest IMPORTING generation of the revision. The master refuses any other
+ * state (CONFLICT, nothing changed) and answers a DELETING one as it is. */
+int wctl_cmd_abort(ctl *x, int argc, char **argv)
+{
+    static const struct option opts[] = {{"expect", required_argument, NULL, 'e'},
+                                         {NULL, 0, NULL, 0}};
+    uint64_t expect = 0;
+    int c, rc;
+    optind = 0;
+    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        if (c != 'e') return wctl_opt_error("abort", c, argv);
+        if (wctl_parse_u64(optarg, &expect) < 0)
+            return wctl_bad_value("abort", "--expect", optarg, "a metadata generation");
+    }
+    if (optind != argc - 1) return wctl_bad_usage("abort", "takes one ID");
+    weight_identity id;
+    weight_metadata md;
+    char text[2048], what[2100];
+    if (wctl_open_weights(x) < 0) return 1;
+    if ((rc = wctl_parse_importing_id(x, argv[optind], &id)) != 0) return rc;
+    wctl_id_text(&id, text, sizeof text);
+    snprintf(what, sizeof what, "abort %s", text);
+    if ((rc = wctl_fence(x, "abort", &id, &expect)) != 0) return rc;
+    if ((rc = weight_abort_import(x->ws, &id, expect, &md)) < 0) return wctl_failed(x, what, rc);
+    if (x->json) {
+        wctl_json_metadata(&md, NULL);
+        putchar('\n');
+    } else if (md.availability == 0) {
+        printf("%s: import aborted; it had written nothing and is forgotten\n", text);
+    } else {
+        printf("%s: import aborted; %s, its objects are being removed (then it is forgotten)\n",
+               text, weight_availability_name(md.availability));
     }
     return 0;
 }

@@ -186,11 +186,12 @@ int wm_rpc_get_size(void *plugin, smp_rpc_call *call, const uint8_t *body, size_
     return SMP_OK;
 }
 
-/* Whether a revision is shown by LIST: never while IMPORTING (not
- * discoverable), tombstones only on request. */
-static int wm_list_visible(const wm_revision *r, int include_deleted)
+/* Whether a revision is shown by LIST: IMPORTING ones (not discoverable for
+ * loading, but a put that died leaves one holding segment bytes until it is
+ * aborted) and tombstones only on request. */
+static int wm_list_visible(const wm_revision *r, int include_deleted, int include_importing)
 {
-    if (r->availability == WM_AVAIL_IMPORTING) return 0;
+    if (r->availability == WM_AVAIL_IMPORTING) return include_importing;
     if (r->availability == WM_AVAIL_DELETED) return include_deleted;
     return 1;
 }
@@ -274,7 +275,7 @@ int wm_rpc_list(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t le
             (res[0] && strcmp(r->id.resource_id, res) != 0))
             break; /* past the filtered range (identity order) */
         examined++;
-        if (wm_list_visible(r, req->include_deleted)) {
+        if (wm_list_visible(r, req->include_deleted, req->include_importing)) {
             wm_pb_meta_set(&metas[n], r);
             ptrs[n] = &metas[n].m;
             n++;

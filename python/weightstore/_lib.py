@@ -161,6 +161,7 @@ class ListQuery(ctypes.Structure):
         ("resource_id", c_char_p),
         ("limit", c_u32),
         ("include_deleted", c_int),
+        ("include_importing", c_int),
     ]
 
 

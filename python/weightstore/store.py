@@ -350,16 +350,19 @@ class WeightStore:
         return int(out.value)
 
     def weight_list(self, namespace: Optional[str] = None, resource_id: Optional[str] = None, *,
-                    limit: int = 0, include_deleted: bool = False,
+                    limit: int = 0, include_deleted: bool = False, include_importing: bool = False,
                     page_token: Optional[str] = None) -> "WeightListPage":
         """One page of the tenant's revisions (of one namespace, and
         resource), without reading manifests. limit 0: the master's page
-        size. The page iterates over its revisions; page.next_page() fetches
-        the next one and page.pages() / page.revisions() walk all that follow."""
+        size. include_deleted: tombstones too; include_importing: IMPORTING
+        revisions too (imports not committed: a put in progress, or one
+        whose writer died). The page iterates over its revisions;
+        page.next_page() fetches the next one and page.pages() / page.revisions() walk all that follow."""
         if resource_id and not namespace:
             raise InvalidArgumentError("weight_list: resource_id needs namespace")
         q = _lib.ListQuery(namespace.encode() if namespace else None,
-                           resource_id.encode() if resource_id else None, limit, int(include_deleted))
+                           resource_id.encode() if resource_id else None, limit, int(include_deleted),
+                           int(include_importing))
         out = ctypes.POINTER(_lib.Metadata)()
         n = ctypes.c_size_t(0)
         nxt = ctypes.create_string_buffer(4096)
@@ -371,7 +374,8 @@ class WeightStore:
             items = [_metadata_from_c(out[i]) for i in range(n.value)]
         finally:
             self._lib.weight_list_free(out)
-        args = dict(namespace=namespace, resource_id=resource_id, limit=limit, include_deleted=include_deleted)
+        args = dict(namespace=namespace, resource_id=resource_id, limit=limit, include_deleted=include_deleted,
+                    include_importing=include_importing)
         return WeightListPage(self, items, nxt.value.decode() or None, args)
 
     def weight_update_policy(self, identity: IdentityLike, policy: WeightStoragePolicy, *,

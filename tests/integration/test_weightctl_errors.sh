@@ -36,6 +36,12 @@
 #    resolves it against weightctl's working directory (not the master's);
 #    one that names nothing here is refused (exit 2) before any call, the
 #    plugin untouched; plugin --help says whose path it is.
+#  - stale_import_listed_and_aborted: a put whose writer was killed (-9)
+#    after its objects were written is IMPORTING: ls --all lists it with its
+#    state (ls without --all does not), rm refuses it naming `weightctl
+#    abort`, abort of a READY revision is refused (CONFLICT, nothing
+#    changed), and `weightctl abort ID` (no @GEN: the newest IMPORTING one)
+#    frees its segment bytes, forgets it, and the name takes a new put.
 set -uo pipefail
 : "${BUILD_DIR:?}" "${SOURCE_DIR:?}"
 ctl="$BUILD_DIR/bin/weightctl"
@@ -47,6 +53,10 @@ ok()  { echo "ok: $1"; pass=$((pass + 1)); }
 bad() { echo "FAIL: $1"; fail=$((fail + 1)); }
 pid=""
 http=""
+# A sanitizer build: the Python writer needs the ASan runtime loaded first.
+pyenv=()
+grep -q '^WM_SANITIZE:BOOL=ON' "$BUILD_DIR/CMakeCache.txt" 2>/dev/null \
+  && pyenv=(LD_PRELOAD="$(gcc -print-file-name=libasan.so)" ASAN_OPTIONS=detect_leaks=0)
 cleanup() {
   [ -n "$http" ] && kill "$http" 2>/dev/null
   [ -n "$pid" ] && { kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; }
@@ -363,6 +373,83 @@ out=$(cd "$tmp" && "$ctl" plugin reload weight_mgmt --path=lib/weight_mgmt.so 2>
   || bad "missing relative --path: rc $rc: $out"
 grep -q "^--path is opened by the master, on the master's host" <<<"$("$ctl" plugin --help)" \
   && ok "plugin --help says whose path --path is" || bad "plugin --help: --path"
+
+# -- stale_import_listed_and_aborted ------------------------------------------------------
+# The writer (two threads, 32 objects of 64 KiB) kills itself (SIGKILL) at
+# its first progress report past half its bytes, before the commit: the
+# IMPORTING revision stays behind with the objects it had ended (group
+# members) and the writes it had started (taken back by the node after
+# node.put_timeout_ms).
+mk_st "$tmp/abort.safetensors" a.weight:16:16
+"$ctl" put --namespace err --resource ready --revision v1 "$tmp/abort.safetensors" >/dev/null || bad "put err/ready"
+used() { "$ctl" --json status | sed -n 's/.*"memory_used":\([0-9]*\).*/\1/p'; }
+used0=$(used)
+env "${pyenv[@]}" PYTHONPATH="$SOURCE_DIR/python" WEIGHTSTORE_LIB="$BUILD_DIR/lib/libweightclient.so" \
+  "$py" - "$tmp/master.sock" <<'PY' 2>"$tmp/stale.err"
+import ctypes, os, signal, sys
+import numpy as np
+from weightstore import WeightStore
+s = WeightStore(sys.argv[1], payload_bytes=65536, threads=2)
+CB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64)
+def die(ctx, done, total):
+    if done >= total // 2 > 0:
+        os.kill(os.getpid(), signal.SIGKILL)
+fn = CB(die)
+s._lib.weight_store_set_progress.argtypes = [ctypes.c_void_p, CB, ctypes.c_void_p]
+s._lib.weight_store_set_progress(s._ptr(), fn, None)
+w = s.weight_put("err/stale/v1@1")
+w.weight_put_tensor("a.weight", np.ones((1024, 512), np.float32))
+w.commit()
+PY
+rc=$?
+used1=$(used)
+[ $rc -eq 137 ] && [ "$used1" -gt "$used0" ] \
+  && ok "a writer killed mid-put leaves its import holding $((used1 - used0)) segment bytes" \
+  || bad "stale import setup: rc $rc, used $used0 -> $used1: $(cat "$tmp/stale.err")"
+out=$("$ctl" ls --all --namespace err --resource stale)
+grep -Eq '^err/stale/v1@1 +IMPORTING ' <<<"$out" && ok "ls --all lists the IMPORTING revision with its state" \
+  || bad "ls --all: $out"
+out=$("$ctl" ls --namespace err --resource stale)
+! grep -q "err/stale/v1" <<<"$out" && ok "ls without --all does not list it" || bad "ls: $out"
+out=$("$ctl" --json ls --all --namespace err --resource stale)
+grep -q '"id":"err/stale/v1@1"' <<<"$out" && grep -q '"availability":"IMPORTING"' <<<"$out" \
+  && ok "--json ls --all lists it as IMPORTING" || bad "--json ls --all: $out"
+before=$(state)
+out=$("$ctl" rm err/stale/v1@1 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -q "CONFLICT: revision .* is IMPORTING" <<<"$out" \
+  && grep -q "^weightctl: rm err/stale/v1@1: \`weightctl abort err/stale/v1@1\` aborts that import and frees what it wrote$" <<<"$out" \
+  && [ "$(state)" = "$before" ] && ok "rm of an IMPORTING revision names weightctl abort, nothing changed" \
+  || bad "rm of IMPORTING: rc $rc: $out"
+before=$(state)
+out=$("$ctl" abort err/ready/v1@1 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -q "CONFLICT: revision .* is READY; only an import can be aborted" <<<"$out" \
+  && [ "$(state)" = "$before" ] && ok "abort of a READY revision: CONFLICT naming its state, nothing changed" \
+  || bad "abort READY: rc $rc: $out"
+out=$("$ctl" abort err/ready/v1 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -q "NOT_FOUND: no IMPORTING generation of that revision" <<<"$out" \
+  && [ "$(state)" = "$before" ] && ok "abort without @GEN and nothing IMPORTING: NOT_FOUND, nothing changed" \
+  || bad "abort no IMPORTING: rc $rc: $out"
+keys=$("$ctl" kv ls | grep -c "/err/stale/v1/")
+[ "$keys" -gt 0 ] && ok "the stale import holds $keys objects" || bad "no objects of the stale import: $("$ctl" kv ls)"
+out=$("$ctl" abort err/stale/v1 2>&1); rc=$?
+[ $rc -eq 0 ] && grep -q "^err/stale/v1@1: import aborted" <<<"$out" \
+  && ok "abort err/stale/v1 (the newest IMPORTING generation): $(tail -1 <<<"$out")" || bad "abort: rc $rc: $out"
+gone=0
+for _ in $(seq 200); do
+  "$ctl" info err/stale/v1@1 >/dev/null 2>&1 || { gone=1; break; }
+  sleep 0.05
+done
+out=$("$ctl" info err/stale/v1@1 2>&1)
+keys=$("$ctl" kv ls | grep -c "/err/stale/v1/")
+used2=$(used)
+# What the import had put is freed with it; the writes the killed writer had
+# started but not ended are the node's to take back (node.put_timeout_ms).
+[ $gone -eq 1 ] && grep -q "NOT_FOUND" <<<"$out" && [ "$keys" -eq 0 ] && [ "$used2" -lt "$used1" ] \
+  && ok "the aborted import is forgotten, none of its objects is left (segment use $used1 -> $used2)" \
+  || bad "after abort: $keys keys left, used $used1 -> $used2: $out"
+out=$("$ctl" put --namespace err --resource stale --revision v1 "$tmp/abort.safetensors" 2>&1) \
+  && ok "the aborted import's name takes a new put" || bad "put after abort: $out"
+grep -q "^usage: weightctl abort ID" <<<"$("$ctl" abort --help)" && ok "abort --help" || bad "abort --help"
 
 kill -9 $pid; wait $pid 2>/dev/null; pid=""
 echo "$pass passed, $fail failed"
