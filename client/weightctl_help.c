@@ -41,10 +41,11 @@ void wctl_usage(FILE *out)
             "                         the first rule whose glob matches (and, for --split, whose\n"
             "                         DIM the tensor has) decides, else >= 2 dims split along 0\n"
             "  policy ID [--preferred hot|cold|mixed[:RATIO]] [--mode M] [--expect GEN]\n"
-            "  migrate ID --to hot|cold|mixed[:RATIO] [--expect GEN] [--wait]\n"
+            "  migrate ID --to hot|cold|mixed[:RATIO] [--expect GEN] [--wait [--timeout S]]\n"
             "                         start a residency migration (--wait: until it ends)\n"
             "  repair ID [--expect GEN]   restore the replicas ID's residency needs\n"
-            "  op OPID [--wait]       an operation's progress (--wait: until it ends)\n"
+            "  op OPID [--wait [--timeout S]]\n"
+            "                         an operation's progress (--wait: until it ends)\n"
             "  rm ID [--expect GEN] [--wait [--timeout S]]\n"
             "                         delete the revision, keep a tombstone (--wait: for its\n"
             "                         revision leases and operation first, then until DELETED)\n"
@@ -189,10 +190,15 @@ static const cmd_help helps[] = {
      "  weightctl policy llm/tiny/v1\n"
      "  weightctl policy llm/tiny/v1 --preferred mixed:0.25 --mode auto\n"},
     {"migrate",
-     "usage: weightctl migrate ID --to hot|cold|mixed[:RATIO] [--expect GEN] [--wait]\n"
-     "Start a residency migration; --wait follows it until it ends.\n"
+     "usage: weightctl migrate ID --to hot|cold|mixed[:RATIO] [--expect GEN]\n"
+     "           [--wait [--timeout SECONDS]]\n"
+     "Start a residency migration; --wait follows it until it ends (exit 1 if it FAILED),\n"
+     "with --progress plain a line on stderr whenever its members or bytes done, attempts\n"
+     "or last error change; --timeout ends the wait after SECONDS (TIMEOUT, exit 1, the\n"
+     "operation still running named with its progress and last error: it goes on).\n"
      "examples:\n"
      "  weightctl migrate llm/tiny/v1 --to cold --wait\n"
+     "  weightctl --progress plain migrate llm/tiny/v1 --to hot --wait --timeout 600\n"
      "  weightctl migrate llm/tiny/v1 --to mixed:0.5\n"},
     {"repair",
      "usage: weightctl repair ID [--expect GEN]\n"
@@ -204,10 +210,14 @@ static const cmd_help helps[] = {
      "  weightctl repair llm/tiny/v1@1\n"
      "  weightctl op 12 --wait\n"},
     {"op",
-     "usage: weightctl op OPERATION_ID [--wait]\n"
-     "An operation's kind, state and progress; --wait: until it ends (exit 1 if it FAILED).\n"
+     "usage: weightctl op OPERATION_ID [--wait [--timeout SECONDS]]\n"
+     "An operation's kind, state and progress; --wait: until it ends (exit 1 if it FAILED),\n"
+     "with --progress plain a line on stderr whenever its members or bytes done, attempts\n"
+     "or last error change; --timeout ends the wait after SECONDS (TIMEOUT, exit 1, the\n"
+     "operation still running named with its progress and last error: it goes on).\n"
      "examples:\n"
-     "  weightctl op 7 --wait\n"},
+     "  weightctl op 7 --wait\n"
+     "  weightctl --progress plain op 7 --wait --timeout 60\n"},
     {"rm",
      "usage: weightctl rm ID [--expect GEN] [--wait [--timeout SECONDS]]\n"
      "Delete the revision (payloads in batches, the manifest last) and keep a tombstone.\n"

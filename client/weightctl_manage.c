@@ -235,25 +235,79 @@ int wctl_cmd_policy(ctl *x, int argc, char **argv)
     return 0;
 }
 
-static int wait_operation(ctl *x, uint64_t opid, weight_operation *op)
+/* op's progress as "3/10 members, 1.0 MiB/4.0 MiB, 2 attempt(s)[; last
+ * error: ...]" into out[cap] (sizes as --bytes says). */
+static void op_progress_text(const ctl *x, const weight_operation *op, char *out, size_t cap)
 {
+    char d[48], t[48];
+    wctl_size_text((double)op->bytes_done, x->bytes, d, sizeof d);
+    wctl_size_text((double)op->bytes_total, x->bytes, t, sizeof t);
+    snprintf(out, cap, "%" PRIu64 "/%" PRIu64 " members, %s/%s, %u attempt(s)%s%s",
+             op->members_done, op->members_total, d, t, op->attempts,
+             op->error[0] ? "; last error: " : "", op->error);
+}
+
+/* migrate --wait / op --wait: poll operation opid until it ends (*op its
+ * last state). With --progress plain (or auto on a terminal, without
+ * --json) a line on stderr whenever its members or bytes done, attempt
+ * count or last error change. timeout_s 0: no bound; else after timeout_s
+ * a TIMEOUT line naming the operation still running, its progress and last
+ * error (the operation goes on; waiting changed nothing). 0 when it ended,
+ * 1 with the cause printed. */
+static int wait_operation(ctl *x, const char *what, uint64_t opid, uint64_t timeout_s,
+                          weight_operation *op)
+{
+    wctl_progress pr;
+    weight_operation seen;
+    char text[600];
+    int have = 0;
+    double deadline = wctl_now() + (double)timeout_s;
+    wctl_progress_init(x, &pr, what);
     for (;;) {
         int rc = weight_get_operation(x->ws, opid, op);
-        if (rc < 0) return rc;
+        if (rc < 0) return wctl_failed(x, what, rc);
+        if (pr.on && (!have || op->members_done != seen.members_done ||
+                      op->bytes_done != seen.bytes_done || op->attempts != seen.attempts ||
+                      strcmp(op->error, seen.error) != 0 || op->state != seen.state)) {
+            op_progress_text(x, op, text, sizeof text);
+            fprintf(stderr, "weightctl: %s: operation %" PRIu64 " %s %s: %s\n", what, opid,
+                    weight_operation_kind_name(op->kind), weight_operation_state_name(op->state),
+                    text);
+            seen = *op;
+            have = 1;
+        }
         if (op->state != 1) return 0;
+        if (timeout_s && wctl_now() >= deadline) {
+            op_progress_text(x, op, text, sizeof text);
+            fprintf(stderr, "weightctl: %s: TIMEOUT: after %" PRIu64 " s (--timeout) operation %"
+                    PRIu64 " (%s) is still RUNNING: %s; it goes on (weightctl op %" PRIu64
+                    " shows it)\n", what, timeout_s, opid, weight_operation_kind_name(op->kind),
+                    text, opid);
+            return 1;
+        }
         struct timespec ts = {0, 200 * 1000000L};
         nanosleep(&ts, NULL);
     }
 }
 
+/* --timeout S of migrate / op / rm: 1..604800 seconds. 0, or the exit code
+ * of the refusal printed. */
+static int parse_timeout(const char *cmd, const char *arg, uint64_t *out)
+{
+    if (wctl_parse_u64(arg, out) < 0 || *out == 0 || *out > 86400 * 7)
+        return wctl_bad_value(cmd, "--timeout", arg, "a number of seconds from 1 to 604800");
+    return 0;
+}
+
 int wctl_cmd_migrate(ctl *x, int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"to", required_argument, NULL, 't'}, {"expect", required_argument, NULL, 'e'},
-        {"wait", no_argument, NULL, 'w'},     {NULL, 0, NULL, 0}};
+        {"to", required_argument, NULL, 't'},      {"expect", required_argument, NULL, 'e'},
+        {"wait", no_argument, NULL, 'w'},          {"timeout", required_argument, NULL, 'T'},
+        {NULL, 0, NULL, 0}};
     weight_residency to = WEIGHT_RES_UNKNOWN;
     double ratio = 0;
-    uint64_t expect = 0;
+    uint64_t expect = 0, timeout_s = 0;
     int c, rc, wait = 0;
     optind = 0;
     while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
@@ -267,40 +321,55 @@ int wctl_cmd_migrate(ctl *x, int argc, char **argv)
                 return wctl_bad_value("migrate", "--expect", optarg, "a metadata generation");
             break;
         case 'w': wait = 1; break;
+        case 'T':
+            if ((rc = parse_timeout("migrate", optarg, &timeout_s)) != 0) return rc;
+            break;
         default: return wctl_opt_error("migrate", c, argv);
         }
     }
     if (to == WEIGHT_RES_UNKNOWN) return wctl_bad_usage("migrate", "--to is required");
     if (optind != argc - 1) return wctl_bad_usage("migrate", "takes one ID");
+    if (timeout_s && !wait) return wctl_bad_usage("migrate", "--timeout bounds --wait: give both");
     weight_identity id;
     weight_operation op;
+    char text[2048], what[2100];
     if (wctl_open_weights(x) < 0) return 1;
-    if ((rc = wctl_parse_id(x, argv[optind], &id)) != 0) return rc;
+    if ((rc = wctl_resolve_id(x, argv[optind], "migrate", &id, text, sizeof text, what,
+                              sizeof what)) != 0)
+        return rc;
     if ((rc = wctl_fence(x, "migrate", &id, &expect)) != 0) return rc;
     if ((rc = weight_migrate(x->ws, &id, to, ratio, expect, &op)) < 0)
         return wctl_failed(x, "migrate", rc);
-    if (wait && op.id && (rc = wait_operation(x, op.id, &op)) < 0)
-        return wctl_failed(x, "migrate", rc);
+    if (wait && op.id && (rc = wait_operation(x, what, op.id, timeout_s, &op)) != 0) return rc;
     return wctl_show_operation(x, &op);
 }
 
 int wctl_cmd_op(ctl *x, int argc, char **argv)
 {
-    static const struct option opts[] = {{"wait", no_argument, NULL, 'w'}, {NULL, 0, NULL, 0}};
-    uint64_t opid = 0;
+    static const struct option opts[] = {{"wait", no_argument, NULL, 'w'},
+                                         {"timeout", required_argument, NULL, 'T'},
+                                         {NULL, 0, NULL, 0}};
+    uint64_t opid = 0, timeout_s = 0;
     int c, rc, wait = 0;
     optind = 0;
     while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
-        if (c != 'w') return wctl_opt_error("op", c, argv);
-        wait = 1;
+        if (c == 'w') wait = 1;
+        else if (c != 'T') return wctl_opt_error("op", c, argv);
+        else if ((rc = parse_timeout("op", optarg, &timeout_s)) != 0) return rc;
     }
     if (optind != argc - 1) return wctl_bad_usage("op", "takes one OPERATION_ID");
     if (wctl_parse_u64(argv[optind], &opid) < 0 || opid == 0)
         return wctl_bad_value("op", "OPERATION_ID", argv[optind], "a positive integer");
+    if (timeout_s && !wait) return wctl_bad_usage("op", "--timeout bounds --wait: give both");
     weight_operation op;
+    char what[64];
+    snprintf(what, sizeof what, "op %" PRIu64, opid);
     if (wctl_open_weights(x) < 0) return 1;
-    rc = wait ? wait_operation(x, opid, &op) : weight_get_operation(x->ws, opid, &op);
-    if (rc < 0) return wctl_failed(x, "op", rc);
+    if (wait) {
+        if ((rc = wait_operation(x, what, opid, timeout_s, &op)) != 0) return rc;
+    } else if ((rc = weight_get_operation(x->ws, opid, &op)) < 0) {
+        return wctl_failed(x, "op", rc);
+    }
     return wctl_show_operation(x, &op);
 }
 
@@ -407,8 +476,7 @@ int wctl_cmd_rm(ctl *x, int argc, char **argv)
             break;
         case 'w': wait = 1; break;
         case 't':
-            if (wctl_parse_u64(optarg, &timeout_s) < 0 || timeout_s == 0 || timeout_s > 86400 * 7)
-                return wctl_bad_value("rm", "--timeout", optarg, "a number of seconds from 1 to 604800");
+            if ((rc = parse_timeout("rm", optarg, &timeout_s)) != 0) return rc;
             has_timeout = 1;
             break;
         default: return wctl_opt_error("rm", c, argv);

@@ -10,7 +10,11 @@
 # --timeout; get creating its output directory, refusing a bad one before any
 # lease, writing as it receives (peak RSS of the weightctl process, from
 # wait4's rusage, against the file's size) and --all-ranks (--tp without a
-# rank and uneven splits: test_weightctl_tp.sh).
+# rank and uneven splits: test_weightctl_tp.sh); migrate --wait and op --wait
+# on a migration stuck retrying (the cold tier's directory replaced by a
+# file): --progress plain lines with its progress, attempts and last error,
+# --timeout ending the wait with a line naming the operation still running
+# (which goes on); a migration that ends: its last line says SUCCEEDED.
 set -uo pipefail
 : "${BUILD_DIR:?}" "${SOURCE_DIR:?}"
 ctl="$BUILD_DIR/bin/weightctl"
@@ -58,7 +62,7 @@ one_line_refusal() {
 # -- --version and CMD --help ---------------------------------------------------
 out=$("$ctl" --version); rc=$?
 [ $rc -eq 0 ] && grep -Eq '^weightctl [0-9]+\.[0-9]+\.[0-9]+ ' <<<"$out" && ok "--version: $out" || bad "--version: $rc $out"
-for cmd in put ls info exists size get policy migrate op rm upsert status gate kv; do
+for cmd in put ls info exists size get policy migrate op rm abort upsert status gate kv; do
   out=$("$ctl" "$cmd" --help 2>&1); rc=$?
   if [ $rc -eq 0 ] && grep -q "^usage: weightctl $cmd" <<<"$out" && grep -q "^examples:" <<<"$out" \
      && grep -q "^  weightctl $cmd\|^  echo .* | weightctl $cmd" <<<"$out"; then
@@ -338,6 +342,54 @@ rm -f "$hf/big.bin" "$hf/model.safetensors.index.json"
 err=$("$ctl" put --namespace cli --resource hf --revision v2 --from-dir "$hf" 2>&1); rc=$?
 [ $rc -eq 1 ] && [ "$err" = "weightctl: put: --from-dir $hf: neither model.safetensors.index.json nor model.safetensors is there" ] \
   && [ "$before" = "$(state)" ] && ok "a directory without safetensors refused: '$err'" || bad "no shards: $rc $err"
+
+# -- migrate --wait / op --wait: progress lines and --timeout -----------------------------
+one_line_refusal "op --timeout without --wait" \
+  "weightctl: op: --timeout bounds --wait: give both (weightctl op --help)" op 1 --timeout 5
+one_line_refusal "migrate --timeout" \
+  "weightctl: migrate: --timeout: '0' is not a number of seconds from 1 to 604800" \
+  migrate cli/tiny/v1 --to cold --wait --timeout 0
+one_line_refusal "migrate --timeout without --wait" \
+  "weightctl: migrate: --timeout bounds --wait: give both (weightctl migrate --help)" \
+  migrate cli/tiny/v1 --to cold --timeout 5
+"$ctl" put --namespace cli --resource moved --revision v1 "$tmp/model.safetensors" >/dev/null || bad "put cli/moved/v1"
+out=$("$ctl" --progress plain migrate cli/moved/v1 --to cold --wait --timeout 300 2>"$tmp/err"); rc=$?
+[ $rc -eq 0 ] && grep -q "^operation   [0-9]* MIGRATING SUCCEEDED" <<<"$out" \
+  && tail -1 "$tmp/err" | grep -Eq "^weightctl: migrate cli/moved/v1@1: operation [0-9]+ MIGRATING SUCCEEDED: ([0-9]+)/\1 members, " \
+  && ok "migrate --wait --progress plain: its last line says SUCCEEDED, exit 0" \
+  || bad "migrate --wait to its end: rc $rc, out [$out], err [$(cat "$tmp/err")]"
+for v in v1 v2; do # bytes of their own: no cold file of theirs exists yet
+  mk_st "$tmp/stuck-$v.safetensors" a.weight:64:64
+  "$ctl" put --namespace cli --resource stuck --revision $v "$tmp/stuck-$v.safetensors" >/dev/null || bad "put stuck $v"
+done
+# The cold tier's directory is gone (a file in its place): every cold write
+# fails and is retried, to the end of this script.
+rm -rf "$tmp/data/cold" && touch "$tmp/data/cold"
+"$ctl" migrate cli/stuck/v1 --to cold >/dev/null 2>&1 || bad "migrate cli/stuck/v1"
+opid=$("$ctl" --json info cli/stuck/v1 | sed -n 's/.*"operation_id":\([0-9]*\).*/\1/p')
+for _ in $(seq 300); do
+  "$ctl" op "$opid" | grep -q "error .*cold replica" && break
+  sleep 0.05
+done
+out=$("$ctl" --progress plain op "$opid" --wait --timeout 1 2>"$tmp/err"); rc=$?
+err=$(cat "$tmp/err")
+[ $rc -eq 1 ] && [ -z "$out" ] \
+  && grep -Eq "^weightctl: op $opid: operation $opid MIGRATING RUNNING: 0/[0-9]+ members, .*, [1-9][0-9]* attempt\(s\); last error: cold replica of .* failed" <<<"$err" \
+  && grep -Eq "^weightctl: op $opid: TIMEOUT: after 1 s \(--timeout\) operation $opid \(MIGRATING\) is still RUNNING: .* attempt\(s\); last error: cold replica .*; it goes on \(weightctl op $opid shows it\)$" <<<"$err" \
+  && "$ctl" op "$opid" | grep -q "MIGRATING RUNNING" \
+  && ok "op --wait --timeout on a stuck migration: its attempts and last error, then TIMEOUT naming it (still running)" \
+  || bad "op --wait --timeout: rc $rc, out [$out], err [$err]"
+out=$("$ctl" --progress plain migrate cli/stuck/v2 --to cold --wait --timeout 1 2>"$tmp/err"); rc=$?
+err=$(cat "$tmp/err")
+op2=$("$ctl" --json info cli/stuck/v2 | sed -n 's/.*"operation_id":\([0-9]*\).*/\1/p')
+[ $rc -eq 1 ] && [ -z "$out" ] && [ -n "$op2" ] \
+  && grep -Eq "^weightctl: migrate cli/stuck/v2@1: operation $op2 MIGRATING RUNNING: 0/[0-9]+ members, " <<<"$err" \
+  && grep -q "^weightctl: migrate cli/stuck/v2@1: TIMEOUT: after 1 s (--timeout) operation $op2 (MIGRATING) is still RUNNING: " <<<"$err" \
+  && ok "migrate --wait --timeout: progress lines, then TIMEOUT naming operation $op2" \
+  || bad "migrate --wait --timeout: rc $rc, out [$out], err [$err]"
+out=$("$ctl" --progress none op "$opid" --wait --timeout 1 2>"$tmp/err"); rc=$?
+[ $rc -eq 1 ] && [ "$(grep -c "" "$tmp/err")" -eq 1 ] && grep -q "TIMEOUT" "$tmp/err" \
+  && ok "--progress none: only the TIMEOUT line" || bad "--progress none: rc $rc: $(cat "$tmp/err")"
 
 kill -9 $pid; wait $pid 2>/dev/null; pid=""
 echo "$pass passed, $fail failed"

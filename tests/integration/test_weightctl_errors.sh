@@ -341,7 +341,7 @@ grep -q "^--payload-bytes N packs the tensors into payload objects of at most N 
   && ok "put --help explains --payload-bytes" || bad "put --help: no --payload-bytes sentence"
 grep -q "payload-bytes are put's" <<<"$("$ctl" upsert --help)" && ok "upsert --help points to put's --payload-bytes" \
   || bad "upsert --help: --payload-bytes"
-grep -q "^  migrate ID --to hot|cold|mixed\[:RATIO\] \[--expect GEN\] \[--wait\]" <<<"$("$ctl" --help)" \
+grep -q "^  migrate ID --to hot|cold|mixed\[:RATIO\] \[--expect GEN\] \[--wait \[--timeout S\]\]" <<<"$("$ctl" --help)" \
   && ok "--help lists migrate --wait" || bad "--help: migrate without --wait"
 # rm --help as the plugin's remove path is (wm_rpc_remove: BUSY for revision
 # leases and operations; read leases hold members back, test_read_leases)
