@@ -174,6 +174,10 @@ void wctl_tp_meta_free(wctl_tp_meta *m);
  * "weightctl: CMD: INVALID_ARGUMENT: PATH: ...". */
 int wctl_tp_check_whole(const char *cmd, char **paths, const wc_st_file *files, size_t n);
 
+/* The command the refusals of wctl_tp_check_ranks / wctl_tp_add_shards name
+ * ("put" unless set: upsert sets "upsert"). */
+void wctl_tp_command(const char *cmd);
+
 /* Everything put --tp checks before an import begins: no file given twice,
  * the provenance pairs (when the files carry them) against each other, --tp
  * and the rules, the shards' shapes and replicated bytes (wctl_tp_add_shards

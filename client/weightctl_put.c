@@ -4,7 +4,7 @@
  * --replicate rules and checked by weightctl_tp.c first, or with --from-dir a
  * Hugging Face model directory: its shards and, as attachments, its other
  * small files) and `upsert` (generation G of a lineage replacing its base,
- * from files or a model directory, put-first or delete-first, optionally
+ * from files, TP rank files (--tp N, as put) or a model directory, put-first or delete-first, optionally
  * waited for). The files' own __metadata__ goes with the revision. */
 #include <getopt.h>
 #include <inttypes.h>
@@ -537,8 +537,11 @@ int wctl_cmd_upsert(ctl *x, int argc, char **argv)
         {"request-id", required_argument, NULL, 'q'}, {"expect-generation", required_argument, NULL, 'e'},
         {"policy", required_argument, NULL, 'p'},     {"tie", required_argument, NULL, 't'},
         {"wait", no_argument, NULL, 'w'},             {"payload-bytes", required_argument, NULL, 'b'},
-        {"from-dir", required_argument, NULL, 'D'},   {NULL, 0, NULL, 0}};
-    uint64_t gen = 0, expect = 0, payload = 0;
+        {"from-dir", required_argument, NULL, 'D'},   {"tp", required_argument, NULL, 'T'},
+        {"split", required_argument, NULL, 's'},      {"replicate", required_argument, NULL, 'R'},
+        {NULL, 0, NULL, 0}};
+    uint64_t gen = 0, expect = 0, payload = 0, tp = 1;
+    wctl_rules rs = {.n = 0};
     weight_upsert_mode mode = WEIGHT_UPSERT_PUT_FIRST;
     const char *request_id = NULL, *from_dir = NULL;
     weight_policy pol = {WEIGHT_RES_UNKNOWN, 0, WEIGHT_MODE_DEFAULT};
@@ -578,6 +581,17 @@ int wctl_cmd_upsert(ctl *x, int argc, char **argv)
                 return wctl_bad_value("upsert", "--payload-bytes", optarg, "a number of bytes");
             break;
         case 'D': from_dir = optarg; break;
+        case 'T':
+            if (wctl_parse_u64(optarg, &tp) < 0 || tp == 0 || tp > 4096)
+                return wctl_bad_value("upsert", "--tp", optarg, "a rank count from 1 to 4096");
+            break;
+        case 's':
+        case 'R':
+            if (wctl_rules_add(&rs, optarg, c == 's') < 0)
+                return wctl_bad_value("upsert", c == 's' ? "--split" : "--replicate", optarg,
+                                      c == 's' ? "PATTERN=DIM (DIM 0..7, at most 128 rules)"
+                                               : "a PATTERN (at most 128 rules)");
+            break;
         default: return wctl_opt_error("upsert", c, argv);
         }
     }
@@ -586,6 +600,16 @@ int wctl_cmd_upsert(ctl *x, int argc, char **argv)
         return wctl_bad_usage("upsert", "give BASE_ID and at least one FILE");
     if (from_dir != NULL && optind + 1 != argc)
         return wctl_bad_usage("upsert", "--from-dir takes the files of the directory: BASE_ID, no FILE");
+    if (from_dir != NULL && tp > 1)
+        return wctl_bad_usage("upsert", "--from-dir takes the files of the directory: no --tp");
+    if (tp == 1 && rs.n > 0)
+        return wctl_bad_usage("upsert", "--split and --replicate describe rank files: give --tp N");
+    if (tp > 1 && (uint64_t)(argc - optind - 1) != tp) {
+        fprintf(stderr, "weightctl: upsert: --tp %" PRIu64 " takes one file per rank, in rank "
+                "order; %d given\n", tp, argc - optind - 1);
+        return 2;
+    }
+    wctl_tp_command("upsert");
     weight_identity base;
     if (wctl_open_weights(x) < 0) return 1;
     if ((rc = wctl_parse_id(x, argv[optind], &base)) != 0) return rc;
@@ -604,8 +628,9 @@ int wctl_cmd_upsert(ctl *x, int argc, char **argv)
     if (files == NULL) goto close_files;
     if (open_inputs(x, "upsert", paths, n_files, files, payload) != 0 ||
         (from_dir != NULL && wctl_hfdir_check(from_dir, &hf, files) != 0) ||
-        wctl_tp_check_whole("upsert", paths, files, n_files) < 0 ||
-        check_tensors("upsert", paths, files, n_files, 1, ties, n_ties) < 0 ||
+        (tp > 1 ? wctl_tp_check_ranks(paths, files, (uint32_t)tp, &rs, ties, n_ties) < 0
+                : wctl_tp_check_whole("upsert", paths, files, n_files) < 0) ||
+        check_tensors("upsert", paths, files, n_files, (uint32_t)tp, ties, n_ties) < 0 ||
         add_file_metadata(NULL, "upsert", paths, files, n_files) < 0)
         goto close_files;
     if (expect == 0 && request_id != NULL) {
@@ -648,7 +673,8 @@ int wctl_cmd_upsert(ctl *x, int argc, char **argv)
         fprintf(stderr, "weightctl: upsert: the target of request %s is written already: the "
                 "files given now are not sent (nor compared with it)\n", claim.request_id);
     if (w != NULL) {
-        rc = add_files(w, files, n_files, ties, n_ties);
+        rc = tp > 1 ? wctl_tp_add_shards(w, files, paths, (uint32_t)tp, &rs, ties, n_ties)
+                    : add_files(w, files, n_files, ties, n_ties);
         if (rc == 0) rc = add_file_metadata(w, "upsert", paths, files, n_files);
         for (size_t i = 0; rc == 0 && i < hf.n_att; i++)
             rc = weight_writer_add_attachment(w, hf.att[i].name, hf.att[i].data, hf.att[i].bytes);

@@ -27,6 +27,12 @@
 
 #include "weightctl.h"
 
+/* The command the refusals of rank files name: put, or upsert
+ * (wctl_tp_command). weightctl runs one command per process. */
+static const char *tp_cmd = "put";
+
+void wctl_tp_command(const char *cmd) { tp_cmd = cmd; }
+
 /* Print "weightctl: CMD: INVALID_ARGUMENT: PATH: [tensor NAME: ]..." (name
  * NULL: no tensor) and return INVALID_ARGUMENT. */
 static int refuse(const char *cmd, const char *path, const char *name, const char *fmt,
@@ -108,8 +114,8 @@ int wctl_tp_check_whole(const char *cmd, char **paths, const wc_st_file *files, 
         if (tp == NULL || strcmp(tp, "1") == 0) continue;
         return file_error(cmd, paths[i],
                           "rank %s of a %s-way split (" WCTL_TP_KEY_TP " in its __metadata__), "
-                          "not a whole model: put every rank's file with --tp %s",
-                          rank ? rank : "?", tp, tp);
+                          "not a whole model: %s every rank's file with --tp %s",
+                          rank ? rank : "?", tp, cmd, tp);
     }
     return 0;
 }
@@ -134,14 +140,14 @@ static int check_split(const char *path, const wc_st_header *h, const char *text
     json_t *split = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
     if (!json_is_object(split)) {
         json_decref(split);
-        return file_error("put", path, WCTL_TP_KEY_SPLIT " in its __metadata__ is not a JSON "
+        return file_error(tp_cmd, path, WCTL_TP_KEY_SPLIT " in its __metadata__ is not a JSON "
                           "object of tensor names and dimensions");
     }
     json_object_foreach(split, name, v) {
         long i = wc_st_find(h, name);
         if (!json_is_integer(v) || i < 0 || json_integer_value(v) < 0 ||
             json_integer_value(v) >= h->tensors[i].ndim) {
-            rc = file_error("put", path, WCTL_TP_KEY_SPLIT " in its __metadata__ names "
+            rc = file_error(tp_cmd, path, WCTL_TP_KEY_SPLIT " in its __metadata__ names "
                             "tensor %s, %s", name, i < 0 ? "which is not in the file"
                                                          : "with no such dimension");
             goto free_split;
@@ -161,7 +167,7 @@ static int check_split(const char *path, const wc_st_header *h, const char *text
         else snprintf(cut, sizeof cut, "replicated");
         if (split_now) snprintf(given, sizeof given, "split it along dimension %" PRIu32, dim);
         else snprintf(given, sizeof given, "replicate it");
-        rc = file_error("put", path, "tensor %s was cut %s (" WCTL_TP_KEY_SPLIT " in its "
+        rc = file_error(tp_cmd, path, "tensor %s was cut %s (" WCTL_TP_KEY_SPLIT " in its "
                         "__metadata__), the --split / --replicate rules given %s: give the "
                         "rules the files were cut with", t->name, cut, given);
         goto free_split;
@@ -189,47 +195,47 @@ static int check_provenance(char **paths, const wc_st_file *files, uint32_t tp,
         const char *src = meta_get(h, WCTL_TP_KEY_SOURCE), *split = meta_get(h, WCTL_TP_KEY_SPLIT);
         uint64_t ftp, frank;
         if (ttext == NULL || rtext == NULL || src == NULL || split == NULL) {
-            rc = file_error("put", paths[r], "no %s in its __metadata__, which rank 0's %s has "
+            rc = file_error(tp_cmd, paths[r], "no %s in its __metadata__, which rank 0's %s has "
                             "(files of different gets?)",
                             ttext == NULL ? WCTL_TP_KEY_TP : rtext == NULL ? WCTL_TP_KEY_RANK
                             : src == NULL ? WCTL_TP_KEY_SOURCE : WCTL_TP_KEY_SPLIT, paths[0]);
             goto free_holder;
         }
         if (wctl_parse_u64(ttext, &ftp) < 0 || ftp == 0) {
-            rc = file_error("put", paths[r], WCTL_TP_KEY_TP " in its __metadata__ is '%s', not "
+            rc = file_error(tp_cmd, paths[r], WCTL_TP_KEY_TP " in its __metadata__ is '%s', not "
                             "a rank count", ttext);
             goto free_holder;
         }
         if (ftp != tp) {
-            rc = file_error("put", paths[r], "cut for --tp %" PRIu64 " (" WCTL_TP_KEY_TP " in its "
+            rc = file_error(tp_cmd, paths[r], "cut for --tp %" PRIu64 " (" WCTL_TP_KEY_TP " in its "
                             "__metadata__), not --tp %" PRIu32, ftp, tp);
             goto free_holder;
         }
         if (wctl_parse_u64(rtext, &frank) < 0 || frank >= tp) {
-            rc = file_error("put", paths[r], WCTL_TP_KEY_RANK " in its __metadata__ is '%s', not "
+            rc = file_error(tp_cmd, paths[r], WCTL_TP_KEY_RANK " in its __metadata__ is '%s', not "
                             "a rank below %" PRIu32, rtext, tp);
             goto free_holder;
         }
         if (holder[frank] != UINT32_MAX) {
-            rc = file_error("put", paths[r], "holds rank %" PRIu64 " (" WCTL_TP_KEY_RANK " in its "
+            rc = file_error(tp_cmd, paths[r], "holds rank %" PRIu64 " (" WCTL_TP_KEY_RANK " in its "
                             "__metadata__) as %s does: the same rank's file twice", frank,
                             paths[holder[frank]]);
             goto free_holder;
         }
         holder[frank] = r;
         if (frank != r) {
-            rc = file_error("put", paths[r], "holds rank %" PRIu64 " (" WCTL_TP_KEY_RANK " in its "
+            rc = file_error(tp_cmd, paths[r], "holds rank %" PRIu64 " (" WCTL_TP_KEY_RANK " in its "
                             "__metadata__) but is given as rank %" PRIu32 ": give the files in "
                             "rank order", frank, r);
             goto free_holder;
         }
         if (strcmp(src, src0) != 0) {
-            rc = file_error("put", paths[r], "cut from %s, rank 0's %s from %s (" WCTL_TP_KEY_SOURCE
+            rc = file_error(tp_cmd, paths[r], "cut from %s, rank 0's %s from %s (" WCTL_TP_KEY_SOURCE
                             " in their __metadata__)", src, paths[0], src0);
             goto free_holder;
         }
         if (strcmp(split, split0) != 0) {
-            rc = file_error("put", paths[r], "cut by other split rules than rank 0's %s ("
+            rc = file_error(tp_cmd, paths[r], "cut by other split rules than rank 0's %s ("
                             WCTL_TP_KEY_SPLIT " in their __metadata__)", paths[0]);
             goto free_holder;
         }
@@ -301,7 +307,7 @@ static int check_duplicates(char **paths, const wc_st_file *files, uint32_t tp,
         for (uint32_t r = 0; r < s && rc == 0; r++)
             if (fp[r] == fp[s] &&
                 same_shards(&files[r], &files[s], &files[0].header, rs, ties, n_ties))
-                rc = file_error("put", paths[s], "holds the same bytes as rank %" PRIu32 "'s %s in "
+                rc = file_error(tp_cmd, paths[s], "holds the same bytes as rank %" PRIu32 "'s %s in "
                                 "every split tensor: the same rank's file twice", r, paths[r]);
     free(fp);
     return rc;
@@ -315,12 +321,12 @@ int wctl_tp_check_ranks(char **paths, const wc_st_file *files, uint32_t tp,
     if (st == NULL) return WEIGHT_ENOMEM;
     for (uint32_t r = 0; r < tp; r++) {
         if (stat(paths[r], &st[r]) != 0) {
-            rc = file_error("put", paths[r], "%s", strerror(errno));
+            rc = file_error(tp_cmd, paths[r], "%s", strerror(errno));
             goto free_stat;
         }
         for (uint32_t q = 0; q < r; q++) {
             if (st[q].st_dev == st[r].st_dev && st[q].st_ino == st[r].st_ino) {
-                rc = file_error("put", paths[r], "the same file as rank %" PRIu32 "'s %s: "
+                rc = file_error(tp_cmd, paths[r], "the same file as rank %" PRIu32 "'s %s: "
                                 "give each rank's file once, in rank order", q, paths[q]);
                 goto free_stat;
             }
@@ -350,7 +356,7 @@ static int shard_error(const char *path, const char *name, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    int rc = refuse("put", path, name, fmt, ap);
+    int rc = refuse(tp_cmd, path, name, fmt, ap);
     va_end(ap);
     return rc;
 }

@@ -13,7 +13,11 @@
 #    when their shapes agree with the rules, and refused (duplicates, shapes
 #    against the rules, uneven parts out of rank order) when they do not;
 #  - get_tp_without_rank_writes_all_ranks and
-#    get_uneven_split_refused_without_allow_uneven.
+#    get_uneven_split_refused_without_allow_uneven;
+#  - upsert_takes_rank_files: upsert --tp N with --split / --replicate as put
+#    (generation 2 of a lineage from rank files, read back byte for byte),
+#    its rank files checked as put's are (refusals name upsert, nothing
+#    changed), a rank file upserted whole pointing to upsert --tp N.
 set -uo pipefail
 : "${BUILD_DIR:?}" "${SOURCE_DIR:?}"
 ctl="$BUILD_DIR/bin/weightctl"
@@ -244,6 +248,32 @@ refused "without provenance: shards split along another dimension than the rules
   && "$ctl" put --namespace cli --resource m --revision bareodd --tp 2 "$tmp/o0.safetensors" "$tmp/o1.safetensors" >/dev/null \
   && "$ctl" get cli/m/bareodd@1 --out "$tmp/bo" >/dev/null && st_same "$tmp/odd.safetensors" "$tmp/bo/rank0-of-1.safetensors" \
   && ok "without provenance, shards that agree with the rules: joined, read back byte for byte" || bad "bare join"
+
+# -- upsert_takes_rank_files -----------------------------------------------------------
+refused "upsert: swapped rank files" \
+  "weightctl: upsert: INVALID_ARGUMENT: $r1: holds rank 1 (weight_mgmt.rank in its __metadata__) but is given as rank 0: give the files in rank order" \
+  upsert cli/m/joined@1 --generation 2 --tp 2 "$r1" "$r0"
+refused "upsert: one rank's file upserted whole" \
+  "weightctl: upsert: INVALID_ARGUMENT: $r1: rank 1 of a 2-way split (weight_mgmt.tp in its __metadata__), not a whole model: upsert every rank's file with --tp 2" \
+  upsert cli/m/joined@1 --generation 2 "$r1"
+before=$(state)
+err=$("$ctl" upsert cli/m/joined@1 --generation 2 --split 'b.*=1' "$r0" 2>&1); rc=$?
+[ $rc -eq 2 ] && [ "$err" = "weightctl: upsert: --split and --replicate describe rank files: give --tp N (weightctl upsert --help)" ] \
+  && [ "$(state)" = "$before" ] && ok "upsert --split without --tp: '$err'" || bad "upsert --split without --tp: $rc $err"
+err=$("$ctl" upsert cli/m/joined@1 --generation 2 --tp 2 "$r0" 2>&1); rc=$?
+[ $rc -eq 2 ] && [ "$err" = "weightctl: upsert: --tp 2 takes one file per rank, in rank order; 1 given" ] \
+  && [ "$(state)" = "$before" ] && ok "upsert --tp 2 with one file: '$err'" || bad "upsert --tp one file: $rc $err"
+"$ctl" get cli/m/v2@1 --out "$tmp/dv2s" --tp 2 --split 'b.*=1' --replicate 'a.*' >/dev/null || bad "get v2 --split"
+out=$("$ctl" upsert cli/m/joined@1 --generation 2 --tp 2 --wait "$tmp/dv2/rank0-of-2.safetensors" \
+      "$tmp/dv2/rank1-of-2.safetensors" 2>"$tmp/err"); rc=$?
+out3=$("$ctl" upsert cli/m/joined3@1 --generation 2 --tp 2 --split 'b.*=1' --replicate 'a.*' --wait \
+       "$tmp/dv2s/rank0-of-2.safetensors" "$tmp/dv2s/rank1-of-2.safetensors" 2>>"$tmp/err"); rc3=$?
+[ $rc -eq 0 ] && [ $rc3 -eq 0 ] && grep -q "COMMITTED" <<<"$out" && grep -q "COMMITTED" <<<"$out3" \
+  && "$ctl" get cli/m/joined@2 --out "$tmp/u2" >/dev/null && st_same "$tmp/v2.safetensors" "$tmp/u2/rank0-of-1.safetensors" \
+  && "$ctl" get cli/m/joined3@2 --out "$tmp/u3" >/dev/null && st_same "$tmp/v2.safetensors" "$tmp/u3/rank0-of-1.safetensors" \
+  && ! "$ctl" exists cli/m/joined@1 >/dev/null 2>&1 \
+  && ok "upsert --tp 2 (and with --split / --replicate): generation 2 from rank files, read back byte for byte" \
+  || bad "upsert --tp: rc $rc/$rc3, out [$out] [$out3], err [$(cat "$tmp/err")]"
 
 kill -9 $pid; wait $pid 2>/dev/null; pid=""
 echo "$pass passed, $fail failed"
