@@ -119,6 +119,21 @@ def test_list_pages_and_filters(store):
         store.weight_list(resource_id=res)
 
 
+def test_list_shows_imports_only_with_include_importing(store):
+    res = unique("importing")
+    done = ident(res, revision="done", namespace="listing")
+    put_model(store, done, {"w": (np.zeros(4, np.int32), None)})
+    w = store.weight_put(ident(res, revision="open", namespace="listing"))
+    try:
+        shown = {md.identity.revision: md.availability for md in store.weight_list("listing", res).revisions()}
+        assert shown == {"done": ws.WeightAvailability.READY}
+        page = store.weight_list("listing", res, include_importing=True, limit=1)
+        shown = {md.identity.revision: md.availability for md in page.revisions()}
+        assert shown == {"done": ws.WeightAvailability.READY, "open": ws.WeightAvailability.IMPORTING}
+    finally:
+        w.abort()
+
+
 def test_update_policy_is_fenced(store):
     i = ident(unique("policy"))
     md = put_model(store, i, {"w": (np.arange(8, dtype=np.float32), None)})
