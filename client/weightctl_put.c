@@ -529,9 +529,83 @@ static int upsert_status(ctl *x, int argc, char **argv)
     return print_claim(x, &claim);
 }
 
+/* `upsert abort ID`: abort the open claim of ID's lineage (a trainer that
+ * died mid-upsert) the way its own writer would: rejoin it with its request
+ * id, base generation, target and mode (weight_upsert answers the target's
+ * writer), abort that writer's import, and follow the claim to ABORTED (the
+ * lineage takes another target then). Only while the base is intact: a
+ * PUT_FIRST claim before its target is READY (CLAIMED, IMPORTING_TARGET).
+ * Anything else is refused naming the phase, nothing changed: no open
+ * claim, a DELETE_FIRST claim (its base goes first; the same upsert resumes
+ * it), a claim past its import (it goes on to COMMITTED). 0 once ABORTED,
+ * else 1 with the cause printed. */
+static int upsert_abort(ctl *x, int argc, char **argv)
+{
+    weight_identity id;
+    weight_upsert_claim claim, now;
+    weight_writer *w = NULL;
+    int has_gen = 0, rc;
+    if (argc != 3) return wctl_bad_usage("upsert", "the form is: upsert abort ID");
+    if ((rc = wctl_parse_id_text(x, argv[2], &id, &has_gen)) != 0) return rc;
+    if (!has_gen) id.generation = 1;
+    if (wctl_open_weights(x) < 0) return 1;
+    char what[1200];
+    snprintf(what, sizeof what, "upsert abort %s", argv[2]);
+    if ((rc = weight_upsert_status(x->ws, &id, &claim)) < 0) return wctl_failed(x, what, rc);
+    const char *phase = weight_upsert_phase_name(claim.phase);
+    if (claim.phase == WEIGHT_PHASE_COMMITTED || claim.phase == WEIGHT_PHASE_ABORTED) {
+        fprintf(stderr, "weightctl: %s: CONFLICT: the lineage has no open claim (claim %s is %s); "
+                "nothing to abort\n", what, claim.request_id, phase);
+        return 1;
+    }
+    if (claim.mode != WEIGHT_UPSERT_PUT_FIRST) {
+        fprintf(stderr, "weightctl: %s: CONFLICT: claim %s is DELETE_FIRST (phase %s): its base "
+                "is deleted before the target, so it cannot be rolled back; the same upsert "
+                "resumes it\n", what, claim.request_id, phase);
+        return 1;
+    }
+    if (claim.phase != WEIGHT_PHASE_CLAIMED && claim.phase != WEIGHT_PHASE_IMPORTING_TARGET) {
+        fprintf(stderr, "weightctl: %s: CONFLICT: claim %s is past its target's import (phase "
+                "%s): the target is READY and the claim goes on to COMMITTED\n", what,
+                claim.request_id, phase);
+        return 1;
+    }
+    rc = weight_upsert(x->ws, &claim.base, claim.target.generation, claim.mode, claim.request_id,
+                       claim.expected_metadata_generation, NULL, 0, &now, &w);
+    if (rc < 0) return wctl_failed(x, what, rc);
+    if (w == NULL) {
+        fprintf(stderr, "weightctl: %s: CONFLICT: claim %s wrote its target already (phase %s); "
+                "it goes on to COMMITTED\n", what, claim.request_id,
+                weight_upsert_phase_name(now.phase));
+        return 1;
+    }
+    weight_writer_abort(w); /* the target's import: the claim ends ABORTED, the base intact */
+    fprintf(stderr, "weightctl: %s: aborting claim %s (phase %s, target %s@%llu)\n", what,
+            claim.request_id, phase, claim.target.revision,
+            (unsigned long long)claim.target.generation);
+    double deadline = wctl_now() + 60;
+    for (;;) {
+        if ((rc = weight_upsert_status(x->ws, &id, &now)) < 0) return wctl_failed(x, what, rc);
+        if (strcmp(now.request_id, claim.request_id) != 0 || now.phase == WEIGHT_PHASE_ABORTED ||
+            now.phase == WEIGHT_PHASE_COMMITTED)
+            break;
+        if (wctl_now() >= deadline) {
+            fprintf(stderr, "weightctl: %s: TIMEOUT: claim %s still %s 60 s after its target's "
+                    "import was aborted (weightctl upsert status follows it)\n", what,
+                    claim.request_id, weight_upsert_phase_name(now.phase));
+            return 1;
+        }
+        struct timespec ts = {0, 50 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    print_claim(x, &now);
+    return now.phase == WEIGHT_PHASE_ABORTED ? 0 : 1;
+}
+
 int wctl_cmd_upsert(ctl *x, int argc, char **argv)
 {
     if (argc >= 2 && strcmp(argv[1], "status") == 0) return upsert_status(x, argc, argv);
+    if (argc >= 2 && strcmp(argv[1], "abort") == 0) return upsert_abort(x, argc, argv);
     static const struct option opts[] = {
         {"generation", required_argument, NULL, 'g'}, {"mode", required_argument, NULL, 'm'},
         {"request-id", required_argument, NULL, 'q'}, {"expect-generation", required_argument, NULL, 'e'},

@@ -42,6 +42,12 @@
 #    abort`, abort of a READY revision is refused (CONFLICT, nothing
 #    changed), and `weightctl abort ID` (no @GEN: the newest IMPORTING one)
 #    frees its segment bytes, forgets it, and the name takes a new put.
+#  - upsert_abort_of_a_dead_trainers_claim: a trainer killed mid-upsert
+#    (PUT_FIRST, its target's import begun) blocks its lineage (another target
+#    generation CONFLICT); `weightctl upsert abort ID` ends the claim ABORTED
+#    with the base intact and readable, the target gone, and the lineage
+#    takes another target; with no open claim it is refused (CONFLICT,
+#    nothing changed).
 set -uo pipefail
 : "${BUILD_DIR:?}" "${SOURCE_DIR:?}"
 ctl="$BUILD_DIR/bin/weightctl"
@@ -450,6 +456,48 @@ used2=$(used)
 out=$("$ctl" put --namespace err --resource stale --revision v1 "$tmp/abort.safetensors" 2>&1) \
   && ok "the aborted import's name takes a new put" || bad "put after abort: $out"
 grep -q "^usage: weightctl abort ID" <<<"$("$ctl" abort --help)" && ok "abort --help" || bad "abort --help"
+
+# -- upsert_abort_of_a_dead_trainers_claim ------------------------------------------------
+mk_st "$tmp/lin.safetensors" a.weight:16:16
+"$ctl" put --namespace err --resource lin --revision v1 "$tmp/lin.safetensors" >/dev/null || bad "put err/lin"
+mg=$("$ctl" --json info err/lin/v1@1 | sed -n 's/.*"metadata_generation":\([0-9]*\).*/\1/p')
+env "${pyenv[@]}" PYTHONPATH="$SOURCE_DIR/python" WEIGHTSTORE_LIB="$BUILD_DIR/lib/libweightclient.so" \
+  "$py" - "$tmp/master.sock" "$mg" <<'PY' 2>"$tmp/trainer.err"
+import os, sys
+import numpy as np
+from weightstore import WeightStore
+s = WeightStore(sys.argv[1], payload_bytes=65536)
+u = s.weight_upsert(2, replacing="err/lin/v1@1", expected_metadata_generation=int(sys.argv[2]))
+u.weight_put_tensor("a.weight", np.ones((64, 64), np.float32))
+os._exit(0)  # the trainer dies: no commit, no abort
+PY
+out=$("$ctl" upsert status err/lin/v1)
+grep -Eq "phase (CLAIMED|IMPORTING_TARGET)" <<<"$out" && ok "a dead trainer's claim stays open: $(grep -o 'phase *[A-Z_]*' <<<"$out" | head -1)" \
+  || bad "claim after the trainer died: $out $(cat "$tmp/trainer.err")"
+out=$("$ctl" upsert err/lin/v1@1 --generation 3 "$tmp/lin.safetensors" 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -q "CONFLICT" <<<"$out" && ok "the lineage is blocked: another target generation CONFLICT" \
+  || bad "blocked lineage: rc $rc: $out"
+out=$("$ctl" upsert abort err/lin/v1 2>&1); rc=$?
+st=$("$ctl" upsert status err/lin/v1)
+[ $rc -eq 0 ] && grep -q "ABORTED" <<<"$st" && grep -q "aborting claim" <<<"$out" \
+  && "$ctl" exists err/lin/v1@1 >/dev/null && "$ctl" get err/lin/v1@1 --out "$tmp/lin1" >/dev/null \
+  && st_same "$tmp/lin.safetensors" "$tmp/lin1/rank0-of-1.safetensors" \
+  && ok "upsert abort: the claim ABORTED, the base READY and read back byte for byte" \
+  || bad "upsert abort: rc $rc: $out / $st"
+gone=0
+for _ in $(seq 200); do
+  "$ctl" info err/lin/v1@2 >/dev/null 2>&1 || { gone=1; break; }
+  sleep 0.05
+done
+[ $gone -eq 1 ] && ok "the aborted claim's target is gone" || bad "target still there: $("$ctl" info err/lin/v1@2 2>&1)"
+before=$(state)
+out=$("$ctl" upsert abort err/lin/v1 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -q "^weightctl: upsert abort err/lin/v1: CONFLICT: the lineage has no open claim (claim .* is ABORTED); nothing to abort$" <<<"$out" \
+  && [ "$(state)" = "$before" ] && ok "upsert abort without an open claim: CONFLICT, nothing changed" \
+  || bad "upsert abort again: rc $rc: $out"
+out=$("$ctl" upsert err/lin/v1@1 --generation 3 --wait "$tmp/lin.safetensors" 2>&1); rc=$?
+[ $rc -eq 0 ] && grep -q "COMMITTED" <<<"$out" && ok "the lineage takes another target after the abort" \
+  || bad "upsert after abort: rc $rc: $out"
 
 kill -9 $pid; wait $pid 2>/dev/null; pid=""
 echo "$pass passed, $fail failed"
