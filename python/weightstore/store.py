@@ -26,18 +26,19 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+import time
 from collections.abc import Mapping
 from typing import Dict, Iterator, List, Optional
 
 import numpy as np
 
 from . import _lib
-from .errors import InvalidArgumentError, NotFoundError, error_for
+from .errors import ConflictError, InvalidArgumentError, NotFoundError, error_for
 from .tensors import (PLACE_REPLICATED, PLACE_SKIP, HuggingFaceCheckpoint, LoadedTensor,
                       PlacementLike, TensorPlacement, TensorSpec, box, dtype_name, iter_attachment_source,
                       iter_tensor_source, numpy_dtype, resolve_placement)
 from .types import (IdentityLike, WeightIdentity, WeightMetadata, WeightMetadataView, WeightOperation,
-                    WeightResidencyState, WeightStoragePolicy, WeightUpsertClaim, WeightUpsertMode,
+                    WeightResidencyState, WeightStoragePolicy, WeightUpsertClaim, WeightUpsertMode, WeightUpsertPhase,
                     _as_identity, _claim_from_c, _degraded_from_c, _identity_to_c, _metadata_from_c,
                     _operation_from_c, _policy_to_c)
 
@@ -163,6 +164,41 @@ class WeightStore:
         msg = self._lib.weight_store_last_error(self._h.ptr).decode(errors="replace") if self._h.ptr else ""
         raise error_for(rc, self._lib.weight_error_name(rc).decode(), msg)
 
+    def _resolve(self, identity: IdentityLike) -> WeightIdentity:
+        """identity as given; "NAMESPACE/RESOURCE/REVISION" text without
+        "@GENERATION" names the revision's newest live generation, as
+        weightctl info / get / rm ... take it: the highest generation
+        weight_list shows (READY, DEGRADED or DELETING; neither an IMPORTING
+        one nor a tombstone). NotFoundError when there is none."""
+        if not isinstance(identity, str) or "@" in identity:
+            return _as_identity(identity)
+        try:
+            base = WeightIdentity.parse(identity + "@1")
+        except InvalidArgumentError:
+            raise InvalidArgumentError(f"{identity!r} is not NAMESPACE/RESOURCE/REVISION[@GENERATION]") from None
+        best = 0
+        for md in self.weight_list(base.namespace, base.resource_id).revisions():
+            if md.identity.revision == base.revision:
+                best = max(best, md.identity.weight_generation)
+        if not best:
+            raise NotFoundError(f"{identity}: no live generation of that revision")
+        return base.with_generation(best)
+
+    def weight_upsert_status(self, lineage: IdentityLike) -> WeightUpsertClaim:
+        """The current or last replacement claim of a lineage (weightctl
+        upsert status): "NAMESPACE/RESOURCE/REVISION" or any generation of it
+        (the generation is ignored: a lineage has one claim at a time), so a
+        restarted trainer can see whether its claim is open (phase), who made
+        it (request_id) and why an ABORTED one ended (error). NotFoundError
+        when the lineage never had a claim."""
+        if isinstance(lineage, str) and "@" not in lineage:
+            lineage = lineage + "@1"
+        cid = _identity_to_c(lineage)
+        c = _lib.UpsertClaim()
+        with self._h.lock:
+            self._check(self._lib.weight_upsert_status(self._ptr(), cid, ctypes.byref(c)))
+        return _claim_from_c(c)
+
     # -- the eleven calls ---------------------------------------------------------
 
     def weight_put(self, identity: IdentityLike, tensors=None, *, aliases: Optional[Dict[str, str]] = None,
@@ -222,7 +258,7 @@ class WeightStore:
         Raises NotFoundError, NotReadyError, LeaseExpiredError,
         InvalidArgumentError (placement or binding), DigestMismatchError,
         BusyError, WeightTransportError."""
-        ident = _as_identity(identity)
+        ident = self._resolve(identity)
         cid = _identity_to_c(ident)
         bindings = dict(bindings or {})
         for name, arr in bindings.items():
@@ -276,6 +312,7 @@ class WeightStore:
 
         Raises NotFoundError, NotReadyError, LeaseExpiredError,
         DigestMismatchError, BusyError, WeightTransportError."""
+        identity = self._resolve(identity)
         cid = _identity_to_c(identity)
         wanted = None if names is None else set(names)
         owned: Dict[str, np.ndarray] = {}
@@ -322,7 +359,12 @@ class WeightStore:
         return {name: owned[name].tobytes() if name in owned else b"" for name in seen}
 
     def weight_is_exist(self, identity: IdentityLike) -> bool:
-        """True only when the exact revision is READY and readable."""
+        """True only when the exact revision is READY and readable ("NS/RES/REV"
+        without "@GENERATION": its newest live generation; none: False)."""
+        try:
+            identity = self._resolve(identity)
+        except NotFoundError:
+            return False
         cid = _identity_to_c(identity)
         out = ctypes.c_int(0)
         with self._h.lock:
@@ -332,7 +374,7 @@ class WeightStore:
     def weight_get_metadata(self, identity: IdentityLike) -> WeightMetadataView:
         """Metadata of a revision (tombstones included) and its active
         operation, if any. NotFoundError when it never existed."""
-        cid = _identity_to_c(identity)
+        cid = _identity_to_c(self._resolve(identity))
         md, op = _lib.Metadata(), _lib.Operation()
         more = _lib.MetadataMore(struct_size=ctypes.sizeof(_lib.MetadataMore))
         with self._h.lock:
@@ -343,7 +385,7 @@ class WeightStore:
 
     def weight_get_size(self, identity: IdentityLike) -> int:
         """The logical payload bytes validated when the revision was committed."""
-        cid = _identity_to_c(identity)
+        cid = _identity_to_c(self._resolve(identity))
         out = ctypes.c_uint64(0)
         with self._h.lock:
             self._check(self._lib.weight_get_size(self._ptr(), cid, ctypes.byref(out)))
@@ -388,7 +430,7 @@ class WeightStore:
         retry of it -- a retry whose first reply was lost then answers the
         first result instead of StaleGenerationError; the same id with other
         arguments is ConflictError."""
-        cid = _identity_to_c(identity)
+        cid = _identity_to_c(self._resolve(identity))
         gen = _fence(expected_metadata_generation, "weight_update_policy")
         rid = _request_id(self._lib, request_id, "weight_update_policy")
         pol = _policy_to_c(policy)
@@ -415,10 +457,16 @@ class WeightStore:
         nothing to write when a retried request already got past its import.
         request_id None: derived from base, target, mode and the expected
         generation, so a retry is the same request. See the C header for the
-        PUT_FIRST / DELETE_FIRST sequences. Raises StaleGenerationError,
+        PUT_FIRST / DELETE_FIRST sequences. replacing: an identity, or
+        "NAMESPACE/RESOURCE/REVISION" for its newest live generation.
+        wait_ms (0: no wait): while another request's claim of the lineage
+        is open (CLAIMED .. DELETING_BASE), wait up to wait_ms for it to end
+        (COMMITTED or ABORTED), then try; still open after wait_ms:
+        ConflictError. With DELETE_FIRST it also bounds the wait for the
+        base's deletion (0: 120 s). Raises StaleGenerationError,
         ConflictError (another claim is open, or this one was ABORTED),
         BusyError, NotFoundError, NotReadyError, ..."""
-        base = _as_identity(replacing)
+        base = self._resolve(replacing)
         if isinstance(target, WeightIdentity):
             # Same lineage; an empty tenant stands for the store's on either side.
             same_tenant = not target.tenant_id or not base.tenant_id or target.tenant_id == base.tenant_id
@@ -435,11 +483,29 @@ class WeightStore:
         source = _checked_source(tensors)
         claim = _lib.UpsertClaim()
         w = ctypes.c_void_p()
-        with self._h.lock:
-            self._check(self._lib.weight_upsert(self._ptr(), cid, gen_target, int(mode),
-                                                request_id.encode() if request_id else None, gen,
-                                                ctypes.byref(pol) if pol else None, wait_ms,
-                                                ctypes.byref(claim), ctypes.byref(w)))
+        if not isinstance(wait_ms, int) or isinstance(wait_ms, bool) or wait_ms < 0:
+            raise InvalidArgumentError(f"weight_upsert: wait_ms {wait_ms!r} is not a number of milliseconds >= 0")
+        deadline = time.monotonic() + wait_ms / 1000.0
+        while True:
+            try:
+                with self._h.lock:
+                    self._check(self._lib.weight_upsert(self._ptr(), cid, gen_target, int(mode),
+                                                        request_id.encode() if request_id else None, gen,
+                                                        ctypes.byref(pol) if pol else None, wait_ms,
+                                                        ctypes.byref(claim), ctypes.byref(w)))
+                break
+            except ConflictError:
+                # Another request's claim still open: wait (up to wait_ms) for it to end.
+                # A claim of this request that was ABORTED is terminal: raised at once.
+                if not wait_ms or time.monotonic() >= deadline:
+                    raise
+                try:
+                    other = self.weight_upsert_status(base)
+                except NotFoundError:
+                    other = None
+                if other is None or other.phase in (WeightUpsertPhase.COMMITTED, WeightUpsertPhase.ABORTED):
+                    raise
+                time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
         up = WeightUpsert(self, base.with_generation(gen_target), w, _claim_from_c(claim))
         try:
             up._keep.append(tensors)
@@ -459,7 +525,7 @@ class WeightStore:
         MIXED; mixed_hot_ratio None: the policy's). Returns the operation;
         follow it with weight_get_operation. request_id: see
         weight_update_policy."""
-        cid = _identity_to_c(identity)
+        cid = _identity_to_c(self._resolve(identity))
         gen = _fence(expected_metadata_generation, "weight_migrate")
         rid = _request_id(self._lib, request_id, "weight_migrate")
         ratio = float(mixed_hot_ratio or 0.0)
@@ -485,7 +551,7 @@ class WeightStore:
         BusyError while an operation is active, StaleGenerationError when
         the revision moved past expected_metadata_generation (nothing
         changes on a refusal)."""
-        cid = _identity_to_c(identity)
+        cid = _identity_to_c(self._resolve(identity))
         gen = _fence(expected_metadata_generation, "weight_repair")
         op = _lib.Operation()
         with self._h.lock:
@@ -504,7 +570,7 @@ class WeightStore:
         """Delete the whole revision, keeping a queryable tombstone; returns
         the metadata after the call (DELETING or DELETED). BusyError while a
         lease or an operation is active. request_id: see weight_update_policy."""
-        cid = _identity_to_c(identity)
+        cid = _identity_to_c(self._resolve(identity))
         gen = _fence(expected_metadata_generation, "weight_remove")
         rid = _request_id(self._lib, request_id, "weight_remove")
         md = _lib.Metadata()

@@ -3,6 +3,8 @@ and the RFC's errors each raised as its own exception with nothing changed."""
 from __future__ import annotations
 
 import gc
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -22,7 +24,8 @@ def test_public_surface_is_the_eleven_calls_repair_and_attachments():
     assert calls == sorted([
         "weight_put", "weight_get", "weight_is_exist", "weight_get_metadata", "weight_get_size",
         "weight_list", "weight_update_policy", "weight_upsert", "weight_migrate",
-        "weight_get_operation", "weight_remove", "weight_repair", "weight_get_attachments"])
+        "weight_get_operation", "weight_remove", "weight_repair", "weight_get_attachments",
+        "weight_upsert_status"])
     public = {n for n in dir(ws.WeightStore) if not n.startswith("_")}
     assert public - set(calls) == {"close"}
 
@@ -521,3 +524,89 @@ def test_a_retried_migration_is_the_same_operation(store):
                                  request_id="m-1")
     assert again.operation_id == op.operation_id
     assert wait_operation(store, op.operation_id).state == ws.WeightOperationState.SUCCEEDED
+
+
+def test_upsert_wait_ms_waits_for_the_open_claim(store):
+    res = unique("upsertwait")
+    base = ident(res, gen=3)
+    md = put_model(store, base, {"w": (np.zeros(4, np.float32), None)})
+    gen = md.metadata_generation
+    first = store.weight_upsert(4, replacing=base, expected_metadata_generation=gen, request_id=f"a-{res}")
+    asked = threading.Event()
+    real_status = store.weight_upsert_status
+
+    def status(lineage):  # the waiting call reads the claim: it is waiting
+        asked.set()
+        return real_status(lineage)
+
+    store.weight_upsert_status = status
+    try:
+        # wait_ms 0: CONFLICT at once, the claim not even read.
+        with pytest.raises(ws.ConflictError):
+            store.weight_upsert(5, replacing=base, expected_metadata_generation=gen, request_id=f"b-{res}")
+        assert not asked.is_set()
+        # A claim that stays open: CONFLICT after waiting at least wait_ms.
+        t0 = time.monotonic()
+        with pytest.raises(ws.ConflictError):
+            store.weight_upsert(5, replacing=base, expected_metadata_generation=gen, request_id=f"b-{res}",
+                                wait_ms=300)
+        assert time.monotonic() - t0 >= 0.3 and asked.is_set()
+        # A claim that ends while the call waits: the call then makes its own.
+        asked.clear()
+        got = {}
+
+        def second():
+            try:
+                got["up"] = store.weight_upsert(5, replacing=base, expected_metadata_generation=gen,
+                                                request_id=f"b-{res}", wait_ms=120000)
+            except BaseException as e:  # noqa: BLE001 -- checked below
+                got["error"] = e
+
+        t = threading.Thread(target=second)
+        t.start()
+        assert asked.wait(60), "weight_upsert(wait_ms) did not wait for the open claim"
+        first.abort()
+        t.join(150)
+        assert "error" not in got, got.get("error")
+        assert got["up"].claim.request_id == f"b-{res}"
+        got["up"].abort()
+    finally:
+        del store.weight_upsert_status
+        first.abort()
+    assert store.weight_is_exist(base)
+
+
+def test_an_identity_without_generation_is_the_newest_live_one(store):
+    res = unique("newest")
+    put_model(store, ident(res, gen=1), {"w": (np.zeros(4, np.float32), None)})
+    put_model(store, ident(res, gen=3), {"w": (np.full(4, 3, np.float32), None)})
+    text = f"llm/{res}/v1"
+    assert store.weight_get_metadata(text).metadata.identity.weight_generation == 3
+    assert store.weight_is_exist(text) is True
+    assert store.weight_get_size(text) == 16
+    with store.weight_get(text) as load:
+        assert np.array_equal(load["w"].array, np.full(4, 3, np.float32))
+    with pytest.raises(ws.NotFoundError, match="no live generation"):
+        store.weight_get_metadata(f"llm/{res}/nope")
+    assert store.weight_is_exist(f"llm/{res}/nope") is False
+    with pytest.raises(ws.InvalidArgumentError):
+        store.weight_get_metadata(f"llm/{res}")
+
+
+def test_upsert_status_reads_a_lineages_claim(store):
+    res = unique("claimstatus")
+    base = ident(res, gen=1)
+    md = put_model(store, base, {"w": (np.zeros(4, np.float32), None)})
+    with pytest.raises(ws.NotFoundError):
+        store.weight_upsert_status(f"llm/{res}/v1")
+    up = store.weight_upsert(2, replacing=base, expected_metadata_generation=md.metadata_generation,
+                             request_id=f"trainer-{res}")
+    try:
+        c = store.weight_upsert_status(f"llm/{res}/v1")
+        assert c.request_id == f"trainer-{res}"
+        assert c.phase in (ws.WeightUpsertPhase.CLAIMED, ws.WeightUpsertPhase.IMPORTING_TARGET)
+        assert c.target == base.with_generation(2) or c.target.weight_generation == 2
+        assert store.weight_upsert_status(base.with_generation(7)).request_id == c.request_id
+    finally:
+        up.abort()
+    assert wait_for(lambda: store.weight_upsert_status(f"llm/{res}/v1").phase == ws.WeightUpsertPhase.ABORTED)
