@@ -520,12 +520,18 @@ static seg_map *local_map(kvc *c, const kvc_replica *r)
     return NULL;
 }
 
-/* The cached connection to a node's data server. */
-static ndc_conn *node_conn(kvc *c, const char *addr, int tls)
+/* The cached connection to a node's data server; *pooled (may be NULL): 1
+ * when it is one an earlier call left open (the node may have dropped it
+ * since), 0 when it was just made. */
+static ndc_conn *node_conn(kvc *c, const char *addr, int tls, int *pooled)
 {
     char err[256];
+    if (pooled) *pooled = 0;
     for (int i = 0; i < KVC_NODES; i++)
-        if (c->nodes[i].conn && strcmp(c->nodes[i].addr, addr) == 0) return c->nodes[i].conn;
+        if (c->nodes[i].conn && strcmp(c->nodes[i].addr, addr) == 0) {
+            if (pooled) *pooled = 1;
+            return c->nodes[i].conn;
+        }
     for (int i = 0; i < KVC_NODES; i++) {
         if (c->nodes[i].conn) continue;
         ndc_options o = {.timeout_ms = 30000, .socket_buffer_bytes = 4 << 20, .tls = tls,
@@ -563,10 +569,18 @@ static int move_range(kvc *c, const kvc_replica *r, void *buf, uint64_t len, int
                      "authentication on)", r->segment, r->node);
         return SMP_ENOTFOUND;
     }
-    ndc_conn *n = node_conn(c, r->data_addr, r->data_tls);
+    int pooled;
+    ndc_conn *n = node_conn(c, r->data_addr, r->data_tls, &pooled);
     if (n == NULL) return SMP_EIO;
     int rc = write ? ndc_write(n, r->segment, r->offset, len, buf, r->ticket, r->ticket_len)
                    : ndc_read(n, r->segment, r->offset, len, buf, r->ticket, r->ticket_len);
+    if (rc < 0 && !write && pooled && ndc_unanswered(n)) {
+        /* A pooled connection the node had dropped (restarted): the read got
+         * no reply byte, so it is sent once more on a fresh connection. */
+        drop_node_conn(c, n);
+        if ((n = node_conn(c, r->data_addr, r->data_tls, NULL)) == NULL) return SMP_EIO;
+        rc = ndc_read(n, r->segment, r->offset, len, buf, r->ticket, r->ticket_len);
+    }
     if (rc < 0) {
         snprintf(c->err, sizeof(c->err), "node %s: %s", r->data_addr, ndc_last_error(n));
         drop_node_conn(c, n);
@@ -607,11 +621,18 @@ static int read_cold(kvc *c, const kvc_replica *r, void *buf, uint64_t len)
         snprintf(c->err, sizeof(c->err), "node %s has no data server address", r->node);
         return SMP_EAGAIN;
     }
-    ndc_conn *n = node_conn(c, r->data_addr, r->data_tls);
+    int pooled;
+    ndc_conn *n = node_conn(c, r->data_addr, r->data_tls, &pooled);
     if (n == NULL) return SMP_EIO;
     const char *slash = strrchr(r->path, '/'); /* the node wants the bare name */
     int rc = ndc_read_cold(n, slash != NULL ? slash + 1 : r->path, 0, len, buf, r->ticket,
                            r->ticket_len);
+    if (rc < 0 && pooled && ndc_unanswered(n)) { /* as move_range: once, on a fresh one */
+        drop_node_conn(c, n);
+        if ((n = node_conn(c, r->data_addr, r->data_tls, NULL)) == NULL) return SMP_EIO;
+        rc = ndc_read_cold(n, slash != NULL ? slash + 1 : r->path, 0, len, buf, r->ticket,
+                           r->ticket_len);
+    }
     if (rc < 0) {
         snprintf(c->err, sizeof(c->err), "node %s: %s", r->data_addr, ndc_last_error(n));
         drop_node_conn(c, n);
@@ -626,7 +647,7 @@ static void check_cold(kvc *c, const kvc_replica *r)
 {
     char saved[sizeof(c->err)];
     memcpy(saved, c->err, sizeof(saved));
-    ndc_conn *nc = node_conn(c, r->data_addr, r->data_tls); /* sets c->err when it fails */
+    ndc_conn *nc = node_conn(c, r->data_addr, r->data_tls, NULL); /* sets c->err when it fails */
     memcpy(c->err, saved, sizeof(saved));
     if (nc == NULL) return;
     const char *slash = strrchr(r->path, '/');

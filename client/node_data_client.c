@@ -35,6 +35,9 @@ struct ndc_conn {
     int fd;
     SSL *ssl;     /* the TLS session, or NULL (plain) */
     int broken;   /* 0, or the code that broke the stream */
+    int sys_errno;   /* errno of the last failed send / recv (0: the peer closed) */
+    uint64_t rx;     /* bytes received since the current read was sent */
+    int unanswered;  /* the last read failed before any reply byte: closed or reset */
     char err[NDW_MESSAGE_MAX + 128];
 };
 
@@ -189,6 +192,11 @@ void ndc_close(ndc_conn *c)
     free(c);
 }
 
+int ndc_unanswered(const ndc_conn *c)
+{
+    return c != NULL && c->unanswered;
+}
+
 const char *ndc_last_error(const ndc_conn *c)
 {
     return c != NULL ? c->err : "";
@@ -235,6 +243,7 @@ static int send_all(ndc_conn *c, const void *buf, size_t len)
         if (n < 0) {
             if (errno == EINTR)
                 continue;
+            c->sys_errno = errno;
             conn_err(c, "node data: send: %s", errno == EAGAIN ? "timed out" : strerror(errno));
             return conn_break(c, errno == EAGAIN || errno == EWOULDBLOCK ? SMP_EAGAIN : SMP_EIO);
         }
@@ -254,13 +263,16 @@ static int recv_all(ndc_conn *c, void *buf, size_t len)
         if (n < 0) {
             if (errno == EINTR)
                 continue;
+            c->sys_errno = errno;
             conn_err(c, "node data: recv: %s", errno == EAGAIN ? "timed out" : strerror(errno));
             return conn_break(c, errno == EAGAIN || errno == EWOULDBLOCK ? SMP_EAGAIN : SMP_EIO);
         }
         if (n == 0) {
+            c->sys_errno = 0;
             conn_err(c, "node data: the node closed the connection");
             return conn_break(c, SMP_EIO);
         }
+        c->rx += (uint64_t)n;
         p += n;
         len -= (size_t)n;
     }
@@ -333,10 +345,19 @@ static int read_op(ndc_conn *c,
     if (c->broken)
         return c->broken;
     c->err[0] = '\0';
-    if ((rc = send_request(c, op, name, offset, length, ticket, ticket_len)) < 0)
+    c->rx = 0;
+    c->unanswered = 0;
+    if ((rc = send_request(c, op, name, offset, length, ticket, ticket_len)) < 0) {
+        /* the node had closed or reset the connection before this request */
+        c->unanswered = rc == SMP_EIO && (c->sys_errno == EPIPE || c->sys_errno == ECONNRESET);
         return rc;
-    if ((rc = recv_response(c, &r)) < 0)
+    }
+    if ((rc = recv_response(c, &r)) < 0) {
+        /* closed or reset with no byte of the reply: nothing was answered */
+        c->unanswered = rc == SMP_EIO && c->rx == 0 &&
+                        (c->sys_errno == 0 || c->sys_errno == ECONNRESET || c->sys_errno == EPIPE);
         return rc;
+    }
     if (r.kind != NDW_KIND_FINAL || (r.status == 0 && r.payload != length) ||
         (r.status != 0 && r.payload != 0)) {
         conn_err(c, "node data: unexpected answer to a %s",

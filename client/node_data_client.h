@@ -58,6 +58,15 @@ void ndc_close(ndc_conn *c);
 /* The message of the last failure ("" if none). */
 const char *ndc_last_error(const ndc_conn *c);
 
+/* 1 when the last ndc_read / ndc_read_cold failed before any byte of its
+ * reply arrived because the node had closed or reset the connection (EPIPE
+ * or ECONNRESET on the send, EOF or a reset before the reply): a pooled
+ * connection the node dropped (it restarted, or closed an idle one). The
+ * node consumed nothing of it, so the read (idempotent) may be sent once
+ * more on a fresh connection. 0 otherwise (a timeout, a partial reply, a
+ * refusal, a write). */
+int ndc_unanswered(const ndc_conn *c);
+
 /* Read [offset, offset + length) of segment into dst (length bytes) with
  * the READ ticket the master handed out with the replica (a node refuses a
  * read without one unless it was configured insecure: ticket NULL,

@@ -1,5 +1,6 @@
 /* test_nodes.c -- a master and two store_node processes: bytes across nodes,
  * a node killed and restarted (every replica of its kept segment checked,
+ * a client's pooled data connection to it redialled for the next read,
  * a changed one dropped), a stalled master, a node busy with a long
  * batch of tasks and a node stuck in one task (none to be taken for dead),
  * cold replicas (loaded back, and read straight from a node's cold file),
@@ -206,6 +207,39 @@ static void test_killed_node_then_restarted_with_its_segment(void **state)
     }
     assert_int_equal(hx_node_start(&f->m, &f->a, "node-a", SEGMENT), 0);
     assert_int_equal(hx_wait_nodes(&f->m, 2, 10000), 0);
+    for (int i = 0; i < OBJECTS; i++) assert_bytes(f->c, i);
+}
+
+/* A client's pooled data connection to node A outlives A: A is killed
+ * (SIGKILL) and restarted on the same data port and segment. The client's
+ * next TCP read of A's object finds that connection dropped (EPIPE on the
+ * send or EOF before any reply byte) and is sent once more on a fresh
+ * connection: it succeeds, byte for byte, the first time. */
+static void test_a_read_on_a_pooled_connection_to_a_restarted_node_is_redialled(void **state)
+{
+    fx *f = *state;
+    int where[OBJECTS], on_a = -1;
+    char key[32], addr[128];
+    put_all(f, where);
+    for (int i = 0; i < OBJECTS && on_a < 0; i++)
+        if (where[i] == 0) on_a = i;
+    assert_true(on_a >= 0);
+    kvc_set_transport(f->c, KVC_REMOTE);
+    assert_bytes(f->c, on_a); /* opens the pooled connection to A's data port */
+    kvc_object o;
+    snprintf(key, sizeof(key), "obj/%02d", on_a);
+    assert_int_equal(kvc_get(f->c, key, &o), 0);
+    assert_true(o.replicas[0].data_addr[0] != '\0');
+    snprintf(addr, sizeof(addr), "%s", o.replicas[0].data_addr);
+
+    hx_node_kill(&f->a);
+    assert_int_equal(hx_wait_nodes(&f->m, 1, 10000), 0);
+    const char *const extra[] = {"--listen", addr, NULL};
+    assert_int_equal(hx_node_start_args(&f->m, &f->a, "node-a", SEGMENT, extra), 0);
+    assert_int_equal(hx_wait_nodes(&f->m, 2, 10000), 0);
+    assert_int_equal(kvc_get(f->c, key, &o), 0);
+    assert_string_equal(o.replicas[0].data_addr, addr); /* the pooled connection's address */
+    assert_bytes(f->c, on_a);
     for (int i = 0; i < OBJECTS; i++) assert_bytes(f->c, i);
 }
 
@@ -1315,6 +1349,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_put_and_get_across_two_nodes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_killed_node_then_restarted_with_its_segment, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_read_on_a_pooled_connection_to_a_restarted_node_is_redialled,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_stalled_master_marks_no_live_node_down, setup, teardown),
         cmocka_unit_test_setup_teardown(test_node_busy_with_a_long_batch_stays_up, setup, teardown),
         cmocka_unit_test_setup_teardown(test_node_with_one_long_task_stays_up, setup, teardown),
