@@ -849,8 +849,8 @@ int weight_list(weight_store *s, const weight_list_query *q, const char *page_to
     req.resource_id = (char *)(q && q->resource_id ? q->resource_id : "");
     req.page_token = (char *)(page_token ? page_token : "");
     req.limit = q ? q->limit : 0;
-    req.include_deleted = q && q->include_deleted;
-    req.include_importing = q && q->include_importing;
+    req.include_deleted = q && (q->include_deleted & WEIGHT_LIST_DELETED);
+    req.include_importing = q && (q->include_deleted & WEIGHT_LIST_IMPORTING);
     int rc = wc_call(s, &s->rpc, M(LIST), &req.base, &wmrpc__list_response__descriptor,
                      (ProtobufCMessage **)&r);
     if (rc < 0) return rc;

@@ -609,11 +609,17 @@ typedef struct weight_list_query {
     const char *namespace_id;       /* NULL or "": any */
     const char *resource_id;        /* NULL or "": any (needs namespace_id) */
     uint32_t limit;
-    int include_deleted;            /* tombstones too */
-    int include_importing;          /* IMPORTING revisions too (imports not
+    int include_deleted;            /* flags: WEIGHT_LIST_DELETED (1, what
+                                       it always meant: tombstones too) |
+                                       WEIGHT_LIST_IMPORTING (imports not
                                        committed: a put in progress, or one
-                                       that died; weight_abort_import) */
+                                       that died; weight_abort_import). Flags,
+                                       not a field more: a caller built
+                                       against an older header passes the
+                                       shorter struct */
 } weight_list_query;
+#define WEIGHT_LIST_DELETED 1
+#define WEIGHT_LIST_IMPORTING 2
 WEIGHT_API int weight_list(weight_store *s,
                            const weight_list_query *q,
                            const char *page_token,

@@ -141,7 +141,7 @@ int wctl_check_components(const char *cmd, const char *tenant, const char *ns, c
  * WEIGHT_ENOT_FOUND, or the listing's error. */
 static int newest_listed(ctl *x, weight_identity *id, int importing)
 {
-    weight_list_query q = {id->namespace_id, id->resource_id, 0, 0, importing};
+    weight_list_query q = {id->namespace_id, id->resource_id, 0, importing ? WEIGHT_LIST_IMPORTING : 0};
     char token[1024] = "", next[1024];
     uint64_t best = 0;
     do {

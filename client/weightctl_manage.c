@@ -38,7 +38,7 @@ int wctl_cmd_ls(ctl *x, int argc, char **argv)
         {"namespace", required_argument, NULL, 'n'}, {"resource", required_argument, NULL, 'r'},
         {"limit", required_argument, NULL, 'l'},     {"page-token", required_argument, NULL, 'p'},
         {"all", no_argument, NULL, 'a'},             {NULL, 0, NULL, 0}};
-    weight_list_query q = {NULL, NULL, 0, 0, 0};
+    weight_list_query q = {NULL, NULL, 0, 0};
     const char *page = NULL;
     uint64_t limit = 0, shown = 0;
     int c, rc;
@@ -52,7 +52,7 @@ int wctl_cmd_ls(ctl *x, int argc, char **argv)
                 return wctl_bad_value("ls", "--limit", optarg, "a positive number of rows");
             break;
         case 'p': page = optarg; break;
-        case 'a': q.include_deleted = q.include_importing = 1; break;
+        case 'a': q.include_deleted = WEIGHT_LIST_DELETED | WEIGHT_LIST_IMPORTING; break;
         default: return wctl_opt_error("ls", c, argv);
         }
     }

@@ -160,8 +160,7 @@ class ListQuery(ctypes.Structure):
         ("namespace_id", c_char_p),
         ("resource_id", c_char_p),
         ("limit", c_u32),
-        ("include_deleted", c_int),
-        ("include_importing", c_int),
+        ("include_deleted", c_int),  # flags: WEIGHT_LIST_DELETED | WEIGHT_LIST_IMPORTING
     ]
 
 

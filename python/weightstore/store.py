@@ -403,8 +403,8 @@ class WeightStore:
         if resource_id and not namespace:
             raise InvalidArgumentError("weight_list: resource_id needs namespace")
         q = _lib.ListQuery(namespace.encode() if namespace else None,
-                           resource_id.encode() if resource_id else None, limit, int(include_deleted),
-                           int(include_importing))
+                           resource_id.encode() if resource_id else None, limit,
+                           (1 if include_deleted else 0) | (2 if include_importing else 0))
         out = ctypes.POINTER(_lib.Metadata)()
         n = ctypes.c_size_t(0)
         nxt = ctypes.create_string_buffer(4096)

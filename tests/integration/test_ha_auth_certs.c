@@ -213,7 +213,7 @@ static void check_stores(cluster *c, const weight_identity *id, uint64_t gen)
     weight_metadata *list = NULL;
     size_t n = 9;
     char next[256];
-    weight_list_query q = {NULL, NULL, 100, 1, 0};
+    weight_list_query q = {NULL, NULL, 100, 1};
     CHECK(c->b_writer, weight_list(c->b_writer, &q, NULL, &list, &n, next, sizeof(next)));
     for (size_t i = 0; i < n; i++) assert_string_equal(list[i].identity.tenant_id, "b");
     weight_list_free(list);

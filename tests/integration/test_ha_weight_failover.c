@@ -388,7 +388,7 @@ static void begin_raw(cluster *c, const char *res, weight_upsert_mode mode, cons
  * claim COMMITTED with the target as watermark. */
 static void assert_one_successor(cluster *c, const char *res, const char *base_group)
 {
-    weight_list_query q = {"llm", res, 0, 1, 0};
+    weight_list_query q = {"llm", res, 0, 1};
     weight_metadata *list = NULL;
     size_t n = 0;
     char next[256];

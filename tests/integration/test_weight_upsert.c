@@ -256,7 +256,7 @@ static uint64_t lease_acquire(fixture *f, const char *res, uint64_t gen)
  * with the target's generation as watermark. */
 static void assert_one_successor(fixture *f, const char *res, uint64_t base, uint64_t target)
 {
-    weight_list_query q = {"llm", res, 0, 1, 0};
+    weight_list_query q = {"llm", res, 0, 1};
     weight_metadata *list = NULL;
     size_t n = 0;
     char next[256];
