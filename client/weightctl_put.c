@@ -291,6 +291,22 @@ static void close_inputs(const char *from_dir, wctl_hfdir *hf, char **paths, wc_
     wctl_hfdir_free(hf);
 }
 
+/* put's and upsert's rank options (c: 'T' --tp, 's' --split, 'R'
+ * --replicate) into tp and rs: 0, or the usage exit naming cmd's flag. */
+static int tp_option(const char *cmd, int c, char *arg, uint64_t *tp, wctl_rules *rs)
+{
+    if (c == 'T') {
+        if (wctl_parse_u64(arg, tp) < 0 || *tp == 0 || *tp > 4096)
+            return wctl_bad_value(cmd, "--tp", arg, "a rank count from 1 to 4096");
+        return 0;
+    }
+    if (wctl_rules_add(rs, arg, c == 's') < 0)
+        return wctl_bad_value(cmd, c == 's' ? "--split" : "--replicate", arg,
+                              c == 's' ? "PATTERN=DIM (DIM 0..7, at most 128 rules)"
+                                       : "a PATTERN (at most 128 rules)");
+    return 0;
+}
+
 int wctl_cmd_put(ctl *x, int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -338,15 +354,9 @@ int wctl_cmd_put(ctl *x, int argc, char **argv)
                 return wctl_bad_value("put", "--payload-bytes", optarg, "a number of bytes");
             break;
         case 'T':
-            if (wctl_parse_u64(optarg, &tp) < 0 || tp == 0 || tp > 4096)
-                return wctl_bad_value("put", "--tp", optarg, "a rank count from 1 to 4096");
-            break;
         case 's':
         case 'R':
-            if (wctl_rules_add(&rs, optarg, c == 's') < 0)
-                return wctl_bad_value("put", c == 's' ? "--split" : "--replicate", optarg,
-                                      c == 's' ? "PATTERN=DIM (DIM 0..7, at most 128 rules)"
-                                               : "a PATTERN (at most 128 rules)");
+            if ((rc = tp_option("put", c, optarg, &tp, &rs)) != 0) return rc;
             break;
         case 'D': from_dir = optarg; break;
         default: return wctl_opt_error("put", c, argv);
@@ -656,15 +666,9 @@ int wctl_cmd_upsert(ctl *x, int argc, char **argv)
             break;
         case 'D': from_dir = optarg; break;
         case 'T':
-            if (wctl_parse_u64(optarg, &tp) < 0 || tp == 0 || tp > 4096)
-                return wctl_bad_value("upsert", "--tp", optarg, "a rank count from 1 to 4096");
-            break;
         case 's':
         case 'R':
-            if (wctl_rules_add(&rs, optarg, c == 's') < 0)
-                return wctl_bad_value("upsert", c == 's' ? "--split" : "--replicate", optarg,
-                                      c == 's' ? "PATTERN=DIM (DIM 0..7, at most 128 rules)"
-                                               : "a PATTERN (at most 128 rules)");
+            if ((rc = tp_option("upsert", c, optarg, &tp, &rs)) != 0) return rc;
             break;
         default: return wctl_opt_error("upsert", c, argv);
         }
