@@ -578,6 +578,14 @@ static void wm_item_done(void *arg, int status)
     wm_job *j = it->job;
     wm_plugin *p = j->p;
     j->refs--;
+    if (status == SMP_EBUSY && it->step == WM_STEP_RELEASE) {
+        /* A reader leased the member after wm_may_release looked: its
+         * memory goes in a later pass, as for one leased before -- a wait,
+         * not a failed attempt (repair_max_attempts would end the
+         * migration of a revision that is read all the time). */
+        p->release_lease_waits++;
+        status = 0;
+    }
     if (status < 0) {
         it->status = status;
         if (!j->batch_failed) {
@@ -618,6 +626,11 @@ static void wm_item_issue(wm_item *it)
     case WM_STEP_RELEASE: rc = p->api->release_memory(p->host, it->key, wm_item_done, it); break;
     case WM_STEP_REMOVE: rc = p->api->remove_object(p->host, it->key, wm_item_done, it); break;
     default: it->done = 1; return;
+    }
+    if (rc == SMP_EBUSY && it->step == WM_STEP_RELEASE) { /* leased meanwhile: see wm_item_done */
+        p->release_lease_waits++;
+        it->done = 1;
+        return;
     }
     if (rc < 0) {
         it->status = rc;

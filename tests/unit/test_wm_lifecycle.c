@@ -567,6 +567,36 @@ static void test_failure_keeps_ready_and_retries(void **state)
     assert_int_equal(cur(&rev)->residency, WM_RES_COLD);
 }
 
+/* A memory release the host refuses BUSY (a reader leased the member
+ * after the plugin looked) is a wait, not a failed attempt: no attempt,
+ * no error, counted as a read-lease wait, and with repair_max_attempts 1
+ * the migration still ends SUCCEEDED COLD once the release goes through. */
+static void test_release_refused_busy_is_a_wait(void **state)
+{
+    (void)state;
+    static const uint64_t bytes[1] = {100};
+    H.repair_max = 1;
+    wm_revision rev = seed("leased", bytes, 1, WM_MODE_MANUAL);
+    uint64_t op_id = start_op(&rev, WM_OPK_MIGRATING, WM_RES_COLD, 0);
+    tick();
+    deliver_at((size_t)first_of(T_COLD), SMP_OK);
+    assert_true(first_of(T_RELEASE) >= 0);
+    deliver_at((size_t)first_of(T_RELEASE), SMP_EBUSY);
+    while (first_of(T_APPEND) >= 0) deliver_at((size_t)first_of(T_APPEND), SMP_OK);
+    const wm_operation *op = wm_store_operation(P.store, op_id);
+    assert_int_equal(op->state, WM_OPS_RUNNING);
+    assert_int_equal(op->attempts, 0);
+    assert_string_equal(op->error, "");
+    assert_int_equal(P.op_failures, 0);
+    assert_int_equal(P.release_lease_waits, 1);
+    assert_int_equal(find(pkey(&rev, 0))->mem, 1);
+    H.mono += 10000;
+    run(4);
+    assert_int_equal(wm_store_operation(P.store, op_id)->state, WM_OPS_SUCCEEDED);
+    assert_int_equal(cur(&rev)->residency, WM_RES_COLD);
+    assert_int_equal(find(pkey(&rev, 0))->mem, 0);
+}
+
 /* To MIXED: the planner's complete units are promoted or demoted and the
  * observed ratio is recorded; then back to HOT. */
 static void test_mixed_then_hot(void **state)
@@ -1375,6 +1405,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_role_change_drops_working_state, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lease_blocks_release_but_not_creation, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failure_keeps_ready_and_retries, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_release_refused_busy_is_a_wait, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mixed_then_hot, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deletion_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_degraded_on_loss_and_back, setup, teardown),
