@@ -871,8 +871,8 @@ static void flip_file_byte(const char *path, off_t off)
  * data rotted under an intact header -- still served by READ_COLD, which
  * checks only the header -- is answered corrupt and noted once for the
  * master. The check needs the file's READ ticket like a read, names
- * outside the cold form are refused, a missing file is named, and the
- * connection serves on after each answer. */
+ * outside the cold form are refused, a missing file is named and noted
+ * for the master, and the connection serves on after each answer. */
 static void test_cold_check_hashes_the_whole_file(void **state)
 {
     char name[COLD_NAME_MAX], missing[COLD_NAME_MAX], path[400], taken[2][COLD_NAME_MAX];
@@ -895,6 +895,8 @@ static void test_cold_check_hashes_the_whole_file(void **state)
     assert_non_null(strstr(ndc_last_error(c), "not the name of a cold file"));
     assert_int_equal(ndc_check_cold(c, missing, tk, n), SMP_ENOTFOUND);
     assert_non_null(strstr(ndc_last_error(c), "no such file"));
+    assert_int_equal(cold_faults_take(faults, taken, 2), 1); /* noted for the master */
+    assert_string_equal(taken[0], missing);
 
     n = mint(&g_secret, TICKET_OP_READ, name, 0, COLD_OBJ_BYTES, 60000, tk);
     assert_int_equal(ndc_check_cold(c, name, tk, n), SMP_OK);
