@@ -60,7 +60,8 @@ static void node_text(const FsckNode *n, int deep)
                (unsigned long long)(total - n->n_orphan_files), n->n_orphan_files);
     for (size_t i = 0; i < n->n_corrupt_replicas; i++) {
         const FsckColdFile *f = n->corrupt_replicas[i];
-        printf("  corrupt cold file %s: replica of %s\n", f->name, f->key);
+        printf("  %s cold file %s: replica of %s%s\n", f->missing ? "missing" : "corrupt", f->name,
+               f->key, f->missing ? " (the node has no such file)" : "");
     }
     if (n->replicas_dropped > 0)
         printf("  %llu corrupt replicas dropped\n", (unsigned long long)n->replicas_dropped);
@@ -118,7 +119,7 @@ static void node_json(const FsckNode *n)
         wctl_json_str(n->corrupt_replicas[i]->name);
         printf(",\"key\":");
         wctl_json_str(n->corrupt_replicas[i]->key);
-        putchar('}');
+        printf(",\"missing\":%s}", n->corrupt_replicas[i]->missing ? "true" : "false");
     }
     printf("],\"corrupt_memory_replicas\":[");
     for (size_t i = 0; i < n->n_corrupt_memory_replicas; i++) {

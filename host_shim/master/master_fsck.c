@@ -363,6 +363,7 @@ static void run_reply(fsck_run *r)
             f->key = n->corrupt[k].key;
             f->length = n->corrupt[k].length;
             f->corrupt = 1;
+            f->missing = n->corrupt[k].missing != 0;
             o->corrupt_replicas[o->n_corrupt_replicas++] = f;
         }
         for (size_t k = 0; k < listed; k++) {

@@ -1192,10 +1192,13 @@ static void test_fsck_reports_and_repair_drops_a_cold_replica_without_its_file(v
 
     assert_int_equal(wx_weightctl(&f->m, out, 1 << 16, "--json fsck"), 1);
     if (!hx_says(out, "\"corrupt_replicas\":2,")) fail_msg("fsck: %s", out);
-    snprintf(want, sizeof(want), "\"key\":\"%s\"}", both);
+    snprintf(want, sizeof(want), "\"key\":\"%s\",\"missing\":true}", both);
     assert_true(hx_says(out, want));
-    snprintf(want, sizeof(want), "\"key\":\"%s\"}", cold_only);
+    snprintf(want, sizeof(want), "\"key\":\"%s\",\"missing\":true}", cold_only);
     assert_true(hx_says(out, want));
+    assert_int_equal(wx_weightctl(&f->m, out, 1 << 16, "fsck"), 1);
+    snprintf(want, sizeof(want), ": replica of %s (the node has no such file)", cold_only);
+    if (!hx_says(out, want) || !hx_says(out, "  missing cold file ")) fail_msg("fsck: %s", out);
     snprintf(want, sizeof(want), "cold replica of %s names file ", cold_only);
     assert_true(hx_log_contains(&f->m, want));
     assert_true(hx_log_contains(&f->m, "which the node does not have (missing)"));
