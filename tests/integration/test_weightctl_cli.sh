@@ -364,7 +364,10 @@ for v in v1 v2; do # bytes of their own: no cold file of theirs exists yet
 done
 # The cold tier's directory is gone (a file in its place): every cold write
 # fails and is retried, to the end of this script.
-rm -rf "$tmp/data/cold" && touch "$tmp/data/cold"
+# (the node may be writing a temporary there as rm walks it: rm again)
+for _ in $(seq 100); do rm -rf "$tmp/data/cold" 2>/dev/null && break; sleep 0.05; done
+touch "$tmp/data/cold"
+[ -f "$tmp/data/cold" ] || bad "the cold directory could not be replaced by a file"
 "$ctl" migrate cli/stuck/v1 --to cold >/dev/null 2>&1 || bad "migrate cli/stuck/v1"
 opid=$("$ctl" --json info cli/stuck/v1 | sed -n 's/.*"operation_id":\([0-9]*\).*/\1/p')
 for _ in $(seq 300); do
