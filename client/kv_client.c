@@ -435,6 +435,9 @@ int kvc_status_get(kvc *c, kvc_status *out)
     out->snapshot_seq = resp->snapshot_seq;
     out->oplog_appends = resp->oplog_appends;
     out->oplog_fsyncs = resp->oplog_fsyncs;
+    out->oplog_read_only = resp->oplog_read_only;
+    out->oplog_failed_seq = resp->oplog_failed_seq;
+    copy_str(out->oplog_failed_why, sizeof(out->oplog_failed_why), resp->oplog_failed_why);
     copy_str(out->master_id, sizeof(out->master_id), resp->master_id);
     out->applied_seq = resp->applied_seq;
     copy_str(out->leader, sizeof(out->leader), resp->leader);

@@ -82,6 +82,9 @@ typedef struct kvc_status {
     uint64_t snapshot_seq;
     uint64_t oplog_appends;
     uint64_t oplog_fsyncs;
+    int oplog_read_only;     /* the OpLog failed: read-only until a restart */
+    uint64_t oplog_failed_seq;
+    char oplog_failed_why[512]; /* its cause, "" when not failed */
     /* HA ("" / 0 / none without it): */
     char master_id[64];      /* the master that answered */
     uint64_t applied_seq;    /* the last OpLog record it applied */

@@ -5,7 +5,8 @@
  * master answers first (a standby answers status too; given a list, the
  * leader it names is asked instead, since nodes register with the leader
  * alone) and, of an HA cluster, lists every master after its own block;
- * it shows the OpLog's state too, and exits 1 when the OpLog failed (the
+ * it shows the OpLog's state too (of the master whose block it prints),
+ * and exits 1 when the OpLog failed (the
  * master is read-only until restarted: a script watching status must see
  * it, as /health's 503 says it). --tls-ca, --tls-cert,
  * --tls-key and --tls-server-name are kept here and resolved against the
@@ -16,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "host_rpc.pb-c.h"
 #include "master_list.h"
 #include "weightctl.h"
 #include "wc_token.h"
@@ -330,37 +330,21 @@ static int status_of_leader(ctl *x, kvc_status *st, char *from, size_t cap, char
     return ok;
 }
 
-/* The OpLog's state, from the master --master names (its own call:
- * libweightclient's kvc_status does not carry it). NULL when the call
- * failed (wctl_admin_call said why on stderr): the state is unknown. */
-static StatusResponse *oplog_state(ctl *x)
+/* The "oplog" object of status --json: {"state":"ok"|"failed", ...}. */
+static void oplog_json(const kvc_status *o)
 {
-    StatusRequest req = STATUS_REQUEST__INIT;
-    StatusResponse *resp = NULL;
-    if (wctl_admin_call(x, "status (the OpLog's state)", ADMIN_METHOD__ADMIN_STATUS, &req.base,
-                        &status_response__descriptor, (ProtobufCMessage **)&resp) != 0)
-        return NULL;
-    return resp;
-}
-
-/* The "oplog" object of status --json: {"state":"ok"|"failed"|"unknown", ...}. */
-static void oplog_json(const StatusResponse *o)
-{
-    printf(",\"oplog\":{\"state\":\"%s\"", o == NULL ? "unknown" : o->oplog_read_only ? "failed" : "ok");
-    if (o != NULL && o->oplog_read_only) {
+    printf(",\"oplog\":{\"state\":\"%s\"", o->oplog_read_only ? "failed" : "ok");
+    if (o->oplog_read_only) {
         printf(",\"failed_seq\":%llu,\"cause\":", (unsigned long long)o->oplog_failed_seq);
         wctl_json_str(o->oplog_failed_why);
     }
     putchar('}');
 }
 
-/* The "oplog" line of status's text when the OpLog failed (or its state
- * is unknown). */
-static void oplog_text(const StatusResponse *o)
+/* The "oplog" line of status's text when the OpLog failed. */
+static void oplog_text(const kvc_status *o)
 {
-    if (o == NULL)
-        printf("oplog     state unknown (the call asking for it failed)\n");
-    else if (o->oplog_read_only)
+    if (o->oplog_read_only)
         printf("oplog     FAILED (read-only since seq %llu: %s): restart the master once the cause "
                "is fixed\n", (unsigned long long)o->oplog_failed_seq, o->oplog_failed_why);
 }
@@ -373,8 +357,6 @@ int wctl_cmd_status(ctl *x)
         fprintf(stderr, "weightctl: status: %s\n", kvc_error(x->c));
         return 1;
     }
-    StatusResponse *ol = oplog_state(x);
-    int rc = ol == NULL || ol->oplog_read_only ? 1 : 0;
     snprintf(from, sizeof(from), "%s", kvc_endpoint(x->c));
     int ha = st.n_masters_total > 0 || st.master_id[0] != '\0';
     master_list ml; /* parsed before the connection: it parses */
@@ -405,10 +387,9 @@ int wctl_cmd_status(ctl *x)
             printf(",\"leader_view\":");
             wctl_json_str(why);
         }
-        oplog_json(ol);
+        oplog_json(&st);
         printf("}\n");
-        if (ol != NULL) status_response__free_unpacked(ol, NULL);
-        return rc;
+        return st.oplog_read_only ? 1 : 0;
     }
     double pct = st.memory_capacity ? 100.0 * (double)st.memory_used / (double)st.memory_capacity : 0;
     if (ha)
@@ -439,8 +420,7 @@ int wctl_cmd_status(ctl *x)
     printf("objects   %llu\n", (unsigned long long)st.objects);
     printf("oplog     seq %llu, snapshot at %llu\n", (unsigned long long)st.oplog_last_seq,
            (unsigned long long)st.snapshot_seq);
-    oplog_text(ol);
+    oplog_text(&st);
     if (ha) status_ha_table(&st, &ml);
-    if (ol != NULL) status_response__free_unpacked(ol, NULL);
-    return rc;
+    return st.oplog_read_only ? 1 : 0;
 }
