@@ -23,16 +23,6 @@
 /* UPDATE_POLICY, MIGRATE, REMOVE                                            */
 /* ------------------------------------------------------------------------ */
 
-/* 1 when the new policy of an AUTO or MANUAL revision rev asks for another
- * residency than the old one (another preferred, or for MIXED another
- * ratio). */
-static int wm_policy_moves(const wm_revision *rev, const wm_policy *pol)
-{
-    if (pol->mode != WM_MODE_AUTO && pol->mode != WM_MODE_MANUAL) return 0;
-    return pol->preferred != rev->policy.preferred ||
-           (pol->preferred == WM_RES_MIXED && pol->mixed_hot_ratio != rev->policy.mixed_hot_ratio);
-}
-
 /* 1 when the new policy names another preferred residency (or, for MIXED,
  * another ratio) than the revision's, whatever its mode: an operation
  * active on the revision ends at its own target, so a new preferred
@@ -41,6 +31,13 @@ static int wm_policy_retargets(const wm_revision *rev, const wm_policy *pol)
 {
     return pol->preferred != rev->policy.preferred ||
            (pol->preferred == WM_RES_MIXED && pol->mixed_hot_ratio != rev->policy.mixed_hot_ratio);
+}
+
+/* 1 when the new policy of an AUTO or MANUAL revision rev asks for another
+ * residency than the old one (wm_policy_retargets). */
+static int wm_policy_moves(const wm_revision *rev, const wm_policy *pol)
+{
+    return (pol->mode == WM_MODE_AUTO || pol->mode == WM_MODE_MANUAL) && wm_policy_retargets(rev, pol);
 }
 
 /* 1 when the new policy moves a READY revision that is not already there:

@@ -27,7 +27,7 @@
  *   - a complete cold replica of the node (at the check's start, and still
  *     at its end) whose file no page listed is a missing replica -- its
  *     file was deleted under it -- reported with the corrupt ones (a
- *     FsckColdFile of length 0; the master's log says "missing") and
+ *     FsckColdFile of length 0 marked missing; the log says "missing") and
  *     dropped by repair as they are (judge_missing; not in a sweep or a
  *     background run);
  *   - with deep, once its pages are judged, each memory replica in the
