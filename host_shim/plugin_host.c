@@ -738,7 +738,9 @@ int host_plugins_run_tick(host_plugins *reg, host_tick_reg *t, const smp_tick_bu
     host_plugin *p = t->owner;
     if (p->run != HOST_PLUGIN_ACTIVE) return SMP_TICK_DONE; /* quiescing or disabled: no tick */
     uint64_t start = hp_clock_ns();
+    t->running = 1;
     int rc = t->t.tick(p->state, b, &t->cursor);
+    t->running = 0;
     uint64_t end = hp_clock_ns();
     uint64_t start_ms = start / 1000000u, end_ms = end / 1000000u;
     uint64_t budget_ms = b->deadline_ms > start_ms ? b->deadline_ms - start_ms : 0;

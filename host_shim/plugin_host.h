@@ -78,6 +78,10 @@ typedef struct host_backend {
      * nothing is held). */
     int (*rpc_wait_for_nodes)(void *ctx, smp_rpc_call *call, const char *key,
                               const uint8_t *body, size_t len);
+    /* smp_host_api.tick_soon (ABI 1.10): a tick was asked for at once (its
+     * host_tick_reg.soon is set); run the due ticks once the loop is free
+     * (NULL: they run at the next housekeeping round). */
+    void (*tick_soon)(void *ctx);
 } host_backend;
 
 typedef struct host_plugins host_plugins;
@@ -113,6 +117,8 @@ typedef struct host_tick_reg {
     host_plugin *owner;
     uint64_t cursor;
     uint64_t next_due_ms;
+    int soon;    /* tick_soon() asked for it since it last ran (ABI 1.10) */
+    int running; /* inside its tick (host_plugins_run_tick) */
 } host_tick_reg;
 
 /* Create an empty registry. cfg and metrics are borrowed and must outlive it.

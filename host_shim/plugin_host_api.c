@@ -738,6 +738,23 @@ static void api_free(void *p)
     free(p);
 }
 
+/* Ask for h's tick at once (ABI 1.10; store_plugin.h says what the host
+ * promises): mark its registration, and have the master run the due ticks
+ * once the loop is free -- unless h is inside its tick, whose return then
+ * makes it due at the next housekeeping round. */
+static int api_tick_soon(smp_host *h)
+{
+    host_plugins *reg = h->reg;
+    for (size_t i = 0; i < reg->ticks.n; i++) {
+        host_tick_reg *t = reg->ticks.v[i];
+        if (t->owner != h) continue;
+        t->soon = 1;
+        if (!t->running && reg->be.tick_soon != NULL) reg->be.tick_soon(reg->be.ctx);
+        return SMP_OK;
+    }
+    return SMP_ENOTFOUND;
+}
+
 /* Point the context-free members (their object carries its own state)
  * straight at the backend, or at the refusing stubs. */
 void hp_api_bind_backend(smp_host_api *api, const host_backend *be)
@@ -791,5 +808,6 @@ void hp_api_fill(smp_host *h)
     a->objects_loss_version = api_objects_loss_version;
     a->rpc_wait_for_nodes = api_rpc_wait_for_nodes;
     a->claim_key_space = reg_key_space;
+    a->tick_soon = api_tick_soon;
     hp_api_bind_backend(a, &h->reg->be);
 }

@@ -1,4 +1,4 @@
-/* store_plugin.h -- the Store Master plugin ABI, version 1.9.
+/* store_plugin.h -- the Store Master plugin ABI, version 1.10.
  *
  * This header is the whole contract between the Store Master (the host) and a
  * plugin shared library. A plugin exports exactly one symbol,
@@ -67,6 +67,11 @@
  * clients' object puts and removals there (see the member for exactly
  * what), so keys the plugin lays out can only change through its calls.
  *
+ * ABI 1.10 appends the host API member tick_soon(): a plugin whose RPC or
+ * durable callback just made work possible asks for its reconcile tick at
+ * once instead of waiting out its period (the weight plugin steps a
+ * replacement claim this way, one phase per durable record).
+ *
  * Threading. Every callback into the plugin runs on the master's event-loop
  * thread, which owns all metadata; callbacks must not block and must not call
  * back into a host service that the function's comment says is not re-entrant
@@ -100,7 +105,7 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 
 #define SMP_ABI_MAJOR 1
-#define SMP_ABI_MINOR 9
+#define SMP_ABI_MINOR 10
 
 /* The ABI tag pins what C cannot check across a dlopen: pointer width and byte
  * order. It is 'S' 'M' <pointer bytes> <1 little endian | 2 big endian>. */
@@ -804,6 +809,24 @@ typedef struct smp_host_api {
      * key space and the plugin's keys stay as open as before. */
     int (*claim_key_space)(smp_host *h, const char *prefix);
     /* Fields above: ABI 1.9. */
+
+    /* ABI 1.10: run this plugin's reconcile tick soon: once the loop has
+     * handled what it is handling now, rather than when period_ms ends, as
+     * if the last tick had returned SMP_TICK_MORE; the cursor is kept. For
+     * work that became possible outside a tick (an RPC that asked for it, an
+     * append that became durable), which would otherwise wait out the
+     * period. Requests made before the tick runs are one request. A request
+     * made from inside the plugin's own tick brings the next one at the
+     * host's next housekeeping round (as SMP_TICK_MORE does), never at once,
+     * so a tick cannot keep the loop to itself. Ticks still run only where
+     * they run: not on a standby (leader_only), not while the plugin is
+     * quiesced or disabled (a request then is dropped; the tick comes at
+     * its period after it resumes). SMP_OK; SMP_ENOTFOUND when the plugin
+     * registered no tick. Loop thread. A host of ABI 1.9 or older has no
+     * such member (SMP_HOST_HAS(api, tick_soon) is false): the tick comes
+     * at its period. */
+    int (*tick_soon)(smp_host *h);
+    /* Fields above: ABI 1.10. */
 } smp_host_api;
 
 /* True when the host's table is large enough to contain `member`. */

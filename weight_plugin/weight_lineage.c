@@ -355,6 +355,7 @@ static void wm_lin_durable(void *arg, int status, uint64_t seq)
     if (rec->call != NULL) wm_lin_reply(p, rec->call, wm_lin_entry(p, &c->base));
     rec->call = NULL;
     wm_lineage_metrics(p);
+    wm_lineage_kick(p); /* its next phase may be due now */
 free_rec:
     free(rec);
 }
@@ -785,6 +786,14 @@ void wm_lineage_drive(wm_plugin *p)
         wm_lin_step(p, &copy);
     }
     wm_lineage_metrics(p);
+}
+
+void wm_lineage_kick(wm_plugin *p)
+{
+    if (!SMP_HOST_HAS(p->api, tick_soon) || p->api->tick_soon == NULL) return;
+    wm_store_stats stats;
+    wm_store_stats_get(p->store, &stats);
+    if (stats.open_claims > 0) (void)p->api->tick_soon(p->host);
 }
 
 /* -- registration, metrics, release ----------------------------------------- */

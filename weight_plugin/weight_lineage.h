@@ -86,9 +86,16 @@ int wm_lineage_abort_check(const struct wm_plugin *p, const wm_identity *id, cha
 /* Move every open claim one step when its condition holds (target READY,
  * base leases drained, base deleted, ...), appending the next type-12 record
  * or the base's deletion; a claim with a record in flight waits. Called by
- * the reconcile tick and after each claim record becomes durable; a standby
- * never runs it. */
+ * the reconcile tick (which wm_lineage_kick brings at once); a standby never
+ * runs it. */
 void wm_lineage_drive(struct wm_plugin *p);
+
+/* Something a claim may wait for just happened (a claim record or a weight
+ * record became durable, a lease ended): while any claim is open, ask the
+ * host for the reconcile tick at once (ABI 1.10, tick_soon), so that each
+ * phase follows the last as soon as it is durable instead of one tick
+ * period later. No-op without open claims or on a host without tick_soon. */
+void wm_lineage_kick(struct wm_plugin *p);
 
 /* Publish the upsert metrics. */
 void wm_lineage_metrics(struct wm_plugin *p);

@@ -337,6 +337,7 @@ int wm_rpc_lease_release(void *plugin, smp_rpc_call *call, const uint8_t *body, 
         wm_vlease_drop(p, v);
         wm_access_note(p, &idb.id, wm_now(p, NULL)); /* the end of a read is an access */
         wm_reply_lease(p, call, NULL, wm_store_get(p->store, &idb.id));
+        wm_lineage_kick(p); /* a draining base may have lost its last lease */
         goto free_req;
     }
     if (l == NULL || wm_pending_lease_end(p, l->id)) {

@@ -367,6 +367,7 @@ static void wm_txn_durable(void *arg, int status, uint64_t seq)
     if (t->kind == WM_TXN_DELETE && (unsigned)t->del.reason < WM_DEL_REASONS)
         p->records_pruned[t->del.reason]++;
     wm_metrics_refresh(p);
+    wm_lineage_kick(p); /* a claim may wait for what just changed */
 
     if (t->call == NULL) goto free_txn;
 

@@ -108,27 +108,46 @@ static int guard_active(void *ctx, const char *owner)
 
 /* -- housekeeping ------------------------------------------------------------- */
 
+/* Run the plugins' ticks that are due (their period ended, they asked for
+ * more, or tick_soon asked for them). */
 static void run_ticks(master *m, uint64_t now)
 {
     if (!m->serving || !master_nodes_settled(m, now)) return;
     const host_cluster_defaults *c = &m->cfg->cluster;
     for (size_t i = 0; i < host_plugins_n_ticks(m->plugins); i++) {
         host_tick_reg *t = host_plugins_tick_at(m->plugins, i);
-        if (now < t->next_due_ms) continue;
+        if (now < t->next_due_ms && !t->soon) continue;
+        t->soon = 0;
         smp_tick_budget b = {sizeof(b), c->weight_migration_max_members_per_round,
                              c->weight_migration_max_bytes_per_round, now + MASTER_TIMER_MS};
         /* Timed: overruns of the deadline are counted and logged there. */
         int rc = host_plugins_run_tick(m->plugins, t, &b);
-        if (rc == SMP_TICK_MORE) {
-            t->next_due_ms = now; /* again at the next timer round */
-        } else {
+        if (rc != SMP_TICK_MORE) {
             if (rc < 0)
                 fprintf(stderr, "store_master: tick of %s failed: %s\n",
                         host_plugin_desc(t->owner)->name, smp_strerror(rc));
             t->cursor = 0;
-            t->next_due_ms = now + t->t.period_ms;
         }
+        /* More work, or tick_soon from inside the tick: the next timer round. */
+        t->next_due_ms = rc == SMP_TICK_MORE || t->soon ? now : now + t->t.period_ms;
+        t->soon = 0;
     }
+}
+
+static void on_tick_soon(uv_timer_t *h)
+{
+    master *m = h->data;
+    if (master_is_leader(m)) run_ticks(m, master_now_ms());
+}
+
+/* host_backend.tick_soon: a plugin asked for its tick at once (ABI 1.10).
+ * A zero timer runs it in this loop iteration's timer phase or the next,
+ * after the callbacks being run now; requests until then are one. */
+static void be_tick_soon(void *ctx)
+{
+    master *m = ctx;
+    if (m->stopping || uv_is_active((uv_handle_t *)&m->tick_soon)) return;
+    uv_timer_start(&m->tick_soon, on_tick_soon, 0, 0);
 }
 
 typedef struct evict_ctx {
@@ -313,6 +332,8 @@ void master_stop(master *m)
     node_runtime_signal_stop(m->embedded_node);
     uv_timer_stop(&m->timer);
     uv_close((uv_handle_t *)&m->timer, NULL);
+    uv_timer_stop(&m->tick_soon);
+    uv_close((uv_handle_t *)&m->tick_soon, NULL);
     uv_prepare_stop(&m->io_prepare);
     uv_check_stop(&m->io_check);
     uv_close((uv_handle_t *)&m->io_prepare, NULL);
@@ -485,6 +506,7 @@ static int open_parts(master *m, char *err, size_t errlen)
     if ((rc = master_metrics_register(m)) < 0) return rc;
     master_backend_init(m);
     master_plugins_backend(m);
+    m->backend.tick_soon = be_tick_soon;
     if ((rc = host_plugins_create(&m->plugins, m->cfg, m->metrics, &m->backend)) < 0) return rc;
     if ((rc = host_plugins_load_all(m->plugins, err, errlen)) < 0) return rc;
     host_plugins_set_timing(m->plugins, &m->m.plugin_timing);
@@ -628,6 +650,7 @@ int master_main(const host_config *cfg, int restarted)
     signal(SIGPIPE, SIG_IGN);
     signal(SIGHUP, SIG_IGN); /* never fatal, from the first instruction on (on_hangup) */
     uv_timer_init(&m->loop, &m->timer);
+    uv_timer_init(&m->loop, &m->tick_soon);
     uv_prepare_init(&m->loop, &m->io_prepare);
     uv_check_init(&m->loop, &m->io_check);
     uv_signal_init(&m->loop, &m->sig_int);
@@ -635,7 +658,7 @@ int master_main(const host_config *cfg, int restarted)
     uv_signal_init(&m->loop, &m->sig_hup);
     master_plugins_init(m);
     m->io_prepare.data = m->io_check.data = m;
-    m->timer.data = m->sig_int.data = m->sig_term.data = m->sig_hup.data = m;
+    m->timer.data = m->tick_soon.data = m->sig_int.data = m->sig_term.data = m->sig_hup.data = m;
 
     int rc = open_parts(m, err, sizeof(err));
     if (rc == SMP_OK) rc = start_serving(m, err, sizeof(err));

@@ -123,6 +123,7 @@ typedef struct master {
     uv_signal_t sig_term;
     uv_signal_t sig_hup;
     uv_timer_t timer;
+    uv_timer_t tick_soon;       /* a plugin's tick_soon: the due ticks at once */
     uv_prepare_t io_prepare;    /* the loop's I/O clock (on_io_prepare, on_io_check) */
     uv_check_t io_check;
     uv_idle_t plugin_idle;      /* polls a plugin reload or disable in progress */

@@ -1,8 +1,10 @@
-/* test_plugin_hooks.c -- the master runs a plugin's tick, delivers events and
- * routes its RPC service, and serves /metrics, /health and /role.
+/* test_plugin_hooks.c -- the master runs a plugin's tick (at its period, after
+ * MORE, and at once on tick_soon), delivers events and routes its RPC
+ * service, and serves /metrics, /health and /role.
  *
- * A real master loads tests/plugins/tick_probe.so next to weight_mgmt.so;
- * the probe reports over its own RPC service what the host handed it. */
+ * A real master loads tests/plugins/tick_probe.so next to weight_mgmt.so
+ * (or soon_probe.so alone); the probe reports over its own RPC service what
+ * the host handed it. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -31,8 +33,8 @@ static const char *config_extra(void)
     return buf;
 }
 
-/* The probe's one-line report. */
-static void report(const hx_master *m, char *out, size_t cap)
+/* The reply of method of service svc (no body), as text. */
+static void call_text(const hx_master *m, uint16_t svc, uint16_t method, char *out, size_t cap)
 {
     rpcc_conn *c = NULL;
     char err[256];
@@ -41,7 +43,7 @@ static void report(const hx_master *m, char *out, size_t cap)
     size_t len = 0;
     char *msg = NULL;
     assert_int_equal(rpcc_connect(m->socket, NULL, &c, err, sizeof(err)), 0);
-    assert_int_equal(rpcc_call(c, 41, 1, NULL, 0, &status, &body, &len, &msg), 0);
+    assert_int_equal(rpcc_call(c, svc, method, NULL, 0, &status, &body, &len, &msg), 0);
     assert_int_equal(status, 0);
     snprintf(out, cap, "%.*s", (int)len, (const char *)body);
     free(body);
@@ -49,10 +51,22 @@ static void report(const hx_master *m, char *out, size_t cap)
     rpcc_close(c);
 }
 
+/* The probe's one-line report. */
+static void report(const hx_master *m, char *out, size_t cap)
+{
+    call_text(m, 41, 1, out, cap);
+}
+
 static unsigned field(const char *rep, const char *name)
 {
     const char *p = strstr(rep, name);
     return p ? (unsigned)strtoul(p + strlen(name), NULL, 10) : 0;
+}
+
+static int signed_field(const char *rep, const char *name)
+{
+    const char *p = strstr(rep, name);
+    return p ? (int)strtol(p + strlen(name), NULL, 10) : 0;
 }
 
 static void sleep_ms(int ms)
@@ -133,6 +147,55 @@ static void test_read_miss_event_on_get_replicas(void **state)
     hx_cleanup(&m);
 }
 
+/* soon_probe's tick count once it reached at least want (10 s at most). */
+static unsigned soon_ticks_reach(const hx_master *m, unsigned want, char *rep, size_t cap)
+{
+    call_text(m, 44, 1, rep, cap);
+    for (int i = 0; i < 1000 && field(rep, "ticks=") < want; i++) {
+        sleep_ms(10);
+        call_text(m, 44, 1, rep, cap);
+    }
+    return field(rep, "ticks=");
+}
+
+/* tick_soon (ABI 1.10): soon_probe ticks once a minute. Its first tick
+ * comes at the start and no other follows by itself; a call of tick_soon
+ * from an RPC brings one at once (three calls before it runs are one), one
+ * from inside the tick brings the next at the next housekeeping round; a
+ * plugin with no tick registered gets SMP_ENOTFOUND. */
+static void test_tick_soon_brings_the_tick(void **state)
+{
+    (void)state;
+    hx_master m;
+    char rep[256], cfg[512], ok[16];
+    snprintf(cfg, sizeof(cfg), "plugins:\n  - path: \"%s/lib/testplugins/soon_probe.so\"\n",
+             BUILD_DIR);
+    assert_int_equal(hx_init(&m, "soon", cfg), 0);
+    assert_int_equal(hx_start(&m, 10000), 0);
+    assert_int_equal(soon_ticks_reach(&m, 1, rep, sizeof(rep)), 1);
+    assert_int_equal(signed_field(rep, "before_reg="), SMP_ENOTFOUND);
+    sleep_ms(300);
+    call_text(&m, 44, 1, rep, sizeof(rep));
+    assert_int_equal(field(rep, "ticks="), 1); /* the period is a minute */
+
+    call_text(&m, 44, 2, ok, sizeof(ok));
+    assert_string_equal(ok, "ok");
+    assert_int_equal(soon_ticks_reach(&m, 2, rep, sizeof(rep)), 2);
+    sleep_ms(300);
+    call_text(&m, 44, 1, rep, sizeof(rep));
+    assert_int_equal(field(rep, "ticks="), 2); /* three requests, one tick */
+
+    call_text(&m, 44, 3, ok, sizeof(ok)); /* the next tick asks from inside */
+    call_text(&m, 44, 2, ok, sizeof(ok));
+    assert_int_equal(soon_ticks_reach(&m, 4, rep, sizeof(rep)), 4);
+    assert_int_equal(signed_field(rep, "inside="), SMP_OK);
+    sleep_ms(300);
+    call_text(&m, 44, 1, rep, sizeof(rep));
+    assert_int_equal(field(rep, "ticks="), 4);
+    assert_int_equal(hx_stop(&m), 0);
+    hx_cleanup(&m);
+}
+
 /* /metrics carries the host's families and the plugin's; /health and /role
  * answer; anything else is 404. */
 static void test_admin_http_endpoints(void **state)
@@ -177,6 +240,7 @@ int main(void)
         cmocka_unit_test(test_object_completed_event_after_put_end),
         cmocka_unit_test(test_read_miss_event_on_get_replicas),
         cmocka_unit_test(test_admin_http_endpoints),
+        cmocka_unit_test(test_tick_soon_brings_the_tick),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

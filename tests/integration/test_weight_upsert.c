@@ -45,9 +45,11 @@ typedef struct fixture {
     rpcc_conn *rpc;
     etcd_fixture etcd;   /* HA tests: the master's etcd */
     int ha;
+    unsigned tick_ms;    /* the plugin's tick_period_ms (0: 50) */
 } fixture;
 
-/* Write the master's config: the HOT default, the plugin with a 50 ms tick,
+/* Write the master's config: the HOT default, the plugin with a 50 ms tick
+ * (or f->tick_ms),
  * `cluster` lines (may be NULL) and, for an HA fixture, the master as the
  * one member of an HA cluster on the fixture's etcd. */
 static int write_cfg(fixture *f, const char *cluster)
@@ -58,8 +60,8 @@ static int write_cfg(fixture *f, const char *cluster)
         return -1;
     snprintf(cfg, sizeof cfg,
              "cluster:\n  default_weight_preferred_residency: hot\n%s%s"
-             "plugins:\n  - path: \"%s/lib/weight_mgmt.so\"\n    config:\n      tick_period_ms: 50\n",
-             cluster ? cluster : "", ha, BUILD_DIR);
+             "plugins:\n  - path: \"%s/lib/weight_mgmt.so\"\n    config:\n      tick_period_ms: %u\n",
+             cluster ? cluster : "", ha, BUILD_DIR, f->tick_ms ? f->tick_ms : 50);
     return hx_reconfigure(&f->m, cfg);
 }
 
@@ -74,10 +76,11 @@ static void fixture_free(fixture *f)
     free(f);
 }
 
-static int setup_cfg(void **state, const char *name, const char *cluster, int ha)
+static int setup_cfg(void **state, const char *name, const char *cluster, int ha, unsigned tick_ms)
 {
     fixture *f = calloc(1, sizeof *f);
     if (f == NULL) return -1;
+    f->tick_ms = tick_ms;
     if (hx_init(&f->m, name, NULL) < 0) {
         free(f);
         return -1;
@@ -94,7 +97,13 @@ fail:
 
 static int setup(void **state)
 {
-    return setup_cfg(state, "weight-upsert", NULL, 0);
+    return setup_cfg(state, "weight-upsert", NULL, 0, 0);
+}
+
+/* The plugin's tick every minute: what runs sooner is brought by tick_soon. */
+static int setup_slow_tick(void **state)
+{
+    return setup_cfg(state, "weight-upsert-slow", NULL, 0, 60000);
 }
 
 /* One master of an HA cluster on a real etcd, the weight gate confirmed
@@ -102,7 +111,7 @@ static int setup(void **state)
 static int setup_ha(void **state)
 {
     return setup_cfg(state, "weight-upsert-ha",
-                     "  weight_management_oplog_capability_confirmed: true\n", 1);
+                     "  weight_management_oplog_capability_confirmed: true\n", 1, 0);
 }
 
 static void close_clients(fixture *f)
@@ -417,6 +426,49 @@ static void test_delete_first_deletes_the_base_before_the_import(void **state)
     assert_non_null(strstr(body, "weight_upsert_unavailable_lineages 0"));
     assert_non_null(strstr(body, "weight_upsert_claims_total{mode=\"DELETE_FIRST\"} 1"));
     free(body);
+}
+
+/* A claim takes each phase as soon as what it waits for is durable, not at
+ * the plugin's next tick (ABI 1.10, tick_soon): with a tick every 60 s, a
+ * PUT_FIRST claim whose base a reader holds commits once the reader lets
+ * go, and a DELETE_FIRST one goes from the claim to its commit, each in
+ * far less than one tick period (the waits below end at 20 s; the ticks'
+ * pace alone would take a minute a phase). */
+static void test_claims_step_without_waiting_for_the_tick(void **state)
+{
+    fixture *f = *state;
+    open_clients(f);
+    weight_store *s = f->s;
+    weight_upsert_claim c;
+    weight_writer *w = NULL;
+
+    put(f, "soon", 1);
+    uint64_t lease = lease_acquire(f, "soon", 1);
+    weight_identity base = ident("soon", 1);
+    CHECK(s, weight_upsert(s, &base, 2, WEIGHT_UPSERT_PUT_FIRST, NULL, fence_of(f, "soon", 1), NULL,
+                           0, &c, &w));
+    add_model(s, w, 2);
+    CHECK(s, weight_writer_commit(w, NULL));
+    c = wait_phase(f, "soon", WEIGHT_PHASE_DRAINING_BASE, 20000);
+    assert_int_equal(c.phase, WEIGHT_PHASE_DRAINING_BASE); /* the reader holds the base */
+    assert_int_equal(availability(f, "soon", 1), WEIGHT_READY);
+    assert_int_equal(lease_call(f, WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_RELEASE, "soon", 1, lease, NULL),
+                     0);
+    c = wait_phase(f, "soon", WEIGHT_PHASE_COMMITTED, 20000);
+    assert_int_equal(c.phase, WEIGHT_PHASE_COMMITTED);
+    assert_one_successor(f, "soon", 1, 2);
+
+    base = ident("soon", 2);
+    CHECK(s, weight_upsert(s, &base, 3, WEIGHT_UPSERT_DELETE_FIRST, NULL, fence_of(f, "soon", 2), NULL,
+                           0, &c, &w));
+    assert_non_null(w);
+    assert_int_equal(c.phase, WEIGHT_PHASE_BASE_DELETED);
+    add_model(s, w, 3);
+    CHECK(s, weight_writer_commit(w, NULL));
+    c = wait_phase(f, "soon", WEIGHT_PHASE_COMMITTED, 20000);
+    assert_int_equal(c.phase, WEIGHT_PHASE_COMMITTED);
+    assert_int_equal(availability(f, "soon", 2), WEIGHT_DELETED);
+    assert_int_equal(availability(f, "soon", 3), WEIGHT_READY);
 }
 
 /* DELETE_FIRST: a target failure cannot bring the deleted base back; the
@@ -797,11 +849,14 @@ static int replace_killed_at_once(fixture *f, const char *res, weight_upsert_mod
             committed_target = 1;
         }
     }
-    /* Catch the phase: 1 ms polling, a tick is 50 ms. */
-    for (int i = 0; i < 10000; i++) {
+    /* Catch the phase: status calls back to back, then 1 ms apart. A phase
+     * whose next step waits for nothing (BASE_FENCED) lasts only until the
+     * next claim record is durable, one append and fsync, since each record
+     * brings the tick at once. */
+    for (int i = 0; i < 20000; i++) {
         c = status(f, res);
         if (wr_upsert_phase_order(mode, c.phase) >= wr_upsert_phase_order(mode, kill_at)) break;
-        sleep_ms(1);
+        if (i >= 10000) sleep_ms(1);
     }
     if (c.phase != kill_at) {
         assert_true(wr_upsert_phase_order(mode, c.phase) > wr_upsert_phase_order(mode, kill_at));
@@ -906,6 +961,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_put_first_target_failure_leaves_the_base, setup, teardown),
         cmocka_unit_test_setup_teardown(test_delete_first_target_failure_resumes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_retry_competitor_and_watermark, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_claims_step_without_waiting_for_the_tick,
+                                        setup_slow_tick, teardown),
         cmocka_unit_test_setup_teardown(test_weightctl_upsert_starts_over_after_an_aborted_claim,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_weightctl_upsert, setup, teardown),

@@ -222,6 +222,7 @@ static const member members[] = {
     M_OTHER(rpc_wait_for_nodes, "a call of the plugin's service (the key's replicas decide only "
                                 "whether that call is held)"),
     M_OTHER(claim_key_space, "registration, init() only (what clients may change, not objects)"),
+    M_OTHER(tick_soon, "the plugin's own reconcile tick"),
 };
 
 #define N_MEMBERS (sizeof(members) / sizeof(members[0]))
