@@ -23,6 +23,7 @@ run "$build/bench/bench_etcd_oplog" 3
 run "$build/bench/bench_ha_failover" 5
 run "$build/bench/bench_metadata_reads" "$dir" 100000 3
 run "$build/bench/bench_plugin_reload" 4 10 "$dir"
+run "$build/bench/bench_upsert" 20 "$dir"
 BUILD_DIR="$build" run /usr/bin/python3 bench/bench_python_get.py
 
 {
