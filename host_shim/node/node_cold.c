@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -37,6 +38,8 @@
 struct cold_tier {
     char *dir;
     int dfd;
+    _Atomic uint64_t fail_no_space; /* persist items that failed ENOSPC / EDQUOT */
+    _Atomic uint64_t fail_other;    /* ... otherwise (bad arguments not counted) */
 };
 
 static void put_u16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)(v >> 8); p[1] = (uint8_t)v; }
@@ -132,6 +135,24 @@ void cold_close(cold_tier *ct)
 }
 
 const char *cold_dir(const cold_tier *ct) { return ct->dir; }
+
+void cold_usage_get(cold_tier *ct, cold_usage *out)
+{
+    struct statvfs sv;
+    memset(out, 0, sizeof(*out));
+    out->write_failures_no_space = atomic_load(&ct->fail_no_space);
+    out->write_failures_other = atomic_load(&ct->fail_other);
+    /* the directory the node writes into (its descriptor), not whatever the
+       path names now */
+    if (fstatvfs(ct->dfd, &sv) < 0) {
+        out->error = errno;
+        return;
+    }
+    uint64_t unit = sv.f_frsize ? (uint64_t)sv.f_frsize : (uint64_t)sv.f_bsize;
+    out->total_bytes = (uint64_t)sv.f_blocks * unit;
+    out->free_bytes = (uint64_t)sv.f_bavail * unit;
+    out->used_bytes = sv.f_blocks >= sv.f_bfree ? (uint64_t)(sv.f_blocks - sv.f_bfree) * unit : 0;
+}
 
 /* 1 when key is usable: 1..COLD_KEY_MAX bytes. */
 static int key_ok(const char *key)
@@ -601,6 +622,10 @@ int cold_persist_batch(cold_tier *ct, cold_item *items, size_t n, unsigned flags
             close(sl->fd);
         if (sl->it->rc != SMP_OK && !sl->renamed && sl->fd >= 0)
             unlinkat(ct->dfd, sl->tmp, 0);
+        if (sl->it->rc == SMP_ENOSPC)
+            atomic_fetch_add(&ct->fail_no_space, 1);
+        else if (sl->it->rc != SMP_OK && sl->it->rc != SMP_EINVAL)
+            atomic_fetch_add(&ct->fail_other, 1);
         if (sl->it->rc != SMP_OK && rc == SMP_OK)
             rc = sl->it->rc;
     }
@@ -895,8 +920,9 @@ static int is_directory(const cold_tier *ct, const struct dirent *de)
     return fstatat(ct->dfd, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(sb.st_mode);
 }
 
-/* Walk the directory: delete temporary files older than stale_tmp_ms (0:
- * all), count other entries as ignored -- a directory under a cold name
+/* Walk the directory: treat the temporary files as rule says (those at
+ * least rule->stale_ms old, every one when 0, are stale: deleted unless
+ * rule->keep, and each told to rule->fn), count other entries as ignored -- a directory under a cold name
  * too: it is no cold file and unlinkat cannot delete it, so reporting it
  * as an orphan would ask fsck --repair for what it cannot do -- and call
  * fn(arg, name) for each other name of the form <64 hex>.cold (a file, a
@@ -916,7 +942,7 @@ static int is_directory(const cold_tier *ct, const struct dirent *de)
  * kernel hands a number out only once it is closed; nothing here closes a
  * descriptor another thread owns. */
 static int walk_dir(cold_tier *ct,
-                    uint64_t stale_tmp_ms,
+                    const cold_tmp_rule *rule,
                     cold_inventory_stats *st,
                     int (*fn)(void *arg, const char *name),
                     void *arg)
@@ -939,14 +965,26 @@ static int walk_dir(cold_tier *ct,
             struct stat sb;
             if (fstatat(ct->dfd, nm, &sb, AT_SYMLINK_NOFOLLOW) < 0)
                 continue;
-            if (stale_tmp_ms == 0 || age_ms(&sb) >= stale_tmp_ms) {
-                if (unlinkat(ct->dfd, nm, 0) == 0) {
-                    st->tmps_removed++;
-                    st->tmp_bytes_removed += (uint64_t)sb.st_size;
-                }
-            } else {
+            uint64_t age = age_ms(&sb);
+            if (rule->stale_ms != 0 && age < rule->stale_ms) {
                 st->tmps_kept++;
+                continue;
             }
+            cold_stale_tmp t = {.name = nm, .bytes = (uint64_t)sb.st_size, .age_ms = age};
+            if (rule->keep) {
+                st->tmps_stale_kept++;
+                st->tmp_bytes_stale_kept += t.bytes;
+            } else if (unlinkat(ct->dfd, nm, 0) == 0) {
+                st->tmps_removed++;
+                st->tmp_bytes_removed += t.bytes;
+                t.removed = 1;
+            } else {
+                t.error = errno;
+                st->tmps_stale_kept++;
+                st->tmp_bytes_stale_kept += t.bytes;
+            }
+            if (rule->fn != NULL)
+                rule->fn(rule->arg, &t);
             continue;
         }
         if (n != 64 + strlen(COLD_SUFFIX) || !is_hex_name(nm, COLD_SUFFIX)) {
@@ -1013,6 +1051,17 @@ int cold_inventory(cold_tier *ct,
                    void *arg,
                    cold_inventory_stats *st)
 {
+    cold_tmp_rule rule = {.stale_ms = stale_tmp_ms};
+    return cold_inventory_tmps(ct, &rule, deep, fn, arg, st);
+}
+
+int cold_inventory_tmps(cold_tier *ct,
+                        const cold_tmp_rule *rule,
+                        int deep,
+                        cold_visit_fn fn,
+                        void *arg,
+                        cold_inventory_stats *st)
+{
     int rc;
     cold_inventory_stats local;
     inventory_walk w = {ct, deep, fn, arg, NULL, NULL};
@@ -1026,7 +1075,7 @@ int cold_inventory(cold_tier *ct,
     w.key_buf = malloc(COLD_KEY_MAX + 1);
     if (w.key_buf == NULL)
         return SMP_ENOMEM;
-    rc = walk_dir(ct, stale_tmp_ms, st, inventory_file, &w);
+    rc = walk_dir(ct, rule, st, inventory_file, &w);
     free(w.key_buf);
     return rc;
 }
@@ -1060,6 +1109,12 @@ static int cmp_names(const void *a, const void *b)
 
 int cold_list_names(cold_tier *ct, uint64_t stale_tmp_ms, char ***names, size_t *n)
 {
+    cold_tmp_rule rule = {.stale_ms = stale_tmp_ms};
+    return cold_list_names_tmps(ct, &rule, names, n);
+}
+
+int cold_list_names_tmps(cold_tier *ct, const cold_tmp_rule *rule, char ***names, size_t *n)
+{
     int rc;
     cold_inventory_stats st;
     name_list l = {NULL, 0, 0};
@@ -1068,7 +1123,7 @@ int cold_list_names(cold_tier *ct, uint64_t stale_tmp_ms, char ***names, size_t 
     if (ct == NULL)
         return SMP_EINVAL;
     memset(&st, 0, sizeof(st));
-    rc = walk_dir(ct, stale_tmp_ms, &st, collect_name, &l);
+    rc = walk_dir(ct, rule, &st, collect_name, &l);
     if (rc != SMP_OK) {
         cold_names_free(l.v, l.n);
         return rc;

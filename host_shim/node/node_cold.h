@@ -29,7 +29,8 @@
  * reports success, so a corrupted file is detected and never served.
  *
  * Every call is blocking disk I/O: a node runs them on worker threads. A
- * cold_tier is immutable after cold_open, so calls on different names may
+ * cold_tier is immutable after cold_open but for its failed-write counters
+ * (atomic, cold_usage_get), so calls on different names may
  * run concurrently; calls on the same name must be serialised by the caller
  * (the master assigns one task per replica at a time). */
 #ifndef HOST_NODE_COLD_H
@@ -75,8 +76,50 @@ typedef struct cold_inventory_stats {
     uint64_t tmps_removed; /* stale temporary files deleted */
     uint64_t tmp_bytes_removed; /* their sizes */
     uint64_t tmps_kept;    /* temporary files younger than the threshold */
+    uint64_t tmps_stale_kept;      /* stale ones left in place (cold_tmp_rule.keep, or
+                                      their deletion failed) */
+    uint64_t tmp_bytes_stale_kept; /* their sizes */
     uint64_t ignored;      /* other entries (left alone) */
 } cold_inventory_stats;
+
+/* A temporary file a walk of the directory found stale (cold_tmp_rule). */
+typedef struct cold_stale_tmp {
+    const char *name;      /* "<64 hex>.cold.<16 hex>.tmp", borrowed for the call */
+    uint64_t bytes;
+    uint64_t age_ms;       /* since its last modification */
+    int removed;           /* deleted by this walk */
+    int error;             /* not kept, yet its deletion failed: the errno (else 0) */
+} cold_stale_tmp;
+
+typedef void (*cold_tmp_fn)(void *arg, const cold_stale_tmp *t);
+
+/* What a walk does with the temporary files of persists ("<name>.<16 hex>.tmp"):
+ * one at least stale_ms old (0: every one) is stale -- a write that never
+ * finished left it -- and deleted unless keep; fn (NULL: none) is told of
+ * each stale one, removed or not. Younger ones are left alone (a write may
+ * still be under way). */
+typedef struct cold_tmp_rule {
+    uint64_t stale_ms;
+    int keep;              /* report the stale ones, delete nothing */
+    cold_tmp_fn fn;
+    void *arg;
+} cold_tmp_rule;
+
+/* How full the tier is, and how its writes went since cold_open. */
+typedef struct cold_usage {
+    uint64_t total_bytes;  /* the file system holding the directory (statvfs) */
+    uint64_t free_bytes;   /* available to the node (f_bavail) */
+    uint64_t used_bytes;   /* in use, as df counts it (f_blocks - f_bfree) */
+    int error;             /* fstatvfs failed: its errno (the sizes are then 0) */
+    uint64_t write_failures_no_space; /* persist items that failed SMP_ENOSPC (ENOSPC, EDQUOT) */
+    uint64_t write_failures_other;    /* ... failed otherwise (I/O, read-back mismatch),
+                                         bad arguments not counted */
+} cold_usage;
+
+/* Fill *out: the sizes of the directory's file system (through the open
+ * directory, where the tier writes) and the failed-write counters. Any
+ * thread. */
+void cold_usage_get(cold_tier *ct, cold_usage *out);
 
 /* Open (creating one level when missing) the cold directory dir. SMP_OK,
  * SMP_EINVAL, SMP_EIO (cannot create or open: err says why), SMP_ENOMEM. */
@@ -222,6 +265,13 @@ int cold_inventory(cold_tier *ct,
                    cold_visit_fn fn,
                    void *arg,
                    cold_inventory_stats *st);
+/* cold_inventory with the temporary files treated as rule says. */
+int cold_inventory_tmps(cold_tier *ct,
+                        const cold_tmp_rule *rule,
+                        int deep,
+                        cold_visit_fn fn,
+                        void *arg,
+                        cold_inventory_stats *st);
 
 /* The names of the directory's .cold files, sorted bytewise (strcmp), into
  * *names (n of them; cold_names_free frees them), headers not read; the
@@ -229,6 +279,8 @@ int cold_inventory(cold_tier *ct,
  * them. SMP_OK,
  * SMP_EINVAL, SMP_EIO (the directory cannot be read), SMP_ENOMEM. */
 int cold_list_names(cold_tier *ct, uint64_t stale_tmp_ms, char ***names, size_t *n);
+/* cold_list_names with the temporary files treated as rule says. */
+int cold_list_names_tmps(cold_tier *ct, const cold_tmp_rule *rule, char ***names, size_t *n);
 void cold_names_free(char **names, size_t n);
 
 #endif /* HOST_NODE_COLD_H */
