@@ -417,13 +417,56 @@ static void gate_copy(kvc_gate *g, const GateInfo *gi)
     copy_str(g->blocked_by, sizeof(g->blocked_by), gi->blocked_by);
 }
 
+void kvc_node_decode(kvc_node *dst, const NodeStatus *ns)
+{
+    memset(dst, 0, sizeof(*dst));
+    copy_str(dst->id, sizeof(dst->id), ns->id);
+    dst->up = ns->up;
+    copy_str(dst->cold_dir, sizeof(dst->cold_dir), ns->cold_dir);
+    if (dst->cold_dir[0] == '\0') {
+        dst->cold = KVC_COLD_NONE;
+        return;
+    }
+    if (!ns->cold_reported) {
+        dst->cold = KVC_COLD_UNKNOWN; /* not 0 bytes: not known */
+        return;
+    }
+    dst->cold_fail_no_space = ns->cold_write_failures_no_space;
+    dst->cold_fail_other = ns->cold_write_failures_other;
+    if (ns->cold_error != NULL && ns->cold_error[0] != '\0') {
+        dst->cold = KVC_COLD_ERROR;
+        copy_str(dst->cold_error, sizeof(dst->cold_error), ns->cold_error);
+        return;
+    }
+    dst->cold = KVC_COLD_KNOWN;
+    dst->cold_total = ns->cold_total_bytes;
+    dst->cold_free = ns->cold_free_bytes;
+    dst->cold_used = ns->cold_used_bytes;
+}
+
 int kvc_status_get(kvc *c, kvc_status *out)
+{
+    return kvc_status_get_nodes(c, out, NULL, NULL);
+}
+
+int kvc_status_get_nodes(kvc *c, kvc_status *out, kvc_node **nodes, size_t *n_nodes)
 {
     StatusRequest req = STATUS_REQUEST__INIT;
     StatusResponse *resp = NULL;
+    if (nodes != NULL) *nodes = NULL;
+    if (n_nodes != NULL) *n_nodes = 0;
     int rc = call(c, HOST_SERVICE__HOST_SERVICE_ADMIN, ADMIN_METHOD__ADMIN_STATUS, &req.base,
                   &status_response__descriptor, (ProtobufCMessage **)&resp);
     if (rc < 0) return rc;
+    if (nodes != NULL && n_nodes != NULL && resp->n_node_status > 0) {
+        if ((*nodes = calloc(resp->n_node_status, sizeof(**nodes))) == NULL) {
+            status_response__free_unpacked(resp, NULL);
+            return SMP_ENOMEM;
+        }
+        for (size_t i = 0; i < resp->n_node_status; i++)
+            kvc_node_decode(&(*nodes)[i], resp->node_status[i]);
+        *n_nodes = resp->n_node_status;
+    }
     memset(out, 0, sizeof(*out));
     copy_str(out->role, sizeof(out->role), resp->role);
     out->objects = resp->objects;

@@ -197,6 +197,36 @@ int kvc_put_bytes(kvc *c, const char *key, const void *data, uint64_t len, smp_d
  * readable replica. */
 int kvc_get_into(kvc *c, const char *key, void *dst, uint64_t cap, uint64_t *len, int verify);
 int kvc_status_get(kvc *c, kvc_status *out);
+
+/* A node as the master knows it (StatusResponse.node_status): whether it is
+ * up, and its cold tier as it last reported it. */
+typedef enum kvc_cold_state {
+    KVC_COLD_NONE = 0,     /* the node has no cold directory */
+    KVC_COLD_UNKNOWN,      /* the node does not report it (a store_node from before the report) */
+    KVC_COLD_ERROR,        /* the node could not read the sizes (cold_error says why) */
+    KVC_COLD_KNOWN         /* the sizes hold */
+} kvc_cold_state;
+
+typedef struct kvc_node {
+    char id[64];
+    int up;
+    char cold_dir[512];
+    kvc_cold_state cold;
+    uint64_t cold_total;     /* the cold directory's file system, bytes (KVC_COLD_KNOWN) */
+    uint64_t cold_free;      /* what the node may still write there */
+    uint64_t cold_used;
+    char cold_error[256];
+    uint64_t cold_fail_no_space; /* cold writes that failed since the node started (not NONE/UNKNOWN) */
+    uint64_t cold_fail_other;
+} kvc_node;
+
+/* kvc_status_get, and every node the master knows into *nodes (n_nodes of
+ * them; malloc'd, the caller frees it; NULL and 0 from a master before the
+ * per-node status, or a standby, which knows no nodes). */
+int kvc_status_get_nodes(kvc *c, kvc_status *out, kvc_node **nodes, size_t *n_nodes);
+/* One node of the answer into *dst (what kvc_status_get_nodes does per node). */
+struct NodeStatus;
+void kvc_node_decode(kvc_node *dst, const struct NodeStatus *ns);
 /* Confirm a capability gate on the leader (durably); *out (may be NULL) is
  * the gate afterwards. The master's refusal (SMP_EGATE naming the master
  * that cannot replay a type, SMP_ENOTFOUND for a gate nobody names) is

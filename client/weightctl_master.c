@@ -303,8 +303,8 @@ int wctl_cmd_gate_confirm(ctl *x, const char *name)
  * for at most STATUS_LEADER_MS) and show its answer instead; on failure
  * the standby's stands, and why[] (else "") says why the leader's does
  * not. 1 when *st is now the leader's (its endpoint in *from). */
-static int status_of_leader(ctl *x, kvc_status *st, char *from, size_t cap, char *why,
-                            size_t why_cap)
+static int status_of_leader(ctl *x, kvc_status *st, kvc_node **nodes, size_t *n_nodes,
+                            char *from, size_t cap, char *why, size_t why_cap)
 {
     master_list ml;
     char err[512] = "";
@@ -315,10 +315,16 @@ static int status_of_leader(ctl *x, kvc_status *st, char *from, size_t cap, char
         return 0;
     rpcc_options opt = wctl_rpc_options(x, STATUS_LEADER_MS);
     kvc_status ls;
+    kvc_node *lnodes = NULL;
+    size_t ln = 0;
     int ok = kvc_connect_opts(st->leader, &opt, x->tls_ctx, &leader, err, sizeof(err)) == 0 &&
-             kvc_status_get(leader, &ls) == 0;
+             kvc_status_get_nodes(leader, &ls, &lnodes, &ln) == 0;
     if (ok && strcmp(ls.role, "leader") == 0) {
         *st = ls;
+        free(*nodes);
+        *nodes = lnodes;
+        *n_nodes = ln;
+        lnodes = NULL;
         snprintf(from, cap, "%s", kvc_endpoint(leader));
     } else {
         snprintf(why, why_cap, "the leader it names, %s, %s%s", st->leader,
@@ -326,6 +332,7 @@ static int status_of_leader(ctl *x, kvc_status *st, char *from, size_t cap, char
                  ok ? ls.role : leader != NULL ? kvc_error(leader) : err);
         ok = 0;
     }
+    free(lnodes);
     kvc_close(leader);
     return ok;
 }
@@ -352,8 +359,10 @@ static void oplog_text(const kvc_status *o)
 int wctl_cmd_status(ctl *x)
 {
     kvc_status st;
+    kvc_node *nodes = NULL;
+    size_t n_nodes = 0;
     char from[256];
-    if (kvc_status_get(x->c, &st) < 0) {
+    if (kvc_status_get_nodes(x->c, &st, &nodes, &n_nodes) < 0) {
         fprintf(stderr, "weightctl: status: %s\n", kvc_error(x->c));
         return 1;
     }
@@ -362,7 +371,8 @@ int wctl_cmd_status(ctl *x)
     master_list ml; /* parsed before the connection: it parses */
     if (master_list_parse(x->master, &ml, NULL, 0) < 0) ml.n = 0;
     char why[700] = "";
-    int standby = ha && !status_of_leader(x, &st, from, sizeof(from), why, sizeof(why)) &&
+    int standby = ha &&
+                  !status_of_leader(x, &st, &nodes, &n_nodes, from, sizeof(from), why, sizeof(why)) &&
                   strcmp(st.role, "leader") != 0;
     if (x->json) {
         printf("{\"role\":");
@@ -388,7 +398,9 @@ int wctl_cmd_status(ctl *x)
             wctl_json_str(why);
         }
         oplog_json(&st);
+        if (!standby) wctl_status_nodes_json(nodes, n_nodes);
         printf("}\n");
+        free(nodes);
         return st.oplog_read_only ? 1 : 0;
     }
     double pct = st.memory_capacity ? 100.0 * (double)st.memory_used / (double)st.memory_capacity : 0;
@@ -408,6 +420,8 @@ int wctl_cmd_status(ctl *x)
         printf("nodes     %u\n", st.nodes);
         printf("segments  %u\n", st.segments);
     }
+    if (!standby) wctl_status_nodes_text(x, nodes, n_nodes);
+    free(nodes);
     if (!standby && x->bytes) {
         printf("memory    %llu of %llu bytes used (%.1f%%)\n", (unsigned long long)st.memory_used,
                (unsigned long long)st.memory_capacity, pct);

@@ -91,9 +91,21 @@ void wctl_json_str(const char *s);
  * capacity and use; of an HA cluster also its id and applied sequence, the
  * leader, and every master (id, role, endpoint, applied sequence, lag,
  * ready or why not) -- in --json the members master_id, applied_seq,
- * leader, endpoint and the array masters, left out without HA. The exit
- * status. */
+ * leader, endpoint and the array masters, left out without HA. Then each
+ * node the master knows with its cold tier (weightctl_status_nodes.c). The
+ * exit status. */
 int wctl_cmd_status(ctl *x);
+
+/* A cold tier with less than this percentage of its file system free is
+ * "nearly full" in status. */
+#define WCTL_COLD_NEARLY_FULL_PCT 5
+/* 1 when node's cold tier is known and below WCTL_COLD_NEARLY_FULL_PCT free. */
+int wctl_cold_nearly_full(const kvc_node *node);
+/* status's lines of nodes[0, n): one per node with its cold tier, and a
+ * warning line under each whose cold tier is nearly full. */
+void wctl_status_nodes_text(const ctl *x, const kvc_node *nodes, size_t n);
+/* status --json's member ,"node_list":[...] of nodes[0, n). */
+void wctl_status_nodes_json(const kvc_node *nodes, size_t n);
 /* `gate confirm NAME`: confirm a capability gate on the leader; 0 once it is. */
 int wctl_cmd_gate_confirm(ctl *x, const char *name);
 

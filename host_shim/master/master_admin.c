@@ -7,13 +7,15 @@
  * format; /health answers 200 while the OpLog accepts writes (saying so
  * while the reconcile ticks still wait for nodes after a start) and 503
  * after it failed, its first line the verdict and its second the loop lag;
- * /role names this master's role. */
+ * /role names this master's role. Each node's cold tier (how full, failed
+ * writes) comes from master_cold_usage.c, in /metrics and in the status. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "host_rpc.pb-c.h"
 #include "ha_election.h"
+#include "master_cold_usage.h"
 #include "master_internal.h"
 #include "read_lease.h"
 
@@ -126,6 +128,7 @@ int master_metrics_register(master *m)
                                    "that has not authenticated)", refused_labels,
                                    &m->m.rpc_refused);
     if (rc < 0) return rc;
+    if ((rc = master_cold_usage_register(m)) < 0) return rc;
     for (size_t i = 0; i < sizeof(histogram_defs) / sizeof(histogram_defs[0]); i++) {
         const histogram_def *d = &histogram_defs[i];
         host_metric **slot = (host_metric **)((char *)m + d->offset);
@@ -204,6 +207,7 @@ void master_metrics_refresh(master *m)
     host_metric_set(m->m.snapshot_write, NULL, m->snapshot_write_s);
     host_metric_set(m->m.snapshot_bytes, NULL, (double)m->snapshot_bytes);
     host_metric_set(m->m.node_wait_now, NULL, (double)master_node_wait_count(m));
+    master_cold_usage_refresh(m);
     if (m->rpc) {
         rpc_server_get_stats(m->rpc, &rs);
         host_metric_set(m->m.rpc_requests, NULL, (double)rs.requests);
@@ -360,9 +364,15 @@ static int h_status(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t l
     }
     resp.n_plugins = np;
     resp.plugins = names;
+    /* every node with its cold tier (a standby knows none: they register
+       with the leader) */
+    master_node_status_view *nv = NULL;
+    resp.n_node_status = master_node_status_fill(m, &nv);
+    resp.node_status = master_node_status_ptrs(nv);
     master_reply_msg(call, &resp.base);
     free(names);
     free(gv);
+    master_node_status_free(nv);
     return SMP_OK;
 }
 

@@ -281,6 +281,9 @@ typedef struct master {
         host_metric *scrub_ranges;         /* ranges those tasks carried */
         host_metric *node_wait_calls;      /* calls that waited for a node (master_node_wait.c) */
         host_metric *node_wait_now;        /* of them, waiting now */
+        host_metric *node_cold_capacity;   /* {node}: its cold file system's size (master_cold_usage.c) */
+        host_metric *node_cold_free;       /* {node}: what it may still write there */
+        host_metric *node_cold_write_failures; /* {node, cause}: failed cold writes */
         host_metric *ha_is_leader;         /* 1 on the leader */
         host_metric *ha_ready;             /* 0: cannot replay */
         host_metric *ha_replay_stopped;    /* following stopped on a record */
@@ -585,6 +588,13 @@ void master_node_locate(const master *m, const char *id, const char *tenant, int
 /* Whether node id's data server speaks TLS only (it said so at registration). */
 int master_node_data_tls(const master *m, const char *id);
 size_t master_nodes_up(const master *m);
+/* Call fn for every node the master knows (up or not), with its id, whether
+ * it is up, the cold directory it registered with ("" none) and its cold
+ * tier's last report (master_cold_usage.h); everything borrowed for the call. */
+struct master_cold_usage;
+typedef void (*master_node_visit_fn)(void *arg, const char *id, int up, const char *cold_dir,
+                                     const struct master_cold_usage *cold);
+void master_nodes_each(const master *m, master_node_visit_fn fn, void *arg);
 /* Queue a task (TaskKind of node_rpc.proto) for a node; cb runs when it
  * reports back. SMP_EAGAIN when the node is not up. */
 int master_node_task(master *m, const char *node_id, int kind, const char *key,

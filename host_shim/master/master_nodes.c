@@ -12,7 +12,8 @@
  * the node reported that no replica names is deleted (master_reclaim.c).
  * A large inventory arrives before its registration, in pages
  * (master_inventory.c).
- * Then the node polls: each poll is a heartbeat, reports finished tasks,
+ * Then the node polls: each poll is a heartbeat, says how full its cold
+ * directory is (as the registration does; master_cold_usage.h), reports finished tasks,
  * and is answered (deferred) as soon as tasks are queued for the node or
  * poll_ms ran out; a node still running the tasks of an earlier answer
  * (however long one of them takes) polls "busy" every poll_ms and is
@@ -50,6 +51,7 @@
 #include <string.h>
 
 #include "host_uthash.h"
+#include "master_cold_usage.h"
 #include "master_internal.h"
 #include "host_rpc.pb-c.h"
 #include "node_rpc.pb-c.h"
@@ -109,6 +111,8 @@ struct master_node {
     ticket_secret secret;
     uint32_t key_id;             /* the id of secret, named in every ticket */
     int data_tls;                /* its data server speaks TLS only */
+    char *cold_dir;              /* as it registered ("" none) */
+    master_cold_usage cold;      /* its cold tier, as it last reported it */
     int up;
     uint64_t registrations;      /* registrations received: the newest one wins */
     uint64_t last_seen_ms;       /* its last request */
@@ -239,6 +243,12 @@ size_t master_nodes_open_up(const master *m, const char *tenant)
         k += n->up && (n->tenant == NULL || n->tenant[0] == '\0' ||
                        (tenant != NULL && strcmp(n->tenant, tenant) == 0));
     return k;
+}
+
+void master_nodes_each(const master *m, master_node_visit_fn fn, void *arg)
+{
+    for (const master_node *n = m->nodes; n != NULL; n = n->hh.next)
+        fn(arg, n->id, n->up, n->cold_dir ? n->cold_dir : "", &n->cold);
 }
 
 size_t master_nodes_up(const master *m)
@@ -1038,7 +1048,8 @@ static int h_register(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t
                     "cancelled\n", req->node_id, cancelled);
     }
     if (set_str(&n->data_addr, req->data_addr) < 0 || set_str(&n->segment_path, req->segment_path) < 0 ||
-        set_str(&n->tenant, req->tenant) < 0 || set_str(&n->local_socket, req->local_socket) < 0) {
+        set_str(&n->tenant, req->tenant) < 0 || set_str(&n->local_socket, req->local_socket) < 0 ||
+        set_str(&n->cold_dir, req->cold_dir) < 0) {
         rc = SMP_ENOMEM;
         snprintf(msg, sizeof(msg), "node register: out of memory");
         goto refuse;
@@ -1046,6 +1057,7 @@ static int h_register(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t
     ticket_secret_set(&n->secret, req->ticket_secret.data, req->ticket_secret.len);
     n->key_id = req->ticket_key_id ? req->ticket_key_id : 1;
     n->data_tls = req->data_tls;
+    master_cold_usage_take(&n->cold, req->cold_usage); /* none: a node from before the report */
     node_set_up(m, n, 0); /* up once the segment is durable and reconciled */
     register_ctx *r = calloc(1, sizeof(*r));
     if (r == NULL) {
@@ -1131,6 +1143,7 @@ static int h_poll(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len
                       req->writing[i]->offset, n->last_seen_ms);
     take_results(m, n, req);
     master_cold_corrupt(m, n->id, req->corrupt_cold, req->n_corrupt_cold);
+    if (req->cold_usage != NULL) master_cold_usage_take(&n->cold, req->cold_usage);
     int busy = req->busy;
     node_poll_request__free_unpacked(req, NULL);
     if (busy) {
@@ -1339,6 +1352,7 @@ void master_nodes_free(master *m)
         free(n->segment_path);
         free(n->tenant);
         free(n->local_socket);
+        free(n->cold_dir);
         free(n);
     }
 }

@@ -182,6 +182,23 @@ static void free_result(TaskResult *r)
     free(r);
 }
 
+/* How full the cold tier is now, into u for a registration or a poll (why
+ * holds u->error's text: cap bytes). */
+static void cold_usage_msg(node_runtime *n, ColdTierUsage *u, char *why, size_t cap)
+{
+    cold_usage cu;
+    cold_usage_get(n->cold, &cu);
+    cold_tier_usage__init(u);
+    u->total_bytes = cu.total_bytes;
+    u->free_bytes = cu.free_bytes;
+    u->used_bytes = cu.used_bytes;
+    u->write_failures_no_space = cu.write_failures_no_space;
+    u->write_failures_other = cu.write_failures_other;
+    why[0] = '\0';
+    if (cu.error != 0) snprintf(why, cap, "statvfs of %s: %s", n->cold_dir, strerror(cu.error));
+    u->error = why;
+}
+
 static TaskResult *run_task(node_runtime *n, const NodeTask *t)
 {
     char err[512] = "";
@@ -584,6 +601,10 @@ static int do_register(node_runtime *n, rpcc_conn *c, int *lost)
      * allows only when nothing lies past it */
     req.segment_bytes = seg_requested_size(n->seg);
     req.cold_dir = n->cold_dir;
+    ColdTierUsage usage;
+    char usage_why[600];
+    cold_usage_msg(n, &usage, usage_why, sizeof(usage_why));
+    req.cold_usage = &usage;
     if (session != 0) {
         req.inventory_session = session;
         req.inventory_files = inv.n;
@@ -802,6 +823,10 @@ static int poll_loop(node_runtime *n, rpcc_conn *c, int *lost)
         for (size_t i = 0; i < nc; i++) cptr[i] = corrupt[i];
         req.n_corrupt_cold = nc;
         req.corrupt_cold = cptr;
+        ColdTierUsage usage;
+        char usage_why[600];
+        cold_usage_msg(n, &usage, usage_why, sizeof(usage_why));
+        req.cold_usage = &usage;
         /* A key the master has not acknowledged goes with every poll until
          * it is, once the data server checks tickets with it. */
         pthread_mutex_lock(&n->key_lock);

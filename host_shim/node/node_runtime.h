@@ -9,7 +9,9 @@
  * its id; rotated by node_runtime_rotate_ticket_key), whether its data port
  * speaks TLS (data_tls_cert / data_tls_key), and an inventory of verified
  * cold files -- and then polls: each poll
- * is a heartbeat, returns the results of finished tasks, and brings new
+ * is a heartbeat, says how full the cold directory's file system is and
+ * how many cold writes failed (as the registration does too: ColdTierUsage,
+ * master_cold_usage.h), returns the results of finished tasks, and brings new
  * ones (persist a range to a cold file, load one back, delete one, verify a
  * range; for fsck, list every cold file and the non-zero blocks of the
  * segment ranges the master says nothing occupies, and zero such ranges).
