@@ -26,7 +26,11 @@
  * --repair), an object has no replica, a node could not be checked or the
  * call was refused, 2 on a usage error. --json prints one object. A report
  * names at most the first 10,000 orphan files of a node and counts them all
- * (orphan_files_total). */
+ * (orphan_files_total).
+ * Stale temporary cold files (a write a crash cut off left them; older than
+ * a minute) are reported per node -- name, size, age -- and deleted only
+ * with --repair (a node deletes them itself only when it starts); plain
+ * fsck deletes nothing and exits 1 while there are any. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +43,39 @@
 static uint64_t orphan_files(const FsckNode *n)
 {
     return n->orphan_files_total > n->n_orphan_files ? n->orphan_files_total : n->n_orphan_files;
+}
+
+/* n's stale temporary cold files: each named one, how many more, and what
+ * --repair does or did with them. */
+static void tmps_text(const FsckNode *n)
+{
+    if (!n->tmp_checked) {
+        if (!n->error[0])
+            printf("  temporary cold files: not reported (a master or store_node from before the "
+                   "report)\n");
+        return;
+    }
+    for (size_t i = 0; i < n->n_stale_temporaries; i++) {
+        const FsckTempFile *f = n->stale_temporaries[i];
+        if (f->removed)
+            printf("  removed stale temporary cold file %s, %llu bytes, %llu s old\n", f->name,
+                   (unsigned long long)f->bytes, (unsigned long long)f->age_s);
+        else if (f->error[0])
+            printf("  stale temporary cold file %s, %llu bytes, %llu s old: could not delete it: %s\n",
+                   f->name, (unsigned long long)f->bytes, (unsigned long long)f->age_s, f->error);
+        else
+            printf("  stale temporary cold file %s, %llu bytes, %llu s old (a write that did not "
+                   "finish)\n", f->name, (unsigned long long)f->bytes, (unsigned long long)f->age_s);
+    }
+    if (n->stale_temporaries_total > n->n_stale_temporaries)
+        printf("  ... and %llu more stale temporary cold files (a report names the first %zu)\n",
+               (unsigned long long)(n->stale_temporaries_total - n->n_stale_temporaries),
+               n->n_stale_temporaries);
+    if (n->stale_temporaries_total > 0)
+        printf("  %llu stale temporary cold files, %llu bytes; %llu deleted\n",
+               (unsigned long long)n->stale_temporaries_total,
+               (unsigned long long)n->stale_temporary_bytes,
+               (unsigned long long)n->temporaries_removed);
 }
 
 /* n's part of the report; deep: --deep was asked (its memory count shows,
@@ -76,6 +113,7 @@ static void node_text(const FsckNode *n, int deep)
     }
     if (n->memory_replicas_dropped > 0)
         printf("  %llu corrupt memory replicas dropped\n", (unsigned long long)n->memory_replicas_dropped);
+    tmps_text(n);
     printf("segment %s: %llu of %llu bytes occupied; %llu orphaned bytes in %zu ranges\n",
            n->segment, (unsigned long long)n->segment_used, (unsigned long long)n->segment_capacity,
            (unsigned long long)n->orphan_segment_bytes, n->n_orphan_ranges);
@@ -130,7 +168,23 @@ static void node_json(const FsckNode *n)
                (unsigned long long)n->corrupt_memory_replicas[i]->length,
                n->corrupt_memory_replicas[i]->only_replica ? "true" : "false");
     }
-    printf("],\"memory_replicas_checked\":%llu,\"files_removed\":%llu,\"segment_bytes_zeroed\":%llu,"
+    printf("],\"temporaries_checked\":%s,\"stale_temporaries\":[",
+           n->tmp_checked ? "true" : "false");
+    for (size_t i = 0; i < n->n_stale_temporaries; i++) {
+        const FsckTempFile *f = n->stale_temporaries[i];
+        printf("%s{\"name\":", i ? "," : "");
+        wctl_json_str(f->name);
+        printf(",\"bytes\":%llu,\"age_s\":%llu,\"removed\":%s,\"error\":",
+               (unsigned long long)f->bytes, (unsigned long long)f->age_s,
+               f->removed ? "true" : "false");
+        wctl_json_str(f->error);
+        putchar('}');
+    }
+    printf("],\"stale_temporaries_total\":%llu,\"stale_temporary_bytes\":%llu,"
+           "\"temporaries_removed\":%llu",
+           (unsigned long long)n->stale_temporaries_total,
+           (unsigned long long)n->stale_temporary_bytes, (unsigned long long)n->temporaries_removed);
+    printf(",\"memory_replicas_checked\":%llu,\"files_removed\":%llu,\"segment_bytes_zeroed\":%llu,"
            "\"skipped_in_use\":%llu,\"replicas_dropped\":%llu,\"memory_replicas_dropped\":%llu}",
            (unsigned long long)n->memory_replicas_checked, (unsigned long long)n->files_removed,
            (unsigned long long)n->segment_bytes_zeroed, (unsigned long long)n->skipped_in_use,
@@ -174,7 +228,7 @@ int wctl_cmd_fsck(ctl *x, int argc, char **argv)
     if (wctl_admin_call(x, "fsck", ADMIN_METHOD__ADMIN_FSCK, &req.base, &fsck_report__descriptor,
                         (ProtobufCMessage **)&rep) != 0)
         return 1;
-    uint64_t orphans = 0, corrupt = 0, cold = 0, used = 0;
+    uint64_t orphans = 0, corrupt = 0, cold = 0, used = 0, tmps = 0, tmps_removed = 0;
     uint64_t lost = rep->objects_without_replica;
     int unchecked = rep->nodes_down > 0;
     for (size_t i = 0; i < rep->n_nodes; i++) {
@@ -183,6 +237,8 @@ int wctl_cmd_fsck(ctl *x, int argc, char **argv)
         corrupt += n->n_corrupt_replicas + n->n_corrupt_memory_replicas;
         cold += n->cold_bytes;
         used += n->segment_used;
+        tmps += n->stale_temporaries_total;
+        tmps_removed += n->temporaries_removed;
         unchecked |= n->error[0] != '\0'; /* a failed deletion or zeroing too */
     }
     if (x->json) {
@@ -194,10 +250,12 @@ int wctl_cmd_fsck(ctl *x, int argc, char **argv)
         printf("],\"nodes_down\":%u,\"cold_bytes_on_disk\":%llu,\"cold_replica_bytes\":%llu,"
                "\"segment_used_bytes\":%llu,\"memory_used_bytes\":%llu,\"orphans\":%llu,"
                "\"corrupt_replicas\":%llu,\"objects_without_replica\":%llu,"
+               "\"stale_temporaries\":%llu,\"temporaries_removed\":%llu,"
                "\"objects_without_replica_keys\":[",
                rep->nodes_down, (unsigned long long)cold, (unsigned long long)rep->cold_replica_bytes,
                (unsigned long long)used, (unsigned long long)rep->memory_used,
-               (unsigned long long)orphans, (unsigned long long)corrupt, (unsigned long long)lost);
+               (unsigned long long)orphans, (unsigned long long)corrupt, (unsigned long long)lost,
+               (unsigned long long)tmps, (unsigned long long)tmps_removed);
         for (size_t i = 0; i < rep->n_objects_without_replica_keys; i++) {
             if (i) putchar(',');
             wctl_json_str(rep->objects_without_replica_keys[i]);
@@ -212,7 +270,15 @@ int wctl_cmd_fsck(ctl *x, int argc, char **argv)
                (unsigned long long)cold, (unsigned long long)rep->cold_replica_bytes,
                (unsigned long long)used, (unsigned long long)rep->memory_used);
         lost_text(rep);
-        if (orphans == 0 && corrupt == 0) {
+        if (tmps > 0 && !repair)
+            printf("%llu stale temporary cold files (writes that did not finish left them; nothing "
+                   "was deleted): `weightctl fsck --repair` deletes them\n", (unsigned long long)tmps);
+        else if (tmps > 0)
+            printf("%llu of %llu stale temporary cold files deleted\n",
+                   (unsigned long long)tmps_removed, (unsigned long long)tmps);
+        if (orphans == 0 && corrupt == 0 && tmps > 0) {
+            /* said just above */
+        } else if (orphans == 0 && corrupt == 0) {
             /* else said by lost_text; a node not checked keeps it from being clean */
             if (lost == 0) printf(unchecked ? "clean where checked (exit 1: not everything was)\n" : "clean\n");
         }
@@ -228,5 +294,6 @@ int wctl_cmd_fsck(ctl *x, int argc, char **argv)
     }
     fsck_report__free_unpacked(rep, NULL);
     if (unchecked || lost > 0) return 1;
-    return (orphans == 0 && corrupt == 0) || repair ? 0 : 1;
+    if (repair) return tmps_removed < tmps ? 1 : 0; /* a temporary left is said above */
+    return orphans == 0 && corrupt == 0 && tmps == 0 ? 0 : 1;
 }

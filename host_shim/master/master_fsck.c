@@ -35,6 +35,9 @@
  *     time): one whose bytes do not hash to its object's SHA-256, and that
  *     is still the object's replica when the answer comes, is a corrupt
  *     memory replica.
+ * The first page also names the node's stale temporary cold files (writes
+ * a crash cut off; master_fsck_tmp.h): a check reports them, and only with
+ * repair does the node delete them as it scans.
  * Read-only by default. With repair, every orphan file gets a DELETE_COLD
  * task, every corrupt replica (cold or memory) is dropped durably (master_drop_replica: the
  * plugins hear of the loss, and the file, no replica's any more, is
@@ -68,6 +71,7 @@
 
 #include "host_rpc.pb-c.h"
 #include "host_uthash.h"
+#include "master_fsck_tmp.h"
 #include "master_internal.h"
 #include "node_cold.h" /* COLD_HEADER_BYTES */
 #include "node_rpc.pb-c.h"
@@ -131,6 +135,7 @@ typedef struct fsck_node {
     uint64_t *held;   /* repair: pairs held in the allocator */
     size_t n_held;
     uint64_t files_removed, zeroed, skipped;
+    master_fsck_tmps tmps; /* the stale temporary files its first page reported */
     uint64_t page_due_ms; /* background: the next page is asked then (0: not waiting) */
     int finished;         /* background: its pages are over (or its check ended) */
     /* --deep: the memory replicas, hashed on the node FSCK_VERIFY_WINDOW at a time */
@@ -202,6 +207,7 @@ static void run_free(fsck_run *r)
         free(n->dirty);
         free(n->mem_after);
         named_free(&n->expect);
+        master_fsck_tmps_free(&n->tmps);
         for (size_t k = 0; k < n->n_mem_bad; k++) free(n->mem_bad[k].key);
         free(n->mem_bad);
     }
@@ -285,6 +291,10 @@ static void background_end(fsck_run *r)
                     n->node, (unsigned long long)n->cold_files, (unsigned long long)n->cold_bytes,
                     (unsigned)n->pages, n->n_corrupt, (unsigned long long)n->replicas_dropped,
                     n->n_orphans);
+        if (n->tmps.total > 0)
+            fprintf(stderr, "store_master: background fsck: node %s: %llu stale temporary cold "
+                    "files, %llu bytes (`weightctl fsck --repair` deletes them)\n", n->node,
+                    (unsigned long long)n->tmps.total, (unsigned long long)n->tmps.bytes);
     }
     sum.objects_without_replica = obj_visit_unreplicated(master_objs(m), NULL, NULL);
     master_fsck_cursor *owed = owed_of(r, &sum.n_owed); /* NULL: none kept (out of memory) */
@@ -337,6 +347,7 @@ static void run_reply(fsck_run *r)
         o->replicas_dropped = n->replicas_dropped;
         o->memory_replicas_checked = n->mem_checked;
         o->memory_replicas_dropped = n->mem_dropped;
+        master_fsck_tmps_report(&n->tmps, o);
         o->corrupt_memory_replicas = calloc(n->n_mem_bad ? n->n_mem_bad : 1, sizeof(FsckMemoryReplica *));
         for (size_t k = 0; o->corrupt_memory_replicas != NULL && k < n->n_mem_bad &&
                            k < FSCK_REPORT_FILES_MAX; k++) {
@@ -406,6 +417,7 @@ free_all:
         for (size_t k = 0; k < nodes[i].n_corrupt_memory_replicas; k++)
             free(nodes[i].corrupt_memory_replicas[k]);
         free(nodes[i].corrupt_memory_replicas);
+        master_fsck_tmps_report_free(&nodes[i]);
         free(nodes[i].corrupt_replicas);
         free(nodes[i].orphan_files);
         free(nodes[i].orphan_ranges);
@@ -1120,7 +1132,8 @@ static int ask_page(master *m, fsck_node *n, const uint64_t *ranges, size_t n_ra
     /* A background run's page is a second of its pace: the node reads in
      * short bursts, not 1 GiB at full speed. */
     master_scan_page p = {ranges, n_ranges, n->after, FSCK_PAGE_BYTES, r->segment_only, r->deep,
-                          r->background ? r->bytes_per_s : 0};
+                          r->background ? r->bytes_per_s : 0,
+                          r->repair && !r->segment_only && !r->background};
     r->outstanding++;
     int rc = master_node_task_scan(m, n->node, &p, on_scanned, n);
     if (rc < 0) r->outstanding--;
@@ -1165,6 +1178,7 @@ static void on_scanned(master *m, void *arg, int status, const TaskResult *res)
     uint64_t bytes_before = n->cold_bytes;
     size_t candidates_before = n->n_orphans;
     if ((rc = take_files(m, n, res)) == SMP_OK && n->pages == 0) rc = take_dirty(n, res);
+    if (rc == SMP_OK && n->pages == 0) rc = master_fsck_tmps_take(&n->tmps, res);
     if (rc == SMP_OK && n->run->background) rc = judge_corrupt_now(m, n, candidates_before);
     n->pages++;
     if (rc == SMP_OK && res->page_bytes != 0 && res->more) {

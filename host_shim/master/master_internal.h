@@ -617,6 +617,7 @@ typedef struct master_scan_page {
     int segment_only;
     int deep;           /* hash each cold file's data too (fsck --deep) */
     uint64_t deep_bytes; /* deep: a page's reading at most (0: the node's 1 GiB) */
+    int remove_stale_tmp; /* delete the stale temporary cold files (fsck --repair) */
 } master_scan_page;
 /* Queue that SCAN task (node_rpc.proto's after / page_bytes / segment_only)
  * like master_node_task_ranges. */

@@ -74,6 +74,7 @@ typedef struct master_task {
     int segment_only;     /* SCAN: no cold file */
     uint64_t deep_bytes;  /* SCAN deep: a page's reading (0: the node's default) */
     int deep;             /* SCAN: hash the cold files' data too */
+    int remove_stale_tmp; /* SCAN: delete the stale temporary files (fsck --repair) */
     master_task_cb cb;
     void *arg;
     struct master_task *next;
@@ -391,6 +392,7 @@ static int queue_task(master *m,
         t->segment_only = scan->segment_only;
         t->deep = scan->deep;
         t->deep_bytes = scan->deep_bytes;
+        t->remove_stale_tmp = scan->remove_stale_tmp;
     }
     if (n->queue_tail) n->queue_tail->next = t;
     else n->queue = t;
@@ -453,6 +455,7 @@ static void answer_poll(master *m, master_node *n)
         msgs[k].segment_only = t->segment_only;
         msgs[k].deep = t->deep;
         msgs[k].deep_bytes = t->deep_bytes;
+        msgs[k].remove_stale_tmp = t->remove_stale_tmp;
         if (t->n_ranges > 0) {
             rmsgs[k] = calloc(t->n_ranges, sizeof(SegmentRange));
             rptrs[k] = calloc(t->n_ranges, sizeof(SegmentRange *));

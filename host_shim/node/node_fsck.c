@@ -19,7 +19,14 @@
  * against its header's SHA-256 and reports a mismatch as corrupt; its
  * pages also end once some SCAN_DEEP_BYTES were read (NodeTask.deep_bytes
  * when smaller: the background fsck's pace), so one task stays seconds
- * long, and its answer says it was deep (TaskResult.deep). */
+ * long, and its answer says it was deep (TaskResult.deep).
+ *
+ * Temporary cold files older than a minute (writes a crash cut off) are
+ * reported with the first page (or the one answer): named, sized, aged, as
+ * many as half a page has room for (SCAN_TMPS_NAMED at most), every one
+ * counted. A SCAN deletes them only when asked (NodeTask.remove_stale_tmp,
+ * fsck --repair); a plain check leaves the directory as it found it. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +42,7 @@
 #define SCAN_STALE_TMP_MS 60000 /* temporary files older than this are a dead persist's */
 #define SCAN_RESULT_SLACK 16    /* a page's bytes for status and more, set after it is measured */
 #define SCAN_DEEP_BYTES (1ull << 30) /* a deep page ends once it hashed this much data */
+#define SCAN_TMPS_NAMED 100     /* stale temporary files an answer names at most */
 
 struct node_fsck {
     seg_segment *seg;                 /* borrowed */
@@ -220,12 +228,82 @@ static int scan_file(void *arg, const cold_entry *e)
     return 0;
 }
 
+/* The stale temporary files of the answer r being made. */
+typedef struct tmp_report {
+    TaskResult *r;
+    size_t cap;
+    int failed;         /* out of memory: the rest are counted, not named */
+} tmp_report;
+
+static void free_tmp(StaleTempFile *f)
+{
+    free(f->name);
+    free(f->error);
+    free(f);
+}
+
+/* cold_tmp_fn: count t in the answer, and name it while SCAN_TMPS_NAMED are not. */
+static void note_tmp(void *arg, const cold_stale_tmp *t)
+{
+    tmp_report *tr = arg;
+    TaskResult *r = tr->r;
+    r->stale_tmps_total++;
+    r->stale_tmp_bytes_total += t->bytes;
+    r->stale_tmps_removed += t->removed != 0;
+    if (tr->failed || r->n_stale_tmps >= SCAN_TMPS_NAMED) return;
+    if (r->n_stale_tmps == tr->cap) {
+        size_t cap = tr->cap ? tr->cap * 2 : 8;
+        StaleTempFile **v = realloc(r->stale_tmps, cap * sizeof(*v));
+        if (v == NULL) {
+            tr->failed = 1;
+            return;
+        }
+        r->stale_tmps = v;
+        tr->cap = cap;
+    }
+    StaleTempFile *f = calloc(1, sizeof(*f));
+    if (f == NULL) {
+        tr->failed = 1;
+        return;
+    }
+    stale_temp_file__init(f);
+    f->name = strdup(t->name);
+    f->error = strdup(t->error ? strerror(t->error) : "");
+    f->bytes = t->bytes;
+    f->age_s = t->age_ms / 1000;
+    f->removed = t->removed != 0;
+    if (f->name == NULL || f->error == NULL) {
+        free_tmp(f);
+        tr->failed = 1;
+        return;
+    }
+    r->stale_tmps[r->n_stale_tmps++] = f;
+}
+
+/* The rule of t's walk of the directory: report the stale temporaries into
+ * tr (report: the first page, or the one answer) and delete them only when
+ * the task asks (fsck --repair). A listing made again mid-scan neither
+ * reports nor deletes. */
+static cold_tmp_rule tmp_rule(const NodeTask *t, tmp_report *tr, int report)
+{
+    cold_tmp_rule rule = {.stale_ms = SCAN_STALE_TMP_MS, .keep = 1};
+    if (report) {
+        rule.keep = !t->remove_stale_tmp;
+        rule.fn = note_tmp;
+        rule.arg = tr;
+        tr->r->tmp_reported = 1;
+    }
+    return rule;
+}
+
 /* Every .cold file and the dirty blocks in one answer (a master from
  * before pages). */
 static int scan_whole(node_fsck *n, const NodeTask *t, TaskResult *r, char *err, size_t errlen)
 {
     scan_files sf = {r, 0};
-    int rc = cold_inventory(n->cold, SCAN_STALE_TMP_MS, t->deep, scan_file, &sf, NULL);
+    tmp_report tr = {r, 0, 0};
+    cold_tmp_rule rule = tmp_rule(t, &tr, 1);
+    int rc = cold_inventory_tmps(n->cold, &rule, t->deep, scan_file, &sf, NULL);
     r->deep = t->deep;
     if (rc != SMP_OK) {
         wm_errbuf(err, errlen, "scan of %s: %s", n->cold_dir, smp_strerror(rc));
@@ -267,11 +345,18 @@ static int page_files(node_fsck *n, const NodeTask *t, TaskResult *r, char *err,
         return SMP_ERANGE;
     }
     if (t->after[0] == '\0' || n->names == NULL) {
+        tmp_report tr = {r, 0, 0};
+        cold_tmp_rule rule = tmp_rule(t, &tr, t->after[0] == '\0');
         drop_listing(n);
-        if ((rc = cold_list_names(n->cold, SCAN_STALE_TMP_MS, &n->names, &n->n_names)) != SMP_OK) {
+        if ((rc = cold_list_names_tmps(n->cold, &rule, &n->names, &n->n_names)) != SMP_OK) {
             wm_errbuf(err, errlen, "scan of %s: %s", n->cold_dir, smp_strerror(rc));
             return rc < 0 ? rc : SMP_EIO;
         }
+        /* the named temporaries take half a page at most (all stay counted) */
+        while (r->n_stale_tmps > 0 &&
+               task_result__get_packed_size(r) + SCAN_RESULT_SLACK > t->page_bytes / 2)
+            free_tmp(r->stale_tmps[--r->n_stale_tmps]);
+        used = task_result__get_packed_size(r) + SCAN_RESULT_SLACK;
     }
     size_t lo = 0, hi = n->n_names; /* the first name after t->after */
     while (lo < hi) {

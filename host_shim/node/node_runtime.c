@@ -179,6 +179,12 @@ static void free_result(TaskResult *r)
     free(r->files);
     for (size_t i = 0; i < r->n_dirty; i++) free(r->dirty[i]);
     free(r->dirty);
+    for (size_t i = 0; i < r->n_stale_tmps; i++) {
+        free_string(r->stale_tmps[i]->name);
+        free_string(r->stale_tmps[i]->error);
+        free(r->stale_tmps[i]);
+    }
+    free(r->stale_tmps);
     free(r);
 }
 
