@@ -22,6 +22,7 @@
 #include <uv.h>
 
 #include "node_cold.h"
+#include "node_cold_watch.h"
 #include "node_data.h"
 #include "node_fsck.h"
 #include "node_rpc.pb-c.h"
@@ -48,6 +49,7 @@ struct node_runtime {
     unsigned persist_flags;   /* cold_persist flags */
     seg_segment *seg;
     int seg_survived;
+    cold_watch *cold_watch;   /* how full the cold tier is, read on its own thread */
     char *tenant;             /* "": shared */
     char *local_socket;       /* dedicated: node_local's path */
     node_local *local;        /* dedicated: serving local_socket */
@@ -188,12 +190,13 @@ static void free_result(TaskResult *r)
     free(r);
 }
 
-/* How full the cold tier is now, into u for a registration or a poll (why
- * holds u->error's text: cap bytes). */
+/* How full the cold tier is, into u for a registration or a poll (why holds
+ * u->error's text: cap bytes): the watch's last reading, so a file system
+ * that hangs never holds the heartbeat (node_cold_watch.h). */
 static void cold_usage_msg(node_runtime *n, ColdTierUsage *u, char *why, size_t cap)
 {
     cold_usage cu;
-    cold_usage_get(n->cold, &cu);
+    cold_watch_get(n->cold_watch, &cu, NULL); /* never waits on the file system */
     cold_tier_usage__init(u);
     u->total_bytes = cu.total_bytes;
     u->free_bytes = cu.free_bytes;
@@ -1051,6 +1054,7 @@ void node_runtime_stop(node_runtime *n)
     node_local_stop(n->local); /* before the segment it hands out */
     node_fsck_free(n->fsck);
     cold_faults_free(n->faults); /* after the data server that notes them */
+    cold_watch_stop(n->cold_watch);
     cold_close(n->cold);
     seg_close(n->seg);
     pthread_mutex_destroy(&n->key_lock);
@@ -1146,6 +1150,7 @@ int node_runtime_start(const node_runtime_options *opt,
                 (unsigned long long)seg_size(n->seg));
     if ((rc = cold_open(n->cold_dir, &n->cold, err, errlen)) < 0) goto fail;
     if ((rc = node_fsck_new(n->seg, n->cold, n->cold_dir, &n->fsck)) < 0) goto fail;
+    if ((rc = cold_watch_start(n->cold, &n->cold_watch)) < 0) goto fail;
     if ((n->faults = cold_faults_new()) == NULL) {
         rc = SMP_ENOMEM;
         wm_errbuf(err, errlen, "node %s: out of memory", n->node_id);
