@@ -92,16 +92,28 @@ static int setup_small_tmpfs(void **state)
     return setup_with(state, "256k");
 }
 
+/* Stop both cleanly (a sanitizer build reports at exit) and fail when
+ * either log holds a sanitizer's report. */
 static int teardown(void **state)
 {
     fx *f = *state;
     kvc_close(f->c);
-    hx_node_kill(&f->a);
+    if (hx_node_stop(&f->a) != 0) hx_node_kill(&f->a);
     if (f->m.pid > 0) hx_stop(&f->m);
+    int reported = hx_log_contains(&f->m, "Sanitizer") || hx_log_contains(&f->m, "runtime error") ||
+                   hx_file_contains(f->a.log, "Sanitizer") ||
+                   hx_file_contains(f->a.log, "runtime error");
+    if (reported) {
+        hx_print_log(&f->m);
+        char node_log[4096];
+        hx_read_text(f->a.log, node_log, sizeof(node_log));
+        fprintf(stderr, "node-a's log:\n%s\n", node_log);
+    }
     if (f->mounted) umount2(f->cold_a, MNT_DETACH);
     hx_cleanup(&f->m);
     free(f->out);
     free(f);
+    assert_false(reported);
     return 0;
 }
 
