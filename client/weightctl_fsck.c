@@ -168,7 +168,12 @@ static void node_json(const FsckNode *n)
                (unsigned long long)n->corrupt_memory_replicas[i]->length,
                n->corrupt_memory_replicas[i]->only_replica ? "true" : "false");
     }
-    printf("],\"temporaries_checked\":%s,\"stale_temporaries\":[",
+    printf("],\"memory_replicas_checked\":%llu,\"files_removed\":%llu,\"segment_bytes_zeroed\":%llu,"
+           "\"skipped_in_use\":%llu,\"replicas_dropped\":%llu,\"memory_replicas_dropped\":%llu",
+           (unsigned long long)n->memory_replicas_checked, (unsigned long long)n->files_removed,
+           (unsigned long long)n->segment_bytes_zeroed, (unsigned long long)n->skipped_in_use,
+           (unsigned long long)n->replicas_dropped, (unsigned long long)n->memory_replicas_dropped);
+    printf(",\"temporaries_checked\":%s,\"stale_temporaries\":[",
            n->tmp_checked ? "true" : "false");
     for (size_t i = 0; i < n->n_stale_temporaries; i++) {
         const FsckTempFile *f = n->stale_temporaries[i];
@@ -184,11 +189,7 @@ static void node_json(const FsckNode *n)
            "\"temporaries_removed\":%llu",
            (unsigned long long)n->stale_temporaries_total,
            (unsigned long long)n->stale_temporary_bytes, (unsigned long long)n->temporaries_removed);
-    printf(",\"memory_replicas_checked\":%llu,\"files_removed\":%llu,\"segment_bytes_zeroed\":%llu,"
-           "\"skipped_in_use\":%llu,\"replicas_dropped\":%llu,\"memory_replicas_dropped\":%llu}",
-           (unsigned long long)n->memory_replicas_checked, (unsigned long long)n->files_removed,
-           (unsigned long long)n->segment_bytes_zeroed, (unsigned long long)n->skipped_in_use,
-           (unsigned long long)n->replicas_dropped, (unsigned long long)n->memory_replicas_dropped);
+    putchar('}');
 }
 
 /* The objects with no replica left: counted, the first named. */
@@ -250,17 +251,16 @@ int wctl_cmd_fsck(ctl *x, int argc, char **argv)
         printf("],\"nodes_down\":%u,\"cold_bytes_on_disk\":%llu,\"cold_replica_bytes\":%llu,"
                "\"segment_used_bytes\":%llu,\"memory_used_bytes\":%llu,\"orphans\":%llu,"
                "\"corrupt_replicas\":%llu,\"objects_without_replica\":%llu,"
-               "\"stale_temporaries\":%llu,\"temporaries_removed\":%llu,"
                "\"objects_without_replica_keys\":[",
                rep->nodes_down, (unsigned long long)cold, (unsigned long long)rep->cold_replica_bytes,
                (unsigned long long)used, (unsigned long long)rep->memory_used,
-               (unsigned long long)orphans, (unsigned long long)corrupt, (unsigned long long)lost,
-               (unsigned long long)tmps, (unsigned long long)tmps_removed);
+               (unsigned long long)orphans, (unsigned long long)corrupt, (unsigned long long)lost);
         for (size_t i = 0; i < rep->n_objects_without_replica_keys; i++) {
             if (i) putchar(',');
             wctl_json_str(rep->objects_without_replica_keys[i]);
         }
-        printf("]}\n");
+        printf("],\"stale_temporaries\":%llu,\"temporaries_removed\":%llu}\n",
+               (unsigned long long)tmps, (unsigned long long)tmps_removed);
     } else {
         for (size_t i = 0; i < rep->n_nodes; i++) node_text(rep->nodes[i], deep);
         if (rep->nodes_down > 0)

@@ -417,7 +417,7 @@ static void test_fsck_reports_stale_temporaries_and_only_repair_deletes_them(voi
     long long age = json_after(f->out, "\"stale_temporaries\":[", "age_s");
     assert_true(age >= 119 && age < 100000);
     assert_true(hx_says(f->out, ",\"removed\":false,\"error\":\"\"}],\"stale_temporaries_total\":1,"
-                                "\"stale_temporary_bytes\":1000,\"temporaries_removed\":0,"));
+                                "\"stale_temporary_bytes\":1000,\"temporaries_removed\":0}"));
     assert_true(exists_in(f->cold_a, stale));
 
     assert_int_equal(wx_weightctl(&f->m, f->out, OUT_CAP, "fsck --repair"), 0);
