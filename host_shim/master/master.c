@@ -626,6 +626,7 @@ static void close_parts(master *m)
     host_metrics_destroy(m->metrics);
     master_pending_free(m);
     master_replicas_free(m);
+    master_reports_free(m);
     master_carried_free(m);
     master_gates_free(m);
     master_ha_close(m);

@@ -72,6 +72,7 @@ static const metric_def metric_defs[] = {
     {M(fsck_running), SMP_METRIC_GAUGE, "store_fsck_background_running", "1 while a background fsck runs", NULL},
     {M(cold_reclaimed), SMP_METRIC_COUNTER, "store_cold_files_reclaimed_total", "Cold files of replicas the state no longer has, deleted on their nodes", NULL},
     {M(release_checks), SMP_METRIC_COUNTER, "store_release_cold_checks_total", "Cold files hashed whole on their node before the memory replicas of their object were released, by result (intact: released; corrupt: the file did not hold the object's bytes, its replica was dropped and memory kept; failed: not checked -- node down or from before the check -- and memory kept)", "result"},
+    {M(corrupt_reports), SMP_METRIC_COUNTER, "store_corrupt_reports_total", "Reports by readers of memory replicas whose bytes did not match the object's digest, by result (received: well-formed reports of a memory replica the master has, each key checked at most once a while; confirmed: a replica its node hashed and found corrupt, dropped for the owning plugin to repair; refuted: a replica that held its bytes, or was gone or replaced by then, left alone; failed: a replica not hashed -- its node down or the hash failed)", "result"},
     {M(scrub_tasks), SMP_METRIC_COUNTER, "store_scrub_tasks_total", "SCRUB tasks sent to nodes to zero memory ranges the state freed (the ranges freed in one turn of the loop go in one task a node)", NULL},
     {M(scrub_ranges), SMP_METRIC_COUNTER, "store_scrub_ranges_total", "Freed memory ranges sent to their nodes in SCRUB tasks", NULL},
     {M(node_wait_calls), SMP_METRIC_COUNTER, "store_node_wait_calls_total", "Requests held, after the master began serving, until a node they needed registered (or the wait for it ended) instead of being refused: replica lookups, put starts, and plugin calls that asked (weight_is_exist)", NULL},
@@ -177,6 +178,14 @@ void master_metrics_refresh(master *m)
     for (int r = 0; r < MASTER_RELEASE_CHECK_RESULTS; r++) {
         const char *l[1] = {check_results[r]};
         host_metric_set(m->m.release_checks, l, (double)m->release_checks[r]);
+    }
+    static const char *const report_results[MASTER_REPORT_RESULTS] = {"received", "confirmed",
+                                                                      "refuted", "failed"};
+    uint64_t reported[MASTER_REPORT_RESULTS];
+    master_reports_counts(m, reported);
+    for (int r = 0; r < MASTER_REPORT_RESULTS; r++) {
+        const char *l[1] = {report_results[r]};
+        host_metric_set(m->m.corrupt_reports, l, (double)reported[r]);
     }
     host_metric_set(m->m.memory_used, NULL, (double)os.memory_used);
     host_metric_set(m->m.memory_capacity, NULL, (double)os.memory_capacity);

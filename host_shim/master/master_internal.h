@@ -75,6 +75,21 @@ typedef enum master_release_check_result {
     MASTER_RELEASE_CHECK_RESULTS
 } master_release_check_result;
 typedef struct master_scrub master_scrub;             /* ranges being zeroed (master_scrub.c) */
+typedef struct master_reports master_reports;         /* reported corrupt replicas (master_corrupt_reports.c) */
+/* What became of reports of corrupt memory replicas
+ * (store_corrupt_reports_total{result}): received (well-formed reports of a
+ * memory replica the master has; each key is checked at most once a while),
+ * and per replica hashed: confirmed (its bytes did not hash to the object's
+ * SHA-256: dropped), refuted (they did, or it was gone or replaced by the
+ * time they were judged: left alone), failed (not hashed: its node down or
+ * the hash failed). */
+typedef enum master_report_result {
+    MASTER_REPORT_RECEIVED,
+    MASTER_REPORT_CONFIRMED,
+    MASTER_REPORT_REFUTED,
+    MASTER_REPORT_FAILED,
+    MASTER_REPORT_RESULTS
+} master_report_result;
 typedef struct master_node_wait master_node_wait;     /* calls waiting for a node (master_node_wait.c) */
 
 #define MASTER_SERVICE_NODES 3
@@ -149,6 +164,7 @@ typedef struct master {
     master_fresh_cold *fresh_cold; /* cold files written and read back in the last minute */
     uint64_t release_checks[MASTER_RELEASE_CHECK_RESULTS]; /* by master_release_check_result */
     master_scrub *scrub;         /* freed ranges being zeroed, put starts waiting on them */
+    master_reports *reports;     /* reported corrupt memory replicas being checked (NULL: none yet) */
     master_node_wait *node_wait; /* calls waiting for a node to register */
 
     /* Snapshots. */
@@ -277,6 +293,7 @@ typedef struct master {
         host_metric *read_lease_refusals;  /* releases of leases the caller did not hold */
         host_metric *cold_reclaimed;       /* cold files deleted (master_reclaim.c) */
         host_metric *release_checks;       /* {result}: cold files hashed before a release */
+        host_metric *corrupt_reports;      /* {result}: reports of corrupt memory replicas */
         host_metric *scrub_tasks;          /* SCRUB tasks sent (master_scrub.c) */
         host_metric *scrub_ranges;         /* ranges those tasks carried */
         host_metric *node_wait_calls;      /* calls that waited for a node (master_node_wait.c) */
@@ -662,6 +679,23 @@ void master_replicas_free(master *m);
  * unreadable there and repair it from another replica if one exists). A
  * name no replica names, or a failure, is logged; nothing is answered. */
 void master_cold_corrupt(master *m, const char *node, char *const *names, size_t n);
+
+/* -- master_corrupt_reports.c ---------------------------------------------------- */
+
+struct ReportCorruptRequest;
+/* OBJ_REPORT_CORRUPT (master_objects.c decodes it and applies the tenant
+ * rule): refuse a report whose key is unknown, still being put, without a
+ * memory replica, or naming a place that is none of its memory replicas
+ * (nothing changes); otherwise answer at once and queue a check of the key
+ * unless it is queued, being checked, or was checked recently -- its node
+ * hashes each memory replica the report covers, and one that does not hold
+ * the object's bytes is dropped (master_drop_replica), logged with the key,
+ * the node and the reporter. SMP_EAGAIN when the queue is full. */
+void master_report_corrupt(master *m, smp_rpc_call *call, const struct ReportCorruptRequest *req);
+/* The counts of store_corrupt_reports_total, by master_report_result. */
+void master_reports_counts(const master *m, uint64_t out[MASTER_REPORT_RESULTS]);
+/* Forget every report (master_destroy, after the nodes' tasks ended). */
+void master_reports_free(master *m);
 
 /* -- master_reclaim.c ------------------------------------------------------------ */
 

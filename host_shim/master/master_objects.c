@@ -661,6 +661,19 @@ free_req:
 }
 #endif /* WM_TEST_NO_READ_LEASE_RELEASE */
 
+/* A reader says bytes it read of key from a memory replica did not match
+ * the object's digest: a key outside the caller's tenant is answered as
+ * absent; the rest is master_report_corrupt's (which never takes the
+ * reader's word: the node hashes the replica first). */
+static int h_report_corrupt(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len)
+{
+    master *m = ctx;
+    DECODE(ReportCorruptRequest, report_corrupt_request, req, body, len, call);
+    if (key_visible(call, req->key, "report corrupt")) master_report_corrupt(m, call, req);
+    DECODED_FREE(req);
+    return SMP_OK;
+}
+
 /* A connection closed: the read leases it still held end now. */
 static void lease_end_visit(void *arg, const char *key, uint64_t ends)
 {
@@ -794,6 +807,8 @@ static const smp_rpc_method objects_methods[] = {
     {sizeof(smp_rpc_method), OBJECTS_METHOD__OBJ_LIST, "list", h_list, SMP_ROLE_READER},
     {sizeof(smp_rpc_method), OBJECTS_METHOD__OBJ_GROUP_SET_MANAGED, "group_set_managed",
      h_group_set_managed, SMP_ROLE_ADMIN},
+    {sizeof(smp_rpc_method), OBJECTS_METHOD__OBJ_REPORT_CORRUPT, "report_corrupt", h_report_corrupt,
+     SMP_ROLE_READER},
 #ifndef WM_TEST_NO_READ_LEASE_RELEASE
     /* Left out of store_master_no_lease_release (tests/CMakeLists.txt), a
      * master that answers it as unknown, for the client's side of a rolling
