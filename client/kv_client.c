@@ -352,6 +352,25 @@ int kvc_exists(kvc *c, const char *key, int *exists)
     return SMP_OK;
 }
 
+int kvc_report_corrupt(kvc *c, const char *key, const char *node, const char *segment,
+                       uint64_t offset, int *queued)
+{
+    ReportCorruptRequest req = REPORT_CORRUPT_REQUEST__INIT;
+    ReportCorruptResponse *resp = NULL;
+    req.key = (char *)key;
+    if (node != NULL && node[0] != '\0') {
+        req.node = (char *)node;
+        req.segment = (char *)(segment ? segment : "");
+        req.offset = offset;
+    }
+    int rc = call(c, OBJ(REPORT_CORRUPT), &req.base, &report_corrupt_response__descriptor,
+                  (ProtobufCMessage **)&resp);
+    if (rc < 0) return rc;
+    if (queued) *queued = resp->check_queued;
+    report_corrupt_response__free_unpacked(resp, NULL);
+    return SMP_OK;
+}
+
 int kvc_remove_prefix(kvc *c, const char *prefix, uint64_t *removed, uint64_t *skipped)
 {
     RemovePrefixRequest req = REMOVE_PREFIX_REQUEST__INIT;

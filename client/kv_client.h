@@ -156,6 +156,17 @@ int kvc_release_read_leases(kvc *c, uint32_t *released);
 /* Lookups noted on the connection as it is now and not given back yet
  * (tracking on). */
 size_t kvc_read_leases_noted(const kvc *c);
+/* Tell the master that bytes of key read from a memory replica did not
+ * match the object's digest: node, segment and offset name the replica
+ * read (node NULL or "": not known, every memory replica of key is
+ * checked). The master checks it itself (the node hashes the replica) and
+ * drops it only when it really is corrupt. SMP_OK with *queued (may be
+ * NULL) 1 when this report queued a check (0: the key was checked
+ * recently, or is being checked), or the master's refusal (SMP_ENOTFOUND:
+ * no such key, or outside the caller's tenant; SMP_EINVAL: no such
+ * replica; SMP_EAGAIN: too many checks waiting), kvc_error() saying why. */
+int kvc_report_corrupt(kvc *c, const char *key, const char *node, const char *segment,
+                       uint64_t offset, int *queued);
 int kvc_exists(kvc *c, const char *key, int *exists);
 int kvc_remove(kvc *c, const char *key);
 int kvc_remove_prefix(kvc *c, const char *prefix, uint64_t *removed, uint64_t *skipped);

@@ -99,6 +99,12 @@ uint64_t wc_lease_renew_interval(const weight_store *s, uint64_t expires_ms);
 /* kvc_get, once more on a new connection when the first one was lost (a
  * master restart): a replica lookup may be repeated. */
 int wc_kv_get(weight_store *s, const char *key, kvc_object *obj);
+/* Tell the master that bytes of key read from the memory replica at
+ * segment+offset on node (node "": not known) did not match the object's
+ * digest (kvc_report_corrupt), best effort: s->err is left as it was.
+ * WEIGHT_OK when the master took the report, else the refusal's code. */
+int wc_report_corrupt(weight_store *s, const char *key, const char *node, const char *segment,
+                      uint64_t offset);
 
 /* Read and verify the manifest named by md into *m: its SHA-256 against
  * the one sealed at commit, and that it describes id (tenant the resolved

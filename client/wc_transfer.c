@@ -82,9 +82,25 @@ typedef struct job {
     size_t alt_ticket_len;
     size_t *ops;
     size_t n_ops;
+    /* The memory replica read (SRC_MAPPED, SRC_REMOTE; node "" once the job
+     * reads its cold replica): named in a report of bytes that did not
+     * verify (note_suspect). */
+    char rep_node[64];
+    char rep_segment[64];
+    uint64_t rep_offset;
     unsigned refreshes;          /* fresh tickets asked for (refresh_job) */
     int refresh_unused;          /* 1: the last one has not read a window yet */
 } job;
+
+/* A memory replica whose bytes failed a chunk's checksum: reported to the
+ * master once the transfer's threads are done (report_suspects). */
+#define WC_SUSPECTS_MAX 8
+typedef struct suspect {
+    uint32_t object;
+    char node[64];
+    char segment[64];
+    uint64_t offset;
+} suspect;
 
 typedef struct xfer {
     weight_store *s;
@@ -105,6 +121,8 @@ typedef struct xfer {
     wc_lease_keeper *keeper;
     pthread_mutex_t err_lock;
     char err[1024];
+    suspect suspects[WC_SUSPECTS_MAX]; /* err_lock's */
+    size_t n_suspects;
     pthread_mutex_t done_lock;
     pthread_cond_t done_cond;
     unsigned done_workers;
@@ -304,6 +322,46 @@ static void check_cold_source(worker *wk, const job *j, char *err, size_t errlen
                                  err, errlen);
 }
 
+/* Bytes of j's memory replica did not verify: note the replica (once; at
+ * most WC_SUSPECTS_MAX a transfer) for report_suspects. */
+static void note_suspect(xfer *x, const job *j)
+{
+    if ((j->kind != SRC_MAPPED && j->kind != SRC_REMOTE) || j->rep_node[0] == '\0') return;
+    pthread_mutex_lock(&x->err_lock);
+    int seen = 0;
+    for (size_t i = 0; i < x->n_suspects && !seen; i++)
+        seen = x->suspects[i].object == j->object && x->suspects[i].offset == j->rep_offset &&
+               strcmp(x->suspects[i].node, j->rep_node) == 0 &&
+               strcmp(x->suspects[i].segment, j->rep_segment) == 0;
+    if (!seen && x->n_suspects < WC_SUSPECTS_MAX) {
+        suspect *v = &x->suspects[x->n_suspects++];
+        v->object = j->object;
+        v->offset = j->rep_offset;
+        snprintf(v->node, sizeof v->node, "%s", j->rep_node);
+        snprintf(v->segment, sizeof v->segment, "%s", j->rep_segment);
+    }
+    pthread_mutex_unlock(&x->err_lock);
+}
+
+/* Report each noted replica to the master (wc_report_corrupt), best
+ * effort: it has the node hash the replica and drops it only when it
+ * really is corrupt. What the get returns does not change; a failed get's
+ * message (x->err) says the replica was reported. Called once the threads
+ * are done (the store's object-service connection is this thread's). */
+static void report_suspects(weight_store *s, xfer *x)
+{
+    int reported = 0;
+    for (size_t i = 0; i < x->n_suspects; i++) {
+        const suspect *v = &x->suspects[i];
+        reported |= wc_report_corrupt(s, x->m->objects[v->object].key, v->node, v->segment,
+                                      v->offset) == WEIGHT_OK;
+    }
+    size_t len = strlen(x->err);
+    if (reported && len > 0 && len < sizeof x->err)
+        snprintf(x->err + len, sizeof x->err - len, " (the memory replica read was reported to "
+                 "the master, which has its node check it)");
+}
+
 /* Switch j to its cold replica after its memory one failed. 1 when there
  * was one to switch to (the failed window is read again from it). */
 static int use_cold_instead(job *j)
@@ -499,6 +557,7 @@ static void run_job(worker *wk, job *j)
                               : scatter_sha256(wk, j, lo, win, ws, we, &copied, ferr, sizeof ferr);
         }
         if (frc != 0) {
+            if (frc == WEIGHT_EDIGEST_MISMATCH) note_suspect(x, j);
             if (frc != WEIGHT_ENOMEM && use_cold_instead(j)) continue; /* same window, cold */
             if (frc == WEIGHT_EDIGEST_MISMATCH && j->kind == SRC_COLD)
                 check_cold_source(wk, j, ferr, sizeof ferr);
@@ -654,6 +713,9 @@ static int refresh_job(xfer *x, job *j, char *err, size_t errlen)
     } else {
         snprintf(j->segment, sizeof j->segment, "%s", pick->segment);
         j->base = pick->offset;
+        snprintf(j->rep_node, sizeof j->rep_node, "%s", pick->node);
+        snprintf(j->rep_segment, sizeof j->rep_segment, "%s", pick->segment);
+        j->rep_offset = pick->offset;
     }
     j->refreshes++;
     j->refresh_unused = 1;
@@ -712,6 +774,9 @@ static int build_jobs(weight_store *s, xfer *x, size_t **op_order)
                     j->kind = SRC_MAPPED;
                     j->map = map;
                     j->base = rep->offset;
+                    snprintf(j->rep_node, sizeof j->rep_node, "%s", rep->node);
+                    snprintf(j->rep_segment, sizeof j->rep_segment, "%s", rep->segment);
+                    j->rep_offset = rep->offset;
                 } else if (remote == NULL && rep->data_addr[0]) {
                     remote = rep;
                 }
@@ -727,6 +792,9 @@ static int build_jobs(weight_store *s, xfer *x, size_t **op_order)
                 return wc_fail(s, WEIGHT_ENOMEM, "out of memory");
             snprintf(j->segment, sizeof j->segment, "%s", remote->segment);
             snprintf(j->data_addr, sizeof j->data_addr, "%s", remote->data_addr);
+            snprintf(j->rep_node, sizeof j->rep_node, "%s", remote->node);
+            snprintf(j->rep_segment, sizeof j->rep_segment, "%s", remote->segment);
+            j->rep_offset = remote->offset;
             j->data_tls = remote->data_tls;
         } else if (j->kind == 0 && cold != NULL && s->transport != 1) {
             j->kind = SRC_COLD;
@@ -873,6 +941,7 @@ int wc_transfer(weight_store *s, const wc_manifest *m, const wc_plan *plan, uint
         free(workers[t].window);
         XXH3_freeState(workers[t].xx);
     }
+    report_suspects(s, &x);
     rc = atomic_load(&x.failed);
     if (rc == WEIGHT_ECANCELED) atomic_store(&s->cancel, 0);
     if (rc == 0 && atomic_load(&k->lost)) {

@@ -38,6 +38,15 @@ int wc_kv_get(weight_store *s, const char *key, kvc_object *obj)
     return rc;
 }
 
+int wc_report_corrupt(weight_store *s, const char *key, const char *node, const char *segment,
+                      uint64_t offset)
+{
+    int rc = kvc_report_corrupt(s->kv, key, node, segment, offset, NULL);
+    if (rc < 0 && kvc_transport_failed(s->kv) && wc_kv_reconnect(s) == SMP_OK)
+        rc = kvc_report_corrupt(s->kv, key, node, segment, offset, NULL);
+    return rc < 0 ? rc : WEIGHT_OK;
+}
+
 void weight_store_cancel(weight_store *s)
 {
     if (s != NULL) atomic_store(&s->cancel, 1);
