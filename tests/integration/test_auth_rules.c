@@ -55,6 +55,7 @@ static const rule table[] = {
     {"objects", "list", "reader", OT_EMPTY_OK},
     {"objects", "group_set_managed", "admin", OT_FORBIDDEN},
     {"objects", "release_read_leases", "reader", OT_NOT_FOUND},
+    {"objects", "report_corrupt", "reader", OT_NOT_FOUND},
     {"admin", "status", "admin", OT_FORBIDDEN},
     {"admin", "snapshot", "admin", OT_FORBIDDEN},
     {"admin", "gate_confirm", "admin", OT_FORBIDDEN},
