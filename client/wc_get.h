@@ -47,6 +47,15 @@ typedef struct wc_lease_keeper {
     uint64_t deadline_ms;     /* the renewer's: the last renewal's send + TTL - margin */
 } wc_lease_keeper;
 
+/* Report to the master, on k's renewer's connection (one call at a time
+ * with the renewals), that bytes of key read from the memory replica at
+ * segment+offset on node did not match the manifest (kvc_report_corrupt's
+ * request): a view reports what it verifies after its store may be closed.
+ * Best effort: WEIGHT_OK once the master took it, else the code (k not
+ * kept: WEIGHT_EIO). */
+int wc_lease_keeper_report_corrupt(wc_lease_keeper *k, const char *key, const char *node,
+                                   const char *segment, uint64_t offset);
+
 /* The TTL a view asks for when its store sets none (WEIGHT_OPT_LEASE_TTL_MS
  * 0): the weight plugin's default (WM_LEASE_TTL_DEFAULT_MS), asked
  * explicitly so that the view's fence deadline knows it. */

@@ -30,6 +30,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "host_rpc.pb-c.h"
 #include "wc_get.h"
 
 #define M(name) WMRPC__WEIGHT_METHOD__WEIGHT_##name
@@ -345,6 +346,36 @@ void wc_lease_keeper_stop(wc_lease_keeper *k, int release)
     }
     k->r = NULL;
     wc_renewer_put(r);
+}
+
+int wc_lease_keeper_report_corrupt(wc_lease_keeper *k, const char *key, const char *node,
+                                   const char *segment, uint64_t offset)
+{
+    wc_renewer *r = k->r;
+    ReportCorruptRequest req = REPORT_CORRUPT_REQUEST__INIT;
+    uint8_t *buf, *rbody = NULL;
+    size_t len, rlen = 0;
+    char *msg = NULL;
+    int status = 0, rc = WEIGHT_EIO;
+    if (r == NULL) return WEIGHT_EIO;
+    req.key = (char *)key;
+    if (node != NULL && node[0] != '\0') {
+        req.node = (char *)node;
+        req.segment = (char *)(segment ? segment : "");
+        req.offset = offset;
+    }
+    len = report_corrupt_request__get_packed_size(&req);
+    if ((buf = malloc(len ? len : 1)) == NULL) return WEIGHT_ENOMEM;
+    report_corrupt_request__pack(&req, buf);
+    pthread_mutex_lock(&r->call_lock);
+    if (r->conn != NULL)
+        rc = rpcc_call_ex(r->conn, 0, HOST_SERVICE__HOST_SERVICE_OBJECTS,
+                          OBJECTS_METHOD__OBJ_REPORT_CORRUPT, buf, len, &status, &rbody, &rlen, &msg);
+    pthread_mutex_unlock(&r->call_lock);
+    free(buf);
+    free(rbody);
+    free(msg);
+    return rc < 0 ? rc : status < 0 ? status : WEIGHT_OK;
 }
 
 /* How often to renew a lease that expires at expires_ms (wall clock): a

@@ -118,6 +118,8 @@ typedef struct mapped_object {
     shared_seg *seg;
     uint64_t offset;             /* of the object in the segment */
     int state;                   /* 0 not verified yet, 1 verified, -1 failed */
+    char node[64];               /* the replica's node and segment id (report_failed) */
+    char segment[64];
 } mapped_object;
 
 struct weight_mapped {
@@ -201,6 +203,8 @@ static int locate_object(weight_store *s, weight_mapped *v, uint32_t index, mapp
         }
         mo->seg = g;
         mo->offset = rep->offset;
+        snprintf(mo->node, sizeof mo->node, "%s", rep->node);
+        snprintf(mo->segment, sizeof mo->segment, "%s", rep->segment);
         pthread_mutex_unlock(&g_shared_lock);
     }
     return WEIGHT_OK;
@@ -444,6 +448,17 @@ int weight_mapped_get_tensor(const weight_mapped *v, size_t i, weight_mapped_ten
     return WEIGHT_OK;
 }
 
+/* Object `object` of v failed its verification: report its replica to the
+ * master, which has the node hash it and drops it only when it really is
+ * corrupt (the plugin then repairs it). Best effort, outside v->lock; the
+ * object's tensors stay unreadable in place whatever the answer. */
+static void report_failed(weight_mapped *v, size_t object)
+{
+    const mapped_object *mo = &v->objs[object];
+    (void)wc_lease_keeper_report_corrupt(&v->k, v->m.objects[object].key, mo->node, mo->segment,
+                                         mo->offset);
+}
+
 int weight_mapped_data(weight_mapped *v, size_t i, const void **data)
 {
     if (v == NULL || data == NULL || i >= wc_manifest_n_plain(&v->m)) return WEIGHT_EINVALID_ARGUMENT;
@@ -454,13 +469,16 @@ int weight_mapped_data(weight_mapped *v, size_t i, const void **data)
     const wc_object *o = &v->m.objects[f->object];
     int lost = atomic_load(&v->k.lost);
     if (lost < 0) return lost; /* fenced, or about to be: nothing to hand out */
+    int failed = 0;
     pthread_mutex_lock(&v->lock);
     if (mo->state == 0 && mo->seg != NULL) {
         seg_map_prefault(&mo->seg->map, mo->offset, o->bytes);
         mo->state = verify_chunks(o, mo->seg->map.base + mo->offset, 0, o->n_chunks) ? 1 : -1;
+        failed = mo->state == -1;
     }
     if (mo->state == 1) *data = mo->seg->map.base + mo->offset + f->object_offset;
     pthread_mutex_unlock(&v->lock);
+    if (failed) report_failed(v, f->object);
     return WEIGHT_OK;
 }
 
@@ -581,6 +599,8 @@ int weight_mapped_verify(weight_mapped *v, const size_t *tensors, size_t n)
         if (want[o]) v->objs[o].state = atomic_load(&failed[o]) ? -1 : 1;
 out:
     pthread_mutex_unlock(&v->lock);
+    for (size_t o = 0; rc == WEIGHT_OK && want != NULL && o < v->m.n_objects; o++)
+        if (want[o] && atomic_load(&failed[o])) report_failed(v, o);
     free(parts);
     free(failed);
     free(want);
