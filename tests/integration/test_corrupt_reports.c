@@ -266,6 +266,65 @@ static void test_a_get_that_falls_back_to_the_cold_copy_reports_too(void **state
     weight_store_close(s);
 }
 
+/* The tensors of a view in place: how many are NULL (their object failed
+ * its verification), the others compared with the model's bytes. */
+static size_t view_unreadable(weight_mapped *v)
+{
+    size_t unreadable = 0;
+    assert_int_equal(weight_mapped_count(v), N_MODEL);
+    assert_int_equal(weight_mapped_verify(v, NULL, 0), WEIGHT_OK);
+    for (size_t i = 0; i < N_MODEL; i++) {
+        weight_mapped_tensor t;
+        const void *data = NULL;
+        assert_int_equal(weight_mapped_get_tensor(v, i, &t), WEIGHT_OK);
+        assert_int_equal(weight_mapped_data(v, i, &data), WEIGHT_OK);
+        if (data == NULL) {
+            unreadable++;
+            continue;
+        }
+        for (size_t k = 0; k < N_MODEL; k++)
+            if (strcmp(model[k].name, t.name) == 0) assert_memory_equal(data, model[k].data, 4096);
+    }
+    return unreadable;
+}
+
+/* A view in place (weight_get_mapped) verifies each object before it hands
+ * out a pointer: the corrupt one's tensor is NULL, and the view reports the
+ * replica (on its lease's connection); it is checked, dropped and
+ * repaired, and a new view reads every tensor in place. */
+static void test_a_view_in_place_reports_the_object_that_failed(void **state)
+{
+    fixture *f = *state;
+    weight_store *s = wx_open_store(&f->m);
+    weight_identity id;
+    weight_mapped *v = NULL;
+    kvc_replica mem;
+    assert_int_equal(weight_identity_set(&id, NULL, "llm", "view", "v1", 1), 0);
+    wx_put_model(s, &id, model, N_MODEL);
+    wx_migrate_and_wait(s, &id, WEIGHT_RES_COLD);
+    wx_migrate_and_wait(s, &id, WEIGHT_RES_HOT);
+    memory_replica(f, "weights/acme/llm/view/v1/1/payload/1", &mem);
+    flip_byte(mem.segment_path, mem.offset + 2048, 0x10);
+
+    CHECK(s, weight_get_mapped(s, &id, &v));
+    assert_int_equal(view_unreadable(v), 1);
+    wait_reports(f, "confirmed", 1);
+    weight_mapped_release(v);
+    long long until = hx_now_ms() + WAIT_MS;
+    while (wx_metric(&f->m, "weight_repairs_total{result=\"succeeded\"}") < 1) {
+        if (hx_now_ms() > until) {
+            hx_print_log(&f->m);
+            fail_msg("no repair succeeded");
+        }
+        usleep(20000);
+    }
+    wx_wait_state(s, &id, WEIGHT_READY, WEIGHT_RES_HOT);
+    CHECK(s, weight_get_mapped(s, &id, &v));
+    assert_int_equal(view_unreadable(v), 0);
+    weight_mapped_release(v);
+    weight_store_close(s);
+}
+
 /* A HOT revision with no cold copy whose only replica of a payload is
  * found corrupt has nothing left to read it from: once the replica is
  * dropped the revision is DEGRADED, not READY (a get would fail NOT_READY
@@ -391,6 +450,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_a_get_that_falls_back_to_the_cold_copy_reports_too,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_revision_left_with_nothing_readable_is_degraded,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_view_in_place_reports_the_object_that_failed,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_report_of_a_sound_replica_changes_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_flood_of_reports_of_one_key_is_one_check, setup, teardown),
