@@ -721,6 +721,23 @@ static void check_cold(kvc *c, const kvc_replica *r)
     if (rc < 0) drop_node_conn(c, nc);
 }
 
+/* The bytes of key read from memory replica r did not verify: report the
+ * replica (kvc_report_corrupt; the master has its node hash it), best
+ * effort, and say so in c->err, which is kept otherwise. */
+static void report_memory(kvc *c, const char *key, const kvc_replica *r)
+{
+    char saved[sizeof(c->err)];
+    int lost = c->transport_failed;
+    memcpy(saved, c->err, sizeof(saved));
+    int rc = kvc_report_corrupt(c, key, r->node, r->segment, r->offset, NULL);
+    memcpy(c->err, saved, sizeof(saved));
+    c->transport_failed = lost;
+    size_t n = strlen(c->err);
+    if (rc == SMP_OK && n < sizeof(c->err))
+        snprintf(c->err + n, sizeof(c->err) - n, " (the memory replica read was reported to the "
+                 "master, which has its node check it)");
+}
+
 int kvc_get_into(kvc *c, const char *key, void *dst, uint64_t cap, uint64_t *len, int verify)
 {
     kvc_object obj;
@@ -733,10 +750,13 @@ int kvc_get_into(kvc *c, const char *key, void *dst, uint64_t cap, uint64_t *len
         return SMP_ERANGE;
     }
     rc = SMP_EAGAIN;
-    const kvc_replica *cold = NULL; /* the cold replica read, if one was */
+    const kvc_replica *cold = NULL, *mem = NULL; /* the replica read */
     for (size_t i = 0; i < obj.n_replicas; i++) {
         if (obj.replicas[i].kind != SMP_REPLICA_MEMORY) continue;
-        if ((rc = move_range(c, &obj.replicas[i], dst, obj.size, 0)) == SMP_OK) break;
+        if ((rc = move_range(c, &obj.replicas[i], dst, obj.size, 0)) == SMP_OK) {
+            mem = &obj.replicas[i];
+            break;
+        }
     }
     /* No memory replica: a complete cold one is read from its node's disk. */
     if (rc == SMP_EAGAIN) {
@@ -757,6 +777,7 @@ int kvc_get_into(kvc *c, const char *key, void *dst, uint64_t cap, uint64_t *len
         if (memcmp(sha, obj.sha256, 32) != 0) {
             snprintf(c->err, sizeof(c->err), "%s: the bytes read do not match its SHA-256", key);
             if (cold != NULL) check_cold(c, cold);
+            if (mem != NULL) report_memory(c, key, mem);
             rc = SMP_EPROTO;
         }
     }

@@ -348,6 +348,39 @@ static void test_a_revision_left_with_nothing_readable_is_degraded(void **state)
     weight_store_close(s);
 }
 
+/* `kv get` (kvc_get_into, the object's SHA-256) of a plain object whose
+ * only replica -- memory -- lost a byte fails naming the SHA-256 and
+ * reports the replica; the master confirms and drops it, and the object
+ * is then left with no replica (nothing repairs a plain object): a get no
+ * longer returns bytes that do not verify. */
+static void test_a_kv_get_reports_the_memory_replica_it_read(void **state)
+{
+    fixture *f = *state;
+    kvc *c = hx_client(&f->m);
+    uint8_t bytes[1024], back[1024];
+    uint64_t len = 0;
+    kvc_replica mem;
+    kvc_object o;
+    assert_non_null(c);
+    for (size_t i = 0; i < sizeof(bytes); i++) bytes[i] = (uint8_t)(i * 3 + 11);
+    assert_int_equal(kvc_put_bytes(c, "plain/rot", bytes, sizeof(bytes), SMP_DATA_KV, NULL, 0, NULL), 0);
+    memory_replica(f, "plain/rot", &mem);
+    flip_byte(mem.segment_path, mem.offset + 500, 0x04);
+
+    assert_int_equal(kvc_get_into(c, "plain/rot", back, sizeof(back), &len, 1), SMP_EPROTO);
+    assert_true(hx_says(kvc_error(c), "plain/rot: the bytes read do not match its SHA-256 (the "
+                                      "memory replica read was reported to the master"));
+    wait_reports(f, "confirmed", 1);
+    long long until = hx_now_ms() + WAIT_MS;
+    for (;;) {
+        int rc = kvc_get(c, "plain/rot", &o);
+        if (rc < 0 || o.n_replicas == 0) break;
+        if (hx_now_ms() > until) fail_msg("plain/rot still lists %zu replicas", o.n_replicas);
+        usleep(20000);
+    }
+    kvc_close(c);
+}
+
 /* The master does not take the reader's word: a report naming a sound
  * replica is queued and checked, and changes nothing -- the object keeps
  * the same replica and reads back, counted refuted, logged as left alone.
@@ -453,6 +486,8 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_view_in_place_reports_the_object_that_failed,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_kv_get_reports_the_memory_replica_it_read, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_a_report_of_a_sound_replica_changes_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_flood_of_reports_of_one_key_is_one_check, setup, teardown),
     };
