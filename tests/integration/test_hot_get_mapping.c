@@ -122,6 +122,24 @@ static off_t flip_byte(const char *path, const uint8_t *what, size_t len)
     return off;
 }
 
+/* The reader that met the altered byte reported the replica: wait until
+ * the master has had its node hash it and dropped it
+ * (store_corrupt_reports_total{result="confirmed"}), and the revision,
+ * which has no cold copy, is DEGRADED -- a replica that does not hold its
+ * bytes is not read again, even once the byte is put back. */
+static void wait_dropped(fixture *f, weight_store *s, const weight_identity *id)
+{
+    long long until = hx_now_ms() + 30000;
+    while (hx_metric(&f->m, "store_corrupt_reports_total{result=\"confirmed\"}") < 1) {
+        if (hx_now_ms() > until) {
+            hx_print_log(&f->m);
+            fail_msg("the master did not drop the replica the reader reported");
+        }
+        usleep(20000);
+    }
+    wx_wait_state(s, id, WEIGHT_DEGRADED, -1);
+}
+
 static int place_all(void *ctx, const weight_tensor_info *t, weight_tensor_place *out)
 {
     (void)ctx;
@@ -198,7 +216,8 @@ static void test_repeated_get_walks_the_pages_once(void **state)
  * mapping and reads every byte right, the one after walks none. The reads
  * then go through the new file: a byte altered in it fails the get with
  * DIGEST_MISMATCH (the retired mapping of the old file still holds the
- * right bytes), and restored, the get reads back right again. */
+ * right bytes), and the replica the get reported is dropped
+ * (wait_dropped). */
 static void test_replaced_segment_is_mapped_again(void **state)
 {
     fixture *f = *state;
@@ -222,18 +241,13 @@ static void test_replaced_segment_is_mapped_again(void **state)
     wx_get_and_compare_stats(s, &f->id, f->t, N_T, &st);
     assert_int_equal(st.prefaulted_bytes, 0);
 
-    off_t at = flip_byte(path, f->t[3].data, sizeof f->t[3].data);
+    flip_byte(path, f->t[3].data, sizeof f->t[3].data);
     int rc = try_get(s, &f->id);
     if (rc != WEIGHT_EDIGEST_MISMATCH)
         fail_msg("a get after a byte of the new file changed: %s (%s)", weight_error_name(rc),
                  weight_store_last_error(s));
     assert_non_null(strstr(weight_store_last_error(s), "do not match the manifest's checksum"));
-    int fd = open(path, O_WRONLY);
-    assert_true(fd >= 0);
-    assert_int_equal(pwrite(fd, &f->t[3].data[0], 1, at), 1);
-    assert_int_equal(close(fd), 0);
-    wx_get_and_compare_stats(s, &f->id, f->t, N_T, &st);
-    assert_int_equal(st.verified_bytes, TOTAL);
+    wait_dropped(f, s, &f->id);
     weight_store_close(s);
 }
 
@@ -314,7 +328,8 @@ static int get_big(weight_store *s, const weight_identity *id, bigget *g, weight
  * second half of every row (a strided placement across every part), each
  * byte is where it belongs, counted as one object with every byte
  * verified; a byte altered in chunk 35 (the third part) fails the get with
- * DIGEST_MISMATCH naming that chunk, and put back, the get reads right. */
+ * DIGEST_MISMATCH naming that chunk, and the replica it reported is
+ * dropped (wait_dropped). */
 static void test_object_larger_than_a_job_reads_in_parts(void **state)
 {
     fixture *f = *state;
@@ -360,17 +375,12 @@ static void test_object_larger_than_a_job_reads_in_parts(void **state)
 
     segment_file(f, path, sizeof path);
     uint64_t at = (35ull << 20) + 4321;
-    off_t off = flip_byte(path, src + at, 64);
+    flip_byte(path, src + at, 64);
     g.parts = 1;
     g.rank = 0;
     assert_int_equal(get_big(s, &id, &g, &st), WEIGHT_EDIGEST_MISMATCH);
     assert_non_null(strstr(weight_store_last_error(s), "(chunk 35)"));
-    int fd = open(path, O_WRONLY);
-    assert_true(fd >= 0);
-    assert_int_equal(pwrite(fd, src + at, 1, off), 1);
-    assert_int_equal(close(fd), 0);
-    CHECK(s, get_big(s, &id, &g, &st));
-    assert_memory_equal(g.buf, src, BIG_BYTES);
+    wait_dropped(f, s, &id);
     free(g.buf);
     free(src);
     weight_store_close(s);
@@ -387,13 +397,15 @@ static size_t view_index(const weight_mapped *v, const char *name)
 }
 
 /* A view's objects (two: "big" of 40 chunks, "small") verified ahead of
- * use, on the store's two threads, in parts of at most 16 chunks. A refused call (an index out of range)
+ * use, on the store's two threads, in parts of at most 16 chunks: a view
+ * verifies the large object ahead and reads it right, and the small one,
+ * not asked for, on first use. A refused call (an index out of range)
  * verifies nothing: a byte altered after it, in chunk 35 of the 40-chunk
  * object (its third part), is found by the next call, and that object's
- * tensor is not handed out while the other's is, byte for byte. The
- * verdict is the view's: put back, the byte does not make that view hand
- * the tensor out. A new view verifies the large object ahead and reads it
- * right, and the small one, not asked for, on first use. */
+ * tensor is not handed out while the other's is, byte for byte. The view
+ * reports the replica, which the master drops (wait_dropped). The verdict
+ * is the view's: put back, the byte does not make that view hand the
+ * tensor out, and the other tensor still reads right. */
 static void test_views_are_verified_ahead_of_use(void **state)
 {
     fixture *f = *state;
@@ -424,6 +436,16 @@ static void test_views_are_verified_ahead_of_use(void **state)
 
     CHECK(s, weight_get_mapped(s, &id, &v));
     size_t big = view_index(v, "big"), tiny = view_index(v, "small");
+    assert_int_equal(weight_mapped_verify(v, &big, 1), WEIGHT_OK);
+    assert_int_equal(weight_mapped_data(v, big, &data), WEIGHT_OK);
+    assert_non_null(data);
+    assert_memory_equal(data, src, BIG_BYTES);
+    assert_int_equal(weight_mapped_data(v, tiny, &data), WEIGHT_OK);
+    assert_non_null(data);
+    assert_memory_equal(data, small, sizeof small);
+    weight_mapped_release(v);
+
+    CHECK(s, weight_get_mapped(s, &id, &v));
     size_t out_of_range[2] = {big, weight_mapped_count(v)};
     assert_int_equal(weight_mapped_verify(v, out_of_range, 2), WEIGHT_EINVALID_ARGUMENT);
     assert_int_equal(weight_mapped_verify(NULL, NULL, 0), WEIGHT_EINVALID_ARGUMENT);
@@ -437,6 +459,7 @@ static void test_views_are_verified_ahead_of_use(void **state)
     assert_int_equal(weight_mapped_data(v, tiny, &data), WEIGHT_OK);
     assert_non_null(data);
     assert_memory_equal(data, small, sizeof small);
+    wait_dropped(f, s, &id);
 
     int fd = open(path, O_WRONLY);
     assert_true(fd >= 0);
@@ -445,13 +468,6 @@ static void test_views_are_verified_ahead_of_use(void **state)
     assert_int_equal(weight_mapped_verify(v, &big, 1), WEIGHT_OK);
     assert_int_equal(weight_mapped_data(v, big, &data), WEIGHT_OK);
     assert_null(data);
-    weight_mapped_release(v);
-
-    CHECK(s, weight_get_mapped(s, &id, &v));
-    assert_int_equal(weight_mapped_verify(v, &big, 1), WEIGHT_OK);
-    assert_int_equal(weight_mapped_data(v, big, &data), WEIGHT_OK);
-    assert_non_null(data);
-    assert_memory_equal(data, src, BIG_BYTES);
     assert_int_equal(weight_mapped_data(v, tiny, &data), WEIGHT_OK);
     assert_non_null(data);
     assert_memory_equal(data, small, sizeof small);
