@@ -19,8 +19,10 @@
  * at most a few lines a minute (log_limit).
  *
  * Reports are bounded, per key: a key queued, being checked, or checked in
- * the last REPORT_RECHECK_MS is not checked again (a flood of reports of one
- * key, a get per reader of a popular revision, is one check); at most
+ * the last REPORT_RECHECK_MS and found sound is not checked again (a flood
+ * of reports of one key, a get per reader of a popular revision, is one
+ * check; a key whose check dropped a replica is forgotten, so that the
+ * replica the repair makes is checked when it is reported in turn); at most
  * REPORT_CHECKING_MAX keys are hashed at once and REPORT_QUEUE_MAX wait,
  * beyond which a report is refused SMP_EAGAIN (nothing queued); the table
  * remembers at most REPORT_KEYS_MAX keys, those checked longest ago
@@ -52,6 +54,7 @@ typedef struct report_key {
     report_state state;
     uint64_t checked_ms;      /* when its last check ended (master_now_ms) */
     unsigned outstanding;     /* VERIFY tasks out */
+    int dropped;              /* its check dropped a replica */
     char *reporter;           /* who reported it (the report that queued the check) */
     char *node, *segment;     /* the replica the report named (NULL: every memory replica) */
     uint64_t offset;
@@ -186,12 +189,21 @@ static int still_there(master *m, const char *key, const replica_check *c)
 
 static void pump(master *m);
 
-/* A check of rk ended (every task answered, or none could be sent). */
+/* A check of rk ended (every task answered, or none could be sent). A
+ * check that dropped a replica forgets the key: the replica it judged is
+ * gone, and a report after it is about another one (the repair's, maybe at
+ * the same place), checked at once. Otherwise the key is not checked again
+ * before REPORT_RECHECK_MS. */
 static void check_ended(master *m, report_key *rk)
 {
-    rk->state = REPORT_CHECKED;
-    rk->checked_ms = master_now_ms();
     m->reports->checking--;
+    if (rk->dropped) {
+        HASH_DEL(m->reports->keys, rk);
+        rk_free(rk);
+    } else {
+        rk->state = REPORT_CHECKED;
+        rk->checked_ms = master_now_ms();
+    }
     pump(m);
 }
 
@@ -258,6 +270,7 @@ static void on_verified(master *m, void *arg, int status, const TaskResult *res)
             d = NULL;
         }
         int drc = d == NULL ? SMP_ENOMEM : master_drop_replica(m, rk->key, &bad, on_dropped, d);
+        rk->dropped |= drc == SMP_OK;
         if (drc < 0 && d != NULL) on_dropped(m, d, SMP_OK, 0); /* not called back: frees it */
         fprintf(stderr, "store_master: memory replica of %s at %s+%llu on node %s does not hold its "
                 "bytes (reported by %s, its node's hash disagrees with the object's SHA-256): %s\n",
@@ -278,6 +291,7 @@ static void start_check(master *m, report_key *rk)
     smp_object_info info = {.struct_size = sizeof(info)};
     m->reports->checking++;
     rk->state = REPORT_CHECKING;
+    rk->dropped = 0;
     rk->outstanding = 1; /* held until every task is sent */
     if (obj_object_info(master_objs(m), rk->key, &info) == SMP_OK && info.complete &&
         obj_object_replicas(master_objs(m), rk->key, reps, REPORT_REPLICAS_MAX, &n) == SMP_OK) {
