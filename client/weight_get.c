@@ -165,8 +165,14 @@ int wc_load_manifest(weight_store *s, const weight_metadata *md, const char *ten
     }
     SHA256(buf, (size_t)len, sha);
     if (memcmp(sha, md->manifest_sha256, 32) != 0) {
+        /* the replica read is not known here: the master checks each of
+           the manifest's memory replicas (a cold one read was checked by
+           kvc_get_into's node only when verifying) */
+        int reported = wc_report_corrupt(s, md->manifest_key, "", "", 0) == WEIGHT_OK;
         rc = wc_fail(s, WEIGHT_EDIGEST_MISMATCH, "manifest %s does not match the SHA-256 sealed "
-                     "at commit", md->manifest_key);
+                     "at commit%s", md->manifest_key,
+                     reported ? " (reported to the master, which has its memory replicas checked)"
+                              : "");
         goto free_buf;
     }
     if ((rc = wc_manifest_decode(buf, (size_t)len, m, err, sizeof err)) < 0) {
