@@ -391,6 +391,33 @@ static void migrate_and_wait(weight_store *s, const weight_identity *id, weight_
     assert_int_equal(op.state, 2);
 }
 
+/* Wait until the master has confirmed `confirmed` reported replicas corrupt
+ * (store_corrupt_reports_total) and, with repairs > 0, until that many
+ * repairs succeeded; then until id is READY (repaired) or DEGRADED (nothing
+ * to repair from) with no operation. */
+static void wait_checked(fixture *f, weight_store *s, const weight_identity *id, double confirmed,
+                         double repairs, weight_availability av)
+{
+    weight_metadata md;
+    long long until = hx_now_ms() + 30000;
+    while (hx_metric(&f->m, "store_corrupt_reports_total{result=\"confirmed\"}") < confirmed ||
+           (repairs > 0 && hx_metric(&f->m, "weight_repairs_total{result=\"succeeded\"}") < repairs)) {
+        if (hx_now_ms() > until) {
+            hx_print_log(&f->m);
+            fail_msg("the reported replica was not dropped (and repaired)");
+        }
+        usleep(20000);
+    }
+    for (;;) {
+        CHECK(s, weight_get_metadata(s, id, &md, NULL));
+        if (md.availability == av && md.operation_id == 0 &&
+            (av != WEIGHT_READY || md.residency == WEIGHT_RES_HOT))
+            return;
+        if (hx_now_ms() > until) fail_msg("%s: %s", id->resource_id, weight_availability_name(md.availability));
+        usleep(20000);
+    }
+}
+
 /* A payload whose memory replica was altered in the store but that also
  * has a cold replica (it came back from COLD): weight_get reads the altered
  * part from the cold file instead, through the mapping and over TCP, and
@@ -419,7 +446,10 @@ static void test_altered_memory_replica_falls_back_to_cold(void **state)
 }
 
 /* A payload or a manifest altered in the store: weight_get fails with
- * DIGEST_MISMATCH (for the manifest: before writing anything). */
+ * DIGEST_MISMATCH (for the manifest: before writing anything), and reports
+ * the replica; the master drops it once its node's hash agrees: the
+ * revision whose payload has no cold copy turns DEGRADED, the other stays
+ * READY (every manifest keeps a cold copy). */
 static void test_altered_bytes_fail_with_digest_mismatch(void **state)
 {
     fixture *f = *state;
@@ -444,6 +474,7 @@ static void test_altered_bytes_fail_with_digest_mismatch(void **state)
     assert_int_equal(rc, WEIGHT_EDIGEST_MISMATCH);
     assert_non_null(strstr(weight_store_last_error(s), "payload/1"));
     for (size_t i = 0; i < N_MODEL; i++) free(g.bufs[i]);
+    wait_checked(f, s, &a, 1, 0, WEIGHT_DEGRADED);
 
     CHECK(s, weight_get_metadata(s, &b, &md, NULL));
     corrupt_object(f, md.manifest_key, 10);
@@ -452,6 +483,9 @@ static void test_altered_bytes_fail_with_digest_mismatch(void **state)
     rc = weight_get(s, &b, &pl, &bd, NULL);
     assert_int_equal(rc, WEIGHT_EDIGEST_MISMATCH);
     for (size_t i = 0; i < N_MODEL; i++) assert_null(g.bufs[i]); /* nothing was asked for */
+    assert_non_null(strstr(weight_store_last_error(s), "(reported to the master"));
+    /* the manifest, which has a cold copy, stays readable: READY */
+    wait_checked(f, s, &b, 2, 0, WEIGHT_READY);
     /* The lease was released on the failing paths: the revision can go. */
     weight_metadata bm;
     CHECK(s, weight_get_metadata(s, &b, &bm, NULL));
@@ -485,9 +519,11 @@ static int get_chunked(weight_store *s, const weight_identity *id, uint32_t tp, 
  * then hashed): a byte altered anywhere in a chunk fails the get with
  * DIGEST_MISMATCH naming that chunk -- in a later block of a middle chunk,
  * in the short last chunk, and in bytes a TP 2 split along dim 1 does not
- * copy (the whole chunk is hashed, not only what is scattered). The store
- * is left as it was: with the byte put back, the same gets succeed and
- * every byte is exact. */
+ * copy (the whole chunk is hashed, not only what is scattered). The gets
+ * read through the mapping only (no cold fallback); each reports the
+ * replica, which the master drops and the plugin repairs from the
+ * revision's cold copy: then the same gets succeed and every byte is
+ * exact. */
 static void test_fused_verify_fails_on_any_altered_chunk_byte(void **state)
 {
     fixture *f = *state;
@@ -508,6 +544,10 @@ static void test_fused_verify_fails_on_any_altered_chunk_byte(void **state)
     CHECK(s, weight_put_begin(s, &id, NULL, &w));
     CHECK(s, weight_writer_add_tensor(w, "big", "F32", 2, shape, data));
     CHECK(s, weight_writer_commit(w, &md));
+    migrate_and_wait(s, &id, WEIGHT_RES_COLD);
+    migrate_and_wait(s, &id, WEIGHT_RES_HOT); /* its cold copy stays: what the repair reads */
+    weight_store *local = open_store(f);
+    assert_int_equal(weight_store_set_option(local, WEIGHT_OPT_TRANSPORT, 1), 0);
     char key[1100];
     snprintf(key, sizeof key, "%.*s/payload/0", (int)(strlen(md.manifest_key) - strlen("/manifest")),
              md.manifest_key);
@@ -523,15 +563,15 @@ static void test_fused_verify_fails_on_any_altered_chunk_byte(void **state)
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         uint64_t want = cases[c].tp == 1 ? bytes : bytes / 2;
         weight_get_stats st;
-        assert_int_equal(corrupt_object(f, key, cases[c].at), 1); /* no cold copy to fall back on */
-        assert_int_equal(get_chunked(s, &id, cases[c].tp, dst, want, &st),
+        assert_int_equal(corrupt_object(f, key, cases[c].at), 2); /* memory and cold */
+        assert_int_equal(get_chunked(local, &id, cases[c].tp, dst, want, &st),
                          WEIGHT_EDIGEST_MISMATCH);
-        const char *err = weight_store_last_error(s);
+        const char *err = weight_store_last_error(local);
         if (strstr(err, "payload/0") == NULL || strstr(err, cases[c].chunk) == NULL)
             fail_msg("case %zu: %s", c, err);
-        corrupt_object(f, key, cases[c].at); /* the same XOR puts the byte back */
+        wait_checked(f, s, &id, (double)(c + 1), (double)(c + 1), WEIGHT_READY);
         memset(dst, 0xEE, bytes);
-        CHECK(s, get_chunked(s, &id, cases[c].tp, dst, want, &st));
+        CHECK(local, get_chunked(local, &id, cases[c].tp, dst, want, &st));
         assert_int_equal(st.verified_bytes, bytes); /* every chunk, copied from or not */
         assert_int_equal(st.bytes, want);
         assert_memory_equal(dst, cases[c].tp == 1 ? data : half, want);
@@ -541,6 +581,7 @@ static void test_fused_verify_fails_on_any_altered_chunk_byte(void **state)
     free(data);
     free(dst);
     free(half);
+    weight_store_close(local);
     weight_store_close(s);
 }
 
