@@ -30,6 +30,8 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "host_rpc.pb-c.h"
+#include "rpc_client.h"
 #include "weight_check.h"
 #include "weight_model.h"
 #include "weightclient.h"
@@ -404,9 +406,10 @@ static void test_a_kv_get_reports_the_memory_replica_it_read(void **state)
 /* The master does not take the reader's word: a report naming a sound
  * replica is queued and checked, and changes nothing -- the object keeps
  * the same replica and reads back, counted refuted, logged as left alone.
- * An unknown key (NOT_FOUND), a place that is no replica of the key and a
- * node without its segment (INVALID_ARGUMENT) are refused naming the
- * cause, and nothing is counted or checked for them. */
+ * An unknown key (NOT_FOUND), a place that is no replica of the key, a
+ * node without its segment, no key (INVALID_ARGUMENT) and a body that does
+ * not decode (PROTO) are refused naming the cause, and nothing is counted
+ * or checked for them. */
 static void test_a_report_of_a_sound_replica_changes_nothing(void **state)
 {
     fixture *f = *state;
@@ -431,6 +434,19 @@ static void test_a_report_of_a_sound_replica_changes_nothing(void **state)
     assert_true(hx_says(kvc_error(c), "by its node and its segment together"));
     assert_int_equal(kvc_report_corrupt(c, "", NULL, NULL, 0, &queued), SMP_EINVAL);
     assert_true(hx_says(kvc_error(c), "no key given"));
+    rpcc_conn *raw = NULL;
+    int status = 0;
+    char *msg = NULL;
+    const uint8_t garbage[] = {0x0a, 0x7f, 'x'}; /* field 1 says 127 bytes follow: 1 does */
+    rpcc_options ro = {.timeout_ms = 10000};
+    assert_int_equal(rpcc_connect(f->m.socket, &ro, &raw, NULL, 0), 0);
+    assert_int_equal(rpcc_call(raw, HOST_SERVICE__HOST_SERVICE_OBJECTS, OBJECTS_METHOD__OBJ_REPORT_CORRUPT,
+                               garbage, sizeof(garbage), &status, NULL, NULL, &msg),
+                     0);
+    assert_int_equal(status, SMP_EPROTO);
+    assert_true(hx_says(msg, "request body does not decode as ReportCorruptRequest"));
+    free(msg);
+    rpcc_close(raw);
     assert_int_equal(reports(f, "received"), 0);
 
     assert_int_equal(kvc_report_corrupt(c, "plain/sound", mem.node, mem.segment, mem.offset, &queued), 0);
