@@ -18,15 +18,18 @@
  * reported it; a report of a sound replica changes nothing and is logged
  * at most a few lines a minute (log_limit).
  *
- * Reports are bounded, per key: a key queued, being checked, or checked in
- * the last REPORT_RECHECK_MS and found sound is not checked again (a flood
- * of reports of one key, a get per reader of a popular revision, is one
- * check; a key whose check dropped a replica is forgotten, so that the
- * replica the repair makes is checked when it is reported in turn); at most
- * REPORT_CHECKING_MAX keys are hashed at once and REPORT_QUEUE_MAX wait,
+ * Reports are bounded, per key and replica named (a report that names
+ * none checks every memory replica of the key, and counts as one more):
+ * one queued, being checked, or checked in the last REPORT_RECHECK_MS and
+ * found sound is not checked again (a flood of reports of one replica, a
+ * get per reader of a popular revision, is one check; one whose check
+ * dropped a replica is forgotten, so that the replica the repair makes --
+ * often at the same place -- is checked when it is reported in turn); at
+ * most REPORT_CHECKING_MAX are hashed at once and REPORT_QUEUE_MAX wait,
  * beyond which a report is refused SMP_EAGAIN (nothing queued); the table
- * remembers at most REPORT_KEYS_MAX keys, those checked longest ago
- * forgotten first. A report whose key is unknown, still being put, has no
+ * remembers at most REPORT_KEYS_MAX, those checked longest ago forgotten
+ * first. As a report must name a complete memory replica of a known key,
+ * a flood of made-up places costs one refusal each, and no check. A report whose key is unknown, still being put, has no
  * memory replica, or names a place that is no memory replica of the key, is
  * refused with the cause and changes nothing. Counted in
  * store_corrupt_reports_total{result}. Soft state of the loop thread; a
@@ -59,7 +62,9 @@ typedef struct report_key {
     char *node, *segment;     /* the replica the report named (NULL: every memory replica) */
     uint64_t offset;
     struct report_key *next;  /* the queue */
-    char key[];
+    size_t id_len;            /* of id: key, NUL, node, NUL, segment, NUL, offset (8 bytes) */
+    char *key;                /* the object's key: the start of id */
+    char id[];                /* what the table finds it by (report_id) */
 } report_key;
 
 struct master_reports {
@@ -188,6 +193,21 @@ static int still_there(master *m, const char *key, const replica_check *c)
 }
 
 static void pump(master *m);
+
+/* The table's id of a report of key naming node/segment/offset (node ""
+ * when it names none): its length, written to out when it fits in cap. */
+static size_t report_id(const char *key, const char *node, const char *segment, uint64_t offset,
+                        char *out, size_t cap)
+{
+    size_t kl = strlen(key) + 1, nl = strlen(node) + 1, sl = strlen(segment) + 1;
+    size_t len = kl + nl + sl + sizeof(offset);
+    if (len > cap) return len;
+    memcpy(out, key, kl);
+    memcpy(out + kl, node, nl);
+    memcpy(out + kl + nl, segment, sl);
+    memcpy(out + kl + nl + sl, &offset, sizeof(offset));
+    return len;
+}
 
 /* A check of rk ended (every task answered, or none could be sent). A
  * check that dropped a replica forgets the key: the replica it judged is
@@ -405,25 +425,34 @@ void master_report_corrupt(master *m, smp_rpc_call *call, const ReportCorruptReq
     }
     r->counts[MASTER_REPORT_RECEIVED]++;
     report_key *rk = NULL;
-    HASH_FIND_STR(r->keys, req->key, rk);
+    char idbuf[1600];
+    size_t id_len = report_id(req->key, req->node, req->segment, req->offset, idbuf, sizeof(idbuf));
+    char *id = id_len <= sizeof(idbuf) ? idbuf : malloc(id_len);
+    if (id == NULL) {
+        rpc_reply_error(call, SMP_ENOMEM, "report corrupt: out of memory");
+        return;
+    }
+    if (id != idbuf) report_id(req->key, req->node, req->segment, req->offset, id, id_len);
+    HASH_FIND(hh, r->keys, id, id_len, rk);
     if (rk != NULL && (rk->state != REPORT_CHECKED || now - rk->checked_ms < REPORT_RECHECK_MS)) {
         master_reply_msg(call, &resp.base); /* queued, being checked, or checked just now */
-        return;
+        goto free_id;
     }
     if (r->queued >= REPORT_QUEUE_MAX || (rk == NULL && !make_room(r, now))) {
-        snprintf(why, sizeof(why), "report corrupt: %zu reported objects are waiting for their "
+        snprintf(why, sizeof(why), "report corrupt: %zu reported replicas are waiting for their "
                  "check; '%.512s' is not queued (report it again later)", r->queued, req->key);
         rpc_reply_error(call, SMP_EAGAIN, why);
-        return;
+        goto free_id;
     }
-    size_t klen = strlen(req->key);
     describe_reporter(call, who, sizeof(who));
     char *reporter = strdup(who);
     char *node = req->node[0] ? strdup(req->node) : NULL;
     char *segment = req->segment[0] ? strdup(req->segment) : NULL;
-    if (rk == NULL && (rk = calloc(1, sizeof(*rk) + klen + 1)) != NULL) {
-        memcpy(rk->key, req->key, klen + 1);
-        HASH_ADD_KEYPTR(hh, r->keys, rk->key, klen, rk);
+    if (rk == NULL && (rk = calloc(1, sizeof(*rk) + id_len)) != NULL) {
+        memcpy(rk->id, id, id_len);
+        rk->id_len = id_len;
+        rk->key = rk->id;
+        HASH_ADD_KEYPTR(hh, r->keys, rk->id, id_len, rk);
     }
     if (rk == NULL || reporter == NULL || (req->node[0] && (node == NULL || segment == NULL))) {
         free(reporter);
@@ -434,7 +463,7 @@ void master_report_corrupt(master *m, smp_rpc_call *call, const ReportCorruptReq
             rk_free(rk);
         }
         rpc_reply_error(call, SMP_ENOMEM, "report corrupt: out of memory");
-        return;
+        goto free_id;
     }
     free(rk->reporter);
     free(rk->node);
@@ -452,4 +481,6 @@ void master_report_corrupt(master *m, smp_rpc_call *call, const ReportCorruptReq
     resp.check_queued = 1;
     master_reply_msg(call, &resp.base);
     pump(m);
+free_id:
+    if (id != idbuf) free(id);
 }

@@ -687,8 +687,8 @@ struct ReportCorruptRequest;
  * rule): refuse a report whose key is unknown, still being put, without a
  * memory replica, or naming a place that is none of its memory replicas
  * (nothing changes); otherwise answer at once and queue a check of the key
- * unless it is queued, being checked, or was checked recently and found
- * sound -- its node
+ * (and the replica named) unless it is queued, being checked, or was
+ * checked recently and found sound -- its node
  * hashes each memory replica the report covers, and one that does not hold
  * the object's bytes is dropped (master_drop_replica), logged with the key,
  * the node and the reporter. SMP_EAGAIN when the queue is full. */

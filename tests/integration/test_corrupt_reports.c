@@ -470,11 +470,12 @@ static void test_a_report_of_a_sound_replica_changes_nothing(void **state)
     kvc_close(c);
 }
 
-/* A flood of reports of one key is one check: the first report queues it,
- * the next 199 (while it is queued, being checked, and right after) queue
- * nothing; all are counted received, one replica hashed. A report naming
- * no replica (node "") checks every memory replica of the key -- here the
- * one, and on another key, once. */
+/* A flood of reports of one replica is one check: the first report queues
+ * it, the next 199 (while it is queued, being checked, and right after)
+ * queue nothing, nor do 20 more once it was found sound. A report naming
+ * no replica checks every memory replica of the key: 20 of them, one check.
+ * Another key's report is its own check. All are counted received; one
+ * replica hashed per check. */
 static void test_a_flood_of_reports_of_one_key_is_one_check(void **state)
 {
     fixture *f = *state;
@@ -497,15 +498,24 @@ static void test_a_flood_of_reports_of_one_key_is_one_check(void **state)
     assert_int_equal(more, 0);
     wait_reports(f, "refuted", 1);
     for (int i = 0; i < 20; i++) {
-        assert_int_equal(kvc_report_corrupt(c, "plain/flood", NULL, NULL, 0, &queued), 0);
+        assert_int_equal(kvc_report_corrupt(c, "plain/flood", mem.node, mem.segment, mem.offset,
+                                            &queued), 0);
         more += queued;
     }
     assert_int_equal(more, 0);
+    for (int i = 0; i < 20; i++) {
+        assert_int_equal(kvc_report_corrupt(c, "plain/flood", NULL, NULL, 0, &queued), 0);
+        if (i == 0) first = queued;
+        else more += queued;
+    }
+    assert_int_equal(first, 1);
+    assert_int_equal(more, 0);
+    wait_reports(f, "refuted", 2);
     assert_int_equal(kvc_report_corrupt(c, "plain/any", NULL, NULL, 0, &queued), 0);
     assert_int_equal(queued, 1);
-    wait_reports(f, "refuted", 2);
-    assert_int_equal(reports(f, "received"), 221);
-    assert_int_equal(reports(f, "refuted"), 2); /* one check each, flood or not */
+    wait_reports(f, "refuted", 3);
+    assert_int_equal(reports(f, "received"), 241);
+    assert_int_equal(reports(f, "refuted"), 3); /* one replica hashed a check, flood or not */
     assert_int_equal(reports(f, "confirmed"), 0);
     assert_int_equal(reports(f, "failed"), 0);
     kvc_close(c);
