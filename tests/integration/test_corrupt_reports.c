@@ -518,7 +518,12 @@ static void test_a_flood_of_reports_of_one_key_is_one_check(void **state)
     assert_int_equal(reports(f, "refuted"), 3); /* one replica hashed a check, flood or not */
     assert_int_equal(reports(f, "confirmed"), 0);
     assert_int_equal(reports(f, "failed"), 0);
+    /* a report queued as the master stops is forgotten with it, cleanly */
+    memory_replica(f, "plain/any", &mem);
+    assert_int_equal(kvc_report_corrupt(c, "plain/any", mem.node, mem.segment, mem.offset, &queued), 0);
+    assert_int_equal(queued, 1);
     kvc_close(c);
+    assert_int_equal(hx_stop(&f->m), 0);
 }
 
 int main(void)
