@@ -13,7 +13,8 @@
  * and takes snapshots every snapshot.every_records records; each round first
  * measures how late it started (the loop lag /health and /metrics report),
  * and every tick is timed against its deadline by the plugin host. SIGINT or SIGTERM
- * stops accepting, flushes the OpLog and unloads the plugins; SIGHUP reloads
+ * stops accepting (an HA leader first lets the calls it took end and then
+ * resigns: master_drain.c), flushes the OpLog and unloads the plugins; SIGHUP reloads
  * every plugin in place (master_plugins.c). */
 #include <errno.h>
 #include <signal.h>
@@ -328,6 +329,7 @@ void master_stop(master *m)
     if (m->stopping) return;
     m->stopping = 1;
     m->serving = 0;
+    master_drain_close(m);
     master_ha_stop(m);
     node_runtime_signal_stop(m->embedded_node);
     uv_timer_stop(&m->timer);
@@ -369,7 +371,7 @@ static void on_signal(uv_signal_t *h, int signum)
 {
     master *m = h->data;
     fprintf(stderr, "store_master: signal %d, shutting down\n", signum);
-    master_stop(m);
+    master_stop_gracefully(m);
 }
 
 /* Start the node that lives in this process: it registers with this master

@@ -207,7 +207,8 @@ static void on_fenced(void *arg, const char *why)
 static int admit(void *arg, uint32_t service, uint32_t method, const char **leader)
 {
     master *m = arg;
-    if (master_is_leader(m)) return 0;
+    /* A draining leader (master_drain.c) is a standby to new calls. */
+    if (master_is_leader(m) && master_drain_admits(m, service, method)) return 0;
     if (service == HOST_SERVICE__HOST_SERVICE_ADMIN && method == ADMIN_METHOD__ADMIN_STATUS)
         return 0;
     /* A client authenticates with whichever master it reached first. */

@@ -233,6 +233,11 @@ typedef struct master {
     master_node_ids nodes_refused;
     int stopping;
     int exit_status;
+    /* A leader told to stop lets its open calls end first (master_drain.c). */
+    int draining;
+    uint64_t drain_until_ms;    /* master_now_ms when it stops anyway */
+    uv_timer_t drain_timer;
+    int drain_timer_open;
 
     /* HA (ha.enabled): see master_ha.c. */
     struct etcd_client *etcd;   /* the OpLog's client */
@@ -349,6 +354,20 @@ void master_pending_free(master *m);
 /* Stop accepting, close the endpoints and the timers: the loop ends once
  * what is in flight finished. Idempotent. */
 void master_stop(master *m);
+
+/* -- master_drain.c ---------------------------------------------------------------- */
+
+/* A signal asked the master to stop: an HA leader drains first -- new calls
+ * are refused SMP_ENOTLEADER (naming no leader), the open calls and puts end
+ * here for at most MASTER_DRAIN_MS -- then stops (master_stop, which
+ * resigns). A standby, a master without HA, or a second signal: master_stop
+ * at once. */
+void master_stop_gracefully(master *m);
+/* 1 when a call of (service, method) is taken: always, except while
+ * draining, when only the end or revoke of a put started here is. */
+int master_drain_admits(const master *m, uint32_t service, uint32_t method);
+/* Close the drain's timer, if it runs (master_stop). */
+void master_drain_close(master *m);
 
 /* The loop lag as exported: the largest delay of the housekeeping timer
  * over the current and the previous MASTER_LOOP_LAG_WINDOW_MS window (10 to

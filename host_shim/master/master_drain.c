@@ -1,0 +1,103 @@
+/* master_drain.c -- the graceful stop of an HA leader (SIGTERM, SIGINT).
+ *
+ * A leader that stopped at once would close its connections with calls in
+ * them: a put end whose record was on its way to etcd got no answer, the
+ * client could not tell whether it landed, and its import failed (and was
+ * left IMPORTING). A SIGKILL did no better, but a rolling restart stops
+ * every leader on purpose and must not fail the puts it meets. So a leader
+ * told to stop first drains:
+ *  - new calls are refused SMP_ENOTLEADER naming no leader, as a standby
+ *    refuses them during an election (the HELLO of a new connection says
+ *    so too), and such refusals are not held: the client walks its master
+ *    list at once. Nothing refused was applied, so every client sends it
+ *    again where the next leader is;
+ *  - the calls it already accepted run to their answer (a put end is
+ *    answered once its record is durable, never before), and so may the
+ *    puts it started: their put end and revoke are still taken, so that a
+ *    payload or manifest being written when the signal came is ended here
+ *    instead of failing;
+ *  - when no call is open and no put is in flight, or after
+ *    MASTER_DRAIN_MS, whichever comes first, it stops as before
+ *    (master_stop): the election resigns (the lease is revoked, so a
+ *    standby is elected at once, not after the lease's TTL), the log is
+ *    flushed and the connections close.
+ * A second signal stops at once. A standby, or a master without HA (no
+ * other master to send a client to), stops at once as it always did. */
+#include <inttypes.h>
+#include <stdio.h>
+
+#include "host_rpc.pb-c.h"
+#include "master_internal.h"
+#include "obj_store.h"
+
+/* The longest a leader drains before it stops anyway: longer than a put of
+ * a payload object takes, well under the clients' call timeouts (a node's
+ * 10 s, libweightclient's 60 s), which a refused call walks on within. */
+#define MASTER_DRAIN_MS 5000u
+#define MASTER_DRAIN_POLL_MS 5u
+
+/* What is still open: calls dispatched and not answered, puts started and
+ * not ended. */
+static void drain_open(master *m, uint64_t *calls, uint64_t *puts)
+{
+    rpc_server_stats rs = {0};
+    obj_stats os = {0};
+    rpc_server_get_stats(m->rpc, &rs);
+    obj_store_stats(master_objs(m), &os);
+    *calls = rs.calls_outstanding;
+    *puts = os.puts_in_flight;
+}
+
+static void on_drain_timer(uv_timer_t *t)
+{
+    master *m = t->data;
+    uint64_t calls, puts, now = master_now_ms();
+    drain_open(m, &calls, &puts);
+    if (calls != 0 || puts != 0) {
+        if (now < m->drain_until_ms) return;
+        fprintf(stderr, "store_master: drained for %u ms, %" PRIu64 " call%s and %" PRIu64
+                " put%s still open (their clients find the next leader): stopping\n",
+                MASTER_DRAIN_MS, calls, calls == 1 ? "" : "s", puts, puts == 1 ? "" : "s");
+    } else {
+        fprintf(stderr, "store_master: drained in %" PRIu64 " ms, every call answered: "
+                "stopping\n", now - (m->drain_until_ms - MASTER_DRAIN_MS));
+    }
+    master_stop(m);
+}
+
+void master_stop_gracefully(master *m)
+{
+    uint64_t calls, puts;
+    if (m->stopping) return;
+    if (m->draining || !m->cfg->ha_enabled || !master_is_leader(m) || m->rpc == NULL) {
+        master_stop(m); /* a second signal, a standby, a single master */
+        return;
+    }
+    drain_open(m, &calls, &puts);
+    m->draining = 1;
+    m->drain_until_ms = master_now_ms() + MASTER_DRAIN_MS;
+    rpc_server_set_not_leader_hold(m->rpc, 0);
+    fprintf(stderr, "store_master: leader stopping: new calls are sent to the other masters; "
+            "%" PRIu64 " open call%s and %" PRIu64 " put%s in flight may end here (at most %u "
+            "ms), then the leadership is resigned\n", calls, calls == 1 ? "" : "s", puts,
+            puts == 1 ? "" : "s", MASTER_DRAIN_MS);
+    uv_timer_init(&m->loop, &m->drain_timer);
+    m->drain_timer.data = m;
+    m->drain_timer_open = 1;
+    uv_timer_start(&m->drain_timer, on_drain_timer, 0, MASTER_DRAIN_POLL_MS);
+}
+
+int master_drain_admits(const master *m, uint32_t service, uint32_t method)
+{
+    if (!m->draining) return 1;
+    return service == HOST_SERVICE__HOST_SERVICE_OBJECTS &&
+           (method == OBJECTS_METHOD__OBJ_PUT_END || method == OBJECTS_METHOD__OBJ_PUT_REVOKE);
+}
+
+void master_drain_close(master *m)
+{
+    if (!m->drain_timer_open) return;
+    m->drain_timer_open = 0;
+    uv_timer_stop(&m->drain_timer);
+    uv_close((uv_handle_t *)&m->drain_timer, NULL);
+}
