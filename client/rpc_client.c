@@ -308,6 +308,13 @@ static ssize_t io_recv(rpcc_conn *c, void *buf, size_t len)
         ERR_clear_error();
         return 0; /* the peer closed without close_notify */
     }
+#ifdef SSL_R_UNEXPECTED_EOF_WHILE_READING
+    if (e == SSL_ERROR_SSL &&
+        ERR_GET_REASON(ERR_peek_error()) == SSL_R_UNEXPECTED_EOF_WHILE_READING) {
+        ERR_clear_error();
+        return 0; /* the same, as OpenSSL 3 reports it: said as a close, not a TLS failure */
+    }
+#endif
     wc_tls_why(c->tls_why, sizeof(c->tls_why)); /* e.g. the master's alert */
     errno = EPROTO;
     return -1;
@@ -1109,6 +1116,25 @@ int rpcc_fd(const rpcc_conn *c)
     return c != NULL ? c->fd : -1;
 }
 
+/* Before a request that may not be sent twice leaves on a stream with
+ * nothing in flight: 1 when the master already closed it (a leader that
+ * stopped, a restart), which then breaks with SMP_EIO, so that the call
+ * fails over as a request that never left instead of going into a closed
+ * stream, where its fate could not be told. A master never half-closes a
+ * live connection, so the end of its side of the stream (POLLRDHUP) is the
+ * close; bytes that arrived unasked are left for the read that finds them. */
+static int peer_closed(rpcc_conn *c)
+{
+    struct pollfd p = {.fd = c->fd, .events = POLLIN | POLLRDHUP};
+    if (c->fd < 0 || c->broken || c->in_flight != 0 || c->head != NULL || c->in_len != 0)
+        return 0;
+    if (poll(&p, 1, 0) != 1 || !(p.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+        return 0;
+    rpcc_conn_err(c, "connection closed by the server %s while idle", c->endpoint);
+    conn_break(c, SMP_EIO);
+    return 1;
+}
+
 /* The deadline of a call's moves, from its first: the connection's timeout,
  * or RPCC_FOLLOW_MS when it waits forever. */
 static int64_t follow_deadline(const rpcc_conn *c)
@@ -1141,6 +1167,9 @@ int rpcc_call_ex(rpcc_conn *c,
         uint8_t *body = NULL;
         char *msg = NULL;
         size_t len = 0;
+        /* An idempotent call goes again after a lost answer anyway. */
+        if ((flags & RPCC_FAILOVER) && !(flags & RPCC_IDEMPOTENT))
+            peer_closed(c);
         rc = rpcc_send(c, service, method, req_body, req_len, &id);
         if (rc == SMP_OK) {
             sent = 1;
