@@ -96,6 +96,11 @@ int kvc_transport_failed(const kvc *c)
     return c->transport_failed;
 }
 
+uint64_t kvc_moves(const kvc *c)
+{
+    return rpcc_moves(c->conn);
+}
+
 const char *kvc_endpoint(const kvc *c)
 {
     return rpcc_endpoint(c->conn);

@@ -120,6 +120,10 @@ const char *kvc_error(const kvc *c);
  * again to the next master of the list before failing; mutations only when
  * their request never left (see kv_client.c's resend_flags). */
 int kvc_transport_failed(const kvc *c);
+/* How often the connection moved to another master (a failover, a
+ * NOT_LEADER followed, a reconnect): a put started before a move is not
+ * known where the connection is now. */
+uint64_t kvc_moves(const kvc *c);
 
 int kvc_put_start(kvc *c, const char *key, uint64_t size, smp_data_type type, const char *group,
                   int overwrite, kvc_replica *where);

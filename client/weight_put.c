@@ -659,11 +659,33 @@ static void revoke_started(commit_ctx *cx, wslot *slots, size_t n)
     }
 }
 
+/* Whether a put that failed may be made again from its put start, once the
+ * object connection moved since the put began or lost a call's answer: a
+ * leader that stopped (SIGTERM: it refused the next call, and the put end
+ * went to the next leader, which never saw the put start) or died. An
+ * object of an open import is written with overwrite, so writing the same
+ * bytes again is safe whatever the lost call did; the puts the old master
+ * holds die with its leadership. Up to WC_PUT_AGAIN times a commit; a lost
+ * answer with no move since only as the first. */
+#define WC_PUT_AGAIN 3
+static int put_again(weight_store *s, int rc, uint64_t moves_before, unsigned *agains)
+{
+    if (rc >= 0 || rc == WEIGHT_ECANCELED || rc == WEIGHT_ENOMEM || *agains >= WC_PUT_AGAIN)
+        return 0;
+    /* a lost answer without a move since: once (the master may be gone) */
+    if (kvc_moves(s->kv) == moves_before && (!kvc_transport_failed(s->kv) || *agains > 0))
+        return 0;
+    (*agains)++;
+    s->err[0] = '\0';
+    return 1;
+}
+
 /* Write every payload object, up to s->threads at once: put start for a
  * batch (this thread), fill each in its own thread while this one reports
  * progress, then put end in order and record each object's digests in the
- * manifest. On failure the batch's open puts are revoked. */
-static int write_objects(commit_ctx *cx)
+ * manifest. On failure the batch's open puts are revoked, and the batch is
+ * written again when its connection moved meanwhile (put_again). */
+static int write_objects(commit_ctx *cx, unsigned *agains)
 {
     weight_store *s = cx->w->s;
     wc_manifest *m = &cx->pack.manifest;
@@ -674,7 +696,8 @@ static int write_objects(commit_ctx *cx)
     pthread_mutex_init(&cx->lock, NULL);
     pthread_cond_init(&cx->cond, NULL);
     for (size_t first = 0; first < cx->pack.n_puts && rc == WEIGHT_OK;) {
-        size_t n = 0;
+        size_t n = 0, batch_first = first;
+        uint64_t moves = kvc_moves(s->kv), done = atomic_load(&cx->done);
         /* put start for the batch */
         while (n < n_slots && first < cx->pack.n_puts) {
             wslot *sl = &slots[n];
@@ -746,6 +769,11 @@ static int write_objects(commit_ctx *cx)
         }
         if (rc < 0) revoke_started(cx, slots, n);
         for (size_t i = 0; i < n; i++) objhash_free(&slots[i].h);
+        if (put_again(s, rc, moves, agains)) {
+            rc = WEIGHT_OK;
+            first = batch_first;
+            atomic_store(&cx->done, done);
+        }
     }
     if (rc == WEIGHT_OK) wc_progress(s, cx->total, cx->total);
     for (unsigned i = 0; i < n_slots; i++)
@@ -945,7 +973,8 @@ int weight_writer_commit(weight_writer *w, weight_metadata *out)
     wc_manifest *m = &cx.pack.manifest;
     for (size_t i = 0; i < m->n_objects; i++) cx.total += m->objects[i].bytes;
     wc_progress(s, 0, cx.total);
-    if ((rc = write_objects(&cx)) < 0) {
+    unsigned agains = 0;
+    if ((rc = write_objects(&cx, &agains)) < 0) {
         if (rc == WEIGHT_ECANCELED) atomic_store(&s->cancel, 0); /* consumed */
         goto abort_import;
     }
@@ -954,10 +983,15 @@ int weight_writer_commit(weight_writer *w, weight_metadata *out)
         goto abort_import;
     }
     wc_manifest_sha256(mbytes, mlen, msha);
-    rc = kvc_put_bytes(s->kv, w->manifest_key, mbytes, mlen, SMP_DATA_METADATA, w->group, 1, NULL);
-    if (revoked_dead_put(s, rc, w->manifest_key))
+    for (;;) {
+        uint64_t moves = kvc_moves(s->kv);
         rc = kvc_put_bytes(s->kv, w->manifest_key, mbytes, mlen, SMP_DATA_METADATA, w->group, 1,
                            NULL);
+        if (revoked_dead_put(s, rc, w->manifest_key))
+            rc = kvc_put_bytes(s->kv, w->manifest_key, mbytes, mlen, SMP_DATA_METADATA, w->group,
+                               1, NULL);
+        if (!put_again(s, rc, moves, &agains)) break;
+    }
     if (rc < 0) {
         rc = wc_fail(s, rc, "manifest %s: %s", w->manifest_key,
                      kvc_error(s->kv));
