@@ -6,14 +6,18 @@
  * of the three (ha_cluster_fixture.c). Two client threads, each with its own
  * libweightclient store on the same list, publish revisions without pause
  * (four 4 KiB payload objects and a manifest each: put start and put end
- * calls, which are not sent twice, most of the time). The leader is stopped
+ * calls, which are not sent twice, most of the time), and a third puts
+ * plain 2 KiB objects through kv_client, which never puts again by itself
+ * (without the leader's drain, each SIGTERM failed one or two of its puts
+ * with "connection closed by the server"). The leader is stopped
  * with SIGTERM -- and, once another leads and the old one is back as a
  * standby, the new leader too -- while they put. A leader that closed its
  * connections with put ends in them (their answer lost, the import failed
  * and left IMPORTING) failed this test; one that lets the calls it took end,
  * refuses new ones SMP_ENOTLEADER and then resigns does not: every put
  * returns success, every revision is READY and reads back byte for byte
- * (SHA-256 per tensor), none is left IMPORTING, and each stopped leader
+ * (SHA-256 per tensor), none is left IMPORTING, every plain object reads
+ * back byte for byte, and each stopped leader
  * exits 0 saying it drained. */
 #include <pthread.h>
 #include <setjmp.h>
@@ -29,6 +33,7 @@
 #include <cmocka.h>
 
 #include "ha_cluster_fixture.h"
+#include "kv_client.h"
 #include "harness.h"
 #include "weight_check.h"
 #include "weight_model.h"
@@ -41,11 +46,14 @@
 #define BEFORE 10     /* puts each loader returned before a signal */
 #define AFTER 10      /* and after the next leader took over */
 #define ROUNDS 2      /* leaders stopped */
+#define KV_BYTES 2048 /* a plain object of the kv loader */
 
-/* One client thread publishing llm/l<k>/r<i>@1, i = 0, 1, ... */
+/* One client thread publishing llm/l<k>/r<i>@1, i = 0, 1, ... -- or, the
+ * last one, plain objects kv/o<i> through kv_client (no retry of its own). */
 typedef struct loader {
     int k;
     weight_store *s;
+    kvc *kv;
     pthread_t th;
     atomic_int stop;
     atomic_int done;          /* puts returned */
@@ -56,7 +64,7 @@ typedef struct loader {
 typedef struct fixture {
     hc_cluster hc;
     hx_master view;           /* master 0 with the list of all three */
-    loader l[N_LOADERS];
+    loader l[N_LOADERS + 1];
     int started;              /* loader threads running */
 } fixture;
 
@@ -122,6 +130,29 @@ static void *loader_main(void *arg)
     return NULL;
 }
 
+static void kv_bytes(int i, uint8_t *b)
+{
+    for (size_t j = 0; j < KV_BYTES; j++) b[j] = (uint8_t)(j * 13 + (size_t)i * 7 + 1);
+}
+
+/* Put plain objects until told to stop (as loader_main). */
+static void *kv_loader_main(void *arg)
+{
+    loader *l = arg;
+    uint8_t b[KV_BYTES];
+    char key[64];
+    for (int i = 0; i < MAX_PUTS && !atomic_load(&l->stop); i++) {
+        snprintf(key, sizeof key, "kv/o%d", i);
+        kv_bytes(i, b);
+        int rc = kvc_put_bytes(l->kv, key, b, sizeof b, SMP_DATA_KV, NULL, 0, NULL);
+        if (rc != 0 && l->failures++ == 0)
+            snprintf(l->first_failure, sizeof l->first_failure, "put %s -> %s: %s", key,
+                     smp_strerror(rc), kvc_error(l->kv));
+        atomic_fetch_add(&l->done, 1);
+    }
+    return NULL;
+}
+
 static int write_config(fixture *f, int i)
 {
     char extra[1024];
@@ -151,8 +182,8 @@ static int setup(void **state)
 static void stop_loaders(fixture *f)
 {
     if (!f->started) return;
-    for (int k = 0; k < N_LOADERS; k++) atomic_store(&f->l[k].stop, 1);
-    for (int k = 0; k < N_LOADERS; k++) pthread_join(f->l[k].th, NULL);
+    for (int k = 0; k <= N_LOADERS; k++) atomic_store(&f->l[k].stop, 1);
+    for (int k = 0; k <= N_LOADERS; k++) pthread_join(f->l[k].th, NULL);
     f->started = 0;
 }
 
@@ -162,6 +193,7 @@ static int teardown(void **state)
     if (f == NULL) return 0;
     stop_loaders(f);
     for (int k = 0; k < N_LOADERS; k++) weight_store_close(f->l[k].s);
+    kvc_close(f->l[N_LOADERS].kv);
     hc_cleanup(&f->hc);
     free(f);
     return 0;
@@ -174,12 +206,12 @@ static void wait_puts(fixture *f, const int *want)
     long long until = hx_now_ms() + WAIT_MS;
     for (;;) {
         int behind = 0;
-        for (int k = 0; k < N_LOADERS; k++) behind |= atomic_load(&f->l[k].done) < want[k];
+        for (int k = 0; k <= N_LOADERS; k++) behind |= atomic_load(&f->l[k].done) < want[k];
         if (!behind) return;
         if (hx_now_ms() > until)
-            fail_msg("the loaders returned %d and %d puts within %d ms, not %d and %d",
-                     atomic_load(&f->l[0].done), atomic_load(&f->l[1].done), WAIT_MS, want[0],
-                     want[1]);
+            fail_msg("the loaders returned %d, %d and %d puts within %d ms, not %d, %d and %d",
+                     atomic_load(&f->l[0].done), atomic_load(&f->l[1].done),
+                     atomic_load(&f->l[2].done), WAIT_MS, want[0], want[1], want[2]);
         sleep_ms(5);
     }
 }
@@ -217,11 +249,15 @@ static void test_sigterm_of_the_leader_fails_no_put(void **state)
         f->l[k].k = k;
         f->l[k].s = wx_open_store(&f->view);
     }
-    for (int k = 0; k < N_LOADERS; k++)
-        assert_int_equal(pthread_create(&f->l[k].th, NULL, loader_main, &f->l[k]), 0);
+    f->l[N_LOADERS].k = N_LOADERS;
+    if ((f->l[N_LOADERS].kv = hx_client(&f->view)) == NULL) fail_msg("no kv client on the list");
+    for (int k = 0; k <= N_LOADERS; k++)
+        assert_int_equal(pthread_create(&f->l[k].th, NULL, k < N_LOADERS ? loader_main
+                                                                        : kv_loader_main,
+                                        &f->l[k]), 0);
     f->started = 1;
 
-    int want[N_LOADERS] = {BEFORE, BEFORE}, drained = 0;
+    int want[N_LOADERS + 1] = {BEFORE, BEFORE, BEFORE}, drained = 0;
     for (int round = 0; round < ROUNDS; round++) {
         wait_puts(f, want);
         /* SIGTERM while both loaders put, and wait for the exit. */
@@ -234,15 +270,15 @@ static void test_sigterm_of_the_leader_fails_no_put(void **state)
         /* The old leader comes back (a rolling restart) as a standby. */
         if (hx_start(&f->hc.m[leader], WAIT_MS) < 0) fail_msg("m%d did not start again", leader);
         assert_int_equal(hc_wait_role(&f->hc, leader, "standby", WAIT_MS), 0);
-        for (int k = 0; k < N_LOADERS; k++) want[k] = atomic_load(&f->l[k].done) + AFTER;
+        for (int k = 0; k <= N_LOADERS; k++) want[k] = atomic_load(&f->l[k].done) + AFTER;
         wait_puts(f, want);
         leader = next;
     }
     stop_loaders(f);
-    print_message("puts returned: %d and %d\n", atomic_load(&f->l[0].done),
-                  atomic_load(&f->l[1].done));
+    print_message("puts returned: %d, %d and %d\n", atomic_load(&f->l[0].done),
+                  atomic_load(&f->l[1].done), atomic_load(&f->l[2].done));
 
-    for (int k = 0; k < N_LOADERS; k++)
+    for (int k = 0; k <= N_LOADERS; k++)
         if (f->l[k].failures != 0)
             fail_msg("loader %d: %d of %d puts failed; the first: %s", k, f->l[k].failures,
                      atomic_load(&f->l[k].done), f->l[k].first_failure);
@@ -284,6 +320,22 @@ static void test_sigterm_of_the_leader_fails_no_put(void **state)
         assert_int_equal(listed, n);
     }
     weight_store_close(s);
+
+    /* Every plain object there, byte for byte. */
+    kvc *kv = hx_client(&f->view);
+    assert_non_null(kv);
+    uint8_t want_b[KV_BYTES], got[KV_BYTES];
+    for (int i = 0; i < atomic_load(&f->l[N_LOADERS].done); i++) {
+        char key[64];
+        uint64_t len = 0;
+        snprintf(key, sizeof key, "kv/o%d", i);
+        kv_bytes(i, want_b);
+        int rc = kvc_get_into(kv, key, got, sizeof got, &len, 1);
+        if (rc != 0) fail_msg("get %s -> %s: %s", key, smp_strerror(rc), kvc_error(kv));
+        assert_int_equal(len, KV_BYTES);
+        assert_memory_equal(got, want_b, KV_BYTES);
+    }
+    kvc_close(kv);
 }
 
 int main(void)
