@@ -253,4 +253,21 @@ int host_config_load_files(const host_config *cfg, host_config_files *out, char 
 /* Free what *f holds (the token wiped) and zero it; safe on a zeroed one. */
 void host_config_files_free(host_config_files *f);
 
+/* -- config_node_tls.c: the embedded node's trust in tls.cert ----------- */
+
+/* The TCP endpoint "host:port" the embedded node dials (listen.unix off):
+ * listen.tcp's host, 127.0.0.1 when it names none, and port (the port the
+ * master really bound; 0 at --check) into out (cap bytes, truncated). */
+void host_config_node_dial(const host_config *cfg, int port, char *out, size_t cap);
+
+/* Whether the embedded node, dialing host_config_node_dial's host over TLS,
+ * would trust tls.cert as it will at the start: the chain against tls.ca
+ * (tls.cert itself without it), notBefore/notAfter against now, the dialed
+ * IP or host name in the certificate, for a TLS server; with
+ * tls.verify_clients, the same certificate presented back, verified against
+ * tls.ca for a TLS client. Call only with tls.cert set and readable (the TLS
+ * context built from it). SMP_OK, or SMP_EINVAL with why "tls.cert: cause"
+ * naming the file, the address and the cause in words. */
+int host_config_node_trust(const host_config *cfg, char *why, size_t cap);
+
 #endif /* HOST_CONFIG_H */

@@ -8,9 +8,10 @@
  *  - tls.cert, tls.key, tls.ca: loaded into the RPC port's TLS context
  *    (rpc_tls_server_ctx: present, regular, PEM, the key matching the
  *    certificate, the CA a bundle), which the start then serves with;
- *  - the embedded node's trust: without tls.ca and listen.unix, the node
- *    dials the TLS port trusting tls.cert alone, which verifies only a
- *    self-signed certificate;
+ *  - the embedded node's trust: without listen.unix the node dials the TLS
+ *    port and must trust tls.cert as it will (config_node_tls.c: the chain,
+ *    the dates, the address it dials); without tls.ca it trusts tls.cert
+ *    alone, which verifies only a self-signed certificate;
  *  - auth.node_token_file: read (wc_token_read_file), and its token must be
  *    one of auth.tokens with role admin, since the embedded node registers
  *    with it (nodes.register needs admin): anything else would be a master
@@ -136,7 +137,7 @@ static int node_token(const host_config *cfg, host_config_files *out, char *err,
 int host_config_load_files(const host_config *cfg, host_config_files *out, char *err,
                            size_t errlen)
 {
-    char why[900];
+    char why[1400];
     int rc = SMP_OK;
     memset(out, 0, sizeof(*out));
     if (err != NULL && errlen > 0) err[0] = '\0';
@@ -150,9 +151,14 @@ int host_config_load_files(const host_config *cfg, host_config_files *out, char 
             goto cleanup;
         }
         out->tls = ctx;
-        if (cfg->node_embedded && cfg->listen_unix[0] == '\0' && cfg->tls_ca[0] == '\0' &&
-            (rc = own_cert_is_anchor(cfg, err, errlen)) < 0)
-            goto cleanup;
+        if (cfg->node_embedded && cfg->listen_unix[0] == '\0') {
+            if (cfg->tls_ca[0] == '\0' && (rc = own_cert_is_anchor(cfg, err, errlen)) < 0)
+                goto cleanup;
+            if ((rc = host_config_node_trust(cfg, why, sizeof(why))) < 0) {
+                files_fail(cfg, cfg->tls_cert_line, err, errlen, "%s", why);
+                goto cleanup;
+            }
+        }
     }
     if (cfg->auth_enabled && cfg->node_embedded && (rc = node_token(cfg, out, err, errlen)) < 0)
         goto cleanup;

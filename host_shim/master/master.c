@@ -386,10 +386,7 @@ static int start_embedded_node(master *m, char *err, size_t errlen)
     }
     /* The node dials the port really bound: listen.tcp may ask for any (0). */
     char tcp[300];
-    const char *colon = strrchr(m->cfg->listen_tcp, ':');
-    int hl = colon != NULL ? (int)(colon - m->cfg->listen_tcp) : 0;
-    snprintf(tcp, sizeof(tcp), "%.*s:%d", hl > 0 ? hl : 9, hl > 0 ? m->cfg->listen_tcp : "127.0.0.1",
-             rpc_server_tcp_port(m->rpc));
+    host_config_node_dial(m->cfg, rpc_server_tcp_port(m->rpc), tcp, sizeof(tcp));
     node_runtime_options o = {
         .token = m->files.node_token[0] ? m->files.node_token : NULL,
         .master = m->cfg->listen_unix[0] ? m->cfg->listen_unix : tcp,

@@ -124,7 +124,20 @@ out=$("$bin" --config "$tmp/addr.yaml" --check 2>&1); rc=$?
     -keyout server.key -out server.csr &&
   openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -out server.pem &&
   openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=self \
-    -keyout self.key -out self.pem ) || bad "openssl could not make the test's certificates"
+    -addext subjectAltName=IP:127.0.0.1 -keyout self.key -out self.pem &&
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=noip \
+    -keyout noip.key -out noip.pem &&
+  # dated certificates (openssl x509 has no -not_after before 3.4): `openssl
+  # ca -selfsign` with explicit dates, one expired, one not yet valid
+  printf '[ca]\ndefault_ca = d\n[d]\ndatabase = index.txt\nnew_certs_dir = .\nserial = serial\ndefault_md = sha256\npolicy = p\ncopy_extensions = copy\nunique_subject = no\n[p]\ncommonName = supplied\n' >dated.cnf &&
+  : >index.txt && echo 01 >serial &&
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=dated \
+    -addext subjectAltName=IP:127.0.0.1 -keyout dated.key -out dated.csr &&
+  openssl ca -batch -config dated.cnf -selfsign -keyfile dated.key -in dated.csr \
+    -startdate 20200101000000Z -enddate 20200102000000Z -out expired.pem &&
+  openssl ca -batch -config dated.cnf -selfsign -keyfile dated.key -in dated.csr \
+    -startdate 20990101000000Z -enddate 21000101000000Z -out future.pem ) \
+  || bad "openssl could not make the test's certificates"
 files_check() { # NAME YAML EXPECTED: --check exits 1 saying EXPECTED
   printf 'listen:\n  tcp: "127.0.0.1:0"\n  admin: ""\ndata_dir: %s/files-data\n%bnode:\n  segment_dir: %s/files-shm\n' \
     "$tmp" "$2" "$tmp" >"$tmp/files.yaml" # its own segment dir, should a start get that far
@@ -139,6 +152,22 @@ files_check "a missing tls.ca" 'tls:\n  cert: self.pem\n  key: self.key\n  ca: c
   "files.yaml:8: tls.ca: $tmp/ca-gone.pem: No such file or directory"
 files_check "a CA-issued cert the embedded node would trust alone" 'tls:\n  cert: server.pem\n  key: server.key\n' \
   "files.yaml:6: tls.cert: tls.ca is not set, so the embedded node (which reaches this master over TCP: listen.unix is off) would trust tls.cert $tmp/server.pem alone, but it is issued by /CN=test-ca, not self-signed: set tls.ca"
+# The embedded node (listen.unix off) verifies tls.cert as any TLS client
+# does: a certificate it would refuse is refused here, naming the file and
+# the cause, rather than a master that serves while its node never registers.
+files_check "an expired tls.cert" 'tls:\n  cert: expired.pem\n  key: dated.key\n' \
+  "files.yaml:6: tls.cert: the embedded node would not trust $tmp/expired.pem: certificate has expired (notAfter Jan  2 00:00:00 2020 GMT); it dials this master at 127.0.0.1 over TLS and trusts tls.cert alone (tls.ca is not set)"
+files_check "a tls.cert not yet valid" 'tls:\n  cert: future.pem\n  key: dated.key\n' \
+  "files.yaml:6: tls.cert: the embedded node would not trust $tmp/future.pem: certificate is not yet valid (notBefore Jan  1 00:00:00 2099 GMT)"
+files_check "a tls.cert not naming the address the node dials" 'tls:\n  cert: noip.pem\n  key: noip.key\n' \
+  "files.yaml:6: tls.cert: the embedded node would not trust $tmp/noip.pem: it does not name 127.0.0.1, listen.tcp's host (its subjectAltName needs IP:127.0.0.1)"
+files_check "a tls.cert tls.ca did not sign" 'tls:\n  cert: self.pem\n  key: self.key\n  ca: ca.pem\n' \
+  "files.yaml:6: tls.cert: the embedded node would not trust $tmp/self.pem: "
+want=$out
+out=$(timeout 20 "$bin" --config "$tmp/files.yaml" 2>&1); rc=$?
+[ $rc -eq 1 ] && [ "$out" = "$want" ] && [ ! -e "$tmp/files-data" ] && [ ! -e "$tmp/files-shm" ] \
+  && ok "the start refuses a tls.cert its node would not trust, making nothing" \
+  || bad "untrusted cert start: exit $rc: [$out] vs [$want]"
 printf 'node-token-of-check' >"$tmp/node.token"
 node_hash=$(printf 'node-token-of-check' | sha256sum | cut -c1-64)
 other_hash=$(printf 'another-token' | sha256sum | cut -c1-64)
