@@ -35,7 +35,10 @@
 
 static int master_auth_start(master *m, char *err, size_t errlen);
 
-static int mkdir_p(const char *path)
+/* Create the directories of path that are missing, mode 0755: all of them,
+ * or (parents_only) all but the last, which its owner creates with the mode
+ * it needs. SMP_OK, SMP_EINVAL (empty or too long) or SMP_EIO (errno set). */
+static int mkdir_path(const char *path, int parents_only)
 {
     char buf[4096];
     size_t n = strlen(path);
@@ -47,9 +50,11 @@ static int mkdir_p(const char *path)
         if (mkdir(buf, 0755) < 0 && errno != EEXIST) return SMP_EIO;
         *p = '/';
     }
-    if (mkdir(buf, 0755) < 0 && errno != EEXIST) return SMP_EIO;
+    if (!parents_only && mkdir(buf, 0755) < 0 && errno != EEXIST) return SMP_EIO;
     return SMP_OK;
 }
+
+static int mkdir_p(const char *path) { return mkdir_path(path, 0); }
 
 /* Take <data_dir>/LOCK with an exclusive non-blocking flock and write our
  * pid into it, so that a second master started on the same data_dir stops at
@@ -379,9 +384,12 @@ static void on_signal(uv_signal_t *h, int signum)
 static int start_embedded_node(master *m, char *err, size_t errlen)
 {
     if (!m->cfg->node_embedded) return SMP_OK;
-    if (mkdir_p(m->cfg->node_cold_dir) < 0 || mkdir_p(m->cfg->node_segment_dir) < 0) {
-        snprintf(err, errlen, "node: cannot create %s or %s: %s", m->cfg->node_cold_dir,
-                 m->cfg->node_segment_dir, strerror(errno));
+    /* Only their parents: the node creates the directories themselves 0700
+     * (seg_open, cold_open), as a store_node does, the segment file 0600
+     * in a directory no other user may list. */
+    if (mkdir_path(m->cfg->node_cold_dir, 1) < 0 || mkdir_path(m->cfg->node_segment_dir, 1) < 0) {
+        snprintf(err, errlen, "node: cannot create the parent directories of %s or %s: %s",
+                 m->cfg->node_cold_dir, m->cfg->node_segment_dir, strerror(errno));
         return SMP_EIO;
     }
     /* The node dials the port really bound: listen.tcp may ask for any (0). */

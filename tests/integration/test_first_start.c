@@ -11,7 +11,8 @@
  * reads and sends that inventory before it registers. The test asks the
  * master's status the moment it serves (no node up yet), then puts an
  * object. Before, the put was refused "no node is up to place it on"; now
- * it is held and placed once the node registered. */
+ * it is held and placed once the node registered. The directories that
+ * first start makes for its node are the node's alone (0700). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -131,12 +132,40 @@ static void test_a_first_start_without_nodes_waits_for_none(void **state)
     assert_int_equal(hx_stop(&f->m), 0);
 }
 
+/* The directories the first start makes for its embedded node are the
+ * node's alone, as a store_node's are: the segment directory and the cold
+ * directory 0700 (before, the master made them 0755 and anyone could list
+ * them), the segment file 0600 in it. */
+static void test_the_embedded_node_s_directories_are_0700(void **state)
+{
+    fx *f = *state;
+    char path[600];
+    struct stat st;
+    assert_int_equal(hx_init(&f->m, "firstmode", NULL), 0);
+    assert_int_equal(hx_start(&f->m, 20000), 0);
+    assert_int_equal(hx_wait_nodes(&f->m, 1, 20000), 0);
+    snprintf(path, sizeof(path), "%s/shm", f->m.dir);
+    assert_int_equal(stat(path, &st), 0);
+    assert_true(S_ISDIR(st.st_mode));
+    assert_int_equal(st.st_mode & 07777, 0700);
+    snprintf(path, sizeof(path), "%s/shm/embedded.seg", f->m.dir);
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_mode & 07777, 0600);
+    snprintf(path, sizeof(path), "%s/data/cold", f->m.dir);
+    assert_int_equal(stat(path, &st), 0);
+    assert_true(S_ISDIR(st.st_mode));
+    assert_int_equal(st.st_mode & 07777, 0700);
+    assert_int_equal(hx_stop(&f->m), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_a_put_at_the_first_start_waits_for_the_embedded_node,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_first_start_without_nodes_waits_for_none, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_the_embedded_node_s_directories_are_0700, setup,
                                         teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
