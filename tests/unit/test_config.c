@@ -246,7 +246,7 @@ static void test_every_key_is_read(void **state)
             "  gc_keep_records: 0\n"
             "  fast_failover: false\n"
             "node:\n"
-            "  embedded: false\n"
+            "  embedded: true\n"
             "  segment_dir: /dev/shm/x\n"
             "  segment_bytes: 1048576\n"
             "  segment_prefault: true\n"
@@ -305,7 +305,7 @@ static void test_every_key_is_read(void **state)
     assert_string_equal(c.ha_snapshot_dir, "/etc/wm/shared/snaps");
     assert_int_equal(c.ha_gc_keep_records, 0);
     assert_int_equal(c.ha_fast_failover, 0);
-    assert_int_equal(c.node_embedded, 0);
+    assert_int_equal(c.node_embedded, 1);
     assert_string_equal(c.node_segment_dir, "/dev/shm/x");
     assert_int_equal(c.node_segment_bytes, 1048576);
     assert_int_equal(c.node_segment_prefault, 1);
@@ -513,6 +513,70 @@ static void test_node_dedicated_to_a_tenant(void **state)
     expect_refused("node:\n  embedded: false\n  tenant: a\n  local_socket: a.sock\n"
                    "  local_peers: [\"uid:1\"]\n",
                    "node.tenant: dedicates the embedded node, and node.embedded is false");
+}
+
+/* With node.embedded false, every node.* key only the embedded node reads
+ * is refused on its line, naming the store_node flag of the same (it would
+ * do nothing); the keys the master applies to every node (poll_ms: how long
+ * it holds a poll, the period it gives each node; timeout_ms, ticket_ttl_ms,
+ * put_timeout_ms) are still accepted. */
+static void test_refuses_embedded_only_keys_without_embedded_node(void **state)
+{
+    static const struct {
+        const char *line, *want;
+    } cases[] = {
+        {"id: n1", "node.id: names the embedded node, and node.embedded is false: it would do "
+                   "nothing (a store_node takes --id)"},
+        {"segment_dir: /dev/shm/x", "node.segment_dir: places the embedded node's segment, and "
+                                    "node.embedded is false: it would do nothing (a store_node "
+                                    "takes --segment-dir)"},
+        {"segment_bytes: 2097152", "node.segment_bytes: sizes the embedded node's segment, and "
+                                   "node.embedded is false: it would do nothing (a store_node "
+                                   "takes --segment-bytes)"},
+        {"segment_prefault: false", "node.segment_prefault: prefaults the embedded node's segment"},
+        {"cold_dir: /nonexistent/x", "node.cold_dir: places the embedded node's cold files, and "
+                                     "node.embedded is false: it would do nothing (a store_node "
+                                     "takes --cold-dir)"},
+        {"cold_verify_from_device: true", "node.cold_verify_from_device: makes the embedded node "
+                                          "re-read what it persists"},
+        {"data_listen: \"127.0.0.1:0\"", "node.data_listen: is the embedded node's data port"},
+        {"require_read_tickets: true", "node.require_read_tickets: sets whether the embedded "
+                                       "node's reads need tickets"},
+        {"allow_insecure_reads: true", "node.allow_insecure_reads: lets the embedded node serve "
+                                       "reads without tickets"},
+        {"tenant: a", "node.tenant: dedicates the embedded node, and node.embedded is false (a "
+                      "store_node is dedicated with --tenant)"},
+        {"local_socket: a.sock", "node.local_socket: hands out the embedded node's segment, and "
+                                 "node.embedded is false: it would do nothing (a store_node takes "
+                                 "--local-socket)"},
+        {"local_peers: [\"uid:1\"]", "node.local_peers: names who may map the embedded node's "
+                                      "segment"},
+    };
+    char yaml[256], want[512];
+    host_config c;
+    (void)state;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        snprintf(yaml, sizeof(yaml), "node:\n  embedded: false\n  %s\n", cases[i].line);
+        snprintf(want, sizeof(want), "x.yaml:3: %s", cases[i].want);
+        expect_refused(yaml, want);
+    }
+    /* on its own line, after the keys the master reads */
+    expect_message("node:\n  poll_ms: 100\n  cold_dir: /nonexistent/x\n  embedded: false\n",
+                   "x.yaml:3: node.cold_dir: places the embedded node's cold files, and "
+                   "node.embedded is false: it would do nothing (a store_node takes --cold-dir)");
+    load_ok("node:\n  embedded: false\n  poll_ms: 100\n  timeout_ms: 2000\n"
+            "  ticket_ttl_ms: 5000\n  put_timeout_ms: 7000\n", &c);
+    assert_int_equal(c.node_embedded, 0);
+    assert_int_equal(c.node_poll_ms, 100);
+    assert_int_equal(c.node_timeout_ms, 2000);
+    assert_int_equal(c.node_ticket_ttl_ms, 5000);
+    assert_int_equal(c.node_put_timeout_ms, 7000);
+    host_config_free(&c);
+    /* the same keys with the embedded node are its settings */
+    load_ok("node:\n  embedded: true\n  segment_bytes: 2097152\n  cold_dir: /nonexistent/x\n",
+            &c);
+    assert_int_equal(c.node_segment_bytes, 2097152);
+    host_config_free(&c);
 }
 
 /* tls: cert and key together; ca and verify_clients only with them;
@@ -1113,6 +1177,7 @@ int main(void)
         cmocka_unit_test(test_refuses_non_booleans),
         cmocka_unit_test(test_refuses_unticketed_reads_without_insecure_key),
         cmocka_unit_test(test_node_dedicated_to_a_tenant),
+        cmocka_unit_test(test_refuses_embedded_only_keys_without_embedded_node),
         cmocka_unit_test(test_tls_keys),
         cmocka_unit_test(test_refuses_bad_integers),
         cmocka_unit_test(test_refuses_wrong_node_kind),
