@@ -239,9 +239,10 @@ typedef struct host_config_files {
 /* Read and check the files cfg names, as the master's start needs them --
  * the one check `store_master --check` and the start share: with tls.cert,
  * the TLS context of tls.cert, tls.key and tls.ca (each present, regular and
- * PEM, the key matching the certificate) and, when the embedded node would
- * trust tls.cert alone (an embedded node, no tls.ca, listen.unix off), that
- * it is self-signed; with auth on and an embedded node, the token of
+ * PEM, the key matching the certificate) and, when the embedded node dials
+ * the TLS port (an embedded node, listen.unix off), that it would trust
+ * tls.cert (host_config_node_trust; without tls.ca, that it is self-signed
+ * first); with auth on and an embedded node, the token of
  * auth.node_token_file, which must be one of auth.tokens with role admin
  * (the node registers with it). SMP_OK with *out filled (release with
  * host_config_files_free), or a negative SMP_E* code (SMP_EINVAL refused,

@@ -127,8 +127,10 @@ cleanup:
 }
 
 /* why = the cause of code for leaf, in words: the dates for a time error,
- * the address for a name error, the verifier's string otherwise. */
-static void describe(long code, X509 *leaf, const char *host, char *why, size_t cap)
+ * the address for a name error, use ("TLS server") for a purpose error,
+ * the verifier's string otherwise. */
+static void describe(long code, X509 *leaf, const char *host, const char *use, char *why,
+                     size_t cap)
 {
     char when[64];
     switch (code) {
@@ -143,8 +145,12 @@ static void describe(long code, X509 *leaf, const char *host, char *why, size_t 
     case X509_V_ERR_IP_ADDRESS_MISMATCH:
     case X509_V_ERR_HOSTNAME_MISMATCH:
         snprintf(why, cap, "it does not name %s, listen.tcp's host (its subjectAltName needs "
-                 "%s:%s)", host,
+                 "%s:%s, or set listen.unix: the node then registers through it)", host,
                  code == X509_V_ERR_IP_ADDRESS_MISMATCH ? "IP" : "DNS", host);
+        break;
+    case X509_V_ERR_INVALID_PURPOSE:
+        snprintf(why, cap, "its extendedKeyUsage does not allow a %s (unsuitable certificate "
+                 "purpose)", use);
         break;
     default:
         snprintf(why, cap, "%s", X509_verify_cert_error_string(code));
@@ -155,17 +161,28 @@ static void describe(long code, X509 *leaf, const char *host, char *why, size_t 
 int host_config_node_trust(const host_config *cfg, char *why, size_t cap)
 {
     const char *anchors = cfg->tls_ca[0] != '\0' ? cfg->tls_ca : cfg->tls_cert;
-    char host[300], cause[512];
+    char host[300], cause[1024];
     X509 *leaf = NULL;
     STACK_OF(X509) *chain = NULL;
     long code;
     int rc = SMP_OK;
     why[0] = '\0';
-    if (read_chain(cfg->tls_cert, &leaf, &chain) < 0) return SMP_OK; /* the TLS context said so */
+    if (read_chain(cfg->tls_cert, &leaf, &chain) < 0) {
+        /* the TLS context read it already: out of memory */
+        snprintf(why, cap, "tls.cert: cannot read %s again to check whether the embedded node "
+                 "would trust it", cfg->tls_cert);
+        return SMP_EIO;
+    }
     dial_host(cfg, host, sizeof(host));
     code = verify_as(leaf, chain, anchors, "ssl_server", host);
+    if (code < 0) {
+        snprintf(why, cap, "tls.cert: cannot check whether the embedded node would trust %s "
+                 "(out of memory, or %s unreadable)", cfg->tls_cert, anchors);
+        rc = SMP_EIO;
+        goto cleanup;
+    }
     if (code > 0) {
-        describe(code, leaf, host, cause, sizeof(cause));
+        describe(code, leaf, host, "TLS server", cause, sizeof(cause));
         if (cfg->tls_ca[0] != '\0')
             snprintf(why, cap, "tls.cert: the embedded node would not trust %s: %s; it dials "
                      "this master at %s over TLS and verifies the certificate against tls.ca "
@@ -179,10 +196,15 @@ int host_config_node_trust(const host_config *cfg, char *why, size_t cap)
     }
     /* With verify_clients the node presents this certificate, which the
      * master verifies against tls.ca (rpc_tls_server_ctx) for a client. */
-    if (code == X509_V_OK && cfg->tls_verify_clients && cfg->tls_ca[0] != '\0') {
+    if (cfg->tls_verify_clients && cfg->tls_ca[0] != '\0') {
         code = verify_as(leaf, chain, cfg->tls_ca, "ssl_client", NULL);
-        if (code > 0) {
-            describe(code, leaf, host, cause, sizeof(cause));
+        if (code < 0) {
+            snprintf(why, cap, "tls.cert: cannot check whether this master would accept %s from "
+                     "the embedded node (out of memory, or %s unreadable)", cfg->tls_cert,
+                     cfg->tls_ca);
+            rc = SMP_EIO;
+        } else if (code > 0) {
+            describe(code, leaf, host, "TLS client", cause, sizeof(cause));
             snprintf(why, cap, "tls.cert: with tls.verify_clients the embedded node presents %s "
                      "to this master, which would refuse it: %s (verified against tls.ca %s for "
                      "a TLS client)", cfg->tls_cert, cause, cfg->tls_ca);

@@ -125,6 +125,9 @@ out=$("$bin" --config "$tmp/addr.yaml" --check 2>&1); rc=$?
   openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -out server.pem &&
   openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=self \
     -addext subjectAltName=IP:127.0.0.1 -keyout self.key -out self.pem &&
+  printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' >srvonly.ext &&
+  openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
+    -extfile srvonly.ext -out srvonly.pem &&
   openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=noip \
     -keyout noip.key -out noip.pem &&
   # dated certificates (openssl x509 has no -not_after before 3.4): `openssl
@@ -160,9 +163,14 @@ files_check "an expired tls.cert" 'tls:\n  cert: expired.pem\n  key: dated.key\n
 files_check "a tls.cert not yet valid" 'tls:\n  cert: future.pem\n  key: dated.key\n' \
   "files.yaml:6: tls.cert: the embedded node would not trust $tmp/future.pem: certificate is not yet valid (notBefore Jan  1 00:00:00 2099 GMT)"
 files_check "a tls.cert not naming the address the node dials" 'tls:\n  cert: noip.pem\n  key: noip.key\n' \
-  "files.yaml:6: tls.cert: the embedded node would not trust $tmp/noip.pem: it does not name 127.0.0.1, listen.tcp's host (its subjectAltName needs IP:127.0.0.1)"
+  "files.yaml:6: tls.cert: the embedded node would not trust $tmp/noip.pem: it does not name 127.0.0.1, listen.tcp's host (its subjectAltName needs IP:127.0.0.1, or set listen.unix"
 files_check "a tls.cert tls.ca did not sign" 'tls:\n  cert: self.pem\n  key: self.key\n  ca: ca.pem\n' \
   "files.yaml:6: tls.cert: the embedded node would not trust $tmp/self.pem: "
+# With verify_clients the node presents tls.cert back; one for TLS servers
+# only (extendedKeyUsage serverAuth) the master would refuse from it.
+files_check "a tls.cert the master would refuse from its node" \
+  'tls:\n  cert: srvonly.pem\n  key: server.key\n  ca: ca.pem\n  verify_clients: true\n' \
+  "files.yaml:6: tls.cert: with tls.verify_clients the embedded node presents $tmp/srvonly.pem to this master, which would refuse it: its extendedKeyUsage does not allow a TLS client (unsuitable certificate purpose)"
 want=$out
 out=$(timeout 20 "$bin" --config "$tmp/files.yaml" 2>&1); rc=$?
 [ $rc -eq 1 ] && [ "$out" = "$want" ] && [ ! -e "$tmp/files-data" ] && [ ! -e "$tmp/files-shm" ] \
@@ -188,6 +196,12 @@ printf 'listen:\n  tcp: "127.0.0.1:0"\n  admin: ""\ntls:\n  cert: self.pem\n  ke
   "$(auth_yaml node.token "$node_hash" admin)" "$tmp" >"$tmp/files.yaml"
 out=$("$bin" --config "$tmp/files.yaml" --check 2>&1); rc=$?
 [ $rc -eq 0 ] && ok "good TLS files and an admin node token pass --check" || bad "good files: exit $rc: $out"
+# ... and a CA-signed tls.cert naming 127.0.0.1 (the same serverAuth-only
+# one: clients are not verified) with its tls.ca.
+printf 'listen:\n  tcp: "127.0.0.1:0"\n  admin: ""\ntls:\n  cert: srvonly.pem\n  key: server.key\n  ca: ca.pem\nnode:\n  segment_dir: %s/files-shm\n' \
+  "$tmp" >"$tmp/files.yaml"
+out=$("$bin" --config "$tmp/files.yaml" --check 2>&1); rc=$?
+[ $rc -eq 0 ] && ok "a CA-signed tls.cert naming the node's address passes --check" || bad "CA-signed: exit $rc: $out"
 
 # An admin port another process holds: the start stops, naming the address
 # and the cause (not libmicrohttpd's "port 0").
