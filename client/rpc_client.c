@@ -436,8 +436,8 @@ int rpcc_list_connect(rpcc_conn *c, int64_t deadline, char *err, size_t errlen)
                         rpcc_silent_note(ep, 0);
                     return SMP_OK;
                 }
-                if (rc == SMP_EAGAIN && round > 1)
-                    rpcc_silent_note(ep, 1);
+                if (rc == SMP_EAGAIN && round > 1 && !c->answered)
+                    rpcc_silent_note(ep, 1); /* not a master that answered "later" */
                 rpcc_drop_stream(c);
                 if (rc == SMP_EAUTH || rc == SMP_EFORBIDDEN || round == 1) {
                     /* a refused credential is not a reason to try elsewhere */
@@ -871,6 +871,10 @@ static int read_frame(rpcc_conn *c, int64_t deadline, rpcc_pending **out)
  * token, which asks the identity the certificate maps to (auth.certificates);
  * a refusal of that (no mapping, or an older master) is not an error: the
  * connection stays as it is and the master's refusals name the cause.
+ * A refusal by auth.limits (SMP_EAGAIN with retry_after_ms) is paced: the
+ * HELLO goes again when the master says, and one still refused at the
+ * deadline is that error, never a connection without its identity (whose
+ * identities would then name another tenant).
  *
  * With probe set (a list of several masters) that empty HELLO goes on
  * every socket: a kernel accepts a connection for a process that is paused
@@ -905,12 +909,30 @@ static int conn_hello(rpcc_conn *c, int64_t deadline, int probe, char *err, size
         return SMP_ENOMEM;
     }
     auth_hello_request__pack(&req, body);
-    rc = rpcc_send(c, HOST_SERVICE__HOST_SERVICE_AUTH, AUTH_METHOD__AUTH_HELLO, body, len, &id);
-    free(body);
-    if (rc == SMP_OK) {
-        rc = read_frame(c, deadline, &p);
-        c->in_flight = 0;
+    /* A HELLO refused by auth.limits (a certificate's connection takes from
+     * its tenant's bucket from the handshake on) is paced as every call is:
+     * sent again when the master says it may pass, until the deadline (or
+     * the connection's timeout when there is none). */
+    for (;;) {
+        rc = rpcc_send(c, HOST_SERVICE__HOST_SERVICE_AUTH, AUTH_METHOD__AUTH_HELLO, body, len, &id);
+        if (rc == SMP_OK) {
+            rc = read_frame(c, deadline, &p);
+            c->in_flight = 0;
+        }
+        if (rc == SMP_OK && p->r.status == SMP_EAGAIN && p->r.retry_after_ms > 0) {
+            int64_t at = rpcc_now_ms() + p->r.retry_after_ms;
+            int64_t until = deadline >= 0 ? deadline : started + (c->timeout_ms > 0 ? c->timeout_ms
+                                                                                   : RPCC_FOLLOW_MS);
+            if (at < until) {
+                free(p);
+                p = NULL;
+                sleep_until(at);
+                continue;
+            }
+        }
+        break;
     }
+    free(body);
     if (rc == SMP_EAGAIN && probe)
         wm_errbuf(err, errlen, "%s accepted the connection but did not answer its first "
                   "request within %lld ms (a paused, hung or overloaded master)", c->endpoint,
@@ -921,7 +943,7 @@ static int conn_hello(rpcc_conn *c, int64_t deadline, int probe, char *err, size
         c->broken = 0;
         return rc;
     }
-    if (p->r.status != 0 && whoami) {
+    if (p->r.status != 0 && whoami && p->r.status != SMP_EAGAIN) {
         free(p);
         return SMP_OK;
     }
