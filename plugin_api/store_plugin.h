@@ -689,7 +689,8 @@ typedef struct smp_host_api {
     /* ABI 1.3: whether tenant, which holds live revisions now, may hold one
      * more under the host's limits for the server call came on (which must
      * not be answered yet). SMP_OK, with *limit (may be NULL) the tenant's
-     * maximum or 0 when none applies; SMP_ENOSPC when live already reaches
+     * maximum or 0 when none applies (a call of an admin connection is not
+     * limited); SMP_ENOSPC when live already reaches
      * the maximum (*limit set to it): the host has counted the refusal, the
      * plugin answers the call with SMP_ENOSPC and changes nothing.
      * SMP_EINVAL for a NULL call or tenant. */

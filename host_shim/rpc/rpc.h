@@ -174,7 +174,8 @@ int rpc_server_auth_on(const rpc_server *s);
 struct rpc_limits;
 void rpc_server_set_limits(rpc_server *s, struct rpc_limits *l);
 /* smp_host_api.rpc_revision_quota: rpc_limits_revision_quota with the
- * limits of call's server (no limits: SMP_OK, *limit 0). */
+ * limits of call's server (no limits, or call came on a connection
+ * authenticated as an admin: SMP_OK, *limit 0). */
 int rpc_server_revision_quota(const smp_rpc_call *call, const char *tenant, uint64_t live,
                               uint64_t *limit);
 

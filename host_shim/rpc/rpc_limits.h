@@ -21,7 +21,8 @@
  * Admin connections (the nodes' registration and heartbeats, operators) are
  * not limited: a limit must never cut the cluster's own control traffic.
  * Revisions are counted by the weight plugin, which asks before an import
- * starts (smp_host_api.rpc_revision_quota, ABI 1.3). Every refusal is counted
+ * starts (smp_host_api.rpc_revision_quota, ABI 1.3); an admin's import is
+ * not limited either, whichever tenant it names. Every refusal is counted
  * per reason and tenant for store_rpc_refused_total. A limit that is not
  * configured (0) does not apply. Loop thread only. */
 #ifndef HOST_RPC_LIMITS_H
