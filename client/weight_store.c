@@ -769,6 +769,9 @@ int weight_is_exist(weight_store *s, const weight_identity *id, int *exists)
     pb_arena_init(&a, mem, sizeof(mem));
     int rc = id_call(s, M(IS_EXIST), id, 0, &wmrpc__is_exist_response__descriptor, &a.alloc,
                      (ProtobufCMessage **)&r);
+    /* another tenant's revision is answered NOT_FOUND (the weight plugin's,
+     * never the host's SMP_ENOTFOUND): to this caller it does not exist */
+    if (rc == WEIGHT_ENOT_FOUND) return WEIGHT_OK;
     if (rc < 0) return rc;
     *exists = r->exists ? 1 : 0;
     pb_arena_free_unpacked(&a, &r->base);

@@ -562,7 +562,9 @@ WEIGHT_API void weight_mapped_release(weight_mapped *v);
 
 /* -- management -------------------------------------------------------------- */
 
-/* *exists = 1 only when the exact revision is READY and readable. */
+/* *exists = 1 only when the exact revision is READY and readable; 0 for
+ * an absent one, also for another tenant's (which the master answers
+ * NOT_FOUND: to this connection it does not exist). */
 WEIGHT_API int weight_is_exist(weight_store *s, const weight_identity *id, int *exists);
 
 /* Metadata of a revision (tombstones included). op (may be NULL) receives

@@ -626,13 +626,15 @@ int wm_identity_in(wm_plugin *p, smp_rpc_call *call, const Wmrpc__WeightIdentity
     const char *tenant = wm_tenant_of(p, call, pid != NULL ? pid->tenant : NULL);
     if (tenant == NULL) {
         /* the same whether it exists or not: that the caller named
-         * another tenant is all it says */
+         * another tenant is all it says (and which tenant the connection
+         * acts for, its own, so nobody takes the named one for it) */
         wm_reply_error(p, call, WM_ENOT_FOUND,
-                       "no revision %s/%s/%s/%s@%" PRIu64 " for this connection: it acts for "
-                       "its own tenant only (an admin's may name another)", pid->tenant,
+                       "no revision %s/%s/%s/%s@%" PRIu64 " for this connection of tenant %s: it "
+                       "acts for its own tenant only (an admin's may name another)", pid->tenant,
                        pid->namespace_id ? pid->namespace_id : "",
                        pid->resource_id ? pid->resource_id : "",
-                       pid->revision ? pid->revision : "", pid->generation);
+                       pid->revision ? pid->revision : "", pid->generation,
+                       wm_caller_tenant(p, call));
         return 0;
     }
     if (wm_identity_from_pb(pid, tenant, id, msg, sizeof(msg)) < 0) {

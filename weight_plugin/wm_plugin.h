@@ -408,6 +408,9 @@ int wm_revision_fenced(const wm_plugin *p, const wm_revision *rev);
  * empty ("default" with authentication off), or NULL when a non-admin
  * caller names another tenant (answer NOT_FOUND, never FORBIDDEN). */
 const char *wm_tenant_of(wm_plugin *p, smp_rpc_call *call, const char *wire);
+/* The authenticated caller's own tenant (valid while call is unanswered),
+ * or "" with authentication off. */
+const char *wm_caller_tenant(wm_plugin *p, smp_rpc_call *call);
 /* 1 when the caller of call may see tenant's revisions. */
 int wm_tenant_visible(wm_plugin *p, smp_rpc_call *call, const char *tenant);
 /* 1 when tenant may start one more live revision under the host's limits;

@@ -45,6 +45,13 @@ const char *wm_tenant_of(wm_plugin *p, smp_rpc_call *call, const char *wire)
     return NULL;
 }
 
+const char *wm_caller_tenant(wm_plugin *p, smp_rpc_call *call)
+{
+    smp_caller who;
+    wm_caller_of(p, call, &who);
+    return who.auth_enabled && who.tenant != NULL ? who.tenant : "";
+}
+
 int wm_tenant_visible(wm_plugin *p, smp_rpc_call *call, const char *tenant)
 {
     const char *t = wm_tenant_of(p, call, tenant);
