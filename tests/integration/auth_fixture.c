@@ -161,7 +161,13 @@ void af_cert_yaml(char *out, size_t cap)
 void af_start_certs(wr_fixture *f, const char *name, char *tcp, size_t tcp_cap, char *yaml,
                     size_t yaml_cap)
 {
-    char auth[4096], path[300], certs[1024];
+    af_start_certs_with(f, name, NULL, tcp, tcp_cap, yaml, yaml_cap);
+}
+
+void af_start_certs_with(wr_fixture *f, const char *name, const char *auth_extra, char *tcp,
+                         size_t tcp_cap, char *yaml, size_t yaml_cap)
+{
+    char auth[4096], path[300], certs[2048];
     FILE *tf;
     hx_master *m = &f->m;
     assert_int_equal(hx_init(m, name, NULL), 0);
@@ -171,6 +177,11 @@ void af_start_certs(wr_fixture *f, const char *name, char *tcp, size_t tcp_cap, 
     fprintf(tf, "%s\n", af_token(AF_ADMIN));
     assert_int_equal(fclose(tf), 0);
     af_cert_yaml(certs, sizeof(certs));
+    if (auth_extra != NULL) {
+        size_t used = strlen(certs);
+        int k = snprintf(certs + used, sizeof(certs) - used, "%s", auth_extra);
+        assert_true(k >= 0 && (size_t)k < sizeof(certs) - used);
+    }
     af_auth_yaml(path, certs, auth, sizeof(auth));
     int n = snprintf(yaml, yaml_cap,
                      "tls:\n  cert: \"%s/server.pem\"\n  key: \"%s/server.key\"\n"

@@ -89,6 +89,11 @@ void af_cert_yaml(char *out, size_t cap);
 void af_start_certs(wr_fixture *f, const char *name, char *tcp, size_t tcp_cap, char *yaml,
                     size_t yaml_cap);
 
+/* af_start_certs with more YAML under auth: (as af_start_with's, e.g.
+ * auth.limits); NULL: none. */
+void af_start_certs_with(wr_fixture *f, const char *name, const char *auth_extra, char *tcp,
+                         size_t tcp_cap, char *yaml, size_t yaml_cap);
+
 /* Point WM_TLS_CA, WM_TLS_CERT and WM_TLS_KEY at the CA of f's master and
  * the certificate name of its directory (af_make_cert_pki's). */
 void af_use_cert(const wr_fixture *f, const char *name);
