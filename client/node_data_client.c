@@ -56,22 +56,35 @@ static int conn_break(ndc_conn *c, int rc)
     return rc;
 }
 
-/* Connect fd to ai within timeout_ms (<= 0: blocking connect). */
-static int connect_timed(int fd, const struct addrinfo *ai, int timeout_ms)
+/* Connect fd to ai within timeout_ms (<= 0: blocking connect): SMP_OK,
+ * SMP_EAGAIN (timed out) or SMP_EIO with the connect's own cause in *cause
+ * (an errno: for a nonblocking connect the socket's SO_ERROR once poll says
+ * it is done, e.g. ECONNREFUSED -- never the EINPROGRESS of its start). */
+static int connect_timed(int fd, const struct addrinfo *ai, int timeout_ms, int *cause)
 {
     struct pollfd p = { .fd = fd, .events = POLLOUT };
-    int soerr = 0;
+    int soerr = 0, n;
     socklen_t sl = sizeof(soerr);
-    if (timeout_ms <= 0)
-        return connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 ? SMP_OK : SMP_EIO;
+    *cause = 0;
     if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
         return SMP_OK;
-    if (errno != EINPROGRESS && errno != EAGAIN)
+    *cause = errno;
+    if (timeout_ms <= 0 || (errno != EINPROGRESS && errno != EAGAIN))
         return SMP_EIO;
-    if (poll(&p, 1, timeout_ms) == 0)
+    while ((n = poll(&p, 1, timeout_ms)) < 0 && errno == EINTR) {
+    }
+    if (n == 0) {
+        *cause = ETIMEDOUT;
         return SMP_EAGAIN;
-    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) < 0 || soerr != 0)
+    }
+    if (n < 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) < 0) {
+        *cause = errno;
         return SMP_EIO;
+    }
+    if (soerr != 0) {
+        *cause = soerr;
+        return SMP_EIO;
+    }
     return SMP_OK;
 }
 
@@ -84,7 +97,7 @@ int ndc_connect(const char *endpoint,
     char host[256], port[16];
     const char *colon, *hs, *he;
     struct addrinfo hints, *res = NULL, *ai;
-    int rc = SMP_EIO, fd = -1, one = 1, timeout = opt != NULL ? opt->timeout_ms : 0;
+    int rc = SMP_EIO, fd = -1, one = 1, timeout = opt != NULL ? opt->timeout_ms : 0, cause = 0;
     ndc_conn *c;
 
     if (endpoint == NULL || out == NULL || (colon = strrchr(endpoint, ':')) == NULL ||
@@ -116,14 +129,16 @@ int ndc_connect(const char *endpoint,
     for (ai = res; ai != NULL; ai = ai->ai_next) {
         fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC |
                     (timeout > 0 ? SOCK_NONBLOCK : 0), ai->ai_protocol);
-        if (fd < 0)
+        if (fd < 0) {
+            cause = errno;
             continue;
+        }
         if (opt != NULL && opt->socket_buffer_bytes > 0) {
             int v = opt->socket_buffer_bytes;
             setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof(v));
             setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof(v));
         }
-        rc = connect_timed(fd, ai, timeout);
+        rc = connect_timed(fd, ai, timeout, &cause);
         if (rc == SMP_OK)
             break;
         close(fd);
@@ -132,7 +147,7 @@ int ndc_connect(const char *endpoint,
     freeaddrinfo(res);
     if (fd < 0) {
         wm_errbuf(err, errlen, "node data: cannot connect to %s: %s", endpoint,
-                rc == SMP_EAGAIN ? "timed out" : strerror(errno));
+                rc == SMP_EAGAIN ? "timed out" : strerror(cause));
         return rc;
     }
     if (timeout > 0) {

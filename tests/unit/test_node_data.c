@@ -14,7 +14,8 @@
  * ranges past the data are refused with the connection kept, while a
  * second client is served; a node without a cold tier refuses them.
  * CHECK_COLD: the node hashes a whole file for a reader whose bytes did not
- * verify, and a client that finds it busy with another check asks again. */
+ * verify, and a client that finds it busy with another check asks again.
+ * A connect to a port nobody listens on says "Connection refused". */
 #include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -1086,9 +1087,38 @@ static void test_cold_check_cut_off_still_notes_the_file(void **state)
     cold_fixture_done(ct, data);
 }
 
+/* A port nobody listens on (bound by the test, so no one else takes it):
+ * the connect's error names the real cause, "Connection refused", with a
+ * timeout (a nonblocking connect, its result read with SO_ERROR) and
+ * without -- never the "Operation now in progress" of its start. */
+static void test_refused_connect_names_its_cause(void **state)
+{
+    (void)state;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0); /* no listen */
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &al), 0);
+    char ep[64], err[256];
+    snprintf(ep, sizeof(ep), "127.0.0.1:%u", (unsigned)ntohs(a.sin_port));
+    int timeouts[] = {5000, 0};
+    for (size_t i = 0; i < 2; i++) {
+        ndc_conn *c = NULL;
+        ndc_options o = {.timeout_ms = timeouts[i]};
+        err[0] = '\0';
+        assert_int_equal(ndc_connect(ep, &o, &c, err, sizeof(err)), SMP_EIO);
+        assert_null(c);
+        if (strstr(err, "cannot connect to") == NULL || strstr(err, "Connection refused") == NULL)
+            fail_msg("timeout %d: %s", timeouts[i], err);
+    }
+    close(fd);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_refused_connect_names_its_cause),
         cmocka_unit_test(test_write_then_read_round_trip),
         cmocka_unit_test(test_bad_tickets_write_nothing),
         cmocka_unit_test(test_range_and_segment_refusals),
