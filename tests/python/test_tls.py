@@ -10,7 +10,9 @@ over HTTPS; a wrong CA and no CA are refused with the library's clear
 error, nothing changed; against a master that verifies clients, the handle's
 client certificate is served and a handle without one is refused; with
 auth.certificates mapping that certificate to a tenant, a put and get go
-through with no token and land in that tenant.
+through with no token and land in that tenant, also when the tenant's rate
+limit paces every new handle's first request (never a handle of tenant
+default), and another tenant's revision is False for weight_is_exist.
 
 Registered as its own ctest, python_weightstore_tls (python_weightstore runs
 the other files)."""
@@ -138,3 +140,39 @@ def test_tls_client_certificate_maps_to_tenant_without_token(no_tls_environment,
                     assert np.array_equal(load[name].array, arr), name
             assert [x.identity for x in s.weight_list("llm", i.resource_id)] == [md.identity]
         assert 'store_rpc_auth_certificates_total{result="mapped"}' in m.metrics()
+
+
+def test_tls_certificate_tenant_keeps_its_identity_under_a_rate_limit(no_tls_environment, tmp_path,
+                                                                      monkeypatch):
+    """auth.limits on a certificate's tenant (team-py: 5 requests a second,
+    burst 5): a new WeightStore per call, seven times in a row, still acts
+    for team-py -- its HELLO, refused by the rate limit like any request, is
+    paced, never taken for a connection without identity (tenant default,
+    which listed nothing and found nothing). Another tenant's revision is
+    False for weight_is_exist, with a generation or without, as an absent
+    one is."""
+    import hashlib
+    monkeypatch.delenv("WEIGHT_TOKEN", raising=False)
+    node_token = "py-node-admin-token"
+    (tmp_path / "node.token").write_text(node_token + "\n")
+    digest = hashlib.sha256(node_token.encode()).hexdigest()
+    extra = ("auth:\n  enabled: true\n"
+             f"  node_token_file: \"{tmp_path / 'node.token'}\"\n"
+             f"  tokens:\n    - {{sha256: {digest}, tenant: ops, role: admin}}\n"
+             "  certificates:\n    - {cn: client, tenant: team-py, role: writer}\n"
+             "  limits:\n    tenants:\n      team-py: {rate: 5, burst: 5}\n")
+    with Master(tls=True, verify_clients=True, extra=extra) as m:
+        i = ws.WeightIdentity("llm", unique("cert-rate"), "v1", 1)
+        with ws.WeightStore(m.address, transport=ws.TRANSPORT_REMOTE, **m.store_tls()) as s:
+            put_model(s, i, model(2))
+        for k in range(7):
+            with ws.WeightStore(m.address, transport=ws.TRANSPORT_REMOTE, **m.store_tls()) as s:
+                assert s.weight_is_exist(i), k
+                assert [x.identity.tenant_id for x in s.weight_list("llm", i.resource_id)] == ["team-py"], k
+        theirs = ws.WeightIdentity("llm", i.resource_id, "v1", 1, tenant_id="ops")
+        with ws.WeightStore(m.address, transport=ws.TRANSPORT_REMOTE, **m.store_tls()) as s:
+            assert s.weight_is_exist(theirs) is False
+            assert s.weight_is_exist(ws.WeightIdentity("llm", i.resource_id, "v1", 0, tenant_id="ops")) is False
+        refused = [float(line.split()[-1]) for line in m.metrics().splitlines()
+                   if line.startswith('store_rpc_refused_total{reason="rate",tenant="team-py"}')]
+        assert refused and refused[0] > 0  # the limit did refuse: the calls were paced
