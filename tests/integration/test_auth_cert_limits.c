@@ -58,8 +58,13 @@ static int teardown(void **state)
     unsetenv("WM_TLS_KEY");
     unsetenv("WEIGHT_TOKEN");
     wr_disconnect(&f->w);
+    /* stop cleanly (a sanitizer build reports at exit) and fail on a report */
+    (void)hx_stop(&f->w.m);
+    int reported = hx_log_contains(&f->w.m, "Sanitizer") || hx_log_contains(&f->w.m, "runtime error");
+    if (reported) hx_print_log(&f->w.m);
     hx_cleanup(&f->w.m);
     free(f);
+    assert_false(reported);
     return 0;
 }
 
