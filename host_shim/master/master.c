@@ -534,7 +534,8 @@ static int open_parts(master *m, char *err, size_t errlen)
     else
         rc = oplog_file_open(&m->loop, &lo, &m->log, err, errlen);
     if (rc < 0) return rc;
-    if ((rc = master_recover(m, err, errlen)) < 0) return rc;
+    if ((rc = master_recover(m, err, errlen)) < 0)
+        return m->cfg->ha_enabled ? master_ha_explain_short_log(m, rc, err, errlen) : rc;
     if (m->cfg->ha_enabled && (rc = master_ha_check_log(m, err, errlen)) < 0) return rc;
 
     rpc_server_options ro = {

@@ -29,7 +29,12 @@
  * applied in data_dir/ha.applied (at most every second, synced at a stop) and
  * refuses to start on a log that ends before it: an etcd that came back
  * wiped, or from an older backup, must not become an empty cluster whose
- * registration sweeps delete the nodes' data as orphans. */
+ * registration sweeps delete the nodes' data as orphans; a log that ends
+ * before the newest snapshot is refused the same way, naming the snapshot.
+ * A running standby that finds the log behind what it applied leaves the
+ * election and reads the head again every second: once etcd holds the log
+ * again (restored), with the same record at its last seq, it follows on and
+ * campaigns again, without a restart. */
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -132,6 +137,33 @@ static void on_follow_stop(void *arg, int status, const char *why)
     fprintf(stderr, "store_master: standby cannot replay: %s; out of the election\n",
             m->ha_reason);
     ha_election_set_eligible(m->election, 0);
+    publish_status(m);
+}
+
+/* etcd's log went behind what this standby applied (behind 1: out of the
+ * election, the reason says why and what brings it back), or holds it again
+ * (0: back in, unless something else keeps it out). */
+static void on_follow_behind(void *arg, int behind, const char *why)
+{
+    master *m = arg;
+    if (m->stopping) return;
+    if (behind) {
+        m->ha_log_behind = 1;
+        m->ha_ready = 0;
+        snprintf(m->ha_reason, sizeof(m->ha_reason),
+                 "%s; waiting for etcd to hold the log again (restore etcd's data; "
+                 "checked every second)", why);
+        fprintf(stderr, "store_master: standby cannot follow: %s; out of the election\n",
+                m->ha_reason);
+        ha_election_set_eligible(m->election, 0);
+    } else if (m->ha_log_behind) {
+        m->ha_log_behind = 0;
+        m->ha_ready = 1;
+        m->ha_reason[0] = '\0';
+        fprintf(stderr, "store_master: etcd holds the log again; following it from seq %" PRIu64
+                ", back in the election\n", m->applied_seq + 1);
+        ha_election_set_eligible(m->election, 1);
+    }
     publish_status(m);
 }
 
@@ -338,7 +370,8 @@ int master_ha_open_log(master *m, char *err, size_t errlen)
     uint32_t batch = m->cfg->oplog_max_batch_records;
     oplog_etcd_options o = {.client = m->etcd, .prefix = m->cfg->ha_prefix,
                             .max_batch_records = batch < 127 ? batch : 127,
-                            .on_fenced = on_fenced, .fenced_arg = m};
+                            .on_fenced = on_fenced, .fenced_arg = m,
+                            .on_behind = on_follow_behind, .behind_arg = m};
     return oplog_etcd_open(&m->loop, &o, &m->log, err, errlen);
 }
 
@@ -433,6 +466,27 @@ int master_ha_check_log(master *m, char *err, size_t errlen)
     }
     m->ha_applied_saved = had;
     return SMP_OK;
+}
+
+int master_ha_explain_short_log(master *m, int rc, char *err, size_t errlen)
+{
+    uint64_t head = oplog_etcd_head(m->log), had = applied_remembered(m);
+    if (rc != SMP_EPROTO || m->snapshot_seq == 0 || head >= m->snapshot_seq) return rc;
+    char path[4200], snap[4200], also[4400] = "";
+    applied_path(m, path, sizeof(path));
+    if (snap_file_path(m->snap_dir, m->snapshot_seq, snap, sizeof(snap)) != SMP_OK)
+        snprintf(snap, sizeof(snap), "in %s", m->snap_dir);
+    if (had > 0)
+        snprintf(also, sizeof(also), ", and this master applied up to seq %" PRIu64 " (%s)",
+                 had, path);
+    snprintf(err, errlen, "ha: the OpLog under %s ends at seq %" PRIu64 ", but the newest "
+             "snapshot %s was taken at seq %" PRIu64 "%s: etcd lost records (wiped, or restored "
+             "from an older backup). Starting would begin a cluster without them, and the "
+             "nodes' data would be deleted as orphans: restore etcd; to start anew on what etcd "
+             "holds instead, move the snapshots in ha.snapshot_dir (%s) aside%s%s",
+             m->cfg->ha_prefix, head, snap, m->snapshot_seq, also, m->snap_dir,
+             had > 0 ? " and remove " : "", had > 0 ? path : "");
+    return SMP_ESTATE;
 }
 
 void master_ha_tick(master *m)

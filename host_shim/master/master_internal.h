@@ -248,6 +248,7 @@ typedef struct master {
     uint64_t ha_replay_stopped; /* times following stopped on a record (metric) */
     char ha_reason[512];
     uint64_t ha_applied_saved;    /* the seq data_dir/ha.applied holds (master_ha.c) */
+    int ha_log_behind;            /* etcd's log head is behind applied_seq (master_ha.c) */
     uint64_t ha_applied_saved_ms; /* when it was written */
     char ha_leader[256];        /* the leader's endpoint as last seen, "" */
     int restart_requested;      /* exit with MASTER_EXIT_RESTART */
@@ -389,6 +390,11 @@ int master_ha_open_log(master *m, char *err, size_t errlen);
  * would begin a cluster without them and the nodes' data would go as
  * orphans. 0 otherwise. */
 int master_ha_check_log(master *m, char *err, size_t errlen);
+/* Recovery failed with rc: when etcd's log ends before the newest snapshot
+ * (etcd lost records), replace err with what happened and the two ways out
+ * (restore etcd, or move the snapshots aside and remove data_dir/ha.applied)
+ * and return SMP_ESTATE; rc and err unchanged otherwise. */
+int master_ha_explain_short_log(master *m, int rc, char *err, size_t errlen);
 /* After recovery, with the RPC server created: turn away what a standby
  * must not serve, start the election and follow the log. */
 int master_ha_start(master *m, char *err, size_t errlen);

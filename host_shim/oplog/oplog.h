@@ -239,6 +239,15 @@ typedef struct oplog_etcd_options {
     /* Added for the etcd backend's tests and operators (0 = default): */
     uint32_t unreachable_ms;      /* follow gives up with SMP_EIO once etcd
                                      stayed unreachable this long; 0 = 30000 */
+    /* Loop thread, while following: etcd's log head went behind the last
+     * record delivered (behind 1, why says so: etcd lost records -- wiped, or
+     * restored from an older backup; following waits, reading the head again
+     * every FOLLOW_BEHIND_POLL_MS), or etcd holds the log again up to that
+     * record, with the same record there (behind 0, why ""; following goes on
+     * from it). A record there that differs from the one delivered (a new
+     * history) stops following with SMP_EPROTO instead. May be NULL. */
+    void (*on_behind)(void *arg, int behind, const char *why);
+    void *behind_arg;
 } oplog_etcd_options;
 
 /* Open the log read-only (a standby). Reads the head once (blocking, before

@@ -259,10 +259,10 @@ static void deliver(void *be)
 {
     etcd_log *el = be;
     frec *r;
-    int stop_evt, prom_evt, fenced_evt;
-    int stop_status = 0, prom_status = 0, prom_follow_ended = 0;
-    uint64_t stop_sess = 0, prom_sess = 0, prom_head = 0;
-    char stop_why[384], fenced_why[512];
+    int stop_evt, prom_evt, fenced_evt, behind_evt;
+    int stop_status = 0, prom_status = 0, prom_follow_ended = 0, behind_state = 0;
+    uint64_t stop_sess = 0, prom_sess = 0, prom_head = 0, behind_sess = 0;
+    char stop_why[384], fenced_why[512], behind_why[384];
 
     pthread_mutex_lock(&el->pipe.mu);
     frec_splice(&el->ready_recs, &el->recs);
@@ -289,6 +289,13 @@ static void deliver(void *be)
     if (fenced_evt) {
         memcpy(fenced_why, el->fenced_why, sizeof(fenced_why));
         el->fenced_evt = 0;
+    }
+    behind_evt = el->behind_evt;
+    if (behind_evt) {
+        behind_state = el->behind_state;
+        behind_sess = el->behind_sess;
+        memcpy(behind_why, el->behind_why, sizeof(behind_why));
+        el->behind_evt = 0;
     }
     pthread_mutex_unlock(&el->pipe.mu);
 
@@ -317,6 +324,9 @@ static void deliver(void *be)
             el->head_seen = r->rec.seq;
         free(r);
     }
+    if (behind_evt && behind_sess == el->sess && el->following && !el->pipe.closing &&
+        el->opt.on_behind != NULL)
+        el->opt.on_behind(el->opt.behind_arg, behind_state, behind_why);
     if (stop_evt && stop_sess == el->sess && stop_sess != el->dead_sess)
         end_following(el, stop_status, stop_why);
     if (prom_evt && el->promote_pending) {
@@ -380,6 +390,8 @@ static void *worker_main(void *arg)
             el->f_arg = el->follow_req_arg;
             el->f_down_since_ns = 0;
             el->f_backoff_ms = BACKOFF_MIN_MS;
+            el->f_behind = 0;
+            el->f_last_sum = 0;
             continue;
         }
         if (el->pipe.queue.head != NULL) {

@@ -133,6 +133,15 @@ int oel_scan(etcd_log *el,
 
 /* -- the thread: following and promoting -------------------------------------- */
 
+/* A record's fingerprint: its sequence, type, version and payload. */
+static uint64_t record_sum(const oplog_record *rec)
+{
+    uint64_t h = XXH64(rec->payload, rec->len, rec->seq);
+    uint64_t meta[2] = {h, ((uint64_t)rec->type << 16) | rec->encver};
+    h = XXH64(meta, sizeof(meta), 0);
+    return h != 0 ? h : 1;
+}
+
 /* Copy one record for the loop, waiting while FOLLOW_QUEUE_MAX are queued.
  * Returns 0, SMP_ENOMEM, or SMP_ECANCELED (stopping, or the session was
  * cancelled). Thread. */
@@ -170,7 +179,64 @@ static int post_record(etcd_log *el, void *arg, const oplog_record *rec)
     pthread_mutex_unlock(&el->pipe.mu);
     uv_async_send(&el->pipe.async);
     el->f_next = rec->seq + 1;
+    el->f_last_sum = record_sum(rec);
     return 0;
+}
+
+/* Tell the loop that the head is behind what was delivered (behind 1, why)
+ * or holds it again (0). Thread. */
+static void post_behind(etcd_log *el, int behind, const char *why)
+{
+    if (behind)
+        oel_log_line(el, "%s; waiting for etcd to hold the log again", why);
+    else
+        oel_log_line(el, "oplog: etcd holds the log again up to seq %" PRIu64
+                     "; following goes on", el->f_next - 1);
+    snprintf(el->f_behind_why, sizeof(el->f_behind_why), "%s", why);
+    pthread_mutex_lock(&el->pipe.mu);
+    el->behind_evt = 1;
+    el->behind_state = behind;
+    el->behind_sess = el->f_sess;
+    snprintf(el->behind_why, sizeof(el->behind_why), "%s", why);
+    pthread_mutex_unlock(&el->pipe.mu);
+    uv_async_send(&el->pipe.async);
+}
+
+typedef struct same_ctx {
+    uint64_t want;  /* the fingerprint delivered */
+    int differs;
+} same_ctx;
+
+static int same_record(etcd_log *el, void *arg, const oplog_record *rec)
+{
+    same_ctx *c = arg;
+    (void)el;
+    if (record_sum(rec) == c->want)
+        return 0;
+    c->differs = 1;
+    return SMP_EPROTO;
+}
+
+/* After the head was behind: the record f_next - 1 at revision rev must be
+ * the one delivered, else etcd holds another history (a new cluster began
+ * on the lost sequences) that this session must not continue. Returns 0,
+ * SMP_ERANGE (collected: the caller re-bootstraps), SMP_EPROTO (err says
+ * it differs) or an etcd error. */
+static int check_same_history(etcd_log *el, int64_t rev, char *err, size_t errlen)
+{
+    uint64_t seq = el->f_next - 1, first;
+    int gone = 0;
+    same_ctx c = {el->f_last_sum, 0};
+    if (seq == 0 || el->f_last_sum == 0)
+        return 0; /* nothing delivered by this session: nothing to compare */
+    int rc = oel_scan(el, seq, seq, rev, same_record, &c, &gone, &first, err, errlen);
+    if (gone)
+        return SMP_ERANGE;
+    if (c.differs)
+        wm_errbuf(err, errlen, "oplog: record %" PRIu64 " in etcd is not the one this standby "
+                  "applied: etcd holds another history (a cluster started anew on the lost "
+                  "records); restart this master to start from what etcd holds", seq);
+    return rc;
 }
 
 void oel_close_watch(etcd_log *el)
@@ -212,9 +278,12 @@ static int follow_sync(etcd_log *el, char *err, size_t errlen)
     pthread_mutex_unlock(&el->pipe.mu);
     if (head + 1 < el->f_next) {
         wm_errbuf(err, errlen, "oplog: the log's head %" PRIu64 " is behind seq %" PRIu64
-                  " already delivered", head, el->f_next - 1);
-        return SMP_EPROTO;
+                  " already applied: etcd lost records (wiped, or restored from an older "
+                  "backup)", head, el->f_next - 1);
+        return FOLLOW_BEHIND;
     }
+    if (el->f_behind && (rc = check_same_history(el, rev, err, errlen)) < 0)
+        return rc;
     rc = oel_scan(el, el->f_next, head, rev, post_record, NULL, &gone, &first, err, errlen);
     if (gone)
         return SMP_ERANGE;
@@ -272,6 +341,22 @@ void oel_follow_step(etcd_log *el)
 
     if (el->watch == NULL) {
         rc = follow_sync(el, err, sizeof(err));
+        if (rc == FOLLOW_BEHIND) {
+            /* Not an end: an etcd restored from its data holds the log again.
+             * Said again only when what is said changes. */
+            el->f_down_since_ns = 0;
+            el->f_backoff_ms = BACKOFF_MIN_MS;
+            if (!el->f_behind || strcmp(el->f_behind_why, err) != 0) {
+                el->f_behind = 1;
+                post_behind(el, 1, err);
+            }
+            oel_nap(el, FOLLOW_BEHIND_POLL_MS, 1);
+            return;
+        }
+        if (rc == 0 && el->f_behind) {
+            el->f_behind = 0;
+            post_behind(el, 0, "");
+        }
     } else {
         etcd_watch_batch b;
         rc = etcd_watch_next(el->watch, FOLLOW_POLL_MS, &b, err, sizeof(err));
@@ -350,6 +435,8 @@ void oel_do_promote(etcd_log *el)
         el->f_fn = el->promote_fn;
         el->f_arg = el->promote_fn_arg;
         el->f_active = 0;
+        el->f_behind = 0;
+        el->f_last_sum = 0;
     }
     pthread_mutex_unlock(&el->pipe.mu);
     if (!el->f_active)

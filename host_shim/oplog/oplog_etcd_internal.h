@@ -40,6 +40,8 @@
 #define BACKOFF_MAX_MS 1000u
 #define DEFAULT_TTL_MS 10000u
 #define DEFAULT_UNREACHABLE_MS 30000u
+#define FOLLOW_BEHIND_POLL_MS 1000u /* a head behind what was delivered is read again this often */
+#define FOLLOW_BEHIND 1 /* follow_sync: the head is behind what was delivered (err says so) */
 
 /* One record read from etcd on its way to a replay callback on the loop. */
 typedef struct frec {
@@ -123,6 +125,10 @@ typedef struct etcd_log {
     uint64_t prom_head;
     int fenced_evt;
     char fenced_why[512];
+    int behind_evt;         /* the head went behind what was delivered, or holds it again: */
+    int behind_state;       /* 1 behind, 0 holds it again */
+    uint64_t behind_sess;
+    char behind_why[384];
 
     /* The thread only (after open). */
     int fence_ok;           /* promoted: head_mod and written are ours */
@@ -136,6 +142,9 @@ typedef struct etcd_log {
     oplog_replay_fn f_fn;
     void *f_arg;
     uint64_t f_down_since_ns; /* etcd unreachable since; 0: it answers */
+    int f_behind;           /* the head was behind f_next - 1: waiting for etcd to hold it */
+    char f_behind_why[384]; /* what was posted about it last */
+    uint64_t f_last_sum;    /* XXH64 of the record f_next - 1 as delivered (0: none yet) */
     uint32_t f_backoff_ms;
     char *keys;             /* max_batch_records record keys */
     etcd_op *ops;           /* max_batch_records + 1 */

@@ -883,6 +883,100 @@ static void test_ha_a_wiped_etcd_is_refused(void **state)
     assert_int_equal(wait_leader(c, -1), 0);
 }
 
+/* Waits until master i's /health contains needle (any status). */
+static void wait_health(cluster *c, int i, const char *needle)
+{
+    char *body = NULL;
+    for (long long end = hx_now_ms() + WAIT_MS;; sleep_ms(100)) {
+        int code = hx_http_get(&c->hc.m[i], "/health", &body);
+        int found = code > 0 && body != NULL && strstr(body, needle) != NULL;
+        if (hx_now_ms() > end && !found) {
+            hx_print_log(&c->hc.m[i]);
+            fail_msg("master %d's /health never said \"%s\"; last: %d %s", i, needle, code,
+                     body ? body : "");
+        }
+        free(body);
+        body = NULL;
+        if (found) return;
+    }
+}
+
+/* etcd wiped under a running cluster, then restored from its data: the
+ * standbys find the log's head behind what they applied, leave the election
+ * and say why and what brings them back (/health), and once etcd holds the
+ * log again they follow on -- no restart -- and one of them takes over from
+ * the old leader (which refused the wiped etcd), with every write. */
+static void test_ha_standbys_follow_again_once_etcd_is_restored(void **state)
+{
+    cluster *c = *state;
+    char saved[600], cmd[1400];
+    int leader = start_cluster_and_write(c, "kv/r", 20);
+    uint64_t want = applied_of(c, leader);
+    for (int i = 0; i < N_MASTERS; i++)
+        for (long long end = hx_now_ms() + WAIT_MS; i != leader && applied_of(c, i) < want;
+             sleep_ms(50))
+            if (hx_now_ms() > end) fail_msg("standby %d did not catch up", i);
+    const char *data = c->hc.etcd.m[0].data_dir;
+    snprintf(saved, sizeof(saved), "%s.saved", data);
+    assert_int_equal(etcd_fixture_kill(&c->hc.etcd, 0), 0);
+    assert_int_equal(rename(data, saved), 0);
+    assert_int_equal(etcd_fixture_restart(&c->hc.etcd, 0, 20000), 0); /* empty */
+    for (int i = 0; i < N_MASTERS; i++)
+        if (i != leader) wait_health(c, i, "waiting for etcd to hold the log again");
+    hx_kill(&c->hc.m[leader]); /* it refuses the wiped etcd, or is about to */
+    assert_int_equal(etcd_fixture_kill(&c->hc.etcd, 0), 0);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", data);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(rename(saved, data), 0);
+    assert_int_equal(etcd_fixture_restart(&c->hc.etcd, 0, 20000), 0); /* restored */
+    int next = wait_leader(c, leader);
+    for (int i = 0; i < N_MASTERS; i++)
+        if (i != leader && i != next) wait_health(c, i, "ok");
+    assert_true(hx_log_contains(&c->hc.m[next], "etcd holds the log again"));
+    wait_node(c, next);
+    kvc *k = client_of(c, next);
+    assert_all_present(k, "kv/r", 0, 20);
+    put_n(k, "kv/s", 0, 5);
+    assert_all_present(k, "kv/s", 0, 5);
+    kvc_close(k);
+}
+
+/* etcd wiped after a snapshot: the master's start replays after the
+ * snapshot's seq, which the empty log does not reach. The refusal names
+ * the snapshot and data_dir/ha.applied, and the ways out. */
+static void test_ha_a_wiped_etcd_after_a_snapshot_is_refused_naming_both(void **state)
+{
+    cluster *c = *state;
+    char cmd[700];
+    c->every_records = 10;
+    start_master(c, 0);
+    assert_int_equal(wait_leader(c, -1), 0);
+    node_and_write(c, 0, "kv/w", 30);
+    char *body = NULL;
+    for (long long end = hx_now_ms() + WAIT_MS;; sleep_ms(100)) {
+        assert_int_equal(hx_http_get(&c->hc.m[0], "/metrics", &body), 200);
+        int snap = strstr(body, "snapshot_last_seq 0\n") == NULL;
+        free(body);
+        if (snap) break;
+        if (hx_now_ms() > end) fail_msg("no snapshot was taken");
+    }
+    assert_int_equal(hx_stop(&c->hc.m[0]), 0);
+    assert_int_equal(etcd_fixture_kill(&c->hc.etcd, 0), 0);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", c->hc.etcd.m[0].data_dir);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(etcd_fixture_restart(&c->hc.etcd, 0, 20000), 0);
+    assert_int_equal(write_config(c, 0), 0);
+    int status = hx_run_to_exit(&c->hc.m[0], WAIT_MS);
+    if (status != 1 || !hx_log_contains(&c->hc.m[0], "etcd lost records") ||
+        !hx_log_contains(&c->hc.m[0], "/data/ha.applied") ||
+        !hx_log_contains(&c->hc.m[0], "but the newest snapshot ") ||
+        !hx_log_contains(&c->hc.m[0], "restore etcd; to start anew on what etcd holds instead, "
+                                      "move the snapshots in ha.snapshot_dir")) {
+        hx_print_log(&c->hc.m[0]);
+        fail_msg("a master on a wiped etcd after a snapshot: exit %d", status);
+    }
+}
+
 /* Holds the relay 1.5 s the first time a client sends a LeaseGrant of a
  * 2 s TTL: the gRPC message of LeaseGrantRequest{ttl: 2} is the 5-byte
  * prefix (uncompressed, length 2) and field 1 = 2. gRPC sends every call of
@@ -1132,6 +1226,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_ha_background_fsck_schedule_survives_a_failover,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_ha_a_wiped_etcd_is_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ha_a_wiped_etcd_after_a_snapshot_is_refused_naming_both,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ha_standbys_follow_again_once_etcd_is_restored, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_ha_master_starts_while_etcd_is_silent, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_ha_master_asks_again_for_a_lease_granted_late,
