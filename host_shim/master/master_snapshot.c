@@ -325,7 +325,13 @@ static void job_settle(snap_job *job)
     int status;
     if (job->got == sizeof(job->report) && !job->extra) {
         status = job->report.status >= 0 ? SMP_OK : job->report.status;
-        if (status < 0)
+        if (status == SMP_EEXIST)
+            snprintf(m->snapshot_why, sizeof(m->snapshot_why),
+                     "snapshot at %llu: not written: %.200s already holds a snapshot at or after "
+                     "that seq (written by another master of the cluster, or a copy put back "
+                     "by hand); a snapshot never replaces or precedes another",
+                     (unsigned long long)job->seq, m->snap_dir);
+        else if (status < 0)
             snprintf(m->snapshot_why, sizeof(m->snapshot_why),
                      "snapshot at %llu: its writer failed: %s", (unsigned long long)job->seq,
                      smp_strerror(status));
@@ -508,6 +514,21 @@ int master_snapshot_take(master *m, master_snapshot_cb done, void *arg)
         /* Nothing happened since the newest snapshot: it is the answer. */
         free(w);
         if (done) done(m, arg, SMP_OK, m->snapshot_seq, NULL);
+        return SMP_OK;
+    }
+    uint64_t newest = 0, older = 0;
+    if (!m->snapshot_running && m->applied_seq > m->snapshot_seq &&
+        snap_newest_two(m->snap_dir, &newest, &older) == SMP_OK && newest == m->applied_seq) {
+        /* HA: the master that led before (the snapshot directory is
+         * shared) wrote the snapshot of this very seq -- the same records,
+         * so the same state: it is the answer, and a write would only find
+         * it there (SMP_EEXIST). */
+        char path[sizeof(m->snap_dir) + 64];
+        m->snapshot_seq = newest;
+        free(w);
+        if (done)
+            done(m, arg, SMP_OK, newest,
+                 snap_file_path(m->snap_dir, newest, path, sizeof(path)) == SMP_OK ? path : NULL);
         return SMP_OK;
     }
     if (m->snapshot_running) {
