@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "weight_lineage.h"
 #include "weight_residency_planner.h"
@@ -313,6 +314,68 @@ int wm_reply_lease(wm_plugin *p, smp_rpc_call *call, const wm_lease *l, const wm
 /* Append and publish                                                        */
 /* ------------------------------------------------------------------------ */
 
+/* What record t is, for a log line: its kind and the revision (and lease)
+ * it is for. An identity that is empty (a lease ended by expiry whose
+ * revision is gone) says so. */
+static void txn_what(const wm_txn *t, char *out, size_t cap)
+{
+    const wm_identity *id = NULL;
+    char lease[64] = "";
+    const char *kind = "?";
+    switch (t->kind) {
+    case WM_TXN_UPSERT: kind = "the metadata of"; id = &t->up.revision.id; break;
+    case WM_TXN_DELETE: kind = "the deletion of"; id = &t->del.id; break;
+    case WM_TXN_LEASE_UPSERT:
+        kind = "a lease on";
+        id = &t->lease.id_of;
+        snprintf(lease, sizeof(lease), " (lease %" PRIu64 ")", t->lease.id);
+        break;
+    case WM_TXN_LEASE_DELETE:
+        kind = "the end of a lease on";
+        id = &t->lease_end.id_of;
+        snprintf(lease, sizeof(lease), " (lease %" PRIu64 ")", t->lease_end.lease_id);
+        break;
+    }
+    if (id != NULL && id->resource_id != NULL && id->resource_id[0] != '\0')
+        snprintf(out, cap, "%s %s/%s/%s@%s gen %" PRIu64 "%s", kind,
+                 id->tenant_id ? id->tenant_id : "", id->ns ? id->ns : "", id->resource_id,
+                 id->revision ? id->revision : "", id->weight_generation, lease);
+    else
+        snprintf(out, cap, "%s %s%s", kind, t->group_key[0] ? t->group_key : "(unknown revision)",
+                 lease);
+}
+
+static uint64_t txn_mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* Log that t did not become durable: the first WM_DURABILITY_LOG_BURST in
+ * each WM_DURABILITY_LOG_WINDOW_MS, the others counted and summed up in one
+ * line when the next window opens (an etcd outage fails every record). */
+#define WM_DURABILITY_LOG_BURST 5u
+#define WM_DURABILITY_LOG_WINDOW_MS 10000u
+static void log_not_durable(wm_plugin *p, const wm_txn *t, int status)
+{
+    char what[1400];
+    uint64_t left_out = 0;
+    p->durability_log.burst = WM_DURABILITY_LOG_BURST;
+    p->durability_log.window_ms = WM_DURABILITY_LOG_WINDOW_MS;
+    int say = log_limit_admit(&p->durability_log, txn_mono_ms(), &left_out);
+    if (left_out > 0)
+        p->api->log(p->host, SMP_LOG_ERROR, "%" PRIu64 " more weight records did not become "
+                    "durable in the last %u s (not logged one by one)", left_out,
+                    WM_DURABILITY_LOG_WINDOW_MS / 1000u);
+    if (!say) return;
+    txn_what(t, what, sizeof(what));
+    p->api->log(p->host, SMP_LOG_ERROR, "weight record for %s did not become durable: %s%s", what,
+                smp_strerror(status),
+                p->durability_log.logged == p->durability_log.burst
+                    ? " (more such lines are counted, at most 5 logged every 10 s)" : "");
+}
+
 /* Durable callback: apply the record with the replay code, then answer. */
 static void wm_txn_durable(void *arg, int status, uint64_t seq)
 {
@@ -324,8 +387,7 @@ static void wm_txn_durable(void *arg, int status, uint64_t seq)
 
     wm_pending_remove(p, t);
     if (status < 0) {
-        p->api->log(p->host, SMP_LOG_ERROR, "weight record for %s did not become durable: %s",
-                    t->group_key, smp_strerror(status));
+        log_not_durable(p, t, status);
         if (t->call != NULL)
             wm_reply_error(p, t->call, WM_EDURABILITY_FAILED,
                            "the OpLog could not make the record for %s durable (%s); nothing "

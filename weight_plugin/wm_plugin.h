@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "log_limit.h"
 #include "weight_management.h"
 #include "weight_metadata_store.h"
 #include "weight_residency_planner.h"
@@ -55,6 +56,7 @@ typedef struct wm_plugin {
     wm_store *store;
     wm_policy cluster_policy;  /* the master's defaults for new revisions */
     wm_txn *pending;           /* appended, not yet durable */
+    log_limit durability_log;  /* "did not become durable" lines (wm_mgmt_txn.c) */
     wm_vlease *vleases;        /* volatile leases, by grant order */
     size_t n_vleases;
     size_t cap_vleases;
