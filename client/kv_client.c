@@ -505,6 +505,7 @@ int kvc_status_get_nodes(kvc *c, kvc_status *out, kvc_node **nodes, size_t *n_no
     out->oplog_read_only = resp->oplog_read_only;
     out->oplog_failed_seq = resp->oplog_failed_seq;
     copy_str(out->oplog_failed_why, sizeof(out->oplog_failed_why), resp->oplog_failed_why);
+    copy_str(out->etcd_unreachable, sizeof(out->etcd_unreachable), resp->etcd_unreachable);
     copy_str(out->master_id, sizeof(out->master_id), resp->master_id);
     out->applied_seq = resp->applied_seq;
     copy_str(out->leader, sizeof(out->leader), resp->leader);

@@ -94,6 +94,8 @@ typedef struct kvc_status {
     kvc_master masters[KVC_MAX_MASTERS];
     size_t n_gates;          /* gates[0, n_gates): every gate a loaded plugin names */
     kvc_gate gates[KVC_MAX_GATES];
+    char etcd_unreachable[700]; /* HA: the master that answered cannot reach etcd: since when,
+                                   why ("": it can, or a master before this field) */
 } kvc_status;
 
 /* Connect to endpoint, a master list (rpcc_connect); timeout_ms bounds the

@@ -8,7 +8,10 @@
  * it shows the OpLog's state too (of the master whose block it prints),
  * and exits 1 when the OpLog failed (the
  * master is read-only until restarted: a script watching status must see
- * it, as /health's 503 says it). --tls-ca, --tls-cert,
+ * it, as /health's 503 says it) or, of an HA master, cannot reach etcd
+ * (state "unreachable": no append can be made durable, and the masters'
+ * rows are an old picture, none ready). A leader that a standby names and
+ * that does not answer status is said so, in its row and the nodes line. --tls-ca, --tls-cert,
  * --tls-key and --tls-server-name are kept here and resolved against the
  * environment by weightctl_tls.c before any command runs. */
 #include "weightctl_master.h"
@@ -298,13 +301,15 @@ int wctl_cmd_gate_confirm(ctl *x, const char *name)
  * paused or hung is being replaced, and the standby's view is shown then. */
 #define STATUS_LEADER_MS 3000
 
+static void mark_silent_leader(kvc_status *st, const char *why);
+
 /* A standby answered status for a list of masters: nodes register with
  * the leader alone, so ask the leader it names (over the same transport,
  * for at most STATUS_LEADER_MS) and show its answer instead; on failure
  * the standby's stands, and why[] (else "") says why the leader's does
  * not. 1 when *st is now the leader's (its endpoint in *from). */
 static int status_of_leader(ctl *x, kvc_status *st, kvc_node **nodes, size_t *n_nodes,
-                            char *from, size_t cap, char *why, size_t why_cap)
+                            char *from, size_t cap, char *why, size_t why_cap, int *silent)
 {
     master_list ml;
     char err[512] = "";
@@ -327,9 +332,13 @@ static int status_of_leader(ctl *x, kvc_status *st, kvc_node **nodes, size_t *n_
         lnodes = NULL;
         snprintf(from, cap, "%s", kvc_endpoint(leader));
     } else {
+        const char *cause = ok ? ls.role : leader != NULL ? kvc_error(leader) : err;
         snprintf(why, why_cap, "the leader it names, %s, %s%s", st->leader,
-                 ok ? "says it is " : "did not answer: ",
-                 ok ? ls.role : leader != NULL ? kvc_error(leader) : err);
+                 ok ? "says it is " : "did not answer: ", cause);
+        if (!ok) {
+            *silent = 1;
+            mark_silent_leader(st, cause);
+        }
         ok = 0;
     }
     free(lnodes);
@@ -337,23 +346,45 @@ static int status_of_leader(ctl *x, kvc_status *st, kvc_node **nodes, size_t *n_
     return ok;
 }
 
-/* The "oplog" object of status --json: {"state":"ok"|"failed", ...}. */
+/* The "oplog" object of status --json: {"state":"ok"|"failed"|"unreachable", ...}
+ * ("unreachable": an HA master that cannot reach etcd, where no append can
+ * be made durable; "cause" says since when and why). */
 static void oplog_json(const kvc_status *o)
 {
-    printf(",\"oplog\":{\"state\":\"%s\"", o->oplog_read_only ? "failed" : "ok");
+    printf(",\"oplog\":{\"state\":\"%s\"",
+           o->oplog_read_only ? "failed" : o->etcd_unreachable[0] ? "unreachable" : "ok");
     if (o->oplog_read_only) {
         printf(",\"failed_seq\":%llu,\"cause\":", (unsigned long long)o->oplog_failed_seq);
         wctl_json_str(o->oplog_failed_why);
+    } else if (o->etcd_unreachable[0]) {
+        printf(",\"cause\":");
+        wctl_json_str(o->etcd_unreachable);
     }
     putchar('}');
 }
 
-/* The "oplog" line of status's text when the OpLog failed. */
+/* The "oplog" line of status's text when the OpLog failed or cannot reach
+ * etcd. */
 static void oplog_text(const kvc_status *o)
 {
     if (o->oplog_read_only)
         printf("oplog     FAILED (read-only since seq %llu: %s): restart the master once the cause "
                "is fixed\n", (unsigned long long)o->oplog_failed_seq, o->oplog_failed_why);
+    else if (o->etcd_unreachable[0])
+        printf("oplog     UNREACHABLE (%s)\n", o->etcd_unreachable);
+}
+
+/* The leader st names did not answer status (why says so): its row, if
+ * any, must not read as a healthy leader. */
+static void mark_silent_leader(kvc_status *st, const char *why)
+{
+    for (size_t i = 0; i < st->n_masters; i++) {
+        kvc_master *m = &st->masters[i];
+        if (strcmp(m->endpoint, st->leader) != 0) continue;
+        m->ready = 0;
+        snprintf(m->reason, sizeof(m->reason), "did not answer status within %d s (%s)",
+                 STATUS_LEADER_MS / 1000, why);
+    }
 }
 
 int wctl_cmd_status(ctl *x)
@@ -371,9 +402,12 @@ int wctl_cmd_status(ctl *x)
     master_list ml; /* parsed before the connection: it parses */
     if (master_list_parse(x->master, &ml, NULL, 0) < 0) ml.n = 0;
     char why[700] = "";
+    int silent = 0; /* the leader a standby named did not answer */
     int standby = ha &&
-                  !status_of_leader(x, &st, &nodes, &n_nodes, from, sizeof(from), why, sizeof(why)) &&
+                  !status_of_leader(x, &st, &nodes, &n_nodes, from, sizeof(from), why, sizeof(why),
+                                    &silent) &&
                   strcmp(st.role, "leader") != 0;
+    int bad = st.oplog_read_only || st.etcd_unreachable[0] != '\0';
     if (x->json) {
         printf("{\"role\":");
         wctl_json_str(st.role);
@@ -401,7 +435,7 @@ int wctl_cmd_status(ctl *x)
         if (!standby) wctl_status_nodes_json(nodes, n_nodes);
         printf("}\n");
         free(nodes);
-        return st.oplog_read_only ? 1 : 0;
+        return bad ? 1 : 0;
     }
     double pct = st.memory_capacity ? 100.0 * (double)st.memory_used / (double)st.memory_capacity : 0;
     if (ha)
@@ -411,8 +445,11 @@ int wctl_cmd_status(ctl *x)
         printf("master    %s (%s)\n", from, st.role);
     if (standby) {
         /* nodes register with the leader: a standby knows none */
-        printf("nodes     - (they register with the leader%s%s)\n", st.leader[0] ? ", " : "",
-               st.leader);
+        if (silent)
+            printf("nodes     - (unknown: they register with the leader, and it did not answer)\n");
+        else
+            printf("nodes     - (they register with the leader%s%s)\n", st.leader[0] ? ", " : "",
+                   st.leader);
         printf("segments  - (the leader's)\n");
         printf("memory    - (the leader's nodes')\n");
         if (why[0] != '\0') printf("note      this is a standby's view: %s\n", why);
@@ -436,5 +473,5 @@ int wctl_cmd_status(ctl *x)
            (unsigned long long)st.snapshot_seq);
     oplog_text(&st);
     if (ha) status_ha_table(&st, &ml);
-    return st.oplog_read_only ? 1 : 0;
+    return bad ? 1 : 0;
 }

@@ -86,6 +86,10 @@ struct ha_election {
     _Atomic uint64_t valid_until_ms;
     /* Send time of the lease's last grant or renewal; 0: no lease. */
     _Atomic uint64_t renewed_at_ms;
+    /* Monotonic ms of etcd's last answer to a grant, renewal or registry
+     * read (etcd_err under mu: the last failure's cause). */
+    _Atomic uint64_t etcd_ok_ms;
+    char etcd_err[256];
     /* Leader exits the watcher noticed (it clears the leader at once); the
      * loop learns of each at its next turn (exits_applied). Between the two
      * the loop's view still names the dead leader: ha_election_leader_gone. */
@@ -249,13 +253,30 @@ static void lose_term(ha_election *e, const char *why)
     wake_loop(e);
 }
 
+/* etcd answered a call of this election (any answer, errors of etcd's own
+ * included), or did not (err: why). */
+static void etcd_answered(ha_election *e)
+{
+    atomic_store(&e->etcd_ok_ms, mono_ms());
+}
+
+static void etcd_silent(ha_election *e, const char *err)
+{
+    pthread_mutex_lock(&e->mu);
+    snprintf(e->etcd_err, sizeof(e->etcd_err), "%s", err);
+    pthread_mutex_unlock(&e->mu);
+}
+
 /* Grant a fresh lease (at start, or after the old one expired). */
 static void grant_lease(ha_election *e)
 {
     char err[256];
     int64_t id = 0;
     uint64_t sent = mono_ms();
-    if (etcd_lease_grant(e->etcd, e->ttl_s, &id, NULL, err, sizeof(err)) < 0) return;
+    int rc = etcd_lease_grant(e->etcd, e->ttl_s, &id, NULL, err, sizeof(err));
+    if (rc == SMP_EIO) etcd_silent(e, err);
+    else etcd_answered(e);
+    if (rc < 0) return;
     pthread_mutex_lock(&e->mu);
     e->lease_id = id;
     pthread_mutex_unlock(&e->mu);
@@ -271,6 +292,8 @@ static void renew(ha_election *e)
     int64_t lease = e->lease_id;
     pthread_mutex_unlock(&e->mu);
     int rc = etcd_lease_keepalive(e->etcd, lease, NULL, err, sizeof(err));
+    if (rc == SMP_EIO) etcd_silent(e, err);
+    else etcd_answered(e);
     if (rc == 0) {
         atomic_store(&e->renewed_at_ms, sent);
         pthread_mutex_lock(&e->mu);
@@ -408,9 +431,11 @@ static void read_registry(ha_election *e)
     memcpy(end, start, (size_t)n);
     end[n - 1] = '/' + 1;
     etcd_range_result r;
-    if (etcd_range(e->etcd, start, (size_t)n, end, (size_t)n, HA_MAX_MEMBERS, 0, 0, &r, err,
-                   sizeof(err)) < 0)
-        return;
+    int rc = etcd_range(e->etcd, start, (size_t)n, end, (size_t)n, HA_MAX_MEMBERS, 0, 0, &r, err,
+                        sizeof(err));
+    if (rc == SMP_EIO) etcd_silent(e, err);
+    else etcd_answered(e);
+    if (rc < 0) return;
     ha_member tmp[HA_MAX_MEMBERS];
     size_t k = 0;
     for (size_t i = 0; i < r.n && k < HA_MAX_MEMBERS; i++) {
@@ -595,6 +620,7 @@ int ha_election_start(uv_loop_t *loop,
     if ((rc = grant_first_lease(e->etcd, o->ttl_s, &lease, err, errlen)) < 0) goto free_e;
     e->lease_id = lease;
     atomic_store(&e->renewed_at_ms, mono_ms());
+    atomic_store(&e->etcd_ok_ms, mono_ms());
     if (o->fast_failover && (rc = ha_exit_watch_start(on_leader_exit, e, &e->exit_watch)) < 0) {
         snprintf(err, errlen, "ha: cannot start the leader exit watch: %s", smp_strerror(rc));
         goto free_e;
@@ -676,6 +702,20 @@ const char *ha_election_leader_endpoint(const ha_election *e)
 int ha_election_leader_gone(const ha_election *e)
 {
     return atomic_load(&((ha_election *)e)->exits_noticed) != e->exits_applied;
+}
+
+uint64_t ha_election_etcd_silent_ms(ha_election *e, char *why, size_t cap)
+{
+    uint64_t ttl_ms = (uint64_t)e->ttl_s * 1000u, bound = ttl_ms / 2 > 1000 ? ttl_ms / 2 : 1000;
+    uint64_t now = mono_ms(), ok = atomic_load(&e->etcd_ok_ms);
+    if (why != NULL && cap > 0) why[0] = '\0';
+    if (now <= ok || now - ok < bound) return 0;
+    if (why != NULL && cap > 0) {
+        pthread_mutex_lock(&e->mu);
+        snprintf(why, cap, "%s", e->etcd_err[0] ? e->etcd_err : "no answer");
+        pthread_mutex_unlock(&e->mu);
+    }
+    return now - ok;
 }
 
 size_t ha_election_members(ha_election *e, ha_member *out, size_t cap)

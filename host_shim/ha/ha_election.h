@@ -117,6 +117,14 @@ const char *ha_election_leader_endpoint(const ha_election *e);
  * one atomic read. */
 int ha_election_leader_gone(const ha_election *e);
 
+/* How long etcd has not answered this master's election (its lease
+ * renewals, grants and registry reads; an error of etcd's own is an answer),
+ * in ms, once that is at least half the lease TTL (at least 1 s: a few
+ * renewals missed), else 0; why[cap] gets the last failure's cause. The
+ * registry (ha_election_members) is then as last read that long ago, and a
+ * leader's lease is in doubt. Loop thread. */
+uint64_t ha_election_etcd_silent_ms(ha_election *e, char *why, size_t cap);
+
 /* Copy up to cap registry entries into out (sorted by id); returns how many
  * there are. Loop thread. */
 size_t ha_election_members(ha_election *e, ha_member *out, size_t cap);

@@ -276,10 +276,13 @@ void master_admin_render(void *ctx, const char *path, int *status, char **body,
         if (host_metrics_render(m->metrics, body, len) < 0) *body = NULL;
         *status = 200;
     } else if (strcmp(path, "/health") == 0) {
-        char what[1024] = "ok\n";
+        char what[1024] = "ok\n", etcd[700];
         int unready = m->cfg->ha_enabled && !m->ha_ready;
+        int no_etcd = master_ha_etcd_unreachable(m, etcd, sizeof(etcd));
         if (m->log_failed)
             snprintf(what, sizeof(what), "oplog failed: read-only\n");
+        else if (no_etcd)
+            snprintf(what, sizeof(what), "etcd unreachable: %s\n", etcd);
         else if (unready)
             snprintf(what, sizeof(what), "not ready: cannot replay the OpLog: %s\n", m->ha_reason);
         else if (master_is_leader(m) && master_nodes_waiting(m, master_now_ms()))
@@ -290,7 +293,7 @@ void master_admin_render(void *ctx, const char *path, int *status, char **body,
         snprintf(what + used, sizeof(what) - used,
                  "loop lag %.1f ms (largest housekeeping timer delay, last 10-20 s)\n",
                  master_loop_lag_s(m) * 1e3);
-        *status = m->log_failed || unready ? 503 : 200;
+        *status = m->log_failed || unready || no_etcd ? 503 : 200;
         *body = text(what, len);
     } else if (strcmp(path, "/role") == 0) {
         char what[700];
@@ -333,6 +336,20 @@ static int h_status(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t l
     uint64_t head = master_ha_head(m);
     size_t nm = master_ha_members(m, members, 32);
     if (nm > 32) nm = 32;
+    /* Without etcd the registry is an old picture: no row may read as a
+     * healthy master, this one's own included. */
+    char etcd[700];
+    int no_etcd = master_ha_etcd_unreachable(m, etcd, sizeof(etcd));
+    if (no_etcd) resp.etcd_unreachable = etcd;
+    for (size_t i = 0; i < nm && no_etcd; i++) {
+        int self = strcmp(members[i].id, m->cfg->ha_id) == 0;
+        members[i].ready = 0;
+        snprintf(members[i].reason, sizeof(members[i].reason), "%s",
+                 self ? (master_is_leader(m) ? "cannot reach etcd: its lease is in doubt"
+                                             : "cannot reach etcd")
+                      : "unknown: etcd unreachable from the master answering; as last read");
+        if (self) snprintf(members[i].role, sizeof(members[i].role), "%s", master_role_name(m));
+    }
     for (size_t i = 0; i < nm; i++) {
         master_info__init(&infos[i]);
         infos[i].id = members[i].id;

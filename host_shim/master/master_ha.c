@@ -519,6 +519,22 @@ size_t master_ha_members(master *m, ha_member *out, size_t cap)
     return m->election != NULL ? ha_election_members(m->election, out, cap) : 0;
 }
 
+int master_ha_etcd_unreachable(master *m, char *out, size_t cap)
+{
+    char why[256];
+    out[0] = '\0';
+    if (!m->cfg->ha_enabled || m->election == NULL) return 0;
+    uint64_t ms = ha_election_etcd_silent_ms(m->election, why, sizeof(why));
+    if (ms == 0) return 0;
+    snprintf(out, cap, "etcd has not answered this master (%s) for %.1f s (%s): %s",
+             m->cfg->ha_id, (double)ms / 1e3, why,
+             master_is_leader(m) ? "its leader lease is in doubt and it steps down when the lease "
+                                   "can no longer be certain; no append can be made durable"
+                                 : "no append can be made durable and the masters' registry is as "
+                                   "last read");
+    return 1;
+}
+
 uint64_t master_ha_head(const master *m)
 {
     return m->cfg->ha_enabled ? oplog_etcd_head(m->log) : m->applied_seq;

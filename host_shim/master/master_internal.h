@@ -411,6 +411,10 @@ void master_ha_close(master *m);
 size_t master_ha_members(master *m, struct ha_member *out, size_t cap);
 /* The durable head of the OpLog as this master last saw it. */
 uint64_t master_ha_head(const master *m);
+/* 1 when etcd has not answered this HA master's election for a while
+ * (ha_election_etcd_silent_ms), with out[cap] saying so: for how long, why,
+ * and what it means for this master; 0 and "" otherwise (or without HA). */
+int master_ha_etcd_unreachable(master *m, char *out, size_t cap);
 
 /* -- master_gates.c --------------------------------------------------------------- */
 
