@@ -91,6 +91,11 @@ int64_t rpcc_deadline_of(int timeout_ms)
     return timeout_ms > 0 ? rpcc_now_ms() + timeout_ms : -1;
 }
 
+int64_t rpcc_op_deadline(const rpcc_conn *c)
+{
+    return c->call_ends ? c->call_end : rpcc_deadline_of(c->timeout_ms);
+}
+
 /* -- Connecting ------------------------------------------------------------ */
 
 /* Connect to the Unix socket at path by deadline (-1: no bound). A Unix
@@ -719,7 +724,7 @@ int rpcc_send(rpcc_conn *c,
     frame[2] = (uint8_t)(size >> 8);
     frame[3] = (uint8_t)size;
     rpc_env_encode_request(frame + 4, c->next_id, service, method, req_body, req_len);
-    rc = write_all(c, frame, 4 + size, rpcc_deadline_of(c->timeout_ms));
+    rc = write_all(c, frame, 4 + size, rpcc_op_deadline(c));
     if (frame != small)
         free(frame);
     if (rc == SMP_EIO && (r = salvage_refusal(c)) < 0)
@@ -1157,13 +1162,29 @@ static int peer_closed(rpcc_conn *c)
     return 1;
 }
 
-/* The deadline of a call's moves, from its first: the connection's timeout,
- * or RPCC_FOLLOW_MS when it waits forever. */
+/* The deadline of a call's moves: the call's end (the connection's timeout
+ * from the call's start: the wait for a silent master and the moves after it
+ * share it), or RPCC_FOLLOW_MS from the first move when it waits forever. */
 static int64_t follow_deadline(const rpcc_conn *c)
 {
+    if (c->call_ends && c->call_end >= 0)
+        return c->call_end;
     return rpcc_now_ms() + (c->timeout_ms > 0 ? c->timeout_ms : RPCC_FOLLOW_MS);
 }
 
+static int call_ex(rpcc_conn *c,
+                   unsigned flags,
+                   uint32_t service,
+                   uint32_t method,
+                   const uint8_t *req_body,
+                   size_t req_len,
+                   int *status,
+                   uint8_t **resp_body,
+                   size_t *resp_len,
+                   char **errmsg);
+
+/* One call bounded as a whole by the connection's timeout (call_ex does
+ * the work). */
 int rpcc_call_ex(rpcc_conn *c,
                  unsigned flags,
                  uint32_t service,
@@ -1174,6 +1195,31 @@ int rpcc_call_ex(rpcc_conn *c,
                  uint8_t **resp_body,
                  size_t *resp_len,
                  char **errmsg)
+{
+    if (c == NULL)
+        return SMP_EINVAL;
+    int outer = !c->call_ends; /* a nested call keeps the outer call's end */
+    if (outer) {
+        c->call_end = rpcc_deadline_of(c->timeout_ms);
+        c->call_ends = 1;
+    }
+    int rc = call_ex(c, flags, service, method, req_body, req_len, status, resp_body, resp_len,
+                     errmsg);
+    if (outer)
+        c->call_ends = 0;
+    return rc;
+}
+
+static int call_ex(rpcc_conn *c,
+                   unsigned flags,
+                   uint32_t service,
+                   uint32_t method,
+                   const uint8_t *req_body,
+                   size_t req_len,
+                   int *status,
+                   uint8_t **resp_body,
+                   size_t *resp_len,
+                   char **errmsg)
 {
     int64_t deadline = -1; /* set at the first move: a call that stays costs no clock read */
     int64_t limited_until = -1; /* set at the first refusal of auth.limits */

@@ -75,7 +75,15 @@ struct rpcc_conn {
     unsigned silent_seen;   /* silent_gen when the connection last looked */
     uint32_t retry_after_ms; /* the last response's: a refusal of auth.limits, when
                                 the same request may pass (0: none said) */
+    int64_t call_end;       /* while rpcc_call_ex runs (call_ends set): the end of the
+                               whole call -- its sends, waits and moves -- the timeout
+                               after it began (-1: none) */
+    int call_ends;
 };
+
+/* The deadline of what c does now: the running call's end (rpcc_call_ex),
+ * else timeout_ms from now (-1: none). */
+int64_t rpcc_op_deadline(const rpcc_conn *c);
 
 /* Set c's last error (printf-style). */
 void rpcc_conn_err(rpcc_conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

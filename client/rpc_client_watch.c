@@ -280,7 +280,7 @@ int rpcc_recv_watched(rpcc_conn *c, unsigned flags, uint32_t service, uint32_t m
                       const uint8_t *req, size_t req_len, uint64_t id, int *st, uint8_t **body,
                       size_t *len, char **msg)
 {
-    int64_t end = rpcc_deadline_of(c->timeout_ms);
+    int64_t end = rpcc_op_deadline(c);
     int quiet = c->quiet_ms > 0 ? c->quiet_ms : RPCC_ATTEMPT_MS;
     if (master_list_round(&c->ml) < 2 || c->in_flight != 1 || c->head != NULL)
         return rpcc_recv_by(c, id, end, NULL, st, body, len, msg);
