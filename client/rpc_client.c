@@ -93,7 +93,15 @@ int64_t rpcc_deadline_of(int timeout_ms)
 
 int64_t rpcc_op_deadline(const rpcc_conn *c)
 {
-    return c->call_ends ? c->call_end : rpcc_deadline_of(c->timeout_ms);
+    if (!c->call_ends || c->call_end < 0)
+        return rpcc_deadline_of(c->timeout_ms);
+    if (!c->call_moved)
+        return c->call_end;
+    /* The request a move sent near the call's end still gets an attempt's
+     * time for its answer: a standby's NOT_LEADER, which the call then
+     * returns. */
+    int64_t floor = rpcc_now_ms() + RPCC_ATTEMPT_MS;
+    return c->call_end > floor ? c->call_end : floor;
 }
 
 /* -- Connecting ------------------------------------------------------------ */
@@ -1202,6 +1210,7 @@ int rpcc_call_ex(rpcc_conn *c,
     if (outer) {
         c->call_end = rpcc_deadline_of(c->timeout_ms);
         c->call_ends = 1;
+        c->call_moved = 0;
     }
     int rc = call_ex(c, flags, service, method, req_body, req_len, status, resp_body, resp_len,
                      errmsg);
@@ -1318,6 +1327,7 @@ static int call_ex(rpcc_conn *c,
             sleep_until(rpcc_now_ms() + backoff < deadline ? rpcc_now_ms() + backoff : deadline);
         hinted_last = c->hinted;
         backoff = next_pause(c, backoff);
+        c->call_moved = 1;
         if ((rc = conn_move(c, deadline)) < 0)
             return rc;
     }

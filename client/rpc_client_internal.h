@@ -79,10 +79,12 @@ struct rpcc_conn {
                                whole call -- its sends, waits and moves -- the timeout
                                after it began (-1: none) */
     int call_ends;
+    int call_moved;         /* the running call moved to another master */
 };
 
-/* The deadline of what c does now: the running call's end (rpcc_call_ex),
- * else timeout_ms from now (-1: none). */
+/* The deadline of what c does now: the running call's end (rpcc_call_ex)
+ * -- after a move at least RPCC_ATTEMPT_MS from now, so that the request a
+ * move sent gets its answer -- else timeout_ms from now (-1: none). */
 int64_t rpcc_op_deadline(const rpcc_conn *c);
 
 /* Set c's last error (printf-style). */

@@ -507,16 +507,28 @@ static int retry_safe(uint32_t method)
  * failure): the same connection walks s->master's list from the endpoint
  * after the lost one (or goes to a leader a standby named), a missing one
  * is made anew. SMP_OK or the connect error. */
-static int reconnect_rpc(weight_store *s, rpcc_conn **conn)
+static int reconnect_rpc(weight_store *s, rpcc_conn **conn, int left_ms)
 {
     rpcc_options opt = wc_rpc_options(s);
     rpcc_conn *fresh = NULL;
-    if (*conn != NULL) return rpcc_reconnect(*conn);
+    if (*conn != NULL) {
+        rpcc_set_timeout(*conn, left_ms);
+        return rpcc_reconnect(*conn);
+    }
+    opt.timeout_ms = left_ms;
     int rc = rpcc_connect(s->master, &opt, &fresh, NULL, 0);
     if (rc < 0) return rc;
     rpcc_close(*conn);
     *conn = fresh;
     return SMP_OK;
+}
+
+/* Milliseconds since t0 (CLOCK_MONOTONIC). */
+static int64_t ms_since(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)(t.tv_sec - t0->tv_sec) * 1000 + (t.tv_nsec - t0->tv_nsec) / 1000000;
 }
 
 int wc_kv_reconnect(weight_store *s)
@@ -552,7 +564,9 @@ int wc_call_with(weight_store *s, rpcc_conn **conn, uint32_t method, const Proto
     char *msg = NULL;
     int status = 0;
     int rc;
+    struct timespec t0;
     if (buf == NULL) return wc_fail(s, WEIGHT_ENOMEM, "out of memory");
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     protobuf_c_message_pack(req, buf);
     /* A query or an idempotent step is hedged by the transport when its
      * master goes silent on a list (a paused leader), and followed there. */
@@ -565,11 +579,23 @@ int wc_call_with(weight_store *s, rpcc_conn **conn, uint32_t method, const Proto
          * for this call if it may be repeated, for the next one otherwise. */
         char first[512];
         snprintf(first, sizeof first, "%s", *conn ? rpcc_last_error(*conn) : "not connected");
-        if (reconnect_rpc(s, conn) == SMP_OK && retry_safe(method)) {
+        /* The reconnect and the second attempt get what is left of the
+         * call's timeout, not a timeout each: the whole call fails within
+         * WC_RPC_TIMEOUT_MS (the transport's own moves already walked the
+         * list for the first attempt). */
+        int64_t left = (int64_t)WC_RPC_TIMEOUT_MS - ms_since(&t0);
+        int again = left > 0 && reconnect_rpc(s, conn, (int)left) == SMP_OK && retry_safe(method);
+        if (again) {
             rc = rpcc_call_ex(*conn, flags, WC_WEIGHT_SERVICE, method, buf, len, &status, &rbody,
                               &rlen, &msg);
-        } else {
-            wc_fail(s, WEIGHT_EIO, "master %s: %s", s->master, first);
+        }
+        if (*conn != NULL) rpcc_set_timeout(*conn, WC_RPC_TIMEOUT_MS);
+        if (!again) {
+            if (left <= 0)
+                wc_fail(s, WEIGHT_EIO, "master %s: %s (the call's %d s timeout is spent)",
+                        s->master, first, WC_RPC_TIMEOUT_MS / 1000);
+            else
+                wc_fail(s, WEIGHT_EIO, "master %s: %s", s->master, first);
             if (buf != small) free(buf);
             return WEIGHT_EIO;
         }
