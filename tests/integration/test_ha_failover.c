@@ -977,6 +977,54 @@ static void test_ha_a_wiped_etcd_after_a_snapshot_is_refused_naming_both(void **
     }
 }
 
+/* The snapshot RPC on master i: its status, and the seq of the snapshot
+ * it answers with (0 when it failed); the error into err. */
+static int snapshot_on(cluster *c, int i, uint64_t *seq, char *err, size_t errlen)
+{
+    RpcResponse *resp = NULL;
+    raw_call(&c->hc.m[i], HOST_SERVICE__HOST_SERVICE_ADMIN, ADMIN_METHOD__ADMIN_SNAPSHOT, "", &resp);
+    int status = resp->status;
+    snprintf(err, errlen, "%s", resp->error ? resp->error : "");
+    *seq = 0;
+    if (status == 0) {
+        SnapshotResponse *sr = snapshot_response__unpack(NULL, resp->body.len, resp->body.data);
+        assert_non_null(sr);
+        *seq = sr->seq;
+        snapshot_response__free_unpacked(sr, NULL);
+    }
+    rpc_response__free_unpacked(resp, NULL);
+    return status;
+}
+
+/* A new leader with nothing applied since the previous leader's snapshot
+ * (the shared directory holds one at the seq it applied, which it did not
+ * write itself) answers a snapshot with that one, instead of a writer that
+ * fails SMP_EEXIST on it. */
+static void test_ha_new_leader_answers_a_snapshot_of_its_seq_with_the_shared_one(void **state)
+{
+    cluster *c = *state;
+    char err[600];
+    uint64_t seq = 0, again = 0;
+    int leader = start_cluster_and_write(c, "kv/n", 10);
+    assert_int_equal(snapshot_on(c, leader, &seq, err, sizeof(err)), 0);
+    assert_true(seq > 0);
+    for (int i = 0; i < N_MASTERS; i++)
+        for (long long end = hx_now_ms() + WAIT_MS; i != leader && applied_of(c, i) < seq;
+             sleep_ms(50))
+            if (hx_now_ms() > end) fail_msg("standby %d did not catch up", i);
+    hx_kill(&c->hc.m[leader]);
+    int next = wait_leader(c, leader);
+    uint64_t applied = applied_of(c, next);
+    int rc = snapshot_on(c, next, &again, err, sizeof(err));
+    if (applied == seq && (rc != 0 || again != seq)) {
+        hx_print_log(&c->hc.m[next]);
+        fail_msg("a snapshot on the new leader at seq %llu: status %d (%s), seq %llu",
+                 (unsigned long long)seq, rc, err, (unsigned long long)again);
+    }
+    assert_int_equal(rc, 0); /* applied > seq: a new one was written */
+    assert_false(hx_log_contains(&c->hc.m[next], "SMP_EEXIST"));
+}
+
 /* Holds the relay 1.5 s the first time a client sends a LeaseGrant of a
  * 2 s TTL: the gRPC message of LeaseGrantRequest{ttl: 2} is the 5-byte
  * prefix (uncompressed, length 2) and field 1 = 2. gRPC sends every call of
@@ -1230,6 +1278,8 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_ha_standbys_follow_again_once_etcd_is_restored, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(
+            test_ha_new_leader_answers_a_snapshot_of_its_seq_with_the_shared_one, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ha_master_starts_while_etcd_is_silent, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_ha_master_asks_again_for_a_lease_granted_late,
