@@ -982,7 +982,8 @@ static void test_ha_a_wiped_etcd_after_a_snapshot_is_refused_naming_both(void **
 static int snapshot_on(cluster *c, int i, uint64_t *seq, char *err, size_t errlen)
 {
     RpcResponse *resp = NULL;
-    raw_call(&c->hc.m[i], HOST_SERVICE__HOST_SERVICE_ADMIN, ADMIN_METHOD__ADMIN_SNAPSHOT, "", &resp);
+    raw_call(&c->hc.m[i], HOST_SERVICE__HOST_SERVICE_ADMIN, ADMIN_METHOD__ADMIN_SNAPSHOT, "",
+             &resp);
     int status = resp->status;
     snprintf(err, errlen, "%s", resp->error ? resp->error : "");
     *seq = 0;
@@ -1274,8 +1275,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_ha_background_fsck_schedule_survives_a_failover,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_ha_a_wiped_etcd_is_refused, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_ha_a_wiped_etcd_after_a_snapshot_is_refused_naming_both,
-                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_ha_a_wiped_etcd_after_a_snapshot_is_refused_naming_both, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ha_standbys_follow_again_once_etcd_is_restored, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(

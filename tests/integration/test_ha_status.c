@@ -109,7 +109,8 @@ static void test_ha_status_during_an_etcd_outage_is_one_story(void **state)
                        "this master") == NULL ||
         strstr(f->out, "\"ready\":true") != NULL)
         fail_msg("status --json during the outage: %s", f->out);
-    if (ctl(f, s, "status") != 1 || strstr(f->out, "oplog     UNREACHABLE (etcd has not answered") == NULL ||
+    if (ctl(f, s, "status") != 1 ||
+        strstr(f->out, "oplog     UNREACHABLE (etcd has not answered") == NULL ||
         strstr(f->out, "  yes") != NULL || strstr(f->out, "cannot reach etcd") == NULL)
         fail_msg("status during the outage: %s", f->out);
 }
