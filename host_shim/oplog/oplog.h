@@ -271,7 +271,9 @@ int oplog_etcd_open(uv_loop_t *loop,
  * gone (garbage-collected: re-bootstrap from a snapshot), SMP_EPROTO for a
  * record that does not verify or a gap in sequences, fn's code, SMP_EIO when
  * etcd stayed unreachable for unreachable_ms (transient errors are retried
- * with backoff until then). Returns 0, SMP_EINVAL, or SMP_ESTATE (already
+ * with backoff until then). A head behind the records delivered (etcd lost
+ * records) is not an end: following waits for it (on_behind in the
+ * options). Returns 0, SMP_EINVAL, or SMP_ESTATE (already
  * following, promoting, writable or closing). */
 int oplog_etcd_follow(oplog *log,
                       uint64_t after_seq,

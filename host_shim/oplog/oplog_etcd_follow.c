@@ -263,7 +263,10 @@ static void post_follow_stop(etcd_log *el, int status, const char *why)
 }
 
 /* Read what the session misses up to the head and start the watch after it.
- * Returns 0, or an error with err set (SMP_ERANGE: records are gone). */
+ * Returns 0; FOLLOW_BEHIND (positive, err says so) when the head is behind
+ * what was delivered; or an error with err set (SMP_ERANGE: records are
+ * gone; SMP_EPROTO also when, after FOLLOW_BEHIND, the record at the last
+ * seq delivered is not the one delivered). */
 static int follow_sync(etcd_log *el, char *err, size_t errlen)
 {
     uint64_t head, first;
