@@ -191,7 +191,13 @@ static void test_a_node_whose_inventory_is_arriving_is_not_given_up(void **state
     }
     assert_true(hx_metric(&f->w.m, DEGRADED) == 0);
     assert_true(hx_metric(&f->w.m, "oplog_appends_total") == 0);
-    assert_true(hx_log_contains(&f->w.m, "every node holding a segment has registered"));
+    /* Said at the first housekeeping round after the registration (every
+     * 50 ms), which may come after the checks above. */
+    int settled = 0;
+    for (int i = 0; i < 200 && !(settled = hx_log_contains(&f->w.m, "every node holding a segment "
+                                                            "has registered")); i++)
+        usleep(50 * 1000);
+    assert_true(settled);
 }
 
 /* The master restarts and node-b never comes: given up node.timeout_ms
