@@ -416,6 +416,71 @@ static int wm_lin_append(wm_plugin *p, const wm_lineage_claim *c, smp_rpc_call *
 
 /* -- UPSERT_BEGIN / UPSERT_STATUS ------------------------------------------ */
 
+/* The leases on rev (its volatile ones, with no end known, count as one) and
+ * when the last durable one ends, on the wall clock (0: none known). */
+static size_t wm_lin_base_leases(const wm_plugin *p, const wm_revision *rev, uint64_t *last_end)
+{
+    size_t n = 0;
+    *last_end = 0;
+    for (size_t i = 0; i < wm_store_lease_count(p->store); i++) {
+        const wm_lease *l = wm_store_lease_at(p->store, i);
+        if (wm_identity_cmp(&l->id_of, &rev->id) != 0) continue;
+        n++;
+        if (l->expiry_ms > *last_end) *last_end = l->expiry_ms;
+    }
+    return n + (size_t)wm_vleases_on(p, rev->group_key);
+}
+
+void wm_claim_waits_for(wm_plugin *p, const wm_lineage_claim *c, char *out, size_t cap)
+{
+    const wm_revision *base = wm_store_get(p->store, &c->base);
+    uint64_t now = p->api->wall_ms(p->host), ttl = wm_import_ttl_ms(p), last_end = 0;
+    switch (c->phase) {
+    case WM_PHASE_CLAIMED:
+        if (c->mode == WM_UPSERT_PUT_FIRST) {
+            uint64_t left = c->updated_ms + ttl > now ? c->updated_ms + ttl - now : 0;
+            snprintf(out, cap, "it waits for its target's import to begin, %" PRIu64 " s more "
+                     "at most (import_ttl_ms); `weightctl upsert abort` ends it now, the base "
+                     "intact", left / 1000);
+        } else {
+            snprintf(out, cap, "it waits for the base's leases and operation to end");
+        }
+        return;
+    case WM_PHASE_IMPORTING_TARGET:
+        if (c->mode == WM_UPSERT_PUT_FIRST)
+            snprintf(out, cap, "it waits for its target's import to be committed by its writer "
+                     "(the same request resumes it; `weightctl upsert abort` aborts it, the base "
+                     "intact)");
+        else
+            snprintf(out, cap, "it waits for its target's import to be committed; the base is "
+                     "gone, so the same request resumes it (it cannot be aborted)");
+        return;
+    case WM_PHASE_DRAINING_BASE: {
+        size_t n = base != NULL ? wm_lin_base_leases(p, base, &last_end) : 0;
+        if (n > 0 && last_end > now)
+            snprintf(out, cap, "it waits for %zu lease%s on the base, the last ending in %" PRIu64
+                     " s unless renewed (renewals are refused: readers let go or their leases "
+                     "expire)", n, n == 1 ? "" : "s", (last_end - now + 999) / 1000);
+        else if (n > 0)
+            snprintf(out, cap, "it waits for %zu lease%s on the base to end", n,
+                     n == 1 ? "" : "s");
+        else
+            snprintf(out, cap, "it waits for the base's operation to end");
+        return;
+    }
+    case WM_PHASE_DELETING_BASE:
+        snprintf(out, cap, "the base is being deleted");
+        return;
+    case WM_PHASE_BASE_DELETED:
+        snprintf(out, cap, "the base is deleted; it waits for the target's import to begin "
+                 "(the same request resumes it)");
+        return;
+    default:
+        snprintf(out, cap, "its next step is being made durable");
+        return;
+    }
+}
+
 /* A wire identity of a lineage, of tenant (wm_tenant_of; NULL: a tenant the
  * caller may not see, refused WM_ENOT_FOUND). */
 static int wm_lin_id_from_pb(const Wmrpc__WeightIdentity *in, const char *tenant, uint64_t gen,
@@ -530,11 +595,13 @@ int wm_rpc_upsert_begin(void *plugin, smp_rpc_call *call, const uint8_t *body, s
         goto free_req;
     }
     if (e != NULL && e->has_claim && !wm_claim_terminal(&e->claim)) {
+        char waits[320];
+        wm_claim_waits_for(p, &e->claim, waits, sizeof(waits));
         wm_reply_error(p, call, WM_ECONFLICT,
                        "lineage already has the open replacement claim %s (target generation "
-                       "%" PRIu64 ", phase %s); a second successor is refused",
+                       "%" PRIu64 ", phase %s: %s); a second successor is refused",
                        e->claim.request_id, e->claim.target.weight_generation,
-                       wm_phase_name((int)e->claim.phase));
+                       wm_phase_name((int)e->claim.phase), waits);
         goto free_req;
     }
     c.committed_watermark = e != NULL ? e->committed_watermark : 0;

@@ -97,6 +97,12 @@ void wm_lineage_drive(struct wm_plugin *p);
  * period later. No-op without open claims or on a host without tick_soon. */
 void wm_lineage_kick(struct wm_plugin *p);
 
+/* What an open claim c waits for, in one clause for messages (the CONFLICT
+ * of a second successor names it): its target's import (with the time
+ * import_ttl_ms leaves it and the abort command, where abort applies), the
+ * base's leases (how many, and when the last ends), the base's deletion. */
+void wm_claim_waits_for(struct wm_plugin *p, const wm_lineage_claim *c, char *out, size_t cap);
+
 /* Publish the upsert metrics. */
 void wm_lineage_metrics(struct wm_plugin *p);
 

@@ -326,6 +326,16 @@ static void test_put_first_waits_for_readers_of_the_base(void **state)
                      WEIGHT_ENOT_READY);
     assert_int_equal(lease_call(f, WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_RENEW, "pf", 1, lease, NULL),
                      WEIGHT_ELEASE_EXPIRED);
+    /* A second successor is refused, saying what the open claim waits for. */
+    weight_upsert_claim other;
+    weight_writer *w3 = NULL;
+    assert_int_equal(weight_upsert(s, &base, 3, WEIGHT_UPSERT_PUT_FIRST, NULL, fence_of(f, "pf", 1),
+                                   NULL, 0, &other, &w3),
+                     WEIGHT_ECONFLICT);
+    assert_null(w3);
+    if (strstr(weight_store_last_error(s), "phase DRAINING_BASE: it waits for 1 lease on the base, "
+                                           "the last ending in ") == NULL)
+        fail_msg("refused with: %s", weight_store_last_error(s));
     assert_int_equal(lease_call(f, WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_RELEASE, "pf", 1, lease, NULL), 0);
 
     c = wait_phase(f, "pf", WEIGHT_PHASE_COMMITTED, 10000);
@@ -568,6 +578,8 @@ static void test_retry_competitor_and_watermark(void **state)
     weight_upsert_claim c3;
     assert_int_equal(weight_upsert(s, &base, 4, 0, "other", g1, NULL, 0, &c3, &w3), WEIGHT_ECONFLICT);
     assert_non_null(strstr(weight_store_last_error(s), "second successor"));
+    /* ... naming the way out of a claim whose writer died. */
+    assert_non_null(strstr(weight_store_last_error(s), "`weightctl upsert abort`"));
     weight_identity b2 = ident("rw", 2);
     assert_int_equal(weight_upsert(s, &b2, 5, 0, NULL, g2, NULL, 0, &c3, &w3), WEIGHT_ECONFLICT);
     /* A plain import of another generation of the lineage is refused too. */
