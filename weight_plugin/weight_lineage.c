@@ -855,12 +855,17 @@ void wm_lineage_drive(wm_plugin *p)
     wm_lineage_metrics(p);
 }
 
+int wm_lineage_claims_open(const wm_plugin *p)
+{
+    wm_store_stats stats;
+    wm_store_stats_get(p->store, &stats);
+    return stats.open_claims > 0 || (p->lin != NULL && p->lin->pending != NULL);
+}
+
 void wm_lineage_kick(wm_plugin *p)
 {
     if (!SMP_HOST_HAS(p->api, tick_soon) || p->api->tick_soon == NULL) return;
-    wm_store_stats stats;
-    wm_store_stats_get(p->store, &stats);
-    if (stats.open_claims > 0) (void)p->api->tick_soon(p->host);
+    if (wm_lineage_claims_open(p)) (void)p->api->tick_soon(p->host);
 }
 
 /* -- registration, metrics, release ----------------------------------------- */

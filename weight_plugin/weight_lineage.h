@@ -90,6 +90,10 @@ int wm_lineage_abort_check(const struct wm_plugin *p, const wm_identity *id, cha
  * runs it. */
 void wm_lineage_drive(struct wm_plugin *p);
 
+/* Whether any claim is open or a claim record is on its way (cheap: a
+ * counter), so that callers on hot paths ask wm_revision_fenced only then. */
+int wm_lineage_claims_open(const struct wm_plugin *p);
+
 /* Something a claim may wait for just happened (a claim record or a weight
  * record became durable, a lease ended): while any claim is open, ask the
  * host for the reconcile tick at once (ABI 1.10, tick_soon), so that each

@@ -101,7 +101,9 @@ static int wm_keys_readable(wm_plugin *p, const wm_revision *rev, const wm_affin
 }
 
 /* True only for a READY revision whose manifest and every payload have a
- * readable replica now (whatever the residency, during a migration too).
+ * readable replica now (whatever the residency, during a migration too),
+ * and that no replacement has retired (wm_revision_fenced: it grants no
+ * new lease, so a get of it fails).
  * A true answer is kept with the host's version it was found at
  * (wm_exist_version): while it has not moved, no object lost a readable
  * replica and no node went down, and the answer is given again without
@@ -116,6 +118,8 @@ static int wm_exist_answer(wm_plugin *p, const wm_identity *id, int fresh, const
     const wm_revision *rev = wm_store_get_exist(p->store, id, &aff, &readable_at);
     if (unreadable != NULL) *unreadable = NULL;
     if (rev == NULL || rev->availability != WM_AVAIL_READY) return 0;
+    /* A base a replacement retired takes no new lease: nothing can load it. */
+    if (wm_lineage_claims_open(p) && wm_revision_fenced(p, rev)) return 0;
     uint64_t version = wm_exist_version(p);
     if (!fresh && version != 0 && *readable_at == version) return 1;
     int exists = wm_keys_readable(p, rev, aff, unreadable);

@@ -326,6 +326,14 @@ static void test_put_first_waits_for_readers_of_the_base(void **state)
                      WEIGHT_ENOT_READY);
     assert_int_equal(lease_call(f, WMRPC__WEIGHT_METHOD__WEIGHT_LEASE_RENEW, "pf", 1, lease, NULL),
                      WEIGHT_ELEASE_EXPIRED);
+    /* The retired base takes no new lease, so nothing can load it: it does
+     * not exist to weight_is_exist, while its metadata still says READY. */
+    int exists = -1;
+    weight_identity tgt = ident("pf", 2);
+    CHECK(s, weight_is_exist(s, &base, &exists));
+    assert_int_equal(exists, 0);
+    CHECK(s, weight_is_exist(s, &tgt, &exists));
+    assert_int_equal(exists, 1);
     /* A second successor is refused, saying what the open claim waits for. */
     weight_upsert_claim other;
     weight_writer *w3 = NULL;
