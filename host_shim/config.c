@@ -1332,6 +1332,7 @@ static int load_buffer(cfg_ctx *c, const char *yaml, size_t len, const char *bas
         keep_file_lines(&tmp, root);
     }
     if ((rc = resolve_paths(c, &tmp, root)) < 0) goto free_root;
+    if ((rc = cfg_check_listeners(c, &tmp, root)) < 0) goto free_root;
     node_free(root);
     *cfg = tmp;
     return 0;

@@ -64,4 +64,13 @@ int cfg_apply_local_peers(cfg_ctx *c, host_config *cfg, host_config_node *seq, c
 /* The rules across node.* (and listen.*), once the whole file is applied. */
 int cfg_check_node(cfg_ctx *c, const host_config *cfg, const host_config_node *root);
 
+/* -- config_listen.c -------------------------------------------------------- */
+
+/* The master process's own listeners (listen.tcp, listen.admin, the
+ * embedded node's node.data_listen; listen.unix and node.local_socket) must
+ * not share an address and port (or a path): once the whole file is
+ * applied and its paths resolved (root may be NULL: all defaults). 0 or the
+ * load's code. */
+int cfg_check_listeners(cfg_ctx *c, const host_config *cfg, const host_config_node *root);
+
 #endif /* HOST_CONFIG_INTERNAL_H */

@@ -114,6 +114,18 @@ out=$("$bin" --config "$tmp/addr.yaml" --check 2>&1); rc=$?
 [ $rc -ne 0 ] && grep -qF 'addr.yaml:3: listen.admin: "example.com:7680" is not "host:port"' <<<"$out" \
   && ok "a host name as listen address refused by --check" || bad "address: exit $rc: $out"
 
+# Two of the master's own listeners on one address and port are refused by
+# --check (the start would fail at the second bind), naming both keys and
+# lines; the embedded node's data port counts as one of them.
+printf 'listen:\n  unix: ""\n  tcp: "127.0.0.1:28610"\n  admin: "127.0.0.1:28610"\n' >"$tmp/twice.yaml"
+out=$("$bin" --config "$tmp/twice.yaml" --check 2>&1); rc=$?
+[ $rc -ne 0 ] && grep -qF "twice.yaml:4: listen.admin: 127.0.0.1:28610 is also listen.tcp's (line 3): two listeners cannot share an address" <<<"$out" \
+  && ok "listen.tcp and listen.admin on one address refused by --check" || bad "twice: exit $rc: $out"
+printf 'listen:\n  tcp: "127.0.0.1:28610"\n  admin: "127.0.0.1:0"\nnode:\n  data_listen: "127.0.0.1:28610"\n' >"$tmp/data.yaml"
+out=$("$bin" --config "$tmp/data.yaml" --check 2>&1); rc=$?
+[ $rc -ne 0 ] && grep -qF "data.yaml:5: node.data_listen: 127.0.0.1:28610 is also listen.tcp's (line 2): two listeners cannot share an address" <<<"$out" \
+  && ok "node.data_listen on listen.tcp's address refused by --check" || bad "data: exit $rc: $out"
+
 # The files the config names are read by --check as by the start (one
 # function, host_config_load_files): each refusal exits 1 and names the file,
 # the line of the value naming it and the key; the start says the same.

@@ -1157,9 +1157,60 @@ static void test_embedded_node_needs_an_rpc_listener(void **state)
     host_config_free(&c);
 }
 
+/* Two of the master process's own listeners on one address and port (or
+ * one socket path) are refused at load, naming both keys and lines: the
+ * second bind would fail at the start, after --check said "ok". Port 0,
+ * different hosts, and a data port of no embedded node are no clash. */
+static void test_refuses_listeners_sharing_an_address(void **state)
+{
+    (void)state;
+    expect_message("listen:\n  unix: \"\"\n  tcp: \"127.0.0.1:28610\"\n  admin: \"127.0.0.1:28610\"\n",
+                   "x.yaml:4: listen.admin: 127.0.0.1:28610 is also listen.tcp's (line 3): two "
+                   "listeners cannot share an address");
+    expect_message("node:\n  data_listen: \"127.0.0.1:28610\"\nlisten:\n  tcp: \"127.0.0.1:28610\"\n",
+                   "x.yaml:4: listen.tcp: 127.0.0.1:28610 is also node.data_listen's (line 2): two "
+                   "listeners cannot share an address");
+    /* the default listen.admin (127.0.0.1:7680): the key of the file is blamed */
+    expect_message("node:\n  data_listen: \"localhost:7680\"\n",
+                   "x.yaml:2: node.data_listen: localhost:7680 is also listen.admin's "
+                   "127.0.0.1:7680 (its default): two listeners cannot share an address");
+    expect_message("listen:\n  tcp: \"127.0.0.1:28610\"\n  admin: \"0.0.0.0:28610\"\n"
+                   "auth:\n  allow_insecure: true\n",
+                   "x.yaml:3: listen.admin: 0.0.0.0:28610 overlaps listen.tcp's 127.0.0.1:28610 "
+                   "(line 2): a listener on any address (0.0.0.0, [::]) holds its port on every "
+                   "address, and two listeners cannot share an address");
+    expect_refused("listen:\n  tcp: \"*:28610\"\n  admin: \"127.0.0.2:28610\"\n"
+                   "auth:\n  allow_insecure: true\n",
+                   "listen.admin: 127.0.0.2:28610 overlaps listen.tcp's *:28610 (line 2)");
+    expect_refused("listen:\n  tcp: \"[::]:28610\"\n  admin: \"127.0.0.1:28610\"\n"
+                   "auth:\n  allow_insecure: true\n",
+                   "listen.admin: 127.0.0.1:28610 overlaps listen.tcp's [::]:28610 (line 2)");
+    expect_refused("listen:\n  tcp: \"[::1]:28610\"\n  admin: \"[::1]:28610\"\n",
+                   "listen.admin: [::1]:28610 is also listen.tcp's (line 2)");
+    expect_refused("listen:\n  unix: \"m.sock\"\nnode:\n  tenant: t\n  local_socket: "
+                   "\"/etc/wm/m.sock\"\n  local_peers: [\"uid:1\"]\n",
+                   "x.yaml:5: node.local_socket: /etc/wm/m.sock is also listen.unix's (line 2): "
+                   "two listeners cannot share a socket path");
+
+    host_config c;
+    /* port 0, different hosts, IPv4 and IPv6 loopback, and an unopened port */
+    load_ok("listen:\n  tcp: \"127.0.0.1:0\"\n  admin: \"127.0.0.1:0\"\nnode:\n  data_listen: "
+            "\"0.0.0.0:0\"\n", &c);
+    host_config_free(&c);
+    load_ok("listen:\n  tcp: \"127.0.0.1:28610\"\n  admin: \"127.0.0.2:28610\"\nnode:\n  "
+            "data_listen: \"[::1]:28610\"\n", &c);
+    host_config_free(&c);
+    load_ok("listen:\n  tcp: \"127.0.0.1:28610\"\n  admin: \"\"\nnode:\n  embedded: false\n", &c);
+    host_config_free(&c);
+    load_ok("listen:\n  tcp: \"\"\n  unix: \"m.sock\"\n  admin: \"127.0.0.1:28610\"\nnode:\n  "
+            "data_listen: \"127.0.0.1:28611\"\n", &c);
+    host_config_free(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_refuses_listeners_sharing_an_address),
         cmocka_unit_test(test_embedded_node_needs_an_rpc_listener),
         cmocka_unit_test(test_refuses_incomplete_or_idle_ha_keys),
         cmocka_unit_test(test_defaults),
