@@ -1,7 +1,9 @@
 /* weightctl_status_nodes.c -- the nodes of `weightctl status`: each node the
  * master knows, up or down, with its cold tier as the node last reported it
- * (StatusResponse.node_status): how much of the cold directory's file
- * system is used and free, and how many cold writes failed since the node
+ * (StatusResponse.node_status): the size of the cold directory's file
+ * system, how much of it the node may still write and how much all its
+ * files take (the file system's figures: the master does not know the bytes
+ * of one node's cold files), and how many cold writes failed since the node
  * started (by cause: no space, other). A cold tier with less than
  * WCTL_COLD_NEARLY_FULL_PCT free gets a warning line. A node without a cold
  * directory shows "none"; one that does not report (a store_node from before
@@ -54,8 +56,12 @@ void wctl_status_nodes_text(const ctl *x, const kvc_node *nodes, size_t n)
             wctl_size_text((double)node->cold_used, x->bytes, used, sizeof(used));
             wctl_size_text((double)node->cold_total, x->bytes, total, sizeof(total));
             wctl_size_text((double)node->cold_free, x->bytes, avail, sizeof(avail));
-            printf("node      %s (%s); cold: %s of %s used (%s free)%s\n", node->id, state, used,
-                   total, avail, fails);
+            /* The file system's figures (statvfs), not the cold tier's own:
+             * in use counts every file on it, and free is what the node may
+             * still write (not total - in use: the reserved blocks are in
+             * neither), so the line says whose they are. */
+            printf("node      %s (%s); cold: file system of %s with %s free to the node (%s in "
+                   "use by all its files)%s\n", node->id, state, total, avail, used, fails);
             break;
         }
         if (wctl_cold_nearly_full(node))
