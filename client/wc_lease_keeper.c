@@ -32,6 +32,7 @@
 
 #include "host_rpc.pb-c.h"
 #include "wc_get.h"
+#include "wc_reported.h"
 
 #define M(name) WMRPC__WEIGHT_METHOD__WEIGHT_##name
 
@@ -375,7 +376,9 @@ int wc_lease_keeper_report_corrupt(wc_lease_keeper *k, const char *key, const ch
     free(buf);
     free(rbody);
     free(msg);
-    return rc < 0 ? rc : status < 0 ? status : WEIGHT_OK;
+    rc = rc < 0 ? rc : status < 0 ? status : WEIGHT_OK;
+    if (rc == WEIGHT_OK) wc_reported_note(key, node, segment, offset);
+    return rc;
 }
 
 /* How often to renew a lease that expires at expires_ms (wall clock): a

@@ -47,6 +47,7 @@
 
 #include "node_data_client.h"
 #include "wc_get.h"
+#include "wc_reported.h"
 #include "wc_xxh3.h"
 
 #define WC_REMOTE_WINDOW_CHUNKS 8
@@ -346,15 +347,20 @@ static void note_suspect(xfer *x, const job *j)
 /* Report each noted replica to the master (wc_report_corrupt), best
  * effort: it has the node hash the replica and drops it only when it
  * really is corrupt. What the get returns does not change; a failed get's
- * message (x->err) says the replica was reported. Called once the threads
+ * message (x->err) says the replica was reported -- also when the master
+ * refused this report because this process's earlier one (wc_reported.h)
+ * already had it dropped. Called once the threads
  * are done (the store's object-service connection is this thread's). */
 static void report_suspects(weight_store *s, xfer *x)
 {
     int reported = 0;
     for (size_t i = 0; i < x->n_suspects; i++) {
         const suspect *v = &x->suspects[i];
-        reported |= wc_report_corrupt(s, x->m->objects[v->object].key, v->node, v->segment,
-                                      v->offset) == WEIGHT_OK;
+        const char *key = x->m->objects[v->object].key;
+        /* Refused (the master dropped the replica on an earlier report --
+         * a view's of the same bytes, say): reported all the same. */
+        reported |= wc_report_corrupt(s, key, v->node, v->segment, v->offset) == WEIGHT_OK ||
+                    wc_reported_seen(key, v->node, v->segment, v->offset);
     }
     size_t len = strlen(x->err);
     if (reported && len > 0 && len < sizeof x->err)

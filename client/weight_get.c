@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "wc_get.h"
+#include "wc_reported.h"
 
 #define M(name) WMRPC__WEIGHT_METHOD__WEIGHT_##name
 
@@ -44,7 +45,9 @@ int wc_report_corrupt(weight_store *s, const char *key, const char *node, const 
     int rc = kvc_report_corrupt(s->kv, key, node, segment, offset, NULL);
     if (rc < 0 && kvc_transport_failed(s->kv) && wc_kv_reconnect(s) == SMP_OK)
         rc = kvc_report_corrupt(s->kv, key, node, segment, offset, NULL);
-    return rc < 0 ? rc : WEIGHT_OK;
+    if (rc < 0) return rc;
+    wc_reported_note(key, node, segment, offset);
+    return WEIGHT_OK;
 }
 
 void weight_store_cancel(weight_store *s)

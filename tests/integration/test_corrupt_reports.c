@@ -370,6 +370,61 @@ static void test_a_revision_left_with_nothing_readable_is_degraded(void **state)
     weight_store_close(s);
 }
 
+/* The copying get of test_a_get_after_a_view_reported_says_so, at its
+ * start (progress 0: its tickets in hand, no byte read yet): a view in
+ * place on another store of the process refuses the corrupt object and
+ * reports it, and the master drops the replica before the get reads it. */
+typedef struct view_first {
+    fixture *f;
+    const weight_identity *id;
+    int ran;
+} view_first;
+
+static void report_by_a_view_first(void *ctx, uint64_t done, uint64_t total)
+{
+    view_first *r = ctx;
+    (void)total;
+    if (done != 0 || r->ran) return;
+    r->ran = 1;
+    weight_store *s2 = wx_open_store(&r->f->m);
+    weight_mapped *v = NULL;
+    CHECK(s2, weight_get_mapped(s2, r->id, &v));
+    assert_int_equal(view_unreadable(v), 1);
+    wait_reports(r->f, "confirmed", 1);
+    weight_mapped_release(v);
+    wx_wait_state(s2, r->id, WEIGHT_DEGRADED, -1); /* the replica is dropped */
+    weight_store_close(s2);
+}
+
+/* A get that meets bytes a view of this process already reported -- and
+ * the master already dropped, so it refuses the get's own report (no such
+ * replica) -- fails DIGEST_MISMATCH saying the replica was reported all the
+ * same (Python's zero-copy load does this: the view refuses the object,
+ * then the copy reads it; before, its message lacked the sentence when
+ * the drop came first). */
+static void test_a_get_after_a_view_reported_says_so(void **state)
+{
+    fixture *f = *state;
+    weight_store *s = local_store(f);
+    weight_identity id;
+    char err[2048];
+    kvc_replica mem;
+    assert_int_equal(weight_identity_set(&id, NULL, "llm", "viewfirst", "v1", 1), 0);
+    wx_put_model(s, &id, model, N_MODEL);
+    memory_replica(f, "weights/acme/llm/viewfirst/v1/1/payload/2", &mem);
+    flip_byte(mem.segment_path, mem.offset + 7, 0x80);
+
+    view_first r = {f, &id, 0};
+    weight_store_set_progress(s, report_by_a_view_first, &r);
+    int rc = try_get(s, &id, err, sizeof(err));
+    weight_store_set_progress(s, NULL, NULL);
+    assert_int_equal(r.ran, 1);
+    if (rc != WEIGHT_EDIGEST_MISMATCH) fail_msg("the get returned %s: %s", weight_error_name(rc), err);
+    if (strstr(err, "was reported to the master") == NULL)
+        fail_msg("the get's message does not say the replica was reported: %s", err);
+    weight_store_close(s);
+}
+
 /* `kv get` (kvc_get_into, the object's SHA-256) of a plain object whose
  * only replica -- memory -- lost a byte fails naming the SHA-256 and
  * reports the replica; the master confirms and drops it, and the object
@@ -537,6 +592,7 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_view_in_place_reports_the_object_that_failed,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_get_after_a_view_reported_says_so, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_kv_get_reports_the_memory_replica_it_read, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_a_report_of_a_sound_replica_changes_nothing, setup, teardown),
