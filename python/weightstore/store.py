@@ -33,7 +33,7 @@ from typing import Dict, Iterator, List, Optional
 import numpy as np
 
 from . import _lib
-from .errors import ConflictError, InvalidArgumentError, NotFoundError, error_for
+from .errors import ConflictError, InvalidArgumentError, NotFoundError, NotReadyError, error_for
 from .tensors import (PLACE_REPLICATED, PLACE_SKIP, HuggingFaceCheckpoint, LoadedTensor,
                       PlacementLike, TensorPlacement, TensorSpec, box, dtype_name, iter_attachment_source,
                       iter_tensor_source, numpy_dtype, resolve_placement)
@@ -45,6 +45,9 @@ from .types import (IdentityLike, WeightIdentity, WeightMetadata, WeightMetadata
 TRANSPORT_AUTO, TRANSPORT_LOCAL, TRANSPORT_REMOTE = 0, 1, 2
 _OPT_PAYLOAD_BYTES, _OPT_THREADS, _OPT_TRANSPORT, _OPT_LEASE_TTL_MS = 1, 2, 3, 4
 _OPT_ATTACHMENTS = 6
+# How many times a read of the newest generation (text without "@GENERATION")
+# is tried, resolving it again each time a replacement retired the one read.
+_NEWEST_ATTEMPTS = 5
 
 
 def _request_id(lib, request_id: Optional[str], call: str) -> Optional[bytes]:
@@ -184,6 +187,42 @@ class WeightStore:
             raise NotFoundError(f"{identity}: no live generation of that revision")
         return base.with_generation(best)
 
+    def _on_newest(self, identity: IdentityLike, call, retired=None):
+        """call(WeightIdentity) on identity; for text without "@GENERATION"
+        on its newest live generation (_resolve), resolved again and called
+        again -- up to _NEWEST_ATTEMPTS calls in all -- when the generation
+        it read was retired meanwhile: the call raised NotReadyError (fenced
+        by a replacement, or DELETED) or NotFoundError, or returned a result
+        retired(result) takes for one, and the newest live generation is now
+        a higher one. A trainer upserting a lineage replaces the newest
+        generation between the listing and the lease; a reader that asked
+        for "the newest" follows it rather than fail. Anything else, an
+        explicit generation, or no higher generation to follow: the call's
+        own result or error."""
+        if not isinstance(identity, str) or "@" in identity:
+            return call(_as_identity(identity))
+        ident = self._resolve(identity)
+        for attempt in range(1, _NEWEST_ATTEMPTS + 1):
+            failure: Optional[BaseException] = None
+            try:
+                result = call(ident)
+                if retired is None or not retired(result):
+                    return result
+            except (NotReadyError, NotFoundError) as e:
+                failure = e
+            if attempt < _NEWEST_ATTEMPTS:
+                try:
+                    newer = self._resolve(identity)
+                except NotFoundError:
+                    newer = ident
+                if newer.weight_generation > ident.weight_generation:
+                    ident = newer
+                    continue
+            if failure is not None:
+                raise failure
+            return result
+        raise AssertionError("unreachable")
+
     def weight_upsert_status(self, lineage: IdentityLike) -> WeightUpsertClaim:
         """The current or last replacement claim of a lineage (weightctl
         upsert status): "NAMESPACE/RESOURCE/REVISION" or any generation of it
@@ -257,13 +296,19 @@ class WeightStore:
 
         Raises NotFoundError, NotReadyError, LeaseExpiredError,
         InvalidArgumentError (placement or binding), DigestMismatchError,
-        BusyError, WeightTransportError."""
-        ident = self._resolve(identity)
-        cid = _identity_to_c(ident)
+        BusyError, WeightTransportError. Without "@GENERATION" a generation
+        retired by a replacement while it was being loaded is followed to
+        the newer one (_on_newest)."""
         bindings = dict(bindings or {})
         for name, arr in bindings.items():
             if not isinstance(arr, np.ndarray) or not arr.flags.c_contiguous or not arr.flags.writeable:
                 raise InvalidArgumentError(f"binding {name!r}: not a writable C-contiguous numpy array")
+        return self._on_newest(identity, lambda ident: self._load(ident, placement, bindings, zero_copy))
+
+    def _load(self, ident: WeightIdentity, placement: PlacementLike, bindings: Dict[str, np.ndarray],
+              zero_copy: bool) -> "WeightLoad":
+        """weight_get of the exact revision ident (bindings checked)."""
+        cid = _identity_to_c(ident)
         tensors: Dict[str, LoadedTensor] = {}
         mapped = None
         copy_names = None  # None: every placed tensor goes through weight_get
@@ -298,7 +343,12 @@ class WeightStore:
                 mapped.release()
                 mapped = None
         if copy_names is None or copy_names:
-            tensors.update(self._get_copy(cid, placement, bindings, copy_names))
+            try:
+                tensors.update(self._get_copy(cid, placement, bindings, copy_names))
+            except BaseException:
+                if mapped is not None:
+                    mapped.release()  # the traceback would keep the lease alive
+                raise
         return WeightLoad(ident, tensors, mapped)
 
     def weight_get_attachments(self, identity: IdentityLike,
@@ -311,8 +361,12 @@ class WeightStore:
         all of them ({} for a revision without attachments).
 
         Raises NotFoundError, NotReadyError, LeaseExpiredError,
-        DigestMismatchError, BusyError, WeightTransportError."""
-        identity = self._resolve(identity)
+        DigestMismatchError, BusyError, WeightTransportError. Without
+        "@GENERATION" a generation retired meanwhile is followed (_on_newest)."""
+        return self._on_newest(identity, lambda ident: self._attachments(ident, names))
+
+    def _attachments(self, identity: WeightIdentity, names: Optional[List[str]]) -> Dict[str, bytes]:
+        """weight_get_attachments of the exact revision identity."""
         cid = _identity_to_c(identity)
         wanted = None if names is None else set(names)
         owned: Dict[str, np.ndarray] = {}
@@ -360,36 +414,42 @@ class WeightStore:
 
     def weight_is_exist(self, identity: IdentityLike) -> bool:
         """True only when the exact revision is READY and readable ("NS/RES/REV"
-        without "@GENERATION": its newest live generation; none: False)."""
+        without "@GENERATION": its newest live generation, followed to a
+        newer one when a replacement retired it meanwhile; none: False)."""
+        def exists(ident: WeightIdentity) -> bool:
+            out = ctypes.c_int(0)
+            with self._h.lock:
+                self._check(self._lib.weight_is_exist(self._ptr(), _identity_to_c(ident), ctypes.byref(out)))
+            return bool(out.value)
         try:
-            identity = self._resolve(identity)
+            return self._on_newest(identity, exists, retired=lambda found: not found)
         except NotFoundError:
             return False
-        cid = _identity_to_c(identity)
-        out = ctypes.c_int(0)
-        with self._h.lock:
-            self._check(self._lib.weight_is_exist(self._ptr(), cid, ctypes.byref(out)))
-        return bool(out.value)
 
     def weight_get_metadata(self, identity: IdentityLike) -> WeightMetadataView:
         """Metadata of a revision (tombstones included) and its active
-        operation, if any. NotFoundError when it never existed."""
-        cid = _identity_to_c(self._resolve(identity))
-        md, op = _lib.Metadata(), _lib.Operation()
-        more = _lib.MetadataMore(struct_size=ctypes.sizeof(_lib.MetadataMore))
-        with self._h.lock:
-            self._check(self._lib.weight_get_metadata_more(self._ptr(), cid, ctypes.byref(md),
-                                                           ctypes.byref(op), ctypes.byref(more)))
-        return WeightMetadataView(_metadata_from_c(md), _operation_from_c(op) if op.id else None,
-                                  *_degraded_from_c(more))
+        operation, if any. NotFoundError when it never existed. Without
+        "@GENERATION": of the newest live generation, followed to a newer one
+        when a replacement removed it meanwhile (_on_newest)."""
+        def metadata(ident: WeightIdentity) -> WeightMetadataView:
+            md, op = _lib.Metadata(), _lib.Operation()
+            more = _lib.MetadataMore(struct_size=ctypes.sizeof(_lib.MetadataMore))
+            with self._h.lock:
+                self._check(self._lib.weight_get_metadata_more(self._ptr(), _identity_to_c(ident), ctypes.byref(md),
+                                                               ctypes.byref(op), ctypes.byref(more)))
+            return WeightMetadataView(_metadata_from_c(md), _operation_from_c(op) if op.id else None,
+                                      *_degraded_from_c(more))
+        return self._on_newest(identity, metadata)
 
     def weight_get_size(self, identity: IdentityLike) -> int:
-        """The logical payload bytes validated when the revision was committed."""
-        cid = _identity_to_c(self._resolve(identity))
-        out = ctypes.c_uint64(0)
-        with self._h.lock:
-            self._check(self._lib.weight_get_size(self._ptr(), cid, ctypes.byref(out)))
-        return int(out.value)
+        """The logical payload bytes validated when the revision was committed
+        (without "@GENERATION": of the newest live generation, as _on_newest)."""
+        def size(ident: WeightIdentity) -> int:
+            out = ctypes.c_uint64(0)
+            with self._h.lock:
+                self._check(self._lib.weight_get_size(self._ptr(), _identity_to_c(ident), ctypes.byref(out)))
+            return int(out.value)
+        return self._on_newest(identity, size)
 
     def weight_list(self, namespace: Optional[str] = None, resource_id: Optional[str] = None, *,
                     limit: int = 0, include_deleted: bool = False, include_importing: bool = False,
