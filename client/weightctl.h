@@ -88,6 +88,16 @@ int wctl_parse_id_text(ctl *x, const char *text, weight_identity *id, int *has_g
  * 0, WEIGHT_ENOT_FOUND when there is none, or weight_list's error (nothing
  * printed). */
 int wctl_newest_generation(ctl *x, weight_identity *id);
+/* A read of id, whose caller named no generation (id->generation is the
+ * newest live one, wctl_newest_generation), failed with rc. When rc says
+ * that generation may have been retired by a replacement meanwhile
+ * (NOT_READY: fenced, DELETED; NOT_FOUND) and a higher generation is now
+ * the newest, set it into id and return 1: read again. Else 0 (id
+ * unchanged). *tries counts the calls; after WCTL_NEWEST_ATTEMPTS reads
+ * in all, 0. The store's last error is overwritten either way (the
+ * listing): keep the failure's message before. */
+#define WCTL_NEWEST_ATTEMPTS 5
+int wctl_follow_newest(ctl *x, weight_identity *id, int rc, int *tries);
 /* The components put is given (--tenant, --namespace, --resource,
  * --revision): 0, or 2 with "weightctl: CMD: INVALID_ARGUMENT: the revision
  * (--revision) is N bytes, over the 256-byte limit ..." (or empty) printed. */

@@ -164,6 +164,16 @@ static int newest_listed(ctl *x, weight_identity *id, int importing)
 
 int wctl_newest_generation(ctl *x, weight_identity *id) { return newest_listed(x, id, 0); }
 
+int wctl_follow_newest(ctl *x, weight_identity *id, int rc, int *tries)
+{
+    weight_identity now = *id;
+    if (rc != WEIGHT_ENOT_READY && rc != WEIGHT_ENOT_FOUND) return 0;
+    if (++*tries >= WCTL_NEWEST_ATTEMPTS) return 0;
+    if (newest_listed(x, &now, 0) != 0 || now.generation <= id->generation) return 0;
+    *id = now;
+    return 1;
+}
+
 /* Parse an ID; without "@GEN" take the newest IMPORTING generation of it. */
 int wctl_parse_importing_id(ctl *x, const char *text, weight_identity *id)
 {

@@ -74,6 +74,9 @@ typedef struct getcli {
     uint8_t *map;
     uint64_t map_len;
     char err[512];          /* why provide refused, for the report */
+    int follow;             /* the caller named no generation: a retired one is not printed */
+    int retired_rc;         /* get_rank's 3: the code (NOT_READY, NOT_FOUND) ... */
+    char retired_msg[1024]; /* ... and the store's message, for the caller to print */
 } getcli;
 
 /* Make room for element n of the array *arr (*cap elements of size bytes),
@@ -392,7 +395,9 @@ failed: {
  * revision published from a model directory (it has attachments) at TP 1,
  * DIR/model.safetensors -- and write its attachments next to it, so that DIR
  * is a loadable model directory again. The exit status (0, 1, or 130 after
- * Ctrl-C), the cause printed. */
+ * Ctrl-C), the cause printed -- or, with g->follow, 3 and nothing printed
+ * when the load failed NOT_READY or NOT_FOUND (g->retired_rc and
+ * retired_msg: the generation may have been retired by a replacement). */
 static int get_rank(ctl *x, const weight_identity *id, const char *what, const char *dir,
                     getcli *g)
 {
@@ -419,6 +424,12 @@ static int get_rank(ctl *x, const weight_identity *id, const char *what, const c
     weight_store_set_file_metadata_fn(x->ws, NULL, NULL);
     double dt = wctl_now() - t0;
     wctl_progress_end(&pr);
+    if (rc < 0 && g->follow && !g->err[0] && (rc == WEIGHT_ENOT_READY || rc == WEIGHT_ENOT_FOUND)) {
+        g->retired_rc = rc; /* retired by a replacement, maybe: the caller decides */
+        snprintf(g->retired_msg, sizeof g->retired_msg, "%s", weight_store_last_error(x->ws));
+        status = 3;
+        goto remove_tmp;
+    }
     if (rc < 0) {
         if (g->err[0]) fprintf(stderr, "weightctl: %s: %s: %s\n", what, weight_error_name(rc), g->err);
         else wctl_failed(x, what, rc);
@@ -525,6 +536,8 @@ int wctl_cmd_get(ctl *x, int argc, char **argv)
     if (wctl_open_weights(x) < 0) return 1;
     weight_identity id;
     char text[2048], what[2100], made[4096];
+    int has_gen = 0, tries = 0;
+    if ((rc = wctl_parse_id_text(x, argv[optind], &id, &has_gen)) != 0) return rc;
     if ((rc = wctl_resolve_id(x, argv[optind], "get", &id, text, sizeof text, what, sizeof what)) != 0)
         return rc;
     if ((rc = weight_store_set_option(x->ws, WEIGHT_OPT_RELEASE_PAGES, 1)) < 0 ||
@@ -532,6 +545,9 @@ int wctl_cmd_get(ctl *x, int argc, char **argv)
         return wctl_failed(x, what, rc);
     if (prepare_dir(dir, made) < 0) return 1; /* before the lease; removed if nothing comes */
     wctl_sigint_arm(x->ws); /* Ctrl-C: cancel the load (its lease is released), exit 130 */
+    /* Without @GEN, a generation retired by a replacement while it was being
+     * read (a trainer upserting the lineage) is followed to the newer one,
+     * every rank read again from it (wctl_follow_newest, bounded). */
     for (uint64_t r = all ? 0 : rank; r < (all ? tp : rank + 1) && status == 0; r++) {
         getcli g;
         memset(&g, 0, sizeof g);
@@ -541,8 +557,21 @@ int wctl_cmd_get(ctl *x, int argc, char **argv)
         g.tp = (uint32_t)tp;
         g.rank = (uint32_t)r;
         g.fd = -1;
+        g.follow = !has_gen;
         status = get_rank(x, &id, what, dir, &g);
         getcli_reset(&g);
+        if (status != 3) continue;
+        char held[sizeof g.retired_msg];
+        snprintf(held, sizeof held, "%s", g.retired_msg);
+        if (wctl_follow_newest(x, &id, g.retired_rc, &tries)) {
+            wctl_id_text(&id, text, sizeof text);
+            snprintf(what, sizeof what, "get %s", text);
+            status = 0;
+            r = (all ? 0 : rank) - 1; /* from the first rank again (wraps to it at r++) */
+            continue;
+        }
+        fprintf(stderr, "weightctl: %s: %s: %s\n", what, weight_error_name(g.retired_rc), held);
+        status = 1;
     }
     wctl_sigint_disarm();
     if (status != 0) unmake_dir(dir, made);

@@ -148,16 +148,24 @@ int wctl_cmd_info(ctl *x, const char *arg)
 }
 
 /* exists ID: as info, without @GENERATION the newest live generation (none:
- * "no", exit 1, as for a generation that is not READY). */
+ * "no", exit 1, as for a generation that is not READY; one retired by a
+ * replacement meanwhile is followed to the newer one). */
 int wctl_cmd_exists(ctl *x, const char *arg)
 {
     weight_identity id;
     int exists = 0, has_gen = 0, rc;
     if ((rc = wctl_parse_id_text(x, arg, &id, &has_gen)) != 0) return rc;
     if (wctl_open_weights(x) < 0) return 1;
+    int tries = 0;
     rc = has_gen ? 0 : wctl_newest_generation(x, &id);
-    if (rc == 0) rc = weight_is_exist(x->ws, &id, &exists);
-    else if (rc == WEIGHT_ENOT_FOUND) rc = 0; /* no live generation: it does not exist */
+    if (rc == 0) {
+        /* Without @GEN: one retired by a replacement meanwhile is followed. */
+        while ((rc = weight_is_exist(x->ws, &id, &exists)) == 0 && !exists && !has_gen &&
+               wctl_follow_newest(x, &id, WEIGHT_ENOT_READY, &tries))
+            ;
+    } else if (rc == WEIGHT_ENOT_FOUND) {
+        rc = 0; /* no live generation: it does not exist */
+    }
     if (rc < 0) return wctl_failed(x, "exists", rc);
     if (x->json) printf("{\"exists\":%s}\n", exists ? "true" : "false");
     else printf("%s\n", exists ? "yes" : "no");
