@@ -95,11 +95,12 @@ int64_t rpcc_op_deadline(const rpcc_conn *c)
 {
     if (!c->call_ends || c->call_end < 0)
         return rpcc_deadline_of(c->timeout_ms);
-    if (!c->call_moved)
+    if (!c->call_resent)
         return c->call_end;
-    /* The request a move sent near the call's end still gets an attempt's
-     * time for its answer: a standby's NOT_LEADER, which the call then
-     * returns. */
+    /* The request a move or a paced resend sent near the call's end still
+     * gets an attempt's time for its answer (a standby's NOT_LEADER, a
+     * refusal, or the result), which the call then returns: a request that
+     * left is never given up on at once, with its fate unknown. */
     int64_t floor = rpcc_now_ms() + RPCC_ATTEMPT_MS;
     return c->call_end > floor ? c->call_end : floor;
 }
@@ -1210,7 +1211,7 @@ int rpcc_call_ex(rpcc_conn *c,
     if (outer) {
         c->call_end = rpcc_deadline_of(c->timeout_ms);
         c->call_ends = 1;
-        c->call_moved = 0;
+        c->call_resent = 0;
     }
     int rc = call_ex(c, flags, service, method, req_body, req_len, status, resp_body, resp_len,
                      errmsg);
@@ -1274,15 +1275,17 @@ static int call_ex(rpcc_conn *c,
             c->in_flight--; /* nobody claims its answer (stashed if it still comes) */
         if (rc == SMP_OK && st == SMP_EAGAIN && c->retry_after_ms > 0) {
             /* Refused by auth.limits before any service saw it: the same
-             * request is sent again when the master says it may pass, for
-             * as long as the call's timeout (the refusal is returned then). */
+             * request is sent again when the master says it may pass, until
+             * the call's end (the refusal is returned then). A resend near
+             * the end still gets an attempt's time for its answer. */
             int64_t at = rpcc_now_ms() + c->retry_after_ms;
             if (limited_until < 0)
-                limited_until = rpcc_now_ms() + (c->timeout_ms > 0 ? c->timeout_ms : RPCC_FOLLOW_MS);
+                limited_until = follow_deadline(c);
             if (at < limited_until) {
                 free(body);
                 free(msg);
                 sleep_until(at);
+                c->call_resent = 1;
                 continue;
             }
         }
@@ -1327,7 +1330,7 @@ static int call_ex(rpcc_conn *c,
             sleep_until(rpcc_now_ms() + backoff < deadline ? rpcc_now_ms() + backoff : deadline);
         hinted_last = c->hinted;
         backoff = next_pause(c, backoff);
-        c->call_moved = 1;
+        c->call_resent = 1;
         if ((rc = conn_move(c, deadline)) < 0)
             return rc;
     }

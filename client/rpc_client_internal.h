@@ -79,12 +79,14 @@ struct rpcc_conn {
                                whole call -- its sends, waits and moves -- the timeout
                                after it began (-1: none) */
     int call_ends;
-    int call_moved;         /* the running call moved to another master */
+    int call_resent;        /* the running call sent its request again: moved to another
+                               master, or paced after a refusal of auth.limits */
 };
 
 /* The deadline of what c does now: the running call's end (rpcc_call_ex)
- * -- after a move at least RPCC_ATTEMPT_MS from now, so that the request a
- * move sent gets its answer -- else timeout_ms from now (-1: none). */
+ * -- after a move or a paced resend at least RPCC_ATTEMPT_MS from now, so
+ * that the request sent again gets its answer -- else timeout_ms from now
+ * (-1: none). */
 int64_t rpcc_op_deadline(const rpcc_conn *c);
 
 /* Set c's last error (printf-style). */
