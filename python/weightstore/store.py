@@ -546,6 +546,7 @@ class WeightStore:
         if not isinstance(wait_ms, int) or isinstance(wait_ms, bool) or wait_ms < 0:
             raise InvalidArgumentError(f"weight_upsert: wait_ms {wait_ms!r} is not a number of milliseconds >= 0")
         deadline = time.monotonic() + wait_ms / 1000.0
+        ended = None  # another request's claim seen ended after a CONFLICT
         while True:
             try:
                 with self._h.lock:
@@ -563,8 +564,18 @@ class WeightStore:
                     other = self.weight_upsert_status(base)
                 except NotFoundError:
                     other = None
-                if other is None or other.phase in (WeightUpsertPhase.COMMITTED, WeightUpsertPhase.ABORTED):
+                if other is None:
                     raise
+                if other.phase in (WeightUpsertPhase.COMMITTED, WeightUpsertPhase.ABORTED):
+                    # It ended between the refusal and this read: try again at
+                    # once. Our own claim aborted, or the same ended claim seen
+                    # after a second CONFLICT (refused for another reason): raised.
+                    seen = (other.request_id, other.phase)
+                    if other.request_id == request_id or seen == ended:
+                        raise
+                    ended = seen
+                    continue
+                ended = None
                 time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
         up = WeightUpsert(self, base.with_generation(gen_target), w, _claim_from_c(claim))
         try:

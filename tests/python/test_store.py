@@ -576,6 +576,37 @@ def test_upsert_wait_ms_waits_for_the_open_claim(store):
     assert store.weight_is_exist(base)
 
 
+def test_upsert_wait_ms_tries_again_when_the_claim_ends_before_it_is_read(store):
+    # The open claim ends between the waiting call's CONFLICT and its read of
+    # the claim: the call tries again and makes its own claim.
+    res = unique("upsertrace")
+    base = ident(res, gen=3)
+    md = put_model(store, base, {"w": (np.zeros(4, np.float32), None)})
+    gen = md.metadata_generation
+    first = store.weight_upsert(4, replacing=base, expected_metadata_generation=gen, request_id=f"a-{res}")
+    real_status = store.weight_upsert_status
+
+    def status(lineage):
+        first.abort()
+        for _ in range(6000):
+            claim = real_status(lineage)
+            if claim.phase == ws.WeightUpsertPhase.ABORTED:
+                return claim
+            time.sleep(0.01)
+        raise AssertionError(f"claim a-{res} did not end ABORTED")
+
+    store.weight_upsert_status = status
+    try:
+        up = store.weight_upsert(5, replacing=base, expected_metadata_generation=gen, request_id=f"b-{res}",
+                                 wait_ms=60000)
+    finally:
+        del store.weight_upsert_status
+        first.abort()
+    assert up.claim.request_id == f"b-{res}"
+    up.abort()
+    assert store.weight_is_exist(base)
+
+
 def test_an_identity_without_generation_is_the_newest_live_one(store):
     res = unique("newest")
     put_model(store, ident(res, gen=1), {"w": (np.zeros(4, np.float32), None)})
