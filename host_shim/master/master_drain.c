@@ -1,16 +1,18 @@
-/* master_drain.c -- the graceful stop of an HA leader (SIGTERM, SIGINT).
+/* master_drain.c -- the graceful stop of a master (SIGTERM, SIGINT).
  *
- * A leader that stopped at once would close its connections with calls in
- * them: a put end whose record was on its way to etcd got no answer, the
- * client could not tell whether it landed, and its import failed (and was
- * left IMPORTING). A SIGKILL did no better, but a rolling restart stops
- * every leader on purpose and must not fail the puts it meets. So a leader
- * told to stop first drains:
- *  - new calls are refused SMP_ENOTLEADER naming no leader, as a standby
- *    refuses them during an election (the HELLO of a new connection says
- *    so too), and such refusals are not held: the client walks its master
- *    list at once. Nothing refused was applied, so every client sends it
- *    again where the next leader is;
+ * A master that stopped at once would close its connections with calls in
+ * them: a put end whose record was on its way to the OpLog got no answer,
+ * the client could not tell whether it landed, and its import failed (and
+ * was left IMPORTING). A SIGKILL does no better, but a rolling restart or
+ * an upgrade stops masters on purpose and must not fail the calls it meets.
+ * So a master told to stop first drains:
+ *  - new calls are refused. An HA leader refuses them SMP_ENOTLEADER naming
+ *    no leader, as a standby refuses them during an election (the HELLO of
+ *    a new connection says so too), and such refusals are not held: the
+ *    client walks its master list at once. A master alone has nobody to
+ *    send a client to: it refuses them SMP_EAGAIN saying that it is
+ *    stopping, but still answers status and authentication. Nothing
+ *    refused was applied, so every client may send it again;
  *  - the calls it already accepted run to their answer (a put end is
  *    answered once its record is durable, never before), and so may the
  *    puts it started: their put end and revoke are still taken, so that a
@@ -18,11 +20,13 @@
  *    instead of failing;
  *  - when no call is open and no put is in flight, or after
  *    MASTER_DRAIN_MS, whichever comes first, it stops as before
- *    (master_stop): the election resigns (the lease is revoked, so a
- *    standby is elected at once, not after the lease's TTL), the log is
- *    flushed and the connections close.
- * A second signal stops at once. A standby, or a master without HA (no
- * other master to send a client to), stops at once as it always did. */
+ *    (master_stop): an HA leader's election resigns (the lease is revoked,
+ *    so a standby is elected at once, not after the lease's TTL), the log
+ *    is flushed and the connections close.
+ * A node's polls are new calls too: its deferred poll is answered at the
+ * drain's start, and its next one is refused, so that a drain with nothing
+ * else open ends at once. A second signal stops at once, and so
+ * does a standby, which has no call of its own open. */
 #include <inttypes.h>
 #include <stdio.h>
 
@@ -56,8 +60,9 @@ static void on_drain_timer(uv_timer_t *t)
     if (calls != 0 || puts != 0) {
         if (now < m->drain_until_ms) return;
         fprintf(stderr, "store_master: drained for %u ms, %" PRIu64 " call%s and %" PRIu64
-                " put%s still open (their clients find the next leader): stopping\n",
-                MASTER_DRAIN_MS, calls, calls == 1 ? "" : "s", puts, puts == 1 ? "" : "s");
+                " put%s still open%s: stopping\n",
+                MASTER_DRAIN_MS, calls, calls == 1 ? "" : "s", puts, puts == 1 ? "" : "s",
+                m->cfg->ha_enabled ? " (their clients find the next leader)" : "");
     } else {
         fprintf(stderr, "store_master: drained in %" PRIu64 " ms, every call answered: "
                 "stopping\n", now - (m->drain_until_ms - MASTER_DRAIN_MS));
@@ -65,22 +70,45 @@ static void on_drain_timer(uv_timer_t *t)
     master_stop(m);
 }
 
+/* The admission of a master alone while it drains (rpc_admit_fn): status
+ * and authentication, the end and revoke of a put begun here, and the
+ * leadership question (0, 0) are taken; the rest is refused SMP_EAGAIN. */
+static int alone_admit(void *arg, uint32_t service, uint32_t method, const char **named)
+{
+    master *m = arg;
+    if ((service == 0 && method == 0) || master_drain_admits(m, service, method) ||
+        service == HOST_SERVICE__HOST_SERVICE_AUTH ||
+        (service == HOST_SERVICE__HOST_SERVICE_ADMIN && method == ADMIN_METHOD__ADMIN_STATUS))
+        return 0;
+    *named = "store_master is stopping: it takes no new call (the calls it had accepted are "
+             "answered); send it again once the master is back";
+    return SMP_EAGAIN;
+}
+
 void master_stop_gracefully(master *m)
 {
     uint64_t calls, puts;
+    int ha = m->cfg->ha_enabled;
     if (m->stopping) return;
-    if (m->draining || !m->cfg->ha_enabled || !master_is_leader(m) || m->rpc == NULL) {
-        master_stop(m); /* a second signal, a standby, a single master */
+    if (m->draining || m->rpc == NULL || !m->serving || (ha && !master_is_leader(m))) {
+        master_stop(m); /* a second signal, a standby, a master not serving yet */
         return;
     }
-    drain_open(m, &calls, &puts);
     m->draining = 1;
+    master_nodes_answer_polls(m);
+    drain_open(m, &calls, &puts);
     m->drain_until_ms = master_now_ms() + MASTER_DRAIN_MS;
-    rpc_server_set_not_leader_hold(m->rpc, 0);
-    fprintf(stderr, "store_master: leader stopping: new calls are sent to the other masters; "
-            "%" PRIu64 " open call%s and %" PRIu64 " put%s in flight may end here (at most %u "
-            "ms), then the leadership is resigned\n", calls, calls == 1 ? "" : "s", puts,
-            puts == 1 ? "" : "s", MASTER_DRAIN_MS);
+    if (ha) {
+        rpc_server_set_not_leader_hold(m->rpc, 0);
+    } else {
+        rpc_server_set_admission(m->rpc, alone_admit, m);
+    }
+    fprintf(stderr, "store_master: %s; %" PRIu64 " open call%s and %" PRIu64 " put%s in flight "
+            "may end here (at most %u ms)%s\n",
+            ha ? "leader stopping: new calls are sent to the other masters"
+               : "stopping: new calls are refused",
+            calls, calls == 1 ? "" : "s", puts, puts == 1 ? "" : "s", MASTER_DRAIN_MS,
+            ha ? ", then the leadership is resigned" : "");
     uv_timer_init(&m->loop, &m->drain_timer);
     m->drain_timer.data = m;
     m->drain_timer_open = 1;

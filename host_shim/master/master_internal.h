@@ -358,11 +358,12 @@ void master_stop(master *m);
 
 /* -- master_drain.c ---------------------------------------------------------------- */
 
-/* A signal asked the master to stop: an HA leader drains first -- new calls
- * are refused SMP_ENOTLEADER (naming no leader), the open calls and puts end
- * here for at most MASTER_DRAIN_MS -- then stops (master_stop, which
- * resigns). A standby, a master without HA, or a second signal: master_stop
- * at once. */
+/* A signal asked the master to stop: a serving master drains first -- new
+ * calls are refused (an HA leader's SMP_ENOTLEADER naming no leader, a
+ * master alone's SMP_EAGAIN), the open calls and puts end here for at most
+ * MASTER_DRAIN_MS -- then stops (master_stop, which resigns a leadership).
+ * A standby, a master not serving yet, or a second signal: master_stop at
+ * once. */
 void master_stop_gracefully(master *m);
 /* 1 when a call of (service, method) is taken: always, except while
  * draining, when only the end or revoke of a put started here is. */
@@ -634,6 +635,8 @@ void master_node_locate(const master *m, const char *id, const char *tenant, int
 /* Whether node id's data server speaks TLS only (it said so at registration). */
 int master_node_data_tls(const master *m, const char *id);
 size_t master_nodes_up(const master *m);
+/* Answer every deferred node poll at once (a drain's start). */
+void master_nodes_answer_polls(master *m);
 /* Call fn for every node the master knows (up or not), with its id, whether
  * it is up, the cold directory it registered with ("" none) and its cold
  * tier's last report (master_cold_usage.h); everything borrowed for the call. */

@@ -325,6 +325,15 @@ static void fail_tasks(master *m, master_node *n, int inflight_only)
 
 static void answer_poll(master *m, master_node *n);
 
+/* Answer every node's deferred poll now, with the tasks queued for it (or
+ * none): a master that drains (master_drain.c) does not wait out their
+ * poll_ms, and refuses the nodes' next polls. */
+void master_nodes_answer_polls(master *m)
+{
+    for (master_node *n = m->nodes; n != NULL; n = n->hh.next)
+        if (n->poll != NULL) answer_poll(m, n);
+}
+
 int master_node_task(master *m,
                      const char *node_id,
                      int kind,

@@ -55,15 +55,18 @@ typedef struct rpc_server_options {
 } rpc_server_options;
 
 /* Admission of a decoded request before its handler runs: 0 lets it run;
- * SMP_ENOTLEADER answers it with that status, *leader (the leader's RPC
+ * SMP_ENOTLEADER answers it with that status, *named (the leader's RPC
  * endpoint, "" or NULL when none is known, borrowed until the call returns)
- * in RpcResponse.leader, and its handler never runs. How an HA standby turns
- * away everything it must not serve. */
-typedef int (*rpc_admit_fn)(void *arg, uint32_t service, uint32_t method, const char **leader);
+ * in RpcResponse.leader -- how an HA standby turns away everything it must
+ * not serve; any other negative code answers it with that status and
+ * *named as its message -- how a master alone that is stopping refuses new
+ * calls (master_drain.c). Either way its handler never runs. */
+typedef int (*rpc_admit_fn)(void *arg, uint32_t service, uint32_t method, const char **named);
 
 /* Counters for /metrics. Monotonic unless marked as a gauge. */
 typedef struct rpc_server_stats {
     uint64_t not_leader;             /* requests turned away by the admission function */
+    uint64_t admission_refused;      /* refused by it with another status (a stopping master) */
     uint64_t connections_accepted;
     uint64_t connections_open;       /* gauge */
     uint64_t connections_rejected;   /* over max_connections */

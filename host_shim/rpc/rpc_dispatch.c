@@ -516,13 +516,19 @@ void rpc_conn_dispatch(rpc_conn *c, const uint8_t *data, size_t len)
         return;
     }
     if (s->admit != NULL) {
-        const char *leader = NULL;
-        if (s->admit(s->admit_arg, req.service, req.method, &leader) == SMP_ENOTLEADER) {
+        const char *named = NULL;
+        rc = s->admit(s->admit_arg, req.service, req.method, &named);
+        if (rc == SMP_ENOTLEADER) {
             /* no leader to name yet: wait for one (rpc_hold.c) */
-            if ((leader == NULL || leader[0] == '\0') && s->hold_ms > 0 &&
+            if ((named == NULL || named[0] == '\0') && s->hold_ms > 0 &&
                 rpc_hold_add(c, req.request_id) == SMP_OK)
                 return;
-            rpc_conn_send_not_leader(c, req.request_id, leader);
+            rpc_conn_send_not_leader(c, req.request_id, named);
+            return;
+        }
+        if (rc < 0) {
+            s->st.admission_refused++;
+            rpc_conn_send(c, req.request_id, rc, named != NULL ? named : smp_strerror(rc), NULL, 0);
             return;
         }
     }
