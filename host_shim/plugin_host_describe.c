@@ -3,7 +3,7 @@
  * host_plugins_describe prints the host's ABI and capabilities, one block
  * per plugin (ABI, capabilities, OpLog types with gates, sections, guard,
  * tick, RPC services, events, metrics, key spaces) and the capability gates: what
- * `store_master --check` shows. The format is pinned by test_plugin_loader
+ * `store_master --check` shows. The format is pinned by test_plugin_load
  * and test_check; change it only by appending lines. */
 #include <inttypes.h>
 #include <stdio.h>
@@ -98,7 +98,7 @@ static void describe_plugin(const host_plugins *reg, const host_plugin *p, FILE 
 
 /* A header line with the host's ABI and capabilities, then one block per
  * plugin in load order (see describe_plugin). The format is pinned by
- * test_plugin_loader and read by store_master --check users: change it only
+ * test_plugin_load and read by store_master --check users: change it only
  * by appending lines. */
 /* One line per capability gate the registered types name: the types it
  * guards and where it stands by this config (a runtime confirmation lives in

@@ -1,5 +1,5 @@
 /* reload_probe.c -- a test plugin with the ABI 1.1 hot-reload hooks, whose
- * every step can be made to refuse (tests/unit/test_plugin_loader.c).
+ * every step can be made to refuse (tests/unit/test_plugin_runtime.c).
  *
  * It registers OpLog type 30 (PROBE_RECORD), section probe_section, RPC
  * service 41 (method 1) and the counter reload_probe_total, and claims the
