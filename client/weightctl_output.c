@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "weightctl.h"
+#include "wm_bytes.h"
 
 double wctl_now(void)
 {
@@ -22,13 +23,7 @@ double wctl_now(void)
 
 void wctl_human(double v, char *out, size_t cap)
 {
-    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    int i = 0;
-    while (v >= 1024 && i < 4) {
-        v /= 1024;
-        i++;
-    }
-    snprintf(out, cap, i ? "%.1f %s" : "%.0f %s", v, u[i]);
+    wm_human_bytes(v, out, cap);
 }
 
 void wctl_size_text(double v, int raw, char *out, size_t cap)

@@ -1,12 +1,14 @@
 /* master_cold_usage.c -- the nodes' cold tiers in /metrics and ADMIN_STATUS
  * (master_cold_usage.h): the last report of each node, taken from its
  * registration and polls, turned into per-node series and status entries. */
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "host_rpc.pb-c.h"
 #include "master_cold_usage.h"
+#include "wm_bytes.h"
 #include "node_rpc.pb-c.h"
 
 void master_cold_usage_take(master_cold_usage *dst, const ColdTierUsage *u)
@@ -20,6 +22,51 @@ void master_cold_usage_take(master_cold_usage *dst, const ColdTierUsage *u)
     snprintf(dst->error, sizeof(dst->error), "%s", u->error ? u->error : "");
     dst->failures_no_space = u->write_failures_no_space;
     dst->failures_other = u->write_failures_other;
+}
+
+int master_cold_usage_nearly_full(const master_cold_usage *u)
+{
+    return u->reported && u->error[0] == '\0' && u->total_bytes > 0 &&
+           (double)u->free_bytes * 100.0 < (double)u->total_bytes * MASTER_COLD_NEARLY_FULL_PCT;
+}
+
+int master_cold_usage_change(const master_cold_usage *before, const master_cold_usage *after,
+                             char *line, size_t cap)
+{
+    int was_full, full;
+    uint64_t failed;
+    char free_text[32], total_text[32];
+    if (!after->reported) return 0;
+    was_full = master_cold_usage_nearly_full(before);
+    full = master_cold_usage_nearly_full(after);
+    /* a node that restarted counts from 0: all of its count is new */
+    failed = after->failures_no_space >= before->failures_no_space
+                 ? after->failures_no_space - before->failures_no_space
+                 : after->failures_no_space;
+    if (!before->reported && !full && failed == 0) return 0;
+    wm_human_bytes((double)after->free_bytes, free_text, sizeof(free_text));
+    wm_human_bytes((double)after->total_bytes, total_text, sizeof(total_text));
+    if (full && (!was_full || failed > 0)) {
+        int k = snprintf(line, cap, "cold tier nearly full: %s free of %s (%.1f%%, below %d%%)",
+                         free_text, total_text,
+                         (double)after->free_bytes * 100.0 / (double)after->total_bytes,
+                         MASTER_COLD_NEARLY_FULL_PCT);
+        if (failed > 0 && k > 0 && (size_t)k < cap)
+            snprintf(line + k, cap - (size_t)k, "; %" PRIu64 " cold write%s failed for lack of "
+                     "space since the last report", failed, failed == 1 ? "" : "s");
+        return 1;
+    }
+    if (failed > 0) {
+        snprintf(line, cap, "%" PRIu64 " cold write%s failed for lack of space since the last "
+                 "report (the file system's free bytes are not a quota's)", failed,
+                 failed == 1 ? "" : "s");
+        return 1;
+    }
+    if (was_full && !full && after->error[0] == '\0') {
+        snprintf(line, cap, "cold tier has room again: %s free of %s", free_text, total_text);
+        return 1;
+    }
+    return 0;
 }
 
 int master_cold_usage_register(master *m)

@@ -12,6 +12,7 @@
 #ifndef HOST_MASTER_COLD_USAGE_H
 #define HOST_MASTER_COLD_USAGE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "master_internal.h"
@@ -33,6 +34,26 @@ struct ColdTierUsage;
 /* Take a registration's or poll's report u into *dst; u NULL (a node from
  * before the report) makes it unknown. */
 void master_cold_usage_take(master_cold_usage *dst, const struct ColdTierUsage *u);
+
+/* Below this share of free bytes a node's cold tier is nearly full: the
+ * master logs the crossing (master_cold_usage_change) and weightctl status
+ * warns (its WCTL_COLD_NEARLY_FULL_PCT is the same figure). */
+#define MASTER_COLD_NEARLY_FULL_PCT 5
+
+/* 1 when u's sizes are known and fewer than MASTER_COLD_NEARLY_FULL_PCT of
+ * its bytes are free. */
+int master_cold_usage_nearly_full(const master_cold_usage *u);
+
+/* What an operator should read in the master's log about the change from
+ * report before to report after of one node: the cold tier became nearly
+ * full, or has room again, and cold writes that failed for lack of space
+ * since the report before (a node that restarted counts from 0 again:
+ * a count below the last is the node's own). Writes the sentence (without
+ * the node's name, e.g. "cold tier nearly full: ...") into line[cap] and
+ * returns 1, or returns 0 with nothing to say (the first report, an
+ * unknown one, no change worth a line). */
+int master_cold_usage_change(const master_cold_usage *before, const master_cold_usage *after,
+                             char *line, size_t cap);
 
 /* Register the per-node families in m->metrics (master_metrics_register). */
 int master_cold_usage_register(master *m);

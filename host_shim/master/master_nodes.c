@@ -951,6 +951,18 @@ static void complete_register(master *m, register_ctx *r)
     register_free(r);
 }
 
+/* Take node n's report u (registration: the first since it started, or
+ * since a restart of the master) and log what an operator should read. */
+static void cold_usage_take(master_node *n, const ColdTierUsage *u, int registration)
+{
+    master_cold_usage before = n->cold;
+    char line[320];
+    if (registration) before.reported = 0; /* a fresh start: only a full tier is said */
+    master_cold_usage_take(&n->cold, u);
+    if (master_cold_usage_change(&before, &n->cold, line, sizeof(line)))
+        fprintf(stderr, "store_master: node %s: %s\n", n->id, line);
+}
+
 static int set_str(char **dst, const char *src)
 {
     char *s = strdup(src);
@@ -1069,7 +1081,7 @@ static int h_register(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t
     ticket_secret_set(&n->secret, req->ticket_secret.data, req->ticket_secret.len);
     n->key_id = req->ticket_key_id ? req->ticket_key_id : 1;
     n->data_tls = req->data_tls;
-    master_cold_usage_take(&n->cold, req->cold_usage); /* none: a node from before the report */
+    cold_usage_take(n, req->cold_usage, 1); /* none: a node from before the report */
     node_set_up(m, n, 0); /* up once the segment is durable and reconciled */
     register_ctx *r = calloc(1, sizeof(*r));
     if (r == NULL) {
@@ -1155,7 +1167,7 @@ static int h_poll(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len
                       req->writing[i]->offset, n->last_seen_ms);
     take_results(m, n, req);
     master_cold_corrupt(m, n->id, req->corrupt_cold, req->n_corrupt_cold);
-    if (req->cold_usage != NULL) master_cold_usage_take(&n->cold, req->cold_usage);
+    if (req->cold_usage != NULL) cold_usage_take(n, req->cold_usage, 0);
     int busy = req->busy;
     node_poll_request__free_unpacked(req, NULL);
     if (busy) {

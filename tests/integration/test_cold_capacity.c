@@ -348,6 +348,9 @@ static void test_a_full_cold_tier_is_said_and_its_enospc_counted(void **state)
         fail_msg("status: %s", f->out);
     assert_int_equal(wx_weightctl(&f->m, f->out, OUT_CAP, "--json status"), 0);
     assert_true(hx_says(f->out, "\"nearly_full\":true"));
+    /* the master's log says it once */
+    assert_true(hx_log_contains(&f->m, "store_master: node node-a: cold tier nearly full: 8.0 KiB "
+                                       "free of 256.0 KiB (3.1%, below 5%)\n"));
 
     put_object(f, "obj/big", 64u << 10);
     assert_int_equal(probe(&f->m, 1, "obj/big"), SMP_ENOSPC);
@@ -360,6 +363,7 @@ static void test_a_full_cold_tier_is_said_and_its_enospc_counted(void **state)
     snprintf(want, sizeof(want), " failed write%s (%.0f no space, 0 other)\n",
              no_space == 1 ? "" : "s", no_space);
     if (!hx_says(f->out, want)) fail_msg("status lacks '%s': %s", want, f->out);
+    assert_true(hx_log_contains(&f->m, "failed for lack of space since the last report"));
     assert_int_equal(unlink(filler), 0);
 }
 

@@ -7,7 +7,11 @@
  * it known. On the client side a NodeStatus whose
  * node does not report is unknown, one without a cold directory none, one
  * whose statvfs failed an error with its failures still counted; a status
- * answer from a master before the per-node status holds no nodes. */
+ * answer from a master before the per-node status holds no nodes.
+ * The master's log line for a change between two reports: a tier that
+ * became nearly full (under 5 % free), or has room again, and cold writes
+ * that failed for lack of space since the last report -- once, not with
+ * every poll. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -133,6 +137,70 @@ static void test_a_status_from_an_older_master_has_no_nodes(void **state)
     status_response__free_unpacked(r, NULL);
 }
 
+/* A known report of total MiB with free MiB and failed no-space writes. */
+static master_cold_usage report(uint64_t total_mib, uint64_t free_mib, uint64_t failed)
+{
+    master_cold_usage u;
+    memset(&u, 0, sizeof(u));
+    u.reported = 1;
+    u.total_bytes = total_mib << 20;
+    u.free_bytes = free_mib << 20;
+    u.used_bytes = u.total_bytes - u.free_bytes;
+    u.failures_no_space = failed;
+    return u;
+}
+
+static void test_the_log_says_a_crossing_once(void **state)
+{
+    (void)state;
+    master_cold_usage none, roomy = report(1000, 500, 0), full = report(1000, 40, 0),
+                           full_failed = report(1000, 40, 3), bad = report(1000, 40, 3);
+    char line[320] = "";
+    memset(&none, 0, sizeof(none));
+    snprintf(bad.error, sizeof(bad.error), "statvfs: Permission denied");
+    /* a first report with room, and an unknown one: nothing */
+    assert_int_equal(master_cold_usage_change(&none, &roomy, line, sizeof(line)), 0);
+    assert_int_equal(master_cold_usage_change(&roomy, &none, line, sizeof(line)), 0);
+    assert_int_equal(master_cold_usage_change(&roomy, &roomy, line, sizeof(line)), 0);
+    /* the crossing, once; at 5.0 % free it is not nearly full yet */
+    master_cold_usage edge = report(1000, 50, 0);
+    assert_int_equal(master_cold_usage_change(&roomy, &edge, line, sizeof(line)), 0);
+    assert_int_equal(master_cold_usage_change(&roomy, &full, line, sizeof(line)), 1);
+    assert_string_equal(line, "cold tier nearly full: 40.0 MiB free of 1000.0 MiB (4.0%, below "
+                              "5%)");
+    assert_int_equal(master_cold_usage_change(&full, &full, line, sizeof(line)), 0);
+    /* a first report of a full tier is said */
+    assert_int_equal(master_cold_usage_change(&none, &full, line, sizeof(line)), 1);
+    /* writes failing while full: said with their count, then not again */
+    assert_int_equal(master_cold_usage_change(&full, &full_failed, line, sizeof(line)), 1);
+    assert_string_equal(line, "cold tier nearly full: 40.0 MiB free of 1000.0 MiB (4.0%, below "
+                              "5%); 3 cold writes failed for lack of space since the last report");
+    assert_int_equal(master_cold_usage_change(&full_failed, &full_failed, line, sizeof(line)), 0);
+    /* room again */
+    master_cold_usage freed = report(1000, 600, 3);
+    assert_int_equal(master_cold_usage_change(&full_failed, &freed, line, sizeof(line)), 1);
+    assert_string_equal(line, "cold tier has room again: 600.0 MiB free of 1000.0 MiB");
+    /* unreadable sizes: not a crossing either way */
+    assert_int_equal(master_cold_usage_change(&full_failed, &bad, line, sizeof(line)), 0);
+}
+
+static void test_the_log_says_failed_writes_with_room(void **state)
+{
+    (void)state;
+    master_cold_usage before = report(1000, 500, 2), after = report(1000, 500, 3);
+    char line[320] = "";
+    /* a quota, or a file bigger than what is free: one failure, one line */
+    assert_int_equal(master_cold_usage_change(&before, &after, line, sizeof(line)), 1);
+    assert_string_equal(line, "1 cold write failed for lack of space since the last report (the "
+                              "file system's free bytes are not a quota's)");
+    /* a node that restarted counts from 0: its count is all new */
+    master_cold_usage restarted = report(1000, 500, 1);
+    assert_int_equal(master_cold_usage_change(&after, &restarted, line, sizeof(line)), 1);
+    assert_non_null(strstr(line, "1 cold write failed"));
+    restarted.failures_no_space = 0;
+    assert_int_equal(master_cold_usage_change(&after, &restarted, line, sizeof(line)), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -140,6 +208,8 @@ int main(void)
         cmocka_unit_test(test_a_registration_with_the_report_is_known),
         cmocka_unit_test(test_a_node_that_does_not_report_is_unknown_to_the_client),
         cmocka_unit_test(test_a_status_from_an_older_master_has_no_nodes),
+        cmocka_unit_test(test_the_log_says_a_crossing_once),
+        cmocka_unit_test(test_the_log_says_failed_writes_with_room),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
