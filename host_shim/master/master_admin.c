@@ -6,7 +6,8 @@
  * then prints every family (the host's and the plugins') in Prometheus text
  * format; /health answers 200 while the OpLog accepts writes (saying so
  * while the reconcile ticks still wait for nodes after a start) and 503
- * after it failed, its first line the verdict and its second the loop lag;
+ * after it failed or while a stop drains, its first line the verdict and
+ * its second the loop lag;
  * /role names this master's role. Each node's cold tier (how full, failed
  * writes) comes from master_cold_usage.c, in /metrics and in the status. */
 #include <stdio.h>
@@ -279,7 +280,10 @@ void master_admin_render(void *ctx, const char *path, int *status, char **body,
         char what[1024] = "ok\n", etcd[700];
         int unready = m->cfg->ha_enabled && !m->ha_ready;
         int no_etcd = master_ha_etcd_unreachable(m, etcd, sizeof(etcd));
-        if (m->log_failed)
+        if (m->draining)
+            snprintf(what, sizeof(what), "stopping: new calls are refused while the calls it "
+                     "took end\n");
+        else if (m->log_failed)
             snprintf(what, sizeof(what), "oplog failed: read-only\n");
         else if (no_etcd)
             snprintf(what, sizeof(what), "etcd unreachable: %s\n", etcd);
@@ -293,7 +297,7 @@ void master_admin_render(void *ctx, const char *path, int *status, char **body,
         snprintf(what + used, sizeof(what) - used,
                  "loop lag %.1f ms (largest housekeeping timer delay, last 10-20 s)\n",
                  master_loop_lag_s(m) * 1e3);
-        *status = m->log_failed || unready || no_etcd ? 503 : 200;
+        *status = m->draining || m->log_failed || unready || no_etcd ? 503 : 200;
         *body = text(what, len);
     } else if (strcmp(path, "/role") == 0) {
         char what[700];

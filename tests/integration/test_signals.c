@@ -6,7 +6,8 @@
  * SIGTERM shuts it down cleanly (exit 0), after a drain: the calls and puts
  * it had accepted end first (a put started before the signal is ended and
  * durable), new calls are refused SMP_EAGAIN saying it is stopping, status
- * is still answered; a second signal stops it at once. */
+ * is still answered and /health says 503 stopping; a second signal stops
+ * it at once. */
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -99,6 +100,10 @@ static void test_sigterm_lets_an_open_put_end(void **state)
     assert_int_equal(kvc_exists(c, "kv/before", &exists), SMP_EAGAIN);
     memset(&st, 0, sizeof(st));
     assert_int_equal(kvc_status_get(c, &st), 0);
+    char *body = NULL; /* a load balancer sends no more */
+    assert_int_equal(hx_http_get(&m, "/health", &body), 503);
+    assert_non_null(strstr(body, "stopping: new calls are refused"));
+    free(body);
     assert_int_equal(kvc_put_end(c, "kv/open", sha, NULL), 0);
     kvc_close(c);
     assert_int_equal(wait_exit(&m), 0);
