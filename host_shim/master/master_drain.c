@@ -41,8 +41,9 @@
 #define MASTER_DRAIN_POLL_MS 5u
 
 /* What is still open: calls dispatched and not answered, puts started and
- * not ended. */
-static void drain_open(master *m, uint64_t *calls, uint64_t *puts)
+ * not ended; and the new calls a master alone refused so far (only its
+ * drain refuses with a status of its own). */
+static void drain_open(master *m, uint64_t *calls, uint64_t *puts, uint64_t *refused)
 {
     rpc_server_stats rs = {0};
     obj_stats os = {0};
@@ -50,23 +51,27 @@ static void drain_open(master *m, uint64_t *calls, uint64_t *puts)
     obj_store_stats(master_objs(m), &os);
     *calls = rs.calls_outstanding;
     *puts = os.puts_in_flight;
+    *refused = rs.admission_refused;
 }
 
 static void on_drain_timer(uv_timer_t *t)
 {
     master *m = t->data;
-    uint64_t calls, puts, now = master_now_ms();
-    drain_open(m, &calls, &puts);
-    if (calls != 0 || puts != 0) {
-        if (now < m->drain_until_ms) return;
+    uint64_t calls, puts, refused, now = master_now_ms();
+    char said[64] = "";
+    drain_open(m, &calls, &puts, &refused);
+    if ((calls != 0 || puts != 0) && now < m->drain_until_ms) return;
+    if (!m->cfg->ha_enabled)
+        snprintf(said, sizeof(said), ", %" PRIu64 " new call%s refused", refused,
+                 refused == 1 ? "" : "s");
+    if (calls != 0 || puts != 0)
         fprintf(stderr, "store_master: drained for %u ms, %" PRIu64 " call%s and %" PRIu64
-                " put%s still open%s: stopping\n",
+                " put%s still open%s%s: stopping\n",
                 MASTER_DRAIN_MS, calls, calls == 1 ? "" : "s", puts, puts == 1 ? "" : "s",
-                m->cfg->ha_enabled ? " (their clients find the next leader)" : "");
-    } else {
-        fprintf(stderr, "store_master: drained in %" PRIu64 " ms, every call answered: "
-                "stopping\n", now - (m->drain_until_ms - MASTER_DRAIN_MS));
-    }
+                m->cfg->ha_enabled ? " (their clients find the next leader)" : "", said);
+    else
+        fprintf(stderr, "store_master: drained in %" PRIu64 " ms, every call answered%s: "
+                "stopping\n", now - (m->drain_until_ms - MASTER_DRAIN_MS), said);
     master_stop(m);
 }
 
@@ -87,7 +92,7 @@ static int alone_admit(void *arg, uint32_t service, uint32_t method, const char 
 
 void master_stop_gracefully(master *m)
 {
-    uint64_t calls, puts;
+    uint64_t calls, puts, refused;
     int ha = m->cfg->ha_enabled;
     if (m->stopping) return;
     if (m->draining || m->rpc == NULL || !m->serving || (ha && !master_is_leader(m))) {
@@ -96,7 +101,7 @@ void master_stop_gracefully(master *m)
     }
     m->draining = 1;
     master_nodes_answer_polls(m);
-    drain_open(m, &calls, &puts);
+    drain_open(m, &calls, &puts, &refused);
     m->drain_until_ms = master_now_ms() + MASTER_DRAIN_MS;
     if (ha) {
         rpc_server_set_not_leader_hold(m->rpc, 0);

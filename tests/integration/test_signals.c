@@ -107,7 +107,11 @@ static void test_sigterm_lets_an_open_put_end(void **state)
     assert_int_equal(kvc_put_end(c, "kv/open", sha, NULL), 0);
     kvc_close(c);
     assert_int_equal(wait_exit(&m), 0);
-    assert_true(hx_log_contains(&m, "every call answered: stopping"));
+    /* the put start and the exists, and the embedded node's polls */
+    assert_true(hx_log_contains(&m, "every call answered, "));
+    assert_true(hx_log_contains(&m, " new calls refused: stopping"));
+    assert_false(hx_log_contains(&m, "every call answered, 0 new calls"));
+    assert_false(hx_log_contains(&m, "every call answered, 1 new call "));
     assert_int_equal(hx_start(&m, 20000), 0);
     c = hx_client(&m);
     assert_non_null(c);
