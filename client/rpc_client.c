@@ -1181,45 +1181,10 @@ static int64_t follow_deadline(const rpcc_conn *c)
     return rpcc_now_ms() + (c->timeout_ms > 0 ? c->timeout_ms : RPCC_FOLLOW_MS);
 }
 
-static int call_ex(rpcc_conn *c,
-                   unsigned flags,
-                   uint32_t service,
-                   uint32_t method,
-                   const uint8_t *req_body,
-                   size_t req_len,
-                   int *status,
-                   uint8_t **resp_body,
-                   size_t *resp_len,
-                   char **errmsg);
-
-/* One call bounded as a whole by the connection's timeout (call_ex does
- * the work). */
-int rpcc_call_ex(rpcc_conn *c,
-                 unsigned flags,
-                 uint32_t service,
-                 uint32_t method,
-                 const uint8_t *req_body,
-                 size_t req_len,
-                 int *status,
-                 uint8_t **resp_body,
-                 size_t *resp_len,
-                 char **errmsg)
-{
-    if (c == NULL)
-        return SMP_EINVAL;
-    int outer = !c->call_ends; /* a nested call keeps the outer call's end */
-    if (outer) {
-        c->call_end = rpcc_deadline_of(c->timeout_ms);
-        c->call_ends = 1;
-        c->call_resent = 0;
-    }
-    int rc = call_ex(c, flags, service, method, req_body, req_len, status, resp_body, resp_len,
-                     errmsg);
-    if (outer)
-        c->call_ends = 0;
-    return rc;
-}
-
+/* The work of rpcc_call_ex, within c->call_end: send, wait for the answer
+ * (hedged on a list), follow NOT_LEADER and a lost stream to the next
+ * master while the request may go again, and send a refusal of
+ * auth.limits again when it says. */
 static int call_ex(rpcc_conn *c,
                    unsigned flags,
                    uint32_t service,
@@ -1236,8 +1201,6 @@ static int call_ex(rpcc_conn *c,
     int backoff = 0, rc, st = 0, hinted_last = 0;
     uint64_t id;
 
-    if (c == NULL)
-        return SMP_EINVAL;
     if (flags & RPCC_IDEMPOTENT)
         flags |= RPCC_FAILOVER;
     for (;;) {
@@ -1334,6 +1297,34 @@ static int call_ex(rpcc_conn *c,
         if ((rc = conn_move(c, deadline)) < 0)
             return rc;
     }
+}
+
+/* One call bounded as a whole by the connection's timeout (call_ex does
+ * the work). */
+int rpcc_call_ex(rpcc_conn *c,
+                 unsigned flags,
+                 uint32_t service,
+                 uint32_t method,
+                 const uint8_t *req_body,
+                 size_t req_len,
+                 int *status,
+                 uint8_t **resp_body,
+                 size_t *resp_len,
+                 char **errmsg)
+{
+    if (c == NULL)
+        return SMP_EINVAL;
+    int outer = !c->call_ends; /* a nested call keeps the outer call's end */
+    if (outer) {
+        c->call_end = rpcc_deadline_of(c->timeout_ms);
+        c->call_ends = 1;
+        c->call_resent = 0;
+    }
+    int rc = call_ex(c, flags, service, method, req_body, req_len, status, resp_body, resp_len,
+                     errmsg);
+    if (outer)
+        c->call_ends = 0;
+    return rc;
 }
 
 int rpcc_call(rpcc_conn *c,

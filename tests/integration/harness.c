@@ -45,12 +45,11 @@ long long hx_now_ms(void)
     return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Wait up to HX_STOP_MS for pid, told to stop, to exit: its wait status in
- * *status and 0, or -1 after killing it (what printed its log is the
- * caller's). */
-static int reap_stopped(pid_t pid, int *status)
+/* Wait up to timeout_ms for pid to exit: its wait status in *status and 0,
+ * or -1 after killing it (what printed its log is the caller's). */
+static int reap_within(pid_t pid, int *status, int timeout_ms)
 {
-    for (long long end = hx_now_ms() + HX_STOP_MS; hx_now_ms() < end;) {
+    for (long long end = hx_now_ms() + timeout_ms; hx_now_ms() < end;) {
         if (waitpid(pid, status, WNOHANG) == pid) return 0;
         sleep_ms(10);
     }
@@ -309,15 +308,19 @@ int hx_start(hx_master *m, int timeout_ms)
 int hx_run_to_exit(hx_master *m, int timeout_ms)
 {
     pid_t pid = spawn(m);
-    int status;
-    for (long long end = hx_now_ms() + timeout_ms; hx_now_ms() < end;) {
-        if (waitpid(pid, &status, WNOHANG) == pid)
-            return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        sleep_ms(10);
-    }
-    kill(pid, SIGKILL);
-    waitpid(pid, &status, 0);
-    return -1;
+    int status = 0;
+    if (reap_within(pid, &status, timeout_ms) < 0) return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+int hx_wait_exit(hx_master *m, int timeout_ms)
+{
+    int status = 0;
+    if (m->pid <= 0) return -1;
+    int rc = reap_within(m->pid, &status, timeout_ms);
+    m->pid = 0;
+    if (rc < 0) return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 int hx_alive(hx_master *m)
@@ -336,7 +339,7 @@ int hx_stop(hx_master *m)
     int status = 0;
     if (m->pid <= 0) return -1;
     kill(m->pid, SIGTERM);
-    int rc = reap_stopped(m->pid, &status);
+    int rc = reap_within(m->pid, &status, HX_STOP_MS);
     m->pid = 0;
     if (rc < 0) {
         fprintf(stderr, "hx_stop: master did not exit within %d ms of SIGTERM; killed\n", HX_STOP_MS);
@@ -420,6 +423,14 @@ int hx_says(const char *text, const char *needle)
 int hx_log_contains(const hx_master *m, const char *needle)
 {
     return hx_file_contains(m->log, needle);
+}
+
+int hx_wait_log(const hx_master *m, const char *needle, int timeout_ms)
+{
+    for (long long end = hx_now_ms() + timeout_ms;; sleep_ms(10)) {
+        if (hx_log_contains(m, needle)) return 1;
+        if (hx_now_ms() >= end) return 0;
+    }
 }
 
 void hx_read_text(const char *path, char *text, size_t cap)
@@ -672,7 +683,7 @@ int hx_node_stop(hx_node *n)
     int status = 0;
     if (n->pid <= 0) return -1;
     kill(n->pid, SIGTERM);
-    int rc = reap_stopped(n->pid, &status);
+    int rc = reap_within(n->pid, &status, HX_STOP_MS);
     n->pid = 0;
     if (rc < 0) {
         fprintf(stderr, "hx_node_stop: node %s did not exit within %d ms of SIGTERM; killed (%s)\n",

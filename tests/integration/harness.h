@@ -73,6 +73,11 @@ int hx_run_to_exit(hx_master *m, int timeout_ms);
 /* 1 when the started master is still running (not exited, not reaped). */
 int hx_alive(hx_master *m);
 
+/* Wait up to timeout_ms for the started master to exit by itself (after a
+ * signal the test sent): its exit status, or -1 when it was still running
+ * (then it is killed). Either way it is reaped. */
+int hx_wait_exit(hx_master *m, int timeout_ms);
+
 /* SIGTERM and wait: returns the exit status (0 after a clean shutdown), or
  * -1 when it did not exit within HX_STOP_MS (then it is killed and its log
  * printed, so a master that hangs in its shutdown fails the test). */
@@ -110,6 +115,9 @@ void hx_print_log(const hx_master *m);
 
 /* 1 when the master's log contains needle. */
 int hx_log_contains(const hx_master *m, const char *needle);
+/* 1 once the master's log contains needle, polled every 10 ms for up to
+ * timeout_ms; 0 when it never did. */
+int hx_wait_log(const hx_master *m, const char *needle, int timeout_ms);
 /* The text of the file at path into text[cap] ("" when it cannot be
  * read; cut at cap - 1 bytes). */
 void hx_read_text(const char *path, char *text, size_t cap);

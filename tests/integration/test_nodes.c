@@ -245,16 +245,6 @@ static void test_a_read_on_a_pooled_connection_to_a_restarted_node_is_redialled(
 
 #define MANY 2100 /* more than two of the master's verify windows (1024) */
 
-/* Wait (10 s at most) until the master's log holds needle; 1 when it does. */
-static int wait_log(const hx_master *m, const char *needle)
-{
-    for (int i = 0; i < 1000; i++) {
-        if (hx_log_contains(m, needle)) return 1;
-        usleep(10 * 1000);
-    }
-    return 0;
-}
-
 /* A node restarted on its surviving segment has every complete memory
  * replica there checked against its checksum, a window of VERIFY tasks at
  * a time (the test has more replicas than two windows): the one whose bytes
@@ -321,7 +311,7 @@ static void test_restarted_node_checks_every_replica_of_its_segment(void **state
     assert_int_equal(hx_wait_nodes(&f->m, 1, 10000), 0);
     snprintf(msg, sizeof(msg), "node node-a: %d memory replicas of its kept segment checked: "
              "%d held their bytes, 1 did not, 0 could not be checked", MANY, MANY - 1);
-    assert_true(wait_log(&f->m, msg));
+    assert_true(hx_wait_log(&f->m, msg, 10000));
     assert_true(hx_log_contains(&f->m, "memory replica of many/2099 does not hold its bytes"));
     for (int i = 0; i < 1000 && lost_events(&f->m, "many/2099") == lost_bad; i++) usleep(10 * 1000);
     assert_int_equal(lost_events(&f->m, "many/2099"), lost_bad + 1); /* the drop, once durable */
@@ -353,8 +343,8 @@ static void test_node_gone_since_the_restart_takes_no_new_objects(void **state)
     assert_int_equal(hx_start(&f->m, 10000), 0);
     f->c = hx_client(&f->m);
     assert_int_equal(hx_wait_nodes(&f->m, 1, 10000), 0); /* A registers again */
-    assert_true(wait_log(&f->m, "node node-b down (not heard from since the start)"));
-    assert_true(wait_log(&f->m, "reconcile ticks start"));
+    assert_true(hx_wait_log(&f->m, "node node-b down (not heard from since the start)", 10000));
+    assert_true(hx_wait_log(&f->m, "reconcile ticks start", 10000));
     kvc_track_read_leases(f->c, 1);
     for (int i = 0; i < 40; i++) {
         kvc_object o;
@@ -506,7 +496,7 @@ static void test_requests_wait_for_the_nodes_after_a_restart(void **state)
     assert_int_equal(pthread_join(la.thread, NULL), 0);
     assert_int_equal(la.rc, SMP_EAGAIN);
     assert_true(hx_says(la.err, "no replica on a live node"));
-    assert_true(wait_log(&f->m, "node node-a down (not heard from since the start)"));
+    assert_true(hx_wait_log(&f->m, "node node-a down (not heard from since the start)", 10000));
     assert_true(hx_metric(&f->m, "store_node_wait_calls_total") >= 4);
     assert_true(hx_metric(&f->m, "store_node_wait_calls") == 0);
 

@@ -158,15 +158,6 @@ static void sleep_ms(long ms)
     nanosleep(&(struct timespec){ms / 1000, (ms % 1000) * 1000000L}, NULL);
 }
 
-static int wait_log(hx_master *m, const char *needle, int timeout_ms)
-{
-    for (int waited = 0; waited < timeout_ms; waited += 20) {
-        if (hx_log_contains(m, needle)) return 1;
-        sleep_ms(20);
-    }
-    return 0;
-}
-
 /* What the running test started, for teardown to stop and remove even
  * when an assertion failed half-way. */
 static hx_master *cur_master;
@@ -310,7 +301,7 @@ static void test_reload_under_load_never_fails_a_read(void **state)
     }
     fprintf(stderr, "%lu reads across %d reloads, none failed\n", reads, RELOADS);
     assert_true(reads > 0);
-    assert_true(wait_log(&m, "plugin weight_mgmt: reloaded 0.1.0 -> 0.1.0 from ", 1000));
+    assert_true(hx_wait_log(&m, "plugin weight_mgmt: reloaded 0.1.0 -> 0.1.0 from ", 1000));
     assert_serving(&m, s, "0.1.0", "5");
     /* The new instance writes too: a second revision is published. */
     assert_int_equal(publish(s, "v2"), 0);
@@ -332,7 +323,7 @@ static void test_reload_to_a_build_refusing_the_handoff_rolls_back(void **state)
     assert_int_equal(rc, 1);
     assert_non_null(strstr(out, "the new instance refused the state handoff: this build (the "
                                 "refuse-handoff test variant) takes no handoff"));
-    assert_true(wait_log(&m, "plugin weight_mgmt: reload refused, the serving instance (0.1.0) "
+    assert_true(hx_wait_log(&m, "plugin weight_mgmt: reload refused, the serving instance (0.1.0) "
                              "serves on: weight_mgmt_refuse_handoff.so: the new instance refused",
                          2000));
     assert_serving(&m, s, "0.1.0", "0");
@@ -406,9 +397,9 @@ static void test_sighup_reloads_every_plugin(void **state)
     static weight_store *s;
     start(&m, "reload-hup", &s);
     assert_int_equal(kill(m.pid, SIGHUP), 0);
-    assert_true(wait_log(&m, "SIGHUP: reloading every plugin from its configured path", 5000));
-    assert_true(wait_log(&m, "plugin weight_mgmt: reloaded 0.1.0 -> 0.1.0 from ", 10000));
-    assert_true(wait_log(&m, "SIGHUP: every plugin looked at; serving on", 5000));
+    assert_true(hx_wait_log(&m, "SIGHUP: reloading every plugin from its configured path", 5000));
+    assert_true(hx_wait_log(&m, "plugin weight_mgmt: reloaded 0.1.0 -> 0.1.0 from ", 10000));
+    assert_true(hx_wait_log(&m, "SIGHUP: every plugin looked at; serving on", 5000));
     assert_true(hx_alive(&m));
     assert_serving(&m, s, "0.1.0", "1");
     finish(&m, &s);
@@ -437,7 +428,7 @@ static void test_standby_reloads_in_place_and_stays_ready(void **state)
     if (rc != 0) fprintf(stderr, "%s", out);
     assert_int_equal(rc, 0);
     assert_non_null(strstr(out, "weight_mgmt: reloaded 0.1.0 -> 0.1.0 in "));
-    assert_true(wait_log(&c->m[sb], "plugin weight_mgmt: reloaded 0.1.0 -> 0.1.0 from ", 2000));
+    assert_true(hx_wait_log(&c->m[sb], "plugin weight_mgmt: reloaded 0.1.0 -> 0.1.0 from ", 2000));
     assert_false(hx_log_contains(&c->m[leader], "plugin weight_mgmt: reloaded"));
     /* Still a standby that can replay (it would take over). */
     assert_int_equal(hc_wait_role(c, sb, "standby", 5000), 0);

@@ -15,8 +15,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <time.h>
 
 #include <cmocka.h>
 
@@ -29,12 +27,7 @@ static void test_sighup_never_kills_the_master(void **state)
     assert_int_equal(hx_init(&m, "signals", NULL), 0);
     assert_int_equal(hx_start(&m, 20000), 0);
     for (int i = 0; i < 3; i++) assert_int_equal(kill(m.pid, SIGHUP), 0);
-    int logged = 0;
-    for (int waited = 0; waited < 10000 && !logged; waited += 20) {
-        logged = hx_log_contains(&m, "SIGHUP: every plugin looked at; serving on");
-        if (!logged) nanosleep(&(struct timespec){0, 20000000L}, NULL);
-    }
-    assert_true(logged);
+    assert_true(hx_wait_log(&m, "SIGHUP: every plugin looked at; serving on", 10000));
     assert_true(hx_alive(&m));
     kvc *c = hx_client(&m);
     assert_non_null(c);
@@ -42,35 +35,6 @@ static void test_sighup_never_kills_the_master(void **state)
     kvc_close(c);
     assert_int_equal(hx_stop(&m), 0);
     hx_cleanup(&m);
-}
-
-static void sleep_ms(int ms)
-{
-    nanosleep(&(struct timespec){ms / 1000, (long)(ms % 1000) * 1000000L}, NULL);
-}
-
-/* Wait up to 20 s for needle in m's log. */
-static int wait_log(const hx_master *m, const char *needle)
-{
-    for (int waited = 0; waited < 20000; waited += 10) {
-        if (hx_log_contains(m, needle)) return 1;
-        sleep_ms(10);
-    }
-    return 0;
-}
-
-/* Wait up to 20 s for m to exit by itself: its exit status, or -1. */
-static int wait_exit(hx_master *m)
-{
-    int status = 0;
-    for (int waited = 0; waited < 20000; waited += 10) {
-        if (waitpid(m->pid, &status, WNOHANG) == m->pid) {
-            m->pid = 0;
-            return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        }
-        sleep_ms(10);
-    }
-    return -1;
 }
 
 /* A put started before SIGTERM holds the stop: a new call is refused
@@ -93,7 +57,8 @@ static void test_sigterm_lets_an_open_put_end(void **state)
     hx_sha256("", 0, sha);
     assert_int_equal(kvc_put_start(c, "kv/open", 0, SMP_DATA_KV, NULL, 0, NULL), 0);
     assert_int_equal(kill(m.pid, SIGTERM), 0);
-    assert_true(wait_log(&m, "stopping: new calls are refused; 0 open calls and 1 put in flight"));
+    assert_true(
+        hx_wait_log(&m, "stopping: new calls are refused; 0 open calls and 1 put in flight", 20000));
     /* a new call: refused, not applied */
     assert_int_equal(kvc_put_start(c, "kv/refused", 1, SMP_DATA_KV, NULL, 0, NULL), SMP_EAGAIN);
     assert_non_null(strstr(kvc_error(c), "store_master is stopping"));
@@ -106,7 +71,7 @@ static void test_sigterm_lets_an_open_put_end(void **state)
     free(body);
     assert_int_equal(kvc_put_end(c, "kv/open", sha, NULL), 0);
     kvc_close(c);
-    assert_int_equal(wait_exit(&m), 0);
+    assert_int_equal(hx_wait_exit(&m, 20000), 0);
     /* the put start and the exists, and the embedded node's polls */
     assert_true(hx_log_contains(&m, "every call answered, "));
     assert_true(hx_log_contains(&m, " new calls refused: stopping"));
@@ -138,9 +103,9 @@ static void test_second_sigterm_stops_at_once(void **state)
     assert_non_null(c);
     assert_int_equal(kvc_put_start(c, "kv/open", 1, SMP_DATA_KV, NULL, 0, NULL), 0);
     assert_int_equal(kill(m.pid, SIGTERM), 0);
-    assert_true(wait_log(&m, "stopping: new calls are refused"));
+    assert_true(hx_wait_log(&m, "stopping: new calls are refused", 20000));
     assert_int_equal(kill(m.pid, SIGTERM), 0);
-    assert_int_equal(wait_exit(&m), 0);
+    assert_int_equal(hx_wait_exit(&m, 20000), 0);
     assert_false(hx_log_contains(&m, "drained"));
     kvc_close(c);
     hx_cleanup(&m);
