@@ -18,8 +18,9 @@
  *    puts it started: their put end and revoke are still taken, so that a
  *    payload or manifest being written when the signal came is ended here
  *    instead of failing;
- *  - when no call is open and no put is in flight, or after
- *    MASTER_DRAIN_MS, whichever comes first, it stops as before
+ *  - when no call is open, no put is in flight and no call was answered
+ *    for MASTER_DRAIN_QUIET_MS, or after MASTER_DRAIN_MS, whichever comes
+ *    first, it stops as before
  *    (master_stop): an HA leader's election resigns (the lease is revoked,
  *    so a standby is elected at once, not after the lease's TTL), the log
  *    is flushed and the connections close.
@@ -39,6 +40,14 @@
  * 10 s, libweightclient's 60 s), which a refused call walks on within. */
 #define MASTER_DRAIN_MS 5000u
 #define MASTER_DRAIN_POLL_MS 5u
+/* A client that has just had its answer may be sending its next request on
+ * the same connection: one that arrived after the connections closed would
+ * fail with its fate unknown to the client (a reset), when it could have
+ * been refused, which sends the client on. So the drain ends only once no
+ * call was answered for this long -- a client's turn from one call to the
+ * next, with room for a loaded machine. Refusals do not count, so clients
+ * that walk their master lists past this one do not hold it up. */
+#define MASTER_DRAIN_QUIET_MS 100u
 
 /* What is still open: calls dispatched and not answered, puts started and
  * not ended; and the new calls a master alone refused so far (only its
@@ -60,7 +69,9 @@ static void on_drain_timer(uv_timer_t *t)
     uint64_t calls, puts, refused, now = master_now_ms();
     char said[64] = "";
     drain_open(m, &calls, &puts, &refused);
-    if ((calls != 0 || puts != 0) && now < m->drain_until_ms) return;
+    if ((calls != 0 || puts != 0 || rpc_server_ms_since_answer(m->rpc) < MASTER_DRAIN_QUIET_MS) &&
+        now < m->drain_until_ms)
+        return;
     if (!m->cfg->ha_enabled)
         snprintf(said, sizeof(said), ", %" PRIu64 " new call%s refused", refused,
                  refused == 1 ? "" : "s");

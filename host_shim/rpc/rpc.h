@@ -253,6 +253,13 @@ void rpc_server_close(rpc_server *s);
 /* A copy of the counters. */
 void rpc_server_get_stats(const rpc_server *s, rpc_server_stats *out);
 
+/* Milliseconds (loop time) since the last answer to a dispatched call --
+ * refusals by admission, limits or routing do not count -- or UINT64_MAX
+ * when none was answered yet. A stopping master waits for a quiet spell
+ * (master_drain.c): a client that just had its answer may already be
+ * sending its next request on the same connection. */
+uint64_t rpc_server_ms_since_answer(const rpc_server *s);
+
 /* -- Calls ----------------------------------------------------------------- */
 
 /* One dispatched request awaiting its reply: the connection it came on (a

@@ -184,6 +184,7 @@ static int call_finish(smp_rpc_call *call,
     free(call);
     c->ncalls--;
     s->st.calls_outstanding--;
+    s->last_answer_ms = uv_now(s->loop);
     rpc_conn_set_reading(c);
     rpc_conn_unref(c);
     return rc;

@@ -138,6 +138,7 @@ struct rpc_server {
     /* the call being dispatched, to learn whether its handler replied */
     smp_rpc_call *cur_call;
     int cur_replied;
+    uint64_t last_answer_ms; /* loop time of the last answer to a dispatched call, 0 none */
     rpc_admit_fn admit;
     void *admit_arg;
     SSL_CTX *tls;     /* TLS on TCP connections, or NULL */

@@ -463,3 +463,11 @@ void rpc_server_get_stats(const rpc_server *s, rpc_server_stats *out)
     if (s != NULL && out != NULL)
         *out = s->st;
 }
+
+uint64_t rpc_server_ms_since_answer(const rpc_server *s)
+{
+    uint64_t now;
+    if (s == NULL || s->last_answer_ms == 0) return UINT64_MAX;
+    now = uv_now(s->loop);
+    return now > s->last_answer_ms ? now - s->last_answer_ms : 0;
+}

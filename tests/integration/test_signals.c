@@ -6,8 +6,9 @@
  * SIGTERM shuts it down cleanly (exit 0), after a drain: the calls and puts
  * it had accepted end first (a put started before the signal is ended and
  * durable), new calls are refused SMP_EAGAIN saying it is stopping, status
- * is still answered and /health says 503 stopping; a second signal stops
- * it at once. */
+ * is still answered and /health says 503 stopping; a call sent a moment
+ * after the last answer is refused too, not met by a closed connection;
+ * a second signal stops it at once. */
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -15,6 +16,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -70,6 +72,12 @@ static void test_sigterm_lets_an_open_put_end(void **state)
     assert_non_null(strstr(body, "stopping: new calls are refused"));
     free(body);
     assert_int_equal(kvc_put_end(c, "kv/open", sha, NULL), 0);
+    /* Nothing is open now, but a client's next call a moment after its
+     * answer still finds the connection open and is refused, not reset. */
+    struct timespec turn = {0, 20 * 1000000L};
+    nanosleep(&turn, NULL);
+    assert_int_equal(kvc_exists(c, "kv/before", &exists), SMP_EAGAIN);
+    assert_non_null(strstr(kvc_error(c), "store_master is stopping"));
     kvc_close(c);
     assert_int_equal(hx_wait_exit(&m, 20000), 0);
     /* the put start and the exists, and the embedded node's polls */
