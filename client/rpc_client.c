@@ -866,7 +866,14 @@ static int read_frame(rpcc_conn *c, int64_t deadline, rpcc_pending **out)
                 if (w > 0)
                     continue;
                 if (w == 0) {
-                    rpcc_conn_err(c, "no response within %d ms", c->timeout_ms);
+                    if (!c->answered && c->in_len == 0)
+                        /* a hung master, or a service that waits for
+                         * more of its own protocol (an HTTP request line) */
+                        rpcc_conn_err(c, "no response within %d ms: %s accepted the connection "
+                                      "but has answered nothing on it (a hung master, or not "
+                                      "the master's RPC endpoint?)", c->timeout_ms, c->endpoint);
+                    else
+                        rpcc_conn_err(c, "no response within %d ms", c->timeout_ms);
                     return SMP_EAGAIN;
                 }
                 errno = -w;

@@ -9,7 +9,8 @@
  * whole, a half answer that stops ends at the timeout and loses nothing of
  * what came, a changed timeout (a longer one, or none) is the bound of the
  * next wait, and on TCP an answer that comes whole costs no poll at all, on
- * a Unix socket one. poll is counted through the linker's --wrap
+ * a Unix socket one; silence before any answer names the endpoint (a hung
+ * master, or another service). poll is counted through the linker's --wrap
  * (tests/CMakeLists.txt): a count, never a time.
  *
  * The server is a plain socket served by a thread of the test, on 127.0.0.1
@@ -353,6 +354,28 @@ static void test_changed_timeout_bounds_the_next_wait(void **state)
     rpcc_close(c);
 }
 
+/* Silence on a connection that has answered nothing yet may be a hung
+ * master or another service that waits for more of its own protocol: the
+ * timeout says the endpoint accepted and answered nothing, and names it.
+ * Once the connection has answered, a later silence is only the timeout. */
+static void test_silence_before_any_answer_names_the_endpoint(void **state)
+{
+    server *s = *state;
+    rpcc_conn *c = open_client(s->tcp_ep, 200);
+    char hint[160];
+    snprintf(hint, sizeof(hint), "%s accepted the connection but has answered nothing on it",
+             s->tcp_ep);
+    atomic_store(&g_script, ANSWER_LATE);
+    uint64_t id = send_timed_out(c, "first", 200);
+    assert_non_null(strstr(rpcc_last_error(c), hint));
+    expect_owed_answer(c, id, "first");
+    rpcc_set_timeout(c, 200);
+    id = send_timed_out(c, "second", 200);
+    assert_null(strstr(rpcc_last_error(c), "accepted the connection"));
+    expect_owed_answer(c, id, "second");
+    rpcc_close(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -361,6 +384,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_half_answer_ends_at_the_timeout_and_loses_nothing,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_changed_timeout_bounds_the_next_wait, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_silence_before_any_answer_names_the_endpoint, setup,
                                         teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
