@@ -568,11 +568,14 @@ void rpcc_drop_stream(rpcc_conn *c)
 
 /* Drop the stream and connect again: at the leader the last NOT_LEADER
  * named, else from the endpoint after the one in use, walking the list
- * until deadline. On failure the connection stays broken with the cause. */
+ * until deadline. On failure the connection stays broken with the cause,
+ * and the cause of the move (the error the stream ended with) after it. */
 static int conn_move(rpcc_conn *c, int64_t deadline)
 {
-    char why[sizeof(c->err)];
+    char why[sizeof(c->err)], lost[sizeof(c->err)];
     int rc;
+    /* what ended the stream, if anything did (an answer clears it) */
+    memcpy(lost, c->err, sizeof(lost));
     rpcc_drop_stream(c);
     c->relocate = 0;
     if (!c->hinted) {
@@ -581,7 +584,13 @@ static int conn_move(rpcc_conn *c, int64_t deadline)
     }
     c->hinted = 0;
     if ((rc = rpcc_list_connect(c, deadline, why, sizeof(why))) < 0) {
-        rpcc_conn_err(c, "%s", why);
+        /* A connect that failed only because the call's time ran out says
+         * little: what made the call move says why (a peer that closed
+         * every connection unanswered, e.g. another service's port). */
+        if (lost[0] != '\0' && strcmp(lost, why) != 0)
+            rpcc_conn_err(c, "%s, after: %s", why, lost);
+        else
+            rpcc_conn_err(c, "%s", why);
         c->broken = rc;
         return rc;
     }
@@ -1206,6 +1215,7 @@ static int call_ex(rpcc_conn *c,
     int64_t deadline = -1; /* set at the first move: a call that stays costs no clock read */
     int64_t limited_until = -1; /* set at the first refusal of auth.limits */
     int backoff = 0, rc, st = 0, hinted_last = 0;
+    size_t unanswered = 0; /* streams in a row closed before anything came on them */
     uint64_t id;
 
     if (flags & RPCC_IDEMPOTENT)
@@ -1272,6 +1282,13 @@ static int call_ex(rpcc_conn *c,
          * request again -- before the request left, or after it did. */
         lost = rc < 0 && (c->broken == SMP_EIO || c->fd < 0) && c->in_flight == 0 &&
                (flags & RPCC_FAILOVER) && (!sent || (flags & RPCC_IDEMPOTENT));
+        /* A peer that closes every connection before it answers anything
+         * -- twice in a row, and each endpoint of a list once -- is not a
+         * master (another service's port): say so now, not at the end. */
+        if (lost && sent)
+            unanswered = c->answered ? 0 : unanswered + 1;
+        if (lost && unanswered >= 2 && unanswered >= c->ml.n)
+            lost = 0;
         if (lost && deadline < 0)
             deadline = follow_deadline(c);
         if (lost && rpcc_now_ms() < deadline) {

@@ -156,7 +156,11 @@ int rpcc_call_msg(rpcc_conn *c,
  * leader before the connection broke: only RPCC_IDEMPOTENT calls (queries,
  * and mutations whose repetition cannot change the outcome) are sent
  * again then; the others return the transport error, and the connection
- * stays broken (the next RPCC_FAILOVER call reconnects it).
+ * stays broken (the next RPCC_FAILOVER call reconnects it). A peer that
+ * closed the call's connections before answering anything on them -- twice
+ * in a row, and each endpoint of a list once -- is no master (another
+ * service's port): the call ends there with that error. A reconnect that
+ * fails says what it failed after.
  *
  * On a list of several masters, a call that waits 2 s (rpcc_set_quiet)
  * without a byte of its answer asks another master, over a connection of

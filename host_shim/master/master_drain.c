@@ -45,8 +45,10 @@
  * fail with its fate unknown to the client (a reset), when it could have
  * been refused, which sends the client on. So the drain ends only once no
  * call was answered for this long -- a client's turn from one call to the
- * next, with room for a loaded machine. Refusals do not count, so clients
- * that walk their master lists past this one do not hold it up. */
+ * next, with room for a loaded machine. Refusals do not count, nor answers
+ * to status and authentication (RPC_ADMIT_ASIDE), so clients and nodes that
+ * walk their master lists past this one, saying HELLO to each, do not hold
+ * it up. */
 #define MASTER_DRAIN_QUIET_MS 100u
 
 /* What is still open: calls dispatched and not answered, puts started and
@@ -86,16 +88,17 @@ static void on_drain_timer(uv_timer_t *t)
     master_stop(m);
 }
 
-/* The admission of a master alone while it drains (rpc_admit_fn): status
- * and authentication, the end and revoke of a put begun here, and the
- * leadership question (0, 0) are taken; the rest is refused SMP_EAGAIN. */
+/* The admission of a master alone while it drains (rpc_admit_fn): the end
+ * and revoke of a put begun here are taken; status, authentication and the
+ * leadership question (0, 0) are answered aside (a client polling the status
+ * does not hold the drain); the rest is refused SMP_EAGAIN. */
 static int alone_admit(void *arg, uint32_t service, uint32_t method, const char **named)
 {
     master *m = arg;
-    if ((service == 0 && method == 0) || master_drain_admits(m, service, method) ||
-        service == HOST_SERVICE__HOST_SERVICE_AUTH ||
+    if (master_drain_admits(m, service, method)) return 0;
+    if ((service == 0 && method == 0) || service == HOST_SERVICE__HOST_SERVICE_AUTH ||
         (service == HOST_SERVICE__HOST_SERVICE_ADMIN && method == ADMIN_METHOD__ADMIN_STATUS))
-        return 0;
+        return RPC_ADMIT_ASIDE;
     *named = "store_master is stopping: it takes no new call (the calls it had accepted are "
              "answered); send it again once the master is back";
     return SMP_EAGAIN;

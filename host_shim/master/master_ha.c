@@ -241,10 +241,12 @@ static int admit(void *arg, uint32_t service, uint32_t method, const char **lead
     master *m = arg;
     /* A draining leader (master_drain.c) is a standby to new calls. */
     if (master_is_leader(m) && master_drain_admits(m, service, method)) return 0;
+    /* Questions about this master, answered aside: a draining leader does
+     * not wait for a quiet spell in them (master_drain.c). */
     if (service == HOST_SERVICE__HOST_SERVICE_ADMIN && method == ADMIN_METHOD__ADMIN_STATUS)
-        return 0;
+        return RPC_ADMIT_ASIDE;
     /* A client authenticates with whichever master it reached first. */
-    if (service == HOST_SERVICE__HOST_SERVICE_AUTH) return 0;
+    if (service == HOST_SERVICE__HOST_SERVICE_AUTH) return RPC_ADMIT_ASIDE;
     /* The plugin commands act on the master that answers (a rolling upgrade
      * reloads the standbys first): a standby serves them itself. */
     if (service == HOST_SERVICE__HOST_SERVICE_ADMIN && method >= ADMIN_METHOD__ADMIN_PLUGIN_LIST &&

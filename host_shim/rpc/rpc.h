@@ -55,6 +55,9 @@ typedef struct rpc_server_options {
 } rpc_server_options;
 
 /* Admission of a decoded request before its handler runs: 0 lets it run;
+ * RPC_ADMIT_ASIDE lets it run as a question about the server (status,
+ * authentication), whose answer is not counted as work done
+ * (rpc_server_ms_since_answer);
  * SMP_ENOTLEADER answers it with that status, *named (the leader's RPC
  * endpoint, "" or NULL when none is known, borrowed until the call returns)
  * in RpcResponse.leader -- how an HA standby turns away everything it must
@@ -62,6 +65,7 @@ typedef struct rpc_server_options {
  * *named as its message -- how a master alone that is stopping refuses new
  * calls (master_drain.c). Either way its handler never runs. */
 typedef int (*rpc_admit_fn)(void *arg, uint32_t service, uint32_t method, const char **named);
+#define RPC_ADMIT_ASIDE 1
 
 /* Counters for /metrics. Monotonic unless marked as a gauge. */
 typedef struct rpc_server_stats {
@@ -254,8 +258,8 @@ void rpc_server_close(rpc_server *s);
 void rpc_server_get_stats(const rpc_server *s, rpc_server_stats *out);
 
 /* Milliseconds (loop time) since the last answer to a dispatched call --
- * refusals by admission, limits or routing do not count -- or UINT64_MAX
- * when none was answered yet. A stopping master waits for a quiet spell
+ * refusals by admission, limits or routing do not count, nor calls admitted
+ * RPC_ADMIT_ASIDE -- or UINT64_MAX when none was answered yet. A stopping master waits for a quiet spell
  * (master_drain.c): a client that just had its answer may already be
  * sending its next request on the same connection. */
 uint64_t rpc_server_ms_since_answer(const rpc_server *s);
@@ -273,6 +277,7 @@ struct smp_rpc_call {
     uint32_t charged;                       /* in-flight bytes of its frame (rpc_limits.h) */
     struct rpc_tenant_state *charged_tenant; /* the tenant they were charged to, or NULL */
     int held;                               /* rpc_server_call_hold: answers refused */
+    int aside;                              /* admitted RPC_ADMIT_ASIDE */
 };
 
 /* Mark call held (on 1) or not (0): while held, rpc_reply and

@@ -160,7 +160,7 @@ static int call_finish(smp_rpc_call *call,
 {
     rpc_conn *c;
     rpc_server *s;
-    int rc;
+    int rc, aside;
 
     if (call == NULL)
         return SMP_EINVAL;
@@ -181,10 +181,12 @@ static int call_finish(smp_rpc_call *call,
         rc = rpc_conn_send(c, call->request_id, status, message, body, len);
     }
     rpc_limits_uncharge(&c->lim, call->charged_tenant, call->charged);
+    aside = call->aside;
     free(call);
     c->ncalls--;
     s->st.calls_outstanding--;
-    s->last_answer_ms = uv_now(s->loop);
+    if (!aside)
+        s->last_answer_ms = uv_now(s->loop);
     rpc_conn_set_reading(c);
     rpc_conn_unref(c);
     return rc;
@@ -477,7 +479,7 @@ void rpc_conn_dispatch(rpc_conn *c, const uint8_t *data, size_t len)
     const rpc_method *m;
     smp_rpc_call *call;
     char msg[512]; /* the longest: authorize with a certificate note */
-    int rc, replied;
+    int rc, replied, admitted;
 
     if (rpc_env_decode_request(data, len, &req) < 0) {
         s->st.err_bad_request++;
@@ -516,6 +518,7 @@ void rpc_conn_dispatch(rpc_conn *c, const uint8_t *data, size_t len)
         rpc_conn_send(c, req.request_id, rc, msg, NULL, 0);
         return;
     }
+    admitted = 0;
     if (s->admit != NULL) {
         const char *named = NULL;
         rc = s->admit(s->admit_arg, req.service, req.method, &named);
@@ -532,6 +535,7 @@ void rpc_conn_dispatch(rpc_conn *c, const uint8_t *data, size_t len)
             rpc_conn_send(c, req.request_id, rc, named != NULL ? named : smp_strerror(rc), NULL, 0);
             return;
         }
+        admitted = rc;
     }
     if ((call = malloc(sizeof(*call))) == NULL) {
         rpc_conn_send(c, req.request_id, SMP_ENOMEM, "out of memory for the call", NULL, 0);
@@ -544,6 +548,7 @@ void rpc_conn_dispatch(rpc_conn *c, const uint8_t *data, size_t len)
     call->charged = c->lim.frame_charged;
     call->charged_tenant = c->lim.frame_tenant;
     call->held = 0;
+    call->aside = admitted == RPC_ADMIT_ASIDE;
     c->lim.frame_charged = 0;
     c->lim.frame_tenant = NULL;
     rpc_conn_ref(c);

@@ -7,13 +7,16 @@
  * it had accepted end first (a put started before the signal is ended and
  * durable), new calls are refused SMP_EAGAIN saying it is stopping, status
  * is still answered and /health says 503 stopping; a call sent a moment
- * after the last answer is refused too, not met by a closed connection;
+ * after the last answer is refused too, not met by a closed connection,
+ * and a client polling the status does not keep the drain from ending;
  * a second signal stops it at once. */
+#include <limits.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -44,6 +47,21 @@ static void test_sighup_never_kills_the_master(void **state)
  * put's end is taken and answered durable; then the master exits 0 saying
  * every call was answered, and after a restart the object is there and the
  * refused put is not. */
+/* N of the master's "drained in N ms" line, or INT_MAX without one. */
+static int drained_ms(const hx_master *m)
+{
+    char line[512];
+    int ms = INT_MAX;
+    FILE *fp = fopen(m->log, "r");
+    if (fp == NULL) return INT_MAX;
+    while (fgets(line, sizeof(line), fp) != NULL) {
+        const char *at = strstr(line, "store_master: drained in ");
+        if (at != NULL) ms = atoi(at + strlen("store_master: drained in "));
+    }
+    fclose(fp);
+    return ms;
+}
+
 static void test_sigterm_lets_an_open_put_end(void **state)
 {
     (void)state;
@@ -78,8 +96,13 @@ static void test_sigterm_lets_an_open_put_end(void **state)
     nanosleep(&turn, NULL);
     assert_int_equal(kvc_exists(c, "kv/before", &exists), SMP_EAGAIN);
     assert_non_null(strstr(kvc_error(c), "store_master is stopping"));
+    /* A client polling the status meanwhile is answered, and its answers do
+     * not hold the drain open until its 5 s cap. */
+    struct timespec tick = {0, 10 * 1000000L};
+    for (int i = 0; i < 1000 && kvc_status_get(c, &st) == 0; i++) nanosleep(&tick, NULL);
     kvc_close(c);
     assert_int_equal(hx_wait_exit(&m, 20000), 0);
+    assert_true(drained_ms(&m) < 4000);
     /* the put start and the exists, and the embedded node's polls */
     assert_true(hx_log_contains(&m, "every call answered, "));
     assert_true(hx_log_contains(&m, " new calls refused: stopping"));

@@ -10,7 +10,8 @@
  * what came, a changed timeout (a longer one, or none) is the bound of the
  * next wait, and on TCP an answer that comes whole costs no poll at all, on
  * a Unix socket one; silence before any answer names the endpoint (a hung
- * master, or another service). poll is counted through the linker's --wrap
+ * master, or another service), and a peer that closes every connection
+ * unanswered ends an idempotent call at once. poll is counted through the linker's --wrap
  * (tests/CMakeLists.txt): a count, never a time.
  *
  * The server is a plain socket served by a thread of the test, on 127.0.0.1
@@ -51,10 +52,13 @@ enum script {
     ANSWER_IN_PARTS,   /* HEAD_BYTES, 50 ms later the rest */
     ANSWER_LATE,       /* whole, LATE_MS after the request */
     ANSWER_HALF,       /* HEAD_BYTES, the rest once the test sets `release` */
+    CLOSE_UNANSWERED,  /* the connection closed without a byte (g_vanish unlinked first) */
 };
 
 static atomic_int g_script = ANSWER_WHOLE;
 static atomic_int g_release;
+static atomic_int g_accepts;            /* connections the server accepted */
+static const char *_Atomic g_vanish;    /* a path CLOSE_UNANSWERED unlinks, or NULL */
 
 /* poll(2) counted: the client's waits that were not the blocking recv. */
 static atomic_int g_polls;
@@ -123,7 +127,11 @@ static void serve(int fd)
         resp[2] = (uint8_t)(n >> 8);
         resp[3] = (uint8_t)n;
         n += 4;
+        const char *vanish;
         switch (atomic_load(&g_script)) {
+        case CLOSE_UNANSWERED:
+            if ((vanish = atomic_load(&g_vanish)) != NULL) unlink(vanish);
+            return;
         case ANSWER_WHOLE:
             if (write_exact(fd, resp, n) < 0) return;
             break;
@@ -162,6 +170,7 @@ static void *server_main(void *arg)
             if (!p[i].revents) continue;
             int fd = accept(p[i].fd, NULL, NULL);
             if (fd < 0) continue;
+            atomic_fetch_add(&g_accepts, 1);
             atomic_store(&s->conn, fd);
             serve(fd);
             atomic_store(&s->conn, -1);
@@ -195,6 +204,8 @@ static int setup(void **state)
     snprintf(s->unix_ep, sizeof(s->unix_ep), "unix:%s", s->unix_path);
     atomic_store(&g_script, ANSWER_WHOLE);
     atomic_store(&g_release, 0);
+    atomic_store(&g_accepts, 0);
+    atomic_store(&g_vanish, NULL);
     atomic_store(&s->conn, -1);
     if (pthread_create(&s->thread, NULL, server_main, s) != 0) return -1;
     *state = s;
@@ -376,6 +387,35 @@ static void test_silence_before_any_answer_names_the_endpoint(void **state)
     rpcc_close(c);
 }
 
+/* A peer that closes the connection before answering anything is no
+ * master: an idempotent call, which is sent again after a lost stream, ends
+ * after its second such connection with what the peer did (not after the
+ * call's whole timeout, reconnecting meanwhile). A reconnect that fails says
+ * what it failed after. */
+static void test_peer_that_closes_unanswered_ends_the_call(void **state)
+{
+    server *s = *state;
+    int status = 1;
+    atomic_store(&g_script, CLOSE_UNANSWERED);
+    rpcc_conn *c = open_client(s->tcp_ep, 60000);
+    assert_int_equal(rpcc_call_ex(c, RPCC_IDEMPOTENT, SVC, M_ECHO, (const uint8_t *)"x", 1,
+                                  &status, NULL, NULL, NULL), SMP_EIO);
+    assert_non_null(strstr(rpcc_last_error(c), "closed by the server before it answered anything"));
+    assert_int_equal(atomic_load(&g_accepts), 2);
+    rpcc_close(c);
+
+    /* The Unix socket's file is gone before its connection closes. */
+    atomic_store(&g_vanish, s->unix_path);
+    c = open_client(s->unix_ep, 60000);
+    assert_true(rpcc_call_ex(c, RPCC_IDEMPOTENT, SVC, M_ECHO, (const uint8_t *)"x", 1, &status,
+                             NULL, NULL, NULL) < 0);
+    assert_non_null(strstr(rpcc_last_error(c), s->unix_path));
+    assert_non_null(strstr(rpcc_last_error(c),
+                           ", after: connection closed by the server before it answered anything"));
+    assert_int_equal(atomic_load(&g_accepts), 3);
+    rpcc_close(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -386,6 +426,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_changed_timeout_bounds_the_next_wait, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_silence_before_any_answer_names_the_endpoint, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_peer_that_closes_unanswered_ends_the_call, setup,
                                         teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
