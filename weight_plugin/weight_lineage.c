@@ -641,11 +641,8 @@ int wm_rpc_upsert_begin(void *plugin, smp_rpc_call *call, const uint8_t *body, s
     if (c.mode == WM_UPSERT_DELETE_FIRST &&
         (base->lease_count > 0 || wm_pending_lease_grants(p, base->group_key) ||
          base->operation_id != 0 || wm_pending_metadata(p, base->group_key))) {
-        char op[48] = "no operation";
-        if (base->operation_id != 0)
-            snprintf(op, sizeof(op), "operation %" PRIu64, base->operation_id);
-        else if (wm_pending_metadata(p, base->group_key))
-            snprintf(op, sizeof(op), "a mutation being made durable");
+        char op[96];
+        wm_busy_reason(p, base, op, sizeof(op));
         wm_reply_error(p, call, WM_EBUSY,
                        "DELETE_FIRST needs a base without leases or operations: %s has %" PRIu32
                        " lease(s) and %s; nothing was changed",

@@ -170,9 +170,9 @@ int wm_rpc_migrate(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t
         wm_reply_error(p, call, WM_EINVALID_ARGUMENT, "mixed_hot_ratio %g is outside (0, 1)", ratio);
         goto free_req;
     }
-    if (rev->operation_id != 0 || wm_pending_metadata(p, rev->group_key)) {
-        wm_reply_error(p, call, WM_EBUSY, "revision %s already has active operation %" PRIu64,
-                       rev->group_key, rev->operation_id);
+    char busy[96];
+    if (wm_busy_reason(p, rev, busy, sizeof(busy))) {
+        wm_reply_error(p, call, WM_EBUSY, "revision %s already has %s", rev->group_key, busy);
         goto free_req;
     }
     if (rev->policy.mode == WM_MODE_PINNED) {
@@ -222,9 +222,9 @@ int wm_rpc_remove(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t 
                        rev->lease_count);
         goto free_req;
     }
-    if (rev->operation_id != 0 || wm_pending_metadata(p, rev->group_key)) {
-        wm_reply_error(p, call, WM_EBUSY, "revision %s has active operation %" PRIu64, rev->group_key,
-                       rev->operation_id);
+    char busy[96];
+    if (wm_busy_reason(p, rev, busy, sizeof(busy))) {
+        wm_reply_error(p, call, WM_EBUSY, "revision %s has %s", rev->group_key, busy);
         goto free_req;
     }
     wm_txn *t = wm_txn_next(p, call, rev);

@@ -86,6 +86,26 @@ int wm_pending_metadata(const wm_plugin *p, const char *group_key)
     return 0;
 }
 
+int wm_busy_reason(const wm_plugin *p, const wm_revision *rev, char *out, size_t n)
+{
+    const wm_operation *op;
+    if (rev->operation_id != 0) {
+        op = wm_store_operation(p->store, rev->operation_id);
+        if (op != NULL)
+            snprintf(out, n, "active operation %" PRIu64 " (%s)", rev->operation_id,
+                     wm_op_kind_name((int)op->kind));
+        else
+            snprintf(out, n, "active operation %" PRIu64, rev->operation_id);
+        return 1;
+    }
+    if (wm_pending_metadata(p, rev->group_key)) {
+        snprintf(out, n, "a change being made durable (retry in a moment)");
+        return 1;
+    }
+    snprintf(out, n, "no operation");
+    return 0;
+}
+
 int wm_pending_lease_grants(const wm_plugin *p, const char *group_key)
 {
     for (const wm_txn *t = p->pending; t != NULL; t = t->next)

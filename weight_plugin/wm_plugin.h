@@ -159,6 +159,11 @@ void wm_mgmt_release(wm_plugin *p);
 int wm_pending_metadata(const wm_plugin *p, const char *group_key);
 int wm_pending_lease_grants(const wm_plugin *p, const char *group_key);
 
+/* What keeps rev from taking an operation, for a BUSY message, in out:
+ * "active operation N (KIND)", or a metadata change of it still on its way
+ * to the OpLog (wm_pending_metadata) -- 1 -- else "no operation" and 0. */
+int wm_busy_reason(const wm_plugin *p, const wm_revision *rev, char *out, size_t n);
+
 /* -- wm_mgmt_lease.c: volatile leases --------------------------------------- */
 
 /* 1 when a live volatile lease names the revision of group_key. */

@@ -639,9 +639,9 @@ int wm_rpc_repair(void *plugin, smp_rpc_call *call, const uint8_t *body, size_t 
                        rev->group_key, wm_availability_name((int)rev->availability));
         goto free_req;
     }
-    if (rev->operation_id != 0 || wm_pending_metadata(p, rev->group_key)) {
-        wm_reply_error(p, call, WM_EBUSY, "revision %s already has active operation %" PRIu64,
-                       rev->group_key, rev->operation_id);
+    char busy[96];
+    if (wm_busy_reason(p, rev, busy, sizeof(busy))) {
+        wm_reply_error(p, call, WM_EBUSY, "revision %s already has %s", rev->group_key, busy);
         goto free_req;
     }
     double ratio;

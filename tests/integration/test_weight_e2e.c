@@ -486,10 +486,19 @@ static void test_altered_bytes_fail_with_digest_mismatch(void **state)
     assert_non_null(strstr(weight_store_last_error(s), "(reported to the master"));
     /* the manifest, which has a cold copy, stays readable: READY */
     wait_checked(f, s, &b, 2, 0, WEIGHT_READY);
-    /* The lease was released on the failing paths: the revision can go. */
+    /* The lease was released on the failing paths: the revision can go
+     * (once a change the repair's end made is durable: BUSY saying so, and
+     * never naming a lease, until then). */
     weight_metadata bm;
-    CHECK(s, weight_get_metadata(s, &b, &bm, NULL));
-    CHECK(s, weight_remove(s, &b, bm.metadata_generation, NULL));
+    for (long long until = hx_now_ms() + 30000;;) {
+        CHECK(s, weight_get_metadata(s, &b, &bm, NULL));
+        int rc = weight_remove(s, &b, bm.metadata_generation, NULL);
+        if (rc == 0) break;
+        if (rc != WEIGHT_EBUSY || strstr(weight_store_last_error(s), "being made durable") == NULL ||
+            hx_now_ms() > until)
+            fail_msg("weight_remove: %d %s", rc, weight_store_last_error(s));
+        usleep(20000);
+    }
     weight_store_close(s);
 }
 

@@ -246,8 +246,19 @@ static void test_in_flight_mutations_and_lease_sweep(void **state)
     up.expected_metadata_generation = 1;
     invoke(WMRPC__WEIGHT_METHOD__WEIGHT_UPDATE_POLICY, &up.base, &c2);
     assert_int_equal(c2.status, WM_EBUSY);
+    /* A second migration meanwhile: BUSY naming the change on its way (the
+     * operation is not applied yet, so there is no operation id to name). */
+    invoke(WMRPC__WEIGHT_METHOD__WEIGHT_MIGRATE, &mig.base, &c2);
+    assert_int_equal(c2.status, WM_EBUSY);
+    assert_non_null(strstr(c2.body, "already has a change being made durable"));
     deliver(SMP_OK);
     assert_int_equal(c1.status, SMP_OK);
+    /* Once applied, the operation is named with its kind. */
+    mig.expected_metadata_generation = 2;
+    invoke(WMRPC__WEIGHT_METHOD__WEIGHT_MIGRATE, &mig.base, &c2);
+    assert_int_equal(c2.status, WM_EBUSY);
+    assert_non_null(strstr(c2.body, "already has active operation "));
+    assert_non_null(strstr(c2.body, " (MIGRATING)"));
     invoke(WMRPC__WEIGHT_METHOD__WEIGHT_UPDATE_POLICY, &up.base, &c2);
     assert_int_equal(c2.status, WM_ESTALE_GENERATION);
     assert_non_null(strstr(c2.body, "generation 2"));
