@@ -258,10 +258,11 @@ void rpc_server_close(rpc_server *s);
 void rpc_server_get_stats(const rpc_server *s, rpc_server_stats *out);
 
 /* Milliseconds (loop time) since the last answer to a dispatched call --
- * refusals by admission, limits or routing do not count, nor calls admitted
- * RPC_ADMIT_ASIDE -- or UINT64_MAX when none was answered yet. A stopping master waits for a quiet spell
- * (master_drain.c): a client that just had its answer may already be
- * sending its next request on the same connection. */
+ * refusals by admission, limits or routing do not count, nor calls
+ * admitted RPC_ADMIT_ASIDE -- or UINT64_MAX when none was answered yet. A
+ * stopping master waits for a quiet spell (master_drain.c): a client that
+ * just had its answer may already be sending its next request on the same
+ * connection. Loop thread only. */
 uint64_t rpc_server_ms_since_answer(const rpc_server *s);
 
 /* -- Calls ----------------------------------------------------------------- */

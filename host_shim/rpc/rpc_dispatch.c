@@ -479,7 +479,7 @@ void rpc_conn_dispatch(rpc_conn *c, const uint8_t *data, size_t len)
     const rpc_method *m;
     smp_rpc_call *call;
     char msg[512]; /* the longest: authorize with a certificate note */
-    int rc, replied, admitted;
+    int rc, replied, aside = 0;
 
     if (rpc_env_decode_request(data, len, &req) < 0) {
         s->st.err_bad_request++;
@@ -518,7 +518,6 @@ void rpc_conn_dispatch(rpc_conn *c, const uint8_t *data, size_t len)
         rpc_conn_send(c, req.request_id, rc, msg, NULL, 0);
         return;
     }
-    admitted = 0;
     if (s->admit != NULL) {
         const char *named = NULL;
         rc = s->admit(s->admit_arg, req.service, req.method, &named);
@@ -535,7 +534,7 @@ void rpc_conn_dispatch(rpc_conn *c, const uint8_t *data, size_t len)
             rpc_conn_send(c, req.request_id, rc, named != NULL ? named : smp_strerror(rc), NULL, 0);
             return;
         }
-        admitted = rc;
+        aside = rc == RPC_ADMIT_ASIDE;
     }
     if ((call = malloc(sizeof(*call))) == NULL) {
         rpc_conn_send(c, req.request_id, SMP_ENOMEM, "out of memory for the call", NULL, 0);
@@ -548,7 +547,7 @@ void rpc_conn_dispatch(rpc_conn *c, const uint8_t *data, size_t len)
     call->charged = c->lim.frame_charged;
     call->charged_tenant = c->lim.frame_tenant;
     call->held = 0;
-    call->aside = admitted == RPC_ADMIT_ASIDE;
+    call->aside = aside;
     c->lim.frame_charged = 0;
     c->lim.frame_tenant = NULL;
     rpc_conn_ref(c);

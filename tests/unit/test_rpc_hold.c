@@ -14,7 +14,10 @@
  *
  * A call marked held by its holder (rpc_server_call_hold, as the master
  * marks what waits for a node): an answer to it is refused and the call
- * kept, until the holder clears the mark and answers it. */
+ * kept, until the holder clears the mark and answers it.
+ *
+ * Answers to calls admitted RPC_ADMIT_ASIDE (a stopping master's status and
+ * authentication) are not counted as work (rpc_server_ms_since_answer). */
 #include "rpc_test_server.h"
 
 #define SVC_CTL 102
@@ -242,6 +245,81 @@ static void test_an_answer_to_a_held_call_is_refused_and_the_call_kept(void **st
     close(fd);
 }
 
+/* -- answers aside -------------------------------------------------------- */
+
+#define SVC_QUIET 104
+#define M_QUIET 1 /* answers rpc_server_ms_since_answer, 8 bytes */
+
+static int quiet_handler(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len)
+{
+    fixture *fx = ctx;
+    (void)body;
+    (void)len;
+    uint64_t ms = rpc_server_ms_since_answer(fx->srv);
+    return rpc_reply(call, SMP_OK, (const uint8_t *)&ms, sizeof(ms));
+}
+
+static const smp_rpc_method quiet_methods[] = {
+    {sizeof(smp_rpc_method), M_QUIET, "quiet", quiet_handler, SMP_ROLE_ADMIN},
+};
+
+/* A stopping master's admission, in small: the quiet question is admitted
+ * aside, everything else as work. */
+static int aside_admit(void *arg, uint32_t service, uint32_t method, const char **named)
+{
+    (void)arg;
+    (void)method;
+    (void)named;
+    return service == SVC_QUIET ? RPC_ADMIT_ASIDE : 0;
+}
+
+static void with_aside(fixture *fx)
+{
+    assert_int_equal(rpc_server_add_service(fx->srv, SVC_QUIET, "quiet", quiet_methods, 1, fx),
+                     SMP_OK);
+    rpc_server_set_admission(fx->srv, aside_admit, fx);
+}
+
+static int setup_aside(void **state)
+{
+    g_before_run = with_aside;
+    int rc = fixture_start(state, NULL);
+    g_before_run = NULL;
+    return rc;
+}
+
+static uint64_t ms_since_answer(rpcc_conn *c)
+{
+    int status = 1;
+    uint8_t *body = NULL;
+    size_t len = 0;
+    uint64_t ms;
+    assert_int_equal(rpcc_call(c, SVC_QUIET, M_QUIET, NULL, 0, &status, &body, &len, NULL), SMP_OK);
+    assert_int_equal(status, 0);
+    assert_int_equal(len, sizeof(ms));
+    memcpy(&ms, body, sizeof(ms));
+    free(body);
+    return ms;
+}
+
+/* Answers to calls admitted RPC_ADMIT_ASIDE are not counted as work: a
+ * server that answered only those has answered nothing
+ * (rpc_server_ms_since_answer says UINT64_MAX), and the first answer to
+ * another call counts. */
+static void test_answers_aside_are_not_counted_as_work(void **state)
+{
+    fixture *fx = *state;
+    rpcc_conn *c = open_client(fx->tcp_ep);
+    assert_true(ms_since_answer(c) == UINT64_MAX);
+    assert_true(ms_since_answer(c) == UINT64_MAX); /* the first one's answer did not count */
+    int status = 1;
+    assert_int_equal(rpcc_call(c, SVC_ECHO, M_ECHO, (const uint8_t *)"hi", 2, &status, NULL, NULL,
+                               NULL), SMP_OK);
+    assert_int_equal(status, 0);
+    assert_true(ms_since_answer(c) != UINT64_MAX);
+    rpcc_close(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -253,6 +331,8 @@ int main(void)
                                         setup_standby, teardown),
         cmocka_unit_test_setup_teardown(test_an_answer_to_a_held_call_is_refused_and_the_call_kept,
                                         setup_marks, teardown),
+        cmocka_unit_test_setup_teardown(test_answers_aside_are_not_counted_as_work, setup_aside,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
