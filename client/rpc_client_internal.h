@@ -1,6 +1,6 @@
-/* rpc_client_internal.h -- what rpc_client.c (the transport) and
- * rpc_client_watch.c (a call that waits in silence on a list of masters)
- * share: the connection's fields and the few steps both take. Not part of
+/* rpc_client_internal.h -- what rpc_client.c (the transport),
+ * rpc_client_connect.c (reaching a master) and rpc_client_watch.c (a call
+ * that waits in silence on a list of masters) share: the connection's fields and the few steps both take. Not part of
  * the client's interface (rpc_client.h). */
 #ifndef WM_RPC_CLIENT_INTERNAL_H
 #define WM_RPC_CLIENT_INTERNAL_H
@@ -96,12 +96,34 @@ void rpcc_conn_err(rpcc_conn *c, const char *fmt, ...) __attribute__((format(pri
 int64_t rpcc_now_ms(void);
 int64_t rpcc_deadline_of(int timeout_ms);
 
+/* -- rpc_client_connect.c --------------------------------------------------- */
+
 /* Connect c (no socket now) from the endpoint its list is at, walking it by
- * deadline (rpc_client.c). */
+ * deadline. */
 int rpcc_list_connect(rpcc_conn *c, int64_t deadline, char *err, size_t errlen);
 
 /* Forget c's stream: the socket, buffered bytes, unclaimed answers. */
 void rpcc_drop_stream(rpcc_conn *c);
+
+/* Drop c's stream and connect again by deadline: at the leader the last
+ * NOT_LEADER named, else from the endpoint after the one in use. SMP_OK, or
+ * the connect's error with c broken and the cause (and what ended the
+ * stream) in c->err. */
+int rpcc_conn_move(rpcc_conn *c, int64_t deadline);
+
+/* Sleep until the CLOCK_MONOTONIC ms `until` (at once when it is past). */
+void rpcc_sleep_until(int64_t until);
+
+/* The pause after one of `pause` ms (0: none yet): RPCC_BACKOFF_MIN_MS,
+ * then doubling up to c->pause_max_ms. */
+int rpcc_next_pause(const rpcc_conn *c, int pause);
+
+/* -- rpc_client.c ------------------------------------------------------------ */
+
+/* auth.HELLO on the socket just opened, by deadline (probe: even without a
+ * token, to learn that the master answers and whether it leads). SMP_OK or
+ * the refusal / transport error with the cause in err. */
+int rpcc_hello(rpcc_conn *c, int64_t deadline, int probe, char *err, size_t errlen);
 
 /* rpcc_recv waiting until deadline (-1: no bound). */
 int rpcc_recv_by(rpcc_conn *c, uint64_t request_id, int64_t deadline, uint64_t *got_id,
