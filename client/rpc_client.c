@@ -683,6 +683,8 @@ static int deliver(rpcc_conn *c,
     if (m->status == SMP_ENOTLEADER)
         c->hinted = master_list_set_leader(&c->ml, m->leader, m->leader_len);
     c->retry_after_ms = m->retry_after_ms;
+    if (m->status == SMP_EAGAIN && m->stopping)
+        c->peer_stopping = 1;
     if (c->in_flight > 0)
         c->in_flight--;
     if (got_id != NULL)
@@ -864,6 +866,25 @@ static int call_ex(rpcc_conn *c,
                 continue;
             }
         }
+        if (rc == SMP_OK && st == SMP_EAGAIN && c->peer_stopping && c->await_restart &&
+            c->in_flight == 0) {
+            /* A master alone that is stopping applied nothing: the same
+             * request goes again, on this stream until the master closes
+             * it (a loss of it is then no doubt, below), then to the master
+             * back at the endpoint, until the call's end (the refusal is
+             * returned then). */
+            if (deadline < 0)
+                deadline = follow_deadline(c);
+            if (rpcc_now_ms() < deadline) {
+                free(body);
+                free(msg);
+                backoff = rpcc_next_pause(c, backoff);
+                rpcc_sleep_until(rpcc_now_ms() + backoff < deadline ? rpcc_now_ms() + backoff
+                                                                    : deadline);
+                c->call_resent = 1;
+                continue;
+            }
+        }
         if (rc == SMP_OK && st == SMP_ENOTLEADER && deadline < 0)
             deadline = follow_deadline(c);
         if (rc == SMP_OK && st == SMP_ENOTLEADER && c->in_flight == 0 && rpcc_now_ms() < deadline) {
@@ -874,9 +895,12 @@ static int call_ex(rpcc_conn *c,
         }
         /* The stream is gone (closed, reset, or no connection after a move
          * that failed) -- not refused by the master, which would refuse the
-         * request again -- before the request left, or after it did. */
+         * request again -- before the request left, or after it did; or
+         * after its master said it was stopping, when it applies nothing
+         * that arrives. */
         lost = rc < 0 && (c->broken == SMP_EIO || c->fd < 0) && c->in_flight == 0 &&
-               (flags & RPCC_FAILOVER) && (!sent || (flags & RPCC_IDEMPOTENT));
+               (((flags & RPCC_FAILOVER) && (!sent || (flags & RPCC_IDEMPOTENT))) ||
+                (c->peer_stopping && c->await_restart));
         /* A peer that closes every connection before it answers anything
          * -- twice in a row, and each endpoint of a list once -- is not a
          * master (another service's port): say so now, not at the end. */

@@ -80,6 +80,16 @@ typedef struct rpcc_options {
      * which otherwise double from 20 ms to 100 ms. 0 or less: 100 ms; 1 to
      * 19: 20 ms. */
     int follow_pause_max_ms;
+    /* Added for a master alone's restarts: when set, a call that a master
+     * alone refuses because it is stopping (SMP_EAGAIN, RpcResponse.stopping;
+     * nothing of it applied) is sent again every pause (as above) until that
+     * master closes the connection, and then, like a call whose connection
+     * was lost and that may go again (RPCC_FAILOVER, RPCC_IDEMPOTENT), to
+     * the master back at that endpoint: a move to a single endpoint then
+     * keeps trying it until the call's end instead of once. The first
+     * connect (rpcc_connect) still tries a single endpoint once. 0: such a
+     * refusal is returned at once, as before. */
+    int await_restart;
 } rpcc_options;
 
 /* Connect to endpoint, a master list: to its first endpoint that accepts

@@ -209,8 +209,9 @@ int rpcc_next_pause(const rpcc_conn *c, int pause)
 
 /* Connect c (no socket now) to the endpoint c->ml is at or, when it does
  * not answer, to the next ones in turn. A single endpoint is tried once, as
- * before there were lists: its code and message are returned as they are.
- * Several are tried in rounds, each TCP connect for at most
+ * before there were lists: its code and message are returned as they are;
+ * with again set (a call that waits out its master's restart) it is tried
+ * in rounds as a list is. Several are tried in rounds, each TCP connect for at most
  * RPCC_ATTEMPT_MS, with a pause between rounds (RPCC_BACKOFF_MIN_MS
  * doubling to c->pause_max_ms), until deadline (-1: one round); then
  * SMP_EAGAIN (a connect timed out) or SMP_EIO, with the cause of each
@@ -219,7 +220,7 @@ int rpcc_next_pause(const rpcc_conn *c, int pause)
  * in progress, a round begun after a late wakeup) learnt nothing about its
  * endpoint, and "timed out" would turn endpoints that all refused into a
  * try-again. On success ml is at the endpoint connected. */
-int rpcc_list_connect(rpcc_conn *c, int64_t deadline, char *err, size_t errlen)
+int rpcc_list_connect(rpcc_conn *c, int64_t deadline, int again, char *err, size_t errlen)
 {
     int64_t started = rpcc_now_ms();
     int backoff = RPCC_BACKOFF_MIN_MS, rounds = 0, rc = SMP_EIO;
@@ -228,7 +229,7 @@ int rpcc_list_connect(rpcc_conn *c, int64_t deadline, char *err, size_t errlen)
 
     for (;;) {
         size_t round = master_list_round(&c->ml), used = 0;
-        int timed_out = 0, cut = 0;
+        int timed_out = 0, cut = 0, once = round == 1 && !again;
         causes[0] = '\0';
         rounds++;
         for (size_t i = 0; i < round; i++) {
@@ -263,13 +264,13 @@ int rpcc_list_connect(rpcc_conn *c, int64_t deadline, char *err, size_t errlen)
                 if (rc == SMP_EAGAIN && round > 1 && !c->answered)
                     rpcc_silent_note(ep, 1); /* not a master that answered "later" */
                 rpcc_drop_stream(c);
-                if (rc == SMP_EAUTH || rc == SMP_EFORBIDDEN || round == 1) {
+                if (rc == SMP_EAUTH || rc == SMP_EFORBIDDEN || once) {
                     /* a refused credential is not a reason to try elsewhere */
                     wm_errbuf(err, errlen, "%s: %s", ep, one);
                     return rc;
                 }
             }
-            if (round == 1) {
+            if (once) {
                 wm_errbuf(err, errlen, "%s", one);
                 return rc;
             }
@@ -294,9 +295,14 @@ int rpcc_list_connect(rpcc_conn *c, int64_t deadline, char *err, size_t errlen)
         rpcc_sleep_until(rpcc_now_ms() + backoff);
         backoff = rpcc_next_pause(c, backoff);
     }
-    wm_errbuf(err, errlen, "no master answered (%zu endpoints, %d round%s in %lld ms): %s",
-              master_list_round(&c->ml), rounds, rounds == 1 ? "" : "s",
-              (long long)(rpcc_now_ms() - started), decided_causes);
+    if (master_list_round(&c->ml) == 1)
+        wm_errbuf(err, errlen, "no master answered at %s (%d attempt%s in %lld ms): %s",
+                  master_list_current(&c->ml), rounds, rounds == 1 ? "" : "s",
+                  (long long)(rpcc_now_ms() - started), decided_causes);
+    else
+        wm_errbuf(err, errlen, "no master answered (%zu endpoints, %d round%s in %lld ms): %s",
+                  master_list_round(&c->ml), rounds, rounds == 1 ? "" : "s",
+                  (long long)(rpcc_now_ms() - started), decided_causes);
     return decided_timed_out ? SMP_EAGAIN : SMP_EIO;
 }
 
@@ -326,6 +332,7 @@ int rpcc_connect(const char *endpoint,
     c->max_frame = opt != NULL && opt->max_frame_bytes ? opt->max_frame_bytes
                                                        : RPCC_DEFAULT_MAX_FRAME_BYTES;
     c->next_id = 1;
+    c->await_restart = opt != NULL && opt->await_restart;
     if ((rc = wc_tls_client_ctx(opt != NULL ? opt->tls_ca : NULL, opt != NULL ? opt->tls_cert : NULL,
                                  opt != NULL ? opt->tls_key : NULL, &c->tls, err, errlen)) < 0)
         goto free_conn;
@@ -342,7 +349,7 @@ int rpcc_connect(const char *endpoint,
     if ((rc = master_list_parse(endpoint, &c->ml, err, errlen)) < 0)
         goto free_conn;
     rpcc_skip_silent(c);
-    if ((rc = rpcc_list_connect(c, rpcc_deadline_of(c->timeout_ms), err, errlen)) < 0)
+    if ((rc = rpcc_list_connect(c, rpcc_deadline_of(c->timeout_ms), 0, err, errlen)) < 0)
         goto free_conn;
     *out = c;
     return SMP_OK;
@@ -373,19 +380,28 @@ void rpcc_drop_stream(rpcc_conn *c)
     c->in_len = 0;
     c->in_flight = 0;
     c->broken = 0;
+    c->peer_stopping = 0;
     c->endpoint[0] = '\0';
 }
 
 /* Drop the stream and connect again: at the leader the last NOT_LEADER
  * named, else from the endpoint after the one in use, walking the list
- * until deadline. On failure the connection stays broken with the cause,
- * and the cause of the move (the error the stream ended with) after it. */
+ * until deadline (a single endpoint too when c awaits restarts). On
+ * failure the connection stays broken with the cause, and the cause of the
+ * move (the error the stream ended with, or the master's word that it was
+ * stopping) after it. */
 int rpcc_conn_move(rpcc_conn *c, int64_t deadline)
 {
     char why[sizeof(c->err)], lost[sizeof(c->err)];
     int rc;
-    /* what ended the stream, if anything did (an answer clears it) */
-    memcpy(lost, c->err, sizeof(lost));
+    /* what ended the stream, if anything did (an answer clears it); with
+     * no stream, the failure that ended it was told already */
+    if (c->peer_stopping)
+        snprintf(lost, sizeof(lost), "%s said it is stopping", c->endpoint);
+    else if (c->fd >= 0)
+        memcpy(lost, c->err, sizeof(lost));
+    else
+        lost[0] = '\0';
     rpcc_drop_stream(c);
     c->relocate = 0;
     if (!c->hinted) {
@@ -393,7 +409,7 @@ int rpcc_conn_move(rpcc_conn *c, int64_t deadline)
         rpcc_skip_silent(c);
     }
     c->hinted = 0;
-    if ((rc = rpcc_list_connect(c, deadline, why, sizeof(why))) < 0) {
+    if ((rc = rpcc_list_connect(c, deadline, c->await_restart, why, sizeof(why))) < 0) {
         /* A connect that failed only because the call's time ran out says
          * little: what made the call move says why (a peer that closed
          * every connection unanswered, e.g. another service's port). */

@@ -81,6 +81,10 @@ struct rpcc_conn {
     int call_ends;
     int call_resent;        /* the running call sent its request again: moved to another
                                master, or paced after a refusal of auth.limits */
+    int await_restart;      /* rpcc_options.await_restart */
+    int peer_stopping;      /* the master of this stream said it is stopping (a refusal
+                               with RpcResponse.stopping): it applies nothing sent on it
+                               any more */
 };
 
 /* The deadline of what c does now: the running call's end (rpcc_call_ex)
@@ -99,8 +103,9 @@ int64_t rpcc_deadline_of(int timeout_ms);
 /* -- rpc_client_connect.c --------------------------------------------------- */
 
 /* Connect c (no socket now) from the endpoint its list is at, walking it by
- * deadline. */
-int rpcc_list_connect(rpcc_conn *c, int64_t deadline, char *err, size_t errlen);
+ * deadline; a single endpoint is tried once, or until deadline with
+ * again set. */
+int rpcc_list_connect(rpcc_conn *c, int64_t deadline, int again, char *err, size_t errlen);
 
 /* Forget c's stream: the socket, buffered bytes, unclaimed answers. */
 void rpcc_drop_stream(rpcc_conn *c);

@@ -140,7 +140,7 @@ static rpcc_conn *side_connect(const rpcc_conn *c, const char *ep, int64_t deadl
         s->tls = c->tls;
     if ((c->tls != NULL && s->tls == NULL) ||
         (c->token != NULL && (s->token = strdup(c->token)) == NULL) ||
-        master_list_parse(ep, &s->ml, NULL, 0) < 0 || rpcc_list_connect(s, deadline, NULL, 0) < 0) {
+        master_list_parse(ep, &s->ml, NULL, 0) < 0 || rpcc_list_connect(s, deadline, 0, NULL, 0) < 0) {
         rpcc_close(s);
         return NULL;
     }

@@ -9,8 +9,9 @@
  * durable remove, plus three allocations per response on the client. The
  * envelope barely changes shape (the services' bodies are the messages that
  * evolve, and they stay with protobuf-c; the envelope only gained the
- * response's leader, field 5, for HA, and its retry_after_ms, field 6, for
- * auth.limits), so it is read and written here: a
+ * response's leader, field 5, for HA, its retry_after_ms, field 6, for
+ * auth.limits, and stopping, field 7, for a master alone's drain), so it is
+ * read and written here: a
  * decoded body, error or leader points into the frame, nothing is
  * allocated, and a message is written in one pass.
  *
@@ -49,6 +50,7 @@ typedef struct rpc_env_response {
     const char *leader; /* NULL when leader_len is 0 */
     size_t leader_len;
     uint32_t retry_after_ms; /* a refusal by auth.limits: when to send it again (0: none) */
+    int stopping;            /* a refusal by a master alone that is stopping (field 7) */
 } rpc_env_response;
 
 /* Decode frame[0, len) into *out. SMP_OK, or SMP_EPROTO when protobuf-c
@@ -96,16 +98,17 @@ size_t rpc_env_encode_response_leader(uint8_t *out,
                                       const char *leader,
                                       size_t leader_len);
 
-/* A refusal that says when the same request may pass (field 6, with
- * SMP_EAGAIN from auth.limits; no body): the bytes of the response above,
- * then retry_after_ms when it is not 0, as protobuf-c writes it. */
-size_t rpc_env_response_size_retry(uint64_t request_id, int32_t status, size_t error_len,
-                                   uint32_t retry_after_ms);
-size_t rpc_env_encode_response_retry(uint8_t *out,
-                                     uint64_t request_id,
-                                     int32_t status,
-                                     const char *error,
-                                     size_t error_len,
-                                     uint32_t retry_after_ms);
-
+/* A refusal without a body: the bytes of the response above, then
+ * retry_after_ms (field 6: with SMP_EAGAIN from auth.limits, when the same
+ * request may pass) and stopping (field 7: with SMP_EAGAIN from a master
+ * alone that is stopping) when they are not 0, as protobuf-c writes them. */
+size_t rpc_env_response_size_refusal(uint64_t request_id, int32_t status, size_t error_len,
+                                     uint32_t retry_after_ms, int stopping);
+size_t rpc_env_encode_response_refusal(uint8_t *out,
+                                       uint64_t request_id,
+                                       int32_t status,
+                                       const char *error,
+                                       size_t error_len,
+                                       uint32_t retry_after_ms,
+                                       int stopping);
 #endif /* WM_RPC_ENVELOPE_H */

@@ -83,7 +83,8 @@ static inline rpcc_options wc_rpc_options(const weight_store *s)
 {
     rpcc_options o = {.timeout_ms = WC_RPC_TIMEOUT_MS, .token = s->token, .tls_ca = s->tls_ca,
                       .tls_cert = s->tls_cert, .tls_key = s->tls_key,
-                      .tls_server_name = s->tls_server_name};
+                      .tls_server_name = s->tls_server_name,
+                      .await_restart = 1}; /* a master alone's restart is waited out */
     return o;
 }
 

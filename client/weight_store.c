@@ -569,8 +569,10 @@ int wc_call_with(weight_store *s, rpcc_conn **conn, uint32_t method, const Proto
     clock_gettime(CLOCK_MONOTONIC, &t0);
     protobuf_c_message_pack(req, buf);
     /* A query or an idempotent step is hedged by the transport when its
-     * master goes silent on a list (a paused leader), and followed there. */
-    unsigned flags = retry_safe(method) ? RPCC_IDEMPOTENT : 0;
+     * master goes silent on a list (a paused leader), and followed there;
+     * any other goes again when it never left (its master closed the
+     * stream while it was idle: a restart, a failover). */
+    unsigned flags = retry_safe(method) ? RPCC_IDEMPOTENT : RPCC_FAILOVER;
     rc = *conn ? rpcc_call_ex(*conn, flags, WC_WEIGHT_SERVICE, method, buf, len, &status, &rbody,
                               &rlen, &msg)
                : SMP_EIO;

@@ -22,7 +22,11 @@
  * connection is replaced on the next call, and calls that are safe to
  * repeat (queries, lease calls, begin and commit of an import) are sent
  * once more; other mutations then fail with WEIGHT_EIO and may be retried
- * by the caller (their generation fence makes a repeat safe to judge). */
+ * by the caller (their generation fence makes a repeat safe to judge).
+ * A call that a master alone refuses because it is stopping (nothing of it
+ * applied) waits for the master to come back at the same endpoint and is
+ * sent again there, within the call's 60 s; a call that meets a closed
+ * connection before its request left goes again too. */
 #ifndef WEIGHTCLIENT_H
 #define WEIGHTCLIENT_H
 

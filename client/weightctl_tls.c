@@ -206,7 +206,7 @@ int wctl_tls_resolve(ctl *x)
 
 rpcc_options wctl_rpc_options(const ctl *x, int timeout_ms)
 {
-    rpcc_options o = {.timeout_ms = timeout_ms};
+    rpcc_options o = {.timeout_ms = timeout_ms, .await_restart = 1};
     if (x->tls_ctx != NULL) {
         o.tls_ca = x->tls.ca;
         o.tls_cert = x->tls.cert;

@@ -91,7 +91,9 @@ static void on_drain_timer(uv_timer_t *t)
 /* The admission of a master alone while it drains (rpc_admit_fn): the end
  * and revoke of a put begun here are taken; status, authentication and the
  * leadership question (0, 0) are answered aside (a client polling the status
- * does not hold the drain); the rest is refused SMP_EAGAIN. */
+ * does not hold the drain); the rest is refused SMP_EAGAIN, marked stopping
+ * (RPC_ADMIT_STOPPING: a client given this master alone waits for the next
+ * one and sends the call again there). */
 static int alone_admit(void *arg, uint32_t service, uint32_t method, const char **named)
 {
     master *m = arg;
@@ -101,7 +103,7 @@ static int alone_admit(void *arg, uint32_t service, uint32_t method, const char 
         return RPC_ADMIT_ASIDE;
     *named = "store_master is stopping: it takes no new call (the calls it had accepted are "
              "answered); send it again once the master is back";
-    return SMP_EAGAIN;
+    return RPC_ADMIT_STOPPING;
 }
 
 void master_stop_gracefully(master *m)

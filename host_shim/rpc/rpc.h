@@ -62,10 +62,14 @@ typedef struct rpc_server_options {
  * endpoint, "" or NULL when none is known, borrowed until the call returns)
  * in RpcResponse.leader -- how an HA standby turns away everything it must
  * not serve; any other negative code answers it with that status and
- * *named as its message -- how a master alone that is stopping refuses new
- * calls (master_drain.c). Either way its handler never runs. */
+ * *named as its message; RPC_ADMIT_STOPPING answers it SMP_EAGAIN with
+ * *named and RpcResponse.stopping set -- how a master alone that is
+ * stopping refuses new calls (master_drain.c), telling its clients that
+ * nothing new is applied on the connection. Either way its handler never
+ * runs. */
 typedef int (*rpc_admit_fn)(void *arg, uint32_t service, uint32_t method, const char **named);
 #define RPC_ADMIT_ASIDE 1
+#define RPC_ADMIT_STOPPING 2
 
 /* Counters for /metrics. Monotonic unless marked as a gauge. */
 typedef struct rpc_server_stats {

@@ -247,8 +247,8 @@ static size_t conn_feed(rpc_conn *c, const uint8_t *p, size_t n)
                 c->body_have = 0;
                 s->st.requests++;
                 c->budget--;
-                rpc_conn_send_retry(c, rpc_prefix_request_id(c->skip_prefix, c->skip_have),
-                                    c->skip_status, c->skip_msg, c->skip_retry_ms);
+                rpc_conn_send_refusal(c, rpc_prefix_request_id(c->skip_prefix, c->skip_have),
+                                      c->skip_status, c->skip_msg, c->skip_retry_ms, 0);
             }
             continue;
         }

@@ -493,7 +493,7 @@ void rpc_conn_dispatch(rpc_conn *c, const uint8_t *data, size_t len)
         uint32_t retry_ms = 0;
         if ((rc = rpc_limits_take_rate(s->limits, &c->lim, uv_now(s->loop), msg, sizeof(msg),
                                        &retry_ms)) < 0) {
-            rpc_conn_send_retry(c, req.request_id, rc, msg, retry_ms);
+            rpc_conn_send_refusal(c, req.request_id, rc, msg, retry_ms, 0);
             return;
         }
     }
@@ -529,9 +529,12 @@ void rpc_conn_dispatch(rpc_conn *c, const uint8_t *data, size_t len)
             rpc_conn_send_not_leader(c, req.request_id, named);
             return;
         }
-        if (rc < 0) {
+        if (rc < 0 || rc == RPC_ADMIT_STOPPING) {
+            int stopping = rc == RPC_ADMIT_STOPPING;
             s->st.admission_refused++;
-            rpc_conn_send(c, req.request_id, rc, named != NULL ? named : smp_strerror(rc), NULL, 0);
+            if (stopping) rc = SMP_EAGAIN;
+            rpc_conn_send_refusal(c, req.request_id, rc, named != NULL ? named : smp_strerror(rc),
+                                  0, stopping);
             return;
         }
         aside = rc == RPC_ADMIT_ASIDE;

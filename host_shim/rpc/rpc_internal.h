@@ -237,11 +237,13 @@ int rpc_conn_send(rpc_conn *c,
                   const uint8_t *body,
                   size_t len);
 
-/* A refusal of auth.limits that no service saw (status SMP_EAGAIN): the
- * response carries retry_after_ms, when the same request may pass, which a
- * client of this project waits and sends it again after. As rpc_conn_send. */
-int rpc_conn_send_retry(rpc_conn *c, uint64_t request_id, int status, const char *message,
-                        uint32_t retry_after_ms);
+/* A refusal that no service saw (status SMP_EAGAIN), as rpc_conn_send with
+ * no body: retry_after_ms (auth.limits) says when the same request may
+ * pass, which a client of this project waits and sends it again after;
+ * stopping says that this master alone is stopping and applies nothing new
+ * on the connection (a client may send it again once a master is back). */
+int rpc_conn_send_refusal(rpc_conn *c, uint64_t request_id, int status, const char *message,
+                          uint32_t retry_after_ms, int stopping);
 
 /* Log that c was refused for its credentials or protocol ("store_master:
  * rpc: client ADDR: WHY", WHY saying what was refused and why), at most a few lines a minute, the rest

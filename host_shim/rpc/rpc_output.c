@@ -159,21 +159,22 @@ int rpc_conn_send(rpc_conn *c,
     return SMP_OK;
 }
 
-int rpc_conn_send_retry(rpc_conn *c, uint64_t request_id, int status, const char *message,
-                        uint32_t retry_after_ms)
+int rpc_conn_send_refusal(rpc_conn *c, uint64_t request_id, int status, const char *message,
+                          uint32_t retry_after_ms, int stopping)
 {
     rpc_server *s = c->srv;
     uint8_t *p;
     int rc;
-    if (retry_after_ms == 0) return rpc_conn_send(c, request_id, status, message, NULL, 0);
+    if (retry_after_ms == 0 && !stopping)
+        return rpc_conn_send(c, request_id, status, message, NULL, 0);
     if (c->closing) {
         s->st.replies_dropped++;
         return SMP_OK;
     }
     size_t mlen = strlen(message);
-    size_t size = rpc_env_response_size_retry(request_id, status, mlen, retry_after_ms);
+    size_t size = rpc_env_response_size_refusal(request_id, status, mlen, retry_after_ms, stopping);
     if ((rc = rpc_conn_frame_begin(c, size, &p)) < 0) return rc;
-    rpc_env_encode_response_retry(p, request_id, status, message, mlen, retry_after_ms);
+    rpc_env_encode_response_refusal(p, request_id, status, message, mlen, retry_after_ms, stopping);
     rpc_conn_frame_end(c, size);
     s->st.responses_error++;
     return SMP_OK;

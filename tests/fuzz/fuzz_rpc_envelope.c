@@ -62,7 +62,7 @@ static void check_response(const uint8_t *data, size_t size)
     size_t elen = mine.error ? strnlen(mine.error, mine.error_len) : 0;
     size_t llen = mine.leader ? strnlen(mine.leader, mine.leader_len) : 0;
     if (mine.request_id != ref->request_id || mine.status != ref->status ||
-        mine.retry_after_ms != ref->retry_after_ms ||
+        mine.retry_after_ms != ref->retry_after_ms || mine.stopping != (ref->stopping != 0) ||
         !same_bytes(mine.error, elen, ref->error, strlen(ref->error)) ||
         !same_bytes(mine.leader, llen, ref->leader, strlen(ref->leader)) ||
         !same_bytes(mine.body, mine.body_len, ref->body.data, ref->body.len))
@@ -85,15 +85,16 @@ static void check_response(const uint8_t *data, size_t size)
         broken("response: re-encoding does not decode to the same values");
     free(buf);
 
-    /* a refusal with its retry_after_ms (no body, no leader) */
-    n = rpc_env_response_size_retry(mine.request_id, mine.status, mine.error_len,
-                                    mine.retry_after_ms);
+    /* a refusal with its retry_after_ms and stopping (no body, no leader) */
+    n = rpc_env_response_size_refusal(mine.request_id, mine.status, mine.error_len,
+                                      mine.retry_after_ms, mine.stopping);
     if ((buf = malloc(n ? n : 1)) == NULL) broken("out of memory");
-    if (rpc_env_encode_response_retry(buf, mine.request_id, mine.status, mine.error,
-                                      mine.error_len, mine.retry_after_ms) != n)
+    if (rpc_env_encode_response_refusal(buf, mine.request_id, mine.status, mine.error,
+                                        mine.error_len, mine.retry_after_ms, mine.stopping) != n)
         broken("refusal: encoded size differs from the size announced");
     if (rpc_env_decode_response(buf, n, &again) != 0 || again.request_id != mine.request_id ||
         again.status != mine.status || again.retry_after_ms != mine.retry_after_ms ||
+        again.stopping != mine.stopping ||
         !same_bytes(again.error, again.error_len, mine.error, mine.error_len) ||
         again.body_len != 0 || again.leader_len != 0)
         broken("refusal: re-encoding does not decode to the same values");

@@ -93,6 +93,7 @@ static void agree_response(const uint8_t *data, size_t len)
     agree_string(mine.error, mine.error_len, ref->error);
     agree_string(mine.leader, mine.leader_len, ref->leader);
     assert_int_equal(mine.retry_after_ms, ref->retry_after_ms);
+    assert_int_equal(mine.stopping, ref->stopping != 0);
     assert_int_equal(mine.body_len, ref->body.len);
     if (ref->body.len > 0) assert_memory_equal(mine.body, ref->body.data, ref->body.len);
     else assert_null(mine.body);
@@ -153,6 +154,7 @@ static void packed_response(frame *f)
     leader[llen] = '\0';
     resp.leader = leader;
     resp.retry_after_ms = next() % 4 ? 0 : (uint32_t)some_number();
+    resp.stopping = next() % 4 == 0;
     f->n = rpc_response__pack(&resp, f->b);
 }
 
@@ -161,8 +163,8 @@ static void packed_response(frame *f)
  * padded varints and over-long lengths. */
 static void add_field(frame *f)
 {
-    static const uint32_t fields[] = {1, 2, 3, 4, 5, 15, 16, 2047, 536870911};
-    uint32_t field = next() % 8 == 0 ? (uint32_t)next() : fields[next() % 9];
+    static const uint32_t fields[] = {1, 2, 3, 4, 5, 6, 7, 15, 16, 2047, 536870911};
+    uint32_t field = next() % 8 == 0 ? (uint32_t)next() : fields[next() % 11];
     unsigned wire = next() % 5 == 0 ? (unsigned)(next() % 8) : (unsigned)(next() % 3 == 0 ? 2 : 0);
     put_varint(f, (uint64_t)field << 3 | wire);
     switch (wire) {
@@ -266,6 +268,15 @@ static void test_odd_and_broken_messages_get_the_same_verdict(void **state)
     assert_true(accepted > 1000);
 }
 
+/* frame decodes, as protobuf-c decodes it, with stopping as want. */
+static void stopping_reads(const uint8_t *frame, size_t len, int want)
+{
+    rpc_env_response resp;
+    assert_int_equal(rpc_env_decode_response(frame, len, &resp), SMP_OK);
+    assert_int_equal(resp.stopping, want);
+    agree_response(frame, len);
+}
+
 static void test_named_malformations_are_refused(void **state)
 {
     (void)state;
@@ -347,7 +358,32 @@ static void test_named_malformations_are_refused(void **state)
     assert_int_equal(rpc_env_decode_response(retry, sizeof(retry), &resp), SMP_OK);
     assert_int_equal(resp.status, SMP_EAGAIN);
     assert_int_equal(resp.retry_after_ms, 250);
+    assert_int_equal(resp.stopping, 0);
     agree_response(retry, sizeof(retry));
+    /* a stopping master alone's refusal: status SMP_EAGAIN, stopping */
+    const uint8_t stopping[] = {0x10, 0x13, 0x1a, 0x02, 'n', 'o', 0x38, 0x01};
+    assert_int_equal(rpc_env_decode_response(stopping, sizeof(stopping), &resp), SMP_OK);
+    assert_int_equal(resp.status, SMP_EAGAIN);
+    assert_int_equal(resp.retry_after_ms, 0);
+    assert_int_equal(resp.stopping, 1);
+    agree_response(stopping, sizeof(stopping));
+    /* a bool is true when any byte of its varint has a payload bit, also
+     * one past 64 bits that the number itself loses, and false at 0;
+     * protobuf-c takes it in any wire type but a group's, reading every
+     * byte after the key (a length prefix too) */
+    const uint8_t wide_bool[] = {0x38, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x02};
+    const uint8_t zero_bool[] = {0x38, 0x80, 0x00};
+    const uint8_t len_bool[] = {0x3a, 0x01, 0x00}, empty_bool[] = {0x3a, 0x00};
+    const uint8_t fixed_bool[] = {0x3d, 0x80, 0, 0, 0}, wide_fixed[] = {0x39, 0, 0, 0, 0, 0, 0, 0, 1};
+    const uint8_t group_bool[] = {0x3b};
+    stopping_reads(wide_bool, sizeof(wide_bool), 1);
+    stopping_reads(zero_bool, sizeof(zero_bool), 0);
+    stopping_reads(len_bool, sizeof(len_bool), 1);
+    stopping_reads(empty_bool, sizeof(empty_bool), 0);
+    stopping_reads(fixed_bool, sizeof(fixed_bool), 0);
+    stopping_reads(wide_fixed, sizeof(wide_fixed), 1);
+    assert_int_equal(rpc_env_decode_response(group_bool, sizeof(group_bool), &resp), SMP_EPROTO);
+    agree_response(group_bool, sizeof(group_bool));
 
     /* The last of a repeated field wins; unknown fields are skipped. */
     const uint8_t repeated[] = {0x08, 0x01, 0x2a, 0x01, 'x', 0x08, 0x02,
@@ -418,21 +454,25 @@ static void test_messages_are_written_as_protobuf_c_packs_them(void **state)
         assert_int_equal(back.leader_len, llen);
         if (llen) assert_memory_equal(back.leader, leader, llen);
 
-        /* a refusal saying when to retry (no body, no leader) */
+        /* a refusal saying when to retry, or that the master is stopping
+         * (no body, no leader) */
         RpcResponse refusal = RPC_RESPONSE__INIT;
         refusal.request_id = resp.request_id;
         refusal.status = status;
         refusal.error = error;
         refusal.retry_after_ms = next() % 5 == 0 ? 0 : (uint32_t)some_number();
+        refusal.stopping = next() % 2;
         want = rpc_response__pack(&refusal, ref);
-        size = rpc_env_response_size_retry(resp.request_id, status, elen, refusal.retry_after_ms);
-        got = rpc_env_encode_response_retry(mine, resp.request_id, status, error, elen,
-                                            refusal.retry_after_ms);
+        size = rpc_env_response_size_refusal(resp.request_id, status, elen,
+                                             refusal.retry_after_ms, refusal.stopping);
+        got = rpc_env_encode_response_refusal(mine, resp.request_id, status, error, elen,
+                                              refusal.retry_after_ms, refusal.stopping);
         assert_int_equal(size, want);
         assert_int_equal(got, want);
         assert_memory_equal(mine, ref, want);
         assert_int_equal(rpc_env_decode_response(mine, got, &back), SMP_OK);
         assert_int_equal(back.retry_after_ms, refusal.retry_after_ms);
+        assert_int_equal(back.stopping, refusal.stopping);
 
         RpcRequest req = RPC_REQUEST__INIT;
         req.request_id = some_number();
