@@ -211,9 +211,10 @@ int rpcc_next_pause(const rpcc_conn *c, int pause)
  * not answer, to the next ones in turn. A single endpoint is tried once, as
  * before there were lists: its code and message are returned as they are;
  * with again set (a call that waits out its master's restart) it is tried
- * in rounds as a list is. Several are tried in rounds, each TCP connect for at most
- * RPCC_ATTEMPT_MS, with a pause between rounds (RPCC_BACKOFF_MIN_MS
- * doubling to c->pause_max_ms), until deadline (-1: one round); then
+ * in rounds as a list is. Several are tried in rounds, each TCP connect
+ * for at most RPCC_ATTEMPT_MS, with a pause between rounds
+ * (RPCC_BACKOFF_MIN_MS doubling to c->pause_max_ms), until deadline (-1:
+ * one round); then
  * SMP_EAGAIN (a connect timed out) or SMP_EIO, with the cause of each
  * endpoint in err, as the last round the deadline did not cut short found
  * them: an attempt the deadline ended (a connect to a refusing port still
