@@ -208,8 +208,9 @@ int rpcc_call_msg_ex(rpcc_conn *c,
 /* Drop the stream (and any answers not yet claimed) and connect again: to
  * the leader the last SMP_ENOTLEADER answer named, else to the endpoint
  * after the one in use, walking the list as rpcc_connect does until the
- * connection's timeout. SMP_OK, or the connect error (the connection is
- * then broken, the cause in rpcc_last_error). */
+ * connection's timeout (a single endpoint too, again and again, when the
+ * connection awaits restarts). SMP_OK, or the connect error (the
+ * connection is then broken, the cause in rpcc_last_error). */
 int rpcc_reconnect(rpcc_conn *c);
 
 /* The tenant the token proved on the current socket ("" without a token or
