@@ -12,6 +12,10 @@
  * refused some of them (its log counts them), the client sent those again
  * once a master was back, and the new revision is READY with its bytes.
  *
+ * test_a_mutation_after_an_idle_restart_goes_at_once: a store idle across
+ * a restart updates a policy (a call that is not sent twice) at once,
+ * without an error.
+ *
  * test_a_master_that_stays_down_fails_the_call_naming_both: the object
  * client with await_restart and a 3 s timeout. A put sent while the master
  * drains, which then stays down, fails when the call's time is spent,
@@ -198,6 +202,28 @@ static void test_loads_and_publishes_ride_a_restart(void **state)
     wx_published_free(f);
 }
 
+/* A mutation is the first call of an idle store after its master restarted:
+ * the connection it goes on was closed by the old master, which the
+ * transport sees before the request leaves, so it goes to the new master
+ * at once instead of failing as a request whose fate is unknown. */
+static void test_a_mutation_after_an_idle_restart_goes_at_once(void **state)
+{
+    (void)state;
+    wx_published *f = wx_published_new("restart-idle", NULL, NULL, model, N_MODEL, 43);
+    assert_non_null(f);
+    weight_metadata md;
+    CHECK(f->s, weight_get_metadata(f->s, &f->id, &md, NULL));
+    assert_int_equal(kill(f->m.pid, SIGTERM), 0);
+    assert_int_equal(hx_wait_exit(&f->m, 20000), 0);
+    assert_int_equal(hx_start(&f->m, 20000), 0);
+    weight_policy pol = {WEIGHT_RES_HOT, 0.0, WEIGHT_MODE_AUTO};
+    weight_metadata after;
+    CHECK(f->s, weight_update_policy(f->s, &f->id, &pol, md.metadata_generation, &after));
+    assert_int_equal(after.policy.mode, WEIGHT_MODE_AUTO);
+    assert_true(after.metadata_generation > md.metadata_generation);
+    wx_published_free(f);
+}
+
 /* The call's error names the endpoint's silence, over more than one
  * attempt ("(N attempts in M ms)"), and, when said, the master's word that
  * it was stopping. */
@@ -262,6 +288,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_loads_and_publishes_ride_a_restart),
         cmocka_unit_test(test_a_master_that_stays_down_fails_the_call_naming_both),
+        cmocka_unit_test(test_a_mutation_after_an_idle_restart_goes_at_once),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
