@@ -258,6 +258,11 @@ void master_scrub_abandoned(void *ctx, const char *node, const char *segment, ui
                             uint64_t len)
 {
     master *m = ctx;
+    /* Only the leader that serves commands a node: a leader that resigned
+     * (and is stopping, or replays its successor's records) may hold a put
+     * of its own whose range the successor has given to a committed object
+     * since, and zeroing it would destroy that object. */
+    if (m->stopping || !master_is_leader(m)) return;
     if (node != NULL && segment != NULL && master_node_readable(m, node))
         (void)master_scrub_range(m, node, segment, off, len); /* ENOMEM: fsck --repair */
 }
