@@ -17,7 +17,9 @@
  *    answered once its record is durable, never before), and so may the
  *    puts it started: their put end and revoke are still taken, so that a
  *    payload or manifest being written when the signal came is ended here
- *    instead of failing;
+ *    instead of failing, and so is the put start of a connection that has
+ *    a put open here (a writer starting a batch of puts ends none of them
+ *    before all started);
  *  - when no call is open, no put is in flight and no call was answered
  *    for MASTER_DRAIN_QUIET_MS, or after MASTER_DRAIN_MS, whichever comes
  *    first, it stops as before
@@ -89,15 +91,17 @@ static void on_drain_timer(uv_timer_t *t)
 }
 
 /* The admission of a master alone while it drains (rpc_admit_fn): the end
- * and revoke of a put begun here are taken; status, authentication and the
+ * and revoke of a put begun here, and the rest of a batch of put starts,
+ * are taken (master_drain_admits); status, authentication and the
  * leadership question (0, 0) are answered aside (a client polling the status
  * does not hold the drain); the rest is refused SMP_EAGAIN, marked stopping
  * (RPC_ADMIT_STOPPING: a client given this master alone waits for the next
  * one and sends the call again there). */
-static int alone_admit(void *arg, uint32_t service, uint32_t method, const char **named)
+static int alone_admit(void *arg, uint64_t conn, uint32_t service, uint32_t method,
+                       const char **named)
 {
     master *m = arg;
-    if (master_drain_admits(m, service, method)) return 0;
+    if (master_drain_admits(m, conn, service, method)) return 0;
     if ((service == 0 && method == 0) || service == HOST_SERVICE__HOST_SERVICE_AUTH ||
         (service == HOST_SERVICE__HOST_SERVICE_ADMIN && method == ADMIN_METHOD__ADMIN_STATUS))
         return RPC_ADMIT_ASIDE;
@@ -136,11 +140,16 @@ void master_stop_gracefully(master *m)
     uv_timer_start(&m->drain_timer, on_drain_timer, 0, MASTER_DRAIN_POLL_MS);
 }
 
-int master_drain_admits(const master *m, uint32_t service, uint32_t method)
+int master_drain_admits(master *m, uint64_t conn, uint32_t service, uint32_t method)
 {
     if (!m->draining) return 1;
-    return service == HOST_SERVICE__HOST_SERVICE_OBJECTS &&
-           (method == OBJECTS_METHOD__OBJ_PUT_END || method == OBJECTS_METHOD__OBJ_PUT_REVOKE);
+    if (service != HOST_SERVICE__HOST_SERVICE_OBJECTS) return 0;
+    if (method == OBJECTS_METHOD__OBJ_PUT_END || method == OBJECTS_METHOD__OBJ_PUT_REVOKE) return 1;
+    /* A writer that starts a batch of puts before it writes any (as
+     * libweightclient does) ends the puts it began only once the whole
+     * batch started: refusing the rest would hold the drain to its cap on
+     * puts that never end, while the writer waits for the next master. */
+    return method == OBJECTS_METHOD__OBJ_PUT_START && obj_puts_owned(master_objs(m), conn);
 }
 
 void master_drain_close(master *m)

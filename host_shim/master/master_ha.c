@@ -236,11 +236,11 @@ static void on_fenced(void *arg, const char *why)
 /* A standby serves status only; the rest goes to the leader. Route (0, 0)
  * is no request's: rpc_server_leadership asks with it whether this master
  * leads, and which one does. */
-static int admit(void *arg, uint32_t service, uint32_t method, const char **leader)
+static int admit(void *arg, uint64_t conn, uint32_t service, uint32_t method, const char **leader)
 {
     master *m = arg;
     /* A draining leader (master_drain.c) is a standby to new calls. */
-    if (master_is_leader(m) && master_drain_admits(m, service, method)) return 0;
+    if (master_is_leader(m) && master_drain_admits(m, conn, service, method)) return 0;
     /* Questions about this master, answered aside: a draining leader does
      * not wait for a quiet spell in them (master_drain.c). */
     if (service == HOST_SERVICE__HOST_SERVICE_ADMIN && method == ADMIN_METHOD__ADMIN_STATUS)

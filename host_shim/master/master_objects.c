@@ -274,6 +274,7 @@ static int h_put_start(void *ctx, smp_rpc_call *call, const uint8_t *body, size_
         .group = req->group,
         .tenant = tenant != NULL ? tenant : req->tenant,
         .overwrite = req->overwrite,
+        .owner = rpc_server_call_conn(call), /* a draining master's admission asks */
     };
     obj_put_ticket t;
     uint8_t ticket[TICKET_MAX_BYTES];

@@ -256,6 +256,7 @@ typedef struct obj_put_params {
     int hard_pinned;
     int overwrite;      /* replace a complete object of the same key */
     const char *prefer_node; /* NULL: any; else try this node's segments first */
+    uint64_t owner;     /* who started it (the master: its RPC connection), 0: none */
 } obj_put_params;
 
 /* Where the client writes the bytes. Strings borrowed (see the top). */
@@ -305,6 +306,11 @@ int obj_prepare_put_revoke(obj_store *st, const char *key, obj_record *out);
  * when no such put is in flight (ended, cleaned up, or another range). */
 int obj_put_touch(obj_store *st, const char *key, const char *segment, uint64_t offset,
                   uint64_t now);
+
+/* 1 when a put that owner (obj_put_params.owner, not 0) started is in
+ * flight, 0 otherwise. A walk of the puts in flight: for occasional
+ * questions (a draining master's admission), not for every call. */
+int obj_puts_owned(const obj_store *st, uint64_t owner);
 
 /* Free every in-flight put and every replica reservation started at or
  * before now - timeout_ms (soft state: no record). A guard veto

@@ -197,6 +197,7 @@ typedef struct obj_put {
     uint64_t alloc;
     uint64_t started;
     uint64_t put_id;
+    uint64_t owner;     /* obj_put_params.owner */
     int consuming;      /* its PUT_END is being applied: range already freed */
 } obj_put;
 

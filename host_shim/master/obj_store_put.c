@@ -125,6 +125,7 @@ int obj_put_start(obj_store *st,
     put->alloc = alloc;
     put->started = now;
     put->put_id = st->next_put_id;
+    put->owner = p->owner;
     if ((rc = obj_place(st, put->tenant, alloc, p->prefer_node, NULL, &put->seg, &put->offset)) < 0)
         goto free_put;
     if ((rc = obj_sl_put(&st->puts, put->key, put)) < 0) goto free_range;
@@ -208,6 +209,16 @@ int obj_put_touch(obj_store *st, const char *key, const char *segment, uint64_t 
         return SMP_ENOTFOUND;
     if (now > p->started) p->started = now;
     return SMP_OK;
+}
+
+int obj_puts_owned(const obj_store *st, uint64_t owner)
+{
+    OBJ_CHECK_CALLER(st);
+    for (obj_sl_node *x = obj_sl_after(&st->puts, NULL, 0); owner != 0 && x; x = x->next[0]) {
+        const obj_put *p = x->val;
+        if (p->owner == owner && !p->consuming) return 1;
+    }
+    return 0;
 }
 
 int obj_cleanup_stale_puts(obj_store *st, uint64_t now, uint64_t timeout_ms)

@@ -54,7 +54,9 @@ typedef struct rpc_server_options {
                                       socket is never TLS (a local peer). */
 } rpc_server_options;
 
-/* Admission of a decoded request before its handler runs: 0 lets it run;
+/* Admission of a decoded request before its handler runs, given the
+ * serial of the connection it came on (rpc_server_call_conn's value; 0 for
+ * the leadership question of rpc_server_leadership): 0 lets it run;
  * RPC_ADMIT_ASIDE lets it run as a question about the server (status,
  * authentication), whose answer is not counted as work done
  * (rpc_server_ms_since_answer);
@@ -67,7 +69,8 @@ typedef struct rpc_server_options {
  * stopping refuses new calls (master_drain.c), telling its clients that
  * nothing new is applied on the connection. Either way its handler never
  * runs. */
-typedef int (*rpc_admit_fn)(void *arg, uint32_t service, uint32_t method, const char **named);
+typedef int (*rpc_admit_fn)(void *arg, uint64_t conn, uint32_t service, uint32_t method,
+                            const char **named);
 #define RPC_ADMIT_ASIDE 1
 #define RPC_ADMIT_STOPPING 2
 

@@ -331,7 +331,7 @@ int rpc_server_leadership(const smp_rpc_call *call, const char **leader)
     const rpc_server *s = call->conn->srv;
     const char *named = NULL;
     *leader = "";
-    if (s->admit == NULL || s->admit(s->admit_arg, 0, 0, &named) != SMP_ENOTLEADER)
+    if (s->admit == NULL || s->admit(s->admit_arg, 0, 0, 0, &named) != SMP_ENOTLEADER)
         return RPC_LEADS;
     *leader = named != NULL ? named : "";
     return RPC_STANDBY;
@@ -520,7 +520,7 @@ void rpc_conn_dispatch(rpc_conn *c, const uint8_t *data, size_t len)
     }
     if (s->admit != NULL) {
         const char *named = NULL;
-        rc = s->admit(s->admit_arg, req.service, req.method, &named);
+        rc = s->admit(s->admit_arg, c->serial, req.service, req.method, &named);
         if (rc == SMP_ENOTLEADER) {
             /* no leader to name yet: wait for one (rpc_hold.c) */
             if ((named == NULL || named[0] == '\0') && s->hold_ms > 0 &&

@@ -244,7 +244,7 @@ static void emit(seq_builder *b, obj_record *r, int rc)
 static void put(seq_builder *b, const char *key, uint64_t size, const char *group,
                 const char *tenant)
 {
-    obj_put_params p = {key, size, SMP_DATA_WEIGHT, group, tenant, 0, 0, NULL};
+    obj_put_params p = {key, size, SMP_DATA_WEIGHT, group, tenant, 0, 0, NULL, 0};
     uint8_t sum[32];
     obj_record r = {0};
     int rc;
@@ -292,7 +292,7 @@ static void add_cold(seq_builder *b, const char *key, const char *node)
 /* A put that ends in a PUT_REVOKE record. */
 static void revoked_put(seq_builder *b, const char *key)
 {
-    obj_put_params p = {key, 300, SMP_DATA_KV, NULL, NULL, 0, 0, NULL};
+    obj_put_params p = {key, 300, SMP_DATA_KV, NULL, NULL, 0, 0, NULL, 0};
     obj_record r = {0};
     int rc;
     if (b->rc != SMP_OK) return;

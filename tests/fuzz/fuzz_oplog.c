@@ -285,8 +285,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 static int host_records(obj_record *recs, int max)
 {
     obj_store *st = NULL;
-    obj_put_params p1 = {"kv/one", 100, SMP_DATA_KV, NULL, "tenant-a", 0, 0, NULL};
-    obj_put_params p2 = {"w/m/r1/obj-0", 4096, SMP_DATA_WEIGHT, "w/m/r1", NULL, 0, 0, NULL};
+    obj_put_params p1 = {"kv/one", 100, SMP_DATA_KV, NULL, "tenant-a", 0, 0, NULL, 0};
+    obj_put_params p2 = {"w/m/r1/obj-0", 4096, SMP_DATA_WEIGHT, "w/m/r1", NULL, 0, 0, NULL, 0};
     uint8_t sum[32];
     int n = 0, rc = SMP_OK;
     memset(sum, 0x5a, sizeof(sum));

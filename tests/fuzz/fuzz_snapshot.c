@@ -124,7 +124,7 @@ static int apply(obj_store *st, obj_record *r, int rc)
 
 static int put(obj_store *st, const char *key, uint64_t size, const char *group, uint64_t now)
 {
-    obj_put_params p = {key, size, SMP_DATA_WEIGHT, group, "tenant-a", 0, 0, NULL};
+    obj_put_params p = {key, size, SMP_DATA_WEIGHT, group, "tenant-a", 0, 0, NULL, 0};
     uint8_t sum[32];
     obj_record r = {0};
     memset(sum, 0x5a, sizeof(sum));

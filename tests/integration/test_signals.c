@@ -5,7 +5,9 @@
  * details), and three in a row leave it serving.
  * SIGTERM shuts it down cleanly (exit 0), after a drain: the calls and puts
  * it had accepted end first (a put started before the signal is ended and
- * durable), new calls are refused SMP_EAGAIN saying it is stopping, status
+ * durable, and so are the puts its connection starts while it has one open
+ * there: a writer's batch), new calls are refused SMP_EAGAIN saying it is
+ * stopping, status
  * is still answered and /health says 503 stopping; a call sent a moment
  * after the last answer is refused too, not met by a closed connection,
  * and a client polling the status does not keep the drain from ending;
@@ -42,11 +44,6 @@ static void test_sighup_never_kills_the_master(void **state)
     hx_cleanup(&m);
 }
 
-/* A put started before SIGTERM holds the stop: a new call is refused
- * SMP_EAGAIN naming the stop (nothing applied), status is answered, the
- * put's end is taken and answered durable; then the master exits 0 saying
- * every call was answered, and after a restart the object is there and the
- * refused put is not. */
 /* N of the master's "drained in N ms" line, or INT_MAX without one. */
 static int drained_ms(const hx_master *m)
 {
@@ -62,6 +59,14 @@ static int drained_ms(const hx_master *m)
     return ms;
 }
 
+/* A put started before SIGTERM holds the stop: a new call is refused
+ * SMP_EAGAIN naming the stop (nothing applied), status is answered, the
+ * put's end is taken and answered durable, and so is a put its connection
+ * starts meanwhile (the rest of a batch, whose writer ends none of its puts
+ * before all started), while another connection's put start is refused;
+ * then the master exits 0 saying every call was answered, well before the
+ * drain's cap, and after a restart the objects are there and the refused
+ * puts are not. */
 static void test_sigterm_lets_an_open_put_end(void **state)
 {
     (void)state;
@@ -71,18 +76,23 @@ static void test_sigterm_lets_an_open_put_end(void **state)
     int exists = -1;
     assert_int_equal(hx_init(&m, "signals-drain", NULL), 0);
     assert_int_equal(hx_start(&m, 20000), 0);
-    kvc *c = hx_client(&m);
+    kvc *c = hx_client(&m), *other = hx_client(&m);
     assert_non_null(c);
+    assert_non_null(other);
     assert_int_equal(kvc_put_bytes(c, "kv/before", "b", 1, SMP_DATA_KV, NULL, 0, NULL), 0);
     hx_sha256("", 0, sha);
     assert_int_equal(kvc_put_start(c, "kv/open", 0, SMP_DATA_KV, NULL, 0, NULL), 0);
     assert_int_equal(kill(m.pid, SIGTERM), 0);
     assert_true(
         hx_wait_log(&m, "stopping: new calls are refused; 0 open calls and 1 put in flight", 20000));
-    /* a new call: refused, not applied */
-    assert_int_equal(kvc_put_start(c, "kv/refused", 1, SMP_DATA_KV, NULL, 0, NULL), SMP_EAGAIN);
-    assert_non_null(strstr(kvc_error(c), "store_master is stopping"));
+    /* a new call: refused, not applied -- a put start too, from a
+     * connection with no put open here */
+    assert_int_equal(kvc_put_start(other, "kv/refused", 1, SMP_DATA_KV, NULL, 0, NULL), SMP_EAGAIN);
+    assert_non_null(strstr(kvc_error(other), "store_master is stopping"));
+    kvc_close(other);
     assert_int_equal(kvc_exists(c, "kv/before", &exists), SMP_EAGAIN);
+    /* the rest of c's batch: taken */
+    assert_int_equal(kvc_put_start(c, "kv/batch", 0, SMP_DATA_KV, NULL, 0, NULL), 0);
     memset(&st, 0, sizeof(st));
     assert_int_equal(kvc_status_get(c, &st), 0);
     char *body = NULL; /* a load balancer sends no more */
@@ -90,6 +100,9 @@ static void test_sigterm_lets_an_open_put_end(void **state)
     assert_non_null(strstr(body, "stopping: new calls are refused"));
     free(body);
     assert_int_equal(kvc_put_end(c, "kv/open", sha, NULL), 0);
+    assert_int_equal(kvc_put_end(c, "kv/batch", sha, NULL), 0);
+    /* with none open, c's next put start is a new call */
+    assert_int_equal(kvc_put_start(c, "kv/late", 1, SMP_DATA_KV, NULL, 0, NULL), SMP_EAGAIN);
     /* Nothing is open now, but a client's next call a moment after its
      * answer still finds the connection open and is refused, not reset. */
     struct timespec turn = {0, 20 * 1000000L};
@@ -113,6 +126,10 @@ static void test_sigterm_lets_an_open_put_end(void **state)
     assert_non_null(c);
     assert_int_equal(kvc_exists(c, "kv/open", &exists), 0);
     assert_int_equal(exists, 1);
+    assert_int_equal(kvc_exists(c, "kv/batch", &exists), 0);
+    assert_int_equal(exists, 1);
+    assert_int_equal(kvc_exists(c, "kv/late", &exists), 0);
+    assert_int_equal(exists, 0);
     assert_int_equal(kvc_exists(c, "kv/before", &exists), 0);
     assert_int_equal(exists, 1);
     assert_int_equal(kvc_exists(c, "kv/refused", &exists), 0);

@@ -104,7 +104,7 @@ static inline obj_store *store_with_object(void)
     assert_int_equal(obj_store_create(&st, NULL), SMP_OK);
     assert_int_equal(obj_prepare_segment_mount(st, "s0", "n0", 8192, &r), SMP_OK);
     apply_rec(st, &r);
-    obj_put_params p = {"k", 500, SMP_DATA_KV, "", "", 0, 0, NULL};
+    obj_put_params p = {"k", 500, SMP_DATA_KV, "", "", 0, 0, NULL, 0};
     assert_int_equal(obj_put_start(st, &p, 1, NULL), SMP_OK);
     assert_int_equal(obj_prepare_put_end(st, "k", sum, 1, &r), SMP_OK);
     apply_rec(st, &r);
@@ -150,7 +150,7 @@ static inline int put_full(obj_store *st,
                     const char *tenant,
                     uint64_t now)
 {
-    obj_put_params p = {key, size, SMP_DATA_KV, group, tenant, 0, 0, NULL};
+    obj_put_params p = {key, size, SMP_DATA_KV, group, tenant, 0, 0, NULL, 0};
     int rc = obj_put_start(st, &p, now, NULL);
     if (rc < 0) return rc;
     uint8_t sum[32];

@@ -39,7 +39,7 @@ static obj_store *store_with_objects(void)
     assert_int_equal(obj_store_create(&st, NULL), SMP_OK);
     assert_int_equal(obj_prepare_segment_mount(st, "s0", "n0", 8192, &r), SMP_OK);
     apply(st, &r);
-    obj_put_params k = {"k", 500, SMP_DATA_WEIGHT, "g", "t1", 0, 0, NULL};
+    obj_put_params k = {"k", 500, SMP_DATA_WEIGHT, "g", "t1", 0, 0, NULL, 0};
     assert_int_equal(obj_put_start(st, &k, 1, NULL), SMP_OK);
     assert_int_equal(obj_prepare_put_end(st, "k", sum, 1, &r), SMP_OK);
     apply(st, &r);
@@ -51,7 +51,7 @@ static obj_store *store_with_objects(void)
                          .length = 500, .path = "k.cold"};
     assert_int_equal(obj_prepare_set_replicas(st, "k", v, 2, &r), SMP_OK);
     apply(st, &r);
-    obj_put_params p = {"p", 100, SMP_DATA_KV, "", "t1", 0, 0, NULL};
+    obj_put_params p = {"p", 100, SMP_DATA_KV, "", "t1", 0, 0, NULL, 0};
     assert_int_equal(obj_put_start(st, &p, 2, NULL), SMP_OK);
     return st;
 }
@@ -155,7 +155,7 @@ static void test_readable_version_moves_with_every_change(void **state)
 
     assert_int_equal(obj_object_info_replicas(st, "k", &info, v, 4, &n), SMP_OK);
     assert_int_equal(obj_object_replicas(st, "k", v, 4, &n), SMP_OK);
-    obj_put_params q = {"q", 100, SMP_DATA_KV, "", "t1", 0, 0, NULL};
+    obj_put_params q = {"q", 100, SMP_DATA_KV, "", "t1", 0, 0, NULL, 0};
     assert_int_equal(obj_put_start(st, &q, 3, NULL), SMP_OK);
     assert_int_equal(obj_readable_version(st), v0);
 

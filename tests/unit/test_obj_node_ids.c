@@ -37,7 +37,7 @@ static void put_object(obj_store *st, const char *key, const char *cold_node)
 {
     obj_record r = {0};
     uint8_t sum[32] = {1};
-    obj_put_params p = {key, 100, SMP_DATA_WEIGHT, "g", "t", 0, 0, NULL};
+    obj_put_params p = {key, 100, SMP_DATA_WEIGHT, "g", "t", 0, 0, NULL, 0};
     assert_int_equal(obj_put_start(st, &p, 1, NULL), SMP_OK);
     assert_int_equal(obj_prepare_put_end(st, key, sum, 1, &r), SMP_OK);
     apply(st, &r);

@@ -60,7 +60,7 @@ static obj_store *build_logged_state(rec_log *log)
     assert_int_equal(obj_prepare_add_replica(st, "obj/09", NULL, &r), SMP_OK);
     apply_rec(st, &r);
     remove_key(st, "obj/15", 3000);
-    obj_put_params p = {"obj/16", 10, SMP_DATA_METADATA, "", "", 0, 1, NULL};
+    obj_put_params p = {"obj/16", 10, SMP_DATA_METADATA, "", "", 0, 1, NULL, 0};
     assert_int_equal(obj_put_start(st, &p, 3000, NULL), SMP_OK);
     uint8_t sum[32] = {1};
     assert_int_equal(obj_prepare_put_end(st, "obj/16", sum, 3001, &r), SMP_OK);
@@ -240,7 +240,7 @@ static void test_snapshot_round_trip(void **state)
     assert_int_equal(ia.hard_pinned, ib.hard_pinned);
     assert_memory_equal(ia.checksum, ib.checksum, 32);
     /* The loaded allocator is live: a put lands in free space only. */
-    obj_put_params p = {"fresh", 50000, SMP_DATA_KV, "", "", 0, 0, NULL};
+    obj_put_params p = {"fresh", 50000, SMP_DATA_KV, "", "", 0, 0, NULL, 0};
     assert_int_equal(obj_put_start(b, &p, 5000, NULL), SMP_OK);
     assert_int_equal(obj_put_start(a, &p, 5000, NULL), SMP_OK);
     uint64_t ua, ub;
@@ -289,7 +289,7 @@ static void test_loaded_objects_changed_and_removed_one_by_one(void **state)
         /* A loaded object replaced by a new incarnation (its put id is the
          * store's next, which a load takes from the objects it holds: the
          * two stores differ in it until the object is removed). */
-        obj_put_params p = {"obj/03", 123, SMP_DATA_KV, "rev", "tA", 0, 1, NULL};
+        obj_put_params p = {"obj/03", 123, SMP_DATA_KV, "rev", "tA", 0, 1, NULL, 0};
         assert_int_equal(obj_put_start(st, &p, 4001, NULL), SMP_OK);
         uint8_t sum[32] = {3};
         assert_int_equal(obj_prepare_put_end(st, "obj/03", sum, 4001, &r), SMP_OK);
@@ -330,7 +330,7 @@ static void assert_group_of(const obj_store *st, const char *key, const char *wa
 /* Put key again (an upsert) into group at now, prepare + apply. */
 static void upsert_into(obj_store *st, const char *key, const char *group, uint64_t now)
 {
-    obj_put_params p = {key, 100, SMP_DATA_KV, group, "tA", 0, 1, NULL};
+    obj_put_params p = {key, 100, SMP_DATA_KV, group, "tA", 0, 1, NULL, 0};
     assert_int_equal(obj_put_start(st, &p, now, NULL), SMP_OK);
     uint8_t sum[32] = {1};
     obj_record r = {0};
@@ -773,7 +773,7 @@ static void test_random_ops_consistent(void **state)
         int op = (int)(rnd(&x) % 8);
         if (op == 0) {
             obj_put_params p = {key, rnd(&x) % 700, (smp_data_type)(rnd(&x) % 3), "",
-                                (rnd(&x) & 1) ? "ta" : "", 0, (int)(rnd(&x) & 1), NULL};
+                                (rnd(&x) & 1) ? "ta" : "", 0, (int)(rnd(&x) & 1), NULL, 0};
             int rc = obj_put_start(st, &p, now, NULL);
             if (rc == SMP_OK) {
                 inflight[k] = (int64_t)p.size;
@@ -888,7 +888,7 @@ static void test_records_that_lose_races(void **state)
     assert_int_equal(obj_get_replica_list(st, "k", 4, 0, reps, 2, &n), SMP_OK);
 
     /* The upsert lands first. */
-    obj_put_params p = {"k", 300, SMP_DATA_KV, "", "", 0, 1, NULL};
+    obj_put_params p = {"k", 300, SMP_DATA_KV, "", "", 0, 1, NULL, 0};
     assert_int_equal(obj_put_start(st, &p, 5, NULL), SMP_OK);
     uint8_t sum[32] = {7};
     assert_int_equal(obj_prepare_put_end(st, "k", sum, 6, &r), SMP_OK);
@@ -911,7 +911,7 @@ static void test_records_that_lose_races(void **state)
     assert_int_equal(used_of(st), 320);
 
     /* A put end appended after the unmount of its segment. */
-    p = (obj_put_params){"u", 10, SMP_DATA_KV, "", "", 0, 0, "n1"};
+    p = (obj_put_params){"u", 10, SMP_DATA_KV, "", "", 0, 0, "n1", 0};
     obj_put_ticket t;
     assert_int_equal(obj_put_start(st, &p, 7, &t), SMP_OK);
     assert_string_equal(t.segment, "s1");
@@ -930,7 +930,7 @@ static void test_records_that_lose_races(void **state)
 
     /* A PUT_END naming the range of another in-flight put takes it: the put
      * is cancelled (replay, which has no puts, agrees). */
-    p = (obj_put_params){"v", 10, SMP_DATA_KV, "", "", 0, 0, NULL};
+    p = (obj_put_params){"v", 10, SMP_DATA_KV, "", "", 0, 0, NULL, 0};
     assert_int_equal(obj_put_start(st, &p, 9, &t), SMP_OK);
     assert_int_equal(obj_prepare_put_end(st, "v", sum, 9, &end), SMP_OK);
     assert_int_equal(obj_prepare_put_revoke(st, "v", &r), SMP_OK);
@@ -1046,7 +1046,7 @@ static void test_random_pipeline_consistent(void **state)
             snprintf(node, sizeof(node), "n%d", (int)(rnd(&x) % 3));
             obj_put_params p = {key, rnd(&x) % 600, (smp_data_type)(rnd(&x) % 3),
                                 (rnd(&x) % 4) ? "" : "grp", "", 0, (int)(rnd(&x) & 1),
-                                (rnd(&x) & 1) ? node : NULL};
+                                (rnd(&x) & 1) ? node : NULL, 0};
             int rc = obj_put_start(st, &p, now, NULL);
             assert_true(rc == SMP_OK || rc == SMP_EEXIST || rc == SMP_EBUSY ||
                         rc == SMP_ENOSPC || rc == SMP_EVETO); /* grp managed, no guard */

@@ -175,7 +175,7 @@ static void test_a_replaced_incarnation_tells_its_old_range(void **state)
     (void)state;
     obj_store *st = two_objects();
     uint64_t old = memory_offset(st, "b");
-    obj_put_params p = {"b", 100, SMP_DATA_KV, "", "", 0, 1, NULL};
+    obj_put_params p = {"b", 100, SMP_DATA_KV, "", "", 0, 1, NULL, 0};
     uint8_t sum[32] = {7};
     obj_record r = {0};
     assert_int_equal(obj_put_start(st, &p, 5, NULL), SMP_OK);

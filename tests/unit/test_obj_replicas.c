@@ -167,7 +167,7 @@ static void test_add_replica_reserve_and_add(void **state)
     replay_log(&log, log_before_add, log.n, d);
     assert_same_state(st, d);
     /* The loaded allocator knows the added range. */
-    obj_put_params p = {"fill", 4096 - 128 + 1, SMP_DATA_KV, "", "", 0, 0, "n1"};
+    obj_put_params p = {"fill", 4096 - 128 + 1, SMP_DATA_KV, "", "", 0, 0, "n1", 0};
     assert_int_equal(obj_put_start(d, &p, 9, NULL), SMP_ENOSPC);
     p.size = 4096 - 128;
     assert_int_equal(obj_put_start(d, &p, 9, NULL), SMP_OK);
@@ -303,7 +303,7 @@ static void test_add_replica_after_remove_or_overwrite(void **state)
     assert_int_equal(put_full(st, "k", 100, "", "", 4), SMP_OK);
     assert_int_equal(obj_reserve_replica(st, "k", "n1", 5, NULL), SMP_OK);
     assert_int_equal(obj_prepare_add_replica(st, "k", NULL, &add), SMP_OK);
-    obj_put_params p = {"k", 200, SMP_DATA_KV, "", "", 0, 1, "n0"};
+    obj_put_params p = {"k", 200, SMP_DATA_KV, "", "", 0, 1, "n0", 0};
     assert_int_equal(obj_put_start(st, &p, 6, NULL), SMP_OK);
     assert_int_equal(obj_prepare_put_end(st, "k", sum, 6, &r), SMP_OK);
     apply_rec(st, &r);
@@ -363,7 +363,7 @@ static void test_add_replica_reservations(void **state)
     test_guard g = {.veto = 1, .loaded = 1}; /* loaded, vetoes everything */
     obj_store *st = new_store(&g);
     mount(st, "s0", "n0", 256);
-    obj_put_params p = {"k", 200, SMP_DATA_KV, "", "", 0, 0, NULL};
+    obj_put_params p = {"k", 200, SMP_DATA_KV, "", "", 0, 0, NULL, 0};
     assert_int_equal(obj_put_start(st, &p, 1, NULL), SMP_OK);
     uint8_t sum[32] = {5};
     obj_record r = {0}, add = {0};
@@ -428,7 +428,7 @@ static void test_add_replica_reservations(void **state)
     assert_int_equal(obj_prepare_add_replica(st, "k", &t, &add), SMP_OK);
     assert_int_equal(obj_release_reservation(st, "k"), SMP_OK);
     g.loaded = 0;
-    obj_put_params q = {"p", 10, SMP_DATA_KV, "", "", 0, 0, "n0"};
+    obj_put_params q = {"p", 10, SMP_DATA_KV, "", "", 0, 0, "n0", 0};
     obj_put_ticket qt;
     assert_int_equal(obj_put_start(st, &q, 1002, &qt), SMP_OK);
     assert_string_equal(qt.segment, "s0");
@@ -565,7 +565,7 @@ static void test_visit_and_object_replicas(void **state)
     obj_store *st = new_store(NULL);
     mount(st, "s0", "n0", 4096);
     mount(st, "s1", "n1", 4096);
-    obj_put_params p = {"c", 100, SMP_DATA_KV, "", "", 0, 0, "n0"};
+    obj_put_params p = {"c", 100, SMP_DATA_KV, "", "", 0, 0, "n0", 0};
     uint8_t sum[32] = {1};
     obj_record r = {0};
     const char *keys[3] = {"c", "a", "b"};
@@ -694,7 +694,7 @@ static void test_reserve_replica_placement(void **state)
     assert_int_equal(obj_reserve_replica(st, "k", "n0", 2, &t), SMP_OK);
     assert_string_equal(t.segment, "big"); /* the caller's preference first */
     assert_int_equal(obj_release_reservation(st, "k"), SMP_OK);
-    obj_put_params p = {"fill", 1024 - 64, SMP_DATA_KV, "", "", 0, 0, "n1"};
+    obj_put_params p = {"fill", 1024 - 64, SMP_DATA_KV, "", "", 0, 0, "n1", 0};
     assert_int_equal(obj_put_start(st, &p, 3, &t), SMP_OK);
     assert_string_equal(t.segment, "small");
     assert_int_equal(obj_reserve_replica(st, "k", "n1", 4, &t), SMP_OK);

@@ -27,14 +27,15 @@
 /* ------------------------------------------------------------------------ */
 
 /* A put reserves memory at start, becomes a complete object only when its
- * PUT_END record is applied, and a revoke gives the range back. */
+ * PUT_END record is applied, and a revoke gives the range back; while in
+ * flight it is its owner's (obj_puts_owned). */
 static void test_put_start_end_revoke(void **state)
 {
     (void)state;
     obj_store *st = new_store(NULL);
     mount(st, "seg0", "node0", 4096);
 
-    obj_put_params p = {"a/1", 100, SMP_DATA_WEIGHT, "", "t1", 0, 0, NULL};
+    obj_put_params p = {"a/1", 100, SMP_DATA_WEIGHT, "", "t1", 0, 0, NULL, 0};
     obj_put_ticket t;
     assert_int_equal(obj_put_start(st, &p, 10, &t), SMP_OK);
     assert_string_equal(t.segment, "seg0");
@@ -72,15 +73,20 @@ static void test_put_start_end_revoke(void **state)
     /* Complete key: EEXIST without overwrite. */
     assert_int_equal(obj_put_start(st, &p, 30, NULL), SMP_EEXIST);
 
-    /* Revoke. */
-    obj_put_params q = {"b", 1, SMP_DATA_KV, NULL, NULL, 0, 0, NULL};
+    /* Revoke; a put knows who started it while it is in flight. */
+    obj_put_params q = {"b", 1, SMP_DATA_KV, NULL, NULL, 0, 0, NULL, 7};
+    assert_false(obj_puts_owned(st, 7));
     assert_int_equal(obj_put_start(st, &q, 30, &t), SMP_OK);
     assert_int_equal(t.offset, 128);
     assert_int_equal(used_of(st), 192);
+    assert_true(obj_puts_owned(st, 7));
+    assert_false(obj_puts_owned(st, 8));
+    assert_false(obj_puts_owned(st, 0)); /* 0: nobody, whatever was started without one */
     assert_int_equal(obj_prepare_put_revoke(st, "b", &r), SMP_OK);
     assert_int_equal(r.type, OBJ_REC_PUT_REVOKE);
     apply_rec(st, &r);
     assert_int_equal(used_of(st), 128);
+    assert_false(obj_puts_owned(st, 7));
     assert_int_equal(obj_prepare_put_end(st, "b", sum, 31, &r), SMP_ENOTFOUND);
     assert_int_equal(obj_prepare_put_revoke(st, "b", &r), SMP_ENOTFOUND);
     assert_int_equal(obj_object_info(st, "b", &info), SMP_ENOTFOUND);
@@ -135,7 +141,7 @@ static void test_fsck_free_ranges_and_holds(void **state)
     assert_int_equal(obj_segment_hold_range(st, "s", 70, 64), SMP_EINVAL);
     assert_int_equal(obj_segment_hold_range(st, "s", 64, 64), SMP_OK);
     assert_int_equal(used_of(st), 192);
-    obj_put_params p = {"x", 64, SMP_DATA_KV, "", "", 0, 0, NULL};
+    obj_put_params p = {"x", 64, SMP_DATA_KV, "", "", 0, 0, NULL, 0};
     obj_put_ticket t;
     assert_int_equal(obj_put_start(st, &p, 6, &t), SMP_OK);
     assert_true(t.offset >= 256); /* not in the held range */
@@ -180,7 +186,7 @@ static void test_allocator_fill_free_coalesce_enospc(void **state)
     remove_key(st, "k2", 21);
     remove_key(st, "k3", 21);
     remove_key(st, "k4", 21);
-    obj_put_params p = {"big", 192, SMP_DATA_KV, "", "", 0, 0, NULL};
+    obj_put_params p = {"big", 192, SMP_DATA_KV, "", "", 0, 0, NULL, 0};
     obj_put_ticket t;
     assert_int_equal(obj_put_start(st, &p, 22, &t), SMP_OK);
     assert_int_equal(t.offset, 128);
@@ -263,7 +269,7 @@ static void test_replica_list_lease_blocks_remove(void **state)
     obj_record r = {0};
     assert_int_equal(obj_prepare_remove(st, "k", 1200, &r), SMP_EBUSY);
     /* Overwriting a leased object is refused too. */
-    obj_put_params p = {"k", 1, SMP_DATA_KV, "", "", 0, 1, NULL};
+    obj_put_params p = {"k", 1, SMP_DATA_KV, "", "", 0, 1, NULL, 0};
     assert_int_equal(obj_put_start(st, &p, 1200, NULL), SMP_EBUSY);
     /* Prefix removal skips it. */
     obj_record_list l = {0};
@@ -427,9 +433,9 @@ static void test_owner_absent_protects_groups(void **state)
     assert_int_equal(obj_prepare_remove_prefix(st, "w/g2/", 5, &l, &rep), SMP_OK);
     assert_int_equal(l.n, 0); /* g2 lies wholly under the prefix: still refused */
     assert_int_equal(rep.skipped_vetoed, 2);
-    obj_put_params p = {"w/g2/new", 10, SMP_DATA_WEIGHT, "g2", "", 0, 0, NULL};
+    obj_put_params p = {"w/g2/new", 10, SMP_DATA_WEIGHT, "g2", "", 0, 0, NULL, 0};
     assert_int_equal(obj_put_start(st, &p, 5, NULL), SMP_EVETO);
-    obj_put_params ow = {"w/g2/0", 10, SMP_DATA_KV, "", "", 0, 1, NULL};
+    obj_put_params ow = {"w/g2/0", 10, SMP_DATA_KV, "", "", 0, 1, NULL, 0};
     assert_int_equal(obj_put_start(st, &ow, 5, NULL), SMP_EVETO);
     assert_int_equal(g.calls, 0); /* no guard was asked about the groups */
     uint64_t planned = 0;
@@ -549,7 +555,7 @@ static void test_put_into_managed_group(void **state)
     obj_store *st = new_store(&g);
     mount(st, "s", "n", 1 << 16);
     set_managed(st, "rev", 1);
-    obj_put_params p = {"rev/0", 10, SMP_DATA_WEIGHT, "rev", "", 0, 0, NULL};
+    obj_put_params p = {"rev/0", 10, SMP_DATA_WEIGHT, "rev", "", 0, 0, NULL, 0};
     assert_int_equal(obj_put_start(st, &p, 1, NULL), SMP_EVETO);
     obj_stats s;
     obj_store_stats(st, &s);
@@ -588,7 +594,7 @@ static void test_put_end_into_sealed_group_is_refused(void **state)
     obj_store *st = new_store(&g);
     mount(st, "s", "n", 1 << 16);
     set_managed(st, "rev", 1);
-    obj_put_params p = {"rev/late", 10, SMP_DATA_WEIGHT, "rev", "", 0, 0, NULL};
+    obj_put_params p = {"rev/late", 10, SMP_DATA_WEIGHT, "rev", "", 0, 0, NULL, 0};
     assert_int_equal(obj_put_start(st, &p, 1, NULL), SMP_OK);
     g.veto = 1; /* the owner sealed the group */
     uint8_t sum[32];
@@ -754,7 +760,7 @@ static void test_put_touched_by_its_write_is_kept(void **state)
     (void)state;
     obj_store *st = new_store(NULL);
     mount(st, "s", "n", 4096);
-    obj_put_params p = {"slow", 100, SMP_DATA_KV, "", "", 0, 0, NULL};
+    obj_put_params p = {"slow", 100, SMP_DATA_KV, "", "", 0, 0, NULL, 0};
     obj_put_ticket t;
     assert_int_equal(obj_put_start(st, &p, 100, &t), SMP_OK);
     p.key = "silent";
@@ -779,7 +785,7 @@ static void test_stale_put_cleanup(void **state)
     test_guard g = {.veto = 1, .loaded = 0};
     obj_store *st = new_store(&g);
     mount(st, "s", "n", 4096);
-    obj_put_params p = {"old", 100, SMP_DATA_KV, "", "", 0, 0, NULL};
+    obj_put_params p = {"old", 100, SMP_DATA_KV, "", "", 0, 0, NULL, 0};
     assert_int_equal(obj_put_start(st, &p, 100, NULL), SMP_OK);
     p.key = "new";
     assert_int_equal(obj_put_start(st, &p, 500, NULL), SMP_OK);
@@ -1006,11 +1012,11 @@ static void test_bad_keys_refused(void **state)
                          "trunc\xe6\xa8", "\xff"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         assert_int_equal(obj_validate_key(bad[i]), SMP_EINVAL);
-        obj_put_params p = {bad[i], 1, SMP_DATA_KV, "", "", 0, 0, NULL};
+        obj_put_params p = {bad[i], 1, SMP_DATA_KV, "", "", 0, 0, NULL, 0};
         assert_int_equal(obj_put_start(st, &p, 1, NULL), SMP_EINVAL);
     }
     assert_int_equal(obj_validate_key(NULL), SMP_EINVAL);
-    obj_put_params p = {NULL, 1, SMP_DATA_KV, "", "", 0, 0, NULL};
+    obj_put_params p = {NULL, 1, SMP_DATA_KV, "", "", 0, 0, NULL, 0};
     assert_int_equal(obj_put_start(st, &p, 1, NULL), SMP_EINVAL);
     p.key = "ok";
     p.data_type = (smp_data_type)3;
@@ -1041,7 +1047,7 @@ static void test_put_prefers_node(void **state)
     obj_store *st = new_store(NULL);
     mount(st, "small", "n0", 1024);
     mount(st, "large", "n1", 1 << 20);
-    obj_put_params p = {"a", 10, SMP_DATA_KV, "", "", 0, 0, "n0"};
+    obj_put_params p = {"a", 10, SMP_DATA_KV, "", "", 0, 0, "n0", 0};
     obj_put_ticket t;
     assert_int_equal(obj_put_start(st, &p, 1, &t), SMP_OK);
     assert_string_equal(t.segment, "small");

@@ -39,9 +39,11 @@ static const smp_rpc_method ctl_methods[] = {
 
 /* A standby that knows no leader: echo requests are turned away, but for
  * the counters. */
-static int standby_admit(void *arg, uint32_t service, uint32_t method, const char **leader)
+static int standby_admit(void *arg, uint64_t conn, uint32_t service, uint32_t method,
+                         const char **leader)
 {
     (void)arg;
+    (void)conn;
     if (service != SVC_ECHO || method == M_STATS) return 0;
     *leader = "";
     return SMP_ENOTLEADER;
@@ -265,9 +267,11 @@ static const smp_rpc_method quiet_methods[] = {
 
 /* A stopping master's admission, in small: the quiet question is admitted
  * aside, everything else as work. */
-static int aside_admit(void *arg, uint32_t service, uint32_t method, const char **named)
+static int aside_admit(void *arg, uint64_t conn, uint32_t service, uint32_t method,
+                       const char **named)
 {
     (void)arg;
+    (void)conn;
     (void)method;
     (void)named;
     return service == SVC_QUIET ? RPC_ADMIT_ASIDE : 0;
