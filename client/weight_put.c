@@ -732,6 +732,16 @@ static int write_objects(commit_ctx *cx, unsigned *agains)
             }
             sl->started = 1;
         }
+        /* A put start that moved the connection (the master stopped or
+         * died between two of the batch's put starts) leaves the batch's
+         * earlier ranges with a master that no longer leads: its successor
+         * never heard of them and may give them to other objects, so they
+         * must not be written. The batch starts again where the connection
+         * is now (put_again: it moved). */
+        if (rc == WEIGHT_OK && kvc_moves(s->kv) != moves)
+            rc = wc_fail(s, WEIGHT_EAGAIN, "put start %s: the master changed while the batch's "
+                         "puts started; the ranges the old master gave are not written",
+                         m->objects[slots[n - 1].oi].key);
         /* fill */
         unsigned spawned = 0;
         cx->finished = 0;

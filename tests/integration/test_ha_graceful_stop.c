@@ -18,7 +18,11 @@
  * returns success, every revision is READY and reads back byte for byte
  * (SHA-256 per tensor), none is left IMPORTING, every plain object reads
  * back byte for byte, and each stopped leader
- * exits 0 saying it drained. */
+ * exits 0 saying it drained with every call answered. A writer's batch of
+ * put starts cut in two by the drain (one started before it, the next
+ * refused) once held the drain to its 5 s cap, and the writer, moved to the
+ * next leader, wrote its first put's range, which that leader had given to
+ * another object: a plain object or a payload lost its bytes (CI). */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -216,7 +220,11 @@ static void wait_puts(fixture *f, const int *want)
     }
 }
 
-/* 1 when master i's log says it drained before it stopped. */
+/* 1 when master i's log says it drained before it stopped, with every call
+ * answered -- not held to the drain's cap by a put that never ended there
+ * (a writer whose batch's next put start was refused, and whose earlier
+ * puts were then left to the old leader, failed this in 1 run of 8 beside
+ * the suite's other tests). */
 static int log_says_drained(const hx_master *m)
 {
     FILE *fp = fopen(m->log, "r");
@@ -226,7 +234,7 @@ static int log_says_drained(const hx_master *m)
     while (fgets(line, sizeof line, fp) != NULL)
         if (strstr(line, "store_master: drained") != NULL ||
             strstr(line, "store_master: leader stopping") != NULL) {
-            found = strstr(line, "drained") != NULL;
+            found = strstr(line, "drained in ") != NULL;
             print_message("m: %s", line);
         }
     fclose(fp);
