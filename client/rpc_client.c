@@ -879,8 +879,7 @@ static int call_ex(rpcc_conn *c,
                 free(body);
                 free(msg);
                 backoff = rpcc_next_pause(c, backoff);
-                rpcc_sleep_until(rpcc_now_ms() + backoff < deadline ? rpcc_now_ms() + backoff
-                                                                    : deadline);
+                rpcc_sleep_capped(backoff, deadline);
                 c->call_resent = 1;
                 continue;
             }
@@ -933,7 +932,7 @@ static int call_ex(rpcc_conn *c,
          * led to another refusal (a stale one) is not trusted twice in a
          * row without a pause. */
         if (backoff > 0 && (!c->hinted || hinted_last))
-            rpcc_sleep_until(rpcc_now_ms() + backoff < deadline ? rpcc_now_ms() + backoff : deadline);
+            rpcc_sleep_capped(backoff, deadline);
         hinted_last = c->hinted;
         backoff = rpcc_next_pause(c, backoff);
         c->call_resent = 1;

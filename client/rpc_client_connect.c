@@ -199,6 +199,12 @@ void rpcc_sleep_until(int64_t until)
     }
 }
 
+void rpcc_sleep_capped(int ms, int64_t deadline)
+{
+    int64_t until = rpcc_now_ms() + ms;
+    rpcc_sleep_until(until < deadline ? until : deadline);
+}
+
 /* The pause after one of `pause` ms (0: none yet): RPCC_BACKOFF_MIN_MS, then
  * doubling up to c's longest. */
 int rpcc_next_pause(const rpcc_conn *c, int pause)

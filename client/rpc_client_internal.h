@@ -119,6 +119,9 @@ int rpcc_conn_move(rpcc_conn *c, int64_t deadline);
 /* Sleep until the CLOCK_MONOTONIC ms `until` (at once when it is past). */
 void rpcc_sleep_until(int64_t until);
 
+/* Sleep `ms`, but not past the CLOCK_MONOTONIC ms `deadline`. */
+void rpcc_sleep_capped(int ms, int64_t deadline);
+
 /* The pause after one of `pause` ms (0: none yet): RPCC_BACKOFF_MIN_MS,
  * then doubling up to c->pause_max_ms. */
 int rpcc_next_pause(const rpcc_conn *c, int pause);
