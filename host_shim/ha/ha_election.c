@@ -5,8 +5,10 @@
  * gets their reports through a uv_async. One renews the lease, every fifth of
  * the TTL, and does nothing else, so no other call can hold a renewal back.
  * The other, every HA_CYCLE_MS, campaigns with a create-if-absent
- * transaction on the leader key (or, when it may not, just reads who leads)
- * and refreshes this master's registry entry and reads the registry back. A leader that finds its key
+ * transaction on the leader key (or, when it may not, just reads who leads;
+ * a key found under this master's own lease is its own term, won by a
+ * create whose answer was lost) and refreshes this master's registry entry
+ * and reads the registry back. A leader that finds its key
  * gone or its lease expired is deposed at once; one whose renewals stop
  * succeeding is deposed by the loop-side timer when the time its lease is
  * certainly valid for has passed, even if the thread is stuck in a call.
@@ -365,10 +367,22 @@ static void campaign(ha_election *e, int eligible, uint64_t renewed_at)
         rc = etcd_txn(e->etcd, NULL, 0, &get, 1, NULL, 0, &r, err, sizeof(err));
     free(val);
     if (rc < 0) return;
+    const etcd_kv *kv = r.n_ranges > 0 && r.ranges[0].n > 0 ? &r.ranges[0].kvs[0] : NULL;
+    /* The key already stands under this master's own lease: an earlier
+     * round's create was applied but its answer was lost (a deadline while
+     * etcd was slow: SMP_EIO, "it may have been applied"). Only this master
+     * holds its lease, so the term is its own. Seen as another's, nobody
+     * would lead: the others wait for a key that this master's renewals
+     * keep alive. */
+    int won_unanswered = eligible && !r.succeeded && kv != NULL && e->lease_id != 0 &&
+                         kv->lease == e->lease_id;
+    if (won_unanswered)
+        fprintf(stderr, "store_master: ha: the leader key stands under this master's own lease "
+                "%" PRId64 " (a campaign whose answer was lost): it leads\n", e->lease_id);
     pthread_mutex_lock(&e->mu);
-    if (eligible && r.succeeded) {
+    if (eligible && (r.succeeded || won_unanswered)) {
         e->leader = 1;
-        e->create_revision = r.revision;
+        e->create_revision = r.succeeded ? r.revision : kv->create_revision;
         atomic_store(&e->valid_until_ms, renewed_at + validity_ms(e));
         e->elected_pending = 1;
         snprintf(e->leader_id, sizeof(e->leader_id), "%s", e->id);
@@ -378,7 +392,6 @@ static void campaign(ha_election *e, int eligible, uint64_t renewed_at)
         e->leader_pending = 1;
         wake_loop(e);
     } else {
-        const etcd_kv *kv = r.n_ranges > 0 && r.ranges[0].n > 0 ? &r.ranges[0].kvs[0] : NULL;
         see_leader(e, kv);
     }
     pthread_mutex_unlock(&e->mu);
