@@ -346,6 +346,31 @@ static void *keepalive_thread(void *arg)
     return NULL;
 }
 
+/* Delete the leader key if it still stands under this master's lease: a
+ * master out of the election (it cannot replay) that won by a create whose
+ * answer was lost holds the key that every other master waits for. The
+ * next round of every master campaigns again. */
+static void give_back(ha_election *e)
+{
+    char err[256];
+    size_t klen = strlen(e->leader_key);
+    etcd_compare mine = {.target = ETCD_CMP_LEASE, .result = ETCD_CMP_EQUAL,
+                         .key = e->leader_key, .key_len = klen, .number = e->lease_id};
+    etcd_op del = {.type = ETCD_OP_DELETE, .key = e->leader_key, .key_len = klen};
+    etcd_txn_result r;
+    if (etcd_txn(e->etcd, &mine, 1, &del, 1, NULL, 0, &r, err, sizeof(err)) < 0) {
+        fprintf(stderr, "store_master: ha: the leader key stands under this master's own lease, "
+                "which is out of the election; giving it back failed (%s): tried again next "
+                "round\n", err);
+        return;
+    }
+    if (r.succeeded)
+        fprintf(stderr, "store_master: ha: the leader key stood under this master's own lease "
+                "%" PRId64 " (a campaign whose answer was lost), but it is out of the election: "
+                "the key is given back\n", e->lease_id);
+    etcd_txn_result_free(&r);
+}
+
 /* One campaign round: create the leader key if absent, else read it. */
 static void campaign(ha_election *e, int eligible, uint64_t renewed_at)
 {
@@ -374,11 +399,15 @@ static void campaign(ha_election *e, int eligible, uint64_t renewed_at)
      * holds its lease, so the term is its own. Seen as another's, nobody
      * would lead: the others wait for a key that this master's renewals
      * keep alive. */
-    int won_unanswered = eligible && !r.succeeded && kv != NULL && e->lease_id != 0 &&
-                         kv->lease == e->lease_id;
+    int own = kv != NULL && e->lease_id != 0 && kv->lease == e->lease_id;
+    int won_unanswered = eligible && !r.succeeded && own;
     if (won_unanswered)
         fprintf(stderr, "store_master: ha: the leader key stands under this master's own lease "
                 "%" PRId64 " (a campaign whose answer was lost): it leads\n", e->lease_id);
+    if (!eligible && own) { /* won so, then left the election: not its key to keep */
+        give_back(e);
+        kv = NULL;
+    }
     pthread_mutex_lock(&e->mu);
     if (eligible && (r.succeeded || won_unanswered)) {
         e->leader = 1;

@@ -30,6 +30,7 @@
 
 #include <cmocka.h>
 
+#include "etcd_client.h"
 #include "fault_proxy.h"
 #include "ha_cluster_fixture.h"
 #include "harness.h"
@@ -636,9 +637,26 @@ static void test_ha_a_paused_master_is_passed_over_by_clients(void **state)
     wait_role(c, next, "standby");
 }
 
+/* How many lines of master m's log contain needle. */
+static int log_lines(const hx_master *m, const char *needle)
+{
+    char line[1024];
+    int n = 0;
+    FILE *fp = fopen(m->log, "r");
+    if (fp == NULL) return 0;
+    while (fgets(line, sizeof line, fp) != NULL) n += strstr(line, needle) != NULL;
+    fclose(fp);
+    return n;
+}
+
 /* A standby without the plugin that owns a record type stops following at
  * that record: /health is 503 naming the cause, /role says not-ready, and it
- * never leads -- when the leader dies, the other standby takes over. */
+ * never leads -- when the leader dies, the other standby takes over. Should
+ * it find the leader key under its own lease (a create of its own, applied
+ * before it left the election, whose answer was lost: written here by the
+ * test), it gives the key back, and the other master leads again; kept, the
+ * key would have stood as long as the standby renews its lease, with nobody
+ * leading. */
 static void test_ha_standby_stops_visibly_on_an_unknown_record_type(void **state)
 {
     cluster *c = *state;
@@ -670,6 +688,30 @@ static void test_ha_standby_stops_visibly_on_an_unknown_record_type(void **state
     hx_kill(&c->hc.m[leader]);
     int next = wait_leader(c, leader);
     assert_int_not_equal(next, 2);
+    wait_role(c, 2, "standby not-ready");
+
+    char err[256], key[200];
+    int stepped_down = log_lines(&c->hc.m[next], "; restarting as a standby");
+    etcd_client_options o = {.endpoints = etcd_fixture_endpoints(&c->hc.etcd)};
+    etcd_client *ec = NULL;
+    etcd_range_result reg;
+    assert_int_equal(etcd_client_open(&o, &ec, err, sizeof(err)), 0);
+    snprintf(key, sizeof(key), "%smasters/m2", c->hc.prefix);
+    assert_int_equal(etcd_range(ec, key, strlen(key), NULL, 0, 0, 0, 0, &reg, err, sizeof(err)), 0);
+    assert_int_equal(reg.n, 1);
+    snprintf(key, sizeof(key), "%sleader", c->hc.prefix);
+    assert_int_equal(etcd_put(ec, key, strlen(key), reg.kvs[0].value, reg.kvs[0].value_len,
+                              reg.kvs[0].lease, NULL, err, sizeof(err)),
+                     0);
+    etcd_range_result_free(&reg);
+    etcd_client_close(ec);
+    /* next steps down (its key is gone, or another's: deposed or fenced) */
+    for (long long end = hx_now_ms() + WAIT_MS;
+         log_lines(&c->hc.m[next], "; restarting as a standby") <= stepped_down;)
+        if (hx_now_ms() > end) fail_msg("m%d did not step down", next);
+        else sleep_ms(20);
+    assert_int_equal(wait_leader(c, 2), next); /* elected again, once m2 gave the key back */
+    assert_true(hx_log_contains(&c->hc.m[2], "but it is out of the election: the key is given back"));
     wait_role(c, 2, "standby not-ready");
 }
 
