@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "etcd_client.h"
 #include "ha_cluster_fixture.h"
 
 #define HC_POLL_MS 50
@@ -155,4 +156,30 @@ void hc_cleanup(hc_cluster *c)
         if (c->m[i].dir[0] != '\0') hx_cleanup(&c->m[i]);
     }
     etcd_fixture_cleanup(&c->etcd);
+}
+
+int hc_leader_key_of(hc_cluster *c, int i)
+{
+    char err[256] = "", key[200];
+    etcd_client_options o = {.endpoints = etcd_fixture_endpoints(&c->etcd)};
+    etcd_client *ec = NULL;
+    etcd_range_result reg = {0};
+    int rc = -1;
+    if (etcd_client_open(&o, &ec, err, sizeof(err)) < 0) goto out;
+    snprintf(key, sizeof(key), "%smasters/m%d", c->prefix, i);
+    if (etcd_range(ec, key, strlen(key), NULL, 0, 0, 0, 0, &reg, err, sizeof(err)) < 0) goto out;
+    if (reg.n != 1 || reg.kvs[0].lease == 0) {
+        snprintf(err, sizeof(err), "no registry entry of m%d under a lease", i);
+        goto out;
+    }
+    snprintf(key, sizeof(key), "%sleader", c->prefix);
+    if (etcd_put(ec, key, strlen(key), reg.kvs[0].value, reg.kvs[0].value_len, reg.kvs[0].lease,
+                 NULL, err, sizeof(err)) < 0)
+        goto out;
+    rc = 0;
+out:
+    if (rc < 0) fprintf(stderr, "ha_cluster: the leader key of m%d: %s\n", i, err);
+    etcd_range_result_free(&reg);
+    etcd_client_close(ec);
+    return rc;
 }

@@ -68,6 +68,11 @@ int hc_wait_node(hc_cluster *c, int i, int timeout_ms);
 /* The last lines of a log file on stderr. */
 void hc_print_tail(const char *path);
 
+/* Write the leader key as master i's campaign would have left it: its
+ * registry entry as the value, under its lease -- what a create that etcd
+ * applied but whose answer was lost leaves behind. 0, or -1 (why printed). */
+int hc_leader_key_of(hc_cluster *c, int i);
+
 /* Kill node, masters (continuing paused ones first) and etcd, and remove
  * every directory. Safe on a partly initialised cluster. */
 void hc_cleanup(hc_cluster *c);

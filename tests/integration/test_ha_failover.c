@@ -30,7 +30,6 @@
 
 #include <cmocka.h>
 
-#include "etcd_client.h"
 #include "fault_proxy.h"
 #include "ha_cluster_fixture.h"
 #include "harness.h"
@@ -690,21 +689,8 @@ static void test_ha_standby_stops_visibly_on_an_unknown_record_type(void **state
     assert_int_not_equal(next, 2);
     wait_role(c, 2, "standby not-ready");
 
-    char err[256], key[200];
     int stepped_down = log_lines(&c->hc.m[next], "; restarting as a standby");
-    etcd_client_options o = {.endpoints = etcd_fixture_endpoints(&c->hc.etcd)};
-    etcd_client *ec = NULL;
-    etcd_range_result reg;
-    assert_int_equal(etcd_client_open(&o, &ec, err, sizeof(err)), 0);
-    snprintf(key, sizeof(key), "%smasters/m2", c->hc.prefix);
-    assert_int_equal(etcd_range(ec, key, strlen(key), NULL, 0, 0, 0, 0, &reg, err, sizeof(err)), 0);
-    assert_int_equal(reg.n, 1);
-    snprintf(key, sizeof(key), "%sleader", c->hc.prefix);
-    assert_int_equal(etcd_put(ec, key, strlen(key), reg.kvs[0].value, reg.kvs[0].value_len,
-                              reg.kvs[0].lease, NULL, err, sizeof(err)),
-                     0);
-    etcd_range_result_free(&reg);
-    etcd_client_close(ec);
+    assert_int_equal(hc_leader_key_of(&c->hc, 2), 0);
     /* next steps down (its key is gone, or another's: deposed or fenced) */
     for (long long end = hx_now_ms() + WAIT_MS;
          log_lines(&c->hc.m[next], "; restarting as a standby") <= stepped_down;)
