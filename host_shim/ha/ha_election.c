@@ -769,6 +769,21 @@ size_t ha_election_members(ha_election *e, ha_member *out, size_t cap)
     return n;
 }
 
+void ha_election_self(ha_election *e, ha_member *out)
+{
+    memset(out, 0, sizeof(*out));
+    pthread_mutex_lock(&e->mu);
+    snprintf(out->id, sizeof(out->id), "%s", e->id);
+    snprintf(out->role, sizeof(out->role), "%s", e->leader ? "leader" : e->role);
+    snprintf(out->endpoint, sizeof(out->endpoint), "%s", e->endpoint);
+    out->applied_seq = e->applied_seq;
+    out->ready = e->ready;
+    snprintf(out->reason, sizeof(out->reason), "%s", e->reason);
+    for (size_t i = 0; i < e->n_types && out->n_types < HA_MAX_TYPES; i++)
+        out->types[out->n_types++] = (uint16_t)e->types[i];
+    pthread_mutex_unlock(&e->mu);
+}
+
 void ha_election_stop(ha_election *e)
 {
     if (e == NULL) return;

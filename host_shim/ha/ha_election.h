@@ -129,6 +129,11 @@ uint64_t ha_election_etcd_silent_ms(ha_election *e, char *why, size_t cap);
  * there are. Loop thread. */
 size_t ha_election_members(ha_election *e, ha_member *out, size_t cap);
 
+/* This master's own entry, as its next registry write will carry it, into
+ * *out: the row a status shows for itself before its first registry read
+ * (or after one it could not make). Loop thread. */
+void ha_election_self(ha_election *e, ha_member *out);
+
 /* Resign (delete the leader key if held, revoke the lease), stop the thread
  * and close the loop handles; the memory goes with the close callbacks, so
  * the loop must run once more. NULL is a no-op. */

@@ -338,8 +338,7 @@ static int h_status(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t l
     MasterInfo infos[32];
     MasterInfo *ptrs[32];
     uint64_t head = master_ha_head(m);
-    size_t nm = master_ha_members(m, members, 32);
-    if (nm > 32) nm = 32;
+    size_t nm = master_ha_rows(m, members, 32);
     /* Without etcd the registry is an old picture: no row may read as a
      * healthy master, this one's own included. */
     char etcd[700];

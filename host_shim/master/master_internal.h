@@ -412,6 +412,11 @@ void master_ha_stop(master *m);
 void master_ha_close(master *m);
 /* The registry of masters (up to cap into out; returns how many there are). */
 size_t master_ha_members(master *m, struct ha_member *out, size_t cap);
+/* The rows a status shows (up to cap into out, sorted by id; returns how
+ * many it filled): the registry as last read, and this master's own entry
+ * when the registry does not hold it yet (no read made, or none answered).
+ * Never for a decision: a gate counts only registered masters. */
+size_t master_ha_rows(master *m, struct ha_member *out, size_t cap);
 /* The durable head of the OpLog as this master last saw it. */
 uint64_t master_ha_head(const master *m);
 /* 1 when etcd has not answered this HA master's election for a while
