@@ -59,6 +59,15 @@
  *                     delta: add that one memory replica to incarnation
  *                     put_id, keep everything else as it is at apply.
  *   2 PUT_REVOKE      PutRevokeRecord: frees the range of an in-flight put.
+ *     PUT_HANDOFF     type 2 at encoding version OBJ_REC_HANDOFF_ENCVER,
+ *                     PutHandoffRecord: the in-flight puts a master that
+ *                     stops hands on (obj_prepare_put_handoff). Apply takes
+ *                     each one's range as an in-flight put, so the put end
+ *                     its writer sends next completes on the master that
+ *                     replays it, and nobody else is given the range. A
+ *                     build that replays only encoding version 1 stops on
+ *                     it (SMP_EPROTO): in HA it is written only when every
+ *                     registered master advertises that it replays it.
  *   3 REMOVE          RemoveRecord: keys to remove (absent keys are no-ops).
  *   4 reserved
  *   5 SEGMENT_MOUNT   SegmentRecord: a segment and its capacity (remounting
@@ -131,6 +140,7 @@
 #define OBJ_REC_SEGMENT_UNMOUNT 6
 #define OBJ_REC_SEGMENT_UPDATE 7
 #define OBJ_REC_ENCVER 1 /* the encoding version written and replayed */
+#define OBJ_REC_HANDOFF_ENCVER 2 /* type 2's version that is a PUT_HANDOFF */
 
 typedef struct obj_store obj_store;
 
@@ -200,6 +210,10 @@ typedef struct obj_stats {
     uint64_t replicas_dropped;
     /* In-flight puts cancelled because an applied record claimed their range. */
     uint64_t puts_cancelled;
+    /* Puts a PUT_HANDOFF gave this store, and those it could not take (the
+     * range or the key was taken meanwhile). */
+    uint64_t puts_taken_over;
+    uint64_t puts_not_taken_over;
     uint64_t memory_used;
     uint64_t memory_capacity;
     /* Refusals per smp_guard_reason (index 1..SMP_GUARD_REASON_MAX). */
@@ -300,6 +314,13 @@ const char *obj_put_group(const obj_store *st, const char *key);
 /* Encode the PUT_REVOKE record of the in-flight put of key. SMP_ENOTFOUND. */
 int obj_prepare_put_revoke(obj_store *st, const char *key, obj_record *out);
 
+/* Encode the PUT_HANDOFF record of every put in flight (a master that stops
+ * with puts still being written hands them on; see the record's comment).
+ * No state change: applying it on this store changes nothing. *n gets the
+ * number of puts it carries. SMP_ENOTFOUND when none is in flight,
+ * SMP_ENOMEM. */
+int obj_prepare_put_handoff(obj_store *st, obj_record *out, size_t *n);
+
 /* A node is receiving the bytes of the put of key into segment at offset:
  * the put counts as started now for obj_cleanup_stale_puts (a slow client's
  * put is not taken back while its bytes flow). SMP_OK, or SMP_ENOTFOUND
@@ -315,7 +336,9 @@ int obj_puts_owned(const obj_store *st, uint64_t owner);
 /* Free every in-flight put and every replica reservation started at or
  * before now - timeout_ms (soft state: no record). A guard veto
  * (STALE_PUT_CLEANUP) keeps a put; reservations are not asked about (they
- * remove nothing). Returns the number of puts and reservations freed. */
+ * remove nothing). A put a PUT_HANDOFF gave counts as started at the first
+ * call after its apply (apply knows no time). Returns the number of puts and
+ * reservations freed. */
 int obj_cleanup_stale_puts(obj_store *st, uint64_t now, uint64_t timeout_ms);
 
 /* -- Reads ------------------------------------------------------------------ */

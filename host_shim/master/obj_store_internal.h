@@ -199,6 +199,7 @@ typedef struct obj_put {
     uint64_t put_id;
     uint64_t owner;     /* obj_put_params.owner */
     int consuming;      /* its PUT_END is being applied: range already freed */
+    int untimed;        /* from a PUT_HANDOFF: started is set by the next sweep */
 } obj_put;
 
 /* A range reserved for one more memory replica of a complete object

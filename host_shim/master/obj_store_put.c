@@ -199,6 +199,47 @@ int obj_prepare_put_revoke(obj_store *st, const char *key, obj_record *out)
     return obj_encode(&m.base, OBJ_REC_PUT_REVOKE, out);
 }
 
+int obj_prepare_put_handoff(obj_store *st, obj_record *out, size_t *n)
+{
+    OBJ_CHECK_CALLER(st);
+    *n = 0;
+    size_t cap = (size_t)st->stats.puts_in_flight;
+    if (cap == 0) return SMP_ENOTFOUND;
+    Hostrec__HandedPut *puts = calloc(cap, sizeof(*puts));
+    Hostrec__HandedPut **ptrs = calloc(cap, sizeof(*ptrs));
+    int rc = SMP_ENOMEM;
+    if (puts == NULL || ptrs == NULL) goto done;
+    size_t k = 0;
+    for (obj_sl_node *x = obj_sl_after(&st->puts, NULL, 0); x != NULL && k < cap; x = x->next[0]) {
+        const obj_put *p = x->val;
+        if (p->consuming) continue; /* its PUT_END is applying: nothing to hand on */
+        Hostrec__HandedPut *h = &puts[k];
+        hostrec__handed_put__init(h);
+        h->key = p->key;
+        h->size = p->size;
+        h->data_type = (uint32_t)p->data_type;
+        h->group = p->group;
+        h->tenant = p->tenant;
+        h->hard_pinned = p->pinned != 0;
+        h->put_id = p->put_id;
+        h->segment = p->seg->id;
+        h->offset = p->offset;
+        ptrs[k++] = h;
+    }
+    rc = SMP_ENOTFOUND;
+    if (k == 0) goto done;
+    Hostrec__PutHandoffRecord m = HOSTREC__PUT_HANDOFF_RECORD__INIT;
+    m.puts = ptrs;
+    m.n_puts = k;
+    if ((rc = obj_encode(&m.base, OBJ_REC_PUT_REVOKE, out)) < 0) goto done;
+    out->encver = OBJ_REC_HANDOFF_ENCVER;
+    *n = k;
+done:
+    free(ptrs);
+    free(puts);
+    return rc;
+}
+
 int obj_put_touch(obj_store *st, const char *key, const char *segment, uint64_t offset,
                   uint64_t now)
 {
@@ -228,6 +269,11 @@ int obj_cleanup_stale_puts(obj_store *st, uint64_t now, uint64_t timeout_ms)
     for (obj_sl_node *x = obj_sl_after(&st->puts, NULL, 0); x;) {
         obj_put *p = x->val;
         x = x->next[0];
+        if (p->untimed) { /* handed on (PUT_HANDOFF): its time runs from here */
+            p->untimed = 0;
+            p->started = now;
+            continue;
+        }
         if (now < p->started || now - p->started < timeout_ms) continue;
         if (obj_guard_decide(st, SMP_GUARD_STALE_PUT_CLEANUP, p->key, p->group, p->data_type,
                              SMP_REPLICA_MEMORY, 0) < 0)

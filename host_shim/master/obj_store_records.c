@@ -648,6 +648,79 @@ static int obj_apply_put_revoke(obj_store *st, const Hostrec__PutRevokeRecord *m
     return SMP_OK;
 }
 
+/* 1 when a handed put is well formed (its segment may be unknown here). */
+static int obj_handed_ok(const Hostrec__HandedPut *h)
+{
+    return obj_validate_key(h->key) == 0 && obj_name_ok(h->group, OBJ_GROUP_MAX, 1) &&
+           obj_name_ok(h->tenant, OBJ_NAME_MAX, 1) && h->data_type <= SMP_DATA_WEIGHT &&
+           obj_name_ok(h->segment, OBJ_NAME_MAX, 0) && obj_ext_len(h->size) != 0 &&
+           h->offset % OBJ_ALIGN == 0;
+}
+
+/* Take one handed put as in flight here: 1 taken, 0 not (its key has a put
+ * in flight or an object of that incarnation or newer -- this master's own
+ * record, or a put that ended since -- or its range is not free), or
+ * SMP_ENOMEM. */
+static int obj_take_handed(obj_store *st, const Hostrec__HandedPut *h)
+{
+    uint64_t alloc = obj_ext_len(h->size);
+    obj_segment *s = obj_sl_get(&st->segments, h->segment);
+    const obj_object *o = obj_sl_get(&st->objects, h->key);
+    if (obj_sl_get(&st->puts, h->key) != NULL || (o != NULL && o->put_id >= h->put_id)) return 0;
+    if (s == NULL || h->offset > s->capacity || alloc > s->capacity - h->offset) return 0;
+    obj_put *put = calloc(1, sizeof(*put));
+    if (put == NULL) return SMP_ENOMEM;
+    put->key = strdup(h->key);
+    put->group = strdup(h->group);
+    put->tenant = strdup(h->tenant);
+    if (!put->key || !put->group || !put->tenant || obj_seg_ensure(s, 1) < 0) goto nomem;
+    if (obj_seg_reserve(s, h->offset, alloc) < 0) {
+        obj_put_free(put);
+        return 0;
+    }
+    put->size = h->size;
+    put->data_type = (smp_data_type)h->data_type;
+    put->pinned = h->hard_pinned ? 1 : 0;
+    put->seg = s;
+    put->offset = h->offset;
+    put->alloc = alloc;
+    put->put_id = h->put_id;
+    put->untimed = 1;
+    if (obj_sl_put(&st->puts, put->key, put) < 0) {
+        obj_seg_free(s, h->offset, alloc);
+        goto nomem;
+    }
+    st->stats.puts_in_flight++;
+    return 1;
+nomem:
+    obj_put_free(put);
+    return SMP_ENOMEM;
+}
+
+/* PUT_HANDOFF: every put of the record is taken as in flight (see
+ * obj_take_handed); the record is checked whole before anything changes. */
+static int obj_apply_put_handoff(obj_store *st, const Hostrec__PutHandoffRecord *m)
+{
+    for (size_t i = 0; i < m->n_puts; i++)
+        if (!obj_handed_ok(m->puts[i])) return SMP_EPROTO;
+    for (size_t i = 0; i < m->n_puts; i++) {
+        const Hostrec__HandedPut *h = m->puts[i];
+        if (h->put_id >= st->next_put_id)
+            st->next_put_id = h->put_id == UINT64_MAX ? UINT64_MAX : h->put_id + 1;
+        const obj_put *own = obj_sl_get(&st->puts, h->key);
+        if (own != NULL && own->put_id == h->put_id && own->offset == h->offset &&
+            own->size == h->size && strcmp(own->seg->id, h->segment) == 0)
+            continue; /* the master that wrote it, or a replay of it */
+        int rc = obj_take_handed(st, h);
+        if (rc < 0) return rc;
+        if (rc == 1)
+            st->stats.puts_taken_over++;
+        else
+            st->stats.puts_not_taken_over++;
+    }
+    return SMP_OK;
+}
+
 int obj_segment_msg_ok(const Hostrec__SegmentRecord *m)
 {
     return obj_name_ok(m->id, OBJ_NAME_MAX, 0) && obj_name_ok(m->node, OBJ_NAME_MAX, 0);
@@ -761,6 +834,14 @@ static int obj_apply_update(obj_store *st, const Hostrec__UpdateRecord *m)
     }
 }
 
+/* 1 when this build replays a host record of type at encver: every type at
+ * OBJ_REC_ENCVER, and type 2 at OBJ_REC_HANDOFF_ENCVER (PUT_HANDOFF). */
+static int obj_encver_ok(uint16_t type, uint16_t encver)
+{
+    return encver == OBJ_REC_ENCVER ||
+           (type == OBJ_REC_PUT_REVOKE && encver == OBJ_REC_HANDOFF_ENCVER);
+}
+
 int obj_apply_record(obj_store *st,
                      uint16_t type,
                      uint16_t encver,
@@ -770,9 +851,16 @@ int obj_apply_record(obj_store *st,
     OBJ_CHECK_CALLER(st);
     int rc;
     if (type < 1 || type > SMP_OPLOG_HOST_TYPE_MAX || type == 4) return SMP_ENOTFOUND;
-    if (encver != OBJ_REC_ENCVER || (!payload && len)) return SMP_EPROTO;
+    if (!obj_encver_ok(type, encver) || (!payload && len)) return SMP_EPROTO;
     static const uint8_t empty[1];
     if (!payload) payload = empty;
+    if (encver == OBJ_REC_HANDOFF_ENCVER) {
+        Hostrec__PutHandoffRecord *m = hostrec__put_handoff_record__unpack(NULL, len, payload);
+        if (!m) return SMP_EPROTO;
+        rc = obj_apply_put_handoff(st, m);
+        hostrec__put_handoff_record__free_unpacked(m, NULL);
+        return rc;
+    }
     switch (type) {
     case OBJ_REC_PUT_END: {
         Hostrec__ObjectRecord *m = hostrec__object_record__unpack(NULL, len, payload);
@@ -830,8 +918,21 @@ int obj_describe_record(uint16_t type,
     int n = -1;
     static const uint8_t empty[1];
     if (type < 1 || type > SMP_OPLOG_HOST_TYPE_MAX || type == 4) return SMP_ENOTFOUND;
-    if (encver != OBJ_REC_ENCVER || (!payload && len) || (!buf && cap)) return SMP_EPROTO;
+    if (!obj_encver_ok(type, encver) || (!payload && len) || (!buf && cap)) return SMP_EPROTO;
     if (!payload) payload = empty;
+    if (encver == OBJ_REC_HANDOFF_ENCVER) {
+        Hostrec__PutHandoffRecord *m = hostrec__put_handoff_record__unpack(NULL, len, payload);
+        if (!m) return SMP_EPROTO;
+        const Hostrec__HandedPut *h = m->n_puts ? m->puts[0] : NULL;
+        n = snprintf(buf, cap, "PUT_HANDOFF puts=%zu first=%s segment=%s offset=%llu size=%llu "
+                               "put_id=%llu",
+                     m->n_puts, h ? h->key : "", h ? h->segment : "",
+                     h ? (unsigned long long)h->offset : 0ULL,
+                     h ? (unsigned long long)h->size : 0ULL,
+                     h ? (unsigned long long)h->put_id : 0ULL);
+        hostrec__put_handoff_record__free_unpacked(m, NULL);
+        return n < 0 ? SMP_EPROTO : n;
+    }
     switch (type) {
     case OBJ_REC_PUT_END: {
         Hostrec__ObjectRecord *m = hostrec__object_record__unpack(NULL, len, payload);
@@ -995,7 +1096,7 @@ static int obj_held_decode(const obj_record *rec, obj_held **out)
     const uint8_t *p = rec->buf ? rec->buf : empty;
     obj_held *h;
     *out = NULL;
-    if (rec->encver != OBJ_REC_ENCVER) return SMP_EPROTO;
+    if (!obj_encver_ok(rec->type, rec->encver)) return SMP_EPROTO;
     if (rec->type != OBJ_REC_PUT_END && rec->type != OBJ_REC_REMOVE) return SMP_OK;
     if ((h = obj_held_new(2 * rec->len + OBJ_HELD_SLACK)) == NULL) return SMP_ENOMEM;
     if (rec->type == OBJ_REC_PUT_END)

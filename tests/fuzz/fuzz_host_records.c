@@ -2,8 +2,10 @@
  * and a standby apply them to the object store (obj_apply_record).
  *
  * The input is a sequence of records, each framed as
- *   [type: 1 byte, taken modulo 8][len: u16 little-endian][payload: len bytes]
- * (a len past the end of the input takes what is left). Every record goes to
+ *   [type: 1 byte][len: u16 little-endian][payload: len bytes]
+ * (a len past the end of the input takes what is left): the type is the
+ * byte modulo 8, at encoding version OBJ_REC_HANDOFF_ENCVER when its bit 3
+ * is set (type 2's PUT_HANDOFF), else OBJ_REC_ENCVER. Every record goes to
  * one fresh obj_store per input in the master's order -- hold, apply,
  * release -- and is described (obj_describe_record) as a log dump tool would.
  * A refused record is fine; a crash, a leak or a sanitizer report is not.
@@ -20,7 +22,8 @@
  *
  * Seeds: record sequences made by the prepare functions (segment mount and
  * update, put start and end, add replica, replica list, pin, put revoke,
- * managed group, remove, remove prefix, segment unmount), framed as above. */
+ * put handoff, managed group, remove, remove prefix, segment unmount),
+ * framed as above. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,24 +44,25 @@ static void die(const char *what)
 /* Describe one record: the length asked for with no buffer must be the
  * length written into a buffer of that size, and a short buffer must be
  * safe. */
-static void describe(uint16_t type, const uint8_t *payload, size_t len)
+static void describe(uint16_t type, uint16_t encver, const uint8_t *payload, size_t len)
 {
     char small[8];
-    int need = obj_describe_record(type, OBJ_REC_ENCVER, payload, len, NULL, 0);
+    int need = obj_describe_record(type, encver, payload, len, NULL, 0);
     if (need < 0) return;
     char *line = malloc((size_t)need + 1);
     if (line == NULL) die("out of memory");
-    if (obj_describe_record(type, OBJ_REC_ENCVER, payload, len, line, (size_t)need + 1) != need ||
+    if (obj_describe_record(type, encver, payload, len, line, (size_t)need + 1) != need ||
         strlen(line) != (size_t)need)
         die("obj_describe_record answers two lengths for one record");
-    (void)obj_describe_record(type, OBJ_REC_ENCVER, payload, len, small, sizeof(small));
+    (void)obj_describe_record(type, encver, payload, len, small, sizeof(small));
     free(line);
 }
 
 /* Apply one record the way the master does: hold it (as at append), apply
  * it, release the hold. The payload is copied into a buffer of exactly len
  * bytes so that a read past it is caught; len 0 is passed as NULL. */
-static void apply_one(obj_store *st, uint16_t type, const uint8_t *data, size_t len)
+static void apply_one(obj_store *st, uint16_t type, uint16_t encver, const uint8_t *data,
+                      size_t len)
 {
     uint8_t *payload = NULL;
     obj_held *held = NULL;
@@ -66,10 +70,10 @@ static void apply_one(obj_store *st, uint16_t type, const uint8_t *data, size_t 
         if ((payload = malloc(len)) == NULL) die("out of memory");
         memcpy(payload, data, len);
     }
-    describe(type, payload, len);
-    obj_record rec = {type, OBJ_REC_ENCVER, payload, len, NULL};
+    describe(type, encver, payload, len);
+    obj_record rec = {type, encver, payload, len, NULL};
     if (obj_hold_record(st, &rec, &held) < 0) held = NULL;
-    (void)obj_apply_record(st, type, OBJ_REC_ENCVER, payload, len);
+    (void)obj_apply_record(st, type, encver, payload, len);
     obj_release_hold(st, held);
     free(payload);
 }
@@ -198,10 +202,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (obj_store_create(&st, NULL) != SMP_OK) die("out of memory");
     while (size - off >= 3) {
         uint16_t type = data[off] % 8;
+        uint16_t encver = data[off] & 8 ? OBJ_REC_HANDOFF_ENCVER : OBJ_REC_ENCVER;
         size_t len = (size_t)data[off + 1] | (size_t)data[off + 2] << 8;
         off += 3;
         if (len > size - off) len = size - off;
-        apply_one(st, type, data + off, len);
+        apply_one(st, type, encver, data + off, len);
         off += len;
     }
     walk_state(st);
@@ -231,7 +236,7 @@ static void emit(seq_builder *b, obj_record *r, int rc)
     if (b->rc == SMP_OK && rc == SMP_OK)
         rc = obj_apply_record(b->st, r->type, r->encver, r->buf, r->len);
     if (b->rc == SMP_OK && rc == SMP_OK) {
-        hdr[0] = (uint8_t)r->type;
+        hdr[0] = (uint8_t)(r->type | (r->encver == OBJ_REC_HANDOFF_ENCVER ? 8 : 0));
         hdr[1] = (uint8_t)r->len;
         hdr[2] = (uint8_t)(r->len >> 8);
         rc = fuzz_buf_write(&b->out, hdr, sizeof(hdr));
@@ -303,6 +308,21 @@ static void revoked_put(seq_builder *b, const char *key)
     emit(b, &r, obj_prepare_put_revoke(b->st, key, &r));
 }
 
+/* A put still in flight, handed on in a PUT_HANDOFF record. */
+static void handed_put(seq_builder *b, const char *key)
+{
+    obj_put_params p = {key, 700, SMP_DATA_KV, NULL, "tenant-a", 0, 0, NULL, 0};
+    obj_record r = {0};
+    size_t n = 0;
+    int rc;
+    if (b->rc != SMP_OK) return;
+    if ((rc = obj_put_start(b->st, &p, ++b->now, NULL)) != SMP_OK) {
+        b->rc = rc;
+        return;
+    }
+    emit(b, &r, obj_prepare_put_handoff(b->st, &r, &n));
+}
+
 static void remove_prefix(seq_builder *b, const char *prefix)
 {
     obj_record_list l = {0};
@@ -332,6 +352,7 @@ static int build_sequence(seq_builder *b, size_t *mid)
     emit(b, &r, obj_prepare_set_pin(st, "kv/one", 1, &r));
     emit(b, &r, obj_prepare_group_managed(st, "w/model/rev1", "weight_mgmt", 1, &r));
     revoked_put(b, "kv/revoked");
+    handed_put(b, "kv/handed");
     *mid = b->out.n;
     emit(b, &r, obj_prepare_remove(st, "kv/two", ++b->now, &r));
     remove_prefix(b, "w/");

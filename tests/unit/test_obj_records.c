@@ -1,7 +1,8 @@
 /* test_obj_records.c -- unit tests of the object store's durable forms
  * (host_shim/master/obj_store_records.c, obj_store_snapshot.c): OpLog
  * records (encode, apply, replay, idempotence, malformed payloads, their
- * one-line descriptions, records that lose a race with a later change),
+ * one-line descriptions, records that lose a race with a later change, the
+ * PUT_HANDOFF of a master's open puts),
  * snapshots (round trip, the slab of a load changed object by object,
  * invalid input), and randomised operations and a delayed-OpLog pipeline
  * that must replay to the same state.
@@ -1200,6 +1201,190 @@ static void test_remove_record_is_protobuf_c_s_bytes(void **state)
     }
 }
 
+/* ------------------------------------------------------------------------ */
+/* PUT_HANDOFF                                                               */
+/* ------------------------------------------------------------------------ */
+
+/* Apply r at its own type and version to st, expecting want. */
+static void apply_expect(obj_store *st, const obj_record *r, int want)
+{
+    assert_int_equal(obj_apply_record(st, r->type, r->encver, r->buf, r->len), want);
+}
+
+/* A PUT_HANDOFF gives the master that replays it the puts its writer is
+ * still filling: the same ranges, in flight (so nobody else gets them), and
+ * their put ends complete there. Applying it twice, or on the store that
+ * wrote it, changes nothing; a put whose range or key is taken meanwhile is
+ * not taken over; its time runs from the first sweep after. */
+static void test_put_handoff_carries_open_puts(void **state)
+{
+    (void)state;
+    static rec_log log;
+    g_log = &log;
+    obj_store *a = new_store(NULL);
+    mount(a, "s0", "n0", 1 << 16);
+    assert_int_equal(put_full(a, "kv/done", 1000, "", "", 10), SMP_OK);
+    g_log = NULL;
+    obj_put_params p1 = {"kv/open-1", 300, SMP_DATA_KV, "", "tA", 0, 0, NULL, 7};
+    obj_put_params p2 = {"kv/open-2", 5000, SMP_DATA_WEIGHT, "g", "", 1, 0, NULL, 7};
+    obj_put_ticket t1, t2;
+    assert_int_equal(obj_put_start(a, &p1, 20, &t1), SMP_OK);
+    assert_int_equal(obj_put_start(a, &p2, 20, &t2), SMP_OK);
+    uint64_t off1 = t1.offset, off2 = t2.offset;
+
+    obj_record h = {0};
+    size_t n = 0;
+    assert_int_equal(obj_prepare_put_handoff(a, &h, &n), SMP_OK);
+    assert_int_equal(n, 2);
+    assert_int_equal(h.type, OBJ_REC_PUT_REVOKE);
+    assert_int_equal(h.encver, OBJ_REC_HANDOFF_ENCVER);
+    char line[256];
+    assert_true(obj_describe_record(h.type, h.encver, h.buf, h.len, line, sizeof(line)) > 0);
+    assert_string_equal(line, "PUT_HANDOFF puts=2 first=kv/open-1 segment=s0 offset=1024 "
+                              "size=300 put_id=2");
+    /* on the store that wrote it: nothing changes */
+    obj_stats sa;
+    apply_expect(a, &h, SMP_OK);
+    obj_store_stats(a, &sa);
+    assert_int_equal(sa.puts_in_flight, 2);
+    assert_int_equal(sa.puts_taken_over + sa.puts_not_taken_over, 0);
+
+    /* the next master: the durable state, then the record, twice */
+    obj_store *b = replay_log(&log, 0, log.n, NULL);
+    obj_stats sb;
+    apply_expect(b, &h, SMP_OK);
+    apply_expect(b, &h, SMP_OK);
+    obj_store_stats(b, &sb);
+    assert_int_equal(sb.puts_in_flight, 2);
+    assert_int_equal(sb.puts_taken_over, 2);
+    assert_int_equal(sb.puts_not_taken_over, 0);
+    assert_int_equal(used_of(b), used_of(a));
+    assert_int_equal(obj_put_touch(b, "kv/open-1", "s0", off1, 30), SMP_OK);
+    assert_string_equal(obj_put_group(b, "kv/open-2"), "g");
+    smp_object_info info = {.struct_size = sizeof(info)};
+    assert_int_equal(obj_object_info(b, "kv/open-2", &info), SMP_OK);
+    assert_int_equal(info.size, 5000);
+    assert_int_equal(info.hard_pinned, 1);
+    assert_false(info.complete);
+    /* the keys are busy, and a new put goes elsewhere */
+    assert_int_equal(obj_put_start(b, &p1, 30, NULL), SMP_EBUSY);
+    obj_put_params p3 = {"kv/new", 300, SMP_DATA_KV, "", "", 0, 0, NULL, 0};
+    obj_put_ticket t3;
+    assert_int_equal(obj_put_start(b, &p3, 30, &t3), SMP_OK);
+    assert_true(t3.offset + 320 <= off1 || t3.offset >= off1 + 320);
+    assert_true(t3.offset + 320 <= off2 || t3.offset >= off2 + 5056);
+
+    /* the writer's put end completes at b, at the range a gave */
+    obj_record r = {0};
+    uint8_t sum[32] = {9};
+    assert_int_equal(obj_prepare_put_end(b, "kv/open-1", sum, 40, &r), SMP_OK);
+    apply_rec(b, &r);
+    obj_replica reps[2];
+    size_t nr = 0;
+    assert_int_equal(obj_object_replicas(b, "kv/open-1", reps, 2, &nr), SMP_OK);
+    assert_int_equal(nr, 1);
+    assert_int_equal(reps[0].offset, off1);
+    /* a's own put end, replayed at b, consumes b's handed put too */
+    assert_int_equal(obj_prepare_put_end(a, "kv/open-2", sum, 40, &r), SMP_OK);
+    apply_expect(b, &r, SMP_OK);
+    apply_rec(a, &r);
+    obj_store_stats(b, &sb);
+    assert_int_equal(sb.puts_in_flight, 1); /* kv/new */
+
+    /* a handed put's time runs from the first sweep after the handoff */
+    obj_store *c = replay_log(&log, 0, log.n, NULL);
+    apply_expect(c, &h, SMP_OK);
+    assert_int_equal(obj_cleanup_stale_puts(c, 100000, 1000), 0);
+    assert_int_equal(obj_cleanup_stale_puts(c, 100999, 1000), 0);
+    assert_int_equal(obj_cleanup_stale_puts(c, 101000, 1000), 2);
+
+    /* a range or key taken meanwhile is not taken over */
+    obj_store *d = replay_log(&log, 0, log.n, NULL);
+    obj_put_params other = {"kv/other", 300, SMP_DATA_KV, "", "", 0, 0, NULL, 0};
+    obj_put_ticket to;
+    assert_int_equal(obj_put_start(d, &other, 50, &to), SMP_OK);
+    assert_int_equal(to.offset, off1); /* the same state gives the same first fit */
+    obj_put_params same_key = {"kv/open-2", 64, SMP_DATA_KV, "", "", 0, 0, NULL, 0};
+    assert_int_equal(obj_put_start(d, &same_key, 50, NULL), SMP_OK);
+    obj_stats sd;
+    apply_expect(d, &h, SMP_OK);
+    obj_store_stats(d, &sd);
+    assert_int_equal(sd.puts_taken_over, 0);
+    assert_int_equal(sd.puts_not_taken_over, 2);
+    assert_int_equal(sd.puts_in_flight, 2);
+    assert_int_equal(obj_put_touch(d, "kv/other", "s0", off1, 60), SMP_OK);
+
+    /* nothing in flight: nothing to hand on */
+    obj_store *e = replay_log(&log, 0, log.n, NULL);
+    assert_int_equal(obj_prepare_put_handoff(e, &r, &n), SMP_ENOTFOUND);
+    assert_int_equal(n, 0);
+
+    obj_record_free(&h);
+    free_log(&log);
+    obj_store_destroy(a);
+    obj_store_destroy(b);
+    obj_store_destroy(c);
+    obj_store_destroy(d);
+    obj_store_destroy(e);
+}
+
+/* A PUT_HANDOFF that does not decode, or names a put that cannot be, is
+ * refused whole (SMP_EPROTO) and changes nothing; only type 2 has a version
+ * 2. */
+static void test_put_handoff_malformed(void **state)
+{
+    (void)state;
+    obj_store *st = store_with_object();
+    Hostrec__HandedPut ok = HOSTREC__HANDED_PUT__INIT, bad = HOSTREC__HANDED_PUT__INIT;
+    ok.key = "kv/ok";
+    ok.size = 10;
+    ok.segment = "s0";
+    ok.offset = 1024;
+    bad = ok;
+    Hostrec__HandedPut *puts[2] = {&ok, &bad};
+    Hostrec__PutHandoffRecord m = HOSTREC__PUT_HANDOFF_RECORD__INIT;
+    m.puts = puts;
+    m.n_puts = 2;
+    struct {
+        const char *key, *segment;
+        uint64_t size, offset;
+        uint32_t data_type;
+    } cases[] = {
+        {"", "s0", 10, 1024, 0},        /* no key */
+        {"kv/b", "", 10, 1024, 0},      /* no segment */
+        {"kv/b", "s0", 10, 1000, 0},    /* unaligned */
+        {"kv/b", "s0", 10, 1024, 9},    /* no such data type */
+        {"kv/\xc3\x28", "s0", 10, 1024, 0}, /* not UTF-8 */
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        bad.key = (char *)cases[i].key;
+        bad.segment = (char *)cases[i].segment;
+        bad.size = cases[i].size;
+        bad.offset = cases[i].offset;
+        bad.data_type = cases[i].data_type;
+        size_t len = hostrec__put_handoff_record__get_packed_size(&m);
+        uint8_t *b = malloc(len);
+        assert_non_null(b);
+        hostrec__put_handoff_record__pack(&m, b);
+        obj_stats before;
+        obj_store_stats(st, &before);
+        assert_int_equal(obj_apply_record(st, OBJ_REC_PUT_REVOKE, OBJ_REC_HANDOFF_ENCVER, b, len),
+                         SMP_EPROTO);
+        obj_stats after;
+        obj_store_stats(st, &after);
+        assert_int_equal(after.puts_in_flight, before.puts_in_flight); /* kv/ok not taken */
+        free(b);
+    }
+    const uint8_t garbage[] = {0xff, 0xff, 0xff};
+    assert_int_equal(obj_apply_record(st, OBJ_REC_PUT_REVOKE, OBJ_REC_HANDOFF_ENCVER, garbage,
+                                      sizeof(garbage)), SMP_EPROTO);
+    for (uint16_t t = 1; t <= 7; t++)
+        if (t != OBJ_REC_PUT_REVOKE)
+            assert_int_not_equal(obj_apply_record(st, t, OBJ_REC_HANDOFF_ENCVER, NULL, 0), SMP_OK);
+    assert_int_equal(obj_apply_record(st, OBJ_REC_PUT_REVOKE, 3, NULL, 0), SMP_EPROTO);
+    obj_store_destroy(st);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1215,6 +1400,8 @@ int main(void)
         cmocka_unit_test(test_random_ops_consistent),
         cmocka_unit_test(test_records_that_lose_races),
         cmocka_unit_test(test_random_pipeline_consistent),
+        cmocka_unit_test(test_put_handoff_carries_open_puts),
+        cmocka_unit_test(test_put_handoff_malformed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
