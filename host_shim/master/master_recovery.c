@@ -101,9 +101,9 @@ int master_apply_record(master *m, const oplog_record *rec, int carry, char *err
     } else if (rec->type >= 1 && rec->type <= SMP_OPLOG_HOST_TYPE_MAX) {
         rc = obj_apply_record(master_objs(m), rec->type, rec->encver, rec->payload, rec->len);
         if (rc < 0) {
-            snprintf(err, errlen, "oplog: record %llu of host type %u (%s) does not apply: %s",
-                     (unsigned long long)rec->seq, (unsigned)rec->type,
-                     obj_record_type_name(rec->type), smp_strerror(rc));
+            snprintf(err, errlen, "oplog: record %llu of host type %u (%s) at encoding version "
+                     "%u does not apply: %s", (unsigned long long)rec->seq, (unsigned)rec->type,
+                     obj_record_type_name(rec->type), (unsigned)rec->encver, smp_strerror(rc));
             return rc;
         }
     } else {

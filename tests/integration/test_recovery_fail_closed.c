@@ -5,7 +5,8 @@
  * Each test stops a store_master, changes what it left on disk or the
  * plugins it loads, and starts it again. A torn log tail is cut and every
  * intact acknowledged object is served; a snapshot with a flipped byte, a
- * record encoded newer than its plugin reads, or the removed key
+ * record encoded newer than its plugin reads, a host record at a version
+ * this build does not replay, or the removed key
  * oplog.carry_unknown_types each refuse the start with a log line naming
  * the cause, and leave every file of data_dir exactly as it was. Records and
  * sections of a disabled or absent plugin are carried verbatim, with no
@@ -28,6 +29,7 @@
 #include <cmocka.h>
 
 #include "harness.h"
+#include "oplog.h"
 #include "rpc_client.h"
 #include "snapshot.h"
 
@@ -750,6 +752,67 @@ static void test_record_encoded_newer_than_the_plugin_reads_refuses_start(void *
     assert_int_equal(hx_stop(m), 0);
 }
 
+/* -- host records ------------------------------------------------------------------ */
+
+static void on_appended(void *arg, int status, uint64_t seq)
+{
+    (void)seq;
+    *(int *)arg = status == 0 ? 1 : -1;
+}
+
+static int skip_record(void *arg, const oplog_record *rec)
+{
+    (void)arg;
+    (void)rec;
+    return 0;
+}
+
+/* Append one record to a stopped master's file OpLog, as a build that
+ * writes it would; its sequence. */
+static uint64_t append_offline(const hx_master *m, uint16_t type, uint16_t encver)
+{
+    uv_loop_t loop;
+    char dir[512], err[256] = "";
+    oplog *log = NULL;
+    int done = 0;
+    uint64_t seq = 0;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    snprintf(dir, sizeof(dir), "%s/data/oplog", m->dir);
+    oplog_file_options o = {.dir = dir};
+    if (oplog_file_open(&loop, &o, &log, err, sizeof(err)) < 0) fail_msg("open: %s", err);
+    uint64_t first = oplog_first_seq(log);
+    if (oplog_replay(log, first > 0 ? first - 1 : 0, skip_record, NULL, err, sizeof(err)) < 0)
+        fail_msg("replay: %s", err);
+    assert_int_equal(oplog_append(log, type, encver, NULL, 0, on_appended, &done, &seq), 0);
+    while (done == 0) uv_run(&loop, UV_RUN_ONCE);
+    assert_int_equal(done, 1);
+    oplog_close(log);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&loop), 0);
+    return seq;
+}
+
+/* A host record at an encoding version this build does not replay (type 2
+ * at version 3: PUT_REVOKE is 1, PUT_HANDOFF 2) refuses the start, naming
+ * the record, its type and version. */
+static void test_host_record_of_an_unknown_encoding_version_refuses_start(void **state)
+{
+    hx_master *m = *state;
+    char needle[200];
+    assert_int_equal(hx_init(m, "host-encver", NULL), 0);
+    configure(m, 1, RECORDER_OFF, 0);
+    assert_int_equal(hx_start(m, START_MS), 0);
+    kvc *c = hx_client(m);
+    assert_non_null(c);
+    put(c, "kv/a", "A", NULL);
+    kvc_close(c);
+    assert_int_equal(hx_stop(m), 0);
+    uint64_t seq = append_offline(m, 2, 3);
+    snprintf(needle, sizeof(needle), "record %llu of host type 2 (PUT_REVOKE) at encoding "
+             "version 3 does not apply", (unsigned long long)seq);
+    assert_start_refused(m, needle, NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -769,6 +832,8 @@ int main(void)
             test_sections_of_disabled_plugins_survive_a_snapshot_byte_for_byte, setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_record_encoded_newer_than_the_plugin_reads_refuses_start, setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_host_record_of_an_unknown_encoding_version_refuses_start, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
