@@ -122,6 +122,10 @@ static uint64_t validity_ms(const ha_election *e)
 
 /* Pack a MasterInfo into a malloc'd buffer; NULL on ENOMEM. e (may be NULL)
  * adds what this master can replay; the caller holds e->mu then. */
+/* The names of the HA_FEATURE_* bits, in bit order. */
+static const char *const ha_feature_names[] = {"put_handoff"};
+#define HA_N_FEATURES (sizeof(ha_feature_names) / sizeof(ha_feature_names[0]))
+
 static uint8_t *pack_info(const ha_election *e, const char *id, const char *role,
                           const char *endpoint, uint64_t applied, int ready, const char *reason,
                           size_t *len)
@@ -134,6 +138,8 @@ static uint8_t *pack_info(const ha_election *e, const char *id, const char *role
         for (size_t i = 0; i < e->n_plugins; i++) plugins[i] = (char *)e->plugins[i];
         mi.plugins = plugins;
         mi.n_plugins = e->n_plugins;
+        mi.features = (char **)ha_feature_names;
+        mi.n_features = HA_N_FEATURES;
     }
     mi.id = (char *)id;
     mi.role = (char *)role;
@@ -162,6 +168,9 @@ static int unpack_info(const uint8_t *v, size_t len, ha_member *m)
     snprintf(m->reason, sizeof(m->reason), "%s", mi->reason);
     for (size_t i = 0; i < mi->n_replay_types && m->n_types < HA_MAX_TYPES; i++)
         if (mi->replay_types[i] <= UINT16_MAX) m->types[m->n_types++] = (uint16_t)mi->replay_types[i];
+    for (size_t i = 0; i < mi->n_features; i++)
+        for (size_t f = 0; f < HA_N_FEATURES; f++)
+            if (strcmp(mi->features[i], ha_feature_names[f]) == 0) m->features |= 1u << f;
     master_info__free_unpacked(mi, NULL);
     return 0;
 }
@@ -781,6 +790,7 @@ void ha_election_self(ha_election *e, ha_member *out)
     snprintf(out->reason, sizeof(out->reason), "%s", e->reason);
     for (size_t i = 0; i < e->n_types && out->n_types < HA_MAX_TYPES; i++)
         out->types[out->n_types++] = (uint16_t)e->types[i];
+    out->features = (1u << HA_N_FEATURES) - 1;
     pthread_mutex_unlock(&e->mu);
 }
 

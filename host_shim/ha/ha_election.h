@@ -40,6 +40,10 @@ typedef struct ha_term {
 
 #define HA_MAX_TYPES 64
 
+/* Features a registry entry may advertise (MasterInfo.features), as bits of
+ * ha_member.features; this build advertises them all. */
+#define HA_FEATURE_PUT_HANDOFF 1u /* "put_handoff": it replays PUT_HANDOFF */
+
 /* One master of the registry, as it last wrote itself. */
 typedef struct ha_member {
     char id[65];
@@ -50,6 +54,7 @@ typedef struct ha_member {
     char reason[160];
     uint16_t types[HA_MAX_TYPES];   /* the record types it can replay */
     size_t n_types;
+    unsigned features;              /* HA_FEATURE_* it advertises */
 } ha_member;
 
 typedef struct ha_election_events {

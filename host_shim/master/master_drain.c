@@ -22,7 +22,15 @@
  *    before all started);
  *  - when no call is open, no put is in flight and no call was answered
  *    for MASTER_DRAIN_QUIET_MS, or after MASTER_DRAIN_MS, whichever comes
- *    first, it stops as before
+ *    first, it stops as before. Puts still open then (a payload of
+ *    gigabytes still being copied) are handed on first: a PUT_HANDOFF
+ *    record carries their ranges to the master that replays the log next
+ *    (the next leader, or this one restarted), which keeps the ranges from
+ *    other puts and takes the writers' put ends. In HA it is written only
+ *    when every registered master advertises that it replays it (an older
+ *    build would stop on it); the master stops once the record is durable
+ *    and the put ends taken meanwhile are answered, or MASTER_HANDOFF_MS
+ *    after it was appended
  *    (master_stop): an HA leader's election resigns (the lease is revoked,
  *    so a standby is elected at once, not after the lease's TTL), the log
  *    is flushed and the connections close.
@@ -31,8 +39,10 @@
  * else open ends at once. A second signal stops at once, and so
  * does a standby, which has no call of its own open. */
 #include <inttypes.h>
+#include <stdint.h>
 #include <stdio.h>
 
+#include "ha_election.h"
 #include "host_rpc.pb-c.h"
 #include "master_internal.h"
 #include "obj_store.h"
@@ -52,6 +62,10 @@
  * walk their master lists past this one, saying HELLO to each, do not hold
  * it up. */
 #define MASTER_DRAIN_QUIET_MS 100u
+/* The longest a stopping master waits for its PUT_HANDOFF to be durable. */
+#define MASTER_HANDOFF_MS 3000u
+
+enum { MASTER_HANDOFF_NONE, MASTER_HANDOFF_WAITING, MASTER_HANDOFF_DONE };
 
 /* What is still open: calls dispatched and not answered, puts started and
  * not ended; and the new calls a master alone refused so far (only its
@@ -67,12 +81,60 @@ static void drain_open(master *m, uint64_t *calls, uint64_t *puts, uint64_t *ref
     *refused = rs.admission_refused;
 }
 
+static void on_handed(master *m, void *arg, int status, uint64_t seq)
+{
+    size_t n = (size_t)(uintptr_t)arg;
+    if (status == SMP_OK)
+        fprintf(stderr, "store_master: %zu open put%s handed on (PUT_HANDOFF, record %" PRIu64
+                "): the next master keeps their ranges and takes their put ends\n", n,
+                n == 1 ? "" : "s", seq);
+    else
+        fprintf(stderr, "store_master: the open puts were not handed on (%s): the next master "
+                "does not know their ranges\n", smp_strerror(status));
+    m->drain_handoff = MASTER_HANDOFF_DONE;
+}
+
+/* Append the PUT_HANDOFF of the puts still open. SMP_OK: stop once it is
+ * durable (on_handed); otherwise stop now (nothing to hand on, or it cannot
+ * be: said in the log). */
+static int hand_off_puts(master *m)
+{
+    char why[200];
+    obj_record rec = {0};
+    size_t n = 0;
+    if (!master_ha_all_have(m, HA_FEATURE_PUT_HANDOFF, why, sizeof(why))) {
+        fprintf(stderr, "store_master: the open puts are not handed on (%s): the next master "
+                "does not know their ranges\n", why);
+        return SMP_ENOTSUP;
+    }
+    int rc = obj_prepare_put_handoff(master_objs(m), &rec, &n);
+    if (rc == SMP_OK) rc = master_commit(m, &rec, NULL, on_handed, (void *)(uintptr_t)n);
+    if (rc < 0) {
+        if (rc != SMP_ENOTFOUND)
+            fprintf(stderr, "store_master: the open puts were not handed on (%s): the next "
+                    "master does not know their ranges\n", smp_strerror(rc));
+        return rc;
+    }
+    m->drain_handoff = MASTER_HANDOFF_WAITING;
+    return SMP_OK;
+}
+
 static void on_drain_timer(uv_timer_t *t)
 {
     master *m = t->data;
     uint64_t calls, puts, refused, now = master_now_ms();
     char said[64] = "";
     drain_open(m, &calls, &puts, &refused);
+    if (m->drain_handoff != MASTER_HANDOFF_NONE) {
+        /* the put ends taken meanwhile are answered too, once durable */
+        int late = now >= m->drain_until_ms + MASTER_HANDOFF_MS;
+        if (!late && (m->drain_handoff == MASTER_HANDOFF_WAITING || calls != 0)) return;
+        if (m->drain_handoff == MASTER_HANDOFF_WAITING)
+            fprintf(stderr, "store_master: the PUT_HANDOFF was not durable within %u ms: "
+                    "stopping without it\n", MASTER_HANDOFF_MS);
+        master_stop(m);
+        return;
+    }
     if ((calls != 0 || puts != 0 || rpc_server_ms_since_answer(m->rpc) < MASTER_DRAIN_QUIET_MS) &&
         now < m->drain_until_ms)
         return;
@@ -87,6 +149,7 @@ static void on_drain_timer(uv_timer_t *t)
     else
         fprintf(stderr, "store_master: drained in %" PRIu64 " ms, every call answered%s: "
                 "stopping\n", now - (m->drain_until_ms - MASTER_DRAIN_MS), said);
+    if (puts != 0 && hand_off_puts(m) == SMP_OK) return; /* stop once it is durable */
     master_stop(m);
 }
 

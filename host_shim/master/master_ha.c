@@ -521,6 +521,28 @@ size_t master_ha_members(master *m, ha_member *out, size_t cap)
     return m->election != NULL ? ha_election_members(m->election, out, cap) : 0;
 }
 
+int master_ha_all_have(master *m, unsigned feature, char *why, size_t cap)
+{
+    ha_member members[32];
+    why[0] = '\0';
+    if (!m->cfg->ha_enabled) return 1;
+    size_t n = master_ha_members(m, members, 32);
+    if (n == 0) {
+        snprintf(why, cap, "no master has registered in etcd yet");
+        return 0;
+    }
+    if (n > 32) {
+        snprintf(why, cap, "more masters are registered than this master reads");
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (members[i].features & feature) continue;
+        snprintf(why, cap, "master %s runs a build that does not advertise it", members[i].id);
+        return 0;
+    }
+    return 1;
+}
+
 size_t master_ha_rows(master *m, ha_member *out, size_t cap)
 {
     size_t n = master_ha_members(m, out, cap);

@@ -238,6 +238,7 @@ typedef struct master {
     uint64_t drain_until_ms;    /* master_now_ms when it stops anyway */
     uv_timer_t drain_timer;
     int drain_timer_open;
+    int drain_handoff;          /* MASTER_HANDOFF_*: the open puts' PUT_HANDOFF */
 
     /* HA (ha.enabled): see master_ha.c. */
     struct etcd_client *etcd;   /* the OpLog's client */
@@ -412,6 +413,10 @@ void master_ha_stop(master *m);
 void master_ha_close(master *m);
 /* The registry of masters (up to cap into out; returns how many there are). */
 size_t master_ha_members(master *m, struct ha_member *out, size_t cap);
+/* 1 when every registered master advertises feature (HA_FEATURE_*), and
+ * always without HA; else 0 with why naming the first that does not (or
+ * that none registered yet). */
+int master_ha_all_have(master *m, unsigned feature, char *why, size_t cap);
 /* The rows a status shows (up to cap into out, sorted by id; returns how
  * many it filled): the registry as last read, and this master's own entry
  * when the registry does not hold it yet (no read made, or none answered).

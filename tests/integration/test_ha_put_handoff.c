@@ -1,0 +1,233 @@
+/* test_ha_put_handoff.c -- a leader stopped (SIGTERM) while a writer is
+ * still copying a put hands the put on to the next leader (PUT_HANDOFF).
+ *
+ * Debian's etcd (one member), three store_master processes in HA mode and
+ * one store_node given the list of the three (ha_cluster_fixture.c). A
+ * client starts a put through the master list and copies half of its bytes
+ * into the node's segment, as a co-located writer does through its
+ * mapping; the leader is sent SIGTERM and its drain ends at the 5 s cap
+ * with the put open. It must log the handoff and exit 0. The next leader
+ * must keep the range from a new put (the same durable state otherwise
+ * places the new put exactly there: the writer's late bytes overwrote an
+ * object acknowledged meanwhile) and take the writer's put end; both
+ * objects read back byte for byte.
+ *
+ * A registered master that does not advertise the feature (a registry
+ * entry as an older build writes it) keeps the leader from writing the
+ * record, which that master could not replay: the leader says so, and the
+ * next leader does not know the put (its put end is refused ENOTFOUND). */
+#include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "etcd_client.h"
+#include "ha_cluster_fixture.h"
+#include "harness.h"
+#include "host_rpc.pb-c.h"
+#include "kv_client.h"
+
+#define WAIT_MS 20000
+#define LEN 8192
+
+typedef struct fixture {
+    hc_cluster hc;
+    hx_master view; /* master 0 with the list of all three */
+    int leader;
+} fixture;
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static int setup(void **state)
+{
+    fixture *f = calloc(1, sizeof(*f));
+    if (f == NULL) return -1;
+    *state = f;
+    if (hc_init(&f->hc, "ha-handoff", 1) < 0) {
+        free(f);
+        *state = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture *f = *state;
+    if (f == NULL) return 0;
+    hc_cleanup(&f->hc);
+    free(f);
+    return 0;
+}
+
+/* Three masters, the node on their list; f->leader leads it. */
+static void start_cluster(fixture *f)
+{
+    for (int i = 0; i < HC_MASTERS; i++) {
+        assert_int_equal(hc_configure(&f->hc, i, ""), 0);
+        if (hx_start(&f->hc.m[i], WAIT_MS) < 0) fail_msg("master %d did not start", i);
+    }
+    if ((f->leader = hc_wait_leader(&f->hc, -1, WAIT_MS)) < 0) fail_msg("no leader");
+    assert_int_equal(hc_node_start(&f->hc, "n1", 4u << 20), 0);
+    if (hc_wait_node(&f->hc, f->leader, WAIT_MS) < 0) fail_msg("the node did not register");
+    assert_int_equal(hc_list_view(&f->hc, &f->view), 0);
+}
+
+/* Write len bytes of data at offset of the segment file path, as a
+ * co-located writer copies into its mapping. */
+static void write_segment(const char *path, uint64_t offset, const void *data, size_t len)
+{
+    int fd = open(path, O_RDWR);
+    if (fd < 0) fail_msg("cannot open the segment %s", path);
+    assert_int_equal(pwrite(fd, data, len, (off_t)offset), (ssize_t)len);
+    close(fd);
+}
+
+/* Start kv/long, copy its first half, SIGTERM the leader and wait for it to
+ * exit 0 and for another master to lead (and have the node). The writer's
+ * client is closed; *where is its range. */
+static void stop_leader_during_a_put(fixture *f, const uint8_t *data, kvc_replica *where)
+{
+    kvc *c = hx_client(&f->view);
+    assert_non_null(c);
+    assert_int_equal(kvc_put_start(c, "kv/long", LEN, SMP_DATA_KV, NULL, 0, where), 0);
+    if (where->segment_path[0] == '\0') fail_msg("the put start names no segment file");
+    write_segment(where->segment_path, where->offset, data, LEN / 2);
+    hx_master *old = &f->hc.m[f->leader];
+    assert_int_equal(kill(old->pid, SIGTERM), 0);
+    assert_int_equal(hx_wait_exit(old, WAIT_MS), 0);
+    assert_true(hx_log_contains(old, "0 calls and 1 put still open"));
+    kvc_close(c);
+    int next = hc_wait_leader(&f->hc, f->leader, WAIT_MS);
+    if (next < 0) fail_msg("no next leader");
+    f->leader = next;
+    if (hc_wait_node(&f->hc, next, WAIT_MS) < 0) fail_msg("the node did not register again");
+}
+
+static void test_sigterm_of_the_leader_hands_on_a_put_still_written(void **state)
+{
+    fixture *f = *state;
+    static uint8_t a[LEN], b[LEN], got[LEN];
+    uint8_t sha_a[32], sha_b[32];
+    uint64_t len = 0;
+    memset(a, 0xa1, sizeof(a));
+    memset(b, 0xb2, sizeof(b));
+    hx_sha256(a, LEN, sha_a);
+    hx_sha256(b, LEN, sha_b);
+    start_cluster(f);
+    int old = f->leader;
+    kvc_replica where, other;
+    stop_leader_during_a_put(f, a, &where);
+    assert_true(hx_log_contains(&f->hc.m[old],
+                                "store_master: 1 open put handed on (PUT_HANDOFF, record "));
+
+    kvc *d = hx_client(&f->view);
+    assert_non_null(d);
+    assert_int_equal(kvc_put_start(d, "kv/other", LEN, SMP_DATA_KV, NULL, 0, &other), 0);
+    if (strcmp(other.segment, where.segment) == 0 &&
+        !(other.offset + LEN <= where.offset || other.offset >= where.offset + LEN))
+        fail_msg("the next leader gave kv/other [%llu, +%d) over kv/long's open range at %llu",
+                 (unsigned long long)other.offset, LEN, (unsigned long long)where.offset);
+    write_segment(other.segment_path, other.offset, b, LEN);
+    assert_int_equal(kvc_put_end(d, "kv/other", sha_b, NULL), 0);
+    /* the writer goes on, and ends its put at the next leader */
+    write_segment(where.segment_path, where.offset + LEN / 2, a + LEN / 2, LEN / 2);
+    assert_int_equal(kvc_put_end(d, "kv/long", sha_a, NULL), 0);
+    assert_int_equal(kvc_get_into(d, "kv/long", got, LEN, &len, 1), 0);
+    assert_int_equal(len, LEN);
+    assert_memory_equal(got, a, LEN);
+    assert_int_equal(kvc_get_into(d, "kv/other", got, LEN, &len, 1), 0);
+    assert_memory_equal(got, b, LEN);
+    kvc_close(d);
+}
+
+/* A registry entry for id as a build without the feature writes it (no
+ * lease: it stays until the cluster's keys go). 0, or -1. */
+static int register_old_master(fixture *f, const char *id)
+{
+    char err[256] = "", key[200];
+    etcd_client_options o = {.endpoints = etcd_fixture_endpoints(&f->hc.etcd)};
+    etcd_client *ec = NULL;
+    MasterInfo mi = MASTER_INFO__INIT;
+    uint32_t types[] = {1, 2, 3, 4, 5, 6, 7};
+    mi.id = (char *)id;
+    mi.role = "standby";
+    mi.endpoint = "/nonexistent/old.sock";
+    mi.reason = "";
+    mi.replay_types = types;
+    mi.n_replay_types = sizeof(types) / sizeof(types[0]);
+    size_t vlen = master_info__get_packed_size(&mi);
+    uint8_t *val = malloc(vlen ? vlen : 1);
+    int rc = -1;
+    if (val == NULL) return -1;
+    master_info__pack(&mi, val);
+    if (etcd_client_open(&o, &ec, err, sizeof(err)) == 0) {
+        snprintf(key, sizeof(key), "%smasters/%s", f->hc.prefix, id);
+        rc = etcd_put(ec, key, strlen(key), val, vlen, 0, NULL, err, sizeof(err)) < 0 ? -1 : 0;
+    }
+    if (rc < 0) fprintf(stderr, "register_old_master: %s\n", err);
+    etcd_client_close(ec);
+    free(val);
+    return rc;
+}
+
+static void test_no_handoff_while_a_registered_master_cannot_replay_it(void **state)
+{
+    fixture *f = *state;
+    static uint8_t a[LEN];
+    uint8_t sha[32];
+    memset(a, 0xa1, sizeof(a));
+    hx_sha256(a, LEN, sha);
+    start_cluster(f);
+    assert_int_equal(register_old_master(f, "m9"), 0);
+    /* the leader has read the registry with m9 in it */
+    kvc *c = hx_client(&f->view);
+    assert_non_null(c);
+    for (long long end = hx_now_ms() + WAIT_MS;; sleep_ms(100)) {
+        kvc_status st;
+        int seen = 0;
+        memset(&st, 0, sizeof(st));
+        assert_int_equal(kvc_status_get(c, &st), 0);
+        for (size_t i = 0; i < st.n_masters; i++) seen |= strcmp(st.masters[i].id, "m9") == 0;
+        if (seen && strcmp(st.role, "leader") == 0) break;
+        if (hx_now_ms() > end) fail_msg("the leader never listed m9");
+    }
+    kvc_close(c);
+    int old = f->leader;
+    kvc_replica where;
+    stop_leader_during_a_put(f, a, &where);
+    assert_true(hx_log_contains(&f->hc.m[old], "store_master: the open puts are not handed on "
+                                               "(master m9 runs a build that does not advertise "
+                                               "it): the next master does not know their "
+                                               "ranges"));
+    assert_false(hx_log_contains(&f->hc.m[old], "handed on (PUT_HANDOFF"));
+    kvc *d = hx_client(&f->view);
+    assert_non_null(d);
+    assert_int_equal(kvc_put_end(d, "kv/long", sha, NULL), SMP_ENOTFOUND);
+    kvc_close(d);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_sigterm_of_the_leader_hands_on_a_put_still_written,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_no_handoff_while_a_registered_master_cannot_replay_it,
+                                        setup, teardown),
+    };
+    if (getenv("HA_TEST") != NULL) cmocka_set_test_filter(getenv("HA_TEST"));
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
