@@ -369,6 +369,59 @@ kvc *hx_client(const hx_master *m)
     return c;
 }
 
+int hx_write_segment(const char *path, uint64_t offset, const void *data, size_t len)
+{
+    int fd = open(path, O_RDWR);
+    ssize_t n = fd < 0 ? -1 : pwrite(fd, data, len, (off_t)offset);
+    if (fd >= 0) close(fd);
+    if (n == (ssize_t)len) return 0;
+    fprintf(stderr, "hx_write_segment: %s at %llu: %s\n", path, (unsigned long long)offset,
+            strerror(errno));
+    return -1;
+}
+
+int hx_finish_handed_put(kvc *c, const char *key, const kvc_replica *where, const uint8_t *a,
+                         const char *other, const uint8_t *b, size_t len, char *why, size_t cap)
+{
+    kvc_replica w;
+    uint8_t sha_a[32], sha_b[32];
+    uint8_t *got = malloc(len);
+    uint64_t n = 0;
+    int rc = -1;
+    if (got == NULL) {
+        snprintf(why, cap, "out of memory");
+        return -1;
+    }
+    SHA256(a, len, sha_a);
+    SHA256(b, len, sha_b);
+    if (kvc_put_start(c, other, len, SMP_DATA_KV, NULL, 0, &w) < 0) {
+        snprintf(why, cap, "put start %s: %s", other, kvc_error(c));
+    } else if (strcmp(w.segment, where->segment) == 0 &&
+               !(w.offset + len <= where->offset || w.offset >= where->offset + len)) {
+        snprintf(why, cap, "%s was given [%llu, +%zu), over %s's open range at %llu", other,
+                 (unsigned long long)w.offset, len, key, (unsigned long long)where->offset);
+    } else if (hx_write_segment(w.segment_path, w.offset, b, len) < 0 ||
+               kvc_put_end(c, other, sha_b, NULL) < 0) {
+        snprintf(why, cap, "writing %s: %s", other, kvc_error(c));
+    } else if (hx_write_segment(where->segment_path, where->offset + len / 2, a + len / 2,
+                                len - len / 2) < 0 ||
+               kvc_put_end(c, key, sha_a, NULL) < 0) {
+        snprintf(why, cap, "the put end of %s: %s", key, kvc_error(c));
+    } else if (kvc_get_into(c, key, got, len, &n, 1) < 0 || n != len ||
+               memcmp(got, a, len) != 0) {
+        snprintf(why, cap, "%s does not read back (%llu bytes): %s", key, (unsigned long long)n,
+                 kvc_error(c));
+    } else if (kvc_get_into(c, other, got, len, &n, 1) < 0 || n != len ||
+               memcmp(got, b, len) != 0) {
+        snprintf(why, cap, "%s does not read back (%llu bytes): %s", other,
+                 (unsigned long long)n, kvc_error(c));
+    } else {
+        rc = 0;
+    }
+    free(got);
+    return rc;
+}
+
 double hx_metric(const hx_master *m, const char *series)
 {
     char *body = NULL;

@@ -101,6 +101,18 @@ int hx_ha_yaml(const hx_master *m, const char *id, const char *etcd_endpoints,
 /* A client connected to the running master (timeout 10 s); NULL on failure. */
 kvc *hx_client(const hx_master *m);
 
+/* Write len bytes of data at offset of the segment file path, as a
+ * co-located writer copies into its mapping. 0, or -1 (why on stderr). */
+int hx_write_segment(const char *path, uint64_t offset, const void *data, size_t len);
+
+/* What a master that took over a handed-on put (PUT_HANDOFF) must do, asked
+ * through c: key's put (len bytes of a; its first half already written at
+ * *where) keeps its range from a new put of other (b), which is written and
+ * ended; then the rest of a is written, key's put end is taken, and both
+ * objects read back byte for byte. 0, or -1 with why. */
+int hx_finish_handed_put(kvc *c, const char *key, const kvc_replica *where, const uint8_t *a,
+                         const char *other, const uint8_t *b, size_t len, char *why, size_t cap);
+
 /* GET path from the running master's admin HTTP endpoint (HTTPS when
  * admin_ca is set). Returns the HTTP status and a malloc'd body (caller
  * frees), or -1 (no HTTP answer, none within 10 s included). */

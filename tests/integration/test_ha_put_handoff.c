@@ -16,7 +16,6 @@
  * entry as an older build writes it) keeps the leader from writing the
  * record, which that master could not replay: the leader says so, and the
  * next leader does not know the put (its put end is refused ENOTFOUND). */
-#include <fcntl.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -26,7 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -86,16 +84,6 @@ static void start_cluster(fixture *f)
     assert_int_equal(hc_list_view(&f->hc, &f->view), 0);
 }
 
-/* Write len bytes of data at offset of the segment file path, as a
- * co-located writer copies into its mapping. */
-static void write_segment(const char *path, uint64_t offset, const void *data, size_t len)
-{
-    int fd = open(path, O_RDWR);
-    if (fd < 0) fail_msg("cannot open the segment %s", path);
-    assert_int_equal(pwrite(fd, data, len, (off_t)offset), (ssize_t)len);
-    close(fd);
-}
-
 /* Start kv/long, copy its first half, SIGTERM the leader and wait for it to
  * exit 0 and for another master to lead (and have the node). The writer's
  * client is closed; *where is its range. */
@@ -105,7 +93,7 @@ static void stop_leader_during_a_put(fixture *f, const uint8_t *data, kvc_replic
     assert_non_null(c);
     assert_int_equal(kvc_put_start(c, "kv/long", LEN, SMP_DATA_KV, NULL, 0, where), 0);
     if (where->segment_path[0] == '\0') fail_msg("the put start names no segment file");
-    write_segment(where->segment_path, where->offset, data, LEN / 2);
+    assert_int_equal(hx_write_segment(where->segment_path, where->offset, data, LEN / 2), 0);
     hx_master *old = &f->hc.m[f->leader];
     assert_int_equal(kill(old->pid, SIGTERM), 0);
     assert_int_equal(hx_wait_exit(old, WAIT_MS), 0);
@@ -120,37 +108,20 @@ static void stop_leader_during_a_put(fixture *f, const uint8_t *data, kvc_replic
 static void test_sigterm_of_the_leader_hands_on_a_put_still_written(void **state)
 {
     fixture *f = *state;
-    static uint8_t a[LEN], b[LEN], got[LEN];
-    uint8_t sha_a[32], sha_b[32];
-    uint64_t len = 0;
+    static uint8_t a[LEN], b[LEN];
+    char why[512];
     memset(a, 0xa1, sizeof(a));
     memset(b, 0xb2, sizeof(b));
-    hx_sha256(a, LEN, sha_a);
-    hx_sha256(b, LEN, sha_b);
     start_cluster(f);
     int old = f->leader;
-    kvc_replica where, other;
+    kvc_replica where;
     stop_leader_during_a_put(f, a, &where);
     assert_true(hx_log_contains(&f->hc.m[old],
                                 "store_master: 1 open put handed on (PUT_HANDOFF, record "));
-
     kvc *d = hx_client(&f->view);
     assert_non_null(d);
-    assert_int_equal(kvc_put_start(d, "kv/other", LEN, SMP_DATA_KV, NULL, 0, &other), 0);
-    if (strcmp(other.segment, where.segment) == 0 &&
-        !(other.offset + LEN <= where.offset || other.offset >= where.offset + LEN))
-        fail_msg("the next leader gave kv/other [%llu, +%d) over kv/long's open range at %llu",
-                 (unsigned long long)other.offset, LEN, (unsigned long long)where.offset);
-    write_segment(other.segment_path, other.offset, b, LEN);
-    assert_int_equal(kvc_put_end(d, "kv/other", sha_b, NULL), 0);
-    /* the writer goes on, and ends its put at the next leader */
-    write_segment(where.segment_path, where.offset + LEN / 2, a + LEN / 2, LEN / 2);
-    assert_int_equal(kvc_put_end(d, "kv/long", sha_a, NULL), 0);
-    assert_int_equal(kvc_get_into(d, "kv/long", got, LEN, &len, 1), 0);
-    assert_int_equal(len, LEN);
-    assert_memory_equal(got, a, LEN);
-    assert_int_equal(kvc_get_into(d, "kv/other", got, LEN, &len, 1), 0);
-    assert_memory_equal(got, b, LEN);
+    if (hx_finish_handed_put(d, "kv/long", &where, a, "kv/other", b, LEN, why, sizeof(why)) < 0)
+        fail_msg("the next leader: %s", why);
     kvc_close(d);
 }
 

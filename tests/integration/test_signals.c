@@ -14,7 +14,6 @@
  * a put still being written when the drain ends is handed on to the
  * master restarted (PUT_HANDOFF), which keeps its range and takes its put
  * end; a second signal stops it at once. */
-#include <fcntl.h>
 #include <limits.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -25,7 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -143,16 +141,6 @@ static void test_sigterm_lets_an_open_put_end(void **state)
     hx_cleanup(&m);
 }
 
-/* Write len bytes of data at offset of the segment file path, as a
- * co-located writer copies into its mapping. */
-static void write_segment(const char *path, uint64_t offset, const void *data, size_t len)
-{
-    int fd = open(path, O_RDWR);
-    assert_true(fd >= 0);
-    assert_int_equal(pwrite(fd, data, len, (off_t)offset), (ssize_t)len);
-    close(fd);
-}
-
 /* A put still being written when the drain's 5 s end is handed on: the
  * master logs the PUT_HANDOFF and exits 0; restarted, it keeps the put's
  * range from a new put (which the same state would otherwise place exactly
@@ -161,46 +149,31 @@ static void test_sigterm_hands_on_a_put_still_written(void **state)
 {
     (void)state;
     enum { LEN = 8192 };
-    static uint8_t a[LEN], b[LEN], got[LEN];
+    static uint8_t a[LEN], b[LEN];
+    char why[512];
     memset(a, 0xa1, sizeof(a));
     memset(b, 0xb2, sizeof(b));
     hx_master m;
-    kvc_replica where, other;
-    uint8_t sha_a[32], sha_b[32];
-    uint64_t len = 0;
-    hx_sha256(a, LEN, sha_a);
-    hx_sha256(b, LEN, sha_b);
+    kvc_replica where;
     assert_int_equal(hx_init(&m, "signals-handoff", NULL), 0);
     assert_int_equal(hx_start(&m, 20000), 0);
     kvc *c = hx_client(&m);
     assert_non_null(c);
     assert_int_equal(kvc_put_start(c, "kv/long", LEN, SMP_DATA_KV, NULL, 0, &where), 0);
     assert_true(where.segment_path[0] != '\0');
-    write_segment(where.segment_path, where.offset, a, LEN / 2);
+    assert_int_equal(hx_write_segment(where.segment_path, where.offset, a, LEN / 2), 0);
     assert_int_equal(kill(m.pid, SIGTERM), 0);
     assert_int_equal(hx_wait_exit(&m, 20000), 0);
     assert_true(hx_log_contains(&m, "0 calls and 1 put still open"));
     assert_true(hx_log_contains(&m, "store_master: 1 open put handed on (PUT_HANDOFF, record "));
     kvc_close(c);
 
+    /* restarted, it is the master the put was handed on to */
     assert_int_equal(hx_start(&m, 20000), 0);
     kvc *d = hx_client(&m);
     assert_non_null(d);
-    assert_int_equal(kvc_put_start(d, "kv/other", LEN, SMP_DATA_KV, NULL, 0, &other), 0);
-    if (strcmp(other.segment, where.segment) == 0 &&
-        !(other.offset + LEN <= where.offset || other.offset >= where.offset + LEN))
-        fail_msg("the restarted master gave kv/other [%llu, +%d) over kv/long's open range at %llu",
-                 (unsigned long long)other.offset, LEN, (unsigned long long)where.offset);
-    write_segment(other.segment_path, other.offset, b, LEN);
-    assert_int_equal(kvc_put_end(d, "kv/other", sha_b, NULL), 0);
-    /* the writer goes on, and ends its put at the master restarted */
-    write_segment(where.segment_path, where.offset + LEN / 2, a + LEN / 2, LEN / 2);
-    assert_int_equal(kvc_put_end(d, "kv/long", sha_a, NULL), 0);
-    assert_int_equal(kvc_get_into(d, "kv/long", got, LEN, &len, 1), 0);
-    assert_int_equal(len, LEN);
-    assert_memory_equal(got, a, LEN);
-    assert_int_equal(kvc_get_into(d, "kv/other", got, LEN, &len, 1), 0);
-    assert_memory_equal(got, b, LEN);
+    if (hx_finish_handed_put(d, "kv/long", &where, a, "kv/other", b, LEN, why, sizeof(why)) < 0)
+        fail_msg("the master restarted: %s", why);
     kvc_close(d);
     assert_int_equal(hx_stop(&m), 0);
     hx_cleanup(&m);
