@@ -211,8 +211,10 @@ int master_drain_admits(master *m, uint64_t conn, uint32_t service, uint32_t met
     /* A writer that starts a batch of puts before it writes any (as
      * libweightclient does) ends the puts it began only once the whole
      * batch started: refusing the rest would hold the drain to its cap on
-     * puts that never end, while the writer waits for the next master. */
-    return method == OBJECTS_METHOD__OBJ_PUT_START && obj_puts_owned(master_objs(m), conn);
+     * puts that never end, while the writer waits for the next master.
+     * Once the open puts are handed on, a put started here would not be. */
+    return method == OBJECTS_METHOD__OBJ_PUT_START && m->drain_handoff == MASTER_HANDOFF_NONE &&
+           obj_puts_owned(master_objs(m), conn);
 }
 
 void master_drain_close(master *m)

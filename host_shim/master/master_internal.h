@@ -369,7 +369,8 @@ void master_stop_gracefully(master *m);
 /* 1 when a call of (service, method) that came on connection conn is
  * taken: always, except while draining, when only the end or revoke of a
  * put started here is, and the put start of a connection that has a put
- * open here (the rest of a writer's batch). */
+ * open here (the rest of a writer's batch) until the open puts are handed
+ * on. */
 int master_drain_admits(master *m, uint64_t conn, uint32_t service, uint32_t method);
 /* Close the drain's timer, if it runs (master_stop). */
 void master_drain_close(master *m);
