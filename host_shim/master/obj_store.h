@@ -15,7 +15,8 @@
  *
  * Soft state is not logged: in-flight puts (put start reserves a range of
  * segment memory; the put ends with a PUT_END record or is revoked or
- * cleaned up when stale), replica reservations (obj_reserve_replica reserves
+ * cleaned up when stale; only a master that stops logs the ones still open,
+ * in one PUT_HANDOFF record), replica reservations (obj_reserve_replica reserves
  * a range for one more memory replica of a complete object; an add-replica
  * record consumes it, or it is released or cleaned up when stale), read
  * leases (granted by obj_get_replica_list, they protect an object from
