@@ -42,6 +42,7 @@ static const metric_def metric_defs[] = {
     {M(memory_used), SMP_METRIC_GAUGE, "store_memory_used_bytes", "Bytes allocated in memory segments", NULL},
     {M(memory_capacity), SMP_METRIC_GAUGE, "store_memory_capacity_bytes", "Capacity of all memory segments", NULL},
     {M(puts_in_flight), SMP_METRIC_GAUGE, "store_puts_in_flight", "Puts started and not yet ended", NULL},
+    {M(puts_taken_over), SMP_METRIC_COUNTER, "store_puts_taken_over_total", "Open puts of a stopping master's PUT_HANDOFF this master took on (taken), or could not (not_taken: their range or key was taken meanwhile)", "result"},
     {M(oplog_appends), SMP_METRIC_COUNTER, "oplog_appends_total", "Records appended to the OpLog", NULL},
     {M(oplog_fsyncs), SMP_METRIC_COUNTER, "oplog_fsyncs_total", "Data syncs of the OpLog", NULL},
     {M(oplog_batches), SMP_METRIC_COUNTER, "oplog_batches_total", "Group commits written", NULL},
@@ -191,6 +192,9 @@ void master_metrics_refresh(master *m)
     host_metric_set(m->m.memory_used, NULL, (double)os.memory_used);
     host_metric_set(m->m.memory_capacity, NULL, (double)os.memory_capacity);
     host_metric_set(m->m.puts_in_flight, NULL, (double)os.puts_in_flight);
+    const char *taken[1] = {"taken"}, *not_taken[1] = {"not_taken"};
+    host_metric_set(m->m.puts_taken_over, taken, (double)os.puts_taken_over);
+    host_metric_set(m->m.puts_taken_over, not_taken, (double)os.puts_not_taken_over);
     for (int r = 1; r <= SMP_GUARD_REASON_MAX; r++) {
         const char *l[1] = {host_guard_reason_name((smp_guard_reason)r)};
         host_metric_set(m->m.host_refusals, l, (double)os.host_refusals[r]);

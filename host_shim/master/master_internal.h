@@ -268,6 +268,7 @@ typedef struct master {
         host_metric *memory_used;
         host_metric *memory_capacity;
         host_metric *puts_in_flight;
+        host_metric *puts_taken_over; /* {result} */
         host_metric *oplog_appends;
         host_metric *oplog_fsyncs;
         host_metric *oplog_batches;

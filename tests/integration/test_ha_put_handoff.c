@@ -9,8 +9,8 @@
  * with the put open. It must log the handoff and exit 0. The next leader
  * must keep the range from a new put (the same durable state otherwise
  * places the new put exactly there: the writer's late bytes overwrote an
- * object acknowledged meanwhile) and take the writer's put end; both
- * objects read back byte for byte.
+ * object acknowledged meanwhile; its /metrics counts the put taken over)
+ * and take the writer's put end; both objects read back byte for byte.
  *
  * A registered master that does not advertise the feature (a registry
  * entry as an older build writes it) keeps the leader from writing the
@@ -118,6 +118,11 @@ static void test_sigterm_of_the_leader_hands_on_a_put_still_written(void **state
     stop_leader_during_a_put(f, a, &where);
     assert_true(hx_log_contains(&f->hc.m[old],
                                 "store_master: 1 open put handed on (PUT_HANDOFF, record "));
+    /* the next leader says it took the put on */
+    const char *series = "store_puts_taken_over_total{result=\"taken\"}";
+    for (long long end = hx_now_ms() + WAIT_MS; hx_metric(&f->hc.m[f->leader], series) != 1;
+         sleep_ms(50))
+        if (hx_now_ms() > end) fail_msg("m%d: %s is not 1", f->leader, series);
     kvc *d = hx_client(&f->view);
     assert_non_null(d);
     if (hx_finish_handed_put(d, "kv/long", &where, a, "kv/other", b, LEN, why, sizeof(why)) < 0)
