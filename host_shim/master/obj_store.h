@@ -65,7 +65,10 @@
  *                     stops hands on (obj_prepare_put_handoff). Apply takes
  *                     each one's range as an in-flight put, so the put end
  *                     its writer sends next completes on the master that
- *                     replays it, and nobody else is given the range. A
+ *                     replays it, and nobody else is given the range (a
+ *                     put an older handoff gave, in its way, is dropped:
+ *                     its writer had gone stale where this one was
+ *                     written). A
  *                     build that replays only encoding version 1 stops on
  *                     it (SMP_EPROTO): in HA it is written only when every
  *                     registered master advertises that it replays it.

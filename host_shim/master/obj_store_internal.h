@@ -200,6 +200,7 @@ typedef struct obj_put {
     uint64_t owner;     /* obj_put_params.owner */
     int consuming;      /* its PUT_END is being applied: range already freed */
     int untimed;        /* from a PUT_HANDOFF: started is set by the next sweep */
+    int handed;         /* from a PUT_HANDOFF: a later one may supersede it */
 } obj_put;
 
 /* A range reserved for one more memory replica of a complete object

@@ -657,24 +657,59 @@ static int obj_handed_ok(const Hostrec__HandedPut *h)
            h->offset % OBJ_ALIGN == 0;
 }
 
-/* Take one handed put as in flight here: 1 taken, 0 not (its key has a put
- * in flight or an object of that incarnation or newer -- this master's own
- * record, or a put that ended since -- or its range is not free), or
- * SMP_ENOMEM. */
+/* Drop a put an earlier PUT_HANDOFF gave, which a later one supersedes: the
+ * master that wrote the later one had freed it (its writer went stale
+ * there), so its range is not scrubbed (no abandon hook: a writer of the
+ * later put may be filling it). Counted in puts_cancelled. */
+static void obj_handed_drop(obj_store *st, obj_put *p)
+{
+    obj_seg_free(p->seg, p->offset, p->alloc);
+    obj_sl_del(&st->puts, p->key);
+    obj_put_free(p);
+    st->stats.puts_in_flight--;
+    st->stats.puts_cancelled++;
+}
+
+/* Drop the handed puts overlapping [off, off + len) of s; how many. */
+static int obj_handed_drop_in(obj_store *st, const obj_segment *s, uint64_t off, uint64_t len)
+{
+    int n = 0;
+    for (obj_sl_node *x = obj_sl_after(&st->puts, NULL, 0); x;) {
+        obj_put *p = x->val;
+        x = x->next[0];
+        if (!p->handed || p->seg != s || p->offset >= off + len || off >= p->offset + p->alloc)
+            continue;
+        obj_handed_drop(st, p);
+        n++;
+    }
+    return n;
+}
+
+/* Take one handed put as in flight here: 1 taken, 0 not (an object of that
+ * incarnation or newer has its key -- a put that ended since --, or a put
+ * its key has in flight is not an older handed one, or its range is not
+ * free but for older handed puts), or SMP_ENOMEM. Older handed puts in its
+ * way are dropped (obj_handed_drop). */
 static int obj_take_handed(obj_store *st, const Hostrec__HandedPut *h)
 {
     uint64_t alloc = obj_ext_len(h->size);
     obj_segment *s = obj_sl_get(&st->segments, h->segment);
     const obj_object *o = obj_sl_get(&st->objects, h->key);
-    if (obj_sl_get(&st->puts, h->key) != NULL || (o != NULL && o->put_id >= h->put_id)) return 0;
+    obj_put *busy = obj_sl_get(&st->puts, h->key);
+    if ((o != NULL && o->put_id >= h->put_id) ||
+        (busy != NULL && (!busy->handed || busy->put_id >= h->put_id)))
+        return 0;
     if (s == NULL || h->offset > s->capacity || alloc > s->capacity - h->offset) return 0;
+    if (busy != NULL) obj_handed_drop(st, busy);
     obj_put *put = calloc(1, sizeof(*put));
     if (put == NULL) return SMP_ENOMEM;
     put->key = strdup(h->key);
     put->group = strdup(h->group);
     put->tenant = strdup(h->tenant);
     if (!put->key || !put->group || !put->tenant || obj_seg_ensure(s, 1) < 0) goto nomem;
-    if (obj_seg_reserve(s, h->offset, alloc) < 0) {
+    if (obj_seg_reserve(s, h->offset, alloc) < 0 &&
+        (obj_handed_drop_in(st, s, h->offset, alloc) == 0 ||
+         obj_seg_reserve(s, h->offset, alloc) < 0)) {
         obj_put_free(put);
         return 0;
     }
@@ -686,6 +721,7 @@ static int obj_take_handed(obj_store *st, const Hostrec__HandedPut *h)
     put->alloc = alloc;
     put->put_id = h->put_id;
     put->untimed = 1;
+    put->handed = 1;
     if (obj_sl_put(&st->puts, put->key, put) < 0) {
         obj_seg_free(s, h->offset, alloc);
         goto nomem;

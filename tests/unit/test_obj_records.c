@@ -1215,7 +1215,8 @@ static void apply_expect(obj_store *st, const obj_record *r, int want)
  * still filling: the same ranges, in flight (so nobody else gets them), and
  * their put ends complete there. Applying it twice, or on the store that
  * wrote it, changes nothing; a put whose range or key is taken meanwhile is
- * not taken over; its time runs from the first sweep after. */
+ * not taken over, but puts an older handoff gave give way to a later one;
+ * its time runs from the first sweep after. */
 static void test_put_handoff_carries_open_puts(void **state)
 {
     (void)state;
@@ -1313,6 +1314,50 @@ static void test_put_handoff_carries_open_puts(void **state)
     assert_int_equal(sd.puts_not_taken_over, 2);
     assert_int_equal(sd.puts_in_flight, 2);
     assert_int_equal(obj_put_touch(d, "kv/other", "s0", off1, 60), SMP_OK);
+
+    /* A later handoff supersedes the puts an older one gave where they are
+     * in its way: b, which took h, freed them (their writers went stale)
+     * and gave their ranges and one key again; a standby (c2, which took h
+     * and never swept) takes the later record whole. */
+    obj_store *b2 = replay_log(&log, 0, log.n, NULL), *c2 = replay_log(&log, 0, log.n, NULL);
+    apply_expect(b2, &h, SMP_OK);
+    apply_expect(c2, &h, SMP_OK);
+    assert_int_equal(obj_cleanup_stale_puts(b2, 200000, 1000), 0);
+    assert_int_equal(obj_cleanup_stale_puts(b2, 201000, 1000), 2);
+    obj_put_params q = {"kv/q", 300, SMP_DATA_KV, "", "", 0, 0, NULL, 0};
+    obj_put_ticket tq, tp;
+    assert_int_equal(obj_put_start(b2, &q, 201001, &tq), SMP_OK);
+    assert_int_equal(tq.offset, off1); /* kv/open-1's range */
+    obj_put_params again = {"kv/open-2", 100, SMP_DATA_KV, "", "", 0, 0, NULL, 0};
+    assert_int_equal(obj_put_start(b2, &again, 201001, &tp), SMP_OK);
+    obj_record h2 = {0};
+    assert_int_equal(obj_prepare_put_handoff(b2, &h2, &n), SMP_OK);
+    assert_int_equal(n, 2);
+    obj_stats s2;
+    obj_store_stats(c2, &s2);
+    uint64_t cancelled = s2.puts_cancelled;
+    apply_expect(c2, &h2, SMP_OK);
+    obj_store_stats(c2, &s2);
+    assert_int_equal(s2.puts_taken_over, 4);
+    assert_int_equal(s2.puts_not_taken_over, 0);
+    assert_int_equal(s2.puts_in_flight, 2);
+    assert_int_equal(s2.puts_cancelled, cancelled + 2);
+    assert_int_equal(obj_put_touch(c2, "kv/q", "s0", off1, 201002), SMP_OK);
+    assert_int_equal(obj_put_touch(c2, "kv/open-2", "s0", tp.offset, 201002), SMP_OK);
+    assert_int_equal(obj_put_touch(c2, "kv/open-1", "s0", off1, 201002), SMP_ENOTFOUND);
+    assert_int_equal(used_of(c2), used_of(b2));
+    /* but never a put of the replaying master's own */
+    obj_store *own = replay_log(&log, 0, log.n, NULL);
+    obj_put_params mine = {"kv/mine", 300, SMP_DATA_KV, "", "", 0, 0, NULL, 0};
+    assert_int_equal(obj_put_start(own, &mine, 10, &to), SMP_OK);
+    assert_int_equal(to.offset, off1);
+    apply_expect(own, &h2, SMP_OK);
+    assert_int_equal(obj_put_touch(own, "kv/mine", "s0", off1, 20), SMP_OK);
+    assert_int_equal(obj_put_touch(own, "kv/q", "s0", off1, 20), SMP_ENOTFOUND);
+    obj_record_free(&h2);
+    obj_store_destroy(b2);
+    obj_store_destroy(c2);
+    obj_store_destroy(own);
 
     /* nothing in flight: nothing to hand on */
     obj_store *e = replay_log(&log, 0, log.n, NULL);
