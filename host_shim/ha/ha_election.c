@@ -778,6 +778,25 @@ size_t ha_election_members(ha_election *e, ha_member *out, size_t cap)
     return n;
 }
 
+size_t ha_rows_with(ha_member *rows, size_t n, size_t cap, const ha_member *self)
+{
+    size_t at = 0;
+    if (n > cap) n = cap;
+    if (cap == 0) return n;
+    for (; at < n; at++) {
+        int c = strcmp(rows[at].id, self->id);
+        if (c == 0) return n;
+        if (c > 0) break;
+    }
+    if (n == cap) { /* the last row gives way */
+        n--;
+        if (at > n) at = n;
+    }
+    memmove(&rows[at + 1], &rows[at], (n - at) * sizeof(*rows));
+    rows[at] = *self;
+    return n + 1;
+}
+
 void ha_election_self(ha_election *e, ha_member *out)
 {
     memset(out, 0, sizeof(*out));

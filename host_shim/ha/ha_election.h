@@ -134,6 +134,11 @@ uint64_t ha_election_etcd_silent_ms(ha_election *e, char *why, size_t cap);
  * there are. Loop thread. */
 size_t ha_election_members(ha_election *e, ha_member *out, size_t cap);
 
+/* rows[0, n) (sorted by id, room for cap) with self in its place unless a
+ * row already has its id; when the rows are full the last one gives way.
+ * Returns the new count (n when cap is 0). */
+size_t ha_rows_with(ha_member *rows, size_t n, size_t cap, const ha_member *self);
+
 /* This master's own entry, as its next registry write will carry it, into
  * *out: the row a status shows for itself before its first registry read
  * (or after one it could not make). Loop thread. */

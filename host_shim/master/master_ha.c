@@ -546,21 +546,10 @@ int master_ha_all_have(master *m, unsigned feature, char *why, size_t cap)
 size_t master_ha_rows(master *m, ha_member *out, size_t cap)
 {
     size_t n = master_ha_members(m, out, cap);
-    if (n > cap) n = cap;
-    if (m->election == NULL || cap == 0) return n;
-    size_t at = 0;
-    for (; at < n; at++) {
-        int c = strcmp(out[at].id, m->cfg->ha_id);
-        if (c == 0) return n;
-        if (c > 0) break;
-    }
-    if (n == cap) { /* the last row gives way to this master's own */
-        n--;
-        if (at > n) at = n;
-    }
-    memmove(&out[at + 1], &out[at], (n - at) * sizeof(*out));
-    ha_election_self(m->election, &out[at]);
-    return n + 1;
+    if (m->election == NULL) return n < cap ? n : cap;
+    ha_member self;
+    ha_election_self(m->election, &self);
+    return ha_rows_with(out, n, cap, &self);
 }
 
 int master_ha_etcd_unreachable(master *m, char *out, size_t cap)
