@@ -120,12 +120,13 @@ static uint64_t validity_ms(const ha_election *e)
 
 /* -- encoding of the leader key and registry entries ------------------------ */
 
-/* Pack a MasterInfo into a malloc'd buffer; NULL on ENOMEM. e (may be NULL)
- * adds what this master can replay; the caller holds e->mu then. */
 /* The names of the HA_FEATURE_* bits, in bit order. */
 static const char *const ha_feature_names[] = {"put_handoff"};
 #define HA_N_FEATURES (sizeof(ha_feature_names) / sizeof(ha_feature_names[0]))
 
+/* Pack a MasterInfo into a malloc'd buffer; NULL on ENOMEM. e (may be NULL)
+ * adds what this master can replay and the features of this build; the
+ * caller holds e->mu then. */
 static uint8_t *pack_info(const ha_election *e, const char *id, const char *role,
                           const char *endpoint, uint64_t applied, int ready, const char *reason,
                           size_t *len)

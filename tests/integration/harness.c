@@ -369,6 +369,18 @@ kvc *hx_client(const hx_master *m)
     return c;
 }
 
+int hx_file_count(const char *path, const char *needle)
+{
+    size_t len = 0;
+    int k = 0;
+    char *text = (char *)hx_read_file(path, &len);
+    if (text == NULL) return 0;
+    text[len] = '\0';
+    for (const char *p = text; (p = strstr(p, needle)) != NULL; p += strlen(needle)) k++;
+    free(text);
+    return k;
+}
+
 int hx_write_segment(const char *path, uint64_t offset, const void *data, size_t len)
 {
     int fd = open(path, O_RDWR);

@@ -127,6 +127,10 @@ void hx_print_log(const hx_master *m);
 
 /* 1 when the master's log contains needle. */
 int hx_log_contains(const hx_master *m, const char *needle);
+
+/* How many times needle occurs in the file at path (a log; 0 when it cannot
+ * be read). */
+int hx_file_count(const char *path, const char *needle);
 /* 1 once the master's log contains needle, polled every 10 ms for up to
  * timeout_ms; 0 when it never did. */
 int hx_wait_log(const hx_master *m, const char *needle, int timeout_ms);

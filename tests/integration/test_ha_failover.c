@@ -636,18 +636,6 @@ static void test_ha_a_paused_master_is_passed_over_by_clients(void **state)
     wait_role(c, next, "standby");
 }
 
-/* How many lines of master m's log contain needle. */
-static int log_lines(const hx_master *m, const char *needle)
-{
-    char line[1024];
-    int n = 0;
-    FILE *fp = fopen(m->log, "r");
-    if (fp == NULL) return 0;
-    while (fgets(line, sizeof line, fp) != NULL) n += strstr(line, needle) != NULL;
-    fclose(fp);
-    return n;
-}
-
 /* A standby without the plugin that owns a record type stops following at
  * that record: /health is 503 naming the cause, /role says not-ready, and it
  * never leads -- when the leader dies, the other standby takes over. Should
@@ -689,11 +677,11 @@ static void test_ha_standby_stops_visibly_on_an_unknown_record_type(void **state
     assert_int_not_equal(next, 2);
     wait_role(c, 2, "standby not-ready");
 
-    int stepped_down = log_lines(&c->hc.m[next], "; restarting as a standby");
+    int stepped_down = hx_file_count(c->hc.m[next].log, "; restarting as a standby");
     assert_int_equal(hc_leader_key_of(&c->hc, 2), 0);
     /* next steps down (its key is gone, or another's: deposed or fenced) */
     for (long long end = hx_now_ms() + WAIT_MS;
-         log_lines(&c->hc.m[next], "; restarting as a standby") <= stepped_down;)
+         hx_file_count(c->hc.m[next].log, "; restarting as a standby") <= stepped_down;)
         if (hx_now_ms() > end) fail_msg("m%d did not step down", next);
         else sleep_ms(20);
     assert_int_equal(wait_leader(c, 2), next); /* elected again, once m2 gave the key back */

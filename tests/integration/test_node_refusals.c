@@ -61,19 +61,6 @@ static void sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
-/* How many times needle occurs in the file at path (0 when unreadable). */
-static int count_in_file(const char *path, const char *needle)
-{
-    size_t len = 0;
-    int k = 0;
-    char *text = (char *)hx_read_file(path, &len);
-    if (text == NULL) return 0;
-    text[len] = '\0';
-    for (const char *p = text; (p = strstr(p, needle)) != NULL; p += strlen(needle)) k++;
-    free(text);
-    return k;
-}
-
 /* Wait until the master's metric series reaches at least want. */
 static int wait_metric_at_least(const hx_master *m, const char *series, double want)
 {
@@ -96,7 +83,7 @@ static void token_file(wr_fixture *f, af_who who, char *path, size_t cap)
 /* The node's log says needle exactly once (printed otherwise). */
 static void says_once(const char *log, const char *needle)
 {
-    int k = count_in_file(log, needle);
+    int k = hx_file_count(log, needle);
     if (k != 1) {
         char text[8192];
         hx_read_text(log, text, sizeof(text));

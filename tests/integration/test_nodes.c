@@ -911,17 +911,6 @@ static void test_restarted_node_reconciles_its_cold_files(void **state)
     assert_true(hx_log_contains(&f->m, want));
 }
 
-/* How many lines of the master's log hold needle. */
-static int log_count(const hx_master *m, const char *needle)
-{
-    char line[1024];
-    int n = 0;
-    FILE *fp = fopen(m->log, "r");
-    while (fp != NULL && fgets(line, sizeof(line), fp) != NULL) n += strstr(line, needle) != NULL;
-    if (fp != NULL) fclose(fp);
-    return n;
-}
-
 /* Stop thread tid of another process with ptrace (that thread only). */
 static void thread_stop(pid_t tid)
 {
@@ -1016,8 +1005,8 @@ static void test_a_registration_overtaken_while_its_drops_wait_is_refused(void *
     for (int round = 0; round < 2; round++) {
         if (round == 1) hx_node_kill(&f->a);
         assert_int_equal(hx_node_start(&f->m, &f->a, "node-a", SEGMENT), 0);
-        for (int t = 0; t < 2000 && log_count(&f->m, want) <= round; t++) usleep(10000);
-        gone[round] = log_count(&f->m, want);
+        for (int t = 0; t < 2000 && hx_file_count(f->m.log, want) <= round; t++) usleep(10000);
+        gone[round] = hx_file_count(f->m.log, want);
     }
     assert_int_equal(ptrace(PTRACE_DETACH, writer, NULL, NULL), 0);
     assert_int_equal(gone[0], 1);
