@@ -1,7 +1,8 @@
 /* master_objects.c -- the host's object service (RPC service 1).
  *
  * Plain object storage that works with or without plugins: put start (soft
- * state, answered at once), put end / revoke / remove / remove by prefix
+ * state, answered at once; a large put's answered once its PUT_HANDOFF is
+ * durable, see record_put_open), put end / revoke / remove / remove by prefix
  * (each answered only after its OpLog record is durable and applied, through
  * master_commit), replica lookup under a read lease (a lookup that finds
  * nothing to read is reported to plugins as SMP_EVENT_READ_MISS), exists and listing
@@ -34,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ha_election.h"
 #include "host_rpc.pb-c.h"
 #include "master_internal.h"
 #include "node_ticket.h"
@@ -248,6 +250,80 @@ static int key_claimed(master *m, const char *key)
 
 /* -- put -------------------------------------------------------------------- */
 
+/* A put of at least this many bytes is answered only once a PUT_HANDOFF of
+ * it is durable: its writer copies long enough that a master which crashed
+ * meanwhile may be replaced (about 0.1 s in HA, a restart alone) before the
+ * copy ends, and the replacement must not give its range to another put.
+ * A smaller put's copy ends within a few milliseconds of its answer, while
+ * a record would cost its start a commit. */
+#define MASTER_PUT_OPEN_BYTES (1u << 20)
+
+/* The answer of a put start held until its PUT_HANDOFF is durable. */
+typedef struct put_open_ctx {
+    smp_rpc_call *call;
+    char *segment;
+    uint64_t offset;
+    uint64_t length;
+    uint8_t *resp; /* the packed PutStartResponse */
+    size_t resp_len;
+} put_open_ctx;
+
+static void on_put_open_durable(master *m, void *arg, int status, uint64_t seq)
+{
+    put_open_ctx *c = arg;
+    PutStartResponse *resp = NULL;
+    (void)seq;
+    if (status < 0)
+        rpc_reply_error(c->call, status, "put start: the OpLog record of the put did not "
+                        "become durable");
+    else if ((resp = put_start_response__unpack(NULL, c->resp_len, c->resp)) == NULL ||
+             master_scrub_reply(m, c->call, c->segment, c->offset, c->length, &resp->base) < 0)
+        rpc_reply_error(c->call, SMP_ENOMEM, "put start: out of memory");
+    if (resp != NULL) put_start_response__free_unpacked(resp, NULL);
+    free(c->segment);
+    free(c->resp);
+    free(c);
+}
+
+/* 1 when the start of a put of size bytes is recorded before it is
+ * answered: a large put, on a master every registered master of its
+ * cluster can replay the record on (HA), or alone. */
+static int put_open_recorded(master *m, uint64_t size)
+{
+    char why[200];
+    return size >= MASTER_PUT_OPEN_BYTES &&
+           master_ha_all_have(m, HA_FEATURE_PUT_HANDOFF, why, sizeof(why));
+}
+
+/* Append the PUT_HANDOFF of the put of key just started and answer call
+ * with resp once it is durable (on_put_open_durable). SMP_OK, or an error
+ * (call not answered, the put still in flight). */
+static int record_put_open(master *m, smp_rpc_call *call, const char *key,
+                           const obj_put_ticket *t, const ProtobufCMessage *resp)
+{
+    obj_record rec = {0};
+    put_open_ctx *c = calloc(1, sizeof(*c));
+    size_t n = protobuf_c_message_get_packed_size(resp);
+    int rc = SMP_ENOMEM;
+    if (c == NULL || (c->segment = strdup(t->segment)) == NULL ||
+        (c->resp = malloc(n ? n : 1)) == NULL)
+        goto fail;
+    c->resp_len = protobuf_c_message_pack(resp, c->resp);
+    c->call = call;
+    c->offset = t->offset;
+    c->length = t->length;
+    if ((rc = obj_prepare_put_open(master_objs(m), key, &rec)) < 0) goto fail;
+    if ((rc = master_commit(m, &rec, NULL, on_put_open_durable, c)) < 0) goto fail;
+    return SMP_OK;
+fail:
+    if (c != NULL) {
+        free(c->segment);
+        free(c->resp);
+        free(c);
+    }
+    return rc;
+}
+
 static int h_put_start(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len)
 {
     master *m = ctx;
@@ -324,9 +400,13 @@ static int h_put_start(void *ctx, smp_rpc_call *call, const uint8_t *body, size_
         PutStartResponse resp = PUT_START_RESPONSE__INIT;
         resp.n_replicas = 1;
         resp.replicas = locs;
-        /* bytes of a freed replica still being zeroed there: answer after */
-        if (master_scrub_reply(m, call, t.segment, t.offset, t.length, &resp.base) < 0)
+        if (put_open_recorded(m, req->size)) {
+            if ((rc = record_put_open(m, call, req->key, &t, &resp.base)) < 0)
+                reply_key_err(m, call, rc, "put start", req->key);
+        } else if (master_scrub_reply(m, call, t.segment, t.offset, t.length, &resp.base) < 0) {
+            /* bytes of a freed replica still being zeroed there: answer after */
             rpc_reply_error(call, SMP_ENOMEM, "put start: out of memory");
+        }
     }
     DECODED_FREE(req);
     return SMP_OK;

@@ -144,6 +144,20 @@ void obj_put_forget(obj_store *st, obj_put *p)
     st->stats.puts_in_flight--;
 }
 
+/* Drop a put a PUT_HANDOFF gave, which a later record supersedes (a later
+ * handoff, or a durable object over its range): the master that wrote that
+ * record had freed it (its writer went stale there), so its range is not
+ * scrubbed (no abandon hook: a writer of the later put may be filling it,
+ * or the object is there). Counted in puts_cancelled. */
+void obj_handed_drop(obj_store *st, obj_put *p)
+{
+    obj_seg_free(p->seg, p->offset, p->alloc);
+    obj_sl_del(&st->puts, p->key);
+    obj_put_free(p);
+    st->stats.puts_in_flight--;
+    st->stats.puts_cancelled++;
+}
+
 /* Unlink a reservation and free it; its range is freed when free_range. */
 void obj_reservation_forget(obj_store *st, obj_reservation *r, int free_range)
 {
@@ -454,6 +468,11 @@ int obj_cancel_puts_in(obj_store *st, const obj_segment *seg, uint64_t off, uint
         if (p->consuming || p->seg != seg || p->offset >= off + len ||
             off >= p->offset + p->alloc)
             continue;
+        if (p->handed) { /* a durable object is in its range: never scrubbed */
+            obj_handed_drop(st, p);
+            n++;
+            continue;
+        }
         obj_put_forget(st, p);
         st->stats.puts_cancelled++;
         n++;

@@ -62,13 +62,15 @@
  *   2 PUT_REVOKE      PutRevokeRecord: frees the range of an in-flight put.
  *     PUT_HANDOFF     type 2 at encoding version OBJ_REC_HANDOFF_ENCVER,
  *                     PutHandoffRecord: the in-flight puts a master that
- *                     stops hands on (obj_prepare_put_handoff). Apply takes
- *                     each one's range as an in-flight put, so the put end
- *                     its writer sends next completes on the master that
- *                     replays it, and nobody else is given the range (a
- *                     put an older handoff gave, in its way, is dropped:
- *                     its writer had gone stale where this one was
- *                     written). A
+ *                     stops hands on (obj_prepare_put_handoff), or the one
+ *                     large put whose start it is about to answer
+ *                     (obj_prepare_put_open). Apply takes each one's range
+ *                     as an in-flight put, so the put end its writer sends
+ *                     next completes on the master that replays it, and
+ *                     nobody else is given the range (a put an older
+ *                     handoff gave, in its way, is dropped: its writer had
+ *                     gone stale where this one was written; a durable
+ *                     object over its range cancels it unscrubbed). A
  *                     build that replays only encoding version 1 stops on
  *                     it (SMP_EPROTO): in HA it is written only when every
  *                     registered master advertises that it replays it.
@@ -324,6 +326,14 @@ int obj_prepare_put_revoke(obj_store *st, const char *key, obj_record *out);
  * number of puts it carries. SMP_ENOTFOUND when none is in flight,
  * SMP_ENOMEM. */
 int obj_prepare_put_handoff(obj_store *st, obj_record *out, size_t *n);
+
+/* Encode the PUT_HANDOFF of the in-flight put of key alone: written before
+ * the put start of a large put is answered, so that a master that replays
+ * it (after a crash of this one) keeps the range from other puts while the
+ * writer may still copy into it, and takes the writer's put end. No state
+ * change: applying it on this store changes nothing. SMP_ENOTFOUND (no put
+ * of key in flight), SMP_EINVAL, SMP_ENOMEM. */
+int obj_prepare_put_open(obj_store *st, const char *key, obj_record *out);
 
 /* A node is receiving the bytes of the put of key into segment at offset:
  * the put counts as started now for obj_cleanup_stale_puts (a slow client's

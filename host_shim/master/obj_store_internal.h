@@ -326,6 +326,7 @@ void obj_stats_account(obj_store *st, const obj_object *o, int sign);
 void obj_stats_leave_keeping(obj_store *st, const obj_object *o);
 int obj_reps_cover(const obj_object *n, const obj_object *old);
 int obj_cancel_puts_in(obj_store *st, const obj_segment *seg, uint64_t off, uint64_t len);
+void obj_handed_drop(obj_store *st, obj_put *p);
 int obj_object_reserve(obj_store *st, obj_object *o);
 /* Return o's memory ranges to their segments (noting them and its cold
  * files while tracking is on: obj_released_note). */

@@ -199,6 +199,32 @@ int obj_prepare_put_revoke(obj_store *st, const char *key, obj_record *out)
     return obj_encode(&m.base, OBJ_REC_PUT_REVOKE, out);
 }
 
+/* The HandedPut of p; its strings borrowed from p. */
+static void obj_handed_of(const obj_put *p, Hostrec__HandedPut *h)
+{
+    hostrec__handed_put__init(h);
+    h->key = p->key;
+    h->size = p->size;
+    h->data_type = (uint32_t)p->data_type;
+    h->group = p->group;
+    h->tenant = p->tenant;
+    h->hard_pinned = p->pinned != 0;
+    h->put_id = p->put_id;
+    h->segment = p->seg->id;
+    h->offset = p->offset;
+}
+
+/* Encode the PUT_HANDOFF of the n puts at ptrs into *out. */
+static int obj_encode_handoff(Hostrec__HandedPut **ptrs, size_t n, obj_record *out)
+{
+    Hostrec__PutHandoffRecord m = HOSTREC__PUT_HANDOFF_RECORD__INIT;
+    m.puts = ptrs;
+    m.n_puts = n;
+    int rc = obj_encode(&m.base, OBJ_REC_PUT_REVOKE, out);
+    if (rc == SMP_OK) out->encver = OBJ_REC_HANDOFF_ENCVER;
+    return rc;
+}
+
 int obj_prepare_put_handoff(obj_store *st, obj_record *out, size_t *n)
 {
     OBJ_CHECK_CALLER(st);
@@ -213,31 +239,29 @@ int obj_prepare_put_handoff(obj_store *st, obj_record *out, size_t *n)
     for (obj_sl_node *x = obj_sl_after(&st->puts, NULL, 0); x != NULL && k < cap; x = x->next[0]) {
         const obj_put *p = x->val;
         if (p->consuming) continue; /* its PUT_END is applying: nothing to hand on */
-        Hostrec__HandedPut *h = &puts[k];
-        hostrec__handed_put__init(h);
-        h->key = p->key;
-        h->size = p->size;
-        h->data_type = (uint32_t)p->data_type;
-        h->group = p->group;
-        h->tenant = p->tenant;
-        h->hard_pinned = p->pinned != 0;
-        h->put_id = p->put_id;
-        h->segment = p->seg->id;
-        h->offset = p->offset;
-        ptrs[k++] = h;
+        obj_handed_of(p, &puts[k]);
+        ptrs[k] = &puts[k];
+        k++;
     }
     rc = SMP_ENOTFOUND;
     if (k == 0) goto done;
-    Hostrec__PutHandoffRecord m = HOSTREC__PUT_HANDOFF_RECORD__INIT;
-    m.puts = ptrs;
-    m.n_puts = k;
-    if ((rc = obj_encode(&m.base, OBJ_REC_PUT_REVOKE, out)) < 0) goto done;
-    out->encver = OBJ_REC_HANDOFF_ENCVER;
+    if ((rc = obj_encode_handoff(ptrs, k, out)) < 0) goto done;
     *n = k;
 done:
     free(ptrs);
     free(puts);
     return rc;
+}
+
+int obj_prepare_put_open(obj_store *st, const char *key, obj_record *out)
+{
+    OBJ_CHECK_CALLER(st);
+    if (obj_validate_key(key) < 0 || !out) return SMP_EINVAL;
+    const obj_put *p = obj_sl_get(&st->puts, key);
+    if (p == NULL || p->consuming) return SMP_ENOTFOUND;
+    Hostrec__HandedPut h, *ptr = &h;
+    obj_handed_of(p, &h);
+    return obj_encode_handoff(&ptr, 1, out);
 }
 
 int obj_put_touch(obj_store *st, const char *key, const char *segment, uint64_t offset,

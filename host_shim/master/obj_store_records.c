@@ -657,19 +657,6 @@ static int obj_handed_ok(const Hostrec__HandedPut *h)
            h->offset % OBJ_ALIGN == 0;
 }
 
-/* Drop a put an earlier PUT_HANDOFF gave, which a later one supersedes: the
- * master that wrote the later one had freed it (its writer went stale
- * there), so its range is not scrubbed (no abandon hook: a writer of the
- * later put may be filling it). Counted in puts_cancelled. */
-static void obj_handed_drop(obj_store *st, obj_put *p)
-{
-    obj_seg_free(p->seg, p->offset, p->alloc);
-    obj_sl_del(&st->puts, p->key);
-    obj_put_free(p);
-    st->stats.puts_in_flight--;
-    st->stats.puts_cancelled++;
-}
-
 /* Drop the handed puts overlapping [off, off + len) of s; how many. */
 static int obj_handed_drop_in(obj_store *st, const obj_segment *s, uint64_t off, uint64_t len)
 {

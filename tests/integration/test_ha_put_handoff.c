@@ -15,7 +15,11 @@
  * A registered master that does not advertise the feature (a registry
  * entry as an older build writes it) keeps the leader from writing the
  * record, which that master could not replay: the leader says so, and the
- * next leader does not know the put (its put end is refused ENOTFOUND). */
+ * next leader does not know the put (its put end is refused ENOTFOUND).
+ *
+ * A leader killed (SIGKILL) drains nothing: a put of 1 MiB or more was
+ * answered only once its own PUT_HANDOFF was durable, so the next leader
+ * keeps its range all the same and takes its put end. */
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -79,7 +83,7 @@ static void start_cluster(fixture *f)
         if (hx_start(&f->hc.m[i], WAIT_MS) < 0) fail_msg("master %d did not start", i);
     }
     if ((f->leader = hc_wait_leader(&f->hc, -1, WAIT_MS)) < 0) fail_msg("no leader");
-    assert_int_equal(hc_node_start(&f->hc, "n1", 4u << 20), 0);
+    assert_int_equal(hc_node_start(&f->hc, "n1", 16u << 20), 0);
     if (hc_wait_node(&f->hc, f->leader, WAIT_MS) < 0) fail_msg("the node did not register");
     assert_int_equal(hc_list_view(&f->hc, &f->view), 0);
 }
@@ -199,12 +203,43 @@ static void test_no_handoff_while_a_registered_master_cannot_replay_it(void **st
     kvc_close(d);
 }
 
+static void test_sigkill_of_the_leader_keeps_a_large_put_s_range(void **state)
+{
+    fixture *f = *state;
+    enum { BIG = 2 << 20 };
+    static uint8_t a[BIG], b[BIG];
+    char why[512];
+    memset(a, 0xa5, sizeof(a));
+    memset(b, 0xb6, sizeof(b));
+    start_cluster(f);
+    kvc *c = hx_client(&f->view);
+    assert_non_null(c);
+    kvc_replica where;
+    assert_int_equal(kvc_put_start(c, "kv/small", (1 << 20) - 1, SMP_DATA_KV, NULL, 0, NULL), 0);
+    assert_int_equal(kvc_put_start(c, "kv/big", BIG, SMP_DATA_KV, NULL, 0, &where), 0);
+    assert_int_equal(hx_write_segment(where.segment_path, where.offset, a, BIG / 2), 0);
+    int old = f->leader;
+    hx_kill(&f->hc.m[old]);
+    kvc_close(c);
+    if ((f->leader = hc_wait_leader(&f->hc, old, WAIT_MS)) < 0) fail_msg("no next leader");
+    if (hc_wait_node(&f->hc, f->leader, WAIT_MS) < 0) fail_msg("the node did not register again");
+    /* first fit would place a put of kv/big's size over kv/small's free
+     * range and kv/big's */
+    kvc *d = hx_client(&f->view);
+    assert_non_null(d);
+    if (hx_finish_handed_put(d, "kv/big", &where, a, "kv/other", b, BIG, why, sizeof(why)) < 0)
+        fail_msg("the next leader: %s", why);
+    kvc_close(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_sigterm_of_the_leader_hands_on_a_put_still_written,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_handoff_while_a_registered_master_cannot_replay_it,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sigkill_of_the_leader_keeps_a_large_put_s_range,
                                         setup, teardown),
     };
     if (getenv("HA_TEST") != NULL) cmocka_set_test_filter(getenv("HA_TEST"));

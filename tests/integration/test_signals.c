@@ -13,7 +13,10 @@
  * and a client polling the status does not keep the drain from ending;
  * a put still being written when the drain ends is handed on to the
  * master restarted (PUT_HANDOFF), which keeps its range and takes its put
- * end; a second signal stops it at once. */
+ * end; a second signal stops it at once. SIGKILL gives no drain: a put of
+ * 1 MiB or more is answered only once its start is durable (a PUT_HANDOFF
+ * of it), so the master restarted keeps its range too, while a smaller
+ * put's start writes no record. */
 #include <limits.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -179,6 +182,50 @@ static void test_sigterm_hands_on_a_put_still_written(void **state)
     hx_cleanup(&m);
 }
 
+static uint64_t last_seq(kvc *c)
+{
+    kvc_status st;
+    assert_int_equal(kvc_status_get(c, &st), 0);
+    return st.oplog_last_seq;
+}
+
+static void test_sigkill_keeps_a_large_put_s_range(void **state)
+{
+    (void)state;
+    enum { LEN = 2 << 20, SMALL = (1 << 20) - 1 };
+    static uint8_t a[LEN], b[LEN];
+    char why[512];
+    memset(a, 0xa3, sizeof(a));
+    memset(b, 0xb4, sizeof(b));
+    hx_master m;
+    kvc_replica where;
+    assert_int_equal(hx_init(&m, "signals-kill", NULL), 0);
+    assert_int_equal(hx_start(&m, 20000), 0);
+    kvc *c = hx_client(&m);
+    assert_non_null(c);
+    uint64_t seq = last_seq(c);
+    assert_int_equal(kvc_put_start(c, "kv/small", SMALL, SMP_DATA_KV, NULL, 0, NULL), 0);
+    assert_int_equal(last_seq(c), seq);
+    assert_int_equal(kvc_put_start(c, "kv/long", LEN, SMP_DATA_KV, NULL, 0, &where), 0);
+    assert_int_equal(last_seq(c), seq + 1);
+    assert_true(where.segment_path[0] != '\0');
+    assert_int_equal(hx_write_segment(where.segment_path, where.offset, a, LEN / 2), 0);
+    hx_kill(&m);
+    kvc_close(c);
+
+    /* restarted from the OpLog: kv/small's range is free again, and
+     * kv/long's is not given to a new put (first fit would place a put of
+     * its size over both) */
+    assert_int_equal(hx_start(&m, 20000), 0);
+    kvc *d = hx_client(&m);
+    assert_non_null(d);
+    if (hx_finish_handed_put(d, "kv/long", &where, a, "kv/other", b, LEN, why, sizeof(why)) < 0)
+        fail_msg("the master restarted: %s", why);
+    kvc_close(d);
+    assert_int_equal(hx_stop(&m), 0);
+    hx_cleanup(&m);
+}
+
 /* A second SIGTERM during a drain stops the master at once: the open put
  * does not hold it for the drain's 5 s. */
 static void test_second_sigterm_stops_at_once(void **state)
@@ -206,6 +253,7 @@ int main(void)
         cmocka_unit_test(test_sigterm_lets_an_open_put_end),
         cmocka_unit_test(test_sigterm_hands_on_a_put_still_written),
         cmocka_unit_test(test_second_sigterm_stops_at_once),
+        cmocka_unit_test(test_sigkill_keeps_a_large_put_s_range),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

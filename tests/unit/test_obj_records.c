@@ -1373,6 +1373,113 @@ static void test_put_handoff_carries_open_puts(void **state)
     obj_store_destroy(e);
 }
 
+static int g_abandoned;
+
+static void count_abandon(void *ctx, const char *node, const char *segment, uint64_t offset,
+                          uint64_t len)
+{
+    (void)ctx, (void)node, (void)segment, (void)offset, (void)len;
+    g_abandoned++;
+}
+
+/* The record of a large put's start (obj_prepare_put_open) is a PUT_HANDOFF
+ * of that put alone: a no-op where it was written, the one put taken
+ * elsewhere, consumed by its put end; a durable object over its range (its
+ * writer went stale and the range was given again) cancels it without the
+ * scrub of the range, where that object lies. */
+static void test_put_open_record_holds_one_put(void **state)
+{
+    (void)state;
+    static rec_log log;
+    g_log = &log;
+    obj_store *a = new_store(NULL);
+    mount(a, "s0", "n0", 1 << 16);
+    assert_int_equal(put_full(a, "kv/done", 1000, "", "", 10), SMP_OK);
+    g_log = NULL;
+    obj_put_params p1 = {"kv/small", 300, SMP_DATA_KV, "", "", 0, 0, NULL, 7};
+    obj_put_params p2 = {"kv/large", 5000, SMP_DATA_WEIGHT, "g", "", 0, 0, NULL, 7};
+    obj_put_ticket t1, t2;
+    assert_int_equal(obj_put_start(a, &p1, 20, &t1), SMP_OK);
+    assert_int_equal(obj_put_start(a, &p2, 20, &t2), SMP_OK);
+
+    obj_record h = {0};
+    assert_int_equal(obj_prepare_put_open(a, "kv/large", &h), SMP_OK);
+    assert_int_equal(h.type, OBJ_REC_PUT_REVOKE);
+    assert_int_equal(h.encver, OBJ_REC_HANDOFF_ENCVER);
+    char line[256];
+    assert_true(obj_describe_record(h.type, h.encver, h.buf, h.len, line, sizeof(line)) > 0);
+    char want[256];
+    snprintf(want, sizeof(want), "PUT_HANDOFF puts=1 first=kv/large segment=s0 offset=%llu "
+             "size=5000 put_id=3", (unsigned long long)t2.offset);
+    assert_string_equal(line, want);
+    obj_stats sa;
+    apply_expect(a, &h, SMP_OK);
+    obj_store_stats(a, &sa);
+    assert_int_equal(sa.puts_in_flight, 2);
+    assert_int_equal(sa.puts_taken_over + sa.puts_not_taken_over, 0);
+
+    /* a master that replays it holds that put alone, and its put end
+     * completes there at the range */
+    obj_store *b = replay_log(&log, 0, log.n, NULL);
+    obj_stats sb;
+    apply_expect(b, &h, SMP_OK);
+    obj_store_stats(b, &sb);
+    assert_int_equal(sb.puts_in_flight, 1);
+    assert_int_equal(sb.puts_taken_over, 1);
+    assert_int_equal(obj_put_touch(b, "kv/small", "s0", t1.offset, 30), SMP_ENOTFOUND);
+    obj_record r = {0};
+    uint8_t sum[32] = {3};
+    assert_int_equal(obj_prepare_put_end(a, "kv/large", sum, 40, &r), SMP_OK);
+    apply_expect(b, &r, SMP_OK);
+    apply_rec(a, &r);
+    obj_store_stats(b, &sb);
+    assert_int_equal(sb.puts_in_flight, 0);
+    obj_replica reps[2];
+    size_t nr = 0;
+    assert_int_equal(obj_object_replicas(b, "kv/large", reps, 2, &nr), SMP_OK);
+    assert_int_equal(nr, 1);
+    assert_int_equal(reps[0].offset, t2.offset);
+
+    /* c holds it; the writer goes stale at the leader (x), which gives the
+     * range to an object: applied at c, it cancels the held put unscrubbed */
+    obj_store *c = replay_log(&log, 0, log.n, NULL);
+    obj_store *x = replay_log(&log, 0, log.n, NULL);
+    apply_expect(c, &h, SMP_OK);
+    obj_store_set_abandon_hook(c, count_abandon, NULL);
+    g_abandoned = 0;
+    obj_put_params q1 = {"kv/q1", 300, SMP_DATA_KV, "", "", 0, 0, NULL, 0};
+    obj_put_params q2 = {"kv/q2", 5000, SMP_DATA_KV, "", "", 0, 0, NULL, 0};
+    obj_put_ticket u1, u2;
+    assert_int_equal(obj_put_start(x, &q1, 50, &u1), SMP_OK);
+    assert_int_equal(obj_put_start(x, &q2, 50, &u2), SMP_OK);
+    assert_int_equal(u2.offset, t2.offset); /* the same state, the same first fit */
+    assert_int_equal(obj_prepare_put_end(x, "kv/q2", sum, 60, &r), SMP_OK);
+    obj_stats sc;
+    obj_store_stats(c, &sc);
+    uint64_t cancelled = sc.puts_cancelled;
+    apply_expect(c, &r, SMP_OK);
+    apply_rec(x, &r);
+    obj_store_stats(c, &sc);
+    assert_int_equal(sc.puts_in_flight, 0);
+    assert_int_equal(sc.puts_cancelled, cancelled + 1);
+    assert_int_equal(g_abandoned, 0);
+    assert_int_equal(obj_object_replicas(c, "kv/q2", reps, 2, &nr), SMP_OK);
+    assert_int_equal(nr, 1);
+    assert_int_equal(reps[0].offset, t2.offset);
+    assert_int_equal(obj_object_replicas(c, "kv/large", reps, 2, &nr), SMP_ENOTFOUND);
+
+    /* nothing of key in flight, or no key */
+    assert_int_equal(obj_prepare_put_open(a, "kv/large", &r), SMP_ENOTFOUND);
+    assert_int_equal(obj_prepare_put_open(a, "", &r), SMP_EINVAL);
+
+    obj_record_free(&h);
+    free_log(&log);
+    obj_store_destroy(a);
+    obj_store_destroy(b);
+    obj_store_destroy(c);
+    obj_store_destroy(x);
+}
+
 /* A PUT_HANDOFF that does not decode, or names a put that cannot be, is
  * refused whole (SMP_EPROTO) and changes nothing; only type 2 has a version
  * 2. */
@@ -1447,6 +1554,7 @@ int main(void)
         cmocka_unit_test(test_random_pipeline_consistent),
         cmocka_unit_test(test_put_handoff_carries_open_puts),
         cmocka_unit_test(test_put_handoff_malformed),
+        cmocka_unit_test(test_put_open_record_holds_one_put),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
