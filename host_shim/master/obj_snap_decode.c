@@ -178,6 +178,34 @@ static int snap_group(obj_snap_dec *d, const uint8_t *p, const uint8_t *end,
     return SMP_OK;
 }
 
+static int snap_handed(obj_snap_dec *d, const uint8_t *p, const uint8_t *end,
+                       Hostrec__HandedPut *m)
+{
+    static const Hostrec__HandedPut init = HOSTREC__HANDED_PUT__INIT;
+    *m = init;
+    size_t at = 0;
+    pbw_rd r = {p, end, 0};
+    pbw_fld f;
+    while (r.p < r.end) {
+        if (pbw_next(&r, &f) < 0) return SMP_EPROTO;
+        int bad = 0;
+        switch (f.tag) {
+        case 1: bad = snap_str(&f, d->str, &at, &m->key); break;
+        case 2: bad = pbw_u64(&f, &m->size); break;
+        case 3: bad = pbw_u32(&f, &m->data_type); break;
+        case 4: bad = snap_str(&f, d->str, &at, &m->group); break;
+        case 5: bad = snap_str(&f, d->str, &at, &m->tenant); break;
+        case 6: m->hard_pinned = pbw_bool(&f); break;
+        case 7: bad = pbw_u64(&f, &m->put_id); break;
+        case 8: bad = snap_str(&f, d->str, &at, &m->segment); break;
+        case 9: bad = pbw_u64(&f, &m->offset); break;
+        default: break;
+        }
+        if (bad) return SMP_EPROTO;
+    }
+    return SMP_OK;
+}
+
 /* Room in d->str for the strings of a record of len bytes. SMP_ENOMEM. */
 static int snap_str_reserve(obj_snap_dec *d, size_t len)
 {
@@ -206,6 +234,11 @@ static int snap_record(obj_snap_dec *d, unsigned what, const uint8_t *p, const u
         if ((rc = snap_segment(d, p, end, &m)) < 0) return rc;
         return fn ? fn(arg, what, &m.base) : SMP_OK;
     }
+    if (what == OBJ_SNAP_OPEN_PUTS) {
+        Hostrec__HandedPut m;
+        if ((rc = snap_handed(d, p, end, &m)) < 0) return rc;
+        return fn ? fn(arg, what, &m.base) : SMP_OK;
+    }
     Hostrec__GroupRecord m;
     if ((rc = snap_group(d, p, end, &m)) < 0) return rc;
     return fn ? fn(arg, what, &m.base) : SMP_OK;
@@ -214,7 +247,11 @@ static int snap_record(obj_snap_dec *d, unsigned what, const uint8_t *p, const u
 /* The OBJ_SNAP_* bit of a top-level field number; 0 for another. */
 static unsigned snap_kind(uint32_t tag)
 {
-    return tag == 2 ? OBJ_SNAP_SEGMENTS : tag == 3 ? OBJ_SNAP_GROUPS : tag == 4 ? OBJ_SNAP_OBJECTS : 0;
+    return tag == 2   ? OBJ_SNAP_SEGMENTS
+           : tag == 3 ? OBJ_SNAP_GROUPS
+           : tag == 4 ? OBJ_SNAP_OBJECTS
+           : tag == 5 ? OBJ_SNAP_OPEN_PUTS
+                      : 0;
 }
 
 /* A top-level field's tag and length (or varint) lie in its first bytes:
@@ -303,7 +340,7 @@ static int snap_frame_walk(const uint8_t *data, size_t len, size_t avail, obj_sn
     *used = 0;
     if (len == 0) return SMP_OK;
     if (data == NULL) return SMP_EINVAL;
-    size_t last = 0; /* the kind of the last record (1 segments .. 3 objects) */
+    size_t last = 0; /* the kind of the last record (1 segments .. 4 open puts) */
     pbw_rd r = pbw_reader(data, len);
     pbw_fld f;
     while (r.p < r.end) {
@@ -325,7 +362,7 @@ static int snap_frame_walk(const uint8_t *data, size_t len, size_t avail, obj_sn
             if (pbw_u32(&f, &out->format) < 0) return SMP_EPROTO;
             continue;
         }
-        if (f.tag < 2 || f.tag > 4) continue; /* unknown: skipped */
+        if (f.tag < 2 || f.tag > 5) continue; /* unknown: skipped */
         if (f.wt != PBW_LEN) return SMP_EPROTO;
         size_t kind = f.tag - 1;
         if (kind < last) out->in_kind_order = 0;

@@ -22,7 +22,8 @@ enum {
     OBJ_SNAP_SEGMENTS = 1u << 0, /* field 2, Hostrec__SegmentRecord */
     OBJ_SNAP_GROUPS = 1u << 1,   /* field 3, Hostrec__GroupRecord */
     OBJ_SNAP_OBJECTS = 1u << 2,  /* field 4, Hostrec__ObjectRecord */
-    OBJ_SNAP_ALL = 7u
+    OBJ_SNAP_OPEN_PUTS = 1u << 3, /* field 5, Hostrec__HandedPut */
+    OBJ_SNAP_ALL = 15u
 };
 
 /* Scratch storage a decode reuses from record to record: zero it before the
@@ -80,11 +81,12 @@ int obj_snap_decode_fed(obj_snap_dec *d,
 /* What the top-level framing of a section says, without decoding a record. */
 typedef struct obj_snap_frame {
     uint32_t format;    /* the last format field (0 when none) */
-    size_t n[3];        /* records of segments, groups, objects */
+    size_t n[4];        /* records of segments, groups, objects, open puts */
     int in_kind_order;  /* 1: every segment before every group, every group
-                         * before every object (as a save writes them): one
-                         * decode with OBJ_SNAP_ALL hands them out in the
-                         * order of three decodes of one field each */
+                         * before every object, every object before every
+                         * open put (as a save writes them): one decode with
+                         * OBJ_SNAP_ALL hands them out in the order of four
+                         * decodes of one field each */
 } obj_snap_frame;
 
 /* Walk the top-level fields of data[0..len) only, with obj_snap_decode's

@@ -327,6 +327,17 @@ void obj_stats_leave_keeping(obj_store *st, const obj_object *o);
 int obj_reps_cover(const obj_object *n, const obj_object *old);
 int obj_cancel_puts_in(obj_store *st, const obj_segment *seg, uint64_t off, uint64_t len);
 void obj_handed_drop(obj_store *st, obj_put *p);
+/* The HandedPut of p (PUT_HANDOFF, snapshots); its strings borrowed from p. */
+void obj_handed_of(const obj_put *p, Hostrec__HandedPut *h);
+/* 1 when a handed put is well formed (its segment may be unknown here). */
+int obj_handed_ok(const Hostrec__HandedPut *h);
+/* Take one handed put as in flight here, its time running from the next
+ * sweep: 1 taken, 0 not (an object of that incarnation or newer has its
+ * key -- a put that ended since --, or a put its key has in flight is not
+ * an older handed one, or its range is not free but for older handed
+ * puts), or SMP_ENOMEM. Older handed puts in its way are dropped
+ * (obj_handed_drop). */
+int obj_take_handed(obj_store *st, const Hostrec__HandedPut *h);
 int obj_object_reserve(obj_store *st, obj_object *o);
 /* Return o's memory ranges to their segments (noting them and its cold
  * files while tracking is on: obj_released_note). */

@@ -199,8 +199,7 @@ int obj_prepare_put_revoke(obj_store *st, const char *key, obj_record *out)
     return obj_encode(&m.base, OBJ_REC_PUT_REVOKE, out);
 }
 
-/* The HandedPut of p; its strings borrowed from p. */
-static void obj_handed_of(const obj_put *p, Hostrec__HandedPut *h)
+void obj_handed_of(const obj_put *p, Hostrec__HandedPut *h)
 {
     hostrec__handed_put__init(h);
     h->key = p->key;

@@ -648,8 +648,7 @@ static int obj_apply_put_revoke(obj_store *st, const Hostrec__PutRevokeRecord *m
     return SMP_OK;
 }
 
-/* 1 when a handed put is well formed (its segment may be unknown here). */
-static int obj_handed_ok(const Hostrec__HandedPut *h)
+int obj_handed_ok(const Hostrec__HandedPut *h)
 {
     return obj_validate_key(h->key) == 0 && obj_name_ok(h->group, OBJ_GROUP_MAX, 1) &&
            obj_name_ok(h->tenant, OBJ_NAME_MAX, 1) && h->data_type <= SMP_DATA_WEIGHT &&
@@ -672,12 +671,7 @@ static int obj_handed_drop_in(obj_store *st, const obj_segment *s, uint64_t off,
     return n;
 }
 
-/* Take one handed put as in flight here: 1 taken, 0 not (an object of that
- * incarnation or newer has its key -- a put that ended since --, or a put
- * its key has in flight is not an older handed one, or its range is not
- * free but for older handed puts), or SMP_ENOMEM. Older handed puts in its
- * way are dropped (obj_handed_drop). */
-static int obj_take_handed(obj_store *st, const Hostrec__HandedPut *h)
+int obj_take_handed(obj_store *st, const Hostrec__HandedPut *h)
 {
     uint64_t alloc = obj_ext_len(h->size);
     obj_segment *s = obj_sl_get(&st->segments, h->segment);

@@ -75,6 +75,15 @@ int obj_store_save(const obj_store *st,
         obj_record_free(&r);
         if (rc < 0) goto free_tmp;
     }
+    /* the puts in flight, whose writers may still copy after a restart
+     * from this snapshot (one whose PUT_END is applying is an object) */
+    for (obj_sl_node *x = obj_sl_after(&st->puts, NULL, 0); x; x = x->next[0]) {
+        const obj_put *p = x->val;
+        if (p->consuming) continue;
+        Hostrec__HandedPut h;
+        obj_handed_of(p, &h);
+        if ((rc = obj_snap_field(&w, 5, &h.base)) < 0) goto free_tmp;
+    }
     rc = SMP_OK;
 free_tmp:
     free(w.tmp);
@@ -114,6 +123,15 @@ static int obj_load_apply(void *arg, unsigned what, const ProtobufCMessage *msg)
         const Hostrec__GroupRecord *m = (const Hostrec__GroupRecord *)msg;
         if (!m->managed) return SMP_EPROTO;
         return obj_set_group_managed(st, m->name, obj_group_msg_owner(m));
+    }
+    if (what == OBJ_SNAP_OPEN_PUTS) {
+        /* one image: its range is free and its key has no newer object */
+        const Hostrec__HandedPut *h = (const Hostrec__HandedPut *)msg;
+        if (!obj_handed_ok(h)) return SMP_EPROTO;
+        int rc = obj_take_handed(st, h);
+        if (rc == 1 && h->put_id >= st->next_put_id)
+            st->next_put_id = h->put_id == UINT64_MAX ? UINT64_MAX : h->put_id + 1;
+        return rc < 0 ? rc : rc == 1 ? SMP_OK : SMP_EPROTO;
     }
     const Hostrec__ObjectRecord *m = (const Hostrec__ObjectRecord *)msg;
     /* Its index slot, a cache miss at a random place of the table, is
@@ -173,8 +191,8 @@ static int obj_store_load_here(obj_store *st, const uint8_t *data, size_t len)
      * time into scratch storage reused by the next, instead of unpacked
      * whole by protobuf-c into an arena of some 2.5x its size. A walk of
      * the top-level framing reads the format and the counts (the indexes
-     * are sized from them); then segments, managed groups and objects are
-     * applied in that order, each in the order of the bytes (as the
+     * are sized from them); then segments, managed groups, objects and
+     * open puts are applied in that order, each in the order of the bytes (as the
      * unpacked message's arrays were): in one decode when the section has
      * them in that order, as a save writes it, else in one decode each.
      * Bytes protobuf-c refuses inside a record are found as it is applied:
@@ -186,7 +204,8 @@ static int obj_store_load_here(obj_store *st, const uint8_t *data, size_t len)
     if ((rc = obj_snap_frame_scan(data, len, &fr)) < 0) return rc;
     if (fr.format != OBJ_SNAPSHOT_FORMAT) return SMP_EPROTO;
     obj_load_prepare(st, len, fr.n[1], fr.n[2]);
-    static const unsigned passes[] = {OBJ_SNAP_SEGMENTS, OBJ_SNAP_GROUPS, OBJ_SNAP_OBJECTS};
+    static const unsigned passes[] = {OBJ_SNAP_SEGMENTS, OBJ_SNAP_GROUPS, OBJ_SNAP_OBJECTS,
+                                      OBJ_SNAP_OPEN_PUTS};
     if (fr.in_kind_order) {
         rc = obj_snap_decode(&dec, data, len, OBJ_SNAP_ALL, NULL, obj_load_apply, &c);
     } else {

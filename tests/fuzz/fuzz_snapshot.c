@@ -145,6 +145,9 @@ static int build_store(obj_store *st)
     if (rc == SMP_OK) rc = put(st, "w/model/rev1/obj-0", 8192, "w/model/rev1", 1003);
     if (rc == SMP_OK) rc = apply(st, &r, obj_prepare_group_managed(st, "w/model/rev1", "weight_mgmt", 1, &r));
     if (rc == SMP_OK) rc = apply(st, &r, obj_prepare_set_pin(st, "kv/one", 1, &r));
+    /* a put in flight: saved as an open put */
+    obj_put_params open = {"kv/open", 2048, SMP_DATA_KV, "", "tA", 0, 0, NULL, 0};
+    if (rc == SMP_OK) rc = obj_put_start(st, &open, 1004, NULL);
     return rc;
 }
 

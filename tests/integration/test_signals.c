@@ -15,8 +15,9 @@
  * master restarted (PUT_HANDOFF), which keeps its range and takes its put
  * end; a second signal stops it at once. SIGKILL gives no drain: a put of
  * 1 MiB or more is answered only once its start is durable (a PUT_HANDOFF
- * of it), so the master restarted keeps its range too, while a smaller
- * put's start writes no record. */
+ * of it), so the master restarted keeps its range too, also from a
+ * snapshot taken while the put was open, while a smaller put's start
+ * writes no record. */
 #include <limits.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -189,9 +190,12 @@ static uint64_t last_seq(kvc *c)
     return st.oplog_last_seq;
 }
 
-static void test_sigkill_keeps_a_large_put_s_range(void **state)
+/* Start a put of 2 MiB (and a smaller one), copy half of it, take a
+ * snapshot first when snapshot is set (the restart then starts from it,
+ * the put open in it), SIGKILL the master and restart it: the range is
+ * kept and the put end taken. */
+static void sigkill_during_a_large_put(const char *name, int snapshot)
 {
-    (void)state;
     enum { LEN = 2 << 20, SMALL = (1 << 20) - 1 };
     static uint8_t a[LEN], b[LEN];
     char why[512];
@@ -199,7 +203,7 @@ static void test_sigkill_keeps_a_large_put_s_range(void **state)
     memset(b, 0xb4, sizeof(b));
     hx_master m;
     kvc_replica where;
-    assert_int_equal(hx_init(&m, "signals-kill", NULL), 0);
+    assert_int_equal(hx_init(&m, name, NULL), 0);
     assert_int_equal(hx_start(&m, 20000), 0);
     kvc *c = hx_client(&m);
     assert_non_null(c);
@@ -210,20 +214,37 @@ static void test_sigkill_keeps_a_large_put_s_range(void **state)
     assert_int_equal(last_seq(c), seq + 1);
     assert_true(where.segment_path[0] != '\0');
     assert_int_equal(hx_write_segment(where.segment_path, where.offset, a, LEN / 2), 0);
+    if (snapshot) {
+        uint64_t at = 0;
+        assert_int_equal(kvc_snapshot(c, &at), 0);
+        assert_true(at >= seq + 1);
+    }
     hx_kill(&m);
     kvc_close(c);
 
-    /* restarted from the OpLog: kv/small's range is free again, and
-     * kv/long's is not given to a new put (first fit would place a put of
-     * its size over both) */
+    /* restarted: kv/small's range is free again, and kv/long's is not
+     * given to a new put (first fit would place a put of its size over
+     * both) */
     assert_int_equal(hx_start(&m, 20000), 0);
     kvc *d = hx_client(&m);
     assert_non_null(d);
     if (hx_finish_handed_put(d, "kv/long", &where, a, "kv/other", b, LEN, why, sizeof(why)) < 0)
-        fail_msg("the master restarted: %s", why);
+        fail_msg("the master restarted%s: %s", snapshot ? " from the snapshot" : "", why);
     kvc_close(d);
     assert_int_equal(hx_stop(&m), 0);
     hx_cleanup(&m);
+}
+
+static void test_sigkill_keeps_a_large_put_s_range(void **state)
+{
+    (void)state;
+    sigkill_during_a_large_put("signals-kill", 0);
+}
+
+static void test_sigkill_keeps_a_large_put_s_range_in_a_snapshot(void **state)
+{
+    (void)state;
+    sigkill_during_a_large_put("signals-kill-snap", 1);
 }
 
 /* A second SIGTERM during a drain stops the master at once: the open put
@@ -254,6 +275,7 @@ int main(void)
         cmocka_unit_test(test_sigterm_hands_on_a_put_still_written),
         cmocka_unit_test(test_second_sigterm_stops_at_once),
         cmocka_unit_test(test_sigkill_keeps_a_large_put_s_range),
+        cmocka_unit_test(test_sigkill_keeps_a_large_put_s_range_in_a_snapshot),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -262,6 +262,99 @@ static void test_snapshot_round_trip(void **state)
     obj_store_destroy(f);
 }
 
+/* The puts in flight when a snapshot is taken are in it (after the
+ * objects): a store loaded from it holds their ranges as a PUT_HANDOFF's
+ * (their time from its first sweep), takes their put ends, and gives new
+ * puts other ranges; a snapshot whose open put is not free in its own
+ * image is refused whole. */
+static void test_snapshot_carries_open_puts(void **state)
+{
+    (void)state;
+    obj_store *a = new_store(NULL);
+    mount(a, "s0", "n0", 1 << 16);
+    assert_int_equal(put_full(a, "kv/done", 1000, "", "", 10), SMP_OK);
+    obj_put_params p1 = {"kv/open-1", 300, SMP_DATA_KV, "", "tA", 0, 0, NULL, 7};
+    obj_put_params p2 = {"kv/open-2", 5000, SMP_DATA_WEIGHT, "g", "", 1, 0, NULL, 7};
+    obj_put_ticket t1, t2;
+    assert_int_equal(obj_put_start(a, &p1, 20, &t1), SMP_OK);
+    assert_int_equal(obj_put_start(a, &p2, 20, &t2), SMP_OK);
+    buf s = save(a);
+    obj_store *b = new_store(NULL);
+    assert_int_equal(obj_store_load(b, s.p, s.n), SMP_OK);
+    assert_same_state(a, b);
+    obj_stats sb;
+    obj_store_stats(b, &sb);
+    assert_int_equal(sb.puts_in_flight, 2);
+    assert_string_equal(obj_put_group(b, "kv/open-2"), "g");
+    /* a new put goes elsewhere, with a later incarnation */
+    obj_put_params p3 = {"kv/new", 300, SMP_DATA_KV, "", "", 0, 0, NULL, 0};
+    obj_put_ticket t3;
+    assert_int_equal(obj_put_start(b, &p3, 30, &t3), SMP_OK);
+    assert_true(t3.offset >= t2.offset + 5056 || t3.offset + 320 <= t1.offset);
+    obj_record r = {0};
+    uint8_t sum[32] = {5};
+    assert_int_equal(obj_prepare_put_end(b, "kv/new", sum, 40, &r), SMP_OK);
+    apply_rec(b, &r);
+    smp_object_info info = {.struct_size = sizeof(info)};
+    assert_int_equal(obj_object_info(b, "kv/new", &info), SMP_OK);
+    /* the writer's put end, as a prepared there, completes at b */
+    assert_int_equal(obj_prepare_put_end(a, "kv/open-2", sum, 40, &r), SMP_OK);
+    apply_rec(b, &r);
+    obj_replica reps[2];
+    size_t nr = 0;
+    assert_int_equal(obj_object_replicas(b, "kv/open-2", reps, 2, &nr), SMP_OK);
+    assert_int_equal(reps[0].offset, t2.offset);
+    /* the other one's time runs from b's first sweep */
+    assert_int_equal(obj_cleanup_stale_puts(b, 500000, 1000), 0);
+    assert_int_equal(obj_cleanup_stale_puts(b, 501000, 1000), 1);
+    obj_store_stats(b, &sb);
+    assert_int_equal(sb.puts_in_flight, 0);
+
+    /* an open put over kv/done's range: refused, the store left empty */
+    obj_replica done;
+    assert_int_equal(obj_object_replicas(a, "kv/done", &done, 1, &nr), SMP_OK);
+    Hostrec__HandedPut h = HOSTREC__HANDED_PUT__INIT;
+    h.key = "kv/over";
+    h.size = 64;
+    h.group = "";
+    h.tenant = "";
+    h.segment = "s0";
+    h.offset = done.offset;
+    h.put_id = 99;
+    uint8_t field[128];
+    size_t n = hostrec__handed_put__get_packed_size(&h);
+    assert_true(n < 120);
+    field[0] = 0x2a;
+    field[1] = (uint8_t)n;
+    hostrec__handed_put__pack(&h, field + 2);
+    buf bad = {0};
+    assert_int_equal(buf_write(&bad, s.p, s.n), 0);
+    assert_int_equal(buf_write(&bad, field, n + 2), 0);
+    obj_store *c = new_store(NULL);
+    assert_int_equal(obj_store_load(c, bad.p, bad.n), SMP_EPROTO);
+    obj_stats sc;
+    obj_store_stats(c, &sc);
+    assert_int_equal(sc.puts_in_flight, 0);
+    assert_int_equal(used_of(c), 0);
+    /* the same put elsewhere loads */
+    obj_store *d = new_store(NULL);
+    bad.n = s.n;
+    h.offset = 60032; /* free, and 64-aligned */
+    n = hostrec__handed_put__get_packed_size(&h);
+    field[1] = (uint8_t)n;
+    hostrec__handed_put__pack(&h, field + 2);
+    assert_int_equal(buf_write(&bad, field, n + 2), 0);
+    assert_int_equal(obj_store_load(d, bad.p, bad.n), SMP_OK);
+    obj_store_stats(d, &sc);
+    assert_int_equal(sc.puts_in_flight, 3);
+    free(bad.p);
+    free(s.p);
+    obj_store_destroy(a);
+    obj_store_destroy(b);
+    obj_store_destroy(c);
+    obj_store_destroy(d);
+}
+
 /* The objects of a load live in one slab (obj_store_snapshot.c): each is
  * still replaced, given a replica and removed on its own, and the store
  * loaded from a snapshot stays the same as the one saved through all of it
@@ -1555,6 +1648,7 @@ int main(void)
         cmocka_unit_test(test_put_handoff_carries_open_puts),
         cmocka_unit_test(test_put_handoff_malformed),
         cmocka_unit_test(test_put_open_record_holds_one_put),
+        cmocka_unit_test(test_snapshot_carries_open_puts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
