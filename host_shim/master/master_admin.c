@@ -42,7 +42,7 @@ static const metric_def metric_defs[] = {
     {M(memory_used), SMP_METRIC_GAUGE, "store_memory_used_bytes", "Bytes allocated in memory segments", NULL},
     {M(memory_capacity), SMP_METRIC_GAUGE, "store_memory_capacity_bytes", "Capacity of all memory segments", NULL},
     {M(puts_in_flight), SMP_METRIC_GAUGE, "store_puts_in_flight", "Puts started and not yet ended", NULL},
-    {M(puts_taken_over), SMP_METRIC_COUNTER, "store_puts_taken_over_total", "Open puts of a PUT_HANDOFF (a stopping master's, or a large put's start written by another master) this master took on (taken), or could not (not_taken: their range or key was taken meanwhile)", "result"},
+    {M(puts_taken_over), SMP_METRIC_COUNTER, "store_puts_taken_over_total", "Open puts another master handed on (a stopping master's PUT_HANDOFF, the record of a large put's start, a snapshot) still open when this master began to lead (taken), or that it could not take (not_taken: their range or key was taken meanwhile)", "result"},
     {M(oplog_appends), SMP_METRIC_COUNTER, "oplog_appends_total", "Records appended to the OpLog", NULL},
     {M(oplog_fsyncs), SMP_METRIC_COUNTER, "oplog_fsyncs_total", "Data syncs of the OpLog", NULL},
     {M(oplog_batches), SMP_METRIC_COUNTER, "oplog_batches_total", "Group commits written", NULL},

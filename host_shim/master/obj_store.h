@@ -216,8 +216,10 @@ typedef struct obj_stats {
     uint64_t replicas_dropped;
     /* In-flight puts cancelled because an applied record claimed their range. */
     uint64_t puts_cancelled;
-    /* Puts a PUT_HANDOFF gave this store, and those it could not take (the
-     * range or the key was taken meanwhile). */
+    /* Puts a PUT_HANDOFF (or a snapshot) gave this store that were still
+     * open at its first sweep, when it leads (a standby takes every large
+     * put's and lets its put end consume it: none of those counts), and
+     * those it could not take (the range or the key was taken meanwhile). */
     uint64_t puts_taken_over;
     uint64_t puts_not_taken_over;
     uint64_t memory_used;

@@ -295,6 +295,7 @@ int obj_cleanup_stale_puts(obj_store *st, uint64_t now, uint64_t timeout_ms)
         if (p->untimed) { /* handed on (PUT_HANDOFF): its time runs from here */
             p->untimed = 0;
             p->started = now;
+            st->stats.puts_taken_over++;
             continue;
         }
         if (now < p->started || now - p->started < timeout_ms) continue;

@@ -730,10 +730,7 @@ static int obj_apply_put_handoff(obj_store *st, const Hostrec__PutHandoffRecord 
             continue; /* the master that wrote it, or a replay of it */
         int rc = obj_take_handed(st, h);
         if (rc < 0) return rc;
-        if (rc == 1)
-            st->stats.puts_taken_over++;
-        else
-            st->stats.puts_not_taken_over++;
+        if (rc == 0) st->stats.puts_not_taken_over++; /* a taken one counts at its first sweep */
     }
     return SMP_OK;
 }

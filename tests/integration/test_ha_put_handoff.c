@@ -223,6 +223,11 @@ static void test_sigkill_of_the_leader_keeps_a_large_put_s_range(void **state)
     kvc_close(c);
     if ((f->leader = hc_wait_leader(&f->hc, old, WAIT_MS)) < 0) fail_msg("no next leader");
     if (hc_wait_node(&f->hc, f->leader, WAIT_MS) < 0) fail_msg("the node did not register again");
+    /* it counts kv/big, open when it began to lead (kv/small has no record) */
+    const char *series = "store_puts_taken_over_total{result=\"taken\"}";
+    for (long long end = hx_now_ms() + WAIT_MS; hx_metric(&f->hc.m[f->leader], series) != 1;
+         sleep_ms(50))
+        if (hx_now_ms() > end) fail_msg("m%d: %s is not 1", f->leader, series);
     /* first fit would place a put of kv/big's size over kv/small's free
      * range and kv/big's */
     kvc *d = hx_client(&f->view);
