@@ -22,7 +22,9 @@
  * A string of a record is copied into d->str, whose size is reserved from
  * the record's length before it is decoded (each string occurrence costs at
  * least two bytes of framing, so twice the record's length holds them all
- * with their NULs); a bytes field points into the section itself. */
+ * with their NULs); a bytes field points into the section itself. An open
+ * put (field 5: the puts in flight, a few at most) is unpacked by protobuf-c
+ * itself. */
 #include "obj_snap_decode.h"
 
 #include "pb_wire.h"
@@ -178,34 +180,6 @@ static int snap_group(obj_snap_dec *d, const uint8_t *p, const uint8_t *end,
     return SMP_OK;
 }
 
-static int snap_handed(obj_snap_dec *d, const uint8_t *p, const uint8_t *end,
-                       Hostrec__HandedPut *m)
-{
-    static const Hostrec__HandedPut init = HOSTREC__HANDED_PUT__INIT;
-    *m = init;
-    size_t at = 0;
-    pbw_rd r = {p, end, 0};
-    pbw_fld f;
-    while (r.p < r.end) {
-        if (pbw_next(&r, &f) < 0) return SMP_EPROTO;
-        int bad = 0;
-        switch (f.tag) {
-        case 1: bad = snap_str(&f, d->str, &at, &m->key); break;
-        case 2: bad = pbw_u64(&f, &m->size); break;
-        case 3: bad = pbw_u32(&f, &m->data_type); break;
-        case 4: bad = snap_str(&f, d->str, &at, &m->group); break;
-        case 5: bad = snap_str(&f, d->str, &at, &m->tenant); break;
-        case 6: m->hard_pinned = pbw_bool(&f); break;
-        case 7: bad = pbw_u64(&f, &m->put_id); break;
-        case 8: bad = snap_str(&f, d->str, &at, &m->segment); break;
-        case 9: bad = pbw_u64(&f, &m->offset); break;
-        default: break;
-        }
-        if (bad) return SMP_EPROTO;
-    }
-    return SMP_OK;
-}
-
 /* Room in d->str for the strings of a record of len bytes. SMP_ENOMEM. */
 static int snap_str_reserve(obj_snap_dec *d, size_t len)
 {
@@ -235,9 +209,12 @@ static int snap_record(obj_snap_dec *d, unsigned what, const uint8_t *p, const u
         return fn ? fn(arg, what, &m.base) : SMP_OK;
     }
     if (what == OBJ_SNAP_OPEN_PUTS) {
-        Hostrec__HandedPut m;
-        if ((rc = snap_handed(d, p, end, &m)) < 0) return rc;
-        return fn ? fn(arg, what, &m.base) : SMP_OK;
+        /* a few at most (the puts in flight): protobuf-c's own unpack */
+        Hostrec__HandedPut *m = hostrec__handed_put__unpack(NULL, (size_t)(end - p), p);
+        if (m == NULL) return SMP_EPROTO;
+        rc = fn ? fn(arg, what, &m->base) : SMP_OK;
+        hostrec__handed_put__free_unpacked(m, NULL);
+        return rc;
     }
     Hostrec__GroupRecord m;
     if ((rc = snap_group(d, p, end, &m)) < 0) return rc;

@@ -451,6 +451,19 @@ double hx_metric(const hx_master *m, const char *series)
     return v;
 }
 
+int hx_wait_metric(const hx_master *m, const char *series, double want, int timeout_ms)
+{
+    double v;
+    for (long long end = hx_now_ms() + timeout_ms; (v = hx_metric(m, series)) != want; sleep_ms(50)) {
+        if (hx_now_ms() > end) {
+            fprintf(stderr, "hx_wait_metric: %s reads %g, not %g, after %d ms\n", series, v, want,
+                    timeout_ms);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 int hx_file_contains(const char *path, const char *needle)
 {
     /* the whole file, however long (a log of thousands of lines) */

@@ -121,6 +121,9 @@ int hx_http_get(const hx_master *m, const char *path, char **body);
 /* The value of the /metrics line `series` (name and labels, as printed)
  * of the running master; -1 when the line or the endpoint is missing. */
 double hx_metric(const hx_master *m, const char *series);
+/* Poll hx_metric every 50 ms until series reads want: 0, or -1 after
+ * timeout_ms (the last reading said on stderr). */
+int hx_wait_metric(const hx_master *m, const char *series, double want, int timeout_ms);
 
 /* Copy the master's log to stderr (to explain a failure). */
 void hx_print_log(const hx_master *m);

@@ -40,6 +40,7 @@
 
 #define WAIT_MS 20000
 #define LEN 8192
+#define TAKEN "store_puts_taken_over_total{result=\"taken\"}"
 
 typedef struct fixture {
     hc_cluster hc;
@@ -123,10 +124,7 @@ static void test_sigterm_of_the_leader_hands_on_a_put_still_written(void **state
     assert_true(hx_log_contains(&f->hc.m[old],
                                 "store_master: 1 open put handed on (PUT_HANDOFF, record "));
     /* the next leader says it took the put on */
-    const char *series = "store_puts_taken_over_total{result=\"taken\"}";
-    for (long long end = hx_now_ms() + WAIT_MS; hx_metric(&f->hc.m[f->leader], series) != 1;
-         sleep_ms(50))
-        if (hx_now_ms() > end) fail_msg("m%d: %s is not 1", f->leader, series);
+    assert_int_equal(hx_wait_metric(&f->hc.m[f->leader], TAKEN, 1, WAIT_MS), 0);
     kvc *d = hx_client(&f->view);
     assert_non_null(d);
     if (hx_finish_handed_put(d, "kv/long", &where, a, "kv/other", b, LEN, why, sizeof(why)) < 0)
@@ -224,10 +222,7 @@ static void test_sigkill_of_the_leader_keeps_a_large_put_s_range(void **state)
     if ((f->leader = hc_wait_leader(&f->hc, old, WAIT_MS)) < 0) fail_msg("no next leader");
     if (hc_wait_node(&f->hc, f->leader, WAIT_MS) < 0) fail_msg("the node did not register again");
     /* it counts kv/big, open when it began to lead (kv/small has no record) */
-    const char *series = "store_puts_taken_over_total{result=\"taken\"}";
-    for (long long end = hx_now_ms() + WAIT_MS; hx_metric(&f->hc.m[f->leader], series) != 1;
-         sleep_ms(50))
-        if (hx_now_ms() > end) fail_msg("m%d: %s is not 1", f->leader, series);
+    assert_int_equal(hx_wait_metric(&f->hc.m[f->leader], TAKEN, 1, WAIT_MS), 0);
     /* first fit would place a put of kv/big's size over kv/small's free
      * range and kv/big's */
     kvc *d = hx_client(&f->view);

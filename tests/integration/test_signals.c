@@ -228,13 +228,9 @@ static void sigkill_during_a_large_put(const char *name, int snapshot)
     assert_int_equal(hx_start(&m, 20000), 0);
     /* it counts the puts it took on once it sweeps: kv/long, and kv/small
      * too from the snapshot, which carries every open put */
-    const char *series = "store_puts_taken_over_total{result=\"taken\"}";
-    const struct timespec poll = {0, 50 * 1000000L};
-    double want = snapshot ? 2 : 1;
-    for (long long end = hx_now_ms() + 20000; hx_metric(&m, series) != want;
-         nanosleep(&poll, NULL))
-        if (hx_now_ms() > end)
-            fail_msg("%s is %.0f, not %.0f", series, hx_metric(&m, series), want);
+    assert_int_equal(hx_wait_metric(&m, "store_puts_taken_over_total{result=\"taken\"}",
+                                    snapshot ? 2 : 1, 20000),
+                     0);
     kvc *d = hx_client(&m);
     assert_non_null(d);
     if (hx_finish_handed_put(d, "kv/long", &where, a, "kv/other", b, LEN, why, sizeof(why)) < 0)

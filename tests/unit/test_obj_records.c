@@ -29,6 +29,23 @@
 /* Records                                                                   */
 /* ------------------------------------------------------------------------ */
 
+/* A store with kv/done (logged in *log when log is not NULL) and two puts
+ * in flight, not logged: kv/open-1 (300 bytes, tenant tA) and kv/open-2
+ * (5000 bytes, group g, pinned); their ranges in *t1 and *t2. */
+static obj_store *two_open_puts(rec_log *log, obj_put_ticket *t1, obj_put_ticket *t2)
+{
+    g_log = log;
+    obj_store *a = new_store(NULL);
+    mount(a, "s0", "n0", 1 << 16);
+    assert_int_equal(put_full(a, "kv/done", 1000, "", "", 10), SMP_OK);
+    g_log = NULL;
+    obj_put_params p1 = {"kv/open-1", 300, SMP_DATA_KV, "", "tA", 0, 0, NULL, 7};
+    obj_put_params p2 = {"kv/open-2", 5000, SMP_DATA_WEIGHT, "g", "", 1, 0, NULL, 7};
+    assert_int_equal(obj_put_start(a, &p1, 20, t1), SMP_OK);
+    assert_int_equal(obj_put_start(a, &p2, 20, t2), SMP_OK);
+    return a;
+}
+
 /* Build a varied state through prepare + apply, logging the records. */
 static obj_store *build_logged_state(rec_log *log)
 {
@@ -270,14 +287,8 @@ static void test_snapshot_round_trip(void **state)
 static void test_snapshot_carries_open_puts(void **state)
 {
     (void)state;
-    obj_store *a = new_store(NULL);
-    mount(a, "s0", "n0", 1 << 16);
-    assert_int_equal(put_full(a, "kv/done", 1000, "", "", 10), SMP_OK);
-    obj_put_params p1 = {"kv/open-1", 300, SMP_DATA_KV, "", "tA", 0, 0, NULL, 7};
-    obj_put_params p2 = {"kv/open-2", 5000, SMP_DATA_WEIGHT, "g", "", 1, 0, NULL, 7};
     obj_put_ticket t1, t2;
-    assert_int_equal(obj_put_start(a, &p1, 20, &t1), SMP_OK);
-    assert_int_equal(obj_put_start(a, &p2, 20, &t2), SMP_OK);
+    obj_store *a = two_open_puts(NULL, &t1, &t2);
     buf s = save(a);
     obj_store *b = new_store(NULL);
     assert_int_equal(obj_store_load(b, s.p, s.n), SMP_OK);
@@ -1314,16 +1325,9 @@ static void test_put_handoff_carries_open_puts(void **state)
 {
     (void)state;
     static rec_log log;
-    g_log = &log;
-    obj_store *a = new_store(NULL);
-    mount(a, "s0", "n0", 1 << 16);
-    assert_int_equal(put_full(a, "kv/done", 1000, "", "", 10), SMP_OK);
-    g_log = NULL;
-    obj_put_params p1 = {"kv/open-1", 300, SMP_DATA_KV, "", "tA", 0, 0, NULL, 7};
-    obj_put_params p2 = {"kv/open-2", 5000, SMP_DATA_WEIGHT, "g", "", 1, 0, NULL, 7};
     obj_put_ticket t1, t2;
-    assert_int_equal(obj_put_start(a, &p1, 20, &t1), SMP_OK);
-    assert_int_equal(obj_put_start(a, &p2, 20, &t2), SMP_OK);
+    obj_store *a = two_open_puts(&log, &t1, &t2);
+    obj_put_params p1 = {"kv/open-1", 300, SMP_DATA_KV, "", "tA", 0, 0, NULL, 7};
     uint64_t off1 = t1.offset, off2 = t2.offset;
 
     obj_record h = {0};
@@ -1487,25 +1491,17 @@ static void test_put_open_record_holds_one_put(void **state)
 {
     (void)state;
     static rec_log log;
-    g_log = &log;
-    obj_store *a = new_store(NULL);
-    mount(a, "s0", "n0", 1 << 16);
-    assert_int_equal(put_full(a, "kv/done", 1000, "", "", 10), SMP_OK);
-    g_log = NULL;
-    obj_put_params p1 = {"kv/small", 300, SMP_DATA_KV, "", "", 0, 0, NULL, 7};
-    obj_put_params p2 = {"kv/large", 5000, SMP_DATA_WEIGHT, "g", "", 0, 0, NULL, 7};
     obj_put_ticket t1, t2;
-    assert_int_equal(obj_put_start(a, &p1, 20, &t1), SMP_OK);
-    assert_int_equal(obj_put_start(a, &p2, 20, &t2), SMP_OK);
+    obj_store *a = two_open_puts(&log, &t1, &t2); /* kv/open-2 is the large one */
 
     obj_record h = {0};
-    assert_int_equal(obj_prepare_put_open(a, "kv/large", &h), SMP_OK);
+    assert_int_equal(obj_prepare_put_open(a, "kv/open-2", &h), SMP_OK);
     assert_int_equal(h.type, OBJ_REC_PUT_REVOKE);
     assert_int_equal(h.encver, OBJ_REC_HANDOFF_ENCVER);
     char line[256];
     assert_true(obj_describe_record(h.type, h.encver, h.buf, h.len, line, sizeof(line)) > 0);
     char want[256];
-    snprintf(want, sizeof(want), "PUT_HANDOFF puts=1 first=kv/large segment=s0 offset=%llu "
+    snprintf(want, sizeof(want), "PUT_HANDOFF puts=1 first=kv/open-2 segment=s0 offset=%llu "
              "size=5000 put_id=3", (unsigned long long)t2.offset);
     assert_string_equal(line, want);
     obj_stats sa;
@@ -1522,17 +1518,17 @@ static void test_put_open_record_holds_one_put(void **state)
     obj_store_stats(b, &sb);
     assert_int_equal(sb.puts_in_flight, 1);
     assert_int_equal(sb.puts_taken_over, 0);
-    assert_int_equal(obj_put_touch(b, "kv/small", "s0", t1.offset, 30), SMP_ENOTFOUND);
+    assert_int_equal(obj_put_touch(b, "kv/open-1", "s0", t1.offset, 30), SMP_ENOTFOUND);
     obj_record r = {0};
     uint8_t sum[32] = {3};
-    assert_int_equal(obj_prepare_put_end(a, "kv/large", sum, 40, &r), SMP_OK);
+    assert_int_equal(obj_prepare_put_end(a, "kv/open-2", sum, 40, &r), SMP_OK);
     apply_expect(b, &r, SMP_OK);
     apply_rec(a, &r);
     obj_store_stats(b, &sb);
     assert_int_equal(sb.puts_in_flight, 0);
     obj_replica reps[2];
     size_t nr = 0;
-    assert_int_equal(obj_object_replicas(b, "kv/large", reps, 2, &nr), SMP_OK);
+    assert_int_equal(obj_object_replicas(b, "kv/open-2", reps, 2, &nr), SMP_OK);
     assert_int_equal(nr, 1);
     assert_int_equal(reps[0].offset, t2.offset);
 
@@ -1562,10 +1558,10 @@ static void test_put_open_record_holds_one_put(void **state)
     assert_int_equal(obj_object_replicas(c, "kv/q2", reps, 2, &nr), SMP_OK);
     assert_int_equal(nr, 1);
     assert_int_equal(reps[0].offset, t2.offset);
-    assert_int_equal(obj_object_replicas(c, "kv/large", reps, 2, &nr), SMP_ENOTFOUND);
+    assert_int_equal(obj_object_replicas(c, "kv/open-2", reps, 2, &nr), SMP_ENOTFOUND);
 
     /* nothing of key in flight, or no key */
-    assert_int_equal(obj_prepare_put_open(a, "kv/large", &r), SMP_ENOTFOUND);
+    assert_int_equal(obj_prepare_put_open(a, "kv/open-2", &r), SMP_ENOTFOUND);
     assert_int_equal(obj_prepare_put_open(a, "", &r), SMP_EINVAL);
 
     obj_record_free(&h);
