@@ -239,6 +239,7 @@ typedef struct master {
     uv_timer_t drain_timer;
     int drain_timer_open;
     int drain_handoff;          /* MASTER_HANDOFF_*: the open puts' PUT_HANDOFF */
+    int put_open_unrecorded;    /* large put starts go unrecorded (said once) */
 
     /* HA (ha.enabled): see master_ha.c. */
     struct etcd_client *etcd;   /* the OpLog's client */

@@ -287,12 +287,23 @@ static void on_put_open_durable(master *m, void *arg, int status, uint64_t seq)
 
 /* 1 when the start of a put of size bytes is recorded before it is
  * answered: a large put, on a master every registered master of its
- * cluster can replay the record on (HA), or alone. */
+ * cluster can replay the record on (HA), or alone. The log says when large
+ * puts stop being recorded, and when they are again. */
 static int put_open_recorded(master *m, uint64_t size)
 {
     char why[200];
-    return size >= MASTER_PUT_OPEN_BYTES &&
-           master_ha_all_have(m, HA_FEATURE_PUT_HANDOFF, why, sizeof(why));
+    if (size < MASTER_PUT_OPEN_BYTES) return 0;
+    int ok = master_ha_all_have(m, HA_FEATURE_PUT_HANDOFF, why, sizeof(why));
+    if (ok == !m->put_open_unrecorded) return ok;
+    m->put_open_unrecorded = !ok;
+    if (ok)
+        fprintf(stderr, "store_master: the starts of puts of 1 MiB or more are recorded again "
+                "(PUT_HANDOFF)\n");
+    else
+        fprintf(stderr, "store_master: the starts of puts of 1 MiB or more are not recorded (%s): "
+                "a master that replaces this one after a crash does not know their ranges\n",
+                why);
+    return ok;
 }
 
 /* Append the PUT_HANDOFF of the put of key just started and answer call

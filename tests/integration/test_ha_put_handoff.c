@@ -15,7 +15,8 @@
  * A registered master that does not advertise the feature (a registry
  * entry as an older build writes it) keeps the leader from writing the
  * record, which that master could not replay: the leader says so, and the
- * next leader does not know the put (its put end is refused ENOTFOUND).
+ * next leader does not know the put (its put end is refused ENOTFOUND);
+ * nor are large puts' starts recorded meanwhile (the leader says so once).
  *
  * A leader killed (SIGKILL) drains nothing: a put of 1 MiB or more was
  * answered only once its own PUT_HANDOFF was durable, so the next leader
@@ -186,6 +187,21 @@ static void test_no_handoff_while_a_registered_master_cannot_replay_it(void **st
             fail_msg("m%d (%s, %zu masters) never listed m9 as leader", f->leader, st.role,
                      st.n_masters);
     }
+    /* nor is a large put's start recorded: the leader says so once */
+    kvc_status st;
+    assert_int_equal(kvc_status_get(c, &st), 0);
+    uint64_t seq = st.oplog_last_seq;
+    assert_int_equal(kvc_put_start(c, "kv/big", 2 << 20, SMP_DATA_KV, NULL, 0, NULL), 0);
+    assert_int_equal(kvc_put_start(c, "kv/big2", 2 << 20, SMP_DATA_KV, NULL, 0, NULL), 0);
+    assert_int_equal(kvc_status_get(c, &st), 0);
+    assert_int_equal(st.oplog_last_seq, seq);
+    assert_int_equal(hx_file_count(f->hc.m[f->leader].log,
+                                   "store_master: the starts of puts of 1 MiB or more are not "
+                                   "recorded (master m9 runs a build that does not advertise "
+                                   "it)"),
+                     1);
+    assert_int_equal(kvc_put_revoke(c, "kv/big"), 0);
+    assert_int_equal(kvc_put_revoke(c, "kv/big2"), 0);
     kvc_close(c);
     int old = f->leader;
     kvc_replica where;
