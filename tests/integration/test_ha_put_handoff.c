@@ -16,7 +16,8 @@
  * entry as an older build writes it) keeps the leader from writing the
  * record, which that master could not replay: the leader says so, and the
  * next leader does not know the put (its put end is refused ENOTFOUND);
- * nor are large puts' starts recorded meanwhile (the leader says so once).
+ * nor are large puts' starts recorded meanwhile (the leader says so once,
+ * and once again when they are recorded again, m9 gone).
  *
  * A leader killed (SIGKILL) drains nothing: a put of 1 MiB or more was
  * answered only once its own PUT_HANDOFF was durable, so the next leader
@@ -133,6 +134,47 @@ static void test_sigterm_of_the_leader_hands_on_a_put_still_written(void **state
     kvc_close(d);
 }
 
+/* Remove the registry entry of id. 0, or -1. */
+static int unregister_master(fixture *f, const char *id)
+{
+    char err[256] = "", key[200];
+    etcd_client_options o = {.endpoints = etcd_fixture_endpoints(&f->hc.etcd)};
+    etcd_client *ec = NULL;
+    int rc = -1;
+    snprintf(key, sizeof(key), "%smasters/%s", f->hc.prefix, id);
+    if (etcd_client_open(&o, &ec, err, sizeof(err)) == 0)
+        rc = etcd_delete_range(ec, key, strlen(key), NULL, 0, NULL, err, sizeof(err)) < 0 ? -1 : 0;
+    if (rc < 0) fprintf(stderr, "unregister_master: %s\n", err);
+    etcd_client_close(ec);
+    return rc;
+}
+
+/* Wait until the leader (asked itself: a standby answers a status for
+ * itself, and master 0 need not lead) lists id in its registry (listed 1)
+ * or no longer does (0); fails the test after WAIT_MS. */
+static void wait_listed(fixture *f, kvc *c, const char *id, int listed)
+{
+    for (long long end = hx_now_ms() + WAIT_MS;; sleep_ms(100)) {
+        kvc_status st;
+        int seen = 0;
+        memset(&st, 0, sizeof(st));
+        assert_int_equal(kvc_status_get(c, &st), 0);
+        for (size_t i = 0; i < st.n_masters; i++) seen |= strcmp(st.masters[i].id, id) == 0;
+        if (seen == listed && strcmp(st.role, "leader") == 0) return;
+        if (hx_now_ms() > end)
+            fail_msg("m%d (%s, %zu masters) %s %s", f->leader, st.role, st.n_masters,
+                     listed ? "never listed" : "still lists", id);
+    }
+}
+
+/* The OpLog's last sequence at the master c is connected to. */
+static uint64_t last_seq(kvc *c)
+{
+    kvc_status st;
+    assert_int_equal(kvc_status_get(c, &st), 0);
+    return st.oplog_last_seq;
+}
+
 /* A registry entry for id as a build without the feature writes it (no
  * lease: it stays until the cluster's keys go). 0, or -1. */
 static int register_old_master(fixture *f, const char *id)
@@ -172,36 +214,32 @@ static void test_no_handoff_while_a_registered_master_cannot_replay_it(void **st
     hx_sha256(a, LEN, sha);
     start_cluster(f);
     assert_int_equal(register_old_master(f, "m9"), 0);
-    /* the leader has read the registry with m9 in it (asked itself: a
-     * standby answers a status for itself, and master 0 need not lead) */
     kvc *c = hx_client(&f->hc.m[f->leader]);
     assert_non_null(c);
-    for (long long end = hx_now_ms() + WAIT_MS;; sleep_ms(100)) {
-        kvc_status st;
-        int seen = 0;
-        memset(&st, 0, sizeof(st));
-        assert_int_equal(kvc_status_get(c, &st), 0);
-        for (size_t i = 0; i < st.n_masters; i++) seen |= strcmp(st.masters[i].id, "m9") == 0;
-        if (seen && strcmp(st.role, "leader") == 0) break;
-        if (hx_now_ms() > end)
-            fail_msg("m%d (%s, %zu masters) never listed m9 as leader", f->leader, st.role,
-                     st.n_masters);
-    }
+    wait_listed(f, c, "m9", 1);
     /* nor is a large put's start recorded: the leader says so once */
-    kvc_status st;
-    assert_int_equal(kvc_status_get(c, &st), 0);
-    uint64_t seq = st.oplog_last_seq;
+    const char *not_recorded = "store_master: the starts of puts of 1 MiB or more are not "
+                               "recorded (master m9 runs a build that does not advertise it)";
+    const char *again = "store_master: the starts of puts of 1 MiB or more are recorded again";
+    const char *log = f->hc.m[f->leader].log;
+    uint64_t seq = last_seq(c);
     assert_int_equal(kvc_put_start(c, "kv/big", 2 << 20, SMP_DATA_KV, NULL, 0, NULL), 0);
     assert_int_equal(kvc_put_start(c, "kv/big2", 2 << 20, SMP_DATA_KV, NULL, 0, NULL), 0);
-    assert_int_equal(kvc_status_get(c, &st), 0);
-    assert_int_equal(st.oplog_last_seq, seq);
-    assert_int_equal(hx_file_count(f->hc.m[f->leader].log,
-                                   "store_master: the starts of puts of 1 MiB or more are not "
-                                   "recorded (master m9 runs a build that does not advertise "
-                                   "it)"),
-                     1);
+    assert_int_equal(last_seq(c), seq);
+    assert_int_equal(hx_file_count(log, not_recorded), 1);
     assert_int_equal(kvc_put_revoke(c, "kv/big"), 0);
     assert_int_equal(kvc_put_revoke(c, "kv/big2"), 0);
+    /* m9 gone (upgraded), they are again, and the log says so */
+    assert_int_equal(unregister_master(f, "m9"), 0);
+    wait_listed(f, c, "m9", 0);
+    seq = last_seq(c);
+    assert_int_equal(kvc_put_start(c, "kv/big", 2 << 20, SMP_DATA_KV, NULL, 0, NULL), 0);
+    assert_int_equal(last_seq(c), seq + 1);
+    assert_int_equal(hx_file_count(log, again), 1);
+    assert_int_equal(kvc_put_revoke(c, "kv/big"), 0);
+    /* m9 back for the rest */
+    assert_int_equal(register_old_master(f, "m9"), 0);
+    wait_listed(f, c, "m9", 1);
     kvc_close(c);
     int old = f->leader;
     kvc_replica where;
