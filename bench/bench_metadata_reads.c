@@ -42,8 +42,8 @@
  * at most 2 a second: the median of TICK_WINDOWS such windows, since a
  * window holds two ticks and one tick that meets cold caches moves its
  * mean by half; "never idle" is printed when it does not within two
- * minutes), a weight_list page of 100 (mean over 200 pages
- * walked with their tokens), and a snapshot (time of the admin snapshot RPC
+ * minutes), a weight_list page of 100 (the median of five rounds' means,
+ * each over 200 pages walked with their tokens), and a snapshot (time of the admin snapshot RPC
  * and the file's size, as MB/s; how long its capture held the master's loop
  * and how long it took to encode, from the master's store_snapshot_*
  * gauges), with the master's anonymous memory per
@@ -99,6 +99,7 @@
 #define PUT_THREADS 8
 #define LIST_PAGE 100
 #define LIST_PAGES 200
+#define LIST_ROUNDS 5
 #define CHECKPOINTS_MAX 3
 #define TENSOR_FLOATS 1024 /* 4 KiB: one payload object at the smallest bound */
 #define OBJECTS_MAX 65
@@ -802,11 +803,12 @@ static double tick_mean_us(const hx_master *m, double *ticks_per_s, int *idle)
     return median(win, n);
 }
 
-/* Mean microseconds of a weight_list page of LIST_PAGE revisions, over
- * LIST_PAGES pages (WM_BENCH_LIST_PAGES when set: more pages to profile
- * the loop thread over) walked with their tokens (from the first page again
- * at the end), -1 on failure; *loop_us the master loop's CPU per page (-1:
- * not known). */
+/* Microseconds of a weight_list page of LIST_PAGE revisions: the median of
+ * LIST_ROUNDS rounds' means, each over LIST_PAGES pages (WM_BENCH_LIST_PAGES
+ * when set: more pages to profile the loop thread over) walked with their
+ * tokens (from the first page again at the end); one round is some 40 ms,
+ * which a hiccup of this VM's can double. -1 on failure; *loop_us the
+ * master loop's CPU per page over all rounds (-1: not known). */
 static double list_page_us(const bench *b, pid_t master, double *loop_us)
 {
     weight_store *s = open_store(b);
@@ -814,25 +816,32 @@ static double list_page_us(const bench *b, pid_t master, double *loop_us)
     char token[1024] = "", next[1024];
     const char *env = getenv("WM_BENCH_LIST_PAGES");
     int pages = env != NULL && atoi(env) > 0 ? atoi(env) : LIST_PAGES;
-    double t0 = bench_now_s(), us = -1, c0 = loop_cpu_s(master);
+    double rounds[LIST_ROUNDS], c0 = loop_cpu_s(master);
     *loop_us = -1;
     if (s == NULL) return -1;
-    int i;
-    for (i = 0; i < pages; i++) {
-        weight_metadata *page = NULL;
-        size_t n = 0;
-        if (weight_list(s, &q, token, &page, &n, next, sizeof(next)) != WEIGHT_OK || n == 0) {
-            fprintf(stderr, "bench: list: %s\n", weight_store_last_error(s));
+    int r;
+    for (r = 0; r < LIST_ROUNDS; r++) {
+        double t0 = bench_now_s();
+        int i;
+        for (i = 0; i < pages; i++) {
+            weight_metadata *page = NULL;
+            size_t n = 0;
+            if (weight_list(s, &q, token, &page, &n, next, sizeof(next)) != WEIGHT_OK || n == 0) {
+                fprintf(stderr, "bench: list: %s\n", weight_store_last_error(s));
+                weight_list_free(page);
+                break;
+            }
             weight_list_free(page);
-            break;
+            memcpy(token, next, sizeof(token));
         }
-        weight_list_free(page);
-        memcpy(token, next, sizeof(token));
+        if (i < pages) break;
+        rounds[r] = (bench_now_s() - t0) / pages * 1e6;
     }
-    if (i == pages) {
-        us = (bench_now_s() - t0) / pages * 1e6;
+    double us = -1;
+    if (r == LIST_ROUNDS) {
+        us = median(rounds, LIST_ROUNDS);
         double c1 = loop_cpu_s(master);
-        if (c0 >= 0 && c1 >= 0) *loop_us = (c1 - c0) / pages * 1e6;
+        if (c0 >= 0 && c1 >= 0) *loop_us = (c1 - c0) / (pages * LIST_ROUNDS) * 1e6;
     }
     weight_store_close(s);
     return us;
