@@ -809,8 +809,9 @@ void obj_store_stats(const obj_store *st, obj_stats *out);
 /* -- Snapshot ------------------------------------------------------------------ */
 
 /* Stream the durable state (segments, managed groups, complete objects, in
- * id / name / key order; no soft state) as one HostSnapshot message through
- * write(), which
+ * id / name / key order) and the puts in flight (key order, as a
+ * PUT_HANDOFF's: their writers may still copy after a restart; no other
+ * soft state) as one HostSnapshot message through write(), which
  * returns 0 or a negative code (returned as is). The output is
  * deterministic: equal states give equal bytes. */
 int obj_store_save(const obj_store *st,
@@ -821,15 +822,17 @@ int obj_store_save(const obj_store *st,
  * calling thread is the store's loading thread (obj_store_loading_begin)
  * until it returns.
  * SMP_EPROTO when it does not decode or validate (duplicates, a replica on a
- * segment the snapshot lacks, overlapping ranges); on any failure the store
- * is left empty. */
+ * segment the snapshot lacks, overlapping ranges, an open put whose range
+ * or key is taken); on any failure the store is left empty. Open puts are
+ * held as a PUT_HANDOFF's, their time from the first sweep. */
 int obj_store_load(obj_store *st, const uint8_t *data, size_t len);
 
 /* obj_store_load of a section whose bytes are still arriving in data:
  * wait(arg, upto) blocks until its first upto bytes are in (or no more will
  * come) and returns how many are. The records are applied as their bytes
  * come; the indexes are sized from the first MiB. A section that does not
- * load so -- records not in a save's order (segments, groups, objects), or
+ * load so -- records not in a save's order (segments, groups, objects, open
+ * puts), or
  * refused -- is loaded again whole once all of it is in, which gives the
  * answer (as obj_store_load's); bytes that stop before the end are
  * SMP_EPROTO. The bytes are not checked against any checksum here: the
