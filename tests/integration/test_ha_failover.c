@@ -974,7 +974,10 @@ static void test_ha_a_wiped_etcd_after_a_snapshot_is_refused_naming_both(void **
         int snap = strstr(body, "snapshot_last_seq 0\n") == NULL;
         free(body);
         if (snap) break;
-        if (hx_now_ms() > end) fail_msg("no snapshot was taken");
+        if (hx_now_ms() > end) {
+            hx_print_log(&c->hc.m[0]);
+            fail_msg("no snapshot was taken");
+        }
     }
     assert_int_equal(hx_stop(&c->hc.m[0]), 0);
     assert_int_equal(etcd_fixture_kill(&c->hc.etcd, 0), 0);
@@ -1106,7 +1109,10 @@ static void test_ha_new_standby_after_oplog_gc_bootstraps_from_the_snapshot(void
         int snap = strstr(body, "snapshot_last_seq 0\n") == NULL;
         free(body);
         if (snap) break;
-        if (hx_now_ms() > end) fail_msg("no snapshot was taken");
+        if (hx_now_ms() > end) {
+            hx_print_log(&c->hc.m[0]);
+            fail_msg("no snapshot was taken");
+        }
         sleep_ms(100);
     }
 
