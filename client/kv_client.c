@@ -12,6 +12,7 @@
 #include <openssl/sha.h>
 #include <openssl/ssl.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "host_rpc.pb-c.h"
 #include "kv_client.h"
@@ -267,13 +268,26 @@ static int release_unknown_here(kvc *c)
     return c->no_release_at != 0;
 }
 
+/* How long in all a lookup refused SMP_EBUSY is asked again (kvc_get). */
+#define KVC_BUSY_RETRY_MS 1000
+
 int kvc_get(kvc *c, const char *key, kvc_object *out)
 {
     KeyRequest req = KEY_REQUEST__INIT;
     GetReplicasResponse *resp = NULL;
     req.key = (char *)key;
-    int rc = call(c, OBJ(GET_REPLICAS), &req.base, &get_replicas_response__descriptor,
+    int rc;
+    /* SMP_EBUSY: a change that frees the object's bytes (a removal, a
+     * replica dropped) is being made durable, which takes a commit's
+     * milliseconds; then the object or the replica is gone, or the change
+     * failed and it stays. Asked again at 1, 2, 4 ... 64 ms. */
+    for (int pause = 1, waited = 0;; waited += pause, pause = pause < 64 ? pause * 2 : 64) {
+        rc = call(c, OBJ(GET_REPLICAS), &req.base, &get_replicas_response__descriptor,
                   (ProtobufCMessage **)&resp);
+        if (rc != SMP_EBUSY || waited >= KVC_BUSY_RETRY_MS) break;
+        struct timespec ts = {0, (long)pause * 1000000L};
+        nanosleep(&ts, NULL);
+    }
     if (rc < 0) return rc;
     memset(out, 0, sizeof(*out));
     out->size = resp->size;

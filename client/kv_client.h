@@ -131,6 +131,10 @@ int kvc_put_start(kvc *c, const char *key, uint64_t size, smp_data_type type, co
                   int overwrite, kvc_replica *where);
 int kvc_put_end(kvc *c, const char *key, const uint8_t sha256[32], uint64_t *seq);
 int kvc_put_revoke(kvc *c, const char *key);
+/* Look key up: its size, type, group, SHA-256 and readable replicas. A
+ * lookup met while a change that frees the object's bytes is being made
+ * durable (SMP_EBUSY, for a commit's milliseconds) is asked again for about
+ * 1 s, then SMP_EBUSY. SMP_ENOTFOUND, SMP_EAGAIN (no readable replica). */
 int kvc_get(kvc *c, const char *key, kvc_object *out);
 /* Read leases. Every kvc_get (and kvc_get_into) that succeeds takes a read
  * lease on the object for this connection: the master refuses to remove it

@@ -18,7 +18,10 @@
  *   their leader);
  *   - "proxy": passes every frame on to the real master and back, until the
  *     test deposes it: from then on it answers like "standby" (a leader
- *     that lost its lease while a node was attached to it);
+ *     that lost its lease while a node was attached to it); told to, it
+ *     answers lookups SMP_EBUSY itself (a lookup met while a change that
+ *     frees the object's bytes is being made durable, for a commit's
+ *     milliseconds);
  *     Made silent, it reads every request and neither passes it on nor
  *     answers (a leader paused or hung, its connections kept);
  *   - "stalling": closes the connection of its first request, like
@@ -44,7 +47,9 @@
  * while no leader is known, the pauses between attempts double from 20 ms
  * to 100 ms, or to a connection's follow_pause_max_ms (a node's 20 ms); a
  * named leader is followed without a pause, unless the name before led to
- * another NOT_LEADER;
+ * another NOT_LEADER; a lookup refused SMP_EBUSY is asked again and
+ * answered once the master answers it, and refused after about 1 s (some
+ * 20 lookups) of refusals;
  * bad lists are refused naming the item. */
 #include <errno.h>
 #include <fcntl.h>
@@ -96,6 +101,8 @@ typedef struct fake {
     atomic_int redirects;    /* NOT_LEADER answers given */
     atomic_int deposed;      /* PROXY: answers as a standby from now on */
     atomic_int silent;       /* PROXY: reads requests and answers none (paused) */
+    atomic_int busy;         /* PROXY: lookups still to answer SMP_EBUSY */
+    atomic_int busied;       /* PROXY: lookups answered SMP_EBUSY */
     struct {
         int fd;
         uint8_t buf[1 << 16];
@@ -175,7 +182,9 @@ static int fake_frames(fake *f, int i)
         RpcRequest *req = rpc_request__unpack(NULL, n, b + 4);
         if (req == NULL) return -1;
         atomic_fetch_add(&f->requests, 1);
-        if (f->kind == FAKE_PROXY && !atomic_load(&f->deposed)) {
+        int busy = f->kind == FAKE_PROXY && req->service == HOST_SERVICE__HOST_SERVICE_OBJECTS &&
+                   req->method == OBJECTS_METHOD__OBJ_GET_REPLICAS && atomic_load(&f->busy) > 0;
+        if (f->kind == FAKE_PROXY && !atomic_load(&f->deposed) && !busy) {
             rpc_request__free_unpacked(req, NULL);
             if (!atomic_load(&f->silent) && write_all(f->conns[i].up, b, 4 + (size_t)n) < 0)
                 return -1;
@@ -196,6 +205,12 @@ static int fake_frames(fake *f, int i)
             hello.leader = f->kind == FAKE_STANDBY ? f->leader : "";
             resp.body.len = auth_hello_response__pack(&hello, status_body);
             resp.body.data = status_body;
+        } else if (busy) {
+            /* a change that frees the object's bytes is being made durable */
+            atomic_fetch_sub(&f->busy, 1);
+            atomic_fetch_add(&f->busied, 1);
+            resp.status = SMP_EBUSY;
+            resp.error = "get replicas: its bytes are about to be freed";
         } else if (f->kind == FAKE_DROPPER) {
             rpc_request__free_unpacked(req, NULL);
             return -1; /* the request arrived; the answer never comes */
@@ -1068,6 +1083,33 @@ static void test_node_follows_a_new_leader_without_restart(void **state)
     fake_stop(proxy);
 }
 
+static void test_a_lookup_refused_busy_is_asked_again(void **state)
+{
+    fixture *f = *state;
+    char err[512] = "";
+    kvc *w = hx_client(&f->m), *c = NULL;
+    kvc_object obj;
+    assert_non_null(w);
+    assert_int_equal(kvc_put_bytes(w, "kv/busy", "twelve bytes", 12, SMP_DATA_KV, NULL, 0, NULL), 0);
+    kvc_close(w);
+    fake *proxy = fake_start(&f->m, "busy", FAKE_PROXY);
+    if (kvc_connect(proxy->path, WAIT_MS, &c, err, sizeof(err)) < 0) fail_msg("connect: %s", err);
+    /* three refusals, then the real master's answer */
+    atomic_store(&proxy->busy, 3);
+    assert_int_equal(kvc_get(c, "kv/busy", &obj), 0);
+    assert_int_equal(obj.size, 12);
+    assert_int_equal(atomic_load(&proxy->busied), 3);
+    /* refusals that do not end: SMP_EBUSY, after some 20 lookups */
+    atomic_store(&proxy->busied, 0);
+    atomic_store(&proxy->busy, 1000);
+    assert_int_equal(kvc_get(c, "kv/busy", &obj), SMP_EBUSY);
+    int asked = atomic_load(&proxy->busied);
+    if (asked < 10 || asked > 40) fail_msg("a lookup refused busy was asked %d times", asked);
+    atomic_store(&proxy->busy, 0);
+    kvc_close(c);
+    fake_stop(proxy);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1086,6 +1128,7 @@ int main(void)
         cmocka_unit_test(test_weight_store_opens_a_list),
         cmocka_unit_test(test_node_given_a_standby_registers_with_the_leader),
         cmocka_unit_test(test_node_follows_a_new_leader_without_restart),
+        cmocka_unit_test(test_a_lookup_refused_busy_is_asked_again),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
