@@ -470,11 +470,10 @@ int obj_cancel_puts_in(obj_store *st, const obj_segment *seg, uint64_t off, uint
             continue;
         if (p->handed) { /* a durable object is in its range: never scrubbed */
             obj_handed_drop(st, p);
-            n++;
-            continue;
+        } else {
+            obj_put_forget(st, p);
+            st->stats.puts_cancelled++;
         }
-        obj_put_forget(st, p);
-        st->stats.puts_cancelled++;
         n++;
     }
     for (obj_sl_node *x = obj_sl_after(&st->reserves, NULL, 0); x;) {

@@ -326,6 +326,11 @@ void obj_stats_account(obj_store *st, const obj_object *o, int sign);
 void obj_stats_leave_keeping(obj_store *st, const obj_object *o);
 int obj_reps_cover(const obj_object *n, const obj_object *old);
 int obj_cancel_puts_in(obj_store *st, const obj_segment *seg, uint64_t off, uint64_t len);
+/* An incarnation a record or snapshot names is used: the next put's is later. */
+static inline void obj_note_put_id(obj_store *st, uint64_t put_id)
+{
+    if (put_id >= st->next_put_id) st->next_put_id = put_id == UINT64_MAX ? UINT64_MAX : put_id + 1;
+}
 void obj_handed_drop(obj_store *st, obj_put *p);
 /* The HandedPut of p (PUT_HANDOFF, snapshots); its strings borrowed from p. */
 void obj_handed_of(const obj_put *p, Hostrec__HandedPut *h);

@@ -577,8 +577,7 @@ int obj_apply_object(obj_store *st, const Hostrec__ObjectRecord *m)
 {
     int rc;
     if (!obj_object_msg_ok(st, m) || (m->add_replica && !obj_add_msg_ok(m))) return SMP_EPROTO;
-    if (m->put_id >= st->next_put_id)
-        st->next_put_id = m->put_id == UINT64_MAX ? UINT64_MAX : m->put_id + 1;
+    obj_note_put_id(st, m->put_id);
     if (m->add_replica) return obj_apply_add_replica(st, m);
     obj_object *old = obj_sl_get(&st->objects, m->key);
     if (m->update_only ? (!old || old->put_id != m->put_id) : (old && old->put_id > m->put_id))
@@ -722,8 +721,7 @@ static int obj_apply_put_handoff(obj_store *st, const Hostrec__PutHandoffRecord 
         if (!obj_handed_ok(m->puts[i])) return SMP_EPROTO;
     for (size_t i = 0; i < m->n_puts; i++) {
         const Hostrec__HandedPut *h = m->puts[i];
-        if (h->put_id >= st->next_put_id)
-            st->next_put_id = h->put_id == UINT64_MAX ? UINT64_MAX : h->put_id + 1;
+        obj_note_put_id(st, h->put_id);
         const obj_put *own = obj_sl_get(&st->puts, h->key);
         if (own != NULL && own->put_id == h->put_id && own->offset == h->offset &&
             own->size == h->size && strcmp(own->seg->id, h->segment) == 0)

@@ -129,8 +129,7 @@ static int obj_load_apply(void *arg, unsigned what, const ProtobufCMessage *msg)
         const Hostrec__HandedPut *h = (const Hostrec__HandedPut *)msg;
         if (!obj_handed_ok(h)) return SMP_EPROTO;
         int rc = obj_take_handed(st, h);
-        if (rc == 1 && h->put_id >= st->next_put_id)
-            st->next_put_id = h->put_id == UINT64_MAX ? UINT64_MAX : h->put_id + 1;
+        if (rc == 1) obj_note_put_id(st, h->put_id);
         return rc < 0 ? rc : rc == 1 ? SMP_OK : SMP_EPROTO;
     }
     const Hostrec__ObjectRecord *m = (const Hostrec__ObjectRecord *)msg;

@@ -347,6 +347,18 @@ static void test_snapshot_carries_open_puts(void **state)
     obj_store_stats(c, &sc);
     assert_int_equal(sc.puts_in_flight, 0);
     assert_int_equal(used_of(c), 0);
+    /* or on a segment the snapshot lacks: refused as well */
+    bad.n = s.n;
+    h.segment = "s9";
+    n = hostrec__handed_put__get_packed_size(&h);
+    field[1] = (uint8_t)n;
+    hostrec__handed_put__pack(&h, field + 2);
+    assert_int_equal(buf_write(&bad, field, n + 2), 0);
+    assert_int_equal(obj_store_load(c, bad.p, bad.n), SMP_EPROTO);
+    obj_store_stats(c, &sc);
+    assert_int_equal(sc.puts_in_flight, 0);
+    assert_int_equal(used_of(c), 0);
+    h.segment = "s0";
     /* the same put elsewhere loads */
     obj_store *d = new_store(NULL);
     bad.n = s.n;
