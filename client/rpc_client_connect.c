@@ -190,19 +190,25 @@ static int connect_endpoint(const char *endpoint, int64_t deadline, int *fd,
     return connect_tcp(endpoint, deadline, fd, err, errlen);
 }
 
+/* Sleep ms milliseconds (none when ms <= 0). */
+static void sleep_ms(int64_t ms)
+{
+    if (ms <= 0) return;
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
 void rpcc_sleep_until(int64_t until)
 {
-    int64_t left = until - rpcc_now_ms();
-    if (left > 0) {
-        struct timespec ts = {(time_t)(left / 1000), (long)(left % 1000) * 1000000L};
-        nanosleep(&ts, NULL);
-    }
+    sleep_ms(until - rpcc_now_ms());
 }
 
 void rpcc_sleep_capped(int ms, int64_t deadline)
 {
-    int64_t until = rpcc_now_ms() + ms;
-    rpcc_sleep_until(until < deadline ? until : deadline);
+    /* one reading of the clock: the pause is ms unless the deadline is
+     * nearer (two readings could shave a millisecond off between them) */
+    int64_t left = deadline - rpcc_now_ms();
+    sleep_ms(left < ms ? left : ms);
 }
 
 /* The pause after one of `pause` ms (0: none yet): RPCC_BACKOFF_MIN_MS, then
