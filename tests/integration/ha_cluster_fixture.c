@@ -13,6 +13,7 @@
 #include "ha_cluster_fixture.h"
 
 #define HC_POLL_MS 50
+#define HC_REGISTRY_WAIT_MS 10000 /* a master's first registry write, after its lease */
 
 static void sleep_ms(int ms)
 {
@@ -167,10 +168,18 @@ int hc_leader_key_of(hc_cluster *c, int i)
     int rc = -1;
     if (etcd_client_open(&o, &ec, err, sizeof(err)) < 0) goto out;
     snprintf(key, sizeof(key), "%smasters/m%d", c->prefix, i);
-    if (etcd_range(ec, key, strlen(key), NULL, 0, 0, 0, 0, &reg, err, sizeof(err)) < 0) goto out;
-    if (reg.n != 1 || reg.kvs[0].lease == 0) {
-        snprintf(err, sizeof(err), "no registry entry of m%d under a lease", i);
-        goto out;
+    /* a master answers "standby" before its first registry write (which
+     * waits for its lease), so the entry may take a moment to appear */
+    for (long long end = hx_now_ms() + HC_REGISTRY_WAIT_MS;; sleep_ms(HC_POLL_MS)) {
+        etcd_range_result_free(&reg);
+        if (etcd_range(ec, key, strlen(key), NULL, 0, 0, 0, 0, &reg, err, sizeof(err)) < 0)
+            goto out;
+        if (reg.n == 1 && reg.kvs[0].lease != 0) break;
+        if (hx_now_ms() >= end) {
+            snprintf(err, sizeof(err), "no registry entry of m%d under a lease after %d ms", i,
+                     HC_REGISTRY_WAIT_MS);
+            goto out;
+        }
     }
     snprintf(key, sizeof(key), "%sleader", c->prefix);
     if (etcd_put(ec, key, strlen(key), reg.kvs[0].value, reg.kvs[0].value_len, reg.kvs[0].lease,

@@ -70,7 +70,9 @@ void hc_print_tail(const char *path);
 
 /* Write the leader key as master i's campaign would have left it: its
  * registry entry as the value, under its lease -- what a create that etcd
- * applied but whose answer was lost leaves behind. 0, or -1 (why printed). */
+ * applied but whose answer was lost leaves behind. Waits up to 10 s for
+ * the entry (a master answers "standby" before its first registry write).
+ * 0, or -1 (why printed). */
 int hc_leader_key_of(hc_cluster *c, int i);
 
 /* Kill node, masters (continuing paused ones first) and etcd, and remove
