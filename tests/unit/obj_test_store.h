@@ -1,6 +1,7 @@
 /* obj_test_store.h -- the object store driven the master's way, shared by
  * the unit programs of host_shim/master/obj_store*.c (test_obj_store,
- * test_obj_records, test_obj_replicas, test_obj_hold, test_obj_loading).
+ * test_obj_records, test_obj_snapshots, test_obj_random, test_obj_replicas,
+ * test_obj_hold, test_obj_loading), and two states built that way.
  *
  * A guard the test controls, stores created with it, every durable change as
  * prepare + apply (with an optional log of the records applied, replayed
@@ -281,6 +282,72 @@ static inline void pack_object(const Hostrec__ObjectRecord *m, uint8_t **out, si
     *out = malloc(*len ? *len : 1);
     assert_non_null(*out);
     hostrec__object_record__pack(m, *out);
+}
+
+/* A store with kv/done (logged in *log when log is not NULL) and two puts
+ * in flight, not logged: kv/open-1 (300 bytes, tenant tA) and kv/open-2
+ * (5000 bytes, group g, pinned); their ranges in *t1 and *t2. */
+static inline obj_store *two_open_puts(rec_log *log, obj_put_ticket *t1, obj_put_ticket *t2)
+{
+    g_log = log;
+    obj_store *a = new_store(NULL);
+    mount(a, "s0", "n0", 1 << 16);
+    assert_int_equal(put_full(a, "kv/done", 1000, "", "", 10), SMP_OK);
+    g_log = NULL;
+    obj_put_params p1 = {"kv/open-1", 300, SMP_DATA_KV, "", "tA", 0, 0, NULL, 7};
+    obj_put_params p2 = {"kv/open-2", 5000, SMP_DATA_WEIGHT, "g", "", 1, 0, NULL, 7};
+    assert_int_equal(obj_put_start(a, &p1, 20, t1), SMP_OK);
+    assert_int_equal(obj_put_start(a, &p2, 20, t2), SMP_OK);
+    return a;
+}
+
+/* Build a varied state through prepare + apply, logging the records. */
+static inline obj_store *build_logged_state(rec_log *log)
+{
+    g_log = log;
+    obj_store *st = new_store(NULL);
+    mount(st, "s0", "n0", 1 << 16);
+    mount(st, "s1", "n1", 1 << 12);
+    set_managed(st, "rev", 1);
+    set_managed(st, "empty-managed", 1);
+    test_guard allow = {.veto = 0, .loaded = 1};
+    obj_guard_ops ops = {test_guard_check, test_guard_active, &allow};
+    obj_store_set_guard(st, &ops);
+    char key[32];
+    for (int i = 0; i < 20; i++) {
+        snprintf(key, sizeof(key), "obj/%02d", i);
+        assert_int_equal(put_full(st, key, (uint64_t)(i * 100), i < 6 ? "rev" : (i < 10 ? "g" : ""),
+                                  i % 3 ? "tA" : "tB", (uint64_t)(1000 - i)), SMP_OK);
+    }
+    obj_store_set_guard(st, NULL);
+    obj_record r = {0};
+    assert_int_equal(obj_prepare_set_pin(st, "obj/07", 1, &r), SMP_OK);
+    apply_rec(st, &r);
+    obj_replica reps[3];
+    size_t n;
+    assert_int_equal(obj_get_replica_list(st, "obj/08", 2000, 0, reps, 3, &n), SMP_OK);
+    reps[1] = (obj_replica){SMP_REPLICA_COLD, OBJ_REPLICA_PENDING, "n1", NULL, 0, 800, "/c/8"};
+    assert_int_equal(obj_prepare_set_replicas(st, "obj/08", reps, 2, &r), SMP_OK);
+    apply_rec(st, &r);
+    assert_int_equal(obj_reserve_replica(st, "obj/09", "n1", 2500, NULL), SMP_OK);
+    assert_int_equal(obj_prepare_add_replica(st, "obj/09", NULL, &r), SMP_OK);
+    apply_rec(st, &r);
+    remove_key(st, "obj/15", 3000);
+    obj_put_params p = {"obj/16", 10, SMP_DATA_METADATA, "", "", 0, 1, NULL, 0};
+    assert_int_equal(obj_put_start(st, &p, 3000, NULL), SMP_OK);
+    uint8_t sum[32] = {1};
+    assert_int_equal(obj_prepare_put_end(st, "obj/16", sum, 3001, &r), SMP_OK);
+    apply_rec(st, &r);
+    p.key = "revoked";
+    assert_int_equal(obj_put_start(st, &p, 3000, NULL), SMP_OK);
+    assert_int_equal(obj_prepare_put_revoke(st, "revoked", &r), SMP_OK);
+    apply_rec(st, &r);
+    assert_int_equal(obj_prepare_segment_update(st, "s0", 1 << 17, &r), SMP_OK);
+    apply_rec(st, &r);
+    set_managed(st, "g", 1);
+    set_managed(st, "g", 0);
+    g_log = NULL;
+    return st;
 }
 
 #endif /* OBJ_TEST_STORE_H */

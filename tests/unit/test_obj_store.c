@@ -4,9 +4,10 @@
  * managed groups (and their owners), eviction planning, stale put cleanup,
  * prefix and group listing, key validation and put placement.
  *
- * OpLog records and snapshots are test_obj_records', adding a memory
- * replica and the replica queries test_obj_replicas'; the helpers all three
- * share are in obj_test_store.h. */
+ * OpLog records are test_obj_records', snapshots test_obj_snapshots',
+ * randomised runs test_obj_random', adding a memory replica and the replica
+ * queries test_obj_replicas'; the helpers they share are in
+ * obj_test_store.h. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
