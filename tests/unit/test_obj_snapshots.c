@@ -80,6 +80,22 @@ static void test_snapshot_round_trip(void **state)
     obj_store_destroy(f);
 }
 
+/* The snapshot s with one more open put, h, appended as HostSnapshot's
+ * field 5 (the caller frees the bytes). */
+static buf with_open_put(const buf *s, const Hostrec__HandedPut *h)
+{
+    uint8_t field[128];
+    size_t n = hostrec__handed_put__get_packed_size(h);
+    assert_true(n < 120);
+    field[0] = 0x2a; /* field 5, length-delimited */
+    field[1] = (uint8_t)n;
+    hostrec__handed_put__pack(h, field + 2);
+    buf out = {0};
+    assert_int_equal(buf_write(&out, s->p, s->n), 0);
+    assert_int_equal(buf_write(&out, field, n + 2), 0);
+    return out;
+}
+
 /* The puts in flight when a snapshot is taken are in it (after the
  * objects): a store loaded from it holds their ranges as a PUT_HANDOFF's
  * (their time from its first sweep), takes their put ends, and gives new
@@ -133,41 +149,27 @@ static void test_snapshot_carries_open_puts(void **state)
     h.segment = "s0";
     h.offset = done.offset;
     h.put_id = 99;
-    uint8_t field[128];
-    size_t n = hostrec__handed_put__get_packed_size(&h);
-    assert_true(n < 120);
-    field[0] = 0x2a;
-    field[1] = (uint8_t)n;
-    hostrec__handed_put__pack(&h, field + 2);
-    buf bad = {0};
-    assert_int_equal(buf_write(&bad, s.p, s.n), 0);
-    assert_int_equal(buf_write(&bad, field, n + 2), 0);
+    buf bad = with_open_put(&s, &h);
     obj_store *c = new_store(NULL);
     assert_int_equal(obj_store_load(c, bad.p, bad.n), SMP_EPROTO);
     obj_stats sc;
     obj_store_stats(c, &sc);
     assert_int_equal(sc.puts_in_flight, 0);
     assert_int_equal(used_of(c), 0);
+    free(bad.p);
     /* or on a segment the snapshot lacks: refused as well */
-    bad.n = s.n;
     h.segment = "s9";
-    n = hostrec__handed_put__get_packed_size(&h);
-    field[1] = (uint8_t)n;
-    hostrec__handed_put__pack(&h, field + 2);
-    assert_int_equal(buf_write(&bad, field, n + 2), 0);
+    bad = with_open_put(&s, &h);
     assert_int_equal(obj_store_load(c, bad.p, bad.n), SMP_EPROTO);
     obj_store_stats(c, &sc);
     assert_int_equal(sc.puts_in_flight, 0);
     assert_int_equal(used_of(c), 0);
+    free(bad.p);
     h.segment = "s0";
     /* the same put elsewhere loads */
     obj_store *d = new_store(NULL);
-    bad.n = s.n;
     h.offset = 60032; /* free, and 64-aligned */
-    n = hostrec__handed_put__get_packed_size(&h);
-    field[1] = (uint8_t)n;
-    hostrec__handed_put__pack(&h, field + 2);
-    assert_int_equal(buf_write(&bad, field, n + 2), 0);
+    bad = with_open_put(&s, &h);
     assert_int_equal(obj_store_load(d, bad.p, bad.n), SMP_OK);
     obj_store_stats(d, &sc);
     assert_int_equal(sc.puts_in_flight, 3);
