@@ -1,7 +1,8 @@
 /* config_internal.h -- what the parts of the config loader share: the load
- * in progress and its single message, key paths for messages, and the
- * document tree's lookups (config.c), used by the sections parsed in files
- * of their own (config_auth.c). Not part of the loader's API (config.h). */
+ * in progress and its single message, key paths for messages, the document
+ * tree and its lookups (config_tree.c), used by the schema (config.c) and
+ * the sections parsed in files of their own (config_auth.c, ...). Not part
+ * of the loader's API (config.h). */
 #ifndef HOST_CONFIG_INTERNAL_H
 #define HOST_CONFIG_INTERNAL_H
 
@@ -11,6 +12,7 @@
 #include "config.h"
 
 #define CFG_KEY_PATH_MAX 256 /* "a.b[3].c" buffer */
+#define CFG_QUOTE_MAX 64     /* longest value echoed in a message */
 
 /* One load in progress: where its single message goes. */
 typedef struct cfg_ctx {
@@ -27,10 +29,24 @@ int cfg_fail(cfg_ctx *c, int rc, int line, const char *path, const char *fmt, ..
     __attribute__((format(printf, 5, 6)));
 int cfg_oom(cfg_ctx *c);
 
+/* Write `text` into buf as a double-quoted, escaped string fit for a
+ * one-line message, cut after CFG_QUOTE_MAX bytes (buf holds CFG_QUOTE_MAX +
+ * 16). */
+void cfg_quote_text(char *buf, size_t buflen, const char *text);
+
 /* Key paths for messages: "listen.tcp", "plugins[0].path" (out holds
  * CFG_KEY_PATH_MAX bytes). */
 void cfg_path_key(char *out, const char *parent, const char *key);
 void cfg_path_index(char *out, const char *parent, size_t i);
+
+/* The len bytes of YAML as a document tree in *root (NULL for a stream
+ * without a document; the caller frees it with cfg_node_free). Refuses, with
+ * the load's message, what the tree cannot hold faithfully: aliases, tags,
+ * non-scalar or duplicate keys, several documents, NUL bytes, deep nesting,
+ * and libyaml's syntax errors. 0 or the load's code. */
+int cfg_parse_tree(cfg_ctx *c, const char *yaml, size_t len, host_config_node **root);
+/* A tree and every node below it (NULL is fine). */
+void cfg_node_free(host_config_node *n);
 
 /* "a mapping", "a sequence", "a string", ... for messages. */
 const char *cfg_node_kind_name(const host_config_node *n);
