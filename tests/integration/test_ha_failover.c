@@ -139,6 +139,19 @@ static void wait_role(cluster *c, int i, const char *want)
     if (hc_wait_role(&c->hc, i, want, WAIT_MS) < 0) fail_msg("master %d is not %s", i, want);
 }
 
+/* Wait until master i has a snapshot (snapshot_last_seq past 0); its
+ * log is printed when none comes. */
+static void wait_snapshot(cluster *c, int i)
+{
+    for (long long end = hx_now_ms() + WAIT_MS;; sleep_ms(100)) {
+        if (hx_metric(&c->hc.m[i], "snapshot_last_seq") > 0) return;
+        if (hx_now_ms() > end) {
+            hx_print_log(&c->hc.m[i]);
+            fail_msg("master %d took no snapshot", i);
+        }
+    }
+}
+
 static void start_cluster(cluster *c)
 {
     for (int i = 0; i < N_MASTERS; i++) start_master(c, i);
@@ -968,17 +981,7 @@ static void test_ha_a_wiped_etcd_after_a_snapshot_is_refused_naming_both(void **
     start_master(c, 0);
     assert_int_equal(wait_leader(c, -1), 0);
     node_and_write(c, 0, "kv/w", 30);
-    char *body = NULL;
-    for (long long end = hx_now_ms() + WAIT_MS;; sleep_ms(100)) {
-        assert_int_equal(hx_http_get(&c->hc.m[0], "/metrics", &body), 200);
-        int snap = strstr(body, "snapshot_last_seq 0\n") == NULL;
-        free(body);
-        if (snap) break;
-        if (hx_now_ms() > end) {
-            hx_print_log(&c->hc.m[0]);
-            fail_msg("no snapshot was taken");
-        }
-    }
+    wait_snapshot(c, 0);
     assert_int_equal(hx_stop(&c->hc.m[0]), 0);
     assert_int_equal(etcd_fixture_kill(&c->hc.etcd, 0), 0);
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", c->hc.etcd.m[0].data_dir);
@@ -1103,18 +1106,7 @@ static void test_ha_new_standby_after_oplog_gc_bootstraps_from_the_snapshot(void
     int leader = wait_leader(c, 2);
     node_and_write(c, leader, "kv/a", 150);
     /* The log's first records are gone from etcd once a snapshot is durable. */
-    char *body = NULL;
-    for (long long end = hx_now_ms() + WAIT_MS;;) {
-        assert_int_equal(hx_http_get(&c->hc.m[leader], "/metrics", &body), 200);
-        int snap = strstr(body, "snapshot_last_seq 0\n") == NULL;
-        free(body);
-        if (snap) break;
-        if (hx_now_ms() > end) {
-            hx_print_log(&c->hc.m[0]);
-            fail_msg("no snapshot was taken");
-        }
-        sleep_ms(100);
-    }
+    wait_snapshot(c, leader);
 
     start_master(c, 2); /* empty data_dir: the snapshot, then the log */
     wait_role(c, 2, "standby");
