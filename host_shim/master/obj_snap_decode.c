@@ -216,6 +216,14 @@ static int snap_record(obj_snap_dec *d, unsigned what, const uint8_t *p, const u
         hostrec__handed_put__free_unpacked(m, NULL);
         return rc;
     }
+    if (what == OBJ_SNAP_ZONES) {
+        /* one per segment at most: protobuf-c's own unpack */
+        Hostrec__WriteZones *m = hostrec__write_zones__unpack(NULL, (size_t)(end - p), p);
+        if (m == NULL) return SMP_EPROTO;
+        rc = fn ? fn(arg, what, &m->base) : SMP_OK;
+        hostrec__write_zones__free_unpacked(m, NULL);
+        return rc;
+    }
     Hostrec__GroupRecord m;
     if ((rc = snap_group(d, p, end, &m)) < 0) return rc;
     return fn ? fn(arg, what, &m.base) : SMP_OK;
@@ -228,6 +236,7 @@ static unsigned snap_kind(uint32_t tag)
            : tag == 3 ? OBJ_SNAP_GROUPS
            : tag == 4 ? OBJ_SNAP_OBJECTS
            : tag == 5 ? OBJ_SNAP_OPEN_PUTS
+           : tag == 6 ? OBJ_SNAP_ZONES
                       : 0;
 }
 
@@ -317,7 +326,7 @@ static int snap_frame_walk(const uint8_t *data, size_t len, size_t avail, obj_sn
     *used = 0;
     if (len == 0) return SMP_OK;
     if (data == NULL) return SMP_EINVAL;
-    size_t last = 0; /* the kind of the last record (1 segments .. 4 open puts) */
+    size_t last = 0; /* the kind of the last record (1 segments .. 5 zones) */
     pbw_rd r = pbw_reader(data, len);
     pbw_fld f;
     while (r.p < r.end) {
@@ -339,7 +348,7 @@ static int snap_frame_walk(const uint8_t *data, size_t len, size_t avail, obj_sn
             if (pbw_u32(&f, &out->format) < 0) return SMP_EPROTO;
             continue;
         }
-        if (f.tag < 2 || f.tag > 5) continue; /* unknown: skipped */
+        if (f.tag < 2 || f.tag > 6) continue; /* unknown: skipped */
         if (f.wt != PBW_LEN) return SMP_EPROTO;
         size_t kind = f.tag - 1;
         if (kind < last) out->in_kind_order = 0;

@@ -23,7 +23,8 @@ enum {
     OBJ_SNAP_GROUPS = 1u << 1,   /* field 3, Hostrec__GroupRecord */
     OBJ_SNAP_OBJECTS = 1u << 2,  /* field 4, Hostrec__ObjectRecord */
     OBJ_SNAP_OPEN_PUTS = 1u << 3, /* field 5, Hostrec__HandedPut */
-    OBJ_SNAP_ALL = 15u
+    OBJ_SNAP_ZONES = 1u << 4,     /* field 6, Hostrec__WriteZones */
+    OBJ_SNAP_ALL = 31u
 };
 
 /* Scratch storage a decode reuses from record to record: zero it before the
@@ -81,12 +82,14 @@ int obj_snap_decode_fed(obj_snap_dec *d,
 /* What the top-level framing of a section says, without decoding a record. */
 typedef struct obj_snap_frame {
     uint32_t format;    /* the last format field (0 when none) */
-    size_t n[4];        /* records of segments, groups, objects, open puts */
+    size_t n[5];        /* records of segments, groups, objects, open puts,
+                         * zones */
     int in_kind_order;  /* 1: every segment before every group, every group
                          * before every object, every object before every
-                         * open put (as a save writes them): one decode with
-                         * OBJ_SNAP_ALL hands them out in the order of four
-                         * decodes of one field each */
+                         * open put, every open put before every zone (as a
+                         * save writes them): one decode with OBJ_SNAP_ALL
+                         * hands them out in the order of five decodes of
+                         * one field each */
 } obj_snap_frame;
 
 /* Walk the top-level fields of data[0..len) only, with obj_snap_decode's

@@ -1031,4 +1031,5 @@ void obj_store_stats(const obj_store *st, obj_stats *out)
     OBJ_CHECK_CALLER(st);
     *out = st->stats;
     obj_memory_usage(st, &out->memory_used, &out->memory_capacity);
+    out->zone_bytes_held = obj_zones_held_bytes(st);
 }

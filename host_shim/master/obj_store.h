@@ -86,6 +86,15 @@
  *                     group record without an owner (written before owners
  *                     existed) belongs to OBJ_OWNER_DEFAULT, the weight
  *                     plugin: it was the only plugin that managed groups.
+ *     WRITE_ZONES     type 7 at encoding version OBJ_REC_ZONES_ENCVER,
+ *                     WriteZoneRecord: per segment, the ranges where this
+ *                     master's writers of puts it has no record of may be
+ *                     copying (obj_prepare_write_zones; see
+ *                     obj_store_zones.c). Apply replaces the segment's
+ *                     zones; a store that leads next holds their free
+ *                     bytes back for a stale put's time. Like PUT_HANDOFF,
+ *                     an older build stops on it, and in HA it is written
+ *                     only when every registered master replays it.
  *
  * Choices made here:
  *   - A tenant is an explicit field of an object ("" = none), not a part of
@@ -147,6 +156,10 @@
 #define OBJ_REC_SEGMENT_UPDATE 7
 #define OBJ_REC_ENCVER 1 /* the encoding version written and replayed */
 #define OBJ_REC_HANDOFF_ENCVER 2 /* type 2's version that is a PUT_HANDOFF */
+#define OBJ_REC_ZONES_ENCVER 2   /* type 7's version that is a WRITE_ZONES */
+/* A put under this many bytes starts without a record of its own; with
+ * zones on (obj_zones_enable) it is placed in a write zone. */
+#define OBJ_ZONE_PUT_MAX (1u << 20)
 
 typedef struct obj_store obj_store;
 
@@ -231,6 +244,9 @@ typedef struct obj_stats {
      * cancelled because an applied record claimed their range. */
     uint64_t reservations_in_flight;
     uint64_t reservations_cancelled;
+    /* Free bytes of the write zones of the master before this one, held
+     * back from placement now (obj_store_zones.c). */
+    uint64_t zone_bytes_held;
 } obj_stats;
 
 /* -- Life ------------------------------------------------------------------ */
@@ -287,6 +303,9 @@ typedef struct obj_put_ticket {
     const char *node;
     uint64_t offset;
     uint64_t length;
+    /* 1: placed in a write zone whose record is not durable yet: answer
+     * the put once obj_prepare_write_zones(segment)'s record is. */
+    int zone_wait;
 } obj_put_ticket;
 
 /* Start a put: reserve a range in the segment with the most free bytes that
@@ -322,6 +341,27 @@ const char *obj_put_group(const obj_store *st, const char *key);
 /* Encode the PUT_REVOKE record of the in-flight put of key. SMP_ENOTFOUND. */
 int obj_prepare_put_revoke(obj_store *st, const char *key, obj_record *out);
 
+/* Place puts under OBJ_ZONE_PUT_MAX in write zones (on), or anywhere (off:
+ * a cluster with a master that does not replay WRITE_ZONES). Off by
+ * default. */
+void obj_zones_enable(obj_store *st, int on);
+
+/* Take over the write zones records and snapshots gave st: hold their free
+ * bytes back from every placement from now, until obj_cleanup_stale_puts
+ * finds a stale put's time passed. A master calls it when it begins to
+ * lead; its first placement or sweep does otherwise. Once taken over, the
+ * zones of records applied later are this store's own. SMP_OK (nothing to
+ * take: the same), SMP_ENOMEM (nothing taken; tried again next time). */
+int obj_zones_take_over(obj_store *st, uint64_t now);
+
+/* Encode the WRITE_ZONES record of segment (NULL: of every segment with
+ * zones, an arena or held bytes). handing_off: the puts this store placed
+ * in zones are handed on in a PUT_HANDOFF, so only the bytes it holds back
+ * are named (a stopping master). No state change. SMP_ENOTFOUND (no such
+ * segment; none to name), SMP_EBUSY (too many ranges), SMP_ENOMEM. */
+int obj_prepare_write_zones(obj_store *st, const char *segment, int handing_off,
+                            obj_record *out);
+
 /* Encode the PUT_HANDOFF record of every put in flight (a master that stops
  * with puts still being written hands them on; see the record's comment).
  * No state change: applying it on this store changes nothing. *n gets the
@@ -353,8 +393,10 @@ int obj_puts_owned(const obj_store *st, uint64_t owner);
  * before now - timeout_ms (soft state: no record). A guard veto
  * (STALE_PUT_CLEANUP) keeps a put; reservations are not asked about (they
  * remove nothing). A put a PUT_HANDOFF gave counts as started at the first
- * call after its apply (apply knows no time). Returns the number of puts and
- * reservations freed. */
+ * call after its apply (apply knows no time). The first call takes over the
+ * write zones records and snapshots gave (as the first placement does), and
+ * the bytes held back since then go back once timeout_ms passed (not
+ * counted). Returns the number of puts and reservations freed. */
 int obj_cleanup_stale_puts(obj_store *st, uint64_t now, uint64_t timeout_ms);
 
 /* -- Reads ------------------------------------------------------------------ */

@@ -518,6 +518,7 @@ int obj_seg_ensure(obj_segment *s, size_t extra)
 void obj_segment_free(obj_segment *s)
 {
     if (!s) return;
+    obj_segment_zones_free(s);
     free(s->id);
     free(s->node);
     free(s->free);

@@ -87,6 +87,16 @@ typedef struct obj_segment {
     obj_extent *free;   /* sorted by offset, never adjacent */
     size_t nfree;
     size_t capfree;     /* always >= nalloc + 2 */
+    /* Write zones (obj_store_zones.c). zones: the durable ones, as the last
+     * WRITE_ZONES record (or snapshot) gave them. arena: where this master
+     * places its puts under OBJ_ZONE_PUT_MAX (len 0: none yet). quar: the
+     * free bytes of the zones of the master before, held back from puts
+     * (allocated, counted in used) since the store's quar_since. */
+    obj_extent *zones;
+    size_t nzones;
+    obj_extent arena;
+    obj_extent *quar;
+    size_t nquar;
 } obj_segment;
 
 /* A node id as the replicas hold it: one copy per store and node, shared
@@ -201,6 +211,7 @@ typedef struct obj_put {
     int consuming;      /* its PUT_END is being applied: range already freed */
     int untimed;        /* from a PUT_HANDOFF: started is set by the next sweep */
     int handed;         /* from a PUT_HANDOFF: a later one may supersede it */
+    int zoned;          /* placed in a write zone, no record of its start */
 } obj_put;
 
 /* A range reserved for one more memory replica of a complete object
@@ -277,6 +288,14 @@ struct obj_store {
     int loading;            /* obj_store_loading_begin .. _end */
     uint64_t readable_version; /* obj_readable_version: grows with every change */
     uint64_t loss_version;     /* obj_loss_version: grows with every possible loss */
+    /* Write zones (obj_store_zones.c): zones_on places small puts in them
+     * (obj_zones_enable); zones_live once this store took over the zones
+     * it was given (zones_inherited: some it has not yet), whose free bytes
+     * it holds back since quar_since, for a stale put's time (0: none). */
+    int zones_on;
+    int zones_live;
+    int zones_inherited;
+    uint64_t quar_since;
 };
 
 /* The store obj_store_load is loading on this thread, NULL when none. */
@@ -298,6 +317,29 @@ typedef struct obj_keybatch {
     uint64_t put_ids[OBJ_REMOVE_BATCH];
     size_t n;
 } obj_keybatch;
+
+/* obj_store_zones.c */
+/* Place a put of len bytes (a multiple of OBJ_ALIGN) in s's write zone,
+ * opening a new zone where none has room: SMP_OK with *wait 1 when the
+ * zone's WRITE_ZONES record is not durable yet (obj_prepare_write_zones),
+ * SMP_ENOSPC, SMP_ENOMEM. */
+int obj_zone_alloc(obj_segment *s, uint64_t len, uint64_t *off, int *wait);
+/* Give back what obj_zones_take_over held once timeout_ms passed since,
+ * telling the abandon hook (a writer's bytes may be there). */
+void obj_zones_release(obj_store *st, uint64_t now, uint64_t timeout_ms);
+/* Apply one segment's WriteZones (a record's or a snapshot's): SMP_EPROTO
+ * when a range is malformed; an unknown segment is skipped. */
+int obj_apply_write_zones(obj_store *st, const Hostrec__WriteZones *z);
+/* The bytes obj_zones_take_over holds back now. */
+uint64_t obj_zones_held_bytes(const obj_store *st);
+/* Apply a WRITE_ZONES record (obj_apply_write_zones of each entry). */
+int obj_apply_write_zone_record(obj_store *st, const Hostrec__WriteZoneRecord *m);
+/* Free a segment's zone arrays (obj_segment_free). */
+void obj_segment_zones_free(obj_segment *s);
+/* The snapshot field of s's zones; 0 when it has none. Its arrays are
+ * malloc'd (obj_write_zones_fini). */
+int obj_write_zones_of(const obj_segment *s, Hostrec__WriteZones *z);
+void obj_write_zones_fini(Hostrec__WriteZones *z);
 
 /* obj_store_released.c */
 /* Note every replica of o, which is leaving the state, when tracking is on. */

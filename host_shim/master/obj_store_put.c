@@ -44,14 +44,16 @@ static int obj_has_replica_in(const obj_object *o, const obj_segment *s)
  * them (ties by id), trying the segments of prefer_node (NULL: none) first
  * and, among those equally preferred, segments without a memory replica of
  * copy_of (NULL: none) first. Only segments whose node the place hook
- * allows for tenant are considered. SMP_ENOSPC, SMP_ENOMEM. */
+ * allows for tenant are considered. zone_wait non-NULL: in the segment's
+ * write zone (obj_zone_alloc, which sets it). SMP_ENOSPC, SMP_ENOMEM. */
 static int obj_place(obj_store *st,
                      const char *tenant,
                      uint64_t len,
                      const char *prefer_node,
                      const obj_object *copy_of,
                      obj_segment **seg,
-                     uint64_t *off)
+                     uint64_t *off,
+                     int *zone_wait)
 {
     size_t n = st->segments.count;
     if (n == 0) return SMP_ENOSPC;
@@ -73,7 +75,8 @@ static int obj_place(obj_store *st,
     int rc = SMP_ENOSPC;
     for (i = 0; i < n && rc == SMP_ENOSPC; i++) {
         if (v[i].free_bytes < len) continue;
-        rc = obj_seg_alloc(v[i].seg, len, off);
+        rc = zone_wait ? obj_zone_alloc(v[i].seg, len, off, zone_wait)
+                       : obj_seg_alloc(v[i].seg, len, off);
         if (rc == SMP_OK) *seg = v[i].seg;
     }
     free(v);
@@ -113,6 +116,9 @@ int obj_put_start(obj_store *st,
         return rc;
     }
 
+    /* Before anything is placed: the zones of the master before. */
+    if (!st->zones_live && (rc = obj_zones_take_over(st, now)) < 0) return rc;
+
     obj_put *put = calloc(1, sizeof(*put));
     if (!put) return SMP_ENOMEM;
     put->key = strdup(p->key);
@@ -126,7 +132,10 @@ int obj_put_start(obj_store *st,
     put->started = now;
     put->put_id = st->next_put_id;
     put->owner = p->owner;
-    if ((rc = obj_place(st, put->tenant, alloc, p->prefer_node, NULL, &put->seg, &put->offset)) < 0)
+    int zone_wait = 0;
+    put->zoned = st->zones_on && p->size < OBJ_ZONE_PUT_MAX;
+    if ((rc = obj_place(st, put->tenant, alloc, p->prefer_node, NULL, &put->seg, &put->offset,
+                        put->zoned ? &zone_wait : NULL)) < 0)
         goto free_put;
     if ((rc = obj_sl_put(&st->puts, put->key, put)) < 0) goto free_range;
     st->stats.puts_in_flight++;
@@ -136,6 +145,7 @@ int obj_put_start(obj_store *st,
         out->node = put->seg->node;
         out->offset = put->offset;
         out->length = put->size;
+        out->zone_wait = zone_wait;
     }
     return SMP_OK;
 
@@ -289,6 +299,8 @@ int obj_cleanup_stale_puts(obj_store *st, uint64_t now, uint64_t timeout_ms)
 {
     OBJ_CHECK_CALLER(st);
     int n = 0;
+    if (!st->zones_live) (void)obj_zones_take_over(st, now); /* ENOMEM: next time */
+    obj_zones_release(st, now, timeout_ms);
     for (obj_sl_node *x = obj_sl_after(&st->puts, NULL, 0); x;) {
         obj_put *p = x->val;
         x = x->next[0];
@@ -396,6 +408,7 @@ int obj_reserve_replica(obj_store *st,
     if (!o) return SMP_ENOTFOUND;
     if (obj_sl_get(&st->reserves, key)) return SMP_EBUSY;
     if (o->nreps >= OBJ_REPLICAS_MAX) return SMP_ERANGE;
+    if (!st->zones_live && (rc = obj_zones_take_over(st, now)) < 0) return rc;
     obj_reservation *r = calloc(1, sizeof(*r));
     if (!r) return SMP_ENOMEM;
     if (!(r->key = strdup(key))) { rc = SMP_ENOMEM; goto free_reservation; }
@@ -403,7 +416,7 @@ int obj_reserve_replica(obj_store *st,
     r->alloc = obj_ext_len(o->size);
     r->started = now;
     r->put_id = o->put_id;
-    if ((rc = obj_place(st, o->tenant, r->alloc, prefer_node, o, &r->seg, &r->offset)) < 0)
+    if ((rc = obj_place(st, o->tenant, r->alloc, prefer_node, o, &r->seg, &r->offset, NULL)) < 0)
         goto free_reservation;
     if ((rc = obj_sl_put(&st->reserves, r->key, r)) < 0) goto free_range;
     st->stats.reservations_in_flight++;
@@ -412,6 +425,7 @@ int obj_reserve_replica(obj_store *st,
         out->node = r->seg->node;
         out->offset = r->offset;
         out->length = r->length;
+        out->zone_wait = 0;
     }
     return SMP_OK;
 

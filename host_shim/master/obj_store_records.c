@@ -847,11 +847,19 @@ static int obj_apply_update(obj_store *st, const Hostrec__UpdateRecord *m)
 }
 
 /* 1 when this build replays a host record of type at encver: every type at
- * OBJ_REC_ENCVER, and type 2 at OBJ_REC_HANDOFF_ENCVER (PUT_HANDOFF). */
+ * OBJ_REC_ENCVER, type 2 at OBJ_REC_HANDOFF_ENCVER (PUT_HANDOFF) and type 7
+ * at OBJ_REC_ZONES_ENCVER (WRITE_ZONES). */
 static int obj_encver_ok(uint16_t type, uint16_t encver)
 {
     return encver == OBJ_REC_ENCVER ||
-           (type == OBJ_REC_PUT_REVOKE && encver == OBJ_REC_HANDOFF_ENCVER);
+           (type == OBJ_REC_PUT_REVOKE && encver == OBJ_REC_HANDOFF_ENCVER) ||
+           (type == OBJ_REC_SEGMENT_UPDATE && encver == OBJ_REC_ZONES_ENCVER);
+}
+
+/* A type 7 record at OBJ_REC_ZONES_ENCVER. */
+static int obj_is_zones(uint16_t type, uint16_t encver)
+{
+    return type == OBJ_REC_SEGMENT_UPDATE && encver == OBJ_REC_ZONES_ENCVER;
 }
 
 int obj_apply_record(obj_store *st,
@@ -866,6 +874,13 @@ int obj_apply_record(obj_store *st,
     if (!obj_encver_ok(type, encver) || (!payload && len)) return SMP_EPROTO;
     static const uint8_t empty[1];
     if (!payload) payload = empty;
+    if (obj_is_zones(type, encver)) {
+        Hostrec__WriteZoneRecord *m = hostrec__write_zone_record__unpack(NULL, len, payload);
+        if (!m) return SMP_EPROTO;
+        rc = obj_apply_write_zone_record(st, m);
+        hostrec__write_zone_record__free_unpacked(m, NULL);
+        return rc;
+    }
     if (encver == OBJ_REC_HANDOFF_ENCVER) {
         Hostrec__PutHandoffRecord *m = hostrec__put_handoff_record__unpack(NULL, len, payload);
         if (!m) return SMP_EPROTO;
@@ -932,6 +947,18 @@ int obj_describe_record(uint16_t type,
     if (type < 1 || type > SMP_OPLOG_HOST_TYPE_MAX || type == 4) return SMP_ENOTFOUND;
     if (!obj_encver_ok(type, encver) || (!payload && len) || (!buf && cap)) return SMP_EPROTO;
     if (!payload) payload = empty;
+    if (obj_is_zones(type, encver)) {
+        Hostrec__WriteZoneRecord *m = hostrec__write_zone_record__unpack(NULL, len, payload);
+        if (!m) return SMP_EPROTO;
+        const Hostrec__WriteZones *z = m->n_segments ? m->segments[0] : NULL;
+        n = snprintf(buf, cap, "WRITE_ZONES segments=%zu first=%s ranges=%zu first_offset=%llu "
+                               "first_length=%llu",
+                     m->n_segments, z ? z->segment : "", z ? z->n_offsets : 0,
+                     z && z->n_offsets ? (unsigned long long)z->offsets[0] : 0ULL,
+                     z && z->n_lengths ? (unsigned long long)z->lengths[0] : 0ULL);
+        hostrec__write_zone_record__free_unpacked(m, NULL);
+        return n < 0 ? SMP_EPROTO : n;
+    }
     if (encver == OBJ_REC_HANDOFF_ENCVER) {
         Hostrec__PutHandoffRecord *m = hostrec__put_handoff_record__unpack(NULL, len, payload);
         if (!m) return SMP_EPROTO;

@@ -84,6 +84,17 @@ int obj_store_save(const obj_store *st,
         obj_handed_of(p, &h);
         if ((rc = obj_snap_field(&w, 5, &h.base)) < 0) goto free_tmp;
     }
+    /* where writers of puts with no record may still copy */
+    for (obj_sl_node *x = obj_sl_after(&st->segments, NULL, 0); x; x = x->next[0]) {
+        Hostrec__WriteZones z;
+        if ((rc = obj_write_zones_of(x->val, &z)) <= 0) {
+            if (rc < 0) goto free_tmp;
+            continue;
+        }
+        rc = obj_snap_field(&w, 6, &z.base);
+        obj_write_zones_fini(&z);
+        if (rc < 0) goto free_tmp;
+    }
     rc = SMP_OK;
 free_tmp:
     free(w.tmp);
@@ -123,6 +134,13 @@ static int obj_load_apply(void *arg, unsigned what, const ProtobufCMessage *msg)
         const Hostrec__GroupRecord *m = (const Hostrec__GroupRecord *)msg;
         if (!m->managed) return SMP_EPROTO;
         return obj_set_group_managed(st, m->name, obj_group_msg_owner(m));
+    }
+    if (what == OBJ_SNAP_ZONES) {
+        /* one entry a segment, of a segment the snapshot has */
+        const Hostrec__WriteZones *z = (const Hostrec__WriteZones *)msg;
+        if (z->segment == NULL || obj_sl_get(&st->segments, z->segment) == NULL)
+            return SMP_EPROTO;
+        return obj_apply_write_zones(st, z);
     }
     if (what == OBJ_SNAP_OPEN_PUTS) {
         /* one image: its range is free and its key has no newer object */
@@ -190,10 +208,11 @@ static int obj_store_load_here(obj_store *st, const uint8_t *data, size_t len)
      * time into scratch storage reused by the next, instead of unpacked
      * whole by protobuf-c into an arena of some 2.5x its size. A walk of
      * the top-level framing reads the format and the counts (the indexes
-     * are sized from them); then segments, managed groups, objects and
-     * open puts are applied in that order, each in the order of the bytes (as the
-     * unpacked message's arrays were): in one decode when the section has
-     * them in that order, as a save writes it, else in one decode each.
+     * are sized from them); then segments, managed groups, objects, open
+     * puts and write zones are applied in that order, each in the order of
+     * the bytes (as the unpacked message's arrays were): in one decode when
+     * the section has them in that order, as a save writes it, else in one
+     * decode each.
      * Bytes protobuf-c refuses inside a record are found as it is applied:
      * the load then fails with SMP_EPROTO and clears what it applied, as
      * for a record that does not apply (the store was empty before). */
@@ -204,7 +223,7 @@ static int obj_store_load_here(obj_store *st, const uint8_t *data, size_t len)
     if (fr.format != OBJ_SNAPSHOT_FORMAT) return SMP_EPROTO;
     obj_load_prepare(st, len, fr.n[1], fr.n[2]);
     static const unsigned passes[] = {OBJ_SNAP_SEGMENTS, OBJ_SNAP_GROUPS, OBJ_SNAP_OBJECTS,
-                                      OBJ_SNAP_OPEN_PUTS};
+                                      OBJ_SNAP_OPEN_PUTS, OBJ_SNAP_ZONES};
     if (fr.in_kind_order) {
         rc = obj_snap_decode(&dec, data, len, OBJ_SNAP_ALL, NULL, obj_load_apply, &c);
     } else {

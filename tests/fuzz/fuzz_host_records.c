@@ -4,8 +4,8 @@
  * The input is a sequence of records, each framed as
  *   [type: 1 byte][len: u16 little-endian][payload: len bytes]
  * (a len past the end of the input takes what is left): the type is the
- * byte modulo 8, at encoding version OBJ_REC_HANDOFF_ENCVER when its bit 3
- * is set (type 2's PUT_HANDOFF), else OBJ_REC_ENCVER. Every record goes to
+ * byte modulo 8, at encoding version 2 when its bit 3 is set (type 2's
+ * PUT_HANDOFF, type 7's WRITE_ZONES), else OBJ_REC_ENCVER. Every record goes to
  * one fresh obj_store per input in the master's order -- hold, apply,
  * release -- and is described (obj_describe_record) as a log dump tool would.
  * A refused record is fine; a crash, a leak or a sanitizer report is not.
@@ -236,7 +236,7 @@ static void emit(seq_builder *b, obj_record *r, int rc)
     if (b->rc == SMP_OK && rc == SMP_OK)
         rc = obj_apply_record(b->st, r->type, r->encver, r->buf, r->len);
     if (b->rc == SMP_OK && rc == SMP_OK) {
-        hdr[0] = (uint8_t)(r->type | (r->encver == OBJ_REC_HANDOFF_ENCVER ? 8 : 0));
+        hdr[0] = (uint8_t)(r->type | (r->encver != OBJ_REC_ENCVER ? 8 : 0));
         hdr[1] = (uint8_t)r->len;
         hdr[2] = (uint8_t)(r->len >> 8);
         rc = fuzz_buf_write(&b->out, hdr, sizeof(hdr));
@@ -323,6 +323,24 @@ static void handed_put(seq_builder *b, const char *key)
     emit(b, &r, obj_prepare_put_handoff(b->st, &r, &n));
 }
 
+/* A put placed in a write zone, left open: the zone's WRITE_ZONES record. */
+static void zoned_put(seq_builder *b, const char *key)
+{
+    obj_put_params p = {key, 900, SMP_DATA_KV, NULL, NULL, 0, 0, NULL, 0};
+    obj_put_ticket t;
+    obj_record r = {0};
+    int rc;
+    if (b->rc != SMP_OK) return;
+    obj_zones_enable(b->st, 1);
+    rc = obj_put_start(b->st, &p, ++b->now, &t);
+    obj_zones_enable(b->st, 0);
+    if (rc != SMP_OK) {
+        b->rc = rc;
+        return;
+    }
+    emit(b, &r, obj_prepare_write_zones(b->st, t.segment, 0, &r));
+}
+
 static void remove_prefix(seq_builder *b, const char *prefix)
 {
     obj_record_list l = {0};
@@ -353,6 +371,7 @@ static int build_sequence(seq_builder *b, size_t *mid)
     emit(b, &r, obj_prepare_group_managed(st, "w/model/rev1", "weight_mgmt", 1, &r));
     revoked_put(b, "kv/revoked");
     handed_put(b, "kv/handed");
+    zoned_put(b, "kv/zoned");
     *mid = b->out.n;
     emit(b, &r, obj_prepare_remove(st, "kv/two", ++b->now, &r));
     remove_prefix(b, "w/");

@@ -22,7 +22,7 @@
 
 typedef struct snap_same_ctx {
     const Hostrec__HostSnapshot *ref;
-    size_t seen[4]; /* segments, groups, objects, open puts handed out so far */
+    size_t seen[5]; /* segments, groups, objects, open puts, zones handed out so far */
     int same;
 } snap_same_ctx;
 
@@ -78,20 +78,23 @@ static int snap_same_record(const ProtobufCMessage *got, ProtobufCMessage *ref)
 static int snap_same_fn(void *arg, unsigned what, const ProtobufCMessage *msg)
 {
     snap_same_ctx *c = arg;
-    size_t k = what == OBJ_SNAP_SEGMENTS ? 0
-               : what == OBJ_SNAP_GROUPS ? 1
-               : what == OBJ_SNAP_OBJECTS ? 2
-                                          : 3;
+    size_t k = what == OBJ_SNAP_SEGMENTS    ? 0
+               : what == OBJ_SNAP_GROUPS    ? 1
+               : what == OBJ_SNAP_OBJECTS   ? 2
+               : what == OBJ_SNAP_OPEN_PUTS ? 3
+                                            : 4;
     size_t n = k == 0   ? c->ref->n_segments
                : k == 1 ? c->ref->n_groups
                : k == 2 ? c->ref->n_objects
-                        : c->ref->n_open_puts;
+               : k == 3 ? c->ref->n_open_puts
+                        : c->ref->n_zones;
     ProtobufCMessage *ref = NULL;
     if (c->seen[k] < n)
         ref = k == 0   ? &c->ref->segments[c->seen[k]]->base
               : k == 1 ? &c->ref->groups[c->seen[k]]->base
               : k == 2 ? &c->ref->objects[c->seen[k]]->base
-                       : &c->ref->open_puts[c->seen[k]]->base;
+              : k == 3 ? &c->ref->open_puts[c->seen[k]]->base
+                       : &c->ref->zones[c->seen[k]]->base;
     c->seen[k]++;
     if (ref == NULL || !snap_same_record(msg, ref)) c->same = 0;
     return SMP_OK;
@@ -117,7 +120,7 @@ static int snap_same_fed(const uint8_t *data, size_t len, const Hostrec__HostSna
     obj_snap_frame fr;
     snap_same_feed f = {0, len};
     uint32_t format = 0;
-    snap_same_ctx c = {ref, {0, 0, 0, 0}, 1};
+    snap_same_ctx c = {ref, {0, 0, 0, 0, 0}, 1};
     int rc = obj_snap_decode_fed(&d, data, len, &format, snap_same_wait, &f,
                                  ref ? snap_same_fn : NULL, &c);
     int in_order = obj_snap_frame_scan(data, len, &fr) == SMP_OK && fr.in_kind_order;
@@ -135,7 +138,8 @@ static int snap_same_fed(const uint8_t *data, size_t len, const Hostrec__HostSna
                                                            c.seen[0] != ref->n_segments ||
                                                            c.seen[1] != ref->n_groups ||
                                                            c.seen[2] != ref->n_objects ||
-                                                           c.seen[3] != ref->n_open_puts)))) {
+                                                           c.seen[3] != ref->n_open_puts ||
+                                                           c.seen[4] != ref->n_zones)))) {
         fprintf(stderr, "obj_snap_same: the fed decoder's records differ from protobuf-c's\n");
         same = 0;
     }
@@ -163,14 +167,15 @@ static int obj_snap_same(const uint8_t *data, size_t len)
         obj_snap_dec_fini(&d);
         return same && snap_same_fed(data, len, NULL);
     }
-    snap_same_ctx c = {ref, {0, 0, 0, 0}, 1};
+    snap_same_ctx c = {ref, {0, 0, 0, 0, 0}, 1};
     rc = obj_snap_decode(&d, data, len, OBJ_SNAP_ALL, &format, snap_same_fn, &c);
     if (rc != SMP_OK && rc != SMP_ENOMEM) {
         fprintf(stderr, "obj_snap_same: the decoder refuses what protobuf-c accepts (%d)\n", rc);
         same = 0;
     } else if (rc == SMP_OK && (!c.same || format != ref->format ||
                                 c.seen[0] != ref->n_segments || c.seen[1] != ref->n_groups ||
-                                c.seen[2] != ref->n_objects || c.seen[3] != ref->n_open_puts)) {
+                                c.seen[2] != ref->n_objects || c.seen[3] != ref->n_open_puts ||
+                                c.seen[4] != ref->n_zones)) {
         fprintf(stderr, "obj_snap_same: the decoder's records differ from protobuf-c's\n");
         same = 0;
     }

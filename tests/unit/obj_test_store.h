@@ -1,7 +1,8 @@
 /* obj_test_store.h -- the object store driven the master's way, shared by
  * the unit programs of host_shim/master/obj_store*.c (test_obj_store,
  * test_obj_records, test_obj_snapshots, test_obj_random, test_obj_replicas,
- * test_obj_hold, test_obj_loading), and two states built that way.
+ * test_obj_hold, test_obj_loading, test_obj_zones), and two states built
+ * that way.
  *
  * A guard the test controls, stores created with it, every durable change as
  * prepare + apply (with an optional log of the records applied, replayed

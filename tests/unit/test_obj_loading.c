@@ -212,7 +212,7 @@ static void test_every_entry_point_that_takes_the_store_checks_its_caller(void *
     static const char *const files[] = {
         "obj_store.c", "obj_store_index.c", "obj_store_put.c",
         "obj_store_records.c", "obj_store_remove.c", "obj_store_snapshot.c",
-        "obj_store_released.c",
+        "obj_store_released.c", "obj_store_zones.c",
     };
     static char names[128][64];
     char *h = read_all(MASTER_DIR "/obj_store.h");

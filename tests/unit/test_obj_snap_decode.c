@@ -207,7 +207,7 @@ static const crafted cases[] = {
     {"length above INT_MAX", {0x2a, 0x80, 0x80, 0x80, 0x80, 0x08}, 6, 0},
     {"length past the end", {0x2a, 0x05, 0x00}, 3, 0},
     {"unknown fields of each wire type",
-     {0x30, 0x01, 0x31, 1, 2, 3, 4, 5, 6, 7, 8, 0x32, 0x01, 0x00, 0x35, 1, 2, 3, 4}, 19, 1},
+     {0x38, 0x01, 0x39, 1, 2, 3, 4, 5, 6, 7, 8, 0x3a, 0x01, 0x00, 0x3d, 1, 2, 3, 4}, 19, 1},
     {"format as a length-delimited field", {0x0a, 0x00}, 2, 0},
     {"format again, 10-byte varint (last wins, low 32 bits)",
      {0x08, 0x81, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x00}, 11, 1},
@@ -232,6 +232,10 @@ static const crafted cases[] = {
     {"group: managed as a 64-bit zero", {0x1a, 0x09, 0x11, 0, 0, 0, 0, 0, 0, 0, 0}, 11, 1},
     {"group: name as 32-bit", {0x1a, 0x05, 0x0d, 1, 2, 3, 4}, 7, 0},
     {"segment: capacity as 64-bit", {0x12, 0x09, 0x19, 1, 2, 3, 4, 5, 6, 7, 8}, 11, 0},
+    {"zones as a varint", {0x30, 0x01}, 2, 0},
+    {"zones: offsets packed, a length not",
+     {0x32, 0x09, 0x0a, 0x01, 's', 0x12, 0x01, 0x40, 0x18, 0x80, 0x01}, 11, 1},
+    {"zones: an offset cut off", {0x32, 0x03, 0x12, 0x01, 0x80}, 5, 0},
 };
 
 /* Each crafted case after a valid section agrees with protobuf-c, and
