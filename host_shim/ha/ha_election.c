@@ -121,7 +121,7 @@ static uint64_t validity_ms(const ha_election *e)
 /* -- encoding of the leader key and registry entries ------------------------ */
 
 /* The names of the HA_FEATURE_* bits, in bit order. */
-static const char *const ha_feature_names[] = {"put_handoff"};
+static const char *const ha_feature_names[] = {"put_handoff", "write_zones"};
 #define HA_N_FEATURES (sizeof(ha_feature_names) / sizeof(ha_feature_names[0]))
 
 /* Pack a MasterInfo into a malloc'd buffer; NULL on ENOMEM. e (may be NULL)

@@ -43,6 +43,7 @@ typedef struct ha_term {
 /* Features a registry entry may advertise (MasterInfo.features), as bits of
  * ha_member.features; this build advertises them all. */
 #define HA_FEATURE_PUT_HANDOFF 1u /* "put_handoff": it replays PUT_HANDOFF */
+#define HA_FEATURE_WRITE_ZONES 2u /* "write_zones": it replays WRITE_ZONES */
 
 /* One master of the registry, as it last wrote itself. */
 typedef struct ha_member {

@@ -17,6 +17,7 @@
  * resigns: master_drain.c), flushes the OpLog and unloads the plugins; SIGHUP reloads
  * every plugin in place (master_plugins.c). */
 #include <errno.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -465,12 +466,26 @@ static int start_admin(master *m, char *err, size_t errlen)
     return SMP_OK;
 }
 
+void master_take_over_zones(master *m)
+{
+    obj_stats os;
+    if (obj_zones_take_over(master_objs(m), master_now_ms()) < 0) return; /* next sweep */
+    obj_store_stats(master_objs(m), &os);
+    if (os.zone_bytes_held > 0)
+        fprintf(stderr, "store_master: %" PRIu64 " free bytes of the write zones of the master "
+                "before held back for %u ms (node.put_timeout_ms): its writers of puts under "
+                "1 MiB may still copy there\n", os.zone_bytes_held, m->cfg->node_put_timeout_ms);
+}
+
 /* Recovery is done: accept clients (and the embedded node). */
 static int start_serving(master *m, char *err, size_t errlen)
 {
     int rc;
     /* HA: a standby turns requests away from the first one on. */
     if (m->cfg->ha_enabled && (rc = master_ha_start(m, err, errlen)) < 0) return rc;
+    /* Alone, it leads from here: before the first node's registration
+     * sweeps the free bytes, the write zones of its last run are held. */
+    if (!m->cfg->ha_enabled) master_take_over_zones(m);
     if ((rc = rpc_server_start(m->rpc, err, errlen)) < 0) return rc;
     if ((rc = start_admin(m, err, errlen)) < 0) return rc;
     m->serving_since_ms = master_now_ms();

@@ -43,6 +43,7 @@ static const metric_def metric_defs[] = {
     {M(memory_capacity), SMP_METRIC_GAUGE, "store_memory_capacity_bytes", "Capacity of all memory segments", NULL},
     {M(puts_in_flight), SMP_METRIC_GAUGE, "store_puts_in_flight", "Puts started and not yet ended", NULL},
     {M(puts_taken_over), SMP_METRIC_COUNTER, "store_puts_taken_over_total", "Open puts another master handed on (a stopping master's PUT_HANDOFF, the record of a large put's start, a snapshot) still open when this master began to lead (taken), or that it could not take (not_taken: their range or key was taken meanwhile)", "result"},
+    {M(zone_bytes_held), SMP_METRIC_GAUGE, "store_write_zone_held_bytes", "Free bytes of the write zones of the master before this one, held back from placement for a stale put's time after this master began to lead (its writers of puts under 1 MiB may still copy there)", NULL},
     {M(oplog_appends), SMP_METRIC_COUNTER, "oplog_appends_total", "Records appended to the OpLog", NULL},
     {M(oplog_fsyncs), SMP_METRIC_COUNTER, "oplog_fsyncs_total", "Data syncs of the OpLog", NULL},
     {M(oplog_batches), SMP_METRIC_COUNTER, "oplog_batches_total", "Group commits written", NULL},
@@ -192,6 +193,7 @@ void master_metrics_refresh(master *m)
     host_metric_set(m->m.memory_used, NULL, (double)os.memory_used);
     host_metric_set(m->m.memory_capacity, NULL, (double)os.memory_capacity);
     host_metric_set(m->m.puts_in_flight, NULL, (double)os.puts_in_flight);
+    host_metric_set(m->m.zone_bytes_held, NULL, (double)os.zone_bytes_held);
     const char *taken[1] = {"taken"}, *not_taken[1] = {"not_taken"};
     host_metric_set(m->m.puts_taken_over, taken, (double)os.puts_taken_over);
     host_metric_set(m->m.puts_taken_over, not_taken, (double)os.puts_not_taken_over);

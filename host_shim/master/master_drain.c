@@ -26,11 +26,13 @@
  *    gigabytes still being copied) are handed on first: a PUT_HANDOFF
  *    record carries their ranges to the master that replays the log next
  *    (the next leader, or this one restarted), which keeps the ranges from
- *    other puts and takes the writers' put ends. In HA it is written only
- *    when every registered master advertises that it replays it (an older
- *    build would stop on it); the master stops once the record is durable
- *    and the put ends taken meanwhile are answered, or MASTER_HANDOFF_MS
- *    after it was appended
+ *    other puts and takes the writers' put ends. Then a WRITE_ZONES record
+ *    drops this master's write zones (every writer in them is handed on),
+ *    so that the next master holds none of their bytes back. In HA each is
+ *    written only when every registered master advertises that it replays
+ *    it (an older build would stop on it); the master stops once they are
+ *    durable and the put ends taken meanwhile are answered, or
+ *    MASTER_HANDOFF_MS after they were appended
  *    (master_stop): an HA leader's election resigns (the lease is revoked,
  *    so a standby is elected at once, not after the lease's TTL), the log
  *    is flushed and the connections close.
@@ -81,6 +83,12 @@ static void drain_open(master *m, uint64_t *calls, uint64_t *puts, uint64_t *ref
     *refused = rs.admission_refused;
 }
 
+/* One of the records a stopping master waits for is durable, or failed. */
+static void drain_record_done(master *m)
+{
+    if (m->drain_awaited > 0 && --m->drain_awaited == 0) m->drain_handoff = MASTER_HANDOFF_DONE;
+}
+
 static void on_handed(master *m, void *arg, int status, uint64_t seq)
 {
     size_t n = (size_t)(uintptr_t)arg;
@@ -91,30 +99,56 @@ static void on_handed(master *m, void *arg, int status, uint64_t seq)
     else
         fprintf(stderr, "store_master: the open puts were not handed on (%s): the next master "
                 "does not know their ranges\n", smp_strerror(status));
-    m->drain_handoff = MASTER_HANDOFF_DONE;
+    drain_record_done(m);
 }
 
-/* Append the PUT_HANDOFF of the puts still open. SMP_OK: stop once it is
- * durable (on_handed); otherwise stop now (nothing to hand on, or it cannot
- * be: said in the log). */
-static int hand_off_puts(master *m)
+static void on_zones_dropped(master *m, void *arg, int status, uint64_t seq)
+{
+    (void)arg;
+    if (status == SMP_OK)
+        fprintf(stderr, "store_master: write zones dropped (WRITE_ZONES, record %" PRIu64
+                "): the next master holds back nothing of them\n", seq);
+    else
+        fprintf(stderr, "store_master: the write zones were not dropped (%s): the next master "
+                "holds their free bytes back for a while\n", smp_strerror(status));
+    drain_record_done(m);
+}
+
+/* Append the PUT_HANDOFF of the puts still open (puts: how many), then a
+ * WRITE_ZONES that drops this master's write zones once its writers are all
+ * handed on, so that the next master holds nothing of them back. SMP_OK:
+ * stop once they are durable (on_handed, on_zones_dropped); otherwise stop
+ * now (nothing to write, or it cannot be: said in the log). */
+static int hand_off_puts(master *m, uint64_t puts)
 {
     char why[200];
-    obj_record rec = {0};
+    obj_record rec = {0}, zones = {0};
     size_t n = 0;
+    int rc = SMP_ENOTFOUND, zrc = SMP_ENOTFOUND;
     if (!master_ha_all_have(m, HA_FEATURE_PUT_HANDOFF, why, sizeof(why))) {
-        fprintf(stderr, "store_master: the open puts are not handed on (%s): the next master "
-                "does not know their ranges\n", why);
+        if (puts != 0)
+            fprintf(stderr, "store_master: the open puts are not handed on (%s): the next "
+                    "master does not know their ranges\n", why);
         return SMP_ENOTSUP;
     }
-    int rc = obj_prepare_put_handoff(master_objs(m), &rec, &n);
-    if (rc == SMP_OK) rc = master_commit(m, &rec, NULL, on_handed, (void *)(uintptr_t)n);
-    if (rc < 0) {
-        if (rc != SMP_ENOTFOUND)
-            fprintf(stderr, "store_master: the open puts were not handed on (%s): the next "
-                    "master does not know their ranges\n", smp_strerror(rc));
-        return rc;
+    m->drain_awaited = 0;
+    if (puts != 0 && (rc = obj_prepare_put_handoff(master_objs(m), &rec, &n)) == SMP_OK) {
+        m->drain_awaited++; /* durable callbacks come from the loop, after this */
+        if ((rc = master_commit(m, &rec, NULL, on_handed, (void *)(uintptr_t)n)) < 0)
+            m->drain_awaited--;
     }
+    if (rc < 0 && rc != SMP_ENOTFOUND)
+        fprintf(stderr, "store_master: the open puts were not handed on (%s): the next "
+                "master does not know their ranges\n", smp_strerror(rc));
+    /* the zones go only with every writer in them handed on */
+    if ((rc == SMP_OK || rc == SMP_ENOTFOUND) &&
+        master_ha_all_have(m, HA_FEATURE_WRITE_ZONES, why, sizeof(why)) &&
+        (zrc = obj_prepare_write_zones(master_objs(m), NULL, 1, &zones)) == SMP_OK) {
+        m->drain_awaited++;
+        if ((zrc = master_commit(m, &zones, NULL, on_zones_dropped, NULL)) < 0)
+            m->drain_awaited--;
+    }
+    if (m->drain_awaited == 0) return rc < 0 ? rc : zrc;
     m->drain_handoff = MASTER_HANDOFF_WAITING;
     return SMP_OK;
 }
@@ -149,7 +183,7 @@ static void on_drain_timer(uv_timer_t *t)
     else
         fprintf(stderr, "store_master: drained in %" PRIu64 " ms, every call answered%s: "
                 "stopping\n", now - (m->drain_until_ms - MASTER_DRAIN_MS), said);
-    if (puts != 0 && hand_off_puts(m) == SMP_OK) return; /* stop once it is durable */
+    if (hand_off_puts(m, puts) == SMP_OK) return; /* stop once it is durable */
     master_stop(m);
 }
 

@@ -180,6 +180,7 @@ static void on_promoted(void *arg, int status)
         return;
     }
     m->ha_role = MASTER_HA_LEADER;
+    master_take_over_zones(m); /* before anything is placed */
     rpc_server_leader_known(m->rpc, advertised(m)); /* held requests come back here */
     master_nodes_unsettle(m);
     fprintf(stderr, "store_master: leader of the cluster (%s), applied seq %" PRIu64 "\n",

@@ -239,7 +239,10 @@ typedef struct master {
     uv_timer_t drain_timer;
     int drain_timer_open;
     int drain_handoff;          /* MASTER_HANDOFF_*: the open puts' PUT_HANDOFF */
+    int drain_awaited;          /* of its records (and WRITE_ZONES), not durable yet */
     int put_open_unrecorded;    /* large put starts go unrecorded (said once) */
+    int zones_off;              /* small puts placed outside write zones (said once) */
+    uint64_t zones_gate_ms;     /* when the write zones' gate was last asked */
 
     /* HA (ha.enabled): see master_ha.c. */
     struct etcd_client *etcd;   /* the OpLog's client */
@@ -270,6 +273,7 @@ typedef struct master {
         host_metric *memory_capacity;
         host_metric *puts_in_flight;
         host_metric *puts_taken_over; /* {result} */
+        host_metric *zone_bytes_held;
         host_metric *oplog_appends;
         host_metric *oplog_fsyncs;
         host_metric *oplog_batches;
@@ -323,6 +327,10 @@ typedef struct master {
 } master;
 
 /* -- master_commit.c ---------------------------------------------------------- */
+
+/* The master begins to lead: hold the write zones of the one before back
+ * (obj_zones_take_over), saying how many bytes in the log. */
+void master_take_over_zones(master *m);
 
 /* Called once a committed record is durable and applied (status 0), or
  * failed (the state is unchanged). seq is the record's sequence. */

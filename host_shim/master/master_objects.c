@@ -306,13 +306,39 @@ static int put_open_recorded(master *m, uint64_t size)
     return ok;
 }
 
-/* Append the PUT_HANDOFF of the put of key just started and answer call
- * with resp once it is durable (on_put_open_durable). SMP_OK, or an error
- * (call not answered, the put still in flight). */
-static int record_put_open(master *m, smp_rpc_call *call, const char *key,
+/* How often a leader asks whether every master of its cluster replays
+ * WRITE_ZONES (a registry read, too dear for every put start). */
+#define MASTER_ZONES_GATE_MS 1000u
+
+/* Place small puts in write zones when every registered master can replay
+ * their records (HA), or alone; asked at most every MASTER_ZONES_GATE_MS.
+ * The log says when they stop being placed there, and when they are
+ * again. */
+static void zones_gate(master *m, uint64_t now)
+{
+    char why[200];
+    if (m->zones_gate_ms != 0 && now - m->zones_gate_ms < MASTER_ZONES_GATE_MS) return;
+    m->zones_gate_ms = now ? now : 1;
+    int ok = master_ha_all_have(m, HA_FEATURE_WRITE_ZONES, why, sizeof(why));
+    obj_zones_enable(master_objs(m), ok);
+    if (ok == !m->zones_off) return;
+    m->zones_off = !ok;
+    if (ok)
+        fprintf(stderr, "store_master: puts under 1 MiB are placed in write zones again "
+                "(WRITE_ZONES)\n");
+    else
+        fprintf(stderr, "store_master: puts under 1 MiB are not placed in write zones (%s): a "
+                "master that replaces this one after a crash may give their ranges to other "
+                "puts while their writers copy\n", why);
+}
+
+/* Append rec (a record that makes the put just started known: its
+ * PUT_HANDOFF, or its write zone's WRITE_ZONES; taken, freed on failure)
+ * and answer call with resp once it is durable (on_put_open_durable).
+ * SMP_OK, or an error (call not answered, the put still in flight). */
+static int record_put_open(master *m, smp_rpc_call *call, obj_record *rec,
                            const obj_put_ticket *t, const ProtobufCMessage *resp)
 {
-    obj_record rec = {0};
     put_open_ctx *c = calloc(1, sizeof(*c));
     size_t n = protobuf_c_message_get_packed_size(resp);
     int rc = SMP_ENOMEM;
@@ -323,10 +349,10 @@ static int record_put_open(master *m, smp_rpc_call *call, const char *key,
     c->call = call;
     c->offset = t->offset;
     c->length = t->length;
-    if ((rc = obj_prepare_put_open(master_objs(m), key, &rec)) < 0) goto fail;
-    if ((rc = master_commit(m, &rec, NULL, on_put_open_durable, c)) < 0) goto fail;
+    if ((rc = master_commit(m, rec, NULL, on_put_open_durable, c)) < 0) goto fail;
     return SMP_OK;
 fail:
+    obj_record_free(rec);
     if (c != NULL) {
         free(c->segment);
         free(c->resp);
@@ -368,6 +394,7 @@ static int h_put_start(void *ctx, smp_rpc_call *call, const uint8_t *body, size_
     size_t ticket_len = 0;
     uint64_t now = master_now_ms();
     int rc = SMP_EBUSY;
+    zones_gate(m, now);
     if (!master_key_pending(m, req->key)) {
         /* placed on a node that registered: one still waited for would
          * fail its ticket (master_node_place_ok) */
@@ -411,9 +438,13 @@ static int h_put_start(void *ctx, smp_rpc_call *call, const uint8_t *body, size_
         PutStartResponse resp = PUT_START_RESPONSE__INIT;
         resp.n_replicas = 1;
         resp.replicas = locs;
-        if (put_open_recorded(m, req->size)) {
-            if ((rc = record_put_open(m, call, req->key, &t, &resp.base)) < 0)
-                reply_key_err(m, call, rc, "put start", req->key);
+        obj_record rec = {0};
+        int recorded = put_open_recorded(m, req->size);
+        if (recorded || t.zone_wait) {
+            rc = recorded ? obj_prepare_put_open(master_objs(m), req->key, &rec)
+                          : obj_prepare_write_zones(master_objs(m), t.segment, 0, &rec);
+            if (rc == SMP_OK) rc = record_put_open(m, call, &rec, &t, &resp.base);
+            if (rc < 0) reply_key_err(m, call, rc, "put start", req->key);
         } else if (master_scrub_reply(m, call, t.segment, t.offset, t.length, &resp.base) < 0) {
             /* bytes of a freed replica still being zeroed there: answer after */
             rpc_reply_error(call, SMP_ENOMEM, "put start: out of memory");

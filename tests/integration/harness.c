@@ -392,6 +392,13 @@ int hx_write_segment(const char *path, uint64_t offset, const void *data, size_t
     return -1;
 }
 
+/* 1 when w's range of len bytes shares a byte with where's. */
+static int hx_ranges_meet(const kvc_replica *w, const kvc_replica *where, size_t len)
+{
+    return strcmp(w->segment, where->segment) == 0 &&
+           !(w->offset + len <= where->offset || w->offset >= where->offset + len);
+}
+
 int hx_finish_handed_put(kvc *c, const char *key, const kvc_replica *where, const uint8_t *a,
                          const char *other, const uint8_t *b, size_t len, char *why, size_t cap)
 {
@@ -408,8 +415,7 @@ int hx_finish_handed_put(kvc *c, const char *key, const kvc_replica *where, cons
     SHA256(b, len, sha_b);
     if (kvc_put_start(c, other, len, SMP_DATA_KV, NULL, 0, &w) < 0) {
         snprintf(why, cap, "put start %s: %s", other, kvc_error(c));
-    } else if (strcmp(w.segment, where->segment) == 0 &&
-               !(w.offset + len <= where->offset || w.offset >= where->offset + len)) {
+    } else if (hx_ranges_meet(&w, where, len)) {
         snprintf(why, cap, "%s was given [%llu, +%zu), over %s's open range at %llu", other,
                  (unsigned long long)w.offset, len, key, (unsigned long long)where->offset);
     } else if (hx_write_segment(w.segment_path, w.offset, b, len) < 0 ||
@@ -422,6 +428,46 @@ int hx_finish_handed_put(kvc *c, const char *key, const kvc_replica *where, cons
     } else if (kvc_get_into(c, key, got, len, &n, 1) < 0 || n != len ||
                memcmp(got, a, len) != 0) {
         snprintf(why, cap, "%s does not read back (%llu bytes): %s", key, (unsigned long long)n,
+                 kvc_error(c));
+    } else if (kvc_get_into(c, other, got, len, &n, 1) < 0 || n != len ||
+               memcmp(got, b, len) != 0) {
+        snprintf(why, cap, "%s does not read back (%llu bytes): %s", other,
+                 (unsigned long long)n, kvc_error(c));
+    } else {
+        rc = 0;
+    }
+    free(got);
+    return rc;
+}
+
+int hx_finish_unknown_put(kvc *c, const char *key, const kvc_replica *where, const uint8_t *a,
+                          const char *other, const uint8_t *b, size_t len, char *why,
+                          size_t cap)
+{
+    kvc_replica w;
+    uint8_t sha_a[32], sha_b[32];
+    uint8_t *got = malloc(len);
+    uint64_t n = 0;
+    int rc = -1, end;
+    if (got == NULL) {
+        snprintf(why, cap, "out of memory");
+        return -1;
+    }
+    SHA256(a, len, sha_a);
+    SHA256(b, len, sha_b);
+    if (kvc_put_start(c, other, len, SMP_DATA_KV, NULL, 0, &w) < 0) {
+        snprintf(why, cap, "put start %s: %s", other, kvc_error(c));
+    } else if (hx_ranges_meet(&w, where, len)) {
+        snprintf(why, cap, "%s was given [%llu, +%zu), over %s's range at %llu", other,
+                 (unsigned long long)w.offset, len, key, (unsigned long long)where->offset);
+    } else if (hx_write_segment(w.segment_path, w.offset, b, len) < 0 ||
+               kvc_put_end(c, other, sha_b, NULL) < 0) {
+        snprintf(why, cap, "writing %s: %s", other, kvc_error(c));
+    } else if (hx_write_segment(where->segment_path, where->offset + len / 2, a + len / 2,
+                                len - len / 2) < 0) {
+        snprintf(why, cap, "the late copy of %s", key);
+    } else if ((end = kvc_put_end(c, key, sha_a, NULL)) != SMP_ENOTFOUND) {
+        snprintf(why, cap, "the put end of %s: %d (%s), not SMP_ENOTFOUND", key, end,
                  kvc_error(c));
     } else if (kvc_get_into(c, other, got, len, &n, 1) < 0 || n != len ||
                memcmp(got, b, len) != 0) {

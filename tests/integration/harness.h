@@ -113,6 +113,17 @@ int hx_write_segment(const char *path, uint64_t offset, const void *data, size_t
 int hx_finish_handed_put(kvc *c, const char *key, const kvc_replica *where, const uint8_t *a,
                          const char *other, const uint8_t *b, size_t len, char *why, size_t cap);
 
+/* What a master that never heard of key's put (under 1 MiB, started by the
+ * master before it, which died) must do, asked through c: a new put of
+ * other (len bytes of b) is not placed over key's range *where (its write
+ * zone is held back), and is written and ended; key's writer then copies
+ * the rest of a late into its old range, which damages nothing: key's put
+ * end is refused SMP_ENOTFOUND, and other reads back byte for byte. 0, or
+ * -1 with why. */
+int hx_finish_unknown_put(kvc *c, const char *key, const kvc_replica *where, const uint8_t *a,
+                          const char *other, const uint8_t *b, size_t len, char *why,
+                          size_t cap);
+
 /* GET path from the running master's admin HTTP endpoint (HTTPS when
  * admin_ca is set). Returns the HTTP status and a malloc'd body (caller
  * frees), or -1 (no HTTP answer, none within 10 s included). */

@@ -385,10 +385,13 @@ static void test_record_cut_mid_payload_is_cut_and_intact_objects_served(void **
     last_segment(m, seg, sizeof(seg));
     size_t n = 0;
     seg_rec *recs = segment_records(seg, &n);
-    assert_true(n > 0);
+    assert_true(n > 1);
+    /* the put end of k/4, then the stop's WRITE_ZONES: cut in k/4's (the
+     * zones' record, after it, goes with the torn tail) */
     seg_rec last = recs[n - 1];
+    if (last.seq != seqs[4]) last = recs[n - 2];
     free(recs);
-    assert_int_equal(last.seq, seqs[4]); /* the put end of k/4 is the last record */
+    assert_int_equal(last.seq, seqs[4]);
     assert_true(last.len > 2);
     assert_int_equal(truncate(seg, (off_t)(last.off + REC_HDR + last.len / 2)), 0);
 
