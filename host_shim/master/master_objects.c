@@ -285,25 +285,40 @@ static void on_put_open_durable(master *m, void *arg, int status, uint64_t seq)
     free(c);
 }
 
-/* 1 when the start of a put of size bytes is recorded before it is
- * answered: a large put, on a master every registered master of its
- * cluster can replay the record on (HA), or alone. The log says when large
- * puts stop being recorded, and when they are again. */
-static int put_open_recorded(master *m, uint64_t size)
+/* What a gate on a record every master must replay says in the log. */
+typedef struct feature_gate {
+    unsigned feature; /* HA_FEATURE_* */
+    const char *what; /* "<what> [not ]<done>" */
+    const char *done;
+    const char *record;
+    const char *risk; /* what follows when it is not done */
+} feature_gate;
+
+/* 1 when every registered master advertises g's feature (alone: 1). When
+ * that changed since *off last said, the log says so once: not done (why,
+ * and the risk), or done again. */
+static int gate_open(master *m, const feature_gate *g, int *off)
 {
     char why[200];
-    if (size < MASTER_PUT_OPEN_BYTES) return 0;
-    int ok = master_ha_all_have(m, HA_FEATURE_PUT_HANDOFF, why, sizeof(why));
-    if (ok == !m->put_open_unrecorded) return ok;
-    m->put_open_unrecorded = !ok;
+    int ok = master_ha_all_have(m, g->feature, why, sizeof(why));
+    if (ok == !*off) return ok;
+    *off = !ok;
     if (ok)
-        fprintf(stderr, "store_master: the starts of puts of 1 MiB or more are recorded again "
-                "(PUT_HANDOFF)\n");
+        fprintf(stderr, "store_master: %s %s again (%s)\n", g->what, g->done, g->record);
     else
-        fprintf(stderr, "store_master: the starts of puts of 1 MiB or more are not recorded (%s): "
-                "a master that replaces this one after a crash does not know their ranges\n",
-                why);
+        fprintf(stderr, "store_master: %s not %s (%s): %s\n", g->what, g->done, why, g->risk);
     return ok;
+}
+
+/* 1 when the start of a put of size bytes is recorded before it is
+ * answered: a large put, on a master every registered master of its
+ * cluster can replay the record on (HA), or alone. */
+static int put_open_recorded(master *m, uint64_t size)
+{
+    static const feature_gate g = {
+        HA_FEATURE_PUT_HANDOFF, "the starts of puts of 1 MiB or more are", "recorded",
+        "PUT_HANDOFF", "a master that replaces this one after a crash does not know their ranges"};
+    return size >= MASTER_PUT_OPEN_BYTES && gate_open(m, &g, &m->put_open_unrecorded);
 }
 
 /* How often a leader asks whether every master of its cluster replays
@@ -311,25 +326,16 @@ static int put_open_recorded(master *m, uint64_t size)
 #define MASTER_ZONES_GATE_MS 1000u
 
 /* Place small puts in write zones when every registered master can replay
- * their records (HA), or alone; asked at most every MASTER_ZONES_GATE_MS.
- * The log says when they stop being placed there, and when they are
- * again. */
+ * their records (HA), or alone; asked at most every MASTER_ZONES_GATE_MS. */
 static void zones_gate(master *m, uint64_t now)
 {
-    char why[200];
+    static const feature_gate g = {
+        HA_FEATURE_WRITE_ZONES, "puts under 1 MiB are", "placed in write zones", "WRITE_ZONES",
+        "a master that replaces this one after a crash may give their ranges to other puts "
+        "while their writers copy"};
     if (m->zones_gate_ms != 0 && now - m->zones_gate_ms < MASTER_ZONES_GATE_MS) return;
     m->zones_gate_ms = now ? now : 1;
-    int ok = master_ha_all_have(m, HA_FEATURE_WRITE_ZONES, why, sizeof(why));
-    obj_zones_enable(master_objs(m), ok);
-    if (ok == !m->zones_off) return;
-    m->zones_off = !ok;
-    if (ok)
-        fprintf(stderr, "store_master: puts under 1 MiB are placed in write zones again "
-                "(WRITE_ZONES)\n");
-    else
-        fprintf(stderr, "store_master: puts under 1 MiB are not placed in write zones (%s): a "
-                "master that replaces this one after a crash may give their ranges to other "
-                "puts while their writers copy\n", why);
+    obj_zones_enable(master_objs(m), gate_open(m, &g, &m->zones_off));
 }
 
 /* Append rec (a record that makes the put just started known: its

@@ -399,56 +399,17 @@ static int hx_ranges_meet(const kvc_replica *w, const kvc_replica *where, size_t
            !(w->offset + len <= where->offset || w->offset >= where->offset + len);
 }
 
-int hx_finish_handed_put(kvc *c, const char *key, const kvc_replica *where, const uint8_t *a,
-                         const char *other, const uint8_t *b, size_t len, char *why, size_t cap)
+/* hx_finish_handed_put (known: key's put end is taken, key reads back) and
+ * hx_finish_unknown_put (key's put end is refused SMP_ENOTFOUND). */
+static int hx_finish_put(kvc *c, const char *key, const kvc_replica *where, const uint8_t *a,
+                         const char *other, const uint8_t *b, size_t len, int known, char *why,
+                         size_t cap)
 {
     kvc_replica w;
     uint8_t sha_a[32], sha_b[32];
     uint8_t *got = malloc(len);
     uint64_t n = 0;
-    int rc = -1;
-    if (got == NULL) {
-        snprintf(why, cap, "out of memory");
-        return -1;
-    }
-    SHA256(a, len, sha_a);
-    SHA256(b, len, sha_b);
-    if (kvc_put_start(c, other, len, SMP_DATA_KV, NULL, 0, &w) < 0) {
-        snprintf(why, cap, "put start %s: %s", other, kvc_error(c));
-    } else if (hx_ranges_meet(&w, where, len)) {
-        snprintf(why, cap, "%s was given [%llu, +%zu), over %s's open range at %llu", other,
-                 (unsigned long long)w.offset, len, key, (unsigned long long)where->offset);
-    } else if (hx_write_segment(w.segment_path, w.offset, b, len) < 0 ||
-               kvc_put_end(c, other, sha_b, NULL) < 0) {
-        snprintf(why, cap, "writing %s: %s", other, kvc_error(c));
-    } else if (hx_write_segment(where->segment_path, where->offset + len / 2, a + len / 2,
-                                len - len / 2) < 0 ||
-               kvc_put_end(c, key, sha_a, NULL) < 0) {
-        snprintf(why, cap, "the put end of %s: %s", key, kvc_error(c));
-    } else if (kvc_get_into(c, key, got, len, &n, 1) < 0 || n != len ||
-               memcmp(got, a, len) != 0) {
-        snprintf(why, cap, "%s does not read back (%llu bytes): %s", key, (unsigned long long)n,
-                 kvc_error(c));
-    } else if (kvc_get_into(c, other, got, len, &n, 1) < 0 || n != len ||
-               memcmp(got, b, len) != 0) {
-        snprintf(why, cap, "%s does not read back (%llu bytes): %s", other,
-                 (unsigned long long)n, kvc_error(c));
-    } else {
-        rc = 0;
-    }
-    free(got);
-    return rc;
-}
-
-int hx_finish_unknown_put(kvc *c, const char *key, const kvc_replica *where, const uint8_t *a,
-                          const char *other, const uint8_t *b, size_t len, char *why,
-                          size_t cap)
-{
-    kvc_replica w;
-    uint8_t sha_a[32], sha_b[32];
-    uint8_t *got = malloc(len);
-    uint64_t n = 0;
-    int rc = -1, end;
+    int rc = -1, end = 0;
     if (got == NULL) {
         snprintf(why, cap, "out of memory");
         return -1;
@@ -466,8 +427,12 @@ int hx_finish_unknown_put(kvc *c, const char *key, const kvc_replica *where, con
     } else if (hx_write_segment(where->segment_path, where->offset + len / 2, a + len / 2,
                                 len - len / 2) < 0) {
         snprintf(why, cap, "the late copy of %s", key);
-    } else if ((end = kvc_put_end(c, key, sha_a, NULL)) != SMP_ENOTFOUND) {
-        snprintf(why, cap, "the put end of %s: %d (%s), not SMP_ENOTFOUND", key, end,
+    } else if ((end = kvc_put_end(c, key, sha_a, NULL)) != (known ? 0 : SMP_ENOTFOUND)) {
+        snprintf(why, cap, "the put end of %s: %d (%s)%s", key, end, kvc_error(c),
+                 known ? "" : ", not SMP_ENOTFOUND");
+    } else if (known && (kvc_get_into(c, key, got, len, &n, 1) < 0 || n != len ||
+                         memcmp(got, a, len) != 0)) {
+        snprintf(why, cap, "%s does not read back (%llu bytes): %s", key, (unsigned long long)n,
                  kvc_error(c));
     } else if (kvc_get_into(c, other, got, len, &n, 1) < 0 || n != len ||
                memcmp(got, b, len) != 0) {
@@ -478,6 +443,19 @@ int hx_finish_unknown_put(kvc *c, const char *key, const kvc_replica *where, con
     }
     free(got);
     return rc;
+}
+
+int hx_finish_handed_put(kvc *c, const char *key, const kvc_replica *where, const uint8_t *a,
+                         const char *other, const uint8_t *b, size_t len, char *why, size_t cap)
+{
+    return hx_finish_put(c, key, where, a, other, b, len, 1, why, cap);
+}
+
+int hx_finish_unknown_put(kvc *c, const char *key, const kvc_replica *where, const uint8_t *a,
+                          const char *other, const uint8_t *b, size_t len, char *why,
+                          size_t cap)
+{
+    return hx_finish_put(c, key, where, a, other, b, len, 0, why, cap);
 }
 
 double hx_metric(const hx_master *m, const char *series)
