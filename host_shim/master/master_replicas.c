@@ -9,7 +9,11 @@
  *                  object's SHA-256); then the COMPLETE cold replica is added.
  *   ensure_memory  a range is reserved on the node holding the cold file, the
  *                  node loads the file into it checking the SHA-256, and the
- *                  memory replica is added. A file that fails the check is a
+ *                  memory replica is added. With write zones on, the range
+ *                  is named in a durable WRITE_ZONES record before the
+ *                  node is sent the load (obj_store_zones.c): a master that
+ *                  follows a crash of this one holds it while the node may
+ *                  still be writing there. A file that fails the check is a
  *                  lost cold replica (dropped durably, replica-lost emitted)
  *                  and is never served.
  *   release_memory drops the memory replicas -- refused (SMP_ESTATE) unless
@@ -162,6 +166,8 @@ typedef struct replica_job {
     char *cold_name;      /* LOAD: the file */
     obj_put_ticket where; /* LOAD: the reserved range */
     char *segment;
+    uint64_t size;        /* LOAD: the object's, and its SHA-256 */
+    uint8_t checksum[32];
     int persisting;       /* counted in m->persisting */
 } replica_job;
 
@@ -354,6 +360,29 @@ static void on_loaded(master *m, void *arg, int status, const struct TaskResult 
         job_done(j, status);
 }
 
+/* Send j's node the task that loads its cold file into its range. */
+static int send_load(master *m, replica_job *j)
+{
+    return master_node_task(m, j->node, TASK_KIND__TASK_LOAD, j->key, j->where.offset, j->size,
+                            j->checksum, j->cold_name, on_loaded, j);
+}
+
+/* The write zone naming j's range is durable (or not): load, or give up. */
+static void on_load_zoned(master *m, void *arg, int status, uint64_t seq)
+{
+    replica_job *j = arg;
+    (void)seq;
+    if (!obj_reservation_holds(master_objs(m), j->key, j->segment, j->where.offset)) {
+        job_done(j, SMP_EAGAIN); /* given up meanwhile (its segment went): ask again */
+        return;
+    }
+    if (status == SMP_OK) status = send_load(m, j);
+    if (status < 0) {
+        obj_release_reservation(master_objs(m), j->key);
+        job_done(j, status);
+    }
+}
+
 int master_ensure_memory(void *ctx, const char *key, smp_done_cb cb, void *arg)
 {
     master *m = ctx;
@@ -392,8 +421,17 @@ int master_ensure_memory(void *ctx, const char *key, smp_done_cb cb, void *arg)
     }
     j->where.segment = j->segment;
     j->where.node = j->node;
-    rc = master_node_task(m, src->node, TASK_KIND__TASK_LOAD, key, j->where.offset, r.info.size,
-                          r.info.checksum, src->path, on_loaded, j);
+    j->size = r.info.size;
+    memcpy(j->checksum, r.info.checksum, sizeof(j->checksum));
+    if (j->where.zone_wait) {
+        /* the node fills the range with no record of it: a write zone
+         * names it first, so a master after a crash of this one holds it */
+        obj_record rec = {0};
+        if ((rc = obj_prepare_write_zones(master_objs(m), j->segment, 0, &rec)) == SMP_OK)
+            rc = master_commit(m, &rec, NULL, on_load_zoned, j);
+    } else {
+        rc = send_load(m, j);
+    }
     if (rc < 0) {
         obj_release_reservation(master_objs(m), key);
         job_free(j);

@@ -604,7 +604,10 @@ int obj_prepare_set_replicas(obj_store *st,
  * guard asked (adding a copy removes nothing), freed by
  * obj_cleanup_stale_puts once started at or before now - timeout, and by
  * unmounting its segment. It blocks neither puts nor removal of the key.
- * Fills *out (may be NULL; strings borrowed; length is the object's size).
+ * Fills *out (may be NULL; strings borrowed; length is the object's size;
+ * zone_wait set with zones on while no durable write zone covers the
+ * range: let the node fill it once obj_prepare_write_zones(segment)'s
+ * record, which names it, is durable).
  * SMP_EINVAL, SMP_ENOTFOUND (no complete object), SMP_EBUSY (a reservation
  * for key is in flight), SMP_ERANGE (the object has OBJ_REPLICAS_MAX
  * replicas), SMP_ENOSPC (no segment has room: evict and retry), SMP_ENOMEM.
@@ -638,6 +641,11 @@ int obj_prepare_add_replica(obj_store *st,
 /* Drop the reservation of key and free its range (the load failed).
  * SMP_EINVAL, SMP_ENOTFOUND. */
 int obj_release_reservation(obj_store *st, const char *key);
+
+/* 1 when key's reservation is still the range at offset of segment (not
+ * released, cleaned up or cancelled since), else 0. */
+int obj_reservation_holds(const obj_store *st, const char *key, const char *segment,
+                          uint64_t offset);
 
 /* -- Segments and groups ------------------------------------------------------- */
 

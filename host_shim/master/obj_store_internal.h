@@ -330,6 +330,8 @@ void obj_zones_release(obj_store *st, uint64_t now, uint64_t timeout_ms);
 /* Apply one segment's WriteZones (a record's or a snapshot's): SMP_EPROTO
  * when a range is malformed; an unknown segment is skipped. */
 int obj_apply_write_zones(obj_store *st, const Hostrec__WriteZones *z);
+/* 1 when [r.off, r.off+r.len) lies in one of s's durable zones. */
+int obj_zones_cover(const obj_segment *s, obj_extent r);
 /* The bytes obj_zones_take_over holds back now. */
 uint64_t obj_zones_held_bytes(const obj_store *st);
 /* Apply a WRITE_ZONES record (obj_apply_write_zones of each entry). */

@@ -425,7 +425,8 @@ int obj_reserve_replica(obj_store *st,
         out->node = r->seg->node;
         out->offset = r->offset;
         out->length = r->length;
-        out->zone_wait = 0;
+        /* a node fills it without a record: name it in the zones first */
+        out->zone_wait = st->zones_on && !obj_zones_cover(r->seg, (obj_extent){r->offset, r->alloc});
     }
     return SMP_OK;
 
@@ -475,6 +476,14 @@ int obj_release_reservation(obj_store *st, const char *key)
     if (!r) return SMP_ENOTFOUND;
     obj_reservation_abandon(st, r);
     return SMP_OK;
+}
+
+int obj_reservation_holds(const obj_store *st, const char *key, const char *segment,
+                          uint64_t offset)
+{
+    OBJ_CHECK_CALLER(st);
+    const obj_reservation *r = obj_validate_key(key) < 0 ? NULL : obj_sl_get(&st->reserves, key);
+    return r != NULL && r->offset == offset && strcmp(r->seg->id, segment) == 0;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -12,6 +12,11 @@
  * back from the one before it. So a store that replays the log or loads a
  * snapshot knows a superset of where such writers are.
  *
+ * A range reserved for a replica (obj_reserve_replica), which a node fills
+ * from a cold file without a record, is named the same way: with zones
+ * on, the master sends the node its task once a record naming the range
+ * is durable.
+ *
  * Such a store, once it leads, takes the zones over before it places
  * anything: it holds back every free byte of them (allocated, so no put,
  * replica or reservation lands there) for a stale put's time, after which
@@ -75,8 +80,7 @@ static int alloc_in(obj_segment *s, uint64_t len, uint64_t lo, uint64_t hi, uint
     return SMP_ENOSPC;
 }
 
-/* 1 when [r.off, r.off+r.len) lies in one of s's durable zones. */
-static int in_zones(const obj_segment *s, obj_extent r)
+int obj_zones_cover(const obj_segment *s, obj_extent r)
 {
     for (size_t i = 0; i < s->nzones; i++)
         if (s->zones[i].off <= r.off && r.off + r.len <= s->zones[i].off + s->zones[i].len)
@@ -99,7 +103,7 @@ int obj_zone_alloc(obj_segment *s, uint64_t len, uint64_t *off, int *wait)
         if ((rc = alloc_in(s, len, a.off, a.off + a.len, off)) < 0) return rc;
         s->arena = a;
     }
-    if (rc == SMP_OK) *wait = !in_zones(s, s->arena);
+    if (rc == SMP_OK) *wait = !obj_zones_cover(s, s->arena);
     return rc;
 }
 
@@ -113,9 +117,10 @@ static int extent_cmp(const void *a, const void *b)
 
 /* What an unrecorded writer of this store may be copying into in s: the
  * arena and the zoned puts open outside it unless handing_off (a stopping
- * master hands its open puts on in a PUT_HANDOFF), and what it holds back;
- * sorted and merged into *out (malloc'd, *n of them; NULL when none).
- * SMP_EBUSY past OBJ_ZONES_MAX, SMP_ENOMEM. */
+ * master hands its open puts on in a PUT_HANDOFF), the ranges reserved for
+ * replicas a node may be loading, and what it holds back; sorted and
+ * merged into *out (malloc'd, *n of them; NULL when none). SMP_EBUSY past
+ * OBJ_ZONES_MAX, SMP_ENOMEM. */
 static int zone_ranges(const obj_store *st, const obj_segment *s, int handing_off,
                        obj_extent **out, size_t *n)
 {
@@ -127,9 +132,15 @@ static int zone_ranges(const obj_store *st, const obj_segment *s, int handing_of
             const obj_put *p = x->val;
             if (p->zoned && p->seg == s) cap++;
         }
+    for (obj_sl_node *x = obj_sl_after(&st->reserves, NULL, 0); x; x = x->next[0])
+        cap += ((const obj_reservation *)x->val)->seg == s;
     obj_extent *v = malloc(cap * sizeof(*v));
     if (v == NULL) return SMP_ENOMEM;
     for (size_t i = 0; i < s->nquar; i++) v[k++] = s->quar[i];
+    for (obj_sl_node *x = obj_sl_after(&st->reserves, NULL, 0); x && k < cap; x = x->next[0]) {
+        const obj_reservation *r = x->val;
+        if (r->seg == s) v[k++] = (obj_extent){r->offset, r->alloc};
+    }
     if (!handing_off && s->arena.len > 0) v[k++] = s->arena;
     if (!handing_off)
         for (obj_sl_node *x = obj_sl_after(&st->puts, NULL, 0); x && k < cap; x = x->next[0]) {
@@ -198,10 +209,10 @@ int obj_write_zones_of(const obj_segment *s, Hostrec__WriteZones *z)
 }
 
 /* 1 when s needs an entry in a record of every segment: it has zones, an
- * arena or held bytes. */
-static int zones_named(const obj_segment *s)
+ * arena or held bytes, or a reservation (in a store of res of them). */
+static int zones_named(const obj_segment *s, size_t res)
 {
-    return s->nzones > 0 || s->arena.len > 0 || s->nquar > 0;
+    return s->nzones > 0 || s->arena.len > 0 || s->nquar > 0 || res > 0;
 }
 
 int obj_prepare_write_zones(obj_store *st, const char *segment, int handing_off,
@@ -216,7 +227,7 @@ int obj_prepare_write_zones(obj_store *st, const char *segment, int handing_off,
         cap = 1;
     } else {
         for (obj_sl_node *x = obj_sl_after(&st->segments, NULL, 0); x; x = x->next[0])
-            cap += zones_named(x->val);
+            cap += zones_named(x->val, st->reserves.count);
         if (cap == 0) return SMP_ENOTFOUND;
     }
     Hostrec__WriteZones *zs = calloc(cap, sizeof(*zs));
@@ -227,7 +238,7 @@ int obj_prepare_write_zones(obj_store *st, const char *segment, int handing_off,
     for (obj_sl_node *x = one ? NULL : obj_sl_after(&st->segments, NULL, 0); one || x;
          x = x ? x->next[0] : NULL) {
         obj_segment *s = one ? one : x->val;
-        if (one != NULL || zones_named(s)) {
+        if (one != NULL || zones_named(s, st->reserves.count)) {
             obj_extent *v;
             size_t n;
             if ((rc = zone_ranges(st, s, handing_off, &v, &n)) < 0) goto done;

@@ -3,7 +3,8 @@
  * their segment's arena, whose WRITE_ZONES record names where unrecorded
  * writers may be; a store that replays the records (or loads a snapshot)
  * holding those bytes back from its own puts until a stale put's time has
- * passed, then giving them back through the abandon hook; a stopping
+ * passed, then giving them back through the abandon hook; ranges reserved
+ * for replicas named the same way; a stopping
  * master's record that drops them; malformed records refused with nothing
  * changed.
  *
@@ -318,6 +319,53 @@ static void test_a_stopping_master_drops_its_zones(void **state)
     obj_store_destroy(d);
 }
 
+/* A range reserved for a replica, which a node fills from a cold file with
+ * no record, asks for a zone record naming it (also when the master stops:
+ * the node may still be loading), and the next master holds it back. */
+static void test_a_reserved_range_is_named_in_the_zones(void **state)
+{
+    (void)state;
+    enum { BIG = 2 << 20 };
+    static rec_log log;
+    g_log = &log;
+    obj_store *a = new_store(NULL);
+    obj_zones_enable(a, 1);
+    mount(a, "s0", "n0", SEG_BYTES);
+    assert_int_equal(put_full(a, "kv/obj", BIG, "", "", 10), SMP_OK);
+    obj_put_ticket t, u;
+    assert_int_equal(obj_reserve_replica(a, "kv/obj", NULL, 20, &t), SMP_OK);
+    assert_true(t.zone_wait);
+    assert_int_equal(obj_reservation_holds(a, "kv/obj", "s0", t.offset), 1);
+    assert_int_equal(obj_reservation_holds(a, "kv/obj", "s0", t.offset + 64), 0);
+    assert_int_equal(obj_reservation_holds(a, "kv/none", "s0", t.offset), 0);
+    obj_record r = {0};
+    assert_int_equal(obj_prepare_write_zones(a, NULL, 1, &r), SMP_OK); /* stopping */
+    Hostrec__WriteZoneRecord *m = unpack_zones(&r);
+    assert_true(zones_cover(m->segments[0], t.offset, BIG));
+    hostrec__write_zone_record__free_unpacked(m, NULL);
+    obj_record_free(&r);
+    assert_int_equal(obj_prepare_write_zones(a, "s0", 0, &r), SMP_OK);
+    apply_rec(a, &r);
+    g_log = NULL;
+
+    /* the next master: a put of its size is not placed over the range */
+    obj_store *b = replay_log(&log, 0, log.n, NULL);
+    start_put(b, "kv/next", BIG, 1000, &u, NULL);
+    assert_false(overlap(u.offset, BIG, t.offset, BIG));
+    obj_stats s;
+    obj_store_stats(b, &s);
+    assert_true(s.zone_bytes_held >= BIG);
+
+    /* zones off: no record asked */
+    obj_zones_enable(a, 0);
+    assert_int_equal(obj_release_reservation(a, "kv/obj"), SMP_OK);
+    assert_int_equal(obj_reserve_replica(a, "kv/obj", NULL, 30, &t), SMP_OK);
+    assert_false(t.zone_wait);
+    free_log(&log);
+    obj_store_destroy(a);
+    obj_store_destroy(b);
+}
+
 /* Pack a WRITE_ZONES record of segment seg with n ranges. */
 static uint8_t *pack_zones(const char *seg, uint64_t *off, uint64_t *len, size_t noff,
                            size_t nlen, size_t *out)
@@ -417,6 +465,7 @@ int main(void)
         cmocka_unit_test(test_the_next_master_holds_the_zones_back),
         cmocka_unit_test(test_a_snapshot_carries_the_zones),
         cmocka_unit_test(test_a_stopping_master_drops_its_zones),
+        cmocka_unit_test(test_a_reserved_range_is_named_in_the_zones),
         cmocka_unit_test(test_malformed_zone_records_change_nothing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
