@@ -24,7 +24,9 @@
  * keeps its range all the same and takes its put end. A smaller put was
  * placed in a write zone recorded (WRITE_ZONES) before its answer: the
  * next leader holds the zone's free bytes back, so a writer stalled past
- * the failover damages no put it placed since. While the old build's entry
+ * the failover damages no put it placed since; and after a second failover
+ * the third leader still holds the first one's zone (the second named it
+ * in its own record), and the second's. While the old build's entry
  * is registered, small puts are not placed in zones (the leader says so
  * once, and once again when they are again). */
 #include <setjmp.h>
@@ -339,6 +341,61 @@ static void test_sigkill_of_the_leader_keeps_a_small_put_s_zone(void **state)
     kvc_close(d);
 }
 
+/* 1 when the LEN-byte ranges of x and y share a byte. */
+static int ranges_meet(const kvc_replica *x, const kvc_replica *y)
+{
+    return strcmp(x->segment, y->segment) == 0 &&
+           !(x->offset + LEN <= y->offset || x->offset >= y->offset + LEN);
+}
+
+/* Two failovers: the second leader held the first's zone back and wrote
+ * its own record when it placed a small put (kv/second, left open), which
+ * names what it holds as well as its own zone. Killed in turn, the third
+ * leader holds both: its new put lands on neither the first leader's
+ * half-written put nor the second's, and the first writer's late bytes
+ * damage nothing. */
+static void test_two_failovers_keep_both_zones(void **state)
+{
+    fixture *f = *state;
+    static uint8_t a[LEN], b[LEN];
+    char why[512];
+    memset(a, 0xa9, sizeof(a));
+    memset(b, 0xba, sizeof(b));
+    start_cluster(f);
+    kvc *c = hx_client(&f->view);
+    assert_non_null(c);
+    kvc_replica where, second, other;
+    assert_int_equal(kvc_put_start(c, "kv/small", LEN, SMP_DATA_KV, NULL, 0, &where), 0);
+    assert_int_equal(hx_write_segment(where.segment_path, where.offset, a, LEN / 2), 0);
+    int first = f->leader;
+    hx_kill(&f->hc.m[first]);
+    kvc_close(c);
+    if ((f->leader = hc_wait_leader(&f->hc, first, WAIT_MS)) < 0) fail_msg("no second leader");
+    if (hc_wait_node(&f->hc, f->leader, WAIT_MS) < 0) fail_msg("the node did not register again");
+    kvc *d = hx_client(&f->view);
+    assert_non_null(d);
+    assert_int_equal(kvc_put_start(d, "kv/second", LEN, SMP_DATA_KV, NULL, 0, &second), 0);
+    if (ranges_meet(&second, &where)) fail_msg("the second leader placed kv/second over kv/small");
+    int second_leader = f->leader;
+    hx_kill(&f->hc.m[second_leader]);
+    kvc_close(d);
+    if ((f->leader = hc_wait_leader(&f->hc, second_leader, WAIT_MS)) < 0)
+        fail_msg("no third leader");
+    if (hc_wait_node(&f->hc, f->leader, WAIT_MS) < 0) fail_msg("the node did not register again");
+    kvc *e = hx_client(&f->view);
+    assert_non_null(e);
+    /* a put of their size lands on neither (first fit: on kv/small) */
+    assert_int_equal(kvc_put_start(e, "kv/probe", LEN, SMP_DATA_KV, NULL, 0, &other), 0);
+    if (ranges_meet(&other, &second))
+        fail_msg("the third leader placed kv/probe over kv/second");
+    if (ranges_meet(&other, &where))
+        fail_msg("the third leader placed kv/probe over kv/small");
+    if (hx_finish_unknown_put(e, "kv/small", &where, a, "kv/other", b, LEN, why, sizeof(why)) < 0)
+        fail_msg("the third leader: %s", why);
+    assert_true(hx_metric(&f->hc.m[f->leader], "store_write_zone_held_bytes") > 0);
+    kvc_close(e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -350,6 +407,7 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_sigkill_of_the_leader_keeps_a_small_put_s_zone,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(test_two_failovers_keep_both_zones, setup, teardown),
     };
     if (getenv("HA_TEST") != NULL) cmocka_set_test_filter(getenv("HA_TEST"));
     return cmocka_run_group_tests(tests, NULL, NULL);
