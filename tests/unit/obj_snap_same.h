@@ -3,7 +3,7 @@
  * same bytes both must accept or both refuse, and give the same format and
  * the same records in the same order. Records are compared by packing both
  * with protobuf-c (unknown fields, which the decoder skips, are left out of
- * protobuf-c's side; add_replica is compared by presence only, see
+ * both sides; add_replica is compared by presence only, see
  * obj_snap_decode.h). The fed decoder (obj_snap_decode_fed), given the
  * bytes a few at a time, must agree too: refuse what protobuf-c refuses,
  * and hand out the same records, stopping with OBJ_SNAP_OUT_OF_ORDER only
@@ -47,10 +47,15 @@ static int snap_same_packed(const ProtobufCMessage *a, const ProtobufCMessage *b
 static int snap_same_record(const ProtobufCMessage *got, ProtobufCMessage *ref)
 {
     if (got->descriptor != &hostrec__object_record__descriptor) {
-        size_t nu = ref->n_unknown_fields;
+        /* the few records the decoder has protobuf-c unpack (open puts,
+         * zones) keep their unknown fields: hidden on both sides */
+        ProtobufCMessage *g = (ProtobufCMessage *)got;
+        size_t nu = ref->n_unknown_fields, gu = g->n_unknown_fields;
         ref->n_unknown_fields = 0;
+        g->n_unknown_fields = 0;
         int same = snap_same_packed(got, ref);
         ref->n_unknown_fields = nu;
+        g->n_unknown_fields = gu;
         return same;
     }
     Hostrec__ObjectRecord g = *(const Hostrec__ObjectRecord *)got;
