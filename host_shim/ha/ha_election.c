@@ -84,6 +84,7 @@ struct ha_election {
     int64_t exited_lease;          /* the lease of the last leader whose exit was noticed */
     ha_member members[HA_MAX_MEMBERS];
     size_t n_members;
+    uint64_t members_read;         /* registry reads so far */
     /* Monotonic ms up to which the term's lease is certainly valid. */
     _Atomic uint64_t valid_until_ms;
     /* Send time of the lease's last grant or renewal; 0: no lease. */
@@ -497,6 +498,7 @@ static void read_registry(ha_election *e)
     pthread_mutex_lock(&e->mu);
     memcpy(e->members, tmp, k * sizeof(tmp[0]));
     e->n_members = k;
+    e->members_read++;
     pthread_mutex_unlock(&e->mu);
     etcd_range_result_free(&r);
 }
@@ -775,6 +777,14 @@ size_t ha_election_members(ha_election *e, ha_member *out, size_t cap)
     pthread_mutex_lock(&e->mu);
     size_t n = e->n_members;
     memcpy(out, e->members, (n < cap ? n : cap) * sizeof(*out));
+    pthread_mutex_unlock(&e->mu);
+    return n;
+}
+
+uint64_t ha_election_members_read(ha_election *e)
+{
+    pthread_mutex_lock(&e->mu);
+    uint64_t n = e->members_read;
     pthread_mutex_unlock(&e->mu);
     return n;
 }

@@ -135,6 +135,10 @@ uint64_t ha_election_etcd_silent_ms(ha_election *e, char *why, size_t cap);
  * there are. Loop thread. */
 size_t ha_election_members(ha_election *e, ha_member *out, size_t cap);
 
+/* How many times the registry was read: what ha_election_members gives
+ * may differ only once it moved (a cheap question for every call). */
+uint64_t ha_election_members_read(ha_election *e);
+
 /* rows[0, n) (sorted by id, room for cap) with self in its place unless a
  * row already has its id; when the rows are full the last one gives way.
  * Returns the new count (n when cap is 0). */

@@ -292,6 +292,7 @@ static void on_timer(uv_timer_t *h)
     uint64_t now = master_now_ms();
     if (m->cfg->ha_enabled) master_ha_tick(m);
     if (!master_is_leader(m)) return; /* a standby only follows the log */
+    master_zones_gate(m);
     master_nodes_tick(m, now);
     master_fsck_schedule_tick(m, now);
     master_node_wait_tick(m, now);

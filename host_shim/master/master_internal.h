@@ -242,7 +242,8 @@ typedef struct master {
     int drain_awaited;          /* of its records (and WRITE_ZONES), not durable yet */
     int put_open_unrecorded;    /* large put starts go unrecorded (said once) */
     int zones_off;              /* small puts placed outside write zones (said once) */
-    uint64_t zones_gate_ms;     /* when the write zones' gate was last asked */
+    int zones_gate_asked;       /* the write zones' gate was asked, */
+    uint64_t zones_gate_read;   /* at this registry read (ha_election_members_read) */
 
     /* HA (ha.enabled): see master_ha.c. */
     struct etcd_client *etcd;   /* the OpLog's client */
@@ -327,6 +328,11 @@ typedef struct master {
 } master;
 
 /* -- master_commit.c ---------------------------------------------------------- */
+
+/* Place small puts and replica loads in write zones when every registered
+ * master can replay their records (HA), or alone: asked by each put start
+ * and the leader's timer, answered anew once the registry was read again. */
+void master_zones_gate(master *m);
 
 /* The master begins to lead: hold the write zones of the one before back
  * (obj_zones_take_over), saying how many bytes in the log. */

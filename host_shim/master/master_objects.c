@@ -321,20 +321,18 @@ static int put_open_recorded(master *m, uint64_t size)
     return size >= MASTER_PUT_OPEN_BYTES && gate_open(m, &g, &m->put_open_unrecorded);
 }
 
-/* How often a leader asks whether every master of its cluster replays
- * WRITE_ZONES (a registry read, too dear for every put start). */
-#define MASTER_ZONES_GATE_MS 1000u
-
-/* Place small puts in write zones when every registered master can replay
- * their records (HA), or alone; asked at most every MASTER_ZONES_GATE_MS. */
-static void zones_gate(master *m, uint64_t now)
+void master_zones_gate(master *m)
 {
     static const feature_gate g = {
         HA_FEATURE_WRITE_ZONES, "puts under 1 MiB are", "placed in write zones", "WRITE_ZONES",
         "a master that replaces this one after a crash may give their ranges to other puts "
         "while their writers copy"};
-    if (m->zones_gate_ms != 0 && now - m->zones_gate_ms < MASTER_ZONES_GATE_MS) return;
-    m->zones_gate_ms = now ? now : 1;
+    /* asked again once the registry was read again (a copy of it is too
+     * dear for every put start) */
+    uint64_t read = m->election != NULL ? ha_election_members_read(m->election) : 0;
+    if (m->zones_gate_asked && read == m->zones_gate_read) return;
+    m->zones_gate_asked = 1;
+    m->zones_gate_read = read;
     obj_zones_enable(master_objs(m), gate_open(m, &g, &m->zones_off));
 }
 
@@ -400,7 +398,7 @@ static int h_put_start(void *ctx, smp_rpc_call *call, const uint8_t *body, size_
     size_t ticket_len = 0;
     uint64_t now = master_now_ms();
     int rc = SMP_EBUSY;
-    zones_gate(m, now);
+    master_zones_gate(m);
     if (!master_key_pending(m, req->key)) {
         /* placed on a node that registered: one still waited for would
          * fail its ticket (master_node_place_ok) */
