@@ -91,12 +91,15 @@ typedef struct obj_segment {
      * WRITE_ZONES record (or snapshot) gave them. arena: where this master
      * places its puts under OBJ_ZONE_PUT_MAX (len 0: none yet). quar: the
      * free bytes of the zones of the master before, held back from puts
-     * (allocated, counted in used) since the store's quar_since. */
+     * (allocated, counted in used) since the store's quar_since; was: those
+     * zones, which this store's records name while they are held. */
     obj_extent *zones;
     size_t nzones;
     obj_extent arena;
     obj_extent *quar;
     size_t nquar;
+    obj_extent *was;
+    size_t nwas;
 } obj_segment;
 
 /* A node id as the replicas hold it: one copy per store and node, shared

@@ -124,7 +124,7 @@ static int extent_cmp(const void *a, const void *b)
 static int zone_ranges(const obj_store *st, const obj_segment *s, int handing_off,
                        obj_extent **out, size_t *n)
 {
-    size_t cap = s->nquar + 1, k = 0;
+    size_t cap = s->nwas + 1, k = 0;
     *out = NULL;
     *n = 0;
     if (!handing_off)
@@ -136,7 +136,7 @@ static int zone_ranges(const obj_store *st, const obj_segment *s, int handing_of
         cap += ((const obj_reservation *)x->val)->seg == s;
     obj_extent *v = malloc(cap * sizeof(*v));
     if (v == NULL) return SMP_ENOMEM;
-    for (size_t i = 0; i < s->nquar; i++) v[k++] = s->quar[i];
+    for (size_t i = 0; i < s->nwas; i++) v[k++] = s->was[i];
     for (obj_sl_node *x = obj_sl_after(&st->reserves, NULL, 0); x && k < cap; x = x->next[0]) {
         const obj_reservation *r = x->val;
         if (r->seg == s) v[k++] = (obj_extent){r->offset, r->alloc};
@@ -212,7 +212,7 @@ int obj_write_zones_of(const obj_segment *s, Hostrec__WriteZones *z)
  * arena or held bytes, or a reservation (in a store of res of them). */
 static int zones_named(const obj_segment *s, size_t res)
 {
-    return s->nzones > 0 || s->arena.len > 0 || s->nquar > 0 || res > 0;
+    return s->nzones > 0 || s->arena.len > 0 || s->nwas > 0 || res > 0;
 }
 
 int obj_prepare_write_zones(obj_store *st, const char *segment, int handing_off,
@@ -303,6 +303,78 @@ int obj_apply_write_zone_record(obj_store *st, const Hostrec__WriteZoneRecord *m
 
 /* -- taking over ----------------------------------------------------------- */
 
+/* z[0..*n) sorted by offset, overlaps and neighbours merged (in place). */
+static void zones_normalise(obj_extent *z, size_t *n)
+{
+    size_t m = 0;
+    qsort(z, *n, sizeof(*z), extent_cmp);
+    for (size_t i = 0; i < *n; i++) {
+        if (m > 0 && z[i].off <= z[m - 1].off + z[m - 1].len) {
+            uint64_t end = z[i].off + z[i].len;
+            if (end > z[m - 1].off + z[m - 1].len) z[m - 1].len = end - z[m - 1].off;
+        } else {
+            z[m++] = z[i];
+        }
+    }
+    *n = m;
+}
+
+/* Hold back the free bytes of s inside its zones: one pass over the free
+ * list and the zones (a segment of many small free ranges takes no
+ * quadratic time), the held pieces into s->quar, the zones, normalised,
+ * into s->was (named in this store's records while held). SMP_ENOMEM with
+ * s unchanged. */
+static int hold_zones(obj_segment *s)
+{
+    size_t nz = s->nzones, cap = s->nfree + nz, nkeep = 0, nq = 0;
+    obj_extent *z = malloc(nz * sizeof(*z));
+    obj_extent *keep = malloc(cap * sizeof(*keep)), *q = malloc(cap * sizeof(*q));
+    uint64_t held = 0;
+    int rc = SMP_ENOMEM;
+    if (z == NULL || keep == NULL || q == NULL) goto done;
+    memcpy(z, s->zones, nz * sizeof(*z));
+    zones_normalise(z, &nz);
+    size_t j = 0;
+    for (size_t i = 0; i < s->nfree; i++) {
+        uint64_t cur = s->free[i].off, end = cur + s->free[i].len;
+        while (j < nz && z[j].off + z[j].len <= cur) j++;
+        for (size_t k = j; cur < end;) {
+            if (k == nz || z[k].off >= end) { /* the rest is outside every zone */
+                keep[nkeep++] = (obj_extent){cur, end - cur};
+                break;
+            }
+            if (z[k].off > cur) {
+                keep[nkeep++] = (obj_extent){cur, z[k].off - cur};
+                cur = z[k].off;
+            }
+            uint64_t zend = z[k].off + z[k].len, hend = end < zend ? end : zend;
+            q[nq++] = (obj_extent){cur, hend - cur};
+            held += hend - cur;
+            cur = hend;
+            if (hend == zend) k++;
+        }
+    }
+    /* nalloc grows by the pieces: the free list's room must follow */
+    if (obj_seg_ensure(s, nq) < 0) goto done;
+    memcpy(s->free, keep, nkeep * sizeof(*keep));
+    s->nfree = nkeep;
+    s->used += held;
+    s->nalloc += nq;
+    free(s->quar);
+    s->quar = q;
+    s->nquar = nq;
+    free(s->was);
+    s->was = z;
+    s->nwas = nz;
+    q = z = NULL;
+    rc = SMP_OK;
+done:
+    free(z);
+    free(keep);
+    free(q);
+    return rc;
+}
+
 int obj_zones_take_over(obj_store *st, uint64_t now)
 {
     OBJ_CHECK_CALLER(st);
@@ -310,31 +382,10 @@ int obj_zones_take_over(obj_store *st, uint64_t now)
         st->zones_live = 1;
         return SMP_OK;
     }
-    /* room first, so that nothing is half taken */
     for (obj_sl_node *x = obj_sl_after(&st->segments, NULL, 0); x; x = x->next[0]) {
         obj_segment *s = x->val;
-        size_t need = s->nquar + s->nfree + s->nzones; /* a bound on the pieces */
-        if (s->nzones == 0) continue;
-        obj_extent *q = realloc(s->quar, (need ? need : 1) * sizeof(*q));
-        if (q == NULL) return SMP_ENOMEM;
-        s->quar = q;
-        if (obj_seg_ensure(s, need) < 0) return SMP_ENOMEM;
-    }
-    for (obj_sl_node *x = obj_sl_after(&st->segments, NULL, 0); x; x = x->next[0]) {
-        obj_segment *s = x->val;
-        for (size_t z = 0; z < s->nzones; z++) {
-            uint64_t lo = s->zones[z].off, hi = lo + s->zones[z].len;
-            for (;;) { /* the free pieces of [lo, hi), lowest first */
-                size_t i = free_ending_after(s, lo);
-                if (i == s->nfree || s->free[i].off >= hi) break;
-                uint64_t a = s->free[i].off > lo ? s->free[i].off : lo;
-                uint64_t b = s->free[i].off + s->free[i].len < hi
-                                 ? s->free[i].off + s->free[i].len : hi;
-                if (obj_seg_reserve(s, a, b - a) < 0) break; /* cannot: room was made */
-                s->quar[s->nquar++] = (obj_extent){a, b - a};
-                lo = b;
-            }
-        }
+        if (s->nzones > 0 && s->nwas == 0 && hold_zones(s) < 0)
+            return SMP_ENOMEM; /* the segments done so far stay held: asked again */
     }
     st->quar_since = now ? now : 1;
     st->zones_inherited = 0;
@@ -342,20 +393,45 @@ int obj_zones_take_over(obj_store *st, uint64_t now)
     return SMP_OK;
 }
 
+/* Give s's held pieces back to its free list in one merge (coalescing),
+ * telling abandon (may be NULL) of each. */
+static void release_held(obj_store *st, obj_segment *s)
+{
+    size_t n = s->nfree + s->nquar, m = 0, i = 0, k = 0;
+    obj_extent *v = malloc((n ? n : 1) * sizeof(*v));
+    uint64_t held = 0;
+    for (size_t q = 0; q < s->nquar; q++) {
+        if (st->abandon)
+            st->abandon(st->abandon_ctx, s->node, s->id, s->quar[q].off, s->quar[q].len);
+        held += s->quar[q].len;
+    }
+    if (v == NULL) { /* out of memory: one at a time */
+        for (size_t q = 0; q < s->nquar; q++) obj_seg_free(s, s->quar[q].off, s->quar[q].len);
+    } else {
+        while (i < s->nfree || k < s->nquar) {
+            obj_extent e = k == s->nquar || (i < s->nfree && s->free[i].off < s->quar[k].off)
+                               ? s->free[i++] : s->quar[k++];
+            if (m > 0 && v[m - 1].off + v[m - 1].len == e.off) v[m - 1].len += e.len;
+            else v[m++] = e;
+        }
+        /* m <= nfree + nquar <= the new nalloc + 1 < capfree */
+        memcpy(s->free, v, m * sizeof(*v));
+        s->nfree = m;
+        s->used -= held;
+        s->nalloc -= s->nquar;
+        free(v);
+    }
+    free(s->quar);
+    free(s->was);
+    s->quar = s->was = NULL;
+    s->nquar = s->nwas = 0;
+}
+
 void obj_zones_release(obj_store *st, uint64_t now, uint64_t timeout_ms)
 {
     if (st->quar_since == 0 || now < st->quar_since || now - st->quar_since < timeout_ms) return;
-    for (obj_sl_node *x = obj_sl_after(&st->segments, NULL, 0); x; x = x->next[0]) {
-        obj_segment *s = x->val;
-        for (size_t i = 0; i < s->nquar; i++) {
-            if (st->abandon)
-                st->abandon(st->abandon_ctx, s->node, s->id, s->quar[i].off, s->quar[i].len);
-            obj_seg_free(s, s->quar[i].off, s->quar[i].len);
-        }
-        free(s->quar);
-        s->quar = NULL;
-        s->nquar = 0;
-    }
+    for (obj_sl_node *x = obj_sl_after(&st->segments, NULL, 0); x; x = x->next[0])
+        release_held(st, x->val);
     st->quar_since = 0;
 }
 
@@ -373,6 +449,7 @@ void obj_segment_zones_free(obj_segment *s)
 {
     free(s->zones);
     free(s->quar);
-    s->zones = s->quar = NULL;
-    s->nzones = s->nquar = 0;
+    free(s->was);
+    s->zones = s->quar = s->was = NULL;
+    s->nzones = s->nquar = s->nwas = 0;
 }

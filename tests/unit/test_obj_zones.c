@@ -366,6 +366,72 @@ static void test_a_reserved_range_is_named_in_the_zones(void **state)
     obj_store_destroy(b);
 }
 
+/* Many small objects in a zone, every other one removed: the next master
+ * holds each free piece between the survivors (in one pass over the free
+ * list), names the zone itself in its own record (a few ranges, not the
+ * pieces), and gives the pieces back whole: its memory use is then what
+ * it was before the takeover. */
+static void test_a_fragmented_zone_is_held_whole(void **state)
+{
+    (void)state;
+    enum { N = 4000 };
+    static rec_log log;
+    char key[32];
+    obj_store *a = new_store(NULL);
+    obj_zones_enable(a, 1);
+    mount(a, "s0", "n0", SEG_BYTES);
+    /* the zone's record, logged; the objects are applied unlogged (the
+     * log holds 512 records): replayed from a's snapshot below */
+    obj_put_ticket t;
+    g_log = &log;
+    start_put(a, "kv/zone", 64, 1, &t, NULL);
+    g_log = NULL;
+    obj_record r = {0};
+    uint8_t sum[32] = {3};
+    assert_int_equal(obj_prepare_put_end(a, "kv/zone", sum, 1, &r), SMP_OK);
+    apply_rec(a, &r);
+    for (int i = 0; i < N; i++) {
+        snprintf(key, sizeof(key), "kv/%05d", i);
+        start_put(a, key, 64, 2, &t, NULL);
+        assert_int_equal(obj_prepare_put_end(a, key, sum, 2, &r), SMP_OK);
+        apply_rec(a, &r);
+    }
+    for (int i = 0; i < N; i += 2) {
+        snprintf(key, sizeof(key), "kv/%05d", i);
+        remove_key(a, key, 3);
+    }
+    buf snap = save(a);
+    obj_store *b = new_store(NULL);
+    assert_int_equal(obj_store_load(b, snap.p, snap.n), SMP_OK);
+    uint64_t before = used_of(b);
+    assert_int_equal(obj_zones_take_over(b, 100), SMP_OK);
+    obj_stats s;
+    obj_store_stats(b, &s);
+    /* the 2,000 holes of 64 bytes, and the arena's free rest */
+    assert_int_equal(s.zone_bytes_held, SEG_BYTES / 16 - 64 - (N / 2) * 64);
+    assert_int_equal(used_of(b), before + s.zone_bytes_held);
+    obj_zones_enable(b, 1);
+    start_put(b, "kv/next", 64, 100, &t, NULL);
+    assert_true(t.offset >= SEG_BYTES / 16); /* past the held arena */
+    assert_int_equal(obj_prepare_write_zones(b, "s0", 0, &r), SMP_OK);
+    Hostrec__WriteZoneRecord *m = unpack_zones(&r);
+    assert_true(m->segments[0]->n_offsets <= 2); /* the old zone, its own arena */
+    hostrec__write_zone_record__free_unpacked(m, NULL);
+    obj_record_free(&r);
+    obj_cleanup_stale_puts(b, 100 + TIMEOUT_MS, TIMEOUT_MS);
+    obj_store_stats(b, &s);
+    assert_int_equal(s.zone_bytes_held, 0);
+    assert_int_equal(used_of(b), before); /* kv/next went stale too */
+    /* the free list is whole again: the holes take puts */
+    obj_zones_enable(b, 0);
+    start_put(b, "kv/hole", 64, 200, &t, NULL);
+    assert_true(t.offset < SEG_BYTES / 16);
+    free(snap.p);
+    free_log(&log);
+    obj_store_destroy(a);
+    obj_store_destroy(b);
+}
+
 /* Pack a WRITE_ZONES record of segment seg with n ranges. */
 static uint8_t *pack_zones(const char *seg, uint64_t *off, uint64_t *len, size_t noff,
                            size_t nlen, size_t *out)
@@ -466,6 +532,7 @@ int main(void)
         cmocka_unit_test(test_a_snapshot_carries_the_zones),
         cmocka_unit_test(test_a_stopping_master_drops_its_zones),
         cmocka_unit_test(test_a_reserved_range_is_named_in_the_zones),
+        cmocka_unit_test(test_a_fragmented_zone_is_held_whole),
         cmocka_unit_test(test_malformed_zone_records_change_nothing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
