@@ -261,6 +261,7 @@ static int key_claimed(master *m, const char *key)
 /* The answer of a put start held until its PUT_HANDOFF is durable. */
 typedef struct put_open_ctx {
     smp_rpc_call *call;
+    char *key;
     char *segment;
     uint64_t offset;
     uint64_t length;
@@ -268,18 +269,30 @@ typedef struct put_open_ctx {
     size_t resp_len;
 } put_open_ctx;
 
+/* Give back the range of the put of key just started, whose caller is told
+ * it failed: no writer was given the range (a PUT_REVOKE). */
+static void give_back_put(master *m, const char *key)
+{
+    obj_record rec = {0};
+    if (obj_prepare_put_revoke(master_objs(m), key, &rec) == SMP_OK)
+        master_commit(m, &rec, NULL, NULL, NULL);
+}
+
 static void on_put_open_durable(master *m, void *arg, int status, uint64_t seq)
 {
     put_open_ctx *c = arg;
     PutStartResponse *resp = NULL;
     (void)seq;
-    if (status < 0)
+    if (status < 0) {
+        give_back_put(m, c->key);
         rpc_reply_error(c->call, status, "put start: the OpLog record of the put did not "
                         "become durable");
+    }
     else if ((resp = put_start_response__unpack(NULL, c->resp_len, c->resp)) == NULL ||
              master_scrub_reply(m, c->call, c->segment, c->offset, c->length, &resp->base) < 0)
         rpc_reply_error(c->call, SMP_ENOMEM, "put start: out of memory");
     if (resp != NULL) put_start_response__free_unpacked(resp, NULL);
+    free(c->key);
     free(c->segment);
     free(c->resp);
     free(c);
@@ -336,17 +349,18 @@ void master_zones_gate(master *m)
     obj_zones_enable(master_objs(m), gate_open(m, &g, &m->zones_off));
 }
 
-/* Append rec (a record that makes the put just started known: its
+/* Append rec (a record that makes the put of key just started known: its
  * PUT_HANDOFF, or its write zone's WRITE_ZONES; taken, freed on failure)
- * and answer call with resp once it is durable (on_put_open_durable).
- * SMP_OK, or an error (call not answered, the put still in flight). */
-static int record_put_open(master *m, smp_rpc_call *call, obj_record *rec,
+ * and answer call with resp once it is durable (on_put_open_durable; the
+ * put is given back if it is not). SMP_OK, or an error (call not answered,
+ * the put still in flight). */
+static int record_put_open(master *m, smp_rpc_call *call, const char *key, obj_record *rec,
                            const obj_put_ticket *t, const ProtobufCMessage *resp)
 {
     put_open_ctx *c = calloc(1, sizeof(*c));
     size_t n = protobuf_c_message_get_packed_size(resp);
     int rc = SMP_ENOMEM;
-    if (c == NULL || (c->segment = strdup(t->segment)) == NULL ||
+    if (c == NULL || (c->key = strdup(key)) == NULL || (c->segment = strdup(t->segment)) == NULL ||
         (c->resp = malloc(n ? n : 1)) == NULL)
         goto fail;
     c->resp_len = protobuf_c_message_pack(resp, c->resp);
@@ -358,6 +372,7 @@ static int record_put_open(master *m, smp_rpc_call *call, obj_record *rec,
 fail:
     obj_record_free(rec);
     if (c != NULL) {
+        free(c->key);
         free(c->segment);
         free(c->resp);
         free(c);
@@ -416,10 +431,7 @@ static int h_put_start(void *ctx, smp_rpc_call *call, const uint8_t *body, size_
                             .offset = t.offset, .length = t.length, .key = req->key,
                             .tenant = req->tenant};
     if (rc == SMP_OK && (rc = master_mint_ticket(m, &tr, ticket, sizeof(ticket), &ticket_len)) < 0) {
-        /* The node of the range is not serving: give the range back. */
-        obj_record rec = {0};
-        if (obj_prepare_put_revoke(master_objs(m), req->key, &rec) == SMP_OK)
-            master_commit(m, &rec, NULL, NULL, NULL);
+        give_back_put(m, req->key); /* the node of the range is not serving */
     }
     if (rc == SMP_ENOSPC) {
         reply_no_room(m, call, req->key, p.tenant, req->size);
@@ -447,8 +459,11 @@ static int h_put_start(void *ctx, smp_rpc_call *call, const uint8_t *body, size_
         if (recorded || t.zone_wait) {
             rc = recorded ? obj_prepare_put_open(master_objs(m), req->key, &rec)
                           : obj_prepare_write_zones(master_objs(m), t.segment, 0, &rec);
-            if (rc == SMP_OK) rc = record_put_open(m, call, &rec, &t, &resp.base);
-            if (rc < 0) reply_key_err(m, call, rc, "put start", req->key);
+            if (rc == SMP_OK) rc = record_put_open(m, call, req->key, &rec, &t, &resp.base);
+            if (rc < 0) {
+                give_back_put(m, req->key);
+                reply_key_err(m, call, rc, "put start", req->key);
+            }
         } else if (master_scrub_reply(m, call, t.segment, t.offset, t.length, &resp.base) < 0) {
             /* bytes of a freed replica still being zeroed there: answer after */
             rpc_reply_error(call, SMP_ENOMEM, "put start: out of memory");

@@ -8,9 +8,9 @@
  * durable in a WRITE_ZONES record before the first put placed in it is
  * answered. The record names every range of the segment an unrecorded
  * writer of this master may be in: the arena, the zoned puts still open
- * outside it (placed in an arena before), and what this master still holds
- * back from the one before it. So a store that replays the log or loads a
- * snapshot knows a superset of where such writers are.
+ * outside it (placed in an arena before), and the zones of the master
+ * before it that it still holds back. So a store that replays the log or
+ * loads a snapshot knows a superset of where such writers are.
  *
  * A range reserved for a replica (obj_reserve_replica), which a node fills
  * from a cold file without a record, is named the same way: with zones
@@ -115,6 +115,22 @@ static int extent_cmp(const void *a, const void *b)
     return x->off < y->off ? -1 : x->off > y->off;
 }
 
+/* z[0..*n) sorted by offset, overlaps and neighbours merged (in place). */
+static void zones_normalise(obj_extent *z, size_t *n)
+{
+    size_t m = 0;
+    qsort(z, *n, sizeof(*z), extent_cmp);
+    for (size_t i = 0; i < *n; i++) {
+        if (m > 0 && z[i].off <= z[m - 1].off + z[m - 1].len) {
+            uint64_t end = z[i].off + z[i].len;
+            if (end > z[m - 1].off + z[m - 1].len) z[m - 1].len = end - z[m - 1].off;
+        } else {
+            z[m++] = z[i];
+        }
+    }
+    *n = m;
+}
+
 /* What an unrecorded writer of this store may be copying into in s: the
  * arena and the zoned puts open outside it unless handing_off (a stopping
  * master hands its open puts on in a PUT_HANDOFF), the ranges reserved for
@@ -152,16 +168,8 @@ static int zone_ranges(const obj_store *st, const obj_segment *s, int handing_of
                 continue;
             v[k++] = r;
         }
-    qsort(v, k, sizeof(*v), extent_cmp);
-    size_t m = 0;
-    for (size_t i = 0; i < k; i++) {
-        if (m > 0 && v[i].off <= v[m - 1].off + v[m - 1].len) {
-            uint64_t end = v[i].off + v[i].len;
-            if (end > v[m - 1].off + v[m - 1].len) v[m - 1].len = end - v[m - 1].off;
-        } else {
-            v[m++] = v[i];
-        }
-    }
+    size_t m = k;
+    zones_normalise(v, &m);
     if (m > OBJ_ZONES_MAX) {
         free(v);
         return SMP_EBUSY;
@@ -302,22 +310,6 @@ int obj_apply_write_zone_record(obj_store *st, const Hostrec__WriteZoneRecord *m
 }
 
 /* -- taking over ----------------------------------------------------------- */
-
-/* z[0..*n) sorted by offset, overlaps and neighbours merged (in place). */
-static void zones_normalise(obj_extent *z, size_t *n)
-{
-    size_t m = 0;
-    qsort(z, *n, sizeof(*z), extent_cmp);
-    for (size_t i = 0; i < *n; i++) {
-        if (m > 0 && z[i].off <= z[m - 1].off + z[m - 1].len) {
-            uint64_t end = z[i].off + z[i].len;
-            if (end > z[m - 1].off + z[m - 1].len) z[m - 1].len = end - z[m - 1].off;
-        } else {
-            z[m++] = z[i];
-        }
-    }
-    *n = m;
-}
 
 /* Hold back the free bytes of s inside its zones: one pass over the free
  * list and the zones (a segment of many small free ranges takes no
