@@ -250,14 +250,6 @@ static int key_claimed(master *m, const char *key)
 
 /* -- put -------------------------------------------------------------------- */
 
-/* A put of at least this many bytes is answered only once a PUT_HANDOFF of
- * it is durable: its writer copies long enough that a master which crashed
- * meanwhile may be replaced (about 0.1 s in HA, a restart alone) before the
- * copy ends, and the replacement must not give its range to another put.
- * A smaller put's copy ends within a few milliseconds of its answer, while
- * a record would cost its start a commit. */
-#define MASTER_PUT_OPEN_BYTES (1u << 20)
-
 /* The answer of a put start held until its PUT_HANDOFF is durable. */
 typedef struct put_open_ctx {
     smp_rpc_call *call;
@@ -324,14 +316,17 @@ static int gate_open(master *m, const feature_gate *g, int *off)
 }
 
 /* 1 when the start of a put of size bytes is recorded before it is
- * answered: a large put, on a master every registered master of its
- * cluster can replay the record on (HA), or alone. */
+ * answered: a large put (OBJ_ZONE_PUT_MAX or more: its writer copies long
+ * enough that a master which crashed meanwhile may be replaced before the
+ * copy ends; a smaller one is placed in a write zone, whose record serves
+ * many puts), on a master every registered master of its cluster can
+ * replay the record on (HA), or alone. */
 static int put_open_recorded(master *m, uint64_t size)
 {
     static const feature_gate g = {
         HA_FEATURE_PUT_HANDOFF, "the starts of puts of 1 MiB or more are", "recorded",
         "PUT_HANDOFF", "a master that replaces this one after a crash does not know their ranges"};
-    return size >= MASTER_PUT_OPEN_BYTES && gate_open(m, &g, &m->put_open_unrecorded);
+    return size >= OBJ_ZONE_PUT_MAX && gate_open(m, &g, &m->put_open_unrecorded);
 }
 
 void master_zones_gate(master *m)

@@ -98,6 +98,7 @@ typedef struct obj_segment {
     obj_extent arena;
     obj_extent *quar;
     size_t nquar;
+    uint64_t quar_bytes; /* their bytes */
     obj_extent *was;
     size_t nwas;
 } obj_segment;

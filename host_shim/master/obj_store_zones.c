@@ -80,11 +80,16 @@ static int alloc_in(obj_segment *s, uint64_t len, uint64_t lo, uint64_t hi, uint
     return SMP_ENOSPC;
 }
 
+/* 1 when r lies wholly in z. */
+static int extent_within(obj_extent r, obj_extent z)
+{
+    return z.off <= r.off && r.off + r.len <= z.off + z.len;
+}
+
 int obj_zones_cover(const obj_segment *s, obj_extent r)
 {
     for (size_t i = 0; i < s->nzones; i++)
-        if (s->zones[i].off <= r.off && r.off + r.len <= s->zones[i].off + s->zones[i].len)
-            return 1;
+        if (extent_within(r, s->zones[i])) return 1;
     return 0;
 }
 
@@ -163,10 +168,7 @@ static int zone_ranges(const obj_store *st, const obj_segment *s, int handing_of
             const obj_put *p = x->val;
             if (!p->zoned || p->seg != s || p->consuming) continue;
             obj_extent r = {p->offset, p->alloc};
-            if (s->arena.len > 0 && s->arena.off <= r.off &&
-                r.off + r.len <= s->arena.off + s->arena.len)
-                continue;
-            v[k++] = r;
+            if (s->arena.len == 0 || !extent_within(r, s->arena)) v[k++] = r;
         }
     size_t m = k;
     zones_normalise(v, &m);
@@ -223,6 +225,18 @@ static int zones_named(const obj_segment *s, size_t res)
     return s->nzones > 0 || s->arena.len > 0 || s->nwas > 0 || res > 0;
 }
 
+/* The WriteZones entry of s (arrays malloc'd): zone_ranges, packed. */
+static int zones_entry(const obj_store *st, const obj_segment *s, int handing_off,
+                       Hostrec__WriteZones *z)
+{
+    obj_extent *v;
+    size_t n;
+    int rc = zone_ranges(st, s, handing_off, &v, &n);
+    if (rc == SMP_OK) rc = zones_msg(s, v, n, z);
+    free(v);
+    return rc;
+}
+
 int obj_prepare_write_zones(obj_store *st, const char *segment, int handing_off,
                             obj_record *out)
 {
@@ -243,20 +257,16 @@ int obj_prepare_write_zones(obj_store *st, const char *segment, int handing_off,
     size_t k = 0;
     int rc = SMP_ENOMEM;
     if (zs == NULL || ptrs == NULL) goto done;
-    for (obj_sl_node *x = one ? NULL : obj_sl_after(&st->segments, NULL, 0); one || x;
-         x = x ? x->next[0] : NULL) {
-        obj_segment *s = one ? one : x->val;
-        if (one != NULL || zones_named(s, st->reserves.count)) {
-            obj_extent *v;
-            size_t n;
-            if ((rc = zone_ranges(st, s, handing_off, &v, &n)) < 0) goto done;
-            rc = zones_msg(s, v, n, &zs[k]);
-            free(v);
-            if (rc < 0) goto done;
-            ptrs[k] = &zs[k];
-            k++;
-        }
-        if (one != NULL) break;
+    if (one != NULL) {
+        if ((rc = zones_entry(st, one, handing_off, &zs[0])) < 0) goto done;
+        ptrs[k] = &zs[k];
+        k++;
+    }
+    for (obj_sl_node *x = one ? NULL : obj_sl_after(&st->segments, NULL, 0); x; x = x->next[0]) {
+        if (!zones_named(x->val, st->reserves.count)) continue;
+        if ((rc = zones_entry(st, x->val, handing_off, &zs[k])) < 0) goto done;
+        ptrs[k] = &zs[k];
+        k++;
     }
     Hostrec__WriteZoneRecord m = HOSTREC__WRITE_ZONE_RECORD__INIT;
     m.segments = ptrs;
@@ -355,6 +365,7 @@ static int hold_zones(obj_segment *s)
     free(s->quar);
     s->quar = q;
     s->nquar = nq;
+    s->quar_bytes = held;
     free(s->was);
     s->was = z;
     s->nwas = nz;
@@ -391,12 +402,8 @@ static void release_held(obj_store *st, obj_segment *s)
 {
     size_t n = s->nfree + s->nquar, m = 0, i = 0, k = 0;
     obj_extent *v = malloc((n ? n : 1) * sizeof(*v));
-    uint64_t held = 0;
-    for (size_t q = 0; q < s->nquar; q++) {
-        if (st->abandon)
-            st->abandon(st->abandon_ctx, s->node, s->id, s->quar[q].off, s->quar[q].len);
-        held += s->quar[q].len;
-    }
+    for (size_t q = 0; q < s->nquar && st->abandon; q++)
+        st->abandon(st->abandon_ctx, s->node, s->id, s->quar[q].off, s->quar[q].len);
     if (v == NULL) { /* out of memory: one at a time */
         for (size_t q = 0; q < s->nquar; q++) obj_seg_free(s, s->quar[q].off, s->quar[q].len);
     } else {
@@ -409,7 +416,7 @@ static void release_held(obj_store *st, obj_segment *s)
         /* m <= nfree + nquar <= the new nalloc + 1 < capfree */
         memcpy(s->free, v, m * sizeof(*v));
         s->nfree = m;
-        s->used -= held;
+        s->used -= s->quar_bytes;
         s->nalloc -= s->nquar;
         free(v);
     }
@@ -417,6 +424,7 @@ static void release_held(obj_store *st, obj_segment *s)
     free(s->was);
     s->quar = s->was = NULL;
     s->nquar = s->nwas = 0;
+    s->quar_bytes = 0;
 }
 
 void obj_zones_release(obj_store *st, uint64_t now, uint64_t timeout_ms)
@@ -430,10 +438,8 @@ void obj_zones_release(obj_store *st, uint64_t now, uint64_t timeout_ms)
 uint64_t obj_zones_held_bytes(const obj_store *st)
 {
     uint64_t n = 0;
-    for (obj_sl_node *x = obj_sl_after(&st->segments, NULL, 0); x; x = x->next[0]) {
-        const obj_segment *s = x->val;
-        for (size_t i = 0; i < s->nquar; i++) n += s->quar[i].len;
-    }
+    for (obj_sl_node *x = obj_sl_after(&st->segments, NULL, 0); x; x = x->next[0])
+        n += ((const obj_segment *)x->val)->quar_bytes;
     return n;
 }
 
@@ -444,4 +450,5 @@ void obj_segment_zones_free(obj_segment *s)
     free(s->was);
     s->zones = s->quar = s->was = NULL;
     s->nzones = s->nquar = s->nwas = 0;
+    s->quar_bytes = 0;
 }

@@ -298,8 +298,8 @@ static void test_a_stopping_master_drops_its_zones(void **state)
     apply_rec(b, &r);
     assert_true(obj_exists(b, "kv/open"));
 
-    /* b, holding nothing, drops nothing more than its own zones; a store
-     * that held bytes back names them when it stops. */
+    /* A store that holds the zones of the master before back still names
+     * them when it stops; its own arena it drops. */
     free_log(&log);
     obj_store *c = store_with_open_small_put(&log, &open);
     obj_store *d = replay_log(&log, 0, log.n, NULL);
