@@ -27,6 +27,7 @@
 #include "harness.h"
 #include "node_cold.h"
 #include "rpc.pb-c.h"
+#include "rpc_client.h"
 
 #ifndef BUILD_DIR
 #error "BUILD_DIR must be defined"
@@ -845,4 +846,24 @@ void hx_remove_dir(const char *dir)
     }
     closedir(d);
     rmdir(dir);
+}
+
+int hx_replica_probe(const hx_master *m, uint32_t method, const char *key, int *status,
+                     unsigned *answer)
+{
+    rpcc_conn *c = NULL;
+    char err[128];
+    uint8_t *body = NULL;
+    size_t len = 0;
+    char *msg = NULL;
+    int rc = -1;
+    *status = -1;
+    if (rpcc_connect(m->socket, NULL, &c, err, sizeof(err)) == 0 &&
+        rpcc_call(c, 42, method, (const uint8_t *)key, strlen(key), status, &body, &len, &msg) == 0)
+        rc = 0;
+    *answer = len == 4 ? body[0] | body[1] << 8 | body[2] << 16 | (unsigned)body[3] << 24 : 0;
+    free(body);
+    free(msg);
+    rpcc_close(c);
+    return rc;
 }

@@ -257,6 +257,15 @@ void hx_node_kill(hx_node *n);
 /* SIGTERM and wait, as hx_stop (-1 and killed after HX_STOP_MS). */
 int hx_node_stop(hx_node *n);
 
+/* Call a method of the replica_probe test plugin (RPC service 42: 1
+ * ensure_cold, 2 ensure_memory, 3 release_memory, 4 the count of
+ * replica-lost events seen for key) for key, on a connection of its own,
+ * so from any thread. 0 with *status the call's status and *answer its
+ * 4-byte answer (0 when none), or -1 when the call could not be made
+ * (*status -1). */
+int hx_replica_probe(const hx_master *m, uint32_t method, const char *key, int *status,
+                     unsigned *answer);
+
 /* Wait until the master reports exactly `count` nodes up. 0 or -1. */
 int hx_wait_nodes(const hx_master *m, unsigned count, int timeout_ms);
 

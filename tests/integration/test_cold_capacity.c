@@ -154,18 +154,9 @@ static int near(long long a, unsigned long long b, unsigned long long tol)
 /* Call replica_probe's method on key; its status. */
 static int probe(const hx_master *m, uint32_t method, const char *key)
 {
-    rpcc_conn *c = NULL;
-    char err[128];
-    int status = -1;
-    uint8_t *body = NULL;
-    size_t len = 0;
-    char *msg = NULL;
-    assert_int_equal(rpcc_connect(m->socket, NULL, &c, err, sizeof(err)), 0);
-    assert_int_equal(rpcc_call(c, 42, method, (const uint8_t *)key, strlen(key), &status, &body,
-                               &len, &msg), 0);
-    free(body);
-    free(msg);
-    rpcc_close(c);
+    int status;
+    unsigned answer;
+    assert_int_equal(hx_replica_probe(m, method, key, &status, &answer), 0);
     return status;
 }
 

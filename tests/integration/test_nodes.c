@@ -10,7 +10,6 @@
  * Unix socket. The replica_probe test plugin drives the host's replica tasks
  * (ensure cold / ensure memory / release memory) and counts replica-lost
  * events, so the ABI wiring is exercised as a plugin sees it. */
-#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -22,7 +21,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ptrace.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -30,6 +28,7 @@
 #include <cmocka.h>
 
 #include "harness.h"
+#include "hx_threads.h"
 #include "host_rpc.pb-c.h"
 #include "node_cold.h"
 #include "node_data_client.h"
@@ -152,33 +151,11 @@ static void test_put_and_get_across_two_nodes(void **state)
     kvc_set_transport(f->c, KVC_AUTO);
 }
 
-/* Call replica_probe's method on key on its own connection (safe from any
- * thread): 0 with *status and the 4-byte answer (0 when none) in *answer,
- * or -1 when the call could not be made. */
-static int probe_call(const hx_master *m, uint32_t method, const char *key, int *status, unsigned *answer)
-{
-    rpcc_conn *c = NULL;
-    char err[128];
-    uint8_t *body = NULL;
-    size_t len = 0;
-    char *msg = NULL;
-    int rc = -1;
-    *status = -1;
-    if (rpcc_connect(m->socket, NULL, &c, err, sizeof(err)) == 0 &&
-        rpcc_call(c, 42, method, (const uint8_t *)key, strlen(key), status, &body, &len, &msg) == 0)
-        rc = 0;
-    *answer = len == 4 ? body[0] | body[1] << 8 | body[2] << 16 | (unsigned)body[3] << 24 : 0;
-    free(body);
-    free(msg);
-    rpcc_close(c);
-    return rc;
-}
-
 static unsigned lost_events(const hx_master *m, const char *key)
 {
     int status;
     unsigned n;
-    assert_int_equal(probe_call(m, 4, key, &status, &n), 0);
+    assert_int_equal(hx_replica_probe(m, 4, key, &status, &n), 0);
     assert_int_equal(status, 0);
     return n;
 }
@@ -618,18 +595,21 @@ static void test_stalled_master_marks_no_live_node_down(void **state)
 
 #define BATCH_KEYS 128
 
-typedef struct persist_arg {
+typedef struct probe_arg {
     const hx_master *m;
+    uint32_t method; /* replica_probe's; 0: ensure_cold */
     char key[32];
-    int status;
-} persist_arg;
+    int status;      /* the call's, -2 when it could not be made */
+} probe_arg;
 
-/* ensure_cold of one key through replica_probe (answers once persisted). */
-static void *persist_one(void *arg)
+/* One replica_probe call, on a thread of its own (ensure_cold answers
+ * once persisted, ensure_memory once loaded). */
+static void *probe_one(void *arg)
 {
-    persist_arg *a = arg;
+    probe_arg *a = arg;
     unsigned ignored;
-    if (probe_call(a->m, 1, a->key, &a->status, &ignored) < 0) a->status = -2;
+    if (hx_replica_probe(a->m, a->method ? a->method : 1, a->key, &a->status, &ignored) < 0)
+        a->status = -2;
     return NULL;
 }
 
@@ -660,7 +640,7 @@ static void short_timeout(fx *f)
 static void test_node_busy_with_a_long_batch_stays_up(void **state)
 {
     fx *f = *state;
-    static persist_arg args[BATCH_KEYS];
+    static probe_arg args[BATCH_KEYS];
     pthread_t t[BATCH_KEYS];
     char buf[16384];
     short_timeout(f);
@@ -670,7 +650,7 @@ static void test_node_busy_with_a_long_batch_stays_up(void **state)
         assert_int_equal(kvc_put_bytes(f->c, args[i].key, buf, sizeof(buf), SMP_DATA_KV, NULL, 0, NULL), 0);
         args[i].m = &f->m;
     }
-    for (int i = 0; i < BATCH_KEYS; i++) assert_int_equal(pthread_create(&t[i], NULL, persist_one, &args[i]), 0);
+    for (int i = 0; i < BATCH_KEYS; i++) assert_int_equal(pthread_create(&t[i], NULL, probe_one, &args[i]), 0);
     for (int i = 0; i < BATCH_KEYS; i++) pthread_join(t[i], NULL);
     for (int i = 0; i < BATCH_KEYS; i++) {
         if (args[i].status != 0) fail_msg("persist of %s: status %d", args[i].key, args[i].status);
@@ -680,29 +660,6 @@ static void test_node_busy_with_a_long_batch_stays_up(void **state)
     kvc_status st;
     assert_int_equal(kvc_status_get(f->c, &st), 0);
     assert_int_equal(st.nodes, 2);
-}
-
-/* The thread of pid named name, or -1. */
-static pid_t thread_named(pid_t pid, const char *name)
-{
-    char path[320], comm[64];
-    snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
-    DIR *d = opendir(path);
-    struct dirent *e;
-    pid_t found = -1;
-    while (d != NULL && found < 0 && (e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.') continue;
-        snprintf(path, sizeof(path), "/proc/%d/task/%s/comm", (int)pid, e->d_name);
-        FILE *fp = fopen(path, "r");
-        if (fp == NULL) continue;
-        if (fgets(comm, sizeof(comm), fp) != NULL) {
-            comm[strcspn(comm, "\n")] = '\0';
-            if (strcmp(comm, name) == 0) found = (pid_t)atoi(e->d_name);
-        }
-        fclose(fp);
-    }
-    if (d != NULL) closedir(d);
-    return found;
 }
 
 /* One task that runs far longer than node.timeout_ms (a persist of a
@@ -716,10 +673,9 @@ static pid_t thread_named(pid_t pid, const char *name)
 static void test_node_with_one_long_task_stays_up(void **state)
 {
     fx *f = *state;
-    persist_arg arg = {.m = &f->m};
+    probe_arg arg = {.m = &f->m};
     pthread_t t;
     char buf[16384];
-    int st;
     short_timeout(f);
     snprintf(arg.key, sizeof(arg.key), "slow/one");
     fill(buf, sizeof(buf), 7);
@@ -728,19 +684,16 @@ static void test_node_with_one_long_task_stays_up(void **state)
     assert_int_equal(kvc_get(f->c, arg.key, &o), 0);
     assert_int_equal(o.n_replicas, 1);
     const hx_node *n = strcmp(o.replicas[0].node, "node-a") == 0 ? &f->a : &f->b;
-    pid_t tid = thread_named(n->pid, "node-tasks");
+    pid_t tid = hx_thread_named(n->pid, "node-tasks");
     assert_true(tid > 0);
-    assert_int_equal(ptrace(PTRACE_SEIZE, tid, NULL, NULL), 0);
-    assert_int_equal(ptrace(PTRACE_INTERRUPT, tid, NULL, NULL), 0);
-    assert_int_equal(waitpid(tid, &st, __WALL), tid);
-    assert_true(WIFSTOPPED(st));
-    assert_int_equal(pthread_create(&t, NULL, persist_one, &arg), 0);
+    assert_int_equal(hx_thread_stop(tid), 0);
+    assert_int_equal(pthread_create(&t, NULL, probe_one, &arg), 0);
     usleep(5 * 300 * 1000);
     kvc_status s;
     assert_int_equal(kvc_status_get(f->c, &s), 0);
     int nodes_while_stuck = s.nodes;
     int down_while_stuck = hx_log_contains(&f->m, "down (silent");
-    assert_int_equal(ptrace(PTRACE_DETACH, tid, NULL, NULL), 0);
+    assert_int_equal(hx_thread_release(tid), 0);
     pthread_join(t, NULL);
     assert_int_equal(nodes_while_stuck, 2);
     assert_false(down_while_stuck);
@@ -804,19 +757,12 @@ static void test_restarted_node_without_its_segment_loses_its_replicas(void **st
     }
 }
 
+/* Call replica_probe's method on key; its status. */
 static int probe(const hx_master *m, uint32_t method, const char *key)
 {
-    rpcc_conn *c = NULL;
-    char err[128];
-    int status = -1;
-    uint8_t *body = NULL;
-    size_t len = 0;
-    char *msg = NULL;
-    assert_int_equal(rpcc_connect(m->socket, NULL, &c, err, sizeof(err)), 0);
-    assert_int_equal(rpcc_call(c, 42, method, (const uint8_t *)key, strlen(key), &status, &body, &len, &msg), 0);
-    free(body);
-    free(msg);
-    rpcc_close(c);
+    int status;
+    unsigned answer;
+    assert_int_equal(hx_replica_probe(m, method, key, &status, &answer), 0);
     return status;
 }
 
@@ -873,6 +819,95 @@ static void test_cold_round_trip_and_corrupted_cold_file(void **state)
     assert_true(lost_events(&f->m, victim) >= 1);
 }
 
+/* A load from a cold file (ensure_memory) stalled in the node when its
+ * master dies: the node's task thread is stopped by ptrace as it enters
+ * the open of the object's cold file, the range the master reserved not
+ * written yet, and the master is killed (SIGKILL) and started again. The
+ * node does not register with the new master while that load runs (its
+ * control thread waits for the running task before it registers again):
+ * the new master gives it up after node.timeout_ms, having placed nothing
+ * on its segment. Once the thread runs on, the load ends and the node
+ * registers; the new master ignores the result of the task it never
+ * handed out (the object keeps its one cold replica) and holds back the
+ * write zones the old master recorded (the reserved range among them,
+ * named before it sent the load). Objects put then, of the object's
+ * size, and every object before, the object too once loaded again by the
+ * new master, read back byte for byte. */
+static void test_a_load_stalled_across_a_master_restart_writes_over_nothing(void **state)
+{
+    enum { VICTIM = 3, FRESH = 4 };
+    fx *f = *state;
+    int where[OBJECTS];
+    char key[32], path[700];
+    pthread_t t;
+    hx_node_kill(&f->b); /* every object on node A, the one that loads */
+    assert_int_equal(hx_wait_nodes(&f->m, 1, 10000), 0);
+    put_all(f, where);
+    snprintf(key, sizeof(key), "obj/%02d", VICTIM);
+    assert_int_equal(probe(&f->m, 1, key), 0); /* ensure cold */
+    assert_int_equal(probe(&f->m, 3, key), 0); /* release memory */
+    cold_file(&f->a, key, VICTIM, path, sizeof(path));
+
+    pid_t tid = hx_thread_named(f->a.pid, "node-tasks");
+    assert_true(tid > 0);
+    assert_int_equal(hx_thread_stop(tid), 0);
+    probe_arg load = {.m = &f->m, .method = 2};
+    snprintf(load.key, sizeof(load.key), "%s", key);
+    assert_int_equal(pthread_create(&t, NULL, probe_one, &load), 0);
+    int at_open = hx_thread_stop_at_open(tid, strrchr(path, '/') + 1, 20000);
+    hx_kill(&f->m);
+    pthread_join(t, NULL); /* its call ends with the master */
+    kvc_close(f->c);
+    f->c = NULL;
+    int started = hx_start(&f->m, 20000);
+    if (started == 0) f->c = hx_client(&f->m);
+    /* until the new master gives the nodes up, or a node registers */
+    int lost = 0, gave_up = 0, nodes = 0;
+    for (long long end = hx_now_ms() + 20000; f->c != NULL && hx_now_ms() < end && !gave_up;) {
+        kvc_status st;
+        if (kvc_status_get(f->c, &st) == 0 && (nodes = (int)st.nodes) > 0) break;
+        lost = node_log_contains(&f->a, "lost the master");
+        gave_up = hx_log_contains(&f->m, "node.timeout_ms passed; reconcile ticks start");
+        usleep(10000);
+    }
+    assert_int_equal(hx_thread_release(tid), 0);
+    assert_int_equal(at_open, 0);
+    assert_int_equal(started, 0);
+    assert_non_null(f->c);
+    assert_true(load.status != 0); /* the old master never answered it */
+    if (nodes > 0 || !gave_up)
+        fail_msg("while the node's load was stopped, %d node(s) registered with the new master, "
+                 "which %s them up (none expected: the node registers once the load ends)",
+                 nodes, gave_up ? "gave" : "did not give");
+    assert_true(lost);
+
+    assert_int_equal(hx_wait_nodes(&f->m, 1, 10000), 0);
+    assert_true(hx_metric(&f->m, "store_write_zone_held_bytes") > 0);
+    kvc_object o;
+    assert_int_equal(kvc_get(f->c, key, &o), 0);
+    assert_int_equal(o.n_replicas, 1);
+    assert_int_equal(o.replicas[0].kind, SMP_REPLICA_COLD);
+    char *buf = malloc(obj_len(VICTIM)), *got = malloc(obj_len(VICTIM));
+    char fresh[32];
+    for (int i = 0; i < FRESH; i++) {
+        snprintf(fresh, sizeof(fresh), "fresh/%d", i);
+        fill(buf, obj_len(VICTIM), 100 + i);
+        assert_int_equal(kvc_put_bytes(f->c, fresh, buf, obj_len(VICTIM), SMP_DATA_KV, NULL, 0, NULL), 0);
+    }
+    assert_int_equal(probe(&f->m, 2, key), 0); /* ensure memory, by the new master */
+    for (int i = 0; i < OBJECTS; i++) assert_bytes(f->c, i);
+    for (int i = 0; i < FRESH; i++) {
+        uint64_t n = 0;
+        snprintf(fresh, sizeof(fresh), "fresh/%d", i);
+        fill(buf, obj_len(VICTIM), 100 + i);
+        assert_int_equal(kvc_get_into(f->c, fresh, got, obj_len(VICTIM), &n, 1), 0);
+        assert_int_equal(n, obj_len(VICTIM));
+        assert_memory_equal(got, buf, obj_len(VICTIM));
+    }
+    free(buf);
+    free(got);
+}
+
 /* A node that registers again names every cold file it has; the master
  * finds each cold replica's file among them (by name, then key and hash):
  * node a's cold-only objects come back readable, except the one whose file
@@ -911,16 +946,6 @@ static void test_restarted_node_reconciles_its_cold_files(void **state)
     assert_true(hx_log_contains(&f->m, want));
 }
 
-/* Stop thread tid of another process with ptrace (that thread only). */
-static void thread_stop(pid_t tid)
-{
-    int st;
-    assert_int_equal(ptrace(PTRACE_SEIZE, tid, NULL, NULL), 0);
-    assert_int_equal(ptrace(PTRACE_INTERRUPT, tid, NULL, NULL), 0);
-    assert_int_equal(waitpid(tid, &st, __WALL), tid);
-    assert_true(WIFSTOPPED(st));
-}
-
 /* A restarted node is counted up only once the replicas its inventory
  * lacks are durably dropped: a client never gets the missing cold file's
  * replica of a node that is up (a read there would be refused as not found,
@@ -950,9 +975,9 @@ static void test_restarted_node_is_up_once_its_lost_replicas_are_dropped(void **
     cold_file(&f->a, key, victim, path, sizeof(path));
     assert_int_equal(unlink(path), 0);
 
-    pid_t writer = thread_named(f->m.pid, "oplog-writer");
+    pid_t writer = hx_thread_named(f->m.pid, "oplog-writer");
     assert_true(writer > 0);
-    thread_stop(writer);
+    assert_int_equal(hx_thread_stop(writer), 0);
     assert_int_equal(hx_node_start(&f->m, &f->a, "node-a", SEGMENT), 0);
     snprintf(want, sizeof(want), "cold replica of %s is gone", key);
     for (int t = 0; t < 2000 && !hx_log_contains(&f->m, want); t++) usleep(10000);
@@ -961,7 +986,7 @@ static void test_restarted_node_is_up_once_its_lost_replicas_are_dropped(void **
     int status_rc = kvc_status_get(f->c, &st);
     kvc_object o;
     int get_while_stopped = kvc_get(f->c, key, &o);
-    assert_int_equal(ptrace(PTRACE_DETACH, writer, NULL, NULL), 0);
+    assert_int_equal(hx_thread_release(writer), 0);
     assert_true(logged);
     assert_int_equal(status_rc, 0);
     assert_int_equal(get_while_stopped, SMP_EAGAIN);
@@ -997,9 +1022,9 @@ static void test_a_registration_overtaken_while_its_drops_wait_is_refused(void *
     cold_file(&f->a, key, victim, path, sizeof(path));
     assert_int_equal(unlink(path), 0);
 
-    pid_t writer = thread_named(f->m.pid, "oplog-writer");
+    pid_t writer = hx_thread_named(f->m.pid, "oplog-writer");
     assert_true(writer > 0);
-    thread_stop(writer);
+    assert_int_equal(hx_thread_stop(writer), 0);
     snprintf(want, sizeof(want), "cold replica of %s is gone", key);
     int gone[2] = {0, 0};
     for (int round = 0; round < 2; round++) {
@@ -1008,7 +1033,7 @@ static void test_a_registration_overtaken_while_its_drops_wait_is_refused(void *
         for (int t = 0; t < 2000 && hx_file_count(f->m.log, want) <= round; t++) usleep(10000);
         gone[round] = hx_file_count(f->m.log, want);
     }
-    assert_int_equal(ptrace(PTRACE_DETACH, writer, NULL, NULL), 0);
+    assert_int_equal(hx_thread_release(writer), 0);
     assert_int_equal(gone[0], 1);
     assert_int_equal(gone[1], 2);
 
@@ -1221,7 +1246,7 @@ static void test_a_persist_without_an_answer_says_why(void **state)
     char key[32];
     snprintf(key, sizeof(key), "obj/%02d", i);
     assert_int_equal(kill(f->a.pid, SIGSTOP), 0);
-    int rc = probe_call(&f->m, 1, key, &status, &answer); /* ensure cold, on node A */
+    int rc = hx_replica_probe(&f->m, 1, key, &status, &answer); /* ensure cold, on node A */
     assert_int_equal(kill(f->a.pid, SIGCONT), 0);
     assert_int_equal(rc, 0);
     assert_true(status < 0);
@@ -1350,6 +1375,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_node_gone_since_the_restart_takes_no_new_objects, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_cold_round_trip_and_corrupted_cold_file, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_load_stalled_across_a_master_restart_writes_over_nothing,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_forged_ticket_writes_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_restarted_node_reconciles_its_cold_files, setup,
                                         teardown),
@@ -1368,5 +1395,6 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_cold_only_object_is_read_from_its_cold_file, setup,
                                         teardown),
     };
+    if (getenv("NODES_TEST") != NULL) cmocka_set_test_filter(getenv("NODES_TEST")); /* by name */
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
