@@ -49,6 +49,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "host_uthash.h"
 #include "master_cold_usage.h"
@@ -1390,6 +1391,13 @@ static const smp_rpc_method node_methods[] = {
 
 int master_nodes_register(master *m)
 {
+    /* A node hands its results to whichever master answers its next poll,
+     * results of tasks an earlier master gave it among them (a task that
+     * ran across the change). Task ids start at a random point of 2^62, so
+     * such a result is never taken for one of this master's tasks: counted
+     * from 1 by both, the ids would meet. */
+    uint64_t base = 0;
+    if (getrandom(&base, sizeof(base), 0) == (ssize_t)sizeof(base)) m->next_task_id = base >> 2;
     return rpc_server_add_service(m->rpc, MASTER_SERVICE_NODES, "nodes", node_methods,
                                   sizeof(node_methods) / sizeof(node_methods[0]), m);
 }
