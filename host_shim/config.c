@@ -117,6 +117,9 @@ static const field_spec ha_fields[] = {
     F_OF("snapshot_dir", FK_PATH, ha_snapshot_dir),
     F_U64("gc_keep_records", ha_gc_keep_records, 0, UINT64_MAX),
     F_OF("fast_failover", FK_BOOL, ha_fast_failover),
+    F_OF("etcd_tls_ca", FK_PATH, ha_etcd_tls_ca),
+    F_OF("etcd_tls_cert", FK_PATH, ha_etcd_tls_cert),
+    F_OF("etcd_tls_key", FK_PATH, ha_etcd_tls_key),
     F_END
 };
 
@@ -372,7 +375,7 @@ static int endpoint_ok(const char *s, size_t len)
 
 /* A comma-separated list of "host:port" (etcd's members), or "". The
  * message names the first bad item; a URL (scheme://...) gets its own
- * sentence: there is no TLS to etcd. */
+ * sentence: TLS to etcd is a key of its own, not a scheme. */
 static int check_endpoints(cfg_ctx *c, const host_config_node *n, const char *path)
 {
     char q[CFG_QUOTE_MAX + 16];
@@ -382,17 +385,15 @@ static int check_endpoints(cfg_ctx *c, const host_config_node *n, const char *pa
         const char *end = strchr(item, ',');
         size_t len = end != NULL ? (size_t)(end - item) : strlen(item);
         if (memmem(item, len, "://", 3) != NULL) {
-            /* The masters speak plaintext gRPC to etcd: a URL (https:// in
-             * particular) is refused, never taken as a host name and left
-             * to fail, or to be read as a promise of TLS. */
+            /* A URL (https:// in particular) is refused, never taken as
+             * a host name and left to fail, or read as asking for TLS,
+             * which ha.etcd_tls_ca turns on for every member. */
             char bad[CFG_QUOTE_MAX];
             snprintf(bad, sizeof(bad), "%.*s", (int)len, item);
             cfg_quote_text(q, sizeof(q), bad);
             return cfg_fail(c, SMP_EINVAL, n->line, path,
-                            "item %s is a URL: give etcd's client address as \"host:port\"; "
-                            "the masters reach etcd over plaintext gRPC only (TLS to etcd, "
-                            "https://, is not supported: keep etcd's client port on a private "
-                            "network)", q);
+                            "item %s is a URL: give etcd's client address as \"host:port\" "
+                            "(TLS to etcd is set with ha.etcd_tls_ca, not https://)", q);
         }
         if (!endpoint_ok(item, len)) {
             char bad[CFG_QUOTE_MAX];
@@ -632,6 +633,12 @@ static int apply_plugins(cfg_ctx *c, host_config *cfg, host_config_node *seq,
     return 0;
 }
 
+/* The line of a value the file set (0 when it did not). */
+static int value_line(const host_config_node *n)
+{
+    return n != NULL ? n->line : 0;
+}
+
 /* The HA rules: ha.enabled and oplog.backend etcd go together; an enabled
  * master needs its id, etcd's members, the shared snapshot directory and an
  * endpoint to advertise; and no ha.* key is accepted while HA is off (it
@@ -678,13 +685,18 @@ static int check_ha(cfg_ctx *c, const host_config *cfg, const host_config_node *
         return cfg_fail(c, SMP_EINVAL, line, "ha.advertise",
                         "missing: listen.tcp asks for any free port (0), so say where clients "
                         "reach this master");
+    int cert = cfg->ha_etcd_tls_cert[0] != '\0', key = cfg->ha_etcd_tls_key[0] != '\0';
+    if (cert != key)
+        return cfg_fail(c, SMP_EINVAL, value_line(cfg_node_child(ha, cert ? "etcd_tls_cert" : "etcd_tls_key")),
+                        cert ? "ha.etcd_tls_key" : "ha.etcd_tls_cert",
+                        "ha.etcd_tls_cert and ha.etcd_tls_key are set together (or neither: "
+                        "no client certificate for etcd)");
+    if (cert && cfg->ha_etcd_tls_ca[0] == '\0')
+        return cfg_fail(c, SMP_EINVAL, value_line(cfg_node_child(ha, "etcd_tls_cert")),
+                        "ha.etcd_tls_ca",
+                        "missing: ha.etcd_tls_cert is presented over TLS, which needs the CA of "
+                        "etcd's server certificates");
     return 0;
-}
-
-/* The line of a value the file set (0 when it did not). */
-static int value_line(const host_config_node *n)
-{
-    return n != NULL ? n->line : 0;
 }
 
 /* tls: cert and key come together; ca and verify_clients only with them;
@@ -725,6 +737,10 @@ static void keep_file_lines(host_config *cfg, const host_config_node *root)
     cfg->tls_ca_line = value_line(cfg_node_child(tls, "ca"));
     cfg->auth_node_token_file_line =
         value_line(cfg_node_child(cfg_node_child(root, "auth"), "node_token_file"));
+    const host_config_node *ha = cfg_node_child(root, "ha");
+    cfg->ha_etcd_tls_ca_line = value_line(cfg_node_child(ha, "etcd_tls_ca"));
+    cfg->ha_etcd_tls_cert_line = value_line(cfg_node_child(ha, "etcd_tls_cert"));
+    cfg->ha_etcd_tls_key_line = value_line(cfg_node_child(ha, "etcd_tls_key"));
 }
 
 /* The rules that span fields: low_watermark < high_watermark (reported on the
@@ -792,6 +808,9 @@ static int resolve_paths(cfg_ctx *c, host_config *cfg, const host_config_node *r
     if ((rc = resolve_in_place(c, &cfg->auth_node_token_file, base)) < 0) return rc;
     if ((rc = resolve_in_place(c, &cfg->node_segment_dir, base)) < 0) return rc;
     if ((rc = resolve_in_place(c, &cfg->ha_snapshot_dir, base)) < 0) return rc;
+    if ((rc = resolve_in_place(c, &cfg->ha_etcd_tls_ca, base)) < 0) return rc;
+    if ((rc = resolve_in_place(c, &cfg->ha_etcd_tls_cert, base)) < 0) return rc;
+    if ((rc = resolve_in_place(c, &cfg->ha_etcd_tls_key, base)) < 0) return rc;
     if ((rc = resolve_in_place(c, &cfg->tls_cert, base)) < 0) return rc;
     if ((rc = resolve_in_place(c, &cfg->tls_key, base)) < 0) return rc;
     if ((rc = resolve_in_place(c, &cfg->tls_ca, base)) < 0) return rc;
@@ -841,6 +860,9 @@ int host_config_defaults(host_config *cfg)
     cfg->ha_lease_ttl_s = 2;
     cfg->ha_advertise = strdup("");
     cfg->ha_snapshot_dir = strdup("");
+    cfg->ha_etcd_tls_ca = strdup("");
+    cfg->ha_etcd_tls_cert = strdup("");
+    cfg->ha_etcd_tls_key = strdup("");
     cfg->tls_cert = strdup("");
     cfg->tls_key = strdup("");
     cfg->tls_ca = strdup("");
@@ -870,7 +892,8 @@ int host_config_defaults(host_config *cfg)
         cfg->node_id == NULL || cfg->node_data_listen == NULL || cfg->ha_id == NULL ||
         cfg->ha_etcd_endpoints == NULL || cfg->ha_prefix == NULL || cfg->ha_advertise == NULL ||
         cfg->ha_snapshot_dir == NULL || cfg->tls_cert == NULL || cfg->tls_key == NULL ||
-        cfg->tls_ca == NULL) {
+        cfg->tls_ca == NULL || cfg->ha_etcd_tls_ca == NULL || cfg->ha_etcd_tls_cert == NULL ||
+        cfg->ha_etcd_tls_key == NULL) {
         host_config_free(cfg);
         return -ENOMEM;
     }
@@ -895,6 +918,9 @@ void host_config_free(host_config *cfg)
     free(cfg->ha_prefix);
     free(cfg->ha_advertise);
     free(cfg->ha_snapshot_dir);
+    free(cfg->ha_etcd_tls_ca);
+    free(cfg->ha_etcd_tls_cert);
+    free(cfg->ha_etcd_tls_key);
     free(cfg->tls_cert);
     free(cfg->tls_key);
     free(cfg->tls_ca);

@@ -125,6 +125,10 @@ typedef struct host_config {
     char *ha_snapshot_dir;            /* snapshots every master reads, "" = unset */
     uint64_t ha_gc_keep_records;      /* OpLog records kept below the newest snapshot */
     int ha_fast_failover;             /* standbys watch the leader's process, 1 */
+    char *ha_etcd_tls_ca;             /* PEM CA bundle of etcd's server certificates: TLS to
+                                         etcd; "" = plaintext */
+    char *ha_etcd_tls_cert;           /* the masters' client certificate for etcd, "" = none */
+    char *ha_etcd_tls_key;            /* its PEM private key */
 
     /* node: the embedded node of the master process */
     int node_embedded;                /* default 1 */
@@ -169,6 +173,7 @@ typedef struct host_config {
     /* The lines of the values that name files (0: not set in the file), for
      * the messages of host_config_load_files (config_files.c). */
     int tls_cert_line, tls_key_line, tls_ca_line, auth_node_token_file_line;
+    int ha_etcd_tls_ca_line, ha_etcd_tls_cert_line, ha_etcd_tls_key_line;
 } host_config;
 
 /* Fill *cfg with every default. Strings are heap copies (freed by
@@ -234,6 +239,9 @@ typedef struct host_config_files {
                                                  tls.ca; NULL: TLS off */
     char node_token[RPC_AUTH_TOKEN_MAX + 1];  /* auth.node_token_file's token, "" when
                                                  not read (auth off, no embedded node) */
+    char *etcd_ca_pem;                        /* ha.etcd_tls_ca's text, NULL: plaintext */
+    char *etcd_cert_pem;                      /* ha.etcd_tls_cert's, NULL: none */
+    char *etcd_key_pem;                       /* ha.etcd_tls_key's (wiped when freed) */
 } host_config_files;
 
 /* Read and check the files cfg names, as the master's start needs them --

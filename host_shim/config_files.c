@@ -12,6 +12,10 @@
  *    port and must trust tls.cert as it will (config_node_tls.c: the chain,
  *    the dates, the address it dials); without tls.ca it trusts tls.cert
  *    alone, which verifies only a self-signed certificate;
+ *  - ha.etcd_tls_ca, ha.etcd_tls_cert, ha.etcd_tls_key: loaded into a TLS
+ *    client context as a check (the CA a bundle, the key matching the
+ *    certificate: wc_tls_client_ctx), then read as text, which the etcd
+ *    client hands to gRPC;
  *  - auth.node_token_file: read (wc_token_read_file), and its token must be
  *    one of auth.tokens with role admin, since the embedded node registers
  *    with it (nodes.register needs admin): anything else would be a master
@@ -19,9 +23,14 @@
  *
  * Every message is "FILE:LINE: key: cause", LINE the line of the value that
  * names the file (left out when the file did not set it), as the loader's. */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -32,6 +41,7 @@
 
 #include "config.h"
 #include "rpc_tls.h"
+#include "wc_tls.h"
 #include "wc_token.h"
 
 /* err = "SOURCE:LINE: " + the formatted rest (":LINE" left out when 0). */
@@ -134,6 +144,84 @@ static int node_token(const host_config *cfg, host_config_files *out, char *err,
     return SMP_OK;
 }
 
+#define ETCD_PEM_MAX (1u << 20) /* a CA bundle, a certificate chain or a key */
+
+/* The whole PEM file at path as a string into *out (caller frees). SMP_OK,
+ * SMP_EIO (unreadable: why says so), SMP_EINVAL (not a regular file, or
+ * larger than ETCD_PEM_MAX). */
+static int read_pem(const char *path, char **out, char *why, size_t whylen)
+{
+    struct stat st;
+    char *buf = NULL;
+    size_t got = 0;
+    int rc = SMP_EIO;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    *out = NULL;
+    if (fd < 0) {
+        snprintf(why, whylen, "%s: %s", path, strerror(errno));
+        return SMP_EIO;
+    }
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > ETCD_PEM_MAX) {
+        snprintf(why, whylen, "%s: not a regular file of at most %u bytes", path, ETCD_PEM_MAX);
+        rc = SMP_EINVAL;
+        goto close_fd;
+    }
+    if ((buf = malloc((size_t)st.st_size + 1)) == NULL) {
+        snprintf(why, whylen, "%s: out of memory", path);
+        rc = SMP_ENOMEM;
+        goto close_fd;
+    }
+    while (got < (size_t)st.st_size) {
+        ssize_t n = read(fd, buf + got, (size_t)st.st_size - got);
+        if (n <= 0) {
+            snprintf(why, whylen, "%s: %s", path, n < 0 ? strerror(errno) : "shorter than it was");
+            goto free_buf;
+        }
+        got += (size_t)n;
+    }
+    buf[got] = '\0';
+    *out = buf;
+    close(fd);
+    return SMP_OK;
+free_buf:
+    free(buf);
+close_fd:
+    close(fd);
+    return rc;
+}
+
+/* ha.etcd_tls_*: checked as a TLS client's CA and certificate (each file
+ * present, PEM, the key matching the certificate), then read into out. */
+static int etcd_tls(const host_config *cfg, host_config_files *out, char *err, size_t errlen)
+{
+    char why[1024];
+    SSL_CTX *ctx = NULL;
+    const char *cert = cfg->ha_etcd_tls_cert[0] ? cfg->ha_etcd_tls_cert : NULL;
+    int rc = wc_tls_client_ctx(cfg->ha_etcd_tls_ca, cert, cert ? cfg->ha_etcd_tls_key : NULL,
+                               &ctx, why, sizeof(why));
+    SSL_CTX_free(ctx);
+    if (rc < 0) {
+        int of_ca = strncmp(why, "TLS CA", 6) == 0;
+        files_fail(cfg, of_ca ? cfg->ha_etcd_tls_ca_line : cfg->ha_etcd_tls_cert_line, err, errlen,
+                   "%s: %s", of_ca ? "ha.etcd_tls_ca" : "ha.etcd_tls_cert", why);
+        return rc;
+    }
+    struct { const char *key, *path; int line; char **slot; } files[] = {
+        {"ha.etcd_tls_ca", cfg->ha_etcd_tls_ca, cfg->ha_etcd_tls_ca_line, &out->etcd_ca_pem},
+        {"ha.etcd_tls_cert", cert, cfg->ha_etcd_tls_cert_line, &out->etcd_cert_pem},
+        {"ha.etcd_tls_key", cert ? cfg->ha_etcd_tls_key : NULL, cfg->ha_etcd_tls_key_line,
+         &out->etcd_key_pem},
+    };
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        if (files[i].path == NULL) continue;
+        if ((rc = read_pem(files[i].path, files[i].slot, why, sizeof(why))) < 0) {
+            files_fail(cfg, files[i].line, err, errlen, "%s: %s", files[i].key, why);
+            return rc;
+        }
+    }
+    return SMP_OK;
+}
+
 int host_config_load_files(const host_config *cfg, host_config_files *out, char *err,
                            size_t errlen)
 {
@@ -162,6 +250,8 @@ int host_config_load_files(const host_config *cfg, host_config_files *out, char 
     }
     if (cfg->auth_enabled && cfg->node_embedded && (rc = node_token(cfg, out, err, errlen)) < 0)
         goto cleanup;
+    if (cfg->ha_enabled && cfg->ha_etcd_tls_ca[0] != '\0' && (rc = etcd_tls(cfg, out, err, errlen)) < 0)
+        goto cleanup;
     return SMP_OK;
 cleanup:
     host_config_files_free(out);
@@ -173,5 +263,9 @@ void host_config_files_free(host_config_files *f)
     if (f == NULL) return;
     SSL_CTX_free(f->tls);
     OPENSSL_cleanse(f->node_token, sizeof(f->node_token));
+    if (f->etcd_key_pem != NULL) OPENSSL_cleanse(f->etcd_key_pem, strlen(f->etcd_key_pem));
+    free(f->etcd_ca_pem);
+    free(f->etcd_cert_pem);
+    free(f->etcd_key_pem);
     memset(f, 0, sizeof(*f));
 }

@@ -644,7 +644,7 @@ int ha_election_start(uv_loop_t *loop,
                       size_t errlen)
 {
     int rc;
-    if (loop == NULL || o == NULL || out == NULL || o->endpoints == NULL || o->prefix == NULL ||
+    if (loop == NULL || o == NULL || out == NULL || o->etcd.endpoints == NULL || o->prefix == NULL ||
         o->id == NULL || o->endpoint == NULL || o->ttl_s == 0 || o->id[0] == '\0')
         return SMP_EINVAL;
     ha_election *e = calloc(1, sizeof(*e));
@@ -668,7 +668,8 @@ int ha_election_start(uv_loop_t *loop,
     /* Calls are short: a renewal must fail fast enough to be retried within
      * the lease's validity. */
     uint32_t timeout = o->ttl_s * 1000u / 4u;
-    etcd_client_options eo = {.endpoints = o->endpoints, .timeout_ms = timeout < 200 ? 200 : timeout};
+    etcd_client_options eo = o->etcd;
+    eo.timeout_ms = timeout < 200 ? 200 : timeout;
     if ((rc = etcd_client_open(&eo, &e->etcd, err, errlen)) < 0) goto free_e;
     int64_t lease = 0;
     if ((rc = grant_first_lease(e->etcd, o->ttl_s, &lease, err, errlen)) < 0) goto free_e;

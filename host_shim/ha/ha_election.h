@@ -28,6 +28,8 @@
 
 #include <uv.h>
 
+#include "etcd_client.h"
+
 typedef struct ha_election ha_election;
 
 /* What the fence of a term is: the leader key as created by this master. */
@@ -70,7 +72,7 @@ typedef struct ha_election_events {
 } ha_election_events;
 
 typedef struct ha_election_options {
-    const char *endpoints;     /* etcd members, "host:port,..." */
+    etcd_client_options etcd;  /* etcd's members and TLS (the election sets the timeout) */
     const char *prefix;        /* the cluster's keys, "/weight_mgmt/" */
     const char *id;            /* this master's name */
     const char *endpoint;      /* where clients reach this master */

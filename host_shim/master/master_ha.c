@@ -363,11 +363,22 @@ static int wait_for_etcd(master *m, char *err, size_t errlen)
     return rc;
 }
 
+/* How this master reaches etcd: ha.etcd_endpoints, over TLS with the
+ * PEM text of ha.etcd_tls_* as host_config_load_files read it. */
+static etcd_client_options etcd_options(const master *m)
+{
+    etcd_client_options o = {.endpoints = m->cfg->ha_etcd_endpoints,
+                             .tls_ca_pem = m->files.etcd_ca_pem,
+                             .tls_cert_pem = m->files.etcd_cert_pem,
+                             .tls_key_pem = m->files.etcd_key_pem};
+    return o;
+}
+
 int master_ha_open_log(master *m, char *err, size_t errlen)
 {
     int rc;
-    etcd_client_options eo = {.endpoints = m->cfg->ha_etcd_endpoints,
-                              .timeout_ms = MASTER_HA_ETCD_TIMEOUT_MS};
+    etcd_client_options eo = etcd_options(m);
+    eo.timeout_ms = MASTER_HA_ETCD_TIMEOUT_MS;
     if ((rc = etcd_client_open(&eo, &m->etcd, err, errlen)) < 0) return rc;
     if ((rc = wait_for_etcd(m, err, errlen)) < 0) return rc;
     uint32_t batch = m->cfg->oplog_max_batch_records;
@@ -386,7 +397,7 @@ int master_ha_start(master *m, char *err, size_t errlen)
     rpc_server_set_admission(m->rpc, admit, m);
     rpc_server_set_not_leader_hold(m->rpc, MASTER_HA_HOLD_MS);
     ha_election_options o = {
-        .endpoints = m->cfg->ha_etcd_endpoints,
+        .etcd = etcd_options(m),
         .prefix = m->cfg->ha_prefix,
         .id = m->cfg->ha_id,
         .endpoint = advertised(m),

@@ -30,14 +30,18 @@
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
 #include <grpc/slice.h>
+#include <grpc/support/log.h>
 #include <grpc/support/time.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "etcd_client_internal.h"
+#include "log_limit.h"
 #include "store_plugin.h"
 
 void ecl_set_err(char *err, size_t errlen, const char *fmt, ...)
@@ -113,10 +117,40 @@ int ecl_status_to_rc(grpc_status_code s, const char *details, etcd_fail *fail)
 static pthread_mutex_t g_init_mu = PTHREAD_MUTEX_INITIALIZER;
 static unsigned g_clients;
 
+/* gRPC's own log lines, on stderr as the master's are, at most
+ * GRPC_LOG_BURST a minute (the rest counted and summed up): the cause of
+ * a refused TLS handshake is told only there, and told again at every
+ * reconnect, about once a second for as long as it lasts. An assertion's
+ * line, before gRPC aborts, always goes through. */
+#define GRPC_LOG_BURST 6
+static pthread_mutex_t g_log_mu = PTHREAD_MUTEX_INITIALIZER;
+static log_limit g_log = {.burst = GRPC_LOG_BURST, .window_ms = 60000};
+
+static void grpc_log(gpr_log_func_args *a)
+{
+    struct timespec ts;
+    uint64_t summary = 0;
+    const char *file = strrchr(a->file, '/');
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    pthread_mutex_lock(&g_log_mu);
+    int admit = log_limit_admit(&g_log, (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000,
+                                &summary);
+    pthread_mutex_unlock(&g_log_mu);
+    if (summary > 0)
+        fprintf(stderr, "etcd client: %" PRIu64 " more lines of gRPC's left out in a minute\n",
+                summary);
+    if (admit || strstr(a->message, "assertion failed") != NULL)
+        fprintf(stderr, "etcd client: gRPC %s: %s (%s:%d)\n", gpr_log_severity_string(a->severity),
+                a->message, file != NULL ? file + 1 : a->file, a->line);
+}
+
 static void library_ref(void)
 {
     pthread_mutex_lock(&g_init_mu);
-    if (g_clients++ == 0) grpc_init();
+    if (g_clients++ == 0) {
+        gpr_set_log_function(grpc_log);
+        grpc_init();
+    }
     pthread_mutex_unlock(&g_init_mu);
 }
 
@@ -129,11 +163,11 @@ static void library_unref(void)
 
 /* -- channels and calls ---------------------------------------------------- */
 
-/* A channel to one member: short reconnect backoff (a restarted member is
- * found again within a second or two) and HTTP/2 keepalive, so a watch on a member
- * that stopped answering breaks instead of waiting forever. etcd refuses
- * pings more often than every 5 s. */
-grpc_channel *ecl_channel_open(const char *ep)
+/* A channel to one member over creds (plaintext or TLS): short reconnect
+ * backoff (a restarted member is found again within a second or two) and
+ * HTTP/2 keepalive, so a watch on a member that stopped answering breaks
+ * instead of waiting forever. etcd refuses pings more often than every 5 s. */
+grpc_channel *ecl_channel_open(const char *ep, grpc_channel_credentials *creds)
 {
     grpc_arg args[7];
     args[0].type = GRPC_ARG_INTEGER;
@@ -158,11 +192,25 @@ grpc_channel *ecl_channel_open(const char *ep)
     args[6].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
     args[6].value.integer = -1;
     grpc_channel_args ca = {sizeof(args) / sizeof(args[0]), args};
-    grpc_channel_credentials *creds = grpc_insecure_credentials_create();
-    if (creds == NULL) return NULL;
-    grpc_channel *ch = grpc_channel_create(ep, creds, &ca);
-    grpc_channel_credentials_release(creds);
-    return ch;
+    return grpc_channel_create(ep, creds, &ca);
+}
+
+const char *ecl_transport_said(const etcd_client *c)
+{
+    return c->tls ? " over TLS (a refused TLS handshake ends so too: the \"etcd client: "
+                    "gRPC\" lines of this log name its cause)"
+                  : " in plaintext";
+}
+
+/* The credentials of o's transport: TLS with o's CA (and client
+ * certificate), or plaintext. NULL on a lack of memory. */
+static grpc_channel_credentials *credentials_of(const etcd_client_options *o)
+{
+    if (o->tls_ca_pem == NULL) return grpc_insecure_credentials_create();
+    grpc_ssl_pem_key_cert_pair pair = {.private_key = o->tls_key_pem,
+                                       .cert_chain = o->tls_cert_pem};
+    return grpc_ssl_credentials_create(o->tls_ca_pem, o->tls_cert_pem != NULL ? &pair : NULL,
+                                       NULL, NULL);
 }
 
 gpr_timespec ecl_deadline_in(uint32_t ms)
@@ -346,8 +394,8 @@ int ecl_exchange(etcd_client *c,
     gpr_timespec deadline = ecl_deadline_in(c->timeout_ms);
     grpc_connectivity_state state;
     if (ecl_channel_wait_ready(ch, cq, deadline, c->n_ep == 1, &state) < 0) {
-        ecl_set_err(err, errlen, "etcd %s %s: no connection to the member (channel %s)", ep, method,
-                ecl_state_name(state));
+        ecl_set_err(err, errlen, "etcd %s %s: no connection to the member%s (channel %s)", ep,
+                    method, ecl_transport_said(c), ecl_state_name(state));
         *fail = FAIL_UNSENT;
         rc = SMP_EIO;
         goto remove_active;
@@ -589,13 +637,21 @@ int etcd_client_open(const etcd_client_options *o, etcd_client **out, char *err,
         ecl_set_err(err, errlen, "etcd_client_open: out of memory");
         return SMP_ENOMEM;
     }
+    if ((o->tls_cert_pem == NULL) != (o->tls_key_pem == NULL) ||
+        (o->tls_cert_pem != NULL && o->tls_ca_pem == NULL)) {
+        ecl_set_err(err, errlen, "etcd_client_open: a client certificate needs its key and a CA");
+        rc = SMP_EINVAL;
+        goto free_client;
+    }
     if ((rc = ecl_parse_endpoints(c, o->endpoints, err, errlen)) < 0) goto free_client;
     c->timeout_ms = o->timeout_ms ? o->timeout_ms : ETCD_DEFAULT_TIMEOUT_MS;
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->idle, NULL);
     library_ref();
+    c->creds = credentials_of(o);
+    c->tls = o->tls_ca_pem != NULL;
     for (size_t i = 0; i < c->n_ep; i++) {
-        c->ch[i] = ecl_channel_open(c->ep[i]);
+        c->ch[i] = c->creds != NULL ? ecl_channel_open(c->ep[i], c->creds) : NULL;
         if (c->ch[i] == NULL) {
             ecl_set_err(err, errlen, "etcd %s: could not create a gRPC channel", c->ep[i]);
             rc = SMP_ENOMEM;
@@ -607,6 +663,7 @@ int etcd_client_open(const etcd_client_options *o, etcd_client **out, char *err,
 close_channels:
     for (size_t i = 0; i < c->n_ep; i++)
         if (c->ch[i]) grpc_channel_destroy(c->ch[i]);
+    if (c->creds != NULL) grpc_channel_credentials_release(c->creds);
     library_unref();
     pthread_cond_destroy(&c->idle);
     pthread_mutex_destroy(&c->mu);
@@ -625,6 +682,7 @@ void etcd_client_close(etcd_client *c)
     while (c->active != NULL) pthread_cond_wait(&c->idle, &c->mu);
     pthread_mutex_unlock(&c->mu);
     for (size_t i = 0; i < c->n_ep; i++) grpc_channel_destroy(c->ch[i]);
+    grpc_channel_credentials_release(c->creds);
     pthread_cond_destroy(&c->idle);
     pthread_mutex_destroy(&c->mu);
     free(c);

@@ -13,6 +13,9 @@
  * loop thread. One etcd_client may be used from several threads at once;
  * an etcd_watch belongs to the thread that opened it.
  *
+ * Transport: plaintext gRPC, or TLS to every member (a CA, and a client
+ * certificate where etcd asks for one: etcd_client_options).
+ *
  * Endpoints. The client is given every member ("h1:p1,h2:p2"). A call that
  * fails with a transport error (member down, deadline) is retried once on the
  * next member; etcd's own refusals (a failed compare is not one: it is a
@@ -41,11 +44,22 @@ typedef struct etcd_watch etcd_watch;
 typedef struct etcd_client_options {
     const char *endpoints;  /* "host:port[,host:port...]", at least one */
     uint32_t timeout_ms;    /* deadline of one call on one member; 0 = 2000 */
+    /* TLS to every member: the PEM text (not a path) of the CA certificates
+     * the members' server certificates must chain to, each member's
+     * certificate checked against the host it is dialled at. NULL:
+     * plaintext. */
+    const char *tls_ca_pem;
+    /* With tls_ca_pem: this client's certificate (chain) and private key,
+     * PEM text, presented to members that ask for one (etcd's
+     * --client-cert-auth). Both or neither. */
+    const char *tls_cert_pem;
+    const char *tls_key_pem;
 } etcd_client_options;
 
-/* Create a client. Makes no call yet (a member that is down is found out by
- * the first call). Returns 0 and *out, or SMP_EINVAL (no endpoint, a bad
- * "host:port") / SMP_ENOMEM. gRPC is initialised on the first open and shut
+/* Create a client. Makes no call yet (a member that is down, or whose TLS
+ * handshake fails, is found out by the first call). Returns 0 and *out, or
+ * SMP_EINVAL (no endpoint, a bad "host:port", a client certificate without
+ * its key or either without a CA) / SMP_ENOMEM. gRPC is initialised on the first open and shut
  * down with the last close. */
 int etcd_client_open(const etcd_client_options *o,
                      etcd_client **out,          /* OUT */

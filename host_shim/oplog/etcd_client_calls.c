@@ -465,7 +465,7 @@ int etcd_member_status_get(etcd_client *c,
             ecl_set_err(err, errlen, "etcd_member_status_get: \"%s\" is not one host:port", endpoint);
             return SMP_EINVAL;
         }
-        if ((ch = own = ecl_channel_open(endpoint)) == NULL) {
+        if ((ch = own = ecl_channel_open(endpoint, c->creds)) == NULL) {
             ecl_set_err(err, errlen, "etcd %s: could not create a gRPC channel", endpoint);
             return SMP_ENOMEM;
         }

@@ -43,6 +43,8 @@ struct etcd_client {
     size_t n_ep;
     char ep[ETCD_MAX_ENDPOINTS][ETCD_EP_MAX];   /* "host:port" */
     grpc_channel *ch[ETCD_MAX_ENDPOINTS];
+    grpc_channel_credentials *creds; /* plaintext or TLS: every channel's */
+    int tls;                 /* creds are TLS (said in a failed connection's message) */
     uint32_t timeout_ms;
     pthread_mutex_t mu;
     pthread_cond_t idle;     /* signalled when active becomes empty */
@@ -85,7 +87,11 @@ int ecl_call_unary(etcd_client *c,
                       char *err,
                       size_t errlen);
 
-grpc_channel *ecl_channel_open(const char *ep);
+grpc_channel *ecl_channel_open(const char *ep, grpc_channel_credentials *creds);
+
+/* How c reaches its members, for a message about a failed connection:
+ * " over TLS (...)" or " in plaintext". */
+const char *ecl_transport_said(const etcd_client *c);
 
 int ecl_channel_wait_ready(grpc_channel *ch,
                               grpc_completion_queue *cq,

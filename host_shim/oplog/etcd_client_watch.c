@@ -199,8 +199,8 @@ static int watch_open_on(etcd_client *c,
     gpr_timespec deadline = ecl_deadline_in(c->timeout_ms);
     grpc_connectivity_state state;
     if (ecl_channel_wait_ready(c->ch[ep], w->cq, deadline, c->n_ep == 1, &state) < 0) {
-        ecl_set_err(err, errlen, "etcd %s watch: no connection to the member (channel %s)", w->ep,
-                ecl_state_name(state));
+        ecl_set_err(err, errlen, "etcd %s watch: no connection to the member%s (channel %s)",
+                    w->ep, ecl_transport_said(c), ecl_state_name(state));
         *fail = FAIL_UNSENT;
         rc = SMP_EIO;
         goto free_watch;

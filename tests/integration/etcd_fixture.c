@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -120,19 +121,62 @@ static void print_log_tail(const etcd_fixture_member *m)
 
 static pid_t spawn_member(const etcd_fixture *f, const etcd_fixture_member *m)
 {
-    char client_url[96], peer_url[64];
-    snprintf(client_url, sizeof(client_url), "http://%s", m->endpoint);
+    char client_url[96], peer_url[64], cert[320], key[320], ca[320];
+    const char *argv[40];
+    size_t n = 0;
+    snprintf(client_url, sizeof(client_url), "%s://%s", f->certs[0] ? "https" : "http",
+             m->endpoint);
     snprintf(peer_url, sizeof(peer_url), "http://127.0.0.1:%d", m->peer_port);
+    snprintf(cert, sizeof(cert), "%s/server.pem", f->certs);
+    snprintf(key, sizeof(key), "%s/server.key", f->certs);
+    snprintf(ca, sizeof(ca), "%s/ca.pem", f->certs);
+    const char *base[] = {"etcd", "--name", m->name, "--data-dir", m->data_dir,
+                          "--listen-client-urls", client_url, "--advertise-client-urls", client_url,
+                          "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
+                          "--initial-cluster", f->initial_cluster, "--initial-cluster-token",
+                          f->token, "--initial-cluster-state", "new", "--heartbeat-interval", "50",
+                          "--election-timeout", "500"};
+    for (size_t i = 0; i < sizeof(base) / sizeof(base[0]); i++) argv[n++] = base[i];
+    if (f->certs[0]) {
+        argv[n++] = "--cert-file";
+        argv[n++] = cert;
+        argv[n++] = "--key-file";
+        argv[n++] = key;
+        if (f->client_cert_auth) {
+            argv[n++] = "--trusted-ca-file";
+            argv[n++] = ca;
+            argv[n++] = "--client-cert-auth";
+        }
+    }
+    argv[n] = NULL;
     pid_t pid = fork();
     if (pid != 0) return pid;
     hx_child_setup(m->log);
-    execl(ETCD_BIN, "etcd", "--name", m->name, "--data-dir", m->data_dir,
-          "--listen-client-urls", client_url, "--advertise-client-urls", client_url,
-          "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
-          "--initial-cluster", f->initial_cluster, "--initial-cluster-token", f->token,
-          "--initial-cluster-state", "new", "--heartbeat-interval", "50",
-          "--election-timeout", "500", (char *)NULL);
+    execv(ETCD_BIN, (char *const *)argv);
     _exit(127);
+}
+
+void etcd_fixture_client_tls(const etcd_fixture *f, etcd_client_options *o)
+{
+    if (!f->certs[0]) return;
+    o->tls_ca_pem = f->tls_pem[0];
+    o->tls_cert_pem = f->tls_pem[1];
+    o->tls_key_pem = f->tls_pem[2];
+}
+
+/* Make f's certificates in <dir>/certs and read what its client uses. */
+static int make_certs(etcd_fixture *f)
+{
+    static const char *const names[3] = {"ca.pem", "client.pem", "client.key"};
+    snprintf(f->certs, sizeof(f->certs), "%s/certs", f->dir);
+    if (mkdir(f->certs, 0700) < 0 || hx_make_certs(f->certs) < 0) return -1;
+    for (int i = 0; i < 3; i++) {
+        char path[400];
+        size_t len = 0;
+        snprintf(path, sizeof(path), "%s/%s", f->certs, names[i]);
+        if ((f->tls_pem[i] = (char *)hx_read_file(path, &len)) == NULL) return -1;
+    }
+    return 0;
 }
 
 /* 1 while member m runs (reaps it when it exited). */
@@ -153,8 +197,9 @@ static int wait_member(etcd_fixture *f, size_t i, long long deadline)
 {
     etcd_fixture_member *m = &f->m[i];
     etcd_client *c = NULL;
-    etcd_client_options o = {m->endpoint, 500};
+    etcd_client_options o = {.endpoints = m->endpoint, .timeout_ms = 500};
     char err[512] = "";
+    etcd_fixture_client_tls(f, &o);
     int rc = -1;
     if (etcd_client_open(&o, &c, err, sizeof(err)) < 0) {
         fprintf(stderr, "etcd fixture: %s\n", err);
@@ -196,7 +241,8 @@ static int port_was_taken(const etcd_fixture_member *m)
 
 /* One try of etcd_fixture_start; *taken is set when it failed because a
  * member's port was taken before etcd bound it. */
-static int start_once(etcd_fixture *f, const char *name, size_t n, int timeout_ms, int *taken)
+static int start_once(etcd_fixture *f, const char *name, size_t n, int timeout_ms, int tls,
+                      int client_cert_auth, int *taken)
 {
     int fds[2 * ETCD_FIXTURE_MAX_MEMBERS];
     size_t n_fds = 0;
@@ -218,6 +264,11 @@ static int start_once(etcd_fixture *f, const char *name, size_t n, int timeout_m
         return -1;
     }
     live_add(f);
+    f->client_cert_auth = client_cert_auth;
+    if (tls && make_certs(f) < 0) {
+        fprintf(stderr, "etcd fixture: cannot make the TLS certificates in %s\n", f->certs);
+        goto fail;
+    }
     snprintf(f->token, sizeof(f->token), "wm-%s-%d-%lld", name, (int)getpid(), now_ms());
     f->n = n;
     /* Every port is held until all are chosen, so no two are the same. */
@@ -258,14 +309,27 @@ fail:
     return -1;
 }
 
-int etcd_fixture_start(etcd_fixture *f, const char *name, size_t n, int timeout_ms)
+/* etcd_fixture_start, with TLS when tls is set. */
+static int start(etcd_fixture *f, const char *name, size_t n, int timeout_ms, int tls,
+                 int client_cert_auth)
 {
     for (int attempt = 1;; attempt++) {
         int taken = 0;
-        if (start_once(f, name, n, timeout_ms, &taken) == 0) return 0;
+        if (start_once(f, name, n, timeout_ms, tls, client_cert_auth, &taken) == 0) return 0;
         if (!taken || attempt == 5) return -1;
         fprintf(stderr, "etcd fixture: a port was taken before etcd bound it; new ports\n");
     }
+}
+
+int etcd_fixture_start(etcd_fixture *f, const char *name, size_t n, int timeout_ms)
+{
+    return start(f, name, n, timeout_ms, 0, 0);
+}
+
+int etcd_fixture_start_tls(etcd_fixture *f, const char *name, size_t n, int timeout_ms,
+                           int client_cert_auth)
+{
+    return start(f, name, n, timeout_ms, 1, client_cert_auth);
 }
 
 const char *etcd_fixture_endpoints(const etcd_fixture *f)
@@ -356,6 +420,10 @@ void etcd_fixture_cleanup(etcd_fixture *f)
         f->m[i].pid = 0;
     }
     live_remove(f);
+    for (int i = 0; i < 3; i++) {
+        free(f->tls_pem[i]);
+        f->tls_pem[i] = NULL;
+    }
     if (f->dir[0] == '\0') return;
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", f->dir);
     if (system(cmd) != 0) fprintf(stderr, "etcd fixture: could not remove %s\n", f->dir);

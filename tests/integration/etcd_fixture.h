@@ -15,6 +15,8 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "etcd_client.h"
+
 #define ETCD_FIXTURE_MAX_MEMBERS 3
 
 typedef struct etcd_fixture_member {
@@ -29,6 +31,13 @@ typedef struct etcd_fixture_member {
 
 typedef struct etcd_fixture {
     char dir[256];            /* the mkdtemp directory holding every member */
+    /* TLS (etcd_fixture_start_tls): "" when the members speak plaintext,
+     * else the directory of hx_make_certs' files, which the members serve
+     * with (server.pem, server.key; clients checked against ca.pem when
+     * client_cert_auth) */
+    char certs[300];
+    int client_cert_auth;
+    char *tls_pem[3];         /* ca.pem, client.pem, client.key: what the fixture's client uses */
     char token[96];           /* --initial-cluster-token */
     char initial_cluster[512];
     char endpoints[256];      /* "h:p,h:p,h:p", every member */
@@ -43,6 +52,18 @@ typedef struct etcd_fixture {
  * member's log tail is printed, everything started is stopped and
  * removed). */
 int etcd_fixture_start(etcd_fixture *f, const char *name, size_t n, int timeout_ms);
+
+/* The same with TLS on every member's client port: certificates made in
+ * <dir>/certs (hx_make_certs: server.pem for 127.0.0.1, signed by ca.pem;
+ * client.pem / client.key signed by it too; other-ca.pem signs nothing),
+ * and with client_cert_auth, a client must present a certificate ca.pem
+ * signed (etcd's --client-cert-auth). */
+int etcd_fixture_start_tls(etcd_fixture *f, const char *name, size_t n, int timeout_ms,
+                           int client_cert_auth);
+
+/* Fill o's TLS fields for f's members (as the fixture's own client: ca.pem
+ * and the client certificate); nothing for a plaintext fixture. */
+void etcd_fixture_client_tls(const etcd_fixture *f, etcd_client_options *o);
 
 /* Every member's client endpoint, comma-separated. */
 const char *etcd_fixture_endpoints(const etcd_fixture *f);

@@ -21,10 +21,14 @@ static void sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
-int hc_init(hc_cluster *c, const char *name, size_t etcd_members)
+/* hc_init, etcd's client port on TLS when tls is set. */
+static int init(hc_cluster *c, const char *name, size_t etcd_members, int tls,
+                int client_cert_auth)
 {
     memset(c, 0, sizeof(*c));
-    if (etcd_fixture_start(&c->etcd, name, etcd_members, 20000) < 0) return -1;
+    if ((tls ? etcd_fixture_start_tls(&c->etcd, name, etcd_members, 20000, client_cert_auth)
+             : etcd_fixture_start(&c->etcd, name, etcd_members, 20000)) < 0)
+        return -1;
     snprintf(c->snapdir, sizeof(c->snapdir), "%s/snapshots", c->etcd.dir);
     if (mkdir(c->snapdir, 0755) < 0) goto fail;
     static unsigned seq;
@@ -43,6 +47,16 @@ int hc_init(hc_cluster *c, const char *name, size_t etcd_members)
 fail:
     hc_cleanup(c);
     return -1;
+}
+
+int hc_init(hc_cluster *c, const char *name, size_t etcd_members)
+{
+    return init(c, name, etcd_members, 0, 0);
+}
+
+int hc_init_tls(hc_cluster *c, const char *name, size_t etcd_members, int client_cert_auth)
+{
+    return init(c, name, etcd_members, 1, client_cert_auth);
 }
 
 int hc_configure(hc_cluster *c, int i, const char *extra)
@@ -163,6 +177,7 @@ int hc_leader_key_of(hc_cluster *c, int i)
 {
     char err[256] = "", key[200];
     etcd_client_options o = {.endpoints = etcd_fixture_endpoints(&c->etcd)};
+    etcd_fixture_client_tls(&c->etcd, &o);
     etcd_client *ec = NULL;
     etcd_range_result reg = {0};
     int rc = -1;

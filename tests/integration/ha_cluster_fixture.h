@@ -35,6 +35,11 @@ typedef struct hc_cluster {
  * everything it made is stopped and removed. */
 int hc_init(hc_cluster *c, const char *name, size_t etcd_members);
 
+/* The same with TLS on etcd's client port (etcd_fixture_start_tls: the
+ * certificates in c->etcd.certs); the masters' configs must then name
+ * them (ha.etcd_tls_*), through hc_configure's extra. */
+int hc_init_tls(hc_cluster *c, const char *name, size_t etcd_members, int client_cert_auth);
+
 /* Write master i's config: HA on the cluster's etcd (hx_ha_yaml), no
  * embedded node, then `extra` (YAML appended verbatim; it may continue the
  * ha: mapping with indented keys first; may be NULL). Without a `plugins:`

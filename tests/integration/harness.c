@@ -306,6 +306,14 @@ int hx_start(hx_master *m, int timeout_ms)
     return -1;
 }
 
+int hx_spawn(hx_master *m)
+{
+    m->pid = spawn(m);
+    if (m->pid > 0) return 0;
+    m->pid = 0;
+    return -1;
+}
+
 int hx_run_to_exit(hx_master *m, int timeout_ms)
 {
     pid_t pid = spawn(m);
@@ -621,6 +629,7 @@ uint8_t *hx_read_file(const char *path, size_t *len)
         got += (size_t)r;
     }
     close(fd);
+    buf[got] = '\0'; /* text files read as strings */
     *len = got;
     return buf;
 fail:

@@ -70,6 +70,11 @@ int hx_start(hx_master *m, int timeout_ms);
  * returns its exit status, or -1 if it was still running after timeout_ms. */
 int hx_run_to_exit(hx_master *m, int timeout_ms);
 
+/* Start the master and return at once (m->pid set), not waiting for it
+ * to serve: one that waits for something first (etcd, say). 0 or -1;
+ * stop it with hx_stop or hx_kill. */
+int hx_spawn(hx_master *m);
+
 /* 1 when the started master is still running (not exited, not reaped). */
 int hx_alive(hx_master *m);
 
@@ -194,8 +199,9 @@ void hx_cleanup(hx_master *m);
 uint8_t *hx_frame_request(uint64_t request_id, uint32_t service, uint32_t method,
                           const uint8_t *body, size_t body_len, size_t *len);
 
-/* The whole file at path, malloc'd with one spare byte (caller frees);
- * *len its size. NULL when it cannot be read. */
+/* The whole file at path, malloc'd with a NUL after its bytes, so a text
+ * file reads as a string (caller frees); *len its size. NULL when it
+ * cannot be read. */
 uint8_t *hx_read_file(const char *path, size_t *len);
 
 /* One line per file of the master's data/oplog and data/snapshots: name,

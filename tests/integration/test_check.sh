@@ -188,6 +188,23 @@ out=$(timeout 20 "$bin" --config "$tmp/files.yaml" 2>&1); rc=$?
 [ $rc -eq 1 ] && [ "$out" = "$want" ] && [ ! -e "$tmp/files-data" ] && [ ! -e "$tmp/files-shm" ] \
   && ok "the start refuses a tls.cert its node would not trust, making nothing" \
   || bad "untrusted cert start: exit $rc: [$out] vs [$want]"
+# TLS to etcd (ha.etcd_tls_*): the CA and the client certificate are loaded
+# as a TLS client's at --check and at the start, naming the key and file.
+etcd_tls_yaml() { # CA [CERT KEY]
+  printf 'oplog: {backend: etcd}\nha:\n  enabled: true\n  id: m1\n  etcd_endpoints: "127.0.0.1:1"\n  snapshot_dir: snaps\n  advertise: "127.0.0.1:7600"\n  etcd_tls_ca: %s\n' "$1"
+  [ -n "${2:-}" ] && printf '  etcd_tls_cert: %s\n  etcd_tls_key: %s\n' "$2" "$3"
+}
+printf 'not a certificate\n' >"$tmp/junk.pem"
+files_check "a missing ha.etcd_tls_ca" "$(etcd_tls_yaml gone-ca.pem)\n" \
+  "files.yaml:12: ha.etcd_tls_ca: TLS CA $tmp/gone-ca.pem: error:80000002:system library::No such file or directory"
+files_check "an ha.etcd_tls_ca that holds no certificate" "$(etcd_tls_yaml junk.pem)\n" \
+  "files.yaml:12: ha.etcd_tls_ca: TLS CA $tmp/junk.pem: error:05800088:x509 certificate routines::no certificate or crl found"
+files_check "an ha.etcd_tls_key not matching ha.etcd_tls_cert" "$(etcd_tls_yaml ca.pem self.pem noip.key)\n" \
+  "files.yaml:13: ha.etcd_tls_cert: TLS client certificate $tmp/self.pem / key $tmp/noip.key: error:05800074:x509 certificate routines::key values mismatch"
+printf 'listen:\n  tcp: "127.0.0.1:0"\n  admin: ""\ndata_dir: %s/files-data\n%b\nnode:\n  segment_dir: %s/files-shm\n' \
+  "$tmp" "$(etcd_tls_yaml ca.pem self.pem self.key)" "$tmp" >"$tmp/files.yaml"
+out=$("$bin" --config "$tmp/files.yaml" --check 2>&1) && ok "--check accepts TLS to etcd with a matching client certificate" \
+  || bad "TLS to etcd: --check exit $?: $out"
 printf 'node-token-of-check' >"$tmp/node.token"
 node_hash=$(printf 'node-token-of-check' | sha256sum | cut -c1-64)
 other_hash=$(printf 'another-token' | sha256sum | cut -c1-64)

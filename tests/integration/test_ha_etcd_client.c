@@ -55,7 +55,7 @@ static int group_setup(void **state)
 {
     static suite s;
     if (etcd_fixture_start(&s.f, "client", 1, START_MS) < 0) return -1;
-    etcd_client_options o = {etcd_fixture_endpoints(&s.f), 2000};
+    etcd_client_options o = {.endpoints = etcd_fixture_endpoints(&s.f), .timeout_ms = 2000};
     if (etcd_client_open(&o, &s.c, err, sizeof(err)) < 0) {
         fprintf(stderr, "etcd_client_open: %s\n", err);
         etcd_fixture_cleanup(&s.f);
@@ -569,7 +569,7 @@ static void test_failover_from_dead_endpoint(void **state)
     int64_t rev = 0;
     snprintf(eps, sizeof(eps), "127.0.0.1:%d,%s", etcd_fixture_free_port(),
              etcd_fixture_endpoint(&s->f, 0));
-    etcd_client_options o = {eps, 1000};
+    etcd_client_options o = {.endpoints = eps, .timeout_ms = 1000};
     assert_int_equal(etcd_client_open(&o, &c, err, sizeof(err)), 0);
     assert_int_equal(etcd_put(c, "/fo/k", 5, "v", 1, 0, &rev, err, sizeof(err)), 0);
     assert_int_equal(etcd_range(c, "/fo/k", 5, NULL, 0, 0, 0, 0, &r, err, sizeof(err)), 0);
@@ -623,7 +623,7 @@ static void test_paused_member_fails_in_time(void **state)
     etcd_client *c = NULL;
     etcd_range_result r;
     etcd_member_status st;
-    etcd_client_options o = {etcd_fixture_endpoints(&s->f), 500};
+    etcd_client_options o = {.endpoints = etcd_fixture_endpoints(&s->f), .timeout_ms = 500};
     assert_int_equal(etcd_client_open(&o, &c, err, sizeof(err)), 0);
     assert_int_equal(etcd_range(c, "/p", 2, NULL, 0, 0, 0, 0, &r, err, sizeof(err)), 0);
     etcd_range_result_free(&r);
@@ -681,7 +681,7 @@ static void test_slow_handshake_of_the_only_member_is_waited_for(void **state)
     assert_int_equal(fault_proxy_start(etcd_fixture_endpoints(&s->f), &proxy, relay,
                                        sizeof(relay)), 0);
     fault_proxy_set_filter(proxy, stall_first_handshake, &stalled);
-    etcd_client_options o = {relay, 3000};
+    etcd_client_options o = {.endpoints = relay, .timeout_ms = 3000};
     assert_int_equal(etcd_client_open(&o, &c, err, sizeof(err)), 0);
     int rc = etcd_range(c, "/slow", 5, NULL, 0, 0, 0, 0, &r, err, sizeof(err));
     if (rc != 0) fail_msg("etcd_range through a slow handshake: %s: %s", smp_strerror(rc), err);
@@ -930,7 +930,7 @@ static void expect_every_call(const char *endpoint, int rc_kv, int rc_lease, int
     etcd_member_status st;
     etcd_watch *w = NULL;
     int64_t id = 0;
-    etcd_client_options o = {endpoint, 2000};
+    etcd_client_options o = {.endpoints = endpoint, .timeout_ms = 2000};
     assert_int_equal(etcd_client_open(&o, &c, err, sizeof(err)), 0);
     assert_int_equal(etcd_range(c, "k", 1, NULL, 0, 0, 0, 0, &r, err, sizeof(err)), rc_kv);
     assert_int_equal(r.n, 0);
@@ -1003,7 +1003,7 @@ static void test_bad_arguments(void **state)
     int64_t id;
 
     /* open */
-    etcd_client_options o = {NULL, 0};
+    etcd_client_options o = {.endpoints = NULL, .timeout_ms = 0};
     assert_int_equal(etcd_client_open(NULL, &out, err, sizeof(err)), SMP_EINVAL);
     assert_int_equal(etcd_client_open(&o, &out, err, sizeof(err)), SMP_EINVAL);
     const char *bad_eps[] = {"", ",", "127.0.0.1", "127.0.0.1:", ":2379", "127.0.0.1:0",
@@ -1166,7 +1166,7 @@ static void test_paused_follower(void **state)
     char eps[256];
     size_t paused = 0;
 
-    assert_int_equal(etcd_client_open(&(etcd_client_options){etcd_fixture_endpoints(f), 2000}, &c,
+    assert_int_equal(etcd_client_open(&(etcd_client_options){.endpoints = etcd_fixture_endpoints(f), .timeout_ms = 2000}, &c,
                                       err, sizeof(err)), 0);
     for (size_t i = 0; i < 3; i++) {
         assert_int_equal(etcd_member_status_get(c, etcd_fixture_endpoint(f, i), &st, err,
@@ -1177,7 +1177,7 @@ static void test_paused_follower(void **state)
     assert_true(st.leader_id != 0);
     snprintf(eps, sizeof(eps), "%s,%s,%s", etcd_fixture_endpoint(f, paused),
              etcd_fixture_endpoint(f, (paused + 1) % 3), etcd_fixture_endpoint(f, (paused + 2) % 3));
-    etcd_client_options o = {eps, 1000};
+    etcd_client_options o = {.endpoints = eps, .timeout_ms = 1000};
     etcd_client *c2 = NULL;
     assert_int_equal(etcd_client_open(&o, &c, err, sizeof(err)), 0);
     assert_int_equal(etcd_client_open(&o, &c2, err, sizeof(err)), 0);
@@ -1209,7 +1209,7 @@ static void test_three_members_survive_a_kill(void **state)
     etcd_range_result r;
     etcd_txn_result t;
     int64_t rev = 0;
-    etcd_client_options o = {etcd_fixture_endpoints(f), 1000};
+    etcd_client_options o = {.endpoints = etcd_fixture_endpoints(f), .timeout_ms = 1000};
     assert_int_equal(etcd_client_open(&o, &c, err, sizeof(err)), 0);
     put_str(c, "/ha/before", "1", 0, &rev);
 

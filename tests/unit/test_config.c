@@ -245,6 +245,9 @@ static void test_every_key_is_read(void **state)
             "  snapshot_dir: shared/snaps\n"
             "  gc_keep_records: 0\n"
             "  fast_failover: false\n"
+            "  etcd_tls_ca: pki/etcd-ca.pem\n"
+            "  etcd_tls_cert: pki/m-1.pem\n"
+            "  etcd_tls_key: /secret/m-1.key\n"
             "node:\n"
             "  embedded: true\n"
             "  segment_dir: /dev/shm/x\n"
@@ -305,6 +308,9 @@ static void test_every_key_is_read(void **state)
     assert_string_equal(c.ha_snapshot_dir, "/etc/wm/shared/snaps");
     assert_int_equal(c.ha_gc_keep_records, 0);
     assert_int_equal(c.ha_fast_failover, 0);
+    assert_string_equal(c.ha_etcd_tls_ca, "/etc/wm/pki/etcd-ca.pem");
+    assert_string_equal(c.ha_etcd_tls_cert, "/etc/wm/pki/m-1.pem");
+    assert_string_equal(c.ha_etcd_tls_key, "/secret/m-1.key");
     assert_int_equal(c.node_embedded, 1);
     assert_string_equal(c.node_segment_dir, "/dev/shm/x");
     assert_int_equal(c.node_segment_bytes, 1048576);
@@ -1118,17 +1124,37 @@ static void test_refuses_incomplete_or_idle_ha_keys(void **state)
                    "x.yaml:3: ha.id: is set but ha.enabled is false (it would do nothing)");
     expect_message("ha:\n  lease_ttl_s: 3\n",
                    "x.yaml:2: ha.lease_ttl_s: is set but ha.enabled is false (it would do nothing)");
+    expect_message("ha:\n  etcd_tls_ca: ca.pem\n",
+                   "x.yaml:2: ha.etcd_tls_ca: is set but ha.enabled is false (it would do nothing)");
+    /* TLS to etcd: a client certificate comes with its key, and over TLS */
+    const char *tls_base = "oplog: {backend: etcd}\nha:\n  enabled: true\n  id: m1\n"
+                           "  etcd_endpoints: \"a:1\"\n  snapshot_dir: /s\n";
+    char yaml[512];
+    snprintf(yaml, sizeof(yaml), "%s  etcd_tls_ca: ca.pem\n  etcd_tls_cert: m1.pem\n", tls_base);
+    expect_message(yaml, "x.yaml:8: ha.etcd_tls_key: ha.etcd_tls_cert and ha.etcd_tls_key are set "
+                         "together (or neither: no client certificate for etcd)");
+    snprintf(yaml, sizeof(yaml), "%s  etcd_tls_ca: ca.pem\n  etcd_tls_key: m1.key\n", tls_base);
+    expect_message(yaml, "x.yaml:8: ha.etcd_tls_cert: ha.etcd_tls_cert and ha.etcd_tls_key are set "
+                         "together (or neither: no client certificate for etcd)");
+    snprintf(yaml, sizeof(yaml), "%s  etcd_tls_cert: m1.pem\n  etcd_tls_key: m1.key\n", tls_base);
+    expect_message(yaml, "x.yaml:7: ha.etcd_tls_ca: missing: ha.etcd_tls_cert is presented over "
+                         "TLS, which needs the CA of etcd's server certificates");
+    snprintf(yaml, sizeof(yaml), "%s  etcd_tls_ca: /pki/etcd-ca.pem\n", tls_base);
+    load_ok(yaml, &c);
+    assert_string_equal(c.ha_etcd_tls_ca, "/pki/etcd-ca.pem");
+    assert_string_equal(c.ha_etcd_tls_cert, "");
+    assert_int_equal(c.ha_etcd_tls_ca_line, 7);
+    host_config_free(&c);
     expect_message("ha: {etcd_endpoints: \"a:1,b\"}\n",
                    "x.yaml:1: ha.etcd_endpoints: item \"b\" is not \"host:port\" (port 1..65535)");
     expect_refused("ha: {etcd_endpoints: \"a:1,,b:2\"}\n", "item \"\" is not");
     expect_refused("ha: {etcd_endpoints: \"a:0\"}\n", "item \"a:0\" is not");
     expect_refused("ha: {etcd_endpoints: \":5\"}\n", "item \":5\" is not");
-    /* no TLS to etcd: an https:// (or any) URL is refused, not taken as a host */
+    /* an https:// (or any) URL is refused, not taken as a host nor as TLS */
     expect_message("ha: {etcd_endpoints: \"127.0.0.1:2379,https://10.0.0.7:2379\"}\n",
                    "x.yaml:1: ha.etcd_endpoints: item \"https://10.0.0.7:2379\" is a URL: give "
-                   "etcd's client address as \"host:port\"; the masters reach etcd over "
-                   "plaintext gRPC only (TLS to etcd, https://, is not supported: keep etcd's "
-                   "client port on a private network)");
+                   "etcd's client address as \"host:port\" (TLS to etcd is set with "
+                   "ha.etcd_tls_ca, not https://)");
     expect_refused("ha: {etcd_endpoints: \"http://127.0.0.1:2379\"}\n", "is a URL");
     expect_refused("ha: {prefix: wm/}\n", "ha.prefix: \"wm/\" is not a key prefix");
     expect_refused("ha: {prefix: /wm}\n", "ha.prefix: \"/wm\" is not a key prefix");

@@ -1,0 +1,292 @@
+/* test_ha_etcd_tls.c -- HA on an etcd that speaks only TLS.
+ *
+ * A real etcd (etcd_fixture_start_tls) serves its client port with a
+ * certificate for 127.0.0.1 signed by a CA the test makes, and asks every
+ * client for a certificate that CA signed (--client-cert-auth). The
+ * project's etcd client, given the CA and a client certificate, reads and
+ * writes; without TLS, without a certificate, or trusting another CA, it
+ * is refused and says so. Three masters configured with ha.etcd_tls_ca,
+ * ha.etcd_tls_cert and ha.etcd_tls_key elect a leader, serve writes and
+ * fail over with none lost; a master given the wrong CA does not lead,
+ * says why it waits, and stops cleanly. */
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "etcd_client.h"
+#include "etcd_fixture.h"
+#include "ha_cluster_fixture.h"
+#include "harness.h"
+#include "kv_client.h"
+#include "store_plugin.h"
+
+#define WAIT_MS 20000
+
+static char err[1024];
+
+/* -- the client ------------------------------------------------------------ */
+
+static int etcd_setup(void **state)
+{
+    static etcd_fixture f;
+    if (etcd_fixture_start_tls(&f, "etcd-tls", 1, WAIT_MS, 1) < 0) return -1;
+    *state = &f;
+    return 0;
+}
+
+static int etcd_teardown(void **state)
+{
+    etcd_fixture_cleanup(*state);
+    return 0;
+}
+
+/* A file of the fixture's certificates, read (caller frees). */
+static char *cert_file(const etcd_fixture *f, const char *name)
+{
+    char path[400];
+    size_t len = 0;
+    snprintf(path, sizeof(path), "%s/%s", f->certs, name);
+    char *pem = (char *)hx_read_file(path, &len);
+    assert_non_null(pem);
+    return pem;
+}
+
+/* A put through a client of o: its code, err saying why. */
+static int put_with(const etcd_client_options *o)
+{
+    etcd_client *c = NULL;
+    int64_t rev = 0;
+    assert_int_equal(etcd_client_open(o, &c, err, sizeof(err)), 0);
+    int rc = etcd_put(c, "tls/k", 5, "v", 1, 0, &rev, err, sizeof(err));
+    etcd_client_close(c);
+    return rc;
+}
+
+/* With the CA and a client certificate it signed: puts, reads, and asks
+ * a member for its status over TLS. */
+static void test_a_client_with_its_certificate_reads_and_writes(void **state)
+{
+    etcd_fixture *f = *state;
+    etcd_client_options o = {.endpoints = etcd_fixture_endpoints(f), .timeout_ms = 2000};
+    etcd_fixture_client_tls(f, &o);
+    etcd_client *c = NULL;
+    int64_t rev = 0;
+    etcd_range_result r;
+    etcd_member_status st;
+    assert_int_equal(etcd_client_open(&o, &c, err, sizeof(err)), 0);
+    assert_int_equal(etcd_put(c, "tls/a", 5, "over tls", 8, 0, &rev, err, sizeof(err)), 0);
+    assert_int_equal(etcd_range(c, "tls/a", 5, NULL, 0, 0, 0, 0, &r, err, sizeof(err)), 0);
+    assert_int_equal(r.n, 1);
+    assert_int_equal(r.kvs[0].value_len, 8);
+    assert_memory_equal(r.kvs[0].value, "over tls", 8);
+    etcd_range_result_free(&r);
+    assert_int_equal(etcd_member_status_get(c, etcd_fixture_endpoint(f, 0), &st, err, sizeof(err)), 0);
+    assert_true(st.leader_id != 0);
+    etcd_client_close(c);
+}
+
+/* Plaintext, TLS without a client certificate, and TLS trusting a CA that
+ * did not sign the member's certificate: each put fails as a transport
+ * error (SMP_EIO, no member answered), naming the member and how the
+ * client tried to reach it. */
+static void test_a_client_etcd_does_not_accept_is_refused(void **state)
+{
+    etcd_fixture *f = *state;
+    char *other = cert_file(f, "other-ca.pem");
+    etcd_client_options plain = {.endpoints = etcd_fixture_endpoints(f), .timeout_ms = 1000};
+    etcd_client_options no_cert = plain, other_ca = plain;
+    no_cert.tls_ca_pem = f->tls_pem[0];
+    etcd_fixture_client_tls(f, &other_ca);
+    other_ca.tls_ca_pem = other;
+    const etcd_client_options *cases[] = {&plain, &no_cert, &other_ca};
+    for (size_t i = 0; i < 3; i++) {
+        assert_int_equal(put_with(cases[i]), SMP_EIO);
+        assert_non_null(strstr(err, etcd_fixture_endpoint(f, 0)));
+        assert_non_null(strstr(err, i == 0 ? "no connection to the member in plaintext"
+                                           : "no connection to the member over TLS"));
+    }
+    free(other);
+}
+
+/* A client certificate without its key, or either without a CA, is
+ * refused at open (SMP_EINVAL), before any call. */
+static void test_a_client_certificate_needs_its_key_and_a_ca(void **state)
+{
+    etcd_fixture *f = *state;
+    etcd_client *c = NULL;
+    etcd_client_options o = {.endpoints = etcd_fixture_endpoints(f)};
+    etcd_fixture_client_tls(f, &o);
+    etcd_client_options no_key = o, no_cert = o, no_ca = o;
+    no_key.tls_key_pem = NULL;
+    no_cert.tls_cert_pem = NULL;
+    no_ca.tls_ca_pem = NULL;
+    const etcd_client_options *cases[] = {&no_key, &no_cert, &no_ca};
+    for (size_t i = 0; i < 3; i++) {
+        assert_int_equal(etcd_client_open(cases[i], &c, err, sizeof(err)), SMP_EINVAL);
+        assert_null(c);
+        assert_non_null(strstr(err, "a client certificate needs its key and a CA"));
+    }
+}
+
+/* -- the masters ------------------------------------------------------------ */
+
+static int cluster_setup(void **state)
+{
+    hc_cluster *c = calloc(1, sizeof(*c));
+    if (c == NULL || hc_init_tls(c, "etcd-tls-ha", 1, 1) < 0) {
+        free(c);
+        return -1;
+    }
+    *state = c;
+    return 0;
+}
+
+static int cluster_teardown(void **state)
+{
+    hc_cleanup(*state);
+    free(*state);
+    return 0;
+}
+
+/* Master i's config: HA on the TLS etcd, trusting the fixture's CA file
+ * ca (NULL: no TLS to etcd), presenting the client certificate when
+ * with_cert. */
+static void configure(hc_cluster *c, int i, const char *ca, int with_cert)
+{
+    char extra[1600] = "";
+    int n = 0;
+    if (ca != NULL)
+        n = snprintf(extra, sizeof(extra), "  etcd_tls_ca: \"%s/%s\"\n", c->etcd.certs, ca);
+    if (with_cert)
+        snprintf(extra + n, sizeof(extra) - (size_t)n,
+                 "  etcd_tls_cert: \"%s/client.pem\"\n  etcd_tls_key: \"%s/client.key\"\n",
+                 c->etcd.certs, c->etcd.certs);
+    assert_int_equal(hc_configure(c, i, extra), 0);
+}
+
+/* Bytes of object i of the test. */
+static void fill(uint8_t *buf, size_t len, int i)
+{
+    for (size_t k = 0; k < len; k++) buf[k] = (uint8_t)(k * 7 + (size_t)i * 13);
+}
+
+/* Three masters with the CA and the client certificate: one leads, the
+ * others stand by; writes acknowledged by the leader (through the node)
+ * are all there after it is SIGKILLed and a standby leads, which takes
+ * writes in turn. Every OpLog record, lease, election and registry read
+ * went over TLS: etcd serves nothing else. */
+static void test_masters_lead_and_fail_over_on_a_tls_etcd(void **state)
+{
+    enum { N = 20, LEN = 3000 };
+    hc_cluster *c = *state;
+    uint8_t want[LEN], got[LEN];
+    char key[32];
+    for (int i = 0; i < HC_MASTERS; i++) {
+        configure(c, i, "ca.pem", 1);
+        if (hx_start(&c->m[i], WAIT_MS) < 0) fail_msg("master %d did not start", i);
+    }
+    int leader = hc_wait_leader(c, -1, WAIT_MS);
+    assert_true(leader >= 0);
+    assert_int_equal(hc_node_start(c, "node-tls", 32ull << 20), 0);
+    assert_int_equal(hc_wait_node(c, leader, WAIT_MS), 0);
+    kvc *k = hx_client(&c->m[leader]);
+    assert_non_null(k);
+    for (int i = 0; i < N; i++) {
+        snprintf(key, sizeof(key), "kv/tls/%02d", i);
+        fill(want, LEN, i);
+        assert_int_equal(kvc_put_bytes(k, key, want, LEN, SMP_DATA_KV, NULL, 0, NULL), 0);
+    }
+    kvc_close(k);
+
+    hx_kill(&c->m[leader]);
+    int next = hc_wait_leader(c, leader, WAIT_MS);
+    assert_true(next >= 0);
+    assert_int_equal(hc_wait_node(c, next, WAIT_MS), 0);
+    k = hx_client(&c->m[next]);
+    assert_non_null(k);
+    for (int i = 0; i < N; i++) {
+        uint64_t n = 0;
+        snprintf(key, sizeof(key), "kv/tls/%02d", i);
+        fill(want, LEN, i);
+        assert_int_equal(kvc_get_into(k, key, got, LEN, &n, 1), 0);
+        assert_int_equal(n, LEN);
+        assert_memory_equal(got, want, LEN);
+    }
+    fill(want, LEN, N);
+    assert_int_equal(kvc_put_bytes(k, "kv/tls/after", want, LEN, SMP_DATA_KV, NULL, 0, NULL), 0);
+    kvc_close(k);
+}
+
+/* A master etcd does not accept -- in plaintext, over TLS without a client
+ * certificate, or trusting a CA that did not sign etcd's certificate --
+ * never leads: it waits for etcd, saying how it tried and that no
+ * connection came of it (and, from gRPC's log, why the handshake was
+ * refused), and stops cleanly (exit 0) when told to. The three masters
+ * wait side by side. */
+static void test_a_master_etcd_does_not_accept_waits_and_says_why(void **state)
+{
+    hc_cluster *c = *state;
+    static const char *const said[HC_MASTERS] = {"no connection to the member in plaintext",
+                                                 "no connection to the member over TLS",
+                                                 "no connection to the member over TLS"};
+    /* gRPC's lines, through the etcd client's: etcd refused the handshake
+     * of a client without a certificate; the master refused etcd's */
+    static const char *const cause[HC_MASTERS] = {
+        NULL, "etcd client: gRPC E: error:0A000412:SSL routines::sslv3 alert bad certificate",
+        "etcd client: gRPC E: Handshake failed with fatal error SSL_ERROR_SSL: "
+        "error:0A000086:SSL routines::certificate verify failed"};
+    configure(c, 0, NULL, 0);
+    configure(c, 1, "ca.pem", 0);
+    configure(c, 2, "other-ca.pem", 1);
+    for (int i = 0; i < HC_MASTERS; i++) assert_int_equal(hx_spawn(&c->m[i]), 0);
+    int waiting[HC_MASTERS] = {0, 0, 0};
+    for (long long end = hx_now_ms() + WAIT_MS; hx_now_ms() < end;) {
+        int all = 1;
+        for (int i = 0; i < HC_MASTERS; i++)
+            all &= waiting[i] = waiting[i] || hx_log_contains(&c->m[i], said[i]);
+        if (all) break;
+        usleep(50 * 1000);
+    }
+    for (int i = 0; i < HC_MASTERS; i++) {
+        if (!waiting[i]) {
+            hx_print_log(&c->m[i]);
+            fail_msg("master %d did not say \"%s\"", i, said[i]);
+        }
+        assert_true(hx_log_contains(&c->m[i], "ha: waiting for etcd to answer"));
+        assert_int_equal(hx_stop(&c->m[i]), 0);
+        assert_true(hx_log_contains(&c->m[i], "store_master: ha: stopped while waiting for etcd"));
+        assert_false(hx_log_contains(&c->m[i], "leader"));
+        if (cause[i] != NULL && !hx_log_contains(&c->m[i], cause[i])) {
+            hx_print_log(&c->m[i]);
+            fail_msg("master %d's log does not name the cause \"%s\"", i, cause[i]);
+        }
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest client[] = {
+        cmocka_unit_test(test_a_client_with_its_certificate_reads_and_writes),
+        cmocka_unit_test(test_a_client_etcd_does_not_accept_is_refused),
+        cmocka_unit_test(test_a_client_certificate_needs_its_key_and_a_ca),
+    };
+    const struct CMUnitTest masters[] = {
+        cmocka_unit_test_setup_teardown(test_masters_lead_and_fail_over_on_a_tls_etcd,
+                                        cluster_setup, cluster_teardown),
+        cmocka_unit_test_setup_teardown(test_a_master_etcd_does_not_accept_waits_and_says_why,
+                                        cluster_setup, cluster_teardown),
+    };
+    int failed = cmocka_run_group_tests_name("etcd over TLS: the client", client, etcd_setup,
+                                             etcd_teardown);
+    failed += cmocka_run_group_tests_name("etcd over TLS: the masters", masters, NULL, NULL);
+    return failed;
+}
