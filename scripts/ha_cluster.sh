@@ -11,7 +11,11 @@
 # script) stops everything it started. Ports, all on 127.0.0.1: etcd 2479
 # (client) and 2480 (peer), masters RPC 7601-7603 and admin 7681-7683, node
 # data 7691; HA_ETCD_PORT (the peer port is the next one), HA_RPC_BASE and
-# HA_ADMIN_BASE (master i gets BASE + i) and HA_NODE_PORT move them. Then,
+# HA_ADMIN_BASE (master i gets BASE + i) and HA_NODE_PORT move them. With
+# HA_ETCD_TLS=1, etcd serves its client port over TLS only and asks for client
+# certificates (--client-cert-auth); the script makes a CA, etcd's certificate
+# for 127.0.0.1 and the masters' client certificate under HA_DIR/etcd-certs
+# (once, with openssl) and names them in the masters' ha.etcd_tls_*. Then,
 # from another terminal:
 #   build/bin/weightctl --master 127.0.0.1:7601,127.0.0.1:7602,127.0.0.1:7603 status
 #   curl 127.0.0.1:7681/role
@@ -24,6 +28,7 @@ etcd_port=${HA_ETCD_PORT:-2479}
 rpc_base=${HA_RPC_BASE:-7600}
 admin_base=${HA_ADMIN_BASE:-7680}
 node_port=${HA_NODE_PORT:-7691}
+tls=${HA_ETCD_TLS:-0}
 top=${top:-$PWD/var/ha}
 [ -x "$build/bin/store_master" ] || { echo "ha_cluster: $build/bin/store_master missing: make build" >&2; exit 1; }
 command -v etcd >/dev/null || { echo "ha_cluster: etcd missing: make deps" >&2; exit 1; }
@@ -38,14 +43,43 @@ trap cleanup EXIT
 trap 'exit 130' INT   # leave at once: cleanup runs on EXIT, and the
 trap 'exit 143' TERM  # loop below would take its end for etcd's death
 
-etcd --name ha0 --data-dir "$top/etcd" \
-  --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
+scheme=http etcd_tls=() etcdctl_tls=() master_tls=""
+if [ "$tls" = 1 ]; then
+  certs=$top/etcd-certs
+  if [ ! -s "$certs/client.pem" ]; then
+    mkdir -p "$certs"
+    ( cd "$certs" && exec >openssl.log 2>&1 &&
+      openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 365 \
+        -subj /CN=ha-cluster-etcd-ca -keyout ca.key -out ca.pem &&
+      openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=etcd \
+        -keyout server.key -out server.csr &&
+      printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' >san.ext &&
+      openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 365 \
+        -extfile san.ext -out server.pem &&
+      openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=weight-mgmt-master \
+        -keyout client.key -out client.csr &&
+      openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 365 \
+        -out client.pem ) || { echo "ha_cluster: openssl failed: $certs/openssl.log" >&2; exit 1; }
+  fi
+  scheme=https
+  etcd_tls=(--cert-file "$certs/server.pem" --key-file "$certs/server.key"
+            --trusted-ca-file "$certs/ca.pem" --client-cert-auth)
+  etcdctl_tls=(--cacert "$certs/ca.pem" --cert "$certs/client.pem" --key "$certs/client.key")
+  master_tls="  etcd_tls_ca: $certs/ca.pem
+  etcd_tls_cert: $certs/client.pem
+  etcd_tls_key: $certs/client.key
+"
+fi
+
+etcd --name ha0 --data-dir "$top/etcd" "${etcd_tls[@]}" \
+  --listen-client-urls "$scheme://127.0.0.1:$etcd_port" --advertise-client-urls "$scheme://127.0.0.1:$etcd_port" \
   --listen-peer-urls "http://127.0.0.1:$((etcd_port + 1))" \
   --initial-advertise-peer-urls "http://127.0.0.1:$((etcd_port + 1))" \
   --initial-cluster "ha0=http://127.0.0.1:$((etcd_port + 1))" >"$top/etcd.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do
-  ETCDCTL_API=3 etcdctl --endpoints "127.0.0.1:$etcd_port" endpoint health >/dev/null 2>&1 && break
+  ETCDCTL_API=3 etcdctl --endpoints "$scheme://127.0.0.1:$etcd_port" "${etcdctl_tls[@]}" \
+    endpoint health >/dev/null 2>&1 && break
   sleep 0.1
 done
 
@@ -64,7 +98,7 @@ ha:
   id: m$i
   etcd_endpoints: "127.0.0.1:$etcd_port"
   snapshot_dir: $top/snapshots
-node:
+${master_tls}node:
   embedded: false
 cluster:
   weight_management_oplog_capability_confirmed: true
@@ -83,7 +117,7 @@ mkdir -p "$top/node/cold"
   >"$top/node/node.log" 2>&1 &
 pids+=($!)
 
-echo "ha_cluster: etcd 127.0.0.1:$etcd_port; masters $masters; node 127.0.0.1:$node_port; logs under $top"
+echo "ha_cluster: etcd $scheme://127.0.0.1:$etcd_port; masters $masters; node 127.0.0.1:$node_port; logs under $top"
 echo "ha_cluster: build/bin/weightctl --master $masters status    (Ctrl-C stops everything)"
 # Runs until Ctrl-C (or etcd dies). Kill a master meanwhile to watch a
 # failover: `kill -9 $(pgrep -f m1/config.yaml)`.
