@@ -1,6 +1,6 @@
 /* bench_etcd_oplog.c -- what the etcd OpLog's batching buys over single puts.
  *
- * Usage: bench_etcd_oplog [seconds]   (default 3 s per run)
+ * Usage: bench_etcd_oplog [seconds] [tls]   (default 3 s per run)
  *
  * Starts its own 1-member etcd (tests/integration/etcd_fixture: Debian's
  * /usr/bin/etcd, data under a mkdtemp directory in /tmp, on the same disk as
@@ -16,7 +16,9 @@
  *          callback (the batching writer puts whatever queued meanwhile, up
  *          to 127 records, in one txn).
  * Each setting runs 3 times, raw, txn and oplog in turn; the median of each
- * is printed with the ratio oplog / raw. Not a test: the numbers depend on the
+ * is printed with the ratio oplog / raw. With `tls`, etcd serves its client
+ * port over TLS only and asks for a client certificate (--client-cert-auth,
+ * as ha.etcd_tls_* meets it): raw puts and appends alike go over TLS. Not a test: the numbers depend on the
  * disk's fsync and the cores. etcd and its directory are removed at the end. */
 #include <inttypes.h>
 #include <pthread.h>
@@ -142,28 +144,32 @@ static int cmp_double(const void *a, const void *b)
 int main(int argc, char **argv)
 {
     double seconds = argc > 1 ? atof(argv[1]) : 3.0;
+    int tls = argc > 2 && strcmp(argv[2], "tls") == 0;
     static const int settings[] = {1, 64};
     etcd_fixture fx;
     etcd_client_options co = {0};
     char err[256];
     int rc = 0;
 
-    if (seconds <= 0 || seconds > 60) {
-        fprintf(stderr, "usage: bench_etcd_oplog [seconds 0..60]\n");
+    if (seconds <= 0 || seconds > 60 || (argc > 2 && !tls)) {
+        fprintf(stderr, "usage: bench_etcd_oplog [seconds 0..60] [tls]\n");
         return 2;
     }
-    if (etcd_fixture_start(&fx, "bench_etcd_oplog", 1, 20000) != 0) {
+    if ((tls ? etcd_fixture_start_tls(&fx, "bench_etcd_oplog", 1, 20000, 1)
+             : etcd_fixture_start(&fx, "bench_etcd_oplog", 1, 20000)) != 0) {
         fprintf(stderr, "bench_etcd_oplog: etcd did not start\n");
         return 1;
     }
     co.endpoints = etcd_fixture_endpoints(&fx);
+    etcd_fixture_client_tls(&fx, &co);
     if (etcd_client_open(&co, &cli, err, sizeof(err)) < 0) {
         fprintf(stderr, "bench_etcd_oplog: %s\n", err);
         etcd_fixture_cleanup(&fx);
         return 1;
     }
-    printf("bench_etcd_oplog: 1-member etcd %s (data in %s), %d-byte records, "
-           "%.1f s per run, median of %d\n", co.endpoints, fx.dir, PAYLOAD, seconds, RUNS);
+    printf("bench_etcd_oplog: 1-member etcd %s%s (data in %s), %d-byte records, "
+           "%.1f s per run, median of %d\n", co.endpoints, tls ? " over TLS, client certificates" : "",
+           fx.dir, PAYLOAD, seconds, RUNS);
     for (size_t s = 0; s < sizeof(settings) / sizeof(settings[0]); s++) {
         int c = settings[s];
         double raw[RUNS], txn[RUNS], log[RUNS], per_txn[RUNS];
@@ -187,10 +193,12 @@ int main(int argc, char **argv)
                "appends/s %8.0f  records/txn %6.2f  oplog/raw x%.2f\n", c, raw[RUNS / 2],
                txn[RUNS / 2], log[RUNS / 2], per_txn[RUNS / 2], log[RUNS / 2] / raw[RUNS / 2]);
         fflush(stdout);
-        char w[64], f1[32], f2[48];
-        bench_summary(bench_fmt(w, sizeof(w), "etcd OpLog appends, %d writer%s", c, c > 1 ? "s" : ""),
+        char w[80], f1[32], f2[64];
+        bench_summary(bench_fmt(w, sizeof(w), "etcd OpLog appends%s, %d writer%s",
+                                tls ? " over TLS" : "", c, c > 1 ? "s" : ""),
                       bench_fmt(f1, sizeof(f1), "%.0f/s", log[RUNS / 2]),
-                      bench_fmt(f2, sizeof(f2), "raw etcd put %.0f/s", raw[RUNS / 2]),
+                      bench_fmt(f2, sizeof(f2), "raw etcd put%s %.0f/s", tls ? " (TLS)" : "",
+                                raw[RUNS / 2]),
                       log[RUNS / 2] / raw[RUNS / 2], c > 1 ? ">= 2x" : "");
     }
 out:

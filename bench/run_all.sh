@@ -20,6 +20,7 @@ run "$build/bench/bench_weight_get" 4 "$dir"
 run "$build/bench/bench_reshard_plan"
 run "$build/bench/bench_master_mutations" "$dir" 3 etcd 1,64
 run "$build/bench/bench_etcd_oplog" 3
+run "$build/bench/bench_etcd_oplog" 3 tls
 run "$build/bench/bench_ha_failover" 5
 run "$build/bench/bench_metadata_reads" "$dir" 100000 3
 run "$build/bench/bench_plugin_reload" 4 10 "$dir"

@@ -252,7 +252,9 @@ typedef struct host_config_files {
  * tls.cert (host_config_node_trust; without tls.ca, that it is self-signed
  * first); with auth on and an embedded node, the token of
  * auth.node_token_file, which must be one of auth.tokens with role admin
- * (the node registers with it). SMP_OK with *out filled (release with
+ * (the node registers with it); with HA and ha.etcd_tls_ca, the CA and the
+ * client certificate and key for etcd, loaded as a TLS client's (the key
+ * matching the certificate) and kept as PEM text for the etcd client. SMP_OK with *out filled (release with
  * host_config_files_free), or a negative SMP_E* code (SMP_EINVAL refused,
  * SMP_EIO unreadable) with *out zeroed and err "FILE:LINE: key: cause", LINE
  * that of the value naming the file. */
