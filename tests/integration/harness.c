@@ -367,6 +367,23 @@ void hx_kill(hx_master *m)
     m->pid = 0;
 }
 
+int hx_reads_back(kvc *c, const char *key, const void *want, size_t len)
+{
+    uint64_t n = 0;
+    uint8_t *got = malloc(len ? len : 1);
+    int rc = -1;
+    if (got == NULL) return -1;
+    if (kvc_get_into(c, key, got, len, &n, 1) < 0)
+        fprintf(stderr, "hx_reads_back: %s: %s\n", key, kvc_error(c));
+    else if (n != len || memcmp(got, want, len) != 0)
+        fprintf(stderr, "hx_reads_back: %s: %llu bytes read, %s the %zu written\n", key,
+                (unsigned long long)n, n == len ? "not" : "of", len);
+    else
+        rc = 0;
+    free(got);
+    return rc;
+}
+
 kvc *hx_client(const hx_master *m)
 {
     char err[256];
@@ -416,13 +433,7 @@ static int hx_finish_put(kvc *c, const char *key, const kvc_replica *where, cons
 {
     kvc_replica w;
     uint8_t sha_a[32], sha_b[32];
-    uint8_t *got = malloc(len);
-    uint64_t n = 0;
     int rc = -1, end = 0;
-    if (got == NULL) {
-        snprintf(why, cap, "out of memory");
-        return -1;
-    }
     SHA256(a, len, sha_a);
     SHA256(b, len, sha_b);
     if (kvc_put_start(c, other, len, SMP_DATA_KV, NULL, 0, &w) < 0) {
@@ -439,18 +450,13 @@ static int hx_finish_put(kvc *c, const char *key, const kvc_replica *where, cons
     } else if ((end = kvc_put_end(c, key, sha_a, NULL)) != (known ? 0 : SMP_ENOTFOUND)) {
         snprintf(why, cap, "the put end of %s: %d (%s)%s", key, end, kvc_error(c),
                  known ? "" : ", not SMP_ENOTFOUND");
-    } else if (known && (kvc_get_into(c, key, got, len, &n, 1) < 0 || n != len ||
-                         memcmp(got, a, len) != 0)) {
-        snprintf(why, cap, "%s does not read back (%llu bytes): %s", key, (unsigned long long)n,
-                 kvc_error(c));
-    } else if (kvc_get_into(c, other, got, len, &n, 1) < 0 || n != len ||
-               memcmp(got, b, len) != 0) {
-        snprintf(why, cap, "%s does not read back (%llu bytes): %s", other,
-                 (unsigned long long)n, kvc_error(c));
+    } else if (known && hx_reads_back(c, key, a, len) < 0) {
+        snprintf(why, cap, "%s does not read back", key);
+    } else if (hx_reads_back(c, other, b, len) < 0) {
+        snprintf(why, cap, "%s does not read back", other);
     } else {
         rc = 0;
     }
-    free(got);
     return rc;
 }
 

@@ -106,6 +106,11 @@ int hx_ha_yaml(const hx_master *m, const char *id, const char *etcd_endpoints,
 /* A client connected to the running master (timeout 10 s); NULL on failure. */
 kvc *hx_client(const hx_master *m);
 
+/* 0 when key reads back through c (a verified read) as exactly the len
+ * bytes of want; -1 otherwise, what it read or the client's error on
+ * stderr. */
+int hx_reads_back(kvc *c, const char *key, const void *want, size_t len);
+
 /* Write len bytes of data at offset of the segment file path, as a
  * co-located writer copies into its mapping. 0, or -1 (why on stderr). */
 int hx_write_segment(const char *path, uint64_t offset, const void *data, size_t len);
