@@ -7,8 +7,9 @@
  * writes; without TLS, without a certificate, or trusting another CA, it
  * is refused and says so. Three masters configured with ha.etcd_tls_ca,
  * ha.etcd_tls_cert and ha.etcd_tls_key elect a leader, serve writes and
- * fail over with none lost; a master given the wrong CA does not lead,
- * says why it waits, and stops cleanly. */
+ * fail over with none lost; a master etcd does not accept (in plaintext,
+ * without a certificate, trusting another CA) does not lead, says why it
+ * waits, and stops cleanly. */
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
