@@ -327,6 +327,14 @@ static int wait_for_etcd_until_stopped(master *m, char *err, size_t errlen)
             snprintf(err, errlen, "ha: stopped while waiting for etcd");
             return SMP_ECANCELED;
         }
+        if (rc < 0 && rc != SMP_EIO) { /* etcd answered: a refusal, e.g. its RBAC */
+            char why[512];
+            snprintf(why, sizeof(why), "%s", err);
+            snprintf(err, errlen, "ha: etcd refused to read %s (under ha.prefix %s; with etcd's "
+                     "auth on, this master's user needs read and write on that prefix): %s",
+                     key, m->cfg->ha_prefix, why);
+            return rc;
+        }
         if (rc != SMP_EIO) return rc;
         uint64_t now = master_now_ms();
         if (!m->restarted && now - began >= MASTER_HA_ETCD_WAIT_MS) {

@@ -160,18 +160,24 @@ static int cluster_teardown(void **state)
 
 /* Master i's config: HA on the TLS etcd, trusting the fixture's CA file
  * ca (NULL: no TLS to etcd), presenting the client certificate when
- * with_cert. */
-static void configure(hc_cluster *c, int i, const char *ca, int with_cert)
+ * with_cert, then more (YAML; ha: keys first, indented; may be NULL). */
+static void configure_more(hc_cluster *c, int i, const char *ca, int with_cert, const char *more)
 {
-    char extra[1600] = "";
+    char extra[2000] = "";
     int n = 0;
     if (ca != NULL)
         n = snprintf(extra, sizeof(extra), "  etcd_tls_ca: \"%s/%s\"\n", c->etcd.certs, ca);
     if (with_cert)
-        snprintf(extra + n, sizeof(extra) - (size_t)n,
-                 "  etcd_tls_cert: \"%s/client.pem\"\n  etcd_tls_key: \"%s/client.key\"\n",
-                 c->etcd.certs, c->etcd.certs);
+        n += snprintf(extra + n, sizeof(extra) - (size_t)n,
+                      "  etcd_tls_cert: \"%s/client.pem\"\n  etcd_tls_key: \"%s/client.key\"\n",
+                      c->etcd.certs, c->etcd.certs);
+    snprintf(extra + n, sizeof(extra) - (size_t)n, "%s", more ? more : "");
     assert_int_equal(hc_configure(c, i, extra), 0);
+}
+
+static void configure(hc_cluster *c, int i, const char *ca, int with_cert)
+{
+    configure_more(c, i, ca, with_cert, NULL);
 }
 
 /* Bytes of object i of the test. */
@@ -270,6 +276,116 @@ static void test_a_master_etcd_does_not_accept_waits_and_says_why(void **state)
     }
 }
 
+/* etcdctl (Debian's etcd-client) on c's etcd as its client certificate
+ * (CN=client), with args; its output in the certificates' directory. 0 or
+ * -1. */
+static int etcdctl(hc_cluster *c, const char *args)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof(cmd),
+             "ETCDCTL_API=3 etcdctl --endpoints 'https://%s' --cacert '%s/ca.pem' "
+             "--cert '%s/client.pem' --key '%s/client.key' %s >> '%s/etcdctl.log' 2>&1",
+             etcd_fixture_endpoint(&c->etcd, 0), c->etcd.certs, c->etcd.certs, c->etcd.certs, args,
+             c->etcd.certs);
+    int rc = system(cmd);
+    return rc == 0 ? 0 : -1;
+}
+
+/* 0 once etcd's history below the masters' first writes is compacted (a
+ * read of the cluster's log head at revision 2 is SMP_ERANGE), through a
+ * client with the masters' certificate; -1 after WAIT_MS. */
+static int wait_compacted(hc_cluster *c)
+{
+    etcd_client_options o = {.endpoints = etcd_fixture_endpoints(&c->etcd), .timeout_ms = 2000};
+    etcd_fixture_client_tls(&c->etcd, &o);
+    etcd_client *ec = NULL;
+    char head[128];
+    int rc = -1, got = -1;
+    snprintf(head, sizeof(head), "%slog_head", c->prefix);
+    if (etcd_client_open(&o, &ec, err, sizeof(err)) < 0) return -1;
+    for (long long end = hx_now_ms() + WAIT_MS; rc < 0 && hx_now_ms() < end;) {
+        etcd_range_result r;
+        got = etcd_range(ec, head, strlen(head), NULL, 0, 0, 2, 1, &r, err, sizeof(err));
+        if (got == 0) etcd_range_result_free(&r);
+        if (got == SMP_ERANGE) rc = 0;
+        else usleep(100 * 1000);
+    }
+    if (rc < 0)
+        fprintf(stderr, "wait_compacted: revision 2 of %s %s\n", head,
+                got == 0 ? "is still readable" : err);
+    etcd_client_close(ec);
+    return rc;
+}
+
+/* etcd's auth on, the masters known by their certificate: etcd takes the
+ * client certificate's CN (client) as the user, whose only role reads and
+ * writes the cluster's prefix. Two masters lead and fail over as before
+ * (leases, the OpLog, its watch, the registry), and the leader's snapshots
+ * let it delete the records below them and compact etcd's history (a
+ * revision read at the start is compacted away); a third master,
+ * configured with a prefix outside the role, is refused at its start (exit
+ * 1), naming the key etcd would not let it read, ha.prefix and the
+ * permission. */
+static void test_etcd_rbac_by_certificate_keeps_masters_to_their_prefix(void **state)
+{
+    enum { N = 20, LEN = 2000 };
+    hc_cluster *c = *state;
+    uint8_t want[LEN];
+    char key[32], grant[256], refused[512];
+    snprintf(grant, sizeof(grant), "role grant-permission wm readwrite '%s' --prefix=true",
+             c->prefix);
+    const char *steps[] = {"user add root --new-user-password=root-of-the-test",
+                           "user add client --new-user-password=unused-the-cn-is-enough",
+                           "role add wm", grant, "user grant-role client wm", "auth enable"};
+    for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++)
+        if (etcdctl(c, steps[i]) < 0) fail_msg("etcdctl %s failed (%s/etcdctl.log)", steps[i], c->etcd.certs);
+    for (int i = 0; i < 2; i++) {
+        configure_more(c, i, "ca.pem", 1, "  gc_keep_records: 0\nsnapshot:\n  every_records: 4\n");
+        if (hx_start(&c->m[i], WAIT_MS) < 0) fail_msg("master %d did not start", i);
+    }
+    int leader = hc_wait_leader(c, -1, WAIT_MS);
+    assert_true(leader >= 0);
+    assert_int_equal(hc_node_start(c, "node-rbac", 32ull << 20), 0);
+    assert_int_equal(hc_wait_node(c, leader, WAIT_MS), 0);
+    kvc *k = hx_client(&c->m[leader]);
+    assert_non_null(k);
+    for (int i = 0; i < N; i++) {
+        snprintf(key, sizeof(key), "kv/rbac/%d", i);
+        fill(want, LEN, i);
+        assert_int_equal(kvc_put_bytes(k, key, want, LEN, SMP_DATA_KV, NULL, 0, NULL), 0);
+    }
+    kvc_close(k);
+    assert_int_equal(wait_compacted(c), 0);
+    hx_kill(&c->m[leader]);
+    int next = hc_wait_leader(c, leader, WAIT_MS);
+    assert_true(next >= 0);
+    assert_int_equal(hc_wait_node(c, next, WAIT_MS), 0);
+    k = hx_client(&c->m[next]);
+    assert_non_null(k);
+    for (int i = 0; i < N; i++) {
+        snprintf(key, sizeof(key), "kv/rbac/%d", i);
+        fill(want, LEN, i);
+        assert_int_equal(hx_reads_back(k, key, want, LEN), 0);
+    }
+    kvc_close(k);
+
+    char own[sizeof(c->prefix)];
+    snprintf(own, sizeof(own), "%s", c->prefix);
+    snprintf(c->prefix, sizeof(c->prefix), "/elsewhere/");
+    configure(c, 2, "ca.pem", 1);
+    snprintf(c->prefix, sizeof(c->prefix), "%s", own);
+    snprintf(refused, sizeof(refused),
+             "store_master: ha: etcd refused to read /elsewhere/log_head (under ha.prefix "
+             "/elsewhere/; with etcd's auth on, this master's user needs read and write on that "
+             "prefix): etcd %s /etcdserverpb.KV/Range: gRPC status 7 (PERMISSION_DENIED): "
+             "etcdserver: permission denied", etcd_fixture_endpoint(&c->etcd, 0));
+    assert_int_equal(hx_run_to_exit(&c->m[2], WAIT_MS), 1);
+    if (!hx_log_contains(&c->m[2], refused)) {
+        hx_print_log(&c->m[2]);
+        fail_msg("master 2 did not say: %s", refused);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest client[] = {
@@ -281,6 +397,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_masters_lead_and_fail_over_on_a_tls_etcd,
                                         cluster_setup, cluster_teardown),
         cmocka_unit_test_setup_teardown(test_a_master_etcd_does_not_accept_waits_and_says_why,
+                                        cluster_setup, cluster_teardown),
+        cmocka_unit_test_setup_teardown(test_etcd_rbac_by_certificate_keeps_masters_to_their_prefix,
                                         cluster_setup, cluster_teardown),
     };
     int failed = cmocka_run_group_tests_name("etcd over TLS: the client", client, etcd_setup,
