@@ -283,14 +283,18 @@ uint64_t wm_backoff(uint32_t attempts)
 
 /* Remember a member of a READY revision that may have no readable replica
  * left; the next tick reads it and marks the revision DEGRADED if so. At
- * most WM_SUSPECTS_MAX are kept (the periodic checks catch the rest); a
- * report costs a lookup, however many are kept (wm_suspects.c). */
+ * most WM_SUSPECTS_MAX are kept; a report past them (a node that held more
+ * members went down, or came back without its memory) starts the walk that
+ * validates every revision against its replicas, bounded per round as after
+ * a start, so the revisions of the reports not kept turn DEGRADED too
+ * rather than stay READY until a read misses. A report costs a lookup,
+ * however many are kept (wm_suspects.c). */
 static void wm_suspect_add(wm_plugin *p, wm_lc *lc, const char *group, const char *key)
 {
-    if (lc->suspects.n >= WM_SUSPECTS_MAX) return;
     const wm_revision *rev = wm_store_get_group(p->store, group);
     if (rev == NULL || rev->availability != WM_AVAIL_READY) return;
-    (void)wm_suspects_add(&lc->suspects, group, key);
+    if (lc->suspects.n >= WM_SUSPECTS_MAX || wm_suspects_add(&lc->suspects, group, key) < 0)
+        wm_repair_validate_all(p);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define WM_SUSPECTS_MAX 4096 /* members remembered at most; the rest are not */
+#define WM_SUSPECTS_MAX 4096 /* members remembered at most; past them, a validate-all walk */
 
 typedef struct wm_suspect {
     char *group; /* owned */

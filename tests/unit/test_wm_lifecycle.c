@@ -24,6 +24,7 @@
 #include "weight_rpc.pb-c.h"
 #include "wm_mgmt.h"
 #include "wm_plugin.h"
+#include "wm_suspects.h"
 #include "wm_test_records.h"
 
 /* ------------------------------------------------------------------------ */
@@ -767,6 +768,34 @@ static void test_degraded_recheck_and_suspects_respect_the_deadline(void **state
     assert_int_equal(cur(&rev[1])->availability, WM_AVAIL_DEGRADED);
 }
 
+/* More replica-lost reports than the suspects set keeps (WM_SUSPECTS_MAX,
+ * 4,096: a node that held more members came back without its memory): the
+ * report past them, of revision b's only member, is not kept, and starts
+ * the validation of every revision instead, so b (nothing readable left)
+ * turns DEGRADED in the next rounds rather than staying READY until a read
+ * misses. */
+static void test_reports_past_the_suspects_kept_are_validated(void **state)
+{
+    (void)state;
+    wm_revision rev[3];
+    char key[64];
+    seed_three("many", rev);
+    find(pkey(&rev[1], 0))->mem = 0; /* b's member: nothing readable left */
+    smp_event lost = {sizeof(lost), SMP_EVENT_REPLICA_LOST, key, rev[0].group_key, NULL,
+                      SMP_REPLICA_MEMORY, 0, 0, 0, 0};
+    for (int i = 0; i < WM_SUSPECTS_MAX; i++) { /* keys under a's group, no member of it */
+        snprintf(key, sizeof(key), "%s/lost/%d", rev[0].group_key, i);
+        wm_lifecycle_event(&P, &lost);
+    }
+    lost.key = pkey(&rev[1], 0);
+    lost.group = rev[1].group_key;
+    wm_lifecycle_event(&P, &lost);
+    run(8);
+    assert_int_equal(cur(&rev[0])->availability, WM_AVAIL_READY); /* its one member is there */
+    assert_int_equal(cur(&rev[1])->availability, WM_AVAIL_DEGRADED);
+    assert_int_equal(cur(&rev[2])->availability, WM_AVAIL_READY);
+}
+
 /* The validation after a start or a role change respects the round's
  * deadline too: past it, one revision is validated per round and the walk
  * goes on from its cursor. (It validated every revision its object reads
@@ -1409,6 +1438,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_mixed_then_hot, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deletion_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_degraded_on_loss_and_back, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reports_past_the_suspects_kept_are_validated, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_degraded_recheck_and_suspects_respect_the_deadline,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_validation_respects_the_deadline, setup, teardown),
