@@ -1107,6 +1107,22 @@ static int cmp_names(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+static int skip_name(void *arg, const char *nm)
+{
+    (void)arg;
+    (void)nm;
+    return 0;
+}
+
+int cold_sweep_tmps(cold_tier *ct, uint64_t stale_ms, cold_inventory_stats *st)
+{
+    cold_tmp_rule rule = {.stale_ms = stale_ms};
+    if (ct == NULL || st == NULL || stale_ms == 0)
+        return SMP_EINVAL;
+    memset(st, 0, sizeof(*st));
+    return walk_dir(ct, &rule, st, skip_name, NULL);
+}
+
 int cold_list_names(cold_tier *ct, uint64_t stale_tmp_ms, char ***names, size_t *n)
 {
     cold_tmp_rule rule = {.stale_ms = stale_tmp_ms};

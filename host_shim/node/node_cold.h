@@ -281,6 +281,12 @@ int cold_inventory_tmps(cold_tier *ct,
 int cold_list_names(cold_tier *ct, uint64_t stale_tmp_ms, char ***names, size_t *n);
 /* cold_list_names with the temporary files treated as rule says. */
 int cold_list_names_tmps(cold_tier *ct, const cold_tmp_rule *rule, char ***names, size_t *n);
+
+/* Delete the temporary files at least stale_ms old (writes that did not
+ * finish), reading no .cold file: one pass over the directory's names.
+ * Fills *st (tmps_removed and its bytes; those it could not delete count as
+ * kept). SMP_OK, SMP_EINVAL, SMP_EIO (the directory cannot be read). */
+int cold_sweep_tmps(cold_tier *ct, uint64_t stale_ms, cold_inventory_stats *st);
 void cold_names_free(char **names, size_t n);
 
 #endif /* HOST_NODE_COLD_H */

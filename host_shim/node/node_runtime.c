@@ -39,6 +39,8 @@
 #define RESULTS_MAX 256
 #define WRITES_MAX 64 /* running writes reported with one poll */
 #define ROTATE_MARGIN_MS 1000 /* beyond the ticket life, before a key may be forgotten */
+#define NODE_TMP_STALE_MS 60000u /* a temporary cold file this old is a dead write's */
+#define NODE_TMP_SWEEP_MS 10000u /* the idle task thread removes those this often */
 
 struct node_runtime {
     char *master, *node_id, *segment_dir, *cold_dir, *data_listen;
@@ -93,6 +95,7 @@ struct node_runtime {
     NodePollResponse *held;   /* the answer whose tasks run, or NULL */
     size_t held_next;         /* its first task not started */
     int task_running;
+    uint64_t tmps_swept_ms;   /* when the task thread last swept the cold tier's temporaries */
     TaskResult *results[RESULTS_MAX]; /* finished, not yet reported */
     size_t n_results;
 
@@ -576,6 +579,16 @@ static int send_page(inventory *inv)
     return rc;
 }
 
+/* One line, however many temporary cold files a sweep removed. */
+static void say_tmps_removed(const node_runtime *n, const cold_inventory_stats *st)
+{
+    if (st->tmps_removed > 0)
+        fprintf(stderr, "store_node %s: removed %llu temporary cold file(s), %llu bytes, left by "
+                "writes that did not finish (older than %u s) in %s\n", n->node_id,
+                (unsigned long long)st->tmps_removed, (unsigned long long)st->tmp_bytes_removed,
+                NODE_TMP_STALE_MS / 1000, cold_dir(n->cold));
+}
+
 /* Register with the master: scan the cold tier, sending the inventory in
  * pages while the scan runs once it passes one page (or in the
  * registration when it fits one), then the registration itself. SMP_OK,
@@ -587,13 +600,9 @@ static int do_register(node_runtime *n, rpcc_conn *c, int *lost)
     char *msg = NULL;
     NodeRegisterResponse *resp = NULL;
     uint64_t began = mono_ms();
-    int rc = cold_inventory(n->cold, 60000, 0, collect_file, &inv, &st);
+    int rc = cold_inventory(n->cold, NODE_TMP_STALE_MS, 0, collect_file, &inv, &st);
     if (rc < 0) goto free_inventory;
-    if (st.tmps_removed > 0) /* one line, however many a crash left */
-        fprintf(stderr, "store_node %s: removed %llu temporary cold file(s), %llu bytes, left by "
-                "writes that did not finish (older than 60 s) in %s\n", n->node_id,
-                (unsigned long long)st.tmps_removed, (unsigned long long)st.tmp_bytes_removed,
-                cold_dir(n->cold));
+    say_tmps_removed(n, &st);
     /* The rest of a paged inventory: one last page, however small. */
     if (inv.session != 0 && inv.sent < inv.n && (rc = send_page(&inv)) < 0) goto free_inventory;
     uint64_t session = inv.session;
@@ -680,6 +689,49 @@ free_inventory:
     return rc;
 }
 
+/* The idle task thread's sweep (task_lock held, no answer held): the
+ * temporary cold files of writes that did not finish are removed once
+ * NODE_TMP_STALE_MS old, every NODE_TMP_SWEEP_MS -- not only at a
+ * registration, where a node restarted right after a crash finds them too
+ * young and would keep them until the next one. task_running is set
+ * meanwhile: no persist of this node writes one (they run on this thread),
+ * and a registration, which sweeps as well, waits. Returns with the lock
+ * held again. */
+static void sweep_tmps(node_runtime *n)
+{
+    cold_inventory_stats st;
+    n->task_running = 1;
+    pthread_mutex_unlock(&n->task_lock);
+    if (n->cold != NULL && cold_sweep_tmps(n->cold, NODE_TMP_STALE_MS, &st) == SMP_OK)
+        say_tmps_removed(n, &st);
+    pthread_mutex_lock(&n->task_lock);
+    n->task_running = 0;
+    n->tmps_swept_ms = mono_ms();
+    pthread_cond_broadcast(&n->done_cv);
+}
+
+/* Wait on task_cv (task_lock held) for work, room for results or the
+ * stop -- with nothing held, until the next sweep is due at most. */
+static void wait_for_work(node_runtime *n)
+{
+    uint64_t due = n->tmps_swept_ms + NODE_TMP_SWEEP_MS, now = mono_ms();
+    if (n->held != NULL) {
+        pthread_cond_wait(&n->task_cv, &n->task_lock);
+        return;
+    }
+    if (now >= due) return;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts); /* task_cv's clock */
+    uint64_t left = due - now;
+    ts.tv_sec += (time_t)(left / 1000);
+    ts.tv_nsec += (long)(left % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&n->task_cv, &n->task_lock, &ts);
+}
+
 /* The task thread: run the held answer's tasks in order, one at a time --
  * but for consecutive small persists, run as one batch that shares its
  * fsyncs (run_persists) -- adding each result for the control thread to
@@ -691,10 +743,15 @@ static void *task_main(void *arg)
     node_runtime *n = arg;
     prctl(PR_SET_NAME, "node-tasks"); /* what an operator (or a test) finds it by */
     pthread_mutex_lock(&n->task_lock);
+    n->tmps_swept_ms = mono_ms(); /* the registration sweeps first */
     while (!atomic_load(&n->stopping)) {
         NodePollResponse *h = n->held;
+        if (h == NULL && mono_ms() - n->tmps_swept_ms >= NODE_TMP_SWEEP_MS) {
+            sweep_tmps(n);
+            continue;
+        }
         if (h == NULL || n->n_results >= RESULTS_MAX) {
-            pthread_cond_wait(&n->task_cv, &n->task_lock);
+            wait_for_work(n);
             continue;
         }
         /* consecutive small persists go as one batch (their fsyncs shared),

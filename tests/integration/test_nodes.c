@@ -1293,6 +1293,27 @@ static void test_node_start_removes_stale_temporaries_in_one_line(void **state)
     assert_int_equal(access(fresh, F_OK), 0);
 }
 
+/* A running node removes a dead write's temporary cold file once it is a
+ * minute old, without registering again (a node that a crash stopped in
+ * the middle of a persist and that restarted at once found it too young at
+ * its registration, and kept it until the next one): its idle task thread
+ * sweeps every 10 s. A young one is kept. */
+static void test_a_running_node_removes_stale_temporaries(void **state)
+{
+    fx *f = *state;
+    char stale[700], fresh[700], want[700];
+    tmp_cold_file(f->a.cold_dir, 1, 1000, 120, stale, sizeof(stale));
+    tmp_cold_file(f->a.cold_dir, 2, 500, 0, fresh, sizeof(fresh));
+    snprintf(want, sizeof(want), "store_node node-a: removed 1 temporary cold file(s), 1000 bytes, "
+             "left by writes that did not finish (older than 60 s) in %s", f->a.cold_dir);
+    for (long long end = hx_now_ms() + 30000; !hx_file_contains(f->a.log, want) && hx_now_ms() < end;)
+        usleep(100 * 1000);
+    if (!hx_file_contains(f->a.log, want)) fail_msg("node log lacks: %s", want);
+    assert_int_equal(access(stale, F_OK), -1);
+    assert_int_equal(access(fresh, F_OK), 0);
+    assert_int_equal(hx_file_count(f->a.log, "registered with the master"), 1);
+}
+
 /* The bytes of where's range in the node's segment file (a pending range
  * has no read ticket yet). */
 static void replica_pread(const kvc_replica *where, uint8_t *out, size_t len)
@@ -1383,6 +1404,8 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_persist_without_an_answer_says_why, setup, teardown),
         cmocka_unit_test_setup_teardown(test_node_start_removes_stale_temporaries_in_one_line, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_a_running_node_removes_stale_temporaries, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_cold_only_object_is_read_from_its_cold_file, setup,
                                         teardown),

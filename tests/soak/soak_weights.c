@@ -533,7 +533,9 @@ static int check(soak *s, int *degraded)
      * no cold file and no segment byte is left that nothing owns. A node
      * that registered again is swept by the master in the background (what
      * a crash left in its free ranges is zeroed) at once and 5 s later (what
-     * a writer of the dead master's put copied meanwhile): give that time.
+     * a writer of the dead master's put copied meanwhile), and a node
+     * removes a killed persist's temporary files every 10 s once they are
+     * a minute old, as old as fsck takes them for stale: give that time.
      * Once memory was lost, fsck also names the objects of DEGRADED
      * revisions, which have no replica left (exit 1): that alone passes. */
     char cmd[1100], out[400];
@@ -541,7 +543,9 @@ static int check(soak *s, int *degraded)
     snprintf(cmd, sizeof(cmd), "%s/bin/weightctl --master '%s' fsck > '%s' 2>&1", BUILD_DIR,
              s->m.socket, out);
     int fsck_rc = system(cmd);
-    for (int tries = 0; fsck_rc != 0 && tries < 10; tries++) { /* past the second sweep (5 s) */
+    /* past the master's second sweep (5 s) and a node's sweep of the
+     * temporary files a killed persist left (every 10 s, once 60 s old) */
+    for (int tries = 0; fsck_rc != 0 && tries < 15; tries++) {
         if (s->memory_lost && fsck_found_only_lost_objects(out)) {
             fsck_rc = 0;
             break;
