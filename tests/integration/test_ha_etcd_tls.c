@@ -186,6 +186,46 @@ static void fill(uint8_t *buf, size_t len, int i)
     for (size_t k = 0; k < len; k++) buf[k] = (uint8_t)(k * 7 + (size_t)i * 13);
 }
 
+#define OBJ_LEN 3000
+
+/* Put (or, with check, read back byte for byte) objects prefix/0..n-1. */
+static void objects(kvc *k, const char *prefix, int n, int check)
+{
+    uint8_t want[OBJ_LEN];
+    char key[64];
+    for (int i = 0; i < n; i++) {
+        snprintf(key, sizeof(key), "%s/%02d", prefix, i);
+        fill(want, OBJ_LEN, i);
+        if (check)
+            assert_int_equal(hx_reads_back(k, key, want, OBJ_LEN), 0);
+        else
+            assert_int_equal(kvc_put_bytes(k, key, want, OBJ_LEN, SMP_DATA_KV, NULL, 0, NULL), 0);
+    }
+}
+
+/* The one leader of the masters started, once node (started here) has
+ * registered with it. */
+static int leader_with_node(hc_cluster *c, const char *node)
+{
+    int leader = hc_wait_leader(c, -1, WAIT_MS);
+    assert_true(leader >= 0);
+    assert_int_equal(hc_node_start(c, node, 32ull << 20), 0);
+    assert_int_equal(hc_wait_node(c, leader, WAIT_MS), 0);
+    return leader;
+}
+
+/* SIGKILL the leader; a client of the next one, once the node follows it. */
+static kvc *fail_over(hc_cluster *c, int leader)
+{
+    hx_kill(&c->m[leader]);
+    int next = hc_wait_leader(c, leader, WAIT_MS);
+    assert_true(next >= 0);
+    assert_int_equal(hc_wait_node(c, next, WAIT_MS), 0);
+    kvc *k = hx_client(&c->m[next]);
+    assert_non_null(k);
+    return k;
+}
+
 /* Three masters with the CA and the client certificate: one leads, the
  * others stand by; writes acknowledged by the leader (through the node)
  * are all there after it is SIGKILLed and a standby leads, which takes
@@ -193,40 +233,20 @@ static void fill(uint8_t *buf, size_t len, int i)
  * went over TLS: etcd serves nothing else. */
 static void test_masters_lead_and_fail_over_on_a_tls_etcd(void **state)
 {
-    enum { N = 20, LEN = 3000 };
     hc_cluster *c = *state;
-    uint8_t want[LEN];
-    char key[32];
     for (int i = 0; i < HC_MASTERS; i++) {
         configure(c, i, "ca.pem", 1);
         if (hx_start(&c->m[i], WAIT_MS) < 0) fail_msg("master %d did not start", i);
     }
-    int leader = hc_wait_leader(c, -1, WAIT_MS);
-    assert_true(leader >= 0);
-    assert_int_equal(hc_node_start(c, "node-tls", 32ull << 20), 0);
-    assert_int_equal(hc_wait_node(c, leader, WAIT_MS), 0);
+    int leader = leader_with_node(c, "node-tls");
     kvc *k = hx_client(&c->m[leader]);
     assert_non_null(k);
-    for (int i = 0; i < N; i++) {
-        snprintf(key, sizeof(key), "kv/tls/%02d", i);
-        fill(want, LEN, i);
-        assert_int_equal(kvc_put_bytes(k, key, want, LEN, SMP_DATA_KV, NULL, 0, NULL), 0);
-    }
+    objects(k, "kv/tls", 20, 0);
     kvc_close(k);
 
-    hx_kill(&c->m[leader]);
-    int next = hc_wait_leader(c, leader, WAIT_MS);
-    assert_true(next >= 0);
-    assert_int_equal(hc_wait_node(c, next, WAIT_MS), 0);
-    k = hx_client(&c->m[next]);
-    assert_non_null(k);
-    for (int i = 0; i < N; i++) {
-        snprintf(key, sizeof(key), "kv/tls/%02d", i);
-        fill(want, LEN, i);
-        assert_int_equal(hx_reads_back(k, key, want, LEN), 0);
-    }
-    fill(want, LEN, N);
-    assert_int_equal(kvc_put_bytes(k, "kv/tls/after", want, LEN, SMP_DATA_KV, NULL, 0, NULL), 0);
+    k = fail_over(c, leader);
+    objects(k, "kv/tls", 20, 1);
+    objects(k, "kv/tls/after", 1, 0);
     kvc_close(k);
 }
 
@@ -336,10 +356,8 @@ static int wait_compacted(hc_cluster *c, kvc *k)
  * permission. */
 static void test_etcd_rbac_by_certificate_keeps_masters_to_their_prefix(void **state)
 {
-    enum { N = 20, LEN = 2000 };
     hc_cluster *c = *state;
-    uint8_t want[LEN];
-    char key[32], grant[256], refused[512];
+    char grant[256], refused[512];
     snprintf(grant, sizeof(grant), "role grant-permission wm readwrite '%s' --prefix=true",
              c->prefix);
     const char *steps[] = {"user add root --new-user-password=root-of-the-test",
@@ -351,30 +369,14 @@ static void test_etcd_rbac_by_certificate_keeps_masters_to_their_prefix(void **s
         configure_more(c, i, "ca.pem", 1, "  gc_keep_records: 0\nsnapshot:\n  every_records: 4\n");
         if (hx_start(&c->m[i], WAIT_MS) < 0) fail_msg("master %d did not start", i);
     }
-    int leader = hc_wait_leader(c, -1, WAIT_MS);
-    assert_true(leader >= 0);
-    assert_int_equal(hc_node_start(c, "node-rbac", 32ull << 20), 0);
-    assert_int_equal(hc_wait_node(c, leader, WAIT_MS), 0);
+    int leader = leader_with_node(c, "node-rbac");
     kvc *k = hx_client(&c->m[leader]);
     assert_non_null(k);
-    for (int i = 0; i < N; i++) {
-        snprintf(key, sizeof(key), "kv/rbac/%d", i);
-        fill(want, LEN, i);
-        assert_int_equal(kvc_put_bytes(k, key, want, LEN, SMP_DATA_KV, NULL, 0, NULL), 0);
-    }
+    objects(k, "kv/rbac", 20, 0);
     assert_int_equal(wait_compacted(c, k), 0);
     kvc_close(k);
-    hx_kill(&c->m[leader]);
-    int next = hc_wait_leader(c, leader, WAIT_MS);
-    assert_true(next >= 0);
-    assert_int_equal(hc_wait_node(c, next, WAIT_MS), 0);
-    k = hx_client(&c->m[next]);
-    assert_non_null(k);
-    for (int i = 0; i < N; i++) {
-        snprintf(key, sizeof(key), "kv/rbac/%d", i);
-        fill(want, LEN, i);
-        assert_int_equal(hx_reads_back(k, key, want, LEN), 0);
-    }
+    k = fail_over(c, leader);
+    objects(k, "kv/rbac", 20, 1);
     kvc_close(k);
 
     char own[sizeof(c->prefix)];
