@@ -1033,57 +1033,14 @@ static char *dir_of(const char *path)
     return out;
 }
 
-/* Read a whole file (at most CFG_MAX_FILE_BYTES) into a NUL-terminated heap
- * buffer. Returns 0, or a failure with the message written. */
+/* Read the config file (at most CFG_MAX_FILE_BYTES) into a NUL-terminated
+ * heap buffer. Returns 0, or a failure with the message written. */
 static int read_file(cfg_ctx *c, const char *path, char **out, size_t *out_len)
 {
-    int rc = 0;
-    size_t len = 0;
-    size_t cap = 4096;
-    char *buf = NULL;
-    FILE *f = fopen(path, "rb");
-
-    if (f == NULL)
-        return cfg_fail(c, SMP_EIO, 0, NULL, "cannot open: %s", strerror(errno));
-    buf = malloc(cap);
-    if (buf == NULL) {
-        rc = cfg_oom(c);
-        goto close_file;
-    }
-    for (;;) {
-        size_t got;
-        if (len + 1 == cap) {
-            char *bigger = realloc(buf, cap * 2);
-            if (bigger == NULL) {
-                rc = cfg_oom(c);
-                goto free_buf;
-            }
-            buf = bigger;
-            cap *= 2;
-        }
-        got = fread(buf + len, 1, cap - 1 - len, f);
-        len += got;
-        if (len > CFG_MAX_FILE_BYTES) {
-            rc = cfg_fail(c, SMP_EINVAL, 0, NULL, "larger than %u bytes", CFG_MAX_FILE_BYTES);
-            goto free_buf;
-        }
-        if (got == 0) break;
-    }
-    if (ferror(f)) {
-        rc = cfg_fail(c, SMP_EIO, 0, NULL, "cannot read: %s", strerror(errno));
-        goto free_buf;
-    }
-    buf[len] = '\0';
-    *out = buf;
-    *out_len = len;
-    fclose(f);
-    return 0;
-
-free_buf:
-    free(buf);
-close_file:
-    fclose(f);
-    return rc;
+    char why[300];
+    int rc = cfg_read_text(path, CFG_MAX_FILE_BYTES, out, out_len, why, sizeof(why));
+    if (rc == SMP_ENOMEM) return cfg_oom(c);
+    return rc < 0 ? cfg_fail(c, rc, 0, NULL, "%s", why) : 0;
 }
 
 int host_config_load(const char *path, host_config *cfg, char *err, size_t errlen)

@@ -24,13 +24,10 @@
  * Every message is "FILE:LINE: key: cause", LINE the line of the value that
  * names the file (left out when the file did not set it), as the loader's. */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -40,6 +37,7 @@
 #include <openssl/x509v3.h>
 
 #include "config.h"
+#include "config_internal.h"
 #include "rpc_tls.h"
 #include "wc_tls.h"
 #include "wc_token.h"
@@ -146,47 +144,56 @@ static int node_token(const host_config *cfg, host_config_files *out, char *err,
 
 #define ETCD_PEM_MAX (1u << 20) /* a CA bundle, a certificate chain or a key */
 
-/* The whole PEM file at path as a string into *out (caller frees). SMP_OK,
- * SMP_EIO (unreadable: why says so), SMP_EINVAL (not a regular file, or
- * larger than ETCD_PEM_MAX). */
-static int read_pem(const char *path, char **out, char *why, size_t whylen)
+int cfg_read_text(const char *path, size_t max, char **out, size_t *out_len, char *why,
+                  size_t whylen)
 {
-    struct stat st;
+    int rc = SMP_OK;
+    size_t len = 0, cap = 4096;
     char *buf = NULL;
-    size_t got = 0;
-    int rc = SMP_EIO;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    FILE *f = fopen(path, "rb");
     *out = NULL;
-    if (fd < 0) {
-        snprintf(why, whylen, "%s: %s", path, strerror(errno));
+    if (f == NULL) {
+        snprintf(why, whylen, "cannot open: %s", strerror(errno));
         return SMP_EIO;
     }
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > ETCD_PEM_MAX) {
-        snprintf(why, whylen, "%s: not a regular file of at most %u bytes", path, ETCD_PEM_MAX);
-        rc = SMP_EINVAL;
-        goto close_fd;
-    }
-    if ((buf = malloc((size_t)st.st_size + 1)) == NULL) {
-        snprintf(why, whylen, "%s: out of memory", path);
+    if ((buf = malloc(cap)) == NULL) {
         rc = SMP_ENOMEM;
-        goto close_fd;
+        goto close_file;
     }
-    while (got < (size_t)st.st_size) {
-        ssize_t n = read(fd, buf + got, (size_t)st.st_size - got);
-        if (n <= 0) {
-            snprintf(why, whylen, "%s: %s", path, n < 0 ? strerror(errno) : "shorter than it was");
+    for (;;) {
+        if (len + 1 == cap) {
+            char *bigger = realloc(buf, cap * 2);
+            if (bigger == NULL) {
+                rc = SMP_ENOMEM;
+                goto free_buf;
+            }
+            buf = bigger;
+            cap *= 2;
+        }
+        size_t got = fread(buf + len, 1, cap - 1 - len, f);
+        len += got;
+        if (len > max) {
+            snprintf(why, whylen, "larger than %zu bytes", max);
+            rc = SMP_EINVAL;
             goto free_buf;
         }
-        got += (size_t)n;
+        if (got == 0) break;
     }
-    buf[got] = '\0';
+    if (ferror(f)) {
+        snprintf(why, whylen, "cannot read: %s", strerror(errno));
+        rc = SMP_EIO;
+        goto free_buf;
+    }
+    buf[len] = '\0';
     *out = buf;
-    close(fd);
+    if (out_len != NULL) *out_len = len;
+    fclose(f);
     return SMP_OK;
 free_buf:
     free(buf);
-close_fd:
-    close(fd);
+close_file:
+    if (rc == SMP_ENOMEM) snprintf(why, whylen, "out of memory");
+    fclose(f);
     return rc;
 }
 
@@ -214,8 +221,10 @@ static int etcd_tls(const host_config *cfg, host_config_files *out, char *err, s
     };
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
         if (files[i].path == NULL) continue;
-        if ((rc = read_pem(files[i].path, files[i].slot, why, sizeof(why))) < 0) {
-            files_fail(cfg, files[i].line, err, errlen, "%s: %s", files[i].key, why);
+        if ((rc = cfg_read_text(files[i].path, ETCD_PEM_MAX, files[i].slot, NULL, why,
+                                sizeof(why))) < 0) {
+            files_fail(cfg, files[i].line, err, errlen, "%s: %s: %s", files[i].key, files[i].path,
+                       why);
             return rc;
         }
     }

@@ -29,6 +29,15 @@ int cfg_fail(cfg_ctx *c, int rc, int line, const char *path, const char *fmt, ..
     __attribute__((format(printf, 5, 6)));
 int cfg_oom(cfg_ctx *c);
 
+/* Read the whole file at path (at most max bytes) into a NUL-terminated
+ * heap buffer *out (caller frees), *out_len its length (may be NULL).
+ * SMP_OK, or SMP_EIO / SMP_EINVAL (larger than max) / SMP_ENOMEM with why
+ * saying so ("cannot open: ...", "larger than N bytes", "cannot read: ...").
+ * The config file and the PEM files the etcd client is given
+ * (config_files.c). */
+int cfg_read_text(const char *path, size_t max, char **out, size_t *out_len, char *why,
+                  size_t whylen);
+
 /* Write `text` into buf as a double-quoted, escaped string fit for a
  * one-line message, cut after CFG_QUOTE_MAX bytes (buf holds CFG_QUOTE_MAX +
  * 16). */

@@ -9,11 +9,13 @@
  *                  object's SHA-256); then the COMPLETE cold replica is added.
  *   ensure_memory  a range is reserved on the node holding the cold file, the
  *                  node loads the file into it checking the SHA-256, and the
- *                  memory replica is added. With write zones on, the range
- *                  is named in a durable WRITE_ZONES record before the
- *                  node is sent the load (obj_store_zones.c): a master that
- *                  follows a crash of this one holds it while the node may
- *                  still be writing there. A file that fails the check is a
+ *                  memory replica is added. A node registers with the
+ *                  master after a crash of this one only once a running
+ *                  load ends (it drops the tasks not started), and with
+ *                  write zones on the range is also named in a durable
+ *                  WRITE_ZONES record before the node is sent the load
+ *                  (obj_store_zones.c), which that master holds back as a
+ *                  second guard. A file that fails the check is a
  *                  lost cold replica (dropped durably, replica-lost emitted)
  *                  and is never served.
  *   release_memory drops the memory replicas -- refused (SMP_ESTATE) unless

@@ -418,8 +418,7 @@ int hx_write_segment(const char *path, uint64_t offset, const void *data, size_t
     return -1;
 }
 
-/* 1 when w's range of len bytes shares a byte with where's. */
-static int hx_ranges_meet(const kvc_replica *w, const kvc_replica *where, size_t len)
+int hx_ranges_meet(const kvc_replica *w, const kvc_replica *where, size_t len)
 {
     return strcmp(w->segment, where->segment) == 0 &&
            !(w->offset + len <= where->offset || w->offset >= where->offset + len);

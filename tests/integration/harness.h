@@ -115,6 +115,9 @@ int hx_reads_back(kvc *c, const char *key, const void *want, size_t len);
  * co-located writer copies into its mapping. 0, or -1 (why on stderr). */
 int hx_write_segment(const char *path, uint64_t offset, const void *data, size_t len);
 
+/* 1 when w's range of len bytes shares a byte with where's (same segment). */
+int hx_ranges_meet(const kvc_replica *w, const kvc_replica *where, size_t len);
+
 /* What a master that took over a handed-on put (PUT_HANDOFF) must do, asked
  * through c: key's put (len bytes of a; its first half already written at
  * *where) keeps its range from a new put of other (b), which is written and

@@ -182,6 +182,17 @@ static uint64_t last_seq(kvc *c)
     return st.oplog_last_seq;
 }
 
+/* SIGKILL the leader (closing c, its client, after), wait for the next
+ * one and for the node to register with it (what names the step). */
+static void next_leader(fixture *f, kvc *c, const char *what)
+{
+    int old = f->leader;
+    hx_kill(&f->hc.m[old]);
+    kvc_close(c);
+    if ((f->leader = hc_wait_leader(&f->hc, old, WAIT_MS)) < 0) fail_msg("no %s leader", what);
+    if (hc_wait_node(&f->hc, f->leader, WAIT_MS) < 0) fail_msg("the node did not register again");
+}
+
 /* A registry entry for id as a build without the feature writes it (no
  * lease: it stays until the cluster's keys go). 0, or -1. */
 static int register_old_master(fixture *f, const char *id)
@@ -291,11 +302,7 @@ static void test_sigkill_of_the_leader_keeps_a_large_put_s_range(void **state)
     assert_int_equal(kvc_put_start(c, "kv/small", (1 << 20) - 1, SMP_DATA_KV, NULL, 0, NULL), 0);
     assert_int_equal(kvc_put_start(c, "kv/big", BIG, SMP_DATA_KV, NULL, 0, &where), 0);
     assert_int_equal(hx_write_segment(where.segment_path, where.offset, a, BIG / 2), 0);
-    int old = f->leader;
-    hx_kill(&f->hc.m[old]);
-    kvc_close(c);
-    if ((f->leader = hc_wait_leader(&f->hc, old, WAIT_MS)) < 0) fail_msg("no next leader");
-    if (hc_wait_node(&f->hc, f->leader, WAIT_MS) < 0) fail_msg("the node did not register again");
+    next_leader(f, c, "next");
     /* it counts kv/big, open when it began to lead (kv/small has no record
      * of its own: its write zone has) */
     assert_int_equal(hx_wait_metric(&f->hc.m[f->leader], TAKEN, 1, WAIT_MS), 0);
@@ -327,24 +334,13 @@ static void test_sigkill_of_the_leader_keeps_a_small_put_s_zone(void **state)
     kvc_replica where;
     assert_int_equal(kvc_put_start(c, "kv/small", LEN, SMP_DATA_KV, NULL, 0, &where), 0);
     assert_int_equal(hx_write_segment(where.segment_path, where.offset, a, LEN / 2), 0);
-    int old = f->leader;
-    hx_kill(&f->hc.m[old]);
-    kvc_close(c);
-    if ((f->leader = hc_wait_leader(&f->hc, old, WAIT_MS)) < 0) fail_msg("no next leader");
-    if (hc_wait_node(&f->hc, f->leader, WAIT_MS) < 0) fail_msg("the node did not register again");
+    next_leader(f, c, "next");
     kvc *d = hx_client(&f->view);
     assert_non_null(d);
     if (hx_finish_unknown_put(d, "kv/small", &where, a, "kv/other", b, LEN, why, sizeof(why)) < 0)
         fail_msg("the next leader: %s", why);
     assert_true(hx_metric(&f->hc.m[f->leader], "store_write_zone_held_bytes") > 0);
     kvc_close(d);
-}
-
-/* 1 when the LEN-byte ranges of x and y share a byte. */
-static int ranges_meet(const kvc_replica *x, const kvc_replica *y)
-{
-    return strcmp(x->segment, y->segment) == 0 &&
-           !(x->offset + LEN <= y->offset || x->offset >= y->offset + LEN);
 }
 
 /* Two failovers: the second leader held the first's zone back and wrote
@@ -366,28 +362,20 @@ static void test_two_failovers_keep_both_zones(void **state)
     kvc_replica where, second, other;
     assert_int_equal(kvc_put_start(c, "kv/small", LEN, SMP_DATA_KV, NULL, 0, &where), 0);
     assert_int_equal(hx_write_segment(where.segment_path, where.offset, a, LEN / 2), 0);
-    int first = f->leader;
-    hx_kill(&f->hc.m[first]);
-    kvc_close(c);
-    if ((f->leader = hc_wait_leader(&f->hc, first, WAIT_MS)) < 0) fail_msg("no second leader");
-    if (hc_wait_node(&f->hc, f->leader, WAIT_MS) < 0) fail_msg("the node did not register again");
+    next_leader(f, c, "second");
     kvc *d = hx_client(&f->view);
     assert_non_null(d);
     assert_int_equal(kvc_put_start(d, "kv/second", LEN, SMP_DATA_KV, NULL, 0, &second), 0);
-    if (ranges_meet(&second, &where)) fail_msg("the second leader placed kv/second over kv/small");
-    int second_leader = f->leader;
-    hx_kill(&f->hc.m[second_leader]);
-    kvc_close(d);
-    if ((f->leader = hc_wait_leader(&f->hc, second_leader, WAIT_MS)) < 0)
-        fail_msg("no third leader");
-    if (hc_wait_node(&f->hc, f->leader, WAIT_MS) < 0) fail_msg("the node did not register again");
+    if (hx_ranges_meet(&second, &where, LEN))
+        fail_msg("the second leader placed kv/second over kv/small");
+    next_leader(f, d, "third");
     kvc *e = hx_client(&f->view);
     assert_non_null(e);
     /* a put of their size lands on neither (first fit: on kv/small) */
     assert_int_equal(kvc_put_start(e, "kv/probe", LEN, SMP_DATA_KV, NULL, 0, &other), 0);
-    if (ranges_meet(&other, &second))
+    if (hx_ranges_meet(&other, &second, LEN))
         fail_msg("the third leader placed kv/probe over kv/second");
-    if (ranges_meet(&other, &where))
+    if (hx_ranges_meet(&other, &where, LEN))
         fail_msg("the third leader placed kv/probe over kv/small");
     if (hx_finish_unknown_put(e, "kv/small", &where, a, "kv/other", b, LEN, why, sizeof(why)) < 0)
         fail_msg("the third leader: %s", why);
