@@ -67,8 +67,10 @@ int hc_configure(hc_cluster *c, int i, const char *extra)
     int n = hx_ha_yaml(&c->m[i], id, etcd, c->prefix, c->snapdir,
                        c->lease_ttl_s, yaml, sizeof(yaml));
     if (n < 0) return -1;
-    int w = snprintf(yaml + n, sizeof(yaml) - (size_t)n, "%snode:\n  embedded: false\n",
-                     extra ? extra : "");
+    /* extra may set node: itself (it must then say embedded: false) */
+    int own_node = extra != NULL && (strncmp(extra, "node:", 5) == 0 || strstr(extra, "\nnode:") != NULL);
+    int w = snprintf(yaml + n, sizeof(yaml) - (size_t)n, "%s%s", extra ? extra : "",
+                     own_node ? "" : "node:\n  embedded: false\n");
     if (w < 0 || (size_t)w >= sizeof(yaml) - (size_t)n) return -1;
     return hx_reconfigure(&c->m[i], yaml);
 }

@@ -40,10 +40,11 @@ int hc_init(hc_cluster *c, const char *name, size_t etcd_members);
  * them (ha.etcd_tls_*), through hc_configure's extra. */
 int hc_init_tls(hc_cluster *c, const char *name, size_t etcd_members, int client_cert_auth);
 
-/* Write master i's config: HA on the cluster's etcd (hx_ha_yaml), no
- * embedded node, then `extra` (YAML appended verbatim; it may continue the
- * ha: mapping with indented keys first; may be NULL). Without a `plugins:`
- * in extra, the harness adds the weight plugin. */
+/* Write master i's config: HA on the cluster's etcd (hx_ha_yaml), then
+ * `extra` (YAML appended verbatim; it may continue the ha: mapping with
+ * indented keys first; may be NULL), then no embedded node unless extra
+ * has a `node:` mapping of its own (which must then say so). Without a
+ * `plugins:` in extra, the harness adds the weight plugin. */
 int hc_configure(hc_cluster *c, int i, const char *extra);
 
 /* *view becomes a copy of master 0 whose socket is the list of all three

@@ -27,9 +27,24 @@
  * count, the tail of the master's log and exit status 1. Everything is
  * removed at the end, also after a failure.
  *
- * Usage: soak_weights [SECONDS (600)] [SEED (time)]; `make soak` runs it for
- * SOAK_SECONDS. With SOAK_KEEP set in the environment a failed run keeps its
- * directory (logs, data) for inspection. */
+ * With --ha the store is an HA cluster instead: three store_master
+ * processes on a real 3-member etcd (the etcd OpLog, a shared snapshot
+ * directory), the nodes and the workload given the list of all three. Its
+ * faults are those of an HA fleet:
+ *   - SIGKILL of the leader, or of a standby, and its start again;
+ *   - SIGTERM of the leader (it hands leadership over) and its start again;
+ *   - SIGSTOP of the leader for longer than its lease, then SIGCONT (it
+ *     must stand down, and is started again if it exits);
+ *   - SIGKILL of an etcd member and its start again;
+ *   - SIGKILL of every master at once and their start again;
+ *   - a node's SIGKILL and a node's memory lost, as above.
+ * After each, the program waits until exactly one master leads and the
+ * other two are standbys, and checks as above through the leader.
+ *
+ * Usage: soak_weights [--ha] [SECONDS (600)] [SEED (time)]; `make soak` runs
+ * it for SOAK_SECONDS, and with --ha for SOAK_HA_SECONDS. With SOAK_KEEP set
+ * in the environment a failed run keeps its masters' directories (logs,
+ * data) for inspection. */
 #include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
@@ -41,6 +56,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ha_cluster_fixture.h"
 #include "harness.h"
 #include "weightclient.h"
 
@@ -48,6 +64,8 @@
 #define N_TENSORS 3
 #define SEGMENT_BYTES (64ull << 20)
 #define QUIET_MS 60000
+#define UP_MS 120000       /* a process's start, a leader, the nodes registered */
+#define HA_LEASE_S 2       /* ha.lease_ttl_s of the HA masters */
 
 /* What the workload knows of one revision. */
 typedef enum rev_state {
@@ -68,7 +86,13 @@ typedef struct rev {
 } rev;
 
 typedef struct soak {
-    hx_master m;
+    int ha;                    /* --ha: three masters on etcd */
+    hx_master m;               /* one-master mode: the master */
+    hc_cluster hc;             /* HA mode: etcd and the masters */
+    hx_master *home;           /* what nodes and clients are given: m, or a view
+                                * of the HA masters whose socket lists all three */
+    hx_master *lead;           /* the master that serves: m, or the HA leader */
+    hx_master view;            /* HA mode: that view */
     hx_node nodes[2];
     rev revs[MAX_REVS];
     int n_revs;                /* slots used so far */
@@ -78,6 +102,9 @@ typedef struct soak {
     _Atomic int idle;          /* workload: acknowledged the pause */
     _Atomic int stop;
     _Atomic long puts, gets, migrations, removes, failures;
+    _Atomic long not_ready;    /* requests refused: the revision is not READY */
+    _Atomic long no_room;      /* puts refused: no segment had room */
+    _Atomic int full;          /* the last put found no room: remove, not put */
     int memory_lost;           /* a segment was deleted since the start */
     uint64_t rng;
 } soak;
@@ -122,7 +149,7 @@ static weight_store *open_store(soak *s)
 {
     weight_store *st = NULL;
     char err[256];
-    if (weight_store_open(s->m.socket, NULL, NULL, &st, err, sizeof(err)) != WEIGHT_OK) return NULL;
+    if (weight_store_open(s->home->socket, NULL, NULL, &st, err, sizeof(err)) != WEIGHT_OK) return NULL;
     weight_store_set_option(st, WEIGHT_OPT_PAYLOAD_BYTES, 16384);
     return st;
 }
@@ -252,6 +279,7 @@ static void *workload(void *arg)
             continue;
         }
         uint64_t dice = next_rand(&x) % 100;
+        if (dice < 40 && atomic_load(&s->full)) dice = 96; /* a remove instead */
         pthread_mutex_lock(&s->lock);
         int n = s->n_revs;
         int k = n > 0 ? (int)(next_rand(&x) % (uint64_t)n) : -1;
@@ -310,10 +338,20 @@ static void *workload(void *arg)
                 if ((rc = weight_remove(st, &id, md.metadata_generation, NULL)) == WEIGHT_OK) {
                     set_state(s, k, r.serial, R_NONE);
                     atomic_fetch_add(&s->removes, 1);
+                    atomic_store(&s->full, 0);
                 }
             }
         }
         if (rc != WEIGHT_OK) {
+            if (rc == WEIGHT_ENOT_READY) { /* e.g. a read of a revision DEGRADED by a memory loss */
+                atomic_fetch_add(&s->not_ready, 1);
+                continue;
+            }
+            if (rc == WEIGHT_ENOSPC) { /* the segments are full: remove until a put fits */
+                atomic_fetch_add(&s->no_room, 1);
+                atomic_store(&s->full, 1);
+                continue;
+            }
             atomic_fetch_add(&s->failures, 1); /* expected around kills: counted */
             weight_store_close(st);              /* a fresh connection next time */
             st = NULL;
@@ -329,33 +367,115 @@ static int start_node(soak *s, int i)
 {
     char id[16];
     snprintf(id, sizeof(id), "n%d", i);
-    return hx_node_start(&s->m, &s->nodes[i], id, SEGMENT_BYTES);
+    return hx_node_start(s->home, &s->nodes[i], id, SEGMENT_BYTES);
 }
 
+/* HA mode: 0 once exactly one master leads, the other two answer as
+ * standbys (each has caught up with the OpLog) and s->lead is the leader;
+ * -1 after UP_MS, every master's role and log tail printed. */
+static int wait_roles(soak *s)
+{
+    long long end = hx_now_ms() + UP_MS;
+    int leader = -1;
+    for (;; sleep_ms(100)) {
+        int standbys = 0;
+        leader = hc_wait_leader(&s->hc, -1, 0);
+        for (int i = 0; i < HC_MASTERS; i++) {
+            char *r = hc_role(&s->hc.m[i]);
+            standbys += r != NULL && strcmp(r, "standby") == 0;
+            free(r);
+        }
+        if (leader >= 0 && standbys == HC_MASTERS - 1) break;
+        if (hx_now_ms() >= end) {
+            fprintf(stderr, "soak: no leader with two standbys within %d s\n", UP_MS / 1000);
+            for (int i = 0; i < HC_MASTERS; i++) {
+                char *r = hc_role(&s->hc.m[i]);
+                fprintf(stderr, "soak: master %d: %s\n", i, r ? r : "(no answer)");
+                free(r);
+                hc_print_tail(s->hc.m[i].log);
+            }
+            return -1;
+        }
+    }
+    s->lead = &s->hc.m[leader];
+    return 0;
+}
+
+/* Both nodes registered with the master that serves (in HA mode once the
+ * roles are settled). 0 or -1. */
 static int wait_up(soak *s)
 {
-    return hx_wait_nodes(&s->m, 2, 60000);
+    if (s->ha && wait_roles(s) < 0) return -1;
+    return hx_wait_nodes(s->lead, 2, UP_MS);
+}
+
+/* HA mode: one random fault of the masters or of etcd, and the restart of
+ * what it stopped. 0, or -1 when a process does not come back. */
+static int ha_chaos(soak *s, uint64_t dice, const char **what)
+{
+    int lead = (int)(s->lead - s->hc.m);
+    int other = (lead + 1 + (int)(next_rand(&s->rng) % 2)) % HC_MASTERS;
+    hx_master *l = &s->hc.m[lead];
+    switch (dice) {
+    case 0:
+        *what = "SIGKILL of the leader";
+        hx_kill(l);
+        return hx_start(&s->hc.m[lead], UP_MS);
+    case 1:
+        *what = "SIGKILL of a standby";
+        hx_kill(&s->hc.m[other]);
+        return hx_start(&s->hc.m[other], UP_MS);
+    case 2:
+        *what = "SIGTERM of the leader (handoff)";
+        if (hx_stop(l) != 0) return -1;
+        return hx_start(&s->hc.m[lead], UP_MS);
+    case 3:
+        /* Past its lease a standby takes over; the paused leader, once it
+         * runs again, must find that out before it answers as leader. */
+        *what = "SIGSTOP of the leader past its lease";
+        kill(l->pid, SIGSTOP);
+        sleep_ms(HA_LEASE_S * 1000 + 1500);
+        kill(l->pid, SIGCONT);
+        for (long long end = hx_now_ms() + 10000; hx_alive(l) && hx_now_ms() < end;) {
+            char *r = hc_role(l);
+            int led = r == NULL || strcmp(r, "leader") == 0;
+            free(r);
+            if (!led) break;
+            sleep_ms(100);
+        }
+        return hx_alive(l) ? 0 : hx_start(&s->hc.m[lead], UP_MS);
+    case 4: {
+        *what = "SIGKILL of an etcd member";
+        size_t e = (size_t)(next_rand(&s->rng) % s->hc.etcd.n);
+        if (etcd_fixture_kill(&s->hc.etcd, e) < 0) return -1;
+        sleep_ms(1000 + (long)(next_rand(&s->rng) % 2000));
+        return etcd_fixture_restart(&s->hc.etcd, e, UP_MS);
+    }
+    default:
+        *what = "SIGKILL of every master";
+        for (int i = 0; i < HC_MASTERS; i++) hx_kill(&s->hc.m[i]);
+        for (int i = 0; i < HC_MASTERS; i++)
+            if (hx_start(&s->hc.m[i], UP_MS) < 0) return -1;
+        return 0;
+    }
 }
 
 /* One random fault and the recovery from it. 0, or -1 when a process does
  * not come back. */
 static int chaos(soak *s, const char **what)
 {
-    uint64_t dice = next_rand(&s->rng) % 4;
+    /* the nodes' two faults; in one-master mode the master's two, in HA
+     * mode the masters' and etcd's six (ha_chaos) */
+    uint64_t dice = next_rand(&s->rng) % (s->ha ? 8 : 4);
     int i = (int)(next_rand(&s->rng) % 2);
     char path[600];
     switch (dice) {
     case 0:
-        *what = "SIGKILL of the master";
-        hx_kill(&s->m);
-        if (hx_start(&s->m, 120000) < 0) return -1;
-        break;
-    case 1:
         *what = "SIGKILL of a node";
         hx_node_kill(&s->nodes[i]);
         if (start_node(s, i) < 0) return -1;
         break;
-    case 2:
+    case 1:
         *what = "a node's memory lost (segment file deleted)";
         hx_node_kill(&s->nodes[i]);
         snprintf(path, sizeof(path), "%s/n%d.seg", s->nodes[i].segment_dir, i);
@@ -364,8 +484,16 @@ static int chaos(soak *s, const char **what)
         if (start_node(s, i) < 0) return -1;
         break;
     default:
-        *what = "clean restart of the master";
-        if (hx_stop(&s->m) != 0 || hx_start(&s->m, 120000) < 0) return -1;
+        if (s->ha) {
+            if (ha_chaos(s, dice - 2, what) < 0) return -1;
+        } else if (dice == 2) {
+            *what = "SIGKILL of the master";
+            hx_kill(&s->m);
+            if (hx_start(&s->m, UP_MS) < 0) return -1;
+        } else {
+            *what = "clean restart of the master";
+            if (hx_stop(&s->m) != 0 || hx_start(&s->m, UP_MS) < 0) return -1;
+        }
     }
     return wait_up(s);
 }
@@ -404,14 +532,14 @@ static int wait_quiet(soak *s, weight_store *st)
             else if (rc != WEIGHT_OK && rc != WEIGHT_ENOT_FOUND)
                 busy = s->revs[k].serial;
         }
-        double active = hx_metric(&s->m, "weight_operations_active");
+        double active = hx_metric(s->lead, "weight_operations_active");
         if (busy < 0 && active == 0) return 0;
         sleep_ms(200);
     }
     if (busy >= 0) { /* what keeps it busy, for the report */
         char cmd[700];
         snprintf(cmd, sizeof(cmd), "%s/bin/weightctl --master '%s' info soak/model-%05d/main@1 >&2", BUILD_DIR,
-                 s->m.socket, busy);
+                 s->lead->socket, busy);
         fprintf(stderr, "soak: model-%05d is still busy:\n", busy);
         if (system(cmd) != 0) fprintf(stderr, "soak: (weightctl info failed)\n");
     }
@@ -520,7 +648,7 @@ static int check(soak *s, int *degraded)
             snprintf(dir0, sizeof(dir0), "%s", s->nodes[i].cold_dir);
             files += count_cold_files(dir0);
         }
-        double replicas = hx_metric(&s->m, "store_replicas{kind=\"cold\"}");
+        double replicas = hx_metric(s->lead, "store_replicas{kind=\"cold\"}");
         if ((double)files == replicas) break;
         if (waited >= QUIET_MS) {
             fprintf(stderr, "soak: FAILED: %ld cold files on disk, the master counts %.0f cold replicas\n",
@@ -539,9 +667,9 @@ static int check(soak *s, int *degraded)
      * Once memory was lost, fsck also names the objects of DEGRADED
      * revisions, which have no replica left (exit 1): that alone passes. */
     char cmd[1100], out[400];
-    snprintf(out, sizeof(out), "%s/fsck.out", s->m.dir);
+    snprintf(out, sizeof(out), "%s/fsck.out", s->home->dir);
     snprintf(cmd, sizeof(cmd), "%s/bin/weightctl --master '%s' fsck > '%s' 2>&1", BUILD_DIR,
-             s->m.socket, out);
+             s->lead->socket, out);
     int fsck_rc = system(cmd);
     /* past the master's second sweep (5 s) and a node's sweep of the
      * temporary files a killed persist left (every 10 s, once 60 s old) */
@@ -556,7 +684,7 @@ static int check(soak *s, int *degraded)
     if (fsck_rc != 0 && s->memory_lost && fsck_found_only_lost_objects(out)) fsck_rc = 0;
     if (fsck_rc != 0) {
         fprintf(stderr, "soak: FAILED: weightctl fsck found orphans or failed:\n");
-        snprintf(cmd, sizeof(cmd), "cat '%s/fsck.out' >&2", s->m.dir);
+        snprintf(cmd, sizeof(cmd), "cat '%s' >&2", out);
         if (system(cmd) != 0) fprintf(stderr, "soak: (no fsck output)\n");
         goto close;
     }
@@ -566,33 +694,95 @@ close:
     return rc;
 }
 
+/* The weight plugin and the node timings of every master: fast ticks and
+ * node timeouts, so that a round's faults are noticed in seconds. In HA
+ * mode the plugin's records go to the etcd OpLog, which its capability
+ * gate asks to be confirmed. */
+static void store_yaml(char *out, size_t cap, int ha)
+{
+    snprintf(out, cap,
+             "node:\n  embedded: false\n  timeout_ms: 1500\n  poll_ms: 20\n"
+             "cluster:\n  weight_migration_cooldown_ms: 100\n%s"
+             "plugins:\n  - path: \"%s/lib/weight_mgmt.so\"\n    config:\n      tick_period_ms: 50\n"
+             "      import_ttl_ms: 5000\n",
+             ha ? "  weight_management_oplog_capability_confirmed: true\n" : "", BUILD_DIR);
+}
+
+/* Start the store: the master, or etcd and the three HA masters; then the
+ * two nodes, and wait until they serve. 0 or -1 (why printed). */
+static int start_store(soak *s)
+{
+    char cfg[1024];
+    store_yaml(cfg, sizeof(cfg), s->ha);
+    if (!s->ha) {
+        if (hx_init(&s->m, "soak", cfg) < 0) return -1;
+        s->m.expect_nodes = 0;
+        s->home = s->lead = &s->m;
+        if (hx_start(&s->m, UP_MS) < 0) return -1;
+    } else {
+        if (hc_init(&s->hc, "soak-ha", 3) < 0) return -1;
+        s->hc.lease_ttl_s = HA_LEASE_S;
+        if (hc_list_view(&s->hc, &s->view) < 0) return -1;
+        s->home = &s->view;
+        for (int i = 0; i < HC_MASTERS; i++)
+            if (hc_configure(&s->hc, i, cfg) < 0 || hx_start(&s->hc.m[i], UP_MS) < 0) return -1;
+        if (wait_roles(s) < 0) return -1;
+    }
+    if (start_node(s, 0) < 0 || start_node(s, 1) < 0) return -1;
+    if (!s->ha) s->m.expect_nodes = 2; /* hx_start waits for them from now on */
+    return wait_up(s);
+}
+
+/* The end of every master's log, after a failure. */
+static void print_logs(soak *s)
+{
+    char cmd[400];
+    for (int i = 0; i < (s->ha ? HC_MASTERS : 1); i++) {
+        const hx_master *m = s->ha ? &s->hc.m[i] : &s->m;
+        fprintf(stderr, "soak: the log of %s ends with:\n", m->log);
+        snprintf(cmd, sizeof(cmd), "grep -v 'WARN operation' '%s' | tail -n %d >&2", m->log,
+                 s->ha ? 30 : 60);
+        if (system(cmd) != 0) fprintf(stderr, "soak: (no log)\n");
+    }
+}
+
+/* Stop every process and remove what the run made, except, when keep is
+ * set, the masters' directories (logs, data, the nodes' files). */
+static void stop_store(soak *s, int keep)
+{
+    for (int i = 0; i < 2; i++) hx_node_kill(&s->nodes[i]);
+    for (int i = 0; keep && i < (s->ha ? HC_MASTERS : 1); i++) {
+        hx_master *m = s->ha ? &s->hc.m[i] : &s->m;
+        if (m->pid > 0) kill(m->pid, SIGCONT);
+        hx_kill(m);
+        hx_disown_dir(m->dir);
+        fprintf(stderr, "soak: SOAK_KEEP is set: %s is kept for inspection\n", m->dir);
+        m->dir[0] = '\0'; /* hc_cleanup passes it by */
+    }
+    if (s->ha) hc_cleanup(&s->hc); /* and etcd */
+    else if (!keep) hx_cleanup(&s->m);
+}
+
 int main(int argc, char **argv)
 {
     static soak s;
-    double seconds = argc > 1 ? atof(argv[1]) : 600;
-    uint64_t seed = argc > 2 ? strtoull(argv[2], NULL, 10) : (uint64_t)time(NULL);
-    char cfg[1024];
-    int status = 1, rounds = 0;
+    int status = 1, rounds = 0, a = 1;
     pthread_t th;
+    if (argc > 1 && strcmp(argv[1], "--ha") == 0) s.ha = a++;
+    double seconds = argc > a ? atof(argv[a]) : 600;
+    uint64_t seed = argc > a + 1 ? strtoull(argv[a + 1], NULL, 10) : (uint64_t)time(NULL);
     if (seconds <= 0) {
-        fprintf(stderr, "usage: %s [SECONDS] [SEED]\n", argv[0]);
+        fprintf(stderr, "usage: %s [--ha] [SECONDS] [SEED]\n", argv[0]);
         return 2;
     }
     s.rng = seed * 2654435761ull + 1;
     pthread_mutex_init(&s.lock, NULL);
-    snprintf(cfg, sizeof(cfg),
-             "node:\n  embedded: false\n  timeout_ms: 1500\n  poll_ms: 20\n"
-             "cluster:\n  weight_migration_cooldown_ms: 100\n"
-             "plugins:\n  - path: \"%s/lib/weight_mgmt.so\"\n    config:\n      tick_period_ms: 50\n      import_ttl_ms: 5000\n",
-             BUILD_DIR);
-    if (hx_init(&s.m, "soak", cfg) < 0) return 1;
-    s.m.expect_nodes = 0;
-    if (hx_start(&s.m, 60000) < 0 || start_node(&s, 0) < 0 || start_node(&s, 1) < 0 || wait_up(&s) < 0) {
-        fprintf(stderr, "soak: FAILED: the master or a node did not start\n");
+    if (start_store(&s) < 0) {
+        fprintf(stderr, "soak: FAILED: the store or a node did not start\n");
         goto cleanup;
     }
-    s.m.expect_nodes = 2;
-    printf("soak: %.0f s, seed %llu, directory %s\n", seconds, (unsigned long long)seed, s.m.dir);
+    printf("soak%s: %.0f s, seed %llu, directory %s\n", s.ha ? " --ha" : "", seconds,
+           (unsigned long long)seed, s.home->dir);
     fflush(stdout);
     pthread_create(&th, NULL, workload, &s);
     struct timespec t0, t;
@@ -603,6 +793,7 @@ int main(int argc, char **argv)
         if (el >= seconds) break;
         sleep_ms(1000 + (long)(next_rand(&s.rng) % 3000)); /* the workload runs */
         const char *what = "";
+        long long fault_at = hx_now_ms();
         if (chaos(&s, &what) < 0) {
             fprintf(stderr, "soak: FAILED: no recovery from %s\n", what);
             goto stop_workload;
@@ -610,18 +801,22 @@ int main(int argc, char **argv)
         atomic_store(&s.pause, 1);
         while (!atomic_load(&s.idle)) sleep_ms(10);
         int degraded = 0;
+        long long check_at = hx_now_ms();
         if (check(&s, &degraded) < 0) {
-            fprintf(stderr, "soak: after round %d (%s), seed %llu; master log %s\n", rounds + 1, what,
-                    (unsigned long long)seed, s.m.log);
+            fprintf(stderr, "soak: after round %d (%s), seed %llu\n", rounds + 1, what,
+                    (unsigned long long)seed);
             goto stop_workload;
         }
         rounds++;
         clock_gettime(CLOCK_MONOTONIC, &t);
         el = (double)(t.tv_sec - t0.tv_sec) + (double)(t.tv_nsec - t0.tv_nsec) / 1e9;
-        printf("soak: round %3d at %4.0f s: %-44s ok: %ld puts, %ld gets, %ld migrations, %ld removes, "
-               "%ld failed requests, %d DEGRADED after memory loss\n",
-               rounds, el, what, atomic_load(&s.puts), atomic_load(&s.gets), atomic_load(&s.migrations),
-               atomic_load(&s.removes), atomic_load(&s.failures), degraded);
+        printf("soak: round %3d at %4.0f s: %-44s (up %4.1f s, checked %4.1f s) ok: %ld puts, %ld gets, "
+               "%ld migrations, %ld removes, %ld failed requests, %ld refused as not READY, %ld puts found no room, "
+               "%d DEGRADED\n",
+               rounds, el, what, (double)(check_at - fault_at) / 1e3, (double)(hx_now_ms() - check_at) / 1e3,
+               atomic_load(&s.puts), atomic_load(&s.gets), atomic_load(&s.migrations),
+               atomic_load(&s.removes), atomic_load(&s.failures), atomic_load(&s.not_ready),
+               atomic_load(&s.no_room), degraded);
         fflush(stdout);
         atomic_store(&s.pause, 0);
     }
@@ -632,18 +827,7 @@ stop_workload:
     atomic_store(&s.pause, 0);
     pthread_join(th, NULL);
 cleanup:
-    for (int i = 0; i < 2; i++) hx_node_kill(&s.nodes[i]);
-    if (status != 0) {
-        char cmd[400];
-        fprintf(stderr, "soak: the master's log ends with:\n");
-        snprintf(cmd, sizeof(cmd), "grep -v 'WARN operation' '%s' | tail -n 60 >&2", s.m.log);
-        if (system(cmd) != 0) fprintf(stderr, "soak: (no log)\n");
-    }
-    if (status != 0 && getenv("SOAK_KEEP") != NULL) {
-        hx_kill(&s.m);
-        fprintf(stderr, "soak: SOAK_KEEP is set: %s is kept for inspection\n", s.m.dir);
-    } else {
-        hx_cleanup(&s.m);
-    }
+    if (status != 0) print_logs(&s);
+    stop_store(&s, status != 0 && getenv("SOAK_KEEP") != NULL);
     return status;
 }
