@@ -48,8 +48,9 @@ bench: build
 # segment deletions under a weight workload for SOAK_SECONDS (every READY
 # revision read back by SHA-256 and the cold files counted after each
 # recovery); the same for SOAK_HA_SECONDS on three HA masters and a 3-member
-# etcd, with kills, handoffs and pauses of the leader, kills of standbys, of
-# etcd members and of every master at once; 500 SIGKILL points under load,
+# etcd, with kills, handoffs and pauses of the leader, its partition from
+# etcd, kills of standbys, of one or every etcd member and of every master at
+# once; 500 SIGKILL points under load,
 # then the weight lifecycle, upsert, node and fail-closed recovery tests ten
 # times each.
 SOAK_SECONDS ?= 600

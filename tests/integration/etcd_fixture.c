@@ -399,14 +399,30 @@ int etcd_fixture_kill(etcd_fixture *f, size_t i)
     return 0;
 }
 
-int etcd_fixture_restart(etcd_fixture *f, size_t i, int timeout_ms)
+/* Start stopped member i again on its data directory, without waiting. */
+static int spawn_again(etcd_fixture *f, size_t i)
 {
-    if (i >= f->n || f->m[i].pid > 0) return -1;
     if ((f->m[i].pid = spawn_member(f, &f->m[i])) < 0) {
         f->m[i].pid = 0;
         return -1;
     }
+    return 0;
+}
+
+int etcd_fixture_restart(etcd_fixture *f, size_t i, int timeout_ms)
+{
+    if (i >= f->n || f->m[i].pid > 0 || spawn_again(f, i) < 0) return -1;
     return wait_member(f, i, now_ms() + timeout_ms);
+}
+
+int etcd_fixture_restart_all(etcd_fixture *f, int timeout_ms)
+{
+    long long deadline = now_ms() + timeout_ms;
+    for (size_t i = 0; i < f->n; i++)
+        if (f->m[i].pid <= 0 && spawn_again(f, i) < 0) return -1;
+    for (size_t i = 0; i < f->n; i++)
+        if (wait_member(f, i, deadline) < 0) return -1;
+    return 0;
 }
 
 void etcd_fixture_cleanup(etcd_fixture *f)

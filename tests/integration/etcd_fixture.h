@@ -82,6 +82,11 @@ int etcd_fixture_kill(etcd_fixture *f, size_t i);
  * until it answers and sees a leader. 0 or -1. */
 int etcd_fixture_restart(etcd_fixture *f, size_t i, int timeout_ms);
 
+/* Start every member that is not running on its data directory, all
+ * before any wait (members that need each other for a quorum), and wait up
+ * to timeout_ms until each answers and sees a leader. 0 or -1. */
+int etcd_fixture_restart_all(etcd_fixture *f, int timeout_ms);
+
 /* Kill every member and remove the directory. Safe to call twice. */
 void etcd_fixture_cleanup(etcd_fixture *f);
 

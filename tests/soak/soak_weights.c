@@ -36,6 +36,10 @@
  *   - SIGSTOP of the leader for longer than its lease, then SIGCONT (it
  *     must stand down, and is started again if it exits);
  *   - SIGKILL of an etcd member and its start again;
+ *   - SIGKILL of every etcd member, and their start again seconds later;
+ *   - the leader cut off from etcd past its lease, then let through again
+ *     (each master reaches etcd through a fault_proxy of its own); it must
+ *     stand down;
  *   - SIGKILL of every master at once and their start again;
  *   - a node's SIGKILL and a node's memory lost, as above.
  * After each, the program waits until exactly one master leads and the
@@ -56,6 +60,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fault_proxy.h"
 #include "ha_cluster_fixture.h"
 #include "harness.h"
 #include "weightclient.h"
@@ -66,6 +71,7 @@
 #define QUIET_MS 60000
 #define UP_MS 120000       /* a process's start, a leader, the nodes registered */
 #define HA_LEASE_S 2       /* ha.lease_ttl_s of the HA masters */
+#define AWAY_MS (HA_LEASE_S * 1000 + 1500) /* a leader paused or cut off: past its lease */
 
 /* What the workload knows of one revision. */
 typedef enum rev_state {
@@ -93,6 +99,8 @@ typedef struct soak {
                                 * of the HA masters whose socket lists all three */
     hx_master *lead;           /* the master that serves: m, or the HA leader */
     hx_master view;            /* HA mode: that view */
+    fault_proxy *proxy[HC_MASTERS][ETCD_FIXTURE_MAX_MEMBERS]; /* master i's way to etcd member e */
+    char etcd_via[HC_MASTERS][200]; /* master i's ha.etcd_endpoints: its proxies */
     hx_node nodes[2];
     rev revs[MAX_REVS];
     int n_revs;                /* slots used so far */
@@ -409,6 +417,29 @@ static int wait_up(soak *s)
     return hx_wait_nodes(s->lead, 2, UP_MS);
 }
 
+/* HA mode: master i, which led and was stopped or cut off from etcd past
+ * its lease, runs again. 0 once it no longer answers as leader (or exited
+ * and was started again) and another master leads; -1 when it still leads
+ * after 10 s, or two do. */
+static int stood_down(soak *s, int i)
+{
+    hx_master *m = &s->hc.m[i];
+    for (long long end = hx_now_ms() + 10000; hx_alive(m) && hx_now_ms() < end; sleep_ms(100)) {
+        char *r = hc_role(m);
+        int led = r == NULL || strcmp(r, "leader") == 0;
+        free(r);
+        if (!led) break;
+    }
+    if (!hx_alive(m) && hx_start(m, UP_MS) < 0) return -1;
+    if (wait_roles(s) < 0) return -1;
+    if (s->lead == m) {
+        fprintf(stderr, "soak: master %d still leads after %d ms out of reach, past its %d s lease\n", i,
+                AWAY_MS, HA_LEASE_S);
+        return -1;
+    }
+    return 0;
+}
+
 /* HA mode: one random fault of the masters or of etcd, and the restart of
  * what it stopped. 0, or -1 when a process does not come back. */
 static int ha_chaos(soak *s, uint64_t dice, const char **what)
@@ -434,17 +465,22 @@ static int ha_chaos(soak *s, uint64_t dice, const char **what)
          * runs again, must find that out before it answers as leader. */
         *what = "SIGSTOP of the leader past its lease";
         kill(l->pid, SIGSTOP);
-        sleep_ms(HA_LEASE_S * 1000 + 1500);
+        sleep_ms(AWAY_MS);
         kill(l->pid, SIGCONT);
-        for (long long end = hx_now_ms() + 10000; hx_alive(l) && hx_now_ms() < end;) {
-            char *r = hc_role(l);
-            int led = r == NULL || strcmp(r, "leader") == 0;
-            free(r);
-            if (!led) break;
-            sleep_ms(100);
-        }
-        return hx_alive(l) ? 0 : hx_start(&s->hc.m[lead], UP_MS);
-    case 4: {
+        return stood_down(s, lead);
+    case 4:
+        *what = "the leader cut off from etcd past its lease";
+        for (size_t e = 0; e < s->hc.etcd.n; e++) fault_proxy_cut(s->proxy[lead][e], 1);
+        sleep_ms(AWAY_MS);
+        for (size_t e = 0; e < s->hc.etcd.n; e++) fault_proxy_cut(s->proxy[lead][e], 0);
+        return stood_down(s, lead);
+    case 5:
+        *what = "SIGKILL of every etcd member";
+        for (size_t e = 0; e < s->hc.etcd.n; e++)
+            if (etcd_fixture_kill(&s->hc.etcd, e) < 0) return -1;
+        sleep_ms(1000 + (long)(next_rand(&s->rng) % 3000));
+        return etcd_fixture_restart_all(&s->hc.etcd, UP_MS);
+    case 6: {
         *what = "SIGKILL of an etcd member";
         size_t e = (size_t)(next_rand(&s->rng) % s->hc.etcd.n);
         if (etcd_fixture_kill(&s->hc.etcd, e) < 0) return -1;
@@ -465,8 +501,8 @@ static int ha_chaos(soak *s, uint64_t dice, const char **what)
 static int chaos(soak *s, const char **what)
 {
     /* the nodes' two faults; in one-master mode the master's two, in HA
-     * mode the masters' and etcd's six (ha_chaos) */
-    uint64_t dice = next_rand(&s->rng) % (s->ha ? 8 : 4);
+     * mode the masters' and etcd's eight (ha_chaos) */
+    uint64_t dice = next_rand(&s->rng) % (s->ha ? 10 : 4);
     int i = (int)(next_rand(&s->rng) % 2);
     char path[600];
     switch (dice) {
@@ -722,6 +758,18 @@ static int start_store(soak *s)
     } else {
         if (hc_init(&s->hc, "soak-ha", 3) < 0) return -1;
         s->hc.lease_ttl_s = HA_LEASE_S;
+        for (int i = 0; i < HC_MASTERS; i++) { /* each master's own way to etcd */
+            size_t used = 0;
+            for (size_t e = 0; e < s->hc.etcd.n; e++) {
+                char via[64];
+                if (fault_proxy_start(etcd_fixture_endpoint(&s->hc.etcd, e), &s->proxy[i][e], via,
+                                      sizeof(via)) < 0)
+                    return -1;
+                used += (size_t)snprintf(s->etcd_via[i] + used, sizeof(s->etcd_via[i]) - used, "%s%s",
+                                         e ? "," : "", via);
+            }
+            s->hc.etcd_endpoints[i] = s->etcd_via[i];
+        }
         if (hc_list_view(&s->hc, &s->view) < 0) return -1;
         s->home = &s->view;
         for (int i = 0; i < HC_MASTERS; i++)
@@ -761,6 +809,8 @@ static void stop_store(soak *s, int keep)
     }
     if (s->ha) hc_cleanup(&s->hc); /* and etcd */
     else if (!keep) hx_cleanup(&s->m);
+    for (int i = 0; i < HC_MASTERS; i++)
+        for (int e = 0; e < ETCD_FIXTURE_MAX_MEMBERS; e++) fault_proxy_stop(s->proxy[i][e]);
 }
 
 int main(int argc, char **argv)
