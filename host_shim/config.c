@@ -120,6 +120,8 @@ static const field_spec ha_fields[] = {
     F_OF("etcd_tls_ca", FK_PATH, ha_etcd_tls_ca),
     F_OF("etcd_tls_cert", FK_PATH, ha_etcd_tls_cert),
     F_OF("etcd_tls_key", FK_PATH, ha_etcd_tls_key),
+    F_OF("etcd_user", FK_NAME, ha_etcd_user),
+    F_OF("etcd_password_file", FK_PATH, ha_etcd_password_file),
     F_END
 };
 
@@ -696,6 +698,18 @@ static int check_ha(cfg_ctx *c, const host_config *cfg, const host_config_node *
                         "ha.etcd_tls_ca",
                         "missing: ha.etcd_tls_cert is presented over TLS, which needs the CA of "
                         "etcd's server certificates");
+    int user = cfg->ha_etcd_user[0] != '\0', pass = cfg->ha_etcd_password_file[0] != '\0';
+    if (user != pass)
+        return cfg_fail(c, SMP_EINVAL,
+                        value_line(cfg_node_child(ha, user ? "etcd_user" : "etcd_password_file")),
+                        user ? "ha.etcd_password_file" : "ha.etcd_user",
+                        "ha.etcd_user and ha.etcd_password_file are set together (or neither: "
+                        "no password auth to etcd)");
+    if (user && cfg->ha_etcd_tls_ca[0] == '\0')
+        return cfg_fail(c, SMP_EINVAL, value_line(cfg_node_child(ha, "etcd_user")),
+                        "ha.etcd_tls_ca",
+                        "missing: ha.etcd_user's password is sent to etcd over TLS only, which "
+                        "needs the CA of etcd's server certificates");
     return 0;
 }
 
@@ -741,6 +755,7 @@ static void keep_file_lines(host_config *cfg, const host_config_node *root)
     cfg->ha_etcd_tls_ca_line = value_line(cfg_node_child(ha, "etcd_tls_ca"));
     cfg->ha_etcd_tls_cert_line = value_line(cfg_node_child(ha, "etcd_tls_cert"));
     cfg->ha_etcd_tls_key_line = value_line(cfg_node_child(ha, "etcd_tls_key"));
+    cfg->ha_etcd_password_file_line = value_line(cfg_node_child(ha, "etcd_password_file"));
 }
 
 /* The rules that span fields: low_watermark < high_watermark (reported on the
@@ -811,6 +826,7 @@ static int resolve_paths(cfg_ctx *c, host_config *cfg, const host_config_node *r
     if ((rc = resolve_in_place(c, &cfg->ha_etcd_tls_ca, base)) < 0) return rc;
     if ((rc = resolve_in_place(c, &cfg->ha_etcd_tls_cert, base)) < 0) return rc;
     if ((rc = resolve_in_place(c, &cfg->ha_etcd_tls_key, base)) < 0) return rc;
+    if ((rc = resolve_in_place(c, &cfg->ha_etcd_password_file, base)) < 0) return rc;
     if ((rc = resolve_in_place(c, &cfg->tls_cert, base)) < 0) return rc;
     if ((rc = resolve_in_place(c, &cfg->tls_key, base)) < 0) return rc;
     if ((rc = resolve_in_place(c, &cfg->tls_ca, base)) < 0) return rc;
@@ -863,6 +879,8 @@ int host_config_defaults(host_config *cfg)
     cfg->ha_etcd_tls_ca = strdup("");
     cfg->ha_etcd_tls_cert = strdup("");
     cfg->ha_etcd_tls_key = strdup("");
+    cfg->ha_etcd_user = strdup("");
+    cfg->ha_etcd_password_file = strdup("");
     cfg->tls_cert = strdup("");
     cfg->tls_key = strdup("");
     cfg->tls_ca = strdup("");
@@ -893,7 +911,8 @@ int host_config_defaults(host_config *cfg)
         cfg->ha_etcd_endpoints == NULL || cfg->ha_prefix == NULL || cfg->ha_advertise == NULL ||
         cfg->ha_snapshot_dir == NULL || cfg->tls_cert == NULL || cfg->tls_key == NULL ||
         cfg->tls_ca == NULL || cfg->ha_etcd_tls_ca == NULL || cfg->ha_etcd_tls_cert == NULL ||
-        cfg->ha_etcd_tls_key == NULL) {
+        cfg->ha_etcd_tls_key == NULL || cfg->ha_etcd_user == NULL ||
+        cfg->ha_etcd_password_file == NULL) {
         host_config_free(cfg);
         return -ENOMEM;
     }
@@ -921,6 +940,8 @@ void host_config_free(host_config *cfg)
     free(cfg->ha_etcd_tls_ca);
     free(cfg->ha_etcd_tls_cert);
     free(cfg->ha_etcd_tls_key);
+    free(cfg->ha_etcd_user);
+    free(cfg->ha_etcd_password_file);
     free(cfg->tls_cert);
     free(cfg->tls_key);
     free(cfg->tls_ca);

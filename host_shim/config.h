@@ -129,6 +129,8 @@ typedef struct host_config {
                                          etcd; "" = plaintext */
     char *ha_etcd_tls_cert;           /* the masters' client certificate for etcd, "" = none */
     char *ha_etcd_tls_key;            /* its PEM private key */
+    char *ha_etcd_user;               /* etcd's password auth: the masters' user, "" = none */
+    char *ha_etcd_password_file;      /* a file holding its password (needs ha.etcd_tls_ca) */
 
     /* node: the embedded node of the master process */
     int node_embedded;                /* default 1 */
@@ -174,6 +176,7 @@ typedef struct host_config {
      * the messages of host_config_load_files (config_files.c). */
     int tls_cert_line, tls_key_line, tls_ca_line, auth_node_token_file_line;
     int ha_etcd_tls_ca_line, ha_etcd_tls_cert_line, ha_etcd_tls_key_line;
+    int ha_etcd_password_file_line;
 } host_config;
 
 /* Fill *cfg with every default. Strings are heap copies (freed by
@@ -242,6 +245,8 @@ typedef struct host_config_files {
     char *etcd_ca_pem;                        /* ha.etcd_tls_ca's text, NULL: plaintext */
     char *etcd_cert_pem;                      /* ha.etcd_tls_cert's, NULL: none */
     char *etcd_key_pem;                       /* ha.etcd_tls_key's (wiped when freed) */
+    char etcd_password[RPC_AUTH_TOKEN_MAX + 1]; /* ha.etcd_password_file's password, ""
+                                                 when none (wiped when freed) */
 } host_config_files;
 
 /* Read and check the files cfg names, as the master's start needs them --

@@ -16,6 +16,8 @@
  *    client context as a check (the CA a bundle, the key matching the
  *    certificate: wc_tls_client_ctx), then read as text, which the etcd
  *    client hands to gRPC;
+ *  - ha.etcd_password_file: the password of ha.etcd_user, read as a token
+ *    file is (wc_token_read_file: the trailing newline dropped, not empty);
  *  - auth.node_token_file: read (wc_token_read_file), and its token must be
  *    one of auth.tokens with role admin, since the embedded node registers
  *    with it (nodes.register needs admin): anything else would be a master
@@ -261,6 +263,13 @@ int host_config_load_files(const host_config *cfg, host_config_files *out, char 
         goto cleanup;
     if (cfg->ha_enabled && cfg->ha_etcd_tls_ca[0] != '\0' && (rc = etcd_tls(cfg, out, err, errlen)) < 0)
         goto cleanup;
+    if (cfg->ha_enabled && cfg->ha_etcd_password_file[0] != '\0' &&
+        (rc = wc_token_read_file(cfg->ha_etcd_password_file, out->etcd_password,
+                                 sizeof(out->etcd_password), why, sizeof(why))) < 0) {
+        files_fail(cfg, cfg->ha_etcd_password_file_line, err, errlen, "ha.etcd_password_file: %s",
+                   why);
+        goto cleanup;
+    }
     return SMP_OK;
 cleanup:
     host_config_files_free(out);
@@ -272,6 +281,7 @@ void host_config_files_free(host_config_files *f)
     if (f == NULL) return;
     SSL_CTX_free(f->tls);
     OPENSSL_cleanse(f->node_token, sizeof(f->node_token));
+    OPENSSL_cleanse(f->etcd_password, sizeof(f->etcd_password));
     if (f->etcd_key_pem != NULL) OPENSSL_cleanse(f->etcd_key_pem, strlen(f->etcd_key_pem));
     free(f->etcd_ca_pem);
     free(f->etcd_cert_pem);

@@ -344,24 +344,24 @@ grpc_byte_buffer *ecl_byte_buffer_of(const uint8_t *data, size_t len)
     return bb;
 }
 
-/* One request and its one answer on member ep (channel ch): a unary call,
- * or a bidirectional stream that sends one message, half-closes and reads
- * one message (LeaseKeepAlive). Returns 0 with *resp (malloc'd) and
- * *resp_len, or an SMP_E* code with err set and *fail saying whether
- * another member may be tried. Never waits past the client's deadline. */
-int ecl_exchange(etcd_client *c,
-                    grpc_channel *ch,
-                    const char *ep,
-                    const char *method,
-                    const uint8_t *req,
-                    size_t req_len,
-                    uint8_t **resp,
-                    size_t *resp_len,
-                    etcd_fail *fail,
-                    char *err,
-                    size_t errlen)
+/* ecl_exchange's one attempt, carrying token ("" none); *token_refused
+ * set when etcd refused it for the token (ecl_auth_token_refused). */
+static int exchange_once(etcd_client *c,
+                         grpc_channel *ch,
+                         const char *ep,
+                         const char *method,
+                         const uint8_t *req,
+                         size_t req_len,
+                         const char *token,
+                         int *token_refused,
+                         uint8_t **resp,
+                         size_t *resp_len,
+                         etcd_fail *fail,
+                         char *err,
+                         size_t errlen)
 {
     int rc;
+    grpc_metadata md[1];
     grpc_op ops[6];
     grpc_metadata_array initial_md, trailing_md;
     grpc_byte_buffer *send_buf = NULL, *recv_buf = NULL;
@@ -416,8 +416,14 @@ int ecl_exchange(etcd_client *c,
     }
     send_buf = ecl_byte_buffer_of(req, req_len);
     memset(ops, 0, sizeof(ops));
+    memset(md, 0, sizeof(md));
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-    ops[0].data.send_initial_metadata.count = 0;
+    if (token[0] != '\0') {
+        md[0].key = grpc_slice_from_static_string("token");
+        md[0].value = grpc_slice_from_static_string(token); /* outlives the call */
+        ops[0].data.send_initial_metadata.count = 1;
+        ops[0].data.send_initial_metadata.metadata = md;
+    }
     ops[1].op = GRPC_OP_SEND_MESSAGE;
     ops[1].data.send_message.send_message = send_buf;
     ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
@@ -456,6 +462,7 @@ int ecl_exchange(etcd_client *c,
     if ((rc = ecl_status_to_rc(status, detail_text, fail)) < 0) {
         ecl_set_err(err, errlen, "etcd %s %s: gRPC status %d (%s): %s", ep, method, (int)status,
                 ecl_status_name(status), detail_text);
+        *token_refused = ecl_auth_token_refused(c, token, status, detail_text);
         goto remove_active;
     }
     if (recv_buf == NULL) {
@@ -485,6 +492,41 @@ destroy_md:
     grpc_slice_unref(details);
     grpc_metadata_array_destroy(&initial_md);
     grpc_metadata_array_destroy(&trailing_md);
+    return rc;
+}
+
+/* One request and its one answer on member ep (channel ch): a unary call,
+ * or a bidirectional stream that sends one message, half-closes and reads
+ * one message (LeaseKeepAlive). With password auth the call carries the
+ * client's token (authenticating first when there is none), and once more
+ * with a new one when etcd refused the token. Returns 0 with *resp
+ * (malloc'd) and *resp_len, or an SMP_E* code with err set and *fail
+ * saying whether another member may be tried. Never waits past the
+ * client's deadline (twice, with a new token). */
+int ecl_exchange(etcd_client *c,
+                    grpc_channel *ch,
+                    const char *ep,
+                    const char *method,
+                    const uint8_t *req,
+                    size_t req_len,
+                    uint8_t **resp,
+                    size_t *resp_len,
+                    etcd_fail *fail,
+                    char *err,
+                    size_t errlen)
+{
+    char token[ETCD_TOKEN_MAX] = "";
+    int rc = SMP_EIO;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        int refused = 0;
+        if (strcmp(method, M_AUTHENTICATE) != 0 &&
+            (rc = ecl_auth_token(c, ch, ep, token, sizeof(token), fail, err, errlen)) < 0)
+            break;
+        rc = exchange_once(c, ch, ep, method, req, req_len, token, &refused, resp, resp_len, fail,
+                           err, errlen);
+        if (rc == 0 || !refused) break;
+    }
+    explicit_bzero(token, sizeof(token));
     return rc;
 }
 
@@ -643,6 +685,12 @@ int etcd_client_open(const etcd_client_options *o, etcd_client **out, char *err,
         rc = SMP_EINVAL;
         goto free_client;
     }
+    if ((o->user == NULL) != (o->password == NULL) || (o->user != NULL && o->tls_ca_pem == NULL)) {
+        ecl_set_err(err, errlen, "etcd_client_open: a user needs its password and a CA (the "
+                                 "password is sent over TLS only)");
+        rc = SMP_EINVAL;
+        goto free_client;
+    }
     if ((rc = ecl_parse_endpoints(c, o->endpoints, err, errlen)) < 0) goto free_client;
     c->timeout_ms = o->timeout_ms ? o->timeout_ms : ETCD_DEFAULT_TIMEOUT_MS;
     pthread_mutex_init(&c->mu, NULL);
@@ -650,6 +698,11 @@ int etcd_client_open(const etcd_client_options *o, etcd_client **out, char *err,
     library_ref();
     c->creds = credentials_of(o);
     c->tls = o->tls_ca_pem != NULL;
+    if (ecl_auth_init(c, o) < 0) {
+        ecl_set_err(err, errlen, "etcd_client_open: out of memory");
+        rc = SMP_ENOMEM;
+        goto close_channels;
+    }
     for (size_t i = 0; i < c->n_ep; i++) {
         c->ch[i] = c->creds != NULL ? ecl_channel_open(c->ep[i], c->creds) : NULL;
         if (c->ch[i] == NULL) {
@@ -664,6 +717,7 @@ close_channels:
     for (size_t i = 0; i < c->n_ep; i++)
         if (c->ch[i]) grpc_channel_destroy(c->ch[i]);
     if (c->creds != NULL) grpc_channel_credentials_release(c->creds);
+    ecl_auth_free(c);
     library_unref();
     pthread_cond_destroy(&c->idle);
     pthread_mutex_destroy(&c->mu);
@@ -683,6 +737,7 @@ void etcd_client_close(etcd_client *c)
     pthread_mutex_unlock(&c->mu);
     for (size_t i = 0; i < c->n_ep; i++) grpc_channel_destroy(c->ch[i]);
     grpc_channel_credentials_release(c->creds);
+    ecl_auth_free(c);
     pthread_cond_destroy(&c->idle);
     pthread_mutex_destroy(&c->mu);
     free(c);

@@ -16,6 +16,12 @@
  * Transport: plaintext gRPC, or TLS to every member (a CA, and a client
  * certificate where etcd asks for one: etcd_client_options).
  *
+ * Password auth: given a user and password (over TLS only), the client
+ * authenticates on the first call and sends the token etcd gave with every
+ * call and watch after it; a call etcd refuses because the token is no
+ * longer good (etcd restarted, it expired, the users changed) authenticates
+ * again and is made once more, which is safe: etcd refuses before applying.
+ *
  * Endpoints. The client is given every member ("h1:p1,h2:p2"). A call that
  * fails with a transport error (member down, deadline) is retried once on the
  * next member; etcd's own refusals (a failed compare is not one: it is a
@@ -54,12 +60,18 @@ typedef struct etcd_client_options {
      * --client-cert-auth). Both or neither. */
     const char *tls_cert_pem;
     const char *tls_key_pem;
+    /* etcd's password auth: a user and its password (both or neither, and
+     * only with tls_ca_pem: the password is sent to every member). NULL:
+     * none (etcd's auth off, or the client certificate's CN is the user). */
+    const char *user;
+    const char *password;
 } etcd_client_options;
 
 /* Create a client. Makes no call yet (a member that is down, or whose TLS
  * handshake fails, is found out by the first call). Returns 0 and *out, or
  * SMP_EINVAL (no endpoint, a bad "host:port", a client certificate without
- * its key or either without a CA) / SMP_ENOMEM. gRPC is initialised on the first open and shut
+ * its key or either without a CA, a user without its password or the
+ * reverse, or either without a CA) / SMP_ENOMEM. gRPC is initialised on the first open and shut
  * down with the last close. */
 int etcd_client_open(const etcd_client_options *o,
                      etcd_client **out,          /* OUT */

@@ -31,6 +31,9 @@
 #define M_KEEPALIVE "/etcdserverpb.Lease/LeaseKeepAlive"
 #define M_WATCH "/etcdserverpb.Watch/Watch"
 #define M_STATUS "/etcdserverpb.Maintenance/Status"
+#define M_AUTHENTICATE "/etcdserverpb.Auth/Authenticate"
+
+#define ETCD_TOKEN_MAX 512       /* etcd's simple tokens are ~30 bytes, JWTs a few hundred */
 
 /* A call in flight, linked into its client so etcd_client_close can
  * cancel it. Lives in the calling thread's stack frame. */
@@ -51,6 +54,13 @@ struct etcd_client {
     size_t current;          /* the member to try first (mu) */
     int closing;             /* (mu) */
     etcd_active *active;     /* (mu) */
+    /* Password auth (etcd_client_auth.c): NULL user when off. The token is
+     * "" until the first call authenticates, and again once etcd no longer
+     * takes it. */
+    char *user;
+    char *password;          /* wiped when the client is closed */
+    char token[ETCD_TOKEN_MAX]; /* (mu) */
+    int auth_off;            /* (mu) etcd said its auth is off: no token */
 };
 
 struct etcd_watch {
@@ -135,5 +145,28 @@ const char *ecl_state_name(grpc_connectivity_state st);
 const char *ecl_status_name(grpc_status_code s);
 
 int ecl_status_to_rc(grpc_status_code s, const char *details, etcd_fail *fail);
+
+/* -- password auth (etcd_client_auth.c) ---------------------------------- */
+
+/* Copy the user's password into c (o->user set; both or neither checked by
+ * the caller). 0 or SMP_ENOMEM. */
+int ecl_auth_init(etcd_client *c, const etcd_client_options *o);
+
+/* Wipe and free what ecl_auth_init kept. */
+void ecl_auth_free(etcd_client *c);
+
+/* The token a call of c's to member ep (channel ch) carries, into out: ""
+ * without password auth, else the one held, or a new one from an
+ * Authenticate call on that member. 0, or an SMP_E* code with err and
+ * *fail set as ecl_exchange's. */
+int ecl_auth_token(etcd_client *c, grpc_channel *ch, const char *ep, char *out, size_t cap,
+                   etcd_fail *fail, char *err, size_t errlen);
+
+/* 1 when a call that failed with status s and details said so because its
+ * token is no longer good (etcd restarted, the token expired, or the users
+ * changed since): the token is then dropped from c, if still held, so that
+ * the next call authenticates again. */
+int ecl_auth_token_refused(etcd_client *c, const char *token, grpc_status_code s,
+                           const char *details);
 
 #endif

@@ -178,11 +178,15 @@ static int watch_open_on(etcd_client *c,
 {
     int rc;
     grpc_op ops[2];
+    grpc_metadata md[1];
     grpc_byte_buffer *send_buf = NULL;
     Etcdserverpb__WatchResponse *resp = NULL;
+    char token[ETCD_TOKEN_MAX];
 
     *out = NULL;
     *fail = FAIL_ETCD;
+    if ((rc = ecl_auth_token(c, c->ch[ep], c->ep[ep], token, sizeof(token), fail, err, errlen)) < 0)
+        return rc;
     etcd_watch *w = calloc(1, sizeof(*w));
     if (w == NULL) {
         ecl_set_err(err, errlen, "etcd_watch_open: out of memory");
@@ -215,7 +219,14 @@ static int watch_open_on(etcd_client *c,
     }
     send_buf = ecl_byte_buffer_of(req, req_len);
     memset(ops, 0, sizeof(ops));
+    memset(md, 0, sizeof(md));
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    if (token[0] != '\0') { /* sent by the batch waited for below */
+        md[0].key = grpc_slice_from_static_string("token");
+        md[0].value = grpc_slice_from_static_string(token);
+        ops[0].data.send_initial_metadata.count = 1;
+        ops[0].data.send_initial_metadata.metadata = md;
+    }
     ops[1].op = GRPC_OP_SEND_MESSAGE;
     ops[1].data.send_message.send_message = send_buf;
     if (grpc_call_start_batch(w->call, ops, 2, TAG_SEND, NULL) != GRPC_CALL_OK) {
@@ -251,6 +262,10 @@ static int watch_open_on(etcd_client *c,
         }
         if (resp->canceled) {
             rc = watch_canceled(w, resp, err, errlen);
+            /* etcd cancels a watch whose token it no longer takes as
+             * "permission denied": the next open authenticates again */
+            if (resp->cancel_reason != NULL && strstr(resp->cancel_reason, "permission denied"))
+                ecl_auth_token_refused(c, token, GRPC_STATUS_UNAUTHENTICATED, "");
             goto free_resp;
         }
         if (resp->created) break;
@@ -259,6 +274,7 @@ static int watch_open_on(etcd_client *c,
     }
     etcdserverpb__watch_response__free_unpacked(resp, NULL);
     grpc_byte_buffer_destroy(send_buf);
+    explicit_bzero(token, sizeof(token));
     *fail = FAIL_NONE;
     *out = w;
     return 0;
@@ -267,6 +283,7 @@ free_resp:
 free_watch:
     if (send_buf) grpc_byte_buffer_destroy(send_buf);
     watch_free(w);
+    explicit_bzero(token, sizeof(token));
     return rc;
 }
 

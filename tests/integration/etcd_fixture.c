@@ -148,6 +148,12 @@ static pid_t spawn_member(const etcd_fixture *f, const etcd_fixture_member *m)
             argv[n++] = "--client-cert-auth";
         }
     }
+    char ttl[16];
+    if (f->auth_token_ttl_s > 0) {
+        snprintf(ttl, sizeof(ttl), "%u", f->auth_token_ttl_s);
+        argv[n++] = "--auth-token-ttl";
+        argv[n++] = ttl;
+    }
     argv[n] = NULL;
     pid_t pid = fork();
     if (pid != 0) return pid;

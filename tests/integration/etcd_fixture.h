@@ -39,6 +39,8 @@ typedef struct etcd_fixture {
     int client_cert_auth;
     char *tls_pem[3];         /* ca.pem, client.pem, client.key: what the fixture's client uses */
     char token[96];           /* --initial-cluster-token */
+    unsigned auth_token_ttl_s; /* --auth-token-ttl of the members started (or restarted)
+                                * after it is set; 0: etcd's (300 s) */
     char initial_cluster[512];
     char endpoints[256];      /* "h:p,h:p,h:p", every member */
     size_t n;

@@ -205,6 +205,17 @@ printf 'listen:\n  tcp: "127.0.0.1:0"\n  admin: ""\ndata_dir: %s/files-data\n%b\
   "$tmp" "$(etcd_tls_yaml ca.pem self.pem self.key)" "$tmp" >"$tmp/files.yaml"
 out=$("$bin" --config "$tmp/files.yaml" --check 2>&1) && ok "--check accepts TLS to etcd with a matching client certificate" \
   || bad "TLS to etcd: --check exit $?: $out"
+# ha.etcd_password_file: read as a token file, named with its line.
+: >"$tmp/empty.pw"
+files_check "a missing ha.etcd_password_file" "$(etcd_tls_yaml ca.pem)\n  etcd_user: wm\n  etcd_password_file: gone.pw\n" \
+  "files.yaml:14: ha.etcd_password_file: token file $tmp/gone.pw: No such file or directory"
+files_check "an empty ha.etcd_password_file" "$(etcd_tls_yaml ca.pem)\n  etcd_user: wm\n  etcd_password_file: empty.pw\n" \
+  "files.yaml:14: ha.etcd_password_file: token file $tmp/empty.pw: is empty"
+printf 'a password\n' >"$tmp/etcd.pw"
+printf 'listen:\n  tcp: "127.0.0.1:0"\n  admin: ""\ndata_dir: %s/files-data\n%b\n  etcd_user: wm\n  etcd_password_file: etcd.pw\nnode:\n  segment_dir: %s/files-shm\n' \
+  "$tmp" "$(etcd_tls_yaml ca.pem)" "$tmp" >"$tmp/files.yaml"
+out=$("$bin" --config "$tmp/files.yaml" --check 2>&1) && ok "--check accepts a user with its password file" \
+  || bad "etcd password: --check exit $?: $out"
 printf 'node-token-of-check' >"$tmp/node.token"
 node_hash=$(printf 'node-token-of-check' | sha256sum | cut -c1-64)
 other_hash=$(printf 'another-token' | sha256sum | cut -c1-64)

@@ -9,7 +9,10 @@
  * ha.etcd_tls_cert and ha.etcd_tls_key elect a leader, serve writes and
  * fail over with none lost; a master etcd does not accept (in plaintext,
  * without a certificate, trusting another CA) does not lead, says why it
- * waits, and stops cleanly. */
+ * waits, and stops cleanly. With etcd's auth on, masters known by their
+ * certificate are kept to their prefix; masters and the client given a
+ * user and its password (ha.etcd_user, ha.etcd_password_file) authenticate,
+ * and again whenever etcd no longer takes their token. */
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -198,8 +201,8 @@ static void objects(kvc *k, const char *prefix, int n, int check)
         fill(want, OBJ_LEN, i);
         if (check)
             assert_int_equal(hx_reads_back(k, key, want, OBJ_LEN), 0);
-        else
-            assert_int_equal(kvc_put_bytes(k, key, want, OBJ_LEN, SMP_DATA_KV, NULL, 0, NULL), 0);
+        else if (kvc_put_bytes(k, key, want, OBJ_LEN, SMP_DATA_KV, NULL, 0, NULL) != 0)
+            fail_msg("put %s: %s", key, kvc_error(k));
     }
 }
 
@@ -212,6 +215,15 @@ static int leader_with_node(hc_cluster *c, const char *node)
     assert_int_equal(hc_node_start(c, node, 32ull << 20), 0);
     assert_int_equal(hc_wait_node(c, leader, WAIT_MS), 0);
     return leader;
+}
+
+/* Put objects prefix/0..19 through a client of master i. */
+static void put_through(hc_cluster *c, int i, const char *prefix)
+{
+    kvc *k = hx_client(&c->m[i]);
+    assert_non_null(k);
+    objects(k, prefix, 20, 0);
+    kvc_close(k);
 }
 
 /* SIGKILL the leader; a client of the next one, once the node follows it. */
@@ -239,12 +251,8 @@ static void test_masters_lead_and_fail_over_on_a_tls_etcd(void **state)
         if (hx_start(&c->m[i], WAIT_MS) < 0) fail_msg("master %d did not start", i);
     }
     int leader = leader_with_node(c, "node-tls");
-    kvc *k = hx_client(&c->m[leader]);
-    assert_non_null(k);
-    objects(k, "kv/tls", 20, 0);
-    kvc_close(k);
-
-    k = fail_over(c, leader);
+    put_through(c, leader, "kv/tls");
+    kvc *k = fail_over(c, leader);
     objects(k, "kv/tls", 20, 1);
     objects(k, "kv/tls/after", 1, 0);
     kvc_close(k);
@@ -396,6 +404,173 @@ static void test_etcd_rbac_by_certificate_keeps_masters_to_their_prefix(void **s
     }
 }
 
+/* -- password auth ------------------------------------------------------------ */
+
+#define PW_USER "wm"
+#define PW_SECRET "the-masters-password"
+
+/* etcdctl on f's TLS etcd without a client certificate, as "user:password"
+ * when as is set; its output appended to the certificates' directory. 0 or
+ * -1. */
+static int etcdctl_as(const etcd_fixture *f, const char *as, const char *args)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof(cmd),
+             "ETCDCTL_API=3 etcdctl --endpoints 'https://%s' --cacert '%s/ca.pem' %s%s%s %s "
+             ">> '%s/etcdctl.log' 2>&1",
+             etcd_fixture_endpoint(f, 0), f->certs, as ? "--user '" : "", as ? as : "",
+             as ? "'" : "", args, f->certs);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+/* SIGKILL c's one etcd member and start it again. 0 or -1. */
+static int restart_etcd(hc_cluster *c)
+{
+    if (etcd_fixture_kill(&c->etcd, 0) < 0) return -1;
+    return etcd_fixture_restart(&c->etcd, 0, WAIT_MS);
+}
+
+/* A TLS etcd that asks for no client certificate, its auth on: user root,
+ * and user wm (password PW_SECRET, in <certs>/wm.pw; <certs>/wrong.pw holds
+ * another) whose one role reads and writes the cluster's prefix. Its
+ * tokens expire once unused for TOKEN_TTL_S. */
+#define TOKEN_TTL_S 2
+static int password_setup(void **state)
+{
+    hc_cluster *c = calloc(1, sizeof(*c));
+    char grant[256], path[400];
+    if (c == NULL || hc_init_tls(c, "etcd-password", 1, 0) < 0) {
+        free(c);
+        return -1;
+    }
+    *state = c;
+    c->etcd.auth_token_ttl_s = TOKEN_TTL_S; /* from its next start */
+    if (restart_etcd(c) < 0) return -1;
+    snprintf(grant, sizeof(grant), "role grant-permission wm readwrite '%s' --prefix=true", c->prefix);
+    const char *steps[] = {"user add root --new-user-password=root-of-the-test",
+                           "user add " PW_USER " --new-user-password=" PW_SECRET, "role add wm",
+                           grant, "user grant-role " PW_USER " wm", "auth enable"};
+    for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++)
+        if (etcdctl_as(&c->etcd, NULL, steps[i]) < 0) {
+            fprintf(stderr, "etcdctl %s failed (%s/etcdctl.log)\n", steps[i], c->etcd.certs);
+            return -1;
+        }
+    static const char *const pw[][2] = {{"wm.pw", PW_SECRET "\n"}, {"wrong.pw", "not-it\n"}};
+    for (size_t i = 0; i < 2; i++) {
+        snprintf(path, sizeof(path), "%s/%s", c->etcd.certs, pw[i][0]);
+        FILE *f = fopen(path, "w");
+        if (f == NULL || fputs(pw[i][1], f) < 0 || fclose(f) != 0) return -1;
+    }
+    return 0;
+}
+
+/* A put of key under c's prefix through client ec: its code. */
+static int put_under_prefix(hc_cluster *c, etcd_client *ec, const char *key)
+{
+    char k[128];
+    snprintf(k, sizeof(k), "%s%s", c->prefix, key);
+    return etcd_put(ec, k, strlen(k), "v", 1, 0, NULL, err, sizeof(err));
+}
+
+/* Given the user and its password, the client authenticates and writes
+ * under the prefix its role allows. A token left unused past etcd's TTL is
+ * forgotten: the next call is refused for it ("invalid auth token"),
+ * authenticates again and succeeds (it fails with the refused token kept).
+ * Calls go on through a restart of etcd and a change of roles. A wrong
+ * password is refused naming etcd's cause and the user; no user at all,
+ * with etcd's auth on, is refused too; a user without a CA is refused at
+ * open. */
+static void test_a_client_authenticates_and_again_when_etcd_forgets(void **state)
+{
+    hc_cluster *c = *state;
+    char *ca = cert_file(&c->etcd, "ca.pem");
+    etcd_client_options o = {.endpoints = etcd_fixture_endpoints(&c->etcd), .timeout_ms = 5000,
+                             .tls_ca_pem = ca, .user = PW_USER, .password = PW_SECRET};
+    etcd_client *ec = NULL;
+    assert_int_equal(etcd_client_open(&o, &ec, err, sizeof(err)), 0);
+    if (put_under_prefix(c, ec, "first") != 0) fail_msg("put: %s", err);
+    sleep(TOKEN_TTL_S + 2);
+    if (put_under_prefix(c, ec, "after-expiry") != 0) fail_msg("put after the token expired: %s", err);
+
+    assert_int_equal(restart_etcd(c), 0);
+    if (put_under_prefix(c, ec, "after-restart") != 0) fail_msg("put after etcd's restart: %s", err);
+
+    assert_int_equal(etcdctl_as(&c->etcd, "root:root-of-the-test", "role add another"), 0);
+    if (put_under_prefix(c, ec, "after-roles") != 0) fail_msg("put after a role change: %s", err);
+    etcd_range_result r;
+    char from[128], to[128];
+    snprintf(from, sizeof(from), "%s", c->prefix);
+    snprintf(to, sizeof(to), "%s", c->prefix);
+    to[strlen(to) - 1]++; /* the prefix's range, which the role grants */
+    if (etcd_range(ec, from, strlen(from), to, strlen(to), 0, 0, 1, &r, err, sizeof(err)) != 0)
+        fail_msg("range: %s", err);
+    assert_int_equal(r.n, 4);
+    etcd_range_result_free(&r);
+    etcd_client_close(ec);
+
+    o.password = "not-it";
+    assert_int_equal(etcd_client_open(&o, &ec, err, sizeof(err)), 0);
+    assert_int_equal(put_under_prefix(c, ec, "refused"), SMP_EINVAL);
+    assert_non_null(strstr(err, "authentication failed"));
+    assert_non_null(strstr(err, "(authenticating as user \"" PW_USER "\")"));
+    etcd_client_close(ec);
+    o.user = o.password = NULL;
+    assert_int_equal(etcd_client_open(&o, &ec, err, sizeof(err)), 0);
+    assert_true(put_under_prefix(c, ec, "refused") < 0);
+    assert_non_null(strstr(err, "user name is empty"));
+    etcd_client_close(ec);
+
+    o.user = PW_USER;
+    o.password = PW_SECRET;
+    o.tls_ca_pem = NULL;
+    assert_int_equal(etcd_client_open(&o, &ec, err, sizeof(err)), SMP_EINVAL);
+    assert_non_null(strstr(err, "a user needs its password and a CA"));
+    free(ca);
+}
+
+/* Master i's config for the password test: TLS to etcd, the user and the
+ * password file pw (of the certificates' directory). */
+static void configure_password(hc_cluster *c, int i, const char *pw)
+{
+    char more[600];
+    snprintf(more, sizeof(more), "  etcd_user: " PW_USER "\n  etcd_password_file: \"%s/%s\"\n",
+             c->etcd.certs, pw);
+    configure_more(c, i, "ca.pem", 0, more);
+}
+
+/* Two masters authenticate as wm: they lead, take writes through a node,
+ * ride a restart of etcd (which forgets their tokens, and their leases
+ * stay) taking more writes, and fail over with every write there. A third
+ * master with a wrong password stops at start, exit 1, saying etcd refused
+ * the user. */
+static void test_masters_authenticate_with_a_password_through_an_etcd_restart(void **state)
+{
+    hc_cluster *c = *state;
+    for (int i = 0; i < 2; i++) {
+        configure_password(c, i, "wm.pw");
+        if (hx_start(&c->m[i], WAIT_MS) < 0) fail_msg("master %d did not start", i);
+    }
+    int leader = leader_with_node(c, "node-pw");
+    put_through(c, leader, "kv/pw");
+    assert_int_equal(restart_etcd(c), 0);
+    leader = hc_wait_leader(c, -1, WAIT_MS);
+    assert_true(leader >= 0);
+    assert_int_equal(hc_wait_node(c, leader, WAIT_MS), 0);
+    put_through(c, leader, "kv/pw/after");
+    kvc *k = fail_over(c, leader);
+    objects(k, "kv/pw", 20, 1);
+    objects(k, "kv/pw/after", 20, 1);
+    kvc_close(k);
+
+    configure_password(c, 2, "wrong.pw");
+    assert_int_equal(hx_run_to_exit(&c->m[2], WAIT_MS), 1);
+    if (!hx_log_contains(&c->m[2], "etcdserver: authentication failed, invalid user ID or password "
+                                   "(authenticating as user \"" PW_USER "\")")) {
+        hx_print_log(&c->m[2]);
+        fail_msg("master 2 did not say that etcd refused its password");
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest client[] = {
@@ -411,8 +586,15 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_etcd_rbac_by_certificate_keeps_masters_to_their_prefix,
                                         cluster_setup, cluster_teardown),
     };
+    const struct CMUnitTest password[] = {
+        cmocka_unit_test_setup_teardown(test_a_client_authenticates_and_again_when_etcd_forgets,
+                                        password_setup, cluster_teardown),
+        cmocka_unit_test_setup_teardown(test_masters_authenticate_with_a_password_through_an_etcd_restart,
+                                        password_setup, cluster_teardown),
+    };
     int failed = cmocka_run_group_tests_name("etcd over TLS: the client", client, etcd_setup,
                                              etcd_teardown);
     failed += cmocka_run_group_tests_name("etcd over TLS: the masters", masters, NULL, NULL);
+    failed += cmocka_run_group_tests_name("etcd's password auth", password, NULL, NULL);
     return failed;
 }

@@ -1139,6 +1139,27 @@ static void test_refuses_incomplete_or_idle_ha_keys(void **state)
     snprintf(yaml, sizeof(yaml), "%s  etcd_tls_cert: m1.pem\n  etcd_tls_key: m1.key\n", tls_base);
     expect_message(yaml, "x.yaml:7: ha.etcd_tls_ca: missing: ha.etcd_tls_cert is presented over "
                          "TLS, which needs the CA of etcd's server certificates");
+    /* password auth to etcd: a user with its password file, over TLS */
+    snprintf(yaml, sizeof(yaml), "%s  etcd_tls_ca: ca.pem\n  etcd_user: wm\n", tls_base);
+    expect_message(yaml, "x.yaml:8: ha.etcd_password_file: ha.etcd_user and ha.etcd_password_file "
+                         "are set together (or neither: no password auth to etcd)");
+    snprintf(yaml, sizeof(yaml), "%s  etcd_tls_ca: ca.pem\n  etcd_password_file: pw\n", tls_base);
+    expect_message(yaml, "x.yaml:8: ha.etcd_user: ha.etcd_user and ha.etcd_password_file are set "
+                         "together (or neither: no password auth to etcd)");
+    snprintf(yaml, sizeof(yaml), "%s  etcd_user: wm\n  etcd_password_file: pw\n", tls_base);
+    expect_message(yaml, "x.yaml:7: ha.etcd_tls_ca: missing: ha.etcd_user's password is sent to "
+                         "etcd over TLS only, which needs the CA of etcd's server certificates");
+    snprintf(yaml, sizeof(yaml), "%s  etcd_user: \"w m\"\n", tls_base);
+    expect_refused(yaml, "ha.etcd_user: \"w m\" is not a name");
+    expect_message("ha:\n  etcd_user: wm\n",
+                   "x.yaml:2: ha.etcd_user: is set but ha.enabled is false (it would do nothing)");
+    snprintf(yaml, sizeof(yaml), "%s  etcd_tls_ca: ca.pem\n  etcd_user: wm\n  etcd_password_file: pw\n",
+             tls_base);
+    load_ok(yaml, &c);
+    assert_string_equal(c.ha_etcd_user, "wm");
+    assert_string_equal(c.ha_etcd_password_file, "/etc/wm/pw");
+    assert_int_equal(c.ha_etcd_password_file_line, 9);
+    host_config_free(&c);
     snprintf(yaml, sizeof(yaml), "%s  etcd_tls_ca: /pki/etcd-ca.pem\n", tls_base);
     load_ok(yaml, &c);
     assert_string_equal(c.ha_etcd_tls_ca, "/pki/etcd-ca.pem");
