@@ -528,6 +528,26 @@ static void test_a_client_authenticates_and_again_when_etcd_forgets(void **state
     free(ca);
 }
 
+/* A client given a user while etcd's auth is off sends no token (etcd's
+ * Authenticate says auth is not enabled) and works; once auth is turned on,
+ * its next call is refused for the want of a token ("user name is empty"),
+ * authenticates, and succeeds. */
+static void test_a_client_follows_etcd_turning_its_auth_on(void **state)
+{
+    hc_cluster *c = *state;
+    char *ca = cert_file(&c->etcd, "ca.pem");
+    etcd_client_options o = {.endpoints = etcd_fixture_endpoints(&c->etcd), .timeout_ms = 5000,
+                             .tls_ca_pem = ca, .user = PW_USER, .password = PW_SECRET};
+    etcd_client *ec = NULL;
+    assert_int_equal(etcdctl_as(&c->etcd, "root:root-of-the-test", "auth disable"), 0);
+    assert_int_equal(etcd_client_open(&o, &ec, err, sizeof(err)), 0);
+    if (put_under_prefix(c, ec, "auth-off") != 0) fail_msg("put with auth off: %s", err);
+    assert_int_equal(etcdctl_as(&c->etcd, NULL, "auth enable"), 0);
+    if (put_under_prefix(c, ec, "auth-on") != 0) fail_msg("put once auth is on: %s", err);
+    etcd_client_close(ec);
+    free(ca);
+}
+
 /* Master i's config for the password test: TLS to etcd, the user and the
  * password file pw (of the certificates' directory). */
 static void configure_password(hc_cluster *c, int i, const char *pw)
@@ -588,6 +608,8 @@ int main(void)
     };
     const struct CMUnitTest password[] = {
         cmocka_unit_test_setup_teardown(test_a_client_authenticates_and_again_when_etcd_forgets,
+                                        password_setup, cluster_teardown),
+        cmocka_unit_test_setup_teardown(test_a_client_follows_etcd_turning_its_auth_on,
                                         password_setup, cluster_teardown),
         cmocka_unit_test_setup_teardown(test_masters_authenticate_with_a_password_through_an_etcd_restart,
                                         password_setup, cluster_teardown),
