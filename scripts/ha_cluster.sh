@@ -15,8 +15,12 @@
 # HA_ETCD_TLS=1, etcd serves its client port over TLS only and asks for client
 # certificates (--client-cert-auth); the script makes a CA, etcd's certificate
 # for 127.0.0.1 and the masters' client certificate under HA_DIR/etcd-certs
-# (once, with openssl) and names them in the masters' ha.etcd_tls_*. Then,
-# from another terminal:
+# (once, with openssl) and names them in the masters' ha.etcd_tls_*. With
+# HA_ETCD_PASSWORD=1, etcd serves TLS without asking for client certificates
+# and its auth is on: the script adds (once) users root and weight-mgmt, whose
+# role reads and writes /weight_mgmt/ only, with random passwords in
+# HA_DIR/etcd-root.password and HA_DIR/etcd.password, and the masters log in
+# with ha.etcd_user and ha.etcd_password_file. Then, from another terminal:
 #   build/bin/weightctl --master 127.0.0.1:7601,127.0.0.1:7602,127.0.0.1:7603 status
 #   curl 127.0.0.1:7681/role
 set -euo pipefail
@@ -29,6 +33,8 @@ rpc_base=${HA_RPC_BASE:-7600}
 admin_base=${HA_ADMIN_BASE:-7680}
 node_port=${HA_NODE_PORT:-7691}
 tls=${HA_ETCD_TLS:-0}
+password=${HA_ETCD_PASSWORD:-0}
+[ "$password" = 1 ] && tls=1
 top=${top:-$PWD/var/ha}
 [ -x "$build/bin/store_master" ] || { echo "ha_cluster: $build/bin/store_master missing: make build" >&2; exit 1; }
 command -v etcd >/dev/null || { echo "ha_cluster: etcd missing: make deps" >&2; exit 1; }
@@ -62,14 +68,25 @@ if [ "$tls" = 1 ]; then
         -out client.pem ) || { echo "ha_cluster: openssl failed: $certs/openssl.log" >&2; exit 1; }
   fi
   scheme=https
-  etcd_tls=(--cert-file "$certs/server.pem" --key-file "$certs/server.key"
-            --trusted-ca-file "$certs/ca.pem" --client-cert-auth)
-  etcdctl_tls=(--cacert "$certs/ca.pem" --cert "$certs/client.pem" --key "$certs/client.key")
-  master_tls="  etcd_tls_ca: $certs/ca.pem
+  if [ "$password" = 1 ]; then
+    etcd_tls=(--cert-file "$certs/server.pem" --key-file "$certs/server.key")
+    etcdctl_tls=(--cacert "$certs/ca.pem")
+    master_tls="  etcd_tls_ca: $certs/ca.pem
+  etcd_user: weight-mgmt
+  etcd_password_file: $top/etcd.password
+"
+  else
+    etcd_tls=(--cert-file "$certs/server.pem" --key-file "$certs/server.key"
+              --trusted-ca-file "$certs/ca.pem" --client-cert-auth)
+    etcdctl_tls=(--cacert "$certs/ca.pem" --cert "$certs/client.pem" --key "$certs/client.key")
+    master_tls="  etcd_tls_ca: $certs/ca.pem
   etcd_tls_cert: $certs/client.pem
   etcd_tls_key: $certs/client.key
 "
+  fi
 fi
+# etcdctl as root once etcd's auth is on (HA_ETCD_PASSWORD, from a run before)
+[ -s "$top/etcd-root.password" ] && etcdctl_tls+=(--user "root:$(cat "$top/etcd-root.password")")
 
 etcd --name ha0 --data-dir "$top/etcd" "${etcd_tls[@]}" \
   --listen-client-urls "$scheme://127.0.0.1:$etcd_port" --advertise-client-urls "$scheme://127.0.0.1:$etcd_port" \
@@ -82,6 +99,20 @@ for _ in $(seq 100); do
     endpoint health >/dev/null 2>&1 && break
   sleep 0.1
 done
+if [ "$password" = 1 ] && [ ! -s "$top/etcd-root.password" ]; then
+  umask 077
+  openssl rand -hex 16 >"$top/etcd.password"
+  openssl rand -hex 16 >"$top/etcd-root.password.new"
+  for step in "user add root --new-user-password=$(cat "$top/etcd-root.password.new")" \
+      "user add weight-mgmt --new-user-password=$(cat "$top/etcd.password")" "role add weight-mgmt" \
+      "role grant-permission weight-mgmt readwrite /weight_mgmt/ --prefix=true" \
+      "user grant-role weight-mgmt weight-mgmt" "auth enable"; do
+    # shellcheck disable=SC2086 # each step is etcdctl's words
+    ETCDCTL_API=3 etcdctl --endpoints "$scheme://127.0.0.1:$etcd_port" "${etcdctl_tls[@]}" $step \
+      >>"$top/etcdctl.log" 2>&1 || { echo "ha_cluster: etcdctl $step failed: $top/etcdctl.log" >&2; exit 1; }
+  done
+  mv "$top/etcd-root.password.new" "$top/etcd-root.password"
+fi
 
 masters=""
 for i in 1 2 3; do
