@@ -48,7 +48,8 @@ bench: build
 # segment deletions under a weight workload for SOAK_SECONDS (every READY
 # revision read back by SHA-256 and the cold files counted after each
 # recovery); the same for SOAK_HA_SECONDS on three HA masters and a 3-member
-# etcd, with kills, handoffs and pauses of the leader, its partition from
+# etcd (on TLS, its auth on, the masters logging in with a password), with
+# kills, handoffs and pauses of the leader, its partition from
 # etcd, kills of standbys, of one or every etcd member and of every master at
 # once; 500 SIGKILL points under load,
 # then the weight lifecycle, upsert, node and fail-closed recovery tests ten
@@ -57,7 +58,7 @@ SOAK_SECONDS ?= 600
 SOAK_HA_SECONDS ?= 600
 soak: build
 	$(BUILD)/tests/soak_weights $(SOAK_SECONDS)
-	$(BUILD)/tests/soak_weights --ha $(SOAK_HA_SECONDS)
+	$(BUILD)/tests/soak_weights --ha --etcd-auth $(SOAK_HA_SECONDS)
 	WM_CRASH_ROUNDS=500 $(BUILD)/tests/test_crash_recovery
 	cd $(BUILD) && ctest --output-on-failure --repeat until-fail:10 \
 	  -R "test_weight_lifecycle|test_weight_upsert|test_nodes|test_recovery_fail_closed"

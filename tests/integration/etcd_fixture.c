@@ -431,6 +431,23 @@ int etcd_fixture_restart_all(etcd_fixture *f, int timeout_ms)
     return 0;
 }
 
+int etcd_fixture_etcdctl(const etcd_fixture *f, const char *as, const char *args)
+{
+    char eps[512] = "", tls[1024] = "", cmd[3072];
+    size_t used = 0;
+    for (size_t i = 0; i < f->n; i++)
+        used += (size_t)snprintf(eps + used, sizeof(eps) - used, "%s%s://%s", i ? "," : "",
+                                 f->certs[0] ? "https" : "http", f->m[i].endpoint);
+    if (f->certs[0] && f->client_cert_auth)
+        snprintf(tls, sizeof(tls), "--cacert '%s/ca.pem' --cert '%s/client.pem' --key '%s/client.key'",
+                 f->certs, f->certs, f->certs);
+    else if (f->certs[0])
+        snprintf(tls, sizeof(tls), "--cacert '%s/ca.pem'", f->certs);
+    snprintf(cmd, sizeof(cmd), "ETCDCTL_API=3 etcdctl --endpoints '%s' %s %s%s%s %s >> '%s/etcdctl.log' 2>&1",
+             eps, tls, as ? "--user '" : "", as ? as : "", as ? "'" : "", args, f->dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
 void etcd_fixture_cleanup(etcd_fixture *f)
 {
     char cmd[400];

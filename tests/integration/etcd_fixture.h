@@ -89,6 +89,13 @@ int etcd_fixture_restart(etcd_fixture *f, size_t i, int timeout_ms);
  * to timeout_ms until each answers and sees a leader. 0 or -1. */
 int etcd_fixture_restart_all(etcd_fixture *f, int timeout_ms);
 
+/* Run Debian's etcdctl (v3 API) with args on f's members: over TLS
+ * trusting the fixture's CA when it serves TLS, with the fixture's client
+ * certificate when it asks for one, and as "user:password" when as is set
+ * (may be NULL). Its output is appended to <dir>/etcdctl.log. 0 when it
+ * exits 0, else -1. */
+int etcd_fixture_etcdctl(const etcd_fixture *f, const char *as, const char *args);
+
 /* Kill every member and remove the directory. Safe to call twice. */
 void etcd_fixture_cleanup(etcd_fixture *f);
 

@@ -304,21 +304,6 @@ static void test_a_master_etcd_does_not_accept_waits_and_says_why(void **state)
     }
 }
 
-/* etcdctl (Debian's etcd-client) on c's etcd as its client certificate
- * (CN=client), with args; its output in the certificates' directory. 0 or
- * -1. */
-static int etcdctl(hc_cluster *c, const char *args)
-{
-    char cmd[2048];
-    snprintf(cmd, sizeof(cmd),
-             "ETCDCTL_API=3 etcdctl --endpoints 'https://%s' --cacert '%s/ca.pem' "
-             "--cert '%s/client.pem' --key '%s/client.key' %s >> '%s/etcdctl.log' 2>&1",
-             etcd_fixture_endpoint(&c->etcd, 0), c->etcd.certs, c->etcd.certs, c->etcd.certs, args,
-             c->etcd.certs);
-    int rc = system(cmd);
-    return rc == 0 ? 0 : -1;
-}
-
 /* 0 once etcd's history below the masters' first writes is compacted (a
  * read of the cluster's log head at revision 2 is SMP_ERANGE), through a
  * client with the masters' certificate, putting small objects through k
@@ -372,7 +357,8 @@ static void test_etcd_rbac_by_certificate_keeps_masters_to_their_prefix(void **s
                            "user add client --new-user-password=unused-the-cn-is-enough",
                            "role add wm", grant, "user grant-role client wm", "auth enable"};
     for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++)
-        if (etcdctl(c, steps[i]) < 0) fail_msg("etcdctl %s failed (%s/etcdctl.log)", steps[i], c->etcd.certs);
+        if (etcd_fixture_etcdctl(&c->etcd, NULL, steps[i]) < 0)
+            fail_msg("etcdctl %s failed (%s/etcdctl.log)", steps[i], c->etcd.dir);
     for (int i = 0; i < 2; i++) {
         configure_more(c, i, "ca.pem", 1, "  gc_keep_records: 0\nsnapshot:\n  every_records: 4\n");
         if (hx_start(&c->m[i], WAIT_MS) < 0) fail_msg("master %d did not start", i);
@@ -409,20 +395,6 @@ static void test_etcd_rbac_by_certificate_keeps_masters_to_their_prefix(void **s
 #define PW_USER "wm"
 #define PW_SECRET "the-masters-password"
 
-/* etcdctl on f's TLS etcd without a client certificate, as "user:password"
- * when as is set; its output appended to the certificates' directory. 0 or
- * -1. */
-static int etcdctl_as(const etcd_fixture *f, const char *as, const char *args)
-{
-    char cmd[2048];
-    snprintf(cmd, sizeof(cmd),
-             "ETCDCTL_API=3 etcdctl --endpoints 'https://%s' --cacert '%s/ca.pem' %s%s%s %s "
-             ">> '%s/etcdctl.log' 2>&1",
-             etcd_fixture_endpoint(f, 0), f->certs, as ? "--user '" : "", as ? as : "",
-             as ? "'" : "", args, f->certs);
-    return system(cmd) == 0 ? 0 : -1;
-}
-
 /* SIGKILL c's one etcd member and start it again. 0 or -1. */
 static int restart_etcd(hc_cluster *c)
 {
@@ -451,8 +423,8 @@ static int password_setup(void **state)
                            "user add " PW_USER " --new-user-password=" PW_SECRET, "role add wm",
                            grant, "user grant-role " PW_USER " wm", "auth enable"};
     for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++)
-        if (etcdctl_as(&c->etcd, NULL, steps[i]) < 0) {
-            fprintf(stderr, "etcdctl %s failed (%s/etcdctl.log)\n", steps[i], c->etcd.certs);
+        if (etcd_fixture_etcdctl(&c->etcd, NULL, steps[i]) < 0) {
+            fprintf(stderr, "etcdctl %s failed (%s/etcdctl.log)\n", steps[i], c->etcd.dir);
             return -1;
         }
     static const char *const pw[][2] = {{"wm.pw", PW_SECRET "\n"}, {"wrong.pw", "not-it\n"}};
@@ -495,7 +467,7 @@ static void test_a_client_authenticates_and_again_when_etcd_forgets(void **state
     assert_int_equal(restart_etcd(c), 0);
     if (put_under_prefix(c, ec, "after-restart") != 0) fail_msg("put after etcd's restart: %s", err);
 
-    assert_int_equal(etcdctl_as(&c->etcd, "root:root-of-the-test", "role add another"), 0);
+    assert_int_equal(etcd_fixture_etcdctl(&c->etcd, "root:root-of-the-test", "role add another"), 0);
     if (put_under_prefix(c, ec, "after-roles") != 0) fail_msg("put after a role change: %s", err);
     etcd_range_result r;
     char from[128], to[128];
@@ -539,10 +511,10 @@ static void test_a_client_follows_etcd_turning_its_auth_on(void **state)
     etcd_client_options o = {.endpoints = etcd_fixture_endpoints(&c->etcd), .timeout_ms = 5000,
                              .tls_ca_pem = ca, .user = PW_USER, .password = PW_SECRET};
     etcd_client *ec = NULL;
-    assert_int_equal(etcdctl_as(&c->etcd, "root:root-of-the-test", "auth disable"), 0);
+    assert_int_equal(etcd_fixture_etcdctl(&c->etcd, "root:root-of-the-test", "auth disable"), 0);
     assert_int_equal(etcd_client_open(&o, &ec, err, sizeof(err)), 0);
     if (put_under_prefix(c, ec, "auth-off") != 0) fail_msg("put with auth off: %s", err);
-    assert_int_equal(etcdctl_as(&c->etcd, NULL, "auth enable"), 0);
+    assert_int_equal(etcd_fixture_etcdctl(&c->etcd, NULL, "auth enable"), 0);
     if (put_under_prefix(c, ec, "auth-on") != 0) fail_msg("put once auth is on: %s", err);
     etcd_client_close(ec);
     free(ca);

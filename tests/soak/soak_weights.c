@@ -43,10 +43,15 @@
  *   - SIGKILL of every master at once and their start again;
  *   - a node's SIGKILL and a node's memory lost, as above.
  * After each, the program waits until exactly one master leads and the
- * other two are standbys, and checks as above through the leader.
+ * other two are standbys, and checks as above through the leader. With
+ * --etcd-auth as well, etcd serves TLS with its auth on, its tokens expiring
+ * after ETCD_TOKEN_TTL_S unused, and the masters log in with a password
+ * (ha.etcd_tls_ca, ha.etcd_user, ha.etcd_password_file) as a user whose
+ * role reads and writes their prefix only.
  *
- * Usage: soak_weights [--ha] [SECONDS (600)] [SEED (time)]; `make soak` runs
- * it for SOAK_SECONDS, and with --ha for SOAK_HA_SECONDS. With SOAK_KEEP set
+ * Usage: soak_weights [--ha [--etcd-auth]] [SECONDS (600)] [SEED (time)];
+ * `make soak` runs it for SOAK_SECONDS, and with --ha --etcd-auth for
+ * SOAK_HA_SECONDS. With SOAK_KEEP set
  * in the environment a failed run keeps its masters' directories (logs,
  * data) for inspection. */
 #include <dirent.h>
@@ -72,6 +77,7 @@
 #define UP_MS 120000       /* a process's start, a leader, the nodes registered */
 #define HA_LEASE_S 2       /* ha.lease_ttl_s of the HA masters */
 #define AWAY_MS (HA_LEASE_S * 1000 + 1500) /* a leader paused or cut off: past its lease */
+#define ETCD_TOKEN_TTL_S 2 /* --etcd-auth: etcd's --auth-token-ttl */
 
 /* What the workload knows of one revision. */
 typedef enum rev_state {
@@ -93,6 +99,7 @@ typedef struct rev {
 
 typedef struct soak {
     int ha;                    /* --ha: three masters on etcd */
+    int etcd_auth;             /* --etcd-auth: etcd on TLS, its auth on, a password */
     hx_master m;               /* one-master mode: the master */
     hc_cluster hc;             /* HA mode: etcd and the masters */
     hx_master *home;           /* what nodes and clients are given: m, or a view
@@ -744,6 +751,39 @@ static void store_yaml(char *out, size_t cap, int ha)
              ha ? "  weight_management_oplog_capability_confirmed: true\n" : "", BUILD_DIR);
 }
 
+/* --etcd-auth: turn etcd's auth on (its members restarted with a short
+ * token TTL first) with users root and soak, whose one role reads and
+ * writes the cluster's prefix, and write the soak's password to a file;
+ * out gets the ha: keys that log the masters in. 0 or -1 (why printed). */
+static int etcd_auth(soak *s, char *out, size_t cap)
+{
+    char grant[256], pw[400];
+    etcd_fixture *f = &s->hc.etcd;
+    f->auth_token_ttl_s = ETCD_TOKEN_TTL_S;
+    for (size_t e = 0; e < f->n; e++)
+        if (etcd_fixture_kill(f, e) < 0) return -1;
+    if (etcd_fixture_restart_all(f, UP_MS) < 0) return -1;
+    snprintf(grant, sizeof(grant), "role grant-permission soak readwrite '%s' --prefix=true",
+             s->hc.prefix);
+    const char *steps[] = {"user add root --new-user-password=root-of-the-soak",
+                           "user add soak --new-user-password=the-soaks-password", "role add soak",
+                           grant, "user grant-role soak soak", "auth enable"};
+    for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++)
+        if (etcd_fixture_etcdctl(f, NULL, steps[i]) < 0) {
+            fprintf(stderr, "soak: etcdctl %s failed (%s/etcdctl.log)\n", steps[i], f->dir);
+            return -1;
+        }
+    snprintf(pw, sizeof(pw), "%s/soak.password", f->dir);
+    FILE *p = fopen(pw, "w");
+    if (p == NULL || fputs("the-soaks-password\n", p) < 0 || fclose(p) != 0) {
+        perror("soak: the password file");
+        return -1;
+    }
+    snprintf(out, cap, "  etcd_tls_ca: \"%s/ca.pem\"\n  etcd_user: soak\n  etcd_password_file: \"%s\"\n",
+             f->certs, pw);
+    return 0;
+}
+
 /* Start the store: the master, or etcd and the three HA masters; then the
  * two nodes, and wait until they serve. 0 or -1 (why printed). */
 static int start_store(soak *s)
@@ -756,8 +796,13 @@ static int start_store(soak *s)
         s->home = s->lead = &s->m;
         if (hx_start(&s->m, UP_MS) < 0) return -1;
     } else {
-        if (hc_init(&s->hc, "soak-ha", 3) < 0) return -1;
+        char ha[2600] = ""; /* the ha: keys of --etcd-auth, then cfg */
+        if ((s->etcd_auth ? hc_init_tls(&s->hc, "soak-ha", 3, 0) : hc_init(&s->hc, "soak-ha", 3)) < 0)
+            return -1;
         s->hc.lease_ttl_s = HA_LEASE_S;
+        if (s->etcd_auth && etcd_auth(s, ha, sizeof(ha)) < 0) return -1;
+        size_t used = strlen(ha);
+        snprintf(ha + used, sizeof(ha) - used, "%s", cfg);
         for (int i = 0; i < HC_MASTERS; i++) { /* each master's own way to etcd */
             size_t used = 0;
             for (size_t e = 0; e < s->hc.etcd.n; e++) {
@@ -773,7 +818,7 @@ static int start_store(soak *s)
         if (hc_list_view(&s->hc, &s->view) < 0) return -1;
         s->home = &s->view;
         for (int i = 0; i < HC_MASTERS; i++)
-            if (hc_configure(&s->hc, i, cfg) < 0 || hx_start(&s->hc.m[i], UP_MS) < 0) return -1;
+            if (hc_configure(&s->hc, i, ha) < 0 || hx_start(&s->hc.m[i], UP_MS) < 0) return -1;
         if (wait_roles(s) < 0) return -1;
     }
     if (start_node(s, 0) < 0 || start_node(s, 1) < 0) return -1;
@@ -818,11 +863,18 @@ int main(int argc, char **argv)
     static soak s;
     int status = 1, rounds = 0, a = 1;
     pthread_t th;
-    if (argc > 1 && strcmp(argv[1], "--ha") == 0) s.ha = a++;
+    if (argc > a && strcmp(argv[a], "--ha") == 0) {
+        s.ha = 1;
+        a++;
+    }
+    if (s.ha && argc > a && strcmp(argv[a], "--etcd-auth") == 0) {
+        s.etcd_auth = 1;
+        a++;
+    }
     double seconds = argc > a ? atof(argv[a]) : 600;
     uint64_t seed = argc > a + 1 ? strtoull(argv[a + 1], NULL, 10) : (uint64_t)time(NULL);
     if (seconds <= 0) {
-        fprintf(stderr, "usage: %s [--ha] [SECONDS] [SEED]\n", argv[0]);
+        fprintf(stderr, "usage: %s [--ha [--etcd-auth]] [SECONDS] [SEED]\n", argv[0]);
         return 2;
     }
     s.rng = seed * 2654435761ull + 1;
@@ -831,7 +883,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "soak: FAILED: the store or a node did not start\n");
         goto cleanup;
     }
-    printf("soak%s: %.0f s, seed %llu, directory %s\n", s.ha ? " --ha" : "", seconds,
+    printf("soak%s%s: %.0f s, seed %llu, directory %s\n", s.ha ? " --ha" : "",
+           s.etcd_auth ? " --etcd-auth" : "", seconds,
            (unsigned long long)seed, s.home->dir);
     fflush(stdout);
     pthread_create(&th, NULL, workload, &s);
