@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -93,6 +94,12 @@ static void accept_one(fault_proxy *p, int cut)
         close(c);
         return;
     }
+    /* Each piece goes on at once, as it came: without this, Nagle on one
+     * side and a delayed ACK on the other held small writes (a TLS record
+     * of gRPC's) some 40 ms, which the real link does not. */
+    int one = 1;
+    (void)setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    (void)setsockopt(u, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     for (int i = 0; i < FP_PAIRS; i++) {
         if (p->pair[i][0] < 0) {
             p->pair[i][0] = c;
