@@ -641,10 +641,32 @@ static int value_line(const host_config_node *n)
     return n != NULL ? n->line : 0;
 }
 
+/* ha.<a> and ha.<b> (values va and vb) are set together (or neither: none
+ * says what that means), and only over TLS to etcd (why_tls: what needs
+ * it). A refusal is on the line of the one set, naming the one missing. */
+static int etcd_pair(cfg_ctx *c, const host_config *cfg, const host_config_node *ha,
+                     const char *a, const char *va, const char *b, const char *vb,
+                     const char *none, const char *why_tls)
+{
+    char pa[CFG_KEY_PATH_MAX], pb[CFG_KEY_PATH_MAX];
+    int set_a = va[0] != '\0', set_b = vb[0] != '\0';
+    cfg_path_key(pa, "ha", a);
+    cfg_path_key(pb, "ha", b);
+    if (set_a != set_b)
+        return cfg_fail(c, SMP_EINVAL, value_line(cfg_node_child(ha, set_a ? a : b)),
+                        set_a ? pb : pa, "%s and %s are set together (or neither: %s)", pa, pb,
+                        none);
+    if (set_a && cfg->ha_etcd_tls_ca[0] == '\0')
+        return cfg_fail(c, SMP_EINVAL, value_line(cfg_node_child(ha, a)), "ha.etcd_tls_ca",
+                        "missing: %s, which needs the CA of etcd's server certificates", why_tls);
+    return 0;
+}
+
 /* The HA rules: ha.enabled and oplog.backend etcd go together; an enabled
  * master needs its id, etcd's members, the shared snapshot directory and an
- * endpoint to advertise; and no ha.* key is accepted while HA is off (it
- * would do nothing). */
+ * endpoint to advertise; a client certificate for etcd and a user with its
+ * password are each a pair, over TLS (etcd_pair); and no ha.* key is
+ * accepted while HA is off (it would do nothing). */
 static int check_ha(cfg_ctx *c, const host_config *cfg, const host_config_node *root)
 {
     const host_config_node *ha = cfg_node_child(root, "ha");
@@ -687,30 +709,14 @@ static int check_ha(cfg_ctx *c, const host_config *cfg, const host_config_node *
         return cfg_fail(c, SMP_EINVAL, line, "ha.advertise",
                         "missing: listen.tcp asks for any free port (0), so say where clients "
                         "reach this master");
-    int cert = cfg->ha_etcd_tls_cert[0] != '\0', key = cfg->ha_etcd_tls_key[0] != '\0';
-    if (cert != key)
-        return cfg_fail(c, SMP_EINVAL, value_line(cfg_node_child(ha, cert ? "etcd_tls_cert" : "etcd_tls_key")),
-                        cert ? "ha.etcd_tls_key" : "ha.etcd_tls_cert",
-                        "ha.etcd_tls_cert and ha.etcd_tls_key are set together (or neither: "
-                        "no client certificate for etcd)");
-    if (cert && cfg->ha_etcd_tls_ca[0] == '\0')
-        return cfg_fail(c, SMP_EINVAL, value_line(cfg_node_child(ha, "etcd_tls_cert")),
-                        "ha.etcd_tls_ca",
-                        "missing: ha.etcd_tls_cert is presented over TLS, which needs the CA of "
-                        "etcd's server certificates");
-    int user = cfg->ha_etcd_user[0] != '\0', pass = cfg->ha_etcd_password_file[0] != '\0';
-    if (user != pass)
-        return cfg_fail(c, SMP_EINVAL,
-                        value_line(cfg_node_child(ha, user ? "etcd_user" : "etcd_password_file")),
-                        user ? "ha.etcd_password_file" : "ha.etcd_user",
-                        "ha.etcd_user and ha.etcd_password_file are set together (or neither: "
-                        "no password auth to etcd)");
-    if (user && cfg->ha_etcd_tls_ca[0] == '\0')
-        return cfg_fail(c, SMP_EINVAL, value_line(cfg_node_child(ha, "etcd_user")),
-                        "ha.etcd_tls_ca",
-                        "missing: ha.etcd_user's password is sent to etcd over TLS only, which "
-                        "needs the CA of etcd's server certificates");
-    return 0;
+    int rc = etcd_pair(c, cfg, ha, "etcd_tls_cert", cfg->ha_etcd_tls_cert, "etcd_tls_key",
+                       cfg->ha_etcd_tls_key, "no client certificate for etcd",
+                       "ha.etcd_tls_cert is presented over TLS");
+    if (rc == 0)
+        rc = etcd_pair(c, cfg, ha, "etcd_user", cfg->ha_etcd_user, "etcd_password_file",
+                       cfg->ha_etcd_password_file, "no password auth to etcd",
+                       "ha.etcd_user's password is sent to etcd over TLS only");
+    return rc;
 }
 
 /* tls: cert and key come together; ca and verify_clients only with them;
