@@ -259,7 +259,9 @@ typedef struct host_config_files {
  * auth.node_token_file, which must be one of auth.tokens with role admin
  * (the node registers with it); with HA and ha.etcd_tls_ca, the CA and the
  * client certificate and key for etcd, loaded as a TLS client's (the key
- * matching the certificate) and kept as PEM text for the etcd client. SMP_OK with *out filled (release with
+ * matching the certificate) and kept as PEM text for the etcd client;
+ * with HA and ha.etcd_password_file, etcd's password (read as a token
+ * file). SMP_OK with *out filled (release with
  * host_config_files_free), or a negative SMP_E* code (SMP_EINVAL refused,
  * SMP_EIO unreadable) with *out zeroed and err "FILE:LINE: key: cause", LINE
  * that of the value naming the file. */

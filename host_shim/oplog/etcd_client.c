@@ -361,7 +361,7 @@ static int exchange_once(etcd_client *c,
                          size_t errlen)
 {
     int rc;
-    grpc_metadata md[1];
+    grpc_metadata md;
     grpc_op ops[6];
     grpc_metadata_array initial_md, trailing_md;
     grpc_byte_buffer *send_buf = NULL, *recv_buf = NULL;
@@ -416,14 +416,8 @@ static int exchange_once(etcd_client *c,
     }
     send_buf = ecl_byte_buffer_of(req, req_len);
     memset(ops, 0, sizeof(ops));
-    memset(md, 0, sizeof(md));
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-    if (token[0] != '\0') {
-        md[0].key = grpc_slice_from_static_string("token");
-        md[0].value = grpc_slice_from_static_string(token); /* outlives the call */
-        ops[0].data.send_initial_metadata.count = 1;
-        ops[0].data.send_initial_metadata.metadata = md;
-    }
+    ecl_auth_metadata(&ops[0], &md, token); /* both outlive the call */
     ops[1].op = GRPC_OP_SEND_MESSAGE;
     ops[1].data.send_message.send_message = send_buf;
     ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;

@@ -111,6 +111,16 @@ int ecl_auth_token(etcd_client *c, grpc_channel *ch, const char *ep, char *out, 
     return authenticate(c, ch, ep, out, cap, fail, err, errlen);
 }
 
+void ecl_auth_metadata(grpc_op *op, grpc_metadata *md, const char *token)
+{
+    memset(md, 0, sizeof(*md));
+    if (token[0] == '\0') return;
+    md->key = grpc_slice_from_static_string("token");
+    md->value = grpc_slice_from_static_string(token);
+    op->data.send_initial_metadata.count = 1;
+    op->data.send_initial_metadata.metadata = md;
+}
+
 int ecl_auth_token_refused(etcd_client *c, const char *token, grpc_status_code s,
                            const char *details)
 {

@@ -162,6 +162,11 @@ void ecl_auth_free(etcd_client *c);
 int ecl_auth_token(etcd_client *c, grpc_channel *ch, const char *ep, char *out, size_t cap,
                    etcd_fail *fail, char *err, size_t errlen);
 
+/* Make op (a SEND_INITIAL_METADATA) carry token in md, etcd's "token"
+ * metadata; nothing for "". Neither token nor md may go before the batch
+ * holding op completes. */
+void ecl_auth_metadata(grpc_op *op, grpc_metadata *md, const char *token);
+
 /* 1 when a call that failed with status s and details said so because its
  * token is no longer good (etcd restarted, the token expired, or the users
  * changed since): the token is then dropped from c, if still held, so that

@@ -178,7 +178,7 @@ static int watch_open_on(etcd_client *c,
 {
     int rc;
     grpc_op ops[2];
-    grpc_metadata md[1];
+    grpc_metadata md;
     grpc_byte_buffer *send_buf = NULL;
     Etcdserverpb__WatchResponse *resp = NULL;
     char token[ETCD_TOKEN_MAX];
@@ -219,14 +219,8 @@ static int watch_open_on(etcd_client *c,
     }
     send_buf = ecl_byte_buffer_of(req, req_len);
     memset(ops, 0, sizeof(ops));
-    memset(md, 0, sizeof(md));
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-    if (token[0] != '\0') { /* sent by the batch waited for below */
-        md[0].key = grpc_slice_from_static_string("token");
-        md[0].value = grpc_slice_from_static_string(token);
-        ops[0].data.send_initial_metadata.count = 1;
-        ops[0].data.send_initial_metadata.metadata = md;
-    }
+    ecl_auth_metadata(&ops[0], &md, token); /* sent by the batch waited for below */
     ops[1].op = GRPC_OP_SEND_MESSAGE;
     ops[1].data.send_message.send_message = send_buf;
     if (grpc_call_start_batch(w->call, ops, 2, TAG_SEND, NULL) != GRPC_CALL_OK) {
