@@ -239,6 +239,7 @@ static int teardown(void **state)
 {
     fixture *f = *state;
     int rc = 0;
+    if (f == NULL) return -1; /* setup failed and cleaned up */
     kvc_close(f->a);
     if (hx_stop(&f->m) != 0) {
         fprintf(stderr, "the master did not shut down cleanly\n");

@@ -37,6 +37,9 @@
 #include <string.h>
 #include <time.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cmocka.h>
 
 #include "fault_proxy.h"
@@ -148,13 +151,60 @@ static weight_store *open_store(fx *f, unsigned threads, uint64_t lease_ttl_ms)
     return s;
 }
 
+/* Start the relay on 127.0.0.2:P and the node's data port on 127.0.0.1:P,
+ * and wait for the node to register. P was free on 127.0.0.2 when the relay
+ * took it, but a process beside this test (another suite's listener on
+ * 127.0.0.1:0) may hold it on 127.0.0.1: the node then exits, naming the
+ * address, and this tries another P. 0, or -1 with the cause and the
+ * node's log on stderr. */
+static int start_node_behind_relay(fx *f)
+{
+    for (int attempt = 0; attempt < 8; attempt++) {
+        char listen[64], node_listen[64];
+        int status;
+        if (fault_proxy_start_at("127.0.0.2", "127.0.0.1:0", &f->proxy, listen, sizeof listen) < 0) {
+            fprintf(stderr, "cannot start the relay on 127.0.0.2\n");
+            return -1;
+        }
+        fault_proxy_set_filter(f->proxy, on_client_bytes, &f->t);
+        snprintf(node_listen, sizeof node_listen, "127.0.0.1:%s", strrchr(listen, ':') + 1);
+        const char *args[] = {"--listen", node_listen, "--advertise", "127.0.0.2", NULL};
+        if (hx_node_start_args(&f->m, &f->n, "node-r", SEGMENT, args) < 0) {
+            fprintf(stderr, "cannot start store_node\n");
+            return -1;
+        }
+        for (long long end = hx_now_ms() + 20000; hx_now_ms() < end;) {
+            if (hx_wait_nodes(&f->m, 1, 200) == 0) return 0;
+            if (waitpid(f->n.pid, &status, WNOHANG) == f->n.pid) {
+                f->n.pid = 0;
+                break;
+            }
+        }
+        int taken = f->n.pid == 0 && hx_file_contains(f->n.log, "cannot listen on");
+        if (!taken) {
+            char text[8192];
+            hx_read_text(f->n.log, text, sizeof text);
+            fprintf(stderr, "store_node behind the relay (%s) did not register:\n%s\n", node_listen,
+                    text);
+            return -1;
+        }
+        fprintf(stderr, "%s is taken; another port\n", node_listen);
+        unlink(f->n.log); /* the next attempt's log starts empty */
+        fault_proxy_stop(f->proxy);
+        f->proxy = NULL;
+    }
+    fprintf(stderr, "no port free on both 127.0.0.1 and 127.0.0.2 in 8 tries\n");
+    return -1;
+}
+
 static int setup(void **state)
 {
     fx *f = calloc(1, sizeof *f);
-    char listen[64], node_listen[64];
     char extra[256];
+    if (f == NULL) return -1;
+    *state = f; /* teardown frees what a failed setup leaves */
     for (int k = 0; k < 2; k++) {
-        f->data[k] = malloc(OBJ_BYTES);
+        if ((f->data[k] = malloc(OBJ_BYTES)) == NULL) return -1;
         uint64_t x = 0x9E3779B97F4A7C15ull + (uint64_t)k;
         for (uint64_t b = 0; b < OBJ_BYTES; b++) {
             x ^= x << 13;
@@ -167,24 +217,19 @@ static int setup(void **state)
              "node:\n  embedded: false\n  timeout_ms: 2000\n  poll_ms: 50\n"
              "  ticket_ttl_ms: %d\n  put_timeout_ms: %d\n"
              "cluster:\n  default_weight_preferred_residency: hot\n", TTL_MS, PUT_TIMEOUT_MS);
-    if (hx_init(&f->m, "ticket-renewal", extra) < 0 || hx_start(&f->m, 20000) < 0) return -1;
-    /* The relay on 127.0.0.2:P, the node's data port on 127.0.0.1:P. */
-    if (fault_proxy_start_at("127.0.0.2", "127.0.0.1:0", &f->proxy, listen, sizeof listen) < 0)
+    if (hx_init(&f->m, "ticket-renewal", extra) < 0 || hx_start(&f->m, 20000) < 0) {
+        hx_print_log(&f->m);
         return -1;
-    fault_proxy_set_filter(f->proxy, on_client_bytes, &f->t);
-    snprintf(node_listen, sizeof node_listen, "127.0.0.1:%s", strrchr(listen, ':') + 1);
-    const char *args[] = {"--listen", node_listen, "--advertise", "127.0.0.2", NULL};
-    if (hx_node_start_args(&f->m, &f->n, "node-r", SEGMENT, args) < 0 ||
-        hx_wait_nodes(&f->m, 1, 10000) < 0)
-        return -1;
+    }
+    if (start_node_behind_relay(f) < 0) return -1;
     assert_int_equal(weight_identity_set(&f->id, NULL, "llm", "slow", "r1", 1), 0);
-    *state = f;
     return 0;
 }
 
 static int teardown(void **state)
 {
     fx *f = *state;
+    if (f == NULL) return 0;
     fault_proxy_stop(f->proxy);
     hx_node_kill(&f->n);
     hx_cleanup(&f->m);

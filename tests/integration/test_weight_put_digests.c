@@ -68,6 +68,8 @@ static int setup(void **state)
 {
     fixture *f = calloc(1, sizeof *f);
     char err[256];
+    if (f == NULL) return -1;
+    *state = f; /* teardown frees what a failed setup leaves */
     for (size_t i = 0; i < N_MODEL; i++) {
         uint64_t n = tensor_bytes(&model[i]);
         model[i].data = malloc(n);
@@ -82,15 +84,17 @@ static int setup(void **state)
     if (hx_init(&f->m, "weight-put-digests",
                 "cluster:\n  default_weight_preferred_residency: hot\n") < 0 ||
         hx_start(&f->m, 20000) < 0 ||
-        kvc_connect(f->m.socket, 10000, &f->kv, err, sizeof err) < 0)
+        kvc_connect(f->m.socket, 10000, &f->kv, err, sizeof err) < 0) {
+        hx_print_log(&f->m);
         return -1;
-    *state = f;
+    }
     return 0;
 }
 
 static int teardown(void **state)
 {
     fixture *f = *state;
+    if (f == NULL) return 0;
     kvc_close(f->kv);
     hx_cleanup(&f->m);
     for (size_t i = 0; i < N_MODEL; i++) free(model[i].data);

@@ -128,19 +128,19 @@ static int setup(void **state)
 {
     fixture *f = calloc(1, sizeof(*f));
     if (f == NULL) return -1;
+    *state = f; /* teardown frees what a failed setup leaves */
     wmt_table_build(&f->t);
     wm_section_image img = wmt_table_image(&f->t);
     if (wm_encode_section(&img, &f->buf, &f->len, NULL, 0) != WM_OK) return -1;
     f->m = wmrec__weight_metadata_section__unpack(NULL, f->len, f->buf);
-    if (f->m == NULL) return -1;
-    *state = f;
-    return 0;
+    return f->m == NULL ? -1 : 0;
 }
 
 static int teardown(void **state)
 {
     fixture *f = *state;
-    wmrec__weight_metadata_section__free_unpacked(f->m, NULL);
+    if (f == NULL) return 0;
+    if (f->m != NULL) wmrec__weight_metadata_section__free_unpacked(f->m, NULL);
     free(f->buf);
     wmt_table_clear(&f->t);
     free(f);
