@@ -373,7 +373,8 @@ static int wait_for_etcd(master *m, char *err, size_t errlen)
 
 /* How this master reaches etcd: ha.etcd_endpoints, over TLS with the
  * PEM text of ha.etcd_tls_* as host_config_load_files read it, as
- * ha.etcd_user with the password of ha.etcd_password_file. */
+ * ha.etcd_user with the password of ha.etcd_password_file (read again at
+ * each login: a rotated password needs no restart). */
 static etcd_client_options etcd_options(const master *m)
 {
     etcd_client_options o = {.endpoints = m->cfg->ha_etcd_endpoints,
@@ -381,7 +382,9 @@ static etcd_client_options etcd_options(const master *m)
                              .tls_cert_pem = m->files.etcd_cert_pem,
                              .tls_key_pem = m->files.etcd_key_pem,
                              .user = m->cfg->ha_etcd_user[0] ? m->cfg->ha_etcd_user : NULL,
-                             .password = m->cfg->ha_etcd_user[0] ? m->files.etcd_password : NULL};
+                             .password = m->cfg->ha_etcd_user[0] ? m->files.etcd_password : NULL,
+                             .password_file = m->cfg->ha_etcd_user[0] ? m->cfg->ha_etcd_password_file
+                                                                      : NULL};
     return o;
 }
 

@@ -21,6 +21,9 @@
  * call and watch after it; a call etcd refuses because the token is no
  * longer good (etcd restarted, it expired, the users changed) authenticates
  * again and is made once more, which is safe: etcd refuses before applying.
+ * Given the password's file too, each login reads it again: write the new
+ * password there, then change it in etcd (which makes every token old), and
+ * the next login sends the new one.
  *
  * Endpoints. The client is given every member ("h1:p1,h2:p2"). A call that
  * fails with a transport error (member down, deadline) is retried once on the
@@ -65,6 +68,11 @@ typedef struct etcd_client_options {
      * none (etcd's auth off, or the client certificate's CN is the user). */
     const char *user;
     const char *password;
+    /* With user: the file password was read from (wc_token_read_file), read
+     * again before each Authenticate. A password changed there is used
+     * from that login on; a file that cannot be read leaves the password
+     * held. Each is said on stderr. NULL: password is the only one. */
+    const char *password_file;
 } etcd_client_options;
 
 /* Create a client. Makes no call yet (a member that is down, or whose TLS

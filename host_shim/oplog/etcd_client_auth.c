@@ -9,7 +9,11 @@
  * call before it is applied, so ecl_exchange authenticates again and makes
  * the call once more. Like etcd's own client, a client given a user against
  * an etcd whose auth is off sends no token (until a call is refused for
- * the want of one: auth was turned on). */
+ * the want of one: auth was turned on).
+ *
+ * Given the password's file, every Authenticate reads it again, so that a
+ * password rotated there and then in etcd (which makes every token old) is
+ * the one the next login sends, without a restart. */
 #include <grpc/grpc.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -18,13 +22,16 @@
 
 #include "etcd_client_internal.h"
 #include "store_plugin.h"
+#include "wc_token.h"
 
 int ecl_auth_init(etcd_client *c, const etcd_client_options *o)
 {
     if (o->user == NULL) return 0;
     c->user = strdup(o->user);
     c->password = strdup(o->password);
-    if (c->user == NULL || c->password == NULL) {
+    if (o->password_file != NULL) c->password_file = strdup(o->password_file);
+    if (c->user == NULL || c->password == NULL ||
+        (o->password_file != NULL && c->password_file == NULL)) {
         ecl_auth_free(c);
         return SMP_ENOMEM;
     }
@@ -37,7 +44,46 @@ void ecl_auth_free(etcd_client *c)
     explicit_bzero(c->token, sizeof(c->token));
     free(c->password);
     free(c->user);
-    c->password = c->user = NULL;
+    free(c->password_file);
+    c->password = c->user = c->password_file = NULL;
+}
+
+/* The password the next Authenticate sends, into pw (cap: WC_TOKEN_MAX +
+ * 1): the one held, after reading the password file again where there is
+ * one. A password changed in the file replaces the held one (said on
+ * stderr, once per change); a file that cannot be read leaves the held one,
+ * said once until the file reads again. 0 or SMP_ENOMEM. */
+static int login_password(etcd_client *c, char *pw, size_t cap)
+{
+    char fresh[WC_TOKEN_MAX + 1], why[512];
+    int rc = 0, read_rc = 0;
+    if (c->password_file != NULL)
+        read_rc = wc_token_read_file(c->password_file, fresh, sizeof(fresh), why, sizeof(why));
+    pthread_mutex_lock(&c->mu);
+    if (c->password_file != NULL && read_rc < 0 && !c->password_file_failing) {
+        c->password_file_failing = 1;
+        fprintf(stderr, "etcd client: %s; user \"%s\" logs in with the password read before\n",
+                why, c->user);
+    } else if (c->password_file != NULL && read_rc == 0) {
+        c->password_file_failing = 0;
+        if (strcmp(fresh, c->password) != 0) {
+            char *next = strdup(fresh);
+            if (next == NULL) {
+                rc = SMP_ENOMEM;
+                goto unlock;
+            }
+            explicit_bzero(c->password, strlen(c->password));
+            free(c->password);
+            c->password = next;
+            fprintf(stderr, "etcd client: the password of user \"%s\" changed in %s; logging in "
+                            "with the new one\n", c->user, c->password_file);
+        }
+    }
+    snprintf(pw, cap, "%s", c->password);
+unlock:
+    pthread_mutex_unlock(&c->mu);
+    explicit_bzero(fresh, sizeof(fresh));
+    return rc;
 }
 
 /* Authenticate on member ep: the new token into c and out. */
@@ -48,9 +94,15 @@ static int authenticate(etcd_client *c, grpc_channel *ch, const char *ep, char *
     Etcdserverpb__AuthenticateResponse *resp = NULL;
     uint8_t *body = NULL, *answer = NULL;
     size_t answer_len = 0;
+    char pw[WC_TOKEN_MAX + 1];
     int rc;
+    if (login_password(c, pw, sizeof(pw)) < 0) {
+        ecl_set_err(err, errlen, "etcd %s %s: out of memory", ep, M_AUTHENTICATE);
+        *fail = FAIL_ETCD;
+        return SMP_ENOMEM;
+    }
     req.name = c->user;
-    req.password = c->password;
+    req.password = pw;
     size_t len = etcdserverpb__authenticate_request__get_packed_size(&req);
     if ((body = malloc(len ? len : 1)) == NULL) {
         ecl_set_err(err, errlen, "etcd %s %s: out of memory", ep, M_AUTHENTICATE);
@@ -58,6 +110,7 @@ static int authenticate(etcd_client *c, grpc_channel *ch, const char *ep, char *
         return SMP_ENOMEM;
     }
     etcdserverpb__authenticate_request__pack(&req, body);
+    explicit_bzero(pw, sizeof(pw));
     rc = ecl_exchange(c, ch, ep, M_AUTHENTICATE, body, len, &answer, &answer_len, fail, err, errlen);
     explicit_bzero(body, len);
     free(body);

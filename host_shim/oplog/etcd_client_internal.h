@@ -58,7 +58,9 @@ struct etcd_client {
      * "" until the first call authenticates, and again once etcd no longer
      * takes it. */
     char *user;
-    char *password;          /* wiped when the client is closed */
+    char *password;          /* (mu) wiped when replaced and when the client is closed */
+    char *password_file;     /* NULL: the password given is the only one */
+    int password_file_failing; /* (mu) its last read failed (said once) */
     char token[ETCD_TOKEN_MAX]; /* (mu) */
     int auth_off;            /* (mu) etcd said its auth is off: no token */
 };
@@ -148,8 +150,8 @@ int ecl_status_to_rc(grpc_status_code s, const char *details, etcd_fail *fail);
 
 /* -- password auth (etcd_client_auth.c) ---------------------------------- */
 
-/* Copy the user's password into c (o->user set; both or neither checked by
- * the caller). 0 or SMP_ENOMEM. */
+/* Copy the user's password, and its file's path, into c (o->user set; both
+ * or neither checked by the caller). 0 or SMP_ENOMEM. */
 int ecl_auth_init(etcd_client *c, const etcd_client_options *o);
 
 /* Wipe and free what ecl_auth_init kept. */

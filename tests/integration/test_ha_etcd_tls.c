@@ -12,7 +12,8 @@
  * waits, and stops cleanly. With etcd's auth on, masters known by their
  * certificate are kept to their prefix; masters and the client given a
  * user and its password (ha.etcd_user, ha.etcd_password_file) authenticate,
- * and again whenever etcd no longer takes their token. */
+ * and again whenever etcd no longer takes their token, reading the file
+ * again each time: a password rotated while they serve needs no restart. */
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -567,6 +568,97 @@ static void test_masters_authenticate_with_a_password_through_an_etcd_restart(vo
     }
 }
 
+/* Write text to path through a rename, as an operator's tool would: a
+ * reader sees the old file or the new one. 0 or -1. */
+static int replace_file(const char *path, const char *text)
+{
+    char tmp[512];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (f == NULL) return -1;
+    int ok = fputs(text, f) >= 0;
+    ok = fclose(f) == 0 && ok;
+    return ok && rename(tmp, path) == 0 ? 0 : -1;
+}
+
+/* A client of etcd as PW_USER with password: the code of a put under c's
+ * prefix, err naming the cause. */
+static int put_as(hc_cluster *c, const char *password)
+{
+    char *ca = cert_file(&c->etcd, "ca.pem");
+    etcd_client_options o = {.endpoints = etcd_fixture_endpoints(&c->etcd), .timeout_ms = 5000,
+                             .tls_ca_pem = ca, .user = PW_USER, .password = password};
+    etcd_client *ec = NULL;
+    int rc = etcd_client_open(&o, &ec, err, sizeof(err));
+    if (rc == 0) rc = put_under_prefix(c, ec, "as");
+    etcd_client_close(ec);
+    free(ca);
+    return rc;
+}
+
+#define PW_ROTATED "the-masters-next-password"
+
+/* The masters' password is rotated while they serve, with no restart: the
+ * new one is written to their password file, then set in etcd, which makes
+ * every token old. The leader's next write logs in again, reading the
+ * file, and is taken; the standby, which fails over once the leader is
+ * SIGKILLed, logs in with the new password too and has every write. Then
+ * the file goes away, and etcd restarts, forgetting the tokens: the new
+ * leader says it cannot read the file, logs in with the password it read
+ * before, and takes writes. */
+static void test_masters_take_a_rotated_password_without_a_restart(void **state)
+{
+    hc_cluster *c = *state;
+    char path[400], args[600], said[600];
+    snprintf(path, sizeof(path), "%s/rotated.pw", c->etcd.certs);
+    assert_int_equal(replace_file(path, PW_SECRET "\n"), 0);
+    for (int i = 0; i < 2; i++) {
+        configure_password(c, i, "rotated.pw");
+        if (hx_start(&c->m[i], WAIT_MS) < 0) fail_msg("master %d did not start", i);
+    }
+    int leader = leader_with_node(c, "node-rot");
+    pid_t standby_pid = c->m[1 - leader].pid;
+    put_through(c, leader, "kv/rot");
+
+    assert_int_equal(replace_file(path, PW_ROTATED "\n"), 0);
+    snprintf(args, sizeof(args), "user passwd " PW_USER " --interactive=false < '%s'", path);
+    assert_int_equal(etcd_fixture_etcdctl(&c->etcd, "root:root-of-the-test", args), 0);
+    assert_int_equal(put_as(c, PW_SECRET), SMP_EINVAL); /* etcd took the change */
+    assert_non_null(strstr(err, "authentication failed"));
+    if (put_as(c, PW_ROTATED) != 0) fail_msg("put with the new password: %s", err);
+
+    put_through(c, leader, "kv/rot/after");
+    snprintf(said, sizeof(said), "the password of user \"" PW_USER "\" changed in %s; logging in "
+             "with the new one", path);
+    if (!hx_log_contains(&c->m[leader], said)) {
+        hx_print_log(&c->m[leader]);
+        fail_msg("the leader did not say it took the new password");
+    }
+    kvc *k = fail_over(c, leader);
+    int next = 1 - leader;
+    assert_int_equal(c->m[next].pid, standby_pid); /* not restarted */
+    objects(k, "kv/rot", 20, 1);
+    objects(k, "kv/rot/after", 20, 1);
+    objects(k, "kv/rot/next", 20, 0);
+    assert_true(hx_log_contains(&c->m[next], said));
+
+    assert_int_equal(unlink(path), 0);
+    kvc_close(k);
+    assert_int_equal(restart_etcd(c), 0); /* it forgets every token */
+    assert_int_equal(hc_wait_leader(c, -1, WAIT_MS), next);
+    assert_int_equal(hc_wait_node(c, next, WAIT_MS), 0);
+    assert_non_null(k = hx_client(&c->m[next]));
+    objects(k, "kv/rot/no-file", 20, 0);
+    snprintf(said, sizeof(said), "%s: No such file or directory; user \"" PW_USER "\" logs in "
+             "with the password read before", path);
+    if (!hx_log_contains(&c->m[next], said)) {
+        hx_print_log(&c->m[next]);
+        fail_msg("the leader did not say it kept the password it read before");
+    }
+    objects(k, "kv/rot/no-file", 20, 1);
+    kvc_close(k);
+}
+
 int main(void)
 {
     const struct CMUnitTest client[] = {
@@ -588,6 +680,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_a_client_follows_etcd_turning_its_auth_on,
                                         password_setup, cluster_teardown),
         cmocka_unit_test_setup_teardown(test_masters_authenticate_with_a_password_through_an_etcd_restart,
+                                        password_setup, cluster_teardown),
+        cmocka_unit_test_setup_teardown(test_masters_take_a_rotated_password_without_a_restart,
                                         password_setup, cluster_teardown),
     };
     int failed = cmocka_run_group_tests_name("etcd over TLS: the client", client, etcd_setup,
