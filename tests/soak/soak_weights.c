@@ -47,7 +47,12 @@
  * --etcd-auth as well, etcd serves TLS with its auth on, its tokens expiring
  * after ETCD_TOKEN_TTL_S unused, and the masters log in with a password
  * (ha.etcd_tls_ca, ha.etcd_user, ha.etcd_password_file) as a user whose
- * role reads and writes their prefix only.
+ * role reads and writes their prefix only; one more fault then rotates
+ * that password: a new one in the masters' file, then in etcd (every
+ * token turns old), with no master restarted.
+ * Every round also waits, before its fault, until the workload has had a
+ * write acknowledged (a put, migration or remove) since the last
+ * recovery: a store that only answers reads after a fault fails.
  *
  * Usage: soak_weights [--ha [--etcd-auth]] [SECONDS (600)] [SEED (time)];
  * `make soak` runs it for SOAK_SECONDS, and with --ha --etcd-auth for
@@ -74,6 +79,7 @@
 #define N_TENSORS 3
 #define SEGMENT_BYTES (64ull << 20)
 #define QUIET_MS 60000
+#define WRITES_MS 30000    /* after a recovery, the first write the workload has acknowledged */
 #define UP_MS 120000       /* a process's start, a leader, the nodes registered */
 #define HA_LEASE_S 2       /* ha.lease_ttl_s of the HA masters */
 #define AWAY_MS (HA_LEASE_S * 1000 + 1500) /* a leader paused or cut off: past its lease */
@@ -100,6 +106,8 @@ typedef struct rev {
 typedef struct soak {
     int ha;                    /* --ha: three masters on etcd */
     int etcd_auth;             /* --etcd-auth: etcd on TLS, its auth on, a password */
+    char password_file[400];   /* --etcd-auth: the masters' ha.etcd_password_file */
+    int passwords;             /* --etcd-auth: rotations of that password so far */
     hx_master m;               /* one-master mode: the master */
     hc_cluster hc;             /* HA mode: etcd and the masters */
     hx_master *home;           /* what nodes and clients are given: m, or a view
@@ -447,6 +455,39 @@ static int stood_down(soak *s, int i)
     return 0;
 }
 
+/* Write text to path through a rename: a reader sees the old file or the
+ * new one. 0 or -1 (why printed). */
+static int replace_file(const char *path, const char *text)
+{
+    char tmp[512];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    int ok = f != NULL && fputs(text, f) >= 0;
+    if (f != NULL) ok = fclose(f) == 0 && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        perror("soak: the password file");
+        return -1;
+    }
+    return 0;
+}
+
+/* --etcd-auth: a new password for the masters' user, written to their
+ * password file first and then set in etcd (etcdctl user passwd), which
+ * makes every token old: the masters' next logins must read the file
+ * again. 0 or -1 (why printed). */
+static int rotate_password(soak *s)
+{
+    char pw[64], args[600];
+    snprintf(pw, sizeof(pw), "the-soaks-password-%d\n", ++s->passwords);
+    if (replace_file(s->password_file, pw) < 0) return -1;
+    snprintf(args, sizeof(args), "user passwd soak --interactive=false < '%s'", s->password_file);
+    if (etcd_fixture_etcdctl(&s->hc.etcd, "root:root-of-the-soak", args) < 0) {
+        fprintf(stderr, "soak: etcdctl user passwd failed (%s/etcdctl.log)\n", s->hc.etcd.dir);
+        return -1;
+    }
+    return 0;
+}
+
 /* HA mode: one random fault of the masters or of etcd, and the restart of
  * what it stopped. 0, or -1 when a process does not come back. */
 static int ha_chaos(soak *s, uint64_t dice, const char **what)
@@ -494,13 +535,33 @@ static int ha_chaos(soak *s, uint64_t dice, const char **what)
         sleep_ms(1000 + (long)(next_rand(&s->rng) % 2000));
         return etcd_fixture_restart(&s->hc.etcd, e, UP_MS);
     }
-    default:
+    case 7:
         *what = "SIGKILL of every master";
         for (int i = 0; i < HC_MASTERS; i++) hx_kill(&s->hc.m[i]);
         for (int i = 0; i < HC_MASTERS; i++)
             if (hx_start(&s->hc.m[i], UP_MS) < 0) return -1;
         return 0;
+    default: /* --etcd-auth only */
+        *what = "the masters' etcd password rotated";
+        return rotate_password(s);
     }
+}
+
+/* Writes the workload had acknowledged so far: puts, migrations, removes. */
+static long writes(soak *s)
+{
+    return atomic_load(&s->puts) + atomic_load(&s->migrations) + atomic_load(&s->removes);
+}
+
+/* Wait, the workload running, until it has had a write acknowledged past
+ * `since` (writes()). 0, or -1 after WRITES_MS without one. */
+static int writes_taken(soak *s, long since)
+{
+    for (long long end = hx_now_ms() + WRITES_MS; writes(s) <= since;) {
+        if (hx_now_ms() >= end) return -1;
+        sleep_ms(50);
+    }
+    return 0;
 }
 
 /* One random fault and the recovery from it. 0, or -1 when a process does
@@ -508,8 +569,9 @@ static int ha_chaos(soak *s, uint64_t dice, const char **what)
 static int chaos(soak *s, const char **what)
 {
     /* the nodes' two faults; in one-master mode the master's two, in HA
-     * mode the masters' and etcd's eight (ha_chaos) */
-    uint64_t dice = next_rand(&s->rng) % (s->ha ? 10 : 4);
+     * mode the masters' and etcd's eight, and with --etcd-auth the
+     * password's rotation (ha_chaos) */
+    uint64_t dice = next_rand(&s->rng) % (s->ha ? 10u + (unsigned)s->etcd_auth : 4u);
     int i = (int)(next_rand(&s->rng) % 2);
     char path[600];
     switch (dice) {
@@ -757,7 +819,7 @@ static void store_yaml(char *out, size_t cap, int ha)
  * out gets the ha: keys that log the masters in. 0 or -1 (why printed). */
 static int etcd_auth(soak *s, char *out, size_t cap)
 {
-    char grant[256], pw[400];
+    char grant[256];
     etcd_fixture *f = &s->hc.etcd;
     f->auth_token_ttl_s = ETCD_TOKEN_TTL_S;
     for (size_t e = 0; e < f->n; e++)
@@ -773,14 +835,10 @@ static int etcd_auth(soak *s, char *out, size_t cap)
             fprintf(stderr, "soak: etcdctl %s failed (%s/etcdctl.log)\n", steps[i], f->dir);
             return -1;
         }
-    snprintf(pw, sizeof(pw), "%s/soak.password", f->dir);
-    FILE *p = fopen(pw, "w");
-    if (p == NULL || fputs("the-soaks-password\n", p) < 0 || fclose(p) != 0) {
-        perror("soak: the password file");
-        return -1;
-    }
+    snprintf(s->password_file, sizeof(s->password_file), "%s/soak.password", f->dir);
+    if (replace_file(s->password_file, "the-soaks-password\n") < 0) return -1;
     snprintf(out, cap, "  etcd_tls_ca: \"%s/ca.pem\"\n  etcd_user: soak\n  etcd_password_file: \"%s\"\n",
-             f->certs, pw);
+             f->certs, s->password_file);
     return 0;
 }
 
@@ -894,7 +952,14 @@ int main(int argc, char **argv)
         clock_gettime(CLOCK_MONOTONIC, &t);
         double el = (double)(t.tv_sec - t0.tv_sec) + (double)(t.tv_nsec - t0.tv_nsec) / 1e9;
         if (el >= seconds) break;
+        long before = writes(&s);
         sleep_ms(1000 + (long)(next_rand(&s.rng) % 3000)); /* the workload runs */
+        if (writes_taken(&s, before) < 0) {
+            fprintf(stderr, "soak: FAILED: no write acknowledged in %d s after %s (seed %llu)\n",
+                    WRITES_MS / 1000, rounds ? "the last recovery" : "the start",
+                    (unsigned long long)seed);
+            goto stop_workload;
+        }
         const char *what = "";
         long long fault_at = hx_now_ms();
         if (chaos(&s, &what) < 0) {
