@@ -268,6 +268,13 @@ typedef struct host_config_files {
 int host_config_load_files(const host_config *cfg, host_config_files *out, char *err,
                            size_t errlen);
 
+/* The TLS context of tls.cert, tls.key and tls.ca (tls.cert set), read
+ * and checked as host_config_load_files does at start, the embedded node's
+ * trust included -- what SIGHUP serves from then on. SMP_OK with *out (free
+ * with SSL_CTX_free), or host_config_load_files's codes and err. */
+int host_config_load_tls(const host_config *cfg, struct ssl_ctx_st **out, char *err,
+                         size_t errlen);
+
 /* Free what *f holds (the token wiped) and zero it; safe on a zeroed one. */
 void host_config_files_free(host_config_files *f);
 

@@ -233,6 +233,34 @@ static int etcd_tls(const host_config *cfg, host_config_files *out, char *err, s
     return SMP_OK;
 }
 
+int host_config_load_tls(const host_config *cfg, struct ssl_ctx_st **out, char *err,
+                         size_t errlen)
+{
+    char why[1400] = "";
+    SSL_CTX *ctx = NULL;
+    rpc_tls_config tc = {.cert = cfg->tls_cert, .key = cfg->tls_key, .ca = cfg->tls_ca,
+                         .verify_clients = cfg->tls_verify_clients};
+    int rc;
+    *out = NULL;
+    if ((rc = rpc_tls_server_ctx(&tc, &ctx, why, sizeof(why))) < 0) {
+        files_fail(cfg, tls_message_line(cfg, why), err, errlen, "%s", why);
+        return rc;
+    }
+    if (cfg->node_embedded && cfg->listen_unix[0] == '\0') {
+        if (cfg->tls_ca[0] == '\0' && (rc = own_cert_is_anchor(cfg, err, errlen)) < 0)
+            goto fail;
+        if ((rc = host_config_node_trust(cfg, why, sizeof(why))) < 0) {
+            files_fail(cfg, cfg->tls_cert_line, err, errlen, "%s", why);
+            goto fail;
+        }
+    }
+    *out = ctx;
+    return SMP_OK;
+fail:
+    SSL_CTX_free(ctx);
+    return rc;
+}
+
 int host_config_load_files(const host_config *cfg, host_config_files *out, char *err,
                            size_t errlen)
 {
@@ -240,25 +268,9 @@ int host_config_load_files(const host_config *cfg, host_config_files *out, char 
     int rc = SMP_OK;
     memset(out, 0, sizeof(*out));
     if (err != NULL && errlen > 0) err[0] = '\0';
-    if (cfg->tls_cert != NULL && cfg->tls_cert[0] != '\0') {
-        rpc_tls_config tc = {.cert = cfg->tls_cert, .key = cfg->tls_key, .ca = cfg->tls_ca,
-                             .verify_clients = cfg->tls_verify_clients};
-        SSL_CTX *ctx = NULL;
-        why[0] = '\0';
-        if ((rc = rpc_tls_server_ctx(&tc, &ctx, why, sizeof(why))) < 0) {
-            files_fail(cfg, tls_message_line(cfg, why), err, errlen, "%s", why);
-            goto cleanup;
-        }
-        out->tls = ctx;
-        if (cfg->node_embedded && cfg->listen_unix[0] == '\0') {
-            if (cfg->tls_ca[0] == '\0' && (rc = own_cert_is_anchor(cfg, err, errlen)) < 0)
-                goto cleanup;
-            if ((rc = host_config_node_trust(cfg, why, sizeof(why))) < 0) {
-                files_fail(cfg, cfg->tls_cert_line, err, errlen, "%s", why);
-                goto cleanup;
-            }
-        }
-    }
+    if (cfg->tls_cert != NULL && cfg->tls_cert[0] != '\0' &&
+        (rc = host_config_load_tls(cfg, &out->tls, err, errlen)) < 0)
+        goto cleanup;
     if (cfg->auth_enabled && cfg->node_embedded && (rc = node_token(cfg, out, err, errlen)) < 0)
         goto cleanup;
     if (cfg->ha_enabled && cfg->ha_etcd_tls_ca[0] != '\0' && (rc = etcd_tls(cfg, out, err, errlen)) < 0)

@@ -82,6 +82,8 @@ struct admin_http {
     pthread_mutex_t lock;
     admin_req *head, *tail; /* suspended, waiting for the loop */
     int port;
+    struct sockaddr_storage sa;  /* the address it listens on */
+    char addr[80];               /* as listen.admin gave it, for messages */
     int stopping;
     /* on_mhd_log's rate limit (either thread: under log_lock) */
     pthread_mutex_t log_lock;
@@ -407,6 +409,15 @@ static void on_wake_closed(uv_handle_t *h)
     admin_free(h->data);
 }
 
+/* Free a endpoint whose daemon never started (NULL: nothing): through its
+ * wake-up's close when that was made, else at once. */
+static void admin_drop(admin_http *a)
+{
+    if (a == NULL) return;
+    if (a->wake.data == a) uv_close((uv_handle_t *)&a->wake, on_wake_closed);
+    else admin_free(a);
+}
+
 /* Read the PEM file at path (the setting `key` names it) into a malloc'd,
  * NUL-terminated *out, as libmicrohttpd takes it; *len (when not NULL) its
  * allocated size, for wiping. SMP_OK, or SMP_EIO / SMP_EINVAL / SMP_ENOMEM
@@ -449,29 +460,132 @@ close_file:
     return rc;
 }
 
-/* The TLS options of o into ops (at least 5 free entries from *n), with the
- * files read into a. SMP_OK, SMP_ENOTSUP (libmicrohttpd without TLS) or
- * read_pem's codes, with err saying why. */
-static int tls_options(admin_http *a, const admin_http_options *o, struct MHD_OptionItem *ops,
-                       size_t *n, char *err, size_t errlen)
+/* Read the TLS files of o (cert, key, and the CA when clients are
+ * verified) into a, as libmicrohttpd takes them. SMP_OK, SMP_ENOTSUP
+ * (libmicrohttpd without TLS) or read_pem's codes, with err saying why. */
+static int read_tls_files(admin_http *a, const char *addr, const char *cert, const char *key,
+                          const char *ca, char *err, size_t errlen)
 {
     int rc;
     if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
         snprintf(err, errlen, "admin http: tls.cert is set but this libmicrohttpd is built "
                  "without TLS (GnuTLS), so the admin endpoint on %s cannot speak HTTPS; install "
-                 "Debian's libmicrohttpd (linked with GnuTLS) or set listen.admin: \"\"", o->addr);
+                 "Debian's libmicrohttpd (linked with GnuTLS) or set listen.admin: \"\"", addr);
         return SMP_ENOTSUP;
     }
-    if ((rc = read_pem("tls.cert", o->tls_cert, &a->cert_pem, NULL, err, errlen)) < 0 ||
-        (rc = read_pem("tls.key", o->tls_key, &a->key_pem, &a->key_len, err, errlen)) < 0)
+    if ((rc = read_pem("tls.cert", cert, &a->cert_pem, NULL, err, errlen)) < 0 ||
+        (rc = read_pem("tls.key", key, &a->key_pem, &a->key_len, err, errlen)) < 0)
         return rc;
-    ops[(*n)++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, a->cert_pem};
-    ops[(*n)++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, a->key_pem};
-    ops[(*n)++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_PRIORITIES, 0,
-                                          (void *)ADMIN_TLS_PRIORITIES};
-    if (o->verify_clients) {
-        if ((rc = read_pem("tls.ca", o->tls_ca, &a->ca_pem, NULL, err, errlen)) < 0) return rc;
-        ops[(*n)++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_TRUST, 0, a->ca_pem};
+    if (a->verify_clients && (rc = read_pem("tls.ca", ca, &a->ca_pem, NULL, err, errlen)) < 0)
+        return rc;
+    return SMP_OK;
+}
+
+/* Whether GnuTLS takes a's certificate, key and CA as libmicrohttpd will
+ * (a reload checks before it lets the serving daemon go). SMP_OK, or
+ * SMP_EINVAL with err naming the file and GnuTLS's cause. */
+static int check_tls_files(const admin_http *a, const char *cert, const char *ca, char *err,
+                           size_t errlen)
+{
+    gnutls_certificate_credentials_t cred;
+    gnutls_datum_t c = {(unsigned char *)a->cert_pem, (unsigned)strlen(a->cert_pem)};
+    gnutls_datum_t k = {(unsigned char *)a->key_pem, (unsigned)strlen(a->key_pem)};
+    int rc = gnutls_certificate_allocate_credentials(&cred);
+    if (rc < 0) {
+        snprintf(err, errlen, "admin http: GnuTLS: %s", gnutls_strerror(rc));
+        return SMP_ENOMEM;
+    }
+    if ((rc = gnutls_certificate_set_x509_key_mem2(cred, &c, &k, GNUTLS_X509_FMT_PEM, NULL, 0)) <
+        0) {
+        snprintf(err, errlen, "admin http: tls.cert %s with tls.key: %s", cert, gnutls_strerror(rc));
+    } else if (a->ca_pem != NULL) {
+        gnutls_datum_t t = {(unsigned char *)a->ca_pem, (unsigned)strlen(a->ca_pem)};
+        rc = gnutls_certificate_set_x509_trust_mem(cred, &t, GNUTLS_X509_FMT_PEM);
+        if (rc <= 0)
+            snprintf(err, errlen, "admin http: tls.ca %s: %s", ca,
+                     rc < 0 ? gnutls_strerror(rc) : "no certificate in it");
+        rc = rc <= 0 ? -1 : 0;
+    }
+    gnutls_certificate_free_credentials(cred);
+    return rc < 0 ? SMP_EINVAL : SMP_OK;
+}
+
+/* Copy the TLS files from's daemon was given into a. 0 or SMP_ENOMEM. */
+static int copy_tls_files(admin_http *a, const admin_http *from)
+{
+    a->cert_pem = strdup(from->cert_pem);
+    a->key_pem = strdup(from->key_pem);
+    a->key_len = a->key_pem != NULL ? strlen(a->key_pem) + 1 : 0;
+    a->ca_pem = from->ca_pem != NULL ? strdup(from->ca_pem) : NULL;
+    return a->cert_pem == NULL || a->key_pem == NULL || (from->ca_pem != NULL && a->ca_pem == NULL)
+               ? SMP_ENOMEM
+               : SMP_OK;
+}
+
+/* A new endpoint (not yet serving) for the loop, render and auth of o. */
+static admin_http *admin_new(uv_loop_t *loop, const admin_http_options *o, int tls,
+                             admin_render_fn render, void *ctx)
+{
+    admin_http *a = calloc(1, sizeof(*a));
+    if (a == NULL) return NULL;
+    a->loop = loop;
+    a->render = render;
+    a->ctx = ctx;
+    a->auth = o->auth;
+    a->verify_clients = tls && o->verify_clients;
+    pthread_mutex_init(&a->lock, NULL);
+    pthread_mutex_init(&a->log_lock, NULL);
+    a->log = (log_limit){.burst = ADMIN_LOG_BURST, .window_ms = ADMIN_LOG_WINDOW_MS};
+    return a;
+}
+
+/* Start a's daemon on sa, or on the listening socket fd (fd >= 0: the one
+ * a reload took over), with a's TLS files when a holds them, and its loop
+ * wake-up. SMP_OK, or SMP_EIO with err saying why (a's wake-up is then
+ * not initialised). */
+static int daemon_start(admin_http *a, const struct sockaddr_storage *sa, int fd, const char *addr,
+                        char *err, size_t errlen)
+{
+    struct MHD_OptionItem ops[8];
+    size_t n = 0;
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_ALLOW_SUSPEND_RESUME |
+                     MHD_USE_ERROR_LOG;
+    if (sa->ss_family == AF_INET6) flags |= MHD_USE_IPv6;
+    if (a->cert_pem != NULL) {
+        flags |= MHD_USE_TLS;
+        ops[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, a->cert_pem};
+        ops[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, a->key_pem};
+        ops[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_PRIORITIES, 0,
+                                           (void *)ADMIN_TLS_PRIORITIES};
+        if (a->ca_pem != NULL)
+            ops[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_TRUST, 0, a->ca_pem};
+    }
+    if (fd >= 0) ops[n++] = (struct MHD_OptionItem){MHD_OPTION_LISTEN_SOCKET, fd, NULL};
+    else ops[n++] = (struct MHD_OptionItem){MHD_OPTION_SOCK_ADDR, 0, (void *)sa};
+    ops[n] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
+    if (uv_async_init(a->loop, &a->wake, on_wake) != 0) {
+        snprintf(err, errlen, "admin http: cannot create the loop wake-up");
+        return SMP_EIO;
+    }
+    a->wake.data = a;
+    a->mhd = MHD_start_daemon(flags, 0, NULL, NULL, on_request, a,
+                              /* first, or libmicrohttpd logs the options before it itself */
+                              MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, a,
+                              MHD_OPTION_NOTIFY_COMPLETED, on_completed, a,
+                              MHD_OPTION_CONNECTION_LIMIT, 64u,
+                              MHD_OPTION_CONNECTION_TIMEOUT, 10u,
+                              MHD_OPTION_ARRAY, ops,
+                              MHD_OPTION_END);
+    if (a->mhd == NULL) {
+        if (a->cert_pem != NULL)
+            snprintf(err, errlen, "admin http: cannot serve HTTPS on %s with tls.cert and "
+                     "tls.key (the address is taken, or GnuTLS refused the files: "
+                     "libmicrohttpd's line above says which)", addr);
+        else
+            snprintf(err, errlen, "admin http: cannot listen on %s", addr);
+        /* The handle is closed later by the loop; the caller must not free a
+         * before its close callback ran: it frees a. */
+        return SMP_EIO;
     }
     return SMP_OK;
 }
@@ -485,10 +599,6 @@ int admin_http_start(uv_loop_t *loop,
                      size_t errlen)
 {
     struct sockaddr_storage sa;
-    struct MHD_OptionItem ops[8];
-    size_t n = 0;
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_ALLOW_SUSPEND_RESUME |
-                     MHD_USE_ERROR_LOG;
     int tls = o->tls_cert != NULL && o->tls_cert[0] != '\0';
     int rc;
     admin_http *a = NULL;
@@ -500,60 +610,24 @@ int admin_http_start(uv_loop_t *loop,
         snprintf(err, errlen, "admin http: cannot listen on %s: %s", o->addr, strerror(-rc));
         return SMP_EIO;
     }
-    if (sa.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
-    a = calloc(1, sizeof(*a));
-    if (a == NULL) return SMP_ENOMEM;
-    a->loop = loop;
-    a->render = render;
-    a->ctx = ctx;
-    a->auth = o->auth;
-    a->verify_clients = tls && o->verify_clients;
-    pthread_mutex_init(&a->lock, NULL);
-    pthread_mutex_init(&a->log_lock, NULL);
-    a->log = (log_limit){.burst = ADMIN_LOG_BURST, .window_ms = ADMIN_LOG_WINDOW_MS};
-    if (tls) {
-        if ((rc = tls_options(a, o, ops, &n, err, errlen)) < 0) goto free_admin;
-        flags |= MHD_USE_TLS;
+    if ((a = admin_new(loop, o, tls, render, ctx)) == NULL) return SMP_ENOMEM;
+    a->sa = sa;
+    if (tls && (rc = read_tls_files(a, o->addr, o->tls_cert, o->tls_key, o->tls_ca, err,
+                                    errlen)) < 0) {
+        admin_free(a);
+        return rc;
     }
-    ops[n] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
-    if (uv_async_init(loop, &a->wake, on_wake) != 0) {
-        rc = SMP_EIO;
-        snprintf(err, errlen, "admin http: cannot create the loop wake-up");
-        goto free_admin;
-    }
-    a->wake.data = a;
-    a->mhd = MHD_start_daemon(flags, 0, NULL, NULL, on_request, a,
-                              /* first, or libmicrohttpd logs the options before it itself */
-                              MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, a,
-                              MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
-                              MHD_OPTION_NOTIFY_COMPLETED, on_completed, a,
-                              MHD_OPTION_CONNECTION_LIMIT, 64u,
-                              MHD_OPTION_CONNECTION_TIMEOUT, 10u,
-                              MHD_OPTION_ARRAY, ops,
-                              MHD_OPTION_END);
-    if (a->mhd == NULL) {
-        rc = SMP_EIO;
-        if (tls)
-            snprintf(err, errlen, "admin http: cannot serve HTTPS on %s with tls.cert %s and "
-                     "tls.key %s (the address is taken, or GnuTLS refused the files: "
-                     "libmicrohttpd's line above says which)", o->addr, o->tls_cert, o->tls_key);
-        else
-            snprintf(err, errlen, "admin http: cannot listen on %s", o->addr);
-        goto close_wake;
+    if ((rc = daemon_start(a, &sa, -1, o->addr, err, errlen)) < 0) {
+        admin_drop(a);
+        return rc;
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(a->mhd, MHD_DAEMON_INFO_BIND_PORT);
     a->port = info ? info->port
                    : ntohs(sa.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&sa)->sin6_port
                                                     : ((struct sockaddr_in *)&sa)->sin_port);
+    snprintf(a->addr, sizeof(a->addr), "%s", o->addr);
     *out = a;
     return SMP_OK;
-close_wake:
-    /* The handle is closed later by the loop; its close callback frees. */
-    uv_close((uv_handle_t *)&a->wake, on_wake_closed);
-    return rc;
-free_admin:
-    admin_free(a);
-    return rc;
 }
 
 int admin_http_port(const admin_http *a)
@@ -561,15 +635,82 @@ int admin_http_port(const admin_http *a)
     return a->port;
 }
 
-void admin_http_stop(admin_http *a)
+/* Stop a's daemon: no new connection, what is queued answered (503 once
+ * stopping is set), its thread gone. Returns the listening socket, which
+ * libmicrohttpd then leaves open (-1 when it had none to give). */
+static int daemon_stop(admin_http *a)
 {
-    if (a == NULL) return;
+    MHD_socket fd = MHD_quiesce_daemon(a->mhd);
+    on_wake(&a->wake);
     a->stopping = 1;
-    MHD_quiesce_daemon(a->mhd);
-    on_wake(&a->wake); /* answer whatever is queued with 503 */
+    on_wake(&a->wake); /* what came meanwhile: 503 */
     MHD_stop_daemon(a->mhd);
+    a->mhd = NULL;
     pthread_mutex_lock(&a->log_lock); /* its thread is gone: what it left out */
     say_left_out(log_limit_flush(&a->log));
     pthread_mutex_unlock(&a->log_lock);
+    return fd == MHD_INVALID_SOCKET ? -1 : (int)fd;
+}
+
+void admin_http_stop(admin_http *a)
+{
+    if (a == NULL) return;
+    a->stopping = 1; /* queued requests: 503 */
+    int fd = daemon_stop(a);
+    if (fd >= 0) close(fd);
     uv_close((uv_handle_t *)&a->wake, on_wake_closed);
+}
+
+int admin_http_reload_tls(admin_http **ap, const char *cert, const char *key, const char *ca,
+                          char *err, size_t errlen)
+{
+    admin_http *old = *ap, *a;
+    admin_http_options o = {.auth = old->auth, .verify_clients = old->verify_clients};
+    int rc;
+    if (old->cert_pem == NULL) {
+        snprintf(err, errlen, "admin http: the endpoint on %s is plain HTTP", old->addr);
+        return SMP_EINVAL;
+    }
+    if ((a = admin_new(old->loop, &o, 1, old->render, old->ctx)) == NULL) return SMP_ENOMEM;
+    a->sa = old->sa;
+    a->port = old->port;
+    snprintf(a->addr, sizeof(a->addr), "%s", old->addr);
+    if ((rc = read_tls_files(a, a->addr, cert, key, ca, err, errlen)) < 0 ||
+        (rc = check_tls_files(a, cert, ca, err, errlen)) < 0) {
+        admin_free(a);
+        return rc;
+    }
+    /* The serving daemon stops accepting and hands its socket over: the
+     * port is never closed, and what old still holds is answered. */
+    MHD_socket fd = MHD_quiesce_daemon(old->mhd);
+    if (fd == MHD_INVALID_SOCKET) {
+        snprintf(err, errlen, "admin http: libmicrohttpd would not hand over the socket of %s",
+                 a->addr);
+        admin_free(a);
+        return SMP_EIO;
+    }
+    if ((rc = daemon_start(a, &a->sa, (int)fd, a->addr, err, errlen)) < 0) {
+        /* Not expected once GnuTLS took the files (out of memory, no
+         * thread): a daemon with the files old serves takes the socket. */
+        admin_drop(a);
+        a = admin_new(old->loop, &o, 1, old->render, old->ctx);
+        if (a != NULL) {
+            a->sa = old->sa;
+            a->port = old->port;
+            snprintf(a->addr, sizeof(a->addr), "%s", old->addr);
+        }
+        if (a == NULL || copy_tls_files(a, old) < 0 ||
+            daemon_start(a, &a->sa, (int)fd, a->addr, err, errlen) < 0) {
+            admin_drop(a);
+            a = NULL;
+            close(fd);
+        }
+    }
+    daemon_stop(old); /* already quiesced: its socket is a's now */
+    if (a != NULL)
+        for (int k = 0; k < ADMIN_REFUSAL_KINDS; k++) /* the counters go on */
+            atomic_fetch_add(&a->refused[k], atomic_load(&old->refused[k]));
+    uv_close((uv_handle_t *)&old->wake, on_wake_closed);
+    *ap = a;
+    return rc;
 }

@@ -76,6 +76,20 @@ void admin_http_refusals(const admin_http *a, uint64_t out[ADMIN_REFUSAL_KINDS])
 /* The port actually bound (useful with port 0). */
 int admin_http_port(const admin_http *a);
 
+/* Serve the certificate and key of the files cert and key (and, when the
+ * endpoint verifies clients, the CA of ca) from the next connection on: a
+ * new daemon, the files checked by GnuTLS first, takes over the listening
+ * socket of *a (never closed meanwhile), and the old one answers what it
+ * holds and stops; *a is the new endpoint, its refusal counts carried
+ * over. Files that do not load leave *a serving, with err naming the file
+ * and the cause: SMP_EINVAL (also for a plain-HTTP endpoint), SMP_EIO,
+ * SMP_ENOMEM. Should the new daemon not start once the socket was handed
+ * over (no memory, no thread), one with the files served before takes it,
+ * and the code is still the failure's; should that fail too, *a is NULL:
+ * the endpoint is gone. Loop thread only. */
+int admin_http_reload_tls(admin_http **a, const char *cert, const char *key, const char *ca,
+                          char *err, size_t errlen);
+
 /* Stop accepting, answer queued requests with 503, stop the server thread and
  * free. Must run on the loop thread; the uv handle is closed asynchronously,
  * so the loop must run once more before it is closed. NULL is a no-op. */

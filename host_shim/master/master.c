@@ -358,9 +358,10 @@ void master_stop(master *m)
     m->rpc = NULL;
 }
 
-/* SIGHUP is what operators send to make a daemon reload: every plugin is
+/* SIGHUP is what operators send to make a daemon reload: the TLS
+ * certificate is read again (master_tls_reload.c), every plugin is
  * reloaded in place from its configured path (master_plugins.c); a refusal
- * leaves the old instance serving. The embedded node rotates its ticket key
+ * leaves the old one serving. The embedded node rotates its ticket key
  * (node_runtime.h; refused, and logged, while the previous key may still
  * sign live tickets). A hangup never takes the master down. */
 static void on_hangup(uv_signal_t *h, int signum)
@@ -371,6 +372,7 @@ static void on_hangup(uv_signal_t *h, int signum)
     if (m->embedded_node != NULL &&
         node_runtime_rotate_ticket_key(m->embedded_node, err, sizeof(err)) < 0)
         fprintf(stderr, "store_master: SIGHUP: ticket key not rotated: %s\n", err);
+    master_reload_tls(m);
     master_plugins_on_hangup(m);
 }
 

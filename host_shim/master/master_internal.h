@@ -556,6 +556,10 @@ void master_plugins_backend(master *m);
 int master_plugins_route(master *m, char *err, size_t errlen);
 /* SIGHUP: reload every plugin from its configured path, one after the other. */
 void master_plugins_on_hangup(master *m);
+/* SIGHUP: read tls.cert, tls.key and tls.ca again and serve them from the
+ * next connection on (master_tls_reload.c); files that fail a check leave
+ * what was served, logged either way. */
+void master_reload_tls(master *m);
 /* ADMIN_PLUGIN_LIST / RELOAD / DISABLE / ENABLE. */
 int master_plugins_h_list(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len);
 int master_plugins_h_reload(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len);

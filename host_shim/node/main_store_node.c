@@ -11,7 +11,9 @@
  * cause, and one without the other is refused with the other bad
  * arguments (exit 2, before anything is created). SIGHUP rotates the
  * ticket key (after the first rotation, refused and logged while the
- * previous key, which a rotation forgets, may still sign live tickets).
+ * previous key, which a rotation forgets, may still sign live tickets) and
+ * reads the data port's certificate and key again (files that do not load
+ * leave the ones served before; logged either way).
  * --tenant dedicates the node to one tenant: the master places only that
  * tenant's objects on it, and the node hands its segment to that tenant's
  * co-located processes on --local-socket, to the uids and gids
@@ -48,7 +50,8 @@ static void usage(FILE *out)
             "  background after the start, so TCP puts land in touched pages\n"
             "  --no-read-tickets serves reads without a master's ticket: INSECURE,\n"
             "  refused unless --allow-insecure is given too\n"
-            "  SIGHUP rotates the key the master signs this node's tickets with\n"
+            "  SIGHUP rotates the key the master signs this node's tickets with, and\n"
+            "  reloads --data-tls-cert / --data-tls-key for the next connections\n"
             "  FILE holds the admin token the node presents to a master with auth\n"
             "  on (default: the environment's WEIGHT_TOKEN)\n"
             "  --tenant dedicates the node to tenant NAME: the master places only its\n"
@@ -193,8 +196,16 @@ int main(int argc, char **argv)
         fprintf(stderr, "store_node %s: INSECURE: reads without a ticket are served\n", o.node_id);
     int sig = 0;
     while (sigwait(&set, &sig) == 0 && sig == SIGHUP) {
+        char what[512];
         if (node_runtime_rotate_ticket_key(n, err, sizeof(err)) < 0)
             fprintf(stderr, "store_node %s: SIGHUP: ticket key not rotated: %s\n", o.node_id, err);
+        int tls = node_runtime_reload_tls(n, what, sizeof(what), err, sizeof(err));
+        if (tls < 0)
+            fprintf(stderr, "store_node %s: SIGHUP: data port certificate not reloaded, the one "
+                    "loaded before serves on: %s\n", o.node_id, err);
+        else if (tls > 0)
+            fprintf(stderr, "store_node %s: SIGHUP: data port certificate reloaded from %s: %s\n",
+                    o.node_id, o.data_tls_cert, what);
     }
     fprintf(stderr, "store_node %s: signal %d, stopping\n", o.node_id, sig);
     node_runtime_stop(n);

@@ -136,6 +136,12 @@ int data_server_tls_ctx(const char *cert,
  * SMP_EINVAL for a ring without a valid current key (nothing changed). */
 int data_server_set_keys(data_server *s, const ticket_keyring *keys);
 
+/* Serve TLS with ctx from the next connection on (a reloaded certificate;
+ * the server takes a reference and lets its old context go); connections
+ * already accepted keep their sessions. Loop thread only. SMP_EINVAL when
+ * the port is plaintext or ctx is NULL (nothing changed). */
+int data_server_set_tls(data_server *s, SSL_CTX *ctx);
+
 /* Serve seg (borrowed) under its id. SMP_EEXIST when a segment of that id is
  * served, SMP_ENOMEM. */
 int data_server_add_segment(data_server *s, seg_segment *seg);

@@ -30,6 +30,7 @@
 #include "node_segment.h"
 #include "node_ticket.h"
 #include "rpc_client.h"
+#include "rpc_tls.h"
 #include "wm_errbuf.h"
 
 #include <openssl/crypto.h>
@@ -46,6 +47,7 @@ struct node_runtime {
     char *master, *node_id, *segment_dir, *cold_dir, *data_listen;
     char *tls_ca, *tls_cert, *tls_key; /* NULL: not given */
     int data_tls;             /* the data port speaks TLS (told to the master) */
+    char *data_tls_cert, *data_tls_key, *data_tls_key_prefix; /* its files: a reload reads them */
     char *token;              /* NULL: WEIGHT_TOKEN (rpcc_options.token) */
     uint64_t segment_bytes;
     unsigned persist_flags;   /* cold_persist flags */
@@ -74,6 +76,8 @@ struct node_runtime {
     uv_loop_t loop;
     uv_async_t stop_async;
     uv_async_t keys_async;
+    uv_async_t tls_async;     /* installs tls_pending (under key_lock) in the data server */
+    SSL_CTX *tls_pending;
     data_server *data;
     pthread_t data_thread;
     int data_started;
@@ -136,6 +140,19 @@ static void on_stop(uv_async_t *h)
     n->data = NULL;
     uv_close((uv_handle_t *)&n->stop_async, NULL);
     uv_close((uv_handle_t *)&n->keys_async, NULL);
+    uv_close((uv_handle_t *)&n->tls_async, NULL);
+}
+
+/* A reloaded certificate, into the data server's next connections. */
+static void on_tls(uv_async_t *h)
+{
+    node_runtime *n = h->data;
+    pthread_mutex_lock(&n->key_lock);
+    SSL_CTX *ctx = n->tls_pending;
+    n->tls_pending = NULL;
+    pthread_mutex_unlock(&n->key_lock);
+    if (ctx != NULL && n->data != NULL) data_server_set_tls(n->data, ctx);
+    SSL_CTX_free(ctx); /* the server holds its own reference */
 }
 
 /* A rotated keyring is installed in the data server before the master hears
@@ -1130,6 +1147,10 @@ void node_runtime_stop(node_runtime *n)
     free(n->tls_ca);
     free(n->tls_cert);
     free(n->tls_key);
+    free(n->data_tls_cert);
+    free(n->data_tls_key);
+    free(n->data_tls_key_prefix);
+    SSL_CTX_free(n->tls_pending);
     free(n);
 }
 
@@ -1238,6 +1259,16 @@ int node_runtime_start(const node_runtime_options *opt,
         goto fail;
     }
     n->data_tls = dso.tls != NULL;
+    if (n->data_tls &&
+        ((n->data_tls_cert = strdup(opt->data_tls_cert)) == NULL ||
+         (n->data_tls_key = strdup(opt->data_tls_key)) == NULL ||
+         (n->data_tls_key_prefix = strdup(opt->data_tls_key_prefix != NULL
+                                              ? opt->data_tls_key_prefix : "--data-tls-")) == NULL)) {
+        SSL_CTX_free(dso.tls);
+        uv_loop_close(&n->loop);
+        rc = SMP_ENOMEM;
+        goto fail;
+    }
     rc = data_server_create(&n->loop, &dso, &n->data, err, errlen);
     SSL_CTX_free(dso.tls); /* the server holds its own reference */
     if (rc == SMP_OK) {
@@ -1258,10 +1289,13 @@ int node_runtime_start(const node_runtime_options *opt,
     n->stop_async.data = n;
     uv_async_init(&n->loop, &n->keys_async, on_keys);
     n->keys_async.data = n;
+    uv_async_init(&n->loop, &n->tls_async, on_tls);
+    n->tls_async.data = n;
     if (pthread_create(&n->data_thread, NULL, data_main, n) != 0) {
         data_server_close(n->data);
         uv_close((uv_handle_t *)&n->stop_async, NULL);
         uv_close((uv_handle_t *)&n->keys_async, NULL);
+        uv_close((uv_handle_t *)&n->tls_async, NULL);
         uv_run(&n->loop, UV_RUN_DEFAULT);
         uv_loop_close(&n->loop);
         rc = SMP_EIO;
@@ -1284,6 +1318,23 @@ fail:
     if (err && err[0] == '\0') wm_errbuf(err, errlen, "node: %s", smp_strerror(rc));
     node_runtime_stop(n);
     return rc;
+}
+
+int node_runtime_reload_tls(node_runtime *n, char *what, size_t whatlen, char *err, size_t errlen)
+{
+    SSL_CTX *ctx = NULL;
+    int rc;
+    if (!n->data_tls) return 0;
+    if ((rc = data_server_tls_ctx(n->data_tls_cert, n->data_tls_key, n->data_tls_key_prefix, &ctx,
+                                  err, errlen)) < 0)
+        return rc;
+    if (what != NULL) rpc_tls_describe(ctx, what, whatlen);
+    pthread_mutex_lock(&n->key_lock);
+    SSL_CTX_free(n->tls_pending); /* a reload the loop has not taken yet: this one wins */
+    n->tls_pending = ctx;
+    pthread_mutex_unlock(&n->key_lock);
+    uv_async_send(&n->tls_async);
+    return 1;
 }
 
 int node_runtime_data_port(const node_runtime *n)

@@ -93,6 +93,16 @@ void node_runtime_signal_stop(node_runtime *n);
  * since it did. Any thread. SMP_OK, SMP_EBUSY, SMP_EIO (no random bytes). */
 int node_runtime_rotate_ticket_key(node_runtime *n, char *err, size_t errlen);
 
+/* Read the data port's certificate and key again from the files it
+ * started with (data_tls_cert / data_tls_key) and serve them from the
+ * next connection on; connections already accepted keep their sessions.
+ * Files that do not load (missing, not PEM, a key not matching) leave the
+ * certificate served before, with err naming the cause as at start. Into
+ * what (may be NULL): rpc_tls_describe of the new certificate. Any thread.
+ * 1 reloaded, 0 the data port is plaintext (nothing to reload), or a
+ * negative SMP_E* code. */
+int node_runtime_reload_tls(node_runtime *n, char *what, size_t whatlen, char *err, size_t errlen);
+
 /* The id of the key the master acknowledged (0 before the first
  * registration). */
 uint32_t node_runtime_ticket_key_id(node_runtime *n);

@@ -254,6 +254,13 @@ int rpc_server_each_method(const rpc_server *s, rpc_method_visit_fn fn, void *ar
 /* The bound TCP port (useful with port 0), or -1 when TCP is off. */
 int rpc_server_tcp_port(const rpc_server *s);
 
+/* Serve TLS on the TCP endpoint with ctx from the next connection on (a
+ * reloaded certificate; the server takes a reference and lets its old
+ * context go). Connections already accepted keep the session they have.
+ * Loop thread only. SMP_EINVAL when the endpoint is plaintext or ctx is
+ * NULL: a reload changes the certificate, never whether TLS is spoken. */
+int rpc_server_set_tls(rpc_server *s, struct ssl_ctx_st *ctx);
+
 /* Stop listening, close every connection and give the server up. The
  * handles finish closing when the loop next runs (uv_run until it returns).
  * Outstanding calls stay valid: answering one later drops the reply and

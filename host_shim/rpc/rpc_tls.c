@@ -4,6 +4,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <openssl/bn.h>
 #include <openssl/err.h>
 #include <openssl/x509.h>
 
@@ -109,6 +110,30 @@ int rpc_tls_server_ctx(const rpc_tls_config *cfg, SSL_CTX **out, char *err, size
 fail:
     SSL_CTX_free(ctx);
     return rc;
+}
+
+void rpc_tls_describe(SSL_CTX *ctx, char *out, size_t cap)
+{
+    X509 *x = ctx != NULL ? SSL_CTX_get0_certificate(ctx) : NULL;
+    char subject[256] = "?", serial[80] = "?", until[64] = "?";
+    BIO *b = NULL;
+    if (x == NULL) {
+        wm_errbuf(out, cap, "no certificate");
+        return;
+    }
+    X509_NAME_oneline(X509_get_subject_name(x), subject, sizeof(subject));
+    BIGNUM *bn = ASN1_INTEGER_to_BN(X509_get0_serialNumber(x), NULL);
+    char *hex = bn != NULL ? BN_bn2hex(bn) : NULL;
+    if (hex != NULL) snprintf(serial, sizeof(serial), "%s", hex);
+    OPENSSL_free(hex);
+    BN_free(bn);
+    if ((b = BIO_new(BIO_s_mem())) != NULL && ASN1_TIME_print(b, X509_get0_notAfter(x)) == 1) {
+        int n = BIO_read(b, until, (int)sizeof(until) - 1);
+        until[n > 0 ? n : 0] = '\0';
+    }
+    BIO_free(b);
+    ERR_clear_error();
+    wm_errbuf(out, cap, "subject %s, serial %s, valid until %s", subject, serial, until);
 }
 
 int rpc_tls_session_init(rpc_tls_session *t, SSL_CTX *ctx)

@@ -38,6 +38,10 @@ typedef struct rpc_tls_config {
  * master's RPC port and the node's data port (node_data.h). */
 int rpc_tls_server_ctx(const rpc_tls_config *cfg, SSL_CTX **out, char *err, size_t errlen);
 
+/* What ctx serves, for a log line: "subject S, serial N, valid until D"
+ * of its certificate ("no certificate" without one). */
+void rpc_tls_describe(SSL_CTX *ctx, char *out, size_t cap);
+
 /* One connection's session. */
 typedef struct rpc_tls_session {
     SSL *ssl;

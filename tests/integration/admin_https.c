@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
@@ -98,6 +100,68 @@ static char *read_all(SSL *ssl, size_t *len)
     }
     free(buf);
     return NULL;
+}
+
+/* The SHA-256 of x, 64 hex digits into out. */
+static void cert_sha256(X509 *x, char out[65])
+{
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned n = 0;
+    out[0] = '\0';
+    if (X509_digest(x, EVP_sha256(), md, &n) != 1) return;
+    for (unsigned i = 0; i < n && i < 32; i++) snprintf(out + 2 * i, 3, "%02x", md[i]);
+}
+
+int hx_pem_sha256(const char *path, char out[65])
+{
+    FILE *f = fopen(path, "r");
+    X509 *x = f != NULL ? PEM_read_X509(f, NULL, NULL, NULL) : NULL;
+    if (f != NULL) fclose(f);
+    if (x == NULL) return -1;
+    cert_sha256(x, out);
+    X509_free(x);
+    return out[0] != '\0' ? 0 : -1;
+}
+
+int hx_tls_peer(int port, const hx_https_opts *o, char out[65], char *err, size_t errlen)
+{
+    hx_reply r = {.status = -1};
+    SSL_CTX *ctx = client_ctx(o, &r);
+    SSL *ssl = NULL;
+    int fd = -1, rc = -1;
+    out[0] = '\0';
+    if (ctx == NULL) {
+        snprintf(err, errlen, "%s", r.err);
+        return -1;
+    }
+    if ((fd = connect_port(port)) < 0) {
+        snprintf(err, errlen, "cannot connect to port %d", port);
+        goto free_ctx;
+    }
+    if ((ssl = SSL_new(ctx)) == NULL) goto close_fd;
+    X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), "127.0.0.1");
+    SSL_set_fd(ssl, fd);
+    if (SSL_connect(ssl) != 1) {
+        unsigned long e = ERR_get_error();
+        snprintf(err, errlen, "handshake with port %d: %s", port,
+                 e ? ERR_reason_error_string(e) : "closed");
+        ERR_clear_error();
+        goto free_ssl;
+    }
+    X509 *x = SSL_get1_peer_certificate(ssl);
+    if (x != NULL) {
+        cert_sha256(x, out);
+        X509_free(x);
+    }
+    rc = out[0] != '\0' ? 0 : -1;
+    if (rc < 0) snprintf(err, errlen, "port %d presented no certificate", port);
+free_ssl:
+    SSL_free(ssl);
+close_fd:
+    close(fd);
+free_ctx:
+    SSL_CTX_free(ctx);
+    return rc;
 }
 
 hx_reply hx_https(int port, const hx_https_opts *o, const char *method, const char *path,
