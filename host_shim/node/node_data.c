@@ -159,11 +159,7 @@ int data_server_create(uv_loop_t *loop,
 
 int data_server_set_tls(data_server *s, SSL_CTX *ctx)
 {
-    if (s == NULL || s->tls == NULL || ctx == NULL || SSL_CTX_up_ref(ctx) != 1)
-        return SMP_EINVAL;
-    SSL_CTX_free(s->tls); /* sessions hold references of their own */
-    s->tls = ctx;
-    return SMP_OK;
+    return s != NULL ? rpc_tls_swap_ctx(&s->tls, ctx) : SMP_EINVAL;
 }
 
 static data_seg *find_seg(const data_server *s, const char *id)

@@ -442,11 +442,7 @@ int rpc_server_tcp_port(const rpc_server *s)
 
 int rpc_server_set_tls(rpc_server *s, SSL_CTX *ctx)
 {
-    if (s == NULL || s->tls == NULL || ctx == NULL || SSL_CTX_up_ref(ctx) != 1)
-        return SMP_EINVAL;
-    SSL_CTX_free(s->tls); /* sessions hold references of their own */
-    s->tls = ctx;
-    return SMP_OK;
+    return s != NULL ? rpc_tls_swap_ctx(&s->tls, ctx) : SMP_EINVAL;
 }
 
 void rpc_server_close(rpc_server *s)

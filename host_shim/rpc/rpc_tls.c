@@ -136,6 +136,14 @@ void rpc_tls_describe(SSL_CTX *ctx, char *out, size_t cap)
     wm_errbuf(out, cap, "subject %s, serial %s, valid until %s", subject, serial, until);
 }
 
+int rpc_tls_swap_ctx(SSL_CTX **slot, SSL_CTX *ctx)
+{
+    if (*slot == NULL || ctx == NULL || SSL_CTX_up_ref(ctx) != 1) return SMP_EINVAL;
+    SSL_CTX_free(*slot);
+    *slot = ctx;
+    return SMP_OK;
+}
+
 int rpc_tls_session_init(rpc_tls_session *t, SSL_CTX *ctx)
 {
     memset(t, 0, sizeof(*t));

@@ -42,6 +42,11 @@ int rpc_tls_server_ctx(const rpc_tls_config *cfg, SSL_CTX **out, char *err, size
  * of its certificate ("no certificate" without one). */
 void rpc_tls_describe(SSL_CTX *ctx, char *out, size_t cap);
 
+/* A reload's swap of a server's context: *slot (the context served, never
+ * NULL: TLS stays on) becomes a reference of ctx, the old reference given
+ * up (sessions hold their own). SMP_EINVAL when *slot or ctx is NULL. */
+int rpc_tls_swap_ctx(SSL_CTX **slot, SSL_CTX *ctx);
+
 /* One connection's session. */
 typedef struct rpc_tls_session {
     SSL *ssl;

@@ -123,45 +123,66 @@ int hx_pem_sha256(const char *path, char out[65])
     return out[0] != '\0' ? 0 : -1;
 }
 
-int hx_tls_peer(int port, const hx_https_opts *o, char out[65], char *err, size_t errlen)
+/* A TLS session with 127.0.0.1:port (the server verified against o's CA
+ * for the IP 127.0.0.1). */
+typedef struct session {
+    SSL_CTX *ctx;
+    SSL *ssl;
+    int fd;
+} session;
+
+static void close_session(session *t)
+{
+    SSL_free(t->ssl);
+    if (t->fd >= 0) close(t->fd);
+    SSL_CTX_free(t->ctx);
+}
+
+/* Open *t: 0, or -1 with err saying why (t closed). */
+static int open_session(int port, const hx_https_opts *o, session *t, char *err, size_t errlen)
 {
     hx_reply r = {.status = -1};
-    SSL_CTX *ctx = client_ctx(o, &r);
-    SSL *ssl = NULL;
-    int fd = -1, rc = -1;
-    out[0] = '\0';
-    if (ctx == NULL) {
+    *t = (session){.fd = -1};
+    if ((t->ctx = client_ctx(o, &r)) == NULL) {
         snprintf(err, errlen, "%s", r.err);
         return -1;
     }
-    if ((fd = connect_port(port)) < 0) {
+    if ((t->fd = connect_port(port)) < 0) {
         snprintf(err, errlen, "cannot connect to port %d", port);
-        goto free_ctx;
+        goto fail;
     }
-    if ((ssl = SSL_new(ctx)) == NULL) goto close_fd;
-    X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), "127.0.0.1");
-    SSL_set_fd(ssl, fd);
-    if (SSL_connect(ssl) != 1) {
+    if ((t->ssl = SSL_new(t->ctx)) == NULL) {
+        snprintf(err, errlen, "no SSL");
+        goto fail;
+    }
+    X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(t->ssl), "127.0.0.1");
+    SSL_set_fd(t->ssl, t->fd);
+    if (SSL_connect(t->ssl) != 1) {
         unsigned long e = ERR_get_error();
-        snprintf(err, errlen, "handshake with port %d: %s", port,
-                 e ? ERR_reason_error_string(e) : "closed");
+        snprintf(err, errlen, "handshake: %s", e ? ERR_reason_error_string(e) : "closed");
         ERR_clear_error();
-        goto free_ssl;
+        goto fail;
     }
-    X509 *x = SSL_get1_peer_certificate(ssl);
+    return 0;
+fail:
+    close_session(t);
+    return -1;
+}
+
+int hx_tls_peer(int port, const hx_https_opts *o, char out[65], char *err, size_t errlen)
+{
+    session t;
+    out[0] = '\0';
+    if (open_session(port, o, &t, err, errlen) < 0) return -1;
+    X509 *x = SSL_get1_peer_certificate(t.ssl);
     if (x != NULL) {
         cert_sha256(x, out);
         X509_free(x);
     }
-    rc = out[0] != '\0' ? 0 : -1;
-    if (rc < 0) snprintf(err, errlen, "port %d presented no certificate", port);
-free_ssl:
-    SSL_free(ssl);
-close_fd:
-    close(fd);
-free_ctx:
-    SSL_CTX_free(ctx);
-    return rc;
+    close_session(&t);
+    if (out[0] != '\0') return 0;
+    snprintf(err, errlen, "port %d presented no certificate", port);
+    return -1;
 }
 
 hx_reply hx_https(int port, const hx_https_opts *o, const char *method, const char *path,
@@ -170,23 +191,10 @@ hx_reply hx_https(int port, const hx_https_opts *o, const char *method, const ch
     hx_reply r = {.status = -1};
     char req[8192], *buf;
     size_t len = 0;
-    SSL_CTX *ctx = client_ctx(o, &r);
-    SSL *ssl = NULL;
-    int fd = -1, n;
-    if (ctx == NULL) return r;
-    if ((fd = connect_port(port)) < 0) {
-        snprintf(r.err, sizeof(r.err), "cannot connect to port %d", port);
-        goto free_ctx;
-    }
-    if ((ssl = SSL_new(ctx)) == NULL) goto close_fd;
-    X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), "127.0.0.1");
-    SSL_set_fd(ssl, fd);
-    if (SSL_connect(ssl) != 1) {
-        unsigned long e = ERR_get_error();
-        snprintf(r.err, sizeof(r.err), "handshake: %s", e ? ERR_reason_error_string(e) : "closed");
-        ERR_clear_error();
-        goto free_ssl;
-    }
+    session t;
+    int n;
+    if (open_session(port, o, &t, r.err, sizeof(r.err)) < 0) return r;
+    SSL *ssl = t.ssl;
     r.version = SSL_version(ssl);
     n = snprintf(req, sizeof(req), "%s %s HTTP/1.0\r\nHost: 127.0.0.1\r\n%s%s%s"
                  "Content-Length: %zu\r\n\r\n%s", method, path,
@@ -194,19 +202,15 @@ hx_reply hx_https(int port, const hx_https_opts *o, const char *method, const ch
                  o->authz ? "\r\n" : "", body ? strlen(body) : 0, body ? body : "");
     if (n < 0 || (size_t)n >= sizeof(req) || SSL_write(ssl, req, n) != n) {
         snprintf(r.err, sizeof(r.err), "the request was not sent");
-        goto free_ssl;
+        goto close;
     }
     if ((buf = read_all(ssl, &len)) == NULL) {
         snprintf(r.err, sizeof(r.err), "out of memory for the answer");
-        goto free_ssl;
+        goto close;
     }
     parse_reply(buf, len, &r);
     free(buf);
-free_ssl:
-    SSL_free(ssl);
-close_fd:
-    close(fd);
-free_ctx:
-    SSL_CTX_free(ctx);
+close:
+    close_session(&t);
     return r;
 }
