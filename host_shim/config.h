@@ -275,6 +275,14 @@ int host_config_load_files(const host_config *cfg, host_config_files *out, char 
 int host_config_load_tls(const host_config *cfg, struct ssl_ctx_st **out, char *err,
                          size_t errlen);
 
+/* ha.etcd_tls_ca, _cert and _key (ha.etcd_tls_ca set), checked as a TLS
+ * client's CA and certificate (each file present, PEM, the key matching
+ * the certificate) as host_config_load_files does, then read into out's
+ * etcd_*_pem -- what SIGHUP hands the etcd clients. SMP_OK, or its codes
+ * and err (out may then hold some: host_config_files_free). */
+int host_config_load_etcd_tls(const host_config *cfg, host_config_files *out, char *err,
+                              size_t errlen);
+
 /* Free what *f holds (the token wiped) and zero it; safe on a zeroed one. */
 void host_config_files_free(host_config_files *f);
 

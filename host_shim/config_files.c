@@ -199,9 +199,8 @@ close_file:
     return rc;
 }
 
-/* ha.etcd_tls_*: checked as a TLS client's CA and certificate (each file
- * present, PEM, the key matching the certificate), then read into out. */
-static int etcd_tls(const host_config *cfg, host_config_files *out, char *err, size_t errlen)
+int host_config_load_etcd_tls(const host_config *cfg, host_config_files *out, char *err,
+                              size_t errlen)
 {
     char why[1024];
     SSL_CTX *ctx = NULL;
@@ -273,7 +272,8 @@ int host_config_load_files(const host_config *cfg, host_config_files *out, char 
         goto cleanup;
     if (cfg->auth_enabled && cfg->node_embedded && (rc = node_token(cfg, out, err, errlen)) < 0)
         goto cleanup;
-    if (cfg->ha_enabled && cfg->ha_etcd_tls_ca[0] != '\0' && (rc = etcd_tls(cfg, out, err, errlen)) < 0)
+    if (cfg->ha_enabled && cfg->ha_etcd_tls_ca[0] != '\0' &&
+        (rc = host_config_load_etcd_tls(cfg, out, err, errlen)) < 0)
         goto cleanup;
     if (cfg->ha_enabled && cfg->ha_etcd_password_file[0] != '\0' &&
         (rc = wc_token_read_file(cfg->ha_etcd_password_file, out->etcd_password,

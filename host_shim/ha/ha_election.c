@@ -713,6 +713,12 @@ free_e:
     return rc;
 }
 
+int ha_election_reload_tls(ha_election *e, const char *ca_pem, const char *cert_pem,
+                           const char *key_pem, char *err, size_t errlen)
+{
+    return etcd_client_reload_tls(e->etcd, ca_pem, cert_pem, key_pem, err, errlen);
+}
+
 void ha_election_set_eligible(ha_election *e, int eligible)
 {
     pthread_mutex_lock(&e->mu);

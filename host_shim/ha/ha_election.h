@@ -91,6 +91,12 @@ int ha_election_start(uv_loop_t *loop,
                       char *err,
                       size_t errlen);
 
+/* The election's etcd client takes a renewed CA / client certificate
+ * (etcd_client_reload_tls: PEM text, cert and key both or neither) for
+ * its calls from now on. Any thread. etcd_client_reload_tls's codes. */
+int ha_election_reload_tls(ha_election *e, const char *ca_pem, const char *cert_pem,
+                           const char *key_pem, char *err, size_t errlen);
+
 /* Allow (1) or forbid (0) campaigning. Forbidding does not resign a term
  * already won. Loop thread. */
 void ha_election_set_eligible(ha_election *e, int eligible);

@@ -557,8 +557,9 @@ int master_plugins_route(master *m, char *err, size_t errlen);
 /* SIGHUP: reload every plugin from its configured path, one after the other. */
 void master_plugins_on_hangup(master *m);
 /* SIGHUP: read tls.cert, tls.key and tls.ca again and serve them from the
- * next connection on (master_tls_reload.c); files that fail a check leave
- * what was served, logged either way. */
+ * next connection on, and ha.etcd_tls_* for the etcd clients' next
+ * connections (master_tls_reload.c); files that fail a check leave what
+ * was served, logged either way. */
 void master_reload_tls(master *m);
 /* ADMIN_PLUGIN_LIST / RELOAD / DISABLE / ENABLE. */
 int master_plugins_h_list(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len);

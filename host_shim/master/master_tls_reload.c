@@ -7,23 +7,68 @@
  * key matching, the embedded node's trust in the new certificate), and
  * serves the result from the next connection on: on the RPC port, on the
  * embedded node's data port (which takes tls.cert too) and on the admin
- * endpoint. Connections already made keep their sessions. Files that do
- * not pass leave everything serving what it served, and the log says why;
- * nothing here can stop the master. What is read at the start only: the
- * certificate the master presents to etcd (ha.etcd_tls_*), whose gRPC
- * channels are made once. */
+ * endpoint. Connections already made keep their sessions. With HA over
+ * TLS, ha.etcd_tls_ca, _cert and _key are read again too, and the etcd
+ * clients (the OpLog's and the election's) make new channels with them
+ * for their calls from then on; calls and watches under way finish on the
+ * old ones. Files that do not pass leave everything serving what it
+ * served, and the log says why; nothing here can stop the master. */
 #include <stdio.h>
+#include <string.h>
 
 #include "admin_http.h"
+#include "etcd_client.h"
+#include "ha_election.h"
 #include "master_internal.h"
 #include "node_runtime.h"
 #include "rpc_tls.h"
+
+/* ha.etcd_tls_*: read and checked again, then handed to both etcd
+ * clients and kept in m->files for the clients opened later. */
+static void reload_etcd_tls(master *m)
+{
+    const host_config *cfg = m->cfg;
+    host_config_files fresh;
+    char err[1600];
+    int rc = SMP_OK;
+    memset(&fresh, 0, sizeof(fresh));
+    if (!cfg->ha_enabled || cfg->ha_etcd_tls_ca[0] == '\0') return;
+    if (host_config_load_etcd_tls(cfg, &fresh, err, sizeof(err)) < 0) {
+        fprintf(stderr, "store_master: SIGHUP: etcd TLS files not reloaded, the ones loaded "
+                "before serve on: %s\n", err);
+        goto free_fresh;
+    }
+    if (m->etcd != NULL)
+        rc = etcd_client_reload_tls(m->etcd, fresh.etcd_ca_pem, fresh.etcd_cert_pem,
+                                    fresh.etcd_key_pem, err, sizeof(err));
+    if (rc == SMP_OK && m->election != NULL)
+        rc = ha_election_reload_tls(m->election, fresh.etcd_ca_pem, fresh.etcd_cert_pem,
+                                    fresh.etcd_key_pem, err, sizeof(err));
+    if (rc < 0) {
+        fprintf(stderr, "store_master: SIGHUP: etcd TLS files not reloaded: %s\n", err);
+        goto free_fresh;
+    }
+    /* m->files keeps the new text, for the clients opened from now on */
+    char *swap[3] = {m->files.etcd_ca_pem, m->files.etcd_cert_pem, m->files.etcd_key_pem};
+    m->files.etcd_ca_pem = fresh.etcd_ca_pem;
+    m->files.etcd_cert_pem = fresh.etcd_cert_pem;
+    m->files.etcd_key_pem = fresh.etcd_key_pem;
+    fresh.etcd_ca_pem = swap[0];
+    fresh.etcd_cert_pem = swap[1];
+    fresh.etcd_key_pem = swap[2];
+    fprintf(stderr, "store_master: SIGHUP: etcd TLS files reloaded (ha.etcd_tls_ca %s%s%s): new "
+            "connections to etcd use them\n", cfg->ha_etcd_tls_ca,
+            cfg->ha_etcd_tls_cert[0] ? ", ha.etcd_tls_cert " : "", cfg->ha_etcd_tls_cert);
+free_fresh:
+    host_config_files_free(&fresh);
+}
 
 void master_reload_tls(master *m)
 {
     const host_config *cfg = m->cfg;
     char err[1600], what[512];
     SSL_CTX *ctx = NULL;
+    reload_etcd_tls(m);
     if (cfg->tls_cert[0] == '\0') return; /* TLS off: a reload never turns it on */
     if (host_config_load_tls(cfg, &ctx, err, sizeof(err)) < 0) {
         fprintf(stderr, "store_master: SIGHUP: TLS certificate not reloaded, the one loaded "

@@ -195,6 +195,47 @@ grpc_channel *ecl_channel_open(const char *ep, grpc_channel_credentials *creds)
     return grpc_channel_create(ep, creds, &ca);
 }
 
+/* A set of channels to c's members over creds (taken over; released with
+ * the set). NULL when out of memory (creds released). */
+static ecl_channels *channels_new(const etcd_client *c, grpc_channel_credentials *creds)
+{
+    ecl_channels *s = creds != NULL ? calloc(1, sizeof(*s)) : NULL;
+    if (s == NULL) {
+        if (creds != NULL) grpc_channel_credentials_release(creds);
+        return NULL;
+    }
+    s->creds = creds;
+    s->users = 1;
+    for (s->n = 0; s->n < c->n_ep; s->n++)
+        if ((s->ch[s->n] = ecl_channel_open(c->ep[s->n], creds)) == NULL) break;
+    return s;
+}
+
+static void channels_free(ecl_channels *s)
+{
+    if (s == NULL) return;
+    for (size_t i = 0; i < s->n; i++) grpc_channel_destroy(s->ch[i]);
+    grpc_channel_credentials_release(s->creds);
+    free(s);
+}
+
+ecl_channels *ecl_channels_hold(etcd_client *c)
+{
+    pthread_mutex_lock(&c->mu);
+    ecl_channels *s = c->chans;
+    s->users++;
+    pthread_mutex_unlock(&c->mu);
+    return s;
+}
+
+void ecl_channels_release(etcd_client *c, ecl_channels *s)
+{
+    pthread_mutex_lock(&c->mu);
+    int last = --s->users == 0;
+    pthread_mutex_unlock(&c->mu);
+    if (last) channels_free(s);
+}
+
 const char *ecl_transport_said(const etcd_client *c)
 {
     return c->tls ? " over TLS (a refused TLS handshake ends so too: the \"etcd client: "
@@ -580,9 +621,10 @@ int ecl_call_unary(etcd_client *c,
     size_t attempts = c->n_ep > 1 ? 2 : 1;
     size_t ep = first;
     char first_err[256] = "";
+    ecl_channels *chans = ecl_channels_hold(c);
     for (size_t i = 0; i < attempts; i++) {
         ep = (first + i) % c->n_ep;
-        rc = ecl_exchange(c, c->ch[ep], c->ep[ep], method, body, len, &answer, &answer_len,
+        rc = ecl_exchange(c, chans->ch[ep], c->ep[ep], method, body, len, &answer, &answer_len,
                       &fail, err, errlen);
         if (rc == 0) break;
         if (i == 0 && err != NULL) {
@@ -610,6 +652,7 @@ int ecl_call_unary(etcd_client *c,
         rc = SMP_EPROTO;
     }
 free_body:
+    ecl_channels_release(c, chans);
     free(answer);
     free(body);
     return rc;
@@ -690,27 +733,23 @@ int etcd_client_open(const etcd_client_options *o, etcd_client **out, char *err,
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->idle, NULL);
     library_ref();
-    c->creds = credentials_of(o);
+    c->chans = channels_new(c, credentials_of(o));
     c->tls = o->tls_ca_pem != NULL;
     if (ecl_auth_init(c, o) < 0) {
         ecl_set_err(err, errlen, "etcd_client_open: out of memory");
         rc = SMP_ENOMEM;
         goto close_channels;
     }
-    for (size_t i = 0; i < c->n_ep; i++) {
-        c->ch[i] = c->creds != NULL ? ecl_channel_open(c->ep[i], c->creds) : NULL;
-        if (c->ch[i] == NULL) {
-            ecl_set_err(err, errlen, "etcd %s: could not create a gRPC channel", c->ep[i]);
-            rc = SMP_ENOMEM;
-            goto close_channels;
-        }
+    if (c->chans == NULL || c->chans->n < c->n_ep) {
+        ecl_set_err(err, errlen, "etcd %s: could not create a gRPC channel",
+                    c->ep[c->chans != NULL ? c->chans->n : 0]);
+        rc = SMP_ENOMEM;
+        goto close_channels;
     }
     *out = c;
     return 0;
 close_channels:
-    for (size_t i = 0; i < c->n_ep; i++)
-        if (c->ch[i]) grpc_channel_destroy(c->ch[i]);
-    if (c->creds != NULL) grpc_channel_credentials_release(c->creds);
+    channels_free(c->chans);
     ecl_auth_free(c);
     library_unref();
     pthread_cond_destroy(&c->idle);
@@ -718,6 +757,29 @@ close_channels:
 free_client:
     free(c);
     return rc;
+}
+
+int etcd_client_reload_tls(etcd_client *c, const char *ca_pem, const char *cert_pem,
+                           const char *key_pem, char *err, size_t errlen)
+{
+    if (!c->tls || ca_pem == NULL || (cert_pem == NULL) != (key_pem == NULL)) {
+        ecl_set_err(err, errlen, "etcd_client_reload_tls: %s",
+                    !c->tls ? "the client speaks plaintext" : "a CA, and a certificate with its key");
+        return SMP_EINVAL;
+    }
+    etcd_client_options o = {.tls_ca_pem = ca_pem, .tls_cert_pem = cert_pem, .tls_key_pem = key_pem};
+    ecl_channels *s = channels_new(c, credentials_of(&o));
+    if (s == NULL || s->n < c->n_ep) {
+        channels_free(s);
+        ecl_set_err(err, errlen, "etcd_client_reload_tls: could not create the gRPC channels");
+        return SMP_ENOMEM;
+    }
+    pthread_mutex_lock(&c->mu);
+    ecl_channels *old = c->chans;
+    c->chans = s;
+    pthread_mutex_unlock(&c->mu);
+    ecl_channels_release(c, old); /* freed by its last call or watch */
+    return SMP_OK;
 }
 
 void etcd_client_close(etcd_client *c)
@@ -729,8 +791,7 @@ void etcd_client_close(etcd_client *c)
         if (a->call) grpc_call_cancel(a->call, NULL);
     while (c->active != NULL) pthread_cond_wait(&c->idle, &c->mu);
     pthread_mutex_unlock(&c->mu);
-    for (size_t i = 0; i < c->n_ep; i++) grpc_channel_destroy(c->ch[i]);
-    grpc_channel_credentials_release(c->creds);
+    ecl_channels_release(c, c->chans); /* the last holder: watches are closed first */
     ecl_auth_free(c);
     pthread_cond_destroy(&c->idle);
     pthread_mutex_destroy(&c->mu);

@@ -86,6 +86,16 @@ int etcd_client_open(const etcd_client_options *o,
                      char *err,
                      size_t errlen);
 
+/* A renewed client certificate (or CA): new channels to every member over
+ * TLS with ca_pem and, both or neither, cert_pem / key_pem (PEM text, as
+ * at open), used by every call and watch started from now on. Calls and
+ * watches already made finish on the channels they started on, which go
+ * with the last of them. Any thread. SMP_OK, SMP_EINVAL (a plaintext
+ * client, no CA, a certificate without its key) or SMP_ENOMEM, with err;
+ * nothing changes then. */
+int etcd_client_reload_tls(etcd_client *c, const char *ca_pem, const char *cert_pem,
+                           const char *key_pem, char *err, size_t errlen);
+
 /* Cancel what is in flight on other threads (they fail with SMP_EIO and
  * try no other member), wait until they returned, and release the client.
  * Open watches must be closed first, and no call may start once close has

@@ -457,17 +457,20 @@ int etcd_member_status_get(etcd_client *c,
         ecl_set_err(err, errlen, "etcd_member_status_get: bad arguments");
         return SMP_EINVAL;
     }
+    ecl_channels *chans = ecl_channels_hold(c);
     for (size_t i = 0; i < c->n_ep; i++)
-        if (strcmp(c->ep[i], endpoint) == 0) ch = c->ch[i];
+        if (strcmp(c->ep[i], endpoint) == 0) ch = chans->ch[i];
     if (ch == NULL) {
         etcd_client probe;
         if (ecl_parse_endpoints(&probe, endpoint, err, errlen) < 0 || probe.n_ep != 1) {
             ecl_set_err(err, errlen, "etcd_member_status_get: \"%s\" is not one host:port", endpoint);
-            return SMP_EINVAL;
+            rc = SMP_EINVAL;
+            goto release;
         }
-        if ((ch = own = ecl_channel_open(endpoint, c->creds)) == NULL) {
+        if ((ch = own = ecl_channel_open(endpoint, chans->creds)) == NULL) {
             ecl_set_err(err, errlen, "etcd %s: could not create a gRPC channel", endpoint);
-            return SMP_ENOMEM;
+            rc = SMP_ENOMEM;
+            goto release;
         }
     }
     size_t len = etcdserverpb__status_request__pack(&req, body);
@@ -490,6 +493,8 @@ free_answer:
     free(answer);
 destroy_channel:
     if (own) grpc_channel_destroy(own);
+release:
+    ecl_channels_release(c, chans);
     return rc;
 }
 

@@ -42,12 +42,21 @@ typedef struct etcd_active {
     struct etcd_active *next;
 } etcd_active;
 
+/* A channel to each member over one set of credentials. A reload of the
+ * TLS files (etcd_client_reload_tls) makes a new set current; a set goes
+ * once the last call or watch made on it is done with it. */
+typedef struct ecl_channels {
+    grpc_channel_credentials *creds; /* plaintext or TLS: every channel's */
+    grpc_channel *ch[ETCD_MAX_ENDPOINTS];
+    size_t n;                /* channels made (the client's n_ep once whole) */
+    unsigned users;          /* (client's mu) holders: calls and watches, + 1 while current */
+} ecl_channels;
+
 struct etcd_client {
     size_t n_ep;
     char ep[ETCD_MAX_ENDPOINTS][ETCD_EP_MAX];   /* "host:port" */
-    grpc_channel *ch[ETCD_MAX_ENDPOINTS];
-    grpc_channel_credentials *creds; /* plaintext or TLS: every channel's */
-    int tls;                 /* creds are TLS (said in a failed connection's message) */
+    ecl_channels *chans;     /* (mu) the current set: ecl_channels_hold */
+    int tls;                 /* the channels speak TLS (said in a failed connection's message) */
     uint32_t timeout_ms;
     pthread_mutex_t mu;
     pthread_cond_t idle;     /* signalled when active becomes empty */
@@ -70,6 +79,7 @@ struct etcd_watch {
     char ep[ETCD_EP_MAX];
     grpc_completion_queue *cq;
     grpc_call *call;
+    ecl_channels *chans;     /* the set its call was made on, held until closed */
     grpc_metadata_array initial_md;
     grpc_byte_buffer *recv_buf;
     int recv_pending;        /* a RECV_MESSAGE batch is started, not plucked */
@@ -100,6 +110,13 @@ int ecl_call_unary(etcd_client *c,
                       size_t errlen);
 
 grpc_channel *ecl_channel_open(const char *ep, grpc_channel_credentials *creds);
+
+/* The current set of channels, held for a call or a watch (it outlives a
+ * reload until released). Never NULL on an open client. */
+ecl_channels *ecl_channels_hold(etcd_client *c);
+
+/* Let go of s; the last holder of a set no longer current frees it. */
+void ecl_channels_release(etcd_client *c, ecl_channels *s);
 
 /* How c reaches its members, for a message about a failed connection:
  * " over TLS (...)" or " in plaintext". */

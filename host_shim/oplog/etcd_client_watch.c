@@ -162,6 +162,7 @@ static void watch_free(etcd_watch *w)
         grpc_completion_queue_destroy(w->cq);
     }
     grpc_metadata_array_destroy(&w->initial_md);
+    if (w->chans != NULL) ecl_channels_release(w->c, w->chans);
     free(w);
 }
 
@@ -185,14 +186,19 @@ static int watch_open_on(etcd_client *c,
 
     *out = NULL;
     *fail = FAIL_ETCD;
-    if ((rc = ecl_auth_token(c, c->ch[ep], c->ep[ep], token, sizeof(token), fail, err, errlen)) < 0)
-        return rc;
     etcd_watch *w = calloc(1, sizeof(*w));
     if (w == NULL) {
         ecl_set_err(err, errlen, "etcd_watch_open: out of memory");
         return SMP_ENOMEM;
     }
     w->c = c;
+    w->chans = ecl_channels_hold(c);
+    grpc_channel *ch = w->chans->ch[ep];
+    if ((rc = ecl_auth_token(c, ch, c->ep[ep], token, sizeof(token), fail, err, errlen)) < 0) {
+        ecl_channels_release(c, w->chans);
+        free(w);
+        return rc;
+    }
     snprintf(w->ep, sizeof(w->ep), "%s", c->ep[ep]);
     grpc_metadata_array_init(&w->initial_md);
     if ((w->cq = grpc_completion_queue_create_for_pluck(NULL)) == NULL) {
@@ -202,14 +208,14 @@ static int watch_open_on(etcd_client *c,
     }
     gpr_timespec deadline = ecl_deadline_in(c->timeout_ms);
     grpc_connectivity_state state;
-    if (ecl_channel_wait_ready(c->ch[ep], w->cq, deadline, c->n_ep == 1, &state) < 0) {
+    if (ecl_channel_wait_ready(ch, w->cq, deadline, c->n_ep == 1, &state) < 0) {
         ecl_set_err(err, errlen, "etcd %s watch: no connection to the member%s (channel %s)",
                     w->ep, ecl_transport_said(c), ecl_state_name(state));
         *fail = FAIL_UNSENT;
         rc = SMP_EIO;
         goto free_watch;
     }
-    w->call = grpc_channel_create_call(c->ch[ep], NULL, GRPC_PROPAGATE_DEFAULTS, w->cq,
+    w->call = grpc_channel_create_call(ch, NULL, GRPC_PROPAGATE_DEFAULTS, w->cq,
                                        grpc_slice_from_static_string(M_WATCH), NULL,
                                        gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
     if (w->call == NULL) {

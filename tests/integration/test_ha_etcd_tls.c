@@ -391,6 +391,70 @@ static void test_etcd_rbac_by_certificate_keeps_masters_to_their_prefix(void **s
     }
 }
 
+/* The masters' etcd client certificate renewed while they serve, etcd's
+ * auth on and a certificate's CN its user: the files ha.etcd_tls_cert and
+ * _key name hold user client's certificate, then are replaced by one of
+ * user client2 (the same role) and both masters get SIGHUP, each saying it
+ * reloaded them. User client is then deleted from etcd, so that only the
+ * new certificate is let in: the leader takes writes, and once it is
+ * SIGKILLed the standby leads with every write there and takes more,
+ * neither restarted. Without the reload the writes after the deletion are
+ * refused. */
+static void test_masters_renew_their_etcd_certificate_on_sighup(void **state)
+{
+    hc_cluster *c = *state;
+    char grant[256], cmd[2048], more[1024];
+    snprintf(cmd, sizeof(cmd),
+             "cd '%s' && exec >>renew.log 2>&1 && "
+             "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=client2 "
+             "  -keyout client2.key -out client2.csr && "
+             "openssl x509 -req -in client2.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 "
+             "  -out client2.pem && cp client.pem live.pem && cp client.key live.key",
+             c->etcd.certs);
+    assert_int_equal(system(cmd), 0);
+    snprintf(grant, sizeof(grant), "role grant-permission wm readwrite '%s' --prefix=true",
+             c->prefix);
+    const char *steps[] = {"user add root --new-user-password=root-of-the-test",
+                           "user add client --new-user-password=unused-the-cn-is-enough",
+                           "user add client2 --new-user-password=unused-the-cn-is-enough",
+                           "role add wm", grant, "user grant-role client wm",
+                           "user grant-role client2 wm", "auth enable"};
+    for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++)
+        if (etcd_fixture_etcdctl(&c->etcd, NULL, steps[i]) < 0)
+            fail_msg("etcdctl %s failed (%s/etcdctl.log)", steps[i], c->etcd.dir);
+    snprintf(more, sizeof(more), "  etcd_tls_cert: \"%s/live.pem\"\n  etcd_tls_key: \"%s/live.key\"\n",
+             c->etcd.certs, c->etcd.certs);
+    pid_t pids[2];
+    for (int i = 0; i < 2; i++) {
+        configure_more(c, i, "ca.pem", 0, more);
+        if (hx_start(&c->m[i], WAIT_MS) < 0) fail_msg("master %d did not start", i);
+        pids[i] = c->m[i].pid;
+    }
+    int leader = leader_with_node(c, "node-renew");
+    put_through(c, leader, "kv/renew");
+
+    snprintf(cmd, sizeof(cmd),
+             "cd '%s' && cp client2.pem live.pem.new && cp client2.key live.key.new && "
+             "mv live.key.new live.key && mv live.pem.new live.pem", c->etcd.certs);
+    assert_int_equal(system(cmd), 0);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(kill(c->m[i].pid, SIGHUP), 0);
+        if (!hx_wait_log(&c->m[i], "SIGHUP: etcd TLS files reloaded", WAIT_MS)) {
+            hx_print_log(&c->m[i]);
+            fail_msg("master %d did not reload its etcd TLS files", i);
+        }
+    }
+    assert_int_equal(etcd_fixture_etcdctl(&c->etcd, "root:root-of-the-test", "user delete client"), 0);
+    put_through(c, leader, "kv/renew/after");
+    kvc *k = fail_over(c, leader);
+    int next = 1 - leader;
+    assert_int_equal(c->m[next].pid, pids[next]);
+    objects(k, "kv/renew", 20, 1);
+    objects(k, "kv/renew/after", 20, 1);
+    objects(k, "kv/renew/next", 20, 0);
+    kvc_close(k);
+}
+
 /* -- password auth ------------------------------------------------------------ */
 
 #define PW_USER "wm"
@@ -672,6 +736,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_a_master_etcd_does_not_accept_waits_and_says_why,
                                         cluster_setup, cluster_teardown),
         cmocka_unit_test_setup_teardown(test_etcd_rbac_by_certificate_keeps_masters_to_their_prefix,
+                                        cluster_setup, cluster_teardown),
+        cmocka_unit_test_setup_teardown(test_masters_renew_their_etcd_certificate_on_sighup,
                                         cluster_setup, cluster_teardown),
     };
     const struct CMUnitTest password[] = {

@@ -190,7 +190,7 @@ static void wait_said(const char *path, const char *needle, int n)
 static void hangup(fx *f, const char *needle)
 {
     assert_int_equal(kill(f->m.pid, SIGHUP), 0);
-    if (hx_wait_log(&f->m, needle, WAIT_MS) < 0) {
+    if (!hx_wait_log(&f->m, needle, WAIT_MS)) {
         hx_print_log(&f->m);
         fail_msg("the master did not log \"%s\" after SIGHUP", needle);
     }
