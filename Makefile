@@ -51,7 +51,8 @@ bench: build
 # etcd (on TLS, its auth on, the masters logging in with a password), with
 # kills, handoffs and pauses of the leader, its partition from
 # etcd, kills of standbys, of one or every etcd member and of every master at
-# once, rotations of the etcd password; 500 SIGKILL points under load,
+# once, SIGHUPs of every master, rotations of the etcd password; 500 SIGKILL
+# points under load,
 # then the weight lifecycle, upsert, node and fail-closed recovery tests ten
 # times each.
 SOAK_SECONDS ?= 600

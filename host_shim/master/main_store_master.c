@@ -28,7 +28,10 @@ static void usage(FILE *out, const char *prog)
             "  --config FILE  the master's YAML config (see config/README.md)\n"
             "  --check        parse the config, read the files it names (TLS, the\n"
             "                 node's token) as a start would, load the enabled\n"
-            "                 plugins, print what was negotiated, and exit\n",
+            "                 plugins, print what was negotiated, and exit\n"
+            "  SIGHUP reloads: the TLS files (tls.*, ha.etcd_tls_*) for the next\n"
+            "  connections, every plugin from its path, the embedded node's ticket key\n"
+            "  SIGTERM or SIGINT stops gracefully\n",
             prog);
 }
 

@@ -41,6 +41,8 @@
  *     (each master reaches etcd through a fault_proxy of its own); it must
  *     stand down;
  *   - SIGKILL of every master at once and their start again;
+ *   - SIGHUP of every master: each reloads its plugins under the workload
+ *     (and, with --etcd-auth, its etcd TLS files);
  *   - a node's SIGKILL and a node's memory lost, as above.
  * After each, the program waits until exactly one master leads and the
  * other two are standbys, and checks as above through the leader. With
@@ -488,6 +490,36 @@ static int rotate_password(soak *s)
     return 0;
 }
 
+/* HA mode: SIGHUP to every master, as an operator's renewal of files does:
+ * each reloads its plugins (the weight plugin's state handed over under
+ * the workload) and, with --etcd-auth, its etcd TLS files (new channels to
+ * etcd while calls run). Waits until each master's log says both are done.
+ * 0, or -1 (why printed). */
+static int hang_up_all(soak *s)
+{
+    static const char *const done[] = {"SIGHUP: every plugin looked at",
+                                       "SIGHUP: etcd TLS files reloaded"};
+    size_t kinds = s->etcd_auth ? 2 : 1;
+    int before[HC_MASTERS][2];
+    for (int i = 0; i < HC_MASTERS; i++) {
+        for (size_t k = 0; k < kinds; k++) before[i][k] = hx_file_count(s->hc.m[i].log, done[k]);
+        if (kill(s->hc.m[i].pid, SIGHUP) < 0) {
+            perror("soak: SIGHUP");
+            return -1;
+        }
+    }
+    for (int i = 0; i < HC_MASTERS; i++)
+        for (size_t k = 0; k < kinds; k++)
+            for (long long end = hx_now_ms() + UP_MS;
+                 hx_file_count(s->hc.m[i].log, done[k]) <= before[i][k]; sleep_ms(50))
+                if (hx_now_ms() >= end) {
+                    fprintf(stderr, "soak: master %d never logged \"%s\" after SIGHUP\n", i,
+                            done[k]);
+                    return -1;
+                }
+    return 0;
+}
+
 /* HA mode: one random fault of the masters or of etcd, and the restart of
  * what it stopped. 0, or -1 when a process does not come back. */
 static int ha_chaos(soak *s, uint64_t dice, const char **what)
@@ -541,6 +573,9 @@ static int ha_chaos(soak *s, uint64_t dice, const char **what)
         for (int i = 0; i < HC_MASTERS; i++)
             if (hx_start(&s->hc.m[i], UP_MS) < 0) return -1;
         return 0;
+    case 8:
+        *what = "SIGHUP of every master (reloads)";
+        return hang_up_all(s);
     default: /* --etcd-auth only */
         *what = "the masters' etcd password rotated";
         return rotate_password(s);
@@ -569,9 +604,9 @@ static int writes_taken(soak *s, long since)
 static int chaos(soak *s, const char **what)
 {
     /* the nodes' two faults; in one-master mode the master's two, in HA
-     * mode the masters' and etcd's eight, and with --etcd-auth the
+     * mode the masters' and etcd's nine, and with --etcd-auth the
      * password's rotation (ha_chaos) */
-    uint64_t dice = next_rand(&s->rng) % (s->ha ? 10u + (unsigned)s->etcd_auth : 4u);
+    uint64_t dice = next_rand(&s->rng) % (s->ha ? 11u + (unsigned)s->etcd_auth : 4u);
     int i = (int)(next_rand(&s->rng) % 2);
     char path[600];
     switch (dice) {
