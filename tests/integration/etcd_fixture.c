@@ -154,6 +154,10 @@ static pid_t spawn_member(const etcd_fixture *f, const etcd_fixture_member *m)
         argv[n++] = "--auth-token-ttl";
         argv[n++] = ttl;
     }
+    if (f->auth_token[0] != '\0') {
+        argv[n++] = "--auth-token";
+        argv[n++] = f->auth_token;
+    }
     argv[n] = NULL;
     pid_t pid = fork();
     if (pid != 0) return pid;

@@ -41,6 +41,9 @@ typedef struct etcd_fixture {
     char token[96];           /* --initial-cluster-token */
     unsigned auth_token_ttl_s; /* --auth-token-ttl of the members started (or restarted)
                                 * after it is set; 0: etcd's (300 s) */
+    char auth_token[700];     /* --auth-token of the members started after it is set,
+                                * e.g. "jwt,pub-key=...,priv-key=...,sign-method=RS256";
+                                * "": etcd's simple tokens */
     char initial_cluster[512];
     char endpoints[256];      /* "h:p,h:p,h:p", every member */
     size_t n;

@@ -12,8 +12,10 @@
  * waits, and stops cleanly. With etcd's auth on, masters known by their
  * certificate are kept to their prefix; masters and the client given a
  * user and its password (ha.etcd_user, ha.etcd_password_file) authenticate,
- * and again whenever etcd no longer takes their token, reading the file
- * again each time: a password rotated while they serve needs no restart. */
+ * and again whenever etcd no longer takes their token (a simple token etcd
+ * forgot, a JWT older than a change of roles), reading the file again each
+ * time: a password rotated while they serve needs no restart. Masters
+ * renew their etcd client certificate on SIGHUP. */
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -569,6 +571,39 @@ static void test_a_client_authenticates_and_again_when_etcd_forgets(void **state
     free(ca);
 }
 
+/* etcd giving JWTs (--auth-token jwt, RS256 keys made here): each carries
+ * the auth revision it was signed at, so a change of roles makes every
+ * token given before it old ("revision of auth store is old"); the
+ * client's next call is refused for that, logs in again and succeeds. */
+static void test_a_client_logs_in_again_when_its_jwt_is_old(void **state)
+{
+    hc_cluster *c = *state;
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd),
+             "cd '%s' && exec >>jwt.log 2>&1 && openssl genrsa -out jwt.key 2048 && "
+             "openssl rsa -in jwt.key -pubout -out jwt.pub", c->etcd.certs);
+    assert_int_equal(system(cmd), 0);
+    snprintf(c->etcd.auth_token, sizeof(c->etcd.auth_token),
+             "jwt,pub-key=%s/jwt.pub,priv-key=%s/jwt.key,sign-method=RS256,ttl=10m",
+             c->etcd.certs, c->etcd.certs);
+    assert_int_equal(restart_etcd(c), 0);
+    char *ca = cert_file(&c->etcd, "ca.pem");
+    etcd_client_options o = {.endpoints = etcd_fixture_endpoints(&c->etcd), .timeout_ms = 5000,
+                             .tls_ca_pem = ca, .user = PW_USER, .password = PW_SECRET};
+    etcd_client *ec = NULL;
+    assert_int_equal(etcd_client_open(&o, &ec, err, sizeof(err)), 0);
+    if (put_under_prefix(c, ec, "jwt") != 0) fail_msg("put: %s", err);
+    for (int i = 0; i < 2; i++) {
+        char role[32];
+        snprintf(role, sizeof(role), "role add jwt-%d", i);
+        assert_int_equal(etcd_fixture_etcdctl(&c->etcd, "root:root-of-the-test", role), 0);
+        if (put_under_prefix(c, ec, "jwt/after-roles") != 0)
+            fail_msg("put after a change of roles: %s", err);
+    }
+    etcd_client_close(ec);
+    free(ca);
+}
+
 /* A client given a user while etcd's auth is off sends no token (etcd's
  * Authenticate says auth is not enabled) and works; once auth is turned on,
  * its next call is refused for the want of a token ("user name is empty"),
@@ -744,6 +779,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_a_client_authenticates_and_again_when_etcd_forgets,
                                         password_setup, cluster_teardown),
         cmocka_unit_test_setup_teardown(test_a_client_follows_etcd_turning_its_auth_on,
+                                        password_setup, cluster_teardown),
+        cmocka_unit_test_setup_teardown(test_a_client_logs_in_again_when_its_jwt_is_old,
                                         password_setup, cluster_teardown),
         cmocka_unit_test_setup_teardown(test_masters_authenticate_with_a_password_through_an_etcd_restart,
                                         password_setup, cluster_teardown),
